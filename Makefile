@@ -1,0 +1,163 @@
+# Baton: one Makefile for the whole tree.
+#
+# Conventions (no per-component Makefile to edit when a file is added):
+#   <comp>/*.c              -> build/lib/libbaton_<comp>.a   (comp: proto arena engine broker)
+#   <comp>/main_<prog>.c    -> build/bin/<prog>              (linked with every library)
+#   <comp>/*_test.c         -> build/test/<comp>_<name>      (run by `make test`)
+#   <comp>/*_fuzz.c         -> build/fuzz/<name>             (libFuzzer, `make fuzz`)
+#   *cuda*.c, *.cu          -> only with CUDA=1
+#
+#   make                 build everything (CUDA=1 when nvcc is found)
+#   make CUDA=0          build without the CUDA backend
+#   make test            unit + integration tests, then again under ASan+UBSan
+#   make fuzz            every fuzz target for FUZZ_SECONDS (default 60) each
+#   make demo            broker + engines on the embedded synthetic model
+
+BUILD   ?= build
+SAN     ?= 0
+STATIC  ?= 0
+NVCC    ?= $(firstword $(shell command -v nvcc 2>/dev/null) $(wildcard /usr/local/cuda/bin/nvcc))
+ifeq ($(NVCC),)
+CUDA    ?= 0
+else
+CUDA    ?= 1
+endif
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+
+COMPONENTS := proto arena engine broker
+# Link order: a component may use only those after it.
+LINK_ORDER := broker engine arena proto
+
+CC      ?= cc
+CFLAGS  ?= -O2 -g
+WARN    := -Wall -Wextra -Werror -Wstrict-prototypes -Wmissing-prototypes \
+           -Wshadow -Wpointer-arith -Wvla -Wformat=2 -Wno-format-nonliteral
+CPPFLAGS_ALL := -std=c11 -D_GNU_SOURCE -I. $(WARN) -fno-strict-aliasing -pthread
+ifeq ($(SAN),1)
+CPPFLAGS_ALL += -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+LDSAN   := -fsanitize=address,undefined
+endif
+ifeq ($(CUDA),1)
+CPPFLAGS_ALL += -DBATON_HAVE_CUDA=1 -isystem $(CUDA_HOME)/include
+endif
+
+EXT_LIBS := -lnng -lmsgpackc -ljansson -linih
+ifeq ($(STATIC),1)
+# For machines where nothing can be installed (the GPU device): the
+# field's libraries go inside the binary; libc, libdl and libsystemd stay dynamic.
+LDLIBS_ALL := -Wl,-Bstatic $(EXT_LIBS) -lmbedtls -lmbedx509 -lmbedcrypto -Wl,-Bdynamic
+else
+LDLIBS_ALL := $(EXT_LIBS)
+endif
+LDLIBS_ALL += -lsystemd -ldl -lm -pthread
+
+# ---- sources ---------------------------------------------------------------
+is_cuda  = $(findstring cuda,$(notdir $(1)))
+keep_src = $(if $(and $(filter 0,$(CUDA)),$(call is_cuda,$(1))),,$(1))
+srcs_of  = $(foreach f,$(wildcard $(1)/*.c),$(call keep_src,$(f)))
+lib_srcs = $(filter-out %_test.c %_fuzz.c $(1)/main_%.c,$(call srcs_of,$(1)))
+
+LIB_SRCS  := $(foreach c,$(COMPONENTS),$(call lib_srcs,$(c)))
+MAIN_SRCS := $(foreach c,$(COMPONENTS),$(call keep_src,$(wildcard $(c)/main_*.c)))
+TEST_SRCS := $(foreach c,$(COMPONENTS) tests,$(filter %_test.c,$(call srcs_of,$(c))))
+FUZZ_SRCS := $(foreach c,$(COMPONENTS),$(filter %_fuzz.c,$(call srcs_of,$(c))))
+CU_SRCS   := $(if $(filter 1,$(CUDA)),$(foreach c,$(COMPONENTS),$(wildcard $(c)/*.cu)))
+
+obj  = $(BUILD)/obj/$(1:.c=.o)
+LIBS := $(foreach c,$(LINK_ORDER),$(if $(call lib_srcs,$(c)),$(BUILD)/lib/libbaton_$(c).a))
+PROGS := $(foreach m,$(MAIN_SRCS),$(BUILD)/bin/$(patsubst main_%.c,%,$(notdir $(m))))
+TESTS := $(foreach t,$(TEST_SRCS),$(BUILD)/test/$(subst /,_,$(patsubst %_test.c,%,$(t))))
+
+# CUDA kernels become a fatbin embedded as bytes; the driver is loaded with
+# dlopen at run time, so no binary needs libcuda.so.1 or libcudart to start.
+CU_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+CU_GEN  := $(foreach f,$(CU_SRCS),$(BUILD)/gen/$(f:.cu=_fatbin.c))
+
+.PHONY: all test test-unit test-san fuzz demo clean gpu-test bench bench-gpu deps
+all: $(PROGS) $(TESTS)
+
+# ---- set-up and flag tracking ----------------------------------------------
+$(BUILD)/.deps: scripts/install-deps.sh
+	@mkdir -p $(@D)
+	@scripts/install-deps.sh
+	@touch $@
+
+# A change of flags rebuilds everything: the flags live in a file that every
+# object depends on, rewritten only when they differ.
+FLAGS_NOW := $(CC) $(CFLAGS) $(CPPFLAGS_ALL) $(CPPFLAGS) CUDA=$(CUDA) STATIC=$(STATIC)
+$(BUILD)/.flags: FORCE | $(BUILD)/.deps
+	@mkdir -p $(@D)
+	@echo '$(FLAGS_NOW)' | cmp -s - $@ || echo '$(FLAGS_NOW)' > $@
+FORCE:
+
+# ---- compile and link ------------------------------------------------------
+$(BUILD)/obj/%.o: %.c $(BUILD)/.flags
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(CPPFLAGS_ALL) $(CPPFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/gen/%_fatbin.c: %.cu $(BUILD)/.flags
+	@mkdir -p $(@D)
+	$(NVCC) -O3 $(CU_ARCH) -fatbin -I. -o $(@:.c=.fatbin) $<
+	scripts/embed.sh $(@:.c=.fatbin) baton_$(subst /,_,$*)_fatbin > $@
+
+$(BUILD)/obj/gen/%.o: $(BUILD)/gen/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+define LIB_RULE
+$(BUILD)/lib/libbaton_$(1).a: $(call obj,$(call lib_srcs,$(1))) \
+    $(if $(filter engine,$(1)),$(CU_GEN:$(BUILD)/gen/%.c=$(BUILD)/obj/gen/%.o))
+	@mkdir -p $$(@D)
+	rm -f $$@ && ar rcs $$@ $$^
+endef
+$(foreach c,$(COMPONENTS),$(if $(call lib_srcs,$(c)),$(eval $(call LIB_RULE,$(c)))))
+
+define MAIN_RULE
+$(BUILD)/bin/$(patsubst main_%.c,%,$(notdir $(1))): $(call obj,$(1)) $(LIBS)
+	@mkdir -p $$(@D)
+	$(CC) $(LDSAN) $(LDFLAGS) -o $$@ $$< $(LIBS) $(LDLIBS_ALL)
+endef
+$(foreach m,$(MAIN_SRCS),$(eval $(call MAIN_RULE,$(m))))
+
+define TEST_RULE
+$(BUILD)/test/$(subst /,_,$(patsubst %_test.c,%,$(1))): $(call obj,$(1)) $(LIBS)
+	@mkdir -p $$(@D)
+	$(CC) $(LDSAN) $(LDFLAGS) -o $$@ $$< $(LIBS) $(LDLIBS_ALL)
+endef
+$(foreach t,$(TEST_SRCS),$(eval $(call TEST_RULE,$(t))))
+
+# ---- tests -----------------------------------------------------------------
+# Every test binary and script runs in its own process with a timeout; the
+# runner's last line is "N passed, N failed".
+test: test-unit test-san
+
+test-unit: $(PROGS) $(TESTS)
+	@BUILD=$(BUILD) tests/run.sh $(TESTS)
+
+# The same suite under AddressSanitizer and UndefinedBehaviorSanitizer.
+test-san: | $(BUILD)/.deps
+	@$(MAKE) --no-print-directory BUILD=$(BUILD)/san SAN=1 CUDA=0 test-unit
+
+# ---- fuzzing ---------------------------------------------------------------
+FUZZ_SECONDS ?= 60
+FUZZ_CC      ?= clang
+FUZZ_BUILD   := $(BUILD)/fuzzbuild
+fuzz: | $(BUILD)/.deps
+	@$(MAKE) --no-print-directory BUILD=$(FUZZ_BUILD) CC=$(FUZZ_CC) CUDA=0 \
+	    CFLAGS="-O1 -g -fsanitize=fuzzer-no-link,address,undefined" fuzz-build
+	@BUILD=$(FUZZ_BUILD) FUZZ_SECONDS=$(FUZZ_SECONDS) tests/fuzz.sh \
+	    $(foreach f,$(FUZZ_SRCS),$(FUZZ_BUILD)/fuzz/$(patsubst %_fuzz.c,%,$(notdir $(f))))
+
+FUZZ_BINS := $(foreach f,$(FUZZ_SRCS),$(BUILD)/fuzz/$(patsubst %_fuzz.c,%,$(notdir $(f))))
+fuzz-build: $(FUZZ_BINS)
+define FUZZ_RULE
+$(BUILD)/fuzz/$(patsubst %_fuzz.c,%,$(notdir $(1))): $(call obj,$(1)) $(LIBS)
+	@mkdir -p $$(@D)
+	$(CC) -fsanitize=fuzzer,address,undefined -o $$@ $$< $(LIBS) $(LDLIBS_ALL)
+endef
+$(foreach f,$(FUZZ_SRCS),$(eval $(call FUZZ_RULE,$(f))))
+
+clean:
+	rm -rf $(BUILD)
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -1,0 +1,41 @@
+/* err.c: the string tables of the error enum. */
+#include <stddef.h>
+
+#include "proto/proto.h"
+
+struct err_entry {
+	int code;
+	const char *name;
+	const char *msg;
+};
+
+static const struct err_entry err_table[] = {
+#define BATON_ERR_ROW(e, n, name, msg) { n, name, msg },
+	BATON_ERRORS(BATON_ERR_ROW)
+#undef BATON_ERR_ROW
+};
+
+static const struct err_entry *err_find(int err)
+{
+	for (size_t i = 0; i < sizeof err_table / sizeof err_table[0]; i++)
+		if (err_table[i].code == err)
+			return &err_table[i];
+	return NULL;
+}
+
+const char *baton_strerror(int err)
+{
+	const struct err_entry *e = err_find(err);
+	return e ? e->msg : "unknown error code";
+}
+
+const char *baton_errname(int err)
+{
+	const struct err_entry *e = err_find(err);
+	return e ? e->name : "unknown";
+}
+
+int baton_err_valid(int err)
+{
+	return err_find(err) != NULL;
+}

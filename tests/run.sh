@@ -1,0 +1,49 @@
+#!/bin/sh
+# run.sh BIN...: run every test binary given, then every test script
+# (*/*_test.sh, *_test.py), each in its own process with a time limit, and
+# add up their "N passed, N failed" lines. The last line is the total, for CI.
+#
+# Scripts find the build through $BUILD (default build). A test binary or
+# script that dies without its summary line counts as one failure.
+set -u
+BUILD=${BUILD:-build}
+export BUILD
+LIMIT=${TEST_LIMIT:-600}
+pass=0 fail=0 failed_names=""
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+
+run_one() {
+	name=$1; shift
+	echo "== $name"
+	timeout -k 5 "$LIMIT" "$@" >"$log" 2>&1
+	rc=$?
+	cat "$log"
+	summary=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$log" | tail -n 1)
+	if [ -n "$summary" ]; then
+		p=${summary%% passed*}
+		f=${summary#*passed, }; f=${f%% failed}
+		pass=$((pass + p)); fail=$((fail + f))
+		if [ "$f" -ne 0 ] || [ "$rc" -ne 0 ]; then
+			failed_names="$failed_names $name"
+			[ "$f" -eq 0 ] && fail=$((fail + 1))
+		fi
+	else
+		echo "FAIL $name: exit $rc with no summary line"
+		fail=$((fail + 1)); failed_names="$failed_names $name"
+	fi
+}
+
+for t in "$@"; do
+	run_one "$(basename "$t")" "$t"
+done
+for s in $(ls */*_test.sh */*_test.py 2>/dev/null | sort); do
+	case $s in
+	*.py) run_one "$s" /usr/bin/python3 "$s" ;;
+	*) run_one "$s" sh "$s" ;;
+	esac
+done
+
+[ -n "$failed_names" ] && echo "failed:$failed_names"
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
