@@ -1,0 +1,119 @@
+/*
+ * cache.h: the engine's device expert cache.
+ *
+ * A reserved address range cut into segments (default 256 MiB, each a
+ * physical allocation of the backend) and each segment into fixed slots of
+ * `slot_bytes` (a slot never spans segments, so unmapping a segment evicts
+ * whole slots). Items are the arena's expert blobs, numbered
+ * layer * n_experts + expert. The residency table maps slot <-> item and
+ * counts hits per slot.
+ *
+ *   release  remember the resident set, unmap every segment; the range
+ *            stays reserved, so slot addresses stay valid.
+ *   refill   map the segments again and copy the remembered items back into
+ *            the same slots, hottest segment first, neighbouring slots with
+ *            neighbouring sources in one copy. On a fresh cache the
+ *            remembered set is items 0, 1, 2... in order (the warm-up).
+ *   resize   keep `reserve` bytes of the device free: shrink unmaps the
+ *            coldest segments; grow maps segments while free - reserve
+ *            allows, then fills them.
+ * Out of device memory during refill or grow is not a failure: the cache
+ * stops at what fit, in state PARTIAL, and a later refill completes it.
+ *
+ * A refill can run in steps (refill_begin, then refill_step until done) so
+ * that the serve loop can answer a request between steps; cache_lookup()
+ * during a refill loads what it needs first.
+ *
+ * Not thread-safe: one thread (the engine's serve loop) drives a cache.
+ */
+#ifndef BATON_ENGINE_CACHE_H
+#define BATON_ENGINE_CACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/backend.h"
+
+enum baton_cache_state {
+	BATON_CACHE_READY = 0,    /* every segment up to the target is mapped and filled */
+	BATON_CACHE_RELEASED = 1, /* nothing mapped; resident set remembered */
+	BATON_CACHE_PARTIAL = 2,  /* some segments could not be mapped (device full) */
+	BATON_CACHE_REFILLING = 3 /* between refill_begin and the last refill_step */
+};
+
+const char *cache_state_name(int state);
+
+struct baton_cache_item {
+	const void *src;   /* host bytes (the arena mapping) */
+	uint64_t bytes;    /* <= slot_bytes */
+	uint64_t checksum; /* XXH3-64 of the bytes, for verify mode */
+};
+
+struct baton_cache_config {
+	uint64_t slot_bytes;    /* >= every item's bytes */
+	uint64_t segment_bytes; /* rounded up to the backend's granularity and to >= one slot */
+	uint64_t ceiling_bytes; /* the configured size; rounded down to whole segments, >= 1 segment */
+	uint64_t reserve_bytes; /* device memory to leave free when growing or refilling */
+	int verify;             /* read back every refilled slot and compare checksums */
+};
+
+/* What one operation did. */
+struct baton_cache_report {
+	int state;               /* enum baton_cache_state after the operation */
+	uint64_t bytes_copied;   /* host to device */
+	uint64_t copies;         /* copy operations after coalescing */
+	uint64_t segments_mapped, segments_unmapped;
+	uint64_t bytes_freed;    /* device free after - before (release, shrink) */
+	uint64_t mismatches;     /* verify mode: slots whose bytes differ */
+	double map_s, copy_s, total_s;
+};
+
+struct baton_cache_stats {
+	int state;
+	uint64_t slot_bytes, segment_bytes;
+	uint64_t target_bytes;   /* what the cache tries to hold now (ceiling or resized) */
+	uint64_t mapped_bytes;   /* segments mapped now */
+	uint32_t slots_total, slots_mapped, items_resident;
+	uint64_t hits, misses, evictions;
+};
+
+struct baton_cache;
+
+/* Reserves ceiling_bytes of address space; maps nothing (call
+ * cache_refill to warm it). items must outlive the cache. */
+int cache_create(const struct baton_backend *be, struct baton_dev *dev,
+    const struct baton_cache_config *cfg, const struct baton_cache_item *items,
+    uint32_t n_items, struct baton_cache **out, char *errbuf, size_t errlen);
+/* Unmaps every segment and gives the reservation back; NULL allowed. */
+void cache_destroy(struct baton_cache *c);
+
+/* Unmaps every segment. Returns 0 only once the device's free memory rose
+ * by what was unmapped (confirmed with mem_info); idempotent. */
+int cache_release(struct baton_cache *c, struct baton_cache_report *rep);
+/* Maps and fills up to the target; 0 with rep->state READY or PARTIAL. */
+int cache_refill(struct baton_cache *c, struct baton_cache_report *rep);
+/* Stepwise refill: begin, then step until *done; each step maps and fills
+ * at most one segment. cache_refill is begin + steps. */
+int cache_refill_begin(struct baton_cache *c);
+int cache_refill_step(struct baton_cache *c, int *done, struct baton_cache_report *rep);
+
+/* Keep reserve_bytes of the device free; reserve_bytes < 0 means "grow back
+ * to the ceiling" (the protocol's reserve_mib: null). */
+int cache_resize(struct baton_cache *c, int64_t reserve_bytes, struct baton_cache_report *rep);
+
+/* Makes items[0..n) resident (duplicates allowed) and writes each one's
+ * blob address. Misses are loaded in one batch into the least valuable
+ * slots not needed by this call; while released or partial this maps what
+ * it needs first. BATON_EDEVMEM when fewer slots can be mapped than
+ * distinct items are needed. Counts hits. */
+int cache_lookup(struct baton_cache *c, const uint32_t *items, size_t n, baton_dptr *blobs);
+
+void cache_stats(const struct baton_cache *c, struct baton_cache_stats *st);
+/* The slot holding `item`, or -1; for tests and status. */
+int64_t cache_slot_of(const struct baton_cache *c, uint32_t item);
+
+/* Test hook: fail the n-th future backend map call with BATON_EDEVMEM
+ * (0 disables). Used to drive the partial paths. */
+void cache_fault_map_after(struct baton_cache *c, int n);
+
+#endif
