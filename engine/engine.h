@@ -1,0 +1,73 @@
+/*
+ * engine.h: one loaded model on one device: the arena, the backend, the
+ * dense tensors on the device, the expert cache and the decode loop. The
+ * serve loop (main_baton-engine.c) and the benchmark drive it.
+ *
+ * Not thread-safe: one thread at a time calls into an engine; the serve
+ * loop serializes GEN and control commands.
+ */
+#ifndef BATON_ENGINE_ENGINE_H
+#define BATON_ENGINE_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/backend.h"
+#include "engine/cache.h"
+
+#define BATON_GEN_MAX_BATCH 256u
+#define BATON_GEN_MAX_STEPS 100000u
+
+struct baton_engine_config {
+	const char *name;
+	const char *arena_path;
+	const char *backend;       /* "host", "cuda" or "auto" */
+	int device;
+	uint64_t cache_bytes;      /* ceiling; 0 = auto: the whole model, or what fits */
+	uint64_t segment_bytes;    /* 0 = 256 MiB */
+	uint64_t reserve_bytes;    /* headroom kept free when growing (--vram-reserve-mib) */
+	uint64_t host_capacity;    /* host backend device size; 0 = its default */
+	int verify;                /* --verify-refill */
+	int warm;                  /* fill the cache at open (default 1) */
+};
+
+struct baton_gen_timings {
+	double route_s, load_s, compute_s, total_s;
+};
+
+struct baton_engine;
+
+/* Opens the arena, the backend and the cache, uploads the dense tensors and
+ * (when cfg->warm) fills the cache. errbuf gets a sentence naming the
+ * problem. The engine owns everything it opened; engine_close frees it. */
+int engine_open(const struct baton_engine_config *cfg, struct baton_engine **out,
+    char *errbuf, size_t errlen);
+void engine_close(struct baton_engine *e);
+
+/* Runs `steps` decode steps over `batch` tokens through every layer. The
+ * start state is `input` (batch * d_model floats) or, when NULL, derived
+ * from `seed`. `output` (may be NULL) receives batch * d_model floats;
+ * *checksum is XXH3-64 of those bytes. Misses load experts; while released
+ * or partial the cache maps what the request needs first. */
+int engine_gen(struct baton_engine *e, uint32_t steps, uint32_t batch, uint64_t seed,
+    const float *input, float *output, uint64_t *checksum, struct baton_gen_timings *t);
+
+int engine_release(struct baton_engine *e, struct baton_cache_report *rep);
+int engine_refill(struct baton_engine *e, struct baton_cache_report *rep);
+/* reserve_bytes < 0: grow back to the configured size. */
+int engine_vram(struct baton_engine *e, int64_t reserve_bytes, struct baton_cache_report *rep);
+
+struct baton_engine_info {
+	const char *name, *backend, *arena;
+	char gpu[64];
+	uint32_t d_model, layers, experts, top_k;
+	uint64_t model_bytes;          /* every expert blob */
+	uint64_t dense_bytes;          /* router + norms on the device */
+	uint64_t dev_free, dev_total;
+	const char *compute_error;     /* NULL when GEN can run on this backend */
+	struct baton_cache_stats cache;
+};
+void engine_info(struct baton_engine *e, struct baton_engine_info *info);
+struct baton_cache *engine_cache(struct baton_engine *e);
+
+#endif
