@@ -23,6 +23,7 @@ struct baton_engine {
 	const struct baton_backend *be;
 	struct baton_dev *dev;
 	int registered;             /* arena pinned with host_register */
+	double pin_s;
 	struct baton_cache_item *items;
 	uint32_t n_items;
 	struct baton_cache *cache;
@@ -135,12 +136,14 @@ int engine_open(const struct baton_engine_config *cfg, struct baton_engine **out
 
 	/* Pin the arena once per process: every refill copies from it. */
 	if (e->be->host_register) {
+		double t0 = now_s();
 		rc = e->be->host_register(e->dev, arena_base(e->arena), arena_size(e->arena));
 		if (rc) {
 			set_err(errbuf, errlen, "pinning arena %s: %s", cfg->arena_path, rc);
 			goto fail;
 		}
 		e->registered = 1;
+		e->pin_s = now_s() - t0;
 	}
 
 	const struct baton_arena_shape *s = arena_shape(e->arena);
@@ -386,6 +389,7 @@ void engine_info(struct baton_engine *e, struct baton_engine_info *info)
 		info->model_bytes += e->items[i].bytes;
 	info->dense_bytes = e->dense_bytes;
 	info->compute_error = e->computable ? NULL : e->compute_err;
+	info->pin_s = e->pin_s;
 	e->be->mem_info(e->dev, &info->dev_free, &info->dev_total);
 	cache_stats(e->cache, &info->cache);
 }
@@ -393,4 +397,14 @@ void engine_info(struct baton_engine *e, struct baton_engine_info *info)
 struct baton_cache *engine_cache(struct baton_engine *e)
 {
 	return e->cache;
+}
+
+const struct baton_arena *engine_arena(struct baton_engine *e)
+{
+	return e->arena;
+}
+
+struct baton_dev *engine_dev(struct baton_engine *e)
+{
+	return e->dev;
 }

@@ -65,9 +65,13 @@ struct baton_engine_info {
 	uint64_t dense_bytes;          /* router + norms on the device */
 	uint64_t dev_free, dev_total;
 	const char *compute_error;     /* NULL when GEN can run on this backend */
+	double pin_s;                  /* host_register of the arena at open */
 	struct baton_cache_stats cache;
 };
 void engine_info(struct baton_engine *e, struct baton_engine_info *info);
 struct baton_cache *engine_cache(struct baton_engine *e);
+/* The engine's own mapping of the arena (pinned when the backend pins). */
+const struct baton_arena *engine_arena(struct baton_engine *e);
+struct baton_dev *engine_dev(struct baton_engine *e);
 
 #endif
