@@ -1,0 +1,73 @@
+/*
+ * backend.c: finding a backend by name.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "engine/backend.h"
+
+static void be_err(char *buf, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void be_err(char *buf, size_t len, const char *fmt, ...)
+{
+	if (!buf || !len)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(buf, len, fmt, ap);
+	va_end(ap);
+}
+
+/* The cuda backend, when this build has one. 0 when it can be used now,
+ * else BATON_ENODEV with the reason in errbuf. */
+static int find_cuda(const struct baton_backend **out, char *errbuf, size_t errlen)
+{
+#ifdef BATON_HAVE_CUDA
+	/* CUDA-BACKEND-HOOK: when engine/backend_cuda.c lands, declare
+	 *   extern const struct baton_backend baton_backend_cuda;
+	 *   int cuda_backend_probe(char *errbuf, size_t len);
+	 * and here:
+	 *   int rc = cuda_backend_probe(errbuf, errlen);
+	 *   if (rc) return rc;
+	 *   *out = &baton_backend_cuda;
+	 *   return 0;
+	 */
+	(void)out;
+	be_err(errbuf, errlen, "the CUDA backend is not written yet");
+	return BATON_ENODEV;
+#else
+	(void)out;
+	be_err(errbuf, errlen, "this build has no CUDA backend (built with CUDA=0)");
+	return BATON_ENODEV;
+#endif
+}
+
+int backend_find(const char *name, const struct baton_backend **out, char *errbuf, size_t errlen)
+{
+	if (!out) {
+		be_err(errbuf, errlen, "backend_find: no place for the result");
+		return BATON_EINVAL;
+	}
+	*out = NULL;
+	if (!name) {
+		be_err(errbuf, errlen, "no backend name given (host, cuda or auto)");
+		return BATON_EINVAL;
+	}
+	if (strcmp(name, "host") == 0) {
+		*out = &baton_backend_host;
+		return 0;
+	}
+	if (strcmp(name, "cuda") == 0)
+		return find_cuda(out, errbuf, errlen);
+	if (strcmp(name, "auto") == 0) {
+		/* cuda when a GPU and its driver answer, else host. */
+		if (find_cuda(out, NULL, 0) == 0)
+			return 0;
+		*out = &baton_backend_host;
+		return 0;
+	}
+	be_err(errbuf, errlen, "unknown backend \"%.64s\" (host, cuda or auto)", name);
+	return BATON_EINVAL;
+}

@@ -1,0 +1,461 @@
+/*
+ * backend_host.c: the `host` backend. A full backend, not a mock: the
+ * device's memory is host memory with the same VMM semantics as CUDA's.
+ *
+ *   reserve    mmap(PROT_NONE, MAP_NORESERVE) aligned to the granularity
+ *   map        charge the shared capacity (hostdev.h) first, then
+ *              memfd_create + fallocate + mmap(MAP_FIXED|MAP_SHARED) at the
+ *              address; the fd is closed at once, the mapping keeps the pages
+ *   unmap      mmap(PROT_NONE, MAP_FIXED) over the segment, which drops the
+ *              memfd's last reference (the pages really go back), then
+ *              uncharge
+ *   alloc/free plain anonymous mappings, charged the same way
+ *   copies     memcpy; copy_h2d is complete on return, sync is a no-op
+ *   pinning    host_register/host_unregister succeed and do nothing: host
+ *              memory needs no pinning to be copied from
+ *
+ * Granularity is 2 MiB (as CUDA VMM's usual one), or the page size where
+ * that is larger. Every device mapping is MADV_DONTFORK, so a forked child
+ * neither sees nor keeps alive the parent's device memory (as with CUDA, a
+ * context is not usable after fork(); calls there give BATON_ESTATE).
+ *
+ * Addresses handed to map/unmap/copy are checked against the context's own
+ * reservations and mappings, so a bad address is BATON_EINVAL, not a crash.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "engine/backend.h"
+#include "engine/hostdev.h"
+
+#define HOST_GRANULARITY (2u << 20)
+
+enum { MAP_SEG = 1, MAP_ALLOC = 2 };
+
+struct host_map {
+	uint64_t addr, bytes;
+	int kind;
+};
+
+struct host_resv {
+	uint64_t base, bytes;
+};
+
+struct baton_dev {
+	struct hostdev *hd;
+	int index;
+	pid_t pid;
+	uint64_t gran;
+	uint64_t page;
+	struct host_map *maps; /* sorted by addr, never overlapping */
+	size_t n_maps, cap_maps;
+	struct host_resv *resv;
+	size_t n_resv, cap_resv;
+};
+
+static void host_err(char *buf, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void host_err(char *buf, size_t len, const char *fmt, ...)
+{
+	if (!buf || !len)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(buf, len, fmt, ap);
+	va_end(ap);
+}
+
+static int host_usable(const struct baton_dev *dev)
+{
+	return dev && dev->pid == getpid();
+}
+
+/* Index of the first map with addr > a (upper bound). */
+static size_t map_upper(const struct baton_dev *dev, uint64_t a)
+{
+	size_t lo = 0, hi = dev->n_maps;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (dev->maps[mid].addr <= a)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/* The map that holds [a, a+bytes) entirely, or NULL. */
+static const struct host_map *map_holding(const struct baton_dev *dev, uint64_t a,
+    uint64_t bytes)
+{
+	size_t i = map_upper(dev, a);
+	if (i == 0)
+		return NULL;
+	const struct host_map *m = &dev->maps[i - 1];
+	if (a - m->addr > m->bytes || bytes > m->bytes - (a - m->addr))
+		return NULL;
+	return m;
+}
+
+static int map_insert(struct baton_dev *dev, uint64_t addr, uint64_t bytes, int kind)
+{
+	if (dev->n_maps == dev->cap_maps) {
+		size_t cap = dev->cap_maps ? dev->cap_maps * 2 : 16;
+		struct host_map *m = realloc(dev->maps, cap * sizeof *m);
+		if (!m)
+			return BATON_ENOMEM;
+		dev->maps = m;
+		dev->cap_maps = cap;
+	}
+	size_t i = map_upper(dev, addr);
+	memmove(&dev->maps[i + 1], &dev->maps[i], (dev->n_maps - i) * sizeof dev->maps[0]);
+	dev->maps[i] = (struct host_map){ addr, bytes, kind };
+	dev->n_maps++;
+	return 0;
+}
+
+static void map_remove(struct baton_dev *dev, const struct host_map *m)
+{
+	size_t i = (size_t)(m - dev->maps);
+	memmove(&dev->maps[i], &dev->maps[i + 1], (dev->n_maps - i - 1) * sizeof dev->maps[0]);
+	dev->n_maps--;
+}
+
+/* 1 when [a, a+bytes) overlaps no existing map. */
+static int map_free_range(const struct baton_dev *dev, uint64_t a, uint64_t bytes)
+{
+	size_t i = map_upper(dev, a);
+	if (i > 0) {
+		const struct host_map *p = &dev->maps[i - 1];
+		if (a - p->addr < p->bytes)
+			return 0;
+	}
+	if (i < dev->n_maps && dev->maps[i].addr - a < bytes)
+		return 0;
+	return 1;
+}
+
+static const struct host_resv *resv_holding(const struct baton_dev *dev, uint64_t a,
+    uint64_t bytes)
+{
+	for (size_t i = 0; i < dev->n_resv; i++) {
+		const struct host_resv *r = &dev->resv[i];
+		if (a >= r->base && a - r->base <= r->bytes && bytes <= r->bytes - (a - r->base))
+			return r;
+	}
+	return NULL;
+}
+
+/* Puts the reservation's placeholder back over [addr, addr+bytes). */
+static int placeholder(uint64_t addr, uint64_t bytes)
+{
+	void *p = mmap((void *)(uintptr_t)addr, bytes, PROT_NONE,
+	    MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (p == MAP_FAILED)
+		return BATON_EDRIVER;
+	madvise(p, bytes, MADV_DONTFORK);
+	return 0;
+}
+
+static int host_open(int index, uint64_t capacity_bytes, struct baton_dev **out,
+    char *errbuf, size_t errlen)
+{
+	if (!out)
+		return BATON_EINVAL;
+	*out = NULL;
+	struct baton_dev *dev = calloc(1, sizeof *dev);
+	if (!dev) {
+		host_err(errbuf, errlen, "out of host memory");
+		return BATON_ENOMEM;
+	}
+	int rc = hostdev_open(index, capacity_bytes, &dev->hd, errbuf, errlen);
+	if (rc) {
+		free(dev);
+		return rc;
+	}
+	long page = sysconf(_SC_PAGESIZE);
+	dev->page = page > 0 ? (uint64_t)page : 4096;
+	dev->gran = dev->page > HOST_GRANULARITY ? dev->page : HOST_GRANULARITY;
+	dev->index = index;
+	dev->pid = getpid();
+	*out = dev;
+	return 0;
+}
+
+static void host_close(struct baton_dev *dev)
+{
+	if (!dev)
+		return;
+	if (host_usable(dev)) {
+		for (size_t i = 0; i < dev->n_maps; i++)
+			munmap((void *)(uintptr_t)dev->maps[i].addr, dev->maps[i].bytes);
+		for (size_t i = 0; i < dev->n_resv; i++)
+			munmap((void *)(uintptr_t)dev->resv[i].base, dev->resv[i].bytes);
+	}
+	/* hostdev_close gives back everything charged through this context. */
+	hostdev_close(dev->hd);
+	free(dev->maps);
+	free(dev->resv);
+	free(dev);
+}
+
+static int host_mem_info(struct baton_dev *dev, uint64_t *free_bytes, uint64_t *total_bytes)
+{
+	if (!dev)
+		return BATON_EINVAL;
+	return hostdev_mem_info(dev->hd, free_bytes, total_bytes);
+}
+
+static int host_uuid(struct baton_dev *dev, char *buf, size_t len)
+{
+	if (!dev || !buf)
+		return BATON_EINVAL;
+	int n = snprintf(buf, len, "host-%d", dev->index);
+	return n < 0 || (size_t)n >= len ? BATON_EINVAL : 0;
+}
+
+static uint64_t host_granularity(struct baton_dev *dev)
+{
+	return dev ? dev->gran : HOST_GRANULARITY;
+}
+
+static int host_reserve(struct baton_dev *dev, uint64_t bytes, baton_dptr *base)
+{
+	if (!host_usable(dev))
+		return dev ? BATON_ESTATE : BATON_EINVAL;
+	if (!base || bytes == 0 || bytes > (UINT64_MAX >> 2))
+		return BATON_EINVAL;
+	bytes = (bytes + dev->gran - 1) / dev->gran * dev->gran;
+	if (dev->n_resv == dev->cap_resv) {
+		size_t cap = dev->cap_resv ? dev->cap_resv * 2 : 4;
+		struct host_resv *r = realloc(dev->resv, cap * sizeof *r);
+		if (!r)
+			return BATON_ENOMEM;
+		dev->resv = r;
+		dev->cap_resv = cap;
+	}
+	/* Over-reserve by one granule and trim, for the alignment. */
+	uint64_t span = bytes + dev->gran;
+	void *p = mmap(NULL, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (p == MAP_FAILED)
+		return BATON_EDEVMEM; /* no address space left */
+	uint64_t a = (uint64_t)(uintptr_t)p;
+	uint64_t aligned = (a + dev->gran - 1) / dev->gran * dev->gran;
+	if (aligned > a)
+		munmap(p, aligned - a);
+	if (a + span > aligned + bytes)
+		munmap((void *)(uintptr_t)(aligned + bytes), a + span - (aligned + bytes));
+	madvise((void *)(uintptr_t)aligned, bytes, MADV_DONTFORK);
+	dev->resv[dev->n_resv++] = (struct host_resv){ aligned, bytes };
+	*base = aligned;
+	return 0;
+}
+
+static int host_unreserve(struct baton_dev *dev, baton_dptr base, uint64_t bytes)
+{
+	if (!host_usable(dev))
+		return dev ? BATON_ESTATE : BATON_EINVAL;
+	bytes = (bytes + dev->gran - 1) / dev->gran * dev->gran;
+	for (size_t i = 0; i < dev->n_resv; i++) {
+		struct host_resv *r = &dev->resv[i];
+		if (r->base != base || r->bytes != bytes)
+			continue;
+		/* A segment still mapped inside? Only the last map that
+		 * starts before the end can reach into the range. */
+		size_t j = map_upper(dev, base + bytes - 1);
+		if (j > 0 && dev->maps[j - 1].addr + dev->maps[j - 1].bytes > base)
+			return BATON_EBUSY;
+		if (munmap((void *)(uintptr_t)base, bytes) < 0)
+			return BATON_EDRIVER;
+		dev->resv[i] = dev->resv[--dev->n_resv];
+		return 0;
+	}
+	return BATON_EINVAL;
+}
+
+static int host_map(struct baton_dev *dev, baton_dptr addr, uint64_t bytes)
+{
+	if (!host_usable(dev))
+		return dev ? BATON_ESTATE : BATON_EINVAL;
+	if (bytes == 0 || addr % dev->gran || bytes % dev->gran ||
+	    !resv_holding(dev, addr, bytes) || !map_free_range(dev, addr, bytes))
+		return BATON_EINVAL;
+	int rc = hostdev_charge(dev->hd, bytes);
+	if (rc)
+		return rc;
+	int fd = memfd_create("baton-hostdev", MFD_CLOEXEC);
+	if (fd < 0) {
+		rc = errno == ENOMEM || errno == EMFILE || errno == ENFILE ? BATON_EDEVMEM
+		                                                           : BATON_EDRIVER;
+		goto fail;
+	}
+	if (ftruncate(fd, (off_t)bytes) < 0) {
+		rc = BATON_EDEVMEM;
+		goto fail;
+	}
+	/* Commit the pages now, as cuMemCreate does: a full host fails here
+	 * with BATON_EDEVMEM instead of with SIGBUS at the first copy. */
+	int frc = posix_fallocate(fd, 0, (off_t)bytes);
+	if (frc == ENOSPC || frc == ENOMEM || frc == EFBIG) {
+		rc = BATON_EDEVMEM;
+		goto fail;
+	}
+	void *p = mmap((void *)(uintptr_t)addr, bytes, PROT_READ | PROT_WRITE,
+	    MAP_SHARED | MAP_FIXED, fd, 0);
+	if (p == MAP_FAILED) {
+		rc = errno == ENOMEM ? BATON_EDEVMEM : BATON_EDRIVER;
+		placeholder(addr, bytes); /* a failed MAP_FIXED may leave a hole */
+		goto fail;
+	}
+	close(fd);
+	fd = -1;
+	madvise(p, bytes, MADV_DONTFORK);
+	rc = map_insert(dev, addr, bytes, MAP_SEG);
+	if (rc) {
+		placeholder(addr, bytes);
+		goto fail;
+	}
+	return 0;
+
+fail:
+	if (fd >= 0)
+		close(fd);
+	hostdev_uncharge(dev->hd, bytes);
+	return rc;
+}
+
+static int host_unmap(struct baton_dev *dev, baton_dptr addr, uint64_t bytes)
+{
+	if (!host_usable(dev))
+		return dev ? BATON_ESTATE : BATON_EINVAL;
+	const struct host_map *m = map_holding(dev, addr, bytes);
+	if (!m || m->addr != addr || m->bytes != bytes || m->kind != MAP_SEG)
+		return BATON_EINVAL;
+	int rc = placeholder(addr, bytes);
+	if (rc)
+		return rc;
+	map_remove(dev, m);
+	/* The pages are gone with the mapping; now the count follows. */
+	return hostdev_uncharge(dev->hd, bytes);
+}
+
+static int host_alloc(struct baton_dev *dev, uint64_t bytes, baton_dptr *out)
+{
+	if (!host_usable(dev))
+		return dev ? BATON_ESTATE : BATON_EINVAL;
+	if (!out || bytes == 0 || bytes > (UINT64_MAX >> 2))
+		return BATON_EINVAL;
+	bytes = (bytes + dev->page - 1) / dev->page * dev->page;
+	int rc = hostdev_charge(dev->hd, bytes);
+	if (rc)
+		return rc;
+	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED) {
+		hostdev_uncharge(dev->hd, bytes);
+		return BATON_EDEVMEM;
+	}
+	madvise(p, bytes, MADV_DONTFORK);
+	rc = map_insert(dev, (uint64_t)(uintptr_t)p, bytes, MAP_ALLOC);
+	if (rc) {
+		munmap(p, bytes);
+		hostdev_uncharge(dev->hd, bytes);
+		return rc;
+	}
+	*out = (uint64_t)(uintptr_t)p;
+	return 0;
+}
+
+static void host_free(struct baton_dev *dev, baton_dptr p)
+{
+	if (!host_usable(dev) || !p)
+		return;
+	const struct host_map *m = map_holding(dev, p, 1);
+	if (!m || m->addr != p || m->kind != MAP_ALLOC)
+		return;
+	uint64_t bytes = m->bytes;
+	munmap((void *)(uintptr_t)p, bytes);
+	map_remove(dev, m);
+	hostdev_uncharge(dev->hd, bytes);
+}
+
+static int host_register(struct baton_dev *dev, const void *p, uint64_t bytes)
+{
+	if (!dev || (!p && bytes))
+		return BATON_EINVAL;
+	return 0;
+}
+
+static int host_unregister(struct baton_dev *dev, const void *p, uint64_t bytes)
+{
+	return host_register(dev, p, bytes);
+}
+
+static int host_copy_h2d(struct baton_dev *dev, const struct baton_copy *copies, size_t n)
+{
+	if (!host_usable(dev))
+		return dev ? BATON_ESTATE : BATON_EINVAL;
+	if (n && !copies)
+		return BATON_EINVAL;
+	/* Check the whole batch first: a bad batch copies nothing. */
+	for (size_t i = 0; i < n; i++) {
+		if (!copies[i].bytes)
+			continue;
+		if (!copies[i].src || !map_holding(dev, copies[i].dst, copies[i].bytes))
+			return BATON_EINVAL;
+	}
+	for (size_t i = 0; i < n; i++)
+		if (copies[i].bytes)
+			memcpy((void *)(uintptr_t)copies[i].dst, copies[i].src, copies[i].bytes);
+	return 0;
+}
+
+static int host_copy_d2h(struct baton_dev *dev, void *dst, baton_dptr src, uint64_t bytes)
+{
+	if (!host_usable(dev))
+		return dev ? BATON_ESTATE : BATON_EINVAL;
+	if (!bytes)
+		return 0;
+	if (!dst || !map_holding(dev, src, bytes))
+		return BATON_EINVAL;
+	memcpy(dst, (const void *)(uintptr_t)src, bytes);
+	return 0;
+}
+
+static int host_sync(struct baton_dev *dev)
+{
+	if (!host_usable(dev))
+		return dev ? BATON_ESTATE : BATON_EINVAL;
+	return 0;
+}
+
+const struct baton_backend baton_backend_host = {
+	.name = "host",
+	.open = host_open,
+	.close = host_close,
+	.mem_info = host_mem_info,
+	.uuid = host_uuid,
+	.granularity = host_granularity,
+	.reserve = host_reserve,
+	.unreserve = host_unreserve,
+	.map = host_map,
+	.unmap = host_unmap,
+	.alloc = host_alloc,
+	.free = host_free,
+	.host_register = host_register,
+	.host_unregister = host_unregister,
+	.copy_h2d = host_copy_h2d,
+	.copy_d2h = host_copy_d2h,
+	.sync = host_sync,
+	/* TODO: host_moe_route, host_moe_experts and host_can_compute from
+	 * engine/engine_int.h once the host MoE compute lands. */
+	.moe_route = NULL,
+	.moe_experts = NULL,
+	.can_compute = NULL,
+};
