@@ -1,0 +1,1036 @@
+/*
+ * cache.c: the device expert cache (see cache.h for the contract).
+ *
+ * Layout. The range is n_segs segments (the ceiling) of seg_bytes, each cut
+ * into sps slots of slot_bytes (slot_bytes is rounded up to 256 bytes so
+ * every blob is aligned as cudaMalloc's are; a segment's tail past its last
+ * slot is unused). Slot s lives in segment s / sps.
+ *
+ * Tables. slot_item[s] / item_slot[i] is the residency table: the item each
+ * slot is assigned to, mapped or not. A segment is *active* when it is part
+ * of the target, and *mapped* when its memory is there; a mapped segment's
+ * assigned slots always hold their items' bytes. So:
+ *   resident     = assigned to a slot of a mapped segment
+ *   remembered   = assigned to a slot of an unmapped active segment (after a
+ *                  release, or where a refill stopped for lack of memory)
+ * Release unmaps and keeps every assignment; refill maps the active segments
+ * back and copies their assigned items in; so the table after a
+ * release/refill cycle is the table before it.
+ *
+ * Hotness. Each slot counts hits (one per occurrence in a lookup). Every
+ * 16 * slots accesses (at least 1024) all counts halve: LFU with an
+ * exponential decay, so yesterday's hot experts cool off. A segment's heat
+ * is the sum of its slots' counts: refills go hottest first (ties: lower
+ * index first); shrinking drops the coldest (ties: higher index first).
+ * Lookup victims: empty slots first, then fewest hits, then lower index.
+ *
+ * Memory. Before mapping, the device's free memory less the reserve must
+ * hold a whole segment, else the cache stops there (PARTIAL); so does a map
+ * that fails with BATON_EDEVMEM. The reserve is cfg.reserve_bytes until a
+ * resize sets another (a resize with reserve < 0 goes back to the config's).
+ *
+ * Release confirmation. A release (and a shrink) reads mem_info before the
+ * first unmap and polls it afterwards until free has risen by at least the
+ * bytes unmapped. If it has not after CONFIRM_WAIT_S, while every unmap
+ * succeeded, the release still succeeds: the backend's unmap contract says
+ * the memory was returned, so the shortfall is memory another process took
+ * in the meantime; rep->bytes_freed says what was actually seen.
+ *
+ * Coalescing. Neighbouring slots of one segment are copied in one copy
+ * when their sources follow each other in host memory without a gap (each
+ * item but the run's last fills its slot exactly): the run is then one
+ * readable, contiguous range on both sides. Arena blobs are like that when
+ * the blob size is a multiple of the slot size. Items with gaps between
+ * them are copied one by one (still in one batch): the bytes between items
+ * are not promised to be readable.
+ */
+#include "engine/cache.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#define SLOT_ALIGN 256u
+#define CONFIRM_WAIT_S 0.25
+#define VERIFY_CHUNK (16u << 20)
+
+struct baton_cache {
+	const struct baton_backend *be;
+	struct baton_dev *dev;
+	const struct baton_cache_item *items;
+	uint32_t n_items;
+
+	uint64_t slot_bytes, seg_bytes;
+	uint32_t sps, n_segs, n_slots;
+	baton_dptr base;
+	uint64_t range_bytes;
+	uint64_t cfg_reserve, reserve;
+	int verify;
+
+	int released, refilling;
+	int fault_map; /* countdown to an injected BATON_EDEVMEM; 0 = off */
+
+	int64_t *slot_item;
+	int64_t *item_slot;
+	uint64_t *slot_hits;
+	uint8_t *seg_active, *seg_mapped;
+	uint32_t n_active, n_mapped;
+
+	uint32_t *plan;
+	uint32_t plan_len, plan_pos;
+
+	/* lookup scratch */
+	uint32_t call;
+	uint32_t *item_mark, *slot_mark, *seg_mark;
+	uint32_t *need;     /* distinct items of a call */
+	uint32_t *cand;     /* candidate slots */
+	uint32_t need_cap;
+	struct baton_copy *copies;
+	uint32_t copies_cap;
+	uint8_t *vbuf;
+	XXH3_state_t *xxh;
+
+	uint64_t accesses, decay_period;
+	uint64_t hits, misses, evictions;
+};
+
+static void c_err(char *buf, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void c_err(char *buf, size_t len, const char *fmt, ...)
+{
+	if (!buf || !len)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(buf, len, fmt, ap);
+	va_end(ap);
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void sleep_s(double s)
+{
+	struct timespec ts = { (time_t)s, (long)((s - (double)(time_t)s) * 1e9) };
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
+const char *cache_state_name(int state)
+{
+	switch (state) {
+	case BATON_CACHE_READY: return "ready";
+	case BATON_CACHE_RELEASED: return "released";
+	case BATON_CACHE_PARTIAL: return "partial";
+	case BATON_CACHE_REFILLING: return "refilling";
+	default: return "unknown";
+	}
+}
+
+static int state_of(const struct baton_cache *c)
+{
+	if (c->refilling)
+		return BATON_CACHE_REFILLING;
+	if (c->released)
+		return BATON_CACHE_RELEASED;
+	return c->n_mapped == c->n_active ? BATON_CACHE_READY : BATON_CACHE_PARTIAL;
+}
+
+static baton_dptr slot_addr(const struct baton_cache *c, uint32_t s)
+{
+	return c->base + (uint64_t)(s / c->sps) * c->seg_bytes +
+	    (uint64_t)(s % c->sps) * c->slot_bytes;
+}
+
+static baton_dptr seg_addr(const struct baton_cache *c, uint32_t k)
+{
+	return c->base + (uint64_t)k * c->seg_bytes;
+}
+
+static uint64_t seg_heat(const struct baton_cache *c, uint32_t k)
+{
+	uint64_t h = 0;
+	for (uint32_t s = k * c->sps; s < (k + 1) * c->sps; s++)
+		h += c->slot_hits[s];
+	return h;
+}
+
+static void unassign_slot(struct baton_cache *c, uint32_t s)
+{
+	if (c->slot_item[s] >= 0)
+		c->item_slot[c->slot_item[s]] = -1;
+	c->slot_item[s] = -1;
+	c->slot_hits[s] = 0;
+}
+
+static void assign(struct baton_cache *c, uint32_t s, uint32_t item)
+{
+	unassign_slot(c, s);
+	if (c->item_slot[item] >= 0)
+		unassign_slot(c, (uint32_t)c->item_slot[item]);
+	c->slot_item[s] = item;
+	c->item_slot[item] = s;
+}
+
+/* ---- mapping -------------------------------------------------------------- */
+
+/* Maps segment k unless the reserve forbids it or the device is full
+ * (BATON_EDEVMEM either way). */
+static int map_seg(struct baton_cache *c, uint32_t k, struct baton_cache_report *rep)
+{
+	uint64_t free_b = 0, total = 0;
+	double t0 = now_s();
+	int rc = c->be->mem_info(c->dev, &free_b, &total);
+	if (rc)
+		return rc;
+	if (free_b < c->reserve || free_b - c->reserve < c->seg_bytes)
+		return BATON_EDEVMEM;
+	if (c->fault_map > 0 && --c->fault_map == 0)
+		return BATON_EDEVMEM;
+	rc = c->be->map(c->dev, seg_addr(c, k), c->seg_bytes);
+	rep->map_s += now_s() - t0;
+	if (rc)
+		return rc;
+	c->seg_mapped[k] = 1;
+	c->n_mapped++;
+	c->released = 0;
+	rep->segments_mapped++;
+	return 0;
+}
+
+static int unmap_seg(struct baton_cache *c, uint32_t k, struct baton_cache_report *rep)
+{
+	double t0 = now_s();
+	int rc = c->be->unmap(c->dev, seg_addr(c, k), c->seg_bytes);
+	rep->map_s += now_s() - t0;
+	if (rc)
+		return rc;
+	c->seg_mapped[k] = 0;
+	c->n_mapped--;
+	rep->segments_unmapped++;
+	return 0;
+}
+
+/* Polls mem_info until free >= free_before + bytes (see the top). */
+static int confirm_freed(struct baton_cache *c, uint64_t free_before, uint64_t bytes,
+    struct baton_cache_report *rep)
+{
+	double deadline = now_s() + CONFIRM_WAIT_S;
+	uint64_t free_b = 0, total = 0;
+	for (;;) {
+		int rc = c->be->mem_info(c->dev, &free_b, &total);
+		if (rc)
+			return rc;
+		if (free_b >= free_before + bytes || now_s() >= deadline)
+			break;
+		sleep_s(0.001);
+	}
+	rep->bytes_freed = free_b > free_before ? free_b - free_before : 0;
+	return 0;
+}
+
+/* ---- copies --------------------------------------------------------------- */
+
+static int grow_copies(struct baton_cache *c, uint32_t n)
+{
+	if (n <= c->copies_cap)
+		return 0;
+	struct baton_copy *p = realloc(c->copies, (size_t)n * sizeof *p);
+	if (!p)
+		return BATON_ENOMEM;
+	c->copies = p;
+	c->copies_cap = n;
+	return 0;
+}
+
+/* Reads slot s back and compares it with its item's checksum. */
+static int verify_slot(struct baton_cache *c, uint32_t s, int *ok)
+{
+	const struct baton_cache_item *it = &c->items[c->slot_item[s]];
+	if (!c->vbuf) {
+		uint64_t n = c->slot_bytes < VERIFY_CHUNK ? c->slot_bytes : VERIFY_CHUNK;
+		c->vbuf = malloc(n);
+		if (!c->vbuf)
+			return BATON_ENOMEM;
+	}
+	XXH3_64bits_reset(c->xxh);
+	for (uint64_t off = 0; off < it->bytes;) {
+		uint64_t n = it->bytes - off < VERIFY_CHUNK ? it->bytes - off : VERIFY_CHUNK;
+		int rc = c->be->copy_d2h(c->dev, c->vbuf, slot_addr(c, s) + off, n);
+		if (rc)
+			return rc;
+		XXH3_64bits_update(c->xxh, c->vbuf, n);
+		off += n;
+	}
+	*ok = XXH3_64bits_digest(c->xxh) == it->checksum;
+	return 0;
+}
+
+/* Copies the assigned items of slots[0..n) (ascending) in one batch,
+ * coalescing runs, then syncs; with verify, reads each one back. On a
+ * failed copy the slots are unassigned (they hold unknown bytes). */
+static int fill_slots(struct baton_cache *c, const uint32_t *slots, uint32_t n, int verify,
+    struct baton_cache_report *rep)
+{
+	int rc = grow_copies(c, n);
+	if (rc)
+		return rc;
+	uint32_t nc = 0;
+	uint64_t bytes = 0;
+	uint32_t prev = UINT32_MAX;
+	for (uint32_t j = 0; j < n; j++) {
+		uint32_t s = slots[j];
+		if (c->slot_item[s] < 0)
+			continue;
+		const struct baton_cache_item *it = &c->items[c->slot_item[s]];
+		if (!it->bytes)
+			continue;
+		baton_dptr dst = slot_addr(c, s);
+		struct baton_copy *last = nc ? &c->copies[nc - 1] : NULL;
+		if (last && prev + 1 == s && prev / c->sps == s / c->sps &&
+		    last->dst + last->bytes == dst &&
+		    (const char *)last->src + last->bytes == (const char *)it->src) {
+			last->bytes += it->bytes;
+		} else {
+			c->copies[nc++] = (struct baton_copy){ dst, it->src, it->bytes };
+		}
+		bytes += it->bytes;
+		prev = s;
+	}
+	double t0 = now_s();
+	rc = nc ? c->be->copy_h2d(c->dev, c->copies, nc) : 0;
+	if (!rc && nc)
+		rc = c->be->sync(c->dev);
+	if (rc) {
+		for (uint32_t j = 0; j < n; j++)
+			unassign_slot(c, slots[j]);
+		rep->copy_s += now_s() - t0;
+		return rc;
+	}
+	rep->copies += nc;
+	rep->bytes_copied += bytes;
+	if (verify) {
+		for (uint32_t j = 0; j < n; j++) {
+			uint32_t s = slots[j];
+			if (c->slot_item[s] < 0)
+				continue;
+			int ok = 0;
+			rc = verify_slot(c, s, &ok);
+			if (rc)
+				break;
+			if (!ok) {
+				/* Never serve wrong bytes: the item leaves and
+				 * is loaded again by the next lookup. */
+				rep->mismatches++;
+				unassign_slot(c, s);
+			}
+		}
+	}
+	rep->copy_s += now_s() - t0;
+	return rc;
+}
+
+/* Copies segment k's assigned items in (k is mapped). */
+static int fill_seg(struct baton_cache *c, uint32_t k, struct baton_cache_report *rep)
+{
+	uint32_t n = 0;
+	for (uint32_t s = k * c->sps; s < (k + 1) * c->sps; s++)
+		c->cand[n++] = s;
+	return fill_slots(c, c->cand, n, c->verify, rep);
+}
+
+/* Maps and fills segment k. */
+static int load_seg(struct baton_cache *c, uint32_t k, struct baton_cache_report *rep)
+{
+	int rc = map_seg(c, k, rep);
+	if (rc)
+		return rc;
+	return fill_seg(c, k, rep);
+}
+
+/* ---- plans ---------------------------------------------------------------- */
+
+struct seg_heat {
+	uint64_t heat;
+	uint32_t k;
+};
+
+static int cmp_hot_first(const void *a, const void *b)
+{
+	const struct seg_heat *x = a, *y = b;
+	if (x->heat != y->heat)
+		return x->heat > y->heat ? -1 : 1;
+	return x->k < y->k ? -1 : x->k > y->k;
+}
+
+/* plan = the active, unmapped segments, hottest first. */
+static int make_plan(struct baton_cache *c)
+{
+	struct seg_heat *h = malloc((size_t)c->n_segs * sizeof *h);
+	if (!h)
+		return BATON_ENOMEM;
+	uint32_t n = 0;
+	for (uint32_t k = 0; k < c->n_segs; k++)
+		if (c->seg_active[k] && !c->seg_mapped[k])
+			h[n++] = (struct seg_heat){ seg_heat(c, k), k };
+	qsort(h, n, sizeof *h, cmp_hot_first);
+	for (uint32_t i = 0; i < n; i++)
+		c->plan[i] = h[i].k;
+	c->plan_len = n;
+	c->plan_pos = 0;
+	free(h);
+	return 0;
+}
+
+/* Skips plan entries that need nothing (mapped early by a lookup). */
+static void plan_skip(struct baton_cache *c)
+{
+	while (c->plan_pos < c->plan_len) {
+		uint32_t k = c->plan[c->plan_pos];
+		if (c->seg_active[k] && !c->seg_mapped[k])
+			break;
+		c->plan_pos++;
+	}
+}
+
+/* Runs the plan to its end or to the first segment that does not fit. */
+static int run_plan(struct baton_cache *c, struct baton_cache_report *rep)
+{
+	for (plan_skip(c); c->plan_pos < c->plan_len; plan_skip(c)) {
+		int rc = load_seg(c, c->plan[c->plan_pos], rep);
+		if (rc == BATON_EDEVMEM)
+			break; /* partial: stop at what fit */
+		if (rc)
+			return rc;
+		c->plan_pos++;
+	}
+	c->plan_len = c->plan_pos = 0;
+	return 0;
+}
+
+/* ---- create / destroy ---------------------------------------------------- */
+
+int cache_create(const struct baton_backend *be, struct baton_dev *dev,
+    const struct baton_cache_config *cfg, const struct baton_cache_item *items,
+    uint32_t n_items, struct baton_cache **out, char *errbuf, size_t errlen)
+{
+	struct baton_cache *c = NULL;
+	int rc;
+
+	if (!out) {
+		c_err(errbuf, errlen, "cache_create: no place for the result");
+		return BATON_EINVAL;
+	}
+	*out = NULL;
+	if (!be || !dev || !cfg || (n_items && !items)) {
+		c_err(errbuf, errlen, "cache_create: missing backend, device, config or items");
+		return BATON_EINVAL;
+	}
+	if (!be->mem_info || !be->granularity || !be->reserve || !be->unreserve ||
+	    !be->map || !be->unmap || !be->copy_h2d || !be->copy_d2h || !be->sync) {
+		c_err(errbuf, errlen, "backend %s lacks the memory functions the cache needs",
+		    be->name ? be->name : "?");
+		return BATON_EUNSUPPORTED;
+	}
+	if (!cfg->slot_bytes || !cfg->segment_bytes || !cfg->ceiling_bytes) {
+		c_err(errbuf, errlen, "cache: slot (%llu), segment (%llu) and ceiling (%llu) "
+		    "sizes must be nonzero", (unsigned long long)cfg->slot_bytes,
+		    (unsigned long long)cfg->segment_bytes,
+		    (unsigned long long)cfg->ceiling_bytes);
+		return BATON_EINVAL;
+	}
+	const uint64_t big = UINT64_C(1) << 56;
+	if (cfg->slot_bytes > big || cfg->segment_bytes > big || cfg->ceiling_bytes > big) {
+		c_err(errbuf, errlen, "cache: sizes above 2^56 bytes");
+		return BATON_EINVAL;
+	}
+	uint64_t slot = (cfg->slot_bytes + SLOT_ALIGN - 1) / SLOT_ALIGN * SLOT_ALIGN;
+	for (uint32_t i = 0; i < n_items; i++) {
+		if (items[i].bytes > cfg->slot_bytes) {
+			c_err(errbuf, errlen, "cache: item %u has %llu bytes, more than a slot (%llu)",
+			    i, (unsigned long long)items[i].bytes,
+			    (unsigned long long)cfg->slot_bytes);
+			return BATON_EINVAL;
+		}
+		if (items[i].bytes && !items[i].src) {
+			c_err(errbuf, errlen, "cache: item %u has no source", i);
+			return BATON_EINVAL;
+		}
+	}
+	uint64_t gran = be->granularity(dev);
+	if (!gran)
+		gran = 1;
+	uint64_t seg = cfg->segment_bytes < slot ? slot : cfg->segment_bytes;
+	seg = (seg + gran - 1) / gran * gran;
+	uint64_t n_segs = cfg->ceiling_bytes / seg;
+	if (n_segs == 0)
+		n_segs = 1;
+	uint64_t sps = seg / slot;
+	if (n_segs > UINT32_MAX / 2 || sps > UINT32_MAX / 2 || n_segs * sps > INT32_MAX) {
+		c_err(errbuf, errlen, "cache: %llu segments of %llu slots is too many",
+		    (unsigned long long)n_segs, (unsigned long long)sps);
+		return BATON_EINVAL;
+	}
+
+	c = calloc(1, sizeof *c);
+	if (!c)
+		goto nomem;
+	c->be = be;
+	c->dev = dev;
+	c->items = items;
+	c->n_items = n_items;
+	c->slot_bytes = slot;
+	c->seg_bytes = seg;
+	c->sps = (uint32_t)sps;
+	c->n_segs = (uint32_t)n_segs;
+	c->n_slots = (uint32_t)(n_segs * sps);
+	c->range_bytes = n_segs * seg;
+	c->cfg_reserve = c->reserve = cfg->reserve_bytes;
+	const char *v = getenv("BATON_VERIFY_REFILL");
+	c->verify = cfg->verify || (v && *v && strcmp(v, "0") != 0);
+	c->released = 1;
+	c->decay_period = 16ull * c->n_slots < 1024 ? 1024 : 16ull * c->n_slots;
+
+	c->slot_item = malloc((size_t)c->n_slots * sizeof *c->slot_item);
+	c->item_slot = malloc(((size_t)n_items + 1) * sizeof *c->item_slot);
+	c->slot_hits = calloc(c->n_slots, sizeof *c->slot_hits);
+	c->seg_active = calloc(c->n_segs, 1);
+	c->seg_mapped = calloc(c->n_segs, 1);
+	c->plan = malloc((size_t)c->n_segs * sizeof *c->plan);
+	c->item_mark = calloc((size_t)n_items + 1, sizeof *c->item_mark);
+	c->slot_mark = calloc(c->n_slots, sizeof *c->slot_mark);
+	c->seg_mark = calloc(c->n_segs, sizeof *c->seg_mark);
+	c->cand = malloc((size_t)c->n_slots * sizeof *c->cand);
+	c->xxh = XXH3_createState();
+	if (!c->slot_item || !c->item_slot || !c->slot_hits || !c->seg_active ||
+	    !c->seg_mapped || !c->plan || !c->item_mark || !c->slot_mark || !c->seg_mark ||
+	    !c->cand || !c->xxh)
+		goto nomem;
+	for (uint32_t s = 0; s < c->n_slots; s++)
+		c->slot_item[s] = -1;
+	for (uint32_t i = 0; i < n_items; i++)
+		c->item_slot[i] = -1;
+
+	rc = be->reserve(dev, c->range_bytes, &c->base);
+	if (rc) {
+		c_err(errbuf, errlen, "cache: cannot reserve %llu bytes of device address space: %s",
+		    (unsigned long long)c->range_bytes, baton_strerror(rc));
+		c->base = 0;
+		goto fail;
+	}
+	/* The warm-up: every segment is in the target, slot i remembers item i. */
+	for (uint32_t k = 0; k < c->n_segs; k++)
+		c->seg_active[k] = 1;
+	c->n_active = c->n_segs;
+	for (uint32_t i = 0; i < n_items && i < c->n_slots; i++)
+		assign(c, i, i);
+	*out = c;
+	return 0;
+
+nomem:
+	c_err(errbuf, errlen, "cache: out of host memory");
+	rc = BATON_ENOMEM;
+fail:
+	cache_destroy(c);
+	return rc;
+}
+
+void cache_destroy(struct baton_cache *c)
+{
+	if (!c)
+		return;
+	if (c->base) {
+		struct baton_cache_report rep;
+		memset(&rep, 0, sizeof rep);
+		for (uint32_t k = 0; k < c->n_segs; k++)
+			if (c->seg_mapped && c->seg_mapped[k])
+				unmap_seg(c, k, &rep);
+		c->be->unreserve(c->dev, c->base, c->range_bytes);
+	}
+	free(c->slot_item);
+	free(c->item_slot);
+	free(c->slot_hits);
+	free(c->seg_active);
+	free(c->seg_mapped);
+	free(c->plan);
+	free(c->item_mark);
+	free(c->slot_mark);
+	free(c->seg_mark);
+	free(c->need);
+	free(c->cand);
+	free(c->copies);
+	free(c->vbuf);
+	if (c->xxh)
+		XXH3_freeState(c->xxh);
+	free(c);
+}
+
+/* ---- release / refill ---------------------------------------------------- */
+
+static void rep_begin(struct baton_cache_report *rep)
+{
+	memset(rep, 0, sizeof *rep);
+}
+
+static void rep_add(struct baton_cache_report *sum, const struct baton_cache_report *r)
+{
+	sum->bytes_copied += r->bytes_copied;
+	sum->copies += r->copies;
+	sum->segments_mapped += r->segments_mapped;
+	sum->segments_unmapped += r->segments_unmapped;
+	sum->bytes_freed += r->bytes_freed;
+	sum->mismatches += r->mismatches;
+	sum->map_s += r->map_s;
+	sum->copy_s += r->copy_s;
+}
+
+int cache_release(struct baton_cache *c, struct baton_cache_report *rep)
+{
+	struct baton_cache_report local;
+	if (!rep)
+		rep = &local;
+	rep_begin(rep);
+	if (!c)
+		return BATON_EINVAL;
+	double t0 = now_s();
+	c->refilling = 0;
+	c->plan_len = c->plan_pos = 0;
+	int rc = 0;
+	if (c->n_mapped) {
+		uint64_t free_before = 0, total = 0, unmapped = 0;
+		rc = c->be->mem_info(c->dev, &free_before, &total);
+		for (uint32_t k = 0; !rc && k < c->n_segs; k++) {
+			if (!c->seg_mapped[k])
+				continue;
+			rc = unmap_seg(c, k, rep);
+			if (!rc)
+				unmapped += c->seg_bytes;
+		}
+		if (!rc)
+			rc = confirm_freed(c, free_before, unmapped, rep);
+	}
+	if (!rc)
+		c->released = 1;
+	rep->state = state_of(c);
+	rep->total_s = now_s() - t0;
+	return rc;
+}
+
+int cache_refill_begin(struct baton_cache *c)
+{
+	if (!c)
+		return BATON_EINVAL;
+	int rc = make_plan(c);
+	if (rc)
+		return rc;
+	c->released = 0;
+	c->refilling = c->plan_len > 0;
+	return 0;
+}
+
+int cache_refill_step(struct baton_cache *c, int *done, struct baton_cache_report *rep)
+{
+	struct baton_cache_report local;
+	if (!rep)
+		rep = &local;
+	rep_begin(rep);
+	if (!c || !done)
+		return BATON_EINVAL;
+	double t0 = now_s();
+	int rc = 0;
+	*done = 1;
+	if (c->refilling) {
+		plan_skip(c);
+		if (c->plan_pos < c->plan_len) {
+			rc = load_seg(c, c->plan[c->plan_pos], rep);
+			if (rc == BATON_EDEVMEM) {
+				rc = 0; /* partial: stop at what fit */
+				c->plan_pos = c->plan_len;
+			} else if (!rc) {
+				c->plan_pos++;
+			} else {
+				c->plan_pos = c->plan_len;
+			}
+			plan_skip(c);
+		}
+		if (c->plan_pos < c->plan_len) {
+			*done = 0;
+		} else {
+			c->refilling = 0;
+			c->plan_len = c->plan_pos = 0;
+		}
+	}
+	rep->state = state_of(c);
+	rep->total_s = now_s() - t0;
+	return rc;
+}
+
+int cache_refill(struct baton_cache *c, struct baton_cache_report *rep)
+{
+	struct baton_cache_report local, step;
+	if (!rep)
+		rep = &local;
+	rep_begin(rep);
+	if (!c)
+		return BATON_EINVAL;
+	double t0 = now_s();
+	int rc = cache_refill_begin(c), done = 0;
+	while (!rc && !done) {
+		rc = cache_refill_step(c, &done, &step);
+		rep_add(rep, &step);
+	}
+	if (rc) {
+		c->refilling = 0;
+		c->plan_len = c->plan_pos = 0;
+	}
+	rep->state = state_of(c);
+	rep->total_s = now_s() - t0;
+	return rc;
+}
+
+/* ---- resize --------------------------------------------------------------- */
+
+/* Takes segment k out of the target: unmapped, its items leave. */
+static int deactivate(struct baton_cache *c, uint32_t k, struct baton_cache_report *rep,
+    uint64_t *unmapped)
+{
+	if (c->seg_mapped[k]) {
+		int rc = unmap_seg(c, k, rep);
+		if (rc)
+			return rc;
+		*unmapped += c->seg_bytes;
+	}
+	for (uint32_t s = k * c->sps; s < (k + 1) * c->sps; s++)
+		unassign_slot(c, s);
+	c->seg_active[k] = 0;
+	c->n_active--;
+	return 0;
+}
+
+/* The segment to drop first: unmapped ones (they free nothing, and hold
+ * only memories), then the coldest; ties to the higher index. */
+static uint32_t coldest_active(const struct baton_cache *c)
+{
+	uint32_t best = UINT32_MAX;
+	uint64_t best_heat = 0;
+	int best_mapped = 1;
+	for (uint32_t k = c->n_segs; k-- > 0;) {
+		if (!c->seg_active[k])
+			continue;
+		uint64_t h = seg_heat(c, k);
+		int m = c->seg_mapped[k];
+		if (best == UINT32_MAX || m < best_mapped || (m == best_mapped && h < best_heat)) {
+			best = k;
+			best_heat = h;
+			best_mapped = m;
+		}
+	}
+	return best;
+}
+
+/* Puts segments into the target (lowest index first) until n_active ==
+ * goal, assigning their slots the lowest-numbered items not assigned. */
+static void activate(struct baton_cache *c, uint32_t goal)
+{
+	uint32_t next = 0;
+	for (uint32_t k = 0; k < c->n_segs && c->n_active < goal; k++) {
+		if (c->seg_active[k])
+			continue;
+		c->seg_active[k] = 1;
+		c->n_active++;
+		for (uint32_t s = k * c->sps; s < (k + 1) * c->sps; s++) {
+			while (next < c->n_items && c->item_slot[next] >= 0)
+				next++;
+			if (next >= c->n_items)
+				break;
+			assign(c, s, next);
+		}
+	}
+}
+
+int cache_resize(struct baton_cache *c, int64_t reserve_bytes, struct baton_cache_report *rep)
+{
+	struct baton_cache_report local;
+	if (!rep)
+		rep = &local;
+	rep_begin(rep);
+	if (!c)
+		return BATON_EINVAL;
+	double t0 = now_s();
+	int rc = 0;
+	c->refilling = 0;
+	c->plan_len = c->plan_pos = 0;
+	c->reserve = reserve_bytes < 0 ? c->cfg_reserve : (uint64_t)reserve_bytes;
+
+	uint32_t goal = c->n_segs;
+	uint64_t free_b = 0, total = 0, unmapped = 0;
+	if (c->released) {
+		/* Nothing is mapped to measure against: remember the reserve
+		 * (and the ceiling) for the next refill. */
+		if (reserve_bytes < 0)
+			activate(c, goal);
+		goto out;
+	}
+	rc = c->be->mem_info(c->dev, &free_b, &total);
+	if (rc)
+		goto out;
+	if (reserve_bytes >= 0) {
+		if (free_b >= c->reserve) {
+			uint64_t extra = (free_b - c->reserve) / c->seg_bytes;
+			if (extra < (uint64_t)c->n_segs - c->n_mapped)
+				goal = c->n_mapped + (uint32_t)extra;
+		} else {
+			uint64_t deficit = c->reserve - free_b;
+			uint64_t drop = (deficit + c->seg_bytes - 1) / c->seg_bytes;
+			goal = drop < c->n_mapped ? c->n_mapped - (uint32_t)drop : 0;
+		}
+	}
+	while (c->n_active > goal) {
+		rc = deactivate(c, coldest_active(c), rep, &unmapped);
+		if (rc)
+			goto out;
+	}
+	if (unmapped) {
+		rc = confirm_freed(c, free_b, unmapped, rep);
+		if (rc)
+			goto out;
+	}
+	activate(c, goal);
+	rc = make_plan(c);
+	if (!rc)
+		rc = run_plan(c, rep);
+out:
+	rep->state = state_of(c);
+	rep->total_s = now_s() - t0;
+	return rc;
+}
+
+/* ---- lookup --------------------------------------------------------------- */
+
+static int cmp_victim(const void *a, const void *b, void *arg)
+{
+	const struct baton_cache *c = arg;
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+	int ex = c->slot_item[x] >= 0, ey = c->slot_item[y] >= 0;
+	if (ex != ey)
+		return ex - ey; /* empty slots first */
+	if (c->slot_hits[x] != c->slot_hits[y])
+		return c->slot_hits[x] < c->slot_hits[y] ? -1 : 1;
+	return x < y ? -1 : x > y;
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+static void next_call(struct baton_cache *c)
+{
+	if (++c->call == 0) {
+		memset(c->item_mark, 0, ((size_t)c->n_items + 1) * sizeof *c->item_mark);
+		memset(c->slot_mark, 0, (size_t)c->n_slots * sizeof *c->slot_mark);
+		memset(c->seg_mark, 0, (size_t)c->n_segs * sizeof *c->seg_mark);
+		c->call = 1;
+	}
+}
+
+static void decay(struct baton_cache *c, size_t n)
+{
+	c->accesses += n;
+	if (c->accesses < c->decay_period)
+		return;
+	c->accesses = 0;
+	for (uint32_t s = 0; s < c->n_slots; s++)
+		c->slot_hits[s] >>= 1;
+}
+
+/* The hottest active, unmapped segment this call has not tried yet. */
+static uint32_t hottest_unmapped(const struct baton_cache *c, uint32_t call)
+{
+	uint32_t best = UINT32_MAX;
+	uint64_t best_heat = 0;
+	for (uint32_t k = 0; k < c->n_segs; k++) {
+		if (!c->seg_active[k] || c->seg_mapped[k] || c->seg_mark[k] == call)
+			continue;
+		uint64_t h = seg_heat(c, k);
+		if (best == UINT32_MAX || h > best_heat) {
+			best = k;
+			best_heat = h;
+		}
+	}
+	return best;
+}
+
+int cache_lookup(struct baton_cache *c, const uint32_t *items, size_t n, baton_dptr *blobs)
+{
+	if (!c || (n && (!items || !blobs)))
+		return BATON_EINVAL;
+	if (n == 0)
+		return 0;
+	if (n > UINT32_MAX / 2)
+		return BATON_EINVAL;
+	for (size_t j = 0; j < n; j++)
+		if (items[j] >= c->n_items)
+			return BATON_EINVAL;
+	if (n > c->need_cap) {
+		uint32_t *p = realloc(c->need, n * sizeof *p);
+		if (!p)
+			return BATON_ENOMEM;
+		c->need = p;
+		c->need_cap = (uint32_t)n;
+	}
+	struct baton_cache_report rep;
+	memset(&rep, 0, sizeof rep);
+	int rc = 0;
+	next_call(c);
+	const uint32_t call = c->call;
+
+	/* The distinct items; remembered ones get their segment mapped (and
+	 * filled) when memory allows, so they come back where they were. */
+	uint32_t n_need = 0;
+	for (size_t j = 0; j < n; j++) {
+		uint32_t i = items[j];
+		if (c->item_mark[i] == call)
+			continue;
+		c->item_mark[i] = call;
+		c->need[n_need++] = i;
+		int64_t s = c->item_slot[i];
+		if (s < 0)
+			continue;
+		uint32_t k = (uint32_t)s / c->sps;
+		if (c->seg_mapped[k] || c->seg_mark[k] == call)
+			continue;
+		c->seg_mark[k] = call; /* try each segment once */
+		rc = load_seg(c, k, &rep);
+		if (rc && rc != BATON_EDEVMEM)
+			goto out;
+		rc = 0;
+	}
+	/* Hits keep their slots; the rest are misses. */
+	uint32_t n_miss = 0;
+	uint64_t hits = 0, loaded = 0;
+	for (uint32_t j = 0; j < n_need; j++) {
+		uint32_t i = c->need[j];
+		int64_t s = c->item_slot[i];
+		if (s >= 0 && c->seg_mapped[s / c->sps]) {
+			c->slot_mark[s] = call;
+			if (c->seg_mark[s / c->sps] == call && c->seg_mapped[s / c->sps])
+				loaded++; /* came back with its segment */
+			else
+				hits++;
+		} else {
+			c->need[n_miss++] = i; /* compacted in place: misses first */
+		}
+	}
+	/* Enough free mapped slots for the misses? Map remembered segments,
+	 * hottest first, until there are. */
+	uint32_t n_cand = 0;
+	if (n_miss) {
+		for (;;) {
+			n_cand = 0;
+			for (uint32_t k = 0; k < c->n_segs; k++) {
+				if (!c->seg_mapped[k])
+					continue;
+				for (uint32_t s = k * c->sps; s < (k + 1) * c->sps; s++)
+					if (c->slot_mark[s] != call)
+						c->cand[n_cand++] = s;
+			}
+			if (n_cand >= n_miss)
+				break;
+			/* The refill's plan is left alone: it skips what we map. */
+			int mapped = 0;
+			while (!mapped) {
+				uint32_t k = hottest_unmapped(c, call);
+				if (k == UINT32_MAX)
+					break;
+				c->seg_mark[k] = call; /* try each once */
+				rc = load_seg(c, k, &rep);
+				if (rc && rc != BATON_EDEVMEM)
+					goto out;
+				mapped = rc == 0;
+				rc = 0;
+			}
+			if (!mapped) {
+				rc = BATON_EDEVMEM;
+				goto out;
+			}
+		}
+		/* The least valuable slots, then pair the misses (by item) with
+		 * them (by slot) so neighbours stay neighbours. */
+		qsort_r(c->cand, n_cand, sizeof *c->cand, cmp_victim, c);
+		qsort(c->cand, n_miss, sizeof *c->cand, cmp_u32);
+		qsort(c->need, n_miss, sizeof *c->need, cmp_u32);
+		for (uint32_t j = 0; j < n_miss; j++) {
+			uint32_t s = c->cand[j];
+			if (c->slot_item[s] >= 0)
+				c->evictions++;
+			assign(c, s, c->need[j]);
+			c->slot_mark[s] = call;
+		}
+		rc = fill_slots(c, c->cand, n_miss, 0, &rep);
+		if (rc)
+			goto out;
+	}
+	for (size_t j = 0; j < n; j++) {
+		int64_t s = c->item_slot[items[j]];
+		blobs[j] = slot_addr(c, (uint32_t)s);
+		c->slot_hits[s]++;
+	}
+	c->hits += hits;
+	c->misses += loaded + n_miss;
+	decay(c, n);
+out:
+	return rc;
+}
+
+/* ---- status --------------------------------------------------------------- */
+
+void cache_stats(const struct baton_cache *c, struct baton_cache_stats *st)
+{
+	if (!st)
+		return;
+	memset(st, 0, sizeof *st);
+	if (!c)
+		return;
+	st->state = state_of(c);
+	st->slot_bytes = c->slot_bytes;
+	st->segment_bytes = c->seg_bytes;
+	st->target_bytes = (uint64_t)c->n_active * c->seg_bytes;
+	st->mapped_bytes = (uint64_t)c->n_mapped * c->seg_bytes;
+	st->slots_total = c->n_slots;
+	st->slots_mapped = c->n_mapped * c->sps;
+	for (uint32_t k = 0; k < c->n_segs; k++) {
+		if (!c->seg_mapped[k])
+			continue;
+		for (uint32_t s = k * c->sps; s < (k + 1) * c->sps; s++)
+			st->items_resident += c->slot_item[s] >= 0;
+	}
+	st->hits = c->hits;
+	st->misses = c->misses;
+	st->evictions = c->evictions;
+}
+
+int64_t cache_slot_of(const struct baton_cache *c, uint32_t item)
+{
+	if (!c || item >= c->n_items)
+		return -1;
+	return c->item_slot[item];
+}
+
+void cache_fault_map_after(struct baton_cache *c, int n)
+{
+	if (c)
+		c->fault_map = n > 0 ? n : 0;
+}
