@@ -1,0 +1,882 @@
+/*
+ * cache_test.c: the expert cache on the host backend, each case on a host
+ * device of its own (BATON_HOSTDEV_DIR in a fresh temporary directory).
+ * Sizes are small: 64 KiB slots, 2 MiB segments (32 slots each).
+ */
+#include <dirent.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "engine/backend.h"
+#include "engine/cache.h"
+#include "proto/proto.h"
+#include "tests/t.h"
+
+#define MiB (1ull << 20)
+#define SLOT (64u << 10)
+#define SEG (2 * MiB)
+#define SPS (SEG / SLOT)
+
+/* ---- fixture ------------------------------------------------------------ */
+
+static char g_dir[64];
+static pid_t g_dir_owner;
+
+static void dir_cleanup(void)
+{
+	if (!g_dir[0] || getpid() != g_dir_owner)
+		return;
+	DIR *d = opendir(g_dir);
+	if (d) {
+		struct dirent *e;
+		char p[512];
+		while ((e = readdir(d)))
+			if (e->d_name[0] != '.') {
+				snprintf(p, sizeof p, "%s/%s", g_dir, e->d_name);
+				unlink(p);
+			}
+		closedir(d);
+	}
+	rmdir(g_dir);
+	g_dir[0] = '\0';
+}
+
+/* A host device of our own. */
+static void dir_setup(void)
+{
+	snprintf(g_dir, sizeof g_dir, "/tmp/baton-cache-XXXXXX");
+	T_ASSERT(mkdtemp(g_dir));
+	g_dir_owner = getpid();
+	atexit(dir_cleanup);
+	setenv("BATON_HOSTDEV_DIR", g_dir, 1);
+	unsetenv("BATON_HOSTDEV_MIB");
+	unsetenv("BATON_VERIFY_REFILL");
+}
+
+struct fx {
+	const struct baton_backend *be;
+	struct baton_dev *dev;
+	uint8_t *src;
+	struct baton_cache_item *items;
+	uint32_t n;
+	struct baton_cache *c;
+	int64_t *table; /* item -> slot snapshots */
+};
+
+/* n items of item_bytes each, placed `stride` apart in one buffer. */
+static void fx_items(struct fx *f, uint32_t n, uint64_t item_bytes, uint64_t stride,
+    uint64_t seed)
+{
+	f->n = n;
+	f->src = malloc((size_t)n * stride);
+	f->items = calloc(n, sizeof *f->items);
+	f->table = calloc(n, sizeof *f->table);
+	T_ASSERT(f->src && f->items && f->table);
+	uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+	for (size_t i = 0; i < (size_t)n * stride; i++) {
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		f->src[i] = (uint8_t)x;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		f->items[i].src = f->src + (size_t)i * stride;
+		f->items[i].bytes = item_bytes;
+		f->items[i].checksum = XXH3_64bits(f->items[i].src, item_bytes);
+	}
+}
+
+static void fx_open(struct fx *f, uint64_t capacity)
+{
+	f->be = &baton_backend_host;
+	char err[256] = "";
+	int rc = f->be->open(0, capacity, &f->dev, err, sizeof err);
+	T_ASSERT_MSG(rc == 0, "open: %s", err);
+}
+
+static struct baton_cache_config cfg_of(uint64_t ceiling, int verify)
+{
+	struct baton_cache_config cfg = { SLOT, SEG, ceiling, 0, verify };
+	return cfg;
+}
+
+static void fx_cache(struct fx *f, uint64_t ceiling, int verify)
+{
+	struct baton_cache_config cfg = cfg_of(ceiling, verify);
+	char err[256] = "";
+	int rc = cache_create(f->be, f->dev, &cfg, f->items, f->n, &f->c, err, sizeof err);
+	T_ASSERT_MSG(rc == 0, "cache_create: %s", err);
+}
+
+static void fx_close(struct fx *f)
+{
+	cache_destroy(f->c);
+	f->be->close(f->dev);
+	free(f->src);
+	free(f->items);
+	free(f->table);
+	memset(f, 0, sizeof *f);
+}
+
+static uint64_t dev_free(struct fx *f)
+{
+	uint64_t fr = 0, tot = 0;
+	T_OK(f->be->mem_info(f->dev, &fr, &tot));
+	return fr;
+}
+
+static void snap(struct fx *f)
+{
+	for (uint32_t i = 0; i < f->n; i++)
+		f->table[i] = cache_slot_of(f->c, i);
+}
+
+static void same_table(struct fx *f)
+{
+	for (uint32_t i = 0; i < f->n; i++)
+		T_ASSERT_MSG(cache_slot_of(f->c, i) == f->table[i],
+		    "item %u: slot %lld, was %lld", i, (long long)cache_slot_of(f->c, i),
+		    (long long)f->table[i]);
+}
+
+/* 1 when device address a is mapped (host backend: d2h checks it). */
+static int mapped_at(struct fx *f, baton_dptr a)
+{
+	uint8_t b;
+	return f->be->copy_d2h(f->dev, &b, a, 1) == 0;
+}
+
+/* Every item in items[0..n): its blob holds its bytes. */
+static void check_bytes(struct fx *f, const uint32_t *ids, size_t n, const baton_dptr *blobs)
+{
+	uint8_t *buf = malloc(SLOT);
+	T_ASSERT(buf);
+	for (size_t j = 0; j < n; j++) {
+		const struct baton_cache_item *it = &f->items[ids[j]];
+		T_OK(f->be->copy_d2h(f->dev, buf, blobs[j], it->bytes));
+		T_ASSERT_MSG(memcmp(buf, it->src, it->bytes) == 0, "item %u: wrong bytes", ids[j]);
+	}
+	free(buf);
+}
+
+static void lookup_ok(struct fx *f, const uint32_t *ids, size_t n)
+{
+	baton_dptr *blobs = calloc(n, sizeof *blobs);
+	T_ASSERT(blobs);
+	T_OK(cache_lookup(f->c, ids, n, blobs));
+	check_bytes(f, ids, n, blobs);
+	free(blobs);
+}
+
+/* Reads each resident item back through a lookup-free path: the table's
+ * slot, found with a lookup of that one item (a hit adds one count). */
+static void all_resident_bytes(struct fx *f)
+{
+	for (uint32_t i = 0; i < f->n; i++) {
+		if (cache_slot_of(f->c, i) < 0)
+			continue;
+		baton_dptr b;
+		T_OK(cache_lookup(f->c, &i, 1, &b));
+		check_bytes(f, &i, 1, &b);
+	}
+}
+
+/* ---- cases -------------------------------------------------------------- */
+
+static void t_bad_args(void)
+{
+	dir_setup();
+	struct fx f = { 0 };
+	fx_open(&f, 64 * MiB);
+	fx_items(&f, 8, SLOT, SLOT, 1);
+	struct baton_cache *c = NULL;
+	char err[256];
+	struct baton_cache_config cfg = cfg_of(8 * MiB, 0);
+
+	cfg.slot_bytes = 0;
+	T_EQ_ERR(cache_create(f.be, f.dev, &cfg, f.items, f.n, &c, err, sizeof err), BATON_EINVAL);
+	T_ASSERT(c == NULL && strstr(err, "nonzero"));
+	cfg = cfg_of(8 * MiB, 0);
+	cfg.segment_bytes = 0;
+	T_EQ_ERR(cache_create(f.be, f.dev, &cfg, f.items, f.n, &c, err, sizeof err), BATON_EINVAL);
+	cfg = cfg_of(0, 0);
+	T_EQ_ERR(cache_create(f.be, f.dev, &cfg, f.items, f.n, &c, err, sizeof err), BATON_EINVAL);
+	cfg = cfg_of(8 * MiB, 0);
+	T_EQ_ERR(cache_create(f.be, f.dev, &cfg, f.items, f.n, NULL, err, sizeof err), BATON_EINVAL);
+	T_EQ_ERR(cache_create(NULL, f.dev, &cfg, f.items, f.n, &c, err, sizeof err), BATON_EINVAL);
+	T_EQ_ERR(cache_create(f.be, f.dev, NULL, f.items, f.n, &c, err, sizeof err), BATON_EINVAL);
+	T_EQ_ERR(cache_create(f.be, f.dev, &cfg, NULL, f.n, &c, err, sizeof err), BATON_EINVAL);
+	f.items[3].bytes = SLOT + 1;
+	T_EQ_ERR(cache_create(f.be, f.dev, &cfg, f.items, f.n, &c, err, sizeof err), BATON_EINVAL);
+	T_ASSERT(strstr(err, "item 3"));
+	f.items[3].bytes = SLOT;
+	f.items[2].src = NULL;
+	T_EQ_ERR(cache_create(f.be, f.dev, &cfg, f.items, f.n, &c, err, sizeof err), BATON_EINVAL);
+	f.items[2].src = f.src + 2 * SLOT;
+
+	/* A backend without memory functions cannot hold a cache. */
+	struct baton_backend nomap = baton_backend_host;
+	nomap.map = NULL;
+	T_EQ_ERR(cache_create(&nomap, f.dev, &cfg, f.items, f.n, &c, err, sizeof err),
+	    BATON_EUNSUPPORTED);
+
+	/* Unknown backends. */
+	const struct baton_backend *be = NULL;
+	T_EQ_ERR(backend_find("vulkan", &be, err, sizeof err), BATON_EINVAL);
+	T_ASSERT(be == NULL && strstr(err, "vulkan"));
+
+	/* Lookups: out of range items, missing arrays. */
+	fx_cache(&f, 8 * MiB, 0);
+	baton_dptr b[2];
+	uint32_t ids[2] = { 0, 8 };
+	T_EQ_ERR(cache_lookup(f.c, ids, 2, b), BATON_EINVAL);
+	T_EQ_ERR(cache_lookup(f.c, NULL, 2, b), BATON_EINVAL);
+	T_EQ_ERR(cache_lookup(f.c, ids, 1, NULL), BATON_EINVAL);
+	T_OK(cache_lookup(f.c, ids, 0, b));
+	T_EQ_ERR(cache_release(NULL, NULL), BATON_EINVAL);
+	T_EQ_ERR(cache_refill(NULL, NULL), BATON_EINVAL);
+	T_EQ_ERR(cache_resize(NULL, 0, NULL), BATON_EINVAL);
+	int done;
+	T_EQ_ERR(cache_refill_step(f.c, NULL, NULL), BATON_EINVAL);
+	T_OK(cache_refill_step(f.c, &done, NULL)); /* no refill running: done */
+	T_EQ_INT(done, 1);
+	T_EQ_INT(cache_slot_of(f.c, 99), -1);
+	T_EQ_STR(cache_state_name(BATON_CACHE_PARTIAL), "partial");
+	T_EQ_STR(cache_state_name(42), "unknown");
+	cache_destroy(NULL);
+	fx_close(&f);
+	dir_cleanup();
+}
+
+static void t_geometry(void)
+{
+	dir_setup();
+	struct fx f = { 0 };
+	fx_open(&f, 64 * MiB);
+	fx_items(&f, 4, 1000, 1000, 2);
+	/* Odd sizes: slot rounded up to 256, segment up to the granularity
+	 * (2 MiB) and to a slot, ceiling down to whole segments (>= 1). */
+	struct baton_cache_config cfg = { 1000, 1, 1, 0, 0 };
+	char err[256];
+	T_OK(cache_create(f.be, f.dev, &cfg, f.items, f.n, &f.c, err, sizeof err));
+	struct baton_cache_stats st;
+	cache_stats(f.c, &st);
+	T_EQ_INT(st.slot_bytes, 1024);
+	T_EQ_INT(st.segment_bytes, SEG);
+	T_EQ_INT(st.target_bytes, SEG);
+	T_EQ_INT(st.slots_total, SEG / 1024);
+	T_EQ_INT(st.state, BATON_CACHE_RELEASED); /* fresh: nothing mapped */
+	T_EQ_INT(st.mapped_bytes, 0);
+	cache_destroy(f.c);
+	f.c = NULL;
+
+	/* A slot larger than the granularity: the segment holds one or more. */
+	cfg = (struct baton_cache_config){ 3 * MiB, SEG, 20 * MiB, 0, 0 };
+	T_OK(cache_create(f.be, f.dev, &cfg, f.items, f.n, &f.c, err, sizeof err));
+	cache_stats(f.c, &st);
+	T_EQ_INT(st.segment_bytes, 4 * MiB);
+	T_EQ_INT(st.target_bytes, 20 * MiB);
+	T_EQ_INT(st.slots_total, 5);
+	fx_close(&f);
+	dir_cleanup();
+}
+
+/* Release gives exactly the mapped bytes back; refill takes them again. */
+static void t_release_frees(void)
+{
+	dir_setup();
+	struct fx f = { 0 };
+	fx_open(&f, 64 * MiB);
+	fx_items(&f, 300, SLOT, SLOT, 3);
+	fx_cache(&f, 16 * MiB, 0);
+	T_EQ_INT(dev_free(&f), 64 * MiB);
+	struct baton_cache_report rep;
+	T_OK(cache_refill(f.c, &rep));
+	T_EQ_INT(rep.state, BATON_CACHE_READY);
+	T_EQ_INT(rep.segments_mapped, 8);
+	T_EQ_INT(rep.bytes_copied, 256 * SLOT);
+	T_EQ_INT(rep.copies, 8); /* one coalesced copy per segment */
+	T_ASSERT(rep.total_s >= rep.copy_s && rep.total_s > 0);
+	T_EQ_INT(dev_free(&f), 48 * MiB);
+	struct baton_cache_stats st;
+	cache_stats(f.c, &st);
+	T_EQ_INT(st.state, BATON_CACHE_READY);
+	T_EQ_INT(st.mapped_bytes, 16 * MiB);
+	T_EQ_INT(st.items_resident, 256);
+	T_EQ_INT(st.slots_mapped, 256);
+	snap(&f);
+	for (uint32_t i = 0; i < 256; i++)
+		T_EQ_INT(f.table[i], i); /* the warm-up: slot i holds item i */
+	T_EQ_INT(f.table[256], -1);
+
+	T_OK(cache_release(f.c, &rep));
+	T_EQ_INT(rep.state, BATON_CACHE_RELEASED);
+	T_EQ_INT(rep.segments_unmapped, 8);
+	T_EQ_INT(rep.bytes_freed, 16 * MiB);
+	T_EQ_INT(dev_free(&f), 64 * MiB);
+	cache_stats(f.c, &st);
+	T_EQ_INT(st.mapped_bytes, 0);
+	T_EQ_INT(st.items_resident, 0);
+	T_EQ_INT(st.target_bytes, 16 * MiB);
+	same_table(&f); /* remembered */
+
+	/* Idempotent. */
+	T_OK(cache_release(f.c, &rep));
+	T_EQ_INT(rep.state, BATON_CACHE_RELEASED);
+	T_EQ_INT(rep.segments_unmapped, 0);
+	T_EQ_INT(rep.bytes_freed, 0);
+
+	/* Destroy gives everything back too. */
+	T_OK(cache_refill(f.c, &rep));
+	T_EQ_INT(dev_free(&f), 48 * MiB);
+	cache_destroy(f.c);
+	f.c = NULL;
+	T_EQ_INT(dev_free(&f), 64 * MiB);
+	fx_close(&f);
+	dir_cleanup();
+}
+
+/* 100 release/refill cycles in verify mode: 0 mismatches, same table. */
+static void t_cycles_verify(void)
+{
+	dir_setup();
+	struct fx f = { 0 };
+	fx_open(&f, 64 * MiB);
+	fx_items(&f, 200, SLOT, SLOT, 4);
+	fx_cache(&f, 8 * MiB, 1);
+	struct baton_cache_report rep;
+	T_OK(cache_refill(f.c, &rep));
+	T_EQ_INT(rep.mismatches, 0);
+	/* Some traffic first, so the table is not just the warm-up. */
+	uint32_t ids[16];
+	for (uint32_t r = 0; r < 10; r++) {
+		for (uint32_t j = 0; j < 16; j++)
+			ids[j] = (r * 37 + j * 11) % 200;
+		lookup_ok(&f, ids, 16);
+	}
+	snap(&f);
+	uint64_t mism = 0;
+	for (int cyc = 0; cyc < 100; cyc++) {
+		T_OK(cache_release(f.c, &rep));
+		T_EQ_INT(rep.bytes_freed, 8 * MiB);
+		T_EQ_INT(dev_free(&f), 64 * MiB);
+		T_OK(cache_refill(f.c, &rep));
+		T_EQ_INT(rep.state, BATON_CACHE_READY);
+		T_EQ_INT(rep.segments_mapped, 4);
+		mism += rep.mismatches;
+		same_table(&f);
+	}
+	T_EQ_INT(mism, 0);
+	all_resident_bytes(&f);
+	fx_close(&f);
+	dir_cleanup();
+}
+
+/* Verify mode catches a slot that is not what the arena says; the item
+ * leaves the cache rather than be served wrong. Also: the environment
+ * switch. */
+static void t_verify_mismatch(void)
+{
+	dir_setup();
+	setenv("BATON_VERIFY_REFILL", "1", 1);
+	struct fx f = { 0 };
+	fx_open(&f, 64 * MiB);
+	fx_items(&f, 64, SLOT, SLOT, 5);
+	f.items[7].checksum ^= 1;
+	fx_cache(&f, 4 * MiB, 0);
+	struct baton_cache_report rep;
+	T_OK(cache_refill(f.c, &rep));
+	T_EQ_INT(rep.mismatches, 1);
+	T_EQ_INT(cache_slot_of(f.c, 7), -1);
+	T_EQ_INT(cache_slot_of(f.c, 8), 8);
+	unsetenv("BATON_VERIFY_REFILL");
+	fx_close(&f);
+	dir_cleanup();
+}
+
+/* Items smaller than a slot, or not adjacent: one copy each, right bytes. */
+static void t_coalescing(void)
+{
+	dir_setup();
+	struct fx f = { 0 };
+	fx_open(&f, 64 * MiB);
+	fx_items(&f, 64, SLOT - 512, SLOT, 6);
+	fx_cache(&f, 4 * MiB, 1);
+	struct baton_cache_report rep;
+	T_OK(cache_refill(f.c, &rep));
+	T_EQ_INT(rep.copies, 64);
+	T_EQ_INT(rep.bytes_copied, 64ull * (SLOT - 512));
+	T_EQ_INT(rep.mismatches, 0);
+	all_resident_bytes(&f);
+	fx_close(&f);
+
+	/* Full slots but a gap between sources: not coalesced either. */
+	fx_open(&f, 64 * MiB);
+	fx_items(&f, 64, SLOT, SLOT + 4096, 7);
+	fx_cache(&f, 4 * MiB, 1);
+	T_OK(cache_refill(f.c, &rep));
+	T_EQ_INT(rep.copies, 64);
+	T_EQ_INT(rep.mismatches, 0);
+	fx_close(&f);
+	dir_cleanup();
+}
+
+/* Lookups change the table (misses, evictions); a release/refill keeps
+ * the changed table. */
+static void t_lookup_then_refill(void)
+{
+	dir_setup();
+	struct fx f = { 0 };
+	fx_open(&f, 64 * MiB);
+	fx_items(&f, 200, SLOT, SLOT, 8);
+	fx_cache(&f, 4 * MiB, 1); /* 64 slots: items 0..63 */
+	struct baton_cache_report rep;
+	T_OK(cache_refill(f.c, &rep));
+	/* Make items 0..31 hot, then ask for 150..159: they must evict from
+	 * the cold half (32..63). */
+	uint32_t hot[32];
+	for (uint32_t i = 0; i < 32; i++)
+		hot[i] = i;
+	for (int r = 0; r < 3; r++)
+		lookup_ok(&f, hot, 32);
+	uint32_t ids[12] = { 150, 151, 152, 153, 154, 155, 156, 157, 158, 159, 150, 5 };
+	lookup_ok(&f, ids, 12);
+	struct baton_cache_stats st;
+	cache_stats(f.c, &st);
+	T_EQ_INT(st.misses, 10);
+	T_EQ_INT(st.evictions, 10);
+	T_EQ_INT(st.hits, 96 + 1);
+	for (uint32_t i = 0; i < 32; i++)
+		T_ASSERT(cache_slot_of(f.c, i) == i);
+	for (uint32_t i = 150; i < 160; i++) {
+		int64_t s = cache_slot_of(f.c, i);
+		T_ASSERT(s >= 32 && s < 64);
+	}
+	/* Neighbours went to neighbouring slots (ascending pairing). */
+	for (uint32_t i = 151; i < 160; i++)
+		T_EQ_INT(cache_slot_of(f.c, i), cache_slot_of(f.c, i - 1) + 1);
+	snap(&f);
+	T_OK(cache_release(f.c, &rep));
+	T_OK(cache_refill(f.c, &rep));
+	T_EQ_INT(rep.mismatches, 0);
+	same_table(&f);
+	all_resident_bytes(&f);
+	fx_close(&f);
+	dir_cleanup();
+}
+
+/* Misses and evictions in one segment; asking for more distinct items
+ * than slots fails with BATON_EDEVMEM and changes nothing. */
+static void t_lookup_misses(void)
+{
+	dir_setup();
+	struct fx f = { 0 };
+	fx_open(&f, 64 * MiB);
+	fx_items(&f, 100, SLOT, SLOT, 9);
+	fx_cache(&f, SEG, 0); /* one segment, 32 slots */
+	/* A lookup on a fresh (released) cache maps what it needs. */
+	uint32_t ids[40];
+	for (uint32_t j = 0; j < 40; j++)
+		ids[j] = 50 + j;
+	lookup_ok(&f, ids, 20);
+	struct baton_cache_stats st;
+	cache_stats(f.c, &st);
+	T_EQ_INT(st.state, BATON_CACHE_READY);
+	T_EQ_INT(st.misses, 20);
+	T_EQ_INT(st.evictions, 20);
+	snap(&f);
+	baton_dptr blobs[40];
+	T_EQ_ERR(cache_lookup(f.c, ids, 40, blobs), BATON_EDEVMEM);
+	same_table(&f);
+	/* Exactly 32 distinct (with duplicates) fit. */
+	uint32_t many[64];
+	for (uint32_t j = 0; j < 64; j++)
+		many[j] = 60 + (j % 32);
+	lookup_ok(&f, many, 64);
+	/* Duplicates count once as a miss, each as a hit on the slot. */
+	uint32_t dup[3] = { 99, 99, 99 };
+	cache_stats(f.c, &st);
+	uint64_t m0 = st.misses;
+	lookup_ok(&f, dup, 3);
+	cache_stats(f.c, &st);
+	T_EQ_INT(st.misses, m0 + 1);
+	fx_close(&f);
+	dir_cleanup();
+}
+
+/* A request while released maps only what it needs; a refill then brings
+ * the rest back, table intact. */
+static void t_lookup_released(void)
+{
+	dir_setup();
+	struct fx f = { 0 };
+	fx_open(&f, 64 * MiB);
+	fx_items(&f, 300, SLOT, SLOT, 10);
+	fx_cache(&f, 16 * MiB, 1);
+	struct baton_cache_report rep;
+	T_OK(cache_refill(f.c, &rep));
+	snap(&f);
+	T_OK(cache_release(f.c, &rep));
+	uint32_t ids[3] = { 5, 6, 200 }; /* segments 0 and 6 */
+	lookup_ok(&f, ids, 3);
+	struct baton_cache_stats st;
+	cache_stats(f.c, &st);
+	T_EQ_INT(st.state, BATON_CACHE_PARTIAL);
+	T_EQ_INT(st.mapped_bytes, 2 * SEG);
+	T_EQ_INT(dev_free(&f), 64 * MiB - 2 * SEG);
+	T_EQ_INT(st.misses, 3); /* loaded, though into their own slots */
+	same_table(&f);
+	/* A miss while partial, with no room among the mapped slots' cold
+	 * ones... there is room: it evicts within the mapped segments. */
+	uint32_t newcomer = 290;
+	lookup_ok(&f, &newcomer, 1);
+	int64_t s = cache_slot_of(f.c, 290);
+	T_ASSERT(s >= 0 && (s / SPS == 0 || s / SPS == 6));
+	snap(&f);
+	T_OK(cache_refill(f.c, &rep));
+	T_EQ_INT(rep.state, BATON_CACHE_READY);
+	T_EQ_INT(rep.segments_mapped, 6);
+	T_EQ_INT(rep.mismatches, 0);
+	same_table(&f);
+	all_resident_bytes(&f);
+	fx_close(&f);
+	dir_cleanup();
+}
+
+/* Hot segments come back first; a lookup during a stepwise refill gets
+ * what it needs at once. */
+static void t_hot_first(void)
+{
+	dir_setup();
+	struct fx f = { 0 };
+	fx_open(&f, 64 * MiB);
+	fx_items(&f, 256, SLOT, SLOT, 11);
+	fx_cache(&f, 16 * MiB, 1); /* 8 segments, items 0..255 */
+	struct baton_cache_report rep;
+	T_OK(cache_refill(f.c, &rep));
+	/* The address of every item, and heat: segment 5 hottest, 2 next. */
+	baton_dptr addr[256];
+	uint32_t all[256];
+	for (uint32_t i = 0; i < 256; i++)
+		all[i] = i;
+	T_OK(cache_lookup(f.c, all, 256, addr));
+	uint32_t ids[32];
+	for (int r = 0; r < 6; r++) {
+		for (uint32_t j = 0; j < 32; j++)
+			ids[j] = 5 * SPS + j;
+		lookup_ok(&f, ids, 32);
+		if (r < 3) {
+			for (uint32_t j = 0; j < 32; j++)
+				ids[j] = 2 * SPS + j;
+			lookup_ok(&f, ids, 32);
+		}
+	}
+	snap(&f);
+	T_OK(cache_release(f.c, &rep));
+	T_OK(cache_refill_begin(f.c));
+	struct baton_cache_stats st;
+	cache_stats(f.c, &st);
+	T_EQ_INT(st.state, BATON_CACHE_REFILLING);
+	int done = 0;
+	T_OK(cache_refill_step(f.c, &done, &rep));
+	T_EQ_INT(done, 0);
+	T_EQ_INT(rep.state, BATON_CACHE_REFILLING);
+	T_EQ_INT(rep.segments_mapped, 1);
+	T_ASSERT(mapped_at(&f, addr[5 * SPS]) && !mapped_at(&f, addr[2 * SPS]));
+	T_OK(cache_refill_step(f.c, &done, &rep));
+	T_ASSERT(mapped_at(&f, addr[2 * SPS]) && !mapped_at(&f, addr[0]));
+	/* A request for segment 7 before its turn: served now. */
+	uint32_t want[2] = { 7 * SPS + 3, 2 * SPS + 1 };
+	lookup_ok(&f, want, 2);
+	T_ASSERT(mapped_at(&f, addr[7 * SPS]));
+	cache_stats(f.c, &st);
+	T_EQ_INT(st.state, BATON_CACHE_REFILLING);
+	/* The rest in index order (equal heat): 0, 1, 3, 4, 6 (7 is done). */
+	const uint32_t order[] = { 0, 1, 3, 4, 6 };
+	for (size_t k = 0; k < sizeof order / sizeof order[0]; k++) {
+		T_ASSERT(!done);
+		T_OK(cache_refill_step(f.c, &done, &rep));
+		T_EQ_INT(rep.segments_mapped, 1);
+		T_ASSERT_MSG(mapped_at(&f, addr[order[k] * SPS]), "segment %u not next", order[k]);
+	}
+	T_EQ_INT(done, 1);
+	T_EQ_INT(rep.state, BATON_CACHE_READY);
+	same_table(&f);
+	all_resident_bytes(&f);
+	fx_close(&f);
+	dir_cleanup();
+}
+
+/* A refill that runs out of device memory stops at what fit (PARTIAL),
+ * and completes later: injected, and with a real second user. */
+static void t_partial(void)
+{
+	dir_setup();
+	struct fx f = { 0 };
+	fx_open(&f, 20 * MiB);
+	fx_items(&f, 300, SLOT, SLOT, 12);
+	fx_cache(&f, 16 * MiB, 1);
+	struct baton_cache_report rep;
+	snap(&f);
+	cache_fault_map_after(f.c, 3);
+	T_OK(cache_refill(f.c, &rep));
+	T_EQ_INT(rep.state, BATON_CACHE_PARTIAL);
+	T_EQ_INT(rep.segments_mapped, 2);
+	T_OK(cache_refill(f.c, &rep));
+	T_EQ_INT(rep.state, BATON_CACHE_READY);
+	T_EQ_INT(rep.segments_mapped, 6);
+	same_table(&f);
+	T_OK(cache_release(f.c, &rep));
+
+	/* A second context (another engine) takes 10 MiB of the 20. */
+	struct baton_dev *other;
+	T_OK(f.be->open(0, 0, &other, NULL, 0));
+	baton_dptr base;
+	T_OK(f.be->reserve(other, 10 * MiB, &base));
+	for (int k = 0; k < 5; k++)
+		T_OK(f.be->map(other, base + k * SEG, SEG));
+	T_OK(cache_refill(f.c, &rep));
+	T_EQ_INT(rep.state, BATON_CACHE_PARTIAL);
+	T_EQ_INT(rep.segments_mapped, 5);
+	T_EQ_INT(dev_free(&f), 0);
+	struct baton_cache_stats st;
+	cache_stats(f.c, &st);
+	T_EQ_INT(st.state, BATON_CACHE_PARTIAL);
+	T_EQ_INT(st.target_bytes, 16 * MiB);
+	T_EQ_INT(st.mapped_bytes, 10 * MiB);
+	same_table(&f); /* what did not fit is remembered */
+	/* A lookup of a remembered item that cannot come back: loaded into a
+	 * mapped slot instead. */
+	int64_t s0 = cache_slot_of(f.c, 255);
+	uint32_t it = 255;
+	T_ASSERT(s0 >= 0);
+	lookup_ok(&f, &it, 1);
+	/* The other engine goes away: the refill completes. */
+	f.be->close(other);
+	snap(&f);
+	T_OK(cache_refill(f.c, &rep));
+	T_EQ_INT(rep.state, BATON_CACHE_READY);
+	T_EQ_INT(rep.segments_mapped, 3);
+	T_EQ_INT(rep.mismatches, 0);
+	same_table(&f);
+	all_resident_bytes(&f);
+	fx_close(&f);
+	dir_cleanup();
+}
+
+/* resize keeps reserve bytes free: shrink drops the coldest segments,
+ * grow maps while free - reserve allows, null grows back to the ceiling. */
+static void t_resize(void)
+{
+	dir_setup();
+	struct fx f = { 0 };
+	fx_open(&f, 32 * MiB);
+	fx_items(&f, 400, SLOT, SLOT, 13);
+	fx_cache(&f, 16 * MiB, 1);
+	struct baton_cache_report rep;
+	T_OK(cache_refill(f.c, &rep));
+	T_EQ_INT(dev_free(&f), 16 * MiB);
+	/* Heat segments 1, 3, 5, 7. */
+	uint32_t ids[32];
+	for (uint32_t k = 1; k < 8; k += 2) {
+		for (uint32_t j = 0; j < 32; j++)
+			ids[j] = k * SPS + j;
+		lookup_ok(&f, ids, 32);
+	}
+	/* Keep 24 MiB free: 4 segments (the cold 0, 2, 4, 6) go. */
+	T_OK(cache_resize(f.c, 24 * MiB, &rep));
+	T_EQ_INT(rep.state, BATON_CACHE_READY);
+	T_EQ_INT(rep.segments_unmapped, 4);
+	T_EQ_INT(rep.bytes_freed, 8 * MiB);
+	T_EQ_INT(dev_free(&f), 24 * MiB);
+	struct baton_cache_stats st;
+	cache_stats(f.c, &st);
+	T_EQ_INT(st.target_bytes, 8 * MiB);
+	T_EQ_INT(st.mapped_bytes, 8 * MiB);
+	for (uint32_t k = 0; k < 8; k++)
+		for (uint32_t j = 0; j < SPS; j++)
+			T_EQ_INT(cache_slot_of(f.c, k * SPS + j), (k % 2) ? (int64_t)(k * SPS + j) : -1);
+	/* A release and refill keep the smaller target. */
+	T_OK(cache_release(f.c, &rep));
+	T_OK(cache_refill(f.c, &rep));
+	T_EQ_INT(rep.segments_mapped, 4);
+	T_EQ_INT(rep.state, BATON_CACHE_READY);
+	/* Keep 19 MiB free: grows by 2 segments (free 24 -> 20), filled with
+	 * the lowest-numbered items not in the cache. */
+	T_OK(cache_resize(f.c, 19 * MiB, &rep));
+	T_EQ_INT(rep.state, BATON_CACHE_READY);
+	T_EQ_INT(rep.segments_mapped, 2);
+	T_EQ_INT(rep.bytes_copied, 64ull * SLOT);
+	T_EQ_INT(rep.mismatches, 0);
+	T_EQ_INT(dev_free(&f), 20 * MiB);
+	cache_stats(f.c, &st);
+	T_EQ_INT(st.target_bytes, 12 * MiB);
+	/* Segments 0 and 2 came back (lowest index first) with items 0..31
+	 * and 64..95, the lowest missing; 128.. stay out. */
+	T_EQ_INT(cache_slot_of(f.c, 0), 0);
+	T_EQ_INT(cache_slot_of(f.c, 63), 63);
+	T_EQ_INT(cache_slot_of(f.c, 95), 95);
+	T_EQ_INT(cache_slot_of(f.c, 128), -1);
+	/* null: back to the ceiling (reserve: the config's 0). */
+	T_OK(cache_resize(f.c, -1, &rep));
+	T_EQ_INT(rep.state, BATON_CACHE_READY);
+	T_EQ_INT(rep.segments_mapped, 2);
+	T_EQ_INT(dev_free(&f), 16 * MiB);
+	cache_stats(f.c, &st);
+	T_EQ_INT(st.target_bytes, 16 * MiB);
+	T_EQ_INT(st.items_resident, 256);
+	all_resident_bytes(&f);
+	/* A reserve above everything: down to zero segments. */
+	T_OK(cache_resize(f.c, 64 * MiB, &rep));
+	cache_stats(f.c, &st);
+	T_EQ_INT(st.mapped_bytes, 0);
+	T_EQ_INT(st.target_bytes, 0);
+	T_EQ_INT(dev_free(&f), 32 * MiB);
+	uint32_t one = 3;
+	baton_dptr b;
+	T_EQ_ERR(cache_lookup(f.c, &one, 1, &b), BATON_EDEVMEM);
+	/* Resize while released only remembers; the refill obeys it. */
+	T_OK(cache_resize(f.c, -1, &rep));
+	T_OK(cache_release(f.c, &rep));
+	T_OK(cache_resize(f.c, 28 * MiB, &rep));
+	T_EQ_INT(rep.state, BATON_CACHE_RELEASED);
+	T_OK(cache_refill(f.c, &rep));
+	T_EQ_INT(rep.state, BATON_CACHE_PARTIAL);
+	T_EQ_INT(rep.segments_mapped, 2);
+	T_EQ_INT(dev_free(&f), 28 * MiB);
+	T_OK(cache_resize(f.c, -1, &rep));
+	T_EQ_INT(rep.state, BATON_CACHE_READY);
+	T_EQ_INT(dev_free(&f), 16 * MiB);
+	fx_close(&f);
+	dir_cleanup();
+}
+
+/* ---- two processes on one small host device ------------------------------- */
+
+static void rd(int fd, void *p, size_t n)
+{
+	T_ASSERT(read(fd, p, n) == (ssize_t)n);
+}
+
+static void wr(int fd, const void *p, size_t n)
+{
+	T_ASSERT(write(fd, p, n) == (ssize_t)n);
+}
+
+/* The second engine grows only into what the first left. */
+static void t_two_processes(void)
+{
+	dir_setup();
+	struct fx a = { 0 };
+	fx_open(&a, 16 * MiB);
+	fx_items(&a, 200, SLOT, SLOT, 14);
+	fx_cache(&a, 12 * MiB, 0);
+	struct baton_cache_report rep;
+	T_OK(cache_refill(a.c, &rep));
+	T_EQ_INT(dev_free(&a), 4 * MiB);
+
+	int up[2], down[2];
+	T_ASSERT(pipe(up) == 0 && pipe(down) == 0);
+	pid_t pid = fork();
+	T_ASSERT(pid >= 0);
+	if (pid == 0) {
+		/* Engine B: its own context on host device 0. */
+		struct fx b = { 0 };
+		fx_open(&b, 16 * MiB);
+		fx_items(&b, 200, SLOT, SLOT, 15);
+		fx_cache(&b, 12 * MiB, 1);
+		struct baton_cache_report r;
+		uint64_t msg[3];
+		T_OK(cache_refill(b.c, &r));
+		msg[0] = (uint64_t)r.state, msg[1] = r.segments_mapped, msg[2] = dev_free(&b);
+		wr(up[1], msg, sizeof msg);
+		char go;
+		rd(down[0], &go, 1);
+		/* A released: grow, keeping 2 MiB free. */
+		T_OK(cache_resize(b.c, 2 * (int64_t)MiB, &r));
+		msg[0] = (uint64_t)r.state, msg[1] = r.segments_mapped, msg[2] = r.mismatches;
+		wr(up[1], msg, sizeof msg);
+		rd(down[0], &go, 1);
+		fx_close(&b);
+		_exit(0);
+	}
+	uint64_t msg[3];
+	rd(up[0], msg, sizeof msg);
+	T_EQ_INT(msg[0], BATON_CACHE_PARTIAL);
+	T_EQ_INT(msg[1], 2); /* the 4 MiB A left */
+	T_EQ_INT(msg[2], 0);
+	T_EQ_INT(dev_free(&a), 0);
+
+	T_OK(cache_release(a.c, &rep));
+	T_EQ_INT(rep.bytes_freed, 12 * MiB);
+	wr(down[1], "g", 1);
+	rd(up[0], msg, sizeof msg);
+	T_EQ_INT(msg[0], BATON_CACHE_READY);
+	T_EQ_INT(msg[1], 4); /* up to its ceiling of 6 */
+	T_EQ_INT(msg[2], 0);
+	T_EQ_INT(dev_free(&a), 4 * MiB);
+
+	/* A comes back: only 4 MiB fit, until B is gone. */
+	T_OK(cache_refill(a.c, &rep));
+	T_EQ_INT(rep.state, BATON_CACHE_PARTIAL);
+	T_EQ_INT(rep.segments_mapped, 2);
+	wr(down[1], "g", 1);
+	int st = 0;
+	T_ASSERT(waitpid(pid, &st, 0) == pid);
+	T_ASSERT_MSG(WIFEXITED(st) && WEXITSTATUS(st) == 0, "engine B failed");
+	T_OK(cache_refill(a.c, &rep));
+	T_EQ_INT(rep.state, BATON_CACHE_READY);
+	T_EQ_INT(rep.segments_mapped, 4);
+	T_EQ_INT(dev_free(&a), 4 * MiB);
+	all_resident_bytes(&a);
+	fx_close(&a);
+	dir_cleanup();
+}
+
+/* kill -9 of an engine that holds host-device memory returns it. */
+static void t_kill9_returns(void)
+{
+	dir_setup();
+	struct fx a = { 0 };
+	fx_open(&a, 16 * MiB);
+	int up[2];
+	T_ASSERT(pipe(up) == 0);
+	pid_t pid = fork();
+	T_ASSERT(pid >= 0);
+	if (pid == 0) {
+		struct fx b = { 0 };
+		fx_open(&b, 16 * MiB);
+		fx_items(&b, 200, SLOT, SLOT, 16);
+		fx_cache(&b, 12 * MiB, 0);
+		struct baton_cache_report r;
+		T_OK(cache_refill(b.c, &r));
+		wr(up[1], "r", 1);
+		for (;;)
+			pause();
+	}
+	char ready;
+	rd(up[0], &ready, 1);
+	T_EQ_INT(dev_free(&a), 4 * MiB);
+	T_ASSERT(kill(pid, SIGKILL) == 0);
+	/* Seen dead as soon as it has exited (a zombie counts as dead). */
+	double t0 = t_now();
+	while (dev_free(&a) != 16 * MiB && t_now() - t0 < 5)
+		usleep(1000);
+	T_EQ_INT(dev_free(&a), 16 * MiB);
+	waitpid(pid, NULL, 0);
+	T_EQ_INT(dev_free(&a), 16 * MiB);
+	fx_close(&a);
+	dir_cleanup();
+}
+
+T_MAIN(T_CASE(t_bad_args), T_CASE(t_geometry), T_CASE(t_release_frees),
+    T_CASE_TIMEOUT(t_cycles_verify, 120), T_CASE(t_verify_mismatch), T_CASE(t_coalescing),
+    T_CASE(t_lookup_then_refill), T_CASE(t_lookup_misses), T_CASE(t_lookup_released),
+    T_CASE(t_hot_first), T_CASE(t_partial), T_CASE(t_resize), T_CASE(t_two_processes),
+    T_CASE(t_kill9_returns))
