@@ -64,6 +64,7 @@ enum baton_dtype {
 	BATON_DT_BF16 = 30,
 	BATON_DT_TQ1_0 = 34,
 	BATON_DT_TQ2_0 = 35,
+	BATON_DT_MXFP4 = 39, /* block 32, 17 bytes (gpt-oss experts) */
 	BATON_DT_COUNT = 40 /* upper bound of the numbering, not a type */
 };
 
@@ -158,5 +159,58 @@ int arena_create_gguf(const char *path, const char *gguf_file, int force,
  * (num_experts_per_tok) or defaults to 2. */
 int arena_create_safetensors(const char *path, const char *src, uint32_t top_k,
     int force, char *errbuf, size_t errlen);
+
+/* ---- additions ----------------------------------------------------------- */
+
+/* The three parts of one expert as tensors: parts[0] gate, [1] up, [2] down,
+ * each with its own dtype and shape. Layers may differ in dtype (llama.cpp's
+ * quantization mixes give some layers' down q6_K and others' q4_K); the
+ * shape's gate/up/down dtypes are layer 0's. BATON_ENOTFOUND when out of
+ * range. `data` points into the read-only mapping. */
+int arena_expert_parts(const struct baton_arena *a, uint32_t layer, uint32_t expert,
+    struct baton_arena_tensor parts[3]);
+/* The dtypes of one layer's expert parts (gate, up, down); BATON_ENOTFOUND
+ * when the layer is out of range. */
+int arena_layer_dtypes(const struct baton_arena *a, uint32_t layer, uint32_t dtypes[3]);
+/* What the arena was made from, e.g. "gguf model.gguf (qwen2moe)"; never NULL. */
+const char *arena_source(const struct baton_arena *a);
+
+/* Where an arena named `name` lives by default: /dev/shm/baton/<name>.arena.
+ * BATON_EINVAL for an empty name or one with '/', BATON_ETOOBIG when it does
+ * not fit in buf. */
+int arena_default_path(const char *name, char *buf, size_t len);
+
+enum baton_arena_source_kind {
+	BATON_ARENA_SRC_SYNTHETIC = 1,
+	BATON_ARENA_SRC_GGUF = 2,
+	BATON_ARENA_SRC_SAFETENSORS = 3,
+};
+
+struct baton_arena_source {
+	int kind;                          /* enum baton_arena_source_kind */
+	struct baton_synth_params synth;   /* kind SYNTHETIC */
+	const char *file;                  /* GGUF file, or safetensors file/folder */
+	uint32_t top_k;                    /* safetensors: 0 = config.json or 2 */
+};
+
+struct baton_create_opts {
+	int force;        /* rebuild even when a valid arena of this source exists */
+	unsigned threads; /* 0: every online CPU */
+};
+
+struct baton_create_result {
+	int reused;          /* 1: a valid arena of the same source was already there */
+	uint64_t generation; /* of the arena now at the path */
+	uint64_t bytes;      /* its file size */
+	double seconds;      /* spent in this call */
+};
+
+/* The general form of the three creators above: same locking, temporary
+ * file and publication; `opts` and `res` may be NULL. Without force, a valid
+ * arena of another source at `path` is not replaced: BATON_EEXIST. May block
+ * on PATH.lock while another process creates the same arena. */
+int arena_create(const char *path, const struct baton_arena_source *src,
+    const struct baton_create_opts *opts, struct baton_create_result *res,
+    char *errbuf, size_t errlen);
 
 #endif

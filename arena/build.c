@@ -1,0 +1,539 @@
+/*
+ * build.c: writing an arena and publishing it.
+ *
+ *   1. lay out the entries (experts layer-major, expert-minor, each blob
+ *      aligned to BATON_ARENA_ALIGN; then every router and norm);
+ *   2. take an exclusive flock on PATH.lock (a second creator waits here);
+ *      remove temporary files of creators that died; if a valid arena of the
+ *      same source is now at PATH, use it;
+ *   3. create PATH.tmp.<pid>, size it, map it and fill every blob from
+ *      several threads, each checksumming the blobs it wrote;
+ *   4. write the table and the header (unsealed), flush them (except on
+ *      tmpfs, where there is nothing to flush), then write the seal
+ *      (sealed flag, generation, header checksum), flush again;
+ *   5. rename the file to PATH (atomic), release the lock.
+ *
+ * A creator killed before 5 leaves at most a PATH.tmp.<pid> that is either
+ * unsealed (refused by arena_open) or, killed between seal and rename,
+ * complete; the next creator removes it in step 2.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <linux/magic.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/statvfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "arena/arena_int.h"
+
+static uint64_t realtime_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- layout ---------------------------------------------------------------- */
+
+static int set_part(struct arena_file_entry *e, int i, uint32_t dtype, uint32_t rows,
+    uint32_t cols, uint64_t off, const char *what, char *errbuf, size_t errlen)
+{
+	uint64_t rb = baton_dtype_row_bytes((int)dtype, cols);
+	if (rb == 0) {
+		const char *dn = baton_dtype_name((int)dtype);
+		if (!dn)
+			return arena_errf(errbuf, errlen, BATON_EUNSUPPORTED,
+			    "layer %" PRIu32 " %s: unknown dtype %" PRIu32, e->layer, what, dtype);
+		return arena_errf(errbuf, errlen, BATON_EINVAL,
+		    "layer %" PRIu32 " %s: %" PRIu32 " columns are not a multiple of %s's %" PRIu32
+		    "-element blocks", e->layer, what, cols, dn, arena_dtype_block((int)dtype));
+	}
+	e->part[i] = (struct arena_file_part){
+		.dtype = dtype, .rows = rows, .cols = cols, .offset = off, .bytes = rb * rows,
+	};
+	return 0;
+}
+
+static int layout(const struct arena_plan *p, struct arena_file_header *h,
+    struct arena_file_entry **out, char *errbuf, size_t errlen)
+{
+	const struct baton_arena_shape *s = &p->shape;
+	uint64_t n = (uint64_t)s->layers * s->experts;
+	if (p->flags & ARENA_F_ROUTER)
+		n += s->layers;
+	if (p->flags & ARENA_F_NORM)
+		n += s->layers;
+	struct arena_file_entry *ents = calloc(n, sizeof *ents);
+	if (!ents)
+		return arena_errf(errbuf, errlen, BATON_ENOMEM, "no memory for %" PRIu64 " entries", n);
+	int rc;
+	uint64_t k = 0;
+	for (uint32_t l = 0; l < s->layers; l++) {
+		const uint32_t *dt = &p->layer_dt[(uint64_t)l * ARENA_DT_N];
+		for (uint32_t x = 0; x < s->experts; x++) {
+			struct arena_file_entry *e = &ents[k++];
+			e->layer = l;
+			e->expert = x;
+			e->role = BATON_ROLE_EXPERT;
+			e->n_parts = 3;
+			if ((rc = set_part(e, 0, dt[ARENA_DT_GATE], s->d_ff, s->d_model, 0, "gate",
+				 errbuf, errlen)))
+				goto fail;
+			uint64_t up = arena_align_up(e->part[0].bytes, ARENA_PART_ALIGN);
+			if ((rc = set_part(e, 1, dt[ARENA_DT_UP], s->d_ff, s->d_model, up, "up",
+				 errbuf, errlen)))
+				goto fail;
+			uint64_t down = arena_align_up(up + e->part[1].bytes, ARENA_PART_ALIGN);
+			if ((rc = set_part(e, 2, dt[ARENA_DT_DOWN], s->d_model, s->d_ff, down, "down",
+				 errbuf, errlen)))
+				goto fail;
+			e->bytes = down + e->part[2].bytes;
+		}
+	}
+	for (int r = 0; r < 2; r++) {
+		uint32_t flag = r == 0 ? ARENA_F_ROUTER : ARENA_F_NORM;
+		if (!(p->flags & flag))
+			continue;
+		for (uint32_t l = 0; l < s->layers; l++) {
+			const uint32_t *dt = &p->layer_dt[(uint64_t)l * ARENA_DT_N];
+			struct arena_file_entry *e = &ents[k++];
+			e->layer = l;
+			e->role = r == 0 ? BATON_ROLE_ROUTER : BATON_ROLE_NORM;
+			e->n_parts = 1;
+			if ((rc = set_part(e, 0, dt[r == 0 ? ARENA_DT_ROUTER : ARENA_DT_NORM],
+				 r == 0 ? s->experts : 1, s->d_model, 0, r == 0 ? "router" : "norm",
+				 errbuf, errlen)))
+				goto fail;
+			e->bytes = e->part[0].bytes;
+		}
+	}
+
+	uint64_t table_end = ARENA_HEADER_BYTES + n * ARENA_ENTRY_BYTES;
+	uint64_t off = arena_align_up(table_end, BATON_ARENA_ALIGN), max = 0;
+	h->data_offset = off;
+	for (uint64_t i = 0; i < n; i++) {
+		ents[i].offset = off;
+		if (__builtin_add_overflow(off, arena_align_up(ents[i].bytes, BATON_ARENA_ALIGN), &off) ||
+		    off > (UINT64_C(1) << 52)) {
+			rc = arena_errf(errbuf, errlen, BATON_ETOOBIG, "the arena would be too large");
+			goto fail;
+		}
+		if (ents[i].role == BATON_ROLE_EXPERT && ents[i].bytes > max)
+			max = ents[i].bytes;
+	}
+	h->file_bytes = off;
+	h->table_offset = ARENA_HEADER_BYTES;
+	h->n_entries = n;
+	h->max_expert_bytes = max;
+	*out = ents;
+	return 0;
+fail:
+	free(ents);
+	return rc;
+}
+
+/* ---- files ----------------------------------------------------------------- */
+
+static int mkdir_p(const char *dir, char *errbuf, size_t errlen)
+{
+	char buf[PATH_MAX];
+	if (snprintf(buf, sizeof buf, "%s", dir) >= (int)sizeof buf)
+		return arena_errf(errbuf, errlen, BATON_EINVAL, "path too long");
+	for (char *p = buf + 1;; p++) {
+		if (*p == '/' || *p == '\0') {
+			char c = *p;
+			*p = '\0';
+			if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+				return arena_errf(errbuf, errlen, BATON_EIO, "mkdir %s: %s", buf,
+				    strerror(errno));
+			*p = c;
+			if (!c)
+				break;
+		}
+	}
+	return 0;
+}
+
+static void split_path(const char *path, char *dir, size_t dlen, const char **base)
+{
+	const char *slash = strrchr(path, '/');
+	if (!slash) {
+		snprintf(dir, dlen, ".");
+		*base = path;
+	} else if (slash == path) {
+		snprintf(dir, dlen, "/");
+		*base = slash + 1;
+	} else {
+		snprintf(dir, dlen, "%.*s", (int)(slash - path), path);
+		*base = slash + 1;
+	}
+}
+
+/* Under the lock: every PATH.tmp.* is a dead creator's. */
+static void remove_stale(const char *dir, const char *base)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return;
+	char prefix[NAME_MAX + 8];
+	int plen = snprintf(prefix, sizeof prefix, "%s.tmp.", base);
+	if (plen > 0 && (size_t)plen < sizeof prefix) {
+		struct dirent *de;
+		while ((de = readdir(d)) != NULL) {
+			const char *s = de->d_name;
+			if (strncmp(s, prefix, (size_t)plen) != 0 || !s[plen])
+				continue;
+			/* PATH.tmp.<pid> only: not another arena named PATH.tmp.x */
+			if (strspn(s + plen, "0123456789") == strlen(s + plen))
+				unlinkat(dirfd(d), s, 0);
+		}
+	}
+	closedir(d);
+}
+
+/* 1: a valid arena of this source is at path (generation in *gen);
+ * 0: none or an invalid one (to be replaced; *old_gen set when readable);
+ * BATON_EEXIST: a valid arena of another source, and no force. */
+static int check_existing(const char *path, const struct arena_plan *p, int force,
+    uint64_t *gen, uint64_t *bytes, uint64_t *old_gen, char *errbuf, size_t errlen)
+{
+	struct baton_arena *a;
+	if (arena_open(path, &a, NULL, 0) != 0)
+		return 0;
+	struct baton_arena_shape s = *arena_shape(a);
+	struct arena_file_header h;
+	memcpy(&h, arena_base(a), sizeof h); /* validated by arena_open */
+	*old_gen = arena_generation(a);
+	int same = h.source_kind == p->source_kind && h.source_hash == p->source_hash &&
+	    memcmp(&s, &p->shape, sizeof s) == 0;
+	*gen = arena_generation(a);
+	*bytes = arena_size(a);
+	char src[ARENA_SOURCE_LEN];
+	snprintf(src, sizeof src, "%s", arena_source(a));
+	arena_close(a);
+	if (force)
+		return 0;
+	if (same)
+		return 1;
+	return arena_errf(errbuf, errlen, BATON_EEXIST,
+	    "%s holds another arena (%s); pass --force (force=1) to replace it", path, src);
+}
+
+struct fill_ctx {
+	const struct arena_plan *plan;
+	struct arena_file_entry *ents;
+	uint8_t *map;
+	pthread_mutex_t mu;
+	uint64_t err_item;
+	char msg[512];
+};
+
+static int fill_one(void *arg, uint64_t i)
+{
+	struct fill_ctx *c = arg;
+	struct arena_file_entry *e = &c->ents[i];
+	char msg[512] = "";
+	int rc = c->plan->fill(c->plan->ctx, e, c->map + e->offset, msg, sizeof msg);
+	if (rc) {
+		pthread_mutex_lock(&c->mu);
+		if (i < c->err_item) {
+			c->err_item = i;
+			snprintf(c->msg, sizeof c->msg, "%s", msg);
+		}
+		pthread_mutex_unlock(&c->mu);
+		return rc;
+	}
+	e->checksum = arena_hash(c->map + e->offset, e->bytes);
+	return 0;
+}
+
+static int write_tmp(const char *tmp, const struct arena_plan *p, struct arena_file_header *h,
+    struct arena_file_entry *ents, uint64_t old_gen, unsigned threads,
+    char *errbuf, size_t errlen)
+{
+	int rc = 0;
+	uint8_t *map = MAP_FAILED;
+	int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return arena_errf(errbuf, errlen, BATON_EIO, "%s: %s", tmp, strerror(errno));
+	struct statfs sfs;
+	int tmpfs = fstatfs(fd, &sfs) == 0 && sfs.f_type == TMPFS_MAGIC;
+	if (tmpfs) {
+		/* tmpfs has no cheap fallocate (it zeroes every page under the
+		 * inode lock); check the room instead, so a full /dev/shm is an
+		 * error here and not a SIGBUS later. */
+		struct statvfs vfs;
+		if (fstatvfs(fd, &vfs) == 0 &&
+		    (uint64_t)vfs.f_bavail * vfs.f_frsize < h->file_bytes) {
+			rc = arena_errf(errbuf, errlen, BATON_EIO,
+			    "%s: not enough room: need %" PRIu64 " MiB, %" PRIu64 " MiB free",
+			    tmp, h->file_bytes >> 20, ((uint64_t)vfs.f_bavail * vfs.f_frsize) >> 20);
+			goto out;
+		}
+	}
+	if (ftruncate(fd, (off_t)h->file_bytes) != 0) {
+		rc = arena_errf(errbuf, errlen, BATON_EIO, "%s: ftruncate: %s", tmp, strerror(errno));
+		goto out;
+	}
+	if (!tmpfs && fallocate(fd, 0, 0, (off_t)h->file_bytes) != 0 &&
+	    errno != EOPNOTSUPP && errno != ENOSYS) {
+		rc = arena_errf(errbuf, errlen, BATON_EIO, "%s: fallocate: %s", tmp, strerror(errno));
+		goto out;
+	}
+	map = mmap(NULL, h->file_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (map == MAP_FAILED) {
+		rc = arena_errf(errbuf, errlen, BATON_EIO, "%s: mmap: %s", tmp, strerror(errno));
+		goto out;
+	}
+	madvise(map, h->file_bytes, MADV_HUGEPAGE);
+
+	struct fill_ctx fc = { .plan = p, .ents = ents, .map = map, .err_item = UINT64_MAX };
+	pthread_mutex_init(&fc.mu, NULL);
+	rc = arena_parallel(threads, h->n_entries, fill_one, &fc);
+	pthread_mutex_destroy(&fc.mu);
+	if (rc) {
+		arena_errf(errbuf, errlen, rc, "%s", fc.msg[0] ? fc.msg : "filling the arena failed");
+		goto out;
+	}
+
+	size_t tbytes = (size_t)(h->n_entries * ARENA_ENTRY_BYTES);
+	memcpy(map + h->table_offset, ents, tbytes);
+	h->table_checksum = arena_hash(ents, tbytes);
+	memcpy(map, h, sizeof *h); /* not sealed yet */
+	if (!tmpfs && (msync(map, h->file_bytes, MS_SYNC) != 0 || fdatasync(fd) != 0)) {
+		rc = arena_errf(errbuf, errlen, BATON_EIO, "%s: sync: %s", tmp, strerror(errno));
+		goto out;
+	}
+
+	/* The seal, last. */
+	uint64_t gen = realtime_ns();
+	if (gen <= old_gen)
+		gen = old_gen + 1;
+	h->created_ns = realtime_ns();
+	h->generation = gen;
+	h->sealed = ARENA_SEALED;
+	h->header_checksum = arena_header_checksum(h);
+	memcpy(map, h, sizeof *h);
+	if (!tmpfs && (msync(map, ARENA_HEADER_BYTES, MS_SYNC) != 0 || fdatasync(fd) != 0)) {
+		rc = arena_errf(errbuf, errlen, BATON_EIO, "%s: sync: %s", tmp, strerror(errno));
+		goto out;
+	}
+out:
+	if (map != MAP_FAILED)
+		munmap(map, h->file_bytes);
+	close(fd);
+	return rc;
+}
+
+static void sync_dir(const char *dir)
+{
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	struct statfs sfs;
+	if (fstatfs(fd, &sfs) == 0 && sfs.f_type != TMPFS_MAGIC)
+		fsync(fd);
+	close(fd);
+}
+
+int arena_build(const char *path, const struct arena_plan *p,
+    const struct baton_create_opts *opts, struct baton_create_result *res,
+    char *errbuf, size_t errlen)
+{
+	static const struct baton_create_opts no_opts;
+	struct baton_create_result r = { 0 };
+	double t0 = arena_now();
+	struct arena_file_entry *ents = NULL;
+	char dir[PATH_MAX], lockpath[PATH_MAX], tmp[PATH_MAX];
+	const char *base;
+	int rc, lockfd = -1, have_tmp = 0;
+	uint64_t old_gen = 0;
+
+	if (!opts)
+		opts = &no_opts;
+	if (!path || !*path || path[strlen(path) - 1] == '/')
+		return arena_errf(errbuf, errlen, BATON_EINVAL, "bad arena path \"%s\"",
+		    path ? path : "");
+	split_path(path, dir, sizeof dir, &base);
+	if (snprintf(lockpath, sizeof lockpath, "%s.lock", path) >= (int)sizeof lockpath ||
+	    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
+		return arena_errf(errbuf, errlen, BATON_EINVAL, "arena path too long");
+
+	struct arena_file_header h = { 0 };
+	if ((rc = layout(p, &h, &ents, errbuf, errlen)))
+		return rc;
+	memcpy(h.magic, ARENA_MAGIC, ARENA_MAGIC_LEN);
+	h.version = ARENA_VERSION;
+	h.header_bytes = ARENA_HEADER_BYTES;
+	h.entry_bytes = ARENA_ENTRY_BYTES;
+	h.source_hash = p->source_hash;
+	h.source_kind = p->source_kind;
+	h.flags = p->flags;
+	h.layers = p->shape.layers;
+	h.experts = p->shape.experts;
+	h.top_k = p->shape.top_k;
+	h.d_model = p->shape.d_model;
+	h.d_ff = p->shape.d_ff;
+	h.gate_dtype = p->layer_dt[ARENA_DT_GATE];
+	h.up_dtype = p->layer_dt[ARENA_DT_UP];
+	h.down_dtype = p->layer_dt[ARENA_DT_DOWN];
+	h.router_dtype = p->layer_dt[ARENA_DT_ROUTER];
+	h.norm_dtype = p->layer_dt[ARENA_DT_NORM];
+	memcpy(h.source, p->source, ARENA_SOURCE_LEN);
+	h.source[ARENA_SOURCE_LEN - 1] = '\0';
+
+	struct arena_plan pc = *p; /* the shape as the file will say it */
+	pc.shape.gate_dtype = h.gate_dtype;
+	pc.shape.up_dtype = h.up_dtype;
+	pc.shape.down_dtype = h.down_dtype;
+	pc.shape.router_dtype = h.router_dtype;
+	pc.shape.norm_dtype = h.norm_dtype;
+
+	/* Fast path: already there, no lock needed. */
+	rc = check_existing(path, &pc, opts->force, &r.generation, &r.bytes, &old_gen,
+	    errbuf, errlen);
+	if (rc == 1) {
+		r.reused = 1;
+		rc = 0;
+		goto done;
+	}
+	if (rc)
+		goto done;
+
+	if ((rc = mkdir_p(dir, errbuf, errlen)))
+		goto done;
+	lockfd = open(lockpath, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	if (lockfd < 0) {
+		rc = arena_errf(errbuf, errlen, BATON_EIO, "%s: %s", lockpath, strerror(errno));
+		goto done;
+	}
+	while (flock(lockfd, LOCK_EX) != 0)
+		if (errno != EINTR) {
+			rc = arena_errf(errbuf, errlen, BATON_EIO, "flock %s: %s", lockpath,
+			    strerror(errno));
+			goto done;
+		}
+	remove_stale(dir, base);
+	/* Another creator may have finished while we waited. With force, a
+	 * creator that waited still rebuilds: it was asked to. */
+	rc = check_existing(path, &pc, opts->force, &r.generation, &r.bytes, &old_gen,
+	    errbuf, errlen);
+	if (rc == 1) {
+		r.reused = 1;
+		rc = 0;
+		goto done;
+	}
+	if (rc)
+		goto done;
+
+	have_tmp = 1;
+	if ((rc = write_tmp(tmp, &pc, &h, ents, old_gen, opts->threads, errbuf, errlen)))
+		goto done;
+	if (rename(tmp, path) != 0) {
+		rc = arena_errf(errbuf, errlen, BATON_EIO, "rename %s to %s: %s", tmp, path,
+		    strerror(errno));
+		goto done;
+	}
+	have_tmp = 0;
+	sync_dir(dir);
+	r.generation = h.generation;
+	r.bytes = h.file_bytes;
+done:
+	if (have_tmp)
+		unlink(tmp);
+	if (lockfd >= 0)
+		close(lockfd); /* releases the flock */
+	free(ents);
+	r.seconds = arena_now() - t0;
+	if (res)
+		*res = r;
+	return rc;
+}
+
+/* ---- the public creators --------------------------------------------------- */
+
+int arena_default_path(const char *name, char *buf, size_t len)
+{
+	if (!name || !*name || strchr(name, '/') || strcmp(name, ".") == 0 ||
+	    strcmp(name, "..") == 0)
+		return BATON_EINVAL;
+	int n = snprintf(buf, len, "/dev/shm/baton/%s.arena", name);
+	if (n < 0 || (size_t)n >= len)
+		return BATON_ETOOBIG;
+	return 0;
+}
+
+int arena_create(const char *path, const struct baton_arena_source *src,
+    const struct baton_create_opts *opts, struct baton_create_result *res,
+    char *errbuf, size_t errlen)
+{
+	struct arena_plan plan;
+	int rc;
+	if (res)
+		memset(res, 0, sizeof *res);
+	if (!src)
+		return arena_errf(errbuf, errlen, BATON_EINVAL, "no source");
+	memset(&plan, 0, sizeof plan);
+	switch (src->kind) {
+	case BATON_ARENA_SRC_SYNTHETIC:
+		if ((rc = arena_plan_synthetic(&src->synth, &plan, errbuf, errlen)))
+			return rc;
+		rc = arena_build(path, &plan, opts, res, errbuf, errlen);
+		arena_synthetic_free(&plan);
+		return rc;
+	case BATON_ARENA_SRC_GGUF:
+		if ((rc = arena_plan_gguf(src->file, &plan, errbuf, errlen)))
+			return rc;
+		rc = arena_build(path, &plan, opts, res, errbuf, errlen);
+		arena_gguf_plan_free(&plan);
+		return rc;
+	case BATON_ARENA_SRC_SAFETENSORS:
+		if ((rc = arena_plan_safetensors(src->file, src->top_k, &plan, errbuf, errlen)))
+			return rc;
+		rc = arena_build(path, &plan, opts, res, errbuf, errlen);
+		arena_st_plan_free(&plan);
+		return rc;
+	default:
+		return arena_errf(errbuf, errlen, BATON_EINVAL, "unknown source kind %d", src->kind);
+	}
+}
+
+int arena_create_synthetic(const char *path, const struct baton_synth_params *p,
+    int force, char *errbuf, size_t errlen)
+{
+	struct baton_arena_source src = { .kind = BATON_ARENA_SRC_SYNTHETIC };
+	struct baton_create_opts o = { .force = force };
+	if (!p)
+		return arena_errf(errbuf, errlen, BATON_EINVAL, "no parameters");
+	src.synth = *p;
+	return arena_create(path, &src, &o, NULL, errbuf, errlen);
+}
+
+int arena_create_gguf(const char *path, const char *gguf_file, int force,
+    char *errbuf, size_t errlen)
+{
+	struct baton_arena_source src = { .kind = BATON_ARENA_SRC_GGUF, .file = gguf_file };
+	struct baton_create_opts o = { .force = force };
+	return arena_create(path, &src, &o, NULL, errbuf, errlen);
+}
+
+int arena_create_safetensors(const char *path, const char *srcpath, uint32_t top_k,
+    int force, char *errbuf, size_t errlen)
+{
+	struct baton_arena_source src = {
+		.kind = BATON_ARENA_SRC_SAFETENSORS, .file = srcpath, .top_k = top_k,
+	};
+	struct baton_create_opts o = { .force = force };
+	return arena_create(path, &src, &o, NULL, errbuf, errlen);
+}

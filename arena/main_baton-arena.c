@@ -1,0 +1,438 @@
+/*
+ * baton-arena: make, inspect and check arena files.
+ *
+ *   baton-arena create --synthetic --layers N --experts N --top-k N
+ *                      --d-model N --d-ff N [--dtype f16] [--seed N] [opts] PATH
+ *   baton-arena create --gguf FILE [opts] PATH
+ *   baton-arena create --safetensors FILE|DIR [--top-k N] [opts] PATH
+ *   baton-arena info [--json [--entries]] PATH
+ *   baton-arena verify PATH
+ *
+ * Exit status: 0 success, 1 failure (bad file, checksum mismatch), 2 usage.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "arena/arena_int.h"
+
+static const char usage_text[] =
+    "usage: baton-arena create --synthetic --layers N --experts N --top-k N\n"
+    "                          --d-model N --d-ff N [--dtype f32|f16|bf16|q8_0]\n"
+    "                          [--seed N] [--force] [--threads N] PATH\n"
+    "       baton-arena create --gguf FILE [--force] [--threads N] PATH\n"
+    "       baton-arena create --safetensors FILE|DIR [--top-k N] [--force] PATH\n"
+    "       baton-arena info [--json [--entries]] PATH\n"
+    "       baton-arena verify PATH\n"
+    "\n"
+    "PATH is a file path, or a bare NAME (no '/', not ending in .arena) for\n"
+    "/dev/shm/baton/NAME.arena. create writes PATH.tmp.<pid>, seals it and\n"
+    "renames it into place under a lock on PATH.lock; a valid arena of the same\n"
+    "source already there is reused unless --force.\n"
+    "info prints the header and a per-layer table (--json: as JSON; --entries\n"
+    "adds every entry). verify recomputes every blob's checksum.\n"
+    "Exit status: 0 ok, 1 failure, 2 bad usage.\n";
+
+static int usage_error(const char *fmt, const char *arg)
+{
+	fprintf(stderr, "baton-arena: ");
+	fprintf(stderr, fmt, arg);
+	fprintf(stderr, "\n(baton-arena --help for usage)\n");
+	return 2;
+}
+
+static int parse_u64(const char *opt, const char *s, uint64_t max, uint64_t *out)
+{
+	char *end;
+	if (!s || !*s || *s == '-' || *s == '+' || *s == ' ') {
+		fprintf(stderr, "baton-arena: %s: \"%s\" is not a number\n", opt, s ? s : "");
+		return 2;
+	}
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 0);
+	if (*end || errno) {
+		fprintf(stderr, "baton-arena: %s: \"%s\" is not a number\n", opt, s);
+		return 2;
+	}
+	if (v > max) {
+		fprintf(stderr, "baton-arena: %s: %s is larger than %" PRIu64 "\n", opt, s, max);
+		return 2;
+	}
+	*out = v;
+	return 0;
+}
+
+static const char *resolve(const char *arg, char *buf, size_t len)
+{
+	size_t n = strlen(arg);
+	if (strchr(arg, '/') || (n > 6 && strcmp(arg + n - 6, ".arena") == 0))
+		return arg;
+	if (arena_default_path(arg, buf, len) != 0)
+		return arg;
+	return buf;
+}
+
+static void human_bytes(uint64_t b, char *buf, size_t len)
+{
+	if (b >= (1ull << 30))
+		snprintf(buf, len, "%.2f GiB", (double)b / (double)(1ull << 30));
+	else if (b >= (1ull << 20))
+		snprintf(buf, len, "%.2f MiB", (double)b / (double)(1ull << 20));
+	else if (b >= (1ull << 10))
+		snprintf(buf, len, "%.2f KiB", (double)b / 1024.0);
+	else
+		snprintf(buf, len, "%" PRIu64 " B", b);
+}
+
+static const char *dn(uint32_t dt)
+{
+	const char *n = baton_dtype_name((int)dt);
+	return n ? n : "?";
+}
+
+static int cmd_create(int argc, char **argv)
+{
+	enum { O_SYN = 256, O_GGUF, O_ST, O_LAYERS, O_EXPERTS, O_TOPK, O_DMODEL, O_DFF,
+		O_DTYPE, O_SEED, O_FORCE, O_THREADS, O_HELP };
+	static const struct option opts[] = {
+		{ "synthetic", no_argument, NULL, O_SYN },
+		{ "gguf", required_argument, NULL, O_GGUF },
+		{ "safetensors", required_argument, NULL, O_ST },
+		{ "layers", required_argument, NULL, O_LAYERS },
+		{ "experts", required_argument, NULL, O_EXPERTS },
+		{ "top-k", required_argument, NULL, O_TOPK },
+		{ "d-model", required_argument, NULL, O_DMODEL },
+		{ "d-ff", required_argument, NULL, O_DFF },
+		{ "dtype", required_argument, NULL, O_DTYPE },
+		{ "seed", required_argument, NULL, O_SEED },
+		{ "force", no_argument, NULL, O_FORCE },
+		{ "threads", required_argument, NULL, O_THREADS },
+		{ "help", no_argument, NULL, O_HELP },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct baton_arena_source src = { 0 };
+	struct baton_create_opts co = { 0 };
+	uint64_t v, layers = 0, experts = 0, top_k = 0, d_model = 0, d_ff = 0, seed = 0;
+	int have_topk = 0, nsrc = 0, dtype = BATON_DT_F16, c, rc;
+	int have[5] = { 0 };
+
+	optind = 1;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (c) {
+		case O_SYN: src.kind = BATON_ARENA_SRC_SYNTHETIC; nsrc++; break;
+		case O_GGUF: src.kind = BATON_ARENA_SRC_GGUF; src.file = optarg; nsrc++; break;
+		case O_ST: src.kind = BATON_ARENA_SRC_SAFETENSORS; src.file = optarg; nsrc++; break;
+		case O_LAYERS:
+			if ((rc = parse_u64("--layers", optarg, BATON_ARENA_MAX_LAYERS, &layers)))
+				return rc;
+			have[0] = 1;
+			break;
+		case O_EXPERTS:
+			if ((rc = parse_u64("--experts", optarg, BATON_ARENA_MAX_EXPERTS, &experts)))
+				return rc;
+			have[1] = 1;
+			break;
+		case O_TOPK:
+			if ((rc = parse_u64("--top-k", optarg, BATON_ARENA_MAX_EXPERTS, &top_k)))
+				return rc;
+			have_topk = 1;
+			break;
+		case O_DMODEL:
+			if ((rc = parse_u64("--d-model", optarg, ARENA_MAX_DIM - 1, &d_model)))
+				return rc;
+			have[2] = 1;
+			break;
+		case O_DFF:
+			if ((rc = parse_u64("--d-ff", optarg, ARENA_MAX_DIM - 1, &d_ff)))
+				return rc;
+			have[3] = 1;
+			break;
+		case O_DTYPE:
+			dtype = baton_dtype_parse(optarg);
+			if (dtype != BATON_DT_F32 && dtype != BATON_DT_F16 && dtype != BATON_DT_BF16 &&
+			    dtype != BATON_DT_Q8_0)
+				return usage_error("--dtype: \"%s\" is not one of f32, f16, bf16, q8_0", optarg);
+			break;
+		case O_SEED:
+			if ((rc = parse_u64("--seed", optarg, UINT64_MAX, &seed)))
+				return rc;
+			break;
+		case O_FORCE: co.force = 1; break;
+		case O_THREADS:
+			if ((rc = parse_u64("--threads", optarg, 256, &v)))
+				return rc;
+			co.threads = (unsigned)v;
+			break;
+		case O_HELP: fputs(usage_text, stdout); return 0;
+		default:
+			return usage_error("create: unknown or incomplete option \"%s\"", argv[optind - 1]);
+		}
+	}
+	if (nsrc != 1)
+		return usage_error("create: give exactly one of --synthetic, --gguf, --safetensors%s", "");
+	if (optind != argc - 1)
+		return usage_error("create: give one arena PATH (got %s)",
+		    optind >= argc ? "none" : "more than one");
+	char pbuf[4096];
+	const char *path = resolve(argv[optind], pbuf, sizeof pbuf);
+
+	if (src.kind == BATON_ARENA_SRC_SYNTHETIC) {
+		static const char *const names[] = { "--layers", "--experts", "--d-model", "--d-ff" };
+		for (int i = 0; i < 4; i++)
+			if (!have[i])
+				return usage_error("create --synthetic needs %s", names[i]);
+		if (!have_topk)
+			return usage_error("create --synthetic needs %s", "--top-k");
+		if (layers == 0 || experts == 0 || top_k == 0 || d_model == 0 || d_ff == 0)
+			return usage_error("create --synthetic: %s must be at least 1",
+			    "layers, experts, top-k, d-model and d-ff");
+		if (top_k > experts)
+			return usage_error("create --synthetic: --top-k is larger than --experts%s", "");
+		src.synth = (struct baton_synth_params){
+			.layers = (uint32_t)layers, .experts = (uint32_t)experts,
+			.top_k = (uint32_t)top_k, .d_model = (uint32_t)d_model,
+			.d_ff = (uint32_t)d_ff, .dtype = (uint32_t)dtype, .seed = seed,
+		};
+	} else {
+		if (have[0] || have[1] || have[2] || have[3])
+			return usage_error("create: --layers, --experts, --d-model, --d-ff are for "
+					   "--synthetic only%s", "");
+		if (have_topk && src.kind == BATON_ARENA_SRC_GGUF)
+			return usage_error("create --gguf: top-k comes from the file%s", "");
+		src.top_k = (uint32_t)top_k;
+	}
+
+	char err[1024] = "";
+	struct baton_create_result res;
+	rc = arena_create(path, &src, &co, &res, err, sizeof err);
+	if (rc) {
+		fprintf(stderr, "baton-arena: create %s: %s: %s\n", path, baton_errname(rc), err);
+		return 1;
+	}
+	char hb[32];
+	human_bytes(res.bytes, hb, sizeof hb);
+	if (res.reused)
+		printf("reused %s: %s, generation %" PRIu64 " (already there; --force rebuilds)\n",
+		    path, hb, res.generation);
+	else
+		printf("built %s: %s, generation %" PRIu64 ", %.3f s (%.2f GiB/s)\n", path, hb,
+		    res.generation, res.seconds,
+		    res.seconds > 0 ? (double)res.bytes / res.seconds / (double)(1ull << 30) : 0.0);
+	return 0;
+}
+
+static int open_or_fail(const char *path, struct baton_arena **a)
+{
+	char err[1024] = "";
+	int rc = arena_open(path, a, err, sizeof err);
+	if (rc) {
+		fprintf(stderr, "baton-arena: %s: %s\n", baton_errname(rc), err);
+		return 1;
+	}
+	return 0;
+}
+
+static json_t *tensor_json(const struct baton_arena_tensor *t, uint64_t blob_off)
+{
+	return json_pack("{s:s, s:I, s:I, s:I, s:I}", "dtype", dn(t->dtype),
+	    "rows", (json_int_t)t->rows, "cols", (json_int_t)t->cols,
+	    "offset", (json_int_t)(t->offset - blob_off), "bytes", (json_int_t)t->bytes);
+}
+
+static int info_json(const char *path, const struct baton_arena *a, int entries)
+{
+	const struct baton_arena_shape *s = arena_shape(a);
+	char gen[32];
+	snprintf(gen, sizeof gen, "%" PRIu64, arena_generation(a));
+	json_t *root = json_pack(
+	    "{s:s, s:i, s:s, s:s, s:I, s:I, s:i, s:i, s:i, s:i, s:i, s:{s:s, s:s, s:s, s:s, s:s}, s:I}",
+	    "path", path, "version", ARENA_VERSION, "generation", gen, "source", arena_source(a),
+	    "size", (json_int_t)arena_size(a), "slot_bytes", (json_int_t)arena_max_expert_bytes(a),
+	    "layers", (int)s->layers, "experts", (int)s->experts, "top_k", (int)s->top_k,
+	    "d_model", (int)s->d_model, "d_ff", (int)s->d_ff,
+	    "dtypes", "gate", dn(s->gate_dtype), "up", dn(s->up_dtype), "down", dn(s->down_dtype),
+	    "router", dn(s->router_dtype), "norm", dn(s->norm_dtype),
+	    "align", (json_int_t)BATON_ARENA_ALIGN);
+	if (!root)
+		return 1;
+	struct baton_arena_tensor t;
+	json_object_set_new(root, "has_router",
+	    json_boolean(arena_tensor(a, 0, BATON_ROLE_ROUTER, &t) == 0));
+	json_object_set_new(root, "has_norm",
+	    json_boolean(arena_tensor(a, 0, BATON_ROLE_NORM, &t) == 0));
+	json_t *layers = json_array();
+	for (uint32_t l = 0; l < s->layers; l++) {
+		uint32_t d[3];
+		arena_layer_dtypes(a, l, d);
+		json_array_append_new(layers, json_pack("{s:s, s:s, s:s}", "gate", dn(d[0]),
+		    "up", dn(d[1]), "down", dn(d[2])));
+	}
+	json_object_set_new(root, "layer_dtypes", layers);
+	if (entries) {
+		json_t *arr = json_array();
+		char ck[24];
+		for (uint32_t l = 0; l < s->layers; l++)
+			for (uint32_t x = 0; x < s->experts; x++) {
+				struct baton_arena_expert e;
+				struct baton_arena_tensor p[3];
+				arena_expert(a, l, x, &e);
+				arena_expert_parts(a, l, x, p);
+				snprintf(ck, sizeof ck, "%016" PRIx64, e.checksum);
+				json_array_append_new(arr, json_pack("{s:s, s:i, s:i, s:I, s:I, s:s, s:[o,o,o]}",
+				    "role", "expert", "layer", (int)l, "expert", (int)x,
+				    "offset", (json_int_t)e.offset, "bytes", (json_int_t)e.bytes, "checksum", ck,
+				    "parts", tensor_json(&p[0], e.offset), tensor_json(&p[1], e.offset),
+				    tensor_json(&p[2], e.offset)));
+			}
+		for (int r = BATON_ROLE_ROUTER; r <= BATON_ROLE_NORM; r++)
+			for (uint32_t l = 0; l < s->layers; l++) {
+				if (arena_tensor(a, l, (enum baton_role)r, &t) != 0)
+					continue;
+				snprintf(ck, sizeof ck, "%016" PRIx64, t.checksum);
+				json_array_append_new(arr, json_pack("{s:s, s:i, s:i, s:I, s:I, s:s, s:[o]}",
+				    "role", arena_role_name((uint32_t)r), "layer", (int)l, "expert", 0,
+				    "offset", (json_int_t)t.offset, "bytes", (json_int_t)t.bytes, "checksum", ck,
+				    "parts", tensor_json(&t, t.offset)));
+			}
+		json_object_set_new(root, "entries", arr);
+	}
+	int rc = json_dumpf(root, stdout, JSON_INDENT(1) | JSON_PRESERVE_ORDER) == 0 ? 0 : 1;
+	putchar('\n');
+	json_decref(root);
+	return rc;
+}
+
+static void info_human(const char *path, const struct baton_arena *a)
+{
+	const struct baton_arena_shape *s = arena_shape(a);
+	char hb[32], eb[32];
+	human_bytes(arena_size(a), hb, sizeof hb);
+	human_bytes(arena_max_expert_bytes(a), eb, sizeof eb);
+	struct baton_arena_tensor t;
+	int router = arena_tensor(a, 0, BATON_ROLE_ROUTER, &t) == 0;
+	int norm = arena_tensor(a, 0, BATON_ROLE_NORM, &t) == 0;
+	printf("arena      %s\n", path);
+	printf("format     version %u, sealed, generation %" PRIu64 "\n", ARENA_VERSION,
+	    arena_generation(a));
+	printf("source     %s\n", arena_source(a));
+	printf("size       %s (%" PRIu64 " bytes)\n", hb, arena_size(a));
+	printf("shape      %" PRIu32 " layers x %" PRIu32 " experts, top-k %" PRIu32
+	       ", d_model %" PRIu32 ", d_ff %" PRIu32 "\n",
+	    s->layers, s->experts, s->top_k, s->d_model, s->d_ff);
+	printf("dtypes     gate %s, up %s, down %s, router %s, norm %s\n", dn(s->gate_dtype),
+	    dn(s->up_dtype), dn(s->down_dtype), router ? dn(s->router_dtype) : "-",
+	    norm ? dn(s->norm_dtype) : "-");
+	printf("experts    %" PRIu64 " blobs, slot %s (each aligned to %u)\n",
+	    (uint64_t)s->layers * s->experts, eb, BATON_ARENA_ALIGN);
+	printf("\n%-6s %-8s %-8s %-8s %12s %14s %14s\n", "layer", "gate", "up", "down",
+	    "expert bytes", "first offset", "router bytes");
+	for (uint32_t l = 0; l < s->layers; l++) {
+		uint32_t d[3];
+		struct baton_arena_expert e;
+		arena_layer_dtypes(a, l, d);
+		arena_expert(a, l, 0, &e);
+		uint64_t rb = arena_tensor(a, l, BATON_ROLE_ROUTER, &t) == 0 ? t.bytes : 0;
+		printf("%-6" PRIu32 " %-8s %-8s %-8s %12" PRIu64 " %14" PRIu64 " %14" PRIu64 "\n", l,
+		    dn(d[0]), dn(d[1]), dn(d[2]), e.bytes, e.offset, rb);
+	}
+}
+
+static int cmd_info(int argc, char **argv)
+{
+	int json = 0, entries = 0;
+	const char *arg = NULL;
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--json") == 0)
+			json = 1;
+		else if (strcmp(argv[i], "--entries") == 0)
+			entries = 1;
+		else if (strcmp(argv[i], "--help") == 0) {
+			fputs(usage_text, stdout);
+			return 0;
+		} else if (argv[i][0] == '-' && argv[i][1])
+			return usage_error("info: unknown option \"%s\"", argv[i]);
+		else if (arg)
+			return usage_error("info: give one PATH (extra \"%s\")", argv[i]);
+		else
+			arg = argv[i];
+	}
+	if (!arg)
+		return usage_error("info: give an arena PATH%s", "");
+	if (entries && !json)
+		return usage_error("info: --entries goes with --json%s", "");
+	char pbuf[4096];
+	const char *path = resolve(arg, pbuf, sizeof pbuf);
+	struct baton_arena *a;
+	if (open_or_fail(path, &a))
+		return 1;
+	int rc = 0;
+	if (json)
+		rc = info_json(path, a, entries);
+	else
+		info_human(path, a);
+	arena_close(a);
+	return rc;
+}
+
+static int cmd_verify(int argc, char **argv)
+{
+	const char *arg = NULL;
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--help") == 0) {
+			fputs(usage_text, stdout);
+			return 0;
+		} else if (argv[i][0] == '-' && argv[i][1])
+			return usage_error("verify: unknown option \"%s\"", argv[i]);
+		else if (arg)
+			return usage_error("verify: give one PATH (extra \"%s\")", argv[i]);
+		else
+			arg = argv[i];
+	}
+	if (!arg)
+		return usage_error("verify: give an arena PATH%s", "");
+	char pbuf[4096];
+	const char *path = resolve(arg, pbuf, sizeof pbuf);
+	struct baton_arena *a;
+	if (open_or_fail(path, &a))
+		return 1;
+	char err[1024] = "";
+	uint64_t bad = 0;
+	double t0 = arena_now();
+	int rc = arena_verify(a, &bad, err, sizeof err);
+	double dt = arena_now() - t0;
+	uint64_t n = (uint64_t)arena_shape(a)->layers * arena_shape(a)->experts;
+	if (rc) {
+		fprintf(stderr, "baton-arena: verify %s: %s: %s; %" PRIu64 " bad entr%s\n", path,
+		    baton_errname(rc), err, bad, bad == 1 ? "y" : "ies");
+	} else {
+		char hb[32];
+		human_bytes(arena_size(a), hb, sizeof hb);
+		printf("ok %s: %" PRIu64 " experts and every dense tensor match their checksums "
+		       "(%s, %.3f s)\n", path, n, hb, dt);
+	}
+	arena_close(a);
+	return rc ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2)
+		return usage_error("no command (create, info, verify)%s", "");
+	const char *cmd = argv[1];
+	if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
+		fputs(usage_text, stdout);
+		return 0;
+	}
+	if (strcmp(cmd, "create") == 0)
+		return cmd_create(argc - 1, argv + 1);
+	if (strcmp(cmd, "info") == 0)
+		return cmd_info(argc - 1, argv + 1);
+	if (strcmp(cmd, "verify") == 0)
+		return cmd_verify(argc - 1, argv + 1);
+	return usage_error("unknown command \"%s\" (create, info, verify)", cmd);
+}

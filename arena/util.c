@@ -1,0 +1,103 @@
+/* util.c: the arena's small shared helpers: hashing, messages, threads. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* xxHash as inline code: no link-time dependency on libxxhash. */
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "arena/arena_int.h"
+
+uint64_t arena_hash(const void *p, size_t n)
+{
+	return (uint64_t)XXH3_64bits(p, n);
+}
+
+int arena_errf(char *errbuf, size_t errlen, int err, const char *fmt, ...)
+{
+	if (errbuf && errlen) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(errbuf, errlen, fmt, ap);
+		va_end(ap);
+	}
+	return err;
+}
+
+unsigned arena_threads(unsigned want, uint64_t work)
+{
+	if (want == 0) {
+		long n = sysconf(_SC_NPROCESSORS_ONLN);
+		want = n > 0 ? (unsigned)n : 1;
+	}
+	if (want > 256)
+		want = 256;
+	if (work < want)
+		want = work ? (unsigned)work : 1;
+	return want;
+}
+
+double arena_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+struct par {
+	int (*fn)(void *ctx, uint64_t i);
+	void *ctx;
+	uint64_t n;
+	atomic_uint_fast64_t next;
+	atomic_int stop;
+	pthread_mutex_t mu;
+	int err;
+	uint64_t err_item;
+};
+
+static void *par_worker(void *arg)
+{
+	struct par *p = arg;
+	while (!atomic_load_explicit(&p->stop, memory_order_relaxed)) {
+		uint64_t i = atomic_fetch_add(&p->next, 1);
+		if (i >= p->n)
+			break;
+		int rc = p->fn(p->ctx, i);
+		if (rc) {
+			pthread_mutex_lock(&p->mu);
+			if (!p->err || i < p->err_item) {
+				p->err = rc;
+				p->err_item = i;
+			}
+			pthread_mutex_unlock(&p->mu);
+			atomic_store(&p->stop, 1);
+		}
+	}
+	return NULL;
+}
+
+int arena_parallel(unsigned threads, uint64_t n, int (*fn)(void *ctx, uint64_t i), void *ctx)
+{
+	struct par p = { .fn = fn, .ctx = ctx, .n = n };
+	atomic_init(&p.next, 0);
+	atomic_init(&p.stop, 0);
+	pthread_mutex_init(&p.mu, NULL);
+	threads = arena_threads(threads, n);
+	pthread_t *tid = calloc(threads, sizeof *tid);
+	unsigned started = 0;
+	if (tid)
+		for (; started + 1 < threads; started++)
+			if (pthread_create(&tid[started], NULL, par_worker, &p) != 0)
+				break;
+	par_worker(&p); /* the caller works too */
+	for (unsigned i = 0; i < started; i++)
+		pthread_join(tid[i], NULL);
+	free(tid);
+	pthread_mutex_destroy(&p.mu);
+	return p.err;
+}
