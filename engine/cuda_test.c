@@ -250,14 +250,15 @@ static void t_vmm_oom(void)
 	if (freed)
 		fig("unmap_GiB_per_s", (double)freed / GiB / tu, "GiB/s");
 	T_ASSERT(mem_free(dev) >= f_full + freed - 16 * MiB);
+	/* A second context holder keeps the primary context alive, so what
+	 * close() forgets would still show as used. */
+	struct baton_dev *other = open_dev();
 	be->close(dev); /* unmaps and releases the rest, frees the reservation */
-
-	dev = open_dev();
-	const uint64_t f_end = mem_free(dev);
-	printf("  free after close and reopen: %+.1f MiB against the start\n",
+	const uint64_t f_end = mem_free(other);
+	printf("  free after close (context kept by another open): %+.1f MiB against the start\n",
 	    mib((int64_t)f_end - (int64_t)f0));
 	T_ASSERT(llabs((int64_t)f_end - (int64_t)f0) <= (int64_t)(64 * MiB));
-	be->close(dev);
+	be->close(other);
 }
 
 /* ---- host registration and copies ------------------------------------------ */
@@ -973,7 +974,8 @@ static void t_moe_perf(void)
 	be->close(dev);
 }
 
-T_MAIN(T_CASE(t_device), T_CASE_TIMEOUT(t_vmm_map_unmap, 60), T_CASE_TIMEOUT(t_vmm_oom, 120),
+T_MAIN(T_CASE(t_device), T_CASE_TIMEOUT(t_vmm_map_unmap, 60),
     T_CASE_TIMEOUT(t_host_register_copy, 90), T_CASE_TIMEOUT(t_moe_f32, 60),
     T_CASE_TIMEOUT(t_moe_f16, 60), T_CASE_TIMEOUT(t_moe_bf16, 60),
-    T_CASE_TIMEOUT(t_moe_q8_0, 60), T_CASE_TIMEOUT(t_moe_perf, 120))
+    T_CASE_TIMEOUT(t_moe_q8_0, 60), T_CASE_TIMEOUT(t_moe_perf, 120),
+    T_CASE_TIMEOUT(t_vmm_oom, 90))
