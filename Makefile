@@ -63,7 +63,7 @@ TEST_SRCS := $(foreach c,$(COMPONENTS) tests,$(filter %_test.c,$(call srcs_of,$(
 FUZZ_SRCS := $(foreach c,$(COMPONENTS),$(filter %_fuzz.c,$(call srcs_of,$(c))))
 CU_SRCS   := $(if $(filter 1,$(CUDA)),$(foreach c,$(COMPONENTS),$(wildcard $(c)/*.cu)))
 
-obj  = $(BUILD)/obj/$(1:.c=.o)
+obj  = $(addprefix $(BUILD)/obj/,$(1:.c=.o))
 LIBS := $(foreach c,$(LINK_ORDER),$(if $(call lib_srcs,$(c)),$(BUILD)/lib/libbaton_$(c).a))
 PROGS := $(foreach m,$(MAIN_SRCS),$(BUILD)/bin/$(patsubst main_%.c,%,$(notdir $(m))))
 TESTS := $(foreach t,$(TEST_SRCS),$(BUILD)/test/$(subst /,_,$(patsubst %_test.c,%,$(t))))
