@@ -41,7 +41,7 @@ ifeq ($(CUDA),1)
 CPPFLAGS_ALL += -DBATON_HAVE_CUDA=1 -isystem $(CUDA_HOME)/include
 endif
 
-EXT_LIBS := -lnng -lmsgpackc -ljansson -linih
+EXT_LIBS := -lnng -lmsgpackc -ljansson -linih -lxxhash
 ifeq ($(STATIC),1)
 # For machines where nothing can be installed (the GPU device): the
 # field's libraries go inside the binary; libc, libdl and libsystemd stay dynamic.
