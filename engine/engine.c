@@ -295,8 +295,6 @@ int engine_gen(struct baton_engine *e, uint32_t steps, uint32_t batch, uint64_t 
 	int rc;
 	if (steps == 0 || steps > BATON_GEN_MAX_STEPS || batch == 0 || batch > BATON_GEN_MAX_BATCH)
 		return BATON_ERANGE;
-	if (!e->computable)
-		return BATON_EUNSUPPORTED;
 	const struct baton_arena_shape *s = arena_shape(e->arena);
 	size_t n = (size_t)batch * s->d_model;
 	if (input) {
@@ -309,6 +307,8 @@ int engine_gen(struct baton_engine *e, uint32_t steps, uint32_t batch, uint64_t 
 	for (size_t i = 0; i < n; i++)
 		if (!isfinite(e->host_x[i]))
 			return BATON_ERANGE;
+	if (!e->computable)
+		return BATON_EUNSUPPORTED;
 	struct baton_copy c = { .dst = e->x, .src = e->host_x, .bytes = n * sizeof(float) };
 	if ((rc = e->be->copy_h2d(e->dev, &c, 1)) != 0 || (rc = e->be->sync(e->dev)) != 0)
 		return rc;
