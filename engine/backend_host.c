@@ -13,6 +13,7 @@
  *   copies     memcpy; copy_h2d is complete on return, sync is a no-op
  *   pinning    host_register/host_unregister succeed and do nothing: host
  *              memory needs no pinning to be copied from
+ *   MoE        the CPU reference (engine/moe_host.c, engine/dtype.c)
  *
  * Granularity is 2 MiB (as CUDA VMM's usual one), or the page size where
  * that is larger. Every device mapping is MADV_DONTFORK, so a forked child
@@ -32,6 +33,7 @@
 #include <unistd.h>
 
 #include "engine/backend.h"
+#include "engine/engine_int.h"
 #include "engine/hostdev.h"
 
 #define HOST_GRANULARITY (2u << 20)
@@ -453,9 +455,8 @@ const struct baton_backend baton_backend_host = {
 	.copy_h2d = host_copy_h2d,
 	.copy_d2h = host_copy_d2h,
 	.sync = host_sync,
-	/* TODO: host_moe_route, host_moe_experts and host_can_compute from
-	 * engine/engine_int.h once the host MoE compute lands. */
-	.moe_route = NULL,
-	.moe_experts = NULL,
-	.can_compute = NULL,
+	/* The CPU reference math: engine/moe_host.c and engine/dtype.c. */
+	.moe_route = host_moe_route,
+	.moe_experts = host_moe_experts,
+	.can_compute = host_can_compute,
 };

@@ -135,7 +135,9 @@ static void t_find(void)
 	/* The table is complete where it must be. */
 	T_ASSERT(H->open && H->close && H->mem_info && H->uuid && H->granularity &&
 	    H->reserve && H->unreserve && H->map && H->unmap && H->alloc && H->free &&
-	    H->copy_h2d && H->copy_d2h && H->sync);
+	    H->copy_h2d && H->copy_d2h && H->sync && H->moe_route && H->moe_experts &&
+	    H->can_compute);
+	T_ASSERT(H->can_compute(0) && !H->can_compute(39)); /* f32 yes, not a type no */
 }
 
 static void t_open_info(void)
