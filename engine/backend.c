@@ -6,6 +6,9 @@
 #include <string.h>
 
 #include "engine/backend.h"
+#ifdef BATON_HAVE_CUDA
+#include "engine/backend_cuda.h"
+#endif
 
 static void be_err(char *buf, size_t len, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -25,18 +28,12 @@ static void be_err(char *buf, size_t len, const char *fmt, ...)
 static int find_cuda(const struct baton_backend **out, char *errbuf, size_t errlen)
 {
 #ifdef BATON_HAVE_CUDA
-	/* CUDA-BACKEND-HOOK: when engine/backend_cuda.c lands, declare
-	 *   extern const struct baton_backend baton_backend_cuda;
-	 *   int cuda_backend_probe(char *errbuf, size_t len);
-	 * and here:
-	 *   int rc = cuda_backend_probe(errbuf, errlen);
-	 *   if (rc) return rc;
-	 *   *out = &baton_backend_cuda;
-	 *   return 0;
-	 */
-	(void)out;
-	be_err(errbuf, errlen, "the CUDA backend is not written yet");
-	return BATON_ENODEV;
+	/* Loads libcuda.so.1 and looks for a device; says why not. */
+	int rc = cuda_backend_probe(errbuf, errlen);
+	if (rc)
+		return rc;
+	*out = &baton_backend_cuda;
+	return 0;
 #else
 	(void)out;
 	be_err(errbuf, errlen, "this build has no CUDA backend (built with CUDA=0)");
