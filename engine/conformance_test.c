@@ -35,7 +35,10 @@
 
 static const char *const BACKENDS[] = { "host", "cuda" };
 
-/* The backend of the case running now (set before its process forks). */
+/* The backend of the case running now: its name is set before the case's
+ * process forks, the table is found inside it (a GPU driver must not be
+ * initialised in a parent that forks children which use it). */
+static const char *g_be_name;
 static const struct baton_backend *g_be;
 
 /* ---- fixture ------------------------------------------------------------ */
@@ -84,6 +87,9 @@ static uint64_t dev_free(struct fx *f)
 static void fx_open(struct fx *f, uint32_t n, uint64_t ceiling, int verify)
 {
 	int index = 0;
+	char err[256] = "";
+	T_ASSERT_MSG(backend_find(g_be_name, &g_be, err, sizeof err) == 0, "%s: %s",
+	    g_be_name, err);
 	if (strcmp(g_be->name, "host") == 0) {
 		snprintf(g_dir, sizeof g_dir, "/tmp/baton-conf-XXXXXX");
 		T_ASSERT(mkdtemp(g_dir));
@@ -94,7 +100,6 @@ static void fx_open(struct fx *f, uint32_t n, uint64_t ceiling, int verify)
 		index = atoi(getenv("BATON_CONFORMANCE_DEVICE"));
 	}
 	unsetenv("BATON_VERIFY_REFILL");
-	char err[256] = "";
 	int rc = g_be->open(index, HOST_CAPACITY, &f->dev, err, sizeof err);
 	T_ASSERT_MSG(rc == 0, "open %s %d: %s", g_be->name, index, err);
 	f->n = n;
@@ -369,18 +374,46 @@ static const struct conf_case CASES[] = {
 #define N_BACKENDS (sizeof BACKENDS / sizeof BACKENDS[0])
 #define N_CASES (sizeof CASES / sizeof CASES[0])
 
+/* backend_find() in a child process: 0 when the backend can be used. */
+static int probe(const char *name, char *err, size_t len)
+{
+	int p[2];
+	if (pipe(p) < 0)
+		return -1;
+	fflush(NULL);
+	pid_t pid = fork();
+	if (pid == 0) {
+		const struct baton_backend *be;
+		char msg[256] = "";
+		int rc = backend_find(name, &be, msg, sizeof msg);
+		if (write(p[1], &rc, sizeof rc) != sizeof rc || write(p[1], msg, sizeof msg) < 0)
+			_exit(1);
+		_exit(0);
+	}
+	close(p[1]);
+	int rc = -1;
+	char msg[256] = "(probe died)";
+	if (pid < 0 || read(p[0], &rc, sizeof rc) != sizeof rc || read(p[0], msg, sizeof msg) < 0)
+		rc = -1;
+	close(p[0]);
+	if (pid > 0)
+		waitpid(pid, NULL, 0);
+	msg[sizeof msg - 1] = '\0';
+	snprintf(err, len, "%s", msg);
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
 	int failed = 0, passed = 0;
 	for (size_t b = 0; b < N_BACKENDS; b++) {
 		char err[256] = "";
-		const struct baton_backend *be = NULL;
-		if (backend_find(BACKENDS[b], &be, err, sizeof err) != 0) {
+		if (probe(BACKENDS[b], err, sizeof err) != 0) {
 			if (argc < 2)
 				printf("skip %s: %s\n", BACKENDS[b], err);
 			continue;
 		}
-		g_be = be;
+		g_be_name = BACKENDS[b];
 		for (size_t i = 0; i < N_CASES; i++) {
 			char name[128];
 			snprintf(name, sizeof name, "%s/%s", BACKENDS[b], CASES[i].name);
