@@ -22,6 +22,11 @@
  *
  * Addresses handed to map/unmap/copy are checked against the context's own
  * reservations and mappings, so a bad address is BATON_EINVAL, not a crash.
+ * One copy must lie inside one segment or one alloc (the cache never copies
+ * across a segment's end); a batch with a bad copy copies nothing.
+ *
+ * The device's capacity, its sharing between processes, and what happens
+ * when an owner dies: see hostdev.h.
  */
 #include <errno.h>
 #include <fcntl.h>
