@@ -8,8 +8,16 @@
  * for subnormals), not a 256 KiB table: it is exact, branch-free, costs no
  * cache, and vectorizes, so the scalar and SIMD paths agree by construction.
  */
+#include <stdatomic.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "arena/arena.h"
 #include "engine/engine_int.h"
@@ -146,40 +154,65 @@ static int check_row(int dtype, const void *row, uint32_t cols)
  * start is a multiple of CHUNK (so of 32). The bulk runs in blocks of 16
  * with a fixed inner trip count, which gcc -O2 vectorizes. */
 
-/* f16_widen on four values at once, with masks instead of branches (gcc
- * would otherwise keep the subnormal subtraction behind a branch). Same
- * operations, same bits. */
-typedef uint16_t v4h __attribute__((vector_size(8)));
-typedef uint32_t v4u __attribute__((vector_size(16)));
-typedef int32_t v4i __attribute__((vector_size(16)));
-typedef float v4f __attribute__((vector_size(16)));
-
-static inline v4f f16_widen4(v4h h16)
+#if defined(__SSE2__)
+/* Eight f16 (h) to two vectors of four f32, exactly as f16_widen. With
+ * w = h << 16 (an unpack with zero), a normal number is
+ * ((w >>arith 3) & 0x8fffffff) + (112 << 23): the shift puts sign, exponent
+ * and mantissa in place, the mask clears the copies of the sign, the add
+ * rebiases. A block with a zero, subnormal, infinity or NaN (exponent 0 or
+ * 31, rare in weights) takes the full path of f16_widen, lane by lane. */
+static inline __m128 f16x4_normal(__m128i w)
 {
-	v4u h = __builtin_convertvector(h16, v4u);
-	v4u sign = (h & 0x8000u) << 16;
-	v4u em = h & 0x7fffu;
-	v4u normal = (em << 13) + 0x38000000u;
-	v4u sub = (v4u)((v4f)(em | 0x3f000000u) - 0.5f);
-	v4u special = (em << 13) | 0x7f800000u;
-	v4u is_sub = (v4u)((v4i)em < 0x0400);    /* em < 2^15: signed compare is fine */
-	v4u is_special = (v4u)((v4i)em > 0x7bff);
-	v4u r = (sub & is_sub) | (normal & ~is_sub);
-	r = (special & is_special) | (r & ~is_special);
-	return (v4f)(r | sign);
+	__m128i r = _mm_and_si128(_mm_srai_epi32(w, 3), _mm_set1_epi32((int)0x8fffffff));
+	return _mm_castsi128_ps(_mm_add_epi32(r, _mm_set1_epi32(0x38000000)));
 }
+
+static inline __m128 f16x4_any(__m128i w)
+{
+	__m128i sign = _mm_and_si128(w, _mm_set1_epi32((int)0x80000000));
+	__m128i em13 = _mm_srli_epi32(_mm_slli_epi32(w, 1), 4); /* em << 13 */
+	__m128i normal = _mm_castps_si128(f16x4_normal(w));
+	__m128i sub = _mm_castps_si128(_mm_sub_ps(
+	    _mm_castsi128_ps(_mm_or_si128(_mm_srli_epi32(em13, 13), _mm_set1_epi32(0x3f000000))),
+	    _mm_set1_ps(0.5f)));
+	__m128i is_sub = _mm_cmplt_epi32(em13, _mm_set1_epi32(0x00800000));
+	__m128i is_special = _mm_cmpgt_epi32(em13, _mm_set1_epi32(0x0f7fffff));
+	__m128i r = _mm_or_si128(_mm_and_si128(is_sub, _mm_or_si128(sub, sign)),
+	    _mm_andnot_si128(is_sub, normal));
+	r = _mm_or_si128(r, _mm_and_si128(is_special, _mm_set1_epi32(0x7f800000)));
+	return _mm_castsi128_ps(r);
+}
+
+static inline void f16x8_widen(__m128i h, __m128 *lo, __m128 *hi)
+{
+	const __m128i zero = _mm_setzero_si128();
+	const __m128i expo = _mm_set1_epi16(0x7c00);
+	__m128i e = _mm_and_si128(h, expo);
+	__m128i odd = _mm_or_si128(_mm_cmpeq_epi16(e, zero), _mm_cmpeq_epi16(e, expo));
+	__m128i wl = _mm_unpacklo_epi16(zero, h), wh = _mm_unpackhi_epi16(zero, h);
+
+	if (_mm_movemask_epi8(odd) == 0) {
+		*lo = f16x4_normal(wl);
+		*hi = f16x4_normal(wh);
+	} else {
+		*lo = f16x4_any(wl);
+		*hi = f16x4_any(wh);
+	}
+}
+#endif
 
 static void decode_f16(const uint8_t *src, float *restrict dst, uint32_t n)
 {
-	uint32_t i = 0, n4 = n & ~3u;
+	uint32_t i = 0;
 
-	for (; i < n4; i += 4) {
-		v4h h;
-		v4f f;
-		memcpy(&h, src + (size_t)i * 2, sizeof h);
-		f = f16_widen4(h);
-		memcpy(dst + i, &f, sizeof f);
+#if defined(__SSE2__)
+	for (; i + 8 <= n; i += 8) {
+		__m128 lo, hi;
+		f16x8_widen(_mm_loadu_si128((const __m128i *)(const void *)(src + (size_t)i * 2)), &lo, &hi);
+		_mm_storeu_ps(dst + i, lo);
+		_mm_storeu_ps(dst + i + 4, hi);
 	}
+#endif
 	for (; i < n; i++) {
 		uint16_t h;
 		memcpy(&h, src + (size_t)i * 2, sizeof h);
@@ -262,6 +295,8 @@ int baton_dequant_row(int dtype, const void *row, float *out, uint32_t cols)
  * with gcc's vector extension (also clang's) so that the 16 lanes surely
  * live in four SSE registers: lane l of a<j> is lane 4j+l of the contract,
  * so this is exactly the scalar definition. */
+typedef float v4f __attribute__((vector_size(16)));
+
 static inline v4f v4f_load(const float *p)
 {
 	v4f v;
@@ -298,6 +333,221 @@ static inline float lane_sum(const float *acc)
 	return (c[0] + c[2]) + (c[1] + c[3]);
 }
 
+#if defined(__SSE2__)
+/* One vector, 16-bit weights: decode and multiply in registers, no
+ * buffer. The same lanes and the same tail as dot_core. */
+static float dot1_f16(const uint8_t *row, const float *x, uint32_t n)
+{
+	__m128 a0 = _mm_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+	uint32_t i = 0, n16 = n & ~(LANES - 1);
+	float acc[LANES];
+
+	for (; i < n16; i += LANES) {
+		const __m128i *p = (const __m128i *)(const void *)(row + (size_t)i * 2);
+		__m128 w0, w1, w2, w3;
+		f16x8_widen(_mm_loadu_si128(p), &w0, &w1);
+		f16x8_widen(_mm_loadu_si128(p + 1), &w2, &w3);
+		a0 = _mm_add_ps(a0, _mm_mul_ps(w0, _mm_loadu_ps(x + i)));
+		a1 = _mm_add_ps(a1, _mm_mul_ps(w1, _mm_loadu_ps(x + i + 4)));
+		a2 = _mm_add_ps(a2, _mm_mul_ps(w2, _mm_loadu_ps(x + i + 8)));
+		a3 = _mm_add_ps(a3, _mm_mul_ps(w3, _mm_loadu_ps(x + i + 12)));
+	}
+	_mm_storeu_ps(acc, a0);
+	_mm_storeu_ps(acc + 4, a1);
+	_mm_storeu_ps(acc + 8, a2);
+	_mm_storeu_ps(acc + 12, a3);
+	float sum = lane_sum(acc);
+	for (; i < n; i++) {
+		uint16_t h;
+		memcpy(&h, row + (size_t)i * 2, sizeof h);
+		sum += f16_widen(h) * x[i];
+	}
+	return sum;
+}
+
+static float dot1_bf16(const uint8_t *row, const float *x, uint32_t n)
+{
+	const __m128i zero = _mm_setzero_si128();
+	__m128 a0 = _mm_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+	uint32_t i = 0, n16 = n & ~(LANES - 1);
+	float acc[LANES];
+
+	for (; i < n16; i += LANES) {
+		const __m128i *p = (const __m128i *)(const void *)(row + (size_t)i * 2);
+		__m128i h0 = _mm_loadu_si128(p), h1 = _mm_loadu_si128(p + 1);
+		__m128 w0 = _mm_castsi128_ps(_mm_unpacklo_epi16(zero, h0));
+		__m128 w1 = _mm_castsi128_ps(_mm_unpackhi_epi16(zero, h0));
+		__m128 w2 = _mm_castsi128_ps(_mm_unpacklo_epi16(zero, h1));
+		__m128 w3 = _mm_castsi128_ps(_mm_unpackhi_epi16(zero, h1));
+		a0 = _mm_add_ps(a0, _mm_mul_ps(w0, _mm_loadu_ps(x + i)));
+		a1 = _mm_add_ps(a1, _mm_mul_ps(w1, _mm_loadu_ps(x + i + 4)));
+		a2 = _mm_add_ps(a2, _mm_mul_ps(w2, _mm_loadu_ps(x + i + 8)));
+		a3 = _mm_add_ps(a3, _mm_mul_ps(w3, _mm_loadu_ps(x + i + 12)));
+	}
+	_mm_storeu_ps(acc, a0);
+	_mm_storeu_ps(acc + 4, a1);
+	_mm_storeu_ps(acc + 8, a2);
+	_mm_storeu_ps(acc + 12, a3);
+	float sum = lane_sum(acc);
+	for (; i < n; i++) {
+		uint16_t h;
+		memcpy(&h, row + (size_t)i * 2, sizeof h);
+		sum += u2f((uint32_t)h << 16) * x[i];
+	}
+	return sum;
+}
+#endif
+
+/* Element i of a row, decoded alone (the tails). */
+static inline float w_at(int dtype, const uint8_t *row, uint32_t i)
+{
+	uint16_t h;
+
+	switch (dtype) {
+	case BATON_DT_F32: {
+		float f;
+		memcpy(&f, row + (size_t)i * 4, sizeof f);
+		return f;
+	}
+	case BATON_DT_F16:
+		memcpy(&h, row + (size_t)i * 2, sizeof h);
+		return f16_widen(h);
+	case BATON_DT_BF16:
+		memcpy(&h, row + (size_t)i * 2, sizeof h);
+		return u2f((uint32_t)h << 16);
+	default: {
+		const uint8_t *blk = row + (size_t)(i / Q8_0_BLOCK) * Q8_0_BYTES;
+		memcpy(&h, blk, sizeof h);
+		return f16_widen(h) * (float)(int8_t)blk[2 + i % Q8_0_BLOCK];
+	}
+	}
+}
+
+/* ---- AVX2 + F16C, chosen at run time --------------------------------------
+ * The same 16 lanes as two 8-wide registers (lanes 0-7, 8-15), the same
+ * multiplies and adds in the same order, no FMA (the target does not
+ * include it), and F16C's conversion is exact: the results are bitwise
+ * those of the baseline kernels. The row is decoded in registers and
+ * applied to up to two vectors at a time. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define HAVE_AVX2_KERNELS 1
+#define TARGET_AVX2 __attribute__((target("avx2,f16c")))
+#define ALWAYS_INLINE __attribute__((always_inline)) inline
+
+/* Eight f32, f16 or bf16 weights from element i (a multiple of 8). */
+TARGET_AVX2 static ALWAYS_INLINE __m256 avx2_w8(int dtype, const uint8_t *row, uint32_t i)
+{
+	switch (dtype) {
+	case BATON_DT_F16:
+		return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(row + (size_t)i * 2)));
+	case BATON_DT_BF16:
+		return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(
+		    _mm_loadu_si128((const __m128i *)(const void *)(row + (size_t)i * 2))), 16));
+	default: /* f32 */
+		return _mm256_castsi256_ps(_mm256_loadu_si256((const __m256i *)(const void *)(row + (size_t)i * 4)));
+	}
+}
+
+/* out[v] = dot(row, xs[v]) for nv = 1 or 2 (a constant after inlining). */
+TARGET_AVX2 static ALWAYS_INLINE void avx2_dot(int dtype, const uint8_t *row, uint32_t n,
+    const float *const *xs, uint32_t nv, float *out)
+{
+	__m256 a0 = _mm256_setzero_ps(), a1 = a0, b0 = a0, b1 = a0;
+	const float *x0 = xs[0], *x1 = xs[nv - 1];
+	uint32_t n16 = n & ~(LANES - 1);
+	float acc[LANES];
+
+#define AVX2_STEP(i, w0, w1)                                                   \
+	do {                                                                   \
+		a0 = _mm256_add_ps(a0, _mm256_mul_ps(w0, _mm256_loadu_ps(x0 + (i)))); \
+		a1 = _mm256_add_ps(a1, _mm256_mul_ps(w1, _mm256_loadu_ps(x0 + (i) + 8))); \
+		if (nv == 2) {                                                 \
+			b0 = _mm256_add_ps(b0, _mm256_mul_ps(w0, _mm256_loadu_ps(x1 + (i)))); \
+			b1 = _mm256_add_ps(b1, _mm256_mul_ps(w1, _mm256_loadu_ps(x1 + (i) + 8))); \
+		}                                                              \
+	} while (0)
+	if (dtype == BATON_DT_Q8_0) {
+		/* n is whole blocks: one scale, then 32 weights in four registers. */
+		for (uint32_t i = 0; i < n; i += Q8_0_BLOCK) {
+			const uint8_t *blk = row + (size_t)(i / Q8_0_BLOCK) * Q8_0_BYTES;
+			uint16_t h;
+			memcpy(&h, blk, sizeof h);
+			__m256 d = _mm256_set1_ps(f16_widen(h));
+			__m256 w[4];
+			for (int k = 0; k < 4; k++) {
+				__m128i q = _mm_loadl_epi64((const __m128i *)(const void *)(blk + 2 + 8 * k));
+				w[k] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)));
+			}
+			AVX2_STEP(i, w[0], w[1]);
+			AVX2_STEP(i + 16, w[2], w[3]);
+		}
+	} else {
+		for (uint32_t i = 0; i < n16; i += LANES) {
+			__m256 w0 = avx2_w8(dtype, row, i), w1 = avx2_w8(dtype, row, i + 8);
+			AVX2_STEP(i, w0, w1);
+		}
+	}
+#undef AVX2_STEP
+	for (uint32_t v = 0; v < nv; v++) {
+		const float *x = v ? x1 : x0;
+		_mm256_storeu_ps(acc, v ? b0 : a0);
+		_mm256_storeu_ps(acc + 8, v ? b1 : a1);
+		float sum = lane_sum(acc);
+		for (uint32_t i = n16; i < n; i++)
+			sum += w_at(dtype, row, i) * x[i];
+		out[v] = sum;
+	}
+}
+
+#define AVX2_DOT_FOR(dt, name)                                                 \
+	TARGET_AVX2 static void name(const uint8_t *row, uint32_t n,           \
+	    const float *const *xs, uint32_t nx, float *out)                   \
+	{                                                                      \
+		uint32_t v = 0;                                                \
+		for (; v + 2 <= nx; v += 2)                                    \
+			avx2_dot(dt, row, n, xs + v, 2, out + v);              \
+		if (v < nx)                                                    \
+			avx2_dot(dt, row, n, xs + v, 1, out + v);              \
+	}
+AVX2_DOT_FOR(BATON_DT_F32, avx2_dot_f32)
+AVX2_DOT_FOR(BATON_DT_F16, avx2_dot_f16)
+AVX2_DOT_FOR(BATON_DT_BF16, avx2_dot_bf16)
+AVX2_DOT_FOR(BATON_DT_Q8_0, avx2_dot_q8_0)
+#undef AVX2_DOT_FOR
+
+/* -1: not decided yet; then 0 or 1. */
+static atomic_int g_avx2 = -1;
+
+static int cpu_has_avx2(void)
+{
+	__builtin_cpu_init();
+	return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+}
+
+static int use_avx2(void)
+{
+	int on = atomic_load_explicit(&g_avx2, memory_order_relaxed);
+	if (on < 0) {
+		const char *env = getenv("BATON_HOST_AVX2");
+		on = cpu_has_avx2() && !(env && strcmp(env, "0") == 0);
+		atomic_store_explicit(&g_avx2, on, memory_order_relaxed);
+	}
+	return on;
+}
+#endif
+
+int baton_kernels_avx2(int on)
+{
+#if defined(HAVE_AVX2_KERNELS)
+	if (on >= 0)
+		atomic_store_explicit(&g_avx2, on && cpu_has_avx2(), memory_order_relaxed);
+	return use_avx2();
+#else
+	(void)on;
+	return 0;
+#endif
+}
+
 /* nx <= NX_MAX; arguments checked by the caller. */
 static void dot_core(int dtype, const uint8_t *row, uint32_t cols,
     const float *const *xs, uint32_t nx, float *out)
@@ -307,6 +557,26 @@ static void dot_core(int dtype, const uint8_t *row, uint32_t cols,
 	const float *w = NULL;
 	uint32_t start = 0, n = 0;
 
+#if defined(HAVE_AVX2_KERNELS)
+	if (use_avx2()) {
+		switch (dtype) {
+		case BATON_DT_F32: avx2_dot_f32(row, cols, xs, nx, out); return;
+		case BATON_DT_F16: avx2_dot_f16(row, cols, xs, nx, out); return;
+		case BATON_DT_BF16: avx2_dot_bf16(row, cols, xs, nx, out); return;
+		default: avx2_dot_q8_0(row, cols, xs, nx, out); return;
+		}
+	}
+#endif
+#if defined(__SSE2__)
+	if (nx == 1 && dtype == BATON_DT_F16) {
+		out[0] = dot1_f16(row, xs[0], cols);
+		return;
+	}
+	if (nx == 1 && dtype == BATON_DT_BF16) {
+		out[0] = dot1_bf16(row, xs[0], cols);
+		return;
+	}
+#endif
 	memset(acc, 0, sizeof acc);
 	for (uint32_t s = 0; s < cols; s += CHUNK) {
 		start = s;

@@ -63,6 +63,14 @@ int baton_dot_row(int dtype, const void *row, const float *x, uint32_t cols, flo
 int baton_dot_rows(int dtype, const void *row, uint32_t cols,
     const float *const *xs, uint32_t nx, float *out);
 
+/* The dot kernels in use: AVX2 + F16C where the CPU has them (checked at
+ * run time; the environment's BATON_HOST_AVX2=0 turns them off), else the
+ * baseline (SSE2 on x86-64). Both give bitwise the same results; this is
+ * for tests and benchmarks. on: 1 to use AVX2 if present, 0 not to, -1 to
+ * ask. Returns 1 when the AVX2 kernels are now in use. Not to be called
+ * while another thread computes. */
+int baton_kernels_avx2(int on);
+
 /* ---- moe_host.c --------------------------------------------------------- */
 
 /* The host backend's moe_route, moe_experts and can_compute (see

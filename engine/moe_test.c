@@ -215,6 +215,38 @@ static void t_f16_exhaustive(void)
 	}
 	free(all);
 	free(dec);
+
+	/* Every finite f16 (zeros, subnormals, the largest) in a shuffled row:
+	 * the dot takes the rare paths of the decoders and still keeps the
+	 * contract's bits, with either kernel set. */
+	uint32_t n = 0;
+	uint16_t *row = malloc(65536 * 2);
+	float *w = malloc(65536 * sizeof(float)), *x = malloc(65536 * sizeof(float));
+	for (uint32_t h = 0; h < 65536; h++)
+		if ((h & 0x7c00) != 0x7c00)
+			row[n++] = (uint16_t)h;
+	for (uint32_t i = n - 1; i > 0; i--) {
+		uint32_t j = (uint32_t)(rnd() % (i + 1));
+		uint16_t t = row[i];
+		row[i] = row[j], row[j] = t;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		w[i] = baton_f16_to_f32(row[i]);
+		x[i] = uniform(1.0);
+	}
+	for (int k = 0; k < 2; k++) {
+		if (baton_kernels_avx2(k) != k)
+			break;
+		for (uint32_t len = n - 40; len <= n; len += 13) {
+			float got, want = canon_dot(w, x, len);
+			T_OK(baton_dot_row(BATON_DT_F16, row, x, len, &got));
+			T_ASSERT_MSG(fbits(got) == fbits(want), "avx2 %d, %u all-f16 row: %a, want %a",
+			    k, len, got, want);
+		}
+	}
+	free(row);
+	free(w);
+	free(x);
 }
 
 static void t_bf16_exhaustive(void)
@@ -382,8 +414,15 @@ static void t_dequant_and_dot(void)
 	const uint32_t cols_q8[] = { 32, 96, 224, 256, 288, 1024, 2816 };
 	enum { NX = 11 };
 
-	for (size_t d = 0; d < 4; d++) {
-		int dt = all_dtypes[d];
+	for (size_t kd = 0; kd < 8; kd++) {
+		int dt = all_dtypes[kd % 4];
+		if (kd == 0 || kd == 4) {
+			/* The baseline kernels, then AVX2 + F16C where the CPU has them. */
+			if (baton_kernels_avx2(kd == 4) != (kd == 4)) {
+				printf("    no AVX2/F16C on this CPU: baseline kernels only\n");
+				break;
+			}
+		}
 		const uint32_t *cl = dt == BATON_DT_Q8_0 ? cols_q8 : cols_any;
 		size_t ncl = dt == BATON_DT_Q8_0 ? 7 : 11;
 		for (size_t c = 0; c < ncl; c++) {
@@ -977,8 +1016,8 @@ static void same_bits(const struct run_out *a, const struct run_out *b, size_t B
 	T_ASSERT_MSG(memcmp(a->x, b->x, BD * sizeof(float)) == 0, "%s: x differs", what);
 }
 
-/* Same inputs -> the same bits: twice, with 1..N threads, and per token
- * whatever else is in the batch. Sized so that route and experts both
+/* Same inputs -> the same bits: twice, with 1..N threads, with either
+ * kernel set, and per token whatever else is in the batch. Sized so that route and experts both
  * split over several threads. */
 static void t_determinism(void)
 {
@@ -1003,15 +1042,21 @@ static void t_determinism(void)
 			x0[BD / 2 + i] = x0[i] * 4;
 
 		T_EQ_INT(host_moe_set_threads(1), 1);
+		baton_kernels_avx2(0);
 		run_layer(&L, x0, &ref);
 		const int threads[] = { 1, 2, 3, 4, 7, 16 };
-		for (size_t i = 0; i < sizeof threads / sizeof threads[0]; i++) {
-			char what[64];
-			snprintf(what, sizeof what, "%s, %d threads", dt_name(dts[d]), threads[i]);
-			T_EQ_INT(host_moe_set_threads(threads[i]), threads[i]);
-			run_layer(&L, x0, &o);
-			same_bits(&ref, &o, BK, BD, what);
-			run_free(&o);
+		for (int k = 0; k < 2; k++) {
+			if (baton_kernels_avx2(k) != k)
+				break;
+			for (size_t i = 0; i < sizeof threads / sizeof threads[0]; i++) {
+				char what[64];
+				snprintf(what, sizeof what, "%s, avx2 %d, %d threads",
+				    dt_name(dts[d]), k, threads[i]);
+				T_EQ_INT(host_moe_set_threads(threads[i]), threads[i]);
+				run_layer(&L, x0, &o);
+				same_bits(&ref, &o, BK, BD, what);
+				run_free(&o);
+			}
 		}
 		/* Each token alone gives the same bits as in the batch. */
 		T_ASSERT(host_moe_set_threads(0) >= 1);
