@@ -628,9 +628,14 @@ int arena_plan_safetensors(const char *src, uint32_t top_k, struct arena_plan *p
 			int ok = k == 0 ? t->n_dims == 2 && t->shape[0] == E && t->shape[1] == d_model
 					: t->n_dims == 1 && t->shape[0] == d_model;
 			if (!ok) {
-				rc = arena_errf(errbuf, errlen, BATON_ESOURCE,
-				    "%s: %s has the wrong shape (want %s[%" PRIu32 "%s%" PRIu32 "])",
-				    src, t->name, "", k == 0 ? E : d_model, k == 0 ? ", " : "", k == 0 ? d_model : 0);
+				if (k == 0)
+					rc = arena_errf(errbuf, errlen, BATON_ESOURCE,
+					    "%s: %s has the wrong shape, want [%" PRIu32 ", %" PRIu32 "]",
+					    src, t->name, E, d_model);
+				else
+					rc = arena_errf(errbuf, errlen, BATON_ESOURCE,
+					    "%s: %s has the wrong shape, want [%" PRIu32 "]",
+					    src, t->name, d_model);
 				goto fail;
 			}
 			if (t->dtype < 0) {

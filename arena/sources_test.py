@@ -1,0 +1,466 @@
+"""sources_test.py: baton-arena create --gguf and --safetensors on files the
+tests write (tests/arena_gguf_writer.py, tests/arena_safetensors_writer.py),
+every ggml type included: each expert's gate, up and down in the arena equal
+the source's bytes exactly, as do the router and norm; info and verify
+accept the arenas; malformed sources are refused with a clear message and
+leave no arena behind.
+
+Run from the repository root; $BUILD names the build folder (default build).
+"""
+import json
+import os
+import random
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import traceback
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+import arena_gguf_writer as gw  # noqa: E402
+import arena_safetensors_writer as sw  # noqa: E402
+
+BIN = os.path.join(os.environ.get("BUILD", "build"), "bin", "baton-arena")
+CASES = []
+TMP = None
+
+
+def case(fn):
+    CASES.append(fn)
+    return fn
+
+
+def run(*args, want=0):
+    p = subprocess.run([BIN] + list(args), capture_output=True, text=True, timeout=120)
+    if want is not None and p.returncode != want:
+        raise AssertionError("%s exited %d, want %d\nstdout: %s\nstderr: %s" % (
+            " ".join(args), p.returncode, want, p.stdout, p.stderr))
+    return p
+
+
+def info(path):
+    return json.loads(run("info", "--json", "--entries", path).stdout)
+
+
+def tmp(name):
+    return os.path.join(TMP, name)
+
+
+def check_arena(path, shape, slices, dense=None):
+    """Every expert part equals slices(layer, expert, part); every dense
+    tensor equals dense(role, layer). Returns the info JSON."""
+    j = info(path)
+    for k, v in shape.items():
+        assert j[k] == v, "%s: %r, want %r" % (k, j[k], v)
+    with open(path, "rb") as f:
+        data = f.read()
+    n_exp = n_dense = 0
+    for e in j["entries"]:
+        if e["role"] == "expert":
+            assert e["offset"] % 4096 == 0
+            for i, part in enumerate(e["parts"]):
+                assert part["offset"] % 256 == 0
+                got = data[e["offset"] + part["offset"]:e["offset"] + part["offset"] + part["bytes"]]
+                want_dtype, want = slices(e["layer"], e["expert"], i)
+                assert part["dtype"] == want_dtype, (e["layer"], i, part["dtype"], want_dtype)
+                assert got == want, "layer %d expert %d part %d differs from the source" % (
+                    e["layer"], e["expert"], i)
+            n_exp += 1
+        elif dense:
+            want_dtype, want = dense(e["role"], e["layer"])
+            part = e["parts"][0]
+            assert part["dtype"] == want_dtype, (e["role"], e["layer"], part["dtype"])
+            assert data[e["offset"]:e["offset"] + e["bytes"]] == want, (e["role"], e["layer"])
+            n_dense += 1
+    assert n_exp == j["layers"] * j["experts"], n_exp
+    p = run("verify", path)
+    assert p.stdout.startswith("ok "), p.stdout
+    return j, n_exp, n_dense
+
+
+# ---- GGUF -------------------------------------------------------------------------
+
+ALL_TYPES = list(gw.GGML_TYPES)
+
+
+def gguf_slices(src, layout, arch_experts):
+    names = ["ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"]
+
+    def slices(layer, expert, part):
+        name, t = names[part], None
+        key = "blk.%d.%s.weight" % (layer, name)
+        off, n = layout[key][0]
+        t = layout[key][1]
+        sl = n // arch_experts
+        return t, src[off + expert * sl: off + (expert + 1) * sl]
+
+    def dense(role, layer):
+        key = "blk.%d.%s.weight" % (layer, "ffn_gate_inp" if role == "router" else "ffn_norm")
+        (off, n), t = layout[key]
+        return t, src[off:off + n]
+    return slices, dense
+
+
+def write_model(path, kvs, tensors, **kw):
+    lay = gw.write_gguf(path, kvs, tensors, **kw)
+    types = {name: t for name, t, _, _ in tensors}
+    with open(path, "rb") as f:
+        src = f.read()
+    return src, {k: (v, types[k]) for k, v in lay.items()}
+
+
+@case
+def gguf_every_ggml_type():
+    """Every ggml type appears as a gate, up or down somewhere; routers in
+    f32 and f16; each expert blob equals the stacked tensor's slice."""
+    rng = random.Random(1)
+    types = ALL_TYPES[:]
+    layers = (len(types) + 2) // 3
+    lt = []
+    for l in range(layers):
+        trip = [types[(3 * l + i) % len(types)] for i in range(3)]
+        lt.append(tuple(trip))
+    rt = ["f16" if l % 3 == 1 else "f32" for l in range(layers)]
+    kvs, tensors = gw.moe_model(rng, layers=layers, experts=4, top_k=2, d_model=256, d_ff=512,
+                                layer_types=lt, router_types=rt)
+    src_path, arena = tmp("all.gguf"), tmp("all.arena")
+    src, layout = write_model(src_path, kvs, tensors)
+    p = run("create", "--gguf", src_path, arena)
+    assert p.stdout.startswith("built "), p.stdout
+    slices, dense = gguf_slices(src, layout, 4)
+    j, n_exp, n_dense = check_arena(arena, {"layers": layers, "experts": 4, "top_k": 2,
+                                            "d_model": 256, "d_ff": 512, "has_norm": True},
+                                    slices, dense)
+    seen = {d for l in j["layer_dtypes"] for d in l.values()}
+    assert seen == set(ALL_TYPES), set(ALL_TYPES) - seen
+    assert j["source"] == "gguf all.gguf (qwen2moe)", j["source"]
+    assert j["dtypes"]["gate"] == lt[0][0] and j["dtypes"]["router"] == "f32"
+    print("  %d ggml types, %d experts and %d dense tensors byte-exact" % (
+        len(seen), n_exp, n_dense))
+    human = run("info", arena).stdout
+    assert "qwen2moe" in human and "iq2_xs" in human and "layer" in human, human
+
+
+@case
+def gguf_v2_alignment_no_norm():
+    """GGUF v2, general.alignment 64, no norm tensors, no
+    expert_feed_forward_length (d_ff from the tensor shape)."""
+    rng = random.Random(2)
+    kvs, tensors = gw.moe_model(rng, arch="deepseek2", layers=2, experts=8, top_k=3,
+                                d_model=512, d_ff=256, norm=False, ffn_len_key=False,
+                                layer_types=[("q8_0", "q8_0", "q4_0"), ("iq4_nl", "q5_1", "q4_1")])
+    kvs.append(("general.alignment", "u32", 64))
+    src_path, arena = tmp("v2.gguf"), tmp("v2.arena")
+    src, layout = write_model(src_path, kvs, tensors, version=2, alignment=64)
+    run("create", "--gguf", src_path, arena)
+    slices, dense = gguf_slices(src, layout, 8)
+    j, _, n_dense = check_arena(arena, {"layers": 2, "experts": 8, "top_k": 3, "d_model": 512,
+                                        "d_ff": 256, "has_norm": False}, slices, dense)
+    assert n_dense == 2
+
+
+@case
+def gguf_reuse_and_replace():
+    rng = random.Random(3)
+    kvs, tensors = gw.moe_model(rng, layers=1, experts=2, top_k=1)
+    a, b, arena = tmp("a.gguf"), tmp("b.gguf"), tmp("r.arena")
+    gw.write_gguf(a, kvs, tensors)
+    kvs2, tensors2 = gw.moe_model(random.Random(4), layers=1, experts=2, top_k=1)
+    gw.write_gguf(b, kvs2 + [("general.note", "str", "another")], tensors2)
+    run("create", "--gguf", a, arena)
+    assert run("create", "--gguf", a, arena).stdout.startswith("reused ")
+    p = run("create", "--gguf", b, arena, want=1)
+    assert "another arena" in p.stderr and "--force" in p.stderr, p.stderr
+    assert run("create", "--gguf", b, "--force", arena).stdout.startswith("built ")
+
+
+def bad_gguf(name, data, words):
+    path, arena = tmp(name + ".gguf"), tmp(name + ".arena")
+    with open(path, "wb") as f:
+        f.write(data)
+    p = run("create", "--gguf", path, arena, want=1)
+    for w in words:
+        assert w in p.stderr, "%s: %r lacks %r" % (name, p.stderr, w)
+    assert not os.path.exists(arena), name
+    assert not [f for f in os.listdir(TMP) if f.startswith(name + ".arena.tmp")]
+    return p.stderr.strip()
+
+
+@case
+def gguf_malformed():
+    rng = random.Random(5)
+    kvs, tensors = gw.moe_model(rng, layers=2, experts=4, top_k=2, extras=False)
+    good = tmp("good.gguf")
+    gw.write_gguf(good, kvs, tensors)
+    with open(good, "rb") as f:
+        g = f.read()
+    msgs = []
+
+    def model(kvs_=None, tensors_=None, **kw):
+        p = tmp("tmp.gguf")
+        gw.write_gguf(p, kvs if kvs_ is None else kvs_, tensors if tensors_ is None else tensors_,
+                      **kw)
+        with open(p, "rb") as f:
+            return f.read()
+
+    msgs.append(bad_gguf("magic", b"GGUX" + g[4:], ["bad_source", "not a GGUF file"]))
+    msgs.append(bad_gguf("empty", b"", ["not a regular, non-empty file"]))
+    msgs.append(bad_gguf("v1", g[:4] + struct.pack("<I", 1) + g[8:], ["version 1 not supported"]))
+    msgs.append(bad_gguf("short", g[:20], ["truncated or corrupt"]))
+    msgs.append(bad_gguf("cut", g[:len(g) - 100], ["runs past the end"]))
+    msgs.append(bad_gguf("nkv", g[:16] + struct.pack("<Q", 1 << 60) + g[24:], ["cannot fit"]))
+    msgs.append(bad_gguf("ntensors", g[:8] + struct.pack("<Q", 1 << 40) + g[16:],
+                         ["tensors cannot fit"]))
+    # a key whose length runs past the end
+    msgs.append(bad_gguf("keylen", g[:24] + struct.pack("<Q", 1 << 50) + g[32:],
+                         ["truncated or corrupt", "metadata key"]))
+    no_count = [kv for kv in kvs if not kv[0].endswith("expert_count")]
+    msgs.append(bad_gguf("nocount", model(no_count), ["no qwen2moe.expert_count"]))
+    bad_type = [(n, "u32", 1) if n == "general.architecture" else (n, t, v) for n, t, v in kvs]
+    msgs.append(bad_gguf("archtype", model(bad_type), ["general.architecture"]))
+    no_up = [t for t in tensors if t[0] != "blk.1.ffn_up_exps.weight"]
+    msgs.append(bad_gguf("noup", model(tensors_=no_up), ["no blk.1.ffn_up_exps.weight"]))
+    dup = tensors + [tensors[1]]
+    msgs.append(bad_gguf("dup", model(tensors_=dup), ["appears twice"]))
+    wrong = [(n, t, [ne[0], 384, ne[2]], b"\0" * gw.tensor_bytes(t, [ne[0], 384, ne[2]]))
+             if n == "blk.0.ffn_gate_exps.weight" else (n, t, ne, d) for n, t, ne, d in tensors]
+    msgs.append(bad_gguf("shape", model(tensors_=wrong), ["blk.0.ffn_gate_exps.weight has ne",
+                                                          "256, 384, 4", "256, 512, 4"]))
+    unk = [(n, 31 if n == "blk.0.ffn_down_exps.weight" else t, ne, d) for n, t, ne, d in tensors]
+    msgs.append(bad_gguf("unknowntype", model(tensors_=unk), ["ggml type 31"]))
+    kk = [kv for kv in kvs if not kv[0].endswith("expert_used_count")]
+    kk.append(("qwen2moe.expert_used_count", "u32", 9))
+    msgs.append(bad_gguf("topk", model(kk), ["expert_used_count 9 not in 1..4"]))
+    kk = [kv for kv in kvs if not kv[0].endswith("block_count")]
+    kk.append(("qwen2moe.block_count", "u32", 1))
+    msgs.append(bad_gguf("blocks", model(kk), ["past qwen2moe.block_count 1"]))
+    msgs.append(bad_gguf("align", model(kvs + [("general.alignment", "u32", 48)]),
+                         ["general.alignment"]))
+    nest = kvs + [("x.deep", "arr", ("arr", [("arr", [("arr", [("arr", [("u8", [1])])])])]))]
+    msgs.append(bad_gguf("deep", model(nest), ["nested deeper"]))
+    # a tensor offset that is not aligned: patch the first tensor info's offset
+    b = bytearray(g)
+    pos = b.find(b"blk.0.ffn_gate_inp.weight")
+    off_at = pos + len("blk.0.ffn_gate_inp.weight") + 4 + 2 * 8 + 4
+    struct.pack_into("<Q", b, off_at, struct.unpack_from("<Q", b, off_at)[0] + 4)
+    msgs.append(bad_gguf("misaligned", bytes(b), ["not aligned to 32"]))
+    for m in msgs:
+        print("  " + m[m.find(": ", m.find(".arena")) + 2:][:110])
+
+
+# ---- safetensors ---------------------------------------------------------------------
+
+def st_slices(where, mixtral=False, folder=None):
+    def read(name):
+        path, off, n = where[name][:3]
+        with open(path, "rb") as f:
+            f.seek(off)
+            return f.read(n)
+    dt = {"BF16": "bf16", "F16": "f16", "F32": "f32", "F64": "f64", "I8": "i8"}
+
+    def slices(layer, expert, part):
+        nm = (["w1", "w3", "w2"] if mixtral else ["gate_proj", "up_proj", "down_proj"])[part]
+        name = "model.layers.%d.%s.experts.%d.%s.weight" % (
+            layer, "block_sparse_moe" if mixtral else "mlp", expert, nm)
+        return dt[where[name][3]], read(name)
+
+    def dense(role, layer):
+        if role == "router":
+            name = "model.layers.%d.%s.gate.weight" % (layer, "block_sparse_moe" if mixtral else "mlp")
+        else:
+            name = "model.layers.%d.post_attention_layernorm.weight" % layer
+        return dt[where[name][3]], read(name)
+    return slices, dense
+
+
+def single(path, tensors, metadata=None):
+    lay = sw.write_safetensors(path, tensors, metadata)
+    types = {n: d for n, d, _, _ in tensors}
+    return {n: (path, off, b, types[n]) for n, (off, b) in lay.items()}
+
+
+@case
+def safetensors_single_file():
+    rng = random.Random(6)
+    folder = tmp("st1")
+    os.makedirs(folder)
+    tensors = sw.moe_tensors(rng, layers=3, experts=4, d_model=64, d_ff=96, dtype="BF16")
+    where = single(os.path.join(folder, "model.safetensors"), tensors, {"format": "pt"})
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump({"num_experts_per_tok": 3, "num_experts": 4}, f)
+    arena = tmp("st1.arena")
+    run("create", "--safetensors", os.path.join(folder, "model.safetensors"), arena)
+    slices, dense = st_slices(where)
+    j, n_exp, n_dense = check_arena(arena, {"layers": 3, "experts": 4, "top_k": 3, "d_model": 64,
+                                            "d_ff": 96, "has_norm": True}, slices, dense)
+    assert n_dense == 6 and j["dtypes"]["gate"] == "bf16" and j["dtypes"]["norm"] == "f32"
+    # the folder works too, and --top-k overrides config.json
+    arena2 = tmp("st1b.arena")
+    run("create", "--safetensors", folder, "--top-k", "1", arena2)
+    assert info(arena2)["top_k"] == 1
+
+
+@case
+def safetensors_sharded_folder():
+    rng = random.Random(7)
+    folder = tmp("st3")
+    tensors = sw.moe_tensors(rng, layers=2, experts=6, d_model=128, d_ff=64, dtype="F16",
+                             router_dtype="BF16")
+    # layer 1's experts in F32: dtypes differ by layer
+    tensors = [(n, "F32", s, rng.randbytes(sw.nbytes("F32", s)))
+               if n.startswith("model.layers.1.mlp.experts.") else (n, d, s, b)
+               for n, d, s, b in tensors]
+    where = sw.write_sharded(folder, tensors, shards=3)
+    types = {n: d for n, d, _, _ in tensors}
+    where = {n: v + (types[n],) for n, v in where.items()}
+    # a stray shard the index does not name is ignored
+    sw.write_safetensors(os.path.join(folder, "stray.safetensors"),
+                         [("model.layers.0.mlp.experts.0.gate_proj.weight", "F16", [1, 1], b"zz")])
+    arena = tmp("st3.arena")
+    run("create", "--safetensors", folder, arena)
+    slices, dense = st_slices(where)
+    j, n_exp, _ = check_arena(arena, {"layers": 2, "experts": 6, "top_k": 2, "d_model": 128,
+                                      "d_ff": 64}, slices, dense)
+    assert [l["gate"] for l in j["layer_dtypes"]] == ["f16", "f32"], j["layer_dtypes"]
+    assert j["source"] == "safetensors st3 (3 shards)", j["source"]
+    print("  %d experts from 3 shards byte-exact" % n_exp)
+
+
+@case
+def safetensors_mixtral_names():
+    rng = random.Random(8)
+    tensors = sw.moe_tensors(rng, layers=2, experts=8, d_model=32, d_ff=64, dtype="F32",
+                             norm=False, mixtral=True)
+    path = tmp("mixtral.safetensors")
+    where = single(path, tensors)
+    arena = tmp("mixtral.arena")
+    run("create", "--safetensors", path, "--top-k", "2", arena)
+    slices, dense = st_slices(where, mixtral=True)
+    check_arena(arena, {"layers": 2, "experts": 8, "top_k": 2, "has_norm": False}, slices, dense)
+
+
+def bad_st(name, src, words, extra=()):
+    arena = tmp(name + ".arena")
+    p = run("create", "--safetensors", src, *extra, arena, want=1)
+    for w in words:
+        assert w in p.stderr, "%s: %r lacks %r" % (name, p.stderr, w)
+    assert not os.path.exists(arena), name
+    return p.stderr.strip()
+
+
+@case
+def safetensors_malformed():
+    rng = random.Random(9)
+    tensors = sw.moe_tensors(rng, layers=2, experts=2, d_model=32, d_ff=64, extras=False)
+    good = tmp("good.safetensors")
+    sw.write_safetensors(good, tensors)
+    with open(good, "rb") as f:
+        g = f.read()
+    hl = struct.unpack_from("<Q", g)[0]
+    msgs = []
+
+    def raw(name, data):
+        p = tmp(name + ".safetensors")
+        with open(p, "wb") as f:
+            f.write(data)
+        return p
+
+    def hdr(name, obj, data=b""):
+        hj = json.dumps(obj).encode()
+        return raw(name, struct.pack("<Q", len(hj)) + hj + data)
+
+    msgs.append(bad_st("short", raw("short", b"\1\0\0"), ["too short"]))
+    msgs.append(bad_st("hlen", raw("hlen", struct.pack("<Q", 1 << 40) + g[8:]),
+                       ["header length"]))
+    msgs.append(bad_st("hpast", raw("hpast", struct.pack("<Q", len(g)) + g[8:]),
+                       ["runs past the end"]))
+    msgs.append(bad_st("json", raw("json", struct.pack("<Q", 10) + b"{not json}"),
+                       ["not JSON"]))
+    msgs.append(bad_st("array", hdr("array", [1, 2]), ["not a JSON object"]))
+    msgs.append(bad_st("dupkey", raw("dupkey", struct.pack("<Q", 16) + b'{"a": 1, "a": 2}'),
+                       ["not JSON", "duplicate"]))
+    msgs.append(bad_st("fields", hdr("fields", {"x": {"dtype": "F32"}}), ["data_offsets"]))
+    msgs.append(bad_st("past", hdr("past", {"x": {"dtype": "F32", "shape": [4],
+                                                  "data_offsets": [0, 16]}}, b"\0" * 8),
+                       ["outside the 8-byte data section"]))
+    msgs.append(bad_st("size", hdr("size", {"x": {"dtype": "F32", "shape": [3],
+                                                  "data_offsets": [0, 16]}}, b"\0" * 16),
+                       ["16 bytes, its F32 shape needs 12"]))
+    msgs.append(bad_st("neg", hdr("neg", {"x": {"dtype": "F32", "shape": [-1],
+                                                "data_offsets": [0, 4]}}, b"\0" * 4),
+                       ["bad shape"]))
+    msgs.append(bad_st("noexperts", hdr("noexperts", {"x": {"dtype": "F32", "shape": [1],
+                                                            "data_offsets": [0, 4]}}, b"\0" * 4),
+                       ["no expert tensors"]))
+    f8 = [(n, "F8_E4M3", s, d[:len(d) // 2]) if n.endswith("experts.1.up_proj.weight") else
+          (n, dt, s, d) for n, dt, s, d in tensors]
+    msgs.append(bad_st("f8", single(tmp("f8.safetensors"), f8) and tmp("f8.safetensors"),
+                       ["F8_E4M3", "no ggml type"]))
+    miss = [t for t in tensors if t[0] != "model.layers.1.mlp.experts.0.down_proj.weight"]
+    msgs.append(bad_st("missing", single(tmp("m.safetensors"), miss) and tmp("m.safetensors"),
+                       ["layer 1 expert 0 has no down weight"]))
+    shp = [(n, dt, [s[1], s[0]], d) if n.endswith("experts.1.gate_proj.weight") else
+           (n, dt, s, d) for n, dt, s, d in tensors]
+    msgs.append(bad_st("shape", single(tmp("s.safetensors"), shp) and tmp("s.safetensors"),
+                       ["has shape [32, 64], want [64, 32]"]))
+    noroute = [t for t in tensors if t[0] != "model.layers.0.mlp.gate.weight"]
+    msgs.append(bad_st("norouter", single(tmp("nr.safetensors"), noroute) and
+                       tmp("nr.safetensors"), ["no router model.layers.0.mlp.gate.weight"]))
+    mix = [(n, "F16", s, d) if n.startswith("model.layers.0.mlp.experts.1.") else
+           (n, dt, s, d) for n, dt, s, d in tensors]
+    msgs.append(bad_st("mixed", single(tmp("mx.safetensors"), mix) and tmp("mx.safetensors"),
+                       ["but expert 0 of layer 0 has bf16"]))
+    msgs.append(bad_st("topk", good, ["top-k 5 but only 2 experts"], extra=("--top-k", "5")))
+    # sharded: the index names a shard without the tensor; an escaping path
+    folder = tmp("badidx")
+    sw.write_sharded(folder, tensors, shards=2)
+    idx = os.path.join(folder, "model.safetensors.index.json")
+    with open(idx) as f:
+        ix = json.load(f)
+    name = "model.layers.1.mlp.experts.1.up_proj.weight"
+    other = [fn for fn in set(ix["weight_map"].values()) if fn != ix["weight_map"][name]][0]
+    ix["weight_map"][name] = other
+    with open(idx, "w") as f:
+        json.dump(ix, f)
+    msgs.append(bad_st("index", folder, ["does not have it"]))
+    ix["weight_map"][name] = "../../etc/passwd"
+    with open(idx, "w") as f:
+        json.dump(ix, f)
+    msgs.append(bad_st("escape", folder, ["not a file name in the folder"]))
+    os.unlink(idx)
+    msgs.append(bad_st("noindex", folder, ["no model.safetensors.index.json and no model.safetensors"]))
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump({"num_local_experts": 3}, f)
+    shutil.copy(good, os.path.join(folder, "model.safetensors"))
+    msgs.append(bad_st("config", folder, ["config.json says 3 experts, the weights have 2"]))
+    for m in msgs:
+        print("  " + m[m.find(": ", m.find(".arena")) + 2:][:110])
+
+
+def main():
+    global TMP
+    if not os.path.exists(BIN):
+        print("no %s: build first" % BIN)
+        print("0 passed, 1 failed")
+        return 1
+    passed = failed = 0
+    for fn in CASES:
+        TMP = tempfile.mkdtemp(prefix="baton-arena-src.")
+        try:
+            fn()
+            print("ok   %s" % fn.__name__)
+            passed += 1
+        except Exception:
+            print("FAIL %s" % fn.__name__)
+            traceback.print_exc(file=sys.stdout)
+            failed += 1
+        finally:
+            shutil.rmtree(TMP, ignore_errors=True)
+    print("%d passed, %d failed" % (passed, failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
