@@ -77,8 +77,13 @@ struct baton_dev {
 
 	struct tab segs, ress, allocs, hregs;
 
-	/* MoE scratch: device buffers and one pinned host staging buffer. */
-	struct dbuf logits, desc, h, part;
+	/* MoE scratch: device buffers, one pinned host staging buffer, and
+	 * the router logits in pinned host memory mapped into the device
+	 * (the kernel writes them there: no copy to queue and wait for). */
+	struct dbuf desc, h, part;
+	float *lg_host;
+	CUdeviceptr lg_dev;
+	uint64_t lg_cap;
 	void *stage;
 	uint64_t stage_cap;
 	int stage_busy; /* `staged` was recorded since the stage was last free */
@@ -388,7 +393,8 @@ static void cuda_close(struct baton_dev *dev)
 			d->MemFree(dev->allocs.v[i].addr);
 		for (size_t i = 0; i < dev->hregs.n; i++)
 			unregister_pieces(dev, &dev->hregs.v[i]);
-		dbuf_free(dev, &dev->logits);
+		if (dev->lg_host)
+			d->MemFreeHost(dev->lg_host);
 		dbuf_free(dev, &dev->desc);
 		dbuf_free(dev, &dev->h);
 		dbuf_free(dev, &dev->part);
@@ -692,6 +698,28 @@ static int cuda_host_unregister(struct baton_dev *dev, const void *p, uint64_t b
 	return 0;
 }
 
+/* How much of a copy from src (len bytes) stays inside one registered
+ * piece, or inside unregistered memory: the driver refuses a copy whose
+ * source is registered memory that runs past its registration
+ * (CUDA_ERROR_INVALID_VALUE, seen on driver 580), so copies are cut at
+ * every registration boundary. */
+static uint64_t piece_len(const struct baton_dev *dev, uint64_t src, uint64_t len)
+{
+	for (size_t i = 0; i < dev->hregs.n; i++) {
+		const struct ent *e = &dev->hregs.v[i];
+		if (src >= e->addr && src - e->addr < e->bytes) {
+			const uint64_t in = src - e->addr;
+			uint64_t end = (in / e->handle + 1) * e->handle; /* piece end */
+			if (end > e->bytes)
+				end = e->bytes;
+			return end - in < len ? end - in : len;
+		}
+		if (e->addr > src && e->addr - src < len)
+			len = e->addr - src; /* stop where a registration starts */
+	}
+	return len;
+}
+
 static int cuda_copy_h2d(struct baton_dev *dev, const struct baton_copy *copies, size_t n)
 {
 	if (n && !copies)
@@ -704,8 +732,14 @@ static int cuda_copy_h2d(struct baton_dev *dev, const struct baton_copy *copies,
 			continue;
 		if (!copies[i].dst || !copies[i].src)
 			return BATON_EINVAL;
-		CU(dev, dev->d->MemcpyHtoDAsync(copies[i].dst, copies[i].src, copies[i].bytes,
-		                dev->stream), "cuMemcpyHtoDAsync");
+		uint64_t dst = copies[i].dst, src = (uint64_t)(uintptr_t)copies[i].src;
+		uint64_t left = copies[i].bytes;
+		while (left) {
+			const uint64_t len = piece_len(dev, src, left);
+			CU(dev, dev->d->MemcpyHtoDAsync(dst, (const void *)(uintptr_t)src, len,
+			                dev->stream), "cuMemcpyHtoDAsync");
+			dst += len, src += len, left -= len;
+		}
 	}
 	return 0;
 }
@@ -793,6 +827,33 @@ static int stage_need(struct baton_dev *dev, uint64_t bytes)
 	return 0;
 }
 
+/* The mapped host buffer of router logits, at least `bytes`. Only route
+ * uses it, and route returns after its kernels are done. */
+static int logits_need(struct baton_dev *dev, uint64_t bytes)
+{
+	if (dev->lg_cap >= bytes)
+		return 0;
+	if (dev->lg_host)
+		dev->d->MemFreeHost(dev->lg_host);
+	dev->lg_host = NULL;
+	dev->lg_dev = 0;
+	dev->lg_cap = 0;
+	uint64_t cap = round_up(bytes, 1u << 16);
+	void *p = NULL;
+	CU(dev, dev->d->MemHostAlloc(&p, cap, CU_MEMHOSTALLOC_DEVICEMAP),
+	    "cuMemHostAlloc (router logits)");
+	CUdeviceptr dp = 0;
+	CUresult r = dev->d->MemHostGetDevicePointer(&dp, p, 0);
+	if (r != CUDA_SUCCESS) {
+		dev->d->MemFreeHost(p);
+		return cu_fail(dev, r, "cuMemHostGetDevicePointer (router logits)");
+	}
+	dev->lg_host = p;
+	dev->lg_dev = dp;
+	dev->lg_cap = cap;
+	return 0;
+}
+
 static int launch(struct baton_dev *dev, CUfunction f, uint32_t gx, uint32_t gy,
     uint32_t threads, void *args, const char *what)
 {
@@ -856,7 +917,7 @@ static int cuda_moe_route(struct baton_dev *dev, const struct baton_moe_layer *l
 	if ((rc = cur(dev)))
 		return rc;
 	const uint64_t nlog = (uint64_t)l->batch * l->n_experts;
-	if ((rc = dbuf_need(dev, &dev->logits, nlog * 4)) || (rc = stage_need(dev, nlog * 4)))
+	if ((rc = logits_need(dev, nlog * 4)))
 		return rc;
 
 	struct baton_cuda_norm_args na = {
@@ -868,45 +929,44 @@ static int cuda_moe_route(struct baton_dev *dev, const struct baton_moe_layer *l
 		return rc;
 	const uint32_t nt = l->batch < BATON_CUDA_NT ? l->batch : BATON_CUDA_NT;
 	struct baton_cuda_gemv_args ga = {
-		.w = l->router, .x = l->xn, .y = dev->logits.p, .dtype = l->router_dtype,
+		.w = l->router, .x = l->xn, .y = dev->lg_dev, .dtype = l->router_dtype,
 		.rows = l->n_experts, .cols = l->d_model, .ldx = l->d_model, .ldy = l->n_experts,
 		.batch = l->batch,
 		.vec = vec_ok(l->router, l->router_dtype, l->d_model) && l->xn % 16 == 0 &&
 		    l->d_model % 4 == 0,
 	};
-	int v = variant_of(nt);
-	uint32_t per = 1u << v;
+	const int v = variant_of(nt);
+	const uint32_t per = 1u << v, rows = BATON_CUDA_WARPS * BATON_CUDA_ROWS(per);
 	if ((rc = launch(dev, dev->k_gemv[v], (l->batch + per - 1) / per,
-	         (l->n_experts + BATON_CUDA_WARPS - 1) / BATON_CUDA_WARPS, 32 * BATON_CUDA_WARPS,
-	         &ga, "cuLaunchKernel baton_moe_gemv (router)")))
+	         (l->n_experts + rows - 1) / rows, 32 * BATON_CUDA_WARPS, &ga,
+	         "cuLaunchKernel baton_moe_gemv (router)")))
 		return rc;
-	CU(dev, dev->d->MemcpyDtoHAsync(dev->stage, dev->logits.p, nlog * 4, dev->stream),
-	    "cuMemcpyDtoHAsync (router logits)");
 	if ((rc = stream_sync(dev)))
 		return rc;
 
 	/* top-k (descending, ties to the lower id, NaN as -inf) and softmax
-	 * over the chosen logits, per token: as the host backend does */
-	const float *logits = dev->stage;
+	 * over the chosen logits, per token: the host backend's definition.
+	 * One pass keeps the best K so far in rank order; an id enters only
+	 * above a strictly smaller key, so equal keys keep the lower id first. */
+	const float *logits = dev->lg_host;
 	const uint32_t E = l->n_experts, K = l->top_k;
 	for (uint32_t t = 0; t < l->batch; t++) {
 		const float *lg = logits + (uint64_t)t * E;
 		uint32_t *id = ids + (uint64_t)t * K;
-		float *w = weights + (uint64_t)t * K;
-		for (uint32_t k = 0; k < K; k++) {
-			uint32_t best = UINT32_MAX;
-			float best_key = 0.0f;
-			for (uint32_t e = 0; e < E; e++) {
-				int taken = 0;
-				for (uint32_t j = 0; j < k; j++)
-					taken |= id[j] == e;
-				const float key = isnan(lg[e]) ? -INFINITY : lg[e]; /* NaN ranks last */
-				if (!taken && (best == UINT32_MAX || key > best_key)) {
-					best = e;
-					best_key = key;
-				}
+		float *w = weights + (uint64_t)t * K; /* the keys while selecting */
+		uint32_t have = 0;
+		for (uint32_t e = 0; e < E; e++) {
+			const float key = isnan(lg[e]) ? -INFINITY : lg[e];
+			if (have == K && !(key > w[K - 1]))
+				continue;
+			uint32_t at = have < K ? have++ : K - 1;
+			while (at > 0 && key > w[at - 1]) {
+				w[at] = w[at - 1];
+				id[at] = id[at - 1];
+				at--;
 			}
-			id[k] = best;
+			w[at] = key;
+			id[at] = e;
 		}
 		const float m = lg[id[0]];
 		float sum = 0.0f;
@@ -1040,12 +1100,12 @@ static int cuda_moe_experts(struct baton_dev *dev, const struct baton_moe_layer 
 	};
 	const int v = variant_of(max_nt);
 	const uint32_t T = 32 * BATON_CUDA_WARPS;
-	if ((rc = launch(dev, dev->k_gate_up[v], (uint32_t)n_chunks,
-	         (l->d_ff + BATON_CUDA_WARPS - 1) / BATON_CUDA_WARPS, T, &fa,
-	         "cuLaunchKernel baton_moe_gate_up")) ||
-	    (rc = launch(dev, dev->k_down[v], (uint32_t)n_chunks,
-	         (l->d_model + BATON_CUDA_WARPS - 1) / BATON_CUDA_WARPS, T, &fa,
-	         "cuLaunchKernel baton_moe_down")))
+	const uint32_t rows = BATON_CUDA_WARPS * BATON_CUDA_ROWS(1u << v);
+	const uint32_t grows = BATON_CUDA_WARPS * BATON_CUDA_GATE_ROWS(1u << v);
+	if ((rc = launch(dev, dev->k_gate_up[v], (uint32_t)n_chunks, (l->d_ff + grows - 1) / grows,
+	         T, &fa, "cuLaunchKernel baton_moe_gate_up")) ||
+	    (rc = launch(dev, dev->k_down[v], (uint32_t)n_chunks, (l->d_model + rows - 1) / rows,
+	         T, &fa, "cuLaunchKernel baton_moe_down")))
 		return rc;
 	struct baton_cuda_reduce_args ra = {
 		.x = l->x, .part = dev->part.p, .d_model = l->d_model, .top_k = l->top_k,

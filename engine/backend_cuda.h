@@ -50,6 +50,12 @@ void cuda_backend_set_register_piece(struct baton_dev *dev, uint64_t bytes);
  * most tokens one warp carries through a weight row at once. */
 #define BATON_CUDA_WARPS 8
 #define BATON_CUDA_NT 8
+/* Rows per warp of the kernels for at most N tokens per warp (N = 1, 2, 4,
+ * 8): more rows share each load of x when there are more tokens (x is f32,
+ * so with several tokens the L1 limits before HBM does). gate_up walks
+ * GATE_ROWS gate rows and as many up rows together. */
+#define BATON_CUDA_ROWS(N) ((N) == 1 ? 1 : (N) == 2 ? 2 : 4)
+#define BATON_CUDA_GATE_ROWS(N) ((N) <= 2 ? 1 : 2)
 
 /* baton_moe_rmsnorm: grid (batch), block 256.
  * xn[t] = x[t] / sqrt(mean(x[t]^2) + 1e-6) * norm (norm 0: weight 1). */
@@ -58,7 +64,7 @@ struct baton_cuda_norm_args {
 	uint32_t norm_dtype, d_model, batch, pad;
 };
 
-/* baton_moe_gemv: grid (ceil(batch / NT), ceil(rows / WARPS)).
+/* baton_moe_gemv_N: grid (ceil(batch / N), ceil(rows / (WARPS * ROWS(N)))).
  * y[t*ldy + r] = w[r] . x[t*ldx ...] for t < batch, r < rows.
  * vec: 1 when w rows and x rows are aligned for vector loads. */
 struct baton_cuda_gemv_args {
@@ -73,9 +79,9 @@ struct baton_cuda_chunk {
 	uint32_t n;     /* 1..NT */
 };
 
-/* baton_moe_gate_up: grid (n_chunks, ceil(d_ff / WARPS));
+/* baton_moe_gate_up_N: grid (n_chunks, ceil(d_ff / (WARPS * GATE_ROWS(N))));
  *   h[p][r] = silu(gate[r] . xn[t]) * (up[r] . xn[t]), p = t*top_k + k.
- * baton_moe_down: grid (n_chunks, ceil(d_model / WARPS));
+ * baton_moe_down_N: grid (n_chunks, ceil(d_model / (WARPS * ROWS(N))));
  *   part[p][r] = w[p] * (down[r] . h[p]).
  * vec: bit 0 gate, bit 1 up, bit 2 down may use vector loads. */
 struct baton_cuda_ffn_args {

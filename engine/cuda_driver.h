@@ -52,6 +52,8 @@
 	X(CUresult, MemFree, "cuMemFree_v2", (CUdeviceptr))                         \
 	X(CUresult, MemHostAlloc, "cuMemHostAlloc", (void **, size_t, unsigned int)) \
 	X(CUresult, MemFreeHost, "cuMemFreeHost", (void *))                         \
+	X(CUresult, MemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2",        \
+	    (CUdeviceptr *, void *, unsigned int))                                  \
 	X(CUresult, MemHostRegister, "cuMemHostRegister_v2",                        \
 	    (void *, size_t, unsigned int))                                         \
 	X(CUresult, MemHostUnregister, "cuMemHostUnregister", (void *))             \
@@ -59,8 +61,6 @@
 	    (CUdeviceptr, const void *, size_t, CUstream))                          \
 	X(CUresult, MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2",                        \
 	    (void *, CUdeviceptr, size_t, CUstream))                                \
-	X(CUresult, MemsetD8Async, "cuMemsetD8Async",                               \
-	    (CUdeviceptr, unsigned char, size_t, CUstream))                         \
 	X(CUresult, MemAddressReserve, "cuMemAddressReserve",                       \
 	    (CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long))       \
 	X(CUresult, MemAddressFree, "cuMemAddressFree", (CUdeviceptr, size_t))      \

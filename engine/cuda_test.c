@@ -848,6 +848,46 @@ static void t_moe_q8_0(void)
 	check_layer(BATON_DT_Q8_0, 20, 128, 64, 4, 2, 0);
 }
 
+/* Exact ties (duplicate router rows give bitwise equal logits): ids in
+ * rank order with the lower id first, as the host backend ranks them. */
+static void t_route_ties(void)
+{
+	struct baton_dev *dev = open_dev();
+	const int dts[] = { BATON_DT_F32, BATON_DT_BF16, BATON_DT_Q8_0 };
+	for (size_t d = 0; d < 3; d++) {
+		struct layer L;
+		layer_make(&L, 6, 128, 32, 12, 5, dts[d], 0);
+		const uint64_t rb = rowb(dts[d], L.D);
+		for (uint32_t e = 4; e < L.E; e++) /* rows 4.. repeat rows 0..3 */
+			memcpy(L.router + e * rb, L.router + (e % 4) * rb, rb);
+		layer_upload(dev, &L);
+		const size_t BK = (size_t)L.B * L.K, BD = (size_t)L.B * L.D;
+		uint32_t ids[64], hids[64];
+		float w[64], hw[64], *hx = malloc(BD * 4), *hxn = malloc(BD * 4);
+		T_ASSERT(BK <= 64 && hx && hxn);
+		struct baton_moe_layer gl = layer_desc(&L, 1, NULL, NULL);
+		T_CU(dev, be->moe_route(dev, &gl, ids, w));
+		memcpy(hx, L.x, BD * 4);
+		struct baton_moe_layer hl = layer_desc(&L, 0, hx, hxn);
+		T_OK(host_moe_route(NULL, &hl, hids, hw));
+		for (size_t i = 0; i < BK; i++) {
+			T_ASSERT_MSG(ids[i] == hids[i], "%s pair %zu: gpu id %u, host %u",
+			    dt_name(dts[d]), i, ids[i], hids[i]);
+			if (i % L.K)
+				T_ASSERT(w[i] <= w[i - 1]);
+		}
+		for (uint32_t t = 0; t < L.B; t++) /* e and e+4 tie: lower first, adjacent */
+			for (uint32_t k = 0; k + 1 < L.K; k++) {
+				uint32_t a = ids[t * L.K + k], b = ids[t * L.K + k + 1];
+				if (a % 4 == b % 4)
+					T_ASSERT(a < b && w[t * L.K + k] == w[t * L.K + k + 1]);
+			}
+		free(hx), free(hxn);
+		layer_free(dev, &L);
+	}
+	be->close(dev);
+}
+
 /* ---- timings -------------------------------------------------------------- */
 
 /* A layer of Qwen3-30B-A3B's shape (d_model 2048, d_ff 768, 128 experts,
@@ -977,5 +1017,6 @@ static void t_moe_perf(void)
 T_MAIN(T_CASE(t_device), T_CASE_TIMEOUT(t_vmm_map_unmap, 60),
     T_CASE_TIMEOUT(t_host_register_copy, 90), T_CASE_TIMEOUT(t_moe_f32, 60),
     T_CASE_TIMEOUT(t_moe_f16, 60), T_CASE_TIMEOUT(t_moe_bf16, 60),
-    T_CASE_TIMEOUT(t_moe_q8_0, 60), T_CASE_TIMEOUT(t_moe_perf, 120),
+    T_CASE_TIMEOUT(t_moe_q8_0, 60), T_CASE_TIMEOUT(t_route_ties, 60),
+    T_CASE_TIMEOUT(t_moe_perf, 120),
     T_CASE_TIMEOUT(t_vmm_oom, 90))

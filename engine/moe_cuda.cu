@@ -106,105 +106,135 @@ __device__ __forceinline__ void unpack8(uint4 raw, float w[8])
 }
 
 /* Vector path: rows 16-byte aligned (f32, f16, bf16; cols a multiple of 4
- * or 8) or 2-byte aligned (q8_0); x rows 16-byte aligned. Each lane keeps
- * one running sum per token. */
-template <int DT, int N>
-__device__ __forceinline__ void dot_vec(const uint8_t *__restrict__ row, uint32_t cols,
-    const float *const xp[N], int nt, float acc[N])
+ * or 8) or 2-byte aligned (q8_0); x rows 16-byte aligned. A warp walks R
+ * rows at once, so each load of x serves R rows (x is f32: per weight byte
+ * it is 2 to 4 times the traffic, and with several tokens the L1 becomes
+ * the limit before HBM does). Each lane keeps one running sum per (row,
+ * token); its order does not depend on R or N. */
+template <int DT, int N, int R>
+__device__ __forceinline__ void dot_vec(const uint8_t *const row[R], uint32_t cols,
+    const float *const xp[N], int nt, float acc[R][N])
 {
 	const uint32_t lane = threadIdx.x & 31;
 	if (DT == BATON_DT_F32) {
-		const float4 *w4 = (const float4 *)row;
-#pragma unroll 4
+#pragma unroll 2
 		for (uint32_t c = lane; c < cols / 4; c += 32) {
-			float4 wv = __ldg(w4 + c);
-			const float w[4] = { wv.x, wv.y, wv.z, wv.w };
+			float w[R][4];
+#pragma unroll
+			for (int r = 0; r < R; r++) {
+				const float4 wv = __ldg((const float4 *)row[r] + c);
+				w[r][0] = wv.x, w[r][1] = wv.y, w[r][2] = wv.z, w[r][3] = wv.w;
+			}
 #pragma unroll
 			for (int t = 0; t < N; t++)
-				if (t < nt)
-					acc[t] = fma4(acc[t], w, __ldg((const float4 *)xp[t] + c));
+				if (t < nt) {
+					const float4 x = __ldg((const float4 *)xp[t] + c);
+#pragma unroll
+					for (int r = 0; r < R; r++)
+						acc[r][t] = fma4(acc[r][t], w[r], x);
+				}
 		}
 	} else if (DT == BATON_DT_F16 || DT == BATON_DT_BF16) {
-		const uint4 *w8 = (const uint4 *)row;
-#pragma unroll 4
+#pragma unroll 2
 		for (uint32_t c = lane; c < cols / 8; c += 32) {
-			float w[8];
-			unpack8<DT>(__ldg(w8 + c), w);
+			float w[R][8];
+#pragma unroll
+			for (int r = 0; r < R; r++)
+				unpack8<DT>(__ldg((const uint4 *)row[r] + c), w[r]);
 #pragma unroll
 			for (int t = 0; t < N; t++)
 				if (t < nt) {
 					const float4 *x4 = (const float4 *)xp[t] + 2 * c;
-					acc[t] = fma4(acc[t], w, __ldg(x4));
-					acc[t] = fma4(acc[t], w + 4, __ldg(x4 + 1));
+					const float4 x0 = __ldg(x4), x1 = __ldg(x4 + 1);
+#pragma unroll
+					for (int r = 0; r < R; r++) {
+						acc[r][t] = fma4(acc[r][t], w[r], x0);
+						acc[r][t] = fma4(acc[r][t], w[r] + 4, x1);
+					}
 				}
 		}
 	} else { /* q8_0: four lanes per 32-value block, eight values each */
 		const uint32_t nb = cols / 32, q = lane & 3;
-#pragma unroll 4
+#pragma unroll 2
 		for (uint32_t b = lane >> 2; b < nb; b += 8) {
-			const uint8_t *blk = row + (uint64_t)b * 34;
-			const float d = f16f(__ldg((const unsigned short *)blk));
-			const unsigned short *qs = (const unsigned short *)(blk + 2 + 8 * q);
-			uint32_t r[4];
+			float d[R], w[R][8];
 #pragma unroll
-			for (int i = 0; i < 4; i++)
-				r[i] = __ldg(qs + i);
-			float w[8];
+			for (int r = 0; r < R; r++) {
+				const uint8_t *blk = row[r] + (uint64_t)b * 34;
+				d[r] = f16f(__ldg((const unsigned short *)blk));
+				const unsigned short *qs = (const unsigned short *)(blk + 2 + 8 * q);
 #pragma unroll
-			for (int i = 0; i < 4; i++) {
-				w[2 * i] = (float)(int8_t)(r[i] & 0xff);
-				w[2 * i + 1] = (float)(int8_t)(r[i] >> 8);
+				for (int i = 0; i < 4; i++) {
+					const uint32_t v = __ldg(qs + i);
+					w[r][2 * i] = (float)(int8_t)(v & 0xff);
+					w[r][2 * i + 1] = (float)(int8_t)(v >> 8);
+				}
 			}
 			const uint32_t c = b * 32 + q * 8;
 #pragma unroll
 			for (int t = 0; t < N; t++)
 				if (t < nt) {
 					const float4 *x4 = (const float4 *)(xp[t] + c);
-					float s = fma4(0.0f, w, __ldg(x4));
-					s = fma4(s, w + 4, __ldg(x4 + 1));
-					acc[t] = fmaf(d, s, acc[t]);
+					const float4 x0 = __ldg(x4), x1 = __ldg(x4 + 1);
+#pragma unroll
+					for (int r = 0; r < R; r++) {
+						float s = fma4(0.0f, w[r], x0);
+						s = fma4(s, w[r] + 4, x1);
+						acc[r][t] = fmaf(d[r], s, acc[r][t]);
+					}
 				}
 		}
 	}
 }
 
 /* Scalar path: any alignment and any cols. */
-template <int N>
-__device__ __forceinline__ void dot_scalar(const uint8_t *row, uint32_t dt, uint32_t cols,
-    const float *const xp[N], int nt, float acc[N])
+template <int N, int R>
+__device__ __forceinline__ void dot_scalar(const uint8_t *const row[R], uint32_t dt,
+    uint32_t cols, const float *const xp[N], int nt, float acc[R][N])
 {
 	for (uint32_t c = threadIdx.x & 31; c < cols; c += 32) {
-		const float w = elem(row, dt, c);
+		float w[R];
+#pragma unroll
+		for (int r = 0; r < R; r++)
+			w[r] = elem(row[r], dt, c);
 #pragma unroll
 		for (int t = 0; t < N; t++)
-			if (t < nt)
-				acc[t] = fmaf(w, xp[t][c], acc[t]);
+			if (t < nt) {
+				const float x = xp[t][c];
+#pragma unroll
+				for (int r = 0; r < R; r++)
+					acc[r][t] = fmaf(w[r], x, acc[r][t]);
+			}
 	}
 }
 
-/* acc[t] = row . xp[t] for t < nt, the same value in every lane. */
-template <int N>
-__device__ __forceinline__ void dot_row(const uint8_t *row, uint32_t dt, uint32_t cols,
-    bool vec, const float *const xp[N], int nt, float acc[N])
+/* acc[r][t] = row[r] . xp[t] for t < nt, the same value in every lane. */
+template <int N, int R>
+__device__ __forceinline__ void dot_rows(const uint8_t *const row[R], uint32_t dt,
+    uint32_t cols, bool vec, const float *const xp[N], int nt, float acc[R][N])
 {
 #pragma unroll
-	for (int t = 0; t < N; t++)
-		acc[t] = 0.0f;
+	for (int r = 0; r < R; r++)
+#pragma unroll
+		for (int t = 0; t < N; t++)
+			acc[r][t] = 0.0f;
 	if (!vec)
-		dot_scalar<N>(row, dt, cols, xp, nt, acc);
+		dot_scalar<N, R>(row, dt, cols, xp, nt, acc);
 	else if (dt == BATON_DT_F32)
-		dot_vec<BATON_DT_F32, N>(row, cols, xp, nt, acc);
+		dot_vec<BATON_DT_F32, N, R>(row, cols, xp, nt, acc);
 	else if (dt == BATON_DT_F16)
-		dot_vec<BATON_DT_F16, N>(row, cols, xp, nt, acc);
+		dot_vec<BATON_DT_F16, N, R>(row, cols, xp, nt, acc);
 	else if (dt == BATON_DT_BF16)
-		dot_vec<BATON_DT_BF16, N>(row, cols, xp, nt, acc);
+		dot_vec<BATON_DT_BF16, N, R>(row, cols, xp, nt, acc);
 	else
-		dot_vec<BATON_DT_Q8_0, N>(row, cols, xp, nt, acc);
+		dot_vec<BATON_DT_Q8_0, N, R>(row, cols, xp, nt, acc);
 #pragma unroll
-	for (int t = 0; t < N; t++)
+	for (int r = 0; r < R; r++)
 #pragma unroll
-		for (int off = 16; off > 0; off >>= 1)
-			acc[t] += __shfl_xor_sync(0xffffffffu, acc[t], off);
+		for (int t = 0; t < N; t++)
+#pragma unroll
+			for (int off = 16; off > 0; off >>= 1)
+				acc[r][t] += __shfl_xor_sync(0xffffffffu, acc[r][t], off);
 }
 
 __device__ __forceinline__ float silu(float g)
@@ -242,12 +272,16 @@ baton_moe_rmsnorm(baton_cuda_norm_args a)
 
 /* The row kernels, for N = 1, 2, 4, 8 tokens per warp at most (the
  * launcher picks the smallest N that holds its largest chunk: batch 1 runs
- * the N = 1 kernels, with fewer registers and no per-token branches). */
+ * the N = 1 kernels, with fewer registers and no per-token branches), each
+ * warp taking BATON_CUDA_ROWS(N) rows (gate_up: BATON_CUDA_GATE_ROWS(N) rows
+ * of gate and as many of up, walked together when their dtypes agree). */
+#define ROWS(N) BATON_CUDA_ROWS(N)
+
 template <int N>
 __device__ __forceinline__ void gemv(const baton_cuda_gemv_args &a)
 {
-	const uint32_t r = blockIdx.y * WARPS + (threadIdx.x >> 5);
-	if (r >= a.rows)
+	const uint32_t r0 = (blockIdx.y * WARPS + (threadIdx.x >> 5)) * ROWS(N);
+	if (r0 >= a.rows)
 		return; /* the whole warp */
 	const uint32_t t0 = blockIdx.x * N;
 	const int nt = (int)min((uint32_t)N, a.batch - t0);
@@ -255,22 +289,29 @@ __device__ __forceinline__ void gemv(const baton_cuda_gemv_args &a)
 #pragma unroll
 	for (int i = 0; i < N; i++)
 		xp[i] = (const float *)a.x + (uint64_t)(t0 + (i < nt ? i : 0)) * a.ldx;
-	const uint8_t *row = (const uint8_t *)a.w + (uint64_t)r * row_bytes(a.dtype, a.cols);
-	float acc[N];
-	dot_row<N>(row, a.dtype, a.cols, a.vec != 0, xp, nt, acc);
+	const uint64_t rb = row_bytes(a.dtype, a.cols);
+	const uint8_t *row[ROWS(N)];
+#pragma unroll
+	for (int r = 0; r < ROWS(N); r++)
+		row[r] = (const uint8_t *)a.w + (uint64_t)(r0 + r < a.rows ? r0 + r : r0) * rb;
+	float acc[ROWS(N)][N];
+	dot_rows<N, ROWS(N)>(row, a.dtype, a.cols, a.vec != 0, xp, nt, acc);
 	if ((threadIdx.x & 31) == 0) {
 #pragma unroll
-		for (int i = 0; i < N; i++)
-			if (i < nt)
-				((float *)a.y)[(uint64_t)(t0 + i) * a.ldy + r] = acc[i];
+		for (int r = 0; r < ROWS(N); r++)
+#pragma unroll
+			for (int i = 0; i < N; i++)
+				if (i < nt && r0 + r < a.rows)
+					((float *)a.y)[(uint64_t)(t0 + i) * a.ldy + r0 + r] = acc[r][i];
 	}
 }
 
 template <int N>
 __device__ __forceinline__ void gate_up(const baton_cuda_ffn_args &a)
 {
-	const uint32_t r = blockIdx.y * WARPS + (threadIdx.x >> 5);
-	if (r >= a.d_ff)
+	constexpr int R = BATON_CUDA_GATE_ROWS(N);
+	const uint32_t r0 = (blockIdx.y * WARPS + (threadIdx.x >> 5)) * R;
+	if (r0 >= a.d_ff)
 		return;
 	const baton_cuda_chunk ch = ((const baton_cuda_chunk *)a.chunks)[blockIdx.x];
 	const uint32_t *pairs = (const uint32_t *)a.pairs + ch.first;
@@ -283,25 +324,39 @@ __device__ __forceinline__ void gate_up(const baton_cuda_ffn_args &a)
 		xp[i] = (const float *)a.xn + (uint64_t)(p[i] / a.top_k) * a.d_model;
 	}
 	const uint8_t *blob = (const uint8_t *)ch.blob;
-	const uint8_t *gate = blob + a.gate_off + (uint64_t)r * row_bytes(a.gate_dtype, a.d_model);
-	const uint8_t *up = blob + a.up_off + (uint64_t)r * row_bytes(a.up_dtype, a.d_model);
-	float g[N], u[N];
-	dot_row<N>(gate, a.gate_dtype, a.d_model, (a.vec & 1) != 0, xp, nt, g);
-	dot_row<N>(up, a.up_dtype, a.d_model, (a.vec & 2) != 0, xp, nt, u);
+	const uint64_t gb = row_bytes(a.gate_dtype, a.d_model), ub = row_bytes(a.up_dtype, a.d_model);
+	const uint8_t *row[2 * R]; /* gate rows, then up rows */
+#pragma unroll
+	for (int r = 0; r < R; r++) {
+		const uint64_t rr = r0 + r < a.d_ff ? r0 + r : r0;
+		row[r] = blob + a.gate_off + rr * gb;
+		row[R + r] = blob + a.up_off + rr * ub;
+	}
+	float acc[2 * R][N];
+	const bool vg = (a.vec & 1) != 0, vu = (a.vec & 2) != 0;
+	if (a.gate_dtype == a.up_dtype && vg == vu) {
+		dot_rows<N, 2 * R>(row, a.gate_dtype, a.d_model, vg, xp, nt, acc);
+	} else {
+		dot_rows<N, R>(row, a.gate_dtype, a.d_model, vg, xp, nt, acc);
+		dot_rows<N, R>(row + R, a.up_dtype, a.d_model, vu, xp, nt, acc + R);
+	}
 	if ((threadIdx.x & 31) == 0) {
 		float *h = (float *)a.h;
 #pragma unroll
-		for (int i = 0; i < N; i++)
-			if (i < nt)
-				h[(uint64_t)p[i] * a.d_ff + r] = silu(g[i]) * u[i];
+		for (int r = 0; r < R; r++)
+#pragma unroll
+			for (int i = 0; i < N; i++)
+				if (i < nt && r0 + r < a.d_ff)
+					h[(uint64_t)p[i] * a.d_ff + r0 + r] = silu(acc[r][i]) * acc[R + r][i];
 	}
 }
 
 template <int N>
 __device__ __forceinline__ void down(const baton_cuda_ffn_args &a)
 {
-	const uint32_t r = blockIdx.y * WARPS + (threadIdx.x >> 5);
-	if (r >= a.d_model)
+	constexpr int R = ROWS(N);
+	const uint32_t r0 = (blockIdx.y * WARPS + (threadIdx.x >> 5)) * R;
+	if (r0 >= a.d_model)
 		return;
 	const baton_cuda_chunk ch = ((const baton_cuda_chunk *)a.chunks)[blockIdx.x];
 	const uint32_t *pairs = (const uint32_t *)a.pairs + ch.first;
@@ -313,17 +368,23 @@ __device__ __forceinline__ void down(const baton_cuda_ffn_args &a)
 		p[i] = pairs[i < nt ? i : 0];
 		xp[i] = (const float *)a.h + (uint64_t)p[i] * a.d_ff;
 	}
-	const uint8_t *row = (const uint8_t *)ch.blob + a.down_off +
-	    (uint64_t)r * row_bytes(a.down_dtype, a.d_ff);
-	float acc[N];
-	dot_row<N>(row, a.down_dtype, a.d_ff, (a.vec & 4) != 0, xp, nt, acc);
+	const uint64_t db = row_bytes(a.down_dtype, a.d_ff);
+	const uint8_t *row[R];
+#pragma unroll
+	for (int r = 0; r < R; r++)
+		row[r] = (const uint8_t *)ch.blob + a.down_off +
+		    (uint64_t)(r0 + r < a.d_model ? r0 + r : r0) * db;
+	float acc[R][N];
+	dot_rows<N, R>(row, a.down_dtype, a.d_ff, (a.vec & 4) != 0, xp, nt, acc);
 	if ((threadIdx.x & 31) == 0) {
 		const float *w = (const float *)a.w;
 		float *part = (float *)a.part;
 #pragma unroll
-		for (int i = 0; i < N; i++)
-			if (i < nt)
-				part[(uint64_t)p[i] * a.d_model + r] = w[p[i]] * acc[i];
+		for (int r = 0; r < R; r++)
+#pragma unroll
+			for (int i = 0; i < N; i++)
+				if (i < nt && r0 + r < a.d_model)
+					part[(uint64_t)p[i] * a.d_model + r0 + r] = w[p[i]] * acc[r][i];
 	}
 }
 
