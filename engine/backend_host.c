@@ -22,8 +22,9 @@
  *
  * Addresses handed to map/unmap/copy are checked against the context's own
  * reservations and mappings, so a bad address is BATON_EINVAL, not a crash.
- * One copy must lie inside one segment or one alloc (the cache never copies
- * across a segment's end); a batch with a bad copy copies nothing.
+ * A copy may span neighbouring segments mapped back to back (as one copy
+ * into a CUDA VMM range may), but every byte of it must be mapped; a batch
+ * with a bad copy copies nothing.
  *
  * The device's capacity, its sharing between processes, and what happens
  * when an owner dies: see hostdev.h.
@@ -109,6 +110,24 @@ static const struct host_map *map_holding(const struct baton_dev *dev, uint64_t 
 	if (a - m->addr > m->bytes || bytes > m->bytes - (a - m->addr))
 		return NULL;
 	return m;
+}
+
+/* Whether every byte of [a, a + bytes) lies in mappings of this context. */
+static int range_mapped(const struct baton_dev *dev, uint64_t a, uint64_t bytes)
+{
+	if (a + bytes < a)
+		return 0;
+	while (bytes) {
+		const struct host_map *m = map_holding(dev, a, 1);
+		if (!m)
+			return 0;
+		uint64_t chunk = m->addr + m->bytes - a;
+		if (chunk > bytes)
+			chunk = bytes;
+		a += chunk;
+		bytes -= chunk;
+	}
+	return 1;
 }
 
 static int map_insert(struct baton_dev *dev, uint64_t addr, uint64_t bytes, int kind)
@@ -414,7 +433,7 @@ static int host_copy_h2d(struct baton_dev *dev, const struct baton_copy *copies,
 	for (size_t i = 0; i < n; i++) {
 		if (!copies[i].bytes)
 			continue;
-		if (!copies[i].src || !map_holding(dev, copies[i].dst, copies[i].bytes))
+		if (!copies[i].src || !range_mapped(dev, copies[i].dst, copies[i].bytes))
 			return BATON_EINVAL;
 	}
 	for (size_t i = 0; i < n; i++)
@@ -429,7 +448,7 @@ static int host_copy_d2h(struct baton_dev *dev, void *dst, baton_dptr src, uint6
 		return dev ? BATON_ESTATE : BATON_EINVAL;
 	if (!bytes)
 		return 0;
-	if (!dst || !map_holding(dev, src, bytes))
+	if (!dst || !range_mapped(dev, src, bytes))
 		return BATON_EINVAL;
 	memcpy(dst, (const void *)(uintptr_t)src, bytes);
 	return 0;
