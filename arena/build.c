@@ -297,6 +297,9 @@ static int write_tmp(const char *tmp, const struct arena_plan *p, struct arena_f
 		goto out;
 	}
 	madvise(map, h->file_bytes, MADV_HUGEPAGE);
+	/* An unsealed header first: a creator that dies from here on leaves a
+	 * file that open calls "not sealed" rather than "bad magic". */
+	memcpy(map, h, sizeof *h);
 
 	struct fill_ctx fc = { .plan = p, .ents = ents, .map = map, .err_item = UINT64_MAX };
 	pthread_mutex_init(&fc.mu, NULL);

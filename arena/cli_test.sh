@@ -1,0 +1,112 @@
+# cli_test.sh: baton-arena's command line: create/info/verify, exit codes
+# (0 ok, 1 failure, 2 usage), messages, and the default /dev/shm location.
+. tests/lib.sh
+A=$BIN/baton-arena
+SYN="--synthetic --layers 2 --experts 4 --top-k 2 --d-model 64 --d-ff 128"
+
+# t_case runs a case inside an `if`, where the shell ignores set -e: so
+# every check here fails the case by exiting its subshell.
+fail() { echo "$*"; exit 1; }
+
+# expect CODE CMD...: runs CMD, wants exit CODE; output in $T_TMP/out
+expect() {
+	want=$1; shift
+	set +e
+	"$@" >"$T_TMP/out" 2>&1
+	got=$?
+	set -e
+	if [ "$got" -ne "$want" ]; then
+		cat "$T_TMP/out"; fail "exit $got, want $want: $*"
+	fi
+}
+says() { grep -q -- "$1" "$T_TMP/out" || { cat "$T_TMP/out"; fail "output lacks '$1'"; }; }
+
+t_help() {
+	expect 0 $A --help; says "usage: baton-arena create"
+	expect 0 $A create --help; says "--safetensors"
+	expect 2 $A; says "no command"
+	expect 2 $A frobnicate x; says 'unknown command "frobnicate"'
+}
+
+t_create_info_verify() {
+	p=$T_TMP/a.arena
+	expect 0 $A create $SYN --dtype bf16 --seed 3 $p; says "built $p"
+	expect 0 $A create $SYN --dtype bf16 --seed 3 $p; says "reused $p"
+	expect 1 $A create $SYN --dtype bf16 --seed 4 $p; says "another arena"
+	expect 0 $A create $SYN --dtype bf16 --seed 4 --force --threads 1 $p; says "built"
+	expect 0 $A info $p; says "2 layers x 4 experts, top-k 2, d_model 64, d_ff 128"
+	says "gate bf16, up bf16, down bf16, router f32, norm f32"; says "seed=4"
+	expect 0 $A info --json $p; says '"d_ff": 128'; says '"has_norm": true'
+	grep -q '"entries"' "$T_TMP/out" && fail "entries without --entries"
+	expect 0 $A info --json --entries $p; says '"entries"'; says '"checksum"'
+	python3 -c "import json,sys; j=json.load(open(sys.argv[1])); assert len(j['entries']) == 12" "$T_TMP/out" || fail "not 12 entries"
+	expect 0 $A verify $p; says "^ok $p: 8 experts"
+}
+
+t_verify_names_entry() {
+	p=$T_TMP/v.arena
+	expect 0 $A create $SYN --dtype q8_0 --seed 1 $p
+	# flip a byte inside layer 1 expert 2's blob (offsets from info --json --entries)
+	off=$($A info --json --entries $p | python3 -c "
+import json,sys
+for e in json.load(sys.stdin)['entries']:
+    if e['role'] == 'expert' and e['layer'] == 1 and e['expert'] == 2:
+        print(e['offset'] + e['parts'][2]['offset'] + 7)") || fail "no offset"
+	python3 -c "
+import sys
+f = open(sys.argv[1], 'r+b'); f.seek(int(sys.argv[2])); b = f.read(1); f.seek(int(sys.argv[2]))
+f.write(bytes([b[0] ^ 0x10]))" $p $off || fail "cannot flip a byte"
+	expect 0 $A info $p   # open does not read the blobs
+	expect 1 $A verify $p; says "checksum mismatch in layer 1 expert 2"; says "1 bad entry"
+}
+
+t_bad_files() {
+	printf 'hello' >$T_TMP/x.arena
+	expect 1 $A info $T_TMP/x.arena; says "bad_magic"
+	expect 1 $A verify $T_TMP/none.arena; says "not_found"
+	expect 1 $A create --gguf $T_TMP/x.arena $T_TMP/y.arena; says "not a GGUF file"
+	[ ! -e $T_TMP/y.arena ] || fail "an arena was left behind"
+}
+
+t_usage_errors() {
+	p=$T_TMP/u.arena
+	expect 2 $A create $p; says "exactly one of"
+	expect 2 $A create --synthetic --gguf x $p; says "exactly one of"
+	expect 2 $A create $SYN; says "one arena PATH"
+	expect 2 $A create $SYN $p extra; says "one arena PATH"
+	expect 2 $A create --synthetic --layers 2 --experts 4 --d-model 64 --d-ff 128 $p; says "needs --top-k"
+	expect 2 $A create --synthetic --experts 4 --top-k 2 --d-model 64 --d-ff 128 $p; says "needs --layers"
+	expect 2 $A create $SYN --layers abc $p; says '"abc" is not a number'
+	expect 2 $A create $SYN --layers -1 $p; says "not a number"
+	expect 2 $A create $SYN --layers 5000 $p; says "larger than 4096"
+	expect 2 $A create $SYN --d-model 1048576 $p; says "larger than"
+	expect 2 $A create $SYN --top-k 9 $p; says "larger than --experts"
+	expect 2 $A create $SYN --layers 0 $p; says "at least 1"
+	expect 2 $A create $SYN --dtype q4_K $p; says "not one of f32, f16, bf16, q8_0"
+	expect 2 $A create $SYN --bogus $p; says 'unknown or incomplete option "--bogus"'
+	expect 2 $A create $SYN --seed; says "incomplete"
+	expect 2 $A create --gguf x --layers 3 $p; says "for --synthetic only"
+	expect 2 $A create --gguf x --top-k 3 $p; says "top-k comes from the file"
+	expect 2 $A info; says "give an arena PATH"
+	expect 2 $A info --entries $p; says "goes with --json"
+	expect 2 $A info --frob $p; says "unknown option"
+	expect 2 $A verify a b; says "give one PATH"
+	expect 1 $A create $SYN --dtype q8_0 --d-model 48 $p; says "multiples of 32"
+	[ ! -e $p ] || fail "an arena was left behind"
+}
+
+t_default_location() {
+	[ -w /dev/shm ] || return 0
+	name=baton-cli-test-$$
+	expect 0 $A create $SYN --seed 9 $name; says "built /dev/shm/baton/$name.arena"
+	expect 0 $A verify $name; says "/dev/shm/baton/$name.arena"
+	rm -f /dev/shm/baton/$name.arena /dev/shm/baton/$name.arena.lock
+}
+
+t_case t_help
+t_case t_create_info_verify
+t_case t_verify_names_entry
+t_case t_bad_files
+t_case t_usage_errors
+t_case t_default_location
+t_done
