@@ -21,6 +21,13 @@
  *
  * Every table and scratch buffer lives in struct baton_dev; close() frees
  * what the caller left (segments, reservations, buffers, registrations).
+ *
+ * Seen on an H200 (driver 580, engine/cuda_test.c): granularity 2 MiB;
+ * cuMemCreate+cuMemMap of 8 GiB 0.5 ms, unmap+release 7 ms; 139 GiB mapped
+ * in 8 GiB segments in 10 ms; pinned copies 53 GB/s (one 1 GiB copy or 4 MiB
+ * pieces alike), pageable 5-7 GB/s; a Qwen3-30B-A3B-shaped bf16 layer
+ * (d_model 2048, d_ff 768, 128 experts, top 8): experts 33 us at batch 1
+ * (2.3 TB/s of weights), 307 us at batch 16 (3.9 TB/s); route 17 us.
  */
 #include "engine/backend_cuda.h"
 
