@@ -394,6 +394,11 @@ void engine_info(struct baton_engine *e, struct baton_engine_info *info)
 	cache_stats(e->cache, &info->cache);
 }
 
+int engine_mem_info(struct baton_engine *e, uint64_t *free_bytes, uint64_t *total_bytes)
+{
+	return e->be->mem_info(e->dev, free_bytes, total_bytes);
+}
+
 struct baton_cache *engine_cache(struct baton_engine *e)
 {
 	return e->cache;

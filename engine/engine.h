@@ -69,6 +69,9 @@ struct baton_engine_info {
 	struct baton_cache_stats cache;
 };
 void engine_info(struct baton_engine *e, struct baton_engine_info *info);
+/* The device's free and total memory now; unlike the rest, any thread may
+ * call it while another uses the engine. */
+int engine_mem_info(struct baton_engine *e, uint64_t *free_bytes, uint64_t *total_bytes);
 struct baton_cache *engine_cache(struct baton_engine *e);
 /* The engine's own mapping of the arena (pinned when the backend pins). */
 const struct baton_arena *engine_arena(struct baton_engine *e);

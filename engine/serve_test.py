@@ -1,0 +1,289 @@
+#!/usr/bin/python3
+"""serve_test.py: baton-engine as a real process on the host backend.
+
+Requests are msgpack maps made here with python3-msgpack and sent with
+`baton-proto-tool call`, which prints the reply as JSON. Each case starts
+its own engines in a fresh directory (its own host device and sockets) and
+kills them at the end. The last line is "N passed, N failed".
+"""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+
+import msgpack
+
+BUILD = os.environ.get("BUILD", "build")
+BIN = os.path.join(BUILD, "bin")
+ENGINE = os.path.join(BIN, "baton-engine")
+ARENA = os.path.join(BIN, "baton-arena")
+TOOL = os.path.join(BIN, "baton-proto-tool")
+
+ERR = {"busy": 6, "unsupported": 12, "out_of_range": 27, "stale_epoch": 28, "not_found": 4,
+       "unknown_op": 23, "missing_field": 24}
+
+_id = [100]
+_id_lock = threading.Lock()
+
+
+class Case:
+    def __init__(self):
+        self.dir = tempfile.mkdtemp(prefix="baton-serve-")
+        self.procs = []
+        self.env = dict(os.environ, BATON_HOSTDEV_DIR=self.dir)
+
+    def arena(self, name="m", layers=4, experts=16, d_model=256, d_ff=512, dtype="f16"):
+        path = os.path.join(self.dir, name + ".arena")
+        subprocess.run([ARENA, "create", "--synthetic", "--layers", str(layers), "--experts",
+                        str(experts), "--top-k", "2", "--d-model", str(d_model), "--d-ff",
+                        str(d_ff), "--dtype", dtype, "--seed", "7", path],
+                       check=True, stdout=subprocess.DEVNULL)
+        return path
+
+    def engine(self, name, arena, *flags, host_mib=256):
+        url = "ipc://%s/%s.sock" % (self.dir, name)
+        p = subprocess.Popen([ENGINE, "--name", name, "--shared-expert-arena", arena,
+                              "--listen", url, "--backend", "host", "--host-device-mib",
+                              str(host_mib)] + list(flags),
+                             stdout=subprocess.PIPE, stderr=open(os.path.join(self.dir, name + ".log"), "w"),
+                             env=self.env, text=True)
+        self.procs.append(p)
+        line = p.stdout.readline()
+        if not line.startswith("ready "):
+            p.wait(5)
+            raise AssertionError("engine %s did not start (exit %s): %s" %
+                                 (name, p.returncode, open(os.path.join(self.dir, name + ".log")).read()))
+        p.url = url
+        return p
+
+    def close(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def call(url, op, timeout_ms=20000, **fields):
+    with _id_lock:
+        _id[0] += 1
+        rid = _id[0]
+    m = {"v": 1, "op": op, "id": rid}
+    m.update(fields)
+    r = subprocess.run([TOOL, "call", url, "--timeout", str(timeout_ms)],
+                       input=msgpack.packb(m), capture_output=True)
+    out = r.stdout.decode().strip()
+    if not out:
+        raise AssertionError("no reply to %s: %s" % (op, r.stderr.decode()))
+    rep = json.loads(out.splitlines()[-1])
+    assert rep["id"] == rid, {k: v for k, v in rep.items() if k != "output"}
+    return rep
+
+
+def ok(rep):
+    assert rep.get("ok") is True, rep
+    return rep
+
+
+def err(rep, name):
+    assert rep.get("ok") is False and rep.get("err") == ERR[name], "want %s, got %s" % (name, rep)
+    return rep
+
+
+# ---- cases -------------------------------------------------------------------
+
+def t_bad_flags(c):
+    a = c.arena()
+    bad = [
+        [],
+        ["--name", "x"],
+        ["--name", "bad name!", "--shared-expert-arena", a],
+        ["--name", "x", "--shared-expert-arena", a, "--backend", "tpu"],
+        ["--name", "x", "--shared-expert-arena", a, "--cache-mib", "-5"],
+        ["--name", "x", "--shared-expert-arena", a, "--cache-mib", "12abc"],
+        ["--name", "x", "--shared-expert-arena", a, "--cache-release-idle", "0"],
+        ["--name", "x", "--shared-expert-arena", a, "--vram-segment-mib", "0"],
+        ["--name", "x", "--shared-expert-arena", a, "--bogus"],
+        ["--name", "x", "--shared-expert-arena", a, "extra"],
+        ["--name", "x", "--shared-expert-arena", a, "--device"],
+    ]
+    for args in bad:
+        r = subprocess.run([ENGINE] + args, capture_output=True, text=True, env=c.env, timeout=10)
+        assert r.returncode == 2, (args, r.returncode, r.stderr)
+        assert "baton-engine:" in r.stderr, (args, r.stderr)
+    # A missing or corrupt arena is a clear error, not a crash.
+    junk = os.path.join(c.dir, "junk.arena")
+    open(junk, "wb").write(b"not an arena" * 100)
+    for path in ["/nonexistent.arena", junk]:
+        r = subprocess.run([ENGINE, "--name", "x", "--shared-expert-arena", path, "--backend", "host",
+                            "--listen", "ipc://%s/x.sock" % c.dir], capture_output=True, text=True,
+                           env=c.env, timeout=10)
+        assert r.returncode == 1 and path in r.stderr, (r.returncode, r.stderr)
+    r = subprocess.run([ENGINE, "--help"], capture_output=True, text=True)
+    assert r.returncode == 0 and "--shared-expert-arena" in r.stdout
+
+
+def t_gen_same_after_release_refill(c):
+    e = c.engine("a", c.arena(), "--expert-cache-release", "--verify-refill")
+    g1 = ok(call(e.url, "gen", steps=3, batch=2, seed=11))
+    assert len(bytes.fromhex(g1["output"])) == 2 * 256 * 4
+    st = ok(call(e.url, "status"))
+    assert st["state"] == "ready" and st["mapped"] > 0
+    r = ok(call(e.url, "release"))
+    assert r["state"] == "released" and r["bytes"] == st["mapped"], (r, st)
+    st2 = ok(call(e.url, "status"))
+    assert st2["free"] - st["free"] == st["mapped"], (st, st2)
+    ok(call(e.url, "refill"))
+    g2 = ok(call(e.url, "gen", steps=3, batch=2, seed=11))
+    assert g1["checksum"] == g2["checksum"] and g1["output"] == g2["output"]
+    # GEN while released loads what it needs first, same answer.
+    ok(call(e.url, "release"))
+    g3 = ok(call(e.url, "gen", steps=3, batch=2, seed=11))
+    assert g3["checksum"] == g1["checksum"]
+    # Explicit input vectors.
+    vec = bytes(2 * 256 * 4)
+    g4 = ok(call(e.url, "gen", steps=1, batch=2, seed=0, input=vec))
+    assert g4["checksum"] != g1["checksum"]
+
+
+def t_bad_requests_change_nothing(c):
+    e = c.engine("a", c.arena(), "--expert-cache-release")
+    before = ok(call(e.url, "status"))
+    err(call(e.url, "gen", steps=0, batch=1, seed=1), "out_of_range")
+    err(call(e.url, "gen", steps=1, batch=100000, seed=1), "out_of_range")
+    err(call(e.url, "gen", steps=1, batch=1, seed=1, input=b"\0" * 12), "out_of_range")
+    nan = b"\x00\x00\xc0\x7f" * 256
+    err(call(e.url, "gen", steps=1, batch=1, seed=1, input=nan), "out_of_range")
+    err(call(e.url, "register", name="x", pid=1, gpu="g", device=0, model="m", ctl="c", floor=0,
+             ceiling=0, priority=0, state="ready", resident=0, capacity=0, epoch=0), "unknown_op")
+    err(call(e.url, "release", name="other"), "not_found")
+    err(call(e.url, "vram", reserve_mib=10), "unsupported")
+    after = ok(call(e.url, "status"))
+    for k in ("state", "mapped", "resident", "requests"):
+        assert before[k] == after[k], (k, before, after)
+
+
+def t_release_needs_flag(c):
+    e = c.engine("a", c.arena())
+    err(call(e.url, "release"), "unsupported")
+    err(call(e.url, "refill"), "unsupported")
+    assert ok(call(e.url, "status"))["state"] == "ready"
+
+
+def t_stale_epoch(c):
+    e = c.engine("a", c.arena(), "--expert-cache-release")
+    ok(call(e.url, "release", epoch=5))
+    err(call(e.url, "refill", epoch=3), "stale_epoch")
+    assert ok(call(e.url, "status"))["state"] == "released"
+    r = ok(call(e.url, "refill", epoch=5))
+    assert r["state"] == "ready" and r["epoch"] == 5
+
+
+def t_busy_during_gen(c):
+    e = c.engine("a", c.arena(d_model=512, d_ff=1024), "--expert-cache-release")
+    # A GEN of a few seconds; releases meanwhile must answer busy.
+    res = {}
+    t = threading.Thread(target=lambda: res.update(g=call(e.url, "gen", steps=100, batch=8, seed=1,
+                                                          timeout_ms=60000)))
+    t.start()
+    deadline = time.time() + 10
+    while time.time() < deadline and ok(call(e.url, "status"))["requests"] == 0:
+        r = call(e.url, "release")
+        if r.get("ok") is False:
+            err(r, "busy")
+            break
+        ok(call(e.url, "refill"))  # the GEN had not started yet; try again
+        time.sleep(0.01)
+    else:
+        raise AssertionError("never saw busy while a GEN ran")
+    t.join()
+    ok(res["g"])
+    assert ok(call(e.url, "status"))["state"] == "ready"
+
+
+def t_idle_release(c):
+    e = c.engine("a", c.arena(), "--cache-release-idle", "0.5")
+    g1 = ok(call(e.url, "gen", steps=2, batch=1, seed=3))
+    deadline = time.time() + 10
+    while ok(call(e.url, "status"))["state"] != "released":
+        assert time.time() < deadline, "idle release never fired"
+        time.sleep(0.1)
+    g2 = ok(call(e.url, "gen", steps=2, batch=1, seed=3))
+    assert g1["checksum"] == g2["checksum"]
+    # After serving, the rest came back: the idle release is invisible.
+    assert ok(call(e.url, "status"))["state"] == "ready"
+
+
+def t_two_engines_compete(c):
+    # 64 MiB device; each model is about 24 MiB of experts.
+    a = c.arena(layers=4, experts=24, d_model=256, d_ff=512)
+    ea = c.engine("a", a, "--expert-cache-release", "--vram-segment-mib", "4", host_mib=64)
+    sa = ok(call(ea.url, "status"))
+    eb = c.engine("b", a, "--expert-cache-release", "--vram-segment-mib", "4", host_mib=64)
+    sb = ok(call(eb.url, "status"))
+    assert sa["mapped"] + sb["mapped"] <= 64 << 20, (sa, sb)
+    ok(call(ea.url, "release"))
+    r = ok(call(eb.url, "refill"))
+    assert r["state"] in ("ready", "partial")
+
+
+def t_sigterm_gives_memory_back(c):
+    a = c.arena()
+    ea = c.engine("a", a, host_mib=256)
+    eb = c.engine("b", a, host_mib=256)
+    before = ok(call(eb.url, "status"))["free"]
+    held = ok(call(ea.url, "status"))["mapped"]
+    ea.send_signal(signal.SIGTERM)
+    assert ea.wait(10) == 0
+    after = ok(call(eb.url, "status"))["free"]
+    assert after - before >= held, (before, after, held)
+
+
+def t_kill9_gives_memory_back(c):
+    a = c.arena()
+    ea = c.engine("a", a, host_mib=256)
+    eb = c.engine("b", a, host_mib=256)
+    before = ok(call(eb.url, "status"))["free"]
+    held = ok(call(ea.url, "status"))["mapped"]
+    ea.kill()
+    ea.wait()
+    after = ok(call(eb.url, "status"))["free"]
+    assert after - before >= held, (before, after, held)
+
+
+CASES = [t_bad_flags, t_gen_same_after_release_refill, t_bad_requests_change_nothing,
+         t_release_needs_flag, t_stale_epoch, t_busy_during_gen, t_idle_release,
+         t_two_engines_compete, t_sigterm_gives_memory_back, t_kill9_gives_memory_back]
+
+
+def main():
+    only = sys.argv[1:]
+    passed = failed = 0
+    for case in CASES:
+        if only and case.__name__ not in only:
+            continue
+        c = Case()
+        t0 = time.time()
+        try:
+            case(c)
+            print("ok   %-44s %7.3fs" % (case.__name__, time.time() - t0))
+            passed += 1
+        except Exception:
+            print("FAIL %s" % case.__name__)
+            traceback.print_exc(file=sys.stdout)
+            failed += 1
+        finally:
+            c.close()
+        sys.stdout.flush()
+    print("%d passed, %d failed" % (passed, failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
