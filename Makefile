@@ -73,7 +73,7 @@ TESTS := $(foreach t,$(TEST_SRCS),$(BUILD)/test/$(subst /,_,$(patsubst %_test.c,
 CU_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
 CU_GEN  := $(foreach f,$(CU_SRCS),$(BUILD)/gen/$(f:.cu=_fatbin.c))
 
-.PHONY: all test test-unit test-san fuzz demo clean gpu-test bench bench-gpu deps
+.PHONY: all test test-unit test-san fuzz fuzz-build demo clean gpu-build gpu-test bench bench-gpu deps
 all: $(PROGS) $(TESTS)
 
 # ---- set-up and flag tracking ----------------------------------------------
@@ -157,7 +157,24 @@ $(BUILD)/fuzz/$(patsubst %_fuzz.c,%,$(notdir $(1))): $(call obj,$(1)) $(LIBS)
 endef
 $(foreach f,$(FUZZ_SRCS),$(eval $(call FUZZ_RULE,$(f))))
 
+# The engine benchmark on the host backend (figures, not a test).
+bench: $(PROGS)
+	@scripts/bench-host.sh $(BUILD)
+
+# ---- GPU ------------------------------------------------------------------
+# gpu-build makes binaries that need only the NVIDIA driver where they run
+# (CUDA=1, the field's libraries linked statically), so they can be built
+# here and copied to a GPU machine where nothing can be installed; there,
+# scripts/gpu-test.sh and scripts/bench-gpu.sh run them.
+GPU_BUILD ?= build-gpu
+gpu-build: | $(BUILD)/.deps
+	@$(MAKE) --no-print-directory BUILD=$(GPU_BUILD) CUDA=1 STATIC=1 all
+gpu-test: gpu-build
+	@scripts/gpu-test.sh $(GPU_BUILD)
+bench-gpu: gpu-build
+	@scripts/bench-gpu.sh $(GPU_BUILD)
+
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(GPU_BUILD)
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

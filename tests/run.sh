@@ -3,6 +3,7 @@
 # (*/*_test.sh, *_test.py), each in its own process with a time limit, and
 # add up their "N passed, N failed" lines. The last line is the total, for CI.
 #
+# run.sh --bins-only BIN...: the binaries alone (the GPU tests).
 # Scripts find the build through $BUILD (default build). A test binary or
 # script that dies without its summary line counts as one failure.
 set -u
@@ -34,10 +35,15 @@ run_one() {
 	fi
 }
 
+scripts=1
+if [ "${1:-}" = "--bins-only" ]; then
+	scripts=0
+	shift
+fi
 for t in "$@"; do
 	run_one "$(basename "$t")" "$t"
 done
-for s in $(ls */*_test.sh */*_test.py 2>/dev/null | sort); do
+[ "$scripts" -eq 1 ] && for s in $(ls */*_test.sh */*_test.py 2>/dev/null | sort); do
 	case $s in
 	*.py) run_one "$s" /usr/bin/python3 "$s" ;;
 	*) run_one "$s" sh "$s" ;;

@@ -1,0 +1,14 @@
+#!/bin/sh
+# gpu-test.sh [BUILD]: the GPU tests, on a machine with an NVIDIA GPU and
+# its driver. BUILD (default build-gpu) holds binaries made by
+# `make gpu-build` (CUDA=1, STATIC=1), which need nothing installed beyond
+# the driver, so they can be built elsewhere and copied over.
+# The last line is "N passed, N failed".
+set -u
+B=${1:-build-gpu}
+for t in engine_cuda engine_conformance engine_cuda_cache engine_moe; do
+	[ -x "$B/test/$t" ] || { echo "gpu-test: $B/test/$t is missing: run make gpu-build" >&2; exit 2; }
+done
+# GPU tests run one after the other; nothing else may use the GPU meanwhile.
+exec env BUILD="$B" TEST_LIMIT=900 tests/run.sh --bins-only \
+	"$B/test/engine_cuda" "$B/test/engine_conformance" "$B/test/engine_cuda_cache" "$B/test/engine_moe"
