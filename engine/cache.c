@@ -8,21 +8,39 @@
  *
  * Tables. slot_item[s] / item_slot[i] is the residency table: the item each
  * slot is assigned to, mapped or not. A segment is *active* when it is part
- * of the target, and *mapped* when its memory is there; a mapped segment's
- * assigned slots always hold their items' bytes. So:
- *   resident     = assigned to a slot of a mapped segment
+ * of the target, and *mapped* when its memory is there. An assigned slot of
+ * a mapped segment either holds its item's bytes or is *pending*
+ * (slot_pending[s]: the memory is there, the bytes not yet); only assigned
+ * slots of mapped segments are ever pending. So:
+ *   resident     = assigned to a slot of a mapped segment, not pending
+ *   pending      = assigned to a slot of a mapped segment, bytes not copied
  *   remembered   = assigned to a slot of an unmapped active segment (after a
  *                  release, or where a refill stopped for lack of memory)
- * Release unmaps and keeps every assignment; refill maps the active segments
- * back and copies their assigned items in; so the table after a
- * release/refill cycle is the table before it.
+ * Mapping a segment makes its assigned slots pending; copying an item in
+ * makes its slot resident; unmapping turns pending slots back into
+ * remembered ones (release keeps every assignment). Refill maps the active
+ * segments back and copies their remembered and pending items in; so the
+ * table after a release/refill cycle is the table before it.
+ *
+ * A lookup while released, partial or refilling copies only what it needs:
+ * the segment of a needed remembered item is mapped, that item alone is
+ * copied into its remembered slot, and the segment's other slots stay
+ * pending until the refill (or a lookup of them) fills them. A lookup of a
+ * pending item copies it into its slot (a miss in the counts, but no
+ * eviction). A victim may be a pending slot: its item then is no longer
+ * remembered. The state is READY only when every active segment is mapped
+ * and nothing is pending.
  *
  * Hotness. Each slot counts hits (one per occurrence in a lookup). Every
  * 16 * slots accesses (at least 1024) all counts halve: LFU with an
  * exponential decay, so yesterday's hot experts cool off. A segment's heat
  * is the sum of its slots' counts: refills go hottest first (ties: lower
  * index first); shrinking drops the coldest (ties: higher index first).
- * Lookup victims: empty slots first, then fewest hits, then lower index.
+ * Lookup victims: empty slots first, then fewest hits, then pending before
+ * filled (a pending slot holds nothing that would be thrown away), then
+ * lower index. A refill plan is every active segment that is unmapped or
+ * has pending slots; where a segment cannot be mapped for lack of memory,
+ * the plan goes on filling the pending slots of mapped ones.
  *
  * Memory. Before mapping, the device's free memory less the reserve must
  * hold a whole segment, else the cache stops there (PARTIAL); so does a map
@@ -35,6 +53,9 @@
  * succeeded, the release still succeeds: the backend's unmap contract says
  * the memory was returned, so the shortfall is memory another process took
  * in the meantime; rep->bytes_freed says what was actually seen.
+ *
+ * Verify mode reads back what refills (and resize's fills) copy; a lookup's
+ * copies are not read back, as they never were for misses.
  *
  * Coalescing. Neighbouring slots of one segment are copied in one copy
  * when their sources follow each other in host memory without a gap (each
@@ -74,13 +95,16 @@ struct baton_cache {
 	int verify;
 
 	int released, refilling;
+	int plan_nomap; /* this plan met a full device: only fill mapped segments */
 	int fault_map; /* countdown to an injected BATON_EDEVMEM; 0 = off */
 
 	int64_t *slot_item;
 	int64_t *item_slot;
 	uint64_t *slot_hits;
+	uint8_t *slot_pending;
 	uint8_t *seg_active, *seg_mapped;
-	uint32_t n_active, n_mapped;
+	uint32_t *seg_pending; /* pending slots per segment */
+	uint32_t n_active, n_mapped, n_pending;
 
 	uint32_t *plan;
 	uint32_t plan_len, plan_pos;
@@ -90,6 +114,7 @@ struct baton_cache {
 	uint32_t *item_mark, *slot_mark, *seg_mark;
 	uint32_t *need;     /* distinct items of a call */
 	uint32_t *cand;     /* candidate slots */
+	uint32_t *fill;     /* slots a lookup copies into */
 	uint32_t need_cap;
 	struct baton_copy *copies;
 	uint32_t copies_cap;
@@ -98,6 +123,7 @@ struct baton_cache {
 
 	uint64_t accesses, decay_period;
 	uint64_t hits, misses, evictions;
+	uint64_t bytes_loaded; /* host to device, every operation, ever */
 };
 
 static void c_err(char *buf, size_t len, const char *fmt, ...)
@@ -144,7 +170,8 @@ static int state_of(const struct baton_cache *c)
 		return BATON_CACHE_REFILLING;
 	if (c->released)
 		return BATON_CACHE_RELEASED;
-	return c->n_mapped == c->n_active ? BATON_CACHE_READY : BATON_CACHE_PARTIAL;
+	return c->n_mapped == c->n_active && c->n_pending == 0 ? BATON_CACHE_READY
+	                                                      : BATON_CACHE_PARTIAL;
 }
 
 static baton_dptr slot_addr(const struct baton_cache *c, uint32_t s)
@@ -166,14 +193,34 @@ static uint64_t seg_heat(const struct baton_cache *c, uint32_t k)
 	return h;
 }
 
+static void set_pending(struct baton_cache *c, uint32_t s)
+{
+	if (c->slot_pending[s])
+		return;
+	c->slot_pending[s] = 1;
+	c->seg_pending[s / c->sps]++;
+	c->n_pending++;
+}
+
+static void clear_pending(struct baton_cache *c, uint32_t s)
+{
+	if (!c->slot_pending[s])
+		return;
+	c->slot_pending[s] = 0;
+	c->seg_pending[s / c->sps]--;
+	c->n_pending--;
+}
+
 static void unassign_slot(struct baton_cache *c, uint32_t s)
 {
 	if (c->slot_item[s] >= 0)
 		c->item_slot[c->slot_item[s]] = -1;
 	c->slot_item[s] = -1;
 	c->slot_hits[s] = 0;
+	clear_pending(c, s);
 }
 
+/* In a mapped segment the new assignment is pending until copied. */
 static void assign(struct baton_cache *c, uint32_t s, uint32_t item)
 {
 	unassign_slot(c, s);
@@ -181,12 +228,14 @@ static void assign(struct baton_cache *c, uint32_t s, uint32_t item)
 		unassign_slot(c, (uint32_t)c->item_slot[item]);
 	c->slot_item[s] = item;
 	c->item_slot[item] = s;
+	if (c->seg_mapped[s / c->sps])
+		set_pending(c, s);
 }
 
 /* ---- mapping -------------------------------------------------------------- */
 
 /* Maps segment k unless the reserve forbids it or the device is full
- * (BATON_EDEVMEM either way). */
+ * (BATON_EDEVMEM either way). Its assigned slots become pending. */
 static int map_seg(struct baton_cache *c, uint32_t k, struct baton_cache_report *rep)
 {
 	uint64_t free_b = 0, total = 0;
@@ -206,6 +255,9 @@ static int map_seg(struct baton_cache *c, uint32_t k, struct baton_cache_report 
 	c->n_mapped++;
 	c->released = 0;
 	rep->segments_mapped++;
+	for (uint32_t s = k * c->sps; s < (k + 1) * c->sps; s++)
+		if (c->slot_item[s] >= 0)
+			set_pending(c, s);
 	return 0;
 }
 
@@ -219,6 +271,8 @@ static int unmap_seg(struct baton_cache *c, uint32_t k, struct baton_cache_repor
 	c->seg_mapped[k] = 0;
 	c->n_mapped--;
 	rep->segments_unmapped++;
+	for (uint32_t s = k * c->sps; s < (k + 1) * c->sps; s++)
+		clear_pending(c, s); /* pending again means remembered */
 	return 0;
 }
 
@@ -277,9 +331,10 @@ static int verify_slot(struct baton_cache *c, uint32_t s, int *ok)
 	return 0;
 }
 
-/* Copies the assigned items of slots[0..n) (ascending) in one batch,
- * coalescing runs, then syncs; with verify, reads each one back. On a
- * failed copy the slots are unassigned (they hold unknown bytes). */
+/* Copies the assigned items of slots[0..n) (ascending, mapped) in one
+ * batch, coalescing runs, then syncs; the slots are no longer pending. With
+ * verify, reads each one back. On a failed copy the slots are unassigned
+ * (they hold unknown bytes). */
 static int fill_slots(struct baton_cache *c, const uint32_t *slots, uint32_t n, int verify,
     struct baton_cache_report *rep)
 {
@@ -320,6 +375,9 @@ static int fill_slots(struct baton_cache *c, const uint32_t *slots, uint32_t n, 
 	}
 	rep->copies += nc;
 	rep->bytes_copied += bytes;
+	c->bytes_loaded += bytes;
+	for (uint32_t j = 0; j < n; j++)
+		clear_pending(c, slots[j]);
 	if (verify) {
 		for (uint32_t j = 0; j < n; j++) {
 			uint32_t s = slots[j];
@@ -341,21 +399,24 @@ static int fill_slots(struct baton_cache *c, const uint32_t *slots, uint32_t n, 
 	return rc;
 }
 
-/* Copies segment k's assigned items in (k is mapped). */
+/* Copies segment k's pending items in (k is mapped). */
 static int fill_seg(struct baton_cache *c, uint32_t k, struct baton_cache_report *rep)
 {
 	uint32_t n = 0;
 	for (uint32_t s = k * c->sps; s < (k + 1) * c->sps; s++)
-		c->cand[n++] = s;
-	return fill_slots(c, c->cand, n, c->verify, rep);
+		if (c->slot_pending[s])
+			c->cand[n++] = s;
+	return n ? fill_slots(c, c->cand, n, c->verify, rep) : 0;
 }
 
-/* Maps and fills segment k. */
+/* Maps segment k unless it is, and fills its pending slots. */
 static int load_seg(struct baton_cache *c, uint32_t k, struct baton_cache_report *rep)
 {
-	int rc = map_seg(c, k, rep);
-	if (rc)
-		return rc;
+	if (!c->seg_mapped[k]) {
+		int rc = map_seg(c, k, rep);
+		if (rc)
+			return rc;
+	}
 	return fill_seg(c, k, rep);
 }
 
@@ -374,15 +435,23 @@ static int cmp_hot_first(const void *a, const void *b)
 	return x->k < y->k ? -1 : x->k > y->k;
 }
 
-/* plan = the active, unmapped segments, hottest first. */
+/* Whether a plan still has work in active segment k. */
+static int seg_needs_refill(const struct baton_cache *c, uint32_t k)
+{
+	return c->seg_active[k] && (c->seg_mapped[k] ? c->seg_pending[k] > 0 : !c->plan_nomap);
+}
+
+/* plan = the active segments that are unmapped or have pending slots,
+ * hottest first. */
 static int make_plan(struct baton_cache *c)
 {
 	struct seg_heat *h = malloc((size_t)c->n_segs * sizeof *h);
 	if (!h)
 		return BATON_ENOMEM;
 	uint32_t n = 0;
+	c->plan_nomap = 0;
 	for (uint32_t k = 0; k < c->n_segs; k++)
-		if (c->seg_active[k] && !c->seg_mapped[k])
+		if (seg_needs_refill(c, k))
 			h[n++] = (struct seg_heat){ seg_heat(c, k), k };
 	qsort(h, n, sizeof *h, cmp_hot_first);
 	for (uint32_t i = 0; i < n; i++)
@@ -393,30 +462,41 @@ static int make_plan(struct baton_cache *c)
 	return 0;
 }
 
-/* Skips plan entries that need nothing (mapped early by a lookup). */
+/* Skips plan entries that need nothing (filled early by lookups), and
+ * unmapped ones once the device was full. */
 static void plan_skip(struct baton_cache *c)
 {
-	while (c->plan_pos < c->plan_len) {
-		uint32_t k = c->plan[c->plan_pos];
-		if (c->seg_active[k] && !c->seg_mapped[k])
-			break;
+	while (c->plan_pos < c->plan_len && !seg_needs_refill(c, c->plan[c->plan_pos]))
 		c->plan_pos++;
-	}
 }
 
-/* Runs the plan to its end or to the first segment that does not fit. */
-static int run_plan(struct baton_cache *c, struct baton_cache_report *rep)
+/* Loads the next segment of the plan that can be loaded: 0 when one was
+ * (or none is left), else an error. A segment that does not fit leaves
+ * the rest of the plan to the mapped ones (partial: stop at what fit). */
+static int plan_next(struct baton_cache *c, struct baton_cache_report *rep)
 {
 	for (plan_skip(c); c->plan_pos < c->plan_len; plan_skip(c)) {
-		int rc = load_seg(c, c->plan[c->plan_pos], rep);
-		if (rc == BATON_EDEVMEM)
-			break; /* partial: stop at what fit */
-		if (rc)
-			return rc;
-		c->plan_pos++;
+		int rc = load_seg(c, c->plan[c->plan_pos++], rep);
+		if (rc == BATON_EDEVMEM) {
+			c->plan_nomap = 1;
+			continue;
+		}
+		return rc;
+	}
+	return 0;
+}
+
+/* Runs the plan to its end. */
+static int run_plan(struct baton_cache *c, struct baton_cache_report *rep)
+{
+	int rc = 0;
+	plan_skip(c);
+	while (!rc && c->plan_pos < c->plan_len) {
+		rc = plan_next(c, rep);
+		plan_skip(c);
 	}
 	c->plan_len = c->plan_pos = 0;
-	return 0;
+	return rc;
 }
 
 /* ---- create / destroy ---------------------------------------------------- */
@@ -505,17 +585,20 @@ int cache_create(const struct baton_backend *be, struct baton_dev *dev,
 	c->slot_item = malloc((size_t)c->n_slots * sizeof *c->slot_item);
 	c->item_slot = malloc(((size_t)n_items + 1) * sizeof *c->item_slot);
 	c->slot_hits = calloc(c->n_slots, sizeof *c->slot_hits);
+	c->slot_pending = calloc(c->n_slots, 1);
 	c->seg_active = calloc(c->n_segs, 1);
 	c->seg_mapped = calloc(c->n_segs, 1);
+	c->seg_pending = calloc(c->n_segs, sizeof *c->seg_pending);
 	c->plan = malloc((size_t)c->n_segs * sizeof *c->plan);
 	c->item_mark = calloc((size_t)n_items + 1, sizeof *c->item_mark);
 	c->slot_mark = calloc(c->n_slots, sizeof *c->slot_mark);
 	c->seg_mark = calloc(c->n_segs, sizeof *c->seg_mark);
 	c->cand = malloc((size_t)c->n_slots * sizeof *c->cand);
+	c->fill = malloc((size_t)c->n_slots * sizeof *c->fill);
 	c->xxh = XXH3_createState();
-	if (!c->slot_item || !c->item_slot || !c->slot_hits || !c->seg_active ||
-	    !c->seg_mapped || !c->plan || !c->item_mark || !c->slot_mark || !c->seg_mark ||
-	    !c->cand || !c->xxh)
+	if (!c->slot_item || !c->item_slot || !c->slot_hits || !c->slot_pending ||
+	    !c->seg_active || !c->seg_mapped || !c->seg_pending || !c->plan || !c->item_mark ||
+	    !c->slot_mark || !c->seg_mark || !c->cand || !c->fill || !c->xxh)
 		goto nomem;
 	for (uint32_t s = 0; s < c->n_slots; s++)
 		c->slot_item[s] = -1;
@@ -561,14 +644,17 @@ void cache_destroy(struct baton_cache *c)
 	free(c->slot_item);
 	free(c->item_slot);
 	free(c->slot_hits);
+	free(c->slot_pending);
 	free(c->seg_active);
 	free(c->seg_mapped);
+	free(c->seg_pending);
 	free(c->plan);
 	free(c->item_mark);
 	free(c->slot_mark);
 	free(c->seg_mark);
 	free(c->need);
 	free(c->cand);
+	free(c->fill);
 	free(c->copies);
 	free(c->vbuf);
 	if (c->xxh)
@@ -651,19 +737,10 @@ int cache_refill_step(struct baton_cache *c, int *done, struct baton_cache_repor
 	int rc = 0;
 	*done = 1;
 	if (c->refilling) {
+		rc = plan_next(c, rep);
+		if (rc)
+			c->plan_pos = c->plan_len;
 		plan_skip(c);
-		if (c->plan_pos < c->plan_len) {
-			rc = load_seg(c, c->plan[c->plan_pos], rep);
-			if (rc == BATON_EDEVMEM) {
-				rc = 0; /* partial: stop at what fit */
-				c->plan_pos = c->plan_len;
-			} else if (!rc) {
-				c->plan_pos++;
-			} else {
-				c->plan_pos = c->plan_len;
-			}
-			plan_skip(c);
-		}
 		if (c->plan_pos < c->plan_len) {
 			*done = 0;
 		} else {
@@ -827,6 +904,8 @@ static int cmp_victim(const void *a, const void *b, void *arg)
 		return ex - ey; /* empty slots first */
 	if (c->slot_hits[x] != c->slot_hits[y])
 		return c->slot_hits[x] < c->slot_hits[y] ? -1 : 1;
+	if (c->slot_pending[x] != c->slot_pending[y])
+		return c->slot_pending[x] ? -1 : 1; /* nothing copied is thrown away */
 	return x < y ? -1 : x > y;
 }
 
@@ -897,7 +976,7 @@ int cache_lookup(struct baton_cache *c, const uint32_t *items, size_t n, baton_d
 	next_call(c);
 	const uint32_t call = c->call;
 
-	/* The distinct items; remembered ones get their segment mapped (and
+	/* The distinct items; remembered ones get their segment mapped (not
 	 * filled) when memory allows, so they come back where they were. */
 	uint32_t n_need = 0;
 	for (size_t j = 0; j < n; j++) {
@@ -913,27 +992,29 @@ int cache_lookup(struct baton_cache *c, const uint32_t *items, size_t n, baton_d
 		if (c->seg_mapped[k] || c->seg_mark[k] == call)
 			continue;
 		c->seg_mark[k] = call; /* try each segment once */
-		rc = load_seg(c, k, &rep);
+		rc = map_seg(c, k, &rep);
 		if (rc && rc != BATON_EDEVMEM)
 			goto out;
 		rc = 0;
 	}
-	/* Hits keep their slots; the rest are misses. */
-	uint32_t n_miss = 0;
-	uint64_t hits = 0, loaded = 0;
+	/* Filled ones are hits; pending ones are copied into their own slots;
+	 * the rest are misses. */
+	uint32_t n_miss = 0, n_fill = 0;
+	uint64_t hits = 0;
 	for (uint32_t j = 0; j < n_need; j++) {
 		uint32_t i = c->need[j];
 		int64_t s = c->item_slot[i];
 		if (s >= 0 && c->seg_mapped[s / c->sps]) {
 			c->slot_mark[s] = call;
-			if (c->seg_mark[s / c->sps] == call && c->seg_mapped[s / c->sps])
-				loaded++; /* came back with its segment */
+			if (c->slot_pending[s])
+				c->fill[n_fill++] = (uint32_t)s;
 			else
 				hits++;
 		} else {
 			c->need[n_miss++] = i; /* compacted in place: misses first */
 		}
 	}
+	const uint64_t loaded = n_fill;
 	/* Enough free mapped slots for the misses? Map remembered segments,
 	 * hottest first, until there are. */
 	uint32_t n_cand = 0;
@@ -949,14 +1030,15 @@ int cache_lookup(struct baton_cache *c, const uint32_t *items, size_t n, baton_d
 			}
 			if (n_cand >= n_miss)
 				break;
-			/* The refill's plan is left alone: it skips what we map. */
+			/* The refill's plan is left alone: it skips what needs
+			 * nothing more. */
 			int mapped = 0;
 			while (!mapped) {
 				uint32_t k = hottest_unmapped(c, call);
 				if (k == UINT32_MAX)
 					break;
 				c->seg_mark[k] = call; /* try each once */
-				rc = load_seg(c, k, &rep);
+				rc = map_seg(c, k, &rep);
 				if (rc && rc != BATON_EDEVMEM)
 					goto out;
 				mapped = rc == 0;
@@ -978,8 +1060,13 @@ int cache_lookup(struct baton_cache *c, const uint32_t *items, size_t n, baton_d
 				c->evictions++;
 			assign(c, s, c->need[j]);
 			c->slot_mark[s] = call;
+			c->fill[n_fill++] = s;
 		}
-		rc = fill_slots(c, c->cand, n_miss, 0, &rep);
+	}
+	/* One batch for both, in slot order so neighbours coalesce. */
+	if (n_fill) {
+		qsort(c->fill, n_fill, sizeof *c->fill, cmp_u32);
+		rc = fill_slots(c, c->fill, n_fill, 0, &rep);
 		if (rc)
 			goto out;
 	}
@@ -1015,11 +1102,13 @@ void cache_stats(const struct baton_cache *c, struct baton_cache_stats *st)
 		if (!c->seg_mapped[k])
 			continue;
 		for (uint32_t s = k * c->sps; s < (k + 1) * c->sps; s++)
-			st->items_resident += c->slot_item[s] >= 0;
+			st->items_resident += c->slot_item[s] >= 0 && !c->slot_pending[s];
 	}
 	st->hits = c->hits;
 	st->misses = c->misses;
 	st->evictions = c->evictions;
+	st->slots_pending = c->n_pending;
+	st->bytes_loaded = c->bytes_loaded;
 }
 
 int64_t cache_slot_of(const struct baton_cache *c, uint32_t item)

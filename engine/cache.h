@@ -24,6 +24,12 @@
  * that the serve loop can answer a request between steps; cache_lookup()
  * during a refill loads what it needs first.
  *
+ * A lookup while released, partial or refilling maps the segments of the
+ * remembered items it needs but copies only those items, into their
+ * remembered slots; the other slots of such a segment are *pending* (mapped,
+ * not yet filled: not resident) until a refill, or a lookup of them, fills
+ * them. The state is READY only once nothing is pending.
+ *
  * Not thread-safe: one thread (the engine's serve loop) drives a cache.
  */
 #ifndef BATON_ENGINE_CACHE_H
@@ -75,6 +81,8 @@ struct baton_cache_stats {
 	uint64_t mapped_bytes;   /* segments mapped now */
 	uint32_t slots_total, slots_mapped, items_resident;
 	uint64_t hits, misses, evictions;
+	uint32_t slots_pending;  /* assigned slots of mapped segments not filled yet */
+	uint64_t bytes_loaded;   /* host to device by every operation since create */
 };
 
 struct baton_cache;

@@ -100,6 +100,52 @@ static void fx_open(struct fx *f, uint64_t capacity)
 	T_ASSERT_MSG(rc == 0, "open: %s", err);
 }
 
+/* The host backend, counting what the cache asks of it. */
+static struct {
+	uint64_t maps, unmaps, copy_calls, copies, copy_bytes;
+} g_cnt;
+static struct baton_backend g_counting;
+
+static int cnt_map(struct baton_dev *dev, baton_dptr addr, uint64_t bytes)
+{
+	g_cnt.maps++;
+	return baton_backend_host.map(dev, addr, bytes);
+}
+
+static int cnt_unmap(struct baton_dev *dev, baton_dptr addr, uint64_t bytes)
+{
+	g_cnt.unmaps++;
+	return baton_backend_host.unmap(dev, addr, bytes);
+}
+
+static int cnt_copy_h2d(struct baton_dev *dev, const struct baton_copy *copies, size_t n)
+{
+	g_cnt.copy_calls++;
+	g_cnt.copies += n;
+	for (size_t i = 0; i < n; i++)
+		g_cnt.copy_bytes += copies[i].bytes;
+	return baton_backend_host.copy_h2d(dev, copies, n);
+}
+
+static void fx_open_counting(struct fx *f, uint64_t capacity)
+{
+	fx_open(f, capacity);
+	g_counting = baton_backend_host;
+	g_counting.name = "host-counting";
+	g_counting.map = cnt_map;
+	g_counting.unmap = cnt_unmap;
+	g_counting.copy_h2d = cnt_copy_h2d;
+	f->be = &g_counting;
+	memset(&g_cnt, 0, sizeof g_cnt);
+}
+
+static struct baton_cache_stats stats_of(struct fx *f)
+{
+	struct baton_cache_stats st;
+	cache_stats(f->c, &st);
+	return st;
+}
+
 static struct baton_cache_config cfg_of(uint64_t ceiling, int verify)
 {
 	struct baton_cache_config cfg = { SLOT, SEG, ceiling, 0, verify };
@@ -480,16 +526,23 @@ static void t_lookup_misses(void)
 	fx_open(&f, 64 * MiB);
 	fx_items(&f, 100, SLOT, SLOT, 9);
 	fx_cache(&f, SEG, 0); /* one segment, 32 slots */
-	/* A lookup on a fresh (released) cache maps what it needs. */
+	/* A lookup on a fresh (released) cache maps what it needs; the
+	 * victims are the pending warm-up slots 0..19 (nothing copied yet),
+	 * the other 12 stay pending: partial until a refill fills them. */
 	uint32_t ids[40];
 	for (uint32_t j = 0; j < 40; j++)
 		ids[j] = 50 + j;
 	lookup_ok(&f, ids, 20);
 	struct baton_cache_stats st;
 	cache_stats(f.c, &st);
-	T_EQ_INT(st.state, BATON_CACHE_READY);
+	T_EQ_INT(st.state, BATON_CACHE_PARTIAL);
 	T_EQ_INT(st.misses, 20);
 	T_EQ_INT(st.evictions, 20);
+	T_EQ_INT(st.slots_pending, 12);
+	T_EQ_INT(st.items_resident, 20);
+	T_EQ_INT(st.bytes_loaded, 20ull * SLOT);
+	for (uint32_t j = 0; j < 20; j++)
+		T_EQ_INT(cache_slot_of(f.c, 50 + j), j);
 	snap(&f);
 	baton_dptr blobs[40];
 	T_EQ_ERR(cache_lookup(f.c, ids, 40, blobs), BATON_EDEVMEM);
@@ -499,6 +552,10 @@ static void t_lookup_misses(void)
 	for (uint32_t j = 0; j < 64; j++)
 		many[j] = 60 + (j % 32);
 	lookup_ok(&f, many, 64);
+	cache_stats(f.c, &st); /* the pending 20..31 were victims too */
+	T_EQ_INT(st.state, BATON_CACHE_READY);
+	T_EQ_INT(st.slots_pending, 0);
+	T_EQ_INT(st.items_resident, 32);
 	/* Duplicates count once as a miss, each as a hit on the slot. */
 	uint32_t dup[3] = { 99, 99, 99 };
 	cache_stats(f.c, &st);
@@ -591,13 +648,19 @@ static void t_hot_first(void)
 	T_ASSERT(mapped_at(&f, addr[5 * SPS]) && !mapped_at(&f, addr[2 * SPS]));
 	T_OK(cache_refill_step(f.c, &done, &rep));
 	T_ASSERT(mapped_at(&f, addr[2 * SPS]) && !mapped_at(&f, addr[0]));
-	/* A request for segment 7 before its turn: served now. */
+	/* A request for segment 7 before its turn: served now, by mapping
+	 * segment 7 and copying that one item. */
+	cache_stats(f.c, &st);
+	uint64_t loaded0 = st.bytes_loaded;
 	uint32_t want[2] = { 7 * SPS + 3, 2 * SPS + 1 };
 	lookup_ok(&f, want, 2);
 	T_ASSERT(mapped_at(&f, addr[7 * SPS]));
 	cache_stats(f.c, &st);
 	T_EQ_INT(st.state, BATON_CACHE_REFILLING);
-	/* The rest in index order (equal heat): 0, 1, 3, 4, 6 (7 is done). */
+	T_EQ_INT(st.bytes_loaded - loaded0, SLOT);
+	T_EQ_INT(st.slots_pending, SPS - 1);
+	/* The rest in index order (equal heat): 0, 1, 3, 4, 6; then 7's
+	 * pending slots, in the place the plan gave it (last). */
 	const uint32_t order[] = { 0, 1, 3, 4, 6 };
 	for (size_t k = 0; k < sizeof order / sizeof order[0]; k++) {
 		T_ASSERT(!done);
@@ -605,6 +668,12 @@ static void t_hot_first(void)
 		T_EQ_INT(rep.segments_mapped, 1);
 		T_ASSERT_MSG(mapped_at(&f, addr[order[k] * SPS]), "segment %u not next", order[k]);
 	}
+	T_ASSERT(!done);
+	T_OK(cache_refill_step(f.c, &done, &rep));
+	T_EQ_INT(rep.segments_mapped, 0);
+	T_EQ_INT(rep.bytes_copied, (SPS - 1) * SLOT);
+	T_EQ_INT(rep.copies, 2); /* 7*SPS+0..2 and +4..31 */
+	T_EQ_INT(rep.mismatches, 0);
 	T_EQ_INT(done, 1);
 	T_EQ_INT(rep.state, BATON_CACHE_READY);
 	same_table(&f);
@@ -757,6 +826,345 @@ static void t_resize(void)
 	dir_cleanup();
 }
 
+/* ---- lookups while released: only what is needed is copied ------------- */
+
+/* After a release, a lookup of k items maps only their segments and copies
+ * only their bytes; the rest of those segments is pending. The refill then
+ * fills the pending slots and maps the rest: the same table as before the
+ * release, 0 mismatches. */
+static void t_lookup_copies_only_needed(void)
+{
+	dir_setup();
+	struct fx f = { 0 };
+	fx_open_counting(&f, 64 * MiB);
+	fx_items(&f, 300, SLOT, SLOT, 17);
+	fx_cache(&f, 16 * MiB, 1); /* 8 segments, 256 slots: the warm-up */
+	struct baton_cache_report rep;
+	T_OK(cache_refill(f.c, &rep));
+	T_EQ_INT(g_cnt.maps, 8);
+	T_EQ_INT(g_cnt.copy_bytes, 256ull * SLOT);
+	T_EQ_INT(stats_of(&f).bytes_loaded, 256ull * SLOT);
+	snap(&f);
+	T_OK(cache_release(f.c, &rep));
+
+	memset(&g_cnt, 0, sizeof g_cnt);
+	uint64_t loaded0 = stats_of(&f).bytes_loaded;
+	uint32_t ids[4] = { 5, 6, 200, 5 }; /* segments 0 and 6 */
+	lookup_ok(&f, ids, 4);
+	T_EQ_INT(g_cnt.maps, 2);
+	T_EQ_INT(g_cnt.copy_calls, 1); /* one batch */
+	T_EQ_INT(g_cnt.copies, 2);     /* 5 and 6 coalesced, 200 */
+	T_EQ_INT(g_cnt.copy_bytes, 3ull * SLOT);
+	struct baton_cache_stats st = stats_of(&f);
+	T_EQ_INT(st.bytes_loaded - loaded0, 3ull * SLOT);
+	T_EQ_INT(st.state, BATON_CACHE_PARTIAL);
+	T_EQ_INT(st.mapped_bytes, 2 * SEG);
+	T_EQ_INT(st.slots_mapped, 2 * SPS);
+	T_EQ_INT(st.items_resident, 3);
+	T_EQ_INT(st.slots_pending, 2 * SPS - 3);
+	T_EQ_INT(st.misses, 3);
+	T_EQ_INT(st.evictions, 0);
+	T_EQ_INT(dev_free(&f), 64 * MiB - 2 * SEG);
+	same_table(&f); /* pending slots keep their items */
+
+	/* Again: hits now, nothing mapped or copied. */
+	memset(&g_cnt, 0, sizeof g_cnt);
+	lookup_ok(&f, ids, 4);
+	T_EQ_INT(g_cnt.maps + g_cnt.copy_calls, 0);
+	T_EQ_INT(stats_of(&f).hits, 3);
+
+	/* The refill: 6 segments mapped, the 2 * 32 - 3 pending filled. */
+	memset(&g_cnt, 0, sizeof g_cnt);
+	T_OK(cache_refill(f.c, &rep));
+	T_EQ_INT(rep.state, BATON_CACHE_READY);
+	T_EQ_INT(rep.segments_mapped, 6);
+	T_EQ_INT(rep.bytes_copied, 253ull * SLOT);
+	T_EQ_INT(g_cnt.copy_bytes, 253ull * SLOT);
+	T_EQ_INT(rep.copies, 6 + 2 + 2); /* 0..4|7..31, 192..199|201..223 */
+	T_EQ_INT(rep.mismatches, 0);
+	T_EQ_INT(g_cnt.maps, 6);
+	st = stats_of(&f);
+	T_EQ_INT(st.state, BATON_CACHE_READY);
+	T_EQ_INT(st.slots_pending, 0);
+	T_EQ_INT(st.items_resident, 256);
+	same_table(&f);
+	all_resident_bytes(&f);
+	fx_close(&f);
+	dir_cleanup();
+}
+
+/* One lookup mixing a resident item, a pending one, one whose segment is
+ * not mapped and one never cached: one new segment, three copies; the
+ * miss takes a pending slot (no bytes lost), whose item is no longer
+ * remembered. */
+static void t_lookup_mixed(void)
+{
+	dir_setup();
+	struct fx f = { 0 };
+	fx_open_counting(&f, 64 * MiB);
+	fx_items(&f, 300, SLOT, SLOT, 18);
+	fx_cache(&f, 16 * MiB, 1);
+	struct baton_cache_report rep;
+	T_OK(cache_refill(f.c, &rep));
+	snap(&f);
+	T_OK(cache_release(f.c, &rep));
+	uint32_t first = 5;
+	lookup_ok(&f, &first, 1); /* segment 0 mapped, 5 resident, rest pending */
+	struct baton_cache_stats st = stats_of(&f);
+	T_EQ_INT(st.slots_pending, SPS - 1);
+
+	memset(&g_cnt, 0, sizeof g_cnt);
+	uint64_t loaded0 = st.bytes_loaded;
+	/* 5 resident, 10 pending, 40 in unmapped segment 1, 299 not cached. */
+	uint32_t ids[5] = { 299, 40, 10, 5, 10 };
+	lookup_ok(&f, ids, 5);
+	T_EQ_INT(g_cnt.maps, 1);
+	T_EQ_INT(g_cnt.copy_calls, 1);
+	T_EQ_INT(g_cnt.copy_bytes, 3ull * SLOT);
+	st = stats_of(&f);
+	T_EQ_INT(st.bytes_loaded - loaded0, 3ull * SLOT);
+	T_EQ_INT(st.hits, 1);
+	T_EQ_INT(st.misses, 1 + 3); /* 5 before; 10, 40 loaded, 299 */
+	T_EQ_INT(st.evictions, 1);
+	T_EQ_INT(st.items_resident, 4);
+	T_EQ_INT(st.slots_pending, 2 * SPS - 4);
+	T_EQ_INT(st.mapped_bytes, 2 * SEG);
+	/* Remembered slots kept; the victim: pending slot 0 (0 hits, lowest). */
+	T_EQ_INT(cache_slot_of(f.c, 5), 5);
+	T_EQ_INT(cache_slot_of(f.c, 10), 10);
+	T_EQ_INT(cache_slot_of(f.c, 40), 40);
+	T_EQ_INT(cache_slot_of(f.c, 299), 0);
+	T_EQ_INT(cache_slot_of(f.c, 0), -1);
+	f.table[299] = 0;
+	f.table[0] = -1;
+	same_table(&f);
+
+	/* The refill fills around what is there; item 0 stays out. */
+	memset(&g_cnt, 0, sizeof g_cnt);
+	T_OK(cache_refill(f.c, &rep));
+	T_EQ_INT(rep.state, BATON_CACHE_READY);
+	T_EQ_INT(rep.segments_mapped, 6);
+	T_EQ_INT(rep.bytes_copied, 252ull * SLOT);
+	T_EQ_INT(rep.mismatches, 0);
+	same_table(&f);
+	all_resident_bytes(&f);
+	fx_close(&f);
+	dir_cleanup();
+}
+
+/* Victims at equal hits: a pending slot before a filled one, whatever the
+ * index; with fewer hits, a filled slot still goes first. */
+static void t_evict_pending_first(void)
+{
+	dir_setup();
+	struct fx f = { 0 };
+	fx_open(&f, 64 * MiB);
+	fx_items(&f, 300, SLOT, SLOT, 19);
+	fx_cache(&f, 8 * MiB, 0); /* 4 segments */
+	struct baton_cache_report rep;
+	T_OK(cache_refill(f.c, &rep));
+	T_OK(cache_release(f.c, &rep));
+	/* Step 1 of the refill maps and fills segment 0 (equal heat: lowest
+	 * index); a lookup then maps segment 1 for item 40. */
+	int done = 0;
+	T_OK(cache_refill_begin(f.c));
+	T_OK(cache_refill_step(f.c, &done, &rep));
+	T_EQ_INT(rep.segments_mapped, 1);
+	uint32_t forty = 40;
+	lookup_ok(&f, &forty, 1);
+	struct baton_cache_stats st = stats_of(&f);
+	T_EQ_INT(st.slots_pending, SPS - 1);
+	/* A miss: segment 0's slots are filled with 0 hits, segment 1's
+	 * pending with 0 hits: slot 32 goes. */
+	uint32_t newcomer = 299;
+	lookup_ok(&f, &newcomer, 1);
+	T_EQ_INT(cache_slot_of(f.c, 299), SPS);
+	T_EQ_INT(cache_slot_of(f.c, SPS), -1);
+	T_EQ_INT(cache_slot_of(f.c, 0), 0);
+	st = stats_of(&f);
+	T_EQ_INT(st.evictions, 1);
+	T_EQ_INT(st.slots_pending, SPS - 2);
+	/* Segment 1's pending slots but 33 are looked up (filled, 1 hit
+	 * each). Two misses then take 33 (pending, 0 hits) and slot 0
+	 * (filled, 0 hits, lowest index) before any slot with hits. */
+	uint32_t ids[SPS];
+	baton_dptr blobs[SPS];
+	uint32_t n = 0;
+	for (uint32_t i = SPS + 2; i < 2 * SPS; i++)
+		ids[n++] = i;
+	T_OK(cache_lookup(f.c, ids, n, blobs));
+	check_bytes(&f, ids, n, blobs);
+	T_EQ_INT(stats_of(&f).slots_pending, 1);
+	uint32_t two[2] = { 298, 297 };
+	lookup_ok(&f, two, 2);
+	T_EQ_INT(cache_slot_of(f.c, 297), 0); /* pairing: lower item, lower slot */
+	T_EQ_INT(cache_slot_of(f.c, 298), SPS + 1);
+	T_EQ_INT(cache_slot_of(f.c, SPS + 1), -1);
+	T_EQ_INT(cache_slot_of(f.c, 0), -1);
+	snap(&f);
+	while (!done)
+		T_OK(cache_refill_step(f.c, &done, &rep));
+	st = stats_of(&f);
+	T_EQ_INT(st.state, BATON_CACHE_READY);
+	T_EQ_INT(st.slots_pending, 0);
+	same_table(&f);
+	all_resident_bytes(&f);
+	fx_close(&f);
+	dir_cleanup();
+}
+
+/* Verify mode reads back the pending slots a refill fills. */
+static void t_verify_pending(void)
+{
+	dir_setup();
+	struct fx f = { 0 };
+	fx_open(&f, 64 * MiB);
+	fx_items(&f, 64, SLOT, SLOT, 20);
+	fx_cache(&f, 4 * MiB, 1);
+	struct baton_cache_report rep;
+	T_OK(cache_refill(f.c, &rep));
+	T_EQ_INT(rep.mismatches, 0);
+	T_OK(cache_release(f.c, &rep));
+	uint32_t five = 5;
+	lookup_ok(&f, &five, 1);
+	T_EQ_INT(stats_of(&f).slots_pending, SPS - 1);
+	f.items[20].checksum ^= 1; /* pending in segment 0 */
+	f.items[40].checksum ^= 1; /* remembered in segment 1 */
+	T_OK(cache_refill(f.c, &rep));
+	T_EQ_INT(rep.mismatches, 2);
+	T_EQ_INT(cache_slot_of(f.c, 20), -1);
+	T_EQ_INT(cache_slot_of(f.c, 40), -1);
+	T_EQ_INT(cache_slot_of(f.c, 21), 21);
+	struct baton_cache_stats st = stats_of(&f);
+	T_EQ_INT(st.slots_pending, 0);
+	T_EQ_INT(st.items_resident, 62);
+	fx_close(&f);
+	dir_cleanup();
+}
+
+/* The device is full: a refill that cannot map a (hotter) segment still
+ * fills the pending slots of the mapped ones, stepwise or not. */
+static void t_pending_partial(void)
+{
+	dir_setup();
+	struct fx f = { 0 };
+	fx_open(&f, 64 * MiB);
+	fx_items(&f, 300, SLOT, SLOT, 21);
+	fx_cache(&f, 16 * MiB, 1);
+	struct baton_cache_report rep;
+	T_OK(cache_refill(f.c, &rep));
+	uint32_t ids[SPS];
+	for (uint32_t j = 0; j < SPS; j++)
+		ids[j] = 3 * SPS + j; /* segment 3 hottest */
+	for (int r = 0; r < 3; r++)
+		lookup_ok(&f, ids, SPS);
+	snap(&f);
+
+	for (int stepwise = 0; stepwise < 2; stepwise++) {
+		T_OK(cache_release(f.c, &rep));
+		uint32_t five = 5;
+		lookup_ok(&f, &five, 1); /* segment 0: 1 filled, 31 pending */
+		cache_fault_map_after(f.c, 1); /* the next map fails */
+		if (stepwise) {
+			int done = 0;
+			T_OK(cache_refill_begin(f.c));
+			/* Segment 3 first: it does not fit; the step goes on to
+			 * segment 0's pending slots; nothing else can be done. */
+			T_OK(cache_refill_step(f.c, &done, &rep));
+			T_EQ_INT(done, 1);
+		} else {
+			T_OK(cache_refill(f.c, &rep));
+		}
+		T_EQ_INT(rep.state, BATON_CACHE_PARTIAL);
+		T_EQ_INT(rep.segments_mapped, 0);
+		T_EQ_INT(rep.bytes_copied, (SPS - 1) * SLOT);
+		T_EQ_INT(rep.mismatches, 0);
+		struct baton_cache_stats st = stats_of(&f);
+		T_EQ_INT(st.state, BATON_CACHE_PARTIAL);
+		T_EQ_INT(st.slots_pending, 0);
+		T_EQ_INT(st.items_resident, SPS);
+		T_EQ_INT(st.mapped_bytes, SEG);
+		same_table(&f);
+		/* Memory again: the refill completes. */
+		T_OK(cache_refill(f.c, &rep));
+		T_EQ_INT(rep.state, BATON_CACHE_READY);
+		T_EQ_INT(rep.segments_mapped, 7);
+		T_EQ_INT(rep.mismatches, 0);
+		same_table(&f);
+	}
+
+	/* A release while pending keeps the table (pending slots are
+	 * remembered again); a shrink drops a pending segment like any other
+	 * and fills what stays pending. */
+	T_OK(cache_release(f.c, &rep));
+	uint32_t two[2] = { 5, 7 * SPS };
+	lookup_ok(&f, two, 2);
+	T_EQ_INT(stats_of(&f).slots_pending, 2 * SPS - 2);
+	T_OK(cache_release(f.c, &rep));
+	struct baton_cache_stats st = stats_of(&f);
+	T_EQ_INT(st.slots_pending, 0);
+	T_EQ_INT(st.items_resident, 0);
+	T_EQ_INT(st.state, BATON_CACHE_RELEASED);
+	T_EQ_INT(rep.segments_unmapped, 2);
+	same_table(&f);
+	lookup_ok(&f, two, 2); /* 5 is hotter than 7 * SPS */
+	T_OK(cache_resize(f.c, 62 * MiB, &rep)); /* 60 MiB free: one segment goes */
+	T_EQ_INT(rep.segments_unmapped, 1);
+	T_EQ_INT(rep.segments_mapped, 0);
+	T_EQ_INT(rep.bytes_copied, (SPS - 1) * SLOT);
+	st = stats_of(&f);
+	T_EQ_INT(st.state, BATON_CACHE_READY);
+	T_EQ_INT(st.slots_pending, 0);
+	T_EQ_INT(st.target_bytes, SEG);
+	T_EQ_INT(st.mapped_bytes, SEG);
+	T_EQ_INT(st.items_resident, SPS);
+	T_EQ_INT(cache_slot_of(f.c, 5), 5);
+	T_EQ_INT(cache_slot_of(f.c, 7 * SPS), -1);
+	all_resident_bytes(&f);
+	T_OK(cache_resize(f.c, -1, &rep));
+	st = stats_of(&f);
+	T_EQ_INT(st.state, BATON_CACHE_READY);
+	T_EQ_INT(st.items_resident, 8 * SPS);
+	all_resident_bytes(&f);
+	fx_close(&f);
+	dir_cleanup();
+}
+
+/* 100 cycles of release, a request (a few items), then the refill: the
+ * table never changes, 0 mismatches. */
+static void t_cycles_lookup(void)
+{
+	dir_setup();
+	struct fx f = { 0 };
+	fx_open(&f, 64 * MiB);
+	fx_items(&f, 200, SLOT, SLOT, 22);
+	fx_cache(&f, 8 * MiB, 1);
+	struct baton_cache_report rep;
+	T_OK(cache_refill(f.c, &rep));
+	snap(&f);
+	uint64_t mism = 0;
+	for (uint32_t cyc = 0; cyc < 100; cyc++) {
+		T_OK(cache_release(f.c, &rep));
+		uint32_t ids[6];
+		for (uint32_t j = 0; j < 6; j++)
+			ids[j] = (cyc * 29 + j * 41) % 128; /* all cached */
+		uint64_t before = stats_of(&f).bytes_loaded;
+		lookup_ok(&f, ids, 6);
+		struct baton_cache_stats st = stats_of(&f);
+		T_ASSERT(st.bytes_loaded - before <= 6ull * SLOT);
+		T_EQ_INT(st.state, BATON_CACHE_PARTIAL);
+		T_OK(cache_refill(f.c, &rep));
+		T_EQ_INT(rep.state, BATON_CACHE_READY);
+		T_EQ_INT(rep.bytes_copied + st.bytes_loaded - before, 128ull * SLOT);
+		mism += rep.mismatches;
+		same_table(&f);
+	}
+	T_EQ_INT(mism, 0);
+	all_resident_bytes(&f);
+	fx_close(&f);
+	dir_cleanup();
+}
+
 /* ---- two processes on one small host device ------------------------------- */
 
 static void rd(int fd, void *p, size_t n)
@@ -878,5 +1286,7 @@ static void t_kill9_returns(void)
 T_MAIN(T_CASE(t_bad_args), T_CASE(t_geometry), T_CASE(t_release_frees),
     T_CASE_TIMEOUT(t_cycles_verify, 120), T_CASE(t_verify_mismatch), T_CASE(t_coalescing),
     T_CASE(t_lookup_then_refill), T_CASE(t_lookup_misses), T_CASE(t_lookup_released),
-    T_CASE(t_hot_first), T_CASE(t_partial), T_CASE(t_resize), T_CASE(t_two_processes),
-    T_CASE(t_kill9_returns))
+    T_CASE(t_hot_first), T_CASE(t_partial), T_CASE(t_resize),
+    T_CASE(t_lookup_copies_only_needed), T_CASE(t_lookup_mixed),
+    T_CASE(t_evict_pending_first), T_CASE(t_verify_pending), T_CASE(t_pending_partial),
+    T_CASE_TIMEOUT(t_cycles_lookup, 120), T_CASE(t_two_processes), T_CASE(t_kill9_returns))
