@@ -94,26 +94,34 @@ static const struct proto__row status_rep[] = {
 
 /* release and refill share their tables */
 static const struct proto__row cache_req[] = { O(NAME), O(EPOCH) };
-static const struct proto__row cache_rep[] = { R(STATE), R(RESIDENT), R(MS), R(BYTES), R(EPOCH) };
+static const struct proto__row cache_rep[] = {
+	R(STATE), R(RESIDENT), R(MS), R(BYTES), R(EPOCH),
+	O(MAPPED), O(FREE), /* the device bytes the cache holds after it, the device free */
+};
 static const struct proto__row vram_req[] = { R(RESERVE_MIB), O(NAME), O(EPOCH) };
 
 static const struct proto__row register_req[] = {
 	R(NAME), R(PID), R(GPU), R(DEVICE), R(MODEL), R(CTL), R(FLOOR), R(CEILING),
 	R(PRIORITY), R(STATE), R(RESIDENT), R(CAPACITY), R(EPOCH),
+	O(MAPPED), O(FREE),
 };
 static const struct proto__row epoch_rep[] = { R(EPOCH) };
 static const struct proto__row epoch_opt_rep[] = { O(EPOCH) };
 
 static const struct proto__row heartbeat_req[] = {
 	R(NAME), R(STATE), R(RESIDENT), R(BUSY), R(IDLE_MS),
+	O(MAPPED), O(FREE), O(EPOCH), /* epoch: of the state sent (accounting order) */
 };
 static const struct proto__row acquire_req[] = { R(NAME), R(BYTES) };
 static const struct proto__row acquire_rep[] = { R(EPOCH), R(GRANTED) };
 static const struct proto__row report_req[] = {
 	R(NAME), R(STATE), R(RESIDENT), R(REASON), O(DURATION_MS), O(BYTES),
+	O(MAPPED), O(FREE), O(EPOCH),
 };
 static const struct proto__row handoff_req[] = { R(FROM), R(TO) };
-static const struct proto__row handoff_rep[] = { R(RELEASE_MS), R(REFILL_MS), R(TOTAL_MS) };
+static const struct proto__row handoff_rep[] = {
+	R(RELEASE_MS), R(REFILL_MS), R(TOTAL_MS), O(DECIDE_MS),
+};
 static const struct proto__row pin_req[] = { R(NAME), R(PINNED) };
 static const struct proto__row pin_rep[] = { O(PINNED) };
 static const struct proto__row event_msg[] = {

@@ -32,10 +32,11 @@
  *   refill    name str, epoch u64
  *   vram      R reserve_mib uint|nil (nil: grow back to full), name, epoch
  *   register  R name, pid, gpu, device u32, model, ctl, floor, ceiling,
- *             priority i32, state, resident, capacity, epoch
- *   heartbeat R name, state, resident, busy bool, idle_ms
+ *             priority i32, state, resident, capacity, epoch; mapped, free
+ *   heartbeat R name, state, resident, busy bool, idle_ms; mapped, free, epoch
  *   acquire   R name, bytes
- *   report    R name, state, resident, reason; duration_ms f64, bytes
+ *   report    R name, state, resident, reason; duration_ms f64, bytes,
+ *             mapped, free, epoch
  *   handoff   R from str, to str
  *   pin       R name, pinned bool
  *   event     R seq, time_ms, kind, engine, gpu, state, reason; ms f64, bytes
@@ -51,12 +52,13 @@
  *             reserve, held}, engines: array of {name, pid, gpu, model,
  *             state, resident, floor, ceiling, priority, pinned, idle_ms,
  *             last_refill_gbps f64}; every item field required)
- *   release, refill, vram   R state, resident, ms f64, bytes, epoch
+ *   release, refill, vram   R state, resident, ms f64, bytes, epoch;
+ *             mapped, free
  *   register  R epoch
  *   heartbeat epoch
  *   acquire   R epoch, granted u64
  *   report    epoch
- *   handoff   R release_ms, refill_ms, total_ms f64
+ *   handoff   R release_ms, refill_ms, total_ms f64; decide_ms f64
  *   pin       pinned
  *
  * Integers travel in msgpack's smallest encoding; an f64 field accepts any
@@ -204,6 +206,7 @@ enum proto_op proto_op_parse(const char *name);
 	X(MS,                "ms",                F64,     ms,                0)           \
 	X(RELEASE_MS,        "release_ms",        F64,     release_ms,        0)           \
 	X(REFILL_MS,         "refill_ms",         F64,     refill_ms,         0)           \
+	X(DECIDE_MS,         "decide_ms",         F64,     decide_ms,         0)           \
 	/* events */                                                                      \
 	X(SEQ,               "seq",               U64,     seq,               0)           \
 	X(TIME_MS,           "time_ms",           U64,     time_ms,           0)           \
