@@ -11,7 +11,7 @@
  * gate, up and the router s = 1/sqrt(d_model), down s = 1/sqrt(d_ff); the
  * norm is 1 + r / 32768 * 0.1. f16 and bf16 rows are looked up in a table
  * of the 65536 encodings (the values are the f32 ones, rounded to nearest
- * even); q8_0 is encoded from the f32 values as ggml's quantize_row_q8_0.
+ * even); q8_0 blocks are those of the same values (see encode_q8_0).
  */
 #include <inttypes.h>
 #include <math.h>
@@ -21,7 +21,7 @@
 
 #include "arena/arena_int.h"
 
-#define SYNTH_ALGO 2u /* bump when the values change: part of the source hash */
+#define SYNTH_ALGO 3u /* bump when the values change: part of the source hash */
 
 enum { T_GATE, T_UP, T_DOWN, T_ROUTER, T_NORM };
 
@@ -100,31 +100,49 @@ static void gen_row_tab(uint64_t rk, uint8_t *dst, uint32_t cols, const uint16_t
 static inline int32_t round_away(float v)
 {
 	int32_t t = (int32_t)v;
-	float f = v - (float)t;
-	return t + (f >= 0.5f) - (f <= -0.5f);
+	float f = v - (float)t; /* exact */
+	return t + (int32_t)(f >= 0.5f) - (int32_t)(f <= -0.5f);
 }
 
-/* ggml's block_q8_0: f16 scale d = amax / 127, 32 int8 round(x / d). */
-static void encode_q8_0(const float *x, uint32_t n, uint8_t *dst)
+/* One row of raw 16-bit draws. */
+static void gen_row_i16(uint64_t rk, int16_t *r, uint32_t cols)
+{
+	uint32_t full = cols / 4, j;
+	for (uint32_t k = 0; k < full; k++) {
+		uint64_t z = draw4(rk, k);
+		memcpy(r + 4 * (size_t)k, &z, 8);
+	}
+	j = full * 4;
+	if (j < cols) {
+		uint64_t z = draw4(rk, full);
+		for (int i = 0; j < cols; i++, j++)
+			r[j] = (int16_t)(uint16_t)(z >> (16 * i));
+	}
+}
+
+/*
+ * ggml's block_q8_0 of the values x = r * s (s = scale / 32768): per 32,
+ * an f16 scale d = amax / 127 and 32 int8 round(x / d). With amax = m * s
+ * (m = max |r|), x / d = r * 127 / m: the integers give amax directly.
+ */
+static void encode_q8_0(const int16_t *r, uint32_t n, float s, uint8_t *dst)
 {
 	for (uint32_t b = 0; b < n / 32; b++) {
-		const float *v = x + 32 * (size_t)b;
+		const int16_t *v = r + 32 * (size_t)b;
 		uint8_t *o = dst + 34 * (size_t)b;
-		float m[8] = { 0 }; /* eight chains: max has a long latency */
-		for (int j = 0; j < 32; j += 8)
-			for (int i = 0; i < 8; i++) {
-				float a = fabsf(v[j + i]);
-				m[i] = a > m[i] ? a : m[i];
-			}
-		float amax = 0.0f;
-		for (int i = 0; i < 8; i++)
-			amax = m[i] > amax ? m[i] : amax;
-		float d = amax / 127.0f;
-		float id = d != 0.0f ? 1.0f / d : 0.0f;
-		uint16_t hd = arena_f32_to_f16(d);
+		int32_t m = 0;
+		for (int j = 0; j < 32; j++) {
+			int32_t a = v[j] < 0 ? -(int32_t)v[j] : v[j];
+			m = a > m ? a : m;
+		}
+		uint16_t hd = arena_f32_to_f16((float)m * s / 127.0f);
 		memcpy(o, &hd, 2);
+		float k = m ? 127.0f / (float)m : 0.0f;
+		int32_t q[32];
 		for (int j = 0; j < 32; j++)
-			o[2 + j] = (uint8_t)(int8_t)round_away(v[j] * id);
+			q[j] = round_away((float)v[j] * k);
+		for (int j = 0; j < 32; j++)
+			o[2 + j] = (uint8_t)q[j];
 	}
 }
 
@@ -152,8 +170,10 @@ static int gen_tensor(const struct synth *sy, uint32_t layer, uint32_t expert, i
 			gen_row_tab(rk, o, part->cols, tab);
 			break;
 		case BATON_DT_Q8_0:
-			gen_row_f32(rk, buf, part->cols, scale, bias);
-			encode_q8_0(buf, part->cols, o);
+			if (t >= T_ROUTER)
+				return BATON_EUNSUPPORTED;
+			gen_row_i16(rk, (int16_t *)(void *)buf, part->cols);
+			encode_q8_0((const int16_t *)(void *)buf, part->cols, scale * 0x1.0p-15f, o);
 			break;
 		default:
 			return BATON_EUNSUPPORTED;
