@@ -1,8 +1,10 @@
 /*
  * dtype.c: f16/bf16 conversions and the row kernels (decode, dot) of the
  * dtypes the host computes. The accumulation order is the contract written
- * in engine_int.h; the loops are written as blocks of 16 independent lanes
- * so that gcc -O2 turns them into SSE2 without changing that order.
+ * in engine_int.h (32 independent f32 lanes, a fixed tree, the tail); the
+ * baseline kernels are SSE2 (the x86-64 baseline) through gcc's vector
+ * extension and intrinsics, with AVX2 + F16C chosen at run time; every
+ * kernel keeps that order, so all give the same bits.
  *
  * f16 is widened with integer bit operations (plus one exact subtraction
  * for subnormals), not a 256 KiB table: it is exact, branch-free, costs no
@@ -22,7 +24,7 @@
 #include "arena/arena.h"
 #include "engine/engine_int.h"
 
-#define LANES 16u
+#define LANES 32u  /* accumulation lanes: the contract of engine_int.h */
 #define CHUNK 256u  /* elements decoded at a time; a multiple of LANES and 32 */
 #define NX_MAX 8u   /* vectors per pass of baton_dot_rows */
 #define Q8_0_BLOCK 32u
@@ -151,8 +153,8 @@ static int check_row(int dtype, const void *row, uint32_t cols)
 
 /* ---- decoding ------------------------------------------------------------
  * Each decoder writes n elements starting at element `start` of the row;
- * start is a multiple of CHUNK (so of 32). The bulk runs in blocks of 16
- * with a fixed inner trip count, which gcc -O2 vectorizes. */
+ * start is a multiple of CHUNK (so of 32). Loops with a fixed inner trip
+ * count, which gcc -O2 vectorizes, or SSE2 where gcc would not. */
 
 #if defined(__SSE2__)
 /* Eight f16 (h) to two vectors of four f32, exactly as f16_widen. With
@@ -223,11 +225,11 @@ static void decode_f16(const uint8_t *src, float *restrict dst, uint32_t n)
 static void decode_bf16(const uint8_t *src, float *restrict dst, uint32_t n)
 {
 	uint16_t tmp[CHUNK];
-	uint32_t i = 0, n16 = n & ~(LANES - 1);
+	uint32_t i = 0, n16 = n & ~15u;
 
 	memcpy(tmp, src, (size_t)n * 2);
-	for (; i < n16; i += LANES)
-		for (uint32_t l = 0; l < LANES; l++)
+	for (; i < n16; i += 16)
+		for (uint32_t l = 0; l < 16; l++)
 			dst[i + l] = u2f((uint32_t)tmp[i + l] << 16);
 	for (; i < n; i++)
 		dst[i] = u2f((uint32_t)tmp[i] << 16);
@@ -291,10 +293,15 @@ int baton_dequant_row(int dtype, const void *row, float *out, uint32_t cols)
 }
 
 /* ---- dot products --------------------------------------------------------
- * acc[l] += w[i+l] * x[i+l] over n (a multiple of 16) elements. Written
- * with gcc's vector extension (also clang's) so that the 16 lanes surely
- * live in four SSE registers: lane l of a<j> is lane 4j+l of the contract,
- * so this is exactly the scalar definition. */
+ * The contract (engine_int.h): 32 f32 lanes, element i to lane i % 32 for
+ * the first cols & ~31 elements, the lanes summed as a fixed tree, then
+ * the tail in order. 32 lanes are eight SSE or four AVX registers: enough
+ * independent additions in flight that the adds' latency does not limit a
+ * one-vector dot. */
+
+/* acc[l] += w[i+l] * x[i+l] over n (a multiple of 32) elements, with
+ * gcc's (and clang's) vector extension so that the lanes surely stay in
+ * registers: lane l of a<j> is lane 4j+l of the contract. */
 typedef float v4f __attribute__((vector_size(16)));
 
 static inline v4f v4f_load(const float *p)
@@ -304,99 +311,39 @@ static inline v4f v4f_load(const float *p)
 	return v;
 }
 
+#define REP4(X) X(0) X(1) X(2) X(3)
+#define REP8(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+
 static inline void lane_acc(float *restrict acc, const float *restrict w,
     const float *restrict x, uint32_t n)
 {
-	v4f a0 = v4f_load(acc), a1 = v4f_load(acc + 4);
-	v4f a2 = v4f_load(acc + 8), a3 = v4f_load(acc + 12);
-
+#define LOAD(j) v4f a##j = v4f_load(acc + 4 * j);
+#define STEP(j) a##j += v4f_load(w + i + 4 * j) * v4f_load(x + i + 4 * j);
+#define STORE(j) memcpy(acc + 4 * j, &a##j, sizeof a##j);
+	REP8(LOAD)
 	for (uint32_t i = 0; i < n; i += LANES) {
-		a0 += v4f_load(w + i) * v4f_load(x + i);
-		a1 += v4f_load(w + i + 4) * v4f_load(x + i + 4);
-		a2 += v4f_load(w + i + 8) * v4f_load(x + i + 8);
-		a3 += v4f_load(w + i + 12) * v4f_load(x + i + 12);
+		REP8(STEP)
 	}
-	memcpy(acc, &a0, sizeof a0);
-	memcpy(acc + 4, &a1, sizeof a1);
-	memcpy(acc + 8, &a2, sizeof a2);
-	memcpy(acc + 12, &a3, sizeof a3);
+	REP8(STORE)
+#undef LOAD
+#undef STEP
+#undef STORE
 }
 
+/* The lanes' fixed tree: halves added pairwise down to four, then
+ * (0 + 2) + (1 + 3). */
 static inline float lane_sum(const float *acc)
 {
-	float b[8], c[4];
+	float b[16], c[8], d[4];
 
+	for (uint32_t l = 0; l < 16; l++)
+		b[l] = acc[l] + acc[l + 16];
 	for (uint32_t l = 0; l < 8; l++)
-		b[l] = acc[l] + acc[l + 8];
+		c[l] = b[l] + b[l + 8];
 	for (uint32_t l = 0; l < 4; l++)
-		c[l] = b[l] + b[l + 4];
-	return (c[0] + c[2]) + (c[1] + c[3]);
+		d[l] = c[l] + c[l + 4];
+	return (d[0] + d[2]) + (d[1] + d[3]);
 }
-
-#if defined(__SSE2__)
-/* One vector, 16-bit weights: decode and multiply in registers, no
- * buffer. The same lanes and the same tail as dot_core. */
-static float dot1_f16(const uint8_t *row, const float *x, uint32_t n)
-{
-	__m128 a0 = _mm_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-	uint32_t i = 0, n16 = n & ~(LANES - 1);
-	float acc[LANES];
-
-	for (; i < n16; i += LANES) {
-		const __m128i *p = (const __m128i *)(const void *)(row + (size_t)i * 2);
-		__m128 w0, w1, w2, w3;
-		f16x8_widen(_mm_loadu_si128(p), &w0, &w1);
-		f16x8_widen(_mm_loadu_si128(p + 1), &w2, &w3);
-		a0 = _mm_add_ps(a0, _mm_mul_ps(w0, _mm_loadu_ps(x + i)));
-		a1 = _mm_add_ps(a1, _mm_mul_ps(w1, _mm_loadu_ps(x + i + 4)));
-		a2 = _mm_add_ps(a2, _mm_mul_ps(w2, _mm_loadu_ps(x + i + 8)));
-		a3 = _mm_add_ps(a3, _mm_mul_ps(w3, _mm_loadu_ps(x + i + 12)));
-	}
-	_mm_storeu_ps(acc, a0);
-	_mm_storeu_ps(acc + 4, a1);
-	_mm_storeu_ps(acc + 8, a2);
-	_mm_storeu_ps(acc + 12, a3);
-	float sum = lane_sum(acc);
-	for (; i < n; i++) {
-		uint16_t h;
-		memcpy(&h, row + (size_t)i * 2, sizeof h);
-		sum += f16_widen(h) * x[i];
-	}
-	return sum;
-}
-
-static float dot1_bf16(const uint8_t *row, const float *x, uint32_t n)
-{
-	const __m128i zero = _mm_setzero_si128();
-	__m128 a0 = _mm_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-	uint32_t i = 0, n16 = n & ~(LANES - 1);
-	float acc[LANES];
-
-	for (; i < n16; i += LANES) {
-		const __m128i *p = (const __m128i *)(const void *)(row + (size_t)i * 2);
-		__m128i h0 = _mm_loadu_si128(p), h1 = _mm_loadu_si128(p + 1);
-		__m128 w0 = _mm_castsi128_ps(_mm_unpacklo_epi16(zero, h0));
-		__m128 w1 = _mm_castsi128_ps(_mm_unpackhi_epi16(zero, h0));
-		__m128 w2 = _mm_castsi128_ps(_mm_unpacklo_epi16(zero, h1));
-		__m128 w3 = _mm_castsi128_ps(_mm_unpackhi_epi16(zero, h1));
-		a0 = _mm_add_ps(a0, _mm_mul_ps(w0, _mm_loadu_ps(x + i)));
-		a1 = _mm_add_ps(a1, _mm_mul_ps(w1, _mm_loadu_ps(x + i + 4)));
-		a2 = _mm_add_ps(a2, _mm_mul_ps(w2, _mm_loadu_ps(x + i + 8)));
-		a3 = _mm_add_ps(a3, _mm_mul_ps(w3, _mm_loadu_ps(x + i + 12)));
-	}
-	_mm_storeu_ps(acc, a0);
-	_mm_storeu_ps(acc + 4, a1);
-	_mm_storeu_ps(acc + 8, a2);
-	_mm_storeu_ps(acc + 12, a3);
-	float sum = lane_sum(acc);
-	for (; i < n; i++) {
-		uint16_t h;
-		memcpy(&h, row + (size_t)i * 2, sizeof h);
-		sum += u2f((uint32_t)h << 16) * x[i];
-	}
-	return sum;
-}
-#endif
 
 /* Element i of a row, decoded alone (the tails). */
 static inline float w_at(int dtype, const uint8_t *row, uint32_t i)
@@ -423,28 +370,108 @@ static inline float w_at(int dtype, const uint8_t *row, uint32_t i)
 	}
 }
 
+static inline float finish(const float *acc, int dtype, const uint8_t *row,
+    const float *x, uint32_t from, uint32_t n)
+{
+	float sum = lane_sum(acc);
+	for (uint32_t i = from; i < n; i++)
+		sum += w_at(dtype, row, i) * x[i];
+	return sum;
+}
+
+#if defined(__SSE2__)
+/* One vector, 16-bit weights, baseline: decode and multiply in registers. */
+static float dot1_16bit(int dtype, const uint8_t *row, const float *x, uint32_t n)
+{
+	const __m128i zero = _mm_setzero_si128();
+	uint32_t n32 = n & ~(LANES - 1);
+	float acc[LANES];
+
+#define ZERO(j) __m128 a##j = _mm_setzero_ps(), w##j;
+	REP8(ZERO)
+#undef ZERO
+	for (uint32_t i = 0; i < n32; i += LANES) {
+		const __m128i *p = (const __m128i *)(const void *)(row + (size_t)i * 2);
+		__m128i h0 = _mm_loadu_si128(p), h1 = _mm_loadu_si128(p + 1);
+		__m128i h2 = _mm_loadu_si128(p + 2), h3 = _mm_loadu_si128(p + 3);
+		if (dtype == BATON_DT_F16) {
+			f16x8_widen(h0, &w0, &w1);
+			f16x8_widen(h1, &w2, &w3);
+			f16x8_widen(h2, &w4, &w5);
+			f16x8_widen(h3, &w6, &w7);
+		} else {
+#define BF(k, lo, hi)                                                          \
+	lo = _mm_castsi128_ps(_mm_unpacklo_epi16(zero, h##k));                 \
+	hi = _mm_castsi128_ps(_mm_unpackhi_epi16(zero, h##k));
+			BF(0, w0, w1) BF(1, w2, w3) BF(2, w4, w5) BF(3, w6, w7)
+#undef BF
+		}
+#define STEP(j) a##j = _mm_add_ps(a##j, _mm_mul_ps(w##j, _mm_loadu_ps(x + i + 4 * j)));
+		REP8(STEP)
+#undef STEP
+	}
+#define STORE(j) _mm_storeu_ps(acc + 4 * j, a##j);
+	REP8(STORE)
+#undef STORE
+	return finish(acc, dtype, row, x, n32, n);
+}
+#endif
+
 /* ---- AVX2 + F16C, chosen at run time --------------------------------------
- * The same 16 lanes as two 8-wide registers (lanes 0-7, 8-15), the same
- * multiplies and adds in the same order, no FMA (the target does not
- * include it), and F16C's conversion is exact: the results are bitwise
- * those of the baseline kernels. The row is decoded in registers and
- * applied to up to two vectors at a time. */
+ * The same 32 lanes as four 8-wide registers, the same multiplies and adds
+ * in the same order, no FMA (the target does not include it), and F16C's
+ * conversion is exact: the results are bitwise those of the baseline. The
+ * row is decoded in registers and applied to one or two vectors at a time. */
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define HAVE_AVX2_KERNELS 1
 #define TARGET_AVX2 __attribute__((target("avx2,f16c")))
 #define ALWAYS_INLINE __attribute__((always_inline)) inline
 
-/* Eight f32, f16 or bf16 weights from element i (a multiple of 8). */
-TARGET_AVX2 static ALWAYS_INLINE __m256 avx2_w8(int dtype, const uint8_t *row, uint32_t i)
+/* 32 weights from element i (a multiple of 32) into w0..w3. */
+TARGET_AVX2 static ALWAYS_INLINE void avx2_w32(int dtype, const uint8_t *row, uint32_t i,
+    __m256 *w0, __m256 *w1, __m256 *w2, __m256 *w3)
 {
 	switch (dtype) {
-	case BATON_DT_F16:
-		return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(row + (size_t)i * 2)));
-	case BATON_DT_BF16:
-		return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(
-		    _mm_loadu_si128((const __m128i *)(const void *)(row + (size_t)i * 2))), 16));
-	default: /* f32 */
-		return _mm256_castsi256_ps(_mm256_loadu_si256((const __m256i *)(const void *)(row + (size_t)i * 4)));
+	case BATON_DT_F16: {
+		const __m128i *p = (const __m128i *)(const void *)(row + (size_t)i * 2);
+		*w0 = _mm256_cvtph_ps(_mm_loadu_si128(p));
+		*w1 = _mm256_cvtph_ps(_mm_loadu_si128(p + 1));
+		*w2 = _mm256_cvtph_ps(_mm_loadu_si128(p + 2));
+		*w3 = _mm256_cvtph_ps(_mm_loadu_si128(p + 3));
+		break;
+	}
+	case BATON_DT_BF16: {
+		const __m128i *p = (const __m128i *)(const void *)(row + (size_t)i * 2);
+#define BF(k) _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(p + k)), 16))
+		*w0 = BF(0);
+		*w1 = BF(1);
+		*w2 = BF(2);
+		*w3 = BF(3);
+#undef BF
+		break;
+	}
+	case BATON_DT_Q8_0: { /* one block: the scale, then 32 int8 */
+		const uint8_t *blk = row + (size_t)(i / Q8_0_BLOCK) * Q8_0_BYTES;
+		uint16_t h;
+		memcpy(&h, blk, sizeof h);
+		__m256 d = _mm256_set1_ps(f16_widen(h));
+#define Q8(k) _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32( \
+	    _mm_loadl_epi64((const __m128i *)(const void *)(blk + 2 + 8 * k)))))
+		*w0 = Q8(0);
+		*w1 = Q8(1);
+		*w2 = Q8(2);
+		*w3 = Q8(3);
+#undef Q8
+		break;
+	}
+	default: { /* f32 */
+		const __m256i *p = (const __m256i *)(const void *)(row + (size_t)i * 4);
+		*w0 = _mm256_castsi256_ps(_mm256_loadu_si256(p));
+		*w1 = _mm256_castsi256_ps(_mm256_loadu_si256(p + 1));
+		*w2 = _mm256_castsi256_ps(_mm256_loadu_si256(p + 2));
+		*w3 = _mm256_castsi256_ps(_mm256_loadu_si256(p + 3));
+		break;
+	}
 	}
 }
 
@@ -452,50 +479,33 @@ TARGET_AVX2 static ALWAYS_INLINE __m256 avx2_w8(int dtype, const uint8_t *row, u
 TARGET_AVX2 static ALWAYS_INLINE void avx2_dot(int dtype, const uint8_t *row, uint32_t n,
     const float *const *xs, uint32_t nv, float *out)
 {
-	__m256 a0 = _mm256_setzero_ps(), a1 = a0, b0 = a0, b1 = a0;
 	const float *x0 = xs[0], *x1 = xs[nv - 1];
-	uint32_t n16 = n & ~(LANES - 1);
+	uint32_t n32 = n & ~(LANES - 1);
 	float acc[LANES];
 
-#define AVX2_STEP(i, w0, w1)                                                   \
-	do {                                                                   \
-		a0 = _mm256_add_ps(a0, _mm256_mul_ps(w0, _mm256_loadu_ps(x0 + (i)))); \
-		a1 = _mm256_add_ps(a1, _mm256_mul_ps(w1, _mm256_loadu_ps(x0 + (i) + 8))); \
-		if (nv == 2) {                                                 \
-			b0 = _mm256_add_ps(b0, _mm256_mul_ps(w0, _mm256_loadu_ps(x1 + (i)))); \
-			b1 = _mm256_add_ps(b1, _mm256_mul_ps(w1, _mm256_loadu_ps(x1 + (i) + 8))); \
-		}                                                              \
-	} while (0)
-	if (dtype == BATON_DT_Q8_0) {
-		/* n is whole blocks: one scale, then 32 weights in four registers. */
-		for (uint32_t i = 0; i < n; i += Q8_0_BLOCK) {
-			const uint8_t *blk = row + (size_t)(i / Q8_0_BLOCK) * Q8_0_BYTES;
-			uint16_t h;
-			memcpy(&h, blk, sizeof h);
-			__m256 d = _mm256_set1_ps(f16_widen(h));
-			__m256 w[4];
-			for (int k = 0; k < 4; k++) {
-				__m128i q = _mm_loadl_epi64((const __m128i *)(const void *)(blk + 2 + 8 * k));
-				w[k] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)));
-			}
-			AVX2_STEP(i, w[0], w[1]);
-			AVX2_STEP(i + 16, w[2], w[3]);
+#define ZERO(k) __m256 a##k = _mm256_setzero_ps(), b##k = a##k, w##k;
+	REP4(ZERO)
+#undef ZERO
+	for (uint32_t i = 0; i < n32; i += LANES) {
+		avx2_w32(dtype, row, i, &w0, &w1, &w2, &w3);
+#define STEP(k) a##k = _mm256_add_ps(a##k, _mm256_mul_ps(w##k, _mm256_loadu_ps(x0 + i + 8 * k)));
+#define STEP2(k) b##k = _mm256_add_ps(b##k, _mm256_mul_ps(w##k, _mm256_loadu_ps(x1 + i + 8 * k)));
+		REP4(STEP)
+		if (nv == 2) {
+			REP4(STEP2)
 		}
-	} else {
-		for (uint32_t i = 0; i < n16; i += LANES) {
-			__m256 w0 = avx2_w8(dtype, row, i), w1 = avx2_w8(dtype, row, i + 8);
-			AVX2_STEP(i, w0, w1);
-		}
+#undef STEP
+#undef STEP2
 	}
-#undef AVX2_STEP
-	for (uint32_t v = 0; v < nv; v++) {
-		const float *x = v ? x1 : x0;
-		_mm256_storeu_ps(acc, v ? b0 : a0);
-		_mm256_storeu_ps(acc + 8, v ? b1 : a1);
-		float sum = lane_sum(acc);
-		for (uint32_t i = n16; i < n; i++)
-			sum += w_at(dtype, row, i) * x[i];
-		out[v] = sum;
+#define STORE(k) _mm256_storeu_ps(acc + 8 * k, a##k);
+	REP4(STORE)
+#undef STORE
+	out[0] = finish(acc, dtype, row, x0, n32, n);
+	if (nv == 2) {
+#define STORE(k) _mm256_storeu_ps(acc + 8 * k, b##k);
+		REP4(STORE)
+#undef STORE
+		out[1] = finish(acc, dtype, row, x1, n32, n);
 	}
 }
 
@@ -568,15 +578,12 @@ static void dot_core(int dtype, const uint8_t *row, uint32_t cols,
 	}
 #endif
 #if defined(__SSE2__)
-	if (nx == 1 && dtype == BATON_DT_F16) {
-		out[0] = dot1_f16(row, xs[0], cols);
-		return;
-	}
-	if (nx == 1 && dtype == BATON_DT_BF16) {
-		out[0] = dot1_bf16(row, xs[0], cols);
+	if (nx == 1 && (dtype == BATON_DT_F16 || dtype == BATON_DT_BF16)) {
+		out[0] = dot1_16bit(dtype, row, xs[0], cols);
 		return;
 	}
 #endif
+	/* Decode a chunk at a time, apply it to every vector. */
 	memset(acc, 0, sizeof acc);
 	for (uint32_t s = 0; s < cols; s += CHUNK) {
 		start = s;
@@ -585,7 +592,7 @@ static void dot_core(int dtype, const uint8_t *row, uint32_t cols,
 		for (uint32_t v = 0; v < nx; v++)
 			lane_acc(acc[v], w, xs[v] + start, n & ~(LANES - 1));
 	}
-	/* The last chunk (still in w) holds the cols % 16 tail. */
+	/* The last chunk (still in w) holds the tail. */
 	for (uint32_t v = 0; v < nx; v++) {
 		float sum = lane_sum(acc[v]);
 		for (uint32_t i = n & ~(LANES - 1); i < n; i++)

@@ -10,12 +10,15 @@
  *     q8_0's d * qs[i] are all representable), so a dot product of a
  *     weight row with an f32 vector is a dot of f32 numbers, and its only
  *     rounding is the accumulation.
- *   - Accumulation is in f32 in one fixed order: 16 lanes, element i
- *     going to lane i % 16 for the first (cols & ~15) elements, the lanes
- *     then summed as a fixed tree ((l, l+8), then (l, l+4), then
- *     (0+2) + (1+3)), then the remaining cols % 16 elements added in
- *     order. That order is the definition: SIMD widths that keep it give
- *     bitwise the same result, and so does any thread count or batching.
+ *   - Accumulation is in f32 in one fixed order: 32 lanes, element i
+ *     going to lane i % 32 (acc[l] += w[i] * x[i]) for the first
+ *     (cols & ~31) elements; the lanes then summed as a fixed tree
+ *     (acc[l] + acc[l+16] for l < 16, then l and l+8, then l and l+4,
+ *     then (0 + 2) + (1 + 3)); then the remaining cols % 32 elements
+ *     added in order. That order is the definition: every SIMD width that
+ *     keeps it gives bitwise the same result, and so does any thread count
+ *     or batching. (32 lanes, not fewer: enough independent additions for
+ *     a one-vector dot not to wait on the adder's latency.)
  *   - No fused multiply-add anywhere (gcc -std=c11 does not contract).
  */
 #ifndef BATON_ENGINE_INT_H

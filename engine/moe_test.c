@@ -169,17 +169,19 @@ static const char *dt_name(int dt)
 /* The accumulation order of engine_int.h, emulated in plain scalar f32. */
 static float canon_dot(const float *w, const float *x, uint32_t n)
 {
-	float acc[16] = { 0 }, b[8], c[4];
-	uint32_t n16 = n & ~15u;
+	float acc[32] = { 0 }, b[16], c[8], d[4];
+	uint32_t n32 = n & ~31u;
 
-	for (uint32_t i = 0; i < n16; i++)
-		acc[i % 16] += w[i] * x[i];
+	for (uint32_t i = 0; i < n32; i++)
+		acc[i % 32] += w[i] * x[i];
+	for (int l = 0; l < 16; l++)
+		b[l] = acc[l] + acc[l + 16];
 	for (int l = 0; l < 8; l++)
-		b[l] = acc[l] + acc[l + 8];
+		c[l] = b[l] + b[l + 8];
 	for (int l = 0; l < 4; l++)
-		c[l] = b[l] + b[l + 4];
-	float s = (c[0] + c[2]) + (c[1] + c[3]);
-	for (uint32_t i = n16; i < n; i++)
+		d[l] = c[l] + c[l + 4];
+	float s = (d[0] + d[2]) + (d[1] + d[3]);
+	for (uint32_t i = n32; i < n; i++)
 		s += w[i] * x[i];
 	return s;
 }
@@ -410,7 +412,7 @@ static const int all_dtypes[] = { BATON_DT_F32, BATON_DT_F16, BATON_DT_BF16, BAT
 
 static void t_dequant_and_dot(void)
 {
-	const uint32_t cols_any[] = { 1, 7, 15, 16, 17, 100, 255, 256, 257, 1000, 2816 };
+	const uint32_t cols_any[] = { 1, 7, 31, 32, 33, 100, 255, 256, 257, 1000, 2816 };
 	const uint32_t cols_q8[] = { 32, 96, 224, 256, 288, 1024, 2816 };
 	enum { NX = 11 };
 
