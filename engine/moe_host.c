@@ -14,6 +14,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -26,58 +27,102 @@
 #define PART_MIN_MACS (1u << 17)  /* below this much work per part, fewer parts */
 #define RMS_EPS 1e-6f
 
-/* ---- worker pool ---------------------------------------------------------- */
+/* ---- worker pool ----------------------------------------------------------
+ * A job is fn(arg, part, nparts) for parts 0..nparts-1. The caller posts it
+ * by publishing one atomic word, `job` = generation << 16 | nparts << 8 |
+ * next part, and then claims parts like every worker does: a part is taken
+ * by a compare-and-swap of that word, so a worker that wakes late can only
+ * take a part of the job it sees, never run a part twice, and reads fn and
+ * arg only while its part (so the job) is unfinished. Which thread runs a
+ * part changes nothing in the results.
+ *
+ * Idle workers spin a little on the word (a decode step posts its jobs back
+ * to back: a condition variable's wake-up would cost more than the work of
+ * a small layer) and then sleep on `go`; the caller likewise spins, then
+ * sleeps on `done`, until every part has finished. */
 
 typedef void (*part_fn)(void *arg, unsigned part, unsigned nparts);
 
-struct worker {
-	pthread_t th;
-	unsigned long seen; /* generation of the last job looked at */
-};
+#define SPIN_ROUNDS 4000u /* about 50-200 us of pause instructions */
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#endif
+}
 
 static pthread_mutex_t g_call = PTHREAD_MUTEX_INITIALIZER; /* one call at a time */
 
 static struct {
-	pthread_mutex_t mu;
-	pthread_cond_t go, done;
-	pid_t pid;          /* process the workers belong to (fork leaves none) */
-	unsigned nworkers;  /* started, besides the caller */
-	unsigned long gen;
-	unsigned pending;   /* parts of the current job not yet finished */
-	part_fn fn;
+	atomic_ullong job;       /* gen << 16 | nparts << 8 | next part */
+	atomic_uint pending;     /* parts of the current job not yet finished */
+	part_fn fn;              /* written before job is published */
 	void *arg;
-	unsigned nparts;
-	struct worker w[MAX_THREADS];
+	pthread_mutex_t mu;      /* guards the sleeping counts and the condvars */
+	pthread_cond_t go, done;
+	unsigned sleeping;       /* workers waiting on go */
+	int caller_sleeping;     /* the caller waits on done */
+	pid_t pid;               /* process the workers belong to (fork leaves none) */
+	unsigned nworkers;       /* started, besides the caller (under g_call) */
 } g_pool = {
 	.mu = PTHREAD_MUTEX_INITIALIZER,
 	.go = PTHREAD_COND_INITIALIZER,
 	.done = PTHREAD_COND_INITIALIZER,
 };
 
-static int g_threads;        /* 0: not decided yet */
+static int g_threads;        /* 0: not decided yet (under g_call) */
 static unsigned char *g_ws;  /* scratch, grown as needed, under g_call */
 static size_t g_ws_cap;
 
+static inline unsigned long long job_gen(unsigned long long j)
+{
+	return j >> 16;
+}
+
+/* Runs unclaimed parts of job generation `gen` until none is left. */
+static void claim_parts(unsigned long long gen)
+{
+	unsigned long long j = atomic_load_explicit(&g_pool.job, memory_order_acquire);
+
+	while (job_gen(j) == gen) {
+		unsigned next = j & 0xffu, n = (j >> 8) & 0xffu;
+		if (next >= n)
+			return;
+		if (!atomic_compare_exchange_weak_explicit(&g_pool.job, &j, j + 1,
+		    memory_order_acq_rel, memory_order_acquire))
+			continue; /* j now holds the word as it is */
+		g_pool.fn(g_pool.arg, next, n);
+		if (atomic_fetch_sub_explicit(&g_pool.pending, 1, memory_order_acq_rel) == 1) {
+			pthread_mutex_lock(&g_pool.mu);
+			if (g_pool.caller_sleeping)
+				pthread_cond_signal(&g_pool.done);
+			pthread_mutex_unlock(&g_pool.mu);
+		}
+		j = atomic_load_explicit(&g_pool.job, memory_order_acquire);
+	}
+}
+
 static void *worker_main(void *p)
 {
-	unsigned idx = (unsigned)(uintptr_t)p; /* part number, 1.. */
-	struct worker *me = &g_pool.w[idx - 1];
+	unsigned long long seen = (unsigned long long)(uintptr_t)p, gen;
 
-	pthread_mutex_lock(&g_pool.mu);
 	for (;;) {
-		while (g_pool.gen == me->seen)
-			pthread_cond_wait(&g_pool.go, &g_pool.mu);
-		me->seen = g_pool.gen;
-		if (idx >= g_pool.nparts)
-			continue;
-		part_fn fn = g_pool.fn;
-		void *arg = g_pool.arg;
-		unsigned n = g_pool.nparts;
-		pthread_mutex_unlock(&g_pool.mu);
-		fn(arg, idx, n);
-		pthread_mutex_lock(&g_pool.mu);
-		if (--g_pool.pending == 0)
-			pthread_cond_signal(&g_pool.done);
+		unsigned i = 0;
+		while ((gen = job_gen(atomic_load_explicit(&g_pool.job, memory_order_acquire))) == seen &&
+		    i++ < SPIN_ROUNDS)
+			cpu_relax();
+		if (gen == seen) {
+			pthread_mutex_lock(&g_pool.mu);
+			g_pool.sleeping++;
+			while ((gen = job_gen(atomic_load_explicit(&g_pool.job,
+			    memory_order_acquire))) == seen)
+				pthread_cond_wait(&g_pool.go, &g_pool.mu);
+			g_pool.sleeping--;
+			pthread_mutex_unlock(&g_pool.mu);
+		}
+		seen = gen;
+		claim_parts(gen);
 	}
 	return NULL;
 }
@@ -91,22 +136,21 @@ static unsigned pool_grow(unsigned want)
 		pthread_mutex_init(&g_pool.mu, NULL);
 		pthread_cond_init(&g_pool.go, NULL);
 		pthread_cond_init(&g_pool.done, NULL);
+		g_pool.sleeping = 0;
+		g_pool.caller_sleeping = 0;
 		g_pool.nworkers = 0;
 		g_pool.pid = getpid();
 	}
 	while (g_pool.nworkers < want) {
-		unsigned i = g_pool.nworkers;
+		unsigned long long gen = job_gen(atomic_load_explicit(&g_pool.job, memory_order_relaxed));
 		pthread_attr_t attr;
+		pthread_t th;
 		int rc;
 
-		pthread_mutex_lock(&g_pool.mu);
-		g_pool.w[i].seen = g_pool.gen;
-		pthread_mutex_unlock(&g_pool.mu);
 		if (pthread_attr_init(&attr) != 0)
 			break;
 		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-		rc = pthread_create(&g_pool.w[i].th, &attr, worker_main,
-		    (void *)(uintptr_t)(i + 1));
+		rc = pthread_create(&th, &attr, worker_main, (void *)(uintptr_t)gen);
 		pthread_attr_destroy(&attr);
 		if (rc != 0)
 			break;
@@ -115,31 +159,41 @@ static unsigned pool_grow(unsigned want)
 	return g_pool.nworkers;
 }
 
-/* Runs fn(arg, part, nparts) for every part, part 0 on the calling thread,
- * and returns when all are done. Fewer workers than asked (creation failed)
- * means fewer parts, which changes nothing in the results. */
+/* Runs fn(arg, part, nparts) for every part and returns when all are done.
+ * Fewer workers than parts (or none: creation failed) only means that the
+ * caller runs more parts itself. Caller holds g_call. */
 static void pool_run(part_fn fn, void *arg, unsigned nparts)
 {
 	if (nparts > 1)
-		nparts = pool_grow(nparts - 1) + 1;
-	if (nparts <= 1) {
-		fn(arg, 0, 1);
+		pool_grow(nparts - 1);
+	if (nparts <= 1 || g_pool.nworkers == 0) {
+		for (unsigned p = 0; p < nparts; p++)
+			fn(arg, p, nparts);
 		return;
 	}
-	pthread_mutex_lock(&g_pool.mu);
+	unsigned long long gen = job_gen(atomic_load_explicit(&g_pool.job, memory_order_relaxed)) + 1;
 	g_pool.fn = fn;
 	g_pool.arg = arg;
-	g_pool.nparts = nparts;
-	g_pool.pending = nparts - 1;
-	g_pool.gen++;
-	pthread_cond_broadcast(&g_pool.go);
+	atomic_store_explicit(&g_pool.pending, nparts, memory_order_relaxed);
+	atomic_store_explicit(&g_pool.job, gen << 16 | (unsigned long long)nparts << 8,
+	    memory_order_release);
+	pthread_mutex_lock(&g_pool.mu);
+	if (g_pool.sleeping)
+		pthread_cond_broadcast(&g_pool.go);
 	pthread_mutex_unlock(&g_pool.mu);
 
-	fn(arg, 0, nparts);
+	claim_parts(gen);
 
+	for (unsigned i = 0; i < SPIN_ROUNDS; i++) {
+		if (atomic_load_explicit(&g_pool.pending, memory_order_acquire) == 0)
+			return;
+		cpu_relax();
+	}
 	pthread_mutex_lock(&g_pool.mu);
-	while (g_pool.pending > 0)
+	g_pool.caller_sleeping = 1;
+	while (atomic_load_explicit(&g_pool.pending, memory_order_acquire) != 0)
 		pthread_cond_wait(&g_pool.done, &g_pool.mu);
+	g_pool.caller_sleeping = 0;
 	pthread_mutex_unlock(&g_pool.mu);
 }
 
