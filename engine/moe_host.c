@@ -270,9 +270,22 @@ static void *scratch(size_t bytes)
 	return g_ws;
 }
 
-static size_t align64(size_t n)
+/* Scratch layout with overflow checks: place(&end, n, m, elem) reserves
+ * n * m * elem bytes at the 64-aligned end of what is placed so far and
+ * returns their offset; SIZE_MAX in *end once anything overflowed. */
+static size_t place(size_t *end, size_t n, size_t m, size_t elem)
 {
-	return (n + 63) & ~(size_t)63;
+	size_t off = *end, bytes;
+
+	if (off > SIZE_MAX - 63 || (n && m > SIZE_MAX / n) ||
+	    (n && m && elem > SIZE_MAX / (n * m))) {
+		*end = SIZE_MAX;
+		return 0;
+	}
+	off = (off + 63) & ~(size_t)63;
+	bytes = n * m * elem;
+	*end = bytes > SIZE_MAX - off ? SIZE_MAX : off + bytes;
+	return off;
 }
 
 /* ---- argument checks ------------------------------------------------------ */
@@ -390,10 +403,12 @@ int host_moe_route(struct baton_dev *dev, const struct baton_moe_layer *l,
 		return err;
 
 	const uint32_t B = l->batch, D = l->d_model, E = l->n_experts, K = l->top_k;
-	size_t off_norm = 0;
-	size_t off_logits = align64(off_norm + (size_t)D * sizeof(float));
-	size_t off_taken = align64(off_logits + (size_t)B * E * sizeof(float));
-	size_t total = off_taken + E;
+	size_t total = 0;
+	size_t off_norm = place(&total, D, 1, sizeof(float));
+	size_t off_logits = place(&total, B, E, sizeof(float));
+	size_t off_taken = place(&total, E, 1, 1);
+	if (total == SIZE_MAX)
+		return BATON_EINVAL; /* too large to be a layer */
 
 	pthread_mutex_lock(&g_call);
 	unsigned char *ws = scratch(total);
@@ -564,12 +579,14 @@ int host_moe_experts(struct baton_dev *dev, const struct baton_moe_layer *l,
 		if (!blobs[p])
 			return BATON_EINVAL;
 
-	size_t off_h = 0;
-	size_t off_out = align64(off_h + P * F * sizeof(float));
-	size_t off_refs = align64(off_out + P * D * sizeof(float));
-	size_t off_order = align64(off_refs + P * sizeof(struct pair_ref));
-	size_t off_gstart = align64(off_order + P * sizeof(uint32_t));
-	size_t total = off_gstart + (P + 1) * sizeof(uint32_t);
+	size_t total = 0;
+	size_t off_h = place(&total, P, F, sizeof(float));
+	size_t off_out = place(&total, P, D, sizeof(float));
+	size_t off_refs = place(&total, P, 1, sizeof(struct pair_ref));
+	size_t off_order = place(&total, P, 1, sizeof(uint32_t));
+	size_t off_gstart = place(&total, P + 1, 1, sizeof(uint32_t));
+	if (total == SIZE_MAX || P > UINT32_MAX)
+		return BATON_EINVAL; /* too large to be a layer */
 
 	pthread_mutex_lock(&g_call);
 	unsigned char *ws = scratch(total);

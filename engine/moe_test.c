@@ -934,6 +934,7 @@ static void t_bad_args(void)
 	BOTH_EINVAL(l.x += 2);                 /* misaligned */
 	BOTH_EINVAL(l.xn = l.x + 4 * 64 * 2 - 4); /* overlaps x */
 	BOTH_EINVAL(l.xn = l.x);
+	BOTH_EINVAL(l.batch = UINT32_MAX; l.d_model = UINT32_MAX); /* sizes overflow */
 #undef BOTH_EINVAL
 	T_EQ_ERR(host_moe_route(NULL, NULL, ids, w), BATON_EINVAL);
 	T_EQ_ERR(host_moe_experts(NULL, NULL, blobs, w), BATON_EINVAL);
