@@ -19,6 +19,9 @@
 
 /* XXH3-64 of n bytes. */
 uint64_t arena_hash(const void *p, size_t n);
+/* Identity of a source file's data for the reuse check: its size and 16
+ * chunks of 4 KiB spread evenly over [from, size). */
+uint64_t arena_sample_hash(const uint8_t *b, uint64_t size, uint64_t from);
 /* Writes a message to errbuf (when not NULL) and returns err. */
 int arena_errf(char *errbuf, size_t errlen, int err, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

@@ -601,7 +601,10 @@ int arena_plan_gguf(const char *file, struct arena_plan *plan, char *errbuf, siz
 	plan->flags = ARENA_F_ROUTER | (g->has_norm ? ARENA_F_NORM : 0);
 	plan->layer_dt = dt;
 	plan->source_kind = ARENA_SRC_GGUF;
-	plan->source_hash = g->header_hash;
+	/* Identity: the header and tensor infos, the size, and samples of the
+	 * tensor data (a re-export with the same metadata is another source). */
+	uint64_t id[2] = { g->header_hash, arena_sample_hash(s->map, s->size, g->data_offset) };
+	plan->source_hash = arena_hash(id, sizeof id);
 	snprintf(plan->source, sizeof plan->source, "gguf %s (%s)", base_name(file), g->arch);
 	plan->fill = gguf_fill;
 	plan->ctx = s;

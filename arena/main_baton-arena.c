@@ -247,11 +247,11 @@ static json_t *tensor_json(const struct baton_arena_tensor *t, uint64_t blob_off
 static int info_json(const char *path, const struct baton_arena *a, int entries)
 {
 	const struct baton_arena_shape *s = arena_shape(a);
-	char gen[32];
-	snprintf(gen, sizeof gen, "%" PRIu64, arena_generation(a));
+	/* generation: nanoseconds since 1970, below 2^63 until 2262 */
 	json_t *root = json_pack(
-	    "{s:s, s:i, s:s, s:s, s:I, s:I, s:i, s:i, s:i, s:i, s:i, s:{s:s, s:s, s:s, s:s, s:s}, s:I}",
-	    "path", path, "version", ARENA_VERSION, "generation", gen, "source", arena_source(a),
+	    "{s:s, s:i, s:I, s:s, s:I, s:I, s:i, s:i, s:i, s:i, s:i, s:{s:s, s:s, s:s, s:s, s:s}, s:I}",
+	    "path", path, "version", ARENA_VERSION, "generation", (json_int_t)arena_generation(a),
+	    "source", arena_source(a),
 	    "size", (json_int_t)arena_size(a), "slot_bytes", (json_int_t)arena_max_expert_bytes(a),
 	    "layers", (int)s->layers, "experts", (int)s->experts, "top_k", (int)s->top_k,
 	    "d_model", (int)s->d_model, "d_ff", (int)s->d_ff,

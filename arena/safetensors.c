@@ -668,11 +668,12 @@ int arena_plan_safetensors(const char *src, uint32_t top_k, struct arena_plan *p
 		top_k = E;
 	}
 
-	/* Identity: every shard's header, its size, and top-k. */
+	/* Identity: every shard's header, size and data samples, and top-k. */
 	uint64_t hsum = arena_hash(&top_k, sizeof top_k);
 	for (uint32_t i = 0; i < s->n_shards; i++) {
-		uint64_t id[3] = { hsum, arena_hash(s->shards[i].map, (size_t)s->shards[i].h.data_offset),
-			s->shards[i].size };
+		const struct shard *sh = &s->shards[i];
+		uint64_t id[3] = { hsum, arena_hash(sh->map, (size_t)sh->h.data_offset),
+			arena_sample_hash(sh->map, sh->size, sh->h.data_offset) };
 		hsum = arena_hash(id, sizeof id);
 	}
 

@@ -174,6 +174,13 @@ def gguf_reuse_and_replace():
     p = run("create", "--gguf", b, arena, want=1)
     assert "another arena" in p.stderr and "--force" in p.stderr, p.stderr
     assert run("create", "--gguf", b, "--force", arena).stdout.startswith("built ")
+    # the same metadata and shapes with other weights is another source too
+    c = tmp("c.gguf")
+    gw.write_gguf(c, kvs2 + [("general.note", "str", "another")],
+                  [(n, t, ne, bytes(len(d))) for n, t, ne, d in tensors2])
+    p = run("create", "--gguf", c, arena, want=1)
+    assert "another arena" in p.stderr, p.stderr
+    assert run("create", "--gguf", b, arena).stdout.startswith("reused ")
 
 
 def bad_gguf(name, data, words):

@@ -18,6 +18,21 @@ uint64_t arena_hash(const void *p, size_t n)
 	return (uint64_t)XXH3_64bits(p, n);
 }
 
+uint64_t arena_sample_hash(const uint8_t *b, uint64_t size, uint64_t from)
+{
+	enum { CHUNKS = 16, CHUNK = 4096 };
+	uint64_t h[CHUNKS + 1] = { size };
+	if (from > size)
+		from = size;
+	uint64_t span = size - from;
+	for (uint64_t i = 0; i < CHUNKS; i++) {
+		uint64_t off = from + (span > CHUNK ? (span - CHUNK) / (CHUNKS - 1) * i : 0);
+		uint64_t n = span < CHUNK ? span : CHUNK;
+		h[i + 1] = arena_hash(b + off, (size_t)n);
+	}
+	return arena_hash(h, sizeof h);
+}
+
 int arena_errf(char *errbuf, size_t errlen, int err, const char *fmt, ...)
 {
 	if (errbuf && errlen) {
