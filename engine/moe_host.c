@@ -4,11 +4,12 @@
  * checked against. The formulas and the accumulation order are written in
  * engine_int.h.
  *
- * Parallelism: large layers are split by output rows over a small pool of
- * worker threads (the caller is part 0). Every output element is computed
- * by exactly one part with the same sequence of operations whatever the
- * partition, so the thread count never changes a bit. One process-wide
- * lock serializes callers and guards the pool and the scratch memory.
+ * Parallelism: large layers are split by output rows into parts, run by a
+ * small pool of worker threads and the caller. Every output element is
+ * computed by exactly one part with the same sequence of operations
+ * whatever the partition, so the thread count never changes a bit. One
+ * process-wide lock serializes callers and guards the pool and the scratch
+ * memory.
  */
 #include <errno.h>
 #include <math.h>

@@ -8,12 +8,14 @@
  * weights and the difference is only f32 accumulation (plus expf/sqrtf
  * rounding). Hence tight tolerances, the same for every dtype:
  *
- *   error measured                                 tolerance
- *   layer output delta  ||got - ref||inf / ||ref||inf   2e-6   (measured max ~3e-7)
- *   routing weights     max |got - ref|                 1e-6   (measured max ~1e-7)
- *   normed input xn     ||got - ref||inf / ||ref||inf   1e-6   (measured max ~2e-7)
+ *   error measured                                    tolerance  measured max
+ *   layer output delta  ||got - ref||inf / ||ref||inf   2e-6       8e-7
+ *   routing weights     max |got - ref|                 1e-6       2e-7
+ *   normed input xn     ||got - ref||inf / ||ref||inf   1e-6       2e-7
  *
- * (The measured values are printed by each t_moe_* case.)
+ * the same for f32, f16, bf16, q8_0 and mixed layers (per dtype the worst
+ * output error is 3e-7 to 5e-7; the mixed q8_0/f32/f16 layer 8e-7). The
+ * values are printed by each t_moe_* case.
  */
 #include <math.h>
 #include <stdint.h>
