@@ -4,8 +4,11 @@
  *
  *   reserve    mmap(PROT_NONE, MAP_NORESERVE) aligned to the granularity
  *   map        charge the shared capacity (hostdev.h) first, then
- *              memfd_create + fallocate + mmap(MAP_FIXED|MAP_SHARED) at the
- *              address; the fd is closed at once, the mapping keeps the pages
+ *              memfd_create + fallocate (the pages exist) +
+ *              mmap(MAP_FIXED|MAP_SHARED) at the address + populate (the
+ *              page tables too: MADV_POPULATE_WRITE, or MAP_POPULATE on
+ *              kernels before 5.14), so the first copy takes no page fault;
+ *              the fd is closed then, the mapping keeps the pages
  *   unmap      mmap(PROT_NONE, MAP_FIXED) over the segment, which drops the
  *              memfd's last reference (the pages really go back), then
  *              uncharge
@@ -190,6 +193,33 @@ static int placeholder(uint64_t addr, uint64_t bytes)
 	return 0;
 }
 
+/* Builds the page tables of a fresh segment mapping now, so that the
+ * memory is really there when map returns (as after cuMemMap) and a
+ * refill's copy measures copying, not page faults. MADV_POPULATE_WRITE
+ * (Linux 5.14) is about a quarter faster on shmem than MAP_POPULATE, which
+ * populates with read faults; older kernels get the mapping again with
+ * MAP_POPULATE. */
+static int populate(int fd, void *p, uint64_t bytes)
+{
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+	int r;
+	while ((r = madvise(p, bytes, MADV_POPULATE_WRITE)) < 0 && errno == EINTR)
+		;
+	if (r == 0)
+		return 0;
+	if (errno == ENOMEM || errno == EFAULT)
+		return BATON_EDEVMEM; /* EFAULT: the pages could not be had */
+	if (errno != EINVAL)
+		return BATON_EDRIVER;
+	void *q = mmap(p, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED | MAP_POPULATE,
+	    fd, 0);
+	if (q == MAP_FAILED)
+		return errno == ENOMEM ? BATON_EDEVMEM : BATON_EDRIVER;
+	return 0;
+}
+
 static int host_open(int index, uint64_t capacity_bytes, struct baton_dev **out,
     char *errbuf, size_t errlen)
 {
@@ -328,9 +358,12 @@ static int host_map(struct baton_dev *dev, baton_dptr addr, uint64_t bytes)
 	}
 	/* Commit the pages now, as cuMemCreate does: a full host fails here
 	 * with BATON_EDEVMEM instead of with SIGBUS at the first copy. */
-	int frc = posix_fallocate(fd, 0, (off_t)bytes);
-	if (frc == ENOSPC || frc == ENOMEM || frc == EFBIG) {
-		rc = BATON_EDEVMEM;
+	int frc;
+	while ((frc = fallocate(fd, 0, 0, (off_t)bytes)) < 0 && errno == EINTR)
+		;
+	if (frc < 0) {
+		rc = errno == ENOSPC || errno == ENOMEM || errno == EFBIG ? BATON_EDEVMEM
+		                                                          : BATON_EDRIVER;
 		goto fail;
 	}
 	void *p = mmap((void *)(uintptr_t)addr, bytes, PROT_READ | PROT_WRITE,
@@ -338,6 +371,11 @@ static int host_map(struct baton_dev *dev, baton_dptr addr, uint64_t bytes)
 	if (p == MAP_FAILED) {
 		rc = errno == ENOMEM ? BATON_EDEVMEM : BATON_EDRIVER;
 		placeholder(addr, bytes); /* a failed MAP_FIXED may leave a hole */
+		goto fail;
+	}
+	rc = populate(fd, p, bytes);
+	if (rc) {
+		placeholder(addr, bytes);
 		goto fail;
 	}
 	close(fd);
