@@ -14,6 +14,13 @@
  *              uncharge
  *   alloc/free plain anonymous mappings, charged the same way
  *   copies     memcpy; copy_h2d is complete on return, sync is a no-op
+ *
+ * Work of HOST_SPLIT_MIN bytes or more (a copy_h2d batch, populating a
+ * segment) is cut by bytes into two halves done at once, the second on a
+ * short-lived helper thread with every signal blocked, where the machine
+ * has 2 CPUs or more (BATON_HOST_THREADS=1 turns that off). A batch whose
+ * destinations overlap is copied in order on one thread, so the bytes are
+ * the same either way.
  *   pinning    host_register/host_unregister succeed and do nothing: host
  *              memory needs no pinning to be copied from
  *   MoE        the CPU reference (engine/moe_host.c, engine/dtype.c)
@@ -34,6 +41,8 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +55,8 @@
 #include "engine/hostdev.h"
 
 #define HOST_GRANULARITY (2u << 20)
+#define HOST_SPLIT_MIN (8u << 20) /* work at least this large runs on 2 threads */
+#define HOST_SPLIT_ALIGN 4096u
 
 enum { MAP_SEG = 1, MAP_ALLOC = 2 };
 
@@ -64,6 +75,7 @@ struct baton_dev {
 	pid_t pid;
 	uint64_t gran;
 	uint64_t page;
+	int threads; /* 1 or 2: threads for large copies and populating */
 	struct host_map *maps; /* sorted by addr, never overlapping */
 	size_t n_maps, cap_maps;
 	struct host_resv *resv;
@@ -193,25 +205,81 @@ static int placeholder(uint64_t addr, uint64_t bytes)
 	return 0;
 }
 
+/* ---- two halves at once ---------------------------------------------------- */
+
+struct half {
+	void (*fn)(void *arg, int part, uint64_t from, uint64_t to);
+	void *arg;
+	uint64_t from, to;
+};
+
+static void *half_main(void *p)
+{
+	struct half *h = p;
+	h->fn(h->arg, 1, h->from, h->to);
+	return NULL;
+}
+
+/* Runs fn over [0, total): [0, mid) here as part 0 and [mid, total) as
+ * part 1 on a helper thread, or all of it here (part 0) when no thread can
+ * be had. */
+static void split2(void (*fn)(void *, int, uint64_t, uint64_t), void *arg, uint64_t total)
+{
+	uint64_t mid = total / 2 / HOST_SPLIT_ALIGN * HOST_SPLIT_ALIGN;
+	struct half h = { fn, arg, mid, total };
+	pthread_t t;
+	sigset_t all, old;
+	sigfillset(&all);
+	int made = 0;
+	if (mid > 0 && pthread_sigmask(SIG_SETMASK, &all, &old) == 0) {
+		made = pthread_create(&t, NULL, half_main, &h) == 0;
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
+	}
+	if (!made) {
+		fn(arg, 0, 0, total);
+		return;
+	}
+	fn(arg, 0, 0, mid);
+	pthread_join(t, NULL);
+}
+
 /* Builds the page tables of a fresh segment mapping now, so that the
  * memory is really there when map returns (as after cuMemMap) and a
  * refill's copy measures copying, not page faults. MADV_POPULATE_WRITE
  * (Linux 5.14) is about a quarter faster on shmem than MAP_POPULATE, which
  * populates with read faults; older kernels get the mapping again with
  * MAP_POPULATE. */
-static int populate(int fd, void *p, uint64_t bytes)
-{
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
 #endif
+
+struct pop_job {
+	char *p;
+	int err[2]; /* errno of each part, 0 when it went well */
+};
+
+static void pop_part(void *arg, int part, uint64_t from, uint64_t to)
+{
+	struct pop_job *j = arg;
 	int r;
-	while ((r = madvise(p, bytes, MADV_POPULATE_WRITE)) < 0 && errno == EINTR)
+	while ((r = madvise(j->p + from, to - from, MADV_POPULATE_WRITE)) < 0 && errno == EINTR)
 		;
-	if (r == 0)
+	j->err[part] = r < 0 ? errno : 0;
+}
+
+static int populate(const struct baton_dev *dev, int fd, void *p, uint64_t bytes)
+{
+	struct pop_job j = { p, { 0, 0 } };
+	if (dev->threads > 1 && bytes >= HOST_SPLIT_MIN)
+		split2(pop_part, &j, bytes);
+	else
+		pop_part(&j, 0, 0, bytes);
+	int e = j.err[0] ? j.err[0] : j.err[1];
+	if (e == 0)
 		return 0;
-	if (errno == ENOMEM || errno == EFAULT)
+	if (e == ENOMEM || e == EFAULT)
 		return BATON_EDEVMEM; /* EFAULT: the pages could not be had */
-	if (errno != EINVAL)
+	if (e != EINVAL)
 		return BATON_EDRIVER;
 	void *q = mmap(p, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED | MAP_POPULATE,
 	    fd, 0);
@@ -241,6 +309,9 @@ static int host_open(int index, uint64_t capacity_bytes, struct baton_dev **out,
 	dev->gran = dev->page > HOST_GRANULARITY ? dev->page : HOST_GRANULARITY;
 	dev->index = index;
 	dev->pid = getpid();
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	const char *th = getenv("BATON_HOST_THREADS");
+	dev->threads = cpus >= 2 && !(th && strcmp(th, "1") == 0) ? 2 : 1;
 	*out = dev;
 	return 0;
 }
@@ -373,7 +444,7 @@ static int host_map(struct baton_dev *dev, baton_dptr addr, uint64_t bytes)
 		placeholder(addr, bytes); /* a failed MAP_FIXED may leave a hole */
 		goto fail;
 	}
-	rc = populate(fd, p, bytes);
+	rc = populate(dev, fd, p, bytes);
 	if (rc) {
 		placeholder(addr, bytes);
 		goto fail;
@@ -461,6 +532,56 @@ static int host_unregister(struct baton_dev *dev, const void *p, uint64_t bytes)
 	return host_register(dev, p, bytes);
 }
 
+struct copy_job {
+	const struct baton_copy *c;
+	size_t n;
+};
+
+/* Copies bytes [from, to) of the batch, its copies laid end to end. */
+static void copy_part(void *arg, int part, uint64_t from, uint64_t to)
+{
+	const struct copy_job *j = arg;
+	(void)part;
+	uint64_t lo = 0;
+	for (size_t i = 0; i < j->n && lo < to; i++) {
+		const struct baton_copy *c = &j->c[i];
+		uint64_t hi = lo + c->bytes;
+		if (c->bytes && hi > from) {
+			uint64_t a = from > lo ? from - lo : 0;
+			uint64_t b = (to < hi ? to : hi) - lo;
+			memcpy((char *)(uintptr_t)c->dst + a, (const char *)c->src + a, b - a);
+		}
+		lo = hi;
+	}
+}
+
+static int cmp_copy_dst(const void *a, const void *b)
+{
+	const struct baton_copy *x = a, *y = b;
+	return x->dst < y->dst ? -1 : x->dst > y->dst;
+}
+
+/* 1 when two copies of the batch write the same byte (or when that cannot
+ * be checked): then only copying in order gives the right bytes. */
+static int dst_overlap(const struct baton_copy *copies, size_t n)
+{
+	if (n < 2)
+		return 0;
+	struct baton_copy *s = malloc(n * sizeof *s);
+	if (!s)
+		return 1;
+	size_t m = 0;
+	for (size_t i = 0; i < n; i++)
+		if (copies[i].bytes)
+			s[m++] = copies[i];
+	qsort(s, m, sizeof *s, cmp_copy_dst);
+	int over = 0;
+	for (size_t i = 1; i < m && !over; i++)
+		over = s[i].dst < s[i - 1].dst + s[i - 1].bytes;
+	free(s);
+	return over;
+}
+
 static int host_copy_h2d(struct baton_dev *dev, const struct baton_copy *copies, size_t n)
 {
 	if (!host_usable(dev))
@@ -474,9 +595,14 @@ static int host_copy_h2d(struct baton_dev *dev, const struct baton_copy *copies,
 		if (!copies[i].src || !range_mapped(dev, copies[i].dst, copies[i].bytes))
 			return BATON_EINVAL;
 	}
+	uint64_t total = 0;
 	for (size_t i = 0; i < n; i++)
-		if (copies[i].bytes)
-			memcpy((void *)(uintptr_t)copies[i].dst, copies[i].src, copies[i].bytes);
+		total += copies[i].bytes;
+	struct copy_job j = { copies, n };
+	if (dev->threads > 1 && total >= HOST_SPLIT_MIN && !dst_overlap(copies, n))
+		split2(copy_part, &j, total);
+	else
+		copy_part(&j, 0, 0, total);
 	return 0;
 }
 

@@ -233,7 +233,7 @@ static long minor_faults(void)
 static void t_map_populated(void)
 {
 	dir_setup();
-	const uint64_t bytes = 4 * GRAN;
+	const uint64_t bytes = 8 * GRAN; /* populated by two threads */
 	struct baton_dev *d = dev_open(0, 64 * MiB);
 	baton_dptr base = 0;
 	T_OK(H->reserve(d, bytes, &base));
@@ -350,6 +350,65 @@ static void t_copies(void)
 	T_EQ_ERR(H->host_register(d, NULL, 5), BATON_EINVAL);
 	H->free(d, a);
 	H->close(d);
+	dir_cleanup();
+}
+
+/* Large batches are copied by two threads, cut by bytes (in the middle of
+ * a copy, too); the bytes are those of copying in order, with threads or
+ * without (BATON_HOST_THREADS=1), and overlapping destinations still end
+ * with the later copy's bytes. */
+static void t_copies_split(void)
+{
+	dir_setup();
+	const uint64_t span = 32 * MiB;
+	uint8_t *src = malloc(span), *want = calloc(1, span), *back = malloc(span);
+	T_ASSERT(src && want && back);
+	uint64_t x = 12345;
+	for (uint64_t i = 0; i < span; i++) {
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		src[i] = (uint8_t)x;
+	}
+	/* Odd sizes, out of order, an empty one with no source. */
+	struct baton_copy cp[7];
+	const uint64_t off[7] = { 20 * MiB + 3, 0, 9 * MiB + 1, 5 * MiB, 30 * MiB, 14 * MiB + 77,
+		4 * MiB + 200 };
+	const uint64_t len[7] = { 9 * MiB + 5, 4 * MiB + 99, 3 * MiB, 0, 2 * MiB - 1, 5 * MiB, 1000 };
+	for (int t = 0; t < 2; t++) {
+		if (t == 1)
+			setenv("BATON_HOST_THREADS", "1", 1);
+		struct baton_dev *d = dev_open(0, 64 * MiB);
+		baton_dptr base = 0;
+		T_OK(H->reserve(d, span, &base));
+		for (uint64_t o = 0; o < span; o += 8 * MiB)
+			T_OK(H->map(d, base + o, 8 * MiB)); /* back to back */
+		memset(want, 0, span);
+		for (int i = 0; i < 7; i++) {
+			cp[i] = (struct baton_copy){ base + off[i], len[i] ? src + span - off[i] - len[i] : NULL,
+			    len[i] };
+			if (len[i])
+				memcpy(want + off[i], cp[i].src, len[i]);
+		}
+		T_OK(H->copy_h2d(d, cp, 7));
+		T_OK(H->sync(d));
+		T_OK(H->copy_d2h(d, back, base, span));
+		T_ASSERT_MSG(memcmp(back, want, span) == 0, "threads %s: wrong bytes", t ? "off" : "on");
+
+		/* Overlapping: the second copy covers the middle of the first. */
+		struct baton_copy ov[2] = { { base, src, 16 * MiB }, { base + 4 * MiB, src + MiB, 8 * MiB } };
+		memcpy(want, src, 16 * MiB);
+		memcpy(want + 4 * MiB, src + MiB, 8 * MiB);
+		T_OK(H->copy_h2d(d, ov, 2));
+		T_OK(H->copy_d2h(d, back, base, 16 * MiB));
+		T_ASSERT(memcmp(back, want, 16 * MiB) == 0);
+		for (uint64_t o = 0; o < span; o += 8 * MiB)
+			T_OK(H->unmap(d, base + o, 8 * MiB));
+		T_OK(H->unreserve(d, base, span));
+		H->close(d);
+	}
+	unsetenv("BATON_HOST_THREADS");
+	free(src);
+	free(want);
+	free(back);
 	dir_cleanup();
 }
 
@@ -587,6 +646,6 @@ static void t_fork_child(void)
 
 T_MAIN(T_CASE(t_find), T_CASE(t_open_info), T_CASE(t_map_unmap), T_CASE(t_map_populated),
     T_CASE(t_map_errors),
-    T_CASE(t_copies), T_CASE(t_alloc_free), T_CASE(t_close_returns),
+    T_CASE(t_copies), T_CASE(t_copies_split), T_CASE(t_alloc_free), T_CASE(t_close_returns),
     T_CASE(t_shared_capacity), T_CASE(t_capacity_rules), T_CASE(t_garbage_file),
     T_CASE(t_owner_liveness), T_CASE(t_processes), T_CASE(t_fork_child))
