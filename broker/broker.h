@@ -1,0 +1,200 @@
+/*
+ * broker.h: the one public door of Baton's broker component: the
+ * configuration file, the reclaim policy (a pure function, so it can be
+ * tested from a table), and the daemon itself (baton-broker).
+ *
+ * The broker decides who holds device memory. Engines register with it
+ * (proto op register), send heartbeats, ask before they grow or refill
+ * (acquire) and report every state change (report). The broker reaches each
+ * engine through the engine's own control socket (release, refill, vram),
+ * every command carrying an epoch that only grows (a fencing token).
+ * Operators and scripts use the broker's control socket (status, release,
+ * refill, vram, handoff, pin); every change is published as an event.
+ *
+ * Threads inside the daemon (broker.c): receivers (one nng context each)
+ * take requests and hand them to the decision thread, which alone owns the
+ * registry; commands to engines run on a small worker pool and come back
+ * to the decision thread as results; a watcher thread polls the engines'
+ * pidfds. Engines and GPUs are referred to by index + generation, never by
+ * a pointer kept across a callback.
+ */
+#ifndef BATON_BROKER_H
+#define BATON_BROKER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "proto/proto.h"
+
+#define BROKER_MAX_GPUS     64
+#define BROKER_MAX_ENGINES  256
+#define BROKER_NAME_MAX     128  /* bytes of a GPU uuid or engine name, with NUL */
+#define BROKER_URL_MAX      256
+
+#define BROKER_DEFAULT_CONTROL "ipc:///run/baton/broker.sock"
+#define BROKER_DEFAULT_EVENTS  "ipc:///run/baton/events.sock"
+
+/* ---- configuration ------------------------------------------------------------
+ *
+ * An INI file (libinih):
+ *
+ *   [broker]
+ *   control = ipc:///run/baton/broker.sock
+ *   events = ipc:///run/baton/events.sock
+ *   heartbeat_timeout_ms = 2000   ; an engine silent this long is checked, then dead
+ *   idle_release_s = 0            ; release engines idle this long (0: never)
+ *   acquire_wait_ms = 5000        ; how long an acquire may wait for memory
+ *   command_timeout_ms = 30000    ; a command to an engine (a refill may be long)
+ *   nvml = true                   ; read GPU memory through NVML when present
+ *
+ *   [gpu "GPU-8f1c..."]           ; or "host-0", or "*" for every device
+ *   reserve_mib = 1024            ; headroom: never granted
+ *   total_mib = 8192              ; manage this much of the device (default: all)
+ *
+ *   [engine "qwen"]
+ *   priority = 10                 ; higher is kept longer (default: what it registers)
+ *   pinned = true                 ; never reclaimed
+ *   idle_release_s = 300          ; overrides [broker] idle_release_s
+ *
+ * Unknown sections or keys, bad numbers or booleans, duplicate sections:
+ * broker_config_load() fails with BATON_ECONFIG and a message
+ * "PATH:LINE: ..." naming the line.
+ */
+
+struct broker_gpu_conf {
+	char uuid[BROKER_NAME_MAX];   /* "*" matches every device */
+	uint64_t reserve_bytes;
+	uint64_t total_bytes;         /* 0: the device's own total */
+	int line;                     /* where it was defined (messages) */
+};
+
+struct broker_engine_conf {
+	char name[BROKER_NAME_MAX];
+	int32_t priority;
+	bool has_priority;
+	bool pinned;
+	double idle_release_s;        /* < 0: the global one */
+	int line;
+};
+
+struct broker_config {
+	char control[BROKER_URL_MAX];
+	char events[BROKER_URL_MAX];
+	int heartbeat_timeout_ms;
+	double idle_release_s;        /* 0: never */
+	int acquire_wait_ms;
+	int command_timeout_ms;
+	bool nvml;
+	size_t n_gpus, n_engines;
+	struct broker_gpu_conf gpus[BROKER_MAX_GPUS];
+	struct broker_engine_conf engines[BROKER_MAX_ENGINES];
+};
+
+/* The defaults: the sockets above, heartbeat timeout 2000 ms, no idle
+ * release, acquire wait 5000 ms, command timeout 30000 ms, NVML on. */
+void broker_config_defaults(struct broker_config *c);
+/* Reads an INI file over the defaults already in *c. BATON_ECONFIG with
+ * "PATH:LINE: what" in err on bad content; BATON_EIO/BATON_ENOTFOUND when
+ * the file cannot be read. */
+int broker_config_load(struct broker_config *c, const char *path, char *err, size_t errlen);
+/* The same from a string (tests); `name` stands for PATH in messages. */
+int broker_config_parse(struct broker_config *c, const char *text, const char *name,
+    char *err, size_t errlen);
+/* The section for a device (exact uuid first, then "*"), or NULL. */
+const struct broker_gpu_conf *broker_config_gpu(const struct broker_config *c, const char *uuid);
+const struct broker_engine_conf *broker_config_engine(const struct broker_config *c, const char *name);
+
+/* ---- policy: who gives memory back ------------------------------------------
+ *
+ * policy_decide() is a pure function of its inputs. Given one device and
+ * the engines on it, and `need` bytes that one engine (the requester) wants
+ * beyond what is available, it says which engines give memory back and how:
+ *
+ *   - never the requester, a dead engine, a pinned one, one that holds
+ *     nothing (above its floor for a shrink), one with a command in flight,
+ *     or one holding a grant it has not used yet;
+ *   - idle engines first, lowest priority first, then the longest idle,
+ *     then by name (so the order is total and the tests are exact);
+ *   - then busy engines of a priority no higher than the requester's: they
+ *     are asked too, and the engine gives way between two requests, never
+ *     in the middle of one (it answers busy and the broker asks again);
+ *   - for each engine in that order: a shrink (vram) when it is enough, that
+ *     is when the engine is elastic (not known to refuse vram) and keeps at
+ *     least its floor after giving the rest of the need; else a release of
+ *     everything it holds; until the need is met.
+ * When even all candidates together cannot meet the need, the plan is empty
+ * and `blocked` says why (nothing is taken for nothing).
+ */
+enum policy_kind {
+	POLICY_RELEASE = 1,
+	POLICY_SHRINK = 2,
+};
+
+struct policy_engine {
+	const char *name;
+	uint64_t held;       /* bytes of the device it holds (mapped) */
+	uint64_t floor;      /* the least a shrink leaves it */
+	int32_t priority;
+	double idle_s;       /* seconds since its last request ended */
+	bool busy;           /* a request is running (as last known) */
+	bool pinned;
+	bool dead;
+	bool in_flight;      /* a command to it is running */
+	bool granted;        /* holds a grant not yet used */
+	bool no_shrink;      /* refused vram before (not elastic) */
+};
+
+struct policy_action {
+	size_t engine;       /* index into the engines given */
+	enum policy_kind kind;
+	uint64_t bytes;      /* to free: all it holds for a release */
+};
+
+enum policy_block {
+	POLICY_OK = 0,
+	POLICY_NOTHING = 1,   /* no engine holds anything that may be taken */
+	POLICY_SHORT = 2,     /* candidates exist but cannot free enough */
+};
+
+struct policy_plan {
+	size_t n;
+	struct policy_action act[BROKER_MAX_ENGINES];
+	uint64_t freed;       /* what the actions free together */
+	enum policy_block blocked;
+	/* why engines were passed over, for the error text */
+	uint32_t skipped_pinned, skipped_busy, skipped_in_flight;
+};
+
+/* requester: index of the asking engine, or (size_t)-1 for none (an
+ * operator's refill). need: bytes to free; 0 gives an empty plan. */
+void policy_decide(const struct policy_engine *e, size_t n, size_t requester, uint64_t need,
+    struct policy_plan *plan);
+
+/* The order in which policy_decide considers candidates, written to
+ * order[] (indices); returns how many. For tests and the status page. */
+size_t policy_order(const struct policy_engine *e, size_t n, size_t requester, size_t *order);
+
+/* ---- the daemon -------------------------------------------------------------- */
+
+struct broker;
+
+/* Opens the sockets and starts the threads. Nothing is registered yet. */
+int broker_open(const struct broker_config *cfg, struct broker **out, char *err, size_t errlen);
+/* Asks the daemon to stop; safe from a signal-waiting thread. Idempotent. */
+void broker_stop(struct broker *b);
+/* Waits for the threads, closes the sockets, frees; NULL allowed. */
+void broker_close(struct broker *b);
+/* The URLs it listens on (tcp ports filled in). */
+const char *broker_control_url(const struct broker *b);
+const char *broker_events_url(const struct broker *b);
+
+/* ---- NVML (dlopen'ed; absent on machines without an NVIDIA driver) ------------ */
+
+/* Loads libnvidia-ml.so.1 once; 0 when present. Thread-safe. */
+int broker_nvml_init(void);
+/* Free and total bytes of the GPU with this uuid ("GPU-..."); BATON_ENODEV
+ * without NVML or when no GPU has that uuid. */
+int broker_nvml_mem(const char *uuid, uint64_t *free_bytes, uint64_t *total_bytes);
+
+#endif

@@ -1,0 +1,136 @@
+/*
+ * config_test.c: the broker's INI file: every key read, defaults kept,
+ * and each bad file rejected with the exact line named.
+ */
+#include "broker/broker.h"
+#include "tests/t.h"
+
+#define M (1024ull * 1024ull)
+
+static void t_good(void)
+{
+	static struct broker_config c;
+	char err[512] = "";
+	broker_config_defaults(&c);
+	const char *text =
+	    "; a comment\n"
+	    "[broker]\n"
+	    "control = ipc:///tmp/x/broker.sock\n"
+	    "events = tcp://127.0.0.1:0\n"
+	    "heartbeat_timeout_ms = 1500\n"
+	    "idle_release_s = 2.5\n"
+	    "acquire_wait_ms = 0\n"
+	    "command_timeout_ms = 1000\n"
+	    "nvml = off\n"
+	    "\n"
+	    "[gpu \"host-0\"]\n"
+	    "reserve_mib = 16\n"
+	    "total_mib = 64\n"
+	    "[gpu *]\n"
+	    "reserve_mib = 1024 ; inline comment\n"
+	    "[engine \"qwen-7b.q8\"]\n"
+	    "priority = -3\n"
+	    "pinned = yes\n"
+	    "idle_release_s = 0\n"
+	    "[engine b]\n"
+	    "pinned = false\n";
+	T_OK(broker_config_parse(&c, text, "t.ini", err, sizeof err));
+	T_EQ_STR(c.control, "ipc:///tmp/x/broker.sock");
+	T_EQ_STR(c.events, "tcp://127.0.0.1:0");
+	T_EQ_INT(c.heartbeat_timeout_ms, 1500);
+	T_ASSERT(c.idle_release_s == 2.5);
+	T_EQ_INT(c.acquire_wait_ms, 0);
+	T_EQ_INT(c.command_timeout_ms, 1000);
+	T_ASSERT(!c.nvml);
+	T_EQ_INT(c.n_gpus, 2);
+	const struct broker_gpu_conf *g = broker_config_gpu(&c, "host-0");
+	T_ASSERT(g && g->reserve_bytes == 16 * M && g->total_bytes == 64 * M);
+	g = broker_config_gpu(&c, "GPU-1234");
+	T_ASSERT(g && strcmp(g->uuid, "*") == 0 && g->reserve_bytes == 1024 * M);
+	const struct broker_engine_conf *e = broker_config_engine(&c, "qwen-7b.q8");
+	T_ASSERT(e && e->has_priority && e->priority == -3 && e->pinned && e->idle_release_s == 0);
+	e = broker_config_engine(&c, "b");
+	T_ASSERT(e && !e->has_priority && !e->pinned && e->idle_release_s < 0);
+	T_ASSERT(broker_config_engine(&c, "nobody") == NULL);
+}
+
+static void t_defaults(void)
+{
+	static struct broker_config c;
+	char err[256];
+	broker_config_defaults(&c);
+	T_EQ_STR(c.control, BROKER_DEFAULT_CONTROL);
+	T_EQ_STR(c.events, BROKER_DEFAULT_EVENTS);
+	T_EQ_INT(c.heartbeat_timeout_ms, 2000);
+	T_EQ_INT(c.acquire_wait_ms, 5000);
+	T_OK(broker_config_parse(&c, "", "empty.ini", err, sizeof err));
+	T_EQ_STR(c.control, BROKER_DEFAULT_CONTROL);
+	T_ASSERT(broker_config_gpu(&c, "host-0") == NULL);
+}
+
+static const struct {
+	const char *text, *want; /* want: the start of the message */
+} bad[] = {
+	{ "[broker]\nbogus = 1\n", "b.ini:2: unknown key 'bogus' in [broker]" },
+	{ "\n\n[nope]\nx = 1\n", "b.ini:4: unknown section [nope]" },
+	{ "key = 1\n", "b.ini:1: 'key' is outside any section" },
+	{ "[broker]\nheartbeat_timeout_ms = 12abc\n", "b.ini:2: heartbeat_timeout_ms = '12abc'" },
+	{ "[broker]\nheartbeat_timeout_ms = 5\n", "b.ini:2: heartbeat_timeout_ms = '5'" },
+	{ "[broker]\nacquire_wait_ms = -1\n", "b.ini:2: acquire_wait_ms = '-1'" },
+	{ "[broker]\nidle_release_s = soon\n", "b.ini:2: idle_release_s = 'soon'" },
+	{ "[broker]\nidle_release_s = nan\n", "b.ini:2: idle_release_s = 'nan'" },
+	{ "[broker]\nnvml = maybe\n", "b.ini:2: nvml = 'maybe'" },
+	{ "[broker]\ncontrol = /run/x.sock\n", "b.ini:2: control = '/run/x.sock'" },
+	{ "[gpu \"host-0\"]\nreserve_mib = 1.5\n", "b.ini:2: reserve_mib = '1.5'" },
+	{ "[gpu \"host-0\"]\ntotal_mib = 10\nreserve_mib = 10\n", "b.ini:3: reserve_mib must be less" },
+	{ "[gpu \"a b\"]\nreserve_mib = 1\n", "b.ini:2: [gpu \"a b\"]" },
+	{ "[gpu host-0]\nreserve_mib = 1\n[gpu \"host-0\"]\nreserve_mib = 2\n",
+	  "b.ini:4: [gpu \"host-0\"] appears twice (first on line 2)" },
+	{ "[engine \"a\"]\npriority = high\n", "b.ini:2: priority = 'high'" },
+	{ "[engine \"a\"]\npriority = 99999999999\n", "b.ini:2: priority = '99999999999'" },
+	{ "[engine \"a\"]\npinned = 2\n", "b.ini:2: pinned = '2'" },
+	{ "[engine \"a\"]\ncolour = red\n", "b.ini:2: unknown key 'colour' in [engine \"a\"]" },
+	{ "[engine \"*\"]\npinned = true\n", "b.ini:2: [engine \"*\"]" },
+	{ "[broker]\nthis line has no equals sign\n", "b.ini:2: syntax error" },
+	{ "[broker\nx = 1\n", "b.ini:1: syntax error" },
+	{ "[broker]\nnvml = true\n\n\n[broker]\nbad\n", "b.ini:6: syntax error" },
+	{ "[broker]\nbogus = 1\nworse\n", "b.ini:2: unknown key" },
+	{ "[broker]\ncontrol = ipc:///a\nevents = ipc:///a\n", "b.ini: control and events must be different" },
+};
+
+static void t_bad(void)
+{
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		static struct broker_config c;
+		char err[512] = "";
+		broker_config_defaults(&c);
+		int rc = broker_config_parse(&c, bad[i].text, "b.ini", err, sizeof err);
+		T_ASSERT_MSG(rc == BATON_ECONFIG, "case %zu: rc %d (%s)", i, rc, err);
+		T_ASSERT_MSG(strncmp(err, bad[i].want, strlen(bad[i].want)) == 0, "case %zu: \"%s\", want \"%s...\"",
+		    i, err, bad[i].want);
+	}
+}
+
+static void t_file(void)
+{
+	static struct broker_config c;
+	char err[512] = "", path[] = "/tmp/baton-config-test.XXXXXX";
+	broker_config_defaults(&c);
+	T_EQ_ERR(broker_config_load(&c, "/nonexistent/broker.ini", err, sizeof err), BATON_ENOTFOUND);
+	T_ASSERT(strstr(err, "/nonexistent/broker.ini: cannot open") != NULL);
+	int fd = mkstemp(path);
+	T_ASSERT(fd >= 0);
+	/* a line longer than inih's buffer is named as such, by its own number */
+	char text[1024];
+	int n = snprintf(text, sizeof text, "[broker]\nnvml = false\n; %0300d\nbad key = 1\n", 7);
+	T_ASSERT(write(fd, text, (size_t)n) == n);
+	close(fd);
+	int rc = broker_config_load(&c, path, err, sizeof err);
+	unlink(path);
+	T_EQ_ERR(rc, BATON_ECONFIG);
+	char want[128];
+	snprintf(want, sizeof want, "%s:3: line too long", path);
+	T_ASSERT_MSG(strncmp(err, want, strlen(want)) == 0, "\"%s\", want \"%s\"", err, want);
+}
+
+T_MAIN(T_CASE(t_good), T_CASE(t_defaults), T_CASE(t_bad), T_CASE(t_file))

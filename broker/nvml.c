@@ -1,0 +1,89 @@
+/*
+ * nvml.c: device memory through NVML, loaded with dlopen so the broker
+ * needs no NVIDIA library to build or start, and holds no CUDA context
+ * (NVML reads the driver's accounting; a context would cost hundreds of
+ * MiB of the very memory being shared).
+ *
+ * Only the handful of entry points used are declared here, with the types
+ * of nvml.h (stable ABI: the _v2 names exist since driver 325).
+ */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "broker/broker.h"
+
+typedef int nvml_ret;
+typedef struct nvml_device_st *nvml_device;
+struct nvml_memory {
+	unsigned long long total, free, used;
+};
+
+static struct {
+	pthread_once_t once;
+	pthread_mutex_t mu;
+	int ok;
+	nvml_ret (*init)(void);
+	nvml_ret (*count)(unsigned int *);
+	nvml_ret (*by_index)(unsigned int, nvml_device *);
+	nvml_ret (*uuid)(nvml_device, char *, unsigned int);
+	nvml_ret (*mem)(nvml_device, struct nvml_memory *);
+} nv = { .once = PTHREAD_ONCE_INIT, .mu = PTHREAD_MUTEX_INITIALIZER };
+
+static void load(void)
+{
+	const char *off = getenv("BATON_NVML");
+	if (off && strcmp(off, "0") == 0)
+		return;
+	void *h = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+	if (!h)
+		return;
+	*(void **)&nv.init = dlsym(h, "nvmlInit_v2");
+	*(void **)&nv.count = dlsym(h, "nvmlDeviceGetCount_v2");
+	*(void **)&nv.by_index = dlsym(h, "nvmlDeviceGetHandleByIndex_v2");
+	*(void **)&nv.uuid = dlsym(h, "nvmlDeviceGetUUID");
+	*(void **)&nv.mem = dlsym(h, "nvmlDeviceGetMemoryInfo");
+	if (!nv.init || !nv.count || !nv.by_index || !nv.uuid || !nv.mem || nv.init() != 0) {
+		dlclose(h);
+		return;
+	}
+	nv.ok = 1; /* kept loaded for the life of the process */
+}
+
+int broker_nvml_init(void)
+{
+	pthread_once(&nv.once, load);
+	return nv.ok ? 0 : BATON_ENODEV;
+}
+
+int broker_nvml_mem(const char *uuid, uint64_t *free_bytes, uint64_t *total_bytes)
+{
+	if (broker_nvml_init() != 0 || !uuid || strncmp(uuid, "GPU-", 4) != 0)
+		return BATON_ENODEV;
+	unsigned int n = 0;
+	int rc = BATON_ENODEV;
+	pthread_mutex_lock(&nv.mu);
+	if (nv.count(&n) == 0) {
+		for (unsigned int i = 0; i < n; i++) {
+			nvml_device d;
+			char u[96];
+			struct nvml_memory m;
+			if (nv.by_index(i, &d) != 0 || nv.uuid(d, u, sizeof u) != 0)
+				continue;
+			if (strcmp(u, uuid) != 0)
+				continue;
+			if (nv.mem(d, &m) == 0) {
+				*free_bytes = m.free;
+				*total_bytes = m.total;
+				rc = 0;
+			} else {
+				rc = BATON_EDRIVER;
+			}
+			break;
+		}
+	}
+	pthread_mutex_unlock(&nv.mu);
+	return rc;
+}
