@@ -124,6 +124,12 @@ struct baton_cache {
 	uint64_t accesses, decay_period;
 	uint64_t hits, misses, evictions;
 	uint64_t bytes_loaded; /* host to device, every operation, ever */
+	/* A blocking refill queues every segment's copies and waits once at
+	 * the end, so mapping segment k+1 overlaps copying segment k; the
+	 * slots filled meanwhile wait here for that sync (undone if it fails). */
+	int defer_sync;
+	uint32_t *inflight;
+	uint32_t n_inflight, cap_inflight;
 };
 
 static void c_err(char *buf, size_t len, const char *fmt, ...)
@@ -365,8 +371,20 @@ static int fill_slots(struct baton_cache *c, const uint32_t *slots, uint32_t n, 
 	}
 	double t0 = now_s();
 	rc = nc ? c->be->copy_h2d(c->dev, c->copies, nc) : 0;
-	if (!rc && nc)
+	if (!rc && nc && !c->defer_sync)
 		rc = c->be->sync(c->dev);
+	if (!rc && c->defer_sync && c->n_inflight + n > c->cap_inflight) {
+		uint32_t cap = c->n_inflight + n > 2 * c->cap_inflight ? c->n_inflight + n : 2 * c->cap_inflight;
+		uint32_t *p = realloc(c->inflight, (size_t)cap * sizeof *p);
+		if (p) {
+			c->inflight = p;
+			c->cap_inflight = cap;
+		} else {
+			rc = c->be->sync(c->dev); /* no room to remember: settle now */
+			if (!rc)
+				rc = BATON_ENOMEM;
+		}
+	}
 	if (rc) {
 		for (uint32_t j = 0; j < n; j++)
 			unassign_slot(c, slots[j]);
@@ -378,6 +396,10 @@ static int fill_slots(struct baton_cache *c, const uint32_t *slots, uint32_t n, 
 	c->bytes_loaded += bytes;
 	for (uint32_t j = 0; j < n; j++)
 		clear_pending(c, slots[j]);
+	if (c->defer_sync) {
+		memcpy(c->inflight + c->n_inflight, slots, (size_t)n * sizeof *slots);
+		c->n_inflight += n;
+	}
 	if (verify) {
 		for (uint32_t j = 0; j < n; j++) {
 			uint32_t s = slots[j];
@@ -641,6 +663,7 @@ void cache_destroy(struct baton_cache *c)
 				unmap_seg(c, k, &rep);
 		c->be->unreserve(c->dev, c->base, c->range_bytes);
 	}
+	free(c->inflight);
 	free(c->slot_item);
 	free(c->item_slot);
 	free(c->slot_hits);
@@ -763,9 +786,25 @@ int cache_refill(struct baton_cache *c, struct baton_cache_report *rep)
 		return BATON_EINVAL;
 	double t0 = now_s();
 	int rc = cache_refill_begin(c), done = 0;
+	c->defer_sync = !c->verify;
+	c->n_inflight = 0;
 	while (!rc && !done) {
 		rc = cache_refill_step(c, &done, &step);
 		rep_add(rep, &step);
+	}
+	if (c->defer_sync) {
+		double t1 = now_s();
+		int rs = c->be->sync(c->dev);
+		rep->copy_s += now_s() - t1;
+		if (rs) {
+			/* Those copies may not have landed: their items leave. */
+			for (uint32_t j = 0; j < c->n_inflight; j++)
+				unassign_slot(c, c->inflight[j]);
+			if (!rc)
+				rc = rs;
+		}
+		c->defer_sync = 0;
+		c->n_inflight = 0;
 	}
 	if (rc) {
 		c->refilling = 0;

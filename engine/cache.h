@@ -71,7 +71,8 @@ struct baton_cache_report {
 	uint64_t segments_mapped, segments_unmapped;
 	uint64_t bytes_freed;    /* device free after - before (release, shrink) */
 	uint64_t mismatches;     /* verify mode: slots whose bytes differ */
-	double map_s, copy_s, total_s;
+	double map_s;            /* inside the backend's map and unmap calls */
+	double copy_s, total_s;
 };
 
 struct baton_cache_stats {
