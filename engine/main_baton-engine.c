@@ -11,6 +11,17 @@
  *   the main thread waits for signals and runs the idle-release timer.
  * The engine itself (arena, backend, cache) is used by one thread at a time,
  * under run_mu.
+ *
+ * With --broker URL (engine/broker_link.h) the engine registers, sends
+ * heartbeats and reports, and asks the broker before it maps memory on its
+ * own initiative: at start (it opens cold) and when a GEN finds the cache
+ * released, partial or shrunk. One GEN thread at a time asks (acq_mu); the
+ * others then find the cache whole. The broker's commands come on the
+ * control socket like anyone's, fenced by their epoch. A broker command
+ * refused as busy makes the next GENs wait up to YIELD_S before starting,
+ * so the broker's retry gets in between two requests: an engine under
+ * steady load still gives way, never in the middle of a request. When the
+ * broker is away, the engine serves on alone and maps what it needs.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -27,11 +38,13 @@
 #include <unistd.h>
 
 #include "arena/arena.h"
+#include "engine/broker_link.h"
 #include "engine/engine.h"
 #include "proto/proto.h"
 
 #define MIB (1024ull * 1024ull)
 #define RECEIVERS 4
+#define YIELD_S 0.1
 
 static const char usage[] =
     "usage: baton-engine --name NAME --shared-expert-arena PATH [options]\n"
@@ -49,11 +62,14 @@ static const char usage[] =
     "  --vram-reserve-mib N        device memory to leave free when growing (default 0)\n"
     "  --verify-refill             read back every refilled slot and compare checksums\n"
     "  --host-device-mib N         capacity of the host backend's device\n"
-    "  --broker URL                register with a broker (not in this build)\n"
+    "  --broker URL                register with a broker (e.g. ipc:///run/baton/broker.sock);\n"
+    "                              the engine then opens cold and asks before it maps memory\n"
+    "  --priority N                priority told to the broker (higher is kept longer; default 0)\n"
     "  --help\n";
 
 struct opts {
-	const char *name, *arena, *listen, *backend;
+	const char *name, *arena, *listen, *backend, *broker;
+	int32_t priority;
 	int device;
 	uint64_t cache_mib, segment_mib, reserve_mib, host_mib;
 	int release, elastic, verify;
@@ -73,12 +89,22 @@ static struct {
 	double last_refill_s;
 	double last_active;         /* monotonic seconds of the last request */
 	int idle_released;          /* the last release was the idle timer's */
+	uint64_t snap_epoch;        /* g.epoch when the snapshot was taken */
+	uint64_t ceiling;           /* bytes the cache maps when whole */
+	int active;                 /* GENs running or waiting */
+	double yield_at;            /* a broker command was refused busy then */
+	pthread_cond_t yield_cv;
+	pthread_mutex_t acq_mu;     /* one GEN thread at a time asks the broker */
+	struct broker_link *link;
+	char listen_url[PATH_MAX];
 	volatile sig_atomic_t stopping;
 	uint32_t d_model;           /* set once at start */
 	struct opts o;
 } g = {
 	.run_mu = PTHREAD_MUTEX_INITIALIZER,
 	.st_mu = PTHREAD_MUTEX_INITIALIZER,
+	.acq_mu = PTHREAD_MUTEX_INITIALIZER,
+	.yield_cv = PTHREAD_COND_INITIALIZER,
 	.state = "loading",
 };
 
@@ -139,7 +165,7 @@ static int valid_name(const char *s)
 static void parse_args(int argc, char **argv, struct opts *o)
 {
 	enum { O_NAME = 1, O_ARENA, O_LISTEN, O_BACKEND, O_DEVICE, O_CACHE, O_SEG, O_RELEASE,
-	       O_IDLE, O_ELASTIC, O_RESERVE, O_VERIFY, O_HOSTMIB, O_BROKER, O_HELP };
+	       O_IDLE, O_ELASTIC, O_RESERVE, O_VERIFY, O_HOSTMIB, O_BROKER, O_PRIORITY, O_HELP };
 	static const struct option lo[] = {
 		{ "name", required_argument, 0, O_NAME },
 		{ "shared-expert-arena", required_argument, 0, O_ARENA },
@@ -155,6 +181,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		{ "verify-refill", no_argument, 0, O_VERIFY },
 		{ "host-device-mib", required_argument, 0, O_HOSTMIB },
 		{ "broker", required_argument, 0, O_BROKER },
+		{ "priority", required_argument, 0, O_PRIORITY },
 		{ "help", no_argument, 0, O_HELP },
 		{ 0, 0, 0, 0 },
 	};
@@ -204,7 +231,19 @@ static void parse_args(int argc, char **argv, struct opts *o)
 				usage_error("--host-device-mib must be positive");
 			break;
 		case O_BROKER:
-			usage_error("--broker: registering with a broker is not in this build yet");
+			if (strncmp(optarg, "ipc://", 6) != 0 && strncmp(optarg, "tcp://", 6) != 0)
+				usage_error("--broker wants ipc://PATH or tcp://HOST:PORT, got '%s'", optarg);
+			o->broker = optarg;
+			break;
+		case O_PRIORITY: {
+			char *end;
+			errno = 0;
+			long v = strtol(optarg, &end, 10);
+			if (errno || end == optarg || *end || v < -1000000 || v > 1000000)
+				usage_error("--priority wants a whole number, got '%s'", optarg);
+			o->priority = (int32_t)v;
+			break;
+		}
 		case O_HELP:
 			fputs(usage, stdout);
 			exit(0);
@@ -224,16 +263,26 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		usage_error("--shared-expert-arena is required");
 }
 
+/* The state's name: a cache that maps nothing is "released", also a
+ * fresh one that was never filled (cache.h calls that partial). */
+static const char *state_name(const struct baton_engine_info *in)
+{
+	if (in->cache.state == BATON_CACHE_PARTIAL && in->cache.mapped_bytes == 0)
+		return "released";
+	return cache_state_name(in->cache.state);
+}
+
 /* Refreshes the STATUS snapshot; the caller holds run_mu. */
 static void snapshot(const char *state)
 {
 	struct baton_engine_info info;
 	engine_info(g.e, &info);
 	if (!state)
-		state = cache_state_name(info.cache.state);
+		state = state_name(&info);
 	pthread_mutex_lock(&g.st_mu);
 	g.info = info;
 	g.state = state;
+	g.snap_epoch = g.epoch;
 	pthread_mutex_unlock(&g.st_mu);
 }
 
@@ -243,6 +292,181 @@ static void set_state(const char *state)
 	g.state = state;
 	pthread_mutex_unlock(&g.st_mu);
 }
+
+/* The broker link's view of the engine (any thread). */
+static void link_state(void *arg, struct broker_link_state *st)
+{
+	(void)arg;
+	uint64_t fr = 0, tot = 0;
+	engine_mem_info(g.e, &fr, &tot);
+	pthread_mutex_lock(&g.st_mu);
+	snprintf(st->state, sizeof st->state, "%s", g.state);
+	st->resident = (uint64_t)g.info.cache.items_resident * g.info.cache.slot_bytes;
+	st->mapped = g.info.cache.mapped_bytes;
+	st->free_bytes = fr;
+	st->busy = g.active > 0;
+	double idle = now_s() - g.last_active;
+	st->idle_ms = st->busy || idle < 0 ? 0 : (uint64_t)(idle * 1e3);
+	st->epoch = g.snap_epoch;
+	pthread_mutex_unlock(&g.st_mu);
+}
+
+static void link_log(const char *line)
+{
+	logf_("broker: %s", line);
+}
+
+static void report(const char *reason, double ms, uint64_t bytes)
+{
+	if (g.link)
+		broker_link_report(g.link, reason, ms, bytes);
+}
+
+/* Test hook: BATON_TEST_REFILL_DELAY_MS makes every refill this engine
+ * starts on a grant or command wait first, so tests can kill it mid-way. */
+static void test_refill_delay(void)
+{
+	const char *v = getenv("BATON_TEST_REFILL_DELAY_MS");
+	long ms = v ? atol(v) : 0;
+	if (ms > 0 && ms < 60000) {
+		struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+		nanosleep(&ts, NULL);
+	}
+}
+
+static void add_report(struct baton_cache_report *sum, const struct baton_cache_report *r)
+{
+	sum->state = r->state;
+	sum->bytes_copied += r->bytes_copied;
+	sum->copies += r->copies;
+	sum->segments_mapped += r->segments_mapped;
+	sum->segments_unmapped += r->segments_unmapped;
+	sum->bytes_freed += r->bytes_freed;
+	sum->mismatches += r->mismatches;
+	sum->map_s += r->map_s;
+	sum->copy_s += r->copy_s;
+	sum->total_s += r->total_s;
+}
+
+/* Makes the cache whole again (caller holds run_mu): back to the full
+ * target and the configured reserve, then filled. With `limit` below what
+ * is missing (a partial grant), it maps only that much: the reserve is set
+ * so that the device keeps all but `limit` of its free memory. */
+static int make_full(uint64_t limit, struct baton_cache_report *sum)
+{
+	struct baton_cache_report r;
+	memset(sum, 0, sizeof *sum);
+	struct baton_cache_stats st;
+	cache_stats(engine_cache(g.e), &st);
+	uint64_t missing = g.ceiling > st.mapped_bytes ? g.ceiling - st.mapped_bytes : 0;
+	int64_t reserve = -1;
+	if (limit < missing) {
+		uint64_t fr = 0, tot = 0;
+		engine_mem_info(g.e, &fr, &tot);
+		reserve = fr > limit ? (int64_t)(fr - limit) : 0;
+	}
+	test_refill_delay();
+	int rc = engine_vram(g.e, reserve, &r);
+	if (rc)
+		return rc;
+	add_report(sum, &r);
+	cache_stats(engine_cache(g.e), &st);
+	if (st.state != BATON_CACHE_READY) {
+		rc = engine_refill(g.e, &r);
+		if (rc)
+			return rc;
+		add_report(sum, &r);
+	}
+	g.idle_released = 0;
+	if (sum->bytes_copied) {
+		pthread_mutex_lock(&g.st_mu);
+		g.last_refill_bytes = sum->bytes_copied;
+		g.last_refill_s = sum->total_s;
+		pthread_mutex_unlock(&g.st_mu);
+	}
+	return 0;
+}
+
+/* Whole: ready, at the full target, nothing missing. */
+static int cache_whole(void)
+{
+	struct baton_cache_stats st;
+	cache_stats(engine_cache(g.e), &st);
+	return st.state == BATON_CACHE_READY && st.target_bytes >= g.ceiling;
+}
+
+/* With a broker: asks before making the cache whole. Called with run_mu
+ * held; returns with it held. 0 to go on; else the GEN fails with the
+ * broker's refusal in err. */
+static int ensure_memory(const char *why, char *err, size_t errlen)
+{
+	if (!g.link || cache_whole())
+		return 0;
+	pthread_mutex_unlock(&g.run_mu);
+	pthread_mutex_lock(&g.acq_mu);
+	pthread_mutex_lock(&g.run_mu);
+	if (cache_whole()) {
+		pthread_mutex_unlock(&g.acq_mu);
+		return 0;
+	}
+	struct baton_cache_stats st;
+	cache_stats(engine_cache(g.e), &st);
+	uint64_t need = g.ceiling > st.mapped_bytes ? g.ceiling - st.mapped_bytes : 0;
+	pthread_mutex_unlock(&g.run_mu);
+	uint64_t granted = 0, epoch = 0;
+	double t0 = now_s();
+	int rc = broker_link_acquire(g.link, need, &granted, &epoch, err, errlen);
+	double wait_s = now_s() - t0;
+	pthread_mutex_lock(&g.run_mu);
+	if (rc && rc != BATON_ECONN) {
+		pthread_mutex_unlock(&g.acq_mu);
+		return rc;
+	}
+	char reason[160];
+	if (rc == BATON_ECONN) {
+		logf_("%s: the broker is away (%s): mapping on my own", why, err);
+		granted = UINT64_MAX;
+		snprintf(reason, sizeof reason, "refill (%s, broker away)", why);
+	} else {
+		pthread_mutex_lock(&g.st_mu);
+		if (epoch > g.epoch)
+			g.epoch = epoch; /* the grant's epoch: its state is news after it */
+		pthread_mutex_unlock(&g.st_mu);
+		snprintf(reason, sizeof reason, "refill (%s, granted %.1f MiB after %.3f ms)", why,
+		    (double)granted / MIB, wait_s * 1e3);
+	}
+	set_state("refilling");
+	struct baton_cache_report r;
+	int mrc = make_full(granted, &r);
+	snapshot(NULL);
+	pthread_mutex_unlock(&g.acq_mu);
+	if (mrc) {
+		logf_("%s: refill failed: %s", why, baton_strerror(mrc));
+		report("refill failed", r.total_s * 1e3, 0);
+	} else {
+		report(reason, r.total_s * 1e3, r.bytes_copied);
+	}
+	return 0; /* the GEN maps what it needs even when that failed */
+}
+
+/* A broker command was refused as busy: let it in before the next GEN. */
+static void gen_yield(void)
+{
+	pthread_mutex_lock(&g.st_mu);
+	for (;;) {
+		double until = g.yield_at + YIELD_S, now = now_s();
+		if (g.yield_at == 0 || now >= until || g.stopping)
+			break;
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		double t = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9 + (until - now);
+		ts.tv_sec = (time_t)t;
+		ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
+		pthread_cond_timedwait(&g.yield_cv, &g.st_mu, &ts);
+	}
+	pthread_mutex_unlock(&g.st_mu);
+}
+
 
 static void reply(struct proto_ctx *ctx, const struct baton_msg *rep)
 {
@@ -319,7 +543,25 @@ static void on_gen(struct proto_ctx *ctx, const struct baton_msg *req)
 		reply_err(ctx, req, BATON_ENOMEM, "gen: no memory for the output");
 		return;
 	}
+	pthread_mutex_lock(&g.st_mu);
+	int first = g.active++ == 0;
+	pthread_mutex_unlock(&g.st_mu);
+	if (first && g.link)
+		broker_link_poke(g.link); /* busy now: the broker asks idle engines first */
+	gen_yield();
 	pthread_mutex_lock(&g.run_mu);
+	char aerr[512] = "";
+	int arc = ensure_memory("gen", aerr, sizeof aerr);
+	if (arc) {
+		pthread_mutex_unlock(&g.run_mu);
+		pthread_mutex_lock(&g.st_mu);
+		g.active--;
+		g.last_active = now_s();
+		pthread_mutex_unlock(&g.st_mu);
+		reply_err(ctx, req, arc, "gen: no device memory from the broker: %s", aerr);
+		free(out);
+		return;
+	}
 	uint64_t sum = 0;
 	struct baton_gen_timings t;
 	int rc = engine_gen(g.e, req->steps, req->batch, req->seed,
@@ -328,9 +570,12 @@ static void on_gen(struct proto_ctx *ctx, const struct baton_msg *req)
 	if (rc == 0)
 		g.requests++;
 	g.last_active = now_s();
+	int last = --g.active == 0;
 	pthread_mutex_unlock(&g.st_mu);
 	snapshot(NULL);
-	int refill_rest = rc == 0 && g.idle_released && g.info.cache.state != BATON_CACHE_READY;
+	if (last && g.link)
+		broker_link_poke(g.link);
+	int refill_rest = rc == 0 && !g.link && g.idle_released && g.info.cache.state != BATON_CACHE_READY;
 	if (rc) {
 		pthread_mutex_unlock(&g.run_mu);
 		if (rc == BATON_EUNSUPPORTED && g.info.compute_error)
@@ -399,6 +644,12 @@ static void on_control(struct proto_ctx *ctx, const struct baton_msg *req)
 		return;
 	}
 	if (pthread_mutex_trylock(&g.run_mu) != 0) {
+		if (proto_has(req, PF_EPOCH)) {
+			/* the broker asks again in a moment: hold the next GEN back */
+			pthread_mutex_lock(&g.st_mu);
+			g.yield_at = now_s();
+			pthread_mutex_unlock(&g.st_mu);
+		}
 		reply_err(ctx, req, BATON_EBUSY, "%s: the engine is serving a request; try again", op);
 		return;
 	}
@@ -423,9 +674,9 @@ static void on_control(struct proto_ctx *ctx, const struct baton_msg *req)
 		rc = engine_release(g.e, &r);
 		g.idle_released = 0;
 	} else if (req->op == PROTO_OP_REFILL) {
+		/* whole again: back to the full target, then filled */
 		set_state("refilling");
-		rc = engine_refill(g.e, &r);
-		g.idle_released = 0;
+		rc = make_full(UINT64_MAX, &r);
 	} else {
 		int64_t reserve = req->reserve_mib == PROTO_RESERVE_FULL ? -1 :
 		    (int64_t)(req->reserve_mib * MIB);
@@ -439,6 +690,10 @@ static void on_control(struct proto_ctx *ctx, const struct baton_msg *req)
 		pthread_mutex_unlock(&g.st_mu);
 	}
 	snapshot(NULL);
+	pthread_mutex_lock(&g.st_mu);
+	g.yield_at = 0;
+	pthread_cond_broadcast(&g.yield_cv);
+	pthread_mutex_unlock(&g.st_mu);
 	pthread_mutex_unlock(&g.run_mu);
 	if (rc) {
 		reply_err(ctx, req, rc, "%s failed: %s", op, baton_strerror(rc));
@@ -446,16 +701,27 @@ static void on_control(struct proto_ctx *ctx, const struct baton_msg *req)
 	}
 	logf_("%s: %s, %.3f ms, %" PRIu64 " bytes copied, %" PRIu64 " freed", op,
 	    cache_state_name(r.state), r.total_s * 1e3, r.bytes_copied, r.bytes_freed);
+	uint64_t fr = 0, tot = 0;
+	engine_mem_info(g.e, &fr, &tot);
 	struct baton_msg rep;
 	proto_reply_init(&rep, req);
 	pthread_mutex_lock(&g.st_mu);
 	rep.state = g.state;
 	rep.resident = (uint64_t)g.info.cache.items_resident * g.info.cache.slot_bytes;
-	rep.epoch = g.epoch;
+	rep.epoch = g.snap_epoch;
+	rep.mapped = g.info.cache.mapped_bytes;
 	pthread_mutex_unlock(&g.st_mu);
+	rep.free_bytes = fr;
+	proto_set(&rep, PF_MAPPED);
+	proto_set(&rep, PF_FREE);
 	rep.ms = r.total_s * 1e3;
-	rep.bytes = req->op == PROTO_OP_RELEASE ? r.bytes_freed : r.bytes_copied;
+	rep.bytes = req->op == PROTO_OP_RELEASE || (req->op == PROTO_OP_VRAM && r.bytes_copied == 0) ?
+	    r.bytes_freed : r.bytes_copied;
 	reply(ctx, &rep);
+	/* The broker hears the new state from the reply when it sent the
+	 * command; anyone else's command is news to it. */
+	if (!proto_has(req, PF_EPOCH))
+		report(op, r.total_s * 1e3, rep.bytes);
 }
 
 static void *receiver(void *arg)
@@ -516,6 +782,8 @@ static void idle_tick(void)
 			logf_("idle release failed: %s", baton_strerror(rc));
 		}
 		snapshot(NULL);
+		if (rc == 0)
+			report("idle release (engine)", r.total_s * 1e3, r.bytes_freed);
 	}
 	pthread_mutex_unlock(&g.run_mu);
 }
@@ -561,17 +829,39 @@ int main(int argc, char **argv)
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 	signal(SIGPIPE, SIG_IGN);
 
+	/* With a broker the cache is sized for the whole model (not for what
+	 * happens to be free now: the broker makes room), and it opens cold. */
+	uint64_t cache_bytes = g.o.cache_mib * MIB;
+	if (g.o.broker && !cache_bytes) {
+		struct baton_arena *a;
+		char aerr[512] = "";
+		if (arena_open(g.o.arena, &a, aerr, sizeof aerr) == 0) {
+			/* engine.c's geometry: 256-byte slots, segments of 256 MiB
+			 * or the model, whole slots per segment */
+			const struct baton_arena_shape *sh = arena_shape(a);
+			uint64_t gran = 2 * MIB, n = (uint64_t)sh->layers * sh->experts;
+			uint64_t slot = (arena_max_expert_bytes(a) + 255) / 256 * 256;
+			uint64_t whole = (slot * n + gran - 1) / gran * gran;
+			uint64_t seg = g.o.segment_mib ? g.o.segment_mib * MIB : (256 * MIB < whole ? 256 * MIB : whole);
+			if (seg < slot)
+				seg = slot;
+			seg = (seg + gran - 1) / gran * gran;
+			uint64_t sps = seg / slot;
+			cache_bytes = (n + sps - 1) / sps * seg;
+			arena_close(a);
+		} /* else engine_open says what is wrong with it */
+	}
 	struct baton_engine_config cfg = {
 		.name = g.o.name,
 		.arena_path = g.o.arena,
 		.backend = g.o.backend,
 		.device = g.o.device,
-		.cache_bytes = g.o.cache_mib * MIB,
+		.cache_bytes = cache_bytes,
 		.segment_bytes = g.o.segment_mib * MIB,
 		.reserve_bytes = g.o.reserve_mib * MIB,
 		.host_capacity = g.o.host_mib * MIB,
 		.verify = g.o.verify || (getenv("BATON_VERIFY_REFILL") && atoi(getenv("BATON_VERIFY_REFILL"))),
-		.warm = 1,
+		.warm = g.o.broker ? 0 : 1,
 	};
 	char err[512] = "";
 	double t0 = now_s();
@@ -582,6 +872,7 @@ int main(int argc, char **argv)
 	}
 	snapshot(NULL);
 	g.d_model = g.info.d_model;
+	g.ceiling = g.info.cache.target_bytes;
 	logf_("%s on %s (%s): %u layers x %u experts, cache %.1f MiB %s, ready in %.3f s", g.o.arena,
 	    g.info.backend, g.info.gpu, g.info.layers, g.info.experts,
 	    (double)g.info.cache.mapped_bytes / MIB, cache_state_name(g.info.cache.state), now_s() - t0);
@@ -616,6 +907,44 @@ int main(int argc, char **argv)
 	}
 	g.last_active = now_s();
 	logf_("listening on %s", listen);
+	if (g.o.broker) {
+		/* Register, then ask for the whole cache; a refusal leaves it
+		 * cold until the first request. No broker in 2 s: warm alone. */
+		const char *base = strrchr(g.o.arena, '/');
+		char model[256];
+		snprintf(model, sizeof model, "%s", base ? base + 1 : g.o.arena);
+		char *dot = strstr(model, ".arena");
+		if (dot && dot[6] == 0)
+			*dot = 0;
+		struct broker_link_params lp = {
+			.url = g.o.broker,
+			.name = g.o.name,
+			.gpu = g.info.gpu,
+			.model = model,
+			.ctl = proto_server_url(g.srv),
+			.pid = (uint32_t)getpid(),
+			.device = (uint32_t)g.o.device,
+			.floor = g.info.cache.segment_bytes,
+			.ceiling = g.ceiling,
+			.capacity = g.info.dev_total,
+			.priority = g.o.priority,
+			.state_fn = link_state,
+			.log = link_log,
+		};
+		if ((rc = broker_link_open(&lp, &g.link)) != 0)
+			logf_("cannot start the broker link to %s: %s", g.o.broker, baton_strerror(rc));
+		if (g.link && !broker_link_wait_up(g.link, 2000))
+			logf_("no broker at %s yet: warming alone (it will hear from me when it is up)",
+			    g.o.broker);
+		char aerr[512] = "";
+		pthread_mutex_lock(&g.run_mu);
+		rc = ensure_memory("startup", aerr, sizeof aerr);
+		if (rc)
+			logf_("startup: the broker gave no memory (%s): cold until the first request", aerr);
+		pthread_mutex_unlock(&g.run_mu);
+		logf_("cache %.1f of %.1f MiB, %s", (double)g.info.cache.mapped_bytes / MIB,
+		    (double)g.ceiling / MIB, g.state);
+	}
 	/* Ready: tests and scripts wait for this line. */
 	printf("ready %s\n", proto_server_url(g.srv));
 	fflush(stdout);
@@ -635,9 +964,12 @@ int main(int argc, char **argv)
 	for (int i = 0; i < nth; i++)
 		proto_ctx_close(ctx[i]);
 	proto_server_close(g.srv);
-	/* Nobody uses the engine now: give the device memory back. */
+	/* Nobody uses the engine now: give the device memory back, then tell
+	 * the broker (it counts the memory free from then on). */
 	struct baton_cache_report r;
 	engine_release(g.e, &r);
+	broker_link_close(g.link, true);
+	g.link = NULL;
 	engine_close(g.e);
 	logf_("stopped");
 	return 0;

@@ -1,0 +1,781 @@
+#!/usr/bin/python3
+"""broker_test.py: baton-broker and baton-engine --broker as real processes
+on the host backend.
+
+Each case gets a fresh directory: its own host device (BATON_HOSTDEV_DIR),
+sockets, config and logs; every process it starts is killed at the end.
+Requests are msgpack maps sent with `baton-proto-tool call` (reply as JSON);
+events come from `baton-proto-tool sub`. Every wait has a deadline.
+
+The model: 4 layers x 8 experts, d_model 256, d_ff 512, f16: 32 experts of
+0.75 MiB; with 4 MiB segments the whole cache is 7 segments = 28 MiB, plus
+about 0.6 MiB of dense tensors per engine on the device. So a 40 MiB device
+holds one engine, a 64 MiB device two.
+
+The last line is "N passed, N failed". BROKER_STRESS_S sets the length of
+the stress case (default 30 s).
+"""
+import json
+import os
+import random
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+
+import msgpack
+
+BUILD = os.environ.get("BUILD", "build")
+BIN = os.path.join(BUILD, "bin")
+ENGINE = os.path.join(BIN, "baton-engine")
+BROKER = os.path.join(BIN, "baton-broker")
+ARENA = os.path.join(BIN, "baton-arena")
+TOOL = os.path.join(BIN, "baton-proto-tool")
+CLI = os.path.join(BIN, "baton")
+
+MIB = 1 << 20
+CEIL = 28 * MIB
+ERR = {"busy": 6, "timeout": 7, "closed": 8, "permission": 10, "not_found": 4,
+       "stale_epoch": 28, "device_oom": 61}
+
+_id = [1000]
+_id_lock = threading.Lock()
+
+
+def next_id():
+    with _id_lock:
+        _id[0] += 1
+        return _id[0]
+
+
+def call(url, op, timeout_ms=20000, **fields):
+    rid = next_id()
+    m = {"v": 1, "op": op, "id": rid}
+    m.update(fields)
+    r = subprocess.run([TOOL, "call", url, "--timeout", str(timeout_ms)], input=msgpack.packb(m),
+                       capture_output=True, timeout=timeout_ms / 1000 + 10)
+    out = r.stdout.decode().strip()
+    if not out:
+        raise AssertionError("no reply to %s: %s" % (op, r.stderr.decode()))
+    rep = json.loads(out.splitlines()[-1])
+    if "error" in rep:  # the tool's own: no answer
+        return rep
+    assert rep["id"] == rid, rep
+    return rep
+
+
+def ok(rep):
+    assert rep.get("ok") is True, rep
+    return rep
+
+
+def err(rep, name):
+    assert rep.get("ok") is False and rep.get("err") == ERR[name], "want %s, got %s" % (name, rep)
+    return rep
+
+
+def wait_for(what, fn, timeout=10.0, every=0.05):
+    deadline = time.time() + timeout
+    while True:
+        v = fn()
+        if v:
+            return v
+        if time.time() > deadline:
+            raise AssertionError("timed out waiting for " + what)
+        time.sleep(every)
+
+
+class Events:
+    """Collects the broker's events in the background."""
+
+    def __init__(self, url):
+        self.p = subprocess.Popen([TOOL, "sub", url], stdout=subprocess.PIPE, text=True)
+        self.items = []
+        self.lock = threading.Lock()
+        self.t = threading.Thread(target=self._run, daemon=True)
+        self.t.start()
+
+    def _run(self):
+        for line in self.p.stdout:
+            try:
+                ev = json.loads(line)
+            except ValueError:
+                continue
+            with self.lock:
+                self.items.append(ev)
+
+    def all(self, kind=None, engine=None):
+        with self.lock:
+            return [e for e in self.items if (kind is None or e.get("kind") == kind) and
+                    (engine is None or e.get("engine") == engine)]
+
+    def close(self):
+        if self.p.poll() is None:
+            self.p.kill()
+        self.p.wait()
+
+
+class Case:
+    def __init__(self):
+        self.dir = tempfile.mkdtemp(prefix="baton-broker-")
+        self.procs = []
+        self.events = None
+        self.env = dict(os.environ, BATON_HOSTDEV_DIR=self.dir, BATON_NVML="0")
+        self.control = "ipc://%s/broker.sock" % self.dir
+        self.events_url = "ipc://%s/events.sock" % self.dir
+        self._arena = None
+        self.bp = None
+
+    def arena(self):
+        if not self._arena:
+            path = os.path.join(self.dir, "m.arena")
+            subprocess.run([ARENA, "create", "--synthetic", "--layers", "4", "--experts", "8",
+                            "--top-k", "2", "--d-model", "256", "--d-ff", "512", "--dtype", "f16",
+                            "--seed", "7", path], check=True, stdout=subprocess.DEVNULL, timeout=60)
+            self._arena = path
+        return self._arena
+
+    def log(self, name):
+        return os.path.join(self.dir, name + ".log")
+
+    def broker(self, config="", wait=True):
+        path = os.path.join(self.dir, "broker.ini")
+        with open(path, "w") as f:
+            f.write("[broker]\ncontrol = %s\nevents = %s\n" % (self.control, self.events_url))
+            f.write(config)
+        p = subprocess.Popen([BROKER, "--config", path], stdout=subprocess.PIPE,
+                             stderr=open(self.log("broker"), "a"), env=self.env, text=True)
+        self.procs.append(p)
+        self.bp = p
+        if wait:
+            line = p.stdout.readline()
+            if not line.startswith("ready "):
+                p.wait(5)
+                raise AssertionError("broker did not start (exit %s): %s" %
+                                     (p.returncode, open(self.log("broker")).read()))
+            if not self.events:
+                self.events = Events(self.events_url)
+                time.sleep(0.1)  # the subscription is up before the first event
+        return p
+
+    def engine(self, name, *flags, host_mib=40, broker=True, wait=True, env=None):
+        url = "ipc://%s/%s.sock" % (self.dir, name)
+        args = [ENGINE, "--name", name, "--shared-expert-arena", self.arena(), "--listen", url,
+                "--backend", "host", "--host-device-mib", str(host_mib), "--vram-segment-mib", "4",
+                "--expert-cache-release"] + list(flags)
+        if broker:
+            args += ["--broker", self.control]
+        e = dict(self.env)
+        e.update(env or {})
+        p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=open(self.log(name), "a"), env=e,
+                             text=True)
+        self.procs.append(p)
+        p.url = url
+        p.name = name
+        if wait:
+            self.wait_ready(p)
+        return p
+
+    def wait_ready(self, p, timeout=15):
+        box = {}
+        t = threading.Thread(target=lambda: box.update(line=p.stdout.readline()), daemon=True)
+        t.start()
+        t.join(timeout)
+        line = box.get("line", "")
+        if not line.startswith("ready "):
+            raise AssertionError("engine %s did not start: %r %s" % (p.name, line, open(self.log(p.name)).read()))
+
+    def status(self):
+        return ok(call(self.control, "status"))
+
+    def eng(self, name):
+        for e in self.status()["engines"]:
+            if e["name"] == name:
+                return e
+        return None
+
+    def holds(self):
+        return {e["name"]: e["resident"] for e in self.status()["engines"]}
+
+    def hostdev_used(self, index=0):
+        """(capacity, bytes charged by live processes) from the host device's state file."""
+        data = open(os.path.join(self.dir, "hostdev-%d" % index), "rb").read()
+        magic, version, n_owners, capacity = struct.unpack_from("<8sIIQ", data, 0)
+        used = 0
+        for i in range(n_owners):
+            pid, opens, start, nbytes, pad = struct.unpack_from("<iIQQQ", data, 64 + 32 * i)
+            if pid > 0 and os.path.exists("/proc/%d" % pid):
+                used += nbytes
+        return capacity, used
+
+    def close(self):
+        for p in reversed(self.procs):
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+        if self.events:
+            self.events.close()
+        if os.environ.get("BROKER_TEST_KEEP"):
+            print("  kept", self.dir)
+        else:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def gen(p, seed=1, steps=2, batch=1, timeout_ms=30000):
+    return call(p.url, "gen", timeout_ms=timeout_ms, steps=steps, batch=batch, seed=seed)
+
+
+_refs = {}
+
+
+def reference(c, seed, steps=2, batch=1):
+    """The checksum a lone engine (no broker, its own device) computes."""
+    key = (seed, steps, batch)
+    if key not in _refs:
+        d = tempfile.mkdtemp(prefix="baton-ref-")
+        try:
+            url = "ipc://%s/ref.sock" % d
+            p = subprocess.Popen([ENGINE, "--name", "ref", "--shared-expert-arena", c.arena(), "--listen",
+                                  url, "--backend", "host", "--host-device-mib", "128"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                 env=dict(os.environ, BATON_HOSTDEV_DIR=d))
+            try:
+                assert p.stdout.readline().startswith("ready")
+                for s in range(8):
+                    r = ok(call(url, "gen", steps=steps, batch=batch, seed=s))
+                    _refs[(s, steps, batch)] = (r["checksum"], r["output"])
+            finally:
+                p.kill()
+                p.wait()
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+    return _refs[key]
+
+
+def check_gen(c, p, seed):
+    r = ok(gen(p, seed=seed))
+    want = reference(c, seed)
+    assert (r["checksum"], r["output"]) == want, "%s seed %d: wrong output" % (p.name, seed)
+    return r
+
+
+# ---- cases -----------------------------------------------------------------------
+
+def t_config_and_flags(c):
+    bad = os.path.join(c.dir, "bad.ini")
+    with open(bad, "w") as f:
+        f.write("[broker]\nheartbeat_timeout_ms = 2000\n\n[engine \"a\"]\npriority = high\n")
+    r = subprocess.run([BROKER, "--config", bad], capture_output=True, text=True, timeout=10)
+    assert r.returncode == 2 and "%s:5: priority = 'high'" % bad in r.stderr, (r.returncode, r.stderr)
+    with open(bad, "w") as f:
+        f.write("[broker]\nwhatever = 1\n")
+    r = subprocess.run([BROKER, "--config", bad], capture_output=True, text=True, timeout=10)
+    assert r.returncode == 2 and "%s:2: unknown key 'whatever'" % bad in r.stderr, r.stderr
+    r = subprocess.run([BROKER, "--config", "/nonexistent.ini"], capture_output=True, text=True, timeout=10)
+    assert r.returncode == 2 and "/nonexistent.ini: cannot open" in r.stderr, r.stderr
+    for args in (["--bogus"], ["--control"], ["--control", "/x.sock"], ["extra"]):
+        r = subprocess.run([BROKER] + args, capture_output=True, text=True, timeout=10)
+        assert r.returncode == 2 and "baton-broker:" in r.stderr, (args, r.stderr)
+    good = os.path.join(c.dir, "good.ini")
+    with open(good, "w") as f:
+        f.write("[gpu \"host-0\"]\nreserve_mib = 8\n[engine \"a\"]\npinned = true\n")
+    r = subprocess.run([BROKER, "--config", good, "--control", "ipc:///tmp/x.sock", "--check"],
+                       capture_output=True, text=True, timeout=10)
+    assert r.returncode == 0 and "control = ipc:///tmp/x.sock" in r.stdout and "reserve_mib = 8" in r.stdout
+    r = subprocess.run([ENGINE, "--name", "x", "--shared-expert-arena", c.arena(), "--broker", "nope"],
+                       capture_output=True, text=True, timeout=10)
+    assert r.returncode == 2 and "--broker" in r.stderr
+    # An unknown op and a missing engine name are clear errors.
+    c.broker()
+    err(call(c.control, "release", name="ghost"), "not_found")
+    r = call(c.control, "gen", steps=1, batch=1, seed=1)
+    assert r["ok"] is False and "does not serve" in r["msg"], r
+
+
+def t_two_engines_alternate(c):
+    """A device that holds one engine: requests alternate, the device is
+    handed over each time, every answer is right."""
+    c.broker()
+    a = c.engine("a")
+    b = c.engine("b")  # its start took the device from a (idle)
+    assert c.holds() == {"a": 0, "b": CEIL}, c.holds()
+    order = [a, b, a, b, a, b, b, a]
+    for i, p in enumerate(order):
+        other = b if p is a else a
+        before = c.holds()
+        check_gen(c, p, seed=i % 8)
+        after = c.holds()
+        assert after[p.name] == CEIL and after[other.name] == 0, (p.name, before, after)
+        st = ok(call(p.url, "status"))
+        assert st["state"] == "ready" and st["mapped"] == CEIL
+        cap, used = c.hostdev_used()
+        assert used <= cap
+    # each change of hands: a grant to the one that asked after a release of the other
+    rel = c.events.all("release")
+    assert len(rel) >= 6, [e["reason"] for e in rel]
+    assert all(e["reason"].startswith("for ") for e in rel), rel
+    grants = [e for e in c.events.all("grant") if "after a reclaim" in e["reason"]]
+    assert len(grants) >= 6, grants
+
+
+def t_priority_and_idle_order(c):
+    c.broker('[engine "a"]\npriority = 1\n[engine "b"]\npriority = 5\n')
+    a = c.engine("a", host_mib=64)
+    b = c.engine("b", host_mib=64)
+    assert c.holds() == {"a": CEIL, "b": CEIL}
+    cc = c.engine("c", "--priority", "0", host_mib=64)  # lowest priority: a goes, b stays
+    assert c.holds() == {"a": 0, "b": CEIL, "c": CEIL}, c.holds()
+    assert c.eng("c")["priority"] == 0 and c.eng("b")["priority"] == 5
+    check_gen(c, a, 3)  # c has the lowest priority now
+    assert c.holds() == {"a": CEIL, "b": CEIL, "c": 0}, c.holds()
+    # Same priority: the longest idle goes. a and c at priority 1 ...
+    ok(call(c.control, "pin", name="b", pinned=True))
+    check_gen(c, cc, 4)          # takes a (the only one that may go)
+    assert c.holds()["a"] == 0
+    time.sleep(0.3)
+    check_gen(c, a, 5)           # a takes c
+    assert c.holds() == {"a": CEIL, "b": CEIL, "c": 0}
+    ok(call(c.control, "pin", name="b", pinned=False))
+    ok(call(b.url, "gen", steps=1, batch=1, seed=1))  # b busy last: a is idle longer
+    time.sleep(0.3)
+    # a: priority 1, idle ~0.6 s; b: priority 5. c (0) takes a: lowest priority first.
+    check_gen(c, cc, 6)
+    assert c.holds() == {"a": 0, "b": CEIL, "c": CEIL}, c.holds()
+
+
+def t_longest_idle(c):
+    c.broker()
+    a = c.engine("a", host_mib=64)
+    b = c.engine("b", host_mib=64)
+    time.sleep(0.2)
+    check_gen(c, a, 1)     # a used last: b has been idle longer
+    time.sleep(0.3)
+    cc = c.engine("c", host_mib=64)
+    assert c.holds() == {"a": CEIL, "b": 0, "c": CEIL}, c.holds()
+    time.sleep(0.3)
+    check_gen(c, b, 2)     # a idle since its request, c since its start: a goes
+    assert c.holds() == {"a": 0, "b": CEIL, "c": CEIL}, c.holds()
+    del cc
+
+
+def t_pinned_and_bounded_wait(c):
+    # 32 MiB: a (pinned) leaves 2.8 MiB, less than a segment: nothing for b.
+    c.broker('acquire_wait_ms = 800\n[engine "a"]\npinned = true\n')
+    a = c.engine("a", host_mib=32)
+    t0 = time.time()
+    b = c.engine("b", host_mib=32)  # cannot take a: waits 0.8 s at start, then stays cold
+    assert time.time() - t0 >= 0.7
+    assert c.holds() == {"a": CEIL, "b": 0}
+    assert c.eng("a")["pinned"] is True
+    t0 = time.time()
+    r = err(gen(b, seed=1), "device_oom")
+    dt = time.time() - t0
+    assert 0.7 <= dt < 5, dt
+    assert "no memory for b" in r["msg"] and "pinned" in r["msg"], r["msg"]
+    assert c.holds() == {"a": CEIL, "b": 0}
+    err(call(c.control, "release", name="a"), "permission")
+    err(call(c.control, "handoff", **{"from": "a", "to": "b"}), "permission")
+    deny = c.events.all("deny", "b")
+    assert deny, c.events.all()
+    # Unpinned, a can go.
+    ok(call(c.control, "pin", name="a", pinned=False))
+    check_gen(c, b, 2)
+    assert c.holds() == {"a": 0, "b": CEIL}
+    assert c.eng("a")["pinned"] is False
+
+
+def t_pinned_leaves_part(c):
+    # 40 MiB: a (pinned) leaves 10.8 MiB: b gets two segments at once (a
+    # partial grant, no waiting) and serves from them, right.
+    c.broker('acquire_wait_ms = 3000\n[engine "a"]\npinned = true\n')
+    a = c.engine("a")
+    t0 = time.time()
+    b = c.engine("b")
+    assert time.time() - t0 < 2
+    assert c.holds() == {"a": CEIL, "b": 8 * MIB}, c.holds()
+    t0 = time.time()
+    for s in range(4):
+        check_gen(c, b, s)
+    assert time.time() - t0 < 2.5
+    assert c.holds() == {"a": CEIL, "b": 8 * MIB}, c.holds()
+    assert ok(call(b.url, "status"))["state"] in ("ready", "partial")  # at a smaller target
+    check_gen(c, a, 5)
+
+
+def t_headroom(c):
+    # 64 MiB hold two engines, unless 20 MiB stay free for something else.
+    c.broker('[gpu "host-0"]\nreserve_mib = 20\n')
+    a = c.engine("a", host_mib=64)
+    b = c.engine("b", host_mib=64)
+    assert c.holds() == {"a": 0, "b": CEIL}, c.holds()
+    g = c.status()["gpus"][0]
+    assert g["uuid"] == "host-0" and g["reserve"] == 20 * MIB and g["total"] == 64 * MIB, g
+    assert g["free"] >= 20 * MIB, g
+    check_gen(c, a, 1)
+    assert c.holds() == {"a": CEIL, "b": 0}
+    cap, used = c.hostdev_used()
+    assert cap - used >= 20 * MIB, (cap, used)
+
+
+def t_shrink_rather_than_release(c):
+    # 56 MiB: a whole engine, the other's dense tensors, and 26.8 MiB: one
+    # segment short of a second engine. An elastic victim shrinks by it.
+    c.broker()
+    a = c.engine("a", "--vram-elastic", host_mib=56)
+    b = c.engine("b", "--vram-elastic", host_mib=56)
+    h = c.holds()
+    assert h["b"] == CEIL and h["a"] == CEIL - 4 * MIB, h
+    sh = c.events.all("shrink", "a")
+    assert sh and sh[0]["reason"] == "for b", c.events.all()
+    assert not c.events.all("release", "a")
+    assert ok(call(a.url, "status"))["state"] == "ready"
+    check_gen(c, a, 3)  # a wants its segment back: b shrinks
+    h = c.holds()
+    assert h["a"] == CEIL and h["b"] == CEIL - 4 * MIB, h
+    check_gen(c, b, 4)
+    # A non-elastic victim is released instead.
+    cc = c.engine("c", host_mib=56)   # not elastic
+    check_gen(c, cc, 5)
+    check_gen(c, b, 6)  # takes from a or c; c must be released, not shrunk
+    assert not c.events.all("shrink", "c")
+
+
+def t_idle_release(c):
+    c.broker('idle_release_s = 0.6\n[engine "p"]\npinned = true\n[engine "q"]\nidle_release_s = 0\n'
+             '[engine "r"]\nidle_release_s = 1.5\n')
+    for n in ("a", "p", "q", "r"):
+        c.engine(n, host_mib=128)
+    t0 = time.time()
+    wait_for("a idle-released", lambda: c.holds()["a"] == 0, timeout=5)
+    dt = time.time() - t0
+    assert dt < 2, dt
+    assert c.holds()["r"] == CEIL
+    wait_for("r idle-released", lambda: c.holds()["r"] == 0, timeout=5)
+    time.sleep(0.5)
+    h = c.holds()
+    assert h["p"] == CEIL and h["q"] == CEIL, h
+    rel = [e for e in c.events.all("release") if e["reason"].startswith("idle")]
+    assert sorted(e["engine"] for e in rel) == ["a", "r"], rel
+
+
+def t_cli_and_handoff(c):
+    c.broker()
+    a = c.engine("a")
+    b = c.engine("b")
+    env = dict(c.env, BATON_BROKER=c.control, BATON_EVENTS=c.events_url)
+    r = subprocess.run([CLI, "handoff", "b", "a"], capture_output=True, text=True, env=env, timeout=30)
+    assert r.returncode == 0 and r.stdout.startswith("handoff b -> a: decide "), (r.stdout, r.stderr)
+    assert c.holds() == {"a": CEIL, "b": 0}
+    rep = ok(call(c.control, "handoff", **{"from": "a", "to": "b"}))
+    for k in ("decide_ms", "release_ms", "refill_ms", "total_ms"):
+        assert rep[k] >= 0, rep
+    assert rep["release_ms"] > 0 and rep["refill_ms"] > 0 and rep["total_ms"] >= rep["refill_ms"]
+    assert c.holds() == {"a": 0, "b": CEIL}
+    assert c.events.all("handoff", "b")
+    r = subprocess.run([CLI, "status"], capture_output=True, text=True, env=env, timeout=30)
+    assert r.returncode == 0 and "host-0" in r.stdout and "released" in r.stdout, r.stdout
+    r = subprocess.run([CLI, "status", "--json"], capture_output=True, text=True, env=env, timeout=30)
+    st = json.loads(r.stdout)
+    assert {e["name"] for e in st["engines"]} == {"a", "b"}
+    r = subprocess.run([CLI, "release", "b"], capture_output=True, text=True, env=env, timeout=30)
+    assert r.returncode == 0 and "release b: released" in r.stdout, r.stdout
+    r = subprocess.run([CLI, "refill", "a"], capture_output=True, text=True, env=env, timeout=30)
+    assert r.returncode == 0 and "refill a: ready" in r.stdout, r.stdout
+    r = subprocess.run([CLI, "release", "nobody"], capture_output=True, text=True, env=env, timeout=30)
+    assert r.returncode == 1 and "no engine named 'nobody'" in r.stderr, r.stderr
+    r = subprocess.run([CLI, "gen", a.url, "--seed", "3", "--steps", "2"], capture_output=True, text=True,
+                       env=env, timeout=30)
+    assert r.returncode == 0 and ("checksum %016x" % reference(c, 3)[0]) in r.stdout, r.stdout
+    r = subprocess.run([CLI, "--broker", "ipc://%s/none.sock" % c.dir, "status"], capture_output=True,
+                       text=True, timeout=30)
+    assert r.returncode == 3, r
+    # A refill through the broker of an engine whose memory a holds: a goes.
+    rep = ok(call(c.control, "refill", name="b"))
+    assert rep["state"] == "ready" and c.holds() == {"a": 0, "b": CEIL}
+
+
+def t_stress(c):
+    """8 clients, 3 engines, a device for two, BROKER_STRESS_S seconds:
+    every request answered right, and the grants always fit the device."""
+    secs = float(os.environ.get("BROKER_STRESS_S", "30"))
+    c.broker()
+    engines = [c.engine(n, host_mib=64) for n in ("a", "b", "c")]
+    for s in range(8):
+        reference(c, s)
+    stop = time.time() + secs
+    done = []
+    failures = []
+    lock = threading.Lock()
+
+    def client(k):
+        rnd = random.Random(k)
+        while time.time() < stop:
+            p = rnd.choice(engines)
+            seed = rnd.randrange(8)
+            try:
+                r = gen(p, seed=seed, timeout_ms=60000)
+                good = r.get("ok") and (r["checksum"], r["output"]) == reference(c, seed)
+            except Exception as e:  # noqa: BLE001 - reported below
+                r, good = {"exception": str(e)}, False
+            with lock:
+                done.append(p.name)
+                if not good:
+                    failures.append((p.name, seed, {k2: v for k2, v in r.items() if k2 != "output"}))
+
+    over = []
+
+    def monitor():
+        while time.time() < stop + 1:
+            st = c.status()
+            for g in st["gpus"]:
+                held = sum(e["resident"] for e in st["engines"] if e["gpu"] == g["uuid"])
+                if held > g["total"] or g["held"] > g["total"]:
+                    over.append(("broker", g, held))
+            cap, used = c.hostdev_used()
+            if used > cap:
+                over.append(("device", cap, used))
+            time.sleep(0.1)
+
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(8)]
+    mon = threading.Thread(target=monitor)
+    for t in threads + [mon]:
+        t.start()
+    for t in threads + [mon]:
+        t.join(secs + 120)
+        assert not t.is_alive(), "a client hangs (deadlock?)"
+    assert not failures, "%d of %d failed, first: %s" % (len(failures), len(done), failures[:3])
+    assert not over, over[:3]
+    assert len(done) > 50, len(done)
+    n_rel = len(c.events.all("release")) + len(c.events.all("shrink"))
+    print("  %d requests in %.0f s, %d reclaims, per engine %s" % (
+        len(done), secs, n_rel, {n: done.count(n) for n in "abc"}))
+    assert n_rel > 5
+    for p in engines:
+        assert p.poll() is None, "%s died" % p.name
+
+
+def t_engine_kill_during_refill(c):
+    c.broker()
+    a = c.engine("a")
+    b = c.engine("b", wait=False, env={"BATON_TEST_REFILL_DELAY_MS": "3000"})
+    wait_for("b refilling", lambda: (c.eng("b") or {}).get("state") == "refilling", timeout=10)
+    assert c.holds()["a"] == 0  # taken for b
+    t0 = time.time()
+    b.send_signal(signal.SIGKILL)
+    b.wait()
+    wait_for("b dead", lambda: c.eng("b")["state"] == "dead", timeout=2.5)
+    assert time.time() - t0 < 2.0
+    ev = c.events.all("dead", "b")
+    assert ev and ev[0]["reason"] == "its process exited", ev
+    g = c.status()["gpus"][0]
+    assert g["held"] == 0, g  # the grant to b is gone
+    check_gen(c, a, 1)        # a gets the device back without waiting
+    assert c.holds() == {"a": CEIL, "b": 0}
+
+
+def t_engine_silent(c):
+    # Stopped, not dead: after the heartbeat timeout it is "lost", its memory
+    # still counted (it still holds it) and not taken; back when it answers.
+    c.broker("heartbeat_timeout_ms = 500\nacquire_wait_ms = 600\n")
+    a = c.engine("a")
+    b = c.engine("b")
+    assert c.holds() == {"a": 0, "b": CEIL}
+    b.send_signal(signal.SIGSTOP)
+    try:
+        t0 = time.time()
+        wait_for("b lost", lambda: c.eng("b")["state"] == "lost", timeout=3)
+        assert time.time() - t0 < 1.5
+        assert c.events.all("lost", "b")
+        assert c.status()["gpus"][0]["held"] == CEIL
+        r = err(gen(a, seed=1), "device_oom")
+        assert "no memory for a" in r["msg"], r
+    finally:
+        b.send_signal(signal.SIGCONT)
+    wait_for("b back", lambda: c.eng("b")["state"] == "ready", timeout=3)
+    check_gen(c, a, 2)
+    assert c.holds() == {"a": CEIL, "b": 0}
+
+
+def t_engine_kill_during_gen(c):
+    c.broker()
+    a = c.engine("a")
+    b = c.engine("b")
+    check_gen(c, a, 1)
+    res = {}
+
+    def long_request():
+        try:
+            res["a"] = gen(a, seed=1, steps=400, batch=16, timeout_ms=3000)
+        except Exception as e:  # noqa: BLE001 - no answer at all is what we expect
+            res["a"] = {"exception": str(e)}
+    long_gen = threading.Thread(target=long_request)
+    long_gen.start()
+    wait_for("a busy", lambda: ok(call(a.url, "status"))["requests"] >= 1 and
+             c.status() and c.eng("a")["idle_ms"] == 0, timeout=5)
+    time.sleep(0.2)
+    res_b = {}
+    tb = threading.Thread(target=lambda: res_b.update(b=gen(b, seed=2)))
+    tb.start()
+    time.sleep(0.3)       # b waits: a is in the middle of a request
+    assert tb.is_alive()
+    a.send_signal(signal.SIGKILL)
+    a.wait()
+    tb.join(10)
+    assert not tb.is_alive()
+    r = ok(res_b["b"])
+    assert (r["checksum"], r["output"]) == reference(c, 2)
+    long_gen.join(30)
+    assert not long_gen.is_alive() and res["a"].get("ok") is not True  # its client got no answer
+    assert c.eng("a")["state"] == "dead"
+    assert c.holds()["b"] == CEIL
+
+
+def t_engine_kill_during_handoff(c):
+    c.broker()
+    a = c.engine("a")
+    b = c.engine("b", env={"BATON_TEST_REFILL_DELAY_MS": "1500"})
+    ok(call(c.control, "handoff", **{"from": "b", "to": "a"}))
+    res = {}
+    t = threading.Thread(target=lambda: res.update(r=call(c.control, "handoff", **{"from": "a", "to": "b"})))
+    t.start()
+    wait_for("b refilling", lambda: c.eng("b")["state"] == "refilling", timeout=5)
+    b.send_signal(signal.SIGKILL)
+    b.wait()
+    t.join(10)
+    assert not t.is_alive()
+    r = res["r"]
+    assert r["ok"] is False and r["err"] == ERR["closed"] and "went away" in r["msg"], r
+    assert c.eng("b")["state"] == "dead"
+    assert c.status()["gpus"][0]["held"] == 0
+    check_gen(c, a, 3)
+
+
+def t_broker_restart_under_load(c):
+    c.broker()
+    a = c.engine("a", host_mib=64)
+    b = c.engine("b", host_mib=64)
+    cc = c.engine("c", host_mib=64)   # took a's memory
+    before = {p.name: ok(call(p.url, "status")) for p in (a, b, cc)}
+    epoch0 = c.status()["epoch"]
+    stop = threading.Event()
+    results = []
+
+    def load():
+        k = 0
+        while not stop.is_set():
+            for p in (b, cc):
+                r = gen(p, seed=k % 8, timeout_ms=10000)
+                results.append(r.get("ok") is True and r["checksum"] == reference(c, k % 8)[0])
+                k += 1
+
+    t = threading.Thread(target=load)
+    t.start()
+    try:
+        time.sleep(0.3)
+        c.bp.send_signal(signal.SIGKILL)
+        c.bp.wait()
+        time.sleep(1.0)          # engines serve on alone
+        n_alone = len(results)
+        time.sleep(0.5)
+        assert len(results) > n_alone, "requests stopped while the broker was away"
+        t0 = time.time()
+        c.broker()
+        wait_for("all registered again", lambda: {e["name"] for e in c.status()["engines"]} == {"a", "b", "c"},
+                 timeout=2.5)
+        dt = time.time() - t0
+        assert dt < 2.0, dt
+        st = c.status()
+        assert st["epoch"] > epoch0, (st["epoch"], epoch0)
+        h = c.holds()
+        assert h == {"a": 0, "b": CEIL, "c": CEIL}, h
+    finally:
+        stop.set()
+        t.join(30)
+    assert results and all(results), results.count(False)
+    for p in (a, b, cc):
+        now = ok(call(p.url, "status"))
+        assert now["mapped"] == before[p.name]["mapped"], (p.name, now, before[p.name])
+        assert now["last_refill_bytes"] == before[p.name]["last_refill_bytes"], p.name  # nothing refilled
+    # The new broker's commands carry newer epochs: they are obeyed.
+    ok(call(c.control, "handoff", **{"from": "c", "to": "a"}))
+    assert c.holds() == {"a": CEIL, "b": CEIL, "c": 0}
+    rec = c.events.all("reconnect") + c.events.all("register")
+    assert len(rec) >= 3
+
+
+def t_stale_epoch(c):
+    c.broker()
+    a = c.engine("a")
+    b = c.engine("b")
+    ok(call(c.control, "handoff", **{"from": "b", "to": "a"}))
+    ea = ok(call(a.url, "status"))["epoch"]
+    assert ea > 0
+    # A command from the past (a broker that was replaced, a resent request).
+    before = ok(call(a.url, "status"))
+    err(call(a.url, "release", name="a", epoch=ea - 1), "stale_epoch")
+    err(call(b.url, "refill", name="b", epoch=1), "stale_epoch")
+    after = ok(call(a.url, "status"))
+    assert (before["state"], before["mapped"]) == (after["state"], after["mapped"]) == ("ready", CEIL)
+    assert c.holds() == {"a": CEIL, "b": 0}
+    # The broker's own go through.
+    ok(call(c.control, "handoff", **{"from": "a", "to": "b"}))
+    assert ok(call(b.url, "status"))["epoch"] > ea
+
+
+def t_engine_without_broker(c):
+    # No broker yet: the engine starts (warms alone) and serves.
+    a = c.engine("a")
+    assert ok(call(a.url, "status"))["mapped"] == CEIL
+    check_gen(c, a, 1)
+    ok(call(a.url, "release"))
+    check_gen(c, a, 2)   # refills by itself: the broker is away
+    assert ok(call(a.url, "status"))["state"] == "ready"
+    # The broker comes: the engine registers with what it holds.
+    c.broker()
+    wait_for("a registered", lambda: c.eng("a") is not None, timeout=2.5)
+    assert c.holds() == {"a": CEIL}
+
+
+CASES = [t_config_and_flags, t_two_engines_alternate, t_priority_and_idle_order, t_longest_idle,
+         t_pinned_and_bounded_wait, t_pinned_leaves_part, t_headroom, t_shrink_rather_than_release, t_idle_release,
+         t_cli_and_handoff, t_engine_silent, t_engine_kill_during_refill, t_engine_kill_during_gen,
+         t_engine_kill_during_handoff, t_broker_restart_under_load, t_stale_epoch,
+         t_engine_without_broker, t_stress]
+
+
+def main():
+    only = sys.argv[1:]
+    passed = failed = 0
+    for case in CASES:
+        if only and case.__name__ not in only:
+            continue
+        c = Case()
+        t0 = time.time()
+        try:
+            case(c)
+            print("ok   %-44s %7.3fs" % (case.__name__, time.time() - t0))
+            passed += 1
+        except Exception:
+            print("FAIL %s" % case.__name__)
+            traceback.print_exc(file=sys.stdout)
+            for name in ("broker", "a", "b", "c"):
+                path = c.log(name)
+                if os.path.exists(path):
+                    print("  --- %s.log (last lines)" % name)
+                    for line in open(path).read().splitlines()[-15:]:
+                        print("  " + line)
+            failed += 1
+        finally:
+            c.close()
+        sys.stdout.flush()
+    print("%d passed, %d failed" % (passed, failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,144 @@
+/*
+ * baton-broker: one per host; decides which engine holds device memory.
+ * See broker/broker.h and the README's "Broker" section.
+ */
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "broker/broker.h"
+
+static const char usage[] =
+    "usage: baton-broker [--config FILE] [--control URL] [--events URL] [--check]\n"
+    "\n"
+    "  --config FILE   INI configuration (see the README, section Broker)\n"
+    "  --control URL   control socket (default " BROKER_DEFAULT_CONTROL ")\n"
+    "  --events URL    event socket (default " BROKER_DEFAULT_EVENTS ")\n"
+    "  --check         read the configuration, print it, and exit\n"
+    "  --help\n"
+    "\n"
+    "Flags override the file. Exit status: 0 after SIGTERM or SIGINT, 1 when\n"
+    "the sockets cannot be opened, 2 for bad flags or configuration.\n";
+
+static void usage_error(const char *fmt, const char *arg) __attribute__((noreturn));
+static void usage_error(const char *fmt, const char *arg)
+{
+	fputs("baton-broker: ", stderr);
+	fprintf(stderr, fmt, arg);
+	fputs("\n(see baton-broker --help)\n", stderr);
+	exit(2);
+}
+
+static void set_url(char *dst, const char *flag, const char *v)
+{
+	if (strlen(v) >= BROKER_URL_MAX ||
+	    (strncmp(v, "ipc://", 6) != 0 && strncmp(v, "tcp://", 6) != 0) || strlen(v) < 7)
+		usage_error("%s wants ipc://PATH or tcp://HOST:PORT", flag);
+	snprintf(dst, BROKER_URL_MAX, "%s", v);
+}
+
+static void print_config(const struct broker_config *c)
+{
+	printf("[broker]\ncontrol = %s\nevents = %s\nheartbeat_timeout_ms = %d\nidle_release_s = %g\n"
+	    "acquire_wait_ms = %d\ncommand_timeout_ms = %d\nnvml = %s\n",
+	    c->control, c->events, c->heartbeat_timeout_ms, c->idle_release_s, c->acquire_wait_ms,
+	    c->command_timeout_ms, c->nvml ? "true" : "false");
+	for (size_t i = 0; i < c->n_gpus; i++) {
+		const struct broker_gpu_conf *g = &c->gpus[i];
+		printf("\n[gpu \"%s\"]\nreserve_mib = %llu\n", g->uuid,
+		    (unsigned long long)(g->reserve_bytes >> 20));
+		if (g->total_bytes)
+			printf("total_mib = %llu\n", (unsigned long long)(g->total_bytes >> 20));
+	}
+	for (size_t i = 0; i < c->n_engines; i++) {
+		const struct broker_engine_conf *e = &c->engines[i];
+		printf("\n[engine \"%s\"]\n", e->name);
+		if (e->has_priority)
+			printf("priority = %d\n", e->priority);
+		printf("pinned = %s\n", e->pinned ? "true" : "false");
+		if (e->idle_release_s >= 0)
+			printf("idle_release_s = %g\n", e->idle_release_s);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	enum { O_CONFIG = 1, O_CONTROL, O_EVENTS, O_CHECK, O_HELP };
+	static const struct option lo[] = {
+		{ "config", required_argument, 0, O_CONFIG },
+		{ "control", required_argument, 0, O_CONTROL },
+		{ "events", required_argument, 0, O_EVENTS },
+		{ "check", no_argument, 0, O_CHECK },
+		{ "help", no_argument, 0, O_HELP },
+		{ 0, 0, 0, 0 },
+	};
+	const char *config = NULL, *control = NULL, *events = NULL;
+	int check = 0, c;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+		switch (c) {
+		case O_CONFIG: config = optarg; break;
+		case O_CONTROL: control = optarg; break;
+		case O_EVENTS: events = optarg; break;
+		case O_CHECK: check = 1; break;
+		case O_HELP: fputs(usage, stdout); return 0;
+		case ':': usage_error("%s needs a value", argv[optind - 1]);
+		default: usage_error("unknown option '%s'", argv[optind - 1]);
+		}
+	}
+	if (optind < argc)
+		usage_error("unexpected argument '%s'", argv[optind]);
+
+	static struct broker_config cfg; /* large: not on the stack */
+	broker_config_defaults(&cfg);
+	char err[1024];
+	if (config) {
+		int rc = broker_config_load(&cfg, config, err, sizeof err);
+		if (rc) {
+			fprintf(stderr, "baton-broker: %s\n", err);
+			return 2;
+		}
+	}
+	if (control)
+		set_url(cfg.control, "--control", control);
+	if (events)
+		set_url(cfg.events, "--events", events);
+	if (strcmp(cfg.control, cfg.events) == 0)
+		usage_error("control and events must be different sockets (%s)", cfg.control);
+	if (check) {
+		print_config(&cfg);
+		return 0;
+	}
+
+	/* Signals go to this thread only: block them before any thread starts. */
+	sigset_t sigs;
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGTERM);
+	sigaddset(&sigs, SIGINT);
+	sigaddset(&sigs, SIGHUP);
+	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	struct broker *b;
+	int rc = broker_open(&cfg, &b, err, sizeof err);
+	if (rc) {
+		fprintf(stderr, "baton-broker: %s\n", err);
+		return 1;
+	}
+	fprintf(stderr, "baton-broker: control %s, events %s%s%s\n", broker_control_url(b),
+	    broker_events_url(b), config ? ", configuration " : "", config ? config : "");
+	/* Ready: tests and scripts wait for this line. */
+	printf("ready %s %s\n", broker_control_url(b), broker_events_url(b));
+	fflush(stdout);
+	for (;;) {
+		int sig;
+		if (sigwait(&sigs, &sig) == 0 && sig != SIGHUP)
+			break;
+	}
+	fprintf(stderr, "baton-broker: shutting down\n");
+	broker_close(b);
+	fprintf(stderr, "baton-broker: stopped\n");
+	return 0;
+}
