@@ -161,6 +161,18 @@ $(foreach f,$(FUZZ_SRCS),$(eval $(call FUZZ_RULE,$(f))))
 bench: $(PROGS)
 	@scripts/bench-host.sh $(BUILD)
 
+# ---- broker ---------------------------------------------------------------
+# The README's first command: a broker and three engines of the embedded
+# synthetic model hand one device around (broker/demo.sh).
+demo: $(PROGS)
+	@broker/demo.sh $(BUILD)
+
+# The broker benchmark (figures, not a test): control round trip and the
+# parts of each handoff, on the host backend (BENCH_BROKER_FLAGS for more).
+.PHONY: bench-broker
+bench-broker: $(PROGS)
+	@$(BUILD)/bin/baton-broker-bench $(BENCH_BROKER_FLAGS)
+
 # ---- GPU ------------------------------------------------------------------
 # gpu-build makes binaries that need only the NVIDIA driver where they run
 # (CUDA=1, the field's libraries linked statically), so they can be built

@@ -36,7 +36,8 @@
  * outside the caches (dense tensors, contexts, other programs), measured
  * from engines' reports (or NVML) whenever nothing is in flight on the
  * device; with NVML, free is also at most NVML's free minus the grants not
- * yet used. available = free - reserve.
+ * yet used. A configured total_mib caps what the caches hold together:
+ * free is then also at most total_mib - held. available = free - reserve.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -189,6 +190,11 @@ struct eng {
 	double retry_after;
 	double last_refill_gbps;
 	struct conn *conn;
+	/* an on-demand handoff to it, published once its refill is reported */
+	bool ho_pending;
+	uint64_t ho_epoch;
+	double ho_t0, ho_decide_ms, ho_release_ms;
+	char ho_from[192];
 };
 
 enum op_kind { OP_ACQUIRE = 1, OP_REFILL, OP_RELEASE, OP_VRAM, OP_HANDOFF };
@@ -217,6 +223,8 @@ struct op {
 	double t0, deadline, t_decided, t_victim_done, t_granted, t_cmd0;
 	int outstanding;      /* reclaim commands in flight for it */
 	bool reclaimed;       /* something was taken for it */
+	double t_reclaimed;   /* the last acknowledgement came */
+	char victims[192];    /* "b (release), c (shrink)" */
 	char why[256];        /* last reason it could not be served */
 };
 
@@ -704,6 +712,8 @@ static size_t gpu_find_or_add(struct broker *b, const char *uuid)
 	return b->n_gpus++;
 }
 
+/* What the broker hands out on this device: the configured total_mib
+ * (a cap on the caches together), else the device's size. */
 static uint64_t gpu_total(const struct gpu *g)
 {
 	if (g->cap && (g->cap < g->dev_total || g->dev_total == 0))
@@ -755,7 +765,12 @@ static void gpu_view(struct broker *b, size_t gi, struct gpu_view *v)
 		v->grants += e->grant;
 	}
 	uint64_t used = v->held + g->other;
-	v->free_b = v->total > used ? v->total - used : 0;
+	v->free_b = g->dev_total > used ? g->dev_total - used : 0;
+	if (v->total < g->dev_total) { /* capped: the caches' own budget */
+		uint64_t left = v->total > v->held ? v->total - v->held : 0;
+		if (left < v->free_b)
+			v->free_b = left;
+	}
 	uint64_t fr, tot;
 	if (g->nvml && broker_nvml_mem(g->uuid, &fr, &tot) == 0) {
 		uint64_t nf = fr > v->grants ? fr - v->grants : 0;
@@ -1104,6 +1119,15 @@ static void on_report(struct broker *b, struct waiter *w, const struct baton_msg
 		e->last_refill_gbps = (double)m->bytes / (m->duration_ms / 1e3) / 1e9;
 	publish(b, "state", e, m->reason, proto_has(m, PF_DURATION_MS) ? m->duration_ms : -1,
 	    proto_has(m, PF_BYTES) ? m->bytes : e->mapped);
+	if (e->ho_pending && proto_has(m, PF_EPOCH) && m->epoch >= e->ho_epoch &&
+	    strncmp(m->reason, "refill", 6) == 0) {
+		char why[400];
+		double refill = proto_has(m, PF_DURATION_MS) ? m->duration_ms : 0;
+		snprintf(why, sizeof why, "from %s: decide %.3f ms, release %.3f ms, refill %.3f ms",
+		    e->ho_from, e->ho_decide_ms, e->ho_release_ms, refill);
+		publish(b, "handoff", e, why, (now_s() - e->ho_t0) * 1e3, m->bytes);
+		e->ho_pending = false;
+	}
 	struct rbuf *rb = &w->rb;
 	proto_reply_init(&rb->m, m);
 	rb->m.epoch = b->epoch;
@@ -1306,18 +1330,15 @@ static void on_engine_op(struct broker *b, struct waiter *w, const struct baton_
 /* ---- commands and their results --------------------------------------------------- */
 
 /* reserve_mib that makes `e` give back `bytes`: keep the device's free
- * memory (as the engine last saw it) plus those bytes free. */
+ * memory as the broker counts it now (grants not yet used included) plus
+ * those bytes free. The engine's own last word on free memory may be old:
+ * others have mapped or unmapped since. Rounded up: a shrink frees whole
+ * segments anyway. */
 static uint64_t shrink_reserve_mib(struct broker *b, const struct eng *e, uint64_t bytes)
 {
 	struct gpu_view v;
 	gpu_view(b, e->gpu, &v);
-	uint64_t fr = e->dev_free ? e->dev_free : v.free_b;
-	if (b->gpus[e->gpu].nvml) {
-		uint64_t f2, t2;
-		if (broker_nvml_mem(b->gpus[e->gpu].uuid, &f2, &t2) == 0)
-			fr = f2;
-	}
-	return (fr + bytes + MIB - 1) / MIB;
+	return (v.free_b + bytes + MIB - 1) / MIB;
 }
 
 static struct jobtag *tag_new(struct broker *b)
@@ -1432,8 +1453,10 @@ static void on_done(struct broker *b, struct item *it)
 				}
 			} else if (o->outstanding > 0) {
 				o->outstanding--;
-				if (rc == 0)
+				if (rc == 0) {
 					o->reclaimed = true;
+					o->t_reclaimed = now;
+				}
 			}
 		} else if (o->phase == P_CMD_WAIT) {
 			if (rc == 0) {
@@ -1448,12 +1471,21 @@ static void on_done(struct broker *b, struct item *it)
 					proto_set(&rb->m, PF_DECIDE_MS);
 					struct eng *from = eng_get(b, o->victim);
 					char why[300];
-					snprintf(why, sizeof why, "from %s: decide %.3f ms, release %.3f ms, refill %.3f ms",
-					    from ? from->name : "?", rb->m.decide_ms, rb->m.release_ms, rb->m.refill_ms);
+					snprintf(why, sizeof why, "from %s (%s): decide %.3f ms, release %.3f ms, refill %.3f ms",
+					    from ? from->name : "?", o->victim_kind == POLICY_SHRINK ? "shrink" : "release",
+					    rb->m.decide_ms, rb->m.release_ms, rb->m.refill_ms);
 					if (e)
 						publish(b, "handoff", e, why, rb->m.total_ms, it->rep.bytes);
 				} else {
 					reply_from_cmd(o, &it->rep);
+					if (e && e->ho_pending && o->kind == OP_REFILL) {
+						char why[400];
+						snprintf(why, sizeof why,
+						    "from %s: decide %.3f ms, release %.3f ms, refill %.3f ms", e->ho_from,
+						    e->ho_decide_ms, e->ho_release_ms, it->rep.ms);
+						publish(b, "handoff", e, why, (now - o->t0) * 1e3, it->rep.bytes);
+						e->ho_pending = false;
+					}
 				}
 				op_done(o);
 			} else if (rc == BATON_EBUSY || rc == BATON_ESTALE) {
@@ -1551,6 +1583,14 @@ static void grant(struct broker *b, struct op *o, struct eng *e, uint64_t bytes,
 	    o->kind == OP_HANDOFF ? "handoff" : "refill", o->reclaimed ? " after a reclaim" : "",
 	    (now - o->t0) * 1e3);
 	publish(b, "grant", e, why, (now - o->t0) * 1e3, bytes);
+	if (o->reclaimed && o->kind != OP_HANDOFF) {
+		e->ho_pending = true;
+		e->ho_epoch = e->grant_epoch;
+		e->ho_t0 = o->t0;
+		e->ho_decide_ms = (o->t_decided - o->t0) * 1e3;
+		e->ho_release_ms = (o->t_reclaimed - o->t_decided) * 1e3;
+		snprintf(e->ho_from, sizeof e->ho_from, "%s", o->victims);
+	}
 	if (o->kind == OP_ACQUIRE) {
 		struct rbuf *rb = &o->w->rb;
 		struct baton_msg req = { .op = o->req_op, .id = o->req_id };
@@ -1616,13 +1656,16 @@ static void serve_gpu(struct broker *b, size_t gi, double now)
 		gpu_view(b, gi, &v);
 		/* Never more than the device could ever give it. */
 		struct gpu *g = &b->gpus[gi];
-		uint64_t fixed = g->other + g->reserve + e->mapped;
+		uint64_t fixed = g->reserve + e->mapped;
 		for (size_t i = 0; i < BROKER_MAX_ENGINES; i++) {
 			const struct eng *x = &b->eng[i];
 			if (x->st == ES_LIVE && x->gpu == gi && x != e && (eng_pinned(b, x) || x->no_release))
 				fixed += x->mapped + x->grant;
 		}
 		uint64_t cap = v.total > fixed ? v.total - fixed : 0;
+		uint64_t dev = g->dev_total > fixed + g->other ? g->dev_total - fixed - g->other : 0;
+		if (dev < cap)
+			cap = dev;
 		if (head->bytes > cap && (cap >= e->floor || e->mapped > 0)) {
 			/* A partial grant (maybe of nothing more): the engine
 			 * refills what fits and serves with it. When not even one
@@ -1665,12 +1708,17 @@ static void serve_gpu(struct broker *b, size_t gi, double now)
 			struct eng *x = &b->eng[map[plan.act[k].engine]];
 			char why[200];
 			snprintf(why, sizeof why, "for %s", e->name);
-			int rc = plan.act[k].kind == POLICY_SHRINK ?
+			int shrink = plan.act[k].kind == POLICY_SHRINK;
+			int rc = shrink ?
 			    command(b, x, PROTO_OP_VRAM, shrink_reserve_mib(b, x, plan.act[k].bytes), head, 1,
 			        plan.act[k].bytes, why) :
 			    command(b, x, PROTO_OP_RELEASE, 0, head, 1, 0, why);
-			if (rc == 0)
+			if (rc == 0) {
 				head->outstanding++;
+				size_t l = strlen(head->victims);
+				snprintf(head->victims + l, sizeof head->victims - l, "%s%s (%s)", l ? ", " : "",
+				    x->name, shrink ? "shrink" : "release");
+			}
 		}
 		if (head->outstanding == 0) {
 			wake_at(b, now + ERROR_RETRY_S);

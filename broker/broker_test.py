@@ -321,6 +321,9 @@ def t_two_engines_alternate(c):
     assert all(e["reason"].startswith("for ") for e in rel), rel
     grants = [e for e in c.events.all("grant") if "after a reclaim" in e["reason"]]
     assert len(grants) >= 6, grants
+    # and one handoff event each, in parts, once the refill is reported
+    ho = c.events.all("handoff")
+    assert len(ho) >= 6 and all(": decide " in e["reason"] and ", refill " in e["reason"] for e in ho), ho
 
 
 def t_priority_and_idle_order(c):
@@ -420,6 +423,18 @@ def t_headroom(c):
     assert c.holds() == {"a": CEIL, "b": 0}
     cap, used = c.hostdev_used()
     assert cap - used >= 20 * MIB, (cap, used)
+
+
+def t_total_mib(c):
+    # A big device of which the broker hands out 40 MiB: room for one.
+    c.broker('[gpu "*"]\ntotal_mib = 40\n')
+    a = c.engine("a", host_mib=256)
+    b = c.engine("b", host_mib=256)
+    assert c.holds() == {"a": 0, "b": CEIL}, c.holds()
+    g = c.status()["gpus"][0]
+    assert g["total"] == 40 * MIB and g["held"] == CEIL and g["free"] == 40 * MIB - CEIL, g
+    check_gen(c, a, 1)
+    assert c.holds() == {"a": CEIL, "b": 0}
 
 
 def t_shrink_rather_than_release(c):
@@ -742,7 +757,7 @@ def t_engine_without_broker(c):
 
 
 CASES = [t_config_and_flags, t_two_engines_alternate, t_priority_and_idle_order, t_longest_idle,
-         t_pinned_and_bounded_wait, t_pinned_leaves_part, t_headroom, t_shrink_rather_than_release, t_idle_release,
+         t_pinned_and_bounded_wait, t_pinned_leaves_part, t_headroom, t_total_mib, t_shrink_rather_than_release, t_idle_release,
          t_cli_and_handoff, t_engine_silent, t_engine_kill_during_refill, t_engine_kill_during_gen,
          t_engine_kill_during_handoff, t_broker_restart_under_load, t_stale_epoch,
          t_engine_without_broker, t_stress]

@@ -1,0 +1,136 @@
+#!/bin/sh
+# demo.sh [BUILD]: `make demo`. A broker and three engines of one synthetic
+# MoE model (192 MiB of experts, made here in a second) share one device
+# that holds two of them: requests go to each engine in turn, so the device
+# is handed around; then a scripted handoff. Prints the status table, each
+# request's time and every handoff's parts, and stops everything cleanly.
+#
+# The device is the host backend's (a 512 MiB shared "device" in RAM), or
+# the GPU when one is present and the build has CUDA (then the broker
+# manages 512 MiB of it: [gpu "*"] total_mib). DEMO_BACKEND=host|cuda
+# chooses. Everything lives in a temporary directory, removed at the end.
+set -eu
+BUILD=${1:-build}
+B=$BUILD/bin
+for p in baton baton-broker baton-engine baton-arena; do
+	[ -x "$B/$p" ] || { echo "demo: $B/$p is missing (make first)" >&2; exit 2; }
+done
+dir=$(mktemp -d /tmp/baton-demo.XXXXXX)
+pids=""
+cleanup() {
+	for p in $pids; do kill "$p" 2>/dev/null || true; done
+	for p in $pids; do wait "$p" 2>/dev/null || true; done
+	rm -rf "$dir"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+backend=${DEMO_BACKEND:-}
+if [ -z "$backend" ]; then
+	backend=host
+	if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+		backend=cuda
+	fi
+fi
+DEV_MIB=512
+export BATON_HOSTDEV_DIR=$dir BATON_BROKER=ipc://$dir/broker.sock BATON_EVENTS=ipc://$dir/events.sock
+
+say() { printf '\n== %s\n' "$*"; }
+
+say "model: 4 layers x 16 experts of 3 MiB (d_model 512, d_ff 1024, f16), one shared arena"
+"$B/baton-arena" create --synthetic --layers 4 --experts 16 --top-k 2 --d-model 512 --d-ff 1024 \
+	--dtype f16 --seed 1 "$dir/demo.arena"
+
+cat >"$dir/broker.ini" <<EOF
+[broker]
+control = $BATON_BROKER
+events = $BATON_EVENTS
+acquire_wait_ms = 5000
+EOF
+[ "$backend" = cuda ] && printf '[gpu "*"]\ntotal_mib = %d\n' $DEV_MIB >>"$dir/broker.ini"
+
+say "broker"
+"$B/baton-broker" --config "$dir/broker.ini" >"$dir/broker.out" 2>"$dir/broker.log" &
+pids="$pids $!"
+for _ in $(seq 100); do grep -q ^ready "$dir/broker.out" 2>/dev/null && break; sleep 0.05; done
+grep ^ready "$dir/broker.out" >/dev/null || { cat "$dir/broker.log"; exit 1; }
+echo "listening on $BATON_BROKER, events on $BATON_EVENTS"
+"$B/baton" events >"$dir/events.log" 2>&1 &
+pids="$pids $!"
+sleep 0.2
+
+start_engine() { # NAME PRIORITY
+	"$B/baton-engine" --name "$1" --shared-expert-arena "$dir/demo.arena" \
+		--listen "ipc://$dir/$1.sock" --broker "$BATON_BROKER" --priority "$2" \
+		--backend "$backend" --host-device-mib $DEV_MIB --vram-segment-mib 32 \
+		--expert-cache-release --vram-elastic >"$dir/$1.out" 2>"$dir/$1.log" &
+	pids="$pids $!"
+	eval "pid_$1=$!"
+	for _ in $(seq 300); do grep -q ^ready "$dir/$1.out" 2>/dev/null && return 0; sleep 0.05; done
+	echo "engine $1 did not start:" >&2
+	cat "$dir/$1.log" >&2
+	return 1
+}
+
+seen=0
+new_events() { # prints the events since the last call, indented
+	n=$(wc -l <"$dir/events.log")
+	if [ "$n" -gt "$seen" ]; then
+		tail -n +"$((seen + 1))" "$dir/events.log" | head -n "$((n - seen))" | sed 's/^/    /'
+	fi
+	seen=$n
+}
+
+say "three engines (a: priority 0, b: 1, c: 2) on one $backend device of $DEV_MIB MiB: room for two"
+if ! start_engine a 0; then
+	if [ "$backend" = cuda ]; then
+		echo "(no CUDA engine in this build: the host backend instead)"
+		backend=host
+		sed -i '/^\[gpu/,$d' "$dir/broker.ini"
+		start_engine a 0
+	else
+		exit 1
+	fi
+fi
+start_engine b 1
+start_engine c 2
+sleep 0.3
+new_events
+"$B/baton" status
+
+say "requests to each engine in turn: the one asked takes the device from an idle one"
+for round in 1 2; do
+	for e in a b c; do
+		printf '%s: ' "$e"
+		"$B/baton" gen "ipc://$dir/$e.sock" --steps 4 --batch 2 --seed "$round"
+		sleep 0.1
+		new_events
+	done
+done
+
+say "scripted handoff: b gives the device to a"
+"$B/baton" handoff b a
+sleep 0.1
+new_events
+"$B/baton" status
+
+say "every handoff, in parts (decide: the broker's choice; release: the idle engine's release or shrink, acknowledged; refill: the copy back from the pinned host arena)"
+awk '$3 == "handoff" {
+	printf "  to %-2s %10s ms  ", $4, $8
+	for (i = 10; i <= NF; i++) printf "%s ", $i
+	printf "\n"
+}' "$dir/events.log"
+
+say "stopping"
+for e in a b c; do
+	eval "kill \$pid_$e" 2>/dev/null || true
+done
+for e in a b c; do
+	eval "wait \$pid_$e" 2>/dev/null || true
+done
+new_events
+"$B/baton" status | sed -n '/^ENGINE/,$p'
+echo "(engines that stopped cleanly leave the table)"
+cleanup
+trap - EXIT
+echo "demo done"
