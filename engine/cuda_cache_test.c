@@ -24,6 +24,9 @@
 #include "engine/engine.h"
 #include "tests/t.h"
 
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
 #define GIB (1024.0 * 1024.0 * 1024.0)
 
 static int gpu_or_skip(void)
@@ -164,5 +167,49 @@ static void t_partial_refill(void)
 	engine_close(e);
 }
 
+/* The fast path: a refill without verify mode queues every segment and
+ * waits once. Read every resident slot back afterwards and compare. */
+static void t_fast_refill_bytes(void)
+{
+	if (!gpu_or_skip())
+		return;
+	const char *path = test_arena();
+	struct baton_engine *e = open_cuda(path, 0);
+	struct baton_cache *c = engine_cache(e);
+	const struct baton_arena *a = engine_arena(e);
+	const struct baton_arena_shape *sh = arena_shape(a);
+	struct baton_cache_report r;
+	for (int i = 0; i < 3; i++) {
+		T_OK(engine_release(e, &r));
+		T_OK(engine_refill(e, &r));
+		T_EQ_INT(r.state, BATON_CACHE_READY);
+	}
+	const struct baton_backend *be;
+	T_OK(backend_find("cuda", &be, NULL, 0));
+	uint64_t slot = arena_max_expert_bytes(a);
+	uint8_t *buf = malloc(slot);
+	T_ASSERT(buf != NULL);
+	uint32_t checked = 0, bad = 0;
+	for (uint32_t l = 0; l < sh->layers; l++)
+		for (uint32_t x = 0; x < sh->experts; x++) {
+			uint32_t item = l * sh->experts + x;
+			if (cache_slot_of(c, item) < 0)
+				continue;
+			struct baton_arena_expert ex;
+			baton_dptr blob;
+			T_OK(arena_expert(a, l, x, &ex));
+			T_OK(cache_lookup(c, &item, 1, &blob));
+			T_OK(be->copy_d2h(engine_dev(e), buf, blob, ex.bytes));
+			bad += XXH3_64bits(buf, ex.bytes) != ex.checksum;
+			checked++;
+		}
+	printf("  %u resident experts read back after 3 fast refills: %u differ\n", checked, bad);
+	T_ASSERT(checked > 1000);
+	T_EQ_INT(bad, 0);
+	free(buf);
+	engine_close(e);
+}
+
 T_MAIN(T_CASE_TIMEOUT(t_big_cache_cycles, 500),
+    T_CASE_TIMEOUT(t_fast_refill_bytes, 200),
     T_CASE_TIMEOUT(t_partial_refill, 300))

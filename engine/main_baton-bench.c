@@ -225,6 +225,14 @@ int main(int argc, char **argv)
 	const struct baton_arena *a = engine_arena(e);
 	double reg_s_per_gib = info.pin_s / ((double)arena_size(a) / GIB);
 
+	/* What one device memory query costs (the cache reads it to respect
+	 * the reserve). */
+	double t_mi = now_s();
+	for (int i = 0; i < 100; i++) {
+		uint64_t f, t;
+		be->mem_info(dev, &f, &t);
+	}
+	double mem_info_ms = (now_s() - t_mi) * 1e3 / 100;
 	uint64_t cache_bytes = st.mapped_bytes;
 	uint64_t nseg = st.mapped_bytes / st.segment_bytes;
 	printf("baton-bench: backend %s, device %s, arena %s\n", info.backend, info.gpu, cfg.arena_path);
@@ -249,7 +257,8 @@ int main(int argc, char **argv)
 	double *rel = calloc(cycles, sizeof *rel), *ref = calloc(cycles, sizeof *ref);
 	double *refill_gbps = calloc(cycles, sizeof *refill_gbps), *bare = calloc(cycles, sizeof *bare);
 	double *first = calloc(cycles, sizeof *first), *unmap_own = calloc(cycles, sizeof *unmap_own);
-	uint64_t mismatches = 0;
+	uint64_t mismatches = 0, ref_copies = 0;
+	double ref_map_s = 0, ref_copy_s = 0;
 	if (!rel || !ref || !refill_gbps || !bare || !first || !unmap_own)
 		die("calloc", BATON_ENOMEM, NULL);
 	for (uint64_t i = 0; i < cycles; i++) {
@@ -261,6 +270,9 @@ int main(int argc, char **argv)
 		if ((rc = engine_refill(e, &r)) != 0)
 			die("refill", rc, NULL);
 		ref[i] = r.total_s;
+		ref_copies = r.copies;
+		ref_map_s = r.map_s;
+		ref_copy_s = r.copy_s;
 		refill_gbps[i] = (double)r.bytes_copied / r.total_s / 1e9;
 		mismatches += r.mismatches;
 		bare[i] = measure_bare_unmap(be, dev, st.segment_bytes, nseg, arena_base(a), arena_size(a));
@@ -301,6 +313,8 @@ int main(int argc, char **argv)
 	printf("  %-44s %9.3f ms %10.3f <= 0.15\n", "first GEN step after refill starts",
 	    first_med * 1e3, first_med / ref_med);
 	printf("  %-44s %9.3f ms\n", "full refill (median)", ref_med * 1e3);
+	printf("  %-44s %9" PRIu64 " copies, map %.3f ms, copy %.3f ms\n", "  last refill", ref_copies,
+	    ref_map_s * 1e3, ref_copy_s * 1e3);
 	printf("  %-44s %9.1f /s\n", "GEN steps/s before release", gen_before);
 	printf("  %-44s %9.1f /s %10.3f >= 0.99\n", "GEN steps/s after refill", gen_after,
 	    gen_after / gen_before);
@@ -311,6 +325,7 @@ int main(int argc, char **argv)
 	printf("  %-44s %9.3f ms %10.2fx slower than refill\n", "naive total", naive_total * 1e3,
 	    naive_total / ref_med);
 	printf("  %-44s %9.3f s/GiB\n", "pinning the arena", reg_s_per_gib);
+	printf("  %-44s %9.3f ms\n", "one device memory query (mem_info)", mem_info_ms);
 	printf("  %-44s %9.3f s\n", "engine open (pin + dense + warm)", open_s);
 	printf("  %-44s %9" PRIu64 "\n", "verify mismatches", mismatches);
 
