@@ -4,8 +4,6 @@
 A=$BIN/baton-arena
 SYN="--synthetic --layers 2 --experts 4 --top-k 2 --d-model 64 --d-ff 128"
 
-# t_case runs a case inside an `if`, where the shell ignores set -e: so
-# every check here fails the case by exiting its subshell.
 fail() { echo "$*"; exit 1; }
 
 # expect CODE CMD...: runs CMD, wants exit CODE; output in $T_TMP/out

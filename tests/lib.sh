@@ -11,7 +11,9 @@ t_cleanup() {
 	rm -rf "$T_TMP"
 }
 t_case() {
-	if ( set -e; "$1" ) >"$T_TMP/case.log" 2>&1; then
+	# Not inside `if`: there the shell would ignore set -e in the case.
+	( set -e; "$1" ) >"$T_TMP/case.log" 2>&1
+	if [ $? -eq 0 ]; then
 		echo "ok   $1"; t_pass=$((t_pass + 1))
 	else
 		echo "FAIL $1"; sed 's/^/  /' "$T_TMP/case.log"; t_fail=$((t_fail + 1))
