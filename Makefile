@@ -95,6 +95,7 @@ $(BUILD)/obj/%.o: %.c $(BUILD)/.flags
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(CPPFLAGS_ALL) $(CPPFLAGS) -MMD -MP -c $< -o $@
 
+.SECONDARY: $(CU_GEN) $(CU_GEN:.c=.fatbin)
 $(BUILD)/gen/%_fatbin.c: %.cu $(BUILD)/.flags
 	@mkdir -p $(@D)
 	$(NVCC) -O3 $(CU_ARCH) -fatbin -I. -o $(@:.c=.fatbin) $<
@@ -129,9 +130,16 @@ $(foreach t,$(TEST_SRCS),$(eval $(call TEST_RULE,$(t))))
 # ---- tests -----------------------------------------------------------------
 # Every test binary and script runs in its own process with a timeout; the
 # runner's last line is "N passed, N failed".
-test: test-unit test-san
+NPROC := $(shell nproc 2>/dev/null || echo 2)
 
-test-unit: $(PROGS) $(TESTS)
+test:
+	@$(MAKE) --no-print-directory test-unit
+	@$(MAKE) --no-print-directory test-san
+
+# Builds in parallel, then runs the suite one test at a time (process
+# tests compete for the same host device and CPU otherwise).
+test-unit: | $(BUILD)/.deps
+	@$(MAKE) --no-print-directory -j$(NPROC) $(PROGS) $(TESTS)
 	@BUILD=$(BUILD) tests/run.sh $(TESTS)
 
 # The same suite under AddressSanitizer and UndefinedBehaviorSanitizer.
