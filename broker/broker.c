@@ -750,6 +750,7 @@ static double eng_idle_timeout(struct broker *b, const struct eng *e)
 /* held, free and available of a device, in bytes. */
 struct gpu_view {
 	uint64_t total, held, grants, free_b, avail;
+	uint64_t dev_free;    /* the device's own free memory (not capped), best known */
 };
 
 static void gpu_view(struct broker *b, size_t gi, struct gpu_view *v)
@@ -766,6 +767,7 @@ static void gpu_view(struct broker *b, size_t gi, struct gpu_view *v)
 	}
 	uint64_t used = v->held + g->other;
 	v->free_b = g->dev_total > used ? g->dev_total - used : 0;
+	v->dev_free = v->free_b;
 	if (v->total < g->dev_total) { /* capped: the caches' own budget */
 		uint64_t left = v->total > v->held ? v->total - v->held : 0;
 		if (left < v->free_b)
@@ -774,6 +776,7 @@ static void gpu_view(struct broker *b, size_t gi, struct gpu_view *v)
 	uint64_t fr, tot;
 	if (g->nvml && broker_nvml_mem(g->uuid, &fr, &tot) == 0) {
 		uint64_t nf = fr > v->grants ? fr - v->grants : 0;
+		v->dev_free = nf;
 		if (nf < v->free_b)
 			v->free_b = nf;
 	}
@@ -1330,15 +1333,16 @@ static void on_engine_op(struct broker *b, struct waiter *w, const struct baton_
 /* ---- commands and their results --------------------------------------------------- */
 
 /* reserve_mib that makes `e` give back `bytes`: keep the device's free
- * memory as the broker counts it now (grants not yet used included) plus
- * those bytes free. The engine's own last word on free memory may be old:
- * others have mapped or unmapped since. Rounded up: a shrink frees whole
- * segments anyway. */
+ * memory plus those bytes free. The engine measures the reserve against the
+ * device's real free memory, so this is the real one too (NVML, or the
+ * broker's count of the device), not the capped total_mib budget; and not
+ * the engine's own last word, which may be old: others have mapped or
+ * unmapped since. Rounded up: a shrink frees whole segments anyway. */
 static uint64_t shrink_reserve_mib(struct broker *b, const struct eng *e, uint64_t bytes)
 {
 	struct gpu_view v;
 	gpu_view(b, e->gpu, &v);
-	return (v.free_b + bytes + MIB - 1) / MIB;
+	return (v.dev_free + bytes + MIB - 1) / MIB;
 }
 
 static struct jobtag *tag_new(struct broker *b)
@@ -1404,7 +1408,14 @@ static void on_done(struct broker *b, struct item *it)
 	const char *word = tag.cmd == PROTO_OP_VRAM ? (tag.bytes ? "shrink" : "vram") : proto_op_name(tag.cmd);
 	if (e && rc == 0) {
 		const struct baton_msg *r = &it->rep;
+		uint64_t mapped_before = e->mapped;
 		apply_state(b, e, r, true, r->epoch);
+		if (tag.cmd == PROTO_OP_VRAM && tag.bytes && e->mapped >= mapped_before) {
+			/* A shrink that freed nothing (the engine sees more free
+			 * memory than we do): release it next time, never loop. */
+			e->no_shrink = true;
+			blog("engine %s: a shrink freed nothing; it is released instead from now on", e->name);
+		}
 		if (!proto_has(r, PF_MAPPED) && tag.cmd == PROTO_OP_RELEASE)
 			e->mapped = 0;
 		e->retry_after = 0;

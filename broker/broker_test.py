@@ -512,6 +512,16 @@ def t_cli_and_handoff(c):
     # A refill through the broker of an engine whose memory a holds: a goes.
     rep = ok(call(c.control, "refill", name="b"))
     assert rep["state"] == "ready" and c.holds() == {"a": 0, "b": CEIL}
+    # Clean stops: an engine says goodbye and leaves the table; the broker
+    # exits 0 (under the sanitizers: nothing leaked).
+    b.send_signal(signal.SIGTERM)
+    assert b.wait(10) == 0
+    wait_for("b gone", lambda: c.eng("b") is None, timeout=3)
+    assert c.events.all("stopped", "b")
+    c.bp.send_signal(signal.SIGTERM)
+    assert c.bp.wait(10) == 0
+    a.send_signal(signal.SIGTERM)
+    assert a.wait(10) == 0
 
 
 def t_stress(c):
@@ -773,6 +783,10 @@ def main():
         t0 = time.time()
         try:
             case(c)
+            for name in os.listdir(c.dir):  # a sanitizer's report fails the case
+                if name.endswith(".log"):
+                    text = open(os.path.join(c.dir, name), errors="replace").read()
+                    assert "runtime error:" not in text and "Sanitizer" not in text, (name, text[-3000:])
             print("ok   %-44s %7.3fs" % (case.__name__, time.time() - t0))
             passed += 1
         except Exception:

@@ -87,6 +87,12 @@ static void die(const char *fmt, ...)
 	vfprintf(stderr, fmt, ap);
 	fputc('\n', stderr);
 	va_end(ap);
+	if (kids.dir[0]) { /* the logs go with the directory: show their ends */
+		char cmd[PATH_MAX + 64];
+		snprintf(cmd, sizeof cmd, "tail -n 20 '%s'/*.log >&2", kids.dir);
+		if (system(cmd) != 0)
+			fputs("(no logs)\n", stderr);
+	}
 	stop_all();
 	exit(1);
 }
@@ -275,6 +281,7 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	signal(SIGPIPE, SIG_IGN);
+	setvbuf(stdout, NULL, _IOLBF, 0);
 	char self[PATH_MAX], bindir[PATH_MAX];
 	ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
 	self[sl > 0 ? sl : 0] = 0;
