@@ -58,7 +58,7 @@
 
 #include "broker/broker.h"
 
-#define RECEIVERS 16
+#define RECEIVERS 64
 #define WORKERS 8
 #define MAX_OPS 512
 #define MIB (1024ull * 1024ull)

@@ -555,9 +555,11 @@ static void on_gen(struct proto_ctx *ctx, const struct baton_msg *req)
 	if (arc) {
 		pthread_mutex_unlock(&g.run_mu);
 		pthread_mutex_lock(&g.st_mu);
-		g.active--;
+		int none = --g.active == 0;
 		g.last_active = now_s();
 		pthread_mutex_unlock(&g.st_mu);
+		if (none)
+			broker_link_poke(g.link);
 		reply_err(ctx, req, arc, "gen: no device memory from the broker: %s", aerr);
 		free(out);
 		return;
