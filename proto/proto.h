@@ -468,8 +468,8 @@ int proto_pipe_pid(uint32_t pipe);
  * and the server itself are thread-safe. proto_server_shutdown() closes the
  * socket: every blocked receive returns BATON_ECLOSED; it is idempotent and
  * may be called from any thread (not from a pipe callback). Free in this
- * order: stop the workers, proto_ctx_close() each context,
- * proto_server_close().
+ * order: proto_server_shutdown(), join the workers, proto_ctx_close() each
+ * context, proto_server_close().
  */
 struct proto_server;
 struct proto_ctx;
@@ -482,7 +482,8 @@ int proto_ctx_open(struct proto_server *srv, struct proto_ctx **ctx);
 int proto_ctx_recv(struct proto_ctx *ctx, struct baton_msg *req, int timeout_ms,
     struct proto_diag *diag);
 int proto_ctx_reply(struct proto_ctx *ctx, const struct baton_msg *rep);
-/* Frees a context; NULL is allowed. Not while another thread uses it. */
+/* Frees a context; NULL is allowed. Not while another thread uses it, and
+ * before its server is closed. */
 void proto_ctx_close(struct proto_ctx *ctx);
 void proto_server_shutdown(struct proto_server *srv);
 /* Shuts down and frees; NULL is allowed. Blocks until nng has closed the
@@ -512,8 +513,11 @@ struct proto_client;
 int proto_client_open(struct proto_client **cli, const char *url, const struct proto_opts *opts);
 int proto_client_call(struct proto_client *cli, const struct baton_msg *req,
     struct baton_msg *rep, int timeout_ms, struct proto_diag *diag);
-/* Closes and frees; NULL is allowed. Calls in flight return BATON_ECLOSED:
- * stop them first. */
+/* Closes the socket: calls in flight return BATON_ECLOSED, later ones too.
+ * Idempotent; any thread (not a pipe callback). */
+void proto_client_shutdown(struct proto_client *cli);
+/* Closes and frees; NULL is allowed. No call may be in flight: to abort
+ * them, proto_client_shutdown(), join the callers, then close. */
 void proto_client_close(struct proto_client *cli);
 
 /* One-shot: connect (BATON_ECONN when nobody listens), call, close. For
@@ -524,8 +528,9 @@ int proto_call(const char *url, const struct baton_msg *req, struct baton_msg *r
 /*
  * PUB/SUB for events. Topic-less: subscribers receive everything.
  * proto_publish() encodes and sends an event (op PROTO_OP_EVENT, else
- * BATON_EINVAL) to every subscriber connected now; it never blocks on a
- * slow subscriber (nng drops for it instead). Thread-safe.
+ * BATON_EINVAL) to every subscriber connected now; it never blocks: each
+ * subscriber has a queue of 1024 events, and when a slow one's is full the
+ * oldest is dropped (subscribers see the gap in seq). Thread-safe.
  * proto_sub_recv() waits up to timeout_ms (<0: forever) for the next event
  * and decodes it (free with proto_msg_free()); an undecodable message
  * returns its decode error and diag, and the next call goes on with the

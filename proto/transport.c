@@ -1,0 +1,865 @@
+/*
+ * transport.c: Baton messages over nng. REQ/REP for commands (through
+ * nng contexts, so one socket serves or issues several requests at once),
+ * PUB/SUB for events, pipe events for peer death. Every blocking call is
+ * an aio started and waited for here, with its own timeout; no aio has a
+ * callback, so none is ever freed or any socket closed inside one.
+ */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <nng/nng.h>
+#include <nng/protocol/pubsub0/pub.h>
+#include <nng/protocol/pubsub0/sub.h>
+#include <nng/protocol/reqrep0/rep.h>
+#include <nng/protocol/reqrep0/req.h>
+
+#include "proto/proto_int.h"
+
+#define DEFAULT_SEND_TIMEOUT_MS 5000
+#define DEFAULT_RESEND_MS 60000
+#define DEFAULT_IPC_MODE 0660
+/* PUB drops the oldest queued event for a subscriber whose queue is full
+ * (nng's default is 16 messages); SUB keeps as many. Events carry seq, so
+ * a subscriber sees a gap. */
+#define EVENT_QUEUE 1024
+/* nng counts its protocol header (REQ/REP: 4 bytes per hop) against
+ * NNG_OPT_RECVMAXSZ; the body's own cap is the decoder's. */
+#define HEADER_SLACK 64
+
+/* ---- common socket part ---------------------------------------------------------- */
+
+struct pid_entry {
+	uint32_t pipe;
+	int pid;
+};
+
+/*
+ * Closing. nng 1.5.2 misbehaves when nng_close runs while other threads
+ * have context operations going: nni_ctx_rele can wake the closer before
+ * the protocol's ctx fini locks the socket's mutex, which is then freed
+ * ("panic: pthread_mutex_lock: Invalid argument"), and closing a REQ
+ * socket with requests in flight can leave its reaper waiting forever in
+ * nni_aio_stop. So closing is done in two steps: shut the gate (every nng
+ * call that takes a context or socket reference holds it for reading;
+ * they return at once, the waits happen outside it), then cancel every
+ * operation still waiting (nng_aio_cancel) and wait until all have
+ * returned; only then nng_close, with nothing of ours left inside nng.
+ */
+struct waiter {
+	nng_aio *aio;
+	struct waiter *prev, *next;
+};
+
+struct psock {
+	nng_socket s;
+	pthread_rwlock_t gate;
+	bool closed;           /* written under gate and mu */
+	bool open;             /* nng socket allocated */
+	char *url;             /* as given, or with the bound tcp port */
+	int send_timeout_ms;
+	proto_pipe_fn on_pipe;
+	void *pipe_arg;
+	pthread_mutex_t mu;    /* guards pids and waiters */
+	pthread_cond_t idle;   /* signalled when a waiter leaves */
+	struct waiter *waiters;
+	struct pid_entry *pids;
+	size_t npids, cappids;
+};
+
+static int map_nng(int rv, bool dialing)
+{
+	switch (rv) {
+	case 0: return 0;
+	case NNG_ETIMEDOUT: return BATON_ETIMEDOUT;
+	case NNG_ECLOSED:
+	case NNG_ECANCELED: return BATON_ECLOSED;
+	case NNG_ENOMEM: return BATON_ENOMEM;
+	case NNG_EINVAL:
+	case NNG_EADDRINVAL:
+	case NNG_ENOTSUP: return BATON_EINVAL;
+	case NNG_ECONNREFUSED:
+	case NNG_ECONNRESET:
+	case NNG_ECONNABORTED:
+	case NNG_ECONNSHUT:
+	case NNG_EUNREACHABLE: return BATON_ECONN;
+	case NNG_ENOENT: return dialing ? BATON_ECONN : BATON_ENOTFOUND;
+	case NNG_EADDRINUSE: return BATON_EEXIST;
+	case NNG_EPERM: return BATON_EPERM;
+	case NNG_EMSGSIZE: return BATON_ETOOBIG;
+	case NNG_ESTATE: return BATON_ESTATE;
+	case NNG_EBUSY: return BATON_EBUSY;
+	default: return BATON_EIO;
+	}
+}
+
+static nng_duration dur(int ms)
+{
+	return ms < 0 ? NNG_DURATION_INFINITE : (nng_duration)ms;
+}
+
+static double now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static void pids_put(struct psock *ps, uint32_t pipe, int pid)
+{
+	pthread_mutex_lock(&ps->mu);
+	if (ps->npids == ps->cappids) {
+		size_t cap = ps->cappids ? 2 * ps->cappids : 16;
+		struct pid_entry *p = realloc(ps->pids, cap * sizeof *p);
+		if (!p) {
+			pthread_mutex_unlock(&ps->mu);
+			return; /* the REM event will carry pid -1 */
+		}
+		ps->pids = p;
+		ps->cappids = cap;
+	}
+	ps->pids[ps->npids++] = (struct pid_entry){ pipe, pid };
+	pthread_mutex_unlock(&ps->mu);
+}
+
+static int pids_take(struct psock *ps, uint32_t pipe)
+{
+	int pid = -1;
+	pthread_mutex_lock(&ps->mu);
+	for (size_t i = 0; i < ps->npids; i++)
+		if (ps->pids[i].pipe == pipe) {
+			pid = ps->pids[i].pid;
+			ps->pids[i] = ps->pids[--ps->npids];
+			break;
+		}
+	pthread_mutex_unlock(&ps->mu);
+	return pid;
+}
+
+/* Runs on an nng thread. */
+static void pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
+{
+	struct psock *ps = arg;
+	struct proto_pipe_event e = { .pipe = nng_pipe_id(p), .pid = -1 };
+	if (ev == NNG_PIPE_EV_ADD_POST) {
+		uint64_t pid; /* a u64 option, despite the name */
+		if (nng_pipe_get_uint64(p, NNG_OPT_IPC_PEER_PID, &pid) == 0)
+			e.pid = (int)pid;
+		pids_put(ps, e.pipe, e.pid);
+		e.ev = PROTO_PIPE_ADD;
+	} else {
+		e.pid = pids_take(ps, e.pipe);
+		e.ev = PROTO_PIPE_REM;
+	}
+	ps->on_pipe(ps->pipe_arg, &e);
+}
+
+int proto_pipe_pid(uint32_t pipe)
+{
+	nng_pipe p;
+	uint64_t pid;
+	p.id = pipe;
+	if (pipe == 0 || nng_pipe_get_uint64(p, NNG_OPT_IPC_PEER_PID, &pid) != 0)
+		return -1;
+	return (int)pid;
+}
+
+static bool is_ipc(const char *url)
+{
+	return strncmp(url, "ipc://", 6) == 0;
+}
+
+/* The URL with the port a tcp://...:0 listener was given. */
+static char *bound_url(const char *url, nng_listener l)
+{
+	size_t n = strlen(url);
+	int port;
+	if (strncmp(url, "tcp", 3) == 0 && n > 2 && strcmp(url + n - 2, ":0") == 0 &&
+	    nng_listener_get_int(l, NNG_OPT_TCP_BOUND_PORT, &port) == 0) {
+		char *s = malloc(n + 8);
+		if (s)
+			snprintf(s, n + 8, "%.*s:%d", (int)(n - 2), url, port);
+		return s;
+	}
+	return strdup(url);
+}
+
+/* Options, pipe hook, then listen or dial. On failure the caller closes. */
+static int psock_start(struct psock *ps, const char *url, const struct proto_opts *o,
+    bool listen)
+{
+	static const struct proto_opts defaults;
+	int rv;
+	if (!o)
+		o = &defaults;
+	if (!url)
+		return BATON_EINVAL;
+	size_t recvmax = o->recvmax == 0 || o->recvmax > BATON_PROTO_MAX_MSG ?
+	    BATON_PROTO_MAX_MSG : o->recvmax;
+	ps->send_timeout_ms = o->send_timeout_ms ? o->send_timeout_ms : DEFAULT_SEND_TIMEOUT_MS;
+	if ((rv = nng_socket_set_size(ps->s, NNG_OPT_RECVMAXSZ, recvmax + HEADER_SLACK)) != 0)
+		return map_nng(rv, false);
+	nng_socket_set_ms(ps->s, NNG_OPT_SENDTIMEO, dur(ps->send_timeout_ms));
+	nng_socket_set_ms(ps->s, NNG_OPT_RECONNMINT, 50);
+	nng_socket_set_ms(ps->s, NNG_OPT_RECONNMAXT, 1000);
+	if (o->on_pipe) {
+		ps->on_pipe = o->on_pipe;
+		ps->pipe_arg = o->pipe_arg;
+		if ((rv = nng_pipe_notify(ps->s, NNG_PIPE_EV_ADD_POST, pipe_cb, ps)) != 0 ||
+		    (rv = nng_pipe_notify(ps->s, NNG_PIPE_EV_REM_POST, pipe_cb, ps)) != 0)
+			return map_nng(rv, false);
+	}
+	if (listen) {
+		nng_listener l;
+		if ((rv = nng_listener_create(&l, ps->s, url)) != 0)
+			return map_nng(rv, false);
+		if (is_ipc(url) &&
+		    (rv = nng_listener_set_int(l, NNG_OPT_IPC_PERMISSIONS,
+		        o->ipc_mode ? o->ipc_mode : DEFAULT_IPC_MODE)) != 0)
+			return map_nng(rv, false);
+		if ((rv = nng_listener_start(l, 0)) != 0)
+			return map_nng(rv, false);
+		ps->url = bound_url(url, l);
+	} else {
+		nng_dialer d;
+		if ((rv = nng_dialer_create(&d, ps->s, url)) != 0)
+			return map_nng(rv, true);
+		if ((rv = nng_dialer_start(d, o->dial_wait ? 0 : NNG_FLAG_NONBLOCK)) != 0)
+			return map_nng(rv, true);
+		ps->url = strdup(url);
+	}
+	return ps->url ? 0 : BATON_ENOMEM;
+}
+
+static void psock_init(struct psock *ps)
+{
+	memset(ps, 0, sizeof *ps);
+	pthread_mutex_init(&ps->mu, NULL);
+	pthread_cond_init(&ps->idle, NULL);
+	pthread_rwlock_init(&ps->gate, NULL);
+}
+
+static bool gate_enter(struct psock *ps)
+{
+	pthread_rwlock_rdlock(&ps->gate);
+	if (ps->closed) {
+		pthread_rwlock_unlock(&ps->gate);
+		return false;
+	}
+	return true;
+}
+
+static void gate_leave(struct psock *ps)
+{
+	pthread_rwlock_unlock(&ps->gate);
+}
+
+/* Closes the nng socket once (see "Closing" above); blocked operations
+ * return BATON_ECLOSED. Waits for them to leave nng, which is quick. */
+static void psock_shutdown(struct psock *ps)
+{
+	pthread_rwlock_wrlock(&ps->gate);
+	pthread_mutex_lock(&ps->mu);
+	bool was = ps->closed;
+	ps->closed = true;
+	pthread_mutex_unlock(&ps->mu);
+	pthread_rwlock_unlock(&ps->gate);
+	if (was || !ps->open)
+		return;
+	/* No operation starts any more; end those that wait. */
+	pthread_mutex_lock(&ps->mu);
+	for (struct waiter *w = ps->waiters; w; w = w->next)
+		nng_aio_cancel(w->aio);
+	while (ps->waiters)
+		pthread_cond_wait(&ps->idle, &ps->mu);
+	pthread_mutex_unlock(&ps->mu);
+	nng_close(ps->s);
+}
+
+static void psock_fini(struct psock *ps)
+{
+	psock_shutdown(ps);
+	pthread_rwlock_destroy(&ps->gate);
+	pthread_cond_destroy(&ps->idle);
+	pthread_mutex_destroy(&ps->mu);
+	free(ps->pids);
+	free(ps->url);
+}
+
+/* Starts an operation on aio through the gate (start(arg, aio): an
+ * nng_ctx_send/recv or nng_recv_aio) and waits for it, cancelable by
+ * psock_shutdown. The result as a Baton code. A send that never started
+ * leaves its message in the aio, as a failed one does. */
+static int aio_run(struct psock *ps, nng_aio *aio, int timeout_ms,
+    void (*start)(void *, nng_aio *), void *arg)
+{
+	struct waiter w = { aio, NULL, NULL };
+	nng_aio_set_timeout(aio, dur(timeout_ms));
+	if (!gate_enter(ps))
+		return BATON_ECLOSED;
+	pthread_mutex_lock(&ps->mu);
+	w.next = ps->waiters;
+	if (w.next)
+		w.next->prev = &w;
+	ps->waiters = &w;
+	pthread_mutex_unlock(&ps->mu);
+	start(arg, aio);
+	gate_leave(ps);
+	nng_aio_wait(aio);
+	pthread_mutex_lock(&ps->mu);
+	if (w.prev)
+		w.prev->next = w.next;
+	else
+		ps->waiters = w.next;
+	if (w.next)
+		w.next->prev = w.prev;
+	pthread_cond_broadcast(&ps->idle);
+	pthread_mutex_unlock(&ps->mu);
+	return map_nng(nng_aio_result(aio), false);
+}
+
+static void start_ctx_send(void *ctx, nng_aio *aio)
+{
+	nng_ctx_send(*(nng_ctx *)ctx, aio);
+}
+
+static void start_ctx_recv(void *ctx, nng_aio *aio)
+{
+	nng_ctx_recv(*(nng_ctx *)ctx, aio);
+}
+
+static void start_sock_recv(void *sock, nng_aio *aio)
+{
+	nng_recv_aio(*(nng_socket *)sock, aio);
+}
+
+/* ---- encoding straight into an nng message ----------------------------------------
+ * Two passes: count the bytes, then write them into a message of exactly
+ * that size, so a 64 MiB bin is copied once and never reallocated. */
+
+struct counter {
+	size_t n;
+};
+
+static int count_write(void *data, const char *buf, size_t len)
+{
+	(void)buf;
+	((struct counter *)data)->n += len;
+	return 0;
+}
+
+struct filler {
+	char *p;
+	size_t off, cap;
+};
+
+static int fill_write(void *data, const char *buf, size_t len)
+{
+	struct filler *f = data;
+	if (len > f->cap - f->off)
+		return -1;
+	memcpy(f->p + f->off, buf, len);
+	f->off += len;
+	return 0;
+}
+
+static int encode_nng(const struct baton_msg *m, nng_msg **out, struct proto_diag *diag)
+{
+	struct counter c = { 0 };
+	nng_msg *msg;
+	int err, rv;
+	*out = NULL;
+	if ((err = proto__encode_to(m, count_write, &c, diag)))
+		return err;
+	if ((rv = nng_msg_alloc(&msg, c.n)) != 0)
+		return proto__fail(diag, BATON_ENOMEM, "no memory for a message of %zu bytes", c.n);
+	struct filler f = { nng_msg_body(msg), 0, c.n };
+	if ((err = proto__encode_to(m, fill_write, &f, diag)) || f.off != c.n) {
+		nng_msg_free(msg);
+		return err ? err : proto__fail(diag, BATON_EINTERNAL, "encoder is not deterministic");
+	}
+	*out = msg;
+	return 0;
+}
+
+/* ---- REP server ------------------------------------------------------------------ */
+
+struct proto_ctx {
+	struct psock *ps;
+	nng_ctx ctx;
+	nng_aio *aio;
+	int send_timeout_ms;
+};
+
+struct proto_server {
+	struct psock ps;
+	struct proto_ctx *own;
+};
+
+int proto_ctx_open(struct proto_server *srv, struct proto_ctx **out)
+{
+	struct proto_ctx *c;
+	int rv;
+	*out = NULL;
+	if (!srv)
+		return BATON_EINVAL;
+	if (!(c = calloc(1, sizeof *c)))
+		return BATON_ENOMEM;
+	if ((rv = nng_aio_alloc(&c->aio, NULL, NULL)) != 0) {
+		free(c);
+		return map_nng(rv, false);
+	}
+	rv = NNG_ECLOSED;
+	if (gate_enter(&srv->ps)) {
+		rv = nng_ctx_open(&c->ctx, srv->ps.s);
+		gate_leave(&srv->ps);
+	}
+	if (rv != 0) {
+		nng_aio_free(c->aio);
+		free(c);
+		return map_nng(rv, false);
+	}
+	c->ps = &srv->ps;
+	c->send_timeout_ms = srv->ps.send_timeout_ms;
+	*out = c;
+	return 0;
+}
+
+void proto_ctx_close(struct proto_ctx *c)
+{
+	if (!c)
+		return;
+	/* After a shutdown nng has closed the context with its socket. */
+	if (gate_enter(c->ps)) {
+		nng_ctx_close(c->ctx);
+		gate_leave(c->ps);
+	}
+	nng_aio_free(c->aio);
+	free(c);
+}
+
+int proto_server_open(struct proto_server **out, const char *url, const struct proto_opts *o)
+{
+	struct proto_server *srv;
+	int err, rv;
+	*out = NULL;
+	if (!(srv = calloc(1, sizeof *srv)))
+		return BATON_ENOMEM;
+	psock_init(&srv->ps);
+	if ((rv = nng_rep0_open(&srv->ps.s)) != 0) {
+		err = map_nng(rv, false);
+		goto fail;
+	}
+	srv->ps.open = true;
+	if ((err = psock_start(&srv->ps, url, o, true)))
+		goto fail;
+	if ((err = proto_ctx_open(srv, &srv->own)))
+		goto fail;
+	*out = srv;
+	return 0;
+fail:
+	proto_server_close(srv);
+	return err;
+}
+
+void proto_server_shutdown(struct proto_server *srv)
+{
+	if (srv)
+		psock_shutdown(&srv->ps);
+}
+
+void proto_server_close(struct proto_server *srv)
+{
+	if (!srv)
+		return;
+	proto_ctx_close(srv->own);
+	psock_fini(&srv->ps);
+	free(srv);
+}
+
+const char *proto_server_url(const struct proto_server *srv)
+{
+	return srv && srv->ps.url ? srv->ps.url : "";
+}
+
+static int ctx_send_msg(struct proto_ctx *c, nng_msg *msg)
+{
+	nng_aio_set_msg(c->aio, msg);
+	int err = aio_run(c->ps, c->aio, c->send_timeout_ms, start_ctx_send, &c->ctx);
+	if (err)
+		nng_msg_free(nng_aio_get_msg(c->aio)); /* not sent: still ours */
+	return err;
+}
+
+/* An error reply; when even that does not encode, a bare one. */
+static int ctx_send_error(struct proto_ctx *c, enum proto_op op, uint64_t id, int err,
+    const char *text)
+{
+	struct baton_msg rep;
+	nng_msg *msg;
+	if (op == PROTO_OP_EVENT)
+		op = PROTO_OP_NONE; /* an event has no reply of its own */
+	proto_reply_error(&rep, op, id, err, text && *text ? text : NULL);
+	if (encode_nng(&rep, &msg, NULL)) {
+		proto_reply_error(&rep, PROTO_OP_NONE, id, err, NULL);
+		if (encode_nng(&rep, &msg, NULL))
+			return BATON_ENOMEM;
+	}
+	return ctx_send_msg(c, msg);
+}
+
+int proto_ctx_recv(struct proto_ctx *c, struct baton_msg *req, int timeout_ms,
+    struct proto_diag *diag)
+{
+	struct proto_diag local;
+	int err;
+	if (!diag)
+		diag = &local;
+	memset(diag, 0, sizeof *diag);
+	memset(req, 0, sizeof *req);
+	if ((err = aio_run(c->ps, c->aio, timeout_ms, start_ctx_recv, &c->ctx)))
+		return proto__fail(diag, err, "receive: %s", baton_strerror(err));
+	nng_msg *msg = nng_aio_get_msg(c->aio);
+	uint32_t pipe = nng_pipe_id(nng_msg_get_pipe(msg));
+	err = proto_decode(nng_msg_body(msg), nng_msg_len(msg), req, diag);
+	nng_msg_free(msg);
+	if (!err && (req->reply || req->op == PROTO_OP_EVENT)) {
+		diag->id = req->id;
+		diag->op = req->op;
+		err = proto__fail(diag, BATON_EINVAL, "a server takes requests, not %s",
+		    req->reply ? "replies" : "events");
+		proto_msg_free(req);
+	}
+	if (err) {
+		/* Answer, so the client is not left waiting; whether that works
+		 * or not, the caller hears about the bad request. */
+		ctx_send_error(c, diag->op, diag->id, err, diag->text);
+		return err;
+	}
+	req->pipe = pipe;
+	return 0;
+}
+
+int proto_ctx_reply(struct proto_ctx *c, const struct baton_msg *rep)
+{
+	struct proto_diag d;
+	nng_msg *msg;
+	int err = encode_nng(rep, &msg, &d);
+	if (err) {
+		char text[sizeof d.text + 32];
+		snprintf(text, sizeof text, "reply did not encode: %s", d.text);
+		ctx_send_error(c, rep->op, rep->id, BATON_EINTERNAL, text);
+		return err;
+	}
+	return ctx_send_msg(c, msg);
+}
+
+int proto_server_recv(struct proto_server *srv, struct baton_msg *req, int timeout_ms,
+    struct proto_diag *diag)
+{
+	return proto_ctx_recv(srv->own, req, timeout_ms, diag);
+}
+
+int proto_server_reply(struct proto_server *srv, const struct baton_msg *rep)
+{
+	return proto_ctx_reply(srv->own, rep);
+}
+
+/* ---- REQ client ------------------------------------------------------------------- */
+
+struct proto_client {
+	struct psock ps;
+};
+
+int proto_client_open(struct proto_client **out, const char *url, const struct proto_opts *o)
+{
+	struct proto_client *cli;
+	int err, rv;
+	*out = NULL;
+	if (!(cli = calloc(1, sizeof *cli)))
+		return BATON_ENOMEM;
+	psock_init(&cli->ps);
+	if ((rv = nng_req0_open(&cli->ps.s)) != 0) {
+		err = map_nng(rv, false);
+		goto fail;
+	}
+	cli->ps.open = true;
+	int resend = o && o->resend_ms ? o->resend_ms : DEFAULT_RESEND_MS;
+	if ((rv = nng_socket_set_ms(cli->ps.s, NNG_OPT_REQ_RESENDTIME, dur(resend))) != 0) {
+		err = map_nng(rv, false);
+		goto fail;
+	}
+	if ((err = psock_start(&cli->ps, url, o, false)))
+		goto fail;
+	*out = cli;
+	return 0;
+fail:
+	proto_client_close(cli);
+	return err;
+}
+
+void proto_client_shutdown(struct proto_client *cli)
+{
+	if (cli)
+		psock_shutdown(&cli->ps);
+}
+
+void proto_client_close(struct proto_client *cli)
+{
+	if (!cli)
+		return;
+	psock_fini(&cli->ps);
+	free(cli);
+}
+
+static int remaining(double deadline, int timeout_ms)
+{
+	if (timeout_ms < 0)
+		return -1;
+	double left = deadline - now_ms();
+	return left <= 0 ? 0 : (int)(left + 0.999);
+}
+
+int proto_client_call(struct proto_client *cli, const struct baton_msg *req,
+    struct baton_msg *rep, int timeout_ms, struct proto_diag *diag)
+{
+	struct proto_diag local;
+	nng_ctx ctx;
+	nng_aio *aio;
+	nng_msg *msg;
+	int err, rv;
+
+	if (!diag)
+		diag = &local;
+	memset(diag, 0, sizeof *diag);
+	memset(rep, 0, sizeof *rep);
+	if (!cli || req->reply || req->op == PROTO_OP_EVENT)
+		return proto__fail(diag, BATON_EINVAL, "a call sends a request");
+	double deadline = now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
+	if ((err = encode_nng(req, &msg, diag)))
+		return err;
+	if ((rv = nng_aio_alloc(&aio, NULL, NULL)) != 0) {
+		nng_msg_free(msg);
+		return proto__fail(diag, map_nng(rv, false), "no aio");
+	}
+	rv = NNG_ECLOSED;
+	if (gate_enter(&cli->ps)) {
+		rv = nng_ctx_open(&ctx, cli->ps.s);
+		gate_leave(&cli->ps);
+	}
+	if (rv != 0) {
+		nng_msg_free(msg);
+		nng_aio_free(aio);
+		return proto__fail(diag, map_nng(rv, false), "no context: %s", nng_strerror(rv));
+	}
+
+	/* The send completes when the request is on a pipe: it waits for a
+	 * connection, within the same deadline. */
+	nng_aio_set_msg(aio, msg);
+	if ((err = aio_run(&cli->ps, aio, remaining(deadline, timeout_ms), start_ctx_send, &ctx))) {
+		nng_msg_free(nng_aio_get_msg(aio));
+		proto__fail(diag, err, "%s %s: %s", proto_op_name(req->op),
+		    err == BATON_ETIMEDOUT ? "was not sent" : "send", baton_strerror(err));
+		goto out;
+	}
+	if ((err = aio_run(&cli->ps, aio, remaining(deadline, timeout_ms), start_ctx_recv, &ctx))) {
+		proto__fail(diag, err, "%s: no reply: %s", proto_op_name(req->op),
+		    baton_strerror(err));
+		goto out;
+	}
+	msg = nng_aio_get_msg(aio);
+	err = proto_decode(nng_msg_body(msg), nng_msg_len(msg), rep, diag);
+	rep->pipe = err ? 0 : nng_pipe_id(nng_msg_get_pipe(msg));
+	nng_msg_free(msg);
+	if (err)
+		goto out;
+	if (!rep->reply) {
+		err = proto__fail(diag, BATON_EMSG, "the answer to %s is not a reply",
+		    proto_op_name(req->op));
+	} else if (rep->ok || rep->id != 0 || rep->op != PROTO_OP_NONE) {
+		/* An error reply with neither id nor op answers a request the
+		 * server could not read; nng matched it to ours anyway. */
+		if (rep->id != req->id)
+			err = proto__fail(diag, BATON_EMSG, "reply id %" PRIu64 " is not the request's %" PRIu64,
+			    rep->id, req->id);
+		else if (rep->op != req->op && !(!rep->ok && rep->op == PROTO_OP_NONE))
+			err = proto__fail(diag, BATON_EMSG, "reply op %s is not the request's %s",
+			    proto_op_name(rep->op), proto_op_name(req->op));
+	}
+	if (err) {
+		proto_msg_free(rep);
+		goto out;
+	}
+	if (!rep->ok) {
+		err = rep->err;
+		proto__fail(diag, err, "%s", rep->msg);
+	}
+out:
+	if (gate_enter(&cli->ps)) {
+		nng_ctx_close(ctx);
+		gate_leave(&cli->ps);
+	}
+	nng_aio_free(aio);
+	return err;
+}
+
+int proto_call(const char *url, const struct baton_msg *req, struct baton_msg *rep,
+    int timeout_ms, struct proto_diag *diag)
+{
+	struct proto_opts o = { .dial_wait = true };
+	struct proto_client *cli;
+	int err = proto_client_open(&cli, url, &o);
+	if (err) {
+		memset(rep, 0, sizeof *rep);
+		if (diag) {
+			memset(diag, 0, sizeof *diag);
+			proto__fail(diag, err, "cannot connect to %s: %s", url ? url : "(null)",
+			    baton_strerror(err));
+		}
+		return err;
+	}
+	err = proto_client_call(cli, req, rep, timeout_ms, diag);
+	proto_client_close(cli);
+	return err;
+}
+
+/* ---- PUB/SUB ---------------------------------------------------------------------- */
+
+struct proto_pub {
+	struct psock ps;
+};
+
+struct proto_sub {
+	struct psock ps;
+	nng_aio *aio;
+};
+
+int proto_pub_open(struct proto_pub **out, const char *url, const struct proto_opts *o)
+{
+	struct proto_pub *pub;
+	int err, rv;
+	*out = NULL;
+	if (!(pub = calloc(1, sizeof *pub)))
+		return BATON_ENOMEM;
+	psock_init(&pub->ps);
+	if ((rv = nng_pub0_open(&pub->ps.s)) != 0) {
+		err = map_nng(rv, false);
+		goto fail;
+	}
+	pub->ps.open = true;
+	if ((rv = nng_socket_set_int(pub->ps.s, NNG_OPT_SENDBUF, EVENT_QUEUE)) != 0) {
+		err = map_nng(rv, false);
+		goto fail;
+	}
+	if ((err = psock_start(&pub->ps, url, o, true)))
+		goto fail;
+	*out = pub;
+	return 0;
+fail:
+	proto_pub_close(pub);
+	return err;
+}
+
+int proto_publish(struct proto_pub *pub, const struct baton_msg *ev)
+{
+	nng_msg *msg;
+	int err, rv;
+	if (!pub || ev->op != PROTO_OP_EVENT || ev->reply)
+		return BATON_EINVAL;
+	if ((err = encode_nng(ev, &msg, NULL)))
+		return err;
+	rv = NNG_ECLOSED;
+	if (gate_enter(&pub->ps)) {
+		rv = nng_sendmsg(pub->ps.s, msg, 0);
+		gate_leave(&pub->ps);
+	}
+	if (rv != 0) {
+		nng_msg_free(msg);
+		return map_nng(rv, false);
+	}
+	return 0;
+}
+
+void proto_pub_close(struct proto_pub *pub)
+{
+	if (!pub)
+		return;
+	psock_fini(&pub->ps);
+	free(pub);
+}
+
+const char *proto_pub_url(const struct proto_pub *pub)
+{
+	return pub && pub->ps.url ? pub->ps.url : "";
+}
+
+int proto_sub_open(struct proto_sub **out, const char *url, const struct proto_opts *o)
+{
+	struct proto_sub *sub;
+	int err, rv;
+	*out = NULL;
+	if (!(sub = calloc(1, sizeof *sub)))
+		return BATON_ENOMEM;
+	psock_init(&sub->ps);
+	if ((rv = nng_aio_alloc(&sub->aio, NULL, NULL)) != 0) {
+		err = map_nng(rv, false);
+		goto fail;
+	}
+	if ((rv = nng_sub0_open(&sub->ps.s)) != 0) {
+		err = map_nng(rv, false);
+		goto fail;
+	}
+	sub->ps.open = true;
+	/* topic-less: the empty prefix matches every message */
+	if ((rv = nng_socket_set(sub->ps.s, NNG_OPT_SUB_SUBSCRIBE, "", 0)) != 0 ||
+	    (rv = nng_socket_set_int(sub->ps.s, NNG_OPT_RECVBUF, EVENT_QUEUE)) != 0) {
+		err = map_nng(rv, false);
+		goto fail;
+	}
+	if ((err = psock_start(&sub->ps, url, o, false)))
+		goto fail;
+	*out = sub;
+	return 0;
+fail:
+	proto_sub_close(sub);
+	return err;
+}
+
+int proto_sub_recv(struct proto_sub *sub, struct baton_msg *ev, int timeout_ms,
+    struct proto_diag *diag)
+{
+	struct proto_diag local;
+	int err;
+	if (!diag)
+		diag = &local;
+	memset(diag, 0, sizeof *diag);
+	memset(ev, 0, sizeof *ev);
+	if ((err = aio_run(&sub->ps, sub->aio, timeout_ms, start_sock_recv, &sub->ps.s)))
+		return proto__fail(diag, err, "receive: %s", baton_strerror(err));
+	nng_msg *msg = nng_aio_get_msg(sub->aio);
+	err = proto_decode(nng_msg_body(msg), nng_msg_len(msg), ev, diag);
+	if (!err)
+		ev->pipe = nng_pipe_id(nng_msg_get_pipe(msg));
+	nng_msg_free(msg);
+	if (!err && ev->op != PROTO_OP_EVENT) {
+		diag->id = ev->id;
+		diag->op = ev->op;
+		proto_msg_free(ev);
+		err = proto__fail(diag, BATON_EINVAL, "a subscriber takes events only");
+	}
+	return err;
+}
+
+void proto_sub_close(struct proto_sub *sub)
+{
+	if (!sub)
+		return;
+	psock_fini(&sub->ps);
+	if (sub->aio)
+		nng_aio_free(sub->aio);
+	free(sub);
+}
