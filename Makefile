@@ -95,7 +95,8 @@ $(BUILD)/obj/%.o: %.c $(BUILD)/.flags
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(CPPFLAGS_ALL) $(CPPFLAGS) -MMD -MP -c $< -o $@
 
-.SECONDARY: $(CU_GEN) $(CU_GEN:.c=.fatbin)
+# The generated fatbin and its C file are kept (not removed as intermediates).
+.PRECIOUS: $(BUILD)/gen/%_fatbin.c $(BUILD)/gen/%.fatbin
 $(BUILD)/gen/%_fatbin.c: %.cu $(BUILD)/.flags
 	@mkdir -p $(@D)
 	$(NVCC) -O3 $(CU_ARCH) -fatbin -I. -o $(@:.c=.fatbin) $<
@@ -150,7 +151,7 @@ test-san: | $(BUILD)/.deps
 FUZZ_SECONDS ?= 60
 FUZZ_CC      ?= clang
 FUZZ_BUILD   := $(BUILD)/fuzzbuild
-fuzz: | $(BUILD)/.deps
+fuzz: $(PROGS) | $(BUILD)/.deps
 	@$(MAKE) --no-print-directory BUILD=$(FUZZ_BUILD) CC=$(FUZZ_CC) CUDA=0 \
 	    CFLAGS="-O1 -g -fsanitize=fuzzer-no-link,address,undefined" fuzz-build
 	@BUILD=$(FUZZ_BUILD) FUZZ_SECONDS=$(FUZZ_SECONDS) tests/fuzz.sh \

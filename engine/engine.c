@@ -154,7 +154,6 @@ int engine_open(const struct baton_engine_config *cfg, struct baton_engine **out
 		rc = BATON_ENOMEM;
 		goto fail;
 	}
-	uint64_t model_bytes = 0;
 	for (uint32_t l = 0; l < s->layers; l++) {
 		for (uint32_t x = 0; x < s->experts; x++) {
 			struct baton_arena_expert ex;
@@ -164,7 +163,6 @@ int engine_open(const struct baton_engine_config *cfg, struct baton_engine **out
 			it->src = ex.blob;
 			it->bytes = ex.bytes;
 			it->checksum = ex.checksum;
-			model_bytes += ex.bytes;
 			if (x == 0) {
 				e->layers[l].gate_off = ex.gate_off;
 				e->layers[l].up_off = ex.up_off;
