@@ -1,0 +1,429 @@
+#!/usr/bin/python3
+"""cli_test.py: the `baton` command against a real broker and two engines on
+the host backend (the harness of broker_test.py: a fresh directory, host
+device and sockets per case; every process killed at the end), and the
+Grafana dashboard in deploy/grafana/ against the broker's metric names.
+
+Every subcommand is run as a script would run it (stdout and stderr piped)
+and its effect checked in `baton status --json`; the exit codes 0/1/2/3/4;
+`baton watch`; the progress line on a terminal (a pty) and its absence when
+piped.
+
+The last line is "N passed, N failed".
+"""
+import json
+import os
+import pty
+import re
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+import traceback
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import broker_test as bt  # noqa: E402
+
+CLI = bt.CLI
+CEIL = bt.CEIL
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DASHBOARD = os.path.join(ROOT, "deploy", "grafana", "baton.json")
+
+# Written to a terminal only: carriage return, escape sequences, the spinner.
+PROGRESS_MARKS = ("\r", "\x1b")
+
+
+def baton(c, *args, timeout=30, env=None, check=None):
+    """Runs baton with stdout and stderr piped; returns the CompletedProcess."""
+    e = dict(c.env, BATON_BROKER=c.control, BATON_EVENTS=c.events_url)
+    e.update(env or {})
+    r = subprocess.run([CLI] + list(args), capture_output=True, text=True, env=e, timeout=timeout)
+    for stream in (r.stdout, r.stderr):
+        for mark in PROGRESS_MARKS:
+            assert mark not in stream, ("progress written to a pipe", args, stream)
+    if check is not None:
+        assert r.returncode == check, ("baton %s: exit %d, want %d" % (" ".join(args), r.returncode, check),
+                                       r.stdout, r.stderr)
+    return r
+
+
+def status_json(c):
+    r = baton(c, "status", "--json", check=0)
+    st = json.loads(r.stdout)
+    return st, {e["name"]: e for e in st["engines"]}
+
+
+def two_engines(c, config="", elastic=False):
+    """a and b on a device that holds one; b's start took it from a. With
+    elastic, a may be shrunk (--vram-elastic)."""
+    c.broker(config)
+    a = c.engine("a", *(["--vram-elastic"] if elastic else []))
+    b = c.engine("b")
+    return a, b
+
+
+# ---- cases -----------------------------------------------------------------------
+
+def t_usage_and_exit_codes(c):
+    c.broker()
+    # 2: usage, whatever the broker would say
+    for args in ([], ["frobnicate"], ["status", "--bogus"], ["release"], ["release", "a", "b"],
+                 ["vram", "a"], ["vram", "a", "--reserve-mib", "x"], ["vram", "a", "--reserve-mib", "4", "--full"],
+                 ["--timeout", "soon", "status"], ["status", "--count", "3"], ["handoff", "a"],
+                 ["watch", "--count"], ["refill", "a", "--full"], ["status", "--json=yes"]):
+        r = baton(c, *args, check=2)
+        assert r.stderr.startswith("baton: ") and r.stdout == "", (args, r.stderr)
+    r = baton(c, "--help", check=0)
+    assert "Exit status: 0 done, 1 failed" in r.stdout and "4 not found" in r.stdout
+    # 4: not found, from the broker
+    for args in (["release", "ghost"], ["refill", "ghost"], ["vram", "ghost", "--full"], ["pin", "ghost"],
+                 ["unpin", "ghost"], ["handoff", "ghost", "phantom"]):
+        r = baton(c, *args, check=4)
+        assert "ghost" in r.stderr and "(not_found)" in r.stderr and r.stdout == "", (args, r.stderr)
+    # 1: no broker there (nothing listens), with the reason
+    none = "ipc://%s/none.sock" % c.dir
+    r = baton(c, "--broker", none, "status", check=1)
+    assert r.stderr.startswith("baton: status: nothing listens at " + none), r.stderr
+    r = baton(c, "--events", "ipc://%s/none-events.sock" % c.dir, "watch", check=1)
+    assert "cannot subscribe" in r.stderr, r.stderr
+    # watch: --count not reached within --timeout is a failure; no --count is not
+    r = baton(c, "watch", "--count", "3", "--timeout", "300ms", check=1)
+    assert "0 of 3 events" in r.stderr, r.stderr
+    t0 = time.time()
+    baton(c, "watch", "--timeout", "0.3s", check=0)
+    assert time.time() - t0 < 5
+
+
+def t_status_tables_and_json(c):
+    a, b = two_engines(c, '[engine "b"]\npriority = 7\n')
+    r = baton(c, "status", check=0)
+    lines = r.stdout.splitlines()
+    assert lines[0].split() == ["GPU", "TOTAL", "FREE", "RESERVE", "HELD", "ENGINES"], lines[0]
+    assert lines[1].startswith("host-0 ") and lines[1].split()[-1] == "2", lines[1]
+    hdr = [ln for ln in lines if ln.startswith("ENGINE")]
+    assert hdr and hdr[0].split() == ["ENGINE", "PID", "GPU", "MODEL", "STATE", "RESIDENT", "CEILING", "PRIO",
+                                      "PINNED", "IDLE", "LAST", "REFILL"], hdr
+    rows = {ln.split()[0]: ln.split() for ln in lines[lines.index(hdr[0]) + 1:]}
+    assert set(rows) == {"a", "b"}, rows
+    assert rows["b"][4] == "ready" and rows["b"][5:7] == ["28.0", "MiB"], rows["b"]
+    assert rows["a"][4] == "released" and rows["a"][5:7] == ["0", "B"], rows["a"]
+    assert rows["b"][9] == "7" and rows["b"][10] == "no", rows["b"]
+    assert rows["b"][-1] == "GB/s", rows["b"]  # b refilled at start: its rate is shown
+    st, eng = status_json(c)
+    assert st["epoch"] > 0 and len(st["gpus"]) == 1
+    g = st["gpus"][0]
+    assert g["uuid"] == "host-0" and g["total"] == 40 * bt.MIB and g["held"] >= CEIL, g
+    assert eng["b"]["resident"] == CEIL and eng["b"]["ceiling"] == CEIL and eng["b"]["priority"] == 7
+    assert eng["b"]["pinned"] is False and eng["b"]["last_refill_gbps"] > 0 and eng["b"]["pid"] == b.pid
+    assert eng["a"]["state"] == "released" and eng["a"]["resident"] == 0
+    for k in ("name", "pid", "gpu", "model", "state", "resident", "floor", "ceiling", "priority", "pinned",
+              "idle_ms", "last_refill_gbps"):
+        assert k in eng["a"], k
+    r = baton(c, "engines", "--json", check=0)
+    assert sorted(e["name"] for e in json.loads(r.stdout)) == ["a", "b"]
+    r = baton(c, "gpus", "--json", check=0)
+    assert [x["uuid"] for x in json.loads(r.stdout)] == ["host-0"]
+    r = baton(c, "engines", check=0)
+    assert r.stdout.startswith("ENGINE ") and "host-0 " not in r.stdout.splitlines()[0]
+    r = baton(c, "gpus", check=0)
+    assert r.stdout.startswith("GPU ") and len(r.stdout.splitlines()) == 2
+    # idle time grows while nothing happens
+    time.sleep(0.3)
+    assert status_json(c)[1]["b"]["idle_ms"] >= 300
+
+
+def t_operations(c):
+    a, b = two_engines(c, elastic=True)
+    # handoff b -> a, text and JSON
+    r = baton(c, "handoff", "b", "a", check=0)
+    assert re.match(r"handoff b -> a: decide [0-9.]+ ms, release [0-9.]+ ms, refill [0-9.]+ ms, total [0-9.]+ ms\n$",
+                    r.stdout), r.stdout
+    eng = status_json(c)[1]
+    assert eng["a"]["resident"] == CEIL and eng["b"]["resident"] == 0, eng
+    r = baton(c, "--json", "handoff", "a", "b", check=0)
+    h = json.loads(r.stdout)
+    assert h["from"] == "a" and h["to"] == "b" and h["refill_ms"] > 0 and h["total_ms"] >= h["refill_ms"], h
+    eng = status_json(c)[1]
+    assert eng["a"]["resident"] < CEIL and eng["b"]["resident"] == CEIL, eng  # a (elastic) shrank
+    # release / refill
+    r = baton(c, "release", "b", check=0)
+    assert r.stdout.startswith("release b: released, holds 0 B, freed 28.0 MiB"), r.stdout
+    assert status_json(c)[1]["b"]["state"] == "released"
+    r = baton(c, "refill", "a", "--json", check=0)
+    j = json.loads(r.stdout)
+    assert j["op"] == "refill" and j["state"] == "ready" and j["resident"] == CEIL and 0 < j["bytes"] <= CEIL, j
+    assert j["gbps"] > 0 and j["ms"] > 0, j
+    eng = status_json(c)[1]
+    assert eng["a"]["resident"] == CEIL and eng["a"]["last_refill_gbps"] > 0, eng
+    # vram: shrink to leave room, then grow back; the older positional form too
+    r = baton(c, "vram", "a", "--reserve-mib", "20", check=0)
+    assert r.stdout.startswith("vram a: "), r.stdout
+    shrunk = status_json(c)[1]["a"]["resident"]
+    assert 0 < shrunk < CEIL, shrunk
+    r = baton(c, "--json", "vram", "a", "--full", check=0)
+    assert json.loads(r.stdout)["resident"] == CEIL
+    assert status_json(c)[1]["a"]["resident"] == CEIL
+    baton(c, "vram", "a", "20", check=0)
+    assert status_json(c)[1]["a"]["resident"] < CEIL
+    baton(c, "vram", "a", "full", check=0)
+    assert status_json(c)[1]["a"]["resident"] == CEIL
+    # pin / unpin; a pinned engine's release is refused (1, with the reason)
+    r = baton(c, "pin", "a", check=0)
+    assert r.stdout == "a pinned\n"
+    assert status_json(c)[1]["a"]["pinned"] is True
+    r = baton(c, "release", "a", check=1)
+    assert "pinned" in r.stderr and "(permission)" in r.stderr and r.stdout == "", r.stderr
+    r = baton(c, "handoff", "a", "b", check=1)
+    assert "pinned" in r.stderr
+    assert status_json(c)[1]["a"]["resident"] == CEIL
+    r = baton(c, "unpin", "a", "--json", check=0)
+    assert json.loads(r.stdout) == {"engine": "a", "pinned": False}
+    assert status_json(c)[1]["a"]["pinned"] is False
+    baton(c, "release", "a", check=0)
+    assert status_json(c)[1]["a"]["resident"] == 0
+    # the broker's "invalid" is a usage error
+    r = baton(c, "handoff", "a", "a", check=2)
+    assert "both 'a'" in r.stderr, r.stderr
+
+
+def t_busy(c):
+    """An engine in the middle of a request: release and handoff answer busy (3)."""
+    a, b = two_engines(c, "acquire_wait_ms = 300\n")
+    res = {}
+
+    def long_request():
+        res["r"] = bt.gen(b, seed=1, steps=400, batch=16, timeout_ms=30000)
+    t = threading.Thread(target=long_request)
+    t.start()
+    try:
+        bt.wait_for("b busy", lambda: bt.ok(bt.call(b.url, "status"))["requests"] >= 1 or
+                    c.eng("b")["idle_ms"] == 0, timeout=5)
+        bt.wait_for("the broker sees b busy", lambda: c.eng("b")["idle_ms"] == 0, timeout=5)
+        r = baton(c, "release", "b", check=3)
+        assert "busy" in r.stderr and "(busy)" in r.stderr and r.stdout == "", r.stderr
+        assert t.is_alive(), "the request ended too soon to test busy"
+        r = baton(c, "handoff", "b", "a", check=3)
+        assert "kept serving requests" in r.stderr, r.stderr
+    finally:
+        t.join(60)
+    assert res["r"].get("ok") is True, res
+    assert status_json(c)[1]["b"]["resident"] == CEIL  # nothing was taken in the middle
+
+
+def t_watch(c):
+    a, b = two_engines(c)
+    env = dict(c.env, BATON_BROKER=c.control, BATON_EVENTS=c.events_url)
+    # --count N: exactly N lines, then exit 0
+    w = subprocess.Popen([CLI, "watch", "--count", "2", "--timeout", "20s"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=env)
+    time.sleep(0.5)  # subscribed
+    baton(c, "pin", "a", check=0)
+    baton(c, "unpin", "a", check=0)
+    out, errs = w.communicate(timeout=20)
+    assert w.returncode == 0, (out, errs)
+    lines = out.splitlines()
+    assert len(lines) == 2 and " pin " in lines[0] and " unpin " in lines[1], lines
+    assert errs == "" and "\r" not in out
+    # --json, until SIGINT: sees every event of a handoff; the events URL
+    # is found beside the --broker socket when not given
+    env2 = dict(c.env)
+    env2.pop("BATON_EVENTS", None)
+    env2.pop("BATON_BROKER", None)
+    w = subprocess.Popen([CLI, "--broker", c.control, "watch", "--json"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=env2)
+    time.sleep(0.5)
+    baton(c, "handoff", "b", "a", check=0)
+    bt.wait_for("the handoff event", lambda: c.events.all("handoff", "a"), timeout=5)
+    time.sleep(0.3)
+    w.send_signal(signal.SIGINT)
+    out, errs = w.communicate(timeout=10)
+    assert w.returncode == 0, (w.returncode, errs)
+    evs = [json.loads(ln) for ln in out.splitlines()]
+    kinds = [(e["kind"], e["engine"]) for e in evs]
+    assert ("release", "b") in kinds and ("handoff", "a") in kinds, kinds
+    ho = [e for e in evs if e["kind"] == "handoff"][0]
+    assert ho["reason"].startswith("from b (release): decide ") and ho["ms"] > 0 and ho["bytes"] > 0, ho
+    seqs = [e["seq"] for e in evs]
+    assert seqs == sorted(seqs) and all(isinstance(e["time_ms"], int) for e in evs)
+    # SIGTERM ends it with 0 too
+    w = subprocess.Popen([CLI, "watch"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    time.sleep(0.3)
+    w.send_signal(signal.SIGTERM)
+    assert w.wait(10) == 0
+
+
+def run_on_pty(c, args, env):
+    """Runs baton with stderr on a terminal; returns (exit, stdout, what the terminal got)."""
+    master, slave = pty.openpty()
+    p = subprocess.Popen([CLI] + args, stdout=subprocess.PIPE, stderr=slave, env=env)
+    os.close(slave)
+    got = b""
+    while True:
+        rl, _, _ = select.select([master], [], [], 30)
+        if not rl:
+            break
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # EIO: the other end closed
+            break
+        if not chunk:
+            break
+        got += chunk
+    out = p.stdout.read().decode()
+    rc = p.wait(10)
+    os.close(master)
+    return rc, out, got.decode(errors="replace")
+
+
+def t_progress_on_terminal_only(c):
+    c.broker()
+    a = c.engine("a")
+    b = c.engine("b", env={"BATON_TEST_REFILL_DELAY_MS": "900"})  # each refill of b takes 0.9 s more
+    env = dict(c.env, BATON_BROKER=c.control, BATON_EVENTS=c.events_url, TERM="xterm")
+    rc, out, tty = run_on_pty(c, ["handoff", "b", "a"], env)  # quick: a has no delay
+    assert rc == 0
+    # a slow refill: a progress line on the terminal, erased before the result
+    rc, out, tty = run_on_pty(c, ["refill", "b"], env)
+    assert rc == 0 and out.startswith("refill b: ready"), (rc, out, tty)
+    assert "\rrefill b  " in tty and "s  b " in tty and "of 28.0 MiB" in tty, repr(tty)
+    assert tty.endswith("\r\x1b[K"), repr(tty[-40:])
+    assert "\r" not in out
+    # --quiet: nothing on the terminal either
+    baton(c, "handoff", "b", "a", check=0)
+    rc, out, tty = run_on_pty(c, ["--quiet", "refill", "b"], env)
+    assert rc == 0 and tty == "" and out.startswith("refill b: ready"), (out, repr(tty))
+    # piped (the baton() helper checks): nothing but the result
+    baton(c, "handoff", "b", "a", check=0)
+    t0 = time.time()
+    r = baton(c, "refill", "b", check=0)
+    assert time.time() - t0 >= 0.9 and r.stderr == "" and len(r.stdout.splitlines()) == 1, r
+
+
+# ---- the Grafana dashboard -----------------------------------------------------------
+
+# The metric names agreed for /metrics (issue 7), used when the broker does
+# not serve /metrics yet (broker/http.c absent).
+AGREED_METRICS = {
+    "baton_gpu_memory_total_bytes", "baton_gpu_memory_free_bytes", "baton_gpu_memory_used_bytes",
+    "baton_gpu_memory_held_bytes", "baton_engine_resident_bytes", "baton_engine_state",
+    "baton_engine_requests_total", "baton_engine_refill_duration_seconds",
+    "baton_engine_release_duration_seconds", "baton_engine_last_refill_bytes_per_second",
+    "baton_handoffs_total", "baton_errors_total", "baton_engines", "baton_build_info",
+}
+
+PROM_FUNCS = {"sum", "rate", "irate", "increase", "histogram_quantile", "max", "min", "avg", "count", "by",
+              "without", "on", "ignoring", "group_left", "group_right", "clamp_min", "clamp_max", "time",
+              "timestamp", "label_replace", "topk", "bottomk", "le", "or", "and", "unless", "delta",
+              "changes", "resets", "abs", "vector", "scalar", "sort", "sort_desc", "count_values",
+              "max_over_time", "min_over_time", "avg_over_time", "last_over_time", "offset", "bool"}
+
+
+def dashboard_metrics(dash):
+    """Every metric name in the dashboard's panel expressions."""
+    exprs = []
+
+    def walk(panels):
+        for p in panels:
+            for t in p.get("targets", []):
+                exprs.append(t["expr"])
+            walk(p.get("panels", []))
+    walk(dash["panels"])
+    for v in dash.get("templating", {}).get("list", []):
+        q = v.get("query")
+        if isinstance(q, dict):
+            q = q.get("query", "")
+        if v.get("type") == "query" and q:
+            exprs.append(q)
+    names = set()
+    for e in exprs:
+        e = re.sub(r'"(?:[^"\\]|\\.)*"', '""', e)           # label values
+        e = re.sub(r"\{[^}]*\}", "", e)                      # matchers
+        e = re.sub(r"\[[^\]]*\]", "", e)                     # ranges
+        e = re.sub(r"\b(by|without|on|ignoring)\s*\([^)]*\)", "", e)
+        for tok in re.findall(r"[a-zA-Z_:][a-zA-Z0-9_:]*", e):
+            if tok in PROM_FUNCS or tok.startswith("$") or tok in ("label_values", "query_result"):
+                continue
+            names.add(tok)
+    return exprs, names
+
+
+def served_metrics(c):
+    """Metric names the broker serves on /metrics (base names: a histogram's
+    _bucket/_sum/_count count as its name too), or None when the broker has
+    no HTTP server in this tree."""
+    if not os.path.exists(os.path.join(ROOT, "broker", "http.c")):
+        return None
+    src = open(os.path.join(ROOT, "broker", "http.c")).read()
+    names = set(re.findall(r"\b(baton_[a-z0-9_]+)", src))
+    full = set(names)
+    for n in names:
+        for suf in ("_bucket", "_sum", "_count"):
+            full.add(n + suf)
+    return full
+
+
+def t_grafana_dashboard(c):
+    dash = json.load(open(DASHBOARD))
+    assert dash.get("title") and dash.get("uid") and dash.get("panels"), "not a dashboard"
+    assert isinstance(dash.get("schemaVersion"), int)
+    ids = [p["id"] for p in dash["panels"]]
+    assert len(ids) == len(set(ids)), "panel ids repeat"
+    exprs, names = dashboard_metrics(dash)
+    assert len(exprs) >= 8 and names, exprs
+    for p in dash["panels"]:
+        if p.get("type") != "row":
+            assert p.get("targets") and p.get("datasource"), p.get("title")
+            assert set(p.get("gridPos", {})) >= {"h", "w", "x", "y"}, p.get("title")
+    served = served_metrics(c)
+    known = AGREED_METRICS | {n + s for n in AGREED_METRICS for s in ("_bucket", "_sum", "_count")}
+    if served is not None:
+        known = served
+    missing = sorted(n for n in names if n not in known)
+    assert not missing, "the dashboard uses metrics the broker does not serve: %s" % missing
+    # and every agreed family is on some panel
+    used = {re.sub(r"_(bucket|sum|count)$", "", n) for n in names}
+    unused = sorted(n for n in (AGREED_METRICS if served is None else set()) if n not in used)
+    assert not unused or unused == ["baton_build_info"], unused
+
+
+CASES = [t_grafana_dashboard, t_usage_and_exit_codes, t_status_tables_and_json, t_operations, t_busy, t_watch,
+         t_progress_on_terminal_only]
+
+
+def main():
+    only = sys.argv[1:]
+    passed = failed = 0
+    for case in CASES:
+        if only and case.__name__ not in only:
+            continue
+        c = bt.Case()
+        t0 = time.time()
+        try:
+            case(c)
+            for name in os.listdir(c.dir):  # a sanitizer's report fails the case
+                if name.endswith(".log"):
+                    text = open(os.path.join(c.dir, name), errors="replace").read()
+                    assert "runtime error:" not in text and "Sanitizer" not in text, (name, text[-3000:])
+            print("ok   %-44s %7.3fs" % (case.__name__, time.time() - t0))
+            passed += 1
+        except Exception:
+            print("FAIL %s" % case.__name__)
+            traceback.print_exc(file=sys.stdout)
+            for name in ("broker", "a", "b"):
+                path = c.log(name)
+                if os.path.exists(path):
+                    print("  --- %s.log (last lines)" % name)
+                    for line in open(path).read().splitlines()[-15:]:
+                        print("  " + line)
+            failed += 1
+        finally:
+            c.close()
+        sys.stdout.flush()
+    print("%d passed, %d failed" % (passed, failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
