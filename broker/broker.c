@@ -56,7 +56,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "broker/broker.h"
+#include "broker/broker_int.h"
 
 #define RECEIVERS 64
 #define WORKERS 8
@@ -279,6 +279,7 @@ struct broker {
 	struct broker_config cfg;
 	struct proto_server *srv;
 	struct proto_pub *pub;
+	struct broker_http *http;     /* NULL: no HTTP server */
 	atomic_bool stopping;
 
 	/* inbox of the decision thread */
@@ -338,6 +339,8 @@ static void publish(struct broker *b, const char *kind, const struct eng *e, con
 	}
 	ev.bytes = bytes;
 	proto_set(&ev, PF_BYTES);
+	if (b->http)
+		broker_http_event(b->http, &ev);
 	int rc = proto_publish(b->pub, &ev);
 	if (rc)
 		blog("event %s not published: %s", kind, baton_strerror(rc));
@@ -434,6 +437,54 @@ static void *receiver(void *arg)
 	pthread_cond_destroy(&w.cv);
 	pthread_mutex_destroy(&w.mu);
 	return NULL;
+}
+
+/* The HTTP server's way in (broker_int.h): one request, as a receiver
+ * would post it, answered ECLOSED once the decision thread is gone. */
+void broker_call(struct broker *b, const struct baton_msg *req,
+    void (*fn)(void *arg, const struct baton_msg *rep), void *arg)
+{
+	struct waiter w;
+	pthread_mutex_init(&w.mu, NULL);
+	pthread_cond_init(&w.cv, NULL);
+	memset(&w.rb, 0, sizeof w.rb);
+	w.done = 0;
+	struct item *it = calloc(1, sizeof *it);
+	bool posted = false;
+	if (it) {
+		it->kind = IT_REQ;
+		it->w = &w;
+		it->req = *req; /* owns nothing: proto_msg_free() leaves it alone */
+		pthread_mutex_lock(&b->mu);
+		if (!b->loop_done) {
+			it->next = NULL;
+			if (b->tail)
+				b->tail->next = it;
+			else
+				b->head = it;
+			b->tail = it;
+			pthread_cond_signal(&b->cv);
+			posted = true;
+		}
+		pthread_mutex_unlock(&b->mu);
+	}
+	if (posted) {
+		pthread_mutex_lock(&w.mu);
+		while (!w.done)
+			pthread_cond_wait(&w.cv, &w.mu);
+		pthread_mutex_unlock(&w.mu);
+	} else {
+		int code = it ? BATON_ECLOSED : BATON_ENOMEM;
+		free(it);
+		proto_reply_error(&w.rb.m, req->op, req->id, code,
+		    code == BATON_ECLOSED ? "the broker is shutting down" : "out of memory");
+	}
+	if (!w.rb.m.reply)
+		proto_reply_error(&w.rb.m, req->op, req->id, BATON_EINTERNAL, "no reply was made");
+	fn(arg, &w.rb.m);
+	rbuf_reset(&w.rb);
+	pthread_cond_destroy(&w.cv);
+	pthread_mutex_destroy(&w.mu);
 }
 
 /* ---- workers ---------------------------------------------------------------------- */
@@ -1967,6 +2018,18 @@ int broker_open(const struct broker_config *cfg, struct broker **out, char *err,
 		snprintf(err, errlen, "cannot publish events on %s: %s", cfg->events, baton_strerror(rc));
 		goto fail;
 	}
+	/* Before the decision thread: it reads b->http when it publishes. A
+	 * request that comes before the thread runs waits in the inbox. */
+	if (cfg->http[0]) {
+		char herr[512];
+		rc = broker_http_open(b, cfg, &b->http, herr, sizeof herr);
+		if (rc && cfg->http_set) {
+			snprintf(err, errlen, "%s", herr);
+			goto fail;
+		}
+		if (rc)
+			blog("no HTTP server: %s (set [broker] http to choose another address, or off)", herr);
+	}
 	if (pthread_create(&b->loop_th, NULL, loop, b) != 0)
 		goto nothread;
 	b->have_loop = 1;
@@ -2021,6 +2084,11 @@ void broker_close(struct broker *b)
 	broker_stop(b);
 	if (b->have_loop)
 		pthread_join(b->loop_th, NULL);
+	/* From here on broker_call() answers at once; what the HTTP server
+	 * posted before is answered below or was by the loop. */
+	pthread_mutex_lock(&b->mu);
+	b->loop_done = true;
+	pthread_mutex_unlock(&b->mu);
 	/* Receivers: blocked receives end with ECLOSED. One may have posted a
 	 * request after the loop ended: answer those here. */
 	if (b->srv)
@@ -2051,6 +2119,8 @@ void broker_close(struct broker *b)
 			break;
 		usleep(1000);
 	}
+	broker_http_close(b->http);
+	b->http = NULL;
 	for (int i = 0; i < RECEIVERS; i++)
 		proto_ctx_close(b->ctx[i]);
 	/* Workers: connections shut down, so calls in flight end now. */
@@ -2101,4 +2171,9 @@ const char *broker_control_url(const struct broker *b)
 const char *broker_events_url(const struct broker *b)
 {
 	return proto_pub_url(b->pub);
+}
+
+const char *broker_http_url(const struct broker *b)
+{
+	return b->http ? broker_http_server_url(b->http) : NULL;
 }

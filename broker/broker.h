@@ -34,6 +34,8 @@
 
 #define BROKER_DEFAULT_CONTROL "ipc:///run/baton/broker.sock"
 #define BROKER_DEFAULT_EVENTS  "ipc:///run/baton/events.sock"
+#define BROKER_DEFAULT_HTTP    "127.0.0.1:8420"
+#define BROKER_TOKEN_MAX       256  /* bytes of the HTTP bearer token, with NUL */
 
 /* ---- configuration ------------------------------------------------------------
  *
@@ -47,6 +49,10 @@
  *   acquire_wait_ms = 5000        ; how long an acquire may wait for memory
  *   command_timeout_ms = 30000    ; a command to an engine (a refill may be long)
  *   nvml = true                   ; read GPU memory through NVML when present
+ *   http = 127.0.0.1:8420         ; HTTP API, /metrics and the dashboard (HOST:PORT,
+ *                                 ; port 0: any free one; empty or "off": none)
+ *   http_token = SECRET           ; bearer token that POSTs need (default: none)
+ *   http_token_file = PATH        ; the same, the first line of a file
  *
  *   [gpu "GPU-8f1c..."]           ; or "host-0", or "*" for every device
  *   reserve_mib = 1024            ; headroom: never granted
@@ -86,13 +92,18 @@ struct broker_config {
 	int acquire_wait_ms;
 	int command_timeout_ms;
 	bool nvml;
+	char http[BROKER_URL_MAX];    /* HOST:PORT, "": no HTTP server */
+	bool http_set;                /* chosen (file or flag): failing to bind is an error;
+	                               * the default address only warns when taken */
+	char http_token[BROKER_TOKEN_MAX]; /* "": mutating calls are open */
 	size_t n_gpus, n_engines;
 	struct broker_gpu_conf gpus[BROKER_MAX_GPUS];
 	struct broker_engine_conf engines[BROKER_MAX_ENGINES];
 };
 
 /* The defaults: the sockets above, heartbeat timeout 2000 ms, no idle
- * release, acquire wait 5000 ms, command timeout 30000 ms, NVML on. */
+ * release, acquire wait 5000 ms, command timeout 30000 ms, NVML on, HTTP
+ * on BROKER_DEFAULT_HTTP without a token. */
 void broker_config_defaults(struct broker_config *c);
 /* Reads an INI file over the defaults already in *c. BATON_ECONFIG with
  * "PATH:LINE: what" in err on bad content; BATON_EIO/BATON_ENOTFOUND when
@@ -101,6 +112,13 @@ int broker_config_load(struct broker_config *c, const char *path, char *err, siz
 /* The same from a string (tests); `name` stands for PATH in messages. */
 int broker_config_parse(struct broker_config *c, const char *text, const char *name,
     char *err, size_t errlen);
+/* Sets c->http from "HOST:PORT", "http://HOST:PORT", "" or "off" (none);
+ * BATON_EINVAL with a message in err when it is none of those. */
+int broker_config_set_http(struct broker_config *c, const char *v, char *err, size_t errlen);
+/* Reads the token from the first line of a file into c->http_token;
+ * BATON_EIO (unreadable), BATON_EINVAL (empty, too long, or a character
+ * outside the visible ASCII range) with a message in err. */
+int broker_config_token_file(struct broker_config *c, const char *path, char *err, size_t errlen);
 /* The section for a device (exact uuid first, then "*"), or NULL. */
 const struct broker_gpu_conf *broker_config_gpu(const struct broker_config *c, const char *uuid);
 const struct broker_engine_conf *broker_config_engine(const struct broker_config *c, const char *name);
@@ -188,6 +206,8 @@ void broker_close(struct broker *b);
 /* The URLs it listens on (tcp ports filled in). */
 const char *broker_control_url(const struct broker *b);
 const char *broker_events_url(const struct broker *b);
+/* "http://HOST:PORT" of the HTTP API (port 0 resolved), or NULL when off. */
+const char *broker_http_url(const struct broker *b);
 
 /* ---- NVML (dlopen'ed; absent on machines without an NVIDIA driver) ------------ */
 

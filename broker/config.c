@@ -36,6 +36,58 @@ void broker_config_defaults(struct broker_config *c)
 	c->acquire_wait_ms = 5000;
 	c->command_timeout_ms = 30000;
 	c->nvml = true;
+	snprintf(c->http, sizeof c->http, "%s", BROKER_DEFAULT_HTTP);
+}
+
+int broker_config_set_http(struct broker_config *c, const char *v, char *err, size_t errlen)
+{
+	if (strncmp(v, "http://", 7) == 0)
+		v += 7;
+	c->http_set = true;
+	if (!*v || strcmp(v, "off") == 0) {
+		c->http[0] = 0;
+		return 0;
+	}
+	const char *colon = strrchr(v, ':');
+	uint64_t port = 0;
+	bool ok = colon && colon > v && strlen(v) < BROKER_URL_MAX - 8 && colon[1];
+	for (const char *q = colon ? colon + 1 : v; ok && *q; q++) {
+		ok = *q >= '0' && *q <= '9' && port <= 65535;
+		port = port * 10 + (uint64_t)(*q - '0');
+	}
+	for (const char *q = v; ok && q < colon; q++)
+		ok = *q > ' ' && *q < 127 && *q != '/' && *q != '?' && *q != '#' && *q != '@';
+	if (!ok || port > 65535) {
+		snprintf(err, errlen, "http = '%s': want HOST:PORT (port 0: any free one), or off", v);
+		return BATON_EINVAL;
+	}
+	snprintf(c->http, sizeof c->http, "%s", v);
+	return 0;
+}
+
+int broker_config_token_file(struct broker_config *c, const char *path, char *err, size_t errlen)
+{
+	FILE *f = fopen(path, "r");
+	if (!f) {
+		snprintf(err, errlen, "%s: cannot open the token file: %s", path, strerror(errno));
+		return BATON_EIO;
+	}
+	char line[BROKER_TOKEN_MAX + 2];
+	if (!fgets(line, sizeof line, f))
+		line[0] = 0;
+	fclose(f);
+	size_t n = strcspn(line, "\r\n");
+	bool ok = n > 0 && n < BROKER_TOKEN_MAX && (line[n] || strlen(line) < sizeof line - 1);
+	for (size_t i = 0; ok && i < n; i++)
+		ok = line[i] > ' ' && line[i] < 127;
+	if (!ok) {
+		snprintf(err, errlen, "%s: the token must be one line of 1 to %d visible ASCII characters",
+		    path, BROKER_TOKEN_MAX - 1);
+		return BATON_EINVAL;
+	}
+	memcpy(c->http_token, line, n);
+	c->http_token[n] = 0;
+	return 0;
 }
 
 struct parse {
@@ -255,9 +307,25 @@ static int handler(void *user, const char *section, const char *key, const char 
 		} else if (strcmp(key, "nvml") == 0) {
 			if (parse_bool(value, &c->nvml))
 				return fail(p, "nvml = '%s': want true or false", value);
+		} else if (strcmp(key, "http") == 0) {
+			char msg[300];
+			if (broker_config_set_http(c, value, msg, sizeof msg))
+				return fail(p, "%s", msg);
+		} else if (strcmp(key, "http_token") == 0) {
+			bool ok = *value && strlen(value) < BROKER_TOKEN_MAX;
+			for (const char *q = value; ok && *q; q++)
+				ok = *q > ' ' && *q < 127;
+			if (!ok)
+				return fail(p, "http_token: want 1 to %d visible ASCII characters", BROKER_TOKEN_MAX - 1);
+			snprintf(c->http_token, sizeof c->http_token, "%s", value);
+		} else if (strcmp(key, "http_token_file") == 0) {
+			char msg[600];
+			if (broker_config_token_file(c, value, msg, sizeof msg))
+				return fail(p, "http_token_file: %s", msg);
 		} else {
 			return fail(p, "unknown key '%s' in [broker] (known: control, events, "
-			    "heartbeat_timeout_ms, idle_release_s, acquire_wait_ms, command_timeout_ms, nvml)", key);
+			    "heartbeat_timeout_ms, idle_release_s, acquire_wait_ms, command_timeout_ms, nvml, "
+			    "http, http_token, http_token_file)", key);
 		}
 		return 1;
 	}

@@ -11,11 +11,15 @@
 #include "broker/broker.h"
 
 static const char usage[] =
-    "usage: baton-broker [--config FILE] [--control URL] [--events URL] [--check]\n"
+    "usage: baton-broker [--config FILE] [--control URL] [--events URL] [--http ADDR]\n"
+    "                    [--http-token-file FILE] [--check]\n"
     "\n"
     "  --config FILE   INI configuration (see the README, section Broker)\n"
     "  --control URL   control socket (default " BROKER_DEFAULT_CONTROL ")\n"
     "  --events URL    event socket (default " BROKER_DEFAULT_EVENTS ")\n"
+    "  --http ADDR     HTTP API, /metrics and dashboard on HOST:PORT (default\n"
+    "                  " BROKER_DEFAULT_HTTP "; port 0: any free port; off: none)\n"
+    "  --http-token-file FILE  POSTs need \"Authorization: Bearer\" + its first line\n"
     "  --check         read the configuration, print it, and exit\n"
     "  --help\n"
     "\n"
@@ -45,6 +49,9 @@ static void print_config(const struct broker_config *c)
 	    "acquire_wait_ms = %d\ncommand_timeout_ms = %d\nnvml = %s\n",
 	    c->control, c->events, c->heartbeat_timeout_ms, c->idle_release_s, c->acquire_wait_ms,
 	    c->command_timeout_ms, c->nvml ? "true" : "false");
+	printf("http = %s\n", c->http[0] ? c->http : "off");
+	if (c->http_token[0])
+		printf("; http_token is set (not shown)\n");
 	for (size_t i = 0; i < c->n_gpus; i++) {
 		const struct broker_gpu_conf *g = &c->gpus[i];
 		printf("\n[gpu \"%s\"]\nreserve_mib = %llu\n", g->uuid,
@@ -65,16 +72,18 @@ static void print_config(const struct broker_config *c)
 
 int main(int argc, char **argv)
 {
-	enum { O_CONFIG = 1, O_CONTROL, O_EVENTS, O_CHECK, O_HELP };
+	enum { O_CONFIG = 1, O_CONTROL, O_EVENTS, O_HTTP, O_TOKEN_FILE, O_CHECK, O_HELP };
 	static const struct option lo[] = {
 		{ "config", required_argument, 0, O_CONFIG },
 		{ "control", required_argument, 0, O_CONTROL },
 		{ "events", required_argument, 0, O_EVENTS },
+		{ "http", required_argument, 0, O_HTTP },
+		{ "http-token-file", required_argument, 0, O_TOKEN_FILE },
 		{ "check", no_argument, 0, O_CHECK },
 		{ "help", no_argument, 0, O_HELP },
 		{ 0, 0, 0, 0 },
 	};
-	const char *config = NULL, *control = NULL, *events = NULL;
+	const char *config = NULL, *control = NULL, *events = NULL, *http = NULL, *token_file = NULL;
 	int check = 0, c;
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -82,6 +91,8 @@ int main(int argc, char **argv)
 		case O_CONFIG: config = optarg; break;
 		case O_CONTROL: control = optarg; break;
 		case O_EVENTS: events = optarg; break;
+		case O_HTTP: http = optarg; break;
+		case O_TOKEN_FILE: token_file = optarg; break;
 		case O_CHECK: check = 1; break;
 		case O_HELP: fputs(usage, stdout); return 0;
 		case ':': usage_error("%s needs a value", argv[optind - 1]);
@@ -105,6 +116,10 @@ int main(int argc, char **argv)
 		set_url(cfg.control, "--control", control);
 	if (events)
 		set_url(cfg.events, "--events", events);
+	if (http && broker_config_set_http(&cfg, http, err, sizeof err))
+		usage_error("--http: %s", err);
+	if (token_file && broker_config_token_file(&cfg, token_file, err, sizeof err))
+		usage_error("--http-token-file: %s", err);
 	if (strcmp(cfg.control, cfg.events) == 0)
 		usage_error("control and events must be different sockets (%s)", cfg.control);
 	if (check) {
@@ -127,10 +142,14 @@ int main(int argc, char **argv)
 		fprintf(stderr, "baton-broker: %s\n", err);
 		return 1;
 	}
-	fprintf(stderr, "baton-broker: control %s, events %s%s%s\n", broker_control_url(b),
-	    broker_events_url(b), config ? ", configuration " : "", config ? config : "");
-	/* Ready: tests and scripts wait for this line. */
-	printf("ready %s %s\n", broker_control_url(b), broker_events_url(b));
+	const char *http_url = broker_http_url(b);
+	fprintf(stderr, "baton-broker: control %s, events %s, http %s%s%s\n", broker_control_url(b),
+	    broker_events_url(b), http_url ? http_url : "off", config ? ", configuration " : "",
+	    config ? config : "");
+	/* Ready: tests and scripts wait for this line; the third URL is the
+	 * HTTP server's (its port resolved), absent when it is off. */
+	printf("ready %s %s%s%s\n", broker_control_url(b), broker_events_url(b), http_url ? " " : "",
+	    http_url ? http_url : "");
 	fflush(stdout);
 	for (;;) {
 		int sig;

@@ -1,0 +1,963 @@
+/*
+ * http.c: the broker's HTTP side (see broker_int.h and the README's
+ * "HTTP API, metrics and dashboard"): the JSON API under /v1, Prometheus
+ * metrics on /metrics, and the dashboard page on /.
+ *
+ * nng's HTTP server calls one handler (every path and method, so that odd
+ * ones get our JSON errors) on an nng thread. That thread must never wait
+ * for the decision thread: commands to engines travel on nng too, and a
+ * pool of nng threads all blocked behind a handoff would stall the very
+ * replies the handoff waits for. So the handler only queues the request;
+ * HTTP_THREADS threads of our own take it, run it through broker_call()
+ * (the same path as the control socket: same checks, same errors, same
+ * events) and finish the aio.
+ *
+ * Events: the decision thread hands every published event to
+ * broker_http_event(), which keeps the last EVENTS_MAX in a ring (for
+ * /v1/events?since=N) and counts what /metrics reports as counters and
+ * histograms. Gauges come from a status request made per scrape.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <arpa/inet.h>
+#include <jansson.h>
+#include <nng/nng.h>
+#include <nng/supplemental/http/http.h>
+
+#include "broker/broker_int.h"
+
+#ifndef BATON_VERSION
+#define BATON_VERSION "0.1.0-dev"
+#endif
+
+#define HTTP_THREADS 4
+#define BODY_MAX (64u * 1024u)      /* a JSON body above this: 413 */
+#define NNG_BODY_MAX (1024u * 1024u) /* nng refuses (400) before reading above this */
+#define URI_MAX 2048
+#define EVENTS_MAX 1024
+#define STATS_MAX (2 * BROKER_MAX_ENGINES)
+#define HIST_N 14
+
+static const double hist_le[HIST_N] = { 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+	1, 2.5, 5, 10, 30 };
+
+struct hist {
+	uint64_t b[HIST_N];   /* not cumulative; summed when written */
+	uint64_t count;
+	double sum;
+};
+
+struct estat {
+	char name[BROKER_NAME_MAX];
+	uint64_t releases, refills, grants, denials;
+	struct hist rel, ref;
+	double last_refill_bps;
+};
+
+struct evrec {
+	uint64_t seq, time_ms, bytes;
+	double ms;
+	bool has_ms;
+	char kind[32], state[32];
+	char engine[BROKER_NAME_MAX], gpu[BROKER_NAME_MAX];
+	char reason[512];
+};
+
+struct hjob {
+	struct hjob *next;
+	nng_aio *aio;
+};
+
+struct broker_http {
+	struct broker *b;
+	nng_http_server *srv;
+	char url[BROKER_URL_MAX + 16];
+	char token[BROKER_TOKEN_MAX];
+	pthread_t th[HTTP_THREADS];
+	int n_th;
+
+	pthread_mutex_t mu;   /* everything below */
+	pthread_cond_t cv;
+	struct hjob *qh, *qt;
+	bool stop;
+	struct evrec *ev;     /* ring: seq s at ev[s % EVENTS_MAX] */
+	uint64_t ev_last;     /* newest seq, 0: none */
+	uint64_t ev_count;    /* held in the ring */
+	struct estat *st;
+	size_t n_st;
+	uint64_t handoffs, errors, events;
+};
+
+/* ---- events and counters (decision thread in, HTTP threads out) ---------------- */
+
+static struct estat *stat_of(struct broker_http *h, const char *name)
+{
+	if (!name || !*name)
+		return NULL;
+	for (size_t i = 0; i < h->n_st; i++)
+		if (strcmp(h->st[i].name, name) == 0)
+			return &h->st[i];
+	if (h->n_st == STATS_MAX)
+		return NULL;
+	struct estat *s = &h->st[h->n_st++];
+	memset(s, 0, sizeof *s);
+	snprintf(s->name, sizeof s->name, "%s", name);
+	return s;
+}
+
+static void hist_add(struct hist *x, double s)
+{
+	size_t i = 0;
+	while (i < HIST_N && s > hist_le[i])
+		i++;
+	if (i < HIST_N)
+		x->b[i]++;
+	x->count++;
+	x->sum += s;
+}
+
+void broker_http_event(struct broker_http *h, const struct baton_msg *ev)
+{
+	const char *kind = ev->kind ? ev->kind : "", *reason = ev->reason ? ev->reason : "";
+	pthread_mutex_lock(&h->mu);
+	struct evrec *r = &h->ev[ev->seq % EVENTS_MAX];
+	memset(r, 0, sizeof *r);
+	r->seq = ev->seq;
+	r->time_ms = ev->time_ms;
+	r->bytes = ev->bytes;
+	r->has_ms = proto_has(ev, PF_MS);
+	r->ms = r->has_ms ? ev->ms : 0;
+	snprintf(r->kind, sizeof r->kind, "%s", kind);
+	snprintf(r->state, sizeof r->state, "%s", ev->state ? ev->state : "");
+	snprintf(r->engine, sizeof r->engine, "%s", ev->engine ? ev->engine : "");
+	snprintf(r->gpu, sizeof r->gpu, "%s", ev->gpu ? ev->gpu : "");
+	snprintf(r->reason, sizeof r->reason, "%s", reason);
+	h->ev_last = ev->seq;
+	if (h->ev_count < EVENTS_MAX)
+		h->ev_count++;
+	h->events++;
+
+	/* Releases and refills: the broker's commands (kind release/refill),
+	 * and what engines did on their own and reported (kind state: an
+	 * engine's refill before a request, its idle release). */
+	bool state = strcmp(kind, "state") == 0;
+	bool failed = strstr(reason, "fail") != NULL;
+	bool release = strcmp(kind, "release") == 0 || (state && !failed && strstr(reason, "release"));
+	bool refill = strcmp(kind, "refill") == 0 || (state && !failed && strncmp(reason, "refill", 6) == 0);
+	struct estat *s = stat_of(h, ev->engine);
+	double secs = r->has_ms && r->ms >= 0 ? r->ms / 1e3 : 0;
+	if (s && release) {
+		s->releases++;
+		hist_add(&s->rel, secs);
+	}
+	if (s && refill) {
+		s->refills++;
+		hist_add(&s->ref, secs);
+		if (secs > 0 && ev->bytes > 0)
+			s->last_refill_bps = (double)ev->bytes / secs;
+	}
+	if (s && strcmp(kind, "grant") == 0)
+		s->grants++;
+	if (strcmp(kind, "deny") == 0) {
+		h->errors++;
+		if (s)
+			s->denials++;
+	}
+	if (strcmp(kind, "handoff") == 0)
+		h->handoffs++;
+	pthread_mutex_unlock(&h->mu);
+}
+
+/* ---- responses ------------------------------------------------------------------- */
+
+struct resp {
+	int status;
+	const char *ctype;
+	char *body;           /* malloc'd, or NULL with cbody */
+	const char *cbody;
+	size_t len;
+	const char *allow;    /* 405: the methods that would do */
+};
+
+static void resp_json(struct resp *r, int status, json_t *j)
+{
+	r->status = status;
+	r->ctype = "application/json";
+	r->body = j ? json_dumps(j, JSON_COMPACT) : NULL;
+	r->len = r->body ? strlen(r->body) : 0;
+	if (!r->body) {
+		r->status = 500;
+		r->cbody = "{\"ok\":false,\"code\":\"nomem\",\"err\":2,\"message\":\"out of memory\"}";
+		r->len = strlen(r->cbody);
+	}
+	json_decref(j);
+}
+
+/* An error body: {"ok": false, "code": "busy", "err": 6, "message": "..."}.
+ * code and err are those of proto/err.h, as on the control socket. */
+static void resp_error(struct resp *r, int status, int err, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void resp_error(struct resp *r, int status, int err, const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	resp_json(r, status, json_pack("{s:b, s:s, s:i, s:s}", "ok", 0, "code", baton_errname(err), "err",
+	    err, "message", msg));
+}
+
+/* The HTTP status for a broker error. A pinned engine (permission) is 403:
+ * 401 means the token, and the token was right. */
+static int status_of(int err)
+{
+	switch (err) {
+	case BATON_EBUSY:
+	case BATON_ESTATE:
+	case BATON_EEXIST:
+		return 409;
+	case BATON_ENOTFOUND:
+		return 404;
+	case BATON_EINVAL:
+	case BATON_EUNSUPPORTED:
+	case BATON_ETYPE:
+	case BATON_ERANGE:
+	case BATON_EMISSING:
+	case BATON_EEXTRA:
+	case BATON_EMSG:
+	case BATON_EDUP:
+	case BATON_EUNKNOWNOP:
+		return 400;
+	case BATON_EPERM:
+		return 403;
+	case BATON_ETOOBIG:
+		return 413;
+	case BATON_ETIMEDOUT:
+		return 504;
+	case BATON_ECLOSED:
+	case BATON_EDEVMEM:
+		return 503;
+	default:
+		return 500;
+	}
+}
+
+static void send_resp(nng_aio *aio, struct resp *r)
+{
+	nng_http_res *res;
+	if (nng_http_res_alloc(&res) != 0) {
+		free(r->body);
+		nng_aio_finish(aio, NNG_ENOMEM);
+		return;
+	}
+	nng_http_res_set_status(res, (uint16_t)r->status);
+	nng_http_res_set_header(res, "Content-Type", r->ctype);
+	nng_http_res_set_header(res, "Cache-Control", "no-store");
+	nng_http_res_set_header(res, "X-Content-Type-Options", "nosniff");
+	if (r->allow)
+		nng_http_res_set_header(res, "Allow", r->allow);
+	if (r->status == 401)
+		nng_http_res_set_header(res, "WWW-Authenticate", "Bearer realm=\"baton\"");
+	if (r->status == 413)
+		nng_http_res_set_header(res, "Connection", "close");
+	int rc = nng_http_res_copy_data(res, r->body ? r->body : r->cbody, r->len);
+	free(r->body);
+	r->body = NULL;
+	if (rc) {
+		nng_http_res_free(res);
+		nng_aio_finish(aio, rc);
+		return;
+	}
+	nng_aio_set_output(aio, 0, res);
+	nng_aio_finish(aio, 0);
+}
+
+/* ---- status as JSON -------------------------------------------------------------- */
+
+struct status_ctx {
+	struct broker_http *h;
+	const char *only;     /* one engine's object, or NULL: everything */
+	json_t *out;          /* built here; NULL after an error */
+	int err;
+	char msg[512];
+};
+
+static json_t *engine_json(const struct proto_engine_info *e)
+{
+	return json_pack("{s:s, s:I, s:s, s:s, s:s, s:I, s:I, s:I, s:i, s:b, s:I, s:f}", "name", e->name,
+	    "pid", (json_int_t)e->pid, "gpu", e->gpu, "model", e->model, "state", e->state, "resident",
+	    (json_int_t)e->resident, "floor", (json_int_t)e->floor, "ceiling", (json_int_t)e->ceiling,
+	    "priority", (int)e->priority, "pinned", (int)e->pinned, "idle_ms", (json_int_t)e->idle_ms,
+	    "last_refill_gbps", e->last_refill_gbps);
+}
+
+static void on_status_reply(void *arg, const struct baton_msg *rep)
+{
+	struct status_ctx *c = arg;
+	if (!rep->ok) {
+		c->err = rep->err;
+		snprintf(c->msg, sizeof c->msg, "%s", rep->msg ? rep->msg : baton_strerror(rep->err));
+		return;
+	}
+	if (c->only) {
+		for (uint32_t i = 0; i < rep->engines.n; i++)
+			if (strcmp(rep->engines.v[i].name, c->only) == 0)
+				c->out = engine_json(&rep->engines.v[i]);
+		if (!c->out) {
+			c->err = BATON_ENOTFOUND;
+			snprintf(c->msg, sizeof c->msg, "no engine named '%s' is registered", c->only);
+		}
+		return;
+	}
+	json_t *gpus = json_array(), *engines = json_array();
+	for (uint32_t i = 0; i < rep->gpus.n; i++) {
+		const struct proto_gpu *g = &rep->gpus.v[i];
+		uint64_t used = g->total > g->free_bytes ? g->total - g->free_bytes : 0;
+		json_array_append_new(gpus, json_pack("{s:s, s:I, s:I, s:I, s:I, s:I}", "uuid", g->uuid,
+		    "total", (json_int_t)g->total, "free", (json_int_t)g->free_bytes, "used", (json_int_t)used,
+		    "held", (json_int_t)g->held, "reserve", (json_int_t)g->reserve));
+	}
+	for (uint32_t i = 0; i < rep->engines.n; i++)
+		json_array_append_new(engines, engine_json(&rep->engines.v[i]));
+	pthread_mutex_lock(&c->h->mu);
+	uint64_t last = c->h->ev_last;
+	pthread_mutex_unlock(&c->h->mu);
+	c->out = json_pack("{s:b, s:I, s:I, s:o, s:o}", "ok", 1, "epoch", (json_int_t)rep->epoch,
+	    "last_event", (json_int_t)last, "gpus", gpus, "engines", engines);
+}
+
+/* ---- metrics --------------------------------------------------------------------- */
+
+struct metrics_ctx {
+	FILE *f;
+	int err;
+	char msg[512];
+	unsigned live, all;   /* engines: not dead, all */
+};
+
+/* A label value: backslash, quote and newline escaped. */
+static void label(FILE *f, const char *s)
+{
+	for (; *s; s++) {
+		if (*s == '\\' || *s == '"')
+			fputc('\\', f);
+		if (*s == '\n') {
+			fputs("\\n", f);
+			continue;
+		}
+		fputc(*s, f);
+	}
+}
+
+static void head(FILE *f, const char *name, const char *type, const char *help)
+{
+	fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static const char *const known_states[] = { "loading", "ready", "releasing", "released", "refilling",
+	"partial", "lost", "dead", "stopped" };
+
+static void on_metrics_reply(void *arg, const struct baton_msg *rep)
+{
+	struct metrics_ctx *c = arg;
+	FILE *f = c->f;
+	if (!rep->ok) {
+		c->err = rep->err;
+		snprintf(c->msg, sizeof c->msg, "%s", rep->msg ? rep->msg : baton_strerror(rep->err));
+		return;
+	}
+	static const struct {
+		const char *name, *help;
+		int which;
+	} gm[] = {
+		{ "baton_gpu_memory_total_bytes", "Device memory the broker manages (total_mib or the device's size).", 0 },
+		{ "baton_gpu_memory_free_bytes", "Device memory free, as the broker counts it (NVML when present).", 1 },
+		{ "baton_gpu_memory_used_bytes", "Device memory in use: total minus free.", 2 },
+		{ "baton_gpu_memory_held_bytes", "Device memory held by Baton engines' expert caches (and grants).", 3 },
+		{ "baton_gpu_memory_reserve_bytes", "Headroom the broker never grants (reserve_mib).", 4 },
+	};
+	for (size_t k = 0; k < sizeof gm / sizeof gm[0]; k++) {
+		head(f, gm[k].name, "gauge", gm[k].help);
+		for (uint32_t i = 0; i < rep->gpus.n; i++) {
+			const struct proto_gpu *g = &rep->gpus.v[i];
+			uint64_t v[5] = { g->total, g->free_bytes, g->total > g->free_bytes ? g->total - g->free_bytes : 0,
+				g->held, g->reserve };
+			fprintf(f, "%s{uuid=\"", gm[k].name);
+			label(f, g->uuid);
+			fprintf(f, "\"} %" PRIu64 "\n", v[gm[k].which]);
+		}
+	}
+	head(f, "baton_engine_resident_bytes", "gauge", "Device memory an engine's expert cache maps.");
+	for (uint32_t i = 0; i < rep->engines.n; i++) {
+		const struct proto_engine_info *e = &rep->engines.v[i];
+		fprintf(f, "baton_engine_resident_bytes{name=\"%s\",gpu=\"", e->name);
+		label(f, e->gpu);
+		fprintf(f, "\"} %" PRIu64 "\n", e->resident);
+	}
+	head(f, "baton_engine_ceiling_bytes", "gauge", "Device memory an engine's whole expert cache takes.");
+	for (uint32_t i = 0; i < rep->engines.n; i++) {
+		const struct proto_engine_info *e = &rep->engines.v[i];
+		fprintf(f, "baton_engine_ceiling_bytes{name=\"%s\",gpu=\"", e->name);
+		label(f, e->gpu);
+		fprintf(f, "\"} %" PRIu64 "\n", e->ceiling);
+	}
+	head(f, "baton_engine_state", "gauge", "1 for the state an engine is in, 0 for the others.");
+	for (uint32_t i = 0; i < rep->engines.n; i++) {
+		const struct proto_engine_info *e = &rep->engines.v[i];
+		bool known = false;
+		for (size_t s = 0; s < sizeof known_states / sizeof known_states[0]; s++) {
+			bool on = strcmp(e->state, known_states[s]) == 0;
+			known = known || on;
+			fprintf(f, "baton_engine_state{name=\"%s\",state=\"%s\"} %d\n", e->name, known_states[s], on);
+		}
+		if (!known) {
+			fprintf(f, "baton_engine_state{name=\"%s\",state=\"", e->name);
+			label(f, e->state);
+			fputs("\"} 1\n", f);
+		}
+	}
+	head(f, "baton_engine_pinned", "gauge", "1 when an engine is pinned (never reclaimed).");
+	for (uint32_t i = 0; i < rep->engines.n; i++)
+		fprintf(f, "baton_engine_pinned{name=\"%s\"} %d\n", rep->engines.v[i].name, rep->engines.v[i].pinned);
+	head(f, "baton_engine_idle_seconds", "gauge", "Seconds since an engine's last request ended (0 while busy).");
+	for (uint32_t i = 0; i < rep->engines.n; i++)
+		fprintf(f, "baton_engine_idle_seconds{name=\"%s\"} %.3f\n", rep->engines.v[i].name,
+		    (double)rep->engines.v[i].idle_ms / 1e3);
+	c->all = rep->engines.n;
+	for (uint32_t i = 0; i < rep->engines.n; i++)
+		c->live += strcmp(rep->engines.v[i].state, "dead") != 0;
+	/* the counters follow in metrics_counters(), under the server's lock */
+}
+
+static void write_hist(FILE *f, const char *name, const char *engine, const struct hist *x)
+{
+	uint64_t cum = 0;
+	for (size_t i = 0; i < HIST_N; i++) {
+		cum += x->b[i];
+		fprintf(f, "%s_bucket{name=\"%s\",le=\"%g\"} %" PRIu64 "\n", name, engine, hist_le[i], cum);
+	}
+	fprintf(f, "%s_bucket{name=\"%s\",le=\"+Inf\"} %" PRIu64 "\n", name, engine, x->count);
+	fprintf(f, "%s_sum{name=\"%s\"} %.6f\n", name, engine, x->sum);
+	fprintf(f, "%s_count{name=\"%s\"} %" PRIu64 "\n", name, engine, x->count);
+}
+
+static void metrics_counters(struct broker_http *h, FILE *f, unsigned live, unsigned all)
+{
+	pthread_mutex_lock(&h->mu);
+	static const struct {
+		const char *name, *help;
+		size_t off;
+	} cm[] = {
+		{ "baton_engine_releases_total", "Releases of an engine's cache (by the broker or the engine).",
+		    offsetof(struct estat, releases) },
+		{ "baton_engine_refills_total", "Refills of an engine's cache (by the broker or the engine).",
+		    offsetof(struct estat, refills) },
+		{ "baton_engine_grants_total", "Memory requests granted to an engine (acquire, refill, handoff).",
+		    offsetof(struct estat, grants) },
+		{ "baton_engine_denials_total", "Memory requests for an engine that ended in an error.",
+		    offsetof(struct estat, denials) },
+	};
+	for (size_t k = 0; k < sizeof cm / sizeof cm[0]; k++) {
+		head(f, cm[k].name, "counter", cm[k].help);
+		for (size_t i = 0; i < h->n_st; i++)
+			fprintf(f, "%s{name=\"%s\"} %" PRIu64 "\n", cm[k].name, h->st[i].name,
+			    *(const uint64_t *)((const char *)&h->st[i] + cm[k].off));
+	}
+	head(f, "baton_engine_release_duration_seconds", "histogram", "How long releases took.");
+	for (size_t i = 0; i < h->n_st; i++)
+		write_hist(f, "baton_engine_release_duration_seconds", h->st[i].name, &h->st[i].rel);
+	head(f, "baton_engine_refill_duration_seconds", "histogram", "How long refills took.");
+	for (size_t i = 0; i < h->n_st; i++)
+		write_hist(f, "baton_engine_refill_duration_seconds", h->st[i].name, &h->st[i].ref);
+	head(f, "baton_engine_last_refill_bytes_per_second", "gauge",
+	    "Bytes copied per second by an engine's last refill.");
+	for (size_t i = 0; i < h->n_st; i++)
+		fprintf(f, "baton_engine_last_refill_bytes_per_second{name=\"%s\"} %.0f\n", h->st[i].name,
+		    h->st[i].last_refill_bps);
+	head(f, "baton_engines", "gauge", "Engines the broker knows, by liveness.");
+	fprintf(f, "baton_engines{status=\"live\"} %u\nbaton_engines{status=\"dead\"} %u\n", live, all - live);
+	head(f, "baton_handoffs_total", "counter", "Handoffs completed (scripted, and on demand after a reclaim).");
+	fprintf(f, "baton_handoffs_total %" PRIu64 "\n", h->handoffs);
+	head(f, "baton_errors_total", "counter", "Operations that ended in an error (deny events).");
+	fprintf(f, "baton_errors_total %" PRIu64 "\n", h->errors);
+	head(f, "baton_events_total", "counter", "Events the broker published.");
+	fprintf(f, "baton_events_total %" PRIu64 "\n", h->events);
+	pthread_mutex_unlock(&h->mu);
+	head(f, "baton_build_info", "gauge", "The broker's version; always 1.");
+	fprintf(f, "baton_build_info{version=\"%s\"} 1\n", BATON_VERSION);
+}
+
+/* ---- requests -------------------------------------------------------------------- */
+
+static int valid_name(const char *s, size_t n)
+{
+	if (n == 0 || n > 64)
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		char c = s[i];
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+		    c == '_' || c == '.'))
+			return 0;
+	}
+	return 1;
+}
+
+struct cmd_ctx {
+	struct resp *r;
+	const char *name;
+};
+
+static void on_cmd_reply(void *arg, const struct baton_msg *rep)
+{
+	struct cmd_ctx *c = arg;
+	if (!rep->ok) {
+		resp_error(c->r, status_of(rep->err), rep->err, "%s", rep->msg ? rep->msg : baton_strerror(rep->err));
+		return;
+	}
+	json_t *j;
+	if (rep->op == PROTO_OP_HANDOFF) {
+		j = json_pack("{s:b, s:f, s:f, s:f, s:f}", "ok", 1, "decide_ms", rep->decide_ms, "release_ms",
+		    rep->release_ms, "refill_ms", rep->refill_ms, "total_ms", rep->total_ms);
+	} else {
+		j = json_pack("{s:b, s:s, s:s, s:I, s:f, s:I, s:I}", "ok", 1, "name", c->name, "state",
+		    rep->state ? rep->state : "", "resident", (json_int_t)rep->resident, "ms", rep->ms, "bytes",
+		    (json_int_t)rep->bytes, "epoch", (json_int_t)rep->epoch);
+		if (j && proto_has(rep, PF_MAPPED))
+			json_object_set_new(j, "mapped", json_integer((json_int_t)rep->mapped));
+	}
+	resp_json(c->r, 200, j);
+}
+
+/* The body of a POST: empty or a JSON object with exactly `keys` (NULL
+ * ends; "?name" is optional). 0, or an error response made. */
+static int parse_body(nng_http_req *req, struct resp *r, const char *const *keys, json_t **out)
+{
+	void *data;
+	size_t len;
+	*out = NULL;
+	nng_http_req_get_data(req, &data, &len);
+	if (len > BODY_MAX) {
+		resp_error(r, 413, BATON_ETOOBIG, "the body is %zu bytes; at most %u", len, BODY_MAX);
+		return -1;
+	}
+	bool optional_only = true;
+	for (size_t i = 0; keys[i]; i++)
+		optional_only = optional_only && keys[i][0] == '?';
+	if (len == 0 && optional_only) {
+		*out = json_object();
+		return 0;
+	}
+	json_error_t je;
+	json_t *j = len ? json_loadb(data, len, JSON_REJECT_DUPLICATES, &je) : NULL;
+	if (!j) {
+		resp_error(r, 400, BATON_EMSG, "the body is not JSON: %s", len ? je.text : "empty");
+		return -1;
+	}
+	if (!json_is_object(j)) {
+		json_decref(j);
+		resp_error(r, 400, BATON_ETYPE, "the body must be a JSON object");
+		return -1;
+	}
+	const char *k;
+	json_t *v;
+	json_object_foreach(j, k, v) {
+		bool known = false;
+		for (size_t i = 0; keys[i]; i++)
+			known = known || strcmp(keys[i] + (keys[i][0] == '?'), k) == 0;
+		if (!known) {
+			json_decref(j);
+			resp_error(r, 400, BATON_EEXTRA, "unexpected key in the body (want %s%s%s)",
+			    keys[0] ? keys[0] + (keys[0][0] == '?') : "nothing", keys[0] && keys[1] ? ", " : "",
+			    keys[0] && keys[1] ? keys[1] + (keys[1][0] == '?') : "");
+			return -1;
+		}
+	}
+	for (size_t i = 0; keys[i]; i++) {
+		if (keys[i][0] != '?' && !json_object_get(j, keys[i])) {
+			json_decref(j);
+			resp_error(r, 400, BATON_EMISSING, "the body needs \"%s\"", keys[i]);
+			return -1;
+		}
+	}
+	*out = j;
+	return 0;
+}
+
+static int auth_ok(struct broker_http *h, nng_http_req *req)
+{
+	if (!h->token[0])
+		return 1;
+	const char *a = nng_http_req_get_header(req, "Authorization");
+	if (!a || strncmp(a, "Bearer ", 7) != 0)
+		return 0;
+	a += 7;
+	size_t n = strlen(a), m = strlen(h->token);
+	unsigned char d = n != m;
+	for (size_t i = 0; i < m; i++) /* the same time for every wrong token of this length */
+		d |= (unsigned char)(a[i < n ? i : 0] ^ h->token[i]);
+	return d == 0;
+}
+
+static void do_events(struct broker_http *h, const char *query, struct resp *r)
+{
+	uint64_t since = 0;
+	if (query && *query) {
+		if (strncmp(query, "since=", 6) != 0 || strchr(query, '&')) {
+			resp_error(r, 400, BATON_EEXTRA, "the only query parameter is since=N");
+			return;
+		}
+		const char *v = query + 6;
+		size_t n = strlen(v);
+		bool ok = n > 0 && n <= 19;
+		for (size_t i = 0; ok && i < n; i++)
+			ok = v[i] >= '0' && v[i] <= '9';
+		if (!ok) {
+			resp_error(r, 400, BATON_ETYPE, "since: want a whole number (the last seq seen)");
+			return;
+		}
+		since = strtoull(v, NULL, 10);
+	}
+	json_t *arr = json_array();
+	pthread_mutex_lock(&h->mu);
+	uint64_t last = h->ev_last, first = last >= h->ev_count ? last - h->ev_count + 1 : 1;
+	for (uint64_t s = since + 1 > first ? since + 1 : first; s <= last && h->ev_count; s++) {
+		const struct evrec *e = &h->ev[s % EVENTS_MAX];
+		json_t *o = json_pack("{s:I, s:I, s:s, s:s, s:s, s:s, s:s, s:I}", "seq", (json_int_t)e->seq,
+		    "time_ms", (json_int_t)e->time_ms, "kind", e->kind, "engine", e->engine, "gpu", e->gpu,
+		    "state", e->state, "reason", e->reason, "bytes", (json_int_t)e->bytes);
+		if (o && e->has_ms)
+			json_object_set_new(o, "ms", json_real(e->ms));
+		json_array_append_new(arr, o);
+	}
+	pthread_mutex_unlock(&h->mu);
+	resp_json(r, 200, json_pack("{s:b, s:I, s:I, s:o}", "ok", 1, "last", (json_int_t)last, "first",
+	    (json_int_t)(h->ev_count ? first : 0), "events", arr));
+}
+
+static void do_metrics(struct broker_http *h, struct resp *r)
+{
+	struct metrics_ctx c = { 0 };
+	size_t len = 0;
+	char *buf = NULL;
+	c.f = open_memstream(&buf, &len);
+	if (!c.f) {
+		resp_error(r, 500, BATON_ENOMEM, "out of memory");
+		return;
+	}
+	struct baton_msg m;
+	proto_msg_init(&m, PROTO_OP_STATUS);
+	broker_call(h->b, &m, on_metrics_reply, &c);
+	if (!c.err)
+		metrics_counters(h, c.f, c.live, c.all);
+	fclose(c.f);
+	if (c.err) {
+		free(buf);
+		resp_error(r, status_of(c.err), c.err, "%s", c.msg);
+		return;
+	}
+	r->status = 200;
+	r->ctype = "text/plain; version=0.0.4; charset=utf-8";
+	r->body = buf;
+	r->len = len;
+}
+
+static void serve(struct broker_http *h, nng_aio *aio)
+{
+	nng_http_req *req = nng_aio_get_input(aio, 0);
+	const char *method = nng_http_req_get_method(req);
+	const char *uri = nng_http_req_get_uri(req);
+	struct resp r = { 0 };
+	char path[URI_MAX];
+	if (strlen(uri) >= sizeof path) {
+		resp_error(&r, 404, BATON_ENOTFOUND, "no such path");
+		send_resp(aio, &r);
+		return;
+	}
+	snprintf(path, sizeof path, "%s", uri);
+	char *query = strchr(path, '?');
+	if (query)
+		*query++ = 0;
+	bool get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
+	bool post = strcmp(method, "POST") == 0;
+
+	/* reads */
+	bool is_get_path = strcmp(path, "/") == 0 || strcmp(path, "/index.html") == 0 ||
+	    strcmp(path, "/metrics") == 0 || strcmp(path, "/v1/status") == 0 || strcmp(path, "/v1/events") == 0;
+	const char *eng = NULL, *verb = NULL;
+	size_t eng_len = 0;
+	if (strncmp(path, "/v1/engines/", 12) == 0) {
+		eng = path + 12;
+		const char *slash = strchr(eng, '/');
+		eng_len = slash ? (size_t)(slash - eng) : strlen(eng);
+		verb = slash ? slash + 1 : NULL;
+		if (!verb)
+			is_get_path = true;
+		else if (strcmp(verb, "release") != 0 && strcmp(verb, "refill") != 0 && strcmp(verb, "vram") != 0) {
+			resp_error(&r, 404, BATON_ENOTFOUND, "no such path (engines have release, refill, vram)");
+			send_resp(aio, &r);
+			return;
+		}
+	}
+	bool is_post_path = verb || strcmp(path, "/v1/handoff") == 0;
+	if (!is_get_path && !is_post_path) {
+		resp_error(&r, 404, BATON_ENOTFOUND, "no such path");
+	} else if (is_get_path && !get) {
+		r.allow = "GET, HEAD";
+		resp_error(&r, 405, BATON_EUNSUPPORTED, "%s takes GET", path);
+	} else if (is_post_path && !post) {
+		r.allow = "POST";
+		resp_error(&r, 405, BATON_EUNSUPPORTED, "%s takes POST", path);
+	} else if (is_get_path && query && *query && strcmp(path, "/v1/events") != 0) {
+		resp_error(&r, 400, BATON_EEXTRA, "%s takes no query parameters", path);
+	} else if (strcmp(path, "/") == 0 || strcmp(path, "/index.html") == 0) {
+		r.status = 200;
+		r.ctype = "text/html; charset=utf-8";
+		r.cbody = broker_dashboard_html;
+		r.len = broker_dashboard_html_len;
+	} else if (strcmp(path, "/metrics") == 0) {
+		do_metrics(h, &r);
+	} else if (strcmp(path, "/v1/events") == 0) {
+		do_events(h, query, &r);
+	} else if (is_get_path) {
+		char name[BROKER_NAME_MAX];
+		struct status_ctx c = { .h = h };
+		if (eng) {
+			if (!valid_name(eng, eng_len)) {
+				resp_error(&r, 404, BATON_ENOTFOUND, "no engine by that name (names: A-Z a-z 0-9 . _ -)");
+				send_resp(aio, &r);
+				return;
+			}
+			memcpy(name, eng, eng_len);
+			name[eng_len] = 0;
+			c.only = name;
+		}
+		struct baton_msg m;
+		proto_msg_init(&m, PROTO_OP_STATUS);
+		broker_call(h->b, &m, on_status_reply, &c);
+		if (c.err || !c.out) {
+			json_decref(c.out);
+			resp_error(&r, status_of(c.err ? c.err : BATON_ENOMEM), c.err ? c.err : BATON_ENOMEM, "%s",
+			    c.err ? c.msg : "out of memory");
+		} else {
+			resp_json(&r, 200, c.out);
+		}
+	} else if (!auth_ok(h, req)) {
+		resp_error(&r, 401, BATON_EPERM, "%s needs the broker's token (Authorization: Bearer ...)", path);
+	} else {
+		/* mutating calls: POST /v1/engines/NAME/{release,refill,vram}, /v1/handoff */
+		static const char *const no_keys[] = { NULL };
+		static const char *const vram_keys[] = { "reserve_mib", NULL };
+		static const char *const ho_keys[] = { "from", "to", NULL };
+		json_t *body = NULL;
+		char name[BROKER_NAME_MAX];
+		struct baton_msg m;
+		const char *const *keys = !verb ? ho_keys : strcmp(verb, "vram") == 0 ? vram_keys : no_keys;
+		if (parse_body(req, &r, keys, &body) != 0)
+			goto out;
+		if (verb) {
+			if (!valid_name(eng, eng_len)) {
+				resp_error(&r, 404, BATON_ENOTFOUND, "no engine by that name (names: A-Z a-z 0-9 . _ -)");
+				goto out;
+			}
+			memcpy(name, eng, eng_len);
+			name[eng_len] = 0;
+			enum proto_op op = strcmp(verb, "release") == 0 ? PROTO_OP_RELEASE :
+			    strcmp(verb, "refill") == 0 ? PROTO_OP_REFILL : PROTO_OP_VRAM;
+			proto_msg_init(&m, op);
+			m.name = name;
+			proto_set(&m, PF_NAME);
+			if (op == PROTO_OP_VRAM) {
+				json_t *v = json_object_get(body, "reserve_mib");
+				if (json_is_null(v)) {
+					m.reserve_mib = PROTO_RESERVE_FULL;
+				} else if (!json_is_integer(v)) {
+					resp_error(&r, 400, BATON_ETYPE, "reserve_mib: want a whole number of MiB or null");
+					goto out;
+				} else if (json_integer_value(v) < 0 ||
+				    (uint64_t)json_integer_value(v) > PROTO_RESERVE_MIB_MAX) {
+					resp_error(&r, 400, BATON_ERANGE, "reserve_mib: want 0 to %" PRIu64 " MiB, or null",
+					    (uint64_t)PROTO_RESERVE_MIB_MAX);
+					goto out;
+				} else {
+					m.reserve_mib = (uint64_t)json_integer_value(v);
+				}
+			}
+		} else {
+			json_t *f = json_object_get(body, "from"), *t = json_object_get(body, "to");
+			if (!json_is_string(f) || !json_is_string(t)) {
+				resp_error(&r, 400, BATON_ETYPE, "from and to: want engine names (strings)");
+				goto out;
+			}
+			const char *fs = json_string_value(f), *ts = json_string_value(t);
+			if (!valid_name(fs, json_string_length(f)) || !valid_name(ts, json_string_length(t)) ||
+			    strlen(fs) != json_string_length(f) || strlen(ts) != json_string_length(t)) {
+				resp_error(&r, 404, BATON_ENOTFOUND, "no engine named '%s' or '%s' is registered", fs, ts);
+				goto out;
+			}
+			proto_msg_init(&m, PROTO_OP_HANDOFF);
+			m.from = fs;
+			m.to = ts;
+			snprintf(name, sizeof name, "%s", ts);
+		}
+		struct cmd_ctx c = { .r = &r, .name = name };
+		broker_call(h->b, &m, on_cmd_reply, &c);
+	out:
+		json_decref(body);
+	}
+	send_resp(aio, &r);
+}
+
+/* ---- threads and the nng handler ------------------------------------------------- */
+
+static void *http_thread(void *arg)
+{
+	struct broker_http *h = arg;
+	for (;;) {
+		pthread_mutex_lock(&h->mu);
+		while (!h->qh && !h->stop)
+			pthread_cond_wait(&h->cv, &h->mu);
+		struct hjob *j = h->qh;
+		if (!j) {
+			pthread_mutex_unlock(&h->mu);
+			return NULL;
+		}
+		h->qh = j->next;
+		if (!h->qh)
+			h->qt = NULL;
+		pthread_mutex_unlock(&h->mu);
+		serve(h, j->aio); /* after stop, broker_call answers at once */
+		free(j);
+	}
+}
+
+/* On an nng thread: queue it and return. */
+static void on_request(nng_aio *aio)
+{
+	struct broker_http *h = nng_http_handler_get_data(nng_aio_get_input(aio, 1));
+	struct hjob *j = malloc(sizeof *j);
+	if (!j) {
+		nng_aio_finish(aio, NNG_ENOMEM);
+		return;
+	}
+	j->next = NULL;
+	j->aio = aio;
+	pthread_mutex_lock(&h->mu);
+	bool stopped = h->stop;
+	if (!stopped) {
+		if (h->qt)
+			h->qt->next = j;
+		else
+			h->qh = j;
+		h->qt = j;
+		pthread_cond_signal(&h->cv);
+	}
+	pthread_mutex_unlock(&h->mu);
+	if (stopped) {
+		free(j);
+		struct resp r = { 0 };
+		resp_error(&r, 503, BATON_ECLOSED, "the broker is shutting down");
+		send_resp(aio, &r);
+	}
+}
+
+const char *broker_http_server_url(const struct broker_http *h)
+{
+	return h->url;
+}
+
+int broker_http_open(struct broker *b, const struct broker_config *cfg, struct broker_http **out,
+    char *err, size_t errlen)
+{
+	*out = NULL;
+	struct broker_http *h = calloc(1, sizeof *h);
+	if (!h)
+		return BATON_ENOMEM;
+	h->b = b;
+	snprintf(h->token, sizeof h->token, "%s", cfg->http_token);
+	pthread_mutex_init(&h->mu, NULL);
+	pthread_cond_init(&h->cv, NULL);
+	h->ev = calloc(EVENTS_MAX, sizeof *h->ev);
+	h->st = calloc(STATS_MAX, sizeof *h->st);
+	int rc = BATON_ENOMEM;
+	nng_url *u = NULL;
+	nng_http_handler *hd = NULL;
+	char url[BROKER_URL_MAX + 16];
+	snprintf(url, sizeof url, "http://%s", cfg->http);
+	if (!h->ev || !h->st) {
+		snprintf(err, errlen, "out of memory");
+		goto fail;
+	}
+	int nrc;
+	if ((nrc = nng_url_parse(&u, url)) != 0 || (nrc = nng_http_server_hold(&h->srv, u)) != 0) {
+		snprintf(err, errlen, "http %s: %s", cfg->http, nng_strerror(nrc));
+		rc = BATON_EINVAL;
+		goto fail;
+	}
+	if ((nrc = nng_http_handler_alloc(&hd, "/", on_request)) != 0 ||
+	    (nrc = nng_http_handler_set_method(hd, NULL)) != 0 || (nrc = nng_http_handler_set_tree(hd)) != 0 ||
+	    (nrc = nng_http_handler_collect_body(hd, true, NNG_BODY_MAX)) != 0 ||
+	    (nrc = nng_http_handler_set_data(hd, h, NULL)) != 0 ||
+	    (nrc = nng_http_server_add_handler(h->srv, hd)) != 0) {
+		snprintf(err, errlen, "http %s: %s", cfg->http, nng_strerror(nrc));
+		if (hd)
+			nng_http_handler_free(hd);
+		goto fail;
+	}
+	for (int i = 0; i < HTTP_THREADS; i++) {
+		if (pthread_create(&h->th[i], NULL, http_thread, h) != 0) {
+			snprintf(err, errlen, "cannot start threads");
+			goto fail;
+		}
+		h->n_th++;
+	}
+	if ((nrc = nng_http_server_start(h->srv)) != 0) {
+		snprintf(err, errlen, "cannot listen on http://%s: %s", cfg->http, nng_strerror(nrc));
+		rc = BATON_EIO;
+		goto fail;
+	}
+	nng_sockaddr sa;
+	unsigned port = 0;
+	if (nng_http_server_get_addr(h->srv, &sa) == 0)
+		port = sa.s_family == NNG_AF_INET6 ? ntohs(sa.s_in6.sa_port) : ntohs(sa.s_in.sa_port);
+	snprintf(h->url, sizeof h->url, "http://%s:%u", u->u_hostname, port);
+	nng_url_free(u);
+	*out = h;
+	return 0;
+fail:
+	if (u)
+		nng_url_free(u);
+	broker_http_close(h);
+	return rc;
+}
+
+void broker_http_close(struct broker_http *h)
+{
+	if (!h)
+		return;
+	/* New requests get 503 from on_request; queued ones are served
+	 * (broker_call answers at once by now); then the server stops, which
+	 * waits for nothing of ours. */
+	pthread_mutex_lock(&h->mu);
+	h->stop = true;
+	pthread_cond_broadcast(&h->cv);
+	pthread_mutex_unlock(&h->mu);
+	for (int i = 0; i < h->n_th; i++)
+		pthread_join(h->th[i], NULL);
+	if (h->srv) {
+		nng_http_server_stop(h->srv);
+		nng_http_server_release(h->srv);
+	}
+	pthread_mutex_destroy(&h->mu);
+	pthread_cond_destroy(&h->cv);
+	free(h->ev);
+	free(h->st);
+	free(h);
+}
