@@ -477,14 +477,16 @@ static void get_status(struct baton_msg *rep)
 	call(opt.broker, "status", &req, rep, NULL);
 }
 
+/* The same shapes as the HTTP API's GET /v1/status (broker/http.c). */
 static json_t *gpu_json(const struct proto_gpu *g)
 {
 	json_t *j = json_object();
 	json_object_set_new(j, "uuid", json_string(g->uuid));
 	json_object_set_new(j, "total", jint(g->total));
 	json_object_set_new(j, "free", jint(g->free_bytes));
-	json_object_set_new(j, "reserve", jint(g->reserve));
+	json_object_set_new(j, "used", jint(g->total > g->free_bytes ? g->total - g->free_bytes : 0));
 	json_object_set_new(j, "held", jint(g->held));
+	json_object_set_new(j, "reserve", jint(g->reserve));
 	return j;
 }
 
