@@ -527,11 +527,13 @@ static void on_cmd_reply(void *arg, const struct baton_msg *rep)
 		j = json_pack("{s:b, s:f, s:f, s:f, s:f}", "ok", 1, "decide_ms", rep->decide_ms, "release_ms",
 		    rep->release_ms, "refill_ms", rep->refill_ms, "total_ms", rep->total_ms);
 	} else {
-		j = json_pack("{s:b, s:s, s:s, s:I, s:f, s:I, s:I}", "ok", 1, "name", c->name, "state",
-		    rep->state ? rep->state : "", "resident", (json_int_t)rep->resident, "ms", rep->ms, "bytes",
-		    (json_int_t)rep->bytes, "epoch", (json_int_t)rep->epoch);
-		if (j && proto_has(rep, PF_MAPPED))
-			json_object_set_new(j, "mapped", json_integer((json_int_t)rep->mapped));
+		/* resident: the device memory its cache maps, as in /v1/status
+		 * (the engine's own `resident` counts expert bytes only) */
+		uint64_t held = proto_has(rep, PF_MAPPED) ? rep->mapped : rep->resident;
+		j = json_pack("{s:b, s:s, s:s, s:I, s:I, s:f, s:I, s:I}", "ok", 1, "name", c->name, "state",
+		    rep->state ? rep->state : "", "resident", (json_int_t)held, "experts_bytes",
+		    (json_int_t)rep->resident, "ms", rep->ms, "bytes", (json_int_t)rep->bytes, "epoch",
+		    (json_int_t)rep->epoch);
 	}
 	resp_json(c->r, 200, j);
 }

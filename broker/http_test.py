@@ -1,0 +1,376 @@
+#!/usr/bin/python3
+"""http_test.py: the broker's HTTP API, /metrics and the page on /, against
+a real baton-broker and engines on the host backend (broker_test.py's Case:
+its own directory, device, sockets and logs per case).
+
+Every broker here listens on 127.0.0.1:0 (a free port; the ready line says
+which), never on the default 8420. /metrics is checked with `promtool check
+metrics` (Debian package prometheus; scripts/install-deps.sh installs it).
+
+The last line is "N passed, N failed".
+"""
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import traceback
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import broker_test as bt  # noqa: E402
+
+TOKEN = "s3cret-token"
+CEIL = bt.CEIL
+
+
+class Http:
+    def __init__(self, url, token=None):
+        assert url.startswith("http://"), url
+        host, port = url[7:].rsplit(":", 1)
+        self.host, self.port, self.token = host, int(port), token
+
+    def req(self, method, path, body=None, token=True, headers=None, timeout=30):
+        """(status, parsed JSON or text, headers)."""
+        h = dict(headers or {})
+        if token and self.token:
+            h["Authorization"] = "Bearer " + (token if isinstance(token, str) else self.token)
+        if isinstance(body, (dict, list)):
+            body = json.dumps(body)
+        if isinstance(body, str):
+            body = body.encode()
+        if body is not None:
+            h.setdefault("Content-Type", "application/json")
+        c = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+        try:
+            c.request(method, path, body=body, headers=h)
+            r = c.getresponse()
+            data = r.read()
+            ctype = r.getheader("Content-Type") or ""
+            out = json.loads(data) if data and ctype.startswith("application/json") else data.decode()
+            return r.status, out, dict(r.getheaders())
+        finally:
+            c.close()
+
+    def get(self, path, **kw):
+        return self.req("GET", path, **kw)
+
+    def post(self, path, body=None, **kw):
+        return self.req("POST", path, body=body, **kw)
+
+    def raw(self, data, timeout=10):
+        """Sends bytes as they are; returns the status line's code (0: none)."""
+        s = socket.create_connection((self.host, self.port), timeout=timeout)
+        try:
+            s.sendall(data)
+            got = b""
+            while b"\r\n" not in got:
+                chunk = s.recv(4096)
+                if not chunk:
+                    break
+                got += chunk
+            parts = got.split(b" ", 2)
+            return int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
+        except (ConnectionResetError, BrokenPipeError, socket.timeout):
+            return 0
+        finally:
+            s.close()
+
+
+def start(c, config="", args=()):
+    """A broker on a free HTTP port; returns its Http."""
+    path = os.path.join(c.dir, "broker.ini")
+    with open(path, "w") as f:
+        f.write("[broker]\ncontrol = %s\nevents = %s\nhttp = 127.0.0.1:0\n" % (c.control, c.events_url))
+        f.write(config)
+    p = subprocess.Popen([bt.BROKER, "--config", path] + list(args), stdout=subprocess.PIPE,
+                         stderr=open(c.log("broker"), "a"), env=c.env, text=True)
+    c.procs.append(p)
+    c.bp = p
+    line = p.stdout.readline().split()
+    if len(line) != 4 or line[0] != "ready":
+        p.wait(5)
+        raise AssertionError("broker did not start: %r %s" % (line, open(c.log("broker")).read()))
+    c.events = bt.Events(c.events_url)
+    time.sleep(0.1)
+    return Http(line[3], TOKEN if "http_token" in config or args else None)
+
+
+def expect(got, status, code=None):
+    st, body, _ = got
+    assert st == status, "want %d, got %d: %s" % (status, st, body)
+    if code is not None:
+        assert isinstance(body, dict) and body.get("ok") is False and body.get("code") == code and \
+            isinstance(body.get("err"), int) and body.get("message"), body
+    return body
+
+
+def snapshot(api):
+    st = expect(api.get("/v1/status"), 200)
+    return (st["last_event"], sorted((e["name"], e["state"], e["resident"]) for e in st["engines"]),
+            [(g["uuid"], g["held"]) for g in st["gpus"]])
+
+
+# ---- cases -------------------------------------------------------------------------
+
+def t_api(c):
+    """Every endpoint's happy path, then hostile requests that change nothing."""
+    api = start(c, "http_token = %s\n" % TOKEN)
+    c.engine("a", "--vram-elastic")
+    c.engine("b")  # takes the device from a; not elastic
+    st = expect(api.get("/v1/status"), 200)
+    assert st["ok"] is True and {e["name"] for e in st["engines"]} == {"a", "b"}, st
+    assert [g["uuid"] for g in st["gpus"]] == ["host-0"], st
+    assert st["gpus"][0]["held"] == sum(e["resident"] for e in st["engines"]), st
+    g = st["gpus"][0]
+    assert g["total"] >= g["held"] and g["used"] == g["total"] - g["free"], g
+    eb = expect(api.get("/v1/engines/b"), 200)
+    assert eb["name"] == "b" and eb["state"] == "ready" and eb["resident"] == CEIL and eb["gpu"] == "host-0"
+    assert expect(api.get("/v1/engines/a"), 200)["resident"] < CEIL  # shrunk or released for b
+
+    # mutating calls, with the token
+    r = expect(api.post("/v1/engines/b/release"), 200)
+    assert r["ok"] and r["name"] == "b" and r["state"] == "released" and r["resident"] == 0, r
+    r = expect(api.post("/v1/engines/a/refill", {}), 200)
+    assert r["state"] == "ready" and r["resident"] == CEIL and r["bytes"] > 0, r
+    r = expect(api.post("/v1/engines/a/vram", {"reserve_mib": 1 << 20}), 200)  # more than the device: all goes
+    assert r["resident"] < CEIL, r
+    r = expect(api.post("/v1/engines/a/vram", {"reserve_mib": None}), 200)
+    assert r["resident"] == CEIL and r["state"] == "ready", r
+    r = expect(api.post("/v1/handoff", {"from": "a", "to": "b"}), 200)
+    assert r["ok"] and r["total_ms"] >= r["refill_ms"] > 0 and r["release_ms"] >= 0, r
+    held = c.holds()
+    assert held["b"] == CEIL and held["a"] < CEIL, held
+
+    # events: since=N gives only newer ones, in order
+    ev = expect(api.get("/v1/events"), 200)
+    seqs = [e["seq"] for e in ev["events"]]
+    assert seqs == sorted(seqs) and seqs[-1] == ev["last"] and len(seqs) >= 8, ev
+    assert any(e["kind"] == "handoff" and e["engine"] == "b" for e in ev["events"]), ev
+    mid = seqs[len(seqs) // 2]
+    later = expect(api.get("/v1/events?since=%d" % mid), 200)
+    assert [e["seq"] for e in later["events"]] == [s for s in seqs if s > mid], (mid, later)
+    assert expect(api.get("/v1/events?since=%d" % ev["last"]), 200)["events"] == []
+    for e in ev["events"]:
+        assert set(e) >= {"seq", "time_ms", "kind", "engine", "gpu", "state", "reason", "bytes"}, e
+
+    # hostile requests: the right error, and nothing changes
+    before = snapshot(api)
+    post = "/v1/engines/a/release"
+    cases = [
+        (api.post(post, token=False), 401, "permission"),
+        (api.post(post, token="wrong"), 401, "permission"),
+        (api.post(post, token=TOKEN + "x"), 401, "permission"),
+        (api.post("/v1/handoff", {"from": "b", "to": "a"}, token=False), 401, "permission"),
+        (api.post("/v1/engines/ghost/release"), 404, "not_found"),
+        (api.post("/v1/handoff", {"from": "ghost", "to": "a"}), 404, "not_found"),
+        (api.get("/v1/engines/ghost"), 404, "not_found"),
+        (api.get("/v1/engines/a%2f..%2fb"), 404, "not_found"),
+        (api.get("/nope"), 404, "not_found"),
+        (api.get("/v1/engines/a/explode"), 404, "not_found"),
+        (api.get("/v1/engines/a/release/x"), 404, "not_found"),
+        (api.get("/../../etc/passwd"), 404, "not_found"),
+        (api.post("/v1/engines/a/vram", "{not json"), 400, "bad_message"),
+        (api.post("/v1/engines/a/vram", "[1, 2]"), 400, "bad_type"),
+        (api.post("/v1/engines/a/vram", "{}"), 400, "missing_field"),
+        (api.post("/v1/engines/a/vram", {"reserve_mib": 1, "x": 2}), 400, "extra_field"),
+        (api.post("/v1/engines/a/vram", {"reserve_mib": "12"}), 400, "bad_type"),
+        (api.post("/v1/engines/a/vram", {"reserve_mib": 1.5}), 400, "bad_type"),
+        (api.post("/v1/engines/a/vram", {"reserve_mib": -1}), 400, "out_of_range"),
+        (api.post("/v1/engines/a/vram", {"reserve_mib": 1 << 50}), 400, "out_of_range"),
+        (api.post("/v1/engines/a/vram", '{"reserve_mib": 1, "reserve_mib": 2}'), 400, "bad_message"),
+        (api.post("/v1/engines/a/release", {"force": True}), 400, "extra_field"),
+        (api.post("/v1/handoff", {"from": "b"}), 400, "missing_field"),
+        (api.post("/v1/handoff", {"from": "b", "to": 7}), 400, "bad_type"),
+        (api.post("/v1/handoff", {"from": "b", "to": "b"}), 400, "invalid"),
+        (api.post("/v1/handoff", "\xff\xfe"), 400, "bad_message"),
+        (api.get("/v1/engines/a/release"), 405, "unsupported"),
+        (api.post("/v1/status"), 405, "unsupported"),
+        (api.req("DELETE", "/v1/engines/a"), 405, "unsupported"),
+        (api.req("PUT", "/v1/handoff", {"from": "b", "to": "a"}), 405, "unsupported"),
+        (api.get("/v1/status?x=1"), 400, "extra_field"),
+        (api.get("/v1/events?since=abc"), 400, "bad_type"),
+        (api.get("/v1/events?since=-1"), 400, "bad_type"),
+        (api.get("/v1/events?limit=3"), 400, "extra_field"),
+        (api.post(post, "x" * (100 * 1024)), 413, "too_big"),
+        (api.post("/v1/engines/b/vram", {"reserve_mib": 8}), 400, "unsupported"),  # the engine can't
+    ]
+    for i, (got, status, code) in enumerate(cases):
+        try:
+            expect(got, status, code)
+        except AssertionError as e:
+            raise AssertionError("hostile case %d: %s" % (i, e))
+    assert cases[26][0][2].get("Allow") == "POST" and cases[27][0][2].get("Allow") == "GET, HEAD"
+    assert "Bearer" in cases[0][0][2].get("WWW-Authenticate", "")
+    # below the socket: a body nng will not read, garbage, a lying length
+    assert api.raw(b"POST /v1/engines/a/release HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
+                   TOKEN.encode() + b"\r\nContent-Length: 50000000\r\n\r\n") in (400, 413)
+    api.raw(b"\x00\x01garbage\r\n\r\n")
+    api.raw(b"GET /v1/status HTTP/1.1\r\nHost: x\r\n" + b"X-Long: " + b"a" * 100000 + b"\r\n\r\n")
+    assert snapshot(api) == before, (before, snapshot(api))
+    assert c.holds() == held
+
+    # reads stay open without the token; the page and metrics are there
+    st, page, hdr = api.get("/", token=False)
+    assert st == 200 and hdr["Content-Type"].startswith("text/html") and "<title>Baton broker</title>" in page
+    assert expect(api.get("/v1/status", token=False), 200)["ok"]
+    st, _, hdr = api.req("HEAD", "/v1/status", token=False)
+    assert st == 200
+    # pinned: the engine can't (403), and it is not the token's fault
+    bt.ok(bt.call(c.control, "pin", name="b", pinned=True))
+    expect(api.post("/v1/engines/b/release"), 403, "permission")
+    bt.ok(bt.call(c.control, "pin", name="b", pinned=False))
+
+
+def t_busy_409(c):
+    """A release of an engine in the middle of a long request: 409 once
+    acquire_wait_ms is up, and the request finishes untouched."""
+    api = start(c, "acquire_wait_ms = 300\n")
+    a = c.engine("a")
+    bt.ok(bt.gen(a, seed=2))  # holds the device; counts one request
+    res = {}
+    t = threading.Thread(target=lambda: res.update(a=bt.gen(a, seed=1, steps=400, batch=16, timeout_ms=60000)))
+    t.start()
+    bt.wait_for("a busy", lambda: bt.ok(bt.call(a.url, "status"))["requests"] >= 1 and
+                c.eng("a")["idle_ms"] == 0, timeout=10)
+    t0 = time.time()
+    body = expect(api.post("/v1/engines/a/release"), 409, "busy")
+    assert 0.25 < time.time() - t0 < 10 and "a" in body["message"], body
+    assert c.holds()["a"] == CEIL
+    t.join(60)
+    assert not t.is_alive() and res["a"].get("ok") is True, res
+    r = expect(api.post("/v1/engines/a/release"), 200)  # idle now: it goes
+    assert r["state"] == "released"
+
+
+def t_metrics(c):
+    """/metrics after some traffic: promtool passes it and the series are there."""
+    if not shutil.which("promtool"):
+        subprocess.run(["scripts/install-deps.sh"], check=False, timeout=600)
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool is missing (Debian package prometheus; scripts/install-deps.sh)"
+    api = start(c, '[gpu "host-0"]\nreserve_mib = 4\n')
+    c.engine("a")
+    c.engine("b")
+    expect(api.post("/v1/handoff", {"from": "b", "to": "a"}), 200)
+    expect(api.post("/v1/engines/a/release"), 200)
+    expect(api.post("/v1/engines/ghost/refill"), 404, "not_found")
+    st, text, hdr = api.get("/metrics")
+    assert st == 200 and hdr["Content-Type"].startswith("text/plain; version=0.0.4"), hdr
+    r = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and not r.stdout.strip() and not r.stderr.strip(), (r.stdout, r.stderr, text)
+    values = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            k, v = line.rsplit(" ", 1)
+            values[k] = float(v)
+    want = {
+        'baton_gpu_memory_total_bytes{uuid="host-0"}': lambda v: v >= CEIL,
+        'baton_gpu_memory_held_bytes{uuid="host-0"}': lambda v: v == 0,
+        'baton_gpu_memory_reserve_bytes{uuid="host-0"}': lambda v: v == 4 << 20,
+        'baton_gpu_memory_free_bytes{uuid="host-0"}': lambda v: v > 0,
+        'baton_gpu_memory_used_bytes{uuid="host-0"}': lambda v: v >= 0,
+        'baton_engine_resident_bytes{name="a",gpu="host-0"}': lambda v: v == 0,
+        'baton_engine_resident_bytes{name="b",gpu="host-0"}': lambda v: v == 0,
+        'baton_engine_state{name="a",state="released"}': lambda v: v == 1,
+        'baton_engine_state{name="a",state="ready"}': lambda v: v == 0,
+        'baton_engine_releases_total{name="a"}': lambda v: v >= 1,
+        'baton_engine_releases_total{name="b"}': lambda v: v >= 1,
+        'baton_engine_refills_total{name="a"}': lambda v: v >= 1,
+        'baton_engine_refill_duration_seconds_count{name="a"}': lambda v: v >= 1,
+        'baton_engine_refill_duration_seconds_bucket{name="a",le="+Inf"}': lambda v: v >= 1,
+        'baton_engine_release_duration_seconds_count{name="b"}': lambda v: v >= 1,
+        'baton_engine_last_refill_bytes_per_second{name="a"}': lambda v: v > 0,
+        'baton_handoffs_total': lambda v: v >= 1,
+        'baton_errors_total': lambda v: v >= 0,
+        'baton_engines{status="live"}': lambda v: v == 2,
+        'baton_build_info{version="%s"}' % "0.1.0-dev": lambda v: v == 1,
+    }
+    for k, ok in want.items():
+        assert k in values and ok(values[k]), (k, values.get(k), text)
+
+
+def t_config(c):
+    """--http off, a taken port, a token file, bad values."""
+    path = os.path.join(c.dir, "b.ini")
+    with open(path, "w") as f:
+        f.write("[broker]\ncontrol = %s\nevents = %s\n" % (c.control, c.events_url))
+    p = subprocess.Popen([bt.BROKER, "--config", path, "--http", "off"], stdout=subprocess.PIPE,
+                         stderr=open(c.log("broker"), "a"), env=c.env, text=True)
+    c.procs.append(p)
+    assert len(p.stdout.readline().split()) == 3  # ready CONTROL EVENTS: no HTTP
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(10) == 0
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(1)
+    port = s.getsockname()[1]
+    r = subprocess.run([bt.BROKER, "--config", path, "--http", "127.0.0.1:%d" % port], capture_output=True,
+                       text=True, env=c.env, timeout=10)
+    s.close()
+    assert r.returncode == 1 and "cannot listen on http://127.0.0.1:%d" % port in r.stderr, r.stderr
+    for bad in ("nowhere", "127.0.0.1:99999", "host:x", "/path:1"):
+        r = subprocess.run([bt.BROKER, "--config", path, "--http", bad, "--check"], capture_output=True,
+                           text=True, timeout=10)
+        assert r.returncode == 2 and "--http" in r.stderr, (bad, r.stderr)
+    with open(path, "a") as f:
+        f.write("http = 1.2.3.4\n")
+    r = subprocess.run([bt.BROKER, "--config", path, "--check"], capture_output=True, text=True, timeout=10)
+    assert r.returncode == 2 and "b.ini:4: http = '1.2.3.4'" in r.stderr, r.stderr
+    tok = os.path.join(c.dir, "token")
+    with open(tok, "w") as f:
+        f.write(TOKEN + "\n")
+    with open(path, "w") as f:
+        f.write("[broker]\ncontrol = %s\nevents = %s\n" % (c.control, c.events_url))
+    r = subprocess.run([bt.BROKER, "--config", path, "--http-token-file", tok, "--check"], capture_output=True,
+                       text=True, timeout=10)
+    assert r.returncode == 0 and "http = 127.0.0.1:8420" in r.stdout and TOKEN not in r.stdout, r.stdout
+    api = start(c, "", args=("--http-token-file", tok))
+    expect(api.post("/v1/engines/x/release", token=False), 401, "permission")
+    expect(api.post("/v1/engines/x/release"), 404, "not_found")
+    c.bp.send_signal(signal.SIGTERM)
+    assert c.bp.wait(10) == 0
+
+
+CASES = [t_api, t_busy_409, t_metrics, t_config]
+
+
+def main():
+    only = sys.argv[1:]
+    passed = failed = 0
+    for case in CASES:
+        if only and case.__name__ not in only:
+            continue
+        c = bt.Case()
+        t0 = time.time()
+        try:
+            case(c)
+            for name in os.listdir(c.dir):  # a sanitizer's report fails the case
+                if name.endswith(".log"):
+                    text = open(os.path.join(c.dir, name), errors="replace").read()
+                    assert "runtime error:" not in text and "Sanitizer" not in text, (name, text[-3000:])
+            print("ok   %-30s %7.3fs" % (case.__name__, time.time() - t0))
+            passed += 1
+        except Exception:
+            print("FAIL %s" % case.__name__)
+            traceback.print_exc(file=sys.stdout)
+            for name in ("broker", "a", "b"):
+                path = c.log(name)
+                if os.path.exists(path):
+                    print("  --- %s.log (last lines)" % name)
+                    for line in open(path).read().splitlines()[-15:]:
+                        print("  " + line)
+            failed += 1
+        finally:
+            c.close()
+        sys.stdout.flush()
+    print("%d passed, %d failed" % (passed, failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
