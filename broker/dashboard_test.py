@@ -1,0 +1,245 @@
+#!/usr/bin/python3
+"""dashboard_test.py: the page the broker serves on GET /, in headless
+Chromium driven by chromedriver through the W3C WebDriver HTTP API (urllib;
+no selenium).
+
+A broker with two engines on one host device that holds one of them; the
+page is loaded while b holds the device; a handoff b -> a goes through the
+HTTP API; the page (without a reload: its own polling) must then show a as
+the holder and a ready. A screenshot is saved as $BUILD/artifacts/dashboard.png.
+Also: the page served is broker/dashboard.html byte for byte (the embedded
+copy, broker/dashboard_page.c, is not stale) and it loads nothing from
+elsewhere.
+
+Chromium and chromedriver (Debian packages chromium, chromium-driver, about
+130 MB) are installed here when missing; without apt the case is skipped
+with the reason printed.
+
+    python3 broker/dashboard_test.py --write-page   regenerates dashboard_page.c
+
+The last line is "N passed, N failed".
+"""
+import base64
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import urllib.error
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+BUILD = os.environ.get("BUILD", "build")
+
+
+def page_c(html):
+    """dashboard_page.c for this HTML: one C string literal."""
+    out = ["/* generated from broker/dashboard.html by `python3 broker/dashboard_test.py --write-page`;",
+           " * do not edit (broker/dashboard_test.py checks that the two agree) */",
+           '#include "broker/broker_int.h"', "", "const char broker_dashboard_html[] ="]
+    for line in html.splitlines(True):
+        s = line.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\t", "\\t")
+        out.append('    "%s"' % s)
+    out[-1] += ";"
+    out.append("const unsigned long broker_dashboard_html_len = sizeof broker_dashboard_html - 1;")
+    return "\n".join(out) + "\n"
+
+
+def read_html():
+    with open(os.path.join(HERE, "dashboard.html"), encoding="utf-8") as f:
+        return f.read()
+
+
+def ensure_chromium():
+    """'' when chromium and chromedriver are there (installed if need be),
+    else why not."""
+    if shutil.which("chromium") and shutil.which("chromedriver"):
+        return ""
+    if not shutil.which("apt-get"):
+        return "chromium/chromedriver missing and no apt-get to install them"
+    sudo = [] if os.geteuid() == 0 else ["sudo", "-n"]
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    t0 = time.time()
+    r = subprocess.run(sudo + ["apt-get", "install", "-y", "-q", "--no-install-recommends", "chromium",
+                               "chromium-driver"], capture_output=True, text=True, env=env, timeout=900)
+    if r.returncode != 0:
+        subprocess.run(sudo + ["apt-get", "update", "-q"], capture_output=True, env=env, timeout=600)
+        r = subprocess.run(sudo + ["apt-get", "install", "-y", "-q", "--no-install-recommends", "chromium",
+                                   "chromium-driver"], capture_output=True, text=True, env=env, timeout=900)
+    print("  installed chromium and chromium-driver in %.1f s (exit %d)" % (time.time() - t0, r.returncode))
+    if r.returncode != 0 or not shutil.which("chromedriver"):
+        return "cannot install chromium: " + r.stderr[-500:]
+    return ""
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+class WebDriver:
+    """The few W3C WebDriver calls this test needs."""
+
+    def __init__(self, tmp):
+        self.port = free_port()
+        self.log = open(os.path.join(tmp, "chromedriver.log"), "w")
+        self.p = subprocess.Popen(["chromedriver", "--port=%d" % self.port], stdout=self.log,
+                                  stderr=subprocess.STDOUT)
+        self.base = "http://127.0.0.1:%d" % self.port
+        deadline = time.time() + 20
+        while True:
+            try:
+                if self._req("GET", "/status")["value"]["ready"]:
+                    break
+            except (OSError, ValueError, KeyError):
+                pass
+            if time.time() > deadline:
+                raise AssertionError("chromedriver did not start")
+            time.sleep(0.1)
+        args = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                "--disable-dev-shm-usage", "--window-size=1200,1000",
+                "--user-data-dir=" + os.path.join(tmp, "chromium-profile")]
+        caps = {"capabilities": {"alwaysMatch": {"browserName": "chrome", "goog:chromeOptions": {
+            "binary": shutil.which("chromium"), "args": args}}}}
+        self.sid = self._req("POST", "/session", caps, timeout=60)["value"]["sessionId"]
+
+    def _req(self, method, path, body=None, timeout=30):
+        data = json.dumps(body).encode() if body is not None else None
+        r = urllib.request.Request(self.base + path, data=data, method=method,
+                                   headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(r, timeout=timeout) as f:
+                return json.load(f)
+        except urllib.error.HTTPError as e:
+            raise AssertionError("webdriver %s %s: %s" % (method, path, e.read()[:500]))
+
+    def cmd(self, method, path, body=None):
+        return self._req(method, "/session/%s%s" % (self.sid, path), body)["value"]
+
+    def js(self, script):
+        return self.cmd("POST", "/execute/sync", {"script": script, "args": []})
+
+    def close(self):
+        try:
+            self._req("DELETE", "/session/" + self.sid, timeout=10)
+        except Exception:  # noqa: BLE001 - closing anyway
+            pass
+        self.p.terminate()
+        try:
+            self.p.wait(5)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            self.p.wait()
+        self.log.close()
+
+
+def t_page_is_current(_c):
+    """The embedded page is dashboard.html, and it needs no network."""
+    html = read_html()
+    with open(os.path.join(HERE, "dashboard_page.c"), encoding="utf-8") as f:
+        assert f.read() == page_c(html), "broker/dashboard_page.c is stale: run " \
+            "python3 broker/dashboard_test.py --write-page"
+    low = html.lower()
+    for bad in ("http://", "https://", "//cdn", "<link", "src=", "@import", "url("):
+        assert bad not in low, "the page must load nothing from elsewhere: %r" % bad
+
+
+def t_dashboard_handoff(c):
+    import broker_test as bt
+    import http_test as ht
+    why = ensure_chromium()
+    if why:
+        print("  skip t_dashboard_handoff: " + why)
+        return
+    api = ht.start(c, "http_token = %s\n" % ht.TOKEN)
+    c.engine("a")
+    c.engine("b")  # takes the device from a
+    assert c.holds() == {"a": 0, "b": bt.CEIL}
+    st, page, _ = api.get("/", token=False)
+    assert st == 200 and page == read_html()
+    url = "http://%s:%d/" % (api.host, api.port)
+    wd = WebDriver(c.dir)
+    try:
+        wd.cmd("POST", "/url", {"url": url})
+
+        def holders():
+            return wd.js("const g = document.getElementById('gpu-0');"
+                         "return g ? g.getAttribute('data-holders') : null;")
+
+        def state(name):
+            return wd.js("const e = document.getElementById('engine-%s');"
+                         "return e ? e.getAttribute('data-state') : null;" % name)
+        bt.wait_for("the page shows b holding the device", lambda: holders() == "b", timeout=15)
+        assert state("b") == "ready" and state("a") == "released", (state("a"), state("b"))
+        t0 = time.time()
+        r = ht.expect(api.post("/v1/handoff", {"from": "b", "to": "a"}), 200)
+        assert r["ok"]
+        bt.wait_for("the page shows a holding the device", lambda: holders() == "a" and
+                    state("a") == "ready" and state("b") == "released", timeout=10)
+        shown = time.time() - t0
+        assert shown < 5, shown  # polls twice a second
+        text = wd.js("return document.body.innerText;")
+        assert "held by: a" in text and "handoff" in text, text[:2000]
+        assert wd.js("return document.getElementById('conn').className;") == ""  # no error shown
+        png = base64.b64decode(wd.cmd("GET", "/screenshot"))
+        assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+        art = os.path.join(BUILD, "artifacts")
+        os.makedirs(art, exist_ok=True)
+        with open(os.path.join(art, "dashboard.png"), "wb") as f:
+            f.write(png)
+        print("  screenshot: %s (%d bytes); the page showed the handoff after %.2f s" %
+              (os.path.join(art, "dashboard.png"), len(png), shown))
+    finally:
+        wd.close()
+
+
+CASES = [t_page_is_current, t_dashboard_handoff]
+
+
+def main():
+    if sys.argv[1:] == ["--write-page"]:
+        with open(os.path.join(HERE, "dashboard_page.c"), "w", encoding="utf-8") as f:
+            f.write(page_c(read_html()))
+        print("wrote broker/dashboard_page.c")
+        return 0
+    import broker_test as bt
+    only = sys.argv[1:]
+    passed = failed = 0
+    for case in CASES:
+        if only and case.__name__ not in only:
+            continue
+        c = bt.Case()
+        t0 = time.time()
+        try:
+            case(c)
+            print("ok   %-30s %7.3fs" % (case.__name__, time.time() - t0))
+            passed += 1
+        except Exception:
+            print("FAIL %s" % case.__name__)
+            traceback.print_exc(file=sys.stdout)
+            for name in ("broker", "a", "b"):
+                path = c.log(name)
+                if os.path.exists(path):
+                    print("  --- %s.log (last lines)" % name)
+                    for line in open(path).read().splitlines()[-15:]:
+                        print("  " + line)
+            failed += 1
+        finally:
+            c.close()
+        sys.stdout.flush()
+    print("%d passed, %d failed" % (passed, failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
