@@ -97,6 +97,20 @@ struct broker_http {
 
 /* ---- events and counters (decision thread in, HTTP threads out) ---------------- */
 
+/* snprintf("%s") that never cuts a UTF-8 sequence in two (jansson
+ * refuses invalid UTF-8, and a whole reply would be lost to one reason). */
+static void copy_utf8(char *dst, size_t n, const char *src)
+{
+	size_t len = strlen(src);
+	if (len >= n) {
+		len = n - 1;
+		while (len > 0 && ((unsigned char)src[len] & 0xC0) == 0x80)
+			len--; /* src[len] continues a sequence: cut before its start */
+	}
+	memcpy(dst, src, len);
+	dst[len] = 0;
+}
+
 static struct estat *stat_of(struct broker_http *h, const char *name)
 {
 	if (!name || !*name)
@@ -134,11 +148,11 @@ void broker_http_event(struct broker_http *h, const struct baton_msg *ev)
 	r->bytes = ev->bytes;
 	r->has_ms = proto_has(ev, PF_MS);
 	r->ms = r->has_ms ? ev->ms : 0;
-	snprintf(r->kind, sizeof r->kind, "%s", kind);
-	snprintf(r->state, sizeof r->state, "%s", ev->state ? ev->state : "");
-	snprintf(r->engine, sizeof r->engine, "%s", ev->engine ? ev->engine : "");
-	snprintf(r->gpu, sizeof r->gpu, "%s", ev->gpu ? ev->gpu : "");
-	snprintf(r->reason, sizeof r->reason, "%s", reason);
+	copy_utf8(r->kind, sizeof r->kind, kind);
+	copy_utf8(r->state, sizeof r->state, ev->state ? ev->state : "");
+	copy_utf8(r->engine, sizeof r->engine, ev->engine ? ev->engine : "");
+	copy_utf8(r->gpu, sizeof r->gpu, ev->gpu ? ev->gpu : "");
+	copy_utf8(r->reason, sizeof r->reason, reason);
 	h->ev_last = ev->seq;
 	if (h->ev_count < EVENTS_MAX)
 		h->ev_count++;
@@ -184,6 +198,7 @@ struct resp {
 	const char *cbody;
 	size_t len;
 	const char *allow;    /* 405: the methods that would do */
+	bool close;           /* the connection cannot go on (a body left unread) */
 };
 
 static void resp_json(struct resp *r, int status, json_t *j)
@@ -211,6 +226,9 @@ static void resp_error(struct resp *r, int status, int err, const char *fmt, ...
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof msg, fmt, ap);
 	va_end(ap);
+	for (char *q = msg; *q; q++) /* a path echoed back may be any bytes: ASCII only */
+		if ((unsigned char)*q >= 0x80 || (unsigned char)*q < 0x20)
+			*q = '?';
 	resp_json(r, status, json_pack("{s:b, s:s, s:i, s:s}", "ok", 0, "code", baton_errname(err), "err",
 	    err, "message", msg));
 }
@@ -266,7 +284,7 @@ static void send_resp(nng_aio *aio, struct resp *r)
 		nng_http_res_set_header(res, "Allow", r->allow);
 	if (r->status == 401)
 		nng_http_res_set_header(res, "WWW-Authenticate", "Bearer realm=\"baton\"");
-	if (r->status == 413)
+	if (r->status == 413 || (r->status == 400 && r->close))
 		nng_http_res_set_header(res, "Connection", "close");
 	int rc = nng_http_res_copy_data(res, r->body ? r->body : r->cbody, r->len);
 	free(r->body);
@@ -751,6 +769,9 @@ static void serve(struct broker_http *h, nng_aio *aio)
 		} else {
 			resp_json(&r, 200, c.out);
 		}
+	} else if (nng_http_req_get_header(req, "Transfer-Encoding")) {
+		r.close = true;
+		resp_error(&r, 400, BATON_EMSG, "send the body with a Content-Length (chunked bodies are not read)");
 	} else if (!auth_ok(h, req)) {
 		resp_error(&r, 401, BATON_EPERM, "%s needs the broker's token (Authorization: Bearer ...)", path);
 	} else {
