@@ -216,19 +216,32 @@ def t_busy(c):
     assert status_json(c)[1]["b"]["resident"] == CEIL  # nothing was taken in the middle
 
 
+class Lines:
+    """A child's stdout lines, read in the background."""
+
+    def __init__(self, p):
+        self.p, self.items = p, []
+        self.t = threading.Thread(target=lambda: [self.items.append(ln) for ln in p.stdout], daemon=True)
+        self.t.start()
+
+
 def t_watch(c):
     a, b = two_engines(c)
     env = dict(c.env, BATON_BROKER=c.control, BATON_EVENTS=c.events_url)
-    # --count N: exactly N lines, then exit 0
+    # --count N: exactly N lines, then exit 0 (pins and unpins until it has
+    # seen two: it may have subscribed after the first)
     w = subprocess.Popen([CLI, "watch", "--count", "2", "--timeout", "20s"], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, env=env)
-    time.sleep(0.5)  # subscribed
-    baton(c, "pin", "a", check=0)
-    baton(c, "unpin", "a", check=0)
+    for _ in range(100):
+        baton(c, "pin", "a", check=0)
+        baton(c, "unpin", "a", check=0)
+        if w.poll() is not None:
+            break
+        time.sleep(0.1)
     out, errs = w.communicate(timeout=20)
     assert w.returncode == 0, (out, errs)
     lines = out.splitlines()
-    assert len(lines) == 2 and " pin " in lines[0] and " unpin " in lines[1], lines
+    assert len(lines) == 2 and all(re.search(r" (pin|unpin) +a ", ln) for ln in lines), lines
     assert errs == "" and "\r" not in out
     # --json, until SIGINT: sees every event of a handoff; the events URL
     # is found beside the --broker socket when not given
@@ -237,23 +250,25 @@ def t_watch(c):
     env2.pop("BATON_BROKER", None)
     w = subprocess.Popen([CLI, "--broker", c.control, "watch", "--json"], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, env=env2)
-    time.sleep(0.5)
+    got = Lines(w)
+    bt.wait_for("watch subscribed", lambda: baton(c, "pin", "b", check=0) and got.items, timeout=10, every=0.1)
+    baton(c, "unpin", "b", check=0)
     baton(c, "handoff", "b", "a", check=0)
-    bt.wait_for("the handoff event", lambda: c.events.all("handoff", "a"), timeout=5)
-    time.sleep(0.3)
+    bt.wait_for("the handoff event", lambda: any('"kind":"handoff"' in ln for ln in got.items), timeout=5)
     w.send_signal(signal.SIGINT)
-    out, errs = w.communicate(timeout=10)
-    assert w.returncode == 0, (w.returncode, errs)
-    evs = [json.loads(ln) for ln in out.splitlines()]
+    assert w.wait(10) == 0, (w.returncode, w.stderr.read())
+    got.t.join(5)
+    evs = [json.loads(ln) for ln in got.items]
     kinds = [(e["kind"], e["engine"]) for e in evs]
-    assert ("release", "b") in kinds and ("handoff", "a") in kinds, kinds
+    assert ("unpin", "b") in kinds and ("release", "b") in kinds and ("handoff", "a") in kinds, kinds
     ho = [e for e in evs if e["kind"] == "handoff"][0]
     assert ho["reason"].startswith("from b (release): decide ") and ho["ms"] > 0 and ho["bytes"] > 0, ho
     seqs = [e["seq"] for e in evs]
     assert seqs == sorted(seqs) and all(isinstance(e["time_ms"], int) for e in evs)
     # SIGTERM ends it with 0 too
-    w = subprocess.Popen([CLI, "watch"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
-    time.sleep(0.3)
+    w = subprocess.Popen([CLI, "watch"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    got = Lines(w)
+    bt.wait_for("watch subscribed", lambda: baton(c, "pin", "b", check=0) and got.items, timeout=10, every=0.1)
     w.send_signal(signal.SIGTERM)
     assert w.wait(10) == 0
 
