@@ -23,6 +23,7 @@ import base64
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -199,6 +200,11 @@ def t_dashboard_handoff(c):
             f.write(png)
         print("  screenshot: %s (%d bytes); the page showed the handoff after %.2f s" %
               (os.path.join(art, "dashboard.png"), len(png), shown))
+        # the broker stops cleanly while the page polls it, and the page says so
+        c.bp.send_signal(signal.SIGTERM)
+        assert c.bp.wait(10) == 0
+        bt.wait_for("the page to see the broker gone",
+                    lambda: wd.js("return document.getElementById('conn').className;") == "bad", timeout=5)
     finally:
         wd.close()
 
@@ -222,6 +228,10 @@ def main():
         t0 = time.time()
         try:
             case(c)
+            for name in os.listdir(c.dir):  # a sanitizer's report fails the case
+                if name.endswith(".log"):
+                    text = open(os.path.join(c.dir, name), errors="replace").read()
+                    assert "runtime error:" not in text and "Sanitizer" not in text, (name, text[-3000:])
             print("ok   %-30s %7.3fs" % (case.__name__, time.time() - t0))
             passed += 1
         except Exception:
