@@ -72,7 +72,8 @@ def t_usage_and_exit_codes(c):
     for args in ([], ["frobnicate"], ["status", "--bogus"], ["release"], ["release", "a", "b"],
                  ["vram", "a"], ["vram", "a", "--reserve-mib", "x"], ["vram", "a", "--reserve-mib", "4", "--full"],
                  ["--timeout", "soon", "status"], ["status", "--count", "3"], ["handoff", "a"],
-                 ["watch", "--count"], ["refill", "a", "--full"], ["status", "--json=yes"]):
+                 ["watch", "--count"], ["refill", "a", "--full"], ["status", "--json=yes"],
+                 ["--broker", "http://127.0.0.1:8420", "status"], ["--broker", "/run/baton/broker.sock", "status"]):
         r = baton(c, *args, check=2)
         assert r.stderr.startswith("baton: ") and r.stdout == "", (args, r.stderr)
     r = baton(c, "--help", check=0)

@@ -881,6 +881,18 @@ static int cmd_gen(const char *url)
 	return okw ? EXIT_DONE : EXIT_FAILED;
 }
 
+/* The control and event sockets speak nng, not HTTP: say so at once. */
+static void check_url(const char *what, const char *url)
+{
+	if (!url)
+		return;
+	if (strncmp(url, "http://", 7) == 0 || strncmp(url, "https://", 8) == 0)
+		die_usage("%s '%s': baton speaks to the broker's nng socket (ipc://PATH or tcp://HOST:PORT); "
+		    "the HTTP API is for curl and browsers", what, url);
+	if (!strstr(url, "://"))
+		die_usage("%s '%s': want ipc://PATH or tcp://HOST:PORT", what, url);
+}
+
 int main(int argc, char **argv)
 {
 	signal(SIGPIPE, SIG_IGN);
@@ -889,6 +901,8 @@ int main(int argc, char **argv)
 		const char *env = getenv("BATON_BROKER");
 		opt.broker = env && env[0] ? env : BROKER_DEFAULT_CONTROL;
 	}
+	check_url("--broker", opt.broker);
+	check_url("--events", opt.events_given ? opt.events : getenv("BATON_EVENTS"));
 	if (opt.npos == 0)
 		die_usage("no command given");
 	const char *cmd = opt.pos[0];
@@ -936,6 +950,7 @@ int main(int argc, char **argv)
 	if (strcmp(cmd, "gen") == 0) {
 		allow_only(cmd, F_GEN);
 		want_args(cmd, 1, "an engine's URL");
+		check_url("gen", a[0]);
 		return cmd_gen(a[0]);
 	}
 	die_usage("unknown command '%s'", cmd);
