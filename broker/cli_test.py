@@ -155,7 +155,8 @@ def t_operations(c):
     assert status_json(c)[1]["b"]["state"] == "released"
     r = baton(c, "refill", "a", "--json", check=0)
     j = json.loads(r.stdout)
-    assert j["op"] == "refill" and j["state"] == "ready" and j["resident"] == CEIL and 0 < j["bytes"] <= CEIL, j
+    assert j["op"] == "refill" and j["name"] == "a" and j["state"] == "ready" and j["resident"] == CEIL, j
+    assert 0 < j["bytes"] <= CEIL and 0 < j["experts_bytes"] <= CEIL, j
     assert j["gbps"] > 0 and j["ms"] > 0, j
     eng = status_json(c)[1]
     assert eng["a"]["resident"] == CEIL and eng["a"]["last_refill_gbps"] > 0, eng
@@ -181,7 +182,7 @@ def t_operations(c):
     assert "pinned" in r.stderr
     assert status_json(c)[1]["a"]["resident"] == CEIL
     r = baton(c, "unpin", "a", "--json", check=0)
-    assert json.loads(r.stdout) == {"engine": "a", "pinned": False}
+    assert json.loads(r.stdout) == {"name": "a", "pinned": False}
     assert status_json(c)[1]["a"]["pinned"] is False
     baton(c, "release", "a", check=0)
     assert status_json(c)[1]["a"]["resident"] == 0

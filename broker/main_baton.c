@@ -650,10 +650,13 @@ static int cmd_engine_op(enum proto_op op, const char *name)
 	bool okw;
 	if (opt.json) {
 		json_t *j = json_object();
+		/* the keys of the HTTP API's reply, and a few more */
 		json_object_set_new(j, "op", json_string(proto_op_name(op)));
-		json_object_set_new(j, "engine", json_string(name));
+		json_object_set_new(j, "name", json_string(name));
 		json_object_set_new(j, "state", json_string(rep.state));
 		json_object_set_new(j, "resident", jint(holds));
+		if (proto_has(&rep, PF_MAPPED))
+			json_object_set_new(j, "experts_bytes", jint(rep.resident));
 		if (proto_has(&rep, PF_FREE))
 			json_object_set_new(j, "free", jint(rep.free_bytes));
 		json_object_set_new(j, "bytes", jint(rep.bytes));
@@ -721,7 +724,7 @@ static int cmd_pin(const char *name, bool pinned)
 	bool okw;
 	if (opt.json) {
 		json_t *j = json_object();
-		json_object_set_new(j, "engine", json_string(name));
+		json_object_set_new(j, "name", json_string(name));
 		json_object_set_new(j, "pinned", json_boolean(pinned));
 		okw = put_json(j);
 	} else {
