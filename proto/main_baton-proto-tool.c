@@ -592,11 +592,8 @@ static int cmd_sub(int argc, char **argv)
 	return rc;
 }
 
-int main(int argc, char **argv)
+static int run(int argc, char **argv)
 {
-	if (argc < 2)
-		usage();
-	signal(SIGPIPE, SIG_IGN);
 	const char *cmd = argv[1];
 	argc -= 2;
 	argv += 2;
@@ -618,4 +615,17 @@ int main(int argc, char **argv)
 		return cmd_sub(argc, argv);
 	usage();
 	return 64;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2)
+		usage();
+	signal(SIGPIPE, SIG_IGN);
+	int rc = run(argc, argv);
+	fflush(NULL);
+	/* nng's atexit handler would hang after a close it could not finish */
+	if (proto_nng_wedged())
+		_exit(rc);
+	return rc;
 }

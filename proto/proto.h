@@ -422,16 +422,34 @@ struct proto_opts {
 	                       * BATON_PROTO_MAX_MSG means BATON_PROTO_MAX_MSG */
 	int ipc_mode;         /* listeners on ipc://: socket file mode, 0: 0660 */
 	int send_timeout_ms;  /* replies and requests: 0: 5000; <0: forever */
-	int resend_ms;        /* REQ: resend an unanswered request after this;
-	                       * 0: 60000 (nng's default); <0: never. A request
-	                       * is also resent when its connection drops. */
+	int resend_ms;        /* REQ: resend an unanswered request after this
+	                       * and when its connection drops; 0: 60000
+	                       * (nng's default). <0: never: a dropped
+	                       * connection fails the call with BATON_ECONN. */
 	bool dial_wait;       /* clients and subscribers: connect now and fail
 	                       * with BATON_ECONN when nobody listens. Default:
 	                       * connect in the background and keep retrying. */
 	proto_pipe_fn on_pipe; /* optional, registered before the socket
 	                        * listens or dials, so no pipe is missed */
 	void *pipe_arg;
+	int close_timeout_ms; /* how long a close waits for nng; 0: 2000.
+	                       * See "Closing" below. */
 };
+
+/*
+ * Closing. Every close and shutdown first stops and waits out the
+ * operations of other threads on the socket, then calls nng_close with a
+ * deadline. libnng 1.5.2 can lose a read when a socket is closed while a
+ * message is arriving on it, and its nng_close then never returns (nor
+ * does its atexit handler). When that happens the close gives up after
+ * close_timeout_ms, leaks the socket, returns BATON_ETIMEDOUT, and
+ * proto_nng_wedged() turns true: the process should then leave with
+ * _exit() (exit() would hang in nng's handler). It needs a peer that sends
+ * at the moment of the close; a client with no call in flight and no
+ * timed-out call whose reply may still come, or a server whose clients
+ * are quiet, closes safely.
+ */
+bool proto_nng_wedged(void);
 
 /* The peer pid of an ipc:// pipe (from baton_msg.pipe or a pipe event);
  * -1 when unknown, not ipc, or the pipe is gone. */
@@ -485,10 +503,12 @@ int proto_ctx_reply(struct proto_ctx *ctx, const struct baton_msg *rep);
 /* Frees a context; NULL is allowed. Not while another thread uses it, and
  * before its server is closed. */
 void proto_ctx_close(struct proto_ctx *ctx);
-void proto_server_shutdown(struct proto_server *srv);
+/* 0, or BATON_ETIMEDOUT (see "Closing"). */
+int proto_server_shutdown(struct proto_server *srv);
 /* Shuts down and frees; NULL is allowed. Blocks until nng has closed the
- * socket (and its pipe callbacks have returned). */
-void proto_server_close(struct proto_server *srv);
+ * socket and its pipe callbacks have returned, or the close deadline: 0 or
+ * BATON_ETIMEDOUT (see "Closing"; the server is then leaked). */
+int proto_server_close(struct proto_server *srv);
 /* The URL it listens on, with the port filled in for tcp://...:0. */
 const char *proto_server_url(const struct proto_server *srv);
 
@@ -514,11 +534,12 @@ int proto_client_open(struct proto_client **cli, const char *url, const struct p
 int proto_client_call(struct proto_client *cli, const struct baton_msg *req,
     struct baton_msg *rep, int timeout_ms, struct proto_diag *diag);
 /* Closes the socket: calls in flight return BATON_ECLOSED, later ones too.
- * Idempotent; any thread (not a pipe callback). */
-void proto_client_shutdown(struct proto_client *cli);
+ * Idempotent; any thread (not a pipe callback). 0 or BATON_ETIMEDOUT. */
+int proto_client_shutdown(struct proto_client *cli);
 /* Closes and frees; NULL is allowed. No call may be in flight: to abort
- * them, proto_client_shutdown(), join the callers, then close. */
-void proto_client_close(struct proto_client *cli);
+ * them, proto_client_shutdown(), join the callers, then close. 0 or
+ * BATON_ETIMEDOUT (see "Closing"). */
+int proto_client_close(struct proto_client *cli);
 
 /* One-shot: connect (BATON_ECONN when nobody listens), call, close. For
  * the CLI and tests; opts may be NULL. */
@@ -541,12 +562,14 @@ struct proto_sub;
 
 int proto_pub_open(struct proto_pub **pub, const char *url, const struct proto_opts *opts);
 int proto_publish(struct proto_pub *pub, const struct baton_msg *ev);
-void proto_pub_close(struct proto_pub *pub);
+/* NULL is allowed; 0 or BATON_ETIMEDOUT (see "Closing"). */
+int proto_pub_close(struct proto_pub *pub);
 const char *proto_pub_url(const struct proto_pub *pub);
 
 int proto_sub_open(struct proto_sub **sub, const char *url, const struct proto_opts *opts);
 int proto_sub_recv(struct proto_sub *sub, struct baton_msg *ev, int timeout_ms,
     struct proto_diag *diag);
-void proto_sub_close(struct proto_sub *sub);
+/* NULL is allowed; 0 or BATON_ETIMEDOUT (see "Closing"). */
+int proto_sub_close(struct proto_sub *sub);
 
 #endif

@@ -84,6 +84,12 @@ int proto__encode_to(const struct baton_msg *m, proto__write_fn w, void *data,
  * static storage: nothing to free. */
 void proto__sample(struct baton_msg *m, enum proto_op op, int kind);
 
+/* Test and tool support: sends len raw bytes as a request (whatever they
+ * are) and decodes the reply into *rep; no id or op matching. Same
+ * errors as proto_client_call, except that an error reply returns 0. */
+int proto__client_call_raw(struct proto_client *cli, const void *buf, size_t len,
+    struct baton_msg *rep, int timeout_ms, struct proto_diag *diag);
+
 /* Test support: whether two messages carry the same envelope, presence
  * bits and field values (strings and bins by content, floats bitwise).
  * On a difference, names it in why (may be NULL). */

@@ -7,6 +7,7 @@
  */
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,7 @@
 #define DEFAULT_SEND_TIMEOUT_MS 5000
 #define DEFAULT_RESEND_MS 60000
 #define DEFAULT_IPC_MODE 0660
+#define DEFAULT_CLOSE_TIMEOUT_MS 2000
 /* PUB drops the oldest queued event for a subscriber whose queue is full
  * (nng's default is 16 messages); SUB keeps as many. Events carry seq, so
  * a subscriber sees a gap. */
@@ -39,16 +41,28 @@ struct pid_entry {
 };
 
 /*
- * Closing. nng 1.5.2 misbehaves when nng_close runs while other threads
- * have context operations going: nni_ctx_rele can wake the closer before
- * the protocol's ctx fini locks the socket's mutex, which is then freed
- * ("panic: pthread_mutex_lock: Invalid argument"), and closing a REQ
- * socket with requests in flight can leave its reaper waiting forever in
- * nni_aio_stop. So closing is done in two steps: shut the gate (every nng
- * call that takes a context or socket reference holds it for reading;
- * they return at once, the waits happen outside it), then cancel every
- * operation still waiting (nng_aio_cancel) and wait until all have
- * returned; only then nng_close, with nothing of ours left inside nng.
+ * Closing. nng 1.5.2 has three defects around nng_close that this file
+ * works around:
+ *  1. When a context's last reference goes inside nng_ctx_send/recv/close
+ *     while nng_close runs on another thread, nni_ctx_rele wakes the
+ *     closer before the protocol's ctx fini locks the socket's mutex, which
+ *     is then freed ("panic: pthread_mutex_lock: Invalid argument").
+ *  2. Closing with operations pending leaves the closer racing them.
+ *  3. Closing a pipe while a message is arriving on it can lose the
+ *     transport's read: ipc_pipe_recv_cb resubmits a read on an rx aio that
+ *     ipc_pipe_close has just stopped, nni_aio_begin refuses it without
+ *     completing it, and the protocol's receive aio stays busy forever; the
+ *     reaper thread then waits in nni_aio_stop, nng_close never returns,
+ *     and neither does nng's atexit handler (nng_fini).
+ * So closing goes: shut the gate (every nng call that takes a context or
+ * socket reference holds it for reading; they return at once, the waits
+ * happen outside it), cancel every operation still waiting and wait until
+ * all have returned (1, 2), then nng_close on a helper thread with a
+ * deadline (3): when it does not return in time the socket and its wrapper
+ * are leaked, proto_nng_wedged() turns true, and the close function says
+ * BATON_ETIMEDOUT. (3) needs a peer sending at the moment of the close: a
+ * client with no call in flight and no timed-out call whose reply may still
+ * come is safe, and so is a server whose clients are quiet.
  */
 struct waiter {
 	nng_aio *aio;
@@ -60,6 +74,8 @@ struct psock {
 	pthread_rwlock_t gate;
 	bool closed;           /* written under gate and mu */
 	bool open;             /* nng socket allocated */
+	bool wedged;           /* nng_close did not return in time */
+	int close_timeout_ms;
 	char *url;             /* as given, or with the bound tcp port */
 	int send_timeout_ms;
 	proto_pipe_fn on_pipe;
@@ -201,6 +217,7 @@ static int psock_start(struct psock *ps, const char *url, const struct proto_opt
 	size_t recvmax = o->recvmax == 0 || o->recvmax > BATON_PROTO_MAX_MSG ?
 	    BATON_PROTO_MAX_MSG : o->recvmax;
 	ps->send_timeout_ms = o->send_timeout_ms ? o->send_timeout_ms : DEFAULT_SEND_TIMEOUT_MS;
+	ps->close_timeout_ms = o->close_timeout_ms > 0 ? o->close_timeout_ms : DEFAULT_CLOSE_TIMEOUT_MS;
 	if ((rv = nng_socket_set_size(ps->s, NNG_OPT_RECVMAXSZ, recvmax + HEADER_SLACK)) != 0)
 		return map_nng(rv, false);
 	nng_socket_set_ms(ps->s, NNG_OPT_SENDTIMEO, dur(ps->send_timeout_ms));
@@ -238,6 +255,7 @@ static int psock_start(struct psock *ps, const char *url, const struct proto_opt
 static void psock_init(struct psock *ps)
 {
 	memset(ps, 0, sizeof *ps);
+	ps->close_timeout_ms = DEFAULT_CLOSE_TIMEOUT_MS;
 	pthread_mutex_init(&ps->mu, NULL);
 	pthread_cond_init(&ps->idle, NULL);
 	pthread_rwlock_init(&ps->gate, NULL);
@@ -258,9 +276,95 @@ static void gate_leave(struct psock *ps)
 	pthread_rwlock_unlock(&ps->gate);
 }
 
+static _Atomic bool wedged;
+
+bool proto_nng_wedged(void)
+{
+	return atomic_load(&wedged);
+}
+
+/* nng_close on its own thread, waited for up to a deadline. The closer
+ * and the waiter share the record; the last one out frees it. */
+struct closer {
+	nng_socket s;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bool done;
+	int refs;
+};
+
+static void closer_put(struct closer *c)
+{
+	pthread_mutex_lock(&c->mu);
+	bool last = --c->refs == 0;
+	pthread_mutex_unlock(&c->mu);
+	if (last) {
+		pthread_cond_destroy(&c->cv);
+		pthread_mutex_destroy(&c->mu);
+		free(c);
+	}
+}
+
+static void *closer_main(void *arg)
+{
+	struct closer *c = arg;
+	nng_close(c->s);
+	pthread_mutex_lock(&c->mu);
+	c->done = true;
+	pthread_cond_broadcast(&c->cv);
+	pthread_mutex_unlock(&c->mu);
+	closer_put(c);
+	return NULL;
+}
+
+/* true when nng_close returned within timeout_ms */
+static bool close_bounded(nng_socket s, int timeout_ms)
+{
+	struct closer *c = calloc(1, sizeof *c);
+	pthread_attr_t attr;
+	pthread_t th;
+	if (!c) {
+		nng_close(s);
+		return true;
+	}
+	c->s = s;
+	c->refs = 2;
+	pthread_mutex_init(&c->mu, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&c->cv, &ca);
+	pthread_condattr_destroy(&ca);
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	int rc = pthread_create(&th, &attr, closer_main, c);
+	pthread_attr_destroy(&attr);
+	if (rc != 0) {
+		c->refs = 1;
+		closer_put(c);
+		nng_close(s);
+		return true;
+	}
+	struct timespec until;
+	clock_gettime(CLOCK_MONOTONIC, &until);
+	until.tv_sec += timeout_ms / 1000;
+	until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+	if (until.tv_nsec >= 1000000000L) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&c->mu);
+	while (!c->done && pthread_cond_timedwait(&c->cv, &c->mu, &until) == 0)
+		;
+	bool done = c->done;
+	pthread_mutex_unlock(&c->mu);
+	closer_put(c);
+	return done;
+}
+
 /* Closes the nng socket once (see "Closing" above); blocked operations
- * return BATON_ECLOSED. Waits for them to leave nng, which is quick. */
-static void psock_shutdown(struct psock *ps)
+ * return BATON_ECLOSED. false when nng_close did not finish in time. */
+static bool psock_shutdown(struct psock *ps)
 {
 	pthread_rwlock_wrlock(&ps->gate);
 	pthread_mutex_lock(&ps->mu);
@@ -269,7 +373,7 @@ static void psock_shutdown(struct psock *ps)
 	pthread_mutex_unlock(&ps->mu);
 	pthread_rwlock_unlock(&ps->gate);
 	if (was || !ps->open)
-		return;
+		return !ps->wedged;
 	/* No operation starts any more; end those that wait. */
 	pthread_mutex_lock(&ps->mu);
 	for (struct waiter *w = ps->waiters; w; w = w->next)
@@ -277,17 +381,27 @@ static void psock_shutdown(struct psock *ps)
 	while (ps->waiters)
 		pthread_cond_wait(&ps->idle, &ps->mu);
 	pthread_mutex_unlock(&ps->mu);
-	nng_close(ps->s);
+	if (!close_bounded(ps->s, ps->close_timeout_ms)) {
+		ps->wedged = true;
+		atomic_store(&wedged, true);
+		return false;
+	}
+	return true;
 }
 
-static void psock_fini(struct psock *ps)
+/* Shuts down and frees what the socket used; when nng could not close it,
+ * everything nng may still touch (the pipe callback's argument) is left
+ * allocated. BATON_ETIMEDOUT then. */
+static int psock_fini(struct psock *ps)
 {
-	psock_shutdown(ps);
+	if (!psock_shutdown(ps))
+		return BATON_ETIMEDOUT;
 	pthread_rwlock_destroy(&ps->gate);
 	pthread_cond_destroy(&ps->idle);
 	pthread_mutex_destroy(&ps->mu);
 	free(ps->pids);
 	free(ps->url);
+	return 0;
 }
 
 /* Starts an operation on aio through the gate (start(arg, aio): an
@@ -466,19 +580,23 @@ fail:
 	return err;
 }
 
-void proto_server_shutdown(struct proto_server *srv)
+int proto_server_shutdown(struct proto_server *srv)
 {
-	if (srv)
-		psock_shutdown(&srv->ps);
+	if (srv && !psock_shutdown(&srv->ps))
+		return BATON_ETIMEDOUT;
+	return 0;
 }
 
-void proto_server_close(struct proto_server *srv)
+int proto_server_close(struct proto_server *srv)
 {
 	if (!srv)
-		return;
+		return 0;
 	proto_ctx_close(srv->own);
-	psock_fini(&srv->ps);
+	srv->own = NULL;
+	if (psock_fini(&srv->ps))
+		return BATON_ETIMEDOUT; /* leaked: nng may still use it */
 	free(srv);
+	return 0;
 }
 
 const char *proto_server_url(const struct proto_server *srv)
@@ -602,18 +720,21 @@ fail:
 	return err;
 }
 
-void proto_client_shutdown(struct proto_client *cli)
+int proto_client_shutdown(struct proto_client *cli)
 {
-	if (cli)
-		psock_shutdown(&cli->ps);
+	if (cli && !psock_shutdown(&cli->ps))
+		return BATON_ETIMEDOUT;
+	return 0;
 }
 
-void proto_client_close(struct proto_client *cli)
+int proto_client_close(struct proto_client *cli)
 {
 	if (!cli)
-		return;
-	psock_fini(&cli->ps);
+		return 0;
+	if (psock_fini(&cli->ps))
+		return BATON_ETIMEDOUT;
 	free(cli);
+	return 0;
 }
 
 static int remaining(double deadline, int timeout_ms)
@@ -624,24 +745,17 @@ static int remaining(double deadline, int timeout_ms)
 	return left <= 0 ? 0 : (int)(left + 0.999);
 }
 
-int proto_client_call(struct proto_client *cli, const struct baton_msg *req,
-    struct baton_msg *rep, int timeout_ms, struct proto_diag *diag)
+/* Sends msg (ours; freed here) on a fresh context and waits for the reply
+ * message (*out, the caller's) within the deadline. */
+static int call_msg(struct proto_client *cli, nng_msg *msg, const char *what,
+    int timeout_ms, nng_msg **out, struct proto_diag *diag)
 {
-	struct proto_diag local;
+	double deadline = now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
 	nng_ctx ctx;
 	nng_aio *aio;
-	nng_msg *msg;
 	int err, rv;
 
-	if (!diag)
-		diag = &local;
-	memset(diag, 0, sizeof *diag);
-	memset(rep, 0, sizeof *rep);
-	if (!cli || req->reply || req->op == PROTO_OP_EVENT)
-		return proto__fail(diag, BATON_EINVAL, "a call sends a request");
-	double deadline = now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
-	if ((err = encode_nng(req, &msg, diag)))
-		return err;
+	*out = NULL;
 	if ((rv = nng_aio_alloc(&aio, NULL, NULL)) != 0) {
 		nng_msg_free(msg);
 		return proto__fail(diag, map_nng(rv, false), "no aio");
@@ -654,29 +768,51 @@ int proto_client_call(struct proto_client *cli, const struct baton_msg *req,
 	if (rv != 0) {
 		nng_msg_free(msg);
 		nng_aio_free(aio);
-		return proto__fail(diag, map_nng(rv, false), "no context: %s", nng_strerror(rv));
+		return proto__fail(diag, map_nng(rv, false), "%s: no context: %s", what,
+		    baton_strerror(map_nng(rv, false)));
 	}
-
 	/* The send completes when the request is on a pipe: it waits for a
 	 * connection, within the same deadline. */
 	nng_aio_set_msg(aio, msg);
 	if ((err = aio_run(&cli->ps, aio, remaining(deadline, timeout_ms), start_ctx_send, &ctx))) {
 		nng_msg_free(nng_aio_get_msg(aio));
-		proto__fail(diag, err, "%s %s: %s", proto_op_name(req->op),
+		proto__fail(diag, err, "%s %s: %s", what,
 		    err == BATON_ETIMEDOUT ? "was not sent" : "send", baton_strerror(err));
-		goto out;
+	} else if ((err = aio_run(&cli->ps, aio, remaining(deadline, timeout_ms), start_ctx_recv, &ctx))) {
+		proto__fail(diag, err, "%s: no reply: %s", what, baton_strerror(err));
+	} else {
+		*out = nng_aio_get_msg(aio);
 	}
-	if ((err = aio_run(&cli->ps, aio, remaining(deadline, timeout_ms), start_ctx_recv, &ctx))) {
-		proto__fail(diag, err, "%s: no reply: %s", proto_op_name(req->op),
-		    baton_strerror(err));
-		goto out;
+	if (gate_enter(&cli->ps)) {
+		nng_ctx_close(ctx);
+		gate_leave(&cli->ps);
 	}
-	msg = nng_aio_get_msg(aio);
+	nng_aio_free(aio);
+	return err;
+}
+
+int proto_client_call(struct proto_client *cli, const struct baton_msg *req,
+    struct baton_msg *rep, int timeout_ms, struct proto_diag *diag)
+{
+	struct proto_diag local;
+	nng_msg *msg;
+	int err;
+
+	if (!diag)
+		diag = &local;
+	memset(diag, 0, sizeof *diag);
+	memset(rep, 0, sizeof *rep);
+	if (!cli || req->reply || req->op == PROTO_OP_EVENT)
+		return proto__fail(diag, BATON_EINVAL, "a call sends a request");
+	if ((err = encode_nng(req, &msg, diag)))
+		return err;
+	if ((err = call_msg(cli, msg, proto_op_name(req->op), timeout_ms, &msg, diag)))
+		return err;
 	err = proto_decode(nng_msg_body(msg), nng_msg_len(msg), rep, diag);
 	rep->pipe = err ? 0 : nng_pipe_id(nng_msg_get_pipe(msg));
 	nng_msg_free(msg);
 	if (err)
-		goto out;
+		return err;
 	if (!rep->reply) {
 		err = proto__fail(diag, BATON_EMSG, "the answer to %s is not a reply",
 		    proto_op_name(req->op));
@@ -692,18 +828,35 @@ int proto_client_call(struct proto_client *cli, const struct baton_msg *req,
 	}
 	if (err) {
 		proto_msg_free(rep);
-		goto out;
+		return err;
 	}
 	if (!rep->ok) {
 		err = rep->err;
 		proto__fail(diag, err, "%s", rep->msg);
 	}
-out:
-	if (gate_enter(&cli->ps)) {
-		nng_ctx_close(ctx);
-		gate_leave(&cli->ps);
-	}
-	nng_aio_free(aio);
+	return err;
+}
+
+int proto__client_call_raw(struct proto_client *cli, const void *buf, size_t len,
+    struct baton_msg *rep, int timeout_ms, struct proto_diag *diag)
+{
+	struct proto_diag local;
+	nng_msg *msg;
+	int err, rv;
+
+	if (!diag)
+		diag = &local;
+	memset(diag, 0, sizeof *diag);
+	memset(rep, 0, sizeof *rep);
+	if ((rv = nng_msg_alloc(&msg, len)) != 0)
+		return proto__fail(diag, BATON_ENOMEM, "no memory for %zu bytes", len);
+	if (len)
+		memcpy(nng_msg_body(msg), buf, len);
+	if ((err = call_msg(cli, msg, "raw request", timeout_ms, &msg, diag)))
+		return err;
+	err = proto_decode(nng_msg_body(msg), nng_msg_len(msg), rep, diag);
+	rep->pipe = err ? 0 : nng_pipe_id(nng_msg_get_pipe(msg));
+	nng_msg_free(msg);
 	return err;
 }
 
@@ -784,12 +937,14 @@ int proto_publish(struct proto_pub *pub, const struct baton_msg *ev)
 	return 0;
 }
 
-void proto_pub_close(struct proto_pub *pub)
+int proto_pub_close(struct proto_pub *pub)
 {
 	if (!pub)
-		return;
-	psock_fini(&pub->ps);
+		return 0;
+	if (psock_fini(&pub->ps))
+		return BATON_ETIMEDOUT;
 	free(pub);
+	return 0;
 }
 
 const char *proto_pub_url(const struct proto_pub *pub)
@@ -854,12 +1009,14 @@ int proto_sub_recv(struct proto_sub *sub, struct baton_msg *ev, int timeout_ms,
 	return err;
 }
 
-void proto_sub_close(struct proto_sub *sub)
+int proto_sub_close(struct proto_sub *sub)
 {
 	if (!sub)
-		return;
-	psock_fini(&sub->ps);
+		return 0;
+	if (psock_fini(&sub->ps))
+		return BATON_ETIMEDOUT;
 	if (sub->aio)
 		nng_aio_free(sub->aio);
 	free(sub);
+	return 0;
 }

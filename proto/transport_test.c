@@ -10,9 +10,6 @@
 #include <stdatomic.h>
 #include <sys/stat.h>
 
-#include <nng/nng.h>
-#include <nng/protocol/reqrep0/req.h>
-
 #include "proto/proto_int.h"
 #include "tests/t.h"
 
@@ -335,26 +332,18 @@ static void t_client_before_server(void)
 	cleanup_tmp();
 }
 
-/* Raw nng REQ, for bytes our encoder would never send. */
+/* Bytes our encoder would never send, through a client of our own (so its
+ * close is bounded too). */
 static int raw_call(const char *url, const void *buf, size_t len, struct baton_msg *rep,
     int timeout_ms)
 {
-	nng_socket s;
-	nng_msg *msg = NULL;
-	T_ASSERT(nng_req0_open(&s) == 0);
-	nng_socket_set_ms(s, NNG_OPT_RECVTIMEO, timeout_ms);
-	nng_socket_set_ms(s, NNG_OPT_SENDTIMEO, timeout_ms);
-	T_ASSERT(nng_dial(s, url, NULL, 0) == 0);
-	T_ASSERT(nng_send(s, (void *)buf, len, 0) == 0);
-	int rv = nng_recvmsg(s, &msg, 0);
-	int err = rv ? (rv == NNG_ETIMEDOUT ? BATON_ETIMEDOUT : BATON_EIO) : 0;
-	if (!rv) {
-		struct proto_diag d;
-		err = proto_decode(nng_msg_body(msg), nng_msg_len(msg), rep, &d);
-		T_ASSERT_MSG(err == 0, "reply does not decode: %s", d.text);
-		nng_msg_free(msg);
-	}
-	nng_close(s);
+	struct proto_client *cli;
+	struct proto_diag d;
+	/* no resend: a server that drops the connection fails the call */
+	struct proto_opts o = { .dial_wait = true, .resend_ms = -1, .close_timeout_ms = 1000 };
+	T_OK(proto_client_open(&cli, url, &o));
+	int err = proto__client_call_raw(cli, buf, len, rep, timeout_ms, &d);
+	proto_client_close(cli);
 	return err;
 }
 
@@ -426,7 +415,8 @@ static void t_recvmax_drops_oversize(void)
 	struct baton_msg rep;
 	static char big[8192];
 	memset(big, 0x80, sizeof big);
-	T_EQ_ERR(raw_call(url, big, sizeof big, &rep, 500), BATON_ETIMEDOUT);
+	/* nng drops the connection; without resend the call fails */
+	T_EQ_ERR(raw_call(url, big, sizeof big, &rep, 2000), BATON_ECONN);
 	T_EQ_INT(atomic_load(&s.handled) + atomic_load(&s.bad), 0);
 	/* the server still serves everyone else */
 	struct baton_msg req;
@@ -442,7 +432,7 @@ static void t_recvmax_drops_oversize(void)
 	char *huge = calloc(1, n);
 	T_ASSERT(huge);
 	huge[0] = (char)0x80;
-	T_EQ_ERR(raw_call(url, huge, n, &rep, 1500), BATON_ETIMEDOUT);
+	T_EQ_ERR(raw_call(url, huge, n, &rep, 3000), BATON_ECONN);
 	T_EQ_INT(atomic_load(&s.handled) + atomic_load(&s.bad), 0);
 	T_OK(raw_call(url, huge, BATON_PROTO_MAX_MSG + 1, &rep, 5000));
 	T_EQ_ERR(rep.err, BATON_ETOOBIG);
@@ -505,8 +495,11 @@ static void t_concurrent_contexts(void)
 }
 
 /* Shutting down while workers reply and clients call: the gate in
- * transport.c keeps nng 1.5.2's close race away (this case aborted about
- * one run in ten without it). */
+ * transport.c keeps nng 1.5.2's close-time races away from our threads
+ * (this case aborted or hung about one run in ten without it). A close
+ * that meets nng's lost-read defect must come back within its deadline;
+ * after one, nng's reaper is stuck for the rest of the process, so the
+ * rounds stop there. */
 struct hammer {
 	struct proto_client *cli;
 	_Atomic bool stop;
@@ -530,19 +523,23 @@ static void *hammer_main(void *arg)
 
 static void t_shutdown_under_load(void)
 {
-	const char *url = tmp_url(0, "load.sock");
-	int total = 0;
-	for (int round = 0; round < 40; round++) {
+	struct proto_opts o = { .close_timeout_ms = 500 };
+	int total = 0, rounds = 0;
+	for (int round = 0; round < 40 && !proto_nng_wedged(); round++, rounds++) {
 		struct server s;
 		struct hammer h;
 		pthread_t th[4];
-		server_start(&s, url, 4, ECHO, NULL);
+		char name[32];
+		snprintf(name, sizeof name, "load%d.sock", round);
+		const char *url = tmp_url(0, name);
+		server_start(&s, url, 4, ECHO, &o);
 		h.stop = false;
 		h.calls = 0;
-		T_OK(proto_client_open(&h.cli, url, NULL));
+		T_OK(proto_client_open(&h.cli, url, &o));
 		for (int i = 0; i < 4; i++)
 			T_ASSERT(pthread_create(&th[i], NULL, hammer_main, &h) == 0);
 		usleep((useconds_t)(2000 + (round % 7) * 1500));
+		double t0 = now_ms();
 		if (round % 2)
 			proto_client_shutdown(h.cli); /* callers end with ECLOSED */
 		server_stop(&s);
@@ -550,9 +547,49 @@ static void t_shutdown_under_load(void)
 		for (int i = 0; i < 4; i++)
 			pthread_join(th[i], NULL);
 		proto_client_close(h.cli);
+		double dt = now_ms() - t0;
+		T_ASSERT_MSG(dt < 3 * 500 + 1000, "round %d: closing took %.0f ms", round, dt);
 		total += atomic_load(&h.calls);
 	}
+	if (proto_nng_wedged())
+		printf("  (nng 1.5.2 lost a read at close after %d rounds; bounded)\n", rounds);
 	T_ASSERT_MSG(total > 40, "only %d calls went through", total);
+	cleanup_tmp();
+}
+
+/* The defect itself: a client closes while the reply of its timed-out
+ * call arrives. Every close must come back within its deadline. */
+static void t_close_races_bounded(void)
+{
+	struct proto_opts o = { .close_timeout_ms = 300 };
+	struct server s;
+	const char *url = tmp_url(0, "race.sock");
+	server_start(&s, url, 2, SLOW, &o);
+	int round, wedged_at = -1;
+	for (round = 0; round < 60 && wedged_at < 0; round++) {
+		struct proto_client *cli;
+		struct baton_msg req, rep;
+		T_OK(proto_client_open(&cli, url, &o));
+		proto_msg_init(&req, PROTO_OP_STATUS);
+		/* the server answers after 200 ms; give up about then */
+		int e = proto_client_call(cli, &req, &rep, 185 + round % 21, NULL);
+		T_ASSERT_MSG(e == 0 || e == BATON_ETIMEDOUT, "call: %s", baton_errname(e));
+		proto_msg_free(&rep);
+		double t0 = now_ms();
+		int err = proto_client_close(cli);
+		double dt = now_ms() - t0;
+		T_ASSERT_MSG(dt < 300 + 500, "close took %.0f ms", dt);
+		if (err) {
+			T_EQ_ERR(err, BATON_ETIMEDOUT);
+			T_ASSERT(proto_nng_wedged());
+			wedged_at = round;
+		}
+	}
+	if (wedged_at >= 0)
+		printf("  (nng 1.5.2 lost a read at round %d; the close gave up in time)\n", wedged_at);
+	double t0 = now_ms();
+	server_stop(&s);
+	T_ASSERT(now_ms() - t0 < 300 * 3 + 1000);
 	cleanup_tmp();
 }
 
@@ -886,6 +923,7 @@ T_MAIN(T_CASE(t_reqrep_ipc), T_CASE(t_reqrep_tcp), T_CASE(t_request_pipe_pid),
     T_CASE(t_error_reply), T_CASE(t_timeouts), T_CASE(t_client_before_server),
     T_CASE(t_bad_requests_get_error_replies), T_CASE(t_recvmax_drops_oversize),
     T_CASE(t_concurrent_contexts), T_CASE(t_shutdown_under_load),
+    T_CASE(t_close_races_bounded),
     T_CASE(t_shutdown_unblocks), T_CASE(t_listen_errors),
     T_CASE(t_pubsub), T_CASE(t_pipe_rem_on_kill9), T_CASE(t_stale_socket_file),
     T_CASE(t_resend_after_restart))
