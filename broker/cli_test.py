@@ -423,6 +423,31 @@ def served_metrics(c):
     return families(text)
 
 
+def check_promql(exprs):
+    """Every expression parses as PromQL: `promtool check rules` on a rule
+    file of them, Grafana's variables replaced by values (skipped, saying
+    so, without promtool)."""
+    import shutil
+    import tempfile
+    if not shutil.which("promtool"):
+        print("  (no promtool: PromQL syntax not checked; Debian package prometheus)")
+        return
+    subst = {"$__rate_interval": "1m", "$__interval": "15s", "$__range": "1h", "$engine": ".*", "$gpu": ".*"}
+    rules = []
+    for i, e in enumerate(exprs):
+        for k in sorted(subst, key=len, reverse=True):
+            e = e.replace(k, subst[k])
+        assert "$" not in e, "an unknown variable in " + e
+        rules.append({"record": "baton:dashboard:%d" % i, "expr": e})
+    with tempfile.NamedTemporaryFile("w", suffix=".yml", delete=False) as f:
+        json.dump({"groups": [{"name": "dashboard", "rules": rules}]}, f)  # JSON is YAML
+    try:
+        r = subprocess.run(["promtool", "check", "rules", f.name], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, "PromQL: " + r.stdout + r.stderr
+    finally:
+        os.unlink(f.name)
+
+
 def t_grafana_dashboard(c):
     dash = json.load(open(DASHBOARD))
     assert dash.get("title") and dash.get("uid") and dash.get("panels"), "not a dashboard"
@@ -435,6 +460,7 @@ def t_grafana_dashboard(c):
         if p.get("type") != "row":
             assert p.get("targets") and p.get("datasource"), p.get("title")
             assert set(p.get("gridPos", {})) >= {"h", "w", "x", "y"}, p.get("title")
+    check_promql(exprs)
     served = served_metrics(c)
     known = served if served is not None else families(
         "\n".join("# TYPE %s histogram" % n for n in AGREED_METRICS))
