@@ -308,7 +308,7 @@ def t_progress_on_terminal_only(c):
     # a slow refill: a progress line on the terminal, erased before the result
     rc, out, tty = run_on_pty(c, ["refill", "b"], env)
     assert rc == 0 and out.startswith("refill b: ready"), (rc, out, tty)
-    assert "\rrefill b  " in tty and "s  b " in tty and "of 28.0 MiB" in tty, repr(tty)
+    assert "\rrefill b  " in tty and "s  b refilling, holds " in tty and " of 28.0 MiB" in tty, repr(tty)
     assert tty.endswith("\r\x1b[K"), repr(tty[-40:])
     assert "\r" not in out
     # --quiet: nothing on the terminal either

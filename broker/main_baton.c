@@ -372,7 +372,10 @@ static void progress_draw(struct progress *p, const struct baton_msg *st, unsign
 				e = &st->engines.v[i];
 		if (!e || n >= (int)sizeof line)
 			continue;
-		n += snprintf(line + n, sizeof line - (size_t)n, "  %s %s %s", e->name, e->state,
+		/* what the broker knows: the state and the device memory mapped
+		 * (a refill maps first, then copies; the copy's bytes come with
+		 * the final reply) */
+		n += snprintf(line + n, sizeof line - (size_t)n, "  %s %s, holds %s", e->name, e->state,
 		    fmt_bytes(e->resident, a, sizeof a));
 		if (p->goal[k] && n < (int)sizeof line)
 			n += snprintf(line + n, sizeof line - (size_t)n, " of %s", fmt_bytes(p->goal[k], b, sizeof b));
