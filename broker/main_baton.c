@@ -133,7 +133,8 @@ static int parse_duration_ms(const char *flag, const char *v)
 		end = (char *)v;
 	if (errno || end == v || !(x > 0) || x * mult > 86400e3)
 		die_usage("%s wants a duration like 500ms, 30s or 2m, not '%s'", flag, v);
-	return (int)(x * mult + 0.5);
+	int ms = (int)(x * mult + 0.5);
+	return ms > 0 ? ms : 1;
 }
 
 static void parse_args(int argc, char **argv)
