@@ -735,7 +735,7 @@ static void serve(struct broker_http *h, nng_aio *aio)
 	} else if (is_post_path && !post) {
 		r.allow = "POST";
 		resp_error(&r, 405, BATON_EUNSUPPORTED, "%s takes POST", path);
-	} else if (is_get_path && query && *query && strcmp(path, "/v1/events") != 0) {
+	} else if (query && *query && strcmp(path, "/v1/events") != 0) {
 		resp_error(&r, 400, BATON_EEXTRA, "%s takes no query parameters", path);
 	} else if (strcmp(path, "/") == 0 || strcmp(path, "/index.html") == 0) {
 		r.status = 200;

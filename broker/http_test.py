@@ -199,6 +199,7 @@ def t_api(c):
         (api.get("/v1/events?since=abc"), 400, "bad_type"),
         (api.get("/v1/events?since=-1"), 400, "bad_type"),
         (api.get("/v1/events?limit=3"), 400, "extra_field"),
+        (api.post("/v1/engines/a/release?force=1"), 400, "extra_field"),
         (api.post(post, "x" * (100 * 1024)), 413, "too_big"),
         (api.post("/v1/engines/b/vram", {"reserve_mib": 8}), 400, "unsupported"),  # the engine can't
     ]
