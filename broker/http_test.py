@@ -361,6 +361,25 @@ def t_config(c):
     r = subprocess.run([bt.BROKER, "--config", path, "--http-token-file", tok, "--check"], capture_output=True,
                        text=True, timeout=10)
     assert r.returncode == 0 and "http = 127.0.0.1:8420" in r.stdout and TOKEN not in r.stdout, r.stdout
+    for conf, want in (("http =\n", "http = off"), ("http = off\nhttp_token = abc\n", "http_token is set"),
+                       ("http_token_file = %s\n" % tok, "http_token is set"),
+                       ("http = http://[::1]:0\n", "http = [::1]:0")):
+        with open(path, "w") as f:
+            f.write("[broker]\n" + conf)
+        r = subprocess.run([bt.BROKER, "--config", path, "--check"], capture_output=True, text=True, timeout=10)
+        assert r.returncode == 0 and want in r.stdout and "abc" not in r.stdout, (conf, r.stdout, r.stderr)
+    bad_tok = os.path.join(c.dir, "bad-token")
+    with open(bad_tok, "w") as f:
+        f.write("two words\n")
+    for conf, want in (("http_token = a b\n", "http_token: want 1 to 255 visible"),
+                       ("http_token_file = %s/none\n" % c.dir, "cannot open the token file"),
+                       ("http_token_file = %s\n" % bad_tok, "the token must be one line")):
+        with open(path, "w") as f:
+            f.write("[broker]\n" + conf)
+        r = subprocess.run([bt.BROKER, "--config", path, "--check"], capture_output=True, text=True, timeout=10)
+        assert r.returncode == 2 and want in r.stderr, (conf, r.stderr)
+    with open(path, "w") as f:
+        f.write("[broker]\ncontrol = %s\nevents = %s\n" % (c.control, c.events_url))
     api = start(c, "", args=("--http-token-file", tok))
     expect(api.post("/v1/engines/x/release", token=False), 401, "permission")
     expect(api.post("/v1/engines/x/release"), 404, "not_found")
