@@ -950,7 +950,8 @@ int broker_http_open(struct broker *b, const struct broker_config *cfg, struct b
 	unsigned port = 0;
 	if (nng_http_server_get_addr(h->srv, &sa) == 0)
 		port = sa.s_family == NNG_AF_INET6 ? ntohs(sa.s_in6.sa_port) : ntohs(sa.s_in.sa_port);
-	snprintf(h->url, sizeof h->url, "http://%s:%u", u->u_hostname, port);
+	bool v6 = strchr(u->u_hostname, ':') != NULL;
+	snprintf(h->url, sizeof h->url, "http://%s%s%s:%u", v6 ? "[" : "", u->u_hostname, v6 ? "]" : "", port);
 	nng_url_free(u);
 	*out = h;
 	return 0;
