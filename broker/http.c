@@ -8,7 +8,7 @@
  * for the decision thread: commands to engines travel on nng too, and a
  * pool of nng threads all blocked behind a handoff would stall the very
  * replies the handoff waits for. So the handler only queues the request;
- * HTTP_THREADS threads of our own take it, run it through broker_call()
+ * threads of our own take it, run it through broker_call()
  * (the same path as the control socket: same checks, same errors, same
  * events) and finish the aio.
  *
@@ -37,7 +37,12 @@
 #define BATON_VERSION "0.1.0-dev"
 #endif
 
-#define HTTP_THREADS 4
+/* Two queues, so that reads (the page, /metrics) never wait behind
+ * mutating calls, each of which may wait for memory for seconds. */
+#define READ_THREADS 2
+#define WRITE_THREADS 4
+#define HTTP_THREADS (READ_THREADS + WRITE_THREADS)
+#define QUEUE_MAX 256              /* waiting requests per queue; more: 503 */
 #define BODY_MAX (64u * 1024u)      /* a JSON body above this: 413 */
 #define NNG_BODY_MAX (1024u * 1024u) /* nng refuses (400) before reading above this */
 #define URI_MAX 2048
@@ -85,7 +90,11 @@ struct broker_http {
 
 	pthread_mutex_t mu;   /* everything below */
 	pthread_cond_t cv;
-	struct hjob *qh, *qt;
+	struct queue {
+		struct hjob *head, *tail;
+		size_t n;
+		pthread_cond_t cv;
+	} q[2];                /* 0: reads, 1: POSTs */
 	bool stop;
 	struct evrec *ev;     /* ring: seq s at ev[s % EVENTS_MAX] */
 	uint64_t ev_last;     /* newest seq, 0: none */
@@ -840,21 +849,29 @@ static void serve(struct broker_http *h, nng_aio *aio)
 
 /* ---- threads and the nng handler ------------------------------------------------- */
 
+struct thread_arg {
+	struct broker_http *h;
+	struct queue *q;
+};
+
 static void *http_thread(void *arg)
 {
-	struct broker_http *h = arg;
+	struct broker_http *h = ((struct thread_arg *)arg)->h;
+	struct queue *q = ((struct thread_arg *)arg)->q;
+	free(arg);
 	for (;;) {
 		pthread_mutex_lock(&h->mu);
-		while (!h->qh && !h->stop)
-			pthread_cond_wait(&h->cv, &h->mu);
-		struct hjob *j = h->qh;
+		while (!q->head && !h->stop)
+			pthread_cond_wait(&q->cv, &h->mu);
+		struct hjob *j = q->head;
 		if (!j) {
 			pthread_mutex_unlock(&h->mu);
 			return NULL;
 		}
-		h->qh = j->next;
-		if (!h->qh)
-			h->qt = NULL;
+		q->head = j->next;
+		if (!q->head)
+			q->tail = NULL;
+		q->n--;
 		pthread_mutex_unlock(&h->mu);
 		serve(h, j->aio); /* after stop, broker_call answers at once */
 		free(j);
@@ -865,6 +882,8 @@ static void *http_thread(void *arg)
 static void on_request(nng_aio *aio)
 {
 	struct broker_http *h = nng_http_handler_get_data(nng_aio_get_input(aio, 1));
+	nng_http_req *req = nng_aio_get_input(aio, 0);
+	struct queue *q = &h->q[strcmp(nng_http_req_get_method(req), "POST") == 0];
 	struct hjob *j = malloc(sizeof *j);
 	if (!j) {
 		nng_aio_finish(aio, NNG_ENOMEM);
@@ -873,20 +892,24 @@ static void on_request(nng_aio *aio)
 	j->next = NULL;
 	j->aio = aio;
 	pthread_mutex_lock(&h->mu);
-	bool stopped = h->stop;
-	if (!stopped) {
-		if (h->qt)
-			h->qt->next = j;
+	bool stopped = h->stop, full = q->n >= QUEUE_MAX;
+	if (!stopped && !full) {
+		if (q->tail)
+			q->tail->next = j;
 		else
-			h->qh = j;
-		h->qt = j;
-		pthread_cond_signal(&h->cv);
+			q->head = j;
+		q->tail = j;
+		q->n++;
+		pthread_cond_signal(&q->cv);
 	}
 	pthread_mutex_unlock(&h->mu);
-	if (stopped) {
+	if (stopped || full) {
 		free(j);
 		struct resp r = { 0 };
-		resp_error(&r, 503, BATON_ECLOSED, "the broker is shutting down");
+		if (stopped)
+			resp_error(&r, 503, BATON_ECLOSED, "the broker is shutting down");
+		else
+			resp_error(&r, 503, BATON_EBUSY, "%d requests are waiting already; try again", QUEUE_MAX);
 		send_resp(aio, &r);
 	}
 }
@@ -906,7 +929,8 @@ int broker_http_open(struct broker *b, const struct broker_config *cfg, struct b
 	h->b = b;
 	snprintf(h->token, sizeof h->token, "%s", cfg->http_token);
 	pthread_mutex_init(&h->mu, NULL);
-	pthread_cond_init(&h->cv, NULL);
+	pthread_cond_init(&h->q[0].cv, NULL);
+	pthread_cond_init(&h->q[1].cv, NULL);
 	h->ev = calloc(EVENTS_MAX, sizeof *h->ev);
 	h->st = calloc(STATS_MAX, sizeof *h->st);
 	int rc = BATON_ENOMEM;
@@ -935,7 +959,13 @@ int broker_http_open(struct broker *b, const struct broker_config *cfg, struct b
 		goto fail;
 	}
 	for (int i = 0; i < HTTP_THREADS; i++) {
-		if (pthread_create(&h->th[i], NULL, http_thread, h) != 0) {
+		struct thread_arg *ta = malloc(sizeof *ta);
+		if (ta) {
+			ta->h = h;
+			ta->q = &h->q[i >= READ_THREADS];
+		}
+		if (!ta || pthread_create(&h->th[i], NULL, http_thread, ta) != 0) {
+			free(ta);
 			snprintf(err, errlen, "cannot start threads");
 			goto fail;
 		}
@@ -971,7 +1001,8 @@ void broker_http_close(struct broker_http *h)
 	 * waits for nothing of ours. */
 	pthread_mutex_lock(&h->mu);
 	h->stop = true;
-	pthread_cond_broadcast(&h->cv);
+	pthread_cond_broadcast(&h->q[0].cv);
+	pthread_cond_broadcast(&h->q[1].cv);
 	pthread_mutex_unlock(&h->mu);
 	for (int i = 0; i < h->n_th; i++)
 		pthread_join(h->th[i], NULL);
@@ -980,7 +1011,8 @@ void broker_http_close(struct broker_http *h)
 		nng_http_server_release(h->srv);
 	}
 	pthread_mutex_destroy(&h->mu);
-	pthread_cond_destroy(&h->cv);
+	pthread_cond_destroy(&h->q[0].cv);
+	pthread_cond_destroy(&h->q[1].cv);
 	free(h->ev);
 	free(h->st);
 	free(h);

@@ -251,6 +251,16 @@ def t_busy_409(c):
     body = expect(api.post("/v1/engines/a/release"), 409, "busy")
     assert 0.25 < time.time() - t0 < 10 and "a" in body["message"], body
     assert c.holds()["a"] == CEIL
+    # Five POSTs that each wait 300 ms (more than the write threads) never
+    # hold up a read: it is answered while they still wait.
+    posts = [threading.Thread(target=lambda: api.post("/v1/engines/a/release")) for _ in range(5)]
+    for p in posts:
+        p.start()
+    time.sleep(0.05)
+    expect(api.get("/v1/status"), 200)
+    assert sum(p.is_alive() for p in posts) > 0, "a read waited behind POSTs"
+    for p in posts:
+        p.join(30)
     t.join(60)
     assert not t.is_alive() and res["a"].get("ok") is True, res
     r = expect(api.post("/v1/engines/a/release"), 200)  # idle now: it goes
