@@ -22,6 +22,9 @@
  *              so a slow engine never delays another engine's heartbeat.
  *   watcher    polls a pidfd per engine (pidfd_open), so a dead engine is
  *              seen at once, not at its heartbeat timeout.
+ *   http       the HTTP server's threads (http.c) post requests like the
+ *              receivers do (broker_call) and wait for the reply; the
+ *              decision thread hands every event to broker_http_event().
  *
  * Engines are referred to by slot + generation (struct eref); a result
  * for a slot whose generation moved on is applied to nothing. The only

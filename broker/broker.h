@@ -9,7 +9,9 @@
  * engine through the engine's own control socket (release, refill, vram),
  * every command carrying an epoch that only grows (a fencing token).
  * Operators and scripts use the broker's control socket (status, release,
- * refill, vram, handoff, pin); every change is published as an event.
+ * refill, vram, handoff, pin) or its HTTP API (http.c: the same requests as
+ * JSON, Prometheus metrics, a dashboard page); every change is published
+ * as an event.
  *
  * Threads inside the daemon (broker.c): receivers (one nng context each)
  * take requests and hand them to the decision thread, which alone owns the
