@@ -293,7 +293,20 @@ static int dec_root(struct dctx *c, const msgpack_object *root)
 	char what[48];
 	int err;
 
-	/* The scanner guarantees a map. */
+	/* The scanner guarantees a map. Whatever fails next (duplicate keys
+	 * included), a server can still answer with the id and op when they
+	 * read as such. */
+	for (uint32_t i = 0; i < map->size; i++) {
+		const msgpack_object *k = &map->ptr[i].key, *val = &map->ptr[i].val;
+		if (k->type != MSGPACK_OBJECT_STR)
+			continue;
+		if (key_is(k, "id") && !diag->id && val->type == MSGPACK_OBJECT_POSITIVE_INTEGER)
+			diag->id = val->via.u64;
+		if (key_is(k, "op") && diag->op == PROTO_OP_NONE && val->type == MSGPACK_OBJECT_STR)
+			for (int o = PROTO_OP_NONE + 1; o < PROTO_OP_COUNT; o++)
+				if (key_is(val, proto_op_name((enum proto_op)o)))
+					diag->op = (enum proto_op)o;
+	}
 	if ((err = check_keys(c, map, "the message")))
 		return err;
 
@@ -301,15 +314,6 @@ static int dec_root(struct dctx *c, const msgpack_object *root)
 	op = lookup(map, "op");
 	id = lookup(map, "id");
 	ok = lookup(map, "ok");
-
-	/* Whatever fails next, a server can still answer with these. */
-	if (id && id->type == MSGPACK_OBJECT_POSITIVE_INTEGER)
-		diag->id = id->via.u64;
-	if (op && op->type == MSGPACK_OBJECT_STR) {
-		for (int o = PROTO_OP_NONE + 1; o < PROTO_OP_COUNT; o++)
-			if (key_is(op, proto_op_name((enum proto_op)o)))
-				diag->op = (enum proto_op)o;
-	}
 
 	if (!v)
 		return proto__fail(diag, BATON_EMISSING, "field 'v' (version) is missing");
