@@ -743,6 +743,13 @@ static void t_diag_keeps_id(void)
 	T_ASSERT(strstr(dg.text, "frobnicate") != NULL);
 	msgpack_sbuffer_destroy(&sb);
 
+	/* a duplicate key: still the id and op */
+	mutate(buf, len, DUP, "name", NULL, &sb);
+	T_EQ_ERR(proto_decode(sb.data, sb.size, &d, &dg), BATON_EDUP);
+	T_EQ_INT(dg.id, 123456789012345ull);
+	T_EQ_INT(dg.op, PROTO_OP_ACQUIRE);
+	msgpack_sbuffer_destroy(&sb);
+
 	/* truncated: nothing */
 	T_EQ_ERR(proto_decode(buf, len - 1, &d, &dg), BATON_EMSG);
 	T_EQ_INT(dg.id, 0);
