@@ -7,6 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+#include <systemd/sd-daemon.h>
 
 #include "broker/broker.h"
 
@@ -41,6 +44,76 @@ static void set_url(char *dst, const char *flag, const char *v)
 	    (strncmp(v, "ipc://", 6) != 0 && strncmp(v, "tcp://", 6) != 0) || strlen(v) < 7)
 		usage_error("%s wants ipc://PATH or tcp://HOST:PORT", flag);
 	snprintf(dst, BROKER_URL_MAX, "%s", v);
+}
+
+/*
+ * The systemd watchdog (WatchdogSec= in the unit; sd_watchdog_enabled()
+ * reads $WATCHDOG_USEC and $WATCHDOG_PID). WATCHDOG=1 goes out only after a
+ * STATUS call on the broker's own control socket came back: that call is
+ * answered by the decision thread, so a wedged decision thread stops the
+ * pings and systemd restarts the broker. Not under systemd: nothing.
+ */
+struct watchdog {
+	uint64_t interval_ms;       /* half of WatchdogSec; 0: off */
+	struct proto_client *cli;   /* to our own control socket */
+	double next;                /* monotonic seconds of the next ping */
+};
+
+static double mono_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void watchdog_open(struct watchdog *w, const char *control)
+{
+	uint64_t usec = 0;
+	memset(w, 0, sizeof *w);
+	if (sd_watchdog_enabled(0, &usec) <= 0 || usec == 0)
+		return;
+	w->interval_ms = usec / 2000 ? usec / 2000 : 1;
+	if (proto_client_open(&w->cli, control, NULL) != 0) {
+		fprintf(stderr, "baton-broker: watchdog: cannot open %s; no pings\n", control);
+		w->interval_ms = 0;
+		return;
+	}
+	fprintf(stderr, "baton-broker: watchdog: a ping every %llu ms while the decision thread answers\n",
+	    (unsigned long long)w->interval_ms);
+	w->next = mono_s();
+}
+
+/* How long the main loop may wait for a signal before the next ping. */
+static struct timespec watchdog_wait(const struct watchdog *w)
+{
+	struct timespec ts = { .tv_sec = 3600, .tv_nsec = 0 };
+	if (!w->interval_ms)
+		return ts;
+	double left = w->next - mono_s();
+	if (left < 0)
+		left = 0;
+	ts.tv_sec = (time_t)left;
+	ts.tv_nsec = (long)((left - (double)ts.tv_sec) * 1e9);
+	return ts;
+}
+
+static void watchdog_tick(struct watchdog *w)
+{
+	if (!w->interval_ms || mono_s() < w->next)
+		return;
+	w->next = mono_s() + (double)w->interval_ms / 1000.0;
+	struct baton_msg req, rep;
+	memset(&rep, 0, sizeof rep);
+	proto_msg_init(&req, PROTO_OP_STATUS);
+	/* At most half an interval: pings stay under 3/4 of WatchdogSec apart,
+	 * and a later answer counts as a missed ping. */
+	int rc = proto_client_call(w->cli, &req, &rep, (int)(w->interval_ms / 2 ? w->interval_ms / 2 : 1), NULL);
+	proto_msg_free(&rep);
+	if (rc == 0)
+		sd_notify(0, "WATCHDOG=1");
+	else
+		fprintf(stderr, "baton-broker: watchdog: no status from the decision thread (%s); no ping\n",
+		    baton_strerror(rc));
 }
 
 static void print_config(const struct broker_config *c)
@@ -151,12 +224,22 @@ int main(int argc, char **argv)
 	printf("ready %s %s%s%s\n", broker_control_url(b), broker_events_url(b), http_url ? " " : "",
 	    http_url ? http_url : "");
 	fflush(stdout);
+	/* systemd (Type=notify): ready once the sockets listen; a no-op
+	 * without $NOTIFY_SOCKET. */
+	sd_notifyf(0, "READY=1\nSTATUS=control %s, events %s, http %s", broker_control_url(b),
+	    broker_events_url(b), http_url ? http_url : "off");
+	struct watchdog wd;
+	watchdog_open(&wd, broker_control_url(b));
 	for (;;) {
-		int sig;
-		if (sigwait(&sigs, &sig) == 0 && sig != SIGHUP)
+		struct timespec wait = watchdog_wait(&wd);
+		int sig = sigtimedwait(&sigs, NULL, &wait);
+		if (sig > 0 && sig != SIGHUP)
 			break;
+		watchdog_tick(&wd);
 	}
+	sd_notify(0, "STOPPING=1\nSTATUS=shutting down");
 	fprintf(stderr, "baton-broker: shutting down\n");
+	proto_client_close(wd.cli);
 	broker_close(b);
 	fprintf(stderr, "baton-broker: stopped\n");
 	return 0;

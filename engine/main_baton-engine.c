@@ -37,6 +37,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <systemd/sd-daemon.h>
+
 #include "arena/arena.h"
 #include "engine/broker_link.h"
 #include "engine/engine.h"
@@ -950,6 +952,8 @@ int main(int argc, char **argv)
 	/* Ready: tests and scripts wait for this line. */
 	printf("ready %s\n", proto_server_url(g.srv));
 	fflush(stdout);
+	/* systemd (Type=notify): a no-op without $NOTIFY_SOCKET. */
+	sd_notifyf(0, "READY=1\nSTATUS=listening on %s", proto_server_url(g.srv));
 
 	for (;;) {
 		struct timespec tick = { .tv_sec = 0, .tv_nsec = 100 * 1000 * 1000 };
@@ -959,6 +963,7 @@ int main(int argc, char **argv)
 		idle_tick();
 	}
 	logf_("shutting down");
+	sd_notify(0, "STOPPING=1");
 	g.stopping = 1;
 	proto_server_shutdown(g.srv);
 	for (int i = 0; i < nth; i++)
