@@ -8,6 +8,7 @@
 
 #include "arena/arena.h"
 #include "engine/engine.h"
+#include "engine/fault.h"
 
 #define MIB (1024ull * 1024ull)
 #define DEFAULT_SEGMENT (256ull * MIB)
@@ -130,6 +131,12 @@ int engine_open(const struct baton_engine_config *cfg, struct baton_engine **out
 	if ((rc = e->be->open(cfg->device, cfg->host_capacity, &e->dev, sub, sizeof sub)) != 0) {
 		if (errbuf)
 			snprintf(errbuf, errlen, "%s device %d: %s", e->be->name, cfg->device, sub);
+		goto fail;
+	}
+	/* BATON_FAULT: fail the Nth map/alloc/copy (engine/fault.h). */
+	if ((rc = fault_wrap(e->be, e->dev, &e->be, sub, sizeof sub)) != 0) {
+		if (errbuf)
+			snprintf(errbuf, errlen, "%s", sub);
 		goto fail;
 	}
 	check_computable(e);

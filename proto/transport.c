@@ -85,6 +85,14 @@ struct psock {
 	struct waiter *waiters;
 	struct pid_entry *pids;
 	size_t npids, cappids;
+	/* listeners: see "The listener monitor" */
+	nng_listener lst;
+	int ipc_mode;
+	uint64_t lst_other;    /* the listener's "other" errors seen so far */
+	bool mon_running;
+	pthread_t mon;
+	pthread_cond_t mon_cv;
+	unsigned restarts;
 };
 
 static int map_nng(int rv, bool dialing)
@@ -204,6 +212,88 @@ static char *bound_url(const char *url, nng_listener l)
 	return strdup(url);
 }
 
+/* ---- the listener monitor ------------------------------------------------------
+ *
+ * nng 1.5.2's listener stops accepting for good when a peer connects and
+ * hangs up before the SP handshake: the transport hands NNG_ECLOSED to the
+ * pending accept, and listener_accept_cb takes that for "the listener is
+ * closing". Any local process (or a killed client) can do it. The accept
+ * errors nng counts as "other" (ECLOSED among them) stop the loop or
+ * pause it; so a thread per listening socket looks at that counter a few
+ * times a second and, when it moved, replaces the listener with a new one
+ * on the same address. Connections in progress at that moment are
+ * refused once; dialers retry.
+ */
+
+#define MONITOR_MS 250
+
+static bool gate_enter(struct psock *ps);
+static void gate_leave(struct psock *ps);
+
+static int listener_open(struct psock *ps, const char *url)
+{
+	nng_listener l;
+	int rv;
+	if ((rv = nng_listener_create(&l, ps->s, url)) != 0)
+		return rv;
+	if (is_ipc(url) && (rv = nng_listener_set_int(l, NNG_OPT_IPC_PERMISSIONS, ps->ipc_mode)) != 0) {
+		nng_listener_close(l);
+		return rv;
+	}
+	if ((rv = nng_listener_start(l, 0)) != 0) {
+		nng_listener_close(l);
+		return rv;
+	}
+	ps->lst = l;
+	ps->lst_other = 0;
+	return 0;
+}
+
+/* The listener's count of "other" accept errors; false when unknown. */
+static bool listener_other(nng_listener l, uint64_t *out)
+{
+	nng_stat *all, *ls, *st;
+	bool found = false;
+	if (nng_stats_get(&all) != 0)
+		return false;
+	if ((ls = nng_stat_find_listener(all, l)) != NULL &&
+	    (st = nng_stat_find(ls, "other")) != NULL) {
+		*out = nng_stat_value(st);
+		found = true;
+	}
+	nng_stats_free(all);
+	return found;
+}
+
+static void *monitor_main(void *arg)
+{
+	struct psock *ps = arg;
+	for (;;) {
+		struct timespec until;
+		clock_gettime(CLOCK_MONOTONIC, &until);
+		until.tv_nsec += MONITOR_MS * 1000000L;
+		if (until.tv_nsec >= 1000000000L) {
+			until.tv_sec++;
+			until.tv_nsec -= 1000000000L;
+		}
+		pthread_mutex_lock(&ps->mu);
+		while (!ps->closed && pthread_cond_timedwait(&ps->mon_cv, &ps->mu, &until) == 0)
+			;
+		bool stop = ps->closed;
+		pthread_mutex_unlock(&ps->mu);
+		if (stop || !gate_enter(ps))
+			return NULL;
+		uint64_t other;
+		if (listener_other(ps->lst, &other) && other > ps->lst_other) {
+			/* Maybe stopped: start afresh on the bound address. */
+			nng_listener_close(ps->lst);
+			if (listener_open(ps, ps->url) == 0)
+				ps->restarts++;
+		}
+		gate_leave(ps);
+	}
+}
+
 /* Options, pipe hook, then listen or dial. On failure the caller closes. */
 static int psock_start(struct psock *ps, const char *url, const struct proto_opts *o,
     bool listen)
@@ -231,16 +321,12 @@ static int psock_start(struct psock *ps, const char *url, const struct proto_opt
 			return map_nng(rv, false);
 	}
 	if (listen) {
-		nng_listener l;
-		if ((rv = nng_listener_create(&l, ps->s, url)) != 0)
+		ps->ipc_mode = o->ipc_mode ? o->ipc_mode : DEFAULT_IPC_MODE;
+		if ((rv = listener_open(ps, url)) != 0)
 			return map_nng(rv, false);
-		if (is_ipc(url) &&
-		    (rv = nng_listener_set_int(l, NNG_OPT_IPC_PERMISSIONS,
-		        o->ipc_mode ? o->ipc_mode : DEFAULT_IPC_MODE)) != 0)
-			return map_nng(rv, false);
-		if ((rv = nng_listener_start(l, 0)) != 0)
-			return map_nng(rv, false);
-		ps->url = bound_url(url, l);
+		ps->url = bound_url(url, ps->lst);
+		if (ps->url && pthread_create(&ps->mon, NULL, monitor_main, ps) == 0)
+			ps->mon_running = true;
 	} else {
 		nng_dialer d;
 		if ((rv = nng_dialer_create(&d, ps->s, url)) != 0)
@@ -259,6 +345,11 @@ static void psock_init(struct psock *ps)
 	pthread_mutex_init(&ps->mu, NULL);
 	pthread_cond_init(&ps->idle, NULL);
 	pthread_rwlock_init(&ps->gate, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&ps->mon_cv, &ca);
+	pthread_condattr_destroy(&ca);
 }
 
 static bool gate_enter(struct psock *ps)
@@ -374,6 +465,13 @@ static bool psock_shutdown(struct psock *ps)
 	pthread_rwlock_unlock(&ps->gate);
 	if (was || !ps->open)
 		return !ps->wedged;
+	if (ps->mon_running) {
+		pthread_mutex_lock(&ps->mu);
+		pthread_cond_broadcast(&ps->mon_cv);
+		pthread_mutex_unlock(&ps->mu);
+		pthread_join(ps->mon, NULL);
+		ps->mon_running = false;
+	}
 	/* No operation starts any more; end those that wait. */
 	pthread_mutex_lock(&ps->mu);
 	for (struct waiter *w = ps->waiters; w; w = w->next)
@@ -397,6 +495,7 @@ static int psock_fini(struct psock *ps)
 	if (!psock_shutdown(ps))
 		return BATON_ETIMEDOUT;
 	pthread_rwlock_destroy(&ps->gate);
+	pthread_cond_destroy(&ps->mon_cv);
 	pthread_cond_destroy(&ps->idle);
 	pthread_mutex_destroy(&ps->mu);
 	free(ps->pids);
@@ -604,6 +703,40 @@ const char *proto_server_url(const struct proto_server *srv)
 	return srv && srv->ps.url ? srv->ps.url : "";
 }
 
+/* Fault injection (engine/fault.h has the syntax): BATON_FAULT="send:N" or
+ * "send:N/every" makes the Nth send of a reply (proto_ctx_reply) or a request
+ * (proto_client_call), counted together per process, fail with
+ * BATON_ECLOSED before it reaches nng: a reply is dropped (the client's REQ
+ * resends), a request is not sent. One line on stderr per fault. */
+static unsigned long fault_nth, fault_every;
+static _Atomic unsigned long fault_sends;
+static pthread_once_t fault_once = PTHREAD_ONCE_INIT;
+
+static void fault_parse(void)
+{
+	const char *v = getenv("BATON_FAULT");
+	const char *p = v ? strstr(v, "send:") : NULL;
+	if (p && (p == v || p[-1] == ',' || p[-1] == ' ')) {
+		char *end;
+		fault_nth = strtoul(p + 5, &end, 10);
+		if (*end == '/')
+			fault_every = strtoul(end + 1, NULL, 10);
+	}
+}
+
+static bool send_fault(const char *what)
+{
+	pthread_once(&fault_once, fault_parse);
+	if (fault_nth == 0)
+		return false;
+	unsigned long n = atomic_fetch_add(&fault_sends, 1) + 1;
+	if (n < fault_nth || (n != fault_nth && (fault_every == 0 || (n - fault_nth) % fault_every != 0)))
+		return false;
+	fprintf(stderr, "baton-fault: send call %lu fails (%s): %s\n", n, what,
+	    baton_strerror(BATON_ECLOSED));
+	return true;
+}
+
 static int ctx_send_msg(struct proto_ctx *c, nng_msg *msg)
 {
 	nng_aio_set_msg(c->aio, msg);
@@ -672,6 +805,10 @@ int proto_ctx_reply(struct proto_ctx *c, const struct baton_msg *rep)
 		snprintf(text, sizeof text, "reply did not encode: %s", d.text);
 		ctx_send_error(c, rep->op, rep->id, BATON_EINTERNAL, text);
 		return err;
+	}
+	if (send_fault("reply")) {
+		nng_msg_free(msg);
+		return BATON_ECLOSED;
 	}
 	return ctx_send_msg(c, msg);
 }
@@ -806,6 +943,11 @@ int proto_client_call(struct proto_client *cli, const struct baton_msg *req,
 		return proto__fail(diag, BATON_EINVAL, "a call sends a request");
 	if ((err = encode_nng(req, &msg, diag)))
 		return err;
+	if (send_fault("request")) {
+		nng_msg_free(msg);
+		return proto__fail(diag, BATON_ECLOSED, "%s send: %s (injected)",
+		    proto_op_name(req->op), baton_strerror(BATON_ECLOSED));
+	}
 	if ((err = call_msg(cli, msg, proto_op_name(req->op), timeout_ms, &msg, diag)))
 		return err;
 	err = proto_decode(nng_msg_body(msg), nng_msg_len(msg), rep, diag);
