@@ -195,6 +195,42 @@ gpu-test: gpu-build
 bench-gpu: gpu-build
 	@scripts/bench-gpu.sh $(GPU_BUILD)
 
+# ---- install ----------------------------------------------------------------
+# make install [PREFIX=/usr/local] [DESTDIR=]: the programs (benchmarks
+# left out) to $(PREFIX)/bin; the systemd units to
+# $(PREFIX)/lib/systemd/system (a directory systemd searches; ExecStart= is
+# rewritten to $(PREFIX)/bin); the sysusers.d file making the system user
+# baton to $(PREFIX)/lib/sysusers.d; the example configuration to
+# $(PREFIX)/share/baton/etc, and to /etc/baton only where a file is absent
+# (an edited configuration is never overwritten). Then, without DESTDIR:
+#   systemd-sysusers && systemctl daemon-reload
+PREFIX      ?= /usr/local
+BINDIR      ?= $(PREFIX)/bin
+UNITDIR     ?= $(PREFIX)/lib/systemd/system
+SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
+CONFDIR     ?= /etc/baton
+INSTALL     ?= install
+INSTALL_PROGS := $(filter-out %-bench,$(PROGS))
+DEPLOY_UNITS  := $(wildcard deploy/systemd/*.service)
+DEPLOY_CONF   := broker.ini arenas/example.conf engines/example.conf
+
+.PHONY: install
+install: $(INSTALL_PROGS)
+	$(INSTALL) -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSUSERSDIR) \
+	    $(DESTDIR)$(PREFIX)/share/baton/etc/arenas $(DESTDIR)$(PREFIX)/share/baton/etc/engines \
+	    $(DESTDIR)$(CONFDIR)/arenas $(DESTDIR)$(CONFDIR)/engines
+	$(INSTALL) -m 0755 $(INSTALL_PROGS) $(DESTDIR)$(BINDIR)/
+	for u in $(DEPLOY_UNITS); do \
+	    sed -e 's|/usr/local/bin/|$(BINDIR)/|g' -e 's|/etc/baton/|$(CONFDIR)/|g' $$u \
+	        > $(DESTDIR)$(UNITDIR)/$$(basename $$u) && \
+	    chmod 0644 $(DESTDIR)$(UNITDIR)/$$(basename $$u) || exit 1; \
+	done
+	$(INSTALL) -m 0644 deploy/systemd/baton.sysusers.conf $(DESTDIR)$(SYSUSERSDIR)/baton.conf
+	for f in $(DEPLOY_CONF); do \
+	    $(INSTALL) -m 0644 deploy/etc/$$f $(DESTDIR)$(PREFIX)/share/baton/etc/$$f || exit 1; \
+	    [ -e $(DESTDIR)$(CONFDIR)/$$f ] || $(INSTALL) -m 0644 deploy/etc/$$f $(DESTDIR)$(CONFDIR)/$$f || exit 1; \
+	done
+
 clean:
 	rm -rf $(BUILD) $(GPU_BUILD)
 
