@@ -6,7 +6,8 @@ set -eu
 
 pkgs="build-essential pkg-config libnng-dev nng-utils libmsgpack-dev
       libxxhash-dev libjansson-dev libinih-dev libsystemd-dev
-      python3 python3-msgpack clang libclang-rt-14-dev prometheus"
+      python3 python3-msgpack python3-yaml systemd clang libclang-rt-14-dev
+      prometheus"
 
 missing=""
 for p in $pkgs; do

@@ -1,0 +1,511 @@
+#!/usr/bin/python3
+"""deploy_test.py: the deployment files in deploy/ and the systemd
+notifications of the broker and the engine.
+
+- make install (DESTDIR, PREFIX) puts programs, units, the sysusers.d file
+  and the example configuration in place, rewrites ExecStart= to PREFIX,
+  and never overwrites an edited /etc/baton file;
+- `systemd-analyze verify` passes on the installed units (ExecStart= paths
+  pointed at the DESTDIR copy), and fails on a deliberately broken one;
+- `systemd-sysusers --root` makes baton a system user (RemoveIPC spares it);
+- the units say what the design needs (Type=notify, watchdog,
+  RuntimeDirectory=baton, User=baton, the per-instance files), and the
+  example configuration is accepted by the programs;
+- baton-broker sends READY=1, WATCHDOG=1 at half of $WATCHDOG_USEC (none
+  without it, or for another $WATCHDOG_PID) and STOPPING=1; baton-engine
+  READY=1 and STOPPING=1 (a fake $NOTIFY_SOCKET);
+- every Kubernetes and Prometheus YAML document loads (python3-yaml), and
+  their structure holds: the kinds, the GPU limit, /run/baton and /dev/shm
+  shared by every container, the scrape port = the broker's HTTP port in
+  the ConfigMap, the ConfigMap's broker.ini accepted by baton-broker --check;
+  promtool checks the scrape configuration.
+
+Needs the programs in $BUILD/bin (make builds them first), systemd-analyze
+and systemd-sysusers (Debian package systemd) and python3-yaml, both in
+scripts/install-deps.sh. The last line is "N passed, N failed".
+"""
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+import yaml
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+BUILD = os.environ.get("BUILD", "build")
+BIN = os.path.join(ROOT, BUILD, "bin") if not os.path.isabs(BUILD) else os.path.join(BUILD, "bin")
+PROGS = ["baton", "baton-arena", "baton-broker", "baton-engine", "baton-proto-tool"]
+UNITS = ["baton-broker.service", "baton-engine@.service", "baton-arena@.service"]
+
+
+def run(cmd, **kw):
+    kw.setdefault("stdout", subprocess.PIPE)
+    kw.setdefault("stderr", subprocess.STDOUT)
+    kw.setdefault("timeout", 60)
+    return subprocess.run(cmd, text=True, **kw)
+
+
+def make_install(destdir, prefix="/usr/local", confdir=None):
+    """make install with the programs already built in $BUILD (-o: never
+    remade here, whatever flags the build had)."""
+    progs = [os.path.join(BIN, p) for p in PROGS]
+    for p in progs:
+        assert os.access(p, os.X_OK), "%s is not built" % p
+    cmd = ["make", "-s", "--no-print-directory", "install", "BUILD=" + BUILD, "DESTDIR=" + destdir,
+           "PREFIX=" + prefix, "INSTALL_PROGS=" + " ".join(progs)]
+    if confdir:
+        cmd.append("CONFDIR=" + confdir)
+    for p in progs:
+        cmd += ["-o", p]
+    r = run(cmd, cwd=ROOT)
+    assert r.returncode == 0, "make install: %d\n%s" % (r.returncode, r.stdout)
+    return r
+
+
+def unit_keys(path):
+    """{(section, key): [values]} of a unit file (keys may repeat)."""
+    out, sec = {}, None
+    for line in open(path):
+        line = line.strip()
+        if not line or line[0] in "#;":
+            continue
+        if line.startswith("["):
+            sec = line.strip("[]")
+            continue
+        k, _, v = line.partition("=")
+        out.setdefault((sec, k.strip()), []).append(v.strip())
+    return out
+
+
+def one(keys, sec, k):
+    v = keys.get((sec, k))
+    assert v and len(v) == 1, "[%s] %s: %r" % (sec, k, v)
+    return v[0]
+
+
+# ---- make install ---------------------------------------------------------------
+
+def t_install_layout():
+    with tempfile.TemporaryDirectory() as d:
+        make_install(d)
+        for p in PROGS:
+            f = os.path.join(d, "usr/local/bin", p)
+            assert os.access(f, os.X_OK), f
+        assert not os.path.exists(os.path.join(d, "usr/local/bin/baton-broker-bench"))
+        for u in UNITS:
+            f = os.path.join(d, "usr/local/lib/systemd/system", u)
+            assert oct(os.stat(f).st_mode & 0o777) == "0o644", f
+        assert os.path.exists(os.path.join(d, "usr/local/lib/sysusers.d/baton.conf"))
+        for c in ["broker.ini", "arenas/example.conf", "engines/example.conf"]:
+            for base in ["etc/baton", "usr/local/share/baton/etc"]:
+                f = os.path.join(d, base, c)
+                assert open(f).read() == open(os.path.join(HERE, "etc", c)).read(), f
+        # an edited configuration is kept on a second install
+        ini = os.path.join(d, "etc/baton/broker.ini")
+        with open(ini, "w") as f:
+            f.write("[broker]\nidle_release_s = 7\n")
+        make_install(d)
+        assert open(ini).read() == "[broker]\nidle_release_s = 7\n"
+    # another PREFIX: ExecStart= follows it
+    with tempfile.TemporaryDirectory() as d:
+        make_install(d, prefix="/opt/baton")
+        k = unit_keys(os.path.join(d, "opt/baton/lib/systemd/system/baton-broker.service"))
+        assert one(k, "Service", "ExecStart").startswith("/opt/baton/bin/baton-broker "), k
+        k = unit_keys(os.path.join(d, "opt/baton/lib/systemd/system/baton-engine@.service"))
+        assert one(k, "Service", "ExecStart").startswith("/opt/baton/bin/baton-engine "), k
+
+
+# ---- systemd-analyze verify -------------------------------------------------------
+
+def verify_units(d, units):
+    """systemd-analyze verify: (ok, output). Warnings count as failures:
+    an unknown key or a bad value is only a warning to systemd."""
+    r = run(["systemd-analyze", "verify", "--man=no"] + units, timeout=30)
+    return r.returncode == 0 and not r.stdout.strip(), r.stdout
+
+
+def staged_units(d):
+    """The installed units, their paths pointed into DESTDIR d, templates
+    given an instance name, in d/verify; returns their paths."""
+    unitdir = os.path.join(d, "usr/local/lib/systemd/system")
+    vd = os.path.join(d, "verify")
+    os.makedirs(vd)
+    out = []
+    for u in UNITS:
+        text = open(os.path.join(unitdir, u)).read()
+        assert "/usr/local/bin/" in text, u
+        text = text.replace("/usr/local/bin/", d + "/usr/local/bin/").replace("/etc/baton/", d + "/etc/baton/")
+        name = u.replace("@.service", "@example.service")
+        with open(os.path.join(vd, name), "w") as f:
+            f.write(text)
+        out.append(os.path.join(vd, name))
+    return out
+
+
+def t_systemd_verify():
+    assert shutil.which("systemd-analyze"), "systemd-analyze missing (Debian package systemd)"
+    with tempfile.TemporaryDirectory() as d:
+        make_install(d)
+        units = staged_units(d)
+        ok, out = verify_units(d, units)
+        assert ok, "systemd-analyze verify:\n" + out
+        # The check catches a broken unit: a bad value, an unknown key, a
+        # missing binary, each alone.
+        src = open(units[0]).read()
+        breakages = [
+            ("Type=notify", "Type=notifyy"),
+            ("WatchdogSec=30s", "WatchdogSecs=30s"),
+            (d + "/usr/local/bin/baton-broker", d + "/usr/local/bin/baton-brokerr"),
+        ]
+        for old, new in breakages:
+            assert old in src, old
+            bad = os.path.join(d, "verify", "baton-broker.service")
+            with open(bad, "w") as f:
+                f.write(src.replace(old, new))
+            ok, out = verify_units(d, [bad])
+            assert not ok, "verify passed a unit with %r:\n%s" % (new, out)
+        with open(units[0], "w") as f:
+            f.write(src)
+
+
+def t_sysusers_system_user():
+    assert shutil.which("systemd-sysusers"), "systemd-sysusers missing (Debian package systemd)"
+    with tempfile.TemporaryDirectory() as d:
+        make_install(d)
+        os.makedirs(os.path.join(d, "root/etc"))
+        r = run(["systemd-sysusers", "--root=" + os.path.join(d, "root"),
+                 os.path.join(d, "usr/local/lib/sysusers.d/baton.conf")])
+        assert r.returncode == 0, r.stdout
+        ent = [l.split(":") for l in open(os.path.join(d, "root/etc/passwd")) if l.startswith("baton:")]
+        assert len(ent) == 1, ent
+        uid = int(ent[0][2])
+        # a system user: logind's RemoveIPC leaves its /dev/shm files alone
+        assert 0 < uid < 1000, uid
+        assert any(l.startswith("baton:") for l in open(os.path.join(d, "root/etc/group")))
+
+
+# ---- what the units say -----------------------------------------------------------
+
+def t_units_content():
+    sd = os.path.join(HERE, "systemd")
+    b = unit_keys(os.path.join(sd, "baton-broker.service"))
+    assert one(b, "Service", "Type") == "notify"
+    assert one(b, "Service", "RuntimeDirectory") == "baton"
+    assert one(b, "Service", "RuntimeDirectoryPreserve") == "yes"
+    assert re.fullmatch(r"\d+s?", one(b, "Service", "WatchdogSec"))
+    assert one(b, "Service", "ExecStart") == "/usr/local/bin/baton-broker --config /etc/baton/broker.ini"
+    for k in (b, unit_keys(os.path.join(sd, "baton-engine@.service")),
+              unit_keys(os.path.join(sd, "baton-arena@.service"))):
+        assert one(k, "Service", "User") == "baton" and one(k, "Service", "Group") == "baton"
+        assert one(k, "Service", "DynamicUser") == "no"
+        assert ("Service", "PrivateDevices") not in k  # GPUs stay visible
+    e = unit_keys(os.path.join(sd, "baton-engine@.service"))
+    assert one(e, "Service", "Type") == "notify"
+    assert one(e, "Service", "EnvironmentFile") == "/etc/baton/engines/%i.conf"
+    assert "baton-broker.service" in one(e, "Unit", "After")
+    assert "baton-arena@${BATON_ARENA}.service" in one(e, "Service", "ExecStartPre")
+    assert one(e, "Service", "RuntimeDirectory") == "baton"
+    assert one(e, "Service", "RuntimeDirectoryPreserve") == "yes"
+    a = unit_keys(os.path.join(sd, "baton-arena@.service"))
+    assert one(a, "Service", "Type") == "oneshot" and one(a, "Service", "RemainAfterExit") == "yes"
+    assert one(a, "Service", "EnvironmentFile") == "/etc/baton/arenas/%i.conf"
+    assert one(a, "Service", "ExecStart") == "/usr/local/bin/baton-arena create $ARENA_SOURCE %i"
+    # every flag the units and the example pass is one the program knows
+    eng_help = run([os.path.join(BIN, "baton-engine"), "--help"]).stdout
+    flags = re.findall(r"--[a-z-]+", one(e, "Service", "ExecStart"))
+    ex = dict(l.strip().split("=", 1) for l in open(os.path.join(HERE, "etc/engines/example.conf"))
+              if l.strip() and not l.startswith("#"))
+    flags += re.findall(r"--[a-z-]+", ex["BATON_ENGINE_ARGS"])
+    for f in flags:
+        assert f in eng_help, "baton-engine has no %s" % f
+    arena_help = run([os.path.join(BIN, "baton-arena"), "--help"]).stdout
+    for l in open(os.path.join(HERE, "etc/arenas/example.conf")):
+        if "ARENA_SOURCE=" in l:
+            for f in re.findall(r"--[a-z-]+", l):
+                assert f in arena_help, "baton-arena has no %s" % f
+    r = run([os.path.join(BIN, "baton-broker"), "--config", os.path.join(HERE, "etc/broker.ini"), "--check"])
+    assert r.returncode == 0, r.stdout
+    assert "http = 127.0.0.1:8420" in r.stdout, r.stdout
+
+
+# ---- sd_notify ---------------------------------------------------------------------
+
+class Notify:
+    """A fake $NOTIFY_SOCKET: collects the datagrams with their times."""
+
+    def __init__(self, d):
+        self.path = os.path.join(d, "notify.sock")
+        self.s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.s.bind(self.path)
+        self.msgs = []
+        self.t0 = time.monotonic()
+
+    def collect(self, seconds, until=None):
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            self.s.settimeout(max(0.01, end - time.monotonic()))
+            try:
+                m = self.s.recv(4096).decode()
+            except socket.timeout:
+                break
+            self.msgs.append((time.monotonic() - self.t0, m))
+            if until and until in m:
+                break
+        return self.msgs
+
+    def has(self, word):
+        return [t for t, m in self.msgs if word in m.split("\n")]
+
+    def close(self):
+        self.s.close()
+
+
+def start(cmd, env, d, name):
+    log = open(os.path.join(d, name + ".log"), "w")
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=log, text=True), log
+
+
+def stop(p, n, what):
+    p.send_signal(signal.SIGTERM)
+    n.collect(10, until="STOPPING=1")
+    assert p.wait(timeout=20) == 0, what + " exit %s" % p.returncode
+    assert n.has("STOPPING=1"), n.msgs
+
+
+def broker_cmd(d):
+    return [os.path.join(BIN, "baton-broker"), "--control", "ipc://%s/c.sock" % d,
+            "--events", "ipc://%s/e.sock" % d, "--http", "off"]
+
+
+def t_notify_broker():
+    with tempfile.TemporaryDirectory() as d:
+        n = Notify(d)
+        env = dict(os.environ, NOTIFY_SOCKET=n.path, WATCHDOG_USEC="400000")
+        env.pop("WATCHDOG_PID", None)
+        p, log = start(broker_cmd(d), env, d, "broker")
+        try:
+            n.collect(10, until="READY=1")
+            ready = n.has("READY=1")
+            assert ready, n.msgs
+            assert p.stdout.readline().startswith("ready "), "no ready line"
+            n.collect(1.5)
+            pings = n.has("WATCHDOG=1")
+            # every 200 ms: about 7 in 1.5 s; never a gap near 400 ms
+            assert len(pings) >= 5, n.msgs
+            gaps = [b - a for a, b in zip(pings, pings[1:])]
+            assert max(gaps) < 0.35, gaps
+            assert min(pings) >= ready[0]
+            stop(p, n, "broker")
+        finally:
+            if p.poll() is None:
+                p.kill()
+            log.close()
+            n.close()
+    # no WATCHDOG_USEC, or a WATCHDOG_PID not ours: READY but no pings
+    for extra in ({}, {"WATCHDOG_USEC": "400000", "WATCHDOG_PID": "1"}):
+        with tempfile.TemporaryDirectory() as d:
+            n = Notify(d)
+            env = dict(os.environ, NOTIFY_SOCKET=n.path, **extra)
+            if not extra:
+                env.pop("WATCHDOG_USEC", None)
+            p, log = start(broker_cmd(d), env, d, "broker")
+            try:
+                n.collect(10, until="READY=1")
+                n.collect(0.6)
+                assert n.has("READY=1") and not n.has("WATCHDOG=1"), (extra, n.msgs)
+                stop(p, n, "broker")
+            finally:
+                if p.poll() is None:
+                    p.kill()
+                log.close()
+                n.close()
+
+
+def t_notify_engine():
+    with tempfile.TemporaryDirectory() as d:
+        arena = os.path.join(d, "m.arena")
+        r = run([os.path.join(BIN, "baton-arena"), "create", "--synthetic", "--layers", "2", "--experts", "4",
+                 "--top-k", "2", "--d-model", "64", "--d-ff", "32", "--dtype", "f32", "--seed", "1", arena])
+        assert r.returncode == 0, r.stdout
+        n = Notify(d)
+        env = dict(os.environ, NOTIFY_SOCKET=n.path)
+        p, log = start([os.path.join(BIN, "baton-engine"), "--name", "e1", "--shared-expert-arena", arena,
+                        "--backend", "host", "--host-device-mib", "64", "--expert-cache-release",
+                        "--vram-elastic", "--listen", "ipc://%s/e1.sock" % d], env, d, "engine")
+        try:
+            n.collect(20, until="READY=1")
+            assert n.has("READY=1"), n.msgs
+            assert p.stdout.readline().startswith("ready "), "no ready line"
+            stop(p, n, "engine")
+        finally:
+            if p.poll() is None:
+                p.kill()
+            log.close()
+            n.close()
+
+
+# ---- Kubernetes and Prometheus ------------------------------------------------------
+
+def load_k8s():
+    docs = []
+    for f in sorted(os.listdir(os.path.join(HERE, "k8s"))):
+        if f.endswith((".yaml", ".yml")):
+            docs += [x for x in yaml.safe_load_all(open(os.path.join(HERE, "k8s", f))) if x]
+    return docs
+
+
+def http_port(ini):
+    m = re.search(r"^http\s*=\s*(\S+)", ini, re.M)
+    assert m, "no http in broker.ini"
+    return int(m.group(1).rsplit(":", 1)[1])
+
+
+def t_k8s_manifests():
+    docs = load_k8s()
+    for x in docs:
+        assert "apiVersion" in x and "kind" in x and x.get("metadata", {}).get("name"), x
+    kinds = {x["kind"]: x for x in docs}
+    for k in ("Namespace", "ConfigMap", "DaemonSet"):
+        assert k in kinds, "no %s: %s" % (k, list(kinds))
+    ds, cm = kinds["DaemonSet"], kinds["ConfigMap"]
+    assert ds["apiVersion"] == "apps/v1"
+    sel = ds["spec"]["selector"]["matchLabels"]
+    tmpl = ds["spec"]["template"]
+    assert all(tmpl["metadata"]["labels"].get(k) == v for k, v in sel.items()), "selector"
+    pod = tmpl["spec"]
+    assert pod.get("nodeSelector"), "no nodeSelector"
+    vols = {v["name"]: v for v in pod["volumes"]}
+    shm = [v for v in vols.values() if v.get("emptyDir", {}).get("medium") == "Memory"]
+    assert shm or pod.get("hostIPC"), "no memory volume nor hostIPC for /dev/shm"
+    containers = pod.get("initContainers", []) + pod["containers"]
+    names = [c["name"] for c in pod["containers"]]
+    assert "broker" in names and len(names) >= 2, names
+    for c in containers:
+        mounts = {m["mountPath"]: m["name"] for m in c.get("volumeMounts", [])}
+        for path in ("/run/baton", "/dev/shm"):
+            assert path in mounts, "%s does not mount %s" % (c["name"], path)
+            assert mounts[path] in vols, mounts[path]
+        assert vols[mounts["/run/baton"]].get("emptyDir") is not None
+        assert vols[mounts["/dev/shm"]].get("emptyDir", {}).get("medium") == "Memory" or pod.get("hostIPC")
+        for m in c["volumeMounts"]:
+            assert m["name"] in vols, m
+    gpus = [c for c in pod["containers"]
+            if int(c.get("resources", {}).get("limits", {}).get("nvidia.com/gpu", 0)) >= 1]
+    assert gpus, "no container asks for nvidia.com/gpu"
+    # the scrape port is the broker's HTTP port, on every address
+    ini = cm["data"]["broker.ini"]
+    port = http_port(ini)
+    ann = tmpl["metadata"]["annotations"]
+    assert ann["prometheus.io/scrape"] == "true"
+    assert int(ann["prometheus.io/port"]) == port, (ann, port)
+    broker = [c for c in pod["containers"] if c["name"] == "broker"][0]
+    assert port in [p["containerPort"] for p in broker["ports"]]
+    assert re.search(r"^http\s*=\s*0\.0\.0\.0:", ini, re.M), "http must listen on the pod's address"
+    # the ConfigMap's items exist; the broker.ini is one the broker takes
+    for v in vols.values():
+        if "configMap" in v:
+            assert v["configMap"]["name"] == cm["metadata"]["name"]
+            for it in v["configMap"].get("items", []):
+                assert it["key"] in cm["data"], it
+    with tempfile.TemporaryDirectory() as d:
+        tok = os.path.join(d, "token")
+        with open(tok, "w") as f:
+            f.write("x" * 32 + "\n")
+        path = os.path.join(d, "broker.ini")
+        with open(path, "w") as f:
+            f.write(re.sub(r"^http_token_file\s*=.*$", "http_token_file = " + tok, ini, flags=re.M))
+        r = run([os.path.join(BIN, "baton-broker"), "--config", path, "--check"])
+        assert r.returncode == 0, r.stdout
+        # the scripts parse; every engine's arena is made by the init container
+        for key, sh in (("make-arenas.sh", "sh"), ("run-engines.sh", "bash")):
+            f = os.path.join(d, key)
+            with open(f, "w") as fh:
+                fh.write(cm["data"][key])
+            r = run([sh, "-n", f])
+            assert r.returncode == 0, (key, r.stdout)
+    arenas = {k[len("arena-"):-5] for k in cm["data"] if k.startswith("arena-")}
+    for k, v in cm["data"].items():
+        if k.startswith("engine-"):
+            m = re.search(r"^BATON_ARENA=(\S+)", v, re.M)
+            assert m and m.group(1) in arenas, (k, arenas)
+
+
+def t_prometheus_config():
+    path = os.path.join(HERE, "prometheus/prometheus.yml")
+    cfg = yaml.safe_load(open(path))
+    jobs = {j["job_name"]: j for j in cfg["scrape_configs"]}
+    k8s = [j for j in jobs.values() if "kubernetes_sd_configs" in j]
+    static = [j for j in jobs.values() if "static_configs" in j]
+    assert k8s and static, list(jobs)
+    # one machine: the broker's default HTTP port
+    ini_port = http_port(open(os.path.join(HERE, "etc/broker.ini")).read())
+    assert any(t.endswith(":%d" % ini_port) for j in static for s in j["static_configs"] for t in s["targets"])
+    j = k8s[0]
+    assert j["kubernetes_sd_configs"][0]["role"] == "pod"
+    rel = j["relabel_configs"]
+    keep = [r for r in rel if r.get("action") == "keep" and
+            r["source_labels"] == ["__meta_kubernetes_pod_annotation_prometheus_io_scrape"]]
+    assert keep and keep[0]["regex"] == "true", rel
+    # the address rule turns a pod's address and the port annotation into
+    # POD_IP:PORT (Prometheus anchors the regex and joins with ';')
+    addr = [r for r in rel if r.get("target_label") == "__address__"][0]
+    pat = re.compile("^(?:%s)$" % addr["regex"])
+    for src in ("10.1.2.3;8420", "10.1.2.3:80;8420"):
+        m = pat.match(src)
+        assert m, src
+        got = re.sub(r"\$(\d+)", lambda g: m.group(int(g.group(1))), addr["replacement"])
+        assert got == "10.1.2.3:8420", (src, got)
+    # the namespace it watches is the manifests'
+    ns = [x for x in load_k8s() if x["kind"] == "Namespace"][0]["metadata"]["name"]
+    names = j["kubernetes_sd_configs"][0].get("namespaces", {}).get("names")
+    assert not names or ns in names, (names, ns)
+    if not shutil.which("promtool"):
+        print("  (promtool missing: the structure alone is checked)")
+        return
+    r = run(["promtool", "check", "config", path])
+    if r.returncode != 0 and "kubernetes_sd_configs not found" in r.stdout:
+        # Debian's prometheus is built without Kubernetes discovery: check
+        # the rest of the file with it, the Kubernetes job by structure above.
+        print("  (this promtool has no kubernetes_sd_configs: checking the other jobs)")
+        with tempfile.TemporaryDirectory() as d:
+            cfg["scrape_configs"] = [x for x in cfg["scrape_configs"] if "kubernetes_sd_configs" not in x]
+            p2 = os.path.join(d, "prometheus.yml")
+            with open(p2, "w") as f:
+                yaml.safe_dump(cfg, f)
+            r = run(["promtool", "check", "config", p2])
+    assert r.returncode == 0, r.stdout
+
+
+CASES = [t_install_layout, t_systemd_verify, t_sysusers_system_user, t_units_content,
+         t_notify_broker, t_notify_engine, t_k8s_manifests, t_prometheus_config]
+
+
+def main():
+    only = sys.argv[1:]
+    passed = failed = 0
+    for case in CASES:
+        if only and case.__name__ not in only:
+            continue
+        t0 = time.monotonic()
+        try:
+            case()
+            print("ok   %s (%.2f s)" % (case.__name__, time.monotonic() - t0))
+            passed += 1
+        except Exception:
+            print("FAIL %s" % case.__name__)
+            traceback.print_exc(file=sys.stdout)
+            failed += 1
+        sys.stdout.flush()
+    print("%d passed, %d failed" % (passed, failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
