@@ -12,7 +12,8 @@ notifications of the broker and the engine.
   RuntimeDirectory=baton, User=baton, the per-instance files), and the
   example configuration is accepted by the programs;
 - baton-broker sends READY=1, WATCHDOG=1 at half of $WATCHDOG_USEC (none
-  without it, or for another $WATCHDOG_PID) and STOPPING=1; baton-engine
+  without it, or for another $WATCHDOG_PID, and none while the broker's own
+  threads are stopped with ptrace) and STOPPING=1; baton-engine
   READY=1 and STOPPING=1 (a fake $NOTIFY_SOCKET);
 - every Kubernetes and Prometheus YAML document loads (python3-yaml), and
   their structure holds: the kinds, the GPU limit, /run/baton and /dev/shm
@@ -328,6 +329,74 @@ def t_notify_broker():
                 n.close()
 
 
+def ptrace_stop_threads(pid, keep):
+    """Stops every thread of pid for which keep(tid, comm) is false, each
+    alone (PTRACE_SEIZE + PTRACE_INTERRUPT: the others run on); returns a
+    function that lets them go, or None when ptrace is not permitted."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+    libc.ptrace.restype = ctypes.c_long
+    SEIZE, INTERRUPT, DETACH, WALL = 0x4206, 0x4207, 17, 0x40000000
+    stopped = []
+    for tid in sorted(int(x) for x in os.listdir("/proc/%d/task" % pid)):
+        comm = open("/proc/%d/task/%d/comm" % (pid, tid)).read().strip()
+        if keep(tid, comm):
+            continue
+        if libc.ptrace(SEIZE, tid, None, None) != 0:
+            if not stopped:
+                return None
+            raise OSError(ctypes.get_errno(), "PTRACE_SEIZE %d" % tid)
+        stopped.append(tid)
+        assert libc.ptrace(INTERRUPT, tid, None, None) == 0
+        os.waitpid(tid, WALL)
+
+    def release():
+        for t in stopped:
+            libc.ptrace(DETACH, t, None, None)
+    return release
+
+
+def t_watchdog_follows_decision_thread():
+    """The pings stop while the broker's own threads (the decision thread,
+    the control receivers) are stopped and the main thread and nng's run;
+    they come back when the threads go on."""
+    with tempfile.TemporaryDirectory() as d:
+        n = Notify(d)
+        env = dict(os.environ, NOTIFY_SOCKET=n.path, WATCHDOG_USEC="400000")
+        env.pop("WATCHDOG_PID", None)
+        p, log = start(broker_cmd(d), env, d, "broker")
+        release = None
+        try:
+            n.collect(10, until="READY=1")
+            n.collect(0.5)
+            assert n.has("WATCHDOG=1"), n.msgs
+            release = ptrace_stop_threads(p.pid, lambda tid, comm: tid == p.pid or comm.startswith("nng:"))
+            if release is None:
+                print("  (ptrace not permitted here: skipped)")
+                return
+            t1 = time.monotonic() - n.t0
+            n.collect(1.2)
+            during = [t for t in n.has("WATCHDOG=1") if t > t1 + 0.3]
+            release()
+            release = None
+            t2 = time.monotonic() - n.t0
+            n.collect(1.0)
+            after = [t for t in n.has("WATCHDOG=1") if t > t2]
+            assert not during, "pings while the decision thread was stopped: %r" % during
+            assert len(after) >= 2 and after[0] - t2 < 0.5, "no pings after: %r" % after
+            stop(p, n, "broker")
+            log.flush()
+            assert "no status from the decision thread" in open(os.path.join(d, "broker.log")).read()
+        finally:
+            if release:
+                release()
+            if p.poll() is None:
+                p.kill()
+            log.close()
+            n.close()
+
+
 def t_notify_engine():
     with tempfile.TemporaryDirectory() as d:
         arena = os.path.join(d, "m.arena")
@@ -484,7 +553,7 @@ def t_prometheus_config():
 
 
 CASES = [t_install_layout, t_systemd_verify, t_sysusers_system_user, t_units_content,
-         t_notify_broker, t_notify_engine, t_k8s_manifests, t_prometheus_config]
+         t_notify_broker, t_watchdog_follows_decision_thread, t_notify_engine, t_k8s_manifests, t_prometheus_config]
 
 
 def main():
