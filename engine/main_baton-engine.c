@@ -817,6 +817,13 @@ static int ensure_ipc_dir(const char *url)
 int main(int argc, char **argv)
 {
 	parse_args(argc, argv, &g.o);
+	/* A bare NAME (no '/', not ending in .arena) is
+	 * /dev/shm/baton/NAME.arena, as for baton-arena and the README. */
+	static char arena_buf[PATH_MAX];
+	size_t an = strlen(g.o.arena);
+	if (!strchr(g.o.arena, '/') && !(an > 6 && strcmp(g.o.arena + an - 6, ".arena") == 0) &&
+	    arena_default_path(g.o.arena, arena_buf, sizeof arena_buf) == 0)
+		g.o.arena = arena_buf;
 	char listen[PATH_MAX];
 	if (g.o.listen)
 		snprintf(listen, sizeof listen, "%s", g.o.listen);
