@@ -506,6 +506,72 @@ def t_k8s_manifests():
             assert m and m.group(1) in arenas, (k, arenas)
 
 
+def t_k8s_pod_scripts():
+    """The ConfigMap's scripts, run for real with its paths moved into a
+    temporary directory: make-arenas.sh makes each arena; run-engines.sh
+    starts one engine per file against a broker, passes SIGTERM to each
+    (exit 0), and exits 1, stopping the others, when one engine dies."""
+    cm = [x for x in load_k8s() if x["kind"] == "ConfigMap"][0]
+    name = "deploytest-%d" % os.getpid()
+    shm = "/dev/shm/baton/%s.arena" % name
+    with tempfile.TemporaryDirectory() as d:
+        etc = os.path.join(d, "etc")
+        os.makedirs(os.path.join(etc, "arenas"))
+        os.makedirs(os.path.join(etc, "engines"))
+        for key in ("make-arenas.sh", "run-engines.sh"):
+            with open(os.path.join(etc, key), "w") as f:
+                f.write(cm["data"][key].replace("/etc/baton/", etc + "/"))
+        with open(os.path.join(etc, "arenas", name + ".conf"), "w") as f:
+            f.write("ARENA_SOURCE=--synthetic --layers 2 --experts 4 --top-k 2 --d-model 64 --d-ff 32 "
+                    "--dtype f32 --seed 3\n")
+        for e in ("e1", "e2"):
+            with open(os.path.join(etc, "engines", e + ".conf"), "w") as f:
+                f.write("BATON_ARENA=%s\nBATON_ENGINE_ARGS=--backend host --host-device-mib 64 "
+                        "--expert-cache-release --listen ipc://%s/%s.sock\n" % (name, d, e))
+        env = dict(os.environ, PATH=BIN + ":" + os.environ["PATH"], BATON_BROKER_DEFAULT="ipc://%s/c.sock" % d)
+        broker = eng = None
+        blog = open(os.path.join(d, "broker.log"), "w")
+        try:
+            r = run(["sh", os.path.join(etc, "make-arenas.sh")], env=env)
+            assert r.returncode == 0 and os.path.exists(shm), r.stdout
+            broker = subprocess.Popen(broker_cmd(d), stdout=subprocess.PIPE, stderr=blog, text=True)
+            assert broker.stdout.readline().startswith("ready ")
+            for round_ in ("sigterm", "one dies"):
+                eng = subprocess.Popen(["bash", os.path.join(etc, "run-engines.sh")], env=env,
+                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                       start_new_session=True)
+                ready, out = [], []
+                while len(ready) < 2:
+                    line = eng.stdout.readline()
+                    assert line, "run-engines.sh ended: %r\n%s" % (ready, "".join(out))
+                    out.append(line)
+                    if line.startswith("ready "):
+                        ready.append(line)
+                st = run([os.path.join(BIN, "baton"), "--broker", "ipc://%s/c.sock" % d, "status", "--json"])
+                assert '"e1"' in st.stdout and '"e2"' in st.stdout, st.stdout
+                kids = [int(x) for x in open("/proc/%d/task/%d/children" % (eng.pid, eng.pid)).read().split()]
+                assert len(kids) == 2, kids
+                if round_ == "sigterm":
+                    eng.send_signal(signal.SIGTERM)
+                    assert eng.wait(timeout=20) == 0, eng.returncode
+                else:
+                    os.kill(kids[0], signal.SIGKILL)
+                    assert eng.wait(timeout=20) == 1, eng.returncode
+                for k in kids:
+                    assert not os.path.exists("/proc/%d" % k) or \
+                        open("/proc/%d/stat" % k).read().split()[2] == "Z", "engine %d still runs" % k
+        finally:
+            if eng and eng.poll() is None:
+                os.killpg(eng.pid, signal.SIGKILL)
+            if broker and broker.poll() is None:
+                broker.send_signal(signal.SIGTERM)
+                broker.wait(timeout=20)
+            blog.close()
+            for f in (shm, shm[:-len(".arena")] + ".arena.lock"):
+                if os.path.exists(f):
+                    os.unlink(f)
+
+
 def t_prometheus_config():
     path = os.path.join(HERE, "prometheus/prometheus.yml")
     cfg = yaml.safe_load(open(path))
@@ -553,7 +619,7 @@ def t_prometheus_config():
 
 
 CASES = [t_install_layout, t_systemd_verify, t_sysusers_system_user, t_units_content,
-         t_notify_broker, t_watchdog_follows_decision_thread, t_notify_engine, t_k8s_manifests, t_prometheus_config]
+         t_notify_broker, t_watchdog_follows_decision_thread, t_notify_engine, t_k8s_manifests, t_k8s_pod_scripts, t_prometheus_config]
 
 
 def main():
