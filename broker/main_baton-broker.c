@@ -27,7 +27,9 @@ static const char usage[] =
     "  --help\n"
     "\n"
     "Flags override the file. Exit status: 0 after SIGTERM or SIGINT, 1 when\n"
-    "the sockets cannot be opened, 2 for bad flags or configuration.\n";
+    "the sockets cannot be opened, 2 for bad flags or configuration.\n"
+    "Under systemd (Type=notify): READY=1 once listening, WATCHDOG=1 every\n"
+    "WatchdogSec/2 while the decision thread answers, STOPPING=1 on SIGTERM.\n";
 
 static void usage_error(const char *fmt, const char *arg) __attribute__((noreturn));
 static void usage_error(const char *fmt, const char *arg)
