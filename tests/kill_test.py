@@ -1,0 +1,153 @@
+#!/usr/bin/python3
+"""kill_test.py: kill -9 at random moments of release, refill, GEN and
+handoff, on the host backend.
+
+Each run: a broker and three engines (a, b, c) on a 64 MiB device that
+holds two of them; refills are slowed at random (BATON_TEST_REFILL_DELAY_MS)
+to widen their windows. Two clients send random GENs, handoffs, releases and
+refills; after a random delay one process (an engine, or the broker, which
+is then started again) gets SIGKILL. Then:
+  - the clients stop within their timeouts (no request hangs);
+  - every survivor serves a GEN with the fault-free checksum;
+  - within the heartbeat timeout the broker's picture matches: the dead
+    engine is dead and holds nothing, each live engine's resident equals
+    its own mapped;
+  - the host device's usage equals the live engines' memory (each one's
+    mapped plus the same dense overhead), and total - free in their status.
+
+KILL_RUNS runs (default 10; 50 with BATON_RELIABILITY=1; 4 in a sanitizer
+build). Last line "N passed, N failed".
+"""
+import os
+import random
+import signal
+import sys
+import threading
+import time
+import traceback
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "broker"))
+import broker_test as bt  # noqa: E402
+import fault_test as ft  # noqa: E402  (the call that retries a refused connection, per_pid)
+
+FULL = os.environ.get("BATON_RELIABILITY") == "1"
+SAN = "san" in os.environ.get("BUILD", "")
+RUNS = int(os.environ.get("KILL_RUNS", "50" if FULL else ("4" if SAN else "10")))
+MIB = 1 << 20
+CONFIG = "heartbeat_timeout_ms = 1000\nacquire_wait_ms = 1500\n"
+
+
+def load(c, engines, stop, counts, rng):
+    names = [p.name for p in engines]
+    while not stop.is_set():
+        op = rng.choice(["gen", "gen", "handoff", "release", "refill"])
+        p = rng.choice(engines)
+        t0 = time.time()
+        try:
+            if op == "gen":
+                seed = rng.randrange(8)
+                r = bt.call(p.url, "gen", timeout_ms=5000, steps=2, batch=1, seed=seed)
+                if r.get("ok") and (r["checksum"], r["output"]) != bt.reference(c, seed):
+                    counts["wrong"].append("%s seed %d" % (p.name, seed))
+            elif op == "handoff":
+                src, dst = rng.sample(names, 2)
+                r = bt.call(c.control, "handoff", timeout_ms=5000, **{"from": src, "to": dst})
+            else:
+                r = bt.call(c.control, op, timeout_ms=5000, name=p.name)
+        except Exception as e:  # the tool itself overran its timeout: a hang
+            counts["hung"].append("%s %s: %s" % (op, p.name, e))
+            continue
+        assert time.time() - t0 < 15, (op, time.time() - t0)
+        counts[op if r.get("ok") else "err"] += 1
+
+
+def one_run(c, rng, run):
+    bt.reference(c, 0)  # every seed's checksum, before the clients start
+    c.broker(CONFIG)
+    delay = {n: str(rng.choice([0, 0, 100, 300])) for n in "abc"}
+    engines = [c.engine(n, host_mib=64, env={"BATON_TEST_REFILL_DELAY_MS": delay[n]}) for n in "abc"]
+    stop = threading.Event()
+    counts = {"gen": 0, "handoff": 0, "release": 0, "refill": 0, "err": 0, "hung": [], "wrong": []}
+    threads = [threading.Thread(target=load, args=(c, engines, stop, counts, random.Random(rng.random())),
+                                daemon=True) for _ in range(2)]
+    for t in threads:
+        t.start()
+    time.sleep(rng.uniform(0.05, 1.0))
+    victim = rng.choice(["a", "b", "c", "broker"])
+    if victim == "broker":
+        c.bp.send_signal(signal.SIGKILL)
+        c.bp.wait(5)
+        time.sleep(rng.uniform(0, 0.3))
+        c.broker(CONFIG)
+        live = engines
+    else:
+        p = next(e for e in engines if e.name == victim)
+        p.send_signal(signal.SIGKILL)
+        p.wait(5)
+        live = [e for e in engines if e is not p]
+    time.sleep(0.3)
+    stop.set()
+    for t in threads:
+        t.join(20)
+        assert not t.is_alive(), "a client is stuck"
+    assert not counts["hung"], counts["hung"]
+    assert not counts["wrong"], ("wrong answers", counts["wrong"])
+    for p in live + [c.bp]:
+        assert p.poll() is None, "%s died" % getattr(p, "name", "broker")
+
+    # The broker's picture: the dead engine dead, the live ones registered.
+    def seen():
+        st = {e["name"]: e for e in c.status()["engines"]}
+        if victim != "broker" and victim in st and (st[victim]["state"] != "dead" or st[victim]["resident"]):
+            return None
+        return all(p.name in st and st[p.name]["state"] not in ("dead", "lost") for p in live)
+    bt.wait_for("the broker sees who lives", seen, timeout=3)
+    # Survivors serve, right.
+    for i, p in enumerate(live):
+        seed = (run + i) % 8
+        r = bt.call(p.url, "gen", timeout_ms=10000, steps=2, batch=1, seed=seed)
+        assert r.get("ok") and (r["checksum"], r["output"]) == bt.reference(c, seed), (p.name, r)
+    st, over = ft.accounting(c, live)
+    return victim, counts, {p.name: st[p.name]["mapped"] // MIB for p in live}
+
+
+def main():
+    seed = int(os.environ.get("KILL_SEED", str(int(time.time()))))
+    rng = random.Random(seed)
+    print("seed %d, %d runs" % (seed, RUNS))
+    passed = failed = 0
+    t0 = time.time()
+    victims = {}
+    for run in range(RUNS):
+        c = bt.Case()
+        t1 = time.time()
+        try:
+            victim, counts, held = one_run(c, rng, run)
+            victims[victim] = victims.get(victim, 0) + 1
+            ft.bt_logs_clean(c)
+            print("ok   run %2d kill %-6s %5.2fs  ops %s, then MiB %s" %
+                  (run, victim, time.time() - t1,
+                   " ".join("%s=%d" % (k, v) for k, v in counts.items() if k not in ("hung", "wrong")), held))
+            passed += 1
+        except Exception:
+            print("FAIL run %d" % run)
+            traceback.print_exc(file=sys.stdout)
+            for who in ("broker", "a", "b", "c"):
+                path = c.log(who)
+                if os.path.exists(path):
+                    print("  --- %s.log" % who)
+                    for line in open(path, errors="replace").read().splitlines()[-10:]:
+                        print("  " + line)
+            failed += 1
+        finally:
+            c.close()
+        sys.stdout.flush()
+    print("kills survived: %d of %d (%s) in %.1f s; connections refused once and retried: %d" %
+          (passed, RUNS, ", ".join("%s %d" % kv for kv in sorted(victims.items())), time.time() - t0,
+           ft.refused[0]))
+    print("%d passed, %d failed" % (passed, failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
