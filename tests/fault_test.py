@@ -15,7 +15,8 @@ b and back; gen) and checks that
     overhead as the fault-free engine (nothing leaked), and the device's
     used bytes equal total - free in the engines' status.
 
-op: map, alloc, copy, d2h (engine/fault.c) and send (proto/transport.c).
+op: map, alloc, copy, d2h (engine/fault.c) and send (proto/transport.c) in
+engine a; bsend: send in the broker (its replies and commands to engines).
 N sweeps the calls a fault-free run makes: all of them with
 BATON_RELIABILITY=1, a spread of a few per op otherwise (under a minute).
 Prints how many faults were injected. Last line "N passed, N failed".
@@ -33,6 +34,7 @@ import broker_test as bt  # noqa: E402  (Case, call, reference: the same harness
 
 FULL = os.environ.get("BATON_RELIABILITY") == "1"
 refused = [0]
+connect_timeouts = [0]
 
 
 def _call(url, op, timeout_ms=20000, **fields):
@@ -41,16 +43,19 @@ def _call(url, op, timeout_ms=20000, **fields):
     refuses connections in progress once (and drops its pipes)."""
     for attempt in range(20):
         rep = _call_once(url, op, timeout_ms=timeout_ms, **fields)
-        if rep.get("error") != "connect":
+        if rep.get("error") == "connect":
+            refused[0] += 1
+        elif rep.get("error") == "timeout" and "cannot connect" in rep.get("text", ""):
+            connect_timeouts[0] += 1  # the listener did not accept within the timeout
+        else:
             return rep
-        refused[0] += 1
         time.sleep(0.1)
     return rep
 
 
 _call_once = bt.call
 bt.call = _call
-OPS = ["map", "alloc", "copy", "d2h", "send"]
+OPS = ["map", "alloc", "copy", "d2h", "send", "bsend"]
 injected_total = [0]
 
 
@@ -78,19 +83,26 @@ def faults_in(log):
 
 def accounting(c, procs):
     """Broker == engines == host device, within the heartbeat timeout."""
+    last = []
+
     def agree():
         st = {p.name: bt.ok(bt.call(p.url, "status")) for p in procs}
         held = {e["name"]: e["resident"] for e in c.status()["engines"]}
+        cap, used = c.hostdev_used()
+        charged = per_pid(c)
+        over = {p.name: charged.get(p.pid, 0) - st[p.name]["mapped"] for p in procs}
+        s0 = next(iter(st.values()))
+        last[:] = [st, held, used, over]
         if any(held.get(n) != s["mapped"] for n, s in st.items()):
             return None
-        return st
-    st = bt.wait_for("broker and engines agree", agree, timeout=6, every=0.2)
-    cap, used = c.hostdev_used()
-    s0 = next(iter(st.values()))
-    assert used == s0["total"] - s0["free"], (used, s0)
-    charged = per_pid(c)
-    over = {p.name: charged.get(p.pid, 0) - st[p.name]["mapped"] for p in procs}
-    return st, over
+        if used != s0["total"] - s0["free"] or len(set(over.values())) != 1:
+            return None
+        return st, over
+    try:
+        return bt.wait_for("broker, engines and device agree", agree, timeout=6, every=0.2)
+    except AssertionError:
+        raise AssertionError("no agreement: engines %s, broker %s, device used %s, charge beyond mapped %s" %
+                             tuple(last))
 
 
 def per_pid(c):
@@ -107,17 +119,26 @@ def per_pid(c):
 
 def scenario(c, spec, timeout_ms=8000):
     """One run with engine a under BATON_FAULT=spec. Returns (a's log, outcome)."""
-    c.broker("heartbeat_timeout_ms = 2000\n")
-    a = c.engine("a", "--vram-elastic", wait=False, env={"BATON_FAULT": spec})
+    broker_side = spec.startswith("bsend")
+    if broker_side:  # the broker's sends: its replies and its commands to engines
+        spec = spec[1:]
+        env0 = c.env
+        c.env = dict(env0, BATON_FAULT=spec)
+        c.broker("http = 127.0.0.1:0\nheartbeat_timeout_ms = 2000\n")
+        c.env = env0
+    else:
+        c.broker("http = 127.0.0.1:0\nheartbeat_timeout_ms = 2000\n")
+    a = c.engine("a", "--vram-elastic", wait=False, env={} if broker_side else {"BATON_FAULT": spec})
     try:
-        c.wait_ready(a)
+        c.wait_ready(a, timeout=40 if "send" in spec else 15)
     except AssertionError:
         rc = a.wait(10)
         text = open(c.log("a")).read()
         assert rc == 1 and "baton-fault:" in text, ("a did not start, exit %s" % rc, text[-2000:])
         return c.log("a"), "start-refused"
-    b = c.engine("b", "--vram-elastic")
-    send = spec.startswith("send")
+    send = "send" in spec
+    b = c.engine("b", "--vram-elastic", wait=False)
+    c.wait_ready(b, timeout=40 if send else 15)  # a lost acquire reply: 30 s (ACQUIRE_SLACK_MS)
     steps = [
         ("gen a", lambda: bt.call(a.url, "gen", timeout_ms=timeout_ms, steps=2, batch=1, seed=3)),
         ("release a", lambda: bt.call(c.control, "release", timeout_ms=timeout_ms, name="a")),
@@ -146,7 +167,7 @@ def scenario(c, spec, timeout_ms=8000):
     assert over["a"] == over["b"], ("device charge beyond mapped differs (leak?)", over, st)
     a.send_signal(signal.SIGTERM)
     assert a.wait(15) == 0, "a exit %s" % a.returncode
-    return c.log("a"), outcome
+    return c.log("broker" if broker_side else "a"), outcome
 
 
 def plan():
@@ -159,13 +180,14 @@ def plan():
         c.close()
     # send: replies and requests of a (heartbeats included): about one per step
     n["send"] = 16
+    n["bsend"] = 24
     runs = []
     for op in OPS:
         total = n[op]
         if FULL:
             ns = range(1, total + 1)
         else:
-            k = 2 if op != "send" else 1
+            k = 2 if "send" not in op else 1
             ns = sorted({max(1, round(total * (i + 1) / (k + 1))) for i in range(k)})
         runs += [(op, x) for x in ns]
     return n, runs
@@ -188,9 +210,9 @@ def main():
         name = "%s:%d" % (op, x)
         t1 = time.time()
         try:
-            log, outcome = scenario(c, name, timeout_ms=3000 if op == "send" else 8000)
+            log, outcome = scenario(c, name, timeout_ms=3000 if "send" in op else 8000)
             k = faults_in(log)
-            if op != "send":  # 0: this run made fewer calls than the counting run
+            if "send" not in op:  # 0: this run made fewer calls than the counting run
                 assert k <= 1, "%s: %d faults injected" % (name, k)
             injected_total[0] += k
             outcomes[name] = outcome
@@ -212,7 +234,7 @@ def main():
             c.close()
         sys.stdout.flush()
     print("faults injected: %d in %d runs, %.1f s (connections refused once and retried: %d)" %
-          (injected_total[0], len(runs), time.time() - t0, refused[0]))
+          (injected_total[0], len(runs), time.time() - t0, refused[0], connect_timeouts[0]))
     print("%d passed, %d failed" % (passed, failed))
     return 1 if failed else 0
 

@@ -149,8 +149,8 @@ def t_hostile(c):
     import urllib.request
     with urllib.request.urlopen("http://127.0.0.1:%d/v1/status" % port, timeout=5) as r:
         assert r.status == 200
-    print("  sent %d frames, %d raw connections, %d HTTP requests; refused once and retried: %d" %
-          (sent["frames"], sent["raw_conns"], sent["http"], ft.refused[0]))
+    print("  sent %d frames, %d raw connections, %d HTTP requests; refused once and retried: %d, connects timed out and retried: %d" %
+          (sent["frames"], sent["raw_conns"], sent["http"], ft.refused[0], ft.connect_timeouts[0]))
 
 
 def main():

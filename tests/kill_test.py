@@ -34,7 +34,7 @@ FULL = os.environ.get("BATON_RELIABILITY") == "1"
 SAN = "san" in os.environ.get("BUILD", "")
 RUNS = int(os.environ.get("KILL_RUNS", "50" if FULL else ("4" if SAN else "10")))
 MIB = 1 << 20
-CONFIG = "heartbeat_timeout_ms = 1000\nacquire_wait_ms = 1500\n"
+CONFIG = "http = 127.0.0.1:0\nheartbeat_timeout_ms = 1000\nacquire_wait_ms = 1500\n"
 
 
 def load(c, engines, stop, counts, rng):
@@ -142,9 +142,9 @@ def main():
         finally:
             c.close()
         sys.stdout.flush()
-    print("kills survived: %d of %d (%s) in %.1f s; connections refused once and retried: %d" %
+    print("kills survived: %d of %d (%s) in %.1f s; connections refused once and retried: %d, connects timed out and retried: %d" %
           (passed, RUNS, ", ".join("%s %d" % kv for kv in sorted(victims.items())), time.time() - t0,
-           ft.refused[0]))
+           ft.refused[0], ft.connect_timeouts[0]))
     print("%d passed, %d failed" % (passed, failed))
     return 1 if failed else 0
 
