@@ -24,7 +24,6 @@ Prints how many faults were injected. Last line "N passed, N failed".
 import os
 import re
 import signal
-import subprocess
 import sys
 import time
 import traceback
@@ -233,7 +232,7 @@ def main():
         finally:
             c.close()
         sys.stdout.flush()
-    print("faults injected: %d in %d runs, %.1f s (connections refused once and retried: %d)" %
+    print("faults injected: %d in %d runs, %.1f s (connections refused and retried: %d, connects timed out and retried: %d)" %
           (injected_total[0], len(runs), time.time() - t0, refused[0], connect_timeouts[0]))
     print("%d passed, %d failed" % (passed, failed))
     return 1 if failed else 0
