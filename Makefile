@@ -147,6 +147,32 @@ test-unit: | $(BUILD)/.deps
 test-san: | $(BUILD)/.deps
 	@$(MAKE) --no-print-directory BUILD=$(BUILD)/san SAN=1 CUDA=0 test-unit
 
+# ---- reliability -------------------------------------------------------------
+# make test-reliability: the long versions of the reliability scripts
+# (tests/fault_test.py every injected fault, tests/kill_test.py 50 kills,
+# tests/hostile_test.py, tests/soak_test.py for BATON_SOAK_SECONDS), the fuzz
+# targets for FUZZ_SECONDS each, the whole suite under ASan+UBSan, then the
+# process tests on a ThreadSanitizer build (TSAN_BUILD; its reports are
+# printed and fail the target). tests/reliability.sh runs and counts them.
+RELIABILITY_SCRIPTS := tests/fault_test.py tests/kill_test.py tests/hostile_test.py tests/soak_test.py
+BATON_SOAK_SECONDS ?= 300
+TSAN_BUILD ?= $(BUILD)/tsan
+TSAN_PROGS := $(foreach p,baton-broker baton-engine baton-proto-tool baton-arena baton,$(TSAN_BUILD)/bin/$(p))
+TSAN_SCRIPTS ?= broker/broker_test.py tests/kill_test.py tests/fault_test.py
+.PHONY: test-reliability test-tsan
+test-reliability: $(PROGS) | $(BUILD)/.deps
+	@BUILD=$(BUILD) BATON_RELIABILITY=1 BATON_SOAK_SECONDS=$(BATON_SOAK_SECONDS) \
+	    TEST_LIMIT=1800 tests/reliability.sh $(RELIABILITY_SCRIPTS)
+	@$(MAKE) --no-print-directory fuzz
+	@$(MAKE) --no-print-directory test-san
+	@$(MAKE) --no-print-directory test-tsan
+
+test-tsan: | $(BUILD)/.deps
+	@$(MAKE) --no-print-directory -j$(NPROC) BUILD=$(TSAN_BUILD) CUDA=0 \
+	    CFLAGS="-O1 -g -fsanitize=thread" LDFLAGS=-fsanitize=thread $(TSAN_PROGS)
+	@BUILD=$(TSAN_BUILD) TSAN_OPTIONS="halt_on_error=0 second_deadlock_stack=1" \
+	    TEST_LIMIT=1200 tests/reliability.sh $(TSAN_SCRIPTS)
+
 # ---- fuzzing ---------------------------------------------------------------
 FUZZ_SECONDS ?= 60
 FUZZ_CC      ?= clang
