@@ -92,7 +92,8 @@
  *
  * nng REQ/REP for commands and PUB/SUB for events, on ipc:// (socket file
  * mode 0660) or tcp://. Every socket sets NNG_OPT_RECVMAXSZ, so nng drops
- * (and disconnects) a peer that sends more than BATON_PROTO_MAX_MSG bytes.
+ * (and disconnects) a peer that sends more than BATON_PROTO_MAX_MSG bytes
+ * plus nng's own header; the decoder refuses anything in between.
  * Servers and publishers listen; clients and subscribers dial (and redial
  * when the peer restarts). A peer's death shows only as a pipe event: see
  * proto_opts.on_pipe.

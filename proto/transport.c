@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <nng/nng.h>
 #include <nng/protocol/pubsub0/pub.h>
@@ -215,16 +216,19 @@ static char *bound_url(const char *url, nng_listener l)
 /* ---- the listener monitor ------------------------------------------------------
  *
  * nng 1.5.2's listener stops accepting for good when a peer connects and
- * hangs up before the SP handshake: the transport hands NNG_ECLOSED to the
- * pending accept, and listener_accept_cb takes that for "the listener is
- * closing". Any local process (or a killed client) can do it. The accept
- * errors nng counts as "other" (ECLOSED among them) stop the loop or
- * pause it; so a thread per listening socket looks at that counter a few
- * times a second and, when it moved, replaces the listener with a new one
- * on the same address. Connections in progress at that moment are
- * refused once; dialers retry.
+ * hangs up before the SP handshake: writing the handshake fails with EPIPE,
+ * which becomes NNG_ECLOSED on the pending accept, and listener_accept_cb
+ * takes that for "the listener is closing". Any local process (or a client
+ * closed while it redials) can do it. nng counts such accept errors as
+ * "other"; a thread per listening socket reads that counter a few times a
+ * second and, when it moved, closes the listener and listens again on the
+ * same address. Closing it resets the connections waiting in its backlog
+ * (they would otherwise wait for a handshake forever) but also closes the
+ * connections it accepted: their clients redial within 50 ms, REQ resends
+ * requests in flight (unless resend_ms < 0), a subscriber may miss events
+ * of that moment (seq shows the gap), and the server sees REM then ADD
+ * pipe events for peers that are alive.
  */
-
 #define MONITOR_MS 250
 
 static bool gate_enter(struct psock *ps);
@@ -265,6 +269,12 @@ static bool listener_other(nng_listener l, uint64_t *out)
 	return found;
 }
 
+static int listener_replace(struct psock *ps)
+{
+	nng_listener_close(ps->lst);
+	return listener_open(ps, ps->url);
+}
+
 static void *monitor_main(void *arg)
 {
 	struct psock *ps = arg;
@@ -285,9 +295,9 @@ static void *monitor_main(void *arg)
 			return NULL;
 		uint64_t other;
 		if (listener_other(ps->lst, &other) && other > ps->lst_other) {
-			/* Maybe stopped: start afresh on the bound address. */
-			nng_listener_close(ps->lst);
-			if (listener_open(ps, ps->url) == 0)
+			/* Maybe stopped: put a new listener in place. */
+			ps->lst_other = other;
+			if (listener_replace(ps) == 0)
 				ps->restarts++;
 		}
 		gate_leave(ps);
@@ -331,7 +341,16 @@ static int psock_start(struct psock *ps, const char *url, const struct proto_opt
 		nng_dialer d;
 		if ((rv = nng_dialer_create(&d, ps->s, url)) != 0)
 			return map_nng(rv, true);
-		if ((rv = nng_dialer_start(d, o->dial_wait ? 0 : NNG_FLAG_NONBLOCK)) != 0)
+		/* A refused connection is retried briefly: a server's listener
+		 * may be in the middle of a restart by its monitor. */
+		for (int tries = 0;; tries++) {
+			rv = nng_dialer_start(d, o->dial_wait ? 0 : NNG_FLAG_NONBLOCK);
+			if (rv == 0 || tries == 6 ||
+			    (rv != NNG_ECONNREFUSED && rv != NNG_ENOENT))
+				break;
+			usleep(50 * 1000);
+		}
+		if (rv != 0)
 			return map_nng(rv, true);
 		ps->url = strdup(url);
 	}

