@@ -98,6 +98,14 @@
  * when the peer restarts). A peer's death shows only as a pipe event: see
  * proto_opts.on_pipe.
  *
+ * libnng 1.5.2 stops a listener for good when a peer connects and hangs up
+ * before the handshake; each listening socket has a monitor thread that
+ * notices (from nng's accept error counters, 4 times a second) and listens
+ * again, which closes that listener's connections: clients redial at once
+ * and REQ resends what was in flight, but a server sees a REM and an ADD
+ * pipe event for a peer that is alive (check the pid before calling it
+ * dead), and a subscriber may miss the events of that moment (seq).
+ *
  * Never fork and keep using nng in the child: start other processes with
  * posix_spawn or fork+exec.
  */
@@ -402,7 +410,8 @@ int proto_encode(const struct baton_msg *m, void **buf, size_t *len, struct prot
 enum proto_pipe_ev {
 	PROTO_PIPE_ADD = 1, /* a peer connected (NNG_PIPE_EV_ADD_POST) */
 	PROTO_PIPE_REM = 2, /* a peer went away (NNG_PIPE_EV_REM_POST): it
-	                     * closed, or its process died */
+	                     * closed, its process died, or the listener was
+	                     * restarted (see the top of this file) */
 };
 
 struct proto_pipe_event {
