@@ -5,12 +5,18 @@
  * an aio started and waited for here, with its own timeout; no aio has a
  * callback, so none is ever freed or any socket closed inside one.
  */
+#include <arpa/inet.h>
+#include <errno.h>
 #include <inttypes.h>
+#include <netdb.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -94,6 +100,11 @@ struct psock {
 	pthread_t mon;
 	pthread_cond_t mon_cv;
 	unsigned restarts;
+	uint16_t peer_proto;   /* the SP protocol id a probe announces */
+	bool probing;          /* under mu: a probe connection is open */
+	int probe_port;        /* tcp: the probe's local port */
+	bool probe_seen;       /* under mu: this probe's pipe was added */
+	uint32_t probe_pipes[4]; /* probes' pipes, hidden from on_pipe */
 };
 
 static int map_nng(int rv, bool dialing)
@@ -166,6 +177,49 @@ static int pids_take(struct psock *ps, uint32_t pipe)
 }
 
 /* Runs on an nng thread. */
+/* Whether a new pipe is the listener monitor's probe (see below). */
+static bool is_probe(struct psock *ps, nng_pipe p, int pid)
+{
+	bool probe = false;
+	pthread_mutex_lock(&ps->mu);
+	if (ps->probing && !ps->probe_seen) {
+		if (pid >= 0) {
+			probe = pid == (int)getpid();
+		} else {
+			nng_sockaddr sa;
+			probe = nng_pipe_get_addr(p, NNG_OPT_REMADDR, &sa) == 0 &&
+			    (sa.s_family == NNG_AF_INET || sa.s_family == NNG_AF_INET6) &&
+			    ntohs(sa.s_family == NNG_AF_INET ? sa.s_in.sa_port : sa.s_in6.sa_port) ==
+			        ps->probe_port;
+		}
+		if (probe) {
+			ps->probe_seen = true;
+			for (int i = 0; i < 4; i++)
+				if (ps->probe_pipes[i] == 0) {
+					ps->probe_pipes[i] = nng_pipe_id(p);
+					break;
+				}
+			pthread_cond_broadcast(&ps->mon_cv);
+		}
+	}
+	pthread_mutex_unlock(&ps->mu);
+	return probe;
+}
+
+static bool was_probe(struct psock *ps, uint32_t pipe)
+{
+	bool probe = false;
+	pthread_mutex_lock(&ps->mu);
+	for (int i = 0; i < 4 && pipe; i++)
+		if (ps->probe_pipes[i] == pipe) {
+			ps->probe_pipes[i] = 0;
+			probe = true;
+		}
+	pthread_mutex_unlock(&ps->mu);
+	return probe;
+}
+
+/* Runs on an nng thread. */
 static void pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 {
 	struct psock *ps = arg;
@@ -174,9 +228,13 @@ static void pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 		uint64_t pid; /* a u64 option, despite the name */
 		if (nng_pipe_get_uint64(p, NNG_OPT_IPC_PEER_PID, &pid) == 0)
 			e.pid = (int)pid;
+		if (is_probe(ps, p, e.pid) || !ps->on_pipe)
+			return;
 		pids_put(ps, e.pipe, e.pid);
 		e.ev = PROTO_PIPE_ADD;
 	} else {
+		if (was_probe(ps, e.pipe) || !ps->on_pipe)
+			return;
 		e.pid = pids_take(ps, e.pipe);
 		e.ev = PROTO_PIPE_REM;
 	}
@@ -275,6 +333,130 @@ static int listener_replace(struct psock *ps)
 	return listener_open(ps, ps->url);
 }
 
+/* Waits for fd to be ready for events, up to ms; false on timeout. */
+static bool wait_fd(int fd, short events, int ms)
+{
+	struct pollfd pfd = { fd, events, 0 };
+	int rc;
+	while ((rc = poll(&pfd, 1, ms)) < 0 && errno == EINTR)
+		;
+	return rc == 1;
+}
+
+/*
+ * Connects to the listener's own address as a client would, completes
+ * the SP handshake (so the probe cannot stop the listener itself) and
+ * waits for the socket to add the connection as a pipe: 1 when it does,
+ * 0 when it does not (a stopped listener's transport still negotiates,
+ * then parks the connection for an accept that never comes), -1 when this
+ * cannot tell (no descriptor, an address it cannot parse). Its pipe is
+ * hidden from on_pipe.
+ */
+static int listener_probe(struct psock *ps)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl;
+	int fd, rc = -1;
+
+	memset(&ss, 0, sizeof ss);
+	if (is_ipc(ps->url)) {
+		struct sockaddr_un *su = (struct sockaddr_un *)&ss;
+		su->sun_family = AF_UNIX;
+		if (strlen(ps->url + 6) >= sizeof su->sun_path)
+			return -1;
+		strcpy(su->sun_path, ps->url + 6);
+		sl = sizeof *su;
+	} else if (strncmp(ps->url, "tcp://", 6) == 0) {
+		char host[256];
+		const char *h = ps->url + 6, *colon = strrchr(h, ':');
+		struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV }, *ai;
+		if (!colon || (size_t)(colon - h) >= sizeof host)
+			return -1;
+		memcpy(host, h, (size_t)(colon - h));
+		host[colon - h] = '\0';
+		if (host[0] == '[') { /* [v6] */
+			memmove(host, host + 1, strlen(host));
+			host[strcspn(host, "]")] = '\0';
+		}
+		if (getaddrinfo(host[0] && strcmp(host, "*") ? host : "127.0.0.1", colon + 1, &hints, &ai) != 0)
+			return -1;
+		memcpy(&ss, ai->ai_addr, ai->ai_addrlen);
+		sl = ai->ai_addrlen;
+		freeaddrinfo(ai);
+	} else {
+		return -1;
+	}
+	if ((fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0)) < 0)
+		return -1;
+	if (connect(fd, (struct sockaddr *)&ss, sl) != 0) {
+		int e = errno;
+		if (e != EINPROGRESS && e != EAGAIN) {
+			close(fd);
+			return e == ECONNREFUSED || e == ENOENT ? 0 : -1;
+		}
+		int err = 0;
+		socklen_t el = sizeof err;
+		if (!wait_fd(fd, POLLOUT, 1000) ||
+		    getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) != 0 || err != 0) {
+			close(fd);
+			return err == ECONNREFUSED ? 0 : -1;
+		}
+	}
+	pthread_mutex_lock(&ps->mu);
+	ps->probing = true;
+	ps->probe_seen = false;
+	ps->probe_port = -1;
+	if (ss.ss_family != AF_UNIX) {
+		struct sockaddr_storage me;
+		socklen_t ml = sizeof me;
+		if (getsockname(fd, (struct sockaddr *)&me, &ml) == 0)
+			ps->probe_port = ntohs(me.ss_family == AF_INET ?
+			    ((struct sockaddr_in *)&me)->sin_port :
+			    ((struct sockaddr_in6 *)&me)->sin6_port);
+	}
+	pthread_mutex_unlock(&ps->mu);
+
+	unsigned char head[8];
+	size_t got = 0;
+	double end = now_ms() + 1000;
+	while (got < sizeof head) {
+		int left = (int)(end - now_ms());
+		if (left <= 0 || !wait_fd(fd, POLLIN, left))
+			break;
+		ssize_t n = read(fd, head + got, sizeof head - got);
+		if (n <= 0 && !(n < 0 && (errno == EINTR || errno == EAGAIN)))
+			break;
+		if (n > 0)
+			got += (size_t)n;
+	}
+	rc = 0;
+	if (got == sizeof head) {
+		/* answer as a peer would, so the handshake succeeds */
+		unsigned char mine[8] = { 0, 'S', 'P', 0, (unsigned char)(ps->peer_proto >> 8),
+			(unsigned char)ps->peer_proto, 0, 0 };
+		if (write(fd, mine, sizeof mine) == (ssize_t)sizeof mine) {
+			struct timespec until;
+			clock_gettime(CLOCK_MONOTONIC, &until);
+			until.tv_nsec += 500 * 1000000L;
+			if (until.tv_nsec >= 1000000000L) {
+				until.tv_sec++;
+				until.tv_nsec -= 1000000000L;
+			}
+			pthread_mutex_lock(&ps->mu);
+			while (!ps->probe_seen && !ps->closed &&
+			    pthread_cond_timedwait(&ps->mon_cv, &ps->mu, &until) == 0)
+				;
+			rc = ps->probe_seen ? 1 : ps->closed ? -1 : 0;
+			pthread_mutex_unlock(&ps->mu);
+		}
+	}
+	close(fd);
+	pthread_mutex_lock(&ps->mu);
+	ps->probing = false;
+	pthread_mutex_unlock(&ps->mu);
+	return rc;
+}
+
 static void *monitor_main(void *arg)
 {
 	struct psock *ps = arg;
@@ -294,12 +476,19 @@ static void *monitor_main(void *arg)
 		if (stop || !gate_enter(ps))
 			return NULL;
 		uint64_t other;
-		if (listener_other(ps->lst, &other) && other > ps->lst_other) {
-			/* Maybe stopped: put a new listener in place. */
-			ps->lst_other = other;
-			if (listener_replace(ps) == 0)
-				ps->restarts++;
-		}
+		bool moved = listener_other(ps->lst, &other) && other > ps->lst_other;
+		gate_leave(ps);
+		if (!moved)
+			continue;
+		/* An accept failed: harmless (ECONNSHUT...) or fatal (ECLOSED).
+		 * Ask the listener itself. */
+		ps->lst_other = other;
+		if (listener_probe(ps) != 0)
+			continue;
+		if (!gate_enter(ps))
+			return NULL;
+		if (listener_replace(ps) == 0)
+			ps->restarts++;
 		gate_leave(ps);
 	}
 }
@@ -323,9 +512,10 @@ static int psock_start(struct psock *ps, const char *url, const struct proto_opt
 	nng_socket_set_ms(ps->s, NNG_OPT_SENDTIMEO, dur(ps->send_timeout_ms));
 	nng_socket_set_ms(ps->s, NNG_OPT_RECONNMINT, 50);
 	nng_socket_set_ms(ps->s, NNG_OPT_RECONNMAXT, 1000);
-	if (o->on_pipe) {
-		ps->on_pipe = o->on_pipe;
-		ps->pipe_arg = o->pipe_arg;
+	/* Listeners always watch their pipes: the monitor's probe needs it. */
+	ps->on_pipe = o->on_pipe;
+	ps->pipe_arg = o->pipe_arg;
+	if (o->on_pipe || listen) {
 		if ((rv = nng_pipe_notify(ps->s, NNG_PIPE_EV_ADD_POST, pipe_cb, ps)) != 0 ||
 		    (rv = nng_pipe_notify(ps->s, NNG_PIPE_EV_REM_POST, pipe_cb, ps)) != 0)
 			return map_nng(rv, false);
@@ -682,6 +872,7 @@ int proto_server_open(struct proto_server **out, const char *url, const struct p
 	if (!(srv = calloc(1, sizeof *srv)))
 		return BATON_ENOMEM;
 	psock_init(&srv->ps);
+	srv->ps.peer_proto = 0x30; /* req0 */
 	if ((rv = nng_rep0_open(&srv->ps.s)) != 0) {
 		err = map_nng(rv, false);
 		goto fail;
@@ -1060,6 +1251,7 @@ int proto_pub_open(struct proto_pub **out, const char *url, const struct proto_o
 	if (!(pub = calloc(1, sizeof *pub)))
 		return BATON_ENOMEM;
 	psock_init(&pub->ps);
+	pub->ps.peer_proto = 0x21; /* sub0 */
 	if ((rv = nng_pub0_open(&pub->ps.s)) != 0) {
 		err = map_nng(rv, false);
 		goto fail;

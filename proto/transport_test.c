@@ -878,6 +878,43 @@ static void abort_connects(const char *url, int n)
 	}
 }
 
+/* A peer that reads the handshake and hangs up is harmless to nng: the
+ * monitor probes, finds the listener alive and leaves it (and its
+ * connections) alone; its probe never shows as a pipe event. */
+static void t_listener_left_alone_when_alive(void)
+{
+	struct pipe_log log = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, { { 0 } }, 0 };
+	struct proto_opts o = { .on_pipe = on_pipe, .pipe_arg = &log };
+	const char *url = tmp_url(0, "alive.sock");
+	struct server s;
+	server_start(&s, url, 1, ECHO, &o);
+	struct proto_client *cli;
+	struct baton_msg req, rep;
+	T_OK(proto_client_open(&cli, url, NULL));
+	proto_msg_init(&req, PROTO_OP_STATUS);
+	T_OK(proto_client_call(cli, &req, &rep, 3000, NULL));
+	proto_msg_free(&rep);
+	for (int i = 0; i < 10; i++) {
+		struct sockaddr_un sa = { .sun_family = AF_UNIX };
+		char head[8];
+		int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+		snprintf(sa.sun_path, sizeof sa.sun_path, "%s", url + 6);
+		T_ASSERT(connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0);
+		T_ASSERT(read(fd, head, sizeof head) == (ssize_t)sizeof head);
+		close(fd);
+	}
+	usleep(800 * 1000); /* a few monitor rounds, with probes */
+	T_OK(proto_client_call(cli, &req, &rep, 3000, NULL));
+	proto_msg_free(&rep);
+	pthread_mutex_lock(&log.mu);
+	int n = log.n;
+	pthread_mutex_unlock(&log.mu);
+	T_ASSERT_MSG(n == 1 && log.ev[0].ev == PROTO_PIPE_ADD, "%d pipe events", n);
+	proto_client_close(cli);
+	server_stop(&s);
+	cleanup_tmp();
+}
+
 static void t_listener_survives_aborted_connects(void)
 {
 	const char *url = tmp_url(0, "abort.sock");
@@ -1004,6 +1041,7 @@ T_MAIN(T_CASE(t_reqrep_ipc), T_CASE(t_reqrep_tcp), T_CASE(t_request_pipe_pid),
     T_CASE(t_concurrent_contexts), T_CASE(t_shutdown_under_load),
     T_CASE(t_close_races_bounded),
     T_CASE(t_shutdown_unblocks), T_CASE(t_listen_errors),
-    T_CASE(t_pubsub), T_CASE(t_pipe_rem_on_kill9), T_CASE(t_listener_survives_aborted_connects),
+    T_CASE(t_pubsub), T_CASE(t_pipe_rem_on_kill9), T_CASE(t_listener_left_alone_when_alive),
+    T_CASE(t_listener_survives_aborted_connects),
     T_CASE(t_stale_socket_file),
     T_CASE(t_resend_after_restart))
