@@ -100,8 +100,10 @@
  *
  * libnng 1.5.2 stops a listener for good when a peer connects and hangs up
  * before the handshake; each listening socket has a monitor thread that
- * notices (from nng's accept error counters, 4 times a second) and listens
- * again, which closes that listener's connections: clients redial at once
+ * notices (nng's accept error counters, read 4 times a second, then a probe
+ * connection that must become a pipe; the probe is hidden from pipe events)
+ * and listens again, which closes that listener's connections: clients
+ * redial at once
  * and REQ resends what was in flight, but a server sees a REM and an ADD
  * pipe event for a peer that is alive (check the pid before calling it
  * dead), and a subscriber may miss the events of that moment (seq).

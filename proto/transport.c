@@ -4,6 +4,12 @@
  * PUB/SUB for events, pipe events for peer death. Every blocking call is
  * an aio started and waited for here, with its own timeout; no aio has a
  * callback, so none is ever freed or any socket closed inside one.
+ *
+ * libnng 1.5.2 needs three kinds of care, each described where it is
+ * handled: "Closing" (a gate, cancel and wait, then a close with a
+ * deadline), "The listener monitor" (a listener that stops accepting is
+ * found by a probe and restarted), and one-shot dials that retry a refused
+ * connection while such a restart happens.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -184,6 +190,9 @@ static bool is_probe(struct psock *ps, nng_pipe p, int pid)
 	pthread_mutex_lock(&ps->mu);
 	if (ps->probing && !ps->probe_seen) {
 		if (pid >= 0) {
+			/* ipc: a connection from this process during the
+			 * probe; an in-process client connecting in that
+			 * millisecond would be taken for it, and hidden */
 			probe = pid == (int)getpid();
 		} else {
 			nng_sockaddr sa;
@@ -528,20 +537,22 @@ static int psock_start(struct psock *ps, const char *url, const struct proto_opt
 		if (ps->url && pthread_create(&ps->mon, NULL, monitor_main, ps) == 0)
 			ps->mon_running = true;
 	} else {
-		nng_dialer d;
-		if ((rv = nng_dialer_create(&d, ps->s, url)) != 0)
-			return map_nng(rv, true);
 		/* A refused connection is retried briefly: a server's listener
-		 * may be in the middle of a restart by its monitor. */
+		 * may be in the middle of a restart by its monitor. A dialer
+		 * whose first connection failed does not start again: each
+		 * try is a new one. */
 		for (int tries = 0;; tries++) {
+			nng_dialer d;
+			if ((rv = nng_dialer_create(&d, ps->s, url)) != 0)
+				return map_nng(rv, true);
 			rv = nng_dialer_start(d, o->dial_wait ? 0 : NNG_FLAG_NONBLOCK);
-			if (rv == 0 || tries == 6 ||
-			    (rv != NNG_ECONNREFUSED && rv != NNG_ENOENT))
+			if (rv == 0)
 				break;
+			nng_dialer_close(d);
+			if (tries == 6 || (rv != NNG_ECONNREFUSED && rv != NNG_ENOENT))
+				return map_nng(rv, true);
 			usleep(50 * 1000);
 		}
-		if (rv != 0)
-			return map_nng(rv, true);
 		ps->url = strdup(url);
 	}
 	return ps->url ? 0 : BATON_ENOMEM;
@@ -672,8 +683,12 @@ static bool psock_shutdown(struct psock *ps)
 	ps->closed = true;
 	pthread_mutex_unlock(&ps->mu);
 	pthread_rwlock_unlock(&ps->gate);
-	if (was || !ps->open)
-		return !ps->wedged;
+	if (was || !ps->open) {
+		pthread_mutex_lock(&ps->mu);
+		bool ok = !ps->wedged;
+		pthread_mutex_unlock(&ps->mu);
+		return ok;
+	}
 	if (ps->mon_running) {
 		pthread_mutex_lock(&ps->mu);
 		pthread_cond_broadcast(&ps->mon_cv);
@@ -689,7 +704,9 @@ static bool psock_shutdown(struct psock *ps)
 		pthread_cond_wait(&ps->idle, &ps->mu);
 	pthread_mutex_unlock(&ps->mu);
 	if (!close_bounded(ps->s, ps->close_timeout_ms)) {
+		pthread_mutex_lock(&ps->mu);
 		ps->wedged = true;
+		pthread_mutex_unlock(&ps->mu);
 		atomic_store(&wedged, true);
 		return false;
 	}
