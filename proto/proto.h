@@ -336,8 +336,8 @@ struct baton_msg {
  * with a fresh id from proto_next_id(). Resending the same message (same
  * id) is how a caller retries an idempotent request. */
 void proto_msg_init(struct baton_msg *m, enum proto_op op);
-/* Zeroes *rep and makes it a successful reply to `req` (same op and id).
- * rep may not be req. */
+/* Zeroes *rep and makes it a successful reply to `req` (same op and id);
+ * rep may be req. */
 void proto_reply_init(struct baton_msg *rep, const struct baton_msg *req);
 /* Zeroes *rep and makes it an error reply: op (PROTO_OP_NONE when the
  * request's op is unknown: `op` is then left out), id (0 when unknown),
@@ -497,7 +497,8 @@ int proto_pipe_pid(uint32_t pipe);
  * Threads: a context is used by one thread at a time; distinct contexts
  * and the server itself are thread-safe. proto_server_shutdown() closes the
  * socket: every blocked receive returns BATON_ECLOSED; it is idempotent and
- * may be called from any thread (not from a pipe callback). Free in this
+ * may be called from any thread (not from a pipe callback); it may wait up
+ * to a second for the listener monitor's probe to end. Free in this
  * order: proto_server_shutdown(), join the workers, proto_ctx_close() each
  * context, proto_server_close().
  */
@@ -535,7 +536,8 @@ const char *proto_server_url(const struct proto_server *srv);
  * than once: requests are idempotent. Returns 0 for a reply with ok; the
  * reply's err (rep->reply true, rep->err and rep->msg set) for an error
  * reply; BATON_ETIMEDOUT when no reply came in time (also when no server is
- * up); BATON_ECLOSED after close; a decode error (rep empty, diag says why)
+ * up); BATON_ECONN when the connection dropped and resend_ms < 0;
+ * BATON_ECLOSED after shutdown; a decode error (rep empty, diag says why)
  * for an unreadable reply or one whose id or op is not the request's.
  * Thread-safe: each call uses its own nng context, so several threads may
  * call at once on one client.
@@ -553,8 +555,10 @@ int proto_client_shutdown(struct proto_client *cli);
  * BATON_ETIMEDOUT (see "Closing"). */
 int proto_client_close(struct proto_client *cli);
 
-/* One-shot: connect (BATON_ECONN when nobody listens), call, close. For
- * the CLI and tests; opts may be NULL. */
+/* One-shot: connect (BATON_ECONN when nobody listens, after retrying a
+ * refused connection for 300 ms), call, close. For the CLI and tests. A
+ * caller that gave up on a reply (BATON_ETIMEDOUT) should check
+ * proto_nng_wedged() before it exits (see "Closing"). */
 int proto_call(const char *url, const struct baton_msg *req, struct baton_msg *rep,
     int timeout_ms, struct proto_diag *diag);
 
