@@ -676,7 +676,10 @@ def t_engine_kill_during_handoff(c):
     t.join(10)
     assert not t.is_alive()
     r = res["r"]
-    assert r["ok"] is False and r["err"] == ERR["closed"] and "went away" in r["msg"], r
+    # The broker's command to b either loses its connection (closed: "went
+    # away") or, when b died first, cannot connect at all (connect).
+    assert r["ok"] is False and (
+        (r["err"] == ERR["closed"] and "went away" in r["msg"]) or r["err"] == 14), r
     assert c.eng("b")["state"] == "dead"
     assert c.status()["gpus"][0]["held"] == 0
     check_gen(c, a, 3)
