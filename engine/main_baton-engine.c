@@ -952,9 +952,13 @@ int main(int argc, char **argv)
 		rc = ensure_memory("startup", aerr, sizeof aerr);
 		if (rc)
 			logf_("startup: the broker gave no memory (%s): cold until the first request", aerr);
+		/* The receivers already run: read the snapshot under its lock. */
+		pthread_mutex_lock(&g.st_mu);
+		double mapped_mib = (double)g.info.cache.mapped_bytes / MIB;
+		const char *state = g.state;
+		pthread_mutex_unlock(&g.st_mu);
 		pthread_mutex_unlock(&g.run_mu);
-		logf_("cache %.1f of %.1f MiB, %s", (double)g.info.cache.mapped_bytes / MIB,
-		    (double)g.ceiling / MIB, g.state);
+		logf_("cache %.1f of %.1f MiB, %s", mapped_mib, (double)g.ceiling / MIB, state);
 	}
 	/* Ready: tests and scripts wait for this line. */
 	printf("ready %s\n", proto_server_url(g.srv));
