@@ -143,9 +143,12 @@ test-unit: | $(BUILD)/.deps
 	@$(MAKE) --no-print-directory -j$(NPROC) $(PROGS) $(TESTS)
 	@BUILD=$(BUILD) tests/run.sh $(TESTS)
 
-# The same suite under AddressSanitizer and UndefinedBehaviorSanitizer.
+# The same suite under AddressSanitizer and UndefinedBehaviorSanitizer; the
+# timed process tests run shorter there (the 30 s stress case and the soak
+# have run at full length in the first pass).
 test-san: | $(BUILD)/.deps
-	@$(MAKE) --no-print-directory BUILD=$(BUILD)/san SAN=1 CUDA=0 test-unit
+	@BROKER_STRESS_S=$${BROKER_STRESS_S:-10} BATON_SOAK_SECONDS=$${BATON_SOAK_SECONDS:-5} \
+	    $(MAKE) --no-print-directory BUILD=$(BUILD)/san SAN=1 CUDA=0 test-unit
 
 # ---- reliability -------------------------------------------------------------
 # make test-reliability: the long versions of the reliability scripts
