@@ -8,6 +8,8 @@ set -u
 BUILD=${BUILD:-build}
 SECS=${FUZZ_SECONDS:-60}
 fail=0
+# A UBSan report stops the target, so it counts as a crash.
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 for bin in "$@"; do
 	name=$(basename "$bin")
 	corpus=$BUILD/corpus/$name
