@@ -778,10 +778,12 @@ CASES = [t_config_and_flags, t_two_engines_alternate, t_priority_and_idle_order,
          t_engine_without_broker, t_stress]
 
 
-def main():
-    only = sys.argv[1:]
+def run_cases(cases, only, logs=("broker", "a", "b", "c")):
+    """Runs each case with a fresh Case (all when `only` is empty): a
+    sanitizer report in any log fails it; on failure the logs' tails are
+    shown. Prints and returns like every test here."""
     passed = failed = 0
-    for case in CASES:
+    for case in cases:
         if only and case.__name__ not in only:
             continue
         c = Case()
@@ -797,7 +799,7 @@ def main():
         except Exception:
             print("FAIL %s" % case.__name__)
             traceback.print_exc(file=sys.stdout)
-            for name in ("broker", "a", "b", "c"):
+            for name in logs:
                 path = c.log(name)
                 if os.path.exists(path):
                     print("  --- %s.log (last lines)" % name)
@@ -809,6 +811,10 @@ def main():
         sys.stdout.flush()
     print("%d passed, %d failed" % (passed, failed))
     return 1 if failed else 0
+
+
+def main():
+    return run_cases(CASES, sys.argv[1:])
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ import subprocess
 import sys
 import threading
 import time
-import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import broker_test as bt  # noqa: E402
@@ -475,36 +474,7 @@ CASES = [t_grafana_dashboard, t_usage_and_exit_codes, t_status_tables_and_json, 
 
 
 def main():
-    only = sys.argv[1:]
-    passed = failed = 0
-    for case in CASES:
-        if only and case.__name__ not in only:
-            continue
-        c = bt.Case()
-        t0 = time.time()
-        try:
-            case(c)
-            for name in os.listdir(c.dir):  # a sanitizer's report fails the case
-                if name.endswith(".log"):
-                    text = open(os.path.join(c.dir, name), errors="replace").read()
-                    assert "runtime error:" not in text and "Sanitizer" not in text, (name, text[-3000:])
-            print("ok   %-44s %7.3fs" % (case.__name__, time.time() - t0))
-            passed += 1
-        except Exception:
-            print("FAIL %s" % case.__name__)
-            traceback.print_exc(file=sys.stdout)
-            for name in ("broker", "a", "b"):
-                path = c.log(name)
-                if os.path.exists(path):
-                    print("  --- %s.log (last lines)" % name)
-                    for line in open(path).read().splitlines()[-15:]:
-                        print("  " + line)
-            failed += 1
-        finally:
-            c.close()
-        sys.stdout.flush()
-    print("%d passed, %d failed" % (passed, failed))
-    return 1 if failed else 0
+    return bt.run_cases(CASES, sys.argv[1:], logs=("broker", "a", "b"))
 
 
 if __name__ == "__main__":
