@@ -1247,6 +1247,8 @@ static void on_status(struct broker *b, struct waiter *w, const struct baton_msg
 		x->pinned = eng_pinned(b, e);
 		x->idle_ms = e->busy || e->st != ES_LIVE ? 0 : (uint64_t)((now - e->idle_since) * 1e3);
 		x->last_refill_gbps = e->last_refill_gbps;
+		x->peer_gpu = ""; /* the peer tier (issue 9) fills these */
+		x->peer = 0;
 	}
 	proto_reply_init(&rb->m, m);
 	rb->m.gpus = (struct proto_gpus){ gv, (uint32_t)ng };

@@ -33,6 +33,7 @@ static const struct proto__fdef gpu_fields[] = {
 	IDEF(struct proto_gpu, "free",    U64, free_bytes, 0),
 	IDEF(struct proto_gpu, "reserve", U64, reserve,    0),
 	IDEF(struct proto_gpu, "held",    U64, held,       0),
+	IDEF(struct proto_gpu, "lent",    U64, lent,       0),
 };
 
 static const struct proto__fdef engine_fields[] = {
@@ -48,6 +49,8 @@ static const struct proto__fdef engine_fields[] = {
 	IDEF(struct proto_engine_info, "pinned",           BOOL, pinned,           0),
 	IDEF(struct proto_engine_info, "idle_ms",          U64,  idle_ms,          0),
 	IDEF(struct proto_engine_info, "last_refill_gbps", F64,  last_refill_gbps, 0),
+	IDEF(struct proto_engine_info, "peer_gpu",         STR,  peer_gpu,         BATON_PROTO_MAX_NAME),
+	IDEF(struct proto_engine_info, "peer",             U64,  peer,             0),
 };
 
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
@@ -88,6 +91,7 @@ static const struct proto__row status_rep[] = {
 	O(NAME), O(STATE), O(RESIDENT), O(MAPPED), O(TARGET), O(CEILING), O(EPOCH),
 	O(REQUESTS), O(HITS), O(MISSES), O(LAST_REFILL_BYTES), O(LAST_REFILL_S),
 	O(DEVICE_NAME), O(GPU), O(FREE), O(TOTAL),
+	O(PEER_GPU), O(PEER_MAPPED), O(PEER_FREE),
 	/* the broker's */
 	O(GPUS), O(ENGINES),
 };
@@ -97,6 +101,7 @@ static const struct proto__row cache_req[] = { O(NAME), O(EPOCH) };
 static const struct proto__row cache_rep[] = {
 	R(STATE), R(RESIDENT), R(MS), R(BYTES), R(EPOCH),
 	O(MAPPED), O(FREE), /* the device bytes the cache holds after it, the device free */
+	O(PEER_MAPPED), O(PEER_FREE), /* the same for the peer tier's device */
 };
 static const struct proto__row vram_req[] = { R(RESERVE_MIB), O(NAME), O(EPOCH) };
 
@@ -104,6 +109,9 @@ static const struct proto__row register_req[] = {
 	R(NAME), R(PID), R(GPU), R(DEVICE), R(MODEL), R(CTL), R(FLOOR), R(CEILING),
 	R(PRIORITY), R(STATE), R(RESIDENT), R(CAPACITY), R(EPOCH),
 	O(MAPPED), O(FREE),
+	/* peer tier: the peer device's uuid, the bytes a peer tier could use,
+	 * what it holds there now (a broker restart sees a live loan) */
+	O(PEER_GPU), O(PEER_WANT), O(PEER_MAPPED), O(PEER_FREE),
 };
 static const struct proto__row epoch_rep[] = { R(EPOCH) };
 static const struct proto__row epoch_opt_rep[] = { O(EPOCH) };
@@ -111,13 +119,17 @@ static const struct proto__row epoch_opt_rep[] = { O(EPOCH) };
 static const struct proto__row heartbeat_req[] = {
 	R(NAME), R(STATE), R(RESIDENT), R(BUSY), R(IDLE_MS),
 	O(MAPPED), O(FREE), O(EPOCH), /* epoch: of the state sent (accounting order) */
+	O(PEER_MAPPED), O(PEER_FREE),
 };
 static const struct proto__row acquire_req[] = { R(NAME), R(BYTES) };
 static const struct proto__row acquire_rep[] = { R(EPOCH), R(GRANTED) };
 static const struct proto__row report_req[] = {
 	R(NAME), R(STATE), R(RESIDENT), R(REASON), O(DURATION_MS), O(BYTES),
-	O(MAPPED), O(FREE), O(EPOCH),
+	O(MAPPED), O(FREE), O(EPOCH), O(PEER_MAPPED), O(PEER_FREE),
 };
+/* peer: the broker lends (peer_mib > 0: hold up to that much on the peer
+ * device peer_gpu) or revokes (peer_mib 0: drop the peer tier, then reply). */
+static const struct proto__row peer_req[] = { R(PEER_MIB), O(NAME), O(EPOCH), O(PEER_GPU) };
 static const struct proto__row handoff_req[] = { R(FROM), R(TO) };
 static const struct proto__row handoff_rep[] = {
 	R(RELEASE_MS), R(REFILL_MS), R(TOTAL_MS), O(DECIDE_MS),
@@ -151,6 +163,7 @@ static const struct {
 	[PROTO_OP_HANDOFF]   = { "handoff",   TAB(handoff_req),   TAB(handoff_rep),   true },
 	[PROTO_OP_PIN]       = { "pin",       TAB(pin_req),       TAB(pin_rep),       true },
 	[PROTO_OP_EVENT]     = { "event",     TAB(event_msg),     NOFIELDS,           false },
+	[PROTO_OP_PEER]      = { "peer",      TAB(peer_req),      TAB(cache_rep),     true },
 };
 
 const struct proto__table *proto__table(enum proto_op op, bool reply)

@@ -151,7 +151,8 @@
 	X(REPORT,    "report")                                                  \
 	X(HANDOFF,   "handoff")                                                 \
 	X(PIN,       "pin")                                                     \
-	X(EVENT,     "event")
+	X(EVENT,     "event")                                                   \
+	X(PEER,      "peer")
 
 enum proto_op {
 	PROTO_OP_NONE = 0, /* no op: a zeroed message, or an unreadable one */
@@ -234,6 +235,12 @@ enum proto_op proto_op_parse(const char *name);
 	X(DEVICE_NAME,       "device",            STR,     device_name,       BATON_PROTO_MAX_NAME) \
 	X(FREE,              "free",              U64,     free_bytes,        0)           \
 	X(TOTAL,             "total",             U64,     total,             0)           \
+	/* peer tier (a second cache tier on another GPU, lent by the broker) */      \
+	X(PEER_GPU,          "peer_gpu",          STR,     peer_gpu,          BATON_PROTO_MAX_NAME) \
+	X(PEER_MIB,          "peer_mib",          U64,     peer_mib,          0)           \
+	X(PEER_MAPPED,       "peer_mapped",       U64,     peer_mapped,       0)           \
+	X(PEER_WANT,         "peer_want",         U64,     peer_want,         0)           \
+	X(PEER_FREE,         "peer_free",         U64,     peer_free,         0)           \
 	X(GPUS,              "gpus",              GPUS,    gpus,              BATON_PROTO_MAX_ARRAY) \
 	X(ENGINES,           "engines",           ENGINES, engines,           BATON_PROTO_MAX_ARRAY)
 
@@ -258,6 +265,7 @@ struct proto_bin {
 struct proto_gpu {
 	const char *uuid;
 	uint64_t total, free_bytes, reserve, held; /* keys total, free, reserve, held */
+	uint64_t lent; /* bytes of this GPU lent to engines of other GPUs as their peer tier */
 };
 
 /* An item of the broker's status reply `engines`; every field required. */
@@ -270,6 +278,8 @@ struct proto_engine_info {
 	bool pinned;
 	uint64_t idle_ms;
 	double last_refill_gbps;
+	const char *peer_gpu; /* "" when the engine has no peer device */
+	uint64_t peer;        /* peer-tier bytes it holds on peer_gpu now */
 };
 
 struct proto_gpus {
