@@ -69,6 +69,8 @@
 #define ERROR_RETRY_S 0.1      /* after a failed command */
 #define GRANT_TTL_S 30.0       /* a grant never reported used is dropped */
 #define TICK_S 0.1
+#define LEND_PAUSE_S 0.5       /* between two lends to one engine */
+#define LEND_BACKOFF_S 5.0     /* after a lend it could not fully use, or a failed one */
 #define MAX_TAGS 1024
 
 static double now_s(void)
@@ -167,6 +169,7 @@ struct gpu {
 	uint64_t reserve;
 	uint64_t other;       /* device memory used outside the caches */
 	int nvml;             /* NVML knows this uuid */
+	bool no_lend;         /* lend = false */
 };
 
 enum { ES_FREE = 0, ES_LIVE, ES_DEAD };
@@ -198,6 +201,14 @@ struct eng {
 	uint64_t ho_epoch;
 	double ho_t0, ho_decide_ms, ho_release_ms;
 	char ho_from[192];
+	/* its peer tier: memory of another device lent to it (engine
+	 * --peer-device). peer_mapped + peer_grant count as used there. */
+	bool has_peer, no_peer;
+	size_t peer_gpu;
+	uint64_t peer_want;   /* bytes a peer tier could use (registered) */
+	uint64_t peer_mapped; /* what it holds there now (its own word) */
+	uint64_t peer_grant;  /* a lend in flight: asked, not acknowledged yet */
+	double peer_retry_after;
 };
 
 enum op_kind { OP_ACQUIRE = 1, OP_REFILL, OP_RELEASE, OP_VRAM, OP_HANDOFF };
@@ -258,6 +269,8 @@ struct job {
 	enum proto_op op;
 	char name[BROKER_NAME_MAX];
 	uint64_t epoch, reserve_mib;
+	uint64_t peer_mib;                /* peer: the loan's new size */
+	char peer_gpu[BROKER_NAME_MAX];   /* peer: the lending device */
 	int timeout_ms;
 };
 
@@ -519,6 +532,11 @@ static void *worker(void *arg)
 		proto_set(&req, PF_EPOCH);
 		if (j->op == PROTO_OP_VRAM)
 			req.reserve_mib = j->reserve_mib;
+		if (j->op == PROTO_OP_PEER) {
+			req.peer_mib = j->peer_mib;
+			req.peer_gpu = j->peer_gpu;
+			proto_set(&req, PF_PEER_GPU);
+		}
 		double t0 = now_s();
 		struct baton_msg rep;
 		int rc = proto_client_call(j->conn->cli, &req, &rep, j->timeout_ms, &d);
@@ -555,6 +573,10 @@ static int queue_job(struct broker *b, struct eng *e, enum proto_op op, uint64_t
 	snprintf(j->name, sizeof j->name, "%s", e->name);
 	j->epoch = ++b->epoch;
 	j->reserve_mib = reserve_mib;
+	if (op == PROTO_OP_PEER) {
+		j->peer_mib = reserve_mib;
+		snprintf(j->peer_gpu, sizeof j->peer_gpu, "%s", b->gpus[e->peer_gpu].uuid);
+	}
 	j->timeout_ms = b->cfg.command_timeout_ms;
 	e->in_flight = true;
 	e->job_id = j->id;
@@ -755,6 +777,7 @@ static size_t gpu_find_or_add(struct broker *b, const char *uuid)
 	if (gc) {
 		g->reserve = gc->reserve_bytes;
 		g->cap = gc->total_bytes;
+		g->no_lend = gc->no_lend;
 	}
 	uint64_t fr, tot;
 	if (b->cfg.nvml && broker_nvml_mem(uuid, &fr, &tot) == 0) {
@@ -804,6 +827,7 @@ static double eng_idle_timeout(struct broker *b, const struct eng *e)
 /* held, free and available of a device, in bytes. */
 struct gpu_view {
 	uint64_t total, held, grants, free_b, avail;
+	uint64_t lent;        /* peer tiers of other devices' engines on it (in held) */
 	uint64_t dev_free;    /* the device's own free memory (not capped), best known */
 };
 
@@ -819,6 +843,14 @@ static void gpu_view(struct broker *b, size_t gi, struct gpu_view *v)
 		v->held += e->mapped + e->grant;
 		v->grants += e->grant;
 	}
+	for (size_t i = 0; i < BROKER_MAX_ENGINES; i++) {
+		const struct eng *e = &b->eng[i];
+		if (e->st == ES_LIVE && e->has_peer && e->peer_gpu == gi) {
+			v->lent += e->peer_mapped + e->peer_grant;
+			v->grants += e->peer_grant; /* not in NVML's free yet either */
+		}
+	}
+	v->held += v->lent;
 	uint64_t used = v->held + g->other;
 	v->free_b = g->dev_total > used ? g->dev_total - used : 0;
 	v->dev_free = v->free_b;
@@ -844,6 +876,8 @@ static bool gpu_quiet(struct broker *b, size_t gi)
 		const struct eng *e = &b->eng[i];
 		if (e->st == ES_LIVE && e->gpu == gi && (e->in_flight || e->grant))
 			return false;
+		if (e->st == ES_LIVE && e->has_peer && e->peer_gpu == gi && (e->in_flight || e->peer_grant))
+			return false;
 	}
 	return true;
 }
@@ -864,6 +898,8 @@ static void learn_other(struct broker *b, struct eng *e, uint64_t dev_free)
 		const struct eng *x = &b->eng[i];
 		if (x->st == ES_LIVE && x->gpu == e->gpu)
 			mapped += x->mapped;
+		if (x->st == ES_LIVE && x->has_peer && x->peer_gpu == e->gpu)
+			mapped += x->peer_mapped;
 	}
 	uint64_t used = tot > fr ? tot - fr : 0;
 	g->other = used > mapped ? used - mapped : 0;
@@ -890,6 +926,8 @@ static void apply_state(struct broker *b, struct eng *e, const struct baton_msg 
 		e->grant = 0; /* the state after the grant was used */
 		e->grant_epoch = 0;
 	}
+	if (proto_has(m, PF_PEER_MAPPED))
+		e->peer_mapped = e->has_peer ? m->peer_mapped : 0;
 	if (proto_has(m, PF_FREE)) {
 		e->dev_free = m->free_bytes;
 		learn_other(b, e, m->free_bytes);
@@ -1000,6 +1038,7 @@ static void eng_dead(struct broker *b, struct eng *e, const char *why, bool clea
 	if (e->st != ES_LIVE)
 		return;
 	uint64_t freed = e->mapped + e->grant;
+	uint64_t loan = e->has_peer ? e->peer_mapped + e->peer_grant : 0;
 	struct eref ref = eref_of(b, e);
 	e->st = ES_DEAD;
 	snprintf(e->state, sizeof e->state, "%s", clean ? "stopped" : "dead");
@@ -1011,6 +1050,12 @@ static void eng_dead(struct broker *b, struct eng *e, const char *why, bool clea
 	blog("engine %s (pid %d) %s: %s; %.1f MiB of %s counted free", e->name, e->pid,
 	    clean ? "stopped" : "is dead", why, (double)freed / MIB, b->gpus[e->gpu].uuid);
 	publish(b, clean ? "stopped" : "dead", e, why, -1, freed);
+	if (loan) { /* the driver (or the host device) frees a dead process's memory */
+		blog("engine %s: its peer tier of %.1f MiB on %s is returned", e->name, (double)loan / MIB,
+		    b->gpus[e->peer_gpu].uuid);
+		publish(b, "loan-returned", e, why, -1, loan);
+	}
+	e->peer_mapped = e->peer_grant = 0;
 	/* Its operations end; ones that wait on it as a victim go on. */
 	for (size_t i = 0; i < MAX_OPS; i++) {
 		struct op *o = &b->ops[i];
@@ -1105,6 +1150,18 @@ static void on_register(struct broker *b, struct waiter *w, const struct baton_m
 		g->dev_total = m->capacity;
 	if (m->epoch > b->epoch)
 		b->epoch = m->epoch; /* epochs only grow, across broker restarts too */
+	e->has_peer = false;
+	if (proto_has(m, PF_PEER_GPU) && *m->peer_gpu) {
+		size_t pg = gpu_find_or_add(b, m->peer_gpu);
+		if (pg == (size_t)-1 || pg == gi) {
+			blog("register %s: peer device %s %s; no peer tier for it", m->name, m->peer_gpu,
+			    pg == gi ? "is its own device" : "is one device too many");
+		} else {
+			e->has_peer = true;
+			e->peer_gpu = pg;
+			e->peer_want = proto_has(m, PF_PEER_WANT) ? m->peer_want : 0;
+		}
+	}
 	e->acct_epoch = 0;
 	apply_state(b, e, m, true, m->epoch);
 	if (!again) {
@@ -1208,7 +1265,7 @@ static void on_status(struct broker *b, struct waiter *w, const struct baton_msg
 	for (size_t i = 0; i < BROKER_MAX_ENGINES; i++)
 		ne += b->eng[i].st != ES_FREE;
 	struct rbuf *rb = &w->rb;
-	size_t strs = (ng + 4 * ne) * BROKER_NAME_MAX;
+	size_t strs = (ng + 5 * ne) * BROKER_NAME_MAX;
 	char *blk = calloc(1, ng * sizeof(struct proto_gpu) + ne * sizeof(struct proto_engine_info) +
 	    strs + 16);
 	if (!blk) {
@@ -1227,6 +1284,7 @@ static void on_status(struct broker *b, struct waiter *w, const struct baton_msg
 		gv[i].free_bytes = v.free_b;
 		gv[i].reserve = b->gpus[i].reserve;
 		gv[i].held = v.held;
+		gv[i].lent = v.lent;
 	}
 	double now = now_s();
 	size_t k = 0;
@@ -1247,8 +1305,8 @@ static void on_status(struct broker *b, struct waiter *w, const struct baton_msg
 		x->pinned = eng_pinned(b, e);
 		x->idle_ms = e->busy || e->st != ES_LIVE ? 0 : (uint64_t)((now - e->idle_since) * 1e3);
 		x->last_refill_gbps = e->last_refill_gbps;
-		x->peer_gpu = ""; /* the peer tier (issue 9) fills these */
-		x->peer = 0;
+		x->peer_gpu = pool_str(&pool, e->has_peer ? b->gpus[e->peer_gpu].uuid : "");
+		x->peer = e->has_peer ? e->peer_mapped : 0;
 	}
 	proto_reply_init(&rb->m, m);
 	rb->m.gpus = (struct proto_gpus){ gv, (uint32_t)ng };
@@ -1461,7 +1519,10 @@ static void on_done(struct broker *b, struct item *it)
 	if (e && e->job_id == it->job_id)
 		e->in_flight = false;
 	int rc = it->rc;
-	const char *word = tag.cmd == PROTO_OP_VRAM ? (tag.bytes ? "shrink" : "vram") : proto_op_name(tag.cmd);
+	const char *word = tag.cmd == PROTO_OP_VRAM ? (tag.bytes ? "shrink" : "vram") :
+	    tag.cmd == PROTO_OP_PEER ? (tag.victim ? "revoke" : "lend") : proto_op_name(tag.cmd);
+	if (e && tag.cmd == PROTO_OP_PEER)
+		e->peer_grant = 0;
 	if (e && rc == 0) {
 		const struct baton_msg *r = &it->rep;
 		uint64_t mapped_before = e->mapped;
@@ -1477,7 +1538,17 @@ static void on_done(struct broker *b, struct item *it)
 		e->retry_after = 0;
 		if (tag.cmd == PROTO_OP_REFILL && r->ms > 0 && r->bytes > 0)
 			e->last_refill_gbps = (double)r->bytes / (r->ms / 1e3) / 1e9;
-		publish(b, word, e, tag.reason, r->ms, r->bytes);
+		if (tag.cmd == PROTO_OP_PEER) {
+			/* what it took may be less than lent (whole segments, the
+			 * device's real free memory): wait before asking again */
+			e->peer_retry_after = now + (!tag.victim && e->peer_mapped < tag.bytes ? LEND_BACKOFF_S :
+			    LEND_PAUSE_S);
+			blog("engine %s: %s on %s: holds %.1f MiB there (%s)", e->name, word,
+			    b->gpus[e->peer_gpu].uuid, (double)e->peer_mapped / MIB, tag.reason);
+			publish(b, word, e, tag.reason, r->ms, e->peer_mapped);
+		} else {
+			publish(b, word, e, tag.reason, r->ms, r->bytes);
+		}
 	} else if (e) {
 		e->retry_after = now + (rc == BATON_EBUSY ? BUSY_RETRY_S : ERROR_RETRY_S);
 		if (rc == BATON_EBUSY) {
@@ -1485,6 +1556,14 @@ static void on_done(struct broker *b, struct item *it)
 		} else if (rc == BATON_EUNSUPPORTED && tag.cmd == PROTO_OP_VRAM) {
 			e->no_shrink = true; /* not elastic: release it instead */
 			e->retry_after = 0;
+		} else if (tag.cmd == PROTO_OP_PEER && !tag.victim) {
+			/* a lend it could not take: no harm, try later (never again
+			 * when it has no peer tier after all) */
+			e->retry_after = 0;
+			e->peer_retry_after = now + LEND_BACKOFF_S;
+			if (rc == BATON_EUNSUPPORTED)
+				e->no_peer = true;
+			blog("engine %s: lend failed: %s", e->name, it->err[0] ? it->err : baton_strerror(rc));
 		} else if (rc == BATON_EUNSUPPORTED) {
 			e->no_release = true;
 			blog("engine %s refuses %s (%s); it is never asked again", e->name, word, it->err);
@@ -1671,6 +1750,86 @@ static void grant(struct broker *b, struct op *o, struct eng *e, uint64_t bytes,
 	}
 }
 
+/* ---- peer tiers: lending a device's free memory to engines of others ------------- */
+
+/* Takes loans on device gi back for `head`, which lacks `short_by` bytes:
+ * each borrower drops (part of) its peer tier and acknowledges; the caller
+ * waits for that like for a reclaim. Returns true while loans are being
+ * (or wait to be) taken back, false when there are none to take. */
+static bool take_loans_back(struct broker *b, size_t gi, struct op *head, uint64_t short_by, double now)
+{
+	bool waiting = false;
+	for (size_t i = 0; i < BROKER_MAX_ENGINES && short_by > 0; i++) {
+		struct eng *x = &b->eng[i];
+		if (x->st != ES_LIVE || !x->has_peer || x->peer_gpu != gi || x->peer_mapped + x->peer_grant == 0)
+			continue;
+		waiting = true;
+		if (x->in_flight || now < x->retry_after) { /* its lend or another command first */
+			wake_at(b, now < x->retry_after ? x->retry_after : now + 0.01);
+			continue;
+		}
+		/* keep what is not needed: whole MiB below what it holds */
+		uint64_t keep = x->peer_mapped > short_by ? (x->peer_mapped - short_by) / MIB : 0;
+		char why[200];
+		snprintf(why, sizeof why, "for %s", b->eng[head->target.slot].name);
+		if (command(b, x, PROTO_OP_PEER, keep, head, 1, keep * MIB, why) == 0) {
+			head->outstanding++;
+			size_t l = strlen(head->victims);
+			snprintf(head->victims + l, sizeof head->victims - l, "%s%s (revoke)", l ? ", " : "",
+			    x->name);
+			if (head->t_decided == 0)
+				head->t_decided = now;
+			uint64_t freed = x->peer_mapped - keep * MIB;
+			short_by = freed >= short_by ? 0 : short_by - freed;
+		}
+	}
+	return waiting;
+}
+
+static bool gpu_has_waiters(struct broker *b, size_t gi)
+{
+	for (size_t i = 0; i < MAX_OPS; i++)
+		if (b->ops[i].used && b->ops[i].gpu == gi && b->ops[i].phase == P_WAIT)
+			return true;
+	return false;
+}
+
+/* Lends free memory (beyond the device's reserve) to engines whose peer
+ * device it is and who could use more there. Never while anything waits
+ * for memory on that device, and only to engines that serve from their own
+ * device now (a released engine holds no peer tier). */
+static void lend_free_memory(struct broker *b, double now)
+{
+	for (size_t i = 0; i < BROKER_MAX_ENGINES; i++) {
+		struct eng *e = &b->eng[i];
+		if (e->st != ES_LIVE || !e->has_peer || e->no_peer || e->lost || e->in_flight ||
+		    now < e->retry_after || e->peer_want <= e->peer_mapped)
+			continue;
+		if (now < e->peer_retry_after) {
+			wake_at(b, e->peer_retry_after);
+			continue;
+		}
+		if (strcmp(e->state, "ready") != 0 && strcmp(e->state, "partial") != 0)
+			continue;
+		size_t pg = e->peer_gpu;
+		if (b->gpus[pg].no_lend || gpu_has_waiters(b, pg))
+			continue;
+		struct gpu_view v;
+		gpu_view(b, pg, &v);
+		uint64_t more = e->peer_want - e->peer_mapped;
+		if (more > v.avail)
+			more = v.avail;
+		uint64_t target_mib = (e->peer_mapped + more) / MIB;
+		if (target_mib * MIB <= e->peer_mapped)
+			continue;
+		char why[200];
+		snprintf(why, sizeof why, "%.1f MiB of %s free beyond its reserve", (double)v.avail / MIB,
+		    b->gpus[pg].uuid);
+		if (command(b, e, PROTO_OP_PEER, target_mib, NULL, 0, target_mib * MIB, why) == 0)
+			e->peer_grant = target_mib * MIB - e->peer_mapped;
+	}
+}
+
 /* Builds the policy's view of the engines of one device. */
 static size_t policy_view(struct broker *b, size_t gi, const struct eng *requester, double now,
     struct policy_engine *pe, size_t *map, size_t *req_idx)
@@ -1746,6 +1905,8 @@ static void serve_gpu(struct broker *b, size_t gi, double now)
 		}
 		if (head->outstanding > 0)
 			return; /* waiting for acknowledgements */
+		if (v.lent > 0 && take_loans_back(b, gi, head, head->bytes - v.avail, now))
+			return; /* loans first: the device's own engines come first */
 		if (now >= head->deadline) {
 			op_fail(b, head, BATON_EDEVMEM,
 			    "%s: no memory for %s on %s after %d ms: wants %.1f MiB, %.1f MiB available "
@@ -1848,6 +2009,7 @@ static void pump(struct broker *b)
 	}
 	for (size_t g = 0; g < b->n_gpus; g++)
 		serve_gpu(b, g, now);
+	lend_free_memory(b, now);
 	if (now >= b->next_tick) {
 		housekeeping(b, now);
 		b->next_tick = now + TICK_S;

@@ -59,6 +59,8 @@
  *   [gpu "GPU-8f1c..."]           ; or "host-0", or "*" for every device
  *   reserve_mib = 1024            ; headroom: never granted
  *   total_mib = 8192              ; manage this much of the device (default: all)
+ *   lend = true                   ; lend its free memory (beyond reserve_mib) to
+ *                                 ; engines of other devices as their peer tier
  *
  *   [engine "qwen"]
  *   priority = 10                 ; higher is kept longer (default: what it registers)
@@ -74,6 +76,7 @@ struct broker_gpu_conf {
 	char uuid[BROKER_NAME_MAX];   /* "*" matches every device */
 	uint64_t reserve_bytes;
 	uint64_t total_bytes;         /* 0: the device's own total */
+	bool no_lend;                 /* lend = false: no peer tiers on it */
 	int line;                     /* where it was defined (messages) */
 };
 

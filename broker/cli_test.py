@@ -100,28 +100,30 @@ def t_status_tables_and_json(c):
     a, b = two_engines(c, '[engine "b"]\npriority = 7\n')
     r = baton(c, "status", check=0)
     lines = r.stdout.splitlines()
-    assert lines[0].split() == ["GPU", "TOTAL", "FREE", "RESERVE", "HELD", "ENGINES"], lines[0]
+    assert lines[0].split() == ["GPU", "TOTAL", "FREE", "RESERVE", "HELD", "LENT", "ENGINES"], lines[0]
     assert lines[1].startswith("host-0 ") and lines[1].split()[-1] == "2", lines[1]
     hdr = [ln for ln in lines if ln.startswith("ENGINE")]
-    assert hdr and hdr[0].split() == ["ENGINE", "PID", "GPU", "MODEL", "STATE", "RESIDENT", "CEILING", "PRIO",
-                                      "PINNED", "IDLE", "LAST", "REFILL"], hdr
+    assert hdr and hdr[0].split() == ["ENGINE", "PID", "GPU", "MODEL", "STATE", "RESIDENT", "PEER", "CEILING",
+                                      "PRIO", "PINNED", "IDLE", "LAST", "REFILL"], hdr
     rows = {ln.split()[0]: ln.split() for ln in lines[lines.index(hdr[0]) + 1:]}
     assert set(rows) == {"a", "b"}, rows
     assert rows["b"][4] == "ready" and rows["b"][5:7] == ["28.0", "MiB"], rows["b"]
     assert rows["a"][4] == "released" and rows["a"][5:7] == ["0", "B"], rows["a"]
-    assert rows["b"][9] == "7" and rows["b"][10] == "no", rows["b"]
+    assert rows["b"][7] == "-", rows["b"]  # no peer device
+    assert rows["b"][10] == "7" and rows["b"][11] == "no", rows["b"]
     assert rows["b"][-1] == "GB/s", rows["b"]  # b refilled at start: its rate is shown
     st, eng = status_json(c)
     assert st["epoch"] > 0 and len(st["gpus"]) == 1
     g = st["gpus"][0]
     assert g["uuid"] == "host-0" and g["total"] == 40 * bt.MIB and g["held"] >= CEIL, g
-    assert g["used"] == g["total"] - g["free"] and g["reserve"] == 0, g
+    assert g["used"] == g["total"] - g["free"] and g["reserve"] == 0 and g["lent"] == 0, g
     assert eng["b"]["resident"] == CEIL and eng["b"]["ceiling"] == CEIL and eng["b"]["priority"] == 7
     assert eng["b"]["pinned"] is False and eng["b"]["last_refill_gbps"] > 0 and eng["b"]["pid"] == b.pid
     assert eng["a"]["state"] == "released" and eng["a"]["resident"] == 0
     for k in ("name", "pid", "gpu", "model", "state", "resident", "floor", "ceiling", "priority", "pinned",
-              "idle_ms", "last_refill_gbps"):
+              "idle_ms", "last_refill_gbps", "peer_gpu", "peer"):
         assert k in eng["a"], k
+    assert eng["a"]["peer_gpu"] == "" and eng["a"]["peer"] == 0
     r = baton(c, "engines", "--json", check=0)
     assert sorted(e["name"] for e in json.loads(r.stdout)) == ["a", "b"]
     r = baton(c, "gpus", "--json", check=0)

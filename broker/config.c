@@ -338,8 +338,13 @@ static int handler(void *user, const char *section, const char *key, const char 
 				g->reserve_bytes = u * MIB;
 			else
 				g->total_bytes = u * MIB;
+		} else if (strcmp(key, "lend") == 0) {
+			bool lend;
+			if (parse_bool(value, &lend))
+				return fail(p, "lend = '%s': want true or false", value);
+			g->no_lend = !lend;
 		} else {
-			return fail(p, "unknown key '%s' in [%s] (known: reserve_mib, total_mib)", key, section);
+			return fail(p, "unknown key '%s' in [%s] (known: reserve_mib, total_mib, lend)", key, section);
 		}
 		if (g->total_bytes && g->reserve_bytes >= g->total_bytes)
 			return fail(p, "reserve_mib must be less than total_mib in [%s]", section);

@@ -26,6 +26,7 @@ static void t_good(void)
 	    "[gpu \"host-0\"]\n"
 	    "reserve_mib = 16\n"
 	    "total_mib = 64\n"
+	    "lend = false\n"
 	    "[gpu *]\n"
 	    "reserve_mib = 1024 ; inline comment\n"
 	    "[engine \"qwen-7b.q8\"]\n"
@@ -44,9 +45,9 @@ static void t_good(void)
 	T_ASSERT(!c.nvml);
 	T_EQ_INT(c.n_gpus, 2);
 	const struct broker_gpu_conf *g = broker_config_gpu(&c, "host-0");
-	T_ASSERT(g && g->reserve_bytes == 16 * M && g->total_bytes == 64 * M);
+	T_ASSERT(g && g->reserve_bytes == 16 * M && g->total_bytes == 64 * M && g->no_lend);
 	g = broker_config_gpu(&c, "GPU-1234");
-	T_ASSERT(g && strcmp(g->uuid, "*") == 0 && g->reserve_bytes == 1024 * M);
+	T_ASSERT(g && strcmp(g->uuid, "*") == 0 && g->reserve_bytes == 1024 * M && !g->no_lend);
 	const struct broker_engine_conf *e = broker_config_engine(&c, "qwen-7b.q8");
 	T_ASSERT(e && e->has_priority && e->priority == -3 && e->pinned && e->idle_release_s == 0);
 	e = broker_config_engine(&c, "b");
@@ -84,6 +85,7 @@ static const struct {
 	{ "[gpu \"host-0\"]\nreserve_mib = 1.5\n", "b.ini:2: reserve_mib = '1.5'" },
 	{ "[gpu \"host-0\"]\ntotal_mib = 10\nreserve_mib = 10\n", "b.ini:3: reserve_mib must be less" },
 	{ "[gpu \"a b\"]\nreserve_mib = 1\n", "b.ini:2: [gpu \"a b\"]" },
+	{ "[gpu \"host-1\"]\nlend = maybe\n", "b.ini:2: lend = 'maybe': want true or false" },
 	{ "[gpu host-0]\nreserve_mib = 1\n[gpu \"host-0\"]\nreserve_mib = 2\n",
 	  "b.ini:4: [gpu \"host-0\"] appears twice (first on line 2)" },
 	{ "[engine \"a\"]\npriority = high\n", "b.ini:2: priority = 'high'" },

@@ -319,11 +319,11 @@ struct status_ctx {
 
 static json_t *engine_json(const struct proto_engine_info *e)
 {
-	return json_pack("{s:s, s:I, s:s, s:s, s:s, s:I, s:I, s:I, s:i, s:b, s:I, s:f}", "name", e->name,
+	return json_pack("{s:s, s:I, s:s, s:s, s:s, s:I, s:I, s:I, s:i, s:b, s:I, s:f, s:s, s:I}", "name", e->name,
 	    "pid", (json_int_t)e->pid, "gpu", e->gpu, "model", e->model, "state", e->state, "resident",
 	    (json_int_t)e->resident, "floor", (json_int_t)e->floor, "ceiling", (json_int_t)e->ceiling,
 	    "priority", (int)e->priority, "pinned", (int)e->pinned, "idle_ms", (json_int_t)e->idle_ms,
-	    "last_refill_gbps", e->last_refill_gbps);
+	    "last_refill_gbps", e->last_refill_gbps, "peer_gpu", e->peer_gpu, "peer", (json_int_t)e->peer);
 }
 
 static void on_status_reply(void *arg, const struct baton_msg *rep)
@@ -348,9 +348,9 @@ static void on_status_reply(void *arg, const struct baton_msg *rep)
 	for (uint32_t i = 0; i < rep->gpus.n; i++) {
 		const struct proto_gpu *g = &rep->gpus.v[i];
 		uint64_t used = g->total > g->free_bytes ? g->total - g->free_bytes : 0;
-		json_array_append_new(gpus, json_pack("{s:s, s:I, s:I, s:I, s:I, s:I}", "uuid", g->uuid,
+		json_array_append_new(gpus, json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I}", "uuid", g->uuid,
 		    "total", (json_int_t)g->total, "free", (json_int_t)g->free_bytes, "used", (json_int_t)used,
-		    "held", (json_int_t)g->held, "reserve", (json_int_t)g->reserve));
+		    "held", (json_int_t)g->held, "reserve", (json_int_t)g->reserve, "lent", (json_int_t)g->lent));
 	}
 	for (uint32_t i = 0; i < rep->engines.n; i++)
 		json_array_append_new(engines, engine_json(&rep->engines.v[i]));
@@ -408,15 +408,16 @@ static void on_metrics_reply(void *arg, const struct baton_msg *rep)
 		{ "baton_gpu_memory_total_bytes", "Device memory the broker manages (total_mib or the device's size).", 0 },
 		{ "baton_gpu_memory_free_bytes", "Device memory free, as the broker counts it (NVML when present).", 1 },
 		{ "baton_gpu_memory_used_bytes", "Device memory in use: total minus free.", 2 },
-		{ "baton_gpu_memory_held_bytes", "Device memory held by Baton engines' expert caches (and grants).", 3 },
+		{ "baton_gpu_memory_held_bytes", "Device memory held by Baton engines' expert caches (and grants), lent memory included.", 3 },
 		{ "baton_gpu_memory_reserve_bytes", "Headroom the broker never grants (reserve_mib).", 4 },
+		{ "baton_gpu_memory_lent_bytes", "Device memory lent to engines of other devices as their peer tier.", 5 },
 	};
 	for (size_t k = 0; k < sizeof gm / sizeof gm[0]; k++) {
 		head(f, gm[k].name, "gauge", gm[k].help);
 		for (uint32_t i = 0; i < rep->gpus.n; i++) {
 			const struct proto_gpu *g = &rep->gpus.v[i];
-			uint64_t v[5] = { g->total, g->free_bytes, g->total > g->free_bytes ? g->total - g->free_bytes : 0,
-				g->held, g->reserve };
+			uint64_t v[6] = { g->total, g->free_bytes, g->total > g->free_bytes ? g->total - g->free_bytes : 0,
+				g->held, g->reserve, g->lent };
 			fprintf(f, "%s{uuid=\"", gm[k].name);
 			label(f, g->uuid);
 			fprintf(f, "\"} %" PRIu64 "\n", v[gm[k].which]);
@@ -428,6 +429,16 @@ static void on_metrics_reply(void *arg, const struct baton_msg *rep)
 		fprintf(f, "baton_engine_resident_bytes{name=\"%s\",gpu=\"", e->name);
 		label(f, e->gpu);
 		fprintf(f, "\"} %" PRIu64 "\n", e->resident);
+	}
+	head(f, "baton_engine_peer_bytes", "gauge",
+	    "Memory an engine's peer tier holds on another device (lent by the broker).");
+	for (uint32_t i = 0; i < rep->engines.n; i++) {
+		const struct proto_engine_info *e = &rep->engines.v[i];
+		if (!*e->peer_gpu)
+			continue;
+		fprintf(f, "baton_engine_peer_bytes{name=\"%s\",gpu=\"", e->name);
+		label(f, e->peer_gpu);
+		fprintf(f, "\"} %" PRIu64 "\n", e->peer);
 	}
 	head(f, "baton_engine_ceiling_bytes", "gauge", "Device memory an engine's whole expert cache takes.");
 	for (uint32_t i = 0; i < rep->engines.n; i++) {

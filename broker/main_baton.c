@@ -491,6 +491,7 @@ static json_t *gpu_json(const struct proto_gpu *g)
 	json_object_set_new(j, "used", jint(g->total > g->free_bytes ? g->total - g->free_bytes : 0));
 	json_object_set_new(j, "held", jint(g->held));
 	json_object_set_new(j, "reserve", jint(g->reserve));
+	json_object_set_new(j, "lent", jint(g->lent));
 	return j;
 }
 
@@ -509,6 +510,8 @@ static json_t *engine_json(const struct proto_engine_info *e)
 	json_object_set_new(j, "pinned", json_boolean(e->pinned));
 	json_object_set_new(j, "idle_ms", jint(e->idle_ms));
 	json_object_set_new(j, "last_refill_gbps", json_real(e->last_refill_gbps));
+	json_object_set_new(j, "peer_gpu", json_string(e->peer_gpu));
+	json_object_set_new(j, "peer", jint(e->peer));
 	return j;
 }
 
@@ -523,16 +526,17 @@ static void print_gpus(const struct baton_msg *st)
 	size_t w = strlen("GPU");
 	for (uint32_t i = 0; i < st->gpus.n; i++)
 		w = widest(w, st->gpus.v[i].uuid);
-	printf("%-*s %10s %10s %10s %10s %8s\n", (int)w, "GPU", "TOTAL", "FREE", "RESERVE", "HELD", "ENGINES");
+	printf("%-*s %10s %10s %10s %10s %10s %8s\n", (int)w, "GPU", "TOTAL", "FREE", "RESERVE", "HELD", "LENT",
+	    "ENGINES");
 	for (uint32_t i = 0; i < st->gpus.n; i++) {
 		const struct proto_gpu *g = &st->gpus.v[i];
-		char a[32], b[32], c[32], d[32];
+		char a[32], b[32], c[32], d[32], l[32];
 		unsigned ne = 0;
 		for (uint32_t k = 0; k < st->engines.n; k++)
 			ne += strcmp(st->engines.v[k].gpu, g->uuid) == 0;
-		printf("%-*s %10s %10s %10s %10s %8u\n", (int)w, g->uuid, fmt_bytes(g->total, a, sizeof a),
+		printf("%-*s %10s %10s %10s %10s %10s %8u\n", (int)w, g->uuid, fmt_bytes(g->total, a, sizeof a),
 		    fmt_bytes(g->free_bytes, b, sizeof b), fmt_bytes(g->reserve, c, sizeof c),
-		    fmt_bytes(g->held, d, sizeof d), ne);
+		    fmt_bytes(g->held, d, sizeof d), fmt_bytes(g->lent, l, sizeof l), ne);
 	}
 	if (st->gpus.n == 0)
 		printf("(no devices: no engine has registered)\n");
@@ -550,18 +554,23 @@ static void print_engines(const struct baton_msg *st)
 		wg = 16; /* a GPU uuid is long; its first characters tell them apart */
 	if (wm > 16)
 		wm = 16;
-	printf("%-*s %8s %-*s %-*s %-9s %10s %10s %5s %6s %7s %11s\n", (int)wn, "ENGINE", "PID", (int)wg, "GPU",
-	    (int)wm, "MODEL", "STATE", "RESIDENT", "CEILING", "PRIO", "PINNED", "IDLE", "LAST REFILL");
+	printf("%-*s %8s %-*s %-*s %-9s %10s %10s %10s %5s %6s %7s %11s\n", (int)wn, "ENGINE", "PID", (int)wg,
+	    "GPU", (int)wm, "MODEL", "STATE", "RESIDENT", "PEER", "CEILING", "PRIO", "PINNED", "IDLE",
+	    "LAST REFILL");
 	for (uint32_t i = 0; i < st->engines.n; i++) {
 		const struct proto_engine_info *e = &st->engines.v[i];
-		char a[32], b[32], idle[32], fill[32];
+		char a[32], b[32], p[32], idle[32], fill[32];
 		if (e->last_refill_gbps > 0)
 			snprintf(fill, sizeof fill, "%.2f GB/s", e->last_refill_gbps);
 		else
 			snprintf(fill, sizeof fill, "-");
-		printf("%-*s %8u %-*.*s %-*.*s %-9s %10s %10s %5d %6s %7s %11s\n", (int)wn, e->name, e->pid,
+		if (*e->peer_gpu)
+			fmt_bytes(e->peer, p, sizeof p);
+		else
+			snprintf(p, sizeof p, "-");
+		printf("%-*s %8u %-*.*s %-*.*s %-9s %10s %10s %10s %5d %6s %7s %11s\n", (int)wn, e->name, e->pid,
 		    (int)wg, (int)wg, e->gpu, (int)wm, (int)wm, e->model, e->state,
-		    fmt_bytes(e->resident, a, sizeof a), fmt_bytes(e->ceiling, b, sizeof b), e->priority,
+		    fmt_bytes(e->resident, a, sizeof a), p, fmt_bytes(e->ceiling, b, sizeof b), e->priority,
 		    e->pinned ? "yes" : "no", fmt_idle(e->idle_ms, idle, sizeof idle), fill);
 	}
 	if (st->engines.n == 0)
