@@ -1,0 +1,214 @@
+#!/usr/bin/python3
+"""peer_test.py: the broker lends a device's free memory to an engine of
+another device as its peer tier, and takes it back when the device's own
+engines need it; real processes on two host devices (the host backend).
+
+Engine a lives on host-0 with --peer-device 1 and a cache ceiling of 12 MiB,
+less than the model's 24 MiB of experts, so a peer tier on host-1 is worth
+something to it. Engine b lives on host-1 and holds 28 MiB there when
+refilled. Both devices have 40 MiB. Checked in every case: what the broker
+says a holds on host-1, what a says, and what host-1's state file charges to
+a's process are the same, and a's outputs equal a lone engine's.
+
+The last line is "N passed, N failed".
+"""
+import os
+import signal
+import struct
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import broker_test as bt  # noqa: E402  (Case, call, reference: the same harness)
+
+MIB = bt.MIB
+OWN = 12  # a's cache ceiling, MiB: 3 segments of 4 MiB
+
+
+def charged(c, index, pid):
+    """Bytes host device `index` charges to process `pid` (its state file)."""
+    path = os.path.join(c.dir, "hostdev-%d" % index)
+    if not os.path.exists(path):
+        return 0
+    data = open(path, "rb").read()
+    magic, version, n_owners, capacity = struct.unpack_from("<8sIIQ", data, 0)
+    total = 0
+    for i in range(n_owners):
+        p, opens, start, nbytes, pad = struct.unpack_from("<iIQQQ", data, 64 + 32 * i)
+        if p == pid:
+            total += nbytes
+    return total
+
+
+def start(c, config=""):
+    c.broker("http = 127.0.0.1:0\n" + config)
+    b = c.engine("b", "--device", "1")
+    bt.wait_for("b holds its cache", lambda: (c.eng("b") or {}).get("resident") == bt.CEIL)
+    a = c.engine("a", "--device", "0", "--peer-device", "1", "--cache-mib", str(OWN))
+    bt.wait_for("a registered with its peer device",
+                lambda: (c.eng("a") or {}).get("peer_gpu") == "host-1")
+    return a, b
+
+
+def loan(c):
+    e = c.eng("a")
+    return e["peer"] if e else None
+
+
+def agree(c, a):
+    """The broker's figure for a's peer tier, a's own and host-1's charge
+    agree (within the wait: a heartbeat may be on its way)."""
+    last = []
+
+    def check():
+        broker = loan(c)
+        own = bt.ok(bt.call(a.url, "status")).get("peer_mapped", 0)
+        dev = charged(c, 1, a.pid)
+        last[:] = [broker, own, dev]
+        return broker == own == dev
+    try:
+        bt.wait_for("broker, engine and device agree on a's peer tier", check, timeout=5)
+    except AssertionError:
+        raise AssertionError("peer tier of a: broker %s, engine %s, host-1 charges %s" % tuple(last))
+    return last[0]
+
+
+def same_output(c, a, seed):
+    r = bt.ok(bt.gen(a, seed=seed))
+    assert (r["checksum"], r["output"]) == bt.reference(c, seed), ("a's output differs", seed)
+
+
+def gpu(c, uuid):
+    for g in c.status()["gpus"]:
+        if g["uuid"] == uuid:
+            return g
+    raise AssertionError("no gpu " + uuid)
+
+
+def t_lend_use_revoke_relend(c):
+    a, b = start(c)
+    # host-1: 40 MiB less b's 28 MiB cache and its dense tensors: about 11
+    # MiB lent, of which a maps whole 4 MiB segments.
+    bt.wait_for("a lent memory on host-1", lambda: (loan(c) or 0) >= 4 * MIB)
+    first = agree(c, a)
+    assert first <= 12 * MIB, first
+    bt.wait_for("host-1 shows the loan", lambda: gpu(c, "host-1")["lent"] >= first)
+    for s in range(3):
+        same_output(c, a, s)
+    st = bt.ok(bt.call(a.url, "status"))
+    assert st["peer_gpu"] == "host-1", st
+    # b released: host-1 is free, a may have all it wants (24 - 12 MiB)
+    bt.ok(bt.call(c.control, "release", name="b"))
+    bt.wait_for("more lent once b released", lambda: (loan(c) or 0) >= 12 * MIB)
+    more = agree(c, a)
+    assert more > first
+    same_output(c, a, 3)
+    # b wants its memory back: a's loan is taken back first, then b refills
+    n_revoke = len(c.events.all("revoke", "a"))
+    r = bt.ok(bt.call(c.control, "refill", name="b"))
+    assert c.eng("b")["resident"] == bt.CEIL, c.eng("b")
+    assert len(c.events.all("revoke", "a")) > n_revoke, "no revoke event"
+    revoke = c.events.all("revoke", "a")[-1]
+    refill = [e for e in c.events.all(engine="b") if e["kind"] in ("refill", "grant")][-1]
+    assert revoke["seq"] < refill["seq"], (revoke, refill)
+    after = agree(c, a)
+    assert after < more, (after, more)
+    cap, used = c.hostdev_used(1)
+    assert used <= cap, (used, cap)
+    same_output(c, a, 4)
+    r = bt.ok(bt.gen(b, seed=4))
+    assert (r["checksum"], r["output"]) == bt.reference(c, 4)
+    # and lent again when b lets go once more
+    bt.ok(bt.call(c.control, "release", name="b"))
+    bt.wait_for("lent again", lambda: (loan(c) or 0) >= more)
+    agree(c, a)
+    same_output(c, a, 5)
+    events = [e["kind"] for e in c.events.all(engine="a")]
+    assert "lend" in events and "revoke" in events, events
+
+
+def t_handoff_from_the_borrower(c):
+    a, b = start(c)
+    bt.ok(bt.call(c.control, "release", name="b"))
+    bt.wait_for("a borrows host-1", lambda: (loan(c) or 0) >= 12 * MIB)
+    agree(c, a)
+    # a released gives its loan back with its own cache; b refills on host-1
+    r = bt.ok(bt.call(c.control, "handoff", **{"from": "a", "to": "b"}))
+    assert r["total_ms"] >= 0
+    assert c.eng("b")["resident"] == bt.CEIL and c.eng("a")["resident"] == 0
+    assert agree(c, a) == 0
+    assert gpu(c, "host-1")["lent"] == 0
+    r = bt.ok(bt.gen(b, seed=2))
+    assert (r["checksum"], r["output"]) == bt.reference(c, 2)
+    same_output(c, a, 2)  # a refills on its own device and serves
+
+
+def t_borrower_killed(c):
+    a, b = start(c)
+    bt.ok(bt.call(c.control, "release", name="b"))
+    bt.wait_for("a borrows host-1", lambda: (loan(c) or 0) >= 12 * MIB)
+    lent = agree(c, a)
+    pid = a.pid
+    a.send_signal(signal.SIGKILL)
+    a.wait()
+    bt.wait_for("the loan returned", lambda: gpu(c, "host-1")["lent"] == 0)
+    ev = c.events.all("loan-returned", "a")
+    assert ev and ev[-1]["bytes"] >= lent, ev  # (plus a lend in flight, if one was)
+    bt.wait_for("host-1 charges nothing to the dead borrower", lambda: charged(c, 1, pid) == 0 or
+                not os.path.exists("/proc/%d" % pid))
+    # b gets all of host-1 again, at once
+    bt.ok(bt.call(c.control, "refill", name="b"))
+    assert c.eng("b")["resident"] == bt.CEIL
+    cap, used = c.hostdev_used(1)
+    assert used < 30 * MIB, used  # b's cache and dense tensors, nothing of a
+
+
+def t_owner_killed(c):
+    a, b = start(c)
+    bt.wait_for("a borrows host-1", lambda: (loan(c) or 0) >= 4 * MIB)
+    first = agree(c, a)
+    b.send_signal(signal.SIGKILL)
+    b.wait()
+    # b's memory is free: a may borrow what it wants, and still serves right
+    bt.wait_for("a borrows more once b is gone", lambda: (loan(c) or 0) > first)
+    agree(c, a)
+    same_output(c, a, 6)
+    assert c.eng("b")["state"] == "dead"
+
+
+def t_no_lending_where_forbidden(c):
+    a, b = start(c, '[gpu "host-1"]\nlend = false\n')
+    bt.ok(bt.call(c.control, "release", name="b"))
+    bt.wait_for("b released", lambda: c.eng("b")["resident"] == 0)
+    bt.ok(bt.gen(a, seed=1))
+    import time
+    time.sleep(1.5)  # several decision rounds: nothing may be lent
+    assert loan(c) == 0 and gpu(c, "host-1")["lent"] == 0
+    assert charged(c, 1, a.pid) == 0
+    same_output(c, a, 1)
+
+
+def t_metrics_show_loans(c):
+    import urllib.request
+    a, b = start(c)
+    bt.wait_for("a borrows host-1", lambda: (loan(c) or 0) >= 4 * MIB)
+    lent = agree(c, a)
+    url = None
+    for line in open(c.log("broker")):
+        if "http http://" in line:
+            url = line.split("http http://")[1].split(",")[0].strip()
+    assert url, "no HTTP address in the broker's log"
+    text = urllib.request.urlopen("http://%s/metrics" % url, timeout=5).read().decode()
+    want = 'baton_engine_peer_bytes{name="a",gpu="host-1"} %d' % lent
+    assert want in text, [ln for ln in text.splitlines() if "peer" in ln or "lent" in ln]
+    assert 'baton_gpu_memory_lent_bytes{uuid="host-1"} %d' % lent in text
+    r = bt.subprocess.run([bt.CLI, "--broker", c.control, "status"], capture_output=True, text=True,
+                          timeout=10)
+    row = [ln.split() for ln in r.stdout.splitlines() if ln.startswith("a ")]
+    assert row and row[0][7] != "-", r.stdout
+
+
+CASES = [t_lend_use_revoke_relend, t_handoff_from_the_borrower, t_borrower_killed, t_owner_killed,
+         t_no_lending_where_forbidden, t_metrics_show_loans]
+
+if __name__ == "__main__":
+    sys.exit(bt.run_cases(CASES, sys.argv[1:]))
