@@ -43,6 +43,7 @@
  * free is then also at most total_mib - held. available = free - reserve.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <poll.h>
@@ -58,6 +59,8 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <jansson.h>
 
 #include "broker/broker_int.h"
 
@@ -1318,6 +1321,76 @@ static void on_status(struct broker *b, struct waiter *w, const struct baton_msg
 	waiter_done(w);
 }
 
+/* ---- pins across restarts ----------------------------------------------------------
+ *
+ * The one piece of broker state that engines cannot tell a new broker:
+ * an operator's pins. Kept in a small JSON file, {"version": 1, "pins":
+ * {"NAME": true|false}}, written whole (temporary file, fsync, rename) on
+ * every change, read once at start. A file that cannot be read is named in
+ * the log and ignored: the broker starts without those pins rather than
+ * not at all, and the next change writes a good file. */
+
+static void pins_save(struct broker *b)
+{
+	const char *path = b->cfg.state_file;
+	if (!*path)
+		return;
+	json_t *pins = json_object();
+	for (size_t i = 0; i < b->n_pins; i++)
+		json_object_set_new(pins, b->pins[i].name, json_boolean(b->pins[i].pinned));
+	json_t *j = json_pack("{s:i, s:o}", "version", 1, "pins", pins);
+	char tmp[BROKER_URL_MAX + 16];
+	snprintf(tmp, sizeof tmp, "%s.tmp", path);
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+	int rc = fd < 0 || !j ? -1 : json_dumpfd(j, fd, JSON_SORT_KEYS);
+	if (rc == 0 && (write(fd, "\n", 1) != 1 || fsync(fd) != 0))
+		rc = -1;
+	if (fd >= 0 && close(fd) != 0)
+		rc = -1;
+	if (rc == 0 && rename(tmp, path) != 0)
+		rc = -1;
+	if (rc != 0) {
+		blog("cannot write the pins to %s: %s; they hold until the broker restarts", path, strerror(errno));
+		unlink(tmp);
+	}
+	json_decref(j);
+}
+
+static void pins_load(struct broker *b)
+{
+	const char *path = b->cfg.state_file;
+	if (!*path)
+		return;
+	json_error_t je;
+	json_t *j = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+	if (!j) {
+		if (access(path, F_OK) == 0)
+			blog("%s:%d: %s; its pins are ignored", path, je.line, je.text);
+		return;
+	}
+	json_t *pins = json_object_get(j, "pins");
+	json_t *ver = json_object_get(j, "version");
+	if (!json_is_integer(ver) || json_integer_value(ver) != 1 || !json_is_object(pins)) {
+		blog("%s: not a baton-broker state file of version 1; its pins are ignored", path);
+		json_decref(j);
+		return;
+	}
+	const char *name;
+	json_t *v;
+	json_object_foreach(pins, name, v) {
+		if (!json_is_boolean(v) || !*name || strlen(name) >= BROKER_NAME_MAX) {
+			blog("%s: pin '%.64s' is not a name with true or false; ignored", path, name);
+			continue;
+		}
+		if (b->n_pins == BROKER_MAX_ENGINES)
+			break;
+		snprintf(b->pins[b->n_pins].name, sizeof b->pins[b->n_pins].name, "%s", name);
+		b->pins[b->n_pins++].pinned = json_is_true(v);
+		blog("engine %s %s (kept from %s)", name, json_is_true(v) ? "pinned" : "unpinned", path);
+	}
+	json_decref(j);
+}
+
 static void on_pin(struct broker *b, struct waiter *w, const struct baton_msg *m)
 {
 	struct eng *e = eng_by_name(b, m->name);
@@ -1339,6 +1412,7 @@ static void on_pin(struct broker *b, struct waiter *w, const struct baton_msg *m
 	}
 	b->pins[i].pinned = m->pinned;
 	blog("engine %s %s", m->name, m->pinned ? "pinned" : "unpinned");
+	pins_save(b);
 	if (e)
 		publish(b, m->pinned ? "pin" : "unpin", e, "operator", -1, e->mapped);
 	struct rbuf *rb = &w->rb;
@@ -2170,6 +2244,13 @@ int broker_open(const struct broker_config *cfg, struct broker **out, char *err,
 	}
 	if (cfg->nvml && broker_nvml_init() == 0)
 		blog("NVML loaded: GPU memory is read from the driver");
+	if (!cfg->state_file_set && strncmp(cfg->control, "ipc://", 6) == 0) {
+		const char *slash = strrchr(cfg->control + 6, '/');
+		if (slash)
+			snprintf(b->cfg.state_file, sizeof b->cfg.state_file, "%.*s/broker.state",
+			    (int)(slash - (cfg->control + 6)), cfg->control + 6);
+	}
+	pins_load(b);
 	if (ensure_ipc_dir(cfg->control) || ensure_ipc_dir(cfg->events)) {
 		snprintf(err, errlen, "cannot create the socket directory for %s or %s: %s", cfg->control,
 		    cfg->events, strerror(errno));

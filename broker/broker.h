@@ -55,6 +55,9 @@
  *                                 ; port 0: any free one; empty or "off": none)
  *   http_token = SECRET           ; bearer token that POSTs need (default: none)
  *   http_token_file = PATH        ; the same, the first line of a file
+ *   state_file = PATH             ; pins survive a broker restart here (default:
+ *                                 ; broker.state beside an ipc:// control socket;
+ *                                 ; empty or "off": not kept)
  *
  *   [gpu "GPU-8f1c..."]           ; or "host-0", or "*" for every device
  *   reserve_mib = 1024            ; headroom: never granted
@@ -101,6 +104,8 @@ struct broker_config {
 	bool http_set;                /* chosen (file or flag): failing to bind is an error;
 	                               * the default address only warns when taken */
 	char http_token[BROKER_TOKEN_MAX]; /* "": mutating calls are open */
+	char state_file[BROKER_URL_MAX]; /* "": pins are not kept across restarts */
+	bool state_file_set;          /* chosen in the file; else derived from control */
 	size_t n_gpus, n_engines;
 	struct broker_gpu_conf gpus[BROKER_MAX_GPUS];
 	struct broker_engine_conf engines[BROKER_MAX_ENGINES];

@@ -192,6 +192,35 @@ def t_operations(c):
     assert "both 'a'" in r.stderr, r.stderr
 
 
+def t_pins_survive_a_broker_restart(c):
+    """Pins are the operator's: a broker killed and started again keeps
+    them (broker.state beside the control socket); a damaged state file is
+    named in the log and ignored, and the next pin writes a good one."""
+    a, b = two_engines(c)
+    baton(c, "pin", "a", check=0)
+    state = os.path.join(c.dir, "broker.state")
+    assert json.load(open(state)) == {"version": 1, "pins": {"a": True}}
+    c.bp.kill()
+    c.bp.wait()
+    c.broker()
+    bt.wait_for("a registered again", lambda: "a" in status_json(c)[1], timeout=10)
+    assert status_json(c)[1]["a"]["pinned"] is True
+    r = baton(c, "release", "a", check=1)
+    assert "pinned" in r.stderr, r.stderr
+    baton(c, "unpin", "a", check=0)
+    assert json.load(open(state)) == {"version": 1, "pins": {"a": False}}
+    c.bp.kill()
+    c.bp.wait()
+    with open(state, "w") as f:
+        f.write('{"version": 1, "pins": {"a": tru')
+    c.broker()
+    bt.wait_for("a registered again", lambda: "a" in status_json(c)[1], timeout=10)
+    assert status_json(c)[1]["a"]["pinned"] is False
+    assert "broker.state:1: " in open(c.log("broker")).read()
+    baton(c, "pin", "b", check=0)
+    assert json.load(open(state)) == {"version": 1, "pins": {"b": True}}
+
+
 def t_busy(c):
     """An engine in the middle of a request: release and handoff answer busy (3)."""
     a, b = two_engines(c, "acquire_wait_ms = 300\n")
@@ -471,7 +500,8 @@ def t_grafana_dashboard(c):
     assert CORE_METRICS <= used, sorted(CORE_METRICS - used)
 
 
-CASES = [t_grafana_dashboard, t_usage_and_exit_codes, t_status_tables_and_json, t_operations, t_busy, t_watch,
+CASES = [t_grafana_dashboard, t_usage_and_exit_codes, t_status_tables_and_json, t_operations,
+         t_pins_survive_a_broker_restart, t_busy, t_watch,
          t_progress_on_terminal_only]
 
 

@@ -318,6 +318,13 @@ static int handler(void *user, const char *section, const char *key, const char 
 			if (!ok)
 				return fail(p, "http_token: want 1 to %d visible ASCII characters", BROKER_TOKEN_MAX - 1);
 			snprintf(c->http_token, sizeof c->http_token, "%s", value);
+		} else if (strcmp(key, "state_file") == 0) {
+			if (strlen(value) >= sizeof c->state_file)
+				return fail(p, "state_file: the path is longer than %zu bytes", sizeof c->state_file - 1);
+			if (*value && strcmp(value, "off") != 0 && value[0] != '/')
+				return fail(p, "state_file = '%s': want an absolute path, or off", value);
+			snprintf(c->state_file, sizeof c->state_file, "%s", strcmp(value, "off") == 0 ? "" : value);
+			c->state_file_set = true;
 		} else if (strcmp(key, "http_token_file") == 0) {
 			char msg[600];
 			if (broker_config_token_file(c, value, msg, sizeof msg))
@@ -325,7 +332,7 @@ static int handler(void *user, const char *section, const char *key, const char 
 		} else {
 			return fail(p, "unknown key '%s' in [broker] (known: control, events, "
 			    "heartbeat_timeout_ms, idle_release_s, acquire_wait_ms, command_timeout_ms, nvml, "
-			    "http, http_token, http_token_file)", key);
+			    "http, http_token, http_token_file, state_file)", key);
 		}
 		return 1;
 	}

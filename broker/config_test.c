@@ -22,6 +22,7 @@ static void t_good(void)
 	    "acquire_wait_ms = 0\n"
 	    "command_timeout_ms = 1000\n"
 	    "nvml = off\n"
+	    "state_file = /var/lib/baton/broker.state\n"
 	    "\n"
 	    "[gpu \"host-0\"]\n"
 	    "reserve_mib = 16\n"
@@ -43,6 +44,8 @@ static void t_good(void)
 	T_EQ_INT(c.acquire_wait_ms, 0);
 	T_EQ_INT(c.command_timeout_ms, 1000);
 	T_ASSERT(!c.nvml);
+	T_EQ_STR(c.state_file, "/var/lib/baton/broker.state");
+	T_ASSERT(c.state_file_set);
 	T_EQ_INT(c.n_gpus, 2);
 	const struct broker_gpu_conf *g = broker_config_gpu(&c, "host-0");
 	T_ASSERT(g && g->reserve_bytes == 16 * M && g->total_bytes == 64 * M && g->no_lend);
@@ -86,6 +89,7 @@ static const struct {
 	{ "[gpu \"host-0\"]\ntotal_mib = 10\nreserve_mib = 10\n", "b.ini:3: reserve_mib must be less" },
 	{ "[gpu \"a b\"]\nreserve_mib = 1\n", "b.ini:2: [gpu \"a b\"]" },
 	{ "[gpu \"host-1\"]\nlend = maybe\n", "b.ini:2: lend = 'maybe': want true or false" },
+	{ "[broker]\nstate_file = broker.state\n", "b.ini:2: state_file = 'broker.state': want an absolute path" },
 	{ "[gpu host-0]\nreserve_mib = 1\n[gpu \"host-0\"]\nreserve_mib = 2\n",
 	  "b.ini:4: [gpu \"host-0\"] appears twice (first on line 2)" },
 	{ "[engine \"a\"]\npriority = high\n", "b.ini:2: priority = 'high'" },
