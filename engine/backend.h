@@ -75,6 +75,23 @@ struct baton_backend {
 	 * returns 0 the memory is back in the device's free count. */
 	int (*unmap)(struct baton_dev *dev, baton_dptr addr, uint64_t bytes);
 
+	/* Optional, the peer tier: memory of another device of this backend.
+	 * peer_access says whether dev's kernels can read memory made on
+	 * `peer` (0), or why not (BATON_EUNSUPPORTED: no peer access between
+	 * the two; BATON_EINVAL: peer is dev itself). map_peer creates a
+	 * physical segment of `bytes` on `peer` (counted in the peer's
+	 * mem_info, not dev's) and maps it at `addr` inside one of dev's
+	 * reservations, readable and writable by dev's copies and kernels;
+	 * errors as map (BATON_EDEVMEM: the peer is full). unmap_peer undoes
+	 * it: when it returns 0 the memory is back in the peer's free count.
+	 * A segment made by map_peer is unmapped only by unmap_peer. `peer`
+	 * must stay open while such segments exist. */
+	int (*peer_access)(struct baton_dev *dev, struct baton_dev *peer);
+	int (*map_peer)(struct baton_dev *dev, struct baton_dev *peer, baton_dptr addr,
+	    uint64_t bytes);
+	int (*unmap_peer)(struct baton_dev *dev, struct baton_dev *peer, baton_dptr addr,
+	    uint64_t bytes);
+
 	/* Plain device memory for small, long-lived buffers (dense tensors,
 	 * activations). Counted in the device's usage like segments. */
 	int (*alloc)(struct baton_dev *dev, uint64_t bytes, baton_dptr *out);

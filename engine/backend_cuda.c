@@ -83,6 +83,7 @@ struct baton_dev {
 	char name[128];
 
 	struct tab segs, ress, allocs, hregs;
+	struct tab psegs; /* peer-tier segments: memory on another device, mapped here */
 
 	/* MoE scratch: device buffers, one pinned host staging buffer, and
 	 * the router logits in pinned host memory mapped into the device
@@ -394,6 +395,10 @@ static void cuda_close(struct baton_dev *dev)
 			d->MemUnmap(dev->segs.v[i].addr, dev->segs.v[i].bytes);
 			d->MemRelease(dev->segs.v[i].handle);
 		}
+		for (size_t i = 0; i < dev->psegs.n; i++) {
+			d->MemUnmap(dev->psegs.v[i].addr, dev->psegs.v[i].bytes);
+			d->MemRelease(dev->psegs.v[i].handle);
+		}
 		for (size_t i = 0; i < dev->ress.n; i++)
 			d->MemAddressFree(dev->ress.v[i].addr, dev->ress.v[i].bytes);
 		for (size_t i = 0; i < dev->allocs.n; i++)
@@ -417,6 +422,7 @@ static void cuda_close(struct baton_dev *dev)
 		d->CtxSetCurrent(NULL);
 	}
 	tab_free(&dev->segs);
+	tab_free(&dev->psegs);
 	tab_free(&dev->ress);
 	tab_free(&dev->allocs);
 	tab_free(&dev->hregs);
@@ -518,18 +524,42 @@ static int cuda_unreserve(struct baton_dev *dev, baton_dptr base, uint64_t bytes
 		    (unsigned long long)bytes, (unsigned long long)base);
 		return BATON_EINVAL;
 	}
-	for (size_t i = 0; i < dev->segs.n; i++)
-		if (dev->segs.v[i].addr >= e->addr && dev->segs.v[i].addr < e->addr + e->bytes) {
-			set_err(dev, "unreserve: segment at 0x%llx is still mapped",
-			    (unsigned long long)dev->segs.v[i].addr);
-			return BATON_ESTATE;
-		}
+	for (int t = 0; t < 2; t++) {
+		const struct tab *sg = t ? &dev->psegs : &dev->segs;
+		for (size_t i = 0; i < sg->n; i++)
+			if (sg->v[i].addr >= e->addr && sg->v[i].addr < e->addr + e->bytes) {
+				set_err(dev, "unreserve: segment at 0x%llx is still mapped",
+				    (unsigned long long)sg->v[i].addr);
+				return BATON_ESTATE;
+			}
+	}
 	int rc = cur(dev);
 	if (rc)
 		return rc;
 	CU(dev, dev->d->MemAddressFree(e->addr, e->bytes), "cuMemAddressFree");
 	tab_remove(&dev->ress, e);
 	return 0;
+}
+
+/* 1 when [addr, addr+bytes) lies in a reservation and overlaps no segment
+ * (own or peer). */
+static int range_free(const struct baton_dev *dev, baton_dptr addr, uint64_t bytes)
+{
+	int inside = 0;
+	for (size_t i = 0; i < dev->ress.n; i++) {
+		const struct ent *e = &dev->ress.v[i];
+		if (addr >= e->addr && addr - e->addr <= e->bytes && bytes <= e->addr + e->bytes - addr)
+			inside = 1;
+	}
+	for (int t = 0; t < 2; t++) {
+		const struct tab *sg = t ? &dev->psegs : &dev->segs;
+		for (size_t i = 0; i < sg->n; i++) {
+			const struct ent *e = &sg->v[i];
+			if (addr < e->addr + e->bytes && e->addr < addr + bytes)
+				inside = 0;
+		}
+	}
+	return inside;
 }
 
 static int cuda_map(struct baton_dev *dev, baton_dptr addr, uint64_t bytes)
@@ -540,18 +570,7 @@ static int cuda_map(struct baton_dev *dev, baton_dptr addr, uint64_t bytes)
 		    (unsigned long long)dev->gran);
 		return BATON_EINVAL;
 	}
-	int inside = 0;
-	for (size_t i = 0; i < dev->ress.n; i++) {
-		const struct ent *e = &dev->ress.v[i];
-		if (addr >= e->addr && addr - e->addr <= e->bytes && bytes <= e->addr + e->bytes - addr)
-			inside = 1;
-	}
-	for (size_t i = 0; i < dev->segs.n; i++) {
-		const struct ent *e = &dev->segs.v[i];
-		if (addr < e->addr + e->bytes && e->addr < addr + bytes)
-			inside = 0;
-	}
-	if (!inside) {
+	if (!range_free(dev, addr, bytes)) {
 		set_err(dev, "map: 0x%llx + %llu is outside every reservation or overlaps a segment",
 		    (unsigned long long)addr, (unsigned long long)bytes);
 		return BATON_EINVAL;
@@ -614,6 +633,116 @@ static int cuda_unmap(struct baton_dev *dev, baton_dptr addr, uint64_t bytes)
 	tab_remove(&dev->segs, e);
 	if (r != CUDA_SUCCESS)
 		return cu_fail(dev, r, "cuMemRelease");
+	return 0;
+}
+
+/* ---- peer tier ------------------------------------------------------------ */
+
+/* VMM memory of another GPU mapped into this context's range: cuMemCreate
+ * with the peer's ordinal as location, cuMemMap here, cuMemSetAccess for
+ * both devices. Kernels of `dev` then read it over NVLink or PCIe; no
+ * cuCtxEnablePeerAccess is involved (that is for cuMemAlloc memory). */
+static int cuda_peer_access(struct baton_dev *dev, struct baton_dev *peer)
+{
+	if (!dev || !peer)
+		return BATON_EINVAL;
+	if (peer == dev || peer->cudev == dev->cudev) {
+		set_err(dev, "peer: device %d is this engine's own device", peer->index);
+		return BATON_EINVAL;
+	}
+	int can = 0;
+	CU(dev, dev->d->DeviceCanAccessPeer(&can, dev->cudev, peer->cudev), "cuDeviceCanAccessPeer");
+	if (!can) {
+		set_err(dev, "peer: %s (device %d) cannot access the memory of %s (device %d): "
+		    "no peer access between them (cuDeviceCanAccessPeer)",
+		    dev->name, dev->index, peer->name, peer->index);
+		return BATON_EUNSUPPORTED;
+	}
+	return 0;
+}
+
+static int cuda_map_peer(struct baton_dev *dev, struct baton_dev *peer, baton_dptr addr,
+    uint64_t bytes)
+{
+	int rc = cuda_peer_access(dev, peer);
+	if (rc)
+		return rc;
+	if (!bytes || addr % dev->gran || bytes % dev->gran || addr % peer->gran ||
+	    bytes % peer->gran) {
+		set_err(dev, "map_peer: 0x%llx + %llu is not a multiple of the granularity",
+		    (unsigned long long)addr, (unsigned long long)bytes);
+		return BATON_EINVAL;
+	}
+	if (!range_free(dev, addr, bytes)) {
+		set_err(dev, "map_peer: 0x%llx + %llu is outside every reservation or overlaps a segment",
+		    (unsigned long long)addr, (unsigned long long)bytes);
+		return BATON_EINVAL;
+	}
+	if ((rc = cur(dev)))
+		return rc;
+	if ((rc = tab_push(&dev->psegs, 0, 0, 0))) /* room first: nothing to undo later */
+		return rc;
+	dev->psegs.n--;
+
+	const struct cuda_driver *d = dev->d;
+	CUmemAllocationProp prop = dev->prop;
+	prop.location.id = peer->cudev; /* the memory lives on the peer */
+	CUmemGenericAllocationHandle h = 0;
+	CUresult r = d->MemCreate(&h, bytes, &prop, 0);
+	if (r != CUDA_SUCCESS) {
+		char what[96];
+		snprintf(what, sizeof what, "cuMemCreate of %llu bytes on peer device %d",
+		    (unsigned long long)bytes, peer->index);
+		rc = cu_fail(dev, r, what);
+		uint64_t f = 0;
+		if (rc != BATON_EDEVMEM && cuda_mem_info(peer, &f, NULL) == 0 && bytes > f)
+			rc = BATON_EDEVMEM;
+		cur(dev);
+		return rc;
+	}
+	r = d->MemMap(addr, bytes, 0, h, 0);
+	if (r != CUDA_SUCCESS) {
+		rc = cu_fail(dev, r, "cuMemMap (peer)");
+		d->MemRelease(h);
+		return rc;
+	}
+	CUmemAccessDesc acc[2];
+	memset(acc, 0, sizeof acc);
+	acc[0].location = dev->prop.location;
+	acc[0].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+	acc[1].location = prop.location;
+	acc[1].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+	r = d->MemSetAccess(addr, bytes, acc, 2);
+	if (r != CUDA_SUCCESS) {
+		rc = cu_fail(dev, r, "cuMemSetAccess (peer)");
+		d->MemUnmap(addr, bytes);
+		d->MemRelease(h);
+		return rc;
+	}
+	tab_push(&dev->psegs, addr, bytes, (uint64_t)h); /* cannot fail: room made above */
+	return 0;
+}
+
+static int cuda_unmap_peer(struct baton_dev *dev, struct baton_dev *peer, baton_dptr addr,
+    uint64_t bytes)
+{
+	(void)peer; /* the handle knows where its memory lives */
+	struct ent *e = tab_find(&dev->psegs, addr);
+	if (!e || e->bytes != bytes) {
+		set_err(dev, "unmap_peer: no peer segment of %llu bytes at 0x%llx",
+		    (unsigned long long)bytes, (unsigned long long)addr);
+		return BATON_EINVAL;
+	}
+	int rc = cur(dev);
+	if (!rc)
+		rc = stream_sync(dev); /* no queued kernel or copy may still read it */
+	if (rc)
+		return rc;
+	CU(dev, dev->d->MemUnmap(e->addr, e->bytes), "cuMemUnmap (peer)");
+	CUresult r = dev->d->MemRelease((CUmemGenericAllocationHandle)e->handle);
+	tab_remove(&dev->psegs, e);
+	if (r != CUDA_SUCCESS)
+		return cu_fail(dev, r, "cuMemRelease (peer)");
 	return 0;
 }
 
@@ -1134,6 +1263,9 @@ const struct baton_backend baton_backend_cuda = {
 	.unreserve = cuda_unreserve,
 	.map = cuda_map,
 	.unmap = cuda_unmap,
+	.peer_access = cuda_peer_access,
+	.map_peer = cuda_map_peer,
+	.unmap_peer = cuda_unmap_peer,
 	.alloc = cuda_alloc,
 	.free = cuda_free,
 	.host_register = cuda_host_register,

@@ -58,11 +58,12 @@
 #define HOST_SPLIT_MIN (8u << 20) /* work at least this large runs on 2 threads */
 #define HOST_SPLIT_ALIGN 4096u
 
-enum { MAP_SEG = 1, MAP_ALLOC = 2 };
+enum { MAP_SEG = 1, MAP_ALLOC = 2, MAP_PEER = 3 };
 
 struct host_map {
 	uint64_t addr, bytes;
 	int kind;
+	struct baton_dev *peer; /* MAP_PEER: the device charged for it */
 };
 
 struct host_resv {
@@ -145,7 +146,8 @@ static int range_mapped(const struct baton_dev *dev, uint64_t a, uint64_t bytes)
 	return 1;
 }
 
-static int map_insert(struct baton_dev *dev, uint64_t addr, uint64_t bytes, int kind)
+static int map_insert(struct baton_dev *dev, uint64_t addr, uint64_t bytes, int kind,
+    struct baton_dev *peer)
 {
 	if (dev->n_maps == dev->cap_maps) {
 		size_t cap = dev->cap_maps ? dev->cap_maps * 2 : 16;
@@ -157,7 +159,7 @@ static int map_insert(struct baton_dev *dev, uint64_t addr, uint64_t bytes, int 
 	}
 	size_t i = map_upper(dev, addr);
 	memmove(&dev->maps[i + 1], &dev->maps[i], (dev->n_maps - i) * sizeof dev->maps[0]);
-	dev->maps[i] = (struct host_map){ addr, bytes, kind };
+	dev->maps[i] = (struct host_map){ addr, bytes, kind, peer };
 	dev->n_maps++;
 	return 0;
 }
@@ -407,14 +409,17 @@ static int host_unreserve(struct baton_dev *dev, baton_dptr base, uint64_t bytes
 	return BATON_EINVAL;
 }
 
-static int host_map(struct baton_dev *dev, baton_dptr addr, uint64_t bytes)
+/* A segment at addr in dev's reservation, its memory charged to `owner`
+ * (dev itself, or the peer device of map_peer). */
+static int map_seg(struct baton_dev *dev, struct baton_dev *owner, baton_dptr addr,
+    uint64_t bytes)
 {
 	if (!host_usable(dev))
 		return dev ? BATON_ESTATE : BATON_EINVAL;
 	if (bytes == 0 || addr % dev->gran || bytes % dev->gran ||
 	    !resv_holding(dev, addr, bytes) || !map_free_range(dev, addr, bytes))
 		return BATON_EINVAL;
-	int rc = hostdev_charge(dev->hd, bytes);
+	int rc = hostdev_charge(owner->hd, bytes);
 	if (rc)
 		return rc;
 	int fd = memfd_create("baton-hostdev", MFD_CLOEXEC);
@@ -452,7 +457,8 @@ static int host_map(struct baton_dev *dev, baton_dptr addr, uint64_t bytes)
 	close(fd);
 	fd = -1;
 	madvise(p, bytes, MADV_DONTFORK);
-	rc = map_insert(dev, addr, bytes, MAP_SEG);
+	rc = owner == dev ? map_insert(dev, addr, bytes, MAP_SEG, NULL) :
+	                   map_insert(dev, addr, bytes, MAP_PEER, owner);
 	if (rc) {
 		placeholder(addr, bytes);
 		goto fail;
@@ -462,23 +468,60 @@ static int host_map(struct baton_dev *dev, baton_dptr addr, uint64_t bytes)
 fail:
 	if (fd >= 0)
 		close(fd);
-	hostdev_uncharge(dev->hd, bytes);
+	hostdev_uncharge(owner->hd, bytes);
 	return rc;
 }
 
-static int host_unmap(struct baton_dev *dev, baton_dptr addr, uint64_t bytes)
+static int host_map(struct baton_dev *dev, baton_dptr addr, uint64_t bytes)
+{
+	return map_seg(dev, dev, addr, bytes);
+}
+
+static int unmap_seg(struct baton_dev *dev, struct baton_dev *owner, baton_dptr addr,
+    uint64_t bytes)
 {
 	if (!host_usable(dev))
 		return dev ? BATON_ESTATE : BATON_EINVAL;
 	const struct host_map *m = map_holding(dev, addr, bytes);
-	if (!m || m->addr != addr || m->bytes != bytes || m->kind != MAP_SEG)
+	if (!m || m->addr != addr || m->bytes != bytes)
+		return BATON_EINVAL;
+	if (owner == dev ? m->kind != MAP_SEG : (m->kind != MAP_PEER || m->peer != owner))
 		return BATON_EINVAL;
 	int rc = placeholder(addr, bytes);
 	if (rc)
 		return rc;
 	map_remove(dev, m);
 	/* The pages are gone with the mapping; now the count follows. */
-	return hostdev_uncharge(dev->hd, bytes);
+	return hostdev_uncharge(owner->hd, bytes);
+}
+
+static int host_unmap(struct baton_dev *dev, baton_dptr addr, uint64_t bytes)
+{
+	return unmap_seg(dev, dev, addr, bytes);
+}
+
+/* The peer tier: the same segments, charged to another host device (its
+ * capacity file), so the peer's mem_info and its dead-owner reclaim count
+ * them. Any two distinct host devices can "reach" each other. */
+static int host_peer_access(struct baton_dev *dev, struct baton_dev *peer)
+{
+	if (!host_usable(dev) || !host_usable(peer))
+		return dev && peer ? BATON_ESTATE : BATON_EINVAL;
+	return dev == peer || dev->index == peer->index ? BATON_EINVAL : 0;
+}
+
+static int host_map_peer(struct baton_dev *dev, struct baton_dev *peer, baton_dptr addr,
+    uint64_t bytes)
+{
+	int rc = host_peer_access(dev, peer);
+	return rc ? rc : map_seg(dev, peer, addr, bytes);
+}
+
+static int host_unmap_peer(struct baton_dev *dev, struct baton_dev *peer, baton_dptr addr,
+    uint64_t bytes)
+{
+	int rc = host_peer_access(dev, peer);
+	return rc ? rc : unmap_seg(dev, peer, addr, bytes);
 }
 
 static int host_alloc(struct baton_dev *dev, uint64_t bytes, baton_dptr *out)
@@ -497,7 +540,7 @@ static int host_alloc(struct baton_dev *dev, uint64_t bytes, baton_dptr *out)
 		return BATON_EDEVMEM;
 	}
 	madvise(p, bytes, MADV_DONTFORK);
-	rc = map_insert(dev, (uint64_t)(uintptr_t)p, bytes, MAP_ALLOC);
+	rc = map_insert(dev, (uint64_t)(uintptr_t)p, bytes, MAP_ALLOC, NULL);
 	if (rc) {
 		munmap(p, bytes);
 		hostdev_uncharge(dev->hd, bytes);
@@ -636,6 +679,9 @@ const struct baton_backend baton_backend_host = {
 	.unreserve = host_unreserve,
 	.map = host_map,
 	.unmap = host_unmap,
+	.peer_access = host_peer_access,
+	.map_peer = host_map_peer,
+	.unmap_peer = host_unmap_peer,
 	.alloc = host_alloc,
 	.free = host_free,
 	.host_register = host_register,

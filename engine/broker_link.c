@@ -33,7 +33,7 @@ struct report {
 
 struct broker_link {
 	struct broker_link_params p;
-	char *url, *name, *gpu, *model, *ctl;
+	char *url, *name, *gpu, *model, *ctl, *peer_gpu;
 	struct proto_client *cli;
 	pthread_t th;
 	int have_th;
@@ -84,6 +84,18 @@ static void get_state(struct broker_link *l, struct broker_link_state *st)
 	l->p.state_fn(l->p.state_arg, st);
 }
 
+/* The peer tier's fields, for an engine that has a peer device. */
+static void set_peer(const struct broker_link *l, struct baton_msg *m,
+    const struct broker_link_state *st)
+{
+	if (!l->peer_gpu[0])
+		return;
+	m->peer_mapped = st->peer_mapped;
+	m->peer_free = st->peer_free;
+	proto_set(m, PF_PEER_MAPPED);
+	proto_set(m, PF_PEER_FREE);
+}
+
 static int do_register(struct broker_link *l)
 {
 	struct broker_link_state st;
@@ -108,6 +120,13 @@ static int do_register(struct broker_link *l)
 	m.free_bytes = st.free_bytes;
 	proto_set(&m, PF_MAPPED);
 	proto_set(&m, PF_FREE);
+	if (l->peer_gpu[0]) {
+		m.peer_gpu = l->peer_gpu;
+		m.peer_want = l->p.peer_want;
+		proto_set(&m, PF_PEER_GPU);
+		proto_set(&m, PF_PEER_WANT);
+	}
+	set_peer(l, &m, &st);
 	int rc = proto_client_call(l->cli, &m, &rep, CALL_MS, &d);
 	if (rc == 0) {
 		pthread_mutex_lock(&l->mu);
@@ -139,6 +158,7 @@ static int do_heartbeat(struct broker_link *l)
 	proto_set(&m, PF_MAPPED);
 	proto_set(&m, PF_FREE);
 	proto_set(&m, PF_EPOCH);
+	set_peer(l, &m, &st);
 	int rc = proto_client_call(l->cli, &m, &rep, CALL_MS, NULL);
 	proto_msg_free(&rep);
 	return rc;
@@ -164,6 +184,7 @@ static int do_report(struct broker_link *l, const struct report *r)
 	}
 	m.bytes = r->bytes;
 	proto_set(&m, PF_BYTES);
+	set_peer(l, &m, &r->st);
 	int rc = proto_client_call(l->cli, &m, &rep, CALL_MS, NULL);
 	proto_msg_free(&rep);
 	return rc;
@@ -277,10 +298,11 @@ int broker_link_open(const struct broker_link_params *p, struct broker_link **ou
 	l->url = dup_or_empty(p->url);
 	l->name = dup_or_empty(p->name);
 	l->gpu = dup_or_empty(p->gpu);
+	l->peer_gpu = dup_or_empty(p->peer_gpu);
 	l->model = dup_or_empty(p->model);
 	l->ctl = dup_or_empty(p->ctl);
 	int rc = BATON_ENOMEM;
-	if (!l->url || !l->name || !l->gpu || !l->model || !l->ctl)
+	if (!l->url || !l->name || !l->gpu || !l->model || !l->ctl || !l->peer_gpu)
 		goto fail;
 	/* No timed resend: a request is resent when its connection drops
 	 * (to a restarted broker), which is what we want. */
@@ -324,6 +346,7 @@ void broker_link_close(struct broker_link *l, bool goodbye)
 	free(l->url);
 	free(l->name);
 	free(l->gpu);
+	free(l->peer_gpu);
 	free(l->model);
 	free(l->ctl);
 	free(l);

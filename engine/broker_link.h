@@ -31,6 +31,7 @@ struct broker_link_state {
 	bool busy;
 	uint64_t idle_ms;
 	uint64_t epoch;     /* the epoch of this state (see proto.h, heartbeat) */
+	uint64_t peer_mapped, peer_free; /* the peer tier (sent with a peer_gpu) */
 };
 
 typedef void (*broker_link_state_fn)(void *arg, struct broker_link_state *st);
@@ -41,6 +42,8 @@ struct broker_link_params {
 	uint32_t pid, device;
 	uint64_t floor, ceiling, capacity;
 	int32_t priority;
+	const char *peer_gpu;     /* the peer tier's device, NULL or "" for none */
+	uint64_t peer_want;       /* bytes a peer tier could use (cache_peer_want) */
 	int heartbeat_ms;         /* 0: 250 */
 	broker_link_state_fn state_fn;
 	void *state_arg;

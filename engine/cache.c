@@ -80,6 +80,9 @@
 #define SLOT_ALIGN 256u
 #define CONFIRM_WAIT_S 0.25
 #define VERIFY_CHUNK (16u << 20)
+#define PEER_EVERY 64 /* lookups between two rebalances of the peer tier */
+#define PEER_MOVES 8  /* moves of each kind per rebalance */
+#define PEER_MARGIN 1 /* a move needs this many more lookups than what it displaces */
 
 struct baton_cache {
 	const struct baton_backend *be;
@@ -130,6 +133,21 @@ struct baton_cache {
 	int defer_sync;
 	uint32_t *inflight;
 	uint32_t n_inflight, cap_inflight;
+
+	/* The peer tier (see the top): p_n_segs segments of seg_bytes at p_base
+	 * (a second reservation on dev), the first p_mapped of them mapped on
+	 * `peer`; p_slot_item / item_peer its residency table. */
+	struct baton_dev *peer;
+	baton_dptr p_base;
+	uint64_t p_range;
+	uint32_t p_n_segs, p_mapped;
+	int64_t *p_slot_item, *item_peer;
+	uint64_t *item_heat;     /* per item: lookups, decayed like slot_hits */
+	uint32_t *p_a, *p_b;     /* rebalance scratch: max(items, slots, peer slots) each */
+	uint32_t *p_fillv;       /* peer slots to copy into */
+	uint8_t *p_queued;       /* peer slots refilled by this rebalance */
+	uint32_t p_every, p_moves, p_calls;
+	uint64_t peer_hits, peer_moves;
 };
 
 static void c_err(char *buf, size_t len, const char *fmt, ...)
@@ -282,22 +300,28 @@ static int unmap_seg(struct baton_cache *c, uint32_t k, struct baton_cache_repor
 	return 0;
 }
 
-/* Polls mem_info until free >= free_before + bytes (see the top). */
-static int confirm_freed(struct baton_cache *c, uint64_t free_before, uint64_t bytes,
-    struct baton_cache_report *rep)
+/* Polls mem_info of `dev` until free >= free_before + bytes (see the top). */
+static int confirm_freed_on(struct baton_cache *c, struct baton_dev *dev, uint64_t free_before,
+    uint64_t bytes, uint64_t *freed)
 {
 	double deadline = now_s() + CONFIRM_WAIT_S;
 	uint64_t free_b = 0, total = 0;
 	for (;;) {
-		int rc = c->be->mem_info(c->dev, &free_b, &total);
+		int rc = c->be->mem_info(dev, &free_b, &total);
 		if (rc)
 			return rc;
 		if (free_b >= free_before + bytes || now_s() >= deadline)
 			break;
 		sleep_s(0.001);
 	}
-	rep->bytes_freed = free_b > free_before ? free_b - free_before : 0;
+	*freed = free_b > free_before ? free_b - free_before : 0;
 	return 0;
+}
+
+static int confirm_freed(struct baton_cache *c, uint64_t free_before, uint64_t bytes,
+    struct baton_cache_report *rep)
+{
+	return confirm_freed_on(c, c->dev, free_before, bytes, &rep->bytes_freed);
 }
 
 /* ---- copies --------------------------------------------------------------- */
@@ -314,10 +338,10 @@ static int grow_copies(struct baton_cache *c, uint32_t n)
 	return 0;
 }
 
-/* Reads slot s back and compares it with its item's checksum. */
-static int verify_slot(struct baton_cache *c, uint32_t s, int *ok)
+/* Reads item `item` back from addr and compares it with its checksum. */
+static int verify_at(struct baton_cache *c, uint32_t item, baton_dptr addr, int *ok)
 {
-	const struct baton_cache_item *it = &c->items[c->slot_item[s]];
+	const struct baton_cache_item *it = &c->items[item];
 	if (!c->vbuf) {
 		uint64_t n = c->slot_bytes < VERIFY_CHUNK ? c->slot_bytes : VERIFY_CHUNK;
 		c->vbuf = malloc(n);
@@ -327,7 +351,7 @@ static int verify_slot(struct baton_cache *c, uint32_t s, int *ok)
 	XXH3_64bits_reset(c->xxh);
 	for (uint64_t off = 0; off < it->bytes;) {
 		uint64_t n = it->bytes - off < VERIFY_CHUNK ? it->bytes - off : VERIFY_CHUNK;
-		int rc = c->be->copy_d2h(c->dev, c->vbuf, slot_addr(c, s) + off, n);
+		int rc = c->be->copy_d2h(c->dev, c->vbuf, addr + off, n);
 		if (rc)
 			return rc;
 		XXH3_64bits_update(c->xxh, c->vbuf, n);
@@ -335,6 +359,11 @@ static int verify_slot(struct baton_cache *c, uint32_t s, int *ok)
 	}
 	*ok = XXH3_64bits_digest(c->xxh) == it->checksum;
 	return 0;
+}
+
+static int verify_slot(struct baton_cache *c, uint32_t s, int *ok)
+{
+	return verify_at(c, (uint32_t)c->slot_item[s], slot_addr(c, s), ok);
 }
 
 /* Copies the assigned items of slots[0..n) (ascending, mapped) in one
@@ -523,6 +552,10 @@ static int run_plan(struct baton_cache *c, struct baton_cache_report *rep)
 
 /* ---- create / destroy ---------------------------------------------------- */
 
+static int peer_unmap_to(struct baton_cache *c, uint32_t keep, uint64_t *unmapped,
+    struct baton_cache_report *rep);
+static int peer_drop(struct baton_cache *c, struct baton_cache_report *rep, uint64_t *freed);
+
 int cache_create(const struct baton_backend *be, struct baton_dev *dev,
     const struct baton_cache_config *cfg, const struct baton_cache_item *items,
     uint32_t n_items, struct baton_cache **out, char *errbuf, size_t errlen)
@@ -618,6 +651,14 @@ int cache_create(const struct baton_backend *be, struct baton_dev *dev,
 	c->cand = malloc((size_t)c->n_slots * sizeof *c->cand);
 	c->fill = malloc((size_t)c->n_slots * sizeof *c->fill);
 	c->xxh = XXH3_createState();
+	c->item_peer = malloc(((size_t)n_items + 1) * sizeof *c->item_peer);
+	c->item_heat = calloc((size_t)n_items + 1, sizeof *c->item_heat);
+	c->p_every = PEER_EVERY;
+	c->p_moves = PEER_MOVES;
+	if (!c->item_peer || !c->item_heat)
+		goto nomem;
+	for (uint32_t i = 0; i < n_items; i++)
+		c->item_peer[i] = -1;
 	if (!c->slot_item || !c->item_slot || !c->slot_hits || !c->slot_pending ||
 	    !c->seg_active || !c->seg_mapped || !c->seg_pending || !c->plan || !c->item_mark ||
 	    !c->slot_mark || !c->seg_mark || !c->cand || !c->fill || !c->xxh)
@@ -663,6 +704,20 @@ void cache_destroy(struct baton_cache *c)
 				unmap_seg(c, k, &rep);
 		c->be->unreserve(c->dev, c->base, c->range_bytes);
 	}
+	if (c->p_base) {
+		struct baton_cache_report rep;
+		uint64_t unmapped = 0;
+		memset(&rep, 0, sizeof rep);
+		peer_unmap_to(c, 0, &unmapped, &rep);
+		c->be->unreserve(c->dev, c->p_base, c->p_range);
+	}
+	free(c->p_slot_item);
+	free(c->p_a);
+	free(c->p_b);
+	free(c->p_fillv);
+	free(c->p_queued);
+	free(c->item_peer);
+	free(c->item_heat);
 	free(c->inflight);
 	free(c->slot_item);
 	free(c->item_slot);
@@ -729,6 +784,9 @@ int cache_release(struct baton_cache *c, struct baton_cache_report *rep)
 		if (!rc)
 			rc = confirm_freed(c, free_before, unmapped, rep);
 	}
+	/* A released cache holds no borrowed memory either. */
+	if (!rc)
+		rc = peer_drop(c, rep, &rep->peer_bytes_freed);
 	if (!rc)
 		c->released = 1;
 	rep->state = state_of(c);
@@ -866,7 +924,7 @@ static void activate(struct baton_cache *c, uint32_t goal)
 		c->seg_active[k] = 1;
 		c->n_active++;
 		for (uint32_t s = k * c->sps; s < (k + 1) * c->sps; s++) {
-			while (next < c->n_items && c->item_slot[next] >= 0)
+			while (next < c->n_items && (c->item_slot[next] >= 0 || c->item_peer[next] >= 0))
 				next++;
 			if (next >= c->n_items)
 				break;
@@ -932,6 +990,400 @@ out:
 	return rc;
 }
 
+/* ---- peer tier ------------------------------------------------------------ */
+
+static int cmp_u32(const void *a, const void *b);
+
+static int own_resident(const struct baton_cache *c, uint32_t i)
+{
+	int64_t s = c->item_slot[i];
+	return s >= 0 && c->seg_mapped[s / c->sps] && !c->slot_pending[s];
+}
+
+/* Assigned to a slot of a mapped own segment (resident or pending). */
+static int own_present(const struct baton_cache *c, uint32_t i)
+{
+	int64_t s = c->item_slot[i];
+	return s >= 0 && c->seg_mapped[s / c->sps];
+}
+
+static baton_dptr p_slot_addr(const struct baton_cache *c, uint32_t p)
+{
+	return c->p_base + (uint64_t)(p / c->sps) * c->seg_bytes +
+	    (uint64_t)(p % c->sps) * c->slot_bytes;
+}
+
+static void p_unassign(struct baton_cache *c, uint32_t p)
+{
+	if (c->p_slot_item[p] >= 0)
+		c->item_peer[c->p_slot_item[p]] = -1;
+	c->p_slot_item[p] = -1;
+}
+
+/* Peer slot p gets `item`; a remembered (unmapped) own assignment of it is
+ * dropped, so a refill does not bring back a second copy. */
+static void p_assign(struct baton_cache *c, uint32_t p, uint32_t item)
+{
+	p_unassign(c, p);
+	if (c->item_peer[item] >= 0)
+		p_unassign(c, (uint32_t)c->item_peer[item]);
+	if (c->item_slot[item] >= 0 && !own_present(c, item))
+		unassign_slot(c, (uint32_t)c->item_slot[item]);
+	c->p_slot_item[p] = item;
+	c->item_peer[item] = p;
+}
+
+/* Copies the assigned items of peer slots[0..n) in one batch and syncs;
+ * with verify, reads them back. Slots whose copy failed or whose bytes
+ * differ are emptied (never serve wrong bytes). */
+static int p_fill(struct baton_cache *c, const uint32_t *slots, uint32_t n,
+    struct baton_cache_report *rep)
+{
+	int rc = grow_copies(c, n);
+	if (rc)
+		return rc;
+	uint32_t nc = 0;
+	uint64_t bytes = 0;
+	for (uint32_t j = 0; j < n; j++) {
+		int64_t it = c->p_slot_item[slots[j]];
+		if (it < 0 || !c->items[it].bytes)
+			continue;
+		c->copies[nc++] = (struct baton_copy){ p_slot_addr(c, slots[j]), c->items[it].src,
+			c->items[it].bytes };
+		bytes += c->items[it].bytes;
+	}
+	double t0 = now_s();
+	rc = nc ? c->be->copy_h2d(c->dev, c->copies, nc) : 0;
+	if (!rc && nc)
+		rc = c->be->sync(c->dev);
+	if (rc) {
+		for (uint32_t j = 0; j < n; j++)
+			p_unassign(c, slots[j]);
+		rep->copy_s += now_s() - t0;
+		return rc;
+	}
+	rep->copies += nc;
+	rep->bytes_copied += bytes;
+	c->bytes_loaded += bytes;
+	for (uint32_t j = 0; c->verify && j < n; j++) {
+		int64_t it = c->p_slot_item[slots[j]];
+		int ok = 0;
+		if (it < 0)
+			continue;
+		rc = verify_at(c, (uint32_t)it, p_slot_addr(c, slots[j]), &ok);
+		if (rc)
+			break;
+		if (!ok) {
+			rep->mismatches++;
+			p_unassign(c, slots[j]);
+		}
+	}
+	rep->copy_s += now_s() - t0;
+	return rc;
+}
+
+/* Orders items by heat, hottest first; ties to the lower index. */
+static int cmp_item_hot(const void *a, const void *b, void *arg)
+{
+	const struct baton_cache *c = arg;
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+	if (c->item_heat[x] != c->item_heat[y])
+		return c->item_heat[x] > c->item_heat[y] ? -1 : 1;
+	return x < y ? -1 : x > y;
+}
+
+/* Heat of what peer slot / own slot p holds; empty slots are the coldest. */
+static int64_t p_heat(const struct baton_cache *c, uint32_t p)
+{
+	return c->p_slot_item[p] < 0 ? -1 : (int64_t)c->item_heat[c->p_slot_item[p]];
+}
+
+static int64_t own_heat(const struct baton_cache *c, uint32_t s)
+{
+	return c->slot_item[s] < 0 ? -1 : (int64_t)c->item_heat[c->slot_item[s]];
+}
+
+static int cmp_peer_cold(const void *a, const void *b, void *arg)
+{
+	const struct baton_cache *c = arg;
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+	int64_t hx = p_heat(c, x), hy = p_heat(c, y);
+	if (hx != hy)
+		return hx < hy ? -1 : 1;
+	return x < y ? -1 : x > y;
+}
+
+static int cmp_own_cold(const void *a, const void *b, void *arg)
+{
+	const struct baton_cache *c = arg;
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+	int64_t hx = own_heat(c, x), hy = own_heat(c, y);
+	if (hx != hy)
+		return hx < hy ? -1 : 1;
+	return x < y ? -1 : x > y;
+}
+
+/* Experts move between the tiers by heat (see the top); at most `limit`
+ * moves of each kind. */
+static int peer_rebalance(struct baton_cache *c, uint32_t limit, struct baton_cache_report *rep)
+{
+	const uint32_t np = c->p_mapped * c->sps;
+	if (!np)
+		return 0;
+	uint32_t *a = c->p_a, *b = c->p_b, na = 0, nb = 0, n_own = 0, n_peer = 0;
+	int rc = 0;
+	memset(c->p_queued, 0, np);
+
+	/* 1. Promotion: the hottest peer items against the coldest filled
+	 * (or empty) slots of mapped own segments, while hotter by more than PEER_MARGIN. */
+	for (uint32_t p = 0; p < np; p++)
+		if (c->p_slot_item[p] >= 0)
+			a[na++] = (uint32_t)c->p_slot_item[p];
+	for (uint32_t s = 0; s < c->n_slots; s++)
+		if (c->seg_mapped[s / c->sps] && !c->slot_pending[s])
+			b[nb++] = s;
+	qsort_r(a, na, sizeof *a, cmp_item_hot, c);
+	qsort_r(b, nb, sizeof *b, cmp_own_cold, c);
+	uint32_t *own_fill = c->fill, *peer_fill = c->p_fillv;
+	for (uint32_t j = 0; j < na && j < nb && j < limit; j++) {
+		uint32_t item = a[j], s = b[j];
+		if ((int64_t)c->item_heat[item] <= own_heat(c, s) + PEER_MARGIN)
+			break;
+		uint32_t p = (uint32_t)c->item_peer[item];
+		int64_t old = c->slot_item[s];
+		p_unassign(c, p);
+		assign(c, s, item); /* pending until copied */
+		c->slot_hits[s] = c->item_heat[item];
+		own_fill[n_own++] = s;
+		if (old >= 0) {
+			c->p_slot_item[p] = old;
+			c->item_peer[old] = p;
+			peer_fill[n_peer++] = p;
+			c->p_queued[p] = 1;
+		}
+		c->peer_moves += 1 + (old >= 0);
+	}
+
+	/* 2. Intake: the hottest items in neither tier into empty peer slots,
+	 * then in place of peer items colder by more than PEER_MARGIN. */
+	na = nb = 0;
+	for (uint32_t p = 0; p < np; p++)
+		if (!c->p_queued[p]) /* a fresh demotion stays */
+			a[na++] = p;
+	for (uint32_t i = 0; i < c->n_items; i++)
+		if (c->item_peer[i] < 0 && !own_present(c, i))
+			b[nb++] = i;
+	qsort_r(a, na, sizeof *a, cmp_peer_cold, c);
+	qsort_r(b, nb, sizeof *b, cmp_item_hot, c);
+	for (uint32_t j = 0, moved = 0; j < na && j < nb; j++) {
+		uint32_t p = a[j], item = b[j];
+		int empty = c->p_slot_item[p] < 0;
+		if (!empty && ((int64_t)c->item_heat[item] <= p_heat(c, p) + PEER_MARGIN ||
+		    moved >= limit))
+			break;
+		p_assign(c, p, item);
+		peer_fill[n_peer++] = p;
+		if (!empty) {
+			moved++;
+			c->peer_moves++;
+		}
+	}
+
+	if (n_own) {
+		qsort(own_fill, n_own, sizeof *own_fill, cmp_u32);
+		rc = fill_slots(c, own_fill, n_own, c->verify, rep);
+	}
+	if (!rc && n_peer)
+		rc = p_fill(c, peer_fill, n_peer, rep);
+	return rc;
+}
+
+/* Tables and the reservation, at the first cache_peer_set. */
+static int peer_prepare(struct baton_cache *c)
+{
+	if (c->p_base)
+		return 0;
+	free(c->p_slot_item);
+	free(c->p_a);
+	free(c->p_b);
+	free(c->p_fillv);
+	free(c->p_queued);
+	uint32_t n = c->n_items ? (c->n_items + c->sps - 1) / c->sps : 1;
+	size_t np = (size_t)n * c->sps;
+	size_t big = np > c->n_items ? np : c->n_items;
+	if (big < c->n_slots)
+		big = c->n_slots;
+	c->p_slot_item = malloc(np * sizeof *c->p_slot_item);
+	c->p_a = malloc(big * sizeof *c->p_a);
+	c->p_b = malloc(big * sizeof *c->p_b);
+	c->p_fillv = malloc(np * sizeof *c->p_fillv);
+	c->p_queued = malloc(np);
+	if (!c->p_slot_item || !c->p_a || !c->p_b || !c->p_fillv || !c->p_queued)
+		return BATON_ENOMEM; /* freed by cache_destroy */
+	for (uint64_t p = 0; p < (uint64_t)n * c->sps; p++)
+		c->p_slot_item[p] = -1;
+	uint64_t range = (uint64_t)n * c->seg_bytes;
+	int rc = c->be->reserve(c->dev, range, &c->p_base);
+	if (rc) {
+		c->p_base = 0;
+		return rc;
+	}
+	c->p_n_segs = n;
+	c->p_range = range;
+	return 0;
+}
+
+/* Unmaps peer segments from the last down to `keep`; their items leave the
+ * peer tier. *unmapped adds what went. */
+static int peer_unmap_to(struct baton_cache *c, uint32_t keep, uint64_t *unmapped,
+    struct baton_cache_report *rep)
+{
+	while (c->p_mapped > keep) {
+		uint32_t k = c->p_mapped - 1;
+		double t0 = now_s();
+		int rc = c->be->unmap_peer(c->dev, c->peer, c->p_base + (uint64_t)k * c->seg_bytes,
+		    c->seg_bytes);
+		rep->map_s += now_s() - t0;
+		if (rc)
+			return rc;
+		for (uint32_t p = k * c->sps; p < (k + 1) * c->sps; p++)
+			p_unassign(c, p);
+		c->p_mapped--;
+		rep->segments_unmapped++;
+		*unmapped += c->seg_bytes;
+	}
+	return 0;
+}
+
+/* Drops the peer tier; confirmed on the peer's mem_info like a release. */
+static int peer_drop(struct baton_cache *c, struct baton_cache_report *rep, uint64_t *freed)
+{
+	*freed = 0;
+	if (!c->p_mapped)
+		return 0;
+	uint64_t free_before = 0, total = 0, unmapped = 0;
+	int rc = c->be->mem_info(c->peer, &free_before, &total);
+	if (!rc)
+		rc = peer_unmap_to(c, 0, &unmapped, rep);
+	if (!rc)
+		rc = confirm_freed_on(c, c->peer, free_before, unmapped, freed);
+	return rc;
+}
+
+int cache_peer_set(struct baton_cache *c, struct baton_dev *peer, uint64_t bytes,
+    struct baton_cache_report *rep)
+{
+	struct baton_cache_report local;
+	if (!rep)
+		rep = &local;
+	rep_begin(rep);
+	if (!c)
+		return BATON_EINVAL;
+	double t0 = now_s();
+	int rc = 0;
+	if (bytes == 0) {
+		rc = peer_drop(c, rep, &rep->peer_bytes_freed);
+		goto out;
+	}
+	if (!peer || peer == c->dev)
+		return BATON_EINVAL;
+	if (!c->be->map_peer || !c->be->unmap_peer)
+		return BATON_EUNSUPPORTED;
+	if (c->peer && c->peer != peer && c->p_mapped)
+		return BATON_EINVAL; /* drop the old peer tier first */
+	if (c->released)
+		return BATON_ESTATE; /* a released cache holds no borrowed memory */
+	if (c->be->peer_access && (rc = c->be->peer_access(c->dev, peer)) != 0)
+		return rc;
+	if ((rc = peer_prepare(c)) != 0)
+		return rc;
+	c->peer = peer;
+	/* No more segments than the items outside the own tier's target need. */
+	uint64_t own = (uint64_t)c->n_active * c->sps;
+	uint64_t useful = c->n_items > own ? (c->n_items - own + c->sps - 1) / c->sps : 0;
+	uint64_t want64 = bytes / c->seg_bytes;
+	if (want64 > useful)
+		want64 = useful;
+	uint32_t want = want64 < c->p_n_segs ? (uint32_t)want64 : c->p_n_segs;
+	if (c->p_mapped > want) {
+		uint64_t free_before = 0, total = 0, unmapped = 0;
+		rc = c->be->mem_info(peer, &free_before, &total);
+		if (!rc)
+			rc = peer_unmap_to(c, want, &unmapped, rep);
+		if (!rc)
+			rc = confirm_freed_on(c, peer, free_before, unmapped, &rep->peer_bytes_freed);
+		if (rc)
+			goto out;
+	}
+	while (c->p_mapped < want) {
+		uint64_t free_b = 0, total = 0;
+		double t1 = now_s();
+		rc = c->be->mem_info(peer, &free_b, &total);
+		if (rc)
+			goto out;
+		if (free_b < c->seg_bytes)
+			break; /* the peer is full: keep what fit */
+		if (c->fault_map > 0 && --c->fault_map == 0)
+			break;
+		rc = c->be->map_peer(c->dev, peer, c->p_base + (uint64_t)c->p_mapped * c->seg_bytes,
+		    c->seg_bytes);
+		rep->map_s += now_s() - t1;
+		if (rc == BATON_EDEVMEM) {
+			rc = 0;
+			break;
+		}
+		if (rc)
+			goto out;
+		c->p_mapped++;
+		rep->segments_mapped++;
+	}
+	/* Fill every empty slot (hottest first), no limit on moves. */
+	rc = peer_rebalance(c, c->p_mapped * c->sps, rep);
+out:
+	rep->state = state_of(c);
+	rep->total_s = now_s() - t0;
+	return rc;
+}
+
+int cache_peer_rebalance(struct baton_cache *c, struct baton_cache_report *rep)
+{
+	struct baton_cache_report local;
+	if (!rep)
+		rep = &local;
+	rep_begin(rep);
+	if (!c)
+		return BATON_EINVAL;
+	double t0 = now_s();
+	int rc = peer_rebalance(c, c->p_moves, rep);
+	rep->state = state_of(c);
+	rep->total_s = now_s() - t0;
+	return rc;
+}
+
+void cache_peer_tune(struct baton_cache *c, uint32_t every, uint32_t moves)
+{
+	if (!c)
+		return;
+	c->p_every = every;
+	c->p_moves = moves;
+	c->p_calls = 0;
+}
+
+uint64_t cache_peer_want(const struct baton_cache *c)
+{
+	if (!c || c->n_items <= c->n_slots)
+		return 0;
+	uint64_t over = c->n_items - c->n_slots;
+	return (over + c->sps - 1) / c->sps * c->seg_bytes;
+}
+
+int64_t cache_peer_slot_of(const struct baton_cache *c, uint32_t item)
+{
+	if (!c || item >= c->n_items)
+		return -1;
+	return c->item_peer[item];
+}
+
 /* ---- lookup --------------------------------------------------------------- */
 
 static int cmp_victim(const void *a, const void *b, void *arg)
@@ -972,6 +1424,8 @@ static void decay(struct baton_cache *c, size_t n)
 	c->accesses = 0;
 	for (uint32_t s = 0; s < c->n_slots; s++)
 		c->slot_hits[s] >>= 1;
+	for (uint32_t i = 0; i < c->n_items; i++)
+		c->item_heat[i] >>= 1;
 }
 
 /* The hottest active, unmapped segment this call has not tried yet. */
@@ -1012,8 +1466,15 @@ int cache_lookup(struct baton_cache *c, const uint32_t *items, size_t n, baton_d
 	struct baton_cache_report rep;
 	memset(&rep, 0, sizeof rep);
 	int rc = 0;
+	/* Before this call's addresses are handed out: a rebalance moves items. */
+	if (c->p_mapped && c->p_every && ++c->p_calls >= c->p_every) {
+		c->p_calls = 0;
+		if ((rc = peer_rebalance(c, c->p_moves, &rep)) != 0)
+			return rc;
+	}
 	next_call(c);
 	const uint32_t call = c->call;
+	uint64_t peer_hits = 0;
 
 	/* The distinct items; remembered ones get their segment mapped (not
 	 * filled) when memory allows, so they come back where they were. */
@@ -1023,6 +1484,10 @@ int cache_lookup(struct baton_cache *c, const uint32_t *items, size_t n, baton_d
 		if (c->item_mark[i] == call)
 			continue;
 		c->item_mark[i] = call;
+		if (c->item_peer[i] >= 0 && !own_resident(c, i)) {
+			peer_hits++; /* read where it is, on the peer */
+			continue;
+		}
 		c->need[n_need++] = i;
 		int64_t s = c->item_slot[i];
 		if (s < 0)
@@ -1110,11 +1575,18 @@ int cache_lookup(struct baton_cache *c, const uint32_t *items, size_t n, baton_d
 			goto out;
 	}
 	for (size_t j = 0; j < n; j++) {
-		int64_t s = c->item_slot[items[j]];
-		blobs[j] = slot_addr(c, (uint32_t)s);
-		c->slot_hits[s]++;
+		uint32_t i = items[j];
+		c->item_heat[i]++;
+		if (own_resident(c, i)) {
+			int64_t s = c->item_slot[i];
+			blobs[j] = slot_addr(c, (uint32_t)s);
+			c->slot_hits[s]++;
+		} else {
+			blobs[j] = p_slot_addr(c, (uint32_t)c->item_peer[i]);
+		}
 	}
-	c->hits += hits;
+	c->hits += hits + peer_hits;
+	c->peer_hits += peer_hits;
 	c->misses += loaded + n_miss;
 	decay(c, n);
 out:
@@ -1148,6 +1620,12 @@ void cache_stats(const struct baton_cache *c, struct baton_cache_stats *st)
 	st->evictions = c->evictions;
 	st->slots_pending = c->n_pending;
 	st->bytes_loaded = c->bytes_loaded;
+	st->peer_mapped_bytes = (uint64_t)c->p_mapped * c->seg_bytes;
+	st->peer_slots_mapped = c->p_mapped * c->sps;
+	for (uint32_t p = 0; p < st->peer_slots_mapped; p++)
+		st->peer_items_resident += c->p_slot_item[p] >= 0;
+	st->peer_hits = c->peer_hits;
+	st->peer_moves = c->peer_moves;
 }
 
 int64_t cache_slot_of(const struct baton_cache *c, uint32_t item)

@@ -30,6 +30,32 @@
  * not yet filled: not resident) until a refill, or a lookup of them, fills
  * them. The state is READY only once nothing is pending.
  *
+ * The peer tier (cache_peer_set) is a second set of slots of the same
+ * geometry on another device, mapped into this device's address space
+ * (backend map_peer: its kernels read them over NVLink or PCIe). An item is
+ * in at most one tier. A lookup takes an item from the own tier when it is
+ * resident there, else from the peer tier, else loads it into own slots as
+ * above: misses never go to the peer tier and never evict from it, so a
+ * peer tier only ever saves copies. Experts move between the tiers by heat
+ * (lookups per item, decayed with the slot counts): every `every` lookups
+ * (cache_peer_tune; default 64) a rebalance, before that lookup hands out
+ * addresses, swaps the hottest peer items with colder own ones
+ * (promotion), then puts the hottest items of neither tier into empty peer
+ * slots and in place of colder peer items (intake), at most `moves`
+ * (default 8) of each kind. "Colder" means by at least 2 lookups, so that
+ * near-equal items do not swap back and forth; every move is a copy from
+ * the host arena. The peer tier is lent and revoked by the broker:
+ *   peer_set(bytes > 0)  map whole segments on the peer up to `bytes`,
+ *            and no more than the items outside the own tier's target need
+ *            (fewer when the peer has no room: partial is not an error),
+ *            unmap segments above it, fill the empty slots hottest first
+ *   peer_set(0)          unmap it all, confirmed on the peer's mem_info
+ *   release  also drops the peer tier (a released cache holds no borrowed
+ *            memory); refill and resize touch the own tier only
+ * Nothing of the own tier changes when the peer tier comes or goes, except
+ * that an item taken into the peer tier stops being remembered by the own
+ * tier (a refill would not copy it twice).
+ *
  * Not thread-safe: one thread (the engine's serve loop) drives a cache.
  */
 #ifndef BATON_ENGINE_CACHE_H
@@ -70,6 +96,7 @@ struct baton_cache_report {
 	uint64_t copies;         /* copy operations after coalescing */
 	uint64_t segments_mapped, segments_unmapped;
 	uint64_t bytes_freed;    /* device free after - before (release, shrink) */
+	uint64_t peer_bytes_freed; /* the same on the peer (release, peer_set) */
 	uint64_t mismatches;     /* verify mode: slots whose bytes differ */
 	double map_s;            /* inside the backend's map and unmap calls */
 	double copy_s, total_s;
@@ -84,6 +111,11 @@ struct baton_cache_stats {
 	uint64_t hits, misses, evictions;
 	uint32_t slots_pending;  /* assigned slots of mapped segments not filled yet */
 	uint64_t bytes_loaded;   /* host to device by every operation since create */
+	/* peer tier */
+	uint64_t peer_mapped_bytes;     /* segments mapped on the peer now */
+	uint32_t peer_slots_mapped, peer_items_resident;
+	uint64_t peer_hits;             /* lookups served from the peer (in hits too) */
+	uint64_t peer_moves;            /* items moved between the tiers by heat */
 };
 
 struct baton_cache;
@@ -96,8 +128,9 @@ int cache_create(const struct baton_backend *be, struct baton_dev *dev,
 /* Unmaps every segment and gives the reservation back; NULL allowed. */
 void cache_destroy(struct baton_cache *c);
 
-/* Unmaps every segment. Returns 0 only once the device's free memory rose
- * by what was unmapped (confirmed with mem_info); idempotent. */
+/* Unmaps every segment, and the peer tier's. Returns 0 only once the
+ * device's free memory rose by what was unmapped (confirmed with mem_info;
+ * the peer's likewise); idempotent. */
 int cache_release(struct baton_cache *c, struct baton_cache_report *rep);
 /* Maps and fills up to the target; 0 with rep->state READY or PARTIAL. */
 int cache_refill(struct baton_cache *c, struct baton_cache_report *rep);
@@ -116,6 +149,26 @@ int cache_resize(struct baton_cache *c, int64_t reserve_bytes, struct baton_cach
  * it needs first. BATON_EDEVMEM when fewer slots can be mapped than
  * distinct items are needed. Counts hits. */
 int cache_lookup(struct baton_cache *c, const uint32_t *items, size_t n, baton_dptr *blobs);
+
+/* The peer tier on `peer` (another device of the cache's backend):
+ * bytes > 0 holds up to floor(bytes / segment) segments there (see the
+ * top), stopping cleanly where the peer is full; rep->segments_mapped and
+ * cache_stats say what is mapped. bytes == 0 drops it (peer may be NULL);
+ * rep->peer_bytes_freed is what the peer's free count rose by. Errors, with
+ * nothing changed: BATON_EINVAL (no peer, the own device, or another peer
+ * while one is mapped), BATON_EUNSUPPORTED (the backend has no map_peer, or
+ * its peer_access says no), BATON_ESTATE (the cache is released). */
+int cache_peer_set(struct baton_cache *c, struct baton_dev *peer, uint64_t bytes,
+    struct baton_cache_report *rep);
+/* One rebalance now (tests, benchmarks). */
+int cache_peer_rebalance(struct baton_cache *c, struct baton_cache_report *rep);
+/* Rebalance every `every` lookups (0: never), `moves` moves of each kind. */
+void cache_peer_tune(struct baton_cache *c, uint32_t every, uint32_t moves);
+/* The bytes a peer tier could usefully hold: the segments for the items
+ * that do not fit the own tier's ceiling; 0 when all fit. */
+uint64_t cache_peer_want(const struct baton_cache *c);
+/* The peer slot holding `item`, or -1. */
+int64_t cache_peer_slot_of(const struct baton_cache *c, uint32_t item);
 
 void cache_stats(const struct baton_cache *c, struct baton_cache_stats *st);
 /* The slot holding `item`, or -1; for tests and status. */

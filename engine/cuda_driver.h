@@ -35,6 +35,8 @@
 	X(CUresult, DeviceGetAttribute, "cuDeviceGetAttribute",                     \
 	    (int *, CUdevice_attribute, CUdevice))                                  \
 	X(CUresult, DeviceGetUuid, "cuDeviceGetUuid_v2", (CUuuid *, CUdevice))      \
+	X(CUresult, DeviceCanAccessPeer, "cuDeviceCanAccessPeer",                   \
+	    (int *, CUdevice, CUdevice))                                            \
 	X(CUresult, DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain",             \
 	    (CUcontext *, CUdevice))                                                \
 	X(CUresult, DevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2",        \

@@ -23,6 +23,7 @@ struct baton_engine {
 	struct baton_arena *arena;
 	const struct baton_backend *be;
 	struct baton_dev *dev;
+	struct baton_dev *peer;     /* the peer tier's device, or NULL */
 	int registered;             /* arena pinned with host_register */
 	double pin_s;
 	struct baton_cache_item *items;
@@ -103,6 +104,48 @@ static void check_computable(struct baton_engine *e)
 		}
 }
 
+/* The peer tier's device: the same backend, another index, reachable. */
+static int open_peer(struct baton_engine *e, const struct baton_backend *inner,
+    const struct baton_engine_config *cfg, char *errbuf, size_t errlen)
+{
+	char sub[256] = "";
+	int rc;
+	if (cfg->peer_device == cfg->device) {
+		if (errbuf)
+			snprintf(errbuf, errlen, "the peer device must differ from the device (%d)",
+			    cfg->device);
+		return BATON_EINVAL;
+	}
+	if (!inner->map_peer || !inner->unmap_peer) {
+		if (errbuf)
+			snprintf(errbuf, errlen, "the %s backend has no peer tier", inner->name);
+		return BATON_EUNSUPPORTED;
+	}
+	if ((rc = inner->open(cfg->peer_device, cfg->host_capacity, &e->peer, sub, sizeof sub)) != 0) {
+		if (errbuf)
+			snprintf(errbuf, errlen, "%s peer device %d: %s", inner->name, cfg->peer_device, sub);
+		e->peer = NULL;
+		return rc;
+	}
+	/* the fault table serves both devices (a peer map counts as a map) */
+	const struct baton_backend *be = inner;
+	if ((rc = fault_wrap(inner, e->peer, &be, sub, sizeof sub)) != 0) {
+		if (errbuf)
+			snprintf(errbuf, errlen, "%s", sub);
+		inner->close(e->peer);
+		e->peer = NULL;
+		return rc;
+	}
+	if (inner->peer_access && (rc = inner->peer_access(e->dev, e->peer)) != 0) {
+		if (errbuf)
+			snprintf(errbuf, errlen, "%s device %d cannot read memory of peer device %d: %s",
+			    inner->name, cfg->device, cfg->peer_device,
+			    rc == BATON_EUNSUPPORTED ? "no peer access between them" : baton_strerror(rc));
+		return rc; /* engine_close closes the peer */
+	}
+	return 0;
+}
+
 int engine_open(const struct baton_engine_config *cfg, struct baton_engine **out,
     char *errbuf, size_t errlen)
 {
@@ -134,11 +177,14 @@ int engine_open(const struct baton_engine_config *cfg, struct baton_engine **out
 		goto fail;
 	}
 	/* BATON_FAULT: fail the Nth map/alloc/copy (engine/fault.h). */
-	if ((rc = fault_wrap(e->be, e->dev, &e->be, sub, sizeof sub)) != 0) {
+	const struct baton_backend *inner = e->be;
+	if ((rc = fault_wrap(inner, e->dev, &e->be, sub, sizeof sub)) != 0) {
 		if (errbuf)
 			snprintf(errbuf, errlen, "%s", sub);
 		goto fail;
 	}
+	if (cfg->use_peer && (rc = open_peer(e, inner, cfg, errbuf, errlen)) != 0)
+		goto fail;
 	check_computable(e);
 
 	/* Pin the arena once per process: every refill copies from it. */
@@ -270,6 +316,8 @@ void engine_close(struct baton_engine *e)
 			e->be->host_unregister(e->dev, arena_base(e->arena), arena_size(e->arena));
 		e->be->close(e->dev);
 	}
+	if (e->peer)
+		e->be->close(e->peer); /* after the cache: its peer segments are gone */
 	arena_close(e->arena);
 	free(e->items);
 	free(e->layers);
@@ -377,6 +425,28 @@ int engine_vram(struct baton_engine *e, int64_t reserve_bytes, struct baton_cach
 	return cache_resize(e->cache, reserve_bytes, rep);
 }
 
+int engine_peer(struct baton_engine *e, uint64_t bytes, struct baton_cache_report *rep)
+{
+	if (!e->peer) {
+		if (rep)
+			memset(rep, 0, sizeof *rep);
+		return BATON_EUNSUPPORTED;
+	}
+	return cache_peer_set(e->cache, e->peer, bytes, rep);
+}
+
+int engine_peer_mem_info(struct baton_engine *e, uint64_t *free_bytes, uint64_t *total_bytes)
+{
+	if (!e->peer)
+		return BATON_EUNSUPPORTED;
+	return e->be->mem_info(e->peer, free_bytes, total_bytes);
+}
+
+struct baton_dev *engine_peer_dev(struct baton_engine *e)
+{
+	return e->peer;
+}
+
 void engine_info(struct baton_engine *e, struct baton_engine_info *info)
 {
 	const struct baton_arena_shape *s = arena_shape(e->arena);
@@ -397,6 +467,9 @@ void engine_info(struct baton_engine *e, struct baton_engine_info *info)
 	info->pin_s = e->pin_s;
 	e->be->mem_info(e->dev, &info->dev_free, &info->dev_total);
 	cache_stats(e->cache, &info->cache);
+	if (e->peer && e->be->uuid(e->peer, info->peer_gpu, sizeof info->peer_gpu) != 0)
+		snprintf(info->peer_gpu, sizeof info->peer_gpu, "unknown");
+	info->peer_want = cache_peer_want(e->cache);
 }
 
 int engine_mem_info(struct baton_engine *e, uint64_t *free_bytes, uint64_t *total_bytes)

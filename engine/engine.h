@@ -29,6 +29,8 @@ struct baton_engine_config {
 	uint64_t host_capacity;    /* host backend device size; 0 = its default */
 	int verify;                /* --verify-refill */
 	int warm;                  /* fill the cache at open (default 1) */
+	int use_peer;              /* open peer_device as the peer tier's device */
+	int peer_device;           /* same backend, != device (--peer-device) */
 };
 
 struct baton_gen_timings {
@@ -56,6 +58,12 @@ int engine_release(struct baton_engine *e, struct baton_cache_report *rep);
 int engine_refill(struct baton_engine *e, struct baton_cache_report *rep);
 /* reserve_bytes < 0: grow back to the configured size. */
 int engine_vram(struct baton_engine *e, int64_t reserve_bytes, struct baton_cache_report *rep);
+/* The peer tier (cache_peer_set on the peer device): bytes > 0 holds up to
+ * that much there, 0 drops it. BATON_EUNSUPPORTED without a peer device. */
+int engine_peer(struct baton_engine *e, uint64_t bytes, struct baton_cache_report *rep);
+/* The peer device's free and total memory (any thread, like
+ * engine_mem_info); BATON_EUNSUPPORTED without a peer device. */
+int engine_peer_mem_info(struct baton_engine *e, uint64_t *free_bytes, uint64_t *total_bytes);
 
 struct baton_engine_info {
 	const char *name, *backend, *arena;
@@ -66,6 +74,8 @@ struct baton_engine_info {
 	uint64_t dev_free, dev_total;
 	const char *compute_error;     /* NULL when GEN can run on this backend */
 	double pin_s;                  /* host_register of the arena at open */
+	char peer_gpu[64];             /* the peer device's uuid; "" without one */
+	uint64_t peer_want;            /* cache_peer_want: what a peer tier could use */
 	struct baton_cache_stats cache;
 };
 void engine_info(struct baton_engine *e, struct baton_engine_info *info);
@@ -76,5 +86,7 @@ struct baton_cache *engine_cache(struct baton_engine *e);
 /* The engine's own mapping of the arena (pinned when the backend pins). */
 const struct baton_arena *engine_arena(struct baton_engine *e);
 struct baton_dev *engine_dev(struct baton_engine *e);
+/* The peer device, or NULL. */
+struct baton_dev *engine_peer_dev(struct baton_engine *e);
 
 #endif

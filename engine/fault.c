@@ -169,6 +169,24 @@ static int f_unmap(struct baton_dev *dev, baton_dptr addr, uint64_t bytes)
 	return IN(dev)->unmap(dev, addr, bytes);
 }
 
+static int f_peer_access(struct baton_dev *dev, struct baton_dev *peer)
+{
+	return IN(dev)->peer_access(dev, peer);
+}
+
+static int f_map_peer(struct baton_dev *dev, struct baton_dev *peer, baton_dptr addr,
+    uint64_t bytes)
+{
+	int rc = hit(F_MAP, BATON_EDEVMEM); /* a peer segment is a map too */
+	return rc ? rc : IN(dev)->map_peer(dev, peer, addr, bytes);
+}
+
+static int f_unmap_peer(struct baton_dev *dev, struct baton_dev *peer, baton_dptr addr,
+    uint64_t bytes)
+{
+	return IN(dev)->unmap_peer(dev, peer, addr, bytes);
+}
+
 static int f_alloc(struct baton_dev *dev, uint64_t bytes, baton_dptr *out)
 {
 	int rc = hit(F_ALLOC, BATON_EDEVMEM);
@@ -246,6 +264,9 @@ static const struct baton_backend *table_for(const struct baton_backend *in)
 				.unreserve = f_unreserve,
 				.map = f_map,
 				.unmap = f_unmap,
+				.peer_access = in->peer_access ? f_peer_access : NULL,
+				.map_peer = in->map_peer ? f_map_peer : NULL,
+				.unmap_peer = in->unmap_peer ? f_unmap_peer : NULL,
 				.alloc = f_alloc,
 				.free = f_free,
 				.host_register = in->host_register ? f_host_register : NULL,

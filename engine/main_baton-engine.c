@@ -5,7 +5,7 @@
  * Threads:
  *   receivers (RECEIVERS of them, one nng context each) take requests.
  *     STATUS is answered at once from a snapshot. GEN waits its turn for
- *     the engine. RELEASE, REFILL and VRAM take the engine only if nobody
+ *     the engine. RELEASE, REFILL, VRAM and PEER take the engine only if nobody
  *     holds it, and answer busy otherwise: a control command never waits
  *     behind, or disturbs, a running GEN.
  *   the main thread waits for signals and runs the idle-release timer.
@@ -64,6 +64,10 @@ static const char usage[] =
     "  --vram-reserve-mib N        device memory to leave free when growing (default 0)\n"
     "  --verify-refill             read back every refilled slot and compare checksums\n"
     "  --host-device-mib N         capacity of the host backend's device\n"
+    "  --peer-device N             a second cache tier on device N of the same backend\n"
+    "                              (another GPU, read over NVLink/PCIe; with the host\n"
+    "                              backend, host device N): it holds what the broker\n"
+    "                              lends with PEER requests, and nothing until then\n"
     "  --broker URL                register with a broker (e.g. ipc:///run/baton/broker.sock);\n"
     "                              the engine then opens cold and asks before it maps memory\n"
     "  --priority N                priority told to the broker (higher is kept longer; default 0)\n"
@@ -72,7 +76,7 @@ static const char usage[] =
 struct opts {
 	const char *name, *arena, *listen, *backend, *broker;
 	int32_t priority;
-	int device;
+	int device, peer_device, use_peer;
 	uint64_t cache_mib, segment_mib, reserve_mib, host_mib;
 	int release, elastic, verify;
 	double idle_s;
@@ -167,7 +171,8 @@ static int valid_name(const char *s)
 static void parse_args(int argc, char **argv, struct opts *o)
 {
 	enum { O_NAME = 1, O_ARENA, O_LISTEN, O_BACKEND, O_DEVICE, O_CACHE, O_SEG, O_RELEASE,
-	       O_IDLE, O_ELASTIC, O_RESERVE, O_VERIFY, O_HOSTMIB, O_BROKER, O_PRIORITY, O_HELP };
+	       O_IDLE, O_ELASTIC, O_RESERVE, O_VERIFY, O_HOSTMIB, O_BROKER, O_PRIORITY, O_PEER,
+	       O_HELP };
 	static const struct option lo[] = {
 		{ "name", required_argument, 0, O_NAME },
 		{ "shared-expert-arena", required_argument, 0, O_ARENA },
@@ -184,6 +189,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		{ "host-device-mib", required_argument, 0, O_HOSTMIB },
 		{ "broker", required_argument, 0, O_BROKER },
 		{ "priority", required_argument, 0, O_PRIORITY },
+		{ "peer-device", required_argument, 0, O_PEER },
 		{ "help", no_argument, 0, O_HELP },
 		{ 0, 0, 0, 0 },
 	};
@@ -202,6 +208,10 @@ static void parse_args(int argc, char **argv, struct opts *o)
 			o->backend = optarg;
 			break;
 		case O_DEVICE: o->device = (int)parse_uint("--device", optarg, 255); break;
+		case O_PEER:
+			o->peer_device = (int)parse_uint("--peer-device", optarg, 255);
+			o->use_peer = 1;
+			break;
 		case O_CACHE:
 			o->cache_mib = strcmp(optarg, "auto") == 0 ? 0 :
 			    parse_uint("--cache-mib", optarg, 16u << 20);
@@ -263,6 +273,8 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		usage_error("--name '%s': use 1 to 64 letters, digits, '-', '_' or '.'", o->name);
 	if (!o->arena)
 		usage_error("--shared-expert-arena is required");
+	if (o->use_peer && o->peer_device == o->device)
+		usage_error("--peer-device %d is the engine's own --device", o->peer_device);
 }
 
 /* The state's name: a cache that maps nothing is "released", also a
@@ -310,7 +322,10 @@ static void link_state(void *arg, struct broker_link_state *st)
 	double idle = now_s() - g.last_active;
 	st->idle_ms = st->busy || idle < 0 ? 0 : (uint64_t)(idle * 1e3);
 	st->epoch = g.snap_epoch;
+	st->peer_mapped = g.info.cache.peer_mapped_bytes;
 	pthread_mutex_unlock(&g.st_mu);
+	if (g.o.use_peer)
+		engine_peer_mem_info(g.e, &st->peer_free, &tot);
 }
 
 static void link_log(const char *line)
@@ -496,6 +511,9 @@ static void on_status(struct proto_ctx *ctx, const struct baton_msg *req)
 	struct baton_msg rep;
 	uint64_t dev_free = 0, dev_total = 0;
 	engine_mem_info(g.e, &dev_free, &dev_total); /* live, not the snapshot */
+	uint64_t peer_free = 0, peer_total = 0;
+	if (g.o.use_peer)
+		engine_peer_mem_info(g.e, &peer_free, &peer_total);
 	proto_reply_init(&rep, req);
 	pthread_mutex_lock(&g.st_mu);
 	const struct baton_engine_info *in = &g.info;
@@ -522,6 +540,14 @@ static void on_status(struct proto_ctx *ctx, const struct baton_msg *req)
 		PF_LAST_REFILL_BYTES, PF_LAST_REFILL_S, PF_DEVICE_NAME, PF_GPU, PF_FREE, PF_TOTAL };
 	for (size_t i = 0; i < sizeof fs / sizeof fs[0]; i++)
 		proto_set(&rep, fs[i]);
+	if (g.o.use_peer) {
+		rep.peer_gpu = in->peer_gpu;
+		rep.peer_mapped = in->cache.peer_mapped_bytes;
+		rep.peer_free = peer_free;
+		proto_set(&rep, PF_PEER_GPU);
+		proto_set(&rep, PF_PEER_MAPPED);
+		proto_set(&rep, PF_PEER_FREE);
+	}
 	reply(ctx, &rep);
 	pthread_mutex_unlock(&g.st_mu);
 }
@@ -623,7 +649,7 @@ static void on_gen(struct proto_ctx *ctx, const struct baton_msg *req)
 	pthread_mutex_unlock(&g.run_mu);
 }
 
-/* RELEASE, REFILL, VRAM: fenced by epoch, refused while the engine works. */
+/* RELEASE, REFILL, VRAM, PEER: fenced by epoch, refused while the engine works. */
 static void on_control(struct proto_ctx *ctx, const struct baton_msg *req)
 {
 	const char *op = proto_op_name(req->op);
@@ -646,6 +672,24 @@ static void on_control(struct proto_ctx *ctx, const struct baton_msg *req)
 		reply_err(ctx, req, BATON_ERANGE, "vram: reserve_mib %" PRIu64 " is out of range",
 		    req->reserve_mib);
 		return;
+	}
+	if (req->op == PROTO_OP_PEER) {
+		if (!g.o.use_peer) {
+			reply_err(ctx, req, BATON_EUNSUPPORTED,
+			    "peer: this engine has no peer device (start it with --peer-device N)");
+			return;
+		}
+		if (req->peer_mib > (UINT64_C(1) << 24)) {
+			reply_err(ctx, req, BATON_ERANGE, "peer: peer_mib %" PRIu64 " is out of range",
+			    req->peer_mib);
+			return;
+		}
+		/* g.info.peer_gpu is set once at start: no lock needed to read it */
+		if (proto_has(req, PF_PEER_GPU) && strcmp(req->peer_gpu, g.info.peer_gpu) != 0) {
+			reply_err(ctx, req, BATON_EINVAL, "peer: this engine's peer device is %s, not %s",
+			    g.info.peer_gpu, req->peer_gpu);
+			return;
+		}
 	}
 	if (pthread_mutex_trylock(&g.run_mu) != 0) {
 		if (proto_has(req, PF_EPOCH)) {
@@ -681,6 +725,9 @@ static void on_control(struct proto_ctx *ctx, const struct baton_msg *req)
 		/* whole again: back to the full target, then filled */
 		set_state("refilling");
 		rc = make_full(UINT64_MAX, &r);
+	} else if (req->op == PROTO_OP_PEER) {
+		/* the own tier's state does not change: no "working" state */
+		rc = engine_peer(g.e, req->peer_mib * MIB, &r);
 	} else {
 		int64_t reserve = req->reserve_mib == PROTO_RESERVE_FULL ? -1 :
 		    (int64_t)(req->reserve_mib * MIB);
@@ -699,12 +746,23 @@ static void on_control(struct proto_ctx *ctx, const struct baton_msg *req)
 	pthread_cond_broadcast(&g.yield_cv);
 	pthread_mutex_unlock(&g.st_mu);
 	pthread_mutex_unlock(&g.run_mu);
+	if (rc == BATON_ESTATE && req->op == PROTO_OP_PEER) {
+		reply_err(ctx, req, rc, "peer: the cache is released; a released engine borrows "
+		    "no memory (refill first)");
+		return;
+	}
 	if (rc) {
 		reply_err(ctx, req, rc, "%s failed: %s", op, baton_strerror(rc));
 		return;
 	}
-	logf_("%s: %s, %.3f ms, %" PRIu64 " bytes copied, %" PRIu64 " freed", op,
-	    cache_state_name(r.state), r.total_s * 1e3, r.bytes_copied, r.bytes_freed);
+	if (req->op == PROTO_OP_PEER)
+		logf_("peer: %.1f MiB on %s asked, %.1f MiB mapped, %" PRIu64 " bytes copied, %"
+		    PRIu64 " freed, %.3f ms", (double)req->peer_mib,
+		    g.info.peer_gpu, (double)g.info.cache.peer_mapped_bytes / MIB, r.bytes_copied,
+		    r.peer_bytes_freed, r.total_s * 1e3);
+	else
+		logf_("%s: %s, %.3f ms, %" PRIu64 " bytes copied, %" PRIu64 " freed", op,
+		    cache_state_name(r.state), r.total_s * 1e3, r.bytes_copied, r.bytes_freed);
 	uint64_t fr = 0, tot = 0;
 	engine_mem_info(g.e, &fr, &tot);
 	struct baton_msg rep;
@@ -718,9 +776,21 @@ static void on_control(struct proto_ctx *ctx, const struct baton_msg *req)
 	rep.free_bytes = fr;
 	proto_set(&rep, PF_MAPPED);
 	proto_set(&rep, PF_FREE);
+	if (g.o.use_peer) {
+		uint64_t pf = 0, pt = 0;
+		engine_peer_mem_info(g.e, &pf, &pt);
+		pthread_mutex_lock(&g.st_mu);
+		rep.peer_mapped = g.info.cache.peer_mapped_bytes;
+		pthread_mutex_unlock(&g.st_mu);
+		rep.peer_free = pf;
+		proto_set(&rep, PF_PEER_MAPPED);
+		proto_set(&rep, PF_PEER_FREE);
+	}
 	rep.ms = r.total_s * 1e3;
 	rep.bytes = req->op == PROTO_OP_RELEASE || (req->op == PROTO_OP_VRAM && r.bytes_copied == 0) ?
 	    r.bytes_freed : r.bytes_copied;
+	if (req->op == PROTO_OP_PEER) /* lend: copied into the peer tier; revoke: freed there */
+		rep.bytes = req->peer_mib ? r.bytes_copied : r.peer_bytes_freed;
 	reply(ctx, &rep);
 	/* The broker hears the new state from the reply when it sent the
 	 * command; anyone else's command is news to it. */
@@ -754,7 +824,8 @@ static void *receiver(void *arg)
 		case PROTO_OP_GEN: on_gen(ctx, &req); break;
 		case PROTO_OP_RELEASE:
 		case PROTO_OP_REFILL:
-		case PROTO_OP_VRAM: on_control(ctx, &req); break;
+		case PROTO_OP_VRAM:
+		case PROTO_OP_PEER: on_control(ctx, &req); break;
 		default:
 			reply_err(ctx, &req, BATON_EUNKNOWNOP, "an engine does not serve '%s'",
 			    proto_op_name(req.op));
@@ -873,6 +944,8 @@ int main(int argc, char **argv)
 		.host_capacity = g.o.host_mib * MIB,
 		.verify = g.o.verify || (getenv("BATON_VERIFY_REFILL") && atoi(getenv("BATON_VERIFY_REFILL"))),
 		.warm = g.o.broker ? 0 : 1,
+		.use_peer = g.o.use_peer,
+		.peer_device = g.o.peer_device,
 	};
 	char err[512] = "";
 	double t0 = now_s();
@@ -889,6 +962,9 @@ int main(int argc, char **argv)
 	    (double)g.info.cache.mapped_bytes / MIB, cache_state_name(g.info.cache.state), now_s() - t0);
 	if (g.info.compute_error)
 		logf_("warning: %s; GEN will be refused", g.info.compute_error);
+	if (g.o.use_peer)
+		logf_("peer tier on %s (device %d): empty until lent; it could use %.1f MiB",
+		    g.info.peer_gpu, g.o.peer_device, (double)g.info.peer_want / MIB);
 
 	if (ensure_ipc_dir(listen) != 0)
 		logf_("cannot create the directory of %s: %s", listen, strerror(errno));
@@ -939,6 +1015,8 @@ int main(int argc, char **argv)
 			.ceiling = g.ceiling,
 			.capacity = g.info.dev_total,
 			.priority = g.o.priority,
+			.peer_gpu = g.info.peer_gpu,
+			.peer_want = g.info.peer_want,
 			.state_fn = link_state,
 			.log = link_log,
 		};
