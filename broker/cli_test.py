@@ -214,7 +214,7 @@ def t_pins_survive_a_broker_restart(c):
     with open(state, "w") as f:
         f.write('{"version": 1, "pins": {"a": tru')
     c.broker()
-    bt.wait_for("a registered again", lambda: "a" in status_json(c)[1], timeout=10)
+    bt.wait_for("a and b registered again", lambda: {"a", "b"} <= set(status_json(c)[1]), timeout=10)
     assert status_json(c)[1]["a"]["pinned"] is False
     assert "broker.state:1: " in open(c.log("broker")).read()
     baton(c, "pin", "b", check=0)
