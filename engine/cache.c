@@ -57,6 +57,18 @@
  * Verify mode reads back what refills (and resize's fills) copy; a lookup's
  * copies are not read back, as they never were for misses.
  *
+ * Peer tier. A second reservation (p_base, reserved at the first
+ * cache_peer_set, kept until destroy) of p_n_segs = ceil(items / sps)
+ * segments; the first p_mapped are mapped with the backend's map_peer and
+ * unmapped from the top down, so a shrink keeps the low ones. p_slot_item /
+ * item_peer is its residency table; a peer slot is either empty or holds
+ * its item's bytes (no pending state: a peer segment is filled when it is
+ * mapped, and a failed copy empties its slots). item_heat counts lookups
+ * per item whatever tier serves it, halved with the slot counts, so an
+ * item keeps its heat when it changes tier or leaves both. Rebalances run
+ * at the start of a lookup, never after it, because a rebalance reuses
+ * slots whose addresses a previous lookup may have handed out.
+ *
  * Coalescing. Neighbouring slots of one segment are copied in one copy
  * when their sources follow each other in host memory without a gap (each
  * item but the run's last fills its slot exactly): the run is then one
