@@ -1491,12 +1491,17 @@ static void t_peer_release(void)
 	dir_cleanup();
 }
 
-/* Experts move between the tiers by heat: promotion and intake. */
-static void t_peer_heat(void)
+/* Experts move between the tiers by heat: promotion and intake. With
+ * copy_d2d a promotion is copied from the peer slot, else from the host. */
+static void peer_heat(int d2d)
 {
 	dir_setup();
 	struct fx f = { 0 };
 	fx_open(&f, 64 * MiB);
+	struct baton_backend no_d2d = baton_backend_host;
+	no_d2d.copy_d2d = NULL;
+	if (!d2d)
+		f.be = &no_d2d;
 	fx_items(&f, 200, SLOT, SLOT, 25);
 	fx_cache(&f, SEG, 0); /* own: 32 slots */
 	struct baton_dev *peer = peer_open(2 * MiB); /* peer: 32 slots */
@@ -1513,7 +1518,8 @@ static void t_peer_heat(void)
 		lookup_ok(&f, &i40, 1);
 	T_EQ_INT(cache_slot_of(f.c, 40), -1);
 	T_OK(cache_peer_rebalance(f.c, &rep));
-	T_EQ_INT(rep.bytes_copied, 2 * SLOT);
+	T_EQ_INT(rep.bytes_copied, d2d ? SLOT : 2 * SLOT); /* from the host: the demotion (and the promotion) */
+	T_EQ_INT(rep.copies, 2);
 	T_ASSERT(cache_slot_of(f.c, 40) >= 0);
 	T_EQ_INT(cache_peer_slot_of(f.c, 40), -1);
 	T_EQ_INT(cache_peer_slot_of(f.c, 0), 8); /* item 0 took 40's peer slot */
@@ -1575,6 +1581,16 @@ static void t_peer_heat(void)
 	baton_backend_host.close(peer);
 	fx_close(&f);
 	dir_cleanup();
+}
+
+static void t_peer_heat(void)
+{
+	peer_heat(1);
+}
+
+static void t_peer_heat_no_d2d(void)
+{
+	peer_heat(0);
 }
 
 /* kill -9 of a process holding a peer tier gives the peer's memory back. */
@@ -1678,5 +1694,5 @@ T_MAIN(T_CASE(t_bad_args), T_CASE(t_geometry), T_CASE(t_release_frees),
     T_CASE(t_lookup_copies_only_needed), T_CASE(t_lookup_mixed),
     T_CASE(t_evict_pending_first), T_CASE(t_verify_pending), T_CASE(t_pending_partial),
     T_CASE_TIMEOUT(t_cycles_lookup, 120), T_CASE(t_two_processes), T_CASE(t_kill9_returns),
-    T_CASE(t_peer_set_use), T_CASE(t_peer_bad), T_CASE(t_peer_release), T_CASE(t_peer_heat),
+    T_CASE(t_peer_set_use), T_CASE(t_peer_bad), T_CASE(t_peer_release), T_CASE(t_peer_heat), T_CASE(t_peer_heat_no_d2d),
     T_CASE(t_peer_kill9), T_CASE(t_peer_verify_and_faults))
