@@ -103,6 +103,10 @@ struct baton_backend {
 
 	/* Queues copies host to device; they are complete after sync(). */
 	int (*copy_h2d)(struct baton_dev *dev, const struct baton_copy *copies, size_t n);
+	/* Optional: queues a copy between two device addresses of this
+	 * context (own or peer segments, not overlapping); complete after
+	 * sync(), and ordered with the other copies and kernels. */
+	int (*copy_d2d)(struct baton_dev *dev, baton_dptr dst, baton_dptr src, uint64_t bytes);
 	/* Device to host, synchronous (verify mode, results). */
 	int (*copy_d2h)(struct baton_dev *dev, void *dst, baton_dptr src, uint64_t bytes);
 	/* Waits for every queued copy and kernel. */

@@ -893,6 +893,21 @@ static int cuda_copy_d2h(struct baton_dev *dev, void *dst, baton_dptr src, uint6
 	return stream_sync(dev);
 }
 
+/* Peer <-> own slot moves: over NVLink/PCIe between the GPUs, on the
+ * stream, after what is queued before. */
+static int cuda_copy_d2d(struct baton_dev *dev, baton_dptr dst, baton_dptr src, uint64_t bytes)
+{
+	if (!bytes)
+		return 0;
+	if (!dst || !src)
+		return BATON_EINVAL;
+	int rc = cur(dev);
+	if (rc)
+		return rc;
+	CU(dev, dev->d->MemcpyDtoDAsync(dst, src, bytes, dev->stream), "cuMemcpyDtoDAsync");
+	return 0;
+}
+
 static int cuda_sync(struct baton_dev *dev)
 {
 	int rc = cur(dev);
@@ -1272,6 +1287,7 @@ const struct baton_backend baton_backend_cuda = {
 	.host_unregister = cuda_host_unregister,
 	.copy_h2d = cuda_copy_h2d,
 	.copy_d2h = cuda_copy_d2h,
+	.copy_d2d = cuda_copy_d2d,
 	.sync = cuda_sync,
 	.moe_route = cuda_moe_route,
 	.moe_experts = cuda_moe_experts,

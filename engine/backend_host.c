@@ -661,6 +661,19 @@ static int host_copy_d2h(struct baton_dev *dev, void *dst, baton_dptr src, uint6
 	return 0;
 }
 
+static int host_copy_d2d(struct baton_dev *dev, baton_dptr dst, baton_dptr src, uint64_t bytes)
+{
+	if (!host_usable(dev))
+		return dev ? BATON_ESTATE : BATON_EINVAL;
+	if (!bytes)
+		return 0;
+	if (!range_mapped(dev, dst, bytes) || !range_mapped(dev, src, bytes) ||
+	    (dst < src + bytes && src < dst + bytes))
+		return BATON_EINVAL;
+	memcpy((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, bytes);
+	return 0;
+}
+
 static int host_sync(struct baton_dev *dev)
 {
 	if (!host_usable(dev))
@@ -688,6 +701,7 @@ const struct baton_backend baton_backend_host = {
 	.host_unregister = host_unregister,
 	.copy_h2d = host_copy_h2d,
 	.copy_d2h = host_copy_d2h,
+	.copy_d2d = host_copy_d2d,
 	.sync = host_sync,
 	/* The CPU reference math: engine/moe_host.c and engine/dtype.c. */
 	.moe_route = host_moe_route,

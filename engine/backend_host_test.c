@@ -644,8 +644,65 @@ static void t_fork_child(void)
 	dir_cleanup();
 }
 
+/* The peer slots: memory charged to another host device, mapped in this
+ * one's reservation; copy_d2d between segments. */
+static void t_map_peer(void)
+{
+	dir_setup();
+	struct baton_dev *d = dev_open(0, 16 * MiB), *p = dev_open(1, 8 * MiB);
+	T_OK(H->peer_access(d, p));
+	T_EQ_ERR(H->peer_access(d, d), BATON_EINVAL);
+	baton_dptr base;
+	T_OK(H->reserve(d, 8 * GRAN, &base));
+	T_OK(H->map(d, base, GRAN));
+	T_OK(H->map_peer(d, p, base + GRAN, 2 * GRAN));
+	T_EQ_INT(dfree(d), 16 * MiB - GRAN);
+	T_EQ_INT(dfree(p), 8 * MiB - 2 * GRAN);
+	/* overlapping, outside the reservation, misaligned, too big, self */
+	T_EQ_ERR(H->map_peer(d, p, base + 2 * GRAN, GRAN), BATON_EINVAL);
+	T_EQ_ERR(H->map_peer(d, p, base + 8 * GRAN, GRAN), BATON_EINVAL);
+	T_EQ_ERR(H->map_peer(d, p, base + 3 * GRAN + 4096, GRAN), BATON_EINVAL);
+	T_EQ_ERR(H->map_peer(d, p, base + 3 * GRAN, 4 * GRAN), BATON_EDEVMEM);
+	T_EQ_ERR(H->map_peer(d, d, base + 3 * GRAN, GRAN), BATON_EINVAL);
+	T_EQ_INT(dfree(p), 8 * MiB - 2 * GRAN);
+
+	/* copies: host to peer segment, peer to own, and back */
+	uint8_t *src = malloc(GRAN), *back = malloc(GRAN);
+	T_ASSERT(src && back);
+	for (uint64_t i = 0; i < GRAN; i++)
+		src[i] = (uint8_t)(i * 7 + 3);
+	struct baton_copy c = { base + GRAN + 4096, src, GRAN };
+	T_OK(H->copy_h2d(d, &c, 1)); /* spans the peer segment's two granules */
+	T_OK(H->copy_d2d(d, base, base + GRAN + 4096, GRAN));
+	T_OK(H->sync(d));
+	T_OK(H->copy_d2h(d, back, base, GRAN));
+	T_ASSERT(memcmp(src, back, GRAN) == 0);
+	T_EQ_ERR(H->copy_d2d(d, base + 100, base, GRAN), BATON_EINVAL);         /* overlap */
+	T_EQ_ERR(H->copy_d2d(d, base + 3 * GRAN, base, GRAN), BATON_EINVAL);    /* unmapped dst */
+	T_EQ_ERR(H->copy_d2d(d, base, base + 2 * GRAN, 2 * GRAN), BATON_EINVAL); /* src runs past */
+
+	/* only unmap_peer, with its peer, unmaps it */
+	T_EQ_ERR(H->unmap(d, base + GRAN, 2 * GRAN), BATON_EINVAL);
+	T_EQ_ERR(H->unmap_peer(d, p, base, GRAN), BATON_EINVAL);
+	struct baton_dev *q = dev_open(2, 8 * MiB);
+	T_EQ_ERR(H->unmap_peer(d, q, base + GRAN, 2 * GRAN), BATON_EINVAL);
+	T_EQ_INT(dfree(p), 8 * MiB - 2 * GRAN);
+	T_OK(H->unmap_peer(d, p, base + GRAN, 2 * GRAN));
+	T_EQ_INT(dfree(p), 8 * MiB);
+	T_EQ_INT(dfree(d), 16 * MiB - GRAN);
+	T_EQ_ERR(H->copy_d2h(d, back, base + GRAN, 16), BATON_EINVAL); /* gone */
+	T_OK(H->unmap(d, base, GRAN));
+	T_OK(H->unreserve(d, base, 8 * GRAN));
+	free(src);
+	free(back);
+	H->close(q);
+	H->close(d);
+	H->close(p);
+	dir_cleanup();
+}
+
 T_MAIN(T_CASE(t_find), T_CASE(t_open_info), T_CASE(t_map_unmap), T_CASE(t_map_populated),
     T_CASE(t_map_errors),
     T_CASE(t_copies), T_CASE(t_copies_split), T_CASE(t_alloc_free), T_CASE(t_close_returns),
     T_CASE(t_shared_capacity), T_CASE(t_capacity_rules), T_CASE(t_garbage_file),
-    T_CASE(t_owner_liveness), T_CASE(t_processes), T_CASE(t_fork_child))
+    T_CASE(t_owner_liveness), T_CASE(t_processes), T_CASE(t_fork_child), T_CASE(t_map_peer))

@@ -57,6 +57,18 @@
  * Verify mode reads back what refills (and resize's fills) copy; a lookup's
  * copies are not read back, as they never were for misses.
  *
+ * Peer tier. A second reservation (p_base, reserved at the first
+ * cache_peer_set, kept until destroy) of p_n_segs = ceil(items / sps)
+ * segments; the first p_mapped are mapped with the backend's map_peer and
+ * unmapped from the top down, so a shrink keeps the low ones. p_slot_item /
+ * item_peer is its residency table; a peer slot is either empty or holds
+ * its item's bytes (no pending state: a peer segment is filled when it is
+ * mapped, and a failed copy empties its slots). item_heat counts lookups
+ * per item whatever tier serves it, halved with the slot counts, so an
+ * item keeps its heat when it changes tier or leaves both. Rebalances run
+ * at the start of a lookup, never after it, because a rebalance reuses
+ * slots whose addresses a previous lookup may have handed out.
+ *
  * Coalescing. Neighbouring slots of one segment are copied in one copy
  * when their sources follow each other in host memory without a gap (each
  * item but the run's last fills its slot exactly): the run is then one
@@ -145,6 +157,7 @@ struct baton_cache {
 	uint64_t *item_heat;     /* per item: lookups, decayed like slot_hits */
 	uint32_t *p_a, *p_b;     /* rebalance scratch: max(items, slots, peer slots) each */
 	uint32_t *p_fillv;       /* peer slots to copy into */
+	uint32_t *p_prom;        /* the peer slot each promotion copies from */
 	uint8_t *p_queued;       /* peer slots refilled by this rebalance */
 	uint32_t p_every, p_moves, p_calls;
 	uint64_t peer_hits, peer_moves;
@@ -716,6 +729,7 @@ void cache_destroy(struct baton_cache *c)
 	free(c->p_b);
 	free(c->p_fillv);
 	free(c->p_queued);
+	free(c->p_prom);
 	free(c->item_peer);
 	free(c->item_heat);
 	free(c->inflight);
@@ -1082,6 +1096,45 @@ static int p_fill(struct baton_cache *c, const uint32_t *slots, uint32_t n,
 	return rc;
 }
 
+/* Copies each promoted item from peer slot from[j] (its bytes are still
+ * there: nothing was copied into it yet) to own slot slots[j], then syncs;
+ * verify reads them back. A slot whose copy failed or differs is emptied. */
+static int promote_d2d(struct baton_cache *c, const uint32_t *slots, const uint32_t *from,
+    uint32_t n, struct baton_cache_report *rep)
+{
+	double t0 = now_s();
+	int rc = 0;
+	uint32_t j = 0;
+	for (; j < n && !rc; j++) {
+		const struct baton_cache_item *it = &c->items[c->slot_item[slots[j]]];
+		rc = c->be->copy_d2d(c->dev, slot_addr(c, slots[j]), p_slot_addr(c, from[j]), it->bytes);
+	}
+	if (!rc)
+		rc = c->be->sync(c->dev);
+	if (rc) {
+		for (uint32_t k = 0; k < n; k++)
+			unassign_slot(c, slots[k]);
+		rep->copy_s += now_s() - t0;
+		return rc;
+	}
+	rep->copies += n;
+	for (j = 0; j < n; j++)
+		clear_pending(c, slots[j]);
+	for (j = 0; c->verify && j < n; j++) {
+		int ok = 0;
+		if (c->slot_item[slots[j]] < 0)
+			continue;
+		if ((rc = verify_slot(c, slots[j], &ok)) != 0)
+			break;
+		if (!ok) {
+			rep->mismatches++;
+			unassign_slot(c, slots[j]);
+		}
+	}
+	rep->copy_s += now_s() - t0;
+	return rc;
+}
+
 /* Orders items by heat, hottest first; ties to the lower index. */
 static int cmp_item_hot(const void *a, const void *b, void *arg)
 {
@@ -1154,6 +1207,7 @@ static int peer_rebalance(struct baton_cache *c, uint32_t limit, struct baton_ca
 		p_unassign(c, p);
 		assign(c, s, item); /* pending until copied */
 		c->slot_hits[s] = c->item_heat[item];
+		c->p_prom[n_own] = p;
 		own_fill[n_own++] = s;
 		if (old >= 0) {
 			c->p_slot_item[p] = old;
@@ -1189,7 +1243,11 @@ static int peer_rebalance(struct baton_cache *c, uint32_t limit, struct baton_ca
 		}
 	}
 
-	if (n_own) {
+	if (n_own && c->be->copy_d2d) {
+		/* Promotions device to device, queued before the copies that
+		 * refill those peer slots (stream order keeps them apart). */
+		rc = promote_d2d(c, own_fill, c->p_prom, n_own, rep);
+	} else if (n_own) {
 		qsort(own_fill, n_own, sizeof *own_fill, cmp_u32);
 		rc = fill_slots(c, own_fill, n_own, c->verify, rep);
 	}
@@ -1208,6 +1266,7 @@ static int peer_prepare(struct baton_cache *c)
 	free(c->p_b);
 	free(c->p_fillv);
 	free(c->p_queued);
+	free(c->p_prom);
 	uint32_t n = c->n_items ? (c->n_items + c->sps - 1) / c->sps : 1;
 	size_t np = (size_t)n * c->sps;
 	size_t big = np > c->n_items ? np : c->n_items;
@@ -1218,7 +1277,8 @@ static int peer_prepare(struct baton_cache *c)
 	c->p_b = malloc(big * sizeof *c->p_b);
 	c->p_fillv = malloc(np * sizeof *c->p_fillv);
 	c->p_queued = malloc(np);
-	if (!c->p_slot_item || !c->p_a || !c->p_b || !c->p_fillv || !c->p_queued)
+	c->p_prom = malloc(big * sizeof *c->p_prom);
+	if (!c->p_slot_item || !c->p_a || !c->p_b || !c->p_fillv || !c->p_queued || !c->p_prom)
 		return BATON_ENOMEM; /* freed by cache_destroy */
 	for (uint64_t p = 0; p < (uint64_t)n * c->sps; p++)
 		c->p_slot_item[p] = -1;

@@ -43,8 +43,10 @@
  * (promotion), then puts the hottest items of neither tier into empty peer
  * slots and in place of colder peer items (intake), at most `moves`
  * (default 8) of each kind. "Colder" means by at least 2 lookups, so that
- * near-equal items do not swap back and forth; every move is a copy from
- * the host arena. The peer tier is lent and revoked by the broker:
+ * near-equal items do not swap back and forth. A promoted item is copied
+ * from its peer slot when the backend has copy_d2d (else from the host
+ * arena), and before anything is copied into that slot; every other move
+ * is a copy from the host arena. The peer tier is lent and revoked by the broker:
  *   peer_set(bytes > 0)  map whole segments on the peer up to `bytes`,
  *            and no more than the items outside the own tier's target need
  *            (fewer when the peer has no room: partial is not an error),

@@ -1491,12 +1491,17 @@ static void t_peer_release(void)
 	dir_cleanup();
 }
 
-/* Experts move between the tiers by heat: promotion and intake. */
-static void t_peer_heat(void)
+/* Experts move between the tiers by heat: promotion and intake. With
+ * copy_d2d a promotion is copied from the peer slot, else from the host. */
+static void peer_heat(int d2d)
 {
 	dir_setup();
 	struct fx f = { 0 };
 	fx_open(&f, 64 * MiB);
+	struct baton_backend no_d2d = baton_backend_host;
+	no_d2d.copy_d2d = NULL;
+	if (!d2d)
+		f.be = &no_d2d;
 	fx_items(&f, 200, SLOT, SLOT, 25);
 	fx_cache(&f, SEG, 0); /* own: 32 slots */
 	struct baton_dev *peer = peer_open(2 * MiB); /* peer: 32 slots */
@@ -1513,7 +1518,8 @@ static void t_peer_heat(void)
 		lookup_ok(&f, &i40, 1);
 	T_EQ_INT(cache_slot_of(f.c, 40), -1);
 	T_OK(cache_peer_rebalance(f.c, &rep));
-	T_EQ_INT(rep.bytes_copied, 2 * SLOT);
+	T_EQ_INT(rep.bytes_copied, d2d ? SLOT : 2 * SLOT); /* from the host: the demotion (and the promotion) */
+	T_EQ_INT(rep.copies, 2);
 	T_ASSERT(cache_slot_of(f.c, 40) >= 0);
 	T_EQ_INT(cache_peer_slot_of(f.c, 40), -1);
 	T_EQ_INT(cache_peer_slot_of(f.c, 0), 8); /* item 0 took 40's peer slot */
@@ -1577,6 +1583,16 @@ static void t_peer_heat(void)
 	dir_cleanup();
 }
 
+static void t_peer_heat(void)
+{
+	peer_heat(1);
+}
+
+static void t_peer_heat_no_d2d(void)
+{
+	peer_heat(0);
+}
+
 /* kill -9 of a process holding a peer tier gives the peer's memory back. */
 static void t_peer_kill9(void)
 {
@@ -1612,6 +1628,65 @@ static void t_peer_kill9(void)
 	dir_cleanup();
 }
 
+/* Verify mode checks peer slots too; a failed copy empties the slots it
+ * meant to fill, and what is served stays right. */
+static int g_fail_copies;
+static int failing_copy_h2d(struct baton_dev *dev, const struct baton_copy *copies, size_t n)
+{
+	if (g_fail_copies)
+		return BATON_EDRIVER;
+	return baton_backend_host.copy_h2d(dev, copies, n);
+}
+
+static void t_peer_verify_and_faults(void)
+{
+	dir_setup();
+	struct fx f = { 0 };
+	fx_open(&f, 64 * MiB);
+	fx_items(&f, 100, SLOT, SLOT, 27);
+	f.items[40].checksum ^= 1; /* the bytes of 40 "arrive wrong" */
+	fx_cache(&f, SEG, 1);
+	struct baton_dev *peer = peer_open(8 * MiB);
+	struct baton_cache_report rep;
+	T_OK(cache_refill(f.c, &rep));
+	T_OK(cache_peer_set(f.c, peer, 8 * MiB, &rep));
+	T_EQ_INT(rep.mismatches, 1);
+	T_EQ_INT(cache_peer_slot_of(f.c, 40), -1);
+	T_EQ_INT(stats_of(&f).peer_items_resident, 67);
+	f.items[40].checksum ^= 1;
+	cache_destroy(f.c);
+	f.c = NULL;
+
+	/* Copies fail while lending: the error comes back, the segments are
+	 * mapped but hold nothing, lookups load from the host as before. */
+	struct baton_backend failing = baton_backend_host;
+	failing.copy_h2d = failing_copy_h2d;
+	f.be = &failing;
+	fx_cache(&f, SEG, 0);
+	T_OK(cache_refill(f.c, &rep));
+	g_fail_copies = 1;
+	T_EQ_ERR(cache_peer_set(f.c, peer, 8 * MiB, &rep), BATON_EDRIVER);
+	g_fail_copies = 0;
+	struct baton_cache_stats st = stats_of(&f);
+	T_EQ_INT(st.peer_items_resident, 0);
+	T_EQ_INT(st.peer_mapped_bytes, 6 * MiB);
+	uint32_t ids[100];
+	range_ids(ids, 32, 10);
+	T_EQ_INT(misses_of(&f, ids, 10), 10);
+	/* Lending again fills the empty slots. */
+	T_OK(cache_peer_set(f.c, peer, 8 * MiB, &rep));
+	T_EQ_INT(stats_of(&f).peer_items_resident, 68); /* all 68 outside the own tier */
+	range_ids(ids, 0, 100);
+	for (uint32_t i = 0; i < 100; i += 20)
+		lookup_ok(&f, ids + i, 20);
+	cache_destroy(f.c);
+	f.c = NULL;
+	T_EQ_INT(peer_free(peer), 8 * MiB);
+	baton_backend_host.close(peer);
+	fx_close(&f);
+	dir_cleanup();
+}
+
 T_MAIN(T_CASE(t_bad_args), T_CASE(t_geometry), T_CASE(t_release_frees),
     T_CASE_TIMEOUT(t_cycles_verify, 120), T_CASE(t_verify_mismatch), T_CASE(t_coalescing),
     T_CASE(t_lookup_then_refill), T_CASE(t_lookup_misses), T_CASE(t_lookup_released),
@@ -1619,5 +1694,5 @@ T_MAIN(T_CASE(t_bad_args), T_CASE(t_geometry), T_CASE(t_release_frees),
     T_CASE(t_lookup_copies_only_needed), T_CASE(t_lookup_mixed),
     T_CASE(t_evict_pending_first), T_CASE(t_verify_pending), T_CASE(t_pending_partial),
     T_CASE_TIMEOUT(t_cycles_lookup, 120), T_CASE(t_two_processes), T_CASE(t_kill9_returns),
-    T_CASE(t_peer_set_use), T_CASE(t_peer_bad), T_CASE(t_peer_release), T_CASE(t_peer_heat),
-    T_CASE(t_peer_kill9))
+    T_CASE(t_peer_set_use), T_CASE(t_peer_bad), T_CASE(t_peer_release), T_CASE(t_peer_heat), T_CASE(t_peer_heat_no_d2d),
+    T_CASE(t_peer_kill9), T_CASE(t_peer_verify_and_faults))

@@ -63,6 +63,8 @@
 	    (CUdeviceptr, const void *, size_t, CUstream))                          \
 	X(CUresult, MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2",                        \
 	    (void *, CUdeviceptr, size_t, CUstream))                                \
+	X(CUresult, MemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2",                        \
+	    (CUdeviceptr, CUdeviceptr, size_t, CUstream))                           \
 	X(CUresult, MemAddressReserve, "cuMemAddressReserve",                       \
 	    (CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long))       \
 	X(CUresult, MemAddressFree, "cuMemAddressFree", (CUdeviceptr, size_t))      \

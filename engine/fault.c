@@ -222,6 +222,12 @@ static int f_copy_d2h(struct baton_dev *dev, void *dst, baton_dptr src, uint64_t
 	return rc ? rc : IN(dev)->copy_d2h(dev, dst, src, bytes);
 }
 
+static int f_copy_d2d(struct baton_dev *dev, baton_dptr dst, baton_dptr src, uint64_t bytes)
+{
+	int rc = hit(F_COPY, BATON_EDRIVER); /* a copy like copy_h2d */
+	return rc ? rc : IN(dev)->copy_d2d(dev, dst, src, bytes);
+}
+
 static int f_sync(struct baton_dev *dev)
 {
 	return IN(dev)->sync(dev);
@@ -273,6 +279,7 @@ static const struct baton_backend *table_for(const struct baton_backend *in)
 				.host_unregister = in->host_unregister ? f_host_unregister : NULL,
 				.copy_h2d = f_copy_h2d,
 				.copy_d2h = f_copy_d2h,
+				.copy_d2d = in->copy_d2d ? f_copy_d2d : NULL,
 				.sync = f_sync,
 				.moe_route = in->moe_route ? f_moe_route : NULL,
 				.moe_experts = in->moe_experts ? f_moe_experts : NULL,

@@ -2,9 +2,8 @@
  * fault.h: fault injection for the engine's device calls (internal).
  *
  * A decorator over any struct baton_backend: the Nth call of map (map_peer
- * counts as a map), alloc, copy_h2d or copy_d2h (counted per process,
- * 1-based, from the wrap) fails
- * with the code a real device gives (BATON_EDEVMEM for map and alloc,
+ * counts as a map), alloc, copy_h2d (copy_d2d counts as one) or copy_d2h
+ * (counted per process, 1-based, from the wrap) fails with the code a real device gives (BATON_EDEVMEM for map and alloc,
  * BATON_EDRIVER for copy_h2d, BATON_EIO for copy_d2h), without calling the
  * wrapped backend, so nothing is left mapped or half copied.
  *

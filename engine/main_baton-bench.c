@@ -11,10 +11,18 @@
  * same segments, first GEN step after a refill starts as a fraction of the
  * full refill, GEN steps/s before release and after refill, the naive path
  * (free, alloc, pageable copy), and pinning seconds per GiB.
+ *
+ * With --peer-device N it measures the peer tier instead (peer_bench):
+ * GEN steps/s and the rate at which the MoE kernels read expert bytes with
+ * every expert on the own device, half of them on the peer, all but one
+ * segment on the peer, and every step's experts copied from host memory
+ * (release before each step); the lend and revoke times; and whether the
+ * outputs agree. Without a device N it says so and exits 0.
  */
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -149,6 +157,178 @@ static void measure_naive(const struct baton_backend *be, struct baton_dev *dev,
 	free(pageable);
 }
 
+/* ---- the peer tier ---------------------------------------------------------- */
+
+struct peer_run {
+	const char *name;
+	double steps_s, read_gbps, lend_ms, revoke_ms, peer_share;
+	uint64_t peer_mapped;
+	float *out;
+	int ran;
+};
+
+/* One scenario: an engine whose own cache holds own_bytes (0: the whole
+ * model), with a peer tier of everything else when lend, or with every
+ * step's experts from host memory when from_host. */
+static void peer_scenario(struct baton_engine_config cfg, uint64_t own_bytes, int lend,
+    int from_host, uint32_t batch, uint32_t steps, struct peer_run *run)
+{
+	struct baton_engine *e;
+	char err[512] = "";
+	cfg.cache_bytes = own_bytes;
+	cfg.use_peer = lend;
+	int rc = engine_open(&cfg, &e, err, sizeof err);
+	if (rc)
+		die(run->name, rc, err);
+	struct baton_engine_info info;
+	engine_info(e, &info);
+	if (info.compute_error)
+		die("GEN", BATON_EUNSUPPORTED, info.compute_error);
+	struct baton_cache_report r;
+	if (lend) {
+		uint64_t f0 = 0, f1 = 0, t = 0;
+		engine_peer_mem_info(e, &f0, &t);
+		if ((rc = engine_peer(e, info.peer_want, &r)) != 0)
+			die("lending the peer tier", rc, NULL);
+		run->lend_ms = r.total_s * 1e3;
+		engine_info(e, &info);
+		run->peer_mapped = info.cache.peer_mapped_bytes;
+		engine_peer_mem_info(e, &f1, &t);
+		/* the loan must show in the peer's own free count */
+		if (f0 < f1 + run->peer_mapped)
+			fprintf(stderr, "baton-bench: peer free fell by %" PRIu64 " bytes for %" PRIu64
+			    " mapped\n", f0 - f1, run->peer_mapped);
+	}
+	size_t n = (size_t)batch * info.d_model;
+	run->out = malloc(n * sizeof(float));
+	if (!run->out)
+		die("malloc", BATON_ENOMEM, NULL);
+	uint64_t sum;
+	struct baton_gen_timings t, tt = { 0 };
+	if ((rc = engine_gen(e, 2, batch, 42, NULL, NULL, &sum, &t)) != 0) /* warm */
+		die("GEN", rc, NULL);
+	struct baton_cache_stats s0, s1;
+	cache_stats(engine_cache(e), &s0);
+	if (from_host) {
+		/* Each step's experts come from host memory: release, one step. */
+		for (uint32_t i = 0; i < steps; i++) {
+			if ((rc = engine_release(e, &r)) != 0 ||
+			    (rc = engine_gen(e, 1, batch, 42 + i, NULL, run->out, &sum, &t)) != 0)
+				die("GEN from host", rc, NULL);
+			tt.total_s += t.total_s;
+			tt.compute_s += t.compute_s;
+		}
+		/* the compared output: the same GEN as the others */
+		if ((rc = engine_gen(e, steps, batch, 42, NULL, run->out, &sum, &t)) != 0)
+			die("GEN", rc, NULL);
+	} else {
+		if ((rc = engine_gen(e, steps, batch, 42, NULL, run->out, &sum, &tt)) != 0)
+			die("GEN", rc, NULL);
+	}
+	cache_stats(engine_cache(e), &s1);
+	uint64_t lookups = s1.hits - s0.hits + s1.misses - s0.misses;
+	run->peer_share = lookups ? (double)(s1.peer_hits - s0.peer_hits) / (double)lookups : 0;
+	run->steps_s = steps / tt.total_s;
+	/* batch 1: top_k distinct experts per layer and step */
+	uint64_t blob = info.model_bytes / ((uint64_t)info.layers * info.experts);
+	if (batch == 1 && tt.compute_s > 0)
+		run->read_gbps = (double)steps * info.layers * info.top_k * blob / tt.compute_s / 1e9;
+	if (lend) {
+		if ((rc = engine_peer(e, 0, &r)) != 0)
+			die("revoking the peer tier", rc, NULL);
+		run->revoke_ms = r.total_s * 1e3;
+	}
+	run->ran = 1;
+	engine_close(e);
+}
+
+static int peer_bench(struct baton_engine_config cfg, uint32_t batch, uint32_t steps,
+    const char *json)
+{
+	/* Can it run at all? The peer device must open and be reachable. */
+	struct baton_engine *e;
+	char err[512] = "";
+	struct baton_engine_config probe = cfg;
+	probe.warm = 0;
+	probe.cache_bytes = 0;
+	int rc = engine_open(&probe, &e, err, sizeof err);
+	if (rc == BATON_ENODEV || rc == BATON_EUNSUPPORTED) {
+		printf("baton-bench: skip: the peer tier needs a second device (--peer-device %d) "
+		    "that device %d can read: %s\n", cfg.peer_device, cfg.device, err);
+		return 0;
+	}
+	if (rc)
+		die("opening the engine", rc, err);
+	struct baton_engine_info info;
+	engine_info(e, &info);
+	struct baton_cache_stats st = info.cache;
+	uint64_t whole = st.target_bytes, seg = st.segment_bytes;
+	printf("baton-bench: peer tier, backend %s, device %s, peer %s, arena %s\n", info.backend,
+	    info.gpu, info.peer_gpu, cfg.arena_path);
+	printf("  model: %u layers x %u experts, top-%u, %.2f GiB of experts; segments of %" PRIu64
+	    " MiB; batch %u, %u steps\n", info.layers, info.experts, info.top_k,
+	    (double)info.model_bytes / GIB, (uint64_t)(seg / MIB), batch, steps);
+	engine_close(e);
+	if (whole < 2 * seg)
+		die("peer bench", BATON_EINVAL, "the model fits one segment: nothing to put on a peer");
+
+	struct peer_run runs[4] = {
+		{ .name = "all experts on the own device" },
+		{ .name = "half on the peer" },
+		{ .name = "all but one segment on the peer" },
+		{ .name = "every step from host memory" },
+	};
+	uint64_t half = whole / 2 / seg * seg;
+	peer_scenario(cfg, whole, 0, 0, batch, steps, &runs[0]);
+	peer_scenario(cfg, half, 1, 0, batch, steps, &runs[1]);
+	peer_scenario(cfg, seg, 1, 0, batch, steps, &runs[2]);
+	peer_scenario(cfg, whole, 0, 1, batch, steps, &runs[3]);
+
+	size_t n = (size_t)batch * info.d_model;
+	double worst = 0;
+	for (int k = 1; k < 4; k++)
+		for (size_t i = 0; i < n; i++) {
+			double d = fabs((double)runs[k].out[i] - (double)runs[0].out[i]);
+			double m = fabs((double)runs[0].out[i]);
+			d = m > 1 ? d / m : d;
+			if (d > worst)
+				worst = d;
+		}
+	printf("\n  %-36s %10s %12s %10s %10s %10s %10s\n", "scenario", "GEN st/s", "read GB/s",
+	    "peer hits", "peer GiB", "lend ms", "revoke ms");
+	for (int k = 0; k < 4; k++) {
+		char rd[32];
+		if (runs[k].read_gbps > 0)
+			snprintf(rd, sizeof rd, "%.1f", runs[k].read_gbps);
+		else
+			snprintf(rd, sizeof rd, "n/a");
+		printf("  %-36s %10.1f %12s %9.1f%% %10.2f %10.3f %10.3f\n", runs[k].name,
+		    runs[k].steps_s, rd, runs[k].peer_share * 100, (double)runs[k].peer_mapped / GIB,
+		    runs[k].lend_ms, runs[k].revoke_ms);
+	}
+	printf("  read GB/s: expert bytes the MoE kernels read per second of their time (batch 1 only)\n");
+	printf("  outputs vs all-on-own: max difference %.3g (%s)\n", worst,
+	    worst == 0 ? "identical" : worst < 1e-3 ? "within 1e-3" : "DIFFERENT");
+	if (json) {
+		FILE *f = fopen(json, "w");
+		if (!f)
+			die(json, BATON_EIO, strerror(errno));
+		fprintf(f, "{\"backend\":\"%s\",\"device\":\"%s\",\"peer\":\"%s\",\"runs\":[",
+		    info.backend, info.gpu, info.peer_gpu);
+		for (int k = 0; k < 4; k++)
+			fprintf(f, "%s{\"name\":\"%s\",\"gen_steps_s\":%.3f,\"read_gbps\":%.3f,"
+			    "\"peer_share\":%.4f,\"peer_bytes\":%" PRIu64 ",\"lend_ms\":%.4f,"
+			    "\"revoke_ms\":%.4f}", k ? "," : "", runs[k].name, runs[k].steps_s,
+			    runs[k].read_gbps, runs[k].peer_share, runs[k].peer_mapped, runs[k].lend_ms,
+			    runs[k].revoke_ms);
+		fprintf(f, "],\"max_output_difference\":%.6g}\n", worst);
+		fclose(f);
+	}
+	for (int k = 0; k < 4; k++)
+		free(runs[k].out);
+	return worst < 1e-3 ? 0 : 1;
+}
+
 static double gen_rate(struct baton_engine *e, uint32_t batch, uint32_t steps, uint64_t *sum)
 {
 	struct baton_gen_timings t;
@@ -163,7 +343,8 @@ int main(int argc, char **argv)
 	struct baton_engine_config cfg = { .name = "bench", .backend = "auto", .warm = 1 };
 	uint64_t cycles = 5, batch = 4, steps = 20;
 	const char *json = NULL;
-	enum { O_ARENA = 1, O_BACKEND, O_DEVICE, O_CACHE, O_SEG, O_CYCLES, O_BATCH, O_STEPS, O_HOSTMIB, O_JSON };
+	enum { O_ARENA = 1, O_BACKEND, O_DEVICE, O_CACHE, O_SEG, O_CYCLES, O_BATCH, O_STEPS, O_HOSTMIB, O_JSON,
+	       O_PEER };
 	static const struct option opts[] = {
 		{ "arena", required_argument, 0, O_ARENA },
 		{ "backend", required_argument, 0, O_BACKEND },
@@ -175,6 +356,7 @@ int main(int argc, char **argv)
 		{ "steps", required_argument, 0, O_STEPS },
 		{ "host-device-mib", required_argument, 0, O_HOSTMIB },
 		{ "json", required_argument, 0, O_JSON },
+		{ "peer-device", required_argument, 0, O_PEER },
 		{ 0, 0, 0, 0 },
 	};
 	int o;
@@ -190,10 +372,14 @@ int main(int argc, char **argv)
 		case O_STEPS: steps = parse_u64("--steps", optarg); break;
 		case O_HOSTMIB: cfg.host_capacity = parse_u64("--host-device-mib", optarg) * MIB; break;
 		case O_JSON: json = optarg; break;
+		case O_PEER:
+			cfg.peer_device = (int)parse_u64("--peer-device", optarg);
+			cfg.use_peer = 1;
+			break;
 		default:
 			fprintf(stderr, "usage: baton-bench --arena PATH [--backend host|cuda|auto] "
 			    "[--device N] [--cache-mib N] [--segment-mib N] [--cycles N] [--batch N] "
-			    "[--steps N] [--host-device-mib N] [--json FILE]\n");
+			    "[--steps N] [--host-device-mib N] [--json FILE] [--peer-device N]\n");
 			return 2;
 		}
 	}
@@ -202,6 +388,13 @@ int main(int argc, char **argv)
 		fprintf(stderr, "baton-bench: --arena is required; cycles 1..1000, batch 1..%u, steps 1..%u\n",
 		    BATON_GEN_MAX_BATCH, BATON_GEN_MAX_STEPS);
 		return 2;
+	}
+	if (cfg.use_peer) {
+		if (cfg.peer_device == cfg.device) {
+			fprintf(stderr, "baton-bench: --peer-device must differ from --device\n");
+			return 2;
+		}
+		return peer_bench(cfg, (uint32_t)batch, (uint32_t)steps, json);
 	}
 
 	/* Pinning cost: the engine pins the arena once at open. */

@@ -105,6 +105,7 @@ static struct {
 	char listen_url[PATH_MAX];
 	volatile sig_atomic_t stopping;
 	uint32_t d_model;           /* set once at start */
+	char peer_gpu[64];          /* set once at start; "" without --peer-device */
 	struct opts o;
 } g = {
 	.run_mu = PTHREAD_MUTEX_INITIALIZER,
@@ -541,7 +542,7 @@ static void on_status(struct proto_ctx *ctx, const struct baton_msg *req)
 	for (size_t i = 0; i < sizeof fs / sizeof fs[0]; i++)
 		proto_set(&rep, fs[i]);
 	if (g.o.use_peer) {
-		rep.peer_gpu = in->peer_gpu;
+		rep.peer_gpu = g.peer_gpu;
 		rep.peer_mapped = in->cache.peer_mapped_bytes;
 		rep.peer_free = peer_free;
 		proto_set(&rep, PF_PEER_GPU);
@@ -684,10 +685,9 @@ static void on_control(struct proto_ctx *ctx, const struct baton_msg *req)
 			    req->peer_mib);
 			return;
 		}
-		/* g.info.peer_gpu is set once at start: no lock needed to read it */
-		if (proto_has(req, PF_PEER_GPU) && strcmp(req->peer_gpu, g.info.peer_gpu) != 0) {
+		if (proto_has(req, PF_PEER_GPU) && strcmp(req->peer_gpu, g.peer_gpu) != 0) {
 			reply_err(ctx, req, BATON_EINVAL, "peer: this engine's peer device is %s, not %s",
-			    g.info.peer_gpu, req->peer_gpu);
+			    g.peer_gpu, req->peer_gpu);
 			return;
 		}
 	}
@@ -744,6 +744,7 @@ static void on_control(struct proto_ctx *ctx, const struct baton_msg *req)
 	pthread_mutex_lock(&g.st_mu);
 	g.yield_at = 0;
 	pthread_cond_broadcast(&g.yield_cv);
+	uint64_t peer_mapped = g.info.cache.peer_mapped_bytes;
 	pthread_mutex_unlock(&g.st_mu);
 	pthread_mutex_unlock(&g.run_mu);
 	if (rc == BATON_ESTATE && req->op == PROTO_OP_PEER) {
@@ -758,7 +759,7 @@ static void on_control(struct proto_ctx *ctx, const struct baton_msg *req)
 	if (req->op == PROTO_OP_PEER)
 		logf_("peer: %.1f MiB on %s asked, %.1f MiB mapped, %" PRIu64 " bytes copied, %"
 		    PRIu64 " freed, %.3f ms", (double)req->peer_mib,
-		    g.info.peer_gpu, (double)g.info.cache.peer_mapped_bytes / MIB, r.bytes_copied,
+		    g.peer_gpu, (double)peer_mapped / MIB, r.bytes_copied,
 		    r.peer_bytes_freed, r.total_s * 1e3);
 	else
 		logf_("%s: %s, %.3f ms, %" PRIu64 " bytes copied, %" PRIu64 " freed", op,
@@ -779,9 +780,7 @@ static void on_control(struct proto_ctx *ctx, const struct baton_msg *req)
 	if (g.o.use_peer) {
 		uint64_t pf = 0, pt = 0;
 		engine_peer_mem_info(g.e, &pf, &pt);
-		pthread_mutex_lock(&g.st_mu);
-		rep.peer_mapped = g.info.cache.peer_mapped_bytes;
-		pthread_mutex_unlock(&g.st_mu);
+		rep.peer_mapped = peer_mapped;
 		rep.peer_free = pf;
 		proto_set(&rep, PF_PEER_MAPPED);
 		proto_set(&rep, PF_PEER_FREE);
@@ -956,6 +955,7 @@ int main(int argc, char **argv)
 	}
 	snapshot(NULL);
 	g.d_model = g.info.d_model;
+	snprintf(g.peer_gpu, sizeof g.peer_gpu, "%s", g.info.peer_gpu);
 	g.ceiling = g.info.cache.target_bytes;
 	logf_("%s on %s (%s): %u layers x %u experts, cache %.1f MiB %s, ready in %.3f s", g.o.arena,
 	    g.info.backend, g.info.gpu, g.info.layers, g.info.experts,
@@ -964,7 +964,7 @@ int main(int argc, char **argv)
 		logf_("warning: %s; GEN will be refused", g.info.compute_error);
 	if (g.o.use_peer)
 		logf_("peer tier on %s (device %d): empty until lent; it could use %.1f MiB",
-		    g.info.peer_gpu, g.o.peer_device, (double)g.info.peer_want / MIB);
+		    g.peer_gpu, g.o.peer_device, (double)g.info.peer_want / MIB);
 
 	if (ensure_ipc_dir(listen) != 0)
 		logf_("cannot create the directory of %s: %s", listen, strerror(errno));
@@ -1015,7 +1015,7 @@ int main(int argc, char **argv)
 			.ceiling = g.ceiling,
 			.capacity = g.info.dev_total,
 			.priority = g.o.priority,
-			.peer_gpu = g.info.peer_gpu,
+			.peer_gpu = g.peer_gpu,
 			.peer_want = g.info.peer_want,
 			.state_fn = link_state,
 			.log = link_log,
