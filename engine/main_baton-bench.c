@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <time.h>
 
 #include "arena/arena.h"
@@ -450,9 +451,10 @@ int main(int argc, char **argv)
 	double *rel = calloc(cycles, sizeof *rel), *ref = calloc(cycles, sizeof *ref);
 	double *refill_gbps = calloc(cycles, sizeof *refill_gbps), *bare = calloc(cycles, sizeof *bare);
 	double *first = calloc(cycles, sizeof *first), *unmap_own = calloc(cycles, sizeof *unmap_own);
+	double *settled_gbps = calloc(cycles, sizeof *settled_gbps);
 	uint64_t mismatches = 0, ref_copies = 0;
 	double ref_map_s = 0, ref_copy_s = 0;
-	if (!rel || !ref || !refill_gbps || !bare || !first || !unmap_own)
+	if (!rel || !ref || !refill_gbps || !bare || !first || !unmap_own || !settled_gbps)
 		die("calloc", BATON_ENOMEM, NULL);
 	for (uint64_t i = 0; i < cycles; i++) {
 		struct baton_cache_report r;
@@ -481,6 +483,20 @@ int main(int argc, char **argv)
 		first[i] = now_s() - t1;
 		if ((rc = engine_refill(e, &r)) != 0)
 			die("refill", rc, NULL);
+
+		/* The same refill once the device settled: for a while after a
+		 * release the driver still works on the released memory (on
+		 * the H200, copies started within ~100 ms of a release of 14.75
+		 * GiB run ~8% slower; engine_cuda_copy_probe). A refill right
+		 * after a release is a handoff; this one is an engine woken
+		 * long after its idle release. */
+		if ((rc = engine_release(e, &r)) != 0)
+			die("release", rc, NULL);
+		usleep(500000);
+		if ((rc = engine_refill(e, &r)) != 0)
+			die("refill", rc, NULL);
+		settled_gbps[i] = (double)r.bytes_copied / r.total_s / 1e9;
+		mismatches += r.mismatches;
 	}
 	double gen_after = gen_rate(e, (uint32_t)batch, (uint32_t)steps, &sum_after);
 
@@ -491,13 +507,17 @@ int main(int argc, char **argv)
 	double gbps_med = median(refill_gbps, (int)cycles), bare_med = median(bare, (int)cycles);
 	double first_med = median(first, (int)cycles);
 	double own_med = median(unmap_own, (int)cycles);
+	double settled_med = median(settled_gbps, (int)cycles);
 	double naive_total = free_s + alloc_s + (double)ceil_bytes / naive_gbps / 1e9;
 
 	printf("\n  %-44s %12s %10s %s\n", "figure", "value", "ratio", "target");
 	printf("  %-44s %9.2f GB/s %10s\n", "ceiling: one pinned copy to device", ceiling, "1.00");
 	printf("  %-44s %9.2f GB/s %10.3f\n", "  the same copy into fresh memory", fresh_gbps, fresh_gbps / ceiling);
 	printf("  %-44s %9.3f ms\n", "  mapping those segments", ceil_map_s * 1e3);
-	printf("  %-44s %9.2f GB/s %10.3f >= 0.95\n", "refill (median)", gbps_med, gbps_med / ceiling);
+	printf("  %-44s %9.2f GB/s %10.3f >= 0.95\n", "refill (median), right after its release", gbps_med,
+	    gbps_med / ceiling);
+	printf("  %-44s %9.2f GB/s %10.3f >= 0.95\n", "refill (median), 0.5 s after its release", settled_med,
+	    settled_med / ceiling);
 	printf("  %-44s %9.3f ms %10.3f <= 1.2 and <= 10 ms\n", "release (median), vs bare unmap",
 	    rel_med * 1e3, bare_med > 0 ? rel_med / bare_med : 0);
 	printf("  %-44s %9.3f ms\n", "bare unmap+release of as many segments", bare_med * 1e3);
@@ -532,14 +552,14 @@ int main(int argc, char **argv)
 		    "\"refill_ms\":%.4f,\"first_step_fraction\":%.4f,\"gen_before\":%.3f,"
 		    "\"gen_after\":%.3f,\"naive_free_ms\":%.4f,\"naive_alloc_ms\":%.4f,"
 		    "\"naive_copy_gbps\":%.3f,\"register_s_per_gib\":%.4f,\"mismatches\":%" PRIu64 ","
-		    "\"fresh_copy_gbps\":%.3f,\"release_unmap_ms\":%.4f}\n",
+		    "\"fresh_copy_gbps\":%.3f,\"release_unmap_ms\":%.4f,\"refill_settled_gbps\":%.3f}\n",
 		    info.backend, info.gpu, cache_bytes, ceiling, gbps_med, gbps_med / ceiling,
 		    rel_med * 1e3, bare_med * 1e3, first_med * 1e3, ref_med * 1e3, first_med / ref_med,
 		    gen_before, gen_after, free_s * 1e3, alloc_s * 1e3, naive_gbps, reg_s_per_gib,
-		    mismatches, fresh_gbps, own_med * 1e3);
+		    mismatches, fresh_gbps, own_med * 1e3, settled_med);
 		fclose(f);
 	}
-	free(rel); free(ref); free(refill_gbps); free(bare); free(first); free(unmap_own);
+	free(rel); free(ref); free(refill_gbps); free(bare); free(first); free(unmap_own); free(settled_gbps);
 	engine_close(e);
 	return sum_before == sum_after && mismatches == 0 ? 0 : 1;
 }
