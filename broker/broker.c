@@ -68,6 +68,8 @@
 #define BUSY_RETRY_S 0.005     /* ask a busy engine again after this */
 #define ERROR_RETRY_S 0.1      /* after a failed command */
 #define GRANT_TTL_S 30.0       /* a grant never reported used is dropped */
+#define PROBE_S 1.0            /* a command unanswered this long: ask the engine's status */
+#define LOST_RESENDS 3         /* an operation whose command is lost more often fails */
 #define TICK_S 0.1
 #define MAX_TAGS 1024
 
@@ -190,7 +192,11 @@ struct eng {
 	/* the one command in flight to it */
 	bool in_flight;
 	uint64_t job_id;
+	double job_t0;
 	double retry_after;
+	/* a STATUS probe in flight (a command went unanswered) */
+	bool probing;
+	double probe_at;
 	double last_refill_gbps;
 	struct conn *conn;
 	/* an on-demand handoff to it, published once its refill is reported */
@@ -225,6 +231,7 @@ struct op {
 	uint64_t victim_bytes;
 	double t0, deadline, t_decided, t_victim_done, t_granted, t_cmd0;
 	int outstanding;      /* reclaim commands in flight for it */
+	int resends;          /* its command was lost and sent again */
 	bool reclaimed;       /* something was taken for it */
 	double t_reclaimed;   /* the last acknowledgement came */
 	char victims[192];    /* "b (release), c (shrink)" */
@@ -242,6 +249,7 @@ struct item {
 	/* IT_DONE */
 	uint64_t job_id;
 	int rc;
+	bool lost;            /* no reply will come (a probe says), made by on_probe */
 	struct baton_msg rep;
 	char err[256];
 	double ms;
@@ -276,6 +284,7 @@ struct jobtag {
 	char reason[160];
 	uint64_t bytes;         /* shrink: bytes asked */
 	int victim;             /* a reclaim or a handoff's `from` */
+	uint64_t probed;        /* STATUS: the command it asks about */
 };
 
 struct broker {
@@ -513,10 +522,12 @@ static void *worker(void *arg)
 		struct baton_msg req;
 		struct proto_diag d;
 		proto_msg_init(&req, j->op);
-		req.name = j->name;
-		proto_set(&req, PF_NAME);
-		req.epoch = j->epoch;
-		proto_set(&req, PF_EPOCH);
+		if (j->op != PROTO_OP_STATUS) { /* an engine's STATUS takes no fields */
+			req.name = j->name;
+			proto_set(&req, PF_NAME);
+			req.epoch = j->epoch;
+			proto_set(&req, PF_EPOCH);
+		}
 		if (j->op == PROTO_OP_VRAM)
 			req.reserve_mib = j->reserve_mib;
 		double t0 = now_s();
@@ -553,11 +564,19 @@ static int queue_job(struct broker *b, struct eng *e, enum proto_op op, uint64_t
 	j->conn = conn_get(e->conn);
 	j->op = op;
 	snprintf(j->name, sizeof j->name, "%s", e->name);
-	j->epoch = ++b->epoch;
 	j->reserve_mib = reserve_mib;
 	j->timeout_ms = b->cfg.command_timeout_ms;
-	e->in_flight = true;
-	e->job_id = j->id;
+	if (op == PROTO_OP_STATUS) {
+		/* a probe: beside the command in flight, not one itself */
+		j->timeout_ms = (int)(PROBE_S * 1e3);
+		e->probing = true;
+		e->probe_at = now_s();
+	} else {
+		j->epoch = ++b->epoch;
+		e->in_flight = true;
+		e->job_id = j->id;
+		e->job_t0 = now_s();
+	}
 	*job_id = j->id;
 	pthread_mutex_lock(&b->jmu);
 	if (b->jtail)
@@ -1005,6 +1024,7 @@ static void eng_dead(struct broker *b, struct eng *e, const char *why, bool clea
 	snprintf(e->state, sizeof e->state, "%s", clean ? "stopped" : "dead");
 	e->mapped = e->resident = e->grant = 0;
 	e->in_flight = false;
+	e->probing = false;
 	e->busy = false;
 	eng_forget_conn(e);
 	watch_remove(b, ref);
@@ -1434,8 +1454,34 @@ static int command(struct broker *b, struct eng *e, enum proto_op cmd, uint64_t 
 	t->eng = eref_of(b, e);
 	t->victim = victim;
 	t->bytes = bytes;
+	t->probed = 0;
 	snprintf(t->reason, sizeof t->reason, "%s", reason);
 	return 0;
+}
+
+/* Asks the engine for its status (STATUS, answered from its snapshot even
+ * while it works), beside a command that went unanswered or after one that
+ * failed without a reply: on_probe applies what it says. */
+static void probe(struct broker *b, struct eng *e)
+{
+	if (e->probing || !e->conn)
+		return;
+	struct jobtag *t = tag_new(b);
+	uint64_t id;
+	if (!t || queue_job(b, e, PROTO_OP_STATUS, 0, &id))
+		return;
+	memset(t, 0, sizeof *t);
+	t->job = id;
+	t->cmd = PROTO_OP_STATUS;
+	t->eng = eref_of(b, e);
+	t->probed = e->in_flight ? e->job_id : 0;
+}
+
+/* The engine is in the middle of a change (its STATUS says so). */
+static bool state_moving(const char *state)
+{
+	return strcmp(state, "releasing") == 0 || strcmp(state, "refilling") == 0 ||
+	    strcmp(state, "resizing") == 0 || strcmp(state, "loading") == 0;
 }
 
 static struct op *op_by_seq(struct broker *b, uint64_t seq)
@@ -1448,6 +1494,8 @@ static struct op *op_by_seq(struct broker *b, uint64_t seq)
 	return NULL;
 }
 
+static void on_probe(struct broker *b, struct item *it, const struct jobtag *tag);
+
 static void on_done(struct broker *b, struct item *it)
 {
 	struct jobtag *t = tag_find(b, it->job_id);
@@ -1455,6 +1503,11 @@ static void on_done(struct broker *b, struct item *it)
 		return;
 	struct jobtag tag = *t;
 	t->job = 0;
+	if (tag.cmd == PROTO_OP_STATUS) {
+		on_probe(b, it, &tag);
+		proto_msg_free(&it->rep);
+		return;
+	}
 	struct eng *e = eng_live(b, tag.eng);
 	struct op *o = op_by_seq(b, tag.op_seq);
 	double now = now_s();
@@ -1497,10 +1550,15 @@ static void on_done(struct broker *b, struct item *it)
 			b->epoch = mx + 1000;
 			e->retry_after = 0;
 			blog("engine %s: %s: %s; epoch moved to %" PRIu64, e->name, word, it->err, b->epoch);
+		} else if (it->lost) {
+			e->retry_after = 0; /* it is settled: a command may go at once */
+			blog("engine %s: %s: %s", e->name, word, it->err);
 		} else {
 			blog("engine %s: %s failed: %s", e->name, word, it->err[0] ? it->err : baton_strerror(rc));
 			if (!pid_alive(e->pid))
 				eng_dead(b, e, "its process is gone", false);
+			else if (!it->rep.reply)
+				probe(b, e); /* no word from it: learn what it did */
 		}
 	}
 	if (o) {
@@ -1509,7 +1567,7 @@ static void on_done(struct broker *b, struct item *it)
 				if (rc == 0) {
 					o->t_victim_done = now;
 					o->phase = P_WAIT;
-				} else if (rc == BATON_EBUSY || rc == BATON_ESTALE ||
+				} else if (rc == BATON_EBUSY || rc == BATON_ESTALE || it->lost ||
 				    (rc == BATON_EUNSUPPORTED && tag.cmd == PROTO_OP_VRAM)) {
 					if (rc == BATON_EUNSUPPORTED)
 						o->victim_kind = POLICY_RELEASE;
@@ -1560,12 +1618,40 @@ static void on_done(struct broker *b, struct item *it)
 				if (now >= o->deadline && o->kind != OP_REFILL && o->kind != OP_HANDOFF)
 					op_fail(b, o, BATON_EBUSY, "%s: %s kept serving requests for %d ms", word,
 					    e ? e->name : "the engine", b->cfg.acquire_wait_ms);
+			} else if (it->lost && ++o->resends <= LOST_RESENDS) {
+				o->phase = P_CMD; /* it is settled: the command again (idempotent) */
 			} else {
 				op_fail(b, o, rc, "%s failed: %s", word, it->err[0] ? it->err : baton_strerror(rc));
 			}
 		}
 	}
 	proto_msg_free(&it->rep);
+}
+
+/* A probe's answer (see probe()). Applied when the engine is settled, not
+ * in the middle of a change: then its figures are what it holds. When the
+ * command it asked about is still unanswered, that command is over for the
+ * engine (it ran and its reply was lost, or it never arrived), so no reply
+ * will come: it ends here as lost, and its operation sends it again
+ * (commands are idempotent; a late copy of the old one is fenced by its
+ * older epoch). The worker that waits for the old reply gives up at its
+ * timeout; its result then finds no tag. */
+static void on_probe(struct broker *b, struct item *it, const struct jobtag *tag)
+{
+	struct eng *e = eng_live(b, tag->eng);
+	if (!e)
+		return;
+	e->probing = false;
+	const struct baton_msg *r = &it->rep;
+	if (it->rc || !r->state || state_moving(r->state) || !proto_has(r, PF_EPOCH))
+		return; /* no answer, or at work still: the command may yet answer */
+	apply_state(b, e, r, true, r->epoch);
+	if (!tag->probed || !e->in_flight || e->job_id != tag->probed)
+		return;
+	struct item lost = { .kind = IT_DONE, .job_id = tag->probed, .rc = BATON_ETIMEDOUT, .lost = true };
+	snprintf(lost.err, sizeof lost.err, "no reply after %.1f s, and the engine is %s at epoch %" PRIu64
+	    ": the reply or the command was lost", now_s() - e->job_t0, r->state, r->epoch);
+	on_done(b, &lost);
 }
 
 /* ---- scheduling ------------------------------------------------------------------------ */
@@ -1814,6 +1900,8 @@ static void housekeeping(struct broker *b, double now)
 				publish(b, "lost", e, "no heartbeat", -1, e->mapped);
 			}
 		}
+		if (e->in_flight && !e->probing && now - e->job_t0 >= PROBE_S && now - e->probe_at >= PROBE_S)
+			probe(b, e); /* unanswered for long: lost, or a long refill? */
 		if (e->grant && now - e->grant_at > GRANT_TTL_S) {
 			blog("engine %s never used a grant of %.1f MiB; dropped", e->name, (double)e->grant / MIB);
 			e->grant = 0;

@@ -19,6 +19,8 @@ op: map, alloc, copy, d2h (engine/fault.c) and send (proto/transport.c) in
 engine a; bsend: send in the broker (its replies and commands to engines).
 N sweeps the calls a fault-free run makes: all of them with
 BATON_RELIABILITY=1, a spread of a few per op otherwise (under a minute).
+BATON_FAULT_OPS=send,bsend runs only those ops; BATON_FAULT_RUNS=send:4,bsend:10
+only those runs (to go after one failure).
 Prints how many faults were injected. Last line "N passed, N failed".
 """
 import os
@@ -190,6 +192,13 @@ def plan():
             k = 2 if "send" not in op else 1
             ns = sorted({max(1, round(total * (i + 1) / (k + 1))) for i in range(k)})
         runs += [(op, x) for x in ns]
+    only = [o for o in os.environ.get("BATON_FAULT_OPS", "").split(",") if o]
+    if only:
+        assert set(only) <= set(OPS), "BATON_FAULT_OPS: ops are %s" % ",".join(OPS)
+        runs = [r for r in runs if r[0] in only]
+    pick = [r for r in os.environ.get("BATON_FAULT_RUNS", "").split(",") if r]
+    if pick:
+        runs = [(r.split(":")[0], int(r.split(":")[1])) for r in pick]
     return n, runs
 
 
