@@ -197,6 +197,8 @@ struct eng {
 	/* a STATUS probe in flight (a command went unanswered) */
 	bool probing;
 	double probe_at;
+	/* the last acquire granted: a resend of it (same id) gets the same */
+	uint64_t acq_id, acq_granted, acq_epoch;
 	double last_refill_gbps;
 	struct conn *conn;
 	/* an on-demand handoff to it, published once its refill is reported */
@@ -232,6 +234,7 @@ struct op {
 	double t0, deadline, t_decided, t_victim_done, t_granted, t_cmd0;
 	int outstanding;      /* reclaim commands in flight for it */
 	int resends;          /* its command was lost and sent again */
+	uint64_t granted;     /* refill, handoff: granted to the target, for its command */
 	bool reclaimed;       /* something was taken for it */
 	double t_reclaimed;   /* the last acknowledgement came */
 	char victims[192];    /* "b (release), c (shrink)" */
@@ -938,6 +941,8 @@ static struct op *op_new(struct broker *b, enum op_kind kind, struct waiter *w,
 	return NULL;
 }
 
+static void probe(struct broker *b, struct eng *e);
+
 static void op_fail(struct broker *b, struct op *o, int err, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 static void op_fail(struct broker *b, struct op *o, int err, const char *fmt, ...)
@@ -950,6 +955,14 @@ static void op_fail(struct broker *b, struct op *o, int err, const char *fmt, ..
 	struct eng *e = eng_get(b, o->target);
 	if (o->kind == OP_ACQUIRE || o->kind == OP_REFILL || o->kind == OP_HANDOFF)
 		publish(b, "deny", e, text, (now_s() - o->t0) * 1e3, o->bytes);
+	if (o->granted && e && e->st == ES_LIVE) {
+		/* Its command failed: the grant goes back now, not after
+		 * GRANT_TTL_S; what the engine did map, its status says. */
+		e->grant -= o->granted < e->grant ? o->granted : e->grant;
+		if (!e->grant)
+			e->grant_epoch = 0;
+		probe(b, e);
+	}
 	reply_error(o->w, o->req_op, o->req_id, err, "%s", text);
 	o->used = false;
 }
@@ -1351,13 +1364,30 @@ static void on_engine_op(struct broker *b, struct waiter *w, const struct baton_
 		    e->name, e->name);
 		return;
 	}
-	/* REQ may resend: an acquire already waiting for this engine with the
-	 * same id is the same request; a new one replaces an older one. */
+	/* The engine resends an acquire whose reply is late or lost (same id):
+	 * one already waiting is the same request, answered on the newest copy
+	 * and keeping its place; one granted already, whose grant is not used
+	 * yet, gets the same grant again, never a second one. A new acquire
+	 * replaces an older one. */
+	if (kind == OP_ACQUIRE && m->id == e->acq_id && e->grant > 0 && e->grant_epoch == e->acq_epoch) {
+		struct rbuf *rb = &w->rb;
+		proto_reply_init(&rb->m, m);
+		rb->m.epoch = e->acq_epoch;
+		rb->m.granted = e->acq_granted;
+		waiter_done(w);
+		return;
+	}
 	for (size_t i = 0; kind == OP_ACQUIRE && i < MAX_OPS; i++) {
 		struct op *o = &b->ops[i];
-		if (o->used && o->kind == OP_ACQUIRE && o->target.slot == (uint32_t)(e - b->eng) &&
-		    o->target.gen == e->gen)
-			op_fail(b, o, BATON_ECLOSED, "acquire: replaced by a newer acquire of %s", e->name);
+		if (!o->used || o->kind != OP_ACQUIRE || o->target.slot != (uint32_t)(e - b->eng) ||
+		    o->target.gen != e->gen)
+			continue;
+		if (o->req_id == m->id) {
+			reply_error(o->w, o->req_op, o->req_id, BATON_ECLOSED, "acquire: sent again; answered there");
+			o->w = w;
+			return;
+		}
+		op_fail(b, o, BATON_ECLOSED, "acquire: replaced by a newer acquire of %s", e->name);
 	}
 	struct op *o = op_new(b, kind, w, m);
 	if (!o) {
@@ -1561,13 +1591,20 @@ static void on_done(struct broker *b, struct item *it)
 				probe(b, e); /* no word from it: learn what it did */
 		}
 	}
+	if (o && !o->used)
+		o = NULL; /* eng_dead above ended it (and answered its waiter) */
+	/* Lost (a probe says), or not sent at all (no reply, at once): the
+	 * command again. A timeout the probes did not explain is not: the
+	 * engine stayed at work or silent for the whole command timeout. */
+	bool again = it->lost || (rc && !it->rep.reply && rc != BATON_ETIMEDOUT);
 	if (o) {
 		if (tag.victim) {
 			if (o->phase == P_VICTIM_WAIT) {
 				if (rc == 0) {
 					o->t_victim_done = now;
 					o->phase = P_WAIT;
-				} else if (rc == BATON_EBUSY || rc == BATON_ESTALE || it->lost ||
+				} else if (rc == BATON_EBUSY || rc == BATON_ESTALE ||
+				    (again && ++o->resends <= LOST_RESENDS) ||
 				    (rc == BATON_EUNSUPPORTED && tag.cmd == PROTO_OP_VRAM)) {
 					if (rc == BATON_EUNSUPPORTED)
 						o->victim_kind = POLICY_RELEASE;
@@ -1618,7 +1655,7 @@ static void on_done(struct broker *b, struct item *it)
 				if (now >= o->deadline && o->kind != OP_REFILL && o->kind != OP_HANDOFF)
 					op_fail(b, o, BATON_EBUSY, "%s: %s kept serving requests for %d ms", word,
 					    e ? e->name : "the engine", b->cfg.acquire_wait_ms);
-			} else if (it->lost && ++o->resends <= LOST_RESENDS) {
+			} else if (again && ++o->resends <= LOST_RESENDS) {
 				o->phase = P_CMD; /* it is settled: the command again (idempotent) */
 			} else {
 				op_fail(b, o, rc, "%s failed: %s", word, it->err[0] ? it->err : baton_strerror(rc));
@@ -1731,6 +1768,8 @@ static void grant(struct broker *b, struct op *o, struct eng *e, uint64_t bytes,
 	e->grant_epoch = ++b->epoch;
 	e->grant_at = now;
 	o->t_granted = now;
+	if (o->kind != OP_ACQUIRE)
+		o->granted = bytes;
 	char why[200];
 	snprintf(why, sizeof why, "%s%s, waited %.3f ms", o->kind == OP_ACQUIRE ? "acquire" :
 	    o->kind == OP_HANDOFF ? "handoff" : "refill", o->reclaimed ? " after a reclaim" : "",
@@ -1745,6 +1784,9 @@ static void grant(struct broker *b, struct op *o, struct eng *e, uint64_t bytes,
 		snprintf(e->ho_from, sizeof e->ho_from, "%s", o->victims);
 	}
 	if (o->kind == OP_ACQUIRE) {
+		e->acq_id = o->req_id;
+		e->acq_granted = bytes;
+		e->acq_epoch = e->grant_epoch;
 		struct rbuf *rb = &o->w->rb;
 		struct baton_msg req = { .op = o->req_op, .id = o->req_id };
 		proto_reply_init(&rb->m, &req);

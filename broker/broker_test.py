@@ -757,6 +757,36 @@ def t_stale_epoch(c):
     assert ok(call(b.url, "status"))["epoch"] > ea
 
 
+def t_acquire_resent(c):
+    """An engine resends an acquire whose reply was lost (same id): the
+    broker answers it with the grant it made, never a second one."""
+    c.broker()
+    a = c.engine("a")
+    ok(call(c.control, "release", name="a"))
+    wait_for("a released", lambda: c.holds() == {"a": 0})
+
+    def acquire(rid):
+        m = {"v": 1, "op": "acquire", "id": rid, "name": "a", "bytes": CEIL}
+        r = subprocess.run([TOOL, "call", c.control, "--timeout", "5000"], input=msgpack.packb(m),
+                           capture_output=True, timeout=15)
+        rep = json.loads(r.stdout.decode().strip().splitlines()[-1])
+        assert rep.get("id") == rid, rep
+        return ok(rep)
+    rid = next_id()
+    first = acquire(rid)
+    assert first["granted"] == CEIL, first
+    held = c.status()["gpus"][0]["held"]
+    assert held == CEIL, held
+    again = acquire(rid)
+    assert (again["granted"], again["epoch"]) == (first["granted"], first["epoch"]), (first, again)
+    assert c.status()["gpus"][0]["held"] == held, c.status()["gpus"]
+    wait_for("the grant event", lambda: len(c.events.all("grant", engine="a")) >= 2)
+    time.sleep(0.2)
+    grants = c.events.all("grant", engine="a")
+    assert len(grants) == 2, grants  # its start's and this one, once
+    a.kill()
+
+
 def t_engine_without_broker(c):
     # No broker yet: the engine starts (warms alone) and serves.
     a = c.engine("a")
@@ -775,7 +805,7 @@ CASES = [t_config_and_flags, t_two_engines_alternate, t_priority_and_idle_order,
          t_pinned_and_bounded_wait, t_pinned_leaves_part, t_headroom, t_total_mib, t_shrink_rather_than_release, t_idle_release,
          t_cli_and_handoff, t_engine_silent, t_engine_kill_during_refill, t_engine_kill_during_gen,
          t_engine_kill_during_handoff, t_broker_restart_under_load, t_stale_epoch,
-         t_engine_without_broker, t_stress]
+         t_engine_without_broker, t_acquire_resent, t_stress]
 
 
 def run_cases(cases, only, logs=("broker", "a", "b", "c")):
