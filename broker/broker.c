@@ -70,6 +70,7 @@
 #define GRANT_TTL_S 30.0       /* a grant never reported used is dropped */
 #define PROBE_S 1.0            /* a command unanswered this long: ask the engine's status */
 #define LOST_RESENDS 3         /* an operation whose command is lost more often fails */
+#define DEATH_SETTLE_S 1.0     /* after a death, device figures may predate it */
 #define TICK_S 0.1
 #define MAX_TAGS 1024
 
@@ -169,6 +170,7 @@ struct gpu {
 	uint64_t reserve;
 	uint64_t other;       /* device memory used outside the caches */
 	int nvml;             /* NVML knows this uuid */
+	double death_at;      /* an engine on it was last found dead */
 };
 
 enum { ES_FREE = 0, ES_LIVE, ES_DEAD };
@@ -888,7 +890,15 @@ static void learn_other(struct broker *b, struct eng *e, uint64_t dev_free)
 			mapped += x->mapped;
 	}
 	uint64_t used = tot > fr ? tot - fr : 0;
-	g->other = used > mapped ? used - mapped : 0;
+	uint64_t other = used > mapped ? used - mapped : 0;
+	/* Right after a death, a figure measured before it (a heartbeat on its
+	 * way, a driver not done freeing) still holds the dead engine's memory,
+	 * which no longer counts in `mapped`: it would pass for `other` and
+	 * stay until the next quiet report. A death only frees memory, so
+	 * `other` may fall then, not rise. */
+	if (other > g->other && now_s() - g->death_at < DEATH_SETTLE_S)
+		return;
+	g->other = other;
 }
 
 /* Applies what an engine says about itself, unless older than what we
@@ -1034,6 +1044,7 @@ static void eng_dead(struct broker *b, struct eng *e, const char *why, bool clea
 	uint64_t freed = e->mapped + e->grant;
 	struct eref ref = eref_of(b, e);
 	e->st = ES_DEAD;
+	b->gpus[e->gpu].death_at = now_s();
 	snprintf(e->state, sizeof e->state, "%s", clean ? "stopped" : "dead");
 	e->mapped = e->resident = e->grant = 0;
 	e->in_flight = false;

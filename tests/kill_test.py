@@ -90,6 +90,7 @@ def one_run(c, rng, run):
         live = engines
     else:
         p = next(e for e in engines if e.name == victim)
+        ft.dead_urls.add(p.url)  # no retrying a refused connect to it (8 s a client)
         p.send_signal(signal.SIGKILL)
         p.wait(5)
         live = [e for e in engines if e is not p]
@@ -124,9 +125,11 @@ def one_run(c, rng, run):
         cap, used = c.hostdev_used()
         if (not r.get("ok") and r.get("err") == 61 and "no engine holds memory that may be taken" in r["msg"]
                 and used + 30 * MIB <= cap):
-            raise KnownIssue("%s killed; GEN on %s refused (%s) while the device has %.1f of %.1f MiB used"
+            raise KnownIssue("%s killed; GEN on %s refused (%s) while the device has %.1f of %.1f MiB used;"
+                             " broker: %s; broker log: %s"
                              % (victim, p.name, r["msg"].split("after")[1].split(";")[0].strip(),
-                                used / MIB, cap / MIB))
+                                used / MIB, cap / MIB, c.status(),
+                                open(c.log("broker"), errors="replace").read()[-3000:]))
         assert r.get("ok") and (r["checksum"], r["output"]) == bt.reference(c, seed), (
             victim, p.name, r, [(e["name"], e["state"], e["resident"]) for e in c.status()["engines"]],
             [(q.name, {k: v for k, v in bt.call(q.url, "status").items() if k in ("state", "mapped", "epoch")})
