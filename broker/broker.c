@@ -71,6 +71,9 @@
 #define BUSY_RETRY_S 0.005     /* ask a busy engine again after this */
 #define ERROR_RETRY_S 0.1      /* after a failed command */
 #define GRANT_TTL_S 30.0       /* a grant never reported used is dropped */
+#define PROBE_S 1.0            /* a command unanswered this long: ask the engine's status */
+#define LOST_RESENDS 3         /* an operation whose command is lost more often fails */
+#define DEATH_SETTLE_S 1.0     /* after a death, device figures may predate it */
 #define TICK_S 0.1
 #define LEND_PAUSE_S 0.5       /* between two lends to one engine */
 #define LEND_BACKOFF_S 5.0     /* after a lend it could not fully use, or a failed one */
@@ -173,6 +176,7 @@ struct gpu {
 	uint64_t other;       /* device memory used outside the caches */
 	int nvml;             /* NVML knows this uuid */
 	bool no_lend;         /* lend = false */
+	double death_at;      /* an engine on it was last found dead */
 };
 
 enum { ES_FREE = 0, ES_LIVE, ES_DEAD };
@@ -196,7 +200,13 @@ struct eng {
 	/* the one command in flight to it */
 	bool in_flight;
 	uint64_t job_id;
+	double job_t0;
 	double retry_after;
+	/* a STATUS probe in flight (a command went unanswered) */
+	bool probing;
+	double probe_at;
+	/* the last acquire granted: a resend of it (same id) gets the same */
+	uint64_t acq_id, acq_granted, acq_epoch;
 	double last_refill_gbps;
 	struct conn *conn;
 	/* an on-demand handoff to it, published once its refill is reported */
@@ -239,6 +249,8 @@ struct op {
 	uint64_t victim_bytes;
 	double t0, deadline, t_decided, t_victim_done, t_granted, t_cmd0;
 	int outstanding;      /* reclaim commands in flight for it */
+	int resends;          /* its command was lost and sent again */
+	uint64_t granted;     /* refill, handoff: granted to the target, for its command */
 	bool reclaimed;       /* something was taken for it */
 	double t_reclaimed;   /* the last acknowledgement came */
 	char victims[192];    /* "b (release), c (shrink)" */
@@ -256,6 +268,7 @@ struct item {
 	/* IT_DONE */
 	uint64_t job_id;
 	int rc;
+	bool lost;            /* no reply will come (a probe says), made by on_probe */
 	struct baton_msg rep;
 	char err[256];
 	double ms;
@@ -292,6 +305,7 @@ struct jobtag {
 	char reason[160];
 	uint64_t bytes;         /* shrink: bytes asked */
 	int victim;             /* a reclaim or a handoff's `from` */
+	uint64_t probed;        /* STATUS: the command it asks about */
 };
 
 struct broker {
@@ -529,10 +543,12 @@ static void *worker(void *arg)
 		struct baton_msg req;
 		struct proto_diag d;
 		proto_msg_init(&req, j->op);
-		req.name = j->name;
-		proto_set(&req, PF_NAME);
-		req.epoch = j->epoch;
-		proto_set(&req, PF_EPOCH);
+		if (j->op != PROTO_OP_STATUS) { /* an engine's STATUS takes no fields */
+			req.name = j->name;
+			proto_set(&req, PF_NAME);
+			req.epoch = j->epoch;
+			proto_set(&req, PF_EPOCH);
+		}
 		if (j->op == PROTO_OP_VRAM)
 			req.reserve_mib = j->reserve_mib;
 		if (j->op == PROTO_OP_PEER) {
@@ -574,15 +590,23 @@ static int queue_job(struct broker *b, struct eng *e, enum proto_op op, uint64_t
 	j->conn = conn_get(e->conn);
 	j->op = op;
 	snprintf(j->name, sizeof j->name, "%s", e->name);
-	j->epoch = ++b->epoch;
 	j->reserve_mib = reserve_mib;
 	if (op == PROTO_OP_PEER) {
 		j->peer_mib = reserve_mib;
 		snprintf(j->peer_gpu, sizeof j->peer_gpu, "%s", b->gpus[e->peer_gpu].uuid);
 	}
 	j->timeout_ms = b->cfg.command_timeout_ms;
-	e->in_flight = true;
-	e->job_id = j->id;
+	if (op == PROTO_OP_STATUS) {
+		/* a probe: beside the command in flight, not one itself */
+		j->timeout_ms = (int)(PROBE_S * 1e3);
+		e->probing = true;
+		e->probe_at = now_s();
+	} else {
+		j->epoch = ++b->epoch;
+		e->in_flight = true;
+		e->job_id = j->id;
+		e->job_t0 = now_s();
+	}
 	*job_id = j->id;
 	pthread_mutex_lock(&b->jmu);
 	if (b->jtail)
@@ -905,7 +929,15 @@ static void learn_other(struct broker *b, struct eng *e, uint64_t dev_free)
 			mapped += x->peer_mapped;
 	}
 	uint64_t used = tot > fr ? tot - fr : 0;
-	g->other = used > mapped ? used - mapped : 0;
+	uint64_t other = used > mapped ? used - mapped : 0;
+	/* Right after a death, a figure measured before it (a heartbeat on its
+	 * way, a driver not done freeing) still holds the dead engine's memory,
+	 * which no longer counts in `mapped`: it would pass for `other` and
+	 * stay until the next quiet report. A death only frees memory, so
+	 * `other` may fall then, not rise. */
+	if (other > g->other && now_s() - g->death_at < DEATH_SETTLE_S)
+		return;
+	g->other = other;
 }
 
 /* Applies what an engine says about itself, unless older than what we
@@ -960,6 +992,8 @@ static struct op *op_new(struct broker *b, enum op_kind kind, struct waiter *w,
 	return NULL;
 }
 
+static void probe(struct broker *b, struct eng *e);
+
 static void op_fail(struct broker *b, struct op *o, int err, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 static void op_fail(struct broker *b, struct op *o, int err, const char *fmt, ...)
@@ -972,6 +1006,14 @@ static void op_fail(struct broker *b, struct op *o, int err, const char *fmt, ..
 	struct eng *e = eng_get(b, o->target);
 	if (o->kind == OP_ACQUIRE || o->kind == OP_REFILL || o->kind == OP_HANDOFF)
 		publish(b, "deny", e, text, (now_s() - o->t0) * 1e3, o->bytes);
+	if (o->granted && e && e->st == ES_LIVE) {
+		/* Its command failed: the grant goes back now, not after
+		 * GRANT_TTL_S; what the engine did map, its status says. */
+		e->grant -= o->granted < e->grant ? o->granted : e->grant;
+		if (!e->grant)
+			e->grant_epoch = 0;
+		probe(b, e);
+	}
 	reply_error(o->w, o->req_op, o->req_id, err, "%s", text);
 	o->used = false;
 }
@@ -1044,9 +1086,11 @@ static void eng_dead(struct broker *b, struct eng *e, const char *why, bool clea
 	uint64_t loan = e->has_peer ? e->peer_mapped + e->peer_grant : 0;
 	struct eref ref = eref_of(b, e);
 	e->st = ES_DEAD;
+	b->gpus[e->gpu].death_at = now_s();
 	snprintf(e->state, sizeof e->state, "%s", clean ? "stopped" : "dead");
 	e->mapped = e->resident = e->grant = 0;
 	e->in_flight = false;
+	e->probing = false;
 	e->busy = false;
 	eng_forget_conn(e);
 	watch_remove(b, ref);
@@ -1463,13 +1507,30 @@ static void on_engine_op(struct broker *b, struct waiter *w, const struct baton_
 		    e->name, e->name);
 		return;
 	}
-	/* REQ may resend: an acquire already waiting for this engine with the
-	 * same id is the same request; a new one replaces an older one. */
+	/* The engine resends an acquire whose reply is late or lost (same id):
+	 * one already waiting is the same request, answered on the newest copy
+	 * and keeping its place; one granted already, whose grant is not used
+	 * yet, gets the same grant again, never a second one. A new acquire
+	 * replaces an older one. */
+	if (kind == OP_ACQUIRE && m->id == e->acq_id && e->grant > 0 && e->grant_epoch == e->acq_epoch) {
+		struct rbuf *rb = &w->rb;
+		proto_reply_init(&rb->m, m);
+		rb->m.epoch = e->acq_epoch;
+		rb->m.granted = e->acq_granted;
+		waiter_done(w);
+		return;
+	}
 	for (size_t i = 0; kind == OP_ACQUIRE && i < MAX_OPS; i++) {
 		struct op *o = &b->ops[i];
-		if (o->used && o->kind == OP_ACQUIRE && o->target.slot == (uint32_t)(e - b->eng) &&
-		    o->target.gen == e->gen)
-			op_fail(b, o, BATON_ECLOSED, "acquire: replaced by a newer acquire of %s", e->name);
+		if (!o->used || o->kind != OP_ACQUIRE || o->target.slot != (uint32_t)(e - b->eng) ||
+		    o->target.gen != e->gen)
+			continue;
+		if (o->req_id == m->id) {
+			reply_error(o->w, o->req_op, o->req_id, BATON_ECLOSED, "acquire: sent again; answered there");
+			o->w = w;
+			return;
+		}
+		op_fail(b, o, BATON_ECLOSED, "acquire: replaced by a newer acquire of %s", e->name);
 	}
 	struct op *o = op_new(b, kind, w, m);
 	if (!o) {
@@ -1566,8 +1627,34 @@ static int command(struct broker *b, struct eng *e, enum proto_op cmd, uint64_t 
 	t->eng = eref_of(b, e);
 	t->victim = victim;
 	t->bytes = bytes;
+	t->probed = 0;
 	snprintf(t->reason, sizeof t->reason, "%s", reason);
 	return 0;
+}
+
+/* Asks the engine for its status (STATUS, answered from its snapshot even
+ * while it works), beside a command that went unanswered or after one that
+ * failed without a reply: on_probe applies what it says. */
+static void probe(struct broker *b, struct eng *e)
+{
+	if (e->probing || !e->conn)
+		return;
+	struct jobtag *t = tag_new(b);
+	uint64_t id;
+	if (!t || queue_job(b, e, PROTO_OP_STATUS, 0, &id))
+		return;
+	memset(t, 0, sizeof *t);
+	t->job = id;
+	t->cmd = PROTO_OP_STATUS;
+	t->eng = eref_of(b, e);
+	t->probed = e->in_flight ? e->job_id : 0;
+}
+
+/* The engine is in the middle of a change (its STATUS says so). */
+static bool state_moving(const char *state)
+{
+	return strcmp(state, "releasing") == 0 || strcmp(state, "refilling") == 0 ||
+	    strcmp(state, "resizing") == 0 || strcmp(state, "loading") == 0;
 }
 
 static struct op *op_by_seq(struct broker *b, uint64_t seq)
@@ -1580,6 +1667,8 @@ static struct op *op_by_seq(struct broker *b, uint64_t seq)
 	return NULL;
 }
 
+static void on_probe(struct broker *b, struct item *it, const struct jobtag *tag);
+
 static void on_done(struct broker *b, struct item *it)
 {
 	struct jobtag *t = tag_find(b, it->job_id);
@@ -1587,6 +1676,11 @@ static void on_done(struct broker *b, struct item *it)
 		return;
 	struct jobtag tag = *t;
 	t->job = 0;
+	if (tag.cmd == PROTO_OP_STATUS) {
+		on_probe(b, it, &tag);
+		proto_msg_free(&it->rep);
+		return;
+	}
 	struct eng *e = eng_live(b, tag.eng);
 	struct op *o = op_by_seq(b, tag.op_seq);
 	double now = now_s();
@@ -1650,12 +1744,23 @@ static void on_done(struct broker *b, struct item *it)
 			b->epoch = mx + 1000;
 			e->retry_after = 0;
 			blog("engine %s: %s: %s; epoch moved to %" PRIu64, e->name, word, it->err, b->epoch);
+		} else if (it->lost) {
+			e->retry_after = 0; /* it is settled: a command may go at once */
+			blog("engine %s: %s: %s", e->name, word, it->err);
 		} else {
 			blog("engine %s: %s failed: %s", e->name, word, it->err[0] ? it->err : baton_strerror(rc));
 			if (!pid_alive(e->pid))
 				eng_dead(b, e, "its process is gone", false);
+			else if (!it->rep.reply)
+				probe(b, e); /* no word from it: learn what it did */
 		}
 	}
+	if (o && !o->used)
+		o = NULL; /* eng_dead above ended it (and answered its waiter) */
+	/* Lost (a probe says), or not sent at all (no reply, at once): the
+	 * command again. A timeout the probes did not explain is not: the
+	 * engine stayed at work or silent for the whole command timeout. */
+	bool again = it->lost || (rc && !it->rep.reply && rc != BATON_ETIMEDOUT);
 	if (o) {
 		if (tag.victim) {
 			if (o->phase == P_VICTIM_WAIT) {
@@ -1663,6 +1768,7 @@ static void on_done(struct broker *b, struct item *it)
 					o->t_victim_done = now;
 					o->phase = P_WAIT;
 				} else if (rc == BATON_EBUSY || rc == BATON_ESTALE ||
+				    (again && ++o->resends <= LOST_RESENDS) ||
 				    (rc == BATON_EUNSUPPORTED && tag.cmd == PROTO_OP_VRAM)) {
 					if (rc == BATON_EUNSUPPORTED)
 						o->victim_kind = POLICY_RELEASE;
@@ -1713,12 +1819,40 @@ static void on_done(struct broker *b, struct item *it)
 				if (now >= o->deadline && o->kind != OP_REFILL && o->kind != OP_HANDOFF)
 					op_fail(b, o, BATON_EBUSY, "%s: %s kept serving requests for %d ms", word,
 					    e ? e->name : "the engine", b->cfg.acquire_wait_ms);
+			} else if (again && ++o->resends <= LOST_RESENDS) {
+				o->phase = P_CMD; /* it is settled: the command again (idempotent) */
 			} else {
 				op_fail(b, o, rc, "%s failed: %s", word, it->err[0] ? it->err : baton_strerror(rc));
 			}
 		}
 	}
 	proto_msg_free(&it->rep);
+}
+
+/* A probe's answer (see probe()). Applied when the engine is settled, not
+ * in the middle of a change: then its figures are what it holds. When the
+ * command it asked about is still unanswered, that command is over for the
+ * engine (it ran and its reply was lost, or it never arrived), so no reply
+ * will come: it ends here as lost, and its operation sends it again
+ * (commands are idempotent; a late copy of the old one is fenced by its
+ * older epoch). The worker that waits for the old reply gives up at its
+ * timeout; its result then finds no tag. */
+static void on_probe(struct broker *b, struct item *it, const struct jobtag *tag)
+{
+	struct eng *e = eng_live(b, tag->eng);
+	if (!e)
+		return;
+	e->probing = false;
+	const struct baton_msg *r = &it->rep;
+	if (it->rc || !r->state || state_moving(r->state) || !proto_has(r, PF_EPOCH))
+		return; /* no answer, or at work still: the command may yet answer */
+	apply_state(b, e, r, true, r->epoch);
+	if (!tag->probed || !e->in_flight || e->job_id != tag->probed)
+		return;
+	struct item lost = { .kind = IT_DONE, .job_id = tag->probed, .rc = BATON_ETIMEDOUT, .lost = true };
+	snprintf(lost.err, sizeof lost.err, "no reply after %.1f s, and the engine is %s at epoch %" PRIu64
+	    ": the reply or the command was lost", now_s() - e->job_t0, r->state, r->epoch);
+	on_done(b, &lost);
 }
 
 /* ---- scheduling ------------------------------------------------------------------------ */
@@ -1798,6 +1932,8 @@ static void grant(struct broker *b, struct op *o, struct eng *e, uint64_t bytes,
 	e->grant_epoch = ++b->epoch;
 	e->grant_at = now;
 	o->t_granted = now;
+	if (o->kind != OP_ACQUIRE)
+		o->granted = bytes;
 	char why[200];
 	snprintf(why, sizeof why, "%s%s, waited %.3f ms", o->kind == OP_ACQUIRE ? "acquire" :
 	    o->kind == OP_HANDOFF ? "handoff" : "refill", o->reclaimed ? " after a reclaim" : "",
@@ -1812,6 +1948,9 @@ static void grant(struct broker *b, struct op *o, struct eng *e, uint64_t bytes,
 		snprintf(e->ho_from, sizeof e->ho_from, "%s", o->victims);
 	}
 	if (o->kind == OP_ACQUIRE) {
+		e->acq_id = o->req_id;
+		e->acq_granted = bytes;
+		e->acq_epoch = e->grant_epoch;
 		struct rbuf *rb = &o->w->rb;
 		struct baton_msg req = { .op = o->req_op, .id = o->req_id };
 		proto_reply_init(&rb->m, &req);
@@ -2049,6 +2188,8 @@ static void housekeeping(struct broker *b, double now)
 				publish(b, "lost", e, "no heartbeat", -1, e->mapped);
 			}
 		}
+		if (e->in_flight && !e->probing && now - e->job_t0 >= PROBE_S && now - e->probe_at >= PROBE_S)
+			probe(b, e); /* unanswered for long: lost, or a long refill? */
 		if (e->grant && now - e->grant_at > GRANT_TTL_S) {
 			blog("engine %s never used a grant of %.1f MiB; dropped", e->name, (double)e->grant / MIB);
 			e->grant = 0;

@@ -22,6 +22,7 @@
 #define REPORTS 64
 #define CALL_MS 1000            /* register, heartbeat, report */
 #define ACQUIRE_SLACK_MS 30000  /* the broker answers within its own bounded wait */
+#define ACQUIRE_RESEND_MS 1000  /* no answer this long: the same acquire again */
 
 struct report {
 	uint64_t seq;
@@ -392,7 +393,27 @@ int broker_link_acquire(struct broker_link *l, uint64_t bytes, uint64_t *granted
 		proto_msg_init(&m, PROTO_OP_ACQUIRE);
 		m.name = l->name;
 		m.bytes = bytes;
-		int rc = proto_client_call(l->cli, &m, &rep, ACQUIRE_SLACK_MS, &d);
+		/* A lost reply (or request) would hold us ACQUIRE_SLACK_MS: send
+		 * the same request (same id) again every ACQUIRE_RESEND_MS. The
+		 * broker takes a copy of one that waits as that one, and answers a
+		 * copy of one it granted with the same grant (broker.c,
+		 * on_engine_op), so waiting, and a grant, happen once. */
+		double end = now_s() + ACQUIRE_SLACK_MS / 1e3;
+		int rc, sends = 0;
+		for (;;) {
+			int left = (int)((end - now_s()) * 1e3);
+			rc = proto_client_call(l->cli, &m, &rep, left < ACQUIRE_RESEND_MS ? (left > 0 ? left : 1) :
+			    ACQUIRE_RESEND_MS, &d);
+			sends++;
+			/* ECLOSED without a reply: the request was not sent */
+			bool again = rc == BATON_ETIMEDOUT || (rc == BATON_ECLOSED && !rep.reply && sends < 3);
+			pthread_mutex_lock(&l->mu);
+			again = again && !l->stop && l->pipes > 0;
+			pthread_mutex_unlock(&l->mu);
+			if (!again || now_s() >= end)
+				break;
+			proto_msg_free(&rep);
+		}
 		if (rc == 0) {
 			*granted = rep.granted;
 			*epoch = rep.epoch;

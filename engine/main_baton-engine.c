@@ -30,6 +30,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,7 +104,7 @@ static struct {
 	pthread_mutex_t acq_mu;     /* one GEN thread at a time asks the broker */
 	struct broker_link *link;
 	char listen_url[PATH_MAX];
-	volatile sig_atomic_t stopping;
+	atomic_int stopping;        /* main sets it, receivers read it */
 	uint32_t d_model;           /* set once at start */
 	char peer_gpu[64];          /* set once at start; "" without --peer-device */
 	struct opts o;
