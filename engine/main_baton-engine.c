@@ -727,7 +727,10 @@ static void on_control(struct proto_ctx *ctx, const struct baton_msg *req)
 		set_state("refilling");
 		rc = make_full(UINT64_MAX, &r);
 	} else if (req->op == PROTO_OP_PEER) {
-		/* the own tier's state does not change: no "working" state */
+		/* "resizing" while it maps or unmaps peer segments: a broker
+		 * that probes a slow lend or revoke with STATUS sees work in
+		 * progress, not a lost command (the own tier does not change) */
+		set_state("resizing");
 		rc = engine_peer(g.e, req->peer_mib * MIB, &r);
 	} else {
 		int64_t reserve = req->reserve_mib == PROTO_RESERVE_FULL ? -1 :
