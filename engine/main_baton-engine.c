@@ -996,7 +996,9 @@ int main(int argc, char **argv)
 		engine_close(g.e);
 		return 1;
 	}
+	pthread_mutex_lock(&g.st_mu); /* the receivers run already */
 	g.last_active = now_s();
+	pthread_mutex_unlock(&g.st_mu);
 	logf_("listening on %s", listen);
 	if (g.o.broker) {
 		/* Register, then ask for the whole cache; a refusal leaves it
