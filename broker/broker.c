@@ -940,6 +940,18 @@ static void learn_other(struct broker *b, struct eng *e, uint64_t dev_free)
 	g->other = other;
 }
 
+/* Memory came free on device gi: engines that borrow there may ask for
+ * more at once (a lend they could not fully use waits LEND_BACKOFF_S
+ * otherwise). */
+static void lend_wake(struct broker *b, size_t gi)
+{
+	for (size_t i = 0; i < BROKER_MAX_ENGINES; i++) {
+		struct eng *x = &b->eng[i];
+		if (x->st == ES_LIVE && x->has_peer && x->peer_gpu == gi)
+			x->peer_retry_after = 0;
+	}
+}
+
 /* Applies what an engine says about itself, unless older than what we
  * know (its epoch is the epoch of the state it describes). */
 static void apply_state(struct broker *b, struct eng *e, const struct baton_msg *m, bool has_epoch,
@@ -952,10 +964,13 @@ static void apply_state(struct broker *b, struct eng *e, const struct baton_msg 
 	if (m->state)
 		snprintf(e->state, sizeof e->state, "%s", m->state);
 	e->resident = m->resident;
+	uint64_t was = e->mapped;
 	if (proto_has(m, PF_MAPPED))
 		e->mapped = m->mapped;
 	else if (m->state && strcmp(m->state, "released") == 0)
 		e->mapped = 0;
+	if (e->mapped < was)
+		lend_wake(b, e->gpu);
 	if (e->grant && has_epoch && epoch >= e->grant_epoch &&
 	    (!m->state || strcmp(m->state, "refilling") != 0)) {
 		e->grant = 0; /* the state after the grant was used */
@@ -1103,6 +1118,7 @@ static void eng_dead(struct broker *b, struct eng *e, const char *why, bool clea
 		publish(b, "loan-returned", e, why, -1, loan);
 	}
 	e->peer_mapped = e->peer_grant = 0;
+	lend_wake(b, e->gpu);
 	/* Its operations end; ones that wait on it as a victim go on. */
 	for (size_t i = 0; i < MAX_OPS; i++) {
 		struct op *o = &b->ops[i];
