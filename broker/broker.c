@@ -2049,7 +2049,8 @@ static void lend_free_memory(struct broker *b, double now)
 		if (more > v.avail)
 			more = v.avail;
 		uint64_t target_mib = (e->peer_mapped + more) / MIB;
-		if (target_mib * MIB <= e->peer_mapped)
+		/* its floor is one segment: less than that more would map nothing */
+		if (target_mib * MIB <= e->peer_mapped || target_mib * MIB < e->peer_mapped + e->floor)
 			continue;
 		char why[200];
 		snprintf(why, sizeof why, "%.1f MiB of %s free beyond its reserve", (double)v.avail / MIB,

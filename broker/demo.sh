@@ -2,7 +2,9 @@
 # demo.sh [BUILD]: `make demo`. A broker and three engines of one synthetic
 # MoE model (192 MiB of experts, made here in a second) share one device
 # that holds two of them: requests go to each engine in turn, so the device
-# is handed around; then a scripted handoff. Prints the status table, each
+# is handed around; then a scripted handoff; then (host backend) a fourth
+# engine on a second device borrows the first one's free memory as its peer
+# tier, and gives it back when an engine of that device needs it. Prints the status table, each
 # request's time and every handoff's parts, and stops everything cleanly.
 #
 # The device is the host backend's (a 512 MiB shared "device" in RAM), or
@@ -114,6 +116,32 @@ sleep 0.1
 new_events
 "$B/baton" status
 
+if [ "$backend" = host ]; then
+	say "peer tier: b is released; engine d starts on a second device (host-1) whose own cache holds 64 of the model's 192 MiB, and the broker lends it host-0's free memory"
+	"$B/baton" release b
+	"$B/baton-engine" --name d --shared-expert-arena "$dir/demo.arena" \
+		--listen "ipc://$dir/d.sock" --broker "$BATON_BROKER" --device 1 --peer-device 0 \
+		--backend host --host-device-mib $DEV_MIB --vram-segment-mib 32 --cache-mib 64 \
+		>"$dir/d.out" 2>"$dir/d.log" &
+	pids="$pids $!"
+	pid_d=$!
+	for _ in $(seq 300); do grep -q ^ready "$dir/d.out" 2>/dev/null && break; sleep 0.05; done
+	sleep 0.5
+	printf 'd: '
+	"$B/baton" gen "ipc://$dir/d.sock" --steps 4 --batch 2 --seed 1
+	sleep 0.2
+	new_events
+	"$B/baton" status
+	say "b gets a request: d's loan on host-0 is taken back first, then b refills"
+	printf 'b: '
+	"$B/baton" gen "ipc://$dir/b.sock" --steps 4 --batch 2 --seed 3
+	sleep 0.2
+	new_events
+	printf 'd, from its own device and the host arena (same checksum): '
+	"$B/baton" gen "ipc://$dir/d.sock" --steps 4 --batch 2 --seed 1
+	"$B/baton" engines
+fi
+
 say "every handoff, in parts (decide: the broker's choice; release: the idle engine's release or shrink, acknowledged; refill: the copy back from the pinned host arena)"
 awk '$3 == "handoff" {
 	printf "  to %-2s %10s ms  ", $4, $8
@@ -122,11 +150,12 @@ awk '$3 == "handoff" {
 }' "$dir/events.log"
 
 say "stopping"
-for e in a b c; do
-	eval "kill \$pid_$e" 2>/dev/null || true
+pid_d=${pid_d:-}
+for e in a b c d; do
+	eval "[ -n \"\$pid_$e\" ] && kill \$pid_$e" 2>/dev/null || true
 done
-for e in a b c; do
-	eval "wait \$pid_$e" 2>/dev/null || true
+for e in a b c d; do
+	eval "[ -n \"\$pid_$e\" ] && wait \$pid_$e" 2>/dev/null || true
 done
 new_events
 "$B/baton" status | sed -n '/^ENGINE/,$p'
