@@ -16,6 +16,9 @@
 struct dense_layer {
 	baton_dptr router, norm;
 	uint64_t gate_off, up_off, down_off;
+	/* per layer: llama.cpp's quantization mixes give layers different
+	 * types (the arena shape's are layer 0's) */
+	uint32_t gate_dtype, up_dtype, down_dtype, router_dtype, norm_dtype;
 };
 
 struct baton_engine {
@@ -63,7 +66,7 @@ static uint64_t round_up(uint64_t v, uint64_t a)
 
 /* Copies one dense tensor of the arena into device memory. */
 static int upload_tensor(struct baton_engine *e, uint32_t layer, enum baton_role role,
-    baton_dptr *out)
+    baton_dptr *out, uint32_t *dtype)
 {
 	struct baton_arena_tensor t;
 	int rc = arena_tensor(e->arena, layer, role, &t);
@@ -73,6 +76,7 @@ static int upload_tensor(struct baton_engine *e, uint32_t layer, enum baton_role
 	}
 	if (rc)
 		return rc;
+	*dtype = t.dtype;
 	if ((rc = e->be->alloc(e->dev, t.bytes, out)) != 0)
 		return rc;
 	e->dense_bytes += t.bytes;
@@ -82,10 +86,11 @@ static int upload_tensor(struct baton_engine *e, uint32_t layer, enum baton_role
 	return e->be->sync(e->dev);
 }
 
+/* Every layer's types: a mix the backend cannot compute is cached, not
+ * computed (GEN answers unsupported, naming the layer). */
 static void check_computable(struct baton_engine *e)
 {
 	const struct baton_arena_shape *s = arena_shape(e->arena);
-	const uint32_t dts[] = { s->gate_dtype, s->up_dtype, s->down_dtype, s->router_dtype };
 	e->computable = e->be->can_compute != NULL && e->be->moe_route != NULL &&
 	    e->be->moe_experts != NULL;
 	if (!e->computable) {
@@ -93,15 +98,22 @@ static void check_computable(struct baton_engine *e)
 		    "the %s backend cannot compute", e->be->name);
 		return;
 	}
-	for (size_t i = 0; i < sizeof dts / sizeof dts[0]; i++)
-		if (!e->be->can_compute((int)dts[i])) {
-			const char *n = baton_dtype_name((int)dts[i]);
-			snprintf(e->compute_err, sizeof e->compute_err,
-			    "the %s backend cannot compute %s weights (cached, not computed)",
-			    e->be->name, n ? n : "unknown");
-			e->computable = 0;
-			return;
-		}
+	for (uint32_t l = 0; l < s->layers; l++) {
+		uint32_t dts[4] = { s->gate_dtype, s->up_dtype, s->down_dtype, s->router_dtype };
+		struct baton_arena_tensor t;
+		arena_layer_dtypes(e->arena, l, dts);
+		if (arena_tensor(e->arena, l, BATON_ROLE_ROUTER, &t) == 0)
+			dts[3] = t.dtype;
+		for (size_t i = 0; i < sizeof dts / sizeof dts[0]; i++)
+			if (!e->be->can_compute((int)dts[i])) {
+				const char *n = baton_dtype_name((int)dts[i]);
+				snprintf(e->compute_err, sizeof e->compute_err,
+				    "the %s backend cannot compute %s weights (layer %u; cached, not computed)",
+				    e->be->name, n ? n : "unknown", l);
+				e->computable = 0;
+				return;
+			}
+	}
 }
 
 /* The peer tier's device: the same backend, another index, reachable. */
@@ -222,8 +234,20 @@ int engine_open(const struct baton_engine_config *cfg, struct baton_engine **out
 				e->layers[l].down_off = ex.down_off;
 			}
 		}
-		if ((rc = upload_tensor(e, l, BATON_ROLE_ROUTER, &e->layers[l].router)) != 0 ||
-		    (rc = upload_tensor(e, l, BATON_ROLE_NORM, &e->layers[l].norm)) != 0) {
+		uint32_t d3[3];
+		if ((rc = arena_layer_dtypes(e->arena, l, d3)) != 0) {
+			set_err(errbuf, errlen, "reading the expert types in %s: %s", cfg->arena_path, rc);
+			goto fail;
+		}
+		e->layers[l].gate_dtype = d3[0];
+		e->layers[l].up_dtype = d3[1];
+		e->layers[l].down_dtype = d3[2];
+		e->layers[l].router_dtype = s->router_dtype;
+		e->layers[l].norm_dtype = s->norm_dtype;
+		if ((rc = upload_tensor(e, l, BATON_ROLE_ROUTER, &e->layers[l].router,
+		        &e->layers[l].router_dtype)) != 0 ||
+		    (rc = upload_tensor(e, l, BATON_ROLE_NORM, &e->layers[l].norm,
+		        &e->layers[l].norm_dtype)) != 0) {
 			set_err(errbuf, errlen, "uploading dense tensors of %s: %s", cfg->arena_path, rc);
 			goto fail;
 		}
@@ -381,6 +405,11 @@ int engine_gen(struct baton_engine *e, uint32_t steps, uint32_t batch, uint64_t 
 			ml.gate_off = e->layers[l].gate_off;
 			ml.up_off = e->layers[l].up_off;
 			ml.down_off = e->layers[l].down_off;
+			ml.gate_dtype = e->layers[l].gate_dtype;
+			ml.up_dtype = e->layers[l].up_dtype;
+			ml.down_dtype = e->layers[l].down_dtype;
+			ml.router_dtype = e->layers[l].router_dtype;
+			ml.norm_dtype = e->layers[l].norm_dtype;
 			t1 = now_s();
 			if ((rc = e->be->moe_route(e->dev, &ml, e->ids, e->weights)) != 0)
 				return rc;
