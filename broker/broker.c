@@ -208,6 +208,7 @@ struct eng {
 	/* the last acquire granted: a resend of it (same id) gets the same */
 	uint64_t acq_id, acq_granted, acq_epoch;
 	double last_refill_gbps;
+	uint64_t requests;    /* GEN requests it answered (its heartbeats say) */
 	struct conn *conn;
 	/* an on-demand handoff to it, published once its refill is reported */
 	bool ho_pending;
@@ -1267,6 +1268,8 @@ static void on_heartbeat(struct broker *b, struct waiter *w, const struct baton_
 	e->last_seen = now;
 	e->busy = m->busy;
 	e->idle_since = now - (double)m->idle_ms / 1e3;
+	if (proto_has(m, PF_REQUESTS))
+		e->requests = m->requests;
 	if (m->pipe)
 		e->pipe = m->pipe;
 	apply_state(b, e, m, proto_has(m, PF_EPOCH), m->epoch);
@@ -1370,6 +1373,7 @@ static void on_status(struct broker *b, struct waiter *w, const struct baton_msg
 		x->last_refill_gbps = e->last_refill_gbps;
 		x->peer_gpu = pool_str(&pool, e->has_peer ? b->gpus[e->peer_gpu].uuid : "");
 		x->peer = e->has_peer ? e->peer_mapped : 0;
+		x->requests = e->requests;
 	}
 	proto_reply_init(&rb->m, m);
 	rb->m.gpus = (struct proto_gpus){ gv, (uint32_t)ng };

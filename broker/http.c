@@ -319,11 +319,12 @@ struct status_ctx {
 
 static json_t *engine_json(const struct proto_engine_info *e)
 {
-	return json_pack("{s:s, s:I, s:s, s:s, s:s, s:I, s:I, s:I, s:i, s:b, s:I, s:f, s:s, s:I}", "name", e->name,
+	return json_pack("{s:s, s:I, s:s, s:s, s:s, s:I, s:I, s:I, s:i, s:b, s:I, s:f, s:s, s:I, s:I}", "name", e->name,
 	    "pid", (json_int_t)e->pid, "gpu", e->gpu, "model", e->model, "state", e->state, "resident",
 	    (json_int_t)e->resident, "floor", (json_int_t)e->floor, "ceiling", (json_int_t)e->ceiling,
 	    "priority", (int)e->priority, "pinned", (int)e->pinned, "idle_ms", (json_int_t)e->idle_ms,
-	    "last_refill_gbps", e->last_refill_gbps, "peer_gpu", e->peer_gpu, "peer", (json_int_t)e->peer);
+	    "last_refill_gbps", e->last_refill_gbps, "peer_gpu", e->peer_gpu, "peer", (json_int_t)e->peer,
+	    "requests", (json_int_t)e->requests);
 }
 
 static void on_status_reply(void *arg, const struct baton_msg *rep)
@@ -430,6 +431,11 @@ static void on_metrics_reply(void *arg, const struct baton_msg *rep)
 		label(f, e->gpu);
 		fprintf(f, "\"} %" PRIu64 "\n", e->resident);
 	}
+	head(f, "baton_engine_requests_total", "counter",
+	    "GEN requests an engine answered since it started (from its heartbeats).");
+	for (uint32_t i = 0; i < rep->engines.n; i++)
+		fprintf(f, "baton_engine_requests_total{name=\"%s\"} %" PRIu64 "\n", rep->engines.v[i].name,
+		    rep->engines.v[i].requests);
 	head(f, "baton_engine_peer_bytes", "gauge",
 	    "Memory an engine's peer tier holds on another device (lent by the broker).");
 	for (uint32_t i = 0; i < rep->engines.n; i++) {

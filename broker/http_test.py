@@ -296,7 +296,10 @@ def t_metrics(c):
     assert promtool, "promtool is missing (Debian package prometheus; scripts/install-deps.sh)"
     api = start(c, '[gpu "host-0"]\nreserve_mib = 4\n')
     c.engine("a")
-    c.engine("b")
+    b = c.engine("b")
+    for seed in range(3):  # three requests, counted by b and sent with its heartbeats
+        bt.ok(bt.gen(b, seed=seed))
+    bt.wait_for("b's heartbeat counts its requests", lambda: c.eng("b")["requests"] == 3, timeout=5)
     expect(api.post("/v1/handoff", {"from": "b", "to": "a"}), 200)
     expect(api.post("/v1/engines/a/release"), 200)
     expect(api.post("/v1/engines/ghost/refill"), 404, "not_found")
@@ -326,6 +329,8 @@ def t_metrics(c):
         'baton_engine_refill_duration_seconds_bucket{name="a",le="+Inf"}': lambda v: v >= 1,
         'baton_engine_release_duration_seconds_count{name="b"}': lambda v: v >= 1,
         'baton_engine_last_refill_bytes_per_second{name="a"}': lambda v: v > 0,
+        'baton_engine_requests_total{name="a"}': lambda v: v == 0,
+        'baton_engine_requests_total{name="b"}': lambda v: v == 3,
         'baton_handoffs_total': lambda v: v >= 1,
         'baton_errors_total': lambda v: v >= 0,
         'baton_engines{status="live"}': lambda v: v == 2,

@@ -512,6 +512,7 @@ static json_t *engine_json(const struct proto_engine_info *e)
 	json_object_set_new(j, "last_refill_gbps", json_real(e->last_refill_gbps));
 	json_object_set_new(j, "peer_gpu", json_string(e->peer_gpu));
 	json_object_set_new(j, "peer", jint(e->peer));
+	json_object_set_new(j, "requests", jint(e->requests));
 	return j;
 }
 

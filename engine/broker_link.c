@@ -156,9 +156,11 @@ static int do_heartbeat(struct broker_link *l)
 	m.mapped = st.mapped;
 	m.free_bytes = st.free_bytes;
 	m.epoch = st.epoch;
+	m.requests = st.requests;
 	proto_set(&m, PF_MAPPED);
 	proto_set(&m, PF_FREE);
 	proto_set(&m, PF_EPOCH);
+	proto_set(&m, PF_REQUESTS);
 	set_peer(l, &m, &st);
 	int rc = proto_client_call(l->cli, &m, &rep, CALL_MS, NULL);
 	proto_msg_free(&rep);

@@ -325,6 +325,7 @@ static void link_state(void *arg, struct broker_link_state *st)
 	st->idle_ms = st->busy || idle < 0 ? 0 : (uint64_t)(idle * 1e3);
 	st->epoch = g.snap_epoch;
 	st->peer_mapped = g.info.cache.peer_mapped_bytes;
+	st->requests = g.requests;
 	pthread_mutex_unlock(&g.st_mu);
 	if (g.o.use_peer)
 		engine_peer_mem_info(g.e, &st->peer_free, &tot);

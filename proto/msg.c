@@ -51,6 +51,7 @@ static const struct proto__fdef engine_fields[] = {
 	IDEF(struct proto_engine_info, "last_refill_gbps", F64,  last_refill_gbps, 0),
 	IDEF(struct proto_engine_info, "peer_gpu",         STR,  peer_gpu,         BATON_PROTO_MAX_NAME),
 	IDEF(struct proto_engine_info, "peer",             U64,  peer,             0),
+	IDEF(struct proto_engine_info, "requests",         U64,  requests,         0),
 };
 
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
@@ -120,6 +121,7 @@ static const struct proto__row heartbeat_req[] = {
 	R(NAME), R(STATE), R(RESIDENT), R(BUSY), R(IDLE_MS),
 	O(MAPPED), O(FREE), O(EPOCH), /* epoch: of the state sent (accounting order) */
 	O(PEER_MAPPED), O(PEER_FREE),
+	O(REQUESTS), /* GEN requests answered since the engine started */
 };
 static const struct proto__row acquire_req[] = { R(NAME), R(BYTES) };
 static const struct proto__row acquire_rep[] = { R(EPOCH), R(GRANTED) };

@@ -280,6 +280,7 @@ struct proto_engine_info {
 	double last_refill_gbps;
 	const char *peer_gpu; /* "" when the engine has no peer device */
 	uint64_t peer;        /* peer-tier bytes it holds on peer_gpu now */
+	uint64_t requests;    /* GEN requests it answered since it started (heartbeats) */
 };
 
 struct proto_gpus {
