@@ -2352,28 +2352,6 @@ static void *loop(void *arg)
 
 /* ---- open / close ------------------------------------------------------------------ */
 
-static int ensure_ipc_dir(const char *url)
-{
-	if (strncmp(url, "ipc://", 6) != 0)
-		return 0;
-	char path[PATH_MAX];
-	snprintf(path, sizeof path, "%s", url + 6);
-	char *slash = strrchr(path, '/');
-	if (!slash || slash == path)
-		return 0;
-	*slash = 0;
-	for (char *p = path + 1; *p; p++) {
-		if (*p != '/')
-			continue;
-		*p = 0;
-		mkdir(path, 0755);
-		*p = '/';
-	}
-	if (mkdir(path, 0770) != 0 && errno != EEXIST)
-		return -1;
-	return 0;
-}
-
 int broker_open(const struct broker_config *cfg, struct broker **out, char *err, size_t errlen)
 {
 	int rc;
@@ -2413,7 +2391,7 @@ int broker_open(const struct broker_config *cfg, struct broker **out, char *err,
 			    (int)(slash - (cfg->control + 6)), cfg->control + 6);
 	}
 	pins_load(b);
-	if (ensure_ipc_dir(cfg->control) || ensure_ipc_dir(cfg->events)) {
+	if (proto_ipc_dir(cfg->control) || proto_ipc_dir(cfg->events)) {
 		snprintf(err, errlen, "cannot create the socket directory for %s or %s: %s", cfg->control,
 		    cfg->events, strerror(errno));
 		rc = BATON_EIO;

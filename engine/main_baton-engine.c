@@ -867,28 +867,6 @@ static void idle_tick(void)
 	pthread_mutex_unlock(&g.run_mu);
 }
 
-static int ensure_ipc_dir(const char *url)
-{
-	if (strncmp(url, "ipc://", 6) != 0)
-		return 0;
-	char path[PATH_MAX];
-	snprintf(path, sizeof path, "%s", url + 6);
-	char *slash = strrchr(path, '/');
-	if (!slash || slash == path)
-		return 0;
-	*slash = 0;
-	for (char *p = path + 1; *p; p++) {
-		if (*p != '/')
-			continue;
-		*p = 0;
-		mkdir(path, 0755);
-		*p = '/';
-	}
-	if (mkdir(path, 0770) != 0 && errno != EEXIST)
-		return -1;
-	return 0;
-}
-
 int main(int argc, char **argv)
 {
 	parse_args(argc, argv, &g.o);
@@ -971,7 +949,7 @@ int main(int argc, char **argv)
 		logf_("peer tier on %s (device %d): empty until lent; it could use %.1f MiB",
 		    g.peer_gpu, g.o.peer_device, (double)g.info.peer_want / MIB);
 
-	if (ensure_ipc_dir(listen) != 0)
+	if (proto_ipc_dir(listen) != 0)
 		logf_("cannot create the directory of %s: %s", listen, strerror(errno));
 	if ((rc = proto_server_open(&g.srv, listen, NULL)) != 0) {
 		logf_("cannot listen on %s: %s", listen, baton_strerror(rc));

@@ -516,6 +516,11 @@ int proto_pipe_pid(uint32_t pipe);
 struct proto_server;
 struct proto_ctx;
 
+/* For an ipc:// url, creates the socket's directory when missing (its
+ * parents 0755, itself 0770: the sockets are for the group); other urls
+ * need nothing. 0, or -1 with errno. */
+int proto_ipc_dir(const char *url);
+
 int proto_server_open(struct proto_server **srv, const char *url, const struct proto_opts *opts);
 int proto_server_recv(struct proto_server *srv, struct baton_msg *req, int timeout_ms,
     struct proto_diag *diag);

@@ -21,7 +21,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <limits.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -1388,5 +1390,27 @@ int proto_sub_close(struct proto_sub *sub)
 	if (sub->aio)
 		nng_aio_free(sub->aio);
 	free(sub);
+	return 0;
+}
+
+int proto_ipc_dir(const char *url)
+{
+	if (strncmp(url, "ipc://", 6) != 0)
+		return 0;
+	char path[PATH_MAX];
+	snprintf(path, sizeof path, "%s", url + 6);
+	char *slash = strrchr(path, '/');
+	if (!slash || slash == path)
+		return 0;
+	*slash = 0;
+	for (char *p = path + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = 0;
+		mkdir(path, 0755);
+		*p = '/';
+	}
+	if (mkdir(path, 0770) != 0 && errno != EEXIST)
+		return -1;
 	return 0;
 }
