@@ -32,7 +32,10 @@ CC      ?= cc
 CFLAGS  ?= -O2 -g
 WARN    := -Wall -Wextra -Werror -Wstrict-prototypes -Wmissing-prototypes \
            -Wshadow -Wpointer-arith -Wvla -Wformat=2 -Wno-format-nonliteral
-CPPFLAGS_ALL := -std=c11 -D_GNU_SOURCE -I. $(WARN) -fno-strict-aliasing -pthread
+# The release, from the VERSION file (baton_version(), --version, /metrics).
+VERSION := $(shell cat VERSION 2>/dev/null || echo unknown)
+CPPFLAGS_ALL := -std=c11 -D_GNU_SOURCE -I. $(WARN) -fno-strict-aliasing -pthread \
+                -DBATON_VERSION='"$(VERSION)"'
 ifeq ($(SAN),1)
 CPPFLAGS_ALL += -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 LDSAN   := -fsanitize=address,undefined

@@ -28,6 +28,7 @@ static const char usage_text[] =
     "       baton-arena create --safetensors FILE|DIR [--top-k N] [--force] PATH\n"
     "       baton-arena info [--json [--entries]] PATH\n"
     "       baton-arena verify PATH\n"
+    "       baton-arena --help | --version\n"
     "\n"
     "PATH is a file path, or a bare NAME (no '/', not ending in .arena) for\n"
     "/dev/shm/baton/NAME.arena. create writes PATH.tmp.<pid>, seals it and\n"
@@ -426,6 +427,10 @@ int main(int argc, char **argv)
 	const char *cmd = argv[1];
 	if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
 		fputs(usage_text, stdout);
+		return 0;
+	}
+	if (strcmp(cmd, "--version") == 0) {
+		printf("baton-arena %s\n", baton_version());
 		return 0;
 	}
 	if (strcmp(cmd, "create") == 0)

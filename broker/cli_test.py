@@ -67,6 +67,10 @@ def two_engines(c, config="", elastic=False):
 
 def t_usage_and_exit_codes(c):
     c.broker()
+    version = open(os.path.join(ROOT, "VERSION")).read().strip()
+    for prog in ("baton", "baton-broker", "baton-engine", "baton-arena"):
+        r = subprocess.run([os.path.join(bt.BIN, prog), "--version"], capture_output=True, text=True, timeout=10)
+        assert r.returncode == 0 and r.stdout == "%s %s\n" % (prog, version), (prog, r.stdout, r.stderr)
     # 2: usage, whatever the broker would say
     for args in ([], ["frobnicate"], ["status", "--bogus"], ["release"], ["release", "a", "b"],
                  ["vram", "a"], ["vram", "a", "--reserve-mib", "x"], ["vram", "a", "--reserve-mib", "4", "--full"],

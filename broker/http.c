@@ -33,10 +33,6 @@
 
 #include "broker/broker_int.h"
 
-#ifndef BATON_VERSION
-#define BATON_VERSION "0.1.0-dev"
-#endif
-
 /* Two queues, so that reads (the page, /metrics) never wait behind
  * mutating calls, each of which may wait for memory for seconds. */
 #define READ_THREADS 2
@@ -536,7 +532,7 @@ static void metrics_counters(struct broker_http *h, FILE *f, unsigned live, unsi
 	fprintf(f, "baton_events_total %" PRIu64 "\n", h->events);
 	pthread_mutex_unlock(&h->mu);
 	head(f, "baton_build_info", "gauge", "The broker's version; always 1.");
-	fprintf(f, "baton_build_info{version=\"%s\"} 1\n", BATON_VERSION);
+	fprintf(f, "baton_build_info{version=\"%s\"} 1\n", baton_version());
 }
 
 /* ---- requests -------------------------------------------------------------------- */

@@ -334,7 +334,8 @@ def t_metrics(c):
         'baton_handoffs_total': lambda v: v >= 1,
         'baton_errors_total': lambda v: v >= 0,
         'baton_engines{status="live"}': lambda v: v == 2,
-        'baton_build_info{version="%s"}' % "0.1.0-dev": lambda v: v == 1,
+        'baton_build_info{version="%s"}' % open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                                                       "VERSION")).read().strip(): lambda v: v == 1,
     }
     for k, ok in want.items():
         assert k in values and ok(values[k]), (k, values.get(k), text)

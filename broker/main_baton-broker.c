@@ -25,7 +25,7 @@ static const char usage[] =
     "                  " BROKER_DEFAULT_HTTP "; port 0: any free port; off: none)\n"
     "  --http-token-file FILE  POSTs need \"Authorization: Bearer\" + its first line\n"
     "  --check         read the configuration, print it, and exit\n"
-    "  --help\n"
+    "  --help, --version\n"
     "\n"
     "Flags override the file. Exit status: 0 after SIGTERM or SIGINT, 1 when\n"
     "the sockets cannot be opened, 2 for bad flags or configuration.\n"
@@ -148,7 +148,7 @@ static void print_config(const struct broker_config *c)
 
 int main(int argc, char **argv)
 {
-	enum { O_CONFIG = 1, O_CONTROL, O_EVENTS, O_HTTP, O_TOKEN_FILE, O_CHECK, O_HELP };
+	enum { O_CONFIG = 1, O_CONTROL, O_EVENTS, O_HTTP, O_TOKEN_FILE, O_CHECK, O_HELP, O_VERSION };
 	static const struct option lo[] = {
 		{ "config", required_argument, 0, O_CONFIG },
 		{ "control", required_argument, 0, O_CONTROL },
@@ -157,6 +157,7 @@ int main(int argc, char **argv)
 		{ "http-token-file", required_argument, 0, O_TOKEN_FILE },
 		{ "check", no_argument, 0, O_CHECK },
 		{ "help", no_argument, 0, O_HELP },
+		{ "version", no_argument, 0, O_VERSION },
 		{ 0, 0, 0, 0 },
 	};
 	const char *config = NULL, *control = NULL, *events = NULL, *http = NULL, *token_file = NULL;
@@ -171,6 +172,7 @@ int main(int argc, char **argv)
 		case O_TOKEN_FILE: token_file = optarg; break;
 		case O_CHECK: check = 1; break;
 		case O_HELP: fputs(usage, stdout); return 0;
+		case O_VERSION: printf("baton-broker %s\n", baton_version()); return 0;
 		case ':': usage_error("%s needs a value", argv[optind - 1]);
 		default: usage_error("unknown option '%s'", argv[optind - 1]);
 		}

@@ -61,6 +61,7 @@ static const char usage_text[] =
     "  --timeout T    wait at most T for an answer (500ms, 30s, 2m; a bare number is ms;\n"
     "                 default 60s); for watch: stop after T\n"
     "  --json         machine-readable output on stdout (watch: one JSON object a line)\n"
+    "  --version      print baton's version and exit\n"
     "  --quiet, -q    no progress line on a terminal\n"
     "\n"
     "Exit status: 0 done, 1 failed (reason on stderr), 2 usage, 3 busy (an engine is\n"
@@ -154,6 +155,10 @@ static void parse_args(int argc, char **argv)
 		}
 		if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
 			fputs(usage_text, stdout);
+			exit(EXIT_DONE);
+		}
+		if (strcmp(a, "--version") == 0) {
+			printf("baton %s\n", baton_version());
 			exit(EXIT_DONE);
 		}
 		/* --flag=value or --flag value */

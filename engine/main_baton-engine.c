@@ -72,7 +72,7 @@ static const char usage[] =
     "  --broker URL                register with a broker (e.g. ipc:///run/baton/broker.sock);\n"
     "                              the engine then opens cold and asks before it maps memory\n"
     "  --priority N                priority told to the broker (higher is kept longer; default 0)\n"
-    "  --help\n";
+    "  --help, --version\n";
 
 struct opts {
 	const char *name, *arena, *listen, *backend, *broker;
@@ -174,7 +174,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
 {
 	enum { O_NAME = 1, O_ARENA, O_LISTEN, O_BACKEND, O_DEVICE, O_CACHE, O_SEG, O_RELEASE,
 	       O_IDLE, O_ELASTIC, O_RESERVE, O_VERIFY, O_HOSTMIB, O_BROKER, O_PRIORITY, O_PEER,
-	       O_HELP };
+	       O_HELP, O_VERSION };
 	static const struct option lo[] = {
 		{ "name", required_argument, 0, O_NAME },
 		{ "shared-expert-arena", required_argument, 0, O_ARENA },
@@ -193,6 +193,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		{ "priority", required_argument, 0, O_PRIORITY },
 		{ "peer-device", required_argument, 0, O_PEER },
 		{ "help", no_argument, 0, O_HELP },
+		{ "version", no_argument, 0, O_VERSION },
 		{ 0, 0, 0, 0 },
 	};
 	memset(o, 0, sizeof *o);
@@ -260,6 +261,9 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		}
 		case O_HELP:
 			fputs(usage, stdout);
+			exit(0);
+		case O_VERSION:
+			printf("baton-engine %s\n", baton_version());
 			exit(0);
 		case ':':
 			usage_error("%s needs a value", argv[optind - 1]);

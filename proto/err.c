@@ -39,3 +39,12 @@ int baton_err_valid(int err)
 {
 	return err_find(err) != NULL;
 }
+
+#ifndef BATON_VERSION
+#define BATON_VERSION "unknown"
+#endif
+
+const char *baton_version(void)
+{
+	return BATON_VERSION;
+}

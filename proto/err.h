@@ -61,6 +61,9 @@ enum baton_err {
 
 /* A message for any code; never NULL, also for codes it does not know. */
 const char *baton_strerror(int err);
+
+/* Baton's release ("0.1.0-dev": the VERSION file at build time). */
+const char *baton_version(void);
 /* The stable short name ("busy", "not_found"); "unknown" for others. */
 const char *baton_errname(int err);
 /* 1 when err is a code of this enum (0 included). */
