@@ -54,7 +54,9 @@ static const char *keytext(char *out, size_t cap, const char *k, size_t len)
 static bool key_is(const msgpack_object *k, const char *s)
 {
 	size_t n = strlen(s);
-	return k->via.str.size == n && memcmp(k->via.str.ptr, s, n) == 0;
+	/* n == 0: msgpack-c gives an empty string a NULL ptr, and memcmp
+	 * must not see NULL even for 0 bytes */
+	return k->via.str.size == n && (n == 0 || memcmp(k->via.str.ptr, s, n) == 0);
 }
 
 static void *zalloc(struct dctx *c, size_t n)
@@ -78,8 +80,8 @@ static int check_keys(struct dctx *c, const msgpack_object_map *map, const char 
 			    "key %u of %s is a %s, not a string", i, where, objtype(k));
 		for (uint32_t j = 0; j < i; j++) {
 			const msgpack_object *o = &map->ptr[j].key;
-			if (o->via.str.size == k->via.str.size &&
-			    memcmp(o->via.str.ptr, k->via.str.ptr, k->via.str.size) == 0)
+			if (o->via.str.size == k->via.str.size && (k->via.str.size == 0 ||
+			    memcmp(o->via.str.ptr, k->via.str.ptr, k->via.str.size) == 0))
 				return proto__fail(c->diag, BATON_EDUP,
 				    "key '%s' appears twice in %s",
 				    keytext(kt, sizeof kt, k->via.str.ptr, k->via.str.size), where);
