@@ -166,12 +166,17 @@ TSAN_BUILD ?= $(BUILD)/tsan
 TSAN_PROGS := $(foreach p,baton-broker baton-engine baton-proto-tool baton-arena baton,$(TSAN_BUILD)/bin/$(p))
 TSAN_SCRIPTS ?= broker/broker_test.py tests/kill_test.py tests/fault_test.py
 .PHONY: test-reliability test-tsan
+# Every part runs even when one before failed (each has its own figures);
+# the last line names the parts that failed.
 test-reliability: $(PROGS) | $(BUILD)/.deps
-	@BUILD=$(BUILD) BATON_RELIABILITY=1 BATON_SOAK_SECONDS=$(BATON_SOAK_SECONDS) \
-	    TEST_LIMIT=1800 tests/reliability.sh $(RELIABILITY_SCRIPTS)
-	@$(MAKE) --no-print-directory fuzz
-	@$(MAKE) --no-print-directory test-san
-	@$(MAKE) --no-print-directory test-tsan
+	@failed=""; \
+	BUILD=$(BUILD) BATON_RELIABILITY=1 BATON_SOAK_SECONDS=$(BATON_SOAK_SECONDS) \
+	    TEST_LIMIT=1800 tests/reliability.sh $(RELIABILITY_SCRIPTS) || failed="$$failed scripts"; \
+	$(MAKE) --no-print-directory fuzz || failed="$$failed fuzz"; \
+	$(MAKE) --no-print-directory test-san || failed="$$failed test-san"; \
+	$(MAKE) --no-print-directory test-tsan || failed="$$failed test-tsan"; \
+	if [ -n "$$failed" ]; then echo "test-reliability failed:$$failed"; exit 1; fi; \
+	echo "test-reliability: all parts passed"
 
 test-tsan: | $(BUILD)/.deps
 	@$(MAKE) --no-print-directory -j$(NPROC) BUILD=$(TSAN_BUILD) CUDA=0 \

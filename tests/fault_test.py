@@ -194,6 +194,11 @@ def plan():
         else:
             k = 2 if "send" not in op else 1
             ns = sorted({max(1, round(total * (i + 1) / (k + 1))) for i in range(k)})
+            # and the lost replies the broker must recover from: send:4 is
+            # a's reply to the broker's shrink at b's start (a STATUS probe
+            # finds it lost), bsend:10 the broker's reply to b's acquire
+            # (b sends it again after 1 s)
+            ns = sorted(set(ns) | {{"send": 4, "bsend": 10}.get(op, ns[0])})
         runs += [(op, x) for x in ns]
     only = [o for o in os.environ.get("BATON_FAULT_OPS", "").split(",") if o]
     if only:
