@@ -23,6 +23,16 @@ for bin in "$@"; do
 		;;
 	esac
 	log=$BUILD/fuzz-$name.log
+	# Inputs that crashed an earlier run: one that passes now (its bug
+	# fixed) joins the corpus as a regression seed; one that still fails
+	# fails this run.
+	for f in "$crashes"/*; do
+		[ -f "$f" ] || continue
+		if "$bin" "$f" >/dev/null 2>&1; then
+			mv "$f" "$corpus/fixed-$(basename "$f")"
+			echo "fuzz $name: $(basename "$f") passes now; kept in the corpus"
+		fi
+	done
 	"$bin" -max_total_time="$SECS" -print_final_stats=1 -artifact_prefix="$crashes/" \
 		-timeout=10 -rss_limit_mb=2048 "$corpus" >"$log" 2>&1
 	rc=$?
