@@ -124,6 +124,10 @@ def t_api(c):
     api = start(c, "http_token = %s\n" % TOKEN)
     c.engine("a", "--vram-elastic")
     c.engine("b")  # takes the device from a; not elastic
+    # b says "ready" once its cache is full; its report reaches the broker
+    # a moment later (until then its grant is what the broker counts)
+    bt.wait_for("the broker sees b ready", lambda: expect(api.get("/v1/engines/b"), 200)["state"] == "ready",
+                timeout=5)
     st = expect(api.get("/v1/status"), 200)
     assert st["ok"] is True and {e["name"] for e in st["engines"]} == {"a", "b"}, st
     assert [g["uuid"] for g in st["gpus"]] == ["host-0"], st
