@@ -91,7 +91,10 @@ def t_kill_creators():
             stats["killed" if rc == -signal.SIGKILL else "finished"] += 1
             check_state(d, path, stats)
         print("  %d runs: %s" % (RUNS, ", ".join("%s %d" % kv for kv in sorted(stats.items()))))
-        assert stats["killed"] >= RUNS // 3, "too few runs were killed mid-way"
+        # about 2/3 die mid-way when the creates take as long as the timed
+        # ones; a loaded machine (the sanitizer pass beside other builds)
+        # moves that, so ask for a quarter: enough to have tested kills
+        assert stats["killed"] >= RUNS // 4, "too few runs were killed mid-way"
         assert stats["tmp_refused"] >= 1, "no kill landed while the file was being written"
         # leftovers of dead creators go with the next create
         stale = os.path.join(d, "k.arena.tmp.999999")
