@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "broker/broker.h"
@@ -84,32 +85,60 @@ static void seed(const char *dir)
 	}
 }
 
+/* A connection to the broker's HTTP port, or -1. libFuzzer's timeout
+ * alarm (SIGALRM every second) interrupts system calls: an interrupted
+ * connect is abandoned and made again on a new socket. */
+static int dial(void)
+{
+	for (int attempt = 0; attempt < 20; attempt++) {
+		int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (fd < 0)
+			return -1;
+		if (connect(fd, (const struct sockaddr *)&addr, sizeof addr) == 0)
+			return fd;
+		int e = errno;
+		close(fd);
+		if (e != EINTR)
+			return -1;
+	}
+	return -1;
+}
+
 /* Sends `len` bytes on a new connection, shuts the write side, reads the
  * answer (until the server closes, at most `cap` bytes and 5 s). Returns
  * the bytes read, or -1 when it could not connect. */
 static ssize_t exchange(const void *req, size_t len, char *out, size_t cap)
 {
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int fd = dial();
 	if (fd < 0)
 		return -1;
-	if (connect(fd, (const struct sockaddr *)&addr, sizeof addr) != 0) {
-		close(fd);
-		return -1;
-	}
 	size_t off = 0;
 	while (off < len) {
 		ssize_t n = send(fd, (const char *)req + off, len - off, MSG_NOSIGNAL);
+		if (n < 0 && errno == EINTR)
+			continue;
 		if (n <= 0)
 			break; /* the server may close early on garbage: read what it said */
 		off += (size_t)n;
 	}
 	shutdown(fd, SHUT_WR);
 	size_t got = 0;
+	struct timespec t0, t;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (;;) {
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		long left = 5000 - ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000);
+		if (left <= 0)
+			break;
 		struct pollfd p = { .fd = fd, .events = POLLIN };
-		if (poll(&p, 1, 5000) <= 0)
+		int r = poll(&p, 1, (int)left);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
 			break;
 		ssize_t n = recv(fd, out + got, cap - 1 - got, 0);
+		if (n < 0 && errno == EINTR)
+			continue;
 		if (n <= 0)
 			break;
 		got += (size_t)n;
