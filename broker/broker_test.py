@@ -466,16 +466,18 @@ def t_shrink_rather_than_release(c):
 
 
 def t_idle_release(c):
-    c.broker('idle_release_s = 0.6\n[engine "p"]\npinned = true\n[engine "q"]\nidle_release_s = 0\n'
-             '[engine "r"]\nidle_release_s = 1.5\n')
+    # the timers stretch with SLOW too: under TSan a's release alone took
+    # 0.26 s and r's 1.5 s had passed before r was checked
+    c.broker('idle_release_s = %g\n[engine "p"]\npinned = true\n[engine "q"]\nidle_release_s = 0\n'
+             '[engine "r"]\nidle_release_s = %g\n' % (0.6 * SLOW, 1.5 * SLOW))
     for n in ("a", "p", "q", "r"):
         c.engine(n, host_mib=128)
     t0 = time.time()
-    wait_for("a idle-released", lambda: c.holds()["a"] == 0, timeout=5)
+    wait_for("a idle-released", lambda: c.holds()["a"] == 0, timeout=5 * SLOW)
     dt = time.time() - t0
     assert dt < 2 * SLOW, dt
     assert c.holds()["r"] == CEIL
-    wait_for("r idle-released", lambda: c.holds()["r"] == 0, timeout=5)
+    wait_for("r idle-released", lambda: c.holds()["r"] == 0, timeout=5 * SLOW)
     time.sleep(0.5)
     h = c.holds()
     assert h["p"] == CEIL and h["q"] == CEIL, h
