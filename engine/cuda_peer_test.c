@@ -171,7 +171,11 @@ static void t_peer_memory(void)
 	struct baton_engine_info info;
 	engine_info(e, &info);
 	uint64_t seg = info.cache.segment_bytes;
-	T_EQ_INT(info.peer_want, 0); /* the whole model fits GPU 0 */
+	/* The default cache is the experts' bytes in whole segments, which is
+	 * up to one segment short of holding every expert once slots are
+	 * packed (59 segments hold 1,652 of this model's 1,664): what is left
+	 * is at most one segment. Seen on two H200s. */
+	T_ASSERT(info.peer_want <= seg);
 	engine_close(e);
 	/* A quarter on GPU 0 leaves three quarters to lend. */
 	uint64_t quarter = info.cache.target_bytes / 4 / seg * seg;
