@@ -18,7 +18,6 @@
  * seeded with one well-formed request of each endpoint.
  */
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -31,6 +30,7 @@
 #include <unistd.h>
 
 #include "broker/broker.h"
+#include "tests/fuzz_util.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerInitialize(int *argc, char ***argv);
@@ -57,20 +57,6 @@ static const char *const seeds[] = {
 	("POST /v1/engines/b/refill HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer wrong\r\n"
 	 "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n"),
 };
-
-static bool dir_empty(const char *path)
-{
-	DIR *d = opendir(path);
-	struct dirent *e;
-	bool empty = true;
-	if (!d)
-		return false;
-	while ((e = readdir(d)) != NULL)
-		if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
-			empty = false;
-	closedir(d);
-	return empty;
-}
 
 static void seed(const char *dir)
 {
@@ -175,13 +161,9 @@ static void at_exit(void)
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
-	for (int i = 1; i < *argc; i++) {
-		const char *a = (*argv)[i];
-		if (a[0] != '-' && dir_empty(a)) {
-			seed(a);
-			break;
-		}
-	}
+	const char *corpus = fuzz_empty_corpus(*argc, *argv);
+	if (corpus)
+		seed(corpus);
 	static char dir[] = "/tmp/baton-http-fuzz-XXXXXX";
 	if (!mkdtemp(dir)) {
 		perror("mkdtemp");

@@ -11,30 +11,16 @@
  * event) and a few hostile shapes, so a fresh run starts from valid
  * messages instead of from nothing.
  */
-#include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "proto/proto_int.h"
+#include "tests/fuzz_util.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerInitialize(int *argc, char ***argv);
-
-static bool dir_empty(const char *path)
-{
-	DIR *d = opendir(path);
-	struct dirent *e;
-	bool empty = true;
-	if (!d)
-		return false;
-	while ((e = readdir(d)) != NULL)
-		if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
-			empty = false;
-	closedir(d);
-	return empty;
-}
 
 static void put(const char *dir, const char *name, const void *buf, size_t len)
 {
@@ -76,13 +62,9 @@ static void seed(const char *dir)
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
-	for (int i = 1; i < *argc; i++) {
-		const char *a = (*argv)[i];
-		if (a[0] != '-' && dir_empty(a)) {
-			seed(a);
-			break;
-		}
-	}
+	const char *corpus = fuzz_empty_corpus(*argc, *argv);
+	if (corpus)
+		seed(corpus);
 	return 0;
 }
 
