@@ -159,7 +159,7 @@ def same(a, b, where):
 def t_schema():
     ops = SCHEMA["ops"]
     assert sorted(ops) == sorted(["gen", "status", "release", "refill", "vram", "register",
-                                  "heartbeat", "acquire", "report", "handoff", "pin", "peer",
+                                  "heartbeat", "acquire", "report", "handoff", "pin", "peer", "complete",
                                   "event"]), sorted(ops)
     assert ops["event"]["reply"] is None
     req = {f["key"]: f for f in ops["register"]["request"]}
