@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "proto/proto.h"
+#include "proto/err.h"
 
 typedef uint64_t baton_dptr;
 

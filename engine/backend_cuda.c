@@ -186,18 +186,6 @@ static int stream_sync(struct baton_dev *dev)
 	return 0;
 }
 
-static void errput(char *errbuf, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void errput(char *errbuf, size_t errlen, const char *fmt, ...)
-{
-	if (!errbuf || !errlen)
-		return;
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(errbuf, errlen, fmt, ap);
-	va_end(ap);
-}
-
 /* ---- probe, open, close --------------------------------------------------- */
 
 int cuda_backend_probe(char *errbuf, size_t len)
@@ -211,11 +199,11 @@ int cuda_backend_probe(char *errbuf, size_t len)
 	if (r != CUDA_SUCCESS) {
 		char s[160];
 		cuda_driver_errstr(d, r, s, sizeof s);
-		errput(errbuf, len, "cuDeviceGetCount failed: %s", s);
+		baton_errf(errbuf, len, "cuDeviceGetCount failed: %s", s);
 		return BATON_ENODEV;
 	}
 	if (n < 1) {
-		errput(errbuf, len, "no CUDA device");
+		baton_errf(errbuf, len, "no CUDA device");
 		return BATON_ENODEV;
 	}
 	return 0;
@@ -285,16 +273,16 @@ static int cuda_open(int index, uint64_t capacity_bytes, struct baton_dev **out,
 		return rc;
 	int n = 0;
 	if (d->DeviceGetCount(&n) != CUDA_SUCCESS || n < 1) {
-		errput(errbuf, errlen, "no CUDA device");
+		baton_errf(errbuf, errlen, "no CUDA device");
 		return BATON_ENODEV;
 	}
 	if (index < 0 || index >= n) {
-		errput(errbuf, errlen, "no CUDA device %d (this machine has %d)", index, n);
+		baton_errf(errbuf, errlen, "no CUDA device %d (this machine has %d)", index, n);
 		return BATON_ENODEV;
 	}
 	struct baton_dev *dev = calloc(1, sizeof *dev);
 	if (!dev) {
-		errput(errbuf, errlen, "out of host memory");
+		baton_errf(errbuf, errlen, "out of host memory");
 		return BATON_ENOMEM;
 	}
 	dev->d = d;
@@ -363,7 +351,7 @@ static int cuda_open(int index, uint64_t capacity_bytes, struct baton_dev **out,
 	return 0;
 
 fail:
-	errput(errbuf, errlen, "cuda device %d: %s", index, dev->err[0] ? dev->err : baton_strerror(rc));
+	baton_errf(errbuf, errlen, "cuda device %d: %s", index, dev->err[0] ? dev->err : baton_strerror(rc));
 	cuda_close(dev);
 	return rc;
 }

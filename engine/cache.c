@@ -80,8 +80,6 @@
 #include "engine/cache.h"
 
 #include <errno.h>
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -162,19 +160,6 @@ struct baton_cache {
 	uint32_t p_every, p_moves, p_calls;
 	uint64_t peer_hits, peer_moves;
 };
-
-static void c_err(char *buf, size_t len, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void c_err(char *buf, size_t len, const char *fmt, ...)
-{
-	if (!buf || !len)
-		return;
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(buf, len, fmt, ap);
-	va_end(ap);
-}
 
 static double now_s(void)
 {
@@ -577,22 +562,22 @@ int cache_create(const struct baton_backend *be, struct baton_dev *dev,
 	int rc;
 
 	if (!out) {
-		c_err(errbuf, errlen, "cache_create: no place for the result");
+		baton_errf(errbuf, errlen, "cache_create: no place for the result");
 		return BATON_EINVAL;
 	}
 	*out = NULL;
 	if (!be || !dev || !cfg || (n_items && !items)) {
-		c_err(errbuf, errlen, "cache_create: missing backend, device, config or items");
+		baton_errf(errbuf, errlen, "cache_create: missing backend, device, config or items");
 		return BATON_EINVAL;
 	}
 	if (!be->mem_info || !be->granularity || !be->reserve || !be->unreserve ||
 	    !be->map || !be->unmap || !be->copy_h2d || !be->copy_d2h || !be->sync) {
-		c_err(errbuf, errlen, "backend %s lacks the memory functions the cache needs",
+		baton_errf(errbuf, errlen, "backend %s lacks the memory functions the cache needs",
 		    be->name ? be->name : "?");
 		return BATON_EUNSUPPORTED;
 	}
 	if (!cfg->slot_bytes || !cfg->segment_bytes || !cfg->ceiling_bytes) {
-		c_err(errbuf, errlen, "cache: slot (%llu), segment (%llu) and ceiling (%llu) "
+		baton_errf(errbuf, errlen, "cache: slot (%llu), segment (%llu) and ceiling (%llu) "
 		    "sizes must be nonzero", (unsigned long long)cfg->slot_bytes,
 		    (unsigned long long)cfg->segment_bytes,
 		    (unsigned long long)cfg->ceiling_bytes);
@@ -600,19 +585,19 @@ int cache_create(const struct baton_backend *be, struct baton_dev *dev,
 	}
 	const uint64_t big = UINT64_C(1) << 56;
 	if (cfg->slot_bytes > big || cfg->segment_bytes > big || cfg->ceiling_bytes > big) {
-		c_err(errbuf, errlen, "cache: sizes above 2^56 bytes");
+		baton_errf(errbuf, errlen, "cache: sizes above 2^56 bytes");
 		return BATON_EINVAL;
 	}
 	uint64_t slot = (cfg->slot_bytes + SLOT_ALIGN - 1) / SLOT_ALIGN * SLOT_ALIGN;
 	for (uint32_t i = 0; i < n_items; i++) {
 		if (items[i].bytes > cfg->slot_bytes) {
-			c_err(errbuf, errlen, "cache: item %u has %llu bytes, more than a slot (%llu)",
+			baton_errf(errbuf, errlen, "cache: item %u has %llu bytes, more than a slot (%llu)",
 			    i, (unsigned long long)items[i].bytes,
 			    (unsigned long long)cfg->slot_bytes);
 			return BATON_EINVAL;
 		}
 		if (items[i].bytes && !items[i].src) {
-			c_err(errbuf, errlen, "cache: item %u has no source", i);
+			baton_errf(errbuf, errlen, "cache: item %u has no source", i);
 			return BATON_EINVAL;
 		}
 	}
@@ -626,7 +611,7 @@ int cache_create(const struct baton_backend *be, struct baton_dev *dev,
 		n_segs = 1;
 	uint64_t sps = seg / slot;
 	if (n_segs > UINT32_MAX / 2 || sps > UINT32_MAX / 2 || n_segs * sps > INT32_MAX) {
-		c_err(errbuf, errlen, "cache: %llu segments of %llu slots is too many",
+		baton_errf(errbuf, errlen, "cache: %llu segments of %llu slots is too many",
 		    (unsigned long long)n_segs, (unsigned long long)sps);
 		return BATON_EINVAL;
 	}
@@ -683,7 +668,7 @@ int cache_create(const struct baton_backend *be, struct baton_dev *dev,
 
 	rc = be->reserve(dev, c->range_bytes, &c->base);
 	if (rc) {
-		c_err(errbuf, errlen, "cache: cannot reserve %llu bytes of device address space: %s",
+		baton_errf(errbuf, errlen, "cache: cannot reserve %llu bytes of device address space: %s",
 		    (unsigned long long)c->range_bytes, baton_strerror(rc));
 		c->base = 0;
 		goto fail;
@@ -698,7 +683,7 @@ int cache_create(const struct baton_backend *be, struct baton_dev *dev,
 	return 0;
 
 nomem:
-	c_err(errbuf, errlen, "cache: out of host memory");
+	baton_errf(errbuf, errlen, "cache: out of host memory");
 	rc = BATON_ENOMEM;
 fail:
 	cache_destroy(c);
