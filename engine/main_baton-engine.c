@@ -358,20 +358,6 @@ static void test_refill_delay(void)
 	}
 }
 
-static void add_report(struct baton_cache_report *sum, const struct baton_cache_report *r)
-{
-	sum->state = r->state;
-	sum->bytes_copied += r->bytes_copied;
-	sum->copies += r->copies;
-	sum->segments_mapped += r->segments_mapped;
-	sum->segments_unmapped += r->segments_unmapped;
-	sum->bytes_freed += r->bytes_freed;
-	sum->mismatches += r->mismatches;
-	sum->map_s += r->map_s;
-	sum->copy_s += r->copy_s;
-	sum->total_s += r->total_s;
-}
-
 /* Makes the cache whole again (caller holds run_mu): back to the full
  * target and the configured reserve, then filled. With `limit` below what
  * is missing (a partial grant), it maps only that much: the reserve is set
@@ -393,13 +379,13 @@ static int make_full(uint64_t limit, struct baton_cache_report *sum)
 	int rc = engine_vram(g.e, reserve, &r);
 	if (rc)
 		return rc;
-	add_report(sum, &r);
+	cache_report_add(sum, &r);
 	cache_stats(engine_cache(g.e), &st);
 	if (st.state != BATON_CACHE_READY) {
 		rc = engine_refill(g.e, &r);
 		if (rc)
 			return rc;
-		add_report(sum, &r);
+		cache_report_add(sum, &r);
 	}
 	g.idle_released = 0;
 	if (sum->bytes_copied) {
