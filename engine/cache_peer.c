@@ -76,7 +76,7 @@ static int promote_d2d(struct baton_cache *c, const uint32_t *slots, const uint3
 	uint32_t j = 0;
 	for (; j < n && !rc; j++) {
 		const struct baton_cache_item *it = &c->items[c->slot_item[slots[j]]];
-		rc = c->be->copy_d2d(c->dev, own_addr(c, slots[j]), p_slot_addr(c, from[j]), it->bytes);
+		rc = backend_copy_d2d(c->be, c->dev, own_addr(c, slots[j]), p_slot_addr(c, from[j]), it->bytes);
 	}
 	if (!rc)
 		rc = c->be->sync(c->dev);
@@ -212,7 +212,7 @@ static int peer_rebalance(struct baton_cache *c, uint32_t limit, struct baton_ca
 		}
 	}
 
-	if (n_own && c->be->copy_d2d) {
+	if (n_own && backend_has_copy_d2d(c->be)) {
 		/* Promotions device to device, queued before the copies that
 		 * refill those peer slots (stream order keeps them apart). */
 		rc = promote_d2d(c, own_fill, c->pt.prom, n_own, rep);
@@ -342,7 +342,7 @@ static int peer_unmap_to(struct baton_cache *c, uint32_t keep, uint64_t *unmappe
 	while (c->pt.mapped > keep) {
 		uint32_t k = c->pt.mapped - 1;
 		double t0 = cache_now_s();
-		int rc = c->be->unmap_peer(c->dev, c->pt.dev, c->pt.base + (uint64_t)k * c->seg_bytes,
+		int rc = backend_unmap_peer(c->be, c->dev, c->pt.dev, c->pt.base + (uint64_t)k * c->seg_bytes,
 		    c->seg_bytes);
 		rep->map_s += cache_now_s() - t0;
 		if (rc)
@@ -388,13 +388,13 @@ int cache_peer_set(struct baton_cache *c, struct baton_dev *peer, uint64_t bytes
 	}
 	if (!peer || peer == c->dev)
 		return BATON_EINVAL;
-	if (!c->be->map_peer || !c->be->unmap_peer)
+	if (!backend_has_peer(c->be))
 		return BATON_EUNSUPPORTED;
 	if (c->pt.dev && c->pt.dev != peer && c->pt.mapped)
 		return BATON_EINVAL; /* drop the old peer tier first */
 	if (c->released)
 		return BATON_ESTATE; /* a released cache holds no borrowed memory */
-	if (c->be->peer_access && (rc = c->be->peer_access(c->dev, peer)) != 0)
+	if ((rc = backend_peer_access(c->be, c->dev, peer)) != 0)
 		return rc;
 	if ((rc = peer_prepare(c)) != 0)
 		return rc;
@@ -426,7 +426,7 @@ int cache_peer_set(struct baton_cache *c, struct baton_dev *peer, uint64_t bytes
 			break; /* the peer is full: keep what fit */
 		if (cache_fault_due(c))
 			break;
-		rc = c->be->map_peer(c->dev, peer, c->pt.base + (uint64_t)c->pt.mapped * c->seg_bytes,
+		rc = backend_map_peer(c->be, c->dev, peer, c->pt.base + (uint64_t)c->pt.mapped * c->seg_bytes,
 		    c->seg_bytes);
 		rep->map_s += cache_now_s() - t1;
 		if (rc == BATON_EDEVMEM) {
