@@ -154,8 +154,8 @@ static int load(struct baton_model *m, const char *name, uint32_t rows, uint32_t
 static int load_l(struct baton_model *m, uint32_t l, const char *suffix, uint32_t rows,
     uint32_t cols, int required, struct dtensor *t, char *eb, size_t el)
 {
-	char name[NAME_MAX_LEN];
-	snprintf(name, sizeof name, "model.layers.%u.%s", l, suffix);
+	char name[NAME_MAX_LEN + 32];
+	snprintf(name, sizeof name, "model.layers.%u.%.*s", l, NAME_MAX_LEN, suffix);
 	return load(m, name, rows, cols, required, t, eb, el);
 }
 
