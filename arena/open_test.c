@@ -89,7 +89,7 @@ static void m_header_size(uint8_t *b, size_t *len) { (void)len; hdr(b)->entry_by
 static void m_unsealed(uint8_t *b, size_t *len) { (void)len; hdr(b)->sealed = 0; }
 static void m_gen0(uint8_t *b, size_t *len) { (void)len; hdr(b)->generation = 0; }
 static void m_hdr_flip(uint8_t *b, size_t *len) { (void)len; hdr(b)->reserved[17] ^= 1; }
-static void m_table_flip(uint8_t *b, size_t *len) { (void)len; ent(b, 3)->reserved ^= 0x100; }
+static void m_table_flip(uint8_t *b, size_t *len) { (void)len; ent(b, 3)->name_off ^= 0x100; }
 static void m_trunc1(uint8_t *b, size_t *len) { (void)b; *len -= 1; }
 static void m_trunc_half(uint8_t *b, size_t *len) { (void)b; *len /= 2; }
 static void m_trunc_hdr(uint8_t *b, size_t *len) { (void)b; *len = 100; }
