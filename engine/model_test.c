@@ -180,7 +180,9 @@ struct rig {
 	json_t *ref;
 };
 
-static void rig_open(struct rig *r, const char *arch, uint32_t max_batch)
+/* The fixture `arch` as an arena: from its folder, or (gguf) from the GGUF
+ * file engine/fixtures/hf_to_gguf.py makes of it as llama.cpp would. */
+static void rig_open_from(struct rig *r, const char *arch, uint32_t max_batch, int gguf)
 {
 	char src[512], err[512] = "";
 	snprintf(r->dir, sizeof r->dir, "/tmp/baton-model-XXXXXX");
@@ -188,6 +190,13 @@ static void rig_open(struct rig *r, const char *arch, uint32_t max_batch)
 	snprintf(r->arena, sizeof r->arena, "%s/m.arena", r->dir);
 	snprintf(src, sizeof src, "%s/%s", fixtures(), arch);
 	struct baton_arena_source s = { .kind = BATON_ARENA_SRC_SAFETENSORS, .file = src };
+	char gpath[128], cmd[1024];
+	if (gguf) {
+		snprintf(gpath, sizeof gpath, "%s/m.gguf", r->dir);
+		snprintf(cmd, sizeof cmd, "python3 %s/hf_to_gguf.py %s %s", fixtures(), src, gpath);
+		T_ASSERT_MSG(system(cmd) == 0, "%s failed", cmd);
+		s = (struct baton_arena_source){ .kind = BATON_ARENA_SRC_GGUF, .file = gpath };
+	}
 	int rc = arena_create(r->arena, &s, NULL, NULL, err, sizeof err);
 	T_ASSERT_MSG(rc == 0, "creating the arena of %s: %s", arch, err);
 	struct baton_engine_config ec = {
@@ -202,6 +211,13 @@ static void rig_open(struct rig *r, const char *arch, uint32_t max_batch)
 	json_error_t je;
 	r->ref = json_load_file(src, 0, &je);
 	T_ASSERT_MSG(r->ref, "%s: %s", src, je.text);
+	if (gguf)
+		unlink(gpath);
+}
+
+static void rig_open(struct rig *r, const char *arch, uint32_t max_batch)
+{
+	rig_open_from(r, arch, max_batch, 0);
 }
 
 static void rig_close(struct rig *r)
@@ -367,7 +383,44 @@ static void t_batches_and_release(void)
 	rig_close(&b);
 }
 
+/* The same weights through GGUF (converted as llama.cpp does, Mixtral's
+ * Q/K rows permuted for ggml's RoPE and permuted back at import) give the
+ * bits of the safetensors arena: logits of every prompt, and so the same
+ * greedy tokens. */
+static void t_gguf_same_logits(void)
+{
+	static const char *const archs[] = { "qwen3_moe", "mixtral", "mixtral_f16", "olmoe",
+		"qwen2_moe" };
+	for (int i = 0; i < 5; i++) {
+		struct rig a, b;
+		rig_open(&a, archs[i], 0);
+		rig_open_from(&b, archs[i], 0, 1);
+		uint32_t V = model_config(a.m)->vocab;
+		float *la = malloc(V * 4), *lb = malloc(V * 4);
+		T_ASSERT(la && lb);
+		json_t *prompts = json_object_get(a.ref, "prompts");
+		for (size_t p = 0; p < json_array_size(prompts); p++) {
+			size_t n;
+			uint32_t *toks = ids_of(json_array_get(prompts, p), &n);
+			T_OK(model_prefill(a.m, toks, (uint32_t)n, la));
+			T_OK(model_prefill(b.m, toks, (uint32_t)n, lb));
+			T_ASSERT_MSG(memcmp(la, lb, V * 4) == 0, "%s prompt %zu: GGUF logits differ", archs[i], p);
+			for (int s = 0; s < 8; s++) {
+				uint32_t t = argmax(la, V);
+				T_OK(model_decode(a.m, t, la));
+				T_OK(model_decode(b.m, t, lb));
+				T_ASSERT_MSG(memcmp(la, lb, V * 4) == 0, "%s prompt %zu step %d: GGUF logits differ",
+				    archs[i], p, s);
+			}
+			free(toks);
+		}
+		free(la), free(lb);
+		rig_close(&a);
+		rig_close(&b);
+	}
+}
+
 T_MAIN(T_CASE(t_config_fixtures), T_CASE(t_config_refusals),
     T_CASE_TIMEOUT(t_qwen3_moe, 120), T_CASE_TIMEOUT(t_mixtral, 120),
     T_CASE_TIMEOUT(t_mixtral_f16, 120), T_CASE_TIMEOUT(t_olmoe, 120), T_CASE_TIMEOUT(t_qwen2_moe, 120),
-    T_CASE_TIMEOUT(t_batches_and_release, 120))
+    T_CASE_TIMEOUT(t_batches_and_release, 120), T_CASE_TIMEOUT(t_gguf_same_logits, 240))
