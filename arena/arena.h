@@ -3,10 +3,17 @@
  * host copy of a model's experts under /dev/shm, laid out so that each
  * expert (gate, up and down of one layer) is one contiguous, aligned blob.
  *
- * File format (little endian, version 1), all offsets from the file start:
+ * File format (little endian, version 2), all offsets from the file start:
  *   header   struct arena_file_header (fixed size, see arena_format.h)
  *   table    n_entries x struct arena_file_entry
+ *   names    the names of dense tensors and metadata blobs
  *   data     blobs, each aligned to BATON_ARENA_ALIGN
+ * Version 2 holds a whole model: the experts as in version 1, every dense
+ * tensor by its Hugging Face name (arena_dense), and metadata blobs such as
+ * config.json and the tokenizer (arena_blob). An experts-only arena (the
+ * synthetic benchmark model, or --experts-only imports) has no architecture
+ * and no config. Version 1 files are refused with the command that
+ * recreates them.
  * The header holds the table's checksum and is sealed last; creation writes
  * a temporary file and renames it into place, so an unsealed or half-written
  * file is never accepted by arena_open().
@@ -80,6 +87,8 @@ enum baton_role {
 	BATON_ROLE_EXPERT = 0, /* gate+up+down of one (layer, expert): one blob */
 	BATON_ROLE_ROUTER = 1,
 	BATON_ROLE_NORM = 2,
+	BATON_ROLE_DENSE = 3,  /* any other dense tensor, by name (version 2) */
+	BATON_ROLE_BLOB = 4,   /* a metadata blob, by key (version 2) */
 };
 
 struct baton_arena_shape {
@@ -98,7 +107,8 @@ struct baton_arena_expert {
 	uint64_t checksum;     /* XXH3-64 of the blob */
 };
 
-/* A dense tensor (router, norm) of one layer. */
+/* A dense tensor: a router or norm of one layer, or any tensor by name.
+ * A 1-D tensor has rows = 1. */
 struct baton_arena_tensor {
 	const uint8_t *data;
 	uint64_t offset, bytes;
@@ -143,7 +153,20 @@ struct baton_synth_params {
 	uint32_t layers, experts, top_k, d_model, d_ff;
 	uint32_t dtype;   /* f32, f16, bf16 or q8_0, for gate, up and down */
 	uint64_t seed;
+	/* A full model of a named architecture (version 2): arch is one of
+	 * qwen3_moe, qwen2_moe, mixtral, olmoe, or NULL/"" for the experts-only
+	 * model. With an arch, every dense tensor is made too (random, in
+	 * `dtype`, norms f32) and a config.json describing it; the fields
+	 * below then matter (0: a default derived from d_model). */
+	const char *arch;
+	uint32_t heads, kv_heads, head_dim, vocab;
+	uint32_t shared_ff;   /* qwen2_moe's shared expert width */
 };
+
+/* Fills p with a named preset's shape (e.g. "qwen3-30b-a3b",
+ * "qwen3-235b-a22b", "mixtral-8x7b", "olmoe-1b-7b", "qwen1.5-moe-a2.7b"),
+ * keeping p->dtype and p->seed. BATON_ENOTFOUND for an unknown name. */
+int arena_synth_preset(const char *name, struct baton_synth_params *p);
 
 /* Each creator writes PATH.tmp.<pid>, fills it, checksums it, seals it and
  * renames it to PATH, holding an exclusive lock on PATH.lock meanwhile.
@@ -175,6 +198,44 @@ int arena_layer_dtypes(const struct baton_arena *a, uint32_t layer, uint32_t dty
 /* What the arena was made from, e.g. "gguf model.gguf (qwen2moe)"; never NULL. */
 const char *arena_source(const struct baton_arena *a);
 
+/* ---- version 2: the whole model ------------------------------------------ */
+
+/* The architecture as Hugging Face's config.json names it (model_type):
+ * "qwen3_moe", "qwen2_moe", "mixtral", "olmoe"; "" for an experts-only
+ * arena. Never NULL. */
+const char *arena_arch(const struct baton_arena *a);
+
+/* A dense tensor by its Hugging Face name, e.g. "model.embed_tokens.weight",
+ * "model.layers.3.self_attn.q_proj.weight", "model.layers.3.self_attn.q_proj.bias",
+ * "model.layers.3.mlp.gate.weight", "model.norm.weight", "lm_head.weight".
+ * rows/cols as for every tensor here (ggml's: rows of cols elements; 1-D
+ * has rows = 1); any dtype, byte-exact from the source. GGUF sources are
+ * stored under the Hugging Face names, with llama.cpp's Q/K row permutation
+ * (llama-family: mixtral) undone, so every arena uses Hugging Face's
+ * rotate_half RoPE layout. The routers and post-attention norms are found
+ * here by name too (and through arena_tensor as ROUTER and NORM).
+ * Mixtral's router is "model.layers.N.block_sparse_moe.gate.weight", every
+ * other architecture's "model.layers.N.mlp.gate.weight".
+ * BATON_ENOTFOUND when absent. `out->data` points into the mapping. */
+int arena_dense(const struct baton_arena *a, const char *name, struct baton_arena_tensor *out);
+/* Every dense tensor, sorted by name: count, and the i-th (name stays valid
+ * until arena_close). BATON_ENOTFOUND when i >= count. */
+uint64_t arena_dense_count(const struct baton_arena *a);
+int arena_dense_at(const struct baton_arena *a, uint64_t i, const char **name,
+    struct baton_arena_tensor *out);
+
+/* A metadata blob by key: "config.json" (Hugging Face's, verbatim from an
+ * HF folder; for a GGUF source made from its keys with HF field names),
+ * "tokenizer.json", "tokenizer_config.json", "generation_config.json" (HF
+ * folders, verbatim, when present), "gguf_tokenizer.json" (GGUF sources:
+ * every tokenizer.ggml.* key and tokenizer.chat_template as one JSON object
+ * keyed by the GGUF names). *data points into the read-only mapping; the
+ * bytes are not NUL-terminated. BATON_ENOTFOUND when absent. */
+int arena_blob(const struct baton_arena *a, const char *key, const void **data, uint64_t *len);
+uint64_t arena_blob_count(const struct baton_arena *a);
+int arena_blob_at(const struct baton_arena *a, uint64_t i, const char **key,
+    const void **data, uint64_t *len);
+
 /* Where an arena named `name` lives by default: /dev/shm/baton/<name>.arena.
  * BATON_EINVAL for an empty name or one with '/', BATON_ETOOBIG when it does
  * not fit in buf. */
@@ -191,6 +252,11 @@ struct baton_arena_source {
 	struct baton_synth_params synth;   /* kind SYNTHETIC */
 	const char *file;                  /* GGUF file, or safetensors file/folder */
 	uint32_t top_k;                    /* safetensors: 0 = config.json or 2 */
+	/* GGUF and safetensors: 0 imports the whole model (an architecture
+	 * this build supports, every tensor it needs; anything else is refused
+	 * by name); 1 imports only the experts, routers and norms of any MoE
+	 * (version 1's behaviour, for the cache benchmarks). */
+	int experts_only;
 };
 
 struct baton_create_opts {

@@ -65,19 +65,103 @@ static int set_part(struct arena_file_entry *e, int i, uint32_t dtype, uint32_t 
 	return 0;
 }
 
+static int name_ok(const char *n)
+{
+	size_t len = strlen(n);
+	if (len == 0 || len > ARENA_MAX_NAME)
+		return 0;
+	for (size_t i = 0; i < len; i++)
+		if ((unsigned char)n[i] < 0x21 || (unsigned char)n[i] > 0x7e)
+			return 0;
+	return 1;
+}
+
+static int named_cmp(const void *a, const void *b)
+{
+	const struct arena_named *x = *(const struct arena_named *const *)a;
+	const struct arena_named *y = *(const struct arena_named *const *)b;
+	int bx = x->role == BATON_ROLE_BLOB, by = y->role == BATON_ROLE_BLOB;
+	if (bx != by)
+		return bx - by;
+	return strcmp(x->name, y->name);
+}
+
+/* The named list: valid names, no name twice, a router and a norm for every
+ * layer or for none; sets *flags' ROUTER and NORM bits. */
+static int check_named(const struct arena_plan *p, uint32_t *flags, char *errbuf, size_t errlen)
+{
+	uint64_t routers = 0, norms = 0, blobs = 0;
+	int rc = 0;
+	const struct arena_named **v = malloc((p->n_named ? p->n_named : 1) * sizeof *v);
+	if (!v)
+		return arena_errf(errbuf, errlen, BATON_ENOMEM, "out of memory");
+	for (uint64_t i = 0; i < p->n_named; i++) {
+		const struct arena_named *n = &p->named[i];
+		v[i] = n;
+		if (!name_ok(n->name)) {
+			rc = arena_errf(errbuf, errlen, BATON_EINVAL,
+			    "name \"%.80s\" is empty, longer than %u bytes or not printable ASCII",
+			    n->name, ARENA_MAX_NAME);
+			goto out;
+		}
+		if ((n->role == BATON_ROLE_ROUTER || n->role == BATON_ROLE_NORM) &&
+		    n->layer >= p->shape.layers) {
+			rc = arena_errf(errbuf, errlen, BATON_EINVAL, "%s: layer %" PRIu32
+			    " past the %" PRIu32 " layers", n->name, n->layer, p->shape.layers);
+			goto out;
+		}
+		routers += n->role == BATON_ROLE_ROUTER;
+		norms += n->role == BATON_ROLE_NORM;
+		blobs += n->role == BATON_ROLE_BLOB;
+		if (n->role == BATON_ROLE_BLOB && (n->bytes == 0 || n->bytes > ARENA_MAX_BLOB)) {
+			rc = arena_errf(errbuf, errlen, BATON_ETOOBIG, "metadata %s: %" PRIu64
+			    " bytes, not in 1..%u", n->name, n->bytes, ARENA_MAX_BLOB);
+			goto out;
+		}
+	}
+	if ((routers && routers != p->shape.layers) || (norms && norms != p->shape.layers)) {
+		rc = arena_errf(errbuf, errlen, BATON_EINVAL,
+		    "%" PRIu64 " routers and %" PRIu64 " norms for %" PRIu32 " layers",
+		    routers, norms, p->shape.layers);
+		goto out;
+	}
+	if (blobs > ARENA_MAX_BLOBS || p->n_named - blobs - routers - norms > ARENA_MAX_NAMED) {
+		rc = arena_errf(errbuf, errlen, BATON_ECOUNT, "too many tensors or metadata blobs");
+		goto out;
+	}
+	qsort(v, p->n_named, sizeof *v, named_cmp);
+	for (uint64_t i = 1; i < p->n_named; i++)
+		if (named_cmp(&v[i - 1], &v[i]) == 0) {
+			rc = arena_errf(errbuf, errlen, BATON_EINVAL, "%s appears twice", v[i]->name);
+			goto out;
+		}
+	*flags = (*flags & ~(uint32_t)(ARENA_F_ROUTER | ARENA_F_NORM)) |
+	    (routers ? ARENA_F_ROUTER : 0) | (norms ? ARENA_F_NORM : 0);
+out:
+	free(v);
+	return rc;
+}
+
 static int layout(const struct arena_plan *p, struct arena_file_header *h,
-    struct arena_file_entry **out, char *errbuf, size_t errlen)
+    struct arena_file_entry **out, char **names_out, char *errbuf, size_t errlen)
 {
 	const struct baton_arena_shape *s = &p->shape;
-	uint64_t n = (uint64_t)s->layers * s->experts;
-	if (p->flags & ARENA_F_ROUTER)
-		n += s->layers;
-	if (p->flags & ARENA_F_NORM)
-		n += s->layers;
+	uint64_t nexp = (uint64_t)s->layers * s->experts;
+	uint64_t n = nexp + p->n_named;
+	uint64_t names_bytes = 0;
+	for (uint64_t i = 0; i < p->n_named; i++)
+		names_bytes += strlen(p->named[i].name);
+	if (names_bytes > ARENA_MAX_NAMES)
+		return arena_errf(errbuf, errlen, BATON_ETOOBIG, "names take more than %u bytes",
+		    ARENA_MAX_NAMES);
 	struct arena_file_entry *ents = calloc(n, sizeof *ents);
-	if (!ents)
-		return arena_errf(errbuf, errlen, BATON_ENOMEM, "no memory for %" PRIu64 " entries", n);
+	char *names = malloc(names_bytes ? names_bytes : 1);
 	int rc;
+	if (!ents || !names) {
+		free(ents);
+		free(names);
+		return arena_errf(errbuf, errlen, BATON_ENOMEM, "no memory for %" PRIu64 " entries", n);
+	}
 	uint64_t k = 0;
 	for (uint32_t l = 0; l < s->layers; l++) {
 		const uint32_t *dt = &p->layer_dt[(uint64_t)l * ARENA_DT_N];
@@ -101,26 +185,41 @@ static int layout(const struct arena_plan *p, struct arena_file_header *h,
 			e->bytes = down + e->part[2].bytes;
 		}
 	}
-	for (int r = 0; r < 2; r++) {
-		uint32_t flag = r == 0 ? ARENA_F_ROUTER : ARENA_F_NORM;
-		if (!(p->flags & flag))
+	uint64_t noff = 0;
+	for (uint64_t i = 0; i < p->n_named; i++) {
+		const struct arena_named *nm = &p->named[i];
+		struct arena_file_entry *e = &ents[k++];
+		size_t len = strlen(nm->name);
+		memcpy(names + noff, nm->name, len);
+		e->name_off = (uint32_t)noff;
+		e->name_len = (uint32_t)len;
+		noff += len;
+		e->role = nm->role;
+		e->layer = nm->role == BATON_ROLE_ROUTER || nm->role == BATON_ROLE_NORM ? nm->layer : 0;
+		if (nm->role == BATON_ROLE_BLOB) {
+			e->n_parts = 0;
+			e->bytes = nm->bytes;
+			h->n_blobs++;
 			continue;
-		for (uint32_t l = 0; l < s->layers; l++) {
-			const uint32_t *dt = &p->layer_dt[(uint64_t)l * ARENA_DT_N];
-			struct arena_file_entry *e = &ents[k++];
-			e->layer = l;
-			e->role = r == 0 ? BATON_ROLE_ROUTER : BATON_ROLE_NORM;
-			e->n_parts = 1;
-			if ((rc = set_part(e, 0, dt[r == 0 ? ARENA_DT_ROUTER : ARENA_DT_NORM],
-				 r == 0 ? s->experts : 1, s->d_model, 0, r == 0 ? "router" : "norm",
-				 errbuf, errlen)))
-				goto fail;
-			e->bytes = e->part[0].bytes;
 		}
+		if (nm->role == BATON_ROLE_DENSE)
+			h->n_dense++;
+		if (nm->rows == 0 || nm->rows > ARENA_MAX_DENSE_ROWS || nm->cols == 0 ||
+		    nm->cols >= ARENA_MAX_DIM) {
+			rc = arena_errf(errbuf, errlen, BATON_ECOUNT,
+			    "%s: shape %" PRIu32 "x%" PRIu32 " out of range", nm->name, nm->rows, nm->cols);
+			goto fail;
+		}
+		e->n_parts = 1;
+		if ((rc = set_part(e, 0, nm->dtype, nm->rows, nm->cols, 0, nm->name, errbuf, errlen)))
+			goto fail;
+		e->bytes = e->part[0].bytes;
 	}
 
 	uint64_t table_end = ARENA_HEADER_BYTES + n * ARENA_ENTRY_BYTES;
-	uint64_t off = arena_align_up(table_end, BATON_ARENA_ALIGN), max = 0;
+	h->names_offset = table_end;
+	h->names_bytes = names_bytes;
+	uint64_t off = arena_align_up(table_end + names_bytes, BATON_ARENA_ALIGN), max = 0;
 	h->data_offset = off;
 	for (uint64_t i = 0; i < n; i++) {
 		ents[i].offset = off;
@@ -137,10 +236,64 @@ static int layout(const struct arena_plan *p, struct arena_file_header *h,
 	h->n_entries = n;
 	h->max_expert_bytes = max;
 	*out = ents;
+	*names_out = names;
 	return 0;
 fail:
 	free(ents);
+	free(names);
 	return rc;
+}
+
+/* ---- the named list --------------------------------------------------------- */
+
+struct arena_named *arena_plan_add(struct arena_plan *p, uint32_t role, const char *name)
+{
+	if (strlen(name) > ARENA_MAX_NAME)
+		return NULL;
+	if (p->n_named == p->cap_named) {
+		uint64_t nc = p->cap_named ? 2 * p->cap_named : 64;
+		struct arena_named *nn = realloc(p->named, nc * sizeof *nn);
+		if (!nn)
+			return NULL;
+		p->named = nn;
+		p->cap_named = nc;
+	}
+	struct arena_named *n = &p->named[p->n_named++];
+	memset(n, 0, sizeof *n);
+	n->role = role;
+	snprintf(n->name, sizeof n->name, "%s", name);
+	return n;
+}
+
+int arena_plan_add_blob(struct arena_plan *p, const char *key, void *data, uint64_t len,
+    char *errbuf, size_t errlen)
+{
+	struct arena_named *n = arena_plan_add(p, BATON_ROLE_BLOB, key);
+	if (!n) {
+		free(data);
+		return arena_errf(errbuf, errlen, BATON_ENOMEM, "out of memory");
+	}
+	n->data = data;
+	n->bytes = len;
+	return 0;
+}
+
+void arena_plan_free_named(struct arena_plan *p)
+{
+	for (uint64_t i = 0; i < p->n_named; i++)
+		free(p->named[i].data);
+	free(p->named);
+	p->named = NULL;
+	p->n_named = p->cap_named = 0;
+}
+
+int arena_arch_known(const char *arch)
+{
+	static const char *const known[] = { "qwen3_moe", "qwen2_moe", "mixtral", "olmoe" };
+	for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+		if (strcmp(arch, known[i]) == 0)
+			return 1;
+	return 0;
 }
 
 /* ---- files ----------------------------------------------------------------- */
@@ -243,8 +396,15 @@ static int fill_one(void *arg, uint64_t i)
 {
 	struct fill_ctx *c = arg;
 	struct arena_file_entry *e = &c->ents[i];
+	const struct arena_plan *p = c->plan;
+	uint64_t nexp = (uint64_t)p->shape.layers * p->shape.experts;
+	const struct arena_named *n = i < nexp ? NULL : &p->named[i - nexp];
 	char msg[512] = "";
-	int rc = c->plan->fill(c->plan->ctx, e, c->map + e->offset, msg, sizeof msg);
+	int rc = 0;
+	if (n && n->role == BATON_ROLE_BLOB)
+		memcpy(c->map + e->offset, n->data, n->bytes);
+	else
+		rc = p->fill(p->ctx, e, n, c->map + e->offset, msg, sizeof msg);
 	if (rc) {
 		pthread_mutex_lock(&c->mu);
 		if (i < c->err_item) {
@@ -259,7 +419,7 @@ static int fill_one(void *arg, uint64_t i)
 }
 
 static int write_tmp(const char *tmp, const struct arena_plan *p, struct arena_file_header *h,
-    struct arena_file_entry *ents, uint64_t old_gen, unsigned threads,
+    struct arena_file_entry *ents, const char *names, uint64_t old_gen, unsigned threads,
     char *errbuf, size_t errlen)
 {
 	int rc = 0;
@@ -312,7 +472,10 @@ static int write_tmp(const char *tmp, const struct arena_plan *p, struct arena_f
 
 	size_t tbytes = (size_t)(h->n_entries * ARENA_ENTRY_BYTES);
 	memcpy(map + h->table_offset, ents, tbytes);
-	h->table_checksum = arena_hash(ents, tbytes);
+	memcpy(map + h->names_offset, names, (size_t)h->names_bytes);
+	/* The table checksum covers the names too: they say what a blob is. */
+	h->table_checksum = arena_table_checksum(map + h->table_offset, tbytes,
+	    map + h->names_offset, (size_t)h->names_bytes);
 	memcpy(map, h, sizeof *h); /* not sealed yet */
 	if (!tmpfs && (msync(map, h->file_bytes, MS_SYNC) != 0 || fdatasync(fd) != 0)) {
 		rc = arena_errf(errbuf, errlen, BATON_EIO, "%s: sync: %s", tmp, strerror(errno));
@@ -358,6 +521,7 @@ int arena_build(const char *path, const struct arena_plan *p,
 	struct baton_create_result r = { 0 };
 	double t0 = arena_now();
 	struct arena_file_entry *ents = NULL;
+	char *names = NULL;
 	char dir[PATH_MAX], lockpath[PATH_MAX], tmp[PATH_MAX];
 	const char *base;
 	int rc, lockfd = -1, have_tmp = 0;
@@ -374,7 +538,20 @@ int arena_build(const char *path, const struct arena_plan *p,
 		return arena_errf(errbuf, errlen, BATON_EINVAL, "arena path too long");
 
 	struct arena_file_header h = { 0 };
-	if ((rc = layout(p, &h, &ents, errbuf, errlen)))
+	uint32_t flags = p->flags;
+	if ((rc = check_named(p, &flags, errbuf, errlen)))
+		return rc;
+	if (p->arch[0]) {
+		int cfg = 0;
+		for (uint64_t i = 0; i < p->n_named; i++)
+			cfg |= p->named[i].role == BATON_ROLE_BLOB && strcmp(p->named[i].name, "config.json") == 0;
+		if (!arena_arch_known(p->arch) || !cfg)
+			return arena_errf(errbuf, errlen, BATON_EINVAL,
+			    "a model of architecture \"%s\" needs a known architecture and a config.json",
+			    p->arch);
+		flags |= ARENA_F_MODEL;
+	}
+	if ((rc = layout(p, &h, &ents, &names, errbuf, errlen)))
 		return rc;
 	memcpy(h.magic, ARENA_MAGIC, ARENA_MAGIC_LEN);
 	h.version = ARENA_VERSION;
@@ -382,7 +559,8 @@ int arena_build(const char *path, const struct arena_plan *p,
 	h.entry_bytes = ARENA_ENTRY_BYTES;
 	h.source_hash = p->source_hash;
 	h.source_kind = p->source_kind;
-	h.flags = p->flags;
+	h.flags = flags;
+	snprintf(h.arch, sizeof h.arch, "%s", p->arch);
 	h.layers = p->shape.layers;
 	h.experts = p->shape.experts;
 	h.top_k = p->shape.top_k;
@@ -391,12 +569,17 @@ int arena_build(const char *path, const struct arena_plan *p,
 	h.gate_dtype = p->layer_dt[ARENA_DT_GATE];
 	h.up_dtype = p->layer_dt[ARENA_DT_UP];
 	h.down_dtype = p->layer_dt[ARENA_DT_DOWN];
-	h.router_dtype = p->layer_dt[ARENA_DT_ROUTER];
-	h.norm_dtype = p->layer_dt[ARENA_DT_NORM];
+	h.router_dtype = h.norm_dtype = BATON_DT_F32; /* of layer 0's, when there */
+	for (uint64_t i = 0; i < p->n_named; i++)
+		if (p->named[i].layer == 0 && p->named[i].role == BATON_ROLE_ROUTER)
+			h.router_dtype = p->named[i].dtype;
+		else if (p->named[i].layer == 0 && p->named[i].role == BATON_ROLE_NORM)
+			h.norm_dtype = p->named[i].dtype;
 	memcpy(h.source, p->source, ARENA_SOURCE_LEN);
 	h.source[ARENA_SOURCE_LEN - 1] = '\0';
 
 	struct arena_plan pc = *p; /* the shape as the file will say it */
+	pc.flags = flags;
 	pc.shape.gate_dtype = h.gate_dtype;
 	pc.shape.up_dtype = h.up_dtype;
 	pc.shape.down_dtype = h.down_dtype;
@@ -441,7 +624,7 @@ int arena_build(const char *path, const struct arena_plan *p,
 		goto done;
 
 	have_tmp = 1;
-	if ((rc = write_tmp(tmp, &pc, &h, ents, old_gen, opts->threads, errbuf, errlen)))
+	if ((rc = write_tmp(tmp, &pc, &h, ents, names, old_gen, opts->threads, errbuf, errlen)))
 		goto done;
 	if (rename(tmp, path) != 0) {
 		rc = arena_errf(errbuf, errlen, BATON_EIO, "rename %s to %s: %s", tmp, path,
@@ -458,6 +641,7 @@ done:
 	if (lockfd >= 0)
 		close(lockfd); /* releases the flock */
 	free(ents);
+	free(names);
 	r.seconds = arena_now() - t0;
 	if (res)
 		*res = r;
@@ -493,18 +677,22 @@ int arena_create(const char *path, const struct baton_arena_source *src,
 		if ((rc = arena_plan_synthetic(&src->synth, &plan, errbuf, errlen)))
 			return rc;
 		rc = arena_build(path, &plan, opts, res, errbuf, errlen);
+		arena_plan_free_named(&plan);
 		arena_synthetic_free(&plan);
 		return rc;
 	case BATON_ARENA_SRC_GGUF:
-		if ((rc = arena_plan_gguf(src->file, &plan, errbuf, errlen)))
+		if ((rc = arena_plan_gguf(src->file, src->experts_only, &plan, errbuf, errlen)))
 			return rc;
 		rc = arena_build(path, &plan, opts, res, errbuf, errlen);
+		arena_plan_free_named(&plan);
 		arena_gguf_plan_free(&plan);
 		return rc;
 	case BATON_ARENA_SRC_SAFETENSORS:
-		if ((rc = arena_plan_safetensors(src->file, src->top_k, &plan, errbuf, errlen)))
+		if ((rc = arena_plan_safetensors(src->file, src->top_k, src->experts_only, &plan,
+			 errbuf, errlen)))
 			return rc;
 		rc = arena_build(path, &plan, opts, res, errbuf, errlen);
+		arena_plan_free_named(&plan);
 		arena_st_plan_free(&plan);
 		return rc;
 	default:

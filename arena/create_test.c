@@ -555,16 +555,16 @@ static void t_bad_params(void)
 		int err;
 		const char *word;
 	} bad[] = {
-		{ { 0, 4, 2, 64, 64, BATON_DT_F16, 1 }, BATON_EINVAL, "layers" },
-		{ { 5000, 4, 2, 64, 64, BATON_DT_F16, 1 }, BATON_EINVAL, "layers" },
-		{ { 2, 0, 1, 64, 64, BATON_DT_F16, 1 }, BATON_EINVAL, "experts" },
-		{ { 2, 4, 5, 64, 64, BATON_DT_F16, 1 }, BATON_EINVAL, "top-k" },
-		{ { 2, 4, 0, 64, 64, BATON_DT_F16, 1 }, BATON_EINVAL, "top-k" },
-		{ { 2, 4, 2, 0, 64, BATON_DT_F16, 1 }, BATON_EINVAL, "d_model" },
-		{ { 2, 4, 2, 64, 1u << 20, BATON_DT_F16, 1 }, BATON_EINVAL, "d_ff" },
-		{ { 2, 4, 2, 64, 64, BATON_DT_Q4_K, 1 }, BATON_EUNSUPPORTED, "q4_K" },
-		{ { 2, 4, 2, 64, 64, 77, 1 }, BATON_EUNSUPPORTED, "unknown" },
-		{ { 2, 4, 2, 48, 64, BATON_DT_Q8_0, 1 }, BATON_EINVAL, "multiples of 32" },
+		{ { .layers = 0, .experts = 4, .top_k = 2, .d_model = 64, .d_ff = 64, .dtype = BATON_DT_F16, .seed = 1 }, BATON_EINVAL, "layers" },
+		{ { .layers = 5000, .experts = 4, .top_k = 2, .d_model = 64, .d_ff = 64, .dtype = BATON_DT_F16, .seed = 1 }, BATON_EINVAL, "layers" },
+		{ { .layers = 2, .experts = 0, .top_k = 1, .d_model = 64, .d_ff = 64, .dtype = BATON_DT_F16, .seed = 1 }, BATON_EINVAL, "experts" },
+		{ { .layers = 2, .experts = 4, .top_k = 5, .d_model = 64, .d_ff = 64, .dtype = BATON_DT_F16, .seed = 1 }, BATON_EINVAL, "top-k" },
+		{ { .layers = 2, .experts = 4, .top_k = 0, .d_model = 64, .d_ff = 64, .dtype = BATON_DT_F16, .seed = 1 }, BATON_EINVAL, "top-k" },
+		{ { .layers = 2, .experts = 4, .top_k = 2, .d_model = 0, .d_ff = 64, .dtype = BATON_DT_F16, .seed = 1 }, BATON_EINVAL, "d_model" },
+		{ { .layers = 2, .experts = 4, .top_k = 2, .d_model = 64, .d_ff = 1u << 20, .dtype = BATON_DT_F16, .seed = 1 }, BATON_EINVAL, "d_ff" },
+		{ { .layers = 2, .experts = 4, .top_k = 2, .d_model = 64, .d_ff = 64, .dtype = BATON_DT_Q4_K, .seed = 1 }, BATON_EUNSUPPORTED, "q4_K" },
+		{ { .layers = 2, .experts = 4, .top_k = 2, .d_model = 64, .d_ff = 64, .dtype = 77, .seed = 1 }, BATON_EUNSUPPORTED, "unknown" },
+		{ { .layers = 2, .experts = 4, .top_k = 2, .d_model = 48, .d_ff = 64, .dtype = BATON_DT_Q8_0, .seed = 1 }, BATON_EINVAL, "multiples of 32" },
 	};
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		msg[0] = '\0';

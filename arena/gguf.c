@@ -139,12 +139,16 @@ static int skip_value(struct rd *r, uint32_t type, int depth)
 	return 0;
 }
 
-struct kv {
-	const char *key;
-	uint64_t key_len;
-	uint32_t type;
-	uint64_t pos; /* of the value */
-};
+#define kv arena_gguf_kv
+
+const struct kv *arena_gguf_kv_find(const struct arena_gguf *g, const char *key)
+{
+	size_t kl = strlen(key);
+	for (uint64_t i = 0; i < g->n_kv; i++)
+		if (g->kvs[i].key_len == kl && memcmp(g->kvs[i].key, key, kl) == 0)
+			return &g->kvs[i];
+	return NULL;
+}
 
 static const struct kv *kv_find(const struct kv *kvs, uint64_t n, const char *key)
 {
@@ -156,7 +160,7 @@ static const struct kv *kv_find(const struct kv *kvs, uint64_t n, const char *ke
 }
 
 /* An integer of any GGUF integer type, when non-negative. */
-static int kv_uint(const uint8_t *b, const struct kv *kv, uint64_t *v)
+int arena_gguf_kv_uint(const uint8_t *b, const struct kv *kv, uint64_t *v)
 {
 	const uint8_t *p = b + kv->pos;
 	switch (kv->type) {
@@ -182,7 +186,7 @@ static int kv_arch_u32(const uint8_t *b, const struct kv *kvs, uint64_t n, const
 	if (!kv)
 		return 1;
 	uint64_t x;
-	if (kv_uint(b, kv, &x) != 0 || x > UINT32_MAX)
+	if (arena_gguf_kv_uint(b, kv, &x) != 0 || x > UINT32_MAX)
 		return arena_errf(errbuf, errlen, BATON_ESOURCE,
 		    "gguf: %s is not an unsigned 32-bit integer", key);
 	*v = (uint32_t)x;
@@ -225,6 +229,7 @@ static int gg_name(const char *s, uint64_t len, uint32_t *layer)
 
 void arena_gguf_free(struct arena_gguf *g)
 {
+	free(g->kvs);
 	free(g->tensors);
 	free(g->layer_t);
 	memset(g, 0, sizeof *g);
@@ -330,7 +335,7 @@ int arena_gguf_parse(const uint8_t *buf, uint64_t size, struct arena_gguf *g,
 	kv = kv_find(kvs, g->n_kv, "general.alignment");
 	if (kv) {
 		uint64_t a;
-		if (kv_uint(buf, kv, &a) != 0 || a == 0 || (a & (a - 1)) || a > (1u << 20)) {
+		if (arena_gguf_kv_uint(buf, kv, &a) != 0 || a == 0 || (a & (a - 1)) || a > (1u << 20)) {
 			rc = arena_errf(errbuf, errlen, BATON_ESOURCE,
 			    "gguf: general.alignment must be a power of two up to 1 MiB");
 			goto fail;
@@ -499,7 +504,7 @@ int arena_gguf_parse(const uint8_t *buf, uint64_t size, struct arena_gguf *g,
 	/* Identity for reuse: the header and tensor infos, and the size. */
 	uint64_t id[2] = { arena_hash(buf, (size_t)g->data_offset), size };
 	g->header_hash = arena_hash(id, sizeof id);
-	free(kvs);
+	g->kvs = kvs;
 	return 0;
 fail:
 	free(kvs);
@@ -515,23 +520,21 @@ struct gguf_src {
 	struct arena_gguf g;
 };
 
-static int gguf_fill(void *ctx, const struct arena_file_entry *e, uint8_t *dst,
-    char *errbuf, size_t errlen)
+static int gguf_fill(void *ctx, const struct arena_file_entry *e, const struct arena_named *n,
+    uint8_t *dst, char *errbuf, size_t errlen)
 {
 	(void)errbuf;
 	(void)errlen;
 	const struct gguf_src *s = ctx;
-	const uint32_t *lt = &s->g.layer_t[(size_t)e->layer * ARENA_GG_N];
 	if (e->role == BATON_ROLE_EXPERT) {
+		const uint32_t *lt = &s->g.layer_t[(size_t)e->layer * ARENA_GG_N];
 		for (int i = 0; i < 3; i++) {
 			const struct arena_gguf_tensor *t = &s->g.tensors[lt[ARENA_GG_GATE + i]];
 			uint64_t slice = e->part[i].bytes; /* rows * row_bytes, as the tensor's */
 			memcpy(dst + e->part[i].offset, s->map + t->offset + e->expert * slice, slice);
 		}
 	} else {
-		const struct arena_gguf_tensor *t =
-		    &s->g.tensors[lt[e->role == BATON_ROLE_ROUTER ? ARENA_GG_ROUTER : ARENA_GG_NORM]];
-		memcpy(dst, s->map + t->offset, e->part[0].bytes);
+		arena_gguf_fill_named(s->map, &s->g, n, dst);
 	}
 	return 0;
 }
@@ -542,7 +545,8 @@ static const char *base_name(const char *p)
 	return s ? s + 1 : p;
 }
 
-int arena_plan_gguf(const char *file, struct arena_plan *plan, char *errbuf, size_t errlen)
+int arena_plan_gguf(const char *file, int experts_only, struct arena_plan *plan, char *errbuf,
+    size_t errlen)
 {
 	memset(plan, 0, sizeof *plan);
 	if (!file)
@@ -598,16 +602,52 @@ int arena_plan_gguf(const char *file, struct arena_plan *plan, char *errbuf, siz
 		.layers = g->layers, .experts = g->experts, .top_k = g->top_k,
 		.d_model = g->d_model, .d_ff = g->d_ff,
 	};
-	plan->flags = ARENA_F_ROUTER | (g->has_norm ? ARENA_F_NORM : 0);
+	plan->flags = 0; /* the builder sets ROUTER and NORM from the named list */
 	plan->layer_dt = dt;
 	plan->source_kind = ARENA_SRC_GGUF;
 	/* Identity: the header and tensor infos, the size, and samples of the
 	 * tensor data (a re-export with the same metadata is another source). */
-	uint64_t id[2] = { g->header_hash, arena_sample_hash(s->map, s->size, g->data_offset) };
+	uint64_t id[3] = { g->header_hash, arena_sample_hash(s->map, s->size, g->data_offset),
+		(uint64_t)experts_only };
 	plan->source_hash = arena_hash(id, sizeof id);
-	snprintf(plan->source, sizeof plan->source, "gguf %s (%s)", base_name(file), g->arch);
+	snprintf(plan->source, sizeof plan->source, "gguf %s (%s%s)", base_name(file), g->arch,
+	    experts_only ? ", experts only" : "");
 	plan->fill = gguf_fill;
 	plan->ctx = s;
+	int rc2 = 0;
+	if (!experts_only) {
+		char m2[512];
+		if ((rc2 = arena_gguf_plan_model(s->map, g, plan, m2, sizeof m2)))
+			arena_errf(errbuf, errlen, rc2, "%s: %s", file, m2);
+	} else {
+		/* routers and norms only, under the Hugging Face names */
+		for (uint32_t l = 0; l < g->layers && !rc2; l++)
+			for (int k = 0; k < 2 && !rc2; k++) {
+				if (k == 1 && !g->has_norm)
+					continue;
+				const uint32_t t = g->layer_t[(size_t)l * ARENA_GG_N +
+				    (k ? ARENA_GG_NORM : ARENA_GG_ROUTER)];
+				char name[96];
+				snprintf(name, sizeof name, k ? "model.layers.%" PRIu32 ".post_attention_layernorm.weight"
+				    : "model.layers.%" PRIu32 ".mlp.gate.weight", l);
+				struct arena_named *n = arena_plan_add(plan, k ? BATON_ROLE_NORM : BATON_ROLE_ROUTER,
+				    name);
+				if (!n) {
+					rc2 = arena_errf(errbuf, errlen, BATON_ENOMEM, "out of memory");
+					break;
+				}
+				n->layer = l;
+				n->dtype = g->tensors[t].type;
+				n->rows = k ? 1 : g->experts;
+				n->cols = g->d_model;
+				n->src = t;
+			}
+	}
+	if (rc2) {
+		arena_plan_free_named(plan);
+		arena_gguf_plan_free(plan);
+		return rc2;
+	}
 	return 0;
 }
 

@@ -3,8 +3,9 @@
  *
  *   baton-arena create --synthetic --layers N --experts N --top-k N
  *                      --d-model N --d-ff N [--dtype f16] [--seed N] [opts] PATH
- *   baton-arena create --gguf FILE [opts] PATH
- *   baton-arena create --safetensors FILE|DIR [--top-k N] [opts] PATH
+ *   baton-arena create --synthetic-arch ARCH [--preset NAME | sizes] [opts] PATH
+ *   baton-arena create --gguf FILE [--experts-only] [opts] PATH
+ *   baton-arena create --safetensors FILE|DIR [--experts-only] [--top-k N] [opts] PATH
  *   baton-arena info [--json [--entries]] PATH
  *   baton-arena verify PATH
  *
@@ -24,8 +25,14 @@ static const char usage_text[] =
     "usage: baton-arena create --synthetic --layers N --experts N --top-k N\n"
     "                          --d-model N --d-ff N [--dtype f32|f16|bf16|q8_0]\n"
     "                          [--seed N] [--force] [--threads N] PATH\n"
-    "       baton-arena create --gguf FILE [--force] [--threads N] PATH\n"
-    "       baton-arena create --safetensors FILE|DIR [--top-k N] [--force] PATH\n"
+    "       baton-arena create --synthetic-arch qwen3_moe|qwen2_moe|mixtral|olmoe\n"
+    "                          [--preset NAME] [--layers N --experts N --top-k N\n"
+    "                          --d-model N --d-ff N] [--heads N] [--kv-heads N]\n"
+    "                          [--head-dim N] [--vocab N] [--shared-ff N]\n"
+    "                          [--dtype ...] [--seed N] [--force] PATH\n"
+    "       baton-arena create --gguf FILE [--experts-only] [--force] [--threads N] PATH\n"
+    "       baton-arena create --safetensors FILE|DIR [--experts-only] [--top-k N]\n"
+    "                          [--force] PATH\n"
     "       baton-arena info [--json [--entries]] PATH\n"
     "       baton-arena verify PATH\n"
     "       baton-arena --help | --version\n"
@@ -34,6 +41,12 @@ static const char usage_text[] =
     "/dev/shm/baton/NAME.arena. create writes PATH.tmp.<pid>, seals it and\n"
     "renames it into place under a lock on PATH.lock; a valid arena of the same\n"
     "source already there is reused unless --force.\n"
+    "--gguf and --safetensors import the whole model (weights, config, tokenizer)\n"
+    "of a supported architecture and refuse anything else by name;\n"
+    "--experts-only takes just the experts, routers and norms of any MoE.\n"
+    "--synthetic makes the experts-only benchmark model; --synthetic-arch a whole\n"
+    "random model of that architecture (presets: qwen3-30b-a3b, qwen3-235b-a22b,\n"
+    "qwen1.5-moe-a2.7b, mixtral-8x7b, olmoe-1b-7b; explicit sizes override).\n"
     "info prints the header and a per-layer table (--json: as JSON; --entries\n"
     "adds every entry). verify recomputes every blob's checksum.\n"
     "Exit status: 0 ok, 1 failure, 2 bad usage.\n";
@@ -98,7 +111,8 @@ static const char *dn(uint32_t dt)
 static int cmd_create(int argc, char **argv)
 {
 	enum { O_SYN = 256, O_GGUF, O_ST, O_LAYERS, O_EXPERTS, O_TOPK, O_DMODEL, O_DFF,
-		O_DTYPE, O_SEED, O_FORCE, O_THREADS, O_HELP };
+		O_DTYPE, O_SEED, O_FORCE, O_THREADS, O_HELP, O_SYNARCH, O_PRESET, O_HEADS,
+		O_KVHEADS, O_HEADDIM, O_VOCAB, O_SHARED, O_EXPONLY };
 	static const struct option opts[] = {
 		{ "synthetic", no_argument, NULL, O_SYN },
 		{ "gguf", required_argument, NULL, O_GGUF },
@@ -113,8 +127,19 @@ static int cmd_create(int argc, char **argv)
 		{ "force", no_argument, NULL, O_FORCE },
 		{ "threads", required_argument, NULL, O_THREADS },
 		{ "help", no_argument, NULL, O_HELP },
+		{ "synthetic-arch", required_argument, NULL, O_SYNARCH },
+		{ "preset", required_argument, NULL, O_PRESET },
+		{ "heads", required_argument, NULL, O_HEADS },
+		{ "kv-heads", required_argument, NULL, O_KVHEADS },
+		{ "head-dim", required_argument, NULL, O_HEADDIM },
+		{ "vocab", required_argument, NULL, O_VOCAB },
+		{ "shared-ff", required_argument, NULL, O_SHARED },
+		{ "experts-only", no_argument, NULL, O_EXPONLY },
 		{ NULL, 0, NULL, 0 },
 	};
+	const char *synarch = NULL, *preset = NULL;
+	uint64_t extra[5] = { 0 }; /* heads, kv-heads, head-dim, vocab, shared-ff */
+	int have_extra = 0;
 	struct baton_arena_source src = { 0 };
 	struct baton_create_opts co = { 0 };
 	uint64_t v, layers = 0, experts = 0, top_k = 0, d_model = 0, d_ff = 0, seed = 0;
@@ -170,19 +195,69 @@ static int cmd_create(int argc, char **argv)
 			co.threads = (unsigned)v;
 			break;
 		case O_HELP: fputs(usage_text, stdout); return 0;
+		case O_SYNARCH: src.kind = BATON_ARENA_SRC_SYNTHETIC; synarch = optarg; nsrc++; break;
+		case O_PRESET: preset = optarg; break;
+		case O_EXPONLY: src.experts_only = 1; break;
+		case O_HEADS: case O_KVHEADS: case O_HEADDIM: case O_VOCAB: case O_SHARED: {
+			static const char *const nm[] = { "--heads", "--kv-heads", "--head-dim", "--vocab",
+				"--shared-ff" };
+			int i = c - O_HEADS;
+			if ((rc = parse_u64(nm[i], optarg, i == 3 ? (1u << 24) : ARENA_MAX_DIM - 1, &extra[i])))
+				return rc;
+			if (extra[i] == 0)
+				return usage_error("create: %s must be at least 1", nm[i]);
+			have_extra = 1;
+			break;
+		}
 		default:
 			return usage_error("create: unknown or incomplete option \"%s\"", argv[optind - 1]);
 		}
 	}
 	if (nsrc != 1)
-		return usage_error("create: give exactly one of --synthetic, --gguf, --safetensors%s", "");
+		return usage_error("create: give exactly one of --synthetic, --synthetic-arch, --gguf, "
+				   "--safetensors%s", "");
+	if ((preset || have_extra) && !synarch)
+		return usage_error("create: --preset, --heads, --kv-heads, --head-dim, --vocab and "
+				   "--shared-ff go with --synthetic-arch%s", "");
+	if (src.experts_only && src.kind == BATON_ARENA_SRC_SYNTHETIC)
+		return usage_error("create: --experts-only is for --gguf and --safetensors (--synthetic "
+				   "is experts-only already)%s", "");
 	if (optind != argc - 1)
 		return usage_error("create: give one arena PATH (got %s)",
 		    optind >= argc ? "none" : "more than one");
 	char pbuf[4096];
 	const char *path = resolve(argv[optind], pbuf, sizeof pbuf);
 
-	if (src.kind == BATON_ARENA_SRC_SYNTHETIC) {
+	if (src.kind == BATON_ARENA_SRC_SYNTHETIC && synarch) {
+		struct baton_synth_params sp = { 0 };
+		if (preset) {
+			if (arena_synth_preset(preset, &sp) != 0)
+				return usage_error("create: unknown --preset \"%s\" (qwen3-30b-a3b, "
+						   "qwen3-235b-a22b, qwen1.5-moe-a2.7b, mixtral-8x7b, olmoe-1b-7b)",
+				    preset);
+			if (strcmp(sp.arch, synarch) != 0)
+				return usage_error("create: --preset %s is another architecture", preset);
+		}
+		/* explicit sizes override the preset's */
+		if (have[0]) sp.layers = (uint32_t)layers;
+		if (have[1]) sp.experts = (uint32_t)experts;
+		if (have[2]) sp.d_model = (uint32_t)d_model;
+		if (have[3]) sp.d_ff = (uint32_t)d_ff;
+		if (have_topk) sp.top_k = (uint32_t)top_k;
+		uint32_t *ex[5] = { &sp.heads, &sp.kv_heads, &sp.head_dim, &sp.vocab, &sp.shared_ff };
+		for (int i = 0; i < 5; i++)
+			if (extra[i])
+				*ex[i] = (uint32_t)extra[i];
+		if (!sp.layers || !sp.experts || !sp.top_k || !sp.d_model || !sp.d_ff)
+			return usage_error("create --synthetic-arch needs --preset or all of --layers, "
+					   "--experts, --top-k, --d-model, --d-ff%s", "");
+		if (sp.top_k > sp.experts)
+			return usage_error("create --synthetic-arch: --top-k is larger than --experts%s", "");
+		sp.arch = synarch;
+		sp.dtype = (uint32_t)dtype;
+		sp.seed = seed;
+		src.synth = sp;
+	} else if (src.kind == BATON_ARENA_SRC_SYNTHETIC) {
 		static const char *const names[] = { "--layers", "--experts", "--d-model", "--d-ff" };
 		for (int i = 0; i < 4; i++)
 			if (!have[i])
@@ -274,6 +349,30 @@ static int info_json(const char *path, const struct baton_arena *a, int entries)
 		    "up", dn(d[1]), "down", dn(d[2])));
 	}
 	json_object_set_new(root, "layer_dtypes", layers);
+	json_object_set_new(root, "arch", json_string(arena_arch(a)));
+	const void *cfg;
+	uint64_t clen;
+	json_t *cj = NULL;
+	if (arena_blob(a, "config.json", &cfg, &clen) == 0)
+		cj = json_loadb(cfg, (size_t)clen, 0, NULL);
+	json_object_set_new(root, "config", cj ? cj : json_null());
+	json_object_set_new(root, "tokenizer", json_boolean(arena_blob(a, "tokenizer.json", NULL, NULL) == 0 ||
+	    arena_blob(a, "gguf_tokenizer.json", NULL, NULL) == 0));
+	uint64_t dense_bytes = 0;
+	for (uint64_t i = 0; i < arena_dense_count(a); i++) {
+		arena_dense_at(a, i, NULL, &t);
+		dense_bytes += t.bytes;
+	}
+	json_object_set_new(root, "dense_tensors", json_integer((json_int_t)arena_dense_count(a)));
+	json_object_set_new(root, "dense_bytes", json_integer((json_int_t)dense_bytes));
+	json_t *blobs = json_array();
+	for (uint64_t i = 0; i < arena_blob_count(a); i++) {
+		const char *key;
+		uint64_t len;
+		arena_blob_at(a, i, &key, NULL, &len);
+		json_array_append_new(blobs, json_pack("{s:s, s:I}", "key", key, "bytes", (json_int_t)len));
+	}
+	json_object_set_new(root, "metadata", blobs);
 	if (entries) {
 		json_t *arr = json_array();
 		char ck[24];
@@ -300,7 +399,18 @@ static int info_json(const char *path, const struct baton_arena *a, int entries)
 				    "offset", (json_int_t)t.offset, "bytes", (json_int_t)t.bytes, "checksum", ck,
 				    "parts", tensor_json(&t, t.offset)));
 			}
+		/* every named tensor (routers and norms again, under their names) */
+		json_t *dense = json_array();
+		for (uint64_t i = 0; i < arena_dense_count(a); i++) {
+			const char *name;
+			arena_dense_at(a, i, &name, &t);
+			snprintf(ck, sizeof ck, "%016" PRIx64, t.checksum);
+			json_array_append_new(dense, json_pack("{s:s, s:s, s:i, s:i, s:I, s:I, s:s}",
+			    "name", name, "dtype", dn(t.dtype), "rows", (int)t.rows, "cols", (int)t.cols,
+			    "offset", (json_int_t)t.offset, "bytes", (json_int_t)t.bytes, "checksum", ck));
+		}
 		json_object_set_new(root, "entries", arr);
+		json_object_set_new(root, "dense", dense);
 	}
 	int rc = json_dumpf(root, stdout, JSON_INDENT(1) | JSON_PRESERVE_ORDER) == 0 ? 0 : 1;
 	putchar('\n');
@@ -330,6 +440,45 @@ static void info_human(const char *path, const struct baton_arena *a)
 	    norm ? dn(s->norm_dtype) : "-");
 	printf("experts    %" PRIu64 " blobs, slot %s (each aligned to %u)\n",
 	    (uint64_t)s->layers * s->experts, eb, BATON_ARENA_ALIGN);
+	uint64_t dense_bytes = 0;
+	for (uint64_t i = 0; i < arena_dense_count(a); i++) {
+		arena_dense_at(a, i, NULL, &t);
+		dense_bytes += t.bytes;
+	}
+	char db[32];
+	human_bytes(dense_bytes, db, sizeof db);
+	printf("arch       %s\n", arena_arch(a)[0] ? arena_arch(a) : "- (experts only)");
+	printf("dense      %" PRIu64 " tensors, %s\n", arena_dense_count(a), db);
+	const void *cfg;
+	uint64_t clen;
+	if (arena_blob(a, "config.json", &cfg, &clen) == 0) {
+		json_t *cj = json_loadb(cfg, (size_t)clen, 0, NULL);
+		printf("config     ");
+		static const char *const keys[] = { "hidden_size", "num_hidden_layers",
+			"num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size",
+			"rope_theta", "tie_word_embeddings" };
+		for (size_t i = 0; cj && i < sizeof keys / sizeof keys[0]; i++) {
+			const json_t *v = json_object_get(cj, keys[i]);
+			if (json_is_integer(v))
+				printf("%s %" JSON_INTEGER_FORMAT "%s", keys[i], json_integer_value(v), ", ");
+			else if (json_is_real(v))
+				printf("%s %g, ", keys[i], json_real_value(v));
+			else if (json_is_boolean(v))
+				printf("%s %s, ", keys[i], json_is_true(v) ? "true" : "false");
+		}
+		printf("(%" PRIu64 " bytes)\n", clen);
+		json_decref(cj);
+	}
+	printf("tokenizer  %s\n", arena_blob(a, "tokenizer.json", NULL, NULL) == 0 ? "tokenizer.json"
+	    : arena_blob(a, "gguf_tokenizer.json", NULL, NULL) == 0 ? "gguf_tokenizer.json" : "none");
+	printf("metadata   ");
+	for (uint64_t i = 0; i < arena_blob_count(a); i++) {
+		const char *key;
+		uint64_t len;
+		arena_blob_at(a, i, &key, NULL, &len);
+		printf("%s%s (%" PRIu64 " bytes)", i ? ", " : "", key, len);
+	}
+	printf("%s\n", arena_blob_count(a) ? "" : "none");
 	printf("\n%-6s %-8s %-8s %-8s %12s %14s %14s\n", "layer", "gate", "up", "down",
 	    "expert bytes", "first offset", "router bytes");
 	for (uint32_t l = 0; l < s->layers; l++) {
@@ -413,8 +562,9 @@ static int cmd_verify(int argc, char **argv)
 	} else {
 		char hb[32];
 		human_bytes(arena_size(a), hb, sizeof hb);
-		printf("ok %s: %" PRIu64 " experts and every dense tensor match their checksums "
-		       "(%s, %.3f s)\n", path, n, hb, dt);
+		printf("ok %s: %" PRIu64 " experts, %" PRIu64 " dense tensors and %" PRIu64
+		       " metadata blobs match their checksums (%s, %.3f s)\n", path, n,
+		    arena_dense_count(a), arena_blob_count(a), hb, dt);
 	}
 	arena_close(a);
 	return rc ? 1 : 0;

@@ -29,21 +29,35 @@ const char *arena_role_name(uint32_t role)
 	case BATON_ROLE_EXPERT: return "expert";
 	case BATON_ROLE_ROUTER: return "router";
 	case BATON_ROLE_NORM: return "norm";
+	case BATON_ROLE_DENSE: return "dense";
+	case BATON_ROLE_BLOB: return "metadata";
 	default: return "unknown";
 	}
 }
 
-void arena_entry_name(const struct arena_file_entry *e, char *buf, size_t len)
+void arena_entry_name(const struct arena_file_entry *e, const char *name, char *buf, size_t len)
 {
 	if (e->role == BATON_ROLE_EXPERT)
 		snprintf(buf, len, "layer %" PRIu32 " expert %" PRIu32, e->layer, e->expert);
-	else
+	else if (name && e->role == BATON_ROLE_BLOB)
+		snprintf(buf, len, "metadata %s", name);
+	else if (name)
+		snprintf(buf, len, "%s", name);
+	else if (e->role == BATON_ROLE_ROUTER || e->role == BATON_ROLE_NORM)
 		snprintf(buf, len, "layer %" PRIu32 " %s", e->layer, arena_role_name(e->role));
+	else
+		snprintf(buf, len, "a %s entry", arena_role_name(e->role));
 }
 
 uint64_t arena_header_checksum(const struct arena_file_header *h)
 {
 	return arena_hash(h, offsetof(struct arena_file_header, header_checksum));
+}
+
+uint64_t arena_table_checksum(const void *table, size_t tbytes, const void *names, size_t nbytes)
+{
+	uint64_t two[2] = { arena_hash(table, tbytes), arena_hash(names, nbytes) };
+	return arena_hash(two, sizeof two);
 }
 
 void arena_index_free(struct arena_index *ix)
@@ -52,12 +66,53 @@ void arena_index_free(struct arena_index *ix)
 	free(ix->expert_ix);
 	free(ix->router_ix);
 	free(ix->norm_ix);
+	free(ix->strs);
+	free(ix->dense_ix);
+	free(ix->blob_ix);
+	free(ix->name_str);
 	memset(ix, 0, sizeof *ix);
+}
+
+/* A version 1 file: say how to make it again, from what its header says
+ * (the v1 header has the source kind, shape and description at the same
+ * offsets; it is only words in a message, so a forged one harms nothing). */
+static int refuse_v1(const struct arena_file_header *h, char *errbuf, size_t errlen)
+{
+	char src[ARENA_SOURCE_LEN];
+	size_t n = 0;
+	for (; n < ARENA_SOURCE_LEN - 1 && h->source[n]; n++)
+		src[n] = h->source[n] >= 0x20 && h->source[n] < 0x7f ? h->source[n] : '?';
+	src[n] = '\0';
+	char cmd[512];
+	if (h->source_kind == ARENA_SRC_SYNTHETIC) {
+		unsigned long long seed = 0;
+		char dt[16] = "f16";
+		const char *sp = strstr(src, "seed="), *dp = strstr(src, "dtype=");
+		if (sp)
+			seed = strtoull(sp + 5, NULL, 10);
+		if (dp)
+			snprintf(dt, sizeof dt, "%.*s", (int)strcspn(dp + 6, " "), dp + 6);
+		snprintf(cmd, sizeof cmd,
+		    "baton-arena create --synthetic --layers %" PRIu32 " --experts %" PRIu32
+		    " --top-k %" PRIu32 " --d-model %" PRIu32 " --d-ff %" PRIu32 " --dtype %s --seed %llu"
+		    " --force PATH", h->layers, h->experts, h->top_k, h->d_model, h->d_ff, dt, seed);
+	} else if (h->source_kind == ARENA_SRC_GGUF) {
+		snprintf(cmd, sizeof cmd, "baton-arena create --gguf FILE --force PATH (it was made "
+		    "from %s)", src);
+	} else {
+		snprintf(cmd, sizeof cmd, "baton-arena create --safetensors DIR --force PATH (it was "
+		    "made from %s)", src);
+	}
+	return arena_errf(errbuf, errlen, BATON_EFORMAT,
+	    "arena format version 1 (experts only); this build reads version %u, which holds the "
+	    "whole model. Recreate it: %s", ARENA_VERSION, cmd);
 }
 
 static int check_header(const struct arena_file_header *h, uint64_t size,
     char *errbuf, size_t errlen)
 {
+	if (h->version == 1)
+		return refuse_v1(h, errbuf, errlen);
 	if (h->version != ARENA_VERSION)
 		return arena_errf(errbuf, errlen, BATON_EFORMAT,
 		    "arena format version %" PRIu32 ", this build reads version %u",
@@ -100,7 +155,12 @@ static int check_header(const struct arena_file_header *h, uint64_t size,
 	if (h->flags & ~(uint32_t)ARENA_F_ALL)
 		return arena_errf(errbuf, errlen, BATON_EFORMAT,
 		    "unknown header flags 0x%" PRIx32, h->flags);
-	uint64_t want = (uint64_t)h->layers * h->experts;
+	if (h->n_dense > ARENA_MAX_NAMED || h->n_blobs > ARENA_MAX_BLOBS)
+		return arena_errf(errbuf, errlen, BATON_ECOUNT,
+		    "absurd counts: %" PRIu64 " dense tensors (at most %u), %" PRIu64
+		    " metadata blobs (at most %u)", h->n_dense, ARENA_MAX_NAMED, h->n_blobs,
+		    ARENA_MAX_BLOBS);
+	uint64_t want = (uint64_t)h->layers * h->experts + h->n_dense + h->n_blobs;
 	if (h->flags & ARENA_F_ROUTER)
 		want += h->layers;
 	if (h->flags & ARENA_F_NORM)
@@ -115,8 +175,24 @@ static int check_header(const struct arena_file_header *h, uint64_t size,
 		if (!baton_dtype_name((int)dts[i]))
 			return arena_errf(errbuf, errlen, BATON_EFORMAT,
 			    "unknown dtype %" PRIu32 " in the header", dts[i]);
+	/* The architecture: NUL-terminated, known, and there iff a model. */
+	if (memchr(h->arch, '\0', sizeof h->arch) == NULL)
+		return arena_errf(errbuf, errlen, BATON_EFORMAT, "architecture name not terminated");
+	if (h->arch[0] && !arena_arch_known(h->arch)) {
+		char a[ARENA_ARCH_LEN];
+		size_t i = 0;
+		for (; h->arch[i]; i++)
+			a[i] = h->arch[i] >= 0x20 && h->arch[i] < 0x7f ? h->arch[i] : '?';
+		a[i] = '\0';
+		return arena_errf(errbuf, errlen, BATON_EUNSUPPORTED,
+		    "architecture \"%s\" is not one this build knows (qwen3_moe, qwen2_moe, mixtral, "
+		    "olmoe)", a);
+	}
+	if (!h->arch[0] != !(h->flags & ARENA_F_MODEL))
+		return arena_errf(errbuf, errlen, BATON_EFORMAT,
+		    "the model flag and the architecture name disagree");
 
-	/* The table and the data region. */
+	/* The table, the names and the data region. */
 	if (h->table_offset < ARENA_HEADER_BYTES || h->table_offset % 8)
 		return arena_errf(errbuf, errlen, BATON_EBOUNDS,
 		    "table offset %" PRIu64 " inside the header or misaligned", h->table_offset);
@@ -125,20 +201,25 @@ static int check_header(const struct arena_file_header *h, uint64_t size,
 		return arena_errf(errbuf, errlen, BATON_EBOUNDS,
 		    "table [%" PRIu64 ", +%" PRIu64 " entries) past the end of the %" PRIu64 "-byte file",
 		    h->table_offset, h->n_entries, size);
-	if (h->data_offset < table_end || h->data_offset > size ||
+	if (h->names_bytes > ARENA_MAX_NAMES || h->names_offset < table_end ||
+	    h->names_offset > size || h->names_bytes > size - h->names_offset)
+		return arena_errf(errbuf, errlen, BATON_EBOUNDS,
+		    "names [%" PRIu64 ", +%" PRIu64 ") overlap the table, are past the end or larger "
+		    "than %u bytes", h->names_offset, h->names_bytes, ARENA_MAX_NAMES);
+	if (h->data_offset < h->names_offset + h->names_bytes || h->data_offset > size ||
 	    h->data_offset % BATON_ARENA_ALIGN)
 		return arena_errf(errbuf, errlen, BATON_EBOUNDS,
-		    "data offset %" PRIu64 " overlaps the table, is past the end or is misaligned",
+		    "data offset %" PRIu64 " overlaps the table or names, is past the end or is misaligned",
 		    h->data_offset);
 	return 0;
 }
 
-static int check_part(const struct arena_file_entry *e, int i, uint32_t rows, uint32_t cols,
-    const char *what, uint64_t min_off, char *errbuf, size_t errlen)
+static int check_part(const struct arena_file_entry *e, const char *ename, int i, uint32_t rows,
+    uint32_t cols, const char *what, uint64_t min_off, char *errbuf, size_t errlen)
 {
 	const struct arena_file_part *p = &e->part[i];
-	char name[64];
-	arena_entry_name(e, name, sizeof name);
+	char name[ARENA_MAX_NAME + 64];
+	arena_entry_name(e, ename, name, sizeof name);
 	if (!baton_dtype_name((int)p->dtype))
 		return arena_errf(errbuf, errlen, BATON_EFORMAT,
 		    "%s %s: unknown dtype %" PRIu32, name, what, p->dtype);
@@ -152,7 +233,7 @@ static int check_part(const struct arena_file_entry *e, int i, uint32_t rows, ui
 		    "%s %s: %" PRIu32 " columns do not fit %s blocks of %" PRIu32,
 		    name, what, cols, baton_dtype_name((int)p->dtype),
 		    arena_dtype_block((int)p->dtype));
-	uint64_t bytes = rb * rows; /* < 2^20 * 2^20 * 8: no overflow */
+	uint64_t bytes = rb * rows; /* < 2^24 * 2^20 * 8: no overflow */
 	if (p->bytes != bytes)
 		return arena_errf(errbuf, errlen, BATON_EBOUNDS,
 		    "%s %s: %" PRIu64 " bytes, %s %" PRIu32 "x%" PRIu32 " takes %" PRIu64,
@@ -168,16 +249,43 @@ static int check_part(const struct arena_file_entry *e, int i, uint32_t rows, ui
 	return 0;
 }
 
-static int check_entry(const struct arena_file_header *h, const struct arena_file_entry *e,
-    uint64_t idx, char *errbuf, size_t errlen)
+/* An entry's name: within the names region, 1..ARENA_MAX_NAME printable
+ * ASCII bytes for every entry but an expert, none for an expert. */
+static int check_name(const struct arena_file_header *h, const struct arena_file_entry *e,
+    const char *names, uint64_t idx, char *errbuf, size_t errlen)
 {
-	char name[64];
-	if (e->role > BATON_ROLE_NORM)
+	if (e->role == BATON_ROLE_EXPERT) {
+		if (e->name_len || e->name_off)
+			return arena_errf(errbuf, errlen, BATON_EFORMAT,
+			    "entry %" PRIu64 " (an expert) has a name", idx);
+		return 0;
+	}
+	if (e->name_len == 0 || e->name_len > ARENA_MAX_NAME || e->name_off > h->names_bytes ||
+	    e->name_len > h->names_bytes - e->name_off)
+		return arena_errf(errbuf, errlen, BATON_EBOUNDS,
+		    "entry %" PRIu64 ": name [%" PRIu32 ", +%" PRIu32 ") empty, too long or outside "
+		    "the %" PRIu64 "-byte names region", idx, e->name_off, e->name_len, h->names_bytes);
+	for (uint32_t i = 0; i < e->name_len; i++) {
+		unsigned char c = (unsigned char)names[e->name_off + i];
+		if (c < 0x21 || c > 0x7e)
+			return arena_errf(errbuf, errlen, BATON_EFORMAT,
+			    "entry %" PRIu64 ": name has a byte 0x%02x (printable ASCII only)", idx, c);
+	}
+	return 0;
+}
+
+static int check_entry(const struct arena_file_header *h, const struct arena_file_entry *e,
+    const char *ename, uint64_t idx, char *errbuf, size_t errlen)
+{
+	char name[ARENA_MAX_NAME + 64];
+	if (e->role > BATON_ROLE_BLOB)
 		return arena_errf(errbuf, errlen, BATON_EFORMAT,
 		    "entry %" PRIu64 ": unknown role %" PRIu32, idx, e->role);
-	arena_entry_name(e, name, sizeof name);
-	if (e->layer >= h->layers ||
-	    (e->role == BATON_ROLE_EXPERT ? e->expert >= h->experts : e->expert != 0))
+	arena_entry_name(e, ename, name, sizeof name);
+	int per_layer = e->role == BATON_ROLE_ROUTER || e->role == BATON_ROLE_NORM;
+	if (e->role == BATON_ROLE_EXPERT
+		? e->layer >= h->layers || e->expert >= h->experts
+		: e->expert != 0 || (per_layer ? e->layer >= h->layers : e->layer != 0))
 		return arena_errf(errbuf, errlen, BATON_ECOUNT,
 		    "entry %" PRIu64 " (%s) out of the shape %" PRIu32 "x%" PRIu32,
 		    idx, name, h->layers, h->experts);
@@ -198,10 +306,10 @@ static int check_entry(const struct arena_file_header *h, const struct arena_fil
 		if (e->part[0].offset != 0)
 			return arena_errf(errbuf, errlen, BATON_EBOUNDS,
 			    "%s: gate does not start the blob", name);
-		if ((rc = check_part(e, 0, h->d_ff, h->d_model, "gate", 0, errbuf, errlen)) ||
-		    (rc = check_part(e, 1, h->d_ff, h->d_model, "up",
+		if ((rc = check_part(e, ename, 0, h->d_ff, h->d_model, "gate", 0, errbuf, errlen)) ||
+		    (rc = check_part(e, ename, 1, h->d_ff, h->d_model, "up",
 			e->part[0].offset + e->part[0].bytes, errbuf, errlen)) ||
-		    (rc = check_part(e, 2, h->d_model, h->d_ff, "down",
+		    (rc = check_part(e, ename, 2, h->d_model, h->d_ff, "down",
 			e->part[1].offset + e->part[1].bytes, errbuf, errlen)))
 			return rc;
 		if (e->bytes != e->part[2].offset + e->part[2].bytes)
@@ -210,16 +318,24 @@ static int check_entry(const struct arena_file_header *h, const struct arena_fil
 			    name, e->bytes, e->part[2].offset + e->part[2].bytes);
 		break;
 	case BATON_ROLE_ROUTER:
-	case BATON_ROLE_NORM: {
+	case BATON_ROLE_NORM:
+	case BATON_ROLE_DENSE: {
 		int router = e->role == BATON_ROLE_ROUTER;
-		if (!(h->flags & (router ? ARENA_F_ROUTER : ARENA_F_NORM)))
+		if (per_layer && !(h->flags & (router ? ARENA_F_ROUTER : ARENA_F_NORM)))
 			return arena_errf(errbuf, errlen, BATON_ECOUNT,
 			    "%s: the header says the arena has none", name);
 		if (e->n_parts != 1 || e->part[0].offset != 0)
 			return arena_errf(errbuf, errlen, BATON_EFORMAT,
 			    "%s: a dense tensor is one part at offset 0", name);
-		if ((rc = check_part(e, 0, router ? h->experts : 1, h->d_model,
-			 router ? "router" : "norm", 0, errbuf, errlen)))
+		uint32_t rows = e->part[0].rows, cols = e->part[0].cols;
+		if (per_layer) {
+			rows = router ? h->experts : 1;
+			cols = h->d_model;
+		} else if (rows == 0 || rows > ARENA_MAX_DENSE_ROWS || cols == 0 || cols >= ARENA_MAX_DIM)
+			return arena_errf(errbuf, errlen, BATON_ECOUNT,
+			    "%s: absurd shape %" PRIu32 "x%" PRIu32, name, rows, cols);
+		if ((rc = check_part(e, ename, 0, rows, cols, per_layer ? arena_role_name(e->role) :
+			 "tensor", 0, errbuf, errlen)))
 			return rc;
 		if (e->bytes != e->part[0].bytes)
 			return arena_errf(errbuf, errlen, BATON_EBOUNDS,
@@ -227,6 +343,13 @@ static int check_entry(const struct arena_file_header *h, const struct arena_fil
 			    name, e->bytes, e->part[0].bytes);
 		break;
 	}
+	case BATON_ROLE_BLOB:
+		if (e->n_parts != 0)
+			return arena_errf(errbuf, errlen, BATON_EFORMAT, "%s: metadata has no parts", name);
+		if (e->bytes > ARENA_MAX_BLOB)
+			return arena_errf(errbuf, errlen, BATON_ECOUNT,
+			    "%s: %" PRIu64 " bytes, more than %u", name, e->bytes, ARENA_MAX_BLOB);
+		break;
 	}
 	return 0;
 }
@@ -242,12 +365,21 @@ static int span_cmp(const void *a, const void *b)
 	return x->off < y->off ? -1 : x->off > y->off;
 }
 
+/* qsort has no context argument: the names being sorted. */
+static _Thread_local char *const *sort_names;
+
+static int name_ix_cmp(const void *a, const void *b)
+{
+	return strcmp(sort_names[*(const uint32_t *)a], sort_names[*(const uint32_t *)b]);
+}
+
 int arena_index_build(const uint8_t *base, uint64_t size, struct arena_index *ix,
     char *errbuf, size_t errlen)
 {
 	memset(ix, 0, sizeof *ix);
 	struct arena_file_header *h = &ix->hdr;
 	struct span *spans = NULL;
+	char *names = NULL;
 	int rc;
 
 	uint64_t cmp = size < ARENA_MAGIC_LEN ? size : ARENA_MAGIC_LEN;
@@ -265,22 +397,30 @@ int arena_index_build(const uint8_t *base, uint64_t size, struct arena_index *ix
 	uint64_t n = h->n_entries;
 	size_t tbytes = (size_t)(n * ARENA_ENTRY_BYTES);
 	ix->entries = malloc(tbytes ? tbytes : 1);
-	if (!ix->entries) {
+	names = malloc(h->names_bytes ? h->names_bytes : 1);
+	if (!ix->entries || !names) {
 		rc = arena_errf(errbuf, errlen, BATON_ENOMEM, "no memory for %" PRIu64 " entries", n);
 		goto fail;
 	}
 	memcpy(ix->entries, base + h->table_offset, tbytes);
-	if (arena_hash(ix->entries, tbytes) != h->table_checksum) {
+	memcpy(names, base + h->names_offset, (size_t)h->names_bytes);
+	if (arena_table_checksum(ix->entries, tbytes, names, (size_t)h->names_bytes) !=
+	    h->table_checksum) {
 		rc = arena_errf(errbuf, errlen, BATON_ECHECKSUM, "table checksum mismatch");
 		goto fail;
 	}
 
 	uint64_t nexp = (uint64_t)h->layers * h->experts;
+	uint64_t n_named = n - nexp; /* >= 0: the header's count checks */
 	ix->expert_ix = malloc(nexp * sizeof *ix->expert_ix);
 	ix->router_ix = malloc(h->layers * sizeof *ix->router_ix);
 	ix->norm_ix = malloc(h->layers * sizeof *ix->norm_ix);
+	ix->name_str = calloc(n ? n : 1, sizeof *ix->name_str);
+	ix->dense_ix = malloc((n_named ? n_named : 1) * sizeof *ix->dense_ix);
+	ix->blob_ix = malloc((h->n_blobs ? h->n_blobs : 1) * sizeof *ix->blob_ix);
 	spans = malloc(n * sizeof *spans);
-	if (!ix->expert_ix || !ix->router_ix || !ix->norm_ix || !spans) {
+	if (!ix->expert_ix || !ix->router_ix || !ix->norm_ix || !spans || !ix->name_str ||
+	    !ix->dense_ix || !ix->blob_ix) {
 		rc = arena_errf(errbuf, errlen, BATON_ENOMEM, "no memory for the index");
 		goto fail;
 	}
@@ -288,29 +428,99 @@ int arena_index_build(const uint8_t *base, uint64_t size, struct arena_index *ix
 	memset(ix->router_ix, 0xff, h->layers * sizeof *ix->router_ix);
 	memset(ix->norm_ix, 0xff, h->layers * sizeof *ix->norm_ix);
 
+	/* Names first: every message after this can use them. */
+	uint64_t spos = 0, n_dense = 0, n_blobs = 0, sbytes = 1;
 	for (uint64_t i = 0; i < n; i++) {
 		const struct arena_file_entry *e = &ix->entries[i];
-		if ((rc = check_entry(h, e, i, errbuf, errlen)))
+		if (e->role > BATON_ROLE_BLOB) {
+			rc = arena_errf(errbuf, errlen, BATON_EFORMAT,
+			    "entry %" PRIu64 ": unknown role %" PRIu32, i, e->role);
 			goto fail;
-		uint32_t *slot = e->role == BATON_ROLE_EXPERT
-		    ? &ix->expert_ix[(uint64_t)e->layer * h->experts + e->expert]
-		    : e->role == BATON_ROLE_ROUTER ? &ix->router_ix[e->layer]
-						   : &ix->norm_ix[e->layer];
-		if (*slot != UINT32_MAX) {
-			char name[64];
-			arena_entry_name(e, name, sizeof name);
+		}
+		if ((rc = check_name(h, e, names, i, errbuf, errlen)))
+			goto fail;
+		sbytes += e->role == BATON_ROLE_EXPERT ? 0 : e->name_len + 1u;
+	}
+	if (!(ix->strs = malloc(sbytes))) {
+		rc = arena_errf(errbuf, errlen, BATON_ENOMEM, "no memory for the names");
+		goto fail;
+	}
+	for (uint64_t i = 0; i < n; i++) {
+		const struct arena_file_entry *e = &ix->entries[i];
+		if (e->role != BATON_ROLE_EXPERT) {
+			ix->name_str[i] = ix->strs + spos;
+			memcpy(ix->strs + spos, names + e->name_off, e->name_len);
+			ix->strs[spos + e->name_len] = '\0';
+			spos += e->name_len + 1;
+		}
+		if ((rc = check_entry(h, e, ix->name_str[i], i, errbuf, errlen)))
+			goto fail;
+		uint32_t *slot = NULL;
+		if (e->role == BATON_ROLE_EXPERT)
+			slot = &ix->expert_ix[(uint64_t)e->layer * h->experts + e->expert];
+		else if (e->role == BATON_ROLE_ROUTER)
+			slot = &ix->router_ix[e->layer];
+		else if (e->role == BATON_ROLE_NORM)
+			slot = &ix->norm_ix[e->layer];
+		if (slot && *slot != UINT32_MAX) {
+			char name[ARENA_MAX_NAME + 64];
+			arena_entry_name(e, ix->name_str[i], name, sizeof name);
 			rc = arena_errf(errbuf, errlen, BATON_ECOUNT,
 			    "%s appears twice in the table (entries %" PRIu32 " and %" PRIu64 ")",
 			    name, *slot, i);
 			goto fail;
 		}
-		*slot = (uint32_t)i;
+		if (slot)
+			*slot = (uint32_t)i;
+		if (e->role != BATON_ROLE_EXPERT && ix->n_dense_ix + n_blobs >= n_named) {
+			rc = arena_errf(errbuf, errlen, BATON_ECOUNT,
+			    "more named entries than the header counts");
+			goto fail;
+		}
+		if (e->role == BATON_ROLE_DENSE && ++n_dense > h->n_dense) {
+			rc = arena_errf(errbuf, errlen, BATON_ECOUNT,
+			    "more dense tensors than the header's %" PRIu64, h->n_dense);
+			goto fail;
+		}
+		if (e->role == BATON_ROLE_BLOB) {
+			if (n_blobs >= h->n_blobs) {
+				rc = arena_errf(errbuf, errlen, BATON_ECOUNT,
+				    "more metadata blobs than the header's %" PRIu64, h->n_blobs);
+				goto fail;
+			}
+			ix->blob_ix[n_blobs++] = (uint32_t)i;
+		} else if (e->role != BATON_ROLE_EXPERT)
+			ix->dense_ix[ix->n_dense_ix++] = (uint32_t)i;
 		if (e->role == BATON_ROLE_EXPERT && e->bytes > ix->max_expert_bytes)
 			ix->max_expert_bytes = e->bytes;
 		spans[i] = (struct span){ e->offset, e->offset + e->bytes, (uint32_t)i };
 	}
 	/* The counts match and nothing is there twice, so every (layer,
-	 * expert) and every flagged dense tensor is present exactly once. */
+	 * expert), every flagged router and norm, and exactly the header's
+	 * dense tensors and blobs are present. */
+	ix->n_blob_ix = n_blobs;
+	if (n_dense != h->n_dense || n_blobs != h->n_blobs) {
+		rc = arena_errf(errbuf, errlen, BATON_ECOUNT,
+		    "%" PRIu64 " dense tensors and %" PRIu64 " metadata blobs, the header says %"
+		    PRIu64 " and %" PRIu64, n_dense, n_blobs, h->n_dense, h->n_blobs);
+		goto fail;
+	}
+	/* Names are unique in each namespace. */
+	sort_names = ix->name_str;
+	qsort(ix->dense_ix, ix->n_dense_ix, sizeof *ix->dense_ix, name_ix_cmp);
+	qsort(ix->blob_ix, ix->n_blob_ix, sizeof *ix->blob_ix, name_ix_cmp);
+	sort_names = NULL;
+	for (int pass = 0; pass < 2; pass++) {
+		const uint32_t *v = pass ? ix->blob_ix : ix->dense_ix;
+		uint64_t m = pass ? ix->n_blob_ix : ix->n_dense_ix;
+		for (uint64_t i = 1; i < m; i++)
+			if (strcmp(ix->name_str[v[i - 1]], ix->name_str[v[i]]) == 0) {
+				rc = arena_errf(errbuf, errlen, BATON_EFORMAT,
+				    "%s \"%s\" appears twice", pass ? "metadata" : "tensor",
+				    ix->name_str[v[i]]);
+				goto fail;
+			}
+	}
 
 	/* Experts of one layer share their dtypes (compute reads them per layer). */
 	for (uint32_t l = 0; l < h->layers; l++) {
@@ -337,19 +547,36 @@ int arena_index_build(const uint8_t *base, uint64_t size, struct arena_index *ix
 	qsort(spans, n, sizeof *spans, span_cmp);
 	for (uint64_t i = 1; i < n; i++)
 		if (spans[i].off < spans[i - 1].end) {
-			char a[64], b[64];
-			arena_entry_name(&ix->entries[spans[i - 1].idx], a, sizeof a);
-			arena_entry_name(&ix->entries[spans[i].idx], b, sizeof b);
+			char a[ARENA_MAX_NAME + 64], b[ARENA_MAX_NAME + 64];
+			arena_entry_name(&ix->entries[spans[i - 1].idx], ix->name_str[spans[i - 1].idx],
+			    a, sizeof a);
+			arena_entry_name(&ix->entries[spans[i].idx], ix->name_str[spans[i].idx], b, sizeof b);
 			rc = arena_errf(errbuf, errlen, BATON_EOVERLAP,
 			    "blobs overlap: %s [%" PRIu64 ", %" PRIu64 ") and %s at %" PRIu64,
 			    a, spans[i - 1].off, spans[i - 1].end, b, spans[i].off);
 			goto fail;
 		}
 	free(spans);
+	free(names);
+
+	/* A model has its config. */
+	if (h->flags & ARENA_F_MODEL) {
+		int cfg = 0;
+		for (uint64_t i = 0; i < ix->n_blob_ix; i++)
+			cfg |= strcmp(ix->name_str[ix->blob_ix[i]], "config.json") == 0;
+		if (!cfg) {
+			rc = arena_errf(errbuf, errlen, BATON_EFORMAT,
+			    "a %s model without config.json", h->arch);
+			names = NULL;
+			spans = NULL;
+			goto fail;
+		}
+	}
 
 	ix->n_entries = n;
 	memcpy(ix->source, h->source, ARENA_SOURCE_LEN);
 	ix->source[ARENA_SOURCE_LEN - 1] = '\0';
+	memcpy(ix->arch, h->arch, ARENA_ARCH_LEN);
 	ix->shape = (struct baton_arena_shape){
 		.layers = h->layers, .experts = h->experts, .top_k = h->top_k,
 		.d_model = h->d_model, .d_ff = h->d_ff,
@@ -360,6 +587,7 @@ int arena_index_build(const uint8_t *base, uint64_t size, struct arena_index *ix
 	return 0;
 fail:
 	free(spans);
+	free(names);
 	arena_index_free(ix);
 	return rc;
 }
@@ -464,6 +692,11 @@ const char *arena_source(const struct baton_arena *a)
 	return a->ix.source;
 }
 
+const char *arena_arch(const struct baton_arena *a)
+{
+	return a->ix.arch;
+}
+
 static const struct arena_file_entry *find_expert(const struct baton_arena *a,
     uint32_t layer, uint32_t expert)
 {
@@ -545,6 +778,91 @@ int arena_tensor(const struct baton_arena *a, uint32_t layer, enum baton_role ro
 	return 0;
 }
 
+/* ---- names ---------------------------------------------------------------- */
+
+static const uint32_t *find_name(const struct arena_index *ix, const uint32_t *v, uint64_t n,
+    const char *name)
+{
+	uint64_t lo = 0, hi = n;
+	while (lo < hi) {
+		uint64_t mid = lo + (hi - lo) / 2;
+		int c = strcmp(ix->name_str[v[mid]], name);
+		if (c == 0)
+			return &v[mid];
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return NULL;
+}
+
+int arena_dense(const struct baton_arena *a, const char *name, struct baton_arena_tensor *out)
+{
+	if (!name)
+		return BATON_EINVAL;
+	const uint32_t *p = find_name(&a->ix, a->ix.dense_ix, a->ix.n_dense_ix, name);
+	if (!p)
+		return BATON_ENOTFOUND;
+	part_tensor(a, &a->ix.entries[*p], 0, out);
+	return 0;
+}
+
+uint64_t arena_dense_count(const struct baton_arena *a)
+{
+	return a->ix.n_dense_ix;
+}
+
+int arena_dense_at(const struct baton_arena *a, uint64_t i, const char **name,
+    struct baton_arena_tensor *out)
+{
+	if (i >= a->ix.n_dense_ix)
+		return BATON_ENOTFOUND;
+	uint32_t k = a->ix.dense_ix[i];
+	if (name)
+		*name = a->ix.name_str[k];
+	if (out)
+		part_tensor(a, &a->ix.entries[k], 0, out);
+	return 0;
+}
+
+static void blob_out(const struct baton_arena *a, uint32_t k, const void **data, uint64_t *len)
+{
+	const struct arena_file_entry *e = &a->ix.entries[k];
+	if (data)
+		*data = a->base + e->offset;
+	if (len)
+		*len = e->bytes;
+}
+
+int arena_blob(const struct baton_arena *a, const char *key, const void **data, uint64_t *len)
+{
+	if (!key)
+		return BATON_EINVAL;
+	const uint32_t *p = find_name(&a->ix, a->ix.blob_ix, a->ix.n_blob_ix, key);
+	if (!p)
+		return BATON_ENOTFOUND;
+	blob_out(a, *p, data, len);
+	return 0;
+}
+
+uint64_t arena_blob_count(const struct baton_arena *a)
+{
+	return a->ix.n_blob_ix;
+}
+
+int arena_blob_at(const struct baton_arena *a, uint64_t i, const char **key,
+    const void **data, uint64_t *len)
+{
+	if (i >= a->ix.n_blob_ix)
+		return BATON_ENOTFOUND;
+	uint32_t k = a->ix.blob_ix[i];
+	if (key)
+		*key = a->ix.name_str[k];
+	blob_out(a, k, data, len);
+	return 0;
+}
+
 /* ---- verify ---------------------------------------------------------------- */
 
 struct verify_ctx {
@@ -578,9 +896,9 @@ int arena_verify(const struct baton_arena *a, uint64_t *bad_entries, char *errbu
 		*bad_entries = nbad;
 	if (!nbad)
 		return 0;
-	char name[64];
+	char name[ARENA_MAX_NAME + 64];
 	const struct arena_file_entry *e = &a->ix.entries[first];
-	arena_entry_name(e, name, sizeof name);
+	arena_entry_name(e, a->ix.name_str[first], name, sizeof name);
 	return arena_errf(errbuf, errlen, BATON_ECHECKSUM,
 	    "checksum mismatch in %s (blob at %" PRIu64 ", %" PRIu64 " bytes)%s",
 	    name, e->offset, e->bytes, nbad > 1 ? " and more" : "");

@@ -178,7 +178,7 @@ out:
 
 /* ---- names ------------------------------------------------------------------ */
 
-enum { K_GATE, K_UP, K_DOWN, K_ROUTER, K_NORM };
+enum { K_GATE, K_UP, K_DOWN, K_ROUTER, K_NORM, K_GATE_UP, K_DOWN_ALL };
 
 static int eat(const char **s, const char *lit)
 {
@@ -203,7 +203,11 @@ static int eat_num(const char **s, uint32_t *v)
 	return 1;
 }
 
-/* Returns K_* or -1; fills layer and expert. */
+/* Returns K_* or -1; fills layer and expert. Experts come one tensor per
+ * expert and part (what save_pretrained writes, transformers 4 and 5), or
+ * fused per layer as transformers 5 holds them in memory:
+ * mlp.experts.gate_up_proj [E, 2 I, H] (gate rows first) and
+ * mlp.experts.down_proj [E, H, I], with or without ".weight". */
 static int st_name(const char *s, uint32_t *layer, uint32_t *expert)
 {
 	*expert = 0;
@@ -213,6 +217,10 @@ static int st_name(const char *s, uint32_t *layer, uint32_t *expert)
 		return K_NORM;
 	if (strcmp(s, "mlp.gate.weight") == 0 || strcmp(s, "block_sparse_moe.gate.weight") == 0)
 		return K_ROUTER;
+	if (strcmp(s, "mlp.experts.gate_up_proj") == 0 || strcmp(s, "mlp.experts.gate_up_proj.weight") == 0)
+		return K_GATE_UP;
+	if (strcmp(s, "mlp.experts.down_proj") == 0 || strcmp(s, "mlp.experts.down_proj.weight") == 0)
+		return K_DOWN_ALL;
 	int mixtral;
 	if (eat(&s, "mlp.experts."))
 		mixtral = 0;
@@ -244,12 +252,17 @@ struct ref {
 	uint32_t tensor;
 };
 
+/* One expert part: a tensor and where in it (fused tensors hold many). */
+struct xref {
+	struct ref r;
+	uint64_t off;
+};
+
 struct st_src {
 	struct shard *shards;
 	uint32_t n_shards;
 	uint32_t layers, experts;
-	struct ref *experts_t; /* [(layer * experts + expert) * 3 + part] */
-	struct ref *dense;     /* [layer * 2 + (router 0, norm 1)] */
+	struct xref *experts_t; /* [(layer * experts + expert) * 3 + part] */
 };
 
 static const struct arena_st_tensor *ref_t(const struct st_src *s, struct ref r)
@@ -257,20 +270,20 @@ static const struct arena_st_tensor *ref_t(const struct st_src *s, struct ref r)
 	return &s->shards[r.shard].h.tensors[r.tensor];
 }
 
-static int st_fill(void *ctx, const struct arena_file_entry *e, uint8_t *dst,
-    char *errbuf, size_t errlen)
+static int st_fill(void *ctx, const struct arena_file_entry *e, const struct arena_named *n,
+    uint8_t *dst, char *errbuf, size_t errlen)
 {
 	(void)errbuf;
 	(void)errlen;
 	const struct st_src *s = ctx;
 	if (e->role == BATON_ROLE_EXPERT) {
 		for (int i = 0; i < 3; i++) {
-			struct ref r = s->experts_t[((size_t)e->layer * s->experts + e->expert) * 3 + (size_t)i];
-			memcpy(dst + e->part[i].offset, s->shards[r.shard].map + ref_t(s, r)->offset,
-			    e->part[i].bytes);
+			struct xref x = s->experts_t[((size_t)e->layer * s->experts + e->expert) * 3 + (size_t)i];
+			memcpy(dst + e->part[i].offset,
+			    s->shards[x.r.shard].map + ref_t(s, x.r)->offset + x.off, e->part[i].bytes);
 		}
 	} else {
-		struct ref r = s->dense[(size_t)e->layer * 2 + (e->role == BATON_ROLE_NORM)];
+		struct ref r = { (uint32_t)(n->src >> 32), (uint32_t)n->src };
 		memcpy(dst, s->shards[r.shard].map + ref_t(s, r)->offset, e->part[0].bytes);
 	}
 	return 0;
@@ -288,7 +301,6 @@ static void st_src_free(struct st_src *s)
 	}
 	free(s->shards);
 	free(s->experts_t);
-	free(s->dense);
 	free(s);
 }
 
@@ -349,17 +361,15 @@ static int add_shard(struct st_src *s, const char *path, uint32_t *idx, char *er
 }
 
 struct found {
-	int kind;
+	int kind;             /* K_*, or -1 for any other tensor */
 	uint32_t layer, expert;
 	struct ref r;
 };
 
 static int collect(struct found **list, size_t *n, size_t *cap, const char *name, struct ref r)
 {
-	uint32_t layer, expert;
+	uint32_t layer = 0, expert = 0;
 	int k = st_name(name, &layer, &expert);
-	if (k < 0)
-		return 0;
 	if (*n == *cap) {
 		size_t nc = *cap ? 2 * *cap : 256;
 		struct found *nl = realloc(*list, nc * sizeof *nl);
@@ -372,8 +382,34 @@ static int collect(struct found **list, size_t *n, size_t *cap, const char *name
 	return 0;
 }
 
-/* config.json beside the weights: num_experts_per_tok, and the expert
- * count to check against. */
+/* Reads a small file beside the weights (config, tokenizer); 1 when it is
+ * not there. */
+static int read_small(const char *dir, const char *name, char **data, uint64_t *len,
+    char *errbuf, size_t errlen)
+{
+	char path[PATH_MAX];
+	if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path)
+		return arena_errf(errbuf, errlen, BATON_EINVAL, "path too long");
+	if (access(path, F_OK) != 0)
+		return 1;
+	uint8_t *m;
+	uint64_t n;
+	int rc = map_file(path, ARENA_MAX_BLOB, &m, &n, errbuf, errlen);
+	if (rc)
+		return rc;
+	*data = malloc(n);
+	if (!*data) {
+		munmap(m, n);
+		return arena_errf(errbuf, errlen, BATON_ENOMEM, "out of memory");
+	}
+	memcpy(*data, m, n);
+	munmap(m, n);
+	*len = n;
+	return 0;
+}
+
+/* config.json beside the weights (experts-only imports): num_experts_per_tok,
+ * and the expert count to check against. */
 static void read_config(const char *dir, uint32_t *top_k, uint32_t *n_experts)
 {
 	char path[PATH_MAX];
@@ -401,8 +437,148 @@ static const char *part_name(int k)
 	return n[k];
 }
 
-int arena_plan_safetensors(const char *src, uint32_t top_k, struct arena_plan *plan,
+/* The metadata files of a Hugging Face folder that go into the arena. */
+static const struct {
+	const char *name;
+	int json, required;
+} hf_blobs[] = {
+	{ "config.json", 1, 1 }, { "generation_config.json", 1, 0 }, { "tokenizer.json", 1, 0 },
+	{ "tokenizer_config.json", 1, 0 }, { "special_tokens_map.json", 1, 0 },
+	{ "chat_template.jinja", 0, 0 }, { "chat_template.json", 1, 0 },
+};
+
+/* A whole model: the config, the blobs and every dense tensor. */
+static int plan_model(struct st_src *s, const char *src, const char *dir, struct found *list,
+    size_t nlist, struct arena_model_cfg *cfg, struct arena_plan *plan, uint64_t *hsum,
     char *errbuf, size_t errlen)
+{
+	int rc;
+	for (size_t i = 0; i < sizeof hf_blobs / sizeof hf_blobs[0]; i++) {
+		char *data = NULL;
+		uint64_t len = 0;
+		rc = read_small(dir, hf_blobs[i].name, &data, &len, errbuf, errlen);
+		if (rc == 1 && !hf_blobs[i].required)
+			continue;
+		if (rc == 1)
+			return arena_errf(errbuf, errlen, BATON_ESOURCE,
+			    "%s: no %s (a whole-model import needs it; --experts-only imports the "
+			    "experts alone)", src, hf_blobs[i].name);
+		if (rc)
+			return rc;
+		json_t *j = NULL;
+		if (hf_blobs[i].json) {
+			json_error_t jerr;
+			j = json_loadb(data, (size_t)len, JSON_REJECT_DUPLICATES, &jerr);
+			if (!j) {
+				free(data);
+				return arena_errf(errbuf, errlen, BATON_ESOURCE, "%s/%s: not JSON: %s (line %d)",
+				    dir, hf_blobs[i].name, jerr.text, jerr.line);
+			}
+		}
+		if (i == 0) {
+			char msg[512];
+			rc = arena_model_from_config(j, cfg, msg, sizeof msg);
+			if (rc) {
+				json_decref(j);
+				free(data);
+				return arena_errf(errbuf, errlen, rc, "%s: %s", src, msg);
+			}
+		}
+		json_decref(j);
+		uint64_t id[2] = { *hsum, arena_hash(data, (size_t)len) };
+		*hsum = arena_hash(id, sizeof id);
+		if ((rc = arena_plan_add_blob(plan, hf_blobs[i].name, data, len, errbuf, errlen)))
+			return rc;
+	}
+
+	struct arena_model_tensor *mt = NULL;
+	uint64_t nt = 0;
+	if ((rc = arena_model_tensors(cfg, &mt, &nt, errbuf, errlen)))
+		return rc;
+	uint8_t *seen = calloc(nt ? nt : 1, 1);
+	if (!seen) {
+		free(mt);
+		return arena_errf(errbuf, errlen, BATON_ENOMEM, "out of memory");
+	}
+	for (size_t i = 0; i < nlist; i++) {
+		const struct found *f = &list[i];
+		const struct arena_st_tensor *t = ref_t(s, f->r);
+		if (f->kind >= 0 && f->kind != K_ROUTER && f->kind != K_NORM)
+			continue; /* an expert's */
+		char name[ARENA_MAX_NAME + 1];
+		if (f->kind == K_ROUTER) /* transformers 5 names mixtral's mlp.gate */
+			arena_model_router_name(cfg->arch, f->layer, name, sizeof name);
+		else
+			snprintf(name, sizeof name, "%s", t->name);
+		struct arena_model_tensor *m = arena_model_find(mt, nt, name);
+		if (!m) {
+			size_t nl = strlen(t->name);
+			if (nl >= 20 && strcmp(t->name + nl - 20, "rotary_emb.inv_freq") == 0)
+				continue; /* recomputed from the config, as transformers does */
+			rc = arena_errf(errbuf, errlen, BATON_EUNSUPPORTED,
+			    "%s: tensor %.200s is not part of a %s model as this build knows it "
+			    "(not imported rather than ignored)", src, t->name, cfg->arch);
+			goto out;
+		}
+		uint64_t mi = (uint64_t)(m - mt);
+		if (seen[mi]) {
+			rc = arena_errf(errbuf, errlen, BATON_ESOURCE, "%s: %s appears twice", src, m->name);
+			goto out;
+		}
+		seen[mi] = 1;
+		int ok = (t->n_dims == 2 && t->shape[0] == m->rows && t->shape[1] == m->cols) ||
+		    (m->rows == 1 && t->n_dims == 1 && t->shape[0] == m->cols);
+		if (!ok) {
+			rc = arena_errf(errbuf, errlen, BATON_ESOURCE,
+			    "%s: %s has shape %s[%" PRIu64 ", %" PRIu64 "], the config says [%" PRIu32
+			    ", %" PRIu32 "]", src, t->name, t->n_dims > 2 ? "(more than 2-D) " : "",
+			    t->shape[0], t->n_dims > 1 ? t->shape[1] : 0, m->rows, m->cols);
+			goto out;
+		}
+		if (t->dtype < 0) {
+			rc = arena_errf(errbuf, errlen, BATON_EUNSUPPORTED,
+			    "%s: %s has dtype %s, which has no ggml type (F32, F16, BF16, F64, I8..I64 "
+			    "are supported)", src, t->name, t->st_dtype);
+			goto out;
+		}
+		struct arena_named *n = arena_plan_add(plan, m->role, m->name);
+		if (!n) {
+			rc = arena_errf(errbuf, errlen, BATON_ENOMEM, "out of memory");
+			goto out;
+		}
+		n->layer = m->layer;
+		n->rows = m->rows;
+		n->cols = m->cols;
+		n->dtype = (uint32_t)t->dtype;
+		n->src = (uint64_t)f->r.shard << 32 | f->r.tensor;
+	}
+	for (uint64_t i = 0; i < nt; i++)
+		if (!seen[i] && mt[i].required) {
+			rc = arena_errf(errbuf, errlen, BATON_ESOURCE,
+			    "%s: no tensor %s (a %s model needs it)", src, mt[i].name, cfg->arch);
+			goto out;
+		}
+	rc = 0;
+out:
+	free(seen);
+	free(mt);
+	return rc;
+}
+
+static int set_xref(struct st_src *s, uint32_t l, uint32_t x, int k, struct xref v,
+    const char *src, char *errbuf, size_t errlen)
+{
+	struct xref *slot = &s->experts_t[((size_t)l * s->experts + x) * 3 + (size_t)k];
+	if (slot->r.shard != UINT32_MAX)
+		return arena_errf(errbuf, errlen, BATON_ESOURCE,
+		    "%s: layer %" PRIu32 " expert %" PRIu32 "'s %s appears twice (%s)", src, l, x,
+		    part_name(k), ref_t(s, v.r)->name);
+	*slot = v;
+	return 0;
+}
+
+int arena_plan_safetensors(const char *src, uint32_t top_k, int experts_only,
+    struct arena_plan *plan, char *errbuf, size_t errlen)
 {
 	memset(plan, 0, sizeof *plan);
 	if (!src)
@@ -413,6 +589,7 @@ int arena_plan_safetensors(const char *src, uint32_t top_k, struct arena_plan *p
 	uint32_t *dt = NULL;
 	json_t *index = NULL;
 	char dir[PATH_MAX], path[PATH_MAX];
+	struct arena_model_cfg cfg;
 	int rc = 0;
 	if (!s)
 		return arena_errf(errbuf, errlen, BATON_ENOMEM, "out of memory");
@@ -457,7 +634,7 @@ int arena_plan_safetensors(const char *src, uint32_t top_k, struct arena_plan *p
 		json_t *file;
 		json_object_foreach((json_t *)wm, name, file) {
 			uint32_t layer, expert;
-			if (st_name(name, &layer, &expert) < 0)
+			if (experts_only && st_name(name, &layer, &expert) < 0)
 				continue;
 			const char *fn = json_string_value(file);
 			if (!fn || !*fn || strchr(fn, '/') || strcmp(fn, "..") == 0 || strcmp(fn, ".") == 0) {
@@ -510,23 +687,59 @@ int arena_plan_safetensors(const char *src, uint32_t top_k, struct arena_plan *p
 			}
 	}
 
-	/* The shape from the names. */
-	uint32_t L = 0, E = 0;
-	for (size_t i = 0; i < nlist; i++)
-		if (list[i].kind <= K_DOWN) {
-			if (list[i].layer >= BATON_ARENA_MAX_LAYERS || list[i].expert >= BATON_ARENA_MAX_EXPERTS) {
-				rc = arena_errf(errbuf, errlen, BATON_ECOUNT,
-				    "%s: layer %" PRIu32 " expert %" PRIu32 " is past the limits (%u, %u)",
-				    src, list[i].layer, list[i].expert, BATON_ARENA_MAX_LAYERS,
-				    BATON_ARENA_MAX_EXPERTS);
-				goto fail;
-			}
-			if (list[i].layer + 1 > L)
-				L = list[i].layer + 1;
-			if (list[i].expert + 1 > E)
-				E = list[i].expert + 1;
+	uint64_t hsum = 0;
+	if (!experts_only) {
+		/* the config first: it says what the tensors must be */
+		char *cj = NULL;
+		uint64_t cl = 0;
+		rc = read_small(dir, "config.json", &cj, &cl, errbuf, errlen);
+		free(cj);
+		if (rc == 1) {
+			rc = arena_errf(errbuf, errlen, BATON_ESOURCE,
+			    "%s: no config.json beside the weights (a whole-model import needs it; "
+			    "--experts-only imports the experts alone)", src);
+			goto fail;
 		}
-	if (L == 0) {
+		if (rc)
+			goto fail;
+		if ((rc = plan_model(s, src, dir, list, nlist, &cfg, plan, &hsum, errbuf, errlen)))
+			goto fail;
+	}
+
+	/* The shape: from the config, or from the names. */
+	uint32_t L = 0, E = 0, d_model = 0, d_ff = 0;
+	if (!experts_only) {
+		L = cfg.layers;
+		E = cfg.experts;
+		d_model = cfg.hidden;
+		d_ff = cfg.moe_ff;
+	}
+	for (size_t i = 0; i < nlist; i++) {
+		const struct found *f = &list[i];
+		if (f->kind < 0 || f->kind == K_ROUTER || f->kind == K_NORM)
+			continue;
+		const struct arena_st_tensor *t = ref_t(s, f->r);
+		if (f->layer >= BATON_ARENA_MAX_LAYERS || f->expert >= BATON_ARENA_MAX_EXPERTS ||
+		    (!experts_only && f->layer >= L)) {
+			rc = arena_errf(errbuf, errlen, BATON_ECOUNT,
+			    "%s: %s is past the model's layers or experts", src, t->name);
+			goto fail;
+		}
+		if (experts_only) {
+			uint32_t ne = f->expert + 1;
+			if (f->kind >= K_GATE_UP) {
+				if (t->n_dims != 3 || t->shape[0] == 0 || t->shape[0] > BATON_ARENA_MAX_EXPERTS) {
+					rc = arena_errf(errbuf, errlen, BATON_ESOURCE,
+					    "%s: %s is not a 3-D [experts, rows, cols] tensor", src, t->name);
+					goto fail;
+				}
+				ne = (uint32_t)t->shape[0];
+			}
+			L = f->layer + 1 > L ? f->layer + 1 : L;
+			E = ne > E ? ne : E;
+		}
+	}
+	if (L == 0 || E == 0) {
 		rc = arena_errf(errbuf, errlen, BATON_ESOURCE,
 		    "%s: no expert tensors (model.layers.N.mlp.experts.E.gate_proj.weight); "
 		    "is it a mixture-of-experts model?", src);
@@ -535,58 +748,116 @@ int arena_plan_safetensors(const char *src, uint32_t top_k, struct arena_plan *p
 	s->layers = L;
 	s->experts = E;
 	s->experts_t = malloc((size_t)L * E * 3 * sizeof *s->experts_t);
-	s->dense = malloc((size_t)L * 2 * sizeof *s->dense);
 	dt = calloc((size_t)L * ARENA_DT_N, sizeof *dt);
-	if (!s->experts_t || !s->dense || !dt) {
+	if (!s->experts_t || !dt) {
 		rc = arena_errf(errbuf, errlen, BATON_ENOMEM, "out of memory");
 		goto fail;
 	}
 	memset(s->experts_t, 0xff, (size_t)L * E * 3 * sizeof *s->experts_t);
-	memset(s->dense, 0xff, (size_t)L * 2 * sizeof *s->dense);
-	for (size_t i = 0; i < nlist; i++) {
-		struct found *f = &list[i];
-		struct ref *slot;
-		if (f->kind <= K_DOWN)
-			slot = &s->experts_t[((size_t)f->layer * E + f->expert) * 3 + (size_t)f->kind];
-		else if (f->layer < L)
-			slot = &s->dense[(size_t)f->layer * 2 + (f->kind == K_NORM)];
-		else
-			continue; /* a dense layer's norm past the MoE layers */
-		if (slot->shard != UINT32_MAX) {
-			rc = arena_errf(errbuf, errlen, BATON_ESOURCE, "%s: %s appears twice", src,
-			    ref_t(s, f->r)->name);
+	struct ref *dense = experts_only ? malloc((size_t)L * 2 * sizeof *dense) : NULL;
+	if (experts_only) {
+		if (!dense) {
+			rc = arena_errf(errbuf, errlen, BATON_ENOMEM, "out of memory");
 			goto fail;
 		}
-		*slot = f->r;
+		memset(dense, 0xff, (size_t)L * 2 * sizeof *dense);
+	}
+	for (size_t i = 0; i < nlist; i++) {
+		struct found *f = &list[i];
+		const struct arena_st_tensor *t = ref_t(s, f->r);
+		if (f->kind < 0)
+			continue;
+		if (f->kind == K_ROUTER || f->kind == K_NORM) {
+			if (!experts_only || f->layer >= L)
+				continue; /* a whole model's are named; a dense layer's norm */
+			struct ref *slot = &dense[(size_t)f->layer * 2 + (f->kind == K_NORM)];
+			if (slot->shard != UINT32_MAX) {
+				free(dense);
+				rc = arena_errf(errbuf, errlen, BATON_ESOURCE, "%s: %s appears twice", src,
+				    t->name);
+				goto fail;
+			}
+			*slot = f->r;
+			continue;
+		}
+		if (f->kind <= K_DOWN) {
+			if (f->expert >= E) {
+				rc = arena_errf(errbuf, errlen, BATON_ECOUNT, "%s: %s is past the %" PRIu32
+				    " experts", src, t->name, E);
+				goto dfail;
+			}
+			if ((rc = set_xref(s, f->layer, f->expert, f->kind, (struct xref){ f->r, 0 }, src,
+				 errbuf, errlen)))
+				goto dfail;
+			continue;
+		}
+		/* fused: [E, 2 I, H] gate then up, or [E, H, I] */
+		if (experts_only && !d_ff) {
+			if (t->n_dims == 3 && f->kind == K_GATE_UP && t->shape[1] % 2 == 0 &&
+			    t->shape[1] / 2 < ARENA_MAX_DIM && t->shape[2] < ARENA_MAX_DIM) {
+				d_ff = (uint32_t)(t->shape[1] / 2);
+				d_model = (uint32_t)t->shape[2];
+			} else if (t->n_dims == 3 && f->kind == K_DOWN_ALL && t->shape[1] < ARENA_MAX_DIM &&
+			    t->shape[2] < ARENA_MAX_DIM) {
+				d_model = (uint32_t)t->shape[1];
+				d_ff = (uint32_t)t->shape[2];
+			}
+		}
+		uint64_t r1 = f->kind == K_GATE_UP ? 2 * (uint64_t)d_ff : d_model;
+		uint64_t c1 = f->kind == K_GATE_UP ? d_model : d_ff;
+		uint64_t es = t->dtype >= 0 ? baton_dtype_row_bytes(t->dtype, 1) : 0;
+		if (t->n_dims != 3 || t->shape[0] != E || t->shape[1] != r1 || t->shape[2] != c1 || !es) {
+			rc = arena_errf(errbuf, errlen, BATON_ESOURCE,
+			    "%s: %s is not [%" PRIu32 ", %" PRIu64 ", %" PRIu64 "] of a known dtype", src,
+			    t->name, E, r1, c1);
+			goto dfail;
+		}
+		uint64_t per = r1 * c1 * es;
+		for (uint32_t x = 0; x < E; x++) {
+			if (f->kind == K_GATE_UP) {
+				if ((rc = set_xref(s, f->layer, x, K_GATE, (struct xref){ f->r, x * per }, src,
+					 errbuf, errlen)) ||
+				    (rc = set_xref(s, f->layer, x, K_UP,
+					 (struct xref){ f->r, x * per + (uint64_t)d_ff * c1 * es }, src, errbuf,
+					 errlen)))
+					goto dfail;
+			} else if ((rc = set_xref(s, f->layer, x, K_DOWN, (struct xref){ f->r, x * per },
+					src, errbuf, errlen)))
+				goto dfail;
+		}
 	}
 
 	/* Every expert part present; shapes and dtypes agree. */
-	const struct arena_st_tensor *g0 = NULL;
-	uint32_t d_model = 0, d_ff = 0;
 	int has_norm = 1;
 	for (uint32_t l = 0; l < L; l++) {
 		for (uint32_t x = 0; x < E; x++)
 			for (int k = 0; k < 3; k++) {
-				struct ref r = s->experts_t[((size_t)l * E + x) * 3 + (size_t)k];
-				if (r.shard == UINT32_MAX) {
+				struct xref xr = s->experts_t[((size_t)l * E + x) * 3 + (size_t)k];
+				if (xr.r.shard == UINT32_MAX) {
 					rc = arena_errf(errbuf, errlen, BATON_ESOURCE,
 					    "%s: layer %" PRIu32 " expert %" PRIu32 " has no %s weight "
 					    "(every layer must be a MoE layer with %" PRIu32 " experts)",
 					    src, l, x, part_name(k), E);
-					goto fail;
+					goto dfail;
 				}
-				const struct arena_st_tensor *t = ref_t(s, r);
-				if (!g0) {
-					g0 = t;
+				const struct arena_st_tensor *t = ref_t(s, xr.r);
+				if (t->dtype < 0) {
+					rc = arena_errf(errbuf, errlen, BATON_EUNSUPPORTED,
+					    "%s: %s has dtype %s, which has no ggml type (F32, F16, BF16, "
+					    "F64, I8..I64 are supported)", src, t->name, t->st_dtype);
+					goto dfail;
+				}
+				if (t->n_dims == 3) /* fused: checked above */
+					goto dtype;
+				if (!d_ff) {
 					if (t->n_dims == 2 && t->shape[0] < ARENA_MAX_DIM &&
-					    t->shape[1] < ARENA_MAX_DIM) {
-						d_ff = (uint32_t)t->shape[0];
-						d_model = (uint32_t)t->shape[1];
-					}
-					if (!d_ff || !d_model) {
+					    t->shape[1] < ARENA_MAX_DIM && t->shape[0] && t->shape[1]) {
+						d_ff = (uint32_t)(k == K_DOWN ? t->shape[1] : t->shape[0]);
+						d_model = (uint32_t)(k == K_DOWN ? t->shape[0] : t->shape[1]);
+					} else {
 						rc = arena_errf(errbuf, errlen, BATON_ESOURCE,
 						    "%s: %s is not a 2-D weight of sane size", src, t->name);
-						goto fail;
+						goto dfail;
 					}
 				}
 				uint64_t rows = k == K_DOWN ? d_model : d_ff, cols = k == K_DOWN ? d_ff : d_model;
@@ -595,14 +866,9 @@ int arena_plan_safetensors(const char *src, uint32_t top_k, struct arena_plan *p
 					    "%s: %s has shape %s[%" PRIu64 ", %" PRIu64 "], want [%" PRIu64 ", %" PRIu64 "]",
 					    src, t->name, t->n_dims == 2 ? "" : "(not 2-D) ",
 					    t->shape[0], t->n_dims > 1 ? t->shape[1] : 0, rows, cols);
-					goto fail;
+					goto dfail;
 				}
-				if (t->dtype < 0) {
-					rc = arena_errf(errbuf, errlen, BATON_EUNSUPPORTED,
-					    "%s: %s has dtype %s, which has no ggml type (F32, F16, BF16, "
-					    "F64, I8..I64 are supported)", src, t->name, t->st_dtype);
-					goto fail;
-				}
+dtype:;
 				uint32_t *d = &dt[(size_t)l * ARENA_DT_N + (size_t)k];
 				if (x == 0)
 					*d = (uint32_t)t->dtype;
@@ -610,16 +876,18 @@ int arena_plan_safetensors(const char *src, uint32_t top_k, struct arena_plan *p
 					rc = arena_errf(errbuf, errlen, BATON_ESOURCE,
 					    "%s: %s is %s, but expert 0 of layer %" PRIu32 " has %s",
 					    src, t->name, t->st_dtype, l, baton_dtype_name((int)*d));
-					goto fail;
+					goto dfail;
 				}
 			}
+		if (!experts_only)
+			continue;
 		for (int k = 0; k < 2; k++) {
-			struct ref r = s->dense[(size_t)l * 2 + (size_t)k];
+			struct ref r = dense[(size_t)l * 2 + (size_t)k];
 			if (r.shard == UINT32_MAX) {
 				if (k == 0) {
 					rc = arena_errf(errbuf, errlen, BATON_ESOURCE,
 					    "%s: no router model.layers.%" PRIu32 ".mlp.gate.weight", src, l);
-					goto fail;
+					goto dfail;
 				}
 				has_norm = 0;
 				continue;
@@ -636,40 +904,69 @@ int arena_plan_safetensors(const char *src, uint32_t top_k, struct arena_plan *p
 					rc = arena_errf(errbuf, errlen, BATON_ESOURCE,
 					    "%s: %s has the wrong shape, want [%" PRIu32 "]",
 					    src, t->name, d_model);
-				goto fail;
+				goto dfail;
 			}
 			if (t->dtype < 0) {
 				rc = arena_errf(errbuf, errlen, BATON_EUNSUPPORTED,
 				    "%s: %s has dtype %s, which has no ggml type", src, t->name, t->st_dtype);
-				goto fail;
+				goto dfail;
 			}
-			dt[(size_t)l * ARENA_DT_N + ARENA_DT_ROUTER + (size_t)k] = (uint32_t)t->dtype;
 		}
 	}
-	if (!has_norm)
-		for (uint32_t l = 0; l < L; l++)
-			dt[(size_t)l * ARENA_DT_N + ARENA_DT_NORM] = BATON_DT_F32;
+	if (experts_only) {
+		/* routers and norms as named entries, under the source's names */
+		for (int k = 0; k < 2; k++)
+			for (uint32_t l = 0; l < L && (k == 0 || has_norm); l++) {
+				struct ref r = dense[(size_t)l * 2 + (size_t)k];
+				const struct arena_st_tensor *t = ref_t(s, r);
+				struct arena_named *n = arena_plan_add(plan,
+				    k ? BATON_ROLE_NORM : BATON_ROLE_ROUTER, t->name);
+				if (!n) {
+					rc = arena_errf(errbuf, errlen, BATON_ENOMEM, "out of memory");
+					goto dfail;
+				}
+				n->layer = l;
+				n->dtype = (uint32_t)t->dtype;
+				n->rows = k ? 1 : E;
+				n->cols = d_model;
+				n->src = (uint64_t)r.shard << 32 | r.tensor;
+			}
+		free(dense);
+		dense = NULL;
 
-	uint32_t cfg_k = 0, cfg_e = 0;
-	read_config(dir, &cfg_k, &cfg_e);
-	if (cfg_e && cfg_e != E) {
-		rc = arena_errf(errbuf, errlen, BATON_ESOURCE,
-		    "%s: config.json says %" PRIu32 " experts, the weights have %" PRIu32, src, cfg_e, E);
-		goto fail;
-	}
-	if (!top_k)
-		top_k = cfg_k ? cfg_k : 2;
-	if (top_k > E) {
-		if (cfg_k || top_k != 2) {
-			rc = arena_errf(errbuf, errlen, BATON_EINVAL,
-			    "%s: top-k %" PRIu32 " but only %" PRIu32 " experts", src, top_k, E);
+		uint32_t cfg_k = 0, cfg_e = 0;
+		read_config(dir, &cfg_k, &cfg_e);
+		if (cfg_e && cfg_e != E) {
+			rc = arena_errf(errbuf, errlen, BATON_ESOURCE,
+			    "%s: config.json says %" PRIu32 " experts, the weights have %" PRIu32, src,
+			    cfg_e, E);
 			goto fail;
 		}
-		top_k = E;
+		if (!top_k)
+			top_k = cfg_k ? cfg_k : 2;
+		if (top_k > E) {
+			if (cfg_k || top_k != 2) {
+				rc = arena_errf(errbuf, errlen, BATON_EINVAL,
+				    "%s: top-k %" PRIu32 " but only %" PRIu32 " experts", src, top_k, E);
+				goto fail;
+			}
+			top_k = E;
+		}
+	} else {
+		if (top_k && top_k != cfg.top_k) {
+			rc = arena_errf(errbuf, errlen, BATON_EINVAL,
+			    "%s: --top-k %" PRIu32 " disagrees with config.json's num_experts_per_tok %"
+			    PRIu32 " (a whole model runs as configured)", src, top_k, cfg.top_k);
+			goto fail;
+		}
+		top_k = cfg.top_k;
+		snprintf(plan->arch, sizeof plan->arch, "%s", cfg.arch);
 	}
 
-	/* Identity: every shard's header, size and data samples, and top-k. */
-	uint64_t hsum = arena_hash(&top_k, sizeof top_k);
+	/* Identity: every shard's header, size and data samples, top-k and the
+	 * metadata files. */
+	uint64_t id0[2] = { hsum, top_k };
+	hsum = arena_hash(id0, sizeof id0);
 	for (uint32_t i = 0; i < s->n_shards; i++) {
 		const struct shard *sh = &s->shards[i];
 		uint64_t id[3] = { hsum, arena_hash(sh->map, (size_t)sh->h.data_offset),
@@ -680,26 +977,31 @@ int arena_plan_safetensors(const char *src, uint32_t top_k, struct arena_plan *p
 	plan->shape = (struct baton_arena_shape){
 		.layers = L, .experts = E, .top_k = top_k, .d_model = d_model, .d_ff = d_ff,
 	};
-	plan->flags = ARENA_F_ROUTER | (has_norm ? ARENA_F_NORM : 0);
+	plan->flags = 0; /* the builder sets ROUTER and NORM from the named list */
 	plan->layer_dt = dt;
 	plan->source_kind = ARENA_SRC_SAFETENSORS;
 	plan->source_hash = hsum;
 	{
 		const char *b = strrchr(src, '/');
 		b = b && b[1] ? b + 1 : src;
-		snprintf(plan->source, sizeof plan->source, "safetensors %s (%" PRIu32 " shard%s)", b,
-		    s->n_shards, s->n_shards == 1 ? "" : "s");
+		snprintf(plan->source, sizeof plan->source, "safetensors %s (%" PRIu32 " shard%s%s%s)", b,
+		    s->n_shards, s->n_shards == 1 ? "" : "s", experts_only ? ", experts only" : ", ",
+		    experts_only ? "" : cfg.arch);
 	}
 	plan->fill = st_fill;
 	plan->ctx = s;
 	free(list);
 	json_decref(index);
 	return 0;
+dfail:
+	free(dense);
 fail:
 	free(list);
 	free(dt);
 	json_decref(index);
 	st_src_free(s);
+	arena_plan_free_named(plan);
+	memset(plan, 0, sizeof *plan);
 	return rc;
 }
 

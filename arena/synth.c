@@ -31,7 +31,10 @@ struct synth {
 	struct baton_synth_params p;
 	float s_in, s_down;     /* 1/sqrt(d_model), 1/sqrt(d_ff) */
 	uint16_t *tab_in, *tab_down;
+	char arch[ARENA_ARCH_LEN]; /* p.arch points here (the caller's may go) */
 };
+
+static uint16_t *make_table(uint32_t dtype, float scale);
 
 static uint64_t mix64(uint64_t z)
 {
@@ -182,11 +185,53 @@ static int gen_tensor(const struct synth *sy, uint32_t layer, uint32_t expert, i
 	return 0;
 }
 
-static int synth_fill(void *ctx, const struct arena_file_entry *e, uint8_t *dst,
-    char *errbuf, size_t errlen)
+/* A dense tensor of a full synthetic model: keyed by its name, scaled by
+ * its kind (weights 1/sqrt(cols), norms 1 + 0.1 r, biases 0.02 r). */
+static int gen_dense(const struct synth *sy, const struct arena_named *n,
+    const struct arena_file_part *part, uint8_t *dst, float *buf)
+{
+	uint64_t tkey = mix64(sy->p.seed ^ arena_hash(n->name, strlen(n->name)));
+	int kind = (int)n->aux;
+	float scale = kind == ARENA_MT_NORM ? 0.1f : kind == ARENA_MT_BIAS ? 0.02f
+	    : 1.0f / sqrtf((float)part->cols);
+	float bias = kind == ARENA_MT_NORM ? 1.0f : 0.0f;
+	uint64_t rb = baton_dtype_row_bytes((int)part->dtype, part->cols);
+	uint16_t *tab = NULL;
+	if (part->dtype == BATON_DT_F16 || part->dtype == BATON_DT_BF16) {
+		if (bias != 0.0f || !(tab = make_table(part->dtype, scale)))
+			return BATON_EUNSUPPORTED;
+	}
+	int rc = 0;
+	for (uint32_t r = 0; r < part->rows && !rc; r++) {
+		uint64_t rk = mix64(tkey + r);
+		uint8_t *o = dst + (uint64_t)r * rb;
+		switch (part->dtype) {
+		case BATON_DT_F32:
+			gen_row_f32(rk, buf, part->cols, scale, bias);
+			memcpy(o, buf, (size_t)part->cols * 4);
+			break;
+		case BATON_DT_F16:
+		case BATON_DT_BF16:
+			gen_row_tab(rk, o, part->cols, tab);
+			break;
+		case BATON_DT_Q8_0:
+			gen_row_i16(rk, (int16_t *)(void *)buf, part->cols);
+			encode_q8_0((const int16_t *)(void *)buf, part->cols, scale * 0x1.0p-15f, o);
+			break;
+		default:
+			rc = BATON_EUNSUPPORTED;
+		}
+	}
+	free(tab);
+	return rc;
+}
+
+static int synth_fill(void *ctx, const struct arena_file_entry *e, const struct arena_named *n,
+    uint8_t *dst, char *errbuf, size_t errlen)
 {
 	const struct synth *sy = ctx;
-	uint32_t cols = sy->p.d_model > sy->p.d_ff ? sy->p.d_model : sy->p.d_ff;
+	uint32_t cols = e->role == BATON_ROLE_EXPERT ? (sy->p.d_model > sy->p.d_ff ? sy->p.d_model : sy->p.d_ff)
+	    : e->part[0].cols;
 	float *buf = malloc((size_t)cols * sizeof *buf);
 	if (!buf)
 		return arena_errf(errbuf, errlen, BATON_ENOMEM, "out of memory");
@@ -195,9 +240,12 @@ static int synth_fill(void *ctx, const struct arena_file_entry *e, uint8_t *dst,
 		for (int i = 0; i < 3 && !rc; i++)
 			rc = gen_tensor(sy, e->layer, e->expert, T_GATE + i, &e->part[i],
 			    dst + e->part[i].offset, buf);
-	} else {
+	} else if (!sy->p.arch || !sy->p.arch[0]) {
+		/* the experts-only model: its values as they always were */
 		rc = gen_tensor(sy, e->layer, 0, e->role == BATON_ROLE_ROUTER ? T_ROUTER : T_NORM,
 		    &e->part[0], dst, buf);
+	} else {
+		rc = gen_dense(sy, n, &e->part[0], dst, buf);
 	}
 	free(buf);
 	if (rc)
@@ -219,6 +267,118 @@ static uint16_t *make_table(uint32_t dtype, float scale)
 		tab[r] = dtype == BATON_DT_F16 ? arena_f32_to_f16(v) : arena_f32_to_bf16(v);
 	}
 	return tab;
+}
+
+/* A full model of a named architecture: every dense tensor the
+ * architecture has (weights in the synthetic dtype, norms, biases and
+ * routers f32) and a config.json. */
+static int plan_full(struct synth *sy, const struct baton_synth_params *p, struct arena_plan *plan,
+    char *errbuf, size_t errlen)
+{
+	struct arena_model_cfg c = { 0 };
+	if (!arena_arch_known(p->arch))
+		return arena_errf(errbuf, errlen, BATON_EUNSUPPORTED,
+		    "synthetic architecture \"%.64s\" is not one of qwen3_moe, qwen2_moe, mixtral, olmoe",
+		    p->arch);
+	snprintf(c.arch, sizeof c.arch, "%s", p->arch);
+	snprintf(sy->arch, sizeof sy->arch, "%s", p->arch);
+	sy->p.arch = sy->arch;
+	c.layers = p->layers;
+	c.experts = p->experts;
+	c.top_k = p->top_k;
+	c.hidden = p->d_model;
+	c.moe_ff = p->d_ff;
+	c.head_dim = p->head_dim ? p->head_dim : p->d_model % 128 == 0 && p->d_model >= 1024 ? 128
+	    : p->d_model % 64 == 0 && p->d_model >= 256 ? 64 : 16;
+	c.heads = p->heads ? p->heads : p->d_model / c.head_dim;
+	c.kv_heads = p->kv_heads ? p->kv_heads : c.heads % 4 == 0 ? c.heads / 4 : c.heads;
+	c.vocab = p->vocab ? p->vocab : 32000;
+	c.shared_ff = strcmp(p->arch, "qwen2_moe") == 0 ? (p->shared_ff ? p->shared_ff : 4 * p->d_ff) : 0;
+	c.dense_ff = 0;
+	c.max_pos = 32768;
+	c.norm_topk = -1;
+	c.qkv_bias = strcmp(p->arch, "qwen2_moe") == 0;
+	c.rms_eps = 1e-6;
+	c.rope_theta = strncmp(p->arch, "qwen", 4) == 0 ? 1000000.0 : 10000.0;
+	c.bos = 1;
+	c.eos = 2;
+	if (c.heads == 0 || c.head_dim == 0 || c.head_dim % 2 || c.kv_heads == 0 ||
+	    c.heads % c.kv_heads || (uint64_t)c.heads * c.head_dim >= ARENA_MAX_DIM ||
+	    c.vocab > ARENA_MAX_DENSE_ROWS || c.shared_ff >= ARENA_MAX_DIM)
+		return arena_errf(errbuf, errlen, BATON_EINVAL,
+		    "synthetic %s: %" PRIu32 " heads of %" PRIu32 ", %" PRIu32 " key/value heads, "
+		    "vocabulary %" PRIu32 " do not make a model", p->arch, c.heads, c.head_dim,
+		    c.kv_heads, c.vocab);
+	struct arena_model_tensor *mt;
+	uint64_t nt;
+	int rc = arena_model_tensors(&c, &mt, &nt, errbuf, errlen);
+	if (rc)
+		return rc;
+	for (uint64_t i = 0; i < nt && !rc; i++) {
+		struct arena_named *n = arena_plan_add(plan, mt[i].role, mt[i].name);
+		if (!n) {
+			rc = arena_errf(errbuf, errlen, BATON_ENOMEM, "out of memory");
+			break;
+		}
+		n->layer = mt[i].layer;
+		n->rows = mt[i].rows;
+		n->cols = mt[i].cols;
+		n->aux = (uint64_t)mt[i].kind;
+		int small = mt[i].kind == ARENA_MT_NORM || mt[i].kind == ARENA_MT_BIAS ||
+		    mt[i].role == BATON_ROLE_ROUTER || mt[i].rows == 1;
+		n->dtype = small ? BATON_DT_F32 : p->dtype;
+		if (n->dtype == BATON_DT_Q8_0 && n->cols % 32)
+			rc = arena_errf(errbuf, errlen, BATON_EINVAL,
+			    "synthetic q8_0: %s has %" PRIu32 " columns, not a multiple of 32",
+			    n->name, n->cols);
+	}
+	free(mt);
+	if (rc)
+		return rc;
+	uint64_t len = 0;
+	char *cfg = arena_model_config_json(&c, &len);
+	if (!cfg)
+		return arena_errf(errbuf, errlen, BATON_ENOMEM, "out of memory");
+	uint64_t chash = arena_hash(cfg, len);
+	if ((rc = arena_plan_add_blob(plan, "config.json", cfg, len, errbuf, errlen)))
+		return rc;
+	snprintf(plan->arch, sizeof plan->arch, "%s", p->arch);
+	const uint64_t id[] = { SYNTH_ALGO, p->layers, p->experts, p->top_k, p->d_model,
+		p->d_ff, p->dtype, p->seed, chash };
+	plan->source_hash = arena_hash(id, sizeof id);
+	snprintf(plan->source, sizeof plan->source, "synthetic %s seed=%" PRIu64 " dtype=%s",
+	    p->arch, p->seed, baton_dtype_name((int)p->dtype));
+	return 0;
+}
+
+int arena_synth_preset(const char *name, struct baton_synth_params *p)
+{
+	static const struct {
+		const char *name, *arch;
+		uint32_t layers, experts, top_k, d_model, d_ff, heads, kv_heads, head_dim, vocab, shared;
+	} presets[] = {
+		{ "qwen3-30b-a3b", "qwen3_moe", 48, 128, 8, 2048, 768, 32, 4, 128, 151936, 0 },
+		{ "qwen3-235b-a22b", "qwen3_moe", 94, 128, 8, 4096, 1536, 64, 4, 128, 151936, 0 },
+		{ "qwen1.5-moe-a2.7b", "qwen2_moe", 24, 60, 4, 2048, 1408, 16, 16, 128, 151936, 5632 },
+		{ "mixtral-8x7b", "mixtral", 32, 8, 2, 4096, 14336, 32, 8, 128, 32000, 0 },
+		{ "olmoe-1b-7b", "olmoe", 16, 64, 8, 2048, 1024, 16, 16, 128, 50304, 0 },
+	};
+	for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
+		if (name && strcmp(name, presets[i].name) == 0) {
+			p->arch = presets[i].arch;
+			p->layers = presets[i].layers;
+			p->experts = presets[i].experts;
+			p->top_k = presets[i].top_k;
+			p->d_model = presets[i].d_model;
+			p->d_ff = presets[i].d_ff;
+			p->heads = presets[i].heads;
+			p->kv_heads = presets[i].kv_heads;
+			p->head_dim = presets[i].head_dim;
+			p->vocab = presets[i].vocab;
+			p->shared_ff = presets[i].shared;
+			return 0;
+		}
+	return BATON_ENOTFOUND;
 }
 
 int arena_plan_synthetic(const struct baton_synth_params *p, struct arena_plan *plan,
@@ -281,14 +441,40 @@ int arena_plan_synthetic(const struct baton_synth_params *p, struct arena_plan *
 	plan->flags = ARENA_F_ROUTER | ARENA_F_NORM;
 	plan->layer_dt = dt;
 	plan->source_kind = ARENA_SRC_SYNTHETIC;
+	plan->fill = synth_fill;
+	plan->ctx = sy;
+	sy->p.arch = NULL;
+	int rc;
+	if (p->arch && p->arch[0]) {
+		if ((rc = plan_full(sy, p, plan, errbuf, errlen)))
+			goto fail;
+		return 0;
+	}
 	const uint64_t id[] = { SYNTH_ALGO, p->layers, p->experts, p->top_k, p->d_model,
 		p->d_ff, p->dtype, p->seed };
 	plan->source_hash = arena_hash(id, sizeof id);
 	snprintf(plan->source, sizeof plan->source, "synthetic seed=%" PRIu64 " dtype=%s",
 	    p->seed, baton_dtype_name((int)p->dtype));
-	plan->fill = synth_fill;
-	plan->ctx = sy;
+	for (uint32_t l = 0; l < p->layers; l++)
+		for (int r = 0; r < 2; r++) {
+			char name[96];
+			snprintf(name, sizeof name, r ? "model.layers.%" PRIu32 ".post_attention_layernorm.weight"
+			    : "model.layers.%" PRIu32 ".mlp.gate.weight", l);
+			struct arena_named *n = arena_plan_add(plan, r ? BATON_ROLE_NORM : BATON_ROLE_ROUTER, name);
+			if (!n) {
+				rc = arena_errf(errbuf, errlen, BATON_ENOMEM, "out of memory");
+				goto fail;
+			}
+			n->layer = l;
+			n->dtype = BATON_DT_F32;
+			n->rows = r ? 1 : p->experts;
+			n->cols = p->d_model;
+		}
 	return 0;
+fail:
+	arena_plan_free_named(plan);
+	arena_synthetic_free(plan);
+	return rc;
 }
 
 void arena_synthetic_free(struct arena_plan *plan)

@@ -44,6 +44,37 @@ struct baton_moe_layer {
 	uint64_t gate_off, up_off, down_off; /* parts inside an expert blob */
 };
 
+/* The router's rule (the `route` slot), as transformers computes it:
+ * p = softmax(logits) over every expert (f32: max, expf(l - max), sum,
+ * divide); the top_k experts by p (ids in rank order, ties to the lower
+ * id, a NaN ranks lowest); weights = p of those. With _NORM the weights
+ * are then divided by their sum (added in rank order). Mixtral's "top-k of
+ * the logits, softmax over the k" is the _NORM rule (the same numbers up
+ * to rounding; transformers computes it this way). */
+enum baton_route_rule {
+	BATON_ROUTE_SOFTMAX_TOPK = 0,      /* olmoe, qwen2_moe, qwen3_moe without norm_topk_prob */
+	BATON_ROUTE_SOFTMAX_TOPK_NORM = 1, /* mixtral; qwen3_moe with norm_topk_prob */
+};
+
+/* Causal grouped-query attention of `n_q` query tokens over one sequence's
+ * KV cache (the `attention` slot). Rows are f32 and contiguous:
+ *   q    [n_q][n_heads * head_dim]       the queries, RoPE already applied
+ *   k, v [n_ctx][n_kv_heads * head_dim]  the cache, positions 0 .. pos0+n_q-1
+ *                                        written (RoPE applied to k)
+ *   out  [n_q][n_heads * head_dim]       may not overlap q, k or v
+ * Query t sits at position pos0 + t and sees keys 0 .. pos0 + t. Query head
+ * h reads KV head h / (n_heads / n_kv_heads). Per query and head:
+ *   s[j] = dot(q, k[j]) * scale   (dot in the fixed order of dtype.c)
+ *   p[j] = expf(s[j] - max) / sum over j of expf(s[j] - max)   (sum in j order)
+ *   out  = sum over j in order of p[j] * v[j]
+ * n_heads must be a multiple of n_kv_heads. */
+struct baton_attn {
+	baton_dptr q, k, v, out;
+	uint32_t n_q, n_heads, n_kv_heads, head_dim;
+	uint32_t pos0;
+	float scale;          /* 1/sqrt(head_dim) for every architecture here */
+};
+
 struct baton_backend {
 	const char *name;
 
@@ -123,8 +154,75 @@ struct baton_backend {
 	 * expert blob. Synchronous with respect to later copies into slots. */
 	int (*moe_experts)(struct baton_dev *dev, const struct baton_moe_layer *l,
 	    const baton_dptr *blobs, const float *weights);
-	/* 1 when moe_* can compute weights of this dtype. */
+	/* 1 when moe_* (and the forward ops below) can compute weights of
+	 * this dtype. */
 	int (*can_compute)(int dtype);
+
+	/* ---- the forward pass's dense ops (engine/model.c) ----------------
+	 * Optional as a group: a backend that has them all can run a whole
+	 * model (model_open names the first one missing). Activations are f32
+	 * rows in device memory; weights are the arena's rows in any dtype
+	 * can_compute accepts, decoded exactly and accumulated in f32 (the
+	 * fixed order of engine_int.h: every backend must agree with the host
+	 * within the tolerances of docs/model.md). Small integer and float
+	 * vectors (token ids, positions, frequencies, routing results) travel
+	 * as host arrays. The ops are queued on the device like copies: their
+	 * results are complete after sync(), or after a call that returns host
+	 * results (route). Errors: BATON_EINVAL for a zero dimension, a NULL
+	 * address or overlapping buffers where the slot forbids it,
+	 * BATON_EUNSUPPORTED for a dtype the backend cannot compute,
+	 * BATON_ERANGE for a token id outside the table; nothing is written
+	 * on error. */
+
+	/* out[t][i] = decode(table row tokens[t])[i] for t < n: the embedding
+	 * rows of `tokens` (host array). table: [vocab][cols] in dtype. */
+	int (*embed)(struct baton_dev *dev, baton_dptr table, uint32_t dtype, uint32_t vocab,
+	    uint32_t cols, const uint32_t *tokens, uint32_t n, baton_dptr out);
+	/* RMSNorm of `rows` rows of `cols`: per row r,
+	 *   ss = dot(x[r], x[r]); s = 1 / sqrtf(ss / cols + eps)
+	 *   out[r][i] = (x[r][i] * s) * w[i]      (w == 0: out = x[r][i] * s)
+	 * w: [cols] in w_dtype. out may equal x (in place), else no overlap.
+	 * Per-head norms are rows of head_dim (rows = tokens * heads). */
+	int (*rmsnorm)(struct baton_dev *dev, baton_dptr x, baton_dptr out, uint32_t rows,
+	    uint32_t cols, baton_dptr w, uint32_t w_dtype, float eps);
+	/* y[r][o] = (accumulate ? y[r][o] : 0) + (dot(w row o, x[r]) + b[o])
+	 * for r < rows, o < n_out: x [rows][k] f32, w [n_out][k] in w_dtype,
+	 * b [n_out] in b_dtype or 0 for none, y [rows][n_out] f32, not
+	 * overlapping x. The dot is f32 in the fixed order; the bias, then y,
+	 * added after it. Every projection, the router and the output head. */
+	int (*matmul)(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint32_t n_out,
+	    uint32_t k, baton_dptr b, uint32_t b_dtype, baton_dptr x, uint32_t rows,
+	    baton_dptr y, int accumulate);
+	/* Rotary embedding in place, Hugging Face's rotate_half layout: x is
+	 * [rows][n_heads * head_dim], row r at position pos[r] (host array of
+	 * rows); per head, for i < head_dim / 2:
+	 *   a = (float)pos[r] * inv_freq[i]   (f32 product)
+	 *   c = cosf(a) * mscale, s = sinf(a) * mscale
+	 *   x1 = x[i], x2 = x[i + head_dim/2]
+	 *   x[i] = x1 * c - x2 * s; x[i + head_dim/2] = x2 * c + x1 * s
+	 * inv_freq: host array of head_dim / 2 (the architecture's rope type
+	 * and scaling are in it, computed by the model); head_dim even. */
+	int (*rope)(struct baton_dev *dev, baton_dptr x, uint32_t rows, uint32_t n_heads,
+	    uint32_t head_dim, const uint32_t *pos, const float *inv_freq, float mscale);
+	/* Causal GQA over a KV cache; see struct baton_attn. */
+	int (*attention)(struct baton_dev *dev, const struct baton_attn *a);
+	/* out[i] = silu(gate[i]) * up[i] for i < n, silu(g) = g / (1 + expf(-g)).
+	 * out may equal gate or up. */
+	int (*swiglu)(struct baton_dev *dev, baton_dptr gate, baton_dptr up, baton_dptr out,
+	    uint64_t n);
+	/* x[r][i] += g * y[r][i] for r < rows, i < cols, where g = 1 when
+	 * gate == 0, else 1 / (1 + expf(-gate[r])) (gate: [rows] f32, the
+	 * shared expert's sigmoid gate logit). x and y do not overlap. */
+	int (*add)(struct baton_dev *dev, baton_dptr x, baton_dptr y, baton_dptr gate,
+	    uint32_t rows, uint32_t cols);
+	/* The router's choice: logits [rows][n_experts] f32 on the device;
+	 * per row the top_k experts and their weights by `rule` (enum
+	 * baton_route_rule), written to the host arrays ids and weights of
+	 * rows * top_k; returns once they are set. */
+	int (*route)(struct baton_dev *dev, baton_dptr logits, uint32_t rows, uint32_t n_experts,
+	    uint32_t top_k, int rule, uint32_t *ids, float *weights);
+	/* The MoE block itself is moe_experts above: x = the residual stream,
+	 * xn = the normed input, weights from route. */
 };
 
 extern const struct baton_backend baton_backend_host;

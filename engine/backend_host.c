@@ -52,6 +52,7 @@
 
 #include "engine/backend.h"
 #include "engine/engine_int.h"
+#include "engine/ops_host.h"
 #include "engine/hostdev.h"
 
 #define HOST_GRANULARITY (2u << 20)
@@ -707,4 +708,13 @@ const struct baton_backend baton_backend_host = {
 	.moe_route = host_moe_route,
 	.moe_experts = host_moe_experts,
 	.can_compute = host_can_compute,
+	/* The forward pass's dense ops: engine/ops_host.c. */
+	.embed = host_op_embed,
+	.rmsnorm = host_op_rmsnorm,
+	.matmul = host_op_matmul,
+	.rope = host_op_rope,
+	.attention = host_op_attention,
+	.swiglu = host_op_swiglu,
+	.add = host_op_add,
+	.route = host_op_route,
 };

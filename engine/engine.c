@@ -518,3 +518,8 @@ struct baton_dev *engine_dev(struct baton_engine *e)
 {
 	return e->dev;
 }
+
+const struct baton_backend *engine_backend(struct baton_engine *e)
+{
+	return e->be;
+}

@@ -86,6 +86,9 @@ struct baton_cache *engine_cache(struct baton_engine *e);
 /* The engine's own mapping of the arena (pinned when the backend pins). */
 const struct baton_arena *engine_arena(struct baton_engine *e);
 struct baton_dev *engine_dev(struct baton_engine *e);
+/* The backend the engine drives its device with (engine/model.c runs the
+ * forward pass's ops through it). */
+const struct baton_backend *engine_backend(struct baton_engine *e);
 /* The peer device, or NULL. */
 struct baton_dev *engine_peer_dev(struct baton_engine *e);
 

@@ -282,6 +282,15 @@ static const struct baton_backend *table_for(const struct baton_backend *in)
 				.moe_route = in->moe_route ? f_moe_route : NULL,
 				.moe_experts = in->moe_experts ? f_moe_experts : NULL,
 				.can_compute = in->can_compute,
+				/* pure compute: passed through, no faults */
+				.embed = in->embed,
+				.rmsnorm = in->rmsnorm,
+				.matmul = in->matmul,
+				.rope = in->rope,
+				.attention = in->attention,
+				.swiglu = in->swiglu,
+				.add = in->add,
+				.route = in->route,
 			};
 			return &tables[i].table;
 		}

@@ -1,0 +1,321 @@
+/*
+ * ops_host.c: the host backend's dense ops of the forward pass (embedding
+ * rows, RMSNorm, matmul, RoPE, attention, SwiGLU, add, routing). Plain C,
+ * f32 accumulation; every weight row goes through dtype.c's per-dtype row
+ * routines (decode, dot), so a dtype the host learns is computed here too.
+ * The formulas are the slots' in engine/backend.h, followed literally: this
+ * is the reference other backends are compared with.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "arena/arena.h"
+#include "engine/engine_int.h"
+#include "engine/ops_host.h"
+
+#define NX_GROUP 8u /* activation rows per baton_dot_rows call */
+
+static inline float *fp(baton_dptr p)
+{
+	return (float *)(uintptr_t)p;
+}
+
+/* An f32 buffer of `n` floats at p: non-null, aligned, not wrapping. */
+static int f32_buf(baton_dptr p, uint64_t n)
+{
+	if (!p || (p & 3) || !n || n > UINT64_MAX / 4 || p > UINTPTR_MAX - n * 4)
+		return 0;
+	return 1;
+}
+
+static int overlap(baton_dptr a, uint64_t an, baton_dptr b, uint64_t bn)
+{
+	return a < b + bn * 4 && b < a + an * 4;
+}
+
+/* A weight of rows x cols in dtype: computable, cols a whole number of
+ * blocks; *rb gets the row's bytes. */
+static int weight_ok(uint32_t dtype, uint32_t cols, uint64_t *rb)
+{
+	if (!host_can_compute((int)dtype))
+		return BATON_EUNSUPPORTED;
+	*rb = baton_compute_row_bytes((int)dtype, cols);
+	return *rb ? 0 : BATON_EINVAL;
+}
+
+int host_op_embed(struct baton_dev *dev, baton_dptr table, uint32_t dtype, uint32_t vocab,
+    uint32_t cols, const uint32_t *tokens, uint32_t n, baton_dptr out)
+{
+	uint64_t rb;
+	int rc;
+
+	(void)dev;
+	if (!table || !tokens || !vocab || !n || !f32_buf(out, (uint64_t)n * cols))
+		return BATON_EINVAL;
+	if ((rc = weight_ok(dtype, cols, &rb)) != 0)
+		return rc;
+	for (uint32_t t = 0; t < n; t++)
+		if (tokens[t] >= vocab)
+			return BATON_ERANGE;
+	for (uint32_t t = 0; t < n; t++)
+		baton_dequant_row((int)dtype, (const uint8_t *)(uintptr_t)table + tokens[t] * rb,
+		    fp(out) + (size_t)t * cols, cols);
+	return 0;
+}
+
+int host_op_rmsnorm(struct baton_dev *dev, baton_dptr x, baton_dptr out, uint32_t rows,
+    uint32_t cols, baton_dptr w, uint32_t w_dtype, float eps)
+{
+	uint64_t n = (uint64_t)rows * cols, rb;
+	float *wf = NULL;
+	int rc;
+
+	(void)dev;
+	if (!rows || !f32_buf(x, n) || !f32_buf(out, n) || !(eps >= 0))
+		return BATON_EINVAL;
+	if (out != x && overlap(x, n, out, n))
+		return BATON_EINVAL;
+	if (w) {
+		if ((rc = weight_ok(w_dtype, cols, &rb)) != 0)
+			return rc;
+		if (!(wf = malloc((size_t)cols * sizeof *wf)))
+			return BATON_ENOMEM;
+		baton_dequant_row((int)w_dtype, (const void *)(uintptr_t)w, wf, cols);
+	}
+	for (uint32_t r = 0; r < rows; r++) {
+		const float *xr = fp(x) + (size_t)r * cols;
+		float *yr = fp(out) + (size_t)r * cols;
+		float ss;
+		baton_dot_row(BATON_DT_F32, xr, xr, cols, &ss);
+		float s = 1.0f / sqrtf(ss / (float)cols + eps);
+		if (wf)
+			for (uint32_t i = 0; i < cols; i++)
+				yr[i] = (xr[i] * s) * wf[i];
+		else
+			for (uint32_t i = 0; i < cols; i++)
+				yr[i] = xr[i] * s;
+	}
+	free(wf);
+	return 0;
+}
+
+int host_op_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint32_t n_out,
+    uint32_t k, baton_dptr b, uint32_t b_dtype, baton_dptr x, uint32_t rows,
+    baton_dptr y, int accumulate)
+{
+	uint64_t rb, brb;
+	float *bias = NULL;
+	int rc;
+
+	(void)dev;
+	if (!w || !n_out || !rows || !f32_buf(x, (uint64_t)rows * k) ||
+	    !f32_buf(y, (uint64_t)rows * n_out))
+		return BATON_EINVAL;
+	if (overlap(x, (uint64_t)rows * k, y, (uint64_t)rows * n_out))
+		return BATON_EINVAL;
+	if ((rc = weight_ok(w_dtype, k, &rb)) != 0)
+		return rc;
+	if (b) {
+		if ((rc = weight_ok(b_dtype, n_out, &brb)) != 0)
+			return rc;
+		if (!(bias = malloc((size_t)n_out * sizeof *bias)))
+			return BATON_ENOMEM;
+		baton_dequant_row((int)b_dtype, (const void *)(uintptr_t)b, bias, n_out);
+	}
+	const float *xs = fp(x);
+	float *ys = fp(y);
+	for (uint32_t o = 0; o < n_out; o++) {
+		const uint8_t *row = (const uint8_t *)(uintptr_t)w + (uint64_t)o * rb;
+		for (uint32_t r0 = 0; r0 < rows; r0 += NX_GROUP) {
+			uint32_t nv = rows - r0 < NX_GROUP ? rows - r0 : NX_GROUP;
+			const float *v[NX_GROUP];
+			float d[NX_GROUP];
+			for (uint32_t i = 0; i < nv; i++)
+				v[i] = xs + (size_t)(r0 + i) * k;
+			baton_dot_rows((int)w_dtype, row, k, v, nv, d);
+			for (uint32_t i = 0; i < nv; i++) {
+				float *yo = ys + (size_t)(r0 + i) * n_out + o;
+				float val = bias ? d[i] + bias[o] : d[i];
+				*yo = accumulate ? *yo + val : val;
+			}
+		}
+	}
+	free(bias);
+	return 0;
+}
+
+int host_op_rope(struct baton_dev *dev, baton_dptr x, uint32_t rows, uint32_t n_heads,
+    uint32_t head_dim, const uint32_t *pos, const float *inv_freq, float mscale)
+{
+	(void)dev;
+	if (!rows || !n_heads || !head_dim || (head_dim & 1) || !pos || !inv_freq ||
+	    !f32_buf(x, (uint64_t)rows * n_heads * head_dim))
+		return BATON_EINVAL;
+	uint32_t half = head_dim / 2;
+	float *c = malloc((size_t)half * 2 * sizeof *c);
+	if (!c)
+		return BATON_ENOMEM;
+	float *s = c + half;
+	for (uint32_t r = 0; r < rows; r++) {
+		for (uint32_t i = 0; i < half; i++) {
+			float a = (float)pos[r] * inv_freq[i];
+			c[i] = cosf(a) * mscale;
+			s[i] = sinf(a) * mscale;
+		}
+		for (uint32_t h = 0; h < n_heads; h++) {
+			float *v = fp(x) + ((size_t)r * n_heads + h) * head_dim;
+			for (uint32_t i = 0; i < half; i++) {
+				float x1 = v[i], x2 = v[i + half];
+				v[i] = x1 * c[i] - x2 * s[i];
+				v[i + half] = x2 * c[i] + x1 * s[i];
+			}
+		}
+	}
+	free(c);
+	return 0;
+}
+
+int host_op_attention(struct baton_dev *dev, const struct baton_attn *a)
+{
+	(void)dev;
+	if (!a || !a->n_q || !a->n_heads || !a->n_kv_heads || !a->head_dim ||
+	    a->n_heads % a->n_kv_heads || a->pos0 > UINT32_MAX - a->n_q)
+		return BATON_EINVAL;
+	const uint32_t H = a->n_heads, KH = a->n_kv_heads, hd = a->head_dim;
+	const uint64_t n_ctx = (uint64_t)a->pos0 + a->n_q;
+	const uint64_t qn = (uint64_t)a->n_q * H * hd, kn = n_ctx * KH * hd;
+	if (!f32_buf(a->q, qn) || !f32_buf(a->k, kn) || !f32_buf(a->v, kn) ||
+	    !f32_buf(a->out, qn))
+		return BATON_EINVAL;
+	if (overlap(a->out, qn, a->q, qn) || overlap(a->out, qn, a->k, kn) ||
+	    overlap(a->out, qn, a->v, kn))
+		return BATON_EINVAL;
+	float *p = malloc((size_t)n_ctx * sizeof *p);
+	if (!p)
+		return BATON_ENOMEM;
+	const uint32_t group = H / KH;
+	const float *q = fp(a->q), *k = fp(a->k), *v = fp(a->v);
+	float *out = fp(a->out);
+	for (uint32_t t = 0; t < a->n_q; t++) {
+		uint64_t nk = (uint64_t)a->pos0 + t + 1;
+		for (uint32_t h = 0; h < H; h++) {
+			const float *qh = q + ((size_t)t * H + h) * hd;
+			uint32_t kvh = h / group;
+			float max = -INFINITY, sum = 0;
+			for (uint64_t j = 0; j < nk; j++) {
+				float d;
+				baton_dot_row(BATON_DT_F32, k + ((size_t)j * KH + kvh) * hd, qh, hd, &d);
+				p[j] = d * a->scale;
+				if (p[j] > max)
+					max = p[j];
+			}
+			for (uint64_t j = 0; j < nk; j++) {
+				p[j] = expf(p[j] - max);
+				sum += p[j];
+			}
+			float *oh = out + ((size_t)t * H + h) * hd;
+			for (uint32_t d = 0; d < hd; d++)
+				oh[d] = 0;
+			for (uint64_t j = 0; j < nk; j++) {
+				float pj = p[j] / sum;
+				const float *vj = v + ((size_t)j * KH + kvh) * hd;
+				for (uint32_t d = 0; d < hd; d++)
+					oh[d] += pj * vj[d];
+			}
+		}
+	}
+	free(p);
+	return 0;
+}
+
+int host_op_swiglu(struct baton_dev *dev, baton_dptr gate, baton_dptr up, baton_dptr out,
+    uint64_t n)
+{
+	(void)dev;
+	if (!f32_buf(gate, n) || !f32_buf(up, n) || !f32_buf(out, n))
+		return BATON_EINVAL;
+	const float *g = fp(gate), *u = fp(up);
+	float *o = fp(out);
+	for (uint64_t i = 0; i < n; i++)
+		o[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+	return 0;
+}
+
+int host_op_add(struct baton_dev *dev, baton_dptr x, baton_dptr y, baton_dptr gate,
+    uint32_t rows, uint32_t cols)
+{
+	uint64_t n = (uint64_t)rows * cols;
+
+	(void)dev;
+	if (!rows || !f32_buf(x, n) || !f32_buf(y, n) || overlap(x, n, y, n) ||
+	    (gate && !f32_buf(gate, rows)))
+		return BATON_EINVAL;
+	for (uint32_t r = 0; r < rows; r++) {
+		float g = gate ? 1.0f / (1.0f + expf(-fp(gate)[r])) : 1.0f;
+		float *xr = fp(x) + (size_t)r * cols;
+		const float *yr = fp(y) + (size_t)r * cols;
+		if (gate)
+			for (uint32_t i = 0; i < cols; i++)
+				xr[i] += g * yr[i];
+		else
+			for (uint32_t i = 0; i < cols; i++)
+				xr[i] += yr[i];
+	}
+	return 0;
+}
+
+/* The order key of a probability: NaN ranks lowest. */
+static inline float rank_key(float v)
+{
+	return isnan(v) ? -INFINITY : v;
+}
+
+int host_op_route(struct baton_dev *dev, baton_dptr logits, uint32_t rows, uint32_t n_experts,
+    uint32_t top_k, int rule, uint32_t *ids, float *weights)
+{
+	(void)dev;
+	if (!rows || !top_k || top_k > n_experts || !ids || !weights ||
+	    !f32_buf(logits, (uint64_t)rows * n_experts))
+		return BATON_EINVAL;
+	if (rule != BATON_ROUTE_SOFTMAX_TOPK && rule != BATON_ROUTE_SOFTMAX_TOPK_NORM)
+		return BATON_EINVAL;
+	float *p = malloc((size_t)n_experts * (sizeof *p + 1));
+	if (!p)
+		return BATON_ENOMEM;
+	unsigned char *taken = (unsigned char *)(p + n_experts);
+	for (uint32_t r = 0; r < rows; r++) {
+		const float *l = fp(logits) + (size_t)r * n_experts;
+		uint32_t *id = ids + (size_t)r * top_k;
+		float *w = weights + (size_t)r * top_k;
+		float max = -INFINITY, sum = 0;
+		for (uint32_t e = 0; e < n_experts; e++)
+			if (l[e] > max)
+				max = l[e];
+		for (uint32_t e = 0; e < n_experts; e++) {
+			p[e] = expf(l[e] - max);
+			sum += p[e];
+		}
+		for (uint32_t e = 0; e < n_experts; e++)
+			p[e] /= sum;
+		memset(taken, 0, n_experts);
+		for (uint32_t k = 0; k < top_k; k++) {
+			uint32_t best = UINT32_MAX;
+			for (uint32_t e = 0; e < n_experts; e++)
+				if (!taken[e] && (best == UINT32_MAX || rank_key(p[e]) > rank_key(p[best])))
+					best = e;
+			taken[best] = 1;
+			id[k] = best;
+			w[k] = p[best];
+		}
+		if (rule == BATON_ROUTE_SOFTMAX_TOPK_NORM) {
+			float s = 0;
+			for (uint32_t k = 0; k < top_k; k++)
+				s += w[k];
+			for (uint32_t k = 0; k < top_k; k++)
+				w[k] /= s;
+		}
+	}
+	free(p);
+	return 0;
+}
