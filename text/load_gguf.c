@@ -7,9 +7,10 @@
  * the split regex that tokenizer.ggml.pre names; "llama" is SentencePiece
  * BPE by tokenizer.ggml.scores with <0xXX> byte tokens and ▁ for spaces.
  * token_type: 1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused,
- * 6 byte. Control and user-defined tokens are matched in the text before
- * pre-tokenization; control tokens are the special ones (skipped when
- * decoding with TEXT_SKIP_SPECIAL).
+ * 6 byte. Control, unknown and user-defined tokens are matched in the
+ * text before pre-tokenization (llama.cpp's special-token cache); control
+ * and unknown ones are special (skipped when decoding with
+ * TEXT_SKIP_SPECIAL, as Hugging Face skips its special added tokens).
  *
  * Where llama.cpp departs from the Hugging Face tokenizer the GGUF was
  * converted from, this follows Hugging Face: the NFC normaliser of the
@@ -130,8 +131,9 @@ int text_tok_load_gguf(text_tok **out, const char *js, size_t len, char *err, si
 		}
 	}
 	for (size_t i = 0; i < n; i++)
-		if ((t->type[i] == TT_CONTROL || t->type[i] == TT_USER) && t->piece_len[i] &&
-		    (rc = tok_add_added(t, t->piece[i], t->piece_len[i], (int32_t)i, t->type[i] == TT_CONTROL,
+		if ((t->type[i] == TT_CONTROL || t->type[i] == TT_USER || t->type[i] == TT_UNKNOWN) &&
+		    t->piece_len[i] &&
+		    (rc = tok_add_added(t, t->piece[i], t->piece_len[i], (int32_t)i, t->type[i] != TT_USER,
 		                        false, false, false, false)))
 			goto out;
 	if ((rc = tok_finish(t, err, errlen)))
