@@ -1,0 +1,147 @@
+/*
+ * chat_test.c: the built-in chat renderers against transformers'
+ * apply_chat_template on the real template texts (text/fixtures/<family>/
+ * chat.jsonl: 80 conversations per family, made by make_fixtures.py with
+ * the template stored in that family's tokenizer_config.json). A
+ * conversation the template rejected must be rejected with its message.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "proto/proto.h"
+#include "tests/t.h"
+#include "text/text.h"
+
+static const char *fixtures(void)
+{
+	const char *d = getenv("TEXT_FIXTURES");
+	return d ? d : "text/fixtures";
+}
+
+static void check_chat(const char *family, const char *file, const char *variant)
+{
+	char path[512], err[512] = "";
+	snprintf(path, sizeof(path), "%s/%s/%s", fixtures(), family, file);
+	text_tok *t = NULL;
+	T_ASSERT_MSG(text_tok_load_file(&t, path, err, sizeof(err)) == 0, "%s: %s", path, err);
+	const char *tmpl = text_chat_template(t);
+	T_ASSERT(tmpl);
+	T_EQ_STR(text_chat_family(tmpl), variant);
+	snprintf(path, sizeof(path), "%s/%s/chat.jsonl", fixtures(), family);
+	FILE *f = fopen(path, "r");
+	T_ASSERT_MSG(f, "%s: cannot open", path);
+	char *line = NULL;
+	size_t cap = 0, n = 0, bad = 0, refused = 0;
+	ssize_t len;
+	while ((len = getline(&line, &cap, f)) > 0) {
+		json_error_t je;
+		json_t *c = json_loadb(line, (size_t)len, 0, &je);
+		T_ASSERT_MSG(c, "%s: %s", path, je.text);
+		json_t *msgs = json_object_get(c, "messages"), *kw = json_object_get(c, "kwargs");
+		size_t nm = json_array_size(msgs);
+		struct text_msg *m = calloc(nm + 1, sizeof(*m));
+		for (size_t i = 0; i < nm; i++) {
+			json_t *x = json_array_get(msgs, i);
+			m[i].role = json_string_value(json_object_get(x, "role"));
+			m[i].content = json_string_value(json_object_get(x, "content"));
+			m[i].reasoning_content = json_string_value(json_object_get(x, "reasoning_content"));
+		}
+		json_t *et = json_object_get(kw, "enable_thinking");
+		struct text_chat_opts o = {
+		    .bos_token = text_token_text(t, text_bos(t)),
+		    .eos_token = text_token_text(t, text_eos(t)),
+		    .add_generation_prompt = json_is_true(json_object_get(c, "add_generation_prompt")),
+		    .enable_thinking = et ? json_is_true(et) : -1,
+		};
+		char *out = NULL;
+		int rc = text_chat_render(tmpl, m, nm, &o, &out, err, sizeof(err));
+		const char *want = json_string_value(json_object_get(c, "text"));
+		const char *want_err = json_string_value(json_object_get(c, "error"));
+		if (want_err) {
+			refused++;
+			if ((rc != BATON_EINVAL || strcmp(err, want_err)) && bad++ < 3)
+				fprintf(stderr, "  %s conversation %zu: want the error \"%s\", got %d \"%s\"\n", family,
+				        n, want_err, rc, rc ? err : out);
+		} else if ((rc || strcmp(out, want)) && bad++ < 3) {
+			fprintf(stderr, "  %s conversation %zu:\n--- got (%d %s)\n%s\n--- want\n%s\n---\n", family, n,
+			        rc, rc ? err : "", rc ? "" : out, want);
+		}
+		free(out);
+		free(m);
+		json_decref(c);
+		n++;
+	}
+	free(line);
+	fclose(f);
+	printf("  %s (%s via %s): %zu conversations (%zu refused by the template), %zu mismatches\n",
+	       family, variant, file, n, refused, bad);
+	T_ASSERT(n >= 50);
+	T_ASSERT_MSG(bad == 0, "%zu mismatches", bad);
+	text_tok_free(t);
+}
+
+static void t_qwen3(void) { check_chat("qwen3", "tokenizer.json", "qwen3"); }
+static void t_qwen2_moe(void) { check_chat("qwen2", "tokenizer.json", "qwen2-moe"); }
+static void t_mixtral(void) { check_chat("mixtral", "tokenizer.json", "mixtral"); }
+static void t_olmoe(void) { check_chat("olmoe", "tokenizer.json", "olmoe"); }
+/* The template as a GGUF's tokenizer.chat_template renders the same. */
+static void t_qwen3_gguf(void) { check_chat("qwen3", "gguf.json", "qwen3"); }
+static void t_mixtral_gguf(void) { check_chat("mixtral", "gguf.json", "mixtral"); }
+
+static void t_unknown_refused(void)
+{
+	struct text_msg m = {"user", "hi", NULL};
+	struct text_chat_opts o = {.add_generation_prompt = true, .enable_thinking = -1};
+	char *out = (char *)"x", err[256];
+	/* one character off a known template is not that template */
+	const char *almost = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + "
+	                     "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}";
+	T_EQ_ERR(text_chat_render(almost, &m, 1, &o, &out, err, sizeof(err)), BATON_EUNSUPPORTED);
+	T_ASSERT(out == NULL && strstr(err, "unknown chat template"));
+	T_ASSERT(text_chat_family(almost) == NULL);
+	T_EQ_ERR(text_chat_render(NULL, &m, 1, &o, &out, err, sizeof(err)), BATON_EUNSUPPORTED);
+	T_ASSERT(strstr(err, "no chat template"));
+}
+
+/* The Mixtral-8x7B-Instruct-v0.1 template as first published, and
+ * Qwen1.5-MoE's, recognised (their texts are in text/fixtures/templates). */
+static void t_other_variants(void)
+{
+	const char *files[] = {"mixtral-v0.1-original.jinja", "qwen1.5-moe.jinja"};
+	const char *want[] = {"<s>[INST] hi [/INST]ok</s>[INST] more [/INST]",
+	                      "<|im_start|>system\nYou are a helpful assistant<|im_end|>\n"
+	                      "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\nok<|im_end|>\n"
+	                      "<|im_start|>user\nmore<|im_end|>\n<|im_start|>assistant\n"};
+	struct text_msg m[] = {{"user", "hi", NULL}, {"assistant", "ok", NULL}, {"user", "more", NULL}};
+	struct text_chat_opts o = {"<s>", "</s>", true, -1};
+	for (int i = 0; i < 2; i++) {
+		char path[512], err[256], *out;
+		snprintf(path, sizeof(path), "%s/templates/%s", fixtures(), files[i]);
+		FILE *f = fopen(path, "r");
+		T_ASSERT(f);
+		char buf[8192];
+		size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+		buf[n] = 0;
+		fclose(f);
+		T_OK(text_chat_render(buf, m, 3, &o, &out, err, sizeof(err)));
+		T_EQ_STR(out, want[i]);
+		free(out);
+	}
+	/* the original Mixtral template has no system role */
+	char path[512], err[256], *out = NULL, buf[8192];
+	snprintf(path, sizeof(path), "%s/templates/%s", fixtures(), files[0]);
+	FILE *f = fopen(path, "r");
+	T_ASSERT(f);
+	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	buf[n] = 0;
+	fclose(f);
+	struct text_msg s[] = {{"system", "be brief", NULL}, {"user", "hi", NULL}};
+	T_EQ_ERR(text_chat_render(buf, s, 2, &o, &out, err, sizeof(err)), BATON_EINVAL);
+	T_EQ_STR(err, "Conversation roles must alternate user/assistant/user/assistant/...");
+}
+
+T_MAIN(T_CASE(t_qwen3), T_CASE(t_qwen2_moe), T_CASE(t_mixtral), T_CASE(t_olmoe), T_CASE(t_qwen3_gguf),
+       T_CASE(t_mixtral_gguf), T_CASE(t_unknown_refused), T_CASE(t_other_variants))

@@ -1,0 +1,468 @@
+/*
+ * encode.c: text to ids, in Hugging Face's order: added tokens matched on
+ * the raw text (leftmost, longest); each stretch between them normalised,
+ * then the normalised added tokens matched; the pre-tokenizer splits what
+ * is left into words; the model turns each word into ids; the
+ * post-processor adds BOS/EOS.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include <utf8proc.h>
+
+#include "text/text_int.h"
+
+/* ---- normalisers ------------------------------------------------------------ */
+
+static int replace_all(struct tbuf *out, const char *s, size_t n, const char *pat,
+                       const char *with)
+{
+	size_t pn = strlen(pat), wn = strlen(with), run = 0;
+	for (size_t i = 0; i + pn <= n;) {
+		if (memcmp(s + i, pat, pn) == 0) {
+			if (tbuf_put(out, s + run, i - run) || tbuf_put(out, with, wn))
+				return BATON_ENOMEM;
+			i += pn;
+			run = i;
+		} else
+			i++;
+	}
+	return tbuf_put(out, s + run, n - run);
+}
+
+int text_normalize(const text_tok *t, const char *s, size_t n, struct tbuf *out)
+{
+	struct tbuf a = {0}, b = {0};
+	if (tbuf_put(&a, s, n))
+		return BATON_ENOMEM;
+	for (size_t i = 0; i < t->n_norm; i++) {
+		const struct norm_step *st = &t->norm[i];
+		b.n = 0;
+		int rc = 0;
+		switch (st->kind) {
+		case N_NFC:
+		case N_NFD:
+		case N_NFKC:
+		case N_NFKD: {
+			utf8proc_option_t o = UTF8PROC_STABLE;
+			o |= (st->kind == N_NFC || st->kind == N_NFKC) ? UTF8PROC_COMPOSE : UTF8PROC_DECOMPOSE;
+			if (st->kind == N_NFKC || st->kind == N_NFKD)
+				o |= UTF8PROC_COMPAT;
+			utf8proc_uint8_t *d = NULL;
+			utf8proc_ssize_t dn = a.n ? utf8proc_map((const utf8proc_uint8_t *)a.p,
+			                                        (utf8proc_ssize_t)a.n, &d, o)
+			                          : 0;
+			if (dn < 0) {
+				rc = dn == UTF8PROC_ERROR_NOMEM ? BATON_ENOMEM : BATON_EINVAL;
+			} else
+				rc = tbuf_put(&b, d, (size_t)dn);
+			free(d);
+			break;
+		}
+		case N_PREPEND:
+			if (a.n)
+				rc = tbuf_put(&b, st->a, strlen(st->a));
+			rc |= tbuf_put(&b, a.p, a.n);
+			break;
+		case N_REPLACE:
+			rc = replace_all(&b, a.p, a.n, st->a, st->b);
+			break;
+		case N_LOWER:
+			rc = BATON_EUNSUPPORTED;
+			break;
+		}
+		if (rc) {
+			tbuf_free(&a);
+			tbuf_free(&b);
+			return rc;
+		}
+		struct tbuf tmp = a;
+		a = b;
+		b = tmp;
+	}
+	tbuf_free(&b);
+	if (!a.p && tbuf_put(&a, "", 0))
+		return BATON_ENOMEM;
+	*out = a;
+	return 0;
+}
+
+/* ---- pieces ----------------------------------------------------------------- */
+
+struct plist {
+	struct tbuf data;
+	size_t *off, *len;
+	bool *origin; /* starts at offset 0 of the input (Metaspace "first") */
+	size_t n, cap;
+};
+
+static int plist_add(struct plist *p, const char *s, size_t n, bool origin)
+{
+	if (n == 0)
+		return 0;
+	if (p->n == p->cap) {
+		size_t c = p->cap ? p->cap * 2 : 16;
+		size_t *o = realloc(p->off, c * sizeof(*o));
+		if (!o)
+			return BATON_ENOMEM;
+		p->off = o;
+		size_t *l = realloc(p->len, c * sizeof(*l));
+		if (!l)
+			return BATON_ENOMEM;
+		p->len = l;
+		bool *g = realloc(p->origin, c * sizeof(*g));
+		if (!g)
+			return BATON_ENOMEM;
+		p->origin = g;
+		p->cap = c;
+	}
+	p->off[p->n] = p->data.n;
+	p->len[p->n] = n;
+	p->origin[p->n] = origin;
+	p->n++;
+	return tbuf_put(&p->data, s, n);
+}
+
+static void plist_free(struct plist *p)
+{
+	tbuf_free(&p->data);
+	free(p->off);
+	free(p->len);
+	free(p->origin);
+	memset(p, 0, sizeof(*p));
+}
+
+/* Isolated split: every match and every gap between matches a piece. */
+static int split_regex(struct plist *out, const pcre2_code *re, pcre2_match_data *md,
+                       const char *s, size_t n, bool origin)
+{
+	size_t pos = 0, last = 0;
+	int rc = 0;
+	while (pos < n) {
+		int m = pcre2_match(re, (PCRE2_SPTR)s, n, pos, PCRE2_NO_UTF_CHECK, md, NULL);
+		if (m == PCRE2_ERROR_NOMATCH)
+			break;
+		if (m < 0)
+			return BATON_EINTERNAL;
+		PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
+		size_t b = ov[0], e = ov[1];
+		if (e == b) { /* empty match: step one character */
+			size_t l = utf8_len((const unsigned char *)s + pos, n - pos);
+			pos += l ? l : 1;
+			continue;
+		}
+		rc |= plist_add(out, s + last, b - last, origin && last == 0);
+		rc |= plist_add(out, s + b, e - b, origin && b == 0);
+		last = pos = e;
+	}
+	rc |= plist_add(out, s + last, n - last, origin && last == 0);
+	return rc ? BATON_ENOMEM : 0;
+}
+
+static int bytelevel_map(struct plist *out, const char *s, size_t n, bool origin)
+{
+	struct tbuf b = {0};
+	for (size_t i = 0; i < n; i++) {
+		char u[4];
+		size_t l = utf8_encode(text_byte_char[(unsigned char)s[i]], u);
+		if (tbuf_put(&b, u, l)) {
+			tbuf_free(&b);
+			return BATON_ENOMEM;
+		}
+	}
+	int rc = plist_add(out, b.p, b.n, origin);
+	tbuf_free(&b);
+	return rc;
+}
+
+static int pre_step(const struct pre_step *st, pcre2_match_data *md, struct plist *out,
+                    const char *s, size_t n, bool origin)
+{
+	int rc = 0;
+	switch (st->kind) {
+	case P_SPLIT:
+		return split_regex(out, st->re, md, s, n, origin);
+	case P_BYTELEVEL: {
+		struct tbuf pre = {0};
+		if (st->add_prefix_space && (n == 0 || s[0] != ' ')) {
+			if (tbuf_putc(&pre, ' ') || tbuf_put(&pre, s, n)) {
+				tbuf_free(&pre);
+				return BATON_ENOMEM;
+			}
+			s = pre.p;
+			n = pre.n;
+		}
+		if (st->re) {
+			struct plist parts = {0};
+			rc = split_regex(&parts, st->re, md, s, n, origin);
+			for (size_t i = 0; !rc && i < parts.n; i++)
+				rc = bytelevel_map(out, parts.data.p + parts.off[i], parts.len[i], parts.origin[i]);
+			plist_free(&parts);
+		} else
+			rc = bytelevel_map(out, s, n, origin);
+		tbuf_free(&pre);
+		return rc;
+	}
+	case P_METASPACE: {
+		struct tbuf b = {0};
+		size_t rl = strlen(st->repl);
+		bool starts = n >= rl && memcmp(s, st->repl, rl) == 0;
+		/* the replacement of a leading space counts as "starts with" too */
+		if (n && s[0] == ' ')
+			starts = true;
+		bool prepend = !starts && (st->ps == PS_ALWAYS || (st->ps == PS_FIRST && origin));
+		if (prepend)
+			rc |= tbuf_put(&b, st->repl, rl);
+		rc |= replace_all(&b, s, n, " ", st->repl);
+		if (rc) {
+			tbuf_free(&b);
+			return BATON_ENOMEM;
+		}
+		if (!st->split) {
+			rc = plist_add(out, b.p, b.n, origin);
+		} else { /* MergedWithNext: a piece begins at each replacement */
+			size_t last = 0;
+			for (size_t i = 0; i + rl <= b.n; i++)
+				if (i > last && memcmp(b.p + i, st->repl, rl) == 0) {
+					rc |= plist_add(out, b.p + last, i - last, origin && last == 0);
+					last = i;
+				}
+			rc |= plist_add(out, b.p + last, b.n - last, origin && last == 0);
+		}
+		tbuf_free(&b);
+		return rc ? BATON_ENOMEM : 0;
+	}
+	case P_DIGITS: {
+		size_t last = 0;
+		for (size_t i = 0; i < n;) {
+			bool d = s[i] >= '0' && s[i] <= '9';
+			if (!d) {
+				i++;
+				continue;
+			}
+			size_t e = i + 1;
+			if (!st->individual)
+				while (e < n && s[e] >= '0' && s[e] <= '9')
+					e++;
+			rc |= plist_add(out, s + last, i - last, origin && last == 0);
+			rc |= plist_add(out, s + i, e - i, origin && i == 0);
+			last = i = e;
+		}
+		rc |= plist_add(out, s + last, n - last, origin && last == 0);
+		return rc ? BATON_ENOMEM : 0;
+	}
+	}
+	return BATON_EINTERNAL;
+}
+
+struct ids {
+	int32_t *p;
+	size_t n, cap;
+};
+
+static int ids_push(struct ids *v, int32_t id)
+{
+	if (v->n == v->cap) {
+		size_t c = v->cap ? v->cap * 2 : 64;
+		int32_t *p = realloc(v->p, c * sizeof(*p));
+		if (!p)
+			return BATON_ENOMEM;
+		v->p = p;
+		v->cap = c;
+	}
+	v->p[v->n++] = id;
+	return 0;
+}
+
+/* Normalised text of one stretch without added tokens: pre-tokenize, model. */
+static int encode_plain(const text_tok *t, pcre2_match_data *md, const char *s, size_t n,
+                        bool origin, struct ids *out)
+{
+	struct plist cur = {0}, nxt = {0};
+	int rc = plist_add(&cur, s, n, origin);
+	for (size_t k = 0; !rc && k < t->n_pre; k++) {
+		for (size_t i = 0; !rc && i < cur.n; i++)
+			rc = pre_step(&t->pre[k], md, &nxt, cur.data.p + cur.off[i], cur.len[i], cur.origin[i]);
+		plist_free(&cur);
+		cur = nxt;
+		memset(&nxt, 0, sizeof(nxt));
+	}
+	for (size_t i = 0; !rc && i < cur.n; i++)
+		rc = t->model == M_SPM ? spm_word(t, cur.data.p + cur.off[i], cur.len[i], &out->p, &out->n, &out->cap)
+		                       : bpe_word(t, cur.data.p + cur.off[i], cur.len[i], &out->p, &out->n, &out->cap);
+	plist_free(&cur);
+	plist_free(&nxt);
+	return rc;
+}
+
+/* ---- added tokens ------------------------------------------------------------ */
+
+static bool is_ws(uint32_t c)
+{
+	return (c >= 9 && c <= 13) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+	       (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F ||
+	       c == 0x205F || c == 0x3000;
+}
+
+static bool is_word(uint32_t c)
+{
+	if (c == '_')
+		return true;
+	utf8proc_category_t k = utf8proc_category((utf8proc_int32_t)c);
+	return (k >= UTF8PROC_CATEGORY_LU && k <= UTF8PROC_CATEGORY_NO) || k == UTF8PROC_CATEGORY_PC;
+}
+
+static uint32_t last_char(const char *s, size_t n)
+{
+	if (n == 0)
+		return 0;
+	size_t i = n - 1, adv;
+	while (i > 0 && ((unsigned char)s[i] & 0xC0) == 0x80)
+		i--;
+	return utf8_decode((const unsigned char *)s + i, &adv);
+}
+
+struct match {
+	size_t b, e;
+	int32_t id;
+};
+
+/* Leftmost-longest matches of the added tokens of one kind (normalized or
+ * not), with HF's single_word, lstrip and rstrip rules. */
+static int find_added(const text_tok *t, const char *s, size_t n, bool normalized, unsigned flags,
+                      struct match **out, size_t *nout)
+{
+	struct match *m = NULL;
+	size_t nm = 0, cap = 0, start_off = 0;
+	bool any = false;
+	for (size_t k = 0; k < t->n_added; k++)
+		any = any || t->added[k].normalized == normalized;
+	for (size_t i = 0; any && i < n;) {
+		const struct added_tok *best = NULL;
+		for (size_t k = 0; k < t->n_added; k++) {
+			const struct added_tok *a = &t->added[k];
+			if (a->normalized != normalized || a->n > n - i || (best && a->n <= best->n))
+				continue;
+			if (memcmp(s + i, a->s, a->n) == 0)
+				best = a;
+		}
+		if (!best) {
+			i++;
+			continue;
+		}
+		size_t b = i, e = i + best->n;
+		i = e;
+		if ((flags & TEXT_NO_SPECIAL) && best->special)
+			continue;
+		if (best->single_word) {
+			size_t adv;
+			bool sw = b == 0 || !is_word(last_char(s, b));
+			bool ew = e == n || !is_word(utf8_decode((const unsigned char *)s + e, &adv));
+			if (!sw || !ew)
+				continue;
+		}
+		if (best->lstrip) {
+			size_t nb = b;
+			while (nb > 0) {
+				size_t p = nb - 1;
+				while (p > 0 && ((unsigned char)s[p] & 0xC0) == 0x80)
+					p--;
+				size_t adv;
+				if (!is_ws(utf8_decode((const unsigned char *)s + p, &adv)))
+					break;
+				nb = p;
+			}
+			b = nb > start_off ? nb : start_off;
+		}
+		if (best->rstrip) {
+			while (e < n) {
+				size_t adv;
+				if (!is_ws(utf8_decode((const unsigned char *)s + e, &adv)))
+					break;
+				e += adv;
+			}
+		}
+		if (nm == cap) {
+			cap = cap ? cap * 2 : 8;
+			struct match *p = realloc(m, cap * sizeof(*p));
+			if (!p) {
+				free(m);
+				return BATON_ENOMEM;
+			}
+			m = p;
+		}
+		m[nm++] = (struct match){b, e, best->id};
+		start_off = e;
+	}
+	*out = m;
+	*nout = nm;
+	return 0;
+}
+
+static int encode_segment(const text_tok *t, pcre2_match_data *md, const char *s, size_t n,
+                          bool origin, unsigned flags, struct ids *out)
+{
+	struct tbuf norm = {0};
+	int rc = text_normalize(t, s, n, &norm);
+	if (rc)
+		return rc;
+	struct match *m = NULL;
+	size_t nm = 0, last = 0;
+	if ((rc = find_added(t, norm.p, norm.n, true, flags, &m, &nm)))
+		goto out;
+	for (size_t i = 0; !rc && i < nm; i++) {
+		if (m[i].b > last)
+			rc = encode_plain(t, md, norm.p + last, m[i].b - last, origin && last == 0, out);
+		if (!rc)
+			rc = ids_push(out, m[i].id);
+		last = m[i].e;
+	}
+	if (!rc && last < norm.n)
+		rc = encode_plain(t, md, norm.p + last, norm.n - last, origin && last == 0, out);
+out:
+	free(m);
+	tbuf_free(&norm);
+	return rc;
+}
+
+int text_encode(const text_tok *t, const char *s, size_t n, unsigned flags, int32_t **ids,
+                size_t *nids, char *err, size_t errlen)
+{
+	*ids = NULL;
+	*nids = 0;
+	if (!utf8_valid(s, n))
+		return text_errf(err, errlen, BATON_EINVAL, "text is not valid UTF-8");
+	struct ids out = {0};
+	struct match *m = NULL;
+	size_t nm = 0, last = 0;
+	pcre2_match_data *md = pcre2_match_data_create(4, NULL);
+	int rc = md ? 0 : BATON_ENOMEM;
+	if (flags & TEXT_ADD_SPECIAL)
+		for (size_t i = 0; !rc && i < t->n_prefix; i++)
+			rc = ids_push(&out, t->post_prefix[i]);
+	if (!rc)
+		rc = find_added(t, s, n, false, flags, &m, &nm);
+	for (size_t i = 0; !rc && i < nm; i++) {
+		if (m[i].b > last)
+			rc = encode_segment(t, md, s + last, m[i].b - last, last == 0, flags, &out);
+		if (!rc)
+			rc = ids_push(&out, m[i].id);
+		last = m[i].e;
+	}
+	if (!rc && last < n)
+		rc = encode_segment(t, md, s + last, n - last, last == 0, flags, &out);
+	if (flags & TEXT_ADD_SPECIAL)
+		for (size_t i = 0; !rc && i < t->n_suffix; i++)
+			rc = ids_push(&out, t->post_suffix[i]);
+	free(m);
+	pcre2_match_data_free(md);
+	if (rc) {
+		free(out.p);
+		return text_errf(err, errlen, rc, "encode failed: %s", baton_strerror(rc));
+	}
+	if (!out.p && !(out.p = malloc(sizeof(int32_t)))) /* never NULL on success */
+		return BATON_ENOMEM;
+	*ids = out.p;
+	*nids = out.n;
+	return 0;
+}

@@ -1,0 +1,122 @@
+/*
+ * text.h: tokenizers, streaming detokenization and chat templates that
+ * match Hugging Face's `tokenizers` and `transformers` byte for byte.
+ *
+ * A tokenizer loads from a Hugging Face tokenizer.json (+ its
+ * tokenizer_config.json) or from a GGUF file's tokenizer.ggml.* key-values
+ * given as a JSON object whose keys are the GGUF key names (the arena stores
+ * them so). Supported: byte-level BPE with the pre-tokenizers of Qwen2/Qwen3
+ * (Split regex + ByteLevel), GPT-2, GPT-NeoX and OLMo (ByteLevel with its
+ * regex), SentencePiece-style BPE with byte fallback and ▁ spaces
+ * (Llama/Mistral/Mixtral), the normalisers those use (NFC/NFD/NFKC/NFKD via
+ * utf8proc, Prepend, Replace, Sequence), special and added tokens. Anything
+ * else is refused at load with a message naming it. docs/text.md has the
+ * details and the conformance figures.
+ *
+ * Errors: 0 or a baton_err (proto/err.h); the functions that take `err`
+ * write a one-line reason there (always NUL-terminated when errlen > 0).
+ * A text_tok is immutable after load: encode and decode may run on it from
+ * any number of threads at once.
+ */
+#ifndef BATON_TEXT_H
+#define BATON_TEXT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct text_tok text_tok;
+
+/* From tokenizer.json text (`json`, `len` bytes) and, optionally, the
+ * tokenizer_config.json text (`config` may be NULL): special tokens, BOS/EOS/
+ * pad, add_bos_token/add_eos_token and chat_template come from there. */
+int text_tok_load_hf(text_tok **out, const char *json, size_t len, const char *config,
+                     size_t config_len, char *err, size_t errlen);
+
+/* From a JSON object of GGUF tokenizer keys ("tokenizer.ggml.model",
+ * "tokenizer.ggml.tokens", ...; arrays as JSON arrays), following
+ * llama.cpp's conventions; "tokenizer.chat_template" is kept too. */
+int text_tok_load_gguf(text_tok **out, const char *json, size_t len, char *err, size_t errlen);
+
+/* A file: a GGUF-key JSON (it has "tokenizer.ggml.model") or a
+ * tokenizer.json, in which case tokenizer_config.json beside it is read
+ * when present. */
+int text_tok_load_file(text_tok **out, const char *path, char *err, size_t errlen);
+
+/* NULL is allowed. */
+void text_tok_free(text_tok *t);
+
+/* Encode flags. */
+#define TEXT_ADD_SPECIAL 1u /* add BOS/EOS as the tokenizer's post-processor says */
+#define TEXT_NO_SPECIAL  2u /* special tokens in the text are plain text (llama.cpp's
+                             * parse_special=false); default: matched, as HF does */
+
+/* Encodes `len` bytes of UTF-8 (invalid UTF-8 is refused with BATON_EINVAL).
+ * *ids is malloc'ed (free it); *n its count. */
+int text_encode(const text_tok *t, const char *s, size_t len, unsigned flags, int32_t **ids,
+                size_t *n, char *err, size_t errlen);
+
+/* Decode flags. */
+#define TEXT_SKIP_SPECIAL 1u /* leave special tokens out, as skip_special_tokens=True */
+
+/* Decodes ids as HF's decode: *out is malloc'ed, NUL-terminated, *len its
+ * length. An id outside the vocabulary is BATON_ERANGE. */
+int text_decode(const text_tok *t, const int32_t *ids, size_t n, unsigned flags, char **out,
+                size_t *len, char *err, size_t errlen);
+
+/* Vocabulary facts. text_piece returns the stored piece (byte-level or ▁
+ * form) of an id, NULL when out of range. Special ids are -1 when absent. */
+size_t text_vocab_size(const text_tok *t);
+const char *text_piece(const text_tok *t, int32_t id);
+bool text_is_special(const text_tok *t, int32_t id);
+int32_t text_bos(const text_tok *t);
+int32_t text_eos(const text_tok *t);
+int32_t text_pad(const text_tok *t);
+/* The stored chat template, or NULL. */
+const char *text_chat_template(const text_tok *t);
+/* The text of a token as chat templates use it (bos_token, eos_token), or "". */
+const char *text_token_text(const text_tok *t, int32_t id);
+
+/* ---- streaming detokenization ----------------------------------------------
+ * Tokens one at a time; text comes out only when it is valid UTF-8 (a
+ * partial character, or a run of byte-fallback tokens that may continue, is
+ * held back). The concatenation of everything pushed out, then finished, is
+ * byte-identical to text_decode of the whole sequence. */
+typedef struct text_stream text_stream;
+
+int text_stream_open(text_stream **out, const text_tok *t, unsigned flags);
+/* Appends the text that became final to *buf (realloc'ed; *len, *cap kept by
+ * the caller, start them at NULL/0/0). */
+int text_stream_push(text_stream *s, int32_t id, char **buf, size_t *len, size_t *cap);
+/* Flushes what was held back (as decode would render it). */
+int text_stream_finish(text_stream *s, char **buf, size_t *len, size_t *cap);
+void text_stream_close(text_stream *s);
+
+/* ---- chat templates ----------------------------------------------------------
+ * A built-in renderer per known template text (Qwen3, Qwen2-MoE/Qwen1.5-MoE,
+ * Mixtral-8x7B-Instruct-v0.1 old and new, OLMoE-Instruct): the stored
+ * template is recognised by its exact text; an unknown one is refused
+ * (BATON_EUNSUPPORTED) and never guessed. */
+struct text_msg {
+	const char *role;              /* "system", "user", "assistant", "tool" */
+	const char *content;
+	const char *reasoning_content; /* NULL: absent (Qwen3 reads it) */
+};
+
+struct text_chat_opts {
+	const char *bos_token; /* NULL as "" */
+	const char *eos_token;
+	bool add_generation_prompt;
+	int enable_thinking;   /* -1: not given; 0 false; 1 true (Qwen3) */
+};
+
+/* The family name of a template ("qwen3", ...), or NULL when unknown. */
+const char *text_chat_family(const char *tmpl);
+
+/* Renders into *out (malloc'ed, NUL-terminated). A conversation the
+ * template itself rejects (raise_exception) is BATON_EINVAL with the
+ * template's own message in err. */
+int text_chat_render(const char *tmpl, const struct text_msg *msgs, size_t n,
+                     const struct text_chat_opts *opts, char **out, char *err, size_t errlen);
+
+#endif

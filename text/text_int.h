@@ -1,0 +1,166 @@
+/*
+ * text_int.h: the text component's insides, shared by its files only.
+ *
+ * Loading (load_hf.c, load_gguf.c) fills one struct text_tok describing a
+ * pipeline like Hugging Face's: added tokens -> normaliser -> pre-tokenizer
+ * -> model (BPE by merge ranks, or SentencePiece by scores) -> post-processor;
+ * and back: pieces -> decoder chain.
+ */
+#ifndef BATON_TEXT_INT_H
+#define BATON_TEXT_INT_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+#include "proto/err.h"
+#include "text/text.h"
+
+/* ---- small helpers (util.c) ------------------------------------------------- */
+
+struct tbuf {
+	char *p;
+	size_t n, cap;
+};
+int tbuf_put(struct tbuf *b, const void *s, size_t n);
+int tbuf_putc(struct tbuf *b, char c);
+void tbuf_free(struct tbuf *b);
+
+int text_errf(char *err, size_t errlen, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Length of the UTF-8 character at s (1..4), 0 when invalid or cut short. */
+size_t utf8_len(const unsigned char *s, size_t n);
+bool utf8_valid(const char *s, size_t n);
+size_t utf8_encode(uint32_t cp, char *out);
+uint32_t utf8_decode(const unsigned char *s, size_t *adv); /* s valid */
+/* Rust's String::from_utf8_lossy: each maximal invalid subpart -> U+FFFD. */
+int utf8_lossy(struct tbuf *out, const unsigned char *s, size_t n);
+/* Bytes at the end of s that begin a character not yet complete (0..3). */
+size_t utf8_incomplete_tail(const unsigned char *s, size_t n);
+
+/* String -> id map (open addressing, XXH3). */
+struct smap {
+	uint64_t *hash;
+	int32_t *val;
+	const char **key; /* not owned */
+	uint32_t *klen;
+	size_t cap, n;
+};
+int smap_init(struct smap *m, size_t expect);
+int smap_put(struct smap *m, const char *k, size_t n, int32_t v); /* replaces */
+int32_t smap_get(const struct smap *m, const char *k, size_t n);   /* -1 absent */
+void smap_free(struct smap *m);
+
+/* (left id, right id) -> (rank, new id). */
+struct pmap {
+	uint64_t *key; /* ~0 empty */
+	int32_t *rank, *id;
+	size_t cap, n;
+};
+int pmap_init(struct pmap *m, size_t expect);
+int pmap_put(struct pmap *m, int32_t a, int32_t b, int32_t rank, int32_t id);
+bool pmap_get(const struct pmap *m, int32_t a, int32_t b, int32_t *rank, int32_t *id);
+void pmap_free(struct pmap *m);
+
+/* GPT-2's byte <-> printable character map. */
+extern uint32_t text_byte_char[256];
+int text_char_byte(uint32_t cp); /* -1 when not a byte-level character */
+void text_bytelevel_init(void);
+
+/* ---- the tokenizer ------------------------------------------------------------ */
+
+enum tok_type { TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3, TT_USER = 4, TT_UNUSED = 5,
+	        TT_BYTE = 6 };
+
+struct added_tok {
+	char *s;
+	size_t n;
+	int32_t id;
+	bool special, normalized, lstrip, rstrip, single_word;
+};
+
+enum norm_kind { N_NFC, N_NFD, N_NFKC, N_NFKD, N_PREPEND, N_REPLACE, N_LOWER };
+struct norm_step {
+	enum norm_kind kind;
+	char *a, *b; /* prepend text; replace pattern and content */
+};
+
+enum pre_kind { P_SPLIT, P_BYTELEVEL, P_METASPACE, P_DIGITS };
+enum prepend_scheme { PS_ALWAYS, PS_FIRST, PS_NEVER };
+struct pre_step {
+	enum pre_kind kind;
+	pcre2_code *re;         /* split, and ByteLevel with use_regex */
+	bool add_prefix_space;  /* ByteLevel */
+	char repl[8];           /* Metaspace replacement (UTF-8) */
+	enum prepend_scheme ps; /* Metaspace */
+	bool split;             /* Metaspace */
+	bool individual;        /* Digits */
+};
+
+enum dec_kind { D_BYTELEVEL, D_REPLACE, D_BYTEFALLBACK, D_FUSE, D_STRIP, D_METASPACE };
+struct dec_step {
+	enum dec_kind kind;
+	char *a, *b;           /* replace pattern/content; strip content char (UTF-8) */
+	int start, stop;       /* strip */
+	char repl[8];          /* metaspace */
+	enum prepend_scheme ps;
+};
+
+enum model_kind { M_BPE, M_SPM };
+
+struct text_tok {
+	enum model_kind model;
+	size_t n_vocab;
+	char **piece;
+	uint32_t *piece_len;
+	float *score;     /* M_SPM */
+	uint8_t *type;    /* enum tok_type */
+	uint8_t *special; /* 1: skipped by TEXT_SKIP_SPECIAL, matched unless TEXT_NO_SPECIAL */
+	struct smap vocab;
+	struct pmap merges;
+	bool byte_fallback, fuse_unk, ignore_merges;
+	int32_t unk;
+	int32_t byte_tok[256];
+
+	struct added_tok *added;
+	size_t n_added;
+
+	struct norm_step *norm;
+	size_t n_norm;
+	struct pre_step *pre;
+	size_t n_pre;
+	bool byte_level; /* the model sees byte-level characters */
+	struct dec_step *dec;
+	size_t n_dec;
+	bool no_decoder; /* pieces joined with " " (tokenizers without a decoder) */
+
+	int32_t post_prefix[4], post_suffix[4];
+	size_t n_prefix, n_suffix;
+
+	int32_t bos, eos, pad;
+	char *chat_template;
+	pcre2_match_data *unused_;
+};
+
+/* Allocation of the vocabulary arrays; pieces are copied. */
+int tok_alloc_vocab(text_tok *t, size_t n);
+int tok_set_piece(text_tok *t, int32_t id, const char *s, size_t n);
+int tok_finish(text_tok *t, char *err, size_t errlen); /* maps, byte tokens */
+int tok_add_added(text_tok *t, const char *s, size_t n, int32_t id, bool special,
+                  bool normalized, bool lstrip, bool rstrip, bool single_word);
+int tok_compile_regex(pcre2_code **re, const char *hf_pattern, char *err, size_t errlen);
+extern const char TEXT_RE_GPT2[], TEXT_RE_QWEN2[];
+
+/* BPE over one word (byte-level chars or ▁ text): ids appended. */
+int bpe_word(const text_tok *t, const char *w, size_t n, int32_t **ids, size_t *nids,
+             size_t *cap);
+int spm_word(const text_tok *t, const char *w, size_t n, int32_t **ids, size_t *nids,
+             size_t *cap);
+
+int text_normalize(const text_tok *t, const char *s, size_t n, struct tbuf *out);
+
+#endif
