@@ -1331,7 +1331,7 @@ static void on_status(struct broker *b, struct waiter *w, const struct baton_msg
 	for (size_t i = 0; i < BROKER_MAX_ENGINES; i++)
 		ne += b->eng[i].st != ES_FREE;
 	struct rbuf *rb = &w->rb;
-	size_t strs = (ng + 5 * ne) * BROKER_NAME_MAX;
+	size_t strs = (ng + 5 * ne) * BROKER_NAME_MAX + ne * BROKER_URL_MAX;
 	char *blk = calloc(1, ng * sizeof(struct proto_gpu) + ne * sizeof(struct proto_engine_info) +
 	    strs + 16);
 	if (!blk) {
@@ -1374,6 +1374,7 @@ static void on_status(struct broker *b, struct waiter *w, const struct baton_msg
 		x->peer_gpu = pool_str(&pool, e->has_peer ? b->gpus[e->peer_gpu].uuid : "");
 		x->peer = e->has_peer ? e->peer_mapped : 0;
 		x->requests = e->requests;
+		x->ctl = pool_str(&pool, e->ctl);
 	}
 	proto_reply_init(&rb->m, m);
 	rb->m.gpus = (struct proto_gpus){ gv, (uint32_t)ng };

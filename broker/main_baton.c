@@ -32,6 +32,7 @@
 #include <jansson.h>
 
 #include "broker/broker.h"
+#include "broker/text_cmd.h"
 
 enum {
 	EXIT_DONE = 0,
@@ -54,6 +55,8 @@ static const char usage_text[] =
     "  handoff FROM TO            release (or shrink) FROM, then refill TO; prints the timings\n"
     "  pin NAME | unpin NAME      a pinned engine is never reclaimed or released\n"
     "  gen ENGINE_URL [--steps N] [--batch N] [--seed N]   one request to an engine\n"
+    "  complete NAME PROMPT [...] continue a prompt with engine NAME's model (baton complete --help)\n"
+    "  chat NAME [MESSAGE...]     chat with engine NAME's model, one turn per MESSAGE or line of stdin\n"
     "\n"
     "  --broker URL   the broker's control socket: else $BATON_BROKER, else " BROKER_DEFAULT_CONTROL "\n"
     "  --events URL   its event socket: else $BATON_EVENTS, else events.sock beside an ipc://\n"
@@ -918,6 +921,8 @@ static void check_url(const char *what, const char *url)
 int main(int argc, char **argv)
 {
 	signal(SIGPIPE, SIG_IGN);
+	if (argc >= 2 && (strcmp(argv[1], "complete") == 0 || strcmp(argv[1], "chat") == 0))
+		return text_cmd_main(argc - 1, argv + 1); /* flags after the command */
 	parse_args(argc, argv);
 	if (!opt.broker_given) {
 		const char *env = getenv("BATON_BROKER");

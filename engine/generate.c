@@ -163,9 +163,20 @@ void generator_close(struct baton_generator *g)
 	free(g);
 }
 
+void generator_release(struct baton_generator *g)
+{
+	if (g)
+		model_kv_release(g->model);
+}
+
 const text_tok *generator_tokenizer(const struct baton_generator *g)
 {
 	return g->tok;
+}
+
+const char *generator_arch(const struct baton_generator *g)
+{
+	return model_config(g->model)->arch->name;
 }
 
 const char *generator_chat_family(const struct baton_generator *g)

@@ -37,8 +37,14 @@ struct baton_generator;
 int generator_open(struct baton_engine *e, struct baton_generator **out, char *errbuf, size_t errlen);
 void generator_close(struct baton_generator *g);
 
+/* Frees the KV cache's device memory (a release gives it back with the
+ * experts); the next request allocates it again. */
+void generator_release(struct baton_generator *g);
+
 /* The tokenizer, for tests and for `baton tokenize`-like uses. */
 const text_tok *generator_tokenizer(const struct baton_generator *g);
+/* The architecture's name (Hugging Face model_type: "qwen3_moe", ...). */
+const char *generator_arch(const struct baton_generator *g);
 /* The chat template's family ("qwen3", "mixtral", ...), or NULL when the
  * model has no template this engine renders. */
 const char *generator_chat_family(const struct baton_generator *g);

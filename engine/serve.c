@@ -27,9 +27,9 @@
  * Layout, bottom to top: the state and its helpers (time, logging, the
  * STATUS snapshot), memory (make_full, ensure_memory), one function per
  * op (on_status, on_gen, on_control), the receivers that dispatch to
- * them, then open, tick and close. A new op (a forward pass's generate,
- * the OpenAI API's requests) is one on_* function and one case in
- * receiver().
+ * them, then open, tick and close. A new op is one on_* function and
+ * one case in receiver(); GEN and COMPLETE share the work bracket
+ * (work_begin, work_done, work_end).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -45,7 +45,9 @@
 
 #include "arena/arena.h"
 #include "engine/broker_link.h"
+#include "engine/completion.h"
 #include "engine/engine.h"
+#include "engine/generate.h"
 #include "engine/serve.h"
 #include "proto/proto.h"
 
@@ -77,6 +79,8 @@ static struct {
 	pthread_cond_t yield_cv;
 	pthread_mutex_t acq_mu;     /* one GEN thread at a time asks the broker */
 	struct broker_link *link;
+	struct baton_generator *gen; /* NULL: the arena has no whole model (gen_error says why) */
+	char gen_error[512];
 	char listen_url[PATH_MAX];
 	atomic_int stopping;        /* main sets it, receivers read it */
 	uint32_t d_model;           /* set once at start */
@@ -373,6 +377,71 @@ static void on_status(struct proto_ctx *ctx, const struct baton_msg *req)
 	pthread_mutex_unlock(&g.st_mu);
 }
 
+/* The bracket of a request that computes (GEN, COMPLETE). work_begin
+ * counts it busy (the broker asks idle engines first), lets a refused
+ * broker command in first, takes the engine and makes its memory whole; 0
+ * when the caller holds the engine, else it has replied with the error.
+ * work_done counts the request done (before the reply, so a STATUS after
+ * the reply sees it); work_end, after the reply, refills the rest after an
+ * idle release and gives the engine back. */
+static int work_begin(struct proto_ctx *ctx, const struct baton_msg *req)
+{
+	pthread_mutex_lock(&g.st_mu);
+	int first = g.active++ == 0;
+	pthread_mutex_unlock(&g.st_mu);
+	if (first && g.link)
+		broker_link_poke(g.link); /* busy now: the broker asks idle engines first */
+	gen_yield();
+	pthread_mutex_lock(&g.run_mu);
+	char aerr[512] = "";
+	int arc = ensure_memory(proto_op_name(req->op), aerr, sizeof aerr);
+	if (arc) {
+		pthread_mutex_unlock(&g.run_mu);
+		pthread_mutex_lock(&g.st_mu);
+		int none = --g.active == 0;
+		g.last_active = now_s();
+		pthread_mutex_unlock(&g.st_mu);
+		if (none)
+			broker_link_poke(g.link);
+		reply_err(ctx, req, arc, "%s: no device memory from the broker: %s", proto_op_name(req->op), aerr);
+		return arc;
+	}
+	return 0;
+}
+
+static int work_done(int ok)
+{
+	pthread_mutex_lock(&g.st_mu);
+	if (ok)
+		g.requests++;
+	g.last_active = now_s();
+	int last = --g.active == 0;
+	pthread_mutex_unlock(&g.st_mu);
+	snapshot(NULL);
+	if (last && g.link)
+		broker_link_poke(g.link);
+	return ok && !g.link && g.idle_released && g.info.cache.state != BATON_CACHE_READY;
+}
+
+static void work_end(int refill_rest)
+{
+	/* After an idle release the first request loaded what it needed; the
+	 * rest comes back now, so the release stays invisible to clients. */
+	if (refill_rest) {
+		struct baton_cache_report r;
+		set_state("refilling");
+		if (engine_refill(g.e, &r) == 0) {
+			g.idle_released = 0;
+			pthread_mutex_lock(&g.st_mu);
+			g.last_refill_bytes = r.bytes_copied;
+			g.last_refill_s = r.total_s;
+			pthread_mutex_unlock(&g.st_mu);
+		}
+		snapshot(NULL);
+	}
+	pthread_mutex_unlock(&g.run_mu);
+}
+
 static void on_gen(struct proto_ctx *ctx, const struct baton_msg *req)
 {
 	uint64_t n = (uint64_t)req->batch * g.d_model;
@@ -392,24 +461,7 @@ static void on_gen(struct proto_ctx *ctx, const struct baton_msg *req)
 		reply_err(ctx, req, BATON_ENOMEM, "gen: no memory for the output");
 		return;
 	}
-	pthread_mutex_lock(&g.st_mu);
-	int first = g.active++ == 0;
-	pthread_mutex_unlock(&g.st_mu);
-	if (first && g.link)
-		broker_link_poke(g.link); /* busy now: the broker asks idle engines first */
-	gen_yield();
-	pthread_mutex_lock(&g.run_mu);
-	char aerr[512] = "";
-	int arc = ensure_memory("gen", aerr, sizeof aerr);
-	if (arc) {
-		pthread_mutex_unlock(&g.run_mu);
-		pthread_mutex_lock(&g.st_mu);
-		int none = --g.active == 0;
-		g.last_active = now_s();
-		pthread_mutex_unlock(&g.st_mu);
-		if (none)
-			broker_link_poke(g.link);
-		reply_err(ctx, req, arc, "gen: no device memory from the broker: %s", aerr);
+	if (work_begin(ctx, req) != 0) {
 		free(out);
 		return;
 	}
@@ -417,57 +469,88 @@ static void on_gen(struct proto_ctx *ctx, const struct baton_msg *req)
 	struct baton_gen_timings t;
 	int rc = engine_gen(g.e, req->steps, req->batch, req->seed,
 	    proto_has(req, PF_INPUT) ? req->input.data : NULL, out, &sum, &t);
-	pthread_mutex_lock(&g.st_mu);
-	if (rc == 0)
-		g.requests++;
-	g.last_active = now_s();
-	int last = --g.active == 0;
-	pthread_mutex_unlock(&g.st_mu);
-	snapshot(NULL);
-	if (last && g.link)
-		broker_link_poke(g.link);
-	int refill_rest = rc == 0 && !g.link && g.idle_released && g.info.cache.state != BATON_CACHE_READY;
+	int rest = work_done(rc == 0);
 	if (rc) {
-		pthread_mutex_unlock(&g.run_mu);
 		if (rc == BATON_EUNSUPPORTED && g.info.compute_error)
 			reply_err(ctx, req, rc, "gen: %s", g.info.compute_error);
 		else
 			reply_err(ctx, req, rc, "gen failed: %s", baton_strerror(rc));
-		free(out);
+	} else {
+		struct baton_msg rep;
+		proto_reply_init(&rep, req);
+		rep.steps = req->steps;
+		rep.batch = req->batch;
+		rep.checksum = sum;
+		rep.output.data = out;
+		rep.output.len = n * sizeof(float);
+		rep.route_ms = t.route_s * 1e3;
+		rep.load_ms = t.load_s * 1e3;
+		rep.compute_ms = t.compute_s * 1e3;
+		rep.total_ms = t.total_s * 1e3;
+		proto_set(&rep, PF_ROUTE_MS);
+		proto_set(&rep, PF_LOAD_MS);
+		proto_set(&rep, PF_COMPUTE_MS);
+		proto_set(&rep, PF_TOTAL_MS);
+		reply(ctx, &rep);
+	}
+	free(out);
+	work_end(rest);
+}
+
+/* COMPLETE: text in, text out through the generator (generate.h). The
+ * request is checked before it waits for the engine. */
+static void on_complete(struct proto_ctx *ctx, const struct baton_msg *req)
+{
+	if (!g.gen) {
+		reply_err(ctx, req, BATON_EUNSUPPORTED, "complete: %s", g.gen_error);
 		return;
 	}
-	struct baton_msg rep;
-	proto_reply_init(&rep, req);
-	rep.steps = req->steps;
-	rep.batch = req->batch;
-	rep.checksum = sum;
-	rep.output.data = out;
-	rep.output.len = n * sizeof(float);
-	rep.route_ms = t.route_s * 1e3;
-	rep.load_ms = t.load_s * 1e3;
-	rep.compute_ms = t.compute_s * 1e3;
-	rep.total_ms = t.total_s * 1e3;
-	proto_set(&rep, PF_ROUTE_MS);
-	proto_set(&rep, PF_LOAD_MS);
-	proto_set(&rep, PF_COMPUTE_MS);
-	proto_set(&rep, PF_TOTAL_MS);
-	reply(ctx, &rep);
-	free(out);
-	/* After an idle release the first request loaded what it needed; the
-	 * rest comes back now, so the release stays invisible to clients. */
-	if (refill_rest) {
-		struct baton_cache_report r;
-		set_state("refilling");
-		if (engine_refill(g.e, &r) == 0) {
-			g.idle_released = 0;
-			pthread_mutex_lock(&g.st_mu);
-			g.last_refill_bytes = r.bytes_copied;
-			g.last_refill_s = r.total_s;
-			pthread_mutex_unlock(&g.st_mu);
-		}
-		snapshot(NULL);
+	struct completion c;
+	char err[512] = "";
+	int rc = completion_parse(req, &c, err, sizeof err);
+	if (rc) {
+		reply_err(ctx, req, rc, "complete: %s", err);
+		return;
 	}
-	pthread_mutex_unlock(&g.run_mu);
+	if (work_begin(ctx, req) != 0) {
+		completion_free(&c);
+		return;
+	}
+	struct baton_gen_result res;
+	double t0 = now_s();
+	rc = generator_run(g.gen, &c.q, &res, err, sizeof err);
+	int rest = work_done(rc == 0);
+	if (rc) {
+		reply_err(ctx, req, rc, "complete: %s", err);
+	} else {
+		uint8_t *ids = malloc((size_t)res.n_tokens * 4 + 1);
+		if (!ids) {
+			reply_err(ctx, req, BATON_ENOMEM, "complete: no memory for the reply");
+		} else {
+			for (uint32_t i = 0; i < res.n_tokens; i++)
+				for (int b = 0; b < 4; b++)
+					ids[i * 4 + b] = (uint8_t)(res.tokens[i] >> (8 * b));
+			struct baton_msg rep;
+			proto_reply_init(&rep, req);
+			rep.text = res.text;
+			rep.tokens.data = ids;
+			rep.tokens.len = (size_t)res.n_tokens * 4;
+			rep.prompt_tokens = res.n_prompt;
+			rep.completion_tokens = res.n_tokens;
+			rep.finish_reason = res.finish;
+			rep.prefill_ms = res.prefill_s * 1e3;
+			rep.decode_ms = res.decode_s * 1e3;
+			rep.total_ms = (now_s() - t0) * 1e3;
+			proto_set(&rep, PF_PREFILL_MS);
+			proto_set(&rep, PF_DECODE_MS);
+			proto_set(&rep, PF_TOTAL_MS);
+			reply(ctx, &rep);
+			free(ids);
+		}
+		generator_result_free(&res);
+	}
+	completion_free(&c);
+	work_end(rest);
 }
 
 /* RELEASE, REFILL, VRAM, PEER: fenced by epoch, refused while the engine works. */
@@ -540,6 +623,7 @@ static void on_control(struct proto_ctx *ctx, const struct baton_msg *req)
 	if (req->op == PROTO_OP_RELEASE) {
 		set_state("releasing");
 		rc = engine_release(g.e, &r);
+		generator_release(g.gen);
 		g.idle_released = 0;
 	} else if (req->op == PROTO_OP_REFILL) {
 		/* whole again: back to the full target, then filled */
@@ -644,6 +728,7 @@ static void *receiver(void *arg)
 		switch (req.op) {
 		case PROTO_OP_STATUS: on_status(ctx, &req); break;
 		case PROTO_OP_GEN: on_gen(ctx, &req); break;
+		case PROTO_OP_COMPLETE: on_complete(ctx, &req); break;
 		case PROTO_OP_RELEASE:
 		case PROTO_OP_REFILL:
 		case PROTO_OP_VRAM:
@@ -671,6 +756,7 @@ void serve_tick(void)
 		struct baton_cache_report r;
 		set_state("releasing");
 		int rc = engine_release(g.e, &r);
+		generator_release(g.gen);
 		if (rc == 0) {
 			g.idle_released = 1;
 			logf_("idle for %.1f s: released %" PRIu64 " bytes in %.3f ms", idle,
@@ -736,6 +822,13 @@ int serve_open(const struct baton_serve_config *conf)
 	}
 	snapshot(NULL);
 	g.d_model = g.info.d_model;
+	/* A whole model (arena v2 with config.json) also speaks text. */
+	rc = generator_open(g.e, &g.gen, g.gen_error, sizeof g.gen_error);
+	if (rc == 0)
+		logf_("text generation: %s model, chat template %s", generator_arch(g.gen),
+		    generator_chat_family(g.gen) ? generator_chat_family(g.gen) : "none");
+	else if (rc != BATON_EUNSUPPORTED || !strstr(g.gen_error, "experts only"))
+		logf_("warning: no text generation: %s", g.gen_error);
 	snprintf(g.peer_gpu, sizeof g.peer_gpu, "%s", g.info.peer_gpu);
 	g.ceiling = g.info.cache.target_bytes;
 	logf_("%s on %s (%s): %u layers x %u experts, cache %.1f MiB %s, ready in %.3f s", g.o.arena,
@@ -843,6 +936,8 @@ void serve_close(void)
 	/* Nobody uses the engine now: give the device memory back, then tell
 	 * the broker (it counts the memory free from then on). */
 	struct baton_cache_report r;
+	generator_close(g.gen);
+	g.gen = NULL;
 	engine_release(g.e, &r);
 	broker_link_close(g.link, true);
 	g.link = NULL;

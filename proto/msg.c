@@ -52,6 +52,7 @@ static const struct proto__fdef engine_fields[] = {
 	IDEF(struct proto_engine_info, "peer_gpu",         STR,  peer_gpu,         BATON_PROTO_MAX_NAME),
 	IDEF(struct proto_engine_info, "peer",             U64,  peer,             0),
 	IDEF(struct proto_engine_info, "requests",         U64,  requests,         0),
+	IDEF(struct proto_engine_info, "ctl",              STR,  ctl,              BATON_PROTO_MAX_NAME),
 };
 
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
@@ -140,13 +141,14 @@ static const struct proto__row pin_req[] = { R(NAME), R(PINNED) };
 static const struct proto__row pin_rep[] = { O(PINNED) };
 /* complete: exactly one of prompt (raw text) and messages (a JSON array of
  * {"role", "content"}, rendered with the model's chat template); stop is a
- * JSON array of strings. Sampling fields left out take the engine's
+ * JSON array of strings; enable_thinking is passed to the template (Qwen3
+ * reads it). Sampling fields left out take the engine's
  * defaults (engine/sample.h). The reply's tokens are the completion's ids,
  * little-endian u32s. */
 static const struct proto__row complete_req[] = {
 	O(PROMPT), O(MESSAGES), O(MAX_TOKENS), O(TEMPERATURE), O(TOP_P), O(TOP_K),
 	O(MIN_P), O(REPETITION_PENALTY), O(PRESENCE_PENALTY), O(FREQUENCY_PENALTY),
-	O(SEED), O(STOP),
+	O(SEED), O(STOP), O(ENABLE_THINKING),
 };
 static const struct proto__row complete_rep[] = {
 	R(TEXT), R(TOKENS), R(PROMPT_TOKENS), R(COMPLETION_TOKENS), R(FINISH_REASON),

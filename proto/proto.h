@@ -255,6 +255,7 @@ enum proto_op proto_op_parse(const char *name);
 	X(REPETITION_PENALTY,"repetition_penalty",F64,     repetition_penalty,0)           \
 	X(PRESENCE_PENALTY,  "presence_penalty",  F64,     presence_penalty,  0)           \
 	X(FREQUENCY_PENALTY, "frequency_penalty", F64,     frequency_penalty, 0)           \
+	X(ENABLE_THINKING,   "enable_thinking",   BOOL,    enable_thinking,   0)           \
 	X(TEXT,              "text",              STR,     text,              BATON_PROTO_MAX_PROMPT) \
 	X(TOKENS,            "tokens",            BIN,     tokens,            BATON_PROTO_MAX_BIN) \
 	X(PROMPT_TOKENS,     "prompt_tokens",     U32,     prompt_tokens,     0)           \
@@ -302,6 +303,7 @@ struct proto_engine_info {
 	const char *peer_gpu; /* "" when the engine has no peer device */
 	uint64_t peer;        /* peer-tier bytes it holds on peer_gpu now */
 	uint64_t requests;    /* GEN requests it answered since it started (heartbeats) */
+	const char *ctl;      /* its control socket's URL, as it registered */
 };
 
 struct proto_gpus {
