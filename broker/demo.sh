@@ -4,7 +4,9 @@
 # that holds two of them: requests go to each engine in turn, so the device
 # is handed around; then a scripted handoff; then (host backend) a fourth
 # engine on a second device borrows the first one's free memory as its peer
-# tier, and gives it back when an engine of that device needs it. Prints the status table, each
+# tier, and gives it back when an engine of that device needs it; then two
+# trained chat models (models/) answer questions in turn on one device
+# that holds one of them. Prints the status table, each
 # request's time and every handoff's parts, and stops everything cleanly.
 #
 # The device is the host backend's (a 512 MiB shared "device" in RAM), or
@@ -142,6 +144,38 @@ if [ "$backend" = host ]; then
 	"$B/baton" engines
 fi
 
+say "two trained MoE chat models (models/README.md) take turns on host device 2, which holds one of them: qwen (qwen3_moe) and mixtral"
+"$B/baton-arena" create --safetensors models/kjv-qwen3-moe "$dir/kjv-qwen3-moe.arena" | sed 's/^/  /'
+"$B/baton-arena" create --safetensors models/kjv-mixtral "$dir/kjv-mixtral.arena" | sed 's/^/  /'
+start_chat_engine() { # NAME ARENA
+	"$B/baton-engine" --name "$1" --shared-expert-arena "$dir/$2.arena" \
+		--listen "ipc://$dir/$1.sock" --broker "$BATON_BROKER" --backend host --device 2 \
+		--host-device-mib 18 --vram-segment-mib 2 --ctx 512 \
+		--expert-cache-release --vram-elastic >"$dir/$1.out" 2>"$dir/$1.log" &
+	pids="$pids $!"
+	eval "pid_$1=$!"
+	for _ in $(seq 300); do grep -q ^ready "$dir/$1.out" 2>/dev/null && return 0; sleep 0.05; done
+	echo "engine $1 did not start:" >&2
+	cat "$dir/$1.log" >&2
+	return 1
+}
+start_chat_engine qwen kjv-qwen3-moe
+start_chat_engine mixtral kjv-mixtral
+sleep 0.3
+new_events
+ask() { # ENGINE QUESTION: one chat turn, greedy, then who holds the device
+	printf '%s> %s\n' "$1" "$2"
+	"$B/baton" chat "$1" "$2" --temperature 0 --repetition-penalty 1.2 --max-tokens 48 --no-thinking \
+		| sed 's/^/    /'
+	sleep 0.1
+	new_events
+}
+ask qwen "Tell me of light."
+ask mixtral "Tell me of light."
+ask qwen "Continue: In the beginning God"
+ask mixtral "Tell me of the sea."
+"$B/baton" engines
+
 say "every handoff, in parts (decide: the broker's choice; release: the idle engine's release or shrink, acknowledged; refill: the copy back from the pinned host arena)"
 awk '$3 == "handoff" {
 	printf "  to %-2s %10s ms  ", $4, $8
@@ -151,10 +185,10 @@ awk '$3 == "handoff" {
 
 say "stopping"
 pid_d=${pid_d:-}
-for e in a b c d; do
+for e in a b c d qwen mixtral; do
 	eval "[ -n \"\$pid_$e\" ] && kill \$pid_$e" 2>/dev/null || true
 done
-for e in a b c d; do
+for e in a b c d qwen mixtral; do
 	eval "[ -n \"\$pid_$e\" ] && wait \$pid_$e" 2>/dev/null || true
 done
 new_events

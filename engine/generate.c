@@ -112,7 +112,8 @@ static int load_template(struct baton_generator *g)
 	return 0;
 }
 
-int generator_open(struct baton_engine *e, struct baton_generator **out, char *errbuf, size_t errlen)
+int generator_open(struct baton_engine *e, const struct baton_model_opts *opts,
+    struct baton_generator **out, char *errbuf, size_t errlen)
 {
 	*out = NULL;
 	const void *cfg;
@@ -126,9 +127,14 @@ int generator_open(struct baton_engine *e, struct baton_generator **out, char *e
 	if (!g)
 		return BATON_ENOMEM;
 	g->e = e;
-	int rc = model_open(e, NULL, &g->model, errbuf, errlen);
+	int rc = model_open(e, opts, &g->model, errbuf, errlen);
 	if (rc)
 		goto fail;
+	if ((rc = model_kv_alloc(g->model)) != 0) {
+		baton_errf(errbuf, errlen, "no device memory for the KV cache of %u positions (%s): "
+		    "a smaller --ctx needs less", model_max_ctx(g->model), baton_strerror(rc));
+		goto fail;
+	}
 	g->vocab = model_config(g->model)->vocab;
 	if ((rc = load_tokenizer(g, errbuf, errlen)) != 0)
 		goto fail;
@@ -161,12 +167,6 @@ void generator_close(struct baton_generator *g)
 	free(g->tmpl);
 	free(g->logits);
 	free(g);
-}
-
-void generator_release(struct baton_generator *g)
-{
-	if (g)
-		model_kv_release(g->model);
 }
 
 const text_tok *generator_tokenizer(const struct baton_generator *g)

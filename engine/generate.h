@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "engine/engine.h"
+#include "engine/model.h"
 #include "engine/sample.h"
 #include "text/text.h"
 
@@ -31,15 +32,15 @@ struct baton_generator;
  * tokenizer.json (+ tokenizer_config.json) or gguf_tokenizer.json, the
  * chat template from chat_template.jinja or the tokenizer's config, the
  * end-of-sequence ids from the tokenizer, config.json and
- * generation_config.json, and the model (model_open). An arena without a
+ * generation_config.json, and the model (model_open with `opts`, NULL for
+ * the defaults) with its KV cache allocated now: the dense weights and the
+ * KV cache are held for as long as the generator lives (a release gives
+ * back the experts only). An arena without a
  * whole model (the synthetic experts-only kind) is BATON_EUNSUPPORTED
  * with a sentence saying so. The engine must outlive the generator. */
-int generator_open(struct baton_engine *e, struct baton_generator **out, char *errbuf, size_t errlen);
+int generator_open(struct baton_engine *e, const struct baton_model_opts *opts,
+    struct baton_generator **out, char *errbuf, size_t errlen);
 void generator_close(struct baton_generator *g);
-
-/* Frees the KV cache's device memory (a release gives it back with the
- * experts); the next request allocates it again. */
-void generator_release(struct baton_generator *g);
 
 /* The tokenizer, for tests and for `baton tokenize`-like uses. */
 const text_tok *generator_tokenizer(const struct baton_generator *g);

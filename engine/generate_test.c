@@ -54,7 +54,7 @@ static void rig_open(struct rig *r, const char *model)
 	T_ASSERT_MSG(rc == 0, "creating the arena of %s: %s", model, err);
 	struct baton_engine_config ec = { .name = model, .arena_path = r->arena, .backend = backend(), .warm = 1 };
 	T_ASSERT_MSG(engine_open(&ec, &r->e, err, sizeof err) == 0, "engine_open: %s", err);
-	T_ASSERT_MSG(generator_open(r->e, &r->g, err, sizeof err) == 0, "generator_open: %s", err);
+	T_ASSERT_MSG(generator_open(r->e, NULL, &r->g, err, sizeof err) == 0, "generator_open: %s", err);
 	snprintf(src, sizeof src, "%s/samples.json", models());
 	json_error_t je;
 	r->samples = json_load_file(src, 0, &je);
@@ -266,7 +266,7 @@ static void t_experts_only_refused(void)
 	struct baton_engine_config ec = { .name = "s", .arena_path = path, .backend = "host", .warm = 1 };
 	T_ASSERT_MSG(engine_open(&ec, &e, err, sizeof err) == 0, "%s", err);
 	struct baton_generator *g = NULL;
-	T_EQ_INT(generator_open(e, &g, err, sizeof err), BATON_EUNSUPPORTED);
+	T_EQ_INT(generator_open(e, NULL, &g, err, sizeof err), BATON_EUNSUPPORTED);
 	T_ASSERT(g == NULL);
 	T_ASSERT_MSG(strstr(err, "experts only"), "%s", err);
 	engine_close(e);

@@ -45,6 +45,9 @@ static const char usage[] =
     "  --broker URL                register with a broker (e.g. ipc:///run/baton/broker.sock);\n"
     "                              the engine then opens cold and asks before it maps memory\n"
     "  --priority N                priority told to the broker (higher is kept longer; default 0)\n"
+    "  --ctx N                     a whole model's context: KV cache positions, held on the\n"
+    "                              device with the dense weights (default: the model's\n"
+    "                              max_position_embeddings, at most 4096)\n"
     "  --help, --version\n";
 
 static void usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
@@ -87,7 +90,7 @@ static void parse_args(int argc, char **argv, struct baton_serve_config *o)
 {
 	enum { O_NAME = 1, O_ARENA, O_LISTEN, O_BACKEND, O_DEVICE, O_CACHE, O_SEG, O_RELEASE,
 	       O_IDLE, O_ELASTIC, O_RESERVE, O_VERIFY, O_HOSTMIB, O_BROKER, O_PRIORITY, O_PEER,
-	       O_HELP, O_VERSION };
+	       O_CTX, O_HELP, O_VERSION };
 	static const struct option lo[] = {
 		{ "name", required_argument, 0, O_NAME },
 		{ "shared-expert-arena", required_argument, 0, O_ARENA },
@@ -105,6 +108,7 @@ static void parse_args(int argc, char **argv, struct baton_serve_config *o)
 		{ "broker", required_argument, 0, O_BROKER },
 		{ "priority", required_argument, 0, O_PRIORITY },
 		{ "peer-device", required_argument, 0, O_PEER },
+		{ "ctx", required_argument, 0, O_CTX },
 		{ "help", no_argument, 0, O_HELP },
 		{ "version", no_argument, 0, O_VERSION },
 		{ 0, 0, 0, 0 },
@@ -153,6 +157,11 @@ static void parse_args(int argc, char **argv, struct baton_serve_config *o)
 		case O_ELASTIC: o->elastic = 1; break;
 		case O_RESERVE: o->reserve_mib = parse_uint("--vram-reserve-mib", optarg, 16u << 20); break;
 		case O_VERIFY: o->verify = 1; break;
+		case O_CTX:
+			o->ctx = (uint32_t)parse_uint("--ctx", optarg, 1u << 20);
+			if (o->ctx < 16)
+				usage_error("--ctx wants at least 16 positions, got '%s'", optarg);
+			break;
 		case O_HOSTMIB:
 			o->host_mib = parse_uint("--host-device-mib", optarg, 16u << 20);
 			if (o->host_mib == 0)

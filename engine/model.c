@@ -612,3 +612,8 @@ int model_decode(struct baton_model *m, uint32_t token, float *logits)
 	m->pos++;
 	return 0;
 }
+
+int model_kv_alloc(struct baton_model *m)
+{
+	return kv_ensure(m);
+}

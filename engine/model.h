@@ -113,6 +113,11 @@ int model_prefill(struct baton_model *m, const uint32_t *tokens, uint32_t n, flo
 int model_decode(struct baton_model *m, uint32_t token, float *logits);
 /* Forgets the sequence (the KV cache stays allocated). */
 void model_reset(struct baton_model *m);
+/* Allocates the KV cache now (max_ctx positions) instead of at the first
+ * prefill, so a serving engine holds it from the start (the broker counts
+ * it with the dense weights, outside the expert cache). Idempotent;
+ * BATON_EOOM when the device has no room. */
+int model_kv_alloc(struct baton_model *m);
 /* Frees the KV cache's device memory and forgets the sequence; the next
  * prefill allocates it again. Idempotent. */
 void model_kv_release(struct baton_model *m);

@@ -623,7 +623,6 @@ static void on_control(struct proto_ctx *ctx, const struct baton_msg *req)
 	if (req->op == PROTO_OP_RELEASE) {
 		set_state("releasing");
 		rc = engine_release(g.e, &r);
-		generator_release(g.gen);
 		g.idle_released = 0;
 	} else if (req->op == PROTO_OP_REFILL) {
 		/* whole again: back to the full target, then filled */
@@ -756,7 +755,6 @@ void serve_tick(void)
 		struct baton_cache_report r;
 		set_state("releasing");
 		int rc = engine_release(g.e, &r);
-		generator_release(g.gen);
 		if (rc == 0) {
 			g.idle_released = 1;
 			logf_("idle for %.1f s: released %" PRIu64 " bytes in %.3f ms", idle,
@@ -823,7 +821,8 @@ int serve_open(const struct baton_serve_config *conf)
 	snapshot(NULL);
 	g.d_model = g.info.d_model;
 	/* A whole model (arena v2 with config.json) also speaks text. */
-	rc = generator_open(g.e, &g.gen, g.gen_error, sizeof g.gen_error);
+	struct baton_model_opts mo = { .max_ctx = g.o.ctx };
+	rc = generator_open(g.e, &mo, &g.gen, g.gen_error, sizeof g.gen_error);
 	if (rc == 0)
 		logf_("text generation: %s model, chat template %s", generator_arch(g.gen),
 		    generator_chat_family(g.gen) ? generator_chat_family(g.gen) : "none");

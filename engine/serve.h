@@ -22,6 +22,7 @@ struct baton_serve_config {
 	uint64_t cache_mib, segment_mib, reserve_mib, host_mib;
 	int release, elastic, verify;
 	double idle_s;
+	uint32_t ctx;            /* --ctx: KV cache positions of a whole model; 0: its default */
 };
 
 /* Opens the engine, listens on cfg->listen, starts the receivers and,
