@@ -121,6 +121,11 @@ def t_install_layout():
             for base in ["etc/baton", "usr/local/share/baton/etc"]:
                 f = os.path.join(d, base, c)
                 assert open(f).read() == open(os.path.join(HERE, "etc", c)).read(), f
+        for m in ["man1/baton.1", "man1/baton-arena.1", "man5/baton-broker.ini.5", "man8/baton-broker.8",
+                  "man8/baton-engine.8"]:  # docs/man/*.scd, made by scdoc
+            f = os.path.join(d, "usr/local/share/man", m)
+            assert '.TH "%s"' % os.path.basename(m).rsplit(".", 1)[0] in open(f).read(), f
+            assert oct(os.stat(f).st_mode & 0o777) == "0o644", f
         # an edited configuration is kept on a second install
         ini = os.path.join(d, "etc/baton/broker.ini")
         with open(ini, "w") as f:
