@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """cli_test.py: the `baton` command against a real broker and two engines on
-the host backend (the harness of broker_test.py: a fresh directory, host
+the host backend (tests/harness.py's BrokerCase: a fresh directory, host
 device and sockets per case; every process killed at the end), and the
 Grafana dashboard in deploy/grafana/ against the broker's metric names.
 

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """http_test.py: the broker's HTTP API, /metrics and the page on /, against
-a real baton-broker and engines on the host backend (broker_test.py's Case:
+a real baton-broker and engines on the host backend (tests/harness.py's BrokerCase:
 its own directory, device, sockets and logs per case).
 
 Every broker here listens on 127.0.0.1:0 (a free port; the ready line says
