@@ -18,9 +18,9 @@ static void rbuf_reset(struct rbuf *rb)
 	memset(rb, 0, sizeof *rb);
 }
 
-void br_post(struct broker *b, struct item *it)
+/* The caller holds b->mu. */
+static void append(struct broker *b, struct item *it)
 {
-	pthread_mutex_lock(&b->mu);
 	it->next = NULL;
 	if (b->tail)
 		b->tail->next = it;
@@ -28,6 +28,12 @@ void br_post(struct broker *b, struct item *it)
 		b->head = it;
 	b->tail = it;
 	pthread_cond_signal(&b->cv);
+}
+
+void br_post(struct broker *b, struct item *it)
+{
+	pthread_mutex_lock(&b->mu);
+	append(b, it);
 	pthread_mutex_unlock(&b->mu);
 }
 
@@ -125,13 +131,7 @@ void broker_call(struct broker *b, const struct baton_msg *req,
 		it->req = *req; /* owns nothing: proto_msg_free() leaves it alone */
 		pthread_mutex_lock(&b->mu);
 		if (!b->loop_done) {
-			it->next = NULL;
-			if (b->tail)
-				b->tail->next = it;
-			else
-				b->head = it;
-			b->tail = it;
-			pthread_cond_signal(&b->cv);
+			append(b, it);
 			posted = true;
 		}
 		pthread_mutex_unlock(&b->mu);
