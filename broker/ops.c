@@ -31,7 +31,6 @@ struct op *br_op_new(struct broker *b, enum op_kind kind, struct waiter *w,
 	return NULL;
 }
 
-
 void br_op_fail(struct broker *b, struct op *o, int err, const char *fmt, ...)
 {
 	char text[512];

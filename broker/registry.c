@@ -135,7 +135,6 @@ double br_eng_idle_timeout(struct broker *b, const struct eng *e)
 	return c && c->idle_release_s >= 0 ? c->idle_release_s : b->cfg.idle_release_s;
 }
 
-
 void br_gpu_view(struct broker *b, size_t gi, struct gpu_view *v)
 {
 	struct gpu *g = &b->gpus[gi];
@@ -270,7 +269,6 @@ void br_eng_forget_conn(struct eng *e)
 		e->conn = NULL;
 	}
 }
-
 
 /* ---- pins across restarts ----------------------------------------------------------
  *

@@ -11,7 +11,6 @@
 
 static void on_probe(struct broker *b, struct item *it, const struct jobtag *tag);
 
-
 /* The engine is in the middle of a change (its STATUS says so). */
 static bool state_moving(const char *state)
 {
