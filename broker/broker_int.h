@@ -73,13 +73,17 @@
 #define LEND_BACKOFF_S 5.0     /* after a lend it could not fully use, or a failed one */
 #define MAX_TAGS 1024
 
-/* held, free and available of a device, in bytes. */
+/* ---- types: who owns each is said above it ----------------------------------- */
+
+/* Held, free and available bytes of a device, as br_gpu_view counts them. */
 struct gpu_view {
 	uint64_t total, held, grants, free_b, avail;
 	uint64_t lent;        /* peer tiers of other devices' engines on it (in held) */
 	uint64_t dev_free;    /* the device's own free memory (not capped), best known */
 };
 
+/* A reply, owned by the request's waiter: the decision thread fills it,
+ * then the waiting thread reads it (after br_waiter_done). */
 struct rbuf {
 	struct baton_msg m;
 	char text[512];
@@ -87,6 +91,7 @@ struct rbuf {
 	void *block;                  /* status arrays and their strings */
 };
 
+/* On the stack of the thread that waits (a receiver, a broker_call). */
 struct waiter {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
@@ -94,10 +99,13 @@ struct waiter {
 	struct rbuf rb;
 };
 
+/* Shared by the registry (decision thread) and workers: refcounted. */
 struct conn {
 	struct proto_client *cli;
 	atomic_int refs;
 };
+
+/* ---- the registry: the decision thread only ---------------------------------- */
 
 struct eref {
 	uint32_t slot, gen;
@@ -193,6 +201,8 @@ struct op {
 	char why[256];        /* last reason it could not be served */
 };
 
+/* Inbox items: made by any thread, handed over under b->mu, then the
+ * decision thread's, which frees them. */
 enum item_kind { IT_REQ = 1, IT_DONE, IT_PIPE_REM, IT_DEATH };
 
 struct item {
@@ -214,6 +224,8 @@ struct item {
 	struct eref ref;
 };
 
+/* Worker jobs: made by the decision thread, handed over under b->jmu, then
+ * the worker's. */
 struct job {
 	struct job *next;
 	uint64_t id;
@@ -226,6 +238,7 @@ struct job {
 	int timeout_ms;
 };
 
+/* pidfds: under b->wmu; only the watcher closes one. */
 struct watch {
 	int fd;               /* pidfd, -1: free */
 	int pid;
@@ -233,6 +246,7 @@ struct watch {
 	bool remove;
 };
 
+/* What a command in flight is for: decision thread only. */
 struct jobtag {
 	uint64_t job;
 	uint64_t op_seq;        /* the op it serves, 0: none (idle release) */
