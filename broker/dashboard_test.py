@@ -44,7 +44,7 @@ def page_c(html):
     """dashboard_page.c for this HTML: one C string literal."""
     out = ["/* generated from broker/dashboard.html by `python3 broker/dashboard_test.py --write-page`;",
            " * do not edit (broker/dashboard_test.py checks that the two agree) */",
-           '#include "broker/broker_int.h"', "", "const char broker_dashboard_html[] ="]
+           '#include "broker/dashboard.h"', "", "const char broker_dashboard_html[] ="]
     for line in html.splitlines(True):
         s = line.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\t", "\\t")
         out.append('    "%s"' % s)

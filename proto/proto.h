@@ -169,6 +169,13 @@ const char *proto_op_name(enum proto_op op);
 /* The op of a wire name; PROTO_OP_NONE when unknown or NULL. */
 enum proto_op proto_op_parse(const char *name);
 
+/* The one rule for an engine's name (register, the CLI, the HTTP API, the
+ * configuration): 1 to PROTO_NAME_LEN_MAX bytes of ASCII letters, digits,
+ * '-', '_' or '.'. len bytes of s are checked (s need not end there); 1
+ * when valid, else 0. */
+#define PROTO_NAME_LEN_MAX 64
+int proto_name_valid(const char *s, size_t len);
+
 /* ---- body fields --------------------------------------------------------------
  *
  * One row per body field: X(ENUM, "key", TYPE, member, limit). TYPE is
