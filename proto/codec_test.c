@@ -508,7 +508,7 @@ static void t_huge_counts(void)
 		{ "\x81\xa1v\xdd\xff\xff\xff\xff", 8, BATON_ETOOBIG, "array32 as a value" },
 		{ "\x81\xa1v\xdf\x7f\xff\xff\xff", 8, BATON_ETOOBIG, "map32 as a value" },
 		{ "\x81\xa1v\xc6\x04\x00\x00\x01", 8, BATON_ETOOBIG, "bin of 64 MiB + 1 as a value" },
-		{ "\x81\xa1v\xda\x10\x01", 6, BATON_ETOOBIG, "str of 4097 as a value" },
+		{ "\x81\xa1v\xdb\x00\x10\x00\x01", 8, BATON_ETOOBIG, "str of 1 MiB + 1 as a value" },
 		/* within the caps but past the end: truncated */
 		{ "\xde\x00\x40", 3, BATON_EMSG, "map16 of 64 in 3 bytes" },
 		{ "\x81\xa1v\xdc\x04\x00", 6, BATON_EMSG, "array16 of 1024 in 6 bytes" },

@@ -104,10 +104,13 @@ int proto__scan(const void *buf, size_t len, struct proto_diag *diag)
 		 * far past the end */
 		switch (kind) {
 		case K_STR:
-			if (n > BATON_PROTO_MAX_TEXT)
+			/* the longest string any field allows (a prompt); each
+			 * field's own, usually smaller, limit is checked when
+			 * the field is decoded */
+			if (n > BATON_PROTO_MAX_PROMPT)
 				return proto__fail(diag, BATON_ETOOBIG,
 				    "byte %zu: string of %llu bytes is longer than the limit of %u",
-				    at, (unsigned long long)n, BATON_PROTO_MAX_TEXT);
+				    at, (unsigned long long)n, BATON_PROTO_MAX_PROMPT);
 			break;
 		case K_BIN:
 			if (n > BATON_PROTO_MAX_BIN)

@@ -369,11 +369,11 @@ class BrokerCase(Case):
         self._subscribe()
         return Http(line[3], token)
 
-    def engine(self, name, *flags, host_mib=40, broker=True, wait=True, env=None):
+    def engine(self, name, *flags, host_mib=40, broker=True, wait=True, env=None, arena=None, segment_mib=4):
         url = "ipc://%s/%s.sock" % (self.dir, name)
-        args = [ENGINE, "--name", name, "--shared-expert-arena", self.arena(), "--listen", url,
-                "--backend", "host", "--host-device-mib", str(host_mib), "--vram-segment-mib", "4",
-                "--expert-cache-release"] + list(flags)
+        args = [ENGINE, "--name", name, "--shared-expert-arena", arena or self.arena(), "--listen", url,
+                "--backend", "host", "--host-device-mib", str(host_mib), "--vram-segment-mib",
+                str(segment_mib), "--expert-cache-release"] + list(flags)
         if broker:
             args += ["--broker", self.control]
         e = dict(self.env)
