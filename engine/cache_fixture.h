@@ -8,7 +8,6 @@
 #ifndef BATON_ENGINE_CACHE_FIXTURE_H
 #define BATON_ENGINE_CACHE_FIXTURE_H
 
-#include <dirent.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -24,6 +23,7 @@
 #include "engine/cache.h"
 #include "engine/cache_int.h" /* cache_fault_map_after */
 #include "proto/proto.h"
+#include "tests/hostdev_fixture.h"
 #include "tests/t.h"
 
 /* A test uses some of these helpers, not all. */
@@ -36,38 +36,15 @@
 
 /* ---- fixture ------------------------------------------------------------ */
 
-FX_UNUSED static char g_dir[64];
-FX_UNUSED static pid_t g_dir_owner;
+/* A host device of our own (tests/hostdev_fixture.h). */
+FX_UNUSED static void dir_setup(void)
+{
+	hostdev_setup("cache");
+}
 
 FX_UNUSED static void dir_cleanup(void)
 {
-	if (!g_dir[0] || getpid() != g_dir_owner)
-		return;
-	DIR *d = opendir(g_dir);
-	if (d) {
-		struct dirent *e;
-		char p[512];
-		while ((e = readdir(d)))
-			if (e->d_name[0] != '.') {
-				snprintf(p, sizeof p, "%s/%s", g_dir, e->d_name);
-				unlink(p);
-			}
-		closedir(d);
-	}
-	rmdir(g_dir);
-	g_dir[0] = '\0';
-}
-
-/* A host device of our own. */
-FX_UNUSED static void dir_setup(void)
-{
-	snprintf(g_dir, sizeof g_dir, "/tmp/baton-cache-XXXXXX");
-	T_ASSERT(mkdtemp(g_dir));
-	g_dir_owner = getpid();
-	atexit(dir_cleanup);
-	setenv("BATON_HOSTDEV_DIR", g_dir, 1);
-	unsetenv("BATON_HOSTDEV_MIB");
-	unsetenv("BATON_VERIFY_REFILL");
+	hostdev_cleanup();
 }
 
 struct fx {
