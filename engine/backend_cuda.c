@@ -31,7 +31,6 @@
  */
 #include "engine/backend_cuda_int.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,45 +74,6 @@ static void tab_free(struct tab *t)
 	free(t->v);
 	t->v = NULL;
 	t->n = t->cap = 0;
-}
-
-void cuda_set_err(struct baton_dev *dev, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	baton_verrf(dev->err, sizeof dev->err, fmt, ap);
-	va_end(ap);
-}
-
-/* Records a failed driver call and maps it to a Baton code. */
-int cuda_fail(struct baton_dev *dev, CUresult r, const char *what)
-{
-	char s[160];
-	cuda_driver_errstr(dev->d, r, s, sizeof s);
-	cuda_set_err(dev, "%s: %s", what, s);
-	switch (r) {
-	case CUDA_ERROR_OUT_OF_MEMORY:
-		return BATON_EDEVMEM;
-	case CUDA_ERROR_INVALID_VALUE:
-		return BATON_EINVAL;
-	case CUDA_ERROR_NOT_SUPPORTED:
-		return BATON_EUNSUPPORTED;
-	default:
-		return BATON_EDRIVER;
-	}
-}
-
-int cuda_cur(struct baton_dev *dev)
-{
-	CU(dev, dev->d->CtxSetCurrent(dev->ctx), "cuCtxSetCurrent");
-	return 0;
-}
-
-int cuda_stream_sync(struct baton_dev *dev)
-{
-	CU(dev, dev->d->StreamSynchronize(dev->stream), "cuStreamSynchronize");
-	dev->stage_busy = 0;
-	return 0;
 }
 
 /* ---- probe, open, close --------------------------------------------------- */
@@ -304,7 +264,7 @@ void cuda_backend_set_register_piece(struct baton_dev *dev, uint64_t bytes)
 
 /* ---- device info ---------------------------------------------------------- */
 
-int cuda_mem_info(struct baton_dev *dev, uint64_t *free_bytes, uint64_t *total_bytes)
+static int cuda_mem_info(struct baton_dev *dev, uint64_t *free_bytes, uint64_t *total_bytes)
 {
 	int rc = cuda_cur(dev);
 	if (rc)

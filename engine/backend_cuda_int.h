@@ -1,8 +1,10 @@
 /*
- * backend_cuda_int.h: internal to the `cuda` backend, shared by its two
- * files: backend_cuda.c (the device: open, close, VMM segments, the peer
- * tier, buffers, pinning, copies) and moe_cuda_launch.c (the MoE kernels:
- * loading them, their scratch, and the launches). Built only with CUDA=1.
+ * backend_cuda_int.h: internal to the `cuda` backend, shared by its
+ * files, bottom to top: cuda_ctx.c (error recording, the context, the
+ * stream), moe_cuda_launch.c (the MoE kernels: loading them, their
+ * scratch, and the launches) and backend_cuda.c (the device: open, close,
+ * VMM segments, the peer tier, buffers, pinning, copies, and the backend
+ * table). Each calls only those below it. Built only with CUDA=1.
  */
 #ifndef BATON_ENGINE_BACKEND_CUDA_INT_H
 #define BATON_ENGINE_BACKEND_CUDA_INT_H
@@ -70,7 +72,7 @@ struct baton_dev {
 	char err[256];
 };
 
-/* ---- backend_cuda.c's helpers ------------------------------------------- */
+/* ---- cuda_ctx.c: the helpers under both files ----------------------------- */
 
 /* The context's error sentence (cuda_backend_last_error). */
 void cuda_set_err(struct baton_dev *dev, const char *fmt, ...)
@@ -81,7 +83,6 @@ int cuda_fail(struct baton_dev *dev, CUresult r, const char *what);
 int cuda_cur(struct baton_dev *dev);
 /* Waits for the stream (and so frees the staging buffer). */
 int cuda_stream_sync(struct baton_dev *dev);
-int cuda_mem_info(struct baton_dev *dev, uint64_t *free_bytes, uint64_t *total_bytes);
 
 /* A failed driver call returns its Baton code from the calling function. */
 #define CU(dev, call, what)                                                    \

@@ -125,24 +125,24 @@ static int64_t own_heat(const struct baton_cache *c, uint32_t s)
 	return c->slot_item[s] < 0 ? -1 : (int64_t)c->item_heat[c->slot_item[s]];
 }
 
-static int cmp_peer_cold(const void *a, const void *b, void *arg)
+/* Coldest first; ties to the lower slot. */
+static int cmp_cold(uint32_t x, uint32_t y, int64_t hx, int64_t hy)
 {
-	const struct baton_cache *c = arg;
-	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-	int64_t hx = p_heat(c, x), hy = p_heat(c, y);
 	if (hx != hy)
 		return hx < hy ? -1 : 1;
 	return x < y ? -1 : x > y;
 }
 
+static int cmp_peer_cold(const void *a, const void *b, void *arg)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+	return cmp_cold(x, y, p_heat(arg, x), p_heat(arg, y));
+}
+
 static int cmp_own_cold(const void *a, const void *b, void *arg)
 {
-	const struct baton_cache *c = arg;
 	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-	int64_t hx = own_heat(c, x), hy = own_heat(c, y);
-	if (hx != hy)
-		return hx < hy ? -1 : 1;
-	return x < y ? -1 : x > y;
+	return cmp_cold(x, y, own_heat(arg, x), own_heat(arg, y));
 }
 
 /* Experts move between the tiers by heat (see the top); at most `limit`

@@ -72,20 +72,6 @@ static uint64_t parse_uint(const char *flag, const char *v, uint64_t max)
 	return x;
 }
 
-static int valid_name(const char *s)
-{
-	size_t n = strlen(s);
-	if (n == 0 || n > 64)
-		return 0;
-	for (size_t i = 0; i < n; i++) {
-		char c = s[i];
-		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-		    c == '-' || c == '_' || c == '.'))
-			return 0;
-	}
-	return 1;
-}
-
 static void parse_args(int argc, char **argv, struct baton_serve_config *o)
 {
 	enum { O_NAME = 1, O_ARENA, O_LISTEN, O_BACKEND, O_DEVICE, O_CACHE, O_SEG, O_RELEASE,
@@ -197,7 +183,7 @@ static void parse_args(int argc, char **argv, struct baton_serve_config *o)
 		usage_error("unexpected argument '%s'", argv[optind]);
 	if (!o->name)
 		usage_error("--name is required");
-	if (!valid_name(o->name))
+	if (!proto_name_valid(o->name, strlen(o->name)))
 		usage_error("--name '%s': use 1 to 64 letters, digits, '-', '_' or '.'", o->name);
 	if (!o->arena)
 		usage_error("--shared-expert-arena is required");
