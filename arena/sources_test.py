@@ -127,7 +127,7 @@ def gguf_every_ggml_type():
                                 layer_types=lt, router_types=rt)
     src_path, arena = tmp("all.gguf"), tmp("all.arena")
     src, layout = write_model(src_path, kvs, tensors)
-    p = run("create", "--gguf", src_path, arena)
+    p = run("create", "--experts-only", "--gguf", src_path, arena)
     assert p.stdout.startswith("built "), p.stdout
     slices, dense = gguf_slices(src, layout, 4)
     j, n_exp, n_dense = check_arena(arena, {"layers": layers, "experts": 4, "top_k": 2,
@@ -135,7 +135,7 @@ def gguf_every_ggml_type():
                                     slices, dense)
     seen = {d for l in j["layer_dtypes"] for d in l.values()}
     assert seen == set(ALL_TYPES), set(ALL_TYPES) - seen
-    assert j["source"] == "gguf all.gguf (qwen2moe)", j["source"]
+    assert j["source"] == "gguf all.gguf (qwen2moe, experts only)", j["source"]
     assert j["dtypes"]["gate"] == lt[0][0] and j["dtypes"]["router"] == "f32"
     print("  %d ggml types, %d experts and %d dense tensors byte-exact" % (
         len(seen), n_exp, n_dense))
@@ -154,7 +154,7 @@ def gguf_v2_alignment_no_norm():
     kvs.append(("general.alignment", "u32", 64))
     src_path, arena = tmp("v2.gguf"), tmp("v2.arena")
     src, layout = write_model(src_path, kvs, tensors, version=2, alignment=64)
-    run("create", "--gguf", src_path, arena)
+    run("create", "--experts-only", "--gguf", src_path, arena)
     slices, dense = gguf_slices(src, layout, 8)
     j, _, n_dense = check_arena(arena, {"layers": 2, "experts": 8, "top_k": 3, "d_model": 512,
                                         "d_ff": 256, "has_norm": False}, slices, dense)
@@ -169,25 +169,25 @@ def gguf_reuse_and_replace():
     gw.write_gguf(a, kvs, tensors)
     kvs2, tensors2 = gw.moe_model(random.Random(4), layers=1, experts=2, top_k=1)
     gw.write_gguf(b, kvs2 + [("general.note", "str", "another")], tensors2)
-    run("create", "--gguf", a, arena)
-    assert run("create", "--gguf", a, arena).stdout.startswith("reused ")
-    p = run("create", "--gguf", b, arena, want=1)
+    run("create", "--experts-only", "--gguf", a, arena)
+    assert run("create", "--experts-only", "--gguf", a, arena).stdout.startswith("reused ")
+    p = run("create", "--experts-only", "--gguf", b, arena, want=1)
     assert "another arena" in p.stderr and "--force" in p.stderr, p.stderr
-    assert run("create", "--gguf", b, "--force", arena).stdout.startswith("built ")
+    assert run("create", "--experts-only", "--gguf", b, "--force", arena).stdout.startswith("built ")
     # the same metadata and shapes with other weights is another source too
     c = tmp("c.gguf")
     gw.write_gguf(c, kvs2 + [("general.note", "str", "another")],
                   [(n, t, ne, bytes(len(d))) for n, t, ne, d in tensors2])
-    p = run("create", "--gguf", c, arena, want=1)
+    p = run("create", "--experts-only", "--gguf", c, arena, want=1)
     assert "another arena" in p.stderr, p.stderr
-    assert run("create", "--gguf", b, arena).stdout.startswith("reused ")
+    assert run("create", "--experts-only", "--gguf", b, arena).stdout.startswith("reused ")
 
 
 def bad_gguf(name, data, words):
     path, arena = tmp(name + ".gguf"), tmp(name + ".arena")
     with open(path, "wb") as f:
         f.write(data)
-    p = run("create", "--gguf", path, arena, want=1)
+    p = run("create", "--experts-only", "--gguf", path, arena, want=1)
     for w in words:
         assert w in p.stderr, "%s: %r lacks %r" % (name, p.stderr, w)
     assert not os.path.exists(arena), name
@@ -298,14 +298,14 @@ def safetensors_single_file():
     with open(os.path.join(folder, "config.json"), "w") as f:
         json.dump({"num_experts_per_tok": 3, "num_experts": 4}, f)
     arena = tmp("st1.arena")
-    run("create", "--safetensors", os.path.join(folder, "model.safetensors"), arena)
+    run("create", "--experts-only", "--safetensors", os.path.join(folder, "model.safetensors"), arena)
     slices, dense = st_slices(where)
     j, n_exp, n_dense = check_arena(arena, {"layers": 3, "experts": 4, "top_k": 3, "d_model": 64,
                                             "d_ff": 96, "has_norm": True}, slices, dense)
     assert n_dense == 6 and j["dtypes"]["gate"] == "bf16" and j["dtypes"]["norm"] == "f32"
     # the folder works too, and --top-k overrides config.json
     arena2 = tmp("st1b.arena")
-    run("create", "--safetensors", folder, "--top-k", "1", arena2)
+    run("create", "--experts-only", "--safetensors", folder, "--top-k", "1", arena2)
     assert info(arena2)["top_k"] == 1
 
 
@@ -326,12 +326,12 @@ def safetensors_sharded_folder():
     sw.write_safetensors(os.path.join(folder, "stray.safetensors"),
                          [("model.layers.0.mlp.experts.0.gate_proj.weight", "F16", [1, 1], b"zz")])
     arena = tmp("st3.arena")
-    run("create", "--safetensors", folder, arena)
+    run("create", "--experts-only", "--safetensors", folder, arena)
     slices, dense = st_slices(where)
     j, n_exp, _ = check_arena(arena, {"layers": 2, "experts": 6, "top_k": 2, "d_model": 128,
                                       "d_ff": 64}, slices, dense)
     assert [l["gate"] for l in j["layer_dtypes"]] == ["f16", "f32"], j["layer_dtypes"]
-    assert j["source"] == "safetensors st3 (3 shards)", j["source"]
+    assert j["source"] == "safetensors st3 (3 shards, experts only)", j["source"]
     print("  %d experts from 3 shards byte-exact" % n_exp)
 
 
@@ -343,14 +343,14 @@ def safetensors_mixtral_names():
     path = tmp("mixtral.safetensors")
     where = single(path, tensors)
     arena = tmp("mixtral.arena")
-    run("create", "--safetensors", path, "--top-k", "2", arena)
+    run("create", "--experts-only", "--safetensors", path, "--top-k", "2", arena)
     slices, dense = st_slices(where, mixtral=True)
     check_arena(arena, {"layers": 2, "experts": 8, "top_k": 2, "has_norm": False}, slices, dense)
 
 
 def bad_st(name, src, words, extra=()):
     arena = tmp(name + ".arena")
-    p = run("create", "--safetensors", src, *extra, arena, want=1)
+    p = run("create", "--experts-only", "--safetensors", src, *extra, arena, want=1)
     for w in words:
         assert w in p.stderr, "%s: %r lacks %r" % (name, p.stderr, w)
     assert not os.path.exists(arena), name
