@@ -563,7 +563,8 @@ static void t_bad_params(void)
 		{ { .layers = 2, .experts = 4, .top_k = 0, .d_model = 64, .d_ff = 64, .dtype = BATON_DT_F16, .seed = 1 }, BATON_EINVAL, "top-k" },
 		{ { .layers = 2, .experts = 4, .top_k = 2, .d_model = 0, .d_ff = 64, .dtype = BATON_DT_F16, .seed = 1 }, BATON_EINVAL, "d_model" },
 		{ { .layers = 2, .experts = 4, .top_k = 2, .d_model = 64, .d_ff = 1u << 20, .dtype = BATON_DT_F16, .seed = 1 }, BATON_EINVAL, "d_ff" },
-		{ { .layers = 2, .experts = 4, .top_k = 2, .d_model = 64, .d_ff = 64, .dtype = BATON_DT_Q4_K, .seed = 1 }, BATON_EUNSUPPORTED, "q4_K" },
+		{ { .layers = 2, .experts = 4, .top_k = 2, .d_model = 64, .d_ff = 64, .dtype = BATON_DT_Q5_K, .seed = 1 }, BATON_EUNSUPPORTED, "q5_K" },
+		{ { .layers = 2, .experts = 4, .top_k = 2, .d_model = 256, .d_ff = 64, .dtype = BATON_DT_Q4_K, .seed = 1 }, BATON_EINVAL, "multiples of 256" },
 		{ { .layers = 2, .experts = 4, .top_k = 2, .d_model = 64, .d_ff = 64, .dtype = 77, .seed = 1 }, BATON_EUNSUPPORTED, "unknown" },
 		{ { .layers = 2, .experts = 4, .top_k = 2, .d_model = 48, .d_ff = 64, .dtype = BATON_DT_Q8_0, .seed = 1 }, BATON_EINVAL, "multiples of 32" },
 	};
@@ -764,6 +765,53 @@ static void t_synthetic_model_bad(void)
 	au_rmdir(dir);
 }
 
+/* q4_K and q6_K: random valid blocks with the super-block scale that bounds
+ * the values; every expert and 2-D weight of a whole model too. */
+static void t_synthetic_kquants(void)
+{
+	au_tmpdir(dir, sizeof dir);
+	static const uint32_t dts[] = { BATON_DT_Q4_K, BATON_DT_Q6_K };
+	for (size_t i = 0; i < 2; i++) {
+		char path[PATH_MAX], msg[256];
+		mkpath(path, sizeof path, baton_dtype_name((int)dts[i]));
+		struct baton_synth_params p = {
+			.arch = "qwen3_moe", .layers = 2, .experts = 3, .top_k = 2, .d_model = 256,
+			.d_ff = 512, .heads = 2, .kv_heads = 1, .head_dim = 128, .vocab = 64,
+			.dtype = dts[i], .seed = 5,
+		};
+		au_create(path, &p);
+		struct baton_arena *a;
+		T_OK(arena_open(path, &a, msg, sizeof msg));
+		struct baton_arena_tensor parts[3], t;
+		T_OK(arena_expert_parts(a, 1, 2, parts));
+		T_OK(arena_dense(a, "model.layers.0.self_attn.o_proj.weight", &t));
+		T_EQ_INT(t.dtype, dts[i]);
+		const struct baton_arena_tensor *ts[4] = { &parts[0], &parts[1], &parts[2], &t };
+		for (int k = 0; k < 4; k++) {
+			T_EQ_INT(ts[k]->dtype, dts[i]);
+			float s = 1.0f / sqrtf((float)ts[k]->cols);
+			uint32_t bb = dts[i] == BATON_DT_Q4_K ? 144 : 210;
+			uint64_t nblk = ts[k]->bytes / bb, distinct = 0;
+			for (uint64_t b = 0; b < nblk; b++) {
+				const uint8_t *blk = ts[k]->data + b * bb;
+				uint16_t d;
+				memcpy(&d, blk + (dts[i] == BATON_DT_Q4_K ? 0 : 208), 2);
+				float want = dts[i] == BATON_DT_Q4_K ? s / (63.0f * 15.0f) : s / (128.0f * 32.0f);
+				T_ASSERT(arena_f16_to_f32(d) > 0 && fabsf(arena_f16_to_f32(d) - want) <= want / 512);
+				if (b && memcmp(blk + 16, blk - bb + 16, 64) != 0)
+					distinct++;
+			}
+			T_ASSERT(nblk < 2 || distinct == nblk - 1); /* the quants are draws */
+		}
+		T_OK(arena_dense(a, "model.layers.0.self_attn.q_norm.weight", &t));
+		T_EQ_INT(t.dtype, BATON_DT_F32);
+		uint64_t nbad = 1;
+		T_OK(arena_verify(a, &nbad, msg, sizeof msg));
+		arena_close(a);
+	}
+	au_rmdir(dir);
+}
+
 /* A version 1 file at the path is not reused: it does not open, so create
  * builds over it. */
 static void t_v1_replaced(void)
@@ -798,4 +846,4 @@ T_MAIN(T_CASE(t_dtype_table), T_CASE_TIMEOUT(t_half_conversions, 120), T_CASE(t_
     T_CASE(t_reuse_and_replace), T_CASE(t_stale_tmp_removed), T_CASE(t_lock_waits),
     T_CASE_TIMEOUT(t_concurrent_creators, 60), T_CASE(t_bad_params),
     T_CASE(t_mapping_read_only), T_CASE(t_synthetic_model), T_CASE(t_synthetic_model_bad),
-    T_CASE(t_v1_replaced))
+    T_CASE(t_v1_replaced), T_CASE(t_synthetic_kquants))
