@@ -151,7 +151,9 @@ int arena_verify(const struct baton_arena *a, uint64_t *bad_entries, char *errbu
 
 struct baton_synth_params {
 	uint32_t layers, experts, top_k, d_model, d_ff;
-	uint32_t dtype;   /* f32, f16, bf16 or q8_0, for gate, up and down */
+	uint32_t dtype;   /* f32, f16, bf16, q8_0 (the values quantized), or q4_K,
+			   * q6_K (random valid blocks, for benchmarks), for gate,
+			   * up and down (and a full model's 2-D weights) */
 	uint64_t seed;
 	/* A full model of a named architecture (version 2): arch is one of
 	 * qwen3_moe, qwen2_moe, mixtral, olmoe, or NULL/"" for the experts-only

@@ -80,7 +80,13 @@ t_usage_errors() {
 	expect 2 $A create $SYN --d-model 1048576 $p; says "larger than"
 	expect 2 $A create $SYN --top-k 9 $p; says "larger than --experts"
 	expect 2 $A create $SYN --layers 0 $p; says "at least 1"
-	expect 2 $A create $SYN --dtype q4_K $p; says "not one of f32, f16, bf16, q8_0"
+	expect 2 $A create $SYN --dtype q5_K $p; says "not one of f32, f16, bf16, q8_0, q4_K, q6_K"
+	expect 1 $A create $SYN --dtype q4_K $p; says "multiples of 256"
+	expect 2 $A create $SYN --experts-only $p; says "--experts-only is for --gguf and --safetensors"
+	expect 2 $A create --gguf x --preset qwen3-30b-a3b $p; says "go with --synthetic-arch"
+	expect 2 $A create --synthetic-arch qwen3_moe --preset nope $p; says 'unknown --preset "nope"'
+	expect 2 $A create --synthetic-arch qwen3_moe $p; says "needs --preset or all of"
+	expect 2 $A create --synthetic-arch qwen3_moe --preset qwen3-30b-a3b --heads 0 $p; says "--heads must be at least 1"
 	expect 2 $A create $SYN --bogus $p; says 'unknown or incomplete option "--bogus"'
 	expect 2 $A create $SYN --seed; says "incomplete"
 	expect 2 $A create --gguf x --layers 3 $p; says "for --synthetic only"
@@ -91,6 +97,29 @@ t_usage_errors() {
 	expect 2 $A verify a b; says "give one PATH"
 	expect 1 $A create $SYN --dtype q8_0 --d-model 48 $p; says "multiples of 32"
 	[ ! -e $p ] || fail "an arena was left behind"
+}
+
+# A whole model: info says its architecture, config and tokenizer; a
+# version 1 file is refused with the command that makes it again.
+t_model() {
+	p=$T_TMP/m.arena
+	expect 0 $A create --synthetic-arch mixtral --layers 2 --experts 4 --top-k 2 --d-model 64 \
+	    --d-ff 128 --heads 4 --kv-heads 2 --vocab 50 --dtype bf16 $p; says "built $p"
+	expect 0 $A info $p; says "arch       mixtral"; says "dense      17 tensors"
+	says "config     hidden_size 64, num_hidden_layers 2, num_attention_heads 4"
+	says "tokenizer  none"; says "metadata   config.json"
+	says "source     synthetic mixtral seed=0 dtype=bf16"
+	expect 0 $A info --json --entries $p; says '"arch": "mixtral"'; says '"model_type": "mixtral"'
+	says '"name": "model.layers.1.block_sparse_moe.gate.weight"'
+	expect 0 $A verify $p; says "8 experts, 17 dense tensors and 1 metadata blobs"
+	# the same file claiming version 1 (the version is read before anything else)
+	python3 - "$p" <<'PY' || fail "cannot make a v1 header"
+import struct, sys
+f = open(sys.argv[1], "r+b"); h = bytearray(f.read(1024))
+h[8:12] = struct.pack("<I", 1)
+f.seek(0); f.write(h)
+PY
+	expect 1 $A info $p; says "version 1"; says "Recreate it: baton-arena create --synthetic --layers 2"
 }
 
 t_default_location() {
@@ -106,5 +135,6 @@ t_case t_create_info_verify
 t_case t_verify_names_entry
 t_case t_bad_files
 t_case t_usage_errors
+t_case t_model
 t_case t_default_location
 t_done

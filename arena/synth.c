@@ -12,6 +12,10 @@
  * norm is 1 + r / 32768 * 0.1. f16 and bf16 rows are looked up in a table
  * of the 65536 encodings (the values are the f32 ones, rounded to nearest
  * even); q8_0 blocks are those of the same values (see encode_q8_0).
+ * q4_K and q6_K blocks (for benchmarks of llama.cpp's K-quant shapes) are
+ * random valid blocks, not a quantization of those values: their quants
+ * and sub-block scales are draws, the super-block scale d is fixed so that
+ * every value lies within about [-s, s] (see gen_row_kquant).
  */
 #include <inttypes.h>
 #include <math.h>
@@ -149,6 +153,36 @@ static void encode_q8_0(const int16_t *r, uint32_t n, float s, uint8_t *dst)
 	}
 }
 
+/*
+ * One row of random, valid K-quant blocks (ggml's block_q4_K: f16 d, f16
+ * dmin, 12 bytes of 6-bit scales and mins, 128 bytes of nibbles; block_q6_K:
+ * 128 bytes low nibbles, 64 bytes high bits, 16 int8 scales, f16 d). Every
+ * byte is a draw except d (and dmin), chosen so |value| <= about s:
+ * q4_K: d * sc * q - dmin * m with sc, m <= 63, q <= 15;
+ * q6_K: d * scale * (q - 32) with |scale| <= 128, |q - 32| <= 32.
+ */
+static void gen_row_kquant(uint64_t rk, int dtype, uint32_t cols, float s, uint8_t *dst)
+{
+	uint32_t nb = cols / 256, bb = dtype == BATON_DT_Q4_K ? 144 : 210;
+	uint64_t k = 0;
+	for (uint32_t b = 0; b < nb; b++) {
+		uint8_t *o = dst + (size_t)b * bb;
+		for (uint32_t i = 0; i < bb; i += 8) {
+			uint64_t z = draw4(rk, k++);
+			memcpy(o + i, &z, bb - i < 8 ? bb - i : 8);
+		}
+		if (dtype == BATON_DT_Q4_K) {
+			uint16_t d = arena_f32_to_f16(s / (63.0f * 15.0f));
+			uint16_t dmin = arena_f32_to_f16(s / (2.0f * 63.0f));
+			memcpy(o, &d, 2);
+			memcpy(o + 2, &dmin, 2);
+		} else {
+			uint16_t d = arena_f32_to_f16(s / (128.0f * 32.0f));
+			memcpy(o + 208, &d, 2);
+		}
+	}
+}
+
 static int gen_tensor(const struct synth *sy, uint32_t layer, uint32_t expert, int t,
     const struct arena_file_part *part, uint8_t *dst, float *buf)
 {
@@ -177,6 +211,12 @@ static int gen_tensor(const struct synth *sy, uint32_t layer, uint32_t expert, i
 				return BATON_EUNSUPPORTED;
 			gen_row_i16(rk, (int16_t *)(void *)buf, part->cols);
 			encode_q8_0((const int16_t *)(void *)buf, part->cols, scale * 0x1.0p-15f, o);
+			break;
+		case BATON_DT_Q4_K:
+		case BATON_DT_Q6_K:
+			if (t >= T_ROUTER)
+				return BATON_EUNSUPPORTED;
+			gen_row_kquant(rk, (int)part->dtype, part->cols, scale, o);
 			break;
 		default:
 			return BATON_EUNSUPPORTED;
@@ -217,6 +257,10 @@ static int gen_dense(const struct synth *sy, const struct arena_named *n,
 		case BATON_DT_Q8_0:
 			gen_row_i16(rk, (int16_t *)(void *)buf, part->cols);
 			encode_q8_0((const int16_t *)(void *)buf, part->cols, scale * 0x1.0p-15f, o);
+			break;
+		case BATON_DT_Q4_K:
+		case BATON_DT_Q6_K:
+			gen_row_kquant(rk, (int)part->dtype, part->cols, scale, o);
 			break;
 		default:
 			rc = BATON_EUNSUPPORTED;
@@ -327,10 +371,11 @@ static int plan_full(struct synth *sy, const struct baton_synth_params *p, struc
 		int small = mt[i].kind == ARENA_MT_NORM || mt[i].kind == ARENA_MT_BIAS ||
 		    mt[i].role == BATON_ROLE_ROUTER || mt[i].rows == 1;
 		n->dtype = small ? BATON_DT_F32 : p->dtype;
-		if (n->dtype == BATON_DT_Q8_0 && n->cols % 32)
+		if (n->cols % arena_dtype_block((int)n->dtype))
 			rc = arena_errf(errbuf, errlen, BATON_EINVAL,
-			    "synthetic q8_0: %s has %" PRIu32 " columns, not a multiple of 32",
-			    n->name, n->cols);
+			    "synthetic %s: %s has %" PRIu32 " columns, not a multiple of %" PRIu32,
+			    baton_dtype_name((int)n->dtype), n->name, n->cols,
+			    arena_dtype_block((int)n->dtype));
 	}
 	free(mt);
 	if (rc)
@@ -401,13 +446,15 @@ int arena_plan_synthetic(const struct baton_synth_params *p, struct arena_plan *
 		    "d_model %" PRIu32 " and d_ff %" PRIu32 " must be in 1..%u",
 		    p->d_model, p->d_ff, ARENA_MAX_DIM - 1);
 	if (p->dtype != BATON_DT_F32 && p->dtype != BATON_DT_F16 && p->dtype != BATON_DT_BF16 &&
-	    p->dtype != BATON_DT_Q8_0)
+	    p->dtype != BATON_DT_Q8_0 && p->dtype != BATON_DT_Q4_K && p->dtype != BATON_DT_Q6_K)
 		return arena_errf(errbuf, errlen, BATON_EUNSUPPORTED,
-		    "synthetic dtype must be f32, f16, bf16 or q8_0, not %s",
+		    "synthetic dtype must be f32, f16, bf16, q8_0, q4_K or q6_K, not %s",
 		    baton_dtype_name((int)p->dtype) ? baton_dtype_name((int)p->dtype) : "unknown");
-	if (p->dtype == BATON_DT_Q8_0 && (p->d_model % 32 || p->d_ff % 32))
+	uint32_t blk = arena_dtype_block((int)p->dtype);
+	if (p->d_model % blk || p->d_ff % blk)
 		return arena_errf(errbuf, errlen, BATON_EINVAL,
-		    "q8_0 needs d_model and d_ff multiples of 32 (got %" PRIu32 ", %" PRIu32 ")",
+		    "%s needs d_model and d_ff multiples of %" PRIu32 " (got %" PRIu32 ", %" PRIu32 ")",
+		    baton_dtype_name((int)p->dtype), blk,
 		    p->d_model, p->d_ff);
 
 	struct synth *sy = calloc(1, sizeof *sy);
