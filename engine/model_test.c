@@ -363,6 +363,31 @@ static void t_batches_and_release(void)
 	}
 	T_OK(engine_refill(b.e, &rep));
 
+	/* the model's own device memory: released mid-sequence, every byte
+	 * back in the device's free count; the next decode refills it and the
+	 * KV rows come back, bit for bit */
+	uint64_t fr0, fr1, tot, held = model_device_bytes(b.m);
+	T_ASSERT(held >= model_dense_bytes(b.m) + model_kv_bytes(b.m) && model_kv_bytes(b.m) > 0);
+	T_OK(engine_mem_info(b.e, &fr0, &tot));
+	T_OK(model_release(b.m));
+	T_OK(model_release(b.m)); /* idempotent */
+	T_ASSERT(model_released(b.m) && model_device_bytes(b.m) == 0);
+	T_OK(engine_mem_info(b.e, &fr1, &tot));
+	T_ASSERT_MSG(fr1 >= fr0 + held, "free %llu -> %llu, held %llu", (unsigned long long)fr0,
+	    (unsigned long long)fr1, (unsigned long long)held);
+	for (int s = 0; s < 3; s++) {
+		uint32_t t = argmax(la, V);
+		T_OK(model_decode(a.m, t, la));
+		T_OK(model_decode(b.m, t, lb));
+		T_ASSERT(memcmp(la, lb, V * 4) == 0);
+	}
+	T_ASSERT(!model_released(b.m) && model_device_bytes(b.m) == held);
+	/* a prefill while released starts afresh */
+	T_OK(model_release(b.m));
+	T_OK(model_prefill(a.m, toks, (uint32_t)n, la));
+	T_OK(model_prefill(b.m, toks, (uint32_t)n, lb));
+	T_ASSERT(memcmp(la, lb, V * 4) == 0);
+
 	/* the KV cache: released, the sequence is gone; a new prefill rebuilds it */
 	model_kv_release(b.m);
 	T_EQ_INT(model_kv_bytes(b.m), 0);
