@@ -153,6 +153,10 @@ static void t_config_refusals(void)
 	refused("{\"model_type\":\"mixtral\"," BASE "}", BATON_EINVAL, "intermediate_size");
 	refused("{\"model_type\":\"mixtral\"," BASE ",\"intermediate_size\":32,"
 	    "\"num_key_value_heads\":3}", BATON_EINVAL, "num_key_value_heads");
+	refused("{\"model_type\":\"mixtral\",\"vocab_size\":100,\"hidden_size\":64,"
+	    "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"num_experts\":4,"
+	    "\"num_experts_per_tok\":2,\"rms_norm_eps\":1e-50,\"rope_theta\":10000,"
+	    "\"intermediate_size\":32}", BATON_EINVAL, "rms_norm_eps"); /* 0 as an f32 (fuzzer) */
 	refused("[1,2]", BATON_EINVAL, "object");
 	refused("{\"model_type\":", BATON_EINVAL, "not JSON");
 
