@@ -1,7 +1,9 @@
 /*
  * arena_gguf_fuzz.c: libFuzzer target for the GGUF reader: parse any bytes
  * as a GGUF file; when it parses, read every byte of every expert slice,
- * router and norm as the copy into an arena would.
+ * router and norm as the copy into an arena would; then import the whole
+ * model (names, config, tokenizer JSON) and copy every named tensor as the
+ * builder would, Q/K row permutation included.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +31,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				if (ti->bytes)
 					sum += arena_hash(b + ti->offset, (size_t)ti->bytes);
 			}
+		struct arena_plan plan;
+		memset(&plan, 0, sizeof plan);
+		if (arena_gguf_plan_model(b, &g, &plan, msg, sizeof msg) == 0) {
+			for (uint64_t i = 0; i < plan.n_named; i++) {
+				const struct arena_named *n = &plan.named[i];
+				if (n->role == BATON_ROLE_BLOB) {
+					sum += arena_hash(n->data, (size_t)n->bytes);
+					continue;
+				}
+				uint64_t bytes = baton_dtype_row_bytes((int)n->dtype, n->cols) * n->rows;
+				uint8_t *dst = malloc(bytes ? bytes : 1);
+				if (!dst)
+					continue;
+				arena_gguf_fill_named(b, &g, n, dst);
+				sum += arena_hash(dst, (size_t)bytes);
+				free(dst);
+			}
+		}
+		arena_plan_free_named(&plan);
 		if (sum == 42)
 			msg[0] = 0;
 		arena_gguf_free(&g);

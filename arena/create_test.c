@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <jansson.h>
 #include <math.h>
 #include <sys/file.h>
 #include <sys/wait.h>
@@ -628,8 +629,173 @@ static void t_mapping_read_only(void)
 	au_rmdir(dir);
 }
 
+/* ---- whole synthetic models (format v2) ------------------------------------ */
+
+static float f32_at(const struct baton_arena_tensor *t, uint64_t i)
+{
+	float v;
+	memcpy(&v, t->data + 4 * i, 4);
+	return v;
+}
+
+static void t_synthetic_model(void)
+{
+	au_tmpdir(dir, sizeof dir);
+	static const char *const archs[] = { "qwen3_moe", "qwen2_moe", "mixtral", "olmoe" };
+	for (size_t i = 0; i < 4; i++) {
+		char path[PATH_MAX], path1[PATH_MAX], name[64];
+		snprintf(name, sizeof name, "%s.arena", archs[i]);
+		mkpath(path, sizeof path, name);
+		snprintf(name, sizeof name, "%s-1.arena", archs[i]);
+		mkpath(path1, sizeof path1, name);
+		struct baton_synth_params p = {
+			.arch = archs[i], .layers = 2, .experts = 4, .top_k = 2, .d_model = 64, .d_ff = 96,
+			.heads = 4, .kv_heads = 2, .head_dim = 32, .vocab = 128, .shared_ff = 64,
+			.dtype = i % 2 ? BATON_DT_BF16 : BATON_DT_Q8_0, .seed = 21,
+		};
+		struct baton_arena_source src = { .kind = BATON_ARENA_SRC_SYNTHETIC, .synth = p };
+		struct baton_create_opts o1 = { .threads = 1 }, o4 = { .threads = 4 };
+		char msg[512] = "";
+		T_ASSERT_MSG((arena_create(path, &src, &o4, NULL, msg, sizeof msg)) == 0, "%s", msg);
+		T_ASSERT_MSG((arena_create(path1, &src, &o1, NULL, msg, sizeof msg)) == 0, "%s", msg);
+		struct baton_arena *a, *b;
+		T_OK(arena_open(path, &a, msg, sizeof msg));
+		T_OK(arena_open(path1, &b, msg, sizeof msg));
+		T_EQ_STR(arena_arch(a), archs[i]);
+		/* exactly the architecture's tensors, with its shapes */
+		struct arena_model_cfg c = { 0 };
+		snprintf(c.arch, sizeof c.arch, "%s", archs[i]);
+		c.layers = 2, c.experts = 4, c.top_k = 2, c.hidden = 64, c.moe_ff = 96, c.heads = 4;
+		c.kv_heads = 2, c.head_dim = 32, c.vocab = 128;
+		c.shared_ff = strcmp(archs[i], "qwen2_moe") == 0 ? 64 : 0;
+		c.qkv_bias = strcmp(archs[i], "qwen2_moe") == 0;
+		struct arena_model_tensor *mt;
+		uint64_t nt;
+		T_OK(arena_model_tensors(&c, &mt, &nt, msg, sizeof msg));
+		T_EQ_INT(arena_dense_count(a), nt);
+		for (uint64_t k = 0; k < nt; k++) {
+			struct baton_arena_tensor t, u;
+			T_ASSERT_MSG((arena_dense(a, mt[k].name, &t)) == 0, "%s", mt[k].name);
+			T_ASSERT_MSG(t.rows == mt[k].rows && t.cols == mt[k].cols, "%s: %ux%u", mt[k].name,
+			    t.rows, t.cols);
+			/* the same bytes whatever the thread count */
+			T_OK(arena_dense(b, mt[k].name, &u));
+			T_ASSERT_MSG(t.checksum == u.checksum, "%s differs with 1 thread", mt[k].name);
+			if (mt[k].kind == ARENA_MT_NORM) {
+				T_EQ_INT(t.dtype, BATON_DT_F32);
+				for (uint32_t j = 0; j < t.cols; j++)
+					T_ASSERT(f32_at(&t, j) >= 0.9f && f32_at(&t, j) <= 1.1f);
+			} else if (mt[k].role == BATON_ROLE_ROUTER) {
+				struct baton_arena_tensor r;
+				T_OK(arena_tensor(a, mt[k].layer, BATON_ROLE_ROUTER, &r));
+				T_ASSERT(r.data == t.data && r.dtype == BATON_DT_F32);
+				for (uint64_t j = 0; j < (uint64_t)t.rows * t.cols; j++)
+					T_ASSERT(fabsf(f32_at(&t, j)) <= 1.0f / sqrtf((float)t.cols));
+			} else if (t.rows > 1) {
+				T_EQ_INT(t.dtype, p.dtype);
+			}
+		}
+		free(mt);
+		for (uint32_t l = 0; l < 2; l++)
+			for (uint32_t x = 0; x < 4; x++) {
+				struct baton_arena_expert e, f;
+				T_OK(arena_expert(a, l, x, &e));
+				T_OK(arena_expert(b, l, x, &f));
+				T_ASSERT(e.checksum == f.checksum);
+			}
+		const void *cfg;
+		uint64_t len;
+		T_OK(arena_blob(a, "config.json", &cfg, &len));
+		json_t *j = json_loadb(cfg, (size_t)len, 0, NULL);
+		T_ASSERT(j != NULL);
+		struct arena_model_cfg back;
+		T_ASSERT_MSG((arena_model_from_config(j, &back, msg, sizeof msg)) == 0, "%s", msg);
+		T_EQ_INT(back.head_dim, 32);
+		T_EQ_INT(back.kv_heads, 2);
+		T_EQ_INT(back.vocab, 128);
+		T_EQ_INT(back.moe_ff, 96);
+		T_EQ_INT(back.shared_ff, c.shared_ff);
+		json_decref(j);
+		uint64_t nbad = 1;
+		T_OK(arena_verify(a, &nbad, msg, sizeof msg));
+		arena_close(a);
+		arena_close(b);
+	}
+	au_rmdir(dir);
+}
+
+static void t_synthetic_model_bad(void)
+{
+	au_tmpdir(dir, sizeof dir);
+	char path[PATH_MAX], msg[256];
+	mkpath(path, sizeof path, "b.arena");
+	static const struct {
+		struct baton_synth_params p;
+		int err;
+		const char *word;
+	} bad[] = {
+		{ { .arch = "llama", .layers = 1, .experts = 2, .top_k = 1, .d_model = 64, .d_ff = 64,
+		    .dtype = BATON_DT_F16 }, BATON_EUNSUPPORTED, "\"llama\"" },
+		{ { .arch = "qwen3_moe", .layers = 1, .experts = 2, .top_k = 1, .d_model = 64, .d_ff = 64,
+		    .heads = 4, .kv_heads = 3, .dtype = BATON_DT_F16 }, BATON_EINVAL, "3 key/value heads" },
+		{ { .arch = "qwen3_moe", .layers = 1, .experts = 2, .top_k = 1, .d_model = 64, .d_ff = 64,
+		    .head_dim = 7, .dtype = BATON_DT_F16 }, BATON_EINVAL, "heads of 7" },
+		{ { .arch = "mixtral", .layers = 1, .experts = 2, .top_k = 1, .d_model = 64, .d_ff = 64,
+		    .vocab = 1u << 25, .dtype = BATON_DT_F16 }, BATON_EINVAL, "vocabulary" },
+		{ { .arch = "olmoe", .layers = 1, .experts = 2, .top_k = 1, .d_model = 64, .d_ff = 64,
+		    .heads = 2, .head_dim = 40, .dtype = BATON_DT_Q8_0 }, BATON_EINVAL, "not a multiple of 32" },
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		msg[0] = '\0';
+		T_EQ_ERR(arena_create_synthetic(path, &bad[i].p, 0, msg, sizeof msg), bad[i].err);
+		T_ASSERT_MSG(strstr(msg, bad[i].word) != NULL, "\"%s\" lacks \"%s\"", msg, bad[i].word);
+		T_ASSERT(access(path, F_OK) != 0);
+	}
+	struct baton_synth_params p = { .dtype = BATON_DT_BF16, .seed = 4 };
+	T_OK(arena_synth_preset("qwen3-30b-a3b", &p));
+	T_EQ_STR(p.arch, "qwen3_moe");
+	T_ASSERT(p.layers == 48 && p.experts == 128 && p.top_k == 8 && p.d_model == 2048 &&
+	    p.d_ff == 768 && p.heads == 32 && p.kv_heads == 4 && p.head_dim == 128 && p.vocab == 151936);
+	T_ASSERT(p.dtype == BATON_DT_BF16 && p.seed == 4);
+	T_OK(arena_synth_preset("mixtral-8x7b", &p));
+	T_ASSERT(p.d_ff == 14336 && p.experts == 8 && p.kv_heads == 8);
+	T_EQ_ERR(arena_synth_preset("gpt-5", &p), BATON_ENOTFOUND);
+	T_EQ_ERR(arena_synth_preset(NULL, &p), BATON_ENOTFOUND);
+	au_rmdir(dir);
+}
+
+/* A version 1 file at the path is not reused: it does not open, so create
+ * builds over it. */
+static void t_v1_replaced(void)
+{
+	au_tmpdir(dir, sizeof dir);
+	char path[PATH_MAX], msg[512] = "";
+	mkpath(path, sizeof path, "old.arena");
+	struct baton_synth_params p = au_small();
+	au_create(path, &p);
+	size_t len;
+	uint8_t *img = au_read(path, &len);
+	struct arena_file_header *h = (struct arena_file_header *)(void *)img;
+	h->version = 1;
+	h->header_checksum = arena_header_checksum(h);
+	au_write(path, img, len);
+	free(img);
+	struct baton_arena *a;
+	T_EQ_ERR(arena_open(path, &a, msg, sizeof msg), BATON_EFORMAT);
+	T_ASSERT_MSG(strstr(msg, "version 1") && strstr(msg, "baton-arena create --synthetic --layers 2"),
+	    "%s", msg);
+	struct baton_create_result r;
+	struct baton_arena_source src = { .kind = BATON_ARENA_SRC_SYNTHETIC, .synth = p };
+	T_OK(arena_create(path, &src, NULL, &r, msg, sizeof msg));
+	T_EQ_INT(r.reused, 0);
+	T_OK(arena_open(path, &a, msg, sizeof msg));
+	arena_close(a);
+	au_rmdir(dir);
+}
+
 T_MAIN(T_CASE(t_dtype_table), T_CASE_TIMEOUT(t_half_conversions, 120), T_CASE(t_encode_q8_0),
     T_CASE(t_synthetic_layout_and_values), T_CASE(t_synthetic_deterministic),
     T_CASE(t_reuse_and_replace), T_CASE(t_stale_tmp_removed), T_CASE(t_lock_waits),
     T_CASE_TIMEOUT(t_concurrent_creators, 60), T_CASE(t_bad_params),
-    T_CASE(t_mapping_read_only))
+    T_CASE(t_mapping_read_only), T_CASE(t_synthetic_model), T_CASE(t_synthetic_model_bad),
+    T_CASE(t_v1_replaced))

@@ -368,9 +368,11 @@ static int info_json(const char *path, const struct baton_arena *a, int entries)
 	json_t *blobs = json_array();
 	for (uint64_t i = 0; i < arena_blob_count(a); i++) {
 		const char *key;
+		const void *data;
 		uint64_t len;
-		arena_blob_at(a, i, &key, NULL, &len);
-		json_array_append_new(blobs, json_pack("{s:s, s:I}", "key", key, "bytes", (json_int_t)len));
+		arena_blob_at(a, i, &key, &data, &len);
+		json_array_append_new(blobs, json_pack("{s:s, s:I, s:I}", "key", key, "bytes", (json_int_t)len,
+		    "offset", (json_int_t)((const uint8_t *)data - (const uint8_t *)arena_base(a))));
 	}
 	json_object_set_new(root, "metadata", blobs);
 	if (entries) {

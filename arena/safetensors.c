@@ -468,7 +468,10 @@ static int plan_model(struct st_src *s, const char *src, const char *dir, struct
 		json_t *j = NULL;
 		if (hf_blobs[i].json) {
 			json_error_t jerr;
-			j = json_loadb(data, (size_t)len, JSON_REJECT_DUPLICATES, &jerr);
+			/* tokenizer_config.json's model_max_length is often 1e30
+			 * written as an integer: only config.json needs exact ints */
+			j = json_loadb(data, (size_t)len,
+			    JSON_REJECT_DUPLICATES | (i ? JSON_DECODE_INT_AS_REAL : 0), &jerr);
 			if (!j) {
 				free(data);
 				return arena_errf(errbuf, errlen, BATON_ESOURCE, "%s/%s: not JSON: %s (line %d)",

@@ -127,7 +127,7 @@ def gguf_every_ggml_type():
                                 layer_types=lt, router_types=rt)
     src_path, arena = tmp("all.gguf"), tmp("all.arena")
     src, layout = write_model(src_path, kvs, tensors)
-    p = run("create", "--gguf", src_path, arena)
+    p = run("create", "--experts-only", "--gguf", src_path, arena)
     assert p.stdout.startswith("built "), p.stdout
     slices, dense = gguf_slices(src, layout, 4)
     j, n_exp, n_dense = check_arena(arena, {"layers": layers, "experts": 4, "top_k": 2,
@@ -135,7 +135,7 @@ def gguf_every_ggml_type():
                                     slices, dense)
     seen = {d for l in j["layer_dtypes"] for d in l.values()}
     assert seen == set(ALL_TYPES), set(ALL_TYPES) - seen
-    assert j["source"] == "gguf all.gguf (qwen2moe)", j["source"]
+    assert j["source"] == "gguf all.gguf (qwen2moe, experts only)", j["source"]
     assert j["dtypes"]["gate"] == lt[0][0] and j["dtypes"]["router"] == "f32"
     print("  %d ggml types, %d experts and %d dense tensors byte-exact" % (
         len(seen), n_exp, n_dense))
@@ -154,7 +154,7 @@ def gguf_v2_alignment_no_norm():
     kvs.append(("general.alignment", "u32", 64))
     src_path, arena = tmp("v2.gguf"), tmp("v2.arena")
     src, layout = write_model(src_path, kvs, tensors, version=2, alignment=64)
-    run("create", "--gguf", src_path, arena)
+    run("create", "--experts-only", "--gguf", src_path, arena)
     slices, dense = gguf_slices(src, layout, 8)
     j, _, n_dense = check_arena(arena, {"layers": 2, "experts": 8, "top_k": 3, "d_model": 512,
                                         "d_ff": 256, "has_norm": False}, slices, dense)
@@ -169,25 +169,25 @@ def gguf_reuse_and_replace():
     gw.write_gguf(a, kvs, tensors)
     kvs2, tensors2 = gw.moe_model(random.Random(4), layers=1, experts=2, top_k=1)
     gw.write_gguf(b, kvs2 + [("general.note", "str", "another")], tensors2)
-    run("create", "--gguf", a, arena)
-    assert run("create", "--gguf", a, arena).stdout.startswith("reused ")
-    p = run("create", "--gguf", b, arena, want=1)
+    run("create", "--experts-only", "--gguf", a, arena)
+    assert run("create", "--experts-only", "--gguf", a, arena).stdout.startswith("reused ")
+    p = run("create", "--experts-only", "--gguf", b, arena, want=1)
     assert "another arena" in p.stderr and "--force" in p.stderr, p.stderr
-    assert run("create", "--gguf", b, "--force", arena).stdout.startswith("built ")
+    assert run("create", "--experts-only", "--gguf", b, "--force", arena).stdout.startswith("built ")
     # the same metadata and shapes with other weights is another source too
     c = tmp("c.gguf")
     gw.write_gguf(c, kvs2 + [("general.note", "str", "another")],
                   [(n, t, ne, bytes(len(d))) for n, t, ne, d in tensors2])
-    p = run("create", "--gguf", c, arena, want=1)
+    p = run("create", "--experts-only", "--gguf", c, arena, want=1)
     assert "another arena" in p.stderr, p.stderr
-    assert run("create", "--gguf", b, arena).stdout.startswith("reused ")
+    assert run("create", "--experts-only", "--gguf", b, arena).stdout.startswith("reused ")
 
 
 def bad_gguf(name, data, words):
     path, arena = tmp(name + ".gguf"), tmp(name + ".arena")
     with open(path, "wb") as f:
         f.write(data)
-    p = run("create", "--gguf", path, arena, want=1)
+    p = run("create", "--experts-only", "--gguf", path, arena, want=1)
     for w in words:
         assert w in p.stderr, "%s: %r lacks %r" % (name, p.stderr, w)
     assert not os.path.exists(arena), name
@@ -298,14 +298,14 @@ def safetensors_single_file():
     with open(os.path.join(folder, "config.json"), "w") as f:
         json.dump({"num_experts_per_tok": 3, "num_experts": 4}, f)
     arena = tmp("st1.arena")
-    run("create", "--safetensors", os.path.join(folder, "model.safetensors"), arena)
+    run("create", "--experts-only", "--safetensors", os.path.join(folder, "model.safetensors"), arena)
     slices, dense = st_slices(where)
     j, n_exp, n_dense = check_arena(arena, {"layers": 3, "experts": 4, "top_k": 3, "d_model": 64,
                                             "d_ff": 96, "has_norm": True}, slices, dense)
     assert n_dense == 6 and j["dtypes"]["gate"] == "bf16" and j["dtypes"]["norm"] == "f32"
     # the folder works too, and --top-k overrides config.json
     arena2 = tmp("st1b.arena")
-    run("create", "--safetensors", folder, "--top-k", "1", arena2)
+    run("create", "--experts-only", "--safetensors", folder, "--top-k", "1", arena2)
     assert info(arena2)["top_k"] == 1
 
 
@@ -326,12 +326,12 @@ def safetensors_sharded_folder():
     sw.write_safetensors(os.path.join(folder, "stray.safetensors"),
                          [("model.layers.0.mlp.experts.0.gate_proj.weight", "F16", [1, 1], b"zz")])
     arena = tmp("st3.arena")
-    run("create", "--safetensors", folder, arena)
+    run("create", "--experts-only", "--safetensors", folder, arena)
     slices, dense = st_slices(where)
     j, n_exp, _ = check_arena(arena, {"layers": 2, "experts": 6, "top_k": 2, "d_model": 128,
                                       "d_ff": 64}, slices, dense)
     assert [l["gate"] for l in j["layer_dtypes"]] == ["f16", "f32"], j["layer_dtypes"]
-    assert j["source"] == "safetensors st3 (3 shards)", j["source"]
+    assert j["source"] == "safetensors st3 (3 shards, experts only)", j["source"]
     print("  %d experts from 3 shards byte-exact" % n_exp)
 
 
@@ -343,14 +343,14 @@ def safetensors_mixtral_names():
     path = tmp("mixtral.safetensors")
     where = single(path, tensors)
     arena = tmp("mixtral.arena")
-    run("create", "--safetensors", path, "--top-k", "2", arena)
+    run("create", "--experts-only", "--safetensors", path, "--top-k", "2", arena)
     slices, dense = st_slices(where, mixtral=True)
     check_arena(arena, {"layers": 2, "experts": 8, "top_k": 2, "has_norm": False}, slices, dense)
 
 
 def bad_st(name, src, words, extra=()):
     arena = tmp(name + ".arena")
-    p = run("create", "--safetensors", src, *extra, arena, want=1)
+    p = run("create", "--experts-only", "--safetensors", src, *extra, arena, want=1)
     for w in words:
         assert w in p.stderr, "%s: %r lacks %r" % (name, p.stderr, w)
     assert not os.path.exists(arena), name
@@ -444,6 +444,329 @@ def safetensors_malformed():
     msgs.append(bad_st("config", folder, ["config.json says 3 experts, the weights have 2"]))
     for m in msgs:
         print("  " + m[m.find(": ", m.find(".arena")) + 2:][:110])
+
+
+# ---- whole models (format v2) -------------------------------------------------
+
+FIXTURES = os.path.join(ROOT, "tests", "fixtures", "arena", "hf")
+
+
+def contents(path):
+    """(info, dense {name: (dtype, rows, cols, bytes)}, experts {(l, e): (g, u, d)},
+    blobs {key: bytes}) of an arena, read from the file by info's offsets."""
+    j = info(path)
+    with open(path, "rb") as f:
+        data = f.read()
+    dense = {t["name"]: (t["dtype"], t["rows"], t["cols"], data[t["offset"]:t["offset"] + t["bytes"]])
+             for t in j["dense"]}
+    experts = {}
+    for e in j["entries"]:
+        if e["role"] == "expert":
+            experts[(e["layer"], e["expert"])] = tuple(
+                data[e["offset"] + p["offset"]:e["offset"] + p["offset"] + p["bytes"]] for p in e["parts"])
+    blobs = {b["key"]: data[b["offset"]:b["offset"] + b["bytes"]] for b in j["metadata"]}
+    assert run("verify", path).stdout.startswith("ok ")
+    return j, dense, experts, blobs
+
+
+ST_TO_ARENA = {"F32": "f32", "F16": "f16", "BF16": "bf16"}
+
+
+def check_model(path, c, dense, experts, dtype):
+    """The arena holds exactly the model's dense tensors (HF names, shapes,
+    bytes) and experts."""
+    j, got, exps, blobs = contents(path)
+    assert j["arch"] == c["model_type"], j["arch"]
+    want = {}
+    for name, st, shape, data in dense:
+        if c["model_type"] == "mixtral" and name.endswith(".mlp.gate.weight"):
+            name = name.replace(".mlp.gate.", ".block_sparse_moe.gate.")
+        rows, cols = (shape[0], shape[1]) if len(shape) == 2 else (1, shape[0])
+        want[name] = (ST_TO_ARENA[st], rows, cols, data)
+    assert set(got) == set(want), (sorted(set(got) ^ set(want)))[:6]
+    for name in want:
+        assert got[name] == want[name], "%s differs: %r" % (name, got[name][:3])
+    assert exps == experts, "experts differ"
+    assert "config.json" in blobs
+    return j, got, exps, blobs
+
+
+def tok_files():
+    tokens = ["<unk>", "<s>", "</s>"] + ["tok%d" % i for i in range(5)] + ["\u0120h\u00e9llo"]
+    tj = {"version": "1.0", "model": {"type": "BPE", "vocab": {t: i for i, t in enumerate(tokens)},
+                                      "merges": ["t o", "to k"]}}
+    return tokens, {"tokenizer.json": json.dumps(tj), "tokenizer_config.json":
+                    '{"bos_token": "<s>", "model_max_length": 1000000000000000019884624838656}',
+                    "chat_template.jinja": "{% for m in messages %}{{ m.content }}{% endfor %}"}
+
+
+@case
+def model_hf_and_gguf_agree():
+    """Per architecture and dtype: an HF folder, the same weights fused, and
+    the GGUF llama.cpp's converter would make of it give the same dense
+    tensors (by Hugging Face name, byte for byte, Mixtral's Q/K un-permuted)
+    and the same experts; the GGUF's config.json says what the HF one says."""
+    rng = random.Random(17)
+    tokens, tok = tok_files()
+    for arch in sw.ARCHS:
+        for dtype in ("F32", "BF16"):
+            c = sw.hf_config(arch, tie=arch == "olmoe" and dtype == "BF16")
+            dense, experts = sw.hf_model(rng, c, dtype)
+            folder = tmp("%s_%s" % (arch, dtype))
+            sw.write_hf_folder(folder, c, dense, experts, dtype, shards=1 if dtype == "F32" else 2,
+                               tokenizer=tok)
+            a = tmp("%s_%s.arena" % (arch, dtype))
+            run("create", "--safetensors", folder, a)
+            j, got, exps, blobs = check_model(a, c, dense, experts, dtype)
+            assert blobs["tokenizer.json"] == tok["tokenizer.json"].encode()
+            assert blobs["chat_template.jinja"] == tok["chat_template.jinja"].encode()
+            assert json.loads(blobs["config.json"]) == c
+            assert j["tokenizer"] is True and j["top_k"] == 2
+
+            fused = tmp("%s_%s_fused" % (arch, dtype))
+            sw.write_hf_folder(fused, c, dense, experts, dtype, fused=True)
+            af = tmp("%s_%s_fused.arena" % (arch, dtype))
+            run("create", "--safetensors", fused, af)
+            check_model(af, c, dense, experts, dtype)
+
+            kvs, tensors = gw.gguf_from_hf(c, dense, experts, dtype, gw.tokenizer_kvs(
+                tokens, ["t o", "to k"], tok["chat_template.jinja"]))
+            g = tmp("%s_%s.gguf" % (arch, dtype))
+            gw.write_gguf(g, kvs, tensors)
+            ag = tmp("%s_%s_gguf.arena" % (arch, dtype))
+            run("create", "--gguf", g, ag)
+            jg, gd, ge, gb = check_model(ag, c, dense, experts, dtype)
+            assert set(gb) == {"config.json", "gguf_tokenizer.json"}, set(gb)
+            gc = json.loads(gb["config.json"])
+            E = c.get("num_experts") or c.get("num_local_experts")
+            for k in ("model_type", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                      "num_key_value_heads", "vocab_size", "num_experts_per_tok",
+                      "max_position_embeddings", "tie_word_embeddings", "bos_token_id",
+                      "eos_token_id", "intermediate_size", "moe_intermediate_size",
+                      "shared_expert_intermediate_size", "norm_topk_prob"):
+                if k in c:
+                    assert gc[k] == c[k], (arch, k, gc[k], c[k])
+            assert gc["num_experts"] == E and gc["num_local_experts"] == E
+            assert gc["head_dim"] == (c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"])
+            assert abs(gc["rms_norm_eps"] - c["rms_norm_eps"]) < 1e-12
+            assert gc["rope_theta"] == c["rope_parameters"]["rope_theta"] == gc["rope_parameters"]["rope_theta"]
+            gt = json.loads(gb["gguf_tokenizer.json"])
+            assert gt["tokenizer.ggml.tokens"] == tokens, gt["tokenizer.ggml.tokens"]
+            assert gt["tokenizer.ggml.merges"] == ["t o", "to k"]
+            assert gt["tokenizer.chat_template"] == tok["chat_template.jinja"]
+            assert gt["tokenizer.ggml.add_bos_token"] is False and gt["tokenizer.ggml.eos_token_id"] == 2
+            assert jg["source"].startswith("gguf %s_%s.gguf" % (arch, dtype)), jg["source"]
+        print("  %-9s HF folder, fused experts and GGUF: %d dense tensors, %d experts agree" % (
+            arch, len(got), len(exps)))
+
+
+@case
+def model_mixtral_gguf_permutation():
+    """The Q/K rows really are moved: the GGUF's attn_q bytes differ from
+    HF's, the arena's equal HF's."""
+    rng = random.Random(3)
+    c = sw.hf_config("mixtral", heads=4, kv_heads=2, head_dim=16)
+    dense, experts = sw.hf_model(rng, c, "F32")
+    kvs, tensors = gw.gguf_from_hf(c, dense, experts, "F32")
+    q = [d for n, _, _, d in dense if n == "model.layers.0.self_attn.q_proj.weight"][0]
+    gq = [d for n, _, _, d in tensors if n == "blk.0.attn_q.weight"][0]
+    assert q != gq and sorted(q[i:i + 256] for i in range(0, len(q), 256)) == \
+        sorted(gq[i:i + 256] for i in range(0, len(gq), 256))
+    g = tmp("m.gguf")
+    gw.write_gguf(g, kvs, tensors)
+    run("create", "--gguf", g, tmp("m.arena"))
+    _, got, _, _ = contents(tmp("m.arena"))
+    assert got["model.layers.0.self_attn.q_proj.weight"][3] == q
+    # and a quantized type moves whole rows: q8_0 rows of 64 columns
+    qd = [(n, "F32", s, d) for n, _, s, d in dense]
+    kvs, tensors = gw.gguf_from_hf(c, qd, experts, "F32")
+    rows = {}
+    for i, (n, t, ne, d) in enumerate(tensors):
+        if n in ("blk.0.attn_q.weight", "blk.0.attn_k.weight"):
+            rb = gw.row_bytes("q8_0", ne[0])
+            hf_rows = [rng.randbytes(rb) for _ in range(ne[1])]
+            heads = 4 if "attn_q" in n else 2
+            rows[n] = b"".join(hf_rows)
+            tensors[i] = (n, "q8_0", ne, gw.permute_rows(rows[n], ne[1], heads, rb))
+    gw.write_gguf(g, kvs, tensors)
+    run("create", "--force", "--gguf", g, tmp("m.arena"))
+    _, got, _, _ = contents(tmp("m.arena"))
+    assert got["model.layers.0.self_attn.q_proj.weight"] == ("q8_0", 64, 64, rows["blk.0.attn_q.weight"])
+    assert got["model.layers.0.self_attn.k_proj.weight"][3] == rows["blk.0.attn_k.weight"]
+
+
+@case
+def model_transformers_fixtures():
+    """What transformers 5.17's save_pretrained wrote (tests/fixtures/arena/hf)
+    imports whole: every tensor of the file is in the arena, byte for byte."""
+    for arch in ("qwen3_moe", "qwen2_moe", "mixtral", "olmoe", "qwen3_moe_bf16"):
+        folder = os.path.join(FIXTURES, arch)
+        a = tmp(arch + ".arena")
+        run("create", "--safetensors", folder, a)
+        j, dense, experts, blobs = contents(a)
+        with open(os.path.join(folder, "model.safetensors"), "rb") as f:
+            raw = f.read()
+        n = struct.unpack("<Q", raw[:8])[0]
+        hdr = json.loads(raw[8:8 + n])
+        base = 8 + n
+        nd = 0
+        for name, t in hdr.items():
+            if name == "__metadata__":
+                continue
+            b = raw[base + t["data_offsets"][0]:base + t["data_offsets"][1]]
+            if ".experts." in name:
+                parts = name.split(".")
+                l, e = int(parts[2]), int(parts[5])
+                k = {"gate_proj": 0, "w1": 0, "up_proj": 1, "w3": 1, "down_proj": 2, "w2": 2}[parts[6]]
+                assert experts[(l, e)][k] == b, name
+            else:
+                assert dense[name][3] == b, name
+                nd += 1
+        assert nd == len(dense), (nd, len(dense))
+        want_blobs = {"config.json", "generation_config.json"} | (
+            set() if arch.endswith("bf16") else {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja"})
+        assert set(blobs) == want_blobs, set(blobs)
+        print("  %-15s %2d dense tensors, %d experts, %s" % (arch, nd, len(experts),
+                                                             ", ".join(sorted(blobs))))
+
+
+def refuse(name, src, words, *extra, gguf=False):
+    a = tmp(name + ".arena")
+    p = run("create", "--gguf" if gguf else "--safetensors", src, *extra, a, want=1)
+    for w in words:
+        assert w in p.stderr, "%s: %r lacks %r" % (name, p.stderr, w)
+    assert not os.path.exists(a)
+    return p.stderr.strip()
+
+
+@case
+def model_unsupported_refused():
+    """An architecture, option or tensor the forward pass does not know is
+    refused at create, by name; nothing is imported wrong."""
+    rng = random.Random(5)
+    msgs = []
+
+    def folder(name, c, dense=None, experts=None, tensors_of=None, **kw):
+        """tensors as for tensors_of (default c), config.json says c"""
+        if dense is None:
+            dense, experts = sw.hf_model(random.Random(9), c)
+        f = tmp(name)
+        sw.write_hf_folder(f, tensors_of or c, dense, experts, **kw)
+        with open(os.path.join(f, "config.json"), "w") as fp:
+            json.dump(c, fp)
+        return f
+
+    base = sw.hf_config("qwen3_moe")
+    dense, experts = sw.hf_model(rng, base)
+    for key, val, words in (
+            ("model_type", "deepseek_v2", ['model_type "deepseek_v2" is not supported', "--experts-only"]),
+            ("rope_parameters", {"rope_type": "yarn", "factor": 4.0}, ['rope_parameters type "yarn"']),
+            ("rope_scaling", {"type": "linear", "factor": 2.0}, ['rope_scaling type "linear"']),
+            ("mlp_only_layers", [1], ["mlp_only_layers is set"]),
+            ("decoder_sparse_step", 2, ["decoder_sparse_step 2"]),
+            ("use_sliding_window", True, ["use_sliding_window"]),
+            ("hidden_act", "gelu", ['hidden_act "gelu"']),
+            ("quantization_config", {"quant_method": "gptq"}, ["quantization_config"]),
+            ("num_experts_per_tok", 9, ["4 experts, 9 per token"])):
+        c = dict(base)
+        c[key] = val
+        msgs.append(refuse(key, folder(key, c, dense, experts, tensors_of=base), words))
+    c = dict(base)
+    del c["hidden_size"]
+    msgs.append(refuse("nohidden", folder("nohidden", c, dense, experts, tensors_of=base),
+                       ["no hidden_size"]))
+    # a tensor missing, one too many, a wrong shape, a dtype without ggml type
+    msgs.append(refuse("missing", folder("missing", base, [d for d in dense if "k_norm" not in d[0]],
+                                          experts), ["no tensor model.layers.0.self_attn.k_norm.weight"]))
+    msgs.append(refuse("extra", folder("extra", base, dense, experts,
+                                        extra=[("model.layers.0.mlp.bias", "F32", [4], b"\0" * 16)]),
+                       ["tensor model.layers.0.mlp.bias is not part of a qwen3_moe model"]))
+    bad = [(n, d, [s[0] + 1] + s[1:] if n == "model.embed_tokens.weight" else s,
+            rng.randbytes(sw.nbytes(d, [s[0] + 1] + s[1:])) if n == "model.embed_tokens.weight" else b)
+           for n, d, s, b in dense]
+    msgs.append(refuse("shape", folder("shape", base, bad, experts), ["model.embed_tokens.weight has shape"]))
+    f8 = [(n, "F8_E4M3" if n == "model.norm.weight" else d, s, b[:len(b) // 4] if n == "model.norm.weight" else b)
+          for n, d, s, b in dense]
+    msgs.append(refuse("f8", folder("f8", base, f8, experts), ["F8_E4M3"]))
+    E = dict(experts)
+    del E[(1, 3)]
+    msgs.append(refuse("noexpert", folder("noexpert", base, dense, E), ["layer 1 expert 3 has no"]))
+    nc = folder("nocfg", base, dense, experts)
+    os.unlink(os.path.join(nc, "config.json"))
+    msgs.append(refuse("nocfg", nc, ["no config.json", "--experts-only"]))
+    msgs.append(refuse("topk", folder("topk", base, dense, experts), ["--top-k 3 disagrees"], "--top-k", "3"))
+    p = run("create", "--experts-only", "--safetensors", nc, tmp("eo.arena"))
+    assert info(tmp("eo.arena"))["arch"] == ""
+    # mixtral with a sliding window
+    m = sw.hf_config("mixtral")
+    m["sliding_window"] = 4096
+    msgs.append(refuse("swa", folder("swa", m), ["sliding_window is set"]))
+
+    # GGUF: an unknown architecture, rope scaling, a stray tensor, a missing one
+    kvs, tensors = gw.gguf_from_hf(base, dense, experts)
+    def gg(name, k, t):
+        path = tmp(name + ".gguf")
+        gw.write_gguf(path, k, t)
+        return path
+    ren = [(n, ty, v.replace("qwen3moe", "deepseek2") if n == "general.architecture" else v)
+           if n == "general.architecture" else (n.replace("qwen3moe.", "deepseek2."), ty, v) for n, ty, v in kvs]
+    msgs.append(refuse("g_arch", gg("g_arch", ren, tensors), ['GGUF architecture "deepseek2"'], gguf=True))
+    msgs.append(refuse("g_rope", gg("g_rope", kvs + [("qwen3moe.rope.scaling.type", "str", "yarn")], tensors),
+                       ['rope.scaling.type "yarn"'], gguf=True))
+    msgs.append(refuse("g_rot", gg("g_rot", kvs + [("qwen3moe.rope.dimension_count", "u32", 8)], tensors),
+                       ["partial rotary"], gguf=True))
+    msgs.append(refuse("g_extra", gg("g_extra", kvs, tensors + [("rope_freqs.weight", "f32", [8], b"\0" * 32)]),
+                       ["tensor rope_freqs.weight is not part"], gguf=True))
+    msgs.append(refuse("g_missing", gg("g_missing", kvs, [t for t in tensors if t[0] != "output_norm.weight"]),
+                       ["no tensor for model.norm.weight"], gguf=True))
+    msgs.append(refuse("g_heads", gg("g_heads", [(n, "arr", ("u32", [2, 2])) if n.endswith("head_count_kv")
+                                                  else (n, t, v) for n, t, v in kvs], tensors),
+                       ["head_count_kv is not an unsigned 32-bit integer"], gguf=True))
+    badtok = kvs + [("tokenizer.ggml.tokens", "arr", ("str", [b"\xff\xfe"]))]
+    msgs.append(refuse("g_utf8", gg("g_utf8", badtok, tensors), ["tokenizer.ggml.tokens has a value JSON cannot hold"],
+                       gguf=True))
+    run("create", "--experts-only", "--gguf", gg("g_eo", ren, tensors), tmp("geo.arena"))
+    for m in msgs:
+        print("  " + m[m.find(": ", m.find(".arena")) + 2:][:120])
+
+
+@case
+def model_synthetic_arch():
+    """--synthetic-arch makes a whole random model of real shapes: every
+    tensor the architecture has, a config.json, deterministic."""
+    a = tmp("s.arena")
+    run("create", "--synthetic-arch", "qwen2_moe", "--layers", "2", "--experts", "4", "--top-k", "2",
+        "--d-model", "64", "--d-ff", "32", "--heads", "4", "--kv-heads", "2", "--head-dim", "16",
+        "--vocab", "96", "--shared-ff", "48", "--dtype", "bf16", "--seed", "3", a)
+    c = sw.hf_config("qwen2_moe")
+    j, dense, experts, blobs = contents(a)
+    want = {n: s for n, s in sw.hf_shapes(c)}
+    assert set(dense) == set(want), sorted(set(dense) ^ set(want))[:5]
+    for n, s in want.items():
+        rows, cols = (s[0], s[1]) if len(s) == 2 else (1, s[0])
+        assert dense[n][1:3] == (rows, cols), (n, dense[n][1:3], s)
+    assert dense["model.embed_tokens.weight"][0] == "bf16" and dense["model.norm.weight"][0] == "f32"
+    gc = json.loads(blobs["config.json"])
+    assert gc["model_type"] == "qwen2_moe" and gc["shared_expert_intermediate_size"] == 48
+    h = run("info", a).stdout
+    assert "arch       qwen2_moe" in h and "tokenizer  none" in h, h
+    b = tmp("s2.arena")
+    run("create", "--synthetic-arch", "qwen2_moe", "--layers", "2", "--experts", "4", "--top-k", "2",
+        "--d-model", "64", "--d-ff", "32", "--heads", "4", "--kv-heads", "2", "--head-dim", "16",
+        "--vocab", "96", "--shared-ff", "48", "--dtype", "bf16", "--seed", "3", "--threads", "1", b)
+    assert contents(b)[1] == dense
+    # the preset's shape (its real size is for the benchmarks: checked, not built)
+    p = run("create", "--synthetic-arch", "mixtral", "--preset", "qwen3-30b-a3b", tmp("x"), want=2)
+    assert "another architecture" in p.stderr
+    p = run("create", "--synthetic-arch", "llama", "--layers", "1", "--experts", "2", "--top-k", "1",
+            "--d-model", "64", "--d-ff", "32", tmp("y"), want=1)
+    assert 'synthetic architecture "llama"' in p.stderr, p.stderr
+    run("create", "--synthetic-arch", "qwen3_moe", "--preset", "qwen3-30b-a3b", "--layers", "1",
+        "--experts", "8", "--vocab", "1024", "--dtype", "q8_0", tmp("q.arena"))
+    jq, dq, _, _ = contents(tmp("q.arena"))
+    assert jq["d_model"] == 2048 and jq["d_ff"] == 768 and jq["top_k"] == 8
+    assert dq["model.layers.0.self_attn.q_proj.weight"][:3] == ("q8_0", 4096, 2048)
+    assert dq["model.layers.0.self_attn.k_norm.weight"][:3] == ("f32", 1, 128)
 
 
 def main():

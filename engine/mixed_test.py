@@ -75,7 +75,7 @@ def arena_of(c, name, expert_types):
     src = os.path.join(c.dir, name + ".gguf")
     write_model(src, expert_types)
     path = os.path.join(c.dir, name + ".arena")
-    r = subprocess.run([ARENA, "create", "--gguf", src, path], capture_output=True, text=True)
+    r = subprocess.run([ARENA, "create", "--experts-only", "--gguf", src, path], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     info = subprocess.run([ARENA, "info", path], capture_output=True, text=True).stdout
     return path, info

@@ -3,6 +3,7 @@ targets: OUT/arena_open (small arenas made by BIN, baton-arena, some with
 the fuzzer's "recompute the checksums" byte set), OUT/arena_gguf and
 OUT/arena_safetensors (small models from the test writers).
 """
+import json
 import os
 import random
 import subprocess
@@ -26,9 +27,32 @@ def main(out, binary):
         os.unlink(p + ".lock")
         with open(p, "rb") as f:
             b = bytearray(f.read())
-        b[400] = 1  # the fuzzer recomputes the checksums
+        b[464] = 1  # the fuzzer recomputes the checksums
         with open(p + "-fix", "wb") as f:
             f.write(b)
+    # whole models (format v2): names, dense tensors, config.json
+    for i, arch in enumerate(sw.ARCHS):
+        p = os.path.join(out, "arena_open", "m%d" % i)
+        subprocess.run([binary, "create", "--synthetic-arch", arch, "--layers", "1", "--experts", "2",
+                        "--top-k", "1", "--d-model", "32", "--d-ff", "32", "--heads", "2",
+                        "--kv-heads", "1", "--head-dim", "16", "--vocab", "8", "--shared-ff", "32",
+                        "--dtype", "f16", "--force", p], check=True, capture_output=True)
+        os.unlink(p + ".lock")
+        with open(p, "rb") as f:
+            b = bytearray(f.read())
+        b[464] = 1
+        with open(p + "-fix", "wb") as f:
+            f.write(b)
+        c = sw.hf_config(arch, layers=1, experts=2, top_k=1, hidden=32, heads=2, kv_heads=1,
+                         head_dim=16, moe_ff=32, shared_ff=32, vocab=8)
+        dense, experts = sw.hf_model(rng, c, "F16")
+        kvs, tensors = gw.gguf_from_hf(c, dense, experts, "F16", gw.tokenizer_kvs(
+            ["a", "b", "c"], ["a b"], "{{ messages }}"))
+        gw.write_gguf(os.path.join(out, "arena_gguf", "m%d" % i), kvs, tensors)
+        # a header that is a config.json: the config checks see it
+        with open(os.path.join(out, "arena_safetensors", "c%d" % i), "wb") as f:
+            hj = json.dumps(c).encode()
+            f.write(len(hj).to_bytes(8, "little") + hj)
     for i, (types, norm) in enumerate([(("f32", "f16", "bf16"), True),
                                        (("q8_0", "q4_0", "iq4_nl"), False)]):
         kvs, tensors = gw.moe_model(rng, layers=2, experts=2, top_k=1, d_model=32, d_ff=32,

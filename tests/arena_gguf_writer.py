@@ -142,3 +142,109 @@ def moe_model(rng, arch="qwen2moe", layers=2, experts=4, top_k=2, d_model=256, d
         for name, t, ne in shapes:
             tensors.append((blk + name, t, ne, rng.randbytes(tensor_bytes(t, ne))))
     return kvs, tensors
+
+
+# ---- whole models, as llama.cpp's convert_hf_to_gguf.py writes them -----------
+
+GGUF_ARCH = {"qwen3_moe": "qwen3moe", "qwen2_moe": "qwen2moe", "mixtral": "llama", "olmoe": "olmoe"}
+_ST_TO_GGML = {"F32": "f32", "F16": "f16", "BF16": "bf16"}
+
+# model.layers.N.<hf> -> blk.N.<gguf> (llama.cpp's gguf-py tensor_mapping.py)
+_LAYER_NAMES = {
+    "input_layernorm.weight": "attn_norm.weight",
+    "post_attention_layernorm.weight": "ffn_norm.weight",
+    "self_attn.q_proj.weight": "attn_q.weight", "self_attn.k_proj.weight": "attn_k.weight",
+    "self_attn.v_proj.weight": "attn_v.weight", "self_attn.o_proj.weight": "attn_output.weight",
+    "self_attn.q_proj.bias": "attn_q.bias", "self_attn.k_proj.bias": "attn_k.bias",
+    "self_attn.v_proj.bias": "attn_v.bias",
+    "self_attn.q_norm.weight": "attn_q_norm.weight", "self_attn.k_norm.weight": "attn_k_norm.weight",
+    "mlp.gate.weight": "ffn_gate_inp.weight", "block_sparse_moe.gate.weight": "ffn_gate_inp.weight",
+    "mlp.shared_expert.gate_proj.weight": "ffn_gate_shexp.weight",
+    "mlp.shared_expert.up_proj.weight": "ffn_up_shexp.weight",
+    "mlp.shared_expert.down_proj.weight": "ffn_down_shexp.weight",
+    "mlp.shared_expert_gate.weight": "ffn_gate_inp_shexp.weight",
+}
+_GLOBAL_NAMES = {"model.embed_tokens.weight": "token_embd.weight",
+                 "model.norm.weight": "output_norm.weight", "lm_head.weight": "output.weight"}
+
+
+def gguf_name(hf):
+    if hf in _GLOBAL_NAMES:
+        return _GLOBAL_NAMES[hf]
+    parts = hf.split(".", 3)  # model, layers, N, rest
+    return "blk.%s.%s" % (parts[2], _LAYER_NAMES[parts[3]])
+
+
+def permute_rows(data, rows, n_head, row_bytes):
+    """convert_hf_to_gguf.py's LlamaModel.permute on whole rows: within each
+    head of hd rows, HF row i*hd/2 + j goes to row 2j + i."""
+    hd = rows // n_head
+    half = hd // 2
+    out = bytearray(len(data))
+    for h in range(n_head):
+        for i in range(2):
+            for j in range(half):
+                src = (h * hd + i * half + j) * row_bytes
+                dst = (h * hd + 2 * j + i) * row_bytes
+                out[dst:dst + row_bytes] = data[src:src + row_bytes]
+    return bytes(out)
+
+
+def gguf_from_hf(c, dense, experts, dtype="F32", tokenizer=None, extra_kvs=(), drop=()):
+    """(kvs, tensors) of the GGUF convert_hf_to_gguf.py makes of this HF
+    model: the <arch>.* keys, tensors renamed, experts stacked into
+    blk.N.ffn_{gate,up,down}_exps, llama's Q/K rows permuted for Mixtral.
+    tokenizer: extra (key, type, value) for the tokenizer.* keys."""
+    arch = GGUF_ARCH[c["model_type"]]
+    H, nh, nkv = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"]
+    hd = c.get("head_dim") or H // nh
+    E = c.get("num_experts") or c.get("num_local_experts")
+    qwen = c["model_type"].startswith("qwen")
+    I = c["moe_intermediate_size"] if qwen else c["intermediate_size"]
+    theta = (c.get("rope_parameters") or {}).get("rope_theta", c.get("rope_theta", 10000.0))
+    kvs = [("general.architecture", "str", arch), ("general.name", "str", "baton test"),
+           (arch + ".block_count", "u32", c["num_hidden_layers"]),
+           (arch + ".context_length", "u32", c["max_position_embeddings"]),
+           (arch + ".embedding_length", "u32", H),
+           (arch + ".feed_forward_length", "u32", c["intermediate_size"]),
+           (arch + ".attention.head_count", "u32", nh),
+           (arch + ".attention.head_count_kv", "u32", nkv),
+           (arch + ".rope.freq_base", "f32", theta),
+           (arch + ".attention.layer_norm_rms_epsilon", "f32", c["rms_norm_eps"]),
+           (arch + ".expert_count", "u32", E), (arch + ".expert_used_count", "u32", c["num_experts_per_tok"])]
+    if qwen:
+        kvs.append((arch + ".expert_feed_forward_length", "u32", I))
+    if c["model_type"] == "qwen3_moe":
+        kvs += [(arch + ".attention.key_length", "u32", hd), (arch + ".attention.value_length", "u32", hd)]
+    if c["model_type"] == "qwen2_moe":
+        kvs.append((arch + ".expert_shared_feed_forward_length", "u32", c["shared_expert_intermediate_size"]))
+    if arch == "llama":
+        kvs += [(arch + ".vocab_size", "u32", c["vocab_size"]), (arch + ".rope.dimension_count", "u32", hd)]
+    kvs += list(tokenizer or []) + list(extra_kvs)
+    t = _ST_TO_GGML[dtype]
+    tensors = []
+    for name, st_dtype, shape, data in dense:
+        if name in drop:
+            continue
+        gt = _ST_TO_GGML[st_dtype]
+        ne = list(reversed(shape))
+        if arch == "llama" and name.endswith(("self_attn.q_proj.weight", "self_attn.k_proj.weight")):
+            heads = nh if ".q_proj." in name else nkv
+            data = permute_rows(data, shape[0], heads, row_bytes(gt, shape[1]))
+        tensors.append((gguf_name(name), gt, ne, data))
+    for l in range(c["num_hidden_layers"]):
+        for k, (part, ne) in enumerate((("gate", [H, I, E]), ("up", [H, I, E]), ("down", [I, H, E]))):
+            tensors.append(("blk.%d.ffn_%s_exps.weight" % (l, part), t, ne,
+                            b"".join(experts[(l, e)][k] for e in range(E))))
+    return kvs, tensors
+
+
+def tokenizer_kvs(tokens, merges, template):
+    """The tokenizer.* keys of a byte-level BPE (gpt2-style) tokenizer."""
+    return [("tokenizer.ggml.model", "str", "gpt2"), ("tokenizer.ggml.pre", "str", "qwen2"),
+            ("tokenizer.ggml.tokens", "arr", ("str", tokens)),
+            ("tokenizer.ggml.token_type", "arr", ("i32", [1] * len(tokens))),
+            ("tokenizer.ggml.merges", "arr", ("str", merges)),
+            ("tokenizer.ggml.bos_token_id", "u32", 1), ("tokenizer.ggml.eos_token_id", "u32", 2),
+            ("tokenizer.ggml.add_bos_token", "bool", False),
+            ("tokenizer.chat_template", "str", template)]
