@@ -38,6 +38,13 @@ struct dtensor {
 	uint32_t dtype;
 };
 
+/* A dense tensor's bytes in the arena, uploaded at open and at refill. */
+struct upload {
+	struct dtensor *t;
+	const void *src;
+	uint64_t bytes;
+};
+
 struct layer {
 	struct dtensor in_norm, post_norm;
 	struct dtensor q, k, v, o, qb, kb, vb, ob, q_norm, k_norm;
@@ -55,14 +62,17 @@ struct baton_model {
 	struct baton_model_config cfg;
 	struct layer *layers;
 	struct dtensor embed, norm, head;
-	baton_dptr *owned;            /* every dense allocation, to free */
-	uint32_t n_owned, cap_owned;
+	struct upload *ups;           /* every dense tensor: where it comes from */
+	uint32_t n_ups, cap_ups;
 	uint64_t dense_bytes;
+	int released;                 /* model_release: nothing on the device */
+	void *kv_saved;               /* the sequence's KV rows while released */
 	float *inv_freq;              /* head_dim / 2 */
 	uint32_t max_ctx, max_batch;
 	/* activations, max_batch rows */
 	baton_dptr x, xn, q, ao, rl, sg, su, sy, gl, logits;
 	baton_dptr act_base;
+	uint64_t act_bytes;
 	/* the KV cache: per layer K then V, [max_ctx][kv_heads * head_dim] */
 	baton_dptr kv;
 	uint64_t kv_bytes;
@@ -87,18 +97,45 @@ static void merr(char *buf, size_t len, const char *fmt, ...)
 	va_end(ap);
 }
 
-static int own(struct baton_model *m, baton_dptr p)
+static int add_upload(struct baton_model *m, struct dtensor *t, const void *src, uint64_t bytes)
 {
-	if (m->n_owned == m->cap_owned) {
-		uint32_t cap = m->cap_owned ? m->cap_owned * 2 : 64;
-		baton_dptr *n = realloc(m->owned, cap * sizeof *n);
+	if (m->n_ups == m->cap_ups) {
+		uint32_t cap = m->cap_ups ? m->cap_ups * 2 : 64;
+		struct upload *n = realloc(m->ups, cap * sizeof *n);
 		if (!n)
 			return BATON_ENOMEM;
-		m->owned = n;
-		m->cap_owned = cap;
+		m->ups = n;
+		m->cap_ups = cap;
 	}
-	m->owned[m->n_owned++] = p;
+	m->ups[m->n_ups++] = (struct upload){ t, src, bytes };
 	return 0;
+}
+
+/* Allocates and queues the copy of one dense tensor. */
+static int upload(struct baton_model *m, const struct upload *u)
+{
+	int rc = m->be->alloc(m->dev, u->bytes, &u->t->p);
+	if (rc) {
+		u->t->p = 0;
+		return rc;
+	}
+	struct baton_copy c = { .dst = u->t->p, .src = u->src, .bytes = u->bytes };
+	return m->be->copy_h2d(m->dev, &c, 1);
+}
+
+/* Frees every dense tensor and the activations; idempotent. */
+static void free_device(struct baton_model *m)
+{
+	for (uint32_t i = 0; i < m->n_ups; i++)
+		if (m->ups[i].t->p) {
+			m->be->free(m->dev, m->ups[i].t->p);
+			m->ups[i].t->p = 0;
+		}
+	if (m->cfg.tie_embeddings)
+		m->head.p = 0;
+	if (m->act_base)
+		m->be->free(m->dev, m->act_base);
+	m->act_base = 0;
 }
 
 /* Uploads tensor `name` of shape rows x cols (a 1-D tensor: rows 1).
@@ -129,20 +166,11 @@ static int load(struct baton_model *m, const char *name, uint32_t rows, uint32_t
 		    dn ? dn : "unknown");
 		return BATON_EUNSUPPORTED;
 	}
-	if ((rc = m->be->alloc(m->dev, at.bytes, &t->p)) != 0) {
-		merr(eb, el, "tensor %s: allocating %llu bytes: %s", name,
+	if ((rc = add_upload(m, t, at.data, at.bytes)) != 0)
+		return rc;
+	if ((rc = upload(m, &m->ups[m->n_ups - 1])) != 0) {
+		merr(eb, el, "tensor %s: uploading %llu bytes: %s", name,
 		    (unsigned long long)at.bytes, baton_strerror(rc));
-		t->p = 0;
-		return rc;
-	}
-	if ((rc = own(m, t->p)) != 0) {
-		m->be->free(m->dev, t->p);
-		t->p = 0;
-		return rc;
-	}
-	struct baton_copy c = { .dst = t->p, .src = at.data, .bytes = at.bytes };
-	if ((rc = m->be->copy_h2d(m->dev, &c, 1)) != 0) {
-		merr(eb, el, "tensor %s: upload: %s", name, baton_strerror(rc));
 		return rc;
 	}
 	t->dtype = at.dtype;
@@ -233,6 +261,7 @@ static int load_layer(struct baton_model *m, uint32_t l, char *eb, size_t el)
 	return 0;
 }
 
+/* The activation buffers for max_batch rows, one device allocation. */
 static int alloc_acts(struct baton_model *m)
 {
 	const struct baton_model_config *c = &m->cfg;
@@ -246,13 +275,24 @@ static int alloc_acts(struct baton_model *m)
 		o[i] = off;
 		off += (n[i] + 15) / 16 * 16;
 	}
-	int rc = m->be->alloc(m->dev, off * sizeof(float), &m->act_base);
-	if (rc)
+	m->act_bytes = off * sizeof(float);
+	int rc = m->be->alloc(m->dev, m->act_bytes, &m->act_base);
+	if (rc) {
+		m->act_base = 0;
 		return rc;
+	}
 	baton_dptr *dst[10] = { &m->x, &m->xn, &m->q, &m->ao, &m->rl, &m->sg, &m->su, &m->sy,
 		&m->gl, &m->logits };
 	for (int i = 0; i < 10; i++)
 		*dst[i] = m->act_base + o[i] * sizeof(float);
+	return 0;
+}
+
+/* Host scratch, once. */
+static int alloc_host(struct baton_model *m)
+{
+	const struct baton_model_config *c = &m->cfg;
+	const uint64_t B = m->max_batch;
 	size_t nk = (size_t)B * c->top_k;
 	m->ids = malloc(nk * sizeof *m->ids);
 	m->want = malloc(nk * sizeof *m->want);
@@ -361,7 +401,7 @@ int model_open(struct baton_engine *e, const struct baton_model_opts *opts,
 		merr(eb, el, "uploading the dense tensors: %s", baton_strerror(rc));
 		goto fail;
 	}
-	if ((rc = alloc_acts(m)) != 0) {
+	if ((rc = alloc_host(m)) != 0 || (rc = alloc_acts(m)) != 0) {
 		merr(eb, el, "allocating activations for %u tokens: %s", m->max_batch,
 		    baton_strerror(rc));
 		goto fail;
@@ -383,6 +423,8 @@ void model_kv_release(struct baton_model *m)
 	m->kv_bytes = 0;
 	m->pos = 0;
 	m->have_seq = 0;
+	free(m->kv_saved);
+	m->kv_saved = NULL;
 }
 
 void model_close(struct baton_model *m)
@@ -390,11 +432,9 @@ void model_close(struct baton_model *m)
 	if (!m)
 		return;
 	model_kv_release(m);
-	if (m->act_base)
-		m->be->free(m->dev, m->act_base);
-	for (uint32_t i = 0; i < m->n_owned; i++)
-		m->be->free(m->dev, m->owned[i]);
-	free(m->owned);
+	free_device(m);
+	free(m->ups);
+	free(m->kv_saved);
 	free(m->layers);
 	free(m->ids);
 	free(m->want);
@@ -571,6 +611,100 @@ static int forward(struct baton_model *m, const uint32_t *tokens, uint32_t n, ui
 	return m->be->copy_d2h(m->dev, logits, m->logits, (uint64_t)c->vocab * sizeof(float));
 }
 
+int model_release(struct baton_model *m)
+{
+	int rc;
+
+	if (!m)
+		return BATON_EINVAL;
+	if (m->released)
+		return 0;
+	if (m->have_seq && m->kv && m->pos) {
+		/* keep the sequence: its rows of every layer's K and V */
+		uint64_t rows = (uint64_t)m->pos * kv_row(m);
+		uint8_t *save = malloc(rows * 2 * m->cfg.layers);
+		if (!save)
+			return BATON_ENOMEM;
+		if ((rc = m->be->sync(m->dev)) != 0) {
+			free(save);
+			return rc;
+		}
+		for (uint32_t l = 0; l < m->cfg.layers; l++)
+			if ((rc = m->be->copy_d2h(m->dev, save + (uint64_t)l * 2 * rows, kv_k(m, l), rows)) ||
+			    (rc = m->be->copy_d2h(m->dev, save + ((uint64_t)l * 2 + 1) * rows, kv_v(m, l),
+			        rows))) {
+				free(save);
+				return rc;
+			}
+		free(m->kv_saved);
+		m->kv_saved = save;
+	}
+	if (m->kv)
+		m->be->free(m->dev, m->kv);
+	m->kv = 0;
+	m->kv_bytes = 0;
+	free_device(m);
+	m->released = 1;
+	return 0;
+}
+
+int model_refill(struct baton_model *m)
+{
+	int rc;
+
+	if (!m)
+		return BATON_EINVAL;
+	if (!m->released)
+		return 0;
+	for (uint32_t i = 0; i < m->n_ups; i++)
+		if ((rc = upload(m, &m->ups[i])) != 0)
+			goto fail;
+	if (m->cfg.tie_embeddings)
+		m->head = m->embed;
+	if ((rc = alloc_acts(m)) != 0)
+		goto fail;
+	if (m->kv_saved) {
+		uint64_t rows = (uint64_t)m->pos * kv_row(m);
+		const uint8_t *save = m->kv_saved;
+		if ((rc = kv_ensure(m)) != 0)
+			goto fail;
+		for (uint32_t l = 0; l < m->cfg.layers; l++) {
+			struct baton_copy c[2] = {
+				{ .dst = kv_k(m, l), .src = save + (uint64_t)l * 2 * rows, .bytes = rows },
+				{ .dst = kv_v(m, l), .src = save + ((uint64_t)l * 2 + 1) * rows, .bytes = rows },
+			};
+			if ((rc = m->be->copy_h2d(m->dev, c, 2)) != 0)
+				goto fail;
+		}
+	}
+	if ((rc = m->be->sync(m->dev)) != 0)
+		goto fail;
+	free(m->kv_saved);
+	m->kv_saved = NULL;
+	m->released = 0;
+	return 0;
+fail:
+	/* nothing half-made stays: released as before, the sequence kept */
+	if (m->kv)
+		m->be->free(m->dev, m->kv);
+	m->kv = 0;
+	m->kv_bytes = 0;
+	free_device(m);
+	return rc;
+}
+
+int model_released(const struct baton_model *m)
+{
+	return m->released;
+}
+
+uint64_t model_device_bytes(const struct baton_model *m)
+{
+	if (m->released)
+		return 0;
+	return m->dense_bytes + m->kv_bytes + (m->act_base ? m->act_bytes : 0);
+}
+
 int model_prefill(struct baton_model *m, const uint32_t *tokens, uint32_t n, float *logits)
 {
 	int rc;
@@ -582,6 +716,13 @@ int model_prefill(struct baton_model *m, const uint32_t *tokens, uint32_t n, flo
 	for (uint32_t i = 0; i < n; i++)
 		if (tokens[i] >= m->cfg.vocab)
 			return BATON_ERANGE;
+	if (m->released) {
+		free(m->kv_saved); /* a new sequence: the old rows need not come back */
+		m->kv_saved = NULL;
+		model_reset(m);
+	}
+	if ((rc = model_refill(m)))
+		return rc;
 	model_reset(m);
 	if ((rc = kv_ensure(m)))
 		return rc;
@@ -603,10 +744,12 @@ int model_decode(struct baton_model *m, uint32_t token, float *logits)
 
 	if (!m || !logits)
 		return BATON_EINVAL;
-	if (!m->have_seq || !m->kv)
+	if (!m->have_seq)
 		return BATON_ESTATE;
 	if (m->pos >= m->max_ctx || token >= m->cfg.vocab)
 		return BATON_ERANGE;
+	if ((rc = model_refill(m)))
+		return rc;
 	if ((rc = forward(m, &token, 1, m->pos, logits)))
 		return rc;
 	m->pos++;

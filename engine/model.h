@@ -125,5 +125,20 @@ void model_kv_release(struct baton_model *m);
  * allocated. */
 uint64_t model_dense_bytes(const struct baton_model *m);
 uint64_t model_kv_bytes(const struct baton_model *m);
+/* Everything the model holds on the device now (dense tensors, KV cache,
+ * activations); 0 while released. */
+uint64_t model_device_bytes(const struct baton_model *m);
+
+/* Gives back every byte of device memory the model holds (the engine's
+ * expert cache is released apart, with engine_release): the sequence's KV
+ * rows are copied to host memory first, so nothing is lost. Idempotent.
+ * model_refill uploads the dense tensors again and puts the KV rows back;
+ * prefill and decode refill by themselves. A refill that runs out of
+ * device memory (BATON_EDEVMEM) leaves the model released, its sequence
+ * kept, to be tried again. Outputs after a refill are bitwise those
+ * without the release. */
+int model_release(struct baton_model *m);
+int model_refill(struct baton_model *m);
+int model_released(const struct baton_model *m);
 
 #endif

@@ -284,11 +284,12 @@ int model_config_parse(const char *json, size_t len, struct baton_model_config *
 		goto out;
 	}
 	json_t *eps = json_object_get(root, "rms_norm_eps");
-	if (!json_is_number(eps) || !(json_number_value(eps) > 0) || json_number_value(eps) > 1) {
-		cerr(eb, el, "rms_norm_eps is missing or not in (0, 1]");
+	/* checked as the f32 it becomes: 1e-50 would round to 0 */
+	c->eps = json_is_number(eps) ? (float)json_number_value(eps) : 0;
+	if (!(c->eps > 0) || c->eps > 1) {
+		cerr(eb, el, "rms_norm_eps is missing or not in (0, 1] as an f32");
 		goto out;
 	}
-	c->eps = (float)json_number_value(eps);
 	if ((rc = parse_rope(root, c, eb, el)) || (rc = refuse_options(root, a, c, eb, el)))
 		goto out;
 	int norm_topk, attn_bias;

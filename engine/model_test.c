@@ -153,6 +153,10 @@ static void t_config_refusals(void)
 	refused("{\"model_type\":\"mixtral\"," BASE "}", BATON_EINVAL, "intermediate_size");
 	refused("{\"model_type\":\"mixtral\"," BASE ",\"intermediate_size\":32,"
 	    "\"num_key_value_heads\":3}", BATON_EINVAL, "num_key_value_heads");
+	refused("{\"model_type\":\"mixtral\",\"vocab_size\":100,\"hidden_size\":64,"
+	    "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"num_experts\":4,"
+	    "\"num_experts_per_tok\":2,\"rms_norm_eps\":1e-50,\"rope_theta\":10000,"
+	    "\"intermediate_size\":32}", BATON_EINVAL, "rms_norm_eps"); /* 0 as an f32 (fuzzer) */
 	refused("[1,2]", BATON_EINVAL, "object");
 	refused("{\"model_type\":", BATON_EINVAL, "not JSON");
 
@@ -363,6 +367,31 @@ static void t_batches_and_release(void)
 	}
 	T_OK(engine_refill(b.e, &rep));
 
+	/* the model's own device memory: released mid-sequence, every byte
+	 * back in the device's free count; the next decode refills it and the
+	 * KV rows come back, bit for bit */
+	uint64_t fr0, fr1, tot, held = model_device_bytes(b.m);
+	T_ASSERT(held >= model_dense_bytes(b.m) + model_kv_bytes(b.m) && model_kv_bytes(b.m) > 0);
+	T_OK(engine_mem_info(b.e, &fr0, &tot));
+	T_OK(model_release(b.m));
+	T_OK(model_release(b.m)); /* idempotent */
+	T_ASSERT(model_released(b.m) && model_device_bytes(b.m) == 0);
+	T_OK(engine_mem_info(b.e, &fr1, &tot));
+	T_ASSERT_MSG(fr1 >= fr0 + held, "free %llu -> %llu, held %llu", (unsigned long long)fr0,
+	    (unsigned long long)fr1, (unsigned long long)held);
+	for (int s = 0; s < 3; s++) {
+		uint32_t t = argmax(la, V);
+		T_OK(model_decode(a.m, t, la));
+		T_OK(model_decode(b.m, t, lb));
+		T_ASSERT(memcmp(la, lb, V * 4) == 0);
+	}
+	T_ASSERT(!model_released(b.m) && model_device_bytes(b.m) == held);
+	/* a prefill while released starts afresh */
+	T_OK(model_release(b.m));
+	T_OK(model_prefill(a.m, toks, (uint32_t)n, la));
+	T_OK(model_prefill(b.m, toks, (uint32_t)n, lb));
+	T_ASSERT(memcmp(la, lb, V * 4) == 0);
+
 	/* the KV cache: released, the sequence is gone; a new prefill rebuilds it */
 	model_kv_release(b.m);
 	T_EQ_INT(model_kv_bytes(b.m), 0);
@@ -420,7 +449,60 @@ static void t_gguf_same_logits(void)
 	}
 }
 
+/* arena2's full synthetic models of each architecture, in the weight types
+ * the host computes: config.json made by the arena reads back, every tensor
+ * (q8_0 / f16 / bf16 dense and experts) runs, the logits are finite and
+ * spread, and a second prefill gives the same bits. */
+static void t_synthetic_archs(void)
+{
+	static const char *const archs[] = { "qwen3_moe", "mixtral", "olmoe", "qwen2_moe" };
+	static const int dts[] = { BATON_DT_Q8_0, BATON_DT_F16, BATON_DT_BF16 };
+	for (int i = 0; i < 4; i++)
+		for (int d = 0; d < 3; d++) {
+			char dir[64] = "/tmp/baton-model-XXXXXX", path[128], err[512] = "";
+			T_ASSERT(mkdtemp(dir) != NULL);
+			snprintf(path, sizeof path, "%s/s.arena", dir);
+			struct baton_arena_source src = { .kind = BATON_ARENA_SRC_SYNTHETIC,
+				.synth = { .layers = 2, .experts = 4, .top_k = 2, .d_model = 64, .d_ff = 32,
+					.dtype = (uint32_t)dts[d], .seed = 5, .arch = archs[i], .heads = 4,
+					.kv_heads = 2, .head_dim = 16, .vocab = 96, .shared_ff = 64 } };
+			int rc = arena_create(path, &src, NULL, NULL, err, sizeof err);
+			T_ASSERT_MSG(rc == 0, "synthetic %s: %s", archs[i], err);
+			struct baton_engine_config ec = { .name = archs[i], .arena_path = path,
+				.backend = backend(), .warm = 1 };
+			struct baton_engine *e;
+			struct baton_model *m;
+			rc = engine_open(&ec, &e, err, sizeof err);
+			T_ASSERT_MSG(rc == 0, "engine %s: %s", archs[i], err);
+			rc = model_open(e, NULL, &m, err, sizeof err);
+			T_ASSERT_MSG(rc == 0, "model %s %d: %s", archs[i], dts[d], err);
+			T_EQ_STR(model_config(m)->arch->name, archs[i]);
+			uint32_t toks[5] = { 1, 17, 42, 95, 3 }, V = model_config(m)->vocab;
+			T_EQ_INT(V, 96);
+			float a[96], b[96];
+			T_OK(model_prefill(m, toks, 5, a));
+			T_OK(model_decode(m, argmax(a, V), a));
+			float lo = a[0], hi = a[0];
+			for (uint32_t v = 0; v < V; v++) {
+				T_ASSERT_MSG(isfinite(a[v]), "%s: logit %u is %g", archs[i], v, a[v]);
+				lo = fminf(lo, a[v]);
+				hi = fmaxf(hi, a[v]);
+			}
+			T_ASSERT_MSG(hi - lo > 1e-3f, "%s: flat logits", archs[i]);
+			T_OK(model_prefill(m, toks, 5, b));
+			T_OK(model_decode(m, argmax(b, V), b));
+			T_ASSERT(memcmp(a, b, sizeof a) == 0);
+			model_close(m);
+			engine_close(e);
+			unlink(path);
+			snprintf(path, sizeof path, "%s/s.arena.lock", dir);
+			unlink(path);
+			rmdir(dir);
+		}
+}
+
 T_MAIN(T_CASE(t_config_fixtures), T_CASE(t_config_refusals),
     T_CASE_TIMEOUT(t_qwen3_moe, 120), T_CASE_TIMEOUT(t_mixtral, 120),
     T_CASE_TIMEOUT(t_mixtral_f16, 120), T_CASE_TIMEOUT(t_olmoe, 120), T_CASE_TIMEOUT(t_qwen2_moe, 120),
-    T_CASE_TIMEOUT(t_batches_and_release, 120), T_CASE_TIMEOUT(t_gguf_same_logits, 240))
+    T_CASE_TIMEOUT(t_batches_and_release, 120), T_CASE_TIMEOUT(t_gguf_same_logits, 240),
+    T_CASE_TIMEOUT(t_synthetic_archs, 120))

@@ -22,6 +22,7 @@
 
 #include "arena/arena.h"
 #include "engine/engine_int.h"
+#include "engine/ops_host.h"
 
 #define MAX_THREADS 64u
 #define NX_GROUP 8u               /* vectors per baton_dot_rows call */
@@ -631,4 +632,14 @@ int host_moe_experts(struct baton_dev *dev, const struct baton_moe_layer *l,
 	pool_run(down_part, &job, choose_parts((uint64_t)ng * D * F, D));
 	pthread_mutex_unlock(&g_call);
 	return 0;
+}
+
+/* ---- for the dense ops of the forward pass (ops_host.c) ------------------ */
+
+void host_parallel(void (*fn)(void *arg, unsigned part, unsigned nparts), void *arg,
+    uint64_t macs, uint32_t rows)
+{
+	pthread_mutex_lock(&g_call);
+	pool_run(fn, arg, choose_parts(macs, rows));
+	pthread_mutex_unlock(&g_call);
 }

@@ -100,6 +100,39 @@ int host_op_rmsnorm(struct baton_dev *dev, baton_dptr x, baton_dptr out, uint32_
 	return 0;
 }
 
+struct matmul_job {
+	const uint8_t *w;
+	uint64_t rb;
+	int dtype, accumulate;
+	uint32_t n_out, k, rows;
+	const float *bias, *x;
+	float *y;
+};
+
+/* Output columns [lo, hi) of every row: each y element is one part's. */
+static void matmul_part(void *arg, unsigned part, unsigned nparts)
+{
+	const struct matmul_job *j = arg;
+	uint32_t lo = (uint32_t)((uint64_t)j->n_out * part / nparts);
+	uint32_t hi = (uint32_t)((uint64_t)j->n_out * (part + 1) / nparts);
+	for (uint32_t o = lo; o < hi; o++) {
+		const uint8_t *row = j->w + (uint64_t)o * j->rb;
+		for (uint32_t r0 = 0; r0 < j->rows; r0 += NX_GROUP) {
+			uint32_t nv = j->rows - r0 < NX_GROUP ? j->rows - r0 : NX_GROUP;
+			const float *v[NX_GROUP];
+			float d[NX_GROUP];
+			for (uint32_t i = 0; i < nv; i++)
+				v[i] = j->x + (size_t)(r0 + i) * j->k;
+			baton_dot_rows(j->dtype, row, j->k, v, nv, d);
+			for (uint32_t i = 0; i < nv; i++) {
+				float *yo = j->y + (size_t)(r0 + i) * j->n_out + o;
+				float val = j->bias ? d[i] + j->bias[o] : d[i];
+				*yo = j->accumulate ? *yo + val : val;
+			}
+		}
+	}
+}
+
 int host_op_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint32_t n_out,
     uint32_t k, baton_dptr b, uint32_t b_dtype, baton_dptr x, uint32_t rows,
     baton_dptr y, int accumulate)
@@ -123,24 +156,12 @@ int host_op_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint32
 			return BATON_ENOMEM;
 		baton_dequant_row((int)b_dtype, (const void *)(uintptr_t)b, bias, n_out);
 	}
-	const float *xs = fp(x);
-	float *ys = fp(y);
-	for (uint32_t o = 0; o < n_out; o++) {
-		const uint8_t *row = (const uint8_t *)(uintptr_t)w + (uint64_t)o * rb;
-		for (uint32_t r0 = 0; r0 < rows; r0 += NX_GROUP) {
-			uint32_t nv = rows - r0 < NX_GROUP ? rows - r0 : NX_GROUP;
-			const float *v[NX_GROUP];
-			float d[NX_GROUP];
-			for (uint32_t i = 0; i < nv; i++)
-				v[i] = xs + (size_t)(r0 + i) * k;
-			baton_dot_rows((int)w_dtype, row, k, v, nv, d);
-			for (uint32_t i = 0; i < nv; i++) {
-				float *yo = ys + (size_t)(r0 + i) * n_out + o;
-				float val = bias ? d[i] + bias[o] : d[i];
-				*yo = accumulate ? *yo + val : val;
-			}
-		}
-	}
+	struct matmul_job j = {
+		.w = (const uint8_t *)(uintptr_t)w, .rb = rb, .dtype = (int)w_dtype,
+		.accumulate = accumulate, .n_out = n_out, .k = k, .rows = rows,
+		.bias = bias, .x = fp(x), .y = fp(y),
+	};
+	host_parallel(matmul_part, &j, (uint64_t)n_out * k * rows, n_out);
 	free(bias);
 	return 0;
 }
@@ -176,6 +197,55 @@ int host_op_rope(struct baton_dev *dev, baton_dptr x, uint32_t rows, uint32_t n_
 	return 0;
 }
 
+struct attn_job {
+	const struct baton_attn *a;
+	float *scratch; /* per part: n_ctx floats */
+	uint64_t n_ctx;
+};
+
+/* (query, head) pairs [lo, hi) of n_q * n_heads: each output row is one
+ * part's, computed in the slot's order. */
+static void attention_part(void *arg, unsigned part, unsigned nparts)
+{
+	const struct attn_job *j = arg;
+	const struct baton_attn *a = j->a;
+	const uint32_t H = a->n_heads, KH = a->n_kv_heads, hd = a->head_dim, group = H / KH;
+	const uint64_t pairs = (uint64_t)a->n_q * H;
+	const uint64_t lo = pairs * part / nparts, hi = pairs * (part + 1) / nparts;
+	const float *q = fp(a->q), *k = fp(a->k), *v = fp(a->v);
+	float *out = fp(a->out), *p = j->scratch + (size_t)part * j->n_ctx;
+
+	for (uint64_t th = lo; th < hi; th++) {
+		uint32_t t = (uint32_t)(th / H), h = (uint32_t)(th % H);
+		uint64_t nk = (uint64_t)a->pos0 + t + 1;
+		const float *qh = q + ((size_t)t * H + h) * hd;
+		uint32_t kvh = h / group;
+		float max = -INFINITY, sum = 0;
+		for (uint64_t jj = 0; jj < nk; jj++) {
+			float d;
+			baton_dot_row(BATON_DT_F32, k + ((size_t)jj * KH + kvh) * hd, qh, hd, &d);
+			p[jj] = d * a->scale;
+			if (p[jj] > max)
+				max = p[jj];
+		}
+		for (uint64_t jj = 0; jj < nk; jj++) {
+			p[jj] = expf(p[jj] - max);
+			sum += p[jj];
+		}
+		float *oh = out + ((size_t)t * H + h) * hd;
+		for (uint32_t d = 0; d < hd; d++)
+			oh[d] = 0;
+		for (uint64_t jj = 0; jj < nk; jj++) {
+			float pj = p[jj] / sum;
+			const float *vj = v + ((size_t)jj * KH + kvh) * hd;
+			for (uint32_t d = 0; d < hd; d++)
+				oh[d] += pj * vj[d];
+		}
+	}
+}
+
+#define ATTN_MAX_PARTS 64u /* the pool's thread limit */
+
 int host_op_attention(struct baton_dev *dev, const struct baton_attn *a)
 {
 	(void)dev;
@@ -191,41 +261,14 @@ int host_op_attention(struct baton_dev *dev, const struct baton_attn *a)
 	if (overlap(a->out, qn, a->q, qn) || overlap(a->out, qn, a->k, kn) ||
 	    overlap(a->out, qn, a->v, kn))
 		return BATON_EINVAL;
-	float *p = malloc((size_t)n_ctx * sizeof *p);
-	if (!p)
+	uint64_t pairs = (uint64_t)a->n_q * H;
+	uint32_t rows = pairs > ATTN_MAX_PARTS ? ATTN_MAX_PARTS : (uint32_t)pairs;
+	struct attn_job j = { .a = a, .n_ctx = n_ctx };
+	if (!(j.scratch = malloc((size_t)rows * n_ctx * sizeof *j.scratch)))
 		return BATON_ENOMEM;
-	const uint32_t group = H / KH;
-	const float *q = fp(a->q), *k = fp(a->k), *v = fp(a->v);
-	float *out = fp(a->out);
-	for (uint32_t t = 0; t < a->n_q; t++) {
-		uint64_t nk = (uint64_t)a->pos0 + t + 1;
-		for (uint32_t h = 0; h < H; h++) {
-			const float *qh = q + ((size_t)t * H + h) * hd;
-			uint32_t kvh = h / group;
-			float max = -INFINITY, sum = 0;
-			for (uint64_t j = 0; j < nk; j++) {
-				float d;
-				baton_dot_row(BATON_DT_F32, k + ((size_t)j * KH + kvh) * hd, qh, hd, &d);
-				p[j] = d * a->scale;
-				if (p[j] > max)
-					max = p[j];
-			}
-			for (uint64_t j = 0; j < nk; j++) {
-				p[j] = expf(p[j] - max);
-				sum += p[j];
-			}
-			float *oh = out + ((size_t)t * H + h) * hd;
-			for (uint32_t d = 0; d < hd; d++)
-				oh[d] = 0;
-			for (uint64_t j = 0; j < nk; j++) {
-				float pj = p[j] / sum;
-				const float *vj = v + ((size_t)j * KH + kvh) * hd;
-				for (uint32_t d = 0; d < hd; d++)
-					oh[d] += pj * vj[d];
-			}
-		}
-	}
-	free(p);
+	/* parts <= rows <= ATTN_MAX_PARTS: one scratch row each */
+	host_parallel(attention_part, &j, pairs * n_ctx * hd * 2, rows);
+	free(j.scratch);
 	return 0;
 }
 

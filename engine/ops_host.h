@@ -3,8 +3,10 @@
  * ops of the forward pass (engine/ops_host.c), the reference the other
  * backends are checked against; their exact semantics are those of the
  * slots of the same names in engine/backend.h. A baton_dptr is a host
- * address; `dev` is not used and may be NULL. Single-threaded, no shared
- * state: any thread may call them on its own buffers.
+ * address; `dev` is not used and may be NULL. matmul and attention split
+ * their outputs over the MoE kernels' worker pool (host_moe_set_threads);
+ * each output is computed whole by one thread, so the bits do not depend
+ * on the thread count.
  */
 #ifndef BATON_ENGINE_OPS_HOST_H
 #define BATON_ENGINE_OPS_HOST_H
@@ -29,5 +31,13 @@ int host_op_add(struct baton_dev *dev, baton_dptr x, baton_dptr y, baton_dptr ga
     uint32_t rows, uint32_t cols);
 int host_op_route(struct baton_dev *dev, baton_dptr logits, uint32_t rows, uint32_t n_experts,
     uint32_t top_k, int rule, uint32_t *ids, float *weights);
+
+/* moe_host.c's worker pool for other ops: fn(arg, part, nparts) for every
+ * part, parts chosen from the work (`macs` multiply-adds over `rows`
+ * independent rows; small work runs on the caller alone). Serialized with
+ * the MoE kernels on their lock; returns when every part is done. An op
+ * that computes each output in one part gives the same bits at any count. */
+void host_parallel(void (*fn)(void *arg, unsigned part, unsigned nparts), void *arg,
+    uint64_t macs, uint32_t rows);
 
 #endif

@@ -300,5 +300,33 @@ static void t_route_rules(void)
 	T_EQ_ERR(H->route(NULL, D(l), 1, 4, 2, 7, ids, w), BATON_EINVAL);
 }
 
+/* matmul and attention split their outputs over threads: the bits do not
+ * depend on how many (sizes large enough for several parts). */
+static void t_threads_same_bits(void)
+{
+	const uint32_t N = 512, K = 256, R = 5;
+	float *w = rvec((size_t)N * K), *x = rvec((size_t)R * K);
+	float *y1 = malloc((size_t)R * N * 4), *y4 = malloc((size_t)R * N * 4);
+	const uint32_t NQ = 48, NH = 8, KH = 2, HD = 64;
+	float *q = rvec((size_t)NQ * NH * HD), *k = rvec((size_t)NQ * KH * HD);
+	float *v = rvec((size_t)NQ * KH * HD);
+	float *o1 = malloc((size_t)NQ * NH * HD * 4), *o4 = malloc((size_t)NQ * NH * HD * 4);
+	T_ASSERT(y1 && y4 && o1 && o4);
+	struct baton_attn a = { .q = D(q), .k = D(k), .v = D(v), .n_q = NQ, .n_heads = NH,
+		.n_kv_heads = KH, .head_dim = HD, .pos0 = 0, .scale = 0.125f };
+	T_EQ_INT(host_moe_set_threads(1), 1);
+	T_OK(H->matmul(NULL, D(w), BATON_DT_F32, N, K, 0, 0, D(x), R, D(y1), 0));
+	a.out = D(o1);
+	T_OK(H->attention(NULL, &a));
+	T_EQ_INT(host_moe_set_threads(4), 4);
+	T_OK(H->matmul(NULL, D(w), BATON_DT_F32, N, K, 0, 0, D(x), R, D(y4), 0));
+	a.out = D(o4);
+	T_OK(H->attention(NULL, &a));
+	T_ASSERT(memcmp(y1, y4, (size_t)R * N * 4) == 0);
+	T_ASSERT(memcmp(o1, o4, (size_t)NQ * NH * HD * 4) == 0);
+	free(w), free(x), free(y1), free(y4), free(q), free(k), free(v), free(o1), free(o4);
+}
+
 T_MAIN(T_CASE(t_matmul_dtypes), T_CASE(t_matmul_refuses), T_CASE(t_embed), T_CASE(t_rmsnorm),
-    T_CASE(t_rope), T_CASE(t_attention_gqa), T_CASE(t_swiglu_add), T_CASE(t_route_rules))
+    T_CASE(t_rope), T_CASE(t_attention_gqa), T_CASE(t_swiglu_add), T_CASE(t_route_rules),
+    T_CASE(t_threads_same_bits))
