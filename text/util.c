@@ -181,6 +181,8 @@ static size_t utf8_valid_prefix(const unsigned char *s, size_t n)
 
 int utf8_lossy(struct tbuf *out, const unsigned char *s, size_t n)
 {
+	if (n == 0)
+		return tbuf_put(out, "", 0);
 	size_t i = 0, run = 0;
 	while (i < n) {
 		if (s[i] < 0x80) {
