@@ -32,6 +32,7 @@
 #include <jansson.h>
 
 #include "broker/broker.h"
+#include "broker/tokenize_cmd.h"
 
 enum {
 	EXIT_DONE = 0,
@@ -54,6 +55,7 @@ static const char usage_text[] =
     "  handoff FROM TO            release (or shrink) FROM, then refill TO; prints the timings\n"
     "  pin NAME | unpin NAME      a pinned engine is never reclaimed or released\n"
     "  gen ENGINE_URL [--steps N] [--batch N] [--seed N]   one request to an engine\n"
+    "  tokenize | detokenize      text to token ids and back (baton tokenize --help)\n"
     "\n"
     "  --broker URL   the broker's control socket: else $BATON_BROKER, else " BROKER_DEFAULT_CONTROL "\n"
     "  --events URL   its event socket: else $BATON_EVENTS, else events.sock beside an ipc://\n"
@@ -918,6 +920,9 @@ static void check_url(const char *what, const char *url)
 int main(int argc, char **argv)
 {
 	signal(SIGPIPE, SIG_IGN);
+	int tok_rc = tokenize_cmd_main(argc, argv); /* tokenize, detokenize: no broker needed */
+	if (tok_rc >= 0)
+		return tok_rc;
 	parse_args(argc, argv);
 	if (!opt.broker_given) {
 		const char *env = getenv("BATON_BROKER");
