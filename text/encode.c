@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 #include <utf8proc.h>
 
 #include "text/text_int.h"
@@ -274,9 +276,52 @@ static int ids_push(struct ids *v, int32_t id)
 	return 0;
 }
 
+/* Words repeat: a long text keeps the ids of each short word it has seen
+ * in a direct-mapped cache (per call, so a text_tok stays read-only). */
+#define WC_SLOTS 8192
+#define WC_WORD 48
+struct wcache {
+	uint64_t hash[WC_SLOTS];
+	uint32_t len[WC_SLOTS], off[WC_SLOTS], cnt[WC_SLOTS];
+	char word[WC_SLOTS][WC_WORD];
+	struct ids store;
+};
+
+static int model_word(const text_tok *t, struct wcache *wc, const char *w, size_t n,
+                      struct ids *out)
+{
+	if (!wc || n > WC_WORD || n == 0)
+		return t->model == M_SPM ? spm_word(t, w, n, &out->p, &out->n, &out->cap)
+		                         : bpe_word(t, w, n, &out->p, &out->n, &out->cap);
+	uint64_t h = XXH3_64bits(w, n) | 1;
+	size_t k = h & (WC_SLOTS - 1);
+	if (wc->hash[k] == h && wc->len[k] == n && !memcmp(wc->word[k], w, n)) {
+		for (uint32_t i = 0; i < wc->cnt[k]; i++)
+			if (ids_push(out, wc->store.p[wc->off[k] + i]))
+				return BATON_ENOMEM;
+		return 0;
+	}
+	size_t before = out->n;
+	int rc = t->model == M_SPM ? spm_word(t, w, n, &out->p, &out->n, &out->cap)
+	                           : bpe_word(t, w, n, &out->p, &out->n, &out->cap);
+	if (rc || wc->store.n + (out->n - before) > UINT32_MAX)
+		return rc;
+	wc->hash[k] = h;
+	wc->len[k] = (uint32_t)n;
+	memcpy(wc->word[k], w, n);
+	wc->off[k] = (uint32_t)wc->store.n;
+	wc->cnt[k] = (uint32_t)(out->n - before);
+	for (size_t i = before; i < out->n; i++)
+		if (ids_push(&wc->store, out->p[i])) {
+			wc->hash[k] = 0;
+			return BATON_ENOMEM;
+		}
+	return 0;
+}
+
 /* Normalised text of one stretch without added tokens: pre-tokenize, model. */
-static int encode_plain(const text_tok *t, pcre2_match_data *md, const char *s, size_t n,
-                        bool origin, struct ids *out)
+static int encode_plain(const text_tok *t, pcre2_match_data *md, struct wcache *wc, const char *s,
+                        size_t n, bool origin, struct ids *out)
 {
 	struct plist cur = {0}, nxt = {0};
 	int rc = plist_add(&cur, s, n, origin);
@@ -288,8 +333,7 @@ static int encode_plain(const text_tok *t, pcre2_match_data *md, const char *s, 
 		memset(&nxt, 0, sizeof(nxt));
 	}
 	for (size_t i = 0; !rc && i < cur.n; i++)
-		rc = t->model == M_SPM ? spm_word(t, cur.data.p + cur.off[i], cur.len[i], &out->p, &out->n, &out->cap)
-		                       : bpe_word(t, cur.data.p + cur.off[i], cur.len[i], &out->p, &out->n, &out->cap);
+		rc = model_word(t, wc, cur.data.p + cur.off[i], cur.len[i], out);
 	plist_free(&cur);
 	plist_free(&nxt);
 	return rc;
@@ -399,8 +443,8 @@ static int find_added(const text_tok *t, const char *s, size_t n, bool normalize
 	return 0;
 }
 
-static int encode_segment(const text_tok *t, pcre2_match_data *md, const char *s, size_t n,
-                          bool origin, unsigned flags, struct ids *out)
+static int encode_segment(const text_tok *t, pcre2_match_data *md, struct wcache *wc,
+                          const char *s, size_t n, bool origin, unsigned flags, struct ids *out)
 {
 	struct tbuf norm = {0};
 	int rc = text_normalize(t, s, n, &norm);
@@ -412,13 +456,13 @@ static int encode_segment(const text_tok *t, pcre2_match_data *md, const char *s
 		goto out;
 	for (size_t i = 0; !rc && i < nm; i++) {
 		if (m[i].b > last)
-			rc = encode_plain(t, md, norm.p + last, m[i].b - last, origin && last == 0, out);
+			rc = encode_plain(t, md, wc, norm.p + last, m[i].b - last, origin && last == 0, out);
 		if (!rc)
 			rc = ids_push(out, m[i].id);
 		last = m[i].e;
 	}
 	if (!rc && last < norm.n)
-		rc = encode_plain(t, md, norm.p + last, norm.n - last, origin && last == 0, out);
+		rc = encode_plain(t, md, wc, norm.p + last, norm.n - last, origin && last == 0, out);
 out:
 	free(m);
 	tbuf_free(&norm);
@@ -437,6 +481,8 @@ int text_encode(const text_tok *t, const char *s, size_t n, unsigned flags, int3
 	size_t nm = 0, last = 0;
 	pcre2_match_data *md = pcre2_match_data_create(4, NULL);
 	int rc = md ? 0 : BATON_ENOMEM;
+	/* the cache pays for itself only on longer texts */
+	struct wcache *wc = n >= 4096 ? calloc(1, sizeof(*wc)) : NULL;
 	if (flags & TEXT_ADD_SPECIAL)
 		for (size_t i = 0; !rc && i < t->n_prefix; i++)
 			rc = ids_push(&out, t->post_prefix[i]);
@@ -444,18 +490,21 @@ int text_encode(const text_tok *t, const char *s, size_t n, unsigned flags, int3
 		rc = find_added(t, s, n, false, flags, &m, &nm);
 	for (size_t i = 0; !rc && i < nm; i++) {
 		if (m[i].b > last)
-			rc = encode_segment(t, md, s + last, m[i].b - last, last == 0, flags, &out);
+			rc = encode_segment(t, md, wc, s + last, m[i].b - last, last == 0, flags, &out);
 		if (!rc)
 			rc = ids_push(&out, m[i].id);
 		last = m[i].e;
 	}
 	if (!rc && last < n)
-		rc = encode_segment(t, md, s + last, n - last, last == 0, flags, &out);
+		rc = encode_segment(t, md, wc, s + last, n - last, last == 0, flags, &out);
 	if (flags & TEXT_ADD_SPECIAL)
 		for (size_t i = 0; !rc && i < t->n_suffix; i++)
 			rc = ids_push(&out, t->post_suffix[i]);
 	free(m);
 	pcre2_match_data_free(md);
+	if (wc)
+		free(wc->store.p);
+	free(wc);
 	if (rc) {
 		free(out.p);
 		return text_errf(err, errlen, rc, "encode failed: %s", baton_strerror(rc));
