@@ -378,10 +378,17 @@ static int find_added(const text_tok *t, const char *s, size_t n, bool normalize
 {
 	struct match *m = NULL;
 	size_t nm = 0, cap = 0, start_off = 0;
-	bool any = false;
+	bool any = false, first[256] = {false}; /* first bytes of the tokens of this kind */
 	for (size_t k = 0; k < t->n_added; k++)
-		any = any || t->added[k].normalized == normalized;
+		if (t->added[k].normalized == normalized) {
+			any = true;
+			first[(unsigned char)t->added[k].s[0]] = true;
+		}
 	for (size_t i = 0; any && i < n;) {
+		if (!first[(unsigned char)s[i]]) {
+			i++;
+			continue;
+		}
 		const struct added_tok *best = NULL;
 		for (size_t k = 0; k < t->n_added; k++) {
 			const struct added_tok *a = &t->added[k];
