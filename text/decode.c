@@ -331,9 +331,17 @@ static int stream_step(text_stream *s, bool final, char **buf, size_t *len, size
 {
 	const text_tok *t = s->t;
 	size_t k = s->n;
-	if (!final && s->fallback)
-		while (k > 0 && is_byte_tok(t, s->w[k - 1]))
-			k--;
+	/* Hold back a trailing run of byte tokens: the run may go on. A
+	 * skipped special token does not end it (it decodes to nothing). */
+	if (!final && s->fallback) {
+		size_t j = k;
+		while (j > 0 && (is_byte_tok(t, s->w[j - 1]) ||
+		                 ((s->flags & TEXT_SKIP_SPECIAL) && t->special[s->w[j - 1]]))) {
+			j--;
+			if (is_byte_tok(t, s->w[j]))
+				k = j;
+		}
+	}
 	struct tbuf d = {0};
 	bool held = false;
 	int rc = decode_into(t, s->w, k, s->flags, !final, &d, &held, NULL, 0);

@@ -335,6 +335,17 @@ static void t_stream_holds_partial(void)
 	T_ASSERT(strstr(buf, s) != NULL);
 	free(buf);
 	free(ids);
+	/* a skipped special token inside a run of byte tokens does not end
+	 * the run (a fuzz finding): <0x62> <unk> <0xA0> is one invalid run */
+	int32_t run[] = {101, 0, 163, 1182};
+	T_EQ_STR(text_piece(t, 101), "<0x62>");
+	T_EQ_STR(text_piece(t, 0), "<unk>");
+	char *whole;
+	size_t wl;
+	T_OK(text_decode(t, run, 4, TEXT_SKIP_SPECIAL, &whole, &wl, err, sizeof(err)));
+	T_EQ_STR(whole, "\xEF\xBF\xBD\xEF\xBF\xBD" "3.");
+	T_ASSERT(stream_equal(t, run, 4, TEXT_SKIP_SPECIAL, whole, wl));
+	free(whole);
 	text_tok_free(t);
 }
 
