@@ -296,3 +296,16 @@ int text_chat_render(const char *tmpl, const struct text_msg *msgs, size_t n,
 	*out = b.p;
 	return 0;
 }
+
+int text_chat_apply(const text_tok *t, const struct text_msg *msgs, size_t n,
+                    bool add_generation_prompt, int enable_thinking, char **out, char *err,
+                    size_t errlen)
+{
+	struct text_chat_opts o = {
+	    .bos_token = text_token_text(t, text_bos(t)),
+	    .eos_token = text_token_text(t, text_eos(t)),
+	    .add_generation_prompt = add_generation_prompt,
+	    .enable_thinking = enable_thinking,
+	};
+	return text_chat_render(text_chat_template(t), msgs, n, &o, out, err, errlen);
+}

@@ -69,9 +69,6 @@ int text_normalize(const text_tok *t, const char *s, size_t n, struct tbuf *out)
 		case N_REPLACE:
 			rc = replace_all(&b, a.p, a.n, st->a, st->b);
 			break;
-		case N_LOWER:
-			rc = BATON_EUNSUPPORTED;
-			break;
 		}
 		if (rc) {
 			tbuf_free(&a);

@@ -74,8 +74,6 @@ static int add_norm(text_tok *t, json_t *n, char *err, size_t errlen)
 		st.kind = N_NFKC;
 	else if (!strcmp(type, "NFKD"))
 		st.kind = N_NFKD;
-	else if (!strcmp(type, "Lowercase"))
-		st.kind = N_LOWER;
 	else if (!strcmp(type, "Prepend")) {
 		st.kind = N_PREPEND;
 		if (!(st.a = dupstr(jstr(n, "prepend"))))

@@ -83,7 +83,7 @@ struct added_tok {
 	bool special, normalized, lstrip, rstrip, single_word;
 };
 
-enum norm_kind { N_NFC, N_NFD, N_NFKC, N_NFKD, N_PREPEND, N_REPLACE, N_LOWER };
+enum norm_kind { N_NFC, N_NFD, N_NFKC, N_NFKD, N_PREPEND, N_REPLACE };
 struct norm_step {
 	enum norm_kind kind;
 	char *a, *b; /* prepend text; replace pattern and content */
@@ -143,7 +143,6 @@ struct text_tok {
 
 	int32_t bos, eos, pad;
 	char *chat_template;
-	pcre2_match_data *unused_;
 };
 
 /* Allocation of the vocabulary arrays; pieces are copied. */
