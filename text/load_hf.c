@@ -374,6 +374,11 @@ int text_tok_load_hf(text_tok **out, const char *js, size_t len, const char *con
 		if ((size_t)id + 1 > n)
 			n = (size_t)id + 1;
 	}
+	/* Ids are dense in real vocabularies; a few holes are allowed, a file
+	 * that names id 16,000,000 for 3 tokens is refused, not allocated. */
+	if (n > 2 * (json_object_size(vocab) + json_array_size(added)) + 1024)
+		FAIL(BATON_EINVAL, "tokenizer.json: ids up to %zu for %zu tokens", n - 1,
+		     json_object_size(vocab) + json_array_size(added));
 	if ((rc = tok_alloc_vocab(t, n)))
 		goto out;
 	json_object_foreach(vocab, k, v) {
