@@ -22,20 +22,20 @@ static int replace_all(struct tbuf *out, const char *s, size_t n, const char *pa
 	size_t pn = strlen(pat), wn = strlen(with), run = 0;
 	for (size_t i = 0; i + pn <= n;) {
 		if (memcmp(s + i, pat, pn) == 0) {
-			if (tbuf_put(out, s + run, i - run) || tbuf_put(out, with, wn))
+			if (tx_tbuf_put(out, s + run, i - run) || tx_tbuf_put(out, with, wn))
 				return BATON_ENOMEM;
 			i += pn;
 			run = i;
 		} else
 			i++;
 	}
-	return tbuf_put(out, s + run, n - run);
+	return tx_tbuf_put(out, s + run, n - run);
 }
 
 int text_normalize(const text_tok *t, const char *s, size_t n, struct tbuf *out)
 {
 	struct tbuf a = {0}, b = {0};
-	if (tbuf_put(&a, s, n))
+	if (tx_tbuf_put(&a, s, n))
 		return BATON_ENOMEM;
 	for (size_t i = 0; i < t->n_norm; i++) {
 		const struct norm_step *st = &t->norm[i];
@@ -57,30 +57,30 @@ int text_normalize(const text_tok *t, const char *s, size_t n, struct tbuf *out)
 			if (dn < 0) {
 				rc = dn == UTF8PROC_ERROR_NOMEM ? BATON_ENOMEM : BATON_EINVAL;
 			} else
-				rc = tbuf_put(&b, d, (size_t)dn);
+				rc = tx_tbuf_put(&b, d, (size_t)dn);
 			free(d);
 			break;
 		}
 		case N_PREPEND:
 			if (a.n)
-				rc = tbuf_put(&b, st->a, strlen(st->a));
-			rc |= tbuf_put(&b, a.p, a.n);
+				rc = tx_tbuf_put(&b, st->a, strlen(st->a));
+			rc |= tx_tbuf_put(&b, a.p, a.n);
 			break;
 		case N_REPLACE:
 			rc = replace_all(&b, a.p, a.n, st->a, st->b);
 			break;
 		}
 		if (rc) {
-			tbuf_free(&a);
-			tbuf_free(&b);
+			tx_tbuf_free(&a);
+			tx_tbuf_free(&b);
 			return rc;
 		}
 		struct tbuf tmp = a;
 		a = b;
 		b = tmp;
 	}
-	tbuf_free(&b);
-	if (!a.p && tbuf_put(&a, "", 0))
+	tx_tbuf_free(&b);
+	if (!a.p && tx_tbuf_put(&a, "", 0))
 		return BATON_ENOMEM;
 	*out = a;
 	return 0;
@@ -119,12 +119,12 @@ static int plist_add(struct plist *p, const char *s, size_t n, bool origin)
 	p->len[p->n] = n;
 	p->origin[p->n] = origin;
 	p->n++;
-	return tbuf_put(&p->data, s, n);
+	return tx_tbuf_put(&p->data, s, n);
 }
 
 static void plist_free(struct plist *p)
 {
-	tbuf_free(&p->data);
+	tx_tbuf_free(&p->data);
 	free(p->off);
 	free(p->len);
 	free(p->origin);
@@ -146,7 +146,7 @@ static int split_regex(struct plist *out, const pcre2_code *re, pcre2_match_data
 		PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
 		size_t b = ov[0], e = ov[1];
 		if (e == b) { /* empty match: step one character */
-			size_t l = utf8_len((const unsigned char *)s + pos, n - pos);
+			size_t l = tx_utf8_len((const unsigned char *)s + pos, n - pos);
 			pos += l ? l : 1;
 			continue;
 		}
@@ -163,14 +163,14 @@ static int bytelevel_map(struct plist *out, const char *s, size_t n, bool origin
 	struct tbuf b = {0};
 	for (size_t i = 0; i < n; i++) {
 		char u[4];
-		size_t l = utf8_encode(text_byte_char[(unsigned char)s[i]], u);
-		if (tbuf_put(&b, u, l)) {
-			tbuf_free(&b);
+		size_t l = tx_utf8_encode(text_byte_char[(unsigned char)s[i]], u);
+		if (tx_tbuf_put(&b, u, l)) {
+			tx_tbuf_free(&b);
 			return BATON_ENOMEM;
 		}
 	}
 	int rc = plist_add(out, b.p, b.n, origin);
-	tbuf_free(&b);
+	tx_tbuf_free(&b);
 	return rc;
 }
 
@@ -184,8 +184,8 @@ static int pre_step(const struct pre_step *st, pcre2_match_data *md, struct plis
 	case P_BYTELEVEL: {
 		struct tbuf pre = {0};
 		if (st->add_prefix_space && (n == 0 || s[0] != ' ')) {
-			if (tbuf_putc(&pre, ' ') || tbuf_put(&pre, s, n)) {
-				tbuf_free(&pre);
+			if (tx_tbuf_putc(&pre, ' ') || tx_tbuf_put(&pre, s, n)) {
+				tx_tbuf_free(&pre);
 				return BATON_ENOMEM;
 			}
 			s = pre.p;
@@ -199,7 +199,7 @@ static int pre_step(const struct pre_step *st, pcre2_match_data *md, struct plis
 			plist_free(&parts);
 		} else
 			rc = bytelevel_map(out, s, n, origin);
-		tbuf_free(&pre);
+		tx_tbuf_free(&pre);
 		return rc;
 	}
 	case P_METASPACE: {
@@ -211,10 +211,10 @@ static int pre_step(const struct pre_step *st, pcre2_match_data *md, struct plis
 			starts = true;
 		bool prepend = !starts && (st->ps == PS_ALWAYS || (st->ps == PS_FIRST && origin));
 		if (prepend)
-			rc |= tbuf_put(&b, st->repl, rl);
+			rc |= tx_tbuf_put(&b, st->repl, rl);
 		rc |= replace_all(&b, s, n, " ", st->repl);
 		if (rc) {
-			tbuf_free(&b);
+			tx_tbuf_free(&b);
 			return BATON_ENOMEM;
 		}
 		if (!st->split) {
@@ -228,7 +228,7 @@ static int pre_step(const struct pre_step *st, pcre2_match_data *md, struct plis
 				}
 			rc |= plist_add(out, b.p + last, b.n - last, origin && last == 0);
 		}
-		tbuf_free(&b);
+		tx_tbuf_free(&b);
 		return rc ? BATON_ENOMEM : 0;
 	}
 	case P_DIGITS: {
@@ -288,8 +288,8 @@ static int model_word(const text_tok *t, struct wcache *wc, const char *w, size_
                       struct ids *out)
 {
 	if (!wc || n > WC_WORD || n == 0)
-		return t->model == M_SPM ? spm_word(t, w, n, &out->p, &out->n, &out->cap)
-		                         : bpe_word(t, w, n, &out->p, &out->n, &out->cap);
+		return t->model == M_SPM ? tx_spm_word(t, w, n, &out->p, &out->n, &out->cap)
+		                         : tx_bpe_word(t, w, n, &out->p, &out->n, &out->cap);
 	uint64_t h = XXH3_64bits(w, n) | 1;
 	size_t k = h & (WC_SLOTS - 1);
 	if (wc->hash[k] == h && wc->len[k] == n && !memcmp(wc->word[k], w, n)) {
@@ -299,8 +299,8 @@ static int model_word(const text_tok *t, struct wcache *wc, const char *w, size_
 		return 0;
 	}
 	size_t before = out->n;
-	int rc = t->model == M_SPM ? spm_word(t, w, n, &out->p, &out->n, &out->cap)
-	                           : bpe_word(t, w, n, &out->p, &out->n, &out->cap);
+	int rc = t->model == M_SPM ? tx_spm_word(t, w, n, &out->p, &out->n, &out->cap)
+	                           : tx_bpe_word(t, w, n, &out->p, &out->n, &out->cap);
 	if (rc || wc->store.n + (out->n - before) > UINT32_MAX)
 		return rc;
 	wc->hash[k] = h;
@@ -360,7 +360,7 @@ static uint32_t last_char(const char *s, size_t n)
 	size_t i = n - 1, adv;
 	while (i > 0 && ((unsigned char)s[i] & 0xC0) == 0x80)
 		i--;
-	return utf8_decode((const unsigned char *)s + i, &adv);
+	return tx_utf8_decode((const unsigned char *)s + i, &adv);
 }
 
 struct match {
@@ -405,7 +405,7 @@ static int find_added(const text_tok *t, const char *s, size_t n, bool normalize
 		if (best->single_word) {
 			size_t adv;
 			bool sw = b == 0 || !is_word(last_char(s, b));
-			bool ew = e == n || !is_word(utf8_decode((const unsigned char *)s + e, &adv));
+			bool ew = e == n || !is_word(tx_utf8_decode((const unsigned char *)s + e, &adv));
 			if (!sw || !ew)
 				continue;
 		}
@@ -416,7 +416,7 @@ static int find_added(const text_tok *t, const char *s, size_t n, bool normalize
 				while (p > 0 && ((unsigned char)s[p] & 0xC0) == 0x80)
 					p--;
 				size_t adv;
-				if (!is_ws(utf8_decode((const unsigned char *)s + p, &adv)))
+				if (!is_ws(tx_utf8_decode((const unsigned char *)s + p, &adv)))
 					break;
 				nb = p;
 			}
@@ -425,7 +425,7 @@ static int find_added(const text_tok *t, const char *s, size_t n, bool normalize
 		if (best->rstrip) {
 			while (e < n) {
 				size_t adv;
-				if (!is_ws(utf8_decode((const unsigned char *)s + e, &adv)))
+				if (!is_ws(tx_utf8_decode((const unsigned char *)s + e, &adv)))
 					break;
 				e += adv;
 			}
@@ -469,7 +469,7 @@ static int encode_segment(const text_tok *t, pcre2_match_data *md, struct wcache
 		rc = encode_plain(t, md, wc, norm.p + last, norm.n - last, origin && last == 0, out);
 out:
 	free(m);
-	tbuf_free(&norm);
+	tx_tbuf_free(&norm);
 	return rc;
 }
 
@@ -478,7 +478,7 @@ int text_encode(const text_tok *t, const char *s, size_t n, unsigned flags, int3
 {
 	*ids = NULL;
 	*nids = 0;
-	if (!utf8_valid(s, n))
+	if (!tx_utf8_valid(s, n))
 		return text_errf(err, errlen, BATON_EINVAL, "text is not valid UTF-8");
 	struct ids out = {0};
 	struct match *m = NULL;
