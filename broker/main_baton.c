@@ -33,6 +33,7 @@
 
 #include "broker/broker.h"
 #include "broker/text_cmd.h"
+#include "broker/tokenize_cmd.h"
 
 enum {
 	EXIT_DONE = 0,
@@ -57,6 +58,7 @@ static const char usage_text[] =
     "  gen ENGINE_URL [--steps N] [--batch N] [--seed N]   one request to an engine\n"
     "  complete NAME PROMPT [...] continue a prompt with engine NAME's model (baton complete --help)\n"
     "  chat NAME [MESSAGE...]     chat with engine NAME's model, one turn per MESSAGE or line of stdin\n"
+    "  tokenize | detokenize      text to token ids and back (baton tokenize --help)\n"
     "\n"
     "  --broker URL   the broker's control socket: else $BATON_BROKER, else " BROKER_DEFAULT_CONTROL "\n"
     "  --events URL   its event socket: else $BATON_EVENTS, else events.sock beside an ipc://\n"
@@ -882,6 +884,9 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	if (argc >= 2 && (strcmp(argv[1], "complete") == 0 || strcmp(argv[1], "chat") == 0))
 		return text_cmd_main(argc - 1, argv + 1); /* flags after the command */
+	int tok_rc = tokenize_cmd_main(argc, argv); /* tokenize, detokenize: no broker needed */
+	if (tok_rc >= 0)
+		return tok_rc;
 	parse_args(argc, argv);
 	if (!opt.broker_given) {
 		const char *env = getenv("BATON_BROKER");

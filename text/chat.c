@@ -26,17 +26,17 @@ static const struct chat_known *recognise(const char *tmpl)
 	size_t n = strlen(tmpl);
 	struct tbuf b = {0};
 	for (size_t i = 0; i < n; i++)
-		if (!(tmpl[i] == '\r' && tmpl[i + 1] == '\n') && tbuf_putc(&b, tmpl[i]))
+		if (!(tmpl[i] == '\r' && tmpl[i + 1] == '\n') && tx_tbuf_putc(&b, tmpl[i]))
 			goto out;
 	while (b.n && (b.p[b.n - 1] == '\n' || b.p[b.n - 1] == '\r'))
 		b.p[--b.n] = 0;
-	for (size_t i = 0; b.p && i < CHAT_N_KNOWN; i++)
-		if (!strcmp(b.p, CHAT_KNOWN[i].text)) {
-			tbuf_free(&b);
-			return &CHAT_KNOWN[i];
+	for (size_t i = 0; b.p && i < tx_chat_n_known; i++)
+		if (!strcmp(b.p, tx_chat_known[i].text)) {
+			tx_tbuf_free(&b);
+			return &tx_chat_known[i];
 		}
 out:
-	tbuf_free(&b);
+	tx_tbuf_free(&b);
 	return NULL;
 }
 
@@ -48,7 +48,7 @@ const char *text_chat_family(const char *tmpl)
 
 static int put(struct tbuf *b, const char *s)
 {
-	return tbuf_put(b, s ? s : "", s ? strlen(s) : 0);
+	return tx_tbuf_put(b, s ? s : "", s ? strlen(s) : 0);
 }
 
 static bool is(const struct text_msg *m, const char *role)
@@ -162,9 +162,9 @@ static int qwen3(const struct text_msg *m, size_t n, const struct text_chat_opts
 				lstrip_nl(&rs, &rsn);
 				rstrip_nl(rs, &rsn);
 				lstrip_nl(&c, &cn);
-				rc |= put(b, "<think>\n") | tbuf_put(b, rs, rsn) | put(b, "\n</think>\n\n");
+				rc |= put(b, "<think>\n") | tx_tbuf_put(b, rs, rsn) | put(b, "\n</think>\n\n");
 			}
-			rc |= tbuf_put(b, c, cn) | put(b, "<|im_end|>\n");
+			rc |= tx_tbuf_put(b, c, cn) | put(b, "<|im_end|>\n");
 		} else if (is(x, "tool")) {
 			if (i == 0 || !is(&m[i - 1], "tool"))
 				rc |= put(b, "<|im_start|>user");
@@ -286,13 +286,26 @@ int text_chat_render(const char *tmpl, const struct text_msg *msgs, size_t n,
 	else
 		rc = olmoe(msgs, n, &o, &b);
 	if (!rc && !b.p)
-		rc = tbuf_put(&b, "", 0);
+		rc = tx_tbuf_put(&b, "", 0);
 	if (rc) {
-		tbuf_free(&b);
+		tx_tbuf_free(&b);
 		if (rc == BATON_ENOMEM)
 			return text_errf(err, errlen, rc, "out of memory");
 		return rc;
 	}
 	*out = b.p;
 	return 0;
+}
+
+int text_chat_apply(const text_tok *t, const struct text_msg *msgs, size_t n,
+                    bool add_generation_prompt, int enable_thinking, char **out, char *err,
+                    size_t errlen)
+{
+	struct text_chat_opts o = {
+	    .bos_token = text_token_text(t, text_bos(t)),
+	    .eos_token = text_token_text(t, text_eos(t)),
+	    .add_generation_prompt = add_generation_prompt,
+	    .enable_thinking = enable_thinking,
+	};
+	return text_chat_render(text_chat_template(t), msgs, n, &o, out, err, errlen);
 }

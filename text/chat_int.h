@@ -13,7 +13,7 @@ struct chat_known {
 	const char *text;
 };
 
-extern const struct chat_known CHAT_KNOWN[];
-extern const size_t CHAT_N_KNOWN;
+extern const struct chat_known tx_chat_known[];
+extern const size_t tx_chat_n_known;
 
 #endif

@@ -8,7 +8,7 @@
 
 #include "text/chat_int.h"
 
-const struct chat_known CHAT_KNOWN[] = {
+const struct chat_known tx_chat_known[] = {
 	{"qwen3", "qwen3",
 	    "{%- if tools %}\n"
 	    "    {{- '<|im_start|>system\\n' }}\n"
@@ -173,4 +173,4 @@ const struct chat_known CHAT_KNOWN[] = {
 	    "' }}{% endif %}{% endfor %}"},
 };
 
-const size_t CHAT_N_KNOWN = sizeof(CHAT_KNOWN) / sizeof(CHAT_KNOWN[0]);
+const size_t tx_chat_n_known = sizeof(tx_chat_known) / sizeof(tx_chat_known[0]);

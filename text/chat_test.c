@@ -57,7 +57,10 @@ static void check_chat(const char *family, const char *file, const char *variant
 		    .enable_thinking = et ? json_is_true(et) : -1,
 		};
 		char *out = NULL;
-		int rc = text_chat_render(tmpl, m, nm, &o, &out, err, sizeof(err));
+		/* every other conversation through the tokenizer's own template */
+		int rc = n % 2 ? text_chat_apply(t, m, nm, o.add_generation_prompt, o.enable_thinking, &out,
+		                                 err, sizeof(err))
+		               : text_chat_render(tmpl, m, nm, &o, &out, err, sizeof(err));
 		const char *want = json_string_value(json_object_get(c, "text"));
 		const char *want_err = json_string_value(json_object_get(c, "error"));
 		if (want_err) {

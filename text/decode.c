@@ -16,7 +16,7 @@ struct slist {
 static void slist_free(struct slist *l)
 {
 	for (size_t i = 0; i < l->n; i++)
-		tbuf_free(&l->s[i]);
+		tx_tbuf_free(&l->s[i]);
 	free(l->s);
 	l->s = NULL;
 	l->n = 0;
@@ -51,20 +51,20 @@ static int replace_in(struct tbuf *t, const char *pat, const char *with)
 	size_t run = 0;
 	for (size_t i = 0; i + pn <= t->n;) {
 		if (memcmp(t->p + i, pat, pn) == 0) {
-			if (tbuf_put(&o, t->p + run, i - run) || tbuf_put(&o, with, wn))
+			if (tx_tbuf_put(&o, t->p + run, i - run) || tx_tbuf_put(&o, with, wn))
 				goto nomem;
 			i += pn;
 			run = i;
 		} else
 			i++;
 	}
-	if (tbuf_put(&o, t->p + run, t->n - run))
+	if (tx_tbuf_put(&o, t->p + run, t->n - run))
 		goto nomem;
-	tbuf_free(t);
+	tx_tbuf_free(t);
 	*t = o;
 	return 0;
 nomem:
-	tbuf_free(&o);
+	tx_tbuf_free(&o);
 	return BATON_ENOMEM;
 }
 
@@ -80,43 +80,43 @@ static int step_bytelevel(struct slist *l, bool partial, bool *held)
 		bool all = true;
 		while (j < n) {
 			size_t adv;
-			size_t len = utf8_len(p + j, n - j);
+			size_t len = tx_utf8_len(p + j, n - j);
 			if (!len) {
 				all = false;
 				break;
 			}
-			int b = text_char_byte(utf8_decode(p + j, &adv));
+			int b = text_char_byte(tx_utf8_decode(p + j, &adv));
 			if (b < 0) {
 				all = false;
 				break;
 			}
-			rc |= tbuf_putc(&bytes, (char)b);
+			rc |= tx_tbuf_putc(&bytes, (char)b);
 			j += adv;
 		}
 		if (!all) {
 			bytes.n = mark;
-			rc |= tbuf_put(&bytes, p, n);
+			rc |= tx_tbuf_put(&bytes, p, n);
 		}
 	}
 	size_t keep = bytes.n;
 	if (partial) {
-		size_t h = utf8_incomplete_tail((const unsigned char *)bytes.p, bytes.n);
+		size_t h = tx_utf8_incomplete_tail((const unsigned char *)bytes.p, bytes.n);
 		keep -= h;
 		*held = *held || h > 0;
 	}
 	if (!rc)
-		rc = utf8_lossy(&out, (const unsigned char *)bytes.p, keep);
+		rc = tx_utf8_lossy(&out, (const unsigned char *)bytes.p, keep);
 	if (!rc && !out.p)
-		rc = tbuf_put(&out, "", 0);
-	tbuf_free(&bytes);
+		rc = tx_tbuf_put(&out, "", 0);
+	tx_tbuf_free(&bytes);
 	if (rc) {
-		tbuf_free(&out);
+		tx_tbuf_free(&out);
 		return BATON_ENOMEM;
 	}
 	slist_free(l);
 	l->s = malloc(sizeof(*l->s));
 	if (!l->s) {
-		tbuf_free(&out);
+		tx_tbuf_free(&out);
 		return BATON_ENOMEM;
 	}
 	l->s[0] = out;
@@ -133,17 +133,17 @@ static int step_bytefallback(struct slist *l)
 	for (size_t i = 0; !rc && i <= l->n; i++) {
 		int b = i < l->n ? byte_piece(l->s[i].p, l->s[i].n) : -1;
 		if (b >= 0) {
-			rc = tbuf_putc(&pend, (char)b);
+			rc = tx_tbuf_putc(&pend, (char)b);
 			npend++;
 			continue;
 		}
 		if (npend) { /* valid UTF-8, or one U+FFFD per byte */
 			struct tbuf *d = &o.s[o.n++];
-			if (utf8_valid(pend.p, pend.n))
-				rc = tbuf_put(d, pend.p, pend.n);
+			if (tx_utf8_valid(pend.p, pend.n))
+				rc = tx_tbuf_put(d, pend.p, pend.n);
 			else
 				for (size_t k = 0; !rc && k < npend; k++)
-					rc = tbuf_put(d, "\xEF\xBF\xBD", 3);
+					rc = tx_tbuf_put(d, "\xEF\xBF\xBD", 3);
 			pend.n = 0;
 			npend = 0;
 		}
@@ -152,7 +152,7 @@ static int step_bytefallback(struct slist *l)
 			memset(&l->s[i], 0, sizeof(l->s[i]));
 		}
 	}
-	tbuf_free(&pend);
+	tx_tbuf_free(&pend);
 	slist_free(l);
 	*l = o;
 	return rc;
@@ -161,13 +161,13 @@ static int step_bytefallback(struct slist *l)
 static int step_fuse(struct slist *l)
 {
 	struct tbuf all = {0};
-	int rc = tbuf_put(&all, "", 0);
+	int rc = tx_tbuf_put(&all, "", 0);
 	for (size_t i = 0; !rc && i < l->n; i++)
-		rc = tbuf_put(&all, l->s[i].p, l->s[i].n);
+		rc = tx_tbuf_put(&all, l->s[i].p, l->s[i].n);
 	slist_free(l);
 	l->s = malloc(sizeof(*l->s));
 	if (rc || !l->s) {
-		tbuf_free(&all);
+		tx_tbuf_free(&all);
 		return BATON_ENOMEM;
 	}
 	l->s[0] = all;
@@ -206,11 +206,11 @@ static int decode_into(const text_tok *t, const int32_t *ids, size_t n, unsigned
 		}
 		if ((flags & TEXT_SKIP_SPECIAL) && t->special[ids[i]])
 			continue;
-		rc = tbuf_put(&l.s[l.n++], t->piece[ids[i]], t->piece_len[ids[i]]);
+		rc = tx_tbuf_put(&l.s[l.n++], t->piece[ids[i]], t->piece_len[ids[i]]);
 	}
 	if (t->no_decoder) {
 		for (size_t i = 0; !rc && i < l.n; i++)
-			rc = (i ? tbuf_putc(out, ' ') : 0) || tbuf_put(out, l.s[i].p, l.s[i].n);
+			rc = (i ? tx_tbuf_putc(out, ' ') : 0) || tx_tbuf_put(out, l.s[i].p, l.s[i].n);
 		slist_free(&l);
 		return rc ? BATON_ENOMEM : 0;
 	}
@@ -245,9 +245,9 @@ static int decode_into(const text_tok *t, const int32_t *ids, size_t n, unsigned
 		}
 	}
 	for (size_t i = 0; !rc && i < l.n; i++)
-		rc = tbuf_put(out, l.s[i].p, l.s[i].n);
+		rc = tx_tbuf_put(out, l.s[i].p, l.s[i].n);
 	if (!rc && !out->p)
-		rc = tbuf_put(out, "", 0);
+		rc = tx_tbuf_put(out, "", 0);
 	slist_free(&l);
 	return rc;
 }
@@ -259,7 +259,7 @@ int text_decode(const text_tok *t, const int32_t *ids, size_t n, unsigned flags,
 	bool held = false;
 	int rc = decode_into(t, ids, n, flags, false, &o, &held, err, errlen);
 	if (rc) {
-		tbuf_free(&o);
+		tx_tbuf_free(&o);
 		return rc;
 	}
 	*out = o.p;
@@ -296,7 +296,7 @@ int text_stream_open(text_stream **out, const text_tok *t, unsigned flags)
 	s->flags = flags;
 	for (size_t k = 0; k < t->n_dec; k++)
 		s->fallback = s->fallback || t->dec[k].kind == D_BYTEFALLBACK;
-	if (tbuf_put(&s->prefix, "", 0)) {
+	if (tx_tbuf_put(&s->prefix, "", 0)) {
 		free(s);
 		return BATON_ENOMEM;
 	}
@@ -331,30 +331,38 @@ static int stream_step(text_stream *s, bool final, char **buf, size_t *len, size
 {
 	const text_tok *t = s->t;
 	size_t k = s->n;
-	if (!final && s->fallback)
-		while (k > 0 && is_byte_tok(t, s->w[k - 1]))
-			k--;
+	/* Hold back a trailing run of byte tokens: the run may go on. A
+	 * skipped special token does not end it (it decodes to nothing). */
+	if (!final && s->fallback) {
+		size_t j = k;
+		while (j > 0 && (is_byte_tok(t, s->w[j - 1]) ||
+		                 ((s->flags & TEXT_SKIP_SPECIAL) && t->special[s->w[j - 1]]))) {
+			j--;
+			if (is_byte_tok(t, s->w[j]))
+				k = j;
+		}
+	}
 	struct tbuf d = {0};
 	bool held = false;
 	int rc = decode_into(t, s->w, k, s->flags, !final, &d, &held, NULL, 0);
 	if (rc) {
-		tbuf_free(&d);
+		tx_tbuf_free(&d);
 		return rc;
 	}
 	size_t from = s->prefix.n + s->emitted;
 	if (d.n < s->prefix.n || memcmp(d.p, s->prefix.p, s->prefix.n) != 0) {
-		tbuf_free(&d);
+		tx_tbuf_free(&d);
 		return BATON_EINTERNAL; /* the decoder chain is not prefix-stable */
 	}
 	if (d.n > from) {
 		if ((rc = emit(buf, len, cap, d.p + from, d.n - from))) {
-			tbuf_free(&d);
+			tx_tbuf_free(&d);
 			return rc;
 		}
 		s->emitted = d.n - s->prefix.n;
 		s->any = true;
 	}
-	tbuf_free(&d);
+	tx_tbuf_free(&d);
 	if (final || k != s->n || held || !s->any)
 		return 0;
 	/* Slide: keep from the last token with text of its own. */
@@ -402,6 +410,6 @@ void text_stream_close(text_stream *s)
 	if (!s)
 		return;
 	free(s->w);
-	tbuf_free(&s->prefix);
+	tx_tbuf_free(&s->prefix);
 	free(s);
 }

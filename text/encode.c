@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 #include <utf8proc.h>
 
 #include "text/text_int.h"
@@ -20,20 +22,20 @@ static int replace_all(struct tbuf *out, const char *s, size_t n, const char *pa
 	size_t pn = strlen(pat), wn = strlen(with), run = 0;
 	for (size_t i = 0; i + pn <= n;) {
 		if (memcmp(s + i, pat, pn) == 0) {
-			if (tbuf_put(out, s + run, i - run) || tbuf_put(out, with, wn))
+			if (tx_tbuf_put(out, s + run, i - run) || tx_tbuf_put(out, with, wn))
 				return BATON_ENOMEM;
 			i += pn;
 			run = i;
 		} else
 			i++;
 	}
-	return tbuf_put(out, s + run, n - run);
+	return tx_tbuf_put(out, s + run, n - run);
 }
 
 int text_normalize(const text_tok *t, const char *s, size_t n, struct tbuf *out)
 {
 	struct tbuf a = {0}, b = {0};
-	if (tbuf_put(&a, s, n))
+	if (tx_tbuf_put(&a, s, n))
 		return BATON_ENOMEM;
 	for (size_t i = 0; i < t->n_norm; i++) {
 		const struct norm_step *st = &t->norm[i];
@@ -55,33 +57,30 @@ int text_normalize(const text_tok *t, const char *s, size_t n, struct tbuf *out)
 			if (dn < 0) {
 				rc = dn == UTF8PROC_ERROR_NOMEM ? BATON_ENOMEM : BATON_EINVAL;
 			} else
-				rc = tbuf_put(&b, d, (size_t)dn);
+				rc = tx_tbuf_put(&b, d, (size_t)dn);
 			free(d);
 			break;
 		}
 		case N_PREPEND:
 			if (a.n)
-				rc = tbuf_put(&b, st->a, strlen(st->a));
-			rc |= tbuf_put(&b, a.p, a.n);
+				rc = tx_tbuf_put(&b, st->a, strlen(st->a));
+			rc |= tx_tbuf_put(&b, a.p, a.n);
 			break;
 		case N_REPLACE:
 			rc = replace_all(&b, a.p, a.n, st->a, st->b);
 			break;
-		case N_LOWER:
-			rc = BATON_EUNSUPPORTED;
-			break;
 		}
 		if (rc) {
-			tbuf_free(&a);
-			tbuf_free(&b);
+			tx_tbuf_free(&a);
+			tx_tbuf_free(&b);
 			return rc;
 		}
 		struct tbuf tmp = a;
 		a = b;
 		b = tmp;
 	}
-	tbuf_free(&b);
-	if (!a.p && tbuf_put(&a, "", 0))
+	tx_tbuf_free(&b);
+	if (!a.p && tx_tbuf_put(&a, "", 0))
 		return BATON_ENOMEM;
 	*out = a;
 	return 0;
@@ -120,12 +119,12 @@ static int plist_add(struct plist *p, const char *s, size_t n, bool origin)
 	p->len[p->n] = n;
 	p->origin[p->n] = origin;
 	p->n++;
-	return tbuf_put(&p->data, s, n);
+	return tx_tbuf_put(&p->data, s, n);
 }
 
 static void plist_free(struct plist *p)
 {
-	tbuf_free(&p->data);
+	tx_tbuf_free(&p->data);
 	free(p->off);
 	free(p->len);
 	free(p->origin);
@@ -147,7 +146,7 @@ static int split_regex(struct plist *out, const pcre2_code *re, pcre2_match_data
 		PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
 		size_t b = ov[0], e = ov[1];
 		if (e == b) { /* empty match: step one character */
-			size_t l = utf8_len((const unsigned char *)s + pos, n - pos);
+			size_t l = tx_utf8_len((const unsigned char *)s + pos, n - pos);
 			pos += l ? l : 1;
 			continue;
 		}
@@ -164,14 +163,14 @@ static int bytelevel_map(struct plist *out, const char *s, size_t n, bool origin
 	struct tbuf b = {0};
 	for (size_t i = 0; i < n; i++) {
 		char u[4];
-		size_t l = utf8_encode(text_byte_char[(unsigned char)s[i]], u);
-		if (tbuf_put(&b, u, l)) {
-			tbuf_free(&b);
+		size_t l = tx_utf8_encode(text_byte_char[(unsigned char)s[i]], u);
+		if (tx_tbuf_put(&b, u, l)) {
+			tx_tbuf_free(&b);
 			return BATON_ENOMEM;
 		}
 	}
 	int rc = plist_add(out, b.p, b.n, origin);
-	tbuf_free(&b);
+	tx_tbuf_free(&b);
 	return rc;
 }
 
@@ -185,8 +184,8 @@ static int pre_step(const struct pre_step *st, pcre2_match_data *md, struct plis
 	case P_BYTELEVEL: {
 		struct tbuf pre = {0};
 		if (st->add_prefix_space && (n == 0 || s[0] != ' ')) {
-			if (tbuf_putc(&pre, ' ') || tbuf_put(&pre, s, n)) {
-				tbuf_free(&pre);
+			if (tx_tbuf_putc(&pre, ' ') || tx_tbuf_put(&pre, s, n)) {
+				tx_tbuf_free(&pre);
 				return BATON_ENOMEM;
 			}
 			s = pre.p;
@@ -200,7 +199,7 @@ static int pre_step(const struct pre_step *st, pcre2_match_data *md, struct plis
 			plist_free(&parts);
 		} else
 			rc = bytelevel_map(out, s, n, origin);
-		tbuf_free(&pre);
+		tx_tbuf_free(&pre);
 		return rc;
 	}
 	case P_METASPACE: {
@@ -212,10 +211,10 @@ static int pre_step(const struct pre_step *st, pcre2_match_data *md, struct plis
 			starts = true;
 		bool prepend = !starts && (st->ps == PS_ALWAYS || (st->ps == PS_FIRST && origin));
 		if (prepend)
-			rc |= tbuf_put(&b, st->repl, rl);
+			rc |= tx_tbuf_put(&b, st->repl, rl);
 		rc |= replace_all(&b, s, n, " ", st->repl);
 		if (rc) {
-			tbuf_free(&b);
+			tx_tbuf_free(&b);
 			return BATON_ENOMEM;
 		}
 		if (!st->split) {
@@ -229,7 +228,7 @@ static int pre_step(const struct pre_step *st, pcre2_match_data *md, struct plis
 				}
 			rc |= plist_add(out, b.p + last, b.n - last, origin && last == 0);
 		}
-		tbuf_free(&b);
+		tx_tbuf_free(&b);
 		return rc ? BATON_ENOMEM : 0;
 	}
 	case P_DIGITS: {
@@ -274,9 +273,52 @@ static int ids_push(struct ids *v, int32_t id)
 	return 0;
 }
 
+/* Words repeat: a long text keeps the ids of each short word it has seen
+ * in a direct-mapped cache (per call, so a text_tok stays read-only). */
+#define WC_SLOTS 8192
+#define WC_WORD 48
+struct wcache {
+	uint64_t hash[WC_SLOTS];
+	uint32_t len[WC_SLOTS], off[WC_SLOTS], cnt[WC_SLOTS];
+	char word[WC_SLOTS][WC_WORD];
+	struct ids store;
+};
+
+static int model_word(const text_tok *t, struct wcache *wc, const char *w, size_t n,
+                      struct ids *out)
+{
+	if (!wc || n > WC_WORD || n == 0)
+		return t->model == M_SPM ? tx_spm_word(t, w, n, &out->p, &out->n, &out->cap)
+		                         : tx_bpe_word(t, w, n, &out->p, &out->n, &out->cap);
+	uint64_t h = XXH3_64bits(w, n) | 1;
+	size_t k = h & (WC_SLOTS - 1);
+	if (wc->hash[k] == h && wc->len[k] == n && !memcmp(wc->word[k], w, n)) {
+		for (uint32_t i = 0; i < wc->cnt[k]; i++)
+			if (ids_push(out, wc->store.p[wc->off[k] + i]))
+				return BATON_ENOMEM;
+		return 0;
+	}
+	size_t before = out->n;
+	int rc = t->model == M_SPM ? tx_spm_word(t, w, n, &out->p, &out->n, &out->cap)
+	                           : tx_bpe_word(t, w, n, &out->p, &out->n, &out->cap);
+	if (rc || wc->store.n + (out->n - before) > UINT32_MAX)
+		return rc;
+	wc->hash[k] = h;
+	wc->len[k] = (uint32_t)n;
+	memcpy(wc->word[k], w, n);
+	wc->off[k] = (uint32_t)wc->store.n;
+	wc->cnt[k] = (uint32_t)(out->n - before);
+	for (size_t i = before; i < out->n; i++)
+		if (ids_push(&wc->store, out->p[i])) {
+			wc->hash[k] = 0;
+			return BATON_ENOMEM;
+		}
+	return 0;
+}
+
 /* Normalised text of one stretch without added tokens: pre-tokenize, model. */
-static int encode_plain(const text_tok *t, pcre2_match_data *md, const char *s, size_t n,
-                        bool origin, struct ids *out)
+static int encode_plain(const text_tok *t, pcre2_match_data *md, struct wcache *wc, const char *s,
+                        size_t n, bool origin, struct ids *out)
 {
 	struct plist cur = {0}, nxt = {0};
 	int rc = plist_add(&cur, s, n, origin);
@@ -288,8 +330,7 @@ static int encode_plain(const text_tok *t, pcre2_match_data *md, const char *s, 
 		memset(&nxt, 0, sizeof(nxt));
 	}
 	for (size_t i = 0; !rc && i < cur.n; i++)
-		rc = t->model == M_SPM ? spm_word(t, cur.data.p + cur.off[i], cur.len[i], &out->p, &out->n, &out->cap)
-		                       : bpe_word(t, cur.data.p + cur.off[i], cur.len[i], &out->p, &out->n, &out->cap);
+		rc = model_word(t, wc, cur.data.p + cur.off[i], cur.len[i], out);
 	plist_free(&cur);
 	plist_free(&nxt);
 	return rc;
@@ -319,7 +360,7 @@ static uint32_t last_char(const char *s, size_t n)
 	size_t i = n - 1, adv;
 	while (i > 0 && ((unsigned char)s[i] & 0xC0) == 0x80)
 		i--;
-	return utf8_decode((const unsigned char *)s + i, &adv);
+	return tx_utf8_decode((const unsigned char *)s + i, &adv);
 }
 
 struct match {
@@ -334,10 +375,17 @@ static int find_added(const text_tok *t, const char *s, size_t n, bool normalize
 {
 	struct match *m = NULL;
 	size_t nm = 0, cap = 0, start_off = 0;
-	bool any = false;
+	bool any = false, first[256] = {false}; /* first bytes of the tokens of this kind */
 	for (size_t k = 0; k < t->n_added; k++)
-		any = any || t->added[k].normalized == normalized;
+		if (t->added[k].normalized == normalized) {
+			any = true;
+			first[(unsigned char)t->added[k].s[0]] = true;
+		}
 	for (size_t i = 0; any && i < n;) {
+		if (!first[(unsigned char)s[i]]) {
+			i++;
+			continue;
+		}
 		const struct added_tok *best = NULL;
 		for (size_t k = 0; k < t->n_added; k++) {
 			const struct added_tok *a = &t->added[k];
@@ -357,7 +405,7 @@ static int find_added(const text_tok *t, const char *s, size_t n, bool normalize
 		if (best->single_word) {
 			size_t adv;
 			bool sw = b == 0 || !is_word(last_char(s, b));
-			bool ew = e == n || !is_word(utf8_decode((const unsigned char *)s + e, &adv));
+			bool ew = e == n || !is_word(tx_utf8_decode((const unsigned char *)s + e, &adv));
 			if (!sw || !ew)
 				continue;
 		}
@@ -368,7 +416,7 @@ static int find_added(const text_tok *t, const char *s, size_t n, bool normalize
 				while (p > 0 && ((unsigned char)s[p] & 0xC0) == 0x80)
 					p--;
 				size_t adv;
-				if (!is_ws(utf8_decode((const unsigned char *)s + p, &adv)))
+				if (!is_ws(tx_utf8_decode((const unsigned char *)s + p, &adv)))
 					break;
 				nb = p;
 			}
@@ -377,7 +425,7 @@ static int find_added(const text_tok *t, const char *s, size_t n, bool normalize
 		if (best->rstrip) {
 			while (e < n) {
 				size_t adv;
-				if (!is_ws(utf8_decode((const unsigned char *)s + e, &adv)))
+				if (!is_ws(tx_utf8_decode((const unsigned char *)s + e, &adv)))
 					break;
 				e += adv;
 			}
@@ -399,8 +447,8 @@ static int find_added(const text_tok *t, const char *s, size_t n, bool normalize
 	return 0;
 }
 
-static int encode_segment(const text_tok *t, pcre2_match_data *md, const char *s, size_t n,
-                          bool origin, unsigned flags, struct ids *out)
+static int encode_segment(const text_tok *t, pcre2_match_data *md, struct wcache *wc,
+                          const char *s, size_t n, bool origin, unsigned flags, struct ids *out)
 {
 	struct tbuf norm = {0};
 	int rc = text_normalize(t, s, n, &norm);
@@ -412,16 +460,16 @@ static int encode_segment(const text_tok *t, pcre2_match_data *md, const char *s
 		goto out;
 	for (size_t i = 0; !rc && i < nm; i++) {
 		if (m[i].b > last)
-			rc = encode_plain(t, md, norm.p + last, m[i].b - last, origin && last == 0, out);
+			rc = encode_plain(t, md, wc, norm.p + last, m[i].b - last, origin && last == 0, out);
 		if (!rc)
 			rc = ids_push(out, m[i].id);
 		last = m[i].e;
 	}
 	if (!rc && last < norm.n)
-		rc = encode_plain(t, md, norm.p + last, norm.n - last, origin && last == 0, out);
+		rc = encode_plain(t, md, wc, norm.p + last, norm.n - last, origin && last == 0, out);
 out:
 	free(m);
-	tbuf_free(&norm);
+	tx_tbuf_free(&norm);
 	return rc;
 }
 
@@ -430,13 +478,15 @@ int text_encode(const text_tok *t, const char *s, size_t n, unsigned flags, int3
 {
 	*ids = NULL;
 	*nids = 0;
-	if (!utf8_valid(s, n))
+	if (!tx_utf8_valid(s, n))
 		return text_errf(err, errlen, BATON_EINVAL, "text is not valid UTF-8");
 	struct ids out = {0};
 	struct match *m = NULL;
 	size_t nm = 0, last = 0;
 	pcre2_match_data *md = pcre2_match_data_create(4, NULL);
 	int rc = md ? 0 : BATON_ENOMEM;
+	/* the cache pays for itself only on longer texts */
+	struct wcache *wc = n >= 4096 ? calloc(1, sizeof(*wc)) : NULL;
 	if (flags & TEXT_ADD_SPECIAL)
 		for (size_t i = 0; !rc && i < t->n_prefix; i++)
 			rc = ids_push(&out, t->post_prefix[i]);
@@ -444,18 +494,21 @@ int text_encode(const text_tok *t, const char *s, size_t n, unsigned flags, int3
 		rc = find_added(t, s, n, false, flags, &m, &nm);
 	for (size_t i = 0; !rc && i < nm; i++) {
 		if (m[i].b > last)
-			rc = encode_segment(t, md, s + last, m[i].b - last, last == 0, flags, &out);
+			rc = encode_segment(t, md, wc, s + last, m[i].b - last, last == 0, flags, &out);
 		if (!rc)
 			rc = ids_push(&out, m[i].id);
 		last = m[i].e;
 	}
 	if (!rc && last < n)
-		rc = encode_segment(t, md, s + last, n - last, last == 0, flags, &out);
+		rc = encode_segment(t, md, wc, s + last, n - last, last == 0, flags, &out);
 	if (flags & TEXT_ADD_SPECIAL)
 		for (size_t i = 0; !rc && i < t->n_suffix; i++)
 			rc = ids_push(&out, t->post_suffix[i]);
 	free(m);
 	pcre2_match_data_free(md);
+	if (wc)
+		free(wc->store.p);
+	free(wc);
 	if (rc) {
 		free(out.p);
 		return text_errf(err, errlen, rc, "encode failed: %s", baton_strerror(rc));

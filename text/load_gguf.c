@@ -111,13 +111,13 @@ int text_tok_load_gguf(text_tok **out, const char *js, size_t len, char *err, si
 		     json_array_size(types), n);
 	if (spm && (!json_is_array(scores) || json_array_size(scores) != n))
 		FAIL(BATON_EINVAL, "tokenizer.ggml.scores must have one score per token for model llama");
-	if ((rc = tok_alloc_vocab(t, n)))
+	if ((rc = tx_tok_alloc_vocab(t, n)))
 		goto out;
 	for (size_t i = 0; i < n; i++) {
 		json_t *v = json_array_get(tokens, i);
 		if (!json_is_string(v))
 			FAIL(BATON_EINVAL, "tokenizer.ggml.tokens[%zu] is not a string", i);
-		if ((rc = tok_set_piece(t, (int32_t)i, json_string_value(v), json_string_length(v))))
+		if ((rc = tx_tok_set_piece(t, (int32_t)i, json_string_value(v), json_string_length(v))))
 			goto out;
 		json_int_t ty = types ? json_integer_value(json_array_get(types, i)) : TT_NORMAL;
 		if (ty < TT_NORMAL || ty > TT_BYTE)
@@ -133,10 +133,10 @@ int text_tok_load_gguf(text_tok **out, const char *js, size_t len, char *err, si
 	for (size_t i = 0; i < n; i++)
 		if ((t->type[i] == TT_CONTROL || t->type[i] == TT_USER || t->type[i] == TT_UNKNOWN) &&
 		    t->piece_len[i] &&
-		    (rc = tok_add_added(t, t->piece[i], t->piece_len[i], (int32_t)i, t->type[i] != TT_USER,
+		    (rc = tx_tok_add_added(t, t->piece[i], t->piece_len[i], (int32_t)i, t->type[i] != TT_USER,
 		                        false, false, false, false)))
 			goto out;
-	if ((rc = tok_finish(t, err, errlen)))
+	if ((rc = tx_tok_finish(t, err, errlen)))
 		goto out;
 	t->model = spm ? M_SPM : M_BPE;
 	t->unk = id_key(root, "tokenizer.ggml.unknown_token_id");
@@ -189,7 +189,7 @@ int text_tok_load_gguf(text_tok **out, const char *js, size_t len, char *err, si
 			     pre ? pre : "(missing)");
 		if (!json_is_array(merges))
 			FAIL(BATON_EINVAL, "tokenizer.ggml.merges is missing for model gpt2");
-		if ((rc = pmap_init(&t->merges, json_array_size(merges))))
+		if ((rc = tx_pmap_init(&t->merges, json_array_size(merges))))
 			goto out;
 		size_t i;
 		json_t *v;
@@ -197,37 +197,37 @@ int text_tok_load_gguf(text_tok **out, const char *js, size_t len, char *err, si
 		json_array_foreach(merges, i, v) {
 			const char *s = json_string_value(v), *sp = s ? strchr(s, ' ') : NULL;
 			if (!sp || sp == s || !sp[1]) {
-				tbuf_free(&cat);
+				tx_tbuf_free(&cat);
 				FAIL(BATON_EINVAL, "tokenizer.ggml.merges[%zu] is not \"left right\"", i);
 			}
-			int32_t a = smap_get(&t->vocab, s, (size_t)(sp - s));
-			int32_t b = smap_get(&t->vocab, sp + 1, strlen(sp + 1));
+			int32_t a = tx_smap_get(&t->vocab, s, (size_t)(sp - s));
+			int32_t b = tx_smap_get(&t->vocab, sp + 1, strlen(sp + 1));
 			cat.n = 0;
-			if (tbuf_put(&cat, s, (size_t)(sp - s)) || tbuf_put(&cat, sp + 1, strlen(sp + 1))) {
-				tbuf_free(&cat);
+			if (tx_tbuf_put(&cat, s, (size_t)(sp - s)) || tx_tbuf_put(&cat, sp + 1, strlen(sp + 1))) {
+				tx_tbuf_free(&cat);
 				FAIL(BATON_ENOMEM, "out of memory");
 			}
-			int32_t c = smap_get(&t->vocab, cat.p, cat.n);
+			int32_t c = tx_smap_get(&t->vocab, cat.p, cat.n);
 			if (a < 0 || b < 0 || c < 0) {
-				tbuf_free(&cat);
+				tx_tbuf_free(&cat);
 				FAIL(BATON_EINVAL, "tokenizer.ggml.merges[%zu] uses a token not in the vocabulary", i);
 			}
-			if ((rc = pmap_put(&t->merges, a, b, (int32_t)i, c))) {
-				tbuf_free(&cat);
+			if ((rc = tx_pmap_put(&t->merges, a, b, (int32_t)i, c))) {
+				tx_tbuf_free(&cat);
 				goto out;
 			}
 		}
-		tbuf_free(&cat);
+		tx_tbuf_free(&cat);
 		if (row->nfc && (rc = push_norm(t, N_NFC, NULL, NULL)))
 			goto out;
 		struct pre_step st = {.kind = P_SPLIT};
 		if (row->regex) {
-			if ((rc = tok_compile_regex(&st.re, row->regex, err, errlen)) || (rc = push_pre(t, st)))
+			if ((rc = tx_tok_compile_regex(&st.re, row->regex, err, errlen)) || (rc = push_pre(t, st)))
 				goto out;
 			st = (struct pre_step){.kind = P_BYTELEVEL};
 		} else {
 			st = (struct pre_step){.kind = P_BYTELEVEL};
-			if ((rc = tok_compile_regex(&st.re, TEXT_RE_GPT2, err, errlen)))
+			if ((rc = tx_tok_compile_regex(&st.re, TEXT_RE_GPT2, err, errlen)))
 				goto out;
 		}
 		if ((rc = push_pre(t, st))) {

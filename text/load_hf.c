@@ -74,8 +74,6 @@ static int add_norm(text_tok *t, json_t *n, char *err, size_t errlen)
 		st.kind = N_NFKC;
 	else if (!strcmp(type, "NFKD"))
 		st.kind = N_NFKD;
-	else if (!strcmp(type, "Lowercase"))
-		st.kind = N_LOWER;
 	else if (!strcmp(type, "Prepend")) {
 		st.kind = N_PREPEND;
 		if (!(st.a = dupstr(jstr(n, "prepend"))))
@@ -159,7 +157,7 @@ static int add_pre(text_tok *t, json_t *n, char *err, size_t errlen)
 			                 beh ? beh : "(none)", jbool(n, "invert", false) ? " inverted" : "");
 		st.kind = P_SPLIT;
 		if (regex) {
-			if ((rc = tok_compile_regex(&st.re, pat, err, errlen)))
+			if ((rc = tx_tok_compile_regex(&st.re, pat, err, errlen)))
 				return rc;
 		} else {
 			int ec;
@@ -172,7 +170,7 @@ static int add_pre(text_tok *t, json_t *n, char *err, size_t errlen)
 	} else if (!strcmp(type, "ByteLevel")) {
 		st.kind = P_BYTELEVEL;
 		st.add_prefix_space = jbool(n, "add_prefix_space", true);
-		if (jbool(n, "use_regex", true) && (rc = tok_compile_regex(&st.re, TEXT_RE_GPT2, err, errlen)))
+		if (jbool(n, "use_regex", true) && (rc = tx_tok_compile_regex(&st.re, TEXT_RE_GPT2, err, errlen)))
 			return rc;
 		t->byte_level = true;
 	} else if (!strcmp(type, "Metaspace")) {
@@ -226,7 +224,7 @@ static int add_dec(text_tok *t, json_t *n, char *err, size_t errlen)
 	} else if (!strcmp(type, "Strip")) {
 		const char *c = jstr(n, "content");
 		json_t *s0 = json_object_get(n, "start"), *s1 = json_object_get(n, "stop");
-		if (!c || utf8_len((const unsigned char *)c, strlen(c)) != strlen(c) ||
+		if (!c || tx_utf8_len((const unsigned char *)c, strlen(c)) != strlen(c) ||
 		    !json_is_integer(s0) || !json_is_integer(s1) || json_integer_value(s0) < 0 ||
 		    json_integer_value(s1) < 0)
 			return text_errf(err, errlen, BATON_EINVAL, "Strip decoder: bad content/start/stop");
@@ -258,7 +256,7 @@ static int32_t id_of(const text_tok *t, const char *s)
 	for (size_t i = 0; i < t->n_added; i++)
 		if (!strcmp(t->added[i].s, s))
 			return t->added[i].id;
-	return smap_get(&t->vocab, s, strlen(s));
+	return tx_smap_get(&t->vocab, s, strlen(s));
 }
 
 /* TemplateProcessing's "single": special tokens before $A are a prefix,
@@ -376,10 +374,15 @@ int text_tok_load_hf(text_tok **out, const char *js, size_t len, const char *con
 		if ((size_t)id + 1 > n)
 			n = (size_t)id + 1;
 	}
-	if ((rc = tok_alloc_vocab(t, n)))
+	/* Ids are dense in real vocabularies; a few holes are allowed, a file
+	 * that names id 16,000,000 for 3 tokens is refused, not allocated. */
+	if (n > 2 * (json_object_size(vocab) + json_array_size(added)) + 1024)
+		FAIL(BATON_EINVAL, "tokenizer.json: ids up to %zu for %zu tokens", n - 1,
+		     json_object_size(vocab) + json_array_size(added));
+	if ((rc = tx_tok_alloc_vocab(t, n)))
 		goto out;
 	json_object_foreach(vocab, k, v) {
-		if ((rc = tok_set_piece(t, (int32_t)json_integer_value(v), k, strlen(k))))
+		if ((rc = tx_tok_set_piece(t, (int32_t)json_integer_value(v), k, strlen(k))))
 			goto out;
 	}
 	json_array_foreach(added, i, v) {
@@ -387,7 +390,7 @@ int text_tok_load_hf(text_tok **out, const char *js, size_t len, const char *con
 		int32_t id = (int32_t)json_integer_value(json_object_get(v, "id"));
 		bool special = jbool(v, "special", false);
 		t->type[id] = special ? TT_CONTROL : TT_USER;
-		if ((rc = tok_add_added(t, c, strlen(c), id, special, jbool(v, "normalized", !special),
+		if ((rc = tx_tok_add_added(t, c, strlen(c), id, special, jbool(v, "normalized", !special),
 		                        jbool(v, "lstrip", false), jbool(v, "rstrip", false),
 		                        jbool(v, "single_word", false))))
 			goto out;
@@ -396,20 +399,20 @@ int text_tok_load_hf(text_tok **out, const char *js, size_t len, const char *con
 	t->byte_fallback = jbool(model, "byte_fallback", false);
 	t->fuse_unk = jbool(model, "fuse_unk", false);
 	t->ignore_merges = jbool(model, "ignore_merges", false);
-	if ((rc = tok_finish(t, err, errlen)))
+	if ((rc = tx_tok_finish(t, err, errlen)))
 		goto out;
 	/* Added tokens outside the model's vocabulary get their text as the
 	 * piece, but stay out of the model's map: BPE never produces them. */
 	for (i = 0; i < t->n_added; i++)
 		if (!t->piece_len[t->added[i].id] &&
-		    (rc = tok_set_piece(t, t->added[i].id, t->added[i].s, t->added[i].n)))
+		    (rc = tx_tok_set_piece(t, t->added[i].id, t->added[i].s, t->added[i].n)))
 			goto out;
 	const char *unk = jstr(model, "unk_token");
-	if (unk && (t->unk = smap_get(&t->vocab, unk, strlen(unk))) < 0)
+	if (unk && (t->unk = tx_smap_get(&t->vocab, unk, strlen(unk))) < 0)
 		FAIL(BATON_EINVAL, "tokenizer.json: unk_token %s is not in the vocabulary", unk);
 
 	json_t *merges = json_object_get(model, "merges");
-	if ((rc = pmap_init(&t->merges, json_array_size(merges))))
+	if ((rc = tx_pmap_init(&t->merges, json_array_size(merges))))
 		goto out;
 	json_array_foreach(merges, i, v) {
 		const char *a, *b;
@@ -431,16 +434,16 @@ int text_tok_load_hf(text_tok **out, const char *js, size_t len, const char *con
 			bn = strlen(b);
 		} else
 			FAIL(BATON_EINVAL, "tokenizer.json: merge %zu is malformed", i);
-		int32_t ia = smap_get(&t->vocab, a, an), ib = smap_get(&t->vocab, b, bn);
+		int32_t ia = tx_smap_get(&t->vocab, a, an), ib = tx_smap_get(&t->vocab, b, bn);
 		if (!(tmp = malloc(an + bn + 1)))
 			FAIL(BATON_ENOMEM, "out of memory");
 		memcpy(tmp, a, an);
 		memcpy(tmp + an, b, bn);
-		int32_t ic = smap_get(&t->vocab, tmp, an + bn);
+		int32_t ic = tx_smap_get(&t->vocab, tmp, an + bn);
 		free(tmp);
 		if (ia < 0 || ib < 0 || ic < 0)
 			FAIL(BATON_EINVAL, "tokenizer.json: merge %zu uses a piece outside the vocabulary", i);
-		if ((rc = pmap_put(&t->merges, ia, ib, (int32_t)i, ic)))
+		if ((rc = tx_pmap_put(&t->merges, ia, ib, (int32_t)i, ic)))
 			goto out;
 	}
 

@@ -1,12 +1,12 @@
 /*
  * model.c: the two ways a word becomes ids.
  *
- * bpe_word is Hugging Face's BPE (tokenizers/src/models/bpe): symbols are
+ * tx_bpe_word is Hugging Face's BPE (tokenizers/src/models/bpe): symbols are
  * the word's characters (byte fallback or unk for those outside the
  * vocabulary), then the pair of lowest merge rank is merged first, the
  * leftmost on a tie, until no pair merges.
  *
- * spm_word is SentencePiece's BPE as llama.cpp runs it from a GGUF's
+ * tx_spm_word is SentencePiece's BPE as llama.cpp runs it from a GGUF's
  * scores (llm_tokenizer_spm): the adjacent pair whose concatenation is a
  * piece of highest score is merged first, the leftmost on a tie; a
  * character that is no piece becomes its bytes' <0xXX> tokens.
@@ -121,12 +121,12 @@ static int sym_push(struct sym **s, size_t *n, size_t *cap, int32_t id, uint32_t
 	return 0;
 }
 
-int bpe_word(const text_tok *t, const char *w, size_t n, int32_t **ids, size_t *nids, size_t *cap)
+int tx_bpe_word(const text_tok *t, const char *w, size_t n, int32_t **ids, size_t *nids, size_t *cap)
 {
 	if (n == 0)
 		return 0;
 	if (t->ignore_merges) {
-		int32_t id = smap_get(&t->vocab, w, n);
+		int32_t id = tx_smap_get(&t->vocab, w, n);
 		if (id >= 0)
 			return out_push(ids, nids, cap, id);
 	}
@@ -137,10 +137,10 @@ int bpe_word(const text_tok *t, const char *w, size_t n, int32_t **ids, size_t *
 	int32_t unk_pending = -1;
 	const unsigned char *u = (const unsigned char *)w;
 	for (size_t i = 0; i < n;) {
-		size_t l = utf8_len(u + i, n - i);
+		size_t l = tx_utf8_len(u + i, n - i);
 		if (!l)
 			l = 1; /* callers pass valid UTF-8; be safe anyway */
-		int32_t id = smap_get(&t->vocab, w + i, l);
+		int32_t id = tx_smap_get(&t->vocab, w + i, l);
 		if (id >= 0) {
 			if (unk_pending >= 0 && (rc = sym_push(&s, &ns, &scap, unk_pending, 0, 0)))
 				goto out;
@@ -176,7 +176,7 @@ int bpe_word(const text_tok *t, const char *w, size_t n, int32_t **ids, size_t *
 	s[ns - 1].next = -1;
 	for (size_t i = 0; i + 1 < ns; i++) {
 		int32_t rank, id;
-		if (pmap_get(&t->merges, s[i].id, s[i + 1].id, &rank, &id) &&
+		if (tx_pmap_get(&t->merges, s[i].id, s[i + 1].id, &rank, &id) &&
 		    (rc = heap_push(&h, (struct heap_item){0, rank, (int32_t)i, id, 0})))
 			goto out;
 	}
@@ -187,7 +187,7 @@ int bpe_word(const text_tok *t, const char *w, size_t n, int32_t **ids, size_t *
 			continue;
 		struct sym *b = &s[a->next];
 		int32_t rank, id;
-		if (!pmap_get(&t->merges, a->id, b->id, &rank, &id) || id != top.id)
+		if (!tx_pmap_get(&t->merges, a->id, b->id, &rank, &id) || id != top.id)
 			continue; /* stale: one side has changed since */
 		a->id = id;
 		int32_t bn = b->next;
@@ -195,10 +195,10 @@ int bpe_word(const text_tok *t, const char *w, size_t n, int32_t **ids, size_t *
 		a->next = bn;
 		if (bn >= 0)
 			s[bn].prev = top.pos;
-		if (a->prev >= 0 && pmap_get(&t->merges, s[a->prev].id, a->id, &rank, &id) &&
+		if (a->prev >= 0 && tx_pmap_get(&t->merges, s[a->prev].id, a->id, &rank, &id) &&
 		    (rc = heap_push(&h, (struct heap_item){0, rank, a->prev, id, 0})))
 			goto out;
-		if (bn >= 0 && pmap_get(&t->merges, a->id, s[bn].id, &rank, &id) &&
+		if (bn >= 0 && tx_pmap_get(&t->merges, a->id, s[bn].id, &rank, &id) &&
 		    (rc = heap_push(&h, (struct heap_item){0, rank, top.pos, id, 0})))
 			goto out;
 	}
@@ -216,13 +216,13 @@ static int spm_bigram(const text_tok *t, const char *w, struct sym *s, int32_t l
 	if (l < 0 || s[l].next < 0)
 		return 0;
 	struct sym *a = &s[l], *b = &s[a->next];
-	int32_t id = smap_get(&t->vocab, w + a->off, a->len + b->len);
+	int32_t id = tx_smap_get(&t->vocab, w + a->off, a->len + b->len);
 	if (id < 0)
 		return 0;
 	return heap_push(h, (struct heap_item){t->score[id], 0, l, id, a->len + b->len});
 }
 
-int spm_word(const text_tok *t, const char *w, size_t n, int32_t **ids, size_t *nids, size_t *cap)
+int tx_spm_word(const text_tok *t, const char *w, size_t n, int32_t **ids, size_t *nids, size_t *cap)
 {
 	if (n == 0)
 		return 0;
@@ -232,7 +232,7 @@ int spm_word(const text_tok *t, const char *w, size_t n, int32_t **ids, size_t *
 	int rc = 0;
 	const unsigned char *u = (const unsigned char *)w;
 	for (size_t i = 0; i < n;) {
-		size_t l = utf8_len(u + i, n - i);
+		size_t l = tx_utf8_len(u + i, n - i);
 		if (!l)
 			l = 1;
 		if ((rc = sym_push(&s, &ns, &scap, 0, (uint32_t)i, (uint32_t)l)))
@@ -260,7 +260,7 @@ int spm_word(const text_tok *t, const char *w, size_t n, int32_t **ids, size_t *
 			goto out;
 	}
 	for (int32_t i = 0; i >= 0; i = s[i].next) {
-		int32_t id = smap_get(&t->vocab, w + s[i].off, s[i].len);
+		int32_t id = tx_smap_get(&t->vocab, w + s[i].off, s[i].len);
 		if (id >= 0) {
 			if ((rc = out_push(ids, nids, cap, id)))
 				goto out;

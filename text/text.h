@@ -119,4 +119,11 @@ const char *text_chat_family(const char *tmpl);
 int text_chat_render(const char *tmpl, const struct text_msg *msgs, size_t n,
                      const struct text_chat_opts *opts, char **out, char *err, size_t errlen);
 
+/* The tokenizer's own template, with its BOS and EOS text: what the engine
+ * calls. BATON_EUNSUPPORTED when the tokenizer has no template or an
+ * unknown one. */
+int text_chat_apply(const text_tok *t, const struct text_msg *msgs, size_t n,
+                    bool add_generation_prompt, int enable_thinking, char **out, char *err,
+                    size_t errlen);
+
 #endif

@@ -26,21 +26,21 @@ struct tbuf {
 	char *p;
 	size_t n, cap;
 };
-int tbuf_put(struct tbuf *b, const void *s, size_t n);
-int tbuf_putc(struct tbuf *b, char c);
-void tbuf_free(struct tbuf *b);
+int tx_tbuf_put(struct tbuf *b, const void *s, size_t n);
+int tx_tbuf_putc(struct tbuf *b, char c);
+void tx_tbuf_free(struct tbuf *b);
 
 int text_errf(char *err, size_t errlen, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 /* Length of the UTF-8 character at s (1..4), 0 when invalid or cut short. */
-size_t utf8_len(const unsigned char *s, size_t n);
-bool utf8_valid(const char *s, size_t n);
-size_t utf8_encode(uint32_t cp, char *out);
-uint32_t utf8_decode(const unsigned char *s, size_t *adv); /* s valid */
+size_t tx_utf8_len(const unsigned char *s, size_t n);
+bool tx_utf8_valid(const char *s, size_t n);
+size_t tx_utf8_encode(uint32_t cp, char *out);
+uint32_t tx_utf8_decode(const unsigned char *s, size_t *adv); /* s valid */
 /* Rust's String::from_utf8_lossy: each maximal invalid subpart -> U+FFFD. */
-int utf8_lossy(struct tbuf *out, const unsigned char *s, size_t n);
+int tx_utf8_lossy(struct tbuf *out, const unsigned char *s, size_t n);
 /* Bytes at the end of s that begin a character not yet complete (0..3). */
-size_t utf8_incomplete_tail(const unsigned char *s, size_t n);
+size_t tx_utf8_incomplete_tail(const unsigned char *s, size_t n);
 
 /* String -> id map (open addressing, XXH3). */
 struct smap {
@@ -50,10 +50,10 @@ struct smap {
 	uint32_t *klen;
 	size_t cap, n;
 };
-int smap_init(struct smap *m, size_t expect);
-int smap_put(struct smap *m, const char *k, size_t n, int32_t v); /* replaces */
-int32_t smap_get(const struct smap *m, const char *k, size_t n);   /* -1 absent */
-void smap_free(struct smap *m);
+int tx_smap_init(struct smap *m, size_t expect);
+int tx_smap_put(struct smap *m, const char *k, size_t n, int32_t v); /* replaces */
+int32_t tx_smap_get(const struct smap *m, const char *k, size_t n);   /* -1 absent */
+void tx_smap_free(struct smap *m);
 
 /* (left id, right id) -> (rank, new id). */
 struct pmap {
@@ -61,10 +61,10 @@ struct pmap {
 	int32_t *rank, *id;
 	size_t cap, n;
 };
-int pmap_init(struct pmap *m, size_t expect);
-int pmap_put(struct pmap *m, int32_t a, int32_t b, int32_t rank, int32_t id);
-bool pmap_get(const struct pmap *m, int32_t a, int32_t b, int32_t *rank, int32_t *id);
-void pmap_free(struct pmap *m);
+int tx_pmap_init(struct pmap *m, size_t expect);
+int tx_pmap_put(struct pmap *m, int32_t a, int32_t b, int32_t rank, int32_t id);
+bool tx_pmap_get(const struct pmap *m, int32_t a, int32_t b, int32_t *rank, int32_t *id);
+void tx_pmap_free(struct pmap *m);
 
 /* GPT-2's byte <-> printable character map. */
 extern uint32_t text_byte_char[256];
@@ -83,7 +83,7 @@ struct added_tok {
 	bool special, normalized, lstrip, rstrip, single_word;
 };
 
-enum norm_kind { N_NFC, N_NFD, N_NFKC, N_NFKD, N_PREPEND, N_REPLACE, N_LOWER };
+enum norm_kind { N_NFC, N_NFD, N_NFKC, N_NFKD, N_PREPEND, N_REPLACE };
 struct norm_step {
 	enum norm_kind kind;
 	char *a, *b; /* prepend text; replace pattern and content */
@@ -143,22 +143,21 @@ struct text_tok {
 
 	int32_t bos, eos, pad;
 	char *chat_template;
-	pcre2_match_data *unused_;
 };
 
 /* Allocation of the vocabulary arrays; pieces are copied. */
-int tok_alloc_vocab(text_tok *t, size_t n);
-int tok_set_piece(text_tok *t, int32_t id, const char *s, size_t n);
-int tok_finish(text_tok *t, char *err, size_t errlen); /* maps, byte tokens */
-int tok_add_added(text_tok *t, const char *s, size_t n, int32_t id, bool special,
+int tx_tok_alloc_vocab(text_tok *t, size_t n);
+int tx_tok_set_piece(text_tok *t, int32_t id, const char *s, size_t n);
+int tx_tok_finish(text_tok *t, char *err, size_t errlen); /* maps, byte tokens */
+int tx_tok_add_added(text_tok *t, const char *s, size_t n, int32_t id, bool special,
                   bool normalized, bool lstrip, bool rstrip, bool single_word);
-int tok_compile_regex(pcre2_code **re, const char *hf_pattern, char *err, size_t errlen);
+int tx_tok_compile_regex(pcre2_code **re, const char *hf_pattern, char *err, size_t errlen);
 extern const char TEXT_RE_GPT2[], TEXT_RE_QWEN2[];
 
 /* BPE over one word (byte-level chars or ▁ text): ids appended. */
-int bpe_word(const text_tok *t, const char *w, size_t n, int32_t **ids, size_t *nids,
+int tx_bpe_word(const text_tok *t, const char *w, size_t n, int32_t **ids, size_t *nids,
              size_t *cap);
-int spm_word(const text_tok *t, const char *w, size_t n, int32_t **ids, size_t *nids,
+int tx_spm_word(const text_tok *t, const char *w, size_t n, int32_t **ids, size_t *nids,
              size_t *cap);
 
 int text_normalize(const text_tok *t, const char *s, size_t n, struct tbuf *out);

@@ -8,7 +8,7 @@
 
 #include "text/text_int.h"
 
-/* Hugging Face's patterns (onig syntax); tok_compile_regex makes them
+/* Hugging Face's patterns (onig syntax); tx_tok_compile_regex makes them
  * PCRE2's with the same meaning. */
 const char TEXT_RE_GPT2[] =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
@@ -21,7 +21,7 @@ const char TEXT_RE_QWEN2[] =
 #define WS_SET "\\x{9}-\\x{d}\\x{20}\\x{85}\\x{a0}\\x{1680}\\x{2000}-\\x{200a}\\x{2028}\\x{2029}" \
                "\\x{202f}\\x{205f}\\x{3000}"
 
-int tok_compile_regex(pcre2_code **re, const char *pat, char *err, size_t errlen)
+int tx_tok_compile_regex(pcre2_code **re, const char *pat, char *err, size_t errlen)
 {
 	struct tbuf b = {0};
 	bool in_class = false;
@@ -32,47 +32,47 @@ int tok_compile_regex(pcre2_code **re, const char *pat, char *err, size_t errlen
 			char d = pat[i + 1];
 			i++;
 			if (d == 's') {
-				rc |= in_class ? tbuf_put(&b, WS_SET, strlen(WS_SET))
-				               : tbuf_put(&b, "[" WS_SET "]", strlen(WS_SET) + 2);
+				rc |= in_class ? tx_tbuf_put(&b, WS_SET, strlen(WS_SET))
+				               : tx_tbuf_put(&b, "[" WS_SET "]", strlen(WS_SET) + 2);
 			} else if (d == 'S') {
 				if (in_class) {
-					tbuf_free(&b);
+					tx_tbuf_free(&b);
 					return text_errf(err, errlen, BATON_EUNSUPPORTED,
 					    "split pattern: \\S inside a character class is not supported");
 				}
-				rc |= tbuf_put(&b, "[^" WS_SET "]", strlen(WS_SET) + 3);
+				rc |= tx_tbuf_put(&b, "[^" WS_SET "]", strlen(WS_SET) + 3);
 			} else {
 				char e[2] = {'\\', d};
-				rc |= tbuf_put(&b, e, 2);
+				rc |= tx_tbuf_put(&b, e, 2);
 			}
 			continue;
 		}
 		if (c == '[' && !in_class) {
 			in_class = true;
-			rc |= tbuf_putc(&b, c);
+			rc |= tx_tbuf_putc(&b, c);
 			if (pat[i + 1] == '^') {
-				rc |= tbuf_putc(&b, '^');
+				rc |= tx_tbuf_putc(&b, '^');
 				i++;
 			}
 			if (pat[i + 1] == ']') { /* a literal ] first in a class */
-				rc |= tbuf_put(&b, "\\]", 2);
+				rc |= tx_tbuf_put(&b, "\\]", 2);
 				i++;
 			}
 			continue;
 		}
 		if (c == ']' && in_class)
 			in_class = false;
-		rc |= tbuf_putc(&b, c);
+		rc |= tx_tbuf_putc(&b, c);
 	}
 	if (rc) {
-		tbuf_free(&b);
+		tx_tbuf_free(&b);
 		return BATON_ENOMEM;
 	}
 	int ec;
 	PCRE2_SIZE off;
 	*re = pcre2_compile((PCRE2_SPTR)b.p, b.n, PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK, &ec,
 	                    &off, NULL);
-	tbuf_free(&b);
+	tx_tbuf_free(&b);
 	if (!*re) {
 		PCRE2_UCHAR msg[160];
 		pcre2_get_error_message(ec, msg, sizeof(msg));
@@ -83,7 +83,7 @@ int tok_compile_regex(pcre2_code **re, const char *pat, char *err, size_t errlen
 	return 0;
 }
 
-int tok_alloc_vocab(text_tok *t, size_t n)
+int tx_tok_alloc_vocab(text_tok *t, size_t n)
 {
 	t->n_vocab = n;
 	t->piece = calloc(n ? n : 1, sizeof(*t->piece));
@@ -98,7 +98,7 @@ int tok_alloc_vocab(text_tok *t, size_t n)
 	return 0;
 }
 
-int tok_set_piece(text_tok *t, int32_t id, const char *s, size_t n)
+int tx_tok_set_piece(text_tok *t, int32_t id, const char *s, size_t n)
 {
 	char *p = malloc(n + 1);
 	if (!p)
@@ -111,7 +111,7 @@ int tok_set_piece(text_tok *t, int32_t id, const char *s, size_t n)
 	return 0;
 }
 
-int tok_add_added(text_tok *t, const char *s, size_t n, int32_t id, bool special,
+int tx_tok_add_added(text_tok *t, const char *s, size_t n, int32_t id, bool special,
                   bool normalized, bool lstrip, bool rstrip, bool single_word)
 {
 	struct added_tok *a = realloc(t->added, (t->n_added + 1) * sizeof(*a));
@@ -135,21 +135,21 @@ int tok_add_added(text_tok *t, const char *s, size_t n, int32_t id, bool special
 	return 0;
 }
 
-int tok_finish(text_tok *t, char *err, size_t errlen)
+int tx_tok_finish(text_tok *t, char *err, size_t errlen)
 {
 	for (size_t i = 0; i < t->n_vocab; i++)
-		if (!t->piece[i] && tok_set_piece(t, (int32_t)i, "", 0))
+		if (!t->piece[i] && tx_tok_set_piece(t, (int32_t)i, "", 0))
 			return BATON_ENOMEM;
-	if (smap_init(&t->vocab, t->n_vocab))
+	if (tx_smap_init(&t->vocab, t->n_vocab))
 		return BATON_ENOMEM;
 	/* Lower ids win a duplicate piece (HF's vocab is a map: one id each). */
 	for (size_t i = t->n_vocab; i-- > 0;)
-		if (t->piece_len[i] && smap_put(&t->vocab, t->piece[i], t->piece_len[i], (int32_t)i))
+		if (t->piece_len[i] && tx_smap_put(&t->vocab, t->piece[i], t->piece_len[i], (int32_t)i))
 			return BATON_ENOMEM;
 	for (int b = 0; b < 256; b++) {
 		char name[8];
 		snprintf(name, sizeof(name), "<0x%02X>", b);
-		t->byte_tok[b] = smap_get(&t->vocab, name, 6);
+		t->byte_tok[b] = tx_smap_get(&t->vocab, name, 6);
 	}
 	for (size_t i = 0; i < t->n_added; i++) {
 		int32_t id = t->added[i].id;
@@ -176,8 +176,8 @@ void text_tok_free(text_tok *t)
 	free(t->score);
 	free(t->type);
 	free(t->special);
-	smap_free(&t->vocab);
-	pmap_free(&t->merges);
+	tx_smap_free(&t->vocab);
+	tx_pmap_free(&t->merges);
 	for (size_t i = 0; i < t->n_added; i++)
 		free(t->added[i].s);
 	free(t->added);
@@ -249,18 +249,18 @@ static int read_all(const char *path, char **out, size_t *len, char *err, size_t
 	char chunk[65536];
 	size_t n;
 	while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0)
-		if (tbuf_put(&b, chunk, n)) {
+		if (tx_tbuf_put(&b, chunk, n)) {
 			fclose(f);
-			tbuf_free(&b);
+			tx_tbuf_free(&b);
 			return BATON_ENOMEM;
 		}
 	bool bad = ferror(f);
 	fclose(f);
 	if (bad) {
-		tbuf_free(&b);
+		tx_tbuf_free(&b);
 		return text_errf(err, errlen, BATON_EIO, "%s: read error", path);
 	}
-	if (!b.p && tbuf_put(&b, "", 0))
+	if (!b.p && tx_tbuf_put(&b, "", 0))
 		return BATON_ENOMEM;
 	*out = b.p;
 	*len = b.n;

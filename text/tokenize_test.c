@@ -335,6 +335,82 @@ static void t_stream_holds_partial(void)
 	T_ASSERT(strstr(buf, s) != NULL);
 	free(buf);
 	free(ids);
+	/* a skipped special token inside a run of byte tokens does not end
+	 * the run (a fuzz finding): <0x62> <unk> <0xA0> is one invalid run */
+	int32_t run[] = {101, 0, 163, 1182};
+	T_EQ_STR(text_piece(t, 101), "<0x62>");
+	T_EQ_STR(text_piece(t, 0), "<unk>");
+	char *whole;
+	size_t wl;
+	T_OK(text_decode(t, run, 4, TEXT_SKIP_SPECIAL, &whole, &wl, err, sizeof(err)));
+	T_EQ_STR(whole, "\xEF\xBF\xBD\xEF\xBF\xBD" "3.");
+	T_ASSERT(stream_equal(t, run, 4, TEXT_SKIP_SPECIAL, whole, wl));
+	free(whole);
+	text_tok_free(t);
+}
+
+static void expect_ids(const text_tok *t, const char *s, unsigned flags, const int32_t *want, size_t n)
+{
+	int32_t *ids;
+	size_t got;
+	char err[256];
+	T_OK(text_encode(t, s, strlen(s), flags, &ids, &got, err, sizeof(err)));
+	T_ASSERT_MSG(got == n, "\"%s\": %zu ids, want %zu", s, got, n);
+	for (size_t i = 0; i < n; i++)
+		T_ASSERT_MSG(ids[i] == want[i], "\"%s\": id %zu is %d, want %d", s, i, ids[i], want[i]);
+	free(ids);
+}
+
+static void expect_text(const text_tok *t, const int32_t *ids, size_t n, unsigned flags, const char *want)
+{
+	char *out, err[256];
+	size_t len;
+	T_OK(text_decode(t, ids, n, flags, &out, &len, err, sizeof(err)));
+	T_EQ_STR(out, want);
+	free(out);
+}
+
+/* The newer Llama form: no normaliser, Metaspace pre-tokenizer and decoder;
+ * add_bos_token from tokenizer_config.json when there is no template. */
+static void t_metaspace(void)
+{
+	const char *js =
+	    "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"<s>\":0,\"\u2581\":1,\"a\":2,\"b\":3,"
+	    "\"\u2581a\":4,\"\u2581b\":5},\"merges\":[\"\u2581 a\",\"\u2581 b\"]},"
+	    "\"added_tokens\":[{\"id\":0,\"content\":\"<s>\",\"special\":true}],"
+	    "\"pre_tokenizer\":{\"type\":\"Metaspace\",\"replacement\":\"\u2581\","
+	    "\"prepend_scheme\":\"first\",\"split\":true},"
+	    "\"decoder\":{\"type\":\"Metaspace\",\"replacement\":\"\u2581\",\"prepend_scheme\":\"first\"}}";
+	const char *cfg = "{\"bos_token\":\"<s>\",\"add_bos_token\":true}";
+	text_tok *t;
+	char err[256];
+	T_ASSERT_MSG(text_tok_load_hf(&t, js, strlen(js), cfg, strlen(cfg), err, sizeof(err)) == 0, "%s", err);
+	expect_ids(t, "a b", 0, (int32_t[]){4, 5}, 2);
+	expect_ids(t, "a b", TEXT_ADD_SPECIAL, (int32_t[]){0, 4, 5}, 3);
+	/* "first": no ▁ in front of the text after a special token */
+	expect_ids(t, "<s>a", 0, (int32_t[]){0, 2}, 2);
+	expect_text(t, (int32_t[]){4, 5}, 2, 0, "a b");
+	expect_text(t, (int32_t[]){0, 4, 5}, 3, TEXT_SKIP_SPECIAL, "a b");
+	text_tok_free(t);
+}
+
+/* lstrip/rstrip added tokens take the spaces around them; no decoder joins
+ * pieces with spaces; Digits splits digits off. */
+static void t_added_strip_digits(void)
+{
+	const char *js =
+	    "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1,\" \":2,\"1\":3,\"2\":4,\"12\":5},"
+	    "\"merges\":[[\"1\",\"2\"]]},"
+	    "\"added_tokens\":[{\"id\":6,\"content\":\"<x>\",\"special\":true,\"lstrip\":true,"
+	    "\"rstrip\":true,\"normalized\":false}],"
+	    "\"pre_tokenizer\":{\"type\":\"Digits\",\"individual_digits\":true}}";
+	text_tok *t;
+	char err[256];
+	T_ASSERT_MSG(text_tok_load_hf(&t, js, strlen(js), NULL, 0, err, sizeof(err)) == 0, "%s", err);
+	expect_ids(t, "a <x>  b", 0, (int32_t[]){0, 6, 1}, 3);
+	expect_ids(t, "a12", 0, (int32_t[]){0, 3, 4}, 3); /* individual digits: no 12 */
+	expect_text(t, (int32_t[]){0, 6, 1}, 3, 0, "a <x> b");
+	expect_text(t, (int32_t[]){0, 6, 1}, 3, TEXT_SKIP_SPECIAL, "a b");
 	text_tok_free(t);
 }
 
@@ -344,4 +420,4 @@ T_MAIN(T_CASE_TIMEOUT(t_qwen3_hf, 120), T_CASE_TIMEOUT(t_qwen3_gguf, 120),
        T_CASE_TIMEOUT(t_olmoe_hf, 120), T_CASE_TIMEOUT(t_olmoe_gguf, 120),
        T_CASE_TIMEOUT(t_mixtral_hf, 120), T_CASE_TIMEOUT(t_mixtral_gguf, 120),
        T_CASE_TIMEOUT(t_specials, 60), T_CASE(t_refusals), T_CASE(t_no_special),
-       T_CASE(t_stream_holds_partial))
+       T_CASE(t_stream_holds_partial), T_CASE(t_metaspace), T_CASE(t_added_strip_digits))

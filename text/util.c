@@ -13,7 +13,7 @@
 
 #include "text/text_int.h"
 
-int tbuf_put(struct tbuf *b, const void *s, size_t n)
+int tx_tbuf_put(struct tbuf *b, const void *s, size_t n)
 {
 	if (b->n + n + 1 > b->cap) {
 		size_t cap = b->cap ? b->cap : 64;
@@ -32,12 +32,12 @@ int tbuf_put(struct tbuf *b, const void *s, size_t n)
 	return 0;
 }
 
-int tbuf_putc(struct tbuf *b, char c)
+int tx_tbuf_putc(struct tbuf *b, char c)
 {
-	return tbuf_put(b, &c, 1);
+	return tx_tbuf_put(b, &c, 1);
 }
 
-void tbuf_free(struct tbuf *b)
+void tx_tbuf_free(struct tbuf *b)
 {
 	free(b->p);
 	b->p = NULL;
@@ -55,7 +55,7 @@ int text_errf(char *err, size_t errlen, int code, const char *fmt, ...)
 	return code;
 }
 
-size_t utf8_len(const unsigned char *s, size_t n)
+size_t tx_utf8_len(const unsigned char *s, size_t n)
 {
 	if (n == 0)
 		return 0;
@@ -90,7 +90,7 @@ size_t utf8_len(const unsigned char *s, size_t n)
 	return len;
 }
 
-bool utf8_valid(const char *s, size_t n)
+bool tx_utf8_valid(const char *s, size_t n)
 {
 	const unsigned char *p = (const unsigned char *)s;
 	size_t i = 0;
@@ -99,7 +99,7 @@ bool utf8_valid(const char *s, size_t n)
 			i++;
 			continue;
 		}
-		size_t l = utf8_len(p + i, n - i);
+		size_t l = tx_utf8_len(p + i, n - i);
 		if (!l)
 			return false;
 		i += l;
@@ -107,7 +107,7 @@ bool utf8_valid(const char *s, size_t n)
 	return true;
 }
 
-size_t utf8_encode(uint32_t cp, char *o)
+size_t tx_utf8_encode(uint32_t cp, char *o)
 {
 	if (cp < 0x80) {
 		o[0] = (char)cp;
@@ -131,7 +131,7 @@ size_t utf8_encode(uint32_t cp, char *o)
 	return 4;
 }
 
-uint32_t utf8_decode(const unsigned char *s, size_t *adv)
+uint32_t tx_utf8_decode(const unsigned char *s, size_t *adv)
 {
 	uint32_t c = s[0];
 	if (c < 0x80) {
@@ -179,30 +179,32 @@ static size_t utf8_valid_prefix(const unsigned char *s, size_t n)
 	return i;
 }
 
-int utf8_lossy(struct tbuf *out, const unsigned char *s, size_t n)
+int tx_utf8_lossy(struct tbuf *out, const unsigned char *s, size_t n)
 {
+	if (n == 0)
+		return tx_tbuf_put(out, "", 0);
 	size_t i = 0, run = 0;
 	while (i < n) {
 		if (s[i] < 0x80) {
 			i++;
 			continue;
 		}
-		size_t l = utf8_len(s + i, n - i);
+		size_t l = tx_utf8_len(s + i, n - i);
 		if (l) {
 			i += l;
 			continue;
 		}
-		if (tbuf_put(out, s + run, i - run))
+		if (tx_tbuf_put(out, s + run, i - run))
 			return BATON_ENOMEM;
-		if (tbuf_put(out, "\xEF\xBF\xBD", 3))
+		if (tx_tbuf_put(out, "\xEF\xBF\xBD", 3))
 			return BATON_ENOMEM;
 		i += utf8_valid_prefix(s + i, n - i);
 		run = i;
 	}
-	return tbuf_put(out, s + run, n - run);
+	return tx_tbuf_put(out, s + run, n - run);
 }
 
-size_t utf8_incomplete_tail(const unsigned char *s, size_t n)
+size_t tx_utf8_incomplete_tail(const unsigned char *s, size_t n)
 {
 	/* Walk back over at most 3 continuation bytes to a lead byte. */
 	for (size_t k = 1; k <= 3 && k <= n; k++) {
@@ -222,7 +224,7 @@ size_t utf8_incomplete_tail(const unsigned char *s, size_t n)
 
 /* ---- string map ------------------------------------------------------------ */
 
-int smap_init(struct smap *m, size_t expect)
+int tx_smap_init(struct smap *m, size_t expect)
 {
 	size_t cap = 16;
 	while (cap < expect * 2)
@@ -233,23 +235,23 @@ int smap_init(struct smap *m, size_t expect)
 	m->key = calloc(cap, sizeof(*m->key));
 	m->klen = calloc(cap, sizeof(*m->klen));
 	if (!m->hash || !m->val || !m->key || !m->klen) {
-		smap_free(m);
+		tx_smap_free(m);
 		return BATON_ENOMEM;
 	}
 	m->cap = cap;
 	return 0;
 }
 
-int smap_put(struct smap *m, const char *k, size_t n, int32_t v)
+int tx_smap_put(struct smap *m, const char *k, size_t n, int32_t v)
 {
 	if ((m->n + 1) * 2 > m->cap) {
 		struct smap g;
-		if (smap_init(&g, m->cap))
+		if (tx_smap_init(&g, m->cap))
 			return BATON_ENOMEM;
 		for (size_t i = 0; i < m->cap; i++)
 			if (m->key[i])
-				smap_put(&g, m->key[i], m->klen[i], m->val[i]);
-		smap_free(m);
+				tx_smap_put(&g, m->key[i], m->klen[i], m->val[i]);
+		tx_smap_free(m);
 		*m = g;
 	}
 	uint64_t h = XXH3_64bits(k, n) | 1;
@@ -269,7 +271,7 @@ int smap_put(struct smap *m, const char *k, size_t n, int32_t v)
 	return 0;
 }
 
-int32_t smap_get(const struct smap *m, const char *k, size_t n)
+int32_t tx_smap_get(const struct smap *m, const char *k, size_t n)
 {
 	if (!m->cap)
 		return -1;
@@ -283,7 +285,7 @@ int32_t smap_get(const struct smap *m, const char *k, size_t n)
 	return -1;
 }
 
-void smap_free(struct smap *m)
+void tx_smap_free(struct smap *m)
 {
 	free(m->hash);
 	free(m->val);
@@ -294,7 +296,7 @@ void smap_free(struct smap *m)
 
 /* ---- pair map ---------------------------------------------------------------- */
 
-int pmap_init(struct pmap *m, size_t expect)
+int tx_pmap_init(struct pmap *m, size_t expect)
 {
 	size_t cap = 16;
 	while (cap < expect * 2)
@@ -304,7 +306,7 @@ int pmap_init(struct pmap *m, size_t expect)
 	m->rank = malloc(cap * sizeof(*m->rank));
 	m->id = malloc(cap * sizeof(*m->id));
 	if (!m->key || !m->rank || !m->id) {
-		pmap_free(m);
+		tx_pmap_free(m);
 		return BATON_ENOMEM;
 	}
 	memset(m->key, 0xff, cap * sizeof(*m->key));
@@ -320,17 +322,17 @@ static inline uint64_t pmix(uint64_t k)
 	return k;
 }
 
-int pmap_put(struct pmap *m, int32_t a, int32_t b, int32_t rank, int32_t id)
+int tx_pmap_put(struct pmap *m, int32_t a, int32_t b, int32_t rank, int32_t id)
 {
 	if ((m->n + 1) * 2 > m->cap) {
 		struct pmap g;
-		if (pmap_init(&g, m->cap))
+		if (tx_pmap_init(&g, m->cap))
 			return BATON_ENOMEM;
 		for (size_t i = 0; i < m->cap; i++)
 			if (m->key[i] != ~0ULL)
-				pmap_put(&g, (int32_t)(m->key[i] >> 32), (int32_t)(uint32_t)m->key[i],
+				tx_pmap_put(&g, (int32_t)(m->key[i] >> 32), (int32_t)(uint32_t)m->key[i],
 				         m->rank[i], m->id[i]);
-		pmap_free(m);
+		tx_pmap_free(m);
 		*m = g;
 	}
 	uint64_t k = ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
@@ -347,7 +349,7 @@ int pmap_put(struct pmap *m, int32_t a, int32_t b, int32_t rank, int32_t id)
 	return 0;
 }
 
-bool pmap_get(const struct pmap *m, int32_t a, int32_t b, int32_t *rank, int32_t *id)
+bool tx_pmap_get(const struct pmap *m, int32_t a, int32_t b, int32_t *rank, int32_t *id)
 {
 	if (!m->cap)
 		return false;
@@ -364,7 +366,7 @@ bool pmap_get(const struct pmap *m, int32_t a, int32_t b, int32_t *rank, int32_t
 	return false;
 }
 
-void pmap_free(struct pmap *m)
+void tx_pmap_free(struct pmap *m)
 {
 	free(m->key);
 	free(m->rank);

@@ -1,0 +1,74 @@
+# tokenize_cli_test.sh: `baton tokenize` and `baton detokenize` on the
+# fixture tokenizers: ids as Hugging Face gives them, --json, stdin, the
+# round trip, and exit codes (0 done, 1 failed, 2 usage) with their messages.
+. tests/lib.sh
+B=$BIN/baton
+F=text/fixtures
+
+fail() { echo "$*"; exit 1; }
+expect() {
+	want=$1; shift
+	set +e
+	"$@" >"$T_TMP/out" 2>&1
+	got=$?
+	set -e
+	if [ "$got" -ne "$want" ]; then
+		cat "$T_TMP/out"; fail "exit $got, want $want: $*"
+	fi
+}
+says() { grep -q -- "$1" "$T_TMP/out" || { cat "$T_TMP/out"; fail "output lacks '$1'"; }; }
+
+# The first fixture case with BOS: string 6 of mixtral is "Hello world".
+t_tokenize_ids() {
+	ref=$(sed -n 6p $F/mixtral/cases.jsonl | python3 -c "import json,sys; print(' '.join(map(str, json.load(sys.stdin)['ids_special'])))")
+	[ "$(sed -n 6p $F/mixtral/strings.jsonl)" = '"Hello world"' ] || fail "fixture moved"
+	expect 0 $B tokenize --tokenizer $F/mixtral/tokenizer.json "Hello world"
+	[ "$(cat $T_TMP/out)" = "$ref" ] || fail "got $(cat $T_TMP/out), want $ref"
+	expect 0 $B tokenize --tokenizer $F/mixtral/gguf.json "Hello world"
+	[ "$(cat $T_TMP/out)" = "$ref" ] || fail "gguf: got $(cat $T_TMP/out), want $ref"
+	expect 0 $B tokenize --no-add-special --tokenizer $F/mixtral/tokenizer.json "Hello world"
+	[ "$(cat $T_TMP/out)" = "${ref#1 }" ] || fail "without BOS: got $(cat $T_TMP/out)"
+}
+
+t_json_and_stdin() {
+	expect 0 $B --json tokenize --tokenizer $F/qwen3/tokenizer.json "<|im_start|>user"
+	python3 -c "
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j['tokens'][0] == '<|im_start|>' and j['pieces'][0] == '<|im_start|>', j
+assert len(j['ids']) == len(j['tokens']) == len(j['pieces'])
+assert ''.join(j['pieces']) == '<|im_start|>user', j" "$T_TMP/out" || fail "bad --json output"
+	expect 0 $B tokenize --no-parse-special --tokenizer $F/qwen3/tokenizer.json "<|im_start|>"
+	[ "$(wc -w < $T_TMP/out)" -gt 1 ] || fail "--no-parse-special kept the special token"
+	printf 'from stdin\n' >$T_TMP/in
+	$B tokenize --tokenizer $F/gpt2/tokenizer.json - <$T_TMP/in >$T_TMP/ids || fail "stdin"
+	$B detokenize --tokenizer $F/gpt2/tokenizer.json $(cat $T_TMP/ids) >$T_TMP/back || fail "detokenize"
+	printf 'from stdin\n\n' | cmp -s - $T_TMP/back || fail "round trip: $(cat $T_TMP/back)"
+}
+
+t_detokenize() {
+	expect 0 $B detokenize --tokenizer $F/mixtral/tokenizer.json "1, 596 317 482"
+	[ "$(cat $T_TMP/out)" = "<s> Hell" ] || fail "got '$(cat $T_TMP/out)'"
+	expect 0 $B detokenize --skip-special --tokenizer $F/mixtral/tokenizer.json "[1, 596, 317, 482]"
+	[ "$(cat $T_TMP/out)" = "Hell" ] || fail "skip: got '$(cat $T_TMP/out)'"
+	expect 0 $B --json detokenize --tokenizer $F/mixtral/tokenizer.json 596 317 482
+	says '{"text":"Hell"}'
+}
+
+t_errors() {
+	expect 2 $B tokenize --bogus; says "unknown flag '--bogus'"
+	expect 2 $B tokenize --tokenizer $F/gpt2/tokenizer.json; says "wants (ARENA | --tokenizer PATH) and a text"
+	expect 2 $B detokenize --tokenizer $F/gpt2/tokenizer.json 1 x2; says "is not a list of token ids"
+	expect 1 $B tokenize $T_TMP/model.arena "x"; says "this arena has no tokenizer"
+	expect 1 $B tokenize --tokenizer $T_TMP/nope.json "x"; says "cannot open"
+	expect 1 $B detokenize --tokenizer $F/gpt2/tokenizer.json 999999; says "outside the vocabulary"
+	printf '{"model":{"type":"Unigram"}}' >$T_TMP/u.json
+	expect 1 $B tokenize --tokenizer $T_TMP/u.json "x"; says "Unigram is not supported"
+	expect 0 $B tokenize --help; says "usage: baton tokenize"
+}
+
+t_case t_tokenize_ids
+t_case t_json_and_stdin
+t_case t_detokenize
+t_case t_errors
+t_done
