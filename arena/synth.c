@@ -135,7 +135,7 @@ static void encode_q8_0(const int16_t *r, uint32_t n, float s, uint8_t *dst)
 			int32_t a = v[j] < 0 ? -(int32_t)v[j] : v[j];
 			m = a > m ? a : m;
 		}
-		uint16_t hd = arena_f32_to_f16((float)m * s / 127.0f);
+		uint16_t hd = baton_f32_to_f16((float)m * s / 127.0f);
 		memcpy(o, &hd, 2);
 		float k = m ? 127.0f / (float)m : 0.0f;
 		int32_t q[32];
@@ -216,7 +216,7 @@ static uint16_t *make_table(uint32_t dtype, float scale)
 	float s = scale * 0x1.0p-15f;
 	for (uint32_t r = 0; r < 65536; r++) {
 		float v = draw_value(r, 0, s);
-		tab[r] = dtype == BATON_DT_F16 ? arena_f32_to_f16(v) : arena_f32_to_bf16(v);
+		tab[r] = dtype == BATON_DT_F16 ? baton_f32_to_f16(v) : baton_f32_to_bf16(v);
 	}
 	return tab;
 }

@@ -26,20 +26,10 @@
 
 #include <stdint.h>
 
+#include "arena/arena.h" /* the f16/bf16 codec, dtypes */
 #include "engine/backend.h"
 
 /* ---- dtype.c ------------------------------------------------------------ */
-
-/* IEEE binary16 and bfloat16. Widening is exact. Narrowing rounds to
- * nearest, ties to even; overflow gives infinity, tiny values subnormals or
- * a signed zero; a NaN stays a NaN with its sign and the top bits of its
- * payload (quiet bit set only when the kept payload would be zero), so
- * every 16-bit pattern survives a round trip through f32. Thread-safe, no
- * tables. */
-float baton_f16_to_f32(uint16_t h);
-uint16_t baton_f32_to_f16(float f);
-float baton_bf16_to_f32(uint16_t h);
-uint16_t baton_f32_to_bf16(float f);
 
 /* 1 when the host kernels (and so moe_route / moe_experts of the host
  * backend) handle weights of this dtype: f32, f16, bf16, q8_0. */
