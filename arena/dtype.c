@@ -1,7 +1,7 @@
 /*
  * dtype.c: ggml's tensor types (block size, bytes per block, name), the
  * tree's one f16/bf16 codec, and the encoders the synthetic source needs
- * (f16, bf16, q8_0).
+ * (f16, bf16, q8_0; the K-quants' are kquant.c's).
  *
  * The table follows ggml's type_traits (ggml.c) and the block structs of
  * ggml-common.h: a row of `cols` elements takes cols / block blocks.
@@ -222,6 +222,10 @@ int arena_encode_row(int dtype, const float *x, uint64_t n, uint8_t *dst)
 				o[2 + j] = (uint8_t)(int8_t)roundf(v[j] * id);
 		}
 		return 0;
+	case BATON_DT_Q4_K:
+	case BATON_DT_Q5_K:
+	case BATON_DT_Q6_K:
+		return arena_encode_kquant(dtype, x, n, dst);
 	default:
 		return BATON_EUNSUPPORTED;
 	}

@@ -376,7 +376,7 @@ static void t_encode_q8_0(void)
 		}
 	}
 	T_EQ_ERR(arena_encode_row(BATON_DT_Q8_0, x, 31, q), BATON_EINVAL);
-	T_EQ_ERR(arena_encode_row(BATON_DT_Q4_K, x, 256, q), BATON_EUNSUPPORTED);
+	T_EQ_ERR(arena_encode_row(BATON_DT_Q4_0, x, 64, q), BATON_EUNSUPPORTED);
 }
 
 
