@@ -29,7 +29,8 @@
 #include "engine/engine_int.h"
 
 #define LANES 32u  /* accumulation lanes: the contract of engine_int.h */
-#define CHUNK 256u  /* elements decoded at a time; a multiple of LANES and 32 */
+#define CHUNK 256u  /* elements decoded at a time; a multiple of LANES and 32,
+		     * and one K-quant super-block */
 #define NX_MAX 8u   /* vectors per pass of baton_dot_rows */
 #define Q8_0_BLOCK 32u
 #define Q8_0_BYTES 34u
@@ -55,6 +56,9 @@ int host_can_compute(int dtype)
 	case BATON_DT_F16:
 	case BATON_DT_BF16:
 	case BATON_DT_Q8_0:
+	case BATON_DT_Q4_K:
+	case BATON_DT_Q5_K:
+	case BATON_DT_Q6_K:
 		return 1;
 	default:
 		return 0;
@@ -73,6 +77,10 @@ uint64_t baton_compute_row_bytes(int dtype, uint64_t cols)
 		return cols * 2;
 	case BATON_DT_Q8_0:
 		return cols % Q8_0_BLOCK ? 0 : cols / Q8_0_BLOCK * Q8_0_BYTES;
+	case BATON_DT_Q4_K:
+	case BATON_DT_Q5_K:
+	case BATON_DT_Q6_K:
+		return baton_dtype_row_bytes(dtype, cols); /* 0 unless cols % 256 == 0 */
 	default:
 		return 0;
 	}
@@ -207,6 +215,11 @@ static const float *decode_chunk(int dtype, const uint8_t *row, uint32_t start,
 		return buf;
 	case BATON_DT_BF16:
 		decode_bf16(row + (size_t)start * 2, buf, n);
+		return buf;
+	case BATON_DT_Q4_K:
+	case BATON_DT_Q5_K:
+	case BATON_DT_Q6_K: /* a chunk is one super-block */
+		kquant_decode_block(dtype, row + baton_dtype_row_bytes(dtype, start), buf);
 		return buf;
 	default: /* BATON_DT_Q8_0 */
 		decode_q8_0(row + (size_t)start / Q8_0_BLOCK * Q8_0_BYTES, buf, n);
@@ -512,7 +525,7 @@ static void dot_core(int dtype, const uint8_t *row, uint32_t cols,
 	uint32_t start = 0, n = 0;
 
 #if defined(HAVE_AVX2_KERNELS)
-	if (use_avx2()) {
+	if (use_avx2() && !kquant_is(dtype)) {
 		switch (dtype) {
 		case BATON_DT_F32: avx2_dot_f32(row, cols, xs, nx, out); return;
 		case BATON_DT_F16: avx2_dot_f16(row, cols, xs, nx, out); return;
