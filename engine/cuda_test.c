@@ -476,14 +476,18 @@ static void encode_kquant(int dt, const double *v, uint32_t cols, uint8_t *out)
 		double rms = sqrt(ss / 256);
 		for (uint64_t k = 0; k < bb; k++)
 			blk[k] = (uint8_t)(urand() * 128 + 128);
-		if (dt == BATON_DT_Q6_K) {
-			uint16_t d = to_f16((float)(rms / (73.9 * 18.5)));
+		/* baton_f32_to_f16: small d may be subnormal (to_f16 here
+		 * flushes those to zero). */
+		if (dt == BATON_DT_Q6_K) { /* scales in -63..63: rms 36.7 */
+			for (int j = 0; j < 16; j++)
+				blk[192 + j] = (uint8_t)(int8_t)lround(urand() * 63);
+			uint16_t d = baton_f32_to_f16((float)(rms / (36.7 * 18.5)));
 			memcpy(blk + 208, &d, 2);
 			continue;
 		}
 		double half = dt == BATON_DT_Q4_K ? 7.5 : 15.5;
-		uint16_t d = to_f16((float)(rms / (42 * (dt == BATON_DT_Q4_K ? 4.61 : 9.23))));
-		uint16_t m = to_f16((float)(from_f16(d) * half));
+		uint16_t d = baton_f32_to_f16((float)(rms / (42 * (dt == BATON_DT_Q4_K ? 4.61 : 9.23))));
+		uint16_t m = baton_f32_to_f16((float)(from_f16(d) * half));
 		memcpy(blk, &d, 2);
 		memcpy(blk + 2, &m, 2);
 		uint8_t *sc = blk + 4;
@@ -843,7 +847,10 @@ static void check_layer(int dt, uint32_t B, uint32_t D, uint32_t F, uint32_t E, 
 		tmp2[i] = (double)hx[i] - L.x[i];
 	}
 	double e_ref = rel_err(delta, rdelta, BD), e_host = rel_err(delta, tmp2, BD);
-	double e_host_ref = rel_err(tmp2, rdelta, BD);
+	double e_host_ref = rel_err(tmp2, rdelta, BD), dmax = 0;
+	for (size_t i = 0; i < BD; i++)
+		dmax = fmax(dmax, fabs(rdelta[i]));
+	T_ASSERT_MSG(dmax > 1e-6, "%s: the layer's output is (nearly) zero: weights lost", dt_name(dt));
 	printf("  %s B=%u D=%u F=%u E=%u K=%u %s: xn %.2e, route w %.2e (host %.2e), "
 	       "experts vs double %.2e, vs host %.2e (host vs double %.2e)\n",
 	    dt_name(dt), B, D, F, E, K, misalign ? "misaligned" : "aligned", xn_err, max_w_err,
@@ -866,7 +873,7 @@ static void check_layer(int dt, uint32_t B, uint32_t D, uint32_t F, uint32_t E, 
 
 	/* errors: an uncomputable dtype, a zero blob */
 	struct baton_moe_layer bad = gl;
-	bad.gate_dtype = BATON_DT_Q4_K;
+	bad.gate_dtype = BATON_DT_Q3_K;
 	T_EQ_ERR(be->moe_experts(dev, &bad, blobs, w), BATON_EUNSUPPORTED);
 	bad = gl;
 	bad.top_k = E + 1;
