@@ -433,12 +433,22 @@ TARGET_AVX2 static ALWAYS_INLINE void avx2_dot(int dtype, const uint8_t *row, ui
 	const float *x0 = xs[0], *x1 = xs[nv - 1];
 	uint32_t n32 = n & ~(LANES - 1);
 	float acc[LANES];
+	/* K-quants: a super-block decoded at a time, then read as f32. */
+	const int kq = kquant_is(dtype);
+	const uint64_t kbytes = kq ? baton_dtype_row_bytes(dtype, 256) : 0;
+	float kb[256];
 
 #define ZERO(k) __m256 a##k = _mm256_setzero_ps(), b##k = a##k, w##k;
 	REP4(ZERO)
 #undef ZERO
 	for (uint32_t i = 0; i < n32; i += LANES) {
-		avx2_w32(dtype, row, i, &w0, &w1, &w2, &w3);
+		if (kq) {
+			if (i % 256 == 0)
+				kquant_decode_block(dtype, row + (size_t)(i / 256) * kbytes, kb);
+			avx2_w32(BATON_DT_F32, (const uint8_t *)kb, i % 256, &w0, &w1, &w2, &w3);
+		} else {
+			avx2_w32(dtype, row, i, &w0, &w1, &w2, &w3);
+		}
 #define STEP(k) a##k = _mm256_add_ps(a##k, _mm256_mul_ps(w##k, _mm256_loadu_ps(x0 + i + 8 * k)));
 #define STEP2(k) b##k = _mm256_add_ps(b##k, _mm256_mul_ps(w##k, _mm256_loadu_ps(x1 + i + 8 * k)));
 		REP4(STEP)
@@ -474,6 +484,9 @@ AVX2_DOT_FOR(BATON_DT_F32, avx2_dot_f32)
 AVX2_DOT_FOR(BATON_DT_F16, avx2_dot_f16)
 AVX2_DOT_FOR(BATON_DT_BF16, avx2_dot_bf16)
 AVX2_DOT_FOR(BATON_DT_Q8_0, avx2_dot_q8_0)
+AVX2_DOT_FOR(BATON_DT_Q4_K, avx2_dot_q4_k)
+AVX2_DOT_FOR(BATON_DT_Q5_K, avx2_dot_q5_k)
+AVX2_DOT_FOR(BATON_DT_Q6_K, avx2_dot_q6_k)
 #undef AVX2_DOT_FOR
 
 /* -1: not decided yet; then 0 or 1. */
@@ -525,11 +538,14 @@ static void dot_core(int dtype, const uint8_t *row, uint32_t cols,
 	uint32_t start = 0, n = 0;
 
 #if defined(HAVE_AVX2_KERNELS)
-	if (use_avx2() && !kquant_is(dtype)) {
+	if (use_avx2()) {
 		switch (dtype) {
 		case BATON_DT_F32: avx2_dot_f32(row, cols, xs, nx, out); return;
 		case BATON_DT_F16: avx2_dot_f16(row, cols, xs, nx, out); return;
 		case BATON_DT_BF16: avx2_dot_bf16(row, cols, xs, nx, out); return;
+		case BATON_DT_Q4_K: avx2_dot_q4_k(row, cols, xs, nx, out); return;
+		case BATON_DT_Q5_K: avx2_dot_q5_k(row, cols, xs, nx, out); return;
+		case BATON_DT_Q6_K: avx2_dot_q6_k(row, cols, xs, nx, out); return;
 		default: avx2_dot_q8_0(row, cols, xs, nx, out); return;
 		}
 	}

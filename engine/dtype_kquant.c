@@ -40,7 +40,9 @@ static inline void scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m)
 
 /* q4_K (qh NULL) and q5_K: 64 elements per step, two sub-blocks sharing
  * the bytes of qs (low and high nibble); loops of 32 that gcc vectorizes. */
-static void decode_k4k5(const uint8_t *blk, const uint8_t *qh, const uint8_t *qs,
+#define ALWAYS_INLINE __attribute__((always_inline)) inline
+
+static ALWAYS_INLINE void decode_k4k5(const uint8_t *blk, const uint8_t *qh, const uint8_t *qs,
     float *restrict y)
 {
 	const float d = f16_at(blk), min = f16_at(blk + 2);
@@ -56,9 +58,9 @@ static void decode_k4k5(const uint8_t *blk, const uint8_t *qh, const uint8_t *qs
 		float *restrict y1 = y + 64 * j, *restrict y2 = y1 + 32;
 
 		if (qh) {
-			const unsigned u1 = 1u << (2 * j), u2 = 2u << (2 * j);
+			const int s1 = 2 * j, s2 = 2 * j + 1; /* the fifth bits */
 			for (int l = 0; l < 32; l++) {
-				int hi1 = (qh[l] & u1) ? 16 : 0, hi2 = (qh[l] & u2) ? 16 : 0;
+				int hi1 = ((qh[l] >> s1) & 1) << 4, hi2 = ((qh[l] >> s2) & 1) << 4;
 				y1[l] = d1 * (float)((q[l] & 0xF) + hi1) - m1;
 				y2[l] = d2 * (float)((q[l] >> 4) + hi2) - m2;
 			}
@@ -71,31 +73,30 @@ static void decode_k4k5(const uint8_t *blk, const uint8_t *qh, const uint8_t *qs
 	}
 }
 
-static void decode_q6_k(const uint8_t *blk, float *restrict y)
+/* Per half (128 values), as ggml walks it: byte l of ql and ql + 32 and
+ * of qh give values l, l + 32, l + 64, l + 96 (low nibbles, then high;
+ * two bits of qh each); the scale is 8 n + l / 16 + 0, 2, 4, 6. Loops of 16
+ * with fixed scales and shifts, which gcc vectorizes. */
+static ALWAYS_INLINE void decode_q6_k(const uint8_t *blk, float *restrict y)
 {
-	const uint8_t *ql = blk, *qh = blk + 128;
 	const int8_t *sc = (const int8_t *)(blk + 192);
 	const float d = f16_at(blk + 208);
 
 	for (int n = 0; n < 2; n++) {
-		float ds[8];
-		for (int i = 0; i < 8; i++)
-			ds[i] = d * (float)sc[i];
-		for (int l = 0; l < 32; l++) {
-			int is = l / 16;
-			int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
-			int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
-			int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
-			int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
-			y[l + 0] = ds[is + 0] * (float)q1;
-			y[l + 32] = ds[is + 2] * (float)q2;
-			y[l + 64] = ds[is + 4] * (float)q3;
-			y[l + 96] = ds[is + 6] * (float)q4;
+		const uint8_t *ql = blk + 64 * n, *qh = blk + 128 + 32 * n;
+		float *restrict o = y + 128 * n;
+		for (int h = 0; h < 2; h++) {
+			const int8_t *s = sc + 8 * n + h;
+			const float d1 = d * (float)s[0], d2 = d * (float)s[2];
+			const float d3 = d * (float)s[4], d4 = d * (float)s[6];
+			for (int l = 16 * h; l < 16 * h + 16; l++) {
+				const int a = ql[l], b = ql[l + 32], c = qh[l];
+				o[l] = d1 * (float)(((a & 0xF) | ((c & 3) << 4)) - 32);
+				o[l + 32] = d2 * (float)(((b & 0xF) | (((c >> 2) & 3) << 4)) - 32);
+				o[l + 64] = d3 * (float)(((a >> 4) | (((c >> 4) & 3) << 4)) - 32);
+				o[l + 96] = d4 * (float)(((b >> 4) | (((c >> 6) & 3) << 4)) - 32);
+			}
 		}
-		y += 128;
-		ql += 64;
-		qh += 32;
-		sc += 8;
 	}
 }
 
@@ -104,7 +105,7 @@ int kquant_is(int dtype)
 	return dtype == BATON_DT_Q4_K || dtype == BATON_DT_Q5_K || dtype == BATON_DT_Q6_K;
 }
 
-void kquant_decode_block(int dtype, const uint8_t *blk, float *out)
+static ALWAYS_INLINE void decode_block(int dtype, const uint8_t *blk, float *out)
 {
 	switch (dtype) {
 	case BATON_DT_Q4_K:
@@ -117,4 +118,31 @@ void kquant_decode_block(int dtype, const uint8_t *blk, float *out)
 		decode_q6_k(blk, out);
 		break;
 	}
+}
+
+/* The same code compiled twice: for the baseline (SSE2) and, where the
+ * CPU has it, AVX2 (wider vectors for the same element-wise operations:
+ * no sums, no FMA, so the values are the same bits). */
+static void decode_block_base(int dtype, const uint8_t *blk, float *out)
+{
+	decode_block(dtype, blk, out);
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+__attribute__((target("avx2"))) static void decode_block_avx2(int dtype, const uint8_t *blk,
+    float *out)
+{
+	decode_block(dtype, blk, out);
+}
+#endif
+
+void kquant_decode_block(int dtype, const uint8_t *blk, float *out)
+{
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+	if (baton_kernels_avx2(-1)) {
+		decode_block_avx2(dtype, blk, out);
+		return;
+	}
+#endif
+	decode_block_base(dtype, blk, out);
 }
