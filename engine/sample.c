@@ -11,6 +11,7 @@
  * through splitmix64; every order that matters is a total order, ties by
  * token id). Probabilities are accumulated in double.
  */
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +21,10 @@
 #include "proto/proto.h"
 
 enum { SEEN = 1, IN_OUTPUT = 2 };
+
+/* Temperatures below this are greedy, as in vLLM (_SAMPLING_EPS): dividing
+ * by them only overflows. */
+#define GREEDY_BELOW 1e-5f
 
 struct cand {
 	float l;      /* logit after temperature */
@@ -315,7 +320,7 @@ static int select_cands(struct baton_sampler *s, float *l, uint32_t *n, double *
 	uint32_t m = 0;
 
 	penalize(s, l);
-	if (p->temperature == 0.0f) {
+	if (p->temperature < GREEDY_BELOW) {
 		uint32_t best = UINT32_MAX;
 		for (uint32_t t = 0; t < s->n_vocab; t++)
 			if (l[t] > -INFINITY && (best == UINT32_MAX || l[t] > l[best]))
@@ -330,8 +335,8 @@ static int select_cands(struct baton_sampler *s, float *l, uint32_t *n, double *
 	}
 	for (uint32_t t = 0; t < s->n_vocab; t++) {
 		float v = l[t] / p->temperature;
-		if (v > -INFINITY)
-			c[m++] = (struct cand){ v, t };
+		if (v > -INFINITY) /* +inf (huge logits): the largest float, so exp stays defined */
+			c[m++] = (struct cand){ v < FLT_MAX ? v : FLT_MAX, t };
 	}
 	if (m == 0)
 		return BATON_EINVAL;

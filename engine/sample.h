@@ -10,7 +10,7 @@
  *                           l > 0 ? l / r : l * r                   (HF)
  *   3. presence, frequency  l[t] -= count[t] * freq + (count[t] > 0) * pres,
  *                           counts over the output only             (OpenAI)
- *   4. temperature 0        greedy: the largest logit, ties to the lowest id
+ *   4. temperature < 1e-5   greedy: the largest logit, ties to the lowest id
  *   5. temperature          l /= T
  *   6. top-k                keep the k largest (ties with the k-th kept)
  *   7. top-p                drop the least likely while their total
@@ -40,7 +40,7 @@ struct baton_logit_bias {
 /* All zeros is not valid (repetition_penalty and top_p 0): start from
  * baton_sample_defaults(), which is plain sampling at temperature 1. */
 struct baton_sample_params {
-	float temperature;          /* >= 0; 0: greedy */
+	float temperature;          /* >= 0; below 1e-5 (0): greedy */
 	uint32_t top_k;             /* 0: off; >= vocabulary: off */
 	float top_p;                /* (0, 1]; 1: off */
 	float min_p;                /* [0, 1]; 0: off */

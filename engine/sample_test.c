@@ -57,6 +57,21 @@ static void t_greedy(void)
 		T_EQ_INT(t, 1); /* ties to the lowest id; NaN never wins */
 		T_EQ_INT(f, BATON_FINISH_NONE);
 	}
+	/* A temperature below 1e-5 is greedy too. */
+	struct baton_sample_params q = baton_sample_defaults();
+	q.temperature = 1e-6f;
+	probs_of(&q, l, 5, pr);
+	T_ASSERT(pr[1] == 1 && pr[3] == 0);
+	/* Infinite logits and overflow under a small temperature: still a
+	 * distribution, shared by those that reach the top (3e38 / 1e-4
+	 * overflows too). */
+	q.temperature = 1e-4f;
+	float big[4] = { INFINITY, 3e38f, INFINITY, 1 };
+	probs_of(&q, big, 4, pr);
+	NEAR(pr[0], 1.0 / 3);
+	NEAR(pr[1], 1.0 / 3);
+	NEAR(pr[2], 1.0 / 3);
+	T_ASSERT(pr[3] == 0);
 	float none[5] = { -INFINITY, NAN, -INFINITY, -INFINITY, NAN };
 	T_EQ_ERR(baton_sampler_next(s, none, &t, &f), BATON_EINVAL);
 	T_EQ_INT(baton_sampler_count(s), 3);
