@@ -474,6 +474,52 @@ static void t_top_p_large_vocab(void)
 	free(keep);
 }
 
+/* Random settings and logits (ties, NaN, infinities included): the
+ * distribution sums to 1, every drawn token had a probability above 0,
+ * and sampling never fails while a logit is finite. */
+static void t_random_settings(void)
+{
+	enum { V = 300 };
+	float l[V], c[V], pr[V];
+	for (int it = 0; it < 400; it++) {
+		struct baton_sample_params p = baton_sample_defaults();
+		p.temperature = it % 7 == 0 ? 0 : 0.05f + 3 * urand();
+		p.top_k = it % 3 == 0 ? 0 : (uint32_t)(urand() * 400);
+		p.top_p = it % 4 == 0 ? 1 : 0.01f + 0.99f * urand();
+		p.min_p = it % 5 == 0 ? 0 : urand();
+		p.repetition_penalty = 0.5f + 1.5f * urand();
+		p.presence_penalty = 4 * urand() - 2;
+		p.frequency_penalty = 4 * urand() - 2;
+		p.seed = (uint64_t)it;
+		struct baton_sampler *s = mk(&p, V);
+		uint32_t prompt[8];
+		for (int i = 0; i < 8; i++)
+			prompt[i] = (uint32_t)(urand() * V);
+		T_OK(baton_sampler_prompt(s, prompt, 8));
+		for (int step = 0; step < 5; step++) {
+			for (int i = 0; i < V; i++) {
+				float u = urand();
+				l[i] = u < 0.02f ? NAN : u < 0.04f ? -INFINITY : u < 0.05f ? 7.0f : 20 * urand() - 10;
+			}
+			if (it % 11 == 0)
+				l[3] = INFINITY;
+			memcpy(c, l, sizeof l);
+			T_OK(baton_sampler_probs(s, c, pr));
+			double sum = 0;
+			for (int i = 0; i < V; i++) {
+				T_ASSERT(pr[i] >= 0 && pr[i] <= 1);
+				sum += pr[i];
+			}
+			T_ASSERT_MSG(fabs(sum - 1) < 1e-5, "iteration %d: probabilities sum to %.9g", it, sum);
+			memcpy(c, l, sizeof l);
+			uint32_t t;
+			T_OK(baton_sampler_next(s, c, &t, NULL));
+			T_ASSERT_MSG(t < V && pr[t] > 0, "iteration %d: drew %u with p %g", it, t, pr[t]);
+		}
+		baton_sampler_free(s);
+	}
+}
+
 static void t_bad_params(void)
 {
 	struct baton_sample_params p;
@@ -537,4 +583,4 @@ T_MAIN(T_CASE(t_greedy), T_CASE(t_temperature), T_CASE(t_top_k), T_CASE(t_top_p)
     T_CASE(t_min_p), T_CASE(t_repetition_penalty), T_CASE(t_presence_frequency),
     T_CASE(t_logit_bias), T_CASE(t_order), T_CASE(t_stop_and_max_tokens),
     T_CASE(t_seed_repeatable), T_CASE_TIMEOUT(t_distribution, 60),
-    T_CASE_TIMEOUT(t_top_p_large_vocab, 120), T_CASE(t_bad_params))
+    T_CASE_TIMEOUT(t_top_p_large_vocab, 120), T_CASE(t_random_settings), T_CASE(t_bad_params))
