@@ -154,8 +154,7 @@ int arena_verify(const struct baton_arena *a, uint64_t *bad_entries, char *errbu
 
 struct baton_synth_params {
 	uint32_t layers, experts, top_k, d_model, d_ff;
-	uint32_t dtype;   /* f32, f16, bf16, q8_0, q4_K, q5_K or q6_K, for gate, up
-			   * and down (K-quants: d_model, d_ff multiples of 256) */
+	uint32_t dtype;   /* f32, f16, bf16 or q8_0, for gate, up and down */
 	uint64_t seed;
 };
 

@@ -2,14 +2,12 @@
  * kquant_test.c: the K-quant encoders (kquant.c) against ggml's own
  * quantize_row_q{4,5,6}_K_ref: the same inputs give the same bytes
  * (arena/testdata, made by kquant_gen.sh from ggml's code); bad input is
- * refused and nothing is written; a synthetic arena in a K-quant holds the
- * quantisation of the same arena's f32 values.
+ * refused and nothing is written.
  */
 #include <math.h>
 
 #include "arena/arena_int.h"
 #include "arena/testdata/kquant_fixture.h"
-#include "tests/arena_util.h"
 
 static const struct { const char *name; int dt; uint32_t bytes; } kinds[] = {
 	{ "q4_K", BATON_DT_Q4_K, 144 },
@@ -74,56 +72,4 @@ static void t_bad_input(void)
 		T_EQ_INT(out[i], 0);
 }
 
-/* The synthetic model in q4_K / q5_K / q6_K: every expert part is the
- * encoding of the f32 synthetic model's values; router and norm stay f32. */
-static void t_synthetic(void)
-{
-	char dir[PATH_MAX - 64], pf[PATH_MAX], pk[PATH_MAX], err[512];
-	struct baton_synth_params p = {
-		.layers = 2, .experts = 3, .top_k = 2, .d_model = 512, .d_ff = 256,
-		.dtype = BATON_DT_F32, .seed = 11,
-	};
-	struct baton_arena *af, *ak;
-
-	au_tmpdir(dir, sizeof dir);
-	snprintf(pf, sizeof pf, "%s/f32.arena", dir);
-	au_create(pf, &p);
-	T_OK(arena_open(pf, &af, err, sizeof err));
-	for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
-		p.dtype = (uint32_t)kinds[k].dt;
-		snprintf(pk, sizeof pk, "%s/%s.arena", dir, kinds[k].name);
-		au_create(pk, &p);
-		T_OK(arena_open(pk, &ak, err, sizeof err));
-		T_EQ_INT(arena_shape(ak)->gate_dtype, kinds[k].dt);
-		T_EQ_INT(arena_shape(ak)->down_dtype, kinds[k].dt);
-		T_EQ_INT(arena_shape(ak)->router_dtype, BATON_DT_F32);
-		T_OK(arena_verify(ak, NULL, err, sizeof err));
-		for (uint32_t l = 0; l < p.layers; l++)
-			for (uint32_t e = 0; e < p.experts; e++) {
-				struct baton_arena_tensor tf[3], tk[3];
-				T_OK(arena_expert_parts(af, l, e, tf));
-				T_OK(arena_expert_parts(ak, l, e, tk));
-				for (int i = 0; i < 3; i++) {
-					T_EQ_INT(tk[i].dtype, kinds[k].dt);
-					T_EQ_INT(tk[i].bytes, tk[i].rows * baton_dtype_row_bytes(kinds[k].dt, tk[i].cols));
-					uint8_t *want = malloc(tk[i].bytes);
-					T_OK(arena_encode_row(kinds[k].dt, (const float *)(const void *)tf[i].data,
-					    (uint64_t)tf[i].rows * tf[i].cols, want));
-					T_ASSERT_MSG(memcmp(want, tk[i].data, tk[i].bytes) == 0,
-					    "%s layer %u expert %u part %d", kinds[k].name, l, e, i);
-					free(want);
-				}
-			}
-		arena_close(ak);
-	}
-	/* Rows not a multiple of 256 are refused, naming the rule. */
-	p.d_ff = 128;
-	snprintf(pk, sizeof pk, "%s/bad.arena", dir);
-	int rc = arena_create_synthetic(pk, &p, 0, err, sizeof err);
-	T_EQ_ERR(rc, BATON_EINVAL);
-	T_ASSERT_MSG(strstr(err, "multiples of 256") != NULL, "%s", err);
-	arena_close(af);
-	au_rmdir(dir);
-}
-
-T_MAIN(T_CASE(t_quantize_matches_ggml), T_CASE(t_bad_input), T_CASE_TIMEOUT(t_synthetic, 60))
+T_MAIN(T_CASE(t_quantize_matches_ggml), T_CASE(t_bad_input))

@@ -11,9 +11,7 @@
  * gate, up and the router s = 1/sqrt(d_model), down s = 1/sqrt(d_ff); the
  * norm is 1 + r / 32768 * 0.1. f16 and bf16 rows are looked up in a table
  * of the 65536 encodings (the values are the f32 ones, rounded to nearest
- * even); q8_0 blocks are those of the same values (see encode_q8_0);
- * q4_K, q5_K and q6_K blocks are ggml's quantisation of the f32 values
- * (kquant.c).
+ * even); q8_0 blocks are those of the same values (see encode_q8_0).
  */
 #include <inttypes.h>
 #include <math.h>
@@ -177,17 +175,6 @@ static int gen_tensor(const struct synth *sy, uint32_t layer, uint32_t expert, i
 			gen_row_i16(rk, (int16_t *)(void *)buf, part->cols);
 			encode_q8_0((const int16_t *)(void *)buf, part->cols, scale * 0x1.0p-15f, o);
 			break;
-		case BATON_DT_Q4_K:
-		case BATON_DT_Q5_K:
-		case BATON_DT_Q6_K: { /* the f32 values through ggml's quantizer */
-			if (t >= T_ROUTER)
-				return BATON_EUNSUPPORTED;
-			gen_row_f32(rk, buf, part->cols, scale, bias);
-			int rc = arena_encode_kquant((int)part->dtype, buf, part->cols, o);
-			if (rc)
-				return rc;
-			break;
-		}
 		default:
 			return BATON_EUNSUPPORTED;
 		}
@@ -253,20 +240,15 @@ int arena_plan_synthetic(const struct baton_synth_params *p, struct arena_plan *
 		return arena_errf(errbuf, errlen, BATON_EINVAL,
 		    "d_model %" PRIu32 " and d_ff %" PRIu32 " must be in 1..%u",
 		    p->d_model, p->d_ff, ARENA_MAX_DIM - 1);
-	int kq = p->dtype == BATON_DT_Q4_K || p->dtype == BATON_DT_Q5_K || p->dtype == BATON_DT_Q6_K;
 	if (p->dtype != BATON_DT_F32 && p->dtype != BATON_DT_F16 && p->dtype != BATON_DT_BF16 &&
-	    p->dtype != BATON_DT_Q8_0 && !kq)
+	    p->dtype != BATON_DT_Q8_0)
 		return arena_errf(errbuf, errlen, BATON_EUNSUPPORTED,
-		    "synthetic dtype must be f32, f16, bf16, q8_0, q4_K, q5_K or q6_K, not %s",
+		    "synthetic dtype must be f32, f16, bf16 or q8_0, not %s",
 		    baton_dtype_name((int)p->dtype) ? baton_dtype_name((int)p->dtype) : "unknown");
 	if (p->dtype == BATON_DT_Q8_0 && (p->d_model % 32 || p->d_ff % 32))
 		return arena_errf(errbuf, errlen, BATON_EINVAL,
 		    "q8_0 needs d_model and d_ff multiples of 32 (got %" PRIu32 ", %" PRIu32 ")",
 		    p->d_model, p->d_ff);
-	if (kq && (p->d_model % 256 || p->d_ff % 256))
-		return arena_errf(errbuf, errlen, BATON_EINVAL,
-		    "%s needs d_model and d_ff multiples of 256 (got %" PRIu32 ", %" PRIu32 ")",
-		    baton_dtype_name((int)p->dtype), p->d_model, p->d_ff);
 
 	struct synth *sy = calloc(1, sizeof *sy);
 	uint32_t *dt = calloc((size_t)p->layers * ARENA_DT_N, sizeof *dt);
