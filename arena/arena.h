@@ -83,6 +83,19 @@ int baton_dtype_parse(const char *name);
  * is not a multiple of the type's block size (or would overflow). */
 uint64_t baton_dtype_row_bytes(int dtype, uint64_t cols);
 
+/* IEEE binary16 and bfloat16, the one codec of the tree (arena/dtype.c).
+ * Narrowing rounds to nearest, ties to even; overflow gives infinity, tiny
+ * values subnormals or a signed zero; a NaN stays a NaN, quiet, with its
+ * sign and the top bits of its payload (as x86's F16C and AVX512-BF16
+ * instructions do). f16 widening is exact (a signalling NaN comes back
+ * quiet, as from F16C); bf16 widening is the 16-bit shift. So every 16-bit
+ * pattern but a signalling NaN survives a round trip through f32.
+ * Thread-safe, no tables. */
+float baton_f16_to_f32(uint16_t h);
+uint16_t baton_f32_to_f16(float f);
+float baton_bf16_to_f32(uint16_t h);
+uint16_t baton_f32_to_bf16(float f);
+
 enum baton_role {
 	BATON_ROLE_EXPERT = 0, /* gate+up+down of one (layer, expert): one blob */
 	BATON_ROLE_ROUTER = 1,

@@ -142,7 +142,7 @@ static void encode_q8_0(const int16_t *r, uint32_t n, float s, uint8_t *dst)
 			int32_t a = v[j] < 0 ? -(int32_t)v[j] : v[j];
 			m = a > m ? a : m;
 		}
-		uint16_t hd = arena_f32_to_f16((float)m * s / 127.0f);
+		uint16_t hd = baton_f32_to_f16((float)m * s / 127.0f);
 		memcpy(o, &hd, 2);
 		float k = m ? 127.0f / (float)m : 0.0f;
 		int32_t q[32];
@@ -172,12 +172,12 @@ static void gen_row_kquant(uint64_t rk, int dtype, uint32_t cols, float s, uint8
 			memcpy(o + i, &z, bb - i < 8 ? bb - i : 8);
 		}
 		if (dtype == BATON_DT_Q4_K) {
-			uint16_t d = arena_f32_to_f16(s / (63.0f * 15.0f));
-			uint16_t dmin = arena_f32_to_f16(s / (2.0f * 63.0f));
+			uint16_t d = baton_f32_to_f16(s / (63.0f * 15.0f));
+			uint16_t dmin = baton_f32_to_f16(s / (2.0f * 63.0f));
 			memcpy(o, &d, 2);
 			memcpy(o + 2, &dmin, 2);
 		} else {
-			uint16_t d = arena_f32_to_f16(s / (128.0f * 32.0f));
+			uint16_t d = baton_f32_to_f16(s / (128.0f * 32.0f));
 			memcpy(o + 208, &d, 2);
 		}
 	}
@@ -308,7 +308,7 @@ static uint16_t *make_table(uint32_t dtype, float scale)
 	float s = scale * 0x1.0p-15f;
 	for (uint32_t r = 0; r < 65536; r++) {
 		float v = draw_value(r, 0, s);
-		tab[r] = dtype == BATON_DT_F16 ? arena_f32_to_f16(v) : arena_f32_to_bf16(v);
+		tab[r] = dtype == BATON_DT_F16 ? baton_f32_to_f16(v) : baton_f32_to_bf16(v);
 	}
 	return tab;
 }
