@@ -30,6 +30,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h> /* memcpy, for the codec below */
 
 #include "proto/err.h"
 
@@ -83,18 +84,93 @@ int baton_dtype_parse(const char *name);
  * is not a multiple of the type's block size (or would overflow). */
 uint64_t baton_dtype_row_bytes(int dtype, uint64_t cols);
 
-/* IEEE binary16 and bfloat16, the one codec of the tree (arena/dtype.c).
- * Narrowing rounds to nearest, ties to even; overflow gives infinity, tiny
- * values subnormals or a signed zero; a NaN stays a NaN, quiet, with its
- * sign and the top bits of its payload (as x86's F16C and AVX512-BF16
- * instructions do). f16 widening is exact (a signalling NaN comes back
- * quiet, as from F16C); bf16 widening is the 16-bit shift. So every 16-bit
- * pattern but a signalling NaN survives a round trip through f32.
- * Thread-safe, no tables. */
-float baton_f16_to_f32(uint16_t h);
-uint16_t baton_f32_to_f16(float f);
-float baton_bf16_to_f32(uint16_t h);
-uint16_t baton_f32_to_bf16(float f);
+/* ---- the f16 / bf16 codec -------------------------------------------------
+ * IEEE binary16 and bfloat16: the one codec of the tree (the arena encodes
+ * with it, the engine decodes and encodes with it; static inline because
+ * the engine's kernels call it per block inside vectorized loops). Its
+ * rules are the hardware's (x86 F16C VCVTPS2PH / VCVTPH2PS, AVX512-BF16
+ * VCVTNEPS2BF16), which numpy and torch follow where they use them:
+ *   - narrowing rounds to nearest, ties to even; overflow gives infinity,
+ *     tiny values subnormals or a signed zero;
+ *   - a NaN stays a NaN, quiet, with its sign and the top bits of its
+ *     payload (torch's scalar c10::Half / c10::BFloat16 write the canonical
+ *     0x7E00 / 0x7FC0 instead: also quiet NaNs);
+ *   - f16 widening is exact, a signalling NaN coming back quiet (as from
+ *     VCVTPH2PS); bf16 widening is the 16-bit shift.
+ * So every 16-bit pattern but a signalling NaN survives a round trip
+ * through f32. No tables, no state: thread-safe. arena/dtype_test.c checks
+ * it against exact decoders, a rounding found by search and F16C itself. */
+
+static inline uint32_t baton_f32_bits_(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	return u;
+}
+
+static inline float baton_f32_from_(uint32_t u)
+{
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+/* After F. Giesen's float_to_half_fast3_rtne. */
+static inline uint16_t baton_f32_to_f16(float f)
+{
+	uint32_t x = baton_f32_bits_(f);
+	uint32_t sign = (x >> 16) & 0x8000u;
+	uint32_t ax = x & 0x7fffffffu;
+	uint32_t o;
+
+	if (ax > 0x7f800000u) {
+		o = 0x7e00u | ((ax >> 13) & 0x3ffu); /* NaN: quiet, top payload */
+	} else if (ax >= 0x477ff000u) {
+		o = 0x7c00u; /* infinity, and >= 65520, which rounds to it */
+	} else if (ax < 0x38800000u) {
+		/* Below 2^-14: a subnormal or zero. Adding 0.5 (whose ulp is
+		 * 2^-24) rounds to a multiple of 2^-24 in the FPU, ties to even. */
+		o = baton_f32_bits_(baton_f32_from_(ax) + 0.5f) - 0x3f000000u;
+	} else {
+		uint32_t odd = (ax >> 13) & 1u;
+		ax += 0xc8000fffu + odd; /* rebias 127 -> 15 and round */
+		o = ax >> 13;
+	}
+	return (uint16_t)(o | sign);
+}
+
+/* Exact: normals by rebiasing the exponent, subnormals as
+ * (0.5 + m * 2^-24) - 0.5 (both operands normal, the difference exact),
+ * infinities and NaNs by setting the f32 exponent to all ones. */
+static inline float baton_f16_to_f32(uint16_t h)
+{
+	uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+	uint32_t em = h & 0x7fffu;
+	uint32_t r;
+
+	if (em >= 0x7c00u)
+		r = 0x7f800000u | (em << 13) | (em > 0x7c00u ? 0x00400000u : 0);
+	else if (em < 0x0400u)
+		r = baton_f32_bits_(baton_f32_from_(0x3f000000u | em) - 0.5f);
+	else
+		r = (em << 13) + 0x38000000u;
+	return baton_f32_from_(r | sign);
+}
+
+static inline uint16_t baton_f32_to_bf16(float f)
+{
+	uint32_t x = baton_f32_bits_(f);
+
+	if ((x & 0x7fffffffu) > 0x7f800000u)
+		return (uint16_t)((x >> 16) | 0x40u); /* quiet NaN, sign and top payload */
+	x += 0x7fffu + ((x >> 16) & 1u);
+	return (uint16_t)(x >> 16);
+}
+
+static inline float baton_bf16_to_f32(uint16_t h)
+{
+	return baton_f32_from_((uint32_t)h << 16);
+}
 
 enum baton_role {
 	BATON_ROLE_EXPERT = 0, /* gate+up+down of one (layer, expert): one blob */

@@ -1,7 +1,7 @@
 /*
- * dtype.c: ggml's tensor types (block size, bytes per block, name), the
- * tree's one f16/bf16 codec, and the encoders the synthetic source needs
- * (f16, bf16, q8_0; the K-quants' are kquant.c's).
+ * dtype.c: ggml's tensor types (block size, bytes per block, name) and the
+ * row encoders (f16, bf16, q8_0 here, the K-quants in kquant.c), which use
+ * the tree's one f16/bf16 codec (arena.h).
  *
  * The table follows ggml's type_traits (ggml.c) and the block structs of
  * ggml-common.h: a row of `cols` elements takes cols / block blocks.
@@ -99,91 +99,8 @@ uint32_t arena_dtype_block_bytes(int dtype)
 	return t ? t->bytes : 0;
 }
 
-/* ---- the f16 / bf16 codec ------------------------------------------------
- * The one codec of the tree (arena encodes with it, the engine decodes and
- * encodes with it). Its rules are those of the hardware conversions
- * (x86 F16C VCVTPS2PH / VCVTPH2PS, AVX512-BF16 VCVTNEPS2BF16), which is also
- * what numpy and torch give where they use those instructions:
- *   - narrowing rounds to nearest, ties to even; overflow gives infinity,
- *     tiny values subnormals or a signed zero;
- *   - a NaN stays a NaN, quiet (its quiet bit set), with its sign and the top
- *     bits of its payload. (torch's scalar c10::Half and c10::BFloat16 write
- *     the canonical 0x7E00 / 0x7FC0 instead: also quiet NaNs; keeping the
- *     payload is what the instructions do, so SIMD and scalar paths agree.)
- *   - f16 widening is exact; a signalling f16 NaN comes back quiet, as from
- *     VCVTPH2PS. bf16 widening is the 16-bit shift every library does.
- * No tables, no global state: thread-safe. */
-
-static inline uint32_t f32_bits(float f)
-{
-	uint32_t u;
-	memcpy(&u, &f, 4);
-	return u;
-}
-
-static inline float f32_from(uint32_t u)
-{
-	float f;
-	memcpy(&f, &u, 4);
-	return f;
-}
-
-/* After F. Giesen's float_to_half_fast3_rtne. */
-uint16_t baton_f32_to_f16(float f)
-{
-	uint32_t x = f32_bits(f);
-	uint32_t sign = (x >> 16) & 0x8000u;
-	uint32_t ax = x & 0x7fffffffu;
-	uint32_t o;
-
-	if (ax > 0x7f800000u) {
-		o = 0x7e00u | ((ax >> 13) & 0x3ffu); /* NaN: quiet, top payload */
-	} else if (ax >= 0x477ff000u) {
-		o = 0x7c00u; /* infinity, and >= 65520, which rounds to it */
-	} else if (ax < 0x38800000u) {
-		/* Below 2^-14: a subnormal or zero. Adding 0.5 (whose ulp is
-		 * 2^-24) rounds to a multiple of 2^-24 in the FPU, ties to even. */
-		o = f32_bits(f32_from(ax) + 0.5f) - 0x3f000000u;
-	} else {
-		uint32_t odd = (ax >> 13) & 1u;
-		ax += 0xc8000fffu + odd; /* rebias 127 -> 15 and round */
-		o = ax >> 13;
-	}
-	return (uint16_t)(o | sign);
-}
-
-/* Exact: normals by rebiasing the exponent, subnormals as
- * (0.5 + m * 2^-24) - 0.5 (both operands normal, the difference exact),
- * infinities and NaNs by setting the f32 exponent to all ones. */
-float baton_f16_to_f32(uint16_t h)
-{
-	uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-	uint32_t em = h & 0x7fffu;
-	uint32_t r;
-
-	if (em >= 0x7c00u)
-		r = 0x7f800000u | (em << 13) | (em > 0x7c00u ? 0x00400000u : 0);
-	else if (em < 0x0400u)
-		r = f32_bits(f32_from(0x3f000000u | em) - 0.5f);
-	else
-		r = (em << 13) + 0x38000000u;
-	return f32_from(r | sign);
-}
-
-uint16_t baton_f32_to_bf16(float f)
-{
-	uint32_t x = f32_bits(f);
-
-	if ((x & 0x7fffffffu) > 0x7f800000u)
-		return (uint16_t)((x >> 16) | 0x40u); /* quiet NaN, sign and top payload */
-	x += 0x7fffu + ((x >> 16) & 1u);
-	return (uint16_t)(x >> 16);
-}
-
-float baton_bf16_to_f32(uint16_t h)
-{
-	return f32_from((uint32_t)h << 16);
-}
+/* The f16 / bf16 codec is in arena.h (static inline: the engine's kernels
+ * call it per block inside vectorized loops). */
 
 int arena_encode_row(int dtype, const float *x, uint64_t n, uint8_t *dst)
 {

@@ -1,10 +1,11 @@
 /*
  * dtype.c: the row kernels (decode, dot) of the dtypes the host computes
- * (the f16/bf16 codec itself is arena's, arena/dtype.c). The accumulation order is the contract written
- * in engine_int.h (32 independent f32 lanes, a fixed tree, the tail); the
- * baseline kernels are SSE2 (the x86-64 baseline) through gcc's vector
- * extension and intrinsics, with AVX2 + F16C chosen at run time; every
- * kernel keeps that order, so all give the same bits.
+ * (the f16/bf16 codec itself is the arena's, in arena.h). The accumulation
+ * order is the contract written in engine_int.h (32 independent f32
+ * lanes, a fixed tree, the tail); the baseline kernels are SSE2 (the
+ * x86-64 baseline) through gcc's vector extension and intrinsics, with
+ * AVX2 + F16C chosen at run time; every kernel keeps that order, so all
+ * give the same bits.
  *
  * f16 is widened exactly with integer bit operations, not a 256 KiB table,
  * which would cost cache and could not be vectorized. SSE2 widens eight at
@@ -101,12 +102,13 @@ static int check_row(int dtype, const void *row, uint32_t cols)
  * count, which gcc -O2 vectorizes, or SSE2 where gcc would not. */
 
 #if defined(__SSE2__)
-/* Eight f16 (h) to two vectors of four f32, exactly as baton_f16_to_f32. With
- * w = h << 16 (an unpack with zero), a normal number is
+/* Eight f16 (h) to two vectors of four f32, exactly as baton_f16_to_f32.
+ * With w = h << 16 (an unpack with zero), a normal number is
  * ((w >>arith 3) & 0x8fffffff) + (112 << 23): the shift puts sign, exponent
  * and mantissa in place, the mask clears the copies of the sign, the add
  * rebiases. A block with a zero, subnormal, infinity or NaN (exponent 0 or
- * 31, rare in weights) takes the full path of baton_f16_to_f32, lane by lane. */
+ * 31, rare in weights) takes the full path of baton_f16_to_f32, lane by
+ * lane. */
 static inline __m128 f16x4_normal(__m128i w)
 {
 	__m128i r = _mm_and_si128(_mm_srai_epi32(w, 3), _mm_set1_epi32((int)0x8fffffff));
@@ -445,7 +447,8 @@ TARGET_AVX2 static ALWAYS_INLINE void avx2_dot(int dtype, const uint8_t *row, ui
 		if (kq) {
 			if (i % 256 == 0)
 				kquant_decode_block(dtype, row + (size_t)(i / 256) * kbytes, kb);
-			avx2_w32(BATON_DT_F32, (const uint8_t *)kb, i % 256, &w0, &w1, &w2, &w3);
+			avx2_w32(BATON_DT_F32, (const uint8_t *)kb, i % 256,
+			    &w0, &w1, &w2, &w3);
 		} else {
 			avx2_w32(dtype, row, i, &w0, &w1, &w2, &w3);
 		}

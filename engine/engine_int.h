@@ -2,8 +2,9 @@
  * engine_int.h: internal to the engine component (not a public door).
  *
  * dtype.c: row kernels for the weight types the host can compute (f32,
- * f16, bf16, q8_0, and q4_K, q5_K, q6_K decoded by dtype_kquant.c). moe_host.c: the MoE math of the `host`
- * backend, the CPU reference every other backend is checked against.
+ * f16, bf16, q8_0, and q4_K, q5_K, q6_K decoded by dtype_kquant.c).
+ * moe_host.c: the MoE math of the `host` backend, the CPU reference every
+ * other backend is checked against.
  *
  * Numerics, the contract other backends are compared with:
  *   - Every supported dtype dequantizes to defined f32 values: exactly for
