@@ -20,6 +20,7 @@
 
 #include <jansson.h>
 
+#include "arena/arena.h"
 #include "broker/tokenize_cmd.h"
 #include "text/text.h"
 
@@ -68,12 +69,22 @@ static int load(const char *tokpath, const char *arena, text_tok **t)
 {
 	char err[512];
 	if (!tokpath) {
-		/* The arena (format v2) stores the tokenizer; this build's arena
-		 * format has no place for it yet. */
-		fprintf(stderr, "baton: %s: this arena has no tokenizer (arena format v2 stores one); "
-		                "give the model's tokenizer with --tokenizer PATH\n",
-		        arena);
-		return 1;
+		struct baton_arena *a;
+		char path[4096];
+		/* a bare NAME is /dev/shm/baton/NAME.arena, as for baton-arena */
+		if (!strchr(arena, '/') && arena_default_path(arena, path, sizeof path) == 0)
+			arena = path;
+		if (arena_open(arena, &a, err, sizeof err) != 0) {
+			fprintf(stderr, "baton: %s\n", err);
+			return 1;
+		}
+		int rc = text_tok_load_arena(t, a, err, sizeof err);
+		arena_close(a);
+		if (rc) {
+			fprintf(stderr, "baton: %s: %s (or give one with --tokenizer PATH)\n", arena, err);
+			return 1;
+		}
+		return 0;
 	}
 	if (text_tok_load_file(t, tokpath, err, sizeof(err))) {
 		fprintf(stderr, "baton: %s\n", err);

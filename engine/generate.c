@@ -67,51 +67,6 @@ static void eos_from_blob(struct baton_generator *g, const char *key)
 	json_decref(root);
 }
 
-static int load_tokenizer(struct baton_generator *g, char *errbuf, size_t errlen)
-{
-	const struct baton_arena *a = engine_arena(g->e);
-	const void *tj, *tc = NULL;
-	uint64_t tj_len, tc_len = 0;
-	char err[400] = "";
-	int rc;
-	if (arena_blob(a, "tokenizer.json", &tj, &tj_len) == 0) {
-		if (arena_blob(a, "tokenizer_config.json", &tc, &tc_len) != 0)
-			tc = NULL, tc_len = 0;
-		rc = text_tok_load_hf(&g->tok, tj, (size_t)tj_len, tc, (size_t)tc_len, err, sizeof err);
-	} else if (arena_blob(a, "gguf_tokenizer.json", &tj, &tj_len) == 0) {
-		rc = text_tok_load_gguf(&g->tok, tj, (size_t)tj_len, err, sizeof err);
-	} else {
-		baton_errf(errbuf, errlen, "the arena has no tokenizer (tokenizer.json or a GGUF's "
-		    "tokenizer.ggml.* keys): recreate it from a folder or file that has one");
-		return BATON_EUNSUPPORTED;
-	}
-	if (rc)
-		baton_errf(errbuf, errlen, "the arena's tokenizer: %s", err);
-	return rc;
-}
-
-static int load_template(struct baton_generator *g)
-{
-	const void *data;
-	uint64_t len;
-	const char *t = NULL;
-	if (arena_blob(engine_arena(g->e), "chat_template.jinja", &data, &len) == 0) {
-		g->tmpl = malloc((size_t)len + 1);
-		if (!g->tmpl)
-			return BATON_ENOMEM;
-		memcpy(g->tmpl, data, (size_t)len);
-		g->tmpl[len] = '\0';
-		g->family = text_chat_family(g->tmpl);
-		return 0;
-	}
-	if ((t = text_chat_template(g->tok)) != NULL) {
-		if (!(g->tmpl = strdup(t)))
-			return BATON_ENOMEM;
-		g->family = text_chat_family(g->tmpl);
-	}
-	return 0;
-}
-
 int generator_open(struct baton_engine *e, const struct baton_model_opts *opts,
     struct baton_generator **out, char *errbuf, size_t errlen)
 {
@@ -136,13 +91,22 @@ int generator_open(struct baton_engine *e, const struct baton_model_opts *opts,
 		goto fail;
 	}
 	g->vocab = model_config(g->model)->vocab;
-	if ((rc = load_tokenizer(g, errbuf, errlen)) != 0)
+	char terr[400] = "";
+	if ((rc = text_tok_load_arena(&g->tok, engine_arena(e), terr, sizeof terr)) != 0) {
+		baton_errf(errbuf, errlen, "the arena's tokenizer: %s", terr);
 		goto fail;
+	}
 	g->tok_vocab = (uint32_t)text_vocab_size(g->tok);
 	if (g->tok_vocab > g->vocab)
 		g->tok_vocab = g->vocab;
-	if ((rc = load_template(g)) != 0)
-		goto fail;
+	const char *t = text_chat_template(g->tok);
+	if (t) {
+		if (!(g->tmpl = strdup(t))) {
+			rc = BATON_ENOMEM;
+			goto fail;
+		}
+		g->family = text_chat_family(g->tmpl);
+	}
 	add_eos(g, text_eos(g->tok));
 	add_eos(g, model_config(g->model)->eos);
 	eos_from_blob(g, "generation_config.json");

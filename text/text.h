@@ -38,6 +38,10 @@ int text_tok_load_hf(text_tok **out, const char *json, size_t len, const char *c
  * llama.cpp's conventions; "tokenizer.chat_template" is kept too. */
 int text_tok_load_gguf(text_tok **out, const char *json, size_t len, char *err, size_t errlen);
 
+/* The tokenizer and chat template an arena (format v2) stores; an arena
+ * without one (experts only) is BATON_EUNSUPPORTED with a sentence. */
+struct baton_arena;
+int text_tok_load_arena(text_tok **out, const struct baton_arena *a, char *err, size_t errlen);
 /* A file: a GGUF-key JSON (it has "tokenizer.ggml.model") or a
  * tokenizer.json, in which case tokenizer_config.json beside it is read
  * when present. */
