@@ -412,7 +412,7 @@ static void t_bad_requests_get_error_replies(void)
 
 /* A call that should be answered. The client of the dropped call above
  * closes while its dialer reconnects, which can stop nng 1.5.2's listener;
- * the monitor restarts it (transport.c), closing the connections of the
+ * the monitor restarts it (transport_monitor.c), closing the connections of the
  * moment. So: retry a few times, as any client would. */
 static void raw_call_ok(const char *url, const void *buf, size_t len, struct baton_msg *rep)
 {
@@ -519,7 +519,7 @@ static void t_concurrent_contexts(void)
 }
 
 /* Shutting down while workers reply and clients call: the gate in
- * transport.c keeps nng 1.5.2's close-time races away from our threads
+ * transport_sock.c keeps nng 1.5.2's close-time races away from our threads
  * (this case aborted or hung about one run in ten without it). A close
  * that meets nng's lost-read defect must come back within its deadline;
  * after one, nng's reaper is stuck for the rest of the process, so the
