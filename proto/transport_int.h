@@ -2,9 +2,10 @@
  * transport_int.h: what the transport's files share, below all of them:
  * the socket wrapper (struct psock) that every REQ, REP, PUB and SUB
  * socket embeds, its gate, and small helpers. transport_sock.c owns the
- * wrapper's life (options, pipe events, closing); transport_msg.c turns
- * messages into nng messages; the REP, REQ and PUB/SUB files are the faces
- * of proto.h and call only downward, into these.
+ * wrapper's life (options, pipe events, listening, closing), with
+ * transport_hangup.c under it; transport_msg.c turns messages into nng
+ * messages; the REP, REQ and PUB/SUB files are the faces of proto.h and
+ * call only downward, into these.
  */
 #ifndef BATON_PROTO_TRANSPORT_INT_H
 #define BATON_PROTO_TRANSPORT_INT_H
@@ -47,19 +48,6 @@ struct psock {
 	struct waiter *waiters;
 	struct pid_entry *pids;
 	size_t npids, cappids;
-	/* listeners: see "The listener monitor" (transport_monitor.c) */
-	nng_listener lst;
-	int ipc_mode;
-	uint64_t lst_other;    /* the listener's "other" errors seen so far */
-	bool mon_running;
-	pthread_t mon;
-	pthread_cond_t mon_cv;
-	unsigned restarts;
-	uint16_t peer_proto;   /* the SP protocol id a probe announces */
-	bool probing;          /* under mu: a probe connection is open */
-	int probe_port;        /* tcp: the probe's local port */
-	bool probe_seen;       /* under mu: this probe's pipe was added */
-	uint32_t probe_pipes[4]; /* probes' pipes, hidden from on_pipe */
 };
 
 /* Every nng call that takes a socket or context reference holds the gate
@@ -117,16 +105,11 @@ void proto__start_ctx_send(void *ctx, nng_aio *aio);
 void proto__start_ctx_recv(void *ctx, nng_aio *aio);
 void proto__start_sock_recv(void *sock, nng_aio *aio);
 
-/* ---- transport_monitor.c ---- */
+/* ---- transport_hangup.c ---- */
 
-/* Listens on url with the socket's options, sets ps->url and starts the
- * listener's monitor. An nng error. */
-int proto__listen(struct psock *ps, const char *url);
-/* Stops the monitor (after ps->closed is set); idempotent. */
-void proto__monitor_stop(struct psock *ps);
-/* Runs on an nng thread: whether a pipe event (add: ADD_POST, else
- * REM_POST) is the monitor's own probe, to be hidden from on_pipe. */
-bool proto__probe_pipe(struct psock *ps, nng_pipe p, int pid, bool add);
+/* Whether an EPIPE from sendmsg reads as ECONNRESET to this process's nng
+ * (older than 1.6.0); see there. */
+bool proto__hangup_remap(void);
 
 /* ---- transport_msg.c ---- */
 

@@ -34,7 +34,6 @@ int proto_pub_open(struct proto_pub **out, const char *url, const struct proto_o
 	if (!(pub = calloc(1, sizeof *pub)))
 		return BATON_ENOMEM;
 	proto__psock_init(&pub->ps);
-	pub->ps.peer_proto = 0x21; /* sub0 */
 	if ((rv = nng_pub0_open(&pub->ps.s)) != 0) {
 		err = proto__nng_err(rv, false);
 		goto fail;

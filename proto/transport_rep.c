@@ -76,7 +76,6 @@ int proto_server_open(struct proto_server **out, const char *url, const struct p
 	if (!(srv = calloc(1, sizeof *srv)))
 		return BATON_ENOMEM;
 	proto__psock_init(&srv->ps);
-	srv->ps.peer_proto = 0x30; /* req0 */
 	if ((rv = nng_rep0_open(&srv->ps.s)) != 0) {
 		err = proto__nng_err(rv, false);
 		goto fail;

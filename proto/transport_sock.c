@@ -6,11 +6,9 @@
  * timeout; no aio has a callback, so none is ever freed or any socket
  * closed inside one.
  *
- * libnng 1.5.2 needs three kinds of care, each described where it is
- * handled: "Closing" (here: a gate, cancel and wait, then a close with a
- * deadline), "The listener monitor" (transport_monitor.c: a listener that
- * stops accepting is found by a probe and restarted), and one-shot dials
- * that retry a refused connection while such a restart happens (here).
+ * libnng 1.5.2 needs two kinds of care: "Closing" (below: a gate, cancel
+ * and wait, then a close with a deadline), and a peer that hangs up during
+ * the handshake (transport_hangup.c: it would stop a listener for good).
  */
 #include <errno.h>
 #include <limits.h>
@@ -19,7 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include "proto/transport_int.h"
 
@@ -121,13 +118,9 @@ static void pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 		uint64_t pid; /* a u64 option, despite the name */
 		if (nng_pipe_get_uint64(p, NNG_OPT_IPC_PEER_PID, &pid) == 0)
 			e.pid = (int)pid;
-		if (proto__probe_pipe(ps, p, e.pid, true) || !ps->on_pipe)
-			return;
 		pids_put(ps, e.pipe, e.pid);
 		e.ev = PROTO_PIPE_ADD;
 	} else {
-		if (proto__probe_pipe(ps, p, -1, false) || !ps->on_pipe)
-			return;
 		e.pid = pids_take(ps, e.pipe);
 		e.ev = PROTO_PIPE_REM;
 	}
@@ -142,6 +135,41 @@ int proto_pipe_pid(uint32_t pipe)
 	if (pipe == 0 || nng_pipe_get_uint64(p, NNG_OPT_IPC_PEER_PID, &pid) != 0)
 		return -1;
 	return (int)pid;
+}
+
+/* The URL with the port a tcp://...:0 listener was given. */
+static char *bound_url(const char *url, nng_listener l)
+{
+	size_t n = strlen(url);
+	int port;
+	if (strncmp(url, "tcp", 3) == 0 && n > 2 && strcmp(url + n - 2, ":0") == 0 &&
+	    nng_listener_get_int(l, NNG_OPT_TCP_BOUND_PORT, &port) == 0) {
+		char *s = malloc(n + 8);
+		if (s)
+			snprintf(s, n + 8, "%.*s:%d", (int)(n - 2), url, port);
+		return s;
+	}
+	return strdup(url);
+}
+
+/* An ipc socket file gets mode before anyone can connect. An nng error. */
+static int listener_open(struct psock *ps, const char *url, int mode, nng_listener *out)
+{
+	nng_listener l;
+	int rv;
+	if ((rv = nng_listener_create(&l, ps->s, url)) != 0)
+		return rv;
+	if (strncmp(url, "ipc://", 6) == 0 &&
+	    (rv = nng_listener_set_int(l, NNG_OPT_IPC_PERMISSIONS, mode)) != 0) {
+		nng_listener_close(l);
+		return rv;
+	}
+	if ((rv = nng_listener_start(l, 0)) != 0) {
+		nng_listener_close(l);
+		return rv;
+	}
+	*out = l;
+	return 0;
 }
 
 int proto__psock_start(struct psock *ps, const char *url, const struct proto_opts *o,
@@ -162,34 +190,29 @@ int proto__psock_start(struct psock *ps, const char *url, const struct proto_opt
 	nng_socket_set_ms(ps->s, NNG_OPT_SENDTIMEO, proto__dur(ps->send_timeout_ms));
 	nng_socket_set_ms(ps->s, NNG_OPT_RECONNMINT, 50);
 	nng_socket_set_ms(ps->s, NNG_OPT_RECONNMAXT, 1000);
-	/* Listeners always watch their pipes: the monitor's probe needs it. */
 	ps->on_pipe = o->on_pipe;
 	ps->pipe_arg = o->pipe_arg;
-	if (o->on_pipe || listen) {
+	if (o->on_pipe) {
 		if ((rv = nng_pipe_notify(ps->s, NNG_PIPE_EV_ADD_POST, pipe_cb, ps)) != 0 ||
 		    (rv = nng_pipe_notify(ps->s, NNG_PIPE_EV_REM_POST, pipe_cb, ps)) != 0)
 			return proto__nng_err(rv, false);
 	}
+	/* Decided before any nng thread writes; and it links
+	 * transport_hangup.c's sendmsg into every program that uses nng. */
+	(void)proto__hangup_remap();
 	if (listen) {
-		ps->ipc_mode = o->ipc_mode ? o->ipc_mode : DEFAULT_IPC_MODE;
-		if ((rv = proto__listen(ps, url)) != 0)
+		nng_listener l;
+		if ((rv = listener_open(ps, url, o->ipc_mode ? o->ipc_mode : DEFAULT_IPC_MODE, &l)) != 0)
 			return proto__nng_err(rv, false);
+		ps->url = bound_url(url, l);
 	} else {
-		/* A refused connection is retried briefly: a server's listener
-		 * may be in the middle of a restart by its monitor. A dialer
-		 * whose first connection failed does not start again: each
-		 * try is a new one. */
-		for (int tries = 0;; tries++) {
-			nng_dialer d;
-			if ((rv = nng_dialer_create(&d, ps->s, url)) != 0)
-				return proto__nng_err(rv, true);
-			rv = nng_dialer_start(d, o->dial_wait ? 0 : NNG_FLAG_NONBLOCK);
-			if (rv == 0)
-				break;
+		nng_dialer d;
+		if ((rv = nng_dialer_create(&d, ps->s, url)) != 0)
+			return proto__nng_err(rv, true);
+		/* with dial_wait, a failed first dial leaves the dialer stopped */
+		if ((rv = nng_dialer_start(d, o->dial_wait ? 0 : NNG_FLAG_NONBLOCK)) != 0) {
 			nng_dialer_close(d);
-			if (tries == 6 || (rv != NNG_ECONNREFUSED && rv != NNG_ENOENT))
-				return proto__nng_err(rv, true);
-			usleep(50 * 1000);
+			return proto__nng_err(rv, true);
 		}
 		ps->url = strdup(url);
 	}
@@ -203,11 +226,6 @@ void proto__psock_init(struct psock *ps)
 	pthread_mutex_init(&ps->mu, NULL);
 	pthread_cond_init(&ps->idle, NULL);
 	pthread_rwlock_init(&ps->gate, NULL);
-	pthread_condattr_t ca;
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&ps->mon_cv, &ca);
-	pthread_condattr_destroy(&ca);
 }
 
 static _Atomic bool wedged;
@@ -312,7 +330,6 @@ bool proto__psock_shutdown(struct psock *ps)
 		pthread_mutex_unlock(&ps->mu);
 		return ok;
 	}
-	proto__monitor_stop(ps);
 	/* No operation starts any more; end those that wait. */
 	pthread_mutex_lock(&ps->mu);
 	for (struct waiter *w = ps->waiters; w; w = w->next)
@@ -338,7 +355,6 @@ int proto__psock_fini(struct psock *ps)
 	if (!proto__psock_shutdown(ps))
 		return BATON_ETIMEDOUT;
 	pthread_rwlock_destroy(&ps->gate);
-	pthread_cond_destroy(&ps->mon_cv);
 	pthread_cond_destroy(&ps->idle);
 	pthread_mutex_destroy(&ps->mu);
 	free(ps->pids);
