@@ -19,11 +19,12 @@
  * older than 1.6.0 an EPIPE reads as ECONNRESET, which nng maps to
  * NNG_ECONNRESET, which the listener and the dialer both retry on; on an
  * established pipe either error closes the pipe, so nothing else changes.
- * On nng 1.6.0 and later, and for every other result, sendmsg is the
- * system call itself. Being in the program, this definition is the one
- * libnng.so resolves too (ELF interposition), whether nng is linked
- * statically or not.
+ * On nng 1.6.0 and later, and for every other result, this sendmsg is
+ * the next one (libc's, or a sanitizer's interceptor in front of it).
+ * Being in the program, this definition is the one libnng.so resolves too
+ * (ELF interposition), whether nng is linked statically or not.
  */
+#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -33,27 +34,37 @@
 
 #include "proto/transport_int.h"
 
+typedef ssize_t sendmsg_fn(int, const struct msghdr *, int);
+
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static bool remap;
+static sendmsg_fn *next_sendmsg;
 
-/* Whether the nng this process runs with is older than 1.6.0. */
-static void check_version(void)
+/* Once per process, before the first write (nng's or anyone's): whether
+ * the nng it runs with is older than 1.6.0, and which sendmsg is next. */
+static void init(void)
 {
 	int major = 0, minor = 0;
 	if (sscanf(nng_version(), "%d.%d", &major, &minor) == 2)
 		remap = major < 1 || (major == 1 && minor < 6);
+	/* POSIX lets a function pointer travel through dlsym's void * */
+	*(void **)&next_sendmsg = dlsym(RTLD_NEXT, "sendmsg");
+	if (next_sendmsg == sendmsg)
+		next_sendmsg = NULL;
 }
 
 bool proto__hangup_remap(void)
 {
-	pthread_once(&once, check_version);
+	pthread_once(&once, init);
 	return remap;
 }
 
 ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
 {
-	long n = syscall(SYS_sendmsg, fd, msg, flags);
-	if (n < 0 && errno == EPIPE && proto__hangup_remap())
+	pthread_once(&once, init);
+	ssize_t n = next_sendmsg ? next_sendmsg(fd, msg, flags) :
+	    (ssize_t)syscall(SYS_sendmsg, fd, msg, flags);
+	if (n < 0 && errno == EPIPE && remap)
 		errno = ECONNRESET;
-	return (ssize_t)n;
+	return n;
 }

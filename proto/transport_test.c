@@ -419,7 +419,7 @@ static void t_bad_requests_get_error_replies(void)
  * transport_hangup.c. */
 static void raw_call_ok(const char *url, const void *buf, size_t len, struct baton_msg *rep)
 {
-	T_OK(raw_call(url, buf, len, rep, 3000));
+	T_OK(raw_call(url, buf, len, rep, 15000)); /* 64 MiB each way, on a busy machine */
 }
 
 static void call_ok(const char *url)
