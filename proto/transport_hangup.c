@@ -22,7 +22,10 @@
  * On nng 1.6.0 and later, and for every other result, this sendmsg is
  * the next one (libc's, or a sanitizer's interceptor in front of it).
  * Being in the program, this definition is the one libnng.so resolves too
- * (ELF interposition), whether nng is linked statically or not.
+ * (ELF interposition), whether nng is linked statically or not. It serves
+ * every caller in the process: Baton's own code calls no sendmsg, and to
+ * the libraries' callers (libsystemd's sd_notify) EPIPE and ECONNRESET
+ * both mean the peer is gone.
  */
 #include <dlfcn.h>
 #include <errno.h>
