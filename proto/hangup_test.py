@@ -9,8 +9,8 @@ hang-ups on each listening socket (broker control and events, engine),
 some in bursts and some spaced out, then 1,000 calls to the broker and
 1,000 to the engine, each on a new connection as a CLI call makes one, plus
 real `baton` CLI calls. Every call is answered, the engine's connection to
-the broker is never dropped, and each process ends with the descriptors it
-started with.
+the broker is never dropped, an event still reaches a subscriber connected
+before, and each process ends with the descriptors it started with.
 
 Run with /usr/bin/python3 (python3-msgpack). BUILD names the build folder.
 Last line: "N passed, N failed".
@@ -112,7 +112,7 @@ class Case:
         url = "ipc://%s/%s.sock" % (self.dir, name)
         p = self.start(name, [ENGINE, "--name", name, "--shared-expert-arena", arena, "--listen", url,
                               "--backend", "host", "--host-device-mib", "32", "--vram-segment-mib", "4",
-                              "--broker", self.control])
+                              "--expert-cache-release", "--broker", self.control])
         p.url = url
         return p
 
@@ -137,6 +137,9 @@ def t_hangups_then_calls(c):
     out = {}
     repeat_call(e.url, "status", 1, out, "e")
     assert out["e"][0] == 0, out
+    # a subscriber connected before the hang-ups
+    sub = subprocess.Popen([TOOL, "sub", c.events], stdout=subprocess.PIPE, text=True)
+    c.procs.append(sub)
     time.sleep(0.3)
     start = {"broker": fds(b.pid), "engine": fds(e.pid)}
     registered = open(c.log("broker")).read().count("engine a registered")
@@ -161,6 +164,20 @@ def t_hangups_then_calls(c):
         r = c.cli("gpus")
         assert r.returncode == 0, "baton gpus, call %d: exit %d: %s" % (i + 1, r.returncode, r.stderr)
     t_calls = time.time() - t0
+    # events still reach the subscriber
+    r = c.cli("release", "a")
+    assert r.returncode == 0, (r.returncode, r.stderr)
+    seen = []
+
+    def read_events():
+        for line in sub.stdout:
+            seen.append(line)
+            if '"release"' in line:
+                return
+    t = threading.Thread(target=read_events, daemon=True)
+    t.start()
+    t.join(10)
+    assert any('"release"' in line for line in seen), "no release event: %r" % seen
 
     # The engine's own connection to the broker was never dropped (the old
     # workaround's listener restarts dropped it: it registered again).
