@@ -18,6 +18,7 @@
 #include "engine/backend.h"
 #include "engine/cache.h"
 #include "proto/proto.h"
+#include "tests/hostdev_fixture.h"
 #include "tests/t.h"
 
 #define MiB (1ull << 20)
@@ -27,38 +28,15 @@
 
 /* ---- fixture ------------------------------------------------------------ */
 
-static char g_dir[64];
-static pid_t g_dir_owner;
+/* A host device of our own (tests/hostdev_fixture.h). */
+static void dir_setup(void)
+{
+	hostdev_setup("cache");
+}
 
 static void dir_cleanup(void)
 {
-	if (!g_dir[0] || getpid() != g_dir_owner)
-		return;
-	DIR *d = opendir(g_dir);
-	if (d) {
-		struct dirent *e;
-		char p[512];
-		while ((e = readdir(d)))
-			if (e->d_name[0] != '.') {
-				snprintf(p, sizeof p, "%s/%s", g_dir, e->d_name);
-				unlink(p);
-			}
-		closedir(d);
-	}
-	rmdir(g_dir);
-	g_dir[0] = '\0';
-}
-
-/* A host device of our own. */
-static void dir_setup(void)
-{
-	snprintf(g_dir, sizeof g_dir, "/tmp/baton-cache-XXXXXX");
-	T_ASSERT(mkdtemp(g_dir));
-	g_dir_owner = getpid();
-	atexit(dir_cleanup);
-	setenv("BATON_HOSTDEV_DIR", g_dir, 1);
-	unsetenv("BATON_HOSTDEV_MIB");
-	unsetenv("BATON_VERIFY_REFILL");
+	hostdev_cleanup();
 }
 
 struct fx {
