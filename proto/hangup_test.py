@@ -16,24 +16,17 @@ Run with /usr/bin/python3 (python3-msgpack). BUILD names the build folder.
 Last line: "N passed, N failed".
 """
 import os
-import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-import traceback
 
 import msgpack
 
-BUILD = os.environ.get("BUILD", "build")
-BIN = os.path.join(BUILD, "bin")
-BROKER = os.path.join(BIN, "baton-broker")
-ENGINE = os.path.join(BIN, "baton-engine")
-ARENA = os.path.join(BIN, "baton-arena")
-TOOL = os.path.join(BIN, "baton-proto-tool")
-CLI = os.path.join(BIN, "baton")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+import harness as h  # noqa: E402
+
 HANGUPS = 1000
 CALLS = 1000
 
@@ -68,88 +61,34 @@ def hang_up(path, n, pause_every=100, pause=0.1):
 def repeat_call(url, op, n, out, key):
     """n calls of op, each on a new connection, in one tool process."""
     req = msgpack.packb({"v": 1, "op": op, "id": 1})
-    r = subprocess.run([TOOL, "call", url, "--timeout", "3000", "--repeat", str(n)], input=req,
-                       capture_output=True, timeout=120)
+    r = subprocess.run([h.TOOL, "call", url, "--timeout", "3000", "--repeat", str(n)], input=req,
+                       capture_output=True, timeout=120 * h.SLOW)
     out[key] = (r.returncode, r.stdout.decode(errors="replace").strip(),
                 r.stderr.decode(errors="replace").strip())
 
 
-class Case:
-    def __init__(self):
-        self.dir = tempfile.mkdtemp(prefix="baton-hangup-")
-        self.procs = []
-        self.env = dict(os.environ, BATON_HOSTDEV_DIR=self.dir, BATON_NVML="0")
-        self.control = "ipc://%s/broker.sock" % self.dir
-        self.events = "ipc://%s/events.sock" % self.dir
-
-    def log(self, name):
-        return os.path.join(self.dir, name + ".log")
-
-    def start(self, name, args):
-        p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=open(self.log(name), "a"),
-                             env=self.env, text=True)
-        self.procs.append(p)
-        box = {}
-        t = threading.Thread(target=lambda: box.update(line=p.stdout.readline()), daemon=True)
-        t.start()
-        t.join(20)
-        if not box.get("line", "").startswith("ready "):
-            raise AssertionError("%s did not start: %r %s" % (name, box.get("line"),
-                                                              open(self.log(name)).read()))
-        return p
-
-    def broker(self):
-        ini = os.path.join(self.dir, "broker.ini")
-        with open(ini, "w") as f:
-            f.write("[broker]\ncontrol = %s\nevents = %s\nhttp = off\n" % (self.control, self.events))
-        return self.start("broker", [BROKER, "--config", ini])
-
-    def engine(self, name):
-        arena = os.path.join(self.dir, "m.arena")
-        subprocess.run([ARENA, "create", "--synthetic", "--layers", "2", "--experts", "4", "--top-k", "2",
-                        "--d-model", "128", "--d-ff", "256", "--dtype", "f16", "--seed", "3", arena],
-                       check=True, stdout=subprocess.DEVNULL, timeout=60)
-        url = "ipc://%s/%s.sock" % (self.dir, name)
-        p = self.start(name, [ENGINE, "--name", name, "--shared-expert-arena", arena, "--listen", url,
-                              "--backend", "host", "--host-device-mib", "32", "--vram-segment-mib", "4",
-                              "--expert-cache-release", "--broker", self.control])
-        p.url = url
-        return p
-
-    def cli(self, *args):
-        return subprocess.run([CLI, "--broker", self.control, "--timeout", "2s"] + list(args),
-                              capture_output=True, text=True, timeout=30)
-
-    def close(self):
-        for p in reversed(self.procs):
-            if p.poll() is None:
-                p.kill()
-            p.wait()
-        shutil.rmtree(self.dir, ignore_errors=True)
+def cli(c, *args):
+    return subprocess.run([h.CLI, "--broker", c.control, "--timeout", "2s"] + list(args),
+                          capture_output=True, text=True, timeout=30 * h.SLOW)
 
 
 def t_hangups_then_calls(c):
-    b = c.broker()
+    b = c.broker("http = off\n")  # and its event subscriber, c.events
     e = c.engine("a")
     # Both sides warm: the engine registered, one call each way.
-    r = c.cli("--json", "engines")
-    assert r.returncode == 0 and '"a"' in r.stdout, (r.returncode, r.stdout, r.stderr)
-    out = {}
-    repeat_call(e.url, "status", 1, out, "e")
-    assert out["e"][0] == 0, out
-    # a subscriber connected before the hang-ups
-    sub = subprocess.Popen([TOOL, "sub", c.events], stdout=subprocess.PIPE, text=True)
-    c.procs.append(sub)
+    h.ok(c.call(c.control, "status"))
+    h.ok(c.call(e.url, "status"))
     time.sleep(0.3)
     start = {"broker": fds(b.pid), "engine": fds(e.pid)}
     registered = open(c.log("broker")).read().count("engine a registered")
 
     t0 = time.time()
-    for url in (c.control, c.events, e.url):
+    for url in (c.control, c.events_url, e.url):
         hang_up(url[len("ipc://"):], HANGUPS)
     t_hang = time.time() - t0
 
     t0 = time.time()
+    out = {}
     threads = [threading.Thread(target=repeat_call, args=(c.control, "status", CALLS, out, "b")),
                threading.Thread(target=repeat_call, args=(e.url, "status", CALLS, out, "e"))]
     for t in threads:
@@ -161,24 +100,14 @@ def t_hangups_then_calls(c):
         assert rc == 0, "calls to the %s after the hang-ups: exit %d: %s %s" % (who, rc, stderr, stdout)
     # and the CLI itself, as a user runs it
     for i in range(10):
-        r = c.cli("gpus")
+        r = cli(c, "gpus")
         assert r.returncode == 0, "baton gpus, call %d: exit %d: %s" % (i + 1, r.returncode, r.stderr)
     t_calls = time.time() - t0
-    # events still reach the subscriber
-    r = c.cli("release", "a")
+
+    # events still reach the subscriber connected before the hang-ups
+    r = cli(c, "release", "a")
     assert r.returncode == 0, (r.returncode, r.stderr)
-    seen = []
-
-    def read_events():
-        for line in sub.stdout:
-            seen.append(line)
-            if '"release"' in line:
-                return
-    t = threading.Thread(target=read_events, daemon=True)
-    t.start()
-    t.join(10)
-    assert any('"release"' in line for line in seen), "no release event: %r" % seen
-
+    h.wait_for("a release event", lambda: c.events.all("release", "a"), timeout=10 * h.SLOW)
     # The engine's own connection to the broker was never dropped (the old
     # workaround's listener restarts dropped it: it registered again).
     log = open(c.log("broker")).read()
@@ -186,44 +115,11 @@ def t_hangups_then_calls(c):
     assert again == 0, "the engine registered again %d times:\n%s" % (again, log[-2000:])
     end = {"broker": settle(b.pid, start["broker"]), "engine": settle(e.pid, start["engine"])}
     assert end == start, "descriptors: at start %s, at the end %s" % (start, end)
-    print("  %d hang-ups on 3 sockets in %.1f s; %d + %d calls and 10 CLI calls in %.1f s; fds %s"
-          % (HANGUPS, t_hang, CALLS, CALLS, t_calls, end))
+    return "%d hang-ups x 3 sockets %.1f s, %d + %d calls and 10 CLI calls %.1f s, fds %s" % (
+        HANGUPS, t_hang, CALLS, CALLS, t_calls, end)
 
 
 CASES = [t_hangups_then_calls]
 
-
-def main():
-    only = sys.argv[1:]
-    passed = failed = 0
-    for case in CASES:
-        if only and case.__name__ not in only:
-            continue
-        c = Case()
-        t0 = time.time()
-        try:
-            case(c)
-            for name in os.listdir(c.dir):  # a sanitizer's report fails the case
-                if name.endswith(".log"):
-                    text = open(os.path.join(c.dir, name), errors="replace").read()
-                    assert "runtime error:" not in text and "Sanitizer" not in text, (name, text[-3000:])
-            print("ok   %-44s %7.3fs" % (case.__name__, time.time() - t0))
-            passed += 1
-        except Exception:
-            print("FAIL %s" % case.__name__)
-            traceback.print_exc(file=sys.stdout)
-            for name in ("broker", "a"):
-                if os.path.exists(c.log(name)):
-                    print("  --- %s.log (last lines)" % name)
-                    for line in open(c.log(name)).read().splitlines()[-15:]:
-                        print("  " + line)
-            failed += 1
-        finally:
-            c.close()
-        sys.stdout.flush()
-    print("%d passed, %d failed" % (passed, failed))
-    return 1 if failed else 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(h.run_cases(CASES, sys.argv[1:], logs=("broker", "a")))
