@@ -62,7 +62,7 @@ static void parse_env(void)
 				op = i;
 		if (op < 0) {
 			if (strcmp(tok, "send") == 0)
-				continue; /* proto/transport.c's */
+				continue; /* proto/transport_msg.c's */
 			snprintf(parse_err, sizeof parse_err,
 			    "BATON_FAULT: unknown op '%s' (map, alloc, copy, d2h, send)", tok);
 			parse_rc = BATON_EINVAL;
