@@ -12,6 +12,8 @@
 #   make test            unit + integration tests, then again under ASan+UBSan
 #   make fuzz            every fuzz target for FUZZ_SECONDS (default 60) each
 #   make demo            broker + engines on the embedded synthetic model
+#   make man             the man pages (docs/man/*.scd, scdoc) into $(BUILD)/man
+#   make deps            install the Debian packages (scripts/install-deps.sh)
 
 BUILD   ?= build
 SAN     ?= 0
@@ -76,13 +78,21 @@ TESTS := $(foreach t,$(TEST_SRCS),$(BUILD)/test/$(subst /,_,$(patsubst %_test.c,
 CU_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
 CU_GEN  := $(foreach f,$(CU_SRCS),$(BUILD)/gen/$(f:.cu=_fatbin.c))
 
-.PHONY: all test test-unit test-san fuzz fuzz-build demo clean gpu-build gpu-test bench bench-gpu deps
+.PHONY: all test test-unit test-san fuzz fuzz-build demo clean gpu-build gpu-test bench bench-gpu deps man
 all: $(PROGS) $(TESTS)
 
 # ---- set-up and flag tracking ----------------------------------------------
+# make deps installs the Debian packages Baton builds and tests with (sudo
+# when not root). A build checks once per build directory, and says so in
+# one line before it installs anything.
+deps:
+	@scripts/install-deps.sh
+
 $(BUILD)/.deps: scripts/install-deps.sh
 	@mkdir -p $(@D)
-	@scripts/install-deps.sh
+	@scripts/install-deps.sh --check 2>/dev/null || { \
+	    echo "make: Debian packages are missing; running make deps (scripts/install-deps.sh) first"; \
+	    scripts/install-deps.sh; }
 	@touch $@
 
 # A change of flags rebuilds everything: the flags live in a file that every
@@ -232,6 +242,16 @@ gpu-test: gpu-build
 bench-gpu: gpu-build
 	@scripts/bench-gpu.sh $(GPU_BUILD)
 
+# ---- man pages --------------------------------------------------------------
+# docs/man/NAME.SECTION.scd -> $(BUILD)/man/NAME.SECTION (scdoc, Debian's);
+# docs/man_test.py checks them against each program's --help.
+MAN_SRCS := $(wildcard docs/man/*.scd)
+MANS     := $(patsubst docs/man/%.scd,$(BUILD)/man/%,$(MAN_SRCS))
+man: $(MANS)
+$(BUILD)/man/%: docs/man/%.scd | $(BUILD)/.deps
+	@mkdir -p $(@D)
+	scdoc < $< > $@.tmp && mv $@.tmp $@
+
 # ---- install ----------------------------------------------------------------
 # make install [PREFIX=/usr/local] [DESTDIR=]: the programs (benchmarks
 # left out) to $(PREFIX)/bin; the systemd units to
@@ -239,12 +259,14 @@ bench-gpu: gpu-build
 # rewritten to $(PREFIX)/bin); the sysusers.d file making the system user
 # baton to $(PREFIX)/lib/sysusers.d; the example configuration to
 # $(PREFIX)/share/baton/etc, and to /etc/baton only where a file is absent
-# (an edited configuration is never overwritten). Then, without DESTDIR:
+# (an edited configuration is never overwritten); the man pages to
+# $(MANDIR)/man{1,5,8}. Then, without DESTDIR:
 #   systemd-sysusers && systemctl daemon-reload
 PREFIX      ?= /usr/local
 BINDIR      ?= $(PREFIX)/bin
 UNITDIR     ?= $(PREFIX)/lib/systemd/system
 SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
+MANDIR      ?= $(PREFIX)/share/man
 CONFDIR     ?= /etc/baton
 INSTALL     ?= install
 INSTALL_PROGS := $(filter-out %-bench,$(PROGS))
@@ -252,7 +274,7 @@ DEPLOY_UNITS  := $(wildcard deploy/systemd/*.service)
 DEPLOY_CONF   := broker.ini arenas/example.conf engines/example.conf
 
 .PHONY: install
-install: $(INSTALL_PROGS)
+install: $(INSTALL_PROGS) $(MANS)
 	$(INSTALL) -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSUSERSDIR) \
 	    $(DESTDIR)$(PREFIX)/share/baton/etc/arenas $(DESTDIR)$(PREFIX)/share/baton/etc/engines \
 	    $(DESTDIR)$(CONFDIR)/arenas $(DESTDIR)$(CONFDIR)/engines
@@ -266,6 +288,10 @@ install: $(INSTALL_PROGS)
 	for f in $(DEPLOY_CONF); do \
 	    $(INSTALL) -m 0644 deploy/etc/$$f $(DESTDIR)$(PREFIX)/share/baton/etc/$$f || exit 1; \
 	    [ -e $(DESTDIR)$(CONFDIR)/$$f ] || $(INSTALL) -m 0644 deploy/etc/$$f $(DESTDIR)$(CONFDIR)/$$f || exit 1; \
+	done
+	for m in $(MANS); do \
+	    sec=$${m##*.}; $(INSTALL) -d $(DESTDIR)$(MANDIR)/man$$sec && \
+	    $(INSTALL) -m 0644 $$m $(DESTDIR)$(MANDIR)/man$$sec/ || exit 1; \
 	done
 
 clean:

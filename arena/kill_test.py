@@ -19,9 +19,11 @@ import subprocess
 import sys
 import tempfile
 import time
-import traceback
 
-BIN = os.path.join(os.environ.get("BUILD", "build"), "bin", "baton-arena")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+import harness as h  # noqa: E402
+
+BIN = h.ARENA
 RUNS = int(os.environ.get("KILL_RUNS", "24"))
 SHAPE = ["--layers", "4", "--experts", "16", "--top-k", "2", "--d-model", "512",
          "--d-ff", "512", "--dtype", "f16"]
@@ -109,20 +111,8 @@ def t_kill_creators():
 
 
 def main():
-    if not os.path.exists(BIN):
-        print("no %s: build first\n0 passed, 1 failed" % BIN)
-        return 1
-    try:
-        t_kill_creators()
-        print("ok   t_kill_creators")
-        print("1 passed, 0 failed")
-        return 0
-    except Exception:
-        print("FAIL t_kill_creators")
-        traceback.print_exc(file=sys.stdout)
-        print("0 passed, 1 failed")
-        return 1
-
+    h.need(BIN)
+    return h.run_cases([t_kill_creators], sys.argv[1:], make=None)
 
 if __name__ == "__main__":
     sys.exit(main())

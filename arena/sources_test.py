@@ -15,14 +15,14 @@ import struct
 import subprocess
 import sys
 import tempfile
-import traceback
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 import arena_gguf_writer as gw  # noqa: E402
 import arena_safetensors_writer as sw  # noqa: E402
+import harness as h  # noqa: E402
 
-BIN = os.path.join(os.environ.get("BUILD", "build"), "bin", "baton-arena")
+BIN = h.ARENA
 CASES = []
 TMP = None
 
@@ -446,28 +446,22 @@ def safetensors_malformed():
         print("  " + m[m.find(": ", m.find(".arena")) + 2:][:110])
 
 
-def main():
-    global TMP
-    if not os.path.exists(BIN):
-        print("no %s: build first" % BIN)
-        print("0 passed, 1 failed")
-        return 1
-    passed = failed = 0
-    for fn in CASES:
+def in_fresh_dir(fn):
+    """fn with TMP a directory of its own, removed afterwards."""
+    def run_in():
+        global TMP
         TMP = tempfile.mkdtemp(prefix="baton-arena-src.")
         try:
             fn()
-            print("ok   %s" % fn.__name__)
-            passed += 1
-        except Exception:
-            print("FAIL %s" % fn.__name__)
-            traceback.print_exc(file=sys.stdout)
-            failed += 1
         finally:
             shutil.rmtree(TMP, ignore_errors=True)
-    print("%d passed, %d failed" % (passed, failed))
-    return 1 if failed else 0
+    run_in.__name__ = fn.__name__
+    return run_in
 
+
+def main():
+    h.need(BIN)
+    return h.run_cases([in_fresh_dir(fn) for fn in CASES], sys.argv[1:], make=None)
 
 if __name__ == "__main__":
     sys.exit(main())

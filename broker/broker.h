@@ -13,7 +13,7 @@
  * JSON, Prometheus metrics, a dashboard page); every change is published
  * as an event.
  *
- * Threads inside the daemon (broker.c): receivers (one nng context each)
+ * Threads inside the daemon (broker_int.h): receivers (one nng context each)
  * take requests and hand them to the decision thread, which alone owns the
  * registry; commands to engines run on a small worker pool and come back
  * to the decision thread as results; a watcher thread polls the engines'
@@ -203,21 +203,85 @@ void policy_decide(const struct policy_engine *e, size_t n, size_t requester, ui
  * order[] (indices); returns how many. For tests and the status page. */
 size_t policy_order(const struct policy_engine *e, size_t n, size_t requester, size_t *order);
 
-/* ---- the daemon -------------------------------------------------------------- */
+/* ---- the daemon --------------------------------------------------------------
+ *
+ * Lifecycle: broker_open, then faces subscribe (broker_observe) and open
+ * (broker_http_open), then broker_start; at the end broker_stop, the faces
+ * close, broker_close. All of these from one thread (the program's).
+ */
 
 struct broker;
 
-/* Opens the sockets and starts the threads. Nothing is registered yet. */
+/* Opens the sockets; no thread runs yet, so a face that subscribes now
+ * sees every event. Nothing is registered yet. */
 int broker_open(const struct broker_config *cfg, struct broker **out, char *err, size_t errlen);
-/* Asks the daemon to stop; safe from a signal-waiting thread. Idempotent. */
+/* Starts the decision thread, the watcher, the workers and the receivers;
+ * BATON_ENOMEM with err when a thread cannot start (then broker_close).
+ * Idempotent. */
+int broker_start(struct broker *b, char *err, size_t errlen);
+/* Asks the daemon to stop; safe from a signal-waiting thread. Idempotent.
+ * Afterwards broker_call() returns soon: the decision thread ends and
+ * answers BATON_ECLOSED to what it has not served, and to what comes after. */
 void broker_stop(struct broker *b);
-/* Waits for the threads, closes the sockets, frees; NULL allowed. */
+/* Stops, waits for the threads, closes the sockets, frees; NULL allowed.
+ * Faces that use b must be closed before. */
 void broker_close(struct broker *b);
 /* The URLs it listens on (tcp ports filled in). */
 const char *broker_control_url(const struct broker *b);
 const char *broker_events_url(const struct broker *b);
-/* "http://HOST:PORT" of the HTTP API (port 0 resolved), or NULL when off. */
-const char *broker_http_url(const struct broker *b);
+
+/* Runs one request (a control op: status, release, pin...) through the
+ * decision thread exactly as a control-socket receiver does, and blocks
+ * the calling thread until it is answered (a refill or handoff may wait for
+ * memory: up to acquire_wait_ms plus the command timeout). fn(arg, rep)
+ * then sees the reply, valid only during the call. Strings in *req are
+ * borrowed for the duration. Once the broker stops, the reply is an error
+ * BATON_ECLOSED. Never call it from the decision thread (an event
+ * subscriber) or from an nng callback. */
+void broker_call(struct broker *b, const struct baton_msg *req,
+    void (*fn)(void *arg, const struct baton_msg *rep), void *arg);
+
+/* An event subscriber: called on the decision thread with every event the
+ * broker publishes (op event: seq, time_ms, kind, engine, gpu, state,
+ * reason, ms, bytes), valid during the call. It must be quick and must not
+ * call back into the broker. */
+typedef void (*broker_event_fn)(void *arg, const struct baton_msg *ev);
+/* Subscribes; BATON_ENOMEM when 4 are subscribed already. */
+int broker_observe(struct broker *b, broker_event_fn fn, void *arg);
+/* Unsubscribes; once it returns, fn is not running and is never called
+ * again. */
+void broker_unobserve(struct broker *b, broker_event_fn fn, void *arg);
+
+/* ---- the HTTP face (http.c) ------------------------------------------------------
+ *
+ * The JSON API under /v1, Prometheus metrics on /metrics, the dashboard on
+ * /: requests go through broker_call, events come from broker_observe.
+ */
+
+struct broker_http;
+
+/* Listens on cfg->http (HOST:PORT) and starts its threads; BATON_EINVAL or
+ * BATON_EIO with err when the address is bad or cannot be bound. */
+int broker_http_open(struct broker *b, const struct broker_config *cfg, struct broker_http **out,
+    char *err, size_t errlen);
+/* "http://HOST:PORT" it listens on (port 0 resolved). */
+const char *broker_http_url(const struct broker_http *h);
+/* Unsubscribes, stops listening, answers what is queued, joins its
+ * threads and frees; NULL allowed. Before broker_close(); quick after
+ * broker_stop(). */
+void broker_http_close(struct broker_http *h);
+
+/* ---- status as JSON (the CLI's --json and GET /v1/status) ----------------------- */
+
+struct json_t;
+/* {"epoch", "gpus": [{uuid, total, free, used, held, reserve, lent}],
+ * "engines": [...]} of a status reply; NULL without memory. */
+struct json_t *broker_status_json(const struct baton_msg *rep);
+/* One engine's object: {name, pid, gpu, model, state, resident, floor,
+ * ceiling, priority, pinned, idle_ms, last_refill_gbps, peer_gpu, peer,
+ * requests}. */
+struct json_t *broker_engine_json(const struct proto_engine_info *e);
+struct json_t *broker_gpu_json(const struct proto_gpu *g);
 
 /* ---- NVML (dlopen'ed; absent on machines without an NVIDIA driver) ------------ */
 

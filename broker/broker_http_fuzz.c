@@ -39,6 +39,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv);
 #define FUZZ_MAX_INPUT (256u << 10)
 
 static struct broker *the_broker;
+static struct broker_http *the_http;
 static struct sockaddr_in addr;
 static unsigned long n_inputs;
 
@@ -154,6 +155,8 @@ static void at_exit(void)
 	if (the_broker) {
 		check_unchanged();
 		broker_stop(the_broker);
+		broker_http_close(the_http);
+		the_http = NULL;
 		broker_close(the_broker);
 		the_broker = NULL;
 	}
@@ -179,11 +182,13 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	cfg.nvml = false;
 	snprintf(cfg.http_token, sizeof cfg.http_token, "%s", TOKEN);
 	if (broker_config_set_http(&cfg, "127.0.0.1:0", err, sizeof err) != 0 ||
-	    broker_open(&cfg, &the_broker, err, sizeof err) != 0) {
+	    broker_open(&cfg, &the_broker, err, sizeof err) != 0 ||
+	    broker_http_open(the_broker, &cfg, &the_http, err, sizeof err) != 0 ||
+	    broker_start(the_broker, err, sizeof err) != 0) {
 		fprintf(stderr, "broker_http_fuzz: cannot start a broker: %s\n", err);
 		abort();
 	}
-	const char *url = broker_http_url(the_broker); /* http://127.0.0.1:PORT */
+	const char *url = broker_http_url(the_http); /* http://127.0.0.1:PORT */
 	const char *colon = url ? strrchr(url, ':') : NULL;
 	if (!colon) {
 		fprintf(stderr, "broker_http_fuzz: no HTTP address\n");

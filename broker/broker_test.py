@@ -18,254 +18,17 @@ the stress case (default 30 s).
 import json
 import os
 import random
-import shutil
 import signal
-import struct
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-import traceback
 
 import msgpack
 
-BUILD = os.environ.get("BUILD", "build")
-BIN = os.path.join(BUILD, "bin")
-ENGINE = os.path.join(BIN, "baton-engine")
-BROKER = os.path.join(BIN, "baton-broker")
-ARENA = os.path.join(BIN, "baton-arena")
-TOOL = os.path.join(BIN, "baton-proto-tool")
-CLI = os.path.join(BIN, "baton")
-
-MIB = 1 << 20
-CEIL = 28 * MIB
-# ThreadSanitizer runs the programs 5-15 times slower: its run looks for
-# races, so the time bounds and windows of the cases stretch by SLOW there
-# (never in the normal or the ASan run).
-SLOW = float(os.environ.get("BATON_TEST_SLOW", "4" if "tsan" in BUILD else "1"))
-ERR = {"busy": 6, "timeout": 7, "closed": 8, "permission": 10, "not_found": 4,
-       "stale_epoch": 28, "device_oom": 61}
-
-_id = [1000]
-_id_lock = threading.Lock()
-
-
-def next_id():
-    with _id_lock:
-        _id[0] += 1
-        return _id[0]
-
-
-def call(url, op, timeout_ms=20000, **fields):
-    rid = next_id()
-    m = {"v": 1, "op": op, "id": rid}
-    m.update(fields)
-    r = subprocess.run([TOOL, "call", url, "--timeout", str(timeout_ms)], input=msgpack.packb(m),
-                       capture_output=True, timeout=timeout_ms / 1000 + 10)
-    out = r.stdout.decode().strip()
-    if not out:
-        raise AssertionError("no reply to %s: %s" % (op, r.stderr.decode()))
-    rep = json.loads(out.splitlines()[-1])
-    if "error" in rep:  # the tool's own: no answer
-        return rep
-    assert rep["id"] == rid, rep
-    return rep
-
-
-def ok(rep):
-    assert rep.get("ok") is True, rep
-    return rep
-
-
-def err(rep, name):
-    assert rep.get("ok") is False and rep.get("err") == ERR[name], "want %s, got %s" % (name, rep)
-    return rep
-
-
-def wait_for(what, fn, timeout=10.0, every=0.05):
-    deadline = time.time() + timeout
-    while True:
-        v = fn()
-        if v:
-            return v
-        if time.time() > deadline:
-            raise AssertionError("timed out waiting for " + what)
-        time.sleep(every)
-
-
-class Events:
-    """Collects the broker's events in the background."""
-
-    def __init__(self, url):
-        self.p = subprocess.Popen([TOOL, "sub", url], stdout=subprocess.PIPE, text=True)
-        self.items = []
-        self.lock = threading.Lock()
-        self.t = threading.Thread(target=self._run, daemon=True)
-        self.t.start()
-
-    def _run(self):
-        for line in self.p.stdout:
-            try:
-                ev = json.loads(line)
-            except ValueError:
-                continue
-            with self.lock:
-                self.items.append(ev)
-
-    def all(self, kind=None, engine=None):
-        with self.lock:
-            return [e for e in self.items if (kind is None or e.get("kind") == kind) and
-                    (engine is None or e.get("engine") == engine)]
-
-    def close(self):
-        if self.p.poll() is None:
-            self.p.kill()
-        self.p.wait()
-
-
-class Case:
-    def __init__(self):
-        self.dir = tempfile.mkdtemp(prefix="baton-broker-")
-        self.procs = []
-        self.events = None
-        self.env = dict(os.environ, BATON_HOSTDEV_DIR=self.dir, BATON_NVML="0")
-        self.control = "ipc://%s/broker.sock" % self.dir
-        self.events_url = "ipc://%s/events.sock" % self.dir
-        self._arena = None
-        self.bp = None
-
-    def arena(self):
-        if not self._arena:
-            path = os.path.join(self.dir, "m.arena")
-            subprocess.run([ARENA, "create", "--synthetic", "--layers", "4", "--experts", "8",
-                            "--top-k", "2", "--d-model", "256", "--d-ff", "512", "--dtype", "f16",
-                            "--seed", "7", path], check=True, stdout=subprocess.DEVNULL, timeout=60)
-            self._arena = path
-        return self._arena
-
-    def log(self, name):
-        return os.path.join(self.dir, name + ".log")
-
-    def broker(self, config="", wait=True):
-        path = os.path.join(self.dir, "broker.ini")
-        with open(path, "w") as f:
-            f.write("[broker]\ncontrol = %s\nevents = %s\n" % (self.control, self.events_url))
-            f.write(config)
-        p = subprocess.Popen([BROKER, "--config", path], stdout=subprocess.PIPE,
-                             stderr=open(self.log("broker"), "a"), env=self.env, text=True)
-        self.procs.append(p)
-        self.bp = p
-        if wait:
-            line = p.stdout.readline()
-            if not line.startswith("ready "):
-                p.wait(5)
-                raise AssertionError("broker did not start (exit %s): %s" %
-                                     (p.returncode, open(self.log("broker")).read()))
-            if not self.events:
-                self.events = Events(self.events_url)
-                time.sleep(0.1)  # the subscription is up before the first event
-        return p
-
-    def engine(self, name, *flags, host_mib=40, broker=True, wait=True, env=None):
-        url = "ipc://%s/%s.sock" % (self.dir, name)
-        args = [ENGINE, "--name", name, "--shared-expert-arena", self.arena(), "--listen", url,
-                "--backend", "host", "--host-device-mib", str(host_mib), "--vram-segment-mib", "4",
-                "--expert-cache-release"] + list(flags)
-        if broker:
-            args += ["--broker", self.control]
-        e = dict(self.env)
-        e.update(env or {})
-        p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=open(self.log(name), "a"), env=e,
-                             text=True)
-        self.procs.append(p)
-        p.url = url
-        p.name = name
-        if wait:
-            self.wait_ready(p)
-        return p
-
-    def wait_ready(self, p, timeout=15):
-        box = {}
-        t = threading.Thread(target=lambda: box.update(line=p.stdout.readline()), daemon=True)
-        t.start()
-        t.join(timeout)
-        line = box.get("line", "")
-        if not line.startswith("ready "):
-            raise AssertionError("engine %s did not start: %r %s" % (p.name, line, open(self.log(p.name)).read()))
-
-    def status(self):
-        return ok(call(self.control, "status"))
-
-    def eng(self, name):
-        for e in self.status()["engines"]:
-            if e["name"] == name:
-                return e
-        return None
-
-    def holds(self):
-        return {e["name"]: e["resident"] for e in self.status()["engines"]}
-
-    def hostdev_used(self, index=0):
-        """(capacity, bytes charged by live processes) from the host device's state file."""
-        data = open(os.path.join(self.dir, "hostdev-%d" % index), "rb").read()
-        magic, version, n_owners, capacity = struct.unpack_from("<8sIIQ", data, 0)
-        used = 0
-        for i in range(n_owners):
-            pid, opens, start, nbytes, pad = struct.unpack_from("<iIQQQ", data, 64 + 32 * i)
-            if pid > 0 and os.path.exists("/proc/%d" % pid):
-                used += nbytes
-        return capacity, used
-
-    def close(self):
-        for p in reversed(self.procs):
-            if p.poll() is None:
-                p.kill()
-            p.wait()
-        if self.events:
-            self.events.close()
-        if os.environ.get("BROKER_TEST_KEEP"):
-            print("  kept", self.dir)
-        else:
-            shutil.rmtree(self.dir, ignore_errors=True)
-
-
-def gen(p, seed=1, steps=2, batch=1, timeout_ms=30000):
-    return call(p.url, "gen", timeout_ms=timeout_ms, steps=steps, batch=batch, seed=seed)
-
-
-_refs = {}
-
-
-def reference(c, seed, steps=2, batch=1):
-    """The checksum a lone engine (no broker, its own device) computes."""
-    key = (seed, steps, batch)
-    if key not in _refs:
-        d = tempfile.mkdtemp(prefix="baton-ref-")
-        try:
-            url = "ipc://%s/ref.sock" % d
-            p = subprocess.Popen([ENGINE, "--name", "ref", "--shared-expert-arena", c.arena(), "--listen",
-                                  url, "--backend", "host", "--host-device-mib", "128"],
-                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                                 env=dict(os.environ, BATON_HOSTDEV_DIR=d))
-            try:
-                assert p.stdout.readline().startswith("ready")
-                for s in range(8):
-                    r = ok(call(url, "gen", steps=steps, batch=batch, seed=s))
-                    _refs[(s, steps, batch)] = (r["checksum"], r["output"])
-            finally:
-                p.kill()
-                p.wait()
-        finally:
-            shutil.rmtree(d, ignore_errors=True)
-    return _refs[key]
-
-
-def check_gen(c, p, seed):
-    r = ok(gen(p, seed=seed))
-    want = reference(c, seed)
-    assert (r["checksum"], r["output"]) == want, "%s seed %d: wrong output" % (p.name, seed)
-    return r
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+from harness import (BROKER, CEIL, CLI, ENGINE, ERR, MIB, SLOW, TOOL, BrokerCase, call,  # noqa: E402
+                     check_gen, err, gen, next_id, ok, reference, run_cases, wait_for)
 
 
 # ---- cases -----------------------------------------------------------------------
@@ -686,7 +449,7 @@ def t_engine_kill_during_handoff(c):
     # The broker's command to b either loses its connection (closed: "went
     # away") or, when b died first, cannot connect at all (connect).
     assert r["ok"] is False and (
-        (r["err"] == ERR["closed"] and "went away" in r["msg"]) or r["err"] == 14), r
+        (r["err"] == ERR["closed"] and "went away" in r["msg"]) or r["err"] == ERR["connect"]), r
     assert c.eng("b")["state"] == "dead"
     assert c.status()["gpus"][0]["held"] == 0
     check_gen(c, a, 3)
@@ -815,43 +578,8 @@ CASES = [t_config_and_flags, t_two_engines_alternate, t_priority_and_idle_order,
          t_engine_without_broker, t_acquire_resent, t_stress]
 
 
-def run_cases(cases, only, logs=("broker", "a", "b", "c")):
-    """Runs each case with a fresh Case (all when `only` is empty): a
-    sanitizer report in any log fails it; on failure the logs' tails are
-    shown. Prints and returns like every test here."""
-    passed = failed = 0
-    for case in cases:
-        if only and case.__name__ not in only:
-            continue
-        c = Case()
-        t0 = time.time()
-        try:
-            case(c)
-            for name in os.listdir(c.dir):  # a sanitizer's report fails the case
-                if name.endswith(".log"):
-                    text = open(os.path.join(c.dir, name), errors="replace").read()
-                    assert "runtime error:" not in text and "Sanitizer" not in text, (name, text[-3000:])
-            print("ok   %-44s %7.3fs" % (case.__name__, time.time() - t0))
-            passed += 1
-        except Exception:
-            print("FAIL %s" % case.__name__)
-            traceback.print_exc(file=sys.stdout)
-            for name in logs:
-                path = c.log(name)
-                if os.path.exists(path):
-                    print("  --- %s.log (last lines)" % name)
-                    for line in open(path).read().splitlines()[-15:]:
-                        print("  " + line)
-            failed += 1
-        finally:
-            c.close()
-        sys.stdout.flush()
-    print("%d passed, %d failed" % (passed, failed))
-    return 1 if failed else 0
-
-
 def main():
-    return run_cases(CASES, sys.argv[1:])
+    return run_cases(CASES, sys.argv[1:], make=BrokerCase)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """cli_test.py: the `baton` command against a real broker and two engines on
-the host backend (the harness of broker_test.py: a fresh directory, host
+the host backend (tests/harness.py's BrokerCase: a fresh directory, host
 device and sockets per case; every process killed at the end), and the
 Grafana dashboard in deploy/grafana/ against the broker's metric names.
 
@@ -22,11 +22,11 @@ import sys
 import threading
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import broker_test as bt  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+import harness as h  # noqa: E402
 
-CLI = bt.CLI
-CEIL = bt.CEIL
+CLI = h.CLI
+CEIL = h.CEIL
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DASHBOARD = os.path.join(ROOT, "deploy", "grafana", "baton.json")
 
@@ -69,7 +69,7 @@ def t_usage_and_exit_codes(c):
     c.broker()
     version = open(os.path.join(ROOT, "VERSION")).read().strip()
     for prog in ("baton", "baton-broker", "baton-engine", "baton-arena"):
-        r = subprocess.run([os.path.join(bt.BIN, prog), "--version"], capture_output=True, text=True, timeout=10)
+        r = subprocess.run([os.path.join(h.BIN, prog), "--version"], capture_output=True, text=True, timeout=10)
         assert r.returncode == 0 and r.stdout == "%s %s\n" % (prog, version), (prog, r.stdout, r.stderr)
     # 2: usage, whatever the broker would say
     for args in ([], ["frobnicate"], ["status", "--bogus"], ["release"], ["release", "a", "b"],
@@ -119,7 +119,7 @@ def t_status_tables_and_json(c):
     st, eng = status_json(c)
     assert st["epoch"] > 0 and len(st["gpus"]) == 1
     g = st["gpus"][0]
-    assert g["uuid"] == "host-0" and g["total"] == 40 * bt.MIB and g["held"] >= CEIL, g
+    assert g["uuid"] == "host-0" and g["total"] == 40 * h.MIB and g["held"] >= CEIL, g
     assert g["used"] == g["total"] - g["free"] and g["reserve"] == 0 and g["lent"] == 0, g
     assert eng["b"]["resident"] == CEIL and eng["b"]["ceiling"] == CEIL and eng["b"]["priority"] == 7
     assert eng["b"]["pinned"] is False and eng["b"]["last_refill_gbps"] > 0 and eng["b"]["pid"] == b.pid
@@ -207,7 +207,7 @@ def t_pins_survive_a_broker_restart(c):
     c.bp.kill()
     c.bp.wait()
     c.broker()
-    bt.wait_for("a registered again", lambda: "a" in status_json(c)[1], timeout=10)
+    h.wait_for("a registered again", lambda: "a" in status_json(c)[1], timeout=10)
     assert status_json(c)[1]["a"]["pinned"] is True
     r = baton(c, "release", "a", check=1)
     assert "pinned" in r.stderr, r.stderr
@@ -218,7 +218,7 @@ def t_pins_survive_a_broker_restart(c):
     with open(state, "w") as f:
         f.write('{"version": 1, "pins": {"a": tru')
     c.broker()
-    bt.wait_for("a and b registered again", lambda: {"a", "b"} <= set(status_json(c)[1]), timeout=10)
+    h.wait_for("a and b registered again", lambda: {"a", "b"} <= set(status_json(c)[1]), timeout=10)
     assert status_json(c)[1]["a"]["pinned"] is False
     assert "broker.state:1: " in open(c.log("broker")).read()
     baton(c, "pin", "b", check=0)
@@ -230,16 +230,16 @@ def t_busy(c):
     a, b = two_engines(c, "acquire_wait_ms = 300\n")
     # A GEN of about 2.5 s on this machine and build (sanitizers are slower).
     t0 = time.time()
-    bt.ok(bt.gen(b, seed=1, steps=40, batch=16))
+    h.ok(h.gen(b, seed=1, steps=40, batch=16))
     steps = max(40, min(20000, int(40 * 2.5 / max(time.time() - t0, 1e-3))))
     res = {}
 
     def long_request():
-        res["r"] = bt.gen(b, seed=1, steps=steps, batch=16, timeout_ms=60000)
+        res["r"] = h.gen(b, seed=1, steps=steps, batch=16, timeout_ms=60000)
     t = threading.Thread(target=long_request)
     t.start()
     try:
-        bt.wait_for("the broker sees b busy", lambda: c.eng("b")["idle_ms"] == 0, timeout=5)
+        h.wait_for("the broker sees b busy", lambda: c.eng("b")["idle_ms"] == 0, timeout=5)
         r = baton(c, "release", "b", check=3)
         assert "busy" in r.stderr and "(busy)" in r.stderr and r.stdout == "", r.stderr
         assert t.is_alive(), "the request ended too soon to test busy"
@@ -287,10 +287,10 @@ def t_watch(c):
     w = subprocess.Popen([CLI, "--broker", c.control, "watch", "--json"], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, env=env2)
     got = Lines(w)
-    bt.wait_for("watch subscribed", lambda: baton(c, "pin", "b", check=0) and got.items, timeout=10, every=0.1)
+    h.wait_for("watch subscribed", lambda: baton(c, "pin", "b", check=0) and got.items, timeout=10, every=0.1)
     baton(c, "unpin", "b", check=0)
     baton(c, "handoff", "b", "a", check=0)
-    bt.wait_for("the handoff event", lambda: any('"kind":"handoff"' in ln for ln in got.items), timeout=5)
+    h.wait_for("the handoff event", lambda: any('"kind":"handoff"' in ln for ln in got.items), timeout=5)
     w.send_signal(signal.SIGINT)
     assert w.wait(10) == 0, (w.returncode, w.stderr.read())
     got.t.join(5)
@@ -304,7 +304,7 @@ def t_watch(c):
     # SIGTERM ends it with 0 too
     w = subprocess.Popen([CLI, "watch"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     got = Lines(w)
-    bt.wait_for("watch subscribed", lambda: baton(c, "pin", "b", check=0) and got.items, timeout=10, every=0.1)
+    h.wait_for("watch subscribed", lambda: baton(c, "pin", "b", check=0) and got.items, timeout=10, every=0.1)
     w.send_signal(signal.SIGTERM)
     assert w.wait(10) == 0
 
@@ -449,8 +449,8 @@ def served_metrics(c):
         src = open(os.path.join(ROOT, "broker", "http.c")).read()
         return families("\n".join("# TYPE %s histogram" % n for n in re.findall(r"\b(baton_[a-z0-9_]+)", src)))
     a = c.engine("a")
-    bt.ok(bt.call(c.control, "release", name="a"))
-    bt.ok(bt.call(c.control, "refill", name="a"))
+    h.ok(h.call(c.control, "release", name="a"))
+    h.ok(h.call(c.control, "refill", name="a"))
     text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=10).read().decode()
     assert "baton_engine_resident_bytes{" in text and 'name="a"' in text, text[:2000]
     del a
@@ -510,7 +510,7 @@ CASES = [t_grafana_dashboard, t_usage_and_exit_codes, t_status_tables_and_json, 
 
 
 def main():
-    return bt.run_cases(CASES, sys.argv[1:], logs=("broker", "a", "b"))
+    return h.run_cases(CASES, sys.argv[1:], logs=("broker", "a", "b"))
 
 
 if __name__ == "__main__":

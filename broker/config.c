@@ -214,15 +214,11 @@ static int section_arg(const char *sec, const char *word, char *out, size_t len)
 	return 0;
 }
 
-static int valid_name(const char *s)
+/* A device section names a uuid (GPU-...), host-N, or "*": every device.
+ * Device names follow the rule of engine names (proto_name_valid). */
+static int valid_device(const char *s)
 {
-	for (; *s; s++) {
-		char c = *s;
-		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-		    c == '-' || c == '_' || c == '.' || c == '*' || c == ':'))
-			return 0;
-	}
-	return 1;
+	return strcmp(s, "*") == 0 || proto_name_valid(s, strlen(s));
 }
 
 /* A new section: find its kind, reject duplicates. */
@@ -236,7 +232,7 @@ static int enter_section(struct parse *p, const char *section)
 		return 1;
 	}
 	if (section_arg(section, "gpu", arg, sizeof arg) == 0) {
-		if (!valid_name(arg))
+		if (!valid_device(arg))
 			return fail(p, "[%s]: a device is named by its uuid (GPU-...), host-N or \"*\"", section);
 		for (size_t i = 0; i < c->n_gpus; i++)
 			if (strcmp(c->gpus[i].uuid, arg) == 0)
@@ -252,7 +248,7 @@ static int enter_section(struct parse *p, const char *section)
 		return 1;
 	}
 	if (section_arg(section, "engine", arg, sizeof arg) == 0) {
-		if (!valid_name(arg) || strchr(arg, '*'))
+		if (!proto_name_valid(arg, strlen(arg)))
 			return fail(p, "[%s]: an engine name is letters, digits, '-', '_' or '.'", section);
 		for (size_t i = 0; i < c->n_engines; i++)
 			if (strcmp(c->engines[i].name, arg) == 0)

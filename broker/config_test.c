@@ -97,6 +97,8 @@ static const struct {
 	{ "[engine \"a\"]\npinned = 2\n", "b.ini:2: pinned = '2'" },
 	{ "[engine \"a\"]\ncolour = red\n", "b.ini:2: unknown key 'colour' in [engine \"a\"]" },
 	{ "[engine \"*\"]\npinned = true\n", "b.ini:2: [engine \"*\"]" },
+	/* the rule of engine names (proto_name_valid): no ':' */
+	{ "[engine \"a:b\"]\npinned = true\n", "b.ini:2: [engine \"a:b\"]" },
 	{ "[broker]\nthis line has no equals sign\n", "b.ini:2: syntax error" },
 	{ "[broker\nx = 1\n", "b.ini:1: syntax error" },
 	{ "[broker]\nnvml = true\n\n\n[broker]\nbad\n", "b.ini:6: syntax error" },

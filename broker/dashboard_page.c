@@ -1,6 +1,6 @@
 /* generated from broker/dashboard.html by `python3 broker/dashboard_test.py --write-page`;
  * do not edit (broker/dashboard_test.py checks that the two agree) */
-#include "broker/broker_int.h"
+#include "broker/dashboard.h"
 
 const char broker_dashboard_html[] =
     "<!doctype html>\n"

@@ -33,16 +33,18 @@ import urllib.error
 import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+import harness as h  # noqa: E402
 
-BUILD = os.environ.get("BUILD", "build")
+BUILD = h.BUILD
+TOKEN = "s3cret-token"
 
 
 def page_c(html):
     """dashboard_page.c for this HTML: one C string literal."""
     out = ["/* generated from broker/dashboard.html by `python3 broker/dashboard_test.py --write-page`;",
            " * do not edit (broker/dashboard_test.py checks that the two agree) */",
-           '#include "broker/broker_int.h"', "", "const char broker_dashboard_html[] ="]
+           '#include "broker/dashboard.h"', "", "const char broker_dashboard_html[] ="]
     for line in html.splitlines(True):
         s = line.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\t", "\\t")
         out.append('    "%s"' % s)
@@ -155,16 +157,14 @@ def t_page_is_current(_c):
 
 
 def t_dashboard_handoff(c):
-    import broker_test as bt
-    import http_test as ht
     why = ensure_chromium()
     if why:
         print("  skip t_dashboard_handoff: " + why)
         return
-    api = ht.start(c, "http_token = %s\n" % ht.TOKEN)
+    api = c.http_broker("http_token = %s\n" % TOKEN, token=TOKEN)
     c.engine("a")
     c.engine("b")  # takes the device from a
-    assert c.holds() == {"a": 0, "b": bt.CEIL}
+    assert c.holds() == {"a": 0, "b": h.CEIL}
     st, page, _ = api.get("/", token=False)
     assert st == 200 and page == read_html()
     url = "http://%s:%d/" % (api.host, api.port)
@@ -179,12 +179,12 @@ def t_dashboard_handoff(c):
         def state(name):
             return wd.js("const e = document.getElementById('engine-%s');"
                          "return e ? e.getAttribute('data-state') : null;" % name)
-        bt.wait_for("the page shows b holding the device", lambda: holders() == "b", timeout=15)
+        h.wait_for("the page shows b holding the device", lambda: holders() == "b", timeout=15)
         assert state("b") == "ready" and state("a") == "released", (state("a"), state("b"))
         t0 = time.time()
-        r = ht.expect(api.post("/v1/handoff", {"from": "b", "to": "a"}), 200)
+        r = h.expect(api.post("/v1/handoff", {"from": "b", "to": "a"}), 200)
         assert r["ok"]
-        bt.wait_for("the page shows a holding the device", lambda: holders() == "a" and
+        h.wait_for("the page shows a holding the device", lambda: holders() == "a" and
                     state("a") == "ready" and state("b") == "released", timeout=10)
         shown = time.time() - t0
         assert shown < 5, shown  # polls twice a second
@@ -202,7 +202,7 @@ def t_dashboard_handoff(c):
         # the broker stops cleanly while the page polls it, and the page says so
         c.bp.send_signal(signal.SIGTERM)
         assert c.bp.wait(10) == 0
-        bt.wait_for("the page to see the broker gone",
+        h.wait_for("the page to see the broker gone",
                     lambda: wd.js("return document.getElementById('conn').className;") == "bad", timeout=5)
     finally:
         wd.close()
@@ -217,8 +217,7 @@ def main():
             f.write(page_c(read_html()))
         print("wrote broker/dashboard_page.c")
         return 0
-    import broker_test as bt
-    return bt.run_cases(CASES, sys.argv[1:], logs=("broker", "a", "b"))
+    return h.run_cases(CASES, sys.argv[1:], logs=("broker", "a", "b"))
 
 
 if __name__ == "__main__":

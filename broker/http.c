@@ -1,5 +1,5 @@
 /*
- * http.c: the broker's HTTP side (see broker_int.h and the README's
+ * http.c: the broker's HTTP face (see broker.h and the README's
  * "HTTP API, metrics and dashboard"): the JSON API under /v1, Prometheus
  * metrics on /metrics, and the dashboard page on /.
  *
@@ -12,8 +12,9 @@
  * (the same path as the control socket: same checks, same errors, same
  * events) and finish the aio.
  *
- * Events: the decision thread hands every published event to
- * broker_http_event(), which keeps the last EVENTS_MAX in a ring (for
+ * It sits on the core's public door only: requests go in through
+ * broker_call(), events come out through the subscription it takes
+ * (broker_observe): http_event() keeps the last EVENTS_MAX in a ring (for
  * /v1/events?since=N) and counts what /metrics reports as counters and
  * histograms. Gauges come from a status request made per scrape.
  */
@@ -31,7 +32,8 @@
 #include <nng/nng.h>
 #include <nng/supplemental/http/http.h>
 
-#include "broker/broker_int.h"
+#include "broker/broker.h"
+#include "broker/dashboard.h"
 
 /* Two queues, so that reads (the page, /metrics) never wait behind
  * mutating calls, each of which may wait for memory for seconds. */
@@ -83,6 +85,7 @@ struct broker_http {
 	char token[BROKER_TOKEN_MAX];
 	pthread_t th[HTTP_THREADS];
 	int n_th;
+	bool observing;       /* subscribed to the broker's events */
 
 	pthread_mutex_t mu;   /* everything below */
 	pthread_cond_t cv;
@@ -142,8 +145,9 @@ static void hist_add(struct hist *x, double s)
 	x->sum += s;
 }
 
-void broker_http_event(struct broker_http *h, const struct baton_msg *ev)
+static void http_event(void *arg, const struct baton_msg *ev)
 {
+	struct broker_http *h = arg;
 	const char *kind = ev->kind ? ev->kind : "", *reason = ev->reason ? ev->reason : "";
 	pthread_mutex_lock(&h->mu);
 	struct evrec *r = &h->ev[ev->seq % EVENTS_MAX];
@@ -313,16 +317,6 @@ struct status_ctx {
 	char msg[512];
 };
 
-static json_t *engine_json(const struct proto_engine_info *e)
-{
-	return json_pack("{s:s, s:I, s:s, s:s, s:s, s:I, s:I, s:I, s:i, s:b, s:I, s:f, s:s, s:I, s:I}", "name", e->name,
-	    "pid", (json_int_t)e->pid, "gpu", e->gpu, "model", e->model, "state", e->state, "resident",
-	    (json_int_t)e->resident, "floor", (json_int_t)e->floor, "ceiling", (json_int_t)e->ceiling,
-	    "priority", (int)e->priority, "pinned", (int)e->pinned, "idle_ms", (json_int_t)e->idle_ms,
-	    "last_refill_gbps", e->last_refill_gbps, "peer_gpu", e->peer_gpu, "peer", (json_int_t)e->peer,
-	    "requests", (json_int_t)e->requests);
-}
-
 static void on_status_reply(void *arg, const struct baton_msg *rep)
 {
 	struct status_ctx *c = arg;
@@ -334,28 +328,21 @@ static void on_status_reply(void *arg, const struct baton_msg *rep)
 	if (c->only) {
 		for (uint32_t i = 0; i < rep->engines.n; i++)
 			if (strcmp(rep->engines.v[i].name, c->only) == 0)
-				c->out = engine_json(&rep->engines.v[i]);
+				c->out = broker_engine_json(&rep->engines.v[i]);
 		if (!c->out) {
 			c->err = BATON_ENOTFOUND;
 			snprintf(c->msg, sizeof c->msg, "no engine named '%s' is registered", c->only);
 		}
 		return;
 	}
-	json_t *gpus = json_array(), *engines = json_array();
-	for (uint32_t i = 0; i < rep->gpus.n; i++) {
-		const struct proto_gpu *g = &rep->gpus.v[i];
-		uint64_t used = g->total > g->free_bytes ? g->total - g->free_bytes : 0;
-		json_array_append_new(gpus, json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I}", "uuid", g->uuid,
-		    "total", (json_int_t)g->total, "free", (json_int_t)g->free_bytes, "used", (json_int_t)used,
-		    "held", (json_int_t)g->held, "reserve", (json_int_t)g->reserve, "lent", (json_int_t)g->lent));
-	}
-	for (uint32_t i = 0; i < rep->engines.n; i++)
-		json_array_append_new(engines, engine_json(&rep->engines.v[i]));
+	json_t *st = broker_status_json(rep);
 	pthread_mutex_lock(&c->h->mu);
 	uint64_t last = c->h->ev_last;
 	pthread_mutex_unlock(&c->h->mu);
-	c->out = json_pack("{s:b, s:I, s:I, s:o, s:o}", "ok", 1, "epoch", (json_int_t)rep->epoch,
-	    "last_event", (json_int_t)last, "gpus", gpus, "engines", engines);
+	c->out = st ? json_pack("{s:b, s:O, s:I, s:O, s:O}", "ok", 1, "epoch", json_object_get(st, "epoch"),
+	    "last_event", (json_int_t)last, "gpus", json_object_get(st, "gpus"), "engines",
+	    json_object_get(st, "engines")) : NULL;
+	json_decref(st);
 }
 
 /* ---- metrics --------------------------------------------------------------------- */
@@ -536,19 +523,6 @@ static void metrics_counters(struct broker_http *h, FILE *f, unsigned live, unsi
 }
 
 /* ---- requests -------------------------------------------------------------------- */
-
-static int valid_name(const char *s, size_t n)
-{
-	if (n == 0 || n > 64)
-		return 0;
-	for (size_t i = 0; i < n; i++) {
-		char c = s[i];
-		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
-		    c == '_' || c == '.'))
-			return 0;
-	}
-	return 1;
-}
 
 struct cmd_ctx {
 	struct resp *r;
@@ -772,7 +746,7 @@ static void serve(struct broker_http *h, nng_aio *aio)
 		char name[BROKER_NAME_MAX];
 		struct status_ctx c = { .h = h };
 		if (eng) {
-			if (!valid_name(eng, eng_len)) {
+			if (!proto_name_valid(eng, eng_len)) {
 				resp_error(&r, 404, BATON_ENOTFOUND, "no engine by that name (names: A-Z a-z 0-9 . _ -)");
 				send_resp(aio, &r);
 				return;
@@ -808,7 +782,7 @@ static void serve(struct broker_http *h, nng_aio *aio)
 		if (parse_body(req, &r, keys, &body) != 0)
 			goto out;
 		if (verb) {
-			if (!valid_name(eng, eng_len)) {
+			if (!proto_name_valid(eng, eng_len)) {
 				resp_error(&r, 404, BATON_ENOTFOUND, "no engine by that name (names: A-Z a-z 0-9 . _ -)");
 				goto out;
 			}
@@ -842,7 +816,7 @@ static void serve(struct broker_http *h, nng_aio *aio)
 				goto out;
 			}
 			const char *fs = json_string_value(f), *ts = json_string_value(t);
-			if (!valid_name(fs, json_string_length(f)) || !valid_name(ts, json_string_length(t)) ||
+			if (!proto_name_valid(fs, json_string_length(f)) || !proto_name_valid(ts, json_string_length(t)) ||
 			    strlen(fs) != json_string_length(f) || strlen(ts) != json_string_length(t)) {
 				resp_error(&r, 404, BATON_ENOTFOUND, "no engine named '%s' or '%s' is registered", fs, ts);
 				goto out;
@@ -927,7 +901,7 @@ static void on_request(nng_aio *aio)
 	}
 }
 
-const char *broker_http_server_url(const struct broker_http *h)
+const char *broker_http_url(const struct broker_http *h)
 {
 	return h->url;
 }
@@ -951,10 +925,11 @@ int broker_http_open(struct broker *b, const struct broker_config *cfg, struct b
 	nng_http_handler *hd = NULL;
 	char url[BROKER_URL_MAX + 16];
 	snprintf(url, sizeof url, "http://%s", cfg->http);
-	if (!h->ev || !h->st) {
+	if (!h->ev || !h->st || broker_observe(b, http_event, h) != 0) {
 		snprintf(err, errlen, "out of memory");
 		goto fail;
 	}
+	h->observing = true;
 	int nrc;
 	if ((nrc = nng_url_parse(&u, url)) != 0 || (nrc = nng_http_server_hold(&h->srv, u)) != 0) {
 		snprintf(err, errlen, "http %s: %s", cfg->http, nng_strerror(nrc));
@@ -1009,9 +984,11 @@ void broker_http_close(struct broker_http *h)
 {
 	if (!h)
 		return;
-	/* New requests get 503 from on_request; queued ones are served
-	 * (broker_call answers at once by now); then the server stops, which
-	 * waits for nothing of ours. */
+	/* No events from here on; new requests get 503 from on_request;
+	 * queued ones are served (broker_call answers soon once the broker
+	 * stops); then the server stops, which waits for nothing of ours. */
+	if (h->observing)
+		broker_unobserve(h->b, http_event, h);
 	pthread_mutex_lock(&h->mu);
 	h->stop = true;
 	pthread_cond_broadcast(&h->q[0].cv);

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """http_test.py: the broker's HTTP API, /metrics and the page on /, against
-a real baton-broker and engines on the host backend (broker_test.py's Case:
+a real baton-broker and engines on the host backend (tests/harness.py's BrokerCase:
 its own directory, device, sockets and logs per case).
 
 Every broker here listens on 127.0.0.1:0 (a free port; the ready line says
@@ -20,95 +20,23 @@ import sys
 import threading
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import broker_test as bt  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+import harness as h  # noqa: E402
 
 TOKEN = "s3cret-token"
 # A GEN long enough to be caught in the middle (about 1 s; the sanitizers
 # make each step about 10 times slower).
-LONG_STEPS = 100 if os.path.basename(bt.BUILD.rstrip("/")) == "san" else 400
-CEIL = bt.CEIL
+LONG_STEPS = 100 if os.path.basename(h.BUILD.rstrip("/")) == "san" else 400
+CEIL = h.CEIL
 
 
-class Http:
-    def __init__(self, url, token=None):
-        assert url.startswith("http://"), url
-        host, port = url[7:].rsplit(":", 1)
-        self.host, self.port, self.token = host, int(port), token
-
-    def req(self, method, path, body=None, token=True, headers=None, timeout=30):
-        """(status, parsed JSON or text, headers)."""
-        h = dict(headers or {})
-        if token and self.token:
-            h["Authorization"] = "Bearer " + (token if isinstance(token, str) else self.token)
-        if isinstance(body, (dict, list)):
-            body = json.dumps(body)
-        if isinstance(body, str):
-            body = body.encode()
-        if body is not None:
-            h.setdefault("Content-Type", "application/json")
-        c = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
-        try:
-            c.request(method, path, body=body, headers=h)
-            r = c.getresponse()
-            data = r.read()
-            ctype = r.getheader("Content-Type") or ""
-            out = json.loads(data) if data and ctype.startswith("application/json") else data.decode()
-            return r.status, out, dict(r.getheaders())
-        finally:
-            c.close()
-
-    def get(self, path, **kw):
-        return self.req("GET", path, **kw)
-
-    def post(self, path, body=None, **kw):
-        return self.req("POST", path, body=body, **kw)
-
-    def raw(self, data, timeout=10):
-        """Sends bytes as they are; returns the status line's code (0: none)."""
-        s = socket.create_connection((self.host, self.port), timeout=timeout)
-        try:
-            s.sendall(data)
-            got = b""
-            while b"\r\n" not in got:
-                chunk = s.recv(4096)
-                if not chunk:
-                    break
-                got += chunk
-            parts = got.split(b" ", 2)
-            return int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
-        except (ConnectionResetError, BrokenPipeError, socket.timeout):
-            return 0
-        finally:
-            s.close()
+Http = h.Http
+expect = h.expect
 
 
 def start(c, config="", args=()):
     """A broker on a free HTTP port; returns its Http."""
-    path = os.path.join(c.dir, "broker.ini")
-    with open(path, "w") as f:
-        f.write("[broker]\ncontrol = %s\nevents = %s\nhttp = 127.0.0.1:0\n" % (c.control, c.events_url))
-        f.write(config)
-    p = subprocess.Popen([bt.BROKER, "--config", path] + list(args), stdout=subprocess.PIPE,
-                         stderr=open(c.log("broker"), "a"), env=c.env, text=True)
-    c.procs.append(p)
-    c.bp = p
-    line = p.stdout.readline().split()
-    if len(line) != 4 or line[0] != "ready":
-        p.wait(5)
-        raise AssertionError("broker did not start: %r %s" % (line, open(c.log("broker")).read()))
-    c.events = bt.Events(c.events_url)
-    time.sleep(0.1)
-    return Http(line[3], TOKEN if "http_token" in config or args else None)
-
-
-def expect(got, status, code=None):
-    st, body, _ = got
-    assert st == status, "want %d, got %d: %s" % (status, st, body)
-    if code is not None:
-        assert isinstance(body, dict) and body.get("ok") is False and body.get("code") == code and \
-            isinstance(body.get("err"), int) and body.get("message"), body
-    return body
+    return c.http_broker(config, args, TOKEN if "http_token" in config or args else None)
 
 
 def snapshot(api):
@@ -126,7 +54,7 @@ def t_api(c):
     c.engine("b")  # takes the device from a; not elastic
     # b says "ready" once its cache is full; its report reaches the broker
     # a moment later (until then its grant is what the broker counts)
-    bt.wait_for("the broker sees b ready", lambda: expect(api.get("/v1/engines/b"), 200)["state"] == "ready",
+    h.wait_for("the broker sees b ready", lambda: expect(api.get("/v1/engines/b"), 200)["state"] == "ready",
                 timeout=5)
     st = expect(api.get("/v1/status"), 200)
     assert st["ok"] is True and {e["name"] for e in st["engines"]} == {"a", "b"}, st
@@ -231,9 +159,9 @@ def t_api(c):
     st, _, hdr = api.req("HEAD", "/v1/status", token=False)
     assert st == 200
     # pinned: the engine can't (403), and it is not the token's fault
-    bt.ok(bt.call(c.control, "pin", name="b", pinned=True))
+    h.ok(h.call(c.control, "pin", name="b", pinned=True))
     expect(api.post("/v1/engines/b/release"), 403, "permission")
-    bt.ok(bt.call(c.control, "pin", name="b", pinned=False))
+    h.ok(h.call(c.control, "pin", name="b", pinned=False))
     # a clean stop after all that: exit 0 (under the sanitizers: nothing leaked)
     c.bp.send_signal(signal.SIGTERM)
     assert c.bp.wait(10) == 0
@@ -244,11 +172,11 @@ def t_busy_409(c):
     acquire_wait_ms is up, and the request finishes untouched."""
     api = start(c, "acquire_wait_ms = 300\n")
     a = c.engine("a")
-    bt.ok(bt.gen(a, seed=2))  # holds the device; counts one request
+    h.ok(h.gen(a, seed=2))  # holds the device; counts one request
     res = {}
-    t = threading.Thread(target=lambda: res.update(a=bt.gen(a, seed=1, steps=LONG_STEPS, batch=16, timeout_ms=60000)))
+    t = threading.Thread(target=lambda: res.update(a=h.gen(a, seed=1, steps=LONG_STEPS, batch=16, timeout_ms=60000)))
     t.start()
-    bt.wait_for("a busy", lambda: bt.ok(bt.call(a.url, "status"))["requests"] >= 1 and
+    h.wait_for("a busy", lambda: h.ok(h.call(a.url, "status"))["requests"] >= 1 and
                 c.eng("a")["idle_ms"] == 0, timeout=10)
     t0 = time.time()
     body = expect(api.post("/v1/engines/a/release"), 409, "busy")
@@ -270,9 +198,9 @@ def t_busy_409(c):
     assert r["state"] == "released"
     # SIGTERM while a POST waits on the busy engine: the broker stops at
     # once (exit 0, nothing leaked), the POST gets 503 or a closed connection.
-    t = threading.Thread(target=lambda: res.update(a=bt.gen(a, seed=3, steps=LONG_STEPS, batch=16, timeout_ms=60000)))
+    t = threading.Thread(target=lambda: res.update(a=h.gen(a, seed=3, steps=LONG_STEPS, batch=16, timeout_ms=60000)))
     t.start()
-    bt.wait_for("a busy", lambda: c.eng("a")["idle_ms"] == 0 and c.eng("a")["resident"] > 0, timeout=10)
+    h.wait_for("a busy", lambda: c.eng("a")["idle_ms"] == 0 and c.eng("a")["resident"] > 0, timeout=10)
     box = {}
 
     def waiting_post():
@@ -302,8 +230,8 @@ def t_metrics(c):
     c.engine("a")
     b = c.engine("b")
     for seed in range(3):  # three requests, counted by b and sent with its heartbeats
-        bt.ok(bt.gen(b, seed=seed))
-    bt.wait_for("b's heartbeat counts its requests", lambda: c.eng("b")["requests"] == 3, timeout=5)
+        h.ok(h.gen(b, seed=seed))
+    h.wait_for("b's heartbeat counts its requests", lambda: c.eng("b")["requests"] == 3, timeout=5)
     expect(api.post("/v1/handoff", {"from": "b", "to": "a"}), 200)
     expect(api.post("/v1/engines/a/release"), 200)
     expect(api.post("/v1/engines/ghost/refill"), 404, "not_found")
@@ -350,7 +278,7 @@ def t_config(c):
     path = os.path.join(c.dir, "b.ini")
     with open(path, "w") as f:
         f.write("[broker]\ncontrol = %s\nevents = %s\n" % (c.control, c.events_url))
-    p = subprocess.Popen([bt.BROKER, "--config", path, "--http", "off"], stdout=subprocess.PIPE,
+    p = subprocess.Popen([h.BROKER, "--config", path, "--http", "off"], stdout=subprocess.PIPE,
                          stderr=open(c.log("broker"), "a"), env=c.env, text=True)
     c.procs.append(p)
     assert len(p.stdout.readline().split()) == 3  # ready CONTROL EVENTS: no HTTP
@@ -360,24 +288,24 @@ def t_config(c):
     s.bind(("127.0.0.1", 0))
     s.listen(1)
     port = s.getsockname()[1]
-    r = subprocess.run([bt.BROKER, "--config", path, "--http", "127.0.0.1:%d" % port], capture_output=True,
+    r = subprocess.run([h.BROKER, "--config", path, "--http", "127.0.0.1:%d" % port], capture_output=True,
                        text=True, env=c.env, timeout=10)
     s.close()
     assert r.returncode == 1 and "cannot listen on http://127.0.0.1:%d" % port in r.stderr, r.stderr
     for bad in ("nowhere", "127.0.0.1:99999", "host:x", "/path:1"):
-        r = subprocess.run([bt.BROKER, "--config", path, "--http", bad, "--check"], capture_output=True,
+        r = subprocess.run([h.BROKER, "--config", path, "--http", bad, "--check"], capture_output=True,
                            text=True, timeout=10)
         assert r.returncode == 2 and "--http" in r.stderr, (bad, r.stderr)
     with open(path, "a") as f:
         f.write("http = 1.2.3.4\n")
-    r = subprocess.run([bt.BROKER, "--config", path, "--check"], capture_output=True, text=True, timeout=10)
+    r = subprocess.run([h.BROKER, "--config", path, "--check"], capture_output=True, text=True, timeout=10)
     assert r.returncode == 2 and "b.ini:4: http = '1.2.3.4'" in r.stderr, r.stderr
     tok = os.path.join(c.dir, "token")
     with open(tok, "w") as f:
         f.write(TOKEN + "\n")
     with open(path, "w") as f:
         f.write("[broker]\ncontrol = %s\nevents = %s\n" % (c.control, c.events_url))
-    r = subprocess.run([bt.BROKER, "--config", path, "--http-token-file", tok, "--check"], capture_output=True,
+    r = subprocess.run([h.BROKER, "--config", path, "--http-token-file", tok, "--check"], capture_output=True,
                        text=True, timeout=10)
     assert r.returncode == 0 and "http = 127.0.0.1:8420" in r.stdout and TOKEN not in r.stdout, r.stdout
     for conf, want in (("http =\n", "http = off"), ("http = off\nhttp_token = abc\n", "http_token is set"),
@@ -385,7 +313,7 @@ def t_config(c):
                        ("http = http://[::1]:0\n", "http = [::1]:0")):
         with open(path, "w") as f:
             f.write("[broker]\n" + conf)
-        r = subprocess.run([bt.BROKER, "--config", path, "--check"], capture_output=True, text=True, timeout=10)
+        r = subprocess.run([h.BROKER, "--config", path, "--check"], capture_output=True, text=True, timeout=10)
         assert r.returncode == 0 and want in r.stdout and "abc" not in r.stdout, (conf, r.stdout, r.stderr)
     bad_tok = os.path.join(c.dir, "bad-token")
     with open(bad_tok, "w") as f:
@@ -395,7 +323,7 @@ def t_config(c):
                        ("http_token_file = %s\n" % bad_tok, "the token must be one line")):
         with open(path, "w") as f:
             f.write("[broker]\n" + conf)
-        r = subprocess.run([bt.BROKER, "--config", path, "--check"], capture_output=True, text=True, timeout=10)
+        r = subprocess.run([h.BROKER, "--config", path, "--check"], capture_output=True, text=True, timeout=10)
         assert r.returncode == 2 and want in r.stderr, (conf, r.stderr)
     with open(path, "w") as f:
         f.write("[broker]\ncontrol = %s\nevents = %s\n" % (c.control, c.events_url))
@@ -410,7 +338,7 @@ CASES = [t_api, t_busy_409, t_metrics, t_config]
 
 
 def main():
-    return bt.run_cases(CASES, sys.argv[1:], logs=("broker", "a", "b"))
+    return h.run_cases(CASES, sys.argv[1:], logs=("broker", "a", "b"))
 
 
 if __name__ == "__main__":

@@ -214,13 +214,34 @@ int main(int argc, char **argv)
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 	signal(SIGPIPE, SIG_IGN);
 
+	/* The core, then its faces (they subscribe before anything happens),
+	 * then the threads; closed in the reverse order. */
 	struct broker *b;
+	struct broker_http *h = NULL;
 	int rc = broker_open(&cfg, &b, err, sizeof err);
 	if (rc) {
 		fprintf(stderr, "baton-broker: %s\n", err);
 		return 1;
 	}
-	const char *http_url = broker_http_url(b);
+	if (cfg.http[0]) {
+		rc = broker_http_open(b, &cfg, &h, err, sizeof err);
+		if (rc && cfg.http_set) {
+			fprintf(stderr, "baton-broker: %s\n", err);
+			broker_close(b);
+			return 1;
+		}
+		if (rc)
+			fprintf(stderr, "baton-broker: no HTTP server: %s (set [broker] http to choose another "
+			    "address, or off)\n", err);
+	}
+	if ((rc = broker_start(b, err, sizeof err)) != 0) {
+		fprintf(stderr, "baton-broker: %s\n", err);
+		broker_stop(b);
+		broker_http_close(h);
+		broker_close(b);
+		return 1;
+	}
+	const char *http_url = h ? broker_http_url(h) : NULL;
 	fprintf(stderr, "baton-broker: control %s, events %s, http %s%s%s\n", broker_control_url(b),
 	    broker_events_url(b), http_url ? http_url : "off", config ? ", configuration " : "",
 	    config ? config : "");
@@ -245,6 +266,8 @@ int main(int argc, char **argv)
 	sd_notify(0, "STOPPING=1\nSTATUS=shutting down");
 	fprintf(stderr, "baton-broker: shutting down\n");
 	proto_client_close(wd.cli);
+	broker_stop(b);
+	broker_http_close(h);
 	broker_close(b);
 	fprintf(stderr, "baton-broker: stopped\n");
 	/* A close that nng 1.5.2 left hanging would hang exit() in its atexit

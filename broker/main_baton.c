@@ -488,41 +488,6 @@ static void get_status(struct baton_msg *rep)
 	call(opt.broker, "status", &req, rep, NULL);
 }
 
-/* The same shapes as the HTTP API's GET /v1/status (broker/http.c). */
-static json_t *gpu_json(const struct proto_gpu *g)
-{
-	json_t *j = json_object();
-	json_object_set_new(j, "uuid", json_string(g->uuid));
-	json_object_set_new(j, "total", jint(g->total));
-	json_object_set_new(j, "free", jint(g->free_bytes));
-	json_object_set_new(j, "used", jint(g->total > g->free_bytes ? g->total - g->free_bytes : 0));
-	json_object_set_new(j, "held", jint(g->held));
-	json_object_set_new(j, "reserve", jint(g->reserve));
-	json_object_set_new(j, "lent", jint(g->lent));
-	return j;
-}
-
-static json_t *engine_json(const struct proto_engine_info *e)
-{
-	json_t *j = json_object();
-	json_object_set_new(j, "name", json_string(e->name));
-	json_object_set_new(j, "pid", jint(e->pid));
-	json_object_set_new(j, "gpu", json_string(e->gpu));
-	json_object_set_new(j, "model", json_string(e->model));
-	json_object_set_new(j, "state", json_string(e->state));
-	json_object_set_new(j, "resident", jint(e->resident));
-	json_object_set_new(j, "floor", jint(e->floor));
-	json_object_set_new(j, "ceiling", jint(e->ceiling));
-	json_object_set_new(j, "priority", json_integer(e->priority));
-	json_object_set_new(j, "pinned", json_boolean(e->pinned));
-	json_object_set_new(j, "idle_ms", jint(e->idle_ms));
-	json_object_set_new(j, "last_refill_gbps", json_real(e->last_refill_gbps));
-	json_object_set_new(j, "peer_gpu", json_string(e->peer_gpu));
-	json_object_set_new(j, "peer", jint(e->peer));
-	json_object_set_new(j, "requests", jint(e->requests));
-	return j;
-}
-
 static size_t widest(size_t w, const char *s)
 {
 	size_t n = strlen(s);
@@ -592,20 +557,14 @@ static int cmd_status(int what)
 	get_status(&st);
 	bool okw = true;
 	if (opt.json) {
-		json_t *g = json_array(), *e = json_array();
-		for (uint32_t i = 0; i < st.gpus.n; i++)
-			json_array_append_new(g, gpu_json(&st.gpus.v[i]));
-		for (uint32_t i = 0; i < st.engines.n; i++)
-			json_array_append_new(e, engine_json(&st.engines.v[i]));
-		if (what == 3) {
-			json_t *j = json_object();
-			json_object_set_new(j, "epoch", jint(st.epoch));
-			json_object_set_new(j, "gpus", g);
-			json_object_set_new(j, "engines", e);
+		/* the same shapes as the HTTP API's GET /v1/status */
+		json_t *j = broker_status_json(&st);
+		if (what == 3 || !j) {
 			okw = put_json(j);
 		} else {
-			okw = put_json(what == 1 ? g : e);
-			json_decref(what == 1 ? e : g);
+			json_t *part = json_incref(json_object_get(j, what == 1 ? "gpus" : "engines"));
+			json_decref(j);
+			okw = put_json(part);
 		}
 	} else {
 		if (what & 1)

@@ -14,37 +14,27 @@ The last line is "N passed, N failed".
 """
 import os
 import signal
-import struct
+import subprocess
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import broker_test as bt  # noqa: E402  (Case, call, reference: the same harness)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+import harness as h  # noqa: E402
 
-MIB = bt.MIB
+MIB = h.MIB
 OWN = 12  # a's cache ceiling, MiB: 3 segments of 4 MiB
 
 
 def charged(c, index, pid):
-    """Bytes host device `index` charges to process `pid` (its state file)."""
-    path = os.path.join(c.dir, "hostdev-%d" % index)
-    if not os.path.exists(path):
-        return 0
-    data = open(path, "rb").read()
-    magic, version, n_owners, capacity = struct.unpack_from("<8sIIQ", data, 0)
-    total = 0
-    for i in range(n_owners):
-        p, opens, start, nbytes, pad = struct.unpack_from("<iIQQQ", data, 64 + 32 * i)
-        if p == pid:
-            total += nbytes
-    return total
+    """Bytes host device `index` charges to process `pid`."""
+    return h.hostdev_charged(c.dir, index, pid)
 
 
 def start(c, config=""):
     c.broker("http = 127.0.0.1:0\n" + config)
     b = c.engine("b", "--device", "1")
-    bt.wait_for("b holds its cache", lambda: (c.eng("b") or {}).get("resident") == bt.CEIL)
+    h.wait_for("b holds its cache", lambda: (c.eng("b") or {}).get("resident") == h.CEIL)
     a = c.engine("a", "--device", "0", "--peer-device", "1", "--cache-mib", str(OWN))
-    bt.wait_for("a registered with its peer device",
+    h.wait_for("a registered with its peer device",
                 lambda: (c.eng("a") or {}).get("peer_gpu") == "host-1")
     return a, b
 
@@ -61,20 +51,20 @@ def agree(c, a):
 
     def check():
         broker = loan(c)
-        own = bt.ok(bt.call(a.url, "status")).get("peer_mapped", 0)
+        own = h.ok(h.call(a.url, "status")).get("peer_mapped", 0)
         dev = charged(c, 1, a.pid)
         last[:] = [broker, own, dev]
         return broker == own == dev
     try:
-        bt.wait_for("broker, engine and device agree on a's peer tier", check, timeout=5)
+        h.wait_for("broker, engine and device agree on a's peer tier", check, timeout=5)
     except AssertionError:
         raise AssertionError("peer tier of a: broker %s, engine %s, host-1 charges %s" % tuple(last))
     return last[0]
 
 
 def same_output(c, a, seed):
-    r = bt.ok(bt.gen(a, seed=seed))
-    assert (r["checksum"], r["output"]) == bt.reference(c, seed), ("a's output differs", seed)
+    r = h.ok(h.gen(a, seed=seed))
+    assert (r["checksum"], r["output"]) == h.reference(c, seed), ("a's output differs", seed)
 
 
 def gpu(c, uuid):
@@ -88,24 +78,24 @@ def t_lend_use_revoke_relend(c):
     a, b = start(c)
     # host-1: 40 MiB less b's 28 MiB cache and its dense tensors: about 11
     # MiB lent, of which a maps whole 4 MiB segments.
-    bt.wait_for("a lent memory on host-1", lambda: (loan(c) or 0) >= 4 * MIB)
+    h.wait_for("a lent memory on host-1", lambda: (loan(c) or 0) >= 4 * MIB)
     first = agree(c, a)
     assert first <= 12 * MIB, first
-    bt.wait_for("host-1 shows the loan", lambda: gpu(c, "host-1")["lent"] >= first)
+    h.wait_for("host-1 shows the loan", lambda: gpu(c, "host-1")["lent"] >= first)
     for s in range(3):
         same_output(c, a, s)
-    st = bt.ok(bt.call(a.url, "status"))
+    st = h.ok(h.call(a.url, "status"))
     assert st["peer_gpu"] == "host-1", st
     # b released: host-1 is free, a may have all it wants (24 - 12 MiB)
-    bt.ok(bt.call(c.control, "release", name="b"))
-    bt.wait_for("more lent once b released", lambda: (loan(c) or 0) >= 12 * MIB)
+    h.ok(h.call(c.control, "release", name="b"))
+    h.wait_for("more lent once b released", lambda: (loan(c) or 0) >= 12 * MIB)
     more = agree(c, a)
     assert more > first
     same_output(c, a, 3)
     # b wants its memory back: a's loan is taken back first, then b refills
     n_revoke = len(c.events.all("revoke", "a"))
-    r = bt.ok(bt.call(c.control, "refill", name="b"))
-    assert c.eng("b")["resident"] == bt.CEIL, c.eng("b")
+    r = h.ok(h.call(c.control, "refill", name="b"))
+    assert c.eng("b")["resident"] == h.CEIL, c.eng("b")
     assert len(c.events.all("revoke", "a")) > n_revoke, "no revoke event"
     revoke = c.events.all("revoke", "a")[-1]
     refill = [e for e in c.events.all(engine="b") if e["kind"] in ("refill", "grant")][-1]
@@ -115,11 +105,11 @@ def t_lend_use_revoke_relend(c):
     cap, used = c.hostdev_used(1)
     assert used <= cap, (used, cap)
     same_output(c, a, 4)
-    r = bt.ok(bt.gen(b, seed=4))
-    assert (r["checksum"], r["output"]) == bt.reference(c, 4)
+    r = h.ok(h.gen(b, seed=4))
+    assert (r["checksum"], r["output"]) == h.reference(c, 4)
     # and lent again when b lets go once more
-    bt.ok(bt.call(c.control, "release", name="b"))
-    bt.wait_for("lent again", lambda: (loan(c) or 0) >= more)
+    h.ok(h.call(c.control, "release", name="b"))
+    h.wait_for("lent again", lambda: (loan(c) or 0) >= more)
     agree(c, a)
     same_output(c, a, 5)
     events = [e["kind"] for e in c.events.all(engine="a")]
@@ -128,48 +118,48 @@ def t_lend_use_revoke_relend(c):
 
 def t_handoff_from_the_borrower(c):
     a, b = start(c)
-    bt.ok(bt.call(c.control, "release", name="b"))
-    bt.wait_for("a borrows host-1", lambda: (loan(c) or 0) >= 12 * MIB)
+    h.ok(h.call(c.control, "release", name="b"))
+    h.wait_for("a borrows host-1", lambda: (loan(c) or 0) >= 12 * MIB)
     agree(c, a)
     # a released gives its loan back with its own cache; b refills on host-1
-    r = bt.ok(bt.call(c.control, "handoff", **{"from": "a", "to": "b"}))
+    r = h.ok(h.call(c.control, "handoff", **{"from": "a", "to": "b"}))
     assert r["total_ms"] >= 0
-    assert c.eng("b")["resident"] == bt.CEIL and c.eng("a")["resident"] == 0
+    assert c.eng("b")["resident"] == h.CEIL and c.eng("a")["resident"] == 0
     assert agree(c, a) == 0
     assert gpu(c, "host-1")["lent"] == 0
-    r = bt.ok(bt.gen(b, seed=2))
-    assert (r["checksum"], r["output"]) == bt.reference(c, 2)
+    r = h.ok(h.gen(b, seed=2))
+    assert (r["checksum"], r["output"]) == h.reference(c, 2)
     same_output(c, a, 2)  # a refills on its own device and serves
 
 
 def t_borrower_killed(c):
     a, b = start(c)
-    bt.ok(bt.call(c.control, "release", name="b"))
-    bt.wait_for("a borrows host-1", lambda: (loan(c) or 0) >= 12 * MIB)
+    h.ok(h.call(c.control, "release", name="b"))
+    h.wait_for("a borrows host-1", lambda: (loan(c) or 0) >= 12 * MIB)
     lent = agree(c, a)
     pid = a.pid
     a.send_signal(signal.SIGKILL)
     a.wait()
-    bt.wait_for("the loan returned", lambda: gpu(c, "host-1")["lent"] == 0)
+    h.wait_for("the loan returned", lambda: gpu(c, "host-1")["lent"] == 0)
     ev = c.events.all("loan-returned", "a")
     assert ev and ev[-1]["bytes"] >= lent, ev  # (plus a lend in flight, if one was)
-    bt.wait_for("host-1 charges nothing to the dead borrower", lambda: charged(c, 1, pid) == 0 or
+    h.wait_for("host-1 charges nothing to the dead borrower", lambda: charged(c, 1, pid) == 0 or
                 not os.path.exists("/proc/%d" % pid))
     # b gets all of host-1 again, at once
-    bt.ok(bt.call(c.control, "refill", name="b"))
-    assert c.eng("b")["resident"] == bt.CEIL
+    h.ok(h.call(c.control, "refill", name="b"))
+    assert c.eng("b")["resident"] == h.CEIL
     cap, used = c.hostdev_used(1)
     assert used < 30 * MIB, used  # b's cache and dense tensors, nothing of a
 
 
 def t_owner_killed(c):
     a, b = start(c)
-    bt.wait_for("a borrows host-1", lambda: (loan(c) or 0) >= 4 * MIB)
+    h.wait_for("a borrows host-1", lambda: (loan(c) or 0) >= 4 * MIB)
     first = agree(c, a)
     b.send_signal(signal.SIGKILL)
     b.wait()
     # b's memory is free: a may borrow what it wants, and still serves right
-    bt.wait_for("a borrows more once b is gone", lambda: (loan(c) or 0) > first)
+    h.wait_for("a borrows more once b is gone", lambda: (loan(c) or 0) > first)
     agree(c, a)
     same_output(c, a, 6)
     assert c.eng("b")["state"] == "dead"
@@ -177,9 +167,9 @@ def t_owner_killed(c):
 
 def t_no_lending_where_forbidden(c):
     a, b = start(c, '[gpu "host-1"]\nlend = false\n')
-    bt.ok(bt.call(c.control, "release", name="b"))
-    bt.wait_for("b released", lambda: c.eng("b")["resident"] == 0)
-    bt.ok(bt.gen(a, seed=1))
+    h.ok(h.call(c.control, "release", name="b"))
+    h.wait_for("b released", lambda: c.eng("b")["resident"] == 0)
+    h.ok(h.gen(a, seed=1))
     import time
     time.sleep(1.5)  # several decision rounds: nothing may be lent
     assert loan(c) == 0 and gpu(c, "host-1")["lent"] == 0
@@ -190,7 +180,7 @@ def t_no_lending_where_forbidden(c):
 def t_metrics_show_loans(c):
     import urllib.request
     a, b = start(c)
-    bt.wait_for("a borrows host-1", lambda: (loan(c) or 0) >= 4 * MIB)
+    h.wait_for("a borrows host-1", lambda: (loan(c) or 0) >= 4 * MIB)
     lent = agree(c, a)
     url = None
     for line in open(c.log("broker")):
@@ -201,7 +191,7 @@ def t_metrics_show_loans(c):
     want = 'baton_engine_peer_bytes{name="a",gpu="host-1"} %d' % lent
     assert want in text, [ln for ln in text.splitlines() if "peer" in ln or "lent" in ln]
     assert 'baton_gpu_memory_lent_bytes{uuid="host-1"} %d' % lent in text
-    r = bt.subprocess.run([bt.CLI, "--broker", c.control, "status"], capture_output=True, text=True,
+    r = subprocess.run([h.CLI, "--broker", c.control, "status"], capture_output=True, text=True,
                           timeout=10)
     row = [ln.split() for ln in r.stdout.splitlines() if ln.startswith("a ")]
     assert row and row[0][7] != "-", r.stdout
@@ -211,4 +201,4 @@ CASES = [t_lend_use_revoke_relend, t_handoff_from_the_borrower, t_borrower_kille
          t_no_lending_where_forbidden, t_metrics_show_loans]
 
 if __name__ == "__main__":
-    sys.exit(bt.run_cases(CASES, sys.argv[1:]))
+    sys.exit(h.run_cases(CASES, sys.argv[1:]))

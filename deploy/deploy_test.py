@@ -34,13 +34,15 @@ import subprocess
 import sys
 import tempfile
 import time
-import traceback
 
 import yaml
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+import harness as h  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-BUILD = os.environ.get("BUILD", "build")
+BUILD = h.BUILD
 BIN = os.path.join(ROOT, BUILD, "bin") if not os.path.isabs(BUILD) else os.path.join(BUILD, "bin")
 PROGS = ["baton", "baton-arena", "baton-broker", "baton-engine", "baton-proto-tool"]
 UNITS = ["baton-broker.service", "baton-engine@.service", "baton-arena@.service"]
@@ -119,6 +121,11 @@ def t_install_layout():
             for base in ["etc/baton", "usr/local/share/baton/etc"]:
                 f = os.path.join(d, base, c)
                 assert open(f).read() == open(os.path.join(HERE, "etc", c)).read(), f
+        for m in ["man1/baton.1", "man1/baton-arena.1", "man5/baton-broker.ini.5", "man8/baton-broker.8",
+                  "man8/baton-engine.8"]:  # docs/man/*.scd, made by scdoc
+            f = os.path.join(d, "usr/local/share/man", m)
+            assert '.TH "%s"' % os.path.basename(m).rsplit(".", 1)[0] in open(f).read(), f
+            assert oct(os.stat(f).st_mode & 0o777) == "0o644", f
         # an edited configuration is kept on a second install
         ini = os.path.join(d, "etc/baton/broker.ini")
         with open(ini, "w") as f:
@@ -634,24 +641,7 @@ CASES = [t_install_layout, t_systemd_verify, t_sysusers_system_user, t_units_con
 
 
 def main():
-    only = sys.argv[1:]
-    passed = failed = 0
-    for case in CASES:
-        if only and case.__name__ not in only:
-            continue
-        t0 = time.monotonic()
-        try:
-            case()
-            print("ok   %s (%.2f s)" % (case.__name__, time.monotonic() - t0))
-            passed += 1
-        except Exception:
-            print("FAIL %s" % case.__name__)
-            traceback.print_exc(file=sys.stdout)
-            failed += 1
-        sys.stdout.flush()
-    print("%d passed, %d failed" % (passed, failed))
-    return 1 if failed else 0
-
+    return h.run_cases(CASES, sys.argv[1:], make=None)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -18,41 +18,21 @@
 #include "engine/backend.h"
 #include "engine/hostdev.h"
 #include "proto/proto.h"
+#include "tests/hostdev_fixture.h"
 #include "tests/t.h"
 
 #define MiB (1ull << 20)
 #define GRAN (2 * MiB)
 
-static char g_dir[64];
-static pid_t g_dir_owner;
+/* Each case on a host device of its own (tests/hostdev_fixture.h). */
+static void dir_setup(void)
+{
+	hostdev_setup("hostdev");
+}
 
 static void dir_cleanup(void)
 {
-	if (!g_dir[0] || getpid() != g_dir_owner)
-		return;
-	DIR *d = opendir(g_dir);
-	if (d) {
-		struct dirent *e;
-		char p[512];
-		while ((e = readdir(d)))
-			if (e->d_name[0] != '.') {
-				snprintf(p, sizeof p, "%s/%s", g_dir, e->d_name);
-				unlink(p);
-			}
-		closedir(d);
-	}
-	rmdir(g_dir);
-	g_dir[0] = '\0';
-}
-
-static void dir_setup(void)
-{
-	snprintf(g_dir, sizeof g_dir, "/tmp/baton-hostdev-XXXXXX");
-	T_ASSERT(mkdtemp(g_dir));
-	g_dir_owner = getpid();
-	atexit(dir_cleanup);
-	setenv("BATON_HOSTDEV_DIR", g_dir, 1);
-	unsetenv("BATON_HOSTDEV_MIB");
+	hostdev_cleanup();
 }
 
 static const struct baton_backend *H = &baton_backend_host;
@@ -497,7 +477,7 @@ static void t_capacity_rules(void)
 
 static void state_path(char *p, size_t n, int index)
 {
-	snprintf(p, n, "%s/hostdev-%d", g_dir, index);
+	snprintf(p, n, "%s/hostdev-%d", hostdev_dir, index);
 }
 
 /* A state file that is garbage is rewritten; one of another size too. */

@@ -24,7 +24,9 @@
 
 #include "engine/backend.h"
 #include "engine/cache.h"
+#include "engine/cache_int.h" /* cache_fault_map_after */
 #include "proto/proto.h"
+#include "tests/hostdev_fixture.h"
 #include "tests/t.h"
 
 #define MiB (1ull << 20)
@@ -42,28 +44,6 @@ static const char *g_be_name;
 static const struct baton_backend *g_be;
 
 /* ---- fixture ------------------------------------------------------------ */
-
-static char g_dir[64];
-static pid_t g_dir_owner;
-
-static void dir_cleanup(void)
-{
-	if (!g_dir[0] || getpid() != g_dir_owner)
-		return;
-	DIR *d = opendir(g_dir);
-	if (d) {
-		struct dirent *e;
-		char p[512];
-		while ((e = readdir(d)))
-			if (e->d_name[0] != '.') {
-				snprintf(p, sizeof p, "%s/%s", g_dir, e->d_name);
-				unlink(p);
-			}
-		closedir(d);
-	}
-	rmdir(g_dir);
-	g_dir[0] = '\0';
-}
 
 struct fx {
 	struct baton_dev *dev;
@@ -91,11 +71,7 @@ static void fx_open(struct fx *f, uint32_t n, uint64_t ceiling, int verify)
 	T_ASSERT_MSG(backend_find(g_be_name, &g_be, err, sizeof err) == 0, "%s: %s",
 	    g_be_name, err);
 	if (strcmp(g_be->name, "host") == 0) {
-		snprintf(g_dir, sizeof g_dir, "/tmp/baton-conf-XXXXXX");
-		T_ASSERT(mkdtemp(g_dir));
-		g_dir_owner = getpid();
-		atexit(dir_cleanup);
-		setenv("BATON_HOSTDEV_DIR", g_dir, 1);
+		hostdev_setup("conf"); /* a device of its own */
 	} else if (getenv("BATON_CONFORMANCE_DEVICE")) {
 		index = atoi(getenv("BATON_CONFORMANCE_DEVICE"));
 	}
@@ -135,7 +111,7 @@ static void fx_close(struct fx *f)
 	free(f->items);
 	free(f->table);
 	memset(f, 0, sizeof *f);
-	dir_cleanup();
+	hostdev_cleanup();
 }
 
 static void snap(struct fx *f)

@@ -17,13 +17,11 @@ import random
 import struct
 import subprocess
 import sys
-import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 import arena_gguf_writer as gw  # noqa: E402
-from serve_test import ARENA, Case, call, ok  # noqa: E402
+from harness import ARENA, EngineCase, call, ok, run_cases  # noqa: E402
 
 D_MODEL, D_FF, EXPERTS, TOP_K = 64, 96, 4, 2
 
@@ -106,25 +104,7 @@ CASES = [t_each_layer_with_its_types]
 
 
 def main():
-    passed = failed = 0
-    only = sys.argv[1:]
-    for case in CASES:
-        if only and case.__name__ not in only:
-            continue
-        c = Case()
-        try:
-            case(c)
-            print("ok   %s" % case.__name__)
-            passed += 1
-        except Exception:
-            print("FAIL %s" % case.__name__)
-            traceback.print_exc(file=sys.stdout)
-            failed += 1
-        finally:
-            c.close()
-    print("%d passed, %d failed" % (passed, failed))
-    return 1 if failed else 0
-
+    return run_cases(CASES, sys.argv[1:], make=EngineCase, logs=("a", "b"))
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -5,19 +5,16 @@ processes on the host backend, with two host devices (hostdev-0, hostdev-1).
 The model (4 layers x 16 experts of 768 KiB, 48 MiB) does not fit the own
 cache (--cache-mib 12: two 6 MiB segments, 16 experts), so what the peer
 tier holds decides what a GEN copies; its answer must not change. Requests
-go through serve_test.py's helpers. The last line is "N passed, N failed".
+go through tests/harness.py. The last line is "N passed, N failed".
 """
 import os
-import struct
 import subprocess
 import sys
 import time
-import traceback
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_test import ENGINE, ERR, Case, call, err, ok  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+from harness import ENGINE, ERR, EngineCase, call, err, hostdev_charged, ok, run_cases  # noqa: E402
 
-ERR.update({"invalid": 1, "bad_state": 9})
 MIB = 1 << 20
 SEG = 6  # MiB: 8 slots of 768 KiB
 OWN = ["--cache-mib", "12", "--vram-segment-mib", str(SEG)]
@@ -29,16 +26,8 @@ def model(c):
 
 
 def charged(c, dev, pid):
-    """Bytes hostdev-<dev>'s state file charges to pid (hostdev.h's layout)."""
-    data = open(os.path.join(c.dir, "hostdev-%d" % dev), "rb").read()
-    magic, _ver, n, _cap = struct.unpack_from("=8sIIQ", data, 0)
-    assert magic.rstrip(b"\0") == b"BATONHD", magic
-    total = 0
-    for i in range(n):
-        rpid, _opens, _start, nbytes, _pad = struct.unpack_from("=iIQQQ", data, 64 + 32 * i)
-        if rpid == pid:
-            total += nbytes
-    return total
+    """Bytes hostdev-<dev> charges to pid."""
+    return hostdev_charged(c.dir, dev, pid)
 
 
 def gen(e, seed=5):
@@ -193,27 +182,7 @@ CASES = [t_lend_use_revoke_relend, t_bad_peer_requests, t_partial_when_peer_full
 
 
 def main():
-    only = sys.argv[1:]
-    passed = failed = 0
-    for case in CASES:
-        if only and case.__name__ not in only:
-            continue
-        c = Case()
-        t0 = time.time()
-        try:
-            case(c)
-            print("ok   %-44s %7.3fs" % (case.__name__, time.time() - t0))
-            passed += 1
-        except Exception:
-            print("FAIL %s" % case.__name__)
-            traceback.print_exc(file=sys.stdout)
-            failed += 1
-        finally:
-            c.close()
-        sys.stdout.flush()
-    print("%d passed, %d failed" % (passed, failed))
-    return 1 if failed else 0
-
+    return run_cases(CASES, sys.argv[1:], make=EngineCase, logs=("a", "b"))
 
 if __name__ == "__main__":
     sys.exit(main())

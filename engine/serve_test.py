@@ -6,94 +6,15 @@ Requests are msgpack maps made here with python3-msgpack and sent with
 its own engines in a fresh directory (its own host device and sockets) and
 kills them at the end. The last line is "N passed, N failed".
 """
-import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-import traceback
 
-import msgpack
-
-BUILD = os.environ.get("BUILD", "build")
-BIN = os.path.join(BUILD, "bin")
-ENGINE = os.path.join(BIN, "baton-engine")
-ARENA = os.path.join(BIN, "baton-arena")
-TOOL = os.path.join(BIN, "baton-proto-tool")
-
-ERR = {"busy": 6, "unsupported": 12, "out_of_range": 27, "stale_epoch": 28, "not_found": 4,
-       "unknown_op": 23, "missing_field": 24}
-
-_id = [100]
-_id_lock = threading.Lock()
-
-
-class Case:
-    def __init__(self):
-        self.dir = tempfile.mkdtemp(prefix="baton-serve-")
-        self.procs = []
-        self.env = dict(os.environ, BATON_HOSTDEV_DIR=self.dir)
-
-    def arena(self, name="m", layers=4, experts=16, d_model=256, d_ff=512, dtype="f16"):
-        path = os.path.join(self.dir, name + ".arena")
-        subprocess.run([ARENA, "create", "--synthetic", "--layers", str(layers), "--experts",
-                        str(experts), "--top-k", "2", "--d-model", str(d_model), "--d-ff",
-                        str(d_ff), "--dtype", dtype, "--seed", "7", path],
-                       check=True, stdout=subprocess.DEVNULL)
-        return path
-
-    def engine(self, name, arena, *flags, host_mib=256):
-        url = "ipc://%s/%s.sock" % (self.dir, name)
-        p = subprocess.Popen([ENGINE, "--name", name, "--shared-expert-arena", arena,
-                              "--listen", url, "--backend", "host", "--host-device-mib",
-                              str(host_mib)] + list(flags),
-                             stdout=subprocess.PIPE, stderr=open(os.path.join(self.dir, name + ".log"), "w"),
-                             env=self.env, text=True)
-        self.procs.append(p)
-        line = p.stdout.readline()
-        if not line.startswith("ready "):
-            p.wait(5)
-            raise AssertionError("engine %s did not start (exit %s): %s" %
-                                 (name, p.returncode, open(os.path.join(self.dir, name + ".log")).read()))
-        p.url = url
-        return p
-
-    def close(self):
-        for p in self.procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-
-def call(url, op, timeout_ms=20000, **fields):
-    with _id_lock:
-        _id[0] += 1
-        rid = _id[0]
-    m = {"v": 1, "op": op, "id": rid}
-    m.update(fields)
-    r = subprocess.run([TOOL, "call", url, "--timeout", str(timeout_ms)],
-                       input=msgpack.packb(m), capture_output=True)
-    out = r.stdout.decode().strip()
-    if not out:
-        raise AssertionError("no reply to %s: %s" % (op, r.stderr.decode()))
-    rep = json.loads(out.splitlines()[-1])
-    assert rep["id"] == rid, {k: v for k, v in rep.items() if k != "output"}
-    return rep
-
-
-def ok(rep):
-    assert rep.get("ok") is True, rep
-    return rep
-
-
-def err(rep, name):
-    assert rep.get("ok") is False and rep.get("err") == ERR[name], "want %s, got %s" % (name, rep)
-    return rep
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+from harness import ENGINE, EngineCase, call, err, ok, run_cases  # noqa: E402
 
 
 # ---- cases -------------------------------------------------------------------
@@ -267,27 +188,7 @@ CASES = [t_bad_flags, t_gen_same_after_release_refill, t_bad_requests_change_not
 
 
 def main():
-    only = sys.argv[1:]
-    passed = failed = 0
-    for case in CASES:
-        if only and case.__name__ not in only:
-            continue
-        c = Case()
-        t0 = time.time()
-        try:
-            case(c)
-            print("ok   %-44s %7.3fs" % (case.__name__, time.time() - t0))
-            passed += 1
-        except Exception:
-            print("FAIL %s" % case.__name__)
-            traceback.print_exc(file=sys.stdout)
-            failed += 1
-        finally:
-            c.close()
-        sys.stdout.flush()
-    print("%d passed, %d failed" % (passed, failed))
-    return 1 if failed else 0
-
+    return run_cases(CASES, sys.argv[1:], make=EngineCase, logs=("a", "b", "x"))
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -16,20 +16,19 @@ import subprocess
 import sys
 import tempfile
 import time
-import traceback
 
 import msgpack
 
-BUILD = os.environ.get("BUILD", "build")
-TOOL = os.path.join(BUILD, "bin", "baton-proto-tool")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+import harness as h  # noqa: E402
+
+TOOL = h.TOOL
 NNGCAT = shutil.which("nngcat") or "/usr/bin/nngcat"
 RNG = random.Random(int(os.environ.get("SEED", "20261129")))
 TMP = tempfile.mkdtemp(prefix="baton-interop-")
 SCHEMA = None
 
-ERR = {"bad_message": 20, "too_big": 21, "bad_version": 22, "unknown_op": 23,
-       "missing_field": 24, "extra_field": 25, "bad_type": 26, "out_of_range": 27,
-       "duplicate": 29, "busy": 6, "invalid": 1}
+ERR = h.ERR
 
 
 def tool(*args, data=None, check=True):
@@ -159,7 +158,7 @@ def same(a, b, where):
 def t_schema():
     ops = SCHEMA["ops"]
     assert sorted(ops) == sorted(["gen", "status", "release", "refill", "vram", "register",
-                                  "heartbeat", "acquire", "report", "handoff", "pin", "peer",
+                                  "heartbeat", "acquire", "report", "handoff", "pin", "peer", "complete",
                                   "event"]), sorted(ops)
     assert ops["event"]["reply"] is None
     req = {f["key"]: f for f in ops["register"]["request"]}
@@ -413,29 +412,12 @@ CASES = [t_schema, t_python_encodes_c_decodes, t_c_encodes_python_decodes,
 
 def main():
     global SCHEMA
-    passed = failed = 0
-    if not os.access(TOOL, os.X_OK):
-        print("FAIL no %s (build it first)" % TOOL)
-        print("0 passed, 1 failed")
-        return 1
+    h.need(TOOL)
     SCHEMA = json.loads(tool("schema").stdout.decode())
-    only = sys.argv[1:]
-    for case in CASES:
-        if only and case.__name__ not in only:
-            continue
-        t0 = time.time()
-        try:
-            case()
-            passed += 1
-            print("ok   %-44s %7.3fs" % (case.__name__, time.time() - t0))
-        except Exception:
-            failed += 1
-            print("FAIL %s" % case.__name__)
-            traceback.print_exc(file=sys.stdout)
-    shutil.rmtree(TMP, ignore_errors=True)
-    print("%d passed, %d failed" % (passed, failed))
-    return 1 if failed else 0
-
+    try:
+        return h.run_cases(CASES, sys.argv[1:], make=None)
+    finally:
+        shutil.rmtree(TMP, ignore_errors=True)
 
 if __name__ == "__main__":
     sys.exit(main())

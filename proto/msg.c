@@ -138,6 +138,20 @@ static const struct proto__row handoff_rep[] = {
 };
 static const struct proto__row pin_req[] = { R(NAME), R(PINNED) };
 static const struct proto__row pin_rep[] = { O(PINNED) };
+/* complete: exactly one of prompt (raw text) and messages (a JSON array of
+ * {"role", "content"}, rendered with the model's chat template); stop is a
+ * JSON array of strings. Sampling fields left out take the engine's
+ * defaults (engine/sample.h). The reply's tokens are the completion's ids,
+ * little-endian u32s. */
+static const struct proto__row complete_req[] = {
+	O(PROMPT), O(MESSAGES), O(MAX_TOKENS), O(TEMPERATURE), O(TOP_P), O(TOP_K),
+	O(MIN_P), O(REPETITION_PENALTY), O(PRESENCE_PENALTY), O(FREQUENCY_PENALTY),
+	O(SEED), O(STOP),
+};
+static const struct proto__row complete_rep[] = {
+	R(TEXT), R(TOKENS), R(PROMPT_TOKENS), R(COMPLETION_TOKENS), R(FINISH_REASON),
+	O(PREFILL_MS), O(DECODE_MS), O(TOTAL_MS),
+};
 static const struct proto__row event_msg[] = {
 	R(SEQ), R(TIME_MS), R(KIND), R(ENGINE), R(GPU), R(STATE), R(REASON), O(MS), O(BYTES),
 };
@@ -166,6 +180,7 @@ static const struct {
 	[PROTO_OP_PIN]       = { "pin",       TAB(pin_req),       TAB(pin_rep),       true },
 	[PROTO_OP_EVENT]     = { "event",     TAB(event_msg),     NOFIELDS,           false },
 	[PROTO_OP_PEER]      = { "peer",      TAB(peer_req),      TAB(cache_rep),     true },
+	[PROTO_OP_COMPLETE]  = { "complete",  TAB(complete_req),  TAB(complete_rep),  true },
 };
 
 const struct proto__table *proto__table(enum proto_op op, bool reply)

@@ -125,6 +125,7 @@
 #define BATON_PROTO_VERSION     1
 #define BATON_PROTO_MAX_NAME    256u        /* bytes of a name, state, kind, URL */
 #define BATON_PROTO_MAX_TEXT    4096u       /* bytes of msg and reason */
+#define BATON_PROTO_MAX_PROMPT  (1u << 20)  /* bytes of a prompt, messages or completion text */
 #define BATON_PROTO_MAX_BIN     (64u << 20) /* bytes of one bin (gen input/output) */
 #define BATON_PROTO_MAX_MSG     (BATON_PROTO_MAX_BIN + (1u << 20)) /* whole message */
 #define BATON_PROTO_MAX_ARRAY   1024u       /* items of an array */
@@ -152,7 +153,8 @@
 	X(HANDOFF,   "handoff")                                                 \
 	X(PIN,       "pin")                                                     \
 	X(EVENT,     "event")                                                   \
-	X(PEER,      "peer")
+	X(PEER,      "peer")                                                    \
+	X(COMPLETE,  "complete")
 
 enum proto_op {
 	PROTO_OP_NONE = 0, /* no op: a zeroed message, or an unreadable one */
@@ -166,6 +168,13 @@ enum proto_op {
 const char *proto_op_name(enum proto_op op);
 /* The op of a wire name; PROTO_OP_NONE when unknown or NULL. */
 enum proto_op proto_op_parse(const char *name);
+
+/* The one rule for an engine's name (register, the CLI, the HTTP API, the
+ * configuration): 1 to PROTO_NAME_LEN_MAX bytes of ASCII letters, digits,
+ * '-', '_' or '.'. len bytes of s are checked (s need not end there); 1
+ * when valid, else 0. */
+#define PROTO_NAME_LEN_MAX 64
+int proto_name_valid(const char *s, size_t len);
 
 /* ---- body fields --------------------------------------------------------------
  *
@@ -241,6 +250,25 @@ enum proto_op proto_op_parse(const char *name);
 	X(PEER_MAPPED,       "peer_mapped",       U64,     peer_mapped,       0)           \
 	X(PEER_WANT,         "peer_want",         U64,     peer_want,         0)           \
 	X(PEER_FREE,         "peer_free",         U64,     peer_free,         0)           \
+	/* complete: text in, sampled tokens and text out (engine/serve) */              \
+	X(PROMPT,            "prompt",            STR,     prompt,            BATON_PROTO_MAX_PROMPT) \
+	X(MESSAGES,          "messages",          STR,     messages,          BATON_PROTO_MAX_PROMPT) \
+	X(STOP,              "stop",              STR,     stop,              BATON_PROTO_MAX_TEXT) \
+	X(MAX_TOKENS,        "max_tokens",        U32,     max_tokens,        0)           \
+	X(TEMPERATURE,       "temperature",       F64,     temperature,       0)           \
+	X(TOP_P,             "top_p",             F64,     top_p,             0)           \
+	X(TOP_K,             "top_k",             U32,     top_k,             0)           \
+	X(MIN_P,             "min_p",             F64,     min_p,             0)           \
+	X(REPETITION_PENALTY,"repetition_penalty",F64,     repetition_penalty,0)           \
+	X(PRESENCE_PENALTY,  "presence_penalty",  F64,     presence_penalty,  0)           \
+	X(FREQUENCY_PENALTY, "frequency_penalty", F64,     frequency_penalty, 0)           \
+	X(TEXT,              "text",              STR,     text,              BATON_PROTO_MAX_PROMPT) \
+	X(TOKENS,            "tokens",            BIN,     tokens,            BATON_PROTO_MAX_BIN) \
+	X(PROMPT_TOKENS,     "prompt_tokens",     U32,     prompt_tokens,     0)           \
+	X(COMPLETION_TOKENS, "completion_tokens", U32,     completion_tokens, 0)           \
+	X(FINISH_REASON,     "finish_reason",     STR,     finish_reason,     BATON_PROTO_MAX_NAME) \
+	X(PREFILL_MS,        "prefill_ms",        F64,     prefill_ms,        0)           \
+	X(DECODE_MS,         "decode_ms",         F64,     decode_ms,         0)           \
 	X(GPUS,              "gpus",              GPUS,    gpus,              BATON_PROTO_MAX_ARRAY) \
 	X(ENGINES,           "engines",           ENGINES, engines,           BATON_PROTO_MAX_ARRAY)
 

@@ -2,12 +2,13 @@
 # Installs the Debian packages Baton builds and tests with, when they are
 # missing. The Makefile runs it once per build directory; it is safe to run
 # again. Needs root (or sudo) only when something is actually missing.
+# install-deps.sh --check: exit 1 when something is missing, install nothing.
 set -eu
 
 pkgs="build-essential pkg-config libnng-dev nng-utils libmsgpack-dev
       libxxhash-dev libjansson-dev libinih-dev libsystemd-dev libpcre2-dev libutf8proc-dev
       python3 python3-msgpack python3-yaml systemd clang libclang-rt-14-dev
-      prometheus"
+      prometheus scdoc groff-base"
 
 missing=""
 for p in $pkgs; do
@@ -16,6 +17,10 @@ for p in $pkgs; do
 	fi
 done
 [ -z "$missing" ] && exit 0
+if [ "${1:-}" = "--check" ]; then
+	echo "install-deps: missing:$missing" >&2
+	exit 1
+fi
 
 echo "install-deps: installing:$missing" >&2
 sudo=""

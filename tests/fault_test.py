@@ -30,35 +30,10 @@ import sys
 import time
 import traceback
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "broker"))
-import broker_test as bt  # noqa: E402  (Case, call, reference: the same harness)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+import harness as h  # noqa: E402
 
 FULL = os.environ.get("BATON_RELIABILITY") == "1"
-refused = [0]
-connect_timeouts = [0]
-dead_urls = set()  # killed on purpose (kill_test.py): a refused connect there is final
-
-
-def _call(url, op, timeout_ms=20000, **fields):
-    """bt.call, again when the connection was refused (the request never
-    arrived): proto/transport.c replaces a stalled listener, and that
-    refuses connections in progress once (and drops its pipes)."""
-    for attempt in range(20):
-        rep = _call_once(url, op, timeout_ms=timeout_ms, **fields)
-        if url in dead_urls:
-            return rep
-        if rep.get("error") == "connect":
-            refused[0] += 1
-        elif rep.get("error") == "timeout" and "cannot connect" in rep.get("text", ""):
-            connect_timeouts[0] += 1  # the listener did not accept within the timeout
-        else:
-            return rep
-        time.sleep(0.1)
-    return rep
-
-
-_call_once = bt.call
-bt.call = _call
 OPS = ["map", "alloc", "copy", "d2h", "send", "bsend"]
 injected_total = [0]
 
@@ -85,42 +60,6 @@ def faults_in(log):
     return len(re.findall(r"^baton-fault: \w+ call \d+ fails", open(log, errors="replace").read(), re.M))
 
 
-def accounting(c, procs):
-    """Broker == engines == host device, within the heartbeat timeout."""
-    last = []
-
-    def agree():
-        st = {p.name: bt.ok(bt.call(p.url, "status")) for p in procs}
-        held = {e["name"]: e["resident"] for e in c.status()["engines"]}
-        cap, used = c.hostdev_used()
-        charged = per_pid(c)
-        over = {p.name: charged.get(p.pid, 0) - st[p.name]["mapped"] for p in procs}
-        s0 = next(iter(st.values()))
-        last[:] = [st, held, used, over]
-        if any(held.get(n) != s["mapped"] for n, s in st.items()):
-            return None
-        if used != s0["total"] - s0["free"] or len(set(over.values())) != 1:
-            return None
-        return st, over
-    try:
-        return bt.wait_for("broker, engines and device agree", agree, timeout=6, every=0.2)
-    except AssertionError:
-        raise AssertionError("no agreement: engines %s, broker %s, device used %s, charge beyond mapped %s" %
-                             tuple(last))
-
-
-def per_pid(c):
-    import struct
-    data = open(os.path.join(c.dir, "hostdev-0"), "rb").read()
-    magic, version, n_owners, capacity = struct.unpack_from("<8sIIQ", data, 0)
-    out = {}
-    for i in range(n_owners):
-        pid, opens, start, nbytes, pad = struct.unpack_from("<iIQQQ", data, 64 + 32 * i)
-        if pid > 0 and os.path.exists("/proc/%d" % pid):
-            out[pid] = out.get(pid, 0) + nbytes
-    return out
-
-
 def scenario(c, spec, timeout_ms=8000):
     """One run with engine a under BATON_FAULT=spec. Returns (a's log, outcome)."""
     broker_side = spec.startswith("bsend")
@@ -144,14 +83,14 @@ def scenario(c, spec, timeout_ms=8000):
     b = c.engine("b", "--vram-elastic", wait=False)
     c.wait_ready(b, timeout=15)  # a lost acquire reply costs ACQUIRE_RESEND_MS, not 30 s
     steps = [
-        ("gen a", lambda: bt.call(a.url, "gen", timeout_ms=timeout_ms, steps=2, batch=1, seed=3)),
-        ("release a", lambda: bt.call(c.control, "release", timeout_ms=timeout_ms, name="a")),
-        ("refill a", lambda: bt.call(c.control, "refill", timeout_ms=timeout_ms, name="a")),
-        ("vram a 10", lambda: bt.call(a.url, "vram", timeout_ms=timeout_ms, reserve_mib=10)),
-        ("vram a full", lambda: bt.call(a.url, "vram", timeout_ms=timeout_ms, reserve_mib=0)),
-        ("handoff a b", lambda: bt.call(c.control, "handoff", timeout_ms=timeout_ms, **{"from": "a", "to": "b"})),
-        ("handoff b a", lambda: bt.call(c.control, "handoff", timeout_ms=timeout_ms, **{"from": "b", "to": "a"})),
-        ("gen a 2", lambda: bt.call(a.url, "gen", timeout_ms=timeout_ms, steps=2, batch=1, seed=4)),
+        ("gen a", lambda: h.call_retry(a.url, "gen", timeout_ms=timeout_ms, steps=2, batch=1, seed=3)),
+        ("release a", lambda: h.call_retry(c.control, "release", timeout_ms=timeout_ms, name="a")),
+        ("refill a", lambda: h.call_retry(c.control, "refill", timeout_ms=timeout_ms, name="a")),
+        ("vram a 10", lambda: h.call_retry(a.url, "vram", timeout_ms=timeout_ms, reserve_mib=10)),
+        ("vram a full", lambda: h.call_retry(a.url, "vram", timeout_ms=timeout_ms, reserve_mib=0)),
+        ("handoff a b", lambda: h.call_retry(c.control, "handoff", timeout_ms=timeout_ms, **{"from": "a", "to": "b"})),
+        ("handoff b a", lambda: h.call_retry(c.control, "handoff", timeout_ms=timeout_ms, **{"from": "b", "to": "a"})),
+        ("gen a 2", lambda: h.call_retry(a.url, "gen", timeout_ms=timeout_ms, steps=2, batch=1, seed=4)),
     ]
     outcome = []
     for what, fn in steps:
@@ -160,15 +99,15 @@ def scenario(c, spec, timeout_ms=8000):
             assert p.poll() is None, "%s died (exit %s) after %s" % (getattr(p, "name", "broker"), p.returncode, what)
     # a serves, right: the fault was one call; a second try must work
     # (the checks wait longer than a send run's steps: a loaded machine).
-    want = bt.reference(c, 5)
+    want = h.reference(c, 5)
     for attempt in range(3):
-        r = bt.call(a.url, "gen", timeout_ms=20000, steps=2, batch=1, seed=5)
+        r = h.call_retry(a.url, "gen", timeout_ms=20000, steps=2, batch=1, seed=5)
         if r.get("ok"):
             break
     assert r.get("ok") and (r["checksum"], r["output"]) == want, ("gen after the fault", r)
-    r = bt.ok(bt.call(b.url, "gen", timeout_ms=20000, steps=2, batch=1, seed=5))
+    r = h.ok(h.call_retry(b.url, "gen", timeout_ms=20000, steps=2, batch=1, seed=5))
     assert (r["checksum"], r["output"]) == want
-    st, over = accounting(c, [a, b])
+    st, over = c.accounting([a, b])
     assert over["a"] == over["b"], ("device charge beyond mapped differs (leak?)", over, st)
     a.send_signal(signal.SIGTERM)
     assert a.wait(15) == 0, "a exit %s" % a.returncode
@@ -177,7 +116,7 @@ def scenario(c, spec, timeout_ms=8000):
 
 def plan():
     """(op, N) pairs: a fault-free counting run gives each op's calls."""
-    c = bt.Case()
+    c = h.BrokerCase(call=h.call_retry)
     try:
         log, _ = scenario(c, "map:0,alloc:0,copy:0,d2h:0")
         n = counts(log)
@@ -223,7 +162,7 @@ def main():
         return 1
     outcomes = {}
     for op, x in runs:
-        c = bt.Case()
+        c = h.BrokerCase(call=h.call_retry)
         name = "%s:%d" % (op, x)
         t1 = time.time()
         try:
@@ -233,34 +172,22 @@ def main():
                 assert k <= 1, "%s: %d faults injected" % (name, k)
             injected_total[0] += k
             outcomes[name] = outcome
-            bt_logs_clean(c)
+            c.logs_clean()
             print("ok   %-10s %6.2fs injected %d: %s" % (name, time.time() - t1, k,
                   outcome if isinstance(outcome, str) else " ".join(outcome)))
             passed += 1
         except Exception:
             print("FAIL %s" % name)
             traceback.print_exc(file=sys.stdout)
-            for who in ("broker", "a", "b"):
-                path = c.log(who)
-                if os.path.exists(path):
-                    print("  --- %s.log" % who)
-                    for line in open(path, errors="replace").read().splitlines()[-12:]:
-                        print("  " + line)
+            c.tails(("broker", "a", "b"), 12)
             failed += 1
         finally:
             c.close()
         sys.stdout.flush()
     print("faults injected: %d in %d runs, %.1f s (connections refused and retried: %d, connects timed out and retried: %d)" %
-          (injected_total[0], len(runs), time.time() - t0, refused[0], connect_timeouts[0]))
+          (injected_total[0], len(runs), time.time() - t0, h.retried["refused"], h.retried["connect_timeouts"]))
     print("%d passed, %d failed" % (passed, failed))
     return 1 if failed else 0
-
-
-def bt_logs_clean(c):
-    for name in os.listdir(c.dir):
-        if name.endswith(".log"):
-            text = open(os.path.join(c.dir, name), errors="replace").read()
-            assert "runtime error:" not in text and "Sanitizer" not in text, (name, text[-3000:])
 
 
 if __name__ == "__main__":

@@ -20,11 +20,9 @@ import subprocess
 import sys
 import tempfile
 import time
-import traceback
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "broker"))
-import broker_test as bt  # noqa: E402
-import fault_test as ft  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+import harness as h  # noqa: E402
 
 MAX_MSG = (64 << 20) + (1 << 20)
 sent = {"frames": 0, "raw_conns": 0, "http": 0}
@@ -55,7 +53,7 @@ def mp_payloads(rng):
 
 def frames(url, rng, tmp):
     for data in mp_payloads(rng):
-        r = subprocess.run([bt.TOOL, "call", url, "--timeout", "2000"], input=data, capture_output=True,
+        r = subprocess.run([h.TOOL, "call", url, "--timeout", "2000"], input=data, capture_output=True,
                            timeout=20)
         assert r.returncode in (0, 1, 2, 3), (url, r.returncode, r.stderr[-300:])
         sent["frames"] += 1
@@ -116,7 +114,7 @@ def http_garbage(port, rng):
 
 def picture(c, engines):
     br = sorted((e["name"], e["state"], e["resident"]) for e in c.status()["engines"])
-    en = [(p.name, bt.ok(bt.call(p.url, "status"))["state"], bt.ok(bt.call(p.url, "status"))["mapped"])
+    en = [(p.name, h.ok(h.call_retry(p.url, "status"))["state"], h.ok(h.call_retry(p.url, "status"))["mapped"])
           for p in engines]
     return br, en
 
@@ -124,11 +122,11 @@ def picture(c, engines):
 def t_hostile(c):
     rng = random.Random(int(os.environ.get("HOSTILE_SEED", "5")))
     path = os.path.join(c.dir, "broker.ini")
-    bt.reference(c, 1)
+    h.reference(c, 1)
     p = c.broker("http = 127.0.0.1:0\n", wait=False)
     line = p.stdout.readline().split()
     assert line[0] == "ready" and line[3].startswith("http://"), line
-    c.events = bt.Events(c.events_url)
+    c.events = h.Events(c.events_url)
     port = int(line[3].rsplit(":", 1)[1].strip("/"))
     del path
     a = c.engine("a", host_mib=64)
@@ -142,41 +140,19 @@ def t_hostile(c):
     http_garbage(port, rng)
     for proc in (c.bp, a, b):
         assert proc.poll() is None, "%s died" % getattr(proc, "name", "broker")
-    bt.wait_for("status as before", lambda: picture(c, [a, b]) == before, timeout=3)
+    h.wait_for("status as before", lambda: picture(c, [a, b]) == before, timeout=3)
     for e in (a, b):
-        r = bt.call(e.url, "gen", timeout_ms=10000, steps=2, batch=1, seed=1)
-        assert r.get("ok") and (r["checksum"], r["output"]) == bt.reference(c, 1), r
+        r = h.call_retry(e.url, "gen", timeout_ms=10000, steps=2, batch=1, seed=1)
+        assert r.get("ok") and (r["checksum"], r["output"]) == h.reference(c, 1), r
     import urllib.request
     with urllib.request.urlopen("http://127.0.0.1:%d/v1/status" % port, timeout=5) as r:
         assert r.status == 200
     print("  sent %d frames, %d raw connections, %d HTTP requests; refused once and retried: %d, connects timed out and retried: %d" %
-          (sent["frames"], sent["raw_conns"], sent["http"], ft.refused[0], ft.connect_timeouts[0]))
+          (sent["frames"], sent["raw_conns"], sent["http"], h.retried["refused"], h.retried["connect_timeouts"]))
 
 
 def main():
-    passed = failed = 0
-    c = bt.Case()
-    t0 = time.time()
-    try:
-        t_hostile(c)
-        ft.bt_logs_clean(c)
-        print("ok   t_hostile %.2fs" % (time.time() - t0))
-        passed += 1
-    except Exception:
-        print("FAIL t_hostile")
-        traceback.print_exc(file=sys.stdout)
-        for who in ("broker", "a", "b"):
-            path = c.log(who)
-            if os.path.exists(path):
-                print("  --- %s.log" % who)
-                for line in open(path, errors="replace").read().splitlines()[-10:]:
-                    print("  " + line)
-        failed += 1
-    finally:
-        c.close()
-    print("%d passed, %d failed" % (passed, failed))
-    return 1 if failed else 0
-
+    return h.run_cases([t_hostile], sys.argv[1:], make=lambda: h.BrokerCase(call=h.call_retry), logs=("broker", "a", "b"))
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -28,9 +28,8 @@ import threading
 import time
 import traceback
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "broker"))
-import broker_test as bt  # noqa: E402
-import fault_test as ft  # noqa: E402  (the call that retries a refused connection, per_pid)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+import harness as h  # noqa: E402
 
 FULL = os.environ.get("BATON_RELIABILITY") == "1"
 SAN = "san" in os.environ.get("BUILD", "")
@@ -55,14 +54,14 @@ def load(c, engines, stop, counts, rng):
         try:
             if op == "gen":
                 seed = rng.randrange(8)
-                r = bt.call(p.url, "gen", timeout_ms=5000, steps=2, batch=1, seed=seed)
-                if r.get("ok") and (r["checksum"], r["output"]) != bt.reference(c, seed):
+                r = h.call_retry(p.url, "gen", timeout_ms=5000, steps=2, batch=1, seed=seed)
+                if r.get("ok") and (r["checksum"], r["output"]) != h.reference(c, seed):
                     counts["wrong"].append("%s seed %d" % (p.name, seed))
             elif op == "handoff":
                 src, dst = rng.sample(names, 2)
-                r = bt.call(c.control, "handoff", timeout_ms=5000, **{"from": src, "to": dst})
+                r = h.call_retry(c.control, "handoff", timeout_ms=5000, **{"from": src, "to": dst})
             else:
-                r = bt.call(c.control, op, timeout_ms=5000, name=p.name)
+                r = h.call_retry(c.control, op, timeout_ms=5000, name=p.name)
         except Exception as e:  # the tool itself overran its timeout: a hang
             counts["hung"].append("%s %s: %s" % (op, p.name, e))
             continue
@@ -71,7 +70,7 @@ def load(c, engines, stop, counts, rng):
 
 
 def one_run(c, rng, run):
-    bt.reference(c, 0)  # every seed's checksum, before the clients start
+    h.reference(c, 0)  # every seed's checksum, before the clients start
     c.broker(CONFIG)
     delay = {n: str(rng.choice([0, 0, 100, 300])) for n in "abc"}
     engines = [c.engine(n, host_mib=64, env={"BATON_TEST_REFILL_DELAY_MS": delay[n]}) for n in "abc"]
@@ -91,7 +90,7 @@ def one_run(c, rng, run):
         live = engines
     else:
         p = next(e for e in engines if e.name == victim)
-        ft.dead_urls.add(p.url)  # no retrying a refused connect to it (8 s a client)
+        h.dead_urls.add(p.url)  # no retrying a refused connect to it (8 s a client)
         p.send_signal(signal.SIGKILL)
         p.wait(5)
         live = [e for e in engines if e is not p]
@@ -111,31 +110,31 @@ def one_run(c, rng, run):
         if victim != "broker" and victim in st and (st[victim]["state"] != "dead" or st[victim]["resident"]):
             return None
         return all(p.name in st and st[p.name]["state"] not in ("dead", "lost") for p in live)
-    bt.wait_for("the broker sees who lives", seen, timeout=3)
+    h.wait_for("the broker sees who lives", seen, timeout=3)
     # Survivors serve, right.
     for i, p in enumerate(live):
         seed = (run + i) % 8
         for attempt in range(4):
-            r = bt.call(p.url, "gen", timeout_ms=10000, steps=2, batch=1, seed=seed)
-            if r.get("ok") or r.get("err") != 61:
+            r = h.call_retry(p.url, "gen", timeout_ms=10000, steps=2, batch=1, seed=seed)
+            if r.get("ok") or r.get("err") != h.ERR["device_oom"]:
                 break
             # device_oom: right after a broker restart the engines may still
             # report a release or refill it saw begin; counted, then again
             counts["oom_retried"] = counts.get("oom_retried", 0) + 1
             time.sleep(1.0)
         cap, used = c.hostdev_used()
-        if (not r.get("ok") and r.get("err") == 61 and "no engine holds memory that may be taken" in r["msg"]
+        if (not r.get("ok") and r.get("err") == h.ERR["device_oom"] and "no engine holds memory that may be taken" in r["msg"]
                 and used + 30 * MIB <= cap):
             raise StaleFree("%s killed; GEN on %s refused (%s) while the device has %.1f of %.1f MiB used;"
                              " broker: %s; broker log: %s"
                              % (victim, p.name, r["msg"].split("after")[1].split(";")[0].strip(),
                                 used / MIB, cap / MIB, c.status(),
                                 open(c.log("broker"), errors="replace").read()[-3000:]))
-        assert r.get("ok") and (r["checksum"], r["output"]) == bt.reference(c, seed), (
+        assert r.get("ok") and (r["checksum"], r["output"]) == h.reference(c, seed), (
             victim, p.name, r, [(e["name"], e["state"], e["resident"]) for e in c.status()["engines"]],
-            [(q.name, {k: v for k, v in bt.call(q.url, "status").items() if k in ("state", "mapped", "epoch")})
-             for q in live], c.hostdev_used(), ft.per_pid(c))
-    st, over = ft.accounting(c, live)
+            [(q.name, {k: v for k, v in h.call_retry(q.url, "status").items() if k in ("state", "mapped", "epoch")})
+             for q in live], c.hostdev_used(), c.per_pid())
+    st, over = c.accounting(live)
     return victim, counts, {p.name: st[p.name]["mapped"] // MIB for p in live}
 
 
@@ -148,12 +147,12 @@ def main():
     victims = {}
     known = []
     for run in range(RUNS):
-        c = bt.Case()
+        c = h.BrokerCase(call=h.call_retry)
         t1 = time.time()
         try:
             victim, counts, held = one_run(c, rng, run)
             victims[victim] = victims.get(victim, 0) + 1
-            ft.bt_logs_clean(c)
+            c.logs_clean()
             print("ok   run %2d kill %-6s %5.2fs  ops %s, then MiB %s" %
                   (run, victim, time.time() - t1,
                    " ".join("%s=%d" % (k, v) for k, v in counts.items() if k not in ("hung", "wrong")), held))
@@ -165,19 +164,14 @@ def main():
         except Exception:
             print("FAIL run %d" % run)
             traceback.print_exc(file=sys.stdout)
-            for who in ("broker", "a", "b", "c"):
-                path = c.log(who)
-                if os.path.exists(path):
-                    print("  --- %s.log" % who)
-                    for line in open(path, errors="replace").read().splitlines()[-10:]:
-                        print("  " + line)
+            c.tails(("broker", "a", "b", "c"), 10)
             failed += 1
         finally:
             c.close()
         sys.stdout.flush()
     print("kills survived: %d of %d (%s) in %.1f s; connections refused once and retried: %d, connects timed out and retried: %d" %
           (passed, RUNS, ", ".join("%s %d" % kv for kv in sorted(victims.items())), time.time() - t0,
-           ft.refused[0], ft.connect_timeouts[0]))
+           h.retried["refused"], h.retried["connect_timeouts"]))
     if known:
         print("stale device free %d times: the broker refused a GEN with room on the device" % len(known))
     print("%d passed, %d failed" % (passed, failed))

@@ -16,15 +16,13 @@ import random
 import sys
 import threading
 import time
-import traceback
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "broker"))
-import broker_test as bt  # noqa: E402
-import fault_test as ft  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+import harness as h  # noqa: E402
 
 SECONDS = float(os.environ.get("BATON_SOAK_SECONDS", "20"))
 CLIENTS = 4
-ALLOWED = {6, 61}  # busy, device_oom
+ALLOWED = {h.ERR["busy"], h.ERR["device_oom"]}
 
 
 def rss_kib(pid):
@@ -43,22 +41,22 @@ def client(c, engines, stop, stats, lock, rng):
         p = rng.choice(engines)
         if roll < 0.75:
             seed = rng.randrange(8)
-            r = bt.call(p.url, "gen", timeout_ms=15000, steps=2, batch=1,
+            r = h.call_retry(p.url, "gen", timeout_ms=15000, steps=2, batch=1,
                         seed=seed)
             kind = "gen"
         elif roll < 0.9:
             src, dst = rng.sample(names, 2)
-            r = bt.call(c.control, "handoff", timeout_ms=15000, **{"from": src, "to": dst})
+            r = h.call_retry(c.control, "handoff", timeout_ms=15000, **{"from": src, "to": dst})
             kind = "handoff"
         else:
             kind = rng.choice(["release", "refill"])
-            r = bt.call(c.control, kind, timeout_ms=15000, name=p.name)
+            r = h.call_retry(c.control, kind, timeout_ms=15000, name=p.name)
         with lock:
             if "error" in r:
                 stats["lost"].append((kind, p.name, r))
             elif r.get("ok"):
                 stats[kind] += 1
-                if kind == "gen" and (r["checksum"], r["output"]) != bt.reference(c, seed):
+                if kind == "gen" and (r["checksum"], r["output"]) != h.reference(c, seed):
                     stats["wrong"].append((p.name, seed))
             elif r.get("err") in ALLOWED or kind != "gen":
                 stats["err"] += 1
@@ -73,7 +71,7 @@ def sample(c, procs):
 
 
 def t_soak(c):
-    bt.reference(c, 0)
+    h.reference(c, 0)
     c.broker("http = 127.0.0.1:0\nheartbeat_timeout_ms = 2000\n")
     engines = [c.engine(n, host_mib=64) for n in "abc"]
     procs = [c.bp] + engines
@@ -99,7 +97,7 @@ def t_soak(c):
     assert not stats["lost"], ("requests without a reply", stats["lost"][:5])
     assert not stats["wrong"], ("wrong answers", stats["wrong"][:5])
     assert not stats["bad"], ("unexpected errors", stats["bad"][:5])
-    st, over = ft.accounting(c, engines)
+    st, over = c.accounting(engines)
     over_vals = set(over.values())
     grown = {n: rss1[n] - rss0[n] for n in rss0}
     for n in rss0:
@@ -109,35 +107,13 @@ def t_soak(c):
     n_req = sum(stats[k] for k in ("gen", "handoff", "release", "refill", "err"))
     print("  %.0f s, %d requests (%.0f/s): gen %d, handoff %d, release %d, refill %d, errors %s; "
           "none lost or wrong; connections refused %d, connects timed out %d (retried)" % (dt, n_req, n_req / dt, stats["gen"], stats["handoff"], stats["release"],
-                                  stats["refill"], stats.get("codes", {}), ft.refused[0], ft.connect_timeouts[0]))
+                                  stats["refill"], stats.get("codes", {}), h.retried["refused"], h.retried["connect_timeouts"]))
     print("  RSS KiB after warm-up %s, at the end %s (growth %s); device charge beyond the cache %s bytes" %
           (rss0, rss1, grown, sorted(over_vals)))
 
 
 def main():
-    c = bt.Case()
-    t0 = time.time()
-    passed = failed = 0
-    try:
-        t_soak(c)
-        ft.bt_logs_clean(c)
-        print("ok   t_soak %.1fs" % (time.time() - t0))
-        passed += 1
-    except Exception:
-        print("FAIL t_soak")
-        traceback.print_exc(file=sys.stdout)
-        for who in ("broker", "a", "b", "c"):
-            path = c.log(who)
-            if os.path.exists(path):
-                print("  --- %s.log" % who)
-                for line in open(path, errors="replace").read().splitlines()[-10:]:
-                    print("  " + line)
-        failed += 1
-    finally:
-        c.close()
-    print("%d passed, %d failed" % (passed, failed))
-    return 1 if failed else 0
-
+    return h.run_cases([t_soak], sys.argv[1:], make=lambda: h.BrokerCase(call=h.call_retry), logs=("broker", "a", "b", "c"))
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,0 +1,73 @@
+/*
+ * events.c: what the broker tells: its log lines and its events. An event
+ * goes out on the events socket and to every subscriber (broker_observe:
+ * the faces, such as the HTTP server), never to a face by name.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "broker/broker_int.h"
+
+void br_blog(const char *fmt, ...)
+{
+	va_list ap;
+	char line[1024];
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof line, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "baton-broker: %s\n", line);
+}
+
+void br_publish(struct broker *b, const char *kind, const struct eng *e, const char *reason,
+    double ms, uint64_t bytes)
+{
+	struct baton_msg ev;
+	proto_msg_init(&ev, PROTO_OP_EVENT);
+	ev.seq = ++b->seq;
+	ev.time_ms = wall_ms();
+	ev.kind = kind;
+	ev.engine = e ? e->name : "";
+	ev.gpu = e ? b->gpus[e->gpu].uuid : "";
+	ev.state = e ? e->state : "";
+	ev.reason = reason ? reason : "";
+	if (ms >= 0) {
+		ev.ms = ms;
+		proto_set(&ev, PF_MS);
+	}
+	ev.bytes = bytes;
+	proto_set(&ev, PF_BYTES);
+	pthread_mutex_lock(&b->omu);
+	for (size_t i = 0; i < MAX_OBSERVERS; i++)
+		if (b->obs[i].fn)
+			b->obs[i].fn(b->obs[i].arg, &ev);
+	pthread_mutex_unlock(&b->omu);
+	int rc = proto_publish(b->pub, &ev);
+	if (rc)
+		br_blog("event %s not published: %s", kind, baton_strerror(rc));
+}
+
+int broker_observe(struct broker *b, broker_event_fn fn, void *arg)
+{
+	int rc = BATON_ENOMEM;
+	pthread_mutex_lock(&b->omu);
+	for (size_t i = 0; i < MAX_OBSERVERS; i++) {
+		if (!b->obs[i].fn) {
+			b->obs[i].fn = fn;
+			b->obs[i].arg = arg;
+			rc = 0;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&b->omu);
+	return rc;
+}
+
+void broker_unobserve(struct broker *b, broker_event_fn fn, void *arg)
+{
+	pthread_mutex_lock(&b->omu); /* waits for a publish in progress */
+	for (size_t i = 0; i < MAX_OBSERVERS; i++)
+		if (b->obs[i].fn == fn && b->obs[i].arg == arg)
+			b->obs[i].fn = NULL;
+	pthread_mutex_unlock(&b->omu);
+}

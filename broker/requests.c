@@ -1,0 +1,420 @@
+/*
+ * requests.c: the control requests the broker serves (register,
+ * heartbeat, report, status, pin, and the engine operations acquire,
+ * refill, release, vram, handoff), from a receiver or a face alike.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "broker/broker_int.h"
+
+static void on_register(struct broker *b, struct waiter *w, const struct baton_msg *m)
+{
+	if (!proto_name_valid(m->name, strlen(m->name))) {
+		br_reply_error(w, m->op, m->id, BATON_EINVAL, "register: bad engine name '%s'", m->name);
+		return;
+	}
+	if (!*m->gpu || !*m->ctl) {
+		br_reply_error(w, m->op, m->id, BATON_EINVAL, "register %s: gpu and ctl must not be empty", m->name);
+		return;
+	}
+	int pid = (int)m->pid;
+	int pipe_pid = proto_pipe_pid(m->pipe);
+	if (pipe_pid > 0 && pipe_pid != pid) {
+		br_blog("register %s: says pid %d, the socket says %d; using %d", m->name, pid, pipe_pid, pipe_pid);
+		pid = pipe_pid;
+	}
+	struct eng *e = br_eng_by_name(b, m->name);
+	bool again = false;
+	if (e && e->st == ES_LIVE) {
+		if (e->pid != pid) {
+			if (br_pid_alive(e->pid)) {
+				br_reply_error(w, m->op, m->id, BATON_EEXIST,
+				    "register: an engine named '%s' is already registered (pid %d)", m->name, e->pid);
+				return;
+			}
+			br_eng_dead(b, e, "replaced by a new process of the same name", false);
+		} else {
+			again = true;
+		}
+	}
+	if (!e) {
+		for (size_t i = 0; i < BROKER_MAX_ENGINES && !e; i++)
+			if (b->eng[i].st == ES_FREE)
+				e = &b->eng[i];
+		if (!e) {
+			br_reply_error(w, m->op, m->id, BATON_ENOMEM, "register: the broker holds %d engines already",
+			    BROKER_MAX_ENGINES);
+			return;
+		}
+	}
+	size_t gi = br_gpu_find_or_add(b, m->gpu);
+	if (gi == (size_t)-1) {
+		br_reply_error(w, m->op, m->id, BATON_ENOMEM, "register: too many devices");
+		return;
+	}
+	if (!again) {
+		uint32_t gen = e->gen + 1;
+		br_eng_forget_conn(e);
+		memset(e, 0, sizeof *e);
+		e->gen = gen ? gen : 1;
+		e->registered_at = now_s();
+	}
+	e->st = ES_LIVE;
+	snprintf(e->name, sizeof e->name, "%s", m->name);
+	snprintf(e->model, sizeof e->model, "%s", m->model);
+	if (strcmp(e->ctl, m->ctl) != 0 || !e->conn) {
+		br_eng_forget_conn(e);
+		snprintf(e->ctl, sizeof e->ctl, "%s", m->ctl);
+		e->conn = br_conn_open(m->ctl);
+		if (!e->conn)
+			br_blog("register %s: cannot open a client for %s", m->name, m->ctl);
+	}
+	e->pid = pid;
+	e->pipe = m->pipe;
+	e->gpu = gi;
+	e->floor = m->floor;
+	e->ceiling = m->ceiling;
+	e->capacity = m->capacity;
+	e->reg_priority = m->priority;
+	e->last_seen = now_s();
+	e->lost = false;
+	struct gpu *g = &b->gpus[gi];
+	if (!g->nvml && m->capacity > g->dev_total)
+		g->dev_total = m->capacity;
+	if (m->epoch > b->epoch)
+		b->epoch = m->epoch; /* epochs only grow, across broker restarts too */
+	e->has_peer = false;
+	if (proto_has(m, PF_PEER_GPU) && *m->peer_gpu) {
+		size_t pg = br_gpu_find_or_add(b, m->peer_gpu);
+		if (pg == (size_t)-1 || pg == gi) {
+			br_blog("register %s: peer device %s %s; no peer tier for it", m->name, m->peer_gpu,
+			    pg == gi ? "is its own device" : "is one device too many");
+		} else {
+			e->has_peer = true;
+			e->peer_gpu = pg;
+			e->peer_want = proto_has(m, PF_PEER_WANT) ? m->peer_want : 0;
+		}
+	}
+	e->acct_epoch = 0;
+	br_apply_state(b, e, m, true, m->epoch);
+	if (!again) {
+		e->idle_since = now_s();
+		br_watch_add(b, pid, br_eref_of(b, e));
+	}
+	struct rbuf *rb = &w->rb;
+	proto_reply_init(&rb->m, m);
+	rb->m.epoch = ++b->epoch;
+	br_blog("engine %s %s: pid %d, %s, model %s, %s, holds %.1f of %.1f MiB, priority %d%s",
+	    e->name, again ? "registered again" : "registered", pid, g->uuid, e->model, e->state,
+	    (double)e->mapped / MIB, (double)e->ceiling / MIB, br_eng_priority(b, e),
+	    br_eng_pinned(b, e) ? ", pinned" : "");
+	br_publish(b, again ? "reconnect" : "register", e, m->model, -1, e->mapped);
+	br_waiter_done(w);
+}
+
+static struct eng *need_engine(struct broker *b, struct waiter *w, const struct baton_msg *m,
+    const char *name)
+{
+	struct eng *e = name ? br_eng_by_name(b, name) : NULL;
+	if (!e || e->st != ES_LIVE) {
+		br_reply_error(w, m->op, m->id, BATON_ENOTFOUND, "%s: no engine named '%s' is registered%s",
+		    proto_op_name(m->op), name ? name : "", e ? " (it is dead)" : "");
+		return NULL;
+	}
+	return e;
+}
+
+static void on_heartbeat(struct broker *b, struct waiter *w, const struct baton_msg *m)
+{
+	struct eng *e = need_engine(b, w, m, m->name);
+	if (!e)
+		return;
+	double now = now_s();
+	if (e->lost) {
+		br_blog("engine %s answers again", e->name);
+		e->lost = false;
+	}
+	e->last_seen = now;
+	e->busy = m->busy;
+	e->idle_since = now - (double)m->idle_ms / 1e3;
+	if (proto_has(m, PF_REQUESTS))
+		e->requests = m->requests;
+	if (m->pipe)
+		e->pipe = m->pipe;
+	br_apply_state(b, e, m, proto_has(m, PF_EPOCH), m->epoch);
+	struct rbuf *rb = &w->rb;
+	proto_reply_init(&rb->m, m);
+	rb->m.epoch = b->epoch;
+	proto_set(&rb->m, PF_EPOCH);
+	br_waiter_done(w);
+}
+
+static void on_report(struct broker *b, struct waiter *w, const struct baton_msg *m)
+{
+	struct eng *e = need_engine(b, w, m, m->name);
+	if (!e)
+		return;
+	e->last_seen = now_s();
+	if (strcmp(m->state, "stopped") == 0) {
+		struct rbuf *rb = &w->rb;
+		proto_reply_init(&rb->m, m);
+		br_waiter_done(w);
+		br_eng_dead(b, e, m->reason, true);
+		return;
+	}
+	br_apply_state(b, e, m, proto_has(m, PF_EPOCH), m->epoch);
+	if (proto_has(m, PF_DURATION_MS) && proto_has(m, PF_BYTES) && m->duration_ms > 0 &&
+	    m->bytes > 0 && strstr(m->reason, "refill"))
+		e->last_refill_gbps = (double)m->bytes / (m->duration_ms / 1e3) / 1e9;
+	br_publish(b, "state", e, m->reason, proto_has(m, PF_DURATION_MS) ? m->duration_ms : -1,
+	    proto_has(m, PF_BYTES) ? m->bytes : e->mapped);
+	if (e->ho_pending && proto_has(m, PF_EPOCH) && m->epoch >= e->ho_epoch &&
+	    strncmp(m->reason, "refill", 6) == 0) {
+		char why[400];
+		double refill = proto_has(m, PF_DURATION_MS) ? m->duration_ms : 0;
+		snprintf(why, sizeof why, "from %s: decide %.3f ms, release %.3f ms, refill %.3f ms",
+		    e->ho_from, e->ho_decide_ms, e->ho_release_ms, refill);
+		br_publish(b, "handoff", e, why, (now_s() - e->ho_t0) * 1e3, m->bytes);
+		e->ho_pending = false;
+	}
+	struct rbuf *rb = &w->rb;
+	proto_reply_init(&rb->m, m);
+	rb->m.epoch = b->epoch;
+	proto_set(&rb->m, PF_EPOCH);
+	br_waiter_done(w);
+}
+
+/* Copies s into the pool; returns the copy. */
+static const char *pool_str(char **pool, const char *s)
+{
+	char *d = *pool;
+	size_t n = strlen(s) + 1;
+	memcpy(d, s, n);
+	*pool += n;
+	return d;
+}
+
+static void on_status(struct broker *b, struct waiter *w, const struct baton_msg *m)
+{
+	size_t ng = b->n_gpus, ne = 0;
+	for (size_t i = 0; i < BROKER_MAX_ENGINES; i++)
+		ne += b->eng[i].st != ES_FREE;
+	struct rbuf *rb = &w->rb;
+	size_t strs = (ng + 5 * ne) * BROKER_NAME_MAX;
+	char *blk = calloc(1, ng * sizeof(struct proto_gpu) + ne * sizeof(struct proto_engine_info) +
+	    strs + 16);
+	if (!blk) {
+		br_reply_error(w, m->op, m->id, BATON_ENOMEM, "status: out of memory");
+		return;
+	}
+	rb->block = blk;
+	struct proto_gpu *gv = (void *)blk;
+	struct proto_engine_info *ev = (void *)(gv + ng);
+	char *pool = (char *)(ev + ne);
+	for (size_t i = 0; i < ng; i++) {
+		struct gpu_view v;
+		br_gpu_view(b, i, &v);
+		gv[i].uuid = pool_str(&pool, b->gpus[i].uuid);
+		gv[i].total = v.total;
+		gv[i].free_bytes = v.free_b;
+		gv[i].reserve = b->gpus[i].reserve;
+		gv[i].held = v.held;
+		gv[i].lent = v.lent;
+	}
+	double now = now_s();
+	size_t k = 0;
+	for (size_t i = 0; i < BROKER_MAX_ENGINES; i++) {
+		const struct eng *e = &b->eng[i];
+		if (e->st == ES_FREE)
+			continue;
+		struct proto_engine_info *x = &ev[k++];
+		x->name = pool_str(&pool, e->name);
+		x->pid = (uint32_t)e->pid;
+		x->gpu = pool_str(&pool, b->gpus[e->gpu].uuid);
+		x->model = pool_str(&pool, e->model);
+		x->state = pool_str(&pool, e->lost ? "lost" : e->state);
+		x->resident = e->mapped;
+		x->floor = e->floor;
+		x->ceiling = e->ceiling;
+		x->priority = br_eng_priority(b, e);
+		x->pinned = br_eng_pinned(b, e);
+		x->idle_ms = e->busy || e->st != ES_LIVE ? 0 : (uint64_t)((now - e->idle_since) * 1e3);
+		x->last_refill_gbps = e->last_refill_gbps;
+		x->peer_gpu = pool_str(&pool, e->has_peer ? b->gpus[e->peer_gpu].uuid : "");
+		x->peer = e->has_peer ? e->peer_mapped : 0;
+		x->requests = e->requests;
+	}
+	proto_reply_init(&rb->m, m);
+	rb->m.gpus = (struct proto_gpus){ gv, (uint32_t)ng };
+	rb->m.engines = (struct proto_engines){ ev, (uint32_t)k };
+	proto_set(&rb->m, PF_GPUS);
+	proto_set(&rb->m, PF_ENGINES);
+	rb->m.epoch = b->epoch;
+	proto_set(&rb->m, PF_EPOCH);
+	br_waiter_done(w);
+}
+
+static void on_pin(struct broker *b, struct waiter *w, const struct baton_msg *m)
+{
+	struct eng *e = br_eng_by_name(b, m->name);
+	if (!e && !broker_config_engine(&b->cfg, m->name)) {
+		br_reply_error(w, m->op, m->id, BATON_ENOTFOUND, "pin: no engine named '%s'", m->name);
+		return;
+	}
+	size_t i;
+	for (i = 0; i < b->n_pins; i++)
+		if (strcmp(b->pins[i].name, m->name) == 0)
+			break;
+	if (i == b->n_pins) {
+		if (b->n_pins == BROKER_MAX_ENGINES) {
+			br_reply_error(w, m->op, m->id, BATON_ENOMEM, "pin: too many pins");
+			return;
+		}
+		snprintf(b->pins[i].name, sizeof b->pins[i].name, "%s", m->name);
+		b->n_pins++;
+	}
+	b->pins[i].pinned = m->pinned;
+	br_blog("engine %s %s", m->name, m->pinned ? "pinned" : "unpinned");
+	br_pins_save(b);
+	if (e)
+		br_publish(b, m->pinned ? "pin" : "unpin", e, "operator", -1, e->mapped);
+	struct rbuf *rb = &w->rb;
+	proto_reply_init(&rb->m, m);
+	rb->m.pinned = m->pinned;
+	proto_set(&rb->m, PF_PINNED);
+	br_waiter_done(w);
+}
+
+/* acquire (an engine for itself), refill / vram null (an operator: acquire
+ * on the engine's behalf, then command it), release / vram N (command). */
+static void on_engine_op(struct broker *b, struct waiter *w, const struct baton_msg *m)
+{
+	const char *name = m->op == PROTO_OP_HANDOFF ? m->to : m->name;
+	if (m->op != PROTO_OP_HANDOFF && !proto_has(m, PF_NAME)) {
+		br_reply_error(w, m->op, m->id, BATON_EMISSING, "%s: the broker needs the engine's name",
+		    proto_op_name(m->op));
+		return;
+	}
+	struct eng *e = need_engine(b, w, m, name);
+	if (!e)
+		return;
+	enum op_kind kind;
+	switch (m->op) {
+	case PROTO_OP_ACQUIRE: kind = OP_ACQUIRE; break;
+	case PROTO_OP_REFILL: kind = OP_REFILL; break;
+	case PROTO_OP_RELEASE: kind = OP_RELEASE; break;
+	case PROTO_OP_VRAM: kind = m->reserve_mib == PROTO_RESERVE_FULL ? OP_REFILL : OP_VRAM; break;
+	default: kind = OP_HANDOFF; break;
+	}
+	struct eng *from = NULL;
+	if (kind == OP_HANDOFF) {
+		from = need_engine(b, w, m, m->from);
+		if (!from)
+			return;
+		if (from == e) {
+			br_reply_error(w, m->op, m->id, BATON_EINVAL, "handoff: from and to are both '%s'", m->to);
+			return;
+		}
+		if (br_eng_pinned(b, from)) {
+			br_reply_error(w, m->op, m->id, BATON_EPERM, "handoff: %s is pinned (baton pin %s false)",
+			    from->name, from->name);
+			return;
+		}
+	}
+	if (kind == OP_RELEASE && br_eng_pinned(b, e)) {
+		br_reply_error(w, m->op, m->id, BATON_EPERM, "release: %s is pinned (baton pin %s false)",
+		    e->name, e->name);
+		return;
+	}
+	/* The engine resends an acquire whose reply is late or lost (same id):
+	 * one already waiting is the same request, answered on the newest copy
+	 * and keeping its place; one granted already, whose grant is not used
+	 * yet, gets the same grant again, never a second one. A new acquire
+	 * replaces an older one. */
+	if (kind == OP_ACQUIRE && m->id == e->acq_id && e->grant > 0 && e->grant_epoch == e->acq_epoch) {
+		struct rbuf *rb = &w->rb;
+		proto_reply_init(&rb->m, m);
+		rb->m.epoch = e->acq_epoch;
+		rb->m.granted = e->acq_granted;
+		br_waiter_done(w);
+		return;
+	}
+	for (size_t i = 0; kind == OP_ACQUIRE && i < MAX_OPS; i++) {
+		struct op *o = &b->ops[i];
+		if (!o->used || o->kind != OP_ACQUIRE || o->target.slot != (uint32_t)(e - b->eng) ||
+		    o->target.gen != e->gen)
+			continue;
+		if (o->req_id == m->id) {
+			br_reply_error(o->w, o->req_op, o->req_id, BATON_ECLOSED, "acquire: sent again; answered there");
+			o->w = w;
+			return;
+		}
+		br_op_fail(b, o, BATON_ECLOSED, "acquire: replaced by a newer acquire of %s", e->name);
+	}
+	struct op *o = br_op_new(b, kind, w, m);
+	if (!o) {
+		br_reply_error(w, m->op, m->id, BATON_ENOMEM, "%s: too many operations in progress",
+		    proto_op_name(m->op));
+		return;
+	}
+	o->target = br_eref_of(b, e);
+	o->gpu = e->gpu;
+	o->reserve_mib = m->reserve_mib;
+	switch (kind) {
+	case OP_ACQUIRE:
+		o->bytes = m->bytes;
+		o->phase = P_WAIT;
+		break;
+	case OP_REFILL:
+		o->bytes = br_want_bytes(e);
+		o->phase = P_WAIT;
+		break;
+	case OP_RELEASE:
+	case OP_VRAM:
+		o->phase = P_CMD;
+		break;
+	case OP_HANDOFF: {
+		o->victim = br_eref_of(b, from);
+		o->bytes = br_want_bytes(e);
+		/* decide: what `from` gives. All it holds, unless it shares the
+		 * device and a shrink leaves B enough (then it keeps the rest). */
+		struct gpu_view v;
+		br_gpu_view(b, e->gpu, &v);
+		uint64_t short_by = o->bytes > v.avail ? o->bytes - v.avail : 0;
+		if (from->gpu == e->gpu && !from->no_shrink && short_by > 0 && short_by < from->mapped &&
+		    from->mapped - short_by >= from->floor) {
+			o->victim_kind = POLICY_SHRINK;
+			o->victim_bytes = short_by;
+		} else {
+			o->victim_kind = POLICY_RELEASE;
+			o->victim_bytes = from->mapped;
+		}
+		o->t_decided = now_s();
+		o->phase = from->mapped == 0 && from->grant == 0 ? P_WAIT : P_VICTIM;
+		if (o->phase == P_WAIT)
+			o->t_victim_done = o->t_decided;
+		break;
+	}
+	}
+}
+
+void br_on_request(struct broker *b, struct waiter *w, const struct baton_msg *m)
+{
+	switch (m->op) {
+	case PROTO_OP_REGISTER: on_register(b, w, m); break;
+	case PROTO_OP_HEARTBEAT: on_heartbeat(b, w, m); break;
+	case PROTO_OP_REPORT: on_report(b, w, m); break;
+	case PROTO_OP_STATUS: on_status(b, w, m); break;
+	case PROTO_OP_PIN: on_pin(b, w, m); break;
+	case PROTO_OP_ACQUIRE:
+	case PROTO_OP_REFILL:
+	case PROTO_OP_RELEASE:
+	case PROTO_OP_VRAM:
+	case PROTO_OP_HANDOFF: on_engine_op(b, w, m); break;
+	default:
+		br_reply_error(w, m->op, m->id, BATON_EUNKNOWNOP, "the broker does not serve '%s'",
+		    proto_op_name(m->op));
+	}
+}

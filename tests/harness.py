@@ -1,0 +1,595 @@
+"""harness.py: what every Python test of Baton shares.
+
+A test module imports this (and only this) from the tree:
+
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    import harness as h
+
+and gets
+  - the programs' paths, from BUILD (default "build"): h.ENGINE, h.BROKER...
+  - h.ERR: the error codes by name, read from proto/err.h, the C header that
+    owns them (no number is written twice);
+  - h.call (one request through `baton-proto-tool call`, reply as a dict),
+    h.call_retry (the same, again when the connection was refused or not
+    accepted in time: the request never arrived), h.ok, h.err, h.wait_for;
+  - h.Events: the broker's events, collected in the background;
+  - the fixtures: h.EngineCase (engines alone, each case its own directory
+    and host device), h.BrokerCase (a broker and engines), h.Http (a client
+    of the broker's HTTP API);
+  - h.run_cases(): each case with a fresh fixture, a sanitizer report in any
+    log fails it, the logs' tails on failure, the last line
+    "N passed, N failed".
+
+No test module imports another or replaces another's functions: what two
+of them need lives here.
+"""
+import http.client
+import json
+import os
+import re
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+
+import msgpack
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUILD = os.environ.get("BUILD", "build")
+BIN = os.path.join(BUILD, "bin")
+ENGINE = os.path.join(BIN, "baton-engine")
+BROKER = os.path.join(BIN, "baton-broker")
+ARENA = os.path.join(BIN, "baton-arena")
+TOOL = os.path.join(BIN, "baton-proto-tool")
+CLI = os.path.join(BIN, "baton")
+
+MIB = 1 << 20
+# The sanitizer build (BUILD ends in "san") and the ThreadSanitizer one.
+SAN = os.path.basename(BUILD.rstrip("/")) == "san"
+# ThreadSanitizer runs the programs 5-15 times slower: its run looks for
+# races, so the time bounds and windows of the cases stretch by SLOW there
+# (never in the normal or the ASan run).
+SLOW = float(os.environ.get("BATON_TEST_SLOW", "4" if "tsan" in BUILD else "1"))
+
+
+def _read_errors(path):
+    """{name: code} from the X-macro table of proto/err.h."""
+    with open(path) as f:
+        text = f.read()
+    table = {name: int(num) for num, name in
+             re.findall(r'X\(\s*BATON_\w+\s*,\s*(\d+)\s*,\s*"(\w+)"', text)}
+    if len(table) < 10 or table.get("ok") != 0:
+        raise RuntimeError("%s: the error table was not found (%d entries)" % (path, len(table)))
+    return table
+
+
+ERR = _read_errors(os.path.join(ROOT, "proto", "err.h"))
+
+# ---- requests ---------------------------------------------------------------
+
+_id = [1000]
+_id_lock = threading.Lock()
+
+
+def next_id():
+    with _id_lock:
+        _id[0] += 1
+        return _id[0]
+
+
+def call(url, op, timeout_ms=20000, **fields):
+    """One request; the reply as a dict. The tool's own failure (no answer)
+    comes back as {"error": name, "code": n, "text": ...}."""
+    rid = next_id()
+    m = {"v": 1, "op": op, "id": rid}
+    m.update(fields)
+    r = subprocess.run([TOOL, "call", url, "--timeout", str(timeout_ms)], input=msgpack.packb(m),
+                       capture_output=True, timeout=timeout_ms / 1000 + 10)
+    out = r.stdout.decode().strip()
+    if not out:
+        raise AssertionError("no reply to %s: %s" % (op, r.stderr.decode()))
+    rep = json.loads(out.splitlines()[-1])
+    if "error" in rep:  # the tool's own: no answer
+        return rep
+    assert rep["id"] == rid, {k: v for k, v in rep.items() if k != "output"}
+    return rep
+
+
+# What call_retry saw: connections refused, connects not accepted in time.
+retried = {"refused": 0, "connect_timeouts": 0}
+# URLs killed on purpose: a refused connect there is final, not retried.
+dead_urls = set()
+
+
+def call_retry(url, op, timeout_ms=20000, **fields):
+    """call, again when the connection was refused (the request never
+    arrived): proto/transport.c replaces a stalled listener, and that
+    refuses connections in progress once (and drops its pipes)."""
+    for _ in range(20):
+        rep = call(url, op, timeout_ms=timeout_ms, **fields)
+        if url in dead_urls:
+            return rep
+        if rep.get("error") == "connect":
+            retried["refused"] += 1
+        elif rep.get("error") == "timeout" and "cannot connect" in rep.get("text", ""):
+            retried["connect_timeouts"] += 1  # the listener did not accept within the timeout
+        else:
+            return rep
+        time.sleep(0.1)
+    return rep
+
+
+def retried_line():
+    return "connections refused and retried: %d, connects timed out and retried: %d" % (
+        retried["refused"], retried["connect_timeouts"])
+
+
+def ok(rep):
+    assert rep.get("ok") is True, rep
+    return rep
+
+
+def err(rep, name):
+    assert rep.get("ok") is False and rep.get("err") == ERR[name], "want %s, got %s" % (name, rep)
+    return rep
+
+
+def wait_for(what, fn, timeout=10.0, every=0.05):
+    """fn's first true value, polled every `every` s; fails after `timeout`."""
+    deadline = time.time() + timeout
+    while True:
+        v = fn()
+        if v:
+            return v
+        if time.time() > deadline:
+            raise AssertionError("timed out waiting for " + what)
+        time.sleep(every)
+
+
+class Events:
+    """Collects the broker's events in the background (`baton-proto-tool sub`)."""
+
+    def __init__(self, url):
+        self.p = subprocess.Popen([TOOL, "sub", url], stdout=subprocess.PIPE, text=True)
+        self.items = []
+        self.lock = threading.Lock()
+        self.t = threading.Thread(target=self._run, daemon=True)
+        self.t.start()
+
+    def _run(self):
+        for line in self.p.stdout:
+            try:
+                ev = json.loads(line)
+            except ValueError:
+                continue
+            with self.lock:
+                self.items.append(ev)
+
+    def all(self, kind=None, engine=None):
+        with self.lock:
+            return [e for e in self.items if (kind is None or e.get("kind") == kind) and
+                    (engine is None or e.get("engine") == engine)]
+
+    def close(self):
+        if self.p.poll() is None:
+            self.p.kill()
+        self.p.wait()
+
+
+# ---- the host device ----------------------------------------------------------
+
+def _hostdev_rows(d, index):
+    """(capacity, [(pid, bytes)]) from host device `index`'s state file in
+    directory d (the layout of engine/hostdev.h: a 64-byte header, then
+    32-byte owner rows)."""
+    with open(os.path.join(d, "hostdev-%d" % index), "rb") as f:
+        data = f.read()
+    magic, _version, n_owners, capacity = struct.unpack_from("<8sIIQ", data, 0)
+    assert magic.rstrip(b"\0") == b"BATONHD", magic
+    rows = []
+    for i in range(n_owners):
+        pid, _opens, _start, nbytes, _pad = struct.unpack_from("<iIQQQ", data, 64 + 32 * i)
+        rows.append((pid, nbytes))
+    return capacity, rows
+
+
+def hostdev_owners(d, index=0):
+    """(capacity, {pid: bytes charged}) of the live processes on host device
+    `index` in directory d."""
+    capacity, rows = _hostdev_rows(d, index)
+    out = {}
+    for pid, nbytes in rows:
+        if pid > 0 and os.path.exists("/proc/%d" % pid):
+            out[pid] = out.get(pid, 0) + nbytes
+    return capacity, out
+
+
+def hostdev_charged(d, index, pid):
+    """Bytes host device `index` charges to process `pid`, alive or not
+    (0 when the device was never opened)."""
+    if not os.path.exists(os.path.join(d, "hostdev-%d" % index)):
+        return 0
+    return sum(n for p, n in _hostdev_rows(d, index)[1] if p == pid)
+
+
+# ---- fixtures -----------------------------------------------------------------
+
+class Case:
+    """A fresh directory (its own host device, BATON_HOSTDEV_DIR), the
+    processes started in it (killed at close) and their logs."""
+
+    prefix = "baton-test-"
+
+    def __init__(self):
+        self.dir = tempfile.mkdtemp(prefix=self.prefix)
+        self.procs = []
+        self.events = None
+        self.env = dict(os.environ, BATON_HOSTDEV_DIR=self.dir, BATON_NVML="0")
+
+    def log(self, name):
+        return os.path.join(self.dir, name + ".log")
+
+    def logs_clean(self):
+        """A sanitizer's report in any log fails the case."""
+        for name in os.listdir(self.dir):
+            if name.endswith(".log"):
+                text = open(os.path.join(self.dir, name), errors="replace").read()
+                assert "runtime error:" not in text and "Sanitizer" not in text, (name, text[-3000:])
+
+    def tails(self, names, lines=15):
+        for name in names:
+            path = self.log(name)
+            if os.path.exists(path):
+                print("  --- %s.log (last lines)" % name)
+                for line in open(path, errors="replace").read().splitlines()[-lines:]:
+                    print("  " + line)
+
+    def close(self):
+        for p in reversed(self.procs):
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+        if self.events:
+            self.events.close()
+        if os.environ.get("BROKER_TEST_KEEP"):
+            print("  kept", self.dir)
+        else:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def synthetic_arena(path, layers=4, experts=8, d_model=256, d_ff=512, dtype="f16", top_k=2, seed=7):
+    subprocess.run([ARENA, "create", "--synthetic", "--layers", str(layers), "--experts", str(experts),
+                    "--top-k", str(top_k), "--d-model", str(d_model), "--d-ff", str(d_ff),
+                    "--dtype", dtype, "--seed", str(seed), path],
+                   check=True, stdout=subprocess.DEVNULL, timeout=60)
+    return path
+
+
+class EngineCase(Case):
+    """Engines alone (no broker), on the host backend."""
+
+    prefix = "baton-serve-"
+
+    def arena(self, name="m", layers=4, experts=16, d_model=256, d_ff=512, dtype="f16"):
+        return synthetic_arena(os.path.join(self.dir, name + ".arena"), layers, experts, d_model, d_ff, dtype)
+
+    def engine(self, name, arena, *flags, host_mib=256):
+        url = "ipc://%s/%s.sock" % (self.dir, name)
+        p = subprocess.Popen([ENGINE, "--name", name, "--shared-expert-arena", arena,
+                              "--listen", url, "--backend", "host", "--host-device-mib",
+                              str(host_mib)] + list(flags),
+                             stdout=subprocess.PIPE, stderr=open(self.log(name), "w"),
+                             env=self.env, text=True)
+        self.procs.append(p)
+        line = p.stdout.readline()
+        if not line.startswith("ready "):
+            p.wait(5)
+            raise AssertionError("engine %s did not start (exit %s): %s" %
+                                 (name, p.returncode, open(self.log(name)).read()))
+        p.url = url
+        p.name = name
+        return p
+
+
+# The broker tests' model: 4 layers x 8 experts, d_model 256, d_ff 512, f16:
+# 32 experts of 0.75 MiB; with 4 MiB segments the whole cache is 7 segments
+# = 28 MiB, plus about 0.6 MiB of dense tensors per engine on the device.
+# So a 40 MiB device holds one engine, a 64 MiB device two.
+CEIL = 28 * MIB
+
+
+class BrokerCase(Case):
+    """A broker and engines registered with it, on the host backend.
+    `call` is the request function the fixture's own requests use
+    (call_retry for the reliability scripts)."""
+
+    prefix = "baton-broker-"
+
+    def __init__(self, call=call):
+        super().__init__()
+        self.call = call
+        self.control = "ipc://%s/broker.sock" % self.dir
+        self.events_url = "ipc://%s/events.sock" % self.dir
+        self._arena = None
+        self.bp = None
+
+    def arena(self):
+        if not self._arena:
+            self._arena = synthetic_arena(os.path.join(self.dir, "m.arena"))
+        return self._arena
+
+    def _config(self, config, http):
+        path = os.path.join(self.dir, "broker.ini")
+        with open(path, "w") as f:
+            f.write("[broker]\ncontrol = %s\nevents = %s\n" % (self.control, self.events_url))
+            if http:
+                f.write("http = 127.0.0.1:0\n")
+            f.write(config)
+        return path
+
+    def _subscribe(self):
+        if not self.events:
+            self.events = Events(self.events_url)
+            time.sleep(0.1)  # the subscription is up before the first event
+
+    def broker(self, config="", wait=True):
+        p = subprocess.Popen([BROKER, "--config", self._config(config, False)], stdout=subprocess.PIPE,
+                             stderr=open(self.log("broker"), "a"), env=self.env, text=True)
+        self.procs.append(p)
+        self.bp = p
+        if wait:
+            line = p.stdout.readline()
+            if not line.startswith("ready "):
+                p.wait(5)
+                raise AssertionError("broker did not start (exit %s): %s" %
+                                     (p.returncode, open(self.log("broker")).read()))
+            self._subscribe()
+        return p
+
+    def http_broker(self, config="", args=(), token=None):
+        """A broker on a free HTTP port (never the default 8420); returns its
+        Http client (with `token` for requests)."""
+        p = subprocess.Popen([BROKER, "--config", self._config(config, True)] + list(args),
+                             stdout=subprocess.PIPE, stderr=open(self.log("broker"), "a"),
+                             env=self.env, text=True)
+        self.procs.append(p)
+        self.bp = p
+        line = p.stdout.readline().split()
+        if len(line) != 4 or line[0] != "ready":
+            p.wait(5)
+            raise AssertionError("broker did not start: %r %s" % (line, open(self.log("broker")).read()))
+        if self.events:
+            self.events.close()
+            self.events = None
+        self._subscribe()
+        return Http(line[3], token)
+
+    def engine(self, name, *flags, host_mib=40, broker=True, wait=True, env=None):
+        url = "ipc://%s/%s.sock" % (self.dir, name)
+        args = [ENGINE, "--name", name, "--shared-expert-arena", self.arena(), "--listen", url,
+                "--backend", "host", "--host-device-mib", str(host_mib), "--vram-segment-mib", "4",
+                "--expert-cache-release"] + list(flags)
+        if broker:
+            args += ["--broker", self.control]
+        e = dict(self.env)
+        e.update(env or {})
+        p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=open(self.log(name), "a"), env=e,
+                             text=True)
+        self.procs.append(p)
+        p.url = url
+        p.name = name
+        if wait:
+            self.wait_ready(p)
+        return p
+
+    def wait_ready(self, p, timeout=15):
+        box = {}
+        t = threading.Thread(target=lambda: box.update(line=p.stdout.readline()), daemon=True)
+        t.start()
+        t.join(timeout)
+        line = box.get("line", "")
+        if not line.startswith("ready "):
+            raise AssertionError("engine %s did not start: %r %s" % (p.name, line, open(self.log(p.name)).read()))
+
+    def status(self):
+        return ok(self.call(self.control, "status"))
+
+    def eng(self, name):
+        for e in self.status()["engines"]:
+            if e["name"] == name:
+                return e
+        return None
+
+    def holds(self):
+        return {e["name"]: e["resident"] for e in self.status()["engines"]}
+
+    def hostdev_used(self, index=0):
+        """(capacity, bytes charged by live processes) on the host device."""
+        capacity, owners = hostdev_owners(self.dir, index)
+        return capacity, sum(owners.values())
+
+    def per_pid(self, index=0):
+        return hostdev_owners(self.dir, index)[1]
+
+    def accounting(self, procs):
+        """Broker == engines == host device, within the heartbeat timeout:
+        the broker's resident per engine is the engine's mapped, each
+        engine's charge beyond its mapped is the same dense overhead, and
+        the device's used bytes are total - free. Returns (statuses, over)."""
+        last = []
+
+        def agree():
+            st = {p.name: ok(self.call(p.url, "status")) for p in procs}
+            held = {e["name"]: e["resident"] for e in self.status()["engines"]}
+            cap, used = self.hostdev_used()
+            charged = self.per_pid()
+            over = {p.name: charged.get(p.pid, 0) - st[p.name]["mapped"] for p in procs}
+            s0 = next(iter(st.values()))
+            last[:] = [st, held, used, over]
+            if any(held.get(n) != s["mapped"] for n, s in st.items()):
+                return None
+            if used != s0["total"] - s0["free"] or len(set(over.values())) != 1:
+                return None
+            return st, over
+        try:
+            return wait_for("broker, engines and device agree", agree, timeout=6, every=0.2)
+        except AssertionError:
+            raise AssertionError("no agreement: engines %s, broker %s, device used %s, charge beyond mapped %s" %
+                                 tuple(last))
+
+
+def gen(p, seed=1, steps=2, batch=1, timeout_ms=30000, call=call):
+    return call(p.url, "gen", timeout_ms=timeout_ms, steps=steps, batch=batch, seed=seed)
+
+
+_refs = {}
+
+
+def reference(c, seed, steps=2, batch=1):
+    """The (checksum, output) a lone engine (no broker, its own device)
+    computes on c's arena, for seeds 0..7."""
+    key = (seed, steps, batch)  # every fixture's arena is the same model
+    if key not in _refs:
+        d = tempfile.mkdtemp(prefix="baton-ref-")
+        try:
+            url = "ipc://%s/ref.sock" % d
+            p = subprocess.Popen([ENGINE, "--name", "ref", "--shared-expert-arena", c.arena(), "--listen",
+                                  url, "--backend", "host", "--host-device-mib", "128"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                 env=dict(os.environ, BATON_HOSTDEV_DIR=d))
+            try:
+                assert p.stdout.readline().startswith("ready")
+                for s in range(8):
+                    r = ok(c.call(url, "gen", steps=steps, batch=batch, seed=s))
+                    _refs[(s, steps, batch)] = (r["checksum"], r["output"])
+            finally:
+                p.kill()
+                p.wait()
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+    return _refs[key]
+
+
+def check_gen(c, p, seed):
+    r = ok(gen(p, seed=seed, call=c.call))
+    want = reference(c, seed)
+    assert (r["checksum"], r["output"]) == want, "%s seed %d: wrong output" % (p.name, seed)
+    return r
+
+
+# ---- the HTTP API -------------------------------------------------------------
+
+class Http:
+    def __init__(self, url, token=None):
+        assert url.startswith("http://"), url
+        host, port = url[7:].rsplit(":", 1)
+        self.host, self.port, self.token = host, int(port), token
+        self.url = url
+
+    def req(self, method, path, body=None, token=True, headers=None, timeout=30):
+        """(status, parsed JSON or text, headers)."""
+        h = dict(headers or {})
+        if token and self.token:
+            h["Authorization"] = "Bearer " + (token if isinstance(token, str) else self.token)
+        if isinstance(body, (dict, list)):
+            body = json.dumps(body)
+        if isinstance(body, str):
+            body = body.encode()
+        if body is not None:
+            h.setdefault("Content-Type", "application/json")
+        c = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+        try:
+            c.request(method, path, body=body, headers=h)
+            r = c.getresponse()
+            data = r.read()
+            ctype = r.getheader("Content-Type") or ""
+            out = json.loads(data) if data and ctype.startswith("application/json") else data.decode()
+            return r.status, out, dict(r.getheaders())
+        finally:
+            c.close()
+
+    def get(self, path, **kw):
+        return self.req("GET", path, **kw)
+
+    def post(self, path, body=None, **kw):
+        return self.req("POST", path, body=body, **kw)
+
+    def raw(self, data, timeout=10):
+        """Sends bytes as they are; returns the status line's code (0: none)."""
+        s = socket.create_connection((self.host, self.port), timeout=timeout)
+        try:
+            s.sendall(data)
+            got = b""
+            while b"\r\n" not in got:
+                chunk = s.recv(4096)
+                if not chunk:
+                    break
+                got += chunk
+            parts = got.split(b" ", 2)
+            return int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
+        except (ConnectionResetError, BrokenPipeError, socket.timeout):
+            return 0
+        finally:
+            s.close()
+
+
+def expect(got, status, code=None):
+    """The body of an HTTP reply with `status`; with `code`, an error body
+    carrying that code, a number and a message."""
+    st, body, _ = got
+    assert st == status, "want %d, got %d: %s" % (status, st, body)
+    if code is not None:
+        assert isinstance(body, dict) and body.get("ok") is False and body.get("code") == code and \
+            isinstance(body.get("err"), int) and body.get("message"), body
+    return body
+
+
+# ---- the runner ---------------------------------------------------------------
+
+def need(path):
+    """Exits with a counted failure when a program is not built."""
+    if not os.access(path, os.X_OK):
+        print("FAIL no %s (build it first)" % path)
+        print("0 passed, 1 failed")
+        sys.exit(1)
+
+
+def run_cases(cases, only=(), make=BrokerCase, logs=("broker", "a", "b", "c"), summary=None):
+    """Runs each case (all when `only` is empty) with a fresh fixture from
+    make() (make=None: the case takes no fixture). A sanitizer report in
+    any log fails the case; on failure the traceback and the logs' tails
+    are shown. A case may return a string: it follows its "ok" line.
+    summary(), when given, prints before the last line, which is
+    "N passed, N failed". Returns the exit status."""
+    passed = failed = 0
+    for case in cases:
+        if only and case.__name__ not in only:
+            continue
+        c = make() if make else None
+        t0 = time.time()
+        try:
+            note = case(c) if make else case()
+            if c is not None:
+                c.logs_clean()
+            print("ok   %-44s %7.3fs%s" % (case.__name__, time.time() - t0,
+                                          "  " + note if isinstance(note, str) else ""))
+            passed += 1
+        except Exception:
+            print("FAIL %s" % case.__name__)
+            traceback.print_exc(file=sys.stdout)
+            if c is not None:
+                c.tails(logs)
+            failed += 1
+        finally:
+            if c is not None:
+                c.close()
+        sys.stdout.flush()
+    if summary:
+        summary()
+    print("%d passed, %d failed" % (passed, failed))
+    return 1 if failed else 0
