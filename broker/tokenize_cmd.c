@@ -242,6 +242,8 @@ int tokenize_cmd_main(int argc, char **argv)
 	if (detok) {
 		int32_t *ids;
 		size_t n;
+		if (text_wants_cleanup(t)) /* as transformers' decode */
+			dflags |= TEXT_CLEANUP;
 		rc = parse_ids(pos + need, npos - need, &ids, &n);
 		if (!rc)
 			rc = cmd_detokenize(t, ids, n, dflags, json);

@@ -252,12 +252,33 @@ static int decode_into(const text_tok *t, const int32_t *ids, size_t n, unsigned
 	return rc;
 }
 
+/* transformers' clean_up_tokenization: these replacements, in this order,
+ * each over the whole text. */
+static int cleanup(struct tbuf *o)
+{
+	static const char *const rep[][2] = {
+	    {" .", "."}, {" ?", "?"}, {" !", "!"}, {" ,", ","}, {" ' ", "'"},
+	    {" n't", "n't"}, {" 'm", "'m"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"},
+	};
+	for (size_t i = 0; i < sizeof(rep) / sizeof(rep[0]); i++)
+		if (replace_in(o, rep[i][0], rep[i][1]))
+			return BATON_ENOMEM;
+	return 0;
+}
+
+bool text_wants_cleanup(const text_tok *t)
+{
+	return t->cleanup;
+}
+
 int text_decode(const text_tok *t, const int32_t *ids, size_t n, unsigned flags, char **out,
                 size_t *len, char *err, size_t errlen)
 {
 	struct tbuf o = {0};
 	bool held = false;
 	int rc = decode_into(t, ids, n, flags, false, &o, &held, err, errlen);
+	if (!rc && (flags & TEXT_CLEANUP))
+		rc = cleanup(&o);
 	if (rc) {
 		tx_tbuf_free(&o);
 		return rc;
@@ -289,6 +310,9 @@ struct text_stream {
 
 int text_stream_open(text_stream **out, const text_tok *t, unsigned flags)
 {
+	*out = NULL;
+	if (flags & TEXT_CLEANUP)
+		return BATON_EUNSUPPORTED; /* its replacements are not prefix-stable */
 	text_stream *s = calloc(1, sizeof(*s));
 	if (!s)
 		return BATON_ENOMEM;

@@ -468,6 +468,7 @@ int text_tok_load_hf(text_tok **out, const char *js, size_t len, const char *con
 			t->eos = id_of(t, s);
 		if ((s = config_token(cfg, "pad_token")))
 			t->pad = id_of(t, s);
+		t->cleanup = jbool(cfg, "clean_up_tokenization_spaces", false);
 		json_t *ct = json_object_get(cfg, "chat_template");
 		if (json_is_string(ct))
 			t->chat_template = strdup(json_string_value(ct));

@@ -62,6 +62,12 @@ int text_encode(const text_tok *t, const char *s, size_t len, unsigned flags, in
 
 /* Decode flags. */
 #define TEXT_SKIP_SPECIAL 1u /* leave special tokens out, as skip_special_tokens=True */
+#define TEXT_CLEANUP      2u /* transformers' clean_up_tokenization_spaces: " ." -> "."
+                              * and the like; whole decodes only (not streams) */
+
+/* Whether the tokenizer_config.json asks for clean_up_tokenization_spaces
+ * (transformers' decode then applies it: pass TEXT_CLEANUP to match). */
+bool text_wants_cleanup(const text_tok *t);
 
 /* Decodes ids as HF's decode: *out is malloc'ed, NUL-terminated, *len its
  * length. An id outside the vocabulary is BATON_ERANGE. */
@@ -88,6 +94,7 @@ const char *text_token_text(const text_tok *t, int32_t id);
  * byte-identical to text_decode of the whole sequence. */
 typedef struct text_stream text_stream;
 
+/* flags: TEXT_SKIP_SPECIAL; TEXT_CLEANUP is BATON_EUNSUPPORTED here. */
 int text_stream_open(text_stream **out, const text_tok *t, unsigned flags);
 /* Appends the text that became final to *buf (realloc'ed; *len, *cap kept by
  * the caller, start them at NULL/0/0). */

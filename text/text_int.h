@@ -142,6 +142,7 @@ struct text_tok {
 	size_t n_prefix, n_suffix;
 
 	int32_t bos, eos, pad;
+	bool cleanup; /* tokenizer_config.json's clean_up_tokenization_spaces */
 	char *chat_template;
 };
 

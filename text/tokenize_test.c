@@ -414,10 +414,35 @@ static void t_added_strip_digits(void)
 	text_tok_free(t);
 }
 
+/* transformers' clean_up_tokenization_spaces, from the config. */
+static void t_cleanup(void)
+{
+	const char *js = "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"x\":0},\"merges\":[]},"
+	                 "\"added_tokens\":[{\"id\":1,\"content\":\"a , b . c ? d ! e ' f don n't I 'm "
+	                 "it 's we 've they 're x ' s\",\"special\":false}],\"decoder\":{\"type\":\"Fuse\"}}";
+	const char *cfg = "{\"clean_up_tokenization_spaces\":true}";
+	text_tok *t;
+	char err[256];
+	T_ASSERT_MSG(text_tok_load_hf(&t, js, strlen(js), cfg, strlen(cfg), err, sizeof(err)) == 0, "%s", err);
+	T_ASSERT(text_wants_cleanup(t));
+	int32_t id = 1;
+	/* what Python's chain of str.replace gives */
+	expect_text(t, &id, 1, TEXT_CLEANUP, "a, b. c? d! e'f donn't I'm it's we've they're x's");
+	expect_text(t, &id, 1, 0, "a , b . c ? d ! e ' f don n't I 'm it 's we 've they 're x ' s");
+	text_stream *s = (text_stream *)1;
+	T_EQ_ERR(text_stream_open(&s, t, TEXT_CLEANUP), BATON_EUNSUPPORTED);
+	T_ASSERT(s == NULL);
+	text_tok_free(t);
+	t = load("qwen3", "tokenizer.json");
+	T_ASSERT(!text_wants_cleanup(t));
+	text_tok_free(t);
+}
+
 T_MAIN(T_CASE_TIMEOUT(t_qwen3_hf, 120), T_CASE_TIMEOUT(t_qwen3_gguf, 120),
        T_CASE_TIMEOUT(t_qwen2_hf, 120), T_CASE_TIMEOUT(t_qwen2_gguf, 120),
        T_CASE_TIMEOUT(t_gpt2_hf, 120), T_CASE_TIMEOUT(t_gpt2_gguf, 120),
        T_CASE_TIMEOUT(t_olmoe_hf, 120), T_CASE_TIMEOUT(t_olmoe_gguf, 120),
        T_CASE_TIMEOUT(t_mixtral_hf, 120), T_CASE_TIMEOUT(t_mixtral_gguf, 120),
        T_CASE_TIMEOUT(t_specials, 60), T_CASE(t_refusals), T_CASE(t_no_special),
-       T_CASE(t_stream_holds_partial), T_CASE(t_metaspace), T_CASE(t_added_strip_digits))
+       T_CASE(t_stream_holds_partial), T_CASE(t_metaspace), T_CASE(t_added_strip_digits),
+       T_CASE(t_cleanup))

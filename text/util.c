@@ -44,14 +44,14 @@ void tx_tbuf_free(struct tbuf *b)
 	b->n = b->cap = 0;
 }
 
+/* baton_verrf's text, and the code back, so failures read
+ * `return text_errf(err, errlen, BATON_EINVAL, ...)`. */
 int text_errf(char *err, size_t errlen, int code, const char *fmt, ...)
 {
-	if (err && errlen) {
-		va_list ap;
-		va_start(ap, fmt);
-		vsnprintf(err, errlen, fmt, ap);
-		va_end(ap);
-	}
+	va_list ap;
+	va_start(ap, fmt);
+	baton_verrf(err, errlen, fmt, ap);
+	va_end(ap);
 	return code;
 }
 
