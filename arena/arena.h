@@ -83,6 +83,19 @@ int baton_dtype_parse(const char *name);
  * is not a multiple of the type's block size (or would overflow). */
 uint64_t baton_dtype_row_bytes(int dtype, uint64_t cols);
 
+/* IEEE binary16 and bfloat16, the one codec of the tree (arena/dtype.c).
+ * Narrowing rounds to nearest, ties to even; overflow gives infinity, tiny
+ * values subnormals or a signed zero; a NaN stays a NaN, quiet, with its
+ * sign and the top bits of its payload (as x86's F16C and AVX512-BF16
+ * instructions do). f16 widening is exact (a signalling NaN comes back
+ * quiet, as from F16C); bf16 widening is the 16-bit shift. So every 16-bit
+ * pattern but a signalling NaN survives a round trip through f32.
+ * Thread-safe, no tables. */
+float baton_f16_to_f32(uint16_t h);
+uint16_t baton_f32_to_f16(float f);
+float baton_bf16_to_f32(uint16_t h);
+uint16_t baton_f32_to_bf16(float f);
+
 enum baton_role {
 	BATON_ROLE_EXPERT = 0, /* gate+up+down of one (layer, expert): one blob */
 	BATON_ROLE_ROUTER = 1,
@@ -151,7 +164,8 @@ int arena_verify(const struct baton_arena *a, uint64_t *bad_entries, char *errbu
 
 struct baton_synth_params {
 	uint32_t layers, experts, top_k, d_model, d_ff;
-	uint32_t dtype;   /* f32, f16, bf16 or q8_0, for gate, up and down */
+	uint32_t dtype;   /* f32, f16, bf16, q8_0, q4_K, q5_K or q6_K, for gate, up
+			   * and down (K-quants: d_model, d_ff multiples of 256) */
 	uint64_t seed;
 	/* A full model of a named architecture (version 2): arch is one of
 	 * qwen3_moe, qwen2_moe, mixtral, olmoe, or NULL/"" for the experts-only

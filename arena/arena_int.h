@@ -42,13 +42,14 @@ static inline uint64_t arena_align_up(uint64_t x, uint64_t a)
 
 uint32_t arena_dtype_block(int dtype);       /* elements per block; 0 if unknown */
 uint32_t arena_dtype_block_bytes(int dtype); /* bytes per block; 0 if unknown */
-uint16_t arena_f32_to_f16(float f);
-float arena_f16_to_f32(uint16_t h);
-uint16_t arena_f32_to_bf16(float f);
-float arena_bf16_to_f32(uint16_t h);
-/* Encodes n floats into dtype f32, f16, bf16 or q8_0 (n a multiple of 32
- * for q8_0). Returns 0, or BATON_EUNSUPPORTED for another dtype. */
+/* Encodes n floats into dtype f32, f16, bf16, q8_0 (n a multiple of 32),
+ * q4_K, q5_K or q6_K (n a multiple of 256, values finite). Returns 0,
+ * BATON_EINVAL for a bad n or value, or BATON_EUNSUPPORTED for another
+ * dtype. */
 int arena_encode_row(int dtype, const float *x, uint64_t n, uint8_t *dst);
+/* The K-quant part of it (kquant.c): ggml's reference quantizers,
+ * quantize_row_q{4,5,6}_K_ref, byte for byte. */
+int arena_encode_kquant(int dtype, const float *x, uint64_t n, uint8_t *dst);
 
 /* ---- the validated index of an arena image (open.c) ---------------------- */
 

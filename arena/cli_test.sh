@@ -58,6 +58,14 @@ f.write(bytes([b[0] ^ 0x10]))" $p $off || fail "cannot flip a byte"
 	expect 1 $A verify $p; says "checksum mismatch in layer 1 expert 2"; says "1 bad entry"
 }
 
+t_create_kquant() {
+	p=$T_TMP/k.arena
+	expect 0 $A create --synthetic --layers 2 --experts 2 --top-k 1 --d-model 256 --d-ff 512 \
+	    --dtype q4_K --seed 3 $p
+	expect 0 $A info $p; says "gate q4_K, up q4_K, down q4_K"
+	expect 0 $A verify $p; says "^ok $p: 4 experts"
+}
+
 t_bad_files() {
 	printf 'hello' >$T_TMP/x.arena
 	expect 1 $A info $T_TMP/x.arena; says "bad_magic"
@@ -80,7 +88,7 @@ t_usage_errors() {
 	expect 2 $A create $SYN --d-model 1048576 $p; says "larger than"
 	expect 2 $A create $SYN --top-k 9 $p; says "larger than --experts"
 	expect 2 $A create $SYN --layers 0 $p; says "at least 1"
-	expect 2 $A create $SYN --dtype q4_K $p; says "not one of f32, f16, bf16, q8_0"
+	expect 2 $A create $SYN --dtype q3_K $p; says "not one of f32, f16, bf16, q8_0, q4_K, q5_K, q6_K"
 	expect 2 $A create $SYN --bogus $p; says 'unknown or incomplete option "--bogus"'
 	expect 2 $A create $SYN --seed; says "incomplete"
 	expect 2 $A create --gguf x --layers 3 $p; says "for --synthetic only"
@@ -90,6 +98,7 @@ t_usage_errors() {
 	expect 2 $A info --frob $p; says "unknown option"
 	expect 2 $A verify a b; says "give one PATH"
 	expect 1 $A create $SYN --dtype q8_0 --d-model 48 $p; says "multiples of 32"
+	expect 1 $A create $SYN --dtype q4_K $p; says "q4_K needs d_model and d_ff multiples of 256"
 	[ ! -e $p ] || fail "an arena was left behind"
 }
 
@@ -104,6 +113,7 @@ t_default_location() {
 t_case t_help
 t_case t_create_info_verify
 t_case t_verify_names_entry
+t_case t_create_kquant
 t_case t_bad_files
 t_case t_usage_errors
 t_case t_default_location

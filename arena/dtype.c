@@ -1,6 +1,7 @@
 /*
- * dtype.c: ggml's tensor types (block size, bytes per block, name) and the
- * encoders the synthetic source needs (f16, bf16, q8_0).
+ * dtype.c: ggml's tensor types (block size, bytes per block, name), the
+ * tree's one f16/bf16 codec, and the encoders the synthetic source needs
+ * (f16, bf16, q8_0; the K-quants' are kquant.c's).
  *
  * The table follows ggml's type_traits (ggml.c) and the block structs of
  * ggml-common.h: a row of `cols` elements takes cols / block blocks.
@@ -98,7 +99,20 @@ uint32_t arena_dtype_block_bytes(int dtype)
 	return t ? t->bytes : 0;
 }
 
-/* ---- conversions ---------------------------------------------------------- */
+/* ---- the f16 / bf16 codec ------------------------------------------------
+ * The one codec of the tree (arena encodes with it, the engine decodes and
+ * encodes with it). Its rules are those of the hardware conversions
+ * (x86 F16C VCVTPS2PH / VCVTPH2PS, AVX512-BF16 VCVTNEPS2BF16), which is also
+ * what numpy and torch give where they use those instructions:
+ *   - narrowing rounds to nearest, ties to even; overflow gives infinity,
+ *     tiny values subnormals or a signed zero;
+ *   - a NaN stays a NaN, quiet (its quiet bit set), with its sign and the top
+ *     bits of its payload. (torch's scalar c10::Half and c10::BFloat16 write
+ *     the canonical 0x7E00 / 0x7FC0 instead: also quiet NaNs; keeping the
+ *     payload is what the instructions do, so SIMD and scalar paths agree.)
+ *   - f16 widening is exact; a signalling f16 NaN comes back quiet, as from
+ *     VCVTPH2PS. bf16 widening is the 16-bit shift every library does.
+ * No tables, no global state: thread-safe. */
 
 static inline uint32_t f32_bits(float f)
 {
@@ -114,57 +128,59 @@ static inline float f32_from(uint32_t u)
 	return f;
 }
 
-/*
- * IEEE binary32 -> binary16, round to nearest even, subnormals, infinities
- * and NaN included, without branches on the value (so loops vectorize).
- * The float arithmetic does the rounding: scaling |f| up by 2^112 and down
- * by 2^-110 saturates overflows to infinity, and adding a power of two
- * ("bias") shifts the mantissa so that the hardware rounds it at the half
- * precision's last bit.
- */
-uint16_t arena_f32_to_f16(float f)
+/* After F. Giesen's float_to_half_fast3_rtne. */
+uint16_t baton_f32_to_f16(float f)
 {
-	const float scale_to_inf = 0x1.0p+112f;
-	const float scale_to_zero = 0x1.0p-110f;
-	float base = (fabsf(f) * scale_to_inf) * scale_to_zero;
-	uint32_t w = f32_bits(f);
-	uint32_t shl1_w = w + w;
-	uint32_t sign = w & 0x80000000u;
-	uint32_t bias = shl1_w & 0xFF000000u;
-	if (bias < 0x71000000u)
-		bias = 0x71000000u;
-	base = f32_from((bias >> 1) + 0x07800000u) + base;
-	uint32_t bits = f32_bits(base);
-	uint32_t exp_bits = (bits >> 13) & 0x00007C00u;
-	uint32_t mantissa_bits = bits & 0x00000FFFu;
-	uint32_t nonsign = exp_bits + mantissa_bits;
-	return (uint16_t)((sign >> 16) | (shl1_w > 0xFF000000u ? 0x7E00u : nonsign));
+	uint32_t x = f32_bits(f);
+	uint32_t sign = (x >> 16) & 0x8000u;
+	uint32_t ax = x & 0x7fffffffu;
+	uint32_t o;
+
+	if (ax > 0x7f800000u) {
+		o = 0x7e00u | ((ax >> 13) & 0x3ffu); /* NaN: quiet, top payload */
+	} else if (ax >= 0x477ff000u) {
+		o = 0x7c00u; /* infinity, and >= 65520, which rounds to it */
+	} else if (ax < 0x38800000u) {
+		/* Below 2^-14: a subnormal or zero. Adding 0.5 (whose ulp is
+		 * 2^-24) rounds to a multiple of 2^-24 in the FPU, ties to even. */
+		o = f32_bits(f32_from(ax) + 0.5f) - 0x3f000000u;
+	} else {
+		uint32_t odd = (ax >> 13) & 1u;
+		ax += 0xc8000fffu + odd; /* rebias 127 -> 15 and round */
+		o = ax >> 13;
+	}
+	return (uint16_t)(o | sign);
 }
 
-float arena_f16_to_f32(uint16_t h)
+/* Exact: normals by rebiasing the exponent, subnormals as
+ * (0.5 + m * 2^-24) - 0.5 (both operands normal, the difference exact),
+ * infinities and NaNs by setting the f32 exponent to all ones. */
+float baton_f16_to_f32(uint16_t h)
 {
 	uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-	uint32_t exp = (h >> 10) & 0x1Fu;
-	uint32_t man = h & 0x3FFu;
-	if (exp == 0x1F)
-		return f32_from(sign | 0x7F800000u | (man << 13));
-	if (exp == 0) {
-		float v = (float)man * 0x1.0p-24f;
-		return sign ? -v : v;
-	}
-	return f32_from(sign | ((exp + 112) << 23) | (man << 13));
+	uint32_t em = h & 0x7fffu;
+	uint32_t r;
+
+	if (em >= 0x7c00u)
+		r = 0x7f800000u | (em << 13) | (em > 0x7c00u ? 0x00400000u : 0);
+	else if (em < 0x0400u)
+		r = f32_bits(f32_from(0x3f000000u | em) - 0.5f);
+	else
+		r = (em << 13) + 0x38000000u;
+	return f32_from(r | sign);
 }
 
-uint16_t arena_f32_to_bf16(float f)
+uint16_t baton_f32_to_bf16(float f)
 {
-	uint32_t u = f32_bits(f);
-	if ((u & 0x7FFFFFFFu) > 0x7F800000u)
-		return (uint16_t)((u >> 16) | 0x40u); /* quiet NaN, sign kept */
-	u += 0x7FFFu + ((u >> 16) & 1u);
-	return (uint16_t)(u >> 16);
+	uint32_t x = f32_bits(f);
+
+	if ((x & 0x7fffffffu) > 0x7f800000u)
+		return (uint16_t)((x >> 16) | 0x40u); /* quiet NaN, sign and top payload */
+	x += 0x7fffu + ((x >> 16) & 1u);
+	return (uint16_t)(x >> 16);
 }
 
-float arena_bf16_to_f32(uint16_t h)
+float baton_bf16_to_f32(uint16_t h)
 {
 	return f32_from((uint32_t)h << 16);
 }
@@ -177,13 +193,13 @@ int arena_encode_row(int dtype, const float *x, uint64_t n, uint8_t *dst)
 		return 0;
 	case BATON_DT_F16:
 		for (uint64_t i = 0; i < n; i++) {
-			uint16_t h = arena_f32_to_f16(x[i]);
+			uint16_t h = baton_f32_to_f16(x[i]);
 			memcpy(dst + 2 * i, &h, 2);
 		}
 		return 0;
 	case BATON_DT_BF16:
 		for (uint64_t i = 0; i < n; i++) {
-			uint16_t h = arena_f32_to_bf16(x[i]);
+			uint16_t h = baton_f32_to_bf16(x[i]);
 			memcpy(dst + 2 * i, &h, 2);
 		}
 		return 0;
@@ -200,12 +216,16 @@ int arena_encode_row(int dtype, const float *x, uint64_t n, uint8_t *dst)
 				amax = fmaxf(amax, fabsf(v[j]));
 			float d = amax / 127.0f;
 			float id = d != 0.0f ? 1.0f / d : 0.0f;
-			uint16_t hd = arena_f32_to_f16(d);
+			uint16_t hd = baton_f32_to_f16(d);
 			memcpy(o, &hd, 2);
 			for (int j = 0; j < 32; j++)
 				o[2 + j] = (uint8_t)(int8_t)roundf(v[j] * id);
 		}
 		return 0;
+	case BATON_DT_Q4_K:
+	case BATON_DT_Q5_K:
+	case BATON_DT_Q6_K:
+		return arena_encode_kquant(dtype, x, n, dst);
 	default:
 		return BATON_EUNSUPPORTED;
 	}

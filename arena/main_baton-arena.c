@@ -23,7 +23,8 @@
 
 static const char usage_text[] =
     "usage: baton-arena create --synthetic --layers N --experts N --top-k N\n"
-    "                          --d-model N --d-ff N [--dtype f32|f16|bf16|q8_0]\n"
+    "                          --d-model N --d-ff N\n"
+    "                          [--dtype f32|f16|bf16|q8_0|q4_K|q5_K|q6_K]\n"
     "                          [--seed N] [--force] [--threads N] PATH\n"
     "       baton-arena create --synthetic-arch qwen3_moe|qwen2_moe|mixtral|olmoe\n"
     "                          [--preset NAME] [--layers N --experts N --top-k N\n"
@@ -181,8 +182,10 @@ static int cmd_create(int argc, char **argv)
 		case O_DTYPE:
 			dtype = baton_dtype_parse(optarg);
 			if (dtype != BATON_DT_F32 && dtype != BATON_DT_F16 && dtype != BATON_DT_BF16 &&
-			    dtype != BATON_DT_Q8_0)
-				return usage_error("--dtype: \"%s\" is not one of f32, f16, bf16, q8_0", optarg);
+			    dtype != BATON_DT_Q8_0 && dtype != BATON_DT_Q4_K && dtype != BATON_DT_Q5_K &&
+			    dtype != BATON_DT_Q6_K)
+				return usage_error("--dtype: \"%s\" is not one of f32, f16, bf16, q8_0, "
+				    "q4_K, q5_K, q6_K", optarg);
 			break;
 		case O_SEED:
 			if ((rc = parse_u64("--seed", optarg, UINT64_MAX, &seed)))

@@ -11,7 +11,9 @@
  * gate, up and the router s = 1/sqrt(d_model), down s = 1/sqrt(d_ff); the
  * norm is 1 + r / 32768 * 0.1. f16 and bf16 rows are looked up in a table
  * of the 65536 encodings (the values are the f32 ones, rounded to nearest
- * even); q8_0 blocks are those of the same values (see encode_q8_0).
+ * even); q8_0 blocks are those of the same values (see encode_q8_0);
+ * q4_K, q5_K and q6_K blocks are ggml's quantisation of the f32 values
+ * (kquant.c).
  */
 #include <inttypes.h>
 #include <math.h>
@@ -138,7 +140,7 @@ static void encode_q8_0(const int16_t *r, uint32_t n, float s, uint8_t *dst)
 			int32_t a = v[j] < 0 ? -(int32_t)v[j] : v[j];
 			m = a > m ? a : m;
 		}
-		uint16_t hd = arena_f32_to_f16((float)m * s / 127.0f);
+		uint16_t hd = baton_f32_to_f16((float)m * s / 127.0f);
 		memcpy(o, &hd, 2);
 		float k = m ? 127.0f / (float)m : 0.0f;
 		int32_t q[32];
@@ -178,6 +180,17 @@ static int gen_tensor(const struct synth *sy, uint32_t layer, uint32_t expert, i
 			gen_row_i16(rk, (int16_t *)(void *)buf, part->cols);
 			encode_q8_0((const int16_t *)(void *)buf, part->cols, scale * 0x1.0p-15f, o);
 			break;
+		case BATON_DT_Q4_K:
+		case BATON_DT_Q5_K:
+		case BATON_DT_Q6_K: { /* the f32 values through ggml's quantizer */
+			if (t >= T_ROUTER)
+				return BATON_EUNSUPPORTED;
+			gen_row_f32(rk, buf, part->cols, scale, bias);
+			int rc = arena_encode_kquant((int)part->dtype, buf, part->cols, o);
+			if (rc)
+				return rc;
+			break;
+		}
 		default:
 			return BATON_EUNSUPPORTED;
 		}
@@ -264,7 +277,7 @@ static uint16_t *make_table(uint32_t dtype, float scale)
 	float s = scale * 0x1.0p-15f;
 	for (uint32_t r = 0; r < 65536; r++) {
 		float v = draw_value(r, 0, s);
-		tab[r] = dtype == BATON_DT_F16 ? arena_f32_to_f16(v) : arena_f32_to_bf16(v);
+		tab[r] = dtype == BATON_DT_F16 ? baton_f32_to_f16(v) : baton_f32_to_bf16(v);
 	}
 	return tab;
 }
@@ -400,15 +413,20 @@ int arena_plan_synthetic(const struct baton_synth_params *p, struct arena_plan *
 		return arena_errf(errbuf, errlen, BATON_EINVAL,
 		    "d_model %" PRIu32 " and d_ff %" PRIu32 " must be in 1..%u",
 		    p->d_model, p->d_ff, ARENA_MAX_DIM - 1);
+	int kq = p->dtype == BATON_DT_Q4_K || p->dtype == BATON_DT_Q5_K || p->dtype == BATON_DT_Q6_K;
 	if (p->dtype != BATON_DT_F32 && p->dtype != BATON_DT_F16 && p->dtype != BATON_DT_BF16 &&
-	    p->dtype != BATON_DT_Q8_0)
+	    p->dtype != BATON_DT_Q8_0 && !kq)
 		return arena_errf(errbuf, errlen, BATON_EUNSUPPORTED,
-		    "synthetic dtype must be f32, f16, bf16 or q8_0, not %s",
+		    "synthetic dtype must be f32, f16, bf16, q8_0, q4_K, q5_K or q6_K, not %s",
 		    baton_dtype_name((int)p->dtype) ? baton_dtype_name((int)p->dtype) : "unknown");
 	if (p->dtype == BATON_DT_Q8_0 && (p->d_model % 32 || p->d_ff % 32))
 		return arena_errf(errbuf, errlen, BATON_EINVAL,
 		    "q8_0 needs d_model and d_ff multiples of 32 (got %" PRIu32 ", %" PRIu32 ")",
 		    p->d_model, p->d_ff);
+	if (kq && (p->d_model % 256 || p->d_ff % 256))
+		return arena_errf(errbuf, errlen, BATON_EINVAL,
+		    "%s needs d_model and d_ff multiples of 256 (got %" PRIu32 ", %" PRIu32 ")",
+		    baton_dtype_name((int)p->dtype), p->d_model, p->d_ff);
 
 	struct synth *sy = calloc(1, sizeof *sy);
 	uint32_t *dt = calloc((size_t)p->layers * ARENA_DT_N, sizeof *dt);

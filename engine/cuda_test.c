@@ -7,9 +7,11 @@
  * (cuMemGetInfo); out of device memory leaving nothing mapped; a 16 GiB
  * reservation; pinning a read-only MAP_SHARED file (as the arena is) in
  * pieces; batched copies round trip; and the MoE route and experts for
- * f32, f16, bf16 and q8_0 against a double-precision reference written
- * here and against the host backend (engine_int.h), on aligned (vector
- * loads) and misaligned (scalar path) layouts; determinism; timings.
+ * f32, f16, bf16, q8_0, q4_K, q5_K and q6_K against a double-precision
+ * reference written here and against the host backend (engine_int.h), on
+ * aligned (vector loads) and misaligned (scalar path) layouts;
+ * determinism; timings. (The K-quants' values come from the host's
+ * decoder, which engine/kquant_test.c checks bit for bit against ggml.)
  *
  * Figures are printed as "  fig <name> <value> <unit>" lines.
  *
@@ -17,7 +19,7 @@
  * x_out - x_in; weights decode exactly in every dtype, so only the f32
  * accumulation order differs): f32, f16, bf16, q8_0: 1e-4 each (measured
  * on an H200: 1.5e-7 to 3.7e-7 against the double reference and against
- * the host backend, for every dtype). Route weights: 1e-5 absolute.
+ * the host backend, for every dtype); the K-quants the same 1e-4. Route weights: 1e-5 absolute.
  * Route ids: equal, except where the two logits at a rank are within
  * 1e-5 of each other (a near tie that f32 rounding may order either way).
  */
@@ -103,7 +105,8 @@ static void t_device(void)
 	fig("mem_free", mib((int64_t)f), "MiB");
 	for (int dt = 0; dt < BATON_DT_COUNT; dt++)
 		T_EQ_INT(be->can_compute(dt), dt == BATON_DT_F32 || dt == BATON_DT_F16 ||
-		    dt == BATON_DT_BF16 || dt == BATON_DT_Q8_0);
+		    dt == BATON_DT_BF16 || dt == BATON_DT_Q8_0 || dt == BATON_DT_Q4_K ||
+		    dt == BATON_DT_Q5_K || dt == BATON_DT_Q6_K);
 	struct baton_dev *none = NULL;
 	char err[256] = "";
 	T_EQ_ERR(be->open(999, 0, &none, err, sizeof err), BATON_ENODEV);
@@ -449,8 +452,56 @@ static uint64_t rowb(int dt, uint32_t cols)
 	case BATON_DT_F16:
 	case BATON_DT_BF16: return 2ull * cols;
 	case BATON_DT_Q8_0: return cols / 32 * 34ull;
+	case BATON_DT_Q4_K: return cols / 256 * 144ull;
+	case BATON_DT_Q5_K: return cols / 256 * 176ull;
+	case BATON_DT_Q6_K: return cols / 256 * 210ull;
 	}
 	return 0;
+}
+
+/* K-quant test rows: random quants and 6-bit scales, and f16 super-scales
+ * that give each block the rms of v's values there (so the layer has the
+ * magnitudes of the other dtypes'); q4_K / q5_K sub-blocks have min =
+ * scale and dmin = d * 7.5 (15.5), centring them on zero. The values are
+ * what the host's decoder says (engine/kquant_test.c checks it against
+ * ggml), not v's. */
+static void encode_kquant(int dt, const double *v, uint32_t cols, uint8_t *out)
+{
+	const uint64_t bb = rowb(dt, 256);
+	for (uint32_t b = 0; b < cols / 256; b++) {
+		uint8_t *blk = out + b * bb;
+		double ss = 0;
+		for (int i = 0; i < 256; i++)
+			ss += v[b * 256 + i] * v[b * 256 + i];
+		double rms = sqrt(ss / 256);
+		for (uint64_t k = 0; k < bb; k++)
+			blk[k] = (uint8_t)(urand() * 128 + 128);
+		/* baton_f32_to_f16: small d may be subnormal (to_f16 here
+		 * flushes those to zero). */
+		if (dt == BATON_DT_Q6_K) { /* scales in -63..63: rms 36.7 */
+			for (int j = 0; j < 16; j++)
+				blk[192 + j] = (uint8_t)(int8_t)lround(urand() * 63);
+			uint16_t d = baton_f32_to_f16((float)(rms / (36.7 * 18.5)));
+			memcpy(blk + 208, &d, 2);
+			continue;
+		}
+		double half = dt == BATON_DT_Q4_K ? 7.5 : 15.5;
+		uint16_t d = baton_f32_to_f16((float)(rms / (42 * (dt == BATON_DT_Q4_K ? 4.61 : 9.23))));
+		uint16_t m = baton_f32_to_f16((float)(from_f16(d) * half));
+		memcpy(blk, &d, 2);
+		memcpy(blk + 2, &m, 2);
+		uint8_t *sc = blk + 4;
+		for (int j = 0; j < 8; j++) {
+			uint8_t s6 = (uint8_t)(16 + (int)((urand() + 1) * 23.9));
+			if (j < 4) {
+				sc[j] = s6, sc[j + 4] = s6;
+			} else {
+				sc[j + 4] = (uint8_t)((s6 & 0xF) | ((s6 & 0xF) << 4));
+				sc[j - 4] = (uint8_t)((sc[j - 4] & 63) | ((s6 >> 4) << 6));
+				sc[j] = (uint8_t)((sc[j] & 63) | ((s6 >> 4) << 6));
+			}
+		}
+	}
 }
 
 /* Encodes v[cols] (scaled by `scale`) into a row of dtype dt. */
@@ -465,6 +516,8 @@ static void encode_row(int dt, const double *v, uint32_t cols, uint8_t *out)
 		case BATON_DT_BF16: h = to_bf16(f); memcpy(out + 2ull * i, &h, 2); break;
 		}
 	}
+	if (kquant_is(dt))
+		encode_kquant(dt, v, cols, out);
 	if (dt == BATON_DT_Q8_0)
 		for (uint32_t b = 0; b < cols / 32; b++) {
 			double amax = 0;
@@ -494,6 +547,19 @@ static double decode(int dt, const uint8_t *row, uint32_t i)
 		const uint8_t *blk = row + (i / 32) * 34ull;
 		memcpy(&h, blk, 2);
 		return from_f16(h) * (double)(int8_t)blk[2 + i % 32];
+	}
+	case BATON_DT_Q4_K:
+	case BATON_DT_Q5_K:
+	case BATON_DT_Q6_K: { /* the host's decoder, one block remembered */
+		static const uint8_t *last;
+		static int last_dt = -1;
+		static float vals[256];
+		const uint8_t *blk = row + (i / 256) * rowb(dt, 256);
+		if (blk != last || dt != last_dt) {
+			kquant_decode_block(dt, blk, vals);
+			last = blk, last_dt = dt;
+		}
+		return vals[i % 256];
 	}
 	}
 	return NAN;
@@ -533,7 +599,7 @@ static void layer_make(struct layer *L, uint32_t B, uint32_t D, uint32_t F, uint
 {
 	memset(L, 0, sizeof *L);
 	L->B = B, L->D = D, L->F = F, L->E = E, L->K = K, L->dt = dt;
-	L->norm_dt = dt == BATON_DT_Q8_0 ? BATON_DT_F16 : dt;
+	L->norm_dt = dt == BATON_DT_Q8_0 || kquant_is(dt) ? BATON_DT_F16 : dt;
 	L->gate_off = misalign ? 1 : 0;
 	L->up_off = L->gate_off + rowb(dt, D) * F + (misalign ? 3 : 0);
 	L->down_off = L->up_off + rowb(dt, D) * F + (misalign ? 5 : 0);
@@ -781,7 +847,10 @@ static void check_layer(int dt, uint32_t B, uint32_t D, uint32_t F, uint32_t E, 
 		tmp2[i] = (double)hx[i] - L.x[i];
 	}
 	double e_ref = rel_err(delta, rdelta, BD), e_host = rel_err(delta, tmp2, BD);
-	double e_host_ref = rel_err(tmp2, rdelta, BD);
+	double e_host_ref = rel_err(tmp2, rdelta, BD), dmax = 0;
+	for (size_t i = 0; i < BD; i++)
+		dmax = fmax(dmax, fabs(rdelta[i]));
+	T_ASSERT_MSG(dmax > 1e-6, "%s: the layer's output is (nearly) zero: weights lost", dt_name(dt));
 	printf("  %s B=%u D=%u F=%u E=%u K=%u %s: xn %.2e, route w %.2e (host %.2e), "
 	       "experts vs double %.2e, vs host %.2e (host vs double %.2e)\n",
 	    dt_name(dt), B, D, F, E, K, misalign ? "misaligned" : "aligned", xn_err, max_w_err,
@@ -804,7 +873,7 @@ static void check_layer(int dt, uint32_t B, uint32_t D, uint32_t F, uint32_t E, 
 
 	/* errors: an uncomputable dtype, a zero blob */
 	struct baton_moe_layer bad = gl;
-	bad.gate_dtype = BATON_DT_Q4_K;
+	bad.gate_dtype = BATON_DT_Q3_K;
 	T_EQ_ERR(be->moe_experts(dev, &bad, blobs, w), BATON_EUNSUPPORTED);
 	bad = gl;
 	bad.top_k = E + 1;
@@ -849,15 +918,29 @@ static void t_moe_q8_0(void)
 	check_layer(BATON_DT_Q8_0, 20, 128, 64, 4, 2, 0);
 }
 
+/* The K-quants: rows of whole 256-value blocks; vector loads (aligned),
+ * the scalar path (misaligned), and chunks of several tokens. */
+static void check_kquant(int dt)
+{
+	check_layer(dt, 5, 512, 256, 16, 4, 0);
+	check_layer(dt, 3, 256, 512, 8, 2, 1);
+	check_layer(dt, 20, 256, 256, 4, 2, 0);
+}
+
+static void t_moe_q4_K(void) { check_kquant(BATON_DT_Q4_K); }
+static void t_moe_q5_K(void) { check_kquant(BATON_DT_Q5_K); }
+static void t_moe_q6_K(void) { check_kquant(BATON_DT_Q6_K); }
+
 /* Exact ties (duplicate router rows give bitwise equal logits): ids in
  * rank order with the lower id first, as the host backend ranks them. */
 static void t_route_ties(void)
 {
 	struct baton_dev *dev = open_dev();
-	const int dts[] = { BATON_DT_F32, BATON_DT_BF16, BATON_DT_Q8_0 };
-	for (size_t d = 0; d < 3; d++) {
+	const int dts[] = { BATON_DT_F32, BATON_DT_BF16, BATON_DT_Q8_0, BATON_DT_Q4_K };
+	for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++) {
 		struct layer L;
-		layer_make(&L, 6, 128, 32, 12, 5, dts[d], 0);
+		layer_make(&L, 6, kquant_is(dts[d]) ? 256 : 128, kquant_is(dts[d]) ? 256 : 32, 12, 5,
+		    dts[d], 0);
 		const uint64_t rb = rowb(dts[d], L.D);
 		for (uint32_t e = 4; e < L.E; e++) /* rows 4.. repeat rows 0..3 */
 			memcpy(L.router + e * rb, L.router + (e % 4) * rb, rb);
@@ -1007,9 +1090,9 @@ static void perf_layer(struct baton_dev *dev, int dt, uint32_t B)
 static void t_moe_perf(void)
 {
 	struct baton_dev *dev = open_dev();
-	const int dts[] = { BATON_DT_BF16, BATON_DT_Q8_0, BATON_DT_F32 };
+	const int dts[] = { BATON_DT_BF16, BATON_DT_Q8_0, BATON_DT_F32, BATON_DT_Q4_K, BATON_DT_Q6_K };
 	const uint32_t bs[] = { 1, 4, 16, 64 };
-	for (size_t i = 0; i < 3; i++)
+	for (size_t i = 0; i < sizeof dts / sizeof dts[0]; i++)
 		for (size_t j = 0; j < 4; j++)
 			perf_layer(dev, dts[i], bs[j]);
 	be->close(dev);
@@ -1018,6 +1101,8 @@ static void t_moe_perf(void)
 T_MAIN(T_CASE(t_device), T_CASE_TIMEOUT(t_vmm_map_unmap, 60),
     T_CASE_TIMEOUT(t_host_register_copy, 90), T_CASE_TIMEOUT(t_moe_f32, 60),
     T_CASE_TIMEOUT(t_moe_f16, 60), T_CASE_TIMEOUT(t_moe_bf16, 60),
-    T_CASE_TIMEOUT(t_moe_q8_0, 60), T_CASE_TIMEOUT(t_route_ties, 60),
+    T_CASE_TIMEOUT(t_moe_q8_0, 60), T_CASE_TIMEOUT(t_moe_q4_K, 60),
+    T_CASE_TIMEOUT(t_moe_q5_K, 60), T_CASE_TIMEOUT(t_moe_q6_K, 60),
+    T_CASE_TIMEOUT(t_route_ties, 60),
     T_CASE_TIMEOUT(t_moe_perf, 120),
     T_CASE_TIMEOUT(t_vmm_oom, 90))

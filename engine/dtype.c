@@ -1,17 +1,17 @@
 /*
- * dtype.c: f16/bf16 conversions and the row kernels (decode, dot) of the
- * dtypes the host computes. The accumulation order is the contract written
+ * dtype.c: the row kernels (decode, dot) of the dtypes the host computes
+ * (the f16/bf16 codec itself is arena's, arena/dtype.c). The accumulation order is the contract written
  * in engine_int.h (32 independent f32 lanes, a fixed tree, the tail); the
  * baseline kernels are SSE2 (the x86-64 baseline) through gcc's vector
  * extension and intrinsics, with AVX2 + F16C chosen at run time; every
  * kernel keeps that order, so all give the same bits.
  *
- * f16 is widened exactly with integer bit operations (plus one exact
- * subtraction for subnormals), not a 256 KiB table, which would cost cache
- * and could not be vectorized. SSE2 widens eight at a time with a
- * shift-mask-add, and falls back to the full formula for a block holding
- * a zero, subnormal, infinity or NaN; F16C's instruction is exact too. All
- * give the bits of the scalar formula (checked on all 65536 values).
+ * f16 is widened exactly with integer bit operations, not a 256 KiB table,
+ * which would cost cache and could not be vectorized. SSE2 widens eight at
+ * a time with a shift-mask-add, and falls back to the full formula for a
+ * block holding a zero, subnormal, infinity or NaN; F16C's instruction is
+ * exact too. All give the bits of baton_f16_to_f32 (checked on all 65536
+ * values).
  */
 #include <stdatomic.h>
 #include <stdint.h>
@@ -29,7 +29,8 @@
 #include "engine/engine_int.h"
 
 #define LANES 32u  /* accumulation lanes: the contract of engine_int.h */
-#define CHUNK 256u  /* elements decoded at a time; a multiple of LANES and 32 */
+#define CHUNK 256u  /* elements decoded at a time; a multiple of LANES and 32,
+		     * and one K-quant super-block */
 #define NX_MAX 8u   /* vectors per pass of baton_dot_rows */
 #define Q8_0_BLOCK 32u
 #define Q8_0_BYTES 34u
@@ -48,74 +49,6 @@ static inline float u2f(uint32_t u)
 	return f;
 }
 
-/* Exact f16 -> f32 without branches: normals by rebiasing the exponent,
- * subnormals as (0.5 + m * 2^-24) - 0.5 (both operands normal, the
- * difference exact), infinities and NaNs by setting the f32 exponent to all
- * ones (the payload moves along). */
-static inline float f16_widen(uint32_t h)
-{
-	uint32_t sign = (h & 0x8000u) << 16;
-	uint32_t em = h & 0x7fffu;
-	uint32_t normal = (em << 13) + 0x38000000u;
-	uint32_t sub = f2u(u2f(0x3f000000u | em) - 0.5f);
-	uint32_t special = (em << 13) | 0x7f800000u;
-	uint32_t r = em < 0x0400u ? sub : normal;
-	r = em >= 0x7c00u ? special : r;
-	return u2f(r | sign);
-}
-
-float baton_f16_to_f32(uint16_t h)
-{
-	return f16_widen(h);
-}
-
-/* Round to nearest even; after F. Giesen's float_to_half_fast3_rtne. */
-uint16_t baton_f32_to_f16(float f)
-{
-	uint32_t x = f2u(f);
-	uint32_t sign = (x >> 16) & 0x8000u;
-	uint32_t ax = x & 0x7fffffffu;
-	uint32_t o;
-
-	if (ax >= 0x7f800000u) {
-		/* Infinity, or NaN keeping its top 10 payload bits. */
-		uint32_t m = (ax >> 13) & 0x3ffu;
-		if (ax > 0x7f800000u && m == 0)
-			m = 0x200u;
-		o = 0x7c00u | (ax > 0x7f800000u ? m : 0);
-	} else if (ax >= 0x477ff000u) {
-		o = 0x7c00u; /* >= 65520 rounds to infinity */
-	} else if (ax < 0x38800000u) {
-		/* Below 2^-14: a subnormal or zero. Adding 0.5 (whose ulp is
-		 * 2^-24) rounds to a multiple of 2^-24 in the FPU, ties to even. */
-		o = f2u(u2f(ax) + 0.5f) - 0x3f000000u;
-	} else {
-		uint32_t odd = (ax >> 13) & 1u;
-		ax += 0xc8000fffu + odd; /* rebias 127 -> 15 and round */
-		o = ax >> 13;
-	}
-	return (uint16_t)(o | sign);
-}
-
-float baton_bf16_to_f32(uint16_t h)
-{
-	return u2f((uint32_t)h << 16);
-}
-
-uint16_t baton_f32_to_bf16(float f)
-{
-	uint32_t x = f2u(f);
-
-	if ((x & 0x7fffffffu) > 0x7f800000u) {
-		uint32_t h = x >> 16;
-		if ((h & 0x7fu) == 0)
-			h |= 0x40u;
-		return (uint16_t)h;
-	}
-	x += 0x7fffu + ((x >> 16) & 1u);
-	return (uint16_t)(x >> 16);
-}
-
 int host_can_compute(int dtype)
 {
 	switch (dtype) {
@@ -123,6 +56,9 @@ int host_can_compute(int dtype)
 	case BATON_DT_F16:
 	case BATON_DT_BF16:
 	case BATON_DT_Q8_0:
+	case BATON_DT_Q4_K:
+	case BATON_DT_Q5_K:
+	case BATON_DT_Q6_K:
 		return 1;
 	default:
 		return 0;
@@ -141,6 +77,10 @@ uint64_t baton_compute_row_bytes(int dtype, uint64_t cols)
 		return cols * 2;
 	case BATON_DT_Q8_0:
 		return cols % Q8_0_BLOCK ? 0 : cols / Q8_0_BLOCK * Q8_0_BYTES;
+	case BATON_DT_Q4_K:
+	case BATON_DT_Q5_K:
+	case BATON_DT_Q6_K:
+		return baton_dtype_row_bytes(dtype, cols); /* 0 unless cols % 256 == 0 */
 	default:
 		return 0;
 	}
@@ -161,12 +101,12 @@ static int check_row(int dtype, const void *row, uint32_t cols)
  * count, which gcc -O2 vectorizes, or SSE2 where gcc would not. */
 
 #if defined(__SSE2__)
-/* Eight f16 (h) to two vectors of four f32, exactly as f16_widen. With
+/* Eight f16 (h) to two vectors of four f32, exactly as baton_f16_to_f32. With
  * w = h << 16 (an unpack with zero), a normal number is
  * ((w >>arith 3) & 0x8fffffff) + (112 << 23): the shift puts sign, exponent
  * and mantissa in place, the mask clears the copies of the sign, the add
  * rebiases. A block with a zero, subnormal, infinity or NaN (exponent 0 or
- * 31, rare in weights) takes the full path of f16_widen, lane by lane. */
+ * 31, rare in weights) takes the full path of baton_f16_to_f32, lane by lane. */
 static inline __m128 f16x4_normal(__m128i w)
 {
 	__m128i r = _mm_and_si128(_mm_srai_epi32(w, 3), _mm_set1_epi32((int)0x8fffffff));
@@ -185,7 +125,9 @@ static inline __m128 f16x4_any(__m128i w)
 	__m128i is_special = _mm_cmpgt_epi32(em13, _mm_set1_epi32(0x0f7fffff));
 	__m128i r = _mm_or_si128(_mm_and_si128(is_sub, _mm_or_si128(sub, sign)),
 	    _mm_andnot_si128(is_sub, normal));
+	__m128i is_nan = _mm_cmpgt_epi32(em13, _mm_set1_epi32(0x0f800000));
 	r = _mm_or_si128(r, _mm_and_si128(is_special, _mm_set1_epi32(0x7f800000)));
+	r = _mm_or_si128(r, _mm_and_si128(is_nan, _mm_set1_epi32(0x00400000))); /* quiet */
 	return _mm_castsi128_ps(r);
 }
 
@@ -222,7 +164,7 @@ static void decode_f16(const uint8_t *src, float *restrict dst, uint32_t n)
 	for (; i < n; i++) {
 		uint16_t h;
 		memcpy(&h, src + (size_t)i * 2, sizeof h);
-		dst[i] = f16_widen(h);
+		dst[i] = baton_f16_to_f32(h);
 	}
 }
 
@@ -249,7 +191,7 @@ static void decode_q8_0(const uint8_t *src, float *restrict dst, uint32_t n)
 
 		memcpy(&dh, blk, 2);
 		memcpy(qs, blk + 2, Q8_0_BLOCK);
-		float d = f16_widen(dh);
+		float d = baton_f16_to_f32(dh);
 		for (uint32_t l = 0; l < Q8_0_BLOCK; l++)
 			dst[b * Q8_0_BLOCK + l] = d * (float)qs[l];
 	}
@@ -273,6 +215,11 @@ static const float *decode_chunk(int dtype, const uint8_t *row, uint32_t start,
 		return buf;
 	case BATON_DT_BF16:
 		decode_bf16(row + (size_t)start * 2, buf, n);
+		return buf;
+	case BATON_DT_Q4_K:
+	case BATON_DT_Q5_K:
+	case BATON_DT_Q6_K: /* a chunk is one super-block */
+		kquant_decode_block(dtype, row + baton_dtype_row_bytes(dtype, start), buf);
 		return buf;
 	default: /* BATON_DT_Q8_0 */
 		decode_q8_0(row + (size_t)start / Q8_0_BLOCK * Q8_0_BYTES, buf, n);
@@ -362,14 +309,14 @@ static inline float w_at(int dtype, const uint8_t *row, uint32_t i)
 	}
 	case BATON_DT_F16:
 		memcpy(&h, row + (size_t)i * 2, sizeof h);
-		return f16_widen(h);
+		return baton_f16_to_f32(h);
 	case BATON_DT_BF16:
 		memcpy(&h, row + (size_t)i * 2, sizeof h);
 		return u2f((uint32_t)h << 16);
 	default: {
 		const uint8_t *blk = row + (size_t)(i / Q8_0_BLOCK) * Q8_0_BYTES;
 		memcpy(&h, blk, sizeof h);
-		return f16_widen(h) * (float)(int8_t)blk[2 + i % Q8_0_BLOCK];
+		return baton_f16_to_f32(h) * (float)(int8_t)blk[2 + i % Q8_0_BLOCK];
 	}
 	}
 }
@@ -458,7 +405,7 @@ TARGET_AVX2 static ALWAYS_INLINE void avx2_w32(int dtype, const uint8_t *row, ui
 		const uint8_t *blk = row + (size_t)(i / Q8_0_BLOCK) * Q8_0_BYTES;
 		uint16_t h;
 		memcpy(&h, blk, sizeof h);
-		__m256 d = _mm256_set1_ps(f16_widen(h));
+		__m256 d = _mm256_set1_ps(baton_f16_to_f32(h));
 #define Q8(k) _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32( \
 	    _mm_loadl_epi64((const __m128i *)(const void *)(blk + 2 + 8 * k)))))
 		*w0 = Q8(0);
@@ -486,12 +433,22 @@ TARGET_AVX2 static ALWAYS_INLINE void avx2_dot(int dtype, const uint8_t *row, ui
 	const float *x0 = xs[0], *x1 = xs[nv - 1];
 	uint32_t n32 = n & ~(LANES - 1);
 	float acc[LANES];
+	/* K-quants: a super-block decoded at a time, then read as f32. */
+	const int kq = kquant_is(dtype);
+	const uint64_t kbytes = kq ? baton_dtype_row_bytes(dtype, 256) : 0;
+	float kb[256];
 
 #define ZERO(k) __m256 a##k = _mm256_setzero_ps(), b##k = a##k, w##k;
 	REP4(ZERO)
 #undef ZERO
 	for (uint32_t i = 0; i < n32; i += LANES) {
-		avx2_w32(dtype, row, i, &w0, &w1, &w2, &w3);
+		if (kq) {
+			if (i % 256 == 0)
+				kquant_decode_block(dtype, row + (size_t)(i / 256) * kbytes, kb);
+			avx2_w32(BATON_DT_F32, (const uint8_t *)kb, i % 256, &w0, &w1, &w2, &w3);
+		} else {
+			avx2_w32(dtype, row, i, &w0, &w1, &w2, &w3);
+		}
 #define STEP(k) a##k = _mm256_add_ps(a##k, _mm256_mul_ps(w##k, _mm256_loadu_ps(x0 + i + 8 * k)));
 #define STEP2(k) b##k = _mm256_add_ps(b##k, _mm256_mul_ps(w##k, _mm256_loadu_ps(x1 + i + 8 * k)));
 		REP4(STEP)
@@ -527,6 +484,9 @@ AVX2_DOT_FOR(BATON_DT_F32, avx2_dot_f32)
 AVX2_DOT_FOR(BATON_DT_F16, avx2_dot_f16)
 AVX2_DOT_FOR(BATON_DT_BF16, avx2_dot_bf16)
 AVX2_DOT_FOR(BATON_DT_Q8_0, avx2_dot_q8_0)
+AVX2_DOT_FOR(BATON_DT_Q4_K, avx2_dot_q4_k)
+AVX2_DOT_FOR(BATON_DT_Q5_K, avx2_dot_q5_k)
+AVX2_DOT_FOR(BATON_DT_Q6_K, avx2_dot_q6_k)
 #undef AVX2_DOT_FOR
 
 /* -1: not decided yet; then 0 or 1. */
@@ -583,6 +543,9 @@ static void dot_core(int dtype, const uint8_t *row, uint32_t cols,
 		case BATON_DT_F32: avx2_dot_f32(row, cols, xs, nx, out); return;
 		case BATON_DT_F16: avx2_dot_f16(row, cols, xs, nx, out); return;
 		case BATON_DT_BF16: avx2_dot_bf16(row, cols, xs, nx, out); return;
+		case BATON_DT_Q4_K: avx2_dot_q4_k(row, cols, xs, nx, out); return;
+		case BATON_DT_Q5_K: avx2_dot_q5_k(row, cols, xs, nx, out); return;
+		case BATON_DT_Q6_K: avx2_dot_q6_k(row, cols, xs, nx, out); return;
 		default: avx2_dot_q8_0(row, cols, xs, nx, out); return;
 		}
 	}

@@ -1,15 +1,17 @@
 /*
  * engine_int.h: internal to the engine component (not a public door).
  *
- * dtype.c: conversions and row kernels for the weight types the host can
- * compute (f32, f16, bf16, q8_0). moe_host.c: the MoE math of the `host`
+ * dtype.c: row kernels for the weight types the host can compute (f32,
+ * f16, bf16, q8_0, and q4_K, q5_K, q6_K decoded by dtype_kquant.c). moe_host.c: the MoE math of the `host`
  * backend, the CPU reference every other backend is checked against.
  *
  * Numerics, the contract other backends are compared with:
- *   - Every supported dtype dequantizes *exactly* to f32 (f16, bf16 and
- *     q8_0's d * qs[i] are all representable), so a dot product of a
- *     weight row with an f32 vector is a dot of f32 numbers, and its only
- *     rounding is the accumulation.
+ *   - Every supported dtype dequantizes to defined f32 values: exactly for
+ *     f16, bf16, q8_0 (d * qs[i]) and q6_K ((d * sc) * q); q4_K and q5_K
+ *     are ggml's (d * sc) * q - dmin * m, whose products are exact and
+ *     whose subtraction rounds once (so a fused multiply-add gives the
+ *     same bits). A dot product of a weight row with an f32 vector is then
+ *     a dot of f32 numbers, and its only rounding is the accumulation.
  *   - Accumulation is in f32 in one fixed order: 32 lanes, element i
  *     going to lane i % 32 (acc[l] += w[i] * x[i]) for the first
  *     (cols & ~31) elements; the lanes then summed as a fixed tree
@@ -26,32 +28,24 @@
 
 #include <stdint.h>
 
+#include "arena/arena.h" /* the f16/bf16 codec, dtypes */
 #include "engine/backend.h"
 
 /* ---- dtype.c ------------------------------------------------------------ */
 
-/* IEEE binary16 and bfloat16. Widening is exact. Narrowing rounds to
- * nearest, ties to even; overflow gives infinity, tiny values subnormals or
- * a signed zero; a NaN stays a NaN with its sign and the top bits of its
- * payload (quiet bit set only when the kept payload would be zero), so
- * every 16-bit pattern survives a round trip through f32. Thread-safe, no
- * tables. */
-float baton_f16_to_f32(uint16_t h);
-uint16_t baton_f32_to_f16(float f);
-float baton_bf16_to_f32(uint16_t h);
-uint16_t baton_f32_to_bf16(float f);
-
 /* 1 when the host kernels (and so moe_route / moe_experts of the host
- * backend) handle weights of this dtype: f32, f16, bf16, q8_0. */
+ * backend) handle weights of this dtype: f32, f16, bf16, q8_0, q4_K, q5_K,
+ * q6_K. */
 int host_can_compute(int dtype);
 
 /* Bytes of one row of `cols` elements of a computable dtype; 0 when the
  * dtype is not computable, cols is 0, or cols is not a multiple of the
- * block size (32 for q8_0). */
+ * block size (32 for q8_0, 256 for the K-quants). */
 uint64_t baton_compute_row_bytes(int dtype, uint64_t cols);
 
 /* Decodes one row of `cols` elements into out[cols] (exactly, see above).
- * q8_0: blocks of 34 bytes, an f16 scale d then 32 int8 qs, value d*qs[i].
+ * q8_0: blocks of 34 bytes, an f16 scale d then 32 int8 qs, value d*qs[i];
+ * the K-quants: ggml's super-blocks of 256 (see dtype_kquant.c).
  * The row may be at any alignment. BATON_EUNSUPPORTED for a dtype the host
  * cannot compute; BATON_EINVAL for NULL pointers, cols 0 or cols not a
  * multiple of the block size. */
@@ -73,6 +67,14 @@ int baton_dot_rows(int dtype, const void *row, uint32_t cols,
  * ask. Returns 1 when the AVX2 kernels are now in use. Not to be called
  * while another thread computes. */
 int baton_kernels_avx2(int on);
+
+/* ---- dtype_kquant.c ------------------------------------------------------ */
+
+/* 1 for q4_K, q5_K and q6_K. */
+int kquant_is(int dtype);
+/* Decodes one super-block (144, 176 or 210 bytes, any alignment) of a
+ * K-quant dtype into out[256], bit for bit as ggml's dequantize_row_*. */
+void kquant_decode_block(int dtype, const uint8_t *blk, float *out);
 
 /* ---- moe_host.c --------------------------------------------------------- */
 

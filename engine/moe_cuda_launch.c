@@ -103,7 +103,8 @@ void cuda_moe_free(struct baton_dev *dev)
 int cuda_can_compute(int dtype)
 {
 	return dtype == BATON_DT_F32 || dtype == BATON_DT_F16 || dtype == BATON_DT_BF16 ||
-	    dtype == BATON_DT_Q8_0;
+	    dtype == BATON_DT_Q8_0 || dtype == BATON_DT_Q4_K || dtype == BATON_DT_Q5_K ||
+	    dtype == BATON_DT_Q6_K;
 }
 
 static uint64_t row_bytes(uint32_t dt, uint32_t cols)
@@ -113,6 +114,9 @@ static uint64_t row_bytes(uint32_t dt, uint32_t cols)
 	case BATON_DT_F16:
 	case BATON_DT_BF16: return 2ull * cols;
 	case BATON_DT_Q8_0: return cols % 32 ? 0 : (uint64_t)(cols / 32) * 34;
+	case BATON_DT_Q4_K:
+	case BATON_DT_Q5_K:
+	case BATON_DT_Q6_K: return baton_dtype_row_bytes((int)dt, cols); /* 0 unless cols % 256 == 0 */
 	}
 	return 0;
 }
@@ -120,8 +124,10 @@ static uint64_t row_bytes(uint32_t dt, uint32_t cols)
 /* 1 when rows of (dt, cols) starting at base suit the vector loads. */
 static int vec_ok(uint64_t base, uint32_t dt, uint32_t cols)
 {
-	if (dt == BATON_DT_Q8_0)
+	if (dt == BATON_DT_Q8_0 || dt == BATON_DT_Q6_K)
 		return base % 2 == 0;
+	if (dt == BATON_DT_Q4_K || dt == BATON_DT_Q5_K)
+		return base % 8 == 0;
 	return base % 16 == 0 && row_bytes(dt, cols) % 16 == 0;
 }
 
@@ -225,7 +231,9 @@ static int check_dtype(struct baton_dev *dev, const char *what, uint32_t dt, uin
 		return BATON_EUNSUPPORTED;
 	}
 	if (!row_bytes(dt, cols)) {
-		cuda_set_err(dev, "moe: %s rows of %u q8_0 values are not whole blocks of 32", what, cols);
+		const char *n = baton_dtype_name((int)dt);
+		cuda_set_err(dev, "moe: %s rows of %u %s values are not whole blocks of %u", what, cols,
+		    n, dt == BATON_DT_Q8_0 ? 32u : 256u);
 		return BATON_EINVAL;
 	}
 	return 0;
