@@ -85,7 +85,7 @@ static int step_bytelevel(struct slist *l, bool partial, bool *held)
 				all = false;
 				break;
 			}
-			int b = text_char_byte(utf8_decode(p + j, &adv));
+			int b = text_char_byte(text_utf8_decode(p + j, &adv));
 			if (b < 0) {
 				all = false;
 				break;

@@ -164,7 +164,7 @@ static int bytelevel_map(struct plist *out, const char *s, size_t n, bool origin
 	struct tbuf b = {0};
 	for (size_t i = 0; i < n; i++) {
 		char u[4];
-		size_t l = utf8_encode(text_byte_char[(unsigned char)s[i]], u);
+		size_t l = text_utf8_encode(text_byte_char[(unsigned char)s[i]], u);
 		if (tbuf_put(&b, u, l)) {
 			tbuf_free(&b);
 			return BATON_ENOMEM;
@@ -319,7 +319,7 @@ static uint32_t last_char(const char *s, size_t n)
 	size_t i = n - 1, adv;
 	while (i > 0 && ((unsigned char)s[i] & 0xC0) == 0x80)
 		i--;
-	return utf8_decode((const unsigned char *)s + i, &adv);
+	return text_utf8_decode((const unsigned char *)s + i, &adv);
 }
 
 struct match {
@@ -357,7 +357,7 @@ static int find_added(const text_tok *t, const char *s, size_t n, bool normalize
 		if (best->single_word) {
 			size_t adv;
 			bool sw = b == 0 || !is_word(last_char(s, b));
-			bool ew = e == n || !is_word(utf8_decode((const unsigned char *)s + e, &adv));
+			bool ew = e == n || !is_word(text_utf8_decode((const unsigned char *)s + e, &adv));
 			if (!sw || !ew)
 				continue;
 		}
@@ -368,7 +368,7 @@ static int find_added(const text_tok *t, const char *s, size_t n, bool normalize
 				while (p > 0 && ((unsigned char)s[p] & 0xC0) == 0x80)
 					p--;
 				size_t adv;
-				if (!is_ws(utf8_decode((const unsigned char *)s + p, &adv)))
+				if (!is_ws(text_utf8_decode((const unsigned char *)s + p, &adv)))
 					break;
 				nb = p;
 			}
@@ -377,7 +377,7 @@ static int find_added(const text_tok *t, const char *s, size_t n, bool normalize
 		if (best->rstrip) {
 			while (e < n) {
 				size_t adv;
-				if (!is_ws(utf8_decode((const unsigned char *)s + e, &adv)))
+				if (!is_ws(text_utf8_decode((const unsigned char *)s + e, &adv)))
 					break;
 				e += adv;
 			}

@@ -35,8 +35,8 @@ int text_errf(char *err, size_t errlen, int code, const char *fmt, ...)
 /* Length of the UTF-8 character at s (1..4), 0 when invalid or cut short. */
 size_t utf8_len(const unsigned char *s, size_t n);
 bool utf8_valid(const char *s, size_t n);
-size_t utf8_encode(uint32_t cp, char *out);
-uint32_t utf8_decode(const unsigned char *s, size_t *adv); /* s valid */
+size_t text_utf8_encode(uint32_t cp, char *out);
+uint32_t text_utf8_decode(const unsigned char *s, size_t *adv); /* s valid */
 /* Rust's String::from_utf8_lossy: each maximal invalid subpart -> U+FFFD. */
 int utf8_lossy(struct tbuf *out, const unsigned char *s, size_t n);
 /* Bytes at the end of s that begin a character not yet complete (0..3). */

@@ -107,7 +107,7 @@ bool utf8_valid(const char *s, size_t n)
 	return true;
 }
 
-size_t utf8_encode(uint32_t cp, char *o)
+size_t text_utf8_encode(uint32_t cp, char *o)
 {
 	if (cp < 0x80) {
 		o[0] = (char)cp;
@@ -131,7 +131,7 @@ size_t utf8_encode(uint32_t cp, char *o)
 	return 4;
 }
 
-uint32_t utf8_decode(const unsigned char *s, size_t *adv)
+uint32_t text_utf8_decode(const unsigned char *s, size_t *adv)
 {
 	uint32_t c = s[0];
 	if (c < 0x80) {
