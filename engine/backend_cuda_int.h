@@ -13,6 +13,7 @@
 
 #include "engine/backend_cuda.h"
 #include "engine/cuda_driver.h"
+#include "engine/ops_cuda.h"
 
 #define N_VARIANTS 4 /* row kernels for 1, 2, 4, 8 tokens per warp */
 
@@ -71,14 +72,17 @@ struct baton_dev {
 	/* The forward pass's dense ops (ops_cuda_launch.c): their module, a
 	 * device copy of each call's small host arrays (token ids,
 	 * positions, frequencies) staged through pinned memory, the
-	 * attention scores, and route's logits back on the host. */
+	 * attention scores, and route's logits back on the host. The
+	 * staging is a ring of two halves (host and device alike): a half is
+	 * written again only after the copies out of it have run. */
 	CUmodule ops_mod;
-	CUfunction k_embed, k_rmsnorm, k_matmul1, k_matmul8, k_rope, k_attn, k_swiglu, k_add;
+	CUfunction k_embed, k_rmsnorm, k_rope, k_attn, k_swiglu, k_add;
+	CUfunction k_matmul[2][BATON_OPS_KINDS]; /* [1 row, 8 rows][kind] */
 	struct dbuf ops_arg, ops_scores;
 	void *ops_stage;
-	uint64_t ops_stage_cap;
-	CUevent ops_staged; /* recorded after the copy out of ops_stage */
-	int ops_stage_busy;
+	uint64_t ops_stage_cap, ops_off; /* ops_off: next free byte in half ops_half */
+	CUevent ops_staged[2];           /* recorded after each copy out of a half */
+	int ops_stage_busy[2], ops_half;
 	float *ops_logits;
 	uint64_t ops_logits_cap;
 

@@ -25,6 +25,7 @@ static_assert(sizeof(baton_ops_rope_args) == 40, "rope args layout");
 static_assert(sizeof(baton_ops_attention_args) == 72, "attention args layout");
 static_assert(sizeof(baton_ops_swiglu_args) == 32, "swiglu args layout");
 static_assert(sizeof(baton_ops_add_args) == 32, "add args layout");
+static_assert(BATON_OPS_NT == 8, "the matmul kernels are made for 1 and 8 rows");
 
 #define WARPS BATON_OPS_WARPS
 #define THREADS (WARPS * 32)
@@ -83,10 +84,25 @@ baton_ops_rmsnorm(baton_ops_rmsnorm_args a)
 	}
 }
 
+/* Weight i of a row: typed loads for the 16- and 32-bit types (rows
+ * aligned to their element), the byte loads of elem() for the rest or
+ * when DT < 0 (the dtype read at run time, any alignment). */
+template <int DT>
+__device__ __forceinline__ float wload(const uint8_t *row, uint32_t dt, uint32_t i)
+{
+	if (DT == BATON_DT_F32)
+		return __ldg((const float *)row + i);
+	if (DT == BATON_DT_F16)
+		return f16f(__ldg((const unsigned short *)row + i));
+	if (DT == BATON_DT_BF16)
+		return bf16f(__ldg((const unsigned short *)row + i));
+	return elem(row, DT < 0 ? dt : (uint32_t)DT, i);
+}
+
 /* A warp per output row o, carrying up to N rows of x through it: each
  * weight is decoded once for the N rows; each row's sum is its own, in
  * the fixed order, so N changes no bit. */
-template <int N>
+template <int N, int DT>
 __device__ __forceinline__ void matmul(const baton_ops_matmul_args &a)
 {
 	const uint32_t o = blockIdx.x * WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
@@ -100,8 +116,9 @@ __device__ __forceinline__ void matmul(const baton_ops_matmul_args &a)
 #pragma unroll
 	for (int t = 0; t < N; t++)
 		acc[t] = 0.0f;
+#pragma unroll 4
 	for (uint32_t i = lane; i < k32; i += 32) {
-		const float w = elem(row, dt, i);
+		const float w = wload<DT>(row, dt, i);
 #pragma unroll
 		for (int t = 0; t < N; t++)
 			if (t < nt)
@@ -111,7 +128,7 @@ __device__ __forceinline__ void matmul(const baton_ops_matmul_args &a)
 	for (int t = 0; t < N; t++)
 		acc[t] = lane_tree(acc[t]);
 	for (uint32_t i = k32; i < k; i++) {
-		const float w = elem(row, dt, i);
+		const float w = wload<DT>(row, dt, i);
 #pragma unroll
 		for (int t = 0; t < N; t++)
 			if (t < nt)
@@ -129,10 +146,21 @@ __device__ __forceinline__ void matmul(const baton_ops_matmul_args &a)
 		}
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS)
-baton_ops_matmul_1(baton_ops_matmul_args a) { matmul<1>(a); }
-extern "C" __global__ void __launch_bounds__(THREADS)
-baton_ops_matmul_8(baton_ops_matmul_args a) { matmul<BATON_OPS_NT>(a); }
+/* baton_ops_matmul_<N>_<kind>, the kinds of ops_cuda.h in its order */
+#define BATON_MATMUL(N, NAME, DT)                                              \
+	extern "C" __global__ void __launch_bounds__(THREADS)                  \
+	baton_ops_matmul_##N##_##NAME(baton_ops_matmul_args a) { matmul<N, DT>(a); }
+#define BATON_MATMULS(N)                                                       \
+	BATON_MATMUL(N, any, -1)                                               \
+	BATON_MATMUL(N, f32, BATON_DT_F32)                                     \
+	BATON_MATMUL(N, f16, BATON_DT_F16)                                     \
+	BATON_MATMUL(N, bf16, BATON_DT_BF16)                                   \
+	BATON_MATMUL(N, q8_0, BATON_DT_Q8_0)                                   \
+	BATON_MATMUL(N, q4_K, BATON_DT_Q4_K)                                   \
+	BATON_MATMUL(N, q5_K, BATON_DT_Q5_K)                                   \
+	BATON_MATMUL(N, q6_K, BATON_DT_Q6_K)
+BATON_MATMULS(1)
+BATON_MATMULS(8)
 
 extern "C" __global__ void __launch_bounds__(256)
 baton_ops_rope(baton_ops_rope_args a)

@@ -34,8 +34,13 @@ struct baton_ops_rmsnorm_args {
 	float eps;
 };
 
-/* baton_ops_matmul_1 / _8: grid (ceil(n_out / WARPS), ceil(rows / N)),
- * block 32 * WARPS; a warp per output row o, carrying N rows of x. */
+/* baton_ops_matmul_<N>_<kind>: grid (ceil(n_out / WARPS), ceil(rows / N)),
+ * block 32 * WARPS; a warp per output row o, carrying N (1 or 8) rows of
+ * x. Kinds: the weight dtype known at compile time (f32, f16 and bf16
+ * with aligned loads, whose rows must start at a multiple of their element
+ * size), or `any` (w_dtype read at run time, bytes loaded one by one). */
+#define BATON_OPS_KINDS 8
+#define BATON_OPS_KIND_NAMES { "any", "f32", "f16", "bf16", "q8_0", "q4_K", "q5_K", "q6_K" }
 struct baton_ops_matmul_args {
 	uint64_t w, b, x, y, row_bytes;
 	uint32_t w_dtype, b_dtype, n_out, k, rows, accumulate;

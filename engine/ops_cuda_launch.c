@@ -6,9 +6,9 @@
  *
  * Checks are the host backend's (engine/ops_host.c), so both refuse the
  * same calls with the same codes, before anything is queued. Small host
- * arrays (token ids, positions, frequencies) are copied into pinned
- * memory and queued to the device; the next call that needs the pinned
- * buffer waits for that copy only. route copies the logits back and
+ * arrays (token ids, positions, frequencies) are copied into a pinned
+ * ring and queued to the device; a call waits only when it reuses a half
+ * of the ring whose copies have not run yet. route copies the logits back and
  * chooses on the host with ops_host.c's own code: one definition of the
  * rule, and rows * n_experts floats are little to move.
  */
@@ -31,25 +31,34 @@ extern const size_t baton_engine_ops_cuda_fatbin_len;
 
 /* ---- loading -------------------------------------------------------------- */
 
+/* Where a kernel lives, for loading and the first launch. */
+struct kfn {
+	CUfunction *f;
+	char name[40];
+};
+
 int cuda_ops_load(struct baton_dev *dev)
 {
 	const struct cuda_driver *d = dev->d;
 	CU(dev, d->ModuleLoadData(&dev->ops_mod, baton_engine_ops_cuda_fatbin),
 	    "cuModuleLoadData of the forward-pass kernels (sm_90 SASS, compute_90 PTX)");
-	struct {
-		CUfunction *f;
-		const char *name;
-	} k[] = {
+	static const char *const kinds[BATON_OPS_KINDS] = BATON_OPS_KIND_NAMES;
+	struct kfn k[6 + 2 * BATON_OPS_KINDS] = {
 		{ &dev->k_embed, "baton_ops_embed" },
 		{ &dev->k_rmsnorm, "baton_ops_rmsnorm" },
-		{ &dev->k_matmul1, "baton_ops_matmul_1" },
-		{ &dev->k_matmul8, "baton_ops_matmul_8" },
 		{ &dev->k_rope, "baton_ops_rope" },
 		{ &dev->k_attn, "baton_ops_attention" },
 		{ &dev->k_swiglu, "baton_ops_swiglu" },
 		{ &dev->k_add, "baton_ops_add" },
 	};
-	for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+	size_t n = 6;
+	for (int r = 0; r < 2; r++)
+		for (int i = 0; i < BATON_OPS_KINDS; i++, n++) {
+			k[n].f = &dev->k_matmul[r][i];
+			snprintf(k[n].name, sizeof k[n].name, "baton_ops_matmul_%d_%s", r ? BATON_OPS_NT : 1,
+			    kinds[i]);
+		}
+	for (size_t i = 0; i < n; i++) {
 		CUresult r = d->ModuleGetFunction(k[i].f, dev->ops_mod, k[i].name);
 		if (r != CUDA_SUCCESS) {
 			char what[96];
@@ -57,7 +66,9 @@ int cuda_ops_load(struct baton_dev *dev)
 			return cuda_fail(dev, r, what);
 		}
 	}
-	CU(dev, d->EventCreate(&dev->ops_staged, CU_EVENT_DISABLE_TIMING), "cuEventCreate (ops)");
+	for (int h = 0; h < 2; h++)
+		CU(dev, d->EventCreate(&dev->ops_staged[h], CU_EVENT_DISABLE_TIMING),
+		    "cuEventCreate (ops)");
 	/* One launch of each on empty sizes (each returns at once): modules
 	 * load lazily, and the first launch must not be where the device is
 	 * found full (the expert cache fills it). */
@@ -71,7 +82,7 @@ int cuda_ops_load(struct baton_dev *dev)
 		struct baton_ops_add_args d;
 	} zero;
 	memset(&zero, 0, sizeof zero);
-	for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+	for (size_t i = 0; i < n; i++) {
 		void *params[] = { &zero };
 		CUresult r = d->LaunchKernel(*k[i].f, 1, 1, 1, 32, 1, 1, 0, dev->stream, params, NULL);
 		if (r != CUDA_SUCCESS) {
@@ -87,19 +98,23 @@ int cuda_ops_load(struct baton_dev *dev)
 void cuda_ops_free(struct baton_dev *dev)
 {
 	const struct cuda_driver *d = dev->d;
-	if (dev->ops_stage_busy && dev->ops_staged)
-		d->EventSynchronize(dev->ops_staged);
+	for (int h = 0; h < 2; h++) {
+		if (dev->ops_stage_busy[h] && dev->ops_staged[h])
+			d->EventSynchronize(dev->ops_staged[h]);
+		if (dev->ops_staged[h])
+			d->EventDestroy(dev->ops_staged[h]);
+		dev->ops_staged[h] = NULL;
+		dev->ops_stage_busy[h] = 0;
+	}
 	cuda_dbuf_free(dev, &dev->ops_arg);
 	cuda_dbuf_free(dev, &dev->ops_scores);
 	if (dev->ops_stage)
 		d->MemFreeHost(dev->ops_stage);
 	dev->ops_stage = NULL;
+	dev->ops_stage_cap = 0;
 	if (dev->ops_logits)
 		d->MemFreeHost(dev->ops_logits);
 	dev->ops_logits = NULL;
-	if (dev->ops_staged)
-		d->EventDestroy(dev->ops_staged);
-	dev->ops_staged = NULL;
 	if (dev->ops_mod)
 		d->ModuleUnload(dev->ops_mod);
 	dev->ops_mod = NULL;
@@ -156,39 +171,58 @@ static int launch(struct baton_dev *dev, CUfunction f, uint32_t gx, uint32_t gy,
 }
 
 /* Queues host bytes (two arrays, the second 16-byte aligned after the
- * first) to the device: *da, *db get their device addresses. */
+ * first) to the device: *da, *db get their device addresses. They go
+ * through the staging ring (backend_cuda_int.h): the next free bytes of
+ * the current half, or the other half once its copies have run. */
 static int stage_args(struct baton_dev *dev, const void *a, uint64_t an, const void *b,
     uint64_t bn, CUdeviceptr *da, CUdeviceptr *db)
 {
-	const uint64_t boff = cuda_round_up(an, 16), total = boff + bn;
-	if (dev->ops_stage_busy) {
-		CU(dev, dev->d->EventSynchronize(dev->ops_staged), "cuEventSynchronize (ops staging)");
-		dev->ops_stage_busy = 0;
-	}
-	if (dev->ops_stage_cap < total) {
+	const struct cuda_driver *d = dev->d;
+	const uint64_t boff = cuda_round_up(an, 16), total = cuda_round_up(boff + bn, 16);
+	uint64_t half = dev->ops_stage_cap / 2;
+	if (total > half) { /* a new ring, twice this call at least */
+		int rc = cuda_stream_sync(dev);
+		if (rc)
+			return rc;
+		dev->ops_stage_busy[0] = dev->ops_stage_busy[1] = 0;
 		if (dev->ops_stage)
-			dev->d->MemFreeHost(dev->ops_stage);
+			d->MemFreeHost(dev->ops_stage);
 		dev->ops_stage = NULL;
 		dev->ops_stage_cap = 0;
-		const uint64_t cap = cuda_round_up(total, 1u << 16);
+		cuda_dbuf_free(dev, &dev->ops_arg);
+		const uint64_t cap = cuda_round_up(2 * total, 1u << 17);
 		void *p = NULL;
-		CU(dev, dev->d->MemHostAlloc(&p, cap, 0), "cuMemHostAlloc (ops staging)");
+		CU(dev, d->MemHostAlloc(&p, cap, 0), "cuMemHostAlloc (ops staging)");
 		dev->ops_stage = p;
 		dev->ops_stage_cap = cap;
+		if ((rc = cuda_dbuf_need(dev, &dev->ops_arg, cap)))
+			return rc;
+		half = cap / 2;
+		dev->ops_half = 0;
+		dev->ops_off = 0;
 	}
-	int rc = cuda_dbuf_need(dev, &dev->ops_arg, total);
-	if (rc)
-		return rc;
-	memcpy(dev->ops_stage, a, an);
+	if (dev->ops_off + total > half) {
+		dev->ops_half ^= 1;
+		dev->ops_off = 0;
+	}
+	const int h = dev->ops_half;
+	if (dev->ops_off == 0 && dev->ops_stage_busy[h]) {
+		CU(dev, d->EventSynchronize(dev->ops_staged[h]), "cuEventSynchronize (ops staging)");
+		dev->ops_stage_busy[h] = 0;
+	}
+	const uint64_t at = (uint64_t)h * half + dev->ops_off;
+	char *host = (char *)dev->ops_stage + at;
+	memcpy(host, a, an);
 	if (bn)
-		memcpy((char *)dev->ops_stage + boff, b, bn);
-	CU(dev, dev->d->MemcpyHtoDAsync(dev->ops_arg.p, dev->ops_stage, total, dev->stream),
+		memcpy(host + boff, b, bn);
+	CU(dev, d->MemcpyHtoDAsync(dev->ops_arg.p + at, host, boff + bn, dev->stream),
 	    "cuMemcpyHtoDAsync (op arguments)");
-	CU(dev, dev->d->EventRecord(dev->ops_staged, dev->stream), "cuEventRecord (ops staging)");
-	dev->ops_stage_busy = 1;
-	*da = dev->ops_arg.p;
+	CU(dev, d->EventRecord(dev->ops_staged[h], dev->stream), "cuEventRecord (ops staging)");
+	dev->ops_stage_busy[h] = 1;
+	dev->ops_off += total;
+	*da = dev->ops_arg.p + at;
 	if (db)
-		*db = dev->ops_arg.p + boff;
+		*db = dev->ops_arg.p + at + boff;
 	return 0;
 }
 
@@ -276,7 +310,18 @@ int cuda_op_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint32
 		.w_dtype = w_dtype, .b_dtype = b_dtype, .n_out = n_out, .k = k, .rows = rows,
 		.accumulate = accumulate ? 1u : 0u,
 	};
-	return launch(dev, one ? dev->k_matmul1 : dev->k_matmul8, gx, gy, OPS_THREADS, &a,
+	/* the kernel of this dtype; typed loads need rows at their alignment */
+	int kind = 0;
+	switch (w_dtype) {
+	case BATON_DT_F32: kind = w % 4 ? 0 : 1; break;
+	case BATON_DT_F16: kind = w % 2 ? 0 : 2; break;
+	case BATON_DT_BF16: kind = w % 2 ? 0 : 3; break;
+	case BATON_DT_Q8_0: kind = 4; break;
+	case BATON_DT_Q4_K: kind = 5; break;
+	case BATON_DT_Q5_K: kind = 6; break;
+	case BATON_DT_Q6_K: kind = 7; break;
+	}
+	return launch(dev, dev->k_matmul[!one][kind], gx, gy, OPS_THREADS, &a,
 	    "cuLaunchKernel baton_ops_matmul");
 }
 

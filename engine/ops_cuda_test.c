@@ -19,6 +19,7 @@
  */
 #include <math.h>
 #include <stdio.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -393,6 +394,94 @@ static void t_swiglu_add(void)
 	be->close(dev);
 }
 
+/* ---- timings (figures only, nothing asserted) ----------------------------- */
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Seconds per call of matmul (n_out x k in dt, `rows` rows), on device
+ * memory as it comes (the values do not matter to the time). */
+static double time_matmul(struct baton_dev *dev, int dt, uint32_t n_out, uint32_t k, uint32_t rows)
+{
+	baton_dptr w, x, y;
+	const uint64_t wb = baton_compute_row_bytes(dt, k) * n_out;
+	T_CU(dev, be->alloc(dev, wb, &w));
+	T_CU(dev, be->alloc(dev, (uint64_t)rows * k * 4, &x));
+	T_CU(dev, be->alloc(dev, (uint64_t)rows * n_out * 4, &y));
+	T_CU(dev, be->matmul(dev, w, (uint32_t)dt, n_out, k, 0, 0, x, rows, y, 0));
+	T_CU(dev, be->sync(dev));
+	const int reps = 20;
+	double t0 = now_s();
+	for (int i = 0; i < reps; i++)
+		T_CU(dev, be->matmul(dev, w, (uint32_t)dt, n_out, k, 0, 0, x, rows, y, 0));
+	T_CU(dev, be->sync(dev));
+	double t = (now_s() - t0) / reps;
+	be->free(dev, w), be->free(dev, x), be->free(dev, y);
+	return t;
+}
+
+static void t_perf(void)
+{
+	struct baton_dev *dev = open_dev();
+	char name[64];
+	/* Qwen3-30B-A3B's shapes: the output head (151936 x 2048), the q
+	 * projection (4096 x 2048) at batch 1; a 512-token prefill of it */
+	const int dts[] = { BATON_DT_BF16, BATON_DT_F32, BATON_DT_Q8_0, BATON_DT_Q4_K, BATON_DT_Q6_K };
+	for (size_t i = 0; i < sizeof dts / sizeof dts[0]; i++) {
+		const int dt = dts[i];
+		double t = time_matmul(dev, dt, 151936, 2048, 1);
+		snprintf(name, sizeof name, "matmul_head_%s_B1", baton_dtype_name(dt));
+		fig(name, t * 1e6);
+		snprintf(name, sizeof name, "matmul_head_%s_B1_GB/s", baton_dtype_name(dt));
+		fig(name, (double)baton_compute_row_bytes(dt, 2048) * 151936 / t / 1e9);
+	}
+	double t = time_matmul(dev, BATON_DT_BF16, 4096, 2048, 1);
+	fig("matmul_q_bf16_B1_us", t * 1e6);
+	t = time_matmul(dev, BATON_DT_BF16, 4096, 2048, 512);
+	fig("matmul_q_bf16_B512_us", t * 1e6);
+	fig("matmul_q_bf16_B512_GFLOP/s", 2.0 * 4096 * 2048 * 512 / t / 1e9);
+
+	/* attention: one decode query over 2048 and 8192 positions, 32 heads
+	 * over 4 of 128 */
+	const uint32_t ctxs[] = { 2048, 8192 };
+	for (int c = 0; c < 2; c++) {
+		baton_dptr q, k, v, o;
+		const uint64_t kn = (uint64_t)ctxs[c] * 4 * 128 * 4;
+		T_CU(dev, be->alloc(dev, 32 * 128 * 4, &q));
+		T_CU(dev, be->alloc(dev, 32 * 128 * 4, &o));
+		T_CU(dev, be->alloc(dev, kn, &k));
+		T_CU(dev, be->alloc(dev, kn, &v));
+		struct baton_attn a = { q, k, v, o, 1, 32, 4, 128, ctxs[c] - 1, 0.088f };
+		T_CU(dev, be->attention(dev, &a));
+		T_CU(dev, be->sync(dev));
+		double t0 = now_s();
+		for (int i = 0; i < 20; i++)
+			T_CU(dev, be->attention(dev, &a));
+		T_CU(dev, be->sync(dev));
+		snprintf(name, sizeof name, "attention_decode_ctx%u_us", ctxs[c]);
+		fig(name, (now_s() - t0) / 20 * 1e6);
+		be->free(dev, q), be->free(dev, o), be->free(dev, k), be->free(dev, v);
+	}
+
+	/* rope of one row, back to back: the staging ring lets them queue */
+	baton_dptr x;
+	T_CU(dev, be->alloc(dev, 32 * 128 * 4, &x));
+	float inv[64];
+	for (int i = 0; i < 64; i++)
+		inv[i] = 1.0f / (float)(i + 1);
+	double t0 = now_s();
+	for (uint32_t i = 0; i < 2000; i++)
+		T_CU(dev, be->rope(dev, x, 1, 32, 128, &i, inv, 1.0f));
+	T_CU(dev, be->sync(dev));
+	fig("rope_B1_call_us", (now_s() - t0) / 2000 * 1e6);
+	be->free(dev, x);
+	be->close(dev);
+}
+
 /* ---- refusals: the host's codes, nothing queued ---------------------------- */
 
 static void t_refusals(void)
@@ -427,4 +516,4 @@ static void t_refusals(void)
 }
 
 T_MAIN(T_CASE(t_matmul), T_CASE(t_embed_rmsnorm), T_CASE(t_route), T_CASE(t_rope),
-    T_CASE(t_attention), T_CASE(t_swiglu_add), T_CASE(t_refusals))
+    T_CASE(t_attention), T_CASE(t_swiglu_add), T_CASE(t_refusals), T_CASE_TIMEOUT(t_perf, 120))
