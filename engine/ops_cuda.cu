@@ -20,7 +20,7 @@
 
 static_assert(sizeof(baton_ops_embed_args) == 48, "embed args layout");
 static_assert(sizeof(baton_ops_rmsnorm_args) == 40, "rmsnorm args layout");
-static_assert(sizeof(baton_ops_matmul_args) == 64, "matmul args layout");
+static_assert(sizeof(baton_ops_matmul_args) == 72, "matmul args layout");
 static_assert(sizeof(baton_ops_rope_args) == 40, "rope args layout");
 static_assert(sizeof(baton_ops_attention_args) == 72, "attention args layout");
 static_assert(sizeof(baton_ops_swiglu_args) == 32, "swiglu args layout");
@@ -116,13 +116,49 @@ __device__ __forceinline__ void matmul(const baton_ops_matmul_args &a)
 #pragma unroll
 	for (int t = 0; t < N; t++)
 		acc[t] = 0.0f;
-#pragma unroll 4
-	for (uint32_t i = lane; i < k32; i += 32) {
-		const float w = wload<DT>(row, dt, i);
+	if ((DT == BATON_DT_F32 || DT == BATON_DT_F16 || DT == BATON_DT_BF16) && a.vec) {
+		/* Chunks of 32 * E weights, a 16-byte load of E consecutive ones
+		 * per lane, written to shared memory and read back as the order
+		 * wants them: lane l takes l, l + 32, ... of each chunk. */
+		constexpr uint32_t E = DT == BATON_DT_F32 ? 4 : 8, CH = 32 * E;
+		__shared__ float sm[WARPS][256];
+		float *ws = sm[threadIdx.x >> 5];
+		for (uint32_t c = 0; c < k; c += CH) {
+			const uint4 raw = __ldg((const uint4 *)(row + (uint64_t)c * (16 / E)) + lane);
+			const uint32_t v[4] = { raw.x, raw.y, raw.z, raw.w };
 #pragma unroll
-		for (int t = 0; t < N; t++)
-			if (t < nt)
-				acc[t] = __fadd_rn(acc[t], __fmul_rn(w, x[(uint64_t)t * k + i]));
+			for (int i = 0; i < 4; i++) {
+				if (DT == BATON_DT_F32) {
+					ws[E * lane + i] = __uint_as_float(v[i]);
+				} else if (DT == BATON_DT_F16) {
+					ws[E * lane + 2 * i] = f16f(v[i] & 0xffffu);
+					ws[E * lane + 2 * i + 1] = f16f(v[i] >> 16);
+				} else {
+					ws[E * lane + 2 * i] = __uint_as_float(v[i] << 16);
+					ws[E * lane + 2 * i + 1] = __uint_as_float(v[i] & 0xffff0000u);
+				}
+			}
+			__syncwarp();
+#pragma unroll
+			for (uint32_t j = 0; j < E; j++) {
+				const float w = ws[lane + 32 * j];
+#pragma unroll
+				for (int t = 0; t < N; t++)
+					if (t < nt)
+						acc[t] = __fadd_rn(acc[t],
+						    __fmul_rn(w, x[(uint64_t)t * k + c + lane + 32 * j]));
+			}
+			__syncwarp();
+		}
+	} else {
+#pragma unroll 4
+		for (uint32_t i = lane; i < k32; i += 32) {
+			const float w = wload<DT>(row, dt, i);
+#pragma unroll
+			for (int t = 0; t < N; t++)
+				if (t < nt)
+					acc[t] = __fadd_rn(acc[t], __fmul_rn(w, x[(uint64_t)t * k + i]));
+		}
 	}
 #pragma unroll
 	for (int t = 0; t < N; t++)

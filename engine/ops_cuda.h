@@ -44,6 +44,10 @@ struct baton_ops_rmsnorm_args {
 struct baton_ops_matmul_args {
 	uint64_t w, b, x, y, row_bytes;
 	uint32_t w_dtype, b_dtype, n_out, k, rows, accumulate;
+	/* f32, f16, bf16 kinds: 1 when rows start 16-byte aligned and k is a
+	 * multiple of 128 (f32) or 256: 16-byte loads, put back in the fixed
+	 * order through shared memory. */
+	uint32_t vec, pad;
 };
 
 /* baton_ops_rope: grid (rows, n_heads), block min(head_dim / 2, 256);

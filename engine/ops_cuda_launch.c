@@ -321,6 +321,8 @@ int cuda_op_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint32
 	case BATON_DT_Q5_K: kind = 6; break;
 	case BATON_DT_Q6_K: kind = 7; break;
 	}
+	if (kind >= 1 && kind <= 3)
+		a.vec = w % 16 == 0 && rb % 16 == 0 && k % (kind == 1 ? 128 : 256) == 0;
 	return launch(dev, dev->k_matmul[!one][kind], gx, gy, OPS_THREADS, &a,
 	    "cuLaunchKernel baton_ops_matmul");
 }

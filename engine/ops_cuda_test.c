@@ -180,8 +180,11 @@ static const int DTS[] = { BATON_DT_F32, BATON_DT_F16, BATON_DT_BF16, BATON_DT_Q
 
 /* ---- bit for bit ----------------------------------------------------------- */
 
-static void matmul_case(struct baton_dev *dev, int dt, uint32_t n_out, uint32_t k, uint32_t rows,
-    int bias_dt, int acc)
+/* One matmul on both backends; the weights sit `off` bytes into their
+ * device buffer (1: the kernel that loads bytes one by one; 2 for 16-bit
+ * types, 4 for f32: typed loads without the 16-byte ones). */
+static void matmul_case_at(struct baton_dev *dev, int dt, uint32_t n_out, uint32_t k,
+    uint32_t rows, int bias_dt, int acc, uint32_t off)
 {
 	uint64_t wb, bb = 0;
 	uint8_t *w = weights(dt, n_out, k, &wb);
@@ -189,7 +192,11 @@ static void matmul_case(struct baton_dev *dev, int dt, uint32_t n_out, uint32_t 
 	float *x = rvec((size_t)rows * k), *y = rvec((size_t)rows * n_out);
 	float *got = malloc((size_t)rows * n_out * 4);
 	T_ASSERT(got);
-	baton_dptr dw = up(dev, w, wb), dx = up(dev, x, (uint64_t)rows * k * 4);
+	baton_dptr dw0 = 0, dw, dx = up(dev, x, (uint64_t)rows * k * 4);
+	T_CU(dev, be->alloc(dev, wb + 16, &dw0));
+	dw = dw0 + off;
+	struct baton_copy wc = { dw, w, wb };
+	T_CU(dev, be->copy_h2d(dev, &wc, 1));
 	baton_dptr dy = up(dev, y, (uint64_t)rows * n_out * 4), db = b ? up(dev, b, bb) : 0;
 	T_CU(dev, be->matmul(dev, dw, (uint32_t)dt, n_out, k, db, (uint32_t)(b ? bias_dt : 0), dx,
 	    rows, dy, acc));
@@ -197,12 +204,19 @@ static void matmul_case(struct baton_dev *dev, int dt, uint32_t n_out, uint32_t 
 	T_OK(host_op_matmul(NULL, H(w), (uint32_t)dt, n_out, k, H(b), (uint32_t)(b ? bias_dt : 0),
 	    H(x), rows, H(y), acc));
 	char what[64];
-	snprintf(what, sizeof what, "matmul %s k=%u rows=%u", baton_dtype_name(dt), k, rows);
+	snprintf(what, sizeof what, "matmul %s k=%u rows=%u off=%u", baton_dtype_name(dt), k, rows,
+	    off);
 	same_bits(got, y, (size_t)rows * n_out, what);
-	be->free(dev, dw), be->free(dev, dx), be->free(dev, dy);
+	be->free(dev, dw0), be->free(dev, dx), be->free(dev, dy);
 	if (db)
 		be->free(dev, db);
 	free(w), free(b), free(x), free(y), free(got);
+}
+
+static void matmul_case(struct baton_dev *dev, int dt, uint32_t n_out, uint32_t k, uint32_t rows,
+    int bias_dt, int acc)
+{
+	matmul_case_at(dev, dt, n_out, k, rows, bias_dt, acc, 0);
 }
 
 static void t_matmul(void)
@@ -210,12 +224,23 @@ static void t_matmul(void)
 	struct baton_dev *dev = open_dev();
 	for (size_t i = 0; i < N_DTS; i++) {
 		const int dt = DTS[i];
-		const uint32_t k = kquant_is(dt) ? 512 : 96;
-		matmul_case(dev, dt, 37, k, 1, -1, 0);
-		matmul_case(dev, dt, 37, k, 11, BATON_DT_F32, 0); /* two groups of 8 rows */
-		matmul_case(dev, dt, 9, k, 3, BATON_DT_BF16, 1);
-		if (dt == BATON_DT_F32 || dt == BATON_DT_F16 || dt == BATON_DT_BF16)
+		const int plain = dt == BATON_DT_F32 || dt == BATON_DT_F16 || dt == BATON_DT_BF16;
+		/* k = 96: no 16-byte loads; 512: with them (plain types) */
+		const uint32_t ks[] = { 96, 512 };
+		for (int j = kquant_is(dt) ? 1 : 0; j < 2; j++) {
+			const uint32_t k = ks[j];
+			matmul_case(dev, dt, 37, k, 1, -1, 0);
+			matmul_case(dev, dt, 37, k, 11, BATON_DT_F32, 0); /* two groups of 8 rows */
+			matmul_case(dev, dt, 9, k, 3, BATON_DT_BF16, 1);
+		}
+		if (plain) {
 			matmul_case(dev, dt, 21, 77, 5, -1, 1); /* a tail of 13 */
+			/* the other kernels: byte loads, typed loads without vectors */
+			matmul_case_at(dev, dt, 21, 512, 9, -1, 0, 1);
+			matmul_case_at(dev, dt, 21, 512, 1, -1, 0, dt == BATON_DT_F32 ? 4 : 2);
+		} else {
+			matmul_case_at(dev, dt, 21, kquant_is(dt) ? 512 : 96, 9, -1, 0, 1);
+		}
 	}
 	be->close(dev);
 }
@@ -405,11 +430,13 @@ static double now_s(void)
 
 /* Seconds per call of matmul (n_out x k in dt, `rows` rows), on device
  * memory as it comes (the values do not matter to the time). */
-static double time_matmul(struct baton_dev *dev, int dt, uint32_t n_out, uint32_t k, uint32_t rows)
+static double time_matmul_at(struct baton_dev *dev, int dt, uint32_t n_out, uint32_t k,
+    uint32_t rows, uint32_t off)
 {
-	baton_dptr w, x, y;
+	baton_dptr w0, w, x, y;
 	const uint64_t wb = baton_compute_row_bytes(dt, k) * n_out;
-	T_CU(dev, be->alloc(dev, wb, &w));
+	T_CU(dev, be->alloc(dev, wb + 16, &w0));
+	w = w0 + off;
 	T_CU(dev, be->alloc(dev, (uint64_t)rows * k * 4, &x));
 	T_CU(dev, be->alloc(dev, (uint64_t)rows * n_out * 4, &y));
 	T_CU(dev, be->matmul(dev, w, (uint32_t)dt, n_out, k, 0, 0, x, rows, y, 0));
@@ -420,8 +447,13 @@ static double time_matmul(struct baton_dev *dev, int dt, uint32_t n_out, uint32_
 		T_CU(dev, be->matmul(dev, w, (uint32_t)dt, n_out, k, 0, 0, x, rows, y, 0));
 	T_CU(dev, be->sync(dev));
 	double t = (now_s() - t0) / reps;
-	be->free(dev, w), be->free(dev, x), be->free(dev, y);
+	be->free(dev, w0), be->free(dev, x), be->free(dev, y);
 	return t;
+}
+
+static double time_matmul(struct baton_dev *dev, int dt, uint32_t n_out, uint32_t k, uint32_t rows)
+{
+	return time_matmul_at(dev, dt, n_out, k, rows, 0);
 }
 
 static void t_perf(void)
@@ -438,6 +470,13 @@ static void t_perf(void)
 		fig(name, t * 1e6);
 		snprintf(name, sizeof name, "matmul_head_%s_B1_GB/s", baton_dtype_name(dt));
 		fig(name, (double)baton_compute_row_bytes(dt, 2048) * 151936 / t / 1e9);
+	}
+	/* the same bf16 head through the other two kernels (weights 2 and 1
+	 * bytes off 16-byte alignment): typed 2-byte loads, byte loads */
+	for (uint32_t off = 2; off > 0; off--) {
+		double t = time_matmul_at(dev, BATON_DT_BF16, 151936, 2048, 1, off);
+		snprintf(name, sizeof name, "matmul_head_bf16_B1_off%u_GB/s", off);
+		fig(name, 2.0 * 2048 * 151936 / t / 1e9);
 	}
 	double t = time_matmul(dev, BATON_DT_BF16, 4096, 2048, 1);
 	fig("matmul_q_bf16_B1_us", t * 1e6);
