@@ -141,7 +141,7 @@ int cuda_dbuf_need(struct baton_dev *dev, struct dbuf *b, uint64_t bytes)
 	cuda_dbuf_free(dev, b);
 	uint64_t cap = cuda_round_up(bytes, 1u << 20);
 	CUdeviceptr p = 0;
-	CU(dev, dev->d->MemAlloc(&p, cap), "cuMemAlloc (MoE scratch)");
+	CU(dev, dev->d->MemAlloc(&p, cap), "cuMemAlloc (scratch)");
 	b->p = p;
 	b->cap = cap;
 	return 0;

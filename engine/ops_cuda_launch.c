@@ -243,6 +243,8 @@ int cuda_op_embed(struct baton_dev *dev, baton_dptr table, uint32_t dtype, uint3
 		return refuse(dev, BATON_EINVAL, "embed", "empty table or tokens, or a bad output");
 	if ((rc = weight_ok(dev, "embed", dtype, cols, &rb)))
 		return rc;
+	if (n > 0x7fffffffu)
+		return refuse(dev, BATON_ERANGE, "embed", "2^31 tokens or more in one call");
 	for (uint32_t t = 0; t < n; t++)
 		if (tokens[t] >= vocab) {
 			cuda_set_err(dev, "embed: token %u is outside the vocabulary of %u", tokens[t],
@@ -335,8 +337,8 @@ int cuda_op_rope(struct baton_dev *dev, baton_dptr x, uint32_t rows, uint32_t n_
 	    !f32_buf(x, (uint64_t)rows * n_heads * head_dim))
 		return refuse(dev, BATON_EINVAL, "rope",
 		    "empty or misaligned rows, an odd head_dim, or no positions or frequencies");
-	if (n_heads > 65535)
-		return refuse(dev, BATON_ERANGE, "rope", "more than 65535 heads");
+	if (n_heads > 65535 || rows > 0x7fffffffu)
+		return refuse(dev, BATON_ERANGE, "rope", "more than 65535 heads or 2^31 rows");
 	const uint32_t half = head_dim / 2;
 	CUdeviceptr dp, df;
 	if ((rc = cuda_cur(dev)) ||
