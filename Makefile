@@ -111,8 +111,9 @@ $(BUILD)/obj/%.o: %.c $(BUILD)/.flags
 # The generated fatbin and its C file are kept (not removed as intermediates).
 .PRECIOUS: $(BUILD)/gen/%_fatbin.c $(BUILD)/gen/%.fatbin
 $(BUILD)/gen/%_fatbin.c: %.cu $(BUILD)/.flags
-	@mkdir -p $(@D)
-	$(NVCC) -O3 $(CU_ARCH) -fatbin -I. -o $(@:.c=.fatbin) $<
+	@mkdir -p $(@D) $(BUILD)/obj/gen/$(*D)
+	$(NVCC) -O3 $(CU_ARCH) -fatbin -I. -MMD -MP -MF $(BUILD)/obj/gen/$*_fatbin.d -MT $@ \
+	    -o $(@:.c=.fatbin) $<
 	scripts/embed.sh $(@:.c=.fatbin) baton_$(subst /,_,$*)_fatbin > $@
 
 $(BUILD)/obj/gen/%.o: $(BUILD)/gen/%.c

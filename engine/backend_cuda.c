@@ -18,6 +18,8 @@
  * - MoE: kernels of moe_cuda.cu from the embedded fatbin. route() is
  *   synchronous (ids go back to the host, top-k and softmax run there, on
  *   batch * n_experts logits); experts() queues its kernels and returns.
+ * - The forward pass's dense ops (embed, rmsnorm, matmul, rope, attention,
+ *   swiglu, add, route): kernels of ops_cuda.cu, ops_cuda_launch.c.
  *
  * Every table and scratch buffer lives in struct baton_dev; close() frees
  * what the caller left (segments, reservations, buffers, registrations).
@@ -183,7 +185,7 @@ static int cuda_open(int index, uint64_t capacity_bytes, struct baton_dev **out,
 		dev->staged = NULL;
 		goto fail;
 	}
-	if ((rc = cuda_moe_load(dev)))
+	if ((rc = cuda_moe_load(dev)) || (rc = cuda_ops_load(dev)))
 		goto fail;
 	*out = dev;
 	return 0;
@@ -223,6 +225,7 @@ static void cuda_close(struct baton_dev *dev)
 			d->MemFree(dev->allocs.v[i].addr);
 		for (size_t i = 0; i < dev->hregs.n; i++)
 			unregister_pieces(dev, &dev->hregs.v[i]);
+		cuda_ops_free(dev);
 		cuda_moe_free(dev);
 		if (dev->staged)
 			d->EventDestroy(dev->staged);
@@ -725,4 +728,12 @@ const struct baton_backend baton_backend_cuda = {
 	.moe_route = cuda_moe_route,
 	.moe_experts = cuda_moe_experts,
 	.can_compute = cuda_can_compute,
+	.embed = cuda_op_embed,
+	.rmsnorm = cuda_op_rmsnorm,
+	.matmul = cuda_op_matmul,
+	.rope = cuda_op_rope,
+	.attention = cuda_op_attention,
+	.swiglu = cuda_op_swiglu,
+	.add = cuda_op_add,
+	.route = cuda_op_route,
 };

@@ -2,9 +2,10 @@
  * backend_cuda_int.h: internal to the `cuda` backend, shared by its
  * files, bottom to top: cuda_ctx.c (error recording, the context, the
  * stream), moe_cuda_launch.c (the MoE kernels: loading them, their
- * scratch, and the launches) and backend_cuda.c (the device: open, close,
- * VMM segments, the peer tier, buffers, pinning, copies, and the backend
- * table). Each calls only those below it. Built only with CUDA=1.
+ * scratch, and the launches), ops_cuda_launch.c (the forward pass's dense
+ * ops) and backend_cuda.c (the device: open, close, VMM segments, the peer
+ * tier, buffers, pinning, copies, and the backend table). Each calls only
+ * those below it. Built only with CUDA=1.
  */
 #ifndef BATON_ENGINE_BACKEND_CUDA_INT_H
 #define BATON_ENGINE_BACKEND_CUDA_INT_H
@@ -14,6 +15,7 @@
 
 #include "engine/backend_cuda.h"
 #include "engine/cuda_driver.h"
+#include "engine/ops_cuda.h"
 
 #define N_VARIANTS 4 /* row kernels for 1, 2, 4, 8 tokens per warp */
 
@@ -69,6 +71,23 @@ struct baton_dev {
 	struct bp *sort;
 	size_t sort_cap;
 
+	/* The forward pass's dense ops (ops_cuda_launch.c): their module, a
+	 * device copy of each call's small host arrays (token ids,
+	 * positions, frequencies) staged through pinned memory, the
+	 * attention scores, and route's logits back on the host. The
+	 * staging is a ring of two halves (host and device alike): a half is
+	 * written again only after the copies out of it have run. */
+	CUmodule ops_mod;
+	CUfunction k_embed, k_rmsnorm, k_rope, k_attn, k_swiglu, k_add;
+	CUfunction k_matmul[2][BATON_OPS_KINDS]; /* [1 row, 8 rows][kind] */
+	struct dbuf ops_arg, ops_scores;
+	void *ops_stage;
+	uint64_t ops_stage_cap, ops_off; /* ops_off: next free byte in half ops_half */
+	CUevent ops_staged[2];           /* recorded after each copy out of a half */
+	int ops_stage_busy[2], ops_half;
+	float *ops_logits;
+	uint64_t ops_logits_cap;
+
 	char err[256];
 };
 
@@ -110,5 +129,34 @@ int cuda_moe_route(struct baton_dev *dev, const struct baton_moe_layer *l,
 int cuda_moe_experts(struct baton_dev *dev, const struct baton_moe_layer *l,
     const baton_dptr *blobs, const float *weights);
 int cuda_can_compute(int dtype);
+/* A growing device buffer: at least `bytes` (a larger one replaces it
+ * after the stream is idle); freed by cuda_dbuf_free. */
+int cuda_dbuf_need(struct baton_dev *dev, struct dbuf *b, uint64_t bytes);
+void cuda_dbuf_free(struct baton_dev *dev, struct dbuf *b);
+
+/* ---- ops_cuda_launch.c ---------------------------------------------------- */
+
+/* Loads the forward-pass kernels and launches each once (at open, after
+ * cuda_moe_load); cuda_ops_free gives back what they hold (at close). */
+int cuda_ops_load(struct baton_dev *dev);
+void cuda_ops_free(struct baton_dev *dev);
+/* The backend slots embed, rmsnorm, matmul, rope, attention, swiglu, add
+ * and route (engine/backend.h). */
+int cuda_op_embed(struct baton_dev *dev, baton_dptr table, uint32_t dtype, uint32_t vocab,
+    uint32_t cols, const uint32_t *tokens, uint32_t n, baton_dptr out);
+int cuda_op_rmsnorm(struct baton_dev *dev, baton_dptr x, baton_dptr out, uint32_t rows,
+    uint32_t cols, baton_dptr w, uint32_t w_dtype, float eps);
+int cuda_op_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint32_t n_out,
+    uint32_t k, baton_dptr b, uint32_t b_dtype, baton_dptr x, uint32_t rows,
+    baton_dptr y, int accumulate);
+int cuda_op_rope(struct baton_dev *dev, baton_dptr x, uint32_t rows, uint32_t n_heads,
+    uint32_t head_dim, const uint32_t *pos, const float *inv_freq, float mscale);
+int cuda_op_attention(struct baton_dev *dev, const struct baton_attn *a);
+int cuda_op_swiglu(struct baton_dev *dev, baton_dptr gate, baton_dptr up, baton_dptr out,
+    uint64_t n);
+int cuda_op_add(struct baton_dev *dev, baton_dptr x, baton_dptr y, baton_dptr gate,
+    uint32_t rows, uint32_t cols);
+int cuda_op_route(struct baton_dev *dev, baton_dptr logits, uint32_t rows, uint32_t n_experts,
+    uint32_t top_k, int rule, uint32_t *ids, float *weights);
 
 #endif

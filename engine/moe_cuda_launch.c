@@ -74,7 +74,7 @@ int cuda_moe_load(struct baton_dev *dev)
 	return rc ? rc : warm_kernels(dev);
 }
 
-static void dbuf_free(struct baton_dev *dev, struct dbuf *b)
+void cuda_dbuf_free(struct baton_dev *dev, struct dbuf *b)
 {
 	if (b->p)
 		dev->d->MemFree(b->p);
@@ -87,9 +87,9 @@ void cuda_moe_free(struct baton_dev *dev)
 	const struct cuda_driver *d = dev->d;
 	if (dev->lg_host)
 		d->MemFreeHost(dev->lg_host);
-	dbuf_free(dev, &dev->desc);
-	dbuf_free(dev, &dev->h);
-	dbuf_free(dev, &dev->part);
+	cuda_dbuf_free(dev, &dev->desc);
+	cuda_dbuf_free(dev, &dev->h);
+	cuda_dbuf_free(dev, &dev->part);
 	if (dev->stage)
 		d->MemFreeHost(dev->stage);
 	if (dev->mod)
@@ -131,17 +131,17 @@ static int vec_ok(uint64_t base, uint32_t dt, uint32_t cols)
 	return base % 16 == 0 && row_bytes(dt, cols) % 16 == 0;
 }
 
-static int dbuf_need(struct baton_dev *dev, struct dbuf *b, uint64_t bytes)
+int cuda_dbuf_need(struct baton_dev *dev, struct dbuf *b, uint64_t bytes)
 {
 	if (b->cap >= bytes)
 		return 0;
 	int rc = cuda_stream_sync(dev); /* the old buffer may be in use */
 	if (rc)
 		return rc;
-	dbuf_free(dev, b);
+	cuda_dbuf_free(dev, b);
 	uint64_t cap = cuda_round_up(bytes, 1u << 20);
 	CUdeviceptr p = 0;
-	CU(dev, dev->d->MemAlloc(&p, cap), "cuMemAlloc (MoE scratch)");
+	CU(dev, dev->d->MemAlloc(&p, cap), "cuMemAlloc (scratch)");
 	b->p = p;
 	b->cap = cap;
 	return 0;
@@ -390,9 +390,9 @@ int cuda_moe_experts(struct baton_dev *dev, const struct baton_moe_layer *l,
 	const uint64_t off_pairs = n_chunks * sizeof(struct baton_cuda_chunk);
 	const uint64_t off_w = cuda_round_up(off_pairs + n * 4, 16);
 	const uint64_t desc_bytes = off_w + n * 4;
-	if ((rc = stage_need(dev, desc_bytes)) || (rc = dbuf_need(dev, &dev->desc, desc_bytes)) ||
-	    (rc = dbuf_need(dev, &dev->h, n * l->d_ff * 4)) ||
-	    (rc = dbuf_need(dev, &dev->part, n * l->d_model * 4)))
+	if ((rc = stage_need(dev, desc_bytes)) || (rc = cuda_dbuf_need(dev, &dev->desc, desc_bytes)) ||
+	    (rc = cuda_dbuf_need(dev, &dev->h, n * l->d_ff * 4)) ||
+	    (rc = cuda_dbuf_need(dev, &dev->part, n * l->d_model * 4)))
 		return rc;
 	struct baton_cuda_chunk *ch = dev->stage;
 	uint32_t *pairs = (uint32_t *)((char *)dev->stage + off_pairs);

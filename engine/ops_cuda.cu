@@ -1,0 +1,304 @@
+/*
+ * ops_cuda.cu: the dense ops of the forward pass on the cuda backend
+ * (embedding rows, RMSNorm, matmul, RoPE, attention, SwiGLU, add), the
+ * slots of engine/backend.h; ops_cuda_launch.c loads them from the
+ * embedded fatbin and launches them.
+ *
+ * Simple kernels, in the host's arithmetic (engine/ops_host.c): every dot
+ * is the fixed 32-lane order of engine_int.h done by one warp (see
+ * ops_cuda.h), multiplies and adds written as __fmul_rn / __fadd_rn so
+ * that nvcc fuses none of them, divisions and square roots IEEE. What
+ * differs from the host is expf, sinf and cosf (the device's, a couple of
+ * ulp apart), which docs/model.md's tolerance covers.
+ */
+#include <math.h>
+#include <stdint.h>
+
+#include "arena/arena.h"
+#include "engine/dtype_cuda.cuh"
+#include "engine/ops_cuda.h"
+
+static_assert(sizeof(baton_ops_embed_args) == 48, "embed args layout");
+static_assert(sizeof(baton_ops_rmsnorm_args) == 40, "rmsnorm args layout");
+static_assert(sizeof(baton_ops_matmul_args) == 72, "matmul args layout");
+static_assert(sizeof(baton_ops_rope_args) == 40, "rope args layout");
+static_assert(sizeof(baton_ops_attention_args) == 72, "attention args layout");
+static_assert(sizeof(baton_ops_swiglu_args) == 32, "swiglu args layout");
+static_assert(sizeof(baton_ops_add_args) == 32, "add args layout");
+static_assert(BATON_OPS_NT == 8, "the matmul kernels are made for 1 and 8 rows");
+
+#define WARPS BATON_OPS_WARPS
+#define THREADS (WARPS * 32)
+
+/* The contract's tree over the 32 lanes: every lane ends with the sum. */
+__device__ __forceinline__ float lane_tree(float s)
+{
+#pragma unroll
+	for (int off = 16; off > 0; off >>= 1)
+		s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, off));
+	return s;
+}
+
+/* dot(a, b) of two f32 vectors of n, in the fixed order, in every lane. */
+__device__ __forceinline__ float warp_dot_f32(const float *a, const float *b, uint32_t n)
+{
+	const uint32_t lane = threadIdx.x & 31, n32 = n & ~31u;
+	float s = 0.0f;
+	for (uint32_t i = lane; i < n32; i += 32)
+		s = __fadd_rn(s, __fmul_rn(a[i], b[i]));
+	s = lane_tree(s);
+	for (uint32_t i = n32; i < n; i++)
+		s = __fadd_rn(s, __fmul_rn(a[i], b[i]));
+	return s;
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+baton_ops_embed(baton_ops_embed_args a)
+{
+	if (blockIdx.x >= a.n)
+		return;
+	const uint32_t tok = ((const uint32_t *)a.tokens)[blockIdx.x];
+	const uint8_t *row = (const uint8_t *)a.table + (uint64_t)tok * a.row_bytes;
+	float *out = (float *)a.out + (uint64_t)blockIdx.x * a.cols;
+	for (uint32_t i = threadIdx.x; i < a.cols; i += blockDim.x)
+		out[i] = elem(row, a.dtype, i);
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS)
+baton_ops_rmsnorm(baton_ops_rmsnorm_args a)
+{
+	const uint32_t r = blockIdx.x * WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+	if (r >= a.rows)
+		return; /* the whole warp */
+	const float *x = (const float *)a.x + (uint64_t)r * a.cols;
+	float *out = (float *)a.out + (uint64_t)r * a.cols;
+	const float ss = warp_dot_f32(x, x, a.cols);
+	const float s = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)a.cols), a.eps)));
+	__syncwarp(); /* every lane has read the tail before any writes in place */
+	const uint8_t *w = (const uint8_t *)a.w;
+	for (uint32_t i = lane; i < a.cols; i += 32) {
+		float v = __fmul_rn(x[i], s);
+		if (w)
+			v = __fmul_rn(v, elem(w, a.w_dtype, i));
+		out[i] = v;
+	}
+}
+
+/* Weight i of a row: typed loads for the 16- and 32-bit types (rows
+ * aligned to their element), the byte loads of elem() for the rest or
+ * when DT < 0 (the dtype read at run time, any alignment). */
+template <int DT>
+__device__ __forceinline__ float wload(const uint8_t *row, uint32_t dt, uint32_t i)
+{
+	if (DT == BATON_DT_F32)
+		return __ldg((const float *)row + i);
+	if (DT == BATON_DT_F16)
+		return f16f(__ldg((const unsigned short *)row + i));
+	if (DT == BATON_DT_BF16)
+		return bf16f(__ldg((const unsigned short *)row + i));
+	return elem(row, DT < 0 ? dt : (uint32_t)DT, i);
+}
+
+/* A warp per output row o, carrying up to N rows of x through it: each
+ * weight is decoded once for the N rows; each row's sum is its own, in
+ * the fixed order, so N changes no bit. */
+template <int N, int DT>
+__device__ __forceinline__ void matmul(const baton_ops_matmul_args &a)
+{
+	const uint32_t o = blockIdx.x * WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+	if (o >= a.n_out || blockIdx.y * N >= a.rows)
+		return;
+	const uint32_t r0 = blockIdx.y * N, k = a.k, k32 = k & ~31u, dt = a.w_dtype;
+	const int nt = (int)min((uint32_t)N, a.rows - r0);
+	const uint8_t *row = (const uint8_t *)a.w + (uint64_t)o * a.row_bytes;
+	const float *x = (const float *)a.x + (uint64_t)r0 * k;
+	float acc[N];
+#pragma unroll
+	for (int t = 0; t < N; t++)
+		acc[t] = 0.0f;
+	if ((DT == BATON_DT_F32 || DT == BATON_DT_F16 || DT == BATON_DT_BF16) && a.vec) {
+		/* Chunks of 32 * E weights, a 16-byte load of E consecutive ones
+		 * per lane, written to shared memory and read back as the order
+		 * wants them: lane l takes l, l + 32, ... of each chunk. */
+		constexpr uint32_t E = DT == BATON_DT_F32 ? 4 : 8, CH = 32 * E;
+		__shared__ float sm[WARPS][256];
+		float *ws = sm[threadIdx.x >> 5];
+		for (uint32_t c = 0; c < k; c += CH) {
+			const uint4 raw = __ldg((const uint4 *)(row + (uint64_t)c * (16 / E)) + lane);
+			const uint32_t v[4] = { raw.x, raw.y, raw.z, raw.w };
+#pragma unroll
+			for (int i = 0; i < 4; i++) {
+				if (DT == BATON_DT_F32) {
+					ws[E * lane + i] = __uint_as_float(v[i]);
+				} else if (DT == BATON_DT_F16) {
+					ws[E * lane + 2 * i] = f16f(v[i] & 0xffffu);
+					ws[E * lane + 2 * i + 1] = f16f(v[i] >> 16);
+				} else {
+					ws[E * lane + 2 * i] = __uint_as_float(v[i] << 16);
+					ws[E * lane + 2 * i + 1] = __uint_as_float(v[i] & 0xffff0000u);
+				}
+			}
+			__syncwarp();
+#pragma unroll
+			for (uint32_t j = 0; j < E; j++) {
+				const float w = ws[lane + 32 * j];
+#pragma unroll
+				for (int t = 0; t < N; t++)
+					if (t < nt)
+						acc[t] = __fadd_rn(acc[t],
+						    __fmul_rn(w, x[(uint64_t)t * k + c + lane + 32 * j]));
+			}
+			__syncwarp();
+		}
+	} else {
+#pragma unroll 4
+		for (uint32_t i = lane; i < k32; i += 32) {
+			const float w = wload<DT>(row, dt, i);
+#pragma unroll
+			for (int t = 0; t < N; t++)
+				if (t < nt)
+					acc[t] = __fadd_rn(acc[t], __fmul_rn(w, x[(uint64_t)t * k + i]));
+		}
+	}
+#pragma unroll
+	for (int t = 0; t < N; t++)
+		acc[t] = lane_tree(acc[t]);
+	for (uint32_t i = k32; i < k; i++) {
+		const float w = wload<DT>(row, dt, i);
+#pragma unroll
+		for (int t = 0; t < N; t++)
+			if (t < nt)
+				acc[t] = __fadd_rn(acc[t], __fmul_rn(w, x[(uint64_t)t * k + i]));
+	}
+	if (lane != 0)
+		return;
+	const float b = a.b ? elem((const uint8_t *)a.b, a.b_dtype, o) : 0.0f;
+#pragma unroll
+	for (int t = 0; t < N; t++)
+		if (t < nt) {
+			float *y = (float *)a.y + (uint64_t)(r0 + t) * a.n_out + o;
+			const float v = a.b ? __fadd_rn(acc[t], b) : acc[t];
+			*y = a.accumulate ? __fadd_rn(*y, v) : v;
+		}
+}
+
+/* baton_ops_matmul_<N>_<kind>, the kinds of ops_cuda.h in its order */
+#define BATON_MATMUL(N, NAME, DT)                                              \
+	extern "C" __global__ void __launch_bounds__(THREADS)                  \
+	baton_ops_matmul_##N##_##NAME(baton_ops_matmul_args a) { matmul<N, DT>(a); }
+#define BATON_MATMULS(N)                                                       \
+	BATON_MATMUL(N, any, -1)                                               \
+	BATON_MATMUL(N, f32, BATON_DT_F32)                                     \
+	BATON_MATMUL(N, f16, BATON_DT_F16)                                     \
+	BATON_MATMUL(N, bf16, BATON_DT_BF16)                                   \
+	BATON_MATMUL(N, q8_0, BATON_DT_Q8_0)                                   \
+	BATON_MATMUL(N, q4_K, BATON_DT_Q4_K)                                   \
+	BATON_MATMUL(N, q5_K, BATON_DT_Q5_K)                                   \
+	BATON_MATMUL(N, q6_K, BATON_DT_Q6_K)
+BATON_MATMULS(1)
+BATON_MATMULS(8)
+
+extern "C" __global__ void __launch_bounds__(256)
+baton_ops_rope(baton_ops_rope_args a)
+{
+	const uint32_t half = a.head_dim / 2;
+	if (!half)
+		return;
+	float *v = (float *)a.x + ((uint64_t)blockIdx.x * a.n_heads + blockIdx.y) * a.head_dim;
+	const float p = (float)((const uint32_t *)a.pos)[blockIdx.x];
+	const float *inv = (const float *)a.inv_freq;
+	for (uint32_t i = threadIdx.x; i < half; i += blockDim.x) {
+		const float ang = __fmul_rn(p, inv[i]);
+		const float c = __fmul_rn(cosf(ang), a.mscale), s = __fmul_rn(sinf(ang), a.mscale);
+		const float x1 = v[i], x2 = v[i + half];
+		v[i] = __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s));
+		v[i + half] = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s));
+	}
+}
+
+/* One block per (query, head): the scores by warps (a fixed-order dot
+ * each), the max, expf, their sum in key order by one thread, the output
+ * by dimension, each a sum over keys in order: the host's sequence. */
+extern "C" __global__ void __launch_bounds__(THREADS)
+baton_ops_attention(baton_ops_attention_args a)
+{
+	__shared__ float red[THREADS];
+	__shared__ float total;
+	if (!a.n_heads || !a.n_kv_heads)
+		return;
+	const uint32_t H = a.n_heads, KH = a.n_kv_heads, hd = a.head_dim;
+	const uint32_t t = a.q0 + blockIdx.x, h = blockIdx.y;
+	const uint64_t nk = (uint64_t)a.pos0 + t + 1, n_ctx = (uint64_t)a.pos0 + a.n_q;
+	const uint32_t kvh = h / (H / KH), tid = threadIdx.x;
+	const float *q = (const float *)a.q + ((uint64_t)t * H + h) * hd;
+	const float *k = (const float *)a.k, *v = (const float *)a.v;
+	float *sc = (float *)a.scores + ((uint64_t)blockIdx.x * H + h) * n_ctx;
+
+	for (uint64_t j = tid >> 5; j < nk; j += WARPS) {
+		const float d = warp_dot_f32(k + (j * KH + kvh) * hd, q, hd);
+		if ((tid & 31) == 0)
+			sc[j] = __fmul_rn(d, a.scale);
+	}
+	__syncthreads();
+	/* the max as the host's `p > max` finds it: NaN never taken */
+	float m = -INFINITY;
+	for (uint64_t j = tid; j < nk; j += THREADS)
+		if (sc[j] > m)
+			m = sc[j];
+	red[tid] = m;
+	__syncthreads();
+	for (uint32_t s = THREADS / 2; s > 0; s >>= 1) {
+		if (tid < s && red[tid + s] > red[tid])
+			red[tid] = red[tid + s];
+		__syncthreads();
+	}
+	m = red[0];
+	for (uint64_t j = tid; j < nk; j += THREADS)
+		sc[j] = expf(__fsub_rn(sc[j], m));
+	__syncthreads();
+	if (tid == 0) {
+		float s = 0.0f;
+		for (uint64_t j = 0; j < nk; j++)
+			s = __fadd_rn(s, sc[j]);
+		total = s;
+	}
+	__syncthreads();
+	const float sum = total;
+	for (uint64_t j = tid; j < nk; j += THREADS)
+		sc[j] = __fdiv_rn(sc[j], sum);
+	__syncthreads();
+	float *out = (float *)a.out + ((uint64_t)t * H + h) * hd;
+	for (uint32_t d = tid; d < hd; d += THREADS) {
+		float o = 0.0f;
+		for (uint64_t j = 0; j < nk; j++)
+			o = __fadd_rn(o, __fmul_rn(sc[j], v[(j * KH + kvh) * hd + d]));
+		out[d] = o;
+	}
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+baton_ops_swiglu(baton_ops_swiglu_args a)
+{
+	const float *g = (const float *)a.gate, *u = (const float *)a.up;
+	float *o = (float *)a.out;
+	for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < a.n;
+	     i += (uint64_t)gridDim.x * blockDim.x)
+		o[i] = __fmul_rn(__fdiv_rn(g[i], __fadd_rn(1.0f, expf(-g[i]))), u[i]);
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+baton_ops_add(baton_ops_add_args a)
+{
+	const uint64_t n = (uint64_t)a.rows * a.cols;
+	float *x = (float *)a.x;
+	const float *y = (const float *)a.y, *gate = (const float *)a.gate;
+	for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+	     i += (uint64_t)gridDim.x * blockDim.x) {
+		if (gate) {
+			const float g = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-gate[i / a.cols])));
+			x[i] = __fadd_rn(x[i], __fmul_rn(g, y[i]));
+		} else {
+			x[i] = __fadd_rn(x[i], y[i]);
+		}
+	}
+}

@@ -1,0 +1,83 @@
+/*
+ * ops_cuda.h: internal to the `cuda` backend. The argument blocks of the
+ * forward-pass kernels in ops_cuda.cu, shared by their launcher
+ * (ops_cuda_launch.c) and the CUDA compiler: each kernel takes one struct
+ * by value, fixed-width fields and no padding, so both sides agree on it.
+ *
+ * Every dot product of these kernels is the fixed order of engine_int.h,
+ * which one warp computes as it is written: lane l accumulates elements
+ * l, l + 32, ... (a multiply, then an add: never fused), the butterfly
+ * __shfl_xor over 16, 8, 4, 2, 1 is the contract's tree, the tail follows
+ * in order. So matmul, rmsnorm and the attention scores give the host's
+ * bits; expf, sinf and cosf are the device's (within 2 ulp of glibc).
+ */
+#ifndef BATON_ENGINE_OPS_CUDA_H
+#define BATON_ENGINE_OPS_CUDA_H
+
+#include <stdint.h>
+
+#define BATON_OPS_WARPS 8     /* warps per block of the row kernels */
+#define BATON_OPS_NT 8        /* most activation rows a matmul warp carries */
+
+/* baton_ops_embed: grid (n), block 256. out[t][i] = decode(table row
+ * tokens[t])[i]; tokens is a device copy of the host array. */
+struct baton_ops_embed_args {
+	uint64_t table, tokens, out, row_bytes;
+	uint32_t dtype, cols, n, pad;
+};
+
+/* baton_ops_rmsnorm: grid (ceil(rows / WARPS)), block 32 * WARPS, a warp
+ * per row. w == 0: no weight. */
+struct baton_ops_rmsnorm_args {
+	uint64_t x, out, w;
+	uint32_t w_dtype, rows, cols;
+	float eps;
+};
+
+/* baton_ops_matmul_<N>_<kind>: grid (ceil(n_out / WARPS), ceil(rows / N)),
+ * block 32 * WARPS; a warp per output row o, carrying N (1 or 8) rows of
+ * x. Kinds: the weight dtype known at compile time (f32, f16 and bf16
+ * with aligned loads, whose rows must start at a multiple of their element
+ * size), or `any` (w_dtype read at run time, bytes loaded one by one). */
+#define BATON_OPS_KINDS 8
+#define BATON_OPS_KIND_NAMES { "any", "f32", "f16", "bf16", "q8_0", "q4_K", "q5_K", "q6_K" }
+struct baton_ops_matmul_args {
+	uint64_t w, b, x, y, row_bytes;
+	uint32_t w_dtype, b_dtype, n_out, k, rows, accumulate;
+	/* f32, f16, bf16 kinds: 1 when rows start 16-byte aligned and k is a
+	 * multiple of 128 (f32) or 256: 16-byte loads, put back in the fixed
+	 * order through shared memory. */
+	uint32_t vec, pad;
+};
+
+/* baton_ops_rope: grid (rows, n_heads), block min(head_dim / 2, 256);
+ * pos (u32) and inv_freq (f32) are device copies of the host arrays. */
+struct baton_ops_rope_args {
+	uint64_t x, pos, inv_freq;
+	uint32_t n_heads, head_dim;
+	float mscale;
+	uint32_t pad;
+};
+
+/* baton_ops_attention: grid (n_q of this launch, n_heads), block 32 * WARPS.
+ * Queries q0 .. q0 + gridDim.x - 1; scores: [gridDim.x * n_heads][n_ctx]
+ * f32 scratch, n_ctx = pos0 + n_q (all queries of the call). */
+struct baton_ops_attention_args {
+	uint64_t q, k, v, out, scores;
+	uint32_t q0, n_q, n_heads, n_kv_heads, head_dim, pos0;
+	float scale;
+	uint32_t pad;
+};
+
+/* baton_ops_swiglu: grid-stride over n. out[i] = silu(gate[i]) * up[i]. */
+struct baton_ops_swiglu_args {
+	uint64_t gate, up, out, n;
+};
+
+/* baton_ops_add: grid-stride over rows * cols. x += g(r) * y. */
+struct baton_ops_add_args {
+	uint64_t x, y, gate;
+	uint32_t rows, cols;
+};
+
+#endif
