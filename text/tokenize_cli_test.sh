@@ -59,8 +59,14 @@ t_errors() {
 	expect 2 $B tokenize --bogus; says "unknown flag '--bogus'"
 	expect 2 $B tokenize --tokenizer $F/gpt2/tokenizer.json; says "wants (ARENA | --tokenizer PATH) and a text"
 	expect 2 $B detokenize --tokenizer $F/gpt2/tokenizer.json 1 x2; says "is not a list of token ids"
-	expect 1 $B tokenize $T_TMP/model.arena "x"; says "this arena has no tokenizer"
+	expect 1 $B tokenize $T_TMP/model.arena "x"; says "No such file"
+	$BUILD/bin/baton-arena create --synthetic --layers 1 --experts 2 --top-k 1 --d-model 32 --d-ff 32 \
+	    $T_TMP/experts.arena >/dev/null
+	expect 1 $B tokenize $T_TMP/experts.arena "x"; says "has no tokenizer"
 	expect 1 $B tokenize --tokenizer $T_TMP/nope.json "x"; says "cannot open"
+	$BUILD/bin/baton-arena create --safetensors models/kjv-mixtral $T_TMP/mixtral.arena >/dev/null
+	expect 0 $B tokenize $T_TMP/mixtral.arena "Tell me of light."; says "1 394 647 469 333 1132 265"
+	expect 0 $B detokenize $T_TMP/mixtral.arena 394 647 469 333 1132 265; says "Tell me of light."
 	expect 1 $B detokenize --tokenizer $F/gpt2/tokenizer.json 999999; says "outside the vocabulary"
 	printf '{"model":{"type":"Unigram"}}' >$T_TMP/u.json
 	expect 1 $B tokenize --tokenizer $T_TMP/u.json "x"; says "Unigram is not supported"
