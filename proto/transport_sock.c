@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/stat.h>
 
 #include "proto/transport_int.h"
@@ -209,8 +210,16 @@ int proto__psock_start(struct psock *ps, const char *url, const struct proto_opt
 		nng_dialer d;
 		if ((rv = nng_dialer_create(&d, ps->s, url)) != 0)
 			return proto__nng_err(rv, true);
-		/* with dial_wait, a failed first dial leaves the dialer stopped */
-		if ((rv = nng_dialer_start(d, o->dial_wait ? 0 : NNG_FLAG_NONBLOCK)) != 0) {
+		/* with dial_wait, a failed first dial leaves the dialer stopped.
+		 * EAGAIN is a full listen backlog (a burst of connects, such as
+		 * the hang-ups of issue 14, not yet accepted): the server is
+		 * there and busy, so try again for up to 2 s before giving up. */
+		rv = nng_dialer_start(d, o->dial_wait ? 0 : NNG_FLAG_NONBLOCK);
+		for (int i = 0; rv == NNG_EAGAIN && o->dial_wait && i < 200; i++) {
+			usleep(10 * 1000);
+			rv = nng_dialer_start(d, 0);
+		}
+		if (rv != 0) {
 			nng_dialer_close(d);
 			return proto__nng_err(rv, true);
 		}

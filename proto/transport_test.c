@@ -997,7 +997,9 @@ static void t_hangups_leave_nothing(void)
 
 	abort_connects(url, 1000);
 	for (int i = 0; i < 200; i++) {
-		T_OK(proto_call(url, &req, &rep, 3000, NULL));
+		struct proto_diag dg = { 0 };
+		int crc = proto_call(url, &req, &rep, 3000, &dg);
+		T_ASSERT_MSG(crc == 0, "call %d: %s: %s", i, baton_strerror(crc), dg.text);
 		proto_msg_free(&rep);
 	}
 	T_OK(proto_client_call(cli, &req, &rep, 3000, NULL));
