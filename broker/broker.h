@@ -301,7 +301,7 @@ void broker_http_guard_init(struct broker_http_guard *g, const char *host, unsig
 /* 0 when a POST with these headers (NULL: absent) may go on; else the HTTP
  * status (403 Host, Origin or no token set; 401 token; 415 Content-Type)
  * with the reason in msg. Host must name the broker (its bound address;
- * localhost and loopback addresses when bound to loopback; any address
+ * localhost; loopback addresses when bound to loopback; any address
  * literal when bound to every address; a name in `names`), with the bound
  * port or none;
  * Origin, when present, must be http:// and that Host; Authorization

@@ -137,7 +137,9 @@ static bool host_ok(const struct broker_http_guard *g, const char *hosthdr)
 		return false; /* the name is what DNS rebinding forges; a Host without a port is fine */
 	if ((!g->wildcard && strcasecmp(host, g->host) == 0) || listed(g->names, host))
 		return true;
-	if (g->loopback && (strcasecmp(host, "localhost") == 0 || (is_ip(host, &lo, &any) && lo)))
+	if (strcasecmp(host, "localhost") == 0) /* this machine, whatever it is bound to */
+		return true;
+	if (g->loopback && is_ip(host, &lo, &any) && lo)
 		return true;
 	/* Bound to every address: any address literal is this machine's (a
 	 * rebinding page names its own host, never an address). */

@@ -97,7 +97,7 @@ static void t_names_and_wildcard(void)
 		{ "lab:8420", NULL, JSON, AUTH, 403 },
 		{ "gpu1.lab.evil:8420", NULL, JSON, AUTH, 403 },
 		{ "0.0.0.0:8420", NULL, JSON, AUTH, 403 },
-		{ "localhost:8420", NULL, JSON, AUTH, 403 },   /* not bound to loopback only */
+		{ "localhost:8420", NULL, JSON, AUTH, 0 },     /* kubectl port-forward */
 	};
 	check(&g, rows, sizeof rows / sizeof rows[0]);
 
@@ -105,7 +105,8 @@ static void t_names_and_wildcard(void)
 	static const struct row rows2[] = {
 		{ "10.0.0.5:9000", NULL, JSON, AUTH, 0 },
 		{ "10.0.0.6:9000", NULL, JSON, AUTH, 403 },
-		{ "localhost:9000", NULL, JSON, AUTH, 403 },
+		{ "localhost:9000", NULL, JSON, AUTH, 0 },
+		{ "127.0.0.1:9000", NULL, JSON, AUTH, 403 },
 	};
 	check(&g, rows2, sizeof rows2 / sizeof rows2[0]);
 }
