@@ -120,7 +120,8 @@ struct broker_config {
 
 /* The defaults: the sockets above, heartbeat timeout 2000 ms, no idle
  * release, acquire wait 5000 ms, command timeout 30000 ms, NVML on, HTTP
- * on BROKER_DEFAULT_HTTP without a token. */
+ * on BROKER_DEFAULT_HTTP without a configured token (the program makes one:
+ * broker_http_token_prepare). */
 void broker_config_defaults(struct broker_config *c);
 /* Reads an INI file over the defaults already in *c. BATON_ECONFIG with
  * "PATH:LINE: what" in err on bad content; BATON_EIO/BATON_ENOTFOUND when

@@ -148,7 +148,7 @@ def t_errors_say_why(c):
     finally:
         s.close()
     assert got.startswith(b"HTTP/1.1 413 Payload Too Large\r\n"), got[:80]
-    for v in (1 << 24 + 1, 1 << 30, 1 << 50):
+    for v in ((1 << 24) + 1, 1 << 30, 1 << 50):
         r = expect(api.post("/v1/engines/a/vram", {"reserve_mib": v}), 400, "out_of_range")
         assert "0 to 16777216 MiB" in r["message"], r
 
