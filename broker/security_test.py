@@ -126,6 +126,7 @@ def t_cross_site(c):
     c.bp.send_signal(signal.SIGTERM)
     assert c.bp.wait(10) == 0
     api = c.http_broker("http_hosts = baton.example\n")
+    h.wait_for("a registered again", lambda: api.get("/v1/engines/a")[0] == 200, timeout=10)
     expect(api.post("/v1/engines/a/release", headers={"Host": "baton.example:%d" % api.port,
                                                        "Origin": "http://baton.example:%d" % api.port}), 200)
 
