@@ -24,7 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "proto/proto.h"
+#include "proto/err.h"
 
 #define BATON_ARENA_ALIGN 4096u
 #define BATON_ARENA_MAX_LAYERS 4096u

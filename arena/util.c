@@ -35,12 +35,10 @@ uint64_t arena_sample_hash(const uint8_t *b, uint64_t size, uint64_t from)
 
 int arena_errf(char *errbuf, size_t errlen, int err, const char *fmt, ...)
 {
-	if (errbuf && errlen) {
-		va_list ap;
-		va_start(ap, fmt);
-		vsnprintf(errbuf, errlen, fmt, ap);
-		va_end(ap);
-	}
+	va_list ap;
+	va_start(ap, fmt);
+	baton_verrf(errbuf, errlen, fmt, ap);
+	va_end(ap);
 	return err;
 }
 

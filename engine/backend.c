@@ -1,27 +1,12 @@
 /*
  * backend.c: finding a backend by name.
  */
-#include <stdarg.h>
-#include <stdio.h>
 #include <string.h>
 
 #include "engine/backend.h"
 #ifdef BATON_HAVE_CUDA
 #include "engine/backend_cuda.h"
 #endif
-
-static void be_err(char *buf, size_t len, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void be_err(char *buf, size_t len, const char *fmt, ...)
-{
-	if (!buf || !len)
-		return;
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(buf, len, fmt, ap);
-	va_end(ap);
-}
 
 /* The cuda backend, when this build has one. 0 when it can be used now,
  * else BATON_ENODEV with the reason in errbuf. */
@@ -36,7 +21,7 @@ static int find_cuda(const struct baton_backend **out, char *errbuf, size_t errl
 	return 0;
 #else
 	(void)out;
-	be_err(errbuf, errlen, "this build has no CUDA backend (built with CUDA=0)");
+	baton_errf(errbuf, errlen, "this build has no CUDA backend (built with CUDA=0)");
 	return BATON_ENODEV;
 #endif
 }
@@ -44,12 +29,12 @@ static int find_cuda(const struct baton_backend **out, char *errbuf, size_t errl
 int backend_find(const char *name, const struct baton_backend **out, char *errbuf, size_t errlen)
 {
 	if (!out) {
-		be_err(errbuf, errlen, "backend_find: no place for the result");
+		baton_errf(errbuf, errlen, "backend_find: no place for the result");
 		return BATON_EINVAL;
 	}
 	*out = NULL;
 	if (!name) {
-		be_err(errbuf, errlen, "no backend name given (host, cuda or auto)");
+		baton_errf(errbuf, errlen, "no backend name given (host, cuda or auto)");
 		return BATON_EINVAL;
 	}
 	if (strcmp(name, "host") == 0) {
@@ -65,6 +50,56 @@ int backend_find(const char *name, const struct baton_backend **out, char *errbu
 		*out = &baton_backend_host;
 		return 0;
 	}
-	be_err(errbuf, errlen, "unknown backend \"%.64s\" (host, cuda or auto)", name);
+	baton_errf(errbuf, errlen, "unknown backend \"%.64s\" (host, cuda or auto)", name);
 	return BATON_EINVAL;
+}
+
+/* ---- the optional slots, checked once ---------------------------------- */
+
+int backend_has_peer(const struct baton_backend *be)
+{
+	return be->map_peer && be->unmap_peer;
+}
+
+int backend_peer_access(const struct baton_backend *be, struct baton_dev *dev,
+    struct baton_dev *peer)
+{
+	if (!backend_has_peer(be))
+		return BATON_EUNSUPPORTED;
+	return be->peer_access ? be->peer_access(dev, peer) : 0;
+}
+
+int backend_map_peer(const struct baton_backend *be, struct baton_dev *dev,
+    struct baton_dev *peer, baton_dptr addr, uint64_t bytes)
+{
+	return be->map_peer ? be->map_peer(dev, peer, addr, bytes) : BATON_EUNSUPPORTED;
+}
+
+int backend_unmap_peer(const struct baton_backend *be, struct baton_dev *dev,
+    struct baton_dev *peer, baton_dptr addr, uint64_t bytes)
+{
+	return be->unmap_peer ? be->unmap_peer(dev, peer, addr, bytes) : BATON_EUNSUPPORTED;
+}
+
+int backend_host_register(const struct baton_backend *be, struct baton_dev *dev,
+    const void *p, uint64_t bytes)
+{
+	return be->host_register ? be->host_register(dev, p, bytes) : 0;
+}
+
+int backend_host_unregister(const struct baton_backend *be, struct baton_dev *dev,
+    const void *p, uint64_t bytes)
+{
+	return be->host_unregister ? be->host_unregister(dev, p, bytes) : 0;
+}
+
+int backend_has_copy_d2d(const struct baton_backend *be)
+{
+	return be->copy_d2d != NULL;
+}
+
+int backend_copy_d2d(const struct baton_backend *be, struct baton_dev *dev, baton_dptr dst,
+    baton_dptr src, uint64_t bytes)
+{
+	return be->copy_d2d ? be->copy_d2d(dev, dst, src, bytes) : BATON_EUNSUPPORTED;
 }

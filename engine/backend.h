@@ -6,7 +6,7 @@
  *
  * Device addresses are plain integers (baton_dptr): a CUdeviceptr on cuda, a
  * host virtual address on host. Slots marked optional may be NULL; callers
- * check. Functions return 0 or a baton_err code and never abort.
+ * reach them through the backend_* wrappers below, which check once. Functions return 0 or a baton_err code and never abort.
  *
  * Threading: a context is used by one thread at a time (the engine's serve
  * loop), except mem_info, which any thread may call.
@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "proto/proto.h"
+#include "proto/err.h"
 
 typedef uint64_t baton_dptr;
 
@@ -128,6 +128,28 @@ struct baton_backend {
 };
 
 extern const struct baton_backend baton_backend_host;
+
+/* The optional slots, checked here once (as ggml-backend does), so that
+ * callers never test a slot for NULL. Without a peer tier (map_peer or
+ * unmap_peer missing) backend_has_peer is 0 and the peer calls return
+ * BATON_EUNSUPPORTED; a backend without peer_access puts no limit beyond
+ * that. Without host_register, pinning is a no-op (0). Without copy_d2d,
+ * backend_copy_d2d returns BATON_EUNSUPPORTED (callers that have another
+ * way ask backend_has_copy_d2d first). */
+int backend_has_peer(const struct baton_backend *be);
+int backend_peer_access(const struct baton_backend *be, struct baton_dev *dev,
+    struct baton_dev *peer);
+int backend_map_peer(const struct baton_backend *be, struct baton_dev *dev,
+    struct baton_dev *peer, baton_dptr addr, uint64_t bytes);
+int backend_unmap_peer(const struct baton_backend *be, struct baton_dev *dev,
+    struct baton_dev *peer, baton_dptr addr, uint64_t bytes);
+int backend_host_register(const struct baton_backend *be, struct baton_dev *dev,
+    const void *p, uint64_t bytes);
+int backend_host_unregister(const struct baton_backend *be, struct baton_dev *dev,
+    const void *p, uint64_t bytes);
+int backend_has_copy_d2d(const struct baton_backend *be);
+int backend_copy_d2d(const struct baton_backend *be, struct baton_dev *dev, baton_dptr dst,
+    baton_dptr src, uint64_t bytes);
 
 /* Finds a backend by name: "host", "cuda", or "auto" (cuda when a GPU and
  * its driver are present, else host). BATON_ENODEV with a message naming

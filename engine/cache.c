@@ -57,11 +57,12 @@
  * Verify mode reads back what refills (and resize's fills) copy; a lookup's
  * copies are not read back, as they never were for misses.
  *
- * Peer tier. A second reservation (p_base, reserved at the first
- * cache_peer_set, kept until destroy) of p_n_segs = ceil(items / sps)
- * segments; the first p_mapped are mapped with the backend's map_peer and
- * unmapped from the top down, so a shrink keeps the low ones. p_slot_item /
- * item_peer is its residency table; a peer slot is either empty or holds
+ * Peer tier (cache_peer.c, plugged in through c->peer_ops: see
+ * cache_int.h). A second reservation (pt.base, reserved at the first
+ * cache_peer_set, kept until destroy) of pt.n_segs = ceil(items / sps)
+ * segments; the first pt.mapped are mapped with the backend's map_peer and
+ * unmapped from the top down, so a shrink keeps the low ones. pt.slot_item /
+ * pt.item_slot is its residency table; a peer slot is either empty or holds
  * its item's bytes (no pending state: a peer segment is filled when it is
  * mapped, and a failed copy empties its slots). item_heat counts lookups
  * per item whatever tier serves it, halved with the slot counts, so an
@@ -77,11 +78,9 @@
  * them are copied one by one (still in one batch): the bytes between items
  * are not promised to be readable.
  */
-#include "engine/cache.h"
+#include "engine/cache_int.h"
 
 #include <errno.h>
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -92,91 +91,9 @@
 #define SLOT_ALIGN 256u
 #define CONFIRM_WAIT_S 0.25
 #define VERIFY_CHUNK (16u << 20)
-#define PEER_EVERY 64 /* lookups between two rebalances of the peer tier */
-#define PEER_MOVES 8  /* moves of each kind per rebalance */
-#define PEER_MARGIN 1 /* a move needs this many more lookups than what it displaces */
 
-struct baton_cache {
-	const struct baton_backend *be;
-	struct baton_dev *dev;
-	const struct baton_cache_item *items;
-	uint32_t n_items;
 
-	uint64_t slot_bytes, seg_bytes;
-	uint32_t sps, n_segs, n_slots;
-	baton_dptr base;
-	uint64_t range_bytes;
-	uint64_t cfg_reserve, reserve;
-	int verify;
-
-	int released, refilling;
-	int plan_nomap; /* this plan met a full device: only fill mapped segments */
-	int fault_map; /* countdown to an injected BATON_EDEVMEM; 0 = off */
-
-	int64_t *slot_item;
-	int64_t *item_slot;
-	uint64_t *slot_hits;
-	uint8_t *slot_pending;
-	uint8_t *seg_active, *seg_mapped;
-	uint32_t *seg_pending; /* pending slots per segment */
-	uint32_t n_active, n_mapped, n_pending;
-
-	uint32_t *plan;
-	uint32_t plan_len, plan_pos;
-
-	/* lookup scratch */
-	uint32_t call;
-	uint32_t *item_mark, *slot_mark, *seg_mark;
-	uint32_t *need;     /* distinct items of a call */
-	uint32_t *cand;     /* candidate slots */
-	uint32_t *fill;     /* slots a lookup copies into */
-	uint32_t need_cap;
-	struct baton_copy *copies;
-	uint32_t copies_cap;
-	uint8_t *vbuf;
-	XXH3_state_t *xxh;
-
-	uint64_t accesses, decay_period;
-	uint64_t hits, misses, evictions;
-	uint64_t bytes_loaded; /* host to device, every operation, ever */
-	/* A blocking refill queues every segment's copies and waits once at
-	 * the end, so mapping segment k+1 overlaps copying segment k; the
-	 * slots filled meanwhile wait here for that sync (undone if it fails). */
-	int defer_sync;
-	uint32_t *inflight;
-	uint32_t n_inflight, cap_inflight;
-
-	/* The peer tier (see the top): p_n_segs segments of seg_bytes at p_base
-	 * (a second reservation on dev), the first p_mapped of them mapped on
-	 * `peer`; p_slot_item / item_peer its residency table. */
-	struct baton_dev *peer;
-	baton_dptr p_base;
-	uint64_t p_range;
-	uint32_t p_n_segs, p_mapped;
-	int64_t *p_slot_item, *item_peer;
-	uint64_t *item_heat;     /* per item: lookups, decayed like slot_hits */
-	uint32_t *p_a, *p_b;     /* rebalance scratch: max(items, slots, peer slots) each */
-	uint32_t *p_fillv;       /* peer slots to copy into */
-	uint32_t *p_prom;        /* the peer slot each promotion copies from */
-	uint8_t *p_queued;       /* peer slots refilled by this rebalance */
-	uint32_t p_every, p_moves, p_calls;
-	uint64_t peer_hits, peer_moves;
-};
-
-static void c_err(char *buf, size_t len, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void c_err(char *buf, size_t len, const char *fmt, ...)
-{
-	if (!buf || !len)
-		return;
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(buf, len, fmt, ap);
-	va_end(ap);
-}
-
-static double now_s(void)
+double cache_now_s(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -201,7 +118,7 @@ const char *cache_state_name(int state)
 	}
 }
 
-static int state_of(const struct baton_cache *c)
+int cache_state_of(const struct baton_cache *c)
 {
 	if (c->refilling)
 		return BATON_CACHE_REFILLING;
@@ -239,7 +156,7 @@ static void set_pending(struct baton_cache *c, uint32_t s)
 	c->n_pending++;
 }
 
-static void clear_pending(struct baton_cache *c, uint32_t s)
+void cache_clear_pending(struct baton_cache *c, uint32_t s)
 {
 	if (!c->slot_pending[s])
 		return;
@@ -248,25 +165,48 @@ static void clear_pending(struct baton_cache *c, uint32_t s)
 	c->n_pending--;
 }
 
-static void unassign_slot(struct baton_cache *c, uint32_t s)
+void cache_unassign(struct baton_cache *c, uint32_t s)
 {
 	if (c->slot_item[s] >= 0)
 		c->item_slot[c->slot_item[s]] = -1;
 	c->slot_item[s] = -1;
 	c->slot_hits[s] = 0;
-	clear_pending(c, s);
+	cache_clear_pending(c, s);
 }
 
 /* In a mapped segment the new assignment is pending until copied. */
-static void assign(struct baton_cache *c, uint32_t s, uint32_t item)
+void cache_assign(struct baton_cache *c, uint32_t s, uint32_t item)
 {
-	unassign_slot(c, s);
+	cache_unassign(c, s);
 	if (c->item_slot[item] >= 0)
-		unassign_slot(c, (uint32_t)c->item_slot[item]);
+		cache_unassign(c, (uint32_t)c->item_slot[item]);
 	c->slot_item[s] = item;
 	c->item_slot[item] = s;
 	if (c->seg_mapped[s / c->sps])
 		set_pending(c, s);
+}
+
+int cache_own_resident(const struct baton_cache *c, uint32_t i)
+{
+	int64_t s = c->item_slot[i];
+	return s >= 0 && c->seg_mapped[s / c->sps] && !c->slot_pending[s];
+}
+
+int cache_own_present(const struct baton_cache *c, uint32_t i)
+{
+	int64_t s = c->item_slot[i];
+	return s >= 0 && c->seg_mapped[s / c->sps];
+}
+
+/* The peer slot of item, or -1 (no peer tier yet: -1). */
+static int64_t peer_slot_of(const struct baton_cache *c, uint32_t i)
+{
+	return c->peer_ops ? c->peer_ops->slot_of(c, i) : -1;
+}
+
+int cache_fault_due(struct baton_cache *c)
+{
+	return c->fault_map > 0 && --c->fault_map == 0;
 }
 
 /* ---- mapping -------------------------------------------------------------- */
@@ -276,16 +216,16 @@ static void assign(struct baton_cache *c, uint32_t s, uint32_t item)
 static int map_seg(struct baton_cache *c, uint32_t k, struct baton_cache_report *rep)
 {
 	uint64_t free_b = 0, total = 0;
-	double t0 = now_s();
+	double t0 = cache_now_s();
 	int rc = c->be->mem_info(c->dev, &free_b, &total);
 	if (rc)
 		return rc;
 	if (free_b < c->reserve || free_b - c->reserve < c->seg_bytes)
 		return BATON_EDEVMEM;
-	if (c->fault_map > 0 && --c->fault_map == 0)
+	if (cache_fault_due(c))
 		return BATON_EDEVMEM;
 	rc = c->be->map(c->dev, seg_addr(c, k), c->seg_bytes);
-	rep->map_s += now_s() - t0;
+	rep->map_s += cache_now_s() - t0;
 	if (rc)
 		return rc;
 	c->seg_mapped[k] = 1;
@@ -300,30 +240,30 @@ static int map_seg(struct baton_cache *c, uint32_t k, struct baton_cache_report 
 
 static int unmap_seg(struct baton_cache *c, uint32_t k, struct baton_cache_report *rep)
 {
-	double t0 = now_s();
+	double t0 = cache_now_s();
 	int rc = c->be->unmap(c->dev, seg_addr(c, k), c->seg_bytes);
-	rep->map_s += now_s() - t0;
+	rep->map_s += cache_now_s() - t0;
 	if (rc)
 		return rc;
 	c->seg_mapped[k] = 0;
 	c->n_mapped--;
 	rep->segments_unmapped++;
 	for (uint32_t s = k * c->sps; s < (k + 1) * c->sps; s++)
-		clear_pending(c, s); /* pending again means remembered */
+		cache_clear_pending(c, s); /* pending again means remembered */
 	return 0;
 }
 
 /* Polls mem_info of `dev` until free >= free_before + bytes (see the top). */
-static int confirm_freed_on(struct baton_cache *c, struct baton_dev *dev, uint64_t free_before,
+int cache_confirm_freed(struct baton_cache *c, struct baton_dev *dev, uint64_t free_before,
     uint64_t bytes, uint64_t *freed)
 {
-	double deadline = now_s() + CONFIRM_WAIT_S;
+	double deadline = cache_now_s() + CONFIRM_WAIT_S;
 	uint64_t free_b = 0, total = 0;
 	for (;;) {
 		int rc = c->be->mem_info(dev, &free_b, &total);
 		if (rc)
 			return rc;
-		if (free_b >= free_before + bytes || now_s() >= deadline)
+		if (free_b >= free_before + bytes || cache_now_s() >= deadline)
 			break;
 		sleep_s(0.001);
 	}
@@ -334,7 +274,7 @@ static int confirm_freed_on(struct baton_cache *c, struct baton_dev *dev, uint64
 static int confirm_freed(struct baton_cache *c, uint64_t free_before, uint64_t bytes,
     struct baton_cache_report *rep)
 {
-	return confirm_freed_on(c, c->dev, free_before, bytes, &rep->bytes_freed);
+	return cache_confirm_freed(c, c->dev, free_before, bytes, &rep->bytes_freed);
 }
 
 /* ---- copies --------------------------------------------------------------- */
@@ -352,7 +292,7 @@ static int grow_copies(struct baton_cache *c, uint32_t n)
 }
 
 /* Reads item `item` back from addr and compares it with its checksum. */
-static int verify_at(struct baton_cache *c, uint32_t item, baton_dptr addr, int *ok)
+int cache_verify_at(struct baton_cache *c, uint32_t item, baton_dptr addr, int *ok)
 {
 	const struct baton_cache_item *it = &c->items[item];
 	if (!c->vbuf) {
@@ -361,45 +301,52 @@ static int verify_at(struct baton_cache *c, uint32_t item, baton_dptr addr, int 
 		if (!c->vbuf)
 			return BATON_ENOMEM;
 	}
-	XXH3_64bits_reset(c->xxh);
+	XXH3_state_t *xxh = c->xxh;
+	XXH3_64bits_reset(xxh);
 	for (uint64_t off = 0; off < it->bytes;) {
 		uint64_t n = it->bytes - off < VERIFY_CHUNK ? it->bytes - off : VERIFY_CHUNK;
 		int rc = c->be->copy_d2h(c->dev, c->vbuf, addr + off, n);
 		if (rc)
 			return rc;
-		XXH3_64bits_update(c->xxh, c->vbuf, n);
+		XXH3_64bits_update(xxh, c->vbuf, n);
 		off += n;
 	}
-	*ok = XXH3_64bits_digest(c->xxh) == it->checksum;
+	*ok = XXH3_64bits_digest(xxh) == it->checksum;
 	return 0;
 }
 
-static int verify_slot(struct baton_cache *c, uint32_t s, int *ok)
+struct cache_slots cache_own_slots(struct baton_cache *c)
 {
-	return verify_at(c, (uint32_t)c->slot_item[s], slot_addr(c, s), ok);
+	return (struct cache_slots){ c->base, c->slot_item, 1, cache_unassign };
 }
 
-/* Copies the assigned items of slots[0..n) (ascending, mapped) in one
- * batch, coalescing runs, then syncs; the slots are no longer pending. With
- * verify, reads each one back. On a failed copy the slots are unassigned
- * (they hold unknown bytes). */
-static int fill_slots(struct baton_cache *c, const uint32_t *slots, uint32_t n, int verify,
-    struct baton_cache_report *rep)
+baton_dptr cache_slot_addr(const struct baton_cache *c, const struct cache_slots *t, uint32_t s)
+{
+	return t->base + (uint64_t)(s / c->sps) * c->seg_bytes + (uint64_t)(s % c->sps) * c->slot_bytes;
+}
+
+/* One routine fills both tiers' slots (see cache_int.h). A run of
+ * neighbouring slots of one segment whose sources follow each other
+ * without a gap is one copy. Only the own tier's blocking refill defers
+ * the sync (defer_sync); the peer tier never runs inside one. */
+int cache_fill(struct baton_cache *c, const struct cache_slots *t, const uint32_t *slots,
+    uint32_t n, int verify, struct baton_cache_report *rep)
 {
 	int rc = grow_copies(c, n);
 	if (rc)
 		return rc;
+	const int defer = t->pending && c->defer_sync;
 	uint32_t nc = 0;
 	uint64_t bytes = 0;
 	uint32_t prev = UINT32_MAX;
 	for (uint32_t j = 0; j < n; j++) {
 		uint32_t s = slots[j];
-		if (c->slot_item[s] < 0)
+		if (t->slot_item[s] < 0)
 			continue;
-		const struct baton_cache_item *it = &c->items[c->slot_item[s]];
+		const struct baton_cache_item *it = &c->items[t->slot_item[s]];
 		if (!it->bytes)
 			continue;
-		baton_dptr dst = slot_addr(c, s);
+		baton_dptr dst = cache_slot_addr(c, t, s);
 		struct baton_copy *last = nc ? &c->copies[nc - 1] : NULL;
 		if (last && prev + 1 == s && prev / c->sps == s / c->sps &&
 		    last->dst + last->bytes == dst &&
@@ -411,11 +358,11 @@ static int fill_slots(struct baton_cache *c, const uint32_t *slots, uint32_t n, 
 		bytes += it->bytes;
 		prev = s;
 	}
-	double t0 = now_s();
+	double t0 = cache_now_s();
 	rc = nc ? c->be->copy_h2d(c->dev, c->copies, nc) : 0;
-	if (!rc && nc && !c->defer_sync)
+	if (!rc && nc && !defer)
 		rc = c->be->sync(c->dev);
-	if (!rc && c->defer_sync && c->n_inflight + n > c->cap_inflight) {
+	if (!rc && defer && c->n_inflight + n > c->cap_inflight) {
 		uint32_t cap = c->n_inflight + n > 2 * c->cap_inflight ? c->n_inflight + n : 2 * c->cap_inflight;
 		uint32_t *p = realloc(c->inflight, (size_t)cap * sizeof *p);
 		if (p) {
@@ -429,38 +376,43 @@ static int fill_slots(struct baton_cache *c, const uint32_t *slots, uint32_t n, 
 	}
 	if (rc) {
 		for (uint32_t j = 0; j < n; j++)
-			unassign_slot(c, slots[j]);
-		rep->copy_s += now_s() - t0;
+			t->drop(c, slots[j]);
+		rep->copy_s += cache_now_s() - t0;
 		return rc;
 	}
 	rep->copies += nc;
 	rep->bytes_copied += bytes;
 	c->bytes_loaded += bytes;
-	for (uint32_t j = 0; j < n; j++)
-		clear_pending(c, slots[j]);
-	if (c->defer_sync) {
+	for (uint32_t j = 0; t->pending && j < n; j++)
+		cache_clear_pending(c, slots[j]);
+	if (defer) {
 		memcpy(c->inflight + c->n_inflight, slots, (size_t)n * sizeof *slots);
 		c->n_inflight += n;
 	}
-	if (verify) {
-		for (uint32_t j = 0; j < n; j++) {
-			uint32_t s = slots[j];
-			if (c->slot_item[s] < 0)
-				continue;
-			int ok = 0;
-			rc = verify_slot(c, s, &ok);
-			if (rc)
-				break;
-			if (!ok) {
-				/* Never serve wrong bytes: the item leaves and
-				 * is loaded again by the next lookup. */
-				rep->mismatches++;
-				unassign_slot(c, s);
-			}
+	for (uint32_t j = 0; verify && j < n; j++) {
+		uint32_t s = slots[j];
+		if (t->slot_item[s] < 0)
+			continue;
+		int ok = 0;
+		rc = cache_verify_at(c, (uint32_t)t->slot_item[s], cache_slot_addr(c, t, s), &ok);
+		if (rc)
+			break;
+		if (!ok) {
+			/* Never serve wrong bytes: the item leaves and
+			 * is loaded again by the next lookup. */
+			rep->mismatches++;
+			t->drop(c, s);
 		}
 	}
-	rep->copy_s += now_s() - t0;
+	rep->copy_s += cache_now_s() - t0;
 	return rc;
+}
+
+static int fill_own(struct baton_cache *c, const uint32_t *slots, uint32_t n, int verify,
+    struct baton_cache_report *rep)
+{
+	struct cache_slots own = cache_own_slots(c);
+	return cache_fill(c, &own, slots, n, verify, rep);
 }
 
 /* Copies segment k's pending items in (k is mapped). */
@@ -470,7 +422,7 @@ static int fill_seg(struct baton_cache *c, uint32_t k, struct baton_cache_report
 	for (uint32_t s = k * c->sps; s < (k + 1) * c->sps; s++)
 		if (c->slot_pending[s])
 			c->cand[n++] = s;
-	return n ? fill_slots(c, c->cand, n, c->verify, rep) : 0;
+	return n ? fill_own(c, c->cand, n, c->verify, rep) : 0;
 }
 
 /* Maps segment k unless it is, and fills its pending slots. */
@@ -565,10 +517,6 @@ static int run_plan(struct baton_cache *c, struct baton_cache_report *rep)
 
 /* ---- create / destroy ---------------------------------------------------- */
 
-static int peer_unmap_to(struct baton_cache *c, uint32_t keep, uint64_t *unmapped,
-    struct baton_cache_report *rep);
-static int peer_drop(struct baton_cache *c, struct baton_cache_report *rep, uint64_t *freed);
-
 int cache_create(const struct baton_backend *be, struct baton_dev *dev,
     const struct baton_cache_config *cfg, const struct baton_cache_item *items,
     uint32_t n_items, struct baton_cache **out, char *errbuf, size_t errlen)
@@ -577,22 +525,22 @@ int cache_create(const struct baton_backend *be, struct baton_dev *dev,
 	int rc;
 
 	if (!out) {
-		c_err(errbuf, errlen, "cache_create: no place for the result");
+		baton_errf(errbuf, errlen, "cache_create: no place for the result");
 		return BATON_EINVAL;
 	}
 	*out = NULL;
 	if (!be || !dev || !cfg || (n_items && !items)) {
-		c_err(errbuf, errlen, "cache_create: missing backend, device, config or items");
+		baton_errf(errbuf, errlen, "cache_create: missing backend, device, config or items");
 		return BATON_EINVAL;
 	}
 	if (!be->mem_info || !be->granularity || !be->reserve || !be->unreserve ||
 	    !be->map || !be->unmap || !be->copy_h2d || !be->copy_d2h || !be->sync) {
-		c_err(errbuf, errlen, "backend %s lacks the memory functions the cache needs",
+		baton_errf(errbuf, errlen, "backend %s lacks the memory functions the cache needs",
 		    be->name ? be->name : "?");
 		return BATON_EUNSUPPORTED;
 	}
 	if (!cfg->slot_bytes || !cfg->segment_bytes || !cfg->ceiling_bytes) {
-		c_err(errbuf, errlen, "cache: slot (%llu), segment (%llu) and ceiling (%llu) "
+		baton_errf(errbuf, errlen, "cache: slot (%llu), segment (%llu) and ceiling (%llu) "
 		    "sizes must be nonzero", (unsigned long long)cfg->slot_bytes,
 		    (unsigned long long)cfg->segment_bytes,
 		    (unsigned long long)cfg->ceiling_bytes);
@@ -600,19 +548,19 @@ int cache_create(const struct baton_backend *be, struct baton_dev *dev,
 	}
 	const uint64_t big = UINT64_C(1) << 56;
 	if (cfg->slot_bytes > big || cfg->segment_bytes > big || cfg->ceiling_bytes > big) {
-		c_err(errbuf, errlen, "cache: sizes above 2^56 bytes");
+		baton_errf(errbuf, errlen, "cache: sizes above 2^56 bytes");
 		return BATON_EINVAL;
 	}
 	uint64_t slot = (cfg->slot_bytes + SLOT_ALIGN - 1) / SLOT_ALIGN * SLOT_ALIGN;
 	for (uint32_t i = 0; i < n_items; i++) {
 		if (items[i].bytes > cfg->slot_bytes) {
-			c_err(errbuf, errlen, "cache: item %u has %llu bytes, more than a slot (%llu)",
+			baton_errf(errbuf, errlen, "cache: item %u has %llu bytes, more than a slot (%llu)",
 			    i, (unsigned long long)items[i].bytes,
 			    (unsigned long long)cfg->slot_bytes);
 			return BATON_EINVAL;
 		}
 		if (items[i].bytes && !items[i].src) {
-			c_err(errbuf, errlen, "cache: item %u has no source", i);
+			baton_errf(errbuf, errlen, "cache: item %u has no source", i);
 			return BATON_EINVAL;
 		}
 	}
@@ -626,7 +574,7 @@ int cache_create(const struct baton_backend *be, struct baton_dev *dev,
 		n_segs = 1;
 	uint64_t sps = seg / slot;
 	if (n_segs > UINT32_MAX / 2 || sps > UINT32_MAX / 2 || n_segs * sps > INT32_MAX) {
-		c_err(errbuf, errlen, "cache: %llu segments of %llu slots is too many",
+		baton_errf(errbuf, errlen, "cache: %llu segments of %llu slots is too many",
 		    (unsigned long long)n_segs, (unsigned long long)sps);
 		return BATON_EINVAL;
 	}
@@ -664,17 +612,11 @@ int cache_create(const struct baton_backend *be, struct baton_dev *dev,
 	c->cand = malloc((size_t)c->n_slots * sizeof *c->cand);
 	c->fill = malloc((size_t)c->n_slots * sizeof *c->fill);
 	c->xxh = XXH3_createState();
-	c->item_peer = malloc(((size_t)n_items + 1) * sizeof *c->item_peer);
 	c->item_heat = calloc((size_t)n_items + 1, sizeof *c->item_heat);
-	c->p_every = PEER_EVERY;
-	c->p_moves = PEER_MOVES;
-	if (!c->item_peer || !c->item_heat)
-		goto nomem;
-	for (uint32_t i = 0; i < n_items; i++)
-		c->item_peer[i] = -1;
 	if (!c->slot_item || !c->item_slot || !c->slot_hits || !c->slot_pending ||
 	    !c->seg_active || !c->seg_mapped || !c->seg_pending || !c->plan || !c->item_mark ||
-	    !c->slot_mark || !c->seg_mark || !c->cand || !c->fill || !c->xxh)
+	    !c->slot_mark || !c->seg_mark || !c->cand || !c->fill || !c->xxh ||
+	    !c->item_heat)
 		goto nomem;
 	for (uint32_t s = 0; s < c->n_slots; s++)
 		c->slot_item[s] = -1;
@@ -683,7 +625,7 @@ int cache_create(const struct baton_backend *be, struct baton_dev *dev,
 
 	rc = be->reserve(dev, c->range_bytes, &c->base);
 	if (rc) {
-		c_err(errbuf, errlen, "cache: cannot reserve %llu bytes of device address space: %s",
+		baton_errf(errbuf, errlen, "cache: cannot reserve %llu bytes of device address space: %s",
 		    (unsigned long long)c->range_bytes, baton_strerror(rc));
 		c->base = 0;
 		goto fail;
@@ -693,12 +635,12 @@ int cache_create(const struct baton_backend *be, struct baton_dev *dev,
 		c->seg_active[k] = 1;
 	c->n_active = c->n_segs;
 	for (uint32_t i = 0; i < n_items && i < c->n_slots; i++)
-		assign(c, i, i);
+		cache_assign(c, i, i);
 	*out = c;
 	return 0;
 
 nomem:
-	c_err(errbuf, errlen, "cache: out of host memory");
+	baton_errf(errbuf, errlen, "cache: out of host memory");
 	rc = BATON_ENOMEM;
 fail:
 	cache_destroy(c);
@@ -717,20 +659,8 @@ void cache_destroy(struct baton_cache *c)
 				unmap_seg(c, k, &rep);
 		c->be->unreserve(c->dev, c->base, c->range_bytes);
 	}
-	if (c->p_base) {
-		struct baton_cache_report rep;
-		uint64_t unmapped = 0;
-		memset(&rep, 0, sizeof rep);
-		peer_unmap_to(c, 0, &unmapped, &rep);
-		c->be->unreserve(c->dev, c->p_base, c->p_range);
-	}
-	free(c->p_slot_item);
-	free(c->p_a);
-	free(c->p_b);
-	free(c->p_fillv);
-	free(c->p_queued);
-	free(c->p_prom);
-	free(c->item_peer);
+	if (c->peer_ops)
+		c->peer_ops->destroy(c);
 	free(c->item_heat);
 	free(c->inflight);
 	free(c->slot_item);
@@ -761,16 +691,21 @@ static void rep_begin(struct baton_cache_report *rep)
 	memset(rep, 0, sizeof *rep);
 }
 
-static void rep_add(struct baton_cache_report *sum, const struct baton_cache_report *r)
+void cache_report_add(struct baton_cache_report *sum, const struct baton_cache_report *r)
 {
+	if (!sum || !r)
+		return;
+	sum->state = r->state;
 	sum->bytes_copied += r->bytes_copied;
 	sum->copies += r->copies;
 	sum->segments_mapped += r->segments_mapped;
 	sum->segments_unmapped += r->segments_unmapped;
 	sum->bytes_freed += r->bytes_freed;
+	sum->peer_bytes_freed += r->peer_bytes_freed;
 	sum->mismatches += r->mismatches;
 	sum->map_s += r->map_s;
 	sum->copy_s += r->copy_s;
+	sum->total_s += r->total_s;
 }
 
 int cache_release(struct baton_cache *c, struct baton_cache_report *rep)
@@ -781,7 +716,7 @@ int cache_release(struct baton_cache *c, struct baton_cache_report *rep)
 	rep_begin(rep);
 	if (!c)
 		return BATON_EINVAL;
-	double t0 = now_s();
+	double t0 = cache_now_s();
 	c->refilling = 0;
 	c->plan_len = c->plan_pos = 0;
 	int rc = 0;
@@ -799,12 +734,12 @@ int cache_release(struct baton_cache *c, struct baton_cache_report *rep)
 			rc = confirm_freed(c, free_before, unmapped, rep);
 	}
 	/* A released cache holds no borrowed memory either. */
-	if (!rc)
-		rc = peer_drop(c, rep, &rep->peer_bytes_freed);
+	if (!rc && c->peer_ops)
+		rc = c->peer_ops->drop(c, rep, &rep->peer_bytes_freed);
 	if (!rc)
 		c->released = 1;
-	rep->state = state_of(c);
-	rep->total_s = now_s() - t0;
+	rep->state = cache_state_of(c);
+	rep->total_s = cache_now_s() - t0;
 	return rc;
 }
 
@@ -828,7 +763,7 @@ int cache_refill_step(struct baton_cache *c, int *done, struct baton_cache_repor
 	rep_begin(rep);
 	if (!c || !done)
 		return BATON_EINVAL;
-	double t0 = now_s();
+	double t0 = cache_now_s();
 	int rc = 0;
 	*done = 1;
 	if (c->refilling) {
@@ -843,8 +778,8 @@ int cache_refill_step(struct baton_cache *c, int *done, struct baton_cache_repor
 			c->plan_len = c->plan_pos = 0;
 		}
 	}
-	rep->state = state_of(c);
-	rep->total_s = now_s() - t0;
+	rep->state = cache_state_of(c);
+	rep->total_s = cache_now_s() - t0;
 	return rc;
 }
 
@@ -856,22 +791,22 @@ int cache_refill(struct baton_cache *c, struct baton_cache_report *rep)
 	rep_begin(rep);
 	if (!c)
 		return BATON_EINVAL;
-	double t0 = now_s();
+	double t0 = cache_now_s();
 	int rc = cache_refill_begin(c), done = 0;
 	c->defer_sync = !c->verify;
 	c->n_inflight = 0;
 	while (!rc && !done) {
 		rc = cache_refill_step(c, &done, &step);
-		rep_add(rep, &step);
+		cache_report_add(rep, &step);
 	}
 	if (c->defer_sync) {
-		double t1 = now_s();
+		double t1 = cache_now_s();
 		int rs = c->be->sync(c->dev);
-		rep->copy_s += now_s() - t1;
+		rep->copy_s += cache_now_s() - t1;
 		if (rs) {
 			/* Those copies may not have landed: their items leave. */
 			for (uint32_t j = 0; j < c->n_inflight; j++)
-				unassign_slot(c, c->inflight[j]);
+				cache_unassign(c, c->inflight[j]);
 			if (!rc)
 				rc = rs;
 		}
@@ -882,8 +817,8 @@ int cache_refill(struct baton_cache *c, struct baton_cache_report *rep)
 		c->refilling = 0;
 		c->plan_len = c->plan_pos = 0;
 	}
-	rep->state = state_of(c);
-	rep->total_s = now_s() - t0;
+	rep->state = cache_state_of(c);
+	rep->total_s = cache_now_s() - t0;
 	return rc;
 }
 
@@ -900,7 +835,7 @@ static int deactivate(struct baton_cache *c, uint32_t k, struct baton_cache_repo
 		*unmapped += c->seg_bytes;
 	}
 	for (uint32_t s = k * c->sps; s < (k + 1) * c->sps; s++)
-		unassign_slot(c, s);
+		cache_unassign(c, s);
 	c->seg_active[k] = 0;
 	c->n_active--;
 	return 0;
@@ -938,11 +873,11 @@ static void activate(struct baton_cache *c, uint32_t goal)
 		c->seg_active[k] = 1;
 		c->n_active++;
 		for (uint32_t s = k * c->sps; s < (k + 1) * c->sps; s++) {
-			while (next < c->n_items && (c->item_slot[next] >= 0 || c->item_peer[next] >= 0))
+			while (next < c->n_items && (c->item_slot[next] >= 0 || peer_slot_of(c, next) >= 0))
 				next++;
 			if (next >= c->n_items)
 				break;
-			assign(c, s, next);
+			cache_assign(c, s, next);
 		}
 	}
 }
@@ -955,7 +890,7 @@ int cache_resize(struct baton_cache *c, int64_t reserve_bytes, struct baton_cach
 	rep_begin(rep);
 	if (!c)
 		return BATON_EINVAL;
-	double t0 = now_s();
+	double t0 = cache_now_s();
 	int rc = 0;
 	c->refilling = 0;
 	c->plan_len = c->plan_pos = 0;
@@ -999,449 +934,9 @@ int cache_resize(struct baton_cache *c, int64_t reserve_bytes, struct baton_cach
 	if (!rc)
 		rc = run_plan(c, rep);
 out:
-	rep->state = state_of(c);
-	rep->total_s = now_s() - t0;
+	rep->state = cache_state_of(c);
+	rep->total_s = cache_now_s() - t0;
 	return rc;
-}
-
-/* ---- peer tier ------------------------------------------------------------ */
-
-static int cmp_u32(const void *a, const void *b);
-
-static int own_resident(const struct baton_cache *c, uint32_t i)
-{
-	int64_t s = c->item_slot[i];
-	return s >= 0 && c->seg_mapped[s / c->sps] && !c->slot_pending[s];
-}
-
-/* Assigned to a slot of a mapped own segment (resident or pending). */
-static int own_present(const struct baton_cache *c, uint32_t i)
-{
-	int64_t s = c->item_slot[i];
-	return s >= 0 && c->seg_mapped[s / c->sps];
-}
-
-static baton_dptr p_slot_addr(const struct baton_cache *c, uint32_t p)
-{
-	return c->p_base + (uint64_t)(p / c->sps) * c->seg_bytes +
-	    (uint64_t)(p % c->sps) * c->slot_bytes;
-}
-
-static void p_unassign(struct baton_cache *c, uint32_t p)
-{
-	if (c->p_slot_item[p] >= 0)
-		c->item_peer[c->p_slot_item[p]] = -1;
-	c->p_slot_item[p] = -1;
-}
-
-/* Peer slot p gets `item`; a remembered (unmapped) own assignment of it is
- * dropped, so a refill does not bring back a second copy. */
-static void p_assign(struct baton_cache *c, uint32_t p, uint32_t item)
-{
-	p_unassign(c, p);
-	if (c->item_peer[item] >= 0)
-		p_unassign(c, (uint32_t)c->item_peer[item]);
-	if (c->item_slot[item] >= 0 && !own_present(c, item))
-		unassign_slot(c, (uint32_t)c->item_slot[item]);
-	c->p_slot_item[p] = item;
-	c->item_peer[item] = p;
-}
-
-/* Copies the assigned items of peer slots[0..n) in one batch and syncs;
- * with verify, reads them back. Slots whose copy failed or whose bytes
- * differ are emptied (never serve wrong bytes). */
-static int p_fill(struct baton_cache *c, const uint32_t *slots, uint32_t n,
-    struct baton_cache_report *rep)
-{
-	int rc = grow_copies(c, n);
-	if (rc)
-		return rc;
-	uint32_t nc = 0;
-	uint64_t bytes = 0;
-	for (uint32_t j = 0; j < n; j++) {
-		int64_t it = c->p_slot_item[slots[j]];
-		if (it < 0 || !c->items[it].bytes)
-			continue;
-		c->copies[nc++] = (struct baton_copy){ p_slot_addr(c, slots[j]), c->items[it].src,
-			c->items[it].bytes };
-		bytes += c->items[it].bytes;
-	}
-	double t0 = now_s();
-	rc = nc ? c->be->copy_h2d(c->dev, c->copies, nc) : 0;
-	if (!rc && nc)
-		rc = c->be->sync(c->dev);
-	if (rc) {
-		for (uint32_t j = 0; j < n; j++)
-			p_unassign(c, slots[j]);
-		rep->copy_s += now_s() - t0;
-		return rc;
-	}
-	rep->copies += nc;
-	rep->bytes_copied += bytes;
-	c->bytes_loaded += bytes;
-	for (uint32_t j = 0; c->verify && j < n; j++) {
-		int64_t it = c->p_slot_item[slots[j]];
-		int ok = 0;
-		if (it < 0)
-			continue;
-		rc = verify_at(c, (uint32_t)it, p_slot_addr(c, slots[j]), &ok);
-		if (rc)
-			break;
-		if (!ok) {
-			rep->mismatches++;
-			p_unassign(c, slots[j]);
-		}
-	}
-	rep->copy_s += now_s() - t0;
-	return rc;
-}
-
-/* Copies each promoted item from peer slot from[j] (its bytes are still
- * there: nothing was copied into it yet) to own slot slots[j], then syncs;
- * verify reads them back. A slot whose copy failed or differs is emptied. */
-static int promote_d2d(struct baton_cache *c, const uint32_t *slots, const uint32_t *from,
-    uint32_t n, struct baton_cache_report *rep)
-{
-	double t0 = now_s();
-	int rc = 0;
-	uint32_t j = 0;
-	for (; j < n && !rc; j++) {
-		const struct baton_cache_item *it = &c->items[c->slot_item[slots[j]]];
-		rc = c->be->copy_d2d(c->dev, slot_addr(c, slots[j]), p_slot_addr(c, from[j]), it->bytes);
-	}
-	if (!rc)
-		rc = c->be->sync(c->dev);
-	if (rc) {
-		for (uint32_t k = 0; k < n; k++)
-			unassign_slot(c, slots[k]);
-		rep->copy_s += now_s() - t0;
-		return rc;
-	}
-	rep->copies += n;
-	for (j = 0; j < n; j++)
-		clear_pending(c, slots[j]);
-	for (j = 0; c->verify && j < n; j++) {
-		int ok = 0;
-		if (c->slot_item[slots[j]] < 0)
-			continue;
-		if ((rc = verify_slot(c, slots[j], &ok)) != 0)
-			break;
-		if (!ok) {
-			rep->mismatches++;
-			unassign_slot(c, slots[j]);
-		}
-	}
-	rep->copy_s += now_s() - t0;
-	return rc;
-}
-
-/* Orders items by heat, hottest first; ties to the lower index. */
-static int cmp_item_hot(const void *a, const void *b, void *arg)
-{
-	const struct baton_cache *c = arg;
-	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-	if (c->item_heat[x] != c->item_heat[y])
-		return c->item_heat[x] > c->item_heat[y] ? -1 : 1;
-	return x < y ? -1 : x > y;
-}
-
-/* Heat of what peer slot / own slot p holds; empty slots are the coldest. */
-static int64_t p_heat(const struct baton_cache *c, uint32_t p)
-{
-	return c->p_slot_item[p] < 0 ? -1 : (int64_t)c->item_heat[c->p_slot_item[p]];
-}
-
-static int64_t own_heat(const struct baton_cache *c, uint32_t s)
-{
-	return c->slot_item[s] < 0 ? -1 : (int64_t)c->item_heat[c->slot_item[s]];
-}
-
-static int cmp_peer_cold(const void *a, const void *b, void *arg)
-{
-	const struct baton_cache *c = arg;
-	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-	int64_t hx = p_heat(c, x), hy = p_heat(c, y);
-	if (hx != hy)
-		return hx < hy ? -1 : 1;
-	return x < y ? -1 : x > y;
-}
-
-static int cmp_own_cold(const void *a, const void *b, void *arg)
-{
-	const struct baton_cache *c = arg;
-	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-	int64_t hx = own_heat(c, x), hy = own_heat(c, y);
-	if (hx != hy)
-		return hx < hy ? -1 : 1;
-	return x < y ? -1 : x > y;
-}
-
-/* Experts move between the tiers by heat (see the top); at most `limit`
- * moves of each kind. */
-static int peer_rebalance(struct baton_cache *c, uint32_t limit, struct baton_cache_report *rep)
-{
-	const uint32_t np = c->p_mapped * c->sps;
-	if (!np)
-		return 0;
-	uint32_t *a = c->p_a, *b = c->p_b, na = 0, nb = 0, n_own = 0, n_peer = 0;
-	int rc = 0;
-	memset(c->p_queued, 0, np);
-
-	/* 1. Promotion: the hottest peer items against the coldest filled
-	 * (or empty) slots of mapped own segments, while hotter by more than PEER_MARGIN. */
-	for (uint32_t p = 0; p < np; p++)
-		if (c->p_slot_item[p] >= 0)
-			a[na++] = (uint32_t)c->p_slot_item[p];
-	for (uint32_t s = 0; s < c->n_slots; s++)
-		if (c->seg_mapped[s / c->sps] && !c->slot_pending[s])
-			b[nb++] = s;
-	qsort_r(a, na, sizeof *a, cmp_item_hot, c);
-	qsort_r(b, nb, sizeof *b, cmp_own_cold, c);
-	uint32_t *own_fill = c->fill, *peer_fill = c->p_fillv;
-	for (uint32_t j = 0; j < na && j < nb && j < limit; j++) {
-		uint32_t item = a[j], s = b[j];
-		if ((int64_t)c->item_heat[item] <= own_heat(c, s) + PEER_MARGIN)
-			break;
-		uint32_t p = (uint32_t)c->item_peer[item];
-		int64_t old = c->slot_item[s];
-		p_unassign(c, p);
-		assign(c, s, item); /* pending until copied */
-		c->slot_hits[s] = c->item_heat[item];
-		c->p_prom[n_own] = p;
-		own_fill[n_own++] = s;
-		if (old >= 0) {
-			c->p_slot_item[p] = old;
-			c->item_peer[old] = p;
-			peer_fill[n_peer++] = p;
-			c->p_queued[p] = 1;
-		}
-		c->peer_moves += 1 + (old >= 0);
-	}
-
-	/* 2. Intake: the hottest items in neither tier into empty peer slots,
-	 * then in place of peer items colder by more than PEER_MARGIN. */
-	na = nb = 0;
-	for (uint32_t p = 0; p < np; p++)
-		if (!c->p_queued[p]) /* a fresh demotion stays */
-			a[na++] = p;
-	for (uint32_t i = 0; i < c->n_items; i++)
-		if (c->item_peer[i] < 0 && !own_present(c, i))
-			b[nb++] = i;
-	qsort_r(a, na, sizeof *a, cmp_peer_cold, c);
-	qsort_r(b, nb, sizeof *b, cmp_item_hot, c);
-	for (uint32_t j = 0, moved = 0; j < na && j < nb; j++) {
-		uint32_t p = a[j], item = b[j];
-		int empty = c->p_slot_item[p] < 0;
-		if (!empty && ((int64_t)c->item_heat[item] <= p_heat(c, p) + PEER_MARGIN ||
-		    moved >= limit))
-			break;
-		p_assign(c, p, item);
-		peer_fill[n_peer++] = p;
-		if (!empty) {
-			moved++;
-			c->peer_moves++;
-		}
-	}
-
-	if (n_own && c->be->copy_d2d) {
-		/* Promotions device to device, queued before the copies that
-		 * refill those peer slots (stream order keeps them apart). */
-		rc = promote_d2d(c, own_fill, c->p_prom, n_own, rep);
-	} else if (n_own) {
-		qsort(own_fill, n_own, sizeof *own_fill, cmp_u32);
-		rc = fill_slots(c, own_fill, n_own, c->verify, rep);
-	}
-	if (!rc && n_peer)
-		rc = p_fill(c, peer_fill, n_peer, rep);
-	return rc;
-}
-
-/* Tables and the reservation, at the first cache_peer_set. */
-static int peer_prepare(struct baton_cache *c)
-{
-	if (c->p_base)
-		return 0;
-	free(c->p_slot_item);
-	free(c->p_a);
-	free(c->p_b);
-	free(c->p_fillv);
-	free(c->p_queued);
-	free(c->p_prom);
-	uint32_t n = c->n_items ? (c->n_items + c->sps - 1) / c->sps : 1;
-	size_t np = (size_t)n * c->sps;
-	size_t big = np > c->n_items ? np : c->n_items;
-	if (big < c->n_slots)
-		big = c->n_slots;
-	c->p_slot_item = malloc(np * sizeof *c->p_slot_item);
-	c->p_a = malloc(big * sizeof *c->p_a);
-	c->p_b = malloc(big * sizeof *c->p_b);
-	c->p_fillv = malloc(np * sizeof *c->p_fillv);
-	c->p_queued = malloc(np);
-	c->p_prom = malloc(big * sizeof *c->p_prom);
-	if (!c->p_slot_item || !c->p_a || !c->p_b || !c->p_fillv || !c->p_queued || !c->p_prom)
-		return BATON_ENOMEM; /* freed by cache_destroy */
-	for (uint64_t p = 0; p < (uint64_t)n * c->sps; p++)
-		c->p_slot_item[p] = -1;
-	uint64_t range = (uint64_t)n * c->seg_bytes;
-	int rc = c->be->reserve(c->dev, range, &c->p_base);
-	if (rc) {
-		c->p_base = 0;
-		return rc;
-	}
-	c->p_n_segs = n;
-	c->p_range = range;
-	return 0;
-}
-
-/* Unmaps peer segments from the last down to `keep`; their items leave the
- * peer tier. *unmapped adds what went. */
-static int peer_unmap_to(struct baton_cache *c, uint32_t keep, uint64_t *unmapped,
-    struct baton_cache_report *rep)
-{
-	while (c->p_mapped > keep) {
-		uint32_t k = c->p_mapped - 1;
-		double t0 = now_s();
-		int rc = c->be->unmap_peer(c->dev, c->peer, c->p_base + (uint64_t)k * c->seg_bytes,
-		    c->seg_bytes);
-		rep->map_s += now_s() - t0;
-		if (rc)
-			return rc;
-		for (uint32_t p = k * c->sps; p < (k + 1) * c->sps; p++)
-			p_unassign(c, p);
-		c->p_mapped--;
-		rep->segments_unmapped++;
-		*unmapped += c->seg_bytes;
-	}
-	return 0;
-}
-
-/* Drops the peer tier; confirmed on the peer's mem_info like a release. */
-static int peer_drop(struct baton_cache *c, struct baton_cache_report *rep, uint64_t *freed)
-{
-	*freed = 0;
-	if (!c->p_mapped)
-		return 0;
-	uint64_t free_before = 0, total = 0, unmapped = 0;
-	int rc = c->be->mem_info(c->peer, &free_before, &total);
-	if (!rc)
-		rc = peer_unmap_to(c, 0, &unmapped, rep);
-	if (!rc)
-		rc = confirm_freed_on(c, c->peer, free_before, unmapped, freed);
-	return rc;
-}
-
-int cache_peer_set(struct baton_cache *c, struct baton_dev *peer, uint64_t bytes,
-    struct baton_cache_report *rep)
-{
-	struct baton_cache_report local;
-	if (!rep)
-		rep = &local;
-	rep_begin(rep);
-	if (!c)
-		return BATON_EINVAL;
-	double t0 = now_s();
-	int rc = 0;
-	if (bytes == 0) {
-		rc = peer_drop(c, rep, &rep->peer_bytes_freed);
-		goto out;
-	}
-	if (!peer || peer == c->dev)
-		return BATON_EINVAL;
-	if (!c->be->map_peer || !c->be->unmap_peer)
-		return BATON_EUNSUPPORTED;
-	if (c->peer && c->peer != peer && c->p_mapped)
-		return BATON_EINVAL; /* drop the old peer tier first */
-	if (c->released)
-		return BATON_ESTATE; /* a released cache holds no borrowed memory */
-	if (c->be->peer_access && (rc = c->be->peer_access(c->dev, peer)) != 0)
-		return rc;
-	if ((rc = peer_prepare(c)) != 0)
-		return rc;
-	c->peer = peer;
-	/* No more segments than the items outside the own tier's target need. */
-	uint64_t own = (uint64_t)c->n_active * c->sps;
-	uint64_t useful = c->n_items > own ? (c->n_items - own + c->sps - 1) / c->sps : 0;
-	uint64_t want64 = bytes / c->seg_bytes;
-	if (want64 > useful)
-		want64 = useful;
-	uint32_t want = want64 < c->p_n_segs ? (uint32_t)want64 : c->p_n_segs;
-	if (c->p_mapped > want) {
-		uint64_t free_before = 0, total = 0, unmapped = 0;
-		rc = c->be->mem_info(peer, &free_before, &total);
-		if (!rc)
-			rc = peer_unmap_to(c, want, &unmapped, rep);
-		if (!rc)
-			rc = confirm_freed_on(c, peer, free_before, unmapped, &rep->peer_bytes_freed);
-		if (rc)
-			goto out;
-	}
-	while (c->p_mapped < want) {
-		uint64_t free_b = 0, total = 0;
-		double t1 = now_s();
-		rc = c->be->mem_info(peer, &free_b, &total);
-		if (rc)
-			goto out;
-		if (free_b < c->seg_bytes)
-			break; /* the peer is full: keep what fit */
-		if (c->fault_map > 0 && --c->fault_map == 0)
-			break;
-		rc = c->be->map_peer(c->dev, peer, c->p_base + (uint64_t)c->p_mapped * c->seg_bytes,
-		    c->seg_bytes);
-		rep->map_s += now_s() - t1;
-		if (rc == BATON_EDEVMEM) {
-			rc = 0;
-			break;
-		}
-		if (rc)
-			goto out;
-		c->p_mapped++;
-		rep->segments_mapped++;
-	}
-	/* Fill every empty slot (hottest first), no limit on moves. */
-	rc = peer_rebalance(c, c->p_mapped * c->sps, rep);
-out:
-	rep->state = state_of(c);
-	rep->total_s = now_s() - t0;
-	return rc;
-}
-
-int cache_peer_rebalance(struct baton_cache *c, struct baton_cache_report *rep)
-{
-	struct baton_cache_report local;
-	if (!rep)
-		rep = &local;
-	rep_begin(rep);
-	if (!c)
-		return BATON_EINVAL;
-	double t0 = now_s();
-	int rc = peer_rebalance(c, c->p_moves, rep);
-	rep->state = state_of(c);
-	rep->total_s = now_s() - t0;
-	return rc;
-}
-
-void cache_peer_tune(struct baton_cache *c, uint32_t every, uint32_t moves)
-{
-	if (!c)
-		return;
-	c->p_every = every;
-	c->p_moves = moves;
-	c->p_calls = 0;
-}
-
-uint64_t cache_peer_want(const struct baton_cache *c)
-{
-	if (!c || c->n_items <= c->n_slots)
-		return 0;
-	uint64_t over = c->n_items - c->n_slots;
-	return (over + c->sps - 1) / c->sps * c->seg_bytes;
-}
-
-int64_t cache_peer_slot_of(const struct baton_cache *c, uint32_t item)
-{
-	if (!c || item >= c->n_items)
-		return -1;
-	return c->item_peer[item];
 }
 
 /* ---- lookup --------------------------------------------------------------- */
@@ -1460,7 +955,7 @@ static int cmp_victim(const void *a, const void *b, void *arg)
 	return x < y ? -1 : x > y;
 }
 
-static int cmp_u32(const void *a, const void *b)
+int cache_cmp_u32(const void *a, const void *b)
 {
 	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
 	return x < y ? -1 : x > y;
@@ -1527,11 +1022,8 @@ int cache_lookup(struct baton_cache *c, const uint32_t *items, size_t n, baton_d
 	memset(&rep, 0, sizeof rep);
 	int rc = 0;
 	/* Before this call's addresses are handed out: a rebalance moves items. */
-	if (c->p_mapped && c->p_every && ++c->p_calls >= c->p_every) {
-		c->p_calls = 0;
-		if ((rc = peer_rebalance(c, c->p_moves, &rep)) != 0)
-			return rc;
-	}
+	if (c->peer_ops && (rc = c->peer_ops->before_lookup(c, &rep)) != 0)
+		return rc;
 	next_call(c);
 	const uint32_t call = c->call;
 	uint64_t peer_hits = 0;
@@ -1544,7 +1036,7 @@ int cache_lookup(struct baton_cache *c, const uint32_t *items, size_t n, baton_d
 		if (c->item_mark[i] == call)
 			continue;
 		c->item_mark[i] = call;
-		if (c->item_peer[i] >= 0 && !own_resident(c, i)) {
+		if (peer_slot_of(c, i) >= 0 && !cache_own_resident(c, i)) {
 			peer_hits++; /* read where it is, on the peer */
 			continue;
 		}
@@ -1616,33 +1108,33 @@ int cache_lookup(struct baton_cache *c, const uint32_t *items, size_t n, baton_d
 		/* The least valuable slots, then pair the misses (by item) with
 		 * them (by slot) so neighbours stay neighbours. */
 		qsort_r(c->cand, n_cand, sizeof *c->cand, cmp_victim, c);
-		qsort(c->cand, n_miss, sizeof *c->cand, cmp_u32);
-		qsort(c->need, n_miss, sizeof *c->need, cmp_u32);
+		qsort(c->cand, n_miss, sizeof *c->cand, cache_cmp_u32);
+		qsort(c->need, n_miss, sizeof *c->need, cache_cmp_u32);
 		for (uint32_t j = 0; j < n_miss; j++) {
 			uint32_t s = c->cand[j];
 			if (c->slot_item[s] >= 0)
 				c->evictions++;
-			assign(c, s, c->need[j]);
+			cache_assign(c, s, c->need[j]);
 			c->slot_mark[s] = call;
 			c->fill[n_fill++] = s;
 		}
 	}
 	/* One batch for both, in slot order so neighbours coalesce. */
 	if (n_fill) {
-		qsort(c->fill, n_fill, sizeof *c->fill, cmp_u32);
-		rc = fill_slots(c, c->fill, n_fill, 0, &rep);
+		qsort(c->fill, n_fill, sizeof *c->fill, cache_cmp_u32);
+		rc = fill_own(c, c->fill, n_fill, 0, &rep);
 		if (rc)
 			goto out;
 	}
 	for (size_t j = 0; j < n; j++) {
 		uint32_t i = items[j];
 		c->item_heat[i]++;
-		if (own_resident(c, i)) {
+		if (cache_own_resident(c, i)) {
 			int64_t s = c->item_slot[i];
 			blobs[j] = slot_addr(c, (uint32_t)s);
 			c->slot_hits[s]++;
 		} else {
-			blobs[j] = p_slot_addr(c, (uint32_t)c->item_peer[i]);
+			blobs[j] = c->peer_ops->slot_addr(c, (uint32_t)peer_slot_of(c, i));
 		}
 	}
 	c->hits += hits + peer_hits;
@@ -1662,7 +1154,7 @@ void cache_stats(const struct baton_cache *c, struct baton_cache_stats *st)
 	memset(st, 0, sizeof *st);
 	if (!c)
 		return;
-	st->state = state_of(c);
+	st->state = cache_state_of(c);
 	st->slot_bytes = c->slot_bytes;
 	st->segment_bytes = c->seg_bytes;
 	st->target_bytes = (uint64_t)c->n_active * c->seg_bytes;
@@ -1680,12 +1172,9 @@ void cache_stats(const struct baton_cache *c, struct baton_cache_stats *st)
 	st->evictions = c->evictions;
 	st->slots_pending = c->n_pending;
 	st->bytes_loaded = c->bytes_loaded;
-	st->peer_mapped_bytes = (uint64_t)c->p_mapped * c->seg_bytes;
-	st->peer_slots_mapped = c->p_mapped * c->sps;
-	for (uint32_t p = 0; p < st->peer_slots_mapped; p++)
-		st->peer_items_resident += c->p_slot_item[p] >= 0;
 	st->peer_hits = c->peer_hits;
-	st->peer_moves = c->peer_moves;
+	if (c->peer_ops)
+		c->peer_ops->stats(c, st);
 }
 
 int64_t cache_slot_of(const struct baton_cache *c, uint32_t item)

@@ -104,6 +104,10 @@ struct baton_cache_report {
 	double copy_s, total_s;
 };
 
+/* Adds r's counts and times to sum and takes r's state: the totals of a
+ * sequence of operations (a refill's steps; release, resize and refill). */
+void cache_report_add(struct baton_cache_report *sum, const struct baton_cache_report *r);
+
 struct baton_cache_stats {
 	int state;
 	uint64_t slot_bytes, segment_bytes;
@@ -175,9 +179,5 @@ int64_t cache_peer_slot_of(const struct baton_cache *c, uint32_t item);
 void cache_stats(const struct baton_cache *c, struct baton_cache_stats *st);
 /* The slot holding `item`, or -1; for tests and status. */
 int64_t cache_slot_of(const struct baton_cache *c, uint32_t item);
-
-/* Test hook: fail the n-th future backend map call with BATON_EDEVMEM
- * (0 disables). Used to drive the partial paths. */
-void cache_fault_map_after(struct baton_cache *c, int n);
 
 #endif

@@ -24,6 +24,7 @@
 
 #include "engine/backend.h"
 #include "engine/cache.h"
+#include "engine/cache_int.h" /* cache_fault_map_after */
 #include "proto/proto.h"
 #include "tests/hostdev_fixture.h"
 #include "tests/t.h"

@@ -128,7 +128,7 @@ static int open_peer(struct baton_engine *e, const struct baton_backend *inner,
 			    cfg->device);
 		return BATON_EINVAL;
 	}
-	if (!inner->map_peer || !inner->unmap_peer) {
+	if (!backend_has_peer(inner)) {
 		if (errbuf)
 			snprintf(errbuf, errlen, "the %s backend has no peer tier", inner->name);
 		return BATON_EUNSUPPORTED;
@@ -148,7 +148,7 @@ static int open_peer(struct baton_engine *e, const struct baton_backend *inner,
 		e->peer = NULL;
 		return rc;
 	}
-	if (inner->peer_access && (rc = inner->peer_access(e->dev, e->peer)) != 0) {
+	if ((rc = backend_peer_access(inner, e->dev, e->peer)) != 0) {
 		if (errbuf)
 			snprintf(errbuf, errlen, "%s device %d cannot read memory of peer device %d: %s",
 			    inner->name, cfg->device, cfg->peer_device,
@@ -200,16 +200,14 @@ int engine_open(const struct baton_engine_config *cfg, struct baton_engine **out
 	check_computable(e);
 
 	/* Pin the arena once per process: every refill copies from it. */
-	if (e->be->host_register) {
-		double t0 = now_s();
-		rc = e->be->host_register(e->dev, arena_base(e->arena), arena_size(e->arena));
-		if (rc) {
-			set_err(errbuf, errlen, "pinning arena %s: %s", cfg->arena_path, rc);
-			goto fail;
-		}
-		e->registered = 1;
-		e->pin_s = now_s() - t0;
+	double t0 = now_s();
+	rc = backend_host_register(e->be, e->dev, arena_base(e->arena), arena_size(e->arena));
+	if (rc) {
+		set_err(errbuf, errlen, "pinning arena %s: %s", cfg->arena_path, rc);
+		goto fail;
 	}
+	e->registered = 1;
+	e->pin_s = now_s() - t0;
 
 	const struct baton_arena_shape *s = arena_shape(e->arena);
 	e->n_items = s->layers * s->experts;
@@ -337,7 +335,7 @@ void engine_close(struct baton_engine *e)
 		if (e->xn)
 			e->be->free(e->dev, e->xn);
 		if (e->registered)
-			e->be->host_unregister(e->dev, arena_base(e->arena), arena_size(e->arena));
+			backend_host_unregister(e->be, e->dev, arena_base(e->arena), arena_size(e->arena));
 		e->be->close(e->dev);
 	}
 	if (e->peer)

@@ -62,7 +62,7 @@ static void parse_env(void)
 				op = i;
 		if (op < 0) {
 			if (strcmp(tok, "send") == 0)
-				continue; /* proto/transport.c's */
+				continue; /* proto/transport_msg.c's */
 			snprintf(parse_err, sizeof parse_err,
 			    "BATON_FAULT: unknown op '%s' (map, alloc, copy, d2h, send)", tok);
 			parse_rc = BATON_EINVAL;
@@ -200,14 +200,12 @@ static void f_free(struct baton_dev *dev, baton_dptr p)
 
 static int f_host_register(struct baton_dev *dev, const void *p, uint64_t bytes)
 {
-	const struct baton_backend *be = IN(dev);
-	return be->host_register ? be->host_register(dev, p, bytes) : 0;
+	return backend_host_register(IN(dev), dev, p, bytes);
 }
 
 static int f_host_unregister(struct baton_dev *dev, const void *p, uint64_t bytes)
 {
-	const struct baton_backend *be = IN(dev);
-	return be->host_unregister ? be->host_unregister(dev, p, bytes) : 0;
+	return backend_host_unregister(IN(dev), dev, p, bytes);
 }
 
 static int f_copy_h2d(struct baton_dev *dev, const struct baton_copy *c, size_t n)

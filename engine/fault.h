@@ -11,7 +11,7 @@
  *   BATON_FAULT="map:3,copy:5,alloc:2/4,d2h:1"
  * a comma list of op:N or op:N/every (the Nth call fails, then every
  * `every` calls after it). op is map, alloc, copy (copy_h2d), d2h
- * (copy_d2h) or send (handled by proto/transport.c, ignored here). N = 0
+ * (copy_d2h) or send (handled by proto/transport_msg.c, ignored here). N = 0
  * counts without failing. Each injected fault is one line on stderr,
  * "baton-fault: <op> call <n> fails: <code>", and close() prints the call
  * counts: "baton-fault: calls map=.. alloc=.. copy=.. d2h=.. injected=..".

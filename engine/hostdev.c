@@ -8,7 +8,6 @@
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,19 +35,6 @@ struct hd_state {
 	struct hostdev_file_header hdr;
 	struct hostdev_file_owner own[HOSTDEV_MAX_OWNERS];
 };
-
-static void hd_err(char *buf, size_t len, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void hd_err(char *buf, size_t len, const char *fmt, ...)
-{
-	if (!buf || !len)
-		return;
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(buf, len, fmt, ap);
-	va_end(ap);
-}
 
 int hostdev_proc_start(int pid, uint64_t *start, int *zombie)
 {
@@ -255,7 +241,7 @@ int hostdev_open(int index, uint64_t capacity, struct hostdev **out,
 		return BATON_EINVAL;
 	*out = NULL;
 	if (index < 0 || index >= HOSTDEV_MAX_INDEX) {
-		hd_err(errbuf, errlen, "host device %d does not exist (0..%d)",
+		baton_errf(errbuf, errlen, "host device %d does not exist (0..%d)",
 		    index, HOSTDEV_MAX_INDEX - 1);
 		return BATON_ENODEV;
 	}
@@ -264,7 +250,7 @@ int hostdev_open(int index, uint64_t capacity, struct hostdev **out,
 		const char *env = getenv("BATON_HOSTDEV_MIB");
 		if (env && *env) {
 			if (parse_mib(env, &capacity) < 0) {
-				hd_err(errbuf, errlen,
+				baton_errf(errbuf, errlen,
 				    "BATON_HOSTDEV_MIB=\"%s\" is not a positive number of MiB", env);
 				return BATON_ECONFIG;
 			}
@@ -291,26 +277,26 @@ int hostdev_open(int index, uint64_t capacity, struct hostdev **out,
 	hostdev_proc_start(h->pid, &h->start, NULL);
 	if ((size_t)snprintf(h->path, sizeof h->path, "%s/hostdev-%d", dir, index) >=
 	    sizeof h->path) {
-		hd_err(errbuf, errlen, "BATON_HOSTDEV_DIR is too long");
+		baton_errf(errbuf, errlen, "BATON_HOSTDEV_DIR is too long");
 		rc = BATON_ECONFIG;
 		goto fail;
 	}
 	if (mkdir(dir, 0770) < 0 && errno != EEXIST) {
-		hd_err(errbuf, errlen, "cannot create host device directory %s: %s",
+		baton_errf(errbuf, errlen, "cannot create host device directory %s: %s",
 		    dir, strerror(errno));
 		rc = BATON_EIO;
 		goto fail;
 	}
 	h->fd = open(h->path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0660);
 	if (h->fd < 0) {
-		hd_err(errbuf, errlen, "cannot open host device state %s: %s",
+		baton_errf(errbuf, errlen, "cannot open host device state %s: %s",
 		    h->path, strerror(errno));
 		rc = errno == EACCES || errno == EPERM ? BATON_EPERM : BATON_EIO;
 		goto fail;
 	}
 	rc = hd_lock_load(h, st, &dirty);
 	if (rc) {
-		hd_err(errbuf, errlen, "cannot lock host device state %s", h->path);
+		baton_errf(errbuf, errlen, "cannot lock host device state %s", h->path);
 		goto fail;
 	}
 	locked = 1;
@@ -323,7 +309,7 @@ int hostdev_open(int index, uint64_t capacity, struct hostdev **out,
 		st->own[self].opens++;
 		dirty = 1;
 	} else if (hd_self(h, st, 1, &dirty) < 0) {
-		hd_err(errbuf, errlen, "host device %d already has %d processes",
+		baton_errf(errbuf, errlen, "host device %d already has %d processes",
 		    index, HOSTDEV_MAX_OWNERS);
 		rc = BATON_EBUSY;
 		goto fail;
@@ -332,7 +318,7 @@ int hostdev_open(int index, uint64_t capacity, struct hostdev **out,
 	locked = 0;
 	rc = hd_unlock(h, st, dirty);
 	if (rc) {
-		hd_err(errbuf, errlen, "cannot write host device state %s", h->path);
+		baton_errf(errbuf, errlen, "cannot write host device state %s", h->path);
 		goto fail;
 	}
 	free(st);

@@ -1,27 +1,8 @@
 /*
  * baton-engine: one model on one device, serving GEN and control commands
- * on its own nng REP socket.
- *
- * Threads:
- *   receivers (RECEIVERS of them, one nng context each) take requests.
- *     STATUS is answered at once from a snapshot. GEN waits its turn for
- *     the engine. RELEASE, REFILL, VRAM and PEER take the engine only if nobody
- *     holds it, and answer busy otherwise: a control command never waits
- *     behind, or disturbs, a running GEN.
- *   the main thread waits for signals and runs the idle-release timer.
- * The engine itself (arena, backend, cache) is used by one thread at a time,
- * under run_mu.
- *
- * With --broker URL (engine/broker_link.h) the engine registers, sends
- * heartbeats and reports, and asks the broker before it maps memory on its
- * own initiative: at start (it opens cold) and when a GEN finds the cache
- * released, partial or shrunk. One GEN thread at a time asks (acq_mu); the
- * others then find the cache whole. The broker's commands come on the
- * control socket like anyone's, fenced by their epoch. A broker command
- * refused as busy makes the next GENs wait up to YIELD_S before starting,
- * so the broker's retry gets in between two requests: an engine under
- * steady load still gives way, never in the middle of a request. When the
- * broker is away, the engine serves on alone and maps what it needs.
+ * on its own nng REP socket. This program parses the flags, resolves the
+ * arena's path and the listen URL, and wires signals and systemd to the
+ * serve loop (engine/serve.h), which does the rest.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -30,24 +11,16 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
-#include <unistd.h>
 
 #include <systemd/sd-daemon.h>
 
 #include "arena/arena.h"
-#include "engine/broker_link.h"
-#include "engine/engine.h"
+#include "engine/serve.h"
 #include "proto/proto.h"
-
-#define MIB (1024ull * 1024ull)
-#define RECEIVERS 4
-#define YIELD_S 0.1
 
 static const char usage[] =
     "usage: baton-engine --name NAME --shared-expert-arena PATH [options]\n"
@@ -74,66 +47,6 @@ static const char usage[] =
     "  --priority N                priority told to the broker (higher is kept longer; default 0)\n"
     "  --help, --version\n";
 
-struct opts {
-	const char *name, *arena, *listen, *backend, *broker;
-	int32_t priority;
-	int device, peer_device, use_peer;
-	uint64_t cache_mib, segment_mib, reserve_mib, host_mib;
-	int release, elastic, verify;
-	double idle_s;
-};
-
-/* The engine and everything about it that STATUS reports. */
-static struct {
-	struct baton_engine *e;
-	struct proto_server *srv;
-	pthread_mutex_t run_mu;     /* held while the engine works */
-	pthread_mutex_t st_mu;      /* guards the fields below */
-	const char *state;          /* "ready", "releasing", ... */
-	struct baton_engine_info info;
-	uint64_t epoch, requests;
-	uint64_t last_refill_bytes;
-	double last_refill_s;
-	double last_active;         /* monotonic seconds of the last request */
-	int idle_released;          /* the last release was the idle timer's */
-	uint64_t snap_epoch;        /* g.epoch when the snapshot was taken */
-	uint64_t ceiling;           /* bytes the cache maps when whole */
-	int active;                 /* GENs running or waiting */
-	double yield_at;            /* a broker command was refused busy then */
-	pthread_cond_t yield_cv;
-	pthread_mutex_t acq_mu;     /* one GEN thread at a time asks the broker */
-	struct broker_link *link;
-	char listen_url[PATH_MAX];
-	atomic_int stopping;        /* main sets it, receivers read it */
-	uint32_t d_model;           /* set once at start */
-	char peer_gpu[64];          /* set once at start; "" without --peer-device */
-	struct opts o;
-} g = {
-	.run_mu = PTHREAD_MUTEX_INITIALIZER,
-	.st_mu = PTHREAD_MUTEX_INITIALIZER,
-	.acq_mu = PTHREAD_MUTEX_INITIALIZER,
-	.yield_cv = PTHREAD_COND_INITIALIZER,
-	.state = "loading",
-};
-
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static void logf_(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void logf_(const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	fprintf(stderr, "baton-engine[%s]: ", g.o.name ? g.o.name : "?");
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
-	va_end(ap);
-}
-
 static void usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 static void usage_error(const char *fmt, ...)
 {
@@ -156,21 +69,7 @@ static uint64_t parse_uint(const char *flag, const char *v, uint64_t max)
 	return x;
 }
 
-static int valid_name(const char *s)
-{
-	size_t n = strlen(s);
-	if (n == 0 || n > 64)
-		return 0;
-	for (size_t i = 0; i < n; i++) {
-		char c = s[i];
-		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-		    c == '-' || c == '_' || c == '.'))
-			return 0;
-	}
-	return 1;
-}
-
-static void parse_args(int argc, char **argv, struct opts *o)
+static void parse_args(int argc, char **argv, struct baton_serve_config *o)
 {
 	enum { O_NAME = 1, O_ARENA, O_LISTEN, O_BACKEND, O_DEVICE, O_CACHE, O_SEG, O_RELEASE,
 	       O_IDLE, O_ELASTIC, O_RESERVE, O_VERIFY, O_HOSTMIB, O_BROKER, O_PRIORITY, O_PEER,
@@ -275,7 +174,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		usage_error("unexpected argument '%s'", argv[optind]);
 	if (!o->name)
 		usage_error("--name is required");
-	if (!valid_name(o->name))
+	if (!proto_name_valid(o->name, strlen(o->name)))
 		usage_error("--name '%s': use 1 to 64 letters, digits, '-', '_' or '.'", o->name);
 	if (!o->arena)
 		usage_error("--shared-expert-arena is required");
@@ -283,609 +182,23 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		usage_error("--peer-device %d is the engine's own --device", o->peer_device);
 }
 
-/* The state's name: a cache that maps nothing is "released", also a
- * fresh one that was never filled (cache.h calls that partial). */
-static const char *state_name(const struct baton_engine_info *in)
-{
-	if (in->cache.state == BATON_CACHE_PARTIAL && in->cache.mapped_bytes == 0)
-		return "released";
-	return cache_state_name(in->cache.state);
-}
-
-/* Refreshes the STATUS snapshot; the caller holds run_mu. */
-static void snapshot(const char *state)
-{
-	struct baton_engine_info info;
-	engine_info(g.e, &info);
-	if (!state)
-		state = state_name(&info);
-	pthread_mutex_lock(&g.st_mu);
-	g.info = info;
-	g.state = state;
-	g.snap_epoch = g.epoch;
-	pthread_mutex_unlock(&g.st_mu);
-}
-
-static void set_state(const char *state)
-{
-	pthread_mutex_lock(&g.st_mu);
-	g.state = state;
-	pthread_mutex_unlock(&g.st_mu);
-}
-
-/* The broker link's view of the engine (any thread). */
-static void link_state(void *arg, struct broker_link_state *st)
-{
-	(void)arg;
-	uint64_t fr = 0, tot = 0;
-	engine_mem_info(g.e, &fr, &tot);
-	pthread_mutex_lock(&g.st_mu);
-	snprintf(st->state, sizeof st->state, "%s", g.state);
-	st->resident = (uint64_t)g.info.cache.items_resident * g.info.cache.slot_bytes;
-	st->mapped = g.info.cache.mapped_bytes;
-	st->free_bytes = fr;
-	st->busy = g.active > 0;
-	double idle = now_s() - g.last_active;
-	st->idle_ms = st->busy || idle < 0 ? 0 : (uint64_t)(idle * 1e3);
-	st->epoch = g.snap_epoch;
-	st->peer_mapped = g.info.cache.peer_mapped_bytes;
-	st->requests = g.requests;
-	pthread_mutex_unlock(&g.st_mu);
-	if (g.o.use_peer)
-		engine_peer_mem_info(g.e, &st->peer_free, &tot);
-}
-
-static void link_log(const char *line)
-{
-	logf_("broker: %s", line);
-}
-
-static void report(const char *reason, double ms, uint64_t bytes)
-{
-	if (g.link)
-		broker_link_report(g.link, reason, ms, bytes);
-}
-
-/* Test hook: BATON_TEST_REFILL_DELAY_MS makes every refill this engine
- * starts on a grant or command wait first, so tests can kill it mid-way. */
-static void test_refill_delay(void)
-{
-	const char *v = getenv("BATON_TEST_REFILL_DELAY_MS");
-	long ms = v ? atol(v) : 0;
-	if (ms > 0 && ms < 60000) {
-		struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
-		nanosleep(&ts, NULL);
-	}
-}
-
-static void add_report(struct baton_cache_report *sum, const struct baton_cache_report *r)
-{
-	sum->state = r->state;
-	sum->bytes_copied += r->bytes_copied;
-	sum->copies += r->copies;
-	sum->segments_mapped += r->segments_mapped;
-	sum->segments_unmapped += r->segments_unmapped;
-	sum->bytes_freed += r->bytes_freed;
-	sum->mismatches += r->mismatches;
-	sum->map_s += r->map_s;
-	sum->copy_s += r->copy_s;
-	sum->total_s += r->total_s;
-}
-
-/* Makes the cache whole again (caller holds run_mu): back to the full
- * target and the configured reserve, then filled. With `limit` below what
- * is missing (a partial grant), it maps only that much: the reserve is set
- * so that the device keeps all but `limit` of its free memory. */
-static int make_full(uint64_t limit, struct baton_cache_report *sum)
-{
-	struct baton_cache_report r;
-	memset(sum, 0, sizeof *sum);
-	struct baton_cache_stats st;
-	cache_stats(engine_cache(g.e), &st);
-	uint64_t missing = g.ceiling > st.mapped_bytes ? g.ceiling - st.mapped_bytes : 0;
-	int64_t reserve = -1;
-	if (limit < missing) {
-		uint64_t fr = 0, tot = 0;
-		engine_mem_info(g.e, &fr, &tot);
-		reserve = fr > limit ? (int64_t)(fr - limit) : 0;
-	}
-	test_refill_delay();
-	int rc = engine_vram(g.e, reserve, &r);
-	if (rc)
-		return rc;
-	add_report(sum, &r);
-	cache_stats(engine_cache(g.e), &st);
-	if (st.state != BATON_CACHE_READY) {
-		rc = engine_refill(g.e, &r);
-		if (rc)
-			return rc;
-		add_report(sum, &r);
-	}
-	g.idle_released = 0;
-	if (sum->bytes_copied) {
-		pthread_mutex_lock(&g.st_mu);
-		g.last_refill_bytes = sum->bytes_copied;
-		g.last_refill_s = sum->total_s;
-		pthread_mutex_unlock(&g.st_mu);
-	}
-	return 0;
-}
-
-/* Whole: ready, at the full target, nothing missing. */
-static int cache_whole(void)
-{
-	struct baton_cache_stats st;
-	cache_stats(engine_cache(g.e), &st);
-	return st.state == BATON_CACHE_READY && st.target_bytes >= g.ceiling;
-}
-
-/* With a broker: asks before making the cache whole. Called with run_mu
- * held; returns with it held. 0 to go on; else the GEN fails with the
- * broker's refusal in err. */
-static int ensure_memory(const char *why, char *err, size_t errlen)
-{
-	if (!g.link || cache_whole())
-		return 0;
-	pthread_mutex_unlock(&g.run_mu);
-	pthread_mutex_lock(&g.acq_mu);
-	pthread_mutex_lock(&g.run_mu);
-	if (cache_whole()) {
-		pthread_mutex_unlock(&g.acq_mu);
-		return 0;
-	}
-	struct baton_cache_stats st;
-	cache_stats(engine_cache(g.e), &st);
-	uint64_t need = g.ceiling > st.mapped_bytes ? g.ceiling - st.mapped_bytes : 0;
-	pthread_mutex_unlock(&g.run_mu);
-	uint64_t granted = 0, epoch = 0;
-	double t0 = now_s();
-	int rc = broker_link_acquire(g.link, need, &granted, &epoch, err, errlen);
-	double wait_s = now_s() - t0;
-	pthread_mutex_lock(&g.run_mu);
-	if (rc && rc != BATON_ECONN) {
-		pthread_mutex_unlock(&g.acq_mu);
-		return rc;
-	}
-	char reason[160];
-	if (rc == BATON_ECONN) {
-		logf_("%s: the broker is away (%s): mapping on my own", why, err);
-		granted = UINT64_MAX;
-		snprintf(reason, sizeof reason, "refill (%s, broker away)", why);
-	} else {
-		pthread_mutex_lock(&g.st_mu);
-		if (epoch > g.epoch)
-			g.epoch = epoch; /* the grant's epoch: its state is news after it */
-		pthread_mutex_unlock(&g.st_mu);
-		snprintf(reason, sizeof reason, "refill (%s, granted %.1f MiB after %.3f ms)", why,
-		    (double)granted / MIB, wait_s * 1e3);
-	}
-	set_state("refilling");
-	struct baton_cache_report r;
-	int mrc = make_full(granted, &r);
-	snapshot(NULL);
-	pthread_mutex_unlock(&g.acq_mu);
-	if (mrc) {
-		logf_("%s: refill failed: %s", why, baton_strerror(mrc));
-		report("refill failed", r.total_s * 1e3, 0);
-	} else {
-		report(reason, r.total_s * 1e3, r.bytes_copied);
-	}
-	return 0; /* the GEN maps what it needs even when that failed */
-}
-
-/* A broker command was refused as busy: let it in before the next GEN. */
-static void gen_yield(void)
-{
-	pthread_mutex_lock(&g.st_mu);
-	for (;;) {
-		double until = g.yield_at + YIELD_S, now = now_s();
-		if (g.yield_at == 0 || now >= until || g.stopping)
-			break;
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		double t = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9 + (until - now);
-		ts.tv_sec = (time_t)t;
-		ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
-		pthread_cond_timedwait(&g.yield_cv, &g.st_mu, &ts);
-	}
-	pthread_mutex_unlock(&g.st_mu);
-}
-
-
-static void reply(struct proto_ctx *ctx, const struct baton_msg *rep)
-{
-	int rc = proto_ctx_reply(ctx, rep);
-	if (rc)
-		logf_("reply to %s failed: %s", proto_op_name(rep->op), baton_strerror(rc));
-}
-
-static void reply_err(struct proto_ctx *ctx, const struct baton_msg *req, int err, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static void reply_err(struct proto_ctx *ctx, const struct baton_msg *req, int err, const char *fmt, ...)
-{
-	char text[512];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(text, sizeof text, fmt, ap);
-	va_end(ap);
-	struct baton_msg rep;
-	proto_reply_error(&rep, req->op, req->id, err, text);
-	reply(ctx, &rep);
-}
-
-static void on_status(struct proto_ctx *ctx, const struct baton_msg *req)
-{
-	struct baton_msg rep;
-	uint64_t dev_free = 0, dev_total = 0;
-	engine_mem_info(g.e, &dev_free, &dev_total); /* live, not the snapshot */
-	uint64_t peer_free = 0, peer_total = 0;
-	if (g.o.use_peer)
-		engine_peer_mem_info(g.e, &peer_free, &peer_total);
-	proto_reply_init(&rep, req);
-	pthread_mutex_lock(&g.st_mu);
-	const struct baton_engine_info *in = &g.info;
-	char device[32];
-	snprintf(device, sizeof device, "%s:%d", in->backend, g.o.device);
-	rep.name = g.o.name;
-	rep.state = g.state;
-	rep.resident = (uint64_t)in->cache.items_resident * in->cache.slot_bytes;
-	rep.mapped = in->cache.mapped_bytes;
-	rep.target = in->cache.target_bytes;
-	rep.ceiling = (uint64_t)in->cache.slots_total * in->cache.slot_bytes;
-	rep.epoch = g.epoch;
-	rep.requests = g.requests;
-	rep.hits = in->cache.hits;
-	rep.misses = in->cache.misses;
-	rep.last_refill_bytes = g.last_refill_bytes;
-	rep.last_refill_s = g.last_refill_s;
-	rep.device_name = device;
-	rep.gpu = in->gpu;
-	rep.free_bytes = dev_free;
-	rep.total = dev_total;
-	static const enum proto_field fs[] = { PF_NAME, PF_STATE, PF_RESIDENT, PF_MAPPED,
-		PF_TARGET, PF_CEILING, PF_EPOCH, PF_REQUESTS, PF_HITS, PF_MISSES,
-		PF_LAST_REFILL_BYTES, PF_LAST_REFILL_S, PF_DEVICE_NAME, PF_GPU, PF_FREE, PF_TOTAL };
-	for (size_t i = 0; i < sizeof fs / sizeof fs[0]; i++)
-		proto_set(&rep, fs[i]);
-	if (g.o.use_peer) {
-		rep.peer_gpu = g.peer_gpu;
-		rep.peer_mapped = in->cache.peer_mapped_bytes;
-		rep.peer_free = peer_free;
-		proto_set(&rep, PF_PEER_GPU);
-		proto_set(&rep, PF_PEER_MAPPED);
-		proto_set(&rep, PF_PEER_FREE);
-	}
-	reply(ctx, &rep);
-	pthread_mutex_unlock(&g.st_mu);
-}
-
-static void on_gen(struct proto_ctx *ctx, const struct baton_msg *req)
-{
-	uint64_t n = (uint64_t)req->batch * g.d_model;
-	if (req->steps == 0 || req->steps > BATON_GEN_MAX_STEPS || req->batch == 0 ||
-	    req->batch > BATON_GEN_MAX_BATCH) {
-		reply_err(ctx, req, BATON_ERANGE, "gen: steps must be 1..%u and batch 1..%u",
-		    BATON_GEN_MAX_STEPS, BATON_GEN_MAX_BATCH);
-		return;
-	}
-	if (proto_has(req, PF_INPUT) && req->input.len != n * sizeof(float)) {
-		reply_err(ctx, req, BATON_ERANGE, "gen: input has %zu bytes, want batch*d_model*4 = %" PRIu64,
-		    req->input.len, n * sizeof(float));
-		return;
-	}
-	float *out = malloc(n * sizeof(float));
-	if (!out) {
-		reply_err(ctx, req, BATON_ENOMEM, "gen: no memory for the output");
-		return;
-	}
-	pthread_mutex_lock(&g.st_mu);
-	int first = g.active++ == 0;
-	pthread_mutex_unlock(&g.st_mu);
-	if (first && g.link)
-		broker_link_poke(g.link); /* busy now: the broker asks idle engines first */
-	gen_yield();
-	pthread_mutex_lock(&g.run_mu);
-	char aerr[512] = "";
-	int arc = ensure_memory("gen", aerr, sizeof aerr);
-	if (arc) {
-		pthread_mutex_unlock(&g.run_mu);
-		pthread_mutex_lock(&g.st_mu);
-		int none = --g.active == 0;
-		g.last_active = now_s();
-		pthread_mutex_unlock(&g.st_mu);
-		if (none)
-			broker_link_poke(g.link);
-		reply_err(ctx, req, arc, "gen: no device memory from the broker: %s", aerr);
-		free(out);
-		return;
-	}
-	uint64_t sum = 0;
-	struct baton_gen_timings t;
-	int rc = engine_gen(g.e, req->steps, req->batch, req->seed,
-	    proto_has(req, PF_INPUT) ? req->input.data : NULL, out, &sum, &t);
-	pthread_mutex_lock(&g.st_mu);
-	if (rc == 0)
-		g.requests++;
-	g.last_active = now_s();
-	int last = --g.active == 0;
-	pthread_mutex_unlock(&g.st_mu);
-	snapshot(NULL);
-	if (last && g.link)
-		broker_link_poke(g.link);
-	int refill_rest = rc == 0 && !g.link && g.idle_released && g.info.cache.state != BATON_CACHE_READY;
-	if (rc) {
-		pthread_mutex_unlock(&g.run_mu);
-		if (rc == BATON_EUNSUPPORTED && g.info.compute_error)
-			reply_err(ctx, req, rc, "gen: %s", g.info.compute_error);
-		else
-			reply_err(ctx, req, rc, "gen failed: %s", baton_strerror(rc));
-		free(out);
-		return;
-	}
-	struct baton_msg rep;
-	proto_reply_init(&rep, req);
-	rep.steps = req->steps;
-	rep.batch = req->batch;
-	rep.checksum = sum;
-	rep.output.data = out;
-	rep.output.len = n * sizeof(float);
-	rep.route_ms = t.route_s * 1e3;
-	rep.load_ms = t.load_s * 1e3;
-	rep.compute_ms = t.compute_s * 1e3;
-	rep.total_ms = t.total_s * 1e3;
-	proto_set(&rep, PF_ROUTE_MS);
-	proto_set(&rep, PF_LOAD_MS);
-	proto_set(&rep, PF_COMPUTE_MS);
-	proto_set(&rep, PF_TOTAL_MS);
-	reply(ctx, &rep);
-	free(out);
-	/* After an idle release the first request loaded what it needed; the
-	 * rest comes back now, so the release stays invisible to clients. */
-	if (refill_rest) {
-		struct baton_cache_report r;
-		set_state("refilling");
-		if (engine_refill(g.e, &r) == 0) {
-			g.idle_released = 0;
-			pthread_mutex_lock(&g.st_mu);
-			g.last_refill_bytes = r.bytes_copied;
-			g.last_refill_s = r.total_s;
-			pthread_mutex_unlock(&g.st_mu);
-		}
-		snapshot(NULL);
-	}
-	pthread_mutex_unlock(&g.run_mu);
-}
-
-/* RELEASE, REFILL, VRAM, PEER: fenced by epoch, refused while the engine works. */
-static void on_control(struct proto_ctx *ctx, const struct baton_msg *req)
-{
-	const char *op = proto_op_name(req->op);
-	if (proto_has(req, PF_NAME) && strcmp(req->name, g.o.name) != 0) {
-		reply_err(ctx, req, BATON_ENOTFOUND, "%s: this engine is '%s', not '%s'", op,
-		    g.o.name, req->name);
-		return;
-	}
-	if ((req->op == PROTO_OP_RELEASE || req->op == PROTO_OP_REFILL) && !g.o.release) {
-		reply_err(ctx, req, BATON_EUNSUPPORTED,
-		    "%s: start the engine with --expert-cache-release to allow it", op);
-		return;
-	}
-	if (req->op == PROTO_OP_VRAM && !g.o.elastic) {
-		reply_err(ctx, req, BATON_EUNSUPPORTED, "vram: start the engine with --vram-elastic to allow it");
-		return;
-	}
-	if (req->op == PROTO_OP_VRAM && req->reserve_mib != PROTO_RESERVE_FULL &&
-	    req->reserve_mib > (UINT64_C(1) << 24)) {
-		reply_err(ctx, req, BATON_ERANGE, "vram: reserve_mib %" PRIu64 " is out of range",
-		    req->reserve_mib);
-		return;
-	}
-	if (req->op == PROTO_OP_PEER) {
-		if (!g.o.use_peer) {
-			reply_err(ctx, req, BATON_EUNSUPPORTED,
-			    "peer: this engine has no peer device (start it with --peer-device N)");
-			return;
-		}
-		if (req->peer_mib > (UINT64_C(1) << 24)) {
-			reply_err(ctx, req, BATON_ERANGE, "peer: peer_mib %" PRIu64 " is out of range",
-			    req->peer_mib);
-			return;
-		}
-		if (proto_has(req, PF_PEER_GPU) && strcmp(req->peer_gpu, g.peer_gpu) != 0) {
-			reply_err(ctx, req, BATON_EINVAL, "peer: this engine's peer device is %s, not %s",
-			    g.peer_gpu, req->peer_gpu);
-			return;
-		}
-	}
-	if (pthread_mutex_trylock(&g.run_mu) != 0) {
-		if (proto_has(req, PF_EPOCH)) {
-			/* the broker asks again in a moment: hold the next GEN back */
-			pthread_mutex_lock(&g.st_mu);
-			g.yield_at = now_s();
-			pthread_mutex_unlock(&g.st_mu);
-		}
-		reply_err(ctx, req, BATON_EBUSY, "%s: the engine is serving a request; try again", op);
-		return;
-	}
-	pthread_mutex_lock(&g.st_mu);
-	if (proto_has(req, PF_EPOCH)) {
-		if (req->epoch < g.epoch) {
-			uint64_t cur = g.epoch;
-			pthread_mutex_unlock(&g.st_mu);
-			pthread_mutex_unlock(&g.run_mu);
-			reply_err(ctx, req, BATON_ESTALE, "%s: epoch %" PRIu64 " is older than %" PRIu64,
-			    op, req->epoch, cur);
-			return;
-		}
-		g.epoch = req->epoch;
-	}
-	pthread_mutex_unlock(&g.st_mu);
-
-	struct baton_cache_report r;
-	int rc;
-	if (req->op == PROTO_OP_RELEASE) {
-		set_state("releasing");
-		rc = engine_release(g.e, &r);
-		g.idle_released = 0;
-	} else if (req->op == PROTO_OP_REFILL) {
-		/* whole again: back to the full target, then filled */
-		set_state("refilling");
-		rc = make_full(UINT64_MAX, &r);
-	} else if (req->op == PROTO_OP_PEER) {
-		/* "resizing" while it maps or unmaps peer segments: a broker
-		 * that probes a slow lend or revoke with STATUS sees work in
-		 * progress, not a lost command (the own tier does not change) */
-		set_state("resizing");
-		rc = engine_peer(g.e, req->peer_mib * MIB, &r);
-	} else {
-		int64_t reserve = req->reserve_mib == PROTO_RESERVE_FULL ? -1 :
-		    (int64_t)(req->reserve_mib * MIB);
-		set_state("resizing");
-		rc = engine_vram(g.e, reserve, &r);
-	}
-	if (rc == 0 && r.bytes_copied) {
-		pthread_mutex_lock(&g.st_mu);
-		g.last_refill_bytes = r.bytes_copied;
-		g.last_refill_s = r.total_s;
-		pthread_mutex_unlock(&g.st_mu);
-	}
-	snapshot(NULL);
-	pthread_mutex_lock(&g.st_mu);
-	g.yield_at = 0;
-	pthread_cond_broadcast(&g.yield_cv);
-	uint64_t peer_mapped = g.info.cache.peer_mapped_bytes;
-	pthread_mutex_unlock(&g.st_mu);
-	pthread_mutex_unlock(&g.run_mu);
-	if (rc == BATON_ESTATE && req->op == PROTO_OP_PEER) {
-		reply_err(ctx, req, rc, "peer: the cache is released; a released engine borrows "
-		    "no memory (refill first)");
-		return;
-	}
-	if (rc) {
-		reply_err(ctx, req, rc, "%s failed: %s", op, baton_strerror(rc));
-		return;
-	}
-	if (req->op == PROTO_OP_PEER)
-		logf_("peer: %.1f MiB on %s asked, %.1f MiB mapped, %" PRIu64 " bytes copied, %"
-		    PRIu64 " freed, %.3f ms", (double)req->peer_mib,
-		    g.peer_gpu, (double)peer_mapped / MIB, r.bytes_copied,
-		    r.peer_bytes_freed, r.total_s * 1e3);
-	else
-		logf_("%s: %s, %.3f ms, %" PRIu64 " bytes copied, %" PRIu64 " freed", op,
-		    cache_state_name(r.state), r.total_s * 1e3, r.bytes_copied, r.bytes_freed);
-	uint64_t fr = 0, tot = 0;
-	engine_mem_info(g.e, &fr, &tot);
-	struct baton_msg rep;
-	proto_reply_init(&rep, req);
-	pthread_mutex_lock(&g.st_mu);
-	rep.state = g.state;
-	rep.resident = (uint64_t)g.info.cache.items_resident * g.info.cache.slot_bytes;
-	rep.epoch = g.snap_epoch;
-	rep.mapped = g.info.cache.mapped_bytes;
-	pthread_mutex_unlock(&g.st_mu);
-	rep.free_bytes = fr;
-	proto_set(&rep, PF_MAPPED);
-	proto_set(&rep, PF_FREE);
-	if (g.o.use_peer) {
-		uint64_t pf = 0, pt = 0;
-		engine_peer_mem_info(g.e, &pf, &pt);
-		rep.peer_mapped = peer_mapped;
-		rep.peer_free = pf;
-		proto_set(&rep, PF_PEER_MAPPED);
-		proto_set(&rep, PF_PEER_FREE);
-	}
-	rep.ms = r.total_s * 1e3;
-	rep.bytes = req->op == PROTO_OP_RELEASE || (req->op == PROTO_OP_VRAM && r.bytes_copied == 0) ?
-	    r.bytes_freed : r.bytes_copied;
-	if (req->op == PROTO_OP_PEER) /* lend: copied into the peer tier; revoke: freed there */
-		rep.bytes = req->peer_mib ? r.bytes_copied : r.peer_bytes_freed;
-	reply(ctx, &rep);
-	/* The broker hears the new state from the reply when it sent the
-	 * command; anyone else's command is news to it. */
-	if (!proto_has(req, PF_EPOCH))
-		report(op, r.total_s * 1e3, rep.bytes);
-}
-
-static void *receiver(void *arg)
-{
-	struct proto_ctx *ctx = arg;
-	while (!g.stopping) {
-		struct baton_msg req;
-		struct proto_diag d;
-		int rc = proto_ctx_recv(ctx, &req, 500, &d);
-		if (rc == BATON_ECLOSED)
-			break;
-		if (rc == BATON_ETIMEDOUT)
-			continue;
-		if (rc) {
-			/* the transport already answered with the error */
-			logf_("bad request: %s: %s", baton_strerror(rc), d.text);
-			continue;
-		}
-		if (g.stopping) {
-			reply_err(ctx, &req, BATON_ECLOSED, "the engine is shutting down");
-			proto_msg_free(&req);
-			break;
-		}
-		switch (req.op) {
-		case PROTO_OP_STATUS: on_status(ctx, &req); break;
-		case PROTO_OP_GEN: on_gen(ctx, &req); break;
-		case PROTO_OP_RELEASE:
-		case PROTO_OP_REFILL:
-		case PROTO_OP_VRAM:
-		case PROTO_OP_PEER: on_control(ctx, &req); break;
-		default:
-			reply_err(ctx, &req, BATON_EUNKNOWNOP, "an engine does not serve '%s'",
-			    proto_op_name(req.op));
-		}
-		proto_msg_free(&req);
-	}
-	return NULL;
-}
-
-/* Releases the cache when nobody asked for anything for idle_s seconds. */
-static void idle_tick(void)
-{
-	if (g.o.idle_s <= 0)
-		return;
-	pthread_mutex_lock(&g.st_mu);
-	double idle = now_s() - g.last_active;
-	pthread_mutex_unlock(&g.st_mu);
-	if (idle < g.o.idle_s || pthread_mutex_trylock(&g.run_mu) != 0)
-		return;
-	if (g.info.cache.state == BATON_CACHE_READY || g.info.cache.state == BATON_CACHE_PARTIAL) {
-		struct baton_cache_report r;
-		set_state("releasing");
-		int rc = engine_release(g.e, &r);
-		if (rc == 0) {
-			g.idle_released = 1;
-			logf_("idle for %.1f s: released %" PRIu64 " bytes in %.3f ms", idle,
-			    r.bytes_freed, r.total_s * 1e3);
-		} else {
-			logf_("idle release failed: %s", baton_strerror(rc));
-		}
-		snapshot(NULL);
-		if (rc == 0)
-			report("idle release (engine)", r.total_s * 1e3, r.bytes_freed);
-	}
-	pthread_mutex_unlock(&g.run_mu);
-}
+static struct baton_serve_config g_cfg;
 
 int main(int argc, char **argv)
 {
-	parse_args(argc, argv, &g.o);
+	parse_args(argc, argv, &g_cfg);
 	/* A bare NAME (no '/', not ending in .arena) is
 	 * /dev/shm/baton/NAME.arena, as for baton-arena and the README. */
 	static char arena_buf[PATH_MAX];
-	size_t an = strlen(g.o.arena);
-	if (!strchr(g.o.arena, '/') && !(an > 6 && strcmp(g.o.arena + an - 6, ".arena") == 0) &&
-	    arena_default_path(g.o.arena, arena_buf, sizeof arena_buf) == 0)
-		g.o.arena = arena_buf;
+	size_t an = strlen(g_cfg.arena);
+	if (!strchr(g_cfg.arena, '/') && !(an > 6 && strcmp(g_cfg.arena + an - 6, ".arena") == 0) &&
+	    arena_default_path(g_cfg.arena, arena_buf, sizeof arena_buf) == 0)
+		g_cfg.arena = arena_buf;
 	char listen[PATH_MAX];
-	if (g.o.listen)
-		snprintf(listen, sizeof listen, "%s", g.o.listen);
+	if (g_cfg.listen)
+		snprintf(listen, sizeof listen, "%s", g_cfg.listen);
 	else
-		snprintf(listen, sizeof listen, "ipc:///run/baton/engine-%s.sock", g.o.name);
+		snprintf(listen, sizeof listen, "ipc:///run/baton/engine-%s.sock", g_cfg.name);
 
 	/* Signals go to the main thread only: block them before any thread
 	 * (ours or nng's) starts. */
@@ -897,166 +210,25 @@ int main(int argc, char **argv)
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 	signal(SIGPIPE, SIG_IGN);
 
-	/* With a broker the cache is sized for the whole model (not for what
-	 * happens to be free now: the broker makes room), and it opens cold. */
-	uint64_t cache_bytes = g.o.cache_mib * MIB;
-	if (g.o.broker && !cache_bytes) {
-		struct baton_arena *a;
-		char aerr[512] = "";
-		if (arena_open(g.o.arena, &a, aerr, sizeof aerr) == 0) {
-			/* engine.c's geometry: 256-byte slots, segments of 256 MiB
-			 * or the model, whole slots per segment */
-			const struct baton_arena_shape *sh = arena_shape(a);
-			uint64_t gran = 2 * MIB, n = (uint64_t)sh->layers * sh->experts;
-			uint64_t slot = (arena_max_expert_bytes(a) + 255) / 256 * 256;
-			uint64_t whole = (slot * n + gran - 1) / gran * gran;
-			uint64_t seg = g.o.segment_mib ? g.o.segment_mib * MIB : (256 * MIB < whole ? 256 * MIB : whole);
-			if (seg < slot)
-				seg = slot;
-			seg = (seg + gran - 1) / gran * gran;
-			uint64_t sps = seg / slot;
-			cache_bytes = (n + sps - 1) / sps * seg;
-			arena_close(a);
-		} /* else engine_open says what is wrong with it */
-	}
-	struct baton_engine_config cfg = {
-		.name = g.o.name,
-		.arena_path = g.o.arena,
-		.backend = g.o.backend,
-		.device = g.o.device,
-		.cache_bytes = cache_bytes,
-		.segment_bytes = g.o.segment_mib * MIB,
-		.reserve_bytes = g.o.reserve_mib * MIB,
-		.host_capacity = g.o.host_mib * MIB,
-		.verify = g.o.verify || (getenv("BATON_VERIFY_REFILL") && atoi(getenv("BATON_VERIFY_REFILL"))),
-		.warm = g.o.broker ? 0 : 1,
-		.use_peer = g.o.use_peer,
-		.peer_device = g.o.peer_device,
-	};
-	char err[512] = "";
-	double t0 = now_s();
-	int rc = engine_open(&cfg, &g.e, err, sizeof err);
-	if (rc) {
-		logf_("%s", err);
+	g_cfg.listen = listen;
+	int rc = serve_open(&g_cfg);
+	if (rc)
 		return rc == BATON_EINVAL || rc == BATON_ENODEV ? 2 : 1;
-	}
-	snapshot(NULL);
-	g.d_model = g.info.d_model;
-	snprintf(g.peer_gpu, sizeof g.peer_gpu, "%s", g.info.peer_gpu);
-	g.ceiling = g.info.cache.target_bytes;
-	logf_("%s on %s (%s): %u layers x %u experts, cache %.1f MiB %s, ready in %.3f s", g.o.arena,
-	    g.info.backend, g.info.gpu, g.info.layers, g.info.experts,
-	    (double)g.info.cache.mapped_bytes / MIB, cache_state_name(g.info.cache.state), now_s() - t0);
-	if (g.info.compute_error)
-		logf_("warning: %s; GEN will be refused", g.info.compute_error);
-	if (g.o.use_peer)
-		logf_("peer tier on %s (device %d): empty until lent; it could use %.1f MiB",
-		    g.peer_gpu, g.o.peer_device, (double)g.info.peer_want / MIB);
-
-	if (proto_ipc_dir(listen) != 0)
-		logf_("cannot create the directory of %s: %s", listen, strerror(errno));
-	if ((rc = proto_server_open(&g.srv, listen, NULL)) != 0) {
-		logf_("cannot listen on %s: %s", listen, baton_strerror(rc));
-		engine_close(g.e);
-		return 1;
-	}
-	pthread_t th[RECEIVERS];
-	struct proto_ctx *ctx[RECEIVERS] = { 0 };
-	int nth = 0;
-	for (int i = 0; i < RECEIVERS; i++) {
-		if (proto_ctx_open(g.srv, &ctx[i]) != 0)
-			break;
-		if (pthread_create(&th[i], NULL, receiver, ctx[i]) != 0) {
-			proto_ctx_close(ctx[i]);
-			ctx[i] = NULL;
-			break;
-		}
-		nth++;
-	}
-	if (nth == 0) {
-		logf_("cannot start the receivers");
-		proto_server_close(g.srv);
-		engine_close(g.e);
-		return 1;
-	}
-	pthread_mutex_lock(&g.st_mu); /* the receivers run already */
-	g.last_active = now_s();
-	pthread_mutex_unlock(&g.st_mu);
-	logf_("listening on %s", listen);
-	if (g.o.broker) {
-		/* Register, then ask for the whole cache; a refusal leaves it
-		 * cold until the first request. No broker in 2 s: warm alone. */
-		const char *base = strrchr(g.o.arena, '/');
-		char model[256];
-		snprintf(model, sizeof model, "%s", base ? base + 1 : g.o.arena);
-		char *dot = strstr(model, ".arena");
-		if (dot && dot[6] == 0)
-			*dot = 0;
-		struct broker_link_params lp = {
-			.url = g.o.broker,
-			.name = g.o.name,
-			.gpu = g.info.gpu,
-			.model = model,
-			.ctl = proto_server_url(g.srv),
-			.pid = (uint32_t)getpid(),
-			.device = (uint32_t)g.o.device,
-			.floor = g.info.cache.segment_bytes,
-			.ceiling = g.ceiling,
-			.capacity = g.info.dev_total,
-			.priority = g.o.priority,
-			.peer_gpu = g.peer_gpu,
-			.peer_want = g.info.peer_want,
-			.state_fn = link_state,
-			.log = link_log,
-		};
-		if ((rc = broker_link_open(&lp, &g.link)) != 0)
-			logf_("cannot start the broker link to %s: %s", g.o.broker, baton_strerror(rc));
-		if (g.link && !broker_link_wait_up(g.link, 2000))
-			logf_("no broker at %s yet: warming alone (it will hear from me when it is up)",
-			    g.o.broker);
-		char aerr[512] = "";
-		pthread_mutex_lock(&g.run_mu);
-		rc = ensure_memory("startup", aerr, sizeof aerr);
-		if (rc)
-			logf_("startup: the broker gave no memory (%s): cold until the first request", aerr);
-		/* The receivers already run: read the snapshot under its lock. */
-		pthread_mutex_lock(&g.st_mu);
-		double mapped_mib = (double)g.info.cache.mapped_bytes / MIB;
-		const char *state = g.state;
-		pthread_mutex_unlock(&g.st_mu);
-		pthread_mutex_unlock(&g.run_mu);
-		logf_("cache %.1f of %.1f MiB, %s", mapped_mib, (double)g.ceiling / MIB, state);
-	}
 	/* Ready: tests and scripts wait for this line. */
-	printf("ready %s\n", proto_server_url(g.srv));
+	printf("ready %s\n", serve_url());
 	fflush(stdout);
 	/* systemd (Type=notify): a no-op without $NOTIFY_SOCKET. */
-	sd_notifyf(0, "READY=1\nSTATUS=listening on %s", proto_server_url(g.srv));
+	sd_notifyf(0, "READY=1\nSTATUS=listening on %s", serve_url());
 
 	for (;;) {
 		struct timespec tick = { .tv_sec = 0, .tv_nsec = 100 * 1000 * 1000 };
 		int sig = sigtimedwait(&sigs, NULL, &tick);
 		if (sig > 0)
 			break;
-		idle_tick();
+		serve_tick();
 	}
-	logf_("shutting down");
 	sd_notify(0, "STOPPING=1");
-	g.stopping = 1;
-	proto_server_shutdown(g.srv);
-	for (int i = 0; i < nth; i++)
-		pthread_join(th[i], NULL);
-	for (int i = 0; i < nth; i++)
-		proto_ctx_close(ctx[i]);
-	proto_server_close(g.srv);
-	/* Nobody uses the engine now: give the device memory back, then tell
-	 * the broker (it counts the memory free from then on). */
-	struct baton_cache_report r;
-	engine_release(g.e, &r);
-	broker_link_close(g.link, true);
-	g.link = NULL;
-	engine_close(g.e);
-	logf_("stopped");
+	serve_close();
 	/* A close that nng 1.5.2 left hanging would hang exit() in its atexit
 	 * handler too (proto.h, "Closing"). */
 	if (proto_nng_wedged())

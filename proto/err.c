@@ -1,5 +1,7 @@
 /* err.c: the string tables of the error enum. */
+#include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
 
 #include "proto/proto.h"
 
@@ -47,4 +49,19 @@ int baton_err_valid(int err)
 const char *baton_version(void)
 {
 	return BATON_VERSION;
+}
+
+void baton_verrf(char *buf, size_t len, const char *fmt, va_list ap)
+{
+	if (!buf || !len)
+		return;
+	vsnprintf(buf, len, fmt, ap);
+}
+
+void baton_errf(char *buf, size_t len, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	baton_verrf(buf, len, fmt, ap);
+	va_end(ap);
 }

@@ -10,6 +10,9 @@
 #ifndef BATON_PROTO_ERR_H
 #define BATON_PROTO_ERR_H
 
+#include <stdarg.h>
+#include <stddef.h>
+
 #define BATON_ERRORS(X)                                                          \
 	X(BATON_OK,            0, "ok",            "success")                      \
 	/* generic */                                                            \
@@ -68,5 +71,12 @@ const char *baton_version(void);
 const char *baton_errname(int err);
 /* 1 when err is a code of this enum (0 included). */
 int baton_err_valid(int err);
+
+/* The one error-text helper of every component: formats a sentence into
+ * buf (len bytes, always terminated, truncated when longer). buf NULL or
+ * len 0 means the caller wants no text: nothing is written. */
+void baton_errf(char *buf, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void baton_verrf(char *buf, size_t len, const char *fmt, va_list ap);
 
 #endif

@@ -1,3 +1,5 @@
+#include <string.h>
+
 #include "proto/proto.h"
 #include "tests/t.h"
 
@@ -12,4 +14,19 @@ static void t_err_names_unique(void)
 #undef CHECK_UNIQUE
 }
 
-T_MAIN(T_CASE(t_err_names_unique))
+/* The one error-text helper: formats, truncates with a terminator, and
+ * writes nothing where the caller gave no room. */
+static void t_errf(void)
+{
+	char buf[16];
+	baton_errf(buf, sizeof buf, "slot %d of %s", 7, "gpu");
+	T_EQ_STR(buf, "slot 7 of gpu");
+	baton_errf(buf, 6, "%s", "truncated text");
+	T_EQ_STR(buf, "trunc");
+	memcpy(buf, "unchanged", 10);
+	baton_errf(buf, 0, "%s", "x");
+	T_EQ_STR(buf, "unchanged");
+	baton_errf(NULL, 16, "%s", "x"); /* no crash */
+}
+
+T_MAIN(T_CASE(t_err_names_unique), T_CASE(t_errf))

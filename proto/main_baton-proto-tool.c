@@ -7,7 +7,10 @@
  *   baton-proto-tool encode OP [KIND] [KEY=VALUE...]   msgpack to stdout
  *   baton-proto-tool decode                    msgpack on stdin -> JSON
  *   baton-proto-tool serve URL [--count N]     answer requests (REP)
- *   baton-proto-tool call URL [--timeout MS]   msgpack request on stdin -> reply JSON
+ *   baton-proto-tool call URL [--timeout MS] [--repeat N]
+ *                                              msgpack request on stdin -> reply JSON;
+ *                                              --repeat: N calls (id + 1 each), each on
+ *                                              a new connection, as N CLI calls would be
  *   baton-proto-tool dial URL                  connect a REQ client and wait
  *   baton-proto-tool sub URL [--count N] [--timeout MS]   print events
  *
@@ -33,7 +36,7 @@ static void usage(void)
 	fprintf(stderr,
 	    "usage: baton-proto-tool schema | sample OP [request|reply|error] |\n"
 	    "       encode OP [request|reply|error] [KEY=VALUE...] | decode |\n"
-	    "       serve URL [--count N] | call URL [--timeout MS] | dial URL |\n"
+	    "       serve URL [--count N] | call URL [--timeout MS] [--repeat N] | dial URL |\n"
 	    "       sub URL [--count N] [--timeout MS]\n");
 	exit(64);
 }
@@ -516,6 +519,9 @@ static int cmd_call(int argc, char **argv)
 	if (argc < 1)
 		usage();
 	int timeout = (int)opt_long(argc, argv, "--timeout", 5000);
+	long repeat = opt_long(argc, argv, "--repeat", 1);
+	if (repeat < 1)
+		usage();
 	if (read_all(0, &buf, &len)) {
 		perror("baton-proto-tool: read");
 		return 1;
@@ -526,7 +532,17 @@ static int cmd_call(int argc, char **argv)
 		json_error(stdout, err, &d);
 		return 2;
 	}
-	err = proto_call(argv[0], &req, &rep, timeout, &d);
+	/* stops at the first call that is not answered with success */
+	for (long i = 0; i < repeat; i++, req.id++) {
+		if (i)
+			proto_msg_free(&rep);
+		err = proto_call(argv[0], &req, &rep, timeout, &d);
+		if (!rep.reply || !rep.ok) {
+			if (repeat > 1)
+				fprintf(stderr, "baton-proto-tool: call %ld of %ld failed\n", i + 1, repeat);
+			break;
+		}
+	}
 	proto_msg_free(&req);
 	if (rep.reply) {
 		bool ok = rep.ok;

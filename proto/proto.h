@@ -98,15 +98,9 @@
  * when the peer restarts). A peer's death shows only as a pipe event: see
  * proto_opts.on_pipe.
  *
- * libnng 1.5.2 stops a listener for good when a peer connects and hangs up
- * before the handshake; each listening socket has a monitor thread that
- * notices (nng's accept error counters, read 4 times a second, then a probe
- * connection that must become a pipe; the probe is hidden from pipe events)
- * and listens again, which closes that listener's connections: clients
- * redial at once
- * and REQ resends what was in flight, but a server sees a REM and an ADD
- * pipe event for a peer that is alive (check the pid before calling it
- * dead), and a subscriber may miss the events of that moment (seq).
+ * A peer that connects and hangs up before the handshake costs nothing
+ * (libnng 1.5.2 stopped the listener for good: docs/transport.md says why
+ * and how the transport prevents it).
  *
  * Never fork and keep using nng in the child: start other processes with
  * posix_spawn or fork+exec.
@@ -451,8 +445,7 @@ int proto_encode(const struct baton_msg *m, void **buf, size_t *len, struct prot
 enum proto_pipe_ev {
 	PROTO_PIPE_ADD = 1, /* a peer connected (NNG_PIPE_EV_ADD_POST) */
 	PROTO_PIPE_REM = 2, /* a peer went away (NNG_PIPE_EV_REM_POST): it
-	                     * closed, its process died, or the listener was
-	                     * restarted (see the top of this file) */
+	                     * closed or its process died */
 };
 
 struct proto_pipe_event {
@@ -536,8 +529,7 @@ int proto_pipe_pid(uint32_t pipe);
  * Threads: a context is used by one thread at a time; distinct contexts
  * and the server itself are thread-safe. proto_server_shutdown() closes the
  * socket: every blocked receive returns BATON_ECLOSED; it is idempotent and
- * may be called from any thread (not from a pipe callback); it may wait up
- * to a second for the listener monitor's probe to end. Free in this
+ * may be called from any thread (not from a pipe callback). Free in this
  * order: proto_server_shutdown(), join the workers, proto_ctx_close() each
  * context, proto_server_close().
  */
@@ -599,8 +591,7 @@ int proto_client_shutdown(struct proto_client *cli);
  * BATON_ETIMEDOUT (see "Closing"). */
 int proto_client_close(struct proto_client *cli);
 
-/* One-shot: connect (BATON_ECONN when nobody listens, after retrying a
- * refused connection for 300 ms), call, close. For the CLI and tests. A
+/* One-shot: connect (BATON_ECONN when nobody listens), call, close. For the CLI and tests. A
  * caller that gave up on a reply (BATON_ETIMEDOUT) should check
  * proto_nng_wedged() before it exits (see "Closing"). */
 int proto_call(const char *url, const struct baton_msg *req, struct baton_msg *rep,

@@ -1,0 +1,42 @@
+/*
+ * serve.h: the engine's serve loop: one model on one device (engine.h),
+ * serving STATUS, GEN and the control commands (RELEASE, REFILL, VRAM,
+ * PEER) on its own nng REP socket, optionally under a broker
+ * (broker_link.h). The program (main_baton-engine.c) parses flags, calls
+ * serve_open, waits for signals calling serve_tick, then serve_close.
+ *
+ * One serve loop per process: it is the process's engine (its state is
+ * this file's, as a daemon's is). Logs go to stderr, one line each,
+ * "baton-engine[NAME]: ...".
+ */
+#ifndef BATON_ENGINE_SERVE_H
+#define BATON_ENGINE_SERVE_H
+
+#include <stdint.h>
+
+/* What the flags say (baton-engine --help). Strings must outlive the loop. */
+struct baton_serve_config {
+	const char *name, *arena, *listen, *backend, *broker;
+	int32_t priority;
+	int device, peer_device, use_peer;
+	uint64_t cache_mib, segment_mib, reserve_mib, host_mib;
+	int release, elastic, verify;
+	double idle_s;
+};
+
+/* Opens the engine, listens on cfg->listen, starts the receivers and,
+ * with cfg->broker, registers and asks for the cache's memory (waiting up
+ * to 2 s for a broker to be there). 0 once it serves; else the engine's
+ * error (engine_open: BATON_EINVAL, BATON_ENODEV, ...) or BATON_EIO when it
+ * could not listen or start, with the reason logged; nothing is left
+ * open then. */
+int serve_open(const struct baton_serve_config *cfg);
+/* The URL it listens on ("" before serve_open). */
+const char *serve_url(void);
+/* The idle-release timer: the program calls it every 100 ms or so. */
+void serve_tick(void);
+/* Stops the receivers, closes the socket, releases the cache (the device
+ * memory goes back), tells the broker, closes the engine. */
+void serve_close(void);
+
+#endif
