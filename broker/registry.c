@@ -315,10 +315,20 @@ void br_pins_load(struct broker *b)
 	if (!*path)
 		return;
 	json_error_t je;
-	json_t *j = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+	/* Ours and a plain file, never read through a link. */
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	struct stat st;
+	if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid()) {
+		if (fd >= 0 || errno != ENOENT)
+			br_blog("%s: not a file of this user's (a link?); its pins are ignored", path);
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	json_t *j = json_loadfd(fd, JSON_REJECT_DUPLICATES, &je);
+	close(fd);
 	if (!j) {
-		if (access(path, F_OK) == 0)
-			br_blog("%s:%d: %s; its pins are ignored", path, je.line, je.text);
+		br_blog("%s:%d: %s; its pins are ignored", path, je.line, je.text);
 		return;
 	}
 	json_t *pins = json_object_get(j, "pins");

@@ -173,6 +173,16 @@ def t_state_file_no_links(c):
     assert os.path.islink(state + ".tmp")  # left as it was
     leftovers = [n for n in os.listdir(c.dir) if n.startswith("broker.state.") and not n.startswith("broker.state.tmp")]
     assert not leftovers, leftovers
+    # a link in its place is not read at the next start
+    c.bp.send_signal(signal.SIGTERM)
+    assert c.bp.wait(10) == 0
+    kept = os.path.join(c.dir, "kept.state")
+    os.rename(state, kept)
+    os.symlink(kept, state)
+    c.broker()
+    assert "not a file of this user's" in open(c.log("broker")).read()
+    h.wait_for("a registered again", lambda: any(e["name"] == "a" for e in c.status()["engines"]), timeout=10)
+    assert c.eng("a")["pinned"] is False
 
 
 def t_socket_dir(c):
