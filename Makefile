@@ -260,7 +260,8 @@ $(BUILD)/man/%: docs/man/%.scd | $(BUILD)/.deps
 # rewritten to $(PREFIX)/bin); the sysusers.d file making the system user
 # baton to $(PREFIX)/lib/sysusers.d; the example configuration to
 # $(PREFIX)/share/baton/etc, and to /etc/baton only where a file is absent
-# (an edited configuration is never overwritten); the man pages to
+# (an edited configuration is never overwritten; broker.ini is made 0640,
+# group baton, as it may hold the HTTP token); the man pages to
 # $(MANDIR)/man{1,5,8}. Then, without DESTDIR:
 #   systemd-sysusers && systemctl daemon-reload
 PREFIX      ?= /usr/local
@@ -290,6 +291,11 @@ install: $(INSTALL_PROGS) $(MANS)
 	    $(INSTALL) -m 0644 deploy/etc/$$f $(DESTDIR)$(PREFIX)/share/baton/etc/$$f || exit 1; \
 	    [ -e $(DESTDIR)$(CONFDIR)/$$f ] || $(INSTALL) -m 0644 deploy/etc/$$f $(DESTDIR)$(CONFDIR)/$$f || exit 1; \
 	done
+	# broker.ini may hold http_token: readable by root and the group baton
+	# only (the group exists once systemd-sysusers has run).
+	chmod 0640 $(DESTDIR)$(CONFDIR)/broker.ini
+	if [ -z "$(DESTDIR)" ] && getent group baton >/dev/null; then chgrp baton $(CONFDIR)/broker.ini; \
+	else echo "make install: after systemd-sysusers, run: chgrp baton $(CONFDIR)/broker.ini"; fi
 	for m in $(MANS); do \
 	    sec=$${m##*.}; $(INSTALL) -d $(DESTDIR)$(MANDIR)/man$$sec && \
 	    $(INSTALL) -m 0644 $$m $(DESTDIR)$(MANDIR)/man$$sec/ || exit 1; \

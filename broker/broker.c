@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "broker/broker_int.h"
@@ -104,6 +105,86 @@ static void *loop(void *arg)
 	return NULL;
 }
 
+/* ---- the socket directory and the sockets in it -------------------------------------
+ *
+ * Whoever can write the directory can put a socket of their own in place
+ * of ours (engines and the CLI would then talk to them), or a link where
+ * the broker writes its state. So the directory must be ours (or root's
+ * with the sticky bit, like /tmp) and writable by no one else; one of ours
+ * that is group- or world-writable is fixed, anything else refused. And
+ * the sockets are checked now and then to still be the ones we bound. */
+
+static int sock_dir_check(const char *url, char *err, size_t errlen)
+{
+	if (strncmp(url, "ipc://", 6) != 0)
+		return 0;
+	char dir[BROKER_URL_MAX];
+	snprintf(dir, sizeof dir, "%s", url + 6);
+	char *slash = strrchr(dir, '/');
+	if (!slash)
+		return 0;
+	if (slash == dir)
+		slash[1] = 0;
+	else
+		*slash = 0;
+	struct stat st;
+	if (lstat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+		snprintf(err, errlen, "the socket directory %s is not a directory (a link?)", dir);
+		return BATON_EPERM;
+	}
+	bool others_write = (st.st_mode & (S_IWGRP | S_IWOTH)) != 0;
+	if (st.st_uid == geteuid() && others_write) {
+		if (chmod(dir, st.st_mode & 07755) != 0) {
+			snprintf(err, errlen, "the socket directory %s is writable by others and chmod failed: %s",
+			    dir, strerror(errno));
+			return BATON_EPERM;
+		}
+		br_blog("the socket directory %s was writable by group or others: made it %04o", dir,
+		    (unsigned)(st.st_mode & 07755));
+		return 0;
+	}
+	if (st.st_uid != geteuid() && st.st_uid != 0) {
+		snprintf(err, errlen, "the socket directory %s belongs to user %u, not to this one (%u): "
+		    "remove it or choose another", dir, (unsigned)st.st_uid, (unsigned)geteuid());
+		return BATON_EPERM;
+	}
+	if (st.st_uid == 0 && others_write && !(st.st_mode & S_ISVTX)) {
+		snprintf(err, errlen, "the socket directory %s is writable by group or others: chmod go-w %s",
+		    dir, dir);
+		return BATON_EPERM;
+	}
+	return 0;
+}
+
+static void sock_id_take(struct broker *b, int i, const char *url)
+{
+	struct stat st;
+	if (strncmp(url, "ipc://", 6) == 0 && lstat(url + 6, &st) == 0 && S_ISSOCK(st.st_mode)) {
+		b->sock_id[i].dev = st.st_dev;
+		b->sock_id[i].ino = st.st_ino;
+		b->sock_id[i].set = true;
+	}
+}
+
+int broker_sockets_check(struct broker *b, char *err, size_t errlen)
+{
+	const char *url[2] = { b->cfg.control, b->cfg.events };
+	for (int i = 0; i < 2; i++) {
+		struct stat st;
+		if (!b->sock_id[i].set)
+			continue;
+		if (lstat(url[i] + 6, &st) != 0) {
+			snprintf(err, errlen, "%s was removed: no one can reach this broker there", url[i] + 6);
+			return BATON_ESTATE;
+		}
+		if (st.st_dev != b->sock_id[i].dev || st.st_ino != b->sock_id[i].ino) {
+			snprintf(err, errlen, "%s was replaced: it is not the socket this broker listens on", url[i] + 6);
+			return BATON_ESTATE;
+		}
+	}
+	return 0;
+}
+
 int broker_open(const struct broker_config *cfg, struct broker **out, char *err, size_t errlen)
 {
 	int rc;
@@ -150,6 +231,9 @@ int broker_open(const struct broker_config *cfg, struct broker **out, char *err,
 		rc = BATON_EIO;
 		goto fail;
 	}
+	if ((rc = sock_dir_check(cfg->control, err, errlen)) != 0 ||
+	    (rc = sock_dir_check(cfg->events, err, errlen)) != 0)
+		goto fail;
 	struct proto_opts so = { .on_pipe = br_on_pipe, .pipe_arg = b };
 	if ((rc = proto_server_open(&b->srv, cfg->control, &so)) != 0) {
 		snprintf(err, errlen, "cannot listen on %s: %s", cfg->control, baton_strerror(rc));
@@ -159,6 +243,8 @@ int broker_open(const struct broker_config *cfg, struct broker **out, char *err,
 		snprintf(err, errlen, "cannot publish events on %s: %s", cfg->events, baton_strerror(rc));
 		goto fail;
 	}
+	sock_id_take(b, 0, cfg->control);
+	sock_id_take(b, 1, cfg->events);
 	*out = b;
 	return 0;
 fail:

@@ -53,8 +53,13 @@
  *   nvml = true                   ; read GPU memory through NVML when present
  *   http = 127.0.0.1:8420         ; HTTP API, /metrics and the dashboard (HOST:PORT,
  *                                 ; port 0: any free one; empty or "off": none)
- *   http_token = SECRET           ; bearer token that POSTs need (default: none)
- *   http_token_file = PATH        ; the same, the first line of a file
+ *   http_hosts = NAME, ...        ; names besides the bound address that a POST's
+ *                                 ; Host may carry (DNS rebinding: others are refused)
+ *   http_token = SECRET           ; bearer token that POSTs need (default: one made
+ *                                 ; at start into http.token beside an ipc:// control
+ *                                 ; socket, mode 0640; see broker_http_token_prepare)
+ *   http_token_file = PATH        ; the same, the first line of a file (not readable
+ *                                 ; by others, or the broker refuses it)
  *   state_file = PATH             ; pins survive a broker restart here (default:
  *                                 ; broker.state beside an ipc:// control socket;
  *                                 ; empty or "off": not kept)
@@ -103,7 +108,9 @@ struct broker_config {
 	char http[BROKER_URL_MAX];    /* HOST:PORT, "": no HTTP server */
 	bool http_set;                /* chosen (file or flag): failing to bind is an error;
 	                               * the default address only warns when taken */
-	char http_token[BROKER_TOKEN_MAX]; /* "": mutating calls are open */
+	char http_hosts[BROKER_URL_MAX]; /* more names a POST's Host may carry, comma separated */
+	char http_token[BROKER_TOKEN_MAX]; /* "": mutating calls are refused */
+	char http_token_path[BROKER_URL_MAX]; /* the file a made token is in ("": configured) */
 	char state_file[BROKER_URL_MAX]; /* "": pins are not kept across restarts */
 	bool state_file_set;          /* chosen in the file; else derived from control */
 	size_t n_gpus, n_engines;
@@ -113,7 +120,8 @@ struct broker_config {
 
 /* The defaults: the sockets above, heartbeat timeout 2000 ms, no idle
  * release, acquire wait 5000 ms, command timeout 30000 ms, NVML on, HTTP
- * on BROKER_DEFAULT_HTTP without a token. */
+ * on BROKER_DEFAULT_HTTP without a configured token (the program makes one:
+ * broker_http_token_prepare). */
 void broker_config_defaults(struct broker_config *c);
 /* Reads an INI file over the defaults already in *c. BATON_ECONFIG with
  * "PATH:LINE: what" in err on bad content; BATON_EIO/BATON_ENOTFOUND when
@@ -125,9 +133,21 @@ int broker_config_parse(struct broker_config *c, const char *text, const char *n
 /* Sets c->http from "HOST:PORT", "http://HOST:PORT", "" or "off" (none);
  * BATON_EINVAL with a message in err when it is none of those. */
 int broker_config_set_http(struct broker_config *c, const char *v, char *err, size_t errlen);
+/* The token POSTs need when none is configured (c->http_token empty):
+ * with HTTP on a loopback address and an ipc:// control socket, the first
+ * line of http.token beside that socket, made at first start (32 random
+ * bytes in hex, mode 0640, written through an O_EXCL temporary file and a
+ * rename) and refused when it is not ours, not a regular file or readable
+ * by others; c->http_token_path names it. Without an ipc:// socket no
+ * token is made and POSTs are refused until one is configured. HTTP on an
+ * address other than loopback without a configured token: BATON_ECONFIG
+ * (the broker refuses to start). Other failures: BATON_EIO/BATON_EPERM.
+ * Nothing to do with HTTP off. */
+int broker_http_token_prepare(struct broker_config *c, char *err, size_t errlen);
 /* Reads the token from the first line of a file into c->http_token;
  * BATON_EIO (unreadable), BATON_EINVAL (empty, too long, or a character
- * outside the visible ASCII range) with a message in err. */
+ * outside the visible ASCII range), BATON_EPERM (others may read or write
+ * it, or not a regular file) with a message in err. */
 int broker_config_token_file(struct broker_config *c, const char *path, char *err, size_t errlen);
 /* The section for a device (exact uuid first, then "*"), or NULL. */
 const struct broker_gpu_conf *broker_config_gpu(const struct broker_config *c, const char *uuid);
@@ -252,6 +272,11 @@ int broker_observe(struct broker *b, broker_event_fn fn, void *arg);
  * again. */
 void broker_unobserve(struct broker *b, broker_event_fn fn, void *arg);
 
+/* Whether the ipc:// sockets are still the ones broker_open bound (same
+ * inode): BATON_ESTATE with what happened in err when one was removed or
+ * replaced (the program says so and exits: a restart binds afresh). */
+int broker_sockets_check(struct broker *b, char *err, size_t errlen);
+
 /* ---- the HTTP face (http.c) ------------------------------------------------------
  *
  * The JSON API under /v1, Prometheus metrics on /metrics, the dashboard on
@@ -259,6 +284,33 @@ void broker_unobserve(struct broker *b, broker_event_fn fn, void *arg);
  */
 
 struct broker_http;
+
+/* The largest reserve_mib an engine takes (its vram check): the bound the
+ * HTTP API checks and states. */
+#define BROKER_RESERVE_MIB_MAX (UINT64_C(1) << 24)
+
+/* The checks a mutating HTTP call passes (http_guard.c, docs/security.md). */
+struct broker_http_guard {
+	char host[BROKER_URL_MAX];   /* the bound host, brackets removed */
+	unsigned port;               /* the bound port */
+	bool loopback, wildcard;     /* the bound host is loopback / every address */
+	char names[BROKER_URL_MAX];  /* more names Host may carry ([broker] http_hosts) */
+	char token[BROKER_TOKEN_MAX]; /* "": every mutating call refused */
+};
+void broker_http_guard_init(struct broker_http_guard *g, const char *host, unsigned port, const char *names,
+    const char *token);
+/* 0 when a POST with these headers (NULL: absent) may go on; else the HTTP
+ * status (403 Host, Origin or no token set; 401 token; 415 Content-Type)
+ * with the reason in msg. Host must name the broker (its bound address;
+ * localhost; loopback addresses when bound to loopback; any address
+ * literal when bound to every address; a name in `names`), with the bound
+ * port or none;
+ * Origin, when present, must be http:// and that Host; Authorization
+ * "Bearer TOKEN", the scheme in any case; Content-Type application/json. */
+int broker_http_guard_check(const struct broker_http_guard *g, const char *host, const char *origin,
+    const char *ctype, const char *auth, char *msg, size_t n);
+/* Whether HOST:PORT names a loopback address (127/8, ::1, localhost). */
+bool broker_http_loopback(const char *hostport);
 
 /* Listens on cfg->http (HOST:PORT) and starts its threads; BATON_EINVAL or
  * BATON_EIO with err when the address is bad or cannot be bound. */

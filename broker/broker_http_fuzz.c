@@ -50,11 +50,11 @@ static const char *const seeds[] = {
 	"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n",
 	"HEAD / HTTP/1.1\r\nHost: x\r\n\r\n",
 	("POST /v1/engines/a/release HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " TOKEN
-	 "\r\nContent-Length: 0\r\n\r\n"),
+	 "\r\nContent-Type: application/json\r\nContent-Length: 0\r\n\r\n"),
 	("POST /v1/engines/a/vram HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " TOKEN
 	 "\r\nContent-Type: application/json\r\nContent-Length: 19\r\n\r\n{\"reserve_mib\": 64}"),
 	("POST /v1/handoff HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " TOKEN
-	 "\r\nContent-Length: 24\r\n\r\n{\"from\": \"a\", \"to\": \"b\"}"),
+	 "\r\nContent-Type: application/json\r\nContent-Length: 24\r\n\r\n{\"from\": \"a\", \"to\": \"b\"}"),
 	("POST /v1/engines/b/refill HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer wrong\r\n"
 	 "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n"),
 };
@@ -181,6 +181,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	cfg.state_file_set = true;
 	cfg.nvml = false;
 	snprintf(cfg.http_token, sizeof cfg.http_token, "%s", TOKEN);
+	snprintf(cfg.http_hosts, sizeof cfg.http_hosts, "x"); /* the seeds' Host */
 	if (broker_config_set_http(&cfg, "127.0.0.1:0", err, sizeof err) != 0 ||
 	    broker_open(&cfg, &the_broker, err, sizeof err) != 0 ||
 	    broker_http_open(the_broker, &cfg, &the_http, err, sizeof err) != 0 ||

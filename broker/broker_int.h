@@ -55,6 +55,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <time.h>
+#include <sys/types.h>
 
 #include "broker/broker.h"
 
@@ -265,6 +266,7 @@ struct broker {
 	struct broker_config cfg;
 	struct proto_server *srv;
 	struct proto_pub *pub;
+	struct { dev_t dev; ino_t ino; bool set; } sock_id[2]; /* control, events (ipc://) */
 
 	/* any thread */
 	atomic_bool stopping;

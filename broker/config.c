@@ -12,6 +12,7 @@
  * keys is not reported; every key below it is.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -19,6 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
+#include <sys/stat.h>
 
 #include <ini.h>
 
@@ -67,10 +70,22 @@ int broker_config_set_http(struct broker_config *c, const char *v, char *err, si
 
 int broker_config_token_file(struct broker_config *c, const char *path, char *err, size_t errlen)
 {
-	FILE *f = fopen(path, "r");
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
 	if (!f) {
 		snprintf(err, errlen, "%s: cannot open the token file: %s", path, strerror(errno));
+		if (fd >= 0)
+			close(fd);
 		return BATON_EIO;
+	}
+	/* A secret others can read is no secret: say so rather than serve
+	 * with it (group access is for the service group). */
+	struct stat st;
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (st.st_mode & (S_IROTH | S_IWOTH))) {
+		snprintf(err, errlen, "%s: the token file %s (chmod o-rw %s)", path,
+		    S_ISREG(st.st_mode) ? "can be read or written by any user" : "is not a regular file", path);
+		fclose(f);
+		return BATON_EPERM;
 	}
 	char line[BROKER_TOKEN_MAX + 2];
 	if (!fgets(line, sizeof line, f))
@@ -314,6 +329,17 @@ static int handler(void *user, const char *section, const char *key, const char 
 			if (!ok)
 				return fail(p, "http_token: want 1 to %d visible ASCII characters", BROKER_TOKEN_MAX - 1);
 			snprintf(c->http_token, sizeof c->http_token, "%s", value);
+		} else if (strcmp(key, "http_hosts") == 0) {
+			if (strlen(value) >= sizeof c->http_hosts)
+				return fail(p, "http_hosts: longer than %zu bytes", sizeof c->http_hosts - 1);
+			bool ok = true;
+			for (const char *q = value; ok && *q; q++)
+				ok = (*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') || (*q >= '0' && *q <= '9') ||
+				    strchr(".-:[], ", *q);
+			if (!ok)
+				return fail(p, "http_hosts = '%s': want host names or addresses, separated by commas",
+				    value);
+			snprintf(c->http_hosts, sizeof c->http_hosts, "%s", value);
 		} else if (strcmp(key, "state_file") == 0) {
 			if (strlen(value) >= sizeof c->state_file)
 				return fail(p, "state_file: the path is longer than %zu bytes", sizeof c->state_file - 1);
@@ -328,7 +354,7 @@ static int handler(void *user, const char *section, const char *key, const char 
 		} else {
 			return fail(p, "unknown key '%s' in [broker] (known: control, events, "
 			    "heartbeat_timeout_ms, idle_release_s, acquire_wait_ms, command_timeout_ms, nvml, "
-			    "http, http_token, http_token_file, state_file)", key);
+			    "http, http_hosts, http_token, http_token_file, state_file)", key);
 		}
 		return 1;
 	}

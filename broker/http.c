@@ -82,13 +82,13 @@ struct broker_http {
 	struct broker *b;
 	nng_http_server *srv;
 	char url[BROKER_URL_MAX + 16];
-	char token[BROKER_TOKEN_MAX];
 	pthread_t th[HTTP_THREADS];
 	int n_th;
 	bool observing;       /* subscribed to the broker's events */
 
 	pthread_mutex_t mu;   /* everything below */
 	pthread_cond_t cv;
+	struct broker_http_guard guard; /* set once listening (the port known) */
 	struct queue {
 		struct hjob *head, *tail;
 		size_t n;
@@ -286,6 +286,11 @@ static void send_resp(nng_aio *aio, struct resp *r)
 		return;
 	}
 	nng_http_res_set_status(res, (uint16_t)r->status);
+	/* nng 1.5.2 knows no phrase for these: it would send none */
+	if (r->status == 413)
+		nng_http_res_set_reason(res, "Payload Too Large");
+	else if (r->status == 415)
+		nng_http_res_set_reason(res, "Unsupported Media Type");
 	nng_http_res_set_header(res, "Content-Type", r->ctype);
 	nng_http_res_set_header(res, "Cache-Control", "no-store");
 	nng_http_res_set_header(res, "X-Content-Type-Options", "nosniff");
@@ -607,19 +612,15 @@ static int parse_body(nng_http_req *req, struct resp *r, const char *const *keys
 	return 0;
 }
 
-static int auth_ok(struct broker_http *h, nng_http_req *req)
+/* Token, Host, Origin, Content-Type of a mutating call (http_guard.c). */
+static int guard_check(struct broker_http *h, nng_http_req *req, char *msg, size_t n)
 {
-	if (!h->token[0])
-		return 1;
-	const char *a = nng_http_req_get_header(req, "Authorization");
-	if (!a || strncmp(a, "Bearer ", 7) != 0)
-		return 0;
-	a += 7;
-	size_t n = strlen(a), m = strlen(h->token);
-	unsigned char d = n != m;
-	for (size_t i = 0; i < m; i++) /* the same time for every wrong token of this length */
-		d |= (unsigned char)(a[i < n ? i : 0] ^ h->token[i]);
-	return d == 0;
+	pthread_mutex_lock(&h->mu);
+	int st = broker_http_guard_check(&h->guard, nng_http_req_get_header(req, "Host"),
+	    nng_http_req_get_header(req, "Origin"), nng_http_req_get_header(req, "Content-Type"),
+	    nng_http_req_get_header(req, "Authorization"), msg, n);
+	pthread_mutex_unlock(&h->mu);
+	return st;
 }
 
 static void do_events(struct broker_http *h, const char *query, struct resp *r)
@@ -703,6 +704,8 @@ static void serve(struct broker_http *h, nng_aio *aio)
 		*query++ = 0;
 	bool get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
 	bool post = strcmp(method, "POST") == 0;
+	char gmsg[512];
+	int gst;
 
 	/* reads */
 	bool is_get_path = strcmp(path, "/") == 0 || strcmp(path, "/index.html") == 0 ||
@@ -768,8 +771,8 @@ static void serve(struct broker_http *h, nng_aio *aio)
 	} else if (nng_http_req_get_header(req, "Transfer-Encoding")) {
 		r.close = true;
 		resp_error(&r, 400, BATON_EMSG, "send the body with a Content-Length (chunked bodies are not read)");
-	} else if (!auth_ok(h, req)) {
-		resp_error(&r, 401, BATON_EPERM, "%s needs the broker's token (Authorization: Bearer ...)", path);
+	} else if ((gst = guard_check(h, req, gmsg, sizeof gmsg)) != 0) {
+		resp_error(&r, gst, gst == 415 ? BATON_EUNSUPPORTED : BATON_EPERM, "%s: %s", path, gmsg);
 	} else {
 		/* mutating calls: POST /v1/engines/NAME/{release,refill,vram}, /v1/handoff */
 		static const char *const no_keys[] = { NULL };
@@ -801,9 +804,9 @@ static void serve(struct broker_http *h, nng_aio *aio)
 					resp_error(&r, 400, BATON_ETYPE, "reserve_mib: want a whole number of MiB or null");
 					goto out;
 				} else if (json_integer_value(v) < 0 ||
-				    (uint64_t)json_integer_value(v) > PROTO_RESERVE_MIB_MAX) {
+				    (uint64_t)json_integer_value(v) > BROKER_RESERVE_MIB_MAX) {
 					resp_error(&r, 400, BATON_ERANGE, "reserve_mib: want 0 to %" PRIu64 " MiB, or null",
-					    (uint64_t)PROTO_RESERVE_MIB_MAX);
+					    (uint64_t)BROKER_RESERVE_MIB_MAX);
 					goto out;
 				} else {
 					m.reserve_mib = (uint64_t)json_integer_value(v);
@@ -914,7 +917,6 @@ int broker_http_open(struct broker *b, const struct broker_config *cfg, struct b
 	if (!h)
 		return BATON_ENOMEM;
 	h->b = b;
-	snprintf(h->token, sizeof h->token, "%s", cfg->http_token);
 	pthread_mutex_init(&h->mu, NULL);
 	pthread_cond_init(&h->q[0].cv, NULL);
 	pthread_cond_init(&h->q[1].cv, NULL);
@@ -970,6 +972,9 @@ int broker_http_open(struct broker *b, const struct broker_config *cfg, struct b
 		port = sa.s_family == NNG_AF_INET6 ? ntohs(sa.s_in6.sa_port) : ntohs(sa.s_in.sa_port);
 	bool v6 = strchr(u->u_hostname, ':') != NULL;
 	snprintf(h->url, sizeof h->url, "http://%s%s%s:%u", v6 ? "[" : "", u->u_hostname, v6 ? "]" : "", port);
+	pthread_mutex_lock(&h->mu);
+	broker_http_guard_init(&h->guard, u->u_hostname, port, cfg->http_hosts, cfg->http_token);
+	pthread_mutex_unlock(&h->mu);
 	nng_url_free(u);
 	*out = h;
 	return 0;

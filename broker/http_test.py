@@ -303,6 +303,7 @@ def t_config(c):
     tok = os.path.join(c.dir, "token")
     with open(tok, "w") as f:
         f.write(TOKEN + "\n")
+    os.chmod(tok, 0o640)  # a token others can read is refused
     with open(path, "w") as f:
         f.write("[broker]\ncontrol = %s\nevents = %s\n" % (c.control, c.events_url))
     r = subprocess.run([h.BROKER, "--config", path, "--http-token-file", tok, "--check"], capture_output=True,
@@ -318,6 +319,7 @@ def t_config(c):
     bad_tok = os.path.join(c.dir, "bad-token")
     with open(bad_tok, "w") as f:
         f.write("two words\n")
+    os.chmod(bad_tok, 0o600)
     for conf, want in (("http_token = a b\n", "http_token: want 1 to 255 visible"),
                        ("http_token_file = %s/none\n" % c.dir, "cannot open the token file"),
                        ("http_token_file = %s\n" % bad_tok, "the token must be one line")):

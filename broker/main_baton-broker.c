@@ -24,11 +24,14 @@ static const char usage[] =
     "  --http ADDR     HTTP API, /metrics and dashboard on HOST:PORT (default\n"
     "                  " BROKER_DEFAULT_HTTP "; port 0: any free port; off: none)\n"
     "  --http-token-file FILE  POSTs need \"Authorization: Bearer\" + its first line\n"
+    "                  (default: a token made into http.token beside an ipc://\n"
+    "                  control socket, mode 0640; not readable by others)\n"
     "  --check         read the configuration, print it, and exit\n"
     "  --help, --version\n"
     "\n"
     "Flags override the file. Exit status: 0 after SIGTERM or SIGINT, 1 when\n"
-    "the sockets cannot be opened, 2 for bad flags or configuration.\n"
+    "the sockets cannot be opened or one was removed or replaced while it ran,\n"
+    "2 for bad flags or configuration.\n"
     "Under systemd (Type=notify): READY=1 once listening, WATCHDOG=1 every\n"
     "WatchdogSec/2 while the decision thread answers, STOPPING=1 on SIGTERM.\n";
 
@@ -200,6 +203,11 @@ int main(int argc, char **argv)
 		usage_error("--http-token-file: %s", err);
 	if (strcmp(cfg.control, cfg.events) == 0)
 		usage_error("control and events must be different sockets (%s)", cfg.control);
+	if (cfg.http[0] && !cfg.http_token[0] && !broker_http_loopback(cfg.http)) {
+		fprintf(stderr, "baton-broker: http = %s is not a loopback address and no token is set: set "
+		    "[broker] http_token_file (or listen on 127.0.0.1)\n", cfg.http);
+		return 2;
+	}
 	if (check) {
 		print_config(&cfg);
 		return 0;
@@ -223,6 +231,17 @@ int main(int argc, char **argv)
 		fprintf(stderr, "baton-broker: %s\n", err);
 		return 1;
 	}
+	if (cfg.http[0] && (rc = broker_http_token_prepare(&cfg, err, sizeof err)) != 0) {
+		fprintf(stderr, "baton-broker: %s\n", err);
+		broker_close(b);
+		return rc == BATON_ECONFIG ? 2 : 1;
+	}
+	if (cfg.http_token_path[0])
+		fprintf(stderr, "baton-broker: HTTP changes need the token in %s (Authorization: Bearer ...)\n",
+		    cfg.http_token_path);
+	else if (cfg.http[0] && !cfg.http_token[0])
+		fprintf(stderr, "baton-broker: no HTTP token: changes over HTTP are refused until "
+		    "[broker] http_token_file is set\n");
 	if (cfg.http[0]) {
 		rc = broker_http_open(b, &cfg, &h, err, sizeof err);
 		if (rc && cfg.http_set) {
@@ -256,12 +275,23 @@ int main(int argc, char **argv)
 	    broker_events_url(b), http_url ? http_url : "off");
 	struct watchdog wd;
 	watchdog_open(&wd, broker_control_url(b));
+	int status = 0;
 	for (;;) {
 		struct timespec wait = watchdog_wait(&wd);
+		if (wait.tv_sec >= 1) /* the sockets are looked at every second */
+			wait = (struct timespec){ .tv_sec = 1, .tv_nsec = 0 };
 		int sig = sigtimedwait(&sigs, NULL, &wait);
 		if (sig > 0 && sig != SIGHUP)
 			break;
 		watchdog_tick(&wd);
+		if (broker_sockets_check(b, err, sizeof err) != 0) {
+			/* Someone else's socket in our place, or none: clients would
+			 * talk to them or to no one. Exit; a restart binds afresh. */
+			fprintf(stderr, "baton-broker: %s; exiting\n", err);
+			sd_notifyf(0, "STATUS=%s", err);
+			status = 1;
+			break;
+		}
 	}
 	sd_notify(0, "STOPPING=1\nSTATUS=shutting down");
 	fprintf(stderr, "baton-broker: shutting down\n");
@@ -273,6 +303,6 @@ int main(int argc, char **argv)
 	/* A close that nng 1.5.2 left hanging would hang exit() in its atexit
 	 * handler too (proto.h, "Closing"). */
 	if (proto_nng_wedged())
-		_exit(0);
-	return 0;
+		_exit(status);
+	return status;
 }

@@ -18,6 +18,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -288,10 +289,12 @@ void br_pins_save(struct broker *b)
 	for (size_t i = 0; i < b->n_pins; i++)
 		json_object_set_new(pins, b->pins[i].name, json_boolean(b->pins[i].pinned));
 	json_t *j = json_pack("{s:i, s:o}", "version", 1, "pins", pins);
+	/* A new file of ours (O_EXCL: never through a link or over a file
+	 * someone left at a known name), then renamed over the old one. */
 	char tmp[BROKER_URL_MAX + 16];
-	snprintf(tmp, sizeof tmp, "%s.tmp", path);
-	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
-	int rc = fd < 0 || !j ? -1 : json_dumpfd(j, fd, JSON_SORT_KEYS);
+	snprintf(tmp, sizeof tmp, "%s.XXXXXX", path);
+	int fd = mkostemp(tmp, O_CLOEXEC);
+	int rc = fd < 0 || !j || fchmod(fd, 0640) != 0 ? -1 : json_dumpfd(j, fd, JSON_SORT_KEYS);
 	if (rc == 0 && (write(fd, "\n", 1) != 1 || fsync(fd) != 0))
 		rc = -1;
 	if (fd >= 0 && close(fd) != 0)
@@ -300,7 +303,8 @@ void br_pins_save(struct broker *b)
 		rc = -1;
 	if (rc != 0) {
 		br_blog("cannot write the pins to %s: %s; they hold until the broker restarts", path, strerror(errno));
-		unlink(tmp);
+		if (fd >= 0)
+			unlink(tmp);
 	}
 	json_decref(j);
 }
@@ -311,10 +315,20 @@ void br_pins_load(struct broker *b)
 	if (!*path)
 		return;
 	json_error_t je;
-	json_t *j = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+	/* Ours and a plain file, never read through a link. */
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	struct stat st;
+	if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid()) {
+		if (fd >= 0 || errno != ENOENT)
+			br_blog("%s: not a file of this user's (a link?); its pins are ignored", path);
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	json_t *j = json_loadfd(fd, JSON_REJECT_DUPLICATES, &je);
+	close(fd);
 	if (!j) {
-		if (access(path, F_OK) == 0)
-			br_blog("%s:%d: %s; its pins are ignored", path, je.line, je.text);
+		br_blog("%s:%d: %s; its pins are ignored", path, je.line, je.text);
 		return;
 	}
 	json_t *pins = json_object_get(j, "pins");

@@ -126,6 +126,8 @@ def t_install_layout():
             f = os.path.join(d, "usr/local/share/man", m)
             assert '.TH "%s"' % os.path.basename(m).rsplit(".", 1)[0] in open(f).read(), f
             assert oct(os.stat(f).st_mode & 0o777) == "0o644", f
+        # broker.ini may hold the HTTP token: not readable by others
+        assert oct(os.stat(os.path.join(d, "etc/baton/broker.ini")).st_mode & 0o777) == "0o640"
         # an edited configuration is kept on a second install
         ini = os.path.join(d, "etc/baton/broker.ini")
         with open(ini, "w") as f:
@@ -225,6 +227,7 @@ def t_units_content():
         assert one(k, "Service", "User") == "baton" and one(k, "Service", "Group") == "baton"
         assert one(k, "Service", "DynamicUser") == "no"
         assert ("Service", "PrivateDevices") not in k  # GPUs stay visible
+        assert int(one(k, "Service", "LimitNOFILE")) >= 65536  # not the soft 1024
     e = unit_keys(os.path.join(sd, "baton-engine@.service"))
     assert one(e, "Service", "Type") == "notify"
     assert one(e, "Service", "EnvironmentFile") == "/etc/baton/engines/%i.conf"
@@ -232,6 +235,8 @@ def t_units_content():
     assert "baton-arena@${BATON_ARENA}.service" in one(e, "Service", "ExecStartPre")
     assert one(e, "Service", "RuntimeDirectory") == "baton"
     assert one(e, "Service", "RuntimeDirectoryPreserve") == "yes"
+    for k in (b, e):  # the socket directory: writable by the user baton only
+        assert one(k, "Service", "RuntimeDirectoryMode") == "0750"
     a = unit_keys(os.path.join(sd, "baton-arena@.service"))
     assert one(a, "Service", "Type") == "oneshot" and one(a, "Service", "RemainAfterExit") == "yes"
     assert one(a, "Service", "EnvironmentFile") == "/etc/baton/arenas/%i.conf"
@@ -505,6 +510,7 @@ def t_k8s_manifests():
         tok = os.path.join(d, "token")
         with open(tok, "w") as f:
             f.write("x" * 32 + "\n")
+        os.chmod(tok, 0o440)  # as the Secret's defaultMode: others cannot read it
         path = os.path.join(d, "broker.ini")
         with open(path, "w") as f:
             f.write(re.sub(r"^http_token_file\s*=.*$", "http_token_file = " + tok, ini, flags=re.M))

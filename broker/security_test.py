@@ -1,0 +1,227 @@
+#!/usr/bin/python3
+"""security_test.py: the broker's trust boundaries (docs/security.md), tried
+as a local attacker or a web page would, against a real baton-broker and
+engines on the host backend (tests/harness.py's BrokerCase).
+
+- no token configured: one is made (http.token, 0640) and a POST without it
+  changes nothing; the scheme may be lowercase (RFC 7235);
+- HTTP off loopback without a token: the broker refuses to start;
+- a token file others can read: refused;
+- cross-site: text/plain, a foreign Origin, a foreign Host: refused;
+- 413 has its reason phrase; reserve_mib's error states the engine's bound;
+- the state file is written through an O_EXCL temporary, never a link;
+- the socket directory is made not writable by group and others;
+- a socket replaced under the broker: it says so and exits.
+
+The last line is "N passed, N failed".
+"""
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+import harness as h  # noqa: E402
+
+expect = h.expect
+
+
+def released(api, name):
+    return expect(api.get("/v1/engines/" + name), 200)["state"]
+
+
+def ready(c, api, name):
+    h.wait_for("%s ready" % name, lambda: released(api, name) == "ready", timeout=10)
+
+
+# ---- cases -------------------------------------------------------------------------
+
+def t_default_token(c):
+    """No token configured: a made one in http.token (0640); without it a
+    POST is refused and the engine keeps its memory."""
+    api = c.http_broker()
+    path = os.path.join(c.dir, "http.token")
+    st = os.lstat(path)
+    assert stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o640, oct(st.st_mode)
+    tok = open(path).read().strip()
+    assert len(tok) == 64 and api.token == tok, tok
+    assert "http.token" in open(c.log("broker")).read()
+    c.engine("a")
+    ready(c, api, "a")
+    for auth in (False, "wrong", tok[:-1]):
+        expect(api.post("/v1/engines/a/release", token=auth), 401, "permission")
+    assert released(api, "a") == "ready"
+    # the scheme in any case (RFC 7235)
+    r = expect(api.post("/v1/engines/a/release", token=False, headers={"Authorization": "bearer " + tok}), 200)
+    assert r["state"] == "released", r
+    # the next start reads the same token
+    c.bp.send_signal(signal.SIGTERM)
+    assert c.bp.wait(10) == 0
+    api2 = c.http_broker()
+    assert api2.token == tok
+    expect(api2.post("/v1/engines/a/refill", token=False), 401, "permission")
+
+
+def t_no_token_off_loopback(c):
+    """HTTP on every address without a token: no start; with one: starts."""
+    path = c._config("http = 0.0.0.0:0\n", False)
+    r = subprocess.run([h.BROKER, "--config", path], capture_output=True, text=True, env=c.env, timeout=10)
+    assert r.returncode == 2 and "not a loopback address" in r.stderr, (r.returncode, r.stderr)
+    assert not os.path.exists(os.path.join(c.dir, "http.token"))
+    r = subprocess.run([h.BROKER, "--config", path, "--check"], capture_output=True, text=True, timeout=10)
+    assert r.returncode == 2 and "not a loopback address" in r.stderr, r.stderr
+    tok = os.path.join(c.dir, "token")
+    with open(tok, "w") as f:
+        f.write("t0ken\n")
+    os.chmod(tok, 0o600)
+    api = c.http_broker("http = 0.0.0.0:0\nhttp_token_file = %s\n" % tok, token="t0ken")
+    expect(api.post("/v1/engines/x/release", headers={"Host": "127.0.0.1:%d" % api.port}), 404, "not_found")
+
+
+def t_token_file_mode(c):
+    """A token file others can read (or a link): the broker refuses it."""
+    tok = os.path.join(c.dir, "token")
+    with open(tok, "w") as f:
+        f.write("t0ken\n")
+    os.chmod(tok, 0o644)
+    path = c._config("http = 127.0.0.1:0\nhttp_token_file = %s\n" % tok, False)
+    r = subprocess.run([h.BROKER, "--config", path, "--check"], capture_output=True, text=True, timeout=10)
+    assert r.returncode == 2 and "any user" in r.stderr and "chmod o-rw" in r.stderr, r.stderr
+    os.chmod(tok, 0o640)
+    r = subprocess.run([h.BROKER, "--config", path, "--check"], capture_output=True, text=True, timeout=10)
+    assert r.returncode == 0, r.stderr
+    link = os.path.join(c.dir, "token-link")
+    os.symlink(tok, link)
+    r = subprocess.run([h.BROKER, "--config", path, "--check", "--http-token-file", link], capture_output=True,
+                       text=True, timeout=10)
+    assert r.returncode == 2 and "cannot open the token file" in r.stderr, r.stderr
+
+
+def t_cross_site(c):
+    """What a page in a browser can send: refused, and nothing changes."""
+    api = c.http_broker()
+    c.engine("a")
+    ready(c, api, "a")
+    own = "127.0.0.1:%d" % api.port
+    for hdr, status, code in (
+            ({"Content-Type": "text/plain"}, 415, "unsupported"),
+            ({"Content-Type": "application/x-www-form-urlencoded"}, 415, "unsupported"),
+            ({"Content-Type": None}, 415, "unsupported"),
+            ({"Origin": "http://evil.example"}, 403, "permission"),
+            ({"Origin": "null"}, 403, "permission"),
+            ({"Host": "evil.example:%d" % api.port}, 403, "permission"),       # DNS rebinding
+            ({"Host": "evil.example:%d" % api.port, "Origin": "http://evil.example:%d" % api.port}, 403,
+             "permission")):
+        expect(api.post("/v1/engines/a/release", headers=hdr), status, code)
+        expect(api.post("/v1/handoff", '{"from": "a", "to": "a"}', headers=hdr), status, code)
+    assert released(api, "a") == "ready"
+    # reads stay open; the broker's own origin and names pass
+    expect(api.get("/v1/status", headers={"Host": "evil.example", "Origin": "http://evil.example"}), 200)
+    expect(api.post("/v1/engines/a/release", headers={"Origin": "http://" + own}), 200)
+    expect(api.post("/v1/engines/a/refill", headers={"Host": "localhost:%d" % api.port}), 200)
+    # a configured name
+    c.bp.send_signal(signal.SIGTERM)
+    assert c.bp.wait(10) == 0
+    api = c.http_broker("http_hosts = baton.example\n")
+    h.wait_for("a registered again", lambda: api.get("/v1/engines/a")[0] == 200, timeout=10)
+    expect(api.post("/v1/engines/a/release", headers={"Host": "baton.example:%d" % api.port,
+                                                       "Origin": "http://baton.example:%d" % api.port}), 200)
+
+
+def t_errors_say_why(c):
+    """413 with its reason phrase; reserve_mib's bound is the engine's."""
+    api = c.http_broker()
+    body = b'{"reserve_mib": ' + b" " * 70000 + b'1}'
+    req = (b"POST /v1/engines/a/vram HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer %s\r\n"
+           b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % ((api.token or "x").encode(), len(body)) + body)
+    s = socket.create_connection((api.host, api.port), timeout=10)
+    try:
+        s.sendall(req)
+        got = b""
+        while b"\r\n" not in got:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            got += chunk
+    finally:
+        s.close()
+    assert got.startswith(b"HTTP/1.1 413 Payload Too Large\r\n"), got[:80]
+    for v in ((1 << 24) + 1, 1 << 30, 1 << 50):
+        r = expect(api.post("/v1/engines/a/vram", {"reserve_mib": v}), 400, "out_of_range")
+        assert "0 to 16777216 MiB" in r["message"], r
+
+
+def t_state_file_no_links(c):
+    """A link at the old temporary name is neither followed nor replaced;
+    the state file is 0640."""
+    victim = os.path.join(c.dir, "victim")
+    with open(victim, "w") as f:
+        f.write("precious\n")
+    state = os.path.join(c.dir, "broker.state")
+    for name in (state + ".tmp", state + ".tmp2"):
+        os.symlink(victim, name)
+    c.broker()
+    c.engine("a")
+    h.ok(h.call(c.control, "pin", name="a", pinned=True))
+    h.wait_for("the state file", lambda: os.path.exists(state) and not os.path.islink(state))
+    assert open(victim).read() == "precious\n"
+    assert '"a": true' in open(state).read()
+    assert stat.S_IMODE(os.stat(state).st_mode) == 0o640
+    assert os.path.islink(state + ".tmp")  # left as it was
+    leftovers = [n for n in os.listdir(c.dir) if n.startswith("broker.state.") and not n.startswith("broker.state.tmp")]
+    assert not leftovers, leftovers
+    # a link in its place is not read at the next start
+    c.bp.send_signal(signal.SIGTERM)
+    assert c.bp.wait(10) == 0
+    kept = os.path.join(c.dir, "kept.state")
+    os.rename(state, kept)
+    os.symlink(kept, state)
+    c.broker()
+    assert "not a file of this user's" in open(c.log("broker")).read()
+    h.wait_for("a registered again", lambda: any(e["name"] == "a" for e in c.status()["engines"]), timeout=10)
+    assert c.eng("a")["pinned"] is False
+
+
+def t_socket_dir(c):
+    """A group-writable socket directory of ours is made 0750 (logged)."""
+    d = os.path.join(c.dir, "run")
+    os.mkdir(d)
+    os.chmod(d, 0o770)
+    c.control = "ipc://%s/broker.sock" % d
+    c.events_url = "ipc://%s/events.sock" % d
+    c.broker()
+    assert stat.S_IMODE(os.stat(d).st_mode) == 0o750, oct(os.stat(d).st_mode)
+    assert "writable by group or others" in open(c.log("broker")).read()
+
+
+def t_socket_replaced(c):
+    """Another socket bound where the broker's was: the broker says so and
+    exits 1 (a supervisor restarts it, binding afresh)."""
+    p = c.broker()
+    path = c.control[len("ipc://"):]
+    os.unlink(path)
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(path)
+    s.listen(1)
+    try:
+        rc = p.wait(10)
+    finally:
+        s.close()
+    assert rc == 1, rc
+    log = open(c.log("broker")).read()
+    assert "was replaced" in log and path in log, log[-2000:]
+
+
+CASES = [t_default_token, t_no_token_off_loopback, t_token_file_mode, t_cross_site, t_errors_say_why,
+         t_state_file_no_links, t_socket_dir, t_socket_replaced]
+
+
+def main():
+    return h.run_cases(CASES, sys.argv[1:], logs=("broker", "a"))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
