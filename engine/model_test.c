@@ -377,7 +377,12 @@ static void t_batches_and_release(void)
 	T_OK(model_release(b.m)); /* idempotent */
 	T_ASSERT(model_released(b.m) && model_device_bytes(b.m) == 0);
 	T_OK(engine_mem_info(b.e, &fr1, &tot));
-	T_ASSERT_MSG(fr1 >= fr0 + held, "free %llu -> %llu, held %llu", (unsigned long long)fr0,
+	/* The host backend counts every byte. The CUDA driver keeps buffers
+	 * this small (under 1 MiB here) in its own pool after cuMemFree, so
+	 * cuMemGetInfo need not rise by them (seen on the H200: unchanged);
+	 * there the free count must at least not fall. */
+	uint64_t want = strcmp(backend(), "host") == 0 || held >= (64u << 20) ? fr0 + held : fr0;
+	T_ASSERT_MSG(fr1 >= want, "free %llu -> %llu, held %llu", (unsigned long long)fr0,
 	    (unsigned long long)fr1, (unsigned long long)held);
 	for (int s = 0; s < 3; s++) {
 		uint32_t t = argmax(la, V);
