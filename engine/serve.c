@@ -430,13 +430,17 @@ static void work_end(int refill_rest)
 	if (refill_rest) {
 		struct baton_cache_report r;
 		set_state("refilling");
-		if (engine_refill(g.e, &r) == 0) {
+		int rc = engine_refill(g.e, &r);
+		pthread_mutex_lock(&g.st_mu);
+		if (rc == 0) {
 			g.idle_released = 0;
-			pthread_mutex_lock(&g.st_mu);
 			g.last_refill_bytes = r.bytes_copied;
 			g.last_refill_s = r.total_s;
-			pthread_mutex_unlock(&g.st_mu);
 		}
+		/* the idle time counts from the end of this work: a refill
+		 * slower than the idle timeout must not be released at once */
+		g.last_active = now_s();
+		pthread_mutex_unlock(&g.st_mu);
 		snapshot(NULL);
 	}
 	pthread_mutex_unlock(&g.run_mu);
