@@ -558,8 +558,9 @@ def t_acquire_resent(c):
 
 
 def t_engine_without_broker(c):
-    # No broker yet: the engine starts (warms alone) and serves.
-    a = c.engine("a")
+    # No broker yet: asked to (--broker-optional), the engine starts
+    # (warms alone) and serves.
+    a = c.engine("a", "--broker-optional")
     assert ok(call(a.url, "status"))["mapped"] == CEIL
     check_gen(c, a, 1)
     ok(call(a.url, "release"))

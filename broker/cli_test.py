@@ -482,6 +482,22 @@ def check_promql(exprs):
         os.unlink(f.name)
 
 
+def t_gen_by_name(c):
+    # baton gen takes the engine's name (its ctl from the broker's status)
+    # as well as its socket URL, and both give the same answer.
+    c.broker()
+    a = c.engine("a")
+    by_url = json.loads(baton(c, "gen", a.url, "--steps", "2", "--seed", "3", "--json", check=0).stdout)
+    by_name = json.loads(baton(c, "gen", "a", "--steps", "2", "--seed", "3", "--json", check=0).stdout)
+    assert by_name["checksum"] == by_url["checksum"], (by_name, by_url)
+    r = baton(c, "gen", "nosuch", check=4)
+    assert "knows no engine 'nosuch'" in r.stderr, r.stderr
+    r = baton(c, "--broker", "ipc://%s/none.sock" % c.dir, "gen", "a", check=1)
+    assert "cannot ask the broker" in r.stderr and "give its URL" in r.stderr, r.stderr
+    # a URL needs no broker
+    baton(c, "--broker", "ipc://%s/none.sock" % c.dir, "gen", a.url, check=0)
+
+
 def t_grafana_dashboard(c):
     dash = json.load(open(DASHBOARD))
     assert dash.get("title") and dash.get("uid") and dash.get("panels"), "not a dashboard"
@@ -504,7 +520,7 @@ def t_grafana_dashboard(c):
     assert CORE_METRICS <= used, sorted(CORE_METRICS - used)
 
 
-CASES = [t_grafana_dashboard, t_usage_and_exit_codes, t_status_tables_and_json, t_operations,
+CASES = [t_grafana_dashboard, t_gen_by_name, t_usage_and_exit_codes, t_status_tables_and_json, t_operations,
          t_pins_survive_a_broker_restart, t_busy, t_watch,
          t_progress_on_terminal_only]
 

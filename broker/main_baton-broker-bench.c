@@ -275,10 +275,32 @@ static void print_stats(FILE *f, const char *what, struct stats s)
 
 int main(int argc, char **argv)
 {
-	if (argc > 1 && strcmp(argv[1], "--help") == 0) {
-		puts("usage: baton-broker-bench [--bin DIR] [--backend host|cuda] [--commands N] [--handoffs N]\n"
-		     "       [--layers N --experts N --d-model N --d-ff N --dtype T] [--segment-mib N] [--json FILE]");
-		return 0;
+	static const char usage[] =
+	    "usage: baton-broker-bench [--bin DIR] [--backend host|cuda] [--commands N] [--handoffs N]\n"
+	    "       [--layers N --experts N --d-model N --d-ff N --dtype T] [--segment-mib N] [--json FILE]\n"
+	    "       [--help] [--version]\n";
+	/* Every flag takes a value; anything else is a mistake, not a run of
+	 * the whole benchmark with defaults. */
+	static const char *const valued[] = { "--bin", "--backend", "--commands", "--handoffs", "--layers",
+	    "--experts", "--d-model", "--d-ff", "--dtype", "--segment-mib", "--json" };
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--help") == 0) {
+			fputs(usage, stdout);
+			return 0;
+		}
+		if (strcmp(argv[i], "--version") == 0) {
+			printf("baton-broker-bench %s\n", BATON_VERSION);
+			return 0;
+		}
+		size_t k = 0, nv = sizeof valued / sizeof valued[0];
+		while (k < nv && strcmp(argv[i], valued[k]) != 0)
+			k++;
+		if (k == nv || i + 1 >= argc) {
+			fprintf(stderr, "baton-broker-bench: %s '%s'\n%s", k == nv ? "unknown option" : "no value for",
+			    argv[i], usage);
+			return 2;
+		}
+		i++;
 	}
 	signal(SIGPIPE, SIG_IGN);
 	setvbuf(stdout, NULL, _IOLBF, 0);

@@ -32,6 +32,7 @@
 #include <jansson.h>
 
 #include "broker/broker.h"
+#include "broker/cli_engine.h"
 #include "broker/text_cmd.h"
 #include "broker/tokenize_cmd.h"
 
@@ -55,7 +56,7 @@ static const char usage_text[] =
     "  vram NAME --reserve-mib N  keep N MiB of the device free (shrink); --full: grow back\n"
     "  handoff FROM TO            release (or shrink) FROM, then refill TO; prints the timings\n"
     "  pin NAME | unpin NAME      a pinned engine is never reclaimed or released\n"
-    "  gen ENGINE_URL [--steps N] [--batch N] [--seed N]   one request to an engine\n"
+    "  gen ENGINE [--steps N] [--batch N] [--seed N]   one request to an engine (its name or URL)\n"
     "  complete NAME PROMPT [...] continue a prompt with engine NAME's model (baton complete --help)\n"
     "  chat NAME [MESSAGE...]     chat with engine NAME's model, one turn per MESSAGE or line of stdin\n"
     "      complete and chat take their flags after the command: --max-tokens N, --temperature T,\n"
@@ -944,9 +945,18 @@ int main(int argc, char **argv)
 	}
 	if (strcmp(cmd, "gen") == 0) {
 		allow_only(cmd, F_GEN);
-		want_args(cmd, 1, "an engine's URL");
-		check_url("gen", a[0]);
-		return cmd_gen(a[0]);
+		want_args(cmd, 1, "an engine's name or URL");
+		if (strstr(a[0], "://"))
+			check_url("gen", a[0]);
+		char *url, err[512];
+		int rc = cli_engine_url(opt.broker, a[0], opt.timeout_ms, &url, err, sizeof err);
+		if (rc) {
+			fprintf(stderr, "baton: gen: %s\n", err);
+			return rc == BATON_ENOTFOUND ? EXIT_NOTFOUND : EXIT_FAILED;
+		}
+		rc = cmd_gen(url);
+		free(url);
+		return rc;
 	}
 	die_usage("unknown command '%s'", cmd);
 }

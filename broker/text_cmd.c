@@ -22,6 +22,7 @@
 #include <jansson.h>
 
 #include "broker/broker.h"
+#include "broker/cli_engine.h"
 #include "broker/text_cmd.h"
 
 #define MAX_STOP 16
@@ -184,21 +185,10 @@ static int exit_of(int err)
  * engine registered with the broker. */
 static char *engine_url(const struct text_opts *o)
 {
-	if (strstr(o->name, "://"))
-		return strdup(o->name);
-	struct baton_msg req, rep;
-	proto_msg_init(&req, PROTO_OP_STATUS);
-	int rc = proto_call(o->broker, &req, &rep, o->timeout_ms < 5000 ? o->timeout_ms : 5000, NULL);
+	char *url, err[512];
+	int rc = cli_engine_url(o->broker, o->name, o->timeout_ms, &url, err, sizeof err);
 	if (rc)
-		die(EXIT_FAILED, "%s: cannot ask the broker at %s where engine '%s' is: %s "
-		    "(give its URL instead, or --broker URL)", o->cmd, o->broker, o->name, baton_strerror(rc));
-	char *url = NULL;
-	for (uint32_t i = 0; i < rep.engines.n; i++)
-		if (!strcmp(rep.engines.v[i].name, o->name) && rep.engines.v[i].ctl[0])
-			url = strdup(rep.engines.v[i].ctl);
-	proto_msg_free(&rep);
-	if (!url)
-		die(EXIT_NOTFOUND, "%s: the broker knows no engine '%s' (baton engines lists them)", o->cmd, o->name);
+		die(rc == BATON_ENOTFOUND ? EXIT_NOTFOUND : EXIT_FAILED, "%s: %s", o->cmd, err);
 	return url;
 }
 

@@ -45,6 +45,8 @@ struct broker_link {
 	bool registered;
 	bool reregister;    /* a new connection, or not_found: register again */
 	bool poke;          /* a heartbeat now */
+	int refused;        /* the broker's last refusal of register (0: none) */
+	char refused_text[256];
 	uint64_t broker_epoch;
 	struct report q[REPORTS];
 	size_t qh, qn;
@@ -132,11 +134,20 @@ static int do_register(struct broker_link *l)
 	if (rc == 0) {
 		pthread_mutex_lock(&l->mu);
 		l->broker_epoch = rep.epoch;
+		l->refused = 0;
 		pthread_mutex_unlock(&l->mu);
 		llog(l, "registered with the broker at %s (%s, holds %.1f MiB, epoch %" PRIu64 ")",
 		    l->url, st.state, (double)st.mapped / (1 << 20), rep.epoch);
-	} else if (rc != BATON_ETIMEDOUT && rc != BATON_ECLOSED) {
-		llog(l, "register refused: %s", d.text);
+	} else if (rc != BATON_ETIMEDOUT && rc != BATON_ECLOSED && rc != BATON_ECONN) {
+		/* Logged when it changes, not at every retry. */
+		pthread_mutex_lock(&l->mu);
+		bool news = rc != l->refused || strcmp(d.text, l->refused_text) != 0;
+		l->refused = rc;
+		snprintf(l->refused_text, sizeof l->refused_text, "%s", d.text[0] ? d.text : baton_strerror(rc));
+		pthread_cond_broadcast(&l->cv);
+		pthread_mutex_unlock(&l->mu);
+		if (news)
+			llog(l, "register refused: %s", d.text);
 	}
 	proto_msg_free(&rep);
 	return rc;
@@ -242,7 +253,9 @@ static void *link_thread(void *arg)
 				next_hb = now_s() + hb_s;
 				pthread_cond_broadcast(&l->cv);
 			} else {
-				wait_until(l, now_s() + 0.1);
+				/* A refusal (the name is taken) stands until the other
+				 * engine goes: ask again each second, not ten times. */
+				wait_until(l, now_s() + (l->refused ? 1.0 : 0.1));
 			}
 			continue;
 		}
@@ -372,6 +385,30 @@ bool broker_link_wait_up(struct broker_link *l, int timeout_ms)
 	bool up = l->pipes > 0 && l->registered;
 	pthread_mutex_unlock(&l->mu);
 	return up;
+}
+
+int broker_link_wait_start(struct broker_link *l, int timeout_ms, char *err, size_t errlen)
+{
+	double end = now_s() + timeout_ms / 1e3;
+	pthread_mutex_lock(&l->mu);
+	while (!(l->pipes > 0 && l->registered) && !l->refused && now_s() < end && !l->stop)
+		wait_until(l, end);
+	int rc = 0;
+	if (l->pipes > 0 && l->registered)
+		rc = 0;
+	else if (l->refused) {
+		rc = l->refused;
+		snprintf(err, errlen, "%s", l->refused_text);
+	} else if (l->pipes > 0) {
+		rc = BATON_ETIMEDOUT;
+		snprintf(err, errlen, "the broker at %s did not answer register within %.1f s", l->url,
+		    timeout_ms / 1e3);
+	} else {
+		rc = BATON_ECONN;
+		snprintf(err, errlen, "no broker answered at %s within %.1f s", l->url, timeout_ms / 1e3);
+	}
+	pthread_mutex_unlock(&l->mu);
+	return rc;
 }
 
 int broker_link_acquire(struct broker_link *l, uint64_t bytes, uint64_t *granted, uint64_t *epoch,

@@ -65,6 +65,16 @@ bool broker_link_up(struct broker_link *l);
 bool broker_link_wait_up(struct broker_link *l, int timeout_ms);
 
 /*
+ * At start: waits up to timeout_ms for the first registration. 0:
+ * registered. The broker's refusal (BATON_EEXIST: an engine of this name
+ * is registered already) with its text in err, as soon as it answers so.
+ * BATON_ECONN: nothing answered at the URL (not there, or mistyped);
+ * BATON_ETIMEDOUT: connected but no answer to register. The link goes on
+ * trying either way until closed.
+ */
+int broker_link_wait_start(struct broker_link *l, int timeout_ms, char *err, size_t errlen);
+
+/*
  * Asks for `bytes` more device memory. 0: granted, *granted (may be less
  * than asked: what the device can ever give) and *epoch (the grant's) set.
  * BATON_ECONN: the broker is away (not connected, or it did not answer in

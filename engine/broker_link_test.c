@@ -2,7 +2,9 @@
  * broker_link_test.c: what the engine's broker client sends, read by a fake
  * broker (a REP server of proto/): the peer tier's fields in register,
  * heartbeat and report when the engine has a peer device, and none of them
- * when it has not.
+ * when it has not; and what broker_link_wait_start says at an engine's
+ * start: nobody there, a refusal (asked again each second, not ten times),
+ * then a registration.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,4 +108,72 @@ static void t_no_peer_fields(void)
 	run("");
 }
 
-T_MAIN(T_CASE(t_peer_fields), T_CASE(t_no_peer_fields))
+static void t_wait_start_nobody(void)
+{
+	char url[128];
+	snprintf(url, sizeof url, "ipc:///tmp/baton-link-test-none-%d.sock", (int)getpid());
+	struct broker_link_params p = { .url = url, .name = "e1", .gpu = "host-0", .ctl = "ipc:///x",
+		.state_fn = state };
+	struct broker_link *l;
+	T_OK(broker_link_open(&p, &l));
+	char err[512] = "";
+	double t0 = t_now();
+	T_EQ_INT(broker_link_wait_start(l, 300, err, sizeof err), BATON_ECONN);
+	T_ASSERT(t_now() - t0 >= 0.29);
+	T_ASSERT_MSG(strstr(err, url) != NULL, "%s", err);
+	broker_link_close(l, false);
+}
+
+/* A broker that refuses register (the name is taken) for `refuse_s`
+ * seconds, then accepts it: wait_start answers the refusal at once, the
+ * link asks again each second, and registers when the name is free. */
+static void t_wait_start_refused(void)
+{
+	char url[128];
+	snprintf(url, sizeof url, "ipc:///tmp/baton-link-test-r-%d.sock", (int)getpid());
+	struct proto_server *srv;
+	T_OK(proto_server_open(&srv, url, NULL));
+	struct broker_link_params p = { .url = url, .name = "e1", .gpu = "host-0", .ctl = "ipc:///x",
+		.heartbeat_ms = 50, .state_fn = state };
+	struct broker_link *l;
+	T_OK(broker_link_open(&p, &l));
+	struct baton_msg req, rep;
+	struct proto_diag d;
+	T_OK(proto_server_recv(srv, &req, 5000, &d));
+	T_EQ_INT(req.op, PROTO_OP_REGISTER);
+	proto_reply_error(&rep, req.op, req.id, BATON_EEXIST,
+	    "register: an engine named 'e1' is already registered (pid 1)");
+	T_OK(proto_server_reply(srv, &rep));
+	proto_msg_free(&req);
+	char err[512] = "";
+	double t0 = t_now();
+	T_EQ_INT(broker_link_wait_start(l, 5000, err, sizeof err), BATON_EEXIST);
+	T_ASSERT_MSG(t_now() - t0 < 1.0, "the refusal took %.3f s", t_now() - t0);
+	T_ASSERT_MSG(strstr(err, "already registered") != NULL, "%s", err);
+	T_ASSERT(!broker_link_up(l));
+	/* 1.5 s of refusals: two or three asks, not fifteen */
+	int asks = 0;
+	t0 = t_now();
+	while (t_now() - t0 < 1.5) {
+		int rc = proto_server_recv(srv, &req, 100, &d);
+		if (rc == BATON_ETIMEDOUT)
+			continue;
+		T_OK(rc);
+		T_EQ_INT(req.op, PROTO_OP_REGISTER);
+		proto_reply_error(&rep, req.op, req.id, BATON_EEXIST, "taken");
+		T_OK(proto_server_reply(srv, &rep));
+		proto_msg_free(&req);
+		asks++;
+	}
+	T_ASSERT_MSG(asks >= 1 && asks <= 3, "%d asks in 1.5 s", asks);
+	/* The name is free now: the next ask registers. */
+	struct baton_msg m = wait_op(srv, PROTO_OP_REGISTER);
+	proto_msg_free(&m);
+	T_ASSERT(broker_link_wait_up(l, 2000));
+	T_EQ_INT(broker_link_wait_start(l, 2000, err, sizeof err), 0);
+	broker_link_close(l, false);
+	proto_server_close(srv);
+}
+
+T_MAIN(T_CASE(t_peer_fields), T_CASE(t_no_peer_fields), T_CASE(t_wait_start_nobody),
+    T_CASE(t_wait_start_refused))

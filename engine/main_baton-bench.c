@@ -345,7 +345,11 @@ int main(int argc, char **argv)
 	uint64_t cycles = 5, batch = 4, steps = 20;
 	const char *json = NULL;
 	enum { O_ARENA = 1, O_BACKEND, O_DEVICE, O_CACHE, O_SEG, O_CYCLES, O_BATCH, O_STEPS, O_HOSTMIB, O_JSON,
-	       O_PEER };
+	       O_PEER, O_HELP, O_VERSION };
+	static const char usage[] =
+	    "usage: baton-bench --arena PATH [--backend host|cuda|auto] "
+	    "[--device N] [--cache-mib N] [--segment-mib N] [--cycles N] [--batch N] "
+	    "[--steps N] [--host-device-mib N] [--json FILE] [--peer-device N] [--help] [--version]\n";
 	static const struct option opts[] = {
 		{ "arena", required_argument, 0, O_ARENA },
 		{ "backend", required_argument, 0, O_BACKEND },
@@ -358,6 +362,8 @@ int main(int argc, char **argv)
 		{ "host-device-mib", required_argument, 0, O_HOSTMIB },
 		{ "json", required_argument, 0, O_JSON },
 		{ "peer-device", required_argument, 0, O_PEER },
+		{ "help", no_argument, 0, O_HELP },
+		{ "version", no_argument, 0, O_VERSION },
 		{ 0, 0, 0, 0 },
 	};
 	int o;
@@ -377,10 +383,14 @@ int main(int argc, char **argv)
 			cfg.peer_device = (int)parse_u64("--peer-device", optarg);
 			cfg.use_peer = 1;
 			break;
+		case O_HELP:
+			fputs(usage, stdout);
+			return 0;
+		case O_VERSION:
+			printf("baton-bench %s\n", BATON_VERSION);
+			return 0;
 		default:
-			fprintf(stderr, "usage: baton-bench --arena PATH [--backend host|cuda|auto] "
-			    "[--device N] [--cache-mib N] [--segment-mib N] [--cycles N] [--batch N] "
-			    "[--steps N] [--host-device-mib N] [--json FILE] [--peer-device N]\n");
+			fputs(usage, stderr);
 			return 2;
 		}
 	}

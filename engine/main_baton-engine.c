@@ -43,7 +43,12 @@ static const char usage[] =
     "                              backend, host device N): it holds what the broker\n"
     "                              lends with PEER requests, and nothing until then\n"
     "  --broker URL                register with a broker (e.g. ipc:///run/baton/broker.sock);\n"
-    "                              the engine then opens cold and asks before it maps memory\n"
+    "                              the engine then opens cold and asks before it maps memory;\n"
+    "                              it exits 3 when the broker refuses it (the name is taken)\n"
+    "                              and 4 when no broker answers within --broker-wait\n"
+    "  --broker-wait SECS          how long to wait for the broker at start (default 10)\n"
+    "  --broker-optional           no broker at start: serve alone (it registers when the\n"
+    "                              broker comes; --broker-wait defaults to 2 then)\n"
     "  --priority N                priority told to the broker (higher is kept longer; default 0)\n"
     "  --ctx N                     a whole model's context: KV cache positions, held on the\n"
     "                              device with the dense weights (default: the model's\n"
@@ -76,7 +81,7 @@ static void parse_args(int argc, char **argv, struct baton_serve_config *o)
 {
 	enum { O_NAME = 1, O_ARENA, O_LISTEN, O_BACKEND, O_DEVICE, O_CACHE, O_SEG, O_RELEASE,
 	       O_IDLE, O_ELASTIC, O_RESERVE, O_VERIFY, O_HOSTMIB, O_BROKER, O_PRIORITY, O_PEER,
-	       O_CTX, O_HELP, O_VERSION };
+	       O_CTX, O_BWAIT, O_BOPT, O_HELP, O_VERSION };
 	static const struct option lo[] = {
 		{ "name", required_argument, 0, O_NAME },
 		{ "shared-expert-arena", required_argument, 0, O_ARENA },
@@ -92,6 +97,8 @@ static void parse_args(int argc, char **argv, struct baton_serve_config *o)
 		{ "verify-refill", no_argument, 0, O_VERIFY },
 		{ "host-device-mib", required_argument, 0, O_HOSTMIB },
 		{ "broker", required_argument, 0, O_BROKER },
+		{ "broker-wait", required_argument, 0, O_BWAIT },
+		{ "broker-optional", no_argument, 0, O_BOPT },
 		{ "priority", required_argument, 0, O_PRIORITY },
 		{ "peer-device", required_argument, 0, O_PEER },
 		{ "ctx", required_argument, 0, O_CTX },
@@ -158,6 +165,16 @@ static void parse_args(int argc, char **argv, struct baton_serve_config *o)
 				usage_error("--broker wants ipc://PATH or tcp://HOST:PORT, got '%s'", optarg);
 			o->broker = optarg;
 			break;
+		case O_BWAIT: {
+			char *end;
+			errno = 0;
+			double sec = strtod(optarg, &end);
+			if (errno || end == optarg || *end || !(sec > 0) || sec > 86400)
+				usage_error("--broker-wait wants seconds > 0 (at most 86400), got '%s'", optarg);
+			o->broker_wait_s = sec;
+			break;
+		}
+		case O_BOPT: o->broker_optional = 1; break;
 		case O_PRIORITY: {
 			char *end;
 			errno = 0;
@@ -187,6 +204,8 @@ static void parse_args(int argc, char **argv, struct baton_serve_config *o)
 		usage_error("--name '%s': use 1 to 64 letters, digits, '-', '_' or '.'", o->name);
 	if (!o->arena)
 		usage_error("--shared-expert-arena is required");
+	if ((o->broker_wait_s > 0 || o->broker_optional) && !o->broker)
+		usage_error("%s needs --broker", o->broker_optional ? "--broker-optional" : "--broker-wait");
 	if (o->use_peer && o->peer_device == o->device)
 		usage_error("--peer-device %d is the engine's own --device", o->peer_device);
 }
@@ -221,8 +240,14 @@ int main(int argc, char **argv)
 
 	g_cfg.listen = listen;
 	int rc = serve_open(&g_cfg);
-	if (rc)
+	if (rc) {
+		/* 3 and 4: a second engine of one name, a wrong --broker (docs/engine.md) */
+		if (serve_broker_fail() == SERVE_BROKER_REFUSED)
+			return 3;
+		if (serve_broker_fail() == SERVE_BROKER_ABSENT)
+			return 4;
 		return rc == BATON_EINVAL || rc == BATON_ENODEV ? 2 : 1;
+	}
 	/* Ready: tests and scripts wait for this line. */
 	printf("ready %s\n", serve_url());
 	fflush(stdout);

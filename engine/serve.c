@@ -79,6 +79,7 @@ static struct {
 	pthread_cond_t yield_cv;
 	pthread_mutex_t acq_mu;     /* one GEN thread at a time asks the broker */
 	struct broker_link *link;
+	enum serve_broker_fail broker_fail;
 	struct baton_generator *gen; /* NULL: the arena has no whole model (gen_error says why) */
 	char gen_error[512];
 	char listen_url[PATH_MAX];
@@ -902,7 +903,29 @@ int serve_open(const struct baton_serve_config *conf)
 		};
 		if ((rc = broker_link_open(&lp, &g.link)) != 0)
 			logf_("cannot start the broker link to %s: %s", g.o.broker, baton_strerror(rc));
-		if (g.link && !broker_link_wait_up(g.link, 2000))
+		/* A refusal (the name is taken) always ends the start: serving
+		 * outside the broker's control under a name it gives to another
+		 * would fight that one for the device. No answer ends it unless
+		 * the user asked to go on alone (--broker-optional): a mistyped
+		 * URL must not pass for a broker that is away. */
+		double wait_s = g.o.broker_wait_s > 0 ? g.o.broker_wait_s : g.o.broker_optional ? 2 : 10;
+		char lerr[512] = "";
+		int lrc = g.link ? broker_link_wait_start(g.link, (int)(wait_s * 1e3), lerr, sizeof lerr) :
+		    BATON_ECONN;
+		if (lrc && g.link && (lrc != BATON_ECONN && lrc != BATON_ETIMEDOUT)) {
+			logf_("error: the broker refused to register this engine: %s", lerr);
+			g.broker_fail = SERVE_BROKER_REFUSED;
+			serve_close();
+			return lrc;
+		}
+		if (lrc && !g.o.broker_optional) {
+			logf_("error: %s (is --broker right? --broker-optional serves without one)",
+			    g.link ? lerr : "no broker link");
+			g.broker_fail = SERVE_BROKER_ABSENT;
+			serve_close();
+			return lrc == BATON_ETIMEDOUT ? BATON_ETIMEDOUT : BATON_ECONN;
+		}
+		if (lrc)
 			logf_("no broker at %s yet: warming alone (it will hear from me when it is up)",
 			    g.o.broker);
 		char aerr[512] = "";
@@ -919,6 +942,11 @@ int serve_open(const struct baton_serve_config *conf)
 		logf_("cache %.1f of %.1f MiB, %s", mapped_mib, (double)g.ceiling / MIB, state);
 	}
 	return 0;
+}
+
+enum serve_broker_fail serve_broker_fail(void)
+{
+	return g.broker_fail;
 }
 
 const char *serve_url(void)

@@ -23,15 +23,23 @@ struct baton_serve_config {
 	int release, elastic, verify;
 	double idle_s;
 	uint32_t ctx;            /* --ctx: KV cache positions of a whole model; 0: its default */
+	double broker_wait_s;    /* --broker-wait: how long to wait for the broker at start */
+	int broker_optional;     /* --broker-optional: no broker then: serve alone */
 };
 
 /* Opens the engine, listens on cfg->listen, starts the receivers and,
  * with cfg->broker, registers and asks for the cache's memory (waiting up
- * to 2 s for a broker to be there). 0 once it serves; else the engine's
- * error (engine_open: BATON_EINVAL, BATON_ENODEV, ...) or BATON_EIO when it
- * could not listen or start, with the reason logged; nothing is left
+ * to cfg->broker_wait_s for a broker to answer). 0 once it serves; else
+ * the engine's error (engine_open: BATON_EINVAL, BATON_ENODEV, ...),
+ * BATON_ESERVE_START when it could not listen or start, BATON_EEXIST (or
+ * another refusal) when the broker refused to register it (the name is
+ * taken), BATON_ECONN or BATON_ETIMEDOUT when no broker answered in time
+ * and cfg->broker_optional is not set; the reason logged; nothing is left
  * open then. */
 int serve_open(const struct baton_serve_config *cfg);
+/* Why the last serve_open failed at the broker, for the exit status. */
+enum serve_broker_fail { SERVE_BROKER_OK, SERVE_BROKER_REFUSED, SERVE_BROKER_ABSENT };
+enum serve_broker_fail serve_broker_fail(void);
 /* The URL it listens on ("" before serve_open). */
 const char *serve_url(void);
 /* The idle-release timer: the program calls it every 100 ms or so. */

@@ -31,13 +31,15 @@
 
 #include "proto/proto_int.h"
 
+static const char usage_text[] =
+    "usage: baton-proto-tool schema | sample OP [request|reply|error] |\n"
+    "       encode OP [request|reply|error] [KEY=VALUE...] | decode |\n"
+    "       serve URL [--count N] | call URL [--timeout MS] [--repeat N] | dial URL |\n"
+    "       sub URL [--count N] [--timeout MS] | --help | --version\n";
+
 static void usage(void)
 {
-	fprintf(stderr,
-	    "usage: baton-proto-tool schema | sample OP [request|reply|error] |\n"
-	    "       encode OP [request|reply|error] [KEY=VALUE...] | decode |\n"
-	    "       serve URL [--count N] | call URL [--timeout MS] [--repeat N] | dial URL |\n"
-	    "       sub URL [--count N] [--timeout MS]\n");
+	fputs(usage_text, stderr);
 	exit(64);
 }
 
@@ -637,6 +639,19 @@ int main(int argc, char **argv)
 {
 	if (argc < 2)
 		usage();
+	if (strcmp(argv[1], "--help") == 0) {
+		fputs(usage_text, stdout);
+		return 0;
+	}
+	if (strcmp(argv[1], "--version") == 0) {
+		printf("baton-proto-tool %s\n", BATON_VERSION);
+		return 0;
+	}
+	if (argv[1][0] == '-') { /* as every program: an unknown flag is 2 */
+		fprintf(stderr, "baton-proto-tool: unknown option '%s'\n", argv[1]);
+		fputs(usage_text, stderr);
+		return 2;
+	}
 	signal(SIGPIPE, SIG_IGN);
 	int rc = run(argc, argv);
 	fflush(NULL);

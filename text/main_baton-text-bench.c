@@ -27,13 +27,28 @@ static double now(void)
 
 int main(int argc, char **argv)
 {
+	static const char usage[] = "usage: baton-text-bench [--repeat N] TOKENIZER TEXTFILE | --help | --version\n";
 	int repeat = 3, a = 1;
+	if (argc > 1 && !strcmp(argv[1], "--help")) {
+		fputs(usage, stdout);
+		return 0;
+	}
+	if (argc > 1 && !strcmp(argv[1], "--version")) {
+		printf("baton-text-bench %s\n", BATON_VERSION);
+		return 0;
+	}
 	if (argc > 2 && !strcmp(argv[1], "--repeat")) {
-		repeat = atoi(argv[2]);
+		char *end;
+		long r = strtol(argv[2], &end, 10);
+		repeat = *argv[2] && !*end && r > 0 && r <= 1000000 ? (int)r : 0;
 		a = 3;
 	}
+	if (a < argc && argv[a][0] == '-' && argv[a][1]) {
+		fprintf(stderr, "baton-text-bench: unknown option '%s'\n%s", argv[a], usage);
+		return 2;
+	}
 	if (argc - a != 2 || repeat < 1) {
-		fprintf(stderr, "usage: baton-text-bench [--repeat N] TOKENIZER TEXTFILE\n");
+		fputs(usage, stderr);
 		return 2;
 	}
 	char err[256];
