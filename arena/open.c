@@ -618,6 +618,21 @@ int arena_open(const char *path, struct baton_arena **out, char *errbuf, size_t 
 		rc = arena_errf(errbuf, errlen, BATON_EIO, "%s: not a regular file", path);
 		goto fail;
 	}
+	/* An arena someone else could have written is not loaded: its
+	 * weights would be theirs, and verify cannot tell (the checksums
+	 * are in the same file). */
+	if (st.st_uid != geteuid() && st.st_uid != 0) {
+		rc = arena_errf(errbuf, errlen, BATON_EPERM,
+		    "%s: belongs to uid %u, not to this user (uid %u) or root: refusing an "
+		    "arena another user wrote", path, (unsigned)st.st_uid, (unsigned)geteuid());
+		goto fail;
+	}
+	if (st.st_mode & S_IWOTH) {
+		rc = arena_errf(errbuf, errlen, BATON_EPERM,
+		    "%s: writable by others (mode %04o): refusing it; chmod o-w %s", path,
+		    (unsigned)(st.st_mode & 07777), path);
+		goto fail;
+	}
 	size = (uint64_t)st.st_size;
 	if (size == 0) {
 		rc = arena_errf(errbuf, errlen, BATON_ETRUNCATED, "%s: empty file", path);
