@@ -140,6 +140,12 @@ int arena_arch_known(const char *arch);
  * this user or root, writable by no one else (root's sticky directories
  * excepted). BATON_EPERM, with the reason in errbuf, otherwise. */
 int arena_check_dir(const char *dir, char *errbuf, size_t errlen);
+/* guard.c: reads of [base, base+size) that fault because the file shrank
+ * read zeros instead of killing the process, and are counted. add returns
+ * a slot (-1 when all are taken: then unguarded). */
+int arena_guard_add(const void *base, uint64_t size);
+void arena_guard_remove(int slot);
+unsigned arena_guard_faults(int slot);
 
 int arena_build(const char *path, const struct arena_plan *plan,
     const struct baton_create_opts *opts, struct baton_create_result *res,

@@ -21,6 +21,9 @@ struct baton_arena {
 	const uint8_t *base;
 	uint64_t size;
 	struct arena_index ix;
+	char path[256];
+	int fd;     /* kept open: arena_intact fstats it */
+	int guard;  /* guard.c's slot, or -1 */
 };
 
 const char *arena_role_name(uint32_t role)
@@ -643,23 +646,32 @@ int arena_open(const char *path, struct baton_arena **out, char *errbuf, size_t 
 		rc = arena_errf(errbuf, errlen, BATON_EIO, "%s: mmap: %s", path, strerror(errno));
 		goto fail;
 	}
-	close(fd);
-	fd = -1;
 	a = calloc(1, sizeof *a);
 	if (!a) {
 		rc = arena_errf(errbuf, errlen, BATON_ENOMEM, "out of memory");
 		goto fail;
 	}
+	/* Guarded from the first read on: the index build reads it all. */
+	a->guard = arena_guard_add(map, size);
 	char msg[256];
 	if ((rc = arena_index_build(map, size, &a->ix, msg, sizeof msg))) {
 		arena_errf(errbuf, errlen, rc, "%s: %s", path, msg);
 		goto fail;
 	}
+	if (arena_guard_faults(a->guard)) {
+		rc = arena_errf(errbuf, errlen, BATON_ETRUNCATED,
+		    "%s: the file shrank while it was being opened", path);
+		goto fail;
+	}
 	a->base = map;
 	a->size = size;
+	a->fd = fd;
+	snprintf(a->path, sizeof a->path, "%s", path);
 	*out = a;
 	return 0;
 fail:
+	if (a)
+		arena_guard_remove(a->guard);
 	free(a);
 	if (map != MAP_FAILED)
 		munmap(map, size);
@@ -672,9 +684,28 @@ void arena_close(struct baton_arena *a)
 {
 	if (!a)
 		return;
+	arena_guard_remove(a->guard);
 	munmap((void *)(uintptr_t)a->base, a->size);
+	close(a->fd);
 	arena_index_free(&a->ix);
 	free(a);
+}
+
+int arena_intact(const struct baton_arena *a, char *errbuf, size_t errlen)
+{
+	struct stat st;
+	if (fstat(a->fd, &st) != 0)
+		return arena_errf(errbuf, errlen, BATON_EIO, "%s: %s", a->path, strerror(errno));
+	if ((uint64_t)st.st_size < a->size)
+		return arena_errf(errbuf, errlen, BATON_ETRUNCATED,
+		    "%s: the arena shrank from %" PRIu64 " to %" PRIu64 " bytes while in use "
+		    "(truncated in place): what it held is gone; recreate it and restart "
+		    "the engine", a->path, a->size, (uint64_t)st.st_size);
+	if (arena_guard_faults(a->guard))
+		return arena_errf(errbuf, errlen, BATON_ETRUNCATED,
+		    "%s: the arena shrank while in use (%u reads past its end); recreate it "
+		    "and restart the engine", a->path, arena_guard_faults(a->guard));
+	return 0;
 }
 
 const struct baton_arena_shape *arena_shape(const struct baton_arena *a)
