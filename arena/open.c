@@ -24,6 +24,8 @@ struct baton_arena {
 	char path[256];
 	int fd;     /* kept open: arena_intact fstats it */
 	int guard;  /* guard.c's slot, or -1 */
+	uint64_t shrank_to; /* the size arena_intact saw below a->size; latched */
+	int shrank;
 };
 
 const char *arena_role_name(uint32_t role)
@@ -691,16 +693,21 @@ void arena_close(struct baton_arena *a)
 	free(a);
 }
 
-int arena_intact(const struct baton_arena *a, char *errbuf, size_t errlen)
+int arena_intact(struct baton_arena *a, char *errbuf, size_t errlen)
 {
 	struct stat st;
 	if (fstat(a->fd, &st) != 0)
 		return arena_errf(errbuf, errlen, BATON_EIO, "%s: %s", a->path, strerror(errno));
-	if ((uint64_t)st.st_size < a->size)
+	/* Latched: grown back in place, the lost part reads zeros. */
+	if (!a->shrank && (uint64_t)st.st_size < a->size) {
+		a->shrank = 1;
+		a->shrank_to = (uint64_t)st.st_size;
+	}
+	if (a->shrank)
 		return arena_errf(errbuf, errlen, BATON_ETRUNCATED,
 		    "%s: the arena shrank from %" PRIu64 " to %" PRIu64 " bytes while in use "
 		    "(truncated in place): what it held is gone; recreate it and restart "
-		    "the engine", a->path, a->size, (uint64_t)st.st_size);
+		    "the engine", a->path, a->size, a->shrank_to);
 	if (arena_guard_faults(a->guard))
 		return arena_errf(errbuf, errlen, BATON_ETRUNCATED,
 		    "%s: the arena shrank while in use (%u reads past its end); recreate it "
