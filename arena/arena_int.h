@@ -141,9 +141,10 @@ int arena_arch_known(const char *arch);
  * excepted). BATON_EPERM, with the reason in errbuf, otherwise. */
 int arena_check_dir(const char *dir, char *errbuf, size_t errlen);
 /* guard.c: reads of [base, base+size) that fault because the file shrank
- * read zeros instead of killing the process, and are counted. add returns
- * a slot (-1 when all are taken: then unguarded). */
-int arena_guard_add(const void *base, uint64_t size);
+ * read zeros instead of killing the process, and are counted; with
+ * `writable`, writes that fault (a full tmpfs) go to a scratch page and
+ * are counted. add returns a slot (-1 when all are taken: unguarded). */
+int arena_guard_add(const void *base, uint64_t size, int writable);
 void arena_guard_remove(int slot);
 unsigned arena_guard_faults(int slot);
 

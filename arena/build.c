@@ -420,6 +420,7 @@ struct fill_ctx {
 	const struct arena_plan *plan;
 	struct arena_file_entry *ents;
 	uint8_t *map;
+	int guard;                 /* guard.c's slot for map */
 	pthread_mutex_t mu;
 	uint64_t err_item;
 	char msg[512];
@@ -434,6 +435,8 @@ static int fill_one(void *arg, uint64_t i)
 	const struct arena_named *n = i < nexp ? NULL : &p->named[i - nexp];
 	char msg[512] = "";
 	int rc = 0;
+	if (arena_guard_faults(c->guard))
+		return BATON_EIO; /* the file system is full: write_tmp says so */
 	if (n && n->role == BATON_ROLE_BLOB)
 		memcpy(c->map + e->offset, n->data, n->bytes);
 	else
@@ -457,6 +460,7 @@ static int write_tmp(const char *tmp, const struct arena_plan *p, struct arena_f
 {
 	int rc = 0;
 	uint8_t *map = MAP_FAILED;
+	int guard = -1;
 	int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0640);
 	if (fd < 0)
 		return arena_errf(errbuf, errlen, BATON_EIO, "%s: %s", tmp, strerror(errno));
@@ -490,14 +494,24 @@ static int write_tmp(const char *tmp, const struct arena_plan *p, struct arena_f
 		goto out;
 	}
 	madvise(map, h->file_bytes, MADV_HUGEPAGE);
+	guard = arena_guard_add(map, h->file_bytes, 1);
 	/* An unsealed header first: a creator that dies from here on leaves a
 	 * file that open calls "not sealed" rather than "bad magic". */
 	memcpy(map, h, sizeof *h);
 
-	struct fill_ctx fc = { .plan = p, .ents = ents, .map = map, .err_item = UINT64_MAX };
+	struct fill_ctx fc = { .plan = p, .ents = ents, .map = map, .guard = guard,
+		.err_item = UINT64_MAX };
 	pthread_mutex_init(&fc.mu, NULL);
 	rc = arena_parallel(threads, h->n_entries, fill_one, &fc);
 	pthread_mutex_destroy(&fc.mu);
+	if (arena_guard_faults(guard)) {
+		/* tmpfs had no page to give a write (filled since the check
+		 * above): SIGBUS without the guard. */
+		rc = arena_errf(errbuf, errlen, BATON_EIO,
+		    "%s: the file system ran out of room while the arena was written "
+		    "(%" PRIu64 " MiB); free some or use a larger one", tmp, h->file_bytes >> 20);
+		goto out;
+	}
 	if (rc) {
 		arena_errf(errbuf, errlen, rc, "%s", fc.msg[0] ? fc.msg : "filling the arena failed");
 		goto out;
@@ -529,6 +543,10 @@ static int write_tmp(const char *tmp, const struct arena_plan *p, struct arena_f
 		goto out;
 	}
 out:
+	if (!rc && arena_guard_faults(guard)) /* the table or the seal's page */
+		rc = arena_errf(errbuf, errlen, BATON_EIO,
+		    "%s: the file system ran out of room while the arena was written", tmp);
+	arena_guard_remove(guard);
 	if (map != MAP_FAILED)
 		munmap(map, h->file_bytes);
 	close(fd);

@@ -654,7 +654,7 @@ int arena_open(const char *path, struct baton_arena **out, char *errbuf, size_t 
 		goto fail;
 	}
 	/* Guarded from the first read on: the index build reads it all. */
-	a->guard = arena_guard_add(map, size);
+	a->guard = arena_guard_add(map, size, 0);
 	char msg[256];
 	if ((rc = arena_index_build(map, size, &a->ix, msg, sizeof msg))) {
 		arena_errf(errbuf, errlen, rc, "%s: %s", path, msg);
