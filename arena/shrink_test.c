@@ -86,7 +86,11 @@ static void t_other_sigbus_still_kills(void)
 	}
 	int st;
 	T_ASSERT(waitpid(pid, &st, 0) == pid);
-	T_ASSERT_MSG(WIFSIGNALED(st) && WTERMSIG(st) == SIGBUS, "status %#x", st);
+	/* Killed by SIGBUS; under ASan, its own SIGBUS report (the handler
+	 * ours chains to) ends the process with a failing status instead. */
+	T_ASSERT_MSG((WIFSIGNALED(st) && WTERMSIG(st) == SIGBUS) ||
+	    (WIFEXITED(st) && WEXITSTATUS(st) != 0 && WEXITSTATUS(st) != 3 &&
+	        WEXITSTATUS(st) != 4), "status %#x", st);
 	au_rmdir(dir);
 }
 
