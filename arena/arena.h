@@ -327,6 +327,13 @@ uint64_t arena_blob_count(const struct baton_arena *a);
 int arena_blob_at(const struct baton_arena *a, uint64_t i, const char **key,
     const void **data, uint64_t *len);
 
+/* 0 while the file still covers the whole mapping. BATON_ETRUNCATED, with
+ * the reason in errbuf, once it shrank (truncated in place; latched, as
+ * grown back the lost part reads zeros) or a read of the mapping faulted: reads of the lost part yield zeros instead of
+ * SIGBUS (see guard.c), so a caller that copied from the arena checks
+ * this afterwards and discards what it copied. */
+int arena_intact(struct baton_arena *a, char *errbuf, size_t errlen);
+
 /* Where an arena named `name` lives by default: /dev/shm/baton/<name>.arena.
  * BATON_EINVAL for an empty name or one with '/', BATON_ETOOBIG when it does
  * not fit in buf. */

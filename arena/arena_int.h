@@ -136,6 +136,17 @@ int arena_plan_add_blob(struct arena_plan *p, const char *key, void *data, uint6
 void arena_plan_free_named(struct arena_plan *p);
 /* The architectures a whole-model arena may hold (Hugging Face model_type). */
 int arena_arch_known(const char *arch);
+/* 0 when `dir` may hold arenas: a real directory (not a link), owned by
+ * this user or root, writable by no one else (root's sticky directories
+ * excepted). BATON_EPERM, with the reason in errbuf, otherwise. */
+int arena_check_dir(const char *dir, char *errbuf, size_t errlen);
+/* guard.c: reads of [base, base+size) that fault because the file shrank
+ * read zeros instead of killing the process, and are counted; with
+ * `writable`, writes that fault (a full tmpfs) go to a scratch page and
+ * are counted. add returns a slot (-1 when all are taken: unguarded). */
+int arena_guard_add(const void *base, uint64_t size, int writable);
+void arena_guard_remove(int slot);
+unsigned arena_guard_faults(int slot);
 
 int arena_build(const char *path, const struct arena_plan *plan,
     const struct baton_create_opts *opts, struct baton_create_result *res,

@@ -298,6 +298,8 @@ int arena_arch_known(const char *arch)
 
 /* ---- files ----------------------------------------------------------------- */
 
+/* Makes the missing parts of `dir`, each 0750 (the service group reads
+ * arenas; others do not). */
 static int mkdir_p(const char *dir, char *errbuf, size_t errlen)
 {
 	char buf[PATH_MAX];
@@ -307,7 +309,7 @@ static int mkdir_p(const char *dir, char *errbuf, size_t errlen)
 		if (*p == '/' || *p == '\0') {
 			char c = *p;
 			*p = '\0';
-			if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+			if (mkdir(buf, 0750) != 0 && errno != EEXIST)
 				return arena_errf(errbuf, errlen, BATON_EIO, "mkdir %s: %s", buf,
 				    strerror(errno));
 			*p = c;
@@ -315,6 +317,37 @@ static int mkdir_p(const char *dir, char *errbuf, size_t errlen)
 				break;
 		}
 	}
+	return 0;
+}
+
+/* Whoever can write the arena's directory can put their own arena where
+ * ours goes (or a link where we write), and the engine would load it. So
+ * the directory must be a real one (not a link), owned by us or root, and
+ * writable by nobody else; root's sticky directories (/dev/shm, /tmp)
+ * are fine, as others cannot rename or remove our files there. */
+int arena_check_dir(const char *dir, char *errbuf, size_t errlen)
+{
+	struct stat st;
+	if (lstat(dir, &st) != 0)
+		return arena_errf(errbuf, errlen, errno == ENOENT ? BATON_ENOTFOUND : BATON_EIO,
+		    "%s: %s", dir, strerror(errno));
+	if (S_ISLNK(st.st_mode))
+		return arena_errf(errbuf, errlen, BATON_EPERM,
+		    "arena directory %s is a symbolic link: refusing it (use the real path)", dir);
+	if (!S_ISDIR(st.st_mode))
+		return arena_errf(errbuf, errlen, BATON_EINVAL, "%s: not a directory", dir);
+	uid_t me = geteuid();
+	if (st.st_uid != me && st.st_uid != 0)
+		return arena_errf(errbuf, errlen, BATON_EPERM,
+		    "arena directory %s belongs to uid %u, not to this user (uid %u) or root: "
+		    "another user could replace the arenas in it; remove it or use another path",
+		    dir, (unsigned)st.st_uid, (unsigned)me);
+	if ((st.st_mode & (S_IWGRP | S_IWOTH)) && !(st.st_uid == 0 && (st.st_mode & S_ISVTX)))
+		return arena_errf(errbuf, errlen, BATON_EPERM,
+		    "arena directory %s is writable by %s (mode %04o): others could replace "
+		    "the arenas in it; chmod go-w %s",
+		    dir, (st.st_mode & S_IWOTH) ? "others" : "its group",
+		    (unsigned)(st.st_mode & 07777), dir);
 	return 0;
 }
 
@@ -387,6 +420,7 @@ struct fill_ctx {
 	const struct arena_plan *plan;
 	struct arena_file_entry *ents;
 	uint8_t *map;
+	int guard;                 /* guard.c's slot for map */
 	pthread_mutex_t mu;
 	uint64_t err_item;
 	char msg[512];
@@ -401,6 +435,8 @@ static int fill_one(void *arg, uint64_t i)
 	const struct arena_named *n = i < nexp ? NULL : &p->named[i - nexp];
 	char msg[512] = "";
 	int rc = 0;
+	if (arena_guard_faults(c->guard))
+		return BATON_EIO; /* the file system is full: write_tmp says so */
 	if (n && n->role == BATON_ROLE_BLOB)
 		memcpy(c->map + e->offset, n->data, n->bytes);
 	else
@@ -424,7 +460,8 @@ static int write_tmp(const char *tmp, const struct arena_plan *p, struct arena_f
 {
 	int rc = 0;
 	uint8_t *map = MAP_FAILED;
-	int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	int guard = -1;
+	int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0640);
 	if (fd < 0)
 		return arena_errf(errbuf, errlen, BATON_EIO, "%s: %s", tmp, strerror(errno));
 	struct statfs sfs;
@@ -457,14 +494,24 @@ static int write_tmp(const char *tmp, const struct arena_plan *p, struct arena_f
 		goto out;
 	}
 	madvise(map, h->file_bytes, MADV_HUGEPAGE);
+	guard = arena_guard_add(map, h->file_bytes, 1);
 	/* An unsealed header first: a creator that dies from here on leaves a
 	 * file that open calls "not sealed" rather than "bad magic". */
 	memcpy(map, h, sizeof *h);
 
-	struct fill_ctx fc = { .plan = p, .ents = ents, .map = map, .err_item = UINT64_MAX };
+	struct fill_ctx fc = { .plan = p, .ents = ents, .map = map, .guard = guard,
+		.err_item = UINT64_MAX };
 	pthread_mutex_init(&fc.mu, NULL);
 	rc = arena_parallel(threads, h->n_entries, fill_one, &fc);
 	pthread_mutex_destroy(&fc.mu);
+	if (arena_guard_faults(guard)) {
+		/* tmpfs had no page to give a write (filled since the check
+		 * above): SIGBUS without the guard. */
+		rc = arena_errf(errbuf, errlen, BATON_EIO,
+		    "%s: the file system ran out of room while the arena was written "
+		    "(%" PRIu64 " MiB); free some or use a larger one", tmp, h->file_bytes >> 20);
+		goto out;
+	}
 	if (rc) {
 		arena_errf(errbuf, errlen, rc, "%s", fc.msg[0] ? fc.msg : "filling the arena failed");
 		goto out;
@@ -496,6 +543,10 @@ static int write_tmp(const char *tmp, const struct arena_plan *p, struct arena_f
 		goto out;
 	}
 out:
+	if (!rc && arena_guard_faults(guard)) /* the table or the seal's page */
+		rc = arena_errf(errbuf, errlen, BATON_EIO,
+		    "%s: the file system ran out of room while the arena was written", tmp);
+	arena_guard_remove(guard);
 	if (map != MAP_FAILED)
 		munmap(map, h->file_bytes);
 	close(fd);
@@ -586,6 +637,10 @@ int arena_build(const char *path, const struct arena_plan *p,
 	pc.shape.router_dtype = h.router_dtype;
 	pc.shape.norm_dtype = h.norm_dtype;
 
+	/* The directory first, even for the fast path: an arena already in a
+	 * directory someone else controls is not to be reused. */
+	if ((rc = mkdir_p(dir, errbuf, errlen)) || (rc = arena_check_dir(dir, errbuf, errlen)))
+		goto done;
 	/* Fast path: already there, no lock needed. */
 	rc = check_existing(path, &pc, opts->force, &r.generation, &r.bytes, &old_gen,
 	    errbuf, errlen);
@@ -597,9 +652,8 @@ int arena_build(const char *path, const struct arena_plan *p,
 	if (rc)
 		goto done;
 
-	if ((rc = mkdir_p(dir, errbuf, errlen)))
-		goto done;
-	lockfd = open(lockpath, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	/* O_NOFOLLOW: a link left at the lock's name is not followed. */
+	lockfd = open(lockpath, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0640);
 	if (lockfd < 0) {
 		rc = arena_errf(errbuf, errlen, BATON_EIO, "%s: %s", lockpath, strerror(errno));
 		goto done;

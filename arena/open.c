@@ -21,6 +21,11 @@ struct baton_arena {
 	const uint8_t *base;
 	uint64_t size;
 	struct arena_index ix;
+	char path[256];
+	int fd;     /* kept open: arena_intact fstats it */
+	int guard;  /* guard.c's slot, or -1 */
+	uint64_t shrank_to; /* the size arena_intact saw below a->size; latched */
+	int shrank;
 };
 
 const char *arena_role_name(uint32_t role)
@@ -618,6 +623,21 @@ int arena_open(const char *path, struct baton_arena **out, char *errbuf, size_t 
 		rc = arena_errf(errbuf, errlen, BATON_EIO, "%s: not a regular file", path);
 		goto fail;
 	}
+	/* An arena someone else could have written is not loaded: its
+	 * weights would be theirs, and verify cannot tell (the checksums
+	 * are in the same file). */
+	if (st.st_uid != geteuid() && st.st_uid != 0) {
+		rc = arena_errf(errbuf, errlen, BATON_EPERM,
+		    "%s: belongs to uid %u, not to this user (uid %u) or root: refusing an "
+		    "arena another user wrote", path, (unsigned)st.st_uid, (unsigned)geteuid());
+		goto fail;
+	}
+	if (st.st_mode & S_IWOTH) {
+		rc = arena_errf(errbuf, errlen, BATON_EPERM,
+		    "%s: writable by others (mode %04o): refusing it; chmod o-w %s", path,
+		    (unsigned)(st.st_mode & 07777), path);
+		goto fail;
+	}
 	size = (uint64_t)st.st_size;
 	if (size == 0) {
 		rc = arena_errf(errbuf, errlen, BATON_ETRUNCATED, "%s: empty file", path);
@@ -628,23 +648,32 @@ int arena_open(const char *path, struct baton_arena **out, char *errbuf, size_t 
 		rc = arena_errf(errbuf, errlen, BATON_EIO, "%s: mmap: %s", path, strerror(errno));
 		goto fail;
 	}
-	close(fd);
-	fd = -1;
 	a = calloc(1, sizeof *a);
 	if (!a) {
 		rc = arena_errf(errbuf, errlen, BATON_ENOMEM, "out of memory");
 		goto fail;
 	}
+	/* Guarded from the first read on: the index build reads it all. */
+	a->guard = arena_guard_add(map, size, 0);
 	char msg[256];
 	if ((rc = arena_index_build(map, size, &a->ix, msg, sizeof msg))) {
 		arena_errf(errbuf, errlen, rc, "%s: %s", path, msg);
 		goto fail;
 	}
+	if (arena_guard_faults(a->guard)) {
+		rc = arena_errf(errbuf, errlen, BATON_ETRUNCATED,
+		    "%s: the file shrank while it was being opened", path);
+		goto fail;
+	}
 	a->base = map;
 	a->size = size;
+	a->fd = fd;
+	snprintf(a->path, sizeof a->path, "%s", path);
 	*out = a;
 	return 0;
 fail:
+	if (a)
+		arena_guard_remove(a->guard);
 	free(a);
 	if (map != MAP_FAILED)
 		munmap(map, size);
@@ -657,9 +686,33 @@ void arena_close(struct baton_arena *a)
 {
 	if (!a)
 		return;
+	arena_guard_remove(a->guard);
 	munmap((void *)(uintptr_t)a->base, a->size);
+	close(a->fd);
 	arena_index_free(&a->ix);
 	free(a);
+}
+
+int arena_intact(struct baton_arena *a, char *errbuf, size_t errlen)
+{
+	struct stat st;
+	if (fstat(a->fd, &st) != 0)
+		return arena_errf(errbuf, errlen, BATON_EIO, "%s: %s", a->path, strerror(errno));
+	/* Latched: grown back in place, the lost part reads zeros. */
+	if (!a->shrank && (uint64_t)st.st_size < a->size) {
+		a->shrank = 1;
+		a->shrank_to = (uint64_t)st.st_size;
+	}
+	if (a->shrank)
+		return arena_errf(errbuf, errlen, BATON_ETRUNCATED,
+		    "%s: the arena shrank from %" PRIu64 " to %" PRIu64 " bytes while in use "
+		    "(truncated in place): what it held is gone; recreate it and restart "
+		    "the engine", a->path, a->size, a->shrank_to);
+	if (arena_guard_faults(a->guard))
+		return arena_errf(errbuf, errlen, BATON_ETRUNCATED,
+		    "%s: the arena shrank while in use (%u reads past its end); recreate it "
+		    "and restart the engine", a->path, arena_guard_faults(a->guard));
+	return 0;
 }
 
 const struct baton_arena_shape *arena_shape(const struct baton_arena *a)

@@ -362,6 +362,8 @@ int cache_fill(struct baton_cache *c, const struct cache_slots *t, const uint32_
 	rc = nc ? c->be->copy_h2d(c->dev, c->copies, nc) : 0;
 	if (!rc && nc && !defer)
 		rc = c->be->sync(c->dev);
+	if (!rc && nc && c->src_check)
+		rc = c->src_check(c->src_ctx);
 	if (!rc && defer && c->n_inflight + n > c->cap_inflight) {
 		uint32_t cap = c->n_inflight + n > 2 * c->cap_inflight ? c->n_inflight + n : 2 * c->cap_inflight;
 		uint32_t *p = realloc(c->inflight, (size_t)cap * sizeof *p);
@@ -645,6 +647,12 @@ nomem:
 fail:
 	cache_destroy(c);
 	return rc;
+}
+
+void cache_set_src_check(struct baton_cache *c, int (*check)(void *ctx), void *ctx)
+{
+	c->src_check = check;
+	c->src_ctx = ctx;
 }
 
 void cache_destroy(struct baton_cache *c)

@@ -134,6 +134,12 @@ int cache_create(const struct baton_backend *be, struct baton_dev *dev,
 /* Unmaps every segment and gives the reservation back; NULL allowed. */
 void cache_destroy(struct baton_cache *c);
 
+/* Optional: `check` runs after every copy from the items' host bytes; a
+ * nonzero return fails that copy with its code and drops its slots. The
+ * engine checks its arena is still whole: one that shrank under it reads
+ * zeros (arena/guard.c), which must never become resident. */
+void cache_set_src_check(struct baton_cache *c, int (*check)(void *ctx), void *ctx);
+
 /* Unmaps every segment, and the peer tier's. Returns 0 only once the
  * device's free memory rose by what was unmapped (confirmed with mem_info;
  * the peer's likewise); idempotent. */

@@ -54,6 +54,8 @@ struct cache_peer {
 
 struct baton_cache {
 	const struct baton_backend *be;
+	int (*src_check)(void *ctx); /* cache_set_src_check */
+	void *src_ctx;
 	struct baton_dev *dev;
 	const struct baton_cache_item *items;
 	uint32_t n_items;

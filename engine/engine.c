@@ -44,6 +44,7 @@ struct baton_engine {
 	float *weights;
 	uint32_t *want;
 	baton_dptr *blobs;
+	int truncated_logged;       /* arena_check_src said why, once */
 };
 
 static double now_s(void)
@@ -57,6 +58,22 @@ static void set_err(char *errbuf, size_t errlen, const char *fmt, const char *a,
 {
 	if (errbuf && errlen)
 		snprintf(errbuf, errlen, fmt, a, baton_strerror(code));
+}
+
+/* The cache's src_check: after each copy from the arena, is the file
+ * still whole? One that shrank under us (truncated in place) read zeros
+ * where its pages were (arena/guard.c): the copy fails, its slots are
+ * dropped, and what is resident keeps serving. */
+static int arena_check_src(void *ctx)
+{
+	struct baton_engine *e = ctx;
+	char msg[512];
+	int rc = arena_intact(e->arena, msg, sizeof msg);
+	if (rc && !e->truncated_logged) {
+		e->truncated_logged = 1;
+		fprintf(stderr, "baton-engine %s: %s\n", e->name, msg);
+	}
+	return rc;
 }
 
 static uint64_t round_up(uint64_t v, uint64_t a)
@@ -301,6 +318,7 @@ int engine_open(const struct baton_engine_config *cfg, struct baton_engine **out
 			snprintf(errbuf, errlen, "expert cache: %s", sub);
 		goto fail;
 	}
+	cache_set_src_check(e->cache, arena_check_src, e);
 	if (cfg->warm) {
 		struct baton_cache_report rep;
 		if ((rc = cache_refill(e->cache, &rep)) != 0) {
