@@ -84,19 +84,6 @@ struct baton_dev {
 	size_t n_resv, cap_resv;
 };
 
-static void host_err(char *buf, size_t len, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void host_err(char *buf, size_t len, const char *fmt, ...)
-{
-	if (!buf || !len)
-		return;
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(buf, len, fmt, ap);
-	va_end(ap);
-}
-
 static int host_usable(const struct baton_dev *dev)
 {
 	return dev && dev->pid == getpid();
@@ -299,7 +286,7 @@ static int host_open(int index, uint64_t capacity_bytes, struct baton_dev **out,
 	*out = NULL;
 	struct baton_dev *dev = calloc(1, sizeof *dev);
 	if (!dev) {
-		host_err(errbuf, errlen, "out of host memory");
+		baton_errf(errbuf, errlen, "out of host memory");
 		return BATON_ENOMEM;
 	}
 	int rc = hostdev_open(index, capacity_bytes, &dev->hd, errbuf, errlen);

@@ -84,19 +84,6 @@ struct baton_model {
 	baton_dptr *blobs;
 };
 
-static void merr(char *buf, size_t len, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void merr(char *buf, size_t len, const char *fmt, ...)
-{
-	if (!buf || !len)
-		return;
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(buf, len, fmt, ap);
-	va_end(ap);
-}
-
 static int add_upload(struct baton_model *m, struct dtensor *t, const void *src, uint64_t bytes)
 {
 	if (m->n_ups == m->cap_ups) {
@@ -151,25 +138,25 @@ static int load(struct baton_model *m, const char *name, uint32_t rows, uint32_t
 	if (rc == BATON_ENOTFOUND && !required)
 		return 0;
 	if (rc) {
-		merr(eb, el, "tensor %s: %s", name,
+		baton_errf(eb, el, "tensor %s: %s", name,
 		    rc == BATON_ENOTFOUND ? "missing from the arena" : baton_strerror(rc));
 		return rc;
 	}
 	if (at.rows != rows || at.cols != cols) {
-		merr(eb, el, "tensor %s is %u x %u, the config wants %u x %u", name, at.rows, at.cols,
+		baton_errf(eb, el, "tensor %s is %u x %u, the config wants %u x %u", name, at.rows, at.cols,
 		    rows, cols);
 		return BATON_EINVAL;
 	}
 	if (!m->be->can_compute((int)at.dtype)) {
 		const char *dn = baton_dtype_name((int)at.dtype);
-		merr(eb, el, "tensor %s: the %s backend cannot compute %s weights", name, m->be->name,
+		baton_errf(eb, el, "tensor %s: the %s backend cannot compute %s weights", name, m->be->name,
 		    dn ? dn : "unknown");
 		return BATON_EUNSUPPORTED;
 	}
 	if ((rc = add_upload(m, t, at.data, at.bytes)) != 0)
 		return rc;
 	if ((rc = upload(m, &m->ups[m->n_ups - 1])) != 0) {
-		merr(eb, el, "tensor %s: uploading %llu bytes: %s", name,
+		baton_errf(eb, el, "tensor %s: uploading %llu bytes: %s", name,
 		    (unsigned long long)at.bytes, baton_strerror(rc));
 		return rc;
 	}
@@ -234,20 +221,20 @@ static int load_layer(struct baton_model *m, uint32_t l, char *eb, size_t el)
 	struct baton_arena_tensor parts[3];
 	struct baton_arena_expert ex;
 	if ((rc = arena_expert(ar, l, 0, &ex)) || (rc = arena_expert_parts(ar, l, 0, parts))) {
-		merr(eb, el, "layer %u: no experts in the arena: %s", l, baton_strerror(rc));
+		baton_errf(eb, el, "layer %u: no experts in the arena: %s", l, baton_strerror(rc));
 		return rc;
 	}
 	static const char *const pn[3] = { "gate", "up", "down" };
 	const uint32_t want_r[3] = { c->moe_ff, c->moe_ff, D }, want_c[3] = { D, D, c->moe_ff };
 	for (int i = 0; i < 3; i++) {
 		if (parts[i].rows != want_r[i] || parts[i].cols != want_c[i]) {
-			merr(eb, el, "layer %u expert %s is %u x %u, the config wants %u x %u", l, pn[i],
+			baton_errf(eb, el, "layer %u expert %s is %u x %u, the config wants %u x %u", l, pn[i],
 			    parts[i].rows, parts[i].cols, want_r[i], want_c[i]);
 			return BATON_EINVAL;
 		}
 		if (!m->be->can_compute((int)parts[i].dtype)) {
 			const char *dn = baton_dtype_name((int)parts[i].dtype);
-			merr(eb, el, "layer %u expert %s: the %s backend cannot compute %s weights", l,
+			baton_errf(eb, el, "layer %u expert %s: the %s backend cannot compute %s weights", l,
 			    pn[i], m->be->name, dn ? dn : "unknown");
 			return BATON_EUNSUPPORTED;
 		}
@@ -339,7 +326,7 @@ int model_open(struct baton_engine *e, const struct baton_model_opts *opts,
 	uint64_t cj_len;
 
 	if (!e || !out) {
-		merr(eb, el, "model_open: no engine or no place for the result");
+		baton_errf(eb, el, "model_open: no engine or no place for the result");
 		return BATON_EINVAL;
 	}
 	*out = NULL;
@@ -352,13 +339,13 @@ int model_open(struct baton_engine *e, const struct baton_model_opts *opts,
 	m->cache = engine_cache(e);
 	const char *op = missing_op(m->be);
 	if (op) {
-		merr(eb, el, "the %s backend cannot run a model: it has no %s op", m->be->name, op);
+		baton_errf(eb, el, "the %s backend cannot run a model: it has no %s op", m->be->name, op);
 		rc = BATON_EUNSUPPORTED;
 		goto fail;
 	}
 	const struct baton_arena *a = engine_arena(e);
 	if ((rc = arena_blob(a, "config.json", &cj, &cj_len)) != 0) {
-		merr(eb, el, "the arena holds no config.json (%s): recreate it from the model's folder or GGUF file",
+		baton_errf(eb, el, "the arena holds no config.json (%s): recreate it from the model's folder or GGUF file",
 		    rc == BATON_ENOTFOUND ? "an experts-only arena" : baton_strerror(rc));
 		goto fail;
 	}
@@ -368,7 +355,7 @@ int model_open(struct baton_engine *e, const struct baton_model_opts *opts,
 	const struct baton_arena_shape *s = arena_shape(a);
 	if (s->layers != c->layers || s->experts != c->n_experts || s->d_model != c->hidden ||
 	    s->d_ff != c->moe_ff) {
-		merr(eb, el, "the arena's experts (%u layers x %u, %u x %u) do not match config.json "
+		baton_errf(eb, el, "the arena's experts (%u layers x %u, %u x %u) do not match config.json "
 		    "(%u layers x %u, %u x %u)", s->layers, s->experts, s->d_model, s->d_ff, c->layers,
 		    c->n_experts, c->hidden, c->moe_ff);
 		rc = BATON_EINVAL;
@@ -398,11 +385,11 @@ int model_open(struct baton_engine *e, const struct baton_model_opts *opts,
 		if ((rc = load_layer(m, l, eb, el)) != 0)
 			goto fail;
 	if ((rc = m->be->sync(m->dev)) != 0) {
-		merr(eb, el, "uploading the dense tensors: %s", baton_strerror(rc));
+		baton_errf(eb, el, "uploading the dense tensors: %s", baton_strerror(rc));
 		goto fail;
 	}
 	if ((rc = alloc_host(m)) != 0 || (rc = alloc_acts(m)) != 0) {
-		merr(eb, el, "allocating activations for %u tokens: %s", m->max_batch,
+		baton_errf(eb, el, "allocating activations for %u tokens: %s", m->max_batch,
 		    baton_strerror(rc));
 		goto fail;
 	}
