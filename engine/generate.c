@@ -20,8 +20,8 @@ struct baton_generator {
 	struct baton_engine *e;
 	struct baton_model *model;
 	text_tok *tok;
-	char *tmpl;                 /* the chat template, NUL-terminated; NULL: none */
-	const char *family;         /* text_chat_family(tmpl) */
+	const char *tmpl;           /* the tokenizer's chat template; NULL: none */
+	const char *family;         /* text_chat_family(tmpl), looked up once */
 	uint32_t eos[MAX_EOS];      /* the model's end-of-sequence ids */
 	uint32_t n_eos;
 	uint32_t vocab;             /* the model's logits */
@@ -99,14 +99,8 @@ int generator_open(struct baton_engine *e, const struct baton_model_opts *opts,
 	g->tok_vocab = (uint32_t)text_vocab_size(g->tok);
 	if (g->tok_vocab > g->vocab)
 		g->tok_vocab = g->vocab;
-	const char *t = text_chat_template(g->tok);
-	if (t) {
-		if (!(g->tmpl = strdup(t))) {
-			rc = BATON_ENOMEM;
-			goto fail;
-		}
+	if ((g->tmpl = text_chat_template(g->tok)) != NULL)
 		g->family = text_chat_family(g->tmpl);
-	}
 	add_eos(g, text_eos(g->tok));
 	add_eos(g, model_config(g->model)->eos);
 	eos_from_blob(g, "generation_config.json");
@@ -128,7 +122,6 @@ void generator_close(struct baton_generator *g)
 		return;
 	model_close(g->model);
 	text_tok_free(g->tok);
-	free(g->tmpl);
 	free(g->logits);
 	free(g);
 }
