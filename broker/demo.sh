@@ -63,17 +63,20 @@ echo "listening on $BATON_BROKER, events on $BATON_EVENTS"
 pids="$pids $!"
 sleep 0.2
 
-start_engine() { # NAME PRIORITY
-	"$B/baton-engine" --name "$1" --shared-expert-arena "$dir/demo.arena" \
-		--listen "ipc://$dir/$1.sock" --broker "$BATON_BROKER" --priority "$2" \
-		--backend "$backend" --host-device-mib $DEV_MIB --vram-segment-mib 32 \
-		--expert-cache-release --vram-elastic >"$dir/$1.out" 2>"$dir/$1.log" &
+start_engine() { # NAME [FLAGS...]: an engine under the broker, waited for until ready
+	name=$1; shift
+	"$B/baton-engine" --name "$name" --listen "ipc://$dir/$name.sock" --broker "$BATON_BROKER" \
+		--expert-cache-release --vram-elastic "$@" >"$dir/$name.out" 2>"$dir/$name.log" &
 	pids="$pids $!"
-	eval "pid_$1=$!"
-	for _ in $(seq 300); do grep -q ^ready "$dir/$1.out" 2>/dev/null && return 0; sleep 0.05; done
-	echo "engine $1 did not start:" >&2
-	cat "$dir/$1.log" >&2
+	eval "pid_$name=$!"
+	for _ in $(seq 300); do grep -q ^ready "$dir/$name.out" 2>/dev/null && return 0; sleep 0.05; done
+	echo "engine $name did not start:" >&2
+	cat "$dir/$name.log" >&2
 	return 1
+}
+start_demo_engine() { # NAME PRIORITY: an engine of the synthetic model on device 0
+	start_engine "$1" --shared-expert-arena "$dir/demo.arena" --priority "$2" \
+		--backend "$backend" --host-device-mib $DEV_MIB --vram-segment-mib 32
 }
 
 seen=0
@@ -86,18 +89,18 @@ new_events() { # prints the events since the last call, indented
 }
 
 say "three engines (a: priority 0, b: 1, c: 2) on one $backend device of $DEV_MIB MiB: room for two"
-if ! start_engine a 0; then
+if ! start_demo_engine a 0; then
 	if [ "$backend" = cuda ]; then
 		echo "(no CUDA engine in this build: the host backend instead)"
 		backend=host
 		sed -i '/^\[gpu/,$d' "$dir/broker.ini"
-		start_engine a 0
+		start_demo_engine a 0
 	else
 		exit 1
 	fi
 fi
-start_engine b 1
-start_engine c 2
+start_demo_engine b 1
+start_demo_engine c 2
 sleep 0.3
 new_events
 "$B/baton" status
@@ -147,17 +150,9 @@ fi
 say "two trained MoE chat models (models/README.md) take turns on host device 2, which holds one of them: qwen (qwen3_moe) and mixtral"
 "$B/baton-arena" create --safetensors models/kjv-qwen3-moe "$dir/kjv-qwen3-moe.arena" | sed 's/^/  /'
 "$B/baton-arena" create --safetensors models/kjv-mixtral "$dir/kjv-mixtral.arena" | sed 's/^/  /'
-start_chat_engine() { # NAME ARENA
-	"$B/baton-engine" --name "$1" --shared-expert-arena "$dir/$2.arena" \
-		--listen "ipc://$dir/$1.sock" --broker "$BATON_BROKER" --backend host --device 2 \
-		--host-device-mib 18 --vram-segment-mib 2 --ctx 512 \
-		--expert-cache-release --vram-elastic >"$dir/$1.out" 2>"$dir/$1.log" &
-	pids="$pids $!"
-	eval "pid_$1=$!"
-	for _ in $(seq 300); do grep -q ^ready "$dir/$1.out" 2>/dev/null && return 0; sleep 0.05; done
-	echo "engine $1 did not start:" >&2
-	cat "$dir/$1.log" >&2
-	return 1
+start_chat_engine() { # NAME ARENA: a trained model on host device 2 (18 MiB)
+	start_engine "$1" --shared-expert-arena "$dir/$2.arena" --backend host --device 2 \
+		--host-device-mib 18 --vram-segment-mib 2 --ctx 512
 }
 start_chat_engine qwen kjv-qwen3-moe
 start_chat_engine mixtral kjv-mixtral
