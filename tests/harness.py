@@ -523,8 +523,9 @@ class Http:
     def post(self, path, body=None, **kw):
         return self.req("POST", path, body=body, **kw)
 
-    def raw(self, data, timeout=10):
-        """Sends bytes as they are; returns the status line's code (0: none)."""
+    def raw_line(self, data, timeout=10):
+        """Sends bytes as they are; returns what came back up to the end of
+        the status line (b"" when nothing did)."""
         s = socket.create_connection((self.host, self.port), timeout=timeout)
         try:
             s.sendall(data)
@@ -534,12 +535,16 @@ class Http:
                 if not chunk:
                     break
                 got += chunk
-            parts = got.split(b" ", 2)
-            return int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
+            return got
         except (ConnectionResetError, BrokenPipeError, socket.timeout):
-            return 0
+            return b""
         finally:
             s.close()
+
+    def raw(self, data, timeout=10):
+        """Sends bytes as they are; returns the status line's code (0: none)."""
+        parts = self.raw_line(data, timeout).split(b" ", 2)
+        return int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
 
 
 def expect(got, status, code=None):
