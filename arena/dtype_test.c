@@ -20,6 +20,7 @@
 #endif
 
 #include "arena/arena_int.h"
+#include "tests/ref_math.h"
 #include "tests/t.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
@@ -96,35 +97,7 @@ static void t_dtype_table(void)
 }
 
 
-/* ---- exact decoders, written from the formats' definitions ------------------ */
-
-static double ref_f16(uint16_t h)
-{
-	int e = (h >> 10) & 31, m = h & 1023;
-	double v;
-
-	if (e == 31)
-		v = m ? NAN : INFINITY;
-	else if (e == 0)
-		v = ldexp(m, -24);
-	else
-		v = ldexp(1024 + m, e - 25);
-	return (h & 0x8000) ? -v : v;
-}
-
-static double ref_bf16(uint16_t h)
-{
-	int e = (h >> 7) & 255, m = h & 127;
-	double v;
-
-	if (e == 255)
-		v = m ? NAN : INFINITY;
-	else if (e == 0)
-		v = ldexp(m, -133);
-	else
-		v = ldexp(128 + m, e - 134);
-	return (h & 0x8000) ? -v : v;
-}
+/* ---- exact decoders: ref_f16, ref_bf16 (tests/ref_math.h) ------------------- */
 
 static void t_known_values(void)
 {

@@ -18,6 +18,7 @@
 #include "arena/arena.h"
 #include "arena/testdata/kquant_fixture.h"
 #include "engine/engine_int.h"
+#include "tests/ref_math.h"
 #include "tests/t.h"
 
 static const struct { const char *name; int dt; } kinds[] = {
@@ -45,26 +46,6 @@ static uint32_t fbits(float f)
 	uint32_t u;
 	memcpy(&u, &f, 4);
 	return u;
-}
-
-/* The accumulation order of engine_int.h, in plain scalar f32. */
-static float canon_dot(const float *w, const float *x, uint32_t n)
-{
-	float acc[32] = { 0 }, b[16], c[8], d[4];
-	uint32_t n32 = n & ~31u;
-
-	for (uint32_t i = 0; i < n32; i++)
-		acc[i % 32] += w[i] * x[i];
-	for (int l = 0; l < 16; l++)
-		b[l] = acc[l] + acc[l + 16];
-	for (int l = 0; l < 8; l++)
-		c[l] = b[l] + b[l + 8];
-	for (int l = 0; l < 4; l++)
-		d[l] = c[l] + c[l + 4];
-	float s = (d[0] + d[2]) + (d[1] + d[3]);
-	for (uint32_t i = n32; i < n; i++)
-		s += w[i] * x[i];
-	return s;
 }
 
 static void check_values(const char *name, const char *what, const float *got,

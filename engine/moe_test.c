@@ -28,6 +28,7 @@
 #include "arena/arena.h"
 #include "engine/engine_int.h"
 #include "proto/proto.h"
+#include "tests/ref_math.h"
 #include "tests/t.h"
 
 #define TOL_OUT 2e-6
@@ -70,35 +71,7 @@ static float bitsf(uint32_t u)
 	return f;
 }
 
-/* ---- the reference's own decoders ---------------------------------------- */
-
-static double ref_f16(uint16_t h)
-{
-	int e = (h >> 10) & 31, m = h & 1023;
-	double v;
-
-	if (e == 31)
-		v = m ? NAN : INFINITY;
-	else if (e == 0)
-		v = ldexp(m, -24);
-	else
-		v = ldexp(1024 + m, e - 25);
-	return (h & 0x8000) ? -v : v;
-}
-
-static double ref_bf16(uint16_t h)
-{
-	int e = (h >> 7) & 255, m = h & 127;
-	double v;
-
-	if (e == 255)
-		v = m ? NAN : INFINITY;
-	else if (e == 0)
-		v = ldexp(m, -133);
-	else
-		v = ldexp(128 + m, e - 134);
-	return (h & 0x8000) ? -v : v;
-}
+/* ---- the reference decoders are tests/ref_math.h's ------------------------ */
 
 static uint16_t rd16(const uint8_t *p)
 {
@@ -224,26 +197,6 @@ static const char *dt_name(int dt)
 	case BATON_DT_Q6_K: return "q6_K";
 	default: return "?";
 	}
-}
-
-/* The accumulation order of engine_int.h, emulated in plain scalar f32. */
-static float canon_dot(const float *w, const float *x, uint32_t n)
-{
-	float acc[32] = { 0 }, b[16], c[8], d[4];
-	uint32_t n32 = n & ~31u;
-
-	for (uint32_t i = 0; i < n32; i++)
-		acc[i % 32] += w[i] * x[i];
-	for (int l = 0; l < 16; l++)
-		b[l] = acc[l] + acc[l + 16];
-	for (int l = 0; l < 8; l++)
-		c[l] = b[l] + b[l + 8];
-	for (int l = 0; l < 4; l++)
-		d[l] = c[l] + c[l + 4];
-	float s = (d[0] + d[2]) + (d[1] + d[3]);
-	for (uint32_t i = n32; i < n; i++)
-		s += w[i] * x[i];
-	return s;
 }
 
 /* ---- f16 / bf16 rows (the codec: arena/dtype_test.c) -------------------- */
