@@ -32,17 +32,10 @@
 #include <jansson.h>
 
 #include "broker/broker.h"
+#include "broker/cli.h"
 #include "broker/cli_engine.h"
 #include "broker/text_cmd.h"
 #include "broker/tokenize_cmd.h"
-
-enum {
-	EXIT_DONE = 0,
-	EXIT_FAILED = 1,
-	EXIT_USAGE = 2,
-	EXIT_BUSY = 3,
-	EXIT_NOTFOUND = 4,
-};
 
 static const char usage_text[] =
     "usage: baton [--broker URL] [--events URL] [--timeout T] [--json] [--quiet] COMMAND [ARGS]\n"
@@ -307,16 +300,6 @@ static json_t *jint(uint64_t v)
 
 /* ---- calls ------------------------------------------------------------------------ */
 
-static int exit_code_of(int err)
-{
-	switch (err) {
-	case BATON_EBUSY: return EXIT_BUSY;
-	case BATON_ENOTFOUND: return EXIT_NOTFOUND;
-	case BATON_EINVAL: return EXIT_USAGE;
-	default: return EXIT_FAILED;
-	}
-}
-
 struct progress;
 static void progress_stop(struct progress *p);
 
@@ -335,7 +318,7 @@ static void call(const char *url, const char *what, struct baton_msg *req, struc
 		fprintf(stderr, "baton: %s: %s (%s)\n", what, rep->msg && rep->msg[0] ? rep->msg :
 		    baton_strerror(rc), baton_errname(rc));
 		proto_msg_free(rep);
-		exit(exit_code_of(rc));
+		exit(cli_exit_code(rc));
 	}
 	if (rc == BATON_ECONN)
 		fprintf(stderr, "baton: %s: nothing listens at %s (is the broker running? --broker URL)\n",

@@ -22,6 +22,7 @@
 #include <jansson.h>
 
 #include "broker/broker.h"
+#include "broker/cli.h"
 #include "broker/cli_engine.h"
 #include "broker/text_cmd.h"
 
@@ -47,8 +48,6 @@ static const char usage_text[] =
     "  --json                  the reply as JSON: text, finish_reason, usage, token ids, timings\n"
     "  --broker URL            the broker that knows NAME (else $BATON_BROKER, else " BROKER_DEFAULT_CONTROL ")\n"
     "  --timeout T             per request (default 300s)\n";
-
-enum { EXIT_DONE = 0, EXIT_FAILED = 1, EXIT_USAGE = 2, EXIT_BUSY = 3, EXIT_NOTFOUND = 4 };
 
 struct text_opts {
 	const char *cmd, *name, *broker, *system;
@@ -171,16 +170,6 @@ static void parse(int argc, char **argv, struct text_opts *o)
 	}
 }
 
-static int exit_of(int err)
-{
-	switch (err) {
-	case BATON_EINVAL: case BATON_ERANGE: return EXIT_USAGE;
-	case BATON_EBUSY: return EXIT_BUSY;
-	case BATON_ENOTFOUND: return EXIT_NOTFOUND;
-	default: return EXIT_FAILED;
-	}
-}
-
 /* NAME as the URL of its control socket: a URL as it is, else the ctl the
  * engine registered with the broker. */
 static char *engine_url(const struct text_opts *o)
@@ -242,7 +231,7 @@ static void turn(const struct text_opts *o, const char *url, const char *prompt,
 		else
 			fprintf(stderr, "baton: %s: %s: %s %s\n", o->cmd, url, baton_strerror(rc), d.text);
 		proto_msg_free(&rep);
-		exit(exit_of(rc));
+		exit(rc == BATON_ERANGE ? EXIT_USAGE : cli_exit_code(rc)); /* a sampling value out of range is a usage error here */
 	}
 	if (o->json) {
 		json_t *ids = json_array();
