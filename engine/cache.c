@@ -459,6 +459,19 @@ static int seg_needs_refill(const struct baton_cache *c, uint32_t k)
 	return c->seg_active[k] && (c->seg_mapped[k] ? c->seg_pending[k] > 0 : !c->plan_nomap);
 }
 
+/* The bytes loading segment k copies: its pending slots' items, or all
+ * its assigned ones when it is not mapped (mapping makes them pending). */
+static uint64_t seg_copy_bytes(const struct baton_cache *c, uint32_t k)
+{
+	uint64_t n = 0;
+	for (uint32_t s = k * c->sps; s < (k + 1) * c->sps; s++) {
+		int64_t it = c->slot_item[s];
+		if (it >= 0 && (c->seg_mapped[k] ? c->slot_pending[s] : 1))
+			n += c->items[it].bytes;
+	}
+	return n;
+}
+
 /* plan = the active segments that are unmapped or have pending slots,
  * hottest first. */
 static int make_plan(struct baton_cache *c)
@@ -467,10 +480,16 @@ static int make_plan(struct baton_cache *c)
 	if (!h)
 		return BATON_ENOMEM;
 	uint32_t n = 0;
+	uint64_t to_copy = 0;
 	c->plan_nomap = 0;
-	for (uint32_t k = 0; k < c->n_segs; k++)
-		if (seg_needs_refill(c, k))
-			h[n++] = (struct seg_heat){ seg_heat(c, k), k };
+	for (uint32_t k = 0; k < c->n_segs; k++) {
+		if (!seg_needs_refill(c, k))
+			continue;
+		h[n++] = (struct seg_heat){ seg_heat(c, k), k };
+		to_copy += seg_copy_bytes(c, k);
+	}
+	atomic_store(&c->prog_done, 0);
+	atomic_store(&c->prog_total, to_copy);
 	qsort(h, n, sizeof *h, cmp_hot_first);
 	for (uint32_t i = 0; i < n; i++)
 		c->plan[i] = h[i].k;
@@ -488,17 +507,31 @@ static void plan_skip(struct baton_cache *c)
 		c->plan_pos++;
 }
 
+/* A segment of the plan copied `bytes` more. */
+static void progress_step(struct baton_cache *c, uint64_t bytes)
+{
+	uint64_t total = atomic_load(&c->prog_total);
+	uint64_t done = atomic_load(&c->prog_done) + bytes;
+	if (done > total) /* lookups between steps may add work: never past 100% */
+		done = total;
+	atomic_store(&c->prog_done, done);
+	if (c->prog_step)
+		c->prog_step(c->prog_ctx, done, total);
+}
+
 /* Loads the next segment of the plan that can be loaded: 0 when one was
  * (or none is left), else an error. A segment that does not fit leaves
  * the rest of the plan to the mapped ones (partial: stop at what fit). */
 static int plan_next(struct baton_cache *c, struct baton_cache_report *rep)
 {
 	for (plan_skip(c); c->plan_pos < c->plan_len; plan_skip(c)) {
+		uint64_t before = rep->bytes_copied;
 		int rc = load_seg(c, c->plan[c->plan_pos++], rep);
 		if (rc == BATON_EDEVMEM) {
 			c->plan_nomap = 1;
 			continue;
 		}
+		progress_step(c, rep->bytes_copied - before);
 		return rc;
 	}
 	return 0;
@@ -653,6 +686,19 @@ void cache_set_src_check(struct baton_cache *c, int (*check)(void *ctx), void *c
 {
 	c->src_check = check;
 	c->src_ctx = ctx;
+}
+
+void cache_progress(const struct baton_cache *c, uint64_t *done, uint64_t *total)
+{
+	*done = c ? atomic_load(&c->prog_done) : 0;
+	*total = c ? atomic_load(&c->prog_total) : 0;
+}
+
+void cache_set_progress(struct baton_cache *c, void (*step)(void *ctx, uint64_t done, uint64_t total),
+    void *ctx)
+{
+	c->prog_step = step;
+	c->prog_ctx = ctx;
 }
 
 void cache_destroy(struct baton_cache *c)

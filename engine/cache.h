@@ -140,6 +140,16 @@ void cache_destroy(struct baton_cache *c);
  * zeros (arena/guard.c), which must never become resident. */
 void cache_set_src_check(struct baton_cache *c, int (*check)(void *ctx), void *ctx);
 
+/* Copy progress of the refill (or grow) in progress: *done of *total bytes
+ * to copy, both 0 when none ran yet; after the last segment done == total.
+ * Readable from any thread while the cache's own thread refills (the
+ * engine's heartbeats report it, so the broker sees a long refill move).
+ * Optional: `step` runs on the cache's thread after each segment of a
+ * refill or grow, with the same figures (NULL: none). */
+void cache_progress(const struct baton_cache *c, uint64_t *done, uint64_t *total);
+void cache_set_progress(struct baton_cache *c, void (*step)(void *ctx, uint64_t done, uint64_t total),
+    void *ctx);
+
 /* Unmaps every segment, and the peer tier's. Returns 0 only once the
  * device's free memory rose by what was unmapped (confirmed with mem_info;
  * the peer's likewise); idempotent. */

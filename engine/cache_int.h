@@ -11,6 +11,7 @@
 #ifndef BATON_ENGINE_CACHE_INT_H
 #define BATON_ENGINE_CACHE_INT_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "engine/cache.h"
@@ -56,6 +57,9 @@ struct baton_cache {
 	const struct baton_backend *be;
 	int (*src_check)(void *ctx); /* cache_set_src_check */
 	void *src_ctx;
+	void (*prog_step)(void *ctx, uint64_t done, uint64_t total); /* cache_set_progress */
+	void *prog_ctx;
+	_Atomic uint64_t prog_done, prog_total; /* the plan's copy progress (any thread reads) */
 	struct baton_dev *dev;
 	const struct baton_cache_item *items;
 	uint32_t n_items;

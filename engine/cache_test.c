@@ -106,6 +106,56 @@ static void t_geometry(void)
 	dir_cleanup();
 }
 
+/* A refill's copy progress: one step per segment, rising to exactly the
+ * bytes it copied; readable at every step (the heartbeats read it). */
+struct prog_seen {
+	int steps;
+	uint64_t last, total;
+	int monotonic;
+};
+
+static void on_step(void *ctx, uint64_t done, uint64_t total)
+{
+	struct prog_seen *p = ctx;
+	if (done < p->last)
+		p->monotonic = 0;
+	p->last = done;
+	p->total = total;
+	p->steps++;
+}
+
+static void t_refill_progress(void)
+{
+	dir_setup();
+	struct fx f = { 0 };
+	fx_open(&f, 64 * MiB);
+	fx_items(&f, 300, SLOT, SLOT, 3);
+	fx_cache(&f, 16 * MiB, 0);
+	uint64_t done = 1, total = 1;
+	cache_progress(f.c, &done, &total);
+	T_EQ_INT(done, 0);
+	T_EQ_INT(total, 0);
+	struct prog_seen p = { .monotonic = 1 };
+	cache_set_progress(f.c, on_step, &p);
+	struct baton_cache_report rep;
+	T_OK(cache_refill(f.c, &rep));
+	T_EQ_INT(p.steps, 8);
+	T_EQ_INT(p.total, 256 * SLOT);
+	T_EQ_INT(p.last, 256 * SLOT);
+	T_ASSERT(p.monotonic);
+	cache_progress(f.c, &done, &total);
+	T_EQ_INT(done, rep.bytes_copied);
+	T_EQ_INT(total, rep.bytes_copied);
+	/* the next refill starts from 0 of what it has to copy */
+	T_OK(cache_release(f.c, &rep));
+	p = (struct prog_seen){ .monotonic = 1 };
+	T_OK(cache_refill(f.c, &rep));
+	T_EQ_INT(p.steps, 8);
+	T_EQ_INT(p.total, rep.bytes_copied);
+	fx_close(&f);
+	dir_cleanup();
+}
+
 /* Release gives exactly the mapped bytes back; refill takes them again. */
 static void t_release_frees(void)
 {
@@ -1046,7 +1096,7 @@ static void t_kill9_returns(void)
 	dir_cleanup();
 }
 
-T_MAIN(T_CASE(t_bad_args), T_CASE(t_geometry), T_CASE(t_release_frees),
+T_MAIN(T_CASE(t_bad_args), T_CASE(t_geometry), T_CASE(t_release_frees), T_CASE(t_refill_progress),
     T_CASE_TIMEOUT(t_cycles_verify, 120), T_CASE(t_verify_mismatch), T_CASE(t_coalescing),
     T_CASE(t_lookup_then_refill), T_CASE(t_lookup_misses), T_CASE(t_lookup_released),
     T_CASE(t_hot_first), T_CASE(t_partial), T_CASE(t_resize),
