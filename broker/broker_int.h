@@ -67,6 +67,7 @@
 #define ERROR_RETRY_S 0.1      /* after a failed command */
 #define GRANT_TTL_S 30.0       /* a grant never reported used is dropped */
 #define PROBE_S 1.0            /* a command unanswered this long: ask the engine's status */
+#define LONG_CMD_S 3600.0     /* a refill's own ceiling: the stall rule ends it first */
 #define LOST_RESENDS 3         /* an operation whose command is lost more often fails */
 #define DEATH_SETTLE_S 1.0     /* after a death, device figures may predate it */
 #define TICK_S 0.1
@@ -145,6 +146,7 @@ struct eng {
 	bool in_flight;
 	uint64_t job_id;
 	double job_t0;
+	bool job_long;        /* a copy: timed out when its progress stalls */
 	double retry_after;
 	/* a STATUS probe in flight (a command went unanswered) */
 	bool probing;
@@ -152,6 +154,10 @@ struct eng {
 	/* the last acquire granted: a resend of it (same id) gets the same */
 	uint64_t acq_id, acq_granted, acq_epoch;
 	double last_refill_gbps;
+	/* its refill's copy progress (heartbeats): a command whose copy moves
+	 * is not timed out; progress_at: when `copied` last moved */
+	uint64_t copied, to_copy;
+	double progress_at;
 	uint64_t requests;    /* GEN requests it answered (its heartbeats say) */
 	struct conn *conn;
 	/* an on-demand handoff to it, published once its refill is reported */

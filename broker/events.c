@@ -5,18 +5,31 @@
  */
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "broker/broker_int.h"
 
+/* Under journald (JOURNAL_STREAM set) the journal stamps each line;
+ * anywhere else a line carries its own time, UTC to the millisecond. */
 void br_blog(const char *fmt, ...)
 {
 	va_list ap;
-	char line[1024];
+	char line[1024], stamp[48] = "";
 	va_start(ap, fmt);
 	vsnprintf(line, sizeof line, fmt, ap);
 	va_end(ap);
-	fprintf(stderr, "baton-broker: %s\n", line);
+	const char *js = getenv("JOURNAL_STREAM");
+	if (!js || !*js) {
+		struct timespec ts;
+		struct tm tm;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		gmtime_r(&ts.tv_sec, &tm);
+		size_t n = strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%S", &tm);
+		snprintf(stamp + n, sizeof stamp - n, ".%03ldZ ", ts.tv_nsec / 1000000L);
+	}
+	fprintf(stderr, "%sbaton-broker: %s\n", stamp, line);
 }
 
 void br_publish(struct broker *b, const char *kind, const struct eng *e, const char *reason,
@@ -37,6 +50,10 @@ void br_publish(struct broker *b, const char *kind, const struct eng *e, const c
 	}
 	ev.bytes = bytes;
 	proto_set(&ev, PF_BYTES);
+	if (e && strcmp(kind, "progress") == 0) {
+		ev.to_copy = e->to_copy;
+		proto_set(&ev, PF_TO_COPY);
+	}
 	pthread_mutex_lock(&b->omu);
 	for (size_t i = 0; i < MAX_OBSERVERS; i++)
 		if (b->obs[i].fn)

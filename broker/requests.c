@@ -141,6 +141,16 @@ static void on_heartbeat(struct broker *b, struct waiter *w, const struct baton_
 	e->idle_since = now - (double)m->idle_ms / 1e3;
 	if (proto_has(m, PF_REQUESTS))
 		e->requests = m->requests;
+	if (proto_has(m, PF_TO_COPY) && m->to_copy) {
+		if (m->copied != e->copied || m->to_copy != e->to_copy) {
+			e->copied = m->copied;
+			e->to_copy = m->to_copy;
+			e->progress_at = now;
+			br_publish(b, "progress", e, "copy", -1, e->copied);
+		}
+	} else {
+		e->copied = e->to_copy = 0;
+	}
 	if (m->pipe)
 		e->pipe = m->pipe;
 	br_apply_state(b, e, m, proto_has(m, PF_EPOCH), m->epoch);
@@ -246,6 +256,8 @@ static void on_status(struct broker *b, struct waiter *w, const struct baton_msg
 		x->peer = e->has_peer ? e->peer_mapped : 0;
 		x->requests = e->requests;
 		x->ctl = pool_str(&pool, e->ctl);
+		x->copied = e->copied;
+		x->to_copy = e->to_copy;
 	}
 	proto_reply_init(&rb->m, m);
 	rb->m.gpus = (struct proto_gpus){ gv, (uint32_t)ng };

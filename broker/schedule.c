@@ -232,6 +232,35 @@ void br_serve_gpu(struct broker *b, size_t gi, double now)
 	}
 }
 
+/* A copy in flight whose progress has not moved for the command timeout
+ * (nor started within it) fails as timed out; its worker's call is ended
+ * by cutting the connection (a fresh one replaces it). One that moves is
+ * left alone however long it takes. */
+static void stall_check(struct broker *b, struct eng *e, double now)
+{
+	if (!e->in_flight || !e->job_long)
+		return;
+	double since = e->progress_at > e->job_t0 ? e->progress_at : e->job_t0;
+	double limit = b->cfg.command_timeout_ms / 1e3;
+	if (now - since < limit) {
+		wake_at(b, since + limit);
+		return;
+	}
+	struct item it = { .kind = IT_DONE, .job_id = e->job_id, .rc = BATON_ETIMEDOUT };
+	if (e->to_copy)
+		snprintf(it.err, sizeof it.err, "no progress for %.1f s (copied %.1f of %.1f MiB in %.1f s)",
+		    now - since, (double)e->copied / MIB, (double)e->to_copy / MIB, now - e->job_t0);
+	else
+		snprintf(it.err, sizeof it.err, "no reply and no progress for %.1f s", now - since);
+	struct conn *old = e->conn;
+	e->conn = br_conn_open(e->ctl);
+	if (old) {
+		proto_client_shutdown(old->cli);
+		br_conn_put(old);
+	}
+	br_on_done(b, &it);
+}
+
 /* Timers: heartbeat timeouts, idle release, stale grants. */
 void br_housekeeping(struct broker *b, double now)
 {
@@ -251,6 +280,9 @@ void br_housekeeping(struct broker *b, double now)
 				br_publish(b, "lost", e, "no heartbeat", -1, e->mapped);
 			}
 		}
+		stall_check(b, e, now);
+		if (e->st != ES_LIVE)
+			continue;
 		if (e->in_flight && !e->probing && now - e->job_t0 >= PROBE_S && now - e->probe_at >= PROBE_S)
 			br_probe(b, e); /* unanswered for long: lost, or a long refill? */
 		if (e->grant && now - e->grant_at > GRANT_TTL_S) {

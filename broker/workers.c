@@ -114,6 +114,14 @@ int br_queue_job(struct broker *b, struct eng *e, enum proto_op op, uint64_t res
 		snprintf(j->peer_gpu, sizeof j->peer_gpu, "%s", b->gpus[e->peer_gpu].uuid);
 	}
 	j->timeout_ms = b->cfg.command_timeout_ms;
+	if (op == PROTO_OP_REFILL || (op == PROTO_OP_VRAM && reserve_mib == PROTO_RESERVE_FULL)) {
+		/* copies that may outlast the command timeout: the decision
+		 * thread times them out when their progress stalls instead
+		 * (br_housekeeping), and cuts the connection to end this call */
+		j->timeout_ms = (int)(LONG_CMD_S * 1e3);
+	}
+	if (op != PROTO_OP_STATUS)
+		e->job_long = j->timeout_ms > b->cfg.command_timeout_ms;
 	if (op == PROTO_OP_STATUS) {
 		/* a probe: beside the command in flight, not one itself */
 		j->timeout_ms = (int)(PROBE_S * 1e3);
@@ -124,6 +132,8 @@ int br_queue_job(struct broker *b, struct eng *e, enum proto_op op, uint64_t res
 		e->in_flight = true;
 		e->job_id = j->id;
 		e->job_t0 = now_s();
+		e->progress_at = 0;
+		e->copied = e->to_copy = 0;
 	}
 	*job_id = j->id;
 	pthread_mutex_lock(&b->jmu);

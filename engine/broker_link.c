@@ -172,6 +172,12 @@ static int do_heartbeat(struct broker_link *l)
 	proto_set(&m, PF_FREE);
 	proto_set(&m, PF_EPOCH);
 	proto_set(&m, PF_REQUESTS);
+	if (st.to_copy) {
+		m.copied = st.copied;
+		m.to_copy = st.to_copy;
+		proto_set(&m, PF_COPIED);
+		proto_set(&m, PF_TO_COPY);
+	}
 	set_peer(l, &m, &st);
 	int rc = proto_client_call(l->cli, &m, &rep, CALL_MS, NULL);
 	proto_msg_free(&rep);

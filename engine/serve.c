@@ -117,10 +117,13 @@ static void logf_(const char *fmt, ...)
 }
 
 /* The state's name: a cache that maps nothing is "released", also a
- * fresh one that was never filled (cache.h calls that partial). */
+ * fresh one that was never filled (cache.h calls that partial) and one
+ * shrunk to nothing by a reserve (cache.h calls that ready: its target is
+ * met, but it holds no device memory and a GEN must acquire first). */
 static const char *state_name(const struct baton_engine_info *in)
 {
-	if (in->cache.state == BATON_CACHE_PARTIAL && in->cache.mapped_bytes == 0)
+	if ((in->cache.state == BATON_CACHE_PARTIAL || in->cache.state == BATON_CACHE_READY) &&
+	    in->cache.mapped_bytes == 0)
 		return "released";
 	return cache_state_name(in->cache.state);
 }
@@ -163,7 +166,10 @@ static void link_state(void *arg, struct broker_link_state *st)
 	st->epoch = g.snap_epoch;
 	st->peer_mapped = g.info.cache.peer_mapped_bytes;
 	st->requests = g.requests;
+	bool moving = strcmp(g.state, "refilling") == 0 || strcmp(g.state, "resizing") == 0;
 	pthread_mutex_unlock(&g.st_mu);
+	if (moving) /* the copy's progress: the broker waits while it moves */
+		cache_progress(engine_cache(g.e), &st->copied, &st->to_copy);
 	if (g.o.use_peer)
 		engine_peer_mem_info(g.e, &st->peer_free, &tot);
 }
@@ -184,6 +190,20 @@ static void report(const char *reason, double ms, uint64_t bytes)
 static void test_refill_delay(void)
 {
 	const char *v = getenv("BATON_TEST_REFILL_DELAY_MS");
+	long ms = v ? atol(v) : 0;
+	if (ms > 0 && ms < 60000) {
+		struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+		nanosleep(&ts, NULL);
+	}
+}
+
+/* Test hook: BATON_TEST_REFILL_STEP_MS makes each segment of a refill
+ * take this much longer (a slow link), so that a refill outlasts the
+ * broker's command timeout while its progress moves. */
+static void refill_step(void *ctx, uint64_t done, uint64_t total)
+{
+	(void)ctx, (void)done, (void)total;
+	const char *v = getenv("BATON_TEST_REFILL_STEP_MS");
 	long ms = v ? atol(v) : 0;
 	if (ms > 0 && ms < 60000) {
 		struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
@@ -824,6 +844,8 @@ int serve_open(const struct baton_serve_config *conf)
 		return rc;
 	}
 	snapshot(NULL);
+	if (getenv("BATON_TEST_REFILL_STEP_MS"))
+		cache_set_progress(engine_cache(g.e), refill_step, NULL);
 	g.d_model = g.info.d_model;
 	/* A whole model (arena v2 with config.json) also speaks text. */
 	struct baton_model_opts mo = { .max_ctx = g.o.ctx };

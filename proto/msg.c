@@ -53,6 +53,8 @@ static const struct proto__fdef engine_fields[] = {
 	IDEF(struct proto_engine_info, "peer",             U64,  peer,             0),
 	IDEF(struct proto_engine_info, "requests",         U64,  requests,         0),
 	IDEF(struct proto_engine_info, "ctl",              STR,  ctl,              BATON_PROTO_MAX_NAME),
+	IDEF(struct proto_engine_info, "copied",           U64,  copied,           0),
+	IDEF(struct proto_engine_info, "to_copy",          U64,  to_copy,          0),
 };
 
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
@@ -123,6 +125,7 @@ static const struct proto__row heartbeat_req[] = {
 	O(MAPPED), O(FREE), O(EPOCH), /* epoch: of the state sent (accounting order) */
 	O(PEER_MAPPED), O(PEER_FREE),
 	O(REQUESTS), /* GEN requests answered since the engine started */
+	O(COPIED), O(TO_COPY), /* while refilling: its copy progress */
 };
 static const struct proto__row acquire_req[] = { R(NAME), R(BYTES) };
 static const struct proto__row acquire_rep[] = { R(EPOCH), R(GRANTED) };
@@ -156,6 +159,7 @@ static const struct proto__row complete_rep[] = {
 };
 static const struct proto__row event_msg[] = {
 	R(SEQ), R(TIME_MS), R(KIND), R(ENGINE), R(GPU), R(STATE), R(REASON), O(MS), O(BYTES),
+	O(TO_COPY), /* "progress": bytes is what was copied of to_copy */
 };
 
 #undef R

@@ -222,6 +222,9 @@ int proto_name_valid(const char *s, size_t len);
 	X(RELEASE_MS,        "release_ms",        F64,     release_ms,        0)           \
 	X(REFILL_MS,         "refill_ms",         F64,     refill_ms,         0)           \
 	X(DECIDE_MS,         "decide_ms",         F64,     decide_ms,         0)           \
+	/* copy progress of a refill in progress: bytes copied of bytes to copy */      \
+	X(COPIED,            "copied",            U64,     copied,            0)           \
+	X(TO_COPY,           "to_copy",           U64,     to_copy,           0)           \
 	/* events */                                                                      \
 	X(SEQ,               "seq",               U64,     seq,               0)           \
 	X(TIME_MS,           "time_ms",           U64,     time_ms,           0)           \
@@ -305,6 +308,7 @@ struct proto_engine_info {
 	uint64_t peer;        /* peer-tier bytes it holds on peer_gpu now */
 	uint64_t requests;    /* GEN requests it answered since it started (heartbeats) */
 	const char *ctl;      /* its control socket's URL, as it registered */
+	uint64_t copied, to_copy; /* its refill in progress: bytes copied of to copy (0, 0: none) */
 };
 
 struct proto_gpus {

