@@ -371,9 +371,20 @@ static void progress_draw(struct progress *p, const struct baton_msg *st, unsign
 				e = &st->engines.v[i];
 		if (!e || n >= (int)sizeof line)
 			continue;
-		/* what the broker knows: the state and the device memory mapped
-		 * (a refill maps first, then copies; the copy's bytes come with
-		 * the final reply) */
+		/* what the broker knows: the state, the device memory mapped
+		 * and, while it copies, the bytes copied of those to copy */
+		if (e->to_copy) {
+			/* its copy's progress, as its heartbeats report it */
+			char bar[24];
+			double f = e->copied >= e->to_copy ? 1.0 : (double)e->copied / (double)e->to_copy;
+			int fill = (int)(f * 20 + 0.5);
+			for (int i = 0; i < 20; i++)
+				bar[i] = i < fill ? '#' : '.';
+			bar[20] = 0;
+			n += snprintf(line + n, sizeof line - (size_t)n, "  %s %s [%s] %3d%% of %s", e->name, e->state,
+			    bar, (int)(f * 100), fmt_bytes(e->to_copy, b, sizeof b));
+			continue;
+		}
 		n += snprintf(line + n, sizeof line - (size_t)n, "  %s %s, holds %s", e->name, e->state,
 		    fmt_bytes(e->resident, a, sizeof a));
 		if (p->goal[k] && n < (int)sizeof line)

@@ -18,13 +18,16 @@ BrokerCase):
 
 The last line is "N passed, N failed".
 """
+import fcntl
 import os
 import pty
 import re
 import select
 import signal
+import struct
 import subprocess
 import sys
+import termios
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
@@ -45,6 +48,7 @@ def on_pty(c, args, env=None, timeout=60):
     e = dict(c.env, BATON_BROKER=c.control, BATON_EVENTS=c.events_url, TERM="xterm")
     e.update(env or {})
     master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 120, 0, 0))
     p = subprocess.Popen([CLI] + list(args), stdout=subprocess.PIPE, stderr=slave, env=e)
     os.close(slave)
     got = b""
@@ -103,7 +107,35 @@ def t_stalled_refill_times_out(c):
     assert took < 4, took
 
 
-CASES = [t_long_refill_progresses, t_stalled_refill_times_out]
+BAR = re.compile(r"\[[#.]{20}\] +(\d+)% of 24\.0 MiB")
+
+
+def t_progress_bar_on_terminal_only(c):
+    c.broker()
+    a = c.engine("a")
+    b = c.engine("b", env={"BATON_TEST_REFILL_STEP_MS": "300"}, wait=False)
+    c.wait_ready(b, timeout=30)
+    wait_for("b registered", lambda: c.eng("b") is not None)
+    ok(call(c.control, "release", name="b"))
+    ok(call(c.control, "refill", name="a"))
+    # handoff a -> b: b's copy drawn as a bar with its percentage
+    rc, out, tty = on_pty(c, ["handoff", "a", "b"])
+    assert rc == 0 and out.startswith("handoff a -> b: decide "), (rc, out, tty)
+    pct = [int(m) for m in BAR.findall(tty)]
+    assert len(pct) >= 2 and pct == sorted(pct) and max(pct) > 0, repr(tty)
+    assert tty.endswith("\r\x1b[K"), repr(tty[-40:])  # erased before the result
+    # refill: the same
+    ok(call(c.control, "release", name="b"))
+    rc, out, tty = on_pty(c, ["refill", "b"])
+    assert rc == 0 and out.startswith("refill b: ready"), (rc, out, tty)
+    assert BAR.search(tty), repr(tty)
+    # piped: nothing but the result
+    ok(call(c.control, "release", name="b"))
+    r = baton(c, "refill", "b")
+    assert r.returncode == 0 and r.stderr == "" and "%" not in r.stdout and "\r" not in r.stdout, r
+
+
+CASES = [t_progress_bar_on_terminal_only, t_long_refill_progresses, t_stalled_refill_times_out]
 
 
 def main():

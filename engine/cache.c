@@ -519,6 +519,13 @@ static void progress_step(struct baton_cache *c, uint64_t bytes)
 		c->prog_step(c->prog_ctx, done, total);
 }
 
+/* No plan runs: nothing to report. */
+static void progress_end(struct baton_cache *c)
+{
+	atomic_store(&c->prog_done, 0);
+	atomic_store(&c->prog_total, 0);
+}
+
 /* Loads the next segment of the plan that can be loaded: 0 when one was
  * (or none is left), else an error. A segment that does not fit leaves
  * the rest of the plan to the mapped ones (partial: stop at what fit). */
@@ -830,6 +837,7 @@ int cache_refill_step(struct baton_cache *c, int *done, struct baton_cache_repor
 		} else {
 			c->refilling = 0;
 			c->plan_len = c->plan_pos = 0;
+			progress_end(c);
 		}
 	}
 	rep->state = cache_state_of(c);
@@ -871,6 +879,7 @@ int cache_refill(struct baton_cache *c, struct baton_cache_report *rep)
 		c->refilling = 0;
 		c->plan_len = c->plan_pos = 0;
 	}
+	progress_end(c);
 	rep->state = cache_state_of(c);
 	rep->total_s = cache_now_s() - t0;
 	return rc;
@@ -987,6 +996,7 @@ int cache_resize(struct baton_cache *c, int64_t reserve_bytes, struct baton_cach
 	rc = make_plan(c);
 	if (!rc)
 		rc = run_plan(c, rep);
+	progress_end(c);
 out:
 	rep->state = cache_state_of(c);
 	rep->total_s = cache_now_s() - t0;

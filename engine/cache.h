@@ -141,7 +141,7 @@ void cache_destroy(struct baton_cache *c);
 void cache_set_src_check(struct baton_cache *c, int (*check)(void *ctx), void *ctx);
 
 /* Copy progress of the refill (or grow) in progress: *done of *total bytes
- * to copy, both 0 when none ran yet; after the last segment done == total.
+ * to copy, both 0 when none runs.
  * Readable from any thread while the cache's own thread refills (the
  * engine's heartbeats report it, so the broker sees a long refill move).
  * Optional: `step` runs on the cache's thread after each segment of a

@@ -143,9 +143,10 @@ static void t_refill_progress(void)
 	T_EQ_INT(p.total, 256 * SLOT);
 	T_EQ_INT(p.last, 256 * SLOT);
 	T_ASSERT(p.monotonic);
+	T_EQ_INT(rep.bytes_copied, 256 * SLOT);
 	cache_progress(f.c, &done, &total);
-	T_EQ_INT(done, rep.bytes_copied);
-	T_EQ_INT(total, rep.bytes_copied);
+	T_EQ_INT(done, 0); /* none runs now */
+	T_EQ_INT(total, 0);
 	/* the next refill starts from 0 of what it has to copy */
 	T_OK(cache_release(f.c, &rep));
 	p = (struct prog_seen){ .monotonic = 1 };
