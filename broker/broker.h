@@ -190,6 +190,7 @@ struct policy_engine {
 	bool dead;
 	bool in_flight;      /* a command to it is running */
 	bool granted;        /* holds a grant not yet used */
+	bool refilling;      /* copying its experts in (a refill or grow) */
 	bool no_shrink;      /* refused vram before (not elastic) */
 };
 
@@ -212,6 +213,7 @@ struct policy_plan {
 	enum policy_block blocked;
 	/* why engines were passed over, for the error text */
 	uint32_t skipped_pinned, skipped_busy, skipped_in_flight;
+	uint32_t skipped_refilling; /* holding memory it is copying into (or granted) */
 };
 
 /* requester: index of the asking engine, or (size_t)-1 for none (an

@@ -432,6 +432,9 @@ int br_command(struct broker *b, struct eng *e, enum proto_op cmd, uint64_t rese
     const struct op *o, int victim, uint64_t bytes, const char *reason);
 void br_probe(struct broker *b, struct eng *e);
 void br_eng_dead(struct broker *b, struct eng *e, const char *why, bool clean);
+/* Why engine e cannot take a command now, as the rest of a sentence
+ * ("is refilling: 45% of 24.0 MiB copied"; "is busy serving requests"). */
+const char *br_busy_what(struct broker *b, const struct eng *e, char *buf, size_t len);
 
 /* ---- results.c, requests.c, lend.c, schedule.c (decision thread) ------------------- */
 

@@ -210,3 +210,22 @@ struct op *br_op_by_seq(struct broker *b, uint64_t seq)
 			return &b->ops[i];
 	return NULL;
 }
+
+const char *br_busy_what(struct broker *b, const struct eng *e, char *buf, size_t len)
+{
+	const struct jobtag *t = e->in_flight ? br_tag_find(b, e->job_id) : NULL;
+	const char *doing = t ? (t->cmd == PROTO_OP_REFILL ? "refilling" : t->cmd == PROTO_OP_RELEASE ?
+	    "releasing" : t->cmd == PROTO_OP_VRAM ? "resizing" : NULL) : NULL;
+	if (!doing && (strcmp(e->state, "refilling") == 0 || e->to_copy))
+		doing = "refilling";
+	if (!doing && (strcmp(e->state, "releasing") == 0 || strcmp(e->state, "resizing") == 0))
+		doing = e->state;
+	if (!doing)
+		snprintf(buf, len, "is busy serving requests");
+	else if (e->to_copy)
+		snprintf(buf, len, "is %s: %.0f%% of %.1f MiB copied", doing,
+		    100.0 * (double)e->copied / (double)e->to_copy, (double)e->to_copy / MIB);
+	else
+		snprintf(buf, len, "is %s", doing);
+	return buf;
+}

@@ -135,7 +135,79 @@ def t_progress_bar_on_terminal_only(c):
     assert r.returncode == 0 and r.stderr == "" and "%" not in r.stdout and "\r" not in r.stdout, r
 
 
-CASES = [t_progress_bar_on_terminal_only, t_long_refill_progresses, t_stalled_refill_times_out]
+def t_release_during_refill_says_refilling(c):
+    c.broker("acquire_wait_ms = 500\n")
+    c.engine("a", env={"BATON_TEST_REFILL_STEP_MS": "500"}, wait=False)
+    wait_for("a ready", lambda: c.eng("a") and c.eng("a")["state"] == "ready", timeout=20)
+    ok(call(c.control, "release", name="a"))
+    e = dict(c.env, BATON_BROKER=c.control)
+    r = subprocess.Popen([CLI, "refill", "a"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=e)
+    wait_for("a refilling", lambda: c.eng("a")["state"] == "refilling")
+    rel = baton(c, "release", "a")
+    assert rel.returncode == 3, rel
+    assert "a is refilling" in rel.stderr and "serving requests" not in rel.stderr, rel.stderr
+    out, errs = r.communicate(timeout=30)
+    assert r.returncode == 0, (out, errs)
+
+
+def t_diagnosis_counts_refilling(c):
+    c.broker("acquire_wait_ms = 800\n")
+    c.engine("a", env={"BATON_TEST_REFILL_STEP_MS": "500"}, wait=False)
+    wait_for("a ready", lambda: c.eng("a") and c.eng("a")["state"] == "ready", timeout=20)
+    c.engine("b")
+    ok(call(c.control, "release", name="a"))
+    e = dict(c.env, BATON_BROKER=c.control)
+    r = subprocess.Popen([CLI, "refill", "a"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=e)
+    wait_for("a refilling", lambda: c.eng("a")["state"] == "refilling")
+    rb = baton(c, "refill", "b")  # the device holds one engine: a's refill has it
+    assert rb.returncode == 1 and "1 refilling" in rb.stderr, rb.stderr
+    r.communicate(timeout=30)
+
+
+def t_pin_error_suggests_a_real_command(c):
+    c.broker()
+    c.engine("a")
+    ok(call(c.control, "pin", name="a", pinned=True))
+    r = baton(c, "release", "a")
+    assert r.returncode == 1, r
+    m = re.search(r"\((baton [^)]*)\)", r.stderr)
+    assert m, r.stderr
+    fix = m.group(1).split()[1:]
+    assert baton(c, *fix).returncode == 0, fix  # the suggestion works as typed
+    assert baton(c, "release", "a").returncode == 0
+
+
+def t_shrunk_to_nothing_is_not_ready(c):
+    c.broker()
+    c.engine("a", "--vram-elastic")  # alone on a 40 MiB device
+    r = baton(c, "vram", "a", "--reserve-mib", "500")
+    assert r.returncode == 0 and "holds 0 B" in r.stdout, r
+    assert not r.stdout.startswith("vram a: ready"), r.stdout
+    assert r.stdout.startswith("vram a: released"), r.stdout
+    assert c.eng("a")["state"] == "released", c.eng("a")
+    assert baton(c, "vram", "a", "--full").returncode == 0
+    assert c.eng("a")["state"] == "ready"
+
+
+def t_lost_engine_release_answers_at_once(c):
+    c.broker("heartbeat_timeout_ms = 500\ncommand_timeout_ms = 10000\n")
+    a = c.engine("a")
+    os.kill(a.pid, signal.SIGSTOP)
+    try:
+        wait_for("a lost", lambda: c.eng("a")["state"] == "lost", timeout=5)
+        t0 = time.time()
+        r = baton(c, "release", "a")
+        took = time.time() - t0
+        assert r.returncode == 1 and "a is lost" in r.stderr, r
+        assert took < 1.0, took
+    finally:
+        os.kill(a.pid, signal.SIGCONT)
+    wait_for("a back", lambda: c.eng("a")["state"] == "ready", timeout=5)
+    assert baton(c, "release", "a").returncode == 0
+
+
+CASES = [t_release_during_refill_says_refilling, t_diagnosis_counts_refilling, t_pin_error_suggests_a_real_command,
+         t_shrunk_to_nothing_is_not_ready, t_lost_engine_release_answers_at_once, t_progress_bar_on_terminal_only, t_long_refill_progresses, t_stalled_refill_times_out]
 
 
 def main():

@@ -12,7 +12,14 @@ static int candidate(const struct policy_engine *e, size_t i, size_t requester,
     struct policy_plan *plan)
 {
 	const struct policy_engine *x = &e[i];
-	if (i == requester || x->dead || x->held == 0 || x->granted)
+	if (i == requester || x->dead)
+		return 0;
+	if (x->granted || x->refilling) { /* what it holds (or was granted) is being filled */
+		if (plan)
+			plan->skipped_refilling++;
+		return 0;
+	}
+	if (x->held == 0)
 		return 0;
 	if (x->pinned) {
 		if (plan)

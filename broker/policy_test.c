@@ -167,6 +167,16 @@ static void t_order_and_reasons(void)
 	pe[5].priority = 0;
 	policy_decide(pe, 6, 5, 100 * M, &plan);
 	T_EQ_INT(plan.skipped_busy, 1);
+	/* One that is refilling (or holds a grant) is counted as such. */
+	pe[4].in_flight = false;
+	pe[4].refilling = true;
+	policy_decide(pe, 6, 5, 100 * M, &plan);
+	T_EQ_INT(plan.skipped_in_flight, 0);
+	T_EQ_INT(plan.skipped_refilling, 1);
+	pe[4].refilling = false;
+	pe[4].granted = true;
+	policy_decide(pe, 6, 5, 100 * M, &plan);
+	T_EQ_INT(plan.skipped_refilling, 1);
 }
 
 T_MAIN(T_CASE(t_table), T_CASE(t_order_and_reasons))

@@ -331,13 +331,23 @@ static void on_engine_op(struct broker *b, struct waiter *w, const struct baton_
 			return;
 		}
 		if (br_eng_pinned(b, from)) {
-			br_reply_error(w, m->op, m->id, BATON_EPERM, "handoff: %s is pinned (baton pin %s false)",
+			br_reply_error(w, m->op, m->id, BATON_EPERM, "handoff: %s is pinned (baton unpin %s)",
 			    from->name, from->name);
 			return;
 		}
 	}
+	/* A lost engine (alive, silent: stopped?) would not answer a command
+	 * before the command timeout: say so at once. */
+	struct eng *silent = e->lost ? e : from && from->lost ? from : NULL;
+	if (kind != OP_ACQUIRE && silent) {
+		br_reply_error(w, m->op, m->id, BATON_ESTATE,
+		    "%s: %s is lost: no heartbeat for %.1f s, its process %d is alive (stopped?); its "
+		    "memory stays counted until it answers again or exits", proto_op_name(m->op), silent->name,
+		    now_s() - silent->last_seen, silent->pid);
+		return;
+	}
 	if (kind == OP_RELEASE && br_eng_pinned(b, e)) {
-		br_reply_error(w, m->op, m->id, BATON_EPERM, "release: %s is pinned (baton pin %s false)",
+		br_reply_error(w, m->op, m->id, BATON_EPERM, "release: %s is pinned (baton unpin %s)",
 		    e->name, e->name);
 		return;
 	}

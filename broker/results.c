@@ -165,9 +165,13 @@ void br_on_done(struct broker *b, struct item *it)
 				br_op_done(o);
 			} else if (rc == BATON_EBUSY || rc == BATON_ESTALE) {
 				o->phase = P_CMD; /* again, until the deadline */
-				if (now >= o->deadline && o->kind != OP_REFILL && o->kind != OP_HANDOFF)
-					br_op_fail(b, o, BATON_EBUSY, "%s: %s kept serving requests for %d ms", word,
-					    e ? e->name : "the engine", b->cfg.acquire_wait_ms);
+				if (now >= o->deadline && o->kind != OP_REFILL && o->kind != OP_HANDOFF) {
+					char what[160] = "was busy";
+					if (e)
+						br_busy_what(b, e, what, sizeof what);
+					br_op_fail(b, o, BATON_EBUSY, "%s: %s %s for %d ms", word,
+					    e ? e->name : "the engine", what, b->cfg.acquire_wait_ms);
+				}
 			} else if (again && ++o->resends <= LOST_RESENDS) {
 				o->phase = P_CMD; /* it is settled: the command again (idempotent) */
 			} else {

@@ -47,9 +47,11 @@ void br_run_commands(struct broker *b, struct op *o, double now)
 	}
 	if (e->in_flight || now < e->retry_after) {
 		wake_at(b, e->retry_after);
-		if ((o->kind == OP_RELEASE || o->kind == OP_VRAM) && now >= o->deadline)
-			br_op_fail(b, o, BATON_EBUSY, "%s: %s is busy serving requests (waited %d ms)",
-			    proto_op_name(o->req_op), e->name, b->cfg.acquire_wait_ms);
+		if ((o->kind == OP_RELEASE || o->kind == OP_VRAM) && now >= o->deadline) {
+			char what[160];
+			br_op_fail(b, o, BATON_EBUSY, "%s: %s %s (waited %d ms)", proto_op_name(o->req_op), e->name,
+			    br_busy_what(b, e, what, sizeof what), b->cfg.acquire_wait_ms);
+		}
 		return;
 	}
 	int rc;
@@ -128,6 +130,7 @@ static size_t policy_view(struct broker *b, size_t gi, const struct eng *request
 			.pinned = br_eng_pinned(b, e) || e->no_release || e->lost,
 			.in_flight = e->in_flight || now < e->retry_after,
 			.granted = e->grant > 0,
+			.refilling = strcmp(e->state, "refilling") == 0 || e->to_copy > 0,
 			.no_shrink = e->no_shrink,
 		};
 		if (now < e->retry_after)
@@ -200,10 +203,10 @@ void br_serve_gpu(struct broker *b, size_t gi, double now)
 		if (head->t_decided == 0)
 			head->t_decided = now;
 		if (plan.n == 0) {
-			snprintf(head->why, sizeof head->why, "%s%u pinned, %u busy, %u in flight",
+			snprintf(head->why, sizeof head->why, "%s%u pinned, %u busy, %u in flight, %u refilling",
 			    plan.blocked == POLICY_NOTHING ? "no engine holds memory that may be taken: " :
 			    "not enough can be taken: ", plan.skipped_pinned, plan.skipped_busy,
-			    plan.skipped_in_flight);
+			    plan.skipped_in_flight, plan.skipped_refilling);
 			wake_at(b, head->deadline);
 			wake_at(b, now + 0.05);
 			return;
