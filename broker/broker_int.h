@@ -350,6 +350,12 @@ static inline void wake_at(struct broker *b, double t)
 
 /* One line on stderr, "baton-broker: ...". Any thread. */
 void br_blog(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* ", 2.41 GB/s" for bytes moved in ms (nothing when either is 0). */
+const char *br_rate(uint64_t bytes, double ms, char *buf, size_t len);
+/* One log line for a release, refill or resize done: its timings, bytes
+ * moved and rate, and what the engine holds after it. */
+void br_log_move(const char *engine, const char *what, const char *reason, double ms, uint64_t bytes,
+    uint64_t holds);
 /* Publishes an event on the events socket and to every subscriber
  * (decision thread). e may be NULL; ms < 0: none. */
 void br_publish(struct broker *b, const char *kind, const struct eng *e, const char *reason,

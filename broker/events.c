@@ -32,6 +32,27 @@ void br_blog(const char *fmt, ...)
 	fprintf(stderr, "%sbaton-broker: %s\n", stamp, line);
 }
 
+const char *br_rate(uint64_t bytes, double ms, char *buf, size_t len)
+{
+	if (bytes && ms > 0)
+		snprintf(buf, len, ", %.2f GB/s", (double)bytes / (ms / 1e3) / 1e9);
+	else if (len)
+		buf[0] = 0;
+	return buf;
+}
+
+void br_log_move(const char *engine, const char *what, const char *reason, double ms, uint64_t bytes,
+    uint64_t holds)
+{
+	char rate[48], took[32] = "";
+	if (ms >= 0)
+		snprintf(took, sizeof took, " in %.3f ms", ms);
+	bool freed = strcmp(what, "release") == 0 || strncmp(reason, "release", 7) == 0;
+	br_blog("engine %s: %s (%s)%s, %.1f MiB %s%s; holds %.1f MiB", engine, what, reason, took,
+	    (double)bytes / MIB, freed ? "freed" : "copied", freed ? "" : br_rate(bytes, ms, rate, sizeof rate),
+	    (double)holds / MIB);
+}
+
 void br_publish(struct broker *b, const char *kind, const struct eng *e, const char *reason,
     double ms, uint64_t bytes)
 {

@@ -206,7 +206,41 @@ def t_lost_engine_release_answers_at_once(c):
     assert baton(c, "release", "a").returncode == 0
 
 
-CASES = [t_release_during_refill_says_refilling, t_diagnosis_counts_refilling, t_pin_error_suggests_a_real_command,
+STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z baton-broker: ")
+
+
+def t_broker_logs_moves_with_timings(c):
+    c.broker()
+    c.engine("a")
+    c.engine("b")
+    for args in (["release", "b"], ["refill", "a"], ["handoff", "a", "b"]):  # b held the device
+        assert baton(c, *args).returncode == 0, args
+    time.sleep(0.3)
+    log = open(c.log("broker")).read().splitlines()
+    moves = [x for x in log if "baton-broker: engine " in x and (" freed" in x or " copied" in x)]
+    assert any(re.search(r"engine b: release \(operator\) in [\d.]+ ms, 28\.\d MiB freed; holds 0\.0 MiB$", x)
+               for x in moves), moves
+    assert any(re.search(r"engine a: refill \(operator\) in [\d.]+ ms, 24\.0 MiB copied, [\d.]+ GB/s; "
+                         r"holds 28\.0 MiB$", x) for x in moves), moves
+    ho = [x for x in log if "handoff a -> b (release): decide " in x]
+    assert len(ho) == 1 and re.search(r"release [\d.]+ ms, refill [\d.]+ ms, total [\d.]+ ms, 24\.0 MiB copied, "
+                                      r"[\d.]+ GB/s$", ho[0]), ho
+    # not under journald: every line of the broker's core carries its time
+    for x in moves + ho:
+        assert STAMP.match(x), x
+
+
+def t_broker_log_under_journald(c):
+    c.env = dict(c.env, JOURNAL_STREAM="8:12345")
+    c.broker()
+    c.engine("a")
+    assert baton(c, "release", "a").returncode == 0
+    time.sleep(0.3)
+    log = [x for x in open(c.log("broker")).read().splitlines() if "engine a" in x]
+    assert log and all(x.startswith("baton-broker: ") for x in log), log
+
+
+CASES = [t_broker_logs_moves_with_timings, t_broker_log_under_journald, t_release_during_refill_says_refilling, t_diagnosis_counts_refilling, t_pin_error_suggests_a_real_command,
          t_shrunk_to_nothing_is_not_ready, t_lost_engine_release_answers_at_once, t_progress_bar_on_terminal_only, t_long_refill_progresses, t_stalled_refill_times_out]
 
 

@@ -178,6 +178,9 @@ static void on_report(struct broker *b, struct waiter *w, const struct baton_msg
 	if (proto_has(m, PF_DURATION_MS) && proto_has(m, PF_BYTES) && m->duration_ms > 0 &&
 	    m->bytes > 0 && strstr(m->reason, "refill"))
 		e->last_refill_gbps = (double)m->bytes / (m->duration_ms / 1e3) / 1e9;
+	if (strncmp(m->reason, "refill", 6) == 0 || strncmp(m->reason, "release", 7) == 0)
+		br_log_move(e->name, "reports", m->reason, proto_has(m, PF_DURATION_MS) ? m->duration_ms : -1,
+		    proto_has(m, PF_BYTES) ? m->bytes : 0, e->mapped);
 	br_publish(b, "state", e, m->reason, proto_has(m, PF_DURATION_MS) ? m->duration_ms : -1,
 	    proto_has(m, PF_BYTES) ? m->bytes : e->mapped);
 	if (e->ho_pending && proto_has(m, PF_EPOCH) && m->epoch >= e->ho_epoch &&
@@ -186,6 +189,9 @@ static void on_report(struct broker *b, struct waiter *w, const struct baton_msg
 		double refill = proto_has(m, PF_DURATION_MS) ? m->duration_ms : 0;
 		snprintf(why, sizeof why, "from %s: decide %.3f ms, release %.3f ms, refill %.3f ms",
 		    e->ho_from, e->ho_decide_ms, e->ho_release_ms, refill);
+		char rate[48];
+		br_blog("handoff to %s %s, total %.3f ms, %.1f MiB copied%s", e->name, why, (now_s() - e->ho_t0) * 1e3,
+		    (double)m->bytes / MIB, br_rate(m->bytes, refill, rate, sizeof rate));
 		br_publish(b, "handoff", e, why, (now_s() - e->ho_t0) * 1e3, m->bytes);
 		e->ho_pending = false;
 	}

@@ -64,6 +64,7 @@ void br_on_done(struct broker *b, struct item *it)
 			    b->gpus[e->peer_gpu].uuid, (double)e->peer_mapped / MIB, tag.reason);
 			br_publish(b, word, e, tag.reason, r->ms, e->peer_mapped);
 		} else {
+			br_log_move(e->name, word, tag.reason, r->ms, r->bytes, e->mapped);
 			br_publish(b, word, e, tag.reason, r->ms, r->bytes);
 		}
 	} else if (e) {
@@ -145,10 +146,15 @@ void br_on_done(struct broker *b, struct item *it)
 					rb->m.total_ms = (now - o->t0) * 1e3;
 					proto_set(&rb->m, PF_DECIDE_MS);
 					struct eng *from = br_eng_get(b, o->victim);
-					char why[300];
+					char why[300], rate[48];
 					snprintf(why, sizeof why, "from %s (%s): decide %.3f ms, release %.3f ms, refill %.3f ms",
 					    from ? from->name : "?", o->victim_kind == POLICY_SHRINK ? "shrink" : "release",
 					    rb->m.decide_ms, rb->m.release_ms, rb->m.refill_ms);
+					br_blog("handoff %s -> %s (%s): decide %.3f ms, release %.3f ms, refill %.3f ms, total %.3f ms, "
+					    "%.1f MiB copied%s", from ? from->name : "?", e ? e->name : "?",
+					    o->victim_kind == POLICY_SHRINK ? "shrink" : "release", rb->m.decide_ms,
+					    rb->m.release_ms, rb->m.refill_ms, rb->m.total_ms, (double)it->rep.bytes / MIB,
+					    br_rate(it->rep.bytes, it->rep.ms, rate, sizeof rate));
 					if (e)
 						br_publish(b, "handoff", e, why, rb->m.total_ms, it->rep.bytes);
 				} else {
@@ -158,6 +164,10 @@ void br_on_done(struct broker *b, struct item *it)
 						snprintf(why, sizeof why,
 						    "from %s: decide %.3f ms, release %.3f ms, refill %.3f ms", e->ho_from,
 						    e->ho_decide_ms, e->ho_release_ms, it->rep.ms);
+						char rate[48];
+						br_blog("handoff to %s %s, total %.3f ms, %.1f MiB copied%s", e->name, why,
+						    (now - o->t0) * 1e3, (double)it->rep.bytes / MIB,
+						    br_rate(it->rep.bytes, it->rep.ms, rate, sizeof rate));
 						br_publish(b, "handoff", e, why, (now - o->t0) * 1e3, it->rep.bytes);
 						e->ho_pending = false;
 					}
