@@ -344,5 +344,8 @@ int broker_nvml_init(void);
 /* Free and total bytes of the GPU with this uuid ("GPU-..."); BATON_ENODEV
  * without NVML or when no GPU has that uuid. */
 int broker_nvml_mem(const char *uuid, uint64_t *free_bytes, uint64_t *total_bytes);
+/* The product name ("NVIDIA H200") and NVML index (nvidia-smi's) of the
+ * GPU with this uuid; BATON_ENODEV as broker_nvml_mem. */
+int broker_nvml_name(const char *uuid, char *name, size_t len, unsigned *index);
 
 #endif

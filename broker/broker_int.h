@@ -120,6 +120,8 @@ struct gpu {
 	uint64_t reserve;
 	uint64_t other;       /* device memory used outside the caches */
 	int nvml;             /* NVML knows this uuid */
+	char name[96];        /* product name (NVML), "host device N", or "" until known */
+	int index;            /* nvidia-smi's index (NVML), else the engines' device; -1: unknown */
 	bool no_lend;         /* lend = false */
 	double death_at;      /* an engine on it was last found dead */
 };

@@ -104,8 +104,9 @@ def t_status_tables_and_json(c):
     a, b = two_engines(c, '[engine "b"]\npriority = 7\n')
     r = baton(c, "status", check=0)
     lines = r.stdout.splitlines()
-    assert lines[0].split() == ["GPU", "TOTAL", "FREE", "RESERVE", "HELD", "LENT", "ENGINES"], lines[0]
-    assert lines[1].startswith("host-0 ") and lines[1].split()[-1] == "2", lines[1]
+    assert lines[0].split() == ["GPU", "NAME", "UUID", "TOTAL", "FREE", "RESERVE", "HELD", "LENT", "ENGINES"], lines[0]
+    # as nvidia-smi names a device: index, product name, uuid
+    assert lines[1].split()[:5] == ["0", "host", "device", "0", "host-0"] and lines[1].split()[-1] == "2", lines[1]
     hdr = [ln for ln in lines if ln.startswith("ENGINE")]
     assert hdr and hdr[0].split() == ["ENGINE", "PID", "GPU", "MODEL", "STATE", "RESIDENT", "PEER", "CEILING",
                                       "PRIO", "PINNED", "IDLE", "LAST", "REFILL"], hdr
@@ -120,6 +121,7 @@ def t_status_tables_and_json(c):
     assert st["epoch"] > 0 and len(st["gpus"]) == 1
     g = st["gpus"][0]
     assert g["uuid"] == "host-0" and g["total"] == 40 * h.MIB and g["held"] >= CEIL, g
+    assert g["index"] == 0 and g["name"] == "host device 0", g
     assert g["used"] == g["total"] - g["free"] and g["reserve"] == 0 and g["lent"] == 0, g
     assert eng["b"]["resident"] == CEIL and eng["b"]["ceiling"] == CEIL and eng["b"]["priority"] == 7
     assert eng["b"]["pinned"] is False and eng["b"]["last_refill_gbps"] > 0 and eng["b"]["pid"] == b.pid

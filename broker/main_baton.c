@@ -496,20 +496,24 @@ static size_t widest(size_t w, const char *s)
 	return n > w ? n : w;
 }
 
+/* Devices as nvidia-smi shows them: index, product name, uuid. */
 static void print_gpus(const struct baton_msg *st)
 {
-	size_t w = strlen("GPU");
-	for (uint32_t i = 0; i < st->gpus.n; i++)
+	size_t w = strlen("UUID"), wn = strlen("NAME");
+	for (uint32_t i = 0; i < st->gpus.n; i++) {
 		w = widest(w, st->gpus.v[i].uuid);
-	printf("%-*s %10s %10s %10s %10s %10s %8s\n", (int)w, "GPU", "TOTAL", "FREE", "RESERVE", "HELD", "LENT",
-	    "ENGINES");
+		wn = widest(wn, st->gpus.v[i].name && *st->gpus.v[i].name ? st->gpus.v[i].name : "-");
+	}
+	printf("%3s  %-*s %-*s %10s %10s %10s %10s %10s %8s\n", "GPU", (int)wn, "NAME", (int)w, "UUID", "TOTAL",
+	    "FREE", "RESERVE", "HELD", "LENT", "ENGINES");
 	for (uint32_t i = 0; i < st->gpus.n; i++) {
 		const struct proto_gpu *g = &st->gpus.v[i];
 		char a[32], b[32], c[32], d[32], l[32];
 		unsigned ne = 0;
 		for (uint32_t k = 0; k < st->engines.n; k++)
 			ne += strcmp(st->engines.v[k].gpu, g->uuid) == 0;
-		printf("%-*s %10s %10s %10s %10s %10s %8u\n", (int)w, g->uuid, fmt_bytes(g->total, a, sizeof a),
+		printf("%3u  %-*s %-*s %10s %10s %10s %10s %10s %8u\n", g->index, (int)wn,
+		    g->name && *g->name ? g->name : "-", (int)w, g->uuid, fmt_bytes(g->total, a, sizeof a),
 		    fmt_bytes(g->free_bytes, b, sizeof b), fmt_bytes(g->reserve, c, sizeof c),
 		    fmt_bytes(g->held, d, sizeof d), fmt_bytes(g->lent, l, sizeof l), ne);
 	}

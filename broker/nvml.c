@@ -30,6 +30,7 @@ static struct {
 	nvml_ret (*by_index)(unsigned int, nvml_device *);
 	nvml_ret (*uuid)(nvml_device, char *, unsigned int);
 	nvml_ret (*mem)(nvml_device, struct nvml_memory *);
+	nvml_ret (*name)(nvml_device, char *, unsigned int); /* optional */
 } nv = { .once = PTHREAD_ONCE_INIT, .mu = PTHREAD_MUTEX_INITIALIZER };
 
 static void load(void)
@@ -45,6 +46,7 @@ static void load(void)
 	*(void **)&nv.by_index = dlsym(h, "nvmlDeviceGetHandleByIndex_v2");
 	*(void **)&nv.uuid = dlsym(h, "nvmlDeviceGetUUID");
 	*(void **)&nv.mem = dlsym(h, "nvmlDeviceGetMemoryInfo");
+	*(void **)&nv.name = dlsym(h, "nvmlDeviceGetName");
 	if (!nv.init || !nv.count || !nv.by_index || !nv.uuid || !nv.mem || nv.init() != 0) {
 		dlclose(h);
 		return;
@@ -77,6 +79,33 @@ int broker_nvml_mem(const char *uuid, uint64_t *free_bytes, uint64_t *total_byte
 			if (nv.mem(d, &m) == 0) {
 				*free_bytes = m.free;
 				*total_bytes = m.total;
+				rc = 0;
+			} else {
+				rc = BATON_EDRIVER;
+			}
+			break;
+		}
+	}
+	pthread_mutex_unlock(&nv.mu);
+	return rc;
+}
+
+int broker_nvml_name(const char *uuid, char *name, size_t len, unsigned *index)
+{
+	if (broker_nvml_init() != 0 || !uuid || strncmp(uuid, "GPU-", 4) != 0 || !nv.name)
+		return BATON_ENODEV;
+	unsigned int n = 0;
+	int rc = BATON_ENODEV;
+	pthread_mutex_lock(&nv.mu);
+	if (nv.count(&n) == 0) {
+		for (unsigned int i = 0; i < n; i++) {
+			nvml_device d;
+			char u[96], nm[96];
+			if (nv.by_index(i, &d) != 0 || nv.uuid(d, u, sizeof u) != 0 || strcmp(u, uuid) != 0)
+				continue;
+			if (nv.name(d, nm, sizeof nm) == 0) {
+				snprintf(name, len, "%s", nm);
+				*index = i; /* NVML's order is nvidia-smi's (PCI bus order) */
 				rc = 0;
 			} else {
 				rc = BATON_EDRIVER;

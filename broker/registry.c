@@ -75,6 +75,22 @@ struct eng *br_eng_by_name(struct broker *b, const char *name)
 	return NULL;
 }
 
+/* Names a device as nvidia-smi does (index, product name), through NVML;
+ * the host backend's "host-N" is "host device N". Others wait for their
+ * first engine's device index (on_register). */
+static void gpu_name(struct broker *b, struct gpu *g)
+{
+	unsigned idx = 0;
+	g->index = -1;
+	g->name[0] = 0;
+	if (b->cfg.nvml && broker_nvml_name(g->uuid, g->name, sizeof g->name, &idx) == 0) {
+		g->index = (int)idx;
+	} else if (strncmp(g->uuid, "host-", 5) == 0 && g->uuid[5] >= '0' && g->uuid[5] <= '9') {
+		g->index = atoi(g->uuid + 5);
+		snprintf(g->name, sizeof g->name, "host device %d", g->index);
+	}
+}
+
 size_t br_gpu_find_or_add(struct broker *b, const char *uuid)
 {
 	for (size_t i = 0; i < b->n_gpus; i++)
@@ -96,6 +112,7 @@ size_t br_gpu_find_or_add(struct broker *b, const char *uuid)
 		g->nvml = 1;
 		g->dev_total = tot;
 	}
+	gpu_name(b, g);
 	br_blog("device %s: %s, reserve %.0f MiB%s", uuid, g->nvml ? "NVML" : "sizes from its engines",
 	    (double)g->reserve / MIB, g->cap ? ", managed size from the configuration" : "");
 	return b->n_gpus++;

@@ -54,6 +54,8 @@ static void on_register(struct broker *b, struct waiter *w, const struct baton_m
 		br_reply_error(w, m->op, m->id, BATON_ENOMEM, "register: too many devices");
 		return;
 	}
+	if (b->gpus[gi].index < 0) /* not known to NVML: the engine's own index */
+		b->gpus[gi].index = (int)m->device;
 	if (!again) {
 		uint32_t gen = e->gen + 1;
 		br_eng_forget_conn(e);
@@ -218,7 +220,7 @@ static void on_status(struct broker *b, struct waiter *w, const struct baton_msg
 	for (size_t i = 0; i < BROKER_MAX_ENGINES; i++)
 		ne += b->eng[i].st != ES_FREE;
 	struct rbuf *rb = &w->rb;
-	size_t strs = (ng + 5 * ne) * BROKER_NAME_MAX + ne * BROKER_URL_MAX;
+	size_t strs = (2 * ng + 5 * ne) * BROKER_NAME_MAX + ne * BROKER_URL_MAX;
 	char *blk = calloc(1, ng * sizeof(struct proto_gpu) + ne * sizeof(struct proto_engine_info) +
 	    strs + 16);
 	if (!blk) {
@@ -238,6 +240,8 @@ static void on_status(struct broker *b, struct waiter *w, const struct baton_msg
 		gv[i].reserve = b->gpus[i].reserve;
 		gv[i].held = v.held;
 		gv[i].lent = v.lent;
+		gv[i].index = b->gpus[i].index < 0 ? 0 : (uint32_t)b->gpus[i].index;
+		gv[i].name = pool_str(&pool, b->gpus[i].name);
 	}
 	double now = now_s();
 	size_t k = 0;

@@ -14,6 +14,8 @@ static json_t *jint(uint64_t v)
 json_t *broker_gpu_json(const struct proto_gpu *g)
 {
 	json_t *j = json_object();
+	json_object_set_new(j, "index", jint(g->index));
+	json_object_set_new(j, "name", json_string(g->name ? g->name : ""));
 	json_object_set_new(j, "uuid", json_string(g->uuid));
 	json_object_set_new(j, "total", jint(g->total));
 	json_object_set_new(j, "free", jint(g->free_bytes));
@@ -42,6 +44,8 @@ json_t *broker_engine_json(const struct proto_engine_info *e)
 	json_object_set_new(j, "peer_gpu", json_string(e->peer_gpu));
 	json_object_set_new(j, "peer", jint(e->peer));
 	json_object_set_new(j, "requests", jint(e->requests));
+	json_object_set_new(j, "copied", jint(e->copied));
+	json_object_set_new(j, "to_copy", jint(e->to_copy));
 	return j;
 }
 

@@ -34,6 +34,8 @@ static const struct proto__fdef gpu_fields[] = {
 	IDEF(struct proto_gpu, "reserve", U64, reserve,    0),
 	IDEF(struct proto_gpu, "held",    U64, held,       0),
 	IDEF(struct proto_gpu, "lent",    U64, lent,       0),
+	IDEF(struct proto_gpu, "index",   U32, index,      0),
+	IDEF(struct proto_gpu, "name",    STR, name,       BATON_PROTO_MAX_NAME),
 };
 
 static const struct proto__fdef engine_fields[] = {

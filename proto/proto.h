@@ -292,6 +292,8 @@ struct proto_gpu {
 	const char *uuid;
 	uint64_t total, free_bytes, reserve, held; /* keys total, free, reserve, held */
 	uint64_t lent; /* bytes of this GPU lent to engines of other GPUs as their peer tier */
+	uint32_t index;   /* as nvidia-smi numbers it (NVML), else the engines' device index */
+	const char *name; /* the product name as nvidia-smi shows it; "host device N" */
 };
 
 /* An item of the broker's status reply `engines`; every field required. */

@@ -19,9 +19,10 @@ static const float sample_f32[8] = { 0.0f, 1.0f, -1.5f, 3.25f, 1e-3f, -7.0f, 655
 
 static const struct proto_gpu sample_gpus[2] = {
 	{ "GPU-00000000-1111-2222-3333-444444444444", UINT64_C(150) << 30,
-	  UINT64_C(100) << 30, UINT64_C(1) << 30, UINT64_C(40) << 30, UINT64_C(8) << 30 },
+	  UINT64_C(100) << 30, UINT64_C(1) << 30, UINT64_C(40) << 30, UINT64_C(8) << 30,
+	  0, "NVIDIA H200" },
 	{ "GPU-55555555-6666-7777-8888-999999999999", UINT64_C(80) << 30,
-	  UINT64_C(80) << 30, 0, 0, 0 },
+	  UINT64_C(80) << 30, 0, 0, 0, 1, "NVIDIA H100 80GB HBM3" },
 };
 
 static const struct proto_engine_info sample_engines[2] = {
