@@ -36,6 +36,7 @@
 #include "broker/cli_engine.h"
 #include "broker/text_cmd.h"
 #include "broker/tokenize_cmd.h"
+#include "broker/top.h"
 
 static const char usage_text[] =
     "usage: baton [--broker URL] [--events URL] [--timeout T] [--json] [--quiet] COMMAND [ARGS]\n"
@@ -44,6 +45,8 @@ static const char usage_text[] =
     "  engines                    the engines only\n"
     "  gpus                       the devices only\n"
     "  watch [--count N]          print events as they come, until interrupted (alias: events)\n"
+    "  top [--interval T] [--once]  a live view of devices and engines, redrawn every T (1s);\n"
+    "                             q or Ctrl-C quits; --once (or not a terminal): one frame\n"
     "  release NAME               give NAME's device memory back (it keeps its model in RAM)\n"
     "  refill NAME                make NAME whole again (the broker makes room first)\n"
     "  vram NAME --reserve-mib N  keep N MiB of the device free (shrink); --full: grow back\n"
@@ -80,6 +83,8 @@ struct opts {
 	bool json, quiet;
 	long count;              /* watch: -1 forever */
 	bool has_reserve, full;
+	int interval_ms;         /* top */
+	bool once;               /* top */
 	uint64_t reserve_mib;
 	bool has_steps, has_batch, has_seed;
 	uint32_t steps, batch;
@@ -94,9 +99,10 @@ enum {
 	F_RESERVE = 1u << 1,
 	F_FULL = 1u << 2,
 	F_GEN = 1u << 3,
+	F_TOP = 1u << 4,
 };
 
-static struct opts opt = { .timeout_ms = 60000, .count = -1 };
+static struct opts opt = { .timeout_ms = 60000, .count = -1, .interval_ms = 1000 };
 
 static void die_usage(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
 static void die_usage(const char *fmt, ...)
@@ -178,19 +184,21 @@ static void parse_args(int argc, char **argv)
 			snprintf(name, sizeof name, "%s", a);
 		}
 		if (strcmp(name, "--json") == 0 || strcmp(name, "--quiet") == 0 || strcmp(name, "-q") == 0 ||
-		    strcmp(name, "--full") == 0) {
+		    strcmp(name, "--full") == 0 || strcmp(name, "--once") == 0) {
 			if (val)
 				die_usage("%s takes no value", name);
 			if (strcmp(name, "--json") == 0)
 				opt.json = true;
 			else if (strcmp(name, "--full") == 0)
 				opt.full = true, opt.given |= F_FULL;
+			else if (strcmp(name, "--once") == 0)
+				opt.once = true, opt.given |= F_TOP;
 			else
 				opt.quiet = true;
 			continue;
 		}
 		static const char *const with_value[] = { "--broker", "--events", "--timeout", "--count",
-			"--reserve-mib", "--steps", "--batch", "--seed" };
+			"--reserve-mib", "--steps", "--batch", "--seed", "--interval" };
 		bool known = false;
 		for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
 			known |= strcmp(name, with_value[k]) == 0;
@@ -207,6 +215,8 @@ static void parse_args(int argc, char **argv)
 			opt.events = val, opt.events_given = true;
 		} else if (strcmp(name, "--timeout") == 0) {
 			opt.timeout_ms = parse_duration_ms(name, val), opt.timeout_given = true;
+		} else if (strcmp(name, "--interval") == 0) {
+			opt.interval_ms = parse_duration_ms(name, val), opt.given |= F_TOP;
 		} else if (strcmp(name, "--count") == 0) {
 			opt.count = (long)parse_u64(name, val, 1000000000), opt.given |= F_COUNT;
 		} else if (strcmp(name, "--reserve-mib") == 0) {
@@ -227,7 +237,7 @@ static void allow_only(const char *cmd, unsigned allowed)
 {
 	static const struct { unsigned bit; const char *flag; } names[] = {
 		{ F_COUNT, "--count" }, { F_RESERVE, "--reserve-mib" }, { F_FULL, "--full" },
-		{ F_GEN, "--steps/--batch/--seed" },
+		{ F_GEN, "--steps/--batch/--seed" }, { F_TOP, "--interval/--once" },
 	};
 	for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
 		if ((opt.given & names[i].bit) && !(allowed & names[i].bit))
@@ -247,37 +257,6 @@ static double now_s(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static const char *fmt_bytes(uint64_t b, char *buf, size_t len)
-{
-	static const char *const unit[] = { "KiB", "MiB", "GiB", "TiB" };
-	if (b < 1024) {
-		snprintf(buf, len, "%" PRIu64 " B", b);
-		return buf;
-	}
-	double v = (double)b / 1024;
-	size_t u = 0;
-	while (v >= 1024 && u + 1 < sizeof unit / sizeof unit[0])
-		v /= 1024, u++;
-	snprintf(buf, len, v >= 100 ? "%.0f %s" : v >= 10 ? "%.1f %s" : "%.2f %s", v, unit[u]);
-	return buf;
-}
-
-static const char *fmt_idle(uint64_t ms, char *buf, size_t len)
-{
-	double s = (double)ms / 1e3;
-	if (ms == 0)
-		snprintf(buf, len, "-");
-	else if (s < 60)
-		snprintf(buf, len, "%.1fs", s);
-	else if (s < 3600)
-		snprintf(buf, len, "%dm%02ds", (int)(s / 60), (int)s % 60);
-	else if (s < 86400)
-		snprintf(buf, len, "%dh%02dm", (int)(s / 3600), (int)(s / 60) % 60);
-	else
-		snprintf(buf, len, "%dd%02dh", (int)(s / 86400), (int)(s / 3600) % 24);
-	return buf;
 }
 
 /* Prints a JSON value on one line; false when stdout failed. */
@@ -382,13 +361,13 @@ static void progress_draw(struct progress *p, const struct baton_msg *st, unsign
 				bar[i] = i < fill ? '#' : '.';
 			bar[20] = 0;
 			n += snprintf(line + n, sizeof line - (size_t)n, "  %s %s [%s] %3d%% of %s", e->name, e->state,
-			    bar, (int)(f * 100), fmt_bytes(e->to_copy, b, sizeof b));
+			    bar, (int)(f * 100), cli_fmt_bytes(e->to_copy, b, sizeof b));
 			continue;
 		}
 		n += snprintf(line + n, sizeof line - (size_t)n, "  %s %s, holds %s", e->name, e->state,
-		    fmt_bytes(e->resident, a, sizeof a));
+		    cli_fmt_bytes(e->resident, a, sizeof a));
 		if (p->goal[k] && n < (int)sizeof line)
-			n += snprintf(line + n, sizeof line - (size_t)n, " of %s", fmt_bytes(p->goal[k], b, sizeof b));
+			n += snprintf(line + n, sizeof line - (size_t)n, " of %s", cli_fmt_bytes(p->goal[k], b, sizeof b));
 	}
 	struct winsize ws;
 	size_t cols = ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 10 ? ws.ws_col : 80;
@@ -513,9 +492,9 @@ static void print_gpus(const struct baton_msg *st)
 		for (uint32_t k = 0; k < st->engines.n; k++)
 			ne += strcmp(st->engines.v[k].gpu, g->uuid) == 0;
 		printf("%3u  %-*s %-*s %10s %10s %10s %10s %10s %8u\n", g->index, (int)wn,
-		    g->name && *g->name ? g->name : "-", (int)w, g->uuid, fmt_bytes(g->total, a, sizeof a),
-		    fmt_bytes(g->free_bytes, b, sizeof b), fmt_bytes(g->reserve, c, sizeof c),
-		    fmt_bytes(g->held, d, sizeof d), fmt_bytes(g->lent, l, sizeof l), ne);
+		    g->name && *g->name ? g->name : "-", (int)w, g->uuid, cli_fmt_bytes(g->total, a, sizeof a),
+		    cli_fmt_bytes(g->free_bytes, b, sizeof b), cli_fmt_bytes(g->reserve, c, sizeof c),
+		    cli_fmt_bytes(g->held, d, sizeof d), cli_fmt_bytes(g->lent, l, sizeof l), ne);
 	}
 	if (st->gpus.n == 0)
 		printf("(no devices: no engine has registered)\n");
@@ -544,13 +523,13 @@ static void print_engines(const struct baton_msg *st)
 		else
 			snprintf(fill, sizeof fill, "-");
 		if (*e->peer_gpu)
-			fmt_bytes(e->peer, p, sizeof p);
+			cli_fmt_bytes(e->peer, p, sizeof p);
 		else
 			snprintf(p, sizeof p, "-");
 		printf("%-*s %8u %-*.*s %-*.*s %-9s %10s %10s %10s %5d %6s %7s %11s\n", (int)wn, e->name, e->pid,
 		    (int)wg, (int)wg, e->gpu, (int)wm, (int)wm, e->model, e->state,
-		    fmt_bytes(e->resident, a, sizeof a), p, fmt_bytes(e->ceiling, b, sizeof b), e->priority,
-		    e->pinned ? "yes" : "no", fmt_idle(e->idle_ms, idle, sizeof idle), fill);
+		    cli_fmt_bytes(e->resident, a, sizeof a), p, cli_fmt_bytes(e->ceiling, b, sizeof b), e->priority,
+		    e->pinned ? "yes" : "no", cli_fmt_idle(e->idle_ms, idle, sizeof idle), fill);
 	}
 	if (st->engines.n == 0)
 		printf("(no engines)\n");
@@ -657,8 +636,8 @@ static int cmd_engine_op(enum proto_op op, const char *name)
 		if (op != PROTO_OP_RELEASE && rep.ms > 0 && rep.bytes > 0)
 			snprintf(rate, sizeof rate, " (%.2f GB/s)", (double)rep.bytes / (rep.ms / 1e3) / 1e9);
 		printf("%s %s: %s, holds %s, %s %s in %.3f ms%s, round trip %.3f ms, epoch %" PRIu64 "\n",
-		    proto_op_name(op), name, rep.state, fmt_bytes(holds, a, sizeof a),
-		    op == PROTO_OP_RELEASE ? "freed" : "moved", fmt_bytes(rep.bytes, b, sizeof b), rep.ms, rate,
+		    proto_op_name(op), name, rep.state, cli_fmt_bytes(holds, a, sizeof a),
+		    op == PROTO_OP_RELEASE ? "freed" : "moved", cli_fmt_bytes(rep.bytes, b, sizeof b), rep.ms, rate,
 		    rtt, rep.epoch);
 		okw = fflush(stdout) == 0;
 	}
@@ -780,7 +759,7 @@ static bool print_event(const struct baton_msg *ev)
 	if (proto_has(ev, PF_MS))
 		snprintf(ms, sizeof ms, " %.3f ms", ev->ms);
 	if (proto_has(ev, PF_BYTES))
-		fmt_bytes(ev->bytes, bytes, sizeof bytes);
+		cli_fmt_bytes(ev->bytes, bytes, sizeof bytes);
 	printf("%s.%03u #%-5" PRIu64 " %-9s %-12s %-10s %10s%s  %s\n", when, (unsigned)(ev->time_ms % 1000),
 	    ev->seq, ev->kind, ev->engine[0] ? ev->engine : "-", ev->state[0] ? ev->state : "-", bytes, ms,
 	    ev->reason);
@@ -905,6 +884,13 @@ int main(int argc, char **argv)
 		allow_only(cmd, 0);
 		want_args(cmd, 0, "no arguments");
 		return cmd_status(cmd[0] == 's' ? 3 : cmd[0] == 'g' ? 1 : 2);
+	}
+	if (strcmp(cmd, "top") == 0) {
+		allow_only(cmd, F_TOP);
+		want_args(cmd, 0, "no arguments (--interval T, --once)");
+		struct top_opts to = { .broker = opt.broker, .interval_ms = opt.interval_ms,
+			.timeout_ms = opt.timeout_given ? opt.timeout_ms : 2000, .once = opt.once };
+		return top_run(&to);
 	}
 	if (strcmp(cmd, "watch") == 0 || strcmp(cmd, "events") == 0) {
 		allow_only(cmd, F_COUNT);

@@ -240,7 +240,85 @@ def t_broker_log_under_journald(c):
     assert log and all(x.startswith("baton-broker: ") for x in log), log
 
 
-CASES = [t_broker_logs_moves_with_timings, t_broker_log_under_journald, t_release_during_refill_says_refilling, t_diagnosis_counts_refilling, t_pin_error_suggests_a_real_command,
+def read_until(master, pred, timeout=10):
+    got = b""
+    end = time.time() + timeout
+    while time.time() < end and not pred(got):
+        rl, _, _ = select.select([master], [], [], 0.2)
+        if rl:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            got += chunk
+    return got
+
+
+def top_on_pty(c, stop):
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))
+    saved = termios.tcgetattr(slave)
+    e = dict(c.env, BATON_BROKER=c.control, TERM="xterm")
+    p = subprocess.Popen([CLI, "top", "--interval", "200ms"], stdin=slave, stdout=slave, stderr=slave, env=e)
+    got = read_until(master, lambda g: g.count(b"\x1b[H") >= 3 and b"host device 0" in g)
+    frames = got.decode(errors="replace")
+    assert frames.startswith("\x1b[?1049h\x1b[?25l"), repr(frames[:80])  # alternate screen, no cursor
+    assert frames.count("\x1b[H") >= 3, repr(frames[-500:])  # redrawn
+    stop(master, p)
+    rc = p.wait(10)
+    rest = read_until(master, lambda g: g.endswith(b"\x1b[?1049l"), timeout=3).decode(errors="replace")
+    now = termios.tcgetattr(slave)
+    os.close(slave)
+    os.close(master)
+    return rc, frames, rest, saved, now
+
+
+def t_top_live_on_terminal(c):
+    c.broker("idle_release_s = 300\n")
+    c.engine("a")
+    c.engine("b")  # b holds the device, a is released
+    for how, stop in (("q", lambda m, p: os.write(m, b"q")),
+                      ("Ctrl-C", lambda m, p: os.kill(p.pid, signal.SIGINT))):
+        rc, frames, rest, saved, now = top_on_pty(c, stop)
+        assert rc == 0, (how, rc, rest)
+        assert rest.endswith("\x1b[?25h\x1b[?1049l"), (how, repr(rest[-80:]))  # cursor and screen back
+        assert now == saved, (how, now, saved)  # the terminal's modes restored
+        last = frames.split("\x1b[H")[-2]  # a whole frame (the last one read may be cut)
+        rows = [ln.replace("\x1b[K", "").rstrip("\r") for ln in last.split("\n")]
+        gpu = [r for r in rows if "host device 0" in r]
+        assert gpu and re.search(r"^\s*0\s+host device 0\s+[\d.]+ MiB / 40\.0 MiB", gpu[0]), rows
+        eng = {r.split()[0]: r for r in rows if r.split() and r.split()[0] in ("a", "b")}
+        assert "ready" in eng["b"] and "28.0 MiB / 28.0 MiB" in eng["b"], eng
+        assert "released" in eng["a"], eng
+        # UNTIL, as ollama ps: b releases itself within 5 minutes of idling; a holds nothing
+        until = re.search(r"28\.0 MiB / 28\.0 MiB\s+\S+\s+(\S+)", eng["b"]).group(1)
+        assert re.match(r"^4m\d\ds$|^5m00s$", until), eng["b"]
+        assert "GB/s" in eng["b"], eng["b"]
+
+
+def t_top_one_frame_when_piped(c):
+    c.broker()
+    c.engine("a")
+    for args in (["top"], ["top", "--once"]):
+        r = baton(c, *args, timeout=10)
+        assert r.returncode == 0 and "\x1b" not in r.stdout, r
+        lines = r.stdout.splitlines()
+        assert lines[0].startswith("baton top - ") and any("host device 0" in x for x in lines), lines
+        assert any(x.split()[:1] == ["ENGINE"] and "UNTIL" in x for x in lines), lines
+    # on a terminal, --once is one frame too
+    rc, out, tty = on_pty(c, ["top", "--once"])
+    r = baton(c, "top", "--interval", "0")
+    assert r.returncode == 2, r
+    r = baton(c, "status", "--once")
+    assert r.returncode == 2 and "does not take --interval/--once" in r.stderr, r
+    # no broker: one frame says so, exit 1
+    r = baton(c, "--broker", "ipc://%s/nobody.sock" % c.dir, "top")
+    assert r.returncode == 1 and "no answer from the broker" in r.stdout, r
+
+
+CASES = [t_top_live_on_terminal, t_top_one_frame_when_piped, t_broker_logs_moves_with_timings, t_broker_log_under_journald, t_release_during_refill_says_refilling, t_diagnosis_counts_refilling, t_pin_error_suggests_a_real_command,
          t_shrunk_to_nothing_is_not_ready, t_lost_engine_release_answers_at_once, t_progress_bar_on_terminal_only, t_long_refill_progresses, t_stalled_refill_times_out]
 
 

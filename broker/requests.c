@@ -268,6 +268,8 @@ static void on_status(struct broker *b, struct waiter *w, const struct baton_msg
 		x->ctl = pool_str(&pool, e->ctl);
 		x->copied = e->copied;
 		x->to_copy = e->to_copy;
+		double idle_t = br_eng_idle_timeout(b, e);
+		x->idle_release_ms = idle_t > 0 && !e->no_release ? (uint64_t)(idle_t * 1e3) : 0;
 	}
 	proto_reply_init(&rb->m, m);
 	rb->m.gpus = (struct proto_gpus){ gv, (uint32_t)ng };

@@ -46,6 +46,7 @@ json_t *broker_engine_json(const struct proto_engine_info *e)
 	json_object_set_new(j, "requests", jint(e->requests));
 	json_object_set_new(j, "copied", jint(e->copied));
 	json_object_set_new(j, "to_copy", jint(e->to_copy));
+	json_object_set_new(j, "idle_release_ms", jint(e->idle_release_ms));
 	return j;
 }
 

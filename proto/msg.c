@@ -57,6 +57,7 @@ static const struct proto__fdef engine_fields[] = {
 	IDEF(struct proto_engine_info, "ctl",              STR,  ctl,              BATON_PROTO_MAX_NAME),
 	IDEF(struct proto_engine_info, "copied",           U64,  copied,           0),
 	IDEF(struct proto_engine_info, "to_copy",          U64,  to_copy,          0),
+	IDEF(struct proto_engine_info, "idle_release_ms",  U64,  idle_release_ms,  0),
 };
 
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))

@@ -311,6 +311,7 @@ struct proto_engine_info {
 	uint64_t requests;    /* GEN requests it answered since it started (heartbeats) */
 	const char *ctl;      /* its control socket's URL, as it registered */
 	uint64_t copied, to_copy; /* its refill in progress: bytes copied of to copy (0, 0: none) */
+	uint64_t idle_release_ms; /* its idle-release timeout (0: none; pinned engines are never released) */
 };
 
 struct proto_gpus {
