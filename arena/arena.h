@@ -360,6 +360,11 @@ struct baton_arena_source {
 struct baton_create_opts {
 	int force;        /* rebuild even when a valid arena of this source exists */
 	unsigned threads; /* 0: every online CPU */
+	/* Optional: called after each blob is written, with the bytes of the
+	 * blobs written so far and of all of them (the last call has done ==
+	 * total). From the writing threads, one call at a time. */
+	void (*progress)(void *ctx, uint64_t done, uint64_t total);
+	void *progress_ctx;
 };
 
 struct baton_create_result {

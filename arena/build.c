@@ -424,6 +424,8 @@ struct fill_ctx {
 	pthread_mutex_t mu;
 	uint64_t err_item;
 	char msg[512];
+	const struct baton_create_opts *opts; /* its progress callback */
+	uint64_t done, total;                 /* blob bytes written, to write (under mu) */
 };
 
 static int fill_one(void *arg, uint64_t i)
@@ -451,13 +453,20 @@ static int fill_one(void *arg, uint64_t i)
 		return rc;
 	}
 	e->checksum = arena_hash(c->map + e->offset, e->bytes);
+	if (c->opts && c->opts->progress) {
+		pthread_mutex_lock(&c->mu);
+		c->done += e->bytes;
+		c->opts->progress(c->opts->progress_ctx, c->done, c->total);
+		pthread_mutex_unlock(&c->mu);
+	}
 	return 0;
 }
 
 static int write_tmp(const char *tmp, const struct arena_plan *p, struct arena_file_header *h,
-    struct arena_file_entry *ents, const char *names, uint64_t old_gen, unsigned threads,
-    char *errbuf, size_t errlen)
+    struct arena_file_entry *ents, const char *names, uint64_t old_gen,
+    const struct baton_create_opts *opts, char *errbuf, size_t errlen)
 {
+	unsigned threads = opts->threads;
 	int rc = 0;
 	uint8_t *map = MAP_FAILED;
 	int guard = -1;
@@ -500,7 +509,9 @@ static int write_tmp(const char *tmp, const struct arena_plan *p, struct arena_f
 	memcpy(map, h, sizeof *h);
 
 	struct fill_ctx fc = { .plan = p, .ents = ents, .map = map, .guard = guard,
-		.err_item = UINT64_MAX };
+		.err_item = UINT64_MAX, .opts = opts };
+	for (uint64_t i = 0; i < h->n_entries; i++)
+		fc.total += ents[i].bytes;
 	pthread_mutex_init(&fc.mu, NULL);
 	rc = arena_parallel(threads, h->n_entries, fill_one, &fc);
 	pthread_mutex_destroy(&fc.mu);
@@ -678,7 +689,7 @@ int arena_build(const char *path, const struct arena_plan *p,
 		goto done;
 
 	have_tmp = 1;
-	if ((rc = write_tmp(tmp, &pc, &h, ents, names, old_gen, opts->threads, errbuf, errlen)))
+	if ((rc = write_tmp(tmp, &pc, &h, ents, names, old_gen, opts, errbuf, errlen)))
 		goto done;
 	if (rename(tmp, path) != 0) {
 		rc = arena_errf(errbuf, errlen, BATON_EIO, "rename %s to %s: %s", tmp, path,

@@ -15,9 +15,13 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "arena/arena_int.h"
 
@@ -100,6 +104,67 @@ static void human_bytes(uint64_t b, char *buf, size_t len)
 		snprintf(buf, len, "%.2f KiB", (double)b / 1024.0);
 	else
 		snprintf(buf, len, "%" PRIu64 " B", b);
+}
+
+/* ---- create's progress bar: on a terminal only ------------------------------------ */
+
+struct bar {
+	const char *path;
+	double t0, last;   /* started, last drawn */
+	bool drawn;
+};
+
+static double mono_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* "[#########...........]  45%  1.01 GiB of 2.25 GiB  812.00 MiB/s  4s left  NAME.arena",
+ * on stderr, at most every 0.1 s and once at 100%. */
+static void bar_step(void *ctx, uint64_t done, uint64_t total)
+{
+	struct bar *b = ctx;
+	double now = mono_s();
+	if (done < total && now - b->last < 0.1 && b->drawn)
+		return;
+	b->last = now;
+	double f = total ? (double)done / (double)total : 1.0;
+	char bar[24], d[32], t[32], rate[48] = "", left[32] = "";
+	int fill = (int)(f * 20 + 0.5);
+	for (int i = 0; i < 20; i++)
+		bar[i] = i < fill ? '#' : '.';
+	bar[20] = 0;
+	human_bytes(done, d, sizeof d);
+	human_bytes(total, t, sizeof t);
+	double el = now - b->t0;
+	if (el > 0.05 && done) {
+		double bps = (double)done / el;
+		human_bytes((uint64_t)bps, rate, sizeof rate);
+		strcat(rate, "/s");
+		if (done < total)
+			snprintf(left, sizeof left, "  %.0fs left", (double)(total - done) / bps + 0.5);
+	}
+	struct winsize ws;
+	int cols = ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 10 ? ws.ws_col : 80;
+	char line[512];
+	const char *base = strrchr(b->path, '/');
+	int n = snprintf(line, sizeof line, "[%s] %3d%%  %s of %s  %s%s  %s", bar, (int)(f * 100), d, t, rate, left,
+	    base ? base + 1 : b->path);
+	if (n > cols - 1)
+		n = cols - 1;
+	fprintf(stderr, "\r%.*s\033[K", n, line);
+	fflush(stderr);
+	b->drawn = true;
+}
+
+static void bar_end(struct bar *b)
+{
+	if (b->drawn) {
+		fputs("\r\033[K", stderr);
+		fflush(stderr);
+	}
 }
 
 static const char *dn(uint32_t dt)
@@ -286,7 +351,14 @@ static int cmd_create(int argc, char **argv)
 
 	char err[1024] = "";
 	struct baton_create_result res;
+	struct bar bar = { .path = path, .t0 = mono_s() };
+	const char *term = getenv("TERM");
+	if (isatty(STDERR_FILENO) && !(term && strcmp(term, "dumb") == 0)) {
+		co.progress = bar_step; /* piped or logged: nothing */
+		co.progress_ctx = &bar;
+	}
 	rc = arena_create(path, &src, &co, &res, err, sizeof err);
+	bar_end(&bar);
 	if (rc) {
 		fprintf(stderr, "baton-arena: create %s: %s: %s\n", path, baton_errname(rc), err);
 		return 1;

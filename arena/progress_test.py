@@ -1,0 +1,70 @@
+#!/usr/bin/python3
+"""progress_test.py: `baton-arena create` draws a progress bar (bytes written
+of the arena's blobs, rate, time left) on stderr when stderr is a terminal
+(a pty here), erased before the result; piped, nothing but the result.
+
+The last line is "N passed, N failed".
+"""
+import os
+import pty
+import re
+import select
+import shutil
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+import harness as h  # noqa: E402
+
+ARENA = os.path.join(h.BIN, "baton-arena")
+SYNTH = ["create", "--synthetic", "--layers", "4", "--experts", "8", "--top-k", "2", "--d-model", "256",
+         "--d-ff", "512", "--force"]
+BAR = re.compile(r"\r\[[#.]{20}\] +(\d+)%  [\d.]+ [KMG]iB of ([\d.]+ [KMG]iB)")
+
+
+def on_pty(args, env):
+    master, slave = pty.openpty()
+    p = subprocess.Popen([ARENA] + args, stdout=subprocess.PIPE, stderr=slave, env=env)
+    os.close(slave)
+    got = b""
+    while True:
+        rl, _, _ = select.select([master], [], [], 30)
+        if not rl:
+            break
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        got += chunk
+    out = p.stdout.read().decode()
+    rc = p.wait(10)
+    os.close(master)
+    return rc, out, got.decode(errors="replace")
+
+
+def t_bar_on_terminal_only():
+    d = tempfile.mkdtemp(prefix="baton-arena-bar-")
+    path = os.path.join(d, "m.arena")
+    rc, out, tty = on_pty(SYNTH + [path], dict(os.environ, TERM="xterm"))
+    assert rc == 0 and out.startswith("built %s: " % path), (rc, out, tty)
+    bars = BAR.findall(tty)
+    assert bars and bars[-1][0] == "100", repr(tty)  # it ends full
+    assert all(b[1] == bars[0][1] for b in bars), bars  # one total
+    assert "m.arena" in tty and tty.endswith("\r\x1b[K"), repr(tty[-60:])  # erased before the result
+    assert "\r" not in out and "\x1b" not in out
+    # TERM=dumb: no bar
+    rc, out, tty = on_pty(SYNTH + [path], dict(os.environ, TERM="dumb"))
+    assert rc == 0 and tty == "", repr(tty)
+    # piped: nothing but the result
+    r = subprocess.run([ARENA] + SYNTH + [path], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stderr == "" and r.stdout.startswith("built "), r
+    shutil.rmtree(d)
+
+
+CASES = [t_bar_on_terminal_only]
+
+if __name__ == "__main__":
+    sys.exit(h.run_cases(CASES, sys.argv[1:], make=None))
