@@ -279,7 +279,23 @@ static json_t *jint(uint64_t v)
 
 /* ---- calls ------------------------------------------------------------------------ */
 
-struct progress;
+struct progress {
+	pthread_t th;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bool stop, running;
+	bool drawn;
+	bool draw;               /* stderr is a terminal: draw the line */
+	bool watch;              /* no --timeout: the call waits while the broker answers */
+	struct proto_client *cli; /* the watched call's client (under mu) */
+	bool gone;               /* the broker stopped answering: cli was shut down */
+	double last_ok;          /* the last status answered */
+	const char *label;       /* "refill qwen" */
+	const char *names[2];    /* engines to show */
+	uint64_t goal[2];        /* resident they head for, 0: unknown */
+	double t0;
+};
+
 static void progress_stop(struct progress *p);
 
 /* One request; on any failure prints "baton: ..." and exits with the code
@@ -289,17 +305,51 @@ static void call(const char *url, const char *what, struct baton_msg *req, struc
 {
 	struct proto_diag d;
 	memset(&d, 0, sizeof d);
-	int rc = proto_call(url, req, rep, opt.timeout_ms, &d);
+	int rc;
+	bool gone = false, dropped = false;
+	if (prog && prog->watch) {
+		/* A long operation without --timeout: it takes as long as it
+		 * takes while the broker answers (its own rules end a stalled
+		 * one); the progress thread ends the call if the broker stops
+		 * answering for the timeout. No resend: a second copy would
+		 * queue a second operation. */
+		struct proto_opts po = { .dial_wait = true, .resend_ms = -1 };
+		struct proto_client *cli = NULL;
+		rc = proto_client_open(&cli, url, &po);
+		if (rc == 0) {
+			pthread_mutex_lock(&prog->mu);
+			prog->cli = cli;
+			pthread_mutex_unlock(&prog->mu);
+			rc = proto_client_call(cli, req, rep, -1, &d);
+			dropped = rc == BATON_ECONN;
+			pthread_mutex_lock(&prog->mu);
+			prog->cli = NULL;
+			gone = prog->gone;
+			pthread_mutex_unlock(&prog->mu);
+			proto_client_close(cli);
+		} else {
+			memset(rep, 0, sizeof *rep);
+		}
+	} else {
+		rc = proto_call(url, req, rep, opt.timeout_ms, &d);
+	}
 	if (rc == 0)
 		return;
 	progress_stop(prog);
+	if (gone) {
+		fprintf(stderr, "baton: %s: the broker at %s stopped answering for %d ms (--timeout); "
+		    "what it did is in baton status\n", what, url, opt.timeout_ms);
+		exit(EXIT_FAILED);
+	}
 	if (rep->reply) {
 		fprintf(stderr, "baton: %s: %s (%s)\n", what, rep->msg && rep->msg[0] ? rep->msg :
 		    baton_strerror(rc), baton_errname(rc));
 		proto_msg_free(rep);
 		exit(cli_exit_code(rc));
 	}
-	if (rc == BATON_ECONN)
+	if (dropped)
+		fprintf(stderr, "baton: %s: the connection to the broker at %s dropped (did it stop?)\n", what, url);
+	else if (rc == BATON_ECONN)
 		fprintf(stderr, "baton: %s: nothing listens at %s (is the broker running? --broker URL)\n",
 		    what, url);
 	else if (rc == BATON_ETIMEDOUT)
@@ -313,17 +363,6 @@ static void call(const char *url, const char *what, struct baton_msg *req, struc
 
 /* ---- progress on a terminal -------------------------------------------------------- */
 
-struct progress {
-	pthread_t th;
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	bool stop, running;
-	bool drawn;
-	const char *label;       /* "refill qwen" */
-	const char *names[2];    /* engines to show */
-	uint64_t goal[2];        /* resident they head for, 0: unknown */
-	double t0;
-};
 
 static volatile sig_atomic_t line_dirty;
 
@@ -407,7 +446,13 @@ static void *progress_main(void *arg)
 			have = proto_client_call(cli, &req, &rep, 1000, NULL) == 0;
 		}
 		pthread_mutex_lock(&p->mu);
-		if (!p->stop)
+		if (have)
+			p->last_ok = now_s();
+		else if (p->watch && p->cli && !p->gone && now_s() - p->last_ok > opt.timeout_ms / 1e3) {
+			p->gone = true;
+			proto_client_shutdown(p->cli); /* the call returns closed */
+		}
+		if (!p->stop && p->draw)
 			progress_draw(p, have ? &rep : NULL, frame++);
 		if (have)
 			proto_msg_free(&rep);
@@ -422,16 +467,18 @@ static void *progress_main(void *arg)
 	return NULL;
 }
 
-/* Starts the progress line when stderr is a terminal (and not --quiet);
- * otherwise does nothing. */
+/* Starts the progress thread: it draws the line when stderr is a terminal
+ * (and not --quiet), and without --timeout watches that the broker still
+ * answers while the call waits; with neither it does nothing. */
 static void progress_start(struct progress *p, const char *label, const char *e1, uint64_t g1,
     const char *e2, uint64_t g2)
 {
 	memset(p, 0, sizeof *p);
-	if (opt.quiet || !isatty(STDERR_FILENO))
-		return;
 	const char *term = getenv("TERM");
-	if (term && strcmp(term, "dumb") == 0)
+	p->draw = !opt.quiet && isatty(STDERR_FILENO) && !(term && strcmp(term, "dumb") == 0);
+	p->watch = !opt.timeout_given;
+	p->last_ok = now_s();
+	if (!p->draw && !p->watch)
 		return;
 	p->label = label;
 	p->names[0] = e1;
@@ -441,10 +488,14 @@ static void progress_start(struct progress *p, const char *label, const char *e1
 	p->t0 = now_s();
 	pthread_mutex_init(&p->mu, NULL);
 	pthread_cond_init(&p->cv, NULL);
-	signal(SIGINT, on_fatal_signal);
-	signal(SIGTERM, on_fatal_signal);
+	if (p->draw) {
+		signal(SIGINT, on_fatal_signal);
+		signal(SIGTERM, on_fatal_signal);
+	}
 	if (pthread_create(&p->th, NULL, progress_main, p) == 0)
 		p->running = true;
+	else
+		p->watch = false; /* no watcher: the plain call, with its timeout */
 }
 
 /* Erases the line and joins the thread. Idempotent; NULL allowed. */

@@ -95,6 +95,30 @@ def t_long_refill_progresses(c):
     assert e["to_copy"] == 0, e  # no refill in progress now
 
 
+def t_cli_waits_while_the_broker_answers(c):
+    # no --timeout: the CLI waits as long as the broker answers; when the
+    # broker goes away mid-refill it says so at once, not after 60 s
+    c.broker()
+    c.engine("a", env={"BATON_TEST_REFILL_STEP_MS": "400"}, wait=False)
+    wait_for("a ready", lambda: c.eng("a") and c.eng("a")["state"] == "ready", timeout=20)
+    ok(call(c.control, "release", name="a"))
+    e = dict(c.env, BATON_BROKER=c.control)
+    r = subprocess.Popen([CLI, "refill", "a"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=e)
+    wait_for("a refilling", lambda: c.eng("a")["state"] == "refilling")
+    c.bp.kill()
+    t0 = time.time()
+    out, errs = r.communicate(timeout=20)
+    assert r.returncode == 1 and "dropped" in errs, (out, errs)
+    assert time.time() - t0 < 5
+    # with --timeout, a hard limit: the refill outlasts it
+    c.broker()
+    wait_for("a registered", lambda: c.eng("a") is not None, timeout=10)
+    wait_for("a settled", lambda: c.eng("a")["state"] in ("ready", "released"), timeout=10)
+    ok(call(c.control, "release", name="a"))
+    r = baton(c, "--timeout", "1s", "refill", "a")
+    assert r.returncode == 1 and "within 1000 ms (--timeout)" in r.stderr, r
+
+
 def t_stalled_refill_times_out(c):
     c.broker("command_timeout_ms = 1000\n")
     # two segments of 14 MiB, 1.8 s each: no progress within the 1 s timeout
@@ -318,7 +342,7 @@ def t_top_one_frame_when_piped(c):
     assert r.returncode == 1 and "no answer from the broker" in r.stdout, r
 
 
-CASES = [t_top_live_on_terminal, t_top_one_frame_when_piped, t_broker_logs_moves_with_timings, t_broker_log_under_journald, t_release_during_refill_says_refilling, t_diagnosis_counts_refilling, t_pin_error_suggests_a_real_command,
+CASES = [t_cli_waits_while_the_broker_answers, t_top_live_on_terminal, t_top_one_frame_when_piped, t_broker_logs_moves_with_timings, t_broker_log_under_journald, t_release_during_refill_says_refilling, t_diagnosis_counts_refilling, t_pin_error_suggests_a_real_command,
          t_shrunk_to_nothing_is_not_ready, t_lost_engine_release_answers_at_once, t_progress_bar_on_terminal_only, t_long_refill_progresses, t_stalled_refill_times_out]
 
 
