@@ -33,8 +33,10 @@ void br_on_done(struct broker *b, struct item *it)
 	struct eng *e = br_eng_live(b, tag.eng);
 	struct op *o = br_op_by_seq(b, tag.op_seq);
 	double now = now_s();
-	if (e && e->job_id == it->job_id)
+	if (e && e->job_id == it->job_id) {
 		e->in_flight = false;
+		e->copied = e->to_copy = 0; /* its copy, if any, is over */
+	}
 	int rc = it->rc;
 	const char *word = tag.cmd == PROTO_OP_VRAM ? (tag.bytes ? "shrink" : "vram") :
 	    tag.cmd == PROTO_OP_PEER ? (tag.victim ? "revoke" : "lend") : proto_op_name(tag.cmd);
