@@ -159,7 +159,7 @@ struct eng {
 	/* its refill's copy progress (heartbeats): a command whose copy moves
 	 * is not timed out; progress_at: when `copied` last moved */
 	uint64_t copied, to_copy;
-	double progress_at;
+	double progress_at, progress_pub_at; /* moved; last published */
 	uint64_t requests;    /* GEN requests it answered (its heartbeats say) */
 	struct conn *conn;
 	/* an on-demand handoff to it, published once its refill is reported */

@@ -86,7 +86,9 @@ def t_long_refill_progresses(c):
     assert took > 2.5, took
     rel = [e["seq"] for e in c.events.all("release", "a")][-1]
     prog = [e for e in c.events.all("progress", "a") if e["seq"] > rel]  # this refill's
-    assert len(prog) >= 3, prog
+    assert len(prog) >= 2, prog  # at most one a second, and the last
+    t = [e["time_ms"] for e in prog]
+    assert all(t[i + 1] - t[i] >= 950 for i in range(len(t) - 2)), t
     done = [e["bytes"] for e in prog]
     assert done == sorted(done) and done[-1] == 24 * MIB, done  # 32 experts of 0.75 MiB
     assert all(e["to_copy"] == 24 * MIB for e in prog), prog

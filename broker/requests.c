@@ -148,7 +148,12 @@ static void on_heartbeat(struct broker *b, struct waiter *w, const struct baton_
 			e->copied = m->copied;
 			e->to_copy = m->to_copy;
 			e->progress_at = now;
-			br_publish(b, "progress", e, "copy", -1, e->copied);
+			/* at most one event a second (and the last): a long refill
+			 * must not push the rest out of the event history */
+			if (now - e->progress_pub_at >= 1.0 || e->copied >= e->to_copy) {
+				e->progress_pub_at = now;
+				br_publish(b, "progress", e, "copy", -1, e->copied);
+			}
 		}
 	} else {
 		e->copied = e->to_copy = 0;

@@ -132,7 +132,7 @@ int br_queue_job(struct broker *b, struct eng *e, enum proto_op op, uint64_t res
 		e->in_flight = true;
 		e->job_id = j->id;
 		e->job_t0 = now_s();
-		e->progress_at = 0;
+		e->progress_at = e->progress_pub_at = 0;
 		e->copied = e->to_copy = 0;
 	}
 	*job_id = j->id;
