@@ -27,6 +27,7 @@ static_assert(sizeof(baton_ops_kv_store_args) == 48, "kv_store args layout");
 static_assert(sizeof(baton_ops_swiglu_args) == 32, "swiglu args layout");
 static_assert(sizeof(baton_ops_add_args) == 32, "add args layout");
 static_assert(BATON_OPS_NT == 8, "the matmul kernels are made for 1 and 8 rows");
+static_assert(BATON_OPS_ATTN_CHUNK == BATON_OPS_WARPS * 32, "a thread per key of a chunk");
 
 #define WARPS BATON_OPS_WARPS
 #define THREADS (WARPS * 32)
