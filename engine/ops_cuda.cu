@@ -130,7 +130,7 @@ __device__ __forceinline__ void mm_plain_vec(float (&acc)[N], const uint8_t *row
 	/* one chunk at a time with 8 rows: the registers of 4 would cost
 	 * occupancy, and prefill is bound by the arithmetic, not the loads */
 	constexpr uint32_t E = DT == BATON_DT_F32 ? 4 : 8, CH = 32 * E, U = N == 1 ? 4 : 1;
-	if (U == 1) { /* as before this path had U: prefill's registers */
+	if constexpr (U == 1) { /* as before this path had U: prefill's registers */
 		for (uint32_t c = 0; c < k; c += CH) {
 			const uint4 raw = __ldg((const uint4 *)(row + (uint64_t)c * (16 / E)) + lane);
 			const uint32_t v[4] = { raw.x, raw.y, raw.z, raw.w };
@@ -158,37 +158,37 @@ __device__ __forceinline__ void mm_plain_vec(float (&acc)[N], const uint8_t *row
 			}
 			__syncwarp();
 		}
-		return;
-	}
-	for (uint32_t c0 = 0; c0 < k; c0 += U * CH) {
-		uint4 raw[U];
+	} else {
+		for (uint32_t c0 = 0; c0 < k; c0 += U * CH) {
+			uint4 raw[U];
 #pragma unroll
-		for (uint32_t u = 0; u < U; u++)
-			if (c0 + u * CH < k)
-				raw[u] = __ldg((const uint4 *)(row + (uint64_t)(c0 + u * CH) * (16 / E)) + lane);
+			for (uint32_t u = 0; u < U; u++)
+				if (c0 + u * CH < k)
+					raw[u] = __ldg((const uint4 *)(row + (uint64_t)(c0 + u * CH) * (16 / E)) + lane);
 #pragma unroll
-		for (uint32_t u = 0; u < U; u++) {
-			const uint32_t c = c0 + u * CH;
-			if (c >= k)
-				break;
-			const uint32_t v[4] = { raw[u].x, raw[u].y, raw[u].z, raw[u].w };
+			for (uint32_t u = 0; u < U; u++) {
+				const uint32_t c = c0 + u * CH;
+				if (c >= k)
+					break;
+				const uint32_t v[4] = { raw[u].x, raw[u].y, raw[u].z, raw[u].w };
 #pragma unroll
-			for (int i = 0; i < 4; i++) {
-				if (DT == BATON_DT_F32) {
-					ws[E * lane + i] = __uint_as_float(v[i]);
-				} else if (DT == BATON_DT_F16) {
-					ws[E * lane + 2 * i] = f16f(v[i] & 0xffffu);
-					ws[E * lane + 2 * i + 1] = f16f(v[i] >> 16);
-				} else {
-					ws[E * lane + 2 * i] = __uint_as_float(v[i] << 16);
-					ws[E * lane + 2 * i + 1] = __uint_as_float(v[i] & 0xffff0000u);
+				for (int i = 0; i < 4; i++) {
+					if (DT == BATON_DT_F32) {
+						ws[E * lane + i] = __uint_as_float(v[i]);
+					} else if (DT == BATON_DT_F16) {
+						ws[E * lane + 2 * i] = f16f(v[i] & 0xffffu);
+						ws[E * lane + 2 * i + 1] = f16f(v[i] >> 16);
+					} else {
+						ws[E * lane + 2 * i] = __uint_as_float(v[i] << 16);
+						ws[E * lane + 2 * i + 1] = __uint_as_float(v[i] & 0xffff0000u);
+					}
 				}
-			}
-			__syncwarp();
+				__syncwarp();
 #pragma unroll
-			for (uint32_t j = 0; j < E; j++)
-				acc_w<N>(acc, ws[lane + 32 * j], x, k, c + lane + 32 * j, nt);
-			__syncwarp();
+				for (uint32_t j = 0; j < E; j++)
+					acc_w<N>(acc, ws[lane + 32 * j], x, k, c + lane + 32 * j, nt);
+				__syncwarp();
+			}
 		}
 	}
 }

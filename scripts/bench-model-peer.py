@@ -33,18 +33,27 @@ def main():
     args = ap.parse_args()
     prompts = [int(p) for p in args.prompts.split(",") if p]
 
-    cfg = Qwen3MoeConfig(
+    kw = dict(
         vocab_size=151936, hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768,
         num_hidden_layers=args.layers, num_attention_heads=32, num_key_value_heads=4,
         head_dim=128, num_experts=128, num_experts_per_tok=8, norm_topk_prob=True,
-        max_position_embeddings=32768, rope_theta=1000000.0, rms_norm_eps=1e-6,
-        tie_word_embeddings=False, decoder_sparse_step=1, mlp_only_layers=[])
+        max_position_embeddings=32768, rms_norm_eps=1e-6, tie_word_embeddings=False,
+        decoder_sparse_step=1, mlp_only_layers=[])
+    theta = 1000000.0
+    try:
+        cfg = Qwen3MoeConfig(**kw, rope_theta=theta)
+    except TypeError:  # transformers 5 keeps it in rope_parameters
+        cfg = Qwen3MoeConfig(**kw, rope_parameters=dict(rope_type="default", rope_theta=theta))
+    rp = getattr(cfg, "rope_parameters", None)
+    if isinstance(rp, dict):
+        rp["rope_theta"] = theta
     dev = torch.device("cuda")
     torch.manual_seed(0)
     t0 = time.time()
     torch.set_default_dtype(torch.bfloat16)
-    with dev:
+    with dev:  # the weights are made on the GPU, random, never downloaded
         model = Qwen3MoeForCausalLM(cfg)
+    model.to(torch.bfloat16)
     model.eval()
     torch.cuda.synchronize()
     build_s = time.time() - t0
