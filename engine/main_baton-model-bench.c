@@ -133,6 +133,181 @@ static uint64_t step_weight_bytes(const struct baton_arena *a, const struct bato
 	return dense + (uint64_t)c->layers * c->top_k * expert_blob;
 }
 
+/* ---- where a decode step's time goes -------------------------------------- */
+
+struct parts {
+	double layer, attn, route, experts, head, launch; /* seconds each */
+	int ok;
+};
+
+/* A device copy of dense tensor `name` (layer 0's weights: real bytes). */
+static baton_dptr up_dense(const struct baton_backend *be, struct baton_dev *dev,
+    const struct baton_arena *a, const char *name, uint32_t *dtype)
+{
+	struct baton_arena_tensor t;
+	baton_dptr p = 0;
+	if (arena_dense(a, name, &t) != 0)
+		return 0;
+	if (be->alloc(dev, t.bytes, &p) != 0)
+		return 0;
+	struct baton_copy c = { .dst = p, .src = t.data, .bytes = t.bytes };
+	if (be->copy_h2d(dev, &c, 1) != 0 || be->sync(dev) != 0) {
+		be->free(dev, p);
+		return 0;
+	}
+	*dtype = t.dtype;
+	return p;
+}
+
+/* The ops of one decode layer as model.c queues them (attention block,
+ * router and route, expert lookup and the experts), on layer 0's real
+ * weights and the engine's cache, at context `ctx`; each part alone and
+ * all together, `reps` times each with one sync at the end, so that a
+ * part's time is what it costs in the queue (launch- or device-bound),
+ * plus a one-block launch and the head with its logits copy. */
+static struct parts decode_parts(struct baton_engine *e, const struct baton_model_config *c,
+    uint32_t ctx)
+{
+	struct parts r = { 0 };
+	const struct baton_backend *be = engine_backend(e);
+	struct baton_dev *dev = engine_dev(e);
+	const struct baton_arena *a = engine_arena(e);
+	const uint32_t D = c->hidden, QD = c->heads * c->head_dim, KD = c->kv_heads * c->head_dim;
+	const uint32_t E = c->n_experts, K = c->top_k, reps = 50;
+	uint32_t dq = 0, dk = 0, dv = 0, dO = 0, dn = 0, dqn = 0, dkn = 0, dr = 0, dpn = 0, dh = 0;
+	baton_dptr wq = up_dense(be, dev, a, "model.layers.0.self_attn.q_proj.weight", &dq);
+	baton_dptr wk = up_dense(be, dev, a, "model.layers.0.self_attn.k_proj.weight", &dk);
+	baton_dptr wv = up_dense(be, dev, a, "model.layers.0.self_attn.v_proj.weight", &dv);
+	baton_dptr wo = up_dense(be, dev, a, "model.layers.0.self_attn.o_proj.weight", &dO);
+	baton_dptr nin = up_dense(be, dev, a, "model.layers.0.input_layernorm.weight", &dn);
+	baton_dptr npost = up_dense(be, dev, a, "model.layers.0.post_attention_layernorm.weight", &dpn);
+	baton_dptr nq = up_dense(be, dev, a, "model.layers.0.self_attn.q_norm.weight", &dqn);
+	baton_dptr nk = up_dense(be, dev, a, "model.layers.0.self_attn.k_norm.weight", &dkn);
+	baton_dptr wr = up_dense(be, dev, a, "model.layers.0.mlp.gate.weight", &dr);
+	baton_dptr wh = up_dense(be, dev, a, c->tie_embeddings ? "model.embed_tokens.weight" :
+	    "lm_head.weight", &dh);
+	baton_dptr scratch = 0;
+	const uint64_t fl = 4;
+	const uint64_t n_scr = 2ull * D + QD + QD + E + 2ull * ctx * KD + c->vocab;
+	float *host = calloc((size_t)D + c->vocab, sizeof(float));
+	uint32_t *pos = calloc(1, sizeof *pos), ids[64], want[64];
+	float *inv = malloc((size_t)c->head_dim / 2 * sizeof(float)), w[64];
+	baton_dptr blobs[64];
+	if (!wq || !wk || !wv || !wo || !nin || !npost || !wr || !wh || !host || !pos || !inv ||
+	    K > 64 || be->alloc(dev, n_scr * fl, &scratch) != 0) {
+		fprintf(stderr, "baton-model-bench: the decode breakdown needs qwen3_moe-named "
+		    "tensors and room on the device: skipped\n");
+		goto out;
+	}
+	const baton_dptr x = scratch, xn = x + D * fl, q = xn + D * fl, ao = q + QD * fl;
+	const baton_dptr rl = ao + QD * fl, kc = rl + E * fl, vc = kc + (uint64_t)ctx * KD * fl;
+	const baton_dptr lg = vc + (uint64_t)ctx * KD * fl;
+	for (uint32_t i = 0; i < D; i++)
+		host[i] = (float)((i * 2654435761u) % 2001) / 1000.0f - 1.0f;
+	struct baton_copy cx = { .dst = x, .src = host, .bytes = (uint64_t)D * 4 };
+	struct baton_copy cz = { .dst = kc, .src = host, .bytes = (uint64_t)D * 4 };
+	if (be->copy_h2d(dev, &cx, 1) != 0 || be->copy_h2d(dev, &cz, 1) != 0 || be->sync(dev) != 0)
+		goto out;
+	model_rope_inv_freq(c, inv);
+	pos[0] = ctx - 1;
+	struct baton_attn at = { .q = q, .k = kc, .v = vc, .out = ao, .n_q = 1, .n_heads = c->heads,
+		.n_kv_heads = c->kv_heads, .head_dim = c->head_dim, .pos0 = ctx - 1,
+		.scale = 1.0f / sqrtf((float)c->head_dim) };
+	const baton_dptr kd = kc + (uint64_t)(ctx - 1) * KD * fl, vd = vc + (uint64_t)(ctx - 1) * KD * fl;
+	/* the same routed experts every time: this measures the queue, not misses */
+	struct baton_moe_layer ml = { .batch = 1, .d_model = D, .d_ff = c->moe_ff, .n_experts = E,
+		.top_k = K, .x = x, .xn = xn, .router = wr, .router_dtype = dr };
+	struct baton_arena_expert ex;
+	struct baton_arena_tensor parts[3];
+	if (arena_expert(a, 0, 0, &ex) != 0 || arena_expert_parts(a, 0, 0, parts) != 0)
+		goto out;
+	ml.gate_off = ex.gate_off, ml.up_off = ex.up_off, ml.down_off = ex.down_off;
+	ml.gate_dtype = parts[0].dtype, ml.up_dtype = parts[1].dtype, ml.down_dtype = parts[2].dtype;
+	int rc = 0;
+#define ATTN()                                                                                   \
+	((rc = be->rmsnorm(dev, x, xn, 1, D, nin, dn, c->eps)) ||                                  \
+	    (rc = be->matmul(dev, wq, dq, QD, D, 0, 0, xn, 1, q, 0)) ||                            \
+	    (rc = be->matmul(dev, wk, dk, KD, D, 0, 0, xn, 1, kd, 0)) ||                           \
+	    (rc = be->matmul(dev, wv, dv, KD, D, 0, 0, xn, 1, vd, 0)) ||                           \
+	    (nq && (rc = be->rmsnorm(dev, q, q, c->heads, c->head_dim, nq, dqn, c->eps))) ||       \
+	    (nk && (rc = be->rmsnorm(dev, kd, kd, c->kv_heads, c->head_dim, nk, dkn, c->eps))) ||  \
+	    (rc = be->rope(dev, q, 1, c->heads, c->head_dim, pos, inv, 1.0f)) ||                   \
+	    (rc = be->rope(dev, kd, 1, c->kv_heads, c->head_dim, pos, inv, 1.0f)) ||               \
+	    (rc = be->attention(dev, &at)) ||                                                      \
+	    (rc = be->matmul(dev, wo, dO, D, QD, 0, 0, ao, 1, x, 1)))
+#define ROUTE()                                                                                  \
+	((rc = be->rmsnorm(dev, x, xn, 1, D, npost, dpn, c->eps)) ||                               \
+	    (rc = be->matmul(dev, wr, dr, E, D, 0, 0, xn, 1, rl, 0)) ||                            \
+	    (rc = be->route(dev, rl, 1, E, K, c->route_rule, ids, w)))
+#define EXPERTS()                                                                                \
+	((rc = cache_lookup(engine_cache(e), want, K, blobs)) ||                                   \
+	    (rc = be->moe_experts(dev, &ml, blobs, w)))
+	if (ROUTE())
+		goto fail;
+	for (uint32_t i = 0; i < K; i++)
+		want[i] = ids[i]; /* layer 0's items are its expert ids */
+	double t0 = now_s();
+	for (uint32_t i = 0; i < reps; i++)
+		if (ATTN() || ROUTE() || EXPERTS())
+			goto fail;
+	if ((rc = be->sync(dev)))
+		goto fail;
+	r.layer = (now_s() - t0) / reps;
+	t0 = now_s();
+	for (uint32_t i = 0; i < reps; i++)
+		if (ATTN())
+			goto fail;
+	if ((rc = be->sync(dev)))
+		goto fail;
+	r.attn = (now_s() - t0) / reps;
+	t0 = now_s();
+	for (uint32_t i = 0; i < reps; i++)
+		if (ROUTE())
+			goto fail;
+	r.route = (now_s() - t0) / reps;
+	for (uint32_t i = 0; i < K; i++)
+		want[i] = ids[i];
+	t0 = now_s();
+	for (uint32_t i = 0; i < reps; i++)
+		if (EXPERTS())
+			goto fail;
+	if ((rc = be->sync(dev)))
+		goto fail;
+	r.experts = (now_s() - t0) / reps;
+	t0 = now_s();
+	for (uint32_t i = 0; i < reps; i++)
+		if ((rc = be->rmsnorm(dev, x, xn, 1, D, npost, dpn, c->eps)) ||
+		    (rc = be->matmul(dev, wh, dh, c->vocab, D, 0, 0, xn, 1, lg, 0)) ||
+		    (rc = be->copy_d2h(dev, host + D, lg, (uint64_t)c->vocab * 4)))
+			goto fail;
+	r.head = (now_s() - t0) / reps;
+	t0 = now_s();
+	for (uint32_t i = 0; i < 10 * reps; i++)
+		if ((rc = be->add(dev, rl, rl + 4, 0, 1, 1)))
+			goto fail;
+	if ((rc = be->sync(dev)))
+		goto fail;
+	r.launch = (now_s() - t0) / (10 * reps);
+	r.ok = 1;
+#undef ATTN
+#undef ROUTE
+#undef EXPERTS
+fail:
+	if (!r.ok)
+		fprintf(stderr, "baton-model-bench: the decode breakdown failed: %s\n", baton_strerror(rc));
+out:
+	{
+		baton_dptr all[] = { wq, wk, wv, wo, nin, npost, nq, nk, wr, wh, scratch };
+		for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+			if (all[i])
+				be->free(dev, all[i]);
+	}
+	free(host);
+	free(pos);
+	free(inv);
+	return r;
+}
+
 int main(int argc, char **argv)
 {
 	struct baton_engine_config cfg = { .name = "model-bench", .backend = "auto", .warm = 1 };
@@ -278,6 +453,8 @@ int main(int argc, char **argv)
 	const double roofline_s = step_bytes / (bw * 1e9);
 	const double dec_tps = 1.0 / dec_s, ratio = roofline_s / dec_s;
 
+	const struct parts pt = decode_parts(e, c, model_pos(m));
+
 	/* prefill: a warm-up of the shortest, then each length */
 	double pf_tps[MAX_PROMPTS];
 	model_reset(m);
@@ -331,6 +508,18 @@ int main(int argc, char **argv)
 	    ratio);
 	printf("  %-50s %9.3f ms\n", "  per token", dec_s * 1e3);
 	printf("  %-50s %9.3f ms\n", "  roofline per token", roofline_s * 1e3);
+	if (pt.ok) {
+		printf("  %-50s %9.1f us\n", "  one layer's ops, queued as model.c queues them",
+		    pt.layer * 1e6);
+		printf("  %-50s %9.1f us\n", "    attention block (10 ops)", pt.attn * 1e6);
+		printf("  %-50s %9.1f us\n", "    router and route (waits for the device)",
+		    pt.route * 1e6);
+		printf("  %-50s %9.1f us\n", "    expert lookup and experts", pt.experts * 1e6);
+		printf("  %-50s %9.1f us\n", "  head and logits copy", pt.head * 1e6);
+		printf("  %-50s %9.1f us\n", "  layers x layer + head", (c->layers * pt.layer +
+		    pt.head) * 1e6);
+		printf("  %-50s %9.2f us\n", "  one launch of a one-block op, queued", pt.launch * 1e6);
+	}
 	for (uint32_t i = 0; i < n_prompts; i++) {
 		char name[64];
 		snprintf(name, sizeof name, "prefill, %u-token prompt", prompts[i]);
@@ -364,7 +553,10 @@ int main(int argc, char **argv)
 		    dec_tps, dec_s * 1e3, roofline_s * 1e3, ratio);
 		for (uint32_t i = 0; i < n_prompts; i++)
 			fprintf(f, "%s{\"tokens\":%u,\"tok_s\":%.3f}", i ? "," : "", prompts[i], pf_tps[i]);
-		fprintf(f, "],\"first_prompt\":%u,\"first_hot_ms\":%.4f,\"first_full_ms\":%.4f,"
+		fprintf(f, "],\"layer_us\":%.2f,\"attn_us\":%.2f,\"route_us\":%.2f,"
+		    "\"experts_us\":%.2f,\"head_us\":%.2f,\"launch_us\":%.3f", pt.layer * 1e6,
+		    pt.attn * 1e6, pt.route * 1e6, pt.experts * 1e6, pt.head * 1e6, pt.launch * 1e6);
+		fprintf(f, ",\"first_prompt\":%u,\"first_hot_ms\":%.4f,\"first_full_ms\":%.4f,"
 		    "\"first_ratio\":%.4f,\"hot_loaded_bytes\":%" PRIu64 ",\"refill_ms\":%.4f,"
 		    "\"refill_bytes\":%" PRIu64 ",\"dense_upload_ms\":%.4f,\"engine_open_s\":%.3f,"
 		    "\"model_open_s\":%.3f}\n", (unsigned)first_n, hot_s * 1e3, full_s * 1e3,

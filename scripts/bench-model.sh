@@ -10,7 +10,9 @@
 # transformers on the same GPU (scripts/bench-model-peer.py; PEER=0 skips
 # it), and a table of both with their ratios. OUTDIR gets every JSON
 # (model-DTYPE.json, peer.json) and the arena creation times. BACKEND
-# (default cuda) and PROMPTS (default 512,2048) go to baton-model-bench.
+# (default cuda) and PROMPTS (default 512,2048) go to baton-model-bench;
+# PEER_STEPS (default 16) is the peer's timed decode steps (eager
+# transformers takes most of a second per token at 48 layers).
 set -eu
 B=${1:-build-gpu}
 OUT=${2:-$(mktemp -d)}
@@ -20,6 +22,7 @@ SHM=${SHM:-/dev/shm}
 PEER=${PEER:-1}
 BACKEND=${BACKEND:-cuda}
 PROMPTS=${PROMPTS:-512,2048}
+PEER_STEPS=${PEER_STEPS:-16}
 HERE=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || true
@@ -35,7 +38,8 @@ for dt in $DTYPES; do
 	rm -f "$A"
 done
 if [ "$PEER" = 1 ]; then
-	python3 "$HERE/bench-model-peer.py" --layers "$LAYERS" --prompts "$PROMPTS" --json "$OUT/peer.json" ||
+	python3 "$HERE/bench-model-peer.py" --layers "$LAYERS" --prompts "$PROMPTS" \
+		--steps "$PEER_STEPS" --json "$OUT/peer.json" ||
 		echo "bench-model-peer.py failed: $?"
 fi
 python3 - "$OUT" $DTYPES <<'EOF'
