@@ -5,11 +5,13 @@
  *
  *   baton-model-bench --arena PATH [--backend cuda|host|auto] [--device N]
  *                     [--steps N] [--prompts N,N,...] [--first-prompt N]
- *                     [--max-batch N] [--seed N] [--json FILE]
+ *                     [--max-batch N] [--seed N] [--bandwidth-mib N]
+ *                     [--json FILE]
  *
  * Figures:
- *   bandwidth   device-to-device copies of 2 GiB, best of 5: bytes read
- *               plus bytes written over the time (the memory roofline);
+ *   bandwidth   device-to-device copies of 2 GiB (--bandwidth-mib), best
+ *               of 5: bytes read plus bytes written over the time (the
+ *               memory roofline);
  *   decode      tokens/s at batch 1 (greedy, after a 32-token prompt), and
  *               the roofline ratio: the bytes one token must read (every
  *               dense matrix but the embedding table, one embedding row,
@@ -87,16 +89,16 @@ static uint32_t argmax(const float *v, uint32_t n)
 }
 
 /* Read bandwidth of the device: d2d copies (each byte read once and
- * written once), best of 5, of half of what is free up to 2 GiB. */
+ * written once), best of 5, of `want` bytes or a quarter of what is free. */
 static double measure_bandwidth(const struct baton_backend *be, struct baton_dev *dev,
-    uint64_t *bytes_out)
+    uint64_t want, uint64_t *bytes_out)
 {
-	uint64_t fr = 0, tot = 0, n = 2 * GIB;
+	uint64_t fr = 0, tot = 0, n = want;
 	if (be->mem_info(dev, &fr, &tot) == 0 && fr / 4 < n)
 		n = fr / 4 / MIB * MIB;
 	baton_dptr a = 0, b = 0;
 	int rc;
-	if (n < 64 * MIB || (rc = be->alloc(dev, n, &a)) != 0 || (rc = be->alloc(dev, n, &b)) != 0)
+	if (n < MIB || (rc = be->alloc(dev, n, &a)) != 0 || (rc = be->alloc(dev, n, &b)) != 0)
 		die("bandwidth buffers", BATON_EDEVMEM, "the device has no room for two copies");
 	double best = 0;
 	for (int i = 0; i < 6; i++) {
@@ -311,15 +313,16 @@ out:
 int main(int argc, char **argv)
 {
 	struct baton_engine_config cfg = { .name = "model-bench", .backend = "auto", .warm = 1 };
-	uint64_t steps = 64, first_n = 32, max_batch = 0, seed = 1;
+	uint64_t steps = 64, first_n = 32, max_batch = 0, seed = 1, bw_mib = 2048;
 	uint32_t prompts[MAX_PROMPTS] = { 512, 2048 }, n_prompts = 2;
 	const char *json = NULL;
 	enum { O_ARENA = 1, O_BACKEND, O_DEVICE, O_STEPS, O_PROMPTS, O_FIRST, O_MAXB, O_SEED,
-	       O_JSON, O_HELP, O_VERSION };
+	       O_BW, O_JSON, O_HELP, O_VERSION };
 	static const char usage[] =
 	    "usage: baton-model-bench --arena PATH [--backend cuda|host|auto] [--device N]\n"
 	    "                         [--steps N] [--prompts N,N,...] [--first-prompt N]\n"
-	    "                         [--max-batch N] [--seed N] [--json FILE] [--help] [--version]\n"
+	    "                         [--max-batch N] [--seed N] [--bandwidth-mib N] [--json FILE]\n"
+	    "                         [--help] [--version]\n"
 	    "Decode tokens/s at batch 1 against the memory roofline, prefill tokens/s,\n"
 	    "and the first token after a release, for a model arena on one device.\n";
 	static const struct option opts[] = {
@@ -331,6 +334,7 @@ int main(int argc, char **argv)
 		{ "first-prompt", required_argument, 0, O_FIRST },
 		{ "max-batch", required_argument, 0, O_MAXB },
 		{ "seed", required_argument, 0, O_SEED },
+		{ "bandwidth-mib", required_argument, 0, O_BW },
 		{ "json", required_argument, 0, O_JSON },
 		{ "help", no_argument, 0, O_HELP },
 		{ "version", no_argument, 0, O_VERSION },
@@ -346,6 +350,7 @@ int main(int argc, char **argv)
 		case O_FIRST: first_n = parse_u64("--first-prompt", optarg, 1, 1u << 20); break;
 		case O_MAXB: max_batch = parse_u64("--max-batch", optarg, 1, 1u << 16); break;
 		case O_SEED: seed = parse_u64("--seed", optarg, 0, UINT64_MAX); break;
+		case O_BW: bw_mib = parse_u64("--bandwidth-mib", optarg, 1, 1u << 20); break;
 		case O_PROMPTS: {
 			char buf[256], *save = NULL;
 			snprintf(buf, sizeof buf, "%s", optarg);
@@ -387,7 +392,7 @@ int main(int argc, char **argv)
 	struct baton_engine_info info;
 	engine_info(e, &info);
 	t0 = now_s();
-	uint32_t max_prompt = (uint32_t)first_n;
+	uint32_t max_prompt = first_n > 32 ? (uint32_t)first_n : 32; /* 32: the decode prompt */
 	for (uint32_t i = 0; i < n_prompts; i++)
 		if (prompts[i] > max_prompt)
 			max_prompt = prompts[i];
@@ -408,7 +413,7 @@ int main(int argc, char **argv)
 	struct baton_dev *dev = engine_dev(e);
 	const struct baton_arena *ar = engine_arena(e);
 	uint64_t bw_bytes = 0;
-	const double bw = measure_bandwidth(be, dev, &bw_bytes);
+	const double bw = measure_bandwidth(be, dev, bw_mib * MIB, &bw_bytes);
 	const uint64_t blob = info.model_bytes / ((uint64_t)info.layers * info.experts);
 	uint64_t dense_read = 0;
 	const uint64_t w_bytes = step_weight_bytes(ar, c, blob, &dense_read);
