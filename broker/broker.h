@@ -272,6 +272,15 @@ int broker_observe(struct broker *b, broker_event_fn fn, void *arg);
  * again. */
 void broker_unobserve(struct broker *b, broker_event_fn fn, void *arg);
 
+/* A new configuration for the running broker (SIGHUP), read and checked
+ * by the caller: the decision thread takes its policies, pins, device and
+ * engine sections and timers between two decisions, and this returns
+ * once it has (0, a summary in msg, logged and published as a "reload"
+ * event). Engines, what they hold and operations in progress stay. The
+ * sockets, HTTP server, NVML and state file stay as opened (msg names
+ * those that differ). BATON_ECLOSED once the broker stops. Not from the
+ * decision thread. */
+int broker_reload(struct broker *b, const struct broker_config *next, char *msg, size_t n);
 /* Whether the ipc:// sockets are still the ones broker_open bound (same
  * inode): BATON_ESTATE with what happened in err when one was removed or
  * replaced (the program says so and exits: a restart binds afresh). */

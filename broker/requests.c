@@ -379,21 +379,25 @@ static void on_engine_op(struct broker *b, struct waiter *w, const struct baton_
 	case OP_HANDOFF: {
 		o->victim = br_eref_of(b, from);
 		o->bytes = br_want_bytes(e);
-		/* decide: what `from` gives. All it holds, unless it shares the
-		 * device and a shrink leaves B enough (then it keeps the rest). */
+		/* decide: what `from` gives is only what B lacks. Nothing when
+		 * the device has room for B, or when A sits on another device
+		 * (its cache there frees nothing for B; a loan of A's on B's
+		 * device comes back the usual way, loans first). A shrink by
+		 * the shortfall when A is elastic and keeps its floor; all it
+		 * holds otherwise. */
 		struct gpu_view v;
 		br_gpu_view(b, e->gpu, &v);
 		uint64_t short_by = o->bytes > v.avail ? o->bytes - v.avail : 0;
-		if (from->gpu == e->gpu && !from->no_shrink && short_by > 0 && short_by < from->mapped &&
-		    from->mapped - short_by >= from->floor) {
+		bool takes = from->gpu == e->gpu && short_by > 0;
+		if (takes && !from->no_shrink && short_by < from->mapped && from->mapped - short_by >= from->floor) {
 			o->victim_kind = POLICY_SHRINK;
 			o->victim_bytes = short_by;
 		} else {
 			o->victim_kind = POLICY_RELEASE;
-			o->victim_bytes = from->mapped;
+			o->victim_bytes = takes ? from->mapped : 0;
 		}
 		o->t_decided = now_s();
-		o->phase = from->mapped == 0 && from->grant == 0 ? P_WAIT : P_VICTIM;
+		o->phase = !takes || (from->mapped == 0 && from->grant == 0) ? P_WAIT : P_VICTIM;
 		if (o->phase == P_WAIT)
 			o->t_victim_done = o->t_decided;
 		break;

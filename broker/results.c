@@ -147,7 +147,8 @@ void br_on_done(struct broker *b, struct item *it)
 					struct eng *from = br_eng_get(b, o->victim);
 					char why[300];
 					snprintf(why, sizeof why, "from %s (%s): decide %.3f ms, release %.3f ms, refill %.3f ms",
-					    from ? from->name : "?", o->victim_kind == POLICY_SHRINK ? "shrink" : "release",
+					    from ? from->name : "?", o->victim_kind == POLICY_SHRINK ? "shrink" :
+					    o->victim_bytes ? "release" : "nothing taken",
 					    rb->m.decide_ms, rb->m.release_ms, rb->m.refill_ms);
 					if (e)
 						br_publish(b, "handoff", e, why, rb->m.total_ms, it->rep.bytes);

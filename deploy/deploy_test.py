@@ -13,7 +13,9 @@ notifications of the broker and the engine.
   example configuration is accepted by the programs;
 - baton-broker sends READY=1, WATCHDOG=1 at half of $WATCHDOG_USEC (none
   without it, or for another $WATCHDOG_PID, and none while the broker's own
-  threads are stopped with ptrace) and STOPPING=1; baton-engine
+  threads are stopped with ptrace), RELOADING=1 and READY=1 around a
+  SIGHUP reload (a bad file refused, the broker going on) and STOPPING=1;
+  baton-engine
   READY=1 and STOPPING=1 (a fake $NOTIFY_SOCKET);
 - every Kubernetes and Prometheus YAML document loads (python3-yaml), and
   their structure holds: the kinds, the GPU limit, /run/baton and /dev/shm
@@ -222,6 +224,7 @@ def t_units_content():
     assert one(b, "Service", "RuntimeDirectoryPreserve") == "yes"
     assert re.fullmatch(r"\d+s?", one(b, "Service", "WatchdogSec"))
     assert one(b, "Service", "ExecStart") == "/usr/local/bin/baton-broker --config /etc/baton/broker.ini"
+    assert one(b, "Service", "ExecReload") == "/bin/kill -HUP $MAINPID"
     for k in (b, unit_keys(os.path.join(sd, "baton-engine@.service")),
               unit_keys(os.path.join(sd, "baton-arena@.service"))):
         assert one(k, "Service", "User") == "baton" and one(k, "Service", "Group") == "baton"
@@ -350,6 +353,41 @@ def t_notify_broker():
                     p.kill()
                 log.close()
                 n.close()
+
+
+def t_notify_reload():
+    """systemctl reload (SIGHUP): RELOADING=1, then READY=1 once the file is
+    read again; a bad file is refused the same way and the broker stays."""
+    with tempfile.TemporaryDirectory() as d:
+        ini = os.path.join(d, "broker.ini")
+        with open(ini, "w") as f:
+            f.write("[broker]\nidle_release_s = 0\n")
+        n = Notify(d)
+        env = dict(os.environ, NOTIFY_SOCKET=n.path)
+        env.pop("WATCHDOG_USEC", None)
+        p, log = start(broker_cmd(d) + ["--config", ini], env, d, "broker")
+        try:
+            n.collect(10, until="READY=1")
+            assert p.stdout.readline().startswith("ready "), "no ready line"
+            for text, said in (("[broker]\nidle_release_s = 30\n", "configuration reloaded"),
+                               ("[broker]\nidle_release_s = soon\n", "reload refused")):
+                with open(ini, "w") as f:
+                    f.write(text)
+                before = len(n.msgs)
+                p.send_signal(signal.SIGHUP)
+                n.collect(10, until="READY=1")
+                got = [m for _, m in n.msgs[before:]]
+                assert got and "RELOADING=1" in got[0].split("\n") and "READY=1" in got[-1].split("\n"), got
+                assert any(l.startswith("MONOTONIC_USEC=") for l in got[0].split("\n")), got
+                h.wait_for(said, lambda: said in open(os.path.join(d, "broker.log")).read(), timeout=5)
+            assert p.poll() is None
+            assert "%s:2: idle_release_s" % ini in open(os.path.join(d, "broker.log")).read()
+            stop(p, n, "broker")
+        finally:
+            if p.poll() is None:
+                p.kill()
+            log.close()
+            n.close()
 
 
 def ptrace_stop_threads(pid, keep):
@@ -643,7 +681,7 @@ def t_prometheus_config():
 
 
 CASES = [t_install_layout, t_systemd_verify, t_sysusers_system_user, t_units_content,
-         t_notify_broker, t_watchdog_follows_decision_thread, t_notify_engine, t_k8s_manifests, t_k8s_pod_scripts, t_prometheus_config]
+         t_notify_broker, t_notify_reload, t_watchdog_follows_decision_thread, t_notify_engine, t_k8s_manifests, t_k8s_pod_scripts, t_prometheus_config]
 
 
 def main():
