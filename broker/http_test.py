@@ -222,10 +222,10 @@ def t_busy_409(c):
 
 def t_metrics(c):
     """/metrics after some traffic: promtool passes it and the series are there."""
-    if not shutil.which("promtool"):
+    if not h.promtool():
         subprocess.run(["scripts/install-deps.sh"], check=False, timeout=600)
-    promtool = shutil.which("promtool")
-    assert promtool, "promtool is missing (Debian package prometheus; scripts/install-deps.sh)"
+    promtool = h.promtool()
+    assert promtool, "promtool is missing (scripts/install-deps.sh extracts it into .deps/bin)"
     api = start(c, '[gpu "host-0"]\nreserve_mib = 4\n')
     c.engine("a")
     b = c.engine("b")

@@ -21,7 +21,9 @@ notifications of the broker and the engine.
   their structure holds: the kinds, the GPU limit, /run/baton and /dev/shm
   shared by every container, the scrape port = the broker's HTTP port in
   the ConfigMap, the ConfigMap's broker.ini accepted by baton-broker --check;
-  promtool checks the scrape configuration.
+  promtool checks the scrape configuration;
+- install-deps gets promtool without installing the prometheus package
+  (which starts a server): download, dpkg -x into .deps/bin.
 
 Needs the programs in $BUILD/bin (make builds them first), systemd-analyze
 and systemd-sysusers (Debian package systemd) and python3-yaml, both in
@@ -634,6 +636,42 @@ def t_k8s_pod_scripts():
                     os.unlink(f)
 
 
+def t_install_deps_starts_no_server():
+    """promtool without a Prometheus server: install-deps never installs
+    the prometheus package (its postinst starts and enables
+    prometheus.service); it downloads the .deb and extracts promtool into
+    .deps/bin. Read from its plan and its text; the promtool the tests use
+    (when there is one) answers --version."""
+    script = os.path.join(ROOT, "scripts", "install-deps.sh")
+    r = run(["sh", script, "--plan"])
+    assert r.returncode == 0, r.stdout
+    plan = dict(l.split(":", 1) for l in r.stdout.splitlines())
+    apt = plan["apt-get install"].split()
+    assert "prometheus" not in apt and "build-essential" in apt, apt
+    assert "apt-get download prometheus" in plan["promtool"] and "dpkg -x" in plan["promtool"], plan
+    assert os.path.join(ROOT, ".deps", "bin", "promtool") in plan["promtool"], plan
+    for line in open(script):
+        code = line.split("#", 1)[0]
+        assert not ("apt-get install" in code and "prometheus" in code), line
+        assert "systemctl" not in code and "policy-rc.d" not in code, line
+    # the extraction itself, when a previous install-deps made it here
+    local = os.path.join(ROOT, ".deps", "bin", "promtool")
+    if os.path.exists(local):
+        v = run([local, "--version"])
+        assert v.returncode == 0 and "promtool" in v.stdout, v.stdout
+    # --check reports a missing promtool (PATH without one, no .deps copy)
+    with tempfile.TemporaryDirectory() as d:
+        os.makedirs(os.path.join(d, "scripts"))
+        shutil.copy(script, os.path.join(d, "scripts"))
+        bin_ = os.path.join(d, "bin")  # the tools --check runs, and no promtool
+        os.makedirs(bin_)
+        for t in ("sh", "dirname", "dpkg-query", "grep"):
+            os.symlink(shutil.which(t), os.path.join(bin_, t))
+        r = run([os.path.join(bin_, "sh"), os.path.join(d, "scripts", "install-deps.sh"), "--check"],
+                env=dict(os.environ, PATH=bin_))
+        assert r.returncode == 1 and "missing: promtool" in r.stdout, r.stdout
+
+
 def t_prometheus_config():
     path = os.path.join(HERE, "prometheus/prometheus.yml")
     cfg = yaml.safe_load(open(path))
@@ -663,10 +701,11 @@ def t_prometheus_config():
     ns = [x for x in load_k8s() if x["kind"] == "Namespace"][0]["metadata"]["name"]
     names = j["kubernetes_sd_configs"][0].get("namespaces", {}).get("names")
     assert not names or ns in names, (names, ns)
-    if not shutil.which("promtool"):
+    promtool = h.promtool()
+    if not promtool:
         print("  (promtool missing: the structure alone is checked)")
         return
-    r = run(["promtool", "check", "config", path])
+    r = run([promtool, "check", "config", path])
     if r.returncode != 0 and "kubernetes_sd_configs not found" in r.stdout:
         # Debian's prometheus is built without Kubernetes discovery: check
         # the rest of the file with it, the Kubernetes job by structure above.
@@ -676,12 +715,12 @@ def t_prometheus_config():
             p2 = os.path.join(d, "prometheus.yml")
             with open(p2, "w") as f:
                 yaml.safe_dump(cfg, f)
-            r = run(["promtool", "check", "config", p2])
+            r = run([promtool, "check", "config", p2])
     assert r.returncode == 0, r.stdout
 
 
 CASES = [t_install_layout, t_systemd_verify, t_sysusers_system_user, t_units_content,
-         t_notify_broker, t_notify_reload, t_watchdog_follows_decision_thread, t_notify_engine, t_k8s_manifests, t_k8s_pod_scripts, t_prometheus_config]
+         t_notify_broker, t_notify_reload, t_watchdog_follows_decision_thread, t_notify_engine, t_k8s_manifests, t_k8s_pod_scripts, t_install_deps_starts_no_server, t_prometheus_config]
 
 
 def main():
