@@ -65,7 +65,7 @@
  *                                 ; empty or "off": not kept)
  *
  *   [gpu "GPU-8f1c..."]           ; or "host-0", or "*" for every device
- *   reserve_mib = 1024            ; headroom: never granted
+ *   reserve_mib = 1024            ; the reserve: never granted
  *   total_mib = 8192              ; manage this much of the device (default: all)
  *   lend = true                   ; lend its free memory (beyond reserve_mib) to
  *                                 ; engines of other devices as their peer tier

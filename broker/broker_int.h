@@ -347,9 +347,17 @@ static inline void wake_at(struct broker *b, double t)
 /* One line on stderr, "baton-broker: ...". Any thread. */
 void br_blog(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Publishes an event on the events socket and to every subscriber
- * (decision thread). e may be NULL; ms < 0: none. */
+ * (decision thread). e may be NULL; ms < 0: none. bytes is always device
+ * memory, never bytes copied (docs/broker.md, "Events"): what moved
+ * (granted, asked for, freed, mapped: br_moved) or, for events that move
+ * nothing (register, pin, lost...), what the engine holds. */
 void br_publish(struct broker *b, const char *kind, const struct eng *e, const char *reason,
     double ms, uint64_t bytes);
+/* Device memory moved between two figures of what an engine maps. */
+static inline uint64_t br_moved(uint64_t before, uint64_t after)
+{
+	return before > after ? before - after : after - before;
+}
 
 /* ---- reload.c: a new configuration ------------------------------------------------- */
 

@@ -266,6 +266,30 @@ def t_sighup_reload(c):
     check_gen(c, a, 2)
 
 
+def t_event_bytes_are_device_memory(c):
+    """An event's bytes are device memory, the same unit for every kind:
+    what was granted, freed or mapped, never the bytes a refill copied
+    (the experts are 24 MiB, the cache they fill 28 MiB)."""
+    c.broker()
+    a = c.engine("a")
+    b = c.engine("b")
+    ok(call(c.control, "release", name="b"))
+    ok(call(c.control, "handoff", **{"from": "a", "to": "b"}))
+    ok(call(a.url, "status"))
+    check_gen(c, a, 1)  # a refills itself (after a grant and a reclaim of b)
+    wait_for("the handoff events", lambda: len(c.events.all("handoff")) >= 2)
+    evs = c.events.all()
+    seen = set()
+    for ev in evs:
+        k = ev["kind"]
+        if k in ("grant", "release", "refill", "handoff") or (k == "state" and ev["reason"].startswith("refill")):
+            assert ev["bytes"] == CEIL, ev
+            seen.add(k)
+        elif k in ("register",):
+            assert ev["bytes"] == 0, ev   # what it held then
+    assert {"grant", "release", "refill", "handoff", "state"} <= seen, [e["kind"] for e in evs]
+
+
 def t_handoff_takes_only_what_b_lacks(c):
     # 128 MiB holds both engines: a handoff with room to spare leaves a its
     # cache (the docs' promise; a was released whole before).
@@ -648,7 +672,7 @@ def t_engine_without_broker(c):
 
 CASES = [t_config_and_flags, t_two_engines_alternate, t_priority_and_idle_order, t_longest_idle,
          t_pinned_and_bounded_wait, t_pinned_leaves_part, t_headroom, t_total_mib, t_shrink_rather_than_release,
-         t_handoff_takes_only_what_b_lacks, t_handoff_partial, t_idle_release, t_sighup_reload,
+         t_event_bytes_are_device_memory, t_handoff_takes_only_what_b_lacks, t_handoff_partial, t_idle_release, t_sighup_reload,
          t_cli_and_handoff, t_engine_silent, t_engine_kill_during_refill, t_engine_kill_during_gen,
          t_engine_kill_during_handoff, t_broker_restart_under_load, t_stale_epoch,
          t_engine_without_broker, t_acquire_resent, t_stress]

@@ -164,19 +164,20 @@ static void on_report(struct broker *b, struct waiter *w, const struct baton_msg
 		br_eng_dead(b, e, m->reason, true);
 		return;
 	}
+	uint64_t mapped_before = e->mapped;
 	br_apply_state(b, e, m, proto_has(m, PF_EPOCH), m->epoch);
 	if (proto_has(m, PF_DURATION_MS) && proto_has(m, PF_BYTES) && m->duration_ms > 0 &&
 	    m->bytes > 0 && strstr(m->reason, "refill"))
 		e->last_refill_gbps = (double)m->bytes / (m->duration_ms / 1e3) / 1e9;
-	br_publish(b, "state", e, m->reason, proto_has(m, PF_DURATION_MS) ? m->duration_ms : -1,
-	    proto_has(m, PF_BYTES) ? m->bytes : e->mapped);
+	uint64_t moved = br_moved(mapped_before, e->mapped);
+	br_publish(b, "state", e, m->reason, proto_has(m, PF_DURATION_MS) ? m->duration_ms : -1, moved);
 	if (e->ho_pending && proto_has(m, PF_EPOCH) && m->epoch >= e->ho_epoch &&
 	    strncmp(m->reason, "refill", 6) == 0) {
 		char why[400];
 		double refill = proto_has(m, PF_DURATION_MS) ? m->duration_ms : 0;
 		snprintf(why, sizeof why, "from %s: decide %.3f ms, release %.3f ms, refill %.3f ms",
 		    e->ho_from, e->ho_decide_ms, e->ho_release_ms, refill);
-		br_publish(b, "handoff", e, why, (now_s() - e->ho_t0) * 1e3, m->bytes);
+		br_publish(b, "handoff", e, why, (now_s() - e->ho_t0) * 1e3, moved);
 		e->ho_pending = false;
 	}
 	struct rbuf *rb = &w->rb;
