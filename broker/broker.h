@@ -263,7 +263,9 @@ void broker_call(struct broker *b, const struct baton_msg *req,
 
 /* An event subscriber: called on the decision thread with every event the
  * broker publishes (op event: seq, time_ms, kind, engine, gpu, state,
- * reason, ms, bytes), valid during the call. It must be quick and must not
+ * reason, ms, bytes), valid during the call. A "handoff" event also
+ * carries decide_ms, release_ms, refill_ms and total_ms here (without
+ * presence bits: not on the wire, where its reason says them). It must be quick and must not
  * call back into the broker. */
 typedef void (*broker_event_fn)(void *arg, const struct baton_msg *ev);
 /* Subscribes; BATON_ENOMEM when 4 are subscribed already. */

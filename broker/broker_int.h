@@ -353,6 +353,12 @@ void br_blog(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * nothing (register, pin, lost...), what the engine holds. */
 void br_publish(struct broker *b, const char *kind, const struct eng *e, const char *reason,
     double ms, uint64_t bytes);
+/* A handoff event, its phases (ms) handed to subscribers too (broker.h). */
+void br_publish_handoff(struct broker *b, const struct eng *e, const char *reason, double total_ms,
+    uint64_t bytes, double decide_ms, double release_ms, double refill_ms);
+/* An event's common fields (seq, time, engine, gpu, state, ms, bytes). */
+void br_event_fill(struct broker *b, struct baton_msg *ev, const char *kind, const struct eng *e,
+    const char *reason, double ms, uint64_t bytes);
 /* Device memory moved between two figures of what an engine maps. */
 static inline uint64_t br_moved(uint64_t before, uint64_t after)
 {

@@ -193,9 +193,9 @@ def t_metrics_show_loans(c):
             url = line.split("http http://")[1].split(",")[0].strip()
     assert url, "no HTTP address in the broker's log"
     text = urllib.request.urlopen("http://%s/metrics" % url, timeout=5).read().decode()
-    want = 'baton_engine_peer_bytes{name="a",gpu="host-1"} %d' % lent
+    want = 'baton_engine_peer_bytes{engine="a",gpu="host-1"} %d' % lent
     assert want in text, [ln for ln in text.splitlines() if "peer" in ln or "lent" in ln]
-    assert 'baton_gpu_memory_lent_bytes{uuid="host-1"} %d' % lent in text
+    assert 'baton_gpu_memory_lent_bytes{gpu="host-1"} %d' % lent in text
     r = subprocess.run([h.CLI, "--broker", c.control, "status"], capture_output=True, text=True,
                           timeout=10)
     row = [ln.split() for ln in r.stdout.splitlines() if ln.startswith("a ")]

@@ -177,7 +177,8 @@ static void on_report(struct broker *b, struct waiter *w, const struct baton_msg
 		double refill = proto_has(m, PF_DURATION_MS) ? m->duration_ms : 0;
 		snprintf(why, sizeof why, "from %s: decide %.3f ms, release %.3f ms, refill %.3f ms",
 		    e->ho_from, e->ho_decide_ms, e->ho_release_ms, refill);
-		br_publish(b, "handoff", e, why, (now_s() - e->ho_t0) * 1e3, moved);
+		br_publish_handoff(b, e, why, (now_s() - e->ho_t0) * 1e3, moved, e->ho_decide_ms, e->ho_release_ms,
+		    refill);
 		e->ho_pending = false;
 	}
 	struct rbuf *rb = &w->rb;
@@ -241,7 +242,9 @@ static void on_status(struct broker *b, struct waiter *w, const struct baton_msg
 		x->ceiling = e->ceiling;
 		x->priority = br_eng_priority(b, e);
 		x->pinned = br_eng_pinned(b, e);
-		x->idle_ms = e->busy || e->st != ES_LIVE ? 0 : (uint64_t)((now - e->idle_since) * 1e3);
+		/* a dead engine is idle since its last request ended (or since it
+		 * died in one: br_eng_dead), not busy: never 0 */
+		x->idle_ms = e->busy && e->st == ES_LIVE ? 0 : (uint64_t)((now - e->idle_since) * 1e3);
 		x->last_refill_gbps = e->last_refill_gbps;
 		x->peer_gpu = pool_str(&pool, e->has_peer ? b->gpus[e->peer_gpu].uuid : "");
 		x->peer = e->has_peer ? e->peer_mapped : 0;

@@ -152,7 +152,8 @@ void br_on_done(struct broker *b, struct item *it)
 					    o->victim_bytes ? "release" : "nothing taken",
 					    rb->m.decide_ms, rb->m.release_ms, rb->m.refill_ms);
 					if (e)
-						br_publish(b, "handoff", e, why, rb->m.total_ms, br_moved(mapped_before, e->mapped));
+						br_publish_handoff(b, e, why, rb->m.total_ms, br_moved(mapped_before, e->mapped),
+						    rb->m.decide_ms, rb->m.release_ms, rb->m.refill_ms);
 				} else {
 					br_reply_from_cmd(o, &it->rep);
 					if (e && e->ho_pending && o->kind == OP_REFILL) {
@@ -160,8 +161,9 @@ void br_on_done(struct broker *b, struct item *it)
 						snprintf(why, sizeof why,
 						    "from %s: decide %.3f ms, release %.3f ms, refill %.3f ms", e->ho_from,
 						    e->ho_decide_ms, e->ho_release_ms, it->rep.ms);
-						br_publish(b, "handoff", e, why, (now - o->t0) * 1e3,
-						    br_moved(mapped_before, e->mapped));
+						br_publish_handoff(b, e, why, (now - o->t0) * 1e3,
+						    br_moved(mapped_before, e->mapped), e->ho_decide_ms, e->ho_release_ms,
+						    it->rep.ms);
 						e->ho_pending = false;
 					}
 				}
