@@ -246,9 +246,11 @@ def t_sighup_reload(c):
         c.bp.send_signal(signal.SIGHUP)
         wait_for(log_line, lambda: open(c.log("broker")).read().count(log_line) > n, timeout=5)
 
-    hup('idle_release_s = %g\n[engine "b"]\npinned = true\npriority = 7\n' % (0.5 * SLOW),
-        "configuration reloaded")
+    assert c.status()["gpus"][0]["reserve"] == 0
+    hup('idle_release_s = %g\n[gpu "host-0"]\nreserve_mib = 4\n[engine "b"]\npinned = true\npriority = 7\n'
+        % (0.5 * SLOW), "configuration reloaded")
     assert (eng("a")["priority"], eng("b")["priority"], eng("b")["pinned"]) == (0, 7, True), c.status()
+    assert c.status()["gpus"][0]["reserve"] == 4 * MIB, c.status()["gpus"]
     assert c.events.all("reload"), c.events.all()
     # the new idle timer releases a; pinned b keeps its cache
     wait_for("a idle-released", lambda: c.holds()["a"] == 0, timeout=5 * SLOW)
@@ -257,8 +259,9 @@ def t_sighup_reload(c):
     # a bad file: refused with its line named; pins and timers stay
     hup('[engine "b"]\npinned = maybe\n', "reload refused")
     log = open(c.log("broker")).read()
-    assert "%s:5: pinned = 'maybe'" % path in log or "%s:5:" % path in log, log[-600:]
+    assert "reload refused, the running configuration stays: %s:5:" % path in log, log[-600:]
     assert eng("b")["pinned"] and eng("b")["priority"] == 7, c.status()
+    assert c.status()["gpus"][0]["reserve"] == 4 * MIB
     # nobody was dropped or registered again
     assert {e["name"]: e["pid"] for e in c.status()["engines"]} == {"a": a.pid, "b": b.pid}
     assert c.bp.poll() is None

@@ -19,21 +19,26 @@
 void br_apply_config(struct broker *b, const struct broker_config *next, char *msg, size_t n)
 {
 	struct broker_config *c = &b->cfg;
-	char kept[256] = "";
-	size_t l = 0;
-#define KEPT(cond, what) \
-	do { \
-		if (cond) \
-			l += (size_t)snprintf(kept + l, l < sizeof kept ? sizeof kept - l : 0, "%s%s", \
-			    l ? ", " : "", what); \
-	} while (0)
-	KEPT(strcmp(c->control, next->control) != 0, "control");
-	KEPT(strcmp(c->events, next->events) != 0, "events");
-	KEPT(strcmp(c->http, next->http) != 0 || strcmp(c->http_hosts, next->http_hosts) != 0 ||
-	    (next->http_token[0] && strcmp(c->http_token, next->http_token) != 0), "http");
-	KEPT(c->nvml != next->nvml, "nvml");
-	KEPT(next->state_file_set && strcmp(c->state_file, next->state_file) != 0, "state_file");
-#undef KEPT
+	/* what differs but stays until a restart (names short enough for kept) */
+	char kept[128] = "";
+	const struct {
+		bool differs;
+		const char *what;
+	} fixed[] = {
+		{ strcmp(c->control, next->control) != 0, "control" },
+		{ strcmp(c->events, next->events) != 0, "events" },
+		{ strcmp(c->http, next->http) != 0 || strcmp(c->http_hosts, next->http_hosts) != 0 ||
+		    (next->http_token[0] && strcmp(c->http_token, next->http_token) != 0), "http" },
+		{ c->nvml != next->nvml, "nvml" },
+		{ next->state_file_set && strcmp(c->state_file, next->state_file) != 0, "state_file" },
+	};
+	for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) {
+		if (!fixed[i].differs)
+			continue;
+		if (kept[0])
+			strcat(kept, ", ");
+		strcat(kept, fixed[i].what);
+	}
 	c->heartbeat_timeout_ms = next->heartbeat_timeout_ms;
 	c->idle_release_s = next->idle_release_s;
 	c->acquire_wait_ms = next->acquire_wait_ms;
