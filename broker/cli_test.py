@@ -580,7 +580,27 @@ def t_grafana_dashboard(c):
                 assert not extra, "%s has no label %s on /metrics (%s)" % (metric, sorted(extra), e)
 
 
-CASES = [t_grafana_dashboard, t_gen_by_name, t_usage_and_exit_codes, t_status_tables_and_json, t_operations,
+def t_prometheus_alerts(c):
+    """deploy/prometheus/baton-alerts.yml: every Baton metric and label its
+    rules use is one a live broker serves, and each aggregation keeps
+    instance (two nodes alert apart)."""
+    import yaml
+    rules = yaml.safe_load(open(os.path.join(ROOT, "deploy", "prometheus", "baton-alerts.yml")))
+    exprs = [r["expr"] for g in rules["groups"] for r in g["rules"]]
+    assert len(exprs) >= 5, exprs
+    check_promql(exprs)
+    fams, labels = served_metrics(c)
+    for e in exprs:
+        for metric, matched in selectors(e):
+            assert metric in fams, "%s is not on /metrics (%s)" % (metric, e)
+            if metric in labels:
+                extra = matched - labels[metric] - {"instance", "job", "__name__"}
+                assert not extra, "%s has no label %s on /metrics (%s)" % (metric, sorted(extra), e)
+        for by in re.findall(r"\bby\s*\(([^)]*)\)", e):
+            assert "instance" in {x.strip() for x in by.split(",")}, "grouped without instance: " + e
+
+
+CASES = [t_grafana_dashboard, t_prometheus_alerts, t_gen_by_name, t_usage_and_exit_codes, t_status_tables_and_json, t_operations,
          t_pins_survive_a_broker_restart, t_busy, t_watch,
          t_progress_on_terminal_only]
 

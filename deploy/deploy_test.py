@@ -701,10 +701,18 @@ def t_prometheus_config():
     ns = [x for x in load_k8s() if x["kind"] == "Namespace"][0]["metadata"]["name"]
     names = j["kubernetes_sd_configs"][0].get("namespaces", {}).get("names")
     assert not names or ns in names, (names, ns)
+    # the alerting rules beside it are loaded (cli_test checks their
+    # metrics and labels against a live broker)
+    assert cfg.get("rule_files") == ["baton-alerts.yml"], cfg.get("rule_files")
+    alerts = yaml.safe_load(open(os.path.join(HERE, "prometheus", "baton-alerts.yml")))
+    names = [r["alert"] for g in alerts["groups"] for r in g["rules"]]
+    assert {"BatonBrokerDown", "BatonEngineLost", "BatonHandoffSlow"} <= set(names), names
     promtool = h.promtool()
     if not promtool:
         print("  (promtool missing: the structure alone is checked)")
         return
+    r = run([promtool, "check", "rules", os.path.join(HERE, "prometheus", "baton-alerts.yml")])
+    assert r.returncode == 0, r.stdout
     r = run([promtool, "check", "config", path])
     if r.returncode != 0 and "kubernetes_sd_configs not found" in r.stdout:
         # Debian's prometheus is built without Kubernetes discovery: check
@@ -712,6 +720,7 @@ def t_prometheus_config():
         print("  (this promtool has no kubernetes_sd_configs: checking the other jobs)")
         with tempfile.TemporaryDirectory() as d:
             cfg["scrape_configs"] = [x for x in cfg["scrape_configs"] if "kubernetes_sd_configs" not in x]
+            cfg["rule_files"] = [os.path.join(HERE, "prometheus", f) for f in cfg.get("rule_files", [])]
             p2 = os.path.join(d, "prometheus.yml")
             with open(p2, "w") as f:
                 yaml.safe_dump(cfg, f)
