@@ -7,7 +7,7 @@ A broker with two engines on one host device that holds one of them; the
 page is loaded while b holds the device; a handoff b -> a goes through the
 HTTP API; the page (without a reload: its own polling) must then show a as
 the holder and a ready. A screenshot is saved as $BUILD/artifacts/dashboard.png.
-Then back to b, whose refill waits 1.5 s (BATON_TEST_REFILL_DELAY_MS): while
+Then back to b, whose refill waits 2 s (BATON_TEST_REFILL_DELAY_MS): while
 it fills, the memory granted to it is drawn as b's, filling, in b's colour
 and not as grey "other"; a screenshot of that is
 $BUILD/artifacts/dashboard-handoff.png (docs/img/dashboard-handoff.png is a
@@ -169,9 +169,9 @@ def t_dashboard_handoff(c):
         return
     api = c.http_broker("http_token = %s\n" % TOKEN, token=TOKEN)
     c.engine("a")
-    # b's refills wait 1.5 s first (a test hook), so the page can be seen
+    # b's refills wait 2 s first (a test hook), so the page can be seen
     # while b fills what the broker granted it
-    c.engine("b", env=dict(c.env, BATON_TEST_REFILL_DELAY_MS="1500"))  # takes the device from a
+    c.engine("b", env=dict(c.env, BATON_TEST_REFILL_DELAY_MS="2000"))  # takes the device from a
     assert c.holds() == {"a": 0, "b": h.CEIL}
     st, page, _ = api.get("/", token=False)
     assert st == 200 and page == read_html()
