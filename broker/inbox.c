@@ -37,6 +37,18 @@ void br_post(struct broker *b, struct item *it)
 	pthread_mutex_unlock(&b->mu);
 }
 
+int br_post_live(struct broker *b, struct item *it)
+{
+	int rc = BATON_ECLOSED;
+	pthread_mutex_lock(&b->mu);
+	if (!b->loop_done) {
+		append(b, it);
+		rc = 0;
+	}
+	pthread_mutex_unlock(&b->mu);
+	return rc;
+}
+
 void br_waiter_done(struct waiter *w)
 {
 	pthread_mutex_lock(&w->mu);
@@ -164,7 +176,9 @@ void br_inbox_close(struct broker *b)
 	pthread_mutex_unlock(&b->mu);
 	for (struct item *it = rest, *nx; it; it = nx) {
 		nx = it->next;
-		if (it->kind == IT_REQ) {
+		if (it->kind == IT_RELOAD) {
+			br_reply_error(it->w, PROTO_OP_STATUS, 0, BATON_ECLOSED, "the broker is shutting down");
+		} else if (it->kind == IT_REQ) {
 			br_reply_error(it->w, it->req.op, it->req.id, BATON_ECLOSED, "the broker is shutting down");
 			proto_msg_free(&it->req);
 		} else if (it->kind == IT_DONE) {

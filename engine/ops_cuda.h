@@ -38,7 +38,9 @@ struct baton_ops_rmsnorm_args {
  * block 32 * WARPS; a warp per output row o, carrying N (1 or 8) rows of
  * x. Kinds: the weight dtype known at compile time (f32, f16 and bf16
  * with aligned loads, whose rows must start at a multiple of their element
- * size), or `any` (w_dtype read at run time, bytes loaded one by one). */
+ * size; q8_0 and the K-quants with coalesced byte loads at any address,
+ * lane l reading byte l of each 32-byte run), or `any` (w_dtype read at
+ * run time, bytes loaded one by one). */
 #define BATON_OPS_KINDS 8
 #define BATON_OPS_KIND_NAMES { "any", "f32", "f16", "bf16", "q8_0", "q4_K", "q5_K", "q6_K" }
 struct baton_ops_matmul_args {
@@ -59,14 +61,29 @@ struct baton_ops_rope_args {
 	uint32_t pad;
 };
 
-/* baton_ops_attention: grid (n_q of this launch, n_heads), block 32 * WARPS.
- * Queries q0 .. q0 + gridDim.x - 1; scores: [gridDim.x * n_heads][n_ctx]
- * f32 scratch, n_ctx = pos0 + n_q (all queries of the call). */
+/* Attention, keys split into chunks of `chunk` (BATON_OPS_ATTN_CHUNK):
+ * baton_ops_attn_part: grid (queries of this launch, n_heads, most chunks
+ * of a query), block 32 * WARPS; block (t, h, c) takes keys c * chunk ..
+ * of query q0 + t. A query of one chunk is finished there (the host's
+ * order); else the chunk's max, sum of exps and unnormalised output go to
+ * part[(t * n_heads + h) * chunks + c][head_dim + 2], and
+ * baton_ops_attn_combine: grid (queries of this launch, n_heads), block
+ * 32 * WARPS, merges them in chunk order. blocks: a device copy of the
+ * block table, or 0 (contiguous rows). */
+#define BATON_OPS_ATTN_CHUNK 256u
 struct baton_ops_attention_args {
-	uint64_t q, k, v, out, scores;
+	uint64_t q, k, v, out, part, blocks;
 	uint32_t q0, n_q, n_heads, n_kv_heads, head_dim, pos0;
+	uint32_t block_size, chunks; /* chunks: gridDim.z of the part launch */
 	float scale;
 	uint32_t pad;
+};
+
+/* baton_ops_kv_store: grid (n), block 128. Rows r of k and v to rows
+ * slots[r] of k_cache and v_cache; slots a device copy. */
+struct baton_ops_kv_store_args {
+	uint64_t k, v, k_cache, v_cache, slots;
+	uint32_t n, cols;
 };
 
 /* baton_ops_swiglu: grid-stride over n. out[i] = silu(gate[i]) * up[i]. */
