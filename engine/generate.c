@@ -501,6 +501,7 @@ int generator_run(struct baton_generator *g, const struct baton_gen_request *req
 	}
 	rc = generator_seq_result(s, res, errbuf, errlen);
 out:
+	model_reset(g->model); /* its KV blocks go back to the pool */
 	generator_seq_free(s);
 	return rc;
 }
