@@ -85,4 +85,33 @@ json_t *oai_models(const char *model, long long created);
 /* "data: JSON\n\n" (takes the reference; compact JSON), malloc'd; *len set. */
 char *oai_sse(json_t *j, size_t *len);
 
+/* ---- the server (openai_http.c) ---- */
+struct baton_sched;
+struct baton_http;
+
+struct oai_server_opts {
+	const char *addr;            /* --http ADDR */
+	const char *token;           /* bearer token; NULL: none (then loopback only) */
+	const char *model;           /* the served model id */
+	struct baton_sched *sched;   /* runs the requests */
+	/* adds the engine's fields to GET /health's object (any thread); may be NULL */
+	void (*health)(void *arg, json_t *obj);
+	void *health_arg;
+};
+struct oai_server;
+
+/* Serves POST /v1/chat/completions, POST /v1/completions, GET /v1/models
+ * and GET /health on opts->addr (http/http.h). An address beyond loopback
+ * without a token is refused (BATON_EPERM). Errors with a sentence in err. */
+int oai_server_open(const struct oai_server_opts *o, struct oai_server **out, char *err, size_t errlen);
+/* "http://HOST:PORT", the real port. */
+const char *oai_server_url(const struct oai_server *s);
+/* Closing, in this order: oai_server_stop (no request comes in any more;
+ * those open are answered 503 by the server, or later by the scheduler),
+ * then sched_close (its on_done uses the server's memory), then
+ * oai_server_close. One server per process (on_gone finds the scheduler
+ * through it). NULL ok. */
+void oai_server_stop(struct oai_server *s);
+void oai_server_close(struct oai_server *s);
+
 #endif

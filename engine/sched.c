@@ -452,7 +452,7 @@ int sched_submit(struct baton_sched *s, const struct baton_gen_request *req,
 		free(j);
 		return rc;
 	}
-	j->id = s->next_id++;
+	j->id = id && *id ? *id : s->next_id++;
 	if (id)
 		*id = j->id;
 	if (s->wait_tail)
@@ -477,6 +477,14 @@ void sched_cancel(struct baton_sched *s, uint64_t id)
 			atomic_store(&j->cancel, 1);
 	pthread_cond_signal(&s->cv);
 	pthread_mutex_unlock(&s->mu);
+}
+
+uint64_t sched_new_id(struct baton_sched *s)
+{
+	pthread_mutex_lock(&s->mu);
+	uint64_t id = s->next_id++;
+	pthread_mutex_unlock(&s->mu);
+	return id;
 }
 
 void sched_stats(struct baton_sched *s, struct sched_stats *st)

@@ -84,7 +84,9 @@ int sched_open(struct baton_generator *g, const struct sched_opts *o, const stru
 void sched_close(struct baton_sched *s);
 
 /* Queues a request (req, its strings and cb.arg must live until on_done).
- * *id names it for sched_cancel. BATON_EBUSY when the queue is full,
+ * *id names it for sched_cancel: taken from sched_new_id when nonzero on
+ * entry (so a cancel hook can be set up before the request may end),
+ * else a new one is written there (id may be NULL). BATON_EBUSY when the queue is full,
  * BATON_ECLOSED when closing: on_done is not called then. */
 int sched_submit(struct baton_sched *s, const struct baton_gen_request *req,
     const struct sched_cb *cb, uint64_t *id);
@@ -93,6 +95,8 @@ int sched_submit(struct baton_sched *s, const struct baton_gen_request *req,
  * its blocks free, on_done with finish "cancelled"). Unknown ids (already
  * done) are ignored. */
 void sched_cancel(struct baton_sched *s, uint64_t id);
+/* An id for sched_submit, never used before. */
+uint64_t sched_new_id(struct baton_sched *s);
 void sched_stats(struct baton_sched *s, struct sched_stats *st);
 /* Wakes the thread (may_admit may say yes now). */
 void sched_kick(struct baton_sched *s);
