@@ -1,7 +1,7 @@
 # Baton: one Makefile for the whole tree.
 #
 # Conventions (no per-component Makefile to edit when a file is added):
-#   <comp>/*.c              -> build/lib/libbaton_<comp>.a   (comp: proto arena text engine broker)
+#   <comp>/*.c              -> build/lib/libbaton_<comp>.a   (comp: proto arena text http engine broker)
 #   <comp>/main_<prog>.c    -> build/bin/<prog>              (linked with every library)
 #   <comp>/*_test.c         -> build/test/<comp>_<name>      (run by `make test`)
 #   <comp>/*_fuzz.c         -> build/fuzz/<name>             (libFuzzer, `make fuzz`)
@@ -26,9 +26,9 @@ CUDA    ?= 1
 endif
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 
-COMPONENTS := proto arena text engine broker
+COMPONENTS := proto arena text http engine broker
 # Link order: a component may use only those after it.
-LINK_ORDER := broker engine text arena proto
+LINK_ORDER := broker engine http text arena proto
 
 CC      ?= cc
 CFLAGS  ?= -O2 -g
@@ -46,11 +46,13 @@ ifeq ($(CUDA),1)
 CPPFLAGS_ALL += -DBATON_HAVE_CUDA=1 -isystem $(CUDA_HOME)/include
 endif
 
-EXT_LIBS := -lnng -lmsgpackc -ljansson -linih -lxxhash -lpcre2-8 -lutf8proc
+EXT_LIBS := -lmicrohttpd -lnng -lmsgpackc -ljansson -linih -lxxhash -lpcre2-8 -lutf8proc
 ifeq ($(STATIC),1)
 # For machines where nothing can be installed (the GPU device): the
-# field's libraries go inside the binary; libc, libdl and libsystemd stay dynamic.
-LDLIBS_ALL := -Wl,-Bstatic $(EXT_LIBS) -lmbedtls -lmbedx509 -lmbedcrypto -Wl,-Bdynamic
+# field's libraries go inside the binary; libc, libdl and libsystemd stay dynamic,
+# and GnuTLS (libmicrohttpd's, unused by Baton: Debian has no static
+# libunistring/p11-kit for it; Ubuntu 24.04 has libgnutls.so.30).
+LDLIBS_ALL := -Wl,-Bstatic $(EXT_LIBS) -lmbedtls -lmbedx509 -lmbedcrypto -Wl,-Bdynamic -lgnutls
 else
 LDLIBS_ALL := $(EXT_LIBS)
 endif

@@ -6,7 +6,7 @@
 set -eu
 
 pkgs="build-essential pkg-config libnng-dev nng-utils libmsgpack-dev
-      libxxhash-dev libjansson-dev libinih-dev libsystemd-dev libpcre2-dev libutf8proc-dev
+      libxxhash-dev libjansson-dev libinih-dev libsystemd-dev libpcre2-dev libutf8proc-dev libmicrohttpd-dev
       python3 python3-msgpack python3-yaml systemd clang libclang-rt-14-dev
       prometheus scdoc groff-base"
 

@@ -1,0 +1,215 @@
+/*
+ * guard.c: who may send what, decided on a request's headers before any
+ * byte of its body is read (docs/security.md).
+ *
+ * Loopback TCP is no permission boundary: any local user, and any web page
+ * in a browser on the machine, can reach 127.0.0.1. So a Host must name
+ * this server (DNS rebinding), an Origin, when a browser sends one, must
+ * be the server's own, a call that changes state needs the bearer token
+ * (when one is set) and, with a body, Content-Type: application/json (a
+ * cross-site form or no-cors fetch cannot send it without a preflight,
+ * which we never answer); a declared body over the limit is refused.
+ */
+#include <arpa/inet.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "http/http_int.h"
+
+int http_split_hostport(const char *s, char *host, size_t n, long *port)
+{
+	const char *end, *colon;
+	*port = -1;
+	if (*s == '[') {
+		end = strchr(s, ']');
+		if (!end)
+			return -1;
+		colon = end[1] == ':' ? end + 1 : NULL;
+		if (end[1] && !colon)
+			return -1;
+		s++;
+	} else {
+		colon = strrchr(s, ':');
+		end = colon ? colon : s + strlen(s);
+		if (colon && strchr(s, ':') != colon)
+			return -1; /* a bare v6 address: not a Host */
+	}
+	if (end == s || (size_t)(end - s) >= n)
+		return -1;
+	memcpy(host, s, (size_t)(end - s));
+	host[end - s] = 0;
+	if (colon) {
+		unsigned long p = 0;
+		const char *q = colon + 1;
+		if (!*q)
+			return -1;
+		for (; *q; q++) {
+			if (*q < '0' || *q > '9' || p > 65535)
+				return -1;
+			p = p * 10 + (unsigned long)(*q - '0');
+		}
+		if (p > 65535)
+			return -1;
+		*port = (long)p;
+	}
+	return 0;
+}
+
+static bool is_ip(const char *h, bool *loopback, bool *any)
+{
+	unsigned char a[16];
+	*loopback = *any = false;
+	if (inet_pton(AF_INET, h, a) == 1) {
+		*loopback = a[0] == 127;
+		*any = !a[0] && !a[1] && !a[2] && !a[3];
+		return true;
+	}
+	if (inet_pton(AF_INET6, h, a) == 1) {
+		static const unsigned char zero[16], one[16] = { [15] = 1 };
+		*loopback = memcmp(a, one, 16) == 0;
+		*any = memcmp(a, zero, 16) == 0;
+		return true;
+	}
+	return false;
+}
+
+int http_is_loopback(const char *hostport)
+{
+	char host[HTTP_HOST_MAX];
+	long port;
+	bool lo, any;
+	if (http_split_hostport(hostport, host, sizeof host, &port) != 0)
+		return 0;
+	return strcasecmp(host, "localhost") == 0 || (is_ip(host, &lo, &any) && lo);
+}
+
+int http_guard_init(struct http_guard *g, const char *host, unsigned port, const char *const *names,
+    const char *token, bool token_for_reads, size_t max_body)
+{
+	bool lo = false, any = false;
+	memset(g, 0, sizeof *g);
+	if (strlen(host) >= sizeof g->host || (token && strlen(token) >= sizeof g->token))
+		return -1;
+	snprintf(g->host, sizeof g->host, "%s", host);
+	g->port = port;
+	g->loopback = strcasecmp(host, "localhost") == 0 || (is_ip(host, &lo, &any) && lo);
+	g->wildcard = any;
+	for (size_t i = 0; names && names[i]; i++) {
+		const char *s = names[i];
+		size_t k = strlen(s);
+		if (k >= 2 && s[0] == '[' && s[k - 1] == ']') { /* "[::1]": the address inside */
+			s++;
+			k -= 2;
+		}
+		if (!k)
+			continue;
+		if (g->n_names == HTTP_NAMES_MAX || k >= HTTP_HOST_MAX)
+			return -1;
+		memcpy(g->names[g->n_names], s, k);
+		g->names[g->n_names++][k] = 0;
+	}
+	snprintf(g->token, sizeof g->token, "%s", token ? token : "");
+	g->token_for_reads = token_for_reads;
+	g->max_body = max_body;
+	return 0;
+}
+
+static bool host_ok(const struct http_guard *g, const char *hosthdr)
+{
+	char host[HTTP_HOST_MAX];
+	long port;
+	bool lo, any;
+	if (!hosthdr || http_split_hostport(hosthdr, host, sizeof host, &port) != 0)
+		return false;
+	if (port >= 0 && port != (long)g->port)
+		return false; /* the name is what DNS rebinding forges; a Host without a port is fine */
+	if (!g->wildcard && strcasecmp(host, g->host) == 0)
+		return true;
+	for (unsigned i = 0; i < g->n_names; i++)
+		if (strcasecmp(host, g->names[i]) == 0)
+			return true;
+	if (strcasecmp(host, "localhost") == 0) /* this machine, whatever it is bound to */
+		return true;
+	if (g->loopback && is_ip(host, &lo, &any) && lo)
+		return true;
+	/* Bound to every address: any address literal is this machine's (a
+	 * rebinding page names its own host, never an address). */
+	return g->wildcard && is_ip(host, &lo, &any) && !any;
+}
+
+/* "Bearer TOKEN", the scheme in any case (RFC 7235), compared in the same
+ * time for every wrong token of the right length. */
+static bool token_ok(const struct http_guard *g, const char *a)
+{
+	if (!a || strncasecmp(a, "Bearer", 6) != 0 || (a[6] != ' ' && a[6] != '\t'))
+		return false;
+	a += 6;
+	while (*a == ' ' || *a == '\t')
+		a++;
+	size_t n = strcspn(a, " \t"), m = strlen(g->token);
+	if (a[n + strspn(a + n, " \t")])
+		return false; /* more than one word */
+	unsigned char d = n != m;
+	for (size_t i = 0; i < m; i++)
+		d |= (unsigned char)(a[i < n ? i : 0] ^ g->token[i]);
+	return d == 0;
+}
+
+static void names_of(const struct http_guard *g, char *out, size_t n)
+{
+	size_t k = 0;
+	out[0] = 0;
+	for (unsigned i = 0; i < g->n_names && k < n; i++)
+		k += (size_t)snprintf(out + k, n - k, " or %s", g->names[i]);
+}
+
+int http_guard_check(const struct http_guard *g, const struct http_guard_in *in, bool *authorized,
+    int *err, char *msg, size_t n)
+{
+	bool read = strcmp(in->method, "GET") == 0 || strcmp(in->method, "HEAD") == 0;
+	*authorized = !g->token[0] || token_ok(g, in->auth);
+	*err = BATON_EPERM;
+	if (!host_ok(g, in->host)) {
+		char names[512];
+		names_of(g, names, sizeof names);
+		bool v6 = strchr(g->host, ':') != NULL;
+		snprintf(msg, n, "Host '%.100s' is not this server's address (%s%s%s:%u%s); add the name to its "
+		    "accepted hosts (the broker's [broker] http_hosts)", in->host ? in->host : "(none)", v6 ? "[" : "",
+		    g->host, v6 ? "]" : "", g->port, names);
+		return 403;
+	}
+	if (in->origin) {
+		/* the server's own origin: http:// and the (checked) Host */
+		if (strncasecmp(in->origin, "http://", 7) != 0 || strcasecmp(in->origin + 7, in->host) != 0) {
+			snprintf(msg, n, "Origin '%.100s' is not this server's (http://%.100s): cross-site requests "
+			    "are refused", in->origin, in->host);
+			return 403;
+		}
+	}
+	if (!*authorized && (!read || g->token_for_reads)) {
+		snprintf(msg, n, "this call needs the token (Authorization: Bearer ...)");
+		return 401;
+	}
+	bool body = (in->clen && strcmp(in->clen, "0") != 0) || in->te;
+	if (!read && (body || in->ctype)) {
+		size_t k = strlen("application/json");
+		const char *c = in->ctype;
+		if (!c || strncasecmp(c, "application/json", k) != 0 || (c[k] && c[k] != ';' && c[k] != ' ')) {
+			*err = BATON_EUNSUPPORTED;
+			snprintf(msg, n, "send Content-Type: application/json (got '%.60s')", c ? c : "none");
+			return 415;
+		}
+	}
+	if (in->clen) {
+		char *end;
+		unsigned long long v = strtoull(in->clen, &end, 10);
+		if (*in->clen >= '0' && *in->clen <= '9' && !*end && v > g->max_body) {
+			*err = BATON_ETOOBIG;
+			snprintf(msg, n, "the body is %llu bytes; at most %zu", v, g->max_body);
+			return 413;
+		}
+	}
+	return 0;
+}

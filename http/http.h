@@ -1,0 +1,121 @@
+/*
+ * http.h: Baton's HTTP server (libmicrohttpd underneath), used by the
+ * broker and by engines.
+ *
+ * What nng's HTTP server could not do, this does: stream a reply while it
+ * is produced, cap connections, close idle and slow clients, and refuse a
+ * request on its headers (Host, Origin, token, Content-Type, size) before
+ * a byte of its body is read (docs/http.md, docs/security.md).
+ *
+ * A request reaches the handler on one of `workers` threads with its
+ * whole body read; its connection waits (suspended) meanwhile, other
+ * connections go on. The handler may block briefly; long work answers
+ * later from any thread. Each request gets exactly one answer:
+ * http_reply / http_reply_json, or http_stream_open ... http_stream_close.
+ */
+#ifndef BATON_HTTP_H
+#define BATON_HTTP_H
+
+#include <stddef.h>
+
+#include <jansson.h>
+
+#include "proto/proto.h"
+
+struct baton_http_opts {
+	const char *addr;           /* "127.0.0.1:8420", "[::1]:8420", "0.0.0.0:0" (port 0: kernel picks) */
+	const char *token;          /* bearer token; NULL or "": none */
+	int token_for_reads;        /* 1: GET and HEAD need the token too (else only the other methods) */
+	const char *const *hosts;   /* more Host names accepted (NULL-terminated), besides the bound
+	                             * address and localhost */
+	unsigned max_conns;         /* 0: 4096, bounded by RLIMIT_NOFILE */
+	unsigned idle_timeout_s;    /* 0: 30: a connection silent this long is closed */
+	unsigned header_timeout_s;  /* 0: 10: a request's headers and body must arrive within this of
+	                             * the connection's start or its previous answer (slowloris) */
+	size_t max_body;            /* 0: 1 MiB; a larger body gets 413 before it is read */
+	unsigned workers;           /* handler threads; 0: 8 */
+};
+
+struct baton_http;              /* a server */
+struct baton_http_req;          /* one request; valid until answered (reply, or stream closed) */
+struct baton_http_stream;       /* a reply sent while it is produced (chunked) */
+
+typedef void (*baton_http_fn)(void *arg, struct baton_http_req *r);
+
+/* Listens on o->addr and starts the threads. Raises RLIMIT_NOFILE to its
+ * hard limit. BATON_EINVAL (a bad address or option) or BATON_EIO (cannot
+ * listen), with a message in err. */
+int http_open(const struct baton_http_opts *o, baton_http_fn fn, void *arg, struct baton_http **out,
+    char *err, size_t errlen);
+/* Stops listening, answers requests still open 503 (streams end), joins
+ * the threads. Answers given after it are accepted and dropped. */
+void http_close(struct baton_http *h);
+/* "http://127.0.0.1:PORT" (or "http://[::1]:PORT"), the real port. */
+const char *http_url(const struct baton_http *h);
+unsigned http_port(const struct baton_http *h);
+
+/* Counters for tests and metrics: connections open now, bytes of request
+ * bodies read so far, requests refused on their headers. */
+struct http_stats {
+	unsigned conns;
+	unsigned long long body_bytes, refused;
+};
+void http_stats(struct baton_http *h, struct http_stats *s);
+
+/* ---- a request (valid from the handler's call until it is answered) ---- */
+const char *http_req_method(const struct baton_http_req *r);
+/* The path as sent (not percent-decoded), without the query. */
+const char *http_req_path(const struct baton_http_req *r);
+/* The query string as sent, without '?'; "" when none. */
+const char *http_req_rawquery(const struct baton_http_req *r);
+/* A query parameter, percent-decoded; NULL if absent. */
+const char *http_req_query(const struct baton_http_req *r, const char *key);
+/* A header (name in any case); NULL if absent. */
+const char *http_req_header(const struct baton_http_req *r, const char *name);
+/* The whole body, NUL-terminated (len may be NULL). */
+const char *http_req_body(const struct baton_http_req *r, size_t *len);
+/* The token matched (or none is set). */
+int http_req_authorized(const struct baton_http_req *r);
+
+/* ---- answers: exactly one per request, from any thread ---- */
+/* headers: "Name: value" strings, NULL-terminated; may be NULL. 0, or
+ * BATON_ECLOSED when the client or the server is gone (r is freed all
+ * the same). */
+int http_reply(struct baton_http_req *r, int status, const char *ctype, const void *body, size_t len,
+    const char *const *headers);
+/* The JSON (compact) with Content-Type application/json; takes the reference. */
+int http_reply_json(struct baton_http_req *r, int status, json_t *j);
+/* The error shape every Baton server answers: {"ok":false, "code":NAME,
+ * "err":N, "message":MSG, "error":{"message":MSG, "type":TYPE, "code":NAME}}
+ * (Baton's own fields and OpenAI's error object; type from the status). */
+int http_reply_error(struct baton_http_req *r, int status, int err, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+json_t *http_error_json(int status, int err, const char *msg);
+
+/* Sends the status and headers now; the body follows as written. NULL
+ * when out of memory or the client is gone (the request is then answered
+ * and freed). */
+struct baton_http_stream *http_stream_open(struct baton_http_req *r, int status, const char *ctype,
+    const char *const *headers);
+/* Buffers p and wakes the connection; never waits for the client.
+ * BATON_ECLOSED once the client is gone, BATON_ETOOBIG when more than
+ * 64 MiB wait unsent (a client that stopped reading). */
+int http_stream_write(struct baton_http_stream *s, const void *p, size_t n);
+int http_stream_gone(const struct baton_http_stream *s);
+/* Ends the reply (the chunked end) once the buffer is sent; s is freed by
+ * the server after that. Call it exactly once, also when gone. */
+void http_stream_close(struct baton_http_stream *s);
+
+/* fn(arg) is called once if the client goes away before the answer ended
+ * (on a server thread; it must not block): a producer can cancel at once.
+ * Set it from the handler. */
+void http_req_on_gone(struct baton_http_req *r, void (*fn)(void *), void *arg);
+
+/* ---- the trust checks (guard.c), also for callers' own use ---- */
+/* Splits "HOST:PORT", "[V6]:PORT", "HOST" or "[V6]" (brackets removed);
+ * port -1: none. -1 when it is none of those. */
+int http_split_hostport(const char *s, char *host, size_t n, long *port);
+/* Is the host of HOST:PORT localhost or a loopback address? */
+int http_is_loopback(const char *hostport);
+
+#endif

@@ -1,0 +1,1158 @@
+/*
+ * server.c: the HTTP server (http.h) on libmicrohttpd's internal epoll
+ * thread.
+ *
+ * A request's life: the URI callback makes its record; the first access
+ * call (headers only) runs the guard, which may answer at once, before a
+ * body byte is read; the body is gathered up to max_body; then the
+ * connection is suspended and the request queued for the worker threads.
+ * An answer, from any thread, is parked in the record and the connection
+ * resumed: libmicrohttpd calls the access handler again on its own
+ * thread, which queues the response (it takes responses from its own
+ * thread only). A stream's reader suspends the connection when its buffer
+ * is empty; a write resumes it.
+ *
+ * What libmicrohttpd does not do, a reaper thread does every 50 ms: close
+ * a connection whose request has not fully arrived within
+ * header_timeout_s (its idle timeout restarts on every byte, so a slow
+ * client would stay forever), and notice a client that hung up while its
+ * connection is suspended (libmicrohttpd does not watch those sockets),
+ * so that a producer can stop at once.
+ *
+ * Lifetimes: a request is held by libmicrohttpd (until its completion
+ * callback), by the application (from the handler's call until its answer
+ * or stream close) and by a stream's response (until libmicrohttpd frees
+ * it); the server itself lives until http_close and its last request.
+ */
+#include <errno.h>
+#include <netdb.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+
+#include <microhttpd.h>
+
+#include "http/http_int.h"
+
+#define DEF_MAX_CONNS 4096
+#define DEF_IDLE_S 30
+#define DEF_HEADER_S 10
+#define DEF_MAX_BODY (1024u * 1024u)
+#define DEF_WORKERS 8
+#define MAX_WORKERS 256
+#define STREAM_MAX (64u * 1024u * 1024u) /* unsent bytes a stream may hold */
+#define REAP_MS 50
+
+enum rq_state {
+	RQ_NEW,       /* headers in, guard not run */
+	RQ_BODY,      /* reading the body */
+	RQ_QUEUED,    /* suspended, waiting for a worker */
+	RQ_HANDLING,  /* suspended, with the application */
+	RQ_ANSWER,    /* suspended, an answer parked in resp, resumed */
+	RQ_SENT,      /* response queued with libmicrohttpd */
+};
+
+struct kv {
+	char *k, *v;
+};
+
+struct conn {
+	struct conn *prev, *next;
+	int fd;
+	double deadline;        /* the request must be in by then; 0: none (one is in) */
+};
+
+struct baton_http_stream {
+	struct baton_http_req *r;
+	char *buf;
+	size_t off, len, cap;   /* unsent bytes: buf[off, len) */
+	bool waiting;           /* the reader found it empty and suspended the connection */
+	bool closed;            /* http_stream_close called */
+	bool gone;              /* the client went away (or the server stops) */
+};
+
+struct baton_http_req {
+	struct baton_http *h;
+	struct baton_http_req *prev, *next;  /* h->open */
+	struct baton_http_req *qnext;        /* h's worker queue */
+	struct MHD_Connection *conn;         /* NULL once libmicrohttpd is done */
+	struct conn *c;
+	int fd;
+	int refs;
+	enum rq_state st;
+	char *target;                        /* as sent: path?query */
+	char *path, *query;                  /* split copies of target */
+	char method[16];
+	struct kv *hdr, *arg;
+	size_t n_hdr, n_arg;
+	char *body;
+	size_t len, cap;
+	bool too_big, authorized;
+	bool answered;                       /* the application answered (reply or stream) */
+	bool gone;                           /* the client left before the answer ended */
+	bool mhd_done;
+	struct MHD_Response *resp;           /* parked answer */
+	unsigned status;
+	struct baton_http_stream *stream;
+	void (*gone_fn)(void *);
+	void *gone_arg;
+	bool gone_fired;
+};
+
+struct baton_http {
+	struct MHD_Daemon *d;
+	baton_http_fn fn;
+	void *arg;
+	struct http_guard guard;
+	char url[HTTP_HOST_MAX + 32];
+	unsigned header_timeout_s;
+	size_t max_body;
+
+	pthread_mutex_t mu;                  /* everything below, and every request's fields */
+	pthread_cond_t cv;                   /* workers: the queue */
+	pthread_cond_t reap_cv;
+	pthread_cond_t sent_cv;              /* http_close: answers queued */
+	int refs;                            /* 1 until http_close, + open requests */
+	bool stopping;
+	struct baton_http_req *qhead, *qtail;
+	struct baton_http_req *open;
+	struct conn *conns;
+	unsigned n_conns;
+	unsigned long long body_bytes, refused;
+	pthread_t *th;
+	unsigned n_th;
+	pthread_t reaper;
+	bool reaper_on;
+};
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* ---- lifetimes (under h->mu) --------------------------------------------------- */
+
+static void server_free(struct baton_http *h)
+{
+	pthread_mutex_destroy(&h->mu);
+	pthread_cond_destroy(&h->cv);
+	pthread_cond_destroy(&h->reap_cv);
+	pthread_cond_destroy(&h->sent_cv);
+	free(h->th);
+	free(h);
+}
+
+static void kv_free(struct kv *v, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		free(v[i].k);
+		free(v[i].v);
+	}
+	free(v);
+}
+
+/* Drops one reference; returns true when the server itself should be
+ * freed by the caller (after unlocking). */
+static bool req_unref(struct baton_http_req *r)
+{
+	if (--r->refs > 0)
+		return false;
+	struct baton_http *h = r->h;
+	if (r->prev)
+		r->prev->next = r->next;
+	else if (h->open == r)
+		h->open = r->next;
+	if (r->next)
+		r->next->prev = r->prev;
+	if (r->resp)
+		MHD_destroy_response(r->resp);
+	if (r->stream) {
+		free(r->stream->buf);
+		free(r->stream);
+	}
+	free(r->target);
+	free(r->path);
+	free(r->query);
+	kv_free(r->hdr, r->n_hdr);
+	kv_free(r->arg, r->n_arg);
+	free(r->body);
+	free(r);
+	return --h->refs == 0;
+}
+
+static void unref_unlock(struct baton_http_req *r)
+{
+	struct baton_http *h = r->h;
+	bool last = req_unref(r);
+	pthread_mutex_unlock(&h->mu);
+	if (last)
+		server_free(h);
+}
+
+/* Takes the on-gone callback out if it is due (called outside the lock). */
+static void take_gone(struct baton_http_req *r, void (**fn)(void *), void **arg)
+{
+	r->gone = true;
+	if (r->stream)
+		r->stream->gone = true;
+	*fn = NULL;
+	if (!r->gone_fired && r->gone_fn) {
+		r->gone_fired = true;
+		*fn = r->gone_fn;
+		*arg = r->gone_arg;
+	}
+}
+
+/* ---- responses ------------------------------------------------------------------- */
+
+static int add_headers(struct MHD_Response *resp, const char *ctype, const char *const *headers)
+{
+	if (ctype && MHD_add_response_header(resp, "Content-Type", ctype) != MHD_YES)
+		return -1;
+	if (MHD_add_response_header(resp, "Cache-Control", "no-store") != MHD_YES ||
+	    MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff") != MHD_YES)
+		return -1;
+	for (size_t i = 0; headers && headers[i]; i++) {
+		const char *colon = strchr(headers[i], ':');
+		char name[128];
+		if (!colon || colon == headers[i] || (size_t)(colon - headers[i]) >= sizeof name)
+			return -1;
+		memcpy(name, headers[i], (size_t)(colon - headers[i]));
+		name[colon - headers[i]] = 0;
+		const char *v = colon + 1;
+		while (*v == ' ' || *v == '\t')
+			v++;
+		if (MHD_add_response_header(resp, name, v) != MHD_YES)
+			return -1;
+	}
+	return 0;
+}
+
+static struct MHD_Response *make_resp(const char *ctype, const void *body, size_t len, const char *const *headers)
+{
+	struct MHD_Response *resp = MHD_create_response_from_buffer(len, (void *)(len ? body : ""),
+	    MHD_RESPMEM_MUST_COPY);
+	if (resp && add_headers(resp, ctype, headers) != 0) {
+		MHD_destroy_response(resp);
+		resp = NULL;
+	}
+	return resp;
+}
+
+static const char *type_of(int status)
+{
+	switch (status) {
+	case 401:
+		return "authentication_error";
+	case 403:
+		return "permission_error";
+	case 404:
+		return "not_found_error";
+	case 409:
+		return "conflict_error";
+	case 413:
+	case 400:
+	case 405:
+	case 415:
+		return "invalid_request_error";
+	case 429:
+		return "rate_limit_error";
+	case 503:
+	case 504:
+		return "server_error";
+	default:
+		return status >= 500 ? "server_error" : "invalid_request_error";
+	}
+}
+
+json_t *http_error_json(int status, int err, const char *msg)
+{
+	char clean[1024];
+	snprintf(clean, sizeof clean, "%s", msg ? msg : "");
+	for (char *q = clean; *q; q++) /* a path echoed back may be any bytes: ASCII only */
+		if ((unsigned char)*q >= 0x80 || (unsigned char)*q < 0x20)
+			*q = '?';
+	return json_pack("{s:b, s:s, s:i, s:s, s:{s:s, s:s, s:s}}", "ok", 0, "code", baton_errname(err), "err",
+	    err, "message", clean, "error", "message", clean, "type", type_of(status), "code",
+	    baton_errname(err));
+}
+
+static struct MHD_Response *error_resp(int status, int err, const char *msg)
+{
+	json_t *j = http_error_json(status, err, msg);
+	char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+	json_decref(j);
+	const char *const auth[] = { "WWW-Authenticate: Bearer realm=\"baton\"", NULL };
+	struct MHD_Response *resp = make_resp("application/json", s ? s : "{}", s ? strlen(s) : 2,
+	    status == 401 ? auth : NULL);
+	free(s);
+	return resp;
+}
+
+/* Parks resp as r's answer and wakes its connection (under h->mu). */
+static void park(struct baton_http_req *r, struct MHD_Response *resp, int status)
+{
+	r->resp = resp;
+	r->status = (unsigned)status;
+	r->st = RQ_ANSWER;
+	MHD_resume_connection(r->conn);
+}
+
+int http_reply(struct baton_http_req *r, int status, const char *ctype, const void *body, size_t len,
+    const char *const *headers)
+{
+	struct baton_http *h = r->h;
+	struct MHD_Response *resp = make_resp(ctype, body, len, headers);
+	pthread_mutex_lock(&h->mu);
+	int rc = 0;
+	if (r->answered) {
+		/* http_close answered it already (or a caller's bug): drop */
+		rc = BATON_ECLOSED;
+	} else {
+		r->answered = true;
+		if (r->mhd_done || r->st != RQ_HANDLING) {
+			rc = BATON_ECLOSED;
+		} else if (!resp) {
+			resp = error_resp(500, BATON_ENOMEM, "out of memory");
+			rc = BATON_ENOMEM;
+			if (resp) {
+				park(r, resp, 500);
+				resp = NULL;
+			}
+		} else {
+			park(r, resp, status);
+			resp = NULL;
+		}
+	}
+	if (resp)
+		MHD_destroy_response(resp);
+	unref_unlock(r);
+	return rc;
+}
+
+int http_reply_json(struct baton_http_req *r, int status, json_t *j)
+{
+	char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+	json_decref(j);
+	if (!s) {
+		json_t *e = http_error_json(500, BATON_ENOMEM, "out of memory");
+		s = e ? json_dumps(e, JSON_COMPACT) : NULL;
+		json_decref(e);
+		status = 500;
+	}
+	int rc = http_reply(r, status, "application/json", s ? s : "{}", s ? strlen(s) : 2, NULL);
+	free(s);
+	return rc;
+}
+
+int http_reply_error(struct baton_http_req *r, int status, int err, const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	const char *const auth[] = { "WWW-Authenticate: Bearer realm=\"baton\"", NULL };
+	json_t *j = http_error_json(status, err, msg);
+	char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+	json_decref(j);
+	int rc = http_reply(r, status, "application/json", s ? s : "{}", s ? strlen(s) : 2,
+	    status == 401 ? auth : NULL);
+	free(s);
+	return rc;
+}
+
+/* ---- streams --------------------------------------------------------------------- */
+
+/* On libmicrohttpd's thread: the next bytes of a stream. */
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+	(void)pos;
+	struct baton_http_stream *s = cls;
+	struct baton_http *h = s->r->h;
+	ssize_t n;
+	pthread_mutex_lock(&h->mu);
+	if (s->gone || h->stopping) {
+		n = MHD_CONTENT_READER_END_WITH_ERROR;
+	} else if (s->len > s->off) {
+		size_t k = s->len - s->off < max ? s->len - s->off : max;
+		memcpy(buf, s->buf + s->off, k);
+		s->off += k;
+		if (s->off == s->len)
+			s->off = s->len = 0;
+		n = (ssize_t)k;
+	} else if (s->closed) {
+		n = MHD_CONTENT_READER_END_OF_STREAM;
+	} else {
+		/* nothing yet: sleep until a write (0 with a suspend is no busy loop) */
+		s->waiting = true;
+		MHD_suspend_connection(s->r->conn);
+		n = 0;
+	}
+	pthread_mutex_unlock(&h->mu);
+	return n;
+}
+
+static void stream_free(void *cls)
+{
+	struct baton_http_stream *s = cls;
+	if (!s->r)
+		return; /* http_stream_open failed before s was the request's */
+	pthread_mutex_lock(&s->r->h->mu);
+	unref_unlock(s->r);
+}
+
+struct baton_http_stream *http_stream_open(struct baton_http_req *r, int status, const char *ctype,
+    const char *const *headers)
+{
+	struct baton_http *h = r->h;
+	struct baton_http_stream *s = calloc(1, sizeof *s);
+	struct MHD_Response *resp = s ? MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024,
+	    stream_read, s, stream_free) : NULL;
+	if (resp && add_headers(resp, ctype, headers) != 0) {
+		MHD_destroy_response(resp); /* its stream_free sees s->r NULL */
+		resp = NULL;
+	}
+	pthread_mutex_lock(&h->mu);
+	if (!resp || r->answered || r->mhd_done || r->st != RQ_HANDLING) {
+		if (!r->answered) {
+			r->answered = true;
+			if (!r->mhd_done && r->st == RQ_HANDLING) {
+				struct MHD_Response *e = error_resp(500, BATON_ENOMEM, "out of memory");
+				if (e)
+					park(r, e, 500);
+			}
+		}
+		unref_unlock(r);
+		if (resp)
+			MHD_destroy_response(resp); /* s->r is NULL: its free callback does nothing */
+		free(s);
+		return NULL;
+	}
+	s->r = r;
+	r->stream = s;
+	r->answered = true;
+	r->refs++;               /* the response's (dropped in stream_free) */
+	park(r, resp, status);   /* the application's reference goes with s */
+	pthread_mutex_unlock(&h->mu);
+	return s;
+}
+
+int http_stream_write(struct baton_http_stream *s, const void *p, size_t n)
+{
+	struct baton_http *h = s->r->h;
+	int rc = 0;
+	pthread_mutex_lock(&h->mu);
+	if (s->gone || h->stopping || s->r->mhd_done) {
+		rc = BATON_ECLOSED;
+	} else if (s->len - s->off + n > STREAM_MAX) {
+		rc = BATON_ETOOBIG;
+	} else if (n) {
+		if (s->len + n > s->cap) {
+			if (s->off) { /* move the unsent bytes to the front first */
+				memmove(s->buf, s->buf + s->off, s->len - s->off);
+				s->len -= s->off;
+				s->off = 0;
+			}
+			size_t cap = s->cap ? s->cap : 4096;
+			while (cap < s->len + n)
+				cap *= 2;
+			char *b = cap > s->cap ? realloc(s->buf, cap) : s->buf;
+			if (!b) {
+				pthread_mutex_unlock(&h->mu);
+				return BATON_ENOMEM;
+			}
+			s->buf = b;
+			s->cap = cap > s->cap ? cap : s->cap;
+		}
+		memcpy(s->buf + s->len, p, n);
+		s->len += n;
+		if (s->waiting) {
+			s->waiting = false;
+			MHD_resume_connection(s->r->conn);
+		}
+	}
+	pthread_mutex_unlock(&h->mu);
+	return rc;
+}
+
+int http_stream_gone(const struct baton_http_stream *s)
+{
+	struct baton_http *h = s->r->h;
+	pthread_mutex_lock(&h->mu);
+	int g = s->gone || h->stopping || s->r->mhd_done;
+	pthread_mutex_unlock(&h->mu);
+	return g;
+}
+
+void http_stream_close(struct baton_http_stream *s)
+{
+	struct baton_http_req *r = s->r;
+	pthread_mutex_lock(&r->h->mu);
+	s->closed = true;
+	if (s->waiting && !r->mhd_done) {
+		s->waiting = false;
+		MHD_resume_connection(r->conn);
+	}
+	unref_unlock(r); /* the application's reference */
+}
+
+void http_req_on_gone(struct baton_http_req *r, void (*fn)(void *), void *arg)
+{
+	pthread_mutex_lock(&r->h->mu);
+	r->gone_fn = fn;
+	r->gone_arg = arg;
+	bool now = r->gone && !r->gone_fired && fn;
+	if (now)
+		r->gone_fired = true;
+	pthread_mutex_unlock(&r->h->mu);
+	if (now)
+		fn(arg);
+}
+
+/* ---- request accessors ----------------------------------------------------------- */
+
+const char *http_req_method(const struct baton_http_req *r)
+{
+	return r->method;
+}
+
+const char *http_req_path(const struct baton_http_req *r)
+{
+	return r->path;
+}
+
+const char *http_req_rawquery(const struct baton_http_req *r)
+{
+	return r->query ? r->query : "";
+}
+
+const char *http_req_query(const struct baton_http_req *r, const char *key)
+{
+	for (size_t i = 0; i < r->n_arg; i++)
+		if (strcmp(r->arg[i].k, key) == 0)
+			return r->arg[i].v;
+	return NULL;
+}
+
+const char *http_req_header(const struct baton_http_req *r, const char *name)
+{
+	for (size_t i = 0; i < r->n_hdr; i++)
+		if (strcasecmp(r->hdr[i].k, name) == 0)
+			return r->hdr[i].v;
+	return NULL;
+}
+
+const char *http_req_body(const struct baton_http_req *r, size_t *len)
+{
+	if (len)
+		*len = r->len;
+	return r->body ? r->body : "";
+}
+
+int http_req_authorized(const struct baton_http_req *r)
+{
+	return r->authorized;
+}
+
+/* ---- libmicrohttpd callbacks ----------------------------------------------------- */
+
+struct kv_list {
+	struct kv *v;
+	size_t n, cap;
+	bool fail;
+};
+
+static enum MHD_Result collect(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+	(void)kind;
+	struct kv_list *l = cls;
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? 2 * l->cap : 16;
+		struct kv *v = realloc(l->v, cap * sizeof *v);
+		if (!v) {
+			l->fail = true;
+			return MHD_NO;
+		}
+		l->v = v;
+		l->cap = cap;
+	}
+	char *k = strdup(key), *val = strdup(value ? value : "");
+	if (!k || !val) {
+		free(k);
+		free(val);
+		l->fail = true;
+		return MHD_NO;
+	}
+	l->v[l->n].k = k;
+	l->v[l->n++].v = val;
+	return MHD_YES;
+}
+
+/* The request's record, made when its first line is in. */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *c)
+{
+	struct baton_http *h = cls;
+	struct baton_http_req *r = calloc(1, sizeof *r);
+	if (!r)
+		return NULL;
+	r->h = h;
+	r->target = strdup(uri ? uri : "");
+	const char *q = r->target ? strchr(r->target, '?') : NULL;
+	r->path = r->target ? strndup(r->target, q ? (size_t)(q - r->target) : strlen(r->target)) : NULL;
+	r->query = q ? strdup(q + 1) : NULL;
+	if (!r->target || !r->path || (q && !r->query)) {
+		free(r->target);
+		free(r->path);
+		free(r->query);
+		free(r);
+		return NULL;
+	}
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+	const union MHD_ConnectionInfo *fi = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+	r->c = ci ? ci->socket_context : NULL;
+	r->fd = fi ? fi->connect_fd : -1;
+	r->conn = c;
+	r->refs = 1; /* libmicrohttpd's, until on_completed */
+	pthread_mutex_lock(&h->mu);
+	h->refs++;
+	r->next = h->open;
+	if (h->open)
+		h->open->prev = r;
+	h->open = r;
+	pthread_mutex_unlock(&h->mu);
+	return r;
+}
+
+/* Answers at once, on libmicrohttpd's thread (under h->mu). */
+static enum MHD_Result answer_now(struct baton_http_req *r, struct MHD_Connection *c, int status, int err,
+    const char *msg)
+{
+	struct MHD_Response *resp = error_resp(status, err, msg);
+	if (!resp)
+		return MHD_NO;
+	enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, resp);
+	MHD_destroy_response(resp);
+	r->answered = true;
+	r->st = RQ_SENT;
+	return ok;
+}
+
+static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+    const char *version, const char *upload, size_t *upload_size, void **con_cls)
+{
+	(void)url;
+	(void)version;
+	struct baton_http *h = cls;
+	struct baton_http_req *r = *con_cls;
+	if (!r)
+		return MHD_NO; /* out of memory when it began */
+	enum MHD_Result ret = MHD_YES;
+	pthread_mutex_lock(&h->mu);
+	switch (r->st) {
+	case RQ_NEW: {
+		snprintf(r->method, sizeof r->method, "%s", method);
+		if (h->stopping) {
+			ret = answer_now(r, c, 503, BATON_ECLOSED, "the server is shutting down");
+			break;
+		}
+		struct http_guard_in in = {
+			.method = method,
+			.host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host"),
+			.origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin"),
+			.ctype = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type"),
+			.auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization"),
+			.clen = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length"),
+			.te = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Transfer-Encoding"),
+		};
+		char msg[768];
+		int err;
+		int st = http_guard_check(&h->guard, &in, &r->authorized, &err, msg, sizeof msg);
+		if (st) {
+			h->refused++;
+			ret = answer_now(r, c, st, err, msg);
+			break;
+		}
+		r->st = RQ_BODY;
+		break;
+	}
+	case RQ_BODY:
+		if (*upload_size) {
+			size_t n = *upload_size;
+			h->body_bytes += n;
+			*upload_size = 0;
+			if (r->too_big || r->len + n > h->max_body) {
+				r->too_big = true;
+				/* libmicrohttpd takes no answer mid-body: end the connection */
+				h->refused++;
+				ret = MHD_NO;
+				break;
+			}
+			if (r->len + n + 1 > r->cap) {
+				size_t cap = r->cap ? r->cap : 1024;
+				while (cap < r->len + n + 1)
+					cap *= 2;
+				char *b = realloc(r->body, cap);
+				if (!b) {
+					ret = MHD_NO;
+					break;
+				}
+				r->body = b;
+				r->cap = cap;
+			}
+			memcpy(r->body + r->len, upload, n);
+			r->len += n;
+			r->body[r->len] = 0;
+			break;
+		}
+		/* the whole request is in */
+		if (r->c)
+			r->c->deadline = 0;
+		struct kv_list hl = { 0 }, al = { 0 };
+		MHD_get_connection_values(c, MHD_HEADER_KIND, collect, &hl);
+		MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, collect, &al);
+		r->hdr = hl.v;
+		r->n_hdr = hl.n;
+		r->arg = al.v;
+		r->n_arg = al.n;
+		if (hl.fail || al.fail) {
+			ret = answer_now(r, c, 500, BATON_ENOMEM, "out of memory");
+			break;
+		}
+		if (h->stopping) {
+			ret = answer_now(r, c, 503, BATON_ECLOSED, "the server is shutting down");
+			break;
+		}
+		r->st = RQ_QUEUED;
+		r->refs++; /* the application's */
+		MHD_suspend_connection(c);
+		if (h->qtail)
+			h->qtail->qnext = r;
+		else
+			h->qhead = r;
+		h->qtail = r;
+		pthread_cond_signal(&h->cv);
+		break;
+	case RQ_QUEUED:
+	case RQ_HANDLING:
+		MHD_suspend_connection(c); /* resumed without an answer: wait on */
+		break;
+	case RQ_ANSWER: {
+		struct MHD_Response *resp = r->resp;
+		r->resp = NULL;
+		r->st = RQ_SENT;
+		ret = MHD_queue_response(c, r->status, resp);
+		MHD_destroy_response(resp);
+		pthread_cond_broadcast(&h->sent_cv);
+		break;
+	}
+	case RQ_SENT:
+		break;
+	}
+	pthread_mutex_unlock(&h->mu);
+	return ret;
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe)
+{
+	(void)c;
+	struct baton_http *h = cls;
+	struct baton_http_req *r = *con_cls;
+	if (!r)
+		return;
+	*con_cls = NULL;
+	void (*fn)(void *) = NULL;
+	void *arg = NULL;
+	pthread_mutex_lock(&h->mu);
+	r->mhd_done = true;
+	r->conn = NULL;
+	if (r->c)
+		r->c->deadline = now_s() + h->header_timeout_s; /* for the next request */
+	bool ended = r->st == RQ_SENT && (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK || !r->stream);
+	if (!ended || (r->stream && !r->stream->closed))
+		take_gone(r, &fn, &arg);
+	pthread_cond_broadcast(&h->sent_cv);
+	unref_unlock(r);
+	if (fn)
+		fn(arg);
+}
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+    enum MHD_ConnectionNotificationCode toe)
+{
+	struct baton_http *h = cls;
+	if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+		struct conn *k = calloc(1, sizeof *k);
+		const union MHD_ConnectionInfo *fi = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+		*socket_context = k;
+		if (!k)
+			return;
+		k->fd = fi ? fi->connect_fd : -1;
+		pthread_mutex_lock(&h->mu);
+		k->deadline = now_s() + h->header_timeout_s;
+		k->next = h->conns;
+		if (h->conns)
+			h->conns->prev = k;
+		h->conns = k;
+		h->n_conns++;
+		pthread_mutex_unlock(&h->mu);
+		return;
+	}
+	struct conn *k = *socket_context;
+	if (!k)
+		return;
+	*socket_context = NULL;
+	pthread_mutex_lock(&h->mu);
+	/* its requests are done (on_completed ran): none points here now */
+	for (struct baton_http_req *r = h->open; r; r = r->next)
+		if (r->c == k)
+			r->c = NULL;
+	if (k->prev)
+		k->prev->next = k->next;
+	else
+		h->conns = k->next;
+	if (k->next)
+		k->next->prev = k->prev;
+	h->n_conns--;
+	pthread_mutex_unlock(&h->mu);
+	free(k);
+}
+
+/* ---- threads --------------------------------------------------------------------- */
+
+static void *worker(void *arg)
+{
+	struct baton_http *h = arg;
+	pthread_mutex_lock(&h->mu);
+	for (;;) {
+		while (!h->qhead && !h->stopping)
+			pthread_cond_wait(&h->cv, &h->mu);
+		struct baton_http_req *r = h->qhead;
+		if (!r)
+			break;
+		h->qhead = r->qnext;
+		if (!h->qhead)
+			h->qtail = NULL;
+		r->qnext = NULL;
+		if (h->stopping || r->st != RQ_QUEUED) {
+			/* http_close answered it: drop the application's reference */
+			bool last = req_unref(r);
+			(void)last; /* h holds its own reference until http_close ends */
+			continue;
+		}
+		r->st = RQ_HANDLING;
+		pthread_mutex_unlock(&h->mu);
+		h->fn(h->arg, r);
+		pthread_mutex_lock(&h->mu);
+	}
+	pthread_mutex_unlock(&h->mu);
+	return NULL;
+}
+
+/* Closes connections whose request is late, and notices clients that hung
+ * up on a suspended connection. */
+static void *reaper(void *arg)
+{
+	struct baton_http *h = arg;
+	struct pollfd *pf = NULL;
+	struct baton_http_req **pr = NULL;
+	size_t cap = 0;
+	pthread_mutex_lock(&h->mu);
+	while (!h->stopping) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += REAP_MS * 1000000L;
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		pthread_cond_timedwait(&h->reap_cv, &h->mu, &ts);
+		if (h->stopping)
+			break;
+		double t = now_s();
+		/* under h->mu, on_connection(CLOSED) has not run: the fd is still theirs */
+		for (struct conn *k = h->conns; k; k = k->next) {
+			if (k->deadline > 0 && t > k->deadline && k->fd >= 0) {
+				k->deadline = 0;
+				shutdown(k->fd, SHUT_RDWR); /* libmicrohttpd sees the end and closes it */
+			}
+		}
+		size_t n = 0;
+		for (struct baton_http_req *r = h->open; r; r = r->next) {
+			bool waiting = !r->mhd_done && !r->gone && r->fd >= 0 &&
+			    (r->st == RQ_QUEUED || r->st == RQ_HANDLING || (r->stream && r->stream->waiting));
+			if (!waiting)
+				continue;
+			if (n == cap) {
+				size_t nc = cap ? 2 * cap : 64;
+				struct pollfd *a = realloc(pf, nc * sizeof *a);
+				if (a)
+					pf = a;
+				struct baton_http_req **b = a ? realloc(pr, nc * sizeof *b) : NULL;
+				if (b)
+					pr = b;
+				if (!a || !b)
+					break;
+				cap = nc;
+			}
+			pf[n] = (struct pollfd){ .fd = r->fd, .events = POLLRDHUP };
+			pr[n++] = r;
+		}
+		if (!n || poll(pf, n, 0) <= 0)
+			continue;
+		for (size_t i = 0; i < n; i++) {
+			if (!(pf[i].revents & (POLLRDHUP | POLLHUP | POLLERR)))
+				continue;
+			struct baton_http_req *r = pr[i];
+			void (*fn)(void *) = NULL;
+			void *ga = NULL;
+			take_gone(r, &fn, &ga);
+			if (r->stream && r->stream->waiting) {
+				r->stream->waiting = false;
+				MHD_resume_connection(r->conn); /* its reader ends the connection */
+			}
+			if (fn) {
+				r->refs++; /* keep r while fn runs unlocked */
+				pthread_mutex_unlock(&h->mu);
+				fn(ga);
+				pthread_mutex_lock(&h->mu);
+				req_unref(r);
+				break; /* the list may have changed: poll again next round */
+			}
+		}
+	}
+	pthread_mutex_unlock(&h->mu);
+	free(pf);
+	free(pr);
+	return NULL;
+}
+
+/* ---- open and close -------------------------------------------------------------- */
+
+static void raise_nofile(void)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+}
+
+static unsigned nofile(void)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > 1u << 30)
+		return 1u << 30;
+	return (unsigned)rl.rlim_cur;
+}
+
+const char *http_url(const struct baton_http *h)
+{
+	return h->url;
+}
+
+unsigned http_port(const struct baton_http *h)
+{
+	return h->guard.port;
+}
+
+void http_stats(struct baton_http *h, struct http_stats *s)
+{
+	pthread_mutex_lock(&h->mu);
+	s->conns = h->n_conns;
+	s->body_bytes = h->body_bytes;
+	s->refused = h->refused;
+	pthread_mutex_unlock(&h->mu);
+}
+
+/* libmicrohttpd's own messages are about single clients (a peer gone, a
+ * bad request line), which each get their answer: noise in a daemon's log
+ * unless asked for with BATON_HTTP_DEBUG=1. */
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+	(void)cls;
+	const char *d = getenv("BATON_HTTP_DEBUG");
+	if (!d || strcmp(d, "1") != 0)
+		return;
+	fputs("baton http: ", stderr);
+	vfprintf(stderr, fmt, ap);
+}
+
+int http_open(const struct baton_http_opts *o, baton_http_fn fn, void *arg, struct baton_http **out,
+    char *err, size_t errlen)
+{
+	*out = NULL;
+	char host[HTTP_HOST_MAX];
+	long port;
+	if (!o || !o->addr || !fn || http_split_hostport(o->addr, host, sizeof host, &port) != 0 || port < 0) {
+		snprintf(err, errlen, "http address '%s': want HOST:PORT or [V6]:PORT", o && o->addr ? o->addr : "");
+		return BATON_EINVAL;
+	}
+	struct sockaddr_storage ss;
+	memset(&ss, 0, sizeof ss);
+	bool v6 = strchr(host, ':') != NULL;
+	if (v6) {
+		struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
+		a->sin6_family = AF_INET6;
+		a->sin6_port = htons((uint16_t)port);
+		if (inet_pton(AF_INET6, host, &a->sin6_addr) != 1) {
+			snprintf(err, errlen, "http address '%s': not an IPv6 address", o->addr);
+			return BATON_EINVAL;
+		}
+	} else {
+		struct sockaddr_in *a = (struct sockaddr_in *)&ss;
+		a->sin_family = AF_INET;
+		a->sin_port = htons((uint16_t)port);
+		if (inet_pton(AF_INET, host, &a->sin_addr) != 1) {
+			/* a name (localhost): its first IPv4 address */
+			struct addrinfo hints = { .ai_family = AF_INET, .ai_socktype = SOCK_STREAM }, *ai = NULL;
+			if (getaddrinfo(host, NULL, &hints, &ai) != 0 || !ai) {
+				snprintf(err, errlen, "http address '%s': cannot resolve '%s'", o->addr, host);
+				return BATON_EINVAL;
+			}
+			a->sin_addr = ((struct sockaddr_in *)ai->ai_addr)->sin_addr;
+			freeaddrinfo(ai);
+		}
+	}
+	raise_nofile();
+	struct baton_http *h = calloc(1, sizeof *h);
+	if (!h) {
+		snprintf(err, errlen, "out of memory");
+		return BATON_ENOMEM;
+	}
+	h->fn = fn;
+	h->arg = arg;
+	h->refs = 1;
+	h->header_timeout_s = o->header_timeout_s ? o->header_timeout_s : DEF_HEADER_S;
+	h->max_body = o->max_body ? o->max_body : DEF_MAX_BODY;
+	pthread_mutex_init(&h->mu, NULL);
+	pthread_cond_init(&h->cv, NULL);
+	pthread_cond_init(&h->reap_cv, NULL);
+	pthread_cond_init(&h->sent_cv, NULL);
+	if (http_guard_init(&h->guard, host, (unsigned)port, o->hosts, o->token, o->token_for_reads != 0,
+	    h->max_body) != 0) {
+		snprintf(err, errlen, "http: a host name or the token is too long, or more than %d names",
+		    HTTP_NAMES_MAX);
+		server_free(h);
+		return BATON_EINVAL;
+	}
+	unsigned max_conns = o->max_conns ? o->max_conns : DEF_MAX_CONNS;
+	unsigned fds = nofile();
+	if (fds > 64 && max_conns > fds - 64)
+		max_conns = fds - 64; /* leave some for the process's other files */
+	unsigned workers = o->workers ? o->workers : DEF_WORKERS;
+	if (workers > MAX_WORKERS)
+		workers = MAX_WORKERS;
+	h->th = calloc(workers, sizeof *h->th);
+	if (!h->th) {
+		snprintf(err, errlen, "out of memory");
+		server_free(h);
+		return BATON_ENOMEM;
+	}
+	for (unsigned i = 0; i < workers; i++) {
+		if (pthread_create(&h->th[i], NULL, worker, h) != 0)
+			break;
+		h->n_th++;
+	}
+	if (h->n_th == workers && pthread_create(&h->reaper, NULL, reaper, h) == 0)
+		h->reaper_on = true;
+	if (!h->reaper_on) {
+		snprintf(err, errlen, "http: cannot start threads");
+		http_close(h);
+		return BATON_ENOMEM;
+	}
+	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
+	    MHD_USE_ERROR_LOG | (v6 ? MHD_USE_IPv6 : 0);
+	h->d = MHD_start_daemon(flags, 0, NULL, NULL, on_access, h,
+	    MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h,
+	    MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
+	    MHD_OPTION_CONNECTION_LIMIT, max_conns,
+	    MHD_OPTION_CONNECTION_TIMEOUT, o->idle_timeout_s ? o->idle_timeout_s : DEF_IDLE_S,
+	    MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)64 * 1024,
+	    MHD_OPTION_URI_LOG_CALLBACK, on_uri, h,
+	    MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
+	    MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
+	    MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
+	    MHD_OPTION_END);
+	if (!h->d) {
+		snprintf(err, errlen, "cannot listen on http://%s: %s", o->addr, strerror(errno ? errno : EADDRINUSE));
+		http_close(h);
+		return BATON_EIO;
+	}
+	const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
+	h->guard.port = di ? di->port : (unsigned)port;
+	snprintf(h->url, sizeof h->url, "http://%s%s%s:%u", v6 ? "[" : "", host, v6 ? "]" : "", h->guard.port);
+	*out = h;
+	return 0;
+}
+
+void http_close(struct baton_http *h)
+{
+	if (!h)
+		return;
+	pthread_mutex_lock(&h->mu);
+	h->stopping = true;
+	/* every request still waiting for its answer gets 503; streams end */
+	for (struct baton_http_req *r = h->open; r; r = r->next) {
+		if (r->mhd_done)
+			continue;
+		if ((r->st == RQ_QUEUED || r->st == RQ_HANDLING) && !r->answered) {
+			r->answered = true;
+			struct MHD_Response *e = error_resp(503, BATON_ECLOSED, "the server is shutting down");
+			if (e) {
+				park(r, e, 503);
+			} else {
+				r->st = RQ_SENT; /* no answer: the connection ends with the daemon */
+				MHD_resume_connection(r->conn);
+			}
+		} else if (r->stream) {
+			r->stream->gone = true;
+			if (r->stream->waiting) {
+				r->stream->waiting = false;
+				MHD_resume_connection(r->conn);
+			}
+		}
+	}
+	pthread_cond_broadcast(&h->cv);
+	pthread_cond_broadcast(&h->reap_cv);
+	pthread_mutex_unlock(&h->mu);
+	for (unsigned i = 0; i < h->n_th; i++)
+		pthread_join(h->th[i], NULL);
+	if (h->reaper_on)
+		pthread_join(h->reaper, NULL);
+	if (h->d) {
+		/* give the 503s a moment to go out before the connections close */
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += 1;
+		pthread_mutex_lock(&h->mu);
+		for (;;) {
+			bool parked = false;
+			for (struct baton_http_req *r = h->open; r && !parked; r = r->next)
+				parked = !r->mhd_done && r->st == RQ_ANSWER;
+			if (!parked || pthread_cond_timedwait(&h->sent_cv, &h->mu, &ts) != 0)
+				break;
+		}
+		pthread_mutex_unlock(&h->mu);
+		MHD_stop_daemon(h->d);
+		h->d = NULL;
+	}
+	pthread_mutex_lock(&h->mu);
+	bool last = --h->refs == 0;
+	pthread_mutex_unlock(&h->mu);
+	if (last)
+		server_free(h);
+}
