@@ -549,8 +549,9 @@ static void *release_thread(void *arg)
 	pthread_mutex_unlock(&j->d->mu);
 	if (c.ok)
 		broker_emit(j->d->b, "door.keep_alive", j->name, "released: its keep-alive passed", -1, 0);
+	struct broker_door *d = j->d;
 	free(j);
-	helper_done(j->d);
+	helper_done(d);
 	return NULL;
 }
 

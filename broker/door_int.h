@@ -64,7 +64,7 @@ int door_up_open(const char *url, int timeout_ms, struct door_up **out, char *er
  * reads the reply's status line and headers, each read bounded by
  * timeout_ms (a whole reply's headers come when it is done: make it
  * long). door_up_cancel() from another thread ends the wait.
- * BATON_EPEER, BATON_ETIMEDOUT, BATON_EMSG (not HTTP), BATON_ETOOBIG
+ * BATON_ECLOSED, BATON_ETIMEDOUT, BATON_EMSG (not HTTP), BATON_ETOOBIG
  * with a sentence in err. */
 int door_up_request(struct door_up *u, const char *path, const char *body, size_t len, int timeout_ms,
     char *err, size_t errlen);
@@ -74,7 +74,7 @@ const char *door_up_header(const struct door_up *u, const char *name, char *out,
 /* Whether the body has a declared length (then *len is it). */
 bool door_up_has_length(const struct door_up *u, uint64_t *len);
 /* Up to n bytes of the (de-chunked) body, as soon as some arrive: > 0
- * bytes, 0 at its end, -BATON_* on an error (-BATON_EPEER: the
+ * bytes, 0 at its end, -BATON_* on an error (-BATON_ECLOSED: the
  * connection closed early or was cancelled). */
 long door_up_read(struct door_up *u, char *out, size_t n, int timeout_ms);
 /* Ends the exchange from any thread: a read in progress returns at once. */

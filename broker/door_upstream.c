@@ -38,7 +38,7 @@ struct door_up {
 	bool eof;
 };
 
-/* Waits for the socket to be readable; BATON_ETIMEDOUT, BATON_EPEER. */
+/* Waits for the socket to be readable; BATON_ETIMEDOUT, BATON_ECLOSED. */
 static int wait_in(int fd, int timeout_ms)
 {
 	struct pollfd p = { .fd = fd, .events = POLLIN };
@@ -49,7 +49,7 @@ static int wait_in(int fd, int timeout_ms)
 		if (n == 0)
 			return BATON_ETIMEDOUT;
 		if (errno != EINTR)
-			return BATON_EPEER;
+			return BATON_ECLOSED;
 	}
 }
 
@@ -72,7 +72,7 @@ static int fill(struct door_up *u, int timeout_ms)
 	while (n < 0 && errno == EINTR);
 	if (n <= 0) {
 		u->eof = true;
-		return BATON_EPEER;
+		return BATON_ECLOSED;
 	}
 	u->len += (size_t)n;
 	return 0;
@@ -182,7 +182,7 @@ static int send_all(int fd, const void *p, size_t n)
 		if (w < 0 && errno == EINTR)
 			continue;
 		if (w <= 0)
-			return BATON_EPEER;
+			return BATON_ECLOSED;
 		c += w;
 		n -= (size_t)w;
 	}
@@ -246,7 +246,7 @@ int door_up_request(struct door_up *u, const char *path, const char *body, size_
 	if (n < 0 || (size_t)n >= sizeof req || send_all(u->fd, req, (size_t)n) ||
 	    (body && send_all(u->fd, body, len))) {
 		snprintf(err, errlen, "cannot send the request to the engine at %.128s", url);
-		return BATON_EPEER;
+		return BATON_ECLOSED;
 	}
 	/* the status line, then the headers */
 	char line[4096];
@@ -352,7 +352,7 @@ long door_up_read(struct door_up *u, char *out, size_t n, int timeout_ms)
 	case BODY_CLOSE:
 		if (u->pos == u->len) {
 			rc = fill(u, timeout_ms);
-			if (rc == BATON_EPEER && u->eof)
+			if (rc == BATON_ECLOSED && u->eof)
 				return 0;
 			if (rc)
 				return -rc;
