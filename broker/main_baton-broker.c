@@ -131,6 +131,12 @@ static void print_config(const struct broker_config *c)
 	printf("http = %s\n", c->http[0] ? c->http : "off");
 	if (c->http_token[0])
 		printf("; http_token is set (not shown)\n");
+	printf("door_quantum_s = %g\n", c->door_quantum_s);
+	if (c->door_keep_alive_s < 0)
+		printf("door_keep_alive_s = forever\n");
+	else
+		printf("door_keep_alive_s = %g\n", c->door_keep_alive_s);
+	printf("door_queue_max = %u\n", c->door_queue_max);
 	for (size_t i = 0; i < c->n_gpus; i++) {
 		const struct broker_gpu_conf *g = &c->gpus[i];
 		printf("\n[gpu \"%s\"]\nreserve_mib = %llu\n", g->uuid,
@@ -146,6 +152,10 @@ static void print_config(const struct broker_config *c)
 		printf("pinned = %s\n", e->pinned ? "true" : "false");
 		if (e->idle_release_s >= 0)
 			printf("idle_release_s = %g\n", e->idle_release_s);
+		if (e->has_keep_alive && e->keep_alive_s < 0)
+			printf("keep_alive_s = forever\n");
+		else if (e->has_keep_alive)
+			printf("keep_alive_s = %g\n", e->keep_alive_s);
 	}
 }
 

@@ -537,6 +537,12 @@ static void print_engines(const struct baton_msg *st)
 		    fmt_bytes(e->resident, a, sizeof a), p, fmt_bytes(e->ceiling, b, sizeof b), e->priority,
 		    e->pinned ? "yes" : "no", fmt_idle(e->idle_ms, idle, sizeof idle), fill);
 	}
+	/* Engines that serve OpenAI HTTP (the front door routes to them by model). */
+	for (uint32_t i = 0; i < st->engines.n; i++)
+		if (*st->engines.v[i].http && strcmp(st->engines.v[i].state, "dead") != 0 &&
+		    strcmp(st->engines.v[i].state, "stopped") != 0)
+			printf("%s serves model %s at %s\n", st->engines.v[i].name, st->engines.v[i].model,
+			    st->engines.v[i].http);
 	if (st->engines.n == 0)
 		printf("(no engines)\n");
 }

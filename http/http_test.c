@@ -364,10 +364,12 @@ static void t_guard(void)
 	struct baton_http *h = start(&o);
 	char q[512];
 	unsigned port = http_port(h);
-	expect_status(h, "GET /hello HTTP/1.1\r\nHost: evil.example\r\n\r\n", "403");
-	expect_status(h, "GET /hello HTTP/1.1\r\nHost: baton.example\r\n\r\n", "200");
-	expect_status(h, "GET /hello HTTP/1.1\r\nHost: localhost\r\n\r\n", "200");
-	snprintf(q, sizeof q, "GET /hello HTTP/1.1\r\nHost: 127.0.0.1:%u\r\n\r\n", port + 1);
+#define POST0 "POST /json HTTP/1.1\r\nContent-Length: 0\r\n"
+	expect_status(h, "GET /hello HTTP/1.1\r\nHost: evil.example\r\n\r\n", "200"); /* reads are open */
+	expect_status(h, POST0 "Host: evil.example\r\n\r\n", "403");
+	expect_status(h, POST0 "Host: baton.example\r\n\r\n", "201");
+	expect_status(h, POST0 "Host: localhost\r\n\r\n", "201");
+	snprintf(q, sizeof q, POST0 "Host: 127.0.0.1:%u\r\n\r\n", port + 1);
 	expect_status(h, q, "403");
 	snprintf(q, sizeof q, "GET /hello HTTP/1.1\r\nHost: 127.0.0.1:%u\r\nOrigin: http://127.0.0.1:%u\r\n\r\n", port,
 	    port);
@@ -384,6 +386,13 @@ static void t_guard(void)
 	struct http_stats st;
 	http_stats(h, &st);
 	T_EQ_INT(st.refused, 5);
+	http_close(h);
+	/* token_for_reads: reads are checked like the rest */
+	o.token = "t";
+	o.token_for_reads = 1;
+	h = start(&o);
+	expect_status(h, "GET /hello HTTP/1.1\r\nHost: evil.example\r\nAuthorization: Bearer t\r\n\r\n", "403");
+	expect_status(h, "GET /hello HTTP/1.1\r\nHost: baton.example\r\nAuthorization: Bearer t\r\n\r\n", "200");
 	http_close(h);
 }
 

@@ -1,0 +1,274 @@
+#!/usr/bin/python3
+"""door_test.py: the broker's OpenAI front door (docs/front-door.md), end
+to end on the host backend with the two trained models of models/.
+
+  - engines register their model and OpenAI HTTP URL; status shows them;
+    a URL that is not http:// is refused, an engine without one still
+    registers;
+  - unknown model: 404 in OpenAI's shape; bad bodies: 400; no token: 401;
+    GET /v1/models lists every model with its state and engines;
+  - two models on one device that holds one: interleaved chat requests
+    from four clients through the door; every answer equals what that
+    engine gives alone for the same seed; none lost; the device switched
+    far fewer times than requests (batches, not thrash); the switches are
+    in /metrics and in door.switch events with their timings;
+  - a stream passes through piece by piece; a client that leaves
+    mid-stream frees the engine's sequence;
+  - a full queue answers 503 with Retry-After.
+The last line is "N passed, N failed".
+"""
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+import harness as h  # noqa: E402
+
+MODELS = os.path.join(ROOT, "models")
+QWEN, MIXTRAL = "kjv-qwen3-moe", "kjv-mixtral"
+QUESTIONS = ["Who was Noah?", "What did Moses see on the mountain?", "Tell of the flood.",
+             "Who built the ark?", "What is the law?", "Who was Abraham's son?"]
+
+
+def model_arena(c, model):
+    path = os.path.join(c.dir, model + ".arena")
+    if not os.path.exists(path):
+        subprocess.run([h.ARENA, "create", "--safetensors", os.path.join(MODELS, model), path],
+                       check=True, stdout=subprocess.DEVNULL, timeout=120)
+    return path
+
+
+def two_engines(c, config="", host_mib=18):
+    """A broker with HTTP, and the two models' engines with --http on one
+    device that holds the experts of one of them."""
+    http = c.http_broker(config)
+    flags = ("--ctx", "512", "--vram-elastic", "--http", "127.0.0.1:0")
+    c.engine("qwen", *flags, arena=model_arena(c, QWEN), host_mib=host_mib, segment_mib=2)
+    c.engine("mixtral", *flags, arena=model_arena(c, MIXTRAL), host_mib=host_mib, segment_mib=2)
+    h.wait_for("both engines routable", lambda: all(e.get("http") for e in c.status()["engines"]))
+    return http
+
+
+def engine_http(c, name):
+    return h.Http(c.eng(name)["http"])
+
+
+def chat_body(model, question, seed, max_tokens=12, stream=False):
+    return {"model": model, "messages": [{"role": "user", "content": question}], "seed": seed,
+            "temperature": 0.8, "max_tokens": max_tokens, "stream": stream}
+
+
+def text_of(status_body):
+    st, body, _ = status_body
+    assert st == 200, (st, body)
+    return body["choices"][0]["message"]["content"]
+
+
+def metric(http, name, labels=""):
+    st, text, _ = http.get("/metrics")
+    assert st == 200, st
+    m = re.search(r"^%s%s (\S+)$" % (re.escape(name), re.escape(labels)), text, re.M)
+    return float(m.group(1)) if m else None
+
+
+# ---- registration ------------------------------------------------------------
+
+def t_register_fields(c):
+    c.broker()
+    base = dict(pid=os.getpid(), gpu="host-7", device=7, ctl="ipc://%s/x.sock" % c.dir, floor=1 << 20,
+                ceiling=8 << 20, priority=0, state="released", resident=0, capacity=64 << 20, epoch=1)
+    h.ok(h.call(c.control, "register", name="fresh", model="m1", http="http://127.0.0.1:9", **base))
+    h.ok(h.call(c.control, "register", name="ftp", model="m2", http="ftp://x", **base))
+    h.ok(h.call(c.control, "register", name="old", model="m3", **base))  # an engine without the field
+    got = {e["name"]: (e["model"], e["http"]) for e in c.status()["engines"]}
+    assert got == {"fresh": ("m1", "http://127.0.0.1:9"), "ftp": ("m2", ""), "old": ("m3", "")}, got
+    assert "http 'ftp://x' is not an http:// URL" in open(c.log("broker")).read()
+    # and `baton status` says who serves what (the dead fakes aside)
+    p = subprocess.run([h.CLI, "status"], capture_output=True, text=True, env=dict(c.env, BATON_BROKER=c.control))
+    assert p.returncode == 0, p.stderr
+
+
+# ---- the door's own answers --------------------------------------------------
+
+def t_errors_and_models(c):
+    http = two_engines(c)
+    # unknown model: 404, OpenAI's shape
+    st, body, _ = http.post("/v1/chat/completions", chat_body("nobody", "hi", 1))
+    assert st == 404 and body["error"]["code"] == "model_not_found" and body["error"]["param"] == "model", body
+    # not JSON, no model, stream not a boolean: 400
+    for bad in ("{", {"messages": []}, {"model": QWEN, "stream": "yes"}, [1, 2]):
+        st, body, _ = http.post("/v1/chat/completions", bad)
+        assert st == 400 and "message" in body["error"], (bad, st, body)
+    # the broker's token is the API key
+    st, body, _ = http.post("/v1/chat/completions", chat_body(QWEN, "hi", 1), token=False)
+    assert st == 401, (st, body)
+    st, body, _ = http.post("/v1/completions", {"model": QWEN, "prompt": "In the beginning", "max_tokens": 4,
+                                                 "temperature": 0}, token="wrong")
+    assert st == 401, (st, body)
+    st, body, _ = http.get("/v1/chat/completions")
+    assert st == 405, st
+    # the models, like `ollama ps`
+    st, body, _ = http.get("/v1/models", token=False)
+    assert st == 200 and body["object"] == "list", body
+    ms = {m["id"]: m for m in body["data"]}
+    assert set(ms) == {QWEN, MIXTRAL}, ms
+    for m in ms.values():
+        assert m["object"] == "model" and m["state"] in ("resident", "released", "partial"), m
+        assert len(m["engines"]) == 1 and m["engines"][0]["name"] in ("qwen", "mixtral"), m
+    # one answer each way, the same as the engine alone
+    want = text_of(engine_http(c, "qwen").post("/v1/chat/completions", chat_body(QWEN, "Who was Noah?", 3)))
+    got = text_of(http.post("/v1/chat/completions", chat_body(QWEN, "Who was Noah?", 3)))
+    assert got == want, (got, want)
+    st, body, _ = http.post("/v1/completions", {"model": MIXTRAL, "prompt": "In the beginning", "max_tokens": 6,
+                                                "temperature": 0})
+    assert st == 200 and body["choices"][0]["text"], (st, body)
+
+
+# ---- the proof: two models, one device ----------------------------------------
+
+def t_two_models_interleaved(c):
+    http = two_engines(c, "door_quantum_s = 5\ndoor_keep_alive_s = forever\n")
+    clients, per = 4, 5
+    jobs = []  # (client, i, model, question, seed)
+    for k in range(clients):
+        for i in range(per):
+            model = (QWEN, MIXTRAL)[(k + i) % 2]
+            jobs.append((k, i, model, QUESTIONS[(k * per + i) % len(QUESTIONS)], 100 + k * per + i))
+    # each alone, first: straight to the engine, one at a time
+    want = {}
+    for k, i, model, q, seed in jobs:
+        eng = engine_http(c, "qwen" if model == QWEN else "mixtral")
+        want[(k, i)] = text_of(eng.post("/v1/chat/completions", chat_body(model, q, seed), timeout=120))
+    switches0 = metric(http, "baton_door_switches_total") or 0
+    got, errors = {}, []
+
+    def client(k):
+        try:
+            for kk, i, model, q, seed in jobs:
+                if kk == k:
+                    got[(k, i)] = text_of(http.post("/v1/chat/completions", chat_body(model, q, seed), timeout=180))
+        except Exception as e:  # noqa: BLE001 (reported below)
+            errors.append(repr(e))
+
+    ts = [threading.Thread(target=client, args=(k,)) for k in range(clients)]
+    t0 = time.time()
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(300)
+    took = time.time() - t0
+    assert not errors, errors
+    assert len(got) == len(jobs), "lost: %s" % sorted(set(want) - set(got))
+    bad = [(key, got[key], want[key]) for key in want if got[key] != want[key]]
+    assert not bad, bad
+    switches = (metric(http, "baton_door_switches_total") or 0) - switches0
+    # four clients alternating: first come first served would switch on
+    # almost every request; batches switch a few times
+    assert 1 <= switches <= len(jobs) // 2, "%d switches for %d requests" % (switches, len(jobs))
+    ev = c.events.all("door.switch")
+    assert ev and all("drain" in e["reason"] and "refill" in e["reason"] for e in ev), ev
+    served = metric(http, "baton_door_requests_total", '{model="%s",outcome="served"}' % QWEN)
+    assert served and served >= len(jobs) // 2, served
+    assert metric(http, "baton_door_ttft_wait_seconds_count", '{model="%s"}' % MIXTRAL) >= len(jobs) // 2
+    return "%d requests, %d switches, %.1f s" % (len(jobs), switches, took)
+
+
+# ---- streams -------------------------------------------------------------------
+
+def open_stream(http, body):
+    """Sends a streamed request on a raw socket; returns the socket after
+    the reply's headers (status checked)."""
+    data = json.dumps(body).encode()
+    s = socket.create_connection((http.host, http.port), timeout=60)
+    s.sendall(("POST /v1/chat/completions HTTP/1.1\r\nHost: %s:%d\r\nAuthorization: Bearer %s\r\n"
+               "Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" %
+               (http.host, http.port, http.token, len(data))).encode() + data)
+    head = b""
+    while b"\r\n\r\n" not in head:
+        chunk = s.recv(1)
+        assert chunk, head
+        head += chunk
+    assert head.startswith(b"HTTP/1.1 200"), head
+    assert b"text/event-stream" in head, head
+    return s
+
+
+def t_stream_and_disconnect(c):
+    http = two_engines(c)
+    # a whole stream through the door equals the engine's own
+    want = text_of(engine_http(c, "qwen").post("/v1/chat/completions", chat_body(QWEN, "Who was Noah?", 5)))
+    s = open_stream(http, chat_body(QWEN, "Who was Noah?", 5, stream=True))
+    data = b""
+    while not data.rstrip().endswith(b"data: [DONE]"):
+        chunk = s.recv(65536)
+        assert chunk, data
+        data += chunk
+    s.close()
+    text = ""
+    for line in data.decode(errors="replace").split("\n"):
+        line = line.strip()
+        if line.startswith("data: {"):
+            d = json.loads(line[6:])
+            text += d["choices"][0]["delta"].get("content") or ""
+    assert text == want, (text, want)
+    # a client that leaves mid-stream: the engine's sequence ends at once
+    s = open_stream(http, chat_body(QWEN, "Tell of the flood.", 9, max_tokens=400, stream=True))
+    first = s.recv(4096)
+    assert b"data:" in first or first, first
+    s.close()
+    h.wait_for("the door's request ended", lambda: metric(http, "baton_door_in_flight",
+                                                           '{engine="qwen",model="%s"}' % QWEN) == 0, timeout=10)
+    h.wait_for("the engine's sequence freed", lambda: engine_idle(c, "qwen"), timeout=10)
+
+
+def engine_idle(c, name):
+    st, body, _ = engine_http(c, name).get("/health", token=False)
+    return st == 200 and body.get("running", 0) == 0 if isinstance(body, dict) else st == 200
+
+
+def t_queue_full(c):
+    # heartbeats stop while qwen is stopped: not "lost" within this test
+    http = two_engines(c, "heartbeat_timeout_ms = 60000\ndoor_quantum_s = 60\ndoor_queue_max = 1\n"
+                          "door_keep_alive_s = forever\n")
+    qwen = [p for p in c.procs if getattr(p, "name", "") == "qwen"][0]
+    # qwen holds the device with a stream in flight, held there (SIGSTOP):
+    # mixtral's requests wait at the door, within qwen's quantum
+    text_of(http.post("/v1/chat/completions", chat_body(QWEN, "Who was Noah?", 1)))
+    s = open_stream(http, chat_body(QWEN, "Tell of the flood.", 2, max_tokens=400, stream=True))
+    os.kill(qwen.pid, signal.SIGSTOP)
+    try:
+        box = {}
+        waiter = threading.Thread(target=lambda: box.update(r=http.post(
+            "/v1/chat/completions", chat_body(MIXTRAL, "Who was Noah?", 3), timeout=120)))
+        waiter.start()
+        h.wait_for("one mixtral request queued", lambda: metric(
+            http, "baton_door_queue_depth", '{model="%s"}' % MIXTRAL) == 1, timeout=10)
+        st, body, hdr = http.post("/v1/chat/completions", chat_body(MIXTRAL, "Who built the ark?", 4))
+        assert st == 503 and body["error"]["code"] == "queue_full", (st, body)
+        assert hdr.get("Retry-After") == "1", hdr
+        st, body, _ = http.get("/v1/models", token=False)
+        ms = {m["id"]: m for m in body["data"]}
+        assert ms[MIXTRAL]["queued"] == 1 and ms[QWEN]["engines"][0]["in_flight"] == 1, ms
+    finally:
+        os.kill(qwen.pid, signal.SIGCONT)
+    # the stream ends (its client leaves): the device switches, the waiter is served
+    s.close()
+    waiter.join(120)
+    assert box["r"][0] == 200, box
+    assert metric(http, "baton_door_requests_total", '{model="%s",outcome="queue_full"}' % MIXTRAL) == 1
+    assert c.events.all("door.switch"), "no switch event"
+
+
+if __name__ == "__main__":
+    h.need(h.BROKER)
+    sys.exit(h.run_cases([t_register_fields, t_errors_and_models, t_two_models_interleaved,
+                          t_stream_and_disconnect, t_queue_full],
+                         only=sys.argv[1:], logs=("broker", "qwen", "mixtral")))
