@@ -415,17 +415,23 @@ int sched_open(struct baton_generator *g, const struct sched_opts *o, const stru
 	return 0;
 }
 
+void sched_stop(struct baton_sched *s)
+{
+	if (!s || !s->started)
+		return;
+	pthread_mutex_lock(&s->mu);
+	s->stopping = 1;
+	pthread_cond_broadcast(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+	pthread_join(s->th, NULL);
+	s->started = 0;
+}
+
 void sched_close(struct baton_sched *s)
 {
 	if (!s)
 		return;
-	if (s->started) {
-		pthread_mutex_lock(&s->mu);
-		s->stopping = 1;
-		pthread_cond_broadcast(&s->cv);
-		pthread_mutex_unlock(&s->mu);
-		pthread_join(s->th, NULL);
-	}
+	sched_stop(s);
 	pthread_mutex_destroy(&s->mu);
 	pthread_cond_destroy(&s->cv);
 	free(s->run);

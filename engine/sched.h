@@ -79,8 +79,10 @@ struct baton_sched;
 /* Starts the thread. g must outlive the scheduler. */
 int sched_open(struct baton_generator *g, const struct sched_opts *o, const struct sched_hooks *h,
     struct baton_sched **out);
-/* Ends every request (on_done BATON_ECLOSED; running ones first end as
- * "cancelled" with their sequences closed), joins the thread, frees. NULL ok. */
+/* Ends every request (on_done BATON_ECLOSED, sequences closed) and joins
+ * the thread; submit answers BATON_ECLOSED from then on. Idempotent. */
+void sched_stop(struct baton_sched *s);
+/* sched_stop, then frees. NULL ok. */
 void sched_close(struct baton_sched *s);
 
 /* Queues a request (req, its strings and cb.arg must live until on_done).

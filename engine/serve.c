@@ -967,6 +967,19 @@ void serve_tick(void)
 
 /* ---- open and close ------------------------------------------------------- */
 
+/* The text side, in its order (openai.h): no request comes in, the
+ * scheduler ends those in flight, then memory goes. */
+static void close_text(void)
+{
+	oai_server_stop(g.oai);
+	sched_close(g.sched);
+	g.sched = NULL;
+	oai_server_close(g.oai);
+	g.oai = NULL;
+	generator_close(g.gen);
+	g.gen = NULL;
+}
+
 /* With a broker the cache is sized for the whole model (not for what
  * happens to be free now: the broker makes room). */
 int serve_open(const struct baton_serve_config *conf)
@@ -1017,13 +1030,54 @@ int serve_open(const struct baton_serve_config *conf)
 	snapshot(NULL);
 	g.d_model = g.info.d_model;
 	/* A whole model (arena v2 with config.json) also speaks text. */
-	struct baton_model_opts mo = { .max_ctx = g.o.ctx };
+	struct baton_model_opts mo = { .max_ctx = g.o.ctx, .kv_blocks = g.o.kv_blocks };
 	rc = generator_open(g.e, &mo, &g.gen, g.gen_error, sizeof g.gen_error);
-	if (rc == 0)
-		logf_("text generation: %s model, chat template %s", generator_arch(g.gen),
-		    generator_chat_family(g.gen) ? generator_chat_family(g.gen) : "none");
-	else if (rc != BATON_EUNSUPPORTED || !strstr(g.gen_error, "experts only"))
+	if (rc == 0) {
+		struct baton_model *m = generator_model(g.gen);
+		logf_("text generation: %s model, chat template %s, KV pool %u blocks of %u positions "
+		    "(%.1f MiB)", generator_arch(g.gen),
+		    generator_chat_family(g.gen) ? generator_chat_family(g.gen) : "none",
+		    model_kv_blocks_total(m), BATON_KV_BLOCK, (double)model_kv_bytes(m) / MIB);
+	} else if (rc != BATON_EUNSUPPORTED || !strstr(g.gen_error, "experts only")) {
 		logf_("warning: no text generation: %s", g.gen_error);
+	}
+	/* The served model id: --served-model-name, else the arena's file
+	 * name without .arena (what the broker registers as the model). */
+	if (g.o.served_model) {
+		snprintf(g.model_name, sizeof g.model_name, "%s", g.o.served_model);
+	} else {
+		const char *base = strrchr(g.o.arena, '/');
+		snprintf(g.model_name, sizeof g.model_name, "%s", base ? base + 1 : g.o.arena);
+		char *dot = strstr(g.model_name, ".arena");
+		if (dot && dot[6] == 0)
+			*dot = 0;
+	}
+	if (g.gen) {
+		struct sched_opts so = { .max_seqs = g.o.max_seqs, .max_queue = g.o.max_queue };
+		struct sched_hooks sh = { .begin = sched_begin, .end = sched_end, .may_admit = sched_may_admit };
+		if ((rc = sched_open(g.gen, &so, &sh, &g.sched)) != 0) {
+			logf_("cannot start the scheduler: %s", baton_strerror(rc));
+			close_text();
+			engine_close(g.e);
+			g.e = NULL;
+			return BATON_ESERVE_START;
+		}
+	}
+	if (g.o.http) {
+		char herr[512] = "";
+		struct oai_server_opts oo = { .addr = g.o.http, .token = g.o.http_token, .model = g.model_name,
+			.sched = g.sched, .health = health_fields };
+		rc = g.sched ? oai_server_open(&oo, &g.oai, herr, sizeof herr) : BATON_EUNSUPPORTED;
+		if (rc) {
+			logf_("--http %s: %s", g.o.http, g.sched ? herr : g.gen_error);
+			close_text();
+			engine_close(g.e);
+			g.e = NULL;
+			return rc == BATON_EPERM || rc == BATON_EINVAL || rc == BATON_EUNSUPPORTED ? BATON_EINVAL :
+			    BATON_ESERVE_START;
+		}
+		logf_("OpenAI API on %s, model '%s'", oai_server_url(g.oai), g.model_name);
+	}
 	snprintf(g.peer_gpu, sizeof g.peer_gpu, "%s", g.info.peer_gpu);
 	g.ceiling = g.info.cache.target_bytes;
 	logf_("%s on %s (%s): %u layers x %u experts, cache %.1f MiB %s, ready in %.3f s", g.o.arena,
@@ -1039,6 +1093,7 @@ int serve_open(const struct baton_serve_config *conf)
 		logf_("cannot create the directory of %s: %s", listen, strerror(errno));
 	if ((rc = proto_server_open(&g.srv, listen, NULL)) != 0) {
 		logf_("cannot listen on %s: %s", listen, baton_strerror(rc));
+		close_text();
 		engine_close(g.e);
 		g.e = NULL;
 		return BATON_ESERVE_START;
@@ -1058,6 +1113,7 @@ int serve_open(const struct baton_serve_config *conf)
 		logf_("cannot start the receivers");
 		proto_server_close(g.srv);
 		g.srv = NULL;
+		close_text();
 		engine_close(g.e);
 		g.e = NULL;
 		return BATON_ESERVE_START;
@@ -1069,17 +1125,12 @@ int serve_open(const struct baton_serve_config *conf)
 	if (g.o.broker) {
 		/* Register, then ask for the whole cache; a refusal leaves it
 		 * cold until the first request. No broker in 2 s: warm alone. */
-		const char *base = strrchr(g.o.arena, '/');
-		char model[256];
-		snprintf(model, sizeof model, "%s", base ? base + 1 : g.o.arena);
-		char *dot = strstr(model, ".arena");
-		if (dot && dot[6] == 0)
-			*dot = 0;
 		struct broker_link_params lp = {
 			.url = g.o.broker,
 			.name = g.o.name,
 			.gpu = g.info.gpu,
-			.model = model,
+			.model = g.model_name,
+			.http = serve_http_url(),
 			.ctl = proto_server_url(g.srv),
 			.pid = (uint32_t)getpid(),
 			.device = (uint32_t)g.o.device,
@@ -1145,10 +1196,19 @@ const char *serve_url(void)
 	return g.srv ? proto_server_url(g.srv) : "";
 }
 
+const char *serve_http_url(void)
+{
+	return g.oai ? oai_server_url(g.oai) : "";
+}
+
 void serve_close(void)
 {
 	logf_("shutting down");
 	g.stopping = 1;
+	/* requests in flight end first (a receiver waiting on one hears
+	 * ECLOSED), then the receivers stop */
+	oai_server_stop(g.oai);
+	sched_stop(g.sched);
 	proto_server_shutdown(g.srv);
 	for (int i = 0; i < g.nth; i++)
 		pthread_join(g.th[i], NULL);
@@ -1158,8 +1218,7 @@ void serve_close(void)
 	/* Nobody uses the engine now: give the device memory back, then tell
 	 * the broker (it counts the memory free from then on). */
 	struct baton_cache_report r;
-	generator_close(g.gen);
-	g.gen = NULL;
+	close_text();
 	engine_release(g.e, &r);
 	broker_link_close(g.link, true);
 	g.link = NULL;
