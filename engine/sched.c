@@ -218,6 +218,8 @@ static void step(struct baton_sched *s, struct job **done)
 		pthread_mutex_lock(&s->mu);
 		unrun(s, j);
 		s->st.finished++;
+		if (rc == 0 && strcmp(j->res.finish, "cancelled") == 0)
+			s->st.cancelled++; /* on_text said stop (a stream's client left) */
 		pthread_mutex_unlock(&s->mu);
 		end_job(done, j, rc, err);
 		continue;

@@ -70,7 +70,10 @@ struct sched_cb {
 struct sched_stats {
 	uint32_t running, waiting;
 	uint32_t kv_free, kv_total;  /* KV pool blocks, as of the last step */
-	uint64_t steps, admitted, finished, cancelled, refused_busy;
+	uint64_t steps, admitted;
+	uint64_t finished;           /* answered (cancelled ones included) */
+	uint64_t cancelled;          /* by sched_cancel or on_text, waiting or running */
+	uint64_t refused_busy;       /* submits answered EBUSY */
 	int held;                    /* between begin() and end() */
 };
 
