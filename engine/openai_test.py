@@ -366,7 +366,7 @@ def t_release_levels(c):
     # what stays: the engine's own routing tensors and activations for GEN
     # (docs/openai.md, "Release levels"), a small fraction here
     left = c.per_pid().get(e.pid, 0)
-    assert left == experts_gone - r["bytes"] and left < experts_gone / 4, (left, experts_gone, r)
+    assert left <= experts_gone - r["bytes"] and left < experts_gone / 4, (left, experts_gone, r)
     assert h.ok(h.call(e.url, "status"))["level"] == "all"
     assert health(e)["level"] == "all"
     # the broker itself will not do it: the engine must
