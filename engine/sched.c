@@ -71,6 +71,9 @@ static void deliver(struct baton_sched *s, struct job *list)
 		 * answer sees them free */
 		model_seq_close(s->m, j->ks);
 		j->ks = NULL;
+		pthread_mutex_lock(&s->mu);
+		s->st.kv_free = model_kv_free_blocks(s->m);
+		pthread_mutex_unlock(&s->mu);
 		j->cb.on_done(j->cb.arg, j->rc, j->err, j->rc ? NULL : &j->res);
 		memset(&j->res, 0, sizeof j->res); /* the callee's now */
 		job_free(j, s->m);
