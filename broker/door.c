@@ -121,6 +121,7 @@ struct broker_door {
 	pthread_cond_t cv;       /* the dispatch thread waits on it */
 	pthread_cond_t idle_cv;  /* close waits on it for helpers to end */
 	bool stop;
+	bool again;              /* the dispatch thread goes round once more without waiting */
 	pthread_t th;
 	bool have_th;
 	unsigned helpers;        /* proxy, refill and release threads running */
@@ -684,7 +685,7 @@ static void round_(struct broker_door *d, double now, struct outbox *ob)
 			v->from = !pe[sw].fits && holder >= 0 ? v->holder : -1;
 			v->sw_t0 = now;
 			v->drained_at = now;
-			pthread_cond_signal(&d->cv); /* another round at once: the drain may be done */
+			d->again = true; /* another round at once: the drain may be done */
 		}
 	}
 	/* queued requests to the engines that flow */
@@ -772,6 +773,10 @@ static void *dispatch(void *arg)
 				free(q);
 			}
 			pthread_mutex_lock(&d->mu);
+			continue;
+		}
+		if (d->again) {
+			d->again = false;
 			continue;
 		}
 		/* sleep until the next status, or a change (a request, an end) */
@@ -925,6 +930,7 @@ bool broker_door_route(struct broker_door *d, struct baton_http_req *r)
 		return true;
 	}
 	struct dmodel *m = &d->models[mi];
+	uint64_t q_id;
 	if (m->queued >= d->queue_max) {
 		m->rejected_full++;
 		unsigned qm = d->queue_max;
@@ -933,13 +939,14 @@ bool broker_door_route(struct broker_door *d, struct baton_http_req *r)
 		    "model '%s' has %u requests waiting already; try again", model, qm);
 		return true;
 	}
+	q_id = ++d->next_id;
+	pthread_mutex_unlock(&d->mu);
 	struct dreq *q = calloc(1, sizeof *q);
 	if (!q) {
-		pthread_mutex_unlock(&d->mu);
 		reply_error(r, 503, "server_error", NULL, NULL, "1", "out of memory");
 		return true;
 	}
-	q->id = ++d->next_id;
+	q->id = q_id;
 	q->r = r;
 	q->d = d;
 	q->model = mi;
@@ -949,16 +956,20 @@ bool broker_door_route(struct broker_door *d, struct baton_http_req *r)
 	q->stream = stream;
 	q->t_in = now_s();
 	q->eng = -1;
+	/* before anyone else may answer it: a client that leaves from here on
+	 * is seen (by id; a request not queued yet is looked for in vain, and
+	 * its proxy then sees the client gone when it writes) */
+	http_req_on_gone(r, on_gone, (void *)(uintptr_t)q_id);
+	pthread_mutex_lock(&d->mu);
+	m = &d->models[mi];
 	if (m->qt)
 		m->qt->next = q;
 	else
 		m->qh = q;
 	m->qt = q;
 	m->queued++;
-	uint64_t id = q->id;
 	pthread_cond_signal(&d->cv);
 	pthread_mutex_unlock(&d->mu);
-	http_req_on_gone(r, on_gone, (void *)(uintptr_t)id);
 	return true;
 }
 
