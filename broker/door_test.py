@@ -263,7 +263,7 @@ def t_fake_refill_fails(c):
     """A released engine whose refill cannot happen (its control socket
     answers nothing): the waiting requests get 503 with the reason, and
     door.refill_failed is published; the queue bound answers 503 too."""
-    http = fake_broker(c, "command_timeout_ms = 500\nacquire_wait_ms = 500\ndoor_queue_max = 2\n")
+    http = fake_broker(c, "command_timeout_ms = 2000\nacquire_wait_ms = 2000\ndoor_queue_max = 2\n")
     f = Fake("cold")
     try:
         fake_register(c, f, "m", state="released")
@@ -272,17 +272,17 @@ def t_fake_refill_fails(c):
         assert body["data"][0]["state"] == "released", body
         out = []
         ts = [threading.Thread(target=lambda: out.append(http.post(
-            "/v1/chat/completions", {"model": "m"}, timeout=60))) for _ in range(4)]
+            "/v1/chat/completions", {"model": "m"}, timeout=60))) for _ in range(2)]
         for t in ts:
             t.start()
+        h.wait_for("two waiting", lambda: metric(http, "baton_door_queue_depth", '{model="m"}') == 2)
+        full = http.post("/v1/chat/completions", {"model": "m"})
+        assert full[0] == 503 and full[1]["error"]["code"] == "queue_full", full
+        assert full[2].get("Retry-After") == "1", full
         for t in ts:
             t.join(60)
-        codes = sorted(r[0] for r in out)
-        assert codes == [503] * 4, out
-        full = [r for r in out if r[1]["error"]["code"] == "queue_full"]
-        failed = [r for r in out if r[1]["error"]["code"] == "device_busy"]
-        assert len(full) == 2 and len(failed) == 2, out
-        assert all(r[2].get("Retry-After") for r in out), out
+        assert [r[0] for r in out] == [503, 503], out
+        assert all(r[1]["error"]["code"] == "device_busy" and r[2].get("Retry-After") for r in out), out
         assert not f.got, "nothing reaches an engine that is not back"
         h.wait_for("door.refill_failed", lambda: c.events.all("door.refill_failed"))
     finally:
