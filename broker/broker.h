@@ -292,7 +292,9 @@ int broker_sockets_check(struct broker *b, char *err, size_t errlen);
 /* ---- the HTTP face (http.c) ------------------------------------------------------
  *
  * The JSON API under /v1, Prometheus metrics on /metrics, the dashboard on
- * /: requests go through broker_call, events come from broker_observe.
+ * /, /healthz and /readyz, on the http/ server (its checks: Host, Origin,
+ * token, size, before a body is read): requests go through broker_call,
+ * events come from broker_observe.
  */
 
 struct broker_http;
@@ -301,26 +303,6 @@ struct broker_http;
  * HTTP API checks and states. */
 #define BROKER_RESERVE_MIB_MAX (UINT64_C(1) << 24)
 
-/* The checks a mutating HTTP call passes (http_guard.c, docs/security.md). */
-struct broker_http_guard {
-	char host[BROKER_URL_MAX];   /* the bound host, brackets removed */
-	unsigned port;               /* the bound port */
-	bool loopback, wildcard;     /* the bound host is loopback / every address */
-	char names[BROKER_URL_MAX];  /* more names Host may carry ([broker] http_hosts) */
-	char token[BROKER_TOKEN_MAX]; /* "": every mutating call refused */
-};
-void broker_http_guard_init(struct broker_http_guard *g, const char *host, unsigned port, const char *names,
-    const char *token);
-/* 0 when a POST with these headers (NULL: absent) may go on; else the HTTP
- * status (403 Host, Origin or no token set; 401 token; 415 Content-Type)
- * with the reason in msg. Host must name the broker (its bound address;
- * localhost; loopback addresses when bound to loopback; any address
- * literal when bound to every address; a name in `names`), with the bound
- * port or none;
- * Origin, when present, must be http:// and that Host; Authorization
- * "Bearer TOKEN", the scheme in any case; Content-Type application/json. */
-int broker_http_guard_check(const struct broker_http_guard *g, const char *host, const char *origin,
-    const char *ctype, const char *auth, char *msg, size_t n);
 /* Whether HOST:PORT names a loopback address (127/8, ::1, localhost). */
 bool broker_http_loopback(const char *hostport);
 
@@ -330,6 +312,10 @@ int broker_http_open(struct broker *b, const struct broker_config *cfg, struct b
     char *err, size_t errlen);
 /* "http://HOST:PORT" it listens on (port 0 resolved). */
 const char *broker_http_url(const struct broker_http *h);
+/* GET /readyz answers 200 while ready, else 503: set once broker_start
+ * has the decision loop running, cleared before broker_stop (and by
+ * broker_http_close). NULL h allowed. */
+void broker_http_ready(struct broker_http *h, bool ready);
 /* Unsubscribes, stops listening, answers what is queued, joins its
  * threads and frees; NULL allowed. Before broker_close(); quick after
  * broker_stop(). */

@@ -270,6 +270,7 @@ int main(int argc, char **argv)
 		broker_close(b);
 		return 1;
 	}
+	broker_http_ready(h, true); /* GET /readyz: 200 from here */
 	const char *http_url = h ? broker_http_url(h) : NULL;
 	fprintf(stderr, "baton-broker: control %s, events %s, http %s%s%s\n", broker_control_url(b),
 	    broker_events_url(b), http_url ? http_url : "off", config ? ", configuration " : "",
@@ -306,6 +307,7 @@ int main(int argc, char **argv)
 	sd_notify(0, "STOPPING=1\nSTATUS=shutting down");
 	fprintf(stderr, "baton-broker: shutting down\n");
 	proto_client_close(wd.cli);
+	broker_http_ready(h, false);
 	broker_stop(b);
 	broker_http_close(h);
 	broker_close(b);
