@@ -854,6 +854,19 @@ static json_t *models_json(struct broker_door *d)
 	return json_pack("{s:s, s:o}", "object", "list", "data", data);
 }
 
+/* The dispatch thread starts with the first request: it talks to the
+ * broker (broker_call), which serves only once started, and a broker
+ * that fails to start must be able to close its faces. */
+static bool start_dispatch(struct broker_door *d)
+{
+	pthread_mutex_lock(&d->mu);
+	if (!d->have_th && !d->stop && pthread_create(&d->th, NULL, dispatch, d) == 0)
+		d->have_th = true;
+	bool ok = d->have_th;
+	pthread_mutex_unlock(&d->mu);
+	return ok;
+}
+
 bool broker_door_route(struct broker_door *d, struct baton_http_req *r)
 {
 	const char *path = http_req_path(r), *method = http_req_method(r);
@@ -861,6 +874,10 @@ bool broker_door_route(struct broker_door *d, struct baton_http_req *r)
 	bool models = strcmp(path, "/v1/models") == 0;
 	if (!chat && !comp && !models)
 		return false;
+	if (!start_dispatch(d)) {
+		reply_error(r, 503, "server_error", NULL, NULL, "1", "the front door cannot start its thread");
+		return true;
+	}
 	if (models) {
 		if (strcmp(method, "GET") != 0) {
 			reply_error(r, 405, "invalid_request_error", NULL, NULL, NULL, "/v1/models takes GET");
@@ -1098,16 +1115,6 @@ int broker_door_open(struct broker *b, const struct broker_config *cfg, struct b
 	pthread_cond_init(&d->cv, &ca);
 	pthread_condattr_destroy(&ca);
 	pthread_cond_init(&d->idle_cv, NULL);
-	if (pthread_create(&d->th, NULL, dispatch, d) != 0) {
-		snprintf(err, errlen, "front door: cannot start its thread");
-		pthread_mutex_destroy(&d->mu);
-		pthread_cond_destroy(&d->cv);
-		pthread_cond_destroy(&d->idle_cv);
-		free(d->econf);
-		free(d);
-		return BATON_ENOMEM;
-	}
-	d->have_th = true;
 	pthread_mutex_lock(&g_mu);
 	if (!g_door)
 		g_door = d;
@@ -1127,8 +1134,9 @@ void broker_door_close(struct broker_door *d)
 	pthread_mutex_lock(&d->mu);
 	d->stop = true;
 	pthread_cond_signal(&d->cv);
+	bool joined = d->have_th;
 	pthread_mutex_unlock(&d->mu);
-	if (d->have_th)
+	if (joined)
 		pthread_join(d->th, NULL);
 	/* what waits is answered; what is forwarded is cut (its proxy answers) */
 	struct dreq *rest = NULL;
