@@ -44,7 +44,8 @@ static const char usage_text[] =
     "  engines                    the engines only\n"
     "  gpus                       the devices only\n"
     "  watch [--count N]          print events as they come, until interrupted (alias: events)\n"
-    "  release NAME               give NAME's device memory back (it keeps its model in RAM)\n"
+    "  release NAME [--all]       give NAME's device memory back (it keeps its model in RAM);\n"
+    "                             --all: its dense weights and KV cache too (a whole model)\n"
     "  refill NAME                make NAME whole again (the broker makes room first)\n"
     "  vram NAME --reserve-mib N  keep N MiB of the device free (shrink); --full: grow back\n"
     "  handoff FROM TO            release (or shrink) FROM, then refill TO; prints the timings\n"
@@ -94,6 +95,7 @@ enum {
 	F_RESERVE = 1u << 1,
 	F_FULL = 1u << 2,
 	F_GEN = 1u << 3,
+	F_ALL = 1u << 4,
 };
 
 static struct opts opt = { .timeout_ms = 60000, .count = -1 };
@@ -178,13 +180,15 @@ static void parse_args(int argc, char **argv)
 			snprintf(name, sizeof name, "%s", a);
 		}
 		if (strcmp(name, "--json") == 0 || strcmp(name, "--quiet") == 0 || strcmp(name, "-q") == 0 ||
-		    strcmp(name, "--full") == 0) {
+		    strcmp(name, "--full") == 0 || strcmp(name, "--all") == 0) {
 			if (val)
 				die_usage("%s takes no value", name);
 			if (strcmp(name, "--json") == 0)
 				opt.json = true;
 			else if (strcmp(name, "--full") == 0)
 				opt.full = true, opt.given |= F_FULL;
+			else if (strcmp(name, "--all") == 0)
+				opt.given |= F_ALL;
 			else
 				opt.quiet = true;
 			continue;
@@ -227,7 +231,7 @@ static void allow_only(const char *cmd, unsigned allowed)
 {
 	static const struct { unsigned bit; const char *flag; } names[] = {
 		{ F_COUNT, "--count" }, { F_RESERVE, "--reserve-mib" }, { F_FULL, "--full" },
-		{ F_GEN, "--steps/--batch/--seed" },
+		{ F_GEN, "--steps/--batch/--seed" }, { F_ALL, "--all" },
 	};
 	for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
 		if ((opt.given & names[i].bit) && !(allowed & names[i].bit))
@@ -613,14 +617,30 @@ static int cmd_engine_op(enum proto_op op, const char *name)
 		if (opt.full)
 			goal = ceiling_of(name);
 	} else {
-		snprintf(label, sizeof label, "%s %s", proto_op_name(op), name);
+		snprintf(label, sizeof label, "%s %s%s", proto_op_name(op), name,
+		    opt.given & F_ALL ? " --all" : "");
 		if (op == PROTO_OP_REFILL)
 			goal = ceiling_of(name);
+	}
+	/* release --all goes to the engine itself (found through the
+	 * broker): it gives back its dense weights and KV cache too, and
+	 * reports the change to the broker */
+	char *url = NULL;
+	if (op == PROTO_OP_RELEASE && (opt.given & F_ALL)) {
+		char err[512];
+		int urc = cli_engine_url(opt.broker, name, opt.timeout_ms, &url, err, sizeof err);
+		if (urc) {
+			fprintf(stderr, "baton: %s: %s\n", label, err);
+			return urc == BATON_ENOTFOUND ? EXIT_NOTFOUND : EXIT_FAILED;
+		}
+		req.all = true;
+		proto_set(&req, PF_ALL);
 	}
 	struct progress prog;
 	progress_start(&prog, label, name, goal, NULL, 0);
 	double t0 = now_s();
-	call(opt.broker, label, &req, &rep, &prog);
+	call(url ? url : opt.broker, label, &req, &rep, &prog);
+	free(url);
 	double rtt = (now_s() - t0) * 1e3;
 	progress_stop(&prog);
 	uint64_t holds = proto_has(&rep, PF_MAPPED) ? rep.mapped : rep.resident;
@@ -642,13 +662,20 @@ static int cmd_engine_op(enum proto_op op, const char *name)
 			json_object_set_new(j, "gbps", json_real((double)rep.bytes / (rep.ms / 1e3) / 1e9));
 		json_object_set_new(j, "round_trip_ms", json_real(rtt));
 		json_object_set_new(j, "epoch", jint(rep.epoch));
+		if (proto_has(&rep, PF_LEVEL))
+			json_object_set_new(j, "level", json_string(rep.level));
 		okw = put_json(j);
 	} else {
 		char a[32], b[32], rate[48] = "";
 		if (op != PROTO_OP_RELEASE && rep.ms > 0 && rep.bytes > 0)
 			snprintf(rate, sizeof rate, " (%.2f GB/s)", (double)rep.bytes / (rep.ms / 1e3) / 1e9);
-		printf("%s %s: %s, holds %s, %s %s in %.3f ms%s, round trip %.3f ms, epoch %" PRIu64 "\n",
-		    proto_op_name(op), name, rep.state, fmt_bytes(holds, a, sizeof a),
+		char level[80] = "";
+		if (proto_has(&rep, PF_LEVEL))
+			snprintf(level, sizeof level, " (released: %s)", strcmp(rep.level, "all") == 0 ?
+			    "experts, dense weights and KV cache" : strcmp(rep.level, "experts") == 0 ?
+			    "experts" : "nothing");
+		printf("%s %s: %s%s, holds %s, %s %s in %.3f ms%s, round trip %.3f ms, epoch %" PRIu64 "\n",
+		    proto_op_name(op), name, rep.state, level, fmt_bytes(holds, a, sizeof a),
 		    op == PROTO_OP_RELEASE ? "freed" : "moved", fmt_bytes(rep.bytes, b, sizeof b), rep.ms, rate,
 		    rtt, rep.epoch);
 		okw = fflush(stdout) == 0;
@@ -903,7 +930,7 @@ int main(int argc, char **argv)
 		return cmd_watch();
 	}
 	if (strcmp(cmd, "release") == 0 || strcmp(cmd, "refill") == 0) {
-		allow_only(cmd, 0);
+		allow_only(cmd, cmd[2] == 'l' ? F_ALL : 0);
 		want_args(cmd, 1, "an engine's name");
 		return cmd_engine_op(cmd[2] == 'l' ? PROTO_OP_RELEASE : PROTO_OP_REFILL, a[0]);
 	}

@@ -307,6 +307,11 @@ static void on_engine_op(struct broker *b, struct waiter *w, const struct baton_
 		    proto_op_name(m->op));
 		return;
 	}
+	if (m->op == PROTO_OP_RELEASE && proto_has(m, PF_ALL) && m->all) {
+		br_reply_error(w, m->op, m->id, BATON_EUNSUPPORTED, "release with all: send it to the "
+		    "engine itself (baton release NAME --all finds it)");
+		return;
+	}
 	struct eng *e = need_engine(b, w, m, name);
 	if (!e)
 		return;

@@ -95,14 +95,15 @@ static const struct proto__row status_rep[] = {
 	O(REQUESTS), O(HITS), O(MISSES), O(LAST_REFILL_BYTES), O(LAST_REFILL_S),
 	O(DEVICE_NAME), O(GPU), O(FREE), O(TOTAL),
 	O(PEER_GPU), O(PEER_MAPPED), O(PEER_FREE),
+	O(LEVEL), /* what a release gave back: "none", "experts", "all" */
 	/* the broker's */
 	O(GPUS), O(ENGINES),
 };
 
 /* release and refill share their tables */
-static const struct proto__row cache_req[] = { O(NAME), O(EPOCH) };
+static const struct proto__row cache_req[] = { O(NAME), O(EPOCH), O(ALL) };
 static const struct proto__row cache_rep[] = {
-	R(STATE), R(RESIDENT), R(MS), R(BYTES), R(EPOCH),
+	R(STATE), R(RESIDENT), R(MS), R(BYTES), R(EPOCH), O(LEVEL),
 	O(MAPPED), O(FREE), /* the device bytes the cache holds after it, the device free */
 	O(PEER_MAPPED), O(PEER_FREE), /* the same for the peer tier's device */
 };

@@ -28,7 +28,8 @@
  *   request   fields
  *   gen       R steps u32, R batch u32, R seed u64, input bin (f32 LE)
  *   status    -
- *   release   name str, epoch u64
+ *   release   name str, epoch u64, all bool (the engine's: dense weights and
+ *             KV cache too)
  *   refill    name str, epoch u64
  *   vram      R reserve_mib uint|nil (nil: grow back to full), name, epoch
  *   register  R name, pid, gpu, device u32, model, ctl, floor, ceiling,
@@ -246,6 +247,9 @@ int proto_name_valid(const char *s, size_t len);
 	X(PEER_MAPPED,       "peer_mapped",       U64,     peer_mapped,       0)           \
 	X(PEER_WANT,         "peer_want",         U64,     peer_want,         0)           \
 	X(PEER_FREE,         "peer_free",         U64,     peer_free,         0)           \
+	/* release levels: release with all also gives back the dense weights and KV */ \
+	X(ALL,               "all",               BOOL,    all,               0)           \
+	X(LEVEL,             "level",             STR,     level,             BATON_PROTO_MAX_NAME) \
 	/* complete: text in, sampled tokens and text out (engine/serve) */              \
 	X(PROMPT,            "prompt",            STR,     prompt,            BATON_PROTO_MAX_PROMPT) \
 	X(MESSAGES,          "messages",          STR,     messages,          BATON_PROTO_MAX_PROMPT) \
