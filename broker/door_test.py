@@ -21,6 +21,7 @@ import http.server
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -394,17 +395,30 @@ def open_stream(http, body):
     return s
 
 
+def dechunk(raw):
+    out, i = b"", 0
+    while True:
+        j = raw.index(b"\r\n", i)
+        n = int(raw[i:j].split(b";")[0], 16)
+        if n == 0:
+            return out
+        out += raw[j + 2:j + 2 + n]
+        i = j + 2 + n + 2
+
+
 def t_stream_and_disconnect(c):
     http = two_engines(c)
     # a whole stream through the door equals the engine's own
     want = text_of(engine_http(c, "qwen").post("/v1/chat/completions", chat_body(QWEN, "Who was Noah?", 5)))
     s = open_stream(http, chat_body(QWEN, "Who was Noah?", 5, stream=True))
-    data = b""
-    while not data.rstrip().endswith(b"data: [DONE]"):
+    raw = b""
+    while not raw.endswith(b"\r\n0\r\n\r\n"):  # the chunked end
         chunk = s.recv(65536)
-        assert chunk, data
-        data += chunk
+        assert chunk, raw
+        raw += chunk
     s.close()
+    data = dechunk(raw)
+    assert data.rstrip().endswith(b"data: [DONE]"), data[-200:]
     text = ""
     for line in data.decode(errors="replace").split("\n"):
         line = line.strip()
@@ -412,19 +426,27 @@ def t_stream_and_disconnect(c):
             d = json.loads(line[6:])
             text += d["choices"][0]["delta"].get("content") or ""
     assert text == want, (text, want)
-    # a client that leaves mid-stream: the engine's sequence ends at once
+    # a client that leaves mid-stream: the door cuts the engine's connection
+    # at once, without waiting for the engine (held stopped meanwhile), and
+    # the engine frees the sequence and its KV blocks
+    qwen = [p for p in c.procs if getattr(p, "name", "") == "qwen"][0]
     s = open_stream(http, chat_body(QWEN, "Tell of the flood.", 9, max_tokens=400, stream=True))
-    first = s.recv(4096)
-    assert b"data:" in first or first, first
-    s.close()
-    h.wait_for("the door's request ended", lambda: metric(http, "baton_door_in_flight",
-                                                           '{engine="qwen",model="%s"}' % QWEN) == 0, timeout=10)
+    assert s.recv(4096)
+    os.kill(qwen.pid, signal.SIGSTOP)
+    try:
+        assert metric(http, "baton_door_in_flight", '{engine="qwen",model="%s"}' % QWEN) == 1
+        s.close()
+        h.wait_for("the door's request ended", lambda: metric(
+            http, "baton_door_in_flight", '{engine="qwen",model="%s"}' % QWEN) == 0, timeout=10)
+    finally:
+        os.kill(qwen.pid, signal.SIGCONT)
     h.wait_for("the engine's sequence freed", lambda: engine_idle(c, "qwen"), timeout=10)
 
 
 def engine_idle(c, name):
     st, body, _ = engine_http(c, name).get("/health", token=False)
-    return st == 200 and body.get("running", 0) == 0 if isinstance(body, dict) else st == 200
+    assert st == 200 and isinstance(body, dict), (st, body)
+    return body["running"] == 0 and body["waiting"] == 0 and body["kv_blocks_free"] == body["kv_blocks_total"]
 
 
 def t_queue_full(c):
@@ -460,9 +482,63 @@ def t_queue_full(c):
     assert c.events.all("door.switch"), "no switch event"
 
 
+# ---- the openai npm client, unchanged --------------------------------------------
+
+def npm_client():
+    """The openai package from tests/node's lock file, installed into the
+    build folder (npm ci, offline from npm's cache when it is there); the
+    same folder engine/openai_test.py uses."""
+    dest = os.path.join(os.path.abspath(h.BUILD), "node")
+    src = os.path.join(ROOT, "tests", "node")
+    os.makedirs(dest, exist_ok=True)
+    for f in ("package.json", "package-lock.json", "client.mjs"):
+        shutil.copy(os.path.join(src, f), dest)
+    mod = os.path.join(dest, "node_modules", "openai", "package.json")
+    stamp = os.path.join(dest, "node_modules", ".baton-lock")
+    lock = open(os.path.join(src, "package-lock.json")).read()
+    if not (os.path.exists(mod) and os.path.exists(stamp) and open(stamp).read() == lock):
+        assert shutil.which("npm"), "npm is not installed (apt-get install npm)"
+        p = subprocess.run(["npm", "ci", "--prefer-offline", "--no-audit", "--no-fund"], cwd=dest,
+                           capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr[-2000:]
+        open(stamp, "w").write(lock)
+    return dest
+
+
+def t_npm_client(c):
+    dest = npm_client()
+    http = two_engines(c)
+    # mixtral first, so that the client's first request is a switch
+    text_of(http.post("/v1/chat/completions", chat_body(MIXTRAL, "Who was Noah?", 1)))
+    p = subprocess.run(["node", os.path.join(dest, "client.mjs"), http.url, QWEN], capture_output=True,
+                       text=True, timeout=180, env=dict(os.environ, BATON_TOKEN=http.token))
+    assert p.returncode == 0, p.stderr[-3000:]
+    got = json.loads(p.stdout)
+    # what the engine alone answers to the same requests
+    eng = engine_http(c, "qwen")
+    msgs = [{"role": "user", "content": "Tell me of light."}]
+    st, whole, _ = eng.post("/v1/chat/completions", {"model": QWEN, "messages": msgs, "max_tokens": 16,
+                                                      "temperature": 0.8, "seed": 5})
+    assert st == 200, whole
+    want = whole["choices"][0]["message"]["content"]
+    assert got["chat"]["text"] == want and got["chat"]["usage"] == whole["usage"], (got["chat"], want)
+    s = got["stream"]
+    assert s["text"] == want and s["role"] == "assistant" and s["usage"] == whole["usage"], s
+    assert s["chunks"] >= 5, s
+    st, cw, _ = eng.post("/v1/completions", {"model": QWEN, "prompt": "In the beginning", "max_tokens": 12,
+                                             "temperature": 0})
+    assert got["completion"]["text"] == cw["choices"][0]["text"] == got["completion_stream"], got
+    assert sorted(got["models"]) == sorted([QWEN, MIXTRAL]), got
+    assert got["wrong_model"] == {"status": 404, "code": "model_not_found", "type": "invalid_request_error",
+                                  "param": "model"}, got
+    assert got["tools"]["status"] == 400 and got["tools"]["param"] == "tools", got  # the engine's own 400
+    return "openai %s, first content after %s ms" % (
+        json.load(open(os.path.join(dest, "node_modules", "openai", "package.json")))["version"], s["first_ms"])
+
+
 if __name__ == "__main__":
     h.need(h.BROKER)
     sys.exit(h.run_cases([t_register_fields, t_fake_stream_passes_through, t_fake_least_loaded_and_disconnect,
                           t_fake_refill_fails, t_errors_and_models, t_two_models_interleaved,
-                          t_stream_and_disconnect, t_queue_full],
+                          t_stream_and_disconnect, t_queue_full, t_npm_client],
                          only=sys.argv[1:], logs=("broker", "qwen", "mixtral")))
