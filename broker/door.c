@@ -709,6 +709,26 @@ static void round_(struct broker_door *d, double now, struct outbox *ob)
 		if (!m->queued)
 			m->queue_told = false;
 	}
+	/* a model whose requests wait (no engine of it takes requests now):
+	 * told once per wait */
+	for (size_t mi = 0; mi < d->n_models; mi++) {
+		struct dmodel *m = &d->models[mi];
+		if (!m->queued || m->queue_told)
+			continue;
+		m->queue_told = true;
+		const char *why = "waiting for its engine's refill";
+		for (size_t di = 0; di < d->n_devs; di++) {
+			struct ddev *v = &d->devs[di];
+			if (v->holder >= 0 && strcmp(d->eng[v->holder].model, m->name) != 0 && !v->switching &&
+			    d->eng[v->holder].inflight)
+				why = "the device's holder keeps it for its quantum";
+			else if (v->switching && v->from >= 0 && strcmp(d->eng[v->from].model, m->name) != 0)
+				why = "waiting for the holder to drain";
+		}
+		char reason[BROKER_NAME_MAX + 128];
+		snprintf(reason, sizeof reason, "model %s: %u waiting (%s)", m->name, m->queued, why);
+		broker_emit(d->b, "door.queue", NULL, reason, -1, m->queued);
+	}
 	/* keep-alive */
 	for (size_t i = 0; i < d->n_eng; i++) {
 		struct deng *e = &d->eng[i];
