@@ -121,6 +121,7 @@ struct broker_door {
 	pthread_cond_t cv;       /* the dispatch thread waits on it */
 	pthread_cond_t idle_cv;  /* close waits on it for helpers to end */
 	bool stop;
+	bool again;              /* the dispatch thread goes round once more without waiting */
 	pthread_t th;
 	bool have_th;
 	unsigned helpers;        /* proxy, refill and release threads running */
@@ -684,7 +685,7 @@ static void round_(struct broker_door *d, double now, struct outbox *ob)
 			v->from = !pe[sw].fits && holder >= 0 ? v->holder : -1;
 			v->sw_t0 = now;
 			v->drained_at = now;
-			pthread_cond_signal(&d->cv); /* another round at once: the drain may be done */
+			d->again = true; /* another round at once: the drain may be done */
 		}
 	}
 	/* queued requests to the engines that flow */
@@ -707,6 +708,26 @@ static void round_(struct broker_door *d, double now, struct outbox *ob)
 		}
 		if (!m->queued)
 			m->queue_told = false;
+	}
+	/* a model whose requests wait (no engine of it takes requests now):
+	 * told once per wait */
+	for (size_t mi = 0; mi < d->n_models; mi++) {
+		struct dmodel *m = &d->models[mi];
+		if (!m->queued || m->queue_told)
+			continue;
+		m->queue_told = true;
+		const char *why = "waiting for its engine's refill";
+		for (size_t di = 0; di < d->n_devs; di++) {
+			struct ddev *v = &d->devs[di];
+			if (v->holder >= 0 && strcmp(d->eng[v->holder].model, m->name) != 0 && !v->switching &&
+			    d->eng[v->holder].inflight)
+				why = "the device's holder keeps it for its quantum";
+			else if (v->switching && v->from >= 0 && strcmp(d->eng[v->from].model, m->name) != 0)
+				why = "waiting for the holder to drain";
+		}
+		char reason[BROKER_NAME_MAX + 128];
+		snprintf(reason, sizeof reason, "model %s: %u waiting (%s)", m->name, m->queued, why);
+		broker_emit(d->b, "door.queue", NULL, reason, -1, m->queued);
 	}
 	/* keep-alive */
 	for (size_t i = 0; i < d->n_eng; i++) {
@@ -772,6 +793,10 @@ static void *dispatch(void *arg)
 				free(q);
 			}
 			pthread_mutex_lock(&d->mu);
+			continue;
+		}
+		if (d->again) {
+			d->again = false;
 			continue;
 		}
 		/* sleep until the next status, or a change (a request, an end) */
@@ -849,6 +874,19 @@ static json_t *models_json(struct broker_door *d)
 	return json_pack("{s:s, s:o}", "object", "list", "data", data);
 }
 
+/* The dispatch thread starts with the first request: it talks to the
+ * broker (broker_call), which serves only once started, and a broker
+ * that fails to start must be able to close its faces. */
+static bool start_dispatch(struct broker_door *d)
+{
+	pthread_mutex_lock(&d->mu);
+	if (!d->have_th && !d->stop && pthread_create(&d->th, NULL, dispatch, d) == 0)
+		d->have_th = true;
+	bool ok = d->have_th;
+	pthread_mutex_unlock(&d->mu);
+	return ok;
+}
+
 bool broker_door_route(struct broker_door *d, struct baton_http_req *r)
 {
 	const char *path = http_req_path(r), *method = http_req_method(r);
@@ -856,6 +894,10 @@ bool broker_door_route(struct broker_door *d, struct baton_http_req *r)
 	bool models = strcmp(path, "/v1/models") == 0;
 	if (!chat && !comp && !models)
 		return false;
+	if (!start_dispatch(d)) {
+		reply_error(r, 503, "server_error", NULL, NULL, "1", "the front door cannot start its thread");
+		return true;
+	}
 	if (models) {
 		if (strcmp(method, "GET") != 0) {
 			reply_error(r, 405, "invalid_request_error", NULL, NULL, NULL, "/v1/models takes GET");
@@ -925,6 +967,7 @@ bool broker_door_route(struct broker_door *d, struct baton_http_req *r)
 		return true;
 	}
 	struct dmodel *m = &d->models[mi];
+	uint64_t q_id;
 	if (m->queued >= d->queue_max) {
 		m->rejected_full++;
 		unsigned qm = d->queue_max;
@@ -933,13 +976,14 @@ bool broker_door_route(struct broker_door *d, struct baton_http_req *r)
 		    "model '%s' has %u requests waiting already; try again", model, qm);
 		return true;
 	}
+	q_id = ++d->next_id;
+	pthread_mutex_unlock(&d->mu);
 	struct dreq *q = calloc(1, sizeof *q);
 	if (!q) {
-		pthread_mutex_unlock(&d->mu);
 		reply_error(r, 503, "server_error", NULL, NULL, "1", "out of memory");
 		return true;
 	}
-	q->id = ++d->next_id;
+	q->id = q_id;
 	q->r = r;
 	q->d = d;
 	q->model = mi;
@@ -949,16 +993,20 @@ bool broker_door_route(struct broker_door *d, struct baton_http_req *r)
 	q->stream = stream;
 	q->t_in = now_s();
 	q->eng = -1;
+	/* before anyone else may answer it: a client that leaves from here on
+	 * is seen (by id; a request not queued yet is looked for in vain, and
+	 * its proxy then sees the client gone when it writes) */
+	http_req_on_gone(r, on_gone, (void *)(uintptr_t)q_id);
+	pthread_mutex_lock(&d->mu);
+	m = &d->models[mi];
 	if (m->qt)
 		m->qt->next = q;
 	else
 		m->qh = q;
 	m->qt = q;
 	m->queued++;
-	uint64_t id = q->id;
 	pthread_cond_signal(&d->cv);
 	pthread_mutex_unlock(&d->mu);
-	http_req_on_gone(r, on_gone, (void *)(uintptr_t)id);
 	return true;
 }
 
@@ -1087,16 +1135,6 @@ int broker_door_open(struct broker *b, const struct broker_config *cfg, struct b
 	pthread_cond_init(&d->cv, &ca);
 	pthread_condattr_destroy(&ca);
 	pthread_cond_init(&d->idle_cv, NULL);
-	if (pthread_create(&d->th, NULL, dispatch, d) != 0) {
-		snprintf(err, errlen, "front door: cannot start its thread");
-		pthread_mutex_destroy(&d->mu);
-		pthread_cond_destroy(&d->cv);
-		pthread_cond_destroy(&d->idle_cv);
-		free(d->econf);
-		free(d);
-		return BATON_ENOMEM;
-	}
-	d->have_th = true;
 	pthread_mutex_lock(&g_mu);
 	if (!g_door)
 		g_door = d;
@@ -1116,8 +1154,9 @@ void broker_door_close(struct broker_door *d)
 	pthread_mutex_lock(&d->mu);
 	d->stop = true;
 	pthread_cond_signal(&d->cv);
+	bool joined = d->have_th;
 	pthread_mutex_unlock(&d->mu);
-	if (d->have_th)
+	if (joined)
 		pthread_join(d->th, NULL);
 	/* what waits is answered; what is forwarded is cut (its proxy answers) */
 	struct dreq *rest = NULL;

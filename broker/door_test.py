@@ -17,9 +17,11 @@ to end on the host backend with the two trained models of models/.
   - a full queue answers 503 with Retry-After.
 The last line is "N passed, N failed".
 """
+import http.server
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -94,6 +96,198 @@ def t_register_fields(c):
     # and `baton status` says who serves what (the dead fakes aside)
     p = subprocess.run([h.CLI, "status"], capture_output=True, text=True, env=dict(c.env, BATON_BROKER=c.control))
     assert p.returncode == 0, p.stderr
+
+
+# ---- a scripted engine: the door alone, with replies it controls --------------
+
+class Fake:
+    """An OpenAI HTTP server that stands for an engine: streamed replies in
+    pieces the test lets go one by one (`go`), whole replies with a length;
+    it records what it was sent and sees a client that leaves."""
+
+    def __init__(self, name):
+        self.name, self.got, self.closed_early = name, [], 0
+        self.go = threading.Semaphore(0)
+        self.inflight = 0
+        self.lock = threading.Lock()
+        fake = self
+
+        class H(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with fake.lock:
+                    fake.got.append((self.path, body, dict(self.headers)))
+                    fake.inflight += 1
+                try:
+                    if body.get("stream"):
+                        self.send_response(200)
+                        self.send_header("Content-Type", "text/event-stream")
+                        self.send_header("Transfer-Encoding", "chunked")
+                        self.end_headers()
+                        for i in range(body.get("pieces", 3)):
+                            if i:
+                                fake.go.acquire(timeout=30)
+                            piece = ("data: %s\n\n" % json.dumps({"engine": fake.name, "i": i})).encode()
+                            self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+                            self.wfile.flush()
+                        self.wfile.write(b"e\r\ndata: [DONE]\n\n\r\n0\r\n\r\n")
+                        self.wfile.flush()
+                    else:
+                        if body.get("hold"):
+                            fake.go.acquire(timeout=30)
+                        out = json.dumps({"engine": fake.name, "echo": body}).encode()
+                        self.send_response(200)
+                        self.send_header("Content-Type", "application/json")
+                        self.send_header("Content-Length", str(len(out)))
+                        self.end_headers()
+                        self.wfile.write(out)
+                except (BrokenPipeError, ConnectionResetError):
+                    with fake.lock:
+                        fake.closed_early += 1
+                finally:
+                    with fake.lock:
+                        fake.inflight -= 1
+
+        self.srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.srv.daemon_threads = True
+        self.url = "http://127.0.0.1:%d" % self.srv.server_address[1]
+        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.srv.shutdown()
+        self.srv.server_close()
+
+
+def fake_broker(c, config=""):
+    """A broker whose control socket is tcp:// (the fakes register from
+    this process, by its pid) with a token set, and HTTP."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    c.control = "tcp://127.0.0.1:%d" % port
+    return c.http_broker("heartbeat_timeout_ms = 3600000\nhttp_token = door-test-token\n" + config,
+                         token="door-test-token")
+
+
+def fake_register(c, fake, model, state="ready", gpu="host-5"):
+    h.ok(h.call(c.control, "register", name=fake.name, pid=os.getpid(), gpu=gpu, device=5,
+                model=model, ctl="tcp://127.0.0.1:1", floor=1 << 20, ceiling=8 << 20, priority=0,
+                state=state, resident=(8 << 20) if state == "ready" else 0, capacity=64 << 20, epoch=1,
+                http=fake.url))
+
+
+def t_fake_stream_passes_through(c):
+    http = fake_broker(c)
+    f = Fake("f1")
+    try:
+        fake_register(c, f, "m")
+        h.wait_for("routable", lambda: http.get("/v1/models", token=False)[1]["data"])
+        s = open_stream(http, {"model": "m", "stream": True, "pieces": 3, "extra": [1, 2]})
+        got = b""
+        # each piece arrives before the engine sends the next
+        for i in range(3):
+            while ('"i": %d' % i).encode() not in got:
+                chunk = s.recv(4096)
+                assert chunk, got
+                got += chunk
+            if i < 2:
+                f.go.release()
+        while b"[DONE]" not in got:
+            chunk = s.recv(4096)
+            assert chunk, got
+            got += chunk
+        s.close()
+        # the body went to the engine as it was sent, without the broker's token
+        path, body, hdrs = f.got[0]
+        assert path == "/v1/chat/completions" and body == {"model": "m", "stream": True, "pieces": 3,
+                                                           "extra": [1, 2]}, f.got[0]
+        assert "Authorization" not in hdrs, hdrs
+        # a whole reply: as the engine sent it, its length and type
+        st, body, hdrs = http.post("/v1/completions", {"model": "m", "prompt": "x"})
+        assert st == 200 and body["engine"] == "f1" and body["echo"]["prompt"] == "x", (st, body)
+        assert f.got[1][0] == "/v1/completions"
+        st, body, _ = http.get("/v1/models", token=False)
+        m = body["data"][0]
+        assert m["id"] == "m" and m["state"] == "resident" and m["engines"][0]["name"] == "f1", m
+        h.wait_for("in flight back to 0", lambda: metric(http, "baton_door_in_flight",
+                                                          '{engine="f1",model="m"}') == 0)
+        assert metric(http, "baton_door_requests_total", '{model="m",outcome="served"}') == 2
+        assert metric(http, "baton_door_ttft_prefill_seconds_count", '{model="m"}') == 1  # the stream
+    finally:
+        f.close()
+
+
+def t_fake_least_loaded_and_disconnect(c):
+    http = fake_broker(c)
+    fa, fb = Fake("fa"), Fake("fb")
+    try:
+        fake_register(c, fa, "m")
+        fake_register(c, fb, "m")
+        h.wait_for("routable", lambda: len(http.get("/v1/models", token=False)[1]["data"][0]["engines"]) == 2
+                   if http.get("/v1/models", token=False)[1]["data"] else False)
+        results = []
+        ts = [threading.Thread(target=lambda: results.append(http.post(
+            "/v1/chat/completions", {"model": "m", "hold": True}, timeout=60))) for _ in range(4)]
+        for t in ts:
+            t.start()
+        h.wait_for("four held", lambda: fa.inflight + fb.inflight == 4)
+        assert fa.inflight == 2 and fb.inflight == 2, (fa.inflight, fb.inflight)
+        for _ in range(2):
+            fa.go.release()
+            fb.go.release()
+        for t in ts:
+            t.join(30)
+        assert [r[0] for r in results] == [200] * 4, results
+        # a client that leaves mid-stream: the engine's connection closes at once
+        s = open_stream(http, {"model": "m", "stream": True, "pieces": 50})
+        assert s.recv(4096)
+        s.close()
+        h.wait_for("the door's in-flight ended", lambda: metric(
+            http, "baton_door_in_flight", '{engine="fa",model="m"}') == 0 and metric(
+            http, "baton_door_in_flight", '{engine="fb",model="m"}') == 0, timeout=10)
+        for _ in range(60):
+            fa.go.release()
+            fb.go.release()
+        h.wait_for("the engine saw its client leave", lambda: fa.closed_early + fb.closed_early == 1, timeout=10)
+    finally:
+        fa.close()
+        fb.close()
+
+
+def t_fake_refill_fails(c):
+    """A released engine whose refill cannot happen (its control socket
+    answers nothing): the waiting requests get 503 with the reason, and
+    door.refill_failed is published; the queue bound answers 503 too."""
+    http = fake_broker(c, "command_timeout_ms = 2000\nacquire_wait_ms = 2000\ndoor_queue_max = 2\n")
+    f = Fake("cold")
+    try:
+        fake_register(c, f, "m", state="released")
+        h.wait_for("routable", lambda: http.get("/v1/models", token=False)[1]["data"])
+        st, body, _ = http.get("/v1/models", token=False)
+        assert body["data"][0]["state"] == "released", body
+        out = []
+        ts = [threading.Thread(target=lambda: out.append(http.post(
+            "/v1/chat/completions", {"model": "m"}, timeout=60))) for _ in range(2)]
+        for t in ts:
+            t.start()
+        h.wait_for("two waiting", lambda: metric(http, "baton_door_queue_depth", '{model="m"}') == 2)
+        full = http.post("/v1/chat/completions", {"model": "m"})
+        assert full[0] == 503 and full[1]["error"]["code"] == "queue_full", full
+        assert full[2].get("Retry-After") == "1", full
+        for t in ts:
+            t.join(60)
+        assert [r[0] for r in out] == [503, 503], out
+        assert all(r[1]["error"]["code"] == "device_busy" and r[2].get("Retry-After") for r in out), out
+        assert not f.got, "nothing reaches an engine that is not back"
+        h.wait_for("door.refill_failed", lambda: c.events.all("door.refill_failed"))
+    finally:
+        f.close()
 
 
 # ---- the door's own answers --------------------------------------------------
@@ -175,6 +369,8 @@ def t_two_models_interleaved(c):
     assert 1 <= switches <= len(jobs) // 2, "%d switches for %d requests" % (switches, len(jobs))
     ev = c.events.all("door.switch")
     assert ev and all("drain" in e["reason"] and "refill" in e["reason"] for e in ev), ev
+    assert all(e["engine"] in ("qwen", "mixtral") and e["ms"] >= 0 for e in ev), ev
+    h.wait_for("door.queue told", lambda: c.events.all("door.queue"))
     served = metric(http, "baton_door_requests_total", '{model="%s",outcome="served"}' % QWEN)
     assert served and served >= len(jobs) // 2, served
     assert metric(http, "baton_door_ttft_wait_seconds_count", '{model="%s"}' % MIXTRAL) >= len(jobs) // 2
@@ -201,17 +397,30 @@ def open_stream(http, body):
     return s
 
 
+def dechunk(raw):
+    out, i = b"", 0
+    while True:
+        j = raw.index(b"\r\n", i)
+        n = int(raw[i:j].split(b";")[0], 16)
+        if n == 0:
+            return out
+        out += raw[j + 2:j + 2 + n]
+        i = j + 2 + n + 2
+
+
 def t_stream_and_disconnect(c):
     http = two_engines(c)
     # a whole stream through the door equals the engine's own
     want = text_of(engine_http(c, "qwen").post("/v1/chat/completions", chat_body(QWEN, "Who was Noah?", 5)))
     s = open_stream(http, chat_body(QWEN, "Who was Noah?", 5, stream=True))
-    data = b""
-    while not data.rstrip().endswith(b"data: [DONE]"):
+    raw = b""
+    while not raw.endswith(b"\r\n0\r\n\r\n"):  # the chunked end
         chunk = s.recv(65536)
-        assert chunk, data
-        data += chunk
+        assert chunk, raw
+        raw += chunk
     s.close()
+    data = dechunk(raw)
+    assert data.rstrip().endswith(b"data: [DONE]"), data[-200:]
     text = ""
     for line in data.decode(errors="replace").split("\n"):
         line = line.strip()
@@ -219,19 +428,27 @@ def t_stream_and_disconnect(c):
             d = json.loads(line[6:])
             text += d["choices"][0]["delta"].get("content") or ""
     assert text == want, (text, want)
-    # a client that leaves mid-stream: the engine's sequence ends at once
+    # a client that leaves mid-stream: the door cuts the engine's connection
+    # at once, without waiting for the engine (held stopped meanwhile), and
+    # the engine frees the sequence and its KV blocks
+    qwen = [p for p in c.procs if getattr(p, "name", "") == "qwen"][0]
     s = open_stream(http, chat_body(QWEN, "Tell of the flood.", 9, max_tokens=400, stream=True))
-    first = s.recv(4096)
-    assert b"data:" in first or first, first
-    s.close()
-    h.wait_for("the door's request ended", lambda: metric(http, "baton_door_in_flight",
-                                                           '{engine="qwen",model="%s"}' % QWEN) == 0, timeout=10)
+    assert s.recv(4096)
+    os.kill(qwen.pid, signal.SIGSTOP)
+    try:
+        assert metric(http, "baton_door_in_flight", '{engine="qwen",model="%s"}' % QWEN) == 1
+        s.close()
+        h.wait_for("the door's request ended", lambda: metric(
+            http, "baton_door_in_flight", '{engine="qwen",model="%s"}' % QWEN) == 0, timeout=10)
+    finally:
+        os.kill(qwen.pid, signal.SIGCONT)
     h.wait_for("the engine's sequence freed", lambda: engine_idle(c, "qwen"), timeout=10)
 
 
 def engine_idle(c, name):
     st, body, _ = engine_http(c, name).get("/health", token=False)
-    return st == 200 and body.get("running", 0) == 0 if isinstance(body, dict) else st == 200
+    assert st == 200 and isinstance(body, dict), (st, body)
+    return body["running"] == 0 and body["waiting"] == 0 and body["kv_blocks_free"] == body["kv_blocks_total"]
 
 
 def t_queue_full(c):
@@ -267,8 +484,63 @@ def t_queue_full(c):
     assert c.events.all("door.switch"), "no switch event"
 
 
+# ---- the openai npm client, unchanged --------------------------------------------
+
+def npm_client():
+    """The openai package from tests/node's lock file, installed into the
+    build folder (npm ci, offline from npm's cache when it is there); the
+    same folder engine/openai_test.py uses."""
+    dest = os.path.join(os.path.abspath(h.BUILD), "node")
+    src = os.path.join(ROOT, "tests", "node")
+    os.makedirs(dest, exist_ok=True)
+    for f in ("package.json", "package-lock.json", "client.mjs"):
+        shutil.copy(os.path.join(src, f), dest)
+    mod = os.path.join(dest, "node_modules", "openai", "package.json")
+    stamp = os.path.join(dest, "node_modules", ".baton-lock")
+    lock = open(os.path.join(src, "package-lock.json")).read()
+    if not (os.path.exists(mod) and os.path.exists(stamp) and open(stamp).read() == lock):
+        assert shutil.which("npm"), "npm is not installed (apt-get install npm)"
+        p = subprocess.run(["npm", "ci", "--prefer-offline", "--no-audit", "--no-fund"], cwd=dest,
+                           capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr[-2000:]
+        open(stamp, "w").write(lock)
+    return dest
+
+
+def t_npm_client(c):
+    dest = npm_client()
+    http = two_engines(c)
+    # mixtral first, so that the client's first request is a switch
+    text_of(http.post("/v1/chat/completions", chat_body(MIXTRAL, "Who was Noah?", 1)))
+    p = subprocess.run(["node", os.path.join(dest, "client.mjs"), http.url, QWEN], capture_output=True,
+                       text=True, timeout=180, env=dict(os.environ, BATON_TOKEN=http.token))
+    assert p.returncode == 0, p.stderr[-3000:]
+    got = json.loads(p.stdout)
+    # what the engine alone answers to the same requests
+    eng = engine_http(c, "qwen")
+    msgs = [{"role": "user", "content": "Tell me of light."}]
+    st, whole, _ = eng.post("/v1/chat/completions", {"model": QWEN, "messages": msgs, "max_tokens": 16,
+                                                      "temperature": 0.8, "seed": 5})
+    assert st == 200, whole
+    want = whole["choices"][0]["message"]["content"]
+    assert got["chat"]["text"] == want and got["chat"]["usage"] == whole["usage"], (got["chat"], want)
+    s = got["stream"]
+    assert s["text"] == want and s["role"] == "assistant" and s["usage"] == whole["usage"], s
+    assert s["chunks"] >= 5, s
+    st, cw, _ = eng.post("/v1/completions", {"model": QWEN, "prompt": "In the beginning", "max_tokens": 12,
+                                             "temperature": 0})
+    assert got["completion"]["text"] == cw["choices"][0]["text"] == got["completion_stream"], got
+    assert sorted(got["models"]) == sorted([QWEN, MIXTRAL]), got
+    assert got["wrong_model"] == {"status": 404, "code": "model_not_found", "type": "invalid_request_error",
+                                  "param": "model"}, got
+    assert got["tools"]["status"] == 400 and got["tools"]["param"] == "tools", got  # the engine's own 400
+    return "openai %s, first content after %s ms" % (
+        json.load(open(os.path.join(dest, "node_modules", "openai", "package.json")))["version"], s["first_ms"])
+
+
 if __name__ == "__main__":
     h.need(h.BROKER)
-    sys.exit(h.run_cases([t_register_fields, t_errors_and_models, t_two_models_interleaved,
-                          t_stream_and_disconnect, t_queue_full],
+    sys.exit(h.run_cases([t_register_fields, t_fake_stream_passes_through, t_fake_least_loaded_and_disconnect,
+                          t_fake_refill_fails, t_errors_and_models, t_two_models_interleaved,
+                          t_stream_and_disconnect, t_queue_full, t_npm_client],
                          only=sys.argv[1:], logs=("broker", "qwen", "mixtral")))

@@ -40,7 +40,10 @@
 #define WRITE_THREADS 4            /* POSTs run here; reads on the server's workers */
 #define READ_WORKERS 8
 #define QUEUE_MAX 256              /* waiting POSTs; more: 503 */
-#define BODY_MAX (64u * 1024u)      /* a JSON body above this: 413, before it is read */
+#define BODY_MAX (64u * 1024u)      /* a JSON body above this: 413 */
+#define DOOR_BODY_MAX (2u << 20)    /* the server's bound, for the front door's chat bodies
+                                     * (an engine takes prompts up to 1 MiB): above it,
+                                     * 413 before the body is read */
 #define EVENTS_MAX 1024
 #define HOSTS_MAX 16
 
@@ -67,6 +70,7 @@ struct broker_http {
 	bool has_token;       /* POSTs are refused without one */
 	atomic_bool ready;    /* /readyz: the broker runs its loop (broker_http_ready) */
 	struct broker_metrics *metrics; /* counters from events, the /metrics text (metrics.c) */
+	struct broker_door *door; /* the OpenAI front door (door.c): its routes, its metrics */
 
 	pthread_mutex_t mu;   /* everything below */
 	pthread_cond_t cv;
@@ -525,6 +529,29 @@ static bool is_json(const char *ctype)
 	    ctype[k] == ' ');
 }
 
+/* The front door's lines after the broker's own. */
+static int append_door_metrics(struct broker_door *d, char **body, size_t *len)
+{
+	char *buf = NULL;
+	size_t n = 0;
+	FILE *f = open_memstream(&buf, &n);
+	if (!f)
+		return BATON_ENOMEM;
+	broker_door_metrics(d, f);
+	fclose(f);
+	char *all = buf ? realloc(*body, *len + n + 1) : NULL;
+	if (!all) {
+		free(buf);
+		return BATON_ENOMEM;
+	}
+	memcpy(all + *len, buf, n);
+	all[*len + n] = 0;
+	*body = all;
+	*len += n;
+	free(buf);
+	return 0;
+}
+
 static void serve(struct broker_http *h, struct baton_http_req *req)
 {
 	const char *method = http_req_method(req);
@@ -579,6 +606,8 @@ static void serve(struct broker_http *h, struct baton_http_req *req)
 	} else if (strcmp(path, "/metrics") == 0) {
 		char msg[512];
 		int err = broker_metrics_text(h->metrics, h->b, &r.body, &r.len, msg, sizeof msg);
+		if (!err && h->door)
+			err = append_door_metrics(h->door, &r.body, &r.len);
 		if (err) {
 			resp_error(&r, status_of(err), err, "%s", msg);
 		} else {
@@ -726,6 +755,9 @@ static void *write_thread(void *arg)
 static void on_request(void *arg, struct baton_http_req *req)
 {
 	struct broker_http *h = arg;
+	/* the front door's routes: it answers them itself, later */
+	if (h->door && broker_door_route(h->door, req))
+		return;
 	if (strcmp(http_req_method(req), "POST") != 0) {
 		serve(h, req);
 		return;
@@ -813,9 +845,11 @@ int broker_http_open(struct broker *b, const struct broker_config *cfg, struct b
 		.addr = cfg->http,
 		.token = cfg->http_token,
 		.hosts = hosts,
-		.max_body = BODY_MAX,
+		.max_body = DOOR_BODY_MAX,
 		.workers = READ_WORKERS,
 	};
+	if ((rc = broker_door_open(b, cfg, &h->door, err, errlen)) != 0)
+		goto fail;
 	if ((rc = http_open(&o, on_request, h, &h->srv, err, errlen)) != 0)
 		goto fail;
 	*out = h;
@@ -842,6 +876,9 @@ void broker_http_close(struct broker_http *h)
 	for (int i = 0; i < h->n_th; i++)
 		pthread_join(h->th[i], NULL);
 	http_close(h->srv);
+	/* after the server: no route reaches it now; what it holds is answered
+	 * (and dropped by the closed server), its proxies cut and joined */
+	broker_door_close(h->door);
 	pthread_mutex_destroy(&h->mu);
 	pthread_cond_destroy(&h->cv);
 	free(h->ev);
