@@ -105,7 +105,9 @@ static void unrun(struct baton_sched *s, struct job *j)
 static uint32_t want_blocks(struct baton_sched *s, const struct job *j, const struct baton_seq *ks)
 {
 	uint32_t total = j->n_prompt + generator_seq_max_tokens(j->gs) - 1;
-	uint32_t pos = ks ? model_seq_pos(ks) : 0;
+	if (!ks) /* not open yet: from nothing */
+		return (total + BATON_KV_BLOCK - 1) / BATON_KV_BLOCK;
+	uint32_t pos = model_seq_pos(ks);
 	return total > pos ? model_seq_blocks_needed(s->m, ks, total - pos) : 0;
 }
 
