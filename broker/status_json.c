@@ -47,6 +47,7 @@ json_t *broker_engine_json(const struct proto_engine_info *e)
 	json_object_set_new(j, "copied", jint(e->copied));
 	json_object_set_new(j, "to_copy", jint(e->to_copy));
 	json_object_set_new(j, "idle_release_ms", jint(e->idle_release_ms));
+	json_object_set_new(j, "http", json_string(e->http ? e->http : ""));
 	return j;
 }
 
