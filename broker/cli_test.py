@@ -246,7 +246,7 @@ def t_busy(c):
         assert "busy" in r.stderr and "(busy)" in r.stderr and r.stdout == "", r.stderr
         assert t.is_alive(), "the request ended too soon to test busy"
         r = baton(c, "handoff", "b", "a", check=3)
-        assert "kept serving requests" in r.stderr, r.stderr
+        assert "b is busy serving requests" in r.stderr, r.stderr
         assert t.is_alive(), "the request ended too soon to test busy"
     finally:
         t.join(60)

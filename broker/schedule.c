@@ -18,8 +18,9 @@ void br_run_commands(struct broker *b, struct op *o, double now)
 			return;
 		}
 		if (now >= o->deadline) {
-			br_op_fail(b, o, BATON_EBUSY, "handoff: %s kept serving requests for %d ms; nothing was changed",
-			    v->name, b->cfg.acquire_wait_ms);
+			char what[160];
+			br_op_fail(b, o, BATON_EBUSY, "handoff: %s %s (waited %d ms); nothing was changed", v->name,
+			    br_busy_what(b, v, what, sizeof what), b->cfg.acquire_wait_ms);
 			return;
 		}
 		if (v->in_flight || now < v->retry_after) {
