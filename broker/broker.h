@@ -390,6 +390,11 @@ struct json_t *broker_status_json(const struct baton_msg *rep);
 struct json_t *broker_engine_json(const struct proto_engine_info *e);
 struct json_t *broker_gpu_json(const struct proto_gpu *g);
 
+/* One line of the broker's log on stderr, "baton-broker: ...", stamped
+ * with the UTC time unless under journald (JOURNAL_STREAM set: the journal
+ * stamps it). Any thread. */
+void broker_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 /* ---- NVML (dlopen'ed; absent on machines without an NVIDIA driver) ------------ */
 
 /* Loads libnvidia-ml.so.1 once; 0 when present. Thread-safe. */

@@ -13,13 +13,10 @@
 
 /* Under journald (JOURNAL_STREAM set) the journal stamps each line;
  * anywhere else a line carries its own time, UTC to the millisecond. */
-void br_blog(const char *fmt, ...)
+static void vlog(const char *fmt, va_list ap)
 {
-	va_list ap;
 	char line[1024], stamp[48] = "";
-	va_start(ap, fmt);
 	vsnprintf(line, sizeof line, fmt, ap);
-	va_end(ap);
 	const char *js = getenv("JOURNAL_STREAM");
 	if (!js || !*js) {
 		struct timespec ts;
@@ -30,6 +27,22 @@ void br_blog(const char *fmt, ...)
 		snprintf(stamp + n, sizeof stamp - n, ".%03ldZ ", ts.tv_nsec / 1000000L);
 	}
 	fprintf(stderr, "%sbaton-broker: %s\n", stamp, line);
+}
+
+void br_blog(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vlog(fmt, ap);
+	va_end(ap);
+}
+
+void broker_log(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vlog(fmt, ap);
+	va_end(ap);
 }
 
 const char *br_rate(uint64_t bytes, double ms, char *buf, size_t len)

@@ -83,11 +83,11 @@ static void watchdog_open(struct watchdog *w, const char *control)
 		return;
 	w->interval_ms = usec / 2000 ? usec / 2000 : 1;
 	if (proto_client_open(&w->cli, control, NULL) != 0) {
-		fprintf(stderr, "baton-broker: watchdog: cannot open %s; no pings\n", control);
+		broker_log("watchdog: cannot open %s; no pings", control);
 		w->interval_ms = 0;
 		return;
 	}
-	fprintf(stderr, "baton-broker: watchdog: a ping every %llu ms while the decision thread answers\n",
+	broker_log("watchdog: a ping every %llu ms while the decision thread answers",
 	    (unsigned long long)w->interval_ms);
 	w->next = mono_s();
 }
@@ -121,7 +121,7 @@ static void watchdog_tick(struct watchdog *w)
 	if (rc == 0)
 		sd_notify(0, "WATCHDOG=1");
 	else
-		fprintf(stderr, "baton-broker: watchdog: no status from the decision thread (%s); no ping\n",
+		broker_log("watchdog: no status from the decision thread (%s); no ping",
 		    baton_strerror(rc));
 }
 
@@ -136,7 +136,7 @@ static void reload(struct broker *b, const char *path, const char *http, const c
 	static struct broker_config next; /* large: not on the stack */
 	char err[1024];
 	if (!path) {
-		fprintf(stderr, "baton-broker: SIGHUP: started without --config; nothing to reload\n");
+		broker_log("SIGHUP: started without --config; nothing to reload");
 		return;
 	}
 	struct timespec ts;
@@ -151,13 +151,13 @@ static void reload(struct broker *b, const char *path, const char *http, const c
 	if (rc == 0 && token_file && broker_config_token_file(&next, token_file, err, sizeof err))
 		rc = BATON_ECONFIG;
 	if (rc) {
-		fprintf(stderr, "baton-broker: reload refused, the running configuration stays: %s\n", err);
+		broker_log("reload refused, the running configuration stays: %s", err);
 		sd_notifyf(0, "READY=1\nSTATUS=reload of %s refused: %s", path, err);
 		return;
 	}
 	rc = broker_reload(b, &next, err, sizeof err);
 	if (rc)
-		fprintf(stderr, "baton-broker: reload: %s\n", err);
+		broker_log("reload: %s", err);
 	sd_notifyf(0, "READY=1\nSTATUS=configuration reloaded from %s", path);
 }
 
@@ -238,7 +238,7 @@ int main(int argc, char **argv)
 	if (config) {
 		int rc = broker_config_load(&cfg, config, err, sizeof err);
 		if (rc) {
-			fprintf(stderr, "baton-broker: %s\n", err);
+			broker_log("%s", err);
 			return 2;
 		}
 	}
@@ -253,8 +253,8 @@ int main(int argc, char **argv)
 	if (strcmp(cfg.control, cfg.events) == 0)
 		usage_error("control and events must be different sockets (%s)", cfg.control);
 	if (cfg.http[0] && !cfg.http_token[0] && !broker_http_loopback(cfg.http)) {
-		fprintf(stderr, "baton-broker: http = %s is not a loopback address and no token is set: set "
-		    "[broker] http_token_file (or listen on 127.0.0.1)\n", cfg.http);
+		broker_log("http = %s is not a loopback address and no token is set: set "
+		    "[broker] http_token_file (or listen on 127.0.0.1)", cfg.http);
 		return 2;
 	}
 	if (check) {
@@ -277,33 +277,33 @@ int main(int argc, char **argv)
 	struct broker_http *h = NULL;
 	int rc = broker_open(&cfg, &b, err, sizeof err);
 	if (rc) {
-		fprintf(stderr, "baton-broker: %s\n", err);
+		broker_log("%s", err);
 		return 1;
 	}
 	if (cfg.http[0] && (rc = broker_http_token_prepare(&cfg, err, sizeof err)) != 0) {
-		fprintf(stderr, "baton-broker: %s\n", err);
+		broker_log("%s", err);
 		broker_close(b);
 		return rc == BATON_ECONFIG ? 2 : 1;
 	}
 	if (cfg.http_token_path[0])
-		fprintf(stderr, "baton-broker: HTTP changes need the token in %s (Authorization: Bearer ...)\n",
+		broker_log("HTTP changes need the token in %s (Authorization: Bearer ...)",
 		    cfg.http_token_path);
 	else if (cfg.http[0] && !cfg.http_token[0])
-		fprintf(stderr, "baton-broker: no HTTP token: changes over HTTP are refused until "
-		    "[broker] http_token_file is set\n");
+		broker_log("no HTTP token: changes over HTTP are refused until "
+		    "[broker] http_token_file is set");
 	if (cfg.http[0]) {
 		rc = broker_http_open(b, &cfg, &h, err, sizeof err);
 		if (rc && cfg.http_set) {
-			fprintf(stderr, "baton-broker: %s\n", err);
+			broker_log("%s", err);
 			broker_close(b);
 			return 1;
 		}
 		if (rc)
-			fprintf(stderr, "baton-broker: no HTTP server: %s (set [broker] http to choose another "
-			    "address, or off)\n", err);
+			broker_log("no HTTP server: %s (set [broker] http to choose another "
+			    "address, or off)", err);
 	}
 	if ((rc = broker_start(b, err, sizeof err)) != 0) {
-		fprintf(stderr, "baton-broker: %s\n", err);
+		broker_log("%s", err);
 		broker_stop(b);
 		broker_http_close(h);
 		broker_close(b);
@@ -311,7 +311,7 @@ int main(int argc, char **argv)
 	}
 	broker_http_ready(h, true); /* GET /readyz: 200 from here */
 	const char *http_url = h ? broker_http_url(h) : NULL;
-	fprintf(stderr, "baton-broker: control %s, events %s, http %s%s%s\n", broker_control_url(b),
+	broker_log("control %s, events %s, http %s%s%s", broker_control_url(b),
 	    broker_events_url(b), http_url ? http_url : "off", config ? ", configuration " : "",
 	    config ? config : "");
 	/* Ready: tests and scripts wait for this line; the third URL is the
@@ -339,20 +339,20 @@ int main(int argc, char **argv)
 		if (broker_sockets_check(b, err, sizeof err) != 0) {
 			/* Someone else's socket in our place, or none: clients would
 			 * talk to them or to no one. Exit; a restart binds afresh. */
-			fprintf(stderr, "baton-broker: %s; exiting\n", err);
+			broker_log("%s; exiting", err);
 			sd_notifyf(0, "STATUS=%s", err);
 			status = 1;
 			break;
 		}
 	}
 	sd_notify(0, "STOPPING=1\nSTATUS=shutting down");
-	fprintf(stderr, "baton-broker: shutting down\n");
+	broker_log("shutting down");
 	proto_client_close(wd.cli);
 	broker_http_ready(h, false);
 	broker_stop(b);
 	broker_http_close(h);
 	broker_close(b);
-	fprintf(stderr, "baton-broker: stopped\n");
+	broker_log("stopped");
 	/* A close that nng 1.5.2 left hanging would hang exit() in its atexit
 	 * handler too (proto.h, "Closing"). */
 	if (proto_nng_wedged())
