@@ -67,12 +67,37 @@ enum baton_route_rule {
  *   s[j] = dot(q, k[j]) * scale   (dot in the fixed order of dtype.c)
  *   p[j] = expf(s[j] - max) / sum over j of expf(s[j] - max)   (sum in j order)
  *   out  = sum over j in order of p[j] * v[j]
- * n_heads must be a multiple of n_kv_heads. */
+ * n_heads must be a multiple of n_kv_heads.
+ *
+ * Paged (blocks != NULL): the cache is a pool of blocks of block_size
+ * positions, and blocks (a host array of ceil((pos0 + n_q) / block_size)
+ * ids) is the sequence's block table: key j's row is row
+ * blocks[j / block_size] * block_size + j % block_size of k and v (the
+ * layer's K and V of the whole pool). blocks == NULL: row j of k and v.
+ * The order above is the host's, the reference; the cuda backend splits
+ * the keys into chunks (docs/model.md) in an order that depends on the
+ * query's position alone, never on n_q or on other sequences. */
 struct baton_attn {
 	baton_dptr q, k, v, out;
 	uint32_t n_q, n_heads, n_kv_heads, head_dim;
 	uint32_t pos0;
 	float scale;          /* 1/sqrt(head_dim) for every architecture here */
+	const uint32_t *blocks; /* the block table, or NULL: contiguous rows */
+	uint32_t block_size;    /* positions per block (paged only) */
+};
+
+/* Writes n new K and V rows into their places in a paged cache (the
+ * `kv_store` slot, vLLM's reshape_and_cache): for r < n,
+ *   k_cache row slots[r] = k row r;  v_cache row slots[r] = v row r
+ * rows of `cols` f32; k, v: [n][cols] contiguous; slots: host array of n
+ * row indices into the caches (distinct), each below cache_rows. Nothing
+ * is written on error (BATON_EINVAL: zero sizes, NULL or misaligned
+ * buffers, overlap; BATON_ERANGE: a slot at or past cache_rows). */
+struct baton_kv_store {
+	baton_dptr k, v, k_cache, v_cache;
+	const uint32_t *slots;
+	uint32_t n, cols;
+	uint64_t cache_rows;
 };
 
 struct baton_backend {
@@ -206,6 +231,8 @@ struct baton_backend {
 	    uint32_t head_dim, const uint32_t *pos, const float *inv_freq, float mscale);
 	/* Causal GQA over a KV cache; see struct baton_attn. */
 	int (*attention)(struct baton_dev *dev, const struct baton_attn *a);
+	/* New K and V rows into a paged cache; see struct baton_kv_store. */
+	int (*kv_store)(struct baton_dev *dev, const struct baton_kv_store *s);
 	/* out[i] = silu(gate[i]) * up[i] for i < n, silu(g) = g / (1 + expf(-g)).
 	 * out may equal gate or up. */
 	int (*swiglu)(struct baton_dev *dev, baton_dptr gate, baton_dptr up, baton_dptr out,

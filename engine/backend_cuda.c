@@ -733,6 +733,7 @@ const struct baton_backend baton_backend_cuda = {
 	.matmul = cuda_op_matmul,
 	.rope = cuda_op_rope,
 	.attention = cuda_op_attention,
+	.kv_store = cuda_op_kv_store,
 	.swiglu = cuda_op_swiglu,
 	.add = cuda_op_add,
 	.route = cuda_op_route,

@@ -78,7 +78,7 @@ struct baton_dev {
 	 * staging is a ring of two halves (host and device alike): a half is
 	 * written again only after the copies out of it have run. */
 	CUmodule ops_mod;
-	CUfunction k_embed, k_rmsnorm, k_rope, k_attn, k_swiglu, k_add;
+	CUfunction k_embed, k_rmsnorm, k_rope, k_attn_part, k_attn_comb, k_kv_store, k_swiglu, k_add;
 	CUfunction k_matmul[2][BATON_OPS_KINDS]; /* [1 row, 8 rows][kind] */
 	struct dbuf ops_arg, ops_scores;
 	void *ops_stage;
@@ -152,6 +152,7 @@ int cuda_op_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint32
 int cuda_op_rope(struct baton_dev *dev, baton_dptr x, uint32_t rows, uint32_t n_heads,
     uint32_t head_dim, const uint32_t *pos, const float *inv_freq, float mscale);
 int cuda_op_attention(struct baton_dev *dev, const struct baton_attn *a);
+int cuda_op_kv_store(struct baton_dev *dev, const struct baton_kv_store *s);
 int cuda_op_swiglu(struct baton_dev *dev, baton_dptr gate, baton_dptr up, baton_dptr out,
     uint64_t n);
 int cuda_op_add(struct baton_dev *dev, baton_dptr x, baton_dptr y, baton_dptr gate,

@@ -288,6 +288,7 @@ static const struct baton_backend *table_for(const struct baton_backend *in)
 				.matmul = in->matmul,
 				.rope = in->rope,
 				.attention = in->attention,
+				.kv_store = in->kv_store,
 				.swiglu = in->swiglu,
 				.add = in->add,
 				.route = in->route,

@@ -4,20 +4,27 @@
  * backend's dense op slots (engine/backend.h) and the engine's expert
  * cache. See model.h and docs/model.md.
  *
- * Per batch of n tokens at positions pos0 .. pos0+n-1:
+ * A pass is rows of several sequences (segments: a sequence's tokens at
+ * its positions pos0 .. pos0+n-1), every op but attention over all rows:
  *   x = embed(tokens)
  *   per layer:
  *     xn = rmsnorm(x, input_layernorm)
- *     q = q_proj xn (+b); k, v = k_proj, v_proj xn (+b), written straight
- *         into the KV cache rows pos0.. of this layer
+ *     q = q_proj xn (+b); k, v = k_proj, v_proj xn (+b)
  *     q, k = q_norm, k_norm (per head or over the projection, by arch)
  *     q, k = rope(q, k)
- *     a = attention(q, K, V) (causal, grouped-query)
+ *     kv_store(k, v) into each row's slot of its sequence's blocks
+ *     a = attention(q, K, V) per segment over its blocks (causal, GQA)
  *     x += o_proj a (+b)
  *     xn = rmsnorm(x, post_attention_layernorm)
  *     ids, w = route(router xn); x += sum_k w_k expert_k(xn) (the cache)
  *     qwen2_moe: x += sigmoid(shared_expert_gate xn) * shared_expert(xn)
- *   logits = head(rmsnorm(x[last], norm))
+ *   logits = head(rmsnorm(x[last], norm)) for each segment that ends an item
+ * Every op computes each row alone (engine_int.h's fixed order), so a
+ * sequence's logits do not depend on what else shares its pass.
+ *
+ * The KV pool: n_blocks blocks of BATON_KV_BLOCK positions, laid out per
+ * layer as K [n_blocks * BLOCK][kv_heads * head_dim] then V the same, so
+ * a block id indexes every layer; free ids on a stack.
  */
 #include <math.h>
 #include <stdarg.h>
@@ -30,6 +37,8 @@
 
 #define DEFAULT_CTX 4096u
 #define DEFAULT_BATCH 256u
+#define HEAD_ROWS 16u      /* output-head rows per matmul: bounds the logits buffer */
+#define MAX_BLOCKS (1u << 27) /* slots (block * BLOCK + row) stay below 2^31 */
 #define NAME_MAX_LEN 160
 
 /* A dense tensor on the device. */
@@ -54,6 +63,22 @@ struct layer {
 	uint32_t gate_dt, up_dt, down_dt;
 };
 
+struct baton_seq {
+	struct baton_seq *prev, *next; /* the model's open sequences */
+	uint32_t pos;
+	uint32_t n_blocks;             /* blocks[0 .. n_blocks) own positions */
+	uint32_t *blocks;              /* ceil(max_ctx / BLOCK) entries */
+	uint32_t mark;                 /* model_step: taken blocks before it, +1 */
+};
+
+/* A part of a pass: n rows of one item's sequence from position pos0. */
+struct segment {
+	struct baton_seq *seq;
+	const uint32_t *tokens;
+	uint32_t n, pos0;
+	float *logits;                 /* where its last row's logits go, or NULL */
+};
+
 struct baton_model {
 	struct baton_engine *e;
 	const struct baton_backend *be;
@@ -66,22 +91,26 @@ struct baton_model {
 	uint32_t n_ups, cap_ups;
 	uint64_t dense_bytes;
 	int released;                 /* model_release: nothing on the device */
-	void *kv_saved;               /* the sequence's KV rows while released */
+	void *kv_saved;               /* the held blocks' KV rows while released */
+	uint32_t *saved_ids, n_saved; /* which blocks kv_saved holds, in its order */
 	float *inv_freq;              /* head_dim / 2 */
 	uint32_t max_ctx, max_batch;
-	/* activations, max_batch rows */
-	baton_dptr x, xn, q, ao, rl, sg, su, sy, gl, logits;
+	/* activations, max_batch rows (logits: HEAD_ROWS rows) */
+	baton_dptr x, xn, q, ao, rl, sg, su, sy, gl, kx, vx, logits;
 	baton_dptr act_base;
 	uint64_t act_bytes;
-	/* the KV cache: per layer K then V, [max_ctx][kv_heads * head_dim] */
+	/* the KV pool (see the top); kv == 0 while not allocated */
 	baton_dptr kv;
 	uint64_t kv_bytes;
-	uint32_t pos;
-	int have_seq;
+	uint32_t n_blocks, n_free, seq_blocks; /* seq_blocks: a table's length */
+	uint32_t *free_ids;           /* the free stack, n_free of n_blocks */
+	struct baton_seq *seqs;       /* open sequences */
+	struct baton_seq *def;        /* prefill/decode's sequence */
 	/* host scratch */
-	uint32_t *ids, *want, *posv;
+	uint32_t *ids, *want, *posv, *slots, *toks;
 	float *w;
 	baton_dptr *blobs;
+	struct segment *segs;         /* max_batch */
 };
 
 static int add_upload(struct baton_model *m, struct dtensor *t, const void *src, uint64_t bytes)
@@ -253,12 +282,13 @@ static int alloc_acts(struct baton_model *m)
 {
 	const struct baton_model_config *c = &m->cfg;
 	const uint64_t B = m->max_batch, D = c->hidden, QD = (uint64_t)c->heads * c->head_dim;
-	const uint64_t F = c->shared_ff ? c->shared_ff : 1;
+	const uint64_t F = c->shared_ff ? c->shared_ff : 1, KD = (uint64_t)c->kv_heads * c->head_dim;
+	const uint64_t HR = B < HEAD_ROWS ? B : HEAD_ROWS;
 	/* offsets in floats, each part 64-byte aligned */
-	uint64_t off = 0, o[10];
-	const uint64_t n[10] = { B * D, B * D, B * QD, B * QD, B * c->n_experts, B * F, B * F,
-		B * D, B, c->vocab };
-	for (int i = 0; i < 10; i++) {
+	uint64_t off = 0, o[12];
+	const uint64_t n[12] = { B * D, B * D, B * QD, B * QD, B * c->n_experts, B * F, B * F,
+		B * D, B, B * KD, B * KD, HR * c->vocab };
+	for (int i = 0; i < 12; i++) {
 		o[i] = off;
 		off += (n[i] + 15) / 16 * 16;
 	}
@@ -268,9 +298,9 @@ static int alloc_acts(struct baton_model *m)
 		m->act_base = 0;
 		return rc;
 	}
-	baton_dptr *dst[10] = { &m->x, &m->xn, &m->q, &m->ao, &m->rl, &m->sg, &m->su, &m->sy,
-		&m->gl, &m->logits };
-	for (int i = 0; i < 10; i++)
+	baton_dptr *dst[12] = { &m->x, &m->xn, &m->q, &m->ao, &m->rl, &m->sg, &m->su, &m->sy,
+		&m->gl, &m->kx, &m->vx, &m->logits };
+	for (int i = 0; i < 12; i++)
 		*dst[i] = m->act_base + o[i] * sizeof(float);
 	return 0;
 }
@@ -286,9 +316,18 @@ static int alloc_host(struct baton_model *m)
 	m->w = malloc(nk * sizeof *m->w);
 	m->blobs = malloc(nk * sizeof *m->blobs);
 	m->posv = malloc(B * sizeof *m->posv);
+	m->slots = malloc(B * sizeof *m->slots);
+	m->toks = malloc(B * sizeof *m->toks);
+	m->segs = malloc(B * sizeof *m->segs);
 	m->inv_freq = malloc(c->head_dim / 2 * sizeof *m->inv_freq);
-	if (!m->ids || !m->want || !m->w || !m->blobs || !m->posv || !m->inv_freq)
+	m->free_ids = malloc((size_t)m->n_blocks * sizeof *m->free_ids);
+	if (!m->ids || !m->want || !m->w || !m->blobs || !m->posv || !m->slots || !m->toks ||
+	    !m->segs || !m->inv_freq || !m->free_ids)
 		return BATON_ENOMEM;
+	/* the stack pops block 0 first */
+	for (uint32_t i = 0; i < m->n_blocks; i++)
+		m->free_ids[i] = m->n_blocks - 1 - i;
+	m->n_free = m->n_blocks;
 	model_rope_inv_freq(c, m->inv_freq);
 	return 0;
 }
@@ -305,6 +344,8 @@ static const char *missing_op(const struct baton_backend *be)
 		return "rope";
 	if (!be->attention)
 		return "attention";
+	if (!be->kv_store)
+		return "kv_store";
 	if (!be->swiglu)
 		return "swiglu";
 	if (!be->add)
@@ -368,6 +409,14 @@ int model_open(struct baton_engine *e, const struct baton_model_opts *opts,
 	m->max_batch = opts && opts->max_batch ? opts->max_batch : DEFAULT_BATCH;
 	if (m->max_batch > BATON_GEN_MAX_BATCH * 16)
 		m->max_batch = BATON_GEN_MAX_BATCH * 16;
+	m->seq_blocks = (m->max_ctx + BATON_KV_BLOCK - 1) / BATON_KV_BLOCK;
+	m->n_blocks = opts && opts->kv_blocks ? opts->kv_blocks : m->seq_blocks;
+	if (m->n_blocks > MAX_BLOCKS) {
+		baton_errf(eb, el, "a KV pool of %u blocks is more than the %u this engine addresses",
+		    m->n_blocks, MAX_BLOCKS);
+		rc = BATON_ERANGE;
+		goto fail;
+	}
 
 	m->layers = calloc(c->layers, sizeof *m->layers);
 	if (!m->layers) {
@@ -393,11 +442,70 @@ int model_open(struct baton_engine *e, const struct baton_model_opts *opts,
 		    baton_strerror(rc));
 		goto fail;
 	}
+	if ((rc = model_seq_open(m, &m->def)) != 0)
+		goto fail;
 	*out = m;
 	return 0;
 fail:
 	model_close(m);
 	return rc;
+}
+
+static uint64_t kv_row(const struct baton_model *m)
+{
+	return (uint64_t)m->cfg.kv_heads * m->cfg.head_dim * sizeof(float);
+}
+
+/* Rows of the pool per layer and per K or V. */
+static uint64_t pool_rows(const struct baton_model *m)
+{
+	return (uint64_t)m->n_blocks * BATON_KV_BLOCK;
+}
+
+static baton_dptr kv_k(const struct baton_model *m, uint32_t l)
+{
+	return m->kv + (uint64_t)l * 2 * pool_rows(m) * kv_row(m);
+}
+
+static baton_dptr kv_v(const struct baton_model *m, uint32_t l)
+{
+	return kv_k(m, l) + pool_rows(m) * kv_row(m);
+}
+
+uint64_t model_kv_block_bytes(const struct baton_model *m)
+{
+	return (uint64_t)m->cfg.layers * 2 * BATON_KV_BLOCK * kv_row(m);
+}
+
+static int kv_ensure(struct baton_model *m)
+{
+	if (m->kv)
+		return 0;
+	uint64_t bytes = (uint64_t)m->n_blocks * model_kv_block_bytes(m);
+	int rc = m->be->alloc(m->dev, bytes, &m->kv);
+	if (rc) {
+		m->kv = 0;
+		return rc;
+	}
+	m->kv_bytes = bytes;
+	return 0;
+}
+
+static void drop_saved(struct baton_model *m)
+{
+	free(m->kv_saved);
+	m->kv_saved = NULL;
+	free(m->saved_ids);
+	m->saved_ids = NULL;
+	m->n_saved = 0;
+}
+
+/* Gives blocks [keep, n_blocks) of s back to the pool, last first (so a
+ * step undone leaves the stack as it found it). */
+static void seq_shrink(struct baton_model *m, struct baton_seq *s, uint32_t keep)
+{
+	while (s->n_blocks > keep)
+		m->free_ids[m->n_free++] = s->blocks[--s->n_blocks];
 }
 
 void model_kv_release(struct baton_model *m)
@@ -408,10 +516,11 @@ void model_kv_release(struct baton_model *m)
 		m->be->free(m->dev, m->kv);
 	m->kv = 0;
 	m->kv_bytes = 0;
-	m->pos = 0;
-	m->have_seq = 0;
-	free(m->kv_saved);
-	m->kv_saved = NULL;
+	for (struct baton_seq *s = m->seqs; s; s = s->next) {
+		seq_shrink(m, s, 0);
+		s->pos = 0;
+	}
+	drop_saved(m);
 }
 
 void model_close(struct baton_model *m)
@@ -419,15 +528,20 @@ void model_close(struct baton_model *m)
 	if (!m)
 		return;
 	model_kv_release(m);
+	while (m->seqs)
+		model_seq_close(m, m->seqs);
 	free_device(m);
 	free(m->ups);
-	free(m->kv_saved);
 	free(m->layers);
 	free(m->ids);
 	free(m->want);
 	free(m->w);
 	free(m->blobs);
 	free(m->posv);
+	free(m->slots);
+	free(m->toks);
+	free(m->segs);
+	free(m->free_ids);
 	free(m->inv_freq);
 	free(m);
 }
@@ -439,7 +553,7 @@ const struct baton_model_config *model_config(const struct baton_model *m)
 
 uint32_t model_pos(const struct baton_model *m)
 {
-	return m->pos;
+	return m->def ? m->def->pos : 0;
 }
 
 uint32_t model_max_ctx(const struct baton_model *m)
@@ -459,37 +573,74 @@ uint64_t model_kv_bytes(const struct baton_model *m)
 
 void model_reset(struct baton_model *m)
 {
-	m->pos = 0;
-	m->have_seq = 0;
+	if (!m || !m->def)
+		return;
+	seq_shrink(m, m->def, 0);
+	m->def->pos = 0;
 }
 
-static uint64_t kv_row(const struct baton_model *m)
-{
-	return (uint64_t)m->cfg.kv_heads * m->cfg.head_dim * sizeof(float);
-}
+/* ---- sequences ------------------------------------------------------------ */
 
-static baton_dptr kv_k(const struct baton_model *m, uint32_t l)
+int model_seq_open(struct baton_model *m, struct baton_seq **out)
 {
-	return m->kv + (uint64_t)l * 2 * m->max_ctx * kv_row(m);
-}
-
-static baton_dptr kv_v(const struct baton_model *m, uint32_t l)
-{
-	return kv_k(m, l) + (uint64_t)m->max_ctx * kv_row(m);
-}
-
-static int kv_ensure(struct baton_model *m)
-{
-	if (m->kv)
-		return 0;
-	uint64_t bytes = (uint64_t)m->cfg.layers * 2 * m->max_ctx * kv_row(m);
-	int rc = m->be->alloc(m->dev, bytes, &m->kv);
-	if (rc) {
-		m->kv = 0;
-		return rc;
+	if (!m || !out)
+		return BATON_EINVAL;
+	*out = NULL;
+	struct baton_seq *s = calloc(1, sizeof *s);
+	if (!s)
+		return BATON_ENOMEM;
+	if (!(s->blocks = malloc((size_t)m->seq_blocks * sizeof *s->blocks))) {
+		free(s);
+		return BATON_ENOMEM;
 	}
-	m->kv_bytes = bytes;
+	s->next = m->seqs;
+	if (m->seqs)
+		m->seqs->prev = s;
+	m->seqs = s;
+	*out = s;
 	return 0;
+}
+
+void model_seq_close(struct baton_model *m, struct baton_seq *s)
+{
+	if (!m || !s)
+		return;
+	seq_shrink(m, s, 0);
+	if (s->prev)
+		s->prev->next = s->next;
+	else
+		m->seqs = s->next;
+	if (s->next)
+		s->next->prev = s->prev;
+	if (m->def == s)
+		m->def = NULL;
+	free(s->blocks);
+	free(s);
+}
+
+uint32_t model_seq_pos(const struct baton_seq *s)
+{
+	return s ? s->pos : 0;
+}
+
+uint32_t model_kv_free_blocks(const struct baton_model *m)
+{
+	return m->n_free;
+}
+
+uint32_t model_kv_blocks_total(const struct baton_model *m)
+{
+	return m->n_blocks;
+}
+
+uint32_t model_seq_blocks_needed(const struct baton_model *m, const struct baton_seq *s,
+    uint32_t n_more)
+{
+	(void)m;
+	uint64_t end = (uint64_t)(s ? s->pos : 0) + n_more;
+	uint64_t need = (end + BATON_KV_BLOCK - 1) / BATON_KV_BLOCK;
+	uint32_t have = s ? s->n_blocks : 0;
+	return need > have ? (uint32_t)(need - have) : 0;
 }
 
 /* The qk norm of n rows of a projection of `heads` heads, in place. */
@@ -504,32 +655,45 @@ static int qk_norm(struct baton_model *m, baton_dptr p, uint32_t n, uint32_t hea
 	return 0;
 }
 
-static int attention_block(struct baton_model *m, uint32_t l, uint32_t n, uint32_t pos0)
+static int attention_block(struct baton_model *m, uint32_t l, const struct segment *sg,
+    uint32_t n_seg, uint32_t n)
 {
 	const struct baton_backend *be = m->be;
 	struct baton_dev *d = m->dev;
 	const struct baton_model_config *c = &m->cfg;
 	const struct layer *L = &m->layers[l];
 	const uint32_t D = c->hidden, QD = c->heads * c->head_dim, KD = c->kv_heads * c->head_dim;
-	baton_dptr kd = kv_k(m, l) + pos0 * kv_row(m), vd = kv_v(m, l) + pos0 * kv_row(m);
 	int rc;
 
 	if ((rc = be->rmsnorm(d, m->x, m->xn, n, D, L->in_norm.p, L->in_norm.dtype, c->eps)) ||
 	    (rc = be->matmul(d, L->q.p, L->q.dtype, QD, D, L->qb.p, L->qb.dtype, m->xn, n, m->q, 0)) ||
-	    (rc = be->matmul(d, L->k.p, L->k.dtype, KD, D, L->kb.p, L->kb.dtype, m->xn, n, kd, 0)) ||
-	    (rc = be->matmul(d, L->v.p, L->v.dtype, KD, D, L->vb.p, L->vb.dtype, m->xn, n, vd, 0)) ||
+	    (rc = be->matmul(d, L->k.p, L->k.dtype, KD, D, L->kb.p, L->kb.dtype, m->xn, n, m->kx, 0)) ||
+	    (rc = be->matmul(d, L->v.p, L->v.dtype, KD, D, L->vb.p, L->vb.dtype, m->xn, n, m->vx, 0)) ||
 	    (rc = qk_norm(m, m->q, n, c->heads, &L->q_norm)) ||
-	    (rc = qk_norm(m, kd, n, c->kv_heads, &L->k_norm)) ||
+	    (rc = qk_norm(m, m->kx, n, c->kv_heads, &L->k_norm)) ||
 	    (rc = be->rope(d, m->q, n, c->heads, c->head_dim, m->posv, m->inv_freq, 1.0f)) ||
-	    (rc = be->rope(d, kd, n, c->kv_heads, c->head_dim, m->posv, m->inv_freq, 1.0f)))
+	    (rc = be->rope(d, m->kx, n, c->kv_heads, c->head_dim, m->posv, m->inv_freq, 1.0f)))
 		return rc;
-	struct baton_attn at = {
-		.q = m->q, .k = kv_k(m, l), .v = kv_v(m, l), .out = m->ao,
-		.n_q = n, .n_heads = c->heads, .n_kv_heads = c->kv_heads, .head_dim = c->head_dim,
-		.pos0 = pos0, .scale = 1.0f / sqrtf((float)c->head_dim),
+	struct baton_kv_store ks = {
+		.k = m->kx, .v = m->vx, .k_cache = kv_k(m, l), .v_cache = kv_v(m, l),
+		.slots = m->slots, .n = n, .cols = KD, .cache_rows = pool_rows(m),
 	};
-	if ((rc = be->attention(d, &at)))
+	if ((rc = be->kv_store(d, &ks)))
 		return rc;
+	uint64_t row = 0;
+	for (uint32_t i = 0; i < n_seg; i++) {
+		struct baton_attn at = {
+			.q = m->q + row * QD * sizeof(float), .k = kv_k(m, l), .v = kv_v(m, l),
+			.out = m->ao + row * QD * sizeof(float),
+			.n_q = sg[i].n, .n_heads = c->heads, .n_kv_heads = c->kv_heads,
+			.head_dim = c->head_dim, .pos0 = sg[i].pos0,
+			.scale = 1.0f / sqrtf((float)c->head_dim),
+			.blocks = sg[i].seq->blocks, .block_size = BATON_KV_BLOCK,
+		};
+		if ((rc = be->attention(d, &at)))
+			return rc;
+		row += sg[i].n;
+	}
 	return be->matmul(d, L->o.p, L->o.dtype, D, QD, L->ob.p, L->ob.dtype, m->ao, n, m->x, 1);
 }
 
@@ -572,31 +736,148 @@ static int moe_block(struct baton_model *m, uint32_t l, uint32_t n)
 	return be->add(d, m->x, m->sy, m->gl, n, D);
 }
 
-/* n tokens at positions pos0..; the last one's logits when `logits`. */
-static int forward(struct baton_model *m, const uint32_t *tokens, uint32_t n, uint32_t pos0,
-    float *logits)
+/* The output head over the last rows of the segments that want logits,
+ * HEAD_ROWS at a time. */
+static int head(struct baton_model *m, const struct segment *sg, uint32_t n_seg)
 {
 	const struct baton_model_config *c = &m->cfg;
-	const uint32_t D = c->hidden;
+	const uint32_t D = c->hidden, HR = m->max_batch < HEAD_ROWS ? m->max_batch : HEAD_ROWS;
+	const uint64_t rowb = (uint64_t)D * sizeof(float), vb = (uint64_t)c->vocab * sizeof(float);
+	float *dst[HEAD_ROWS];
+	uint32_t g = 0;
+	uint64_t row = 0;
 	int rc;
 
-	for (uint32_t i = 0; i < n; i++)
-		m->posv[i] = pos0 + i;
-	if ((rc = m->be->embed(m->dev, m->embed.p, m->embed.dtype, c->vocab, D, tokens, n, m->x)))
+	for (uint32_t i = 0; i < n_seg; i++) {
+		row += sg[i].n;
+		if (sg[i].logits) {
+			baton_dptr last = m->x + (row - 1) * rowb;
+			if ((rc = m->be->rmsnorm(m->dev, last, m->xn + g * rowb, 1, D, m->norm.p,
+			         m->norm.dtype, c->eps)))
+				return rc;
+			dst[g++] = sg[i].logits;
+		}
+		if (g && (g == HR || i + 1 == n_seg)) {
+			if ((rc = m->be->matmul(m->dev, m->head.p, m->head.dtype, c->vocab, D, 0, 0, m->xn,
+			         g, m->logits, 0)) ||
+			    (rc = m->be->sync(m->dev)))
+				return rc;
+			for (uint32_t r = 0; r < g; r++)
+				if ((rc = m->be->copy_d2h(m->dev, dst[r], m->logits + r * vb, vb)))
+					return rc;
+			g = 0;
+		}
+	}
+	return 0;
+}
+
+/* One pass: the segments' rows, n of them in all (<= max_batch). The
+ * sequences own the blocks of every position the pass writes. */
+static int pass(struct baton_model *m, const struct segment *sg, uint32_t n_seg, uint32_t n)
+{
+	const struct baton_model_config *c = &m->cfg;
+	uint32_t r = 0;
+	int rc;
+
+	for (uint32_t i = 0; i < n_seg; i++)
+		for (uint32_t t = 0; t < sg[i].n; t++, r++) {
+			uint32_t p = sg[i].pos0 + t;
+			m->toks[r] = sg[i].tokens[t];
+			m->posv[r] = p;
+			m->slots[r] = sg[i].seq->blocks[p / BATON_KV_BLOCK] * BATON_KV_BLOCK +
+			    p % BATON_KV_BLOCK;
+		}
+	if ((rc = m->be->embed(m->dev, m->embed.p, m->embed.dtype, c->vocab, c->hidden, m->toks, n,
+	         m->x)))
 		return rc;
 	for (uint32_t l = 0; l < c->layers; l++)
-		if ((rc = attention_block(m, l, n, pos0)) || (rc = moe_block(m, l, n)))
+		if ((rc = attention_block(m, l, sg, n_seg, n)) || (rc = moe_block(m, l, n)))
 			return rc;
-	if (!logits)
-		return 0;
-	baton_dptr last = m->x + (uint64_t)(n - 1) * D * sizeof(float);
-	if ((rc = m->be->rmsnorm(m->dev, last, m->xn, 1, D, m->norm.p, m->norm.dtype, c->eps)) ||
-	    (rc = m->be->matmul(m->dev, m->head.p, m->head.dtype, c->vocab, D, 0, 0, m->xn, 1,
-	        m->logits, 0)) ||
-	    (rc = m->be->sync(m->dev)))
-		return rc;
-	return m->be->copy_d2h(m->dev, logits, m->logits, (uint64_t)c->vocab * sizeof(float));
+	return head(m, sg, n_seg);
 }
+
+int model_step(struct baton_model *m, const struct baton_step_item *items, uint32_t n_items,
+    float *logits)
+{
+	int rc = 0;
+
+	if (!m || !items || !n_items || !logits)
+		return BATON_EINVAL;
+	/* every check before anything changes */
+	uint64_t need = 0;
+	uint32_t i;
+	for (i = 0; i < n_items; i++) {
+		struct baton_seq *s = items[i].seq;
+		if (!s || !items[i].tokens || !items[i].n || s->mark) {
+			rc = BATON_EINVAL;
+			break;
+		}
+		s->mark = 1;
+		if ((uint64_t)s->pos + items[i].n > m->max_ctx) {
+			rc = BATON_ERANGE;
+			break;
+		}
+		for (uint32_t t = 0; t < items[i].n; t++)
+			if (items[i].tokens[t] >= m->cfg.vocab)
+				rc = BATON_ERANGE;
+		if (rc)
+			break;
+		need += model_seq_blocks_needed(m, s, items[i].n);
+	}
+	if (!rc && need > m->n_free)
+		rc = BATON_ENOSPC;
+	if (!rc && (rc = model_refill(m)) == 0)
+		rc = kv_ensure(m);
+	if (rc) {
+		/* the marks set so far; the one at i may be another item's */
+		for (uint32_t j = 0; j < n_items && j <= i; j++)
+			if (items[j].seq)
+				items[j].seq->mark = 0;
+		return rc;
+	}
+	/* take the blocks; mark = blocks held before, + 1 */
+	for (i = 0; i < n_items; i++) {
+		struct baton_seq *s = items[i].seq;
+		s->mark = s->n_blocks + 1;
+		for (uint32_t b = model_seq_blocks_needed(m, s, items[i].n); b > 0; b--)
+			s->blocks[s->n_blocks++] = m->free_ids[--m->n_free];
+	}
+	/* passes of up to max_batch rows; an item may span passes */
+	uint32_t n_seg = 0, rows = 0, off = 0;
+	const size_t V = m->cfg.vocab;
+	for (i = 0; i < n_items && !rc;) {
+		const struct baton_step_item *it = &items[i];
+		uint32_t take = it->n - off;
+		if (take > m->max_batch - rows)
+			take = m->max_batch - rows;
+		m->segs[n_seg++] = (struct segment){
+			.seq = it->seq, .tokens = it->tokens + off, .n = take, .pos0 = it->seq->pos + off,
+			.logits = off + take == it->n ? logits + i * V : NULL,
+		};
+		rows += take;
+		off += take;
+		if (off == it->n) {
+			i++;
+			off = 0;
+		}
+		if (rows == m->max_batch || i == n_items) {
+			rc = pass(m, m->segs, n_seg, rows);
+			n_seg = rows = 0;
+		}
+	}
+	for (i = 0; i < n_items; i++) {
+		struct baton_seq *s = items[i].seq;
+		if (rc)
+			seq_shrink(m, s, s->mark - 1);
+		else
+			s->pos += items[i].n;
+	}
+	for (i = 0; i < n_items; i++)
+		items[i].seq->mark = 0;
+	return rc;
+}
+
+/* ---- release and refill ---------------------------------------------------- */
 
 int model_release(struct baton_model *m)
 {
@@ -606,26 +887,41 @@ int model_release(struct baton_model *m)
 		return BATON_EINVAL;
 	if (m->released)
 		return 0;
-	if (m->have_seq && m->kv && m->pos) {
-		/* keep the sequence: its rows of every layer's K and V */
-		uint64_t rows = (uint64_t)m->pos * kv_row(m);
-		uint8_t *save = malloc(rows * 2 * m->cfg.layers);
-		if (!save)
-			return BATON_ENOMEM;
-		if ((rc = m->be->sync(m->dev)) != 0) {
+	uint32_t held = m->n_blocks - m->n_free;
+	if (m->kv && held) {
+		/* keep the sequences: the blocks they hold, every layer's K and V */
+		const uint64_t half = BATON_KV_BLOCK * kv_row(m), bb = model_kv_block_bytes(m);
+		uint8_t *save = malloc(held * bb);
+		uint32_t *ids = malloc(held * sizeof *ids), k = 0;
+		if (!save || !ids) {
 			free(save);
-			return rc;
+			free(ids);
+			return BATON_ENOMEM;
 		}
-		for (uint32_t l = 0; l < m->cfg.layers; l++)
-			if ((rc = m->be->copy_d2h(m->dev, save + (uint64_t)l * 2 * rows, kv_k(m, l), rows)) ||
-			    (rc = m->be->copy_d2h(m->dev, save + ((uint64_t)l * 2 + 1) * rows, kv_v(m, l),
-			        rows))) {
-				free(save);
-				return rc;
+		for (struct baton_seq *s = m->seqs; s; s = s->next)
+			for (uint32_t b = 0; b < s->n_blocks; b++)
+				ids[k++] = s->blocks[b];
+		if ((rc = m->be->sync(m->dev)) != 0)
+			goto fail;
+		for (uint32_t b = 0; b < k; b++)
+			for (uint32_t l = 0; l < m->cfg.layers; l++) {
+				uint8_t *dst = save + b * bb + (uint64_t)l * 2 * half;
+				uint64_t at = (uint64_t)ids[b] * half;
+				if ((rc = m->be->copy_d2h(m->dev, dst, kv_k(m, l) + at, half)) ||
+				    (rc = m->be->copy_d2h(m->dev, dst + half, kv_v(m, l) + at, half)))
+					goto fail;
 			}
-		free(m->kv_saved);
+		drop_saved(m);
 		m->kv_saved = save;
+		m->saved_ids = ids;
+		m->n_saved = k;
+		goto saved;
+fail:
+		free(save);
+		free(ids);
+		return rc;
 	}
+saved:
 	if (m->kv)
 		m->be->free(m->dev, m->kv);
 	m->kv = 0;
@@ -650,28 +946,30 @@ int model_refill(struct baton_model *m)
 		m->head = m->embed;
 	if ((rc = alloc_acts(m)) != 0)
 		goto fail;
-	if (m->kv_saved) {
-		uint64_t rows = (uint64_t)m->pos * kv_row(m);
+	if (m->n_saved) {
+		const uint64_t half = BATON_KV_BLOCK * kv_row(m), bb = model_kv_block_bytes(m);
 		const uint8_t *save = m->kv_saved;
 		if ((rc = kv_ensure(m)) != 0)
 			goto fail;
-		for (uint32_t l = 0; l < m->cfg.layers; l++) {
-			struct baton_copy c[2] = {
-				{ .dst = kv_k(m, l), .src = save + (uint64_t)l * 2 * rows, .bytes = rows },
-				{ .dst = kv_v(m, l), .src = save + ((uint64_t)l * 2 + 1) * rows, .bytes = rows },
-			};
-			if ((rc = m->be->copy_h2d(m->dev, c, 2)) != 0)
-				goto fail;
-		}
+		for (uint32_t b = 0; b < m->n_saved; b++)
+			for (uint32_t l = 0; l < m->cfg.layers; l++) {
+				const uint8_t *src = save + b * bb + (uint64_t)l * 2 * half;
+				uint64_t at = (uint64_t)m->saved_ids[b] * half;
+				struct baton_copy c[2] = {
+					{ .dst = kv_k(m, l) + at, .src = src, .bytes = half },
+					{ .dst = kv_v(m, l) + at, .src = src + half, .bytes = half },
+				};
+				if ((rc = m->be->copy_h2d(m->dev, c, 2)) != 0)
+					goto fail;
+			}
 	}
 	if ((rc = m->be->sync(m->dev)) != 0)
 		goto fail;
-	free(m->kv_saved);
-	m->kv_saved = NULL;
+	drop_saved(m);
 	m->released = 0;
 	return 0;
 fail:
-	/* nothing half-made stays: released as before, the sequence kept */
+	/* nothing half-made stays: released as before, the sequences kept */
 	if (m->kv)
 		m->be->free(m->dev, m->kv);
 	m->kv = 0;
@@ -692,6 +990,8 @@ uint64_t model_device_bytes(const struct baton_model *m)
 	return m->dense_bytes + m->kv_bytes + (m->act_base ? m->act_bytes : 0);
 }
 
+/* ---- the default sequence -------------------------------------------------- */
+
 int model_prefill(struct baton_model *m, const uint32_t *tokens, uint32_t n, float *logits)
 {
 	int rc;
@@ -703,47 +1003,28 @@ int model_prefill(struct baton_model *m, const uint32_t *tokens, uint32_t n, flo
 	for (uint32_t i = 0; i < n; i++)
 		if (tokens[i] >= m->cfg.vocab)
 			return BATON_ERANGE;
-	if (m->released) {
-		free(m->kv_saved); /* a new sequence: the old rows need not come back */
-		m->kv_saved = NULL;
-		model_reset(m);
-	}
-	if ((rc = model_refill(m)))
+	if (!m->def && (rc = model_seq_open(m, &m->def)))
 		return rc;
-	model_reset(m);
-	if ((rc = kv_ensure(m)))
-		return rc;
-	for (uint32_t off = 0; off < n; off += m->max_batch) {
-		uint32_t len = n - off < m->max_batch ? n - off : m->max_batch;
-		if ((rc = forward(m, tokens + off, len, off, off + len == n ? logits : NULL))) {
-			model_reset(m);
-			return rc;
-		}
-	}
-	m->pos = n;
-	m->have_seq = 1;
-	return 0;
+	model_reset(m); /* a new sequence: released, its old rows need not come back */
+	struct baton_step_item it = { m->def, tokens, n };
+	return model_step(m, &it, 1, logits);
 }
 
 int model_decode(struct baton_model *m, uint32_t token, float *logits)
 {
-	int rc;
-
 	if (!m || !logits)
 		return BATON_EINVAL;
-	if (!m->have_seq)
+	if (!m->def || !m->def->pos)
 		return BATON_ESTATE;
-	if (m->pos >= m->max_ctx || token >= m->cfg.vocab)
+	if (m->def->pos >= m->max_ctx || token >= m->cfg.vocab)
 		return BATON_ERANGE;
-	if ((rc = model_refill(m)))
-		return rc;
-	if ((rc = forward(m, &token, 1, m->pos, logits)))
-		return rc;
-	m->pos++;
-	return 0;
+	struct baton_step_item it = { m->def, &token, 1 };
+	return model_step(m, &it, 1, logits);
 }
 
 int model_kv_alloc(struct baton_model *m)
 {
+	if (!m)
+		return BATON_EINVAL;
 	return kv_ensure(m);
 }

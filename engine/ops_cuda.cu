@@ -22,10 +22,12 @@ static_assert(sizeof(baton_ops_embed_args) == 48, "embed args layout");
 static_assert(sizeof(baton_ops_rmsnorm_args) == 40, "rmsnorm args layout");
 static_assert(sizeof(baton_ops_matmul_args) == 72, "matmul args layout");
 static_assert(sizeof(baton_ops_rope_args) == 40, "rope args layout");
-static_assert(sizeof(baton_ops_attention_args) == 72, "attention args layout");
+static_assert(sizeof(baton_ops_attention_args) == 88, "attention args layout");
+static_assert(sizeof(baton_ops_kv_store_args) == 48, "kv_store args layout");
 static_assert(sizeof(baton_ops_swiglu_args) == 32, "swiglu args layout");
 static_assert(sizeof(baton_ops_add_args) == 32, "add args layout");
 static_assert(BATON_OPS_NT == 8, "the matmul kernels are made for 1 and 8 rows");
+static_assert(BATON_OPS_ATTN_CHUNK == BATON_OPS_WARPS * 32, "a thread per key of a chunk");
 
 #define WARPS BATON_OPS_WARPS
 #define THREADS (WARPS * 32)
@@ -390,35 +392,20 @@ baton_ops_rope(baton_ops_rope_args a)
 	}
 }
 
-/* One block per (query, head): the scores by warps (a fixed-order dot
- * each), the max, expf, their sum in key order by one thread, the output
- * by dimension, each a sum over keys in order: the host's sequence. */
-extern "C" __global__ void __launch_bounds__(THREADS)
-baton_ops_attention(baton_ops_attention_args a)
+/* Key j's row in the cache: through the block table, or row j. */
+__device__ __forceinline__ uint64_t key_row(const baton_ops_attention_args &a, uint64_t j)
 {
-	__shared__ float red[THREADS];
-	__shared__ float total;
-	if (!a.n_heads || !a.n_kv_heads)
-		return;
-	const uint32_t H = a.n_heads, KH = a.n_kv_heads, hd = a.head_dim;
-	const uint32_t t = a.q0 + blockIdx.x, h = blockIdx.y;
-	const uint64_t nk = (uint64_t)a.pos0 + t + 1, n_ctx = (uint64_t)a.pos0 + a.n_q;
-	const uint32_t kvh = h / (H / KH), tid = threadIdx.x;
-	const float *q = (const float *)a.q + ((uint64_t)t * H + h) * hd;
-	const float *k = (const float *)a.k, *v = (const float *)a.v;
-	float *sc = (float *)a.scores + ((uint64_t)blockIdx.x * H + h) * n_ctx;
+	if (!a.blocks)
+		return j;
+	return (uint64_t)((const uint32_t *)a.blocks)[j / a.block_size] * a.block_size +
+	    j % a.block_size;
+}
 
-	for (uint64_t j = tid >> 5; j < nk; j += WARPS) {
-		const float d = warp_dot_f32(k + (j * KH + kvh) * hd, q, hd);
-		if ((tid & 31) == 0)
-			sc[j] = __fmul_rn(d, a.scale);
-	}
-	__syncthreads();
-	/* the max as the host's `p > max` finds it: NaN never taken */
-	float m = -INFINITY;
-	for (uint64_t j = tid; j < nk; j += THREADS)
-		if (sc[j] > m)
-			m = sc[j];
+/* The max of the block's v (one per thread) as the host's `p > max`
+ * finds it: NaN never taken; every thread gets it. */
+__device__ __forceinline__ float block_max(float m, float *red)
+{
+	const uint32_t tid = threadIdx.x;
 	red[tid] = m;
 	__syncthreads();
 	for (uint32_t s = THREADS / 2; s > 0; s >>= 1) {
@@ -427,26 +414,116 @@ baton_ops_attention(baton_ops_attention_args a)
 		__syncthreads();
 	}
 	m = red[0];
-	for (uint64_t j = tid; j < nk; j += THREADS)
-		sc[j] = expf(__fsub_rn(sc[j], m));
+	__syncthreads();
+	return m;
+}
+
+/* Block (t, h, c): keys c * chunk .. of query q0 + t, head h. The scores
+ * by warps (a fixed-order dot each), their max, expf, the sum in key order
+ * by one thread, the output by dimension, each a sum over keys in order.
+ * One chunk (nk <= chunk): the host's sequence exactly, p = e / sum before
+ * the products. More: the chunk's max m, sum s and o = sum e * v go to
+ * part for the combine. Which chunks a query has depends on its position
+ * alone, so its bits do not depend on the other queries of the launch. */
+extern "C" __global__ void __launch_bounds__(THREADS)
+baton_ops_attn_part(baton_ops_attention_args a)
+{
+	__shared__ float sc[BATON_OPS_ATTN_CHUNK];
+	__shared__ float red[THREADS];
+	__shared__ float total;
+	if (!a.n_heads || !a.n_kv_heads || !a.head_dim)
+		return;
+	const uint32_t H = a.n_heads, KH = a.n_kv_heads, hd = a.head_dim, CH = BATON_OPS_ATTN_CHUNK;
+	const uint32_t t = a.q0 + blockIdx.x, h = blockIdx.y, c = blockIdx.z;
+	const uint64_t nk = (uint64_t)a.pos0 + t + 1, j0 = (uint64_t)c * CH;
+	if (j0 >= nk)
+		return; /* the whole block: this query has fewer chunks */
+	const uint32_t n = (uint32_t)(nk - j0 < CH ? nk - j0 : CH);
+	const uint32_t kvh = h / (H / KH), tid = threadIdx.x;
+	const float *q = (const float *)a.q + ((uint64_t)t * H + h) * hd;
+	const float *k = (const float *)a.k, *v = (const float *)a.v;
+
+	for (uint32_t j = tid >> 5; j < n; j += WARPS) {
+		const float d = warp_dot_f32(k + (key_row(a, j0 + j) * KH + kvh) * hd, q, hd);
+		if ((tid & 31) == 0)
+			sc[j] = __fmul_rn(d, a.scale);
+	}
+	__syncthreads();
+	const float m = block_max(tid < n ? sc[tid] : -INFINITY, red);
+	if (tid < n)
+		sc[tid] = expf(__fsub_rn(sc[tid], m));
 	__syncthreads();
 	if (tid == 0) {
 		float s = 0.0f;
-		for (uint64_t j = 0; j < nk; j++)
+		for (uint32_t j = 0; j < n; j++)
 			s = __fadd_rn(s, sc[j]);
 		total = s;
 	}
 	__syncthreads();
 	const float sum = total;
-	for (uint64_t j = tid; j < nk; j += THREADS)
-		sc[j] = __fdiv_rn(sc[j], sum);
+	const int whole = nk <= CH;
+	if (whole && tid < n)
+		sc[tid] = __fdiv_rn(sc[tid], sum);
 	__syncthreads();
-	float *out = (float *)a.out + ((uint64_t)t * H + h) * hd;
+	float *out = whole ? (float *)a.out + ((uint64_t)t * H + h) * hd :
+	    (float *)a.part + (((uint64_t)blockIdx.x * H + h) * a.chunks + c) * (hd + 2);
 	for (uint32_t d = tid; d < hd; d += THREADS) {
 		float o = 0.0f;
-		for (uint64_t j = 0; j < nk; j++)
-			o = __fadd_rn(o, __fmul_rn(sc[j], v[(j * KH + kvh) * hd + d]));
+		for (uint32_t j = 0; j < n; j++)
+			o = __fadd_rn(o, __fmul_rn(sc[j], v[(key_row(a, j0 + j) * KH + kvh) * hd + d]));
 		out[d] = o;
+	}
+	if (!whole && tid == 0) {
+		out[hd] = m;
+		out[hd + 1] = sum;
+	}
+}
+
+/* Queries of more than one chunk: M = the max of the chunks' m (in chunk
+ * order, NaN never taken), w_c = expf(m_c - M), S = sum of s_c * w_c and
+ * out = (sum of o_c * w_c) / S, both sums in chunk order. */
+extern "C" __global__ void __launch_bounds__(THREADS)
+baton_ops_attn_combine(baton_ops_attention_args a)
+{
+	if (!a.n_heads || !a.head_dim)
+		return;
+	const uint32_t H = a.n_heads, hd = a.head_dim, CH = BATON_OPS_ATTN_CHUNK;
+	const uint32_t t = a.q0 + blockIdx.x, h = blockIdx.y;
+	const uint64_t nk = (uint64_t)a.pos0 + t + 1;
+	if (nk <= CH)
+		return; /* finished by the part kernel */
+	const uint32_t nc = (uint32_t)((nk + CH - 1) / CH);
+	const float *p = (const float *)a.part + ((uint64_t)blockIdx.x * H + h) * a.chunks * (hd + 2);
+	float M = -INFINITY;
+	for (uint32_t c = 0; c < nc; c++)
+		if (p[c * (hd + 2) + hd] > M)
+			M = p[c * (hd + 2) + hd];
+	float S = 0.0f;
+	for (uint32_t c = 0; c < nc; c++)
+		S = __fadd_rn(S, __fmul_rn(p[c * (hd + 2) + hd + 1],
+		    expf(__fsub_rn(p[c * (hd + 2) + hd], M))));
+	float *out = (float *)a.out + ((uint64_t)t * H + h) * hd;
+	for (uint32_t d = threadIdx.x; d < hd; d += blockDim.x) {
+		float o = 0.0f;
+		for (uint32_t c = 0; c < nc; c++)
+			o = __fadd_rn(o, __fmul_rn(p[c * (hd + 2) + d],
+			    expf(__fsub_rn(p[c * (hd + 2) + hd], M))));
+		out[d] = __fdiv_rn(o, S);
+	}
+}
+
+/* New K and V rows into their slots of a paged cache. */
+extern "C" __global__ void __launch_bounds__(128)
+baton_ops_kv_store(baton_ops_kv_store_args a)
+{
+	if (blockIdx.x >= a.n)
+		return;
+	const uint64_t r = blockIdx.x, dst = ((const uint32_t *)a.slots)[r];
+	const float *k = (const float *)a.k + r * a.cols, *v = (const float *)a.v + r * a.cols;
+	float *kc = (float *)a.k_cache + dst * a.cols, *vc = (float *)a.v_cache + dst * a.cols;
+	for (uint32_t i = threadIdx.x; i < a.cols; i += blockDim.x) {
+		kc[i] = k[i];
+		vc[i] = v[i];
 	}
 }
 

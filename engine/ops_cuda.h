@@ -61,14 +61,29 @@ struct baton_ops_rope_args {
 	uint32_t pad;
 };
 
-/* baton_ops_attention: grid (n_q of this launch, n_heads), block 32 * WARPS.
- * Queries q0 .. q0 + gridDim.x - 1; scores: [gridDim.x * n_heads][n_ctx]
- * f32 scratch, n_ctx = pos0 + n_q (all queries of the call). */
+/* Attention, keys split into chunks of `chunk` (BATON_OPS_ATTN_CHUNK):
+ * baton_ops_attn_part: grid (queries of this launch, n_heads, most chunks
+ * of a query), block 32 * WARPS; block (t, h, c) takes keys c * chunk ..
+ * of query q0 + t. A query of one chunk is finished there (the host's
+ * order); else the chunk's max, sum of exps and unnormalised output go to
+ * part[(t * n_heads + h) * chunks + c][head_dim + 2], and
+ * baton_ops_attn_combine: grid (queries of this launch, n_heads), block
+ * 32 * WARPS, merges them in chunk order. blocks: a device copy of the
+ * block table, or 0 (contiguous rows). */
+#define BATON_OPS_ATTN_CHUNK 256u
 struct baton_ops_attention_args {
-	uint64_t q, k, v, out, scores;
+	uint64_t q, k, v, out, part, blocks;
 	uint32_t q0, n_q, n_heads, n_kv_heads, head_dim, pos0;
+	uint32_t block_size, chunks; /* chunks: gridDim.z of the part launch */
 	float scale;
 	uint32_t pad;
+};
+
+/* baton_ops_kv_store: grid (n), block 128. Rows r of k and v to rows
+ * slots[r] of k_cache and v_cache; slots a device copy. */
+struct baton_ops_kv_store_args {
+	uint64_t k, v, k_cache, v_cache, slots;
+	uint32_t n, cols;
 };
 
 /* baton_ops_swiglu: grid-stride over n. out[i] = silu(gate[i]) * up[i]. */

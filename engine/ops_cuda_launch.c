@@ -25,8 +25,8 @@ extern const unsigned char baton_engine_ops_cuda_fatbin[];
 extern const size_t baton_engine_ops_cuda_fatbin_len;
 
 #define OPS_THREADS (32 * BATON_OPS_WARPS)
-/* Attention scores are staged in device memory: at most this many bytes
- * at once (queries are launched in groups that fit). */
+/* Attention's per-chunk partial results are staged in device memory: at
+ * most this many bytes at once (queries are launched in groups that fit). */
 #define SCORES_MAX (64ull << 20)
 
 /* ---- loading -------------------------------------------------------------- */
@@ -43,15 +43,17 @@ int cuda_ops_load(struct baton_dev *dev)
 	CU(dev, d->ModuleLoadData(&dev->ops_mod, baton_engine_ops_cuda_fatbin),
 	    "cuModuleLoadData of the forward-pass kernels (sm_90 SASS, compute_90 PTX)");
 	static const char *const kinds[BATON_OPS_KINDS] = BATON_OPS_KIND_NAMES;
-	struct kfn k[6 + 2 * BATON_OPS_KINDS] = {
+	struct kfn k[8 + 2 * BATON_OPS_KINDS] = {
 		{ &dev->k_embed, "baton_ops_embed" },
 		{ &dev->k_rmsnorm, "baton_ops_rmsnorm" },
 		{ &dev->k_rope, "baton_ops_rope" },
-		{ &dev->k_attn, "baton_ops_attention" },
+		{ &dev->k_attn_part, "baton_ops_attn_part" },
+		{ &dev->k_attn_comb, "baton_ops_attn_combine" },
+		{ &dev->k_kv_store, "baton_ops_kv_store" },
 		{ &dev->k_swiglu, "baton_ops_swiglu" },
 		{ &dev->k_add, "baton_ops_add" },
 	};
-	size_t n = 6;
+	size_t n = 8;
 	for (int r = 0; r < 2; r++)
 		for (int i = 0; i < BATON_OPS_KINDS; i++, n++) {
 			k[n].f = &dev->k_matmul[r][i];
@@ -78,6 +80,7 @@ int cuda_ops_load(struct baton_dev *dev)
 		struct baton_ops_matmul_args m;
 		struct baton_ops_rope_args r;
 		struct baton_ops_attention_args a;
+		struct baton_ops_kv_store_args kv;
 		struct baton_ops_swiglu_args s;
 		struct baton_ops_add_args d;
 	} zero;
@@ -360,8 +363,10 @@ int cuda_op_attention(struct baton_dev *dev, const struct baton_attn *a)
 		return refuse(dev, BATON_EINVAL, "attention",
 		    "zero sizes, or heads not a multiple of the KV heads");
 	const uint32_t H = a->n_heads, KH = a->n_kv_heads, hd = a->head_dim;
-	const uint64_t n_ctx = (uint64_t)a->pos0 + a->n_q;
-	const uint64_t qn = (uint64_t)a->n_q * H * hd, kn = n_ctx * KH * hd;
+	const uint64_t n_ctx = (uint64_t)a->pos0 + a->n_q, rows = attn_cache_rows(a, n_ctx);
+	const uint64_t qn = (uint64_t)a->n_q * H * hd, kn = rows * KH * hd;
+	if (!rows)
+		return refuse(dev, BATON_EINVAL, "attention", "a block table without a block size");
 	if (!f32_buf(a->q, qn) || !f32_buf(a->k, kn) || !f32_buf(a->v, kn) ||
 	    !f32_buf(a->out, qn))
 		return refuse(dev, BATON_EINVAL, "attention", "a missing or misaligned buffer");
@@ -370,8 +375,11 @@ int cuda_op_attention(struct baton_dev *dev, const struct baton_attn *a)
 		return refuse(dev, BATON_EINVAL, "attention", "out overlaps q, k or v");
 	if (H > 65535)
 		return refuse(dev, BATON_ERANGE, "attention", "more than 65535 heads");
-	/* queries per launch: their scores within SCORES_MAX */
-	const uint64_t per_q = (uint64_t)H * n_ctx * 4;
+	const uint64_t chunks = (n_ctx + BATON_OPS_ATTN_CHUNK - 1) / BATON_OPS_ATTN_CHUNK;
+	if (chunks > 65535)
+		return refuse(dev, BATON_ERANGE, "attention", "more than 65535 chunks of keys");
+	/* queries per launch: their partial results within SCORES_MAX */
+	const uint64_t per_q = (uint64_t)H * chunks * (hd + 2) * 4;
 	uint64_t group = SCORES_MAX / per_q;
 	if (group < 1)
 		group = 1;
@@ -379,20 +387,51 @@ int cuda_op_attention(struct baton_dev *dev, const struct baton_attn *a)
 		group = a->n_q;
 	if (group > 0x7fffffffu)
 		group = 0x7fffffffu;
+	CUdeviceptr table = 0;
 	if ((rc = cuda_cur(dev)) || (rc = cuda_dbuf_need(dev, &dev->ops_scores, group * per_q)))
+		return rc;
+	if (a->blocks &&
+	    (rc = stage_args(dev, a->blocks, (n_ctx + a->block_size - 1) / a->block_size * 4, NULL,
+	         0, &table, NULL)))
 		return rc;
 	for (uint32_t q0 = 0; q0 < a->n_q; q0 += (uint32_t)group) {
 		const uint32_t nq = a->n_q - q0 < group ? a->n_q - q0 : (uint32_t)group;
+		/* this group's last query has the most chunks */
+		const uint64_t gc = ((uint64_t)a->pos0 + q0 + nq + BATON_OPS_ATTN_CHUNK - 1) /
+		    BATON_OPS_ATTN_CHUNK;
 		struct baton_ops_attention_args k = {
-			.q = a->q, .k = a->k, .v = a->v, .out = a->out, .scores = dev->ops_scores.p,
-			.q0 = q0, .n_q = a->n_q, .n_heads = H, .n_kv_heads = KH, .head_dim = hd,
-			.pos0 = a->pos0, .scale = a->scale,
+			.q = a->q, .k = a->k, .v = a->v, .out = a->out, .part = dev->ops_scores.p,
+			.blocks = table, .q0 = q0, .n_q = a->n_q, .n_heads = H, .n_kv_heads = KH,
+			.head_dim = hd, .pos0 = a->pos0, .block_size = a->block_size,
+			.chunks = (uint32_t)gc, .scale = a->scale,
 		};
-		if ((rc = launch(dev, dev->k_attn, nq, H, OPS_THREADS, &k,
-		         "cuLaunchKernel baton_ops_attention")))
+		void *params[] = { &k };
+		CU(dev, dev->d->LaunchKernel(dev->k_attn_part, nq, H, (uint32_t)gc, OPS_THREADS, 1, 1,
+		    0, dev->stream, params, NULL), "cuLaunchKernel baton_ops_attn_part");
+		if (gc > 1 && (rc = launch(dev, dev->k_attn_comb, nq, H, OPS_THREADS, &k,
+		         "cuLaunchKernel baton_ops_attn_combine")))
 			return rc;
 	}
 	return 0;
+}
+
+int cuda_op_kv_store(struct baton_dev *dev, const struct baton_kv_store *s)
+{
+	int rc = kv_store_check(s);
+	if (rc)
+		return refuse(dev, rc, "kv_store", rc == BATON_ERANGE ? "a slot past the cache" :
+		    "zero sizes, or missing, misaligned or overlapping buffers");
+	if (s->n > 0x7fffffffu)
+		return refuse(dev, BATON_ERANGE, "kv_store", "2^31 rows or more in one call");
+	CUdeviceptr slots;
+	if ((rc = cuda_cur(dev)) ||
+	    (rc = stage_args(dev, s->slots, (uint64_t)s->n * 4, NULL, 0, &slots, NULL)))
+		return rc;
+	struct baton_ops_kv_store_args a = {
+		.k = s->k, .v = s->v, .k_cache = s->k_cache, .v_cache = s->v_cache, .slots = slots,
+		.n = s->n, .cols = s->cols,
+	};
+	return launch(dev, dev->k_kv_store, s->n, 1, 128, &a, "cuLaunchKernel baton_ops_kv_store");
 }
 
 int cuda_op_swiglu(struct baton_dev *dev, baton_dptr gate, baton_dptr up, baton_dptr out,

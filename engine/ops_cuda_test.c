@@ -355,38 +355,104 @@ static void t_rope(void)
 	be->close(dev);
 }
 
+/* Attention of n_q queries from pos0, contiguous or (paged) through a
+ * shuffled block table of 16-position blocks in a larger pool: the cuda
+ * result within the tolerance of the host's, and its last query's row
+ * bitwise that of the query computed in a call of its own (a query's
+ * chunks depend on its position alone). */
 static void attention_case(struct baton_dev *dev, uint32_t n_q, uint32_t pos0, uint32_t Hh,
-    uint32_t KH, uint32_t hd)
+    uint32_t KH, uint32_t hd, int paged)
 {
+	const uint32_t BS = 16;
 	const uint64_t n_ctx = (uint64_t)pos0 + n_q, qn = (uint64_t)n_q * Hh * hd;
-	const uint64_t kn = n_ctx * KH * hd;
+	const uint32_t nb = (uint32_t)((n_ctx + BS - 1) / BS), pool = nb + 3;
+	const uint64_t rows = paged ? (uint64_t)pool * BS : n_ctx, row = (uint64_t)KH * hd;
+	const uint64_t kn = rows * row;
 	float *q = rvec(qn), *k = rvec(kn), *v = rvec(kn);
+	uint32_t *table = malloc(pool * sizeof *table);
+	T_ASSERT(table);
+	for (uint32_t i = 0; i < pool; i++)
+		table[i] = i;
+	for (uint32_t i = pool - 1; i > 0; i--) { /* a shuffled table */
+		uint32_t j = (uint32_t)(rnd() % (i + 1)), t = table[i];
+		table[i] = table[j];
+		table[j] = t;
+	}
 	for (uint64_t i = 0; i < qn; i++)
 		q[i] *= 2.0f;
-	float *got = malloc(qn * 4), *want = malloc(qn * 4);
-	T_ASSERT(got && want);
+	float *got = malloc(qn * 4), *want = malloc(qn * 4), *one = malloc((size_t)Hh * hd * 4);
+	T_ASSERT(got && want && one);
 	baton_dptr dq = up(dev, q, qn * 4), dk = up(dev, k, kn * 4), dv = up(dev, v, kn * 4), dout;
 	T_CU(dev, be->alloc(dev, qn * 4, &dout));
 	const float scale = 1.0f / sqrtf((float)hd);
-	struct baton_attn a = { dq, dk, dv, dout, n_q, Hh, KH, hd, pos0, scale };
+	struct baton_attn a = { .q = dq, .k = dk, .v = dv, .out = dout, .n_q = n_q, .n_heads = Hh,
+		.n_kv_heads = KH, .head_dim = hd, .pos0 = pos0, .scale = scale,
+		.blocks = paged ? table : NULL, .block_size = paged ? BS : 0 };
 	T_CU(dev, be->attention(dev, &a));
 	down(dev, got, dout, qn * 4);
-	struct baton_attn ha = { H(q), H(k), H(v), H(want), n_q, Hh, KH, hd, pos0, scale };
+	struct baton_attn ha = a;
+	ha.q = H(q), ha.k = H(k), ha.v = H(v), ha.out = H(want);
 	T_OK(host_op_attention(NULL, &ha));
-	char what[64];
-	snprintf(what, sizeof what, "attention n_q=%u pos0=%u", n_q, pos0);
+	char what[80];
+	snprintf(what, sizeof what, "attention n_q=%u pos0=%u%s", n_q, pos0, paged ? " paged" : "");
 	close_to(got, want, qn, 2e-6, what);
+	/* the last query alone */
+	struct baton_attn a1 = a;
+	a1.n_q = 1;
+	a1.pos0 = pos0 + n_q - 1;
+	a1.q = dq + (qn - (uint64_t)Hh * hd) * 4;
+	T_CU(dev, be->attention(dev, &a1));
+	down(dev, one, dout, (uint64_t)Hh * hd * 4);
+	T_ASSERT_MSG(memcmp(one, got + qn - (uint64_t)Hh * hd, (size_t)Hh * hd * 4) == 0,
+	    "%s: the last query alone differs from it among %u", what, n_q);
 	be->free(dev, dq), be->free(dev, dk), be->free(dev, dv), be->free(dev, dout);
-	free(q), free(k), free(v), free(got), free(want);
+	free(q), free(k), free(v), free(got), free(want), free(one), free(table);
 }
 
 static void t_attention(void)
 {
 	struct baton_dev *dev = open_dev();
-	attention_case(dev, 1, 0, 4, 2, 32);     /* the first token */
-	attention_case(dev, 19, 0, 4, 2, 16);    /* a prefill */
-	attention_case(dev, 1, 700, 8, 2, 128);  /* a decode step deep in the cache */
-	attention_case(dev, 5, 3, 6, 3, 70);     /* a head_dim with a tail */
+	for (int paged = 0; paged < 2; paged++) {
+		attention_case(dev, 1, 0, 4, 2, 32, paged);     /* the first token */
+		attention_case(dev, 19, 0, 4, 2, 16, paged);    /* a prefill */
+		attention_case(dev, 1, 700, 8, 2, 128, paged);  /* a decode step deep in the cache */
+		attention_case(dev, 5, 3, 6, 3, 70, paged);     /* a head_dim with a tail */
+		attention_case(dev, 40, 230, 4, 2, 64, paged);  /* a chunk prefill across 256 keys */
+		attention_case(dev, 1, 5000, 8, 4, 128, paged); /* 20 chunks */
+		attention_case(dev, 3, 255, 4, 4, 32, paged);   /* 256, 257, 258 keys */
+	}
+	be->close(dev);
+}
+
+/* kv_store: bitwise the host's, refusals alike. */
+static void t_kv_store(void)
+{
+	struct baton_dev *dev = open_dev();
+	const uint32_t N = 5, C = 96, ROWS = 40;
+	float *k = rvec((size_t)N * C), *v = rvec((size_t)N * C);
+	float *kc = rvec((size_t)ROWS * C), *vc = rvec((size_t)ROWS * C);
+	float *got = malloc((size_t)ROWS * C * 4);
+	T_ASSERT(got);
+	const uint32_t slots[5] = { 17, 3, 39, 0, 18 }, bad[5] = { 17, 3, 40, 0, 18 };
+	baton_dptr dk = up(dev, k, N * C * 4), dv = up(dev, v, N * C * 4);
+	baton_dptr dkc = up(dev, kc, ROWS * C * 4), dvc = up(dev, vc, ROWS * C * 4);
+	struct baton_kv_store st = { .k = dk, .v = dv, .k_cache = dkc, .v_cache = dvc,
+		.slots = bad, .n = N, .cols = C, .cache_rows = ROWS };
+	T_EQ_ERR(be->kv_store(dev, &st), BATON_ERANGE);
+	st.slots = slots;
+	st.k_cache = dk; /* overlaps k */
+	T_EQ_ERR(be->kv_store(dev, &st), BATON_EINVAL);
+	st.k_cache = dkc;
+	T_CU(dev, be->kv_store(dev, &st));
+	struct baton_kv_store hs = st;
+	hs.k = H(k), hs.v = H(v), hs.k_cache = H(kc), hs.v_cache = H(vc);
+	T_OK(host_op_kv_store(NULL, &hs));
+	down(dev, got, dkc, ROWS * C * 4);
+	T_ASSERT(memcmp(got, kc, (size_t)ROWS * C * 4) == 0);
+	down(dev, got, dvc, ROWS * C * 4);
+	T_ASSERT(memcmp(got, vc, (size_t)ROWS * C * 4) == 0);
+	be->free(dev, dk), be->free(dev, dv), be->free(dev, dkc), be->free(dev, dvc);
+	free(k), free(v), free(kc), free(vc), free(got);
 	be->close(dev);
 }
 
@@ -514,7 +580,8 @@ static void t_perf(void)
 		T_CU(dev, be->alloc(dev, 32 * 128 * 4, &o));
 		T_CU(dev, be->alloc(dev, kn, &k));
 		T_CU(dev, be->alloc(dev, kn, &v));
-		struct baton_attn a = { q, k, v, o, 1, 32, 4, 128, ctxs[c] - 1, 0.088f };
+		struct baton_attn a = { .q = q, .k = k, .v = v, .out = o, .n_q = 1, .n_heads = 32,
+			.n_kv_heads = 4, .head_dim = 128, .pos0 = ctxs[c] - 1, .scale = 0.088f };
 		T_CU(dev, be->attention(dev, &a));
 		T_CU(dev, be->sync(dev));
 		double t0 = now_s();
@@ -564,8 +631,13 @@ static void t_refusals(void)
 	T_EQ_ERR(be->embed(dev, b, BATON_DT_F32, 16, 8, tok_bad, 1, b + 8192), BATON_ERANGE);
 	T_EQ_ERR(be->rmsnorm(dev, b, b + 4, 2, 8, 0, 0, 1e-6f), BATON_EINVAL);
 	T_EQ_ERR(be->rope(dev, b, 1, 1, 3, pos, inv, 1.0f), BATON_EINVAL); /* odd head_dim */
-	struct baton_attn a = { b, b + 4096, b + 8192, b + 12288, 1, 3, 2, 8, 0, 1.0f };
+	struct baton_attn a = { .q = b, .k = b + 4096, .v = b + 8192, .out = b + 12288, .n_q = 1,
+		.n_heads = 3, .n_kv_heads = 2, .head_dim = 8, .scale = 1.0f };
 	T_EQ_ERR(be->attention(dev, &a), BATON_EINVAL); /* 3 heads over 2 KV heads */
+	const uint32_t tbl[1] = { 0 };
+	a.n_heads = 2;
+	a.blocks = tbl; /* a table without a block size */
+	T_EQ_ERR(be->attention(dev, &a), BATON_EINVAL);
 	T_EQ_ERR(be->add(dev, b, b + 4, 0, 1, 8), BATON_EINVAL);
 	T_EQ_ERR(be->route(dev, b, 1, 4, 5, 0, ids, w), BATON_EINVAL);
 	T_EQ_ERR(be->route(dev, b, 1, 4, 2, 7, ids, w), BATON_EINVAL);
@@ -575,4 +647,4 @@ static void t_refusals(void)
 }
 
 T_MAIN(T_CASE(t_matmul), T_CASE(t_embed_rmsnorm), T_CASE(t_route), T_CASE(t_rope),
-    T_CASE(t_attention), T_CASE(t_swiglu_add), T_CASE(t_refusals), T_CASE_TIMEOUT(t_perf, 120))
+    T_CASE(t_attention), T_CASE(t_kv_store), T_CASE(t_swiglu_add), T_CASE(t_refusals), T_CASE_TIMEOUT(t_perf, 120))

@@ -203,6 +203,15 @@ struct attn_job {
 	uint64_t n_ctx;
 };
 
+/* Key j's row (of n_kv_heads * head_dim floats) in the cache: paged
+ * through the block table, or row j. */
+static inline uint64_t key_row(const struct baton_attn *a, uint64_t j)
+{
+	if (!a->blocks)
+		return j;
+	return (uint64_t)a->blocks[j / a->block_size] * a->block_size + j % a->block_size;
+}
+
 /* (query, head) pairs [lo, hi) of n_q * n_heads: each output row is one
  * part's, computed in the slot's order. */
 static void attention_part(void *arg, unsigned part, unsigned nparts)
@@ -223,7 +232,7 @@ static void attention_part(void *arg, unsigned part, unsigned nparts)
 		float max = -INFINITY, sum = 0;
 		for (uint64_t jj = 0; jj < nk; jj++) {
 			float d;
-			baton_dot_row(BATON_DT_F32, k + ((size_t)jj * KH + kvh) * hd, qh, hd, &d);
+			baton_dot_row(BATON_DT_F32, k + ((size_t)key_row(a, jj) * KH + kvh) * hd, qh, hd, &d);
 			p[jj] = d * a->scale;
 			if (p[jj] > max)
 				max = p[jj];
@@ -237,7 +246,7 @@ static void attention_part(void *arg, unsigned part, unsigned nparts)
 			oh[d] = 0;
 		for (uint64_t jj = 0; jj < nk; jj++) {
 			float pj = p[jj] / sum;
-			const float *vj = v + ((size_t)jj * KH + kvh) * hd;
+			const float *vj = v + ((size_t)key_row(a, jj) * KH + kvh) * hd;
 			for (uint32_t d = 0; d < hd; d++)
 				oh[d] += pj * vj[d];
 		}
@@ -246,6 +255,21 @@ static void attention_part(void *arg, unsigned part, unsigned nparts)
 
 #define ATTN_MAX_PARTS 64u /* the pool's thread limit */
 
+/* Rows of k and v the call reads: n_ctx, or (paged) up to the end of the
+ * highest block in the table; 0 for a bad table. */
+uint64_t attn_cache_rows(const struct baton_attn *a, uint64_t n_ctx)
+{
+	if (!a->blocks)
+		return n_ctx;
+	if (!a->block_size)
+		return 0;
+	uint64_t nb = (n_ctx + a->block_size - 1) / a->block_size, top = 0;
+	for (uint64_t b = 0; b < nb; b++)
+		if (a->blocks[b] > top)
+			top = a->blocks[b];
+	return (top + 1) * a->block_size;
+}
+
 int host_op_attention(struct baton_dev *dev, const struct baton_attn *a)
 {
 	(void)dev;
@@ -253,22 +277,58 @@ int host_op_attention(struct baton_dev *dev, const struct baton_attn *a)
 	    a->n_heads % a->n_kv_heads || a->pos0 > UINT32_MAX - a->n_q)
 		return BATON_EINVAL;
 	const uint32_t H = a->n_heads, KH = a->n_kv_heads, hd = a->head_dim;
-	const uint64_t n_ctx = (uint64_t)a->pos0 + a->n_q;
-	const uint64_t qn = (uint64_t)a->n_q * H * hd, kn = n_ctx * KH * hd;
-	if (!f32_buf(a->q, qn) || !f32_buf(a->k, kn) || !f32_buf(a->v, kn) ||
+	const uint64_t n_ctx = (uint64_t)a->pos0 + a->n_q, rows = attn_cache_rows(a, n_ctx);
+	const uint64_t qn = (uint64_t)a->n_q * H * hd, kn = rows * KH * hd;
+	if (!rows || !f32_buf(a->q, qn) || !f32_buf(a->k, kn) || !f32_buf(a->v, kn) ||
 	    !f32_buf(a->out, qn))
 		return BATON_EINVAL;
 	if (overlap(a->out, qn, a->q, qn) || overlap(a->out, qn, a->k, kn) ||
 	    overlap(a->out, qn, a->v, kn))
 		return BATON_EINVAL;
 	uint64_t pairs = (uint64_t)a->n_q * H;
-	uint32_t rows = pairs > ATTN_MAX_PARTS ? ATTN_MAX_PARTS : (uint32_t)pairs;
+	uint32_t parts = pairs > ATTN_MAX_PARTS ? ATTN_MAX_PARTS : (uint32_t)pairs;
 	struct attn_job j = { .a = a, .n_ctx = n_ctx };
-	if (!(j.scratch = malloc((size_t)rows * n_ctx * sizeof *j.scratch)))
+	if (!(j.scratch = malloc((size_t)parts * n_ctx * sizeof *j.scratch)))
 		return BATON_ENOMEM;
-	/* parts <= rows <= ATTN_MAX_PARTS: one scratch row each */
-	host_parallel(attention_part, &j, pairs * n_ctx * hd * 2, rows);
+	/* parts <= ATTN_MAX_PARTS: one scratch row each */
+	host_parallel(attention_part, &j, pairs * n_ctx * hd * 2, parts);
 	free(j.scratch);
+	return 0;
+}
+
+/* The checks of a kv_store call, shared with the cuda backend. */
+int kv_store_check(const struct baton_kv_store *s)
+{
+	if (!s || !s->n || !s->cols || !s->slots || !s->cache_rows)
+		return BATON_EINVAL;
+	const uint64_t n = (uint64_t)s->n * s->cols;
+	if (s->cache_rows > UINT64_MAX / s->cols)
+		return BATON_EINVAL;
+	const uint64_t cn = s->cache_rows * s->cols;
+	if (!f32_buf(s->k, n) || !f32_buf(s->v, n) || !f32_buf(s->k_cache, cn) ||
+	    !f32_buf(s->v_cache, cn))
+		return BATON_EINVAL;
+	if (overlap(s->k, n, s->k_cache, cn) || overlap(s->k, n, s->v_cache, cn) ||
+	    overlap(s->v, n, s->k_cache, cn) || overlap(s->v, n, s->v_cache, cn) ||
+	    overlap(s->k_cache, cn, s->v_cache, cn))
+		return BATON_EINVAL;
+	for (uint32_t r = 0; r < s->n; r++)
+		if (s->slots[r] >= s->cache_rows)
+			return BATON_ERANGE;
+	return 0;
+}
+
+int host_op_kv_store(struct baton_dev *dev, const struct baton_kv_store *s)
+{
+	(void)dev;
+	int rc = kv_store_check(s);
+	if (rc)
+		return rc;
+	const size_t row = (size_t)s->cols * sizeof(float);
+	for (uint32_t r = 0; r < s->n; r++) {
+		memcpy(fp(s->k_cache) + (size_t)s->slots[r] * s->cols, fp(s->k) + (size_t)r * s->cols, row);
+		memcpy(fp(s->v_cache) + (size_t)s->slots[r] * s->cols, fp(s->v) + (size_t)r * s->cols, row);
+	}
 	return 0;
 }
 

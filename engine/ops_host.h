@@ -25,12 +25,20 @@ int host_op_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint32
 int host_op_rope(struct baton_dev *dev, baton_dptr x, uint32_t rows, uint32_t n_heads,
     uint32_t head_dim, const uint32_t *pos, const float *inv_freq, float mscale);
 int host_op_attention(struct baton_dev *dev, const struct baton_attn *a);
+int host_op_kv_store(struct baton_dev *dev, const struct baton_kv_store *s);
 int host_op_swiglu(struct baton_dev *dev, baton_dptr gate, baton_dptr up, baton_dptr out,
     uint64_t n);
 int host_op_add(struct baton_dev *dev, baton_dptr x, baton_dptr y, baton_dptr gate,
     uint32_t rows, uint32_t cols);
 int host_op_route(struct baton_dev *dev, baton_dptr logits, uint32_t rows, uint32_t n_experts,
     uint32_t top_k, int rule, uint32_t *ids, float *weights);
+
+/* Rows of a call's k and v that it reads (paged: through the end of the
+ * highest block of its table); 0 for a paged call without a block size.
+ * kv_store_check: the kv_store slot's checks (0 or the error code). Both
+ * shared with the cuda backend, so that both refuse the same calls. */
+uint64_t attn_cache_rows(const struct baton_attn *a, uint64_t n_ctx);
+int kv_store_check(const struct baton_kv_store *s);
 
 /* moe_host.c's worker pool for other ops: fn(arg, part, nparts) for every
  * part, parts chosen from the work (`macs` multiply-adds over `rows`

@@ -252,6 +252,43 @@ static void t_attention_gqa(void)
 	free(q), free(k), free(v), free(out), free(o1);
 }
 
+/* Paged: the keys scattered over blocks of a pool through a block table
+ * give bitwise the contiguous result; kv_store puts rows where the table
+ * says; bad tables and slots are refused. */
+static void t_attention_paged(void)
+{
+	const uint32_t NQ = 5, POS0 = 30, NH = 4, KH = 2, HD = 16, CTX = POS0 + NQ, BS = 8;
+	const uint32_t NB = (CTX + BS - 1) / BS, POOL = 9, ROW = KH * HD;
+	const uint32_t table[5] = { 7, 2, 8, 0, 5 }; /* NB = 5 of the pool's 9 */
+	float *q = rvec((size_t)NQ * NH * HD), *k = rvec((size_t)CTX * ROW);
+	float *v = rvec((size_t)CTX * ROW);
+	float *kp = calloc((size_t)POOL * BS * ROW, 4), *vp = calloc((size_t)POOL * BS * ROW, 4);
+	float *o1 = malloc((size_t)NQ * NH * HD * 4), *o2 = malloc((size_t)NQ * NH * HD * 4);
+	uint32_t *slots = malloc(CTX * sizeof *slots);
+	T_ASSERT(kp && vp && o1 && o2 && slots && NB == 5);
+	for (uint32_t j = 0; j < CTX; j++)
+		slots[j] = table[j / BS] * BS + j % BS;
+	struct baton_kv_store st = { .k = D(k), .v = D(v), .k_cache = D(kp), .v_cache = D(vp),
+		.slots = slots, .n = CTX, .cols = ROW, .cache_rows = POOL * BS };
+	T_OK(H->kv_store(NULL, &st));
+	for (uint32_t j = 0; j < CTX; j++)
+		T_ASSERT(memcmp(kp + (size_t)slots[j] * ROW, k + (size_t)j * ROW, ROW * 4) == 0 &&
+		    memcmp(vp + (size_t)slots[j] * ROW, v + (size_t)j * ROW, ROW * 4) == 0);
+	struct baton_attn a = { .q = D(q), .k = D(k), .v = D(v), .out = D(o1), .n_q = NQ,
+		.n_heads = NH, .n_kv_heads = KH, .head_dim = HD, .pos0 = POS0, .scale = 0.25f };
+	T_OK(H->attention(NULL, &a));
+	a.k = D(kp), a.v = D(vp), a.out = D(o2), a.blocks = table, a.block_size = BS;
+	T_OK(H->attention(NULL, &a));
+	T_ASSERT(memcmp(o1, o2, (size_t)NQ * NH * HD * 4) == 0);
+	a.block_size = 0;
+	T_EQ_ERR(H->attention(NULL, &a), BATON_EINVAL);
+	slots[2] = POOL * BS;
+	T_EQ_ERR(H->kv_store(NULL, &st), BATON_ERANGE);
+	st.v_cache = st.k_cache;
+	T_EQ_ERR(H->kv_store(NULL, &st), BATON_EINVAL);
+	free(q), free(k), free(v), free(kp), free(vp), free(o1), free(o2), free(slots);
+}
+
 static void t_swiglu_add(void)
 {
 	const uint32_t R = 3, C = 10;
@@ -328,5 +365,6 @@ static void t_threads_same_bits(void)
 }
 
 T_MAIN(T_CASE(t_matmul_dtypes), T_CASE(t_matmul_refuses), T_CASE(t_embed), T_CASE(t_rmsnorm),
-    T_CASE(t_rope), T_CASE(t_attention_gqa), T_CASE(t_swiglu_add), T_CASE(t_route_rules),
+    T_CASE(t_rope), T_CASE(t_attention_gqa), T_CASE(t_attention_paged),
+    T_CASE(t_swiglu_add), T_CASE(t_route_rules),
     T_CASE(t_threads_same_bits))

@@ -54,7 +54,8 @@
 	/* devices */                                                            \
 	X(BATON_ENODEV,       60, "no_device",     "no such device or driver")     \
 	X(BATON_EDEVMEM,      61, "device_oom",    "out of device memory")         \
-	X(BATON_EDRIVER,      62, "driver",        "device driver error")
+	X(BATON_EDRIVER,      62, "driver",        "device driver error")         \
+	X(BATON_ENOSPC,       63, "kv_full",       "no free KV cache blocks")
 
 enum baton_err {
 #define BATON_ERR_ENUM(e, n, name, msg) e = n,

@@ -7,16 +7,16 @@
 set -u
 B=${1:-build-gpu}
 for t in engine_cuda engine_ops_cuda engine_conformance engine_cuda_cache engine_moe engine_cuda_peer \
-	engine_model engine_generate; do
+	engine_model engine_kv engine_generate; do
 	[ -x "$B/test/$t" ] || { echo "gpu-test: $B/test/$t is missing: run make gpu-build" >&2; exit 2; }
 done
 # engine_cuda_peer needs two GPUs that can reach each other; with one it
 # prints skip and passes.
-# engine_model and engine_generate run the forward pass on the cuda backend
+# engine_model, engine_kv and engine_generate run the forward pass on the cuda backend
 # (BATON_MODEL_BACKEND; the other tests ignore it) against the references
 # of engine/fixtures and models/.
 # GPU tests run one after the other; nothing else may use the GPU meanwhile.
 exec env BUILD="$B" TEST_LIMIT=900 BATON_MODEL_BACKEND=cuda tests/run.sh --bins-only \
 	"$B/test/engine_cuda" "$B/test/engine_ops_cuda" "$B/test/engine_conformance" \
 	"$B/test/engine_cuda_cache" "$B/test/engine_moe" "$B/test/engine_cuda_peer" \
-	"$B/test/engine_model" "$B/test/engine_generate"
+	"$B/test/engine_model" "$B/test/engine_kv" "$B/test/engine_generate"
