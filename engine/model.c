@@ -120,6 +120,7 @@ struct baton_model {
 	baton_dptr *tab_now, *tab_dev; /* host: the cache's table now; what rt_tab holds */
 	uint32_t *rt_host;            /* rt_ids back on the host, for the cache's counts */
 	int tab_ok, rt_on, rt_off;    /* rt_off: BATON_MODEL_HOST_ROUTE=1 */
+	uint64_t rt_passes;
 };
 
 /* Passes of at most this many rows route on the device (decode); larger
@@ -856,7 +857,13 @@ static int moe_dev_ready(struct baton_model *m, uint32_t n)
 		m->tab_ok = 1;
 	}
 	m->rt_on = 1;
+	m->rt_passes++;
 	return 0;
+}
+
+uint64_t model_device_route_passes(const struct baton_model *m)
+{
+	return m ? m->rt_passes : 0;
 }
 
 /* After a pass routed on the device: its choices, back in one copy, go
