@@ -375,6 +375,102 @@ __device__ __forceinline__ void matmul(const baton_ops_matmul_args &a)
 BATON_MATMULS(1)
 BATON_MATMULS(8)
 
+/* Prefill's matmul for f32, f16 and bf16 rows (vec: 16-byte aligned, k a
+ * multiple of the chunk): a warp takes BATON_OPS_TILE_R output rows and
+ * BATON_OPS_NT rows of x, so each x load feeds R multiply-adds and each
+ * weight one per x row. Per (output, x row) the sum is the 8-row
+ * kernel's, in its order: lane l adds w[i] * x[i] for i = l, l + 32, ...
+ * (a multiply, then an add), then the lane tree; R changes no bit. */
+template <int DT>
+__device__ __forceinline__ void matmul_tile(const baton_ops_matmul_args &a)
+{
+	constexpr int N = BATON_OPS_NT, R = BATON_OPS_TILE_R;
+	constexpr uint32_t E = DT == BATON_DT_F32 ? 4 : 8, CH = 32 * E;
+	__shared__ __align__(16) float sm[WARPS][R][CH];
+	const uint32_t o0 = (blockIdx.x * WARPS + (threadIdx.x >> 5)) * R, lane = threadIdx.x & 31;
+	if (o0 >= a.n_out || blockIdx.y * N >= a.rows)
+		return;
+	const uint32_t r0 = blockIdx.y * N, k = a.k;
+	const int nt = (int)min((uint32_t)N, a.rows - r0);
+	const float *x = (const float *)a.x + (uint64_t)r0 * k;
+	const uint8_t *row[R];
+#pragma unroll
+	for (int r = 0; r < R; r++)
+		row[r] = (const uint8_t *)a.w + (uint64_t)(o0 + r < a.n_out ? o0 + r : o0) * a.row_bytes;
+	float (*ws)[CH] = sm[threadIdx.x >> 5];
+	float acc[R][N];
+#pragma unroll
+	for (int r = 0; r < R; r++)
+#pragma unroll
+		for (int t = 0; t < N; t++)
+			acc[r][t] = 0.0f;
+	for (uint32_t c = 0; c < k; c += CH) {
+#pragma unroll
+		for (int r = 0; r < R; r++) {
+			const uint4 raw = __ldg((const uint4 *)(row[r] + (uint64_t)c * (16 / E)) + lane);
+			const uint32_t v[4] = { raw.x, raw.y, raw.z, raw.w };
+#pragma unroll
+			for (int i = 0; i < 4; i++) {
+				if (DT == BATON_DT_F32) {
+					ws[r][E * lane + i] = __uint_as_float(v[i]);
+				} else if (DT == BATON_DT_F16) {
+					ws[r][E * lane + 2 * i] = f16f(v[i] & 0xffffu);
+					ws[r][E * lane + 2 * i + 1] = f16f(v[i] >> 16);
+				} else {
+					ws[r][E * lane + 2 * i] = __uint_as_float(v[i] << 16);
+					ws[r][E * lane + 2 * i + 1] = __uint_as_float(v[i] & 0xffff0000u);
+				}
+			}
+		}
+		__syncwarp();
+#pragma unroll
+		for (uint32_t j = 0; j < E; j++) {
+			float w[R];
+#pragma unroll
+			for (int r = 0; r < R; r++)
+				w[r] = ws[r][lane + 32 * j];
+#pragma unroll
+			for (int t = 0; t < N; t++) {
+				if (t >= nt)
+					break;
+				const float xv = x[(uint64_t)t * k + c + lane + 32 * j];
+#pragma unroll
+				for (int r = 0; r < R; r++)
+					acc[r][t] = __fadd_rn(acc[r][t], __fmul_rn(w[r], xv));
+			}
+		}
+		__syncwarp();
+	}
+#pragma unroll
+	for (int r = 0; r < R; r++)
+#pragma unroll
+		for (int t = 0; t < N; t++)
+			acc[r][t] = lane_tree(acc[r][t]);
+	if (lane != 0)
+		return;
+#pragma unroll
+	for (int r = 0; r < R; r++) {
+		const uint32_t o = o0 + r;
+		if (o >= a.n_out)
+			break;
+		const float b = a.b ? elem((const uint8_t *)a.b, a.b_dtype, o) : 0.0f;
+#pragma unroll
+		for (int t = 0; t < N; t++)
+			if (t < nt) {
+				float *y = (float *)a.y + (uint64_t)(r0 + t) * a.n_out + o;
+				const float v = a.b ? __fadd_rn(acc[r][t], b) : acc[r][t];
+				*y = a.accumulate ? __fadd_rn(*y, v) : v;
+			}
+	}
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS)
+baton_ops_matmul_tile_f32(baton_ops_matmul_args a) { matmul_tile<BATON_DT_F32>(a); }
+extern "C" __global__ void __launch_bounds__(THREADS)
+baton_ops_matmul_tile_f16(baton_ops_matmul_args a) { matmul_tile<BATON_DT_F16>(a); }
+extern "C" __global__ void __launch_bounds__(THREADS)
+baton_ops_matmul_tile_bf16(baton_ops_matmul_args a) { matmul_tile<BATON_DT_BF16>(a); }
+
 extern "C" __global__ void __launch_bounds__(256)
 baton_ops_rope(baton_ops_rope_args a)
 {
