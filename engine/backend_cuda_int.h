@@ -81,7 +81,6 @@ struct baton_dev {
 	CUfunction k_embed, k_rmsnorm, k_rope, k_attn_part, k_attn_comb, k_kv_store, k_swiglu, k_add,
 	    k_route;
 	CUfunction k_matmul[2][BATON_OPS_KINDS]; /* [1 row, 8 rows][kind] */
-	CUfunction k_matmul_tile[3];             /* f32, f16, bf16 (vec only) */
 	struct dbuf ops_arg, ops_scores;
 	void *ops_stage;
 	uint64_t ops_stage_cap, ops_off; /* ops_off: next free byte in half ops_half */

@@ -41,11 +41,6 @@ struct baton_ops_rmsnorm_args {
  * size; q8_0 and the K-quants with coalesced byte loads at any address,
  * lane l reading byte l of each 32-byte run), or `any` (w_dtype read at
  * run time, bytes loaded one by one). */
-/* baton_ops_matmul_tile_<f32|f16|bf16>: prefill's (rows >= BATON_OPS_TILE_MIN,
- * vec): grid (ceil(n_out / (WARPS * TILE_R)), ceil(rows / NT)), a warp per
- * TILE_R output rows and NT rows of x; each output the 8-row kernel's bits. */
-#define BATON_OPS_TILE_R 4
-#define BATON_OPS_TILE_MIN 64
 #define BATON_OPS_KINDS 8
 #define BATON_OPS_KIND_NAMES { "any", "f32", "f16", "bf16", "q8_0", "q4_K", "q5_K", "q6_K" }
 struct baton_ops_matmul_args {

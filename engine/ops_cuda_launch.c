@@ -43,7 +43,7 @@ int cuda_ops_load(struct baton_dev *dev)
 	CU(dev, d->ModuleLoadData(&dev->ops_mod, baton_engine_ops_cuda_fatbin),
 	    "cuModuleLoadData of the forward-pass kernels (sm_90 SASS, compute_90 PTX)");
 	static const char *const kinds[BATON_OPS_KINDS] = BATON_OPS_KIND_NAMES;
-	struct kfn k[12 + 2 * BATON_OPS_KINDS] = {
+	struct kfn k[9 + 2 * BATON_OPS_KINDS] = {
 		{ &dev->k_embed, "baton_ops_embed" },
 		{ &dev->k_rmsnorm, "baton_ops_rmsnorm" },
 		{ &dev->k_rope, "baton_ops_rope" },
@@ -53,11 +53,8 @@ int cuda_ops_load(struct baton_dev *dev)
 		{ &dev->k_swiglu, "baton_ops_swiglu" },
 		{ &dev->k_add, "baton_ops_add" },
 		{ &dev->k_route, "baton_ops_route" },
-		{ &dev->k_matmul_tile[0], "baton_ops_matmul_tile_f32" },
-		{ &dev->k_matmul_tile[1], "baton_ops_matmul_tile_f16" },
-		{ &dev->k_matmul_tile[2], "baton_ops_matmul_tile_bf16" },
 	};
-	size_t n = 12;
+	size_t n = 9;
 	for (int r = 0; r < 2; r++)
 		for (int i = 0; i < BATON_OPS_KINDS; i++, n++) {
 			k[n].f = &dev->k_matmul[r][i];
@@ -333,11 +330,6 @@ int cuda_op_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint32
 	}
 	if (kind >= 1 && kind <= 3)
 		a.vec = w % 16 == 0 && rb % 16 == 0 && k % (kind == 1 ? 128 : 256) == 0;
-	if (a.vec && rows >= BATON_OPS_TILE_MIN) { /* prefill: the same bits, fewer loads */
-		const uint32_t per = BATON_OPS_WARPS * BATON_OPS_TILE_R;
-		return launch(dev, dev->k_matmul_tile[kind - 1], (n_out + per - 1) / per, gy,
-		    OPS_THREADS, &a, "cuLaunchKernel baton_ops_matmul_tile");
-	}
 	return launch(dev, dev->k_matmul[!one][kind], gx, gy, OPS_THREADS, &a,
 	    "cuLaunchKernel baton_ops_matmul");
 }

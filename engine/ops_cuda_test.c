@@ -237,8 +237,8 @@ static void t_matmul(void)
 		}
 		if (plain) {
 			matmul_case(dev, dt, 21, 77, 5, -1, 1); /* a tail of 13 */
-			/* prefill's tiles (>= BATON_OPS_TILE_MIN rows): a part tile
-			 * of outputs and of rows, with bias, and accumulating */
+			/* prefill-sized calls: many groups of 8 rows and a part
+			 * group, with bias, and accumulating */
 			matmul_case(dev, dt, 37, 512, 70, BATON_DT_F32, 0);
 			matmul_case(dev, dt, 70, 256, 65, -1, 1);
 			/* the other kernels: byte loads, typed loads without vectors */
