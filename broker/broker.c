@@ -63,6 +63,10 @@ static void handle(struct broker *b, struct item *it)
 			br_eng_dead(b, e, "its process exited", false);
 		break;
 	}
+	case IT_EVENT:
+		br_publish(b, it->ev_kind, *it->ev_engine ? br_eng_by_name(b, it->ev_engine) : NULL, it->err,
+		    it->ms, it->job_id);
+		break;
 	}
 	free(it);
 }

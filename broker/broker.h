@@ -26,6 +26,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <string.h>
 
 #include "proto/proto.h"
 
@@ -63,6 +65,11 @@
  *   state_file = PATH             ; pins survive a broker restart here (default:
  *                                 ; broker.state beside an ipc:// control socket;
  *                                 ; empty or "off": not kept)
+ *   door_quantum_s = 5            ; front door: the longest a model keeps a device
+ *                                 ; while another model's requests wait
+ *   door_keep_alive_s = 300       ; front door: release a model's engine this long
+ *                                 ; after its last request ("forever": never)
+ *   door_queue_max = 64           ; front door: requests waiting per model; more: 503
  *
  *   [gpu "GPU-8f1c..."]           ; or "host-0", or "*" for every device
  *   reserve_mib = 1024            ; the reserve: never granted
@@ -74,6 +81,7 @@
  *   priority = 10                 ; higher is kept longer (default: what it registers)
  *   pinned = true                 ; never reclaimed
  *   idle_release_s = 300          ; overrides [broker] idle_release_s
+ *   keep_alive_s = 600            ; overrides [broker] door_keep_alive_s ("forever")
  *
  * Unknown sections or keys, bad numbers or booleans, duplicate sections:
  * broker_config_load() fails with BATON_ECONFIG and a message
@@ -94,6 +102,8 @@ struct broker_engine_conf {
 	bool has_priority;
 	bool pinned;
 	double idle_release_s;        /* < 0: the global one */
+	double keep_alive_s;          /* front door; has_keep_alive: set (< 0: forever) */
+	bool has_keep_alive;
 	int line;
 };
 
@@ -113,6 +123,9 @@ struct broker_config {
 	char http_token_path[BROKER_URL_MAX]; /* the file a made token is in ("": configured) */
 	char state_file[BROKER_URL_MAX]; /* "": pins are not kept across restarts */
 	bool state_file_set;          /* chosen in the file; else derived from control */
+	double door_quantum_s;        /* front door (docs/front-door.md) */
+	double door_keep_alive_s;     /* < 0: forever */
+	unsigned door_queue_max;
 	size_t n_gpus, n_engines;
 	struct broker_gpu_conf gpus[BROKER_MAX_GPUS];
 	struct broker_engine_conf engines[BROKER_MAX_ENGINES];
@@ -291,35 +304,26 @@ int broker_sockets_check(struct broker *b, char *err, size_t errlen);
 /* ---- the HTTP face (http.c) ------------------------------------------------------
  *
  * The JSON API under /v1, Prometheus metrics on /metrics, the dashboard on
- * /: requests go through broker_call, events come from broker_observe.
+ * /, /healthz and /readyz, on the http/ server (its checks: Host, Origin,
+ * token, size, before a body is read): requests go through broker_call,
+ * events come from broker_observe.
  */
 
 struct broker_http;
+
+/* Whether a release of every engine (`baton release --every`, POST
+ * /v1/release) asks an engine in this state: not when it holds nothing
+ * already or no one answers for it. */
+static inline bool broker_every_releases(const char *state)
+{
+	return strcmp(state, "released") != 0 && strcmp(state, "dead") != 0 && strcmp(state, "lost") != 0 &&
+	    strcmp(state, "stopped") != 0;
+}
 
 /* The largest reserve_mib an engine takes (its vram check): the bound the
  * HTTP API checks and states. */
 #define BROKER_RESERVE_MIB_MAX (UINT64_C(1) << 24)
 
-/* The checks a mutating HTTP call passes (http_guard.c, docs/security.md). */
-struct broker_http_guard {
-	char host[BROKER_URL_MAX];   /* the bound host, brackets removed */
-	unsigned port;               /* the bound port */
-	bool loopback, wildcard;     /* the bound host is loopback / every address */
-	char names[BROKER_URL_MAX];  /* more names Host may carry ([broker] http_hosts) */
-	char token[BROKER_TOKEN_MAX]; /* "": every mutating call refused */
-};
-void broker_http_guard_init(struct broker_http_guard *g, const char *host, unsigned port, const char *names,
-    const char *token);
-/* 0 when a POST with these headers (NULL: absent) may go on; else the HTTP
- * status (403 Host, Origin or no token set; 401 token; 415 Content-Type)
- * with the reason in msg. Host must name the broker (its bound address;
- * localhost; loopback addresses when bound to loopback; any address
- * literal when bound to every address; a name in `names`), with the bound
- * port or none;
- * Origin, when present, must be http:// and that Host; Authorization
- * "Bearer TOKEN", the scheme in any case; Content-Type application/json. */
-int broker_http_guard_check(const struct broker_http_guard *g, const char *host, const char *origin,
-    const char *ctype, const char *auth, char *msg, size_t n);
 /* Whether HOST:PORT names a loopback address (127/8, ::1, localhost). */
 bool broker_http_loopback(const char *hostport);
 
@@ -329,10 +333,48 @@ int broker_http_open(struct broker *b, const struct broker_config *cfg, struct b
     char *err, size_t errlen);
 /* "http://HOST:PORT" it listens on (port 0 resolved). */
 const char *broker_http_url(const struct broker_http *h);
+/* GET /readyz answers 200 while ready, else 503: set once broker_start
+ * has the decision loop running, cleared before broker_stop (and by
+ * broker_http_close). NULL h allowed. */
+void broker_http_ready(struct broker_http *h, bool ready);
 /* Unsubscribes, stops listening, answers what is queued, joins its
  * threads and frees; NULL allowed. Before broker_close(); quick after
  * broker_stop(). */
 void broker_http_close(struct broker_http *h);
+
+/* ---- the front door (door*.c, docs/front-door.md) ---------------------------------
+ *
+ * The OpenAI-compatible API on the broker's HTTP address: POST
+ * /v1/chat/completions and /v1/completions are forwarded, unchanged, to an
+ * engine that serves the body's `model` (registered with its http URL);
+ * streams pass through as they arrive. A model whose engine is released
+ * is refilled first (the broker's refill, by its policies); two models
+ * contending for one device are served in batches (door_quantum_s), each
+ * kept for door_keep_alive_s after its last request. GET /v1/models lists
+ * every model with its state and engines.
+ */
+struct broker_door;
+struct baton_http_req;
+
+/* Starts the door's dispatch thread; BATON_ENOMEM with err. */
+int broker_door_open(struct broker *b, const struct broker_config *cfg, struct broker_door **out, char *err,
+    size_t errlen);
+/* Whether the request (method, path) is the door's; when it is, the door
+ * answers it (now or later, from its own threads). Any HTTP thread. */
+bool broker_door_route(struct broker_door *d, struct baton_http_req *r);
+/* Its Prometheus lines (queue depth, waits, switches, time to first token
+ * in parts). */
+void broker_door_metrics(struct broker_door *d, FILE *f);
+/* Answers what waits (503), cancels what is forwarded, joins its threads
+ * and frees; NULL allowed. Before the HTTP server closes. */
+void broker_door_close(struct broker_door *d);
+
+/* A face's event (the door's door.queue, door.switch), published like the
+ * broker's own (events socket, subscribers) from the decision thread;
+ * engine may be NULL or a name. Any thread but the decision thread; never
+ * blocks. */
+void broker_emit(struct broker *b, const char *kind, const char *engine, const char *reason, double ms,
+    uint64_t bytes);
 
 /* ---- status as JSON (the CLI's --json and GET /v1/status) ----------------------- */
 
@@ -342,7 +384,7 @@ struct json_t;
 struct json_t *broker_status_json(const struct baton_msg *rep);
 /* One engine's object: {name, pid, gpu, model, state, resident, floor,
  * ceiling, priority, pinned, idle_ms, last_refill_gbps, peer_gpu, peer,
- * requests}. */
+ * requests, http}. */
 struct json_t *broker_engine_json(const struct proto_engine_info *e);
 struct json_t *broker_gpu_json(const struct proto_gpu *g);
 

@@ -129,6 +129,7 @@ struct eng {
 	uint32_t gen;
 	int st;               /* ES_* */
 	char name[BROKER_NAME_MAX], model[BROKER_NAME_MAX], ctl[BROKER_URL_MAX];
+	char http[BROKER_URL_MAX];  /* its OpenAI HTTP URL ("": none), for the front door */
 	char state[32];
 	int pid, pidfd_watched;
 	uint32_t pipe;
@@ -204,7 +205,7 @@ struct op {
 
 /* Inbox items: made by any thread, handed over under b->mu, then the
  * decision thread's, which frees them. */
-enum item_kind { IT_REQ = 1, IT_DONE, IT_PIPE_REM, IT_DEATH, IT_RELOAD };
+enum item_kind { IT_REQ = 1, IT_DONE, IT_PIPE_REM, IT_DEATH, IT_RELOAD, IT_EVENT };
 
 struct item {
 	struct item *next;
@@ -219,6 +220,8 @@ struct item {
 	struct baton_msg rep;
 	char err[256];
 	double ms;
+	/* IT_EVENT: a face's event (broker_emit); reason in err, ms, bytes in job_id */
+	char ev_kind[32], ev_engine[BROKER_NAME_MAX];
 	/* IT_PIPE_REM, IT_DEATH */
 	uint32_t pipe;
 	int pid;

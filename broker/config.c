@@ -36,6 +36,9 @@ void broker_config_defaults(struct broker_config *c)
 	snprintf(c->events, sizeof c->events, "%s", BROKER_DEFAULT_EVENTS);
 	c->heartbeat_timeout_ms = 2000;
 	c->idle_release_s = 0;
+	c->door_quantum_s = 5;
+	c->door_keep_alive_s = 300;
+	c->door_queue_max = 64;
 	c->acquire_wait_ms = 5000;
 	c->command_timeout_ms = 30000;
 	c->nvml = true;
@@ -182,6 +185,16 @@ static int parse_secs(const char *v, double *out)
 		return -1;
 	*out = x;
 	return 0;
+}
+
+/* A keep-alive: seconds, or "forever" (-1). */
+static int parse_keep_alive(const char *v, double *out)
+{
+	if (strcmp(v, "forever") == 0) {
+		*out = -1;
+		return 0;
+	}
+	return parse_secs(v, out);
 }
 
 static int parse_bool(const char *v, bool *out)
@@ -347,6 +360,16 @@ static int handler(void *user, const char *section, const char *key, const char 
 				return fail(p, "state_file = '%s': want an absolute path, or off", value);
 			snprintf(c->state_file, sizeof c->state_file, "%s", strcmp(value, "off") == 0 ? "" : value);
 			c->state_file_set = true;
+		} else if (strcmp(key, "door_quantum_s") == 0) {
+			if (parse_secs(value, &c->door_quantum_s))
+				return fail(p, "door_quantum_s = '%s': want seconds >= 0", value);
+		} else if (strcmp(key, "door_keep_alive_s") == 0) {
+			if (parse_keep_alive(value, &c->door_keep_alive_s))
+				return fail(p, "door_keep_alive_s = '%s': want seconds >= 0, or forever", value);
+		} else if (strcmp(key, "door_queue_max") == 0) {
+			if (parse_u64(value, 1000000, &u) || u < 1)
+				return fail(p, "door_queue_max = '%s': want requests from 1 to 1000000", value);
+			c->door_queue_max = (unsigned)u;
 		} else if (strcmp(key, "http_token_file") == 0) {
 			char msg[600];
 			if (broker_config_token_file(c, value, msg, sizeof msg))
@@ -354,7 +377,8 @@ static int handler(void *user, const char *section, const char *key, const char 
 		} else {
 			return fail(p, "unknown key '%s' in [broker] (known: control, events, "
 			    "heartbeat_timeout_ms, idle_release_s, acquire_wait_ms, command_timeout_ms, nvml, "
-			    "http, http_hosts, http_token, http_token_file, state_file)", key);
+			    "http, http_hosts, http_token, http_token_file, state_file, door_quantum_s, "
+			    "door_keep_alive_s, door_queue_max)", key);
 		}
 		return 1;
 	}
@@ -391,8 +415,13 @@ static int handler(void *user, const char *section, const char *key, const char 
 		} else if (strcmp(key, "idle_release_s") == 0) {
 			if (parse_secs(value, &e->idle_release_s))
 				return fail(p, "idle_release_s = '%s': want seconds >= 0 (0: never)", value);
+		} else if (strcmp(key, "keep_alive_s") == 0) {
+			if (parse_keep_alive(value, &e->keep_alive_s))
+				return fail(p, "keep_alive_s = '%s': want seconds >= 0, or forever", value);
+			e->has_keep_alive = true;
 		} else {
-			return fail(p, "unknown key '%s' in [%s] (known: priority, pinned, idle_release_s)", key, section);
+			return fail(p, "unknown key '%s' in [%s] (known: priority, pinned, idle_release_s, keep_alive_s)",
+			    key, section);
 		}
 		return 1;
 	}

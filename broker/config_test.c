@@ -70,6 +70,22 @@ static void t_defaults(void)
 	T_OK(broker_config_parse(&c, "", "empty.ini", err, sizeof err));
 	T_EQ_STR(c.control, BROKER_DEFAULT_CONTROL);
 	T_ASSERT(broker_config_gpu(&c, "host-0") == NULL);
+	T_ASSERT(c.door_quantum_s == 5 && c.door_keep_alive_s == 300 && c.door_queue_max == 64);
+}
+
+/* The front door's keys: seconds, "forever", a per-engine keep-alive. */
+static void t_door(void)
+{
+	static struct broker_config c;
+	char err[256];
+	broker_config_defaults(&c);
+	T_OK(broker_config_parse(&c, "[broker]\ndoor_quantum_s = 0.5\ndoor_keep_alive_s = forever\n"
+	    "door_queue_max = 3\n[engine \"a\"]\nkeep_alive_s = 12\n[engine \"b\"]\npinned = true\n",
+	    "d.ini", err, sizeof err));
+	T_ASSERT(c.door_quantum_s == 0.5 && c.door_keep_alive_s < 0 && c.door_queue_max == 3);
+	const struct broker_engine_conf *a = broker_config_engine(&c, "a"), *b = broker_config_engine(&c, "b");
+	T_ASSERT(a && a->has_keep_alive && a->keep_alive_s == 12);
+	T_ASSERT(b && !b->has_keep_alive);
 }
 
 static const struct {
@@ -99,6 +115,10 @@ static const struct {
 	{ "[engine \"*\"]\npinned = true\n", "b.ini:2: [engine \"*\"]" },
 	/* the rule of engine names (proto_name_valid): no ':' */
 	{ "[engine \"a:b\"]\npinned = true\n", "b.ini:2: [engine \"a:b\"]" },
+	{ "[broker]\ndoor_quantum_s = -1\n", "b.ini:2: door_quantum_s = '-1'" },
+	{ "[broker]\ndoor_keep_alive_s = always\n", "b.ini:2: door_keep_alive_s = 'always'" },
+	{ "[broker]\ndoor_queue_max = 0\n", "b.ini:2: door_queue_max = '0'" },
+	{ "[engine \"a\"]\nkeep_alive_s = -5\n", "b.ini:2: keep_alive_s = '-5'" },
 	{ "[broker]\nthis line has no equals sign\n", "b.ini:2: syntax error" },
 	{ "[broker\nx = 1\n", "b.ini:1: syntax error" },
 	{ "[broker]\nnvml = true\n\n\n[broker]\nbad\n", "b.ini:6: syntax error" },
@@ -141,4 +161,4 @@ static void t_file(void)
 	T_ASSERT_MSG(strncmp(err, want, strlen(want)) == 0, "\"%s\", want \"%s\"", err, want);
 }
 
-T_MAIN(T_CASE(t_good), T_CASE(t_defaults), T_CASE(t_bad), T_CASE(t_file))
+T_MAIN(T_CASE(t_good), T_CASE(t_defaults), T_CASE(t_door), T_CASE(t_bad), T_CASE(t_file))

@@ -1,51 +1,51 @@
 /*
- * http.c: the broker's HTTP face (see broker.h and the README's
- * "HTTP API, metrics and dashboard"): the JSON API under /v1, Prometheus
- * metrics on /metrics, and the dashboard page on /.
+ * http.c: the broker's HTTP face (see broker.h and docs/http-api.md): the
+ * JSON API under /v1, Prometheus metrics on /metrics (metrics.c), the
+ * dashboard page on /, and /healthz, /readyz.
  *
- * nng's HTTP server calls one handler (every path and method, so that odd
- * ones get our JSON errors) on an nng thread. That thread must never wait
- * for the decision thread: commands to engines travel on nng too, and a
- * pool of nng threads all blocked behind a handoff would stall the very
- * replies the handoff waits for. So the handler only queues the request;
- * threads of our own take it, run it through broker_call()
- * (the same path as the control socket: same checks, same errors, same
- * events) and finish the aio.
+ * The server is http/ (libmicrohttpd): it refuses a request on its
+ * headers (Host, Origin, token, size) before reading a body, caps
+ * connections and times out slow clients, and calls on_request() on one
+ * of its worker threads with the body read. Reads are served there. A
+ * POST may wait seconds for memory (a handoff), so POSTs go to threads of
+ * our own, in a queue of their own: reads never wait behind them, and a
+ * flood of POSTs gets 503 past QUEUE_MAX instead of taking every worker.
+ * Either way a request goes through broker_call() (the same path as the
+ * control socket: same checks, same errors, same events) and is answered
+ * from the thread that ran it.
  *
  * It sits on the core's public door only: requests go in through
  * broker_call(), events come out through the subscription it takes
  * (broker_observe): http_event() keeps the last EVENTS_MAX in a ring (for
- * /v1/events?since=N) and counts what /metrics reports as counters and
- * histograms. Gauges come from a status request made per scrape.
+ * /v1/events?since=N) and hands each to the metrics' counters.
  */
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
-#include <arpa/inet.h>
 #include <jansson.h>
-#include <nng/nng.h>
-#include <nng/supplemental/http/http.h>
 
 #include "broker/broker.h"
 #include "broker/dashboard.h"
 #include "broker/http_int.h"
+#include "http/http.h"
 
-/* Two queues, so that reads (the page, /metrics) never wait behind
- * mutating calls, each of which may wait for memory for seconds. */
-#define READ_THREADS 2
-#define WRITE_THREADS 4
-#define HTTP_THREADS (READ_THREADS + WRITE_THREADS)
-#define QUEUE_MAX 256              /* waiting requests per queue; more: 503 */
+#define WRITE_THREADS 4            /* POSTs run here; reads on the server's workers */
+#define READ_WORKERS 8
+#define QUEUE_MAX 256              /* waiting POSTs; more: 503 */
 #define BODY_MAX (64u * 1024u)      /* a JSON body above this: 413 */
-#define NNG_BODY_MAX (1024u * 1024u) /* nng refuses (400) before reading above this */
-#define URI_MAX 2048
+#define DOOR_BODY_MAX (2u << 20)    /* the server's bound, for the front door's chat bodies
+                                     * (an engine takes prompts up to 1 MiB): above it,
+                                     * 413 before the body is read */
 #define EVENTS_MAX 1024
+#define HOSTS_MAX 16
 
 struct evrec {
 	uint64_t seq, time_ms, bytes;
@@ -58,26 +58,24 @@ struct evrec {
 
 struct hjob {
 	struct hjob *next;
-	nng_aio *aio;
+	struct baton_http_req *req;
 };
 
 struct broker_http {
 	struct broker *b;
-	nng_http_server *srv;
-	char url[BROKER_URL_MAX + 16];
-	pthread_t th[HTTP_THREADS];
+	struct baton_http *srv;
+	pthread_t th[WRITE_THREADS];
 	int n_th;
 	bool observing;       /* subscribed to the broker's events */
+	bool has_token;       /* POSTs are refused without one */
+	atomic_bool ready;    /* /readyz: the broker runs its loop (broker_http_ready) */
 	struct broker_metrics *metrics; /* counters from events, the /metrics text (metrics.c) */
+	struct broker_door *door; /* the OpenAI front door (door.c): its routes, its metrics */
 
 	pthread_mutex_t mu;   /* everything below */
 	pthread_cond_t cv;
-	struct broker_http_guard guard; /* set once listening (the port known) */
-	struct queue {
-		struct hjob *head, *tail;
-		size_t n;
-		pthread_cond_t cv;
-	} q[2];                /* 0: reads, 1: POSTs */
+	struct hjob *head, *tail; /* POSTs waiting for a write thread */
+	size_t n;
 	bool stop;
 	struct evrec *ev;     /* ring: seq s at ev[s % EVENTS_MAX] */
 	uint64_t ev_last;     /* newest seq, 0: none */
@@ -151,8 +149,9 @@ static void resp_json(struct resp *r, int status, json_t *j)
 	json_decref(j);
 }
 
-/* An error body: {"ok": false, "code": "busy", "err": 6, "message": "..."}.
- * code and err are those of proto/err.h, as on the control socket. */
+/* An error body: {"ok": false, "code": "busy", "err": 6, "message": "...",
+ * "error": {...}} (http_error_json: OpenAI's error object as well). code
+ * and err are those of proto/err.h, as on the control socket. */
 static void resp_error(struct resp *r, int status, int err, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 static void resp_error(struct resp *r, int status, int err, const char *fmt, ...)
@@ -162,11 +161,9 @@ static void resp_error(struct resp *r, int status, int err, const char *fmt, ...
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof msg, fmt, ap);
 	va_end(ap);
-	for (char *q = msg; *q; q++) /* a path echoed back may be any bytes: ASCII only */
-		if ((unsigned char)*q >= 0x80 || (unsigned char)*q < 0x20)
-			*q = '?';
-	resp_json(r, status, json_pack("{s:b, s:s, s:i, s:s}", "ok", 0, "code", baton_errname(err), "err",
-	    err, "message", msg));
+	free(r->body);
+	r->body = NULL;
+	resp_json(r, status, http_error_json(status, err, msg));
 }
 
 /* The HTTP status for a broker error. A pinned engine (permission) is 403:
@@ -204,39 +201,23 @@ static int status_of(int err)
 	}
 }
 
-static void send_resp(nng_aio *aio, struct resp *r)
+static void send_resp(struct baton_http_req *req, struct resp *r)
 {
-	nng_http_res *res;
-	if (nng_http_res_alloc(&res) != 0) {
-		free(r->body);
-		nng_aio_finish(aio, NNG_ENOMEM);
-		return;
+	const char *hd[4];
+	char allow[64];
+	size_t n = 0;
+	if (r->allow) {
+		snprintf(allow, sizeof allow, "Allow: %s", r->allow);
+		hd[n++] = allow;
 	}
-	nng_http_res_set_status(res, (uint16_t)r->status);
-	/* nng 1.5.2 knows no phrase for these: it would send none */
-	if (r->status == 413)
-		nng_http_res_set_reason(res, "Payload Too Large");
-	else if (r->status == 415)
-		nng_http_res_set_reason(res, "Unsupported Media Type");
-	nng_http_res_set_header(res, "Content-Type", r->ctype);
-	nng_http_res_set_header(res, "Cache-Control", "no-store");
-	nng_http_res_set_header(res, "X-Content-Type-Options", "nosniff");
-	if (r->allow)
-		nng_http_res_set_header(res, "Allow", r->allow);
 	if (r->status == 401)
-		nng_http_res_set_header(res, "WWW-Authenticate", "Bearer realm=\"baton\"");
+		hd[n++] = "WWW-Authenticate: Bearer realm=\"baton\"";
 	if (r->status == 413 || (r->status == 400 && r->close))
-		nng_http_res_set_header(res, "Connection", "close");
-	int rc = nng_http_res_copy_data(res, r->body ? r->body : r->cbody, r->len);
+		hd[n++] = "Connection: close";
+	hd[n] = NULL;
+	http_reply(req, r->status, r->ctype, r->body ? r->body : r->cbody, r->len, hd);
 	free(r->body);
 	r->body = NULL;
-	if (rc) {
-		nng_http_res_free(res);
-		nng_aio_finish(aio, rc);
-		return;
-	}
-	nng_aio_set_output(aio, 0, res);
-	nng_aio_finish(aio, 0);
 }
 
 /* ---- status as JSON -------------------------------------------------------------- */
@@ -244,6 +225,7 @@ static void send_resp(nng_aio *aio, struct resp *r)
 struct status_ctx {
 	struct broker_http *h;
 	const char *only;     /* one engine's object, or NULL: everything */
+	bool list;            /* {"ok", "engines"} only (GET /v1/engines) */
 	json_t *out;          /* built here; NULL after an error */
 	int err;
 	char msg[512];
@@ -268,6 +250,11 @@ static void on_status_reply(void *arg, const struct baton_msg *rep)
 		return;
 	}
 	json_t *st = broker_status_json(rep);
+	if (c->list) {
+		c->out = st ? json_pack("{s:b, s:O}", "ok", 1, "engines", json_object_get(st, "engines")) : NULL;
+		json_decref(st);
+		return;
+	}
 	pthread_mutex_lock(&c->h->mu);
 	uint64_t last = c->h->ev_last;
 	pthread_mutex_unlock(&c->h->mu);
@@ -282,6 +269,7 @@ static void on_status_reply(void *arg, const struct baton_msg *rep)
 struct cmd_ctx {
 	struct resp *r;
 	const char *name;
+	bool pinned;          /* a pin's wish (its reply does not repeat it) */
 };
 
 static void on_cmd_reply(void *arg, const struct baton_msg *rep)
@@ -292,7 +280,9 @@ static void on_cmd_reply(void *arg, const struct baton_msg *rep)
 		return;
 	}
 	json_t *j;
-	if (rep->op == PROTO_OP_HANDOFF) {
+	if (rep->op == PROTO_OP_PIN) {
+		j = json_pack("{s:b, s:s, s:b}", "ok", 1, "name", c->name, "pinned", c->pinned);
+	} else if (rep->op == PROTO_OP_HANDOFF) {
 		j = json_pack("{s:b, s:f, s:f, s:f, s:f}", "ok", 1, "decide_ms", rep->decide_ms, "release_ms",
 		    rep->release_ms, "refill_ms", rep->refill_ms, "total_ms", rep->total_ms);
 	} else {
@@ -309,12 +299,11 @@ static void on_cmd_reply(void *arg, const struct baton_msg *rep)
 
 /* The body of a POST: empty or a JSON object with exactly `keys` (NULL
  * ends; "?name" is optional). 0, or an error response made. */
-static int parse_body(nng_http_req *req, struct resp *r, const char *const *keys, json_t **out)
+static int parse_body(struct baton_http_req *req, struct resp *r, const char *const *keys, json_t **out)
 {
-	void *data;
 	size_t len;
+	const char *data = http_req_body(req, &len);
 	*out = NULL;
-	nng_http_req_get_data(req, &data, &len);
 	if (len > BODY_MAX) {
 		resp_error(r, 413, BATON_ETOOBIG, "the body is %zu bytes; at most %u", len, BODY_MAX);
 		return -1;
@@ -362,17 +351,6 @@ static int parse_body(nng_http_req *req, struct resp *r, const char *const *keys
 	return 0;
 }
 
-/* Token, Host, Origin, Content-Type of a mutating call (http_guard.c). */
-static int guard_check(struct broker_http *h, nng_http_req *req, char *msg, size_t n)
-{
-	pthread_mutex_lock(&h->mu);
-	int st = broker_http_guard_check(&h->guard, nng_http_req_get_header(req, "Host"),
-	    nng_http_req_get_header(req, "Origin"), nng_http_req_get_header(req, "Content-Type"),
-	    nng_http_req_get_header(req, "Authorization"), msg, n);
-	pthread_mutex_unlock(&h->mu);
-	return st;
-}
-
 static void do_events(struct broker_http *h, const char *query, struct resp *r)
 {
 	uint64_t since = 0;
@@ -409,30 +387,183 @@ static void do_events(struct broker_http *h, const char *query, struct resp *r)
 	    (json_int_t)(h->ev_count ? first : 0), "events", arr));
 }
 
-static void serve(struct broker_http *h, nng_aio *aio)
+/* POST /v1/release {"all": true} or {"gpu": "UUID"}: every engine (of one
+ * device) that holds memory is released, one after another, as `baton
+ * release --every` does. The answer lists what was released and what was
+ * refused (a pinned or busy engine); its status is the first refusal's. */
+struct every_ctx {
+	const char *gpu;      /* NULL: every device */
+	char names[BROKER_MAX_ENGINES][BROKER_NAME_MAX];
+	size_t n;
+	bool gpu_known;
+	int err;
+	char msg[512];
+};
+
+static void on_every_status(void *arg, const struct baton_msg *rep)
 {
-	nng_http_req *req = nng_aio_get_input(aio, 0);
-	const char *method = nng_http_req_get_method(req);
-	const char *uri = nng_http_req_get_uri(req);
-	struct resp r = { 0 };
-	char path[URI_MAX];
-	if (strlen(uri) >= sizeof path) {
-		resp_error(&r, 404, BATON_ENOTFOUND, "no such path");
-		send_resp(aio, &r);
+	struct every_ctx *c = arg;
+	if (!rep->ok) {
+		c->err = rep->err;
+		snprintf(c->msg, sizeof c->msg, "%s", rep->msg ? rep->msg : baton_strerror(rep->err));
 		return;
 	}
-	snprintf(path, sizeof path, "%s", uri);
-	char *query = strchr(path, '?');
-	if (query)
-		*query++ = 0;
+	for (uint32_t i = 0; i < rep->gpus.n; i++)
+		c->gpu_known = c->gpu_known || (c->gpu && strcmp(rep->gpus.v[i].uuid, c->gpu) == 0);
+	for (uint32_t i = 0; i < rep->engines.n && c->n < BROKER_MAX_ENGINES; i++) {
+		const struct proto_engine_info *e = &rep->engines.v[i];
+		if (c->gpu && strcmp(e->gpu, c->gpu) != 0)
+			continue;
+		c->gpu_known = c->gpu_known || c->gpu;
+		if (!broker_every_releases(e->state))
+			continue;
+		snprintf(c->names[c->n++], BROKER_NAME_MAX, "%s", e->name);
+	}
+}
+
+struct one_ctx {
+	int err;
+	char msg[512];
+	double ms;
+	uint64_t bytes;
+};
+
+static void on_one_release(void *arg, const struct baton_msg *rep)
+{
+	struct one_ctx *c = arg;
+	c->err = rep->ok ? 0 : rep->err;
+	snprintf(c->msg, sizeof c->msg, "%s", rep->ok ? "" : rep->msg ? rep->msg : baton_strerror(rep->err));
+	c->ms = rep->ok ? rep->ms : 0;
+	c->bytes = rep->ok ? rep->bytes : 0;
+}
+
+static void do_release_every(struct broker_http *h, json_t *body, struct resp *r)
+{
+	json_t *all = json_object_get(body, "all"), *gpu = json_object_get(body, "gpu");
+	if ((all != NULL) == (gpu != NULL)) {
+		resp_error(r, 400, all ? BATON_EEXTRA : BATON_EMISSING,
+		    "the body is {\"all\": true} or {\"gpu\": \"UUID\"}, one of them");
+		return;
+	}
+	if (all && !json_is_true(all)) {
+		resp_error(r, 400, json_is_boolean(all) ? BATON_EINVAL : BATON_ETYPE, "all: want true");
+		return;
+	}
+	if (gpu && (!json_is_string(gpu) || !json_string_length(gpu) ||
+	    strlen(json_string_value(gpu)) != json_string_length(gpu))) {
+		resp_error(r, 400, BATON_ETYPE, "gpu: want a device's uuid (a string)");
+		return;
+	}
+	struct every_ctx *c = calloc(1, sizeof *c);
+	if (!c) {
+		resp_error(r, 500, BATON_ENOMEM, "out of memory");
+		return;
+	}
+	c->gpu = gpu ? json_string_value(gpu) : NULL;
+	struct baton_msg m;
+	proto_msg_init(&m, PROTO_OP_STATUS);
+	broker_call(h->b, &m, on_every_status, c);
+	if (c->err) {
+		resp_error(r, status_of(c->err), c->err, "%s", c->msg);
+		free(c);
+		return;
+	}
+	if (c->gpu && !c->gpu_known) {
+		resp_error(r, 404, BATON_ENOTFOUND, "no device '%s' (see GET /v1/status)", c->gpu);
+		free(c);
+		return;
+	}
+	json_t *done = json_array(), *failed = json_array();
+	int first = 0;
+	char first_msg[600] = "";
+	for (size_t i = 0; i < c->n; i++) {
+		struct one_ctx o = { 0 };
+		proto_msg_init(&m, PROTO_OP_RELEASE);
+		m.name = c->names[i];
+		proto_set(&m, PF_NAME);
+		broker_call(h->b, &m, on_one_release, &o);
+		if (o.err == 0) {
+			json_array_append_new(done, json_pack("{s:s, s:f, s:I}", "name", c->names[i], "ms", o.ms, "bytes",
+			    (json_int_t)o.bytes));
+			continue;
+		}
+		json_array_append_new(failed, json_pack("{s:s, s:s, s:i, s:s}", "name", c->names[i], "code",
+		    baton_errname(o.err), "err", o.err, "message", o.msg));
+		if (!first) {
+			first = o.err;
+			snprintf(first_msg, sizeof first_msg, "%s: %s", c->names[i], o.msg);
+		}
+	}
+	free(c);
+	if (!first) {
+		json_decref(failed);
+		resp_json(r, 200, json_pack("{s:b, s:o}", "ok", 1, "released", done));
+		return;
+	}
+	json_t *e = http_error_json(status_of(first), first, first_msg);
+	if (e) {
+		json_object_set_new(e, "released", done);
+		json_object_set_new(e, "failed", failed);
+	} else {
+		json_decref(done);
+		json_decref(failed);
+	}
+	resp_json(r, status_of(first), e);
+}
+
+/* The engine verbs of POST /v1/engines/NAME/VERB. */
+static const char *const verbs[] = { "release", "refill", "vram", "pin", "unpin", NULL };
+
+static bool is_verb(const char *v)
+{
+	for (size_t i = 0; verbs[i]; i++)
+		if (strcmp(v, verbs[i]) == 0)
+			return true;
+	return false;
+}
+
+static bool is_json(const char *ctype)
+{
+	size_t k = strlen("application/json");
+	return ctype && strncasecmp(ctype, "application/json", k) == 0 && (!ctype[k] || ctype[k] == ';' ||
+	    ctype[k] == ' ');
+}
+
+/* The front door's lines after the broker's own. */
+static int append_door_metrics(struct broker_door *d, char **body, size_t *len)
+{
+	char *buf = NULL;
+	size_t n = 0;
+	FILE *f = open_memstream(&buf, &n);
+	if (!f)
+		return BATON_ENOMEM;
+	broker_door_metrics(d, f);
+	fclose(f);
+	char *all = buf ? realloc(*body, *len + n + 1) : NULL;
+	if (!all) {
+		free(buf);
+		return BATON_ENOMEM;
+	}
+	memcpy(all + *len, buf, n);
+	all[*len + n] = 0;
+	*body = all;
+	*len += n;
+	free(buf);
+	return 0;
+}
+
+static void serve(struct broker_http *h, struct baton_http_req *req)
+{
+	const char *method = http_req_method(req);
+	const char *path = http_req_path(req);
+	const char *query = http_req_rawquery(req);
+	struct resp r = { 0 };
 	bool get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
 	bool post = strcmp(method, "POST") == 0;
-	char gmsg[512];
-	int gst;
 
-	/* reads */
 	bool is_get_path = strcmp(path, "/") == 0 || strcmp(path, "/index.html") == 0 ||
-	    strcmp(path, "/metrics") == 0 || strcmp(path, "/v1/status") == 0 || strcmp(path, "/v1/events") == 0;
+	    strcmp(path, "/metrics") == 0 || strcmp(path, "/v1/status") == 0 || strcmp(path, "/v1/events") == 0 ||
+	    strcmp(path, "/v1/engines") == 0 || strcmp(path, "/healthz") == 0 || strcmp(path, "/readyz") == 0;
 	const char *eng = NULL, *verb = NULL;
 	size_t eng_len = 0;
 	if (strncmp(path, "/v1/engines/", 12) == 0) {
@@ -442,13 +573,14 @@ static void serve(struct broker_http *h, nng_aio *aio)
 		verb = slash ? slash + 1 : NULL;
 		if (!verb)
 			is_get_path = true;
-		else if (strcmp(verb, "release") != 0 && strcmp(verb, "refill") != 0 && strcmp(verb, "vram") != 0) {
-			resp_error(&r, 404, BATON_ENOTFOUND, "no such path (engines have release, refill, vram)");
-			send_resp(aio, &r);
+		else if (!is_verb(verb)) {
+			resp_error(&r, 404, BATON_ENOTFOUND,
+			    "no such path (engines have release, refill, vram, pin, unpin)");
+			send_resp(req, &r);
 			return;
 		}
 	}
-	bool is_post_path = verb || strcmp(path, "/v1/handoff") == 0;
+	bool is_post_path = verb || strcmp(path, "/v1/handoff") == 0 || strcmp(path, "/v1/release") == 0;
 	if (!is_get_path && !is_post_path) {
 		resp_error(&r, 404, BATON_ENOTFOUND, "no such path");
 	} else if (is_get_path && !get) {
@@ -457,16 +589,25 @@ static void serve(struct broker_http *h, nng_aio *aio)
 	} else if (is_post_path && !post) {
 		r.allow = "POST";
 		resp_error(&r, 405, BATON_EUNSUPPORTED, "%s takes POST", path);
-	} else if (query && *query && strcmp(path, "/v1/events") != 0) {
+	} else if (*query && strcmp(path, "/v1/events") != 0) {
 		resp_error(&r, 400, BATON_EEXTRA, "%s takes no query parameters", path);
 	} else if (strcmp(path, "/") == 0 || strcmp(path, "/index.html") == 0) {
 		r.status = 200;
 		r.ctype = "text/html; charset=utf-8";
 		r.cbody = broker_dashboard_html;
 		r.len = broker_dashboard_html_len;
+	} else if (strcmp(path, "/healthz") == 0) {
+		resp_json(&r, 200, json_pack("{s:b}", "ok", 1)); /* it answers: it lives */
+	} else if (strcmp(path, "/readyz") == 0) {
+		if (atomic_load(&h->ready))
+			resp_json(&r, 200, json_pack("{s:b}", "ok", 1));
+		else
+			resp_error(&r, 503, BATON_ECLOSED, "the broker is starting or stopping");
 	} else if (strcmp(path, "/metrics") == 0) {
 		char msg[512];
 		int err = broker_metrics_text(h->metrics, h->b, &r.body, &r.len, msg, sizeof msg);
+		if (!err && h->door)
+			err = append_door_metrics(h->door, &r.body, &r.len);
 		if (err) {
 			resp_error(&r, status_of(err), err, "%s", msg);
 		} else {
@@ -477,11 +618,11 @@ static void serve(struct broker_http *h, nng_aio *aio)
 		do_events(h, query, &r);
 	} else if (is_get_path) {
 		char name[BROKER_NAME_MAX];
-		struct status_ctx c = { .h = h };
+		struct status_ctx c = { .h = h, .list = strcmp(path, "/v1/engines") == 0 };
 		if (eng) {
 			if (!proto_name_valid(eng, eng_len)) {
 				resp_error(&r, 404, BATON_ENOTFOUND, "no engine by that name (names: A-Z a-z 0-9 . _ -)");
-				send_resp(aio, &r);
+				send_resp(req, &r);
 				return;
 			}
 			memcpy(name, eng, eng_len);
@@ -498,22 +639,36 @@ static void serve(struct broker_http *h, nng_aio *aio)
 		} else {
 			resp_json(&r, 200, c.out);
 		}
-	} else if (nng_http_req_get_header(req, "Transfer-Encoding")) {
+	} else if (http_req_header(req, "Transfer-Encoding")) {
 		r.close = true;
 		resp_error(&r, 400, BATON_EMSG, "send the body with a Content-Length (chunked bodies are not read)");
-	} else if ((gst = guard_check(h, req, gmsg, sizeof gmsg)) != 0) {
-		resp_error(&r, gst, gst == 415 ? BATON_EUNSUPPORTED : BATON_EPERM, "%s: %s", path, gmsg);
+	} else if (!h->has_token) {
+		resp_error(&r, 403, BATON_EPERM, "%s: changes over HTTP are off until a token is set "
+		    "([broker] http_token_file)", path);
+	} else if (!is_json(http_req_header(req, "Content-Type"))) {
+		/* every POST, a bodyless one too (the server asks it only with a body) */
+		const char *ct = http_req_header(req, "Content-Type");
+		resp_error(&r, 415, BATON_EUNSUPPORTED, "%s: send Content-Type: application/json (got '%.60s')", path,
+		    ct ? ct : "none");
 	} else {
-		/* mutating calls: POST /v1/engines/NAME/{release,refill,vram}, /v1/handoff */
+		/* mutating calls: POST /v1/engines/NAME/VERB, /v1/handoff, /v1/release */
 		static const char *const no_keys[] = { NULL };
 		static const char *const vram_keys[] = { "reserve_mib", NULL };
 		static const char *const ho_keys[] = { "from", "to", NULL };
+		static const char *const every_keys[] = { "?all", "?gpu", NULL };
 		json_t *body = NULL;
 		char name[BROKER_NAME_MAX];
 		struct baton_msg m;
-		const char *const *keys = !verb ? ho_keys : strcmp(verb, "vram") == 0 ? vram_keys : no_keys;
+		bool every = !verb && strcmp(path, "/v1/release") == 0;
+		const char *const *keys = every ? every_keys : !verb ? ho_keys :
+		    strcmp(verb, "vram") == 0 ? vram_keys : no_keys;
+		struct cmd_ctx c = { .r = &r, .name = name };
 		if (parse_body(req, &r, keys, &body) != 0)
 			goto out;
+		if (every) {
+			do_release_every(h, body, &r);
+			goto out;
+		}
 		if (verb) {
 			if (!proto_name_valid(eng, eng_len)) {
 				resp_error(&r, 404, BATON_ENOTFOUND, "no engine by that name (names: A-Z a-z 0-9 . _ -)");
@@ -521,11 +676,16 @@ static void serve(struct broker_http *h, nng_aio *aio)
 			}
 			memcpy(name, eng, eng_len);
 			name[eng_len] = 0;
+			bool pin = strcmp(verb, "pin") == 0, unpin = strcmp(verb, "unpin") == 0;
 			enum proto_op op = strcmp(verb, "release") == 0 ? PROTO_OP_RELEASE :
-			    strcmp(verb, "refill") == 0 ? PROTO_OP_REFILL : PROTO_OP_VRAM;
+			    strcmp(verb, "refill") == 0 ? PROTO_OP_REFILL : pin || unpin ? PROTO_OP_PIN : PROTO_OP_VRAM;
 			proto_msg_init(&m, op);
 			m.name = name;
 			proto_set(&m, PF_NAME);
+			if (op == PROTO_OP_PIN) {
+				m.pinned = c.pinned = pin;
+				proto_set(&m, PF_PINNED);
+			}
 			if (op == PROTO_OP_VRAM) {
 				json_t *v = json_object_get(body, "reserve_mib");
 				if (json_is_null(v)) {
@@ -559,84 +719,86 @@ static void serve(struct broker_http *h, nng_aio *aio)
 			m.to = ts;
 			snprintf(name, sizeof name, "%s", ts);
 		}
-		struct cmd_ctx c = { .r = &r, .name = name };
 		broker_call(h->b, &m, on_cmd_reply, &c);
 	out:
 		json_decref(body);
 	}
-	send_resp(aio, &r);
+	send_resp(req, &r);
 }
 
-/* ---- threads and the nng handler ------------------------------------------------- */
+/* ---- threads and the server's handler -------------------------------------------- */
 
-struct thread_arg {
-	struct broker_http *h;
-	struct queue *q;
-};
-
-static void *http_thread(void *arg)
+static void *write_thread(void *arg)
 {
-	struct broker_http *h = ((struct thread_arg *)arg)->h;
-	struct queue *q = ((struct thread_arg *)arg)->q;
-	free(arg);
+	struct broker_http *h = arg;
 	for (;;) {
 		pthread_mutex_lock(&h->mu);
-		while (!q->head && !h->stop)
-			pthread_cond_wait(&q->cv, &h->mu);
-		struct hjob *j = q->head;
+		while (!h->head && !h->stop)
+			pthread_cond_wait(&h->cv, &h->mu);
+		struct hjob *j = h->head;
 		if (!j) {
 			pthread_mutex_unlock(&h->mu);
 			return NULL;
 		}
-		q->head = j->next;
-		if (!q->head)
-			q->tail = NULL;
-		q->n--;
+		h->head = j->next;
+		if (!h->head)
+			h->tail = NULL;
+		h->n--;
 		pthread_mutex_unlock(&h->mu);
-		serve(h, j->aio); /* after stop, broker_call answers at once */
+		serve(h, j->req); /* after stop, broker_call answers at once */
 		free(j);
 	}
 }
 
-/* On an nng thread: queue it and return. */
-static void on_request(nng_aio *aio)
+/* On one of the server's workers, the body read: reads are served here,
+ * POSTs queued for the write threads. */
+static void on_request(void *arg, struct baton_http_req *req)
 {
-	struct broker_http *h = nng_http_handler_get_data(nng_aio_get_input(aio, 1));
-	nng_http_req *req = nng_aio_get_input(aio, 0);
-	struct queue *q = &h->q[strcmp(nng_http_req_get_method(req), "POST") == 0];
+	struct broker_http *h = arg;
+	/* the front door's routes: it answers them itself, later */
+	if (h->door && broker_door_route(h->door, req))
+		return;
+	if (strcmp(http_req_method(req), "POST") != 0) {
+		serve(h, req);
+		return;
+	}
 	struct hjob *j = malloc(sizeof *j);
 	if (!j) {
-		nng_aio_finish(aio, NNG_ENOMEM);
+		http_reply_error(req, 500, BATON_ENOMEM, "out of memory");
 		return;
 	}
 	j->next = NULL;
-	j->aio = aio;
+	j->req = req;
 	pthread_mutex_lock(&h->mu);
-	bool stopped = h->stop, full = q->n >= QUEUE_MAX;
+	bool stopped = h->stop, full = h->n >= QUEUE_MAX;
 	if (!stopped && !full) {
-		if (q->tail)
-			q->tail->next = j;
+		if (h->tail)
+			h->tail->next = j;
 		else
-			q->head = j;
-		q->tail = j;
-		q->n++;
-		pthread_cond_signal(&q->cv);
+			h->head = j;
+		h->tail = j;
+		h->n++;
+		pthread_cond_signal(&h->cv);
 	}
 	pthread_mutex_unlock(&h->mu);
 	if (stopped || full) {
 		free(j);
-		struct resp r = { 0 };
 		if (stopped)
-			resp_error(&r, 503, BATON_ECLOSED, "the broker is shutting down");
+			http_reply_error(req, 503, BATON_ECLOSED, "the broker is shutting down");
 		else
-			resp_error(&r, 503, BATON_EBUSY, "%d requests are waiting already; try again", QUEUE_MAX);
-		send_resp(aio, &r);
+			http_reply_error(req, 503, BATON_EBUSY, "%d requests are waiting already; try again", QUEUE_MAX);
 	}
 }
 
 const char *broker_http_url(const struct broker_http *h)
 {
-	return h->url;
+	return http_url(h->srv);
+}
+
+void broker_http_ready(struct broker_http *h, bool ready)
+{
+	if (h)
+		atomic_store(&h->ready, ready);
 }
 
 int broker_http_open(struct broker *b, const struct broker_config *cfg, struct broker_http **out,
@@ -647,70 +809,52 @@ int broker_http_open(struct broker *b, const struct broker_config *cfg, struct b
 	if (!h)
 		return BATON_ENOMEM;
 	h->b = b;
+	h->has_token = cfg->http_token[0] != 0;
 	pthread_mutex_init(&h->mu, NULL);
-	pthread_cond_init(&h->q[0].cv, NULL);
-	pthread_cond_init(&h->q[1].cv, NULL);
+	pthread_cond_init(&h->cv, NULL);
 	h->ev = calloc(EVENTS_MAX, sizeof *h->ev);
 	h->metrics = broker_metrics_new();
 	int rc = BATON_ENOMEM;
-	nng_url *u = NULL;
-	nng_http_handler *hd = NULL;
-	char url[BROKER_URL_MAX + 16];
-	snprintf(url, sizeof url, "http://%s", cfg->http);
 	if (!h->ev || !h->metrics || broker_observe(b, http_event, h) != 0) {
 		snprintf(err, errlen, "out of memory");
 		goto fail;
 	}
 	h->observing = true;
-	int nrc;
-	if ((nrc = nng_url_parse(&u, url)) != 0 || (nrc = nng_http_server_hold(&h->srv, u)) != 0) {
-		snprintf(err, errlen, "http %s: %s", cfg->http, nng_strerror(nrc));
-		rc = BATON_EINVAL;
-		goto fail;
-	}
-	if ((nrc = nng_http_handler_alloc(&hd, "/", on_request)) != 0 ||
-	    (nrc = nng_http_handler_set_method(hd, NULL)) != 0 || (nrc = nng_http_handler_set_tree(hd)) != 0 ||
-	    (nrc = nng_http_handler_collect_body(hd, true, NNG_BODY_MAX)) != 0 ||
-	    (nrc = nng_http_handler_set_data(hd, h, NULL)) != 0 ||
-	    (nrc = nng_http_server_add_handler(h->srv, hd)) != 0) {
-		snprintf(err, errlen, "http %s: %s", cfg->http, nng_strerror(nrc));
-		if (hd)
-			nng_http_handler_free(hd);
-		goto fail;
-	}
-	for (int i = 0; i < HTTP_THREADS; i++) {
-		struct thread_arg *ta = malloc(sizeof *ta);
-		if (ta) {
-			ta->h = h;
-			ta->q = &h->q[i >= READ_THREADS];
-		}
-		if (!ta || pthread_create(&h->th[i], NULL, http_thread, ta) != 0) {
-			free(ta);
+	for (int i = 0; i < WRITE_THREADS; i++) {
+		if (pthread_create(&h->th[i], NULL, write_thread, h) != 0) {
 			snprintf(err, errlen, "cannot start threads");
 			goto fail;
 		}
 		h->n_th++;
 	}
-	if ((nrc = nng_http_server_start(h->srv)) != 0) {
-		snprintf(err, errlen, "cannot listen on http://%s: %s", cfg->http, nng_strerror(nrc));
-		rc = BATON_EIO;
-		goto fail;
+	/* [broker] http_hosts: names separated by commas or spaces */
+	char names[BROKER_URL_MAX];
+	const char *hosts[HOSTS_MAX + 1];
+	size_t nh = 0;
+	snprintf(names, sizeof names, "%s", cfg->http_hosts);
+	for (char *save = NULL, *t = strtok_r(names, ", ", &save); t; t = strtok_r(NULL, ", ", &save)) {
+		if (nh == HOSTS_MAX) {
+			snprintf(err, errlen, "http_hosts: at most %d names", HOSTS_MAX);
+			rc = BATON_EINVAL;
+			goto fail;
+		}
+		hosts[nh++] = t;
 	}
-	nng_sockaddr sa;
-	unsigned port = 0;
-	if (nng_http_server_get_addr(h->srv, &sa) == 0)
-		port = sa.s_family == NNG_AF_INET6 ? ntohs(sa.s_in6.sa_port) : ntohs(sa.s_in.sa_port);
-	bool v6 = strchr(u->u_hostname, ':') != NULL;
-	snprintf(h->url, sizeof h->url, "http://%s%s%s:%u", v6 ? "[" : "", u->u_hostname, v6 ? "]" : "", port);
-	pthread_mutex_lock(&h->mu);
-	broker_http_guard_init(&h->guard, u->u_hostname, port, cfg->http_hosts, cfg->http_token);
-	pthread_mutex_unlock(&h->mu);
-	nng_url_free(u);
+	hosts[nh] = NULL;
+	struct baton_http_opts o = {
+		.addr = cfg->http,
+		.token = cfg->http_token,
+		.hosts = hosts,
+		.max_body = DOOR_BODY_MAX,
+		.workers = READ_WORKERS,
+	};
+	if ((rc = broker_door_open(b, cfg, &h->door, err, errlen)) != 0)
+		goto fail;
+	if ((rc = http_open(&o, on_request, h, &h->srv, err, errlen)) != 0)
+		goto fail;
 	*out = h;
 	return 0;
 fail:
-	if (u)
-		nng_url_free(u);
 	broker_http_close(h);
 	return rc;
 }
@@ -719,25 +863,24 @@ void broker_http_close(struct broker_http *h)
 {
 	if (!h)
 		return;
-	/* No events from here on; new requests get 503 from on_request;
-	 * queued ones are served (broker_call answers soon once the broker
-	 * stops); then the server stops, which waits for nothing of ours. */
+	/* No events from here on; new POSTs get 503; queued ones are served
+	 * (broker_call answers soon once the broker stops); then the server
+	 * closes, answering what is still open 503. */
+	atomic_store(&h->ready, false);
 	if (h->observing)
 		broker_unobserve(h->b, http_event, h);
 	pthread_mutex_lock(&h->mu);
 	h->stop = true;
-	pthread_cond_broadcast(&h->q[0].cv);
-	pthread_cond_broadcast(&h->q[1].cv);
+	pthread_cond_broadcast(&h->cv);
 	pthread_mutex_unlock(&h->mu);
 	for (int i = 0; i < h->n_th; i++)
 		pthread_join(h->th[i], NULL);
-	if (h->srv) {
-		nng_http_server_stop(h->srv);
-		nng_http_server_release(h->srv);
-	}
+	http_close(h->srv);
+	/* after the server: no route reaches it now; what it holds is answered
+	 * (and dropped by the closed server), its proxies cut and joined */
+	broker_door_close(h->door);
 	pthread_mutex_destroy(&h->mu);
-	pthread_cond_destroy(&h->q[0].cv);
-	pthread_cond_destroy(&h->q[1].cv);
+	pthread_cond_destroy(&h->cv);
 	free(h->ev);
 	broker_metrics_free(h->metrics);
 	free(h);

@@ -49,6 +49,27 @@ int br_post_live(struct broker *b, struct item *it)
 	return rc;
 }
 
+void broker_emit(struct broker *b, const char *kind, const char *engine, const char *reason, double ms,
+    uint64_t bytes)
+{
+	struct item *it = calloc(1, sizeof *it);
+	if (!it)
+		return; /* an event is news, not state: lost without memory */
+	it->kind = IT_EVENT;
+	snprintf(it->ev_kind, sizeof it->ev_kind, "%s", kind);
+	snprintf(it->ev_engine, sizeof it->ev_engine, "%s", engine ? engine : "");
+	snprintf(it->err, sizeof it->err, "%s", reason ? reason : "");
+	it->ms = ms;
+	it->job_id = bytes;
+	pthread_mutex_lock(&b->mu);
+	bool open = !b->loop_done;
+	if (open)
+		append(b, it);
+	pthread_mutex_unlock(&b->mu);
+	if (!open)
+		free(it);
+}
+
 void br_waiter_done(struct waiter *w)
 {
 	pthread_mutex_lock(&w->mu);

@@ -170,6 +170,12 @@ static void print_config(const struct broker_config *c)
 	printf("http = %s\n", c->http[0] ? c->http : "off");
 	if (c->http_token[0])
 		printf("; http_token is set (not shown)\n");
+	printf("door_quantum_s = %g\n", c->door_quantum_s);
+	if (c->door_keep_alive_s < 0)
+		printf("door_keep_alive_s = forever\n");
+	else
+		printf("door_keep_alive_s = %g\n", c->door_keep_alive_s);
+	printf("door_queue_max = %u\n", c->door_queue_max);
 	for (size_t i = 0; i < c->n_gpus; i++) {
 		const struct broker_gpu_conf *g = &c->gpus[i];
 		printf("\n[gpu \"%s\"]\nreserve_mib = %llu\n", g->uuid,
@@ -185,6 +191,10 @@ static void print_config(const struct broker_config *c)
 		printf("pinned = %s\n", e->pinned ? "true" : "false");
 		if (e->idle_release_s >= 0)
 			printf("idle_release_s = %g\n", e->idle_release_s);
+		if (e->has_keep_alive && e->keep_alive_s < 0)
+			printf("keep_alive_s = forever\n");
+		else if (e->has_keep_alive)
+			printf("keep_alive_s = %g\n", e->keep_alive_s);
 	}
 }
 
@@ -299,6 +309,7 @@ int main(int argc, char **argv)
 		broker_close(b);
 		return 1;
 	}
+	broker_http_ready(h, true); /* GET /readyz: 200 from here */
 	const char *http_url = h ? broker_http_url(h) : NULL;
 	fprintf(stderr, "baton-broker: control %s, events %s, http %s%s%s\n", broker_control_url(b),
 	    broker_events_url(b), http_url ? http_url : "off", config ? ", configuration " : "",
@@ -337,6 +348,7 @@ int main(int argc, char **argv)
 	sd_notify(0, "STOPPING=1\nSTATUS=shutting down");
 	fprintf(stderr, "baton-broker: shutting down\n");
 	proto_client_close(wd.cli);
+	broker_http_ready(h, false);
 	broker_stop(b);
 	broker_http_close(h);
 	broker_close(b);

@@ -64,6 +64,14 @@ static void on_register(struct broker *b, struct waiter *w, const struct baton_m
 	e->st = ES_LIVE;
 	snprintf(e->name, sizeof e->name, "%s", m->name);
 	snprintf(e->model, sizeof e->model, "%s", m->model);
+	/* The front door forwards to this URL: only plain http:// is spoken. */
+	const char *http = proto_has(m, PF_HTTP) ? m->http : "";
+	if (*http && strncmp(http, "http://", 7) != 0) {
+		br_blog("register %s: http '%.64s' is not an http:// URL; the front door will not route to it",
+		    m->name, http);
+		http = "";
+	}
+	snprintf(e->http, sizeof e->http, "%s", http);
 	if (strcmp(e->ctl, m->ctl) != 0 || !e->conn) {
 		br_eng_forget_conn(e);
 		snprintf(e->ctl, sizeof e->ctl, "%s", m->ctl);
@@ -204,7 +212,7 @@ static void on_status(struct broker *b, struct waiter *w, const struct baton_msg
 	for (size_t i = 0; i < BROKER_MAX_ENGINES; i++)
 		ne += b->eng[i].st != ES_FREE;
 	struct rbuf *rb = &w->rb;
-	size_t strs = (ng + 5 * ne) * BROKER_NAME_MAX + ne * BROKER_URL_MAX;
+	size_t strs = (ng + 5 * ne) * BROKER_NAME_MAX + 2 * ne * BROKER_URL_MAX;
 	char *blk = calloc(1, ng * sizeof(struct proto_gpu) + ne * sizeof(struct proto_engine_info) +
 	    strs + 16);
 	if (!blk) {
@@ -250,6 +258,7 @@ static void on_status(struct broker *b, struct waiter *w, const struct baton_msg
 		x->peer = e->has_peer ? e->peer_mapped : 0;
 		x->requests = e->requests;
 		x->ctl = pool_str(&pool, e->ctl);
+		x->http = pool_str(&pool, e->http);
 	}
 	proto_reply_init(&rb->m, m);
 	rb->m.gpus = (struct proto_gpus){ gv, (uint32_t)ng };
@@ -300,6 +309,11 @@ static void on_engine_op(struct broker *b, struct waiter *w, const struct baton_
 	if (m->op != PROTO_OP_HANDOFF && !proto_has(m, PF_NAME)) {
 		br_reply_error(w, m->op, m->id, BATON_EMISSING, "%s: the broker needs the engine's name",
 		    proto_op_name(m->op));
+		return;
+	}
+	if (m->op == PROTO_OP_RELEASE && proto_has(m, PF_ALL) && m->all) {
+		br_reply_error(w, m->op, m->id, BATON_EUNSUPPORTED, "release with all: send it to the "
+		    "engine itself (baton release NAME --all finds it)");
 		return;
 	}
 	struct eng *e = need_engine(b, w, m, name);

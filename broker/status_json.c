@@ -42,6 +42,7 @@ json_t *broker_engine_json(const struct proto_engine_info *e)
 	json_object_set_new(j, "peer_gpu", json_string(e->peer_gpu));
 	json_object_set_new(j, "peer", jint(e->peer));
 	json_object_set_new(j, "requests", jint(e->requests));
+	json_object_set_new(j, "http", json_string(e->http ? e->http : ""));
 	return j;
 }
 

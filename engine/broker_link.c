@@ -34,7 +34,7 @@ struct report {
 
 struct broker_link {
 	struct broker_link_params p;
-	char *url, *name, *gpu, *model, *ctl, *peer_gpu;
+	char *url, *name, *gpu, *model, *ctl, *http, *peer_gpu;
 	struct proto_client *cli;
 	pthread_t th;
 	int have_th;
@@ -112,6 +112,10 @@ static int do_register(struct broker_link *l)
 	m.device = l->p.device;
 	m.model = l->model;
 	m.ctl = l->ctl;
+	if (l->http[0]) {
+		m.http = l->http;
+		proto_set(&m, PF_HTTP);
+	}
 	m.floor = l->p.floor;
 	m.ceiling = l->p.ceiling;
 	m.priority = l->p.priority;
@@ -316,9 +320,10 @@ int broker_link_open(const struct broker_link_params *p, struct broker_link **ou
 	l->gpu = dup_or_empty(p->gpu);
 	l->peer_gpu = dup_or_empty(p->peer_gpu);
 	l->model = dup_or_empty(p->model);
+	l->http = dup_or_empty(p->http);
 	l->ctl = dup_or_empty(p->ctl);
 	int rc = BATON_ENOMEM;
-	if (!l->url || !l->name || !l->gpu || !l->model || !l->ctl || !l->peer_gpu)
+	if (!l->url || !l->name || !l->gpu || !l->model || !l->ctl || !l->http || !l->peer_gpu)
 		goto fail;
 	/* No timed resend: a request is resent when its connection drops
 	 * (to a restarted broker), which is what we want. */
@@ -364,6 +369,7 @@ void broker_link_close(struct broker_link *l, bool goodbye)
 	free(l->gpu);
 	free(l->peer_gpu);
 	free(l->model);
+	free(l->http);
 	free(l->ctl);
 	free(l);
 }

@@ -40,6 +40,7 @@ typedef void (*broker_link_state_fn)(void *arg, struct broker_link_state *st);
 struct broker_link_params {
 	const char *url;          /* the broker's control socket */
 	const char *name, *gpu, *model, *ctl;
+	const char *http;         /* its OpenAI HTTP URL (--http), NULL or "" for none */
 	uint32_t pid, device;
 	uint64_t floor, ceiling, capacity;
 	int32_t priority;

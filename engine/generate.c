@@ -141,6 +141,11 @@ const char *generator_chat_family(const struct baton_generator *g)
 	return g->family;
 }
 
+struct baton_model *generator_model(const struct baton_generator *g)
+{
+	return g->model;
+}
+
 void generator_result_free(struct baton_gen_result *res)
 {
 	if (!res)
@@ -268,92 +273,225 @@ static int check_request(const struct baton_gen_request *req, char *errbuf, size
 	return 0;
 }
 
-int generator_run(struct baton_generator *g, const struct baton_gen_request *req,
-    struct baton_gen_result *res, char *errbuf, size_t errlen)
+/* One request in flight: its prompt, sampler, text decoder and output. */
+struct baton_gen_seq {
+	struct baton_generator *g;
+	int32_t *ids;               /* the prompt */
+	uint32_t n_prompt;
+	struct baton_sampler *smp;
+	text_stream *ts;
+	struct out o;
+	uint32_t *toks;             /* sampled ids, max_tokens + 1 room */
+	uint32_t n_tokens, max_tokens;
+	uint32_t stops[MAX_EOS + 64];
+	const char *finish;         /* NULL while it runs */
+	int cancelled;              /* generator_seq_cancel */
+	double t0, t1;              /* prefill began, first token sampled */
+};
+
+int generator_start(struct baton_generator *g, const struct baton_gen_request *req,
+    struct baton_gen_seq **out, char *errbuf, size_t errlen)
 {
-	memset(res, 0, sizeof *res);
+	*out = NULL;
+	if (errbuf && errlen)
+		errbuf[0] = '\0';
 	int rc = check_request(req, errbuf, errlen);
 	if (rc)
 		return rc;
-	int32_t *ids = NULL;
+	struct baton_gen_seq *s = calloc(1, sizeof *s);
+	if (!s)
+		return BATON_ENOMEM;
+	s->g = g;
 	size_t n = 0;
-	if ((rc = encode_prompt(g, req, &ids, &n, errbuf, errlen)) != 0)
-		return rc;
+	if ((rc = encode_prompt(g, req, &s->ids, &n, errbuf, errlen)) != 0)
+		goto fail;
 	uint32_t ctx = model_max_ctx(g->model);
 	if (n == 0 || n >= ctx) {
 		baton_errf(errbuf, errlen, "the prompt has %zu tokens; this engine's context holds %u", n, ctx);
-		free(ids);
-		return n == 0 ? BATON_EINVAL : BATON_ERANGE;
+		rc = n == 0 ? BATON_EINVAL : BATON_ERANGE;
+		goto fail;
 	}
+	s->n_prompt = (uint32_t)n;
 
 	/* The model's end-of-sequence ids stop it, and the caller's. */
 	struct baton_sample_params sp = req->sp;
-	uint32_t stops[MAX_EOS + 64];
 	uint32_t ns = 0;
 	for (uint32_t i = 0; i < g->n_eos; i++)
-		stops[ns++] = g->eos[i];
-	for (uint32_t i = 0; i < sp.n_stop_ids && ns < sizeof stops / sizeof stops[0]; i++)
-		stops[ns++] = sp.stop_ids[i];
-	sp.stop_ids = stops;
+		s->stops[ns++] = g->eos[i];
+	for (uint32_t i = 0; i < sp.n_stop_ids && ns < sizeof s->stops / sizeof s->stops[0]; i++)
+		s->stops[ns++] = sp.stop_ids[i];
+	sp.stop_ids = s->stops;
 	sp.n_stop_ids = ns;
 	uint32_t room = ctx - (uint32_t)n;
 	if (sp.max_tokens == 0 || sp.max_tokens > room)
 		sp.max_tokens = room;
-
-	struct baton_sampler *smp = NULL;
-	text_stream *ts = NULL;
-	struct out o = { .stop = req->stop, .n_stop = req->n_stop, .fn = req->on_text, .arg = req->arg };
-	uint32_t *toks = malloc(sizeof(uint32_t) * ((size_t)sp.max_tokens + 1));
+	s->max_tokens = sp.max_tokens;
+	s->o = (struct out){ .stop = req->stop, .n_stop = req->n_stop, .fn = req->on_text, .arg = req->arg };
 	char err[400] = "";
-	if (!toks) {
+	if (!(s->toks = malloc(sizeof(uint32_t) * ((size_t)sp.max_tokens + 1)))) {
 		rc = BATON_ENOMEM;
-		goto out;
+		goto fail;
 	}
-	if ((rc = baton_sampler_new(&sp, g->vocab, &smp, err, sizeof err)) != 0) {
+	if ((rc = baton_sampler_new(&sp, g->vocab, &s->smp, err, sizeof err)) != 0) {
 		baton_errf(errbuf, errlen, "%s", err);
-		goto out;
+		goto fail;
 	}
-	if ((rc = baton_sampler_prompt(smp, (const uint32_t *)ids, n)) != 0) {
+	if ((rc = baton_sampler_prompt(s->smp, (const uint32_t *)s->ids, n)) != 0) {
 		baton_errf(errbuf, errlen, "prompt: a token outside the model's vocabulary");
-		goto out;
+		goto fail;
 	}
-	if ((rc = text_stream_open(&ts, g->tok, TEXT_SKIP_SPECIAL)) != 0)
-		goto out;
+	if ((rc = text_stream_open(&s->ts, g->tok, TEXT_SKIP_SPECIAL)) != 0)
+		goto fail;
+	s->t0 = now_s();
+	*out = s;
+	return 0;
+fail:
+	if (errbuf && errlen && !errbuf[0])
+		baton_errf(errbuf, errlen, "%s", baton_strerror(rc));
+	generator_seq_free(s);
+	return rc;
+}
 
-	double t0 = now_s();
-	if ((rc = model_prefill(g->model, (const uint32_t *)ids, (uint32_t)n, g->logits)) != 0) {
-		baton_errf(errbuf, errlen, "prefill of %zu tokens failed: %s", n, baton_strerror(rc));
+const uint32_t *generator_seq_prompt(const struct baton_gen_seq *s, uint32_t *n)
+{
+	*n = s->n_prompt;
+	return (const uint32_t *)s->ids;
+}
+
+uint32_t generator_seq_max_tokens(const struct baton_gen_seq *s)
+{
+	return s->max_tokens;
+}
+
+void generator_seq_begin(struct baton_gen_seq *s)
+{
+	s->t0 = now_s();
+}
+
+void generator_seq_cancel(struct baton_gen_seq *s)
+{
+	s->cancelled = 1;
+	if (!s->finish)
+		s->finish = "cancelled";
+}
+
+const char *generator_seq_finished(const struct baton_gen_seq *s)
+{
+	return s->finish;
+}
+
+int generator_seq_next(struct baton_gen_seq *s, float *logits, uint32_t *token,
+    char *errbuf, size_t errlen)
+{
+	struct baton_generator *g = s->g;
+	if (s->finish) {
+		baton_errf(errbuf, errlen, "the request has ended (%s)", s->finish);
+		return BATON_ESTATE;
+	}
+	if (s->n_tokens == 0)
+		s->t1 = now_s();
+	for (uint32_t i = g->tok_vocab; i < g->vocab; i++)
+		logits[i] = -INFINITY; /* ids the tokenizer cannot spell */
+	uint32_t t;
+	enum baton_finish fin;
+	int rc = baton_sampler_next(s->smp, logits, &t, &fin);
+	if (rc) {
+		baton_errf(errbuf, errlen, "sampling failed: %s", baton_strerror(rc));
+		return rc;
+	}
+	s->toks[s->n_tokens++] = t;
+	*token = t;
+	if (fin == BATON_FINISH_STOP) {
+		s->finish = "stop";
+		return 0;
+	}
+	if ((rc = text_stream_push(s->ts, (int32_t)t, &s->o.buf, &s->o.len, &s->o.cap)) != 0) {
+		baton_errf(errbuf, errlen, "decoding token %u: %s", t, baton_strerror(rc));
+		return rc;
+	}
+	settle(&s->o, 0);
+	if (s->o.stopped)
+		s->finish = "stop";
+	else if (s->o.cancelled)
+		s->finish = "cancelled";
+	else if (fin == BATON_FINISH_LENGTH ||
+	    s->n_prompt + s->n_tokens - 1 >= model_max_ctx(g->model))
+		s->finish = "length"; /* the model holds no position for another token */
+	return 0;
+}
+
+int generator_seq_result(struct baton_gen_seq *s, struct baton_gen_result *res,
+    char *errbuf, size_t errlen)
+{
+	memset(res, 0, sizeof *res);
+	if (!s->finish) {
+		baton_errf(errbuf, errlen, "the request has not ended");
+		return BATON_ESTATE;
+	}
+	int rc;
+	const char *finish = s->finish;
+	if (!s->o.stopped && !s->o.cancelled && !s->cancelled) {
+		if ((rc = text_stream_finish(s->ts, &s->o.buf, &s->o.len, &s->o.cap)) != 0) {
+			baton_errf(errbuf, errlen, "decoding the end: %s", baton_strerror(rc));
+			return rc;
+		}
+		settle(&s->o, 1);
+		if (s->o.stopped)
+			finish = "stop";
+		if (s->o.cancelled)
+			finish = "cancelled";
+	}
+	if (!s->o.buf && !(s->o.buf = calloc(1, 1)))
+		return BATON_ENOMEM;
+	double end = now_s();
+	res->prefill_s = s->n_tokens ? s->t1 - s->t0 : end - s->t0;
+	res->decode_s = s->n_tokens ? end - s->t1 : 0;
+	res->text = s->o.buf;
+	res->text_len = s->o.len;
+	s->o.buf = NULL;
+	s->o.len = s->o.cap = s->o.emitted = 0;
+	res->tokens = s->toks;
+	res->n_tokens = s->n_tokens;
+	s->toks = NULL;
+	res->n_prompt = s->n_prompt;
+	res->finish = finish;
+	return 0;
+}
+
+void generator_seq_free(struct baton_gen_seq *s)
+{
+	if (!s)
+		return;
+	text_stream_close(s->ts);
+	baton_sampler_free(s->smp);
+	free(s->o.buf);
+	free(s->toks);
+	free(s->ids);
+	free(s);
+}
+
+/* One request alone, on the model's own sequence: prefill, then one decode
+ * per sampled token. The scheduler (sched.h) drives the same steps for
+ * many requests at once. */
+int generator_run(struct baton_generator *g, const struct baton_gen_request *req,
+    struct baton_gen_result *res, char *errbuf, size_t errlen)
+{
+	memset(res, 0, sizeof *res);
+	struct baton_gen_seq *s;
+	int rc = generator_start(g, req, &s, errbuf, errlen);
+	if (rc)
+		return rc;
+	uint32_t n;
+	const uint32_t *ids = generator_seq_prompt(s, &n);
+	if ((rc = model_prefill(g->model, ids, n, g->logits)) != 0) {
+		baton_errf(errbuf, errlen, "prefill of %u tokens failed: %s", n, baton_strerror(rc));
 		goto out;
 	}
-	double t1 = now_s();
-	res->prefill_s = t1 - t0;
-	const char *finish = "length";
 	for (;;) {
-		for (uint32_t i = g->tok_vocab; i < g->vocab; i++)
-			g->logits[i] = -INFINITY; /* ids the tokenizer cannot spell */
 		uint32_t t;
-		enum baton_finish fin;
-		if ((rc = baton_sampler_next(smp, g->logits, &t, &fin)) != 0) {
-			baton_errf(errbuf, errlen, "sampling failed: %s", baton_strerror(rc));
+		if ((rc = generator_seq_next(s, g->logits, &t, errbuf, errlen)) != 0)
 			goto out;
-		}
-		toks[res->n_tokens++] = t;
-		if (fin == BATON_FINISH_STOP) {
-			finish = "stop";
-			break;
-		}
-		if ((rc = text_stream_push(ts, (int32_t)t, &o.buf, &o.len, &o.cap)) != 0)
-			goto out;
-		settle(&o, 0);
-		if (o.stopped) {
-			finish = "stop";
-			break;
-		}
-		if (o.cancelled) {
-			finish = "cancelled";
-			break;
-		}
-		if (fin == BATON_FINISH_LENGTH || model_pos(g->model) >= ctx)
+		if (generator_seq_finished(s))
 			break;
 		if ((rc = model_decode(g->model, t, g->logits)) != 0) {
 			baton_errf(errbuf, errlen, "decode at position %u failed: %s", model_pos(g->model),
@@ -361,35 +499,9 @@ int generator_run(struct baton_generator *g, const struct baton_gen_request *req
 			goto out;
 		}
 	}
-	if (!o.stopped && !o.cancelled) {
-		if ((rc = text_stream_finish(ts, &o.buf, &o.len, &o.cap)) != 0)
-			goto out;
-		settle(&o, 1);
-		if (o.stopped)
-			finish = "stop";
-	}
-	res->decode_s = now_s() - t1;
-	if (!o.buf && !(o.buf = calloc(1, 1))) {
-		rc = BATON_ENOMEM;
-		goto out;
-	}
-	res->text = o.buf;
-	res->text_len = o.len;
-	o.buf = NULL;
-	res->tokens = toks;
-	toks = NULL;
-	res->n_prompt = (uint32_t)n;
-	res->finish = o.cancelled ? "cancelled" : finish;
+	rc = generator_seq_result(s, res, errbuf, errlen);
 out:
-	if (rc) {
-		res->n_tokens = 0;
-		if (errbuf && errlen && !errbuf[0])
-			baton_errf(errbuf, errlen, "%s", baton_strerror(rc));
-	}
-	text_stream_close(ts);
-	baton_sampler_free(smp);
-	free(o.buf);
-	free(toks);
-	free(ids);
+	model_reset(g->model); /* its KV blocks go back to the pool */
+	generator_seq_free(s);
 	return rc;
 }

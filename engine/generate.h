@@ -7,10 +7,17 @@
  * and sample one token per step until a stop token, a stop string or the
  * length limit, streaming the text as it becomes final.
  *
- * The engine's `complete` op (serve.c), the CLI's `baton complete` and
- * `baton chat`, and later the OpenAI-compatible API all stand on
- * generator_run. Not thread-safe: the serve loop runs one request at a
- * time on an engine (under its run lock), as it does GEN.
+ * A request in flight is a struct baton_gen_seq: generator_start renders
+ * and encodes its prompt and seeds its own sampler; generator_seq_next
+ * takes the logits of its last position, samples, and passes on the text
+ * that became final; generator_seq_result hands over the answer. Who runs
+ * the forward passes is the caller's: generator_run (one request alone,
+ * on the model's own sequence) or the scheduler (sched.h: many requests
+ * sharing each step). The same request and seed give the same answer
+ * either way, since each sequence's logits do not depend on the others.
+ *
+ * Not thread-safe: one thread drives a generator and its requests (the
+ * serve loop's scheduler thread).
  */
 #ifndef BATON_ENGINE_GENERATE_H
 #define BATON_ENGINE_GENERATE_H
@@ -86,5 +93,41 @@ struct baton_gen_result {
 int generator_run(struct baton_generator *g, const struct baton_gen_request *req,
     struct baton_gen_result *res, char *errbuf, size_t errlen);
 void generator_result_free(struct baton_gen_result *res);
+
+/* The model the generator drives (its forward passes are the caller's
+ * when it runs requests with generator_start). */
+struct baton_model *generator_model(const struct baton_generator *g);
+
+/* ---- one request in flight ---- */
+struct baton_gen_seq;
+
+/* Checks req, encodes its prompt, makes its sampler. The request's
+ * strings (stop) and on_text's arg must outlive the sequence. Errors as
+ * generator_run's, nothing left then. */
+int generator_start(struct baton_generator *g, const struct baton_gen_request *req,
+    struct baton_gen_seq **out, char *errbuf, size_t errlen);
+/* The prompt's token ids (owned by s) and how many. */
+const uint32_t *generator_seq_prompt(const struct baton_gen_seq *s, uint32_t *n);
+/* Tokens it may still sample: max_tokens capped by the context's room. */
+uint32_t generator_seq_max_tokens(const struct baton_gen_seq *s);
+/* Its prefill starts now (the time counted as prefill_s starts here, not
+ * at generator_start: a scheduler's queue wait is not prefill). */
+void generator_seq_begin(struct baton_gen_seq *s);
+/* Takes the logits of the sequence's last position (modified: scratch),
+ * samples the next token into *token and passes on the text that became
+ * final (on_text). Then generator_seq_finished says whether it ended; if
+ * not, *token is what the model must take next. BATON_ESTATE after the
+ * end; the sampler's errors. */
+int generator_seq_next(struct baton_gen_seq *s, float *logits, uint32_t *token,
+    char *errbuf, size_t errlen);
+/* NULL while it runs; "stop", "length" or "cancelled" once it ended. */
+const char *generator_seq_finished(const struct baton_gen_seq *s);
+/* Ends it now as "cancelled" (the client went away); idempotent. */
+void generator_seq_cancel(struct baton_gen_seq *s);
+/* After the end: the answer, as generator_run gives it (the stream's last
+ * text is passed on first). The caller frees *res. BATON_ESTATE before. */
+int generator_seq_result(struct baton_gen_seq *s, struct baton_gen_result *res,
+    char *errbuf, size_t errlen);
+void generator_seq_free(struct baton_gen_seq *s);
 
 #endif

@@ -53,6 +53,17 @@ static const char usage[] =
     "  --ctx N                     a whole model's context: KV cache positions, held on the\n"
     "                              device with the dense weights (default: the model's\n"
     "                              max_position_embeddings, at most 4096)\n"
+    "  --kv-blocks N               the KV cache's pool: blocks of 16 positions shared by the\n"
+    "                              sequences in flight (default: one --ctx sequence's worth)\n"
+    "  --max-seqs N                sequences decoded together in each step (default 16)\n"
+    "  --max-queue N               requests waiting for KV blocks or a free slot; more are\n"
+    "                              answered busy (HTTP 503 with Retry-After) (default 64)\n"
+    "  --http ADDR                 serve the OpenAI-compatible API on ADDR (HOST:PORT, port 0:\n"
+    "                              any; prints \"http: URL\"); loopback only unless a token is set\n"
+    "  --http-token-file FILE      clients must send \"Authorization: Bearer TOKEN\" (the file's\n"
+    "                              first line)\n"
+    "  --served-model-name NAME    the model id clients send (default: the arena's file name\n"
+    "                              without .arena)\n"
     "  --help, --version\n";
 
 static void usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
@@ -77,11 +88,29 @@ static uint64_t parse_uint(const char *flag, const char *v, uint64_t max)
 	return x;
 }
 
+/* The bearer token: the file's first line, without its newline. */
+static const char *read_token(const char *path)
+{
+	static char tok[512];
+	FILE *f = fopen(path, "r");
+	if (!f)
+		usage_error("--http-token-file %s: %s", path, strerror(errno));
+	if (!fgets(tok, sizeof tok, f))
+		tok[0] = 0;
+	fclose(f);
+	tok[strcspn(tok, "\r\n")] = 0;
+	if (strlen(tok) < 16 || strpbrk(tok, " \t"))
+		usage_error("--http-token-file %s: want a token of at least 16 characters, no spaces, "
+		    "on the first line", path);
+	return tok;
+}
+
 static void parse_args(int argc, char **argv, struct baton_serve_config *o)
 {
 	enum { O_NAME = 1, O_ARENA, O_LISTEN, O_BACKEND, O_DEVICE, O_CACHE, O_SEG, O_RELEASE,
 	       O_IDLE, O_ELASTIC, O_RESERVE, O_VERIFY, O_HOSTMIB, O_BROKER, O_PRIORITY, O_PEER,
-	       O_CTX, O_BWAIT, O_BOPT, O_HELP, O_VERSION };
+	       O_CTX, O_BWAIT, O_BOPT, O_KVB, O_MAXSEQS, O_MAXQ, O_HTTP, O_HTOKEN, O_SERVED,
+	       O_HELP, O_VERSION };
 	static const struct option lo[] = {
 		{ "name", required_argument, 0, O_NAME },
 		{ "shared-expert-arena", required_argument, 0, O_ARENA },
@@ -102,6 +131,12 @@ static void parse_args(int argc, char **argv, struct baton_serve_config *o)
 		{ "priority", required_argument, 0, O_PRIORITY },
 		{ "peer-device", required_argument, 0, O_PEER },
 		{ "ctx", required_argument, 0, O_CTX },
+		{ "kv-blocks", required_argument, 0, O_KVB },
+		{ "max-seqs", required_argument, 0, O_MAXSEQS },
+		{ "max-queue", required_argument, 0, O_MAXQ },
+		{ "http", required_argument, 0, O_HTTP },
+		{ "http-token-file", required_argument, 0, O_HTOKEN },
+		{ "served-model-name", required_argument, 0, O_SERVED },
 		{ "help", no_argument, 0, O_HELP },
 		{ "version", no_argument, 0, O_VERSION },
 		{ 0, 0, 0, 0 },
@@ -155,6 +190,29 @@ static void parse_args(int argc, char **argv, struct baton_serve_config *o)
 			if (o->ctx < 16)
 				usage_error("--ctx wants at least 16 positions, got '%s'", optarg);
 			break;
+		case O_KVB:
+			o->kv_blocks = (uint32_t)parse_uint("--kv-blocks", optarg, 1u << 24);
+			if (o->kv_blocks == 0)
+				usage_error("--kv-blocks must be positive");
+			break;
+		case O_MAXSEQS:
+			o->max_seqs = (uint32_t)parse_uint("--max-seqs", optarg, 1024);
+			if (o->max_seqs == 0)
+				usage_error("--max-seqs must be positive");
+			break;
+		case O_MAXQ:
+			o->max_queue = (uint32_t)parse_uint("--max-queue", optarg, 1u << 20);
+			if (o->max_queue == 0)
+				usage_error("--max-queue must be positive");
+			break;
+		case O_HTTP: o->http = optarg; break;
+		case O_HTOKEN: o->http_token = read_token(optarg); break;
+		case O_SERVED:
+			if (!optarg[0] || strlen(optarg) > 200 || strpbrk(optarg, " \t\r\n\"\\"))
+				usage_error("--served-model-name wants 1 to 200 characters without spaces or quotes, "
+				    "got '%s'", optarg);
+			o->served_model = optarg;
+			break;
 		case O_HOSTMIB:
 			o->host_mib = parse_uint("--host-device-mib", optarg, 16u << 20);
 			if (o->host_mib == 0)
@@ -206,6 +264,8 @@ static void parse_args(int argc, char **argv, struct baton_serve_config *o)
 		usage_error("--shared-expert-arena is required");
 	if ((o->broker_wait_s > 0 || o->broker_optional) && !o->broker)
 		usage_error("%s needs --broker", o->broker_optional ? "--broker-optional" : "--broker-wait");
+	if (o->http_token && !o->http)
+		usage_error("--http-token-file needs --http");
 	if (o->use_peer && o->peer_device == o->device)
 		usage_error("--peer-device %d is the engine's own --device", o->peer_device);
 }
@@ -248,8 +308,11 @@ int main(int argc, char **argv)
 			return 4;
 		return rc == BATON_EINVAL || rc == BATON_ENODEV ? 2 : 1;
 	}
-	/* Ready: tests and scripts wait for this line. */
+	/* Ready: tests and scripts wait for this line; the OpenAI API's URL
+	 * follows it (with --http). */
 	printf("ready %s\n", serve_url());
+	if (serve_http_url()[0])
+		printf("http: %s\n", serve_http_url());
 	fflush(stdout);
 	/* systemd (Type=notify): a no-op without $NOTIFY_SOCKET. */
 	sd_notifyf(0, "READY=1\nSTATUS=listening on %s", serve_url());

@@ -48,12 +48,17 @@
 #include "engine/completion.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
+#include "engine/model.h"
+#include "engine/openai.h"
+#include "engine/sched.h"
 #include "engine/serve.h"
 #include "proto/proto.h"
 
 #define MIB (1024ull * 1024ull)
 #define RECEIVERS 4
 #define YIELD_S 0.1
+/* A broker command refused busy stops admissions until it ran, or this long. */
+#define DRAIN_S 2.0
 /* serve_open could not listen or start its receivers (the log says why). */
 #define BATON_ESERVE_START BATON_EIO
 
@@ -82,6 +87,11 @@ static struct {
 	enum serve_broker_fail broker_fail;
 	struct baton_generator *gen; /* NULL: the arena has no whole model (gen_error says why) */
 	char gen_error[512];
+	struct baton_sched *sched;  /* runs COMPLETE and the OpenAI API's requests (with gen) */
+	struct oai_server *oai;     /* --http */
+	char model_name[256];       /* the served model id */
+	int released_all;           /* a release --all gave back the model too (under run_mu) */
+	uint64_t model_bytes;       /* what the model held before it (under run_mu) */
 	char listen_url[PATH_MAX];
 	atomic_int stopping;        /* main sets it, receivers read it */
 	uint32_t d_model;           /* set once at start */
@@ -159,10 +169,16 @@ static void link_state(void *arg, struct broker_link_state *st)
 	st->free_bytes = fr;
 	st->busy = g.active > 0;
 	double idle = now_s() - g.last_active;
+	if (g.sched) {
+		struct sched_stats ss;
+		sched_stats(g.sched, &ss);
+		st->busy = st->busy || ss.running || ss.waiting;
+		st->requests += ss.finished;
+	}
 	st->idle_ms = st->busy || idle < 0 ? 0 : (uint64_t)(idle * 1e3);
 	st->epoch = g.snap_epoch;
 	st->peer_mapped = g.info.cache.peer_mapped_bytes;
-	st->requests = g.requests;
+	st->requests += g.requests;
 	pthread_mutex_unlock(&g.st_mu);
 	if (g.o.use_peer)
 		engine_peer_mem_info(g.e, &st->peer_free, &tot);
@@ -189,6 +205,27 @@ static void test_refill_delay(void)
 		struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
 		nanosleep(&ts, NULL);
 	}
+}
+
+/* After a release --all: the dense weights and the KV pool back on the
+ * device (caller holds run_mu). BATON_EDEVMEM leaves them released, to be
+ * tried again. */
+static int refill_model(void)
+{
+	if (!g.gen || !g.released_all)
+		return 0;
+	double t0 = now_s();
+	int rc = model_refill(generator_model(g.gen));
+	if (rc) {
+		logf_("refill of the model's dense weights and KV cache failed: %s", baton_strerror(rc));
+		return rc;
+	}
+	pthread_mutex_lock(&g.st_mu);
+	g.released_all = 0;
+	pthread_mutex_unlock(&g.st_mu);
+	logf_("model refilled: %.1f MiB of dense weights and KV cache in %.3f ms",
+	    (double)g.model_bytes / MIB, (now_s() - t0) * 1e3);
+	return 0;
 }
 
 /* Makes the cache whole again (caller holds run_mu): back to the full
@@ -243,18 +280,20 @@ static int cache_whole(void)
  * broker's refusal in err. */
 static int ensure_memory(const char *why, char *err, size_t errlen)
 {
-	if (!g.link || cache_whole())
+	if (!g.link || (cache_whole() && !g.released_all))
 		return 0;
 	pthread_mutex_unlock(&g.run_mu);
 	pthread_mutex_lock(&g.acq_mu);
 	pthread_mutex_lock(&g.run_mu);
-	if (cache_whole()) {
+	if (cache_whole() && !g.released_all) {
 		pthread_mutex_unlock(&g.acq_mu);
 		return 0;
 	}
 	struct baton_cache_stats st;
 	cache_stats(engine_cache(g.e), &st);
 	uint64_t need = g.ceiling > st.mapped_bytes ? g.ceiling - st.mapped_bytes : 0;
+	uint64_t model_need = g.released_all ? g.model_bytes : 0; /* after a release --all */
+	need += model_need;
 	pthread_mutex_unlock(&g.run_mu);
 	uint64_t granted = 0, epoch = 0;
 	double t0 = now_s();
@@ -280,7 +319,11 @@ static int ensure_memory(const char *why, char *err, size_t errlen)
 	}
 	set_state("refilling");
 	struct baton_cache_report r;
-	int mrc = make_full(granted, &r);
+	memset(&r, 0, sizeof r);
+	/* the model first: the cache's share is what the grant leaves */
+	int mrc = refill_model();
+	if (mrc == 0)
+		mrc = make_full(granted > model_need ? granted - model_need : 0, &r);
 	snapshot(NULL);
 	pthread_mutex_unlock(&g.acq_mu);
 	if (mrc) {
@@ -310,6 +353,25 @@ static void gen_yield(void)
 	pthread_mutex_unlock(&g.st_mu);
 }
 
+
+/* Requests the scheduler answered (COMPLETE and HTTP). */
+static uint64_t sched_done(void)
+{
+	if (!g.sched)
+		return 0;
+	struct sched_stats st;
+	sched_stats(g.sched, &st);
+	return st.finished;
+}
+
+/* What a release gave back, from the snapshot (st_mu held): "all" (the
+ * model too), "experts" (the expert cache maps nothing), or "none". */
+static const char *level_name(void)
+{
+	if (g.released_all)
+		return "all";
+	return g.info.cache.mapped_bytes == 0 ? "experts" : "none";
+}
 
 static void reply(struct proto_ctx *ctx, const struct baton_msg *rep)
 {
@@ -352,7 +414,9 @@ static void on_status(struct proto_ctx *ctx, const struct baton_msg *req)
 	rep.target = in->cache.target_bytes;
 	rep.ceiling = (uint64_t)in->cache.slots_total * in->cache.slot_bytes;
 	rep.epoch = g.epoch;
-	rep.requests = g.requests;
+	rep.requests = g.requests + sched_done();
+	rep.level = level_name();
+	proto_set(&rep, PF_LEVEL);
 	rep.hits = in->cache.hits;
 	rep.misses = in->cache.misses;
 	rep.last_refill_bytes = g.last_refill_bytes;
@@ -502,8 +566,89 @@ static void on_gen(struct proto_ctx *ctx, const struct baton_msg *req)
 	work_end(rest);
 }
 
-/* COMPLETE: text in, text out through the generator (generate.h). The
- * request is checked before it waits for the engine. */
+/* ---- the scheduler's hooks: the work bracket of continuous batching ---- */
+
+/* Before the scheduler's first step after idle: busy now, a refused
+ * broker command first, the engine taken, its memory made whole (the
+ * broker asked), the model back after a release --all. 0 with run_mu
+ * held by the scheduler's thread until sched_end. */
+static int sched_begin(void *arg, char *err, size_t errlen)
+{
+	(void)arg;
+	if (g.link)
+		broker_link_poke(g.link); /* busy now: the broker asks idle engines first */
+	gen_yield();
+	pthread_mutex_lock(&g.run_mu);
+	char aerr[512] = "";
+	int rc = ensure_memory("complete", aerr, sizeof aerr);
+	if (rc) {
+		baton_errf(err, errlen, "no device memory from the broker: %s", aerr);
+	} else if ((rc = refill_model()) != 0) {
+		baton_errf(err, errlen, "no device memory for the model's dense weights and KV cache "
+		    "(%s)", baton_strerror(rc));
+	}
+	if (rc) {
+		snapshot(NULL);
+		pthread_mutex_unlock(&g.run_mu);
+		pthread_mutex_lock(&g.st_mu);
+		g.last_active = now_s();
+		pthread_mutex_unlock(&g.st_mu);
+		if (g.link)
+			broker_link_poke(g.link);
+		return rc;
+	}
+	return 0;
+}
+
+/* The last sequence ended and nothing is admitted: the engine goes back
+ * (after an idle release without a broker, the rest is refilled first). */
+static void sched_end(void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&g.st_mu);
+	g.last_active = now_s();
+	pthread_mutex_unlock(&g.st_mu);
+	snapshot(NULL);
+	int rest = !g.link && g.idle_released && g.info.cache.state != BATON_CACHE_READY;
+	work_end(rest);
+	if (g.link)
+		broker_link_poke(g.link);
+}
+
+/* No new sequence while a refused broker command waits to get in. */
+static int sched_may_admit(void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&g.st_mu);
+	int ok = g.yield_at == 0 || now_s() >= g.yield_at + DRAIN_S || g.stopping;
+	pthread_mutex_unlock(&g.st_mu);
+	return ok;
+}
+
+/* COMPLETE: text in, text out through the scheduler (sched.h), like the
+ * HTTP API's requests. The request is checked before it waits; the
+ * receiver waits for its answer (its nng context answers one at a time). */
+struct complete_wait {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int done, rc;
+	char err[512];
+	struct baton_gen_result res;
+};
+
+static void complete_done(void *arg, int rc, const char *err, struct baton_gen_result *res)
+{
+	struct complete_wait *w = arg;
+	pthread_mutex_lock(&w->mu);
+	w->rc = rc;
+	snprintf(w->err, sizeof w->err, "%s", err ? err : "");
+	if (res)
+		w->res = *res;
+	w->done = 1;
+	pthread_cond_signal(&w->cv);
+	pthread_mutex_unlock(&w->mu);
+}
+
 static void on_complete(struct proto_ctx *ctx, const struct baton_msg *req)
 {
 	if (!g.gen) {
@@ -517,34 +662,41 @@ static void on_complete(struct proto_ctx *ctx, const struct baton_msg *req)
 		reply_err(ctx, req, rc, "complete: %s", err);
 		return;
 	}
-	if (work_begin(ctx, req) != 0) {
+	struct complete_wait w = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
+	struct sched_cb cb = { .on_done = complete_done, .arg = &w };
+	double t0 = now_s();
+	rc = sched_submit(g.sched, &c.q, &cb, NULL);
+	if (rc) {
 		completion_free(&c);
+		reply_err(ctx, req, rc, "complete: %s", rc == BATON_EBUSY ?
+		    "the engine's queue of waiting requests is full; try again" : "the engine is shutting down");
 		return;
 	}
-	struct baton_gen_result res;
-	double t0 = now_s();
-	rc = generator_run(g.gen, &c.q, &res, err, sizeof err);
-	int rest = work_done(rc == 0);
-	if (rc) {
-		reply_err(ctx, req, rc, "complete: %s", err);
+	pthread_mutex_lock(&w.mu);
+	while (!w.done)
+		pthread_cond_wait(&w.cv, &w.mu);
+	pthread_mutex_unlock(&w.mu);
+	struct baton_gen_result *res = &w.res;
+	if (w.rc) {
+		reply_err(ctx, req, w.rc, "complete: %s", w.err);
 	} else {
-		uint8_t *ids = malloc((size_t)res.n_tokens * 4 + 1);
+		uint8_t *ids = malloc((size_t)res->n_tokens * 4 + 1);
 		if (!ids) {
 			reply_err(ctx, req, BATON_ENOMEM, "complete: no memory for the reply");
 		} else {
-			for (uint32_t i = 0; i < res.n_tokens; i++)
+			for (uint32_t i = 0; i < res->n_tokens; i++)
 				for (int b = 0; b < 4; b++)
-					ids[i * 4 + b] = (uint8_t)(res.tokens[i] >> (8 * b));
+					ids[i * 4 + b] = (uint8_t)(res->tokens[i] >> (8 * b));
 			struct baton_msg rep;
 			proto_reply_init(&rep, req);
-			rep.text = res.text;
+			rep.text = res->text;
 			rep.tokens.data = ids;
-			rep.tokens.len = (size_t)res.n_tokens * 4;
-			rep.prompt_tokens = res.n_prompt;
-			rep.completion_tokens = res.n_tokens;
-			rep.finish_reason = res.finish;
-			rep.prefill_ms = res.prefill_s * 1e3;
-			rep.decode_ms = res.decode_s * 1e3;
+			rep.tokens.len = (size_t)res->n_tokens * 4;
+			rep.prompt_tokens = res->n_prompt;
+			rep.completion_tokens = res->n_tokens;
+			rep.finish_reason = res->finish;
+			rep.prefill_ms = res->prefill_s * 1e3;
+			rep.decode_ms = res->decode_s * 1e3;
 			rep.total_ms = (now_s() - t0) * 1e3;
 			proto_set(&rep, PF_PREFILL_MS);
 			proto_set(&rep, PF_DECODE_MS);
@@ -552,10 +704,19 @@ static void on_complete(struct proto_ctx *ctx, const struct baton_msg *req)
 			reply(ctx, &rep);
 			free(ids);
 		}
-		generator_result_free(&res);
 	}
+	generator_result_free(res);
 	completion_free(&c);
-	work_end(rest);
+}
+
+/* The OpenAI API's GET /health adds the engine's state. */
+static void health_fields(void *arg, json_t *obj)
+{
+	(void)arg;
+	pthread_mutex_lock(&g.st_mu);
+	json_object_set_new(obj, "state", json_string(g.state));
+	json_object_set_new(obj, "level", json_string(level_name()));
+	pthread_mutex_unlock(&g.st_mu);
 }
 
 /* RELEASE, REFILL, VRAM, PEER: fenced by epoch, refused while the engine works. */
@@ -570,6 +731,12 @@ static void on_control(struct proto_ctx *ctx, const struct baton_msg *req)
 	if ((req->op == PROTO_OP_RELEASE || req->op == PROTO_OP_REFILL) && !g.o.release) {
 		reply_err(ctx, req, BATON_EUNSUPPORTED,
 		    "%s: start the engine with --expert-cache-release to allow it", op);
+		return;
+	}
+	int all = req->op == PROTO_OP_RELEASE && proto_has(req, PF_ALL) && req->all;
+	if (all && !g.gen) {
+		reply_err(ctx, req, BATON_EUNSUPPORTED, "release --all: this engine holds no whole model "
+		    "(its arena has experts only): a plain release gives back all it can");
 		return;
 	}
 	if (req->op == PROTO_OP_VRAM && !g.o.elastic) {
@@ -601,7 +768,8 @@ static void on_control(struct proto_ctx *ctx, const struct baton_msg *req)
 	}
 	if (pthread_mutex_trylock(&g.run_mu) != 0) {
 		if (proto_has(req, PF_EPOCH)) {
-			/* the broker asks again in a moment: hold the next GEN back */
+			/* the broker asks again in a moment: hold the next GEN
+			 * back, admit no new sequence until it ran (DRAIN_S) */
 			pthread_mutex_lock(&g.st_mu);
 			g.yield_at = now_s();
 			pthread_mutex_unlock(&g.st_mu);
@@ -629,10 +797,32 @@ static void on_control(struct proto_ctx *ctx, const struct baton_msg *req)
 		set_state("releasing");
 		rc = engine_release(g.e, &r);
 		g.idle_released = 0;
+		if (rc == 0 && all && !g.released_all) {
+			/* the dense weights and the KV pool too: only the device
+			 * context stays (queued requests wait; the next one
+			 * refills, asking the broker first) */
+			struct baton_model *m = generator_model(g.gen);
+			uint64_t held = model_device_bytes(m);
+			double t0 = now_s();
+			rc = model_release(m);
+			if (rc == 0) {
+				pthread_mutex_lock(&g.st_mu);
+				g.released_all = 1;
+				g.model_bytes = held;
+				pthread_mutex_unlock(&g.st_mu);
+				/* and the synthetic GEN path's routers (GEN
+				 * brings them back if it is ever asked) */
+				r.bytes_freed += held + engine_release_gen(g.e);
+				r.total_s += now_s() - t0;
+			}
+		}
 	} else if (req->op == PROTO_OP_REFILL) {
-		/* whole again: back to the full target, then filled */
+		/* whole again: the model (after a release --all), back to the
+		 * full target, then filled */
 		set_state("refilling");
-		rc = make_full(UINT64_MAX, &r);
+		rc = refill_model();
+		if (rc == 0)
+			rc = make_full(UINT64_MAX, &r);
 	} else if (req->op == PROTO_OP_PEER) {
 		/* "resizing" while it maps or unmaps peer segments: a broker
 		 * that probes a slow lend or revoke with STATUS sees work in
@@ -673,8 +863,9 @@ static void on_control(struct proto_ctx *ctx, const struct baton_msg *req)
 		    g.peer_gpu, (double)peer_mapped / MIB, r.bytes_copied,
 		    r.peer_bytes_freed, r.total_s * 1e3);
 	else
-		logf_("%s: %s, %.3f ms, %" PRIu64 " bytes copied, %" PRIu64 " freed", op,
-		    cache_state_name(r.state), r.total_s * 1e3, r.bytes_copied, r.bytes_freed);
+		logf_("%s%s: %s, %.3f ms, %" PRIu64 " bytes copied, %" PRIu64 " freed", op,
+		    all ? " --all" : "", cache_state_name(r.state), r.total_s * 1e3, r.bytes_copied,
+		    r.bytes_freed);
 	uint64_t fr = 0, tot = 0;
 	engine_mem_info(g.e, &fr, &tot);
 	struct baton_msg rep;
@@ -684,7 +875,9 @@ static void on_control(struct proto_ctx *ctx, const struct baton_msg *req)
 	rep.resident = (uint64_t)g.info.cache.items_resident * g.info.cache.slot_bytes;
 	rep.epoch = g.snap_epoch;
 	rep.mapped = g.info.cache.mapped_bytes;
+	rep.level = level_name();
 	pthread_mutex_unlock(&g.st_mu);
+	proto_set(&rep, PF_LEVEL);
 	rep.free_bytes = fr;
 	proto_set(&rep, PF_MAPPED);
 	proto_set(&rep, PF_FREE);
@@ -776,6 +969,19 @@ void serve_tick(void)
 
 /* ---- open and close ------------------------------------------------------- */
 
+/* The text side, in its order (openai.h): no request comes in, the
+ * scheduler ends those in flight, then memory goes. */
+static void close_text(void)
+{
+	oai_server_stop(g.oai);
+	sched_close(g.sched);
+	g.sched = NULL;
+	oai_server_close(g.oai);
+	g.oai = NULL;
+	generator_close(g.gen);
+	g.gen = NULL;
+}
+
 /* With a broker the cache is sized for the whole model (not for what
  * happens to be free now: the broker makes room). */
 int serve_open(const struct baton_serve_config *conf)
@@ -826,13 +1032,54 @@ int serve_open(const struct baton_serve_config *conf)
 	snapshot(NULL);
 	g.d_model = g.info.d_model;
 	/* A whole model (arena v2 with config.json) also speaks text. */
-	struct baton_model_opts mo = { .max_ctx = g.o.ctx };
+	struct baton_model_opts mo = { .max_ctx = g.o.ctx, .kv_blocks = g.o.kv_blocks };
 	rc = generator_open(g.e, &mo, &g.gen, g.gen_error, sizeof g.gen_error);
-	if (rc == 0)
-		logf_("text generation: %s model, chat template %s", generator_arch(g.gen),
-		    generator_chat_family(g.gen) ? generator_chat_family(g.gen) : "none");
-	else if (rc != BATON_EUNSUPPORTED || !strstr(g.gen_error, "experts only"))
+	if (rc == 0) {
+		struct baton_model *m = generator_model(g.gen);
+		logf_("text generation: %s model, chat template %s, KV pool %u blocks of %u positions "
+		    "(%.1f MiB)", generator_arch(g.gen),
+		    generator_chat_family(g.gen) ? generator_chat_family(g.gen) : "none",
+		    model_kv_blocks_total(m), BATON_KV_BLOCK, (double)model_kv_bytes(m) / MIB);
+	} else if (rc != BATON_EUNSUPPORTED || !strstr(g.gen_error, "experts only")) {
 		logf_("warning: no text generation: %s", g.gen_error);
+	}
+	/* The served model id: --served-model-name, else the arena's file
+	 * name without .arena (what the broker registers as the model). */
+	if (g.o.served_model) {
+		snprintf(g.model_name, sizeof g.model_name, "%s", g.o.served_model);
+	} else {
+		const char *base = strrchr(g.o.arena, '/');
+		snprintf(g.model_name, sizeof g.model_name, "%s", base ? base + 1 : g.o.arena);
+		char *dot = strstr(g.model_name, ".arena");
+		if (dot && dot[6] == 0)
+			*dot = 0;
+	}
+	if (g.gen) {
+		struct sched_opts so = { .max_seqs = g.o.max_seqs, .max_queue = g.o.max_queue };
+		struct sched_hooks sh = { .begin = sched_begin, .end = sched_end, .may_admit = sched_may_admit };
+		if ((rc = sched_open(g.gen, &so, &sh, &g.sched)) != 0) {
+			logf_("cannot start the scheduler: %s", baton_strerror(rc));
+			close_text();
+			engine_close(g.e);
+			g.e = NULL;
+			return BATON_ESERVE_START;
+		}
+	}
+	if (g.o.http) {
+		char herr[512] = "";
+		struct oai_server_opts oo = { .addr = g.o.http, .token = g.o.http_token, .model = g.model_name,
+			.sched = g.sched, .health = health_fields };
+		rc = g.sched ? oai_server_open(&oo, &g.oai, herr, sizeof herr) : BATON_EUNSUPPORTED;
+		if (rc) {
+			logf_("--http %s: %s", g.o.http, g.sched ? herr : g.gen_error);
+			close_text();
+			engine_close(g.e);
+			g.e = NULL;
+			return rc == BATON_EPERM || rc == BATON_EINVAL || rc == BATON_EUNSUPPORTED ? BATON_EINVAL :
+			    BATON_ESERVE_START;
+		}
+		logf_("OpenAI API on %s, model '%s'", oai_server_url(g.oai), g.model_name);
+	}
 	snprintf(g.peer_gpu, sizeof g.peer_gpu, "%s", g.info.peer_gpu);
 	g.ceiling = g.info.cache.target_bytes;
 	logf_("%s on %s (%s): %u layers x %u experts, cache %.1f MiB %s, ready in %.3f s", g.o.arena,
@@ -848,6 +1095,7 @@ int serve_open(const struct baton_serve_config *conf)
 		logf_("cannot create the directory of %s: %s", listen, strerror(errno));
 	if ((rc = proto_server_open(&g.srv, listen, NULL)) != 0) {
 		logf_("cannot listen on %s: %s", listen, baton_strerror(rc));
+		close_text();
 		engine_close(g.e);
 		g.e = NULL;
 		return BATON_ESERVE_START;
@@ -867,6 +1115,7 @@ int serve_open(const struct baton_serve_config *conf)
 		logf_("cannot start the receivers");
 		proto_server_close(g.srv);
 		g.srv = NULL;
+		close_text();
 		engine_close(g.e);
 		g.e = NULL;
 		return BATON_ESERVE_START;
@@ -878,17 +1127,12 @@ int serve_open(const struct baton_serve_config *conf)
 	if (g.o.broker) {
 		/* Register, then ask for the whole cache; a refusal leaves it
 		 * cold until the first request. No broker in 2 s: warm alone. */
-		const char *base = strrchr(g.o.arena, '/');
-		char model[256];
-		snprintf(model, sizeof model, "%s", base ? base + 1 : g.o.arena);
-		char *dot = strstr(model, ".arena");
-		if (dot && dot[6] == 0)
-			*dot = 0;
 		struct broker_link_params lp = {
 			.url = g.o.broker,
 			.name = g.o.name,
 			.gpu = g.info.gpu,
-			.model = model,
+			.model = g.model_name,
+			.http = serve_http_url(),
 			.ctl = proto_server_url(g.srv),
 			.pid = (uint32_t)getpid(),
 			.device = (uint32_t)g.o.device,
@@ -954,10 +1198,19 @@ const char *serve_url(void)
 	return g.srv ? proto_server_url(g.srv) : "";
 }
 
+const char *serve_http_url(void)
+{
+	return g.oai ? oai_server_url(g.oai) : "";
+}
+
 void serve_close(void)
 {
 	logf_("shutting down");
 	g.stopping = 1;
+	/* requests in flight end first (a receiver waiting on one hears
+	 * ECLOSED), then the receivers stop */
+	oai_server_stop(g.oai);
+	sched_stop(g.sched);
 	proto_server_shutdown(g.srv);
 	for (int i = 0; i < g.nth; i++)
 		pthread_join(g.th[i], NULL);
@@ -967,8 +1220,7 @@ void serve_close(void)
 	/* Nobody uses the engine now: give the device memory back, then tell
 	 * the broker (it counts the memory free from then on). */
 	struct baton_cache_report r;
-	generator_close(g.gen);
-	g.gen = NULL;
+	close_text();
 	engine_release(g.e, &r);
 	broker_link_close(g.link, true);
 	g.link = NULL;

@@ -25,6 +25,13 @@ struct baton_serve_config {
 	uint32_t ctx;            /* --ctx: KV cache positions of a whole model; 0: its default */
 	double broker_wait_s;    /* --broker-wait: how long to wait for the broker at start */
 	int broker_optional;     /* --broker-optional: no broker then: serve alone */
+	/* text serving (a whole model): continuous batching and the OpenAI API */
+	uint32_t max_seqs;       /* --max-seqs: sequences decoded together; 0: default */
+	uint32_t max_queue;      /* --max-queue: requests waiting; 0: default */
+	uint32_t kv_blocks;      /* --kv-blocks: the KV pool; 0: one max_ctx sequence */
+	const char *http;        /* --http ADDR: the OpenAI-compatible API; NULL: off */
+	const char *http_token;  /* read from --http-token-file; NULL: none (loopback only) */
+	const char *served_model; /* --served-model-name; NULL: the arena's file name */
 };
 
 /* Opens the engine, listens on cfg->listen, starts the receivers and,
@@ -42,6 +49,8 @@ enum serve_broker_fail { SERVE_BROKER_OK, SERVE_BROKER_REFUSED, SERVE_BROKER_ABS
 enum serve_broker_fail serve_broker_fail(void);
 /* The URL it listens on ("" before serve_open). */
 const char *serve_url(void);
+/* The OpenAI API's URL ("http://127.0.0.1:PORT"), "" without --http. */
+const char *serve_http_url(void);
 /* The idle-release timer: the program calls it every 100 ms or so. */
 void serve_tick(void);
 /* Stops the receivers, closes the socket, releases the cache (the device

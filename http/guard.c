@@ -3,12 +3,13 @@
  * byte of its body is read (docs/security.md).
  *
  * Loopback TCP is no permission boundary: any local user, and any web page
- * in a browser on the machine, can reach 127.0.0.1. So a Host must name
- * this server (DNS rebinding), an Origin, when a browser sends one, must
- * be the server's own, a call that changes state needs the bearer token
- * (when one is set) and, with a body, Content-Type: application/json (a
- * cross-site form or no-cors fetch cannot send it without a preflight,
- * which we never answer); a declared body over the limit is refused.
+ * in a browser on the machine, can reach 127.0.0.1. So a call that changes
+ * state (any method but GET and HEAD; those too with token_for_reads) must
+ * carry a Host that names this server (DNS rebinding), an Origin, when a
+ * browser sends one, that is the server's own, the bearer token (when one
+ * is set) and, with a body, Content-Type: application/json (a cross-site
+ * form or no-cors fetch cannot send it without a preflight, which we never
+ * answer). A declared body over the limit is refused whatever the method.
  */
 #include <arpa/inet.h>
 #include <stdio.h>
@@ -171,6 +172,18 @@ int http_guard_check(const struct http_guard *g, const struct http_guard_in *in,
 	bool read = strcmp(in->method, "GET") == 0 || strcmp(in->method, "HEAD") == 0;
 	*authorized = !g->token[0] || token_ok(g, in->auth);
 	*err = BATON_EPERM;
+	if (in->clen) { /* first: whatever else is wrong, this body is never read */
+		char *end;
+		unsigned long long v = strtoull(in->clen, &end, 10);
+		size_t max = in->max_body ? in->max_body : g->max_body;
+		if (*in->clen >= '0' && *in->clen <= '9' && !*end && v > max) {
+			*err = BATON_ETOOBIG;
+			snprintf(msg, n, "the body is %llu bytes; at most %zu", v, max);
+			return 413;
+		}
+	}
+	if (read && !g->token_for_reads)
+		return 0; /* reads are open: they change nothing (the server's choice) */
 	if (!host_ok(g, in->host)) {
 		char names[512];
 		names_of(g, names, sizeof names);
@@ -188,7 +201,7 @@ int http_guard_check(const struct http_guard *g, const struct http_guard_in *in,
 			return 403;
 		}
 	}
-	if (!*authorized && (!read || g->token_for_reads)) {
+	if (!*authorized) {
 		snprintf(msg, n, "this call needs the token (Authorization: Bearer ...)");
 		return 401;
 	}
@@ -205,9 +218,10 @@ int http_guard_check(const struct http_guard *g, const struct http_guard_in *in,
 	if (in->clen) {
 		char *end;
 		unsigned long long v = strtoull(in->clen, &end, 10);
-		if (*in->clen >= '0' && *in->clen <= '9' && !*end && v > g->max_body) {
+		size_t max = in->max_body ? in->max_body : g->max_body;
+		if (*in->clen >= '0' && *in->clen <= '9' && !*end && v > max) {
 			*err = BATON_ETOOBIG;
-			snprintf(msg, n, "the body is %llu bytes; at most %zu", v, g->max_body);
+			snprintf(msg, n, "the body is %llu bytes; at most %zu", v, max);
 			return 413;
 		}
 	}

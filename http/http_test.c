@@ -364,10 +364,12 @@ static void t_guard(void)
 	struct baton_http *h = start(&o);
 	char q[512];
 	unsigned port = http_port(h);
-	expect_status(h, "GET /hello HTTP/1.1\r\nHost: evil.example\r\n\r\n", "403");
-	expect_status(h, "GET /hello HTTP/1.1\r\nHost: baton.example\r\n\r\n", "200");
-	expect_status(h, "GET /hello HTTP/1.1\r\nHost: localhost\r\n\r\n", "200");
-	snprintf(q, sizeof q, "GET /hello HTTP/1.1\r\nHost: 127.0.0.1:%u\r\n\r\n", port + 1);
+#define POST0 "POST /json HTTP/1.1\r\nContent-Length: 0\r\n"
+	expect_status(h, "GET /hello HTTP/1.1\r\nHost: evil.example\r\n\r\n", "200"); /* reads are open */
+	expect_status(h, POST0 "Host: evil.example\r\n\r\n", "403");
+	expect_status(h, POST0 "Host: baton.example\r\n\r\n", "201");
+	expect_status(h, POST0 "Host: localhost\r\n\r\n", "201");
+	snprintf(q, sizeof q, POST0 "Host: 127.0.0.1:%u\r\n\r\n", port + 1);
 	expect_status(h, q, "403");
 	snprintf(q, sizeof q, "GET /hello HTTP/1.1\r\nHost: 127.0.0.1:%u\r\nOrigin: http://127.0.0.1:%u\r\n\r\n", port,
 	    port);
@@ -384,6 +386,13 @@ static void t_guard(void)
 	struct http_stats st;
 	http_stats(h, &st);
 	T_EQ_INT(st.refused, 5);
+	http_close(h);
+	/* token_for_reads: reads are checked like the rest */
+	o.token = "t";
+	o.token_for_reads = 1;
+	h = start(&o);
+	expect_status(h, "GET /hello HTTP/1.1\r\nHost: evil.example\r\nAuthorization: Bearer t\r\n\r\n", "403");
+	expect_status(h, "GET /hello HTTP/1.1\r\nHost: baton.example\r\nAuthorization: Bearer t\r\n\r\n", "200");
 	http_close(h);
 }
 
@@ -448,6 +457,31 @@ static void t_close_with_open(void)
 	close(st);
 }
 
+static size_t limit_of(void *arg, const char *method, const char *path)
+{
+	(void)arg;
+	return strcmp(method, "POST") == 0 && strcmp(path, "/json") == 0 ? 3000 : 0;
+}
+
+static void t_body_limit(void)
+{
+	struct baton_http_opts o = { .max_body = 100, .body_limit = limit_of };
+	struct baton_http *h = start(&o);
+	char q[4096], body[2001];
+	memset(body, 'x', 2000);
+	body[0] = '"';
+	body[1999] = '"';
+	body[2000] = 0;
+	snprintf(q, sizeof q, "POST /json HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+	    "Content-Length: 2000\r\n\r\n%s", body);
+	expect_status(h, q, "201");
+	expect_status(h, "POST /json HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+	    "Content-Length: 3001\r\n\r\n", "413");
+	expect_status(h, "POST /hello HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+	    "Content-Length: 101\r\n\r\n", "413");
+	http_close(h);
+}
+
 static void t_bad_addr(void)
 {
 	char err[256];
@@ -475,4 +509,4 @@ static void t_bad_addr(void)
 
 T_MAIN(T_CASE(t_reply), T_CASE(t_json_body), T_CASE(t_stream), T_CASE(t_stream_client_gone),
     T_CASE(t_held_client_gone), T_CASE(t_too_big_before_body), T_CASE(t_token_before_body), T_CASE(t_guard),
-    T_CASE(t_timeouts), T_CASE(t_close_with_open), T_CASE(t_bad_addr))
+    T_CASE(t_timeouts), T_CASE(t_close_with_open), T_CASE(t_body_limit), T_CASE(t_bad_addr))

@@ -53,6 +53,7 @@ static const struct proto__fdef engine_fields[] = {
 	IDEF(struct proto_engine_info, "peer",             U64,  peer,             0),
 	IDEF(struct proto_engine_info, "requests",         U64,  requests,         0),
 	IDEF(struct proto_engine_info, "ctl",              STR,  ctl,              BATON_PROTO_MAX_NAME),
+	IDEF(struct proto_engine_info, "http",             STR,  http,             BATON_PROTO_MAX_NAME),
 };
 
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
@@ -94,14 +95,15 @@ static const struct proto__row status_rep[] = {
 	O(REQUESTS), O(HITS), O(MISSES), O(LAST_REFILL_BYTES), O(LAST_REFILL_S),
 	O(DEVICE_NAME), O(GPU), O(FREE), O(TOTAL),
 	O(PEER_GPU), O(PEER_MAPPED), O(PEER_FREE),
+	O(LEVEL), /* what a release gave back: "none", "experts", "all" */
 	/* the broker's */
 	O(GPUS), O(ENGINES),
 };
 
 /* release and refill share their tables */
-static const struct proto__row cache_req[] = { O(NAME), O(EPOCH) };
+static const struct proto__row cache_req[] = { O(NAME), O(EPOCH), O(ALL) };
 static const struct proto__row cache_rep[] = {
-	R(STATE), R(RESIDENT), R(MS), R(BYTES), R(EPOCH),
+	R(STATE), R(RESIDENT), R(MS), R(BYTES), R(EPOCH), O(LEVEL),
 	O(MAPPED), O(FREE), /* the device bytes the cache holds after it, the device free */
 	O(PEER_MAPPED), O(PEER_FREE), /* the same for the peer tier's device */
 };
@@ -114,6 +116,7 @@ static const struct proto__row register_req[] = {
 	/* peer tier: the peer device's uuid, the bytes a peer tier could use,
 	 * what it holds there now (a broker restart sees a live loan) */
 	O(PEER_GPU), O(PEER_WANT), O(PEER_MAPPED), O(PEER_FREE),
+	O(HTTP), /* its OpenAI HTTP URL (the broker's front door forwards there) */
 };
 static const struct proto__row epoch_rep[] = { R(EPOCH) };
 static const struct proto__row epoch_opt_rep[] = { O(EPOCH) };

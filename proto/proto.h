@@ -28,11 +28,13 @@
  *   request   fields
  *   gen       R steps u32, R batch u32, R seed u64, input bin (f32 LE)
  *   status    -
- *   release   name str, epoch u64
+ *   release   name str, epoch u64, all bool (the engine's: dense weights and
+ *             KV cache too)
  *   refill    name str, epoch u64
  *   vram      R reserve_mib uint|nil (nil: grow back to full), name, epoch
  *   register  R name, pid, gpu, device u32, model, ctl, floor, ceiling,
- *             priority i32, state, resident, capacity, epoch; mapped, free
+ *             priority i32, state, resident, capacity, epoch; mapped, free,
+ *             http (the engine's OpenAI HTTP URL; absent: it serves none)
  *   heartbeat R name, state, resident, busy bool, idle_ms; mapped, free, epoch
  *   acquire   R name, bytes
  *   report    R name, state, resident, reason; duration_ms f64, bytes,
@@ -48,12 +50,12 @@
  *   status    all optional: the engine's (name, state, resident, mapped,
  *             target, ceiling, epoch, requests, hits, misses,
  *             last_refill_bytes, last_refill_s f64, device str, gpu, free,
- *             total) or the broker's (gpus: array of {uuid, total, free,
+ *             total, level) or the broker's (gpus: array of {uuid, total, free,
  *             reserve, held}, engines: array of {name, pid, gpu, model,
  *             state, resident, floor, ceiling, priority, pinned, idle_ms,
- *             last_refill_gbps f64}; every item field required)
+ *             last_refill_gbps f64, peer_gpu, peer, requests, ctl, http}; every item field required)
  *   release, refill, vram   R state, resident, ms f64, bytes, epoch;
- *             mapped, free
+ *             mapped, free, level (the engine's: "none", "experts", "all")
  *   register  R epoch
  *   heartbeat epoch
  *   acquire   R epoch, granted u64
@@ -203,6 +205,7 @@ int proto_name_valid(const char *s, size_t len);
 	X(DEVICE,            "device",            U32,     device,            0)           \
 	X(MODEL,             "model",             STR,     model,             BATON_PROTO_MAX_NAME) \
 	X(CTL,               "ctl",               STR,     ctl,               BATON_PROTO_MAX_NAME) \
+	X(HTTP,              "http",              STR,     http,              BATON_PROTO_MAX_NAME) \
 	X(FLOOR,             "floor",             U64,     floor,             0)           \
 	X(CEILING,           "ceiling",           U64,     ceiling,           0)           \
 	X(PRIORITY,          "priority",          I32,     priority,          0)           \
@@ -244,6 +247,9 @@ int proto_name_valid(const char *s, size_t len);
 	X(PEER_MAPPED,       "peer_mapped",       U64,     peer_mapped,       0)           \
 	X(PEER_WANT,         "peer_want",         U64,     peer_want,         0)           \
 	X(PEER_FREE,         "peer_free",         U64,     peer_free,         0)           \
+	/* release levels: release with all also gives back the dense weights and KV */ \
+	X(ALL,               "all",               BOOL,    all,               0)           \
+	X(LEVEL,             "level",             STR,     level,             BATON_PROTO_MAX_NAME) \
 	/* complete: text in, sampled tokens and text out (engine/serve) */              \
 	X(PROMPT,            "prompt",            STR,     prompt,            BATON_PROTO_MAX_PROMPT) \
 	X(MESSAGES,          "messages",          STR,     messages,          BATON_PROTO_MAX_PROMPT) \
@@ -305,6 +311,7 @@ struct proto_engine_info {
 	uint64_t peer;        /* peer-tier bytes it holds on peer_gpu now */
 	uint64_t requests;    /* GEN requests it answered since it started (heartbeats) */
 	const char *ctl;      /* its control socket's URL, as it registered */
+	const char *http;     /* its OpenAI HTTP URL, "" when it serves none */
 };
 
 struct proto_gpus {
