@@ -377,6 +377,22 @@ def t_two_models_interleaved(c):
     return "%d requests, %d switches, %.1f s" % (len(jobs), switches, took)
 
 
+def t_keep_alive(c):
+    """door_keep_alive_s after its last request an engine is released;
+    [engine] keep_alive_s = forever keeps another."""
+    http = two_engines(c, "door_keep_alive_s = 0.5\n[engine \"mixtral\"]\nkeep_alive_s = forever\n")
+    text_of(http.post("/v1/chat/completions", chat_body(QWEN, "Who was Noah?", 1)))
+    h.wait_for("qwen released by its keep-alive", lambda: c.eng("qwen")["state"] == "released", timeout=10)
+    ev = c.events.all("door.keep_alive", engine="qwen")
+    assert ev and "keep-alive" in ev[0]["reason"], ev
+    st, body, _ = http.get("/v1/models", token=False)
+    assert {m["id"]: m["state"] for m in body["data"]}[QWEN] == "released", body
+    text_of(http.post("/v1/chat/completions", chat_body(MIXTRAL, "Who was Noah?", 2)))
+    time.sleep(1.5)
+    assert c.eng("mixtral")["state"] == "ready", c.eng("mixtral")
+    assert not c.events.all("door.keep_alive", engine="mixtral")
+
+
 # ---- streams -------------------------------------------------------------------
 
 def open_stream(http, body):
@@ -542,5 +558,5 @@ if __name__ == "__main__":
     h.need(h.BROKER)
     sys.exit(h.run_cases([t_register_fields, t_fake_stream_passes_through, t_fake_least_loaded_and_disconnect,
                           t_fake_refill_fails, t_errors_and_models, t_two_models_interleaved,
-                          t_stream_and_disconnect, t_queue_full, t_npm_client],
+                          t_keep_alive, t_stream_and_disconnect, t_queue_full, t_npm_client],
                          only=sys.argv[1:], logs=("broker", "qwen", "mixtral")))
