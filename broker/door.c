@@ -277,9 +277,11 @@ static bool serves(const struct deng *e)
 	return e->present && *e->http;
 }
 
+/* Holds its whole cache. An elastic engine shrunk to nothing by a vram
+ * command still says "ready": its bytes tell. */
 static bool ready(const struct deng *e)
 {
-	return strcmp(e->state, "ready") == 0;
+	return strcmp(e->state, "ready") == 0 && e->resident >= e->ceiling;
 }
 
 static double keep_alive_of(struct broker_door *d, const struct deng *e)
@@ -483,6 +485,8 @@ static void *refill_thread(void *arg)
 	bool counted = v->from >= 0 && v->from != j->eng;
 	if (c.ok) {
 		snprintf(e->state, sizeof e->state, "ready");
+		if (e->resident < e->ceiling)
+			e->resident = e->ceiling; /* the refill's answer; the next status says the same */
 		v->holder = j->eng;
 		v->holder_since = now_s();
 		if (counted) {
@@ -858,7 +862,8 @@ static json_t *models_json(struct broker_door *d)
 				continue;
 			any = true;
 			res |= ready(e);
-			part |= strcmp(e->state, "partial") == 0 || strcmp(e->state, "refilling") == 0;
+			part |= strcmp(e->state, "partial") == 0 || strcmp(e->state, "refilling") == 0 ||
+			    (strcmp(e->state, "ready") == 0 && e->resident > 0 && e->resident < e->ceiling);
 			json_array_append_new(engs, json_pack("{s:s, s:s, s:s, s:I, s:I, s:i}", "name", e->name,
 			    "gpu", e->gpu, "state", e->state, "resident", (json_int_t)e->resident, "ceiling",
 			    (json_int_t)e->ceiling, "in_flight", (int)e->inflight));
