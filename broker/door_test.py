@@ -179,7 +179,7 @@ def fake_register(c, fake, model, state="ready", gpu="host-5"):
     h.ok(h.call(c.control, "register", name=fake.name, pid=os.getpid(), gpu=gpu, device=5,
                 model=model, ctl="tcp://127.0.0.1:1", floor=1 << 20, ceiling=8 << 20, priority=0,
                 state=state, resident=(8 << 20) if state == "ready" else 0, capacity=64 << 20, epoch=1,
-                http=fake.url))
+                mapped=(8 << 20) if state == "ready" else 0, http=fake.url))
 
 
 def t_fake_stream_passes_through(c):
