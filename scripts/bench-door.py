@@ -121,7 +121,8 @@ def model_name(arena):
 
 
 def stream_chat(url, model, question, seed, max_tokens, token=None):
-    """(ttft_s, tokens, total_s) of one streamed chat completion."""
+    """(t_first, tokens, t_end) of one streamed chat completion: the clock
+    (time.time()) when its first content came, and when it ended."""
     host, port = url[7:].rsplit(":", 1)
     body = json.dumps({"model": model, "messages": [{"role": "user", "content": question}], "seed": seed,
                        "temperature": 0.7, "max_tokens": max_tokens, "stream": True,
@@ -145,14 +146,16 @@ def stream_chat(url, model, question, seed, max_tokens, token=None):
             tokens = d["usage"]["completion_tokens"]
         for ch in d.get("choices", []):
             if ch.get("delta", {}).get("content") and ttft is None:
-                ttft = time.time() - t0
+                ttft = time.time()
     c.close()
-    return (ttft if ttft is not None else time.time() - t0), tokens, time.time() - t0
+    return (ttft if ttft is not None else time.time()), tokens, time.time()
 
 
 def workload(a, models, send):
-    """Runs the clients; send(model, question, seed) -> (ttft, tokens).
-    Returns the records (model, t_first_abs, ttft, tokens) and the wall time."""
+    """Runs the clients; send(model, question, seed) -> (t_first, tokens).
+    Returns the records (model, t_first, ttft, tokens), the errors and the
+    wall time. TTFT counts from the client's send: waiting for a switch
+    (or an engine's restart) is in it."""
     recs, errors, lock = [], [], threading.Lock()
 
     def client(k):
@@ -160,9 +163,9 @@ def workload(a, models, send):
             m = models[(k + i) % 2]
             try:
                 t0 = time.time()
-                ttft, tokens = send(m, QUESTIONS[(k + i) % len(QUESTIONS)], 1000 + k * a.requests + i)
+                t_first, tokens = send(m, QUESTIONS[(k + i) % len(QUESTIONS)], 1000 + k * a.requests + i)
                 with lock:
-                    recs.append((m, t0 + ttft, ttft, tokens))
+                    recs.append((m, t_first, t_first - t0, tokens))
             except Exception as e:  # noqa: BLE001 (counted)
                 with lock:
                     errors.append(repr(e))
