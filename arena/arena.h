@@ -252,6 +252,11 @@ struct baton_synth_params {
 	const char *arch;
 	uint32_t heads, kv_heads, head_dim, vocab;
 	uint32_t shared_ff;   /* qwen2_moe's shared expert width */
+	/* A Hugging Face folder whose tokenizer files (tokenizer.json, its
+	 * config, the chat template, generation_config.json) go in too, so an
+	 * engine can serve text on the random model (benchmarks of the API);
+	 * NULL for none. Whole models only. */
+	const char *tokenizer;
 };
 
 /* Fills p with a named preset's shape (e.g. "qwen3-30b-a3b",

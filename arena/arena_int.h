@@ -129,6 +129,10 @@ struct arena_plan {
 /* Appends a named entry (zeroed, name set); NULL when out of memory or the
  * name is longer than ARENA_MAX_NAME. */
 struct arena_named *arena_plan_add(struct arena_plan *p, uint32_t role, const char *name);
+/* The tokenizer files of the Hugging Face folder dir (all but
+ * config.json; tokenizer.json required) as blobs, folded into *hsum. */
+int arena_plan_add_tokenizer(struct arena_plan *plan, const char *dir, uint64_t *hsum,
+    char *errbuf, size_t errlen);
 /* A blob that takes ownership of `data` (malloc'd; freed on failure too). */
 int arena_plan_add_blob(struct arena_plan *p, const char *key, void *data, uint64_t len,
     char *errbuf, size_t errlen);

@@ -112,6 +112,15 @@ t_model() {
 	expect 0 $A info --json --entries $p; says '"arch": "mixtral"'; says '"model_type": "mixtral"'
 	says '"name": "model.layers.1.block_sparse_moe.gate.weight"'
 	expect 0 $A verify $p; says "8 experts, 17 dense tensors and 1 metadata blobs"
+	# --tokenizer: a random model that an engine can serve text on
+	t=$T_TMP/mt.arena
+	expect 0 $A create --synthetic-arch mixtral --layers 2 --experts 4 --top-k 2 --d-model 64 \
+	    --d-ff 128 --heads 4 --kv-heads 2 --vocab 3000 --tokenizer models/kjv-mixtral $t
+	expect 0 $A info $t; says "tokenizer  tokenizer.json"; says "chat_template.jinja"
+	expect 1 $A create --synthetic-arch mixtral --layers 2 --experts 4 --top-k 2 --d-model 64 \
+	    --d-ff 128 --tokenizer $T_TMP $T_TMP/none.arena; says "no tokenizer.json"
+	expect 2 $A create $SYN --tokenizer models/kjv-mixtral $T_TMP/none.arena
+	says "--tokenizer goes with --synthetic-arch"
 	# the same file claiming version 1 (the version is read before anything else)
 	python3 - "$p" <<'PY' || fail "cannot make a v1 header"
 import struct, sys

@@ -29,7 +29,8 @@ static const char usage_text[] =
     "                          [--preset NAME] [--layers N --experts N --top-k N\n"
     "                          --d-model N --d-ff N] [--heads N] [--kv-heads N]\n"
     "                          [--head-dim N] [--vocab N] [--shared-ff N]\n"
-    "                          [--dtype ...] [--seed N] [--force] PATH\n"
+    "                          [--tokenizer HF_DIR] [--dtype ...] [--seed N]\n"
+    "                          [--force] PATH\n"
     "       baton-arena create --gguf FILE [--experts-only] [--force] [--threads N] PATH\n"
     "       baton-arena create --safetensors FILE|DIR [--experts-only] [--top-k N]\n"
     "                          [--force] PATH\n"
@@ -112,7 +113,7 @@ static int cmd_create(int argc, char **argv)
 {
 	enum { O_SYN = 256, O_GGUF, O_ST, O_LAYERS, O_EXPERTS, O_TOPK, O_DMODEL, O_DFF,
 		O_DTYPE, O_SEED, O_FORCE, O_THREADS, O_HELP, O_SYNARCH, O_PRESET, O_HEADS,
-		O_KVHEADS, O_HEADDIM, O_VOCAB, O_SHARED, O_EXPONLY };
+		O_KVHEADS, O_HEADDIM, O_VOCAB, O_SHARED, O_EXPONLY, O_TOKENIZER };
 	static const struct option opts[] = {
 		{ "synthetic", no_argument, NULL, O_SYN },
 		{ "gguf", required_argument, NULL, O_GGUF },
@@ -135,9 +136,10 @@ static int cmd_create(int argc, char **argv)
 		{ "vocab", required_argument, NULL, O_VOCAB },
 		{ "shared-ff", required_argument, NULL, O_SHARED },
 		{ "experts-only", no_argument, NULL, O_EXPONLY },
+		{ "tokenizer", required_argument, NULL, O_TOKENIZER },
 		{ NULL, 0, NULL, 0 },
 	};
-	const char *synarch = NULL, *preset = NULL;
+	const char *synarch = NULL, *preset = NULL, *tokenizer = NULL;
 	uint64_t extra[5] = { 0 }; /* heads, kv-heads, head-dim, vocab, shared-ff */
 	int have_extra = 0;
 	struct baton_arena_source src = { 0 };
@@ -198,6 +200,7 @@ static int cmd_create(int argc, char **argv)
 		case O_HELP: fputs(usage_text, stdout); return 0;
 		case O_SYNARCH: src.kind = BATON_ARENA_SRC_SYNTHETIC; synarch = optarg; nsrc++; break;
 		case O_PRESET: preset = optarg; break;
+		case O_TOKENIZER: tokenizer = optarg; break;
 		case O_EXPONLY: src.experts_only = 1; break;
 		case O_HEADS: case O_KVHEADS: case O_HEADDIM: case O_VOCAB: case O_SHARED: {
 			static const char *const nm[] = { "--heads", "--kv-heads", "--head-dim", "--vocab",
@@ -220,6 +223,9 @@ static int cmd_create(int argc, char **argv)
 	if ((preset || have_extra) && !synarch)
 		return usage_error("create: --preset, --heads, --kv-heads, --head-dim, --vocab and "
 				   "--shared-ff go with --synthetic-arch%s", "");
+	if (tokenizer && !synarch)
+		return usage_error("create: --tokenizer goes with --synthetic-arch (an imported model "
+				   "brings its own)%s", "");
 	if (src.experts_only && src.kind == BATON_ARENA_SRC_SYNTHETIC)
 		return usage_error("create: --experts-only is for --gguf and --safetensors (--synthetic "
 				   "is experts-only already)%s", "");
@@ -255,6 +261,7 @@ static int cmd_create(int argc, char **argv)
 		if (sp.top_k > sp.experts)
 			return usage_error("create --synthetic-arch: --top-k is larger than --experts%s", "");
 		sp.arch = synarch;
+		sp.tokenizer = tokenizer;
 		sp.dtype = (uint32_t)dtype;
 		sp.seed = seed;
 		src.synth = sp;

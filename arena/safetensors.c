@@ -447,52 +447,74 @@ static const struct {
 	{ "chat_template.jinja", 0, 0 }, { "chat_template.json", 1, 0 },
 };
 
+/* Adds hf_blobs[i] from dir to the plan (checked as JSON where it is;
+ * config.json also parsed into *cfg) and folds it into *hsum. 1 when the
+ * file is absent (nothing added), else 0 or an error. */
+static int add_hf_blob(size_t i, const char *src, const char *dir, struct arena_model_cfg *cfg,
+    struct arena_plan *plan, uint64_t *hsum, char *errbuf, size_t errlen)
+{
+	char *data = NULL;
+	uint64_t len = 0;
+	int rc = read_small(dir, hf_blobs[i].name, &data, &len, errbuf, errlen);
+	if (rc)
+		return rc;
+	json_t *j = NULL;
+	if (hf_blobs[i].json) {
+		json_error_t jerr;
+		/* tokenizer_config.json's model_max_length is often 1e30
+		 * written as an integer: only config.json needs exact ints */
+		j = json_loadb(data, (size_t)len,
+		    JSON_REJECT_DUPLICATES | (i ? JSON_DECODE_INT_AS_REAL : 0), &jerr);
+		if (!j) {
+			free(data);
+			return arena_errf(errbuf, errlen, BATON_ESOURCE, "%s/%s: not JSON: %s (line %d)",
+			    dir, hf_blobs[i].name, jerr.text, jerr.line);
+		}
+	}
+	if (i == 0) {
+		char msg[512];
+		rc = arena_model_from_config(j, cfg, msg, sizeof msg);
+		if (rc) {
+			json_decref(j);
+			free(data);
+			return arena_errf(errbuf, errlen, rc, "%s: %s", src, msg);
+		}
+	}
+	json_decref(j);
+	uint64_t id[2] = { *hsum, arena_hash(data, (size_t)len) };
+	*hsum = arena_hash(id, sizeof id);
+	return arena_plan_add_blob(plan, hf_blobs[i].name, data, len, errbuf, errlen);
+}
+
+int arena_plan_add_tokenizer(struct arena_plan *plan, const char *dir, uint64_t *hsum,
+    char *errbuf, size_t errlen)
+{
+	int rc, have_tok = 0;
+	/* every file but config.json: the synthetic model has its own */
+	for (size_t i = 1; i < sizeof hf_blobs / sizeof hf_blobs[0]; i++) {
+		if ((rc = add_hf_blob(i, dir, dir, NULL, plan, hsum, errbuf, errlen)) < 0 || rc > 1)
+			return rc;
+		if (rc == 0 && strcmp(hf_blobs[i].name, "tokenizer.json") == 0)
+			have_tok = 1;
+	}
+	if (!have_tok)
+		return arena_errf(errbuf, errlen, BATON_ESOURCE, "%s: no tokenizer.json", dir);
+	return 0;
+}
+
 /* A whole model: the config, the blobs and every dense tensor. */
 static int plan_model(struct st_src *s, const char *src, const char *dir, struct found *list,
     size_t nlist, struct arena_model_cfg *cfg, struct arena_plan *plan, uint64_t *hsum,
     char *errbuf, size_t errlen)
 {
 	int rc;
-	for (size_t i = 0; i < sizeof hf_blobs / sizeof hf_blobs[0]; i++) {
-		char *data = NULL;
-		uint64_t len = 0;
-		rc = read_small(dir, hf_blobs[i].name, &data, &len, errbuf, errlen);
-		if (rc == 1 && !hf_blobs[i].required)
-			continue;
-		if (rc == 1)
+	for (size_t i = 0; i < sizeof hf_blobs / sizeof hf_blobs[0]; i++)
+		if ((rc = add_hf_blob(i, src, dir, cfg, plan, hsum, errbuf, errlen)) < 0 || rc > 1)
+			return rc;
+		else if (rc == 1 && hf_blobs[i].required)
 			return arena_errf(errbuf, errlen, BATON_ESOURCE,
 			    "%s: no %s (a whole-model import needs it; --experts-only imports the "
 			    "experts alone)", src, hf_blobs[i].name);
-		if (rc)
-			return rc;
-		json_t *j = NULL;
-		if (hf_blobs[i].json) {
-			json_error_t jerr;
-			/* tokenizer_config.json's model_max_length is often 1e30
-			 * written as an integer: only config.json needs exact ints */
-			j = json_loadb(data, (size_t)len,
-			    JSON_REJECT_DUPLICATES | (i ? JSON_DECODE_INT_AS_REAL : 0), &jerr);
-			if (!j) {
-				free(data);
-				return arena_errf(errbuf, errlen, BATON_ESOURCE, "%s/%s: not JSON: %s (line %d)",
-				    dir, hf_blobs[i].name, jerr.text, jerr.line);
-			}
-		}
-		if (i == 0) {
-			char msg[512];
-			rc = arena_model_from_config(j, cfg, msg, sizeof msg);
-			if (rc) {
-				json_decref(j);
-				free(data);
-				return arena_errf(errbuf, errlen, rc, "%s: %s", src, msg);
-			}
-		}
-		json_decref(j);
-		uint64_t id[2] = { *hsum, arena_hash(data, (size_t)len) };
-		*hsum = arena_hash(id, sizeof id);
-		if ((rc = arena_plan_add_blob(plan, hf_blobs[i].name, data, len, errbuf, errlen)))
-			return rc;
-	}
 
 	struct arena_model_tensor *mt = NULL;
 	uint64_t nt = 0;

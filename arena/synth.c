@@ -387,6 +387,8 @@ static int plan_full(struct synth *sy, const struct baton_synth_params *p, struc
 	uint64_t chash = arena_hash(cfg, len);
 	if ((rc = arena_plan_add_blob(plan, "config.json", cfg, len, errbuf, errlen)))
 		return rc;
+	if (p->tokenizer && (rc = arena_plan_add_tokenizer(plan, p->tokenizer, &chash, errbuf, errlen)))
+		return rc;
 	snprintf(plan->arch, sizeof plan->arch, "%s", p->arch);
 	const uint64_t id[] = { SYNTH_ALGO, p->layers, p->experts, p->top_k, p->d_model,
 		p->d_ff, p->dtype, p->seed, chash };

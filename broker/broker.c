@@ -53,6 +53,10 @@ static void handle(struct broker *b, struct item *it)
 				br_eng_dead(b, e, "its connection closed and its process is gone", false);
 		}
 		break;
+	case IT_RELOAD:
+		br_apply_config(b, it->cfg, it->w->rb.text, sizeof it->w->rb.text);
+		br_waiter_done(it->w);
+		break;
 	case IT_DEATH: {
 		struct eng *e = br_eng_live(b, it->ref);
 		if (e)

@@ -71,7 +71,7 @@
  *   door_queue_max = 64           ; front door: requests waiting per model; more: 503
  *
  *   [gpu "GPU-8f1c..."]           ; or "host-0", or "*" for every device
- *   reserve_mib = 1024            ; headroom: never granted
+ *   reserve_mib = 1024            ; the reserve: never granted
  *   total_mib = 8192              ; manage this much of the device (default: all)
  *   lend = true                   ; lend its free memory (beyond reserve_mib) to
  *                                 ; engines of other devices as their peer tier
@@ -275,7 +275,9 @@ void broker_call(struct broker *b, const struct baton_msg *req,
 
 /* An event subscriber: called on the decision thread with every event the
  * broker publishes (op event: seq, time_ms, kind, engine, gpu, state,
- * reason, ms, bytes), valid during the call. It must be quick and must not
+ * reason, ms, bytes), valid during the call. A "handoff" event also
+ * carries decide_ms, release_ms, refill_ms and total_ms here (without
+ * presence bits: not on the wire, where its reason says them). It must be quick and must not
  * call back into the broker. */
 typedef void (*broker_event_fn)(void *arg, const struct baton_msg *ev);
 /* Subscribes; BATON_ENOMEM when 4 are subscribed already. */
@@ -284,6 +286,15 @@ int broker_observe(struct broker *b, broker_event_fn fn, void *arg);
  * again. */
 void broker_unobserve(struct broker *b, broker_event_fn fn, void *arg);
 
+/* A new configuration for the running broker (SIGHUP), read and checked
+ * by the caller: the decision thread takes its policies, pins, device and
+ * engine sections and timers between two decisions, and this returns
+ * once it has (0, a summary in msg, logged and published as a "reload"
+ * event). Engines, what they hold and operations in progress stay. The
+ * sockets, HTTP server, NVML and state file stay as opened (msg names
+ * those that differ). BATON_ECLOSED once the broker stops. Not from the
+ * decision thread. */
+int broker_reload(struct broker *b, const struct broker_config *next, char *msg, size_t n);
 /* Whether the ipc:// sockets are still the ones broker_open bound (same
  * inode): BATON_ESTATE with what happened in err when one was removed or
  * replaced (the program says so and exits: a restart binds afresh). */

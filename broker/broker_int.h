@@ -205,7 +205,7 @@ struct op {
 
 /* Inbox items: made by any thread, handed over under b->mu, then the
  * decision thread's, which frees them. */
-enum item_kind { IT_REQ = 1, IT_DONE, IT_PIPE_REM, IT_DEATH, IT_EVENT };
+enum item_kind { IT_REQ = 1, IT_DONE, IT_PIPE_REM, IT_DEATH, IT_RELOAD, IT_EVENT };
 
 struct item {
 	struct item *next;
@@ -226,6 +226,8 @@ struct item {
 	uint32_t pipe;
 	int pid;
 	struct eref ref;
+	/* IT_RELOAD (with w): borrowed until the waiter is done */
+	const struct broker_config *cfg;
 };
 
 /* Worker jobs: made by the decision thread, handed over under b->jmu, then
@@ -348,14 +350,37 @@ static inline void wake_at(struct broker *b, double t)
 /* One line on stderr, "baton-broker: ...". Any thread. */
 void br_blog(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Publishes an event on the events socket and to every subscriber
- * (decision thread). e may be NULL; ms < 0: none. */
+ * (decision thread). e may be NULL; ms < 0: none. bytes is always device
+ * memory, never bytes copied (docs/broker.md, "Events"): what moved
+ * (granted, asked for, freed, mapped: br_moved) or, for events that move
+ * nothing (register, pin, lost...), what the engine holds. */
 void br_publish(struct broker *b, const char *kind, const struct eng *e, const char *reason,
     double ms, uint64_t bytes);
+/* A handoff event, its phases (ms) handed to subscribers too (broker.h). */
+void br_publish_handoff(struct broker *b, const struct eng *e, const char *reason, double total_ms,
+    uint64_t bytes, double decide_ms, double release_ms, double refill_ms);
+/* An event's common fields (seq, time, engine, gpu, state, ms, bytes). */
+void br_event_fill(struct broker *b, struct baton_msg *ev, const char *kind, const struct eng *e,
+    const char *reason, double ms, uint64_t bytes);
+/* Device memory moved between two figures of what an engine maps. */
+static inline uint64_t br_moved(uint64_t before, uint64_t after)
+{
+	return before > after ? before - after : after - before;
+}
+
+/* ---- reload.c: a new configuration ------------------------------------------------- */
+
+/* Decision thread: applies the reloadable parts of *next (broker.h,
+ * broker_reload); a summary into msg, logged and published ("reload"). */
+void br_apply_config(struct broker *b, const struct broker_config *next, char *msg, size_t n);
 
 /* ---- inbox.c: the decision thread's inbox ----------------------------------------- */
 
 /* Hands an item to the decision thread, which frees it. Any thread. */
 void br_post(struct broker *b, struct item *it);
+/* The same, unless the decision thread has stopped: then BATON_ECLOSED
+ * and the item stays the caller's (an item with a waiter). */
+int br_post_live(struct broker *b, struct item *it);
 /* The reply in w->rb is complete: wakes the thread that waits for it. */
 void br_waiter_done(struct waiter *w);
 /* An error reply into the waiter, then br_waiter_done. */

@@ -228,6 +228,107 @@ def t_shrink_rather_than_release(c):
     assert not c.events.all("shrink", "c")
 
 
+def t_sighup_reload(c):
+    """SIGHUP reads the configuration again: pins, priorities and timers
+    change, engines stay registered; a bad file is refused and the running
+    configuration stays."""
+    c.broker('[engine "a"]\npriority = 3\n')
+    path = os.path.join(c.dir, "broker.ini")
+    a = c.engine("a", host_mib=128)
+    b = c.engine("b", host_mib=128)
+    eng = lambda n: c.eng(n)  # noqa: E731
+    assert (eng("a")["priority"], eng("a")["pinned"], eng("b")["pinned"]) == (3, False, False)
+
+    def hup(text, log_line):
+        with open(path, "w") as f:
+            f.write("[broker]\ncontrol = %s\nevents = %s\n" % (c.control, c.events_url) + text)
+        n = open(c.log("broker")).read().count(log_line)
+        c.bp.send_signal(signal.SIGHUP)
+        wait_for(log_line, lambda: open(c.log("broker")).read().count(log_line) > n, timeout=5)
+
+    assert c.status()["gpus"][0]["reserve"] == 0
+    hup('idle_release_s = %g\n[gpu "host-0"]\nreserve_mib = 4\n[engine "b"]\npinned = true\npriority = 7\n'
+        % (0.5 * SLOW), "configuration reloaded")
+    assert (eng("a")["priority"], eng("b")["priority"], eng("b")["pinned"]) == (0, 7, True), c.status()
+    assert c.status()["gpus"][0]["reserve"] == 4 * MIB, c.status()["gpus"]
+    assert c.events.all("reload"), c.events.all()
+    # the new idle timer releases a; pinned b keeps its cache
+    wait_for("a idle-released", lambda: c.holds()["a"] == 0, timeout=5 * SLOW)
+    assert c.holds()["b"] == CEIL
+    err(call(c.control, "release", name="b"), "permission")
+    # a bad file: refused with its line named; pins and timers stay
+    hup('[engine "b"]\npinned = maybe\n', "reload refused")
+    log = open(c.log("broker")).read()
+    assert "reload refused, the running configuration stays: %s:5:" % path in log, log[-600:]
+    assert eng("b")["pinned"] and eng("b")["priority"] == 7, c.status()
+    assert c.status()["gpus"][0]["reserve"] == 4 * MIB
+    # nobody was dropped or registered again
+    assert {e["name"]: e["pid"] for e in c.status()["engines"]} == {"a": a.pid, "b": b.pid}
+    assert c.bp.poll() is None
+    assert not c.events.all("register")[2:] and not c.events.all("reconnect") and not c.events.all("dead")
+    check_gen(c, a, 2)
+
+
+def t_event_bytes_are_device_memory(c):
+    """An event's bytes are device memory, the same unit for every kind:
+    what was granted, freed or mapped, never the bytes a refill copied
+    (the experts are 24 MiB, the cache they fill 28 MiB)."""
+    c.broker()
+    a = c.engine("a")
+    b = c.engine("b")
+    ok(call(c.control, "release", name="b"))
+    ok(call(c.control, "handoff", **{"from": "a", "to": "b"}))
+    ok(call(a.url, "status"))
+    check_gen(c, a, 1)  # a refills itself (after a grant and a reclaim of b)
+    wait_for("the handoff events", lambda: len(c.events.all("handoff")) >= 2)
+    evs = c.events.all()
+    seen = set()
+    for ev in evs:
+        k = ev["kind"]
+        if k in ("grant", "release", "refill", "handoff") or (k == "state" and ev["reason"].startswith("refill")):
+            assert ev["bytes"] == CEIL, ev
+            seen.add(k)
+        elif k in ("register",):
+            assert ev["bytes"] == 0, ev   # what it held then
+    assert {"grant", "release", "refill", "handoff", "state"} <= seen, [e["kind"] for e in evs]
+
+
+def t_handoff_takes_only_what_b_lacks(c):
+    # 128 MiB holds both engines: a handoff with room to spare leaves a its
+    # cache (the docs' promise; a was released whole before).
+    c.broker()
+    a = c.engine("a", host_mib=128)
+    b = c.engine("b", host_mib=128)
+    ok(call(c.control, "release", name="b"))
+    assert c.holds() == {"a": CEIL, "b": 0}, c.holds()
+    rep = ok(call(c.control, "handoff", **{"from": "a", "to": "b"}))
+    assert c.holds() == {"a": CEIL, "b": CEIL}, c.holds()
+    assert rep["release_ms"] == 0, rep
+    assert not c.events.all("release", "a") and not c.events.all("shrink", "a"), c.events.all()
+    ho = c.events.all("handoff", "b")
+    assert ho and "nothing taken" in ho[-1]["reason"], ho
+    assert ok(call(a.url, "status"))["mapped"] == CEIL
+    check_gen(c, a, 1)   # a serves at once from what it kept
+    a.kill()
+    b.kill()
+
+
+def t_handoff_partial(c):
+    # 56 MiB has room for part of b: an elastic a gives the shortfall (one
+    # segment) and keeps the rest resident.
+    c.broker()
+    a = c.engine("a", "--vram-elastic", host_mib=56)
+    b = c.engine("b", "--vram-elastic", host_mib=56)
+    ok(call(c.control, "release", name="b"))
+    ok(call(c.control, "refill", name="a"))
+    assert c.holds() == {"a": CEIL, "b": 0}, c.holds()
+    ok(call(c.control, "handoff", **{"from": "a", "to": "b"}))
+    assert c.holds() == {"a": CEIL - 4 * MIB, "b": CEIL}, c.holds()
+    ho = c.events.all("handoff", "b")
+    assert ho and "(shrink)" in ho[-1]["reason"], ho
+    assert ok(call(a.url, "status"))["state"] in ("ready", "partial")
+
+
 def t_idle_release(c):
     # the timers stretch with SLOW too: under TSan a's release alone took
     # 0.26 s and r's 1.5 s had passed before r was checked
@@ -573,7 +674,8 @@ def t_engine_without_broker(c):
 
 
 CASES = [t_config_and_flags, t_two_engines_alternate, t_priority_and_idle_order, t_longest_idle,
-         t_pinned_and_bounded_wait, t_pinned_leaves_part, t_headroom, t_total_mib, t_shrink_rather_than_release, t_idle_release,
+         t_pinned_and_bounded_wait, t_pinned_leaves_part, t_headroom, t_total_mib, t_shrink_rather_than_release,
+         t_event_bytes_are_device_memory, t_handoff_takes_only_what_b_lacks, t_handoff_partial, t_idle_release, t_sighup_reload,
          t_cli_and_handoff, t_engine_silent, t_engine_kill_during_refill, t_engine_kill_during_gen,
          t_engine_kill_during_handoff, t_broker_restart_under_load, t_stale_epoch,
          t_engine_without_broker, t_acquire_resent, t_stress]

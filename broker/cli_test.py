@@ -371,7 +371,8 @@ AGREED_METRICS = {
 # Families a Baton dashboard must show, whatever else it does.
 CORE_METRICS = {"baton_gpu_memory_total_bytes", "baton_gpu_memory_free_bytes", "baton_gpu_memory_held_bytes",
                 "baton_engine_resident_bytes", "baton_engine_state", "baton_engine_refill_duration_seconds",
-                "baton_engine_last_refill_bytes_per_second", "baton_handoffs_total", "baton_errors_total"}
+                "baton_engine_last_refill_bytes_per_second", "baton_handoffs_total", "baton_errors_total",
+                "baton_handoff_duration_seconds"}
 
 PROM_FUNCS = {"sum", "rate", "irate", "increase", "histogram_quantile", "max", "min", "avg", "count", "by",
               "without", "on", "ignoring", "group_left", "group_right", "clamp_min", "clamp_max", "time",
@@ -396,7 +397,7 @@ def dashboard_metrics(dash):
         if isinstance(q, dict):
             q = q.get("query", "")
         if v.get("type") == "query" and q:
-            m = re.match(r"\s*label_values\(\s*([a-zA-Z_:][a-zA-Z0-9_:]*)\s*,", q)
+            m = re.match(r"\s*label_values\(\s*([a-zA-Z_:][a-zA-Z0-9_:]*)\s*(?:\{[^}]*\})?\s*,", q)
             if m:
                 names.add(m.group(1))
             else:
@@ -411,6 +412,23 @@ def dashboard_metrics(dash):
                 continue
             names.add(tok)
     return exprs, names
+
+
+def served_labels(text):
+    """{metric name: label names its samples carry} in Prometheus text."""
+    out = {}
+    for line in text.splitlines():
+        m = re.match(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? ", line)
+        if m and not line.startswith("#"):
+            out.setdefault(m.group(1), set()).update(re.findall(r'([a-zA-Z_][a-zA-Z0-9_]*)="', m.group(2) or ""))
+    return out
+
+
+def selectors(expr):
+    """(metric, {label names matched}) of every selector in a PromQL expression."""
+    e = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)
+    for m in re.finditer(r"\b(baton_[a-zA-Z0-9_]+)\s*(\{[^}]*\})?", e):
+        yield m.group(1), set(re.findall(r"([a-zA-Z_][a-zA-Z0-9_]*)\s*(?:=~|!~|!=|=)", m.group(2) or ""))
 
 
 def families(text):
@@ -449,24 +467,27 @@ def served_metrics(c):
         src = open(os.path.join(ROOT, "broker", "http.c")).read()
         return families("\n".join("# TYPE %s histogram" % n for n in re.findall(r"\b(baton_[a-z0-9_]+)", src)))
     a = c.engine("a")
+    b = c.engine("b")
     h.ok(h.call(c.control, "release", name="a"))
     h.ok(h.call(c.control, "refill", name="a"))
+    h.ok(h.call(c.control, "handoff", **{"from": "a", "to": "b"}))
     text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=10).read().decode()
-    assert "baton_engine_resident_bytes{" in text and 'name="a"' in text, text[:2000]
-    del a
-    return families(text)
+    assert "baton_engine_resident_bytes{" in text and 'engine="a"' in text, text[:2000]
+    del a, b
+    return families(text), served_labels(text)
 
 
 def check_promql(exprs):
     """Every expression parses as PromQL: `promtool check rules` on a rule
     file of them, Grafana's variables replaced by values (skipped, saying
     so, without promtool)."""
-    import shutil
     import tempfile
-    if not shutil.which("promtool"):
-        print("  (no promtool: PromQL syntax not checked; Debian package prometheus)")
+    promtool = h.promtool()
+    if not promtool:
+        print("  (no promtool: PromQL syntax not checked; scripts/install-deps.sh extracts it)")
         return
-    subst = {"$__rate_interval": "1m", "$__interval": "15s", "$__range": "1h", "$engine": ".*", "$gpu": ".*"}
+    subst = {"$__rate_interval": "1m", "$__interval": "15s", "$__range": "1h", "$engine": ".*", "$gpu": ".*",
+             "$instance": ".*"}
     rules = []
     for i, e in enumerate(exprs):
         for k in sorted(subst, key=len, reverse=True):
@@ -476,7 +497,7 @@ def check_promql(exprs):
     with tempfile.NamedTemporaryFile("w", suffix=".yml", delete=False) as f:
         json.dump({"groups": [{"name": "dashboard", "rules": rules}]}, f)  # JSON is YAML
     try:
-        r = subprocess.run(["promtool", "check", "rules", f.name], capture_output=True, text=True, timeout=60)
+        r = subprocess.run([promtool, "check", "rules", f.name], capture_output=True, text=True, timeout=60)
         assert r.returncode == 0, "PromQL: " + r.stdout + r.stderr
     finally:
         os.unlink(f.name)
@@ -511,16 +532,75 @@ def t_grafana_dashboard(c):
             assert p.get("targets") and p.get("datasource"), p.get("title")
             assert set(p.get("gridPos", {})) >= {"h", "w", "x", "y"}, p.get("title")
     check_promql(exprs)
+    # Two brokers (instances) may have engines of the same name: every
+    # query selects $instance and keeps instance (and engine, for an
+    # engine's metric) in what it groups by.
+    variables = {v["name"] for v in dash["templating"]["list"]}
+    assert {"instance", "engine", "gpu"} <= variables, variables
+    for e in exprs:
+        for metric, labels in selectors(e):
+            assert "instance" in labels, "no $instance in " + e
+        for agg, by in re.findall(r"\b(\w+) by\s*\(([^)]*)\)", e):
+            by = {x.strip() for x in by.split(",")}
+            assert "instance" in by, "grouped without instance: " + e
+            if "baton_engine_" in e and agg != "count":  # a count of engines is per broker
+                assert "engine" in by, "grouped without engine: " + e
+    # the state timeline: one lane per engine (grouped by instance and
+    # engine only), every state the broker reports mapped to its name
+    st = [p for p in dash["panels"] if p.get("type") == "state-timeline"]
+    assert len(st) == 1 and len(st[0]["targets"]) == 1, st
+    st = st[0]
+    by = re.findall(r"^max by \(([^)]*)\)", st["targets"][0]["expr"])
+    assert by and {x.strip() for x in by[0].split(",")} == {"instance", "engine"}, st["targets"][0]["expr"]
+    assert "{{state}}" not in st["targets"][0]["legendFormat"]
+    mapped = {o["text"] for m in st["fieldConfig"]["defaults"]["mappings"] for o in m["options"].values()}
+    for state in ("loading", "ready", "partial", "refilling", "releasing", "released", "lost", "dead", "stopped"):
+        assert state in mapped and '"%s"' % state in st["targets"][0]["expr"], state
+    assert "one lane per engine" in st["description"].lower()
+    # a handoff-latency panel from the histogram, by phase
+    ho = [t["expr"] for p in dash["panels"] for t in p.get("targets", [])
+          if "baton_handoff_duration_seconds_bucket" in t["expr"]]
+    assert ho and all("phase" in x for x in ho), ho
     served = served_metrics(c)
-    known = served if served is not None else families(
+    known = served[0] if served is not None else families(
         "\n".join("# TYPE %s histogram" % n for n in AGREED_METRICS))
     missing = sorted(n for n in names if n not in known)
     assert not missing, "the dashboard uses metrics the broker does not serve: %s" % missing
     used = {re.sub(r"_(bucket|sum|count)$", "", n) for n in names}
     assert CORE_METRICS <= used, sorted(CORE_METRICS - used)
+    if served is not None:
+        # every label a query matches on or groups by is one the broker's
+        # series carry (instance and job: Prometheus adds them)
+        labels = served[1]
+        for e in exprs:
+            for metric, matched in selectors(e):
+                if metric not in labels:
+                    continue  # no series here (a peer tier's: peer_test checks those)
+                extra = matched - labels[metric] - {"instance", "job", "__name__"}
+                assert not extra, "%s has no label %s on /metrics (%s)" % (metric, sorted(extra), e)
 
 
-CASES = [t_grafana_dashboard, t_gen_by_name, t_usage_and_exit_codes, t_status_tables_and_json, t_operations,
+def t_prometheus_alerts(c):
+    """deploy/prometheus/baton-alerts.yml: every Baton metric and label its
+    rules use is one a live broker serves, and each aggregation keeps
+    instance (two nodes alert apart)."""
+    import yaml
+    rules = yaml.safe_load(open(os.path.join(ROOT, "deploy", "prometheus", "baton-alerts.yml")))
+    exprs = [r["expr"] for g in rules["groups"] for r in g["rules"]]
+    assert len(exprs) >= 5, exprs
+    check_promql(exprs)
+    fams, labels = served_metrics(c)
+    for e in exprs:
+        for metric, matched in selectors(e):
+            assert metric in fams, "%s is not on /metrics (%s)" % (metric, e)
+            if metric in labels:
+                extra = matched - labels[metric] - {"instance", "job", "__name__"}
+                assert not extra, "%s has no label %s on /metrics (%s)" % (metric, sorted(extra), e)
+        for by in re.findall(r"\bby\s*\(([^)]*)\)", e):
+            assert "instance" in {x.strip() for x in by.split(",")}, "grouped without instance: " + e
+
+
+CASES = [t_grafana_dashboard, t_prometheus_alerts, t_gen_by_name, t_usage_and_exit_codes, t_status_tables_and_json, t_operations,
          t_pins_survive_a_broker_restart, t_busy, t_watch,
          t_progress_on_terminal_only]
 

@@ -7,6 +7,11 @@ A broker with two engines on one host device that holds one of them; the
 page is loaded while b holds the device; a handoff b -> a goes through the
 HTTP API; the page (without a reload: its own polling) must then show a as
 the holder and a ready. A screenshot is saved as $BUILD/artifacts/dashboard.png.
+Then back to b, whose refill waits 2 s (BATON_TEST_REFILL_DELAY_MS): while
+it fills, the memory granted to it is drawn as b's, filling, in b's colour
+and not as grey "other"; a screenshot of that is
+$BUILD/artifacts/dashboard-handoff.png (docs/img/dashboard-handoff.png is a
+copy). Engine colours are the same after a reload (from the names).
 Also: the page served is broker/dashboard.html byte for byte (the embedded
 copy, broker/dashboard_page.c, is not stale) and it loads nothing from
 elsewhere.
@@ -28,6 +33,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -163,12 +169,23 @@ def t_dashboard_handoff(c):
         return
     api = c.http_broker("http_token = %s\n" % TOKEN, token=TOKEN)
     c.engine("a")
-    c.engine("b")  # takes the device from a
+    # b's refills wait 2 s first (a test hook), so the page can be seen
+    # while b fills what the broker granted it
+    c.engine("b", env=dict(c.env, BATON_TEST_REFILL_DELAY_MS="2000"))  # takes the device from a
     assert c.holds() == {"a": 0, "b": h.CEIL}
     st, page, _ = api.get("/", token=False)
     assert st == 200 and page == read_html()
     url = "http://%s:%d/" % (api.host, api.port)
     wd = WebDriver(c.dir)
+    art = os.path.join(BUILD, "artifacts")
+    os.makedirs(art, exist_ok=True)
+
+    def screenshot(name):
+        png = base64.b64decode(wd.cmd("GET", "/screenshot"))
+        assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+        with open(os.path.join(art, name), "wb") as f:
+            f.write(png)
+        return os.path.join(art, name), len(png)
     try:
         wd.cmd("POST", "/url", {"url": url})
 
@@ -179,8 +196,14 @@ def t_dashboard_handoff(c):
         def state(name):
             return wd.js("const e = document.getElementById('engine-%s');"
                          "return e ? e.getAttribute('data-state') : null;" % name)
+
+        def colours():
+            return wd.js("const o = {}; document.querySelectorAll('#engines tbody tr').forEach(r => "
+                         "{ o[r.id] = getComputedStyle(r.querySelector('.dot')).backgroundColor; }); return o;")
         h.wait_for("the page shows b holding the device", lambda: holders() == "b", timeout=15)
         assert state("b") == "ready" and state("a") == "released", (state("a"), state("b"))
+        first = colours()
+        assert len(first) == 2 and first["engine-a"] != first["engine-b"], first
         t0 = time.time()
         r = h.expect(api.post("/v1/handoff", {"from": "b", "to": "a"}), 200)
         assert r["ok"]
@@ -191,14 +214,38 @@ def t_dashboard_handoff(c):
         text = wd.js("return document.body.innerText;")
         assert "held by: a" in text and "handoff" in text, text[:2000]
         assert wd.js("return document.getElementById('conn').className;") == ""  # no error shown
-        png = base64.b64decode(wd.cmd("GET", "/screenshot"))
-        assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
-        art = os.path.join(BUILD, "artifacts")
-        os.makedirs(art, exist_ok=True)
-        with open(os.path.join(art, "dashboard.png"), "wb") as f:
-            f.write(png)
-        print("  screenshot: %s (%d bytes); the page showed the handoff after %.2f s" %
-              (os.path.join(art, "dashboard.png"), len(png), shown))
+        path, size = screenshot("dashboard.png")
+        print("  screenshot: %s (%d bytes); the page showed the handoff after %.2f s" % (path, size, shown))
+        # Back to b, whose refill waits: while it fills, the memory granted
+        # to it is drawn as b's (filling), in b's colour, never as "other".
+        res = {}
+        th = threading.Thread(target=lambda: res.update(r=api.post("/v1/handoff", {"from": "a", "to": "b"})))
+        th.start()
+        try:
+            h.wait_for("the page shows b filling", lambda: wd.js(
+                "const g = document.getElementById('gpu-0');"
+                "return g ? g.getAttribute('data-filling') : null;") == "b", timeout=10)
+            seg = wd.js("const s = document.querySelector('#gpu-0 .seg.filling');"
+                        "return s ? [s.getAttribute('data-engine'), parseFloat(s.style.width),"
+                        " getComputedStyle(s).backgroundColor, s.textContent] : null;")
+            assert seg and seg[0] == "b" and seg[1] > 50 and "filling" in seg[3], seg
+            assert seg[2] == colours()["engine-b"], (seg, colours())
+            other = wd.js("const s = document.querySelector('#gpu-0 .seg.other');"
+                          "return s ? parseFloat(s.style.width) : 0;")
+            assert other < 5, "granted memory drawn as other: %s%%" % other
+            assert state("b") == "refilling", state("b")
+            path, size = screenshot("dashboard-handoff.png")
+            print("  screenshot during the handoff: %s (%d bytes); docs/img/dashboard-handoff.png is a copy"
+                  % (path, size))
+        finally:
+            th.join(30)
+        h.expect(res["r"], 200)
+        h.wait_for("b holds the device", lambda: holders() == "b" and state("b") == "ready", timeout=10)
+        # colours come from the names: the same after a reload, whoever
+        # holds the device now and whichever engine the page saw first
+        wd.cmd("POST", "/url", {"url": url})
+        h.wait_for("the page again", lambda: len(colours()) == 2, timeout=10)
+        assert colours() == first, (colours(), first)
         # the broker stops cleanly while the page polls it, and the page says so
         c.bp.send_signal(signal.SIGTERM)
         assert c.bp.wait(10) == 0

@@ -224,12 +224,13 @@ def t_busy_409(c):
 
 def t_metrics(c):
     """/metrics after some traffic: promtool passes it and the series are there."""
-    if not shutil.which("promtool"):
+    if not h.promtool():
         subprocess.run(["scripts/install-deps.sh"], check=False, timeout=600)
-    promtool = shutil.which("promtool")
-    assert promtool, "promtool is missing (Debian package prometheus; scripts/install-deps.sh)"
-    api = start(c, '[gpu "host-0"]\nreserve_mib = 4\n')
-    c.engine("a")
+    promtool = h.promtool()
+    assert promtool, "promtool is missing (scripts/install-deps.sh extracts it into .deps/bin)"
+    t_start = time.time()
+    api = start(c, 'heartbeat_timeout_ms = 600\n[gpu "host-0"]\nreserve_mib = 4\n')
+    a = c.engine("a")
     b = c.engine("b")
     for seed in range(3):  # three requests, counted by b and sent with its heartbeats
         h.ok(h.gen(b, seed=seed))
@@ -237,42 +238,74 @@ def t_metrics(c):
     expect(api.post("/v1/handoff", {"from": "b", "to": "a"}), 200)
     expect(api.post("/v1/engines/a/release"), 200)
     expect(api.post("/v1/engines/ghost/refill"), 404, "not_found")
-    st, text, hdr = api.get("/metrics")
-    assert st == 200 and hdr["Content-Type"].startswith("text/plain; version=0.0.4"), hdr
-    r = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0 and not r.stdout.strip() and not r.stderr.strip(), (r.stdout, r.stderr, text)
-    values = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            k, v = line.rsplit(" ", 1)
-            values[k] = float(v)
+
+    def scrape():
+        st, text, hdr = api.get("/metrics")
+        assert st == 200 and hdr["Content-Type"].startswith("text/plain; version=0.0.4"), hdr
+        r = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0 and not r.stdout.strip() and not r.stderr.strip(), (r.stdout, r.stderr, text)
+        values = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                k, v = line.rsplit(" ", 1)
+                values[k] = float(v)
+        # one label for a device (gpu) and one for an engine (engine) on every series
+        assert 'uuid="' not in text and 'name="' not in text, text
+        return text, values
+    text, values = scrape()
     want = {
-        'baton_gpu_memory_total_bytes{uuid="host-0"}': lambda v: v >= CEIL,
-        'baton_gpu_memory_held_bytes{uuid="host-0"}': lambda v: v == 0,
-        'baton_gpu_memory_reserve_bytes{uuid="host-0"}': lambda v: v == 4 << 20,
-        'baton_gpu_memory_free_bytes{uuid="host-0"}': lambda v: v > 0,
-        'baton_gpu_memory_used_bytes{uuid="host-0"}': lambda v: v >= 0,
-        'baton_engine_resident_bytes{name="a",gpu="host-0"}': lambda v: v == 0,
-        'baton_engine_resident_bytes{name="b",gpu="host-0"}': lambda v: v == 0,
-        'baton_engine_state{name="a",state="released"}': lambda v: v == 1,
-        'baton_engine_state{name="a",state="ready"}': lambda v: v == 0,
-        'baton_engine_releases_total{name="a"}': lambda v: v >= 1,
-        'baton_engine_releases_total{name="b"}': lambda v: v >= 1,
-        'baton_engine_refills_total{name="a"}': lambda v: v >= 1,
-        'baton_engine_refill_duration_seconds_count{name="a"}': lambda v: v >= 1,
-        'baton_engine_refill_duration_seconds_bucket{name="a",le="+Inf"}': lambda v: v >= 1,
-        'baton_engine_release_duration_seconds_count{name="b"}': lambda v: v >= 1,
-        'baton_engine_last_refill_bytes_per_second{name="a"}': lambda v: v > 0,
-        'baton_engine_requests_total{name="a"}': lambda v: v == 0,
-        'baton_engine_requests_total{name="b"}': lambda v: v == 3,
+        'baton_gpu_memory_total_bytes{gpu="host-0"}': lambda v: v >= CEIL,
+        'baton_gpu_memory_held_bytes{gpu="host-0"}': lambda v: v == 0,
+        'baton_gpu_memory_reserve_bytes{gpu="host-0"}': lambda v: v == 4 << 20,
+        'baton_gpu_memory_free_bytes{gpu="host-0"}': lambda v: v > 0,
+        'baton_gpu_memory_used_bytes{gpu="host-0"}': lambda v: v >= 0,
+        'baton_engine_resident_bytes{engine="a",gpu="host-0"}': lambda v: v == 0,
+        'baton_engine_resident_bytes{engine="b",gpu="host-0"}': lambda v: v == 0,
+        'baton_engine_state{engine="a",state="released"}': lambda v: v == 1,
+        'baton_engine_state{engine="a",state="ready"}': lambda v: v == 0,
+        'baton_engine_releases_total{engine="a"}': lambda v: v >= 1,
+        'baton_engine_releases_total{engine="b"}': lambda v: v >= 1,
+        'baton_engine_refills_total{engine="a"}': lambda v: v >= 1,
+        'baton_engine_refill_duration_seconds_count{engine="a"}': lambda v: v >= 1,
+        'baton_engine_refill_duration_seconds_bucket{engine="a",le="+Inf"}': lambda v: v >= 1,
+        'baton_engine_release_duration_seconds_count{engine="b"}': lambda v: v >= 1,
+        'baton_engine_last_refill_bytes_per_second{engine="a"}': lambda v: v > 0,
+        'baton_engine_requests_total{engine="a"}': lambda v: v == 0,
+        'baton_engine_requests_total{engine="b"}': lambda v: v == 3,
         'baton_handoffs_total': lambda v: v >= 1,
         'baton_errors_total': lambda v: v >= 0,
         'baton_engines{status="live"}': lambda v: v == 2,
+        'baton_engines{status="lost"}': lambda v: v == 0,
+        'baton_engines{status="dead"}': lambda v: v == 0,
         'baton_build_info{version="%s"}' % open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
                                                        "VERSION")).read().strip(): lambda v: v == 1,
+        'baton_start_time_seconds': lambda v: t_start - 5 <= v <= time.time(),
     }
+    # the handoff b -> a, in phases: a histogram, not only a counter
+    for phase in ("decide", "release", "refill", "total"):
+        want['baton_handoff_duration_seconds_count{engine="a",phase="%s"}' % phase] = lambda v: v == 1
+        want['baton_handoff_duration_seconds_bucket{engine="a",phase="%s",le="+Inf"}' % phase] = lambda v: v == 1
+    want['baton_handoff_duration_seconds_sum{engine="a",phase="total"}'] = lambda v: v > 0
+    want['baton_handoff_duration_seconds_sum{engine="a",phase="refill"}'] = lambda v: v > 0
     for k, ok in want.items():
         assert k in values and ok(values[k]), (k, values.get(k), text)
+    # a silent engine (SIGSTOP) is lost, not live
+    a.send_signal(signal.SIGSTOP)
+    try:
+        h.wait_for("a lost", lambda: c.eng("a")["state"] == "lost", timeout=10)
+        text, values = scrape()
+        assert (values['baton_engines{status="live"}'], values['baton_engines{status="lost"}']) == (1, 0 + 1), text
+        assert values['baton_engine_state{engine="a",state="lost"}'] == 1
+    finally:
+        a.send_signal(signal.SIGCONT)
+    # a dead engine's idle time goes on (its last request ended before it died)
+    b.kill()
+    b.wait()
+    h.wait_for("b dead", lambda: c.eng("b")["state"] == "dead", timeout=10)
+    time.sleep(0.3)
+    text, values = scrape()
+    assert values['baton_engines{status="dead"}'] == 1, text
+    assert values['baton_engine_idle_seconds{engine="b"}'] >= 0.3, text
 
 
 def t_config(c):

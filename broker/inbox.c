@@ -37,6 +37,18 @@ void br_post(struct broker *b, struct item *it)
 	pthread_mutex_unlock(&b->mu);
 }
 
+int br_post_live(struct broker *b, struct item *it)
+{
+	int rc = BATON_ECLOSED;
+	pthread_mutex_lock(&b->mu);
+	if (!b->loop_done) {
+		append(b, it);
+		rc = 0;
+	}
+	pthread_mutex_unlock(&b->mu);
+	return rc;
+}
+
 void broker_emit(struct broker *b, const char *kind, const char *engine, const char *reason, double ms,
     uint64_t bytes)
 {
@@ -49,12 +61,7 @@ void broker_emit(struct broker *b, const char *kind, const char *engine, const c
 	snprintf(it->err, sizeof it->err, "%s", reason ? reason : "");
 	it->ms = ms;
 	it->job_id = bytes;
-	pthread_mutex_lock(&b->mu);
-	bool open = !b->loop_done;
-	if (open)
-		append(b, it);
-	pthread_mutex_unlock(&b->mu);
-	if (!open)
+	if (br_post_live(b, it) != 0)
 		free(it);
 }
 
@@ -185,7 +192,9 @@ void br_inbox_close(struct broker *b)
 	pthread_mutex_unlock(&b->mu);
 	for (struct item *it = rest, *nx; it; it = nx) {
 		nx = it->next;
-		if (it->kind == IT_REQ) {
+		if (it->kind == IT_RELOAD) {
+			br_reply_error(it->w, PROTO_OP_STATUS, 0, BATON_ECLOSED, "the broker is shutting down");
+		} else if (it->kind == IT_REQ) {
 			br_reply_error(it->w, it->req.op, it->req.id, BATON_ECLOSED, "the broker is shutting down");
 			proto_msg_free(&it->req);
 		} else if (it->kind == IT_DONE) {

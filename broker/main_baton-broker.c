@@ -29,7 +29,10 @@ static const char usage[] =
     "  --check         read the configuration, print it, and exit\n"
     "  --help, --version\n"
     "\n"
-    "Flags override the file. Exit status: 0 after SIGTERM or SIGINT, 1 when\n"
+    "Flags override the file. SIGHUP reads the file again: policies, pins,\n"
+    "device and engine sections and timers change without dropping engines; a\n"
+    "file that does not load is refused and the running configuration stays.\n"
+    "Exit status: 0 after SIGTERM or SIGINT, 1 when\n"
     "the sockets cannot be opened or one was removed or replaced while it ran,\n"
     "2 for bad flags or configuration.\n"
     "Under systemd (Type=notify): READY=1 once listening, WATCHDOG=1 every\n"
@@ -120,6 +123,42 @@ static void watchdog_tick(struct watchdog *w)
 	else
 		fprintf(stderr, "baton-broker: watchdog: no status from the decision thread (%s); no ping\n",
 		    baton_strerror(rc));
+}
+
+/*
+ * SIGHUP: the configuration file again. A file that does not load is
+ * refused whole (the log names its line) and the running configuration
+ * stays; a good one goes to the decision thread (broker_reload). The
+ * flags given at start still override the file, as at start.
+ */
+static void reload(struct broker *b, const char *path, const char *http, const char *token_file)
+{
+	static struct broker_config next; /* large: not on the stack */
+	char err[1024];
+	if (!path) {
+		fprintf(stderr, "baton-broker: SIGHUP: started without --config; nothing to reload\n");
+		return;
+	}
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	/* MONOTONIC_USEC: systemd 253 and later match it to the SIGHUP */
+	sd_notifyf(0, "RELOADING=1\nMONOTONIC_USEC=%llu\nSTATUS=reloading %s",
+	    (unsigned long long)ts.tv_sec * 1000000ULL + (unsigned long long)ts.tv_nsec / 1000ULL, path);
+	broker_config_defaults(&next);
+	int rc = broker_config_load(&next, path, err, sizeof err);
+	if (rc == 0 && http && broker_config_set_http(&next, http, err, sizeof err))
+		rc = BATON_ECONFIG;
+	if (rc == 0 && token_file && broker_config_token_file(&next, token_file, err, sizeof err))
+		rc = BATON_ECONFIG;
+	if (rc) {
+		fprintf(stderr, "baton-broker: reload refused, the running configuration stays: %s\n", err);
+		sd_notifyf(0, "READY=1\nSTATUS=reload of %s refused: %s", path, err);
+		return;
+	}
+	rc = broker_reload(b, &next, err, sizeof err);
+	if (rc)
+		fprintf(stderr, "baton-broker: reload: %s\n", err);
+	sd_notifyf(0, "READY=1\nSTATUS=configuration reloaded from %s", path);
 }
 
 static void print_config(const struct broker_config *c)
@@ -292,7 +331,9 @@ int main(int argc, char **argv)
 		if (wait.tv_sec >= 1) /* the sockets are looked at every second */
 			wait = (struct timespec){ .tv_sec = 1, .tv_nsec = 0 };
 		int sig = sigtimedwait(&sigs, NULL, &wait);
-		if (sig > 0 && sig != SIGHUP)
+		if (sig == SIGHUP)
+			reload(b, config, http, token_file);
+		else if (sig > 0)
 			break;
 		watchdog_tick(&wd);
 		if (broker_sockets_check(b, err, sizeof err) != 0) {

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "broker/broker.h"
 #include "broker/http_int.h"
@@ -27,11 +28,15 @@ struct hist {
 	double sum;
 };
 
+/* A handoff's phases, as the handoff event gives them (broker.h). */
+enum { HO_DECIDE, HO_RELEASE, HO_REFILL, HO_TOTAL, HO_N };
+static const char *const ho_phase[HO_N] = { "decide", "release", "refill", "total" };
+
 struct estat {
 	char name[BROKER_NAME_MAX];
 	uint64_t releases, refills, grants, denials;
 	struct hist rel, ref;
-	double last_refill_bps;
+	struct hist ho[HO_N]; /* handoffs to this engine, by phase */
 };
 
 struct broker_metrics {
@@ -39,6 +44,7 @@ struct broker_metrics {
 	struct estat *st;
 	size_t n_st;
 	uint64_t handoffs, errors, events;
+	double start_time;    /* wall clock seconds: when the broker's metrics began */
 };
 
 struct broker_metrics *broker_metrics_new(void)
@@ -52,6 +58,9 @@ struct broker_metrics *broker_metrics_new(void)
 		return NULL;
 	}
 	pthread_mutex_init(&m->mu, NULL);
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	m->start_time = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 	return m;
 }
 
@@ -111,8 +120,6 @@ void broker_metrics_event(struct broker_metrics *h, const struct baton_msg *ev)
 	if (s && refill) {
 		s->refills++;
 		hist_add(&s->ref, secs);
-		if (secs > 0 && ev->bytes > 0)
-			s->last_refill_bps = (double)ev->bytes / secs;
 	}
 	if (s && strcmp(kind, "grant") == 0)
 		s->grants++;
@@ -121,8 +128,12 @@ void broker_metrics_event(struct broker_metrics *h, const struct baton_msg *ev)
 		if (s)
 			s->denials++;
 	}
-	if (strcmp(kind, "handoff") == 0)
+	if (strcmp(kind, "handoff") == 0) {
 		h->handoffs++;
+		double ph[HO_N] = { ev->decide_ms, ev->release_ms, ev->refill_ms, ev->total_ms };
+		for (int k = 0; s && k < HO_N; k++)
+			hist_add(&s->ho[k], ph[k] > 0 ? ph[k] / 1e3 : 0);
+	}
 	pthread_mutex_unlock(&h->mu);
 }
 
@@ -130,7 +141,7 @@ struct metrics_ctx {
 	FILE *f;
 	int err;
 	char msg[512];
-	unsigned live, all;   /* engines: not dead, all */
+	unsigned live, lost, dead; /* engines by liveness */
 };
 
 /* A label value: backslash, quote and newline escaped. */
@@ -145,6 +156,14 @@ static void label(FILE *f, const char *s)
 		}
 		fputc(*s, f);
 	}
+}
+
+/* name{engine="E" (, more labels follow when `more`) */
+static void engine_series(FILE *f, const char *name, const char *engine, bool more)
+{
+	fprintf(f, "%s{engine=\"", name);
+	label(f, engine);
+	fputs(more ? "\"," : "\"}", f);
 }
 
 static void head(FILE *f, const char *name, const char *type, const char *help)
@@ -172,7 +191,7 @@ static void on_metrics_reply(void *arg, const struct baton_msg *rep)
 		{ "baton_gpu_memory_free_bytes", "Device memory free, as the broker counts it (NVML when present).", 1 },
 		{ "baton_gpu_memory_used_bytes", "Device memory in use: total minus free.", 2 },
 		{ "baton_gpu_memory_held_bytes", "Device memory held by Baton engines' expert caches (and grants), lent memory included.", 3 },
-		{ "baton_gpu_memory_reserve_bytes", "Headroom the broker never grants (reserve_mib).", 4 },
+		{ "baton_gpu_memory_reserve_bytes", "The reserve: memory the broker never grants (reserve_mib).", 4 },
 		{ "baton_gpu_memory_lent_bytes", "Device memory lent to engines of other devices as their peer tier.", 5 },
 	};
 	for (size_t k = 0; k < sizeof gm / sizeof gm[0]; k++) {
@@ -181,7 +200,7 @@ static void on_metrics_reply(void *arg, const struct baton_msg *rep)
 			const struct proto_gpu *g = &rep->gpus.v[i];
 			uint64_t v[6] = { g->total, g->free_bytes, g->total > g->free_bytes ? g->total - g->free_bytes : 0,
 				g->held, g->reserve, g->lent };
-			fprintf(f, "%s{uuid=\"", gm[k].name);
+			fprintf(f, "%s{gpu=\"", gm[k].name);
 			label(f, g->uuid);
 			fprintf(f, "\"} %" PRIu64 "\n", v[gm[k].which]);
 		}
@@ -189,29 +208,33 @@ static void on_metrics_reply(void *arg, const struct baton_msg *rep)
 	head(f, "baton_engine_resident_bytes", "gauge", "Device memory an engine's expert cache maps.");
 	for (uint32_t i = 0; i < rep->engines.n; i++) {
 		const struct proto_engine_info *e = &rep->engines.v[i];
-		fprintf(f, "baton_engine_resident_bytes{name=\"%s\",gpu=\"", e->name);
+		engine_series(f, "baton_engine_resident_bytes", e->name, true);
+		fputs("gpu=\"", f);
 		label(f, e->gpu);
 		fprintf(f, "\"} %" PRIu64 "\n", e->resident);
 	}
 	head(f, "baton_engine_requests_total", "counter",
 	    "GEN requests an engine answered since it started (from its heartbeats).");
-	for (uint32_t i = 0; i < rep->engines.n; i++)
-		fprintf(f, "baton_engine_requests_total{name=\"%s\"} %" PRIu64 "\n", rep->engines.v[i].name,
-		    rep->engines.v[i].requests);
+	for (uint32_t i = 0; i < rep->engines.n; i++) {
+		engine_series(f, "baton_engine_requests_total", rep->engines.v[i].name, false);
+		fprintf(f, " %" PRIu64 "\n", rep->engines.v[i].requests);
+	}
 	head(f, "baton_engine_peer_bytes", "gauge",
 	    "Memory an engine's peer tier holds on another device (lent by the broker).");
 	for (uint32_t i = 0; i < rep->engines.n; i++) {
 		const struct proto_engine_info *e = &rep->engines.v[i];
 		if (!*e->peer_gpu)
 			continue;
-		fprintf(f, "baton_engine_peer_bytes{name=\"%s\",gpu=\"", e->name);
+		engine_series(f, "baton_engine_peer_bytes", e->name, true);
+		fputs("gpu=\"", f);
 		label(f, e->peer_gpu);
 		fprintf(f, "\"} %" PRIu64 "\n", e->peer);
 	}
 	head(f, "baton_engine_ceiling_bytes", "gauge", "Device memory an engine's whole expert cache takes.");
 	for (uint32_t i = 0; i < rep->engines.n; i++) {
 		const struct proto_engine_info *e = &rep->engines.v[i];
-		fprintf(f, "baton_engine_ceiling_bytes{name=\"%s\",gpu=\"", e->name);
+		engine_series(f, "baton_engine_ceiling_bytes", e->name, true);
+		fputs("gpu=\"", f);
 		label(f, e->gpu);
 		fprintf(f, "\"} %" PRIu64 "\n", e->ceiling);
 	}
@@ -222,40 +245,74 @@ static void on_metrics_reply(void *arg, const struct baton_msg *rep)
 		for (size_t s = 0; s < sizeof known_states / sizeof known_states[0]; s++) {
 			bool on = strcmp(e->state, known_states[s]) == 0;
 			known = known || on;
-			fprintf(f, "baton_engine_state{name=\"%s\",state=\"%s\"} %d\n", e->name, known_states[s], on);
+			engine_series(f, "baton_engine_state", e->name, true);
+			fprintf(f, "state=\"%s\"} %d\n", known_states[s], on);
 		}
 		if (!known) {
-			fprintf(f, "baton_engine_state{name=\"%s\",state=\"", e->name);
+			engine_series(f, "baton_engine_state", e->name, true);
+			fputs("state=\"", f);
 			label(f, e->state);
 			fputs("\"} 1\n", f);
 		}
 	}
 	head(f, "baton_engine_pinned", "gauge", "1 when an engine is pinned (never reclaimed).");
-	for (uint32_t i = 0; i < rep->engines.n; i++)
-		fprintf(f, "baton_engine_pinned{name=\"%s\"} %d\n", rep->engines.v[i].name, rep->engines.v[i].pinned);
-	head(f, "baton_engine_idle_seconds", "gauge", "Seconds since an engine's last request ended (0 while busy).");
-	for (uint32_t i = 0; i < rep->engines.n; i++)
-		fprintf(f, "baton_engine_idle_seconds{name=\"%s\"} %.3f\n", rep->engines.v[i].name,
-		    (double)rep->engines.v[i].idle_ms / 1e3);
-	c->all = rep->engines.n;
-	for (uint32_t i = 0; i < rep->engines.n; i++)
-		c->live += strcmp(rep->engines.v[i].state, "dead") != 0;
+	for (uint32_t i = 0; i < rep->engines.n; i++) {
+		engine_series(f, "baton_engine_pinned", rep->engines.v[i].name, false);
+		fprintf(f, " %d\n", rep->engines.v[i].pinned);
+	}
+	head(f, "baton_engine_idle_seconds", "gauge",
+	    "Seconds since an engine's last request ended (0 while busy; a dead engine's since it died or last served).");
+	for (uint32_t i = 0; i < rep->engines.n; i++) {
+		engine_series(f, "baton_engine_idle_seconds", rep->engines.v[i].name, false);
+		fprintf(f, " %.3f\n", (double)rep->engines.v[i].idle_ms / 1e3);
+	}
+	head(f, "baton_engine_last_refill_bytes_per_second", "gauge",
+	    "Bytes copied per second by an engine's last refill (0: none yet).");
+	for (uint32_t i = 0; i < rep->engines.n; i++) {
+		engine_series(f, "baton_engine_last_refill_bytes_per_second", rep->engines.v[i].name, false);
+		fprintf(f, " %.0f\n", rep->engines.v[i].last_refill_gbps * 1e9);
+	}
+	for (uint32_t i = 0; i < rep->engines.n; i++) {
+		const char *st = rep->engines.v[i].state;
+		if (strcmp(st, "dead") == 0)
+			c->dead++;
+		else if (strcmp(st, "lost") == 0)
+			c->lost++;
+		else
+			c->live++;
+	}
 	/* the counters follow in metrics_counters(), under the server's lock */
 }
 
-static void write_hist(FILE *f, const char *name, const char *engine, const struct hist *x)
+/* One histogram's series: labels engine="E" and, when phase, phase="P". */
+static void write_hist(FILE *f, const char *name, const char *engine, const char *phase, const struct hist *x)
 {
+	char s[128];
 	uint64_t cum = 0;
-	for (size_t i = 0; i < HIST_N; i++) {
-		cum += x->b[i];
-		fprintf(f, "%s_bucket{name=\"%s\",le=\"%g\"} %" PRIu64 "\n", name, engine, hist_le[i], cum);
+	for (size_t i = 0; i <= HIST_N; i++) {
+		cum = i < HIST_N ? cum + x->b[i] : x->count;
+		snprintf(s, sizeof s, "%s_bucket", name);
+		engine_series(f, s, engine, true);
+		if (phase)
+			fprintf(f, "phase=\"%s\",", phase);
+		if (i < HIST_N)
+			fprintf(f, "le=\"%g\"} %" PRIu64 "\n", hist_le[i], cum);
+		else
+			fprintf(f, "le=\"+Inf\"} %" PRIu64 "\n", cum);
 	}
-	fprintf(f, "%s_bucket{name=\"%s\",le=\"+Inf\"} %" PRIu64 "\n", name, engine, x->count);
-	fprintf(f, "%s_sum{name=\"%s\"} %.6f\n", name, engine, x->sum);
-	fprintf(f, "%s_count{name=\"%s\"} %" PRIu64 "\n", name, engine, x->count);
+	snprintf(s, sizeof s, "%s_sum", name);
+	engine_series(f, s, engine, phase != NULL);
+	if (phase)
+		fprintf(f, "phase=\"%s\"}", phase);
+	fprintf(f, " %.6f\n", x->sum);
+	snprintf(s, sizeof s, "%s_count", name);
+	engine_series(f, s, engine, phase != NULL);
+	if (phase)
+		fprintf(f, "phase=\"%s\"}", phase);
+	fprintf(f, " %" PRIu64 "\n", x->count);
 }
 
-static void metrics_counters(struct broker_metrics *h, FILE *f, unsigned live, unsigned all)
+static void metrics_counters(struct broker_metrics *h, FILE *f, const struct metrics_ctx *c)
 {
 	pthread_mutex_lock(&h->mu);
 	static const struct {
@@ -273,32 +330,42 @@ static void metrics_counters(struct broker_metrics *h, FILE *f, unsigned live, u
 	};
 	for (size_t k = 0; k < sizeof cm / sizeof cm[0]; k++) {
 		head(f, cm[k].name, "counter", cm[k].help);
-		for (size_t i = 0; i < h->n_st; i++)
-			fprintf(f, "%s{name=\"%s\"} %" PRIu64 "\n", cm[k].name, h->st[i].name,
-			    *(const uint64_t *)((const char *)&h->st[i] + cm[k].off));
+		for (size_t i = 0; i < h->n_st; i++) {
+			engine_series(f, cm[k].name, h->st[i].name, false);
+			fprintf(f, " %" PRIu64 "\n", *(const uint64_t *)((const char *)&h->st[i] + cm[k].off));
+		}
 	}
 	head(f, "baton_engine_release_duration_seconds", "histogram", "How long releases took.");
 	for (size_t i = 0; i < h->n_st; i++)
-		write_hist(f, "baton_engine_release_duration_seconds", h->st[i].name, &h->st[i].rel);
+		write_hist(f, "baton_engine_release_duration_seconds", h->st[i].name, NULL, &h->st[i].rel);
 	head(f, "baton_engine_refill_duration_seconds", "histogram", "How long refills took.");
 	for (size_t i = 0; i < h->n_st; i++)
-		write_hist(f, "baton_engine_refill_duration_seconds", h->st[i].name, &h->st[i].ref);
-	head(f, "baton_engine_last_refill_bytes_per_second", "gauge",
-	    "Bytes copied per second by an engine's last refill.");
+		write_hist(f, "baton_engine_refill_duration_seconds", h->st[i].name, NULL, &h->st[i].ref);
+	head(f, "baton_handoff_duration_seconds", "histogram",
+	    "Handoffs to an engine, by phase: decide (the broker's choice), release (what the giver gave back, "
+	    "acknowledged), refill (the copy to the receiver), total.");
 	for (size_t i = 0; i < h->n_st; i++)
-		fprintf(f, "baton_engine_last_refill_bytes_per_second{name=\"%s\"} %.0f\n", h->st[i].name,
-		    h->st[i].last_refill_bps);
-	head(f, "baton_engines", "gauge", "Engines the broker knows, by liveness.");
-	fprintf(f, "baton_engines{status=\"live\"} %u\nbaton_engines{status=\"dead\"} %u\n", live, all - live);
+		if (h->st[i].ho[HO_TOTAL].count)
+			for (int k = 0; k < HO_N; k++)
+				write_hist(f, "baton_handoff_duration_seconds", h->st[i].name, ho_phase[k], &h->st[i].ho[k]);
+	head(f, "baton_engines", "gauge",
+	    "Engines the broker knows, by liveness: live (answering), lost (silent, its process alive), dead.");
+	fprintf(f, "baton_engines{status=\"live\"} %u\nbaton_engines{status=\"lost\"} %u\n"
+	    "baton_engines{status=\"dead\"} %u\n", c->live, c->lost, c->dead);
 	head(f, "baton_handoffs_total", "counter", "Handoffs completed (scripted, and on demand after a reclaim).");
 	fprintf(f, "baton_handoffs_total %" PRIu64 "\n", h->handoffs);
 	head(f, "baton_errors_total", "counter", "Operations that ended in an error (deny events).");
 	fprintf(f, "baton_errors_total %" PRIu64 "\n", h->errors);
 	head(f, "baton_events_total", "counter", "Events the broker published.");
 	fprintf(f, "baton_events_total %" PRIu64 "\n", h->events);
+	double start = h->start_time;
 	pthread_mutex_unlock(&h->mu);
 	head(f, "baton_build_info", "gauge", "The broker's version; always 1.");
-	fprintf(f, "baton_build_info{version=\"%s\"} 1\n", baton_version());
+	fprintf(f, "baton_build_info{version=\"");
+	label(f, baton_version());
+	fputs("\"} 1\n", f);
+	head(f, "baton_start_time_seconds", "gauge", "When the broker started, in seconds since the Unix epoch.");
+	fprintf(f, "baton_start_time_seconds %.3f\n", start);
 }
 
 int broker_metrics_text(struct broker_metrics *h, struct broker *b, char **out, size_t *outlen, char *msg,
@@ -318,7 +385,7 @@ int broker_metrics_text(struct broker_metrics *h, struct broker *b, char **out, 
 	proto_msg_init(&m, PROTO_OP_STATUS);
 	broker_call(b, &m, on_metrics_reply, &c);
 	if (!c.err)
-		metrics_counters(h, c.f, c.live, c.all);
+		metrics_counters(h, c.f, &c);
 	fclose(c.f);
 	if (c.err) {
 		free(buf);

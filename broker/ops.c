@@ -101,6 +101,8 @@ void br_eng_dead(struct broker *b, struct eng *e, const char *why, bool clean)
 	e->mapped = e->resident = e->grant = 0;
 	e->in_flight = false;
 	e->probing = false;
+	if (e->busy)
+		e->idle_since = now_s(); /* its last request ended with it */
 	e->busy = false;
 	br_eng_forget_conn(e);
 	br_watch_remove(b, ref);

@@ -172,19 +172,21 @@ static void on_report(struct broker *b, struct waiter *w, const struct baton_msg
 		br_eng_dead(b, e, m->reason, true);
 		return;
 	}
+	uint64_t mapped_before = e->mapped;
 	br_apply_state(b, e, m, proto_has(m, PF_EPOCH), m->epoch);
 	if (proto_has(m, PF_DURATION_MS) && proto_has(m, PF_BYTES) && m->duration_ms > 0 &&
 	    m->bytes > 0 && strstr(m->reason, "refill"))
 		e->last_refill_gbps = (double)m->bytes / (m->duration_ms / 1e3) / 1e9;
-	br_publish(b, "state", e, m->reason, proto_has(m, PF_DURATION_MS) ? m->duration_ms : -1,
-	    proto_has(m, PF_BYTES) ? m->bytes : e->mapped);
+	uint64_t moved = br_moved(mapped_before, e->mapped);
+	br_publish(b, "state", e, m->reason, proto_has(m, PF_DURATION_MS) ? m->duration_ms : -1, moved);
 	if (e->ho_pending && proto_has(m, PF_EPOCH) && m->epoch >= e->ho_epoch &&
 	    strncmp(m->reason, "refill", 6) == 0) {
 		char why[400];
 		double refill = proto_has(m, PF_DURATION_MS) ? m->duration_ms : 0;
 		snprintf(why, sizeof why, "from %s: decide %.3f ms, release %.3f ms, refill %.3f ms",
 		    e->ho_from, e->ho_decide_ms, e->ho_release_ms, refill);
-		br_publish(b, "handoff", e, why, (now_s() - e->ho_t0) * 1e3, m->bytes);
+		br_publish_handoff(b, e, why, (now_s() - e->ho_t0) * 1e3, moved, e->ho_decide_ms, e->ho_release_ms,
+		    refill);
 		e->ho_pending = false;
 	}
 	struct rbuf *rb = &w->rb;
@@ -248,7 +250,9 @@ static void on_status(struct broker *b, struct waiter *w, const struct baton_msg
 		x->ceiling = e->ceiling;
 		x->priority = br_eng_priority(b, e);
 		x->pinned = br_eng_pinned(b, e);
-		x->idle_ms = e->busy || e->st != ES_LIVE ? 0 : (uint64_t)((now - e->idle_since) * 1e3);
+		/* a dead engine is idle since its last request ended (or since it
+		 * died in one: br_eng_dead), not busy: never 0 */
+		x->idle_ms = e->busy && e->st == ES_LIVE ? 0 : (uint64_t)((now - e->idle_since) * 1e3);
 		x->last_refill_gbps = e->last_refill_gbps;
 		x->peer_gpu = pool_str(&pool, e->has_peer ? b->gpus[e->peer_gpu].uuid : "");
 		x->peer = e->has_peer ? e->peer_mapped : 0;
@@ -393,21 +397,25 @@ static void on_engine_op(struct broker *b, struct waiter *w, const struct baton_
 	case OP_HANDOFF: {
 		o->victim = br_eref_of(b, from);
 		o->bytes = br_want_bytes(e);
-		/* decide: what `from` gives. All it holds, unless it shares the
-		 * device and a shrink leaves B enough (then it keeps the rest). */
+		/* decide: what `from` gives is only what B lacks. Nothing when
+		 * the device has room for B, or when A sits on another device
+		 * (its cache there frees nothing for B; a loan of A's on B's
+		 * device comes back the usual way, loans first). A shrink by
+		 * the shortfall when A is elastic and keeps its floor; all it
+		 * holds otherwise. */
 		struct gpu_view v;
 		br_gpu_view(b, e->gpu, &v);
 		uint64_t short_by = o->bytes > v.avail ? o->bytes - v.avail : 0;
-		if (from->gpu == e->gpu && !from->no_shrink && short_by > 0 && short_by < from->mapped &&
-		    from->mapped - short_by >= from->floor) {
+		bool takes = from->gpu == e->gpu && short_by > 0;
+		if (takes && !from->no_shrink && short_by < from->mapped && from->mapped - short_by >= from->floor) {
 			o->victim_kind = POLICY_SHRINK;
 			o->victim_bytes = short_by;
 		} else {
 			o->victim_kind = POLICY_RELEASE;
-			o->victim_bytes = from->mapped;
+			o->victim_bytes = takes ? from->mapped : 0;
 		}
 		o->t_decided = now_s();
-		o->phase = from->mapped == 0 && from->grant == 0 ? P_WAIT : P_VICTIM;
+		o->phase = !takes || (from->mapped == 0 && from->grant == 0) ? P_WAIT : P_VICTIM;
 		if (o->phase == P_WAIT)
 			o->t_victim_done = o->t_decided;
 		break;

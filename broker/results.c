@@ -40,9 +40,10 @@ void br_on_done(struct broker *b, struct item *it)
 	    tag.cmd == PROTO_OP_PEER ? (tag.victim ? "revoke" : "lend") : proto_op_name(tag.cmd);
 	if (e && tag.cmd == PROTO_OP_PEER)
 		e->peer_grant = 0;
+	/* events say how much device memory moved (br_moved), never bytes copied */
+	uint64_t mapped_before = e ? e->mapped : 0, peer_before = e ? e->peer_mapped : 0;
 	if (e && rc == 0) {
 		const struct baton_msg *r = &it->rep;
-		uint64_t mapped_before = e->mapped;
 		br_apply_state(b, e, r, true, r->epoch);
 		if (tag.cmd == PROTO_OP_VRAM && tag.bytes && e->mapped >= mapped_before) {
 			/* A shrink that freed nothing (the engine sees more free
@@ -62,9 +63,9 @@ void br_on_done(struct broker *b, struct item *it)
 			    LEND_PAUSE_S);
 			br_blog("engine %s: %s on %s: holds %.1f MiB there (%s)", e->name, word,
 			    b->gpus[e->peer_gpu].uuid, (double)e->peer_mapped / MIB, tag.reason);
-			br_publish(b, word, e, tag.reason, r->ms, e->peer_mapped);
+			br_publish(b, word, e, tag.reason, r->ms, br_moved(peer_before, e->peer_mapped));
 		} else {
-			br_publish(b, word, e, tag.reason, r->ms, r->bytes);
+			br_publish(b, word, e, tag.reason, r->ms, br_moved(mapped_before, e->mapped));
 		}
 	} else if (e) {
 		e->retry_after = now + (rc == BATON_EBUSY ? BUSY_RETRY_S : ERROR_RETRY_S);
@@ -147,10 +148,12 @@ void br_on_done(struct broker *b, struct item *it)
 					struct eng *from = br_eng_get(b, o->victim);
 					char why[300];
 					snprintf(why, sizeof why, "from %s (%s): decide %.3f ms, release %.3f ms, refill %.3f ms",
-					    from ? from->name : "?", o->victim_kind == POLICY_SHRINK ? "shrink" : "release",
+					    from ? from->name : "?", o->victim_kind == POLICY_SHRINK ? "shrink" :
+					    o->victim_bytes ? "release" : "nothing taken",
 					    rb->m.decide_ms, rb->m.release_ms, rb->m.refill_ms);
 					if (e)
-						br_publish(b, "handoff", e, why, rb->m.total_ms, it->rep.bytes);
+						br_publish_handoff(b, e, why, rb->m.total_ms, br_moved(mapped_before, e->mapped),
+						    rb->m.decide_ms, rb->m.release_ms, rb->m.refill_ms);
 				} else {
 					br_reply_from_cmd(o, &it->rep);
 					if (e && e->ho_pending && o->kind == OP_REFILL) {
@@ -158,7 +161,9 @@ void br_on_done(struct broker *b, struct item *it)
 						snprintf(why, sizeof why,
 						    "from %s: decide %.3f ms, release %.3f ms, refill %.3f ms", e->ho_from,
 						    e->ho_decide_ms, e->ho_release_ms, it->rep.ms);
-						br_publish(b, "handoff", e, why, (now - o->t0) * 1e3, it->rep.bytes);
+						br_publish_handoff(b, e, why, (now - o->t0) * 1e3,
+						    br_moved(mapped_before, e->mapped), e->ho_decide_ms, e->ho_release_ms,
+						    it->rep.ms);
 						e->ho_pending = false;
 					}
 				}

@@ -13,13 +13,17 @@ notifications of the broker and the engine.
   example configuration is accepted by the programs;
 - baton-broker sends READY=1, WATCHDOG=1 at half of $WATCHDOG_USEC (none
   without it, or for another $WATCHDOG_PID, and none while the broker's own
-  threads are stopped with ptrace) and STOPPING=1; baton-engine
+  threads are stopped with ptrace), RELOADING=1 and READY=1 around a
+  SIGHUP reload (a bad file refused, the broker going on) and STOPPING=1;
+  baton-engine
   READY=1 and STOPPING=1 (a fake $NOTIFY_SOCKET);
 - every Kubernetes and Prometheus YAML document loads (python3-yaml), and
   their structure holds: the kinds, the GPU limit, /run/baton and /dev/shm
   shared by every container, the scrape port = the broker's HTTP port in
   the ConfigMap, the ConfigMap's broker.ini accepted by baton-broker --check;
-  promtool checks the scrape configuration.
+  promtool checks the scrape configuration;
+- install-deps gets promtool without installing the prometheus package
+  (which starts a server): download, dpkg -x into .deps/bin.
 
 Needs the programs in $BUILD/bin (make builds them first), systemd-analyze
 and systemd-sysusers (Debian package systemd) and python3-yaml, both in
@@ -222,6 +226,7 @@ def t_units_content():
     assert one(b, "Service", "RuntimeDirectoryPreserve") == "yes"
     assert re.fullmatch(r"\d+s?", one(b, "Service", "WatchdogSec"))
     assert one(b, "Service", "ExecStart") == "/usr/local/bin/baton-broker --config /etc/baton/broker.ini"
+    assert one(b, "Service", "ExecReload") == "/bin/kill -HUP $MAINPID"
     for k in (b, unit_keys(os.path.join(sd, "baton-engine@.service")),
               unit_keys(os.path.join(sd, "baton-arena@.service"))):
         assert one(k, "Service", "User") == "baton" and one(k, "Service", "Group") == "baton"
@@ -350,6 +355,41 @@ def t_notify_broker():
                     p.kill()
                 log.close()
                 n.close()
+
+
+def t_notify_reload():
+    """systemctl reload (SIGHUP): RELOADING=1, then READY=1 once the file is
+    read again; a bad file is refused the same way and the broker stays."""
+    with tempfile.TemporaryDirectory() as d:
+        ini = os.path.join(d, "broker.ini")
+        with open(ini, "w") as f:
+            f.write("[broker]\nidle_release_s = 0\n")
+        n = Notify(d)
+        env = dict(os.environ, NOTIFY_SOCKET=n.path)
+        env.pop("WATCHDOG_USEC", None)
+        p, log = start(broker_cmd(d) + ["--config", ini], env, d, "broker")
+        try:
+            n.collect(10, until="READY=1")
+            assert p.stdout.readline().startswith("ready "), "no ready line"
+            for text, said in (("[broker]\nidle_release_s = 30\n", "configuration reloaded"),
+                               ("[broker]\nidle_release_s = soon\n", "reload refused")):
+                with open(ini, "w") as f:
+                    f.write(text)
+                before = len(n.msgs)
+                p.send_signal(signal.SIGHUP)
+                n.collect(10, until="READY=1")
+                got = [m for _, m in n.msgs[before:]]
+                assert got and "RELOADING=1" in got[0].split("\n") and "READY=1" in got[-1].split("\n"), got
+                assert any(l.startswith("MONOTONIC_USEC=") for l in got[0].split("\n")), got
+                h.wait_for(said, lambda: said in open(os.path.join(d, "broker.log")).read(), timeout=5)
+            assert p.poll() is None
+            assert "%s:2: idle_release_s" % ini in open(os.path.join(d, "broker.log")).read()
+            stop(p, n, "broker")
+        finally:
+            if p.poll() is None:
+                p.kill()
+            log.close()
+            n.close()
 
 
 def ptrace_stop_threads(pid, keep):
@@ -596,6 +636,42 @@ def t_k8s_pod_scripts():
                     os.unlink(f)
 
 
+def t_install_deps_starts_no_server():
+    """promtool without a Prometheus server: install-deps never installs
+    the prometheus package (its postinst starts and enables
+    prometheus.service); it downloads the .deb and extracts promtool into
+    .deps/bin. Read from its plan and its text; the promtool the tests use
+    (when there is one) answers --version."""
+    script = os.path.join(ROOT, "scripts", "install-deps.sh")
+    r = run(["sh", script, "--plan"])
+    assert r.returncode == 0, r.stdout
+    plan = dict(l.split(":", 1) for l in r.stdout.splitlines())
+    apt = plan["apt-get install"].split()
+    assert "prometheus" not in apt and "build-essential" in apt, apt
+    assert "apt-get download prometheus" in plan["promtool"] and "dpkg -x" in plan["promtool"], plan
+    assert os.path.join(ROOT, ".deps", "bin", "promtool") in plan["promtool"], plan
+    for line in open(script):
+        code = line.split("#", 1)[0]
+        assert not ("apt-get install" in code and "prometheus" in code), line
+        assert "systemctl" not in code and "policy-rc.d" not in code, line
+    # the extraction itself, when a previous install-deps made it here
+    local = os.path.join(ROOT, ".deps", "bin", "promtool")
+    if os.path.exists(local):
+        v = run([local, "--version"])
+        assert v.returncode == 0 and "promtool" in v.stdout, v.stdout
+    # --check reports a missing promtool (PATH without one, no .deps copy)
+    with tempfile.TemporaryDirectory() as d:
+        os.makedirs(os.path.join(d, "scripts"))
+        shutil.copy(script, os.path.join(d, "scripts"))
+        bin_ = os.path.join(d, "bin")  # the tools --check runs, and no promtool
+        os.makedirs(bin_)
+        for t in ("sh", "dirname", "dpkg-query", "grep"):
+            os.symlink(shutil.which(t), os.path.join(bin_, t))
+        r = run([os.path.join(bin_, "sh"), os.path.join(d, "scripts", "install-deps.sh"), "--check"],
+                env=dict(os.environ, PATH=bin_))
+        assert r.returncode == 1 and "missing: promtool" in r.stdout, r.stdout
+
+
 def t_prometheus_config():
     path = os.path.join(HERE, "prometheus/prometheus.yml")
     cfg = yaml.safe_load(open(path))
@@ -625,25 +701,35 @@ def t_prometheus_config():
     ns = [x for x in load_k8s() if x["kind"] == "Namespace"][0]["metadata"]["name"]
     names = j["kubernetes_sd_configs"][0].get("namespaces", {}).get("names")
     assert not names or ns in names, (names, ns)
-    if not shutil.which("promtool"):
+    # the alerting rules beside it are loaded (cli_test checks their
+    # metrics and labels against a live broker)
+    assert cfg.get("rule_files") == ["baton-alerts.yml"], cfg.get("rule_files")
+    alerts = yaml.safe_load(open(os.path.join(HERE, "prometheus", "baton-alerts.yml")))
+    names = [r["alert"] for g in alerts["groups"] for r in g["rules"]]
+    assert {"BatonBrokerDown", "BatonEngineLost", "BatonHandoffSlow"} <= set(names), names
+    promtool = h.promtool()
+    if not promtool:
         print("  (promtool missing: the structure alone is checked)")
         return
-    r = run(["promtool", "check", "config", path])
+    r = run([promtool, "check", "rules", os.path.join(HERE, "prometheus", "baton-alerts.yml")])
+    assert r.returncode == 0, r.stdout
+    r = run([promtool, "check", "config", path])
     if r.returncode != 0 and "kubernetes_sd_configs not found" in r.stdout:
         # Debian's prometheus is built without Kubernetes discovery: check
         # the rest of the file with it, the Kubernetes job by structure above.
         print("  (this promtool has no kubernetes_sd_configs: checking the other jobs)")
         with tempfile.TemporaryDirectory() as d:
             cfg["scrape_configs"] = [x for x in cfg["scrape_configs"] if "kubernetes_sd_configs" not in x]
+            cfg["rule_files"] = [os.path.join(HERE, "prometheus", f) for f in cfg.get("rule_files", [])]
             p2 = os.path.join(d, "prometheus.yml")
             with open(p2, "w") as f:
                 yaml.safe_dump(cfg, f)
-            r = run(["promtool", "check", "config", p2])
+            r = run([promtool, "check", "config", p2])
     assert r.returncode == 0, r.stdout
 
 
 CASES = [t_install_layout, t_systemd_verify, t_sysusers_system_user, t_units_content,
-         t_notify_broker, t_watchdog_follows_decision_thread, t_notify_engine, t_k8s_manifests, t_k8s_pod_scripts, t_prometheus_config]
+         t_notify_broker, t_notify_reload, t_watchdog_follows_decision_thread, t_notify_engine, t_k8s_manifests, t_k8s_pod_scripts, t_install_deps_starts_no_server, t_prometheus_config]
 
 
 def main():

@@ -76,6 +76,17 @@ _id = [1000]
 _id_lock = threading.Lock()
 
 
+def promtool():
+    """promtool's path, or None: $PROMTOOL, then the one scripts/install-deps.sh
+    extracts into .deps/bin (Debian's prometheus package is never installed:
+    it would start a server), then PATH."""
+    for p in (os.environ.get("PROMTOOL"), os.path.join(ROOT, ".deps", "bin", "promtool"),
+              shutil.which("promtool")):
+        if p and os.access(p, os.X_OK):
+            return p
+    return None
+
+
 def next_id():
     with _id_lock:
         _id[0] += 1

@@ -1,0 +1,85 @@
+#!/usr/bin/python3
+"""environment_test.py: docs/environment.md names every environment
+variable the tree reads: getenv("NAME") in C and CUDA sources,
+os.environ.get("NAME") / os.environ["NAME"] in Python, ${NAME:-...} and
+${NAME:=...} in shell scripts. A variable read but not in the page's
+tables fails, with where it is read.
+
+The last line is "N passed, N failed".
+"""
+import os
+import re
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+import harness as h  # noqa: E402
+
+SKIP_DIRS = {".git", ".deps", "devq", "node_modules"}
+PATTERNS = {
+    (".c", ".h", ".cu", ".cuh"): re.compile(r'\bgetenv\(\s*"([A-Za-z_][A-Za-z0-9_]*)"'),
+    (".py",): re.compile(r'\benviron(?:\.get)?\s*[\(\[]\s*["\']([A-Za-z_][A-Za-z0-9_]*)["\']'),
+    (".sh",): re.compile(r"\$\{([A-Z][A-Z0-9_]*):[-=]"),
+}
+# Set for a child process, never read by our code: not ours to document.
+NOT_READ = {"PATH", "UBSAN_OPTIONS", "ASAN_OPTIONS", "DEBIAN_FRONTEND"}
+
+
+def reads():
+    """{name: [file, ...]} of the variables the tree reads."""
+    out = {}
+    for d, dirs, files in os.walk(ROOT):
+        dirs[:] = [x for x in dirs if x not in SKIP_DIRS and not x.startswith("build")]
+        for f in files:
+            if f == "environment_test.py":
+                continue  # its own samples
+            for exts, pat in PATTERNS.items():
+                if f.endswith(exts):
+                    path = os.path.join(d, f)
+                    try:
+                        text = open(path, encoding="utf-8", errors="replace").read()
+                    except OSError:
+                        continue
+                    for name in pat.findall(text):
+                        out.setdefault(name, []).append(os.path.relpath(path, ROOT))
+    return out
+
+
+def documented():
+    """Names in the first column of docs/environment.md's tables."""
+    names = set()
+    for line in open(os.path.join(HERE, "environment.md"), encoding="utf-8"):
+        if line.startswith("| `"):
+            names.update(re.findall(r"`([A-Za-z_][A-Za-z0-9_]*)`", line.split("|")[1]))
+    return names
+
+
+def t_every_variable_documented():
+    got, doc = reads(), documented()
+    assert "BATON_HOSTDEV_DIR" in got and "BATON_HOSTDEV_DIR" in doc  # the scan works
+    missing = {n: sorted(set(w)) for n, w in got.items() if n not in doc and n not in NOT_READ}
+    assert not missing, "read but not in docs/environment.md: " + "; ".join(
+        "%s (%s)" % (n, ", ".join(w[:3])) for n, w in sorted(missing.items()))
+
+
+def t_scan_finds_each_kind():
+    """The patterns see each way of reading (a pattern that matched nothing
+    would pass the other case vacuously)."""
+    samples = {
+        ".c": ('const char *v = getenv("BATON_X");', "BATON_X"),
+        ".py": ('os.environ.get("KILL_Y", "1")', "KILL_Y"),
+        ".sh": ('b=${DEMO_Z:-host}', "DEMO_Z"),
+    }
+    for ext, (text, name) in samples.items():
+        pat = [p for exts, p in PATTERNS.items() if ext in exts][0]
+        assert pat.findall(text) == [name], (ext, pat.findall(text))
+    assert PATTERNS[(".py",)].findall('os.environ["BUILD"]') == ["BUILD"]
+
+
+def main():
+    return h.run_cases([t_every_variable_documented, t_scan_finds_each_kind], sys.argv[1:], make=None)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
