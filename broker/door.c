@@ -1108,7 +1108,42 @@ void broker_door_metrics(struct broker_door *d, FILE *f)
 	pthread_mutex_unlock(&d->mu);
 }
 
-/* ---- open and close ---------------------------------------------------------------- */
+/* ---- open, reload and close ------------------------------------------------------- */
+
+/* Under d->mu (or before the door runs). */
+static int set_config(struct broker_door *d, const struct broker_config *cfg)
+{
+	struct broker_engine_conf *ec = NULL;
+	if (cfg->n_engines) {
+		ec = calloc(cfg->n_engines, sizeof *ec);
+		if (!ec)
+			return BATON_ENOMEM;
+		memcpy(ec, cfg->engines, cfg->n_engines * sizeof *ec);
+	}
+	free(d->econf);
+	d->econf = ec;
+	d->n_econf = cfg->n_engines;
+	d->quantum_s = cfg->door_quantum_s;
+	d->keep_alive_s = cfg->door_keep_alive_s;
+	d->queue_max = cfg->door_queue_max ? cfg->door_queue_max : 64;
+	return 0;
+}
+
+void broker_door_reload(struct broker_door *d, const struct broker_config *cfg)
+{
+	if (!d)
+		return;
+	pthread_mutex_lock(&d->mu);
+	int rc = set_config(d, cfg);
+	pthread_cond_signal(&d->cv);
+	pthread_mutex_unlock(&d->mu);
+	if (rc)
+		fprintf(stderr, "baton-broker: front door: reload: out of memory; its settings stay\n");
+	else
+		fprintf(stderr, "baton-broker: front door: quantum %g s, keep-alive %g s, queue %u per model\n",
+		    cfg->door_quantum_s, cfg->door_keep_alive_s, cfg->door_queue_max);
+}
+
 
 int broker_door_open(struct broker *b, const struct broker_config *cfg, struct broker_door **out, char *err,
     size_t errlen)
@@ -1120,18 +1155,10 @@ int broker_door_open(struct broker *b, const struct broker_config *cfg, struct b
 		return BATON_ENOMEM;
 	}
 	d->b = b;
-	d->quantum_s = cfg->door_quantum_s;
-	d->keep_alive_s = cfg->door_keep_alive_s;
-	d->queue_max = cfg->door_queue_max ? cfg->door_queue_max : 64;
-	if (cfg->n_engines) {
-		d->econf = calloc(cfg->n_engines, sizeof *d->econf);
-		if (!d->econf) {
-			free(d);
-			snprintf(err, errlen, "front door: out of memory");
-			return BATON_ENOMEM;
-		}
-		memcpy(d->econf, cfg->engines, cfg->n_engines * sizeof *d->econf);
-		d->n_econf = cfg->n_engines;
+	if (set_config(d, cfg) != 0) {
+		free(d);
+		snprintf(err, errlen, "front door: out of memory");
+		return BATON_ENOMEM;
 	}
 	pthread_mutex_init(&d->mu, NULL);
 	pthread_condattr_t ca;

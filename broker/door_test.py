@@ -393,6 +393,23 @@ def t_keep_alive(c):
     assert not c.events.all("door.keep_alive", engine="mixtral")
 
 
+def t_reload(c):
+    """SIGHUP: the door's settings follow the file."""
+    http = two_engines(c, "door_keep_alive_s = forever\n")
+    text_of(http.post("/v1/chat/completions", chat_body(QWEN, "Who was Noah?", 1)))
+    time.sleep(1)
+    assert c.eng("qwen")["state"] == "ready", c.eng("qwen")
+    path = os.path.join(c.dir, "broker.ini")
+    with open(path) as f:
+        text = f.read().replace("door_keep_alive_s = forever", "door_keep_alive_s = 0.3")
+    with open(path, "w") as f:
+        f.write(text)
+    c.bp.send_signal(signal.SIGHUP)
+    h.wait_for("qwen released once the keep-alive is 0.3 s", lambda: c.eng("qwen")["state"] == "released",
+               timeout=10)
+    assert "front door: quantum 5 s, keep-alive 0.3 s" in open(c.log("broker")).read()
+
+
 # ---- streams -------------------------------------------------------------------
 
 def open_stream(http, body):
@@ -558,5 +575,5 @@ if __name__ == "__main__":
     h.need(h.BROKER)
     sys.exit(h.run_cases([t_register_fields, t_fake_stream_passes_through, t_fake_least_loaded_and_disconnect,
                           t_fake_refill_fails, t_errors_and_models, t_two_models_interleaved,
-                          t_keep_alive, t_stream_and_disconnect, t_queue_full, t_npm_client],
+                          t_keep_alive, t_reload, t_stream_and_disconnect, t_queue_full, t_npm_client],
                          only=sys.argv[1:], logs=("broker", "qwen", "mixtral")))

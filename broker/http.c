@@ -792,6 +792,12 @@ static void on_request(void *arg, struct baton_http_req *req)
 	}
 }
 
+void broker_http_reload(struct broker_http *h, const struct broker_config *cfg)
+{
+	if (h)
+		broker_door_reload(h->door, cfg);
+}
+
 const char *broker_http_url(const struct broker_http *h)
 {
 	return http_url(h->srv);
