@@ -95,7 +95,7 @@ struct dmodel {
 	struct dreq *qh, *qt;
 	unsigned queued;
 	bool queue_told;         /* door.queue published for the wait under way */
-	uint64_t served, rejected_full, failed;
+	uint64_t served, rejected_full, failed, gone;
 	struct hist wait, refill, prefill;
 };
 
@@ -383,7 +383,7 @@ static void *proxy(void *arg)
 			long n;
 			ok = s != NULL;
 			while (s && (n = door_up_read(up, buf, sizeof buf, UPSTREAM_TIMEOUT_MS)) != 0) {
-				if (t_first < 0)
+				if (t_first < 0 && n > 0)
 					t_first = now_s();
 				if (n < 0 || http_stream_write(s, buf, (size_t)n) != 0) {
 					ok = false;
@@ -409,6 +409,8 @@ static void *proxy(void *arg)
 		hist_add(&m->refill, q->refill_ms / 1e3);
 		if (t_first >= 0) /* streams only: a whole reply's first byte is its last */
 			hist_add(&m->prefill, t_first - q->t_fwd);
+	} else if (q->gone) {
+		m->gone++;
 	} else {
 		m->failed++;
 	}
@@ -579,6 +581,7 @@ static void drop_gone(struct broker_door *d, struct outbox *ob)
 				if (m->qt == q)
 					m->qt = prev;
 				m->queued--;
+				m->gone++;
 				q->next = ob->gone;
 				ob->gone = q;
 				continue;
@@ -1065,13 +1068,13 @@ void broker_door_metrics(struct broker_door *d, FILE *f)
 		label(f, d->models[i].name);
 		fprintf(f, "\"} %.3f\n", d->models[i].qh ? now - d->models[i].qh->t_in : 0.0);
 	}
-	fprintf(f, "# HELP baton_door_requests_total Front door: requests by outcome (served, queue_full, failed).\n"
+	fprintf(f, "# HELP baton_door_requests_total Front door: requests by outcome (served, queue_full, failed, gone: the client left).\n"
 	    "# TYPE baton_door_requests_total counter\n");
 	for (size_t i = 0; i < d->n_models; i++) {
 		const struct dmodel *m = &d->models[i];
-		const char *what[3] = { "served", "queue_full", "failed" };
-		uint64_t v[3] = { m->served, m->rejected_full, m->failed };
-		for (int k = 0; k < 3; k++) {
+		const char *what[4] = { "served", "queue_full", "failed", "gone" };
+		uint64_t v[4] = { m->served, m->rejected_full, m->failed, m->gone };
+		for (int k = 0; k < 4; k++) {
 			fputs("baton_door_requests_total{model=\"", f);
 			label(f, m->name);
 			fprintf(f, "\",outcome=\"%s\"} %" PRIu64 "\n", what[k], v[k]);

@@ -476,6 +476,7 @@ def t_stream_and_disconnect(c):
     finally:
         os.kill(qwen.pid, signal.SIGCONT)
     h.wait_for("the engine's sequence freed", lambda: engine_idle(c, "qwen"), timeout=10)
+    assert metric(http, "baton_door_requests_total", '{model="%s",outcome="gone"}' % QWEN) == 1
 
 
 def engine_idle(c, name):
