@@ -27,6 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "proto/proto.h"
 
@@ -309,6 +310,15 @@ int broker_sockets_check(struct broker *b, char *err, size_t errlen);
  */
 
 struct broker_http;
+
+/* Whether a release of every engine (`baton release --every`, POST
+ * /v1/release) asks an engine in this state: not when it holds nothing
+ * already or no one answers for it. */
+static inline bool broker_every_releases(const char *state)
+{
+	return strcmp(state, "released") != 0 && strcmp(state, "dead") != 0 && strcmp(state, "lost") != 0 &&
+	    strcmp(state, "stopped") != 0;
+}
 
 /* The largest reserve_mib an engine takes (its vram check): the bound the
  * HTTP API checks and states. */

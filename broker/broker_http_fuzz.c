@@ -3,13 +3,13 @@
  * end: a real broker (its decision thread, its HTTP server on 127.0.0.1
  * with a bearer token) runs inside the fuzzer, and each input is sent as
  * the raw bytes of a request over a fresh TCP connection (then the write
- * side is shut), so nng's HTTP parser and our handlers (routing, query,
- * token, JSON bodies) both see it.
+ * side is shut), so libmicrohttpd's parser, http/'s checks and our
+ * handlers (routing, query, token, JSON bodies) all see it.
  *
- * Checked for every input: the answer is empty (nng dropped a request it
- * could not parse) or an HTTP/1.x response whose status is one the API
- * documents (200, 400, 401, 403, 404, 405, 409, 413 and the like), never
- * a 5xx (but nng's 505 for a bad HTTP version): with the broker present
+ * Checked for every input: the answer is empty (the server dropped a
+ * request it could not parse) or an HTTP/1.x response whose status is one
+ * the API documents (200, 400, 401, 403, 404, 405, 409, 413 and the like),
+ * never a 5xx (but a 505 for a bad HTTP version): with the broker present
  * and nothing registered, no request may make it fail. Every 256 inputs, and at the end, GET /v1/status still
  * answers 200 with no engine and no device: nothing changed. Sanitizers
  * catch the rest.
@@ -221,7 +221,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			fprintf(stderr, "not an HTTP response:\n%.500s\n", out);
 			abort();
 		}
-		/* 505: nng's own answer to a request line with a bad version */
+		/* 505: libmicrohttpd's own answer to a request line with a bad version */
 		if (status >= 500 && status != 505) {
 			fprintf(stderr, "a %d for a request with no engine registered:\n--- request\n%.*s\n--- "
 			    "response\n%.2000s\n", status, (int)(size < 2000 ? size : 2000), (const char *)data,

@@ -415,9 +415,7 @@ static void on_every_status(void *arg, const struct baton_msg *rep)
 		if (c->gpu && strcmp(e->gpu, c->gpu) != 0)
 			continue;
 		c->gpu_known = c->gpu_known || c->gpu;
-		/* nothing to give back, or no one to ask */
-		if (!strcmp(e->state, "released") || !strcmp(e->state, "dead") || !strcmp(e->state, "lost") ||
-		    !strcmp(e->state, "stopped"))
+		if (!broker_every_releases(e->state))
 			continue;
 		snprintf(c->names[c->n++], BROKER_NAME_MAX, "%s", e->name);
 	}

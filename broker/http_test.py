@@ -371,7 +371,81 @@ def t_config(c):
     assert c.bp.wait(10) == 0
 
 
-CASES = [t_api, t_busy_409, t_metrics, t_config]
+def t_twins(c):
+    """The HTTP twins of CLI commands (docs/http-api.md's table): the
+    engines list, pin and unpin, release of every engine (or a device's),
+    /healthz and /readyz; and `baton release --every` beside them."""
+    api = start(c, "http_token = %s\n" % TOKEN)
+    c.engine("a", "--vram-elastic")
+    c.engine("b")
+    h.wait_for("the broker sees b ready", lambda: expect(api.get("/v1/engines/b"), 200)["state"] == "ready",
+               timeout=5)
+    assert expect(api.get("/healthz", token=False), 200)["ok"] is True
+    assert expect(api.get("/readyz", token=False), 200)["ok"] is True
+    expect(api.post("/healthz"), 405, "unsupported")
+    lst = expect(api.get("/v1/engines", token=False), 200)
+    assert lst["ok"] is True and set(lst) == {"ok", "engines"} and \
+        sorted(e["name"] for e in lst["engines"]) == ["a", "b"], lst
+    st = expect(api.get("/v1/status"), 200)
+    assert lst["engines"] == st["engines"] or [e["name"] for e in lst["engines"]] == \
+        [e["name"] for e in st["engines"]], (lst, st)
+
+    # pin and unpin: the token, then the state
+    expect(api.post("/v1/engines/b/pin", token=False), 401, "permission")
+    r = expect(api.post("/v1/engines/b/pin"), 200)
+    assert r == {"ok": True, "name": "b", "pinned": True}, r
+    assert expect(api.get("/v1/engines/b"), 200)["pinned"] is True
+    expect(api.post("/v1/engines/ghost/pin"), 404, "not_found")
+    expect(api.post("/v1/engines/b/pin", {"pinned": False}), 400, "extra_field")
+
+    # release of every engine: the pinned one refuses (403, listed), the others go
+    holds_b = c.holds()["b"]
+    body = expect(api.post("/v1/release", {"all": True}), 403, "permission")
+    assert [f["name"] for f in body["failed"]] == ["b"] and body["failed"][0]["code"] == "permission", body
+    assert all(x["name"] == "a" for x in body["released"]), body
+    assert c.holds()["b"] == holds_b and c.holds()["a"] == 0, c.holds()
+    r = expect(api.post("/v1/engines/b/unpin"), 200)
+    assert r == {"ok": True, "name": "b", "pinned": False}, r
+    r = expect(api.post("/v1/release", {"gpu": "host-0"}), 200)
+    assert [x["name"] for x in r["released"]] == ["b"] and r["released"][0]["ms"] >= 0, r
+    assert c.holds() == {"a": 0, "b": 0}, c.holds()
+    assert expect(api.post("/v1/release", {"all": True}), 200)["released"] == []  # nothing held: nothing to do
+    for body, status, code in (({"gpu": "nope"}, 404, "not_found"), ({}, 400, "missing_field"),
+                               (None, 400, "missing_field"), ({"all": False}, 400, "invalid"),
+                               ({"all": 1}, 400, "bad_type"), ({"gpu": 7}, 400, "bad_type"),
+                               ({"gpu": ""}, 400, "bad_type"),
+                               ({"all": True, "gpu": "host-0"}, 400, "extra_field"),
+                               ({"every": True}, 400, "extra_field")):
+        expect(api.post("/v1/release", body), status, code)
+    expect(api.post("/v1/release", {"all": True}, token=False), 401, "permission")
+    expect(api.get("/v1/release"), 405, "unsupported")
+
+    # the CLI twin
+    env = dict(c.env, BATON_BROKER=c.control, BATON_EVENTS=c.events_url)
+
+    def baton(*args):
+        return subprocess.run([h.CLI] + list(args), capture_output=True, text=True, env=env, timeout=30)
+    expect(api.post("/v1/engines/a/refill"), 200)
+    r = baton("release", "--every", "--gpu", "host-0")
+    assert r.returncode == 0 and r.stdout.startswith("a released, "), (r.stdout, r.stderr)
+    assert c.holds()["a"] == 0
+    expect(api.post("/v1/engines/b/refill"), 200)
+    h.ok(h.call(c.control, "pin", name="b", pinned=True))
+    r = baton("--json", "release", "--every")
+    out = json.loads(r.stdout)
+    assert r.returncode == 1 and out["released"] == [] and out["failed"][0]["name"] == "b" and \
+        "pinned" in r.stderr, (r.returncode, r.stdout, r.stderr)
+    r = baton("release", "--every", "--gpu", "nope")
+    assert r.returncode == 4 and "no device 'nope'" in r.stderr, (r.returncode, r.stderr)
+    for args in (("release", "a", "--every"), ("release", "--gpu", "host-0", "a"), ("refill", "--every"),
+                 ("release", "--every", "--full")):
+        r = baton(*args)
+        assert r.returncode == 2, (args, r.returncode, r.stderr)
+    c.bp.send_signal(signal.SIGTERM)
+    assert c.bp.wait(10) == 0
+
+
+CASES = [t_api, t_busy_409, t_metrics, t_config, t_twins]
 
 
 def main():

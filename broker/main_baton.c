@@ -46,6 +46,7 @@ static const char usage_text[] =
     "  watch [--count N]          print events as they come, until interrupted (alias: events)\n"
     "  release NAME [--all]       give NAME's device memory back (it keeps its model in RAM);\n"
     "                             --all: its dense weights and KV cache too (a whole model)\n"
+    "  release --every [--gpu G]  release every engine that holds memory (of device G)\n"
     "  refill NAME                make NAME whole again (the broker makes room first)\n"
     "  vram NAME --reserve-mib N  keep N MiB of the device free (shrink); --full: grow back\n"
     "  handoff FROM TO            release (or shrink) FROM, then refill TO; prints the timings\n"
@@ -85,6 +86,7 @@ struct opts {
 	bool has_steps, has_batch, has_seed;
 	uint32_t steps, batch;
 	uint64_t seed;
+	const char *gpu;         /* release --every --gpu G */
 	const char *pos[4];
 	int npos;
 	unsigned given;          /* bits of command-specific flags seen */
@@ -95,7 +97,9 @@ enum {
 	F_RESERVE = 1u << 1,
 	F_FULL = 1u << 2,
 	F_GEN = 1u << 3,
-	F_ALL = 1u << 4,
+	F_EVERY = 1u << 4,
+	F_GPU = 1u << 5,
+	F_ALL = 1u << 6,
 };
 
 static struct opts opt = { .timeout_ms = 60000, .count = -1 };
@@ -180,13 +184,15 @@ static void parse_args(int argc, char **argv)
 			snprintf(name, sizeof name, "%s", a);
 		}
 		if (strcmp(name, "--json") == 0 || strcmp(name, "--quiet") == 0 || strcmp(name, "-q") == 0 ||
-		    strcmp(name, "--full") == 0 || strcmp(name, "--all") == 0) {
+		    strcmp(name, "--full") == 0 || strcmp(name, "--every") == 0 || strcmp(name, "--all") == 0) {
 			if (val)
 				die_usage("%s takes no value", name);
 			if (strcmp(name, "--json") == 0)
 				opt.json = true;
 			else if (strcmp(name, "--full") == 0)
 				opt.full = true, opt.given |= F_FULL;
+			else if (strcmp(name, "--every") == 0)
+				opt.given |= F_EVERY;
 			else if (strcmp(name, "--all") == 0)
 				opt.given |= F_ALL;
 			else
@@ -194,7 +200,7 @@ static void parse_args(int argc, char **argv)
 			continue;
 		}
 		static const char *const with_value[] = { "--broker", "--events", "--timeout", "--count",
-			"--reserve-mib", "--steps", "--batch", "--seed" };
+			"--reserve-mib", "--steps", "--batch", "--seed", "--gpu" };
 		bool known = false;
 		for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
 			known |= strcmp(name, with_value[k]) == 0;
@@ -216,6 +222,8 @@ static void parse_args(int argc, char **argv)
 		} else if (strcmp(name, "--reserve-mib") == 0) {
 			opt.reserve_mib = parse_u64(name, val, PROTO_RESERVE_MIB_MAX);
 			opt.has_reserve = true, opt.given |= F_RESERVE;
+		} else if (strcmp(name, "--gpu") == 0) {
+			opt.gpu = val, opt.given |= F_GPU;
 		} else if (strcmp(name, "--steps") == 0) {
 			opt.steps = (uint32_t)parse_u64(name, val, UINT32_MAX), opt.has_steps = true, opt.given |= F_GEN;
 		} else if (strcmp(name, "--batch") == 0) {
@@ -231,7 +239,8 @@ static void allow_only(const char *cmd, unsigned allowed)
 {
 	static const struct { unsigned bit; const char *flag; } names[] = {
 		{ F_COUNT, "--count" }, { F_RESERVE, "--reserve-mib" }, { F_FULL, "--full" },
-		{ F_GEN, "--steps/--batch/--seed" }, { F_ALL, "--all" },
+		{ F_GEN, "--steps/--batch/--seed" }, { F_EVERY, "--every" }, { F_GPU, "--gpu" },
+		{ F_ALL, "--all" },
 	};
 	for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
 		if ((opt.given & names[i].bit) && !(allowed & names[i].bit))
@@ -739,6 +748,62 @@ static int cmd_pin(const char *name, bool pinned)
 	return okw ? EXIT_DONE : EXIT_FAILED;
 }
 
+/* release --every [--gpu G]: each engine (of device G) that holds memory,
+ * one after another, as POST /v1/release does. A refusal (pinned, busy)
+ * is said and the rest go on; the exit status is the first refusal's. */
+static int cmd_release_every(const char *gpu)
+{
+	struct baton_msg req, st;
+	proto_msg_init(&req, PROTO_OP_STATUS);
+	call(opt.broker, "release --every", &req, &st, NULL);
+	bool known = !gpu;
+	for (uint32_t i = 0; i < st.gpus.n; i++)
+		known = known || strcmp(st.gpus.v[i].uuid, gpu) == 0;
+	if (!known) {
+		fprintf(stderr, "baton: release --every: no device '%s' (baton gpus lists them)\n", gpu);
+		proto_msg_free(&st);
+		return EXIT_NOTFOUND;
+	}
+	json_t *done = json_array(), *failed = json_array();
+	int rc = EXIT_DONE;
+	bool okw = true;
+	for (uint32_t i = 0; i < st.engines.n; i++) {
+		const struct proto_engine_info *e = &st.engines.v[i];
+		if ((gpu && strcmp(e->gpu, gpu) != 0) || !broker_every_releases(e->state))
+			continue;
+		struct baton_msg rel, rep;
+		proto_msg_init(&rel, PROTO_OP_RELEASE);
+		rel.name = e->name;
+		proto_set(&rel, PF_NAME);
+		struct proto_diag d;
+		memset(&d, 0, sizeof d);
+		int err = proto_call(opt.broker, &rel, &rep, opt.timeout_ms, &d);
+		if (err == 0) {
+			json_array_append_new(done, json_pack("{s:s, s:f, s:I}", "name", e->name, "ms", rep.ms, "bytes",
+			    (json_int_t)rep.bytes));
+			if (!opt.json)
+				printf("%s released, %.3f ms\n", e->name, rep.ms);
+		} else {
+			const char *msg = rep.reply && rep.msg && rep.msg[0] ? rep.msg : baton_strerror(err);
+			json_array_append_new(failed, json_pack("{s:s, s:s, s:i, s:s}", "name", e->name, "code",
+			    baton_errname(err), "err", err, "message", msg));
+			fprintf(stderr, "baton: release %s: %s (%s)\n", e->name, msg, baton_errname(err));
+			if (rc == EXIT_DONE)
+				rc = cli_exit_code(err);
+		}
+		proto_msg_free(&rep);
+	}
+	proto_msg_free(&st);
+	if (opt.json)
+		okw = put_json(json_pack("{s:o, s:o}", "released", done, "failed", failed));
+	else {
+		json_decref(done);
+		json_decref(failed);
+		okw = fflush(stdout) == 0;
+	}
+	return okw ? rc : EXIT_FAILED;
+}
+
 /* ---- watch ------------------------------------------------------------------------ */
 
 static volatile sig_atomic_t stop_watch;
@@ -928,6 +993,11 @@ int main(int argc, char **argv)
 		allow_only(cmd, F_COUNT);
 		want_args(cmd, 0, "no arguments (--count N, --timeout T, --json)");
 		return cmd_watch();
+	}
+	if (strcmp(cmd, "release") == 0 && (opt.given & F_EVERY)) {
+		allow_only(cmd, F_EVERY | F_GPU);
+		want_args(cmd, 0, "no engine's name with --every");
+		return cmd_release_every(opt.gpu);
 	}
 	if (strcmp(cmd, "release") == 0 || strcmp(cmd, "refill") == 0) {
 		allow_only(cmd, cmd[2] == 'l' ? F_ALL : 0);

@@ -35,6 +35,7 @@ struct baton_engine {
 	struct dense_layer *layers;
 	uint64_t dense_bytes;
 	baton_dptr x, xn;           /* activations, BATON_GEN_MAX_BATCH rows */
+	int gen_released;           /* engine_release_gen: GEN uploads them again */
 	uint64_t act_bytes;
 	int computable;
 	char compute_err[160];
@@ -333,25 +334,63 @@ fail:
 	return rc;
 }
 
+/* The GEN path's device memory: router and norm of each layer, activations. */
+static void gen_free(struct baton_engine *e)
+{
+	if (e->layers) {
+		const struct baton_arena_shape *s = arena_shape(e->arena);
+		for (uint32_t l = 0; l < s->layers; l++) {
+			if (e->layers[l].router)
+				e->be->free(e->dev, e->layers[l].router);
+			if (e->layers[l].norm)
+				e->be->free(e->dev, e->layers[l].norm);
+			e->layers[l].router = e->layers[l].norm = 0;
+		}
+	}
+	if (e->x)
+		e->be->free(e->dev, e->x);
+	if (e->xn)
+		e->be->free(e->dev, e->xn);
+	e->x = e->xn = 0;
+	e->dense_bytes = 0;
+}
+
+/* Uploads them again after engine_release_gen (as engine_open did). */
+static int gen_upload(struct baton_engine *e)
+{
+	const struct baton_arena_shape *s = arena_shape(e->arena);
+	int rc = 0;
+	for (uint32_t l = 0; l < s->layers && rc == 0; l++)
+		if ((rc = upload_tensor(e, l, BATON_ROLE_ROUTER, &e->layers[l].router,
+		        &e->layers[l].router_dtype)) == 0)
+			rc = upload_tensor(e, l, BATON_ROLE_NORM, &e->layers[l].norm, &e->layers[l].norm_dtype);
+	if (rc == 0 && (rc = e->be->alloc(e->dev, e->act_bytes, &e->x)) == 0)
+		rc = e->be->alloc(e->dev, e->act_bytes, &e->xn);
+	if (rc) {
+		gen_free(e);
+		return rc;
+	}
+	e->gen_released = 0;
+	return 0;
+}
+
+uint64_t engine_release_gen(struct baton_engine *e)
+{
+	if (e->gen_released)
+		return 0;
+	uint64_t bytes = e->dense_bytes + (e->x ? e->act_bytes : 0) + (e->xn ? e->act_bytes : 0);
+	gen_free(e);
+	e->gen_released = 1;
+	return bytes;
+}
+
 void engine_close(struct baton_engine *e)
 {
 	if (!e)
 		return;
 	cache_destroy(e->cache);
 	if (e->dev) {
-		if (e->layers) {
-			const struct baton_arena_shape *s = arena_shape(e->arena);
-			for (uint32_t l = 0; l < s->layers; l++) {
-				if (e->layers[l].router)
-					e->be->free(e->dev, e->layers[l].router);
-				if (e->layers[l].norm)
-					e->be->free(e->dev, e->layers[l].norm);
-			}
-		}
-		if (e->x)
-			e->be->free(e->dev, e->x);
-		if (e->xn)
-			e->be->free(e->dev, e->xn);
+		gen_free(e);
 		if (e->registered)
 			backend_host_unregister(e->be, e->dev, arena_base(e->arena), arena_size(e->arena));
 		e->be->close(e->dev);
@@ -388,6 +427,8 @@ int engine_gen(struct baton_engine *e, uint32_t steps, uint32_t batch, uint64_t 
 	int rc;
 	if (steps == 0 || steps > BATON_GEN_MAX_STEPS || batch == 0 || batch > BATON_GEN_MAX_BATCH)
 		return BATON_ERANGE;
+	if (e->gen_released && (rc = gen_upload(e)) != 0)
+		return rc;
 	const struct baton_arena_shape *s = arena_shape(e->arena);
 	size_t n = (size_t)batch * s->d_model;
 	if (input) {

@@ -55,6 +55,11 @@ int engine_gen(struct baton_engine *e, uint32_t steps, uint32_t batch, uint64_t 
     const float *input, float *output, uint64_t *checksum, struct baton_gen_timings *t);
 
 int engine_release(struct baton_engine *e, struct baton_cache_report *rep);
+/* Gives back the device memory of the GEN path (each layer's router and
+ * norm, the activations), for a release of everything (serve's release
+ * with all); engine_gen uploads them again first. Idempotent; the bytes
+ * freed. */
+uint64_t engine_release_gen(struct baton_engine *e);
 int engine_refill(struct baton_engine *e, struct baton_cache_report *rep);
 /* reserve_bytes < 0: grow back to the configured size. */
 int engine_vram(struct baton_engine *e, int64_t reserve_bytes, struct baton_cache_report *rep);

@@ -88,6 +88,33 @@ static void t_release_gives_memory_back(void)
 	engine_close(e);
 }
 
+/* The GEN path's routers, norms and activations go back too (a release
+ * of everything) and come back by themselves, outputs the same. */
+static void t_release_gen(void)
+{
+	setup(BATON_DT_F16, 256);
+	struct baton_engine *e = open_engine(0, 0);
+	float out1[2 * 128], out2[2 * 128];
+	uint64_t s1, s2;
+	T_OK(engine_gen(e, 2, 2, 7, NULL, out1, &s1, NULL));
+	struct baton_cache_report r;
+	T_OK(engine_release(e, &r));
+	struct baton_engine_info a, b, c;
+	engine_info(e, &a);
+	T_ASSERT(a.dense_bytes > 0);
+	uint64_t freed = engine_release_gen(e);
+	engine_info(e, &b);
+	T_ASSERT(freed > a.dense_bytes);
+	T_EQ_INT(b.dense_bytes, 0);
+	T_ASSERT(b.dev_free - a.dev_free >= freed); /* the device has it back */
+	T_EQ_INT(engine_release_gen(e), 0);         /* idempotent */
+	T_OK(engine_gen(e, 2, 2, 7, NULL, out2, &s2, NULL));
+	engine_info(e, &c);
+	T_EQ_INT(c.dense_bytes, a.dense_bytes);
+	T_ASSERT(memcmp(out1, out2, sizeof out1) == 0 && s1 == s2);
+	engine_close(e);
+}
+
 static void t_small_cache_evicts(void)
 {
 	/* A cache of one 2 MiB segment holds fewer experts than the model:
@@ -138,6 +165,7 @@ static void t_open_errors(void)
 
 T_MAIN(T_CASE_TIMEOUT(t_gen_same_after_release_refill, 60),
     T_CASE(t_release_gives_memory_back),
+    T_CASE(t_release_gen),
     T_CASE(t_small_cache_evicts),
     T_CASE(t_bad_gen_arguments),
     T_CASE(t_open_errors))

@@ -6,7 +6,6 @@
  * events, a chunk per piece of text as it becomes final. A client that
  * goes away cancels its request at once (its KV blocks go back).
  */
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -71,6 +71,9 @@ static void deliver(struct baton_sched *s, struct job *list)
 		 * answer sees them free */
 		model_seq_close(s->m, j->ks);
 		j->ks = NULL;
+		pthread_mutex_lock(&s->mu);
+		s->st.kv_free = model_kv_free_blocks(s->m);
+		pthread_mutex_unlock(&s->mu);
 		j->cb.on_done(j->cb.arg, j->rc, j->err, j->rc ? NULL : &j->res);
 		memset(&j->res, 0, sizeof j->res); /* the callee's now */
 		job_free(j, s->m);
@@ -102,7 +105,9 @@ static void unrun(struct baton_sched *s, struct job *j)
 static uint32_t want_blocks(struct baton_sched *s, const struct job *j, const struct baton_seq *ks)
 {
 	uint32_t total = j->n_prompt + generator_seq_max_tokens(j->gs) - 1;
-	uint32_t pos = ks ? model_seq_pos(ks) : 0;
+	if (!ks) /* not open yet: from nothing */
+		return (total + BATON_KV_BLOCK - 1) / BATON_KV_BLOCK;
+	uint32_t pos = model_seq_pos(ks);
 	return total > pos ? model_seq_blocks_needed(s->m, ks, total - pos) : 0;
 }
 

@@ -278,9 +278,20 @@ static void t_cancel_frees_blocks(void)
 	T_ASSERT_MSG(a.rc == 0 && strcmp(a.res.finish, "cancelled") == 0, "%d %s", a.rc, a.err);
 	T_ASSERT_MSG(b.rc == 0 && strcmp(b.res.finish, "cancelled") == 0, "%d %s", b.rc, b.err);
 	T_ASSERT(a.res.n_tokens < 200 && b.res.n_tokens < 200);
-	/* on_done comes after the blocks went back */
+	/* on_done comes after the blocks went back, and the stats say so */
 	T_EQ_INT(model_kv_free_blocks(generator_model(r.g)), 32);
-	/* a waiting request cancelled: ECLOSED, never run */
+	struct sched_stats st;
+	sched_stats(s, &st);
+	T_EQ_INT(st.kv_free, 32);
+	/* a waiting request cancelled: ECLOSED, never run (the engine handed
+	 * back first, so that the gate holds it) */
+	for (int i = 0; i < 2000; i++) {
+		sched_stats(s, &st);
+		if (!st.held)
+			break;
+		usleep(1000);
+	}
+	T_EQ_INT(st.held, 0);
 	atomic_store(&hk.gate_shut, 1);
 	make_call(&w, 2, 0, 8);
 	submit(s, &w);
@@ -289,7 +300,6 @@ static void t_cancel_frees_blocks(void)
 	atomic_store(&hk.gate_shut, 0);
 	wait_done(&w);
 	T_EQ_INT(w.rc, BATON_ECLOSED);
-	struct sched_stats st;
 	sched_stats(s, &st);
 	T_EQ_INT(st.cancelled, 3); /* a and w by sched_cancel, b through on_text */
 	generator_result_free(&a.res);

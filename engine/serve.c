@@ -810,7 +810,9 @@ static void on_control(struct proto_ctx *ctx, const struct baton_msg *req)
 				g.released_all = 1;
 				g.model_bytes = held;
 				pthread_mutex_unlock(&g.st_mu);
-				r.bytes_freed += held;
+				/* and the synthetic GEN path's routers (GEN
+				 * brings them back if it is ever asked) */
+				r.bytes_freed += held + engine_release_gen(g.e);
 				r.total_s += now_s() - t0;
 			}
 		}

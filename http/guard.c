@@ -175,9 +175,10 @@ int http_guard_check(const struct http_guard *g, const struct http_guard_in *in,
 	if (in->clen) { /* first: whatever else is wrong, this body is never read */
 		char *end;
 		unsigned long long v = strtoull(in->clen, &end, 10);
-		if (*in->clen >= '0' && *in->clen <= '9' && !*end && v > g->max_body) {
+		size_t max = in->max_body ? in->max_body : g->max_body;
+		if (*in->clen >= '0' && *in->clen <= '9' && !*end && v > max) {
 			*err = BATON_ETOOBIG;
-			snprintf(msg, n, "the body is %llu bytes; at most %zu", v, g->max_body);
+			snprintf(msg, n, "the body is %llu bytes; at most %zu", v, max);
 			return 413;
 		}
 	}
@@ -217,9 +218,10 @@ int http_guard_check(const struct http_guard *g, const struct http_guard_in *in,
 	if (in->clen) {
 		char *end;
 		unsigned long long v = strtoull(in->clen, &end, 10);
-		if (*in->clen >= '0' && *in->clen <= '9' && !*end && v > g->max_body) {
+		size_t max = in->max_body ? in->max_body : g->max_body;
+		if (*in->clen >= '0' && *in->clen <= '9' && !*end && v > max) {
 			*err = BATON_ETOOBIG;
-			snprintf(msg, n, "the body is %llu bytes; at most %zu", v, g->max_body);
+			snprintf(msg, n, "the body is %llu bytes; at most %zu", v, max);
 			return 413;
 		}
 	}

@@ -34,6 +34,11 @@ struct baton_http_opts {
 	                             * the connection's start or its previous answer (slowloris) */
 	size_t max_body;            /* 0: 1 MiB; a larger body gets 413 before it is read */
 	unsigned workers;           /* handler threads; 0: 8 */
+	/* Optional: the body limit of one request, from its method and path
+	 * (as http_req_path gives it), instead of max_body; 0: max_body.
+	 * Called on the server's thread with the headers in: must not block.
+	 * (The broker: 64 KiB for its own calls, more for the OpenAI API.) */
+	size_t (*body_limit)(void *arg, const char *method, const char *path);
 };
 
 struct baton_http;              /* a server */

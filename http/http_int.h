@@ -24,6 +24,7 @@ struct http_guard {
 /* The headers a check looks at (NULL: absent). */
 struct http_guard_in {
 	const char *method, *host, *origin, *ctype, *auth, *clen, *te;
+	size_t max_body;             /* this request's limit; 0: the guard's */
 };
 
 /* 0 when the request may be read, else the HTTP status to refuse it

@@ -457,6 +457,31 @@ static void t_close_with_open(void)
 	close(st);
 }
 
+static size_t limit_of(void *arg, const char *method, const char *path)
+{
+	(void)arg;
+	return strcmp(method, "POST") == 0 && strcmp(path, "/json") == 0 ? 3000 : 0;
+}
+
+static void t_body_limit(void)
+{
+	struct baton_http_opts o = { .max_body = 100, .body_limit = limit_of };
+	struct baton_http *h = start(&o);
+	char q[4096], body[2001];
+	memset(body, 'x', 2000);
+	body[0] = '"';
+	body[1999] = '"';
+	body[2000] = 0;
+	snprintf(q, sizeof q, "POST /json HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+	    "Content-Length: 2000\r\n\r\n%s", body);
+	expect_status(h, q, "201");
+	expect_status(h, "POST /json HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+	    "Content-Length: 3001\r\n\r\n", "413");
+	expect_status(h, "POST /hello HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+	    "Content-Length: 101\r\n\r\n", "413");
+	http_close(h);
+}
+
 static void t_bad_addr(void)
 {
 	char err[256];
@@ -484,4 +509,4 @@ static void t_bad_addr(void)
 
 T_MAIN(T_CASE(t_reply), T_CASE(t_json_body), T_CASE(t_stream), T_CASE(t_stream_client_gone),
     T_CASE(t_held_client_gone), T_CASE(t_too_big_before_body), T_CASE(t_token_before_body), T_CASE(t_guard),
-    T_CASE(t_timeouts), T_CASE(t_close_with_open), T_CASE(t_bad_addr))
+    T_CASE(t_timeouts), T_CASE(t_close_with_open), T_CASE(t_body_limit), T_CASE(t_bad_addr))

@@ -99,6 +99,7 @@ struct baton_http_req {
 	char *body;
 	size_t len, cap;
 	bool too_big, authorized;
+	size_t max_body;                     /* this request's limit */
 	bool answered;                       /* the application answered (reply or stream) */
 	bool gone;                           /* the client left before the answer ended */
 	bool mhd_done;
@@ -118,6 +119,7 @@ struct baton_http {
 	char url[HTTP_HOST_MAX + 32];
 	unsigned header_timeout_s;
 	size_t max_body;
+	size_t (*body_limit)(void *arg, const char *method, const char *path);
 
 	pthread_mutex_t mu;                  /* everything below, and every request's fields */
 	pthread_cond_t cv;                   /* workers: the queue */
@@ -669,7 +671,11 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
 			ret = answer_now(r, c, 503, BATON_ECLOSED, "the server is shutting down");
 			break;
 		}
+		r->max_body = h->body_limit ? h->body_limit(h->arg, method, r->path) : 0;
+		if (!r->max_body)
+			r->max_body = h->max_body;
 		struct http_guard_in in = {
+			.max_body = r->max_body,
 			.method = method,
 			.host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host"),
 			.origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin"),
@@ -694,7 +700,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
 			size_t n = *upload_size;
 			h->body_bytes += n;
 			*upload_size = 0;
-			if (r->too_big || r->len + n > h->max_body) {
+			if (r->too_big || r->len + n > r->max_body) {
 				r->too_big = true;
 				/* libmicrohttpd takes no answer mid-body: end the connection */
 				h->refused++;
@@ -1038,6 +1044,7 @@ int http_open(const struct baton_http_opts *o, baton_http_fn fn, void *arg, stru
 	h->refs = 1;
 	h->header_timeout_s = o->header_timeout_s ? o->header_timeout_s : DEF_HEADER_S;
 	h->max_body = o->max_body ? o->max_body : DEF_MAX_BODY;
+	h->body_limit = o->body_limit;
 	pthread_mutex_init(&h->mu, NULL);
 	pthread_cond_init(&h->cv, NULL);
 	pthread_cond_init(&h->reap_cv, NULL);
