@@ -212,12 +212,19 @@ def t_fake_stream_passes_through(c):
         st, body, hdrs = http.post("/v1/completions", {"model": "m", "prompt": "x"})
         assert st == 200 and body["engine"] == "f1" and body["echo"]["prompt"] == "x", (st, body)
         assert f.got[1][0] == "/v1/completions"
+        # chats are larger than the broker's own calls (64 KiB): up to 2 MiB
+        st, body, _ = http.post("/v1/completions", {"model": "m", "prompt": "x" * (300 << 10)})
+        assert st == 200 and len(body["echo"]["prompt"]) == 300 << 10, st
+        # and above it 413 on the headers, before a byte of the body is read
+        assert http.raw(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer "
+                        b"door-test-token\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+                        % (3 << 20)) == 413
         st, body, _ = http.get("/v1/models", token=False)
         m = body["data"][0]
         assert m["id"] == "m" and m["state"] == "resident" and m["engines"][0]["name"] == "f1", m
         h.wait_for("in flight back to 0", lambda: metric(http, "baton_door_in_flight",
                                                           '{engine="f1",model="m"}') == 0)
-        assert metric(http, "baton_door_requests_total", '{model="m",outcome="served"}') == 2
+        assert metric(http, "baton_door_requests_total", '{model="m",outcome="served"}') == 3
         assert metric(http, "baton_door_ttft_prefill_seconds_count", '{model="m"}') == 1  # the stream
     finally:
         f.close()
