@@ -14,6 +14,8 @@
  *     position past max_ctx is refused with nothing changed
  *   - model_release with live sequences (holes in the pool included) and
  *     the refill: every later output bitwise that of a twin never released
+ *   - a step that fails on the device after some of its passes ran (an
+ *     injected copy fault) leaves every sequence and the pool as they were
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +24,7 @@
 
 #include "arena/arena.h"
 #include "engine/engine.h"
+#include "engine/fault.h"
 #include "engine/model.h"
 #include "tests/t.h"
 
@@ -369,6 +372,50 @@ static void t_blocks_and_refusals(void)
 	rig_close(&r);
 }
 
+/* The device fails in the middle of a step of three passes: the first
+ * pass finished (its KV rows written, one item's logits out), the third's
+ * logits copy fails. Nothing changes: positions, blocks; the same step
+ * again gives a fresh model's logits. Host backend (the d2h calls of the
+ * step are the model's logits copies alone there). */
+static void t_device_failure_changes_nothing(void)
+{
+	if (strcmp(backend(), "host") != 0) {
+		printf("skip: the host backend's call counts\n");
+		return;
+	}
+	setenv("BATON_FAULT", "d2h:2", 1); /* this case's own process */
+	struct rig r, f;
+	rig_open(&r, "olmoe", 6, 0, 8);
+	const uint32_t V = r.V;
+	uint32_t *toks = prompt(20, 3, V);
+	float *lg = malloc(2 * V * sizeof(float)), *l2 = malloc(2 * V * sizeof(float));
+	T_ASSERT(lg && l2);
+	struct baton_seq *a, *b;
+	T_OK(model_seq_open(r.m, &a));
+	T_OK(model_seq_open(r.m, &b));
+	/* passes: a 3 + b 3 (a's logits: d2h 1), b 6, b 1 (b's: d2h 2 fails) */
+	struct baton_step_item it[2] = { { a, toks, 3 }, { b, toks + 3, 10 } };
+	T_EQ_ERR(model_step(r.m, it, 2, lg), BATON_EIO);
+	T_EQ_INT(fault_injected(), 1);
+	T_EQ_INT(model_seq_pos(a), 0);
+	T_EQ_INT(model_seq_pos(b), 0);
+	T_EQ_INT(model_kv_free_blocks(r.m), 8);
+	T_OK(model_step(r.m, it, 2, lg));
+	T_EQ_INT(model_seq_pos(b), 10);
+	T_EQ_INT(model_kv_free_blocks(r.m), 6);
+	unsetenv("BATON_FAULT");
+	rig_open(&f, "olmoe", 0, 0, 8);
+	struct baton_seq *fa, *fb;
+	T_OK(model_seq_open(f.m, &fa));
+	T_OK(model_seq_open(f.m, &fb));
+	struct baton_step_item fi[2] = { { fa, toks, 3 }, { fb, toks + 3, 10 } };
+	T_OK(model_step(f.m, fi, 2, l2));
+	T_ASSERT(memcmp(lg, l2, 2 * V * sizeof(float)) == 0);
+	free(toks), free(lg), free(l2);
+	rig_close(&r);
+	rig_close(&f);
+}
+
 /* A pool too large to address is refused at open. */
 static void t_pool_limits(void)
 {
@@ -401,4 +448,5 @@ static void t_pool_limits(void)
 
 T_MAIN(T_CASE_TIMEOUT(t_batched_qwen3_moe, 120), T_CASE_TIMEOUT(t_batched_qwen2_moe, 120),
     T_CASE_TIMEOUT(t_batched_olmoe, 120), T_CASE_TIMEOUT(t_batched_mixtral, 120),
-    T_CASE_TIMEOUT(t_blocks_and_refusals, 120), T_CASE(t_pool_limits))
+    T_CASE_TIMEOUT(t_blocks_and_refusals, 120), T_CASE_TIMEOUT(t_device_failure_changes_nothing, 120),
+    T_CASE(t_pool_limits))

@@ -27,6 +27,7 @@ static_assert(sizeof(baton_ops_kv_store_args) == 48, "kv_store args layout");
 static_assert(sizeof(baton_ops_swiglu_args) == 32, "swiglu args layout");
 static_assert(sizeof(baton_ops_add_args) == 32, "add args layout");
 static_assert(BATON_OPS_NT == 8, "the matmul kernels are made for 1 and 8 rows");
+static_assert(BATON_OPS_ATTN_CHUNK == BATON_OPS_WARPS * 32, "a thread per key of a chunk");
 
 #define WARPS BATON_OPS_WARPS
 #define THREADS (WARPS * 32)
@@ -100,30 +101,38 @@ __device__ __forceinline__ float wload(const uint8_t *row, uint32_t dt, uint32_t
 	return elem(row, DT < 0 ? dt : (uint32_t)DT, i);
 }
 
-/* A warp per output row o, carrying up to N rows of x through it: each
- * weight is decoded once for the N rows; each row's sum is its own, in
- * the fixed order, so N changes no bit. */
-template <int N, int DT>
-__device__ __forceinline__ void matmul(const baton_ops_matmul_args &a)
+/* acc[t] += w * x[t][i] for the nt rows, a multiply then an add. */
+template <int N>
+__device__ __forceinline__ void acc_w(float (&acc)[N], float w, const float *x, uint64_t k,
+    uint32_t i, int nt)
 {
-	const uint32_t o = blockIdx.x * WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-	if (o >= a.n_out || blockIdx.y * N >= a.rows)
-		return;
-	const uint32_t r0 = blockIdx.y * N, k = a.k, k32 = k & ~31u, dt = a.w_dtype;
-	const int nt = (int)min((uint32_t)N, a.rows - r0);
-	const uint8_t *row = (const uint8_t *)a.w + (uint64_t)o * a.row_bytes;
-	const float *x = (const float *)a.x + (uint64_t)r0 * k;
-	float acc[N];
 #pragma unroll
 	for (int t = 0; t < N; t++)
-		acc[t] = 0.0f;
-	if ((DT == BATON_DT_F32 || DT == BATON_DT_F16 || DT == BATON_DT_BF16) && a.vec) {
-		/* Chunks of 32 * E weights, a 16-byte load of E consecutive ones
-		 * per lane, written to shared memory and read back as the order
-		 * wants them: lane l takes l, l + 32, ... of each chunk. */
-		constexpr uint32_t E = DT == BATON_DT_F32 ? 4 : 8, CH = 32 * E;
-		__shared__ float sm[WARPS][256];
-		float *ws = sm[threadIdx.x >> 5];
+		if (t < nt)
+			acc[t] = __fadd_rn(acc[t], __fmul_rn(w, x[(uint64_t)t * k + i]));
+}
+
+/* Small unsigned integers as floats without I2F (a quarter-rate
+ * instruction): 2^23 + u has u in its low mantissa bits; the subtraction
+ * is exact, so this is (float)(u - bias) for u < 2^23. */
+__device__ __forceinline__ float u2f(uint32_t u, float bias)
+{
+	return __fsub_rn(__uint_as_float(0x4B000000u | u), 8388608.0f + bias);
+}
+
+/* Rows of f32, f16 or bf16, 16-byte aligned, k a multiple of the chunk:
+ * chunks of 32 * E weights, a 16-byte load of E consecutive ones per lane,
+ * U chunks loaded before any is used (bytes in flight hide the latency),
+ * each written to shared memory and read back as the order wants it: lane
+ * l takes l, l + 32, ... of each chunk. */
+template <int N, int DT>
+__device__ __forceinline__ void mm_plain_vec(float (&acc)[N], const uint8_t *row, const float *x,
+    uint32_t k, int nt, uint32_t lane, float *ws)
+{
+	/* one chunk at a time with 8 rows: the registers of 4 would cost
+	 * occupancy, and prefill is bound by the arithmetic, not the loads */
+	constexpr uint32_t E = DT == BATON_DT_F32 ? 4 : 8, CH = 32 * E, U = N == 1 ? 4 : 1;
+	if constexpr (U == 1) { /* as before this path had U: prefill's registers */
 		for (uint32_t c = 0; c < k; c += CH) {
 			const uint4 raw = __ldg((const uint4 *)(row + (uint64_t)c * (16 / E)) + lane);
 			const uint32_t v[4] = { raw.x, raw.y, raw.z, raw.w };
@@ -152,25 +161,191 @@ __device__ __forceinline__ void matmul(const baton_ops_matmul_args &a)
 			__syncwarp();
 		}
 	} else {
-#pragma unroll 4
-		for (uint32_t i = lane; i < k32; i += 32) {
-			const float w = wload<DT>(row, dt, i);
+		for (uint32_t c0 = 0; c0 < k; c0 += U * CH) {
+			uint4 raw[U];
 #pragma unroll
-			for (int t = 0; t < N; t++)
-				if (t < nt)
-					acc[t] = __fadd_rn(acc[t], __fmul_rn(w, x[(uint64_t)t * k + i]));
+			for (uint32_t u = 0; u < U; u++)
+				if (c0 + u * CH < k)
+					raw[u] = __ldg((const uint4 *)(row + (uint64_t)(c0 + u * CH) * (16 / E)) + lane);
+#pragma unroll
+			for (uint32_t u = 0; u < U; u++) {
+				const uint32_t c = c0 + u * CH;
+				if (c >= k)
+					break;
+				const uint32_t v[4] = { raw[u].x, raw[u].y, raw[u].z, raw[u].w };
+#pragma unroll
+				for (int i = 0; i < 4; i++) {
+					if (DT == BATON_DT_F32) {
+						ws[E * lane + i] = __uint_as_float(v[i]);
+					} else if (DT == BATON_DT_F16) {
+						ws[E * lane + 2 * i] = f16f(v[i] & 0xffffu);
+						ws[E * lane + 2 * i + 1] = f16f(v[i] >> 16);
+					} else {
+						ws[E * lane + 2 * i] = __uint_as_float(v[i] << 16);
+						ws[E * lane + 2 * i + 1] = __uint_as_float(v[i] & 0xffff0000u);
+					}
+				}
+				__syncwarp();
+#pragma unroll
+				for (uint32_t j = 0; j < E; j++)
+					acc_w<N>(acc, ws[lane + 32 * j], x, k, c + lane + 32 * j, nt);
+				__syncwarp();
+			}
 		}
+	}
+}
+
+/* q8_0 rows (blocks of 34 bytes: f16 d, 32 int8), any alignment: lane l
+ * takes byte l of each block, one coalesced 32-byte read per block for the
+ * warp, so the fixed order falls out of the layout. The d of 32 blocks are
+ * decoded once, one per lane, and passed round with shuffles. */
+template <int N>
+__device__ __forceinline__ void mm_q8_0(float (&acc)[N], const uint8_t *row, const float *x,
+    uint32_t k, int nt, uint32_t lane)
+{
+	const uint32_t nb = k / 32;
+	for (uint32_t b0 = 0; b0 < nb; b0 += 32) {
+		const uint32_t n = min(32u, nb - b0);
+		const float dl = lane < n ? f16f(ld_u16(row + (uint64_t)(b0 + lane) * 34)) : 0.0f;
+		for (uint32_t u0 = 0; u0 < n; u0 += 8) {
+			uint32_t q[8];
+#pragma unroll
+			for (uint32_t u = 0; u < 8; u++)
+				q[u] = u0 + u < n ? __ldg(row + (uint64_t)(b0 + u0 + u) * 34 + 2 + lane) : 0;
+#pragma unroll
+			for (uint32_t u = 0; u < 8; u++) {
+				const float d = __shfl_sync(0xffffffffu, dl, u0 + u);
+				if (u0 + u >= n)
+					break;
+				/* (float)(int8_t)q: q ^ 0x80 is q + 128 */
+				const float w = __fmul_rn(d, u2f(q[u] ^ 0x80u, 128.0f));
+				acc_w<N>(acc, w, x, k, (b0 + u0 + u) * 32 + lane, nt);
+			}
+		}
+	}
+}
+
+/* q4_K, q5_K and q6_K rows, any alignment. Element l + 32 j of a block is
+ * byte l of a 32-byte run in all three layouts (arena/kquant.c), so lane l
+ * reads its bytes with coalesced byte loads and accumulates j = 0..7 in
+ * order. The scales of 4 blocks are decoded once, one per lane (two for
+ * q6_K's 16 per block), into the warp's shared memory: sc[8 u + j] is
+ * (d * sc_j, dmin * m_j) of block u, q6_K's sc[16 u + i] is d * scale_i. */
+template <int N, int DT>
+__device__ __forceinline__ void mm_kquant(float (&acc)[N], const uint8_t *row, const float *x,
+    uint32_t k, int nt, uint32_t lane, float2 *sc)
+{
+	constexpr uint32_t BB = DT == BATON_DT_Q4_K ? 144 : DT == BATON_DT_Q5_K ? 176 : 210;
+	constexpr uint32_t U = 4;
+	const uint32_t nb = k / 256;
+	for (uint32_t b0 = 0; b0 < nb; b0 += U) {
+		const uint32_t n = min(U, nb - b0);
+		if (DT == BATON_DT_Q6_K) {
+#pragma unroll
+			for (uint32_t e = lane; e < 16 * U; e += 32) {
+				const uint32_t u = e / 16;
+				if (u < n) {
+					const uint8_t *p = row + (uint64_t)(b0 + u) * BB;
+					sc[e].x = f16f(ld_u16(p + 208)) * (float)(int8_t)__ldg(p + 192 + e % 16);
+				}
+			}
+		} else {
+			const uint32_t u = lane / 8;
+			if (u < n) {
+				const uint8_t *p = row + (uint64_t)(b0 + u) * BB;
+				float ds, dm;
+				kq_scale_min(p + 4, lane % 8, f16f(ld_u16(p)), f16f(ld_u16(p + 2)), &ds, &dm);
+				sc[lane] = make_float2(ds, dm);
+			}
+		}
+		/* the quant bytes of the U blocks, all loads before any use */
+		uint32_t qb[U][4], qh[U][2];
+#pragma unroll
+		for (uint32_t u = 0; u < U; u++) {
+			if (u >= n)
+				break;
+			const uint8_t *p = row + (uint64_t)(b0 + u) * BB;
+			if (DT == BATON_DT_Q6_K) {
+#pragma unroll
+				for (int h = 0; h < 4; h++)
+					qb[u][h] = __ldg(p + 32 * h + lane); /* ql: 64 n + 32 (qd & 1) */
+				qh[u][0] = __ldg(p + 128 + lane);
+				qh[u][1] = __ldg(p + 160 + lane);
+			} else {
+				const uint32_t q0 = DT == BATON_DT_Q5_K ? 48 : 16;
+#pragma unroll
+				for (int h = 0; h < 4; h++)
+					qb[u][h] = __ldg(p + q0 + 32 * h + lane);
+				qh[u][0] = DT == BATON_DT_Q5_K ? __ldg(p + 16 + lane) : 0;
+			}
+		}
+		__syncwarp(); /* the scales are written */
+#pragma unroll
+		for (uint32_t u = 0; u < U; u++) {
+			if (u >= n)
+				break;
+			const uint32_t c = (b0 + u) * 256 + lane;
+#pragma unroll
+			for (uint32_t j = 0; j < 8; j++) {
+				float w;
+				if (DT == BATON_DT_Q6_K) {
+					const uint32_t nn = j / 4, qd = j % 4;
+					const uint32_t lo = qb[u][2 * nn + (qd & 1)];
+					const uint32_t q = (qd >= 2 ? lo >> 4 : lo & 0xF) |
+					    (((qh[u][nn] >> (2 * qd)) & 3) << 4);
+					const float ds = sc[16 * u + 8 * nn + 2 * qd + lane / 16].x;
+					w = __fmul_rn(ds, u2f(q, 32.0f));
+				} else {
+					const uint32_t b = qb[u][j / 2];
+					uint32_t q = j & 1 ? b >> 4 : b & 0xF;
+					if (DT == BATON_DT_Q5_K)
+						q |= ((qh[u][0] >> j) & 1) << 4;
+					const float2 s = sc[8 * u + j];
+					/* ds * q is exact: one rounding, the host's */
+					w = __fmaf_rn(s.x, u2f(q, 0.0f), -s.y);
+				}
+				acc_w<N>(acc, w, x, k, c + 32 * j, nt);
+			}
+		}
+		__syncwarp(); /* every lane has read the scales before the next write */
+	}
+}
+
+/* A warp per output row o, carrying up to N rows of x through it: each
+ * weight is decoded once for the N rows; each row's sum is its own, in
+ * the fixed order, so N changes no bit. */
+template <int N, int DT>
+__device__ __forceinline__ void matmul(const baton_ops_matmul_args &a)
+{
+	__shared__ __align__(16) float sm[WARPS][256];
+	const uint32_t o = blockIdx.x * WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+	if (o >= a.n_out || blockIdx.y * N >= a.rows)
+		return;
+	const uint32_t r0 = blockIdx.y * N, k = a.k, k32 = k & ~31u, dt = a.w_dtype;
+	const int nt = (int)min((uint32_t)N, a.rows - r0);
+	const uint8_t *row = (const uint8_t *)a.w + (uint64_t)o * a.row_bytes;
+	const float *x = (const float *)a.x + (uint64_t)r0 * k;
+	float *ws = sm[threadIdx.x >> 5];
+	float acc[N];
+#pragma unroll
+	for (int t = 0; t < N; t++)
+		acc[t] = 0.0f;
+	if ((DT == BATON_DT_F32 || DT == BATON_DT_F16 || DT == BATON_DT_BF16) && a.vec) {
+		mm_plain_vec<N, DT>(acc, row, x, k, nt, lane, ws);
+	} else if (DT == BATON_DT_Q8_0) {
+		mm_q8_0<N>(acc, row, x, k, nt, lane);
+	} else if (DT == BATON_DT_Q4_K || DT == BATON_DT_Q5_K || DT == BATON_DT_Q6_K) {
+		mm_kquant<N, DT>(acc, row, x, k, nt, lane, (float2 *)ws);
+	} else {
+#pragma unroll 4
+		for (uint32_t i = lane; i < k32; i += 32)
+			acc_w<N>(acc, wload<DT>(row, dt, i), x, k, i, nt);
 	}
 #pragma unroll
 	for (int t = 0; t < N; t++)
 		acc[t] = lane_tree(acc[t]);
-	for (uint32_t i = k32; i < k; i++) {
-		const float w = wload<DT>(row, dt, i);
-#pragma unroll
-		for (int t = 0; t < N; t++)
-			if (t < nt)
-				acc[t] = __fadd_rn(acc[t], __fmul_rn(w, x[(uint64_t)t * k + i]));
-	}
+	for (uint32_t i = k32; i < k; i++)
+		acc_w<N>(acc, wload<DT>(row, dt, i), x, k, i, nt);
 	if (lane != 0)
 		return;
 	const float b = a.b ? elem((const uint8_t *)a.b, a.b_dtype, o) : 0.0f;

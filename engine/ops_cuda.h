@@ -38,7 +38,9 @@ struct baton_ops_rmsnorm_args {
  * block 32 * WARPS; a warp per output row o, carrying N (1 or 8) rows of
  * x. Kinds: the weight dtype known at compile time (f32, f16 and bf16
  * with aligned loads, whose rows must start at a multiple of their element
- * size), or `any` (w_dtype read at run time, bytes loaded one by one). */
+ * size; q8_0 and the K-quants with coalesced byte loads at any address,
+ * lane l reading byte l of each 32-byte run), or `any` (w_dtype read at
+ * run time, bytes loaded one by one). */
 #define BATON_OPS_KINDS 8
 #define BATON_OPS_KIND_NAMES { "any", "f32", "f16", "bf16", "q8_0", "q4_K", "q5_K", "q6_K" }
 struct baton_ops_matmul_args {

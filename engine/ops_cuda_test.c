@@ -242,6 +242,13 @@ static void t_matmul(void)
 			matmul_case_at(dev, dt, 21, 512, 1, -1, 0, dt == BATON_DT_F32 ? 4 : 2);
 		} else {
 			matmul_case_at(dev, dt, 21, kquant_is(dt) ? 512 : 96, 9, -1, 0, 1);
+			/* blocks beyond one round of the kernel's loads (4 K-quant
+			 * blocks, 32 q8_0 blocks in groups of 8) and a remainder,
+			 * at odd addresses too */
+			const uint32_t kl = kquant_is(dt) ? 1280 : 1088;
+			matmul_case(dev, dt, 19, kl, 1, -1, 0);
+			matmul_case(dev, dt, 19, kl, 11, BATON_DT_F32, 1);
+			matmul_case_at(dev, dt, 19, kl, 3, -1, 0, 3);
 		}
 	}
 	be->close(dev);
@@ -530,7 +537,8 @@ static void t_perf(void)
 	char name[64];
 	/* Qwen3-30B-A3B's shapes: the output head (151936 x 2048), the q
 	 * projection (4096 x 2048) at batch 1; a 512-token prefill of it */
-	const int dts[] = { BATON_DT_BF16, BATON_DT_F32, BATON_DT_Q8_0, BATON_DT_Q4_K, BATON_DT_Q6_K };
+	const int dts[] = { BATON_DT_BF16, BATON_DT_F16, BATON_DT_F32, BATON_DT_Q8_0, BATON_DT_Q4_K,
+		BATON_DT_Q5_K, BATON_DT_Q6_K };
 	for (size_t i = 0; i < sizeof dts / sizeof dts[0]; i++) {
 		const int dt = dts[i];
 		double t = time_matmul(dev, dt, 151936, 2048, 1);
@@ -551,6 +559,16 @@ static void t_perf(void)
 	t = time_matmul(dev, BATON_DT_BF16, 4096, 2048, 512);
 	fig("matmul_q_bf16_B512_us", t * 1e6);
 	fig("matmul_q_bf16_B512_GFLOP/s", 2.0 * 4096 * 2048 * 512 / t / 1e9);
+	/* the same 512 rows over K-quant weights, and an expert-sized one at
+	 * batch 1 (768 x 2048: a launch too small to fill the device) */
+	const int qdts[] = { BATON_DT_Q4_K, BATON_DT_Q6_K, BATON_DT_Q8_0 };
+	for (size_t i = 0; i < sizeof qdts / sizeof qdts[0]; i++) {
+		t = time_matmul(dev, qdts[i], 4096, 2048, 512);
+		snprintf(name, sizeof name, "matmul_q_%s_B512_GFLOP/s", baton_dtype_name(qdts[i]));
+		fig(name, 2.0 * 4096 * 2048 * 512 / t / 1e9);
+	}
+	t = time_matmul(dev, BATON_DT_BF16, 768, 2048, 1);
+	fig("matmul_768x2048_bf16_B1_us", t * 1e6);
 
 	/* attention: one decode query over 2048 and 8192 positions, 32 heads
 	 * over 4 of 128 */
