@@ -498,9 +498,13 @@ static void *refill_thread(void *arg)
 		if (mi >= 0)
 			for (struct dreq *q = d->models[mi].qh; q; q = q->next)
 				q->refill_ms += refill_ms;
-		snprintf(reason, sizeof reason, "%s%s%s -> %s (model %s): drain %.1f ms, refill %.1f ms, %u waiting",
-		    counted ? "switch " : "refill ", from, *from ? "" : "", e->name, e->model, drain_ms, refill_ms,
-		    mi >= 0 ? d->models[mi].queued : 0);
+		char what[2 * BROKER_NAME_MAX + 16];
+		if (counted)
+			snprintf(what, sizeof what, "switch %s -> %s", from, e->name);
+		else
+			snprintf(what, sizeof what, "refill %s", e->name);
+		snprintf(reason, sizeof reason, "%s (model %s): drain %.1f ms, refill %.1f ms, %u waiting", what,
+		    e->model, drain_ms, refill_ms, mi >= 0 ? d->models[mi].queued : 0);
 	} else {
 		snprintf(reason, sizeof reason, "refill of %s (model %s) failed after %.1f ms: %s", e->name,
 		    e->model, refill_ms, c.msg);

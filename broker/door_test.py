@@ -381,6 +381,10 @@ def t_two_models_interleaved(c):
     served = metric(http, "baton_door_requests_total", '{model="%s",outcome="served"}' % QWEN)
     assert served and served >= len(jobs) // 2, served
     assert metric(http, "baton_door_ttft_wait_seconds_count", '{model="%s"}' % MIXTRAL) >= len(jobs) // 2
+    # some requests waited for a refill, and it is counted in their time to first token
+    assert (metric(http, "baton_door_ttft_refill_seconds_sum", '{model="%s"}' % QWEN) +
+            metric(http, "baton_door_ttft_refill_seconds_sum", '{model="%s"}' % MIXTRAL)) > 0
+    assert any(e["reason"].startswith("switch ") for e in ev), ev
     return "%d requests, %d switches, %.1f s" % (len(jobs), switches, took)
 
 
