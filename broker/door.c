@@ -136,6 +136,7 @@ struct broker_door {
 	size_t n_devs;
 	struct dreq *fwd;        /* forwarded, not yet answered to the end */
 	uint64_t switches_total;
+	struct hist sw_drain, sw_refill; /* the parts of each switch */
 };
 
 /* The one door of the process, for on_gone (see the top). */
@@ -494,6 +495,8 @@ static void *refill_thread(void *arg)
 		if (counted) {
 			v->switches++;
 			d->switches_total++;
+			hist_add(&d->sw_drain, drain_ms / 1e3);
+			hist_add(&d->sw_refill, refill_ms / 1e3);
 		}
 		if (mi >= 0)
 			for (struct dreq *q = d->models[mi].qh; q; q = q->next)
@@ -1087,6 +1090,19 @@ void broker_door_metrics(struct broker_door *d, FILE *f)
 	fprintf(f, "# HELP baton_door_switches_total Front door: a device switched from one model to another "
 	    "(rate() gives switches per second).\n# TYPE baton_door_switches_total counter\n");
 	fprintf(f, "baton_door_switches_total %" PRIu64 "\n", d->switches_total);
+	fprintf(f, "# HELP baton_door_switch_seconds Front door: the parts of a switch: drain (the engine "
+	    "switched out finishes its requests), refill (the broker's refill of the one switched in).\n"
+	    "# TYPE baton_door_switch_seconds histogram\n");
+	for (int k = 0; k < 2; k++) {
+		const struct hist *h = k ? &d->sw_refill : &d->sw_drain;
+		const char *ph = k ? "refill" : "drain";
+		for (int i = 0; i < NB; i++)
+			fprintf(f, "baton_door_switch_seconds_bucket{phase=\"%s\",le=\"%g\"} %" PRIu64 "\n", ph, bucket_s[i],
+			    h->b[i]);
+		fprintf(f, "baton_door_switch_seconds_bucket{phase=\"%s\",le=\"+Inf\"} %" PRIu64 "\n"
+		    "baton_door_switch_seconds_sum{phase=\"%s\"} %.6f\nbaton_door_switch_seconds_count{phase=\"%s\"} %"
+		    PRIu64 "\n", ph, h->n, ph, h->sum, ph, h->n);
+	}
 	fprintf(f, "# HELP baton_door_in_flight Front door: requests forwarded to an engine, not yet answered.\n"
 	    "# TYPE baton_door_in_flight gauge\n");
 	for (size_t i = 0; i < d->n_eng; i++) {
