@@ -13,7 +13,8 @@
 # BENCH_DOOR_CAP_MIB: [gpu "*"] total_mib, room for the experts of one
 # model and not two (default: 1.5 x the larger model's experts).
 # BENCH_DOOR_CLIENTS (4), BENCH_DOOR_REQUESTS per client (8),
-# BENCH_DOOR_MAX_TOKENS (64).
+# BENCH_DOOR_MAX_TOKENS (64). BENCH_DOOR_BACKEND: cuda (default) or host
+# (a 1 GiB host device: for trying the script at a small shape).
 set -eu
 B=${1:-build-gpu}
 OUT=${2:-}
@@ -41,7 +42,8 @@ while i < len(s):
 print(int(max(sizes) * 1.5 / 2**20))')
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || true
-set -- --build "$B" --backend cuda --arena "$A" --arena "$Bm" --cap-mib "$BENCH_DOOR_CAP_MIB" \
+set -- --build "$B" --backend "${BENCH_DOOR_BACKEND:-cuda}" --device-mib 1024 \
+	--arena "$A" --arena "$Bm" --cap-mib "$BENCH_DOOR_CAP_MIB" \
 	--clients "${BENCH_DOOR_CLIENTS:-4}" --requests "${BENCH_DOOR_REQUESTS:-8}" \
 	--max-tokens "${BENCH_DOOR_MAX_TOKENS:-64}" --engine-flag=--ctx --engine-flag=4096
 [ -n "$OUT" ] && set -- "$@" --json "$OUT/bench-door.json"
