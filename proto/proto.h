@@ -50,12 +50,12 @@
  *   status    all optional: the engine's (name, state, resident, mapped,
  *             target, ceiling, epoch, requests, hits, misses,
  *             last_refill_bytes, last_refill_s f64, device str, gpu, free,
- *             total) or the broker's (gpus: array of {uuid, total, free,
+ *             total, level) or the broker's (gpus: array of {uuid, total, free,
  *             reserve, held}, engines: array of {name, pid, gpu, model,
  *             state, resident, floor, ceiling, priority, pinned, idle_ms,
  *             last_refill_gbps f64, peer_gpu, peer, requests, ctl, http}; every item field required)
  *   release, refill, vram   R state, resident, ms f64, bytes, epoch;
- *             mapped, free
+ *             mapped, free, level (the engine's: "none", "experts", "all")
  *   register  R epoch
  *   heartbeat epoch
  *   acquire   R epoch, granted u64
