@@ -333,6 +333,9 @@ bool broker_http_loopback(const char *hostport);
  * BATON_EIO with err when the address is bad or cannot be bound. */
 int broker_http_open(struct broker *b, const struct broker_config *cfg, struct broker_http **out,
     char *err, size_t errlen);
+/* What of the HTTP face follows a reload (SIGHUP): the front door's
+ * settings. NULL h allowed. */
+void broker_http_reload(struct broker_http *h, const struct broker_config *cfg);
 /* "http://HOST:PORT" it listens on (port 0 resolved). */
 const char *broker_http_url(const struct broker_http *h);
 /* GET /readyz answers 200 while ready, else 503: set once broker_start
@@ -367,8 +370,11 @@ bool broker_door_route(struct broker_door *d, struct baton_http_req *r);
 /* Its Prometheus lines (queue depth, waits, switches, time to first token
  * in parts). */
 void broker_door_metrics(struct broker_door *d, FILE *f);
+/* A reloaded configuration's door_* keys and [engine] keep_alive_s
+ * (SIGHUP); requests waiting keep their place. NULL d allowed. */
+void broker_door_reload(struct broker_door *d, const struct broker_config *cfg);
 /* Answers what waits (503), cancels what is forwarded, joins its threads
- * and frees; NULL allowed. Before the HTTP server closes. */
+ * and frees; NULL allowed. After the HTTP server closed. */
 void broker_door_close(struct broker_door *d);
 
 /* A face's event (the door's door.queue, door.switch), published like the

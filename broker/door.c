@@ -95,7 +95,7 @@ struct dmodel {
 	struct dreq *qh, *qt;
 	unsigned queued;
 	bool queue_told;         /* door.queue published for the wait under way */
-	uint64_t served, rejected_full, failed;
+	uint64_t served, rejected_full, failed, gone;
 	struct hist wait, refill, prefill;
 };
 
@@ -136,6 +136,7 @@ struct broker_door {
 	size_t n_devs;
 	struct dreq *fwd;        /* forwarded, not yet answered to the end */
 	uint64_t switches_total;
+	struct hist sw_drain, sw_refill; /* the parts of each switch */
 };
 
 /* The one door of the process, for on_gone (see the top). */
@@ -277,9 +278,11 @@ static bool serves(const struct deng *e)
 	return e->present && *e->http;
 }
 
+/* Holds its whole cache. An elastic engine shrunk to nothing by a vram
+ * command still says "ready": its bytes tell. */
 static bool ready(const struct deng *e)
 {
-	return strcmp(e->state, "ready") == 0;
+	return strcmp(e->state, "ready") == 0 && e->resident >= e->ceiling;
 }
 
 static double keep_alive_of(struct broker_door *d, const struct deng *e)
@@ -381,7 +384,7 @@ static void *proxy(void *arg)
 			long n;
 			ok = s != NULL;
 			while (s && (n = door_up_read(up, buf, sizeof buf, UPSTREAM_TIMEOUT_MS)) != 0) {
-				if (t_first < 0)
+				if (t_first < 0 && n > 0)
 					t_first = now_s();
 				if (n < 0 || http_stream_write(s, buf, (size_t)n) != 0) {
 					ok = false;
@@ -407,6 +410,8 @@ static void *proxy(void *arg)
 		hist_add(&m->refill, q->refill_ms / 1e3);
 		if (t_first >= 0) /* streams only: a whole reply's first byte is its last */
 			hist_add(&m->prefill, t_first - q->t_fwd);
+	} else if (q->gone) {
+		m->gone++;
 	} else {
 		m->failed++;
 	}
@@ -483,18 +488,26 @@ static void *refill_thread(void *arg)
 	bool counted = v->from >= 0 && v->from != j->eng;
 	if (c.ok) {
 		snprintf(e->state, sizeof e->state, "ready");
+		if (e->resident < e->ceiling)
+			e->resident = e->ceiling; /* the refill's answer; the next status says the same */
 		v->holder = j->eng;
 		v->holder_since = now_s();
 		if (counted) {
 			v->switches++;
 			d->switches_total++;
+			hist_add(&d->sw_drain, drain_ms / 1e3);
+			hist_add(&d->sw_refill, refill_ms / 1e3);
 		}
 		if (mi >= 0)
 			for (struct dreq *q = d->models[mi].qh; q; q = q->next)
 				q->refill_ms += refill_ms;
-		snprintf(reason, sizeof reason, "%s%s%s -> %s (model %s): drain %.1f ms, refill %.1f ms, %u waiting",
-		    counted ? "switch " : "refill ", from, *from ? "" : "", e->name, e->model, drain_ms, refill_ms,
-		    mi >= 0 ? d->models[mi].queued : 0);
+		char what[2 * BROKER_NAME_MAX + 16];
+		if (counted)
+			snprintf(what, sizeof what, "switch %s -> %s", from, e->name);
+		else
+			snprintf(what, sizeof what, "refill %s", e->name);
+		snprintf(reason, sizeof reason, "%s (model %s): drain %.1f ms, refill %.1f ms, %u waiting", what,
+		    e->model, drain_ms, refill_ms, mi >= 0 ? d->models[mi].queued : 0);
 	} else {
 		snprintf(reason, sizeof reason, "refill of %s (model %s) failed after %.1f ms: %s", e->name,
 		    e->model, refill_ms, c.msg);
@@ -575,6 +588,7 @@ static void drop_gone(struct broker_door *d, struct outbox *ob)
 				if (m->qt == q)
 					m->qt = prev;
 				m->queued--;
+				m->gone++;
 				q->next = ob->gone;
 				ob->gone = q;
 				continue;
@@ -858,7 +872,8 @@ static json_t *models_json(struct broker_door *d)
 				continue;
 			any = true;
 			res |= ready(e);
-			part |= strcmp(e->state, "partial") == 0 || strcmp(e->state, "refilling") == 0;
+			part |= strcmp(e->state, "partial") == 0 || strcmp(e->state, "refilling") == 0 ||
+			    (strcmp(e->state, "ready") == 0 && e->resident > 0 && e->resident < e->ceiling);
 			json_array_append_new(engs, json_pack("{s:s, s:s, s:s, s:I, s:I, s:i}", "name", e->name,
 			    "gpu", e->gpu, "state", e->state, "resident", (json_int_t)e->resident, "ceiling",
 			    (json_int_t)e->ceiling, "in_flight", (int)e->inflight));
@@ -1060,13 +1075,13 @@ void broker_door_metrics(struct broker_door *d, FILE *f)
 		label(f, d->models[i].name);
 		fprintf(f, "\"} %.3f\n", d->models[i].qh ? now - d->models[i].qh->t_in : 0.0);
 	}
-	fprintf(f, "# HELP baton_door_requests_total Front door: requests by outcome (served, queue_full, failed).\n"
+	fprintf(f, "# HELP baton_door_requests_total Front door: requests by outcome (served, queue_full, failed, gone: the client left).\n"
 	    "# TYPE baton_door_requests_total counter\n");
 	for (size_t i = 0; i < d->n_models; i++) {
 		const struct dmodel *m = &d->models[i];
-		const char *what[3] = { "served", "queue_full", "failed" };
-		uint64_t v[3] = { m->served, m->rejected_full, m->failed };
-		for (int k = 0; k < 3; k++) {
+		const char *what[4] = { "served", "queue_full", "failed", "gone" };
+		uint64_t v[4] = { m->served, m->rejected_full, m->failed, m->gone };
+		for (int k = 0; k < 4; k++) {
 			fputs("baton_door_requests_total{model=\"", f);
 			label(f, m->name);
 			fprintf(f, "\",outcome=\"%s\"} %" PRIu64 "\n", what[k], v[k]);
@@ -1075,6 +1090,19 @@ void broker_door_metrics(struct broker_door *d, FILE *f)
 	fprintf(f, "# HELP baton_door_switches_total Front door: a device switched from one model to another "
 	    "(rate() gives switches per second).\n# TYPE baton_door_switches_total counter\n");
 	fprintf(f, "baton_door_switches_total %" PRIu64 "\n", d->switches_total);
+	fprintf(f, "# HELP baton_door_switch_seconds Front door: the parts of a switch: drain (the engine "
+	    "switched out finishes its requests), refill (the broker's refill of the one switched in).\n"
+	    "# TYPE baton_door_switch_seconds histogram\n");
+	for (int k = 0; k < 2; k++) {
+		const struct hist *h = k ? &d->sw_refill : &d->sw_drain;
+		const char *ph = k ? "refill" : "drain";
+		for (int i = 0; i < NB; i++)
+			fprintf(f, "baton_door_switch_seconds_bucket{phase=\"%s\",le=\"%g\"} %" PRIu64 "\n", ph, bucket_s[i],
+			    h->b[i]);
+		fprintf(f, "baton_door_switch_seconds_bucket{phase=\"%s\",le=\"+Inf\"} %" PRIu64 "\n"
+		    "baton_door_switch_seconds_sum{phase=\"%s\"} %.6f\nbaton_door_switch_seconds_count{phase=\"%s\"} %"
+		    PRIu64 "\n", ph, h->n, ph, h->sum, ph, h->n);
+	}
 	fprintf(f, "# HELP baton_door_in_flight Front door: requests forwarded to an engine, not yet answered.\n"
 	    "# TYPE baton_door_in_flight gauge\n");
 	for (size_t i = 0; i < d->n_eng; i++) {
@@ -1103,7 +1131,42 @@ void broker_door_metrics(struct broker_door *d, FILE *f)
 	pthread_mutex_unlock(&d->mu);
 }
 
-/* ---- open and close ---------------------------------------------------------------- */
+/* ---- open, reload and close ------------------------------------------------------- */
+
+/* Under d->mu (or before the door runs). */
+static int set_config(struct broker_door *d, const struct broker_config *cfg)
+{
+	struct broker_engine_conf *ec = NULL;
+	if (cfg->n_engines) {
+		ec = calloc(cfg->n_engines, sizeof *ec);
+		if (!ec)
+			return BATON_ENOMEM;
+		memcpy(ec, cfg->engines, cfg->n_engines * sizeof *ec);
+	}
+	free(d->econf);
+	d->econf = ec;
+	d->n_econf = cfg->n_engines;
+	d->quantum_s = cfg->door_quantum_s;
+	d->keep_alive_s = cfg->door_keep_alive_s;
+	d->queue_max = cfg->door_queue_max ? cfg->door_queue_max : 64;
+	return 0;
+}
+
+void broker_door_reload(struct broker_door *d, const struct broker_config *cfg)
+{
+	if (!d)
+		return;
+	pthread_mutex_lock(&d->mu);
+	int rc = set_config(d, cfg);
+	pthread_cond_signal(&d->cv);
+	pthread_mutex_unlock(&d->mu);
+	if (rc)
+		fprintf(stderr, "baton-broker: front door: reload: out of memory; its settings stay\n");
+	else
+		fprintf(stderr, "baton-broker: front door: quantum %g s, keep-alive %g s, queue %u per model\n",
+		    cfg->door_quantum_s, cfg->door_keep_alive_s, cfg->door_queue_max);
+}
+
 
 int broker_door_open(struct broker *b, const struct broker_config *cfg, struct broker_door **out, char *err,
     size_t errlen)
@@ -1115,18 +1178,10 @@ int broker_door_open(struct broker *b, const struct broker_config *cfg, struct b
 		return BATON_ENOMEM;
 	}
 	d->b = b;
-	d->quantum_s = cfg->door_quantum_s;
-	d->keep_alive_s = cfg->door_keep_alive_s;
-	d->queue_max = cfg->door_queue_max ? cfg->door_queue_max : 64;
-	if (cfg->n_engines) {
-		d->econf = calloc(cfg->n_engines, sizeof *d->econf);
-		if (!d->econf) {
-			free(d);
-			snprintf(err, errlen, "front door: out of memory");
-			return BATON_ENOMEM;
-		}
-		memcpy(d->econf, cfg->engines, cfg->n_engines * sizeof *d->econf);
-		d->n_econf = cfg->n_engines;
+	if (set_config(d, cfg) != 0) {
+		free(d);
+		snprintf(err, errlen, "front door: out of memory");
+		return BATON_ENOMEM;
 	}
 	pthread_mutex_init(&d->mu, NULL);
 	pthread_condattr_t ca;

@@ -179,7 +179,7 @@ def fake_register(c, fake, model, state="ready", gpu="host-5"):
     h.ok(h.call(c.control, "register", name=fake.name, pid=os.getpid(), gpu=gpu, device=5,
                 model=model, ctl="tcp://127.0.0.1:1", floor=1 << 20, ceiling=8 << 20, priority=0,
                 state=state, resident=(8 << 20) if state == "ready" else 0, capacity=64 << 20, epoch=1,
-                http=fake.url))
+                mapped=(8 << 20) if state == "ready" else 0, http=fake.url))
 
 
 def t_fake_stream_passes_through(c):
@@ -212,12 +212,19 @@ def t_fake_stream_passes_through(c):
         st, body, hdrs = http.post("/v1/completions", {"model": "m", "prompt": "x"})
         assert st == 200 and body["engine"] == "f1" and body["echo"]["prompt"] == "x", (st, body)
         assert f.got[1][0] == "/v1/completions"
+        # chats are larger than the broker's own calls (64 KiB): up to 2 MiB
+        st, body, _ = http.post("/v1/completions", {"model": "m", "prompt": "x" * (300 << 10)})
+        assert st == 200 and len(body["echo"]["prompt"]) == 300 << 10, st
+        # and above it 413 on the headers, before a byte of the body is read
+        assert http.raw(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer "
+                        b"door-test-token\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+                        % (3 << 20)) == 413
         st, body, _ = http.get("/v1/models", token=False)
         m = body["data"][0]
         assert m["id"] == "m" and m["state"] == "resident" and m["engines"][0]["name"] == "f1", m
         h.wait_for("in flight back to 0", lambda: metric(http, "baton_door_in_flight",
                                                           '{engine="f1",model="m"}') == 0)
-        assert metric(http, "baton_door_requests_total", '{model="m",outcome="served"}') == 2
+        assert metric(http, "baton_door_requests_total", '{model="m",outcome="served"}') == 3
         assert metric(http, "baton_door_ttft_prefill_seconds_count", '{model="m"}') == 1  # the stream
     finally:
         f.close()
@@ -374,7 +381,45 @@ def t_two_models_interleaved(c):
     served = metric(http, "baton_door_requests_total", '{model="%s",outcome="served"}' % QWEN)
     assert served and served >= len(jobs) // 2, served
     assert metric(http, "baton_door_ttft_wait_seconds_count", '{model="%s"}' % MIXTRAL) >= len(jobs) // 2
+    # some requests waited for a refill, and it is counted in their time to first token
+    assert (metric(http, "baton_door_ttft_refill_seconds_sum", '{model="%s"}' % QWEN) +
+            metric(http, "baton_door_ttft_refill_seconds_sum", '{model="%s"}' % MIXTRAL)) > 0
+    assert any(e["reason"].startswith("switch ") for e in ev), ev
+    assert metric(http, "baton_door_switch_seconds_count", '{phase="refill"}') == switches + switches0
     return "%d requests, %d switches, %.1f s" % (len(jobs), switches, took)
+
+
+def t_keep_alive(c):
+    """door_keep_alive_s after its last request an engine is released;
+    [engine] keep_alive_s = forever keeps another."""
+    http = two_engines(c, "door_keep_alive_s = 0.5\n[engine \"mixtral\"]\nkeep_alive_s = forever\n")
+    text_of(http.post("/v1/chat/completions", chat_body(QWEN, "Who was Noah?", 1)))
+    h.wait_for("qwen released by its keep-alive", lambda: c.eng("qwen")["state"] == "released", timeout=10)
+    ev = c.events.all("door.keep_alive", engine="qwen")
+    assert ev and "keep-alive" in ev[0]["reason"], ev
+    st, body, _ = http.get("/v1/models", token=False)
+    assert {m["id"]: m["state"] for m in body["data"]}[QWEN] == "released", body
+    text_of(http.post("/v1/chat/completions", chat_body(MIXTRAL, "Who was Noah?", 2)))
+    time.sleep(1.5)
+    assert c.eng("mixtral")["state"] == "ready", c.eng("mixtral")
+    assert not c.events.all("door.keep_alive", engine="mixtral")
+
+
+def t_reload(c):
+    """SIGHUP: the door's settings follow the file."""
+    http = two_engines(c, "door_keep_alive_s = forever\n")
+    text_of(http.post("/v1/chat/completions", chat_body(QWEN, "Who was Noah?", 1)))
+    time.sleep(1)
+    assert c.eng("qwen")["state"] == "ready", c.eng("qwen")
+    path = os.path.join(c.dir, "broker.ini")
+    with open(path) as f:
+        text = f.read().replace("door_keep_alive_s = forever", "door_keep_alive_s = 0.3")
+    with open(path, "w") as f:
+        f.write(text)
+    c.bp.send_signal(signal.SIGHUP)
+    h.wait_for("qwen released once the keep-alive is 0.3 s", lambda: c.eng("qwen")["state"] == "released",
+               timeout=10)
+    assert "front door: quantum 5 s, keep-alive 0.3 s" in open(c.log("broker")).read()
 
 
 # ---- streams -------------------------------------------------------------------
@@ -443,6 +488,7 @@ def t_stream_and_disconnect(c):
     finally:
         os.kill(qwen.pid, signal.SIGCONT)
     h.wait_for("the engine's sequence freed", lambda: engine_idle(c, "qwen"), timeout=10)
+    assert metric(http, "baton_door_requests_total", '{model="%s",outcome="gone"}' % QWEN) == 1
 
 
 def engine_idle(c, name):
@@ -542,5 +588,5 @@ if __name__ == "__main__":
     h.need(h.BROKER)
     sys.exit(h.run_cases([t_register_fields, t_fake_stream_passes_through, t_fake_least_loaded_and_disconnect,
                           t_fake_refill_fails, t_errors_and_models, t_two_models_interleaved,
-                          t_stream_and_disconnect, t_queue_full, t_npm_client],
+                          t_keep_alive, t_reload, t_stream_and_disconnect, t_queue_full, t_npm_client],
                          only=sys.argv[1:], logs=("broker", "qwen", "mixtral")))

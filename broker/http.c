@@ -40,10 +40,9 @@
 #define WRITE_THREADS 4            /* POSTs run here; reads on the server's workers */
 #define READ_WORKERS 8
 #define QUEUE_MAX 256              /* waiting POSTs; more: 503 */
-#define BODY_MAX (64u * 1024u)      /* a JSON body above this: 413 */
-#define DOOR_BODY_MAX (2u << 20)    /* the server's bound, for the front door's chat bodies
-                                     * (an engine takes prompts up to 1 MiB): above it,
-                                     * 413 before the body is read */
+#define BODY_MAX (64u * 1024u)      /* a JSON body above this: 413, before it is read */
+#define DOOR_BODY_MAX (2u << 20)    /* the front door's chat bodies (an engine takes
+                                     * prompts up to 1 MiB) */
 #define EVENTS_MAX 1024
 #define HOSTS_MAX 16
 
@@ -750,6 +749,17 @@ static void *write_thread(void *arg)
 	}
 }
 
+/* The front door's POSTs carry chats: they may be larger than the
+ * broker's own calls. */
+static size_t body_limit(void *arg, const char *method, const char *path)
+{
+	(void)arg;
+	if (strcmp(method, "POST") == 0 &&
+	    (strcmp(path, "/v1/chat/completions") == 0 || strcmp(path, "/v1/completions") == 0))
+		return DOOR_BODY_MAX;
+	return BODY_MAX;
+}
+
 /* On one of the server's workers, the body read: reads are served here,
  * POSTs queued for the write threads. */
 static void on_request(void *arg, struct baton_http_req *req)
@@ -788,6 +798,12 @@ static void on_request(void *arg, struct baton_http_req *req)
 		else
 			http_reply_error(req, 503, BATON_EBUSY, "%d requests are waiting already; try again", QUEUE_MAX);
 	}
+}
+
+void broker_http_reload(struct broker_http *h, const struct broker_config *cfg)
+{
+	if (h)
+		broker_door_reload(h->door, cfg);
 }
 
 const char *broker_http_url(const struct broker_http *h)
@@ -845,7 +861,8 @@ int broker_http_open(struct broker *b, const struct broker_config *cfg, struct b
 		.addr = cfg->http,
 		.token = cfg->http_token,
 		.hosts = hosts,
-		.max_body = DOOR_BODY_MAX,
+		.max_body = BODY_MAX,
+		.body_limit = body_limit,
 		.workers = READ_WORKERS,
 	};
 	if ((rc = broker_door_open(b, cfg, &h->door, err, errlen)) != 0)

@@ -61,12 +61,7 @@ void broker_emit(struct broker *b, const char *kind, const char *engine, const c
 	snprintf(it->err, sizeof it->err, "%s", reason ? reason : "");
 	it->ms = ms;
 	it->job_id = bytes;
-	pthread_mutex_lock(&b->mu);
-	bool open = !b->loop_done;
-	if (open)
-		append(b, it);
-	pthread_mutex_unlock(&b->mu);
-	if (!open)
+	if (br_post_live(b, it) != 0)
 		free(it);
 }
 

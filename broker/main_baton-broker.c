@@ -131,7 +131,8 @@ static void watchdog_tick(struct watchdog *w)
  * stays; a good one goes to the decision thread (broker_reload). The
  * flags given at start still override the file, as at start.
  */
-static void reload(struct broker *b, const char *path, const char *http, const char *token_file)
+static void reload(struct broker *b, struct broker_http *h, const char *path, const char *http,
+    const char *token_file)
 {
 	static struct broker_config next; /* large: not on the stack */
 	char err[1024];
@@ -158,6 +159,8 @@ static void reload(struct broker *b, const char *path, const char *http, const c
 	rc = broker_reload(b, &next, err, sizeof err);
 	if (rc)
 		broker_log("reload: %s", err);
+	else
+		broker_http_reload(h, &next); /* the front door's settings */
 	sd_notifyf(0, "READY=1\nSTATUS=configuration reloaded from %s", path);
 }
 
@@ -332,7 +335,7 @@ int main(int argc, char **argv)
 			wait = (struct timespec){ .tv_sec = 1, .tv_nsec = 0 };
 		int sig = sigtimedwait(&sigs, NULL, &wait);
 		if (sig == SIGHUP)
-			reload(b, config, http, token_file);
+			reload(b, h, config, http, token_file);
 		else if (sig > 0)
 			break;
 		watchdog_tick(&wd);

@@ -250,6 +250,20 @@ struct baton_backend {
 	    uint32_t top_k, int rule, uint32_t *ids, float *weights);
 	/* The MoE block itself is moe_experts above: x = the residual stream,
 	 * xn = the normed input, weights from route. */
+
+	/* Optional, as a pair: a decode step's MoE block with nothing coming
+	 * back to the host (model.c uses them for small passes while every
+	 * expert is resident, else route + moe_experts).
+	 * route_dev is route with its results left on the device: ids (u32)
+	 * and weights (f32), rows * top_k each, bitwise route's.
+	 * moe_experts_dev is moe_experts with the blob of pair p (token
+	 * p / top_k) read on the device: table[ids[p]], table being this
+	 * layer's u64 blob addresses by expert id, each a multiple of 256;
+	 * the same bits as moe_experts given those blobs. Both are queued. */
+	int (*route_dev)(struct baton_dev *dev, baton_dptr logits, uint32_t rows,
+	    uint32_t n_experts, uint32_t top_k, int rule, baton_dptr ids, baton_dptr weights);
+	int (*moe_experts_dev)(struct baton_dev *dev, const struct baton_moe_layer *l,
+	    baton_dptr table, baton_dptr ids, baton_dptr weights);
 };
 
 extern const struct baton_backend baton_backend_host;

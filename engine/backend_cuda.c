@@ -737,4 +737,6 @@ const struct baton_backend baton_backend_cuda = {
 	.swiglu = cuda_op_swiglu,
 	.add = cuda_op_add,
 	.route = cuda_op_route,
+	.route_dev = cuda_op_route_dev,
+	.moe_experts_dev = cuda_moe_experts_dev,
 };

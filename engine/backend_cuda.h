@@ -104,4 +104,12 @@ struct baton_cuda_reduce_args {
 	uint32_t d_model, top_k, batch, pad;
 };
 
+/* baton_moe_chunks: one thread per pair p < n: chunks[p] = { table[ids[p]],
+ * p, 1 } and pairs[p] = p, moe_experts_dev's chunks made on the device
+ * (one pair each: a decode step's pairs rarely share an expert). */
+struct baton_cuda_chunks_args {
+	uint64_t table, ids, chunks, pairs;
+	uint32_t n, pad;
+};
+
 #endif

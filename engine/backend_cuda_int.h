@@ -46,7 +46,7 @@ struct baton_dev {
 	CUstream stream;
 	CUevent staged; /* recorded after the copy out of `stage` */
 	CUmodule mod;
-	CUfunction k_norm, k_reduce;
+	CUfunction k_norm, k_reduce, k_chunks;
 	CUfunction k_gemv[N_VARIANTS], k_gate_up[N_VARIANTS], k_down[N_VARIANTS];
 	CUmemAllocationProp prop;
 	uint64_t gran, gran_min;
@@ -78,7 +78,8 @@ struct baton_dev {
 	 * staging is a ring of two halves (host and device alike): a half is
 	 * written again only after the copies out of it have run. */
 	CUmodule ops_mod;
-	CUfunction k_embed, k_rmsnorm, k_rope, k_attn_part, k_attn_comb, k_kv_store, k_swiglu, k_add;
+	CUfunction k_embed, k_rmsnorm, k_rope, k_attn_part, k_attn_comb, k_kv_store, k_swiglu, k_add,
+	    k_route;
 	CUfunction k_matmul[2][BATON_OPS_KINDS]; /* [1 row, 8 rows][kind] */
 	struct dbuf ops_arg, ops_scores;
 	void *ops_stage;
@@ -159,5 +160,11 @@ int cuda_op_add(struct baton_dev *dev, baton_dptr x, baton_dptr y, baton_dptr ga
     uint32_t rows, uint32_t cols);
 int cuda_op_route(struct baton_dev *dev, baton_dptr logits, uint32_t rows, uint32_t n_experts,
     uint32_t top_k, int rule, uint32_t *ids, float *weights);
+/* route_dev and moe_experts_dev (engine/backend.h): the decode step's MoE
+ * block with its results left on the device. */
+int cuda_op_route_dev(struct baton_dev *dev, baton_dptr logits, uint32_t rows,
+    uint32_t n_experts, uint32_t top_k, int rule, baton_dptr ids, baton_dptr weights);
+int cuda_moe_experts_dev(struct baton_dev *dev, const struct baton_moe_layer *l,
+    baton_dptr table, baton_dptr ids, baton_dptr weights);
 
 #endif

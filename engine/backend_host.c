@@ -705,4 +705,6 @@ const struct baton_backend baton_backend_host = {
 	.swiglu = host_op_swiglu,
 	.add = host_op_add,
 	.route = host_op_route,
+	.route_dev = host_op_route_dev,
+	.moe_experts_dev = host_moe_experts_dev,
 };

@@ -1211,6 +1211,18 @@ out:
 
 /* ---- status --------------------------------------------------------------- */
 
+int cache_all_resident(const struct baton_cache *c, baton_dptr *addrs)
+{
+	if (!c || !addrs || c->released)
+		return 0;
+	for (uint32_t i = 0; i < c->n_items; i++) {
+		if (!cache_own_resident(c, i) || peer_slot_of(c, i) >= 0)
+			return 0;
+		addrs[i] = slot_addr(c, (uint32_t)c->item_slot[i]);
+	}
+	return 1;
+}
+
 void cache_stats(const struct baton_cache *c, struct baton_cache_stats *st)
 {
 	if (!st)

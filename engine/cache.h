@@ -172,6 +172,14 @@ int cache_resize(struct baton_cache *c, int64_t reserve_bytes, struct baton_cach
  * distinct items are needed. Counts hits. */
 int cache_lookup(struct baton_cache *c, const uint32_t *items, size_t n, baton_dptr *blobs);
 
+/* Every item's blob address, when every item is resident in the own tier
+ * (mapped, filled, none on the peer): writes n_items addresses to addrs and
+ * returns 1; else 0 and addrs is undefined. The model keeps this table on
+ * the device so a decode step finds its experts there (no host round
+ * trip); it checks again before every step, as any operation may move
+ * items. Changes nothing, counts nothing. */
+int cache_all_resident(const struct baton_cache *c, baton_dptr *addrs);
+
 /* The peer tier on `peer` (another device of the cache's backend):
  * bytes > 0 holds up to floor(bytes / segment) segments there (see the
  * top), stopping cleanly where the peer is full; rep->segments_mapped and

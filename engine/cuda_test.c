@@ -871,6 +871,30 @@ static void check_layer(int dt, uint32_t B, uint32_t D, uint32_t F, uint32_t E, 
 	T_CU(dev, be->copy_d2h(dev, gx2, L.d_x, BD * 4));
 	T_ASSERT_MSG(memcmp(gx, gx2, BD * 4) == 0, "two runs differ");
 
+	/* moe_experts_dev: the blobs from a device table by id, ids and
+	 * weights on the device, one pair per chunk: moe_experts' bits (its
+	 * chunks of up to 8 tokens of one expert where B = 20) */
+	uint64_t *tab = malloc((size_t)E * 8);
+	baton_dptr dtab = 0, dsel = 0;
+	T_ASSERT(tab);
+	for (uint32_t e = 0; e < E; e++)
+		tab[e] = L.d_blobs + e * L.stride;
+	T_CU(dev, be->alloc(dev, (uint64_t)E * 8, &dtab));
+	T_CU(dev, be->alloc(dev, BK * 8, &dsel));
+	struct baton_copy cs[4] = { { dtab, tab, (uint64_t)E * 8 }, { dsel, ids, BK * 4 },
+		{ dsel + BK * 4, w, BK * 4 }, { L.d_x, L.x, BD * 4 } };
+	T_CU(dev, be->copy_h2d(dev, cs, 4));
+	T_CU(dev, be->moe_experts_dev(dev, &gl, dtab, dsel, dsel + BK * 4));
+	T_CU(dev, be->copy_d2h(dev, gx2, L.d_x, BD * 4));
+	T_ASSERT_MSG(memcmp(gx, gx2, BD * 4) == 0, "%s: moe_experts_dev differs from moe_experts",
+	    dt_name(dt));
+	T_EQ_ERR(be->moe_experts_dev(dev, &gl, 0, dsel, dsel + BK * 4), BATON_EINVAL);
+	T_EQ_ERR(be->moe_experts_dev(dev, &gl, dtab, dsel + 2, dsel + BK * 4), BATON_EINVAL);
+	T_CU(dev, be->sync(dev));
+	be->free(dev, dtab);
+	be->free(dev, dsel);
+	free(tab);
+
 	/* errors: an uncomputable dtype, a zero blob */
 	struct baton_moe_layer bad = gl;
 	bad.gate_dtype = BATON_DT_Q3_K;

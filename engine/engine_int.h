@@ -110,6 +110,8 @@ int host_moe_route(struct baton_dev *dev, const struct baton_moe_layer *l,
     uint32_t *ids, float *weights);
 int host_moe_experts(struct baton_dev *dev, const struct baton_moe_layer *l,
     const baton_dptr *blobs, const float *weights);
+int host_moe_experts_dev(struct baton_dev *dev, const struct baton_moe_layer *l,
+    baton_dptr table, baton_dptr ids, baton_dptr weights);
 
 /* Threads the host MoE kernels may use, the caller included: n >= 1, or 0
  * for the default (the environment's BATON_HOST_THREADS, else the CPUs this

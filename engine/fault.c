@@ -292,6 +292,8 @@ static const struct baton_backend *table_for(const struct baton_backend *in)
 				.swiglu = in->swiglu,
 				.add = in->add,
 				.route = in->route,
+				.route_dev = in->route_dev,
+				.moe_experts_dev = in->moe_experts_dev,
 			};
 			return &tables[i].table;
 		}

@@ -376,14 +376,15 @@ static void t_blocks_and_refusals(void)
  * pass finished (its KV rows written, one item's logits out), the third's
  * logits copy fails. Nothing changes: positions, blocks; the same step
  * again gives a fresh model's logits. Host backend (the d2h calls of the
- * step are the model's logits copies alone there). */
+ * step are the model's there: each pass's logits copies, then the copy of
+ * its routing choices back for the cache's counts). */
 static void t_device_failure_changes_nothing(void)
 {
 	if (strcmp(backend(), "host") != 0) {
 		printf("skip: the host backend's call counts\n");
 		return;
 	}
-	setenv("BATON_FAULT", "d2h:2", 1); /* this case's own process */
+	setenv("BATON_FAULT", "d2h:4", 1); /* this case's own process */
 	struct rig r, f;
 	rig_open(&r, "olmoe", 6, 0, 8);
 	const uint32_t V = r.V;
@@ -393,7 +394,8 @@ static void t_device_failure_changes_nothing(void)
 	struct baton_seq *a, *b;
 	T_OK(model_seq_open(r.m, &a));
 	T_OK(model_seq_open(r.m, &b));
-	/* passes: a 3 + b 3 (a's logits: d2h 1), b 6, b 1 (b's: d2h 2 fails) */
+	/* passes: a 3 + b 3 (a's logits: d2h 1, routing: 2), b 6 (routing: 3),
+	 * b 1 (b's logits: d2h 4 fails) */
 	struct baton_step_item it[2] = { { a, toks, 3 }, { b, toks + 3, 10 } };
 	T_EQ_ERR(model_step(r.m, it, 2, lg), BATON_EIO);
 	T_EQ_INT(fault_injected(), 1);

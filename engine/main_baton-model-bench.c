@@ -139,7 +139,7 @@ static uint64_t step_weight_bytes(const struct baton_arena *a, const struct bato
 
 struct parts {
 	double layer, attn, route, experts, head, launch; /* seconds each */
-	int ok;
+	int ok, dev_route; /* dev_route: routing and lookup on the device, as model.c does */
 };
 
 /* A device copy of dense tensor `name` (layer 0's weights: real bytes). */
@@ -194,7 +194,23 @@ static struct parts decode_parts(struct baton_engine *e, const struct baton_mode
 	float *host = calloc((size_t)D + c->vocab, sizeof(float));
 	uint32_t *pos = calloc(1, sizeof *pos), ids[64], want[64];
 	float *inv = malloc((size_t)c->head_dim / 2 * sizeof(float)), w[64];
-	baton_dptr blobs[64];
+	baton_dptr blobs[64], rt = 0;
+	baton_dptr *tab = calloc(E, sizeof *tab);
+	uint32_t *all_e = calloc(E, sizeof *all_e);
+	const char *hr = getenv("BATON_MODEL_HOST_ROUTE");
+	r.dev_route = be->route_dev && be->moe_experts_dev && !(hr && strcmp(hr, "1") == 0);
+	if (!tab || !all_e || (r.dev_route && be->alloc(dev, (uint64_t)E * 8 + 512, &rt) != 0))
+		goto out;
+	/* the device path's table: layer 0's items are its expert ids */
+	for (uint32_t i = 0; i < E; i++)
+		all_e[i] = i;
+	const baton_dptr dids = rt + (uint64_t)E * 8, dw = dids + 256;
+	if (r.dev_route) {
+		struct baton_copy ct = { .dst = rt, .src = tab, .bytes = (uint64_t)E * 8 };
+		if (cache_lookup(engine_cache(e), all_e, E, tab) != 0 || be->copy_h2d(dev, &ct, 1) != 0 ||
+		    be->sync(dev) != 0)
+			goto out;
+	}
 	if (!wq || !wk || !wv || !wo || !nin || !npost || !wr || !wh || !host || !pos || !inv ||
 	    K > 64 || be->alloc(dev, n_scr * fl, &scratch) != 0) {
 		fprintf(stderr, "baton-model-bench: the decode breakdown needs qwen3_moe-named "
@@ -240,11 +256,16 @@ static struct parts decode_parts(struct baton_engine *e, const struct baton_mode
 #define ROUTE()                                                                                  \
 	((rc = be->rmsnorm(dev, x, xn, 1, D, npost, dpn, c->eps)) ||                               \
 	    (rc = be->matmul(dev, wr, dr, E, D, 0, 0, xn, 1, rl, 0)) ||                            \
-	    (rc = be->route(dev, rl, 1, E, K, c->route_rule, ids, w)))
+	    (rc = r.dev_route ? be->route_dev(dev, rl, 1, E, K, c->route_rule, dids, dw)           \
+	                      : be->route(dev, rl, 1, E, K, c->route_rule, ids, w)))
 #define EXPERTS()                                                                                \
-	((rc = cache_lookup(engine_cache(e), want, K, blobs)) ||                                   \
-	    (rc = be->moe_experts(dev, &ml, blobs, w)))
-	if (ROUTE())
+	(r.dev_route ? (rc = be->moe_experts_dev(dev, &ml, rt, dids, dw)) != 0                     \
+	             : ((rc = cache_lookup(engine_cache(e), want, K, blobs)) ||                   \
+	                   (rc = be->moe_experts(dev, &ml, blobs, w))))
+	if ((rc = be->rmsnorm(dev, x, xn, 1, D, npost, dpn, c->eps)) ||
+	    (rc = be->matmul(dev, wr, dr, E, D, 0, 0, xn, 1, rl, 0)) ||
+	    (rc = be->route(dev, rl, 1, E, K, c->route_rule, ids, w)) ||
+	    (r.dev_route && (ROUTE() || (rc = be->sync(dev)))))
 		goto fail;
 	for (uint32_t i = 0; i < K; i++)
 		want[i] = ids[i]; /* layer 0's items are its expert ids */
@@ -266,6 +287,8 @@ static struct parts decode_parts(struct baton_engine *e, const struct baton_mode
 	for (uint32_t i = 0; i < reps; i++)
 		if (ROUTE())
 			goto fail;
+	if ((rc = be->sync(dev)))
+		goto fail;
 	r.route = (now_s() - t0) / reps;
 	for (uint32_t i = 0; i < K; i++)
 		want[i] = ids[i];
@@ -299,7 +322,7 @@ fail:
 		fprintf(stderr, "baton-model-bench: the decode breakdown failed: %s\n", baton_strerror(rc));
 out:
 	{
-		baton_dptr all[] = { wq, wk, wv, wo, nin, npost, nq, nk, wr, wh, scratch };
+		baton_dptr all[] = { wq, wk, wv, wo, nin, npost, nq, nk, wr, wh, scratch, rt };
 		for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
 			if (all[i])
 				be->free(dev, all[i]);
@@ -307,6 +330,8 @@ out:
 	free(host);
 	free(pos);
 	free(inv);
+	free(tab);
+	free(all_e);
 	return r;
 }
 
@@ -517,9 +542,10 @@ int main(int argc, char **argv)
 		printf("  %-50s %9.1f us\n", "  one layer's ops, queued as model.c queues them",
 		    pt.layer * 1e6);
 		printf("  %-50s %9.1f us\n", "    attention block (10 ops)", pt.attn * 1e6);
-		printf("  %-50s %9.1f us\n", "    router and route (waits for the device)",
-		    pt.route * 1e6);
-		printf("  %-50s %9.1f us\n", "    expert lookup and experts", pt.experts * 1e6);
+		printf("  %-50s %9.1f us\n", pt.dev_route ? "    router and route (on the device)" :
+		    "    router and route (waits for the device)", pt.route * 1e6);
+		printf("  %-50s %9.1f us\n", pt.dev_route ? "    experts (blobs from the device table)" :
+		    "    expert lookup and experts", pt.experts * 1e6);
 		printf("  %-50s %9.1f us\n", "  head and logits copy", pt.head * 1e6);
 		printf("  %-50s %9.1f us\n", "  layers x layer + head", (c->layers * pt.layer +
 		    pt.head) * 1e6);
@@ -559,8 +585,9 @@ int main(int argc, char **argv)
 		for (uint32_t i = 0; i < n_prompts; i++)
 			fprintf(f, "%s{\"tokens\":%u,\"tok_s\":%.3f}", i ? "," : "", prompts[i], pf_tps[i]);
 		fprintf(f, "],\"layer_us\":%.2f,\"attn_us\":%.2f,\"route_us\":%.2f,"
-		    "\"experts_us\":%.2f,\"head_us\":%.2f,\"launch_us\":%.3f", pt.layer * 1e6,
-		    pt.attn * 1e6, pt.route * 1e6, pt.experts * 1e6, pt.head * 1e6, pt.launch * 1e6);
+		    "\"experts_us\":%.2f,\"head_us\":%.2f,\"launch_us\":%.3f,\"device_route\":%s",
+		    pt.layer * 1e6, pt.attn * 1e6, pt.route * 1e6, pt.experts * 1e6, pt.head * 1e6,
+		    pt.launch * 1e6, pt.dev_route ? "true" : "false");
 		fprintf(f, ",\"first_prompt\":%u,\"first_hot_ms\":%.4f,\"first_full_ms\":%.4f,"
 		    "\"first_ratio\":%.4f,\"hot_loaded_bytes\":%" PRIu64 ",\"refill_ms\":%.4f,"
 		    "\"refill_bytes\":%" PRIu64 ",\"dense_upload_ms\":%.4f,\"engine_open_s\":%.3f,"

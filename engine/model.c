@@ -111,7 +111,21 @@ struct baton_model {
 	float *w;
 	baton_dptr *blobs;
 	struct segment *segs;         /* max_batch */
+	/* The MoE block without a host round trip (moe_dev_ready): the
+	 * cache's blob table on the device, each layer's routing results. */
+	baton_dptr rt_base;           /* 0 until a pass first uses it */
+	baton_dptr rt_tab;            /* u64 [layers * n_experts], the cache's addresses */
+	baton_dptr rt_ids;            /* u32 [layers][RT_ROWS * top_k] */
+	baton_dptr rt_w;              /* f32 [RT_ROWS * top_k], one layer's at a time */
+	baton_dptr *tab_now, *tab_dev; /* host: the cache's table now; what rt_tab holds */
+	uint32_t *rt_host;            /* rt_ids back on the host, for the cache's counts */
+	int tab_ok, rt_on, rt_off;    /* rt_off: BATON_MODEL_HOST_ROUTE=1 */
+	uint64_t rt_passes;
 };
+
+/* Passes of at most this many rows route on the device (decode); larger
+ * ones (prefill) group tokens by expert on the host, sharing weight reads. */
+#define RT_ROWS 8
 
 static int add_upload(struct baton_model *m, struct dtensor *t, const void *src, uint64_t bytes)
 {
@@ -152,6 +166,10 @@ static void free_device(struct baton_model *m)
 	if (m->act_base)
 		m->be->free(m->dev, m->act_base);
 	m->act_base = 0;
+	if (m->rt_base)
+		m->be->free(m->dev, m->rt_base);
+	m->rt_base = 0;
+	m->tab_ok = 0;
 }
 
 /* Uploads tensor `name` of shape rows x cols (a 1-D tensor: rows 1).
@@ -378,6 +396,10 @@ int model_open(struct baton_engine *e, const struct baton_model_opts *opts,
 	m->be = engine_backend(e);
 	m->dev = engine_dev(e);
 	m->cache = engine_cache(e);
+	/* the host round trip per layer even where the device path would do
+	 * (benchmarks and tests compare the two) */
+	const char *hr = getenv("BATON_MODEL_HOST_ROUTE");
+	m->rt_off = hr && strcmp(hr, "1") == 0;
 	const char *op = missing_op(m->be);
 	if (op) {
 		baton_errf(eb, el, "the %s backend cannot run a model: it has no %s op", m->be->name, op);
@@ -541,6 +563,9 @@ void model_close(struct baton_model *m)
 	free(m->slots);
 	free(m->toks);
 	free(m->segs);
+	free(m->tab_now);
+	free(m->tab_dev);
+	free(m->rt_host);
 	free(m->free_ids);
 	free(m->inv_freq);
 	free(m);
@@ -708,13 +733,20 @@ static int moe_block(struct baton_model *m, uint32_t l, uint32_t n)
 	int rc;
 
 	if ((rc = be->rmsnorm(d, m->x, m->xn, n, D, L->post_norm.p, L->post_norm.dtype, c->eps)) ||
-	    (rc = be->matmul(d, L->router.p, L->router.dtype, E, D, 0, 0, m->xn, n, m->rl, 0)) ||
-	    (rc = be->route(d, m->rl, n, E, K, c->route_rule, m->ids, m->w)))
+	    (rc = be->matmul(d, L->router.p, L->router.dtype, E, D, 0, 0, m->xn, n, m->rl, 0)))
 		return rc;
-	for (size_t i = 0; i < nk; i++)
-		m->want[i] = l * E + m->ids[i];
-	if ((rc = cache_lookup(m->cache, m->want, nk, m->blobs)))
-		return rc;
+	const baton_dptr ids = m->rt_ids + (uint64_t)l * RT_ROWS * K * sizeof(uint32_t);
+	if (m->rt_on) {
+		if ((rc = be->route_dev(d, m->rl, n, E, K, c->route_rule, ids, m->rt_w)))
+			return rc;
+	} else {
+		if ((rc = be->route(d, m->rl, n, E, K, c->route_rule, m->ids, m->w)))
+			return rc;
+		for (size_t i = 0; i < nk; i++)
+			m->want[i] = l * E + m->ids[i];
+		if ((rc = cache_lookup(m->cache, m->want, nk, m->blobs)))
+			return rc;
+	}
 	struct baton_moe_layer ml = {
 		.batch = n, .d_model = D, .d_ff = c->moe_ff, .n_experts = E, .top_k = K,
 		.x = m->x, .xn = m->xn,
@@ -722,7 +754,12 @@ static int moe_block(struct baton_model *m, uint32_t l, uint32_t n)
 		.gate_dtype = L->gate_dt, .up_dtype = L->up_dt, .down_dtype = L->down_dt,
 		.gate_off = L->gate_off, .up_off = L->up_off, .down_off = L->down_off,
 	};
-	if ((rc = be->moe_experts(d, &ml, m->blobs, m->w)))
+	if (m->rt_on)
+		rc = be->moe_experts_dev(d, &ml, m->rt_tab + (uint64_t)l * E * sizeof(uint64_t), ids,
+		    m->rt_w);
+	else
+		rc = be->moe_experts(d, &ml, m->blobs, m->w);
+	if (rc)
 		return rc;
 	if (!c->arch->shared_expert)
 		return 0;
@@ -771,6 +808,89 @@ static int head(struct baton_model *m, const struct segment *sg, uint32_t n_seg)
 	return 0;
 }
 
+/* Whether this pass of n rows routes on the device (m->rt_on): the
+ * backend has route_dev and moe_experts_dev, the pass is small, and every
+ * expert is resident, so no step can miss. The cache's table goes to the
+ * device when it differs from the last one sent (after a refill, a
+ * resize...); a pass that cannot use it takes the host path. */
+static int moe_dev_ready(struct baton_model *m, uint32_t n)
+{
+	const struct baton_model_config *c = &m->cfg;
+	const uint64_t NI = (uint64_t)c->layers * c->n_experts, tb = NI * sizeof(uint64_t);
+	const uint64_t ib = (uint64_t)c->layers * RT_ROWS * c->top_k * sizeof(uint32_t);
+	int rc;
+
+	m->rt_on = 0;
+	if (m->rt_off || !m->be->route_dev || !m->be->moe_experts_dev || n > RT_ROWS || !m->cache)
+		return 0;
+	if (!m->tab_now) {
+		m->tab_now = malloc(tb);
+		m->tab_dev = malloc(tb);
+		m->rt_host = malloc(ib);
+		if (!m->tab_now || !m->tab_dev || !m->rt_host)
+			return BATON_ENOMEM;
+	}
+	if (!cache_all_resident(m->cache, m->tab_now))
+		return 0;
+	for (uint64_t i = 0; i < NI; i++)
+		if (m->tab_now[i] % 256)
+			return 0;
+	if (!m->rt_base) {
+		const uint64_t bytes = tb + ib + (uint64_t)RT_ROWS * c->top_k * sizeof(float);
+		if ((rc = m->be->alloc(m->dev, bytes, &m->rt_base))) {
+			m->rt_base = 0;
+			return rc;
+		}
+		m->rt_tab = m->rt_base;
+		m->rt_ids = m->rt_base + tb;
+		m->rt_w = m->rt_ids + ib;
+		m->tab_ok = 0;
+	}
+	if (!m->tab_ok || memcmp(m->tab_now, m->tab_dev, tb)) {
+		memcpy(m->tab_dev, m->tab_now, tb);
+		const struct baton_copy cp = { m->rt_tab, m->tab_dev, tb };
+		/* synced: tab_dev may change before the next pass's sync */
+		if ((rc = m->be->copy_h2d(m->dev, &cp, 1)) || (rc = m->be->sync(m->dev))) {
+			m->tab_ok = 0;
+			return rc;
+		}
+		m->tab_ok = 1;
+	}
+	m->rt_on = 1;
+	m->rt_passes++;
+	return 0;
+}
+
+uint64_t model_device_route_passes(const struct baton_model *m)
+{
+	return m ? m->rt_passes : 0;
+}
+
+/* After a pass routed on the device: its choices, back in one copy, go
+ * through cache_lookup as the host path's would have (all hits: the
+ * cache's counts and heat stay what they were). */
+static int moe_dev_account(struct baton_model *m, uint32_t n)
+{
+	const struct baton_model_config *c = &m->cfg;
+	const uint32_t E = c->n_experts, K = c->top_k, nk = n * K;
+	const uint64_t ib = (uint64_t)c->layers * RT_ROWS * K * sizeof(uint32_t);
+	int rc;
+
+	if ((rc = m->be->copy_d2h(m->dev, m->rt_host, m->rt_ids, ib)))
+		return rc;
+	for (uint32_t l = 0; l < c->layers; l++) {
+		const uint32_t *id = m->rt_host + (uint64_t)l * RT_ROWS * K;
+		for (uint32_t i = 0; i < nk; i++) {
+			if (id[i] >= E)
+				return BATON_EIO;
+			m->want[i] = l * E + id[i];
+		}
+		if ((rc = cache_lookup(m->cache, m->want, nk, m->blobs)))
+			return rc;
+	}
+	return 0;
+}
+
 /* One pass: the segments' rows, n of them in all (<= max_batch). The
  * sequences own the blocks of every position the pass writes. */
 static int pass(struct baton_model *m, const struct segment *sg, uint32_t n_seg, uint32_t n)
@@ -787,13 +907,16 @@ static int pass(struct baton_model *m, const struct segment *sg, uint32_t n_seg,
 			m->slots[r] = sg[i].seq->blocks[p / BATON_KV_BLOCK] * BATON_KV_BLOCK +
 			    p % BATON_KV_BLOCK;
 		}
-	if ((rc = m->be->embed(m->dev, m->embed.p, m->embed.dtype, c->vocab, c->hidden, m->toks, n,
+	if ((rc = moe_dev_ready(m, n)) ||
+	    (rc = m->be->embed(m->dev, m->embed.p, m->embed.dtype, c->vocab, c->hidden, m->toks, n,
 	         m->x)))
 		return rc;
 	for (uint32_t l = 0; l < c->layers; l++)
 		if ((rc = attention_block(m, l, sg, n_seg, n)) || (rc = moe_block(m, l, n)))
 			return rc;
-	return head(m, sg, n_seg);
+	if ((rc = head(m, sg, n_seg)))
+		return rc;
+	return m->rt_on ? moe_dev_account(m, n) : 0;
 }
 
 int model_step(struct baton_model *m, const struct baton_step_item *items, uint32_t n_items,

@@ -188,5 +188,9 @@ uint64_t model_device_bytes(const struct baton_model *m);
 int model_release(struct baton_model *m);
 int model_refill(struct baton_model *m);
 int model_released(const struct baton_model *m);
+/* Passes whose MoE blocks routed on the device (no host round trip per
+ * layer: small passes while every expert is resident and the backend has
+ * route_dev; BATON_MODEL_HOST_ROUTE=1 at model_open turns it off). */
+uint64_t model_device_route_passes(const struct baton_model *m);
 
 #endif

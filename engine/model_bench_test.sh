@@ -57,6 +57,7 @@ pos = ["bandwidth_gbps", "step_bytes", "decode_tok_s", "decode_ms", "roofline_ms
 for k in pos:
     assert j[k] > 0 and math.isfinite(j[k]), (k, j[k])
 assert j["bandwidth_bytes"] == 8 << 20, j["bandwidth_bytes"]
+assert j["device_route"] is True, j  # the host backend has route_dev
 assert [p["tokens"] for p in j["prefill"]] == [8, 16], j["prefill"]
 assert all(p["tok_s"] > 0 for p in j["prefill"]), j["prefill"]
 # the ratio is the roofline time over the measured one

@@ -458,6 +458,55 @@ static void t_gguf_same_logits(void)
  * the host computes: config.json made by the arena reads back, every tensor
  * (q8_0 / f16 / bf16 dense and experts) runs, the logits are finite and
  * spread, and a second prefill gives the same bits. */
+/* The MoE block routed on the device (a decode step with no host round
+ * trip) against the host path (BATON_MODEL_HOST_ROUTE=1): the same bits
+ * and the same cache hit counts, on every fixture architecture; the
+ * prefill of 19 tokens takes the host path in both. */
+static void device_route_same(const char *arch)
+{
+	float *lg[2] = { NULL, NULL };
+	uint64_t hits[2], passes[2];
+	uint32_t V = 0;
+	for (int h = 0; h < 2; h++) {
+		if (h)
+			T_ASSERT(setenv("BATON_MODEL_HOST_ROUTE", "1", 1) == 0);
+		struct rig r;
+		rig_open(&r, arch, 0);
+		unsetenv("BATON_MODEL_HOST_ROUTE");
+		V = model_config(r.m)->vocab;
+		lg[h] = malloc((size_t)V * 9 * sizeof(float));
+		T_ASSERT(lg[h]);
+		size_t n;
+		uint32_t *toks = ids_of(json_array_get(json_object_get(r.ref, "prompts"), 2), &n);
+		T_ASSERT(n > 8); /* a prefill pass too large for the device path */
+		T_OK(model_prefill(r.m, toks, (uint32_t)n, lg[h]));
+		for (uint32_t s = 1; s < 9; s++)
+			T_OK(model_decode(r.m, argmax(lg[h] + (size_t)(s - 1) * V, V),
+			    lg[h] + (size_t)s * V));
+		struct baton_cache_stats st;
+		cache_stats(engine_cache(r.e), &st);
+		hits[h] = st.hits;
+		passes[h] = model_device_route_passes(r.m);
+		free(toks);
+		rig_close(&r);
+	}
+	T_EQ_INT(passes[0], 8);
+	T_EQ_INT(passes[1], 0);
+	T_ASSERT_MSG(memcmp(lg[0], lg[1], (size_t)V * 9 * sizeof(float)) == 0,
+	    "%s: device routing changed the logits", arch);
+	T_EQ_INT(hits[0], hits[1]);
+	free(lg[0]);
+	free(lg[1]);
+}
+
+static void t_device_route(void)
+{
+	device_route_same("qwen3_moe");
+	device_route_same("mixtral");
+	device_route_same("olmoe");
+	device_route_same("qwen2_moe");
+}
+
 static void t_synthetic_archs(void)
 {
 	static const char *const archs[] = { "qwen3_moe", "mixtral", "olmoe", "qwen2_moe" };
@@ -506,7 +555,7 @@ static void t_synthetic_archs(void)
 		}
 }
 
-T_MAIN(T_CASE(t_config_fixtures), T_CASE(t_config_refusals),
+T_MAIN(T_CASE(t_config_fixtures), T_CASE(t_device_route), T_CASE(t_config_refusals),
     T_CASE_TIMEOUT(t_qwen3_moe, 120), T_CASE_TIMEOUT(t_mixtral, 120),
     T_CASE_TIMEOUT(t_mixtral_f16, 120), T_CASE_TIMEOUT(t_olmoe, 120), T_CASE_TIMEOUT(t_qwen2_moe, 120),
     T_CASE_TIMEOUT(t_batches_and_release, 120), T_CASE_TIMEOUT(t_gguf_same_logits, 240),

@@ -27,6 +27,7 @@ static_assert(sizeof(baton_cuda_gemv_args) == 56, "gemv args layout");
 static_assert(sizeof(baton_cuda_chunk) == 16, "chunk layout");
 static_assert(sizeof(baton_cuda_ffn_args) == 104, "ffn args layout");
 static_assert(sizeof(baton_cuda_reduce_args) == 32, "reduce args layout");
+static_assert(sizeof(baton_cuda_chunks_args) == 40, "chunks args layout");
 
 #define WARPS BATON_CUDA_WARPS
 #define NT BATON_CUDA_NT
@@ -395,4 +396,19 @@ baton_moe_reduce(baton_cuda_reduce_args a)
 	for (uint32_t k = 0; k < a.top_k; k++)
 		s += part[(uint64_t)k * a.d_model];
 	((float *)a.x)[idx] = s;
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+baton_moe_chunks(baton_cuda_chunks_args a)
+{
+	const uint32_t p = blockIdx.x * 256 + threadIdx.x;
+	if (p >= a.n)
+		return;
+	const uint32_t id = ((const uint32_t *)a.ids)[p];
+	baton_cuda_chunk c;
+	c.blob = ((const uint64_t *)a.table)[id];
+	c.first = p;
+	c.n = 1;
+	((baton_cuda_chunk *)a.chunks)[p] = c;
+	((uint32_t *)a.pairs)[p] = p;
 }

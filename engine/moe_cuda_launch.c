@@ -28,6 +28,8 @@ static int load_kernels(struct baton_dev *dev)
 	    "cuModuleGetFunction baton_moe_rmsnorm");
 	CU(dev, d->ModuleGetFunction(&dev->k_reduce, dev->mod, "baton_moe_reduce"),
 	    "cuModuleGetFunction baton_moe_reduce");
+	CU(dev, d->ModuleGetFunction(&dev->k_chunks, dev->mod, "baton_moe_chunks"),
+	    "cuModuleGetFunction baton_moe_chunks");
 	for (int i = 0; i < N_VARIANTS; i++) {
 		char n[64];
 		snprintf(n, sizeof n, "baton_moe_gemv_%s", k_variant_names[i]);
@@ -51,11 +53,14 @@ static int warm_kernels(struct baton_dev *dev)
 	struct baton_cuda_gemv_args ga = { 0 };
 	struct baton_cuda_ffn_args fa = { 0 };
 	struct baton_cuda_reduce_args ra = { 0 };
-	void *pn[] = { &na }, *pg[] = { &ga }, *pf[] = { &fa }, *pr[] = { &ra };
+	struct baton_cuda_chunks_args ca = { 0 };
+	void *pn[] = { &na }, *pg[] = { &ga }, *pf[] = { &fa }, *pr[] = { &ra }, *pc[] = { &ca };
 	CU(dev, d->LaunchKernel(dev->k_norm, 1, 1, 1, 256, 1, 1, 0, dev->stream, pn, NULL),
 	    "first launch of baton_moe_rmsnorm");
 	CU(dev, d->LaunchKernel(dev->k_reduce, 1, 1, 1, 256, 1, 1, 0, dev->stream, pr, NULL),
 	    "first launch of baton_moe_reduce");
+	CU(dev, d->LaunchKernel(dev->k_chunks, 1, 1, 1, 256, 1, 1, 0, dev->stream, pc, NULL),
+	    "first launch of baton_moe_chunks");
 	for (int i = 0; i < N_VARIANTS; i++) {
 		CU(dev, d->LaunchKernel(dev->k_gemv[i], 1, 1, 1, 256, 1, 1, 0, dev->stream, pg, NULL),
 		    "first launch of baton_moe_gemv");
@@ -449,6 +454,79 @@ int cuda_moe_experts(struct baton_dev *dev, const struct baton_moe_layer *l,
 	         T, &fa, "cuLaunchKernel baton_moe_gate_up")) ||
 	    (rc = launch(dev, dev->k_down[v], (uint32_t)n_chunks, (l->d_model + rows - 1) / rows,
 	         T, &fa, "cuLaunchKernel baton_moe_down")))
+		return rc;
+	struct baton_cuda_reduce_args ra = {
+		.x = l->x, .part = dev->part.p, .d_model = l->d_model, .top_k = l->top_k,
+		.batch = l->batch,
+	};
+	const uint64_t total = (uint64_t)l->batch * l->d_model;
+	return launch(dev, dev->k_reduce, (uint32_t)((total + 255) / 256), 1, 256, &ra,
+	    "cuLaunchKernel baton_moe_reduce");
+}
+
+/* moe_experts with the blobs read on the device: one chunk per pair (made
+ * by baton_moe_chunks from the table), the N = 1 kernels, whose per-pair
+ * sums are those of every N (each pair's own accumulators), then the
+ * reduce in rank order: moe_experts' bits, no host round trip. */
+int cuda_moe_experts_dev(struct baton_dev *dev, const struct baton_moe_layer *l,
+    baton_dptr table, baton_dptr ids, baton_dptr weights)
+{
+	int rc = check_layer(dev, l);
+	if (rc)
+		return rc;
+	if (!table || table % 8 || !ids || ids % 4 || !weights || weights % 4 || !l->top_k ||
+	    !l->d_ff || !l->n_experts) {
+		cuda_set_err(dev, "moe_experts_dev: no table, ids, weights, top_k, d_ff or experts");
+		return BATON_EINVAL;
+	}
+	if ((rc = check_dtype(dev, "gate", l->gate_dtype, l->d_model)) ||
+	    (rc = check_dtype(dev, "up", l->up_dtype, l->d_model)) ||
+	    (rc = check_dtype(dev, "down", l->down_dtype, l->d_ff)))
+		return rc;
+	if ((uint64_t)l->d_ff > 65535ull * BATON_CUDA_WARPS ||
+	    (uint64_t)l->d_model > 65535ull * BATON_CUDA_WARPS)
+		return BATON_ERANGE;
+	const uint64_t n = (uint64_t)l->batch * l->top_k;
+	if (n > 65535)
+		return BATON_ERANGE;
+	if ((rc = cuda_cur(dev)))
+		return rc;
+	const uint64_t off_pairs = n * sizeof(struct baton_cuda_chunk);
+	if ((rc = cuda_dbuf_need(dev, &dev->desc, off_pairs + n * 4)) ||
+	    (rc = cuda_dbuf_need(dev, &dev->h, n * l->d_ff * 4)) ||
+	    (rc = cuda_dbuf_need(dev, &dev->part, n * l->d_model * 4)))
+		return rc;
+	/* table entries are multiples of 256: a blob's alignment is its offsets' */
+	int vec = 7;
+	if (!vec_ok(l->gate_off, l->gate_dtype, l->d_model) || l->xn % 16 || l->d_model % 4)
+		vec &= ~1;
+	if (!vec_ok(l->up_off, l->up_dtype, l->d_model) || l->xn % 16 || l->d_model % 4)
+		vec &= ~2;
+	if (!vec_ok(l->down_off, l->down_dtype, l->d_ff) || l->d_ff % 4)
+		vec &= ~4;
+	struct baton_cuda_chunks_args ca = {
+		.table = table, .ids = ids, .chunks = dev->desc.p, .pairs = dev->desc.p + off_pairs,
+		.n = (uint32_t)n,
+	};
+	if ((rc = launch(dev, dev->k_chunks, (uint32_t)((n + 255) / 256), 1, 256, &ca,
+	         "cuLaunchKernel baton_moe_chunks")))
+		return rc;
+	struct baton_cuda_ffn_args fa = {
+		.chunks = dev->desc.p, .pairs = dev->desc.p + off_pairs, .w = weights,
+		.xn = l->xn, .h = dev->h.p, .part = dev->part.p,
+		.gate_off = l->gate_off, .up_off = l->up_off, .down_off = l->down_off,
+		.d_model = l->d_model, .d_ff = l->d_ff, .top_k = l->top_k,
+		.n_chunks = (uint32_t)n,
+		.gate_dtype = l->gate_dtype, .up_dtype = l->up_dtype, .down_dtype = l->down_dtype,
+		.vec = (uint32_t)vec,
+	};
+	const uint32_t T = 32 * BATON_CUDA_WARPS;
+	const uint32_t rows = BATON_CUDA_WARPS * BATON_CUDA_ROWS(1);
+	const uint32_t grows = BATON_CUDA_WARPS * BATON_CUDA_GATE_ROWS(1);
+	if ((rc = launch(dev, dev->k_gate_up[0], (uint32_t)n, (l->d_ff + grows - 1) / grows, T, &fa,
+	         "cuLaunchKernel baton_moe_gate_up")) ||
+	    (rc = launch(dev, dev->k_down[0], (uint32_t)n, (l->d_model + rows - 1) / rows, T, &fa,
+	         "cuLaunchKernel baton_moe_down")))
 		return rc;
 	struct baton_cuda_reduce_args ra = {
 		.x = l->x, .part = dev->part.p, .d_model = l->d_model, .top_k = l->top_k,

@@ -643,3 +643,29 @@ void host_parallel(void (*fn)(void *arg, unsigned part, unsigned nparts), void *
 	pool_run(fn, arg, choose_parts(macs, rows));
 	pthread_mutex_unlock(&g_call);
 }
+
+/* The host's "device" is host memory: the table and ids are read in place
+ * and the blobs handed to host_moe_experts. */
+int host_moe_experts_dev(struct baton_dev *dev, const struct baton_moe_layer *l,
+    baton_dptr table, baton_dptr ids, baton_dptr weights)
+{
+	if (!l || !table || !ids || !weights || !l->batch || !l->top_k || !l->n_experts)
+		return BATON_EINVAL;
+	const uint64_t n = (uint64_t)l->batch * l->top_k;
+	const uint64_t *tab = (const uint64_t *)(uintptr_t)table;
+	const uint32_t *id = (const uint32_t *)(uintptr_t)ids;
+	baton_dptr *blobs = malloc(n * sizeof *blobs);
+	if (!blobs)
+		return BATON_ENOMEM;
+	int err = 0;
+	for (uint64_t p = 0; p < n && !err; p++) {
+		if (id[p] >= l->n_experts)
+			err = BATON_ERANGE;
+		else
+			blobs[p] = tab[id[p]];
+	}
+	if (!err)
+		err = host_moe_experts(dev, l, blobs, (const float *)(uintptr_t)weights);
+	free(blobs);
+	return err;
+}

@@ -26,6 +26,7 @@ static_assert(sizeof(baton_ops_attention_args) == 88, "attention args layout");
 static_assert(sizeof(baton_ops_kv_store_args) == 48, "kv_store args layout");
 static_assert(sizeof(baton_ops_swiglu_args) == 32, "swiglu args layout");
 static_assert(sizeof(baton_ops_add_args) == 32, "add args layout");
+static_assert(sizeof(baton_ops_route_args) == 40, "route args layout");
 static_assert(BATON_OPS_NT == 8, "the matmul kernels are made for 1 and 8 rows");
 static_assert(BATON_OPS_ATTN_CHUNK == BATON_OPS_WARPS * 32, "a thread per key of a chunk");
 
@@ -551,5 +552,125 @@ baton_ops_add(baton_ops_add_args a)
 		} else {
 			x[i] = __fadd_rn(x[i], y[i]);
 		}
+	}
+}
+
+/* glibc's expf (2.28 on: ARM's optimized-routines algorithm, a 32-entry
+ * table of 2^(i/32) and a cubic in double), so that the device's routing
+ * weights are the host's bit for bit. Its float result is the same whether
+ * the host build fuses the double multiply-adds or not (checked on every
+ * 7th float against glibc 2.36); here every double op is written out. */
+__constant__ uint64_t exp2f_tab[32] = {
+	0x3ff0000000000000ull, 0x3fefd9b0d3158574ull, 0x3fefb5586cf9890full, 0x3fef9301d0125b51ull,
+	0x3fef72b83c7d517bull, 0x3fef54873168b9aaull, 0x3fef387a6e756238ull, 0x3fef1e9df51fdee1ull,
+	0x3fef06fe0a31b715ull, 0x3feef1a7373aa9cbull, 0x3feedea64c123422ull, 0x3feece086061892dull,
+	0x3feebfdad5362a27ull, 0x3feeb42b569d4f82ull, 0x3feeab07dd485429ull, 0x3feea47eb03a5585ull,
+	0x3feea09e667f3bcdull, 0x3fee9f75e8ec5f74ull, 0x3feea11473eb0187ull, 0x3feea589994cce13ull,
+	0x3feeace5422aa0dbull, 0x3feeb737b0cdc5e5ull, 0x3feec49182a3f090ull, 0x3feed503b23e255dull,
+	0x3feee89f995ad3adull, 0x3feeff76f2fb5e47ull, 0x3fef199bdd85529cull, 0x3fef3720dcef9069ull,
+	0x3fef5818dcfba487ull, 0x3fef7c97337b9b5full, 0x3fefa4afa2a490daull, 0x3fefd0765b6e4540ull,
+};
+
+__device__ __forceinline__ float expf_glibc(float x)
+{
+	const uint32_t ix = __float_as_uint(x), top = (ix >> 20) & 0x7ff;
+	if (top >= 0x42b) { /* |x| >= 88, or inf, or NaN */
+		if (ix == 0xff800000u)
+			return 0.0f;
+		if (top >= 0x7f8)
+			return __fadd_rn(x, x);
+		if (x > 0x1.62e42ep6f)
+			return __int_as_float(0x7f800000);
+		if (x < -0x1.9fe368p6f)
+			return 0.0f;
+	}
+	const double inv = 0x1.71547652b82fep+0 * 32, shift = 0x1.8p+52;
+	const double c0 = 0x1.c6af84b912394p-5 / 32 / 32 / 32, c1 = 0x1.ebfce50fac4f3p-3 / 32 / 32,
+		     c2 = 0x1.62e42ff0c52d6p-1 / 32;
+	const double z = __dmul_rn(inv, (double)x);
+	double kd = __dadd_rn(z, shift);
+	const uint64_t ki = (uint64_t)__double_as_longlong(kd);
+	kd = __dsub_rn(kd, shift);
+	const double r = __dsub_rn(z, kd);
+	const double s = __longlong_as_double((long long)(exp2f_tab[ki % 32] + (ki << 47)));
+	const double zz = __dadd_rn(__dmul_rn(c0, r), c1);
+	const double r2 = __dmul_rn(r, r);
+	double y = __dadd_rn(__dmul_rn(c2, r), 1.0);
+	y = __dadd_rn(__dmul_rn(zz, r2), y);
+	return __double2float_rn(__dmul_rn(y, s));
+}
+
+/* One warp per row, host_op_route's steps in its order: the max (order
+ * free), p = expf(l - max) for each expert, their sum in expert order (one
+ * lane), p / sum, then top_k rounds each taking the largest untaken p
+ * (NaN as -inf, ties to the lower id: a total order, so the warp's
+ * reduction finds the host's scan's choice), then the rule's renorm. */
+extern "C" __global__ void __launch_bounds__(32)
+baton_ops_route(baton_ops_route_args a)
+{
+	if (blockIdx.x >= a.rows)
+		return;
+	extern __shared__ float p[];
+	unsigned char *taken = (unsigned char *)(p + a.n_experts);
+	const uint32_t E = a.n_experts, K = a.top_k, lane = threadIdx.x;
+	const float *l = (const float *)a.logits + (uint64_t)blockIdx.x * E;
+	uint32_t *ids = (uint32_t *)a.ids + (uint64_t)blockIdx.x * K;
+	float *w = (float *)a.w + (uint64_t)blockIdx.x * K;
+	float m = -INFINITY;
+	for (uint32_t e = lane; e < E; e += 32)
+		if (l[e] > m)
+			m = l[e];
+#pragma unroll
+	for (int off = 16; off > 0; off >>= 1) {
+		const float o = __shfl_xor_sync(0xffffffffu, m, off);
+		if (o > m)
+			m = o;
+	}
+	for (uint32_t e = lane; e < E; e += 32) {
+		p[e] = expf_glibc(__fsub_rn(l[e], m));
+		taken[e] = 0;
+	}
+	__syncwarp();
+	float sum = 0.0f;
+	if (lane == 0)
+		for (uint32_t e = 0; e < E; e++)
+			sum = __fadd_rn(sum, p[e]);
+	sum = __shfl_sync(0xffffffffu, sum, 0);
+	for (uint32_t e = lane; e < E; e += 32)
+		p[e] = __fdiv_rn(p[e], sum);
+	__syncwarp();
+	for (uint32_t k = 0; k < K; k++) {
+		uint32_t bi = UINT32_MAX;
+		float bk = 0.0f;
+		for (uint32_t e = lane; e < E; e += 32) {
+			const float key = isnan(p[e]) ? -INFINITY : p[e];
+			if (!taken[e] && (bi == UINT32_MAX || key > bk)) {
+				bi = e;
+				bk = key;
+			}
+		}
+#pragma unroll
+		for (int off = 16; off > 0; off >>= 1) {
+			const uint32_t oi = __shfl_xor_sync(0xffffffffu, bi, off);
+			const float ok = __shfl_xor_sync(0xffffffffu, bk, off);
+			if (oi != UINT32_MAX &&
+			    (bi == UINT32_MAX || ok > bk || (ok == bk && oi < bi))) {
+				bi = oi;
+				bk = ok;
+			}
+		}
+		if (lane == 0) {
+			taken[bi] = 1;
+			ids[k] = bi;
+			w[k] = p[bi];
+		}
+		__syncwarp();
+	}
+	if (lane == 0 && a.rule == 1) { /* BATON_ROUTE_SOFTMAX_TOPK_NORM */
+		float s = 0.0f;
+		for (uint32_t k = 0; k < K; k++)
+			s = __fadd_rn(s, w[k]);
+		for (uint32_t k = 0; k < K; k++)
+			w[k] = __fdiv_rn(w[k], s);
 	}
 }

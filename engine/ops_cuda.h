@@ -97,4 +97,13 @@ struct baton_ops_add_args {
 	uint32_t rows, cols;
 };
 
+/* baton_ops_route: one warp per row (grid rows), dynamic shared memory of
+ * n_experts floats and n_experts bytes. route's rule, bitwise the host's
+ * (its expf is glibc's, computed the same way): ids u32 and w f32, rows *
+ * top_k each, left on the device. */
+struct baton_ops_route_args {
+	uint64_t logits, ids, w;
+	uint32_t rows, n_experts, top_k, rule;
+};
+
 #endif

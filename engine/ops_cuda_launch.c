@@ -43,7 +43,7 @@ int cuda_ops_load(struct baton_dev *dev)
 	CU(dev, d->ModuleLoadData(&dev->ops_mod, baton_engine_ops_cuda_fatbin),
 	    "cuModuleLoadData of the forward-pass kernels (sm_90 SASS, compute_90 PTX)");
 	static const char *const kinds[BATON_OPS_KINDS] = BATON_OPS_KIND_NAMES;
-	struct kfn k[8 + 2 * BATON_OPS_KINDS] = {
+	struct kfn k[9 + 2 * BATON_OPS_KINDS] = {
 		{ &dev->k_embed, "baton_ops_embed" },
 		{ &dev->k_rmsnorm, "baton_ops_rmsnorm" },
 		{ &dev->k_rope, "baton_ops_rope" },
@@ -52,8 +52,9 @@ int cuda_ops_load(struct baton_dev *dev)
 		{ &dev->k_kv_store, "baton_ops_kv_store" },
 		{ &dev->k_swiglu, "baton_ops_swiglu" },
 		{ &dev->k_add, "baton_ops_add" },
+		{ &dev->k_route, "baton_ops_route" },
 	};
-	size_t n = 8;
+	size_t n = 9;
 	for (int r = 0; r < 2; r++)
 		for (int i = 0; i < BATON_OPS_KINDS; i++, n++) {
 			k[n].f = &dev->k_matmul[r][i];
@@ -83,6 +84,7 @@ int cuda_ops_load(struct baton_dev *dev)
 		struct baton_ops_kv_store_args kv;
 		struct baton_ops_swiglu_args s;
 		struct baton_ops_add_args d;
+		struct baton_ops_route_args rt;
 	} zero;
 	memset(&zero, 0, sizeof zero);
 	for (size_t i = 0; i < n; i++) {
@@ -492,4 +494,33 @@ int cuda_op_route(struct baton_dev *dev, baton_dptr logits, uint32_t rows, uint3
 		return rc;
 	return host_op_route(NULL, (baton_dptr)(uintptr_t)dev->ops_logits, rows, n_experts, top_k,
 	    rule, ids, weights);
+}
+
+int cuda_op_route_dev(struct baton_dev *dev, baton_dptr logits, uint32_t rows,
+    uint32_t n_experts, uint32_t top_k, int rule, baton_dptr ids, baton_dptr weights)
+{
+	_Static_assert(BATON_ROUTE_SOFTMAX_TOPK_NORM == 1, "the route kernel's rule number");
+	int rc;
+	const uint64_t nk = (uint64_t)rows * top_k;
+	if (!rows || !top_k || top_k > n_experts || !f32_buf(logits, (uint64_t)rows * n_experts) ||
+	    !f32_buf(weights, nk) || !ids || ids % 4 || overlap(ids, nk, weights, nk) ||
+	    overlap(ids, nk, logits, (uint64_t)rows * n_experts) ||
+	    overlap(weights, nk, logits, (uint64_t)rows * n_experts))
+		return refuse(dev, BATON_EINVAL, "route_dev",
+		    "zero sizes, top_k above the experts, or missing or overlapping buffers");
+	if (rule != BATON_ROUTE_SOFTMAX_TOPK && rule != BATON_ROUTE_SOFTMAX_TOPK_NORM)
+		return refuse(dev, BATON_EINVAL, "route_dev", "unknown rule");
+	if (n_experts > 8192)
+		return refuse(dev, BATON_ERANGE, "route_dev", "more than 8192 experts");
+	if ((rc = cuda_cur(dev)))
+		return rc;
+	struct baton_ops_route_args a = {
+		.logits = logits, .ids = ids, .w = weights,
+		.rows = rows, .n_experts = n_experts, .top_k = top_k, .rule = (uint32_t)rule,
+	};
+	void *params[] = { &a };
+	CU(dev, dev->d->LaunchKernel(dev->k_route, rows, 1, 1, 32, 1, 1, n_experts * 5, dev->stream,
+	         params, NULL),
+	    "cuLaunchKernel baton_ops_route");
+	return 0;
 }

@@ -237,6 +237,10 @@ static void t_matmul(void)
 		}
 		if (plain) {
 			matmul_case(dev, dt, 21, 77, 5, -1, 1); /* a tail of 13 */
+			/* prefill-sized calls: many groups of 8 rows and a part
+			 * group, with bias, and accumulating */
+			matmul_case(dev, dt, 37, 512, 70, BATON_DT_F32, 0);
+			matmul_case(dev, dt, 70, 256, 65, -1, 1);
 			/* the other kernels: byte loads, typed loads without vectors */
 			matmul_case_at(dev, dt, 21, 512, 9, -1, 0, 1);
 			matmul_case_at(dev, dt, 21, 512, 1, -1, 0, dt == BATON_DT_F32 ? 4 : 2);
@@ -327,6 +331,41 @@ static void t_route(void)
 	}
 	be->free(dev, dl);
 	free(l);
+	/* route_dev: the same choice left on the device, bitwise the host's
+	 * (its expf is glibc's): logits spread wide so expf sees arguments
+	 * from 0 down past its underflow, ties and a NaN (which makes its
+	 * row's weights NaN on both, not of one bit pattern), both rules */
+	enum { R2 = 64, E2 = 128, K2 = 8 };
+	float *l2 = rvec((size_t)R2 * E2);
+	for (size_t i = 0; i < (size_t)R2 * E2; i++)
+		l2[i] *= (float)(1 + i % 61);
+	l2[9] = l2[10] = l2[11] = 500.0f;
+	l2[E2 + 7] = NAN;
+	baton_dptr dl2 = up(dev, l2, (uint64_t)R2 * E2 * 4), dout = 0;
+	T_CU(dev, be->alloc(dev, (uint64_t)R2 * K2 * 8, &dout));
+	for (int rule = 0; rule < 2; rule++) {
+		uint32_t *ids = malloc(R2 * K2 * 4), *hid = malloc(R2 * K2 * 4);
+		float *w = malloc(R2 * K2 * 4), *hw = malloc(R2 * K2 * 4);
+		T_ASSERT(ids && hid && w && hw);
+		T_CU(dev, be->route_dev(dev, dl2, R2, E2, K2, rule, dout, dout + R2 * K2 * 4));
+		T_CU(dev, be->copy_d2h(dev, ids, dout, R2 * K2 * 4));
+		T_CU(dev, be->copy_d2h(dev, w, dout + R2 * K2 * 4, R2 * K2 * 4));
+		T_OK(host_op_route(NULL, H(l2), R2, E2, K2, rule, hid, hw));
+		T_ASSERT(memcmp(ids, hid, R2 * K2 * 4) == 0);
+		for (int k = 0; k < K2; k++) {
+			T_ASSERT(isnan(w[K2 + k]) && isnan(hw[K2 + k]));
+			w[K2 + k] = hw[K2 + k] = 0;
+		}
+		same_bits(w, hw, R2 * K2, "route_dev weights");
+		T_EQ_INT(ids[0], 9);
+		free(ids), free(hid), free(w), free(hw);
+	}
+	T_EQ_ERR(be->route_dev(dev, dl2, R2, E2, K2, 2, dout, dout + R2 * K2 * 4), BATON_EINVAL);
+	T_EQ_ERR(be->route_dev(dev, dl2, R2, E2, E2 + 1, 0, dout, dout + R2 * K2 * 4), BATON_EINVAL);
+	T_EQ_ERR(be->route_dev(dev, dl2, R2, E2, K2, 0, dout, dout + 4), BATON_EINVAL); /* overlap */
+	be->free(dev, dout);
+	be->free(dev, dl2);
+	free(l2);
 	be->close(dev);
 }
 

@@ -422,3 +422,13 @@ int host_op_route(struct baton_dev *dev, baton_dptr logits, uint32_t rows, uint3
 	free(p);
 	return 0;
 }
+
+/* route_dev: the host's device memory is host memory. */
+int host_op_route_dev(struct baton_dev *dev, baton_dptr logits, uint32_t rows,
+    uint32_t n_experts, uint32_t top_k, int rule, baton_dptr ids, baton_dptr weights)
+{
+	if (!ids || !weights || ids % 4 || weights % 4)
+		return BATON_EINVAL;
+	return host_op_route(dev, logits, rows, n_experts, top_k, rule,
+	    (uint32_t *)(uintptr_t)ids, (float *)(uintptr_t)weights);
+}

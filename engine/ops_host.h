@@ -32,6 +32,8 @@ int host_op_add(struct baton_dev *dev, baton_dptr x, baton_dptr y, baton_dptr ga
     uint32_t rows, uint32_t cols);
 int host_op_route(struct baton_dev *dev, baton_dptr logits, uint32_t rows, uint32_t n_experts,
     uint32_t top_k, int rule, uint32_t *ids, float *weights);
+int host_op_route_dev(struct baton_dev *dev, baton_dptr logits, uint32_t rows,
+    uint32_t n_experts, uint32_t top_k, int rule, baton_dptr ids, baton_dptr weights);
 
 /* Rows of a call's k and v that it reads (paged: through the end of the
  * highest block of its table); 0 for a paged call without a block size.
