@@ -50,6 +50,7 @@ cat >"$dir/broker.ini" <<EOF
 control = $BATON_BROKER
 events = $BATON_EVENTS
 acquire_wait_ms = 5000
+http = 127.0.0.1:0
 EOF
 [ "$backend" = cuda ] && printf '[gpu "*"]\ntotal_mib = %d\n' $DEV_MIB >>"$dir/broker.ini"
 
@@ -152,7 +153,7 @@ say "two trained MoE chat models (models/README.md) take turns on host device 2,
 "$B/baton-arena" create --safetensors models/kjv-mixtral "$dir/kjv-mixtral.arena" | sed 's/^/  /'
 start_chat_engine() { # NAME ARENA: a trained model on host device 2 (18 MiB)
 	start_engine "$1" --shared-expert-arena "$dir/$2.arena" --backend host --device 2 \
-		--host-device-mib 18 --vram-segment-mib 2 --ctx 512
+		--host-device-mib 18 --vram-segment-mib 2 --ctx 512 --http 127.0.0.1:0
 }
 start_chat_engine qwen kjv-qwen3-moe
 start_chat_engine mixtral kjv-mixtral
@@ -170,6 +171,30 @@ ask mixtral "Tell me of light."
 ask qwen "Continue: In the beginning God"
 ask mixtral "Tell me of the sea."
 "$B/baton" engines
+
+say "the same two models through the broker's OpenAI front door: POST /v1/chat/completions, routed by \"model\"; the device switches between them in batches, each switch with its drain and refill"
+door_url=$(awk '{print $4}' "$dir/broker.out")
+door_token=$(cat "$dir/http.token")
+door() { # MODEL QUESTION: one chat request through the front door (as an OpenAI client sends it)
+	printf '%s> %s\n' "$1" "$2"
+	python3 - "$door_url" "$door_token" "$1" "$2" <<'PY'
+import json, sys, urllib.request
+url, token, model, q = sys.argv[1:]
+body = {"model": model, "messages": [{"role": "user", "content": q}], "temperature": 0, "max_tokens": 48,
+        "repetition_penalty": 1.2, "chat_template_kwargs": {"enable_thinking": False}}
+r = urllib.request.urlopen(urllib.request.Request(url + "/v1/chat/completions", json.dumps(body).encode(),
+    {"Authorization": "Bearer " + token, "Content-Type": "application/json"}), timeout=60)
+print("    " + json.load(r)["choices"][0]["message"]["content"].strip().replace("\n", "\n    "))
+PY
+}
+door kjv-qwen3-moe "Tell me of light."
+door kjv-mixtral "Tell me of light."
+door kjv-qwen3-moe "Tell me of the sea."
+python3 -c 'import json, sys, urllib.request
+for m in json.load(urllib.request.urlopen(sys.argv[1] + "/v1/models"))["data"]:
+    print("  %-14s %-9s %s" % (m["id"], m["state"], ", ".join(e["name"] + " " + e["state"] for e in m["engines"])))' "$door_url"
+sleep 0.2
+awk '$3 == "door.switch" { printf "  %10s ms  ", $8; for (i = 10; i <= NF; i++) printf "%s ", $i; printf "\n" }' "$dir/events.log"
 
 say "every handoff, in parts (decide: the broker's choice; release: the idle engine's release or shrink, acknowledged; refill: the copy back from the pinned host arena)"
 awk '$3 == "handoff" {

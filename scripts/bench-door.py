@@ -278,16 +278,17 @@ def main():
     ap.add_argument("--json")
     a = ap.parse_args()
     assert len(a.arena) == 2, "--arena twice"
+    cols = ["mode", "requests", "errors", "wall_s", "ttft_p50_s", "ttft_p99_s", "ttft_after_switch_p50_s",
+            "ttft_after_switch_p99_s", "switches", "switches_per_min", "tokens_per_s"]
+    print(" ".join("%-12s" % c[:12] for c in cols), flush=True)
     out = []
     for m in a.modes.split(","):
         print("bench-door: %s ..." % m, file=sys.stderr, flush=True)
         out.append(mode_door(a, 0, "resident") if m == "resident" else mode_door(a, a.cap_mib, "door")
                    if m == "door" else mode_restart(a))
-    cols = ["mode", "requests", "errors", "wall_s", "ttft_p50_s", "ttft_p99_s", "ttft_after_switch_p50_s",
-            "ttft_after_switch_p99_s", "switches", "switches_per_min", "tokens_per_s"]
-    print(" ".join("%-12s" % c[:12] for c in cols))
-    for f in out:
-        print(" ".join(("%-12.4g" if isinstance(f[c], float) else "%-12s") % f[c] for c in cols))
+        # each mode's line as soon as it is measured: a run cut short keeps what it has
+        f = out[-1]
+        print(" ".join(("%-12.4g" if isinstance(f[c], float) else "%-12s") % f[c] for c in cols), flush=True)
     if a.json:
         with open(a.json, "w") as fo:
             json.dump({"clients": a.clients, "requests_per_client": a.requests, "max_tokens": a.max_tokens,

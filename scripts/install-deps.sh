@@ -12,12 +12,18 @@
 # downloaded (apt-get download, no root) and promtool alone is extracted
 # (dpkg -x) into .deps/bin of this tree: no daemon, no unit, nothing
 # outside the tree. A promtool already on PATH is used as it is.
+#
+# Node.js and npm (the OpenAI API tests run the `openai` npm client,
+# unchanged): Debian's nodejs and npm packages, unless an npm is on PATH
+# already (a Node.js from elsewhere, e.g. NodeSource's, brings its own
+# npm, and Debian's npm package would conflict with it).
 set -eu
 
 pkgs="build-essential pkg-config libnng-dev nng-utils libmsgpack-dev
       libxxhash-dev libjansson-dev libinih-dev libsystemd-dev libpcre2-dev libutf8proc-dev libmicrohttpd-dev
       python3 python3-msgpack python3-yaml systemd clang libclang-rt-14-dev
       scdoc groff-base"
+command -v npm >/dev/null 2>&1 || pkgs="$pkgs nodejs npm"
 root=$(cd "$(dirname "$0")/.." && pwd)
 promtool="$root/.deps/bin/promtool"
 
