@@ -902,6 +902,9 @@ static void *reaper(void *arg)
 			if (k->deadline > 0 && t > k->deadline && k->fd >= 0) {
 				k->deadline = 0;
 				shutdown(k->fd, SHUT_RDWR); /* libmicrohttpd sees the end and closes it */
+				if (getenv("BATON_HTTP_DEBUG"))
+					fprintf(stderr, "baton http: fd %d: no whole request within %u s: closed\n", k->fd,
+					    h->header_timeout_s);
 			}
 		}
 		size_t n = 0;
