@@ -465,13 +465,14 @@ static void t_garbage_then_served(void)
 {
 	struct baton_http_opts o = { 0 };
 	struct baton_http *h = start(&o);
-	static const char *const junk[] = { "garbage", "POST\0/v1/x HTTP/1.1\r\n", "GET /v1/status\r\n",
-		"GET /hello HTTP/1.1\r\nHost: 127", "\r\n\r\n" };
-	static const size_t junk_len[] = { 7, 23, 16, 33, 4 };
+#define JUNK(s) { s, sizeof(s) - 1 }
+	static const struct { const char *p; size_t n; } junk[] = { JUNK("garbage"),
+		JUNK("POST\0/v1/x HTTP/1.1\r\n"), JUNK("GET /v1/status\r\n"), JUNK("GET /hello HTTP/1.1\r\nHost: 127"),
+		JUNK("\r\n\r\n") };
 	for (size_t i = 0; i < sizeof junk / sizeof junk[0]; i++) {
 		int fd = dial(h), closed;
 		char b[4096];
-		send_all(fd, junk[i], junk_len[i]);
+		send_all(fd, junk[i].p, junk[i].n);
 		shutdown(fd, SHUT_WR);
 		read_until(fd, b, sizeof b, NULL, 300, &closed);
 		close(fd);
