@@ -2,8 +2,7 @@
  * broker_http_fuzz.c: libFuzzer target for the broker's HTTP API, end to
  * end: a real broker (its decision thread, its HTTP server on 127.0.0.1
  * with a bearer token) runs inside the fuzzer, and each input is sent as
- * the raw bytes of a request over a fresh TCP connection (then the write
- * side is shut), so libmicrohttpd's parser, http/'s checks and our
+ * the raw bytes of a request over a fresh TCP connection, so libmicrohttpd's parser, http/'s checks and our
  * handlers (routing, query, token, JSON bodies) all see it.
  *
  * Checked for every input: the answer is empty (the server dropped a
@@ -91,9 +90,9 @@ static int dial(void)
 	return -1;
 }
 
-/* Sends `len` bytes on a new connection, shuts the write side, reads the
- * answer (until the server closes, at most `cap` bytes and 5 s). Returns
- * the bytes read, or -1 when it could not connect. */
+/* Sends `len` bytes on a new connection and reads the answer (at most
+ * `cap` bytes and 5 s). Returns the bytes read, or -1 when it could not
+ * connect. */
 static ssize_t exchange(const void *req, size_t len, char *out, size_t cap)
 {
 	int fd = dial();
@@ -108,7 +107,10 @@ static ssize_t exchange(const void *req, size_t len, char *out, size_t cap)
 			break; /* the server may close early on garbage: read what it said */
 		off += (size_t)n;
 	}
-	shutdown(fd, SHUT_WR);
+	/* No half-close: libmicrohttpd takes a read side's end as the client
+	 * gone and may close before answering. An answer is read until the
+	 * server closes or stays quiet for 300 ms after it began (a kept-alive
+	 * connection), or 2 s pass without one (a request it waits on). */
 	size_t got = 0;
 	struct timespec t0, t;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -117,8 +119,9 @@ static ssize_t exchange(const void *req, size_t len, char *out, size_t cap)
 		long left = 5000 - ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000);
 		if (left <= 0)
 			break;
+		long wait = got ? 300 : 2000;
 		struct pollfd p = { .fd = fd, .events = POLLIN };
-		int r = poll(&p, 1, (int)left);
+		int r = poll(&p, 1, (int)(wait < left ? wait : left));
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r <= 0)

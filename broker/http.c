@@ -862,8 +862,8 @@ int broker_http_open(struct broker *b, const struct broker_config *cfg, struct b
 		.token = cfg->http_token,
 		.hosts = hosts,
 		.max_body = BODY_MAX,
-		.body_limit = body_limit,
 		.workers = READ_WORKERS,
+		.body_limit = body_limit,
 	};
 	if ((rc = broker_door_open(b, cfg, &h->door, err, errlen)) != 0)
 		goto fail;

@@ -36,13 +36,6 @@
 #define Q8_0_BLOCK 32u
 #define Q8_0_BYTES 34u
 
-static inline uint32_t f2u(float f)
-{
-	uint32_t u;
-	memcpy(&u, &f, sizeof u);
-	return u;
-}
-
 static inline float u2f(uint32_t u)
 {
 	float f;

@@ -663,6 +663,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
 	if (!r)
 		return MHD_NO; /* out of memory when it began */
 	enum MHD_Result ret = MHD_YES;
+	struct MHD_Response *drop = NULL;
 	pthread_mutex_lock(&h->mu);
 	switch (r->st) {
 	case RQ_NEW: {
@@ -756,19 +757,20 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
 	case RQ_HANDLING:
 		MHD_suspend_connection(c); /* resumed without an answer: wait on */
 		break;
-	case RQ_ANSWER: {
-		struct MHD_Response *resp = r->resp;
+	case RQ_ANSWER:
+		/* dropped after the unlock: a stream's free callback takes h->mu */
+		drop = r->resp;
 		r->resp = NULL;
 		r->st = RQ_SENT;
-		ret = MHD_queue_response(c, r->status, resp);
-		MHD_destroy_response(resp);
+		ret = MHD_queue_response(c, r->status, drop);
 		pthread_cond_broadcast(&h->sent_cv);
 		break;
-	}
 	case RQ_SENT:
 		break;
 	}
 	pthread_mutex_unlock(&h->mu);
+	if (drop)
+		MHD_destroy_response(drop);
 	return ret;
 }
 
@@ -790,8 +792,14 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
 	bool ended = r->st == RQ_SENT && (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK || !r->stream);
 	if (!ended || (r->stream && !r->stream->closed))
 		take_gone(r, &fn, &arg);
+	/* an answer parked but never queued: dropped after the unlock (a
+	 * stream's response holds a reference of r, which keeps r until then) */
+	struct MHD_Response *drop = r->resp;
+	r->resp = NULL;
 	pthread_cond_broadcast(&h->sent_cv);
 	unref_unlock(r);
+	if (drop)
+		MHD_destroy_response(drop);
 	if (fn)
 		fn(arg);
 }
@@ -894,6 +902,9 @@ static void *reaper(void *arg)
 			if (k->deadline > 0 && t > k->deadline && k->fd >= 0) {
 				k->deadline = 0;
 				shutdown(k->fd, SHUT_RDWR); /* libmicrohttpd sees the end and closes it */
+				if (getenv("BATON_HTTP_DEBUG"))
+					fprintf(stderr, "baton http: fd %d: no whole request within %u s: closed\n", k->fd,
+					    h->header_timeout_s);
 			}
 		}
 		size_t n = 0;
