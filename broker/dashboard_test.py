@@ -213,6 +213,9 @@ def t_dashboard_handoff(c):
         assert shown < 5, shown  # polls twice a second
         text = wd.js("return document.body.innerText;")
         assert "held by: a" in text and "handoff" in text, text[:2000]
+        # the front door's models (none here: these engines serve no HTTP)
+        assert "Models (the OpenAI front door)" in text and "the front door routes nothing" in text, \
+            text[:2000]
         assert wd.js("return document.getElementById('conn').className;") == ""  # no error shown
         path, size = screenshot("dashboard.png")
         print("  screenshot: %s (%d bytes); the page showed the handoff after %.2f s" % (path, size, shown))
