@@ -193,8 +193,11 @@ door kjv-qwen3-moe "Tell me of the sea."
 python3 -c 'import json, sys, urllib.request
 for m in json.load(urllib.request.urlopen(sys.argv[1] + "/v1/models"))["data"]:
     print("  %-14s %-9s %s" % (m["id"], m["state"], ", ".join(e["name"] + " " + e["state"] for e in m["engines"])))' "$door_url"
-sleep 0.2
-awk '$3 == "door.switch" { printf "  %10s ms  ", $8; for (i = 10; i <= NF; i++) printf "%s ", $i; printf "\n" }' "$dir/events.log"
+# the switches, from the broker's own event history (GET /v1/events)
+python3 -c 'import json, sys, urllib.request
+for e in json.load(urllib.request.urlopen(sys.argv[1] + "/v1/events?since=0"))["events"]:
+    if e["kind"] == "door.switch":
+        print("  %10.3f ms  %s" % (e["ms"], e["reason"]))' "$door_url"
 
 say "every handoff, in parts (decide: the broker's choice; release: the idle engine's release or shrink, acknowledged; refill: the copy back from the pinned host arena)"
 awk '$3 == "handoff" {
