@@ -242,7 +242,9 @@ bench: $(PROGS)
 # ---- broker ---------------------------------------------------------------
 # The README's first command: a broker and three engines of the embedded
 # synthetic model hand one device around (broker/demo.sh).
-demo: $(PROGS)
+# Builds in parallel first (a fresh clone's first command may be this one).
+demo: | $(BUILD)/.deps
+	@$(MAKE) --no-print-directory -j$(NPROC) $(PROGS)
 	@broker/demo.sh $(BUILD)
 
 # The broker benchmark (figures, not a test): control round trip and the
