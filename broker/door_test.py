@@ -21,7 +21,6 @@ import http.server
 import json
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -532,29 +531,8 @@ def t_queue_full(c):
 
 # ---- the openai npm client, unchanged --------------------------------------------
 
-def npm_client():
-    """The openai package from tests/node's lock file, installed into the
-    build folder (npm ci, offline from npm's cache when it is there); the
-    same folder engine/openai_test.py uses."""
-    dest = os.path.join(os.path.abspath(h.BUILD), "node")
-    src = os.path.join(ROOT, "tests", "node")
-    os.makedirs(dest, exist_ok=True)
-    for f in ("package.json", "package-lock.json", "client.mjs"):
-        shutil.copy(os.path.join(src, f), dest)
-    mod = os.path.join(dest, "node_modules", "openai", "package.json")
-    stamp = os.path.join(dest, "node_modules", ".baton-lock")
-    lock = open(os.path.join(src, "package-lock.json")).read()
-    if not (os.path.exists(mod) and os.path.exists(stamp) and open(stamp).read() == lock):
-        assert shutil.which("npm"), "npm is not installed (apt-get install npm)"
-        p = subprocess.run(["npm", "ci", "--prefer-offline", "--no-audit", "--no-fund"], cwd=dest,
-                           capture_output=True, text=True, timeout=300)
-        assert p.returncode == 0, p.stderr[-2000:]
-        open(stamp, "w").write(lock)
-    return dest
-
-
 def t_npm_client(c):
-    dest = npm_client()
+    dest = h.npm_client()
     http = two_engines(c)
     # mixtral first, so that the client's first request is a switch
     text_of(http.post("/v1/chat/completions", chat_body(MIXTRAL, "Who was Noah?", 1)))

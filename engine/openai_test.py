@@ -23,7 +23,6 @@ The last line is "N passed, N failed".
 import http.client
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -155,28 +154,8 @@ def t_whole_and_stream(c):
     return "%d pieces over %.0f ms" % (len(pieces), spread * 1e3)
 
 
-def npm_client(c):
-    """The openai package installed from tests/node's lock file into the
-    build folder (npm ci: offline from npm's cache when it is there)."""
-    dest = os.path.join(os.path.abspath(h.BUILD), "node")
-    src = os.path.join(ROOT, "tests", "node")
-    os.makedirs(dest, exist_ok=True)
-    for f in ("package.json", "package-lock.json", "client.mjs"):
-        shutil.copy(os.path.join(src, f), dest)
-    mod = os.path.join(dest, "node_modules", "openai", "package.json")
-    stamp = os.path.join(dest, "node_modules", ".baton-lock")
-    lock = open(os.path.join(src, "package-lock.json")).read()
-    if not (os.path.exists(mod) and os.path.exists(stamp) and open(stamp).read() == lock):
-        assert shutil.which("npm"), "npm is not installed (apt-get install npm)"
-        p = subprocess.run(["npm", "ci", "--prefer-offline", "--no-audit", "--no-fund"], cwd=dest,
-                           capture_output=True, text=True, timeout=300)
-        assert p.returncode == 0, p.stderr[-2000:]
-        open(stamp, "w").write(lock)
-    return dest
-
-
 def t_npm_client(c):
-    dest = npm_client(c)
+    dest = h.npm_client()
     e = engine(c, "q")
     p = subprocess.run(["node", os.path.join(dest, "client.mjs"), e.http.url, MODEL], capture_output=True,
                        text=True, timeout=120)

@@ -76,6 +76,27 @@ _id = [1000]
 _id_lock = threading.Lock()
 
 
+def npm_client():
+    """The openai npm package from tests/node's lock file, installed into the
+    build folder (npm ci, offline from npm's cache when it is there); the
+    folder engine/openai_test.py and broker/door_test.py share."""
+    dest = os.path.join(os.path.abspath(BUILD), "node")
+    src = os.path.join(ROOT, "tests", "node")
+    os.makedirs(dest, exist_ok=True)
+    for f in ("package.json", "package-lock.json", "client.mjs"):
+        shutil.copy(os.path.join(src, f), dest)
+    mod = os.path.join(dest, "node_modules", "openai", "package.json")
+    stamp = os.path.join(dest, "node_modules", ".baton-lock")
+    lock = open(os.path.join(src, "package-lock.json")).read()
+    if not (os.path.exists(mod) and os.path.exists(stamp) and open(stamp).read() == lock):
+        assert shutil.which("npm"), "npm is not installed (apt-get install npm)"
+        p = subprocess.run(["npm", "ci", "--prefer-offline", "--no-audit", "--no-fund"], cwd=dest,
+                           capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr[-2000:]
+        open(stamp, "w").write(lock)
+    return dest
+
+
 def promtool():
     """promtool's path, or None: $PROMTOOL, then the one scripts/install-deps.sh
     extracts into .deps/bin (Debian's prometheus package is never installed:
