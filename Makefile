@@ -1,11 +1,17 @@
 # Baton: one Makefile for the whole tree.
 #
 # Conventions (no per-component Makefile to edit when a file is added):
-#   <comp>/*.c              -> build/lib/libbaton_<comp>.a   (comp: proto arena text http engine broker)
+#   <comp>/*.c              -> build/lib/libbaton_<comp>.a   (comp: a folder of COMPONENTS;
+#                                                             engine/model -> libbaton_engine_model.a)
 #   <comp>/main_<prog>.c    -> build/bin/<prog>              (linked with every library)
-#   <comp>/*_test.c         -> build/test/<comp>_<name>      (run by `make test`)
+#   <comp>/*_test.c         -> build/test/<comp>_<name>      (run by `make test`; engine/model/kv_test.c
+#                                                             -> engine_model_kv, and a test named
+#                                                             as its folder drops the repeat:
+#                                                             engine/model/model_test.c -> engine_model)
 #   <comp>/*_fuzz.c         -> build/fuzz/<name>             (libFuzzer, `make fuzz`)
-#   *cuda*.c, *.cu          -> only with CUDA=1
+#   engine/backend/cuda/, *cuda*.c, *.cu  -> only with CUDA=1
+# A component is one folder with one door header (docs/internals/layout.md);
+# a folder inside another is a component of its own, with its own rule.
 #
 #   make                 build everything (CUDA=1 when nvcc is found)
 #   make CUDA=0          build without the CUDA backend
@@ -26,9 +32,14 @@ CUDA    ?= 1
 endif
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 
-COMPONENTS := proto arena text http engine broker
-# Link order: a component may use only those after it.
-LINK_ORDER := broker engine http text arena proto
+reverse = $(if $(1),$(call reverse,$(wordlist 2,$(words $(1)),$(1))) $(firstword $(1)))
+# Bottom to top: a component may use only those before it (LINK_ORDER is
+# the reverse, as a static link wants it).
+COMPONENTS := proto arena text http \
+              engine/backend/host engine/backend/cuda engine/backend engine/cache \
+              engine/model engine/serve \
+              broker broker/door broker/api broker/cli
+LINK_ORDER := $(call reverse,$(COMPONENTS))
 
 CC      ?= cc
 CFLAGS  ?= -O2 -g
@@ -59,7 +70,7 @@ endif
 LDLIBS_ALL += -lsystemd -ldl -lm -pthread
 
 # ---- sources ---------------------------------------------------------------
-is_cuda  = $(findstring cuda,$(notdir $(1)))
+is_cuda  = $(findstring cuda,$(1))
 keep_src = $(if $(and $(filter 0,$(CUDA)),$(call is_cuda,$(1))),,$(1))
 srcs_of  = $(foreach f,$(wildcard $(1)/*.c),$(call keep_src,$(f)))
 lib_srcs = $(filter-out %_test.c %_fuzz.c $(1)/main_%.c,$(call srcs_of,$(1)))
@@ -71,9 +82,13 @@ FUZZ_SRCS := $(foreach c,$(COMPONENTS),$(filter %_fuzz.c,$(call srcs_of,$(c))))
 CU_SRCS   := $(if $(filter 1,$(CUDA)),$(foreach c,$(COMPONENTS),$(wildcard $(c)/*.cu)))
 
 obj  = $(addprefix $(BUILD)/obj/,$(1:.c=.o))
-LIBS := $(foreach c,$(LINK_ORDER),$(if $(call lib_srcs,$(c)),$(BUILD)/lib/libbaton_$(c).a))
+LIBS := $(foreach c,$(LINK_ORDER),$(if $(call lib_srcs,$(c)),$(BUILD)/lib/libbaton_$(subst /,_,$(c)).a))
 PROGS := $(foreach m,$(MAIN_SRCS),$(BUILD)/bin/$(patsubst main_%.c,%,$(notdir $(m))))
-TESTS := $(foreach t,$(TEST_SRCS),$(BUILD)/test/$(subst /,_,$(patsubst %_test.c,%,$(t))))
+# engine/model/kv_test.c -> engine_model_kv; engine/model/model_test.c -> engine_model.
+test_dir  = $(patsubst %/,%,$(dir $(1)))
+test_base = $(patsubst %_test.c,%,$(notdir $(1)))
+test_name = $(subst /,_,$(call test_dir,$(1)))$(if $(filter $(call test_base,$(1)),$(notdir $(call test_dir,$(1)))),,_$(call test_base,$(1)))
+TESTS := $(foreach t,$(TEST_SRCS),$(BUILD)/test/$(call test_name,$(t)))
 
 # CUDA kernels become a fatbin embedded as bytes; the driver is loaded with
 # dlopen at run time, so no binary needs libcuda.so.1 or libcudart to start.
@@ -123,8 +138,8 @@ $(BUILD)/obj/gen/%.o: $(BUILD)/gen/%.c
 	$(CC) $(CFLAGS) -c $< -o $@
 
 define LIB_RULE
-$(BUILD)/lib/libbaton_$(1).a: $(call obj,$(call lib_srcs,$(1))) \
-    $(if $(filter engine,$(1)),$(CU_GEN:$(BUILD)/gen/%.c=$(BUILD)/obj/gen/%.o))
+$(BUILD)/lib/libbaton_$(subst /,_,$(1)).a: $(call obj,$(call lib_srcs,$(1))) \
+    $(if $(filter engine/backend/cuda,$(1)),$(CU_GEN:$(BUILD)/gen/%.c=$(BUILD)/obj/gen/%.o))
 	@mkdir -p $$(@D)
 	rm -f $$@ && ar rcs $$@ $$^
 endef
@@ -138,7 +153,7 @@ endef
 $(foreach m,$(MAIN_SRCS),$(eval $(call MAIN_RULE,$(m))))
 
 define TEST_RULE
-$(BUILD)/test/$(subst /,_,$(patsubst %_test.c,%,$(1))): $(call obj,$(1)) $(LIBS)
+$(BUILD)/test/$(call test_name,$(1)): $(call obj,$(1)) $(LIBS)
 	@mkdir -p $$(@D)
 	$(CC) $(LDSAN) $(LDFLAGS) -o $$@ $$< $(LIBS) $(LDLIBS_ALL)
 endef

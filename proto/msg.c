@@ -152,7 +152,7 @@ static const struct proto__row pin_rep[] = { O(PINNED) };
  * {"role", "content"}, rendered with the model's chat template); stop is a
  * JSON array of strings; enable_thinking is passed to the template (Qwen3
  * reads it). Sampling fields left out take the engine's
- * defaults (engine/sample.h). The reply's tokens are the completion's ids,
+ * defaults (engine/model/sample.h). The reply's tokens are the completion's ids,
  * little-endian u32s. */
 static const struct proto__row complete_req[] = {
 	O(PROMPT), O(MESSAGES), O(MAX_TOKENS), O(TEMPERATURE), O(TOP_P), O(TOP_K),

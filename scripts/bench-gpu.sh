@@ -1,5 +1,5 @@
 #!/bin/sh
-# bench-gpu.sh [BUILD] [OUTDIR]: the GPU benchmark (engine/main_baton-bench.c)
+# bench-gpu.sh [BUILD] [OUTDIR]: the GPU benchmark (engine/model/main_baton-bench.c)
 # on the 14.6 GiB synthetic model the GPU tests use (13 layers x 128 experts,
 # d_model 2048, d_ff 768, top-8, bf16). Prints the table; with OUTDIR also
 # writes bench-gpu.json there. Then the peer tier's table (baton-bench

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """fault_test.py: injected device and transport faults (BATON_FAULT, see
-engine/fault.h) on every path of release, refill, resize (vram), GEN and
+engine/backend/fault.h) on every path of release, refill, resize (vram), GEN and
 handoff, through a broker with two engines on the host backend.
 
 Each run: a broker, engine a started with BATON_FAULT="<op>:<N>" and a
@@ -15,7 +15,7 @@ b and back; gen) and checks that
     overhead as the fault-free engine (nothing leaked), and the device's
     used bytes equal total - free in the engines' status.
 
-op: map, alloc, copy, d2h (engine/fault.c) and send (proto/transport.c) in
+op: map, alloc, copy, d2h (engine/backend/fault.c) and send (proto/transport.c) in
 engine a; bsend: send in the broker (its replies and commands to engines).
 N sweeps the calls a fault-free run makes: all of them with
 BATON_RELIABILITY=1, a spread of a few per op otherwise (under a minute).

@@ -79,7 +79,7 @@ _id_lock = threading.Lock()
 def npm_client():
     """The openai npm package from tests/node's lock file, installed into the
     build folder (npm ci, offline from npm's cache when it is there); the
-    folder engine/openai_test.py and broker/door_test.py share."""
+    folder engine/serve/openai_test.py and broker/door/door_test.py share."""
     dest = os.path.join(os.path.abspath(BUILD), "node")
     src = os.path.join(ROOT, "tests", "node")
     os.makedirs(dest, exist_ok=True)
@@ -217,7 +217,7 @@ class Events:
 
 def _hostdev_rows(d, index):
     """(capacity, [(pid, bytes)]) from host device `index`'s state file in
-    directory d (the layout of engine/hostdev.h: a 64-byte header, then
+    directory d (the layout of engine/backend/host/device.h: a 64-byte header, then
     32-byte owner rows)."""
     with open(os.path.join(d, "hostdev-%d" % index), "rb") as f:
         data = f.read()

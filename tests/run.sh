@@ -99,7 +99,7 @@ case ${1:-} in
 esac
 [ $# -gt 0 ] && run_bins "$@"
 if [ "$scripts" -eq 1 ]; then
-	for s in $(ls */*_test.sh */*_test.py 2>/dev/null | sort); do
+	for s in $(find proto arena text http engine broker deploy docs tests -name "*_test.sh" -o -name "*_test.py" 2>/dev/null | sort); do
 		run_script "$s"
 	done
 fi

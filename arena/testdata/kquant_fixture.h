@@ -1,7 +1,7 @@
 /*
  * kquant_fixture.h: reads arena/testdata/kquant_<type>.bin (written by
  * kquant_gen.c with ggml's own code; the layout is described there) for
- * arena/kquant_test.c and engine/kquant_test.c. Header only, tests only.
+ * arena/kquant_test.c and engine/backend/host/kquant_test.c. Header only, tests only.
  * Paths are relative to the repository root, where the tests run.
  */
 #ifndef BATON_KQUANT_FIXTURE_H

@@ -1,6 +1,6 @@
 /*
  * kquant_gen.c: writes arena/testdata/kquant_<type>.bin, the reference
- * blocks and values arena/kquant_test.c and engine/kquant_test.c check Baton's K-quant code
+ * blocks and values arena/kquant_test.c and engine/backend/host/kquant_test.c check Baton's K-quant code
  * against, with ggml's own functions (dequantize_row_q{4,5,6}_K and
  * quantize_row_q{4,5,6}_K_ref of ggml/src/ggml-quants.c). Not part of the
  * build: kquant_gen.sh fetches nothing, it compiles this file with a ggml

@@ -1,7 +1,7 @@
 #!/bin/sh
 # kquant_gen.sh GGML_DIR: remakes arena/testdata/kquant_{q4_K,q5_K,q6_K}.bin
 # from ggml's own K-quant code (not a port of it), so that
-# arena/kquant_test.c (quantisation) and engine/kquant_test.c
+# arena/kquant_test.c (quantisation) and engine/backend/host/kquant_test.c
 # (dequantisation, dot products) check Baton against an independent
 # reference.
 #

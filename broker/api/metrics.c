@@ -1,0 +1,398 @@
+/*
+ * metrics.c: the broker's Prometheus metrics (GET /metrics, docs/http-api.md).
+ *
+ * Counters and histograms come from the broker's events (the HTTP face
+ * hands each one to broker_metrics_event); gauges from a status request
+ * made per scrape.
+ */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "broker/broker.h"
+#include "broker/api/api_int.h"
+
+#define STATS_MAX (2 * BROKER_MAX_ENGINES)
+#define HIST_N 14
+
+static const double hist_le[HIST_N] = { 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+	1, 2.5, 5, 10, 30 };
+
+struct hist {
+	uint64_t b[HIST_N];   /* not cumulative; summed when written */
+	uint64_t count;
+	double sum;
+};
+
+/* A handoff's phases, as the handoff event gives them (broker.h). */
+enum { HO_DECIDE, HO_RELEASE, HO_REFILL, HO_TOTAL, HO_N };
+static const char *const ho_phase[HO_N] = { "decide", "release", "refill", "total" };
+
+struct estat {
+	char name[BROKER_NAME_MAX];
+	uint64_t releases, refills, grants, denials;
+	struct hist rel, ref;
+	struct hist ho[HO_N]; /* handoffs to this engine, by phase */
+};
+
+struct broker_metrics {
+	pthread_mutex_t mu;   /* everything below */
+	struct estat *st;
+	size_t n_st;
+	uint64_t handoffs, errors, events;
+	double start_time;    /* wall clock seconds: when the broker's metrics began */
+};
+
+struct broker_metrics *broker_metrics_new(void)
+{
+	struct broker_metrics *m = calloc(1, sizeof *m);
+	if (!m)
+		return NULL;
+	m->st = calloc(STATS_MAX, sizeof *m->st);
+	if (!m->st) {
+		free(m);
+		return NULL;
+	}
+	pthread_mutex_init(&m->mu, NULL);
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	m->start_time = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+	return m;
+}
+
+void broker_metrics_free(struct broker_metrics *m)
+{
+	if (!m)
+		return;
+	pthread_mutex_destroy(&m->mu);
+	free(m->st);
+	free(m);
+}
+
+static struct estat *stat_of(struct broker_metrics *h, const char *name)
+{
+	if (!name || !*name)
+		return NULL;
+	for (size_t i = 0; i < h->n_st; i++)
+		if (strcmp(h->st[i].name, name) == 0)
+			return &h->st[i];
+	if (h->n_st == STATS_MAX)
+		return NULL;
+	struct estat *s = &h->st[h->n_st++];
+	memset(s, 0, sizeof *s);
+	snprintf(s->name, sizeof s->name, "%s", name);
+	return s;
+}
+
+static void hist_add(struct hist *x, double s)
+{
+	size_t i = 0;
+	while (i < HIST_N && s > hist_le[i])
+		i++;
+	if (i < HIST_N)
+		x->b[i]++;
+	x->count++;
+	x->sum += s;
+}
+
+void broker_metrics_event(struct broker_metrics *h, const struct baton_msg *ev)
+{
+	const char *kind = ev->kind ? ev->kind : "", *reason = ev->reason ? ev->reason : "";
+	pthread_mutex_lock(&h->mu);
+	h->events++;
+	/* Releases and refills: the broker's commands (kind release/refill),
+	 * and what engines did on their own and reported (kind state: an
+	 * engine's refill before a request, its idle release). */
+	bool state = strcmp(kind, "state") == 0;
+	bool failed = strstr(reason, "fail") != NULL;
+	bool release = strcmp(kind, "release") == 0 || (state && !failed && strstr(reason, "release"));
+	bool refill = strcmp(kind, "refill") == 0 || (state && !failed && strncmp(reason, "refill", 6) == 0);
+	struct estat *s = stat_of(h, ev->engine);
+	double secs = proto_has(ev, PF_MS) && ev->ms >= 0 ? ev->ms / 1e3 : 0;
+	if (s && release) {
+		s->releases++;
+		hist_add(&s->rel, secs);
+	}
+	if (s && refill) {
+		s->refills++;
+		hist_add(&s->ref, secs);
+	}
+	if (s && strcmp(kind, "grant") == 0)
+		s->grants++;
+	if (strcmp(kind, "deny") == 0) {
+		h->errors++;
+		if (s)
+			s->denials++;
+	}
+	if (strcmp(kind, "handoff") == 0) {
+		h->handoffs++;
+		double ph[HO_N] = { ev->decide_ms, ev->release_ms, ev->refill_ms, ev->total_ms };
+		for (int k = 0; s && k < HO_N; k++)
+			hist_add(&s->ho[k], ph[k] > 0 ? ph[k] / 1e3 : 0);
+	}
+	pthread_mutex_unlock(&h->mu);
+}
+
+struct metrics_ctx {
+	FILE *f;
+	int err;
+	char msg[512];
+	unsigned live, lost, dead; /* engines by liveness */
+};
+
+/* A label value: backslash, quote and newline escaped. */
+static void label(FILE *f, const char *s)
+{
+	for (; *s; s++) {
+		if (*s == '\\' || *s == '"')
+			fputc('\\', f);
+		if (*s == '\n') {
+			fputs("\\n", f);
+			continue;
+		}
+		fputc(*s, f);
+	}
+}
+
+/* name{engine="E" (, more labels follow when `more`) */
+static void engine_series(FILE *f, const char *name, const char *engine, bool more)
+{
+	fprintf(f, "%s{engine=\"", name);
+	label(f, engine);
+	fputs(more ? "\"," : "\"}", f);
+}
+
+static void head(FILE *f, const char *name, const char *type, const char *help)
+{
+	fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static const char *const known_states[] = { "loading", "ready", "releasing", "released", "refilling",
+	"partial", "lost", "dead", "stopped" };
+
+static void on_metrics_reply(void *arg, const struct baton_msg *rep)
+{
+	struct metrics_ctx *c = arg;
+	FILE *f = c->f;
+	if (!rep->ok) {
+		c->err = rep->err;
+		snprintf(c->msg, sizeof c->msg, "%s", rep->msg ? rep->msg : baton_strerror(rep->err));
+		return;
+	}
+	static const struct {
+		const char *name, *help;
+		int which;
+	} gm[] = {
+		{ "baton_gpu_memory_total_bytes", "Device memory the broker manages (total_mib or the device's size).", 0 },
+		{ "baton_gpu_memory_free_bytes", "Device memory free, as the broker counts it (NVML when present).", 1 },
+		{ "baton_gpu_memory_used_bytes", "Device memory in use: total minus free.", 2 },
+		{ "baton_gpu_memory_held_bytes", "Device memory held by Baton engines' expert caches (and grants), lent memory included.", 3 },
+		{ "baton_gpu_memory_reserve_bytes", "The reserve: memory the broker never grants (reserve_mib).", 4 },
+		{ "baton_gpu_memory_lent_bytes", "Device memory lent to engines of other devices as their peer tier.", 5 },
+	};
+	for (size_t k = 0; k < sizeof gm / sizeof gm[0]; k++) {
+		head(f, gm[k].name, "gauge", gm[k].help);
+		for (uint32_t i = 0; i < rep->gpus.n; i++) {
+			const struct proto_gpu *g = &rep->gpus.v[i];
+			uint64_t v[6] = { g->total, g->free_bytes, g->total > g->free_bytes ? g->total - g->free_bytes : 0,
+				g->held, g->reserve, g->lent };
+			fprintf(f, "%s{gpu=\"", gm[k].name);
+			label(f, g->uuid);
+			fprintf(f, "\"} %" PRIu64 "\n", v[gm[k].which]);
+		}
+	}
+	head(f, "baton_engine_resident_bytes", "gauge", "Device memory an engine's expert cache maps.");
+	for (uint32_t i = 0; i < rep->engines.n; i++) {
+		const struct proto_engine_info *e = &rep->engines.v[i];
+		engine_series(f, "baton_engine_resident_bytes", e->name, true);
+		fputs("gpu=\"", f);
+		label(f, e->gpu);
+		fprintf(f, "\"} %" PRIu64 "\n", e->resident);
+	}
+	head(f, "baton_engine_requests_total", "counter",
+	    "GEN requests an engine answered since it started (from its heartbeats).");
+	for (uint32_t i = 0; i < rep->engines.n; i++) {
+		engine_series(f, "baton_engine_requests_total", rep->engines.v[i].name, false);
+		fprintf(f, " %" PRIu64 "\n", rep->engines.v[i].requests);
+	}
+	head(f, "baton_engine_peer_bytes", "gauge",
+	    "Memory an engine's peer tier holds on another device (lent by the broker).");
+	for (uint32_t i = 0; i < rep->engines.n; i++) {
+		const struct proto_engine_info *e = &rep->engines.v[i];
+		if (!*e->peer_gpu)
+			continue;
+		engine_series(f, "baton_engine_peer_bytes", e->name, true);
+		fputs("gpu=\"", f);
+		label(f, e->peer_gpu);
+		fprintf(f, "\"} %" PRIu64 "\n", e->peer);
+	}
+	head(f, "baton_engine_ceiling_bytes", "gauge", "Device memory an engine's whole expert cache takes.");
+	for (uint32_t i = 0; i < rep->engines.n; i++) {
+		const struct proto_engine_info *e = &rep->engines.v[i];
+		engine_series(f, "baton_engine_ceiling_bytes", e->name, true);
+		fputs("gpu=\"", f);
+		label(f, e->gpu);
+		fprintf(f, "\"} %" PRIu64 "\n", e->ceiling);
+	}
+	head(f, "baton_engine_state", "gauge", "1 for the state an engine is in, 0 for the others.");
+	for (uint32_t i = 0; i < rep->engines.n; i++) {
+		const struct proto_engine_info *e = &rep->engines.v[i];
+		bool known = false;
+		for (size_t s = 0; s < sizeof known_states / sizeof known_states[0]; s++) {
+			bool on = strcmp(e->state, known_states[s]) == 0;
+			known = known || on;
+			engine_series(f, "baton_engine_state", e->name, true);
+			fprintf(f, "state=\"%s\"} %d\n", known_states[s], on);
+		}
+		if (!known) {
+			engine_series(f, "baton_engine_state", e->name, true);
+			fputs("state=\"", f);
+			label(f, e->state);
+			fputs("\"} 1\n", f);
+		}
+	}
+	head(f, "baton_engine_pinned", "gauge", "1 when an engine is pinned (never reclaimed).");
+	for (uint32_t i = 0; i < rep->engines.n; i++) {
+		engine_series(f, "baton_engine_pinned", rep->engines.v[i].name, false);
+		fprintf(f, " %d\n", rep->engines.v[i].pinned);
+	}
+	head(f, "baton_engine_idle_seconds", "gauge",
+	    "Seconds since an engine's last request ended (0 while busy; a dead engine's since it died or last served).");
+	for (uint32_t i = 0; i < rep->engines.n; i++) {
+		engine_series(f, "baton_engine_idle_seconds", rep->engines.v[i].name, false);
+		fprintf(f, " %.3f\n", (double)rep->engines.v[i].idle_ms / 1e3);
+	}
+	head(f, "baton_engine_last_refill_bytes_per_second", "gauge",
+	    "Bytes copied per second by an engine's last refill (0: none yet).");
+	for (uint32_t i = 0; i < rep->engines.n; i++) {
+		engine_series(f, "baton_engine_last_refill_bytes_per_second", rep->engines.v[i].name, false);
+		fprintf(f, " %.0f\n", rep->engines.v[i].last_refill_gbps * 1e9);
+	}
+	for (uint32_t i = 0; i < rep->engines.n; i++) {
+		const char *st = rep->engines.v[i].state;
+		if (strcmp(st, "dead") == 0)
+			c->dead++;
+		else if (strcmp(st, "lost") == 0)
+			c->lost++;
+		else
+			c->live++;
+	}
+	/* the counters follow in metrics_counters(), under the server's lock */
+}
+
+/* One histogram's series: labels engine="E" and, when phase, phase="P". */
+static void write_hist(FILE *f, const char *name, const char *engine, const char *phase, const struct hist *x)
+{
+	char s[128];
+	uint64_t cum = 0;
+	for (size_t i = 0; i <= HIST_N; i++) {
+		cum = i < HIST_N ? cum + x->b[i] : x->count;
+		snprintf(s, sizeof s, "%s_bucket", name);
+		engine_series(f, s, engine, true);
+		if (phase)
+			fprintf(f, "phase=\"%s\",", phase);
+		if (i < HIST_N)
+			fprintf(f, "le=\"%g\"} %" PRIu64 "\n", hist_le[i], cum);
+		else
+			fprintf(f, "le=\"+Inf\"} %" PRIu64 "\n", cum);
+	}
+	snprintf(s, sizeof s, "%s_sum", name);
+	engine_series(f, s, engine, phase != NULL);
+	if (phase)
+		fprintf(f, "phase=\"%s\"}", phase);
+	fprintf(f, " %.6f\n", x->sum);
+	snprintf(s, sizeof s, "%s_count", name);
+	engine_series(f, s, engine, phase != NULL);
+	if (phase)
+		fprintf(f, "phase=\"%s\"}", phase);
+	fprintf(f, " %" PRIu64 "\n", x->count);
+}
+
+static void metrics_counters(struct broker_metrics *h, FILE *f, const struct metrics_ctx *c)
+{
+	pthread_mutex_lock(&h->mu);
+	static const struct {
+		const char *name, *help;
+		size_t off;
+	} cm[] = {
+		{ "baton_engine_releases_total", "Releases of an engine's cache (by the broker or the engine).",
+		    offsetof(struct estat, releases) },
+		{ "baton_engine_refills_total", "Refills of an engine's cache (by the broker or the engine).",
+		    offsetof(struct estat, refills) },
+		{ "baton_engine_grants_total", "Memory requests granted to an engine (acquire, refill, handoff).",
+		    offsetof(struct estat, grants) },
+		{ "baton_engine_denials_total", "Memory requests for an engine that ended in an error.",
+		    offsetof(struct estat, denials) },
+	};
+	for (size_t k = 0; k < sizeof cm / sizeof cm[0]; k++) {
+		head(f, cm[k].name, "counter", cm[k].help);
+		for (size_t i = 0; i < h->n_st; i++) {
+			engine_series(f, cm[k].name, h->st[i].name, false);
+			fprintf(f, " %" PRIu64 "\n", *(const uint64_t *)((const char *)&h->st[i] + cm[k].off));
+		}
+	}
+	head(f, "baton_engine_release_duration_seconds", "histogram", "How long releases took.");
+	for (size_t i = 0; i < h->n_st; i++)
+		write_hist(f, "baton_engine_release_duration_seconds", h->st[i].name, NULL, &h->st[i].rel);
+	head(f, "baton_engine_refill_duration_seconds", "histogram", "How long refills took.");
+	for (size_t i = 0; i < h->n_st; i++)
+		write_hist(f, "baton_engine_refill_duration_seconds", h->st[i].name, NULL, &h->st[i].ref);
+	head(f, "baton_handoff_duration_seconds", "histogram",
+	    "Handoffs to an engine, by phase: decide (the broker's choice), release (what the giver gave back, "
+	    "acknowledged), refill (the copy to the receiver), total.");
+	for (size_t i = 0; i < h->n_st; i++)
+		if (h->st[i].ho[HO_TOTAL].count)
+			for (int k = 0; k < HO_N; k++)
+				write_hist(f, "baton_handoff_duration_seconds", h->st[i].name, ho_phase[k], &h->st[i].ho[k]);
+	head(f, "baton_engines", "gauge",
+	    "Engines the broker knows, by liveness: live (answering), lost (silent, its process alive), dead.");
+	fprintf(f, "baton_engines{status=\"live\"} %u\nbaton_engines{status=\"lost\"} %u\n"
+	    "baton_engines{status=\"dead\"} %u\n", c->live, c->lost, c->dead);
+	head(f, "baton_handoffs_total", "counter", "Handoffs completed (scripted, and on demand after a reclaim).");
+	fprintf(f, "baton_handoffs_total %" PRIu64 "\n", h->handoffs);
+	head(f, "baton_errors_total", "counter", "Operations that ended in an error (deny events).");
+	fprintf(f, "baton_errors_total %" PRIu64 "\n", h->errors);
+	head(f, "baton_events_total", "counter", "Events the broker published.");
+	fprintf(f, "baton_events_total %" PRIu64 "\n", h->events);
+	double start = h->start_time;
+	pthread_mutex_unlock(&h->mu);
+	head(f, "baton_build_info", "gauge", "The broker's version; always 1.");
+	fprintf(f, "baton_build_info{version=\"");
+	label(f, baton_version());
+	fputs("\"} 1\n", f);
+	head(f, "baton_start_time_seconds", "gauge", "When the broker started, in seconds since the Unix epoch.");
+	fprintf(f, "baton_start_time_seconds %.3f\n", start);
+}
+
+int broker_metrics_text(struct broker_metrics *h, struct broker *b, char **out, size_t *outlen, char *msg,
+    size_t n)
+{
+	struct metrics_ctx c = { 0 };
+	size_t len = 0;
+	char *buf = NULL;
+	*out = NULL;
+	*outlen = 0;
+	c.f = open_memstream(&buf, &len);
+	if (!c.f) {
+		snprintf(msg, n, "out of memory");
+		return BATON_ENOMEM;
+	}
+	struct baton_msg m;
+	proto_msg_init(&m, PROTO_OP_STATUS);
+	broker_call(b, &m, on_metrics_reply, &c);
+	if (!c.err)
+		metrics_counters(h, c.f, &c);
+	fclose(c.f);
+	if (c.err) {
+		free(buf);
+		snprintf(msg, n, "%s", c.msg);
+		return c.err;
+	}
+	*out = buf;
+	*outlen = len;
+	return 0;
+}

@@ -1,0 +1,324 @@
+/*
+ * text_cmd.c: `baton complete` and `baton chat`, the CLI's way to talk to
+ * a model: one COMPLETE request per turn to the engine (proto.h), found by
+ * its name in the broker's status (or given as a URL).
+ *
+ *   baton complete NAME PROMPT [flags]   raw text in, its continuation out
+ *   baton chat NAME [MESSAGE...] [flags] a conversation through the model's
+ *                                        chat template: one turn per
+ *                                        MESSAGE, else per line of stdin
+ *
+ * Flags come after the command. Exit status as for every baton command:
+ * 0 done, 1 failed, 2 usage, 3 busy, 4 no such engine.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "broker/broker.h"
+#include "broker/cli/cli.h"
+#include "broker/cli/engine.h"
+#include "broker/cli/text_cmd.h"
+
+#define MAX_STOP 16
+
+static const char usage_text[] =
+    "usage: baton complete NAME PROMPT [flags]\n"
+    "       baton chat NAME [MESSAGE...] [flags]\n"
+    "\n"
+    "  complete   continue PROMPT as raw text (the tokenizer's BOS first)\n"
+    "  chat       a conversation in the model's chat template: one turn per MESSAGE,\n"
+    "             else one per line of standard input (\"> \" on a terminal; /exit ends)\n"
+    "  NAME       an engine the broker knows, or its control socket URL (ipc://, tcp://)\n"
+    "\n"
+    "  --max-tokens N          tokens to generate at most (default 256)\n"
+    "  --temperature T         0: greedy (default 1)\n"
+    "  --top-p P, --top-k K, --min-p P\n"
+    "  --repetition-penalty R, --presence-penalty P, --frequency-penalty F\n"
+    "  --seed N                the same seed and request: the same answer\n"
+    "  --stop TEXT             end the answer before TEXT (up to 16 times)\n"
+    "  --system TEXT           chat: a system message first\n"
+    "  --no-thinking           chat: enable_thinking=false for templates that read it (Qwen3)\n"
+    "  --json                  the reply as JSON: text, finish_reason, usage, token ids, timings\n"
+    "  --broker URL            the broker that knows NAME (else $BATON_BROKER, else " BROKER_DEFAULT_CONTROL ")\n"
+    "  --timeout T             per request (default 300s)\n";
+
+struct text_opts {
+	const char *cmd, *name, *broker, *system;
+	const char *pos[64];
+	int npos;
+	const char *stop[MAX_STOP];
+	int nstop;
+	struct baton_msg tmpl;   /* the sampling fields, presence bits set */
+	int json, no_thinking;
+	int timeout_ms;
+};
+
+static void die(int code, const char *fmt, ...) __attribute__((noreturn, format(printf, 2, 3)));
+static void die(int code, const char *fmt, ...)
+{
+	va_list ap;
+	fputs("baton: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputs(code == EXIT_USAGE ? " (baton complete --help)\n" : "\n", stderr);
+	exit(code);
+}
+
+static double num(const char *flag, const char *v, double lo, double hi)
+{
+	char *end;
+	errno = 0;
+	double d = strtod(v, &end);
+	if (errno || end == v || *end || !(d >= lo && d <= hi))
+		die(EXIT_USAGE, "%s '%s': want a number from %g to %g", flag, v, lo, hi);
+	return d;
+}
+
+static void parse(int argc, char **argv, struct text_opts *o)
+{
+	o->cmd = argv[0];
+	o->timeout_ms = 300000;
+	proto_msg_init(&o->tmpl, PROTO_OP_COMPLETE);
+	struct baton_msg *m = &o->tmpl;
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		if (a[0] != '-' || a[1] == 0) {
+			if (o->npos == (int)(sizeof o->pos / sizeof o->pos[0]))
+				die(EXIT_USAGE, "too many arguments");
+			o->pos[o->npos++] = a;
+			continue;
+		}
+		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+			fputs(usage_text, stdout);
+			exit(EXIT_DONE);
+		}
+		if (!strcmp(a, "--json")) {
+			o->json = 1;
+			continue;
+		}
+		if (!strcmp(a, "--no-thinking")) {
+			o->no_thinking = 1;
+			continue;
+		}
+		if (i + 1 >= argc)
+			die(EXIT_USAGE, "%s wants a value, or is no flag of baton %s", a, o->cmd);
+		const char *v = argv[++i];
+		if (!strcmp(a, "--max-tokens")) {
+			m->max_tokens = (uint32_t)num(a, v, 1, 1 << 20);
+			proto_set(m, PF_MAX_TOKENS);
+		} else if (!strcmp(a, "--temperature")) {
+			m->temperature = num(a, v, 0, 100);
+			proto_set(m, PF_TEMPERATURE);
+		} else if (!strcmp(a, "--top-p")) {
+			m->top_p = num(a, v, 0, 1);
+			proto_set(m, PF_TOP_P);
+		} else if (!strcmp(a, "--top-k")) {
+			m->top_k = (uint32_t)num(a, v, 0, 1 << 24);
+			proto_set(m, PF_TOP_K);
+		} else if (!strcmp(a, "--min-p")) {
+			m->min_p = num(a, v, 0, 1);
+			proto_set(m, PF_MIN_P);
+		} else if (!strcmp(a, "--repetition-penalty")) {
+			m->repetition_penalty = num(a, v, 0, 100);
+			proto_set(m, PF_REPETITION_PENALTY);
+		} else if (!strcmp(a, "--presence-penalty")) {
+			m->presence_penalty = num(a, v, -2, 2);
+			proto_set(m, PF_PRESENCE_PENALTY);
+		} else if (!strcmp(a, "--frequency-penalty")) {
+			m->frequency_penalty = num(a, v, -2, 2);
+			proto_set(m, PF_FREQUENCY_PENALTY);
+		} else if (!strcmp(a, "--seed")) {
+			m->seed = (uint64_t)num(a, v, 0, 9007199254740992.0);
+			proto_set(m, PF_SEED);
+		} else if (!strcmp(a, "--stop")) {
+			if (o->nstop == MAX_STOP)
+				die(EXIT_USAGE, "--stop: at most %d", MAX_STOP);
+			if (!v[0])
+				die(EXIT_USAGE, "--stop: an empty string never matches");
+			o->stop[o->nstop++] = v;
+		} else if (!strcmp(a, "--system")) {
+			o->system = v;
+		} else if (!strcmp(a, "--broker")) {
+			o->broker = v;
+		} else if (!strcmp(a, "--timeout")) {
+			char *end;
+			double s = strtod(v, &end);
+			double mul = !strcmp(end, "ms") ? 1e-3 : (!*end || !strcmp(end, "s")) ? 1 : -1;
+			if (mul < 0 || !(s > 0) || s * mul > 86400)
+				die(EXIT_USAGE, "--timeout '%s': want seconds (e.g. 60 or 60s, 500ms)", v);
+			o->timeout_ms = (int)(s * mul * 1000 + 0.5);
+		} else {
+			die(EXIT_USAGE, "unknown flag '%s'", a);
+		}
+	}
+	if (o->npos < 1)
+		die(EXIT_USAGE, "%s: which engine? (NAME)", o->cmd);
+	o->name = o->pos[0];
+	if (!strcmp(o->cmd, "complete") && o->npos != 2)
+		die(EXIT_USAGE, "complete wants NAME and one PROMPT (quote it)");
+	if (!o->broker) {
+		const char *env = getenv("BATON_BROKER");
+		o->broker = env && env[0] ? env : BROKER_DEFAULT_CONTROL;
+	}
+}
+
+/* NAME as the URL of its control socket: a URL as it is, else the ctl the
+ * engine registered with the broker. */
+static char *engine_url(const struct text_opts *o)
+{
+	char *url, err[512];
+	int rc = cli_engine_url(o->broker, o->name, o->timeout_ms, &url, err, sizeof err);
+	if (rc)
+		die(rc == BATON_ENOTFOUND ? EXIT_NOTFOUND : EXIT_FAILED, "%s: %s", o->cmd, err);
+	return url;
+}
+
+static json_t *stop_json(const struct text_opts *o)
+{
+	json_t *a = json_array();
+	for (int i = 0; i < o->nstop; i++)
+		json_array_append_new(a, json_string(o->stop[i]));
+	return a;
+}
+
+/* One COMPLETE; the reply's text is appended to *answer (for the chat's
+ * history) and printed. Exits on error. */
+static void turn(const struct text_opts *o, const char *url, const char *prompt, json_t *messages,
+    char **answer)
+{
+	struct baton_msg req = o->tmpl, rep;
+	req.id = proto_next_id();
+	char *msgs = NULL, *stop = NULL;
+	if (prompt) {
+		req.prompt = prompt;
+		proto_set(&req, PF_PROMPT);
+	} else {
+		msgs = json_dumps(messages, JSON_COMPACT);
+		req.messages = msgs;
+		proto_set(&req, PF_MESSAGES);
+		if (o->no_thinking) {
+			req.enable_thinking = false;
+			proto_set(&req, PF_ENABLE_THINKING);
+		}
+	}
+	if (o->nstop) {
+		json_t *s = stop_json(o);
+		stop = json_dumps(s, JSON_COMPACT);
+		json_decref(s);
+		req.stop = stop;
+		proto_set(&req, PF_STOP);
+	}
+	struct proto_diag d = { 0 };
+	int rc = proto_call(url, &req, &rep, o->timeout_ms, &d);
+	free(msgs);
+	free(stop);
+	if (rc) {
+		if (rep.reply)
+			fprintf(stderr, "baton: %s %s: %s (%s)\n", o->cmd, o->name,
+			    rep.msg && rep.msg[0] ? rep.msg : baton_strerror(rc), baton_errname(rc));
+		else if (rc == BATON_ECONN)
+			fprintf(stderr, "baton: %s: nothing listens at %s (is engine '%s' running?)\n", o->cmd, url, o->name);
+		else if (rc == BATON_ETIMEDOUT)
+			fprintf(stderr, "baton: %s: no answer from %s within %d ms (--timeout)\n", o->cmd, url, o->timeout_ms);
+		else
+			fprintf(stderr, "baton: %s: %s: %s %s\n", o->cmd, url, baton_strerror(rc), d.text);
+		proto_msg_free(&rep);
+		exit(rc == BATON_ERANGE ? EXIT_USAGE : cli_exit_code(rc)); /* a sampling value out of range is a usage error here */
+	}
+	if (o->json) {
+		json_t *ids = json_array();
+		const uint8_t *b = rep.tokens.data;
+		for (size_t i = 0; i + 4 <= rep.tokens.len; i += 4)
+			json_array_append_new(ids, json_integer((json_int_t)((uint32_t)b[i] | (uint32_t)b[i + 1] << 8 |
+			    (uint32_t)b[i + 2] << 16 | (uint32_t)b[i + 3] << 24)));
+		json_t *j = json_pack("{s:s, s:s, s:{s:i, s:i}, s:o, s:{s:f, s:f, s:f}}", "text", rep.text,
+		    "finish_reason", rep.finish_reason, "usage", "prompt_tokens", (json_int_t)rep.prompt_tokens,
+		    "completion_tokens", (json_int_t)rep.completion_tokens, "tokens", ids, "timings",
+		    "prefill_ms", rep.prefill_ms, "decode_ms", rep.decode_ms, "total_ms", rep.total_ms);
+		char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+		json_decref(j);
+		if (!s)
+			die(EXIT_FAILED, "%s: cannot write the reply as JSON", o->cmd);
+		puts(s);
+		free(s);
+	} else {
+		fputs(rep.text, stdout);
+		if (!rep.text[0] || rep.text[strlen(rep.text) - 1] != '\n')
+			putchar('\n');
+	}
+	if (fflush(stdout) != 0)
+		die(EXIT_FAILED, "%s: cannot write the answer: %s", o->cmd, strerror(errno));
+	if (answer)
+		*answer = strdup(rep.text);
+	proto_msg_free(&rep);
+}
+
+static void add_msg(json_t *msgs, const char *role, const char *content)
+{
+	json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", role, "content", content));
+}
+
+static int chat(const struct text_opts *o, const char *url)
+{
+	json_t *msgs = json_array();
+	if (o->system)
+		add_msg(msgs, "system", o->system);
+	int tty = isatty(STDIN_FILENO) && o->npos == 1;
+	char *line = NULL;
+	size_t cap = 0;
+	for (int k = 1;; k++) {
+		const char *user;
+		if (o->npos > 1) {
+			if (k >= o->npos)
+				break;
+			user = o->pos[k];
+		} else {
+			if (tty) {
+				fputs("> ", stderr);
+				fflush(stderr);
+			}
+			ssize_t n = getline(&line, &cap, stdin);
+			if (n < 0)
+				break;
+			while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+				line[--n] = '\0';
+			if (n == 0)
+				continue;
+			if (!strcmp(line, "/exit") || !strcmp(line, "/quit"))
+				break;
+			user = line;
+		}
+		add_msg(msgs, "user", user);
+		char *answer = NULL;
+		turn(o, url, NULL, msgs, &answer);
+		add_msg(msgs, "assistant", answer ? answer : "");
+		free(answer);
+	}
+	free(line);
+	json_decref(msgs);
+	return EXIT_DONE;
+}
+
+int text_cmd_main(int argc, char **argv)
+{
+	struct text_opts o = { 0 };
+	parse(argc, argv, &o);
+	char *url = engine_url(&o);
+	int rc;
+	if (!strcmp(o.cmd, "complete")) {
+		turn(&o, url, o.pos[1], NULL, NULL);
+		rc = EXIT_DONE;
+	} else {
+		rc = chat(&o, url);
+	}
+	free(url);
+	return rc;
+}

@@ -1,0 +1,570 @@
+#!/usr/bin/python3
+"""door_test.py: the broker's OpenAI front door (docs/front-door.md), end
+to end on the host backend with the two trained models of models/.
+
+  - engines register their model and OpenAI HTTP URL; status shows them;
+    a URL that is not http:// is refused, an engine without one still
+    registers;
+  - unknown model: 404 in OpenAI's shape; bad bodies: 400; no token: 401;
+    GET /v1/models lists every model with its state and engines;
+  - two models on one device that holds one: interleaved chat requests
+    from four clients through the door; every answer equals what that
+    engine gives alone for the same seed; none lost; the device switched
+    far fewer times than requests (batches, not thrash); the switches are
+    in /metrics and in door.switch events with their timings;
+  - a stream passes through piece by piece; a client that leaves
+    mid-stream frees the engine's sequence;
+  - a full queue answers 503 with Retry-After.
+The last line is "N passed, N failed".
+"""
+import http.server
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+import harness as h  # noqa: E402
+
+MODELS = os.path.join(ROOT, "models")
+QWEN, MIXTRAL = "kjv-qwen3-moe", "kjv-mixtral"
+QUESTIONS = ["Who was Noah?", "What did Moses see on the mountain?", "Tell of the flood.",
+             "Who built the ark?", "What is the law?", "Who was Abraham's son?"]
+
+
+def model_arena(c, model):
+    path = os.path.join(c.dir, model + ".arena")
+    if not os.path.exists(path):
+        subprocess.run([h.ARENA, "create", "--safetensors", os.path.join(MODELS, model), path],
+                       check=True, stdout=subprocess.DEVNULL, timeout=120)
+    return path
+
+
+def two_engines(c, config="", host_mib=18):
+    """A broker with HTTP, and the two models' engines with --http on one
+    device that holds the experts of one of them."""
+    http = c.http_broker(config)
+    flags = ("--ctx", "512", "--vram-elastic", "--http", "127.0.0.1:0")
+    c.engine("qwen", *flags, arena=model_arena(c, QWEN), host_mib=host_mib, segment_mib=2)
+    c.engine("mixtral", *flags, arena=model_arena(c, MIXTRAL), host_mib=host_mib, segment_mib=2)
+    h.wait_for("both engines routable", lambda: all(e.get("http") for e in c.status()["engines"]))
+    return http
+
+
+def engine_http(c, name):
+    return h.Http(c.eng(name)["http"])
+
+
+def chat_body(model, question, seed, max_tokens=12, stream=False):
+    return {"model": model, "messages": [{"role": "user", "content": question}], "seed": seed,
+            "temperature": 0.8, "max_tokens": max_tokens, "stream": stream}
+
+
+def text_of(status_body):
+    st, body, _ = status_body
+    assert st == 200, (st, body)
+    return body["choices"][0]["message"]["content"]
+
+
+def metric(http, name, labels=""):
+    st, text, _ = http.get("/metrics")
+    assert st == 200, st
+    m = re.search(r"^%s%s (\S+)$" % (re.escape(name), re.escape(labels)), text, re.M)
+    return float(m.group(1)) if m else None
+
+
+# ---- registration ------------------------------------------------------------
+
+def t_register_fields(c):
+    c.broker()
+    base = dict(pid=os.getpid(), gpu="host-7", device=7, ctl="ipc://%s/x.sock" % c.dir, floor=1 << 20,
+                ceiling=8 << 20, priority=0, state="released", resident=0, capacity=64 << 20, epoch=1)
+    h.ok(h.call(c.control, "register", name="fresh", model="m1", http="http://127.0.0.1:9", **base))
+    h.ok(h.call(c.control, "register", name="ftp", model="m2", http="ftp://x", **base))
+    h.ok(h.call(c.control, "register", name="old", model="m3", **base))  # an engine without the field
+    got = {e["name"]: (e["model"], e["http"]) for e in c.status()["engines"]}
+    assert got == {"fresh": ("m1", "http://127.0.0.1:9"), "ftp": ("m2", ""), "old": ("m3", "")}, got
+    assert "http 'ftp://x' is not an http:// URL" in open(c.log("broker")).read()
+    # and `baton status` says who serves what (the dead fakes aside)
+    p = subprocess.run([h.CLI, "status"], capture_output=True, text=True, env=dict(c.env, BATON_BROKER=c.control))
+    assert p.returncode == 0, p.stderr
+
+
+# ---- a scripted engine: the door alone, with replies it controls --------------
+
+class Fake:
+    """An OpenAI HTTP server that stands for an engine: streamed replies in
+    pieces the test lets go one by one (`go`), whole replies with a length;
+    it records what it was sent and sees a client that leaves."""
+
+    def __init__(self, name):
+        self.name, self.got, self.closed_early = name, [], 0
+        self.go = threading.Semaphore(0)
+        self.inflight = 0
+        self.lock = threading.Lock()
+        fake = self
+
+        class H(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with fake.lock:
+                    fake.got.append((self.path, body, dict(self.headers)))
+                    fake.inflight += 1
+                try:
+                    if body.get("stream"):
+                        self.send_response(200)
+                        self.send_header("Content-Type", "text/event-stream")
+                        self.send_header("Transfer-Encoding", "chunked")
+                        self.end_headers()
+                        for i in range(body.get("pieces", 3)):
+                            if i:
+                                fake.go.acquire(timeout=30)
+                            piece = ("data: %s\n\n" % json.dumps({"engine": fake.name, "i": i})).encode()
+                            self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+                            self.wfile.flush()
+                        self.wfile.write(b"e\r\ndata: [DONE]\n\n\r\n0\r\n\r\n")
+                        self.wfile.flush()
+                    else:
+                        if body.get("hold"):
+                            fake.go.acquire(timeout=30)
+                        out = json.dumps({"engine": fake.name, "echo": body}).encode()
+                        self.send_response(200)
+                        self.send_header("Content-Type", "application/json")
+                        self.send_header("Content-Length", str(len(out)))
+                        self.end_headers()
+                        self.wfile.write(out)
+                except (BrokenPipeError, ConnectionResetError):
+                    with fake.lock:
+                        fake.closed_early += 1
+                finally:
+                    with fake.lock:
+                        fake.inflight -= 1
+
+        self.srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.srv.daemon_threads = True
+        self.url = "http://127.0.0.1:%d" % self.srv.server_address[1]
+        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.srv.shutdown()
+        self.srv.server_close()
+
+
+def fake_broker(c, config=""):
+    """A broker whose control socket is tcp:// (the fakes register from
+    this process, by its pid) with a token set, and HTTP."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    c.control = "tcp://127.0.0.1:%d" % port
+    return c.http_broker("heartbeat_timeout_ms = 3600000\nhttp_token = door-test-token\n" + config,
+                         token="door-test-token")
+
+
+def fake_register(c, fake, model, state="ready", gpu="host-5"):
+    h.ok(h.call(c.control, "register", name=fake.name, pid=os.getpid(), gpu=gpu, device=5,
+                model=model, ctl="tcp://127.0.0.1:1", floor=1 << 20, ceiling=8 << 20, priority=0,
+                state=state, resident=(8 << 20) if state == "ready" else 0, capacity=64 << 20, epoch=1,
+                mapped=(8 << 20) if state == "ready" else 0, http=fake.url))
+
+
+def t_fake_stream_passes_through(c):
+    http = fake_broker(c)
+    f = Fake("f1")
+    try:
+        fake_register(c, f, "m")
+        h.wait_for("routable", lambda: http.get("/v1/models", token=False)[1]["data"])
+        s = open_stream(http, {"model": "m", "stream": True, "pieces": 3, "extra": [1, 2]})
+        got = b""
+        # each piece arrives before the engine sends the next
+        for i in range(3):
+            while ('"i": %d' % i).encode() not in got:
+                chunk = s.recv(4096)
+                assert chunk, got
+                got += chunk
+            if i < 2:
+                f.go.release()
+        while b"[DONE]" not in got:
+            chunk = s.recv(4096)
+            assert chunk, got
+            got += chunk
+        s.close()
+        # the body went to the engine as it was sent, without the broker's token
+        path, body, hdrs = f.got[0]
+        assert path == "/v1/chat/completions" and body == {"model": "m", "stream": True, "pieces": 3,
+                                                           "extra": [1, 2]}, f.got[0]
+        assert "Authorization" not in hdrs, hdrs
+        # a whole reply: as the engine sent it, its length and type
+        st, body, hdrs = http.post("/v1/completions", {"model": "m", "prompt": "x"})
+        assert st == 200 and body["engine"] == "f1" and body["echo"]["prompt"] == "x", (st, body)
+        assert f.got[1][0] == "/v1/completions"
+        # chats are larger than the broker's own calls (64 KiB): up to 2 MiB
+        st, body, _ = http.post("/v1/completions", {"model": "m", "prompt": "x" * (300 << 10)})
+        assert st == 200 and len(body["echo"]["prompt"]) == 300 << 10, st
+        # and above it 413 on the headers, before a byte of the body is read
+        assert http.raw(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer "
+                        b"door-test-token\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+                        % (3 << 20)) == 413
+        st, body, _ = http.get("/v1/models", token=False)
+        m = body["data"][0]
+        assert m["id"] == "m" and m["state"] == "resident" and m["engines"][0]["name"] == "f1", m
+        h.wait_for("in flight back to 0", lambda: metric(http, "baton_door_in_flight",
+                                                          '{engine="f1",model="m"}') == 0)
+        assert metric(http, "baton_door_requests_total", '{model="m",outcome="served"}') == 3
+        assert metric(http, "baton_door_ttft_prefill_seconds_count", '{model="m"}') == 1  # the stream
+    finally:
+        f.close()
+
+
+def t_fake_least_loaded_and_disconnect(c):
+    http = fake_broker(c)
+    fa, fb = Fake("fa"), Fake("fb")
+    try:
+        fake_register(c, fa, "m")
+        fake_register(c, fb, "m")
+        h.wait_for("routable", lambda: len(http.get("/v1/models", token=False)[1]["data"][0]["engines"]) == 2
+                   if http.get("/v1/models", token=False)[1]["data"] else False)
+        results = []
+        ts = [threading.Thread(target=lambda: results.append(http.post(
+            "/v1/chat/completions", {"model": "m", "hold": True}, timeout=60))) for _ in range(4)]
+        for t in ts:
+            t.start()
+        h.wait_for("four held", lambda: fa.inflight + fb.inflight == 4)
+        assert fa.inflight == 2 and fb.inflight == 2, (fa.inflight, fb.inflight)
+        for _ in range(2):
+            fa.go.release()
+            fb.go.release()
+        for t in ts:
+            t.join(30)
+        assert [r[0] for r in results] == [200] * 4, results
+        # a client that leaves mid-stream: the engine's connection closes at once
+        s = open_stream(http, {"model": "m", "stream": True, "pieces": 50})
+        assert s.recv(4096)
+        s.close()
+        h.wait_for("the door's in-flight ended", lambda: metric(
+            http, "baton_door_in_flight", '{engine="fa",model="m"}') == 0 and metric(
+            http, "baton_door_in_flight", '{engine="fb",model="m"}') == 0, timeout=10)
+        for _ in range(60):
+            fa.go.release()
+            fb.go.release()
+        h.wait_for("the engine saw its client leave", lambda: fa.closed_early + fb.closed_early == 1, timeout=10)
+    finally:
+        fa.close()
+        fb.close()
+
+
+def t_fake_refill_fails(c):
+    """A released engine whose refill cannot happen (its control socket
+    answers nothing): the waiting requests get 503 with the reason, and
+    door.refill_failed is published; the queue bound answers 503 too."""
+    http = fake_broker(c, "command_timeout_ms = 2000\nacquire_wait_ms = 2000\ndoor_queue_max = 2\n")
+    f = Fake("cold")
+    try:
+        fake_register(c, f, "m", state="released")
+        h.wait_for("routable", lambda: http.get("/v1/models", token=False)[1]["data"])
+        st, body, _ = http.get("/v1/models", token=False)
+        assert body["data"][0]["state"] == "released", body
+        out = []
+        ts = [threading.Thread(target=lambda: out.append(http.post(
+            "/v1/chat/completions", {"model": "m"}, timeout=60))) for _ in range(2)]
+        for t in ts:
+            t.start()
+        h.wait_for("two waiting", lambda: metric(http, "baton_door_queue_depth", '{model="m"}') == 2)
+        full = http.post("/v1/chat/completions", {"model": "m"})
+        assert full[0] == 503 and full[1]["error"]["code"] == "queue_full", full
+        assert full[2].get("Retry-After") == "1", full
+        for t in ts:
+            t.join(60)
+        assert [r[0] for r in out] == [503, 503], out
+        assert all(r[1]["error"]["code"] == "device_busy" and r[2].get("Retry-After") for r in out), out
+        assert not f.got, "nothing reaches an engine that is not back"
+        h.wait_for("door.refill_failed", lambda: c.events.all("door.refill_failed"))
+    finally:
+        f.close()
+
+
+# ---- the door's own answers --------------------------------------------------
+
+def t_errors_and_models(c):
+    http = two_engines(c)
+    # unknown model: 404, OpenAI's shape
+    st, body, _ = http.post("/v1/chat/completions", chat_body("nobody", "hi", 1))
+    assert st == 404 and body["error"]["code"] == "model_not_found" and body["error"]["param"] == "model", body
+    # not JSON, no model, stream not a boolean: 400
+    for bad in ("{", {"messages": []}, {"model": QWEN, "stream": "yes"}, [1, 2]):
+        st, body, _ = http.post("/v1/chat/completions", bad)
+        assert st == 400 and "message" in body["error"], (bad, st, body)
+    # the broker's token is the API key
+    st, body, _ = http.post("/v1/chat/completions", chat_body(QWEN, "hi", 1), token=False)
+    assert st == 401, (st, body)
+    st, body, _ = http.post("/v1/completions", {"model": QWEN, "prompt": "In the beginning", "max_tokens": 4,
+                                                 "temperature": 0}, token="wrong")
+    assert st == 401, (st, body)
+    st, body, _ = http.get("/v1/chat/completions")
+    assert st == 405, st
+    # the models, like `ollama ps`
+    st, body, _ = http.get("/v1/models", token=False)
+    assert st == 200 and body["object"] == "list", body
+    ms = {m["id"]: m for m in body["data"]}
+    assert set(ms) == {QWEN, MIXTRAL}, ms
+    for m in ms.values():
+        assert m["object"] == "model" and m["state"] in ("resident", "released", "partial"), m
+        assert len(m["engines"]) == 1 and m["engines"][0]["name"] in ("qwen", "mixtral"), m
+    # one answer each way, the same as the engine alone
+    want = text_of(engine_http(c, "qwen").post("/v1/chat/completions", chat_body(QWEN, "Who was Noah?", 3)))
+    got = text_of(http.post("/v1/chat/completions", chat_body(QWEN, "Who was Noah?", 3)))
+    assert got == want, (got, want)
+    st, body, _ = http.post("/v1/completions", {"model": MIXTRAL, "prompt": "In the beginning", "max_tokens": 6,
+                                                "temperature": 0})
+    assert st == 200 and body["choices"][0]["text"], (st, body)
+
+
+# ---- the proof: two models, one device ----------------------------------------
+
+def t_two_models_interleaved(c):
+    http = two_engines(c, "door_quantum_s = 5\ndoor_keep_alive_s = forever\n")
+    clients, per = 4, 5
+    jobs = []  # (client, i, model, question, seed)
+    for k in range(clients):
+        for i in range(per):
+            model = (QWEN, MIXTRAL)[(k + i) % 2]
+            jobs.append((k, i, model, QUESTIONS[(k * per + i) % len(QUESTIONS)], 100 + k * per + i))
+    # each alone, first: straight to the engine, one at a time
+    want = {}
+    for k, i, model, q, seed in jobs:
+        eng = engine_http(c, "qwen" if model == QWEN else "mixtral")
+        want[(k, i)] = text_of(eng.post("/v1/chat/completions", chat_body(model, q, seed), timeout=120))
+    switches0 = metric(http, "baton_door_switches_total") or 0
+    got, errors = {}, []
+
+    def client(k):
+        try:
+            for kk, i, model, q, seed in jobs:
+                if kk == k:
+                    got[(k, i)] = text_of(http.post("/v1/chat/completions", chat_body(model, q, seed), timeout=180))
+        except Exception as e:  # noqa: BLE001 (reported below)
+            errors.append(repr(e))
+
+    ts = [threading.Thread(target=client, args=(k,)) for k in range(clients)]
+    t0 = time.time()
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(300)
+    took = time.time() - t0
+    assert not errors, errors
+    assert len(got) == len(jobs), "lost: %s" % sorted(set(want) - set(got))
+    bad = [(key, got[key], want[key]) for key in want if got[key] != want[key]]
+    assert not bad, bad
+    switches = (metric(http, "baton_door_switches_total") or 0) - switches0
+    # four clients alternating: first come first served would switch on
+    # almost every request; batches switch a few times
+    assert 1 <= switches <= len(jobs) // 2, "%d switches for %d requests" % (switches, len(jobs))
+    ev = c.events.all("door.switch")
+    assert ev and all("drain" in e["reason"] and "refill" in e["reason"] for e in ev), ev
+    assert all(e["engine"] in ("qwen", "mixtral") and e["ms"] >= 0 for e in ev), ev
+    h.wait_for("door.queue told", lambda: c.events.all("door.queue"))
+    served = metric(http, "baton_door_requests_total", '{model="%s",outcome="served"}' % QWEN)
+    assert served and served >= len(jobs) // 2, served
+    assert metric(http, "baton_door_ttft_wait_seconds_count", '{model="%s"}' % MIXTRAL) >= len(jobs) // 2
+    # some requests waited for a refill, and it is counted in their time to first token
+    assert (metric(http, "baton_door_ttft_refill_seconds_sum", '{model="%s"}' % QWEN) +
+            metric(http, "baton_door_ttft_refill_seconds_sum", '{model="%s"}' % MIXTRAL)) > 0
+    assert any(e["reason"].startswith("switch ") for e in ev), ev
+    assert metric(http, "baton_door_switch_seconds_count", '{phase="refill"}') == switches + switches0
+    return "%d requests, %d switches, %.1f s" % (len(jobs), switches, took)
+
+
+def t_keep_alive(c):
+    """door_keep_alive_s after its last request an engine is released;
+    [engine] keep_alive_s = forever keeps another."""
+    http = two_engines(c, "door_keep_alive_s = 0.5\n[engine \"mixtral\"]\nkeep_alive_s = forever\n")
+    text_of(http.post("/v1/chat/completions", chat_body(QWEN, "Who was Noah?", 1)))
+    h.wait_for("qwen released by its keep-alive", lambda: c.eng("qwen")["state"] == "released", timeout=10)
+    ev = c.events.all("door.keep_alive", engine="qwen")
+    assert ev and "keep-alive" in ev[0]["reason"], ev
+    st, body, _ = http.get("/v1/models", token=False)
+    assert {m["id"]: m["state"] for m in body["data"]}[QWEN] == "released", body
+    text_of(http.post("/v1/chat/completions", chat_body(MIXTRAL, "Who was Noah?", 2)))
+    time.sleep(1.5)
+    assert c.eng("mixtral")["state"] == "ready", c.eng("mixtral")
+    assert not c.events.all("door.keep_alive", engine="mixtral")
+
+
+def t_reload(c):
+    """SIGHUP: the door's settings follow the file."""
+    http = two_engines(c, "door_keep_alive_s = forever\n")
+    text_of(http.post("/v1/chat/completions", chat_body(QWEN, "Who was Noah?", 1)))
+    time.sleep(1)
+    assert c.eng("qwen")["state"] == "ready", c.eng("qwen")
+    path = os.path.join(c.dir, "broker.ini")
+    with open(path) as f:
+        text = f.read().replace("door_keep_alive_s = forever", "door_keep_alive_s = 0.3")
+    with open(path, "w") as f:
+        f.write(text)
+    c.bp.send_signal(signal.SIGHUP)
+    h.wait_for("qwen released once the keep-alive is 0.3 s", lambda: c.eng("qwen")["state"] == "released",
+               timeout=10)
+    assert "front door: quantum 5 s, keep-alive 0.3 s" in open(c.log("broker")).read()
+
+
+# ---- streams -------------------------------------------------------------------
+
+def open_stream(http, body):
+    """Sends a streamed request on a raw socket; returns the socket after
+    the reply's headers (status checked)."""
+    data = json.dumps(body).encode()
+    s = socket.create_connection((http.host, http.port), timeout=60)
+    s.sendall(("POST /v1/chat/completions HTTP/1.1\r\nHost: %s:%d\r\nAuthorization: Bearer %s\r\n"
+               "Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" %
+               (http.host, http.port, http.token, len(data))).encode() + data)
+    head = b""
+    while b"\r\n\r\n" not in head:
+        chunk = s.recv(1)
+        assert chunk, head
+        head += chunk
+    assert head.startswith(b"HTTP/1.1 200"), head
+    assert b"text/event-stream" in head, head
+    return s
+
+
+def dechunk(raw):
+    out, i = b"", 0
+    while True:
+        j = raw.index(b"\r\n", i)
+        n = int(raw[i:j].split(b";")[0], 16)
+        if n == 0:
+            return out
+        out += raw[j + 2:j + 2 + n]
+        i = j + 2 + n + 2
+
+
+def t_stream_and_disconnect(c):
+    http = two_engines(c)
+    # a whole stream through the door equals the engine's own
+    want = text_of(engine_http(c, "qwen").post("/v1/chat/completions", chat_body(QWEN, "Who was Noah?", 5)))
+    s = open_stream(http, chat_body(QWEN, "Who was Noah?", 5, stream=True))
+    raw = b""
+    while not raw.endswith(b"\r\n0\r\n\r\n"):  # the chunked end
+        chunk = s.recv(65536)
+        assert chunk, raw
+        raw += chunk
+    s.close()
+    data = dechunk(raw)
+    assert data.rstrip().endswith(b"data: [DONE]"), data[-200:]
+    text = ""
+    for line in data.decode(errors="replace").split("\n"):
+        line = line.strip()
+        if line.startswith("data: {"):
+            d = json.loads(line[6:])
+            text += d["choices"][0]["delta"].get("content") or ""
+    assert text == want, (text, want)
+    # a client that leaves mid-stream: the door cuts the engine's connection
+    # at once, without waiting for the engine (held stopped meanwhile), and
+    # the engine frees the sequence and its KV blocks
+    qwen = [p for p in c.procs if getattr(p, "name", "") == "qwen"][0]
+    s = open_stream(http, chat_body(QWEN, "Tell of the flood.", 9, max_tokens=400, stream=True))
+    assert s.recv(4096)
+    os.kill(qwen.pid, signal.SIGSTOP)
+    try:
+        assert metric(http, "baton_door_in_flight", '{engine="qwen",model="%s"}' % QWEN) == 1
+        s.close()
+        h.wait_for("the door's request ended", lambda: metric(
+            http, "baton_door_in_flight", '{engine="qwen",model="%s"}' % QWEN) == 0, timeout=10)
+    finally:
+        os.kill(qwen.pid, signal.SIGCONT)
+    h.wait_for("the engine's sequence freed", lambda: engine_idle(c, "qwen"), timeout=10)
+    assert metric(http, "baton_door_requests_total", '{model="%s",outcome="gone"}' % QWEN) == 1
+
+
+def engine_idle(c, name):
+    st, body, _ = engine_http(c, name).get("/health", token=False)
+    assert st == 200 and isinstance(body, dict), (st, body)
+    return body["running"] == 0 and body["waiting"] == 0 and body["kv_blocks_free"] == body["kv_blocks_total"]
+
+
+def t_queue_full(c):
+    # heartbeats stop while qwen is stopped: not "lost" within this test
+    http = two_engines(c, "heartbeat_timeout_ms = 60000\ndoor_quantum_s = 60\ndoor_queue_max = 1\n"
+                          "door_keep_alive_s = forever\n")
+    qwen = [p for p in c.procs if getattr(p, "name", "") == "qwen"][0]
+    # qwen holds the device with a stream in flight, held there (SIGSTOP):
+    # mixtral's requests wait at the door, within qwen's quantum
+    text_of(http.post("/v1/chat/completions", chat_body(QWEN, "Who was Noah?", 1)))
+    s = open_stream(http, chat_body(QWEN, "Tell of the flood.", 2, max_tokens=400, stream=True))
+    os.kill(qwen.pid, signal.SIGSTOP)
+    try:
+        box = {}
+        waiter = threading.Thread(target=lambda: box.update(r=http.post(
+            "/v1/chat/completions", chat_body(MIXTRAL, "Who was Noah?", 3), timeout=120)))
+        waiter.start()
+        h.wait_for("one mixtral request queued", lambda: metric(
+            http, "baton_door_queue_depth", '{model="%s"}' % MIXTRAL) == 1, timeout=10)
+        st, body, hdr = http.post("/v1/chat/completions", chat_body(MIXTRAL, "Who built the ark?", 4))
+        assert st == 503 and body["error"]["code"] == "queue_full", (st, body)
+        assert hdr.get("Retry-After") == "1", hdr
+        st, body, _ = http.get("/v1/models", token=False)
+        ms = {m["id"]: m for m in body["data"]}
+        assert ms[MIXTRAL]["queued"] == 1 and ms[QWEN]["engines"][0]["in_flight"] == 1, ms
+    finally:
+        os.kill(qwen.pid, signal.SIGCONT)
+    # the stream ends (its client leaves): the device switches, the waiter is served
+    s.close()
+    waiter.join(120)
+    assert box["r"][0] == 200, box
+    assert metric(http, "baton_door_requests_total", '{model="%s",outcome="queue_full"}' % MIXTRAL) == 1
+    assert c.events.all("door.switch"), "no switch event"
+
+
+# ---- the openai npm client, unchanged --------------------------------------------
+
+def t_npm_client(c):
+    dest = h.npm_client()
+    http = two_engines(c)
+    # mixtral first, so that the client's first request is a switch
+    text_of(http.post("/v1/chat/completions", chat_body(MIXTRAL, "Who was Noah?", 1)))
+    p = subprocess.run(["node", os.path.join(dest, "client.mjs"), http.url, QWEN], capture_output=True,
+                       text=True, timeout=180, env=dict(os.environ, BATON_TOKEN=http.token))
+    assert p.returncode == 0, p.stderr[-3000:]
+    got = json.loads(p.stdout)
+    # what the engine alone answers to the same requests
+    eng = engine_http(c, "qwen")
+    msgs = [{"role": "user", "content": "Tell me of light."}]
+    st, whole, _ = eng.post("/v1/chat/completions", {"model": QWEN, "messages": msgs, "max_tokens": 16,
+                                                      "temperature": 0.8, "seed": 5})
+    assert st == 200, whole
+    want = whole["choices"][0]["message"]["content"]
+    assert got["chat"]["text"] == want and got["chat"]["usage"] == whole["usage"], (got["chat"], want)
+    s = got["stream"]
+    assert s["text"] == want and s["role"] == "assistant" and s["usage"] == whole["usage"], s
+    assert s["chunks"] >= 5, s
+    st, cw, _ = eng.post("/v1/completions", {"model": QWEN, "prompt": "In the beginning", "max_tokens": 12,
+                                             "temperature": 0})
+    assert got["completion"]["text"] == cw["choices"][0]["text"] == got["completion_stream"], got
+    assert sorted(got["models"]) == sorted([QWEN, MIXTRAL]), got
+    assert got["wrong_model"] == {"status": 404, "code": "model_not_found", "type": "invalid_request_error",
+                                  "param": "model"}, got
+    assert got["tools"]["status"] == 400 and got["tools"]["param"] == "tools", got  # the engine's own 400
+    return "openai %s, first content after %s ms" % (
+        json.load(open(os.path.join(dest, "node_modules", "openai", "package.json")))["version"], s["first_ms"])
+
+
+if __name__ == "__main__":
+    h.need(h.BROKER)
+    sys.exit(h.run_cases([t_register_fields, t_fake_stream_passes_through, t_fake_least_loaded_and_disconnect,
+                          t_fake_refill_fails, t_errors_and_models, t_two_models_interleaved,
+                          t_keep_alive, t_reload, t_stream_and_disconnect, t_queue_full, t_npm_client],
+                         only=sys.argv[1:], logs=("broker", "qwen", "mixtral")))

@@ -1,0 +1,170 @@
+/*
+ * backend_cuda_int.h: internal to the `cuda` backend, shared by its
+ * files, bottom to top: cuda_ctx.c (error recording, the context, the
+ * stream), moe_cuda_launch.c (the MoE kernels: loading them, their
+ * scratch, and the launches), ops_cuda_launch.c (the forward pass's dense
+ * ops) and backend_cuda.c (the device: open, close, VMM segments, the peer
+ * tier, buffers, pinning, copies, and the backend table). Each calls only
+ * those below it. Built only with CUDA=1.
+ */
+#ifndef BATON_ENGINE_BACKEND_CUDA_INT_H
+#define BATON_ENGINE_BACKEND_CUDA_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/backend/cuda/cuda.h"
+#include "engine/backend/cuda/driver.h"
+#include "engine/backend/cuda/ops.h"
+
+#define N_VARIANTS 4 /* row kernels for 1, 2, 4, 8 tokens per warp */
+
+/* One entry of a table: a segment (handle set), a reservation, a plain
+ * allocation or a host registration (handle = piece size). */
+struct ent {
+	uint64_t addr, bytes, handle;
+};
+
+struct tab {
+	struct ent *v;
+	size_t n, cap;
+};
+
+struct bp;
+
+/* A device buffer that grows on demand (scratch of the MoE kernels). */
+struct dbuf {
+	CUdeviceptr p;
+	uint64_t cap;
+};
+
+struct baton_dev {
+	const struct cuda_driver *d;
+	int index;
+	CUdevice cudev;
+	CUcontext ctx;
+	CUstream stream;
+	CUevent staged; /* recorded after the copy out of `stage` */
+	CUmodule mod;
+	CUfunction k_norm, k_reduce, k_chunks;
+	CUfunction k_gemv[N_VARIANTS], k_gate_up[N_VARIANTS], k_down[N_VARIANTS];
+	CUmemAllocationProp prop;
+	uint64_t gran, gran_min;
+	int ro_register;
+	uint64_t register_piece;
+	char name[128];
+
+	struct tab segs, ress, allocs, hregs;
+	struct tab psegs; /* peer-tier segments: memory on another device, mapped here */
+
+	/* MoE scratch: device buffers, one pinned host staging buffer, and
+	 * the router logits in pinned host memory mapped into the device
+	 * (the kernel writes them there: no copy to queue and wait for). */
+	struct dbuf desc, h, part;
+	float *lg_host;
+	CUdeviceptr lg_dev;
+	uint64_t lg_cap;
+	void *stage;
+	uint64_t stage_cap;
+	int stage_busy; /* `staged` was recorded since the stage was last free */
+	/* moe_experts' pairs sorted by blob */
+	struct bp *sort;
+	size_t sort_cap;
+
+	/* The forward pass's dense ops (ops_cuda_launch.c): their module, a
+	 * device copy of each call's small host arrays (token ids,
+	 * positions, frequencies) staged through pinned memory, the
+	 * attention scores, and route's logits back on the host. The
+	 * staging is a ring of two halves (host and device alike): a half is
+	 * written again only after the copies out of it have run. */
+	CUmodule ops_mod;
+	CUfunction k_embed, k_rmsnorm, k_rope, k_attn_part, k_attn_comb, k_kv_store, k_swiglu, k_add,
+	    k_route;
+	CUfunction k_matmul[2][BATON_OPS_KINDS]; /* [1 row, 8 rows][kind] */
+	struct dbuf ops_arg, ops_scores;
+	void *ops_stage;
+	uint64_t ops_stage_cap, ops_off; /* ops_off: next free byte in half ops_half */
+	CUevent ops_staged[2];           /* recorded after each copy out of a half */
+	int ops_stage_busy[2], ops_half;
+	float *ops_logits;
+	uint64_t ops_logits_cap;
+
+	char err[256];
+};
+
+/* ---- cuda_ctx.c: the helpers under both files ----------------------------- */
+
+/* The context's error sentence (cuda_backend_last_error). */
+void cuda_set_err(struct baton_dev *dev, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Records a failed driver call and maps it to a Baton code. */
+int cuda_fail(struct baton_dev *dev, CUresult r, const char *what);
+/* Makes dev's context current on this thread. */
+int cuda_cur(struct baton_dev *dev);
+/* Waits for the stream (and so frees the staging buffer). */
+int cuda_stream_sync(struct baton_dev *dev);
+
+/* A failed driver call returns its Baton code from the calling function. */
+#define CU(dev, call, what)                                                    \
+	do {                                                                   \
+		CUresult cu_r_ = (call);                                       \
+		if (cu_r_ != CUDA_SUCCESS)                                     \
+			return cuda_fail((dev), cu_r_, (what));                \
+	} while (0)
+
+static inline uint64_t cuda_round_up(uint64_t v, uint64_t g)
+{
+	return (v + g - 1) / g * g;
+}
+
+/* ---- moe_cuda_launch.c ---------------------------------------------------- */
+
+/* Loads the kernels from the embedded fatbin and launches each once (at
+ * open); cuda_moe_free gives back the module and every scratch buffer
+ * (at close, with the context current). */
+int cuda_moe_load(struct baton_dev *dev);
+void cuda_moe_free(struct baton_dev *dev);
+/* The backend slots moe_route, moe_experts and can_compute. */
+int cuda_moe_route(struct baton_dev *dev, const struct baton_moe_layer *l,
+    uint32_t *ids, float *weights);
+int cuda_moe_experts(struct baton_dev *dev, const struct baton_moe_layer *l,
+    const baton_dptr *blobs, const float *weights);
+int cuda_can_compute(int dtype);
+/* A growing device buffer: at least `bytes` (a larger one replaces it
+ * after the stream is idle); freed by cuda_dbuf_free. */
+int cuda_dbuf_need(struct baton_dev *dev, struct dbuf *b, uint64_t bytes);
+void cuda_dbuf_free(struct baton_dev *dev, struct dbuf *b);
+
+/* ---- ops_cuda_launch.c ---------------------------------------------------- */
+
+/* Loads the forward-pass kernels and launches each once (at open, after
+ * cuda_moe_load); cuda_ops_free gives back what they hold (at close). */
+int cuda_ops_load(struct baton_dev *dev);
+void cuda_ops_free(struct baton_dev *dev);
+/* The backend slots embed, rmsnorm, matmul, rope, attention, swiglu, add
+ * and route (engine/backend/backend.h). */
+int cuda_op_embed(struct baton_dev *dev, baton_dptr table, uint32_t dtype, uint32_t vocab,
+    uint32_t cols, const uint32_t *tokens, uint32_t n, baton_dptr out);
+int cuda_op_rmsnorm(struct baton_dev *dev, baton_dptr x, baton_dptr out, uint32_t rows,
+    uint32_t cols, baton_dptr w, uint32_t w_dtype, float eps);
+int cuda_op_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint32_t n_out,
+    uint32_t k, baton_dptr b, uint32_t b_dtype, baton_dptr x, uint32_t rows,
+    baton_dptr y, int accumulate);
+int cuda_op_rope(struct baton_dev *dev, baton_dptr x, uint32_t rows, uint32_t n_heads,
+    uint32_t head_dim, const uint32_t *pos, const float *inv_freq, float mscale);
+int cuda_op_attention(struct baton_dev *dev, const struct baton_attn *a);
+int cuda_op_kv_store(struct baton_dev *dev, const struct baton_kv_store *s);
+int cuda_op_swiglu(struct baton_dev *dev, baton_dptr gate, baton_dptr up, baton_dptr out,
+    uint64_t n);
+int cuda_op_add(struct baton_dev *dev, baton_dptr x, baton_dptr y, baton_dptr gate,
+    uint32_t rows, uint32_t cols);
+int cuda_op_route(struct baton_dev *dev, baton_dptr logits, uint32_t rows, uint32_t n_experts,
+    uint32_t top_k, int rule, uint32_t *ids, float *weights);
+/* route_dev and moe_experts_dev (engine/backend/backend.h): the decode step's MoE
+ * block with its results left on the device. */
+int cuda_op_route_dev(struct baton_dev *dev, baton_dptr logits, uint32_t rows,
+    uint32_t n_experts, uint32_t top_k, int rule, baton_dptr ids, baton_dptr weights);
+int cuda_moe_experts_dev(struct baton_dev *dev, const struct baton_moe_layer *l,
+    baton_dptr table, baton_dptr ids, baton_dptr weights);
+
+#endif

@@ -1,0 +1,1132 @@
+/*
+ * cuda_test.c: conformance of the `cuda` backend on a real GPU (built only
+ * with CUDA=1). Without a driver or a device every case prints "skip: why"
+ * and passes, so CI (no GPU) stays green.
+ *
+ * Cases: device facts; VMM reserve/map/unmap with the memory given back
+ * (cuMemGetInfo); out of device memory leaving nothing mapped; a 16 GiB
+ * reservation; pinning a read-only MAP_SHARED file (as the arena is) in
+ * pieces; batched copies round trip; and the MoE route and experts for
+ * f32, f16, bf16, q8_0, q4_K, q5_K and q6_K against a double-precision
+ * reference written here and against the host backend (engine_int.h), on
+ * aligned (vector loads) and misaligned (scalar path) layouts;
+ * determinism; timings. (The K-quants' values come from the host's
+ * decoder, which engine/backend/host/kquant_test.c checks bit for bit against ggml.)
+ *
+ * Figures are printed as "  fig <name> <value> <unit>" lines.
+ *
+ * Tolerances (max |gpu - ref| / max |ref| over a layer's output delta,
+ * x_out - x_in; weights decode exactly in every dtype, so only the f32
+ * accumulation order differs): f32, f16, bf16, q8_0: 1e-4 each (measured
+ * on an H200: 1.5e-7 to 3.7e-7 against the double reference and against
+ * the host backend, for every dtype); the K-quants the same 1e-4. Route weights: 1e-5 absolute.
+ * Route ids: equal, except where the two logits at a rank are within
+ * 1e-5 of each other (a near tie that f32 rounding may order either way).
+ */
+#include <fcntl.h>
+#include <math.h>
+#include <stdint.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+
+#include "arena/arena.h"
+#include "engine/backend/cuda/cuda.h"
+#include "engine/backend/host/host.h"
+#include "tests/t.h"
+
+static const struct baton_backend *be = &baton_backend_cuda;
+
+#define MiB (1ull << 20)
+#define GiB (1ull << 30)
+
+static void fig(const char *name, double v, const char *unit)
+{
+	printf("  fig %-40s %12.6g %s\n", name, v, unit);
+	fflush(stdout);
+}
+
+/* Opens device 0, or ends the case as a pass with "skip: why". */
+static struct baton_dev *open_dev(void)
+{
+	char err[256];
+	if (cuda_backend_probe(err, sizeof err) != 0) {
+		printf("  skip: %s\n", err);
+		fflush(stdout);
+		exit(0);
+	}
+	struct baton_dev *dev = NULL;
+	int rc = be->open(0, 0, &dev, err, sizeof err);
+	T_ASSERT_MSG(rc == 0, "open: %s (%s)", baton_errname(rc), err);
+	return dev;
+}
+
+#define T_CU(dev, expr)                                                        \
+	do {                                                                   \
+		int t_rc_ = (expr);                                            \
+		if (t_rc_ != 0)                                                \
+			T_FAIL("%s gave %s: %s", #expr, baton_errname(t_rc_),  \
+			    cuda_backend_last_error(dev));                     \
+	} while (0)
+
+static uint64_t mem_free(struct baton_dev *dev)
+{
+	uint64_t f = 0, t = 0;
+	T_CU(dev, be->mem_info(dev, &f, &t));
+	return f;
+}
+
+static double mib(int64_t b)
+{
+	return (double)b / (double)MiB;
+}
+
+/* ---- device facts ------------------------------------------------------- */
+
+static void t_device(void)
+{
+	struct baton_dev *dev = open_dev();
+	char line[512], uuid[64];
+	cuda_backend_describe(dev, line, sizeof line);
+	printf("  %s\n", line);
+	T_CU(dev, be->uuid(dev, uuid, sizeof uuid));
+	printf("  uuid %s\n", uuid);
+	T_EQ_INT(strlen(uuid), 40);
+	T_ASSERT(strncmp(uuid, "GPU-", 4) == 0);
+	T_ASSERT(uuid[12] == '-' && uuid[17] == '-' && uuid[22] == '-' && uuid[27] == '-');
+	char small[8];
+	T_EQ_ERR(be->uuid(dev, small, sizeof small), BATON_EINVAL);
+	uint64_t g = be->granularity(dev);
+	T_ASSERT(g >= 4096 && (g & (g - 1)) == 0);
+	fig("vmm_granularity", mib((int64_t)g), "MiB");
+	uint64_t f = 0, t = 0;
+	T_CU(dev, be->mem_info(dev, &f, &t));
+	T_ASSERT(t > 0 && f <= t);
+	fig("mem_total", mib((int64_t)t), "MiB");
+	fig("mem_free", mib((int64_t)f), "MiB");
+	for (int dt = 0; dt < BATON_DT_COUNT; dt++)
+		T_EQ_INT(be->can_compute(dt), dt == BATON_DT_F32 || dt == BATON_DT_F16 ||
+		    dt == BATON_DT_BF16 || dt == BATON_DT_Q8_0 || dt == BATON_DT_Q4_K ||
+		    dt == BATON_DT_Q5_K || dt == BATON_DT_Q6_K);
+	struct baton_dev *none = NULL;
+	char err[256] = "";
+	T_EQ_ERR(be->open(999, 0, &none, err, sizeof err), BATON_ENODEV);
+	T_ASSERT(none == NULL && strstr(err, "999"));
+	be->close(dev);
+	be->close(NULL);
+}
+
+/* ---- VMM ------------------------------------------------------------------ */
+
+static void t_vmm_map_unmap(void)
+{
+	struct baton_dev *dev = open_dev();
+	const uint64_t g = be->granularity(dev), seg = 256 * MiB, nseg = 8;
+	const uint64_t range = 16 * GiB; /* a 14 GiB+ range, as a big cache takes */
+	baton_dptr base = 0;
+	T_CU(dev, be->reserve(dev, range, &base));
+	T_ASSERT(base != 0 && base % g == 0);
+
+	/* bad requests change nothing */
+	T_EQ_ERR(be->map(dev, base + g / 2, g), BATON_EINVAL);
+	T_EQ_ERR(be->map(dev, base, g + 1), BATON_EINVAL);
+	T_EQ_ERR(be->map(dev, base + range, g), BATON_EINVAL);
+	T_EQ_ERR(be->map(dev, base + range - g, 2 * g), BATON_EINVAL);
+	T_EQ_ERR(be->unmap(dev, base, g), BATON_EINVAL);
+
+	const uint64_t f0 = mem_free(dev);
+	double t0 = t_now();
+	for (uint64_t i = 0; i < nseg; i++)
+		T_CU(dev, be->map(dev, base + i * seg, seg));
+	double map_s = t_now() - t0;
+	T_EQ_ERR(be->map(dev, base + seg, g), BATON_EINVAL); /* overlaps */
+	/* the last granule of the range */
+	T_CU(dev, be->map(dev, base + range - g, g));
+	const uint64_t f1 = mem_free(dev);
+	const int64_t used = (int64_t)f0 - (int64_t)f1, want = (int64_t)(nseg * seg + g);
+	printf("  mapped %.0f MiB: free fell by %.1f MiB\n", mib(want), mib(used));
+	T_ASSERT_MSG(llabs(used - want) <= (int64_t)(16 * MiB), "free fell by %.1f MiB, want %.1f",
+	    mib(used), mib(want));
+	fig("map_256MiB_segment", map_s / nseg * 1e3, "ms");
+
+	/* the memory works: a pattern through every segment */
+	uint8_t *buf = malloc(seg), *back = malloc(seg);
+	T_ASSERT(buf && back);
+	for (uint64_t i = 0; i < seg; i++)
+		buf[i] = (uint8_t)(i * 131 + 7);
+	for (uint64_t i = 0; i < nseg; i++) {
+		struct baton_copy c = { base + i * seg, buf, seg };
+		T_CU(dev, be->copy_h2d(dev, &c, 1));
+	}
+	T_CU(dev, be->sync(dev));
+	for (uint64_t i = 0; i < nseg; i += 3) {
+		memset(back, 0, seg);
+		T_CU(dev, be->copy_d2h(dev, back, base + i * seg, seg));
+		T_ASSERT(memcmp(buf, back, seg) == 0);
+	}
+	T_EQ_ERR(be->unreserve(dev, base, range), BATON_ESTATE); /* still mapped */
+	T_EQ_ERR(be->unmap(dev, base, seg / 2), BATON_EINVAL);  /* not its size */
+
+	t0 = t_now();
+	for (uint64_t i = 0; i < nseg; i++)
+		T_CU(dev, be->unmap(dev, base + i * seg, seg));
+	double unmap_s = t_now() - t0;
+	T_CU(dev, be->unmap(dev, base + range - g, g));
+	const uint64_t f2 = mem_free(dev);
+	printf("  after unmap: free %+.1f MiB against before mapping\n",
+	    mib((int64_t)f2 - (int64_t)f0));
+	T_ASSERT_MSG(llabs((int64_t)f2 - (int64_t)f0) <= (int64_t)(16 * MiB),
+	    "unmap gave back %.1f MiB of %.1f", mib((int64_t)f2 - (int64_t)f1), mib(want));
+	fig("unmap_256MiB_segment", unmap_s / nseg * 1e3, "ms");
+
+	/* one big segment: map and unmap time of 8 GiB */
+	t0 = t_now();
+	T_CU(dev, be->map(dev, base, 8 * GiB));
+	fig("map_8GiB_segment", (t_now() - t0) * 1e3, "ms");
+	t0 = t_now();
+	T_CU(dev, be->unmap(dev, base, 8 * GiB));
+	fig("unmap_8GiB_segment", (t_now() - t0) * 1e3, "ms");
+
+	T_CU(dev, be->unreserve(dev, base, range));
+	T_EQ_ERR(be->unreserve(dev, base, range), BATON_EINVAL);
+	free(buf);
+	free(back);
+	be->close(dev);
+}
+
+/* Out of device memory: the failing map leaves nothing mapped, and what
+ * was mapped before comes back on unmap. Also close() with segments left
+ * mapped frees them. */
+static void t_vmm_oom(void)
+{
+	struct baton_dev *dev = open_dev();
+	const uint64_t g = be->granularity(dev);
+	uint64_t f0 = 0, total = 0;
+	T_CU(dev, be->mem_info(dev, &f0, &total));
+	const uint64_t range = (total / g + 64) * g + 32 * GiB;
+	baton_dptr base = 0;
+	T_CU(dev, be->reserve(dev, range, &base));
+
+	/* more than the whole device at once */
+	uint64_t big = (total / g + 1) * g;
+	int rc = be->map(dev, base, big);
+	printf("  map of %.0f MiB (> total): %s: %s\n", mib((int64_t)big), baton_errname(rc),
+	    cuda_backend_last_error(dev));
+	T_EQ_ERR(rc, BATON_EDEVMEM);
+	T_ASSERT(llabs((int64_t)mem_free(dev) - (int64_t)f0) <= (int64_t)(4 * MiB));
+
+	/* fill with 8 GiB segments, then 1 GiB ones, until the device says no */
+	uint64_t at = 0, n8 = 0, n1 = 0;
+	double t0 = t_now();
+	while ((rc = be->map(dev, base + at, 8 * GiB)) == 0) {
+		at += 8 * GiB;
+		n8++;
+	}
+	T_EQ_ERR(rc, BATON_EDEVMEM);
+	while ((rc = be->map(dev, base + at, GiB)) == 0) {
+		at += GiB;
+		n1++;
+	}
+	const double fill_s = t_now() - t0;
+	T_EQ_ERR(rc, BATON_EDEVMEM);
+	printf("  filled %llu x 8 GiB + %llu x 1 GiB = %.1f GiB in %.2f s; then: %s\n",
+	    (unsigned long long)n8, (unsigned long long)n1, (double)at / GiB, fill_s,
+	    cuda_backend_last_error(dev));
+	fig("fill_device_GiB_per_s", (double)at / GiB / fill_s, "GiB/s");
+	const uint64_t f_full = mem_free(dev);
+	T_EQ_ERR(be->map(dev, base + at, GiB), BATON_EDEVMEM);
+	T_ASSERT(llabs((int64_t)mem_free(dev) - (int64_t)f_full) <= (int64_t)(4 * MiB));
+	fig("free_when_full", mib((int64_t)f_full), "MiB");
+	/* with the device full, the kernels still launch (loaded at open) */
+	baton_dptr small = 0;
+	rc = be->alloc(dev, 64, &small);
+	printf("  cuMemAlloc(64) with the device full: %s\n", baton_errname(rc));
+	if (rc == 0)
+		be->free(dev, small);
+
+	/* give half back by unmap, the rest by close */
+	double tu = t_now();
+	uint64_t freed = 0;
+	for (uint64_t i = 0; i < n8; i += 2) {
+		T_CU(dev, be->unmap(dev, base + i * 8 * GiB, 8 * GiB));
+		freed += 8 * GiB;
+	}
+	tu = t_now() - tu;
+	if (freed)
+		fig("unmap_GiB_per_s", (double)freed / GiB / tu, "GiB/s");
+	T_ASSERT(mem_free(dev) >= f_full + freed - 16 * MiB);
+	/* A second context holder keeps the primary context alive, so what
+	 * close() forgets would still show as used. */
+	struct baton_dev *other = open_dev();
+	be->close(dev); /* unmaps and releases the rest, frees the reservation */
+	const uint64_t f_end = mem_free(other);
+	printf("  free after close (context kept by another open): %+.1f MiB against the start\n",
+	    mib((int64_t)f_end - (int64_t)f0));
+	T_ASSERT(llabs((int64_t)f_end - (int64_t)f0) <= (int64_t)(64 * MiB));
+	be->close(other);
+}
+
+/* ---- host registration and copies ------------------------------------------ */
+
+/* A file of `bytes` filled with a pattern, mapped read-only and shared, as
+ * arena_open maps an arena. */
+static const uint8_t *ro_file(uint64_t bytes, char *path, size_t len)
+{
+	const char *dirs[] = { "/dev/shm", getenv("TMPDIR"), "/tmp" };
+	for (size_t d = 0; d < 3; d++) {
+		if (!dirs[d])
+			continue;
+		snprintf(path, len, "%s/baton-cuda-test-%d", dirs[d], (int)getpid());
+		int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+		if (fd < 0)
+			continue;
+		uint64_t chunk = 16 * MiB;
+		uint8_t *buf = malloc(chunk);
+		T_ASSERT(buf);
+		int ok = 1;
+		for (uint64_t off = 0; off < bytes && ok; off += chunk) {
+			for (uint64_t i = 0; i < chunk; i += 8) {
+				uint64_t v = (off + i) * 0x9e3779b97f4a7c15ull;
+				memcpy(buf + i, &v, 8);
+			}
+			uint64_t n = bytes - off < chunk ? bytes - off : chunk;
+			ok = write(fd, buf, n) == (ssize_t)n;
+		}
+		free(buf);
+		if (!ok) {
+			close(fd);
+			unlink(path);
+			continue;
+		}
+		void *p = mmap(NULL, bytes, PROT_READ, MAP_SHARED, fd, 0);
+		close(fd);
+		T_ASSERT(p != MAP_FAILED);
+		return p;
+	}
+	T_FAIL("no room for a %llu byte test file", (unsigned long long)bytes);
+}
+
+static void t_host_register_copy(void)
+{
+	struct baton_dev *dev = open_dev();
+	const uint64_t bytes = 1 * GiB, g = be->granularity(dev);
+	char path[256];
+	const uint8_t *src = ro_file(bytes, path, sizeof path);
+
+	baton_dptr base = 0;
+	T_CU(dev, be->reserve(dev, bytes, &base));
+	T_CU(dev, be->map(dev, base, (bytes + g - 1) / g * g));
+
+	/* pageable first (before registration), as a baseline */
+	struct baton_copy whole = { base, src, bytes };
+	T_CU(dev, be->copy_h2d(dev, &whole, 1));
+	T_CU(dev, be->sync(dev));
+	double t0 = t_now();
+	T_CU(dev, be->copy_h2d(dev, &whole, 1));
+	T_CU(dev, be->sync(dev));
+	fig("h2d_pageable_1GiB", (double)bytes / 1e9 / (t_now() - t0), "GB/s");
+
+	/* pinned in 256 MiB pieces (the default is 4 GiB) */
+	cuda_backend_set_register_piece(dev, 256 * MiB);
+	t0 = t_now();
+	T_CU(dev, be->host_register(dev, src, bytes));
+	fig("host_register_1GiB", (t_now() - t0) * 1e3, "ms");
+	T_EQ_ERR(be->host_register(dev, src, bytes), BATON_EEXIST);
+
+	double best = 0;
+	for (int rep = 0; rep < 3; rep++) {
+		t0 = t_now();
+		T_CU(dev, be->copy_h2d(dev, &whole, 1));
+		T_CU(dev, be->sync(dev));
+		double gbs = (double)bytes / 1e9 / (t_now() - t0);
+		best = gbs > best ? gbs : best;
+	}
+	fig("h2d_pinned_1GiB_one_copy", best, "GB/s");
+
+	/* a batch of 4 MiB copies, as a refill issues them */
+	const size_t nb = bytes / (4 * MiB);
+	struct baton_copy *batch = calloc(nb, sizeof *batch);
+	T_ASSERT(batch);
+	for (size_t i = 0; i < nb; i++) /* reversed, so order matters for nothing */
+		batch[i] = (struct baton_copy){ base + (nb - 1 - i) * 4 * MiB,
+			src + (nb - 1 - i) * 4 * MiB, 4 * MiB };
+	best = 0;
+	for (int rep = 0; rep < 3; rep++) {
+		t0 = t_now();
+		T_CU(dev, be->copy_h2d(dev, batch, nb));
+		T_CU(dev, be->sync(dev));
+		double gbs = (double)bytes / 1e9 / (t_now() - t0);
+		best = gbs > best ? gbs : best;
+	}
+	fig("h2d_pinned_batch_4MiB", best, "GB/s");
+
+	/* odd sizes and offsets, then read everything back */
+	struct baton_copy odd[3] = {
+		{ base + 1, src + 1, 4095 },
+		{ base + 12345, src + 12345, 3 * MiB + 17 },
+		{ base + bytes - 7, src + bytes - 7, 7 },
+	};
+	T_CU(dev, be->copy_h2d(dev, odd, 3));
+	uint8_t *back = malloc(bytes);
+	T_ASSERT(back);
+	t0 = t_now();
+	T_CU(dev, be->copy_d2h(dev, back, base, bytes));
+	fig("d2h_pageable_1GiB", (double)bytes / 1e9 / (t_now() - t0), "GB/s");
+	T_ASSERT(memcmp(back, src, bytes) == 0);
+	free(back);
+	free(batch);
+
+	T_EQ_ERR(be->host_unregister(dev, src + 4096, bytes - 4096), BATON_ENOTFOUND);
+	T_CU(dev, be->host_unregister(dev, src, bytes));
+	T_EQ_ERR(be->host_unregister(dev, src, bytes), BATON_ENOTFOUND);
+	/* registered again with the default (one piece) and left for close() */
+	cuda_backend_set_register_piece(dev, 0);
+	T_CU(dev, be->host_register(dev, src, bytes));
+	T_CU(dev, be->unmap(dev, base, (bytes + g - 1) / g * g));
+	T_CU(dev, be->unreserve(dev, base, bytes));
+	be->close(dev);
+	munmap((void *)(uintptr_t)src, bytes);
+	unlink(path);
+}
+
+/* ---- MoE: data, references ---------------------------------------------- */
+
+static uint64_t rng_state = 0x243f6a8885a308d3ull;
+
+static double urand(void) /* [-1, 1) */
+{
+	rng_state ^= rng_state << 13;
+	rng_state ^= rng_state >> 7;
+	rng_state ^= rng_state << 17;
+	return (double)(rng_state >> 11) / (double)(1ull << 52) - 1.0;
+}
+
+static uint16_t to_f16(float f)
+{
+	uint32_t b;
+	memcpy(&b, &f, 4);
+	uint32_t sign = (b >> 16) & 0x8000;
+	int e = (int)((b >> 23) & 0xff) - 127 + 15;
+	uint32_t m = b & 0x7fffff;
+	if (e <= 0)
+		return (uint16_t)sign; /* test data has no subnormals */
+	if (e >= 31)
+		return (uint16_t)(sign | 0x7c00);
+	uint32_t h = sign | ((uint32_t)e << 10) | (m >> 13), rest = m & 0x1fff;
+	if (rest > 0x1000 || (rest == 0x1000 && (h & 1)))
+		h++;
+	return (uint16_t)h;
+}
+
+static double from_f16(uint16_t h)
+{
+	int e = (h >> 10) & 0x1f;
+	double m = h & 0x3ff, v;
+	if (e == 0)
+		v = ldexp(m, -24);
+	else if (e == 31)
+		v = m ? NAN : INFINITY;
+	else
+		v = ldexp(1024 + m, e - 25);
+	return (h & 0x8000) ? -v : v;
+}
+
+static uint16_t to_bf16(float f)
+{
+	uint32_t b;
+	memcpy(&b, &f, 4);
+	return (uint16_t)((b + 0x7fff + ((b >> 16) & 1)) >> 16);
+}
+
+static double from_bf16(uint16_t h)
+{
+	uint32_t b = (uint32_t)h << 16;
+	float f;
+	memcpy(&f, &b, 4);
+	return f;
+}
+
+static uint64_t rowb(int dt, uint32_t cols)
+{
+	switch (dt) {
+	case BATON_DT_F32: return 4ull * cols;
+	case BATON_DT_F16:
+	case BATON_DT_BF16: return 2ull * cols;
+	case BATON_DT_Q8_0: return cols / 32 * 34ull;
+	case BATON_DT_Q4_K: return cols / 256 * 144ull;
+	case BATON_DT_Q5_K: return cols / 256 * 176ull;
+	case BATON_DT_Q6_K: return cols / 256 * 210ull;
+	}
+	return 0;
+}
+
+/* K-quant test rows: random quants and 6-bit scales, and f16 super-scales
+ * that give each block the rms of v's values there (so the layer has the
+ * magnitudes of the other dtypes'); q4_K / q5_K sub-blocks have min =
+ * scale and dmin = d * 7.5 (15.5), centring them on zero. The values are
+ * what the host's decoder says (engine/backend/host/kquant_test.c checks it against
+ * ggml), not v's. */
+static void encode_kquant(int dt, const double *v, uint32_t cols, uint8_t *out)
+{
+	const uint64_t bb = rowb(dt, 256);
+	for (uint32_t b = 0; b < cols / 256; b++) {
+		uint8_t *blk = out + b * bb;
+		double ss = 0;
+		for (int i = 0; i < 256; i++)
+			ss += v[b * 256 + i] * v[b * 256 + i];
+		double rms = sqrt(ss / 256);
+		for (uint64_t k = 0; k < bb; k++)
+			blk[k] = (uint8_t)(urand() * 128 + 128);
+		/* baton_f32_to_f16: small d may be subnormal (to_f16 here
+		 * flushes those to zero). */
+		if (dt == BATON_DT_Q6_K) { /* scales in -63..63: rms 36.7 */
+			for (int j = 0; j < 16; j++)
+				blk[192 + j] = (uint8_t)(int8_t)lround(urand() * 63);
+			uint16_t d = baton_f32_to_f16((float)(rms / (36.7 * 18.5)));
+			memcpy(blk + 208, &d, 2);
+			continue;
+		}
+		double half = dt == BATON_DT_Q4_K ? 7.5 : 15.5;
+		uint16_t d = baton_f32_to_f16((float)(rms / (42 * (dt == BATON_DT_Q4_K ? 4.61 : 9.23))));
+		uint16_t m = baton_f32_to_f16((float)(from_f16(d) * half));
+		memcpy(blk, &d, 2);
+		memcpy(blk + 2, &m, 2);
+		uint8_t *sc = blk + 4;
+		for (int j = 0; j < 8; j++) {
+			uint8_t s6 = (uint8_t)(16 + (int)((urand() + 1) * 23.9));
+			if (j < 4) {
+				sc[j] = s6, sc[j + 4] = s6;
+			} else {
+				sc[j + 4] = (uint8_t)((s6 & 0xF) | ((s6 & 0xF) << 4));
+				sc[j - 4] = (uint8_t)((sc[j - 4] & 63) | ((s6 >> 4) << 6));
+				sc[j] = (uint8_t)((sc[j] & 63) | ((s6 >> 4) << 6));
+			}
+		}
+	}
+}
+
+/* Encodes v[cols] (scaled by `scale`) into a row of dtype dt. */
+static void encode_row(int dt, const double *v, uint32_t cols, uint8_t *out)
+{
+	for (uint32_t i = 0; i < cols; i++) {
+		float f = (float)v[i];
+		uint16_t h;
+		switch (dt) {
+		case BATON_DT_F32: memcpy(out + 4ull * i, &f, 4); break;
+		case BATON_DT_F16: h = to_f16(f); memcpy(out + 2ull * i, &h, 2); break;
+		case BATON_DT_BF16: h = to_bf16(f); memcpy(out + 2ull * i, &h, 2); break;
+		}
+	}
+	if (kquant_is(dt))
+		encode_kquant(dt, v, cols, out);
+	if (dt == BATON_DT_Q8_0)
+		for (uint32_t b = 0; b < cols / 32; b++) {
+			double amax = 0;
+			for (int i = 0; i < 32; i++)
+				amax = fmax(amax, fabs(v[b * 32 + i]));
+			uint16_t dh = to_f16((float)(amax / 127));
+			double d = from_f16(dh);
+			uint8_t *blk = out + b * 34ull;
+			memcpy(blk, &dh, 2);
+			for (int i = 0; i < 32; i++) {
+				long q = d > 0 ? lround(v[b * 32 + i] / d) : 0;
+				q = q > 127 ? 127 : q < -127 ? -127 : q;
+				blk[2 + i] = (uint8_t)(int8_t)q;
+			}
+		}
+}
+
+static double decode(int dt, const uint8_t *row, uint32_t i)
+{
+	uint16_t h;
+	float f;
+	switch (dt) {
+	case BATON_DT_F32: memcpy(&f, row + 4ull * i, 4); return f;
+	case BATON_DT_F16: memcpy(&h, row + 2ull * i, 2); return from_f16(h);
+	case BATON_DT_BF16: memcpy(&h, row + 2ull * i, 2); return from_bf16(h);
+	case BATON_DT_Q8_0: {
+		const uint8_t *blk = row + (i / 32) * 34ull;
+		memcpy(&h, blk, 2);
+		return from_f16(h) * (double)(int8_t)blk[2 + i % 32];
+	}
+	case BATON_DT_Q4_K:
+	case BATON_DT_Q5_K:
+	case BATON_DT_Q6_K: { /* the host's decoder, one block remembered */
+		static const uint8_t *last;
+		static int last_dt = -1;
+		static float vals[256];
+		const uint8_t *blk = row + (i / 256) * rowb(dt, 256);
+		if (blk != last || dt != last_dt) {
+			kquant_decode_block(dt, blk, vals);
+			last = blk, last_dt = dt;
+		}
+		return vals[i % 256];
+	}
+	}
+	return NAN;
+}
+
+static double dotd(int dt, const uint8_t *row, const double *x, uint32_t cols)
+{
+	double s = 0;
+	for (uint32_t i = 0; i < cols; i++)
+		s += decode(dt, row, i) * x[i];
+	return s;
+}
+
+/* A model layer in host memory, and the same on the device. */
+struct layer {
+	uint32_t B, D, F, E, K;
+	int dt, norm_dt;
+	uint64_t gate_off, up_off, down_off, blob_bytes, stride;
+	uint8_t *blobs;   /* E * stride */
+	uint8_t *router;  /* E rows of D */
+	uint8_t *norm;    /* one row of D */
+	float *x;         /* B * D */
+	/* device */
+	baton_dptr d_blobs, d_router, d_norm, d_x, d_xn;
+	baton_dptr d_base; /* the VMM reservation that holds the blobs */
+	uint64_t d_range;
+};
+
+static uint64_t up4k(uint64_t v)
+{
+	return (v + 4095) & ~4095ull;
+}
+
+/* misalign: offsets of the parts that defeat the vector loads. */
+static void layer_make(struct layer *L, uint32_t B, uint32_t D, uint32_t F, uint32_t E,
+    uint32_t K, int dt, int misalign)
+{
+	memset(L, 0, sizeof *L);
+	L->B = B, L->D = D, L->F = F, L->E = E, L->K = K, L->dt = dt;
+	L->norm_dt = dt == BATON_DT_Q8_0 || kquant_is(dt) ? BATON_DT_F16 : dt;
+	L->gate_off = misalign ? 1 : 0;
+	L->up_off = L->gate_off + rowb(dt, D) * F + (misalign ? 3 : 0);
+	L->down_off = L->up_off + rowb(dt, D) * F + (misalign ? 5 : 0);
+	L->blob_bytes = L->down_off + rowb(dt, F) * D;
+	L->stride = up4k(L->blob_bytes);
+	L->blobs = calloc(E, L->stride);
+	L->router = calloc(E, rowb(dt, D));
+	L->norm = calloc(1, rowb(L->norm_dt, D));
+	L->x = calloc((size_t)B * D, 4);
+	T_ASSERT(L->blobs && L->router && L->norm && L->x);
+	uint32_t mx = D > F ? D : F;
+	double *v = malloc(mx * sizeof *v);
+	T_ASSERT(v);
+	for (uint32_t e = 0; e < E; e++) {
+		uint8_t *blob = L->blobs + e * L->stride;
+		for (uint32_t r = 0; r < F; r++) {
+			for (uint32_t i = 0; i < D; i++)
+				v[i] = urand() / sqrt(D) * 2;
+			encode_row(dt, v, D, blob + L->gate_off + r * rowb(dt, D));
+			for (uint32_t i = 0; i < D; i++)
+				v[i] = urand() / sqrt(D) * 2;
+			encode_row(dt, v, D, blob + L->up_off + r * rowb(dt, D));
+		}
+		for (uint32_t r = 0; r < D; r++) {
+			for (uint32_t i = 0; i < F; i++)
+				v[i] = urand() / sqrt(F) * 2;
+			encode_row(dt, v, F, blob + L->down_off + r * rowb(dt, F));
+		}
+		for (uint32_t i = 0; i < D; i++)
+			v[i] = urand() / sqrt(D) * 4;
+		encode_row(dt, v, D, L->router + e * rowb(dt, D));
+	}
+	for (uint32_t i = 0; i < D; i++)
+		v[i] = 1.0 + 0.5 * urand();
+	encode_row(L->norm_dt, v, D, L->norm);
+	for (uint64_t i = 0; i < (uint64_t)B * D; i++)
+		L->x[i] = (float)(urand() * 2);
+	free(v);
+}
+
+/* Uploads the layer: blobs into VMM segments (as the cache holds them),
+ * dense tensors into plain buffers. */
+static void layer_upload(struct baton_dev *dev, struct layer *L)
+{
+	const uint64_t g = be->granularity(dev);
+	L->d_range = (L->E * L->stride + g - 1) / g * g;
+	T_CU(dev, be->reserve(dev, L->d_range, &L->d_base));
+	T_CU(dev, be->map(dev, L->d_base, L->d_range));
+	L->d_blobs = L->d_base;
+	T_CU(dev, be->alloc(dev, L->E * rowb(L->dt, L->D), &L->d_router));
+	T_CU(dev, be->alloc(dev, rowb(L->norm_dt, L->D), &L->d_norm));
+	T_CU(dev, be->alloc(dev, (uint64_t)L->B * L->D * 4, &L->d_x));
+	T_CU(dev, be->alloc(dev, (uint64_t)L->B * L->D * 4, &L->d_xn));
+	struct baton_copy c[4] = {
+		{ L->d_blobs, L->blobs, L->E * L->stride },
+		{ L->d_router, L->router, L->E * rowb(L->dt, L->D) },
+		{ L->d_norm, L->norm, rowb(L->norm_dt, L->D) },
+		{ L->d_x, L->x, (uint64_t)L->B * L->D * 4 },
+	};
+	T_CU(dev, be->copy_h2d(dev, c, 4));
+	T_CU(dev, be->sync(dev));
+}
+
+static void layer_free(struct baton_dev *dev, struct layer *L)
+{
+	if (dev) {
+		T_CU(dev, be->unmap(dev, L->d_base, L->d_range));
+		T_CU(dev, be->unreserve(dev, L->d_base, L->d_range));
+		be->free(dev, L->d_router);
+		be->free(dev, L->d_norm);
+		be->free(dev, L->d_x);
+		be->free(dev, L->d_xn);
+	}
+	free(L->blobs);
+	free(L->router);
+	free(L->norm);
+	free(L->x);
+}
+
+static struct baton_moe_layer layer_desc(const struct layer *L, int on_device, float *hx,
+    float *hxn)
+{
+	struct baton_moe_layer l = {
+		.batch = L->B, .d_model = L->D, .d_ff = L->F, .n_experts = L->E, .top_k = L->K,
+		.norm_dtype = (uint32_t)L->norm_dt, .router_dtype = (uint32_t)L->dt,
+		.gate_dtype = (uint32_t)L->dt, .up_dtype = (uint32_t)L->dt,
+		.down_dtype = (uint32_t)L->dt,
+		.gate_off = L->gate_off, .up_off = L->up_off, .down_off = L->down_off,
+	};
+	if (on_device) {
+		l.x = L->d_x, l.xn = L->d_xn, l.norm = L->d_norm, l.router = L->d_router;
+	} else {
+		l.x = (baton_dptr)(uintptr_t)hx, l.xn = (baton_dptr)(uintptr_t)hxn;
+		l.norm = (baton_dptr)(uintptr_t)L->norm;
+		l.router = (baton_dptr)(uintptr_t)L->router;
+	}
+	return l;
+}
+
+/* The double reference: route (xn, logits, ids, weights) of token t. */
+static void ref_route(const struct layer *L, uint32_t t, double *xn, double *logit,
+    uint32_t *ids, double *w)
+{
+	const float *x = L->x + (uint64_t)t * L->D;
+	double ss = 0;
+	for (uint32_t i = 0; i < L->D; i++)
+		ss += (double)x[i] * x[i];
+	double s = 1 / sqrt(ss / L->D + 1e-6);
+	for (uint32_t i = 0; i < L->D; i++)
+		xn[i] = x[i] * s * decode(L->norm_dt, L->norm, i);
+	for (uint32_t e = 0; e < L->E; e++)
+		logit[e] = dotd(L->dt, L->router + e * rowb(L->dt, L->D), xn, L->D);
+	for (uint32_t k = 0; k < L->K; k++) {
+		uint32_t best = UINT32_MAX;
+		for (uint32_t e = 0; e < L->E; e++) {
+			int taken = 0;
+			for (uint32_t j = 0; j < k; j++)
+				taken |= ids[j] == e;
+			if (!taken && (best == UINT32_MAX || logit[e] > logit[best]))
+				best = e;
+		}
+		ids[k] = best;
+	}
+	double sum = 0;
+	for (uint32_t k = 0; k < L->K; k++)
+		sum += w[k] = exp(logit[ids[k]] - logit[ids[0]]);
+	for (uint32_t k = 0; k < L->K; k++)
+		w[k] /= sum;
+}
+
+/* The double reference of the experts for token t: delta[D]. */
+static void ref_experts(const struct layer *L, const double *xn, const uint32_t *ids,
+    const float *w, double *delta)
+{
+	double *h = malloc(L->F * sizeof *h);
+	T_ASSERT(h);
+	memset(delta, 0, L->D * sizeof *delta);
+	for (uint32_t k = 0; k < L->K; k++) {
+		const uint8_t *blob = L->blobs + ids[k] * L->stride;
+		for (uint32_t r = 0; r < L->F; r++) {
+			double g = dotd(L->dt, blob + L->gate_off + r * rowb(L->dt, L->D), xn, L->D);
+			double u = dotd(L->dt, blob + L->up_off + r * rowb(L->dt, L->D), xn, L->D);
+			h[r] = g / (1 + exp(-g)) * u;
+		}
+		for (uint32_t r = 0; r < L->D; r++)
+			delta[r] += w[k] * dotd(L->dt, blob + L->down_off + r * rowb(L->dt, L->F), h, L->F);
+	}
+	free(h);
+}
+
+/* max |a - b| / max |b| */
+static double rel_err(const double *a, const double *b, size_t n)
+{
+	double num = 0, den = 0;
+	for (size_t i = 0; i < n; i++) {
+		num = fmax(num, fabs(a[i] - b[i]));
+		den = fmax(den, fabs(b[i]));
+	}
+	return den > 0 ? num / den : num;
+}
+
+static const char *dt_name(int dt)
+{
+	const char *n = baton_dtype_name(dt);
+	return n ? n : "?";
+}
+
+/* Route and experts of one layer on the GPU, against the double reference
+ * and the host backend. */
+static void check_layer(int dt, uint32_t B, uint32_t D, uint32_t F, uint32_t E, uint32_t K,
+    int misalign)
+{
+	struct baton_dev *dev = open_dev();
+	const double tol = 1e-4;
+	struct layer L;
+	layer_make(&L, B, D, F, E, K, dt, misalign);
+	layer_upload(dev, &L);
+	const size_t BD = (size_t)B * D, BK = (size_t)B * K;
+
+	/* route */
+	struct baton_moe_layer gl = layer_desc(&L, 1, NULL, NULL);
+	uint32_t *ids = calloc(BK, 4), *hids = calloc(BK, 4), *rids = calloc(BK, 4);
+	float *w = calloc(BK, 4), *hw = calloc(BK, 4);
+	double *rw = calloc(BK, 8), *rxn = calloc(BD, 8), *logit = calloc(E, 8);
+	float *hx = malloc(BD * 4), *hxn = malloc(BD * 4), *gxn = malloc(BD * 4);
+	float *gx = malloc(BD * 4), *gx2 = malloc(BD * 4);
+	T_ASSERT(ids && hids && rids && w && hw && rw && rxn && logit && hx && hxn && gxn && gx &&
+	    gx2);
+	T_CU(dev, be->moe_route(dev, &gl, ids, w));
+	T_CU(dev, be->copy_d2h(dev, gxn, L.d_xn, BD * 4));
+
+	memcpy(hx, L.x, BD * 4);
+	struct baton_moe_layer hl = layer_desc(&L, 0, hx, hxn);
+	T_OK(host_moe_route(NULL, &hl, hids, hw));
+
+	double max_w_err = 0, max_hw_err = 0;
+	for (uint32_t t = 0; t < B; t++) {
+		ref_route(&L, t, rxn + (size_t)t * D, logit, rids + (size_t)t * K, rw + (size_t)t * K);
+		for (uint32_t k = 0; k < K; k++) {
+			size_t i = (size_t)t * K + k;
+			if (ids[i] != rids[i]) {
+				double gap = fabs(logit[ids[i]] - logit[rids[i]]);
+				T_ASSERT_MSG(gap <= 1e-5 * (1 + fabs(logit[rids[i]])),
+				    "token %u rank %u: gpu id %u, reference %u (logit gap %g)", t, k,
+				    ids[i], rids[i], gap);
+				printf("  near tie at token %u rank %u (gap %g)\n", t, k, gap);
+			}
+			if (ids[i] != hids[i])
+				printf("  host and gpu differ at token %u rank %u: %u vs %u\n", t, k,
+				    hids[i], ids[i]);
+			if (ids[i] == rids[i])
+				max_w_err = fmax(max_w_err, fabs(w[i] - rw[i]));
+			if (ids[i] == hids[i])
+				max_hw_err = fmax(max_hw_err, fabs(w[i] - hw[i]));
+		}
+	}
+	double *tmp = malloc(BD * 8), *tmp2 = malloc(BD * 8);
+	T_ASSERT(tmp && tmp2);
+	for (size_t i = 0; i < BD; i++)
+		tmp[i] = gxn[i];
+	double xn_err = rel_err(tmp, rxn, BD);
+	T_ASSERT_MSG(max_w_err <= 1e-5, "route weights off by %g", max_w_err);
+	T_ASSERT_MSG(xn_err <= 1e-5, "xn off by %g", xn_err);
+
+	/* experts with the GPU's ids and weights on all three */
+	baton_dptr *blobs = calloc(BK, sizeof *blobs), *hblobs = calloc(BK, sizeof *hblobs);
+	T_ASSERT(blobs && hblobs);
+	for (size_t i = 0; i < BK; i++) {
+		blobs[i] = L.d_blobs + ids[i] * L.stride;
+		hblobs[i] = (baton_dptr)(uintptr_t)(L.blobs + ids[i] * L.stride);
+	}
+	T_CU(dev, be->moe_experts(dev, &gl, blobs, w));
+	T_CU(dev, be->copy_d2h(dev, gx, L.d_x, BD * 4));
+	memcpy(hx, L.x, BD * 4);
+	T_OK(host_moe_route(NULL, &hl, hids, hw)); /* host xn */
+	T_OK(host_moe_experts(NULL, &hl, hblobs, w));
+
+	double *delta = malloc(BD * 8), *rdelta = malloc(BD * 8);
+	T_ASSERT(delta && rdelta);
+	for (uint32_t t = 0; t < B; t++)
+		ref_experts(&L, rxn + (size_t)t * D, ids + (size_t)t * K, w + (size_t)t * K,
+		    rdelta + (size_t)t * D);
+	for (size_t i = 0; i < BD; i++) {
+		delta[i] = (double)gx[i] - L.x[i];
+		tmp2[i] = (double)hx[i] - L.x[i];
+	}
+	double e_ref = rel_err(delta, rdelta, BD), e_host = rel_err(delta, tmp2, BD);
+	double e_host_ref = rel_err(tmp2, rdelta, BD), dmax = 0;
+	for (size_t i = 0; i < BD; i++)
+		dmax = fmax(dmax, fabs(rdelta[i]));
+	T_ASSERT_MSG(dmax > 1e-6, "%s: the layer's output is (nearly) zero: weights lost", dt_name(dt));
+	printf("  %s B=%u D=%u F=%u E=%u K=%u %s: xn %.2e, route w %.2e (host %.2e), "
+	       "experts vs double %.2e, vs host %.2e (host vs double %.2e)\n",
+	    dt_name(dt), B, D, F, E, K, misalign ? "misaligned" : "aligned", xn_err, max_w_err,
+	    max_hw_err, e_ref, e_host, e_host_ref);
+	char name[64];
+	snprintf(name, sizeof name, "max_rel_err_%s_%s", dt_name(dt), misalign ? "scalar" : "vector");
+	fig(name, e_ref, "");
+	T_ASSERT_MSG(e_ref <= tol, "%s experts: relative error %g > %g", dt_name(dt), e_ref, tol);
+	T_ASSERT_MSG(e_host <= tol, "%s experts vs host: relative error %g > %g", dt_name(dt),
+	    e_host, tol);
+
+	/* deterministic: the same inputs give the same bits */
+	struct baton_copy c = { L.d_x, L.x, BD * 4 };
+	T_CU(dev, be->copy_h2d(dev, &c, 1));
+	T_CU(dev, be->moe_route(dev, &gl, hids, hw));
+	T_ASSERT(memcmp(hids, ids, BK * 4) == 0 && memcmp(hw, w, BK * 4) == 0);
+	T_CU(dev, be->moe_experts(dev, &gl, blobs, w));
+	T_CU(dev, be->copy_d2h(dev, gx2, L.d_x, BD * 4));
+	T_ASSERT_MSG(memcmp(gx, gx2, BD * 4) == 0, "two runs differ");
+
+	/* moe_experts_dev: the blobs from a device table by id, ids and
+	 * weights on the device, one pair per chunk: moe_experts' bits (its
+	 * chunks of up to 8 tokens of one expert where B = 20) */
+	uint64_t *tab = malloc((size_t)E * 8);
+	baton_dptr dtab = 0, dsel = 0;
+	T_ASSERT(tab);
+	for (uint32_t e = 0; e < E; e++)
+		tab[e] = L.d_blobs + e * L.stride;
+	T_CU(dev, be->alloc(dev, (uint64_t)E * 8, &dtab));
+	T_CU(dev, be->alloc(dev, BK * 8, &dsel));
+	struct baton_copy cs[4] = { { dtab, tab, (uint64_t)E * 8 }, { dsel, ids, BK * 4 },
+		{ dsel + BK * 4, w, BK * 4 }, { L.d_x, L.x, BD * 4 } };
+	T_CU(dev, be->copy_h2d(dev, cs, 4));
+	T_CU(dev, be->moe_experts_dev(dev, &gl, dtab, dsel, dsel + BK * 4));
+	T_CU(dev, be->copy_d2h(dev, gx2, L.d_x, BD * 4));
+	T_ASSERT_MSG(memcmp(gx, gx2, BD * 4) == 0, "%s: moe_experts_dev differs from moe_experts",
+	    dt_name(dt));
+	T_EQ_ERR(be->moe_experts_dev(dev, &gl, 0, dsel, dsel + BK * 4), BATON_EINVAL);
+	T_EQ_ERR(be->moe_experts_dev(dev, &gl, dtab, dsel + 2, dsel + BK * 4), BATON_EINVAL);
+	T_CU(dev, be->sync(dev));
+	be->free(dev, dtab);
+	be->free(dev, dsel);
+	free(tab);
+
+	/* errors: an uncomputable dtype, a zero blob */
+	struct baton_moe_layer bad = gl;
+	bad.gate_dtype = BATON_DT_Q3_K;
+	T_EQ_ERR(be->moe_experts(dev, &bad, blobs, w), BATON_EUNSUPPORTED);
+	bad = gl;
+	bad.top_k = E + 1;
+	T_EQ_ERR(be->moe_route(dev, &bad, ids, w), BATON_EINVAL);
+	baton_dptr keep = blobs[0];
+	blobs[0] = 0;
+	T_EQ_ERR(be->moe_experts(dev, &gl, blobs, w), BATON_EINVAL);
+	blobs[0] = keep;
+
+	free(ids), free(hids), free(rids), free(w), free(hw), free(rw), free(rxn), free(logit);
+	free(hx), free(hxn), free(gxn), free(gx), free(gx2), free(tmp), free(tmp2);
+	free(blobs), free(hblobs), free(delta), free(rdelta);
+	layer_free(dev, &L);
+	be->close(dev);
+}
+
+static void t_moe_f32(void)
+{
+	check_layer(BATON_DT_F32, 5, 256, 96, 16, 4, 0);
+	check_layer(BATON_DT_F32, 3, 96, 64, 8, 2, 1);
+	check_layer(BATON_DT_F32, 20, 128, 64, 4, 2, 0); /* 10 tokens per expert: chunks of 8 */
+}
+
+static void t_moe_f16(void)
+{
+	check_layer(BATON_DT_F16, 5, 256, 96, 16, 4, 0);
+	check_layer(BATON_DT_F16, 3, 96, 64, 8, 2, 1);
+	check_layer(BATON_DT_F16, 1, 512, 128, 32, 8, 0);
+}
+
+static void t_moe_bf16(void)
+{
+	check_layer(BATON_DT_BF16, 5, 256, 96, 16, 4, 0);
+	check_layer(BATON_DT_BF16, 3, 96, 64, 8, 2, 1);
+	check_layer(BATON_DT_BF16, 20, 128, 64, 4, 2, 0);
+}
+
+static void t_moe_q8_0(void)
+{
+	check_layer(BATON_DT_Q8_0, 5, 256, 96, 16, 4, 0);
+	check_layer(BATON_DT_Q8_0, 3, 96, 64, 8, 2, 1);
+	check_layer(BATON_DT_Q8_0, 20, 128, 64, 4, 2, 0);
+}
+
+/* The K-quants: rows of whole 256-value blocks; vector loads (aligned),
+ * the scalar path (misaligned), and chunks of several tokens. */
+static void check_kquant(int dt)
+{
+	check_layer(dt, 5, 512, 256, 16, 4, 0);
+	check_layer(dt, 3, 256, 512, 8, 2, 1);
+	check_layer(dt, 20, 256, 256, 4, 2, 0);
+}
+
+static void t_moe_q4_K(void) { check_kquant(BATON_DT_Q4_K); }
+static void t_moe_q5_K(void) { check_kquant(BATON_DT_Q5_K); }
+static void t_moe_q6_K(void) { check_kquant(BATON_DT_Q6_K); }
+
+/* Exact ties (duplicate router rows give bitwise equal logits): ids in
+ * rank order with the lower id first, as the host backend ranks them. */
+static void t_route_ties(void)
+{
+	struct baton_dev *dev = open_dev();
+	const int dts[] = { BATON_DT_F32, BATON_DT_BF16, BATON_DT_Q8_0, BATON_DT_Q4_K };
+	for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++) {
+		struct layer L;
+		layer_make(&L, 6, kquant_is(dts[d]) ? 256 : 128, kquant_is(dts[d]) ? 256 : 32, 12, 5,
+		    dts[d], 0);
+		const uint64_t rb = rowb(dts[d], L.D);
+		for (uint32_t e = 4; e < L.E; e++) /* rows 4.. repeat rows 0..3 */
+			memcpy(L.router + e * rb, L.router + (e % 4) * rb, rb);
+		layer_upload(dev, &L);
+		const size_t BK = (size_t)L.B * L.K, BD = (size_t)L.B * L.D;
+		uint32_t ids[64], hids[64];
+		float w[64], hw[64], *hx = malloc(BD * 4), *hxn = malloc(BD * 4);
+		T_ASSERT(BK <= 64 && hx && hxn);
+		struct baton_moe_layer gl = layer_desc(&L, 1, NULL, NULL);
+		T_CU(dev, be->moe_route(dev, &gl, ids, w));
+		memcpy(hx, L.x, BD * 4);
+		struct baton_moe_layer hl = layer_desc(&L, 0, hx, hxn);
+		T_OK(host_moe_route(NULL, &hl, hids, hw));
+		for (size_t i = 0; i < BK; i++) {
+			T_ASSERT_MSG(ids[i] == hids[i], "%s pair %zu: gpu id %u, host %u",
+			    dt_name(dts[d]), i, ids[i], hids[i]);
+			if (i % L.K)
+				T_ASSERT(w[i] <= w[i - 1]);
+		}
+		for (uint32_t t = 0; t < L.B; t++) /* e and e+4 tie: lower first, adjacent */
+			for (uint32_t k = 0; k + 1 < L.K; k++) {
+				uint32_t a = ids[t * L.K + k], b = ids[t * L.K + k + 1];
+				if (a % 4 == b % 4)
+					T_ASSERT(a < b && w[t * L.K + k] == w[t * L.K + k + 1]);
+			}
+		free(hx), free(hxn);
+		layer_free(dev, &L);
+	}
+	be->close(dev);
+}
+
+/* ---- timings -------------------------------------------------------------- */
+
+/* A layer of Qwen3-30B-A3B's shape (d_model 2048, d_ff 768, 128 experts,
+ * top 8) with random weights; route + experts per decode step. */
+static void perf_layer(struct baton_dev *dev, int dt, uint32_t B)
+{
+	const uint32_t D = 2048, F = 768, E = 128, K = 8;
+	struct layer L;
+	memset(&L, 0, sizeof L);
+	L.B = B, L.D = D, L.F = F, L.E = E, L.K = K, L.dt = dt, L.norm_dt = BATON_DT_F32;
+	L.gate_off = 0;
+	L.up_off = up4k(rowb(dt, D) * F);
+	L.down_off = L.up_off + up4k(rowb(dt, D) * F);
+	L.blob_bytes = L.down_off + rowb(dt, F) * D;
+	L.stride = up4k(L.blob_bytes);
+	/* one expert's worth of valid random rows, copied to every expert */
+	uint8_t *one = calloc(1, L.stride);
+	double *v = malloc(D * sizeof *v);
+	T_ASSERT(one && v);
+	for (uint32_t r = 0; r < F; r++) {
+		for (uint32_t i = 0; i < D; i++)
+			v[i] = urand() / 20;
+		encode_row(dt, v, D, one + L.gate_off + r * rowb(dt, D));
+		encode_row(dt, v, D, one + L.up_off + r * rowb(dt, D));
+	}
+	for (uint32_t r = 0; r < D; r++) {
+		for (uint32_t i = 0; i < F; i++)
+			v[i] = urand() / 20;
+		encode_row(dt, v, F, one + L.down_off + r * rowb(dt, F));
+	}
+	L.router = calloc(E, rowb(dt, D));
+	L.norm = calloc(1, 4 * D);
+	L.x = calloc((size_t)B * D, 4);
+	T_ASSERT(L.router && L.norm && L.x);
+	for (uint32_t e = 0; e < E; e++) {
+		for (uint32_t i = 0; i < D; i++)
+			v[i] = urand();
+		encode_row(dt, v, D, L.router + e * rowb(dt, D));
+	}
+	for (uint32_t i = 0; i < D; i++)
+		((float *)L.norm)[i] = 1;
+	for (size_t i = 0; i < (size_t)B * D; i++)
+		L.x[i] = (float)urand();
+
+	const uint64_t g = be->granularity(dev);
+	L.d_range = (E * L.stride + g - 1) / g * g;
+	T_CU(dev, be->reserve(dev, L.d_range, &L.d_base));
+	T_CU(dev, be->map(dev, L.d_base, L.d_range));
+	L.d_blobs = L.d_base;
+	for (uint32_t e = 0; e < E; e++) {
+		struct baton_copy c = { L.d_blobs + e * L.stride, one, L.stride };
+		T_CU(dev, be->copy_h2d(dev, &c, 1));
+	}
+	T_CU(dev, be->alloc(dev, E * rowb(dt, D), &L.d_router));
+	T_CU(dev, be->alloc(dev, 4 * D, &L.d_norm));
+	T_CU(dev, be->alloc(dev, (uint64_t)B * D * 4, &L.d_x));
+	T_CU(dev, be->alloc(dev, (uint64_t)B * D * 4, &L.d_xn));
+	struct baton_copy c[3] = {
+		{ L.d_router, L.router, E * rowb(dt, D) },
+		{ L.d_norm, L.norm, 4 * D },
+		{ L.d_x, L.x, (uint64_t)B * D * 4 },
+	};
+	T_CU(dev, be->copy_h2d(dev, c, 3));
+	T_CU(dev, be->sync(dev));
+
+	struct baton_moe_layer l = layer_desc(&L, 1, NULL, NULL);
+	l.norm_dtype = BATON_DT_F32;
+	uint32_t *ids = calloc((size_t)B * K, 4);
+	float *w = calloc((size_t)B * K, 4);
+	baton_dptr *blobs = calloc((size_t)B * K, sizeof *blobs);
+	T_ASSERT(ids && w && blobs);
+	/* distinct experts per token where possible, the decode worst case:
+	 * every pair reads its own weights */
+	for (size_t i = 0; i < (size_t)B * K; i++) {
+		blobs[i] = L.d_blobs + (i % E) * L.stride;
+		w[i] = 1.0f / K;
+	}
+	uint32_t uniq = B * K < E ? B * K : E;
+	const double bytes = (double)uniq * (double)L.blob_bytes;
+	const int iters = 200;
+	T_CU(dev, be->moe_experts(dev, &l, blobs, w)); /* warm */
+	T_CU(dev, be->sync(dev));
+	double t0 = t_now();
+	for (int i = 0; i < iters; i++)
+		T_CU(dev, be->moe_experts(dev, &l, blobs, w));
+	T_CU(dev, be->sync(dev));
+	double ex = (t_now() - t0) / iters;
+	t0 = t_now();
+	for (int i = 0; i < iters; i++)
+		T_CU(dev, be->moe_route(dev, &l, ids, w));
+	double ro = (t_now() - t0) / iters;
+	/* a decode step's layer: route, then the experts it chose */
+	t0 = t_now();
+	for (int i = 0; i < iters; i++) {
+		T_CU(dev, be->moe_route(dev, &l, ids, w));
+		for (size_t j = 0; j < (size_t)B * K; j++)
+			blobs[j] = L.d_blobs + ids[j] * L.stride;
+		T_CU(dev, be->moe_experts(dev, &l, blobs, w));
+	}
+	T_CU(dev, be->sync(dev));
+	double step = (t_now() - t0) / iters;
+	char name[96];
+	printf("  %s B=%u: experts %.1f us (%u distinct experts, %.1f MB, %.0f GB/s), "
+	       "route %.1f us, route+experts %.1f us\n",
+	    dt_name(dt), B, ex * 1e6, uniq, bytes / 1e6, bytes / ex / 1e9, ro * 1e6, step * 1e6);
+	snprintf(name, sizeof name, "experts_%s_B%u", dt_name(dt), B);
+	fig(name, ex * 1e6, "us");
+	snprintf(name, sizeof name, "experts_%s_B%u_bandwidth", dt_name(dt), B);
+	fig(name, bytes / ex / 1e9, "GB/s");
+	snprintf(name, sizeof name, "layer_step_%s_B%u", dt_name(dt), B);
+	fig(name, step * 1e6, "us");
+	free(ids), free(w), free(blobs), free(one), free(v);
+	layer_free(dev, &L);
+}
+
+static void t_moe_perf(void)
+{
+	struct baton_dev *dev = open_dev();
+	const int dts[] = { BATON_DT_BF16, BATON_DT_Q8_0, BATON_DT_F32, BATON_DT_Q4_K, BATON_DT_Q6_K };
+	const uint32_t bs[] = { 1, 4, 16, 64 };
+	for (size_t i = 0; i < sizeof dts / sizeof dts[0]; i++)
+		for (size_t j = 0; j < 4; j++)
+			perf_layer(dev, dts[i], bs[j]);
+	be->close(dev);
+}
+
+T_MAIN(T_CASE(t_device), T_CASE_TIMEOUT(t_vmm_map_unmap, 60),
+    T_CASE_TIMEOUT(t_host_register_copy, 90), T_CASE_TIMEOUT(t_moe_f32, 60),
+    T_CASE_TIMEOUT(t_moe_f16, 60), T_CASE_TIMEOUT(t_moe_bf16, 60),
+    T_CASE_TIMEOUT(t_moe_q8_0, 60), T_CASE_TIMEOUT(t_moe_q4_K, 60),
+    T_CASE_TIMEOUT(t_moe_q5_K, 60), T_CASE_TIMEOUT(t_moe_q6_K, 60),
+    T_CASE_TIMEOUT(t_route_ties, 60),
+    T_CASE_TIMEOUT(t_moe_perf, 120),
+    T_CASE_TIMEOUT(t_vmm_oom, 90))

@@ -1,0 +1,676 @@
+/*
+ * ops_cuda.cu: the dense ops of the forward pass on the cuda backend
+ * (embedding rows, RMSNorm, matmul, RoPE, attention, SwiGLU, add), the
+ * slots of engine/backend/backend.h; ops_cuda_launch.c loads them from the
+ * embedded fatbin and launches them.
+ *
+ * Simple kernels, in the host's arithmetic (engine/backend/host/ops.c): every dot
+ * is the fixed 32-lane order of engine_int.h done by one warp (see
+ * ops_cuda.h), multiplies and adds written as __fmul_rn / __fadd_rn so
+ * that nvcc fuses none of them, divisions and square roots IEEE. What
+ * differs from the host is expf, sinf and cosf (the device's, a couple of
+ * ulp apart), which docs/model.md's tolerance covers.
+ */
+#include <math.h>
+#include <stdint.h>
+
+#include "arena/arena.h"
+#include "engine/backend/cuda/dtype.cuh"
+#include "engine/backend/cuda/ops.h"
+
+static_assert(sizeof(baton_ops_embed_args) == 48, "embed args layout");
+static_assert(sizeof(baton_ops_rmsnorm_args) == 40, "rmsnorm args layout");
+static_assert(sizeof(baton_ops_matmul_args) == 72, "matmul args layout");
+static_assert(sizeof(baton_ops_rope_args) == 40, "rope args layout");
+static_assert(sizeof(baton_ops_attention_args) == 88, "attention args layout");
+static_assert(sizeof(baton_ops_kv_store_args) == 48, "kv_store args layout");
+static_assert(sizeof(baton_ops_swiglu_args) == 32, "swiglu args layout");
+static_assert(sizeof(baton_ops_add_args) == 32, "add args layout");
+static_assert(sizeof(baton_ops_route_args) == 40, "route args layout");
+static_assert(BATON_OPS_NT == 8, "the matmul kernels are made for 1 and 8 rows");
+static_assert(BATON_OPS_ATTN_CHUNK == BATON_OPS_WARPS * 32, "a thread per key of a chunk");
+
+#define WARPS BATON_OPS_WARPS
+#define THREADS (WARPS * 32)
+
+/* The contract's tree over the 32 lanes: every lane ends with the sum. */
+__device__ __forceinline__ float lane_tree(float s)
+{
+#pragma unroll
+	for (int off = 16; off > 0; off >>= 1)
+		s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, off));
+	return s;
+}
+
+/* dot(a, b) of two f32 vectors of n, in the fixed order, in every lane. */
+__device__ __forceinline__ float warp_dot_f32(const float *a, const float *b, uint32_t n)
+{
+	const uint32_t lane = threadIdx.x & 31, n32 = n & ~31u;
+	float s = 0.0f;
+	for (uint32_t i = lane; i < n32; i += 32)
+		s = __fadd_rn(s, __fmul_rn(a[i], b[i]));
+	s = lane_tree(s);
+	for (uint32_t i = n32; i < n; i++)
+		s = __fadd_rn(s, __fmul_rn(a[i], b[i]));
+	return s;
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+baton_ops_embed(baton_ops_embed_args a)
+{
+	if (blockIdx.x >= a.n)
+		return;
+	const uint32_t tok = ((const uint32_t *)a.tokens)[blockIdx.x];
+	const uint8_t *row = (const uint8_t *)a.table + (uint64_t)tok * a.row_bytes;
+	float *out = (float *)a.out + (uint64_t)blockIdx.x * a.cols;
+	for (uint32_t i = threadIdx.x; i < a.cols; i += blockDim.x)
+		out[i] = elem(row, a.dtype, i);
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS)
+baton_ops_rmsnorm(baton_ops_rmsnorm_args a)
+{
+	const uint32_t r = blockIdx.x * WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+	if (r >= a.rows)
+		return; /* the whole warp */
+	const float *x = (const float *)a.x + (uint64_t)r * a.cols;
+	float *out = (float *)a.out + (uint64_t)r * a.cols;
+	const float ss = warp_dot_f32(x, x, a.cols);
+	const float s = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)a.cols), a.eps)));
+	__syncwarp(); /* every lane has read the tail before any writes in place */
+	const uint8_t *w = (const uint8_t *)a.w;
+	for (uint32_t i = lane; i < a.cols; i += 32) {
+		float v = __fmul_rn(x[i], s);
+		if (w)
+			v = __fmul_rn(v, elem(w, a.w_dtype, i));
+		out[i] = v;
+	}
+}
+
+/* Weight i of a row: typed loads for the 16- and 32-bit types (rows
+ * aligned to their element), the byte loads of elem() for the rest or
+ * when DT < 0 (the dtype read at run time, any alignment). */
+template <int DT>
+__device__ __forceinline__ float wload(const uint8_t *row, uint32_t dt, uint32_t i)
+{
+	if (DT == BATON_DT_F32)
+		return __ldg((const float *)row + i);
+	if (DT == BATON_DT_F16)
+		return f16f(__ldg((const unsigned short *)row + i));
+	if (DT == BATON_DT_BF16)
+		return bf16f(__ldg((const unsigned short *)row + i));
+	return elem(row, DT < 0 ? dt : (uint32_t)DT, i);
+}
+
+/* acc[t] += w * x[t][i] for the nt rows, a multiply then an add. */
+template <int N>
+__device__ __forceinline__ void acc_w(float (&acc)[N], float w, const float *x, uint64_t k,
+    uint32_t i, int nt)
+{
+#pragma unroll
+	for (int t = 0; t < N; t++)
+		if (t < nt)
+			acc[t] = __fadd_rn(acc[t], __fmul_rn(w, x[(uint64_t)t * k + i]));
+}
+
+/* Small unsigned integers as floats without I2F (a quarter-rate
+ * instruction): 2^23 + u has u in its low mantissa bits; the subtraction
+ * is exact, so this is (float)(u - bias) for u < 2^23. */
+__device__ __forceinline__ float u2f(uint32_t u, float bias)
+{
+	return __fsub_rn(__uint_as_float(0x4B000000u | u), 8388608.0f + bias);
+}
+
+/* Rows of f32, f16 or bf16, 16-byte aligned, k a multiple of the chunk:
+ * chunks of 32 * E weights, a 16-byte load of E consecutive ones per lane,
+ * U chunks loaded before any is used (bytes in flight hide the latency),
+ * each written to shared memory and read back as the order wants it: lane
+ * l takes l, l + 32, ... of each chunk. */
+template <int N, int DT>
+__device__ __forceinline__ void mm_plain_vec(float (&acc)[N], const uint8_t *row, const float *x,
+    uint32_t k, int nt, uint32_t lane, float *ws)
+{
+	/* one chunk at a time with 8 rows: the registers of 4 would cost
+	 * occupancy, and prefill is bound by the arithmetic, not the loads */
+	constexpr uint32_t E = DT == BATON_DT_F32 ? 4 : 8, CH = 32 * E, U = N == 1 ? 4 : 1;
+	if constexpr (U == 1) { /* as before this path had U: prefill's registers */
+		for (uint32_t c = 0; c < k; c += CH) {
+			const uint4 raw = __ldg((const uint4 *)(row + (uint64_t)c * (16 / E)) + lane);
+			const uint32_t v[4] = { raw.x, raw.y, raw.z, raw.w };
+#pragma unroll
+			for (int i = 0; i < 4; i++) {
+				if (DT == BATON_DT_F32) {
+					ws[E * lane + i] = __uint_as_float(v[i]);
+				} else if (DT == BATON_DT_F16) {
+					ws[E * lane + 2 * i] = f16f(v[i] & 0xffffu);
+					ws[E * lane + 2 * i + 1] = f16f(v[i] >> 16);
+				} else {
+					ws[E * lane + 2 * i] = __uint_as_float(v[i] << 16);
+					ws[E * lane + 2 * i + 1] = __uint_as_float(v[i] & 0xffff0000u);
+				}
+			}
+			__syncwarp();
+#pragma unroll
+			for (uint32_t j = 0; j < E; j++) {
+				const float w = ws[lane + 32 * j];
+#pragma unroll
+				for (int t = 0; t < N; t++)
+					if (t < nt)
+						acc[t] = __fadd_rn(acc[t],
+						    __fmul_rn(w, x[(uint64_t)t * k + c + lane + 32 * j]));
+			}
+			__syncwarp();
+		}
+	} else {
+		for (uint32_t c0 = 0; c0 < k; c0 += U * CH) {
+			uint4 raw[U];
+#pragma unroll
+			for (uint32_t u = 0; u < U; u++)
+				if (c0 + u * CH < k)
+					raw[u] = __ldg((const uint4 *)(row + (uint64_t)(c0 + u * CH) * (16 / E)) + lane);
+#pragma unroll
+			for (uint32_t u = 0; u < U; u++) {
+				const uint32_t c = c0 + u * CH;
+				if (c >= k)
+					break;
+				const uint32_t v[4] = { raw[u].x, raw[u].y, raw[u].z, raw[u].w };
+#pragma unroll
+				for (int i = 0; i < 4; i++) {
+					if (DT == BATON_DT_F32) {
+						ws[E * lane + i] = __uint_as_float(v[i]);
+					} else if (DT == BATON_DT_F16) {
+						ws[E * lane + 2 * i] = f16f(v[i] & 0xffffu);
+						ws[E * lane + 2 * i + 1] = f16f(v[i] >> 16);
+					} else {
+						ws[E * lane + 2 * i] = __uint_as_float(v[i] << 16);
+						ws[E * lane + 2 * i + 1] = __uint_as_float(v[i] & 0xffff0000u);
+					}
+				}
+				__syncwarp();
+#pragma unroll
+				for (uint32_t j = 0; j < E; j++)
+					acc_w<N>(acc, ws[lane + 32 * j], x, k, c + lane + 32 * j, nt);
+				__syncwarp();
+			}
+		}
+	}
+}
+
+/* q8_0 rows (blocks of 34 bytes: f16 d, 32 int8), any alignment: lane l
+ * takes byte l of each block, one coalesced 32-byte read per block for the
+ * warp, so the fixed order falls out of the layout. The d of 32 blocks are
+ * decoded once, one per lane, and passed round with shuffles. */
+template <int N>
+__device__ __forceinline__ void mm_q8_0(float (&acc)[N], const uint8_t *row, const float *x,
+    uint32_t k, int nt, uint32_t lane)
+{
+	const uint32_t nb = k / 32;
+	for (uint32_t b0 = 0; b0 < nb; b0 += 32) {
+		const uint32_t n = min(32u, nb - b0);
+		const float dl = lane < n ? f16f(ld_u16(row + (uint64_t)(b0 + lane) * 34)) : 0.0f;
+		for (uint32_t u0 = 0; u0 < n; u0 += 8) {
+			uint32_t q[8];
+#pragma unroll
+			for (uint32_t u = 0; u < 8; u++)
+				q[u] = u0 + u < n ? __ldg(row + (uint64_t)(b0 + u0 + u) * 34 + 2 + lane) : 0;
+#pragma unroll
+			for (uint32_t u = 0; u < 8; u++) {
+				const float d = __shfl_sync(0xffffffffu, dl, u0 + u);
+				if (u0 + u >= n)
+					break;
+				/* (float)(int8_t)q: q ^ 0x80 is q + 128 */
+				const float w = __fmul_rn(d, u2f(q[u] ^ 0x80u, 128.0f));
+				acc_w<N>(acc, w, x, k, (b0 + u0 + u) * 32 + lane, nt);
+			}
+		}
+	}
+}
+
+/* q4_K, q5_K and q6_K rows, any alignment. Element l + 32 j of a block is
+ * byte l of a 32-byte run in all three layouts (arena/kquant.c), so lane l
+ * reads its bytes with coalesced byte loads and accumulates j = 0..7 in
+ * order. The scales of 4 blocks are decoded once, one per lane (two for
+ * q6_K's 16 per block), into the warp's shared memory: sc[8 u + j] is
+ * (d * sc_j, dmin * m_j) of block u, q6_K's sc[16 u + i] is d * scale_i. */
+template <int N, int DT>
+__device__ __forceinline__ void mm_kquant(float (&acc)[N], const uint8_t *row, const float *x,
+    uint32_t k, int nt, uint32_t lane, float2 *sc)
+{
+	constexpr uint32_t BB = DT == BATON_DT_Q4_K ? 144 : DT == BATON_DT_Q5_K ? 176 : 210;
+	constexpr uint32_t U = 4;
+	const uint32_t nb = k / 256;
+	for (uint32_t b0 = 0; b0 < nb; b0 += U) {
+		const uint32_t n = min(U, nb - b0);
+		if (DT == BATON_DT_Q6_K) {
+#pragma unroll
+			for (uint32_t e = lane; e < 16 * U; e += 32) {
+				const uint32_t u = e / 16;
+				if (u < n) {
+					const uint8_t *p = row + (uint64_t)(b0 + u) * BB;
+					sc[e].x = f16f(ld_u16(p + 208)) * (float)(int8_t)__ldg(p + 192 + e % 16);
+				}
+			}
+		} else {
+			const uint32_t u = lane / 8;
+			if (u < n) {
+				const uint8_t *p = row + (uint64_t)(b0 + u) * BB;
+				float ds, dm;
+				kq_scale_min(p + 4, lane % 8, f16f(ld_u16(p)), f16f(ld_u16(p + 2)), &ds, &dm);
+				sc[lane] = make_float2(ds, dm);
+			}
+		}
+		/* the quant bytes of the U blocks, all loads before any use */
+		uint32_t qb[U][4], qh[U][2];
+#pragma unroll
+		for (uint32_t u = 0; u < U; u++) {
+			if (u >= n)
+				break;
+			const uint8_t *p = row + (uint64_t)(b0 + u) * BB;
+			if (DT == BATON_DT_Q6_K) {
+#pragma unroll
+				for (int h = 0; h < 4; h++)
+					qb[u][h] = __ldg(p + 32 * h + lane); /* ql: 64 n + 32 (qd & 1) */
+				qh[u][0] = __ldg(p + 128 + lane);
+				qh[u][1] = __ldg(p + 160 + lane);
+			} else {
+				const uint32_t q0 = DT == BATON_DT_Q5_K ? 48 : 16;
+#pragma unroll
+				for (int h = 0; h < 4; h++)
+					qb[u][h] = __ldg(p + q0 + 32 * h + lane);
+				qh[u][0] = DT == BATON_DT_Q5_K ? __ldg(p + 16 + lane) : 0;
+			}
+		}
+		__syncwarp(); /* the scales are written */
+#pragma unroll
+		for (uint32_t u = 0; u < U; u++) {
+			if (u >= n)
+				break;
+			const uint32_t c = (b0 + u) * 256 + lane;
+#pragma unroll
+			for (uint32_t j = 0; j < 8; j++) {
+				float w;
+				if (DT == BATON_DT_Q6_K) {
+					const uint32_t nn = j / 4, qd = j % 4;
+					const uint32_t lo = qb[u][2 * nn + (qd & 1)];
+					const uint32_t q = (qd >= 2 ? lo >> 4 : lo & 0xF) |
+					    (((qh[u][nn] >> (2 * qd)) & 3) << 4);
+					const float ds = sc[16 * u + 8 * nn + 2 * qd + lane / 16].x;
+					w = __fmul_rn(ds, u2f(q, 32.0f));
+				} else {
+					const uint32_t b = qb[u][j / 2];
+					uint32_t q = j & 1 ? b >> 4 : b & 0xF;
+					if (DT == BATON_DT_Q5_K)
+						q |= ((qh[u][0] >> j) & 1) << 4;
+					const float2 s = sc[8 * u + j];
+					/* ds * q is exact: one rounding, the host's */
+					w = __fmaf_rn(s.x, u2f(q, 0.0f), -s.y);
+				}
+				acc_w<N>(acc, w, x, k, c + 32 * j, nt);
+			}
+		}
+		__syncwarp(); /* every lane has read the scales before the next write */
+	}
+}
+
+/* A warp per output row o, carrying up to N rows of x through it: each
+ * weight is decoded once for the N rows; each row's sum is its own, in
+ * the fixed order, so N changes no bit. */
+template <int N, int DT>
+__device__ __forceinline__ void matmul(const baton_ops_matmul_args &a)
+{
+	__shared__ __align__(16) float sm[WARPS][256];
+	const uint32_t o = blockIdx.x * WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+	if (o >= a.n_out || blockIdx.y * N >= a.rows)
+		return;
+	const uint32_t r0 = blockIdx.y * N, k = a.k, k32 = k & ~31u, dt = a.w_dtype;
+	const int nt = (int)min((uint32_t)N, a.rows - r0);
+	const uint8_t *row = (const uint8_t *)a.w + (uint64_t)o * a.row_bytes;
+	const float *x = (const float *)a.x + (uint64_t)r0 * k;
+	float *ws = sm[threadIdx.x >> 5];
+	float acc[N];
+#pragma unroll
+	for (int t = 0; t < N; t++)
+		acc[t] = 0.0f;
+	if ((DT == BATON_DT_F32 || DT == BATON_DT_F16 || DT == BATON_DT_BF16) && a.vec) {
+		mm_plain_vec<N, DT>(acc, row, x, k, nt, lane, ws);
+	} else if (DT == BATON_DT_Q8_0) {
+		mm_q8_0<N>(acc, row, x, k, nt, lane);
+	} else if (DT == BATON_DT_Q4_K || DT == BATON_DT_Q5_K || DT == BATON_DT_Q6_K) {
+		mm_kquant<N, DT>(acc, row, x, k, nt, lane, (float2 *)ws);
+	} else {
+#pragma unroll 4
+		for (uint32_t i = lane; i < k32; i += 32)
+			acc_w<N>(acc, wload<DT>(row, dt, i), x, k, i, nt);
+	}
+#pragma unroll
+	for (int t = 0; t < N; t++)
+		acc[t] = lane_tree(acc[t]);
+	for (uint32_t i = k32; i < k; i++)
+		acc_w<N>(acc, wload<DT>(row, dt, i), x, k, i, nt);
+	if (lane != 0)
+		return;
+	const float b = a.b ? elem((const uint8_t *)a.b, a.b_dtype, o) : 0.0f;
+#pragma unroll
+	for (int t = 0; t < N; t++)
+		if (t < nt) {
+			float *y = (float *)a.y + (uint64_t)(r0 + t) * a.n_out + o;
+			const float v = a.b ? __fadd_rn(acc[t], b) : acc[t];
+			*y = a.accumulate ? __fadd_rn(*y, v) : v;
+		}
+}
+
+/* baton_ops_matmul_<N>_<kind>, the kinds of ops_cuda.h in its order */
+#define BATON_MATMUL(N, NAME, DT)                                              \
+	extern "C" __global__ void __launch_bounds__(THREADS)                  \
+	baton_ops_matmul_##N##_##NAME(baton_ops_matmul_args a) { matmul<N, DT>(a); }
+#define BATON_MATMULS(N)                                                       \
+	BATON_MATMUL(N, any, -1)                                               \
+	BATON_MATMUL(N, f32, BATON_DT_F32)                                     \
+	BATON_MATMUL(N, f16, BATON_DT_F16)                                     \
+	BATON_MATMUL(N, bf16, BATON_DT_BF16)                                   \
+	BATON_MATMUL(N, q8_0, BATON_DT_Q8_0)                                   \
+	BATON_MATMUL(N, q4_K, BATON_DT_Q4_K)                                   \
+	BATON_MATMUL(N, q5_K, BATON_DT_Q5_K)                                   \
+	BATON_MATMUL(N, q6_K, BATON_DT_Q6_K)
+BATON_MATMULS(1)
+BATON_MATMULS(8)
+
+extern "C" __global__ void __launch_bounds__(256)
+baton_ops_rope(baton_ops_rope_args a)
+{
+	const uint32_t half = a.head_dim / 2;
+	if (!half)
+		return;
+	float *v = (float *)a.x + ((uint64_t)blockIdx.x * a.n_heads + blockIdx.y) * a.head_dim;
+	const float p = (float)((const uint32_t *)a.pos)[blockIdx.x];
+	const float *inv = (const float *)a.inv_freq;
+	for (uint32_t i = threadIdx.x; i < half; i += blockDim.x) {
+		const float ang = __fmul_rn(p, inv[i]);
+		const float c = __fmul_rn(cosf(ang), a.mscale), s = __fmul_rn(sinf(ang), a.mscale);
+		const float x1 = v[i], x2 = v[i + half];
+		v[i] = __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s));
+		v[i + half] = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s));
+	}
+}
+
+/* Key j's row in the cache: through the block table, or row j. */
+__device__ __forceinline__ uint64_t key_row(const baton_ops_attention_args &a, uint64_t j)
+{
+	if (!a.blocks)
+		return j;
+	return (uint64_t)((const uint32_t *)a.blocks)[j / a.block_size] * a.block_size +
+	    j % a.block_size;
+}
+
+/* The max of the block's v (one per thread) as the host's `p > max`
+ * finds it: NaN never taken; every thread gets it. */
+__device__ __forceinline__ float block_max(float m, float *red)
+{
+	const uint32_t tid = threadIdx.x;
+	red[tid] = m;
+	__syncthreads();
+	for (uint32_t s = THREADS / 2; s > 0; s >>= 1) {
+		if (tid < s && red[tid + s] > red[tid])
+			red[tid] = red[tid + s];
+		__syncthreads();
+	}
+	m = red[0];
+	__syncthreads();
+	return m;
+}
+
+/* Block (t, h, c): keys c * chunk .. of query q0 + t, head h. The scores
+ * by warps (a fixed-order dot each), their max, expf, the sum in key order
+ * by one thread, the output by dimension, each a sum over keys in order.
+ * One chunk (nk <= chunk): the host's sequence exactly, p = e / sum before
+ * the products. More: the chunk's max m, sum s and o = sum e * v go to
+ * part for the combine. Which chunks a query has depends on its position
+ * alone, so its bits do not depend on the other queries of the launch. */
+extern "C" __global__ void __launch_bounds__(THREADS)
+baton_ops_attn_part(baton_ops_attention_args a)
+{
+	__shared__ float sc[BATON_OPS_ATTN_CHUNK];
+	__shared__ float red[THREADS];
+	__shared__ float total;
+	if (!a.n_heads || !a.n_kv_heads || !a.head_dim)
+		return;
+	const uint32_t H = a.n_heads, KH = a.n_kv_heads, hd = a.head_dim, CH = BATON_OPS_ATTN_CHUNK;
+	const uint32_t t = a.q0 + blockIdx.x, h = blockIdx.y, c = blockIdx.z;
+	const uint64_t nk = (uint64_t)a.pos0 + t + 1, j0 = (uint64_t)c * CH;
+	if (j0 >= nk)
+		return; /* the whole block: this query has fewer chunks */
+	const uint32_t n = (uint32_t)(nk - j0 < CH ? nk - j0 : CH);
+	const uint32_t kvh = h / (H / KH), tid = threadIdx.x;
+	const float *q = (const float *)a.q + ((uint64_t)t * H + h) * hd;
+	const float *k = (const float *)a.k, *v = (const float *)a.v;
+
+	for (uint32_t j = tid >> 5; j < n; j += WARPS) {
+		const float d = warp_dot_f32(k + (key_row(a, j0 + j) * KH + kvh) * hd, q, hd);
+		if ((tid & 31) == 0)
+			sc[j] = __fmul_rn(d, a.scale);
+	}
+	__syncthreads();
+	const float m = block_max(tid < n ? sc[tid] : -INFINITY, red);
+	if (tid < n)
+		sc[tid] = expf(__fsub_rn(sc[tid], m));
+	__syncthreads();
+	if (tid == 0) {
+		float s = 0.0f;
+		for (uint32_t j = 0; j < n; j++)
+			s = __fadd_rn(s, sc[j]);
+		total = s;
+	}
+	__syncthreads();
+	const float sum = total;
+	const int whole = nk <= CH;
+	if (whole && tid < n)
+		sc[tid] = __fdiv_rn(sc[tid], sum);
+	__syncthreads();
+	float *out = whole ? (float *)a.out + ((uint64_t)t * H + h) * hd :
+	    (float *)a.part + (((uint64_t)blockIdx.x * H + h) * a.chunks + c) * (hd + 2);
+	for (uint32_t d = tid; d < hd; d += THREADS) {
+		float o = 0.0f;
+		for (uint32_t j = 0; j < n; j++)
+			o = __fadd_rn(o, __fmul_rn(sc[j], v[(key_row(a, j0 + j) * KH + kvh) * hd + d]));
+		out[d] = o;
+	}
+	if (!whole && tid == 0) {
+		out[hd] = m;
+		out[hd + 1] = sum;
+	}
+}
+
+/* Queries of more than one chunk: M = the max of the chunks' m (in chunk
+ * order, NaN never taken), w_c = expf(m_c - M), S = sum of s_c * w_c and
+ * out = (sum of o_c * w_c) / S, both sums in chunk order. */
+extern "C" __global__ void __launch_bounds__(THREADS)
+baton_ops_attn_combine(baton_ops_attention_args a)
+{
+	if (!a.n_heads || !a.head_dim)
+		return;
+	const uint32_t H = a.n_heads, hd = a.head_dim, CH = BATON_OPS_ATTN_CHUNK;
+	const uint32_t t = a.q0 + blockIdx.x, h = blockIdx.y;
+	const uint64_t nk = (uint64_t)a.pos0 + t + 1;
+	if (nk <= CH)
+		return; /* finished by the part kernel */
+	const uint32_t nc = (uint32_t)((nk + CH - 1) / CH);
+	const float *p = (const float *)a.part + ((uint64_t)blockIdx.x * H + h) * a.chunks * (hd + 2);
+	float M = -INFINITY;
+	for (uint32_t c = 0; c < nc; c++)
+		if (p[c * (hd + 2) + hd] > M)
+			M = p[c * (hd + 2) + hd];
+	float S = 0.0f;
+	for (uint32_t c = 0; c < nc; c++)
+		S = __fadd_rn(S, __fmul_rn(p[c * (hd + 2) + hd + 1],
+		    expf(__fsub_rn(p[c * (hd + 2) + hd], M))));
+	float *out = (float *)a.out + ((uint64_t)t * H + h) * hd;
+	for (uint32_t d = threadIdx.x; d < hd; d += blockDim.x) {
+		float o = 0.0f;
+		for (uint32_t c = 0; c < nc; c++)
+			o = __fadd_rn(o, __fmul_rn(p[c * (hd + 2) + d],
+			    expf(__fsub_rn(p[c * (hd + 2) + hd], M))));
+		out[d] = __fdiv_rn(o, S);
+	}
+}
+
+/* New K and V rows into their slots of a paged cache. */
+extern "C" __global__ void __launch_bounds__(128)
+baton_ops_kv_store(baton_ops_kv_store_args a)
+{
+	if (blockIdx.x >= a.n)
+		return;
+	const uint64_t r = blockIdx.x, dst = ((const uint32_t *)a.slots)[r];
+	const float *k = (const float *)a.k + r * a.cols, *v = (const float *)a.v + r * a.cols;
+	float *kc = (float *)a.k_cache + dst * a.cols, *vc = (float *)a.v_cache + dst * a.cols;
+	for (uint32_t i = threadIdx.x; i < a.cols; i += blockDim.x) {
+		kc[i] = k[i];
+		vc[i] = v[i];
+	}
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+baton_ops_swiglu(baton_ops_swiglu_args a)
+{
+	const float *g = (const float *)a.gate, *u = (const float *)a.up;
+	float *o = (float *)a.out;
+	for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < a.n;
+	     i += (uint64_t)gridDim.x * blockDim.x)
+		o[i] = __fmul_rn(__fdiv_rn(g[i], __fadd_rn(1.0f, expf(-g[i]))), u[i]);
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+baton_ops_add(baton_ops_add_args a)
+{
+	const uint64_t n = (uint64_t)a.rows * a.cols;
+	float *x = (float *)a.x;
+	const float *y = (const float *)a.y, *gate = (const float *)a.gate;
+	for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+	     i += (uint64_t)gridDim.x * blockDim.x) {
+		if (gate) {
+			const float g = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-gate[i / a.cols])));
+			x[i] = __fadd_rn(x[i], __fmul_rn(g, y[i]));
+		} else {
+			x[i] = __fadd_rn(x[i], y[i]);
+		}
+	}
+}
+
+/* glibc's expf (2.28 on: ARM's optimized-routines algorithm, a 32-entry
+ * table of 2^(i/32) and a cubic in double), so that the device's routing
+ * weights are the host's bit for bit. Its float result is the same whether
+ * the host build fuses the double multiply-adds or not (checked on every
+ * 7th float against glibc 2.36); here every double op is written out. */
+__constant__ uint64_t exp2f_tab[32] = {
+	0x3ff0000000000000ull, 0x3fefd9b0d3158574ull, 0x3fefb5586cf9890full, 0x3fef9301d0125b51ull,
+	0x3fef72b83c7d517bull, 0x3fef54873168b9aaull, 0x3fef387a6e756238ull, 0x3fef1e9df51fdee1ull,
+	0x3fef06fe0a31b715ull, 0x3feef1a7373aa9cbull, 0x3feedea64c123422ull, 0x3feece086061892dull,
+	0x3feebfdad5362a27ull, 0x3feeb42b569d4f82ull, 0x3feeab07dd485429ull, 0x3feea47eb03a5585ull,
+	0x3feea09e667f3bcdull, 0x3fee9f75e8ec5f74ull, 0x3feea11473eb0187ull, 0x3feea589994cce13ull,
+	0x3feeace5422aa0dbull, 0x3feeb737b0cdc5e5ull, 0x3feec49182a3f090ull, 0x3feed503b23e255dull,
+	0x3feee89f995ad3adull, 0x3feeff76f2fb5e47ull, 0x3fef199bdd85529cull, 0x3fef3720dcef9069ull,
+	0x3fef5818dcfba487ull, 0x3fef7c97337b9b5full, 0x3fefa4afa2a490daull, 0x3fefd0765b6e4540ull,
+};
+
+__device__ __forceinline__ float expf_glibc(float x)
+{
+	const uint32_t ix = __float_as_uint(x), top = (ix >> 20) & 0x7ff;
+	if (top >= 0x42b) { /* |x| >= 88, or inf, or NaN */
+		if (ix == 0xff800000u)
+			return 0.0f;
+		if (top >= 0x7f8)
+			return __fadd_rn(x, x);
+		if (x > 0x1.62e42ep6f)
+			return __int_as_float(0x7f800000);
+		if (x < -0x1.9fe368p6f)
+			return 0.0f;
+	}
+	const double inv = 0x1.71547652b82fep+0 * 32, shift = 0x1.8p+52;
+	const double c0 = 0x1.c6af84b912394p-5 / 32 / 32 / 32, c1 = 0x1.ebfce50fac4f3p-3 / 32 / 32,
+		     c2 = 0x1.62e42ff0c52d6p-1 / 32;
+	const double z = __dmul_rn(inv, (double)x);
+	double kd = __dadd_rn(z, shift);
+	const uint64_t ki = (uint64_t)__double_as_longlong(kd);
+	kd = __dsub_rn(kd, shift);
+	const double r = __dsub_rn(z, kd);
+	const double s = __longlong_as_double((long long)(exp2f_tab[ki % 32] + (ki << 47)));
+	const double zz = __dadd_rn(__dmul_rn(c0, r), c1);
+	const double r2 = __dmul_rn(r, r);
+	double y = __dadd_rn(__dmul_rn(c2, r), 1.0);
+	y = __dadd_rn(__dmul_rn(zz, r2), y);
+	return __double2float_rn(__dmul_rn(y, s));
+}
+
+/* One warp per row, host_op_route's steps in its order: the max (order
+ * free), p = expf(l - max) for each expert, their sum in expert order (one
+ * lane), p / sum, then top_k rounds each taking the largest untaken p
+ * (NaN as -inf, ties to the lower id: a total order, so the warp's
+ * reduction finds the host's scan's choice), then the rule's renorm. */
+extern "C" __global__ void __launch_bounds__(32)
+baton_ops_route(baton_ops_route_args a)
+{
+	if (blockIdx.x >= a.rows)
+		return;
+	extern __shared__ float p[];
+	unsigned char *taken = (unsigned char *)(p + a.n_experts);
+	const uint32_t E = a.n_experts, K = a.top_k, lane = threadIdx.x;
+	const float *l = (const float *)a.logits + (uint64_t)blockIdx.x * E;
+	uint32_t *ids = (uint32_t *)a.ids + (uint64_t)blockIdx.x * K;
+	float *w = (float *)a.w + (uint64_t)blockIdx.x * K;
+	float m = -INFINITY;
+	for (uint32_t e = lane; e < E; e += 32)
+		if (l[e] > m)
+			m = l[e];
+#pragma unroll
+	for (int off = 16; off > 0; off >>= 1) {
+		const float o = __shfl_xor_sync(0xffffffffu, m, off);
+		if (o > m)
+			m = o;
+	}
+	for (uint32_t e = lane; e < E; e += 32) {
+		p[e] = expf_glibc(__fsub_rn(l[e], m));
+		taken[e] = 0;
+	}
+	__syncwarp();
+	float sum = 0.0f;
+	if (lane == 0)
+		for (uint32_t e = 0; e < E; e++)
+			sum = __fadd_rn(sum, p[e]);
+	sum = __shfl_sync(0xffffffffu, sum, 0);
+	for (uint32_t e = lane; e < E; e += 32)
+		p[e] = __fdiv_rn(p[e], sum);
+	__syncwarp();
+	for (uint32_t k = 0; k < K; k++) {
+		uint32_t bi = UINT32_MAX;
+		float bk = 0.0f;
+		for (uint32_t e = lane; e < E; e += 32) {
+			const float key = isnan(p[e]) ? -INFINITY : p[e];
+			if (!taken[e] && (bi == UINT32_MAX || key > bk)) {
+				bi = e;
+				bk = key;
+			}
+		}
+#pragma unroll
+		for (int off = 16; off > 0; off >>= 1) {
+			const uint32_t oi = __shfl_xor_sync(0xffffffffu, bi, off);
+			const float ok = __shfl_xor_sync(0xffffffffu, bk, off);
+			if (oi != UINT32_MAX &&
+			    (bi == UINT32_MAX || ok > bk || (ok == bk && oi < bi))) {
+				bi = oi;
+				bk = ok;
+			}
+		}
+		if (lane == 0) {
+			taken[bi] = 1;
+			ids[k] = bi;
+			w[k] = p[bi];
+		}
+		__syncwarp();
+	}
+	if (lane == 0 && a.rule == 1) { /* BATON_ROUTE_SOFTMAX_TOPK_NORM */
+		float s = 0.0f;
+		for (uint32_t k = 0; k < K; k++)
+			s = __fadd_rn(s, w[k]);
+		for (uint32_t k = 0; k < K; k++)
+			w[k] = __fdiv_rn(w[k], s);
+	}
+}

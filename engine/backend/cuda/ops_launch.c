@@ -1,0 +1,526 @@
+/*
+ * ops_cuda_launch.c: the forward pass's dense ops on the `cuda` backend
+ * (the slots embed, rmsnorm, matmul, rope, attention, swiglu, add and
+ * route of engine/backend/backend.h): argument checks, the kernels of ops_cuda.cu
+ * (embedded as a fatbin) and their launches on the context's stream.
+ *
+ * Checks are the host backend's (engine/backend/host/ops.c), so both refuse the
+ * same calls with the same codes, before anything is queued. Small host
+ * arrays (token ids, positions, frequencies) are copied into a pinned
+ * ring and queued to the device; a call waits only when it reuses a half
+ * of the ring whose copies have not run yet. route copies the logits back and
+ * chooses on the host with ops_host.c's own code: one definition of the
+ * rule, and rows * n_experts floats are little to move.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "arena/arena.h"
+#include "engine/backend/cuda/cuda_int.h"
+#include "engine/backend/host/host.h"
+#include "engine/backend/cuda/ops.h"
+#include "engine/backend/host/ops.h"
+
+extern const unsigned char baton_engine_backend_cuda_ops_fatbin[];
+extern const size_t baton_engine_backend_cuda_ops_fatbin_len;
+
+#define OPS_THREADS (32 * BATON_OPS_WARPS)
+/* Attention's per-chunk partial results are staged in device memory: at
+ * most this many bytes at once (queries are launched in groups that fit). */
+#define SCORES_MAX (64ull << 20)
+
+/* ---- loading -------------------------------------------------------------- */
+
+/* Where a kernel lives, for loading and the first launch. */
+struct kfn {
+	CUfunction *f;
+	char name[40];
+};
+
+int cuda_ops_load(struct baton_dev *dev)
+{
+	const struct cuda_driver *d = dev->d;
+	CU(dev, d->ModuleLoadData(&dev->ops_mod, baton_engine_backend_cuda_ops_fatbin),
+	    "cuModuleLoadData of the forward-pass kernels (sm_90 SASS, compute_90 PTX)");
+	static const char *const kinds[BATON_OPS_KINDS] = BATON_OPS_KIND_NAMES;
+	struct kfn k[9 + 2 * BATON_OPS_KINDS] = {
+		{ &dev->k_embed, "baton_ops_embed" },
+		{ &dev->k_rmsnorm, "baton_ops_rmsnorm" },
+		{ &dev->k_rope, "baton_ops_rope" },
+		{ &dev->k_attn_part, "baton_ops_attn_part" },
+		{ &dev->k_attn_comb, "baton_ops_attn_combine" },
+		{ &dev->k_kv_store, "baton_ops_kv_store" },
+		{ &dev->k_swiglu, "baton_ops_swiglu" },
+		{ &dev->k_add, "baton_ops_add" },
+		{ &dev->k_route, "baton_ops_route" },
+	};
+	size_t n = 9;
+	for (int r = 0; r < 2; r++)
+		for (int i = 0; i < BATON_OPS_KINDS; i++, n++) {
+			k[n].f = &dev->k_matmul[r][i];
+			snprintf(k[n].name, sizeof k[n].name, "baton_ops_matmul_%d_%s", r ? BATON_OPS_NT : 1,
+			    kinds[i]);
+		}
+	for (size_t i = 0; i < n; i++) {
+		CUresult r = d->ModuleGetFunction(k[i].f, dev->ops_mod, k[i].name);
+		if (r != CUDA_SUCCESS) {
+			char what[96];
+			snprintf(what, sizeof what, "cuModuleGetFunction %s", k[i].name);
+			return cuda_fail(dev, r, what);
+		}
+	}
+	for (int h = 0; h < 2; h++)
+		CU(dev, d->EventCreate(&dev->ops_staged[h], CU_EVENT_DISABLE_TIMING),
+		    "cuEventCreate (ops)");
+	/* One launch of each on empty sizes (each returns at once): modules
+	 * load lazily, and the first launch must not be where the device is
+	 * found full (the expert cache fills it). */
+	union {
+		struct baton_ops_embed_args e;
+		struct baton_ops_rmsnorm_args n;
+		struct baton_ops_matmul_args m;
+		struct baton_ops_rope_args r;
+		struct baton_ops_attention_args a;
+		struct baton_ops_kv_store_args kv;
+		struct baton_ops_swiglu_args s;
+		struct baton_ops_add_args d;
+		struct baton_ops_route_args rt;
+	} zero;
+	memset(&zero, 0, sizeof zero);
+	for (size_t i = 0; i < n; i++) {
+		void *params[] = { &zero };
+		CUresult r = d->LaunchKernel(*k[i].f, 1, 1, 1, 32, 1, 1, 0, dev->stream, params, NULL);
+		if (r != CUDA_SUCCESS) {
+			char what[96];
+			snprintf(what, sizeof what, "first launch of %s", k[i].name);
+			return cuda_fail(dev, r, what);
+		}
+	}
+	CU(dev, d->StreamSynchronize(dev->stream), "cuStreamSynchronize after the first launches");
+	return 0;
+}
+
+void cuda_ops_free(struct baton_dev *dev)
+{
+	const struct cuda_driver *d = dev->d;
+	for (int h = 0; h < 2; h++) {
+		if (dev->ops_stage_busy[h] && dev->ops_staged[h])
+			d->EventSynchronize(dev->ops_staged[h]);
+		if (dev->ops_staged[h])
+			d->EventDestroy(dev->ops_staged[h]);
+		dev->ops_staged[h] = NULL;
+		dev->ops_stage_busy[h] = 0;
+	}
+	cuda_dbuf_free(dev, &dev->ops_arg);
+	cuda_dbuf_free(dev, &dev->ops_scores);
+	if (dev->ops_stage)
+		d->MemFreeHost(dev->ops_stage);
+	dev->ops_stage = NULL;
+	dev->ops_stage_cap = 0;
+	if (dev->ops_logits)
+		d->MemFreeHost(dev->ops_logits);
+	dev->ops_logits = NULL;
+	if (dev->ops_mod)
+		d->ModuleUnload(dev->ops_mod);
+	dev->ops_mod = NULL;
+}
+
+/* ---- checks (ops_host.c's) ------------------------------------------------- */
+
+/* An f32 buffer of n floats at p: non-null, aligned, not wrapping. */
+static int f32_buf(baton_dptr p, uint64_t n)
+{
+	return p && !(p & 3) && n && n <= UINT64_MAX / 4 && p <= UINT64_MAX - n * 4;
+}
+
+static int overlap(baton_dptr a, uint64_t an, baton_dptr b, uint64_t bn)
+{
+	return a < b + bn * 4 && b < a + an * 4;
+}
+
+static int refuse(struct baton_dev *dev, int rc, const char *op, const char *why)
+{
+	cuda_set_err(dev, "%s: %s", op, why);
+	return rc;
+}
+
+/* A weight of rows of `cols` in dtype: computable here, whole blocks;
+ * *rb gets a row's bytes. */
+static int weight_ok(struct baton_dev *dev, const char *op, uint32_t dtype, uint32_t cols,
+    uint64_t *rb)
+{
+	if (!cuda_can_compute((int)dtype)) {
+		const char *n = baton_dtype_name((int)dtype);
+		cuda_set_err(dev, "%s: the cuda backend cannot compute weights of type %s", op,
+		    n ? n : "unknown");
+		return BATON_EUNSUPPORTED;
+	}
+	*rb = baton_compute_row_bytes((int)dtype, cols);
+	if (!*rb) {
+		cuda_set_err(dev, "%s: rows of %u %s values are not whole blocks", op, cols,
+		    baton_dtype_name((int)dtype));
+		return BATON_EINVAL;
+	}
+	return 0;
+}
+
+/* ---- launching ------------------------------------------------------------- */
+
+static int launch(struct baton_dev *dev, CUfunction f, uint32_t gx, uint32_t gy,
+    uint32_t threads, void *args, const char *what)
+{
+	void *params[] = { args };
+	CU(dev, dev->d->LaunchKernel(f, gx, gy, 1, threads, 1, 1, 0, dev->stream, params, NULL),
+	    what);
+	return 0;
+}
+
+/* Queues host bytes (two arrays, the second 16-byte aligned after the
+ * first) to the device: *da, *db get their device addresses. They go
+ * through the staging ring (backend_cuda_int.h): the next free bytes of
+ * the current half, or the other half once its copies have run. */
+static int stage_args(struct baton_dev *dev, const void *a, uint64_t an, const void *b,
+    uint64_t bn, CUdeviceptr *da, CUdeviceptr *db)
+{
+	const struct cuda_driver *d = dev->d;
+	const uint64_t boff = cuda_round_up(an, 16), total = cuda_round_up(boff + bn, 16);
+	uint64_t half = dev->ops_stage_cap / 2;
+	if (total > half) { /* a new ring, twice this call at least */
+		int rc = cuda_stream_sync(dev);
+		if (rc)
+			return rc;
+		dev->ops_stage_busy[0] = dev->ops_stage_busy[1] = 0;
+		if (dev->ops_stage)
+			d->MemFreeHost(dev->ops_stage);
+		dev->ops_stage = NULL;
+		dev->ops_stage_cap = 0;
+		cuda_dbuf_free(dev, &dev->ops_arg);
+		const uint64_t cap = cuda_round_up(2 * total, 1u << 17);
+		void *p = NULL;
+		CU(dev, d->MemHostAlloc(&p, cap, 0), "cuMemHostAlloc (ops staging)");
+		dev->ops_stage = p;
+		dev->ops_stage_cap = cap;
+		if ((rc = cuda_dbuf_need(dev, &dev->ops_arg, cap)))
+			return rc;
+		half = cap / 2;
+		dev->ops_half = 0;
+		dev->ops_off = 0;
+	}
+	if (dev->ops_off + total > half) {
+		dev->ops_half ^= 1;
+		dev->ops_off = 0;
+	}
+	const int h = dev->ops_half;
+	if (dev->ops_off == 0 && dev->ops_stage_busy[h]) {
+		CU(dev, d->EventSynchronize(dev->ops_staged[h]), "cuEventSynchronize (ops staging)");
+		dev->ops_stage_busy[h] = 0;
+	}
+	const uint64_t at = (uint64_t)h * half + dev->ops_off;
+	char *host = (char *)dev->ops_stage + at;
+	memcpy(host, a, an);
+	if (bn)
+		memcpy(host + boff, b, bn);
+	CU(dev, d->MemcpyHtoDAsync(dev->ops_arg.p + at, host, boff + bn, dev->stream),
+	    "cuMemcpyHtoDAsync (op arguments)");
+	CU(dev, d->EventRecord(dev->ops_staged[h], dev->stream), "cuEventRecord (ops staging)");
+	dev->ops_stage_busy[h] = 1;
+	dev->ops_off += total;
+	*da = dev->ops_arg.p + at;
+	if (db)
+		*db = dev->ops_arg.p + at + boff;
+	return 0;
+}
+
+static uint32_t blocks_for(uint64_t n)
+{
+	uint64_t b = (n + 255) / 256;
+	return (uint32_t)(b < 4096 ? (b ? b : 1) : 4096);
+}
+
+/* ---- the slots -------------------------------------------------------------- */
+
+int cuda_op_embed(struct baton_dev *dev, baton_dptr table, uint32_t dtype, uint32_t vocab,
+    uint32_t cols, const uint32_t *tokens, uint32_t n, baton_dptr out)
+{
+	uint64_t rb;
+	int rc;
+	if (!table || !tokens || !vocab || !n || !f32_buf(out, (uint64_t)n * cols))
+		return refuse(dev, BATON_EINVAL, "embed", "empty table or tokens, or a bad output");
+	if ((rc = weight_ok(dev, "embed", dtype, cols, &rb)))
+		return rc;
+	if (n > 0x7fffffffu)
+		return refuse(dev, BATON_ERANGE, "embed", "2^31 tokens or more in one call");
+	for (uint32_t t = 0; t < n; t++)
+		if (tokens[t] >= vocab) {
+			cuda_set_err(dev, "embed: token %u is outside the vocabulary of %u", tokens[t],
+			    vocab);
+			return BATON_ERANGE;
+		}
+	CUdeviceptr dt;
+	if ((rc = cuda_cur(dev)) || (rc = stage_args(dev, tokens, (uint64_t)n * 4, NULL, 0, &dt, NULL)))
+		return rc;
+	struct baton_ops_embed_args a = {
+		.table = table, .tokens = dt, .out = out, .row_bytes = rb,
+		.dtype = dtype, .cols = cols, .n = n,
+	};
+	return launch(dev, dev->k_embed, n, 1, 256, &a, "cuLaunchKernel baton_ops_embed");
+}
+
+int cuda_op_rmsnorm(struct baton_dev *dev, baton_dptr x, baton_dptr out, uint32_t rows,
+    uint32_t cols, baton_dptr w, uint32_t w_dtype, float eps)
+{
+	const uint64_t n = (uint64_t)rows * cols;
+	uint64_t rb;
+	int rc;
+	if (!rows || !f32_buf(x, n) || !f32_buf(out, n) || !(eps >= 0))
+		return refuse(dev, BATON_EINVAL, "rmsnorm", "empty or misaligned rows, or eps < 0");
+	if (out != x && overlap(x, n, out, n))
+		return refuse(dev, BATON_EINVAL, "rmsnorm", "out overlaps x without being x");
+	if (w && (rc = weight_ok(dev, "rmsnorm", w_dtype, cols, &rb)))
+		return rc;
+	if ((rc = cuda_cur(dev)))
+		return rc;
+	struct baton_ops_rmsnorm_args a = {
+		.x = x, .out = out, .w = w, .w_dtype = w_dtype, .rows = rows, .cols = cols, .eps = eps,
+	};
+	const uint32_t blocks = (rows + BATON_OPS_WARPS - 1) / BATON_OPS_WARPS;
+	if (blocks > 0x7fffffffu)
+		return refuse(dev, BATON_ERANGE, "rmsnorm", "too many rows");
+	return launch(dev, dev->k_rmsnorm, blocks, 1, OPS_THREADS, &a,
+	    "cuLaunchKernel baton_ops_rmsnorm");
+}
+
+int cuda_op_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint32_t n_out,
+    uint32_t k, baton_dptr b, uint32_t b_dtype, baton_dptr x, uint32_t rows,
+    baton_dptr y, int accumulate)
+{
+	uint64_t rb, brb;
+	int rc;
+	if (!w || !n_out || !rows || !f32_buf(x, (uint64_t)rows * k) ||
+	    !f32_buf(y, (uint64_t)rows * n_out))
+		return refuse(dev, BATON_EINVAL, "matmul", "empty or misaligned operands");
+	if (overlap(x, (uint64_t)rows * k, y, (uint64_t)rows * n_out))
+		return refuse(dev, BATON_EINVAL, "matmul", "y overlaps x");
+	if ((rc = weight_ok(dev, "matmul", w_dtype, k, &rb)))
+		return rc;
+	if (b && (rc = weight_ok(dev, "matmul bias", b_dtype, n_out, &brb)))
+		return rc;
+	const uint32_t gx = (n_out + BATON_OPS_WARPS - 1) / BATON_OPS_WARPS;
+	const int one = rows == 1;
+	const uint32_t gy = one ? 1 : (rows + BATON_OPS_NT - 1) / BATON_OPS_NT;
+	if (gy > 65535)
+		return refuse(dev, BATON_ERANGE, "matmul", "too many rows for one launch");
+	if ((rc = cuda_cur(dev)))
+		return rc;
+	struct baton_ops_matmul_args a = {
+		.w = w, .b = b, .x = x, .y = y, .row_bytes = rb,
+		.w_dtype = w_dtype, .b_dtype = b_dtype, .n_out = n_out, .k = k, .rows = rows,
+		.accumulate = accumulate ? 1u : 0u,
+	};
+	/* the kernel of this dtype; typed loads need rows at their alignment */
+	int kind = 0;
+	switch (w_dtype) {
+	case BATON_DT_F32: kind = w % 4 ? 0 : 1; break;
+	case BATON_DT_F16: kind = w % 2 ? 0 : 2; break;
+	case BATON_DT_BF16: kind = w % 2 ? 0 : 3; break;
+	case BATON_DT_Q8_0: kind = 4; break;
+	case BATON_DT_Q4_K: kind = 5; break;
+	case BATON_DT_Q5_K: kind = 6; break;
+	case BATON_DT_Q6_K: kind = 7; break;
+	}
+	if (kind >= 1 && kind <= 3)
+		a.vec = w % 16 == 0 && rb % 16 == 0 && k % (kind == 1 ? 128 : 256) == 0;
+	return launch(dev, dev->k_matmul[!one][kind], gx, gy, OPS_THREADS, &a,
+	    "cuLaunchKernel baton_ops_matmul");
+}
+
+int cuda_op_rope(struct baton_dev *dev, baton_dptr x, uint32_t rows, uint32_t n_heads,
+    uint32_t head_dim, const uint32_t *pos, const float *inv_freq, float mscale)
+{
+	int rc;
+	if (!rows || !n_heads || !head_dim || (head_dim & 1) || !pos || !inv_freq ||
+	    !f32_buf(x, (uint64_t)rows * n_heads * head_dim))
+		return refuse(dev, BATON_EINVAL, "rope",
+		    "empty or misaligned rows, an odd head_dim, or no positions or frequencies");
+	if (n_heads > 65535 || rows > 0x7fffffffu)
+		return refuse(dev, BATON_ERANGE, "rope", "more than 65535 heads or 2^31 rows");
+	const uint32_t half = head_dim / 2;
+	CUdeviceptr dp, df;
+	if ((rc = cuda_cur(dev)) ||
+	    (rc = stage_args(dev, pos, (uint64_t)rows * 4, inv_freq, (uint64_t)half * 4, &dp, &df)))
+		return rc;
+	struct baton_ops_rope_args a = {
+		.x = x, .pos = dp, .inv_freq = df, .n_heads = n_heads, .head_dim = head_dim,
+		.mscale = mscale,
+	};
+	return launch(dev, dev->k_rope, rows, n_heads, half < 256 ? half : 256, &a,
+	    "cuLaunchKernel baton_ops_rope");
+}
+
+int cuda_op_attention(struct baton_dev *dev, const struct baton_attn *a)
+{
+	int rc;
+	if (!a || !a->n_q || !a->n_heads || !a->n_kv_heads || !a->head_dim ||
+	    a->n_heads % a->n_kv_heads || a->pos0 > UINT32_MAX - a->n_q)
+		return refuse(dev, BATON_EINVAL, "attention",
+		    "zero sizes, or heads not a multiple of the KV heads");
+	const uint32_t H = a->n_heads, KH = a->n_kv_heads, hd = a->head_dim;
+	const uint64_t n_ctx = (uint64_t)a->pos0 + a->n_q, rows = attn_cache_rows(a, n_ctx);
+	const uint64_t qn = (uint64_t)a->n_q * H * hd, kn = rows * KH * hd;
+	if (!rows)
+		return refuse(dev, BATON_EINVAL, "attention", "a block table without a block size");
+	if (!f32_buf(a->q, qn) || !f32_buf(a->k, kn) || !f32_buf(a->v, kn) ||
+	    !f32_buf(a->out, qn))
+		return refuse(dev, BATON_EINVAL, "attention", "a missing or misaligned buffer");
+	if (overlap(a->out, qn, a->q, qn) || overlap(a->out, qn, a->k, kn) ||
+	    overlap(a->out, qn, a->v, kn))
+		return refuse(dev, BATON_EINVAL, "attention", "out overlaps q, k or v");
+	if (H > 65535)
+		return refuse(dev, BATON_ERANGE, "attention", "more than 65535 heads");
+	const uint64_t chunks = (n_ctx + BATON_OPS_ATTN_CHUNK - 1) / BATON_OPS_ATTN_CHUNK;
+	if (chunks > 65535)
+		return refuse(dev, BATON_ERANGE, "attention", "more than 65535 chunks of keys");
+	/* queries per launch: their partial results within SCORES_MAX */
+	const uint64_t per_q = (uint64_t)H * chunks * (hd + 2) * 4;
+	uint64_t group = SCORES_MAX / per_q;
+	if (group < 1)
+		group = 1;
+	if (group > a->n_q)
+		group = a->n_q;
+	if (group > 0x7fffffffu)
+		group = 0x7fffffffu;
+	CUdeviceptr table = 0;
+	if ((rc = cuda_cur(dev)) || (rc = cuda_dbuf_need(dev, &dev->ops_scores, group * per_q)))
+		return rc;
+	if (a->blocks &&
+	    (rc = stage_args(dev, a->blocks, (n_ctx + a->block_size - 1) / a->block_size * 4, NULL,
+	         0, &table, NULL)))
+		return rc;
+	for (uint32_t q0 = 0; q0 < a->n_q; q0 += (uint32_t)group) {
+		const uint32_t nq = a->n_q - q0 < group ? a->n_q - q0 : (uint32_t)group;
+		/* this group's last query has the most chunks */
+		const uint64_t gc = ((uint64_t)a->pos0 + q0 + nq + BATON_OPS_ATTN_CHUNK - 1) /
+		    BATON_OPS_ATTN_CHUNK;
+		struct baton_ops_attention_args k = {
+			.q = a->q, .k = a->k, .v = a->v, .out = a->out, .part = dev->ops_scores.p,
+			.blocks = table, .q0 = q0, .n_q = a->n_q, .n_heads = H, .n_kv_heads = KH,
+			.head_dim = hd, .pos0 = a->pos0, .block_size = a->block_size,
+			.chunks = (uint32_t)gc, .scale = a->scale,
+		};
+		void *params[] = { &k };
+		CU(dev, dev->d->LaunchKernel(dev->k_attn_part, nq, H, (uint32_t)gc, OPS_THREADS, 1, 1,
+		    0, dev->stream, params, NULL), "cuLaunchKernel baton_ops_attn_part");
+		if (gc > 1 && (rc = launch(dev, dev->k_attn_comb, nq, H, OPS_THREADS, &k,
+		         "cuLaunchKernel baton_ops_attn_combine")))
+			return rc;
+	}
+	return 0;
+}
+
+int cuda_op_kv_store(struct baton_dev *dev, const struct baton_kv_store *s)
+{
+	int rc = kv_store_check(s);
+	if (rc)
+		return refuse(dev, rc, "kv_store", rc == BATON_ERANGE ? "a slot past the cache" :
+		    "zero sizes, or missing, misaligned or overlapping buffers");
+	if (s->n > 0x7fffffffu)
+		return refuse(dev, BATON_ERANGE, "kv_store", "2^31 rows or more in one call");
+	CUdeviceptr slots;
+	if ((rc = cuda_cur(dev)) ||
+	    (rc = stage_args(dev, s->slots, (uint64_t)s->n * 4, NULL, 0, &slots, NULL)))
+		return rc;
+	struct baton_ops_kv_store_args a = {
+		.k = s->k, .v = s->v, .k_cache = s->k_cache, .v_cache = s->v_cache, .slots = slots,
+		.n = s->n, .cols = s->cols,
+	};
+	return launch(dev, dev->k_kv_store, s->n, 1, 128, &a, "cuLaunchKernel baton_ops_kv_store");
+}
+
+int cuda_op_swiglu(struct baton_dev *dev, baton_dptr gate, baton_dptr up, baton_dptr out,
+    uint64_t n)
+{
+	int rc;
+	if (!f32_buf(gate, n) || !f32_buf(up, n) || !f32_buf(out, n))
+		return refuse(dev, BATON_EINVAL, "swiglu", "empty or misaligned buffers");
+	if ((rc = cuda_cur(dev)))
+		return rc;
+	struct baton_ops_swiglu_args a = { .gate = gate, .up = up, .out = out, .n = n };
+	return launch(dev, dev->k_swiglu, blocks_for(n), 1, 256, &a,
+	    "cuLaunchKernel baton_ops_swiglu");
+}
+
+int cuda_op_add(struct baton_dev *dev, baton_dptr x, baton_dptr y, baton_dptr gate,
+    uint32_t rows, uint32_t cols)
+{
+	const uint64_t n = (uint64_t)rows * cols;
+	int rc;
+	if (!rows || !f32_buf(x, n) || !f32_buf(y, n) || overlap(x, n, y, n) ||
+	    (gate && !f32_buf(gate, rows)))
+		return refuse(dev, BATON_EINVAL, "add",
+		    "empty, misaligned or overlapping buffers, or a bad gate");
+	if ((rc = cuda_cur(dev)))
+		return rc;
+	struct baton_ops_add_args a = { .x = x, .y = y, .gate = gate, .rows = rows, .cols = cols };
+	return launch(dev, dev->k_add, blocks_for(n), 1, 256, &a, "cuLaunchKernel baton_ops_add");
+}
+
+int cuda_op_route(struct baton_dev *dev, baton_dptr logits, uint32_t rows, uint32_t n_experts,
+    uint32_t top_k, int rule, uint32_t *ids, float *weights)
+{
+	int rc;
+	if (!rows || !top_k || top_k > n_experts || !ids || !weights ||
+	    !f32_buf(logits, (uint64_t)rows * n_experts))
+		return refuse(dev, BATON_EINVAL, "route",
+		    "zero sizes, top_k above the experts, or a missing buffer");
+	if (rule != BATON_ROUTE_SOFTMAX_TOPK && rule != BATON_ROUTE_SOFTMAX_TOPK_NORM)
+		return refuse(dev, BATON_EINVAL, "route", "unknown rule");
+	const uint64_t bytes = (uint64_t)rows * n_experts * 4;
+	if ((rc = cuda_cur(dev)))
+		return rc;
+	if (dev->ops_logits_cap < bytes) {
+		if (dev->ops_logits)
+			dev->d->MemFreeHost(dev->ops_logits);
+		dev->ops_logits = NULL;
+		dev->ops_logits_cap = 0;
+		const uint64_t cap = cuda_round_up(bytes, 1u << 16);
+		void *p = NULL;
+		CU(dev, dev->d->MemHostAlloc(&p, cap, 0), "cuMemHostAlloc (route logits)");
+		dev->ops_logits = p;
+		dev->ops_logits_cap = cap;
+	}
+	CU(dev, dev->d->MemcpyDtoHAsync(dev->ops_logits, logits, bytes, dev->stream),
+	    "cuMemcpyDtoHAsync (route logits)");
+	if ((rc = cuda_stream_sync(dev)))
+		return rc;
+	return host_op_route(NULL, (baton_dptr)(uintptr_t)dev->ops_logits, rows, n_experts, top_k,
+	    rule, ids, weights);
+}
+
+int cuda_op_route_dev(struct baton_dev *dev, baton_dptr logits, uint32_t rows,
+    uint32_t n_experts, uint32_t top_k, int rule, baton_dptr ids, baton_dptr weights)
+{
+	_Static_assert(BATON_ROUTE_SOFTMAX_TOPK_NORM == 1, "the route kernel's rule number");
+	int rc;
+	const uint64_t nk = (uint64_t)rows * top_k;
+	if (!rows || !top_k || top_k > n_experts || !f32_buf(logits, (uint64_t)rows * n_experts) ||
+	    !f32_buf(weights, nk) || !ids || ids % 4 || overlap(ids, nk, weights, nk) ||
+	    overlap(ids, nk, logits, (uint64_t)rows * n_experts) ||
+	    overlap(weights, nk, logits, (uint64_t)rows * n_experts))
+		return refuse(dev, BATON_EINVAL, "route_dev",
+		    "zero sizes, top_k above the experts, or missing or overlapping buffers");
+	if (rule != BATON_ROUTE_SOFTMAX_TOPK && rule != BATON_ROUTE_SOFTMAX_TOPK_NORM)
+		return refuse(dev, BATON_EINVAL, "route_dev", "unknown rule");
+	if (n_experts > 8192)
+		return refuse(dev, BATON_ERANGE, "route_dev", "more than 8192 experts");
+	if ((rc = cuda_cur(dev)))
+		return rc;
+	struct baton_ops_route_args a = {
+		.logits = logits, .ids = ids, .w = weights,
+		.rows = rows, .n_experts = n_experts, .top_k = top_k, .rule = (uint32_t)rule,
+	};
+	void *params[] = { &a };
+	CU(dev, dev->d->LaunchKernel(dev->k_route, rows, 1, 1, 32, 1, 1, n_experts * 5, dev->stream,
+	         params, NULL),
+	    "cuLaunchKernel baton_ops_route");
+	return 0;
+}

@@ -1,0 +1,689 @@
+/*
+ * ops_cuda_test.c: the cuda backend's forward-pass ops (engine/backend/cuda/ops.cu)
+ * against the host backend's (engine/backend/host/ops.c, the reference), on random
+ * data, through the backend table as the model calls them; and their
+ * refusals. Built only with CUDA=1; without a driver or a device every
+ * case prints "skip: why" and passes.
+ *
+ * What must agree how:
+ *   - embed, rmsnorm and matmul: bit for bit, for every dtype the backend
+ *     computes (f32, f16, bf16, q8_0, q4_K, q5_K, q6_K), with and without
+ *     a tail of cols % 32, bias and accumulate: the weights decode exactly
+ *     and the dots keep engine_int.h's order (ops_cuda.h), divisions and
+ *     square roots are IEEE on both sides.
+ *   - route: bit for bit (the same host code chooses, on copied logits).
+ *   - rope, attention, swiglu, add: within 1e-6 of the magnitude (2e-6
+ *     for attention), since the device's expf, sinf and cosf are not
+ *     glibc's (CUDA's guide: 2 ulp at most, 1.2e-7 each); a wrong index or
+ *     formula is off by O(1). The figures print the largest difference.
+ * t_perf prints timings at Qwen3-30B-A3B's shapes (docs/cuda-ops.md has an
+ * H200's); it asserts nothing.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <time.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "arena/arena.h"
+#include "engine/backend/cuda/cuda.h"
+#include "engine/backend/host/host.h"
+#include "engine/backend/host/ops.h"
+#include "tests/t.h"
+
+static const struct baton_backend *be = &baton_backend_cuda;
+
+static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
+
+static uint64_t rnd(void)
+{
+	g_rng ^= g_rng << 13;
+	g_rng ^= g_rng >> 7;
+	g_rng ^= g_rng << 17;
+	return g_rng;
+}
+
+static float frand(void)
+{
+	return (float)((double)(rnd() >> 11) * 0x1.0p-53 * 2.0 - 1.0);
+}
+
+static float *rvec(size_t n)
+{
+	float *v = malloc(n * sizeof *v);
+	T_ASSERT(v);
+	for (size_t i = 0; i < n; i++)
+		v[i] = frand();
+	return v;
+}
+
+static baton_dptr H(const void *p)
+{
+	return (baton_dptr)(uintptr_t)p;
+}
+
+static void fig(const char *name, double v)
+{
+	printf("  fig %-40s %12.6g\n", name, v);
+	fflush(stdout);
+}
+
+/* Opens device 0, or ends the case as a pass with "skip: why". */
+static struct baton_dev *open_dev(void)
+{
+	char err[256];
+	if (cuda_backend_probe(err, sizeof err) != 0) {
+		printf("  skip: %s\n", err);
+		fflush(stdout);
+		exit(0);
+	}
+	struct baton_dev *dev = NULL;
+	int rc = be->open(0, 0, &dev, err, sizeof err);
+	T_ASSERT_MSG(rc == 0, "open: %s (%s)", baton_errname(rc), err);
+	return dev;
+}
+
+#define T_CU(dev, expr)                                                        \
+	do {                                                                   \
+		int t_rc_ = (expr);                                            \
+		if (t_rc_ != 0)                                                \
+			T_FAIL("%s gave %s: %s", #expr, baton_errname(t_rc_),  \
+			    cuda_backend_last_error(dev));                     \
+	} while (0)
+
+/* A device copy of n host bytes. */
+static baton_dptr up(struct baton_dev *dev, const void *p, uint64_t n)
+{
+	baton_dptr d = 0;
+	T_CU(dev, be->alloc(dev, n, &d));
+	struct baton_copy c = { d, p, n };
+	T_CU(dev, be->copy_h2d(dev, &c, 1));
+	T_CU(dev, be->sync(dev));
+	return d;
+}
+
+static void down(struct baton_dev *dev, void *p, baton_dptr d, uint64_t n)
+{
+	T_CU(dev, be->sync(dev));
+	T_CU(dev, be->copy_d2h(dev, p, d, n));
+}
+
+/* rows x cols random weights in dtype (any bytes for the quants' values,
+ * sane f16 scales): the host decodes the same bytes. */
+static uint8_t *weights(int dt, uint32_t rows, uint32_t cols, uint64_t *bytes)
+{
+	const uint64_t rb = baton_compute_row_bytes(dt, cols);
+	T_ASSERT(rb);
+	uint8_t *w = malloc(rows * rb);
+	T_ASSERT(w);
+	for (uint64_t i = 0; i < rows * rb; i++)
+		w[i] = (uint8_t)rnd();
+	for (uint32_t r = 0; r < rows; r++) {
+		uint8_t *row = w + r * rb;
+		for (uint32_t i = 0; i < cols; i++) {
+			float f = frand();
+			uint16_t h;
+			if (dt == BATON_DT_F32)
+				memcpy(row + 4 * i, &f, 4);
+			else if (dt == BATON_DT_F16)
+				h = baton_f32_to_f16(f), memcpy(row + 2 * i, &h, 2);
+			else if (dt == BATON_DT_BF16)
+				h = baton_f32_to_bf16(f), memcpy(row + 2 * i, &h, 2);
+		}
+		if (dt == BATON_DT_Q8_0)
+			for (uint32_t b = 0; b < cols / 32; b++) {
+				uint16_t h = baton_f32_to_f16(frand() / 100);
+				memcpy(row + b * 34, &h, 2);
+			}
+		if (kquant_is(dt))
+			for (uint32_t b = 0; b < cols / 256; b++) {
+				uint8_t *blk = row + b * (rb / (cols / 256));
+				uint16_t d = baton_f32_to_f16(frand() / 200), m = baton_f32_to_f16(frand() / 50);
+				if (dt == BATON_DT_Q6_K) {
+					memcpy(blk + 208, &d, 2);
+				} else {
+					memcpy(blk, &d, 2);
+					memcpy(blk + 2, &m, 2);
+				}
+			}
+	}
+	*bytes = rows * rb;
+	return w;
+}
+
+static void same_bits(const float *got, const float *want, size_t n, const char *what)
+{
+	for (size_t i = 0; i < n; i++)
+		if (memcmp(&got[i], &want[i], 4) != 0)
+			T_FAIL("%s[%zu]: cuda %.9g, host %.9g (not the same bits)", what, i, got[i], want[i]);
+}
+
+/* max |got - want| / max(1, max |want|); fails beyond tol. */
+static void close_to(const float *got, const float *want, size_t n, double tol, const char *what)
+{
+	double md = 0, mw = 1;
+	for (size_t i = 0; i < n; i++) {
+		double d = fabs((double)got[i] - want[i]);
+		if (!(d <= md))
+			md = isnan(d) ? INFINITY : d;
+		if (fabs(want[i]) > mw)
+			mw = fabs(want[i]);
+	}
+	char name[64];
+	snprintf(name, sizeof name, "%s max diff", what);
+	fig(name, md / mw);
+	T_ASSERT_MSG(md / mw <= tol, "%s: max |cuda - host| %.3g of scale %.3g (> %g)", what, md, mw,
+	    tol);
+}
+
+static const int DTS[] = { BATON_DT_F32, BATON_DT_F16, BATON_DT_BF16, BATON_DT_Q8_0,
+	BATON_DT_Q4_K, BATON_DT_Q5_K, BATON_DT_Q6_K };
+#define N_DTS (sizeof DTS / sizeof DTS[0])
+
+/* ---- bit for bit ----------------------------------------------------------- */
+
+/* One matmul on both backends; the weights sit `off` bytes into their
+ * device buffer (1: the kernel that loads bytes one by one; 2 for 16-bit
+ * types, 4 for f32: typed loads without the 16-byte ones). */
+static void matmul_case_at(struct baton_dev *dev, int dt, uint32_t n_out, uint32_t k,
+    uint32_t rows, int bias_dt, int acc, uint32_t off)
+{
+	uint64_t wb, bb = 0;
+	uint8_t *w = weights(dt, n_out, k, &wb);
+	uint8_t *b = bias_dt >= 0 ? weights(bias_dt, 1, n_out, &bb) : NULL;
+	float *x = rvec((size_t)rows * k), *y = rvec((size_t)rows * n_out);
+	float *got = malloc((size_t)rows * n_out * 4);
+	T_ASSERT(got);
+	baton_dptr dw0 = 0, dw, dx = up(dev, x, (uint64_t)rows * k * 4);
+	T_CU(dev, be->alloc(dev, wb + 16, &dw0));
+	dw = dw0 + off;
+	struct baton_copy wc = { dw, w, wb };
+	T_CU(dev, be->copy_h2d(dev, &wc, 1));
+	baton_dptr dy = up(dev, y, (uint64_t)rows * n_out * 4), db = b ? up(dev, b, bb) : 0;
+	T_CU(dev, be->matmul(dev, dw, (uint32_t)dt, n_out, k, db, (uint32_t)(b ? bias_dt : 0), dx,
+	    rows, dy, acc));
+	down(dev, got, dy, (uint64_t)rows * n_out * 4);
+	T_OK(host_op_matmul(NULL, H(w), (uint32_t)dt, n_out, k, H(b), (uint32_t)(b ? bias_dt : 0),
+	    H(x), rows, H(y), acc));
+	char what[64];
+	snprintf(what, sizeof what, "matmul %s k=%u rows=%u off=%u", baton_dtype_name(dt), k, rows,
+	    off);
+	same_bits(got, y, (size_t)rows * n_out, what);
+	be->free(dev, dw0), be->free(dev, dx), be->free(dev, dy);
+	if (db)
+		be->free(dev, db);
+	free(w), free(b), free(x), free(y), free(got);
+}
+
+static void matmul_case(struct baton_dev *dev, int dt, uint32_t n_out, uint32_t k, uint32_t rows,
+    int bias_dt, int acc)
+{
+	matmul_case_at(dev, dt, n_out, k, rows, bias_dt, acc, 0);
+}
+
+static void t_matmul(void)
+{
+	struct baton_dev *dev = open_dev();
+	for (size_t i = 0; i < N_DTS; i++) {
+		const int dt = DTS[i];
+		const int plain = dt == BATON_DT_F32 || dt == BATON_DT_F16 || dt == BATON_DT_BF16;
+		/* k = 96: no 16-byte loads; 512: with them (plain types) */
+		const uint32_t ks[] = { 96, 512 };
+		for (int j = kquant_is(dt) ? 1 : 0; j < 2; j++) {
+			const uint32_t k = ks[j];
+			matmul_case(dev, dt, 37, k, 1, -1, 0);
+			matmul_case(dev, dt, 37, k, 11, BATON_DT_F32, 0); /* two groups of 8 rows */
+			matmul_case(dev, dt, 9, k, 3, BATON_DT_BF16, 1);
+		}
+		if (plain) {
+			matmul_case(dev, dt, 21, 77, 5, -1, 1); /* a tail of 13 */
+			/* prefill-sized calls: many groups of 8 rows and a part
+			 * group, with bias, and accumulating */
+			matmul_case(dev, dt, 37, 512, 70, BATON_DT_F32, 0);
+			matmul_case(dev, dt, 70, 256, 65, -1, 1);
+			/* the other kernels: byte loads, typed loads without vectors */
+			matmul_case_at(dev, dt, 21, 512, 9, -1, 0, 1);
+			matmul_case_at(dev, dt, 21, 512, 1, -1, 0, dt == BATON_DT_F32 ? 4 : 2);
+		} else {
+			matmul_case_at(dev, dt, 21, kquant_is(dt) ? 512 : 96, 9, -1, 0, 1);
+			/* blocks beyond one round of the kernel's loads (4 K-quant
+			 * blocks, 32 q8_0 blocks in groups of 8) and a remainder,
+			 * at odd addresses too */
+			const uint32_t kl = kquant_is(dt) ? 1280 : 1088;
+			matmul_case(dev, dt, 19, kl, 1, -1, 0);
+			matmul_case(dev, dt, 19, kl, 11, BATON_DT_F32, 1);
+			matmul_case_at(dev, dt, 19, kl, 3, -1, 0, 3);
+		}
+	}
+	be->close(dev);
+}
+
+static void t_embed_rmsnorm(void)
+{
+	struct baton_dev *dev = open_dev();
+	const uint32_t tokens[] = { 3, 0, 15, 3, 9 }, n = 5, V = 16;
+	for (size_t i = 0; i < N_DTS; i++) {
+		const int dt = DTS[i];
+		const uint32_t C = kquant_is(dt) ? 256 : 64;
+		uint64_t tb;
+		uint8_t *table = weights(dt, V, C, &tb);
+		float *got = malloc((size_t)n * C * 4), *want = malloc((size_t)n * C * 4);
+		T_ASSERT(got && want);
+		baton_dptr dt_ = up(dev, table, tb), dout = 0;
+		T_CU(dev, be->alloc(dev, (uint64_t)n * C * 4, &dout));
+		T_CU(dev, be->embed(dev, dt_, (uint32_t)dt, V, C, tokens, n, dout));
+		down(dev, got, dout, (uint64_t)n * C * 4);
+		T_OK(host_op_embed(NULL, H(table), (uint32_t)dt, V, C, tokens, n, H(want)));
+		same_bits(got, want, (size_t)n * C, baton_dtype_name(dt));
+		be->free(dev, dt_), be->free(dev, dout);
+		free(table), free(got), free(want);
+	}
+	/* rmsnorm: weights f32 / bf16 / none, cols with and without a tail,
+	 * out of place and in place (per-head norms are rows of head_dim) */
+	const uint32_t colss[] = { 64, 70, 2048 };
+	for (size_t c = 0; c < 3; c++)
+		for (int wk = 0; wk < 3; wk++)
+			for (int inplace = 0; inplace < 2; inplace++) {
+				const uint32_t R = 13, C = colss[c];
+				float *x = rvec((size_t)R * C), *want = malloc((size_t)R * C * 4);
+				float *got = malloc((size_t)R * C * 4);
+				T_ASSERT(want && got);
+				for (size_t i = 0; i < (size_t)R * C; i++)
+					x[i] *= 3.0f;
+				uint64_t wb = 0;
+				const int wdt = wk == 0 ? BATON_DT_F32 : BATON_DT_BF16;
+				uint8_t *w = wk < 2 ? weights(wdt, 1, C, &wb) : NULL;
+				baton_dptr dx = up(dev, x, (uint64_t)R * C * 4), dw = w ? up(dev, w, wb) : 0;
+				baton_dptr dout = dx;
+				if (!inplace)
+					T_CU(dev, be->alloc(dev, (uint64_t)R * C * 4, &dout));
+				T_CU(dev, be->rmsnorm(dev, dx, dout, R, C, dw, (uint32_t)wdt, 1e-6f));
+				down(dev, got, dout, (uint64_t)R * C * 4);
+				T_OK(host_op_rmsnorm(NULL, H(x), H(want), R, C, H(w), (uint32_t)wdt, 1e-6f));
+				same_bits(got, want, (size_t)R * C, "rmsnorm");
+				be->free(dev, dx);
+				if (dw)
+					be->free(dev, dw);
+				if (!inplace)
+					be->free(dev, dout);
+				free(x), free(want), free(got), free(w);
+			}
+	be->close(dev);
+}
+
+static void t_route(void)
+{
+	struct baton_dev *dev = open_dev();
+	enum { R = 7, E = 60, K = 4 };
+	float *l = rvec((size_t)R * E);
+	l[5] = l[6] = l[7] = 2.0f; /* a tie in row 0 */
+	l[E + 3] = NAN;            /* a NaN in row 1 */
+	baton_dptr dl = up(dev, l, (uint64_t)R * E * 4);
+	for (int rule = 0; rule < 2; rule++) {
+		uint32_t ids[R * K], hid[R * K];
+		float w[R * K], hw[R * K];
+		T_CU(dev, be->route(dev, dl, R, E, K, rule, ids, w));
+		T_OK(host_op_route(NULL, H(l), R, E, K, rule, hid, hw));
+		T_ASSERT(memcmp(ids, hid, sizeof ids) == 0);
+		same_bits(w, hw, R * K, "route weights");
+		T_EQ_INT(ids[0], 5);
+		T_EQ_INT(ids[1], 6);
+	}
+	be->free(dev, dl);
+	free(l);
+	/* route_dev: the same choice left on the device, bitwise the host's
+	 * (its expf is glibc's): logits spread wide so expf sees arguments
+	 * from 0 down past its underflow, ties and a NaN (which makes its
+	 * row's weights NaN on both, not of one bit pattern), both rules */
+	enum { R2 = 64, E2 = 128, K2 = 8 };
+	float *l2 = rvec((size_t)R2 * E2);
+	for (size_t i = 0; i < (size_t)R2 * E2; i++)
+		l2[i] *= (float)(1 + i % 61);
+	l2[9] = l2[10] = l2[11] = 500.0f;
+	l2[E2 + 7] = NAN;
+	baton_dptr dl2 = up(dev, l2, (uint64_t)R2 * E2 * 4), dout = 0;
+	T_CU(dev, be->alloc(dev, (uint64_t)R2 * K2 * 8, &dout));
+	for (int rule = 0; rule < 2; rule++) {
+		uint32_t *ids = malloc(R2 * K2 * 4), *hid = malloc(R2 * K2 * 4);
+		float *w = malloc(R2 * K2 * 4), *hw = malloc(R2 * K2 * 4);
+		T_ASSERT(ids && hid && w && hw);
+		T_CU(dev, be->route_dev(dev, dl2, R2, E2, K2, rule, dout, dout + R2 * K2 * 4));
+		T_CU(dev, be->copy_d2h(dev, ids, dout, R2 * K2 * 4));
+		T_CU(dev, be->copy_d2h(dev, w, dout + R2 * K2 * 4, R2 * K2 * 4));
+		T_OK(host_op_route(NULL, H(l2), R2, E2, K2, rule, hid, hw));
+		T_ASSERT(memcmp(ids, hid, R2 * K2 * 4) == 0);
+		for (int k = 0; k < K2; k++) {
+			T_ASSERT(isnan(w[K2 + k]) && isnan(hw[K2 + k]));
+			w[K2 + k] = hw[K2 + k] = 0;
+		}
+		same_bits(w, hw, R2 * K2, "route_dev weights");
+		T_EQ_INT(ids[0], 9);
+		free(ids), free(hid), free(w), free(hw);
+	}
+	T_EQ_ERR(be->route_dev(dev, dl2, R2, E2, K2, 2, dout, dout + R2 * K2 * 4), BATON_EINVAL);
+	T_EQ_ERR(be->route_dev(dev, dl2, R2, E2, E2 + 1, 0, dout, dout + R2 * K2 * 4), BATON_EINVAL);
+	T_EQ_ERR(be->route_dev(dev, dl2, R2, E2, K2, 0, dout, dout + 4), BATON_EINVAL); /* overlap */
+	be->free(dev, dout);
+	be->free(dev, dl2);
+	free(l2);
+	be->close(dev);
+}
+
+/* ---- within the device's expf / sinf / cosf ------------------------------ */
+
+static void t_rope(void)
+{
+	struct baton_dev *dev = open_dev();
+	enum { R = 4, NH = 3, HD = 64 };
+	const uint32_t pos[] = { 0, 7, 1000, 40000 };
+	float inv[HD / 2];
+	for (uint32_t i = 0; i < HD / 2; i++)
+		inv[i] = (float)pow(1e6, -(double)(2 * i) / HD);
+	for (int s = 0; s < 2; s++) {
+		const float mscale = s ? 0.7f : 1.0f;
+		float *x = rvec((size_t)R * NH * HD), *got = malloc((size_t)R * NH * HD * 4);
+		T_ASSERT(got);
+		baton_dptr dx = up(dev, x, (uint64_t)R * NH * HD * 4);
+		T_CU(dev, be->rope(dev, dx, R, NH, HD, pos, inv, mscale));
+		down(dev, got, dx, (uint64_t)R * NH * HD * 4);
+		T_OK(host_op_rope(NULL, H(x), R, NH, HD, pos, inv, mscale));
+		close_to(got, x, (size_t)R * NH * HD, 1e-6, "rope");
+		be->free(dev, dx);
+		free(x), free(got);
+	}
+	be->close(dev);
+}
+
+/* Attention of n_q queries from pos0, contiguous or (paged) through a
+ * shuffled block table of 16-position blocks in a larger pool: the cuda
+ * result within the tolerance of the host's, and its last query's row
+ * bitwise that of the query computed in a call of its own (a query's
+ * chunks depend on its position alone). */
+static void attention_case(struct baton_dev *dev, uint32_t n_q, uint32_t pos0, uint32_t Hh,
+    uint32_t KH, uint32_t hd, int paged)
+{
+	const uint32_t BS = 16;
+	const uint64_t n_ctx = (uint64_t)pos0 + n_q, qn = (uint64_t)n_q * Hh * hd;
+	const uint32_t nb = (uint32_t)((n_ctx + BS - 1) / BS), pool = nb + 3;
+	const uint64_t rows = paged ? (uint64_t)pool * BS : n_ctx, row = (uint64_t)KH * hd;
+	const uint64_t kn = rows * row;
+	float *q = rvec(qn), *k = rvec(kn), *v = rvec(kn);
+	uint32_t *table = malloc(pool * sizeof *table);
+	T_ASSERT(table);
+	for (uint32_t i = 0; i < pool; i++)
+		table[i] = i;
+	for (uint32_t i = pool - 1; i > 0; i--) { /* a shuffled table */
+		uint32_t j = (uint32_t)(rnd() % (i + 1)), t = table[i];
+		table[i] = table[j];
+		table[j] = t;
+	}
+	for (uint64_t i = 0; i < qn; i++)
+		q[i] *= 2.0f;
+	float *got = malloc(qn * 4), *want = malloc(qn * 4), *one = malloc((size_t)Hh * hd * 4);
+	T_ASSERT(got && want && one);
+	baton_dptr dq = up(dev, q, qn * 4), dk = up(dev, k, kn * 4), dv = up(dev, v, kn * 4), dout;
+	T_CU(dev, be->alloc(dev, qn * 4, &dout));
+	const float scale = 1.0f / sqrtf((float)hd);
+	struct baton_attn a = { .q = dq, .k = dk, .v = dv, .out = dout, .n_q = n_q, .n_heads = Hh,
+		.n_kv_heads = KH, .head_dim = hd, .pos0 = pos0, .scale = scale,
+		.blocks = paged ? table : NULL, .block_size = paged ? BS : 0 };
+	T_CU(dev, be->attention(dev, &a));
+	down(dev, got, dout, qn * 4);
+	struct baton_attn ha = a;
+	ha.q = H(q), ha.k = H(k), ha.v = H(v), ha.out = H(want);
+	T_OK(host_op_attention(NULL, &ha));
+	char what[80];
+	snprintf(what, sizeof what, "attention n_q=%u pos0=%u%s", n_q, pos0, paged ? " paged" : "");
+	close_to(got, want, qn, 2e-6, what);
+	/* the last query alone */
+	struct baton_attn a1 = a;
+	a1.n_q = 1;
+	a1.pos0 = pos0 + n_q - 1;
+	a1.q = dq + (qn - (uint64_t)Hh * hd) * 4;
+	T_CU(dev, be->attention(dev, &a1));
+	down(dev, one, dout, (uint64_t)Hh * hd * 4);
+	T_ASSERT_MSG(memcmp(one, got + qn - (uint64_t)Hh * hd, (size_t)Hh * hd * 4) == 0,
+	    "%s: the last query alone differs from it among %u", what, n_q);
+	be->free(dev, dq), be->free(dev, dk), be->free(dev, dv), be->free(dev, dout);
+	free(q), free(k), free(v), free(got), free(want), free(one), free(table);
+}
+
+static void t_attention(void)
+{
+	struct baton_dev *dev = open_dev();
+	for (int paged = 0; paged < 2; paged++) {
+		attention_case(dev, 1, 0, 4, 2, 32, paged);     /* the first token */
+		attention_case(dev, 19, 0, 4, 2, 16, paged);    /* a prefill */
+		attention_case(dev, 1, 700, 8, 2, 128, paged);  /* a decode step deep in the cache */
+		attention_case(dev, 5, 3, 6, 3, 70, paged);     /* a head_dim with a tail */
+		attention_case(dev, 40, 230, 4, 2, 64, paged);  /* a chunk prefill across 256 keys */
+		attention_case(dev, 1, 5000, 8, 4, 128, paged); /* 20 chunks */
+		attention_case(dev, 3, 255, 4, 4, 32, paged);   /* 256, 257, 258 keys */
+	}
+	be->close(dev);
+}
+
+/* kv_store: bitwise the host's, refusals alike. */
+static void t_kv_store(void)
+{
+	struct baton_dev *dev = open_dev();
+	const uint32_t N = 5, C = 96, ROWS = 40;
+	float *k = rvec((size_t)N * C), *v = rvec((size_t)N * C);
+	float *kc = rvec((size_t)ROWS * C), *vc = rvec((size_t)ROWS * C);
+	float *got = malloc((size_t)ROWS * C * 4);
+	T_ASSERT(got);
+	const uint32_t slots[5] = { 17, 3, 39, 0, 18 }, bad[5] = { 17, 3, 40, 0, 18 };
+	baton_dptr dk = up(dev, k, N * C * 4), dv = up(dev, v, N * C * 4);
+	baton_dptr dkc = up(dev, kc, ROWS * C * 4), dvc = up(dev, vc, ROWS * C * 4);
+	struct baton_kv_store st = { .k = dk, .v = dv, .k_cache = dkc, .v_cache = dvc,
+		.slots = bad, .n = N, .cols = C, .cache_rows = ROWS };
+	T_EQ_ERR(be->kv_store(dev, &st), BATON_ERANGE);
+	st.slots = slots;
+	st.k_cache = dk; /* overlaps k */
+	T_EQ_ERR(be->kv_store(dev, &st), BATON_EINVAL);
+	st.k_cache = dkc;
+	T_CU(dev, be->kv_store(dev, &st));
+	struct baton_kv_store hs = st;
+	hs.k = H(k), hs.v = H(v), hs.k_cache = H(kc), hs.v_cache = H(vc);
+	T_OK(host_op_kv_store(NULL, &hs));
+	down(dev, got, dkc, ROWS * C * 4);
+	T_ASSERT(memcmp(got, kc, (size_t)ROWS * C * 4) == 0);
+	down(dev, got, dvc, ROWS * C * 4);
+	T_ASSERT(memcmp(got, vc, (size_t)ROWS * C * 4) == 0);
+	be->free(dev, dk), be->free(dev, dv), be->free(dev, dkc), be->free(dev, dvc);
+	free(k), free(v), free(kc), free(vc), free(got);
+	be->close(dev);
+}
+
+static void t_swiglu_add(void)
+{
+	struct baton_dev *dev = open_dev();
+	const uint32_t R = 5, C = 300;
+	const uint64_t n = (uint64_t)R * C;
+	float *g = rvec(n), *u = rvec(n), *got = malloc(n * 4), *want = malloc(n * 4);
+	T_ASSERT(got && want);
+	for (uint64_t i = 0; i < n; i++)
+		g[i] *= 8.0f;
+	baton_dptr dg = up(dev, g, n * 4), du = up(dev, u, n * 4), dout;
+	T_CU(dev, be->alloc(dev, n * 4, &dout));
+	T_CU(dev, be->swiglu(dev, dg, du, dout, n));
+	down(dev, got, dout, n * 4);
+	T_OK(host_op_swiglu(NULL, H(g), H(u), H(want), n));
+	close_to(got, want, n, 1e-6, "swiglu");
+	/* in place over gate, as the model calls it */
+	T_CU(dev, be->swiglu(dev, dg, du, dg, n));
+	down(dev, got, dg, n * 4);
+	close_to(got, want, n, 1e-6, "swiglu in place");
+
+	float *x = rvec(n), *y = rvec(n), *gl = rvec(R);
+	for (int gated = 0; gated < 2; gated++) {
+		baton_dptr dx = up(dev, x, n * 4), dy = up(dev, y, n * 4), dgl = up(dev, gl, R * 4);
+		T_CU(dev, be->add(dev, dx, dy, gated ? dgl : 0, R, C));
+		down(dev, got, dx, n * 4);
+		memcpy(want, x, n * 4);
+		T_OK(host_op_add(NULL, H(want), H(y), gated ? H(gl) : 0, R, C));
+		if (gated)
+			close_to(got, want, n, 1e-6, "add gated");
+		else
+			same_bits(got, want, n, "add");
+		be->free(dev, dx), be->free(dev, dy), be->free(dev, dgl);
+	}
+	be->free(dev, dg), be->free(dev, du), be->free(dev, dout);
+	free(g), free(u), free(got), free(want), free(x), free(y), free(gl);
+	be->close(dev);
+}
+
+/* ---- timings (figures only, nothing asserted) ----------------------------- */
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Seconds per call of matmul (n_out x k in dt, `rows` rows), on device
+ * memory as it comes (the values do not matter to the time). */
+static double time_matmul_at(struct baton_dev *dev, int dt, uint32_t n_out, uint32_t k,
+    uint32_t rows, uint32_t off)
+{
+	baton_dptr w0, w, x, y;
+	const uint64_t wb = baton_compute_row_bytes(dt, k) * n_out;
+	T_CU(dev, be->alloc(dev, wb + 16, &w0));
+	w = w0 + off;
+	T_CU(dev, be->alloc(dev, (uint64_t)rows * k * 4, &x));
+	T_CU(dev, be->alloc(dev, (uint64_t)rows * n_out * 4, &y));
+	T_CU(dev, be->matmul(dev, w, (uint32_t)dt, n_out, k, 0, 0, x, rows, y, 0));
+	T_CU(dev, be->sync(dev));
+	const int reps = 20;
+	double t0 = now_s();
+	for (int i = 0; i < reps; i++)
+		T_CU(dev, be->matmul(dev, w, (uint32_t)dt, n_out, k, 0, 0, x, rows, y, 0));
+	T_CU(dev, be->sync(dev));
+	double t = (now_s() - t0) / reps;
+	be->free(dev, w0), be->free(dev, x), be->free(dev, y);
+	return t;
+}
+
+static double time_matmul(struct baton_dev *dev, int dt, uint32_t n_out, uint32_t k, uint32_t rows)
+{
+	return time_matmul_at(dev, dt, n_out, k, rows, 0);
+}
+
+static void t_perf(void)
+{
+	struct baton_dev *dev = open_dev();
+	char name[64];
+	/* Qwen3-30B-A3B's shapes: the output head (151936 x 2048), the q
+	 * projection (4096 x 2048) at batch 1; a 512-token prefill of it */
+	const int dts[] = { BATON_DT_BF16, BATON_DT_F16, BATON_DT_F32, BATON_DT_Q8_0, BATON_DT_Q4_K,
+		BATON_DT_Q5_K, BATON_DT_Q6_K };
+	for (size_t i = 0; i < sizeof dts / sizeof dts[0]; i++) {
+		const int dt = dts[i];
+		double t = time_matmul(dev, dt, 151936, 2048, 1);
+		snprintf(name, sizeof name, "matmul_head_%s_B1", baton_dtype_name(dt));
+		fig(name, t * 1e6);
+		snprintf(name, sizeof name, "matmul_head_%s_B1_GB/s", baton_dtype_name(dt));
+		fig(name, (double)baton_compute_row_bytes(dt, 2048) * 151936 / t / 1e9);
+	}
+	/* the same bf16 head through the other two kernels (weights 2 and 1
+	 * bytes off 16-byte alignment): typed 2-byte loads, byte loads */
+	for (uint32_t off = 2; off > 0; off--) {
+		double t = time_matmul_at(dev, BATON_DT_BF16, 151936, 2048, 1, off);
+		snprintf(name, sizeof name, "matmul_head_bf16_B1_off%u_GB/s", off);
+		fig(name, 2.0 * 2048 * 151936 / t / 1e9);
+	}
+	double t = time_matmul(dev, BATON_DT_BF16, 4096, 2048, 1);
+	fig("matmul_q_bf16_B1_us", t * 1e6);
+	t = time_matmul(dev, BATON_DT_BF16, 4096, 2048, 512);
+	fig("matmul_q_bf16_B512_us", t * 1e6);
+	fig("matmul_q_bf16_B512_GFLOP/s", 2.0 * 4096 * 2048 * 512 / t / 1e9);
+	/* the same 512 rows over K-quant weights, and an expert-sized one at
+	 * batch 1 (768 x 2048: a launch too small to fill the device) */
+	const int qdts[] = { BATON_DT_Q4_K, BATON_DT_Q6_K, BATON_DT_Q8_0 };
+	for (size_t i = 0; i < sizeof qdts / sizeof qdts[0]; i++) {
+		t = time_matmul(dev, qdts[i], 4096, 2048, 512);
+		snprintf(name, sizeof name, "matmul_q_%s_B512_GFLOP/s", baton_dtype_name(qdts[i]));
+		fig(name, 2.0 * 4096 * 2048 * 512 / t / 1e9);
+	}
+	t = time_matmul(dev, BATON_DT_BF16, 768, 2048, 1);
+	fig("matmul_768x2048_bf16_B1_us", t * 1e6);
+
+	/* attention: one decode query over 2048 and 8192 positions, 32 heads
+	 * over 4 of 128 */
+	const uint32_t ctxs[] = { 2048, 8192 };
+	for (int c = 0; c < 2; c++) {
+		baton_dptr q, k, v, o;
+		const uint64_t kn = (uint64_t)ctxs[c] * 4 * 128 * 4;
+		T_CU(dev, be->alloc(dev, 32 * 128 * 4, &q));
+		T_CU(dev, be->alloc(dev, 32 * 128 * 4, &o));
+		T_CU(dev, be->alloc(dev, kn, &k));
+		T_CU(dev, be->alloc(dev, kn, &v));
+		struct baton_attn a = { .q = q, .k = k, .v = v, .out = o, .n_q = 1, .n_heads = 32,
+			.n_kv_heads = 4, .head_dim = 128, .pos0 = ctxs[c] - 1, .scale = 0.088f };
+		T_CU(dev, be->attention(dev, &a));
+		T_CU(dev, be->sync(dev));
+		double t0 = now_s();
+		for (int i = 0; i < 20; i++)
+			T_CU(dev, be->attention(dev, &a));
+		T_CU(dev, be->sync(dev));
+		snprintf(name, sizeof name, "attention_decode_ctx%u_us", ctxs[c]);
+		fig(name, (now_s() - t0) / 20 * 1e6);
+		be->free(dev, q), be->free(dev, o), be->free(dev, k), be->free(dev, v);
+	}
+
+	/* rope of one row, back to back: the staging ring lets them queue */
+	baton_dptr x;
+	T_CU(dev, be->alloc(dev, 32 * 128 * 4, &x));
+	float inv[64];
+	for (int i = 0; i < 64; i++)
+		inv[i] = 1.0f / (float)(i + 1);
+	double t0 = now_s();
+	for (uint32_t i = 0; i < 2000; i++)
+		T_CU(dev, be->rope(dev, x, 1, 32, 128, &i, inv, 1.0f));
+	T_CU(dev, be->sync(dev));
+	fig("rope_B1_call_us", (now_s() - t0) / 2000 * 1e6);
+	be->free(dev, x);
+	be->close(dev);
+}
+
+/* ---- refusals: the host's codes, nothing queued ---------------------------- */
+
+static void t_refusals(void)
+{
+	struct baton_dev *dev = open_dev();
+	baton_dptr b = 0;
+	T_CU(dev, be->alloc(dev, 1 << 16, &b));
+	const uint32_t tok_bad[] = { 16 }, pos[] = { 0 };
+	const float inv[2] = { 1, 1 };
+	uint32_t ids[4];
+	float w[4];
+	T_EQ_ERR(be->matmul(dev, b, BATON_DT_Q3_K, 2, 256, 0, 0, b + 4096, 1, b + 8192, 0),
+	    BATON_EUNSUPPORTED);
+	T_ASSERT(strstr(cuda_backend_last_error(dev), "q3_K") != NULL);
+	T_EQ_ERR(be->matmul(dev, b, BATON_DT_Q8_0, 2, 33, 0, 0, b + 4096, 1, b + 8192, 0),
+	    BATON_EINVAL);
+	T_EQ_ERR(be->matmul(dev, b, BATON_DT_F32, 2, 8, 0, 0, b + 4096, 1, b + 4100, 0),
+	    BATON_EINVAL); /* y overlaps x */
+	T_EQ_ERR(be->matmul(dev, b, BATON_DT_F32, 2, 8, 0, 0, b + 4098, 1, b + 8192, 0),
+	    BATON_EINVAL); /* misaligned x */
+	T_EQ_ERR(be->embed(dev, b, BATON_DT_F32, 16, 8, tok_bad, 1, b + 8192), BATON_ERANGE);
+	T_EQ_ERR(be->rmsnorm(dev, b, b + 4, 2, 8, 0, 0, 1e-6f), BATON_EINVAL);
+	T_EQ_ERR(be->rope(dev, b, 1, 1, 3, pos, inv, 1.0f), BATON_EINVAL); /* odd head_dim */
+	struct baton_attn a = { .q = b, .k = b + 4096, .v = b + 8192, .out = b + 12288, .n_q = 1,
+		.n_heads = 3, .n_kv_heads = 2, .head_dim = 8, .scale = 1.0f };
+	T_EQ_ERR(be->attention(dev, &a), BATON_EINVAL); /* 3 heads over 2 KV heads */
+	const uint32_t tbl[1] = { 0 };
+	a.n_heads = 2;
+	a.blocks = tbl; /* a table without a block size */
+	T_EQ_ERR(be->attention(dev, &a), BATON_EINVAL);
+	T_EQ_ERR(be->add(dev, b, b + 4, 0, 1, 8), BATON_EINVAL);
+	T_EQ_ERR(be->route(dev, b, 1, 4, 5, 0, ids, w), BATON_EINVAL);
+	T_EQ_ERR(be->route(dev, b, 1, 4, 2, 7, ids, w), BATON_EINVAL);
+	T_CU(dev, be->sync(dev));
+	be->free(dev, b);
+	be->close(dev);
+}
+
+T_MAIN(T_CASE(t_matmul), T_CASE(t_embed_rmsnorm), T_CASE(t_route), T_CASE(t_rope),
+    T_CASE(t_attention), T_CASE(t_kv_store), T_CASE(t_swiglu_add), T_CASE(t_refusals), T_CASE_TIMEOUT(t_perf, 120))

@@ -1,0 +1,125 @@
+/*
+ * engine_int.h: internal to the engine component (not a public door).
+ *
+ * dtype.c: row kernels for the weight types the host can compute (f32,
+ * f16, bf16, q8_0, and q4_K, q5_K, q6_K decoded by dtype_kquant.c).
+ * moe_host.c: the MoE math of the `host` backend, the CPU reference every
+ * other backend is checked against.
+ *
+ * Numerics, the contract other backends are compared with:
+ *   - Every supported dtype dequantizes to defined f32 values: exactly for
+ *     f16, bf16, q8_0 (d * qs[i]) and q6_K ((d * sc) * q); q4_K and q5_K
+ *     are ggml's (d * sc) * q - dmin * m, whose products are exact and
+ *     whose subtraction rounds once (so a fused multiply-add gives the
+ *     same bits). A dot product of a weight row with an f32 vector is then
+ *     a dot of f32 numbers, and its only rounding is the accumulation.
+ *   - Accumulation is in f32 in one fixed order: 32 lanes, element i
+ *     going to lane i % 32 (acc[l] += w[i] * x[i]) for the first
+ *     (cols & ~31) elements; the lanes then summed as a fixed tree
+ *     (acc[l] + acc[l+16] for l < 16, then l and l+8, then l and l+4,
+ *     then (0 + 2) + (1 + 3)); then the remaining cols % 32 elements
+ *     added in order. That order is the definition: every SIMD width that
+ *     keeps it gives bitwise the same result, and so does any thread count
+ *     or batching. (32 lanes, not fewer: enough independent additions for
+ *     a one-vector dot not to wait on the adder's latency.)
+ *   - No fused multiply-add anywhere (gcc -std=c11 does not contract).
+ */
+#ifndef BATON_ENGINE_INT_H
+#define BATON_ENGINE_INT_H
+
+#include <stdint.h>
+
+#include "arena/arena.h" /* the f16/bf16 codec, dtypes */
+#include "engine/backend/backend.h"
+
+/* ---- dtype.c ------------------------------------------------------------ */
+
+/* 1 when the host kernels (and so moe_route / moe_experts of the host
+ * backend) handle weights of this dtype: f32, f16, bf16, q8_0, q4_K, q5_K,
+ * q6_K. */
+int host_can_compute(int dtype);
+
+/* Bytes of one row of `cols` elements of a computable dtype; 0 when the
+ * dtype is not computable, cols is 0, or cols is not a multiple of the
+ * block size (32 for q8_0, 256 for the K-quants). */
+uint64_t baton_compute_row_bytes(int dtype, uint64_t cols);
+
+/* Decodes one row of `cols` elements into out[cols] (exactly, see above).
+ * q8_0: blocks of 34 bytes, an f16 scale d then 32 int8 qs, value d*qs[i];
+ * the K-quants: ggml's super-blocks of 256 (see dtype_kquant.c).
+ * The row may be at any alignment. BATON_EUNSUPPORTED for a dtype the host
+ * cannot compute; BATON_EINVAL for NULL pointers, cols 0 or cols not a
+ * multiple of the block size. */
+int baton_dequant_row(int dtype, const void *row, float *out, uint32_t cols);
+
+/* *out = dot(row, x) in the fixed order above, without a decoded copy of
+ * the row. Errors as baton_dequant_row. */
+int baton_dot_row(int dtype, const void *row, const float *x, uint32_t cols, float *out);
+
+/* out[v] = dot(row, xs[v]) for v < nx: the row is decoded once for all the
+ * vectors, and each out[v] is bitwise what baton_dot_row gives. */
+int baton_dot_rows(int dtype, const void *row, uint32_t cols,
+    const float *const *xs, uint32_t nx, float *out);
+
+/* The dot kernels in use: AVX2 + F16C where the CPU has them (checked at
+ * run time; the environment's BATON_HOST_AVX2=0 turns them off), else the
+ * baseline (SSE2 on x86-64). Both give bitwise the same results; this is
+ * for tests and benchmarks. on: 1 to use AVX2 if present, 0 not to, -1 to
+ * ask. Returns 1 when the AVX2 kernels are now in use. Not to be called
+ * while another thread computes. */
+int baton_kernels_avx2(int on);
+
+/* ---- dtype_kquant.c ------------------------------------------------------ */
+
+/* 1 for q4_K, q5_K and q6_K. */
+int kquant_is(int dtype);
+/* Decodes one super-block (144, 176 or 210 bytes, any alignment) of a
+ * K-quant dtype into out[256], bit for bit as ggml's dequantize_row_*. */
+void kquant_decode_block(int dtype, const uint8_t *blk, float *out);
+
+/* ---- moe_host.c --------------------------------------------------------- */
+
+/* The host backend's moe_route, moe_experts and can_compute (see
+ * engine/backend/backend.h for the contract); a baton_dptr is a host address.
+ * `dev` is not used by the math and may be NULL.
+ *
+ * Route, per token t:
+ *   ss = dot(x, x) (the order above); s = 1 / sqrtf(ss / d_model + 1e-6f)
+ *   xn[i] = (x[i] * s) * norm[i]      (norm == 0: xn[i] = x[i] * s)
+ *   logit[e] = dot(router row e, xn)
+ *   ids: top_k by logit descending, ties to the lower id (a NaN logit
+ *        ranks as -inf), in rank order
+ *   weights[k] = expf(logit[id_k] - logit[id_0]) / sum over k in rank order
+ * Experts, per token t and rank k, blob = blobs[t*top_k + k]:
+ *   h[j]   = silu(dot(gate row j, xn)) * dot(up row j, xn), silu(g) = g / (1 + expf(-g))
+ *   out[i] = dot(down row i, h)
+ *   x[i]  += weights[t*top_k + k] * out[i], for k = 0, 1, ... in that order
+ * Tokens that share a blob are computed together (the weights are read once)
+ * and large layers are split by rows over a pool of threads; neither changes
+ * a bit of the result.
+ *
+ * Errors: BATON_EINVAL for NULL pointers or addresses, zero dimensions,
+ * top_k > n_experts, misaligned or overlapping x / xn, or a q8_0 row length
+ * not a multiple of 32; BATON_EUNSUPPORTED for a weight dtype the host
+ * cannot compute (checked only for the tensors the call reads);
+ * BATON_ENOMEM. Nothing is written on error.
+ *
+ * Concurrent calls (from several contexts) are serialized on one process-
+ * wide lock that also guards the worker threads and the scratch memory. */
+int host_moe_route(struct baton_dev *dev, const struct baton_moe_layer *l,
+    uint32_t *ids, float *weights);
+int host_moe_experts(struct baton_dev *dev, const struct baton_moe_layer *l,
+    const baton_dptr *blobs, const float *weights);
+int host_moe_experts_dev(struct baton_dev *dev, const struct baton_moe_layer *l,
+    baton_dptr table, baton_dptr ids, baton_dptr weights);
+
+/* Threads the host MoE kernels may use, the caller included: n >= 1, or 0
+ * for the default (the environment's BATON_HOST_THREADS, else the CPUs this
+ * process may run on, at most 64). Returns the number now in effect.
+ * Small layers run on the calling thread alone whatever this says. Worker
+ * threads start on first need and live until the process exits; after a
+ * job they spin for about 0.1 ms (the next layer's job usually follows at
+ * once) and then sleep. */
+int host_moe_set_threads(int n);
+
+#endif

@@ -1,0 +1,171 @@
+/* engine_test.c: one model on the host backend, end to end: arena, cache,
+ * decode loop; outputs identical across release and refill. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "arena/arena.h"
+#include "engine/model/engine.h"
+#include "tests/t.h"
+
+static char dir[256];
+static char arena_path[300];
+
+/* A small synthetic model in a fresh directory, and a fresh host device. */
+static void setup(uint32_t dtype, uint64_t hostdev_mib)
+{
+	snprintf(dir, sizeof dir, "/tmp/baton-engine-test.XXXXXX");
+	T_ASSERT(mkdtemp(dir) != NULL);
+	snprintf(arena_path, sizeof arena_path, "%s/m.arena", dir);
+	struct baton_synth_params p = {
+		.layers = 3, .experts = 8, .top_k = 2, .d_model = 128, .d_ff = 256,
+		.dtype = dtype, .seed = 11,
+	};
+	char err[256] = "";
+	int rc = arena_create_synthetic(arena_path, &p, 0, err, sizeof err);
+	T_ASSERT_MSG(rc == 0, "arena: %s", err);
+	setenv("BATON_HOSTDEV_DIR", dir, 1);
+	char mib[32];
+	snprintf(mib, sizeof mib, "%llu", (unsigned long long)hostdev_mib);
+	setenv("BATON_HOSTDEV_MIB", mib, 1);
+}
+
+static struct baton_engine *open_engine(uint64_t cache_mib, int verify)
+{
+	struct baton_engine_config cfg = {
+		.name = "t", .arena_path = arena_path, .backend = "host",
+		.cache_bytes = cache_mib << 20, .segment_bytes = 2u << 20,
+		.verify = verify, .warm = 1,
+	};
+	struct baton_engine *e = NULL;
+	char err[512] = "";
+	int rc = engine_open(&cfg, &e, err, sizeof err);
+	T_ASSERT_MSG(rc == 0, "engine_open: %s (%s)", baton_strerror(rc), err);
+	return e;
+}
+
+static void t_gen_same_after_release_refill(void)
+{
+	const uint32_t dts[] = { BATON_DT_F32, BATON_DT_F16, BATON_DT_BF16, BATON_DT_Q8_0 };
+	for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++) {
+		setup(dts[d], 256);
+		struct baton_engine *e = open_engine(0, 1);
+		float out1[4 * 128], out2[4 * 128], out3[4 * 128];
+		uint64_t s1, s2, s3;
+		T_OK(engine_gen(e, 3, 4, 99, NULL, out1, &s1, NULL));
+		struct baton_cache_report r;
+		T_OK(engine_release(e, &r));
+		T_EQ_INT(r.state, BATON_CACHE_RELEASED);
+		/* GEN while released: loads what it needs first. */
+		T_OK(engine_gen(e, 3, 4, 99, NULL, out2, &s2, NULL));
+		T_OK(engine_refill(e, &r));
+		T_EQ_INT(r.mismatches, 0);
+		T_OK(engine_gen(e, 3, 4, 99, NULL, out3, &s3, NULL));
+		T_ASSERT(memcmp(out1, out2, sizeof out1) == 0);
+		T_ASSERT(memcmp(out1, out3, sizeof out1) == 0);
+		T_EQ_INT(s1, s3);
+		/* The output moved away from the input: the layers did work. */
+		uint64_t s4;
+		T_OK(engine_gen(e, 4, 4, 99, NULL, NULL, &s4, NULL));
+		T_ASSERT(s4 != s1);
+		engine_close(e);
+	}
+}
+
+static void t_release_gives_memory_back(void)
+{
+	setup(BATON_DT_F16, 256);
+	struct baton_engine *e = open_engine(0, 0);
+	struct baton_engine_info before, after;
+	engine_info(e, &before);
+	T_ASSERT(before.cache.mapped_bytes > 0);
+	struct baton_cache_report r;
+	T_OK(engine_release(e, &r));
+	engine_info(e, &after);
+	T_EQ_INT(after.cache.mapped_bytes, 0);
+	T_EQ_INT(after.dev_free - before.dev_free, before.cache.mapped_bytes);
+	engine_close(e);
+}
+
+/* The GEN path's routers, norms and activations go back too (a release
+ * of everything) and come back by themselves, outputs the same. */
+static void t_release_gen(void)
+{
+	setup(BATON_DT_F16, 256);
+	struct baton_engine *e = open_engine(0, 0);
+	float out1[2 * 128], out2[2 * 128];
+	uint64_t s1, s2;
+	T_OK(engine_gen(e, 2, 2, 7, NULL, out1, &s1, NULL));
+	struct baton_cache_report r;
+	T_OK(engine_release(e, &r));
+	struct baton_engine_info a, b, c;
+	engine_info(e, &a);
+	T_ASSERT(a.dense_bytes > 0);
+	uint64_t freed = engine_release_gen(e);
+	engine_info(e, &b);
+	T_ASSERT(freed > a.dense_bytes);
+	T_EQ_INT(b.dense_bytes, 0);
+	T_ASSERT(b.dev_free - a.dev_free >= freed); /* the device has it back */
+	T_EQ_INT(engine_release_gen(e), 0);         /* idempotent */
+	T_OK(engine_gen(e, 2, 2, 7, NULL, out2, &s2, NULL));
+	engine_info(e, &c);
+	T_EQ_INT(c.dense_bytes, a.dense_bytes);
+	T_ASSERT(memcmp(out1, out2, sizeof out1) == 0 && s1 == s2);
+	engine_close(e);
+}
+
+static void t_small_cache_evicts(void)
+{
+	/* A cache of one 2 MiB segment holds fewer experts than the model:
+	 * GEN still runs, with misses, and gives the same answer as a cache
+	 * that holds everything. */
+	setup(BATON_DT_F32, 256);
+	struct baton_engine *big = open_engine(0, 0);
+	uint64_t s_big, s_small;
+	T_OK(engine_gen(big, 2, 2, 5, NULL, NULL, &s_big, NULL));
+	engine_close(big);
+	struct baton_engine *small = open_engine(2, 0);
+	T_OK(engine_gen(small, 2, 2, 5, NULL, NULL, &s_small, NULL));
+	struct baton_engine_info info;
+	engine_info(small, &info);
+	T_ASSERT(info.cache.misses > 0);
+	T_EQ_INT(s_big, s_small);
+	engine_close(small);
+}
+
+static void t_bad_gen_arguments(void)
+{
+	setup(BATON_DT_F16, 256);
+	struct baton_engine *e = open_engine(0, 0);
+	T_EQ_ERR(engine_gen(e, 0, 1, 1, NULL, NULL, NULL, NULL), BATON_ERANGE);
+	T_EQ_ERR(engine_gen(e, 1, 0, 1, NULL, NULL, NULL, NULL), BATON_ERANGE);
+	T_EQ_ERR(engine_gen(e, 1, BATON_GEN_MAX_BATCH + 1, 1, NULL, NULL, NULL, NULL), BATON_ERANGE);
+	float bad[128];
+	for (int i = 0; i < 128; i++)
+		bad[i] = 0.0f / 0.0f;
+	T_EQ_ERR(engine_gen(e, 1, 1, 1, bad, NULL, NULL, NULL), BATON_ERANGE);
+	engine_close(e);
+}
+
+static void t_open_errors(void)
+{
+	setup(BATON_DT_F16, 256);
+	struct baton_engine_config cfg = { .name = "t", .arena_path = "/nonexistent/x.arena",
+		.backend = "host", .warm = 1 };
+	struct baton_engine *e = NULL;
+	char err[512] = "";
+	T_ASSERT(engine_open(&cfg, &e, err, sizeof err) != 0);
+	T_ASSERT(e == NULL);
+	T_ASSERT(strstr(err, "/nonexistent/x.arena") != NULL);
+	cfg.arena_path = arena_path;
+	cfg.backend = "tpu";
+	T_EQ_ERR(engine_open(&cfg, &e, err, sizeof err), BATON_EINVAL);
+}
+
+T_MAIN(T_CASE_TIMEOUT(t_gen_same_after_release_refill, 60),
+    T_CASE(t_release_gives_memory_back),
+    T_CASE(t_release_gen),
+    T_CASE(t_small_cache_evicts),
+    T_CASE(t_bad_gen_arguments),
+    T_CASE(t_open_errors))

@@ -1,0 +1,507 @@
+/*
+ * generate.c: a generator: tokenizer, chat template, model and sampler of
+ * one engine, and the request loop that joins them (see generate.h).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <jansson.h>
+
+#include "arena/arena.h"
+#include "engine/model/generate.h"
+#include "engine/model/model.h"
+#include "proto/err.h"
+
+#define MAX_EOS 8
+
+struct baton_generator {
+	struct baton_engine *e;
+	struct baton_model *model;
+	text_tok *tok;
+	const char *tmpl;           /* the tokenizer's chat template; NULL: none */
+	const char *family;         /* text_chat_family(tmpl), looked up once */
+	uint32_t eos[MAX_EOS];      /* the model's end-of-sequence ids */
+	uint32_t n_eos;
+	uint32_t vocab;             /* the model's logits */
+	uint32_t tok_vocab;         /* the tokenizer's ids: larger ids are never sampled */
+	float *logits;
+};
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void add_eos(struct baton_generator *g, json_int_t id)
+{
+	if (id < 0 || (uint64_t)id >= g->vocab || g->n_eos == MAX_EOS)
+		return;
+	for (uint32_t i = 0; i < g->n_eos; i++)
+		if (g->eos[i] == (uint32_t)id)
+			return;
+	g->eos[g->n_eos++] = (uint32_t)id;
+}
+
+/* eos_token_id of a config blob: an integer or a list of them. */
+static void eos_from_blob(struct baton_generator *g, const char *key)
+{
+	const void *data;
+	uint64_t len;
+	if (arena_blob(engine_arena(g->e), key, &data, &len) != 0)
+		return;
+	json_t *root = json_loadb(data, (size_t)len, 0, NULL);
+	json_t *v = root ? json_object_get(root, "eos_token_id") : NULL;
+	if (json_is_integer(v))
+		add_eos(g, json_integer_value(v));
+	else if (json_is_array(v)) {
+		size_t i;
+		json_t *x;
+		json_array_foreach(v, i, x)
+			if (json_is_integer(x))
+				add_eos(g, json_integer_value(x));
+	}
+	json_decref(root);
+}
+
+int generator_open(struct baton_engine *e, const struct baton_model_opts *opts,
+    struct baton_generator **out, char *errbuf, size_t errlen)
+{
+	*out = NULL;
+	const void *cfg;
+	uint64_t cfg_len;
+	if (arena_blob(engine_arena(e), "config.json", &cfg, &cfg_len) != 0) {
+		baton_errf(errbuf, errlen, "the arena holds experts only (a synthetic or --experts-only "
+		    "arena), not a whole model: no text can be generated with it");
+		return BATON_EUNSUPPORTED;
+	}
+	struct baton_generator *g = calloc(1, sizeof *g);
+	if (!g)
+		return BATON_ENOMEM;
+	g->e = e;
+	int rc = model_open(e, opts, &g->model, errbuf, errlen);
+	if (rc)
+		goto fail;
+	if ((rc = model_kv_alloc(g->model)) != 0) {
+		baton_errf(errbuf, errlen, "no device memory for the KV cache of %u positions (%s): "
+		    "a smaller --ctx needs less", model_max_ctx(g->model), baton_strerror(rc));
+		goto fail;
+	}
+	g->vocab = model_config(g->model)->vocab;
+	char terr[400] = "";
+	if ((rc = text_tok_load_arena(&g->tok, engine_arena(e), terr, sizeof terr)) != 0) {
+		baton_errf(errbuf, errlen, "the arena's tokenizer: %s", terr);
+		goto fail;
+	}
+	g->tok_vocab = (uint32_t)text_vocab_size(g->tok);
+	if (g->tok_vocab > g->vocab)
+		g->tok_vocab = g->vocab;
+	if ((g->tmpl = text_chat_template(g->tok)) != NULL)
+		g->family = text_chat_family(g->tmpl);
+	add_eos(g, text_eos(g->tok));
+	add_eos(g, model_config(g->model)->eos);
+	eos_from_blob(g, "generation_config.json");
+	eos_from_blob(g, "config.json");
+	if (!(g->logits = malloc((size_t)g->vocab * sizeof(float)))) {
+		rc = BATON_ENOMEM;
+		goto fail;
+	}
+	*out = g;
+	return 0;
+fail:
+	generator_close(g);
+	return rc;
+}
+
+void generator_close(struct baton_generator *g)
+{
+	if (!g)
+		return;
+	model_close(g->model);
+	text_tok_free(g->tok);
+	free(g->logits);
+	free(g);
+}
+
+const text_tok *generator_tokenizer(const struct baton_generator *g)
+{
+	return g->tok;
+}
+
+const char *generator_arch(const struct baton_generator *g)
+{
+	return model_config(g->model)->arch->name;
+}
+
+const char *generator_chat_family(const struct baton_generator *g)
+{
+	return g->family;
+}
+
+struct baton_model *generator_model(const struct baton_generator *g)
+{
+	return g->model;
+}
+
+void generator_result_free(struct baton_gen_result *res)
+{
+	if (!res)
+		return;
+	free(res->text);
+	free(res->tokens);
+	memset(res, 0, sizeof *res);
+}
+
+/* The prompt's ids: a raw prompt with the tokenizer's BOS, or the
+ * conversation rendered by the template (which writes BOS itself) and
+ * encoded without adding any, as transformers' apply_chat_template does. */
+static int encode_prompt(struct baton_generator *g, const struct baton_gen_request *req,
+    int32_t **ids, size_t *n, char *errbuf, size_t errlen)
+{
+	char err[400] = "";
+	int rc;
+	if (!req->msgs) {
+		rc = text_encode(g->tok, req->prompt, req->prompt_len, TEXT_ADD_SPECIAL, ids, n, err, sizeof err);
+		if (rc)
+			baton_errf(errbuf, errlen, "prompt: %s", err);
+		return rc;
+	}
+	if (!g->tmpl) {
+		baton_errf(errbuf, errlen, "the model has no chat template: send a prompt instead of messages");
+		return BATON_EUNSUPPORTED;
+	}
+	struct text_chat_opts o = {
+		.bos_token = text_token_text(g->tok, text_bos(g->tok)),
+		.eos_token = text_token_text(g->tok, text_eos(g->tok)),
+		.add_generation_prompt = true,
+		.enable_thinking = req->enable_thinking,
+	};
+	char *rendered = NULL;
+	rc = text_chat_render(g->tmpl, req->msgs, req->n_msgs, &o, &rendered, err, sizeof err);
+	if (rc) {
+		baton_errf(errbuf, errlen, "chat template: %s", err);
+		return rc;
+	}
+	rc = text_encode(g->tok, rendered, strlen(rendered), 0, ids, n, err, sizeof err);
+	free(rendered);
+	if (rc)
+		baton_errf(errbuf, errlen, "messages: %s", err);
+	return rc;
+}
+
+/* The text of a request as it grows: what the stream decoder made final,
+ * how much of it the caller has seen, and the stop strings. */
+struct out {
+	char *buf;
+	size_t len, cap, emitted;
+	const char *const *stop;
+	size_t n_stop;
+	baton_gen_text_fn fn;
+	void *arg;
+	int cancelled, stopped;
+};
+
+/* The longest suffix of buf[from..len) that begins some stop string. */
+static size_t held_back(const struct out *o, size_t from)
+{
+	size_t best = 0;
+	for (size_t s = 0; s < o->n_stop; s++) {
+		size_t sl = strlen(o->stop[s]);
+		for (size_t k = sl - 1; k > best; k--)
+			if (k <= o->len - from && memcmp(o->buf + o->len - k, o->stop[s], k) == 0) {
+				best = k;
+				break;
+			}
+	}
+	return best;
+}
+
+static void emit(struct out *o, size_t upto)
+{
+	if (upto > o->emitted && o->fn && !o->cancelled &&
+	    o->fn(o->arg, o->buf + o->emitted, upto - o->emitted) != 0)
+		o->cancelled = 1;
+	if (upto > o->emitted)
+		o->emitted = upto;
+}
+
+/* After new text: cut at a stop string, else pass on what can no longer
+ * become one. `final`: nothing more comes, hold nothing back. */
+static void settle(struct out *o, int final)
+{
+	size_t first = o->len;
+	for (size_t s = 0; s < o->n_stop; s++) {
+		size_t sl = strlen(o->stop[s]);
+		if (o->len - o->emitted < sl)
+			continue;
+		char *p = memmem(o->buf + o->emitted, o->len - o->emitted, o->stop[s], sl);
+		if (p && (size_t)(p - o->buf) < first)
+			first = (size_t)(p - o->buf);
+	}
+	if (first < o->len) {
+		o->len = first;
+		o->buf[first] = '\0';
+		o->stopped = 1;
+		emit(o, first);
+		return;
+	}
+	emit(o, final ? o->len : o->len - held_back(o, o->emitted));
+}
+
+static int check_request(const struct baton_gen_request *req, char *errbuf, size_t errlen)
+{
+	if ((req->prompt == NULL) == (req->msgs == NULL)) {
+		baton_errf(errbuf, errlen, "give exactly one of a prompt and messages");
+		return BATON_EINVAL;
+	}
+	if (req->msgs && req->n_msgs == 0) {
+		baton_errf(errbuf, errlen, "messages: the conversation is empty");
+		return BATON_EINVAL;
+	}
+	if (req->n_stop > BATON_GEN_MAX_STOP) {
+		baton_errf(errbuf, errlen, "stop: at most %u strings", BATON_GEN_MAX_STOP);
+		return BATON_ERANGE;
+	}
+	for (size_t i = 0; i < req->n_stop; i++)
+		if (!req->stop[i] || !req->stop[i][0]) {
+			baton_errf(errbuf, errlen, "stop: an empty string never matches; leave it out");
+			return BATON_EINVAL;
+		}
+	return 0;
+}
+
+/* One request in flight: its prompt, sampler, text decoder and output. */
+struct baton_gen_seq {
+	struct baton_generator *g;
+	int32_t *ids;               /* the prompt */
+	uint32_t n_prompt;
+	struct baton_sampler *smp;
+	text_stream *ts;
+	struct out o;
+	uint32_t *toks;             /* sampled ids, max_tokens + 1 room */
+	uint32_t n_tokens, max_tokens;
+	uint32_t stops[MAX_EOS + 64];
+	const char *finish;         /* NULL while it runs */
+	int cancelled;              /* generator_seq_cancel */
+	double t0, t1;              /* prefill began, first token sampled */
+};
+
+int generator_start(struct baton_generator *g, const struct baton_gen_request *req,
+    struct baton_gen_seq **out, char *errbuf, size_t errlen)
+{
+	*out = NULL;
+	if (errbuf && errlen)
+		errbuf[0] = '\0';
+	int rc = check_request(req, errbuf, errlen);
+	if (rc)
+		return rc;
+	struct baton_gen_seq *s = calloc(1, sizeof *s);
+	if (!s)
+		return BATON_ENOMEM;
+	s->g = g;
+	size_t n = 0;
+	if ((rc = encode_prompt(g, req, &s->ids, &n, errbuf, errlen)) != 0)
+		goto fail;
+	uint32_t ctx = model_max_ctx(g->model);
+	if (n == 0 || n >= ctx) {
+		baton_errf(errbuf, errlen, "the prompt has %zu tokens; this engine's context holds %u", n, ctx);
+		rc = n == 0 ? BATON_EINVAL : BATON_ERANGE;
+		goto fail;
+	}
+	s->n_prompt = (uint32_t)n;
+
+	/* The model's end-of-sequence ids stop it, and the caller's. */
+	struct baton_sample_params sp = req->sp;
+	uint32_t ns = 0;
+	for (uint32_t i = 0; i < g->n_eos; i++)
+		s->stops[ns++] = g->eos[i];
+	for (uint32_t i = 0; i < sp.n_stop_ids && ns < sizeof s->stops / sizeof s->stops[0]; i++)
+		s->stops[ns++] = sp.stop_ids[i];
+	sp.stop_ids = s->stops;
+	sp.n_stop_ids = ns;
+	uint32_t room = ctx - (uint32_t)n;
+	if (sp.max_tokens == 0 || sp.max_tokens > room)
+		sp.max_tokens = room;
+	s->max_tokens = sp.max_tokens;
+	s->o = (struct out){ .stop = req->stop, .n_stop = req->n_stop, .fn = req->on_text, .arg = req->arg };
+	char err[400] = "";
+	if (!(s->toks = malloc(sizeof(uint32_t) * ((size_t)sp.max_tokens + 1)))) {
+		rc = BATON_ENOMEM;
+		goto fail;
+	}
+	if ((rc = baton_sampler_new(&sp, g->vocab, &s->smp, err, sizeof err)) != 0) {
+		baton_errf(errbuf, errlen, "%s", err);
+		goto fail;
+	}
+	if ((rc = baton_sampler_prompt(s->smp, (const uint32_t *)s->ids, n)) != 0) {
+		baton_errf(errbuf, errlen, "prompt: a token outside the model's vocabulary");
+		goto fail;
+	}
+	if ((rc = text_stream_open(&s->ts, g->tok, TEXT_SKIP_SPECIAL)) != 0)
+		goto fail;
+	s->t0 = now_s();
+	*out = s;
+	return 0;
+fail:
+	if (errbuf && errlen && !errbuf[0])
+		baton_errf(errbuf, errlen, "%s", baton_strerror(rc));
+	generator_seq_free(s);
+	return rc;
+}
+
+const uint32_t *generator_seq_prompt(const struct baton_gen_seq *s, uint32_t *n)
+{
+	*n = s->n_prompt;
+	return (const uint32_t *)s->ids;
+}
+
+uint32_t generator_seq_max_tokens(const struct baton_gen_seq *s)
+{
+	return s->max_tokens;
+}
+
+void generator_seq_begin(struct baton_gen_seq *s)
+{
+	s->t0 = now_s();
+}
+
+void generator_seq_cancel(struct baton_gen_seq *s)
+{
+	s->cancelled = 1;
+	if (!s->finish)
+		s->finish = "cancelled";
+}
+
+const char *generator_seq_finished(const struct baton_gen_seq *s)
+{
+	return s->finish;
+}
+
+int generator_seq_next(struct baton_gen_seq *s, float *logits, uint32_t *token,
+    char *errbuf, size_t errlen)
+{
+	struct baton_generator *g = s->g;
+	if (s->finish) {
+		baton_errf(errbuf, errlen, "the request has ended (%s)", s->finish);
+		return BATON_ESTATE;
+	}
+	if (s->n_tokens == 0)
+		s->t1 = now_s();
+	for (uint32_t i = g->tok_vocab; i < g->vocab; i++)
+		logits[i] = -INFINITY; /* ids the tokenizer cannot spell */
+	uint32_t t;
+	enum baton_finish fin;
+	int rc = baton_sampler_next(s->smp, logits, &t, &fin);
+	if (rc) {
+		baton_errf(errbuf, errlen, "sampling failed: %s", baton_strerror(rc));
+		return rc;
+	}
+	s->toks[s->n_tokens++] = t;
+	*token = t;
+	if (fin == BATON_FINISH_STOP) {
+		s->finish = "stop";
+		return 0;
+	}
+	if ((rc = text_stream_push(s->ts, (int32_t)t, &s->o.buf, &s->o.len, &s->o.cap)) != 0) {
+		baton_errf(errbuf, errlen, "decoding token %u: %s", t, baton_strerror(rc));
+		return rc;
+	}
+	settle(&s->o, 0);
+	if (s->o.stopped)
+		s->finish = "stop";
+	else if (s->o.cancelled)
+		s->finish = "cancelled";
+	else if (fin == BATON_FINISH_LENGTH ||
+	    s->n_prompt + s->n_tokens - 1 >= model_max_ctx(g->model))
+		s->finish = "length"; /* the model holds no position for another token */
+	return 0;
+}
+
+int generator_seq_result(struct baton_gen_seq *s, struct baton_gen_result *res,
+    char *errbuf, size_t errlen)
+{
+	memset(res, 0, sizeof *res);
+	if (!s->finish) {
+		baton_errf(errbuf, errlen, "the request has not ended");
+		return BATON_ESTATE;
+	}
+	int rc;
+	const char *finish = s->finish;
+	if (!s->o.stopped && !s->o.cancelled && !s->cancelled) {
+		if ((rc = text_stream_finish(s->ts, &s->o.buf, &s->o.len, &s->o.cap)) != 0) {
+			baton_errf(errbuf, errlen, "decoding the end: %s", baton_strerror(rc));
+			return rc;
+		}
+		settle(&s->o, 1);
+		if (s->o.stopped)
+			finish = "stop";
+		if (s->o.cancelled)
+			finish = "cancelled";
+	}
+	if (!s->o.buf && !(s->o.buf = calloc(1, 1)))
+		return BATON_ENOMEM;
+	double end = now_s();
+	res->prefill_s = s->n_tokens ? s->t1 - s->t0 : end - s->t0;
+	res->decode_s = s->n_tokens ? end - s->t1 : 0;
+	res->text = s->o.buf;
+	res->text_len = s->o.len;
+	s->o.buf = NULL;
+	s->o.len = s->o.cap = s->o.emitted = 0;
+	res->tokens = s->toks;
+	res->n_tokens = s->n_tokens;
+	s->toks = NULL;
+	res->n_prompt = s->n_prompt;
+	res->finish = finish;
+	return 0;
+}
+
+void generator_seq_free(struct baton_gen_seq *s)
+{
+	if (!s)
+		return;
+	text_stream_close(s->ts);
+	baton_sampler_free(s->smp);
+	free(s->o.buf);
+	free(s->toks);
+	free(s->ids);
+	free(s);
+}
+
+/* One request alone, on the model's own sequence: prefill, then one decode
+ * per sampled token. The scheduler (sched.h) drives the same steps for
+ * many requests at once. */
+int generator_run(struct baton_generator *g, const struct baton_gen_request *req,
+    struct baton_gen_result *res, char *errbuf, size_t errlen)
+{
+	memset(res, 0, sizeof *res);
+	struct baton_gen_seq *s;
+	int rc = generator_start(g, req, &s, errbuf, errlen);
+	if (rc)
+		return rc;
+	uint32_t n;
+	const uint32_t *ids = generator_seq_prompt(s, &n);
+	if ((rc = model_prefill(g->model, ids, n, g->logits)) != 0) {
+		baton_errf(errbuf, errlen, "prefill of %u tokens failed: %s", n, baton_strerror(rc));
+		goto out;
+	}
+	for (;;) {
+		uint32_t t;
+		if ((rc = generator_seq_next(s, g->logits, &t, errbuf, errlen)) != 0)
+			goto out;
+		if (generator_seq_finished(s))
+			break;
+		if ((rc = model_decode(g->model, t, g->logits)) != 0) {
+			baton_errf(errbuf, errlen, "decode at position %u failed: %s", model_pos(g->model),
+			    baton_strerror(rc));
+			goto out;
+		}
+	}
+	rc = generator_seq_result(s, res, errbuf, errlen);
+out:
+	model_reset(g->model); /* its KV blocks go back to the pool */
+	generator_seq_free(s);
+	return rc;
+}

@@ -1,0 +1,604 @@
+/*
+ * baton-model-bench: a whole model's speed on one device (issue 17's
+ * performance proof). Not a test: it prints figures and their ratios to
+ * the physical limit measured in the same run.
+ *
+ *   baton-model-bench --arena PATH [--backend cuda|host|auto] [--device N]
+ *                     [--steps N] [--prompts N,N,...] [--first-prompt N]
+ *                     [--max-batch N] [--seed N] [--bandwidth-mib N]
+ *                     [--json FILE]
+ *
+ * Figures:
+ *   bandwidth   device-to-device copies of 2 GiB (--bandwidth-mib), best
+ *               of 5: bytes read plus bytes written over the time (the
+ *               memory roofline);
+ *   decode      tokens/s at batch 1 (greedy, after a 32-token prompt), and
+ *               the roofline ratio: the bytes one token must read (every
+ *               dense matrix but the embedding table, one embedding row,
+ *               top_k experts per layer, the KV rows so far) over the
+ *               bandwidth, divided by the measured time per token;
+ *   prefill     tokens/s of each prompt length, random token ids;
+ *   first token after a release of everything (expert cache and model):
+ *               the prefill of a short prompt that loads what it needs
+ *               first (hot-first), against a full refill of the expert
+ *               cache and the model followed by the same prefill.
+ * Needs a model arena (baton-arena create --synthetic-arch ..., or one
+ * made from a checkpoint) whose experts all fit the device.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "arena/arena.h"
+#include "engine/model/engine.h"
+#include "engine/model/model.h"
+
+#define MIB (1024ull * 1024ull)
+#define GIB (1024ull * MIB)
+#define MAX_PROMPTS 8
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void die(const char *what, int rc, const char *msg)
+{
+	fprintf(stderr, "baton-model-bench: %s: %s%s%s\n", what, baton_strerror(rc),
+	    msg && *msg ? ": " : "", msg ? msg : "");
+	exit(1);
+}
+
+static uint64_t parse_u64(const char *flag, const char *v, uint64_t lo, uint64_t hi)
+{
+	char *end;
+	errno = 0;
+	unsigned long long x = strtoull(v, &end, 10);
+	if (errno || end == v || *end || v[0] == '-' || x < lo || x > hi) {
+		fprintf(stderr, "baton-model-bench: %s wants an integer in %" PRIu64 "..%" PRIu64
+		    ", got '%s'\n", flag, lo, hi, v);
+		exit(2);
+	}
+	return x;
+}
+
+static uint64_t g_rng;
+
+static uint32_t rnd(uint32_t n)
+{
+	g_rng ^= g_rng << 13;
+	g_rng ^= g_rng >> 7;
+	g_rng ^= g_rng << 17;
+	return (uint32_t)(g_rng % n);
+}
+
+static uint32_t argmax(const float *v, uint32_t n)
+{
+	uint32_t b = 0;
+	for (uint32_t i = 1; i < n; i++)
+		if (v[i] > v[b])
+			b = i;
+	return b;
+}
+
+/* Read bandwidth of the device: d2d copies (each byte read once and
+ * written once), best of 5, of `want` bytes or a quarter of what is free. */
+static double measure_bandwidth(const struct baton_backend *be, struct baton_dev *dev,
+    uint64_t want, uint64_t *bytes_out)
+{
+	uint64_t fr = 0, tot = 0, n = want;
+	if (be->mem_info(dev, &fr, &tot) == 0 && fr / 4 < n)
+		n = fr / 4 / MIB * MIB;
+	baton_dptr a = 0, b = 0;
+	int rc;
+	if (n < MIB || (rc = be->alloc(dev, n, &a)) != 0 || (rc = be->alloc(dev, n, &b)) != 0)
+		die("bandwidth buffers", BATON_EDEVMEM, "the device has no room for two copies");
+	double best = 0;
+	for (int i = 0; i < 6; i++) {
+		double t0 = now_s();
+		if ((rc = backend_copy_d2d(be, dev, b, a, n)) != 0 || (rc = be->sync(dev)) != 0)
+			die("device-to-device copy", rc, NULL);
+		double gbps = 2.0 * (double)n / (now_s() - t0) / 1e9;
+		if (i > 0 && gbps > best) /* the first warms up */
+			best = gbps;
+	}
+	be->free(dev, a);
+	be->free(dev, b);
+	*bytes_out = n;
+	return best;
+}
+
+/* Bytes one decode step must read, KV aside: every dense tensor but the
+ * embedding table (one row of it), top_k experts per layer. */
+static uint64_t step_weight_bytes(const struct baton_arena *a, const struct baton_model_config *c,
+    uint64_t expert_blob, uint64_t *dense_out)
+{
+	uint64_t dense = 0, n = arena_dense_count(a);
+	for (uint64_t i = 0; i < n; i++) {
+		const char *name;
+		struct baton_arena_tensor t;
+		if (arena_dense_at(a, i, &name, &t) != 0)
+			continue;
+		if (strcmp(name, "model.embed_tokens.weight") == 0 && !c->tie_embeddings)
+			dense += t.rows ? t.bytes / t.rows : 0;
+		else
+			dense += t.bytes;
+	}
+	*dense_out = dense;
+	return dense + (uint64_t)c->layers * c->top_k * expert_blob;
+}
+
+/* ---- where a decode step's time goes -------------------------------------- */
+
+struct parts {
+	double layer, attn, route, experts, head, launch; /* seconds each */
+	int ok, dev_route; /* dev_route: routing and lookup on the device, as model.c does */
+};
+
+/* A device copy of dense tensor `name` (layer 0's weights: real bytes). */
+static baton_dptr up_dense(const struct baton_backend *be, struct baton_dev *dev,
+    const struct baton_arena *a, const char *name, uint32_t *dtype)
+{
+	struct baton_arena_tensor t;
+	baton_dptr p = 0;
+	if (arena_dense(a, name, &t) != 0)
+		return 0;
+	if (be->alloc(dev, t.bytes, &p) != 0)
+		return 0;
+	struct baton_copy c = { .dst = p, .src = t.data, .bytes = t.bytes };
+	if (be->copy_h2d(dev, &c, 1) != 0 || be->sync(dev) != 0) {
+		be->free(dev, p);
+		return 0;
+	}
+	*dtype = t.dtype;
+	return p;
+}
+
+/* The ops of one decode layer as model.c queues them (attention block,
+ * router and route, expert lookup and the experts), on layer 0's real
+ * weights and the engine's cache, at context `ctx`; each part alone and
+ * all together, `reps` times each with one sync at the end, so that a
+ * part's time is what it costs in the queue (launch- or device-bound),
+ * plus a one-block launch and the head with its logits copy. */
+static struct parts decode_parts(struct baton_engine *e, const struct baton_model_config *c,
+    uint32_t ctx)
+{
+	struct parts r = { 0 };
+	const struct baton_backend *be = engine_backend(e);
+	struct baton_dev *dev = engine_dev(e);
+	const struct baton_arena *a = engine_arena(e);
+	const uint32_t D = c->hidden, QD = c->heads * c->head_dim, KD = c->kv_heads * c->head_dim;
+	const uint32_t E = c->n_experts, K = c->top_k, reps = 50;
+	uint32_t dq = 0, dk = 0, dv = 0, dO = 0, dn = 0, dqn = 0, dkn = 0, dr = 0, dpn = 0, dh = 0;
+	baton_dptr wq = up_dense(be, dev, a, "model.layers.0.self_attn.q_proj.weight", &dq);
+	baton_dptr wk = up_dense(be, dev, a, "model.layers.0.self_attn.k_proj.weight", &dk);
+	baton_dptr wv = up_dense(be, dev, a, "model.layers.0.self_attn.v_proj.weight", &dv);
+	baton_dptr wo = up_dense(be, dev, a, "model.layers.0.self_attn.o_proj.weight", &dO);
+	baton_dptr nin = up_dense(be, dev, a, "model.layers.0.input_layernorm.weight", &dn);
+	baton_dptr npost = up_dense(be, dev, a, "model.layers.0.post_attention_layernorm.weight", &dpn);
+	baton_dptr nq = up_dense(be, dev, a, "model.layers.0.self_attn.q_norm.weight", &dqn);
+	baton_dptr nk = up_dense(be, dev, a, "model.layers.0.self_attn.k_norm.weight", &dkn);
+	baton_dptr wr = up_dense(be, dev, a, "model.layers.0.mlp.gate.weight", &dr);
+	baton_dptr wh = up_dense(be, dev, a, c->tie_embeddings ? "model.embed_tokens.weight" :
+	    "lm_head.weight", &dh);
+	baton_dptr scratch = 0;
+	const uint64_t fl = 4;
+	const uint64_t n_scr = 2ull * D + QD + QD + E + 2ull * ctx * KD + c->vocab;
+	float *host = calloc((size_t)D + c->vocab, sizeof(float));
+	uint32_t *pos = calloc(1, sizeof *pos), ids[64], want[64];
+	float *inv = malloc((size_t)c->head_dim / 2 * sizeof(float)), w[64];
+	baton_dptr blobs[64], rt = 0;
+	baton_dptr *tab = calloc(E, sizeof *tab);
+	uint32_t *all_e = calloc(E, sizeof *all_e);
+	const char *hr = getenv("BATON_MODEL_HOST_ROUTE");
+	r.dev_route = be->route_dev && be->moe_experts_dev && !(hr && strcmp(hr, "1") == 0);
+	if (!tab || !all_e || (r.dev_route && be->alloc(dev, (uint64_t)E * 8 + 512, &rt) != 0))
+		goto out;
+	/* the device path's table: layer 0's items are its expert ids */
+	for (uint32_t i = 0; i < E; i++)
+		all_e[i] = i;
+	const baton_dptr dids = rt + (uint64_t)E * 8, dw = dids + 256;
+	if (r.dev_route) {
+		struct baton_copy ct = { .dst = rt, .src = tab, .bytes = (uint64_t)E * 8 };
+		if (cache_lookup(engine_cache(e), all_e, E, tab) != 0 || be->copy_h2d(dev, &ct, 1) != 0 ||
+		    be->sync(dev) != 0)
+			goto out;
+	}
+	if (!wq || !wk || !wv || !wo || !nin || !npost || !wr || !wh || !host || !pos || !inv ||
+	    K > 64 || be->alloc(dev, n_scr * fl, &scratch) != 0) {
+		fprintf(stderr, "baton-model-bench: the decode breakdown needs qwen3_moe-named "
+		    "tensors and room on the device: skipped\n");
+		goto out;
+	}
+	const baton_dptr x = scratch, xn = x + D * fl, q = xn + D * fl, ao = q + QD * fl;
+	const baton_dptr rl = ao + QD * fl, kc = rl + E * fl, vc = kc + (uint64_t)ctx * KD * fl;
+	const baton_dptr lg = vc + (uint64_t)ctx * KD * fl;
+	for (uint32_t i = 0; i < D; i++)
+		host[i] = (float)((i * 2654435761u) % 2001) / 1000.0f - 1.0f;
+	struct baton_copy cx = { .dst = x, .src = host, .bytes = (uint64_t)D * 4 };
+	struct baton_copy cz = { .dst = kc, .src = host, .bytes = (uint64_t)D * 4 };
+	if (be->copy_h2d(dev, &cx, 1) != 0 || be->copy_h2d(dev, &cz, 1) != 0 || be->sync(dev) != 0)
+		goto out;
+	model_rope_inv_freq(c, inv);
+	pos[0] = ctx - 1;
+	struct baton_attn at = { .q = q, .k = kc, .v = vc, .out = ao, .n_q = 1, .n_heads = c->heads,
+		.n_kv_heads = c->kv_heads, .head_dim = c->head_dim, .pos0 = ctx - 1,
+		.scale = 1.0f / sqrtf((float)c->head_dim) };
+	const baton_dptr kd = kc + (uint64_t)(ctx - 1) * KD * fl, vd = vc + (uint64_t)(ctx - 1) * KD * fl;
+	/* the same routed experts every time: this measures the queue, not misses */
+	struct baton_moe_layer ml = { .batch = 1, .d_model = D, .d_ff = c->moe_ff, .n_experts = E,
+		.top_k = K, .x = x, .xn = xn, .router = wr, .router_dtype = dr };
+	struct baton_arena_expert ex;
+	struct baton_arena_tensor parts[3];
+	if (arena_expert(a, 0, 0, &ex) != 0 || arena_expert_parts(a, 0, 0, parts) != 0)
+		goto out;
+	ml.gate_off = ex.gate_off, ml.up_off = ex.up_off, ml.down_off = ex.down_off;
+	ml.gate_dtype = parts[0].dtype, ml.up_dtype = parts[1].dtype, ml.down_dtype = parts[2].dtype;
+	int rc = 0;
+#define ATTN()                                                                                   \
+	((rc = be->rmsnorm(dev, x, xn, 1, D, nin, dn, c->eps)) ||                                  \
+	    (rc = be->matmul(dev, wq, dq, QD, D, 0, 0, xn, 1, q, 0)) ||                            \
+	    (rc = be->matmul(dev, wk, dk, KD, D, 0, 0, xn, 1, kd, 0)) ||                           \
+	    (rc = be->matmul(dev, wv, dv, KD, D, 0, 0, xn, 1, vd, 0)) ||                           \
+	    (nq && (rc = be->rmsnorm(dev, q, q, c->heads, c->head_dim, nq, dqn, c->eps))) ||       \
+	    (nk && (rc = be->rmsnorm(dev, kd, kd, c->kv_heads, c->head_dim, nk, dkn, c->eps))) ||  \
+	    (rc = be->rope(dev, q, 1, c->heads, c->head_dim, pos, inv, 1.0f)) ||                   \
+	    (rc = be->rope(dev, kd, 1, c->kv_heads, c->head_dim, pos, inv, 1.0f)) ||               \
+	    (rc = be->attention(dev, &at)) ||                                                      \
+	    (rc = be->matmul(dev, wo, dO, D, QD, 0, 0, ao, 1, x, 1)))
+#define ROUTE()                                                                                  \
+	((rc = be->rmsnorm(dev, x, xn, 1, D, npost, dpn, c->eps)) ||                               \
+	    (rc = be->matmul(dev, wr, dr, E, D, 0, 0, xn, 1, rl, 0)) ||                            \
+	    (rc = r.dev_route ? be->route_dev(dev, rl, 1, E, K, c->route_rule, dids, dw)           \
+	                      : be->route(dev, rl, 1, E, K, c->route_rule, ids, w)))
+#define EXPERTS()                                                                                \
+	(r.dev_route ? (rc = be->moe_experts_dev(dev, &ml, rt, dids, dw)) != 0                     \
+	             : ((rc = cache_lookup(engine_cache(e), want, K, blobs)) ||                   \
+	                   (rc = be->moe_experts(dev, &ml, blobs, w))))
+	if ((rc = be->rmsnorm(dev, x, xn, 1, D, npost, dpn, c->eps)) ||
+	    (rc = be->matmul(dev, wr, dr, E, D, 0, 0, xn, 1, rl, 0)) ||
+	    (rc = be->route(dev, rl, 1, E, K, c->route_rule, ids, w)) ||
+	    (r.dev_route && (ROUTE() || (rc = be->sync(dev)))))
+		goto fail;
+	for (uint32_t i = 0; i < K; i++)
+		want[i] = ids[i]; /* layer 0's items are its expert ids */
+	double t0 = now_s();
+	for (uint32_t i = 0; i < reps; i++)
+		if (ATTN() || ROUTE() || EXPERTS())
+			goto fail;
+	if ((rc = be->sync(dev)))
+		goto fail;
+	r.layer = (now_s() - t0) / reps;
+	t0 = now_s();
+	for (uint32_t i = 0; i < reps; i++)
+		if (ATTN())
+			goto fail;
+	if ((rc = be->sync(dev)))
+		goto fail;
+	r.attn = (now_s() - t0) / reps;
+	t0 = now_s();
+	for (uint32_t i = 0; i < reps; i++)
+		if (ROUTE())
+			goto fail;
+	if ((rc = be->sync(dev)))
+		goto fail;
+	r.route = (now_s() - t0) / reps;
+	for (uint32_t i = 0; i < K; i++)
+		want[i] = ids[i];
+	t0 = now_s();
+	for (uint32_t i = 0; i < reps; i++)
+		if (EXPERTS())
+			goto fail;
+	if ((rc = be->sync(dev)))
+		goto fail;
+	r.experts = (now_s() - t0) / reps;
+	t0 = now_s();
+	for (uint32_t i = 0; i < reps; i++)
+		if ((rc = be->rmsnorm(dev, x, xn, 1, D, npost, dpn, c->eps)) ||
+		    (rc = be->matmul(dev, wh, dh, c->vocab, D, 0, 0, xn, 1, lg, 0)) ||
+		    (rc = be->copy_d2h(dev, host + D, lg, (uint64_t)c->vocab * 4)))
+			goto fail;
+	r.head = (now_s() - t0) / reps;
+	t0 = now_s();
+	for (uint32_t i = 0; i < 10 * reps; i++)
+		if ((rc = be->add(dev, rl, rl + 4, 0, 1, 1)))
+			goto fail;
+	if ((rc = be->sync(dev)))
+		goto fail;
+	r.launch = (now_s() - t0) / (10 * reps);
+	r.ok = 1;
+#undef ATTN
+#undef ROUTE
+#undef EXPERTS
+fail:
+	if (!r.ok)
+		fprintf(stderr, "baton-model-bench: the decode breakdown failed: %s\n", baton_strerror(rc));
+out:
+	{
+		baton_dptr all[] = { wq, wk, wv, wo, nin, npost, nq, nk, wr, wh, scratch, rt };
+		for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+			if (all[i])
+				be->free(dev, all[i]);
+	}
+	free(host);
+	free(pos);
+	free(inv);
+	free(tab);
+	free(all_e);
+	return r;
+}
+
+int main(int argc, char **argv)
+{
+	struct baton_engine_config cfg = { .name = "model-bench", .backend = "auto", .warm = 1 };
+	uint64_t steps = 64, first_n = 32, max_batch = 0, seed = 1, bw_mib = 2048;
+	uint32_t prompts[MAX_PROMPTS] = { 512, 2048 }, n_prompts = 2;
+	const char *json = NULL;
+	enum { O_ARENA = 1, O_BACKEND, O_DEVICE, O_STEPS, O_PROMPTS, O_FIRST, O_MAXB, O_SEED,
+	       O_BW, O_JSON, O_HELP, O_VERSION };
+	static const char usage[] =
+	    "usage: baton-model-bench --arena PATH [--backend cuda|host|auto] [--device N]\n"
+	    "                         [--steps N] [--prompts N,N,...] [--first-prompt N]\n"
+	    "                         [--max-batch N] [--seed N] [--bandwidth-mib N] [--json FILE]\n"
+	    "                         [--help] [--version]\n"
+	    "Decode tokens/s at batch 1 against the memory roofline, prefill tokens/s,\n"
+	    "and the first token after a release, for a model arena on one device.\n";
+	static const struct option opts[] = {
+		{ "arena", required_argument, 0, O_ARENA },
+		{ "backend", required_argument, 0, O_BACKEND },
+		{ "device", required_argument, 0, O_DEVICE },
+		{ "steps", required_argument, 0, O_STEPS },
+		{ "prompts", required_argument, 0, O_PROMPTS },
+		{ "first-prompt", required_argument, 0, O_FIRST },
+		{ "max-batch", required_argument, 0, O_MAXB },
+		{ "seed", required_argument, 0, O_SEED },
+		{ "bandwidth-mib", required_argument, 0, O_BW },
+		{ "json", required_argument, 0, O_JSON },
+		{ "help", no_argument, 0, O_HELP },
+		{ "version", no_argument, 0, O_VERSION },
+		{ 0, 0, 0, 0 },
+	};
+	int o;
+	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (o) {
+		case O_ARENA: cfg.arena_path = optarg; break;
+		case O_BACKEND: cfg.backend = optarg; break;
+		case O_DEVICE: cfg.device = (int)parse_u64("--device", optarg, 0, 1024); break;
+		case O_STEPS: steps = parse_u64("--steps", optarg, 1, 100000); break;
+		case O_FIRST: first_n = parse_u64("--first-prompt", optarg, 1, 1u << 20); break;
+		case O_MAXB: max_batch = parse_u64("--max-batch", optarg, 1, 1u << 16); break;
+		case O_SEED: seed = parse_u64("--seed", optarg, 0, UINT64_MAX); break;
+		case O_BW: bw_mib = parse_u64("--bandwidth-mib", optarg, 1, 1u << 20); break;
+		case O_PROMPTS: {
+			char buf[256], *save = NULL;
+			snprintf(buf, sizeof buf, "%s", optarg);
+			n_prompts = 0;
+			for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+				if (n_prompts == MAX_PROMPTS) {
+					fprintf(stderr, "baton-model-bench: --prompts: at most %d lengths\n",
+					    MAX_PROMPTS);
+					return 2;
+				}
+				prompts[n_prompts++] = (uint32_t)parse_u64("--prompts", t, 1, 1u << 20);
+			}
+			if (!n_prompts) {
+				fprintf(stderr, "baton-model-bench: --prompts wants lengths like 512,2048\n");
+				return 2;
+			}
+			break;
+		}
+		case O_JSON: json = optarg; break;
+		case O_HELP: fputs(usage, stdout); return 0;
+		case O_VERSION: printf("baton-model-bench %s\n", BATON_VERSION); return 0;
+		default: fputs(usage, stderr); return 2;
+		}
+	}
+	if (!cfg.arena_path || optind != argc) {
+		fputs(usage, stderr);
+		return 2;
+	}
+	g_rng = seed * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull;
+
+	/* the engine with every expert in its cache, then the model */
+	char err[512] = "";
+	double t0 = now_s();
+	struct baton_engine *e;
+	int rc = engine_open(&cfg, &e, err, sizeof err);
+	if (rc)
+		die("opening the engine", rc, err);
+	const double open_s = now_s() - t0;
+	struct baton_engine_info info;
+	engine_info(e, &info);
+	t0 = now_s();
+	uint32_t max_prompt = first_n > 32 ? (uint32_t)first_n : 32; /* 32: the decode prompt */
+	for (uint32_t i = 0; i < n_prompts; i++)
+		if (prompts[i] > max_prompt)
+			max_prompt = prompts[i];
+	struct baton_model_opts mo = { .max_ctx = 0, .max_batch = (uint32_t)max_batch };
+	struct baton_model *m;
+	if ((rc = model_open(e, &mo, &m, err, sizeof err)) != 0)
+		die("opening the model", rc, err);
+	const double model_open_s = now_s() - t0;
+	const struct baton_model_config *c = model_config(m);
+	const uint32_t ctx = model_max_ctx(m), dec_prompt = 32;
+	if (max_prompt > ctx || dec_prompt + steps + 8 > ctx)
+		die("sizes", BATON_ERANGE, "a prompt, or 32 + --steps + 8, exceeds the model's context");
+	if (info.cache.state != BATON_CACHE_READY)
+		fprintf(stderr, "baton-model-bench: warning: the expert cache is %s (not every expert "
+		    "fits the device): decode loads misses\n", cache_state_name(info.cache.state));
+
+	const struct baton_backend *be = engine_backend(e);
+	struct baton_dev *dev = engine_dev(e);
+	const struct baton_arena *ar = engine_arena(e);
+	uint64_t bw_bytes = 0;
+	const double bw = measure_bandwidth(be, dev, bw_mib * MIB, &bw_bytes);
+	const uint64_t blob = info.model_bytes / ((uint64_t)info.layers * info.experts);
+	uint64_t dense_read = 0;
+	const uint64_t w_bytes = step_weight_bytes(ar, c, blob, &dense_read);
+
+	float *logits = malloc((size_t)c->vocab * sizeof *logits);
+	uint32_t *toks = malloc((size_t)max_prompt * sizeof *toks);
+	if (!logits || !toks)
+		die("malloc", BATON_ENOMEM, NULL);
+	for (uint32_t i = 0; i < max_prompt; i++)
+		toks[i] = rnd(c->vocab);
+
+	printf("baton-model-bench: backend %s, device %s, arena %s\n", info.backend, info.gpu,
+	    cfg.arena_path);
+	printf("  model: %s, %u layers, %u experts top-%u, hidden %u, expert ffn %u, %u/%u heads of "
+	    "%u, vocab %u; experts %.2f GiB, dense %.2f GiB on the device\n", c->arch->name,
+	    c->layers, c->n_experts, c->top_k, c->hidden, c->moe_ff, c->heads, c->kv_heads,
+	    c->head_dim, c->vocab, (double)info.model_bytes / GIB,
+	    (double)model_dense_bytes(m) / GIB);
+	fflush(stdout);
+
+	/* decode at batch 1: a short prompt, 8 warm steps, then the timed ones */
+	if ((rc = model_prefill(m, toks, dec_prompt, logits)) != 0)
+		die("prefill", rc, NULL);
+	uint32_t tok = argmax(logits, c->vocab);
+	for (int i = 0; i < 8; i++) {
+		if ((rc = model_decode(m, tok, logits)) != 0)
+			die("decode", rc, NULL);
+		tok = argmax(logits, c->vocab);
+	}
+	const uint32_t pos_start = model_pos(m);
+	t0 = now_s();
+	for (uint64_t i = 0; i < steps; i++) {
+		if ((rc = model_decode(m, tok, logits)) != 0)
+			die("decode", rc, NULL);
+		tok = argmax(logits, c->vocab);
+	}
+	const double dec_s = (now_s() - t0) / (double)steps;
+	/* KV read per step: keys and values of every position so far, f32 */
+	const double kv_avg = (double)c->layers * 2 * c->kv_heads * c->head_dim * 4 *
+	    (pos_start + (double)steps / 2 + 1);
+	const double step_bytes = (double)w_bytes + kv_avg;
+	const double roofline_s = step_bytes / (bw * 1e9);
+	const double dec_tps = 1.0 / dec_s, ratio = roofline_s / dec_s;
+
+	const struct parts pt = decode_parts(e, c, model_pos(m));
+
+	/* prefill: a warm-up of the shortest, then each length */
+	double pf_tps[MAX_PROMPTS];
+	model_reset(m);
+	if ((rc = model_prefill(m, toks, prompts[0], logits)) != 0)
+		die("prefill", rc, NULL);
+	for (uint32_t i = 0; i < n_prompts; i++) {
+		model_reset(m);
+		t0 = now_s();
+		if ((rc = model_prefill(m, toks, prompts[i], logits)) != 0)
+			die("prefill", rc, NULL);
+		pf_tps[i] = prompts[i] / (now_s() - t0);
+	}
+
+	/* first token after a release of everything: hot-first, then full */
+	struct baton_cache_report r, rr;
+	model_reset(m);
+	if ((rc = model_release(m)) != 0 || (rc = engine_release(e, &r)) != 0)
+		die("release", rc, NULL);
+	t0 = now_s();
+	if ((rc = model_prefill(m, toks, (uint32_t)first_n, logits)) != 0)
+		die("prefill after release", rc, NULL);
+	const double hot_s = now_s() - t0;
+	struct baton_cache_stats st;
+	cache_stats(engine_cache(e), &st);
+	const uint64_t hot_loaded = (uint64_t)st.items_resident * blob;
+	if ((rc = engine_refill(e, &rr)) != 0)
+		die("refill", rc, NULL);
+	model_reset(m);
+	if ((rc = model_release(m)) != 0 || (rc = engine_release(e, &r)) != 0)
+		die("release", rc, NULL);
+	t0 = now_s();
+	if ((rc = engine_refill(e, &rr)) != 0)
+		die("refill", rc, NULL);
+	const double refill_s = now_s() - t0;
+	if ((rc = model_refill(m)) != 0)
+		die("model refill", rc, NULL);
+	const double dense_s = now_s() - t0 - refill_s;
+	if ((rc = model_prefill(m, toks, (uint32_t)first_n, logits)) != 0)
+		die("prefill after refill", rc, NULL);
+	const double full_s = now_s() - t0;
+
+	printf("\n  %-50s %14s %10s %s\n", "figure", "value", "ratio", "target");
+	printf("  %-50s %9.1f GB/s %10s\n", "device memory bandwidth (d2d copy, read+write)", bw,
+	    "1.00");
+	printf("  %-50s %9.3f GB\n", "bytes read per decode token (weights + KV)", step_bytes / 1e9);
+	printf("  %-50s %9.3f GB\n", "  of them dense (attention, routers, norms, head)",
+	    (double)dense_read / 1e9);
+	printf("  %-50s %9.3f GB\n", "  top-k experts, all layers",
+	    (double)c->layers * c->top_k * blob / 1e9);
+	printf("  %-50s %9.1f tok/s %10.3f >= 0.5\n", "decode, batch 1 (vs memory roofline)", dec_tps,
+	    ratio);
+	printf("  %-50s %9.3f ms\n", "  per token", dec_s * 1e3);
+	printf("  %-50s %9.3f ms\n", "  roofline per token", roofline_s * 1e3);
+	if (pt.ok) {
+		printf("  %-50s %9.1f us\n", "  one layer's ops, queued as model.c queues them",
+		    pt.layer * 1e6);
+		printf("  %-50s %9.1f us\n", "    attention block (10 ops)", pt.attn * 1e6);
+		printf("  %-50s %9.1f us\n", pt.dev_route ? "    router and route (on the device)" :
+		    "    router and route (waits for the device)", pt.route * 1e6);
+		printf("  %-50s %9.1f us\n", pt.dev_route ? "    experts (blobs from the device table)" :
+		    "    expert lookup and experts", pt.experts * 1e6);
+		printf("  %-50s %9.1f us\n", "  head and logits copy", pt.head * 1e6);
+		printf("  %-50s %9.1f us\n", "  layers x layer + head", (c->layers * pt.layer +
+		    pt.head) * 1e6);
+		printf("  %-50s %9.2f us\n", "  one launch of a one-block op, queued", pt.launch * 1e6);
+	}
+	for (uint32_t i = 0; i < n_prompts; i++) {
+		char name[64];
+		snprintf(name, sizeof name, "prefill, %u-token prompt", prompts[i]);
+		printf("  %-50s %9.1f tok/s\n", name, pf_tps[i]);
+	}
+	char name[96];
+	snprintf(name, sizeof name, "first token after release, hot-first (%u tokens)",
+	    (unsigned)first_n);
+	printf("  %-50s %9.3f ms %10.3f\n", name, hot_s * 1e3, full_s > 0 ? hot_s / full_s : 0);
+	printf("  %-50s %9.3f GiB\n", "  experts it loaded", (double)hot_loaded / GIB);
+	printf("  %-50s %9.3f ms %10s\n", "full refill + model refill + the same prefill",
+	    full_s * 1e3, "1.00");
+	printf("  %-50s %9.3f ms (%.1f GB/s)\n", "  of it the expert refill", refill_s * 1e3,
+	    refill_s > 0 ? (double)rr.bytes_copied / refill_s / 1e9 : 0);
+	printf("  %-50s %9.3f ms\n", "  of it the dense upload", dense_s * 1e3);
+	printf("  %-50s %9.3f s\n", "engine open (pin + warm cache)", open_s);
+	printf("  %-50s %9.3f s\n", "model open (dense upload)", model_open_s);
+	fflush(stdout);
+
+	if (json) {
+		FILE *f = fopen(json, "w");
+		if (!f)
+			die(json, BATON_EIO, strerror(errno));
+		fprintf(f, "{\"backend\":\"%s\",\"device\":\"%s\",\"arch\":\"%s\",\"layers\":%u,"
+		    "\"experts\":%u,\"top_k\":%u,\"hidden\":%u,\"vocab\":%u,\"dtype\":\"%s\","
+		    "\"bandwidth_gbps\":%.3f,\"bandwidth_bytes\":%" PRIu64 ",\"step_bytes\":%.0f,"
+		    "\"decode_tok_s\":%.3f,\"decode_ms\":%.4f,\"roofline_ms\":%.4f,"
+		    "\"roofline_ratio\":%.4f,\"prefill\":[", info.backend, info.gpu, c->arch->name,
+		    c->layers, c->n_experts, c->top_k, c->hidden, c->vocab,
+		    baton_dtype_name((int)arena_shape(ar)->gate_dtype), bw, bw_bytes, step_bytes,
+		    dec_tps, dec_s * 1e3, roofline_s * 1e3, ratio);
+		for (uint32_t i = 0; i < n_prompts; i++)
+			fprintf(f, "%s{\"tokens\":%u,\"tok_s\":%.3f}", i ? "," : "", prompts[i], pf_tps[i]);
+		fprintf(f, "],\"layer_us\":%.2f,\"attn_us\":%.2f,\"route_us\":%.2f,"
+		    "\"experts_us\":%.2f,\"head_us\":%.2f,\"launch_us\":%.3f,\"device_route\":%s",
+		    pt.layer * 1e6, pt.attn * 1e6, pt.route * 1e6, pt.experts * 1e6, pt.head * 1e6,
+		    pt.launch * 1e6, pt.dev_route ? "true" : "false");
+		fprintf(f, ",\"first_prompt\":%u,\"first_hot_ms\":%.4f,\"first_full_ms\":%.4f,"
+		    "\"first_ratio\":%.4f,\"hot_loaded_bytes\":%" PRIu64 ",\"refill_ms\":%.4f,"
+		    "\"refill_bytes\":%" PRIu64 ",\"dense_upload_ms\":%.4f,\"engine_open_s\":%.3f,"
+		    "\"model_open_s\":%.3f}\n", (unsigned)first_n, hot_s * 1e3, full_s * 1e3,
+		    full_s > 0 ? hot_s / full_s : 0, hot_loaded, refill_s * 1e3, rr.bytes_copied,
+		    dense_s * 1e3, open_s, model_open_s);
+		fclose(f);
+	}
+	free(logits);
+	free(toks);
+	model_close(m);
+	engine_close(e);
+	return 0;
+}

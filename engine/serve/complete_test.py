@@ -1,0 +1,144 @@
+#!/usr/bin/python3
+"""complete_test.py: the engine's COMPLETE op and `baton complete` / `baton
+chat`, end to end on the two trained models of models/ (host backend).
+
+  - an engine alone answers a chat request token for token as transformers
+    did (models/samples.json), over the op and through the CLI;
+  - bad requests are refused with the field named, and change nothing;
+  - an engine of an experts-only arena says it has no model;
+  - under a broker, two models on one device that holds one of them answer
+    in turn, found by name: each question is a handoff, and every answer is
+    the one the model gives alone.
+The last line is "N passed, N failed".
+"""
+import json
+import os
+import struct
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+import harness as h  # noqa: E402
+
+MODELS = os.path.join(ROOT, "models")
+SAMPLES = json.load(open(os.path.join(MODELS, "samples.json")))["samples"]
+
+
+def model_arena(c, model):
+    path = os.path.join(c.dir, model + ".arena")
+    subprocess.run([h.ARENA, "create", "--safetensors", os.path.join(MODELS, model), path],
+                   check=True, stdout=subprocess.DEVNULL, timeout=120)
+    return path
+
+
+def ids(rep):
+    b = rep["tokens"]
+    if isinstance(b, str):  # the tool writes bins as hex or base64: accept both
+        b = bytes.fromhex(b) if all(ch in "0123456789abcdef" for ch in b) else __import__("base64").b64decode(b)
+    return list(struct.unpack("<%dI" % (len(b) // 4), b))
+
+
+def sample(key, i=0):
+    s = SAMPLES[key][i]
+    return s["messages"], s["greedy_ids"], s["text"]
+
+
+def cli(*args, env=None):
+    return subprocess.run([h.CLI] + list(args), capture_output=True, text=True, timeout=120, env=env)
+
+
+def t_chat_alone(c):
+    e = c.engine("mixtral", arena=model_arena(c, "kjv-mixtral"), broker=False)
+    msgs, want_ids, want_text = sample("kjv-mixtral")
+    r = h.ok(h.call(e.url, "complete", messages=json.dumps(msgs), temperature=0.0, max_tokens=48))
+    assert r["text"] == want_text, (r["text"], want_text)
+    assert r["completion_tokens"] == len(want_ids) and r["finish_reason"] in ("stop", "length"), r
+    # through the CLI: one turn, as JSON, with the token ids
+    p = cli("chat", e.url, msgs[0]["content"], "--temperature", "0", "--max-tokens", "48", "--json")
+    assert p.returncode == 0, p.stderr
+    j = json.loads(p.stdout)
+    assert j["text"] == want_text and j["tokens"] == want_ids, j
+    assert j["usage"]["prompt_tokens"] == len(SAMPLES["kjv-mixtral"][0]["prompt_ids"]), j
+    # a raw prompt, a stop string and a seed
+    p = cli("complete", e.url, "And God said", "--temperature", "0.9", "--seed", "7", "--max-tokens", "12")
+    q = cli("complete", e.url, "And God said", "--temperature", "0.9", "--seed", "7", "--max-tokens", "12")
+    assert p.returncode == 0 and p.stdout == q.stdout and p.stdout.strip(), (p.stdout, q.stdout, p.stderr)
+    cut = want_text.index(",")
+    r = h.ok(h.call(e.url, "complete", messages=json.dumps(msgs), temperature=0.0, max_tokens=48,
+                    stop=json.dumps([","])))
+    assert r["text"] == want_text[:cut] and r["finish_reason"] == "stop", r["text"]
+
+
+def t_bad_requests(c):
+    e = c.engine("qwen", arena=model_arena(c, "kjv-qwen3-moe"), broker=False)
+    m = json.dumps([{"role": "user", "content": "hi"}])
+    cases = [
+        (dict(prompt="x", messages=m), "invalid", "exactly one"),
+        (dict(), "invalid", "exactly one"),
+        (dict(messages="[{"), "invalid", "messages"),
+        (dict(messages="[]"), "invalid", "messages"),
+        (dict(messages=json.dumps([{"role": "wizard", "content": "x"}])), "invalid", "role"),
+        (dict(messages=json.dumps([{"role": "user"}])), "invalid", "messages[0]"),
+        (dict(messages=m, stop="not json"), "invalid", "stop"),
+        (dict(messages=m, stop=json.dumps([""])), "invalid", "stop[0]"),
+        (dict(messages=m, temperature=-1.0), "invalid", "temperature"),
+        (dict(messages=m, top_p=1.5), "invalid", "top_p"),
+        (dict(messages=m, max_tokens=0), "out_of_range", "max_tokens"),
+    ]
+    for fields, name, words in cases:
+        r = h.call(e.url, "complete", **fields)
+        h.err(r, name)
+        assert words in r.get("msg", ""), (fields, r)
+    # a prompt longer than the context
+    r = h.call(e.url, "complete", prompt="light " * 5000, max_tokens=4)
+    h.err(r, "out_of_range")
+    # still serves, and the CLI says usage errors with exit 2
+    h.ok(h.call(e.url, "complete", messages=m, temperature=0.0, max_tokens=4))
+    p = cli("chat", e.url, "hi", "--top-p", "2")
+    assert p.returncode == 2 and "--top-p" in p.stderr, (p.returncode, p.stderr)
+    p = cli("complete", e.url)
+    assert p.returncode == 2, p.stderr
+
+
+def t_experts_only(c):
+    e = c.engine("s", broker=False)  # the fixture's synthetic, experts-only arena
+    r = h.call(e.url, "complete", prompt="hi")
+    h.err(r, "unsupported")
+    assert "experts only" in r["msg"], r
+    h.ok(h.call(e.url, "gen", steps=1, batch=1, seed=1))
+
+
+def t_two_models_one_device(c):
+    """18 MiB of device: the dense weights and KV caches of both (about 10
+    MiB) and the experts of one (6 MiB)."""
+    c.broker()
+    flags = ("--ctx", "512", "--vram-elastic")
+    q = c.engine("qwen", *flags, arena=model_arena(c, "kjv-qwen3-moe"), host_mib=18, segment_mib=2)
+    m = c.engine("mixtral", *flags, arena=model_arena(c, "kjv-mixtral"), host_mib=18, segment_mib=2)
+    env = dict(c.env, BATON_BROKER=c.control)
+    asked = [("qwen", "kjv-qwen3-moe/no-thinking", 0), ("mixtral", "kjv-mixtral", 0),
+             ("qwen", "kjv-qwen3-moe/no-thinking", 4), ("mixtral", "kjv-mixtral", 3)]
+    for name, key, i in asked:
+        msgs, want_ids, want_text = sample(key, i)
+        args = ["chat", name, msgs[0]["content"], "--temperature", "0", "--max-tokens", "48", "--json"]
+        if "no-thinking" in key:
+            args.append("--no-thinking")
+        p = cli(*args, env=env)
+        assert p.returncode == 0, (name, p.stderr)
+        j = json.loads(p.stdout)
+        assert j["tokens"] == want_ids and j["text"] == want_text, (name, j["text"], want_text)
+        other = "mixtral" if name == "qwen" else "qwen"
+        h.wait_for("%s released for %s" % (other, name), lambda: c.eng(other)["state"] == "released")
+        assert c.eng(name)["resident"] > 0
+    # a name the broker does not know: exit 4
+    p = cli("chat", "nobody", "hi", env=env)
+    assert p.returncode == 4 and "nobody" in p.stderr, (p.returncode, p.stderr)
+    assert len(c.events.all("handoff")) >= 3, c.events.all("handoff")
+    return "%d handoffs" % len(c.events.all("handoff"))
+
+
+if __name__ == "__main__":
+    sys.exit(h.run_cases([t_chat_alone, t_bad_requests, t_experts_only, t_two_models_one_device],
+                         only=sys.argv[1:], logs=("broker", "qwen", "mixtral", "s")))

@@ -1,0 +1,334 @@
+/*
+ * baton-engine: one model on one device, serving GEN and control commands
+ * on its own nng REP socket. This program parses the flags, resolves the
+ * arena's path and the listen URL, and wires signals and systemd to the
+ * serve loop (engine/serve/serve.h), which does the rest.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <systemd/sd-daemon.h>
+
+#include "arena/arena.h"
+#include "engine/serve/serve.h"
+#include "proto/proto.h"
+
+static const char usage[] =
+    "usage: baton-engine --name NAME --shared-expert-arena PATH [options]\n"
+    "\n"
+    "  --name NAME                 engine name (letters, digits, '-', '_', '.')\n"
+    "  --shared-expert-arena PATH  the model's arena (made by baton-arena create)\n"
+    "  --listen URL                control socket (default ipc:///run/baton/engine-NAME.sock)\n"
+    "  --backend host|cuda|auto    device backend (default auto: cuda when a GPU is present)\n"
+    "  --device N                  device index (default 0)\n"
+    "  --cache-mib N|auto          expert cache size (default auto: the model, or what fits)\n"
+    "  --vram-segment-mib N        cache segment size (default 256, or the model when smaller)\n"
+    "  --expert-cache-release      allow RELEASE and REFILL\n"
+    "  --cache-release-idle SECS   release after SECS idle (implies --expert-cache-release)\n"
+    "  --vram-elastic              allow VRAM (resize with a reserve)\n"
+    "  --vram-reserve-mib N        device memory to leave free when growing (default 0)\n"
+    "  --verify-refill             read back every refilled slot and compare checksums\n"
+    "  --host-device-mib N         capacity of the host backend's device\n"
+    "  --peer-device N             a second cache tier on device N of the same backend\n"
+    "                              (another GPU, read over NVLink/PCIe; with the host\n"
+    "                              backend, host device N): it holds what the broker\n"
+    "                              lends with PEER requests, and nothing until then\n"
+    "  --broker URL                register with a broker (e.g. ipc:///run/baton/broker.sock);\n"
+    "                              the engine then opens cold and asks before it maps memory;\n"
+    "                              it exits 3 when the broker refuses it (the name is taken)\n"
+    "                              and 4 when no broker answers within --broker-wait\n"
+    "  --broker-wait SECS          how long to wait for the broker at start (default 10)\n"
+    "  --broker-optional           no broker at start: serve alone (it registers when the\n"
+    "                              broker comes; --broker-wait defaults to 2 then)\n"
+    "  --priority N                priority told to the broker (higher is kept longer; default 0)\n"
+    "  --ctx N                     a whole model's context: KV cache positions, held on the\n"
+    "                              device with the dense weights (default: the model's\n"
+    "                              max_position_embeddings, at most 4096)\n"
+    "  --kv-blocks N               the KV cache's pool: blocks of 16 positions shared by the\n"
+    "                              sequences in flight (default: one --ctx sequence's worth)\n"
+    "  --max-seqs N                sequences decoded together in each step (default 16)\n"
+    "  --max-queue N               requests waiting for KV blocks or a free slot; more are\n"
+    "                              answered busy (HTTP 503 with Retry-After) (default 64)\n"
+    "  --http ADDR                 serve the OpenAI-compatible API on ADDR (HOST:PORT, port 0:\n"
+    "                              any; prints \"http: URL\"); loopback only unless a token is set\n"
+    "  --http-token-file FILE      clients must send \"Authorization: Bearer TOKEN\" (the file's\n"
+    "                              first line)\n"
+    "  --served-model-name NAME    the model id clients send (default: the arena's file name\n"
+    "                              without .arena)\n"
+    "  --help, --version\n";
+
+static void usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void usage_error(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	fputs("baton-engine: ", stderr);
+	vfprintf(stderr, fmt, ap);
+	fputs("\n(see baton-engine --help)\n", stderr);
+	va_end(ap);
+	exit(2);
+}
+
+static uint64_t parse_uint(const char *flag, const char *v, uint64_t max)
+{
+	char *end;
+	errno = 0;
+	unsigned long long x = strtoull(v, &end, 10);
+	if (errno || end == v || *end || v[0] == '-' || v[0] == '+' || x > max)
+		usage_error("%s wants an integer from 0 to %" PRIu64 ", got '%s'", flag, max, v);
+	return x;
+}
+
+/* The bearer token: the file's first line, without its newline. */
+static const char *read_token(const char *path)
+{
+	static char tok[512];
+	FILE *f = fopen(path, "r");
+	if (!f)
+		usage_error("--http-token-file %s: %s", path, strerror(errno));
+	if (!fgets(tok, sizeof tok, f))
+		tok[0] = 0;
+	fclose(f);
+	tok[strcspn(tok, "\r\n")] = 0;
+	if (strlen(tok) < 16 || strpbrk(tok, " \t"))
+		usage_error("--http-token-file %s: want a token of at least 16 characters, no spaces, "
+		    "on the first line", path);
+	return tok;
+}
+
+static void parse_args(int argc, char **argv, struct baton_serve_config *o)
+{
+	enum { O_NAME = 1, O_ARENA, O_LISTEN, O_BACKEND, O_DEVICE, O_CACHE, O_SEG, O_RELEASE,
+	       O_IDLE, O_ELASTIC, O_RESERVE, O_VERIFY, O_HOSTMIB, O_BROKER, O_PRIORITY, O_PEER,
+	       O_CTX, O_BWAIT, O_BOPT, O_KVB, O_MAXSEQS, O_MAXQ, O_HTTP, O_HTOKEN, O_SERVED,
+	       O_HELP, O_VERSION };
+	static const struct option lo[] = {
+		{ "name", required_argument, 0, O_NAME },
+		{ "shared-expert-arena", required_argument, 0, O_ARENA },
+		{ "listen", required_argument, 0, O_LISTEN },
+		{ "backend", required_argument, 0, O_BACKEND },
+		{ "device", required_argument, 0, O_DEVICE },
+		{ "cache-mib", required_argument, 0, O_CACHE },
+		{ "vram-segment-mib", required_argument, 0, O_SEG },
+		{ "expert-cache-release", no_argument, 0, O_RELEASE },
+		{ "cache-release-idle", required_argument, 0, O_IDLE },
+		{ "vram-elastic", no_argument, 0, O_ELASTIC },
+		{ "vram-reserve-mib", required_argument, 0, O_RESERVE },
+		{ "verify-refill", no_argument, 0, O_VERIFY },
+		{ "host-device-mib", required_argument, 0, O_HOSTMIB },
+		{ "broker", required_argument, 0, O_BROKER },
+		{ "broker-wait", required_argument, 0, O_BWAIT },
+		{ "broker-optional", no_argument, 0, O_BOPT },
+		{ "priority", required_argument, 0, O_PRIORITY },
+		{ "peer-device", required_argument, 0, O_PEER },
+		{ "ctx", required_argument, 0, O_CTX },
+		{ "kv-blocks", required_argument, 0, O_KVB },
+		{ "max-seqs", required_argument, 0, O_MAXSEQS },
+		{ "max-queue", required_argument, 0, O_MAXQ },
+		{ "http", required_argument, 0, O_HTTP },
+		{ "http-token-file", required_argument, 0, O_HTOKEN },
+		{ "served-model-name", required_argument, 0, O_SERVED },
+		{ "help", no_argument, 0, O_HELP },
+		{ "version", no_argument, 0, O_VERSION },
+		{ 0, 0, 0, 0 },
+	};
+	memset(o, 0, sizeof *o);
+	o->backend = "auto";
+	opterr = 0;
+	int c;
+	while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+		switch (c) {
+		case O_NAME: o->name = optarg; break;
+		case O_ARENA: o->arena = optarg; break;
+		case O_LISTEN: o->listen = optarg; break;
+		case O_BACKEND:
+			if (strcmp(optarg, "host") && strcmp(optarg, "cuda") && strcmp(optarg, "auto"))
+				usage_error("--backend wants host, cuda or auto, got '%s'", optarg);
+			o->backend = optarg;
+			break;
+		case O_DEVICE: o->device = (int)parse_uint("--device", optarg, 255); break;
+		case O_PEER:
+			o->peer_device = (int)parse_uint("--peer-device", optarg, 255);
+			o->use_peer = 1;
+			break;
+		case O_CACHE:
+			o->cache_mib = strcmp(optarg, "auto") == 0 ? 0 :
+			    parse_uint("--cache-mib", optarg, 16u << 20);
+			if (strcmp(optarg, "auto") && o->cache_mib == 0)
+				usage_error("--cache-mib wants a positive size or auto, got '%s'", optarg);
+			break;
+		case O_SEG:
+			o->segment_mib = parse_uint("--vram-segment-mib", optarg, 65536);
+			if (o->segment_mib == 0)
+				usage_error("--vram-segment-mib must be positive");
+			break;
+		case O_RELEASE: o->release = 1; break;
+		case O_IDLE: {
+			char *end;
+			errno = 0;
+			double s = strtod(optarg, &end);
+			if (errno || end == optarg || *end || !(s > 0) || s > 1e7)
+				usage_error("--cache-release-idle wants seconds > 0, got '%s'", optarg);
+			o->idle_s = s;
+			o->release = 1;
+			break;
+		}
+		case O_ELASTIC: o->elastic = 1; break;
+		case O_RESERVE: o->reserve_mib = parse_uint("--vram-reserve-mib", optarg, 16u << 20); break;
+		case O_VERIFY: o->verify = 1; break;
+		case O_CTX:
+			o->ctx = (uint32_t)parse_uint("--ctx", optarg, 1u << 20);
+			if (o->ctx < 16)
+				usage_error("--ctx wants at least 16 positions, got '%s'", optarg);
+			break;
+		case O_KVB:
+			o->kv_blocks = (uint32_t)parse_uint("--kv-blocks", optarg, 1u << 24);
+			if (o->kv_blocks == 0)
+				usage_error("--kv-blocks must be positive");
+			break;
+		case O_MAXSEQS:
+			o->max_seqs = (uint32_t)parse_uint("--max-seqs", optarg, 1024);
+			if (o->max_seqs == 0)
+				usage_error("--max-seqs must be positive");
+			break;
+		case O_MAXQ:
+			o->max_queue = (uint32_t)parse_uint("--max-queue", optarg, 1u << 20);
+			if (o->max_queue == 0)
+				usage_error("--max-queue must be positive");
+			break;
+		case O_HTTP: o->http = optarg; break;
+		case O_HTOKEN: o->http_token = read_token(optarg); break;
+		case O_SERVED:
+			if (!optarg[0] || strlen(optarg) > 200 || strpbrk(optarg, " \t\r\n\"\\"))
+				usage_error("--served-model-name wants 1 to 200 characters without spaces or quotes, "
+				    "got '%s'", optarg);
+			o->served_model = optarg;
+			break;
+		case O_HOSTMIB:
+			o->host_mib = parse_uint("--host-device-mib", optarg, 16u << 20);
+			if (o->host_mib == 0)
+				usage_error("--host-device-mib must be positive");
+			break;
+		case O_BROKER:
+			if (strncmp(optarg, "ipc://", 6) != 0 && strncmp(optarg, "tcp://", 6) != 0)
+				usage_error("--broker wants ipc://PATH or tcp://HOST:PORT, got '%s'", optarg);
+			o->broker = optarg;
+			break;
+		case O_BWAIT: {
+			char *end;
+			errno = 0;
+			double sec = strtod(optarg, &end);
+			if (errno || end == optarg || *end || !(sec > 0) || sec > 86400)
+				usage_error("--broker-wait wants seconds > 0 (at most 86400), got '%s'", optarg);
+			o->broker_wait_s = sec;
+			break;
+		}
+		case O_BOPT: o->broker_optional = 1; break;
+		case O_PRIORITY: {
+			char *end;
+			errno = 0;
+			long v = strtol(optarg, &end, 10);
+			if (errno || end == optarg || *end || v < -1000000 || v > 1000000)
+				usage_error("--priority wants a whole number, got '%s'", optarg);
+			o->priority = (int32_t)v;
+			break;
+		}
+		case O_HELP:
+			fputs(usage, stdout);
+			exit(0);
+		case O_VERSION:
+			printf("baton-engine %s\n", baton_version());
+			exit(0);
+		case ':':
+			usage_error("%s needs a value", argv[optind - 1]);
+		default:
+			usage_error("unknown option '%s'", argv[optind - 1]);
+		}
+	}
+	if (optind < argc)
+		usage_error("unexpected argument '%s'", argv[optind]);
+	if (!o->name)
+		usage_error("--name is required");
+	if (!proto_name_valid(o->name, strlen(o->name)))
+		usage_error("--name '%s': use 1 to 64 letters, digits, '-', '_' or '.'", o->name);
+	if (!o->arena)
+		usage_error("--shared-expert-arena is required");
+	if ((o->broker_wait_s > 0 || o->broker_optional) && !o->broker)
+		usage_error("%s needs --broker", o->broker_optional ? "--broker-optional" : "--broker-wait");
+	if (o->http_token && !o->http)
+		usage_error("--http-token-file needs --http");
+	if (o->use_peer && o->peer_device == o->device)
+		usage_error("--peer-device %d is the engine's own --device", o->peer_device);
+}
+
+static struct baton_serve_config g_cfg;
+
+int main(int argc, char **argv)
+{
+	parse_args(argc, argv, &g_cfg);
+	/* A bare NAME (no '/', not ending in .arena) is
+	 * /dev/shm/baton/NAME.arena, as for baton-arena and the README. */
+	static char arena_buf[PATH_MAX];
+	size_t an = strlen(g_cfg.arena);
+	if (!strchr(g_cfg.arena, '/') && !(an > 6 && strcmp(g_cfg.arena + an - 6, ".arena") == 0) &&
+	    arena_default_path(g_cfg.arena, arena_buf, sizeof arena_buf) == 0)
+		g_cfg.arena = arena_buf;
+	char listen[PATH_MAX];
+	if (g_cfg.listen)
+		snprintf(listen, sizeof listen, "%s", g_cfg.listen);
+	else
+		snprintf(listen, sizeof listen, "ipc:///run/baton/engine-%s.sock", g_cfg.name);
+
+	/* Signals go to the main thread only: block them before any thread
+	 * (ours or nng's) starts. */
+	sigset_t sigs;
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGTERM);
+	sigaddset(&sigs, SIGINT);
+	sigaddset(&sigs, SIGHUP);
+	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	g_cfg.listen = listen;
+	int rc = serve_open(&g_cfg);
+	if (rc) {
+		/* 3 and 4: a second engine of one name, a wrong --broker (docs/engine.md) */
+		if (serve_broker_fail() == SERVE_BROKER_REFUSED)
+			return 3;
+		if (serve_broker_fail() == SERVE_BROKER_ABSENT)
+			return 4;
+		return rc == BATON_EINVAL || rc == BATON_ENODEV ? 2 : 1;
+	}
+	/* Ready: tests and scripts wait for this line; the OpenAI API's URL
+	 * follows it (with --http). */
+	printf("ready %s\n", serve_url());
+	if (serve_http_url()[0])
+		printf("http: %s\n", serve_http_url());
+	fflush(stdout);
+	/* systemd (Type=notify): a no-op without $NOTIFY_SOCKET. */
+	sd_notifyf(0, "READY=1\nSTATUS=listening on %s", serve_url());
+
+	for (;;) {
+		struct timespec tick = { .tv_sec = 0, .tv_nsec = 100 * 1000 * 1000 };
+		int sig = sigtimedwait(&sigs, NULL, &tick);
+		if (sig > 0)
+			break;
+		serve_tick();
+	}
+	sd_notify(0, "STOPPING=1");
+	serve_close();
+	/* A close that nng 1.5.2 left hanging would hang exit() in its atexit
+	 * handler too (proto.h, "Closing"). */
+	if (proto_nng_wedged())
+		_exit(0);
+	return 0;
+}

@@ -1,0 +1,117 @@
+/*
+ * openai.h: the OpenAI-compatible API's requests and replies, as JSON
+ * (jansson): a POST /v1/chat/completions or /v1/completions body checked
+ * field by field and turned into a generator request (generate.h), and the
+ * replies shaped as OpenAI sends them: a whole chat.completion or
+ * text_completion, the chunks of a stream (server-sent events), the usage
+ * chunk, /v1/models, and the error object
+ * {"error": {"message", "type", "param", "code"}}.
+ *
+ * No I/O here: openai_http.c serves these on the engine's --http address
+ * (docs/openai.md lists the fields, the defaults and the errors).
+ */
+#ifndef BATON_ENGINE_OPENAI_H
+#define BATON_ENGINE_OPENAI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "engine/model/generate.h"
+
+enum oai_kind { OAI_CHAT = 0, OAI_COMPLETION = 1 };
+
+/* Stop strings OpenAI allows in one request. */
+#define OAI_MAX_STOP 4u
+/* max_tokens of /v1/completions when the request gives none (OpenAI's). */
+#define OAI_COMPLETION_DEFAULT_MAX_TOKENS 16u
+
+/* An error to answer: HTTP status and OpenAI's error object fields. */
+struct oai_error {
+	int status;            /* 400, 404, 503, ... */
+	const char *type;      /* "invalid_request_error", "server_error", ... */
+	const char *code;      /* "model_not_found", ...; NULL: null */
+	char param[64];        /* the field, "" for null */
+	char message[512];
+};
+
+/* A parsed request. q points into root (which it owns) and the arrays. */
+struct oai_request {
+	enum oai_kind kind;
+	json_t *root;
+	struct text_msg *msgs;
+	const char **stop;
+	struct baton_gen_request q;
+	const char *model;     /* as the client sent it; NULL when absent */
+	int stream;            /* "stream": true */
+	int include_usage;     /* "stream_options": {"include_usage": true} */
+	int seeded;            /* "seed" was given */
+};
+
+/* Parses a request body. `served` is the model id this engine serves: a
+ * different "model" is 404 model_not_found. A field this engine does not
+ * know or support is 400 naming it (tools, functions, logprobs, n > 1...).
+ * Without "seed", seed_default is the sampler's seed. 0 on success (free
+ * *r with oai_request_free); else e is filled and *r owns nothing. */
+int oai_parse(enum oai_kind kind, const char *served, const char *body, size_t len,
+    uint64_t seed_default, struct oai_request *r, struct oai_error *e);
+/* Idempotent. */
+void oai_request_free(struct oai_request *r);
+
+/* Fills e (message printf-style); returns e->status. */
+int oai_errorf(struct oai_error *e, int status, const char *type, const char *code,
+    const char *param, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+/* {"error": {...}}: a new reference. */
+json_t *oai_error_json(const struct oai_error *e);
+
+/* OpenAI's finish_reason for a generator's finish ("stop", "length"). */
+const char *oai_finish_reason(const char *finish);
+
+/* The whole reply: chat.completion or text_completion. New reference. */
+json_t *oai_reply(enum oai_kind kind, const char *id, long long created, const char *model,
+    const struct baton_gen_result *res);
+/* One chunk of a stream. role: the first chat chunk's "assistant" (its
+ * delta carries the role and empty content), else NULL. text: the delta
+ * (NULL with a finish). finish: NULL while it runs. usage_null: the
+ * stream includes usage, so every chunk carries "usage": null. */
+json_t *oai_chunk(enum oai_kind kind, const char *id, long long created, const char *model,
+    const char *role, const char *text, size_t len, const char *finish, int usage_null);
+/* The last chunk of a stream with include_usage: no choices, the usage. */
+json_t *oai_usage_chunk(enum oai_kind kind, const char *id, long long created, const char *model,
+    uint32_t prompt_tokens, uint32_t completion_tokens);
+/* GET /v1/models: the one model this engine serves. */
+json_t *oai_models(const char *model, long long created);
+/* "data: JSON\n\n" (takes the reference; compact JSON), malloc'd; *len set. */
+char *oai_sse(json_t *j, size_t *len);
+
+/* ---- the server (openai_http.c) ---- */
+struct baton_sched;
+struct baton_http;
+
+struct oai_server_opts {
+	const char *addr;            /* --http ADDR */
+	const char *token;           /* bearer token; NULL: none (then loopback only) */
+	const char *model;           /* the served model id */
+	struct baton_sched *sched;   /* runs the requests */
+	/* adds the engine's fields to GET /health's object (any thread); may be NULL */
+	void (*health)(void *arg, json_t *obj);
+	void *health_arg;
+};
+struct oai_server;
+
+/* Serves POST /v1/chat/completions, POST /v1/completions, GET /v1/models
+ * and GET /health on opts->addr (http/http.h). An address beyond loopback
+ * without a token is refused (BATON_EPERM). Errors with a sentence in err. */
+int oai_server_open(const struct oai_server_opts *o, struct oai_server **out, char *err, size_t errlen);
+/* "http://HOST:PORT", the real port. */
+const char *oai_server_url(const struct oai_server *s);
+/* Closing, in this order: oai_server_stop (no request comes in any more;
+ * those open are answered 503 by the server, or later by the scheduler),
+ * then sched_close (its on_done uses the server's memory), then
+ * oai_server_close. One server per process (on_gone finds the scheduler
+ * through it). NULL ok. */
+void oai_server_stop(struct oai_server *s);
+void oai_server_close(struct oai_server *s);
+
+#endif

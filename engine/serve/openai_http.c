@@ -1,0 +1,323 @@
+/*
+ * openai_http.c: the OpenAI-compatible API on the engine's --http address
+ * (see openai.h, docs/openai.md). A request is parsed on an HTTP worker
+ * thread and handed to the scheduler; its answer is written from the
+ * scheduler's thread: whole when it ends, or streamed as server-sent
+ * events, a chunk per piece of text as it becomes final. A client that
+ * goes away cancels its request at once (its KV blocks go back).
+ */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "engine/serve/openai.h"
+#include "engine/serve/sched.h"
+#include "http/http.h"
+#include "proto/err.h"
+
+struct oai_server {
+	struct baton_http *http;
+	struct oai_server_opts o;
+	char *model;
+	atomic_ullong next;
+};
+
+/* One request in flight, from the handler to on_done. */
+struct oreq {
+	struct oai_server *srv;
+	struct baton_http_req *r;
+	struct baton_http_stream *st;
+	struct oai_request q;
+	char id[48];
+	long long created;
+	int streaming;              /* stream opened (the stream's status line is sent) */
+};
+
+static uint64_t random64(void)
+{
+	uint64_t x = 0;
+	if (getrandom(&x, sizeof x, GRND_NONBLOCK) != (ssize_t)sizeof x) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		x = (uint64_t)ts.tv_nsec * 0x9e3779b97f4a7c15ull ^ (uint64_t)ts.tv_sec;
+	}
+	return x;
+}
+
+static void reply_error(struct baton_http_req *r, const struct oai_error *e, const char *const *headers)
+{
+	json_t *j = oai_error_json(e);
+	char *body = j ? json_dumps(j, JSON_COMPACT) : NULL;
+	json_decref(j);
+	if (!body) {
+		http_reply(r, 500, "text/plain", "out of memory\n", 14, NULL);
+		return;
+	}
+	http_reply(r, e->status, "application/json", body, strlen(body), headers);
+	free(body);
+}
+
+static void oreq_free(struct oreq *q)
+{
+	oai_request_free(&q->q);
+	free(q);
+}
+
+/* The scheduler that on_gone cancels in. on_gone may fire on a server
+ * thread even after the answer was given (the client left while it was
+ * sent), when the request's memory is gone: so its argument is the
+ * request's scheduler id alone (a finished id is ignored), and the
+ * scheduler is the process's one, set at open, alive until after
+ * http_close has joined the threads that fire it. */
+static struct baton_sched *gone_sched;
+
+/* The HTTP status of a scheduler's or generator's error. */
+static int status_of(int rc, const char **type)
+{
+	*type = "invalid_request_error";
+	switch (rc) {
+	case BATON_EINVAL:
+	case BATON_ERANGE:
+	case BATON_EUNSUPPORTED:
+		return 400;
+	case BATON_EBUSY:
+	case BATON_ECLOSED:
+	case BATON_EDEVMEM:
+	case BATON_ECONN:
+	case BATON_ETIMEDOUT:
+		*type = "server_error";
+		return 503;
+	default:
+		*type = "server_error";
+		return 500;
+	}
+}
+
+static int write_event(struct oreq *q, json_t *j)
+{
+	size_t n;
+	char *ev = oai_sse(j, &n);
+	if (!ev)
+		return BATON_ENOMEM;
+	int rc = http_stream_write(q->st, ev, n);
+	free(ev);
+	return rc;
+}
+
+static void open_stream(struct oreq *q)
+{
+	static const char *const hdr[] = { "Cache-Control: no-cache", "X-Accel-Buffering: no", NULL };
+	q->streaming = 1;
+	q->st = http_stream_open(q->r, 200, "text/event-stream", hdr);
+	if (q->st && q->q.kind == OAI_CHAT)
+		write_event(q, oai_chunk(q->q.kind, q->id, q->created, q->srv->model, "assistant", NULL, 0,
+		    NULL, q->q.include_usage));
+}
+
+/* ---- the scheduler's callbacks (its thread) ---- */
+
+static void on_admit(void *arg)
+{
+	struct oreq *q = arg;
+	if (q->q.stream)
+		open_stream(q); /* the role chunk goes out while the prompt is read */
+}
+
+static int on_text(void *arg, const char *text, size_t len)
+{
+	struct oreq *q = arg;
+	if (!q->q.stream)
+		return 0; /* a client gone cancels through on_gone */
+	if (!q->st)
+		return 1; /* the client was gone before the stream opened */
+	return write_event(q, oai_chunk(q->q.kind, q->id, q->created, q->srv->model, NULL, text, len,
+	    NULL, q->q.include_usage)) != 0;
+}
+
+static void on_done(void *arg, int rc, const char *err, struct baton_gen_result *res)
+{
+	struct oreq *q = arg;
+	const char *type;
+	if (q->streaming) {
+		if (q->st) {
+			if (rc == 0 && strcmp(res->finish, "cancelled") != 0) {
+				write_event(q, oai_chunk(q->q.kind, q->id, q->created, q->srv->model, NULL, NULL, 0,
+				    res->finish, q->q.include_usage));
+				if (q->q.include_usage)
+					write_event(q, oai_usage_chunk(q->q.kind, q->id, q->created, q->srv->model,
+					    res->n_prompt, res->n_tokens));
+				http_stream_write(q->st, "data: [DONE]\n\n", 14);
+			} else if (rc) {
+				/* the stream's status is sent: the error goes as an event */
+				struct oai_error e;
+				int status = status_of(rc, &type);
+				oai_errorf(&e, status, type, NULL, NULL, "%s", err);
+				write_event(q, oai_error_json(&e));
+			}
+			http_stream_close(q->st);
+		}
+	} else if (rc == 0) {
+		http_reply_json(q->r, 200, oai_reply(q->q.kind, q->id, q->created, q->srv->model, res));
+	} else {
+		struct oai_error e;
+		int status = status_of(rc, &type);
+		oai_errorf(&e, status, type, NULL, NULL, "%s", err && err[0] ? err : baton_strerror(rc));
+		static const char *const retry[] = { "Retry-After: 1", NULL };
+		reply_error(q->r, &e, status == 503 ? retry : NULL);
+	}
+	generator_result_free(res);
+	oreq_free(q);
+}
+
+/* The client went away (a server thread): cancel at once. */
+static void on_gone(void *arg)
+{
+	sched_cancel(gone_sched, (uint64_t)(uintptr_t)arg);
+}
+
+/* ---- the handler (an HTTP worker thread) ---- */
+
+static void completion(struct oai_server *s, struct baton_http_req *r, enum oai_kind kind)
+{
+	struct oreq *q = calloc(1, sizeof *q);
+	if (!q) {
+		http_reply_error(r, 500, BATON_ENOMEM, "out of memory");
+		return;
+	}
+	size_t len = 0;
+	const char *body = http_req_body(r, &len);
+	struct oai_error e;
+	if (oai_parse(kind, s->model, body, len, random64(), &q->q, &e) != 0) {
+		reply_error(r, &e, NULL);
+		free(q);
+		return;
+	}
+	q->srv = s;
+	q->r = r;
+	q->created = (long long)time(NULL);
+	snprintf(q->id, sizeof q->id, "%s-%016llx%08llx", kind == OAI_CHAT ? "chatcmpl" : "cmpl",
+	    (unsigned long long)random64(), (unsigned long long)atomic_fetch_add(&s->next, 1));
+	struct sched_cb cb = { .on_text = on_text, .on_admit = on_admit, .on_done = on_done, .arg = q };
+	q->q.q.on_text = on_text;
+	q->q.q.arg = q;
+	/* on_gone is set before the request can end (and free r) */
+	uint64_t sid = sched_new_id(s->o.sched);
+	http_req_on_gone(r, on_gone, (void *)(uintptr_t)sid);
+	int rc = sched_submit(s->o.sched, &q->q.q, &cb, &sid);
+	if (rc) {
+		/* on_done never comes: answer here */
+		oai_errorf(&e, 503, "server_error", rc == BATON_EBUSY ? "queue_full" : NULL, NULL, "%s",
+		    rc == BATON_EBUSY ? "the engine's queue of waiting requests is full; retry later" :
+		    "the engine is shutting down");
+		static const char *const retry[] = { "Retry-After: 1", NULL };
+		reply_error(r, &e, retry);
+		oreq_free(q);
+	}
+}
+
+static void handler(void *arg, struct baton_http_req *r)
+{
+	struct oai_server *s = arg;
+	const char *m = http_req_method(r), *p = http_req_path(r);
+	int get = strcmp(m, "GET") == 0, post = strcmp(m, "POST") == 0;
+	struct oai_error e;
+	if (strcmp(p, "/v1/chat/completions") == 0 || strcmp(p, "/v1/completions") == 0) {
+		if (!post) {
+			oai_errorf(&e, 405, "invalid_request_error", NULL, NULL, "%s wants POST", p);
+			static const char *const allow[] = { "Allow: POST", NULL };
+			reply_error(r, &e, allow);
+			return;
+		}
+		completion(s, r, p[4] == 'c' && p[5] == 'h' ? OAI_CHAT : OAI_COMPLETION);
+		return;
+	}
+	if (strcmp(p, "/v1/models") == 0 && get) {
+		http_reply_json(r, 200, oai_models(s->model, (long long)time(NULL)));
+		return;
+	}
+	if (strcmp(p, "/v1/models/") > 0 && strncmp(p, "/v1/models/", 11) == 0 && get) {
+		if (strcmp(p + 11, s->model) == 0) {
+			json_t *j = oai_models(s->model, (long long)time(NULL));
+			http_reply_json(r, 200, json_incref(json_array_get(json_object_get(j, "data"), 0)));
+			json_decref(j);
+		} else {
+			oai_errorf(&e, 404, "invalid_request_error", "model_not_found", "model",
+			    "The model '%.100s' does not exist: this engine serves '%s'", p + 11, s->model);
+			reply_error(r, &e, NULL);
+		}
+		return;
+	}
+	if (strcmp(p, "/health") == 0 && get) {
+		struct sched_stats st;
+		sched_stats(s->o.sched, &st);
+		json_t *j = json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:I, s:I, s:I}", "status", "ok",
+		    "model", s->model, "running", (json_int_t)st.running, "waiting", (json_int_t)st.waiting,
+		    "kv_blocks_free", (json_int_t)st.kv_free, "kv_blocks_total", (json_int_t)st.kv_total,
+		    "steps", (json_int_t)st.steps, "cancelled", (json_int_t)st.cancelled, "refused_busy",
+		    (json_int_t)st.refused_busy);
+		if (j && s->o.health)
+			s->o.health(s->o.health_arg, j);
+		http_reply_json(r, 200, j);
+		return;
+	}
+	oai_errorf(&e, 404, "invalid_request_error", "not_found", NULL, "no such endpoint: %s %.200s", m, p);
+	reply_error(r, &e, NULL);
+}
+
+int oai_server_open(const struct oai_server_opts *o, struct oai_server **out, char *err, size_t errlen)
+{
+	*out = NULL;
+	int has_token = o->token && o->token[0];
+	if (!has_token && !http_is_loopback(o->addr)) {
+		baton_errf(err, errlen, "--http %s is beyond loopback: set a token (--http-token-file) "
+		    "or listen on 127.0.0.1 or [::1]", o->addr);
+		return BATON_EPERM;
+	}
+	struct oai_server *s = calloc(1, sizeof *s);
+	if (!s || !(s->model = strdup(o->model))) {
+		free(s);
+		return BATON_ENOMEM;
+	}
+	s->o = *o;
+	s->o.model = s->model;
+	gone_sched = o->sched;
+	atomic_init(&s->next, 1);
+	struct baton_http_opts ho = {
+		.addr = o->addr,
+		.token = has_token ? o->token : NULL,
+		.token_for_reads = 1,
+	};
+	int rc = http_open(&ho, handler, s, &s->http, err, errlen);
+	if (rc) {
+		free(s->model);
+		free(s);
+		return rc;
+	}
+	*out = s;
+	return 0;
+}
+
+const char *oai_server_url(const struct oai_server *s)
+{
+	return http_url(s->http);
+}
+
+void oai_server_stop(struct oai_server *s)
+{
+	if (s && s->http) {
+		http_close(s->http);
+		s->http = NULL;
+	}
+}
+
+void oai_server_close(struct oai_server *s)
+{
+	if (!s)
+		return;
+	oai_server_stop(s);
+	free(s->model);
+	free(s);
+}

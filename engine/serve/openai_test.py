@@ -1,0 +1,384 @@
+#!/usr/bin/python3
+"""openai_test.py: the engine's OpenAI-compatible API (--http) and its
+continuous batching, end to end on a trained model of models/ (host
+backend).
+
+  - whole and streamed chat and completions over raw HTTP: OpenAI's shapes,
+    the role chunk first, the text in chunks that arrive while it is made,
+    finish_reason, the usage chunk, data: [DONE]; the same text as the
+    engine's COMPLETE op gives;
+  - the `openai` npm client, unchanged (tests/node, npm ci into the build
+    folder), streaming included, gets the same answers;
+  - four clients at once each get exactly the text they get alone (seeded
+    sampling and greedy), and they shared decode steps;
+  - a client that disconnects mid-stream frees its sequence (KV blocks back
+    in /health) while the engine goes on;
+  - a full queue answers 503 with Retry-After; unsupported fields 400
+    naming them; a wrong model 404 model_not_found; a token when set;
+  - release levels: release gives back the experts, release --all also the
+    dense weights and the KV pool (the host device's accounting shows it),
+    and the next request brings them back with the same answers.
+The last line is "N passed, N failed".
+"""
+import http.client
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+import harness as h  # noqa: E402
+
+MODEL = "kjv-qwen3-moe"
+QUESTIONS = ["Tell me of light.", "Who was Moses?", "What is love?", "Speak of the sea."]
+
+
+def model_arena(c):
+    path = os.path.join(c.dir, MODEL + ".arena")
+    if not os.path.exists(path):
+        subprocess.run([h.ARENA, "create", "--safetensors", os.path.join(ROOT, "models", MODEL), path],
+                       check=True, stdout=subprocess.DEVNULL, timeout=120)
+    return path
+
+
+def engine(c, name, *flags, broker=False, host_mib=64):
+    """An engine of the model with --http on a free port; p.http: its client."""
+    p = c.engine(name, "--ctx", "256", "--http", "127.0.0.1:0", *flags, arena=model_arena(c),
+                 broker=broker, host_mib=host_mib, segment_mib=2)
+    line = p.stdout.readline()
+    assert line.startswith("http: http://127.0.0.1:"), line
+    p.http = h.Http(line.split()[1])
+    return p
+
+
+def chat(question, seed=5, temperature=0.8, max_tokens=24, stream=False, **more):
+    b = {"model": MODEL, "messages": [{"role": "user", "content": question}], "seed": seed,
+         "temperature": temperature, "max_tokens": max_tokens, "stream": stream}
+    b.update(more)
+    return b
+
+
+def sse(http_, path, body, on_open=None):
+    """POSTs a streamed request; returns (events, arrival times): each
+    event the parsed JSON of one `data:` line ("[DONE]" as is)."""
+    c = http.client.HTTPConnection(http_.host, http_.port, timeout=60)
+    hdr = {"Content-Type": "application/json"}
+    if http_.token:
+        hdr["Authorization"] = "Bearer " + http_.token
+    c.request("POST", path, body=json.dumps(body), headers=hdr)
+    r = c.getresponse()
+    assert r.status == 200, (r.status, r.read())
+    assert r.getheader("Content-Type").startswith("text/event-stream"), r.getheaders()
+    events, times = [], []
+    if on_open:
+        on_open(r)
+    while True:
+        line = r.readline()
+        if not line:
+            break
+        line = line.decode().rstrip("\n")
+        if not line:
+            continue
+        assert line.startswith("data: "), line
+        data = line[6:]
+        events.append(data if data == "[DONE]" else json.loads(data))
+        times.append(time.time())
+    c.close()
+    return events, times
+
+
+def chat_text(events):
+    assert events[-1] == "[DONE]", events[-3:]
+    first = events[0]
+    assert first["object"] == "chat.completion.chunk", first
+    assert first["choices"][0]["delta"] == {"role": "assistant", "content": ""}, first
+    text = ""
+    for e in events[1:-1]:
+        for ch in e["choices"]:
+            text += ch["delta"].get("content", "")
+    return text
+
+
+def health(e):
+    st, body, _ = e.http.get("/health")
+    assert st == 200, (st, body)
+    return body
+
+
+def t_whole_and_stream(c):
+    e = engine(c, "q")
+    # whole chat: OpenAI's shape, the same text as the COMPLETE op gives
+    st, body, _ = e.http.post("/v1/chat/completions", chat(QUESTIONS[0], temperature=0.0, max_tokens=40))
+    assert st == 200, body
+    assert body["object"] == "chat.completion" and body["model"] == MODEL and body["id"].startswith("chatcmpl-")
+    msg = body["choices"][0]["message"]
+    assert msg["role"] == "assistant" and body["choices"][0]["finish_reason"] in ("stop", "length"), body
+    u = body["usage"]
+    assert u["total_tokens"] == u["prompt_tokens"] + u["completion_tokens"] and u["completion_tokens"] > 5, u
+    r = h.ok(h.call(e.url, "complete", messages=json.dumps([{"role": "user", "content": QUESTIONS[0]}]),
+                    temperature=0.0, max_tokens=40))
+    assert r["text"] == msg["content"] and r["completion_tokens"] == u["completion_tokens"], (r, msg)
+    # streamed: role first, text in pieces as it is made, finish, usage, [DONE]
+    ev, times = sse(e.http, "/v1/chat/completions",
+                    chat(QUESTIONS[0], temperature=0.0, max_tokens=40, stream=True,
+                         stream_options={"include_usage": True}))
+    assert ev[-2]["choices"] == [] and ev[-2]["usage"] == u, ev[-2]
+    assert ev[-3]["choices"][0]["finish_reason"] == body["choices"][0]["finish_reason"], ev[-3]
+    assert all(x["usage"] is None for x in ev[:-2]), ev[:3]
+    assert chat_text(ev[:-2] + ev[-1:]) == msg["content"]
+    assert len({x["id"] for x in ev[:-1]}) == 1
+    pieces = [i for i, x in enumerate(ev[:-2]) if x["choices"] and x["choices"][0]["delta"].get("content")]
+    assert len(pieces) >= 10, len(pieces)
+    # the first piece came well before the end: streamed, not buffered
+    spread = times[-1] - times[pieces[0]]
+    assert spread > 0.005, spread
+    # completions, whole and streamed: the same text
+    st, cb, _ = e.http.post("/v1/completions", {"model": MODEL, "prompt": "In the beginning", "max_tokens": 12,
+                                                 "temperature": 0})
+    assert st == 200 and cb["object"] == "text_completion" and cb["choices"][0]["text"], cb
+    assert cb["usage"]["completion_tokens"] == 12 and cb["choices"][0]["finish_reason"] == "length", cb
+    ev, _ = sse(e.http, "/v1/completions", {"model": MODEL, "prompt": ["In the beginning"], "max_tokens": 12,
+                                            "temperature": 0, "stream": True})
+    assert ev[-1] == "[DONE]" and all(x["object"] == "text_completion" for x in ev[:-1])
+    assert "".join(x["choices"][0]["text"] for x in ev[:-1]) == cb["choices"][0]["text"]
+    # models and health
+    st, m, _ = e.http.get("/v1/models")
+    assert st == 200 and m["object"] == "list" and [x["id"] for x in m["data"]] == [MODEL], m
+    hb = health(e)
+    assert hb["status"] == "ok" and hb["kv_blocks_free"] == hb["kv_blocks_total"] > 0, hb
+    return "%d pieces over %.0f ms" % (len(pieces), spread * 1e3)
+
+
+def t_npm_client(c):
+    dest = h.npm_client()
+    e = engine(c, "q")
+    p = subprocess.run(["node", os.path.join(dest, "client.mjs"), e.http.url, MODEL], capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-3000:]
+    got = json.loads(p.stdout)
+    # what raw HTTP gets for the same requests
+    st, whole, _ = e.http.post("/v1/chat/completions", chat(QUESTIONS[0], seed=5, max_tokens=16))
+    assert st == 200
+    want = whole["choices"][0]["message"]["content"]
+    assert got["chat"]["text"] == want and got["chat"]["object"] == "chat.completion", (got["chat"], want)
+    assert got["chat"]["usage"] == whole["usage"] and got["chat"]["role"] == "assistant"
+    s = got["stream"]
+    assert s["text"] == want and s["role"] == "assistant" and s["usage"] == whole["usage"], s
+    assert s["finish"] == whole["choices"][0]["finish_reason"] and s["chunks"] >= 5, s
+    st, cw, _ = e.http.post("/v1/completions", {"model": MODEL, "prompt": "In the beginning", "max_tokens": 12,
+                                                 "temperature": 0})
+    assert got["completion"]["text"] == cw["choices"][0]["text"] == got["completion_stream"], got
+    assert got["models"] == [MODEL], got
+    assert got["wrong_model"] == {"status": 404, "code": "model_not_found", "type": "invalid_request_error",
+                                  "param": "model"}, got
+    assert got["tools"]["status"] == 400 and got["tools"]["param"] == "tools", got
+    return "openai %s" % json.load(open(os.path.join(dest, "node_modules", "openai", "package.json")))["version"]
+
+
+def t_concurrent_equal_alone(c):
+    e = engine(c, "q", "--kv-blocks", "128", "--max-seqs", "8")
+    reqs = []
+    for i, q in enumerate(QUESTIONS):
+        reqs.append(chat(q, seed=100 + i, temperature=0.9, max_tokens=40))
+        reqs.append(chat(q, temperature=0.0, max_tokens=40))
+    alone = []
+    for b in reqs:
+        st, body, _ = e.http.post("/v1/chat/completions", b)
+        assert st == 200, body
+        alone.append(body["choices"][0]["message"]["content"])
+    steps0 = health(e)["steps"]
+    got = [None] * len(reqs)
+    start = threading.Event()
+
+    def client(k):
+        start.wait()
+        for j in (k, k + 4):  # four clients, two requests each; streamed and whole
+            b = dict(reqs[j], stream=(j % 2 == 0))
+            if b["stream"]:
+                got[j] = chat_text(sse(e.http, "/v1/chat/completions", b)[0])
+            else:
+                st, body, _ = e.http.post("/v1/chat/completions", b)
+                got[j] = body["choices"][0]["message"]["content"] if st == 200 else (st, body)
+    th = [threading.Thread(target=client, args=(k,)) for k in range(4)]
+    for t in th:
+        t.start()
+    start.set()
+    for t in th:
+        t.join(120)
+    for j in range(len(reqs)):
+        assert got[j] == alone[j], (j, got[j], alone[j])
+    steps = health(e)["steps"] - steps0
+    tokens = sum(40 for _ in reqs)  # every answer ran to max_tokens or stopped sooner
+    assert steps < tokens * 0.75, "%d steps for up to %d tokens: no shared steps" % (steps, tokens)
+    hb = health(e)
+    assert hb["running"] == 0 and hb["kv_blocks_free"] == hb["kv_blocks_total"] == 128, hb
+    return "%d steps for %d requests" % (steps, len(reqs))
+
+
+def t_disconnect_frees(c):
+    e = engine(c, "q", "--kv-blocks", "64")
+    total = health(e)["kv_blocks_total"]
+    s = socket.create_connection((e.http.host, e.http.port), timeout=30)
+    body = json.dumps(chat(QUESTIONS[1], seed=2, temperature=2.0, max_tokens=200, stream=True)).encode()
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: %s:%d\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n" % (e.http.host.encode(), e.http.port, len(body)) + body)
+    got = b""
+    while got.count(b"data: ") < 3:
+        chunk = s.recv(4096)
+        assert chunk, got
+        got += chunk
+    assert got.startswith(b"HTTP/1.1 200"), got[:200]
+    hb = health(e)
+    assert hb["running"] == 1 and hb["kv_blocks_free"] < total, hb
+    s.close()  # gone mid-stream
+    h.wait_for("the sequence freed", lambda: (lambda x: x["running"] == 0 and x["kv_blocks_free"] == total)(health(e)),
+               timeout=10)
+    assert health(e)["cancelled"] == 1
+    # a whole (not streamed) request whose client leaves while it runs: the
+    # server sees the connection close and cancels it
+    s = socket.create_connection((e.http.host, e.http.port), timeout=30)
+    # (this seed makes an answer of 112 tokens: it runs a while)
+    body = json.dumps(chat(QUESTIONS[1], seed=2, temperature=2.0, max_tokens=220)).encode()
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: %s:%d\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n" % (e.http.host.encode(), e.http.port, len(body)) + body)
+    h.wait_for("it runs", lambda: health(e)["running"] == 1, timeout=10, every=0.002)
+    s.close()
+    h.wait_for("the second freed", lambda: (lambda x: x["running"] == 0 and x["kv_blocks_free"] == total and
+                                            x["cancelled"] == 2)(health(e)), timeout=10)
+    # the engine goes on
+    st, body, _ = e.http.post("/v1/chat/completions", chat(QUESTIONS[2], max_tokens=8))
+    assert st == 200, body
+    assert e.poll() is None
+
+
+def t_queue_full(c):
+    e = engine(c, "q", "--max-seqs", "1", "--max-queue", "1")
+    # one runs (streaming, long) ...
+    s1 = socket.create_connection((e.http.host, e.http.port), timeout=30)
+
+    def req(max_tokens):
+        body = json.dumps(chat(QUESTIONS[1], seed=2, temperature=2.0, max_tokens=max_tokens,
+                               stream=True)).encode()
+        return (b"POST /v1/chat/completions HTTP/1.1\r\nHost: %s:%d\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n" % (e.http.host.encode(), e.http.port, len(body)) + body)
+    s1.sendall(req(200))
+    assert s1.recv(4096).startswith(b"HTTP/1.1 200")
+    # ... one waits ...
+    s2 = socket.create_connection((e.http.host, e.http.port), timeout=30)
+    s2.sendall(req(4))
+    h.wait_for("one waiting", lambda: health(e)["waiting"] == 1, timeout=10)
+    # ... the next is refused at once
+    st, body, hdr = e.http.post("/v1/chat/completions", chat(QUESTIONS[1], max_tokens=4))
+    assert st == 503 and hdr.get("Retry-After") == "1", (st, body, hdr)
+    assert body["error"]["type"] == "server_error" and body["error"]["code"] == "queue_full", body
+    assert "queue" in body["error"]["message"], body
+    assert health(e)["refused_busy"] == 1
+    s1.close()  # the running one leaves: the waiting one is served
+    got = b""
+    while b"[DONE]" not in got:
+        chunk = s2.recv(4096)
+        assert chunk, got
+        got += chunk
+    s2.close()
+    assert got.startswith(b"HTTP/1.1 200"), got[:100]
+
+
+def t_errors_and_token(c):
+    e = engine(c, "q")
+    cases = [
+        ("/v1/chat/completions", dict(chat("x"), tools=[{"type": "function"}]), 400, "tools"),
+        ("/v1/chat/completions", dict(chat("x"), logit_bias={"1": 2}), 400, "logit_bias"),
+        ("/v1/chat/completions", dict(chat("x"), frobnicate=1), 400, "frobnicate"),
+        ("/v1/chat/completions", dict(chat("x"), n=3), 400, "n"),
+        ("/v1/chat/completions", dict(chat("x"), temperature=5), 400, "temperature"),
+        ("/v1/chat/completions", dict(chat("x"), model="gpt-4o"), 404, "model"),
+        ("/v1/completions", {"model": MODEL, "messages": []}, 400, "messages"),
+        ("/v1/completions", {"model": MODEL, "prompt": [1, 2]}, 400, "prompt"),
+    ]
+    for path, body, status, param in cases:
+        st, b, _ = e.http.post(path, body)
+        assert st == status, (body, st, b)
+        err = b["error"]
+        assert err["param"] == param and param in err["message"] and err["type"] == "invalid_request_error", b
+        assert set(err) == {"message", "type", "param", "code"}, b
+        if status == 404:
+            assert err["code"] == "model_not_found", b
+    st, b, _ = e.http.post("/v1/chat/completions", "{not json")
+    assert st == 400 and "not JSON" in b["error"]["message"], b
+    st, b, _ = e.http.get("/v1/chat/completions")
+    assert st == 405, (st, b)
+    st, b, _ = e.http.get("/v1/nothing")
+    assert st == 404, (st, b)
+    # a prompt longer than the context: 400 after it was read
+    st, b, _ = e.http.post("/v1/completions", {"model": MODEL, "prompt": "light " * 400})
+    assert st == 400 and "context" in b["error"]["message"], b
+    # beyond loopback without a token: refused at start
+    p = subprocess.run([h.ENGINE, "--name", "x", "--shared-expert-arena", model_arena(c), "--listen",
+                        "ipc://%s/x.sock" % c.dir, "--backend", "host", "--host-device-mib", "64",
+                        "--http", "0.0.0.0:0"], capture_output=True, text=True, timeout=30, env=c.env)
+    assert p.returncode == 2 and "token" in p.stderr, (p.returncode, p.stderr)
+    # with a token: nothing without it
+    tok = os.path.join(c.dir, "token")
+    open(tok, "w").write("s3cret-token-0123456789\n")
+    t = engine(c, "t", "--http-token-file", tok)
+    st, b, _ = h.Http(t.http.url).post("/v1/chat/completions", chat("x", max_tokens=2))
+    assert st == 401, (st, b)
+    t.http.token = "s3cret-token-0123456789"
+    st, b, _ = t.http.post("/v1/chat/completions", chat("x", max_tokens=2))
+    assert st == 200, (st, b)
+
+
+def t_release_levels(c):
+    c.broker()
+    e = engine(c, "q", "--vram-elastic", broker=True)
+    st, before, _ = e.http.post("/v1/chat/completions", chat(QUESTIONS[3], max_tokens=20))
+    assert st == 200, before
+    whole = c.per_pid()[e.pid]
+
+    def release(*flags):
+        p = subprocess.run([h.CLI, "--broker", c.control, "release", "q", "--json"] + list(flags),
+                           capture_output=True, text=True, timeout=30)
+        assert p.returncode == 0, p.stderr
+        return json.loads(p.stdout)
+
+    r = release()
+    assert r["state"] == "released", r
+    experts_gone = c.per_pid().get(e.pid, 0)
+    assert 0 < experts_gone < whole, (experts_gone, whole)  # the model's dense weights and KV stay
+    st = h.ok(h.call(e.url, "status"))
+    assert st["level"] == "experts" and st["state"] == "released", st
+    r = release("--all")
+    assert r["level"] == "all" and 0 < r["bytes"] <= experts_gone, r
+    # nothing stays on the device (the host backend has no context)
+    left = c.per_pid().get(e.pid, 0)
+    assert left == 0, (left, experts_gone, r)
+    assert h.ok(h.call(e.url, "status"))["level"] == "all"
+    assert health(e)["level"] == "all"
+    # the broker itself will not do it: the engine must
+    rep = h.call(c.control, "release", name="q", all=True)
+    assert not rep.get("ok") and "engine itself" in rep.get("msg", ""), rep
+    # the next request brings everything back (asking the broker), same answer
+    st, after, _ = e.http.post("/v1/chat/completions", chat(QUESTIONS[3], max_tokens=20))
+    assert st == 200, after
+    assert after["choices"][0]["message"]["content"] == before["choices"][0]["message"]["content"]
+    h.wait_for("level none", lambda: h.ok(h.call(e.url, "status"))["level"] == "none", timeout=10)
+    # the synthetic GEN path's routers come back when a GEN asks: then all is as before
+    assert c.per_pid()[e.pid] < whole
+    h.ok(h.call(e.url, "gen", steps=1, batch=1, seed=1))
+    assert c.per_pid()[e.pid] == whole, (c.per_pid(), whole)
+    log = open(c.log("q")).read()
+    assert "model refilled" in log and "release --all" in log, log[-2000:]
+    return "holds %.2f MiB whole, %.2f MiB released, 0 released --all" % (whole / h.MIB, experts_gone / h.MIB)
+
+
+if __name__ == "__main__":
+    for p in (h.ENGINE, h.ARENA, h.CLI, h.BROKER):
+        h.need(p)
+    sys.exit(h.run_cases([t_whole_and_stream, t_npm_client, t_concurrent_equal_alone, t_disconnect_frees,
+                          t_queue_full, t_errors_and_token, t_release_levels], only=sys.argv[1:],
+                         logs=("q", "t", "broker")))

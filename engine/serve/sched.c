@@ -1,0 +1,517 @@
+/*
+ * sched.c: continuous batching (see sched.h). One thread owns the model;
+ * the lock guards the queue, the running table's membership and the
+ * stats. A step is built and run without the lock, so submit and cancel
+ * never wait behind a forward pass.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine/model/model.h"
+#include "engine/serve/sched.h"
+#include "proto/err.h"
+
+struct job {
+	struct job *next;               /* the waiting queue, or the done list */
+	uint64_t id;
+	const struct baton_gen_request *req;
+	struct sched_cb cb;
+	struct baton_gen_seq *gs;       /* after generator_start (on the thread) */
+	struct baton_seq *ks;           /* after admission */
+	const uint32_t *prompt;
+	uint32_t n_prompt, fed;         /* prompt tokens, those in the KV cache */
+	uint32_t next_tok;              /* to decode next, once decoding */
+	int decoding;
+	atomic_int cancel;
+	int rc;                         /* for the done list */
+	char err[400];
+	struct baton_gen_result res;
+};
+
+struct baton_sched {
+	struct baton_generator *g;
+	struct baton_model *m;
+	struct sched_opts o;
+	struct sched_hooks h;
+	uint32_t vocab;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	pthread_t th;
+	int started, stopping;
+	struct job *wait_head, *wait_tail;
+	uint32_t n_wait;
+	struct job **run;               /* max_seqs, in admission order */
+	uint32_t n_run;
+	uint64_t next_id;
+	struct sched_stats st;
+	float *logits;                  /* max_seqs * vocab */
+	struct baton_step_item *items;  /* max_seqs */
+	struct job **item_job;
+};
+
+static void job_free(struct job *j, struct baton_model *m)
+{
+	model_seq_close(m, j->ks);
+	generator_seq_free(j->gs);
+	generator_result_free(&j->res);
+	free(j);
+}
+
+/* Calls on_done for a list of ended jobs and frees them (no lock held). */
+static void deliver(struct baton_sched *s, struct job *list)
+{
+	while (list) {
+		struct job *j = list;
+		list = j->next;
+		/* blocks go back before the client hears: a status after the
+		 * answer sees them free */
+		model_seq_close(s->m, j->ks);
+		j->ks = NULL;
+		pthread_mutex_lock(&s->mu);
+		s->st.kv_free = model_kv_free_blocks(s->m);
+		pthread_mutex_unlock(&s->mu);
+		j->cb.on_done(j->cb.arg, j->rc, j->err, j->rc ? NULL : &j->res);
+		memset(&j->res, 0, sizeof j->res); /* the callee's now */
+		job_free(j, s->m);
+	}
+}
+
+static void end_job(struct job **list, struct job *j, int rc, const char *err)
+{
+	j->rc = rc;
+	if (rc)
+		snprintf(j->err, sizeof j->err, "%s", err ? err : baton_strerror(rc));
+	j->next = *list;
+	*list = j;
+}
+
+/* The running job j ended (answer or error): out of the table. Lock held. */
+static void unrun(struct baton_sched *s, struct job *j)
+{
+	for (uint32_t i = 0; i < s->n_run; i++)
+		if (s->run[i] == j) {
+			memmove(s->run + i, s->run + i + 1, (s->n_run - i - 1) * sizeof *s->run);
+			s->n_run--;
+			return;
+		}
+}
+
+/* Blocks the running jobs may still take: each up to its prompt plus
+ * max_tokens - 1 positions (the last sampled token is never fed). */
+static uint32_t want_blocks(struct baton_sched *s, const struct job *j, const struct baton_seq *ks)
+{
+	uint32_t total = j->n_prompt + generator_seq_max_tokens(j->gs) - 1;
+	if (!ks) /* not open yet: from nothing */
+		return (total + BATON_KV_BLOCK - 1) / BATON_KV_BLOCK;
+	uint32_t pos = model_seq_pos(ks);
+	return total > pos ? model_seq_blocks_needed(s->m, ks, total - pos) : 0;
+}
+
+/* Admits waiting jobs while the pool can hold what they may use (FIFO:
+ * the head waits for blocks, nobody passes it). Lock held; drops it
+ * around generator_start (the tokenizer's work). */
+static void admit(struct baton_sched *s, struct job **done, struct job **admitted)
+{
+	uint32_t outstanding = 0;
+	for (uint32_t i = 0; i < s->n_run; i++)
+		outstanding += want_blocks(s, s->run[i], s->run[i]->ks);
+	while (s->wait_head && s->n_run < s->o.max_seqs) {
+		struct job *j = s->wait_head;
+		if (!j->gs) {
+			pthread_mutex_unlock(&s->mu);
+			char err[400] = "";
+			int rc = generator_start(s->g, j->req, &j->gs, err, sizeof err);
+			pthread_mutex_lock(&s->mu);
+			if (rc) {
+				s->wait_head = j->next;
+				if (!s->wait_head)
+					s->wait_tail = NULL;
+				s->n_wait--;
+				end_job(done, j, rc, err);
+				continue;
+			}
+			j->prompt = generator_seq_prompt(j->gs, &j->n_prompt);
+		}
+		uint32_t need = want_blocks(s, j, NULL), total = model_kv_blocks_total(s->m);
+		uint32_t free_b = model_kv_free_blocks(s->m);
+		if (need > total) {
+			s->wait_head = j->next;
+			if (!s->wait_head)
+				s->wait_tail = NULL;
+			s->n_wait--;
+			char err[200];
+			snprintf(err, sizeof err, "the request may need %u KV blocks (prompt %u + max_tokens %u "
+			    "tokens); this engine's pool has %u (--kv-blocks)", need, j->n_prompt,
+			    generator_seq_max_tokens(j->gs), total);
+			end_job(done, j, BATON_ERANGE, err);
+			continue;
+		}
+		if (outstanding + need > free_b)
+			break; /* waits for blocks */
+		struct baton_seq *ks;
+		int rc = model_seq_open(s->m, &ks);
+		if (rc)
+			break; /* the model says no now: try at the next step */
+		s->wait_head = j->next;
+		if (!s->wait_head)
+			s->wait_tail = NULL;
+		s->n_wait--;
+		j->ks = ks;
+		j->next = *admitted;
+		*admitted = j;
+		s->run[s->n_run++] = j;
+		outstanding += need;
+		s->st.admitted++;
+	}
+}
+
+/* One forward pass over every running job; ends those that finished. No
+ * lock held; the running table is the thread's to read. */
+static void step(struct baton_sched *s, struct job **done)
+{
+	uint32_t n = 0, budget = s->o.chunk;
+	for (uint32_t i = 0; i < s->n_run; i++) {
+		struct job *j = s->run[i];
+		if (!j->decoding)
+			continue;
+		s->items[n] = (struct baton_step_item){ .seq = j->ks, .tokens = &j->next_tok, .n = 1 };
+		s->item_job[n++] = j;
+	}
+	for (uint32_t i = 0; i < s->n_run && budget; i++) {
+		struct job *j = s->run[i];
+		if (j->decoding)
+			continue;
+		uint32_t k = j->n_prompt - j->fed;
+		if (k > budget)
+			k = budget;
+		budget -= k;
+		s->items[n] = (struct baton_step_item){ .seq = j->ks, .tokens = j->prompt + j->fed, .n = k };
+		s->item_job[n++] = j;
+	}
+	if (n == 0)
+		return;
+	int prc = model_step(s->m, s->items, n, s->logits);
+	pthread_mutex_lock(&s->mu);
+	s->st.steps++;
+	pthread_mutex_unlock(&s->mu);
+	for (uint32_t i = 0; i < n; i++) {
+		struct job *j = s->item_job[i];
+		char err[400] = "";
+		int rc = prc;
+		if (rc) {
+			snprintf(err, sizeof err, "the forward pass failed: %s", baton_strerror(rc));
+			goto fail;
+		}
+		if (!j->decoding) {
+			j->fed += s->items[i].n;
+			if (j->fed < j->n_prompt)
+				continue; /* more of its prompt in the next step */
+			j->decoding = 1;
+		}
+		uint32_t t;
+		if ((rc = generator_seq_next(j->gs, s->logits + (size_t)i * s->vocab, &t, err, sizeof err)) != 0)
+			goto fail;
+		if (!generator_seq_finished(j->gs)) {
+			j->next_tok = t;
+			continue;
+		}
+		rc = generator_seq_result(j->gs, &j->res, err, sizeof err);
+		pthread_mutex_lock(&s->mu);
+		unrun(s, j);
+		s->st.finished++;
+		if (rc == 0 && strcmp(j->res.finish, "cancelled") == 0)
+			s->st.cancelled++; /* on_text said stop (a stream's client left) */
+		pthread_mutex_unlock(&s->mu);
+		end_job(done, j, rc, err);
+		continue;
+fail:
+		pthread_mutex_lock(&s->mu);
+		unrun(s, j);
+		pthread_mutex_unlock(&s->mu);
+		end_job(done, j, rc, err);
+	}
+}
+
+/* Running jobs the client left: ended as "cancelled" now. Lock held. */
+static void reap_cancelled(struct baton_sched *s, struct job **done)
+{
+	for (uint32_t i = 0; i < s->n_run;) {
+		struct job *j = s->run[i];
+		if (!atomic_load(&j->cancel)) {
+			i++;
+			continue;
+		}
+		generator_seq_cancel(j->gs);
+		char err[400] = "";
+		int rc = generator_seq_result(j->gs, &j->res, err, sizeof err);
+		unrun(s, j);
+		s->st.cancelled++;
+		end_job(done, j, rc, err);
+	}
+	struct job **pp = &s->wait_head, *last = NULL;
+	while (*pp) {
+		struct job *j = *pp;
+		if (atomic_load(&j->cancel)) {
+			*pp = j->next;
+			s->n_wait--;
+			s->st.cancelled++;
+			end_job(done, j, BATON_ECLOSED, "cancelled: the client went away");
+		} else {
+			last = j;
+			pp = &j->next;
+		}
+	}
+	s->wait_tail = last;
+}
+
+/* Sleeps 10 ms or until kicked: requests wait for blocks or for
+ * may_admit. Lock held. */
+static void nap(struct baton_sched *s)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_nsec += 10 * 1000 * 1000;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+}
+
+static void *loop(void *arg)
+{
+	struct baton_sched *s = arg;
+	pthread_mutex_lock(&s->mu);
+	while (!s->stopping) {
+		struct job *done = NULL, *admitted = NULL;
+		reap_cancelled(s, &done);
+		if (done) {
+			pthread_mutex_unlock(&s->mu);
+			deliver(s, done);
+			pthread_mutex_lock(&s->mu);
+			continue;
+		}
+		if (s->n_run == 0 && s->n_wait == 0) {
+			if (s->st.held) {
+				s->st.held = 0;
+				pthread_mutex_unlock(&s->mu);
+				if (s->h.end)
+					s->h.end(s->h.arg);
+				pthread_mutex_lock(&s->mu);
+			} else {
+				pthread_cond_wait(&s->cv, &s->mu);
+			}
+			continue;
+		}
+		if (!s->st.held) {
+			/* requests wait and the engine is not ours: take it (a
+			 * failed begin took nothing: they all fail with it) */
+			pthread_mutex_unlock(&s->mu);
+			char err[512] = "";
+			int rc = s->h.begin ? s->h.begin(s->h.arg, err, sizeof err) : 0;
+			pthread_mutex_lock(&s->mu);
+			if (rc) {
+				while (s->wait_head) {
+					struct job *j = s->wait_head;
+					s->wait_head = j->next;
+					end_job(&done, j, rc, err);
+				}
+				s->wait_tail = NULL;
+				s->n_wait = 0;
+				pthread_mutex_unlock(&s->mu);
+				deliver(s, done);
+				pthread_mutex_lock(&s->mu);
+				continue;
+			}
+			s->st.held = 1;
+		}
+		pthread_mutex_unlock(&s->mu);
+		int may = !s->h.may_admit || s->h.may_admit(s->h.arg);
+		pthread_mutex_lock(&s->mu);
+		if (may)
+			admit(s, &done, &admitted);
+		if (s->n_run == 0) {
+			/* nothing runs: hand the engine back (a broker command may
+			 * wait for it); begin() takes it again */
+			s->st.held = 0;
+			pthread_mutex_unlock(&s->mu);
+			if (s->h.end)
+				s->h.end(s->h.arg);
+			deliver(s, done);
+			pthread_mutex_lock(&s->mu);
+			if (s->n_wait && !s->stopping)
+				nap(s);
+			continue;
+		}
+		pthread_mutex_unlock(&s->mu);
+		for (struct job *j = admitted; j; j = j->next) {
+			generator_seq_begin(j->gs);
+			if (j->cb.on_admit)
+				j->cb.on_admit(j->cb.arg);
+		}
+		deliver(s, done);
+		done = NULL;
+		step(s, &done);
+		deliver(s, done);
+		pthread_mutex_lock(&s->mu);
+		s->st.kv_free = model_kv_free_blocks(s->m);
+		s->st.kv_total = model_kv_blocks_total(s->m);
+	}
+	/* closing: everyone hears */
+	struct job *done = NULL;
+	while (s->n_run) {
+		struct job *j = s->run[--s->n_run];
+		end_job(&done, j, BATON_ECLOSED, "the engine is shutting down");
+	}
+	while (s->wait_head) {
+		struct job *j = s->wait_head;
+		s->wait_head = j->next;
+		end_job(&done, j, BATON_ECLOSED, "the engine is shutting down");
+	}
+	s->wait_tail = NULL;
+	s->n_wait = 0;
+	int held = s->st.held;
+	s->st.held = 0;
+	pthread_mutex_unlock(&s->mu);
+	deliver(s, done);
+	if (held && s->h.end)
+		s->h.end(s->h.arg);
+	return NULL;
+}
+
+int sched_open(struct baton_generator *g, const struct sched_opts *o, const struct sched_hooks *h,
+    struct baton_sched **out)
+{
+	*out = NULL;
+	struct baton_sched *s = calloc(1, sizeof *s);
+	if (!s)
+		return BATON_ENOMEM;
+	s->g = g;
+	s->m = generator_model(g);
+	if (o)
+		s->o = *o;
+	if (h)
+		s->h = *h;
+	if (!s->o.max_seqs)
+		s->o.max_seqs = BATON_SCHED_DEFAULT_MAX_SEQS;
+	if (!s->o.max_queue)
+		s->o.max_queue = BATON_SCHED_DEFAULT_MAX_QUEUE;
+	if (!s->o.chunk)
+		s->o.chunk = BATON_SCHED_DEFAULT_CHUNK;
+	s->vocab = model_config(s->m)->vocab;
+	s->next_id = 1;
+	pthread_mutex_init(&s->mu, NULL);
+	pthread_cond_init(&s->cv, NULL);
+	s->st.kv_free = model_kv_free_blocks(s->m);
+	s->st.kv_total = model_kv_blocks_total(s->m);
+	s->run = calloc(s->o.max_seqs, sizeof *s->run);
+	s->items = calloc(s->o.max_seqs, sizeof *s->items);
+	s->item_job = calloc(s->o.max_seqs, sizeof *s->item_job);
+	s->logits = malloc((size_t)s->o.max_seqs * s->vocab * sizeof(float));
+	if (!s->run || !s->items || !s->item_job || !s->logits ||
+	    pthread_create(&s->th, NULL, loop, s) != 0) {
+		sched_close(s);
+		return BATON_ENOMEM;
+	}
+	s->started = 1;
+	*out = s;
+	return 0;
+}
+
+void sched_stop(struct baton_sched *s)
+{
+	if (!s || !s->started)
+		return;
+	pthread_mutex_lock(&s->mu);
+	s->stopping = 1;
+	pthread_cond_broadcast(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+	pthread_join(s->th, NULL);
+	s->started = 0;
+}
+
+void sched_close(struct baton_sched *s)
+{
+	if (!s)
+		return;
+	sched_stop(s);
+	pthread_mutex_destroy(&s->mu);
+	pthread_cond_destroy(&s->cv);
+	free(s->run);
+	free(s->items);
+	free(s->item_job);
+	free(s->logits);
+	free(s);
+}
+
+int sched_submit(struct baton_sched *s, const struct baton_gen_request *req,
+    const struct sched_cb *cb, uint64_t *id)
+{
+	struct job *j = calloc(1, sizeof *j);
+	if (!j)
+		return BATON_ENOMEM;
+	j->req = req;
+	j->cb = *cb;
+	pthread_mutex_lock(&s->mu);
+	if (s->stopping || s->n_wait >= s->o.max_queue) {
+		int rc = s->stopping ? BATON_ECLOSED : BATON_EBUSY;
+		if (!s->stopping)
+			s->st.refused_busy++;
+		pthread_mutex_unlock(&s->mu);
+		free(j);
+		return rc;
+	}
+	j->id = id && *id ? *id : s->next_id++;
+	if (id)
+		*id = j->id;
+	if (s->wait_tail)
+		s->wait_tail->next = j;
+	else
+		s->wait_head = j;
+	s->wait_tail = j;
+	s->n_wait++;
+	pthread_cond_signal(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+	return 0;
+}
+
+void sched_cancel(struct baton_sched *s, uint64_t id)
+{
+	pthread_mutex_lock(&s->mu);
+	for (uint32_t i = 0; i < s->n_run; i++)
+		if (s->run[i]->id == id)
+			atomic_store(&s->run[i]->cancel, 1);
+	for (struct job *j = s->wait_head; j; j = j->next)
+		if (j->id == id)
+			atomic_store(&j->cancel, 1);
+	pthread_cond_signal(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+}
+
+uint64_t sched_new_id(struct baton_sched *s)
+{
+	pthread_mutex_lock(&s->mu);
+	uint64_t id = s->next_id++;
+	pthread_mutex_unlock(&s->mu);
+	return id;
+}
+
+void sched_stats(struct baton_sched *s, struct sched_stats *st)
+{
+	pthread_mutex_lock(&s->mu);
+	*st = s->st;
+	st->running = s->n_run;
+	st->waiting = s->n_wait;
+	pthread_mutex_unlock(&s->mu);
+}
+
+void sched_kick(struct baton_sched *s)
+{
+	pthread_mutex_lock(&s->mu);
+	pthread_cond_signal(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+}

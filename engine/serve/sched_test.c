@@ -1,0 +1,389 @@
+/*
+ * sched_test.c: continuous batching (sched.h) on a trained demo model
+ * (models/kjv-qwen3-moe) and the host backend. Requests submitted together
+ * share steps and each gets exactly the answer generator_run gives it
+ * alone (greedy, and sampled with seeds); a full queue answers EBUSY; a
+ * cancelled request frees its KV blocks at once; a pool that holds one
+ * request at a time serves them in turn; a request larger than the pool
+ * is refused; while may_admit says no, nothing new starts and the engine
+ * is handed back (end) between bursts.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "arena/arena.h"
+#include "engine/model/engine.h"
+#include "engine/model/generate.h"
+#include "engine/model/model.h"
+#include "engine/serve/sched.h"
+#include "tests/t.h"
+
+static const char *models(void)
+{
+	const char *d = getenv("BATON_MODELS");
+	return d && *d ? d : "models";
+}
+
+struct rig {
+	char dir[64], arena[128];
+	struct baton_engine *e;
+	struct baton_generator *g;
+};
+
+static void rig_open(struct rig *r, uint32_t ctx, uint32_t kv_blocks)
+{
+	char src[512], err[512] = "";
+	snprintf(r->dir, sizeof r->dir, "/tmp/baton-sched-XXXXXX");
+	T_ASSERT(mkdtemp(r->dir) != NULL);
+	snprintf(r->arena, sizeof r->arena, "%s/m.arena", r->dir);
+	snprintf(src, sizeof src, "%s/kjv-qwen3-moe", models());
+	struct baton_arena_source s = { .kind = BATON_ARENA_SRC_SAFETENSORS, .file = src };
+	T_ASSERT_MSG(arena_create(r->arena, &s, NULL, NULL, err, sizeof err) == 0, "arena: %s", err);
+	struct baton_engine_config ec = { .name = "t", .arena_path = r->arena, .backend = "host", .warm = 1 };
+	T_ASSERT_MSG(engine_open(&ec, &r->e, err, sizeof err) == 0, "engine_open: %s", err);
+	struct baton_model_opts mo = { .max_ctx = ctx, .kv_blocks = kv_blocks };
+	T_ASSERT_MSG(generator_open(r->e, &mo, &r->g, err, sizeof err) == 0, "generator_open: %s", err);
+}
+
+static void rig_close(struct rig *r)
+{
+	generator_close(r->g);
+	engine_close(r->e);
+	char p[160];
+	unlink(r->arena);
+	snprintf(p, sizeof p, "%s.lock", r->arena);
+	unlink(p);
+	rmdir(r->dir);
+}
+
+/* One request's side: what it heard. */
+struct call {
+	struct baton_gen_request q;
+	struct text_msg msg;
+	char text[4096];
+	size_t len;
+	int pieces, cancel_at;           /* on_text returns 1 at this piece */
+	struct baton_sched *s;
+	uint64_t id;
+	int cancel_id_at;                /* sched_cancel at this piece */
+	atomic_int done;
+	int rc;
+	char err[400];
+	struct baton_gen_result res;
+};
+
+static int c_text(void *arg, const char *t, size_t n)
+{
+	struct call *c = arg;
+	T_ASSERT(c->len + n < sizeof c->text);
+	memcpy(c->text + c->len, t, n);
+	c->len += n;
+	c->pieces++;
+	if (c->cancel_id_at && c->pieces == c->cancel_id_at)
+		sched_cancel(c->s, c->id);
+	return c->cancel_at && c->pieces >= c->cancel_at;
+}
+
+static void c_done(void *arg, int rc, const char *err, struct baton_gen_result *res)
+{
+	struct call *c = arg;
+	c->rc = rc;
+	snprintf(c->err, sizeof c->err, "%s", err ? err : "");
+	if (res)
+		c->res = *res;
+	atomic_store(&c->done, 1);
+}
+
+static const char *const questions[] = {
+	"Tell me of light.", "Who was Moses?", "What is love?", "Speak of the sea.",
+	"Who built the ark?", "What did David sing?",
+};
+
+static void make_call(struct call *c, int i, float temperature, uint32_t max_tokens)
+{
+	memset(c, 0, sizeof *c);
+	c->msg = (struct text_msg){ .role = "user", .content = questions[i % 6] };
+	c->q = (struct baton_gen_request){ .msgs = &c->msg, .n_msgs = 1, .enable_thinking = -1 };
+	c->q.sp = baton_sample_defaults();
+	c->q.sp.temperature = temperature;
+	c->q.sp.top_p = 0.95f;
+	c->q.sp.seed = 1000 + (uint64_t)i;
+	c->q.sp.max_tokens = max_tokens;
+	c->q.on_text = c_text;
+	c->q.arg = c;
+}
+
+static void wait_done(struct call *c)
+{
+	for (int i = 0; i < 20000 && !atomic_load(&c->done); i++)
+		usleep(1000);
+	T_ASSERT_MSG(atomic_load(&c->done), "no answer in 20 s");
+}
+
+static void submit(struct baton_sched *s, struct call *c)
+{
+	struct sched_cb cb = { .on_text = c_text, .on_done = c_done, .arg = c };
+	c->s = s;
+	T_EQ_INT(sched_submit(s, &c->q, &cb, &c->id), 0);
+}
+
+/* The hooks count their calls; begin can be held shut. */
+static struct {
+	atomic_int begins, ends, gate_shut, may;
+} hk;
+
+static int h_begin(void *arg, char *err, size_t n)
+{
+	(void)arg, (void)err, (void)n;
+	while (atomic_load(&hk.gate_shut))
+		usleep(1000);
+	atomic_fetch_add(&hk.begins, 1);
+	return 0;
+}
+
+static void h_end(void *arg)
+{
+	(void)arg;
+	atomic_fetch_add(&hk.ends, 1);
+}
+
+static int h_may(void *arg)
+{
+	(void)arg;
+	return atomic_load(&hk.may);
+}
+
+static const struct sched_hooks hooks = { .begin = h_begin, .end = h_end, .may_admit = h_may };
+
+#define N 6
+
+/* Six requests at once (greedy and sampled) equal each alone. */
+static void t_batched_equals_alone(void)
+{
+	struct rig r;
+	rig_open(&r, 256, 0 /* one sequence's worth: 16 blocks */);
+	static struct call alone[N], batch[N];
+	char err[512];
+	for (int i = 0; i < N; i++) {
+		make_call(&alone[i], i, i % 2 ? 0.9f : 0.0f, 24);
+		alone[i].q.on_text = NULL;
+		T_ASSERT_MSG(generator_run(r.g, &alone[i].q, &alone[i].res, err, sizeof err) == 0, "%s", err);
+	}
+	rig_close(&r);
+	/* a pool for all six at once */
+	rig_open(&r, 256, 6 * 16);
+	atomic_store(&hk.may, 1);
+	struct baton_sched *s;
+	struct sched_opts o = { .max_seqs = 8, .chunk = 7 /* prompts split over steps */ };
+	T_EQ_INT(sched_open(r.g, &o, &hooks, &s), 0);
+	atomic_store(&hk.gate_shut, 1); /* all six wait, then start together */
+	for (int i = 0; i < N; i++) {
+		make_call(&batch[i], i, i % 2 ? 0.9f : 0.0f, 24);
+		submit(s, &batch[i]);
+	}
+	atomic_store(&hk.gate_shut, 0);
+	for (int i = 0; i < N; i++) {
+		wait_done(&batch[i]);
+		T_ASSERT_MSG(batch[i].rc == 0, "request %d: %s", i, batch[i].err);
+		struct baton_gen_result *a = &alone[i].res, *b = &batch[i].res;
+		T_ASSERT_MSG(a->n_tokens == b->n_tokens && memcmp(a->tokens, b->tokens, a->n_tokens * 4) == 0,
+		    "request %d: %u tokens batched, %u alone", i, b->n_tokens, a->n_tokens);
+		T_ASSERT(strcmp(a->text, b->text) == 0 && strcmp(a->finish, b->finish) == 0);
+		T_ASSERT(b->n_prompt == a->n_prompt);
+		/* the stream carried exactly the text */
+		T_ASSERT(batch[i].len == b->text_len && memcmp(batch[i].text, b->text, b->text_len) == 0);
+		printf("  %d: %s\n", i, b->text);
+	}
+	struct sched_stats st;
+	sched_stats(s, &st);
+	T_EQ_INT(st.admitted, N);
+	T_EQ_INT(st.finished, N);
+	/* shared steps: far fewer than six requests' steps one after another */
+	uint64_t alone_steps = 0;
+	for (int i = 0; i < N; i++)
+		alone_steps += alone[i].res.n_tokens + 2;
+	T_ASSERT_MSG(st.steps < alone_steps / 2, "%llu steps for %llu alone", (unsigned long long)st.steps,
+	    (unsigned long long)alone_steps);
+	for (int i = 0; i < 200; i++) {
+		sched_stats(s, &st);
+		if (!st.held)
+			break;
+		usleep(1000);
+	}
+	T_EQ_INT(st.kv_free, st.kv_total);
+	T_EQ_INT(st.held, 0);
+	T_ASSERT(atomic_load(&hk.begins) >= 1 && atomic_load(&hk.ends) == atomic_load(&hk.begins));
+	sched_close(s);
+	for (int i = 0; i < N; i++) {
+		generator_result_free(&alone[i].res);
+		generator_result_free(&batch[i].res);
+	}
+	rig_close(&r);
+}
+
+/* The queue holds max_queue; one more is EBUSY; all are served later. */
+static void t_queue_full(void)
+{
+	struct rig r;
+	rig_open(&r, 128, 0);
+	atomic_store(&hk.may, 1);
+	atomic_store(&hk.gate_shut, 1);
+	struct baton_sched *s;
+	struct sched_opts o = { .max_seqs = 2, .max_queue = 3 };
+	T_EQ_INT(sched_open(r.g, &o, &hooks, &s), 0);
+	static struct call c[4];
+	for (int i = 0; i < 3; i++) {
+		make_call(&c[i], i, 0, 4);
+		submit(s, &c[i]);
+	}
+	make_call(&c[3], 3, 0, 4);
+	struct sched_cb cb = { .on_text = c_text, .on_done = c_done, .arg = &c[3] };
+	T_EQ_INT(sched_submit(s, &c[3].q, &cb, NULL), BATON_EBUSY);
+	struct sched_stats st;
+	sched_stats(s, &st);
+	T_EQ_INT(st.waiting, 3);
+	T_EQ_INT(st.refused_busy, 1);
+	atomic_store(&hk.gate_shut, 0);
+	for (int i = 0; i < 3; i++) {
+		wait_done(&c[i]);
+		T_ASSERT_MSG(c[i].rc == 0, "%s", c[i].err);
+		generator_result_free(&c[i].res);
+	}
+	T_ASSERT(!atomic_load(&c[3].done));
+	sched_close(s);
+	rig_close(&r);
+}
+
+/* A client gone mid-stream: its blocks are free at once, others go on. */
+static void t_cancel_frees_blocks(void)
+{
+	struct rig r;
+	rig_open(&r, 256, 32);
+	atomic_store(&hk.may, 1);
+	struct baton_sched *s;
+	T_EQ_INT(sched_open(r.g, NULL, &hooks, &s), 0);
+	static struct call a, b, w;
+	make_call(&a, 0, 0, 200);
+	a.cancel_id_at = 3;            /* sched_cancel, as a server's on_gone does */
+	make_call(&b, 1, 0, 200);
+	b.cancel_at = 2;               /* on_text says stop */
+	submit(s, &a);
+	submit(s, &b);
+	wait_done(&a);
+	wait_done(&b);
+	T_ASSERT_MSG(a.rc == 0 && strcmp(a.res.finish, "cancelled") == 0, "%d %s", a.rc, a.err);
+	T_ASSERT_MSG(b.rc == 0 && strcmp(b.res.finish, "cancelled") == 0, "%d %s", b.rc, b.err);
+	T_ASSERT(a.res.n_tokens < 200 && b.res.n_tokens < 200);
+	/* on_done comes after the blocks went back, and the stats say so */
+	T_EQ_INT(model_kv_free_blocks(generator_model(r.g)), 32);
+	struct sched_stats st;
+	sched_stats(s, &st);
+	T_EQ_INT(st.kv_free, 32);
+	/* a waiting request cancelled: ECLOSED, never run (the engine handed
+	 * back first, so that the gate holds it) */
+	for (int i = 0; i < 2000; i++) {
+		sched_stats(s, &st);
+		if (!st.held)
+			break;
+		usleep(1000);
+	}
+	T_EQ_INT(st.held, 0);
+	atomic_store(&hk.gate_shut, 1);
+	make_call(&w, 2, 0, 8);
+	submit(s, &w);
+	sched_cancel(s, w.id);
+	sched_cancel(s, 12345); /* unknown: ignored */
+	atomic_store(&hk.gate_shut, 0);
+	wait_done(&w);
+	T_EQ_INT(w.rc, BATON_ECLOSED);
+	sched_stats(s, &st);
+	T_EQ_INT(st.cancelled, 3); /* a and w by sched_cancel, b through on_text */
+	generator_result_free(&a.res);
+	generator_result_free(&b.res);
+	sched_close(s);
+	rig_close(&r);
+}
+
+/* A pool that holds one request: they run in turn, each still right;
+ * one that could never fit is refused. */
+static void t_small_pool(void)
+{
+	struct rig r;
+	rig_open(&r, 256, 4 /* 64 positions */);
+	atomic_store(&hk.may, 1);
+	static struct call c[3], alone[3], big;
+	char err[512];
+	for (int i = 0; i < 3; i++) {
+		make_call(&alone[i], i, 0.7f, 30);
+		alone[i].q.on_text = NULL;
+		T_ASSERT_MSG(generator_run(r.g, &alone[i].q, &alone[i].res, err, sizeof err) == 0, "%s", err);
+	}
+	struct baton_sched *s;
+	T_EQ_INT(sched_open(r.g, NULL, &hooks, &s), 0);
+	for (int i = 0; i < 3; i++) {
+		make_call(&c[i], i, 0.7f, 30);
+		submit(s, &c[i]);
+	}
+	make_call(&big, 3, 0, 200); /* prompt + 200 > 64 positions */
+	submit(s, &big);
+	for (int i = 0; i < 3; i++) {
+		wait_done(&c[i]);
+		T_ASSERT_MSG(c[i].rc == 0, "%s", c[i].err);
+		T_ASSERT(strcmp(c[i].res.text, alone[i].res.text) == 0);
+		generator_result_free(&c[i].res);
+		generator_result_free(&alone[i].res);
+	}
+	wait_done(&big);
+	T_EQ_INT(big.rc, BATON_ERANGE);
+	T_ASSERT_MSG(strstr(big.err, "KV blocks"), "%s", big.err);
+	struct sched_stats st;
+	sched_stats(s, &st);
+	T_EQ_INT(st.admitted, 3);
+	sched_close(s);
+	rig_close(&r);
+}
+
+/* may_admit no: nothing starts and the engine goes back (end); yes: on. */
+static void t_drain(void)
+{
+	struct rig r;
+	rig_open(&r, 128, 0);
+	atomic_store(&hk.may, 0);
+	atomic_store(&hk.begins, 0);
+	atomic_store(&hk.ends, 0);
+	struct baton_sched *s;
+	T_EQ_INT(sched_open(r.g, NULL, &hooks, &s), 0);
+	static struct call c;
+	make_call(&c, 0, 0, 4);
+	submit(s, &c);
+	usleep(100 * 1000);
+	struct sched_stats st;
+	sched_stats(s, &st);
+	T_EQ_INT(st.admitted, 0);
+	T_EQ_INT(st.waiting, 1);
+	T_ASSERT(!atomic_load(&c.done));
+	/* each try took the engine and gave it back */
+	T_ASSERT(atomic_load(&hk.begins) >= 1 && atomic_load(&hk.begins) - atomic_load(&hk.ends) <= 1);
+	atomic_store(&hk.may, 1);
+	sched_kick(s);
+	wait_done(&c);
+	T_EQ_INT(c.rc, 0);
+	generator_result_free(&c.res);
+	/* closing with a request waiting: it hears ECLOSED */
+	atomic_store(&hk.may, 0);
+	static struct call d;
+	make_call(&d, 1, 0, 4);
+	submit(s, &d);
+	sched_close(s);
+	T_ASSERT(atomic_load(&d.done));
+	T_EQ_INT(d.rc, BATON_ECLOSED);
+	rig_close(&r);
+}
+
+T_MAIN(T_CASE_TIMEOUT(t_batched_equals_alone, 120), T_CASE_TIMEOUT(t_queue_full, 60),
+    T_CASE_TIMEOUT(t_cancel_frees_blocks, 60), T_CASE_TIMEOUT(t_small_pool, 120),
+    T_CASE_TIMEOUT(t_drain, 60))

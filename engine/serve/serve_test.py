@@ -1,0 +1,194 @@
+#!/usr/bin/python3
+"""serve_test.py: baton-engine as a real process on the host backend.
+
+Requests are msgpack maps made here with python3-msgpack and sent with
+`baton-proto-tool call`, which prints the reply as JSON. Each case starts
+its own engines in a fresh directory (its own host device and sockets) and
+kills them at the end. The last line is "N passed, N failed".
+"""
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests"))
+from harness import ENGINE, EngineCase, call, err, ok, run_cases  # noqa: E402
+
+
+# ---- cases -------------------------------------------------------------------
+
+def t_bad_flags(c):
+    a = c.arena()
+    bad = [
+        [],
+        ["--name", "x"],
+        ["--name", "bad name!", "--shared-expert-arena", a],
+        ["--name", "x", "--shared-expert-arena", a, "--backend", "tpu"],
+        ["--name", "x", "--shared-expert-arena", a, "--cache-mib", "-5"],
+        ["--name", "x", "--shared-expert-arena", a, "--cache-mib", "12abc"],
+        ["--name", "x", "--shared-expert-arena", a, "--cache-release-idle", "0"],
+        ["--name", "x", "--shared-expert-arena", a, "--vram-segment-mib", "0"],
+        ["--name", "x", "--shared-expert-arena", a, "--bogus"],
+        ["--name", "x", "--shared-expert-arena", a, "extra"],
+        ["--name", "x", "--shared-expert-arena", a, "--device"],
+    ]
+    for args in bad:
+        r = subprocess.run([ENGINE] + args, capture_output=True, text=True, env=c.env, timeout=10)
+        assert r.returncode == 2, (args, r.returncode, r.stderr)
+        assert "baton-engine:" in r.stderr, (args, r.stderr)
+    # A missing or corrupt arena is a clear error, not a crash.
+    junk = os.path.join(c.dir, "junk.arena")
+    open(junk, "wb").write(b"not an arena" * 100)
+    for path in ["/nonexistent.arena", junk]:
+        r = subprocess.run([ENGINE, "--name", "x", "--shared-expert-arena", path, "--backend", "host",
+                            "--listen", "ipc://%s/x.sock" % c.dir], capture_output=True, text=True,
+                           env=c.env, timeout=10)
+        assert r.returncode == 1 and path in r.stderr, (r.returncode, r.stderr)
+    r = subprocess.run([ENGINE, "--help"], capture_output=True, text=True)
+    assert r.returncode == 0 and "--shared-expert-arena" in r.stdout
+
+
+def t_gen_same_after_release_refill(c):
+    e = c.engine("a", c.arena(), "--expert-cache-release", "--verify-refill")
+    g1 = ok(call(e.url, "gen", steps=3, batch=2, seed=11))
+    assert len(bytes.fromhex(g1["output"])) == 2 * 256 * 4
+    st = ok(call(e.url, "status"))
+    assert st["state"] == "ready" and st["mapped"] > 0
+    r = ok(call(e.url, "release"))
+    assert r["state"] == "released" and r["bytes"] == st["mapped"], (r, st)
+    st2 = ok(call(e.url, "status"))
+    assert st2["free"] - st["free"] == st["mapped"], (st, st2)
+    ok(call(e.url, "refill"))
+    g2 = ok(call(e.url, "gen", steps=3, batch=2, seed=11))
+    assert g1["checksum"] == g2["checksum"] and g1["output"] == g2["output"]
+    # GEN while released loads what it needs first, same answer.
+    ok(call(e.url, "release"))
+    g3 = ok(call(e.url, "gen", steps=3, batch=2, seed=11))
+    assert g3["checksum"] == g1["checksum"]
+    # Explicit input vectors.
+    vec = bytes(2 * 256 * 4)
+    g4 = ok(call(e.url, "gen", steps=1, batch=2, seed=0, input=vec))
+    assert g4["checksum"] != g1["checksum"]
+
+
+def t_bad_requests_change_nothing(c):
+    e = c.engine("a", c.arena(), "--expert-cache-release")
+    before = ok(call(e.url, "status"))
+    err(call(e.url, "gen", steps=0, batch=1, seed=1), "out_of_range")
+    err(call(e.url, "gen", steps=1, batch=100000, seed=1), "out_of_range")
+    err(call(e.url, "gen", steps=1, batch=1, seed=1, input=b"\0" * 12), "out_of_range")
+    nan = b"\x00\x00\xc0\x7f" * 256
+    err(call(e.url, "gen", steps=1, batch=1, seed=1, input=nan), "out_of_range")
+    err(call(e.url, "register", name="x", pid=1, gpu="g", device=0, model="m", ctl="c", floor=0,
+             ceiling=0, priority=0, state="ready", resident=0, capacity=0, epoch=0), "unknown_op")
+    err(call(e.url, "release", name="other"), "not_found")
+    err(call(e.url, "vram", reserve_mib=10), "unsupported")
+    after = ok(call(e.url, "status"))
+    for k in ("state", "mapped", "resident", "requests"):
+        assert before[k] == after[k], (k, before, after)
+
+
+def t_release_needs_flag(c):
+    e = c.engine("a", c.arena())
+    err(call(e.url, "release"), "unsupported")
+    err(call(e.url, "refill"), "unsupported")
+    assert ok(call(e.url, "status"))["state"] == "ready"
+
+
+def t_stale_epoch(c):
+    e = c.engine("a", c.arena(), "--expert-cache-release")
+    ok(call(e.url, "release", epoch=5))
+    err(call(e.url, "refill", epoch=3), "stale_epoch")
+    assert ok(call(e.url, "status"))["state"] == "released"
+    r = ok(call(e.url, "refill", epoch=5))
+    assert r["state"] == "ready" and r["epoch"] == 5
+
+
+def t_busy_during_gen(c):
+    e = c.engine("a", c.arena(d_model=512, d_ff=1024), "--expert-cache-release")
+    # A GEN of a few seconds; releases meanwhile must answer busy.
+    res = {}
+    t = threading.Thread(target=lambda: res.update(g=call(e.url, "gen", steps=100, batch=8, seed=1,
+                                                          timeout_ms=60000)))
+    t.start()
+    deadline = time.time() + 10
+    while time.time() < deadline and ok(call(e.url, "status"))["requests"] == 0:
+        r = call(e.url, "release")
+        if r.get("ok") is False:
+            err(r, "busy")
+            break
+        ok(call(e.url, "refill"))  # the GEN had not started yet; try again
+        time.sleep(0.01)
+    else:
+        raise AssertionError("never saw busy while a GEN ran")
+    t.join()
+    ok(res["g"])
+    assert ok(call(e.url, "status"))["state"] == "ready"
+
+
+def t_idle_release(c):
+    e = c.engine("a", c.arena(), "--cache-release-idle", "0.5")
+    g1 = ok(call(e.url, "gen", steps=2, batch=1, seed=3))
+    deadline = time.time() + 10
+    while ok(call(e.url, "status"))["state"] != "released":
+        assert time.time() < deadline, "idle release never fired"
+        time.sleep(0.1)
+    g2 = ok(call(e.url, "gen", steps=2, batch=1, seed=3))
+    assert g1["checksum"] == g2["checksum"]
+    # After serving, the rest comes back (right after the reply): the idle
+    # release is invisible.
+    deadline = time.time() + 10
+    while ok(call(e.url, "status"))["state"] != "ready":
+        assert time.time() < deadline, "the rest never came back after the idle release"
+        time.sleep(0.05)
+
+
+def t_two_engines_compete(c):
+    # 64 MiB device; each model is about 24 MiB of experts.
+    a = c.arena(layers=4, experts=24, d_model=256, d_ff=512)
+    ea = c.engine("a", a, "--expert-cache-release", "--vram-segment-mib", "4", host_mib=64)
+    sa = ok(call(ea.url, "status"))
+    eb = c.engine("b", a, "--expert-cache-release", "--vram-segment-mib", "4", host_mib=64)
+    sb = ok(call(eb.url, "status"))
+    assert sa["mapped"] + sb["mapped"] <= 64 << 20, (sa, sb)
+    ok(call(ea.url, "release"))
+    r = ok(call(eb.url, "refill"))
+    assert r["state"] in ("ready", "partial")
+
+
+def t_sigterm_gives_memory_back(c):
+    a = c.arena()
+    ea = c.engine("a", a, host_mib=256)
+    eb = c.engine("b", a, host_mib=256)
+    before = ok(call(eb.url, "status"))["free"]
+    held = ok(call(ea.url, "status"))["mapped"]
+    ea.send_signal(signal.SIGTERM)
+    assert ea.wait(10) == 0
+    after = ok(call(eb.url, "status"))["free"]
+    assert after - before >= held, (before, after, held)
+
+
+def t_kill9_gives_memory_back(c):
+    a = c.arena()
+    ea = c.engine("a", a, host_mib=256)
+    eb = c.engine("b", a, host_mib=256)
+    before = ok(call(eb.url, "status"))["free"]
+    held = ok(call(ea.url, "status"))["mapped"]
+    ea.kill()
+    ea.wait()
+    after = ok(call(eb.url, "status"))["free"]
+    assert after - before >= held, (before, after, held)
+
+
+CASES = [t_bad_flags, t_gen_same_after_release_refill, t_bad_requests_change_nothing,
+         t_release_needs_flag, t_stale_epoch, t_busy_during_gen, t_idle_release,
+         t_two_engines_compete, t_sigterm_gives_memory_back, t_kill9_gives_memory_back]
+
+
+def main():
+    return run_cases(CASES, sys.argv[1:], make=EngineCase, logs=("a", "b", "x"))
+
+if __name__ == "__main__":
+    sys.exit(main())
