@@ -140,25 +140,19 @@ static int sock_dir_check(const char *url, char *err, size_t errlen)
 		snprintf(err, errlen, "the socket directory %s is not a directory (a link?)", dir);
 		return BATON_EPERM;
 	}
+	/* Never chmod: the directory may be /tmp or /dev/shm, which everyone
+	 * needs as it is (nginx, Redis and PostgreSQL set only their socket's
+	 * mode). A sticky directory is safe to share: others cannot remove or
+	 * rename our sockets there. */
 	bool others_write = (st.st_mode & (S_IWGRP | S_IWOTH)) != 0;
-	if (st.st_uid == geteuid() && others_write) {
-		if (chmod(dir, st.st_mode & 07755) != 0) {
-			snprintf(err, errlen, "the socket directory %s is writable by others and chmod failed: %s",
-			    dir, strerror(errno));
-			return BATON_EPERM;
-		}
-		br_blog("the socket directory %s was writable by group or others: made it %04o", dir,
-		    (unsigned)(st.st_mode & 07755));
-		return 0;
-	}
 	if (st.st_uid != geteuid() && st.st_uid != 0) {
 		snprintf(err, errlen, "the socket directory %s belongs to user %u, not to this one (%u): "
 		    "remove it or choose another", dir, (unsigned)st.st_uid, (unsigned)geteuid());
 		return BATON_EPERM;
 	}
-	if (st.st_uid == 0 && others_write && !(st.st_mode & S_ISVTX)) {
-		snprintf(err, errlen, "the socket directory %s is writable by group or others: chmod go-w %s",
-		    dir, dir);
+	if (others_write && !(st.st_mode & S_ISVTX)) {
+		snprintf(err, errlen, "the socket directory %s is writable by group or others, so they could "
+		    "replace the broker's sockets: chmod go-w %s, or choose another", dir, dir);
 		return BATON_EPERM;
 	}
 	return 0;

@@ -10,7 +10,7 @@ engines on the host backend (tests/harness.py's BrokerCase).
 - cross-site: text/plain, a foreign Origin, a foreign Host: refused;
 - 413 has its reason phrase; reserve_mib's error states the engine's bound;
 - the state file is written through an O_EXCL temporary, never a link;
-- the socket directory is made not writable by group and others;
+- the socket directory is never chmodded: one writable by group or others is refused unless sticky (as /tmp is);
 - a socket replaced under the broker: it says so and exits.
 
 The last line is "N passed, N failed".
@@ -178,15 +178,34 @@ def t_state_file_no_links(c):
 
 
 def t_socket_dir(c):
-    """A group-writable socket directory of ours is made 0750 (logged)."""
+    """A group-writable socket directory is refused with the fix named, and
+    its mode left alone: the broker never chmods a directory (it could be
+    /tmp)."""
     d = os.path.join(c.dir, "run")
     os.mkdir(d)
     os.chmod(d, 0o770)
     c.control = "ipc://%s/broker.sock" % d
     c.events_url = "ipc://%s/events.sock" % d
+    p = c.broker(wait=False)
+    rc = p.wait(10)
+    log = open(c.log("broker")).read()
+    assert rc != 0, "the broker ran (exit %r); log: %s" % (rc, log[-300:])
+    assert "writable by group or others" in log and "chmod go-w" in log, log[-300:]
+    assert stat.S_IMODE(os.stat(d).st_mode) == 0o770, oct(os.stat(d).st_mode)
+
+
+def t_socket_dir_sticky(c):
+    """Sockets placed directly in a sticky directory writable by all (as
+    /tmp is): the broker serves and leaves the directory's mode as it was
+    (it once made /tmp 1755)."""
+    d = os.path.join(c.dir, "tmp")
+    os.mkdir(d)
+    os.chmod(d, 0o1777)
+    c.control = "ipc://%s/broker.sock" % d
+    c.events_url = "ipc://%s/events.sock" % d
     c.broker()
-    assert stat.S_IMODE(os.stat(d).st_mode) == 0o750, oct(os.stat(d).st_mode)
-    assert "writable by group or others" in open(c.log("broker")).read()
+    assert stat.S_IMODE(os.stat(d).st_mode) == 0o1777, oct(os.stat(d).st_mode)
+    assert c.status()["engines"] is not None
 
 
 def t_socket_replaced(c):
@@ -208,7 +227,7 @@ def t_socket_replaced(c):
 
 
 CASES = [t_default_token, t_no_token_off_loopback, t_token_file_mode, t_cross_site, t_errors_say_why,
-         t_state_file_no_links, t_socket_dir, t_socket_replaced]
+         t_state_file_no_links, t_socket_dir, t_socket_dir_sticky, t_socket_replaced]
 
 
 def main():
