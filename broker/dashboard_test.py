@@ -172,7 +172,7 @@ def t_dashboard_handoff(c):
     # b's refills wait 2 s first (a test hook), so the page can be seen
     # while b fills what the broker granted it
     c.engine("b", env=dict(c.env, BATON_TEST_REFILL_DELAY_MS="2000"))  # takes the device from a
-    assert c.holds() == {"a": 0, "b": h.CEIL}
+    c.want_holds({"a": 0, "b": h.CEIL})
     st, page, _ = api.get("/", token=False)
     assert st == 200 and page == read_html()
     url = "http://%s:%d/" % (api.host, api.port)

@@ -77,7 +77,7 @@ def t_broker_optional(c):
     check_gen(c, a, 1)
     c.broker()
     wait_for("a registered", lambda: c.eng("a") is not None, timeout=2.5)
-    assert c.holds() == {"a": CEIL}
+    c.want_holds({"a": CEIL})
 
 
 def t_broker_away_later(c):

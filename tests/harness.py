@@ -183,15 +183,49 @@ def wait_for(what, fn, timeout=10.0, every=0.05):
         time.sleep(every)
 
 
+def wait_value(what, fn, want, timeout=10.0, every=0.05):
+    """Polls fn() until it returns `want`; fails with the last value seen."""
+    deadline = time.time() + timeout
+    while True:
+        got = fn()
+        if got == want:
+            return got
+        if time.time() > deadline:
+            raise AssertionError("%s: %r after %.1f s, want %r" % (what, got, timeout, want))
+        time.sleep(every)
+
+
+def _unix_conns(url):
+    """How many connections the Unix socket of an ipc:// URL has accepted
+    (from /proc/net/unix: each accepted one carries the listener's path,
+    state 03); None for another transport."""
+    if not url.startswith("ipc://"):
+        return None
+    path = url[len("ipc://"):]
+    n = 0
+    with open("/proc/net/unix") as f:
+        for line in f:
+            fields = line.split()
+            if len(fields) >= 8 and fields[5] == "03" and fields[7] == path:
+                n += 1
+    return n
+
+
 class Events:
     """Collects the broker's events in the background (`baton-proto-tool sub`)."""
 
-    def __init__(self, url):
+    def __init__(self, url, wait=True):
+        before = _unix_conns(url)
         self.p = subprocess.Popen([TOOL, "sub", url], stdout=subprocess.PIPE, text=True)
         self.items = []
         self.lock = threading.Lock()
         self.t = threading.Thread(target=self._run, daemon=True)
         self.t.start()
+        if wait and before is not None:
+            # Connected before the first event: the publisher's end of one
+            # more connection on its socket.
+            wait_for("the subscription to " + url, lambda: _unix_conns(url) > before, timeout=10 * SLOW,
+                     every=0.01)
 
     def _run(self):
         for line in self.p.stdout:
@@ -366,8 +400,7 @@ class BrokerCase(Case):
 
     def _subscribe(self):
         if not self.events:
-            self.events = Events(self.events_url)
-            time.sleep(0.1)  # the subscription is up before the first event
+            self.events = Events(self.events_url)  # up before the first event
 
     def broker(self, config="", wait=True):
         p = subprocess.Popen([BROKER, "--config", self._config(config, False)], stdout=subprocess.PIPE,
@@ -442,6 +475,12 @@ class BrokerCase(Case):
 
     def holds(self):
         return {e["name"]: e["resident"] for e in self.status()["engines"]}
+
+    def want_holds(self, want, timeout=5):
+        """Waits until the broker's resident per engine is `want`: an
+        engine's state reaches the broker after the engine's own reply or
+        its "ready" line. Fails with what it saw last."""
+        return wait_value("the broker's holdings", self.holds, want, timeout=timeout * SLOW)
 
     def hostdev_used(self, index=0):
         """(capacity, bytes charged by live processes) on the host device."""
