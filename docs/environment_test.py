@@ -7,6 +7,8 @@ tables fails, with where it is read.
 
 The last line is "N passed, N failed".
 """
+# test: pure (it reads the tree's sources and docs only): make test's
+# sanitizer pass skips it (tests/run.sh --skip-pure).
 import os
 import re
 import sys

@@ -8,6 +8,9 @@ names every key broker/config.c accepts, and nothing else. Each page turns
 into a man page with scdoc (Debian's scdoc, in scripts/install-deps.sh)
 that groff reads without a warning. The last line is "N passed, N failed".
 """
+# test: pure (it reads the man pages and each program's --help, which
+# tests/flags_test.py runs under the sanitizers too): make test's sanitizer
+# pass skips it (tests/run.sh --skip-pure).
 import os
 import re
 import shutil
