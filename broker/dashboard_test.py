@@ -39,7 +39,10 @@ import urllib.error
 import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+ROOT = os.path.dirname(os.path.abspath(__file__))
+while not os.path.isfile(os.path.join(ROOT, "tests", "harness.py")) and ROOT != "/":
+    ROOT = os.path.dirname(ROOT)  # the tree's root, from a test at any depth
+sys.path.insert(0, os.path.join(ROOT, "tests"))
 import harness as h  # noqa: E402
 
 BUILD = h.BUILD

@@ -14,7 +14,9 @@ import re
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+ROOT = os.path.dirname(os.path.abspath(__file__))
+while not os.path.isfile(os.path.join(ROOT, "tests", "harness.py")) and ROOT != "/":
+    ROOT = os.path.dirname(ROOT)  # the tree's root, from a test at any depth
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 import harness as h  # noqa: E402
 
