@@ -13,9 +13,7 @@ The last line is "N passed, N failed".
 """
 import json
 import os
-import pty
 import re
-import select
 import signal
 import subprocess
 import sys
@@ -316,25 +314,7 @@ def t_watch(c):
 
 def run_on_pty(c, args, env):
     """Runs baton with stderr on a terminal; returns (exit, stdout, what the terminal got)."""
-    master, slave = pty.openpty()
-    p = subprocess.Popen([CLI] + args, stdout=subprocess.PIPE, stderr=slave, env=env)
-    os.close(slave)
-    got = b""
-    while True:
-        rl, _, _ = select.select([master], [], [], 30)
-        if not rl:
-            break
-        try:
-            chunk = os.read(master, 4096)
-        except OSError:  # EIO: the other end closed
-            break
-        if not chunk:
-            break
-        got += chunk
-    out = p.stdout.read().decode()
-    rc = p.wait(10)
-    os.close(master)
-    return rc, out, got.decode(errors="replace")
+    return h.run_on_pty([CLI] + args, env, timeout=30)
 
 
 def t_progress_on_terminal_only(c):

@@ -23,16 +23,20 @@ and gets
 No test module imports another or replaces another's functions: what two
 of them need lives here.
 """
+import fcntl
 import http.client
 import json
 import os
+import pty
 import re
+import select
 import shutil
 import socket
 import struct
 import subprocess
 import sys
 import tempfile
+import termios
 import threading
 import time
 import traceback
@@ -554,6 +558,65 @@ def check_gen(c, p, seed):
     want = reference(c, seed)
     assert (r["checksum"], r["output"]) == want, "%s seed %d: wrong output" % (p.name, seed)
     return r
+
+
+# ---- terminals ----------------------------------------------------------------
+
+def pty_open(rows=30, cols=120):
+    """A pseudo-terminal of rows x cols: (master, slave) descriptors."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+    return master, slave
+
+
+def pty_read_until(master, pred, timeout=10):
+    """What the terminal's master end reads until pred(bytes so far) holds,
+    the other end closes, or `timeout` s pass."""
+    got = b""
+    end = time.time() + timeout
+    while time.time() < end and not pred(got):
+        rl, _, _ = select.select([master], [], [], 0.2)
+        if rl:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: the other end closed
+                break
+            if not chunk:
+                break
+            got += chunk
+    return got
+
+
+def run_on_pty(argv, env, timeout=60, rows=30, cols=120):
+    """Runs argv with stderr on a pseudo-terminal (stdout a pipe): (exit
+    status, stdout, what the terminal got), both decoded."""
+    master, slave = pty_open(rows, cols)
+    p = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=slave, env=env)
+    os.close(slave)
+    got = b""
+    end = time.time() + timeout
+    try:
+        while time.time() < end:
+            rl, _, _ = select.select([master], [], [], 1)
+            if not rl:
+                if p.poll() is not None:
+                    break
+                continue
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:  # EIO: the other end closed
+                break
+            if not chunk:
+                break
+            got += chunk
+        out = p.stdout.read().decode()
+        rc = p.wait(10)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        os.close(master)
+    return rc, out, got.decode(errors="replace")
 
 
 # ---- the HTTP API -------------------------------------------------------------
