@@ -657,6 +657,54 @@ class Http:
     def post(self, path, body=None, **kw):
         return self.req("POST", path, body=body, **kw)
 
+    def sse(self, path, body, on_open=None, timeout=60):
+        """POSTs a streamed request (server-sent events); returns (events,
+        arrival times): each event the parsed JSON of one `data:` line
+        ("[DONE]" as is). on_open(response) runs once the headers are in."""
+        c = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+        hdr = {"Content-Type": "application/json"}
+        if self.token:
+            hdr["Authorization"] = "Bearer " + self.token
+        try:
+            c.request("POST", path, body=json.dumps(body), headers=hdr)
+            r = c.getresponse()
+            assert r.status == 200, (r.status, r.read())
+            assert r.getheader("Content-Type").startswith("text/event-stream"), r.getheaders()
+            events, times = [], []
+            if on_open:
+                on_open(r)
+            while True:
+                line = r.readline()
+                if not line:
+                    break
+                line = line.decode().rstrip("\n")
+                if not line:
+                    continue
+                assert line.startswith("data: "), line
+                events.append(sse_event(line[6:]))
+                times.append(time.time())
+            return events, times
+        finally:
+            c.close()
+
+    def open_stream(self, path, body, timeout=60):
+        """Sends a streamed request on a raw socket; returns the socket after
+        the reply's headers (200 and text/event-stream checked): the test
+        reads the chunked body itself (dechunk, sse_events)."""
+        data = json.dumps(body).encode()
+        s = socket.create_connection((self.host, self.port), timeout=timeout)
+        auth = "Authorization: Bearer %s\r\n" % self.token if self.token else ""
+        s.sendall(("POST %s HTTP/1.1\r\nHost: %s:%d\r\n%sContent-Type: application/json\r\n"
+                   "Content-Length: %d\r\n\r\n" % (path, self.host, self.port, auth, len(data))).encode() + data)
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = s.recv(1)
+            assert chunk, head
+            head += chunk
+        assert head.startswith(b"HTTP/1.1 200"), head
+        assert b"text/event-stream" in head, head
+        return s
+
     def raw_line(self, data, timeout=10):
         """Sends bytes as they are; returns what came back up to the end of
         the status line (b"" when nothing did)."""
@@ -679,6 +727,30 @@ class Http:
         """Sends bytes as they are; returns the status line's code (0: none)."""
         parts = self.raw_line(data, timeout).split(b" ", 2)
         return int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
+
+
+def sse_event(data):
+    """One `data:` line's payload: its JSON, or "[DONE]" as is."""
+    return data if data == "[DONE]" else json.loads(data)
+
+
+def sse_events(text):
+    """The events of a server-sent event stream's text (bytes or str)."""
+    if isinstance(text, bytes):
+        text = text.decode(errors="replace")
+    return [sse_event(line.strip()[6:]) for line in text.split("\n") if line.strip().startswith("data: ")]
+
+
+def dechunk(raw):
+    """The body of an HTTP/1.1 chunked transfer, up to its last chunk."""
+    out, i = b"", 0
+    while True:
+        j = raw.index(b"\r\n", i)
+        n = int(raw[i:j].split(b";")[0], 16)
+        if n == 0:
+            return out
+        out += raw[j + 2:j + 2 + n]
+        i = j + 2 + n + 2
 
 
 def expect(got, status, code=None):
