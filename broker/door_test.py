@@ -42,11 +42,7 @@ QUESTIONS = ["Who was Noah?", "What did Moses see on the mountain?", "Tell of th
 
 
 def model_arena(c, model):
-    path = os.path.join(c.dir, model + ".arena")
-    if not os.path.exists(path):
-        subprocess.run([h.ARENA, "create", "--safetensors", os.path.join(MODELS, model), path],
-                       check=True, stdout=subprocess.DEVNULL, timeout=120)
-    return path
+    return h.model_arena(model)
 
 
 def two_engines(c, config="", host_mib=18):

@@ -29,10 +29,7 @@ SAMPLES = json.load(open(os.path.join(MODELS, "samples.json")))["samples"]
 
 
 def model_arena(c, model):
-    path = os.path.join(c.dir, model + ".arena")
-    subprocess.run([h.ARENA, "create", "--safetensors", os.path.join(MODELS, model), path],
-                   check=True, stdout=subprocess.DEVNULL, timeout=120)
-    return path
+    return h.model_arena(model)
 
 
 def ids(rep):

@@ -39,11 +39,7 @@ QUESTIONS = ["Tell me of light.", "Who was Moses?", "What is love?", "Speak of t
 
 
 def model_arena(c):
-    path = os.path.join(c.dir, MODEL + ".arena")
-    if not os.path.exists(path):
-        subprocess.run([h.ARENA, "create", "--safetensors", os.path.join(ROOT, "models", MODEL), path],
-                       check=True, stdout=subprocess.DEVNULL, timeout=120)
-    return path
+    return h.model_arena(MODEL)
 
 
 def engine(c, name, *flags, broker=False, host_mib=64):

@@ -23,6 +23,7 @@ and gets
 No test module imports another or replaces another's functions: what two
 of them need lives here.
 """
+import atexit
 import fcntl
 import http.client
 import json
@@ -332,12 +333,45 @@ class Case:
             shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def synthetic_args(layers=4, experts=8, d_model=256, d_ff=512, dtype="f16", top_k=2, seed=7):
+    """baton-arena create's arguments for a small synthetic model."""
+    return ["--synthetic", "--layers", str(layers), "--experts", str(experts), "--top-k", str(top_k),
+            "--d-model", str(d_model), "--d-ff", str(d_ff), "--dtype", dtype, "--seed", str(seed)]
+
+
 def synthetic_arena(path, layers=4, experts=8, d_model=256, d_ff=512, dtype="f16", top_k=2, seed=7):
-    subprocess.run([ARENA, "create", "--synthetic", "--layers", str(layers), "--experts", str(experts),
-                    "--top-k", str(top_k), "--d-model", str(d_model), "--d-ff", str(d_ff),
-                    "--dtype", dtype, "--seed", str(seed), path],
+    subprocess.run([ARENA, "create"] + synthetic_args(layers, experts, d_model, d_ff, dtype, top_k, seed) + [path],
                    check=True, stdout=subprocess.DEVNULL, timeout=60)
     return path
+
+
+_arenas = {}
+_arena_dir = []
+
+
+def shared_arena(*create_args, name="m"):
+    """The arena `baton-arena create ARGS... PATH` makes, made once per test
+    script (process) in a directory of its own that goes at exit, as
+    NAME.arena (an engine's model is named after its arena's file). Arenas
+    are read-only to the engines, so the cases of a script share each one
+    rather than build it again (a case that changes an arena makes its own)."""
+    key = (name,) + tuple(create_args)
+    if key not in _arenas:
+        if not _arena_dir:
+            _arena_dir.append(tempfile.mkdtemp(prefix="baton-arenas-"))
+            atexit.register(shutil.rmtree, _arena_dir[0], True)
+        d = os.path.join(_arena_dir[0], str(len(_arenas)))
+        os.mkdir(d, 0o700)
+        path = os.path.join(d, name + ".arena")
+        subprocess.run([ARENA, "create"] + list(create_args) + [path], check=True, stdout=subprocess.DEVNULL,
+                       timeout=120)
+        _arenas[key] = path
+    return _arenas[key]
+
+
+def model_arena(model):
+    """The arena of one of the trained models in models/ (shared_arena)."""
+    return shared_arena("--safetensors", os.path.join(ROOT, "models", model), name=model)
 
 
 class EngineCase(Case):
@@ -345,8 +379,9 @@ class EngineCase(Case):
 
     prefix = "baton-serve-"
 
-    def arena(self, name="m", layers=4, experts=16, d_model=256, d_ff=512, dtype="f16"):
-        return synthetic_arena(os.path.join(self.dir, name + ".arena"), layers, experts, d_model, d_ff, dtype)
+    def arena(self, layers=4, experts=16, d_model=256, d_ff=512, dtype="f16"):
+        """A synthetic arena, shared by the script's cases (shared_arena)."""
+        return shared_arena(*synthetic_args(layers, experts, d_model, d_ff, dtype))
 
     def engine(self, name, arena, *flags, host_mib=256):
         url = "ipc://%s/%s.sock" % (self.dir, name)
@@ -389,8 +424,9 @@ class BrokerCase(Case):
         self.bp = None
 
     def arena(self):
+        """The broker tests' model (CEIL), shared by the script's cases."""
         if not self._arena:
-            self._arena = synthetic_arena(os.path.join(self.dir, "m.arena"))
+            self._arena = shared_arena(*synthetic_args())
         return self._arena
 
     def _config(self, config, http):
