@@ -4,21 +4,6 @@
 A=$BIN/baton-arena
 SYN="--synthetic --layers 2 --experts 4 --top-k 2 --d-model 64 --d-ff 128"
 
-fail() { echo "$*"; exit 1; }
-
-# expect CODE CMD...: runs CMD, wants exit CODE; output in $T_TMP/out
-expect() {
-	want=$1; shift
-	set +e
-	"$@" >"$T_TMP/out" 2>&1
-	got=$?
-	set -e
-	if [ "$got" -ne "$want" ]; then
-		cat "$T_TMP/out"; fail "exit $got, want $want: $*"
-	fi
-}
-says() { grep -q -- "$1" "$T_TMP/out" || { cat "$T_TMP/out"; fail "output lacks '$1'"; }; }
-
 t_help() {
 	expect 0 $A --help; says "usage: baton-arena create"
 	expect 0 $A create --help; says "--safetensors"

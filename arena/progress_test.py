@@ -6,15 +6,16 @@ of the arena's blobs, rate, time left) on stderr when stderr is a terminal
 The last line is "N passed, N failed".
 """
 import os
-import pty
 import re
-import select
 import shutil
 import subprocess
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+ROOT = os.path.dirname(os.path.abspath(__file__))
+while not os.path.isfile(os.path.join(ROOT, "tests", "harness.py")) and ROOT != "/":
+    ROOT = os.path.dirname(ROOT)  # the tree's root, from a test at any depth
+sys.path.insert(0, os.path.join(ROOT, "tests"))
 import harness as h  # noqa: E402
 
 ARENA = os.path.join(h.BIN, "baton-arena")
@@ -24,25 +25,7 @@ BAR = re.compile(r"\r\[[#.]{20}\] +(\d+)%  [\d.]+ [KMG]iB of ([\d.]+ [KMG]iB)")
 
 
 def on_pty(args, env):
-    master, slave = pty.openpty()
-    p = subprocess.Popen([ARENA] + args, stdout=subprocess.PIPE, stderr=slave, env=env)
-    os.close(slave)
-    got = b""
-    while True:
-        rl, _, _ = select.select([master], [], [], 30)
-        if not rl:
-            break
-        try:
-            chunk = os.read(master, 4096)
-        except OSError:
-            break
-        if not chunk:
-            break
-        got += chunk
-    out = p.stdout.read().decode()
-    rc = p.wait(10)
-    os.close(master)
-    return rc, out, got.decode(errors="replace")
+    return h.run_on_pty([ARENA] + args, env, timeout=30)
 
 
 def t_bar_on_terminal_only():

@@ -18,19 +18,18 @@ BrokerCase):
 
 The last line is "N passed, N failed".
 """
-import fcntl
 import os
-import pty
 import re
-import select
 import signal
-import struct
 import subprocess
 import sys
 import termios
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+ROOT = os.path.dirname(os.path.abspath(__file__))
+while not os.path.isfile(os.path.join(ROOT, "tests", "harness.py")) and ROOT != "/":
+    ROOT = os.path.dirname(ROOT)  # the tree's root, from a test at any depth
+sys.path.insert(0, os.path.join(ROOT, "tests"))
 import harness as h  # noqa: E402
 from harness import call, ok, err, wait_for, MIB, CEIL  # noqa: E402
 
@@ -47,29 +46,7 @@ def on_pty(c, args, env=None, timeout=60):
     """baton with stderr on a terminal: (exit, stdout, what the terminal got)."""
     e = dict(c.env, BATON_BROKER=c.control, BATON_EVENTS=c.events_url, TERM="xterm")
     e.update(env or {})
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 120, 0, 0))
-    p = subprocess.Popen([CLI] + list(args), stdout=subprocess.PIPE, stderr=slave, env=e)
-    os.close(slave)
-    got = b""
-    end = time.time() + timeout
-    while time.time() < end:
-        rl, _, _ = select.select([master], [], [], 1)
-        if not rl:
-            if p.poll() is not None:
-                break
-            continue
-        try:
-            chunk = os.read(master, 4096)
-        except OSError:
-            break
-        if not chunk:
-            break
-        got += chunk
-    out = p.stdout.read().decode()
-    rc = p.wait(10)
-    os.close(master)
-    return rc, out, got.decode(errors="replace")
+    return h.run_on_pty([CLI] + list(args), e, timeout=timeout)
 
 
 def t_long_refill_progresses(c):
@@ -269,35 +246,18 @@ def t_broker_log_under_journald(c):
     assert len(log) >= 2 and all(x.startswith("baton-broker: ") for x in log), log
 
 
-def read_until(master, pred, timeout=10):
-    got = b""
-    end = time.time() + timeout
-    while time.time() < end and not pred(got):
-        rl, _, _ = select.select([master], [], [], 0.2)
-        if rl:
-            try:
-                chunk = os.read(master, 65536)
-            except OSError:
-                break
-            if not chunk:
-                break
-            got += chunk
-    return got
-
-
 def top_on_pty(c, stop):
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))
+    master, slave = h.pty_open(40, 160)
     saved = termios.tcgetattr(slave)
     e = dict(c.env, BATON_BROKER=c.control, TERM="xterm")
     p = subprocess.Popen([CLI, "top", "--interval", "200ms"], stdin=slave, stdout=slave, stderr=slave, env=e)
-    got = read_until(master, lambda g: g.count(b"\x1b[H") >= 3 and b"host device 0" in g)
+    got = h.pty_read_until(master, lambda g: g.count(b"\x1b[H") >= 3 and b"host device 0" in g)
     frames = got.decode(errors="replace")
     assert frames.startswith("\x1b[?1049h\x1b[?25l"), repr(frames[:80])  # alternate screen, no cursor
     assert frames.count("\x1b[H") >= 3, repr(frames[-500:])  # redrawn
     stop(master, p)
     rc = p.wait(10)
-    rest = read_until(master, lambda g: g.endswith(b"\x1b[?1049l"), timeout=3).decode(errors="replace")
+    rest = h.pty_read_until(master, lambda g: g.endswith(b"\x1b[?1049l"), timeout=3).decode(errors="replace")
     now = termios.tcgetattr(slave)
     os.close(slave)
     os.close(master)

@@ -41,11 +41,13 @@ import time
 
 import yaml
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+ROOT = os.path.dirname(os.path.abspath(__file__))
+while not os.path.isfile(os.path.join(ROOT, "tests", "harness.py")) and ROOT != "/":
+    ROOT = os.path.dirname(ROOT)  # the tree's root, from a test at any depth
+sys.path.insert(0, os.path.join(ROOT, "tests"))
 import harness as h  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
 BUILD = h.BUILD
 BIN = os.path.join(ROOT, BUILD, "bin") if not os.path.isabs(BUILD) else os.path.join(BUILD, "bin")
 PROGS = ["baton", "baton-arena", "baton-broker", "baton-engine", "baton-proto-tool"]

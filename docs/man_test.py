@@ -8,6 +8,9 @@ names every key broker/config.c accepts, and nothing else. Each page turns
 into a man page with scdoc (Debian's scdoc, in scripts/install-deps.sh)
 that groff reads without a warning. The last line is "N passed, N failed".
 """
+# test: pure (it reads the man pages and each program's --help, which
+# tests/flags_test.py runs under the sanitizers too): make test's sanitizer
+# pass skips it (tests/run.sh --skip-pure).
 import os
 import re
 import shutil
@@ -15,7 +18,10 @@ import subprocess
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+ROOT = os.path.dirname(os.path.abspath(__file__))
+while not os.path.isfile(os.path.join(ROOT, "tests", "harness.py")) and ROOT != "/":
+    ROOT = os.path.dirname(ROOT)  # the tree's root, from a test at any depth
+sys.path.insert(0, os.path.join(ROOT, "tests"))
 import harness as h  # noqa: E402
 
 MAN = os.path.join(h.ROOT, "docs", "man")

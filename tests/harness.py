@@ -23,16 +23,21 @@ and gets
 No test module imports another or replaces another's functions: what two
 of them need lives here.
 """
+import atexit
+import fcntl
 import http.client
 import json
 import os
+import pty
 import re
+import select
 import shutil
 import socket
 import struct
 import subprocess
 import sys
 import tempfile
+import termios
 import threading
 import time
 import traceback
@@ -183,15 +188,49 @@ def wait_for(what, fn, timeout=10.0, every=0.05):
         time.sleep(every)
 
 
+def wait_value(what, fn, want, timeout=10.0, every=0.05):
+    """Polls fn() until it returns `want`; fails with the last value seen."""
+    deadline = time.time() + timeout
+    while True:
+        got = fn()
+        if got == want:
+            return got
+        if time.time() > deadline:
+            raise AssertionError("%s: %r after %.1f s, want %r" % (what, got, timeout, want))
+        time.sleep(every)
+
+
+def _unix_conns(url):
+    """How many connections the Unix socket of an ipc:// URL has accepted
+    (from /proc/net/unix: each accepted one carries the listener's path,
+    state 03); None for another transport."""
+    if not url.startswith("ipc://"):
+        return None
+    path = url[len("ipc://"):]
+    n = 0
+    with open("/proc/net/unix") as f:
+        for line in f:
+            fields = line.split()
+            if len(fields) >= 8 and fields[5] == "03" and fields[7] == path:
+                n += 1
+    return n
+
+
 class Events:
     """Collects the broker's events in the background (`baton-proto-tool sub`)."""
 
-    def __init__(self, url):
+    def __init__(self, url, wait=True):
+        before = _unix_conns(url)
         self.p = subprocess.Popen([TOOL, "sub", url], stdout=subprocess.PIPE, text=True)
         self.items = []
         self.lock = threading.Lock()
         self.t = threading.Thread(target=self._run, daemon=True)
         self.t.start()
+        if wait and before is not None:
+            # Connected before the first event: the publisher's end of one
+            # more connection on its socket.
+            wait_for("the subscription to " + url, lambda: _unix_conns(url) > before, timeout=10 * SLOW,
+                     every=0.01)
 
     def _run(self):
         for line in self.p.stdout:
@@ -294,12 +333,45 @@ class Case:
             shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def synthetic_args(layers=4, experts=8, d_model=256, d_ff=512, dtype="f16", top_k=2, seed=7):
+    """baton-arena create's arguments for a small synthetic model."""
+    return ["--synthetic", "--layers", str(layers), "--experts", str(experts), "--top-k", str(top_k),
+            "--d-model", str(d_model), "--d-ff", str(d_ff), "--dtype", dtype, "--seed", str(seed)]
+
+
 def synthetic_arena(path, layers=4, experts=8, d_model=256, d_ff=512, dtype="f16", top_k=2, seed=7):
-    subprocess.run([ARENA, "create", "--synthetic", "--layers", str(layers), "--experts", str(experts),
-                    "--top-k", str(top_k), "--d-model", str(d_model), "--d-ff", str(d_ff),
-                    "--dtype", dtype, "--seed", str(seed), path],
+    subprocess.run([ARENA, "create"] + synthetic_args(layers, experts, d_model, d_ff, dtype, top_k, seed) + [path],
                    check=True, stdout=subprocess.DEVNULL, timeout=60)
     return path
+
+
+_arenas = {}
+_arena_dir = []
+
+
+def shared_arena(*create_args, name="m"):
+    """The arena `baton-arena create ARGS... PATH` makes, made once per test
+    script (process) in a directory of its own that goes at exit, as
+    NAME.arena (an engine's model is named after its arena's file). Arenas
+    are read-only to the engines, so the cases of a script share each one
+    rather than build it again (a case that changes an arena makes its own)."""
+    key = (name,) + tuple(create_args)
+    if key not in _arenas:
+        if not _arena_dir:
+            _arena_dir.append(tempfile.mkdtemp(prefix="baton-arenas-"))
+            atexit.register(shutil.rmtree, _arena_dir[0], True)
+        d = os.path.join(_arena_dir[0], str(len(_arenas)))
+        os.mkdir(d, 0o700)
+        path = os.path.join(d, name + ".arena")
+        subprocess.run([ARENA, "create"] + list(create_args) + [path], check=True, stdout=subprocess.DEVNULL,
+                       timeout=120)
+        _arenas[key] = path
+    return _arenas[key]
+
+
+def model_arena(model):
+    """The arena of one of the trained models in models/ (shared_arena)."""
+    return shared_arena("--safetensors", os.path.join(ROOT, "models", model), name=model)
 
 
 class EngineCase(Case):
@@ -307,8 +379,9 @@ class EngineCase(Case):
 
     prefix = "baton-serve-"
 
-    def arena(self, name="m", layers=4, experts=16, d_model=256, d_ff=512, dtype="f16"):
-        return synthetic_arena(os.path.join(self.dir, name + ".arena"), layers, experts, d_model, d_ff, dtype)
+    def arena(self, layers=4, experts=16, d_model=256, d_ff=512, dtype="f16"):
+        """A synthetic arena, shared by the script's cases (shared_arena)."""
+        return shared_arena(*synthetic_args(layers, experts, d_model, d_ff, dtype))
 
     def engine(self, name, arena, *flags, host_mib=256):
         url = "ipc://%s/%s.sock" % (self.dir, name)
@@ -351,8 +424,9 @@ class BrokerCase(Case):
         self.bp = None
 
     def arena(self):
+        """The broker tests' model (CEIL), shared by the script's cases."""
         if not self._arena:
-            self._arena = synthetic_arena(os.path.join(self.dir, "m.arena"))
+            self._arena = shared_arena(*synthetic_args())
         return self._arena
 
     def _config(self, config, http):
@@ -366,8 +440,7 @@ class BrokerCase(Case):
 
     def _subscribe(self):
         if not self.events:
-            self.events = Events(self.events_url)
-            time.sleep(0.1)  # the subscription is up before the first event
+            self.events = Events(self.events_url)  # up before the first event
 
     def broker(self, config="", wait=True):
         p = subprocess.Popen([BROKER, "--config", self._config(config, False)], stdout=subprocess.PIPE,
@@ -443,6 +516,12 @@ class BrokerCase(Case):
     def holds(self):
         return {e["name"]: e["resident"] for e in self.status()["engines"]}
 
+    def want_holds(self, want, timeout=5):
+        """Waits until the broker's resident per engine is `want`: an
+        engine's state reaches the broker after the engine's own reply or
+        its "ready" line. Fails with what it saw last."""
+        return wait_value("the broker's holdings", self.holds, want, timeout=timeout * SLOW)
+
     def hostdev_used(self, index=0):
         """(capacity, bytes charged by live processes) on the host device."""
         capacity, owners = hostdev_owners(self.dir, index)
@@ -517,6 +596,65 @@ def check_gen(c, p, seed):
     return r
 
 
+# ---- terminals ----------------------------------------------------------------
+
+def pty_open(rows=30, cols=120):
+    """A pseudo-terminal of rows x cols: (master, slave) descriptors."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+    return master, slave
+
+
+def pty_read_until(master, pred, timeout=10):
+    """What the terminal's master end reads until pred(bytes so far) holds,
+    the other end closes, or `timeout` s pass."""
+    got = b""
+    end = time.time() + timeout
+    while time.time() < end and not pred(got):
+        rl, _, _ = select.select([master], [], [], 0.2)
+        if rl:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: the other end closed
+                break
+            if not chunk:
+                break
+            got += chunk
+    return got
+
+
+def run_on_pty(argv, env, timeout=60, rows=30, cols=120):
+    """Runs argv with stderr on a pseudo-terminal (stdout a pipe): (exit
+    status, stdout, what the terminal got), both decoded."""
+    master, slave = pty_open(rows, cols)
+    p = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=slave, env=env)
+    os.close(slave)
+    got = b""
+    end = time.time() + timeout
+    try:
+        while time.time() < end:
+            rl, _, _ = select.select([master], [], [], 1)
+            if not rl:
+                if p.poll() is not None:
+                    break
+                continue
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:  # EIO: the other end closed
+                break
+            if not chunk:
+                break
+            got += chunk
+        out = p.stdout.read().decode()
+        rc = p.wait(10)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        os.close(master)
+    return rc, out, got.decode(errors="replace")
+
+
 # ---- the HTTP API -------------------------------------------------------------
 
 class Http:
@@ -555,6 +693,54 @@ class Http:
     def post(self, path, body=None, **kw):
         return self.req("POST", path, body=body, **kw)
 
+    def sse(self, path, body, on_open=None, timeout=60):
+        """POSTs a streamed request (server-sent events); returns (events,
+        arrival times): each event the parsed JSON of one `data:` line
+        ("[DONE]" as is). on_open(response) runs once the headers are in."""
+        c = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+        hdr = {"Content-Type": "application/json"}
+        if self.token:
+            hdr["Authorization"] = "Bearer " + self.token
+        try:
+            c.request("POST", path, body=json.dumps(body), headers=hdr)
+            r = c.getresponse()
+            assert r.status == 200, (r.status, r.read())
+            assert r.getheader("Content-Type").startswith("text/event-stream"), r.getheaders()
+            events, times = [], []
+            if on_open:
+                on_open(r)
+            while True:
+                line = r.readline()
+                if not line:
+                    break
+                line = line.decode().rstrip("\n")
+                if not line:
+                    continue
+                assert line.startswith("data: "), line
+                events.append(sse_event(line[6:]))
+                times.append(time.time())
+            return events, times
+        finally:
+            c.close()
+
+    def open_stream(self, path, body, timeout=60):
+        """Sends a streamed request on a raw socket; returns the socket after
+        the reply's headers (200 and text/event-stream checked): the test
+        reads the chunked body itself (dechunk, sse_events)."""
+        data = json.dumps(body).encode()
+        s = socket.create_connection((self.host, self.port), timeout=timeout)
+        auth = "Authorization: Bearer %s\r\n" % self.token if self.token else ""
+        s.sendall(("POST %s HTTP/1.1\r\nHost: %s:%d\r\n%sContent-Type: application/json\r\n"
+                   "Content-Length: %d\r\n\r\n" % (path, self.host, self.port, auth, len(data))).encode() + data)
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = s.recv(1)
+            assert chunk, head
+            head += chunk
+        assert head.startswith(b"HTTP/1.1 200"), head
+        assert b"text/event-stream" in head, head
+        return s
+
     def raw_line(self, data, timeout=10):
         """Sends bytes as they are; returns what came back up to the end of
         the status line (b"" when nothing did)."""
@@ -577,6 +763,30 @@ class Http:
         """Sends bytes as they are; returns the status line's code (0: none)."""
         parts = self.raw_line(data, timeout).split(b" ", 2)
         return int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
+
+
+def sse_event(data):
+    """One `data:` line's payload: its JSON, or "[DONE]" as is."""
+    return data if data == "[DONE]" else json.loads(data)
+
+
+def sse_events(text):
+    """The events of a server-sent event stream's text (bytes or str)."""
+    if isinstance(text, bytes):
+        text = text.decode(errors="replace")
+    return [sse_event(line.strip()[6:]) for line in text.split("\n") if line.strip().startswith("data: ")]
+
+
+def dechunk(raw):
+    """The body of an HTTP/1.1 chunked transfer, up to its last chunk."""
+    out, i = b"", 0
+    while True:
+        j = raw.index(b"\r\n", i)
+        n = int(raw[i:j].split(b";")[0], 16)
+        if n == 0:
+            return out
+        out += raw[j + 2:j + 2 + n]
+        i = j + 2 + n + 2
 
 
 def expect(got, status, code=None):

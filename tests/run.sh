@@ -1,19 +1,31 @@
 #!/bin/bash
 # run.sh BIN...: run every test binary given, then every test script
-# (*/*_test.sh, *_test.py), each in its own process with a time limit, and
-# add up their "N passed, N failed" lines. The last line is the total, for CI.
+# (*_test.py, *_test.sh at any depth under the source folders), each in its
+# own process with a time limit, and add up their "N passed, N failed"
+# lines. The last line is the total, for CI.
 #
-# The binaries are unit tests with nothing shared (each case forks, each
-# host device lives in its own directory), so TEST_JOBS of them run at once
-# (default: twice the CPUs: they mostly wait); each one's output is printed whole when it
-# ends. The scripts start brokers and engines and some time what they see,
-# so they run one at a time.
+# Two kinds of test, one runner (as valkey's tests/unit and
+# tests/integration): the binaries are the unit tests (build/test/*, from
+# *_test.c: each case forks, nothing is shared, each host device lives in
+# its own directory); the scripts are the system tests (they start brokers
+# and engines, or other programs, as real processes). Each is labelled so
+# in its "== unit NAME" / "== system NAME" heading.
+#
+# Both run TEST_JOBS at a time (default: twice the CPUs: they mostly wait);
+# each one's output is printed whole when it ends. Scripts are isolated by
+# directory: every case makes its own temporary directory (host device,
+# sockets, logs) and HTTP servers listen on port 0. The few scripts that
+# time what they see against fixed bounds, or want the whole machine, are
+# in SERIAL below: they run one at a time after the parallel ones, alone.
 #
 # run.sh --bins-only BIN...: the binaries alone, one at a time (the GPU
 # tests share one device).
 # run.sh --no-scripts BIN...: the binaries alone, TEST_JOBS at a time.
 # run.sh --scripts SCRIPT...: the scripts given alone (python or sh by
-# their name), each with its time (tests/reliability.sh).
+# their name), one at a time, each with its time (tests/reliability.sh).
+# run.sh --skip-pure BIN...: as plain run.sh, without the scripts that run
+# no compiled program (those marked "# test: pure" in their first 30
+# lines): make test's sanitizer pass, where they would only repeat.
 # Scripts find the build through $BUILD (default build). A test binary or
 # script that dies without its summary line counts as one failure. With
 # TEST_TOTALS set, the totals are also appended to that file as
@@ -21,12 +33,22 @@
 set -u
 BUILD=${BUILD:-build}
 export BUILD
+# No __pycache__ left in the tree by the Python tests; tests/harness.py
+# importable from a test at any depth (each test also finds it itself).
+export PYTHONDONTWRITEBYTECODE=1
+export PYTHONPATH="$PWD/tests${PYTHONPATH:+:$PYTHONPATH}"
 LIMIT=${TEST_LIMIT:-600}
 JOBS=${TEST_JOBS:-$(( 2 * $(nproc 2>/dev/null || echo 1) ))}
 pass=0 fail=0 failed_names=""
 logdir=$(mktemp -d)
 trap 'rm -rf "$logdir"' EXIT
 timed=0
+
+# Run one at a time, after the others, alone on the machine: each bounds
+# the time of what it sees (heartbeat timeouts, refill steps against a
+# command timeout, a stalled engine answered within a second), or loads
+# every core (the stress case, the soak, the benchmark).
+SERIAL="broker/broker_test.py broker/ops_test.py tests/soak_test.py engine/model_bench_test.sh"
 
 # run_one NAME CMD...: runs CMD into $logdir/NAME.log and its exit status
 # into $logdir/NAME.rc (so several can run at once).
@@ -37,11 +59,11 @@ run_one() {
 	echo "$? $(( $(date +%s) - t0 ))" >"$logdir/$name.rc"
 }
 
-# report NAME: prints a finished test's output and adds up its summary.
+# report KIND NAME: prints a finished test's output and adds up its summary.
 report() {
-	local name=$1 rc secs summary p f
+	local kind=$1 name=$2 rc secs summary p f
 	read -r rc secs <"$logdir/$name.rc"
-	echo "== $name"
+	echo "== $kind $name"
 	cat "$logdir/$name.log"
 	[ "$timed" -eq 1 ] && echo "   ($name: $secs s)"
 	summary=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$logdir/$name.log" | tail -n 1)
@@ -54,54 +76,96 @@ report() {
 			[ "$f" -eq 0 ] && fail=$((fail + 1))
 		fi
 	else
+		[ "$rc" -eq 124 ] && echo "FAIL $name: killed after $LIMIT s (TEST_LIMIT)"
 		echo "FAIL $name: exit $rc with no summary line"
 		fail=$((fail + 1)); failed_names="$failed_names $name"
 	fi
 }
 
-run_script() {
-	local name=${1//\//_}
+# start ITEM: starts a binary (a path under build/) or a script in the
+# background, named for its log.
+start() {
 	case $1 in
-	*.py) run_one "$name" /usr/bin/python3 "$1" ;;
-	*) run_one "$name" sh "$1" ;;
+	*.py) run_one "${1//\//_}" /usr/bin/python3 "$1" ;;
+	*.sh) run_one "${1//\//_}" sh "$1" ;;
+	*) run_one "$(basename "$1")" "$1" ;;
 	esac
-	report "$name"
+}
+name_of() {
+	case $1 in
+	*.py | *.sh) echo "${1//\//_}" ;;
+	*) basename "$1" ;;
+	esac
+}
+kind_of() {
+	case $1 in
+	*.py | *.sh) echo system ;;
+	*) echo unit ;;
+	esac
 }
 
-# run_bins BIN...: JOBS at a time, each reported when it ends.
-run_bins() {
-	local -A name_of=()
+# run_all ITEM...: JOBS at a time, each reported when it ends.
+run_all() {
+	local -A item_of=()
 	local t pid running=0
 	for t in "$@"; do
-		run_one "$(basename "$t")" "$t" &
-		name_of[$!]=$(basename "$t")
+		start "$t" &
+		item_of[$!]=$t
 		running=$((running + 1))
 		if [ "$running" -ge "$JOBS" ]; then
 			wait -n -p pid
-			report "${name_of[$pid]}"
+			report "$(kind_of "${item_of[$pid]}")" "$(name_of "${item_of[$pid]}")"
 			running=$((running - 1))
 		fi
 	done
 	while [ "$running" -gt 0 ]; do
 		wait -n -p pid
-		report "${name_of[$pid]}"
+		report "$(kind_of "${item_of[$pid]}")" "$(name_of "${item_of[$pid]}")"
 		running=$((running - 1))
 	done
 }
 
-scripts=1
+# The test scripts at any depth under the source folders (not the build,
+# hidden folders or installed node modules), sorted.
+find_scripts() {
+	find . \( -path './.*' -o -name build -o -name 'build-*' -o -name node_modules -o -path "./${BUILD#./}" \) -prune -o \
+		-type f \( -name '*_test.py' -o -name '*_test.sh' \) -print 2>/dev/null | sed 's|^\./||' | sort
+}
+
+# is_pure SCRIPT: marked as running no compiled program.
+is_pure() {
+	head -n 30 "$1" | grep -q '^# test: pure'
+}
+
+scripts=1 skip_pure=0
 case ${1:-} in
 --bins-only) scripts=0; JOBS=1; shift ;;
 --no-scripts) scripts=0; shift ;;
+--skip-pure) skip_pure=1; shift ;;
 --scripts) scripts=0 timed=1; shift
-	for s in "$@"; do run_script "$s"; done
+	for s in "$@"; do
+		start "$s"
+		report system "$(name_of "$s")"
+	done
 	set -- ;;
 esac
-[ $# -gt 0 ] && run_bins "$@"
 if [ "$scripts" -eq 1 ]; then
-	for s in $(find proto arena text http engine broker deploy docs tests -name "*_test.sh" -o -name "*_test.py" 2>/dev/null | sort); do
-		run_script "$s"
+	timed=1
+	parallel=() serial=()
+	for s in $(find_scripts); do
+		[ "$skip_pure" -eq 1 ] && is_pure "$s" && continue
+		case " $SERIAL " in
+		*" $s "*) serial+=("$s") ;;
+		*) parallel+=("$s") ;;
+		esac
 	done
+	run_all "$@" "${parallel[@]}"
+	for s in "${serial[@]}"; do
+		start "$s"
+		report system "$(name_of "$s")"
+	done
+else
+	[ $# -gt 0 ] && run_all "$@"
 fi
 
 [ -n "$failed_names" ] && echo "failed:$failed_names"

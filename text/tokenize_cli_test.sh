@@ -5,19 +5,6 @@
 B=$BIN/baton
 F=text/fixtures
 
-fail() { echo "$*"; exit 1; }
-expect() {
-	want=$1; shift
-	set +e
-	"$@" >"$T_TMP/out" 2>&1
-	got=$?
-	set -e
-	if [ "$got" -ne "$want" ]; then
-		cat "$T_TMP/out"; fail "exit $got, want $want: $*"
-	fi
-}
-says() { grep -q -- "$1" "$T_TMP/out" || { cat "$T_TMP/out"; fail "output lacks '$1'"; }; }
-
 # The first fixture case with BOS: string 6 of mixtral is "Hello world".
 t_tokenize_ids() {
 	ref=$(sed -n 6p $F/mixtral/cases.jsonl | python3 -c "import json,sys; print(' '.join(map(str, json.load(sys.stdin)['ids_special'])))")

@@ -13,21 +13,21 @@ The last line is "N passed, N failed".
 """
 import json
 import os
-import pty
 import re
-import select
 import signal
 import subprocess
 import sys
 import threading
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests"))
+ROOT = os.path.dirname(os.path.abspath(__file__))
+while not os.path.isfile(os.path.join(ROOT, "tests", "harness.py")) and ROOT != "/":
+    ROOT = os.path.dirname(ROOT)  # the tree's root, from a test at any depth
+sys.path.insert(0, os.path.join(ROOT, "tests"))
 import harness as h  # noqa: E402
 
 CLI = h.CLI
 CEIL = h.CEIL
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DASHBOARD = os.path.join(ROOT, "deploy", "grafana", "baton.json")
 
 # Written to a terminal only: carriage return, escape sequences, the spinner.
@@ -313,25 +313,7 @@ def t_watch(c):
 
 def run_on_pty(c, args, env):
     """Runs baton with stderr on a terminal; returns (exit, stdout, what the terminal got)."""
-    master, slave = pty.openpty()
-    p = subprocess.Popen([CLI] + args, stdout=subprocess.PIPE, stderr=slave, env=env)
-    os.close(slave)
-    got = b""
-    while True:
-        rl, _, _ = select.select([master], [], [], 30)
-        if not rl:
-            break
-        try:
-            chunk = os.read(master, 4096)
-        except OSError:  # EIO: the other end closed
-            break
-        if not chunk:
-            break
-        got += chunk
-    out = p.stdout.read().decode()
-    rc = p.wait(10)
-    os.close(master)
-    return rc, out, got.decode(errors="replace")
+    return h.run_on_pty([CLI] + args, env, timeout=30)
 
 
 def t_progress_on_terminal_only(c):

@@ -29,7 +29,9 @@ import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
+ROOT = os.path.dirname(os.path.abspath(__file__))
+while not os.path.isfile(os.path.join(ROOT, "tests", "harness.py")) and ROOT != "/":
+    ROOT = os.path.dirname(ROOT)  # the tree's root, from a test at any depth
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 import harness as h  # noqa: E402
 
@@ -40,11 +42,7 @@ QUESTIONS = ["Who was Noah?", "What did Moses see on the mountain?", "Tell of th
 
 
 def model_arena(c, model):
-    path = os.path.join(c.dir, model + ".arena")
-    if not os.path.exists(path):
-        subprocess.run([h.ARENA, "create", "--safetensors", os.path.join(MODELS, model), path],
-                       check=True, stdout=subprocess.DEVNULL, timeout=120)
-    return path
+    return h.model_arena(model)
 
 
 def two_engines(c, config="", host_mib=18):
@@ -424,32 +422,7 @@ def t_reload(c):
 # ---- streams -------------------------------------------------------------------
 
 def open_stream(http, body):
-    """Sends a streamed request on a raw socket; returns the socket after
-    the reply's headers (status checked)."""
-    data = json.dumps(body).encode()
-    s = socket.create_connection((http.host, http.port), timeout=60)
-    s.sendall(("POST /v1/chat/completions HTTP/1.1\r\nHost: %s:%d\r\nAuthorization: Bearer %s\r\n"
-               "Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" %
-               (http.host, http.port, http.token, len(data))).encode() + data)
-    head = b""
-    while b"\r\n\r\n" not in head:
-        chunk = s.recv(1)
-        assert chunk, head
-        head += chunk
-    assert head.startswith(b"HTTP/1.1 200"), head
-    assert b"text/event-stream" in head, head
-    return s
-
-
-def dechunk(raw):
-    out, i = b"", 0
-    while True:
-        j = raw.index(b"\r\n", i)
-        n = int(raw[i:j].split(b";")[0], 16)
-        if n == 0:
-            return out
-        out += raw[j + 2:j + 2 + n]
-        i = j + 2 + n + 2
+    return http.open_stream("/v1/chat/completions", body)
 
 
 def t_stream_and_disconnect(c):
@@ -463,14 +436,9 @@ def t_stream_and_disconnect(c):
         assert chunk, raw
         raw += chunk
     s.close()
-    data = dechunk(raw)
+    data = h.dechunk(raw)
     assert data.rstrip().endswith(b"data: [DONE]"), data[-200:]
-    text = ""
-    for line in data.decode(errors="replace").split("\n"):
-        line = line.strip()
-        if line.startswith("data: {"):
-            d = json.loads(line[6:])
-            text += d["choices"][0]["delta"].get("content") or ""
+    text = "".join(d["choices"][0]["delta"].get("content") or "" for d in h.sse_events(data) if d != "[DONE]")
     assert text == want, (text, want)
     # a client that leaves mid-stream: the door cuts the engine's connection
     # at once, without waiting for the engine (held stopped meanwhile), and

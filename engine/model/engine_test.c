@@ -1,21 +1,52 @@
 /* engine_test.c: one model on the host backend, end to end: arena, cache,
  * decode loop; outputs identical across release and refill. */
+#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "arena/arena.h"
 #include "engine/model/engine.h"
 #include "tests/t.h"
 
+/* This run's directory, made before main and removed with everything in
+ * it when the process that made it exits; each case (a forked child, which
+ * leaves by _exit) makes its own below it. */
+static char top[64];
+static pid_t top_owner;
 static char dir[256];
 static char arena_path[300];
+
+static int remove_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+	(void)sb;
+	(void)flag;
+	(void)ftw;
+	return remove(path);
+}
+
+__attribute__((constructor)) static void top_make(void)
+{
+	snprintf(top, sizeof top, "/tmp/baton-engine-test.XXXXXX");
+	if (!mkdtemp(top)) {
+		perror("mkdtemp");
+		exit(1);
+	}
+	top_owner = getpid();
+}
+
+__attribute__((destructor)) static void top_remove(void)
+{
+	if (top[0] && getpid() == top_owner)
+		nftw(top, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+}
 
 /* A small synthetic model in a fresh directory, and a fresh host device. */
 static void setup(uint32_t dtype, uint64_t hostdev_mib)
 {
-	snprintf(dir, sizeof dir, "/tmp/baton-engine-test.XXXXXX");
+	snprintf(dir, sizeof dir, "%s/case.XXXXXX", top);
 	T_ASSERT(mkdtemp(dir) != NULL);
 	snprintf(arena_path, sizeof arena_path, "%s/m.arena", dir);
 	struct baton_synth_params p = {

@@ -5,20 +5,6 @@
 . tests/lib.sh
 B=$BIN/baton-model-bench
 
-fail() { echo "$*"; exit 1; }
-
-expect() {
-	want=$1; shift
-	set +e
-	"$@" >"$T_TMP/out" 2>&1
-	got=$?
-	set -e
-	if [ "$got" -ne "$want" ]; then
-		cat "$T_TMP/out"; fail "exit $got, want $want: $*"
-	fi
-}
-says() { grep -q -- "$1" "$T_TMP/out" || { cat "$T_TMP/out"; fail "output lacks '$1'"; }; }
-
 arena() {
 	$BIN/baton-arena create --synthetic-arch qwen3_moe --layers 2 --experts 8 --top-k 2 \
 		--d-model 256 --d-ff 256 --heads 4 --kv-heads 2 --head-dim 64 --vocab 1000 \

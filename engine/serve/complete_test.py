@@ -18,7 +18,9 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
+ROOT = os.path.dirname(os.path.abspath(__file__))
+while not os.path.isfile(os.path.join(ROOT, "tests", "harness.py")) and ROOT != "/":
+    ROOT = os.path.dirname(ROOT)  # the tree's root, from a test at any depth
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 import harness as h  # noqa: E402
 
@@ -27,10 +29,7 @@ SAMPLES = json.load(open(os.path.join(MODELS, "samples.json")))["samples"]
 
 
 def model_arena(c, model):
-    path = os.path.join(c.dir, model + ".arena")
-    subprocess.run([h.ARENA, "create", "--safetensors", os.path.join(MODELS, model), path],
-                   check=True, stdout=subprocess.DEVNULL, timeout=120)
-    return path
+    return h.model_arena(model)
 
 
 def ids(rep):

@@ -19,7 +19,10 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "tests"))
+ROOT = os.path.dirname(os.path.abspath(__file__))
+while not os.path.isfile(os.path.join(ROOT, "tests", "harness.py")) and ROOT != "/":
+    ROOT = os.path.dirname(ROOT)  # the tree's root, from a test at any depth
+sys.path.insert(0, os.path.join(ROOT, "tests"))
 import arena_gguf_writer as gw  # noqa: E402
 from harness import ARENA, EngineCase, call, ok, run_cases  # noqa: E402
 

@@ -20,17 +20,17 @@ backend).
     and the next request brings them back with the same answers.
 The last line is "N passed, N failed".
 """
-import http.client
 import json
 import os
 import socket
 import subprocess
 import sys
 import threading
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
+ROOT = os.path.dirname(os.path.abspath(__file__))
+while not os.path.isfile(os.path.join(ROOT, "tests", "harness.py")) and ROOT != "/":
+    ROOT = os.path.dirname(ROOT)  # the tree's root, from a test at any depth
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 import harness as h  # noqa: E402
 
@@ -39,11 +39,7 @@ QUESTIONS = ["Tell me of light.", "Who was Moses?", "What is love?", "Speak of t
 
 
 def model_arena(c):
-    path = os.path.join(c.dir, MODEL + ".arena")
-    if not os.path.exists(path):
-        subprocess.run([h.ARENA, "create", "--safetensors", os.path.join(ROOT, "models", MODEL), path],
-                       check=True, stdout=subprocess.DEVNULL, timeout=120)
-    return path
+    return h.model_arena(MODEL)
 
 
 def engine(c, name, *flags, broker=False, host_mib=64):
@@ -64,32 +60,7 @@ def chat(question, seed=5, temperature=0.8, max_tokens=24, stream=False, **more)
 
 
 def sse(http_, path, body, on_open=None):
-    """POSTs a streamed request; returns (events, arrival times): each
-    event the parsed JSON of one `data:` line ("[DONE]" as is)."""
-    c = http.client.HTTPConnection(http_.host, http_.port, timeout=60)
-    hdr = {"Content-Type": "application/json"}
-    if http_.token:
-        hdr["Authorization"] = "Bearer " + http_.token
-    c.request("POST", path, body=json.dumps(body), headers=hdr)
-    r = c.getresponse()
-    assert r.status == 200, (r.status, r.read())
-    assert r.getheader("Content-Type").startswith("text/event-stream"), r.getheaders()
-    events, times = [], []
-    if on_open:
-        on_open(r)
-    while True:
-        line = r.readline()
-        if not line:
-            break
-        line = line.decode().rstrip("\n")
-        if not line:
-            continue
-        assert line.startswith("data: "), line
-        data = line[6:]
-        events.append(data if data == "[DONE]" else json.loads(data))
-        times.append(time.time())
-    c.close()
-    return events, times
+    return http_.sse(path, body, on_open=on_open)
 
 
 def chat_text(events):

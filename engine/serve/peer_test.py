@@ -12,7 +12,10 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests"))
+ROOT = os.path.dirname(os.path.abspath(__file__))
+while not os.path.isfile(os.path.join(ROOT, "tests", "harness.py")) and ROOT != "/":
+    ROOT = os.path.dirname(ROOT)  # the tree's root, from a test at any depth
+sys.path.insert(0, os.path.join(ROOT, "tests"))
 from harness import ENGINE, ERR, EngineCase, call, err, hostdev_charged, ok, run_cases  # noqa: E402
 
 MIB = 1 << 20
