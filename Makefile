@@ -26,9 +26,9 @@ CUDA    ?= 1
 endif
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 
-COMPONENTS := proto arena text http engine broker
+COMPONENTS := proto/base proto arena text http engine broker
 # Link order: a component may use only those after it.
-LINK_ORDER := broker engine http text arena proto
+LINK_ORDER := broker engine http text arena proto proto/base
 
 CC      ?= cc
 CFLAGS  ?= -O2 -g
@@ -71,7 +71,7 @@ FUZZ_SRCS := $(foreach c,$(COMPONENTS),$(filter %_fuzz.c,$(call srcs_of,$(c))))
 CU_SRCS   := $(if $(filter 1,$(CUDA)),$(foreach c,$(COMPONENTS),$(wildcard $(c)/*.cu)))
 
 obj  = $(addprefix $(BUILD)/obj/,$(1:.c=.o))
-LIBS := $(foreach c,$(LINK_ORDER),$(if $(call lib_srcs,$(c)),$(BUILD)/lib/libbaton_$(c).a))
+LIBS := $(foreach c,$(LINK_ORDER),$(if $(call lib_srcs,$(c)),$(BUILD)/lib/libbaton_$(subst /,_,$(c)).a))
 PROGS := $(foreach m,$(MAIN_SRCS),$(BUILD)/bin/$(patsubst main_%.c,%,$(notdir $(m))))
 TESTS := $(foreach t,$(TEST_SRCS),$(BUILD)/test/$(subst /,_,$(patsubst %_test.c,%,$(t))))
 
@@ -123,7 +123,7 @@ $(BUILD)/obj/gen/%.o: $(BUILD)/gen/%.c
 	$(CC) $(CFLAGS) -c $< -o $@
 
 define LIB_RULE
-$(BUILD)/lib/libbaton_$(1).a: $(call obj,$(call lib_srcs,$(1))) \
+$(BUILD)/lib/libbaton_$(subst /,_,$(1)).a: $(call obj,$(call lib_srcs,$(1))) \
     $(if $(filter engine,$(1)),$(CU_GEN:$(BUILD)/gen/%.c=$(BUILD)/obj/gen/%.o))
 	@mkdir -p $$(@D)
 	rm -f $$@ && ar rcs $$@ $$^

@@ -12,7 +12,7 @@
 #include "arena/arena.h"
 #include "engine/generate.h"
 #include "engine/model.h"
-#include "proto/err.h"
+#include "proto/base/base.h"
 
 #define MAX_EOS 8
 

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "engine/openai.h"
-#include "proto/err.h"
+#include "proto/base/base.h"
 
 #define INVALID "invalid_request_error"
 

@@ -16,7 +16,7 @@
 #include "engine/openai.h"
 #include "engine/sched.h"
 #include "http/http.h"
-#include "proto/err.h"
+#include "proto/base/base.h"
 
 struct oai_server {
 	struct baton_http *http;

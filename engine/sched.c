@@ -13,7 +13,7 @@
 
 #include "engine/model.h"
 #include "engine/sched.h"
-#include "proto/err.h"
+#include "proto/base/base.h"
 
 struct job {
 	struct job *next;               /* the waiting queue, or the done list */

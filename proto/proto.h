@@ -114,7 +114,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "proto/err.h"
+#include "proto/base/base.h"
 
 /* ---- limits ----------------------------------------------------------------- */
 

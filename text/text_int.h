@@ -17,7 +17,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
-#include "proto/err.h"
+#include "proto/base/base.h"
 #include "text/text.h"
 
 /* ---- small helpers (util.c) ------------------------------------------------- */
