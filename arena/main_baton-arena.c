@@ -115,19 +115,12 @@ struct bar {
 	bool drawn;
 };
 
-static double mono_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 /* "[#########...........]  45%  1.01 GiB of 2.25 GiB  812.00 MiB/s  4s left  NAME.arena",
  * on stderr, at most every 0.1 s and once at 100%. */
 static void bar_step(void *ctx, uint64_t done, uint64_t total)
 {
 	struct bar *b = ctx;
-	double now = mono_s();
+	double now = baton_now_s();
 	if (done < total && now - b->last < 0.1 && b->drawn)
 		return;
 	b->last = now;
@@ -358,7 +351,7 @@ static int cmd_create(int argc, char **argv)
 
 	char err[1024] = "";
 	struct baton_create_result res;
-	struct bar bar = { .path = path, .t0 = mono_s() };
+	struct bar bar = { .path = path, .t0 = baton_now_s() };
 	const char *term = getenv("TERM");
 	if (isatty(STDERR_FILENO) && !(term && strcmp(term, "dumb") == 0)) {
 		co.progress = bar_step; /* piped or logged: nothing */
@@ -634,9 +627,9 @@ static int cmd_verify(int argc, char **argv)
 		return 1;
 	char err[1024] = "";
 	uint64_t bad = 0;
-	double t0 = arena_now();
+	double t0 = baton_now_s();
 	int rc = arena_verify(a, &bad, err, sizeof err);
-	double dt = arena_now() - t0;
+	double dt = baton_now_s() - t0;
 	uint64_t n = (uint64_t)arena_shape(a)->layers * arena_shape(a)->experts;
 	if (rc) {
 		fprintf(stderr, "baton-arena: verify %s: %s: %s; %" PRIu64 " bad entr%s\n", path,

@@ -143,13 +143,6 @@ struct broker_door {
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct broker_door *g_door;
 
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 /* ---- answers in OpenAI's error shape ----------------------------------------------- */
 
 static void reply_error(struct baton_http_req *r, int status, const char *type, const char *param,
@@ -385,7 +378,7 @@ static void *proxy(void *arg)
 			ok = s != NULL;
 			while (s && (n = door_up_read(up, buf, sizeof buf, UPSTREAM_TIMEOUT_MS)) != 0) {
 				if (t_first < 0 && n > 0)
-					t_first = now_s();
+					t_first = baton_now_s();
 				if (n < 0 || http_stream_write(s, buf, (size_t)n) != 0) {
 					ok = false;
 					break;
@@ -402,7 +395,7 @@ static void *proxy(void *arg)
 	struct deng *e = &d->eng[q->eng];
 	if (e->inflight)
 		e->inflight--;
-	e->last_done = now_s();
+	e->last_done = baton_now_s();
 	struct dmodel *m = &d->models[q->model];
 	if (ok) {
 		m->served++;
@@ -428,7 +421,7 @@ static bool forward(struct broker_door *d, struct dreq *q, int ei)
 {
 	struct deng *e = &d->eng[ei];
 	q->eng = ei;
-	q->t_fwd = now_s();
+	q->t_fwd = baton_now_s();
 	snprintf(q->url, sizeof q->url, "%s", e->http);
 	e->inflight++;
 	e->used = true;
@@ -473,16 +466,16 @@ static void *refill_thread(void *arg)
 	m.name = j->name;
 	proto_set(&m, PF_NAME);
 	struct cmd_ctx c = { 0 };
-	double t0 = now_s();
+	double t0 = baton_now_s();
 	broker_call(d->b, &m, on_cmd, &c);
-	double refill_ms = (now_s() - t0) * 1e3;
+	double refill_ms = (baton_now_s() - t0) * 1e3;
 	refresh(d); /* the victim's release and the target's state, before anything is forwarded */
 	pthread_mutex_lock(&d->mu);
 	struct ddev *v = &d->devs[j->dev];
 	struct deng *e = &d->eng[j->eng];
 	int mi = model_of(d, e->model, false);
 	char reason[512];
-	double total_ms = (now_s() - v->sw_t0) * 1e3;
+	double total_ms = (baton_now_s() - v->sw_t0) * 1e3;
 	double drain_ms = (v->drained_at - v->sw_t0) * 1e3;
 	const char *from = v->from >= 0 ? d->eng[v->from].name : "";
 	bool counted = v->from >= 0 && v->from != j->eng;
@@ -491,7 +484,7 @@ static void *refill_thread(void *arg)
 		if (e->resident < e->ceiling)
 			e->resident = e->ceiling; /* the refill's answer; the next status says the same */
 		v->holder = j->eng;
-		v->holder_since = now_s();
+		v->holder_since = baton_now_s();
 		if (counted) {
 			v->switches++;
 			d->switches_total++;
@@ -776,7 +769,7 @@ static void *dispatch(void *arg)
 	struct broker_door *d = arg;
 	pthread_mutex_lock(&d->mu);
 	while (!d->stop) {
-		double now = now_s();
+		double now = baton_now_s();
 		if (now >= d->next_refresh) {
 			d->next_refresh = now + REFRESH_S;
 			pthread_mutex_unlock(&d->mu);
@@ -784,7 +777,7 @@ static void *dispatch(void *arg)
 			pthread_mutex_lock(&d->mu);
 			if (d->stop)
 				break;
-			now = now_s();
+			now = baton_now_s();
 		}
 		struct outbox ob = { 0 };
 		round_(d, now, &ob);
@@ -814,21 +807,10 @@ static void *dispatch(void *arg)
 			continue;
 		}
 		/* sleep until the next status, or a change (a request, an end) */
-		double wake = d->next_refresh;
-		struct timespec ts;
-		clock_gettime(CLOCK_MONOTONIC, &ts);
-		double dt = wake - now_s();
+		double dt = d->next_refresh - baton_now_s();
 		if (dt > 0.05)
 			dt = 0.05; /* quanta and keep-alives are looked at this often */
-		if (dt < 0)
-			dt = 0;
-		ts.tv_sec += (time_t)dt;
-		ts.tv_nsec += (long)((dt - floor(dt)) * 1e9);
-		if (ts.tv_nsec >= 1000000000L) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000L;
-		}
-		pthread_cond_timedwait(&d->cv, &d->mu, &ts);
+		baton_cond_wait_for(&d->cv, &d->mu, dt);
 	}
 	pthread_mutex_unlock(&d->mu);
 	return NULL;
@@ -1006,7 +988,7 @@ bool broker_door_route(struct broker_door *d, struct baton_http_req *r)
 	q->body = body;
 	q->len = len;
 	q->stream = stream;
-	q->t_in = now_s();
+	q->t_in = baton_now_s();
 	q->eng = -1;
 	/* before anyone else may answer it: a client that leaves from here on
 	 * is seen (by id; a request not queued yet is looked for in vain, and
@@ -1060,7 +1042,7 @@ void broker_door_metrics(struct broker_door *d, FILE *f)
 	if (!d)
 		return;
 	pthread_mutex_lock(&d->mu);
-	double now = now_s();
+	double now = baton_now_s();
 	fprintf(f, "# HELP baton_door_queue_depth Front door: requests waiting for an engine, per model.\n"
 	    "# TYPE baton_door_queue_depth gauge\n");
 	for (size_t i = 0; i < d->n_models; i++) {
@@ -1184,12 +1166,8 @@ int broker_door_open(struct broker *b, const struct broker_config *cfg, struct b
 		return BATON_ENOMEM;
 	}
 	pthread_mutex_init(&d->mu, NULL);
-	pthread_condattr_t ca;
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&d->cv, &ca);
-	pthread_condattr_destroy(&ca);
-	pthread_cond_init(&d->idle_cv, NULL);
+	baton_cond_init(&d->cv);
+	baton_cond_init(&d->idle_cv);
 	pthread_mutex_lock(&g_mu);
 	if (!g_door)
 		g_door = d;
@@ -1237,14 +1215,7 @@ void broker_door_close(struct broker_door *d)
 	while (d->helpers) {
 		for (struct dreq *q = d->fwd; q; q = q->next)
 			door_up_cancel(q->up);
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += 100000000L;
-		if (ts.tv_nsec >= 1000000000L) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000L;
-		}
-		pthread_cond_timedwait(&d->idle_cv, &d->mu, &ts);
+		baton_cond_wait_for(&d->idle_cv, &d->mu, 0.1);
 	}
 	pthread_mutex_unlock(&d->mu);
 	pthread_mutex_destroy(&d->mu);

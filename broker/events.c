@@ -97,7 +97,7 @@ void br_event_fill(struct broker *b, struct baton_msg *ev, const char *kind, con
     const char *reason, double ms, uint64_t bytes)
 {
 	ev->seq = ++b->seq;
-	ev->time_ms = wall_ms();
+	ev->time_ms = baton_wall_ms();
 	ev->kind = kind;
 	ev->engine = e ? e->name : "";
 	ev->gpu = e ? b->gpus[e->gpu].uuid : "";

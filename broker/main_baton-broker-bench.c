@@ -46,13 +46,6 @@ extern char **environ;
 
 #define MIB (1024.0 * 1024.0)
 
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 
 static struct {
@@ -122,8 +115,8 @@ static pid_t spawn(char *const argv[], const char *log, int wait_ready, double t
 	}
 	char buf[512];
 	size_t n = 0;
-	double end = now_s() + timeout_s;
-	while (now_s() < end) {
+	double end = baton_now_s() + timeout_s;
+	while (baton_now_s() < end) {
 		struct pollfd pf = { .fd = p[0], .events = POLLIN };
 		if (poll(&pf, 1, 100) <= 0)
 			continue;
@@ -197,7 +190,7 @@ static int call(struct proto_client *cli, struct baton_msg *req, struct baton_ms
 static double round_trips(struct proto_client *cli, enum proto_op op, const char *name, size_t n,
     double *v)
 {
-	double t_all = now_s();
+	double t_all = baton_now_s();
 	for (size_t i = 0; i < n; i++) {
 		struct baton_msg req, rep;
 		proto_msg_init(&req, op);
@@ -205,12 +198,12 @@ static double round_trips(struct proto_client *cli, enum proto_op op, const char
 			req.name = name;
 			proto_set(&req, PF_NAME);
 		}
-		double t0 = now_s();
+		double t0 = baton_now_s();
 		call(cli, &req, &rep);
-		v[i] = (now_s() - t0) * 1e3;
+		v[i] = (baton_now_s() - t0) * 1e3;
 		proto_msg_free(&rep);
 	}
-	return now_s() - t_all;
+	return baton_now_s() - t_all;
 }
 
 static double gen_ms(struct proto_client *cli, uint64_t seed)
@@ -220,9 +213,9 @@ static double gen_ms(struct proto_client *cli, uint64_t seed)
 	req.steps = 1;
 	req.batch = 1;
 	req.seed = seed;
-	double t0 = now_s();
+	double t0 = baton_now_s();
 	call(cli, &req, &rep);
-	double ms = (now_s() - t0) * 1e3;
+	double ms = (baton_now_s() - t0) * 1e3;
 	proto_msg_free(&rep);
 	return ms;
 }
@@ -231,8 +224,8 @@ static double gen_ms(struct proto_client *cli, uint64_t seed)
 static int next_handoff(struct proto_sub *sub, const char *to, double *decide, double *release,
     double *refill, double *total)
 {
-	double end = now_s() + 10;
-	while (now_s() < end) {
+	double end = baton_now_s() + 10;
+	while (baton_now_s() < end) {
 		struct baton_msg ev;
 		if (proto_sub_recv(sub, &ev, 1000, NULL) != 0)
 			continue;
@@ -430,10 +423,10 @@ int main(int argc, char **argv)
 		proto_msg_init(&req, PROTO_OP_HANDOFF);
 		req.from = to_b ? "a" : "b";
 		req.to = to_b ? "b" : "a";
-		double t0 = now_s();
+		double t0 = baton_now_s();
 		call(broker, &req, &rep);
 		hg[i] = gen_ms(to_b ? eb : ea, i);
-		hs[i] = (now_s() - t0) * 1e3;
+		hs[i] = (baton_now_s() - t0) * 1e3;
 		hd[i] = rep.decide_ms;
 		hr[i] = rep.release_ms;
 		hf[i] = rep.refill_ms;

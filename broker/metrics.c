@@ -58,9 +58,7 @@ struct broker_metrics *broker_metrics_new(void)
 		return NULL;
 	}
 	pthread_mutex_init(&m->mu, NULL);
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	m->start_time = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+	m->start_time = baton_wall_s();
 	return m;
 }
 

@@ -24,7 +24,7 @@ struct op *br_op_new(struct broker *b, enum op_kind kind, struct waiter *w,
 		o->w = w;
 		o->req_op = req->op;
 		o->req_id = req->id;
-		o->t0 = now_s();
+		o->t0 = baton_now_s();
 		o->deadline = o->t0 + b->cfg.acquire_wait_ms / 1e3;
 		return o;
 	}
@@ -40,7 +40,7 @@ void br_op_fail(struct broker *b, struct op *o, int err, const char *fmt, ...)
 	va_end(ap);
 	struct eng *e = br_eng_get(b, o->target);
 	if (o->kind == OP_ACQUIRE || o->kind == OP_REFILL || o->kind == OP_HANDOFF)
-		br_publish(b, "deny", e, text, (now_s() - o->t0) * 1e3, o->bytes);
+		br_publish(b, "deny", e, text, (baton_now_s() - o->t0) * 1e3, o->bytes);
 	if (o->granted && e && e->st == ES_LIVE) {
 		/* Its command failed: the grant goes back now, not after
 		 * GRANT_TTL_S; what the engine did map, its status says. */
@@ -96,13 +96,13 @@ void br_eng_dead(struct broker *b, struct eng *e, const char *why, bool clean)
 	uint64_t loan = e->has_peer ? e->peer_mapped + e->peer_grant : 0;
 	struct eref ref = br_eref_of(b, e);
 	e->st = ES_DEAD;
-	b->gpus[e->gpu].death_at = now_s();
+	b->gpus[e->gpu].death_at = baton_now_s();
 	snprintf(e->state, sizeof e->state, "%s", clean ? "stopped" : "dead");
 	e->mapped = e->resident = e->grant = 0;
 	e->in_flight = false;
 	e->probing = false;
 	if (e->busy)
-		e->idle_since = now_s(); /* its last request ended with it */
+		e->idle_since = baton_now_s(); /* its last request ended with it */
 	e->busy = false;
 	br_eng_forget_conn(e);
 	br_watch_remove(b, ref);
@@ -126,7 +126,7 @@ void br_eng_dead(struct broker *b, struct eng *e, const char *why, bool clean)
 		else if (o->kind == OP_HANDOFF && o->victim.slot == ref.slot && o->victim.gen == ref.gen &&
 		    o->phase == P_VICTIM_WAIT) {
 			o->phase = P_WAIT; /* its memory is free now */
-			o->t_victim_done = now_s();
+			o->t_victim_done = baton_now_s();
 		}
 	}
 	if (clean) {

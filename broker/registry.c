@@ -230,7 +230,7 @@ static void learn_other(struct broker *b, struct eng *e, uint64_t dev_free)
 	 * which no longer counts in `mapped`: it would pass for `other` and
 	 * stay until the next quiet report. A death only frees memory, so
 	 * `other` may fall then, not rise. */
-	if (other > g->other && now_s() - g->death_at < DEATH_SETTLE_S)
+	if (other > g->other && baton_now_s() - g->death_at < DEATH_SETTLE_S)
 		return;
 	g->other = other;
 }

@@ -32,7 +32,7 @@ void br_on_done(struct broker *b, struct item *it)
 	}
 	struct eng *e = br_eng_live(b, tag.eng);
 	struct op *o = br_op_by_seq(b, tag.op_seq);
-	double now = now_s();
+	double now = baton_now_s();
 	if (e && e->job_id == it->job_id) {
 		e->in_flight = false;
 		e->copied = e->to_copy = 0; /* its copy, if any, is over */
@@ -221,6 +221,6 @@ static void on_probe(struct broker *b, struct item *it, const struct jobtag *tag
 		return;
 	struct item lost = { .kind = IT_DONE, .job_id = tag->probed, .rc = BATON_ETIMEDOUT, .lost = true };
 	snprintf(lost.err, sizeof lost.err, "no reply after %.1f s, and the engine is %s at epoch %" PRIu64
-	    ": the reply or the command was lost", now_s() - e->job_t0, r->state, r->epoch);
+	    ": the reply or the command was lost", baton_now_s() - e->job_t0, r->state, r->epoch);
 	br_on_done(b, &lost);
 }

@@ -35,13 +35,6 @@
 #define MIB (1024ull * 1024ull)
 #define GIB (1024ull * MIB)
 
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 static void die(const char *what, int rc, const char *msg)
 {
 	fprintf(stderr, "baton-bench: %s: %s%s%s\n", what, baton_strerror(rc),
@@ -83,18 +76,18 @@ static double measure_ceiling(const struct baton_backend *be, struct baton_dev *
 	int rc = be->reserve(dev, span, &base);
 	if (rc)
 		die("reserve for the ceiling", rc, NULL);
-	double t0 = now_s();
+	double t0 = baton_now_s();
 	for (uint64_t off = 0; off < span; off += seg)
 		if ((rc = be->map(dev, base + off, seg)) != 0)
 			die("map for the ceiling", rc, NULL);
-	*map_s = now_s() - t0;
+	*map_s = baton_now_s() - t0;
 	double best = 0;
 	for (int i = 0; i < 4; i++) {
 		struct baton_copy c = { .dst = base, .src = src, .bytes = bytes };
-		t0 = now_s();
+		t0 = baton_now_s();
 		if ((rc = be->copy_h2d(dev, &c, 1)) != 0 || (rc = be->sync(dev)) != 0)
 			die("ceiling copy", rc, NULL);
-		double gbps = (double)bytes / (now_s() - t0) / 1e9;
+		double gbps = (double)bytes / (baton_now_s() - t0) / 1e9;
 		if (i == 0)
 			*fresh_gbps = gbps; /* the first copy lands in fresh memory */
 		else if (gbps > best)
@@ -121,10 +114,10 @@ static double measure_bare_unmap(const struct baton_backend *be, struct baton_de
 	struct baton_copy c = { .dst = base, .src = src, .bytes = src_bytes < seg * n ? src_bytes : seg * n };
 	if ((rc = be->copy_h2d(dev, &c, 1)) != 0 || (rc = be->sync(dev)) != 0)
 		die("copy for bare unmap", rc, NULL);
-	double t0 = now_s();
+	double t0 = baton_now_s();
 	for (uint64_t i = 0; i < n; i++)
 		be->unmap(dev, base + i * seg, seg);
-	double dt = now_s() - t0;
+	double dt = baton_now_s() - t0;
 	be->unreserve(dev, base, seg * n);
 	return dt;
 }
@@ -142,18 +135,18 @@ static void measure_naive(const struct baton_backend *be, struct baton_dev *dev,
 	memcpy(pageable, arena_src, bytes);
 	if ((rc = be->alloc(dev, bytes, &p)) != 0)
 		die("alloc for the naive path", rc, NULL);
-	double t0 = now_s();
+	double t0 = baton_now_s();
 	be->free(dev, p);
-	*free_s = now_s() - t0;
-	t0 = now_s();
+	*free_s = baton_now_s() - t0;
+	t0 = baton_now_s();
 	if ((rc = be->alloc(dev, bytes, &p)) != 0)
 		die("alloc for the naive path", rc, NULL);
-	*alloc_s = now_s() - t0;
+	*alloc_s = baton_now_s() - t0;
 	struct baton_copy c = { .dst = p, .src = pageable, .bytes = bytes };
-	t0 = now_s();
+	t0 = baton_now_s();
 	if ((rc = be->copy_h2d(dev, &c, 1)) != 0 || (rc = be->sync(dev)) != 0)
 		die("naive copy", rc, NULL);
-	*copy_gbps = (double)bytes / (now_s() - t0) / 1e9;
+	*copy_gbps = (double)bytes / (baton_now_s() - t0) / 1e9;
 	be->free(dev, p);
 	free(pageable);
 }
@@ -409,13 +402,13 @@ int main(int argc, char **argv)
 	}
 
 	/* Pinning cost: the engine pins the arena once at open. */
-	double t0 = now_s();
+	double t0 = baton_now_s();
 	struct baton_engine *e;
 	char err[512] = "";
 	int rc = engine_open(&cfg, &e, err, sizeof err);
 	if (rc)
 		die("opening the engine", rc, err);
-	double open_s = now_s() - t0;
+	double open_s = baton_now_s() - t0;
 	struct baton_engine_info info;
 	engine_info(e, &info);
 	struct baton_cache *c = engine_cache(e);
@@ -431,12 +424,12 @@ int main(int argc, char **argv)
 
 	/* What one device memory query costs (the cache reads it to respect
 	 * the reserve). */
-	double t_mi = now_s();
+	double t_mi = baton_now_s();
 	for (int i = 0; i < 100; i++) {
 		uint64_t f, t;
 		be->mem_info(dev, &f, &t);
 	}
-	double mem_info_ms = (now_s() - t_mi) * 1e3 / 100;
+	double mem_info_ms = (baton_now_s() - t_mi) * 1e3 / 100;
 	uint64_t cache_bytes = st.mapped_bytes;
 	uint64_t nseg = st.mapped_bytes / st.segment_bytes;
 	printf("baton-bench: backend %s, device %s, arena %s\n", info.backend, info.gpu, cfg.arena_path);
@@ -487,10 +480,10 @@ int main(int argc, char **argv)
 		 * which loads what it needs first; the rest follows. */
 		if ((rc = engine_release(e, &r)) != 0)
 			die("release", rc, NULL);
-		double t1 = now_s();
+		double t1 = baton_now_s();
 		if ((rc = engine_gen(e, 1, (uint32_t)batch, 7, NULL, NULL, NULL, NULL)) != 0)
 			die("GEN after release", rc, NULL);
-		first[i] = now_s() - t1;
+		first[i] = baton_now_s() - t1;
 		if ((rc = engine_refill(e, &r)) != 0)
 			die("refill", rc, NULL);
 

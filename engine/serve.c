@@ -104,16 +104,8 @@ static struct {
 	.run_mu = PTHREAD_MUTEX_INITIALIZER,
 	.st_mu = PTHREAD_MUTEX_INITIALIZER,
 	.acq_mu = PTHREAD_MUTEX_INITIALIZER,
-	.yield_cv = PTHREAD_COND_INITIALIZER,
 	.state = "loading",
 };
-
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static void logf_(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void logf_(const char *fmt, ...)
@@ -171,7 +163,7 @@ static void link_state(void *arg, struct broker_link_state *st)
 	st->mapped = g.info.cache.mapped_bytes;
 	st->free_bytes = fr;
 	st->busy = g.active > 0;
-	double idle = now_s() - g.last_active;
+	double idle = baton_now_s() - g.last_active;
 	if (g.sched) {
 		struct sched_stats ss;
 		sched_stats(g.sched, &ss);
@@ -234,7 +226,7 @@ static int refill_model(void)
 {
 	if (!g.gen || !g.released_all)
 		return 0;
-	double t0 = now_s();
+	double t0 = baton_now_s();
 	int rc = model_refill(generator_model(g.gen));
 	if (rc) {
 		logf_("refill of the model's dense weights and KV cache failed: %s", baton_strerror(rc));
@@ -244,7 +236,7 @@ static int refill_model(void)
 	g.released_all = 0;
 	pthread_mutex_unlock(&g.st_mu);
 	logf_("model refilled: %.1f MiB of dense weights and KV cache in %.3f ms",
-	    (double)g.model_bytes / MIB, (now_s() - t0) * 1e3);
+	    (double)g.model_bytes / MIB, (baton_now_s() - t0) * 1e3);
 	return 0;
 }
 
@@ -316,9 +308,9 @@ static int ensure_memory(const char *why, char *err, size_t errlen)
 	need += model_need;
 	pthread_mutex_unlock(&g.run_mu);
 	uint64_t granted = 0, epoch = 0;
-	double t0 = now_s();
+	double t0 = baton_now_s();
 	int rc = broker_link_acquire(g.link, need, &granted, &epoch, err, errlen);
-	double wait_s = now_s() - t0;
+	double wait_s = baton_now_s() - t0;
 	pthread_mutex_lock(&g.run_mu);
 	if (rc && rc != BATON_ECONN) {
 		pthread_mutex_unlock(&g.acq_mu);
@@ -360,15 +352,10 @@ static void gen_yield(void)
 {
 	pthread_mutex_lock(&g.st_mu);
 	for (;;) {
-		double until = g.yield_at + YIELD_S, now = now_s();
+		double until = g.yield_at + YIELD_S, now = baton_now_s();
 		if (g.yield_at == 0 || now >= until || g.stopping)
 			break;
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		double t = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9 + (until - now);
-		ts.tv_sec = (time_t)t;
-		ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
-		pthread_cond_timedwait(&g.yield_cv, &g.st_mu, &ts);
+		baton_cond_wait_until(&g.yield_cv, &g.st_mu, until);
 	}
 	pthread_mutex_unlock(&g.st_mu);
 }
@@ -484,7 +471,7 @@ static int work_begin(struct proto_ctx *ctx, const struct baton_msg *req)
 		pthread_mutex_unlock(&g.run_mu);
 		pthread_mutex_lock(&g.st_mu);
 		int none = --g.active == 0;
-		g.last_active = now_s();
+		g.last_active = baton_now_s();
 		pthread_mutex_unlock(&g.st_mu);
 		if (none)
 			broker_link_poke(g.link);
@@ -499,7 +486,7 @@ static int work_done(int ok)
 	pthread_mutex_lock(&g.st_mu);
 	if (ok)
 		g.requests++;
-	g.last_active = now_s();
+	g.last_active = baton_now_s();
 	int last = --g.active == 0;
 	pthread_mutex_unlock(&g.st_mu);
 	snapshot(NULL);
@@ -524,7 +511,7 @@ static void work_end(int refill_rest)
 		}
 		/* the idle time counts from the end of this work: a refill
 		 * slower than the idle timeout must not be released at once */
-		g.last_active = now_s();
+		g.last_active = baton_now_s();
 		pthread_mutex_unlock(&g.st_mu);
 		snapshot(NULL);
 	}
@@ -611,7 +598,7 @@ static int sched_begin(void *arg, char *err, size_t errlen)
 		snapshot(NULL);
 		pthread_mutex_unlock(&g.run_mu);
 		pthread_mutex_lock(&g.st_mu);
-		g.last_active = now_s();
+		g.last_active = baton_now_s();
 		pthread_mutex_unlock(&g.st_mu);
 		if (g.link)
 			broker_link_poke(g.link);
@@ -626,7 +613,7 @@ static void sched_end(void *arg)
 {
 	(void)arg;
 	pthread_mutex_lock(&g.st_mu);
-	g.last_active = now_s();
+	g.last_active = baton_now_s();
 	pthread_mutex_unlock(&g.st_mu);
 	snapshot(NULL);
 	int rest = !g.link && g.idle_released && g.info.cache.state != BATON_CACHE_READY;
@@ -640,7 +627,7 @@ static int sched_may_admit(void *arg)
 {
 	(void)arg;
 	pthread_mutex_lock(&g.st_mu);
-	int ok = g.yield_at == 0 || now_s() >= g.yield_at + DRAIN_S || g.stopping;
+	int ok = g.yield_at == 0 || baton_now_s() >= g.yield_at + DRAIN_S || g.stopping;
 	pthread_mutex_unlock(&g.st_mu);
 	return ok;
 }
@@ -684,7 +671,7 @@ static void on_complete(struct proto_ctx *ctx, const struct baton_msg *req)
 	}
 	struct complete_wait w = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
 	struct sched_cb cb = { .on_done = complete_done, .arg = &w };
-	double t0 = now_s();
+	double t0 = baton_now_s();
 	rc = sched_submit(g.sched, &c.q, &cb, NULL);
 	if (rc) {
 		completion_free(&c);
@@ -717,7 +704,7 @@ static void on_complete(struct proto_ctx *ctx, const struct baton_msg *req)
 			rep.finish_reason = res->finish;
 			rep.prefill_ms = res->prefill_s * 1e3;
 			rep.decode_ms = res->decode_s * 1e3;
-			rep.total_ms = (now_s() - t0) * 1e3;
+			rep.total_ms = (baton_now_s() - t0) * 1e3;
 			proto_set(&rep, PF_PREFILL_MS);
 			proto_set(&rep, PF_DECODE_MS);
 			proto_set(&rep, PF_TOTAL_MS);
@@ -791,7 +778,7 @@ static void on_control(struct proto_ctx *ctx, const struct baton_msg *req)
 			/* the broker asks again in a moment: hold the next GEN
 			 * back, admit no new sequence until it ran (DRAIN_S) */
 			pthread_mutex_lock(&g.st_mu);
-			g.yield_at = now_s();
+			g.yield_at = baton_now_s();
 			pthread_mutex_unlock(&g.st_mu);
 		}
 		reply_err(ctx, req, BATON_EBUSY, "%s: the engine is serving a request; try again", op);
@@ -823,7 +810,7 @@ static void on_control(struct proto_ctx *ctx, const struct baton_msg *req)
 			 * refills, asking the broker first) */
 			struct baton_model *m = generator_model(g.gen);
 			uint64_t held = model_device_bytes(m);
-			double t0 = now_s();
+			double t0 = baton_now_s();
 			rc = model_release(m);
 			if (rc == 0) {
 				pthread_mutex_lock(&g.st_mu);
@@ -833,7 +820,7 @@ static void on_control(struct proto_ctx *ctx, const struct baton_msg *req)
 				/* and the synthetic GEN path's routers (GEN
 				 * brings them back if it is ever asked) */
 				r.bytes_freed += held + engine_release_gen(g.e);
-				r.total_s += now_s() - t0;
+				r.total_s += baton_now_s() - t0;
 			}
 		}
 	} else if (req->op == PROTO_OP_REFILL) {
@@ -965,7 +952,7 @@ void serve_tick(void)
 	if (g.o.idle_s <= 0)
 		return;
 	pthread_mutex_lock(&g.st_mu);
-	double idle = now_s() - g.last_active;
+	double idle = baton_now_s() - g.last_active;
 	pthread_mutex_unlock(&g.st_mu);
 	if (idle < g.o.idle_s || pthread_mutex_trylock(&g.run_mu) != 0)
 		return;
@@ -1007,6 +994,7 @@ static void close_text(void)
 int serve_open(const struct baton_serve_config *conf)
 {
 	g.o = *conf;
+	baton_cond_init(&g.yield_cv); /* its timed waits run on CLOCK_MONOTONIC */
 	const char *listen = g.o.listen;
 	uint64_t cache_bytes = g.o.cache_mib * MIB;
 	if (g.o.broker && !cache_bytes) {
@@ -1043,7 +1031,7 @@ int serve_open(const struct baton_serve_config *conf)
 		.peer_device = g.o.peer_device,
 	};
 	char err[512] = "";
-	double t0 = now_s();
+	double t0 = baton_now_s();
 	int rc = engine_open(&cfg, &g.e, err, sizeof err);
 	if (rc) {
 		logf_("%s", err);
@@ -1106,7 +1094,7 @@ int serve_open(const struct baton_serve_config *conf)
 	g.ceiling = g.info.cache.target_bytes;
 	logf_("%s on %s (%s): %u layers x %u experts, cache %.1f MiB %s, ready in %.3f s", g.o.arena,
 	    g.info.backend, g.info.gpu, g.info.layers, g.info.experts,
-	    (double)g.info.cache.mapped_bytes / MIB, cache_state_name(g.info.cache.state), now_s() - t0);
+	    (double)g.info.cache.mapped_bytes / MIB, cache_state_name(g.info.cache.state), baton_now_s() - t0);
 	if (g.info.compute_error)
 		logf_("warning: %s; GEN will be refused", g.info.compute_error);
 	if (g.o.use_peer)
@@ -1143,7 +1131,7 @@ int serve_open(const struct baton_serve_config *conf)
 		return BATON_ESERVE_START;
 	}
 	pthread_mutex_lock(&g.st_mu); /* the receivers run already */
-	g.last_active = now_s();
+	g.last_active = baton_now_s();
 	pthread_mutex_unlock(&g.st_mu);
 	logf_("listening on %s", listen);
 	if (g.o.broker) {

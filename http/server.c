@@ -138,13 +138,6 @@ struct baton_http {
 	bool reaper_on;
 };
 
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 /* ---- lifetimes (under h->mu) --------------------------------------------------- */
 
 static void server_free(struct baton_http *h)
@@ -788,7 +781,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
 	r->mhd_done = true;
 	r->conn = NULL;
 	if (r->c)
-		r->c->deadline = now_s() + h->header_timeout_s; /* for the next request */
+		r->c->deadline = baton_now_s() + h->header_timeout_s; /* for the next request */
 	bool ended = r->st == RQ_SENT && (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK || !r->stream);
 	if (!ended || (r->stream && !r->stream->closed))
 		take_gone(r, &fn, &arg);
@@ -816,7 +809,7 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
 			return;
 		k->fd = fi ? fi->connect_fd : -1;
 		pthread_mutex_lock(&h->mu);
-		k->deadline = now_s() + h->header_timeout_s;
+		k->deadline = baton_now_s() + h->header_timeout_s;
 		k->next = h->conns;
 		if (h->conns)
 			h->conns->prev = k;
@@ -886,17 +879,10 @@ static void *reaper(void *arg)
 	size_t cap = 0;
 	pthread_mutex_lock(&h->mu);
 	while (!h->stopping) {
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += REAP_MS * 1000000L;
-		if (ts.tv_nsec >= 1000000000L) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000L;
-		}
-		pthread_cond_timedwait(&h->reap_cv, &h->mu, &ts);
+		baton_cond_wait_for(&h->reap_cv, &h->mu, REAP_MS / 1e3);
 		if (h->stopping)
 			break;
-		double t = now_s();
+		double t = baton_now_s();
 		/* under h->mu, on_connection(CLOSED) has not run: the fd is still theirs */
 		for (struct conn *k = h->conns; k; k = k->next) {
 			if (k->deadline > 0 && t > k->deadline && k->fd >= 0) {
@@ -1058,8 +1044,8 @@ int http_open(const struct baton_http_opts *o, baton_http_fn fn, void *arg, stru
 	h->body_limit = o->body_limit;
 	pthread_mutex_init(&h->mu, NULL);
 	pthread_cond_init(&h->cv, NULL);
-	pthread_cond_init(&h->reap_cv, NULL);
-	pthread_cond_init(&h->sent_cv, NULL);
+	baton_cond_init(&h->reap_cv);
+	baton_cond_init(&h->sent_cv);
 	if (http_guard_init(&h->guard, host, (unsigned)port, o->hosts, o->token, o->token_for_reads != 0,
 	    h->max_body) != 0) {
 		snprintf(err, errlen, "http: a host name or the token is too long, or more than %d names",
@@ -1153,15 +1139,13 @@ void http_close(struct baton_http *h)
 		pthread_join(h->reaper, NULL);
 	if (h->d) {
 		/* give the 503s a moment to go out before the connections close */
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_sec += 1;
+		double until = baton_now_s() + 1;
 		pthread_mutex_lock(&h->mu);
 		for (;;) {
 			bool parked = false;
 			for (struct baton_http_req *r = h->open; r && !parked; r = r->next)
 				parked = !r->mhd_done && r->st == RQ_ANSWER;
-			if (!parked || pthread_cond_timedwait(&h->sent_cv, &h->mu, &ts) != 0)
+			if (!parked || baton_cond_wait_until(&h->sent_cv, &h->mu, until) != 0)
 				break;
 		}
 		pthread_mutex_unlock(&h->mu);
