@@ -66,18 +66,13 @@ static int usage_error(const char *fmt, const char *arg)
 
 static int parse_u64(const char *opt, const char *s, uint64_t max, uint64_t *out)
 {
-	char *end;
-	if (!s || !*s || *s == '-' || *s == '+' || *s == ' ') {
+	uint64_t v;
+	int rc = baton_parse_u64(s, 0, max, &v);
+	if (rc == BATON_EINVAL) {
 		fprintf(stderr, "baton-arena: %s: \"%s\" is not a number\n", opt, s ? s : "");
 		return 2;
 	}
-	errno = 0;
-	unsigned long long v = strtoull(s, &end, 0);
-	if (*end || errno) {
-		fprintf(stderr, "baton-arena: %s: \"%s\" is not a number\n", opt, s);
-		return 2;
-	}
-	if (v > max) {
+	if (rc) {
 		fprintf(stderr, "baton-arena: %s: %s is larger than %" PRIu64 "\n", opt, s, max);
 		return 2;
 	}

@@ -150,25 +150,13 @@ static int fail(struct parse *p, const char *fmt, ...)
 
 static int parse_u64(const char *v, uint64_t max, uint64_t *out)
 {
-	char *end;
-	if (!*v || *v == '-' || *v == '+')
-		return -1;
-	errno = 0;
-	unsigned long long x = strtoull(v, &end, 10);
-	if (errno || *end || x > max)
-		return -1;
-	*out = x;
-	return 0;
+	return baton_parse_u64(v, 0, max, out) ? -1 : 0;
 }
 
 static int parse_i32(const char *v, int32_t *out)
 {
-	char *end;
-	if (!*v)
-		return -1;
-	errno = 0;
-	long long x = strtoll(v, &end, 10);
-	if (errno || *end || x < INT32_MIN || x > INT32_MAX)
+	int64_t x;
+	if (baton_parse_i64(v, INT32_MIN, INT32_MAX, &x))
 		return -1;
 	*out = (int32_t)x;
 	return 0;

@@ -358,16 +358,10 @@ static void do_events(struct broker_http *h, const char *query, struct resp *r)
 			resp_error(r, 400, BATON_EEXTRA, "the only query parameter is since=N");
 			return;
 		}
-		const char *v = query + 6;
-		size_t n = strlen(v);
-		bool ok = n > 0 && n <= 19;
-		for (size_t i = 0; ok && i < n; i++)
-			ok = v[i] >= '0' && v[i] <= '9';
-		if (!ok) {
+		if (baton_parse_u64(query + 6, 0, UINT64_MAX, &since)) {
 			resp_error(r, 400, BATON_ETYPE, "since: want a whole number (the last seq seen)");
 			return;
 		}
-		since = strtoull(v, NULL, 10);
 	}
 	json_t *arr = json_array();
 	pthread_mutex_lock(&h->mu);

@@ -247,8 +247,12 @@ static int next_handoff(struct proto_sub *sub, const char *to, double *decide, d
 static long opt_long(int argc, char **argv, const char *flag, long dflt)
 {
 	for (int i = 1; i + 1 < argc; i++)
-		if (strcmp(argv[i], flag) == 0)
-			return strtol(argv[i + 1], NULL, 10);
+		if (strcmp(argv[i], flag) == 0) {
+			int64_t v;
+			if (baton_parse_i64(argv[i + 1], INT32_MIN, INT32_MAX, &v))
+				die("%s wants a whole number, not '%s'", flag, argv[i + 1]);
+			return (long)v;
+		}
 	return dflt;
 }
 

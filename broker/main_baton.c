@@ -124,10 +124,8 @@ static void die_usage(const char *fmt, ...)
 
 static uint64_t parse_u64(const char *flag, const char *v, uint64_t max)
 {
-	char *end;
-	errno = 0;
-	unsigned long long x = strtoull(v, &end, 10);
-	if (errno || end == v || *end || v[0] == '-' || x > max)
+	uint64_t x;
+	if (baton_parse_u64(v, 0, max, &x))
 		die_usage("%s wants a whole number up to %" PRIu64 ", not '%s'", flag, max, v);
 	return x;
 }

@@ -44,10 +44,8 @@ static void die(const char *what, int rc, const char *msg)
 
 static uint64_t parse_u64(const char *flag, const char *v)
 {
-	char *end;
-	errno = 0;
-	unsigned long long x = strtoull(v, &end, 10);
-	if (errno || end == v || *end || v[0] == '-') {
+	uint64_t x;
+	if (baton_parse_u64(v, 0, UINT64_MAX, &x)) {
 		fprintf(stderr, "baton-bench: %s wants a non-negative integer, got '%s'\n", flag, v);
 		exit(2);
 	}

@@ -51,10 +51,8 @@ static void die(const char *what, int rc, const char *msg)
 
 static uint64_t parse_u64(const char *flag, const char *v, uint64_t lo, uint64_t hi)
 {
-	char *end;
-	errno = 0;
-	unsigned long long x = strtoull(v, &end, 10);
-	if (errno || end == v || *end || v[0] == '-' || x < lo || x > hi) {
+	uint64_t x;
+	if (baton_parse_u64(v, lo, hi, &x)) {
 		fprintf(stderr, "baton-model-bench: %s wants an integer in %" PRIu64 "..%" PRIu64
 		    ", got '%s'\n", flag, lo, hi, v);
 		exit(2);

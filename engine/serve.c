@@ -198,9 +198,9 @@ static void report(const char *reason, double ms, uint64_t bytes)
 static void test_refill_delay(void)
 {
 	const char *v = getenv("BATON_TEST_REFILL_DELAY_MS");
-	long ms = v ? atol(v) : 0;
-	if (ms > 0 && ms < 60000) {
-		struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+	uint64_t ms = 0;
+	if (v && baton_parse_u64(v, 1, 59999, &ms) == 0) {
+		struct timespec ts = { (time_t)(ms / 1000), (long)(ms % 1000) * 1000000L };
 		nanosleep(&ts, NULL);
 	}
 }
@@ -212,9 +212,9 @@ static void refill_step(void *ctx, uint64_t done, uint64_t total)
 {
 	(void)ctx, (void)done, (void)total;
 	const char *v = getenv("BATON_TEST_REFILL_STEP_MS");
-	long ms = v ? atol(v) : 0;
-	if (ms > 0 && ms < 60000) {
-		struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+	uint64_t ms = 0;
+	if (v && baton_parse_u64(v, 1, 59999, &ms) == 0) {
+		struct timespec ts = { (time_t)(ms / 1000), (long)(ms % 1000) * 1000000L };
 		nanosleep(&ts, NULL);
 	}
 }

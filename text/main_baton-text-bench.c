@@ -32,9 +32,8 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (argc > 2 && !strcmp(argv[1], "--repeat")) {
-		char *end;
-		long r = strtol(argv[2], &end, 10);
-		repeat = *argv[2] && !*end && r > 0 && r <= 1000000 ? (int)r : 0;
+		uint64_t r;
+		repeat = baton_parse_u64(argv[2], 1, 1000000, &r) ? 0 : (int)r;
 		a = 3;
 	}
 	if (a < argc && argv[a][0] == '-' && argv[a][1]) {
