@@ -62,7 +62,6 @@
 #define RECEIVERS 64
 #define WORKERS 8
 #define MAX_OPS 512
-#define MIB (1024ull * 1024ull)
 #define BUSY_RETRY_S 0.005     /* ask a busy engine again after this */
 #define ERROR_RETRY_S 0.1      /* after a failed command */
 #define GRANT_TTL_S 30.0       /* a grant never reported used is dropped */

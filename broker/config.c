@@ -27,7 +27,6 @@
 
 #include "broker/broker.h"
 
-#define MIB (1024ull * 1024ull)
 
 void broker_config_defaults(struct broker_config *c)
 {
@@ -376,9 +375,9 @@ static int handler(void *user, const char *section, const char *key, const char 
 			if (parse_u64(value, UINT64_C(1) << 30, &u))
 				return fail(p, "%s = '%s': want a whole number of MiB", key, value);
 			if (key[0] == 'r')
-				g->reserve_bytes = u * MIB;
+				g->reserve_bytes = u * BATON_MIB;
 			else
-				g->total_bytes = u * MIB;
+				g->total_bytes = u * BATON_MIB;
 		} else if (strcmp(key, "lend") == 0) {
 			bool lend;
 			if (parse_bool(value, &lend))

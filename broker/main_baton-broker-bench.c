@@ -44,7 +44,6 @@
 
 extern char **environ;
 
-#define MIB (1024.0 * 1024.0)
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 
@@ -344,7 +343,7 @@ int main(int argc, char **argv)
 	struct stat st;
 	if (stat(arena, &st) != 0)
 		die("no arena");
-	double model_mib = (double)st.st_size / MIB;
+	double model_mib = (double)st.st_size / BATON_MIB;
 	/* a device for one whole cache and a half */
 	long dev_mib = (long)(model_mib * 1.5) + 64;
 
@@ -400,7 +399,7 @@ int main(int argc, char **argv)
 	char device[160] = "";
 	if (rep.gpus.n)
 		snprintf(device, sizeof device, "%s, %.0f MiB managed", rep.gpus.v[0].uuid,
-		    (double)rep.gpus.v[0].total / MIB);
+		    (double)rep.gpus.v[0].total / BATON_MIB);
 	proto_msg_free(&rep);
 
 	/* control round trips */
@@ -477,14 +476,14 @@ int main(int argc, char **argv)
 	printf("baton-broker-bench, %s, %s backend (%s), %ld CPUs, host %s\n", date, backend, device, cpus, host);
 	printf("model: %s layers x %s experts, d_model %s, d_ff %s, %s: arena %.1f MiB, cache %.1f MiB "
 	    "(segments of %s MiB)\n\n", layers, experts, d_model, d_ff, dtype, model_mib,
-	    (double)ceiling / MIB, seg);
+	    (double)ceiling / BATON_MIB, seg);
 	printf("control round trip, %zu commands each (%.0f commands/s end to end):\n", n_cmd,
 	    (double)n_cmd / wall);
 	print_stats(stdout, "client -> broker -> engine -> back (refill)", rt);
 	print_stats(stdout, "client -> broker -> back (status)", rt_broker);
 	print_stats(stdout, "client -> engine -> back (status)", rt_engine);
 	printf("\nscripted handoff (baton handoff), %zu, alternating a <-> b, %.1f MiB each:\n", nh,
-	    (double)ceiling / MIB);
+	    (double)ceiling / BATON_MIB);
 	print_stats(stdout, "decide", s_hd);
 	print_stats(stdout, "release (command + acknowledgement)", s_hr);
 	print_stats(stdout, "refill (command + copy + acknowledgement)", s_hf);

@@ -107,10 +107,10 @@ void br_eng_dead(struct broker *b, struct eng *e, const char *why, bool clean)
 	br_eng_forget_conn(e);
 	br_watch_remove(b, ref);
 	br_blog("engine %s (pid %d) %s: %s; %.1f MiB of %s counted free", e->name, e->pid,
-	    clean ? "stopped" : "is dead", why, (double)freed / MIB, b->gpus[e->gpu].uuid);
+	    clean ? "stopped" : "is dead", why, (double)freed / BATON_MIB, b->gpus[e->gpu].uuid);
 	br_publish(b, clean ? "stopped" : "dead", e, why, -1, freed);
 	if (loan) { /* the driver (or the host device) frees a dead process's memory */
-		br_blog("engine %s: its peer tier of %.1f MiB on %s is returned", e->name, (double)loan / MIB,
+		br_blog("engine %s: its peer tier of %.1f MiB on %s is returned", e->name, (double)loan / BATON_MIB,
 		    b->gpus[e->peer_gpu].uuid);
 		br_publish(b, "loan-returned", e, why, -1, loan);
 	}
@@ -144,7 +144,7 @@ uint64_t br_shrink_reserve_mib(struct broker *b, const struct eng *e, uint64_t b
 {
 	struct gpu_view v;
 	br_gpu_view(b, e->gpu, &v);
-	return (v.dev_free + bytes + MIB - 1) / MIB;
+	return (v.dev_free + bytes + BATON_MIB - 1) / BATON_MIB;
 }
 
 static struct jobtag *tag_new(struct broker *b)
@@ -226,7 +226,7 @@ const char *br_busy_what(struct broker *b, const struct eng *e, char *buf, size_
 		snprintf(buf, len, "is busy serving requests");
 	else if (e->to_copy)
 		snprintf(buf, len, "is %s: %.0f%% of %.1f MiB copied", doing,
-		    100.0 * (double)e->copied / (double)e->to_copy, (double)e->to_copy / MIB);
+		    100.0 * (double)e->copied / (double)e->to_copy, (double)e->to_copy / BATON_MIB);
 	else
 		snprintf(buf, len, "is %s", doing);
 	return buf;

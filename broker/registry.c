@@ -114,7 +114,7 @@ size_t br_gpu_find_or_add(struct broker *b, const char *uuid)
 	}
 	gpu_name(b, g);
 	br_blog("device %s: %s, reserve %.0f MiB%s", uuid, g->nvml ? "NVML" : "sizes from its engines",
-	    (double)g->reserve / MIB, g->cap ? ", managed size from the configuration" : "");
+	    (double)g->reserve / BATON_MIB, g->cap ? ", managed size from the configuration" : "");
 	return b->n_gpus++;
 }
 

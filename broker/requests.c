@@ -118,7 +118,7 @@ static void on_register(struct broker *b, struct waiter *w, const struct baton_m
 	rb->m.epoch = ++b->epoch;
 	br_blog("engine %s %s: pid %d, %s, model %s, %s, holds %.1f of %.1f MiB, priority %d%s",
 	    e->name, again ? "registered again" : "registered", pid, g->uuid, e->model, e->state,
-	    (double)e->mapped / MIB, (double)e->ceiling / MIB, br_eng_priority(b, e),
+	    (double)e->mapped / BATON_MIB, (double)e->ceiling / BATON_MIB, br_eng_priority(b, e),
 	    br_eng_pinned(b, e) ? ", pinned" : "");
 	br_publish(b, again ? "reconnect" : "register", e, m->model, -1, e->mapped);
 	br_waiter_done(w);
@@ -207,7 +207,7 @@ static void on_report(struct broker *b, struct waiter *w, const struct baton_msg
 		    e->ho_from, e->ho_decide_ms, e->ho_release_ms, refill);
 		char rate[48];
 		br_blog("handoff to %s %s, total %.3f ms, %.1f MiB copied%s", e->name, why, (baton_now_s() - e->ho_t0) * 1e3,
-		    (double)m->bytes / MIB, br_rate(m->bytes, refill, rate, sizeof rate));
+		    (double)m->bytes / BATON_MIB, br_rate(m->bytes, refill, rate, sizeof rate));
 		br_publish_handoff(b, e, why, (baton_now_s() - e->ho_t0) * 1e3, moved, e->ho_decide_ms, e->ho_release_ms,
 		    refill);
 		e->ho_pending = false;

@@ -64,7 +64,7 @@ void br_on_done(struct broker *b, struct item *it)
 			e->peer_retry_after = now + (!tag.victim && e->peer_mapped < tag.bytes ? LEND_BACKOFF_S :
 			    LEND_PAUSE_S);
 			br_blog("engine %s: %s on %s: holds %.1f MiB there (%s)", e->name, word,
-			    b->gpus[e->peer_gpu].uuid, (double)e->peer_mapped / MIB, tag.reason);
+			    b->gpus[e->peer_gpu].uuid, (double)e->peer_mapped / BATON_MIB, tag.reason);
 			br_publish(b, word, e, tag.reason, r->ms, br_moved(peer_before, e->peer_mapped));
 		} else {
 			br_log_move(e->name, word, tag.reason, r->ms, r->bytes, e->mapped);
@@ -157,7 +157,7 @@ void br_on_done(struct broker *b, struct item *it)
 					br_blog("handoff %s -> %s (%s): decide %.3f ms, release %.3f ms, refill %.3f ms, total %.3f ms, "
 					    "%.1f MiB copied%s", from ? from->name : "?", e ? e->name : "?",
 					    o->victim_kind == POLICY_SHRINK ? "shrink" : "release", rb->m.decide_ms,
-					    rb->m.release_ms, rb->m.refill_ms, rb->m.total_ms, (double)it->rep.bytes / MIB,
+					    rb->m.release_ms, rb->m.refill_ms, rb->m.total_ms, (double)it->rep.bytes / BATON_MIB,
 					    br_rate(it->rep.bytes, it->rep.ms, rate, sizeof rate));
 					if (e)
 						br_publish_handoff(b, e, why, rb->m.total_ms, br_moved(mapped_before, e->mapped),
@@ -171,7 +171,7 @@ void br_on_done(struct broker *b, struct item *it)
 						    e->ho_decide_ms, e->ho_release_ms, it->rep.ms);
 						char rate[48];
 						br_blog("handoff to %s %s, total %.3f ms, %.1f MiB copied%s", e->name, why,
-						    (now - o->t0) * 1e3, (double)it->rep.bytes / MIB,
+						    (now - o->t0) * 1e3, (double)it->rep.bytes / BATON_MIB,
 						    br_rate(it->rep.bytes, it->rep.ms, rate, sizeof rate));
 						br_publish_handoff(b, e, why, (now - o->t0) * 1e3,
 						    br_moved(mapped_before, e->mapped), e->ho_decide_ms, e->ho_release_ms,

@@ -10,8 +10,7 @@
 #include "engine/engine.h"
 #include "engine/fault.h"
 
-#define MIB (1024ull * 1024ull)
-#define DEFAULT_SEGMENT (256ull * MIB)
+#define DEFAULT_SEGMENT (256ull * BATON_MIB)
 
 struct dense_layer {
 	baton_dptr router, norm;

@@ -32,8 +32,6 @@
 #include "arena/arena.h"
 #include "engine/engine.h"
 
-#define MIB (1024ull * 1024ull)
-#define GIB (1024ull * MIB)
 
 static void die(const char *what, int rc, const char *msg)
 {
@@ -259,7 +257,7 @@ static int peer_bench(struct baton_engine_config cfg, uint32_t batch, uint32_t s
 	    info.gpu, info.peer_gpu, cfg.arena_path);
 	printf("  model: %u layers x %u experts, top-%u, %.2f GiB of experts; segments of %" PRIu64
 	    " MiB; batch %u, %u steps\n", info.layers, info.experts, info.top_k,
-	    (double)info.model_bytes / GIB, (uint64_t)(seg / MIB), batch, steps);
+	    (double)info.model_bytes / BATON_GIB, (uint64_t)(seg / BATON_MIB), batch, steps);
 	engine_close(e);
 	if (whole < 2 * seg)
 		die("peer bench", BATON_EINVAL, "the model fits one segment: nothing to put on a peer");
@@ -295,7 +293,7 @@ static int peer_bench(struct baton_engine_config cfg, uint32_t batch, uint32_t s
 		else
 			snprintf(rd, sizeof rd, "n/a");
 		printf("  %-36s %10.1f %12s %9.1f%% %10.2f %10.3f %10.3f\n", runs[k].name,
-		    runs[k].steps_s, rd, runs[k].peer_share * 100, (double)runs[k].peer_mapped / GIB,
+		    runs[k].steps_s, rd, runs[k].peer_share * 100, (double)runs[k].peer_mapped / BATON_GIB,
 		    runs[k].lend_ms, runs[k].revoke_ms);
 	}
 	printf("  read GB/s: expert bytes the MoE kernels read per second of their time (batch 1 only)\n");
@@ -363,12 +361,12 @@ int main(int argc, char **argv)
 		case O_ARENA: cfg.arena_path = optarg; break;
 		case O_BACKEND: cfg.backend = optarg; break;
 		case O_DEVICE: cfg.device = (int)parse_u64("--device", optarg); break;
-		case O_CACHE: cfg.cache_bytes = parse_u64("--cache-mib", optarg) * MIB; break;
-		case O_SEG: cfg.segment_bytes = parse_u64("--segment-mib", optarg) * MIB; break;
+		case O_CACHE: cfg.cache_bytes = parse_u64("--cache-mib", optarg) * BATON_MIB; break;
+		case O_SEG: cfg.segment_bytes = parse_u64("--segment-mib", optarg) * BATON_MIB; break;
 		case O_CYCLES: cycles = parse_u64("--cycles", optarg); break;
 		case O_BATCH: batch = parse_u64("--batch", optarg); break;
 		case O_STEPS: steps = parse_u64("--steps", optarg); break;
-		case O_HOSTMIB: cfg.host_capacity = parse_u64("--host-device-mib", optarg) * MIB; break;
+		case O_HOSTMIB: cfg.host_capacity = parse_u64("--host-device-mib", optarg) * BATON_MIB; break;
 		case O_JSON: json = optarg; break;
 		case O_PEER:
 			cfg.peer_device = (int)parse_u64("--peer-device", optarg);
@@ -418,7 +416,7 @@ int main(int argc, char **argv)
 	 * arena mapping: a second registration of the same pages would fail. */
 	struct baton_dev *dev = engine_dev(e);
 	const struct baton_arena *a = engine_arena(e);
-	double reg_s_per_gib = info.pin_s / ((double)arena_size(a) / GIB);
+	double reg_s_per_gib = info.pin_s / ((double)arena_size(a) / BATON_GIB);
 
 	/* What one device memory query costs (the cache reads it to respect
 	 * the reserve). */
@@ -433,8 +431,8 @@ int main(int argc, char **argv)
 	printf("baton-bench: backend %s, device %s, arena %s\n", info.backend, info.gpu, cfg.arena_path);
 	printf("  model: %u layers x %u experts, d_model %u, top-%u, %.2f GiB of experts; "
 	    "cache %.2f GiB in %" PRIu64 " segments of %" PRIu64 " MiB (%s)\n",
-	    info.layers, info.experts, info.d_model, info.top_k, (double)info.model_bytes / GIB,
-	    (double)cache_bytes / GIB, nseg, (uint64_t)(st.segment_bytes / MIB), cache_state_name(st.state));
+	    info.layers, info.experts, info.d_model, info.top_k, (double)info.model_bytes / BATON_GIB,
+	    (double)cache_bytes / BATON_GIB, nseg, (uint64_t)(st.segment_bytes / BATON_MIB), cache_state_name(st.state));
 	if (info.compute_error)
 		die("GEN", BATON_EUNSUPPORTED, info.compute_error);
 

@@ -38,8 +38,6 @@
 #include "engine/engine.h"
 #include "engine/model.h"
 
-#define MIB (1024ull * 1024ull)
-#define GIB (1024ull * MIB)
 #define MAX_PROMPTS 8
 
 static void die(const char *what, int rc, const char *msg)
@@ -86,10 +84,10 @@ static double measure_bandwidth(const struct baton_backend *be, struct baton_dev
 {
 	uint64_t fr = 0, tot = 0, n = want;
 	if (be->mem_info(dev, &fr, &tot) == 0 && fr / 4 < n)
-		n = fr / 4 / MIB * MIB;
+		n = fr / 4 / BATON_MIB * BATON_MIB;
 	baton_dptr a = 0, b = 0;
 	int rc;
-	if (n < MIB || (rc = be->alloc(dev, n, &a)) != 0 || (rc = be->alloc(dev, n, &b)) != 0)
+	if (n < BATON_MIB || (rc = be->alloc(dev, n, &a)) != 0 || (rc = be->alloc(dev, n, &b)) != 0)
 		die("bandwidth buffers", BATON_EDEVMEM, "the device has no room for two copies");
 	double best = 0;
 	for (int i = 0; i < 6; i++) {
@@ -429,7 +427,7 @@ int main(int argc, char **argv)
 	struct baton_dev *dev = engine_dev(e);
 	const struct baton_arena *ar = engine_arena(e);
 	uint64_t bw_bytes = 0;
-	const double bw = measure_bandwidth(be, dev, bw_mib * MIB, &bw_bytes);
+	const double bw = measure_bandwidth(be, dev, bw_mib * BATON_MIB, &bw_bytes);
 	const uint64_t blob = info.model_bytes / ((uint64_t)info.layers * info.experts);
 	uint64_t dense_read = 0;
 	const uint64_t w_bytes = step_weight_bytes(ar, c, blob, &dense_read);
@@ -446,8 +444,8 @@ int main(int argc, char **argv)
 	printf("  model: %s, %u layers, %u experts top-%u, hidden %u, expert ffn %u, %u/%u heads of "
 	    "%u, vocab %u; experts %.2f GiB, dense %.2f GiB on the device\n", c->arch->name,
 	    c->layers, c->n_experts, c->top_k, c->hidden, c->moe_ff, c->heads, c->kv_heads,
-	    c->head_dim, c->vocab, (double)info.model_bytes / GIB,
-	    (double)model_dense_bytes(m) / GIB);
+	    c->head_dim, c->vocab, (double)info.model_bytes / BATON_GIB,
+	    (double)model_dense_bytes(m) / BATON_GIB);
 	fflush(stdout);
 
 	/* decode at batch 1: a short prompt, 8 warm steps, then the timed ones */
@@ -551,7 +549,7 @@ int main(int argc, char **argv)
 	snprintf(name, sizeof name, "first token after release, hot-first (%u tokens)",
 	    (unsigned)first_n);
 	printf("  %-50s %9.3f ms %10.3f\n", name, hot_s * 1e3, full_s > 0 ? hot_s / full_s : 0);
-	printf("  %-50s %9.3f GiB\n", "  experts it loaded", (double)hot_loaded / GIB);
+	printf("  %-50s %9.3f GiB\n", "  experts it loaded", (double)hot_loaded / BATON_GIB);
 	printf("  %-50s %9.3f ms %10s\n", "full refill + model refill + the same prefill",
 	    full_s * 1e3, "1.00");
 	printf("  %-50s %9.3f ms (%.1f GB/s)\n", "  of it the expert refill", refill_s * 1e3,

@@ -54,7 +54,6 @@
 #include "engine/serve.h"
 #include "proto/proto.h"
 
-#define MIB (1024ull * 1024ull)
 #define RECEIVERS 4
 #define YIELD_S 0.1
 /* A broker command refused busy stops admissions until it ran, or this long. */
@@ -236,7 +235,7 @@ static int refill_model(void)
 	g.released_all = 0;
 	pthread_mutex_unlock(&g.st_mu);
 	logf_("model refilled: %.1f MiB of dense weights and KV cache in %.3f ms",
-	    (double)g.model_bytes / MIB, (baton_now_s() - t0) * 1e3);
+	    (double)g.model_bytes / BATON_MIB, (baton_now_s() - t0) * 1e3);
 	return 0;
 }
 
@@ -327,7 +326,7 @@ static int ensure_memory(const char *why, char *err, size_t errlen)
 			g.epoch = epoch; /* the grant's epoch: its state is news after it */
 		pthread_mutex_unlock(&g.st_mu);
 		snprintf(reason, sizeof reason, "refill (%s, granted %.1f MiB after %.3f ms)", why,
-		    (double)granted / MIB, wait_s * 1e3);
+		    (double)granted / BATON_MIB, wait_s * 1e3);
 	}
 	set_state("refilling");
 	struct baton_cache_report r;
@@ -835,10 +834,10 @@ static void on_control(struct proto_ctx *ctx, const struct baton_msg *req)
 		 * that probes a slow lend or revoke with STATUS sees work in
 		 * progress, not a lost command (the own tier does not change) */
 		set_state("resizing");
-		rc = engine_peer(g.e, req->peer_mib * MIB, &r);
+		rc = engine_peer(g.e, req->peer_mib * BATON_MIB, &r);
 	} else {
 		int64_t reserve = req->reserve_mib == PROTO_RESERVE_FULL ? -1 :
-		    (int64_t)(req->reserve_mib * MIB);
+		    (int64_t)(req->reserve_mib * BATON_MIB);
 		set_state("resizing");
 		rc = engine_vram(g.e, reserve, &r);
 	}
@@ -867,7 +866,7 @@ static void on_control(struct proto_ctx *ctx, const struct baton_msg *req)
 	if (req->op == PROTO_OP_PEER)
 		logf_("peer: %.1f MiB on %s asked, %.1f MiB mapped, %" PRIu64 " bytes copied, %"
 		    PRIu64 " freed, %.3f ms", (double)req->peer_mib,
-		    g.peer_gpu, (double)peer_mapped / MIB, r.bytes_copied,
+		    g.peer_gpu, (double)peer_mapped / BATON_MIB, r.bytes_copied,
 		    r.peer_bytes_freed, r.total_s * 1e3);
 	else
 		logf_("%s%s: %s, %.3f ms, %" PRIu64 " bytes copied, %" PRIu64 " freed", op,
@@ -996,7 +995,7 @@ int serve_open(const struct baton_serve_config *conf)
 	g.o = *conf;
 	baton_cond_init(&g.yield_cv); /* its timed waits run on CLOCK_MONOTONIC */
 	const char *listen = g.o.listen;
-	uint64_t cache_bytes = g.o.cache_mib * MIB;
+	uint64_t cache_bytes = g.o.cache_mib * BATON_MIB;
 	if (g.o.broker && !cache_bytes) {
 		struct baton_arena *a;
 		char aerr[512] = "";
@@ -1004,10 +1003,10 @@ int serve_open(const struct baton_serve_config *conf)
 			/* engine.c's geometry: 256-byte slots, segments of 256 MiB
 			 * or the model, whole slots per segment */
 			const struct baton_arena_shape *sh = arena_shape(a);
-			uint64_t gran = 2 * MIB, n = (uint64_t)sh->layers * sh->experts;
+			uint64_t gran = 2 * BATON_MIB, n = (uint64_t)sh->layers * sh->experts;
 			uint64_t slot = (arena_max_expert_bytes(a) + 255) / 256 * 256;
 			uint64_t whole = (slot * n + gran - 1) / gran * gran;
-			uint64_t seg = g.o.segment_mib ? g.o.segment_mib * MIB : (256 * MIB < whole ? 256 * MIB : whole);
+			uint64_t seg = g.o.segment_mib ? g.o.segment_mib * BATON_MIB : (256 * BATON_MIB < whole ? 256 * BATON_MIB : whole);
 			if (seg < slot)
 				seg = slot;
 			seg = (seg + gran - 1) / gran * gran;
@@ -1022,9 +1021,9 @@ int serve_open(const struct baton_serve_config *conf)
 		.backend = g.o.backend,
 		.device = g.o.device,
 		.cache_bytes = cache_bytes,
-		.segment_bytes = g.o.segment_mib * MIB,
-		.reserve_bytes = g.o.reserve_mib * MIB,
-		.host_capacity = g.o.host_mib * MIB,
+		.segment_bytes = g.o.segment_mib * BATON_MIB,
+		.reserve_bytes = g.o.reserve_mib * BATON_MIB,
+		.host_capacity = g.o.host_mib * BATON_MIB,
 		.verify = g.o.verify || (getenv("BATON_VERIFY_REFILL") && atoi(getenv("BATON_VERIFY_REFILL"))),
 		.warm = g.o.broker ? 0 : 1,
 		.use_peer = g.o.use_peer,
@@ -1049,7 +1048,7 @@ int serve_open(const struct baton_serve_config *conf)
 		logf_("text generation: %s model, chat template %s, KV pool %u blocks of %u positions "
 		    "(%.1f MiB)", generator_arch(g.gen),
 		    generator_chat_family(g.gen) ? generator_chat_family(g.gen) : "none",
-		    model_kv_blocks_total(m), BATON_KV_BLOCK, (double)model_kv_bytes(m) / MIB);
+		    model_kv_blocks_total(m), BATON_KV_BLOCK, (double)model_kv_bytes(m) / BATON_MIB);
 	} else if (rc != BATON_EUNSUPPORTED || !strstr(g.gen_error, "experts only")) {
 		logf_("warning: no text generation: %s", g.gen_error);
 	}
@@ -1094,12 +1093,12 @@ int serve_open(const struct baton_serve_config *conf)
 	g.ceiling = g.info.cache.target_bytes;
 	logf_("%s on %s (%s): %u layers x %u experts, cache %.1f MiB %s, ready in %.3f s", g.o.arena,
 	    g.info.backend, g.info.gpu, g.info.layers, g.info.experts,
-	    (double)g.info.cache.mapped_bytes / MIB, cache_state_name(g.info.cache.state), baton_now_s() - t0);
+	    (double)g.info.cache.mapped_bytes / BATON_MIB, cache_state_name(g.info.cache.state), baton_now_s() - t0);
 	if (g.info.compute_error)
 		logf_("warning: %s; GEN will be refused", g.info.compute_error);
 	if (g.o.use_peer)
 		logf_("peer tier on %s (device %d): empty until lent; it could use %.1f MiB",
-		    g.peer_gpu, g.o.peer_device, (double)g.info.peer_want / MIB);
+		    g.peer_gpu, g.o.peer_device, (double)g.info.peer_want / BATON_MIB);
 
 	if (proto_ipc_dir(listen) != 0)
 		logf_("cannot create the directory of %s: %s", listen, strerror(errno));
@@ -1189,11 +1188,11 @@ int serve_open(const struct baton_serve_config *conf)
 			logf_("startup: the broker gave no memory (%s): cold until the first request", aerr);
 		/* The receivers already run: read the snapshot under its lock. */
 		pthread_mutex_lock(&g.st_mu);
-		double mapped_mib = (double)g.info.cache.mapped_bytes / MIB;
+		double mapped_mib = (double)g.info.cache.mapped_bytes / BATON_MIB;
 		const char *state = g.state;
 		pthread_mutex_unlock(&g.st_mu);
 		pthread_mutex_unlock(&g.run_mu);
-		logf_("cache %.1f of %.1f MiB, %s", mapped_mib, (double)g.ceiling / MIB, state);
+		logf_("cache %.1f of %.1f MiB, %s", mapped_mib, (double)g.ceiling / BATON_MIB, state);
 	}
 	return 0;
 }
