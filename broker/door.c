@@ -215,7 +215,7 @@ static void apply_status(struct broker_door *d, const struct baton_msg *rep)
 			memset(e, 0, sizeof *e);
 			snprintf(e->name, sizeof e->name, "%s", x->name);
 		}
-		e->present = strcmp(x->state, "dead") != 0 && strcmp(x->state, "stopped") != 0;
+		e->present = baton_state_present(baton_state_parse(x->state));
 		snprintf(e->model, sizeof e->model, "%s", x->model);
 		snprintf(e->gpu, sizeof e->gpu, "%s", x->gpu);
 		snprintf(e->http, sizeof e->http, "%s", x->http ? x->http : "");
@@ -266,7 +266,7 @@ static bool serves(const struct deng *e)
  * command still says "ready": its bytes tell. */
 static bool ready(const struct deng *e)
 {
-	return strcmp(e->state, "ready") == 0 && e->resident >= e->ceiling;
+	return baton_state_holds(baton_state_parse(e->state), e->resident, e->ceiling) == BATON_HOLDS_WHOLE;
 }
 
 static double keep_alive_of(struct broker_door *d, const struct deng *e)
@@ -471,7 +471,7 @@ static void *refill_thread(void *arg)
 	const char *from = v->from >= 0 ? d->eng[v->from].name : "";
 	bool counted = v->from >= 0 && v->from != j->eng;
 	if (c.ok) {
-		snprintf(e->state, sizeof e->state, "ready");
+		snprintf(e->state, sizeof e->state, "%s", baton_state_name(BATON_STATE_READY));
 		if (e->resident < e->ceiling)
 			e->resident = e->ceiling; /* the refill's answer; the next status says the same */
 		v->holder = j->eng;
@@ -844,9 +844,9 @@ static json_t *models_json(struct broker_door *d)
 			if (!serves(e) || strcmp(e->model, m->name) != 0)
 				continue;
 			any = true;
-			res |= ready(e);
-			part |= strcmp(e->state, "partial") == 0 || strcmp(e->state, "refilling") == 0 ||
-			    (strcmp(e->state, "ready") == 0 && e->resident > 0 && e->resident < e->ceiling);
+			int holds = baton_state_holds(baton_state_parse(e->state), e->resident, e->ceiling);
+			res |= holds == BATON_HOLDS_WHOLE;
+			part |= holds == BATON_HOLDS_PART;
 			json_array_append_new(engs, json_pack("{s:s, s:s, s:s, s:I, s:I, s:i}", "name", e->name,
 			    "gpu", e->gpu, "state", e->state, "resident", (json_int_t)e->resident, "ceiling",
 			    (json_int_t)e->ceiling, "in_flight", (int)e->inflight));

@@ -64,7 +64,8 @@ void br_lend_free_memory(struct broker *b, double now)
 			wake_at(b, e->peer_retry_after);
 			continue;
 		}
-		if (strcmp(e->state, "ready") != 0 && strcmp(e->state, "partial") != 0)
+		int st = baton_state_parse(e->state);
+		if (st != BATON_STATE_READY && st != BATON_STATE_PARTIAL)
 			continue;
 		size_t pg = e->peer_gpu;
 		if (b->gpus[pg].no_lend || gpu_has_waiters(b, pg))

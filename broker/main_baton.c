@@ -584,8 +584,7 @@ static void print_engines(const struct baton_msg *st)
 	}
 	/* Engines that serve OpenAI HTTP (the front door routes to them by model). */
 	for (uint32_t i = 0; i < st->engines.n; i++)
-		if (*st->engines.v[i].http && strcmp(st->engines.v[i].state, "dead") != 0 &&
-		    strcmp(st->engines.v[i].state, "stopped") != 0)
+		if (*st->engines.v[i].http && baton_state_present(baton_state_parse(st->engines.v[i].state)))
 			printf("%s serves model %s at %s\n", st->engines.v[i].name, st->engines.v[i].model,
 			    st->engines.v[i].http);
 	if (st->engines.n == 0)

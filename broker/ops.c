@@ -97,7 +97,7 @@ void br_eng_dead(struct broker *b, struct eng *e, const char *why, bool clean)
 	struct eref ref = br_eref_of(b, e);
 	e->st = ES_DEAD;
 	b->gpus[e->gpu].death_at = baton_now_s();
-	snprintf(e->state, sizeof e->state, "%s", clean ? "stopped" : "dead");
+	snprintf(e->state, sizeof e->state, "%s", baton_state_name(clean ? BATON_STATE_STOPPED : BATON_STATE_DEAD));
 	e->mapped = e->resident = e->grant = 0;
 	e->in_flight = false;
 	e->probing = false;
@@ -218,9 +218,10 @@ const char *br_busy_what(struct broker *b, const struct eng *e, char *buf, size_
 	const struct jobtag *t = e->in_flight ? br_tag_find(b, e->job_id) : NULL;
 	const char *doing = t ? (t->cmd == PROTO_OP_REFILL ? "refilling" : t->cmd == PROTO_OP_RELEASE ?
 	    "releasing" : t->cmd == PROTO_OP_VRAM ? "resizing" : NULL) : NULL;
-	if (!doing && (strcmp(e->state, "refilling") == 0 || e->to_copy))
+	int st = baton_state_parse(e->state);
+	if (!doing && (st == BATON_STATE_REFILLING || e->to_copy))
 		doing = "refilling";
-	if (!doing && (strcmp(e->state, "releasing") == 0 || strcmp(e->state, "resizing") == 0))
+	if (!doing && (st == BATON_STATE_RELEASING || st == BATON_STATE_RESIZING))
 		doing = e->state;
 	if (!doing)
 		snprintf(buf, len, "is busy serving requests");

@@ -262,12 +262,12 @@ void br_apply_state(struct broker *b, struct eng *e, const struct baton_msg *m, 
 	uint64_t was = e->mapped;
 	if (proto_has(m, PF_MAPPED))
 		e->mapped = m->mapped;
-	else if (m->state && strcmp(m->state, "released") == 0)
+	else if (baton_state_parse(m->state) == BATON_STATE_RELEASED)
 		e->mapped = 0;
 	if (e->mapped < was)
 		br_lend_wake(b, e->gpu);
 	if (e->grant && has_epoch && epoch >= e->grant_epoch &&
-	    (!m->state || strcmp(m->state, "refilling") != 0)) {
+	    baton_state_parse(m->state) != BATON_STATE_REFILLING) {
 		e->grant = 0; /* the state after the grant was used */
 		e->grant_epoch = 0;
 	}

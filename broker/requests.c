@@ -182,7 +182,7 @@ static void on_report(struct broker *b, struct waiter *w, const struct baton_msg
 	if (!e)
 		return;
 	e->last_seen = baton_now_s();
-	if (strcmp(m->state, "stopped") == 0) {
+	if (baton_state_parse(m->state) == BATON_STATE_STOPPED) {
 		struct rbuf *rb = &w->rb;
 		proto_reply_init(&rb->m, m);
 		br_waiter_done(w);
@@ -269,7 +269,7 @@ static void on_status(struct broker *b, struct waiter *w, const struct baton_msg
 		x->pid = (uint32_t)e->pid;
 		x->gpu = pool_str(&pool, b->gpus[e->gpu].uuid);
 		x->model = pool_str(&pool, e->model);
-		x->state = pool_str(&pool, e->lost ? "lost" : e->state);
+		x->state = pool_str(&pool, e->lost ? baton_state_name(BATON_STATE_LOST) : e->state);
 		x->resident = e->mapped;
 		x->floor = e->floor;
 		x->ceiling = e->ceiling;

@@ -14,8 +14,7 @@ static void on_probe(struct broker *b, struct item *it, const struct jobtag *tag
 /* The engine is in the middle of a change (its STATUS says so). */
 static bool state_moving(const char *state)
 {
-	return strcmp(state, "releasing") == 0 || strcmp(state, "refilling") == 0 ||
-	    strcmp(state, "resizing") == 0 || strcmp(state, "loading") == 0;
+	return baton_state_moving(baton_state_parse(state));
 }
 
 void br_on_done(struct broker *b, struct item *it)

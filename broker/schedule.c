@@ -131,7 +131,7 @@ static size_t policy_view(struct broker *b, size_t gi, const struct eng *request
 			.pinned = br_eng_pinned(b, e) || e->no_release || e->lost,
 			.in_flight = e->in_flight || now < e->retry_after,
 			.granted = e->grant > 0,
-			.refilling = strcmp(e->state, "refilling") == 0 || e->to_copy > 0,
+			.refilling = baton_state_parse(e->state) == BATON_STATE_REFILLING || e->to_copy > 0,
 			.no_shrink = e->no_shrink,
 		};
 		if (now < e->retry_after)

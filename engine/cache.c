@@ -103,10 +103,10 @@ static void sleep_s(double s)
 const char *cache_state_name(int state)
 {
 	switch (state) {
-	case BATON_CACHE_READY: return "ready";
-	case BATON_CACHE_RELEASED: return "released";
-	case BATON_CACHE_PARTIAL: return "partial";
-	case BATON_CACHE_REFILLING: return "refilling";
+	case BATON_CACHE_READY: return baton_state_name(BATON_STATE_READY);
+	case BATON_CACHE_RELEASED: return baton_state_name(BATON_STATE_RELEASED);
+	case BATON_CACHE_PARTIAL: return baton_state_name(BATON_STATE_PARTIAL);
+	case BATON_CACHE_REFILLING: return baton_state_name(BATON_STATE_REFILLING);
 	default: return "unknown";
 	}
 }

@@ -103,7 +103,7 @@ static struct {
 	.run_mu = PTHREAD_MUTEX_INITIALIZER,
 	.st_mu = PTHREAD_MUTEX_INITIALIZER,
 	.acq_mu = PTHREAD_MUTEX_INITIALIZER,
-	.state = "loading",
+	.state = "loading",         /* baton_state_name(BATON_STATE_LOADING) */
 };
 
 static void logf_(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -125,7 +125,7 @@ static const char *state_name(const struct baton_engine_info *in)
 {
 	if ((in->cache.state == BATON_CACHE_PARTIAL || in->cache.state == BATON_CACHE_READY) &&
 	    in->cache.mapped_bytes == 0)
-		return "released";
+		return baton_state_name(BATON_STATE_RELEASED);
 	return cache_state_name(in->cache.state);
 }
 
@@ -143,10 +143,10 @@ static void snapshot(const char *state)
 	pthread_mutex_unlock(&g.st_mu);
 }
 
-static void set_state(const char *state)
+static void set_state(int st)
 {
 	pthread_mutex_lock(&g.st_mu);
-	g.state = state;
+	g.state = baton_state_name(st);
 	pthread_mutex_unlock(&g.st_mu);
 }
 
@@ -173,7 +173,8 @@ static void link_state(void *arg, struct broker_link_state *st)
 	st->epoch = g.snap_epoch;
 	st->peer_mapped = g.info.cache.peer_mapped_bytes;
 	st->requests += g.requests;
-	bool moving = strcmp(g.state, "refilling") == 0 || strcmp(g.state, "resizing") == 0;
+	int now_st = baton_state_parse(g.state);
+	bool moving = now_st == BATON_STATE_REFILLING || now_st == BATON_STATE_RESIZING;
 	pthread_mutex_unlock(&g.st_mu);
 	if (moving) /* the copy's progress: the broker waits while it moves */
 		cache_progress(engine_cache(g.e), &st->copied, &st->to_copy);
@@ -328,7 +329,7 @@ static int ensure_memory(const char *why, char *err, size_t errlen)
 		snprintf(reason, sizeof reason, "refill (%s, granted %.1f MiB after %.3f ms)", why,
 		    (double)granted / BATON_MIB, wait_s * 1e3);
 	}
-	set_state("refilling");
+	set_state(BATON_STATE_REFILLING);
 	struct baton_cache_report r;
 	memset(&r, 0, sizeof r);
 	/* the model first: the cache's share is what the grant leaves */
@@ -500,7 +501,7 @@ static void work_end(int refill_rest)
 	 * rest comes back now, so the release stays invisible to clients. */
 	if (refill_rest) {
 		struct baton_cache_report r;
-		set_state("refilling");
+		set_state(BATON_STATE_REFILLING);
 		int rc = engine_refill(g.e, &r);
 		pthread_mutex_lock(&g.st_mu);
 		if (rc == 0) {
@@ -800,7 +801,7 @@ static void on_control(struct proto_ctx *ctx, const struct baton_msg *req)
 	struct baton_cache_report r;
 	int rc;
 	if (req->op == PROTO_OP_RELEASE) {
-		set_state("releasing");
+		set_state(BATON_STATE_RELEASING);
 		rc = engine_release(g.e, &r);
 		g.idle_released = 0;
 		if (rc == 0 && all && !g.released_all) {
@@ -825,7 +826,7 @@ static void on_control(struct proto_ctx *ctx, const struct baton_msg *req)
 	} else if (req->op == PROTO_OP_REFILL) {
 		/* whole again: the model (after a release --all), back to the
 		 * full target, then filled */
-		set_state("refilling");
+		set_state(BATON_STATE_REFILLING);
 		rc = refill_model();
 		if (rc == 0)
 			rc = make_full(UINT64_MAX, &r);
@@ -833,12 +834,12 @@ static void on_control(struct proto_ctx *ctx, const struct baton_msg *req)
 		/* "resizing" while it maps or unmaps peer segments: a broker
 		 * that probes a slow lend or revoke with STATUS sees work in
 		 * progress, not a lost command (the own tier does not change) */
-		set_state("resizing");
+		set_state(BATON_STATE_RESIZING);
 		rc = engine_peer(g.e, req->peer_mib * BATON_MIB, &r);
 	} else {
 		int64_t reserve = req->reserve_mib == PROTO_RESERVE_FULL ? -1 :
 		    (int64_t)(req->reserve_mib * BATON_MIB);
-		set_state("resizing");
+		set_state(BATON_STATE_RESIZING);
 		rc = engine_vram(g.e, reserve, &r);
 	}
 	if (rc == 0 && r.bytes_copied) {
@@ -957,7 +958,7 @@ void serve_tick(void)
 		return;
 	if (g.info.cache.state == BATON_CACHE_READY || g.info.cache.state == BATON_CACHE_PARTIAL) {
 		struct baton_cache_report r;
-		set_state("releasing");
+		set_state(BATON_STATE_RELEASING);
 		int rc = engine_release(g.e, &r);
 		if (rc == 0) {
 			g.idle_released = 1;
