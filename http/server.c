@@ -247,32 +247,6 @@ static struct MHD_Response *make_resp(const char *ctype, const void *body, size_
 	return resp;
 }
 
-static const char *type_of(int status)
-{
-	switch (status) {
-	case 401:
-		return "authentication_error";
-	case 403:
-		return "permission_error";
-	case 404:
-		return "not_found_error";
-	case 409:
-		return "conflict_error";
-	case 413:
-	case 400:
-	case 405:
-	case 415:
-		return "invalid_request_error";
-	case 429:
-		return "rate_limit_error";
-	case 503:
-	case 504:
-		return "server_error";
-	default:
-		return status >= 500 ? "server_error" : "invalid_request_error";
-	}
-}
-
 json_t *http_error_json(int status, int err, const char *msg)
 {
 	char clean[1024];
@@ -280,9 +254,11 @@ json_t *http_error_json(int status, int err, const char *msg)
 	for (char *q = clean; *q; q++) /* a path echoed back may be any bytes: ASCII only */
 		if ((unsigned char)*q >= 0x80 || (unsigned char)*q < 0x20)
 			*q = '?';
-	return json_pack("{s:b, s:s, s:i, s:s, s:{s:s, s:s, s:s}}", "ok", 0, "code", baton_errname(err), "err",
-	    err, "message", clean, "error", "message", clean, "type", type_of(status), "code",
-	    baton_errname(err));
+	json_t *oe = http_openai_error(status, clean, NULL, NULL, baton_errname(err));
+	json_t *j = oe ? json_pack("{s:b, s:s, s:i, s:s, s:O}", "ok", 0, "code", baton_errname(err), "err", err,
+	    "message", clean, "error", json_object_get(oe, "error")) : NULL;
+	json_decref(oe);
+	return j;
 }
 
 static struct MHD_Response *error_resp(int status, int err, const char *msg)
@@ -291,8 +267,9 @@ static struct MHD_Response *error_resp(int status, int err, const char *msg)
 	char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
 	json_decref(j);
 	const char *const auth[] = { "WWW-Authenticate: Bearer realm=\"baton\"", NULL };
+	const char *const retry[] = { "Retry-After: 1", NULL };
 	struct MHD_Response *resp = make_resp("application/json", s ? s : "{}", s ? strlen(s) : 2,
-	    status == 401 ? auth : NULL);
+	    status == 401 ? auth : http_retry_after(status) ? retry : NULL);
 	free(s);
 	return resp;
 }
@@ -361,11 +338,12 @@ int http_reply_error(struct baton_http_req *r, int status, int err, const char *
 	vsnprintf(msg, sizeof msg, fmt, ap);
 	va_end(ap);
 	const char *const auth[] = { "WWW-Authenticate: Bearer realm=\"baton\"", NULL };
+	const char *const retry[] = { "Retry-After: 1", NULL };
 	json_t *j = http_error_json(status, err, msg);
 	char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
 	json_decref(j);
 	int rc = http_reply(r, status, "application/json", s ? s : "{}", s ? strlen(s) : 2,
-	    status == 401 ? auth : NULL);
+	    status == 401 ? auth : http_retry_after(status) ? retry : NULL);
 	free(s);
 	return rc;
 }
