@@ -32,7 +32,7 @@
 #include <stdint.h>
 #include <string.h> /* memcpy, for the codec below */
 
-#include "proto/err.h"
+#include "proto/base/base.h"
 
 #define BATON_ARENA_ALIGN 4096u
 #define BATON_ARENA_MAX_LAYERS 4096u

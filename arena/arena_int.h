@@ -22,12 +22,11 @@ uint64_t arena_hash(const void *p, size_t n);
 /* Identity of a source file's data for the reuse check: its size and 16
  * chunks of 4 KiB spread evenly over [from, size). */
 uint64_t arena_sample_hash(const uint8_t *b, uint64_t size, uint64_t from);
-/* Writes a message to errbuf (when not NULL) and returns err. */
-int arena_errf(char *errbuf, size_t errlen, int err, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
+/* Writes a message to errbuf (when not NULL) and returns err: base.h's
+ * baton_fail under the arena's name. */
+#define arena_errf baton_fail
 /* Number of worker threads for `want` (0: online CPUs), at most `work`. */
 unsigned arena_threads(unsigned want, uint64_t work);
-double arena_now(void);
 /* Runs fn(ctx, i) for i in [0, n) on `threads` threads, items taken in
  * order from a shared counter; stops handing out items once one returns
  * nonzero and returns the first error (by item order). */

@@ -581,7 +581,7 @@ int arena_build(const char *path, const struct arena_plan *p,
 {
 	static const struct baton_create_opts no_opts;
 	struct baton_create_result r = { 0 };
-	double t0 = arena_now();
+	double t0 = baton_now_s();
 	struct arena_file_entry *ents = NULL;
 	char *names = NULL;
 	char dir[PATH_MAX], lockpath[PATH_MAX], tmp[PATH_MAX];
@@ -707,7 +707,7 @@ done:
 		close(lockfd); /* releases the flock */
 	free(ents);
 	free(names);
-	r.seconds = arena_now() - t0;
+	r.seconds = baton_now_s() - t0;
 	if (res)
 		*res = r;
 	return rc;

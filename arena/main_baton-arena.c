@@ -66,18 +66,13 @@ static int usage_error(const char *fmt, const char *arg)
 
 static int parse_u64(const char *opt, const char *s, uint64_t max, uint64_t *out)
 {
-	char *end;
-	if (!s || !*s || *s == '-' || *s == '+' || *s == ' ') {
+	uint64_t v;
+	int rc = baton_parse_u64(s, 0, max, &v);
+	if (rc == BATON_EINVAL) {
 		fprintf(stderr, "baton-arena: %s: \"%s\" is not a number\n", opt, s ? s : "");
 		return 2;
 	}
-	errno = 0;
-	unsigned long long v = strtoull(s, &end, 0);
-	if (*end || errno) {
-		fprintf(stderr, "baton-arena: %s: \"%s\" is not a number\n", opt, s);
-		return 2;
-	}
-	if (v > max) {
+	if (rc) {
 		fprintf(stderr, "baton-arena: %s: %s is larger than %" PRIu64 "\n", opt, s, max);
 		return 2;
 	}
@@ -115,19 +110,12 @@ struct bar {
 	bool drawn;
 };
 
-static double mono_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 /* "[#########...........]  45%  1.01 GiB of 2.25 GiB  812.00 MiB/s  4s left  NAME.arena",
  * on stderr, at most every 0.1 s and once at 100%. */
 static void bar_step(void *ctx, uint64_t done, uint64_t total)
 {
 	struct bar *b = ctx;
-	double now = mono_s();
+	double now = baton_now_s();
 	if (done < total && now - b->last < 0.1 && b->drawn)
 		return;
 	b->last = now;
@@ -358,7 +346,7 @@ static int cmd_create(int argc, char **argv)
 
 	char err[1024] = "";
 	struct baton_create_result res;
-	struct bar bar = { .path = path, .t0 = mono_s() };
+	struct bar bar = { .path = path, .t0 = baton_now_s() };
 	const char *term = getenv("TERM");
 	if (isatty(STDERR_FILENO) && !(term && strcmp(term, "dumb") == 0)) {
 		co.progress = bar_step; /* piped or logged: nothing */
@@ -634,9 +622,9 @@ static int cmd_verify(int argc, char **argv)
 		return 1;
 	char err[1024] = "";
 	uint64_t bad = 0;
-	double t0 = arena_now();
+	double t0 = baton_now_s();
 	int rc = arena_verify(a, &bad, err, sizeof err);
-	double dt = arena_now() - t0;
+	double dt = baton_now_s() - t0;
 	uint64_t n = (uint64_t)arena_shape(a)->layers * arena_shape(a)->experts;
 	if (rc) {
 		fprintf(stderr, "baton-arena: verify %s: %s: %s; %" PRIu64 " bad entr%s\n", path,

@@ -33,15 +33,6 @@ uint64_t arena_sample_hash(const uint8_t *b, uint64_t size, uint64_t from)
 	return arena_hash(h, sizeof h);
 }
 
-int arena_errf(char *errbuf, size_t errlen, int err, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	baton_verrf(errbuf, errlen, fmt, ap);
-	va_end(ap);
-	return err;
-}
-
 unsigned arena_threads(unsigned want, uint64_t work)
 {
 	if (want == 0) {
@@ -53,13 +44,6 @@ unsigned arena_threads(unsigned want, uint64_t work)
 	if (work < want)
 		want = work ? (unsigned)work : 1;
 	return want;
-}
-
-double arena_now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 struct par {

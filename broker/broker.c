@@ -17,7 +17,7 @@
 
 static void pump(struct broker *b)
 {
-	double now = now_s();
+	double now = baton_now_s();
 	b->next_wake = now + TICK_S;
 	for (size_t i = 0; i < MAX_OPS; i++) {
 		struct op *o = &b->ops[i];
@@ -92,15 +92,9 @@ static void *loop(void *arg)
 		pthread_mutex_lock(&b->mu);
 		if (b->head)
 			continue;
-		double wait = b->next_wake - now_s();
-		if (wait <= 0)
+		if (b->next_wake <= baton_now_s())
 			continue;
-		struct timespec ts;
-		clock_gettime(CLOCK_MONOTONIC, &ts);
-		double t = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9 + wait;
-		ts.tv_sec = (time_t)t;
-		ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
-		pthread_cond_timedwait(&b->cv, &b->mu, &ts);
+		baton_cond_wait_until(&b->cv, &b->mu, b->next_wake);
 	}
 	/* Stopping: every waiting request gets its answer. From here on
 	 * broker_call() answers at once. */
@@ -196,11 +190,7 @@ int broker_open(const struct broker_config *cfg, struct broker **out, char *err,
 		return BATON_ENOMEM;
 	b->cfg = *cfg;
 	pthread_mutex_init(&b->mu, NULL);
-	pthread_condattr_t ca;
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&b->cv, &ca);
-	pthread_condattr_destroy(&ca);
+	baton_cond_init(&b->cv);
 	pthread_mutex_init(&b->omu, NULL);
 	pthread_mutex_init(&b->jmu, NULL);
 	pthread_cond_init(&b->jcv, NULL);

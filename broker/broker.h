@@ -318,8 +318,7 @@ struct broker_http;
  * already or no one answers for it. */
 static inline bool broker_every_releases(const char *state)
 {
-	return strcmp(state, "released") != 0 && strcmp(state, "dead") != 0 && strcmp(state, "lost") != 0 &&
-	    strcmp(state, "stopped") != 0;
+	return baton_state_may_hold(baton_state_parse(state));
 }
 
 /* The largest reserve_mib an engine takes (its vram check): the bound the

@@ -62,7 +62,6 @@
 #define RECEIVERS 64
 #define WORKERS 8
 #define MAX_OPS 512
-#define MIB (1024ull * 1024ull)
 #define BUSY_RETRY_S 0.005     /* ask a busy engine again after this */
 #define ERROR_RETRY_S 0.1      /* after a failed command */
 #define GRANT_TTL_S 30.0       /* a grant never reported used is dropped */
@@ -332,19 +331,8 @@ struct broker {
 
 /* ---- clocks and timers ------------------------------------------------------------ */
 
-static inline double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static inline uint64_t wall_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
+/* Monotonic seconds and the wall clock: base.h's baton_now_s and
+ * baton_wall_ms. */
 
 /* The decision loop sleeps until t at the latest (decision thread). */
 static inline void wake_at(struct broker *b, double t)

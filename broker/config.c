@@ -27,7 +27,6 @@
 
 #include "broker/broker.h"
 
-#define MIB (1024ull * 1024ull)
 
 void broker_config_defaults(struct broker_config *c)
 {
@@ -150,25 +149,13 @@ static int fail(struct parse *p, const char *fmt, ...)
 
 static int parse_u64(const char *v, uint64_t max, uint64_t *out)
 {
-	char *end;
-	if (!*v || *v == '-' || *v == '+')
-		return -1;
-	errno = 0;
-	unsigned long long x = strtoull(v, &end, 10);
-	if (errno || *end || x > max)
-		return -1;
-	*out = x;
-	return 0;
+	return baton_parse_u64(v, 0, max, out) ? -1 : 0;
 }
 
 static int parse_i32(const char *v, int32_t *out)
 {
-	char *end;
-	if (!*v)
-		return -1;
-	errno = 0;
-	long long x = strtoll(v, &end, 10);
-	if (errno || *end || x < INT32_MIN || x > INT32_MAX)
+	int64_t x;
+	if (baton_parse_i64(v, INT32_MIN, INT32_MAX, &x))
 		return -1;
 	*out = (int32_t)x;
 	return 0;
@@ -388,9 +375,9 @@ static int handler(void *user, const char *section, const char *key, const char 
 			if (parse_u64(value, UINT64_C(1) << 30, &u))
 				return fail(p, "%s = '%s': want a whole number of MiB", key, value);
 			if (key[0] == 'r')
-				g->reserve_bytes = u * MIB;
+				g->reserve_bytes = u * BATON_MIB;
 			else
-				g->total_bytes = u * MIB;
+				g->total_bytes = u * BATON_MIB;
 		} else if (strcmp(key, "lend") == 0) {
 			bool lend;
 			if (parse_bool(value, &lend))

@@ -62,8 +62,8 @@ void br_log_move(const char *engine, const char *what, const char *reason, doubl
 		snprintf(took, sizeof took, " in %.3f ms", ms);
 	bool freed = strcmp(what, "release") == 0 || strncmp(reason, "release", 7) == 0;
 	br_blog("engine %s: %s (%s)%s, %.1f MiB %s%s; holds %.1f MiB", engine, what, reason, took,
-	    (double)bytes / MIB, freed ? "freed" : "copied", freed ? "" : br_rate(bytes, ms, rate, sizeof rate),
-	    (double)holds / MIB);
+	    (double)bytes / BATON_MIB, freed ? "freed" : "copied", freed ? "" : br_rate(bytes, ms, rate, sizeof rate),
+	    (double)holds / BATON_MIB);
 }
 
 static void publish(struct broker *b, struct baton_msg *ev);
@@ -97,7 +97,7 @@ void br_event_fill(struct broker *b, struct baton_msg *ev, const char *kind, con
     const char *reason, double ms, uint64_t bytes)
 {
 	ev->seq = ++b->seq;
-	ev->time_ms = wall_ms();
+	ev->time_ms = baton_wall_ms();
 	ev->kind = kind;
 	ev->engine = e ? e->name : "";
 	ev->gpu = e ? b->gpus[e->gpu].uuid : "";

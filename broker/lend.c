@@ -24,17 +24,17 @@ bool br_take_loans_back(struct broker *b, size_t gi, struct op *head, uint64_t s
 			continue;
 		}
 		/* keep what is not needed: whole MiB below what it holds */
-		uint64_t keep = x->peer_mapped > short_by ? (x->peer_mapped - short_by) / MIB : 0;
+		uint64_t keep = x->peer_mapped > short_by ? (x->peer_mapped - short_by) / BATON_MIB : 0;
 		char why[200];
 		snprintf(why, sizeof why, "for %s", b->eng[head->target.slot].name);
-		if (br_command(b, x, PROTO_OP_PEER, keep, head, 1, keep * MIB, why) == 0) {
+		if (br_command(b, x, PROTO_OP_PEER, keep, head, 1, keep * BATON_MIB, why) == 0) {
 			head->outstanding++;
 			size_t l = strlen(head->victims);
 			snprintf(head->victims + l, sizeof head->victims - l, "%s%s (revoke)", l ? ", " : "",
 			    x->name);
 			if (head->t_decided == 0)
 				head->t_decided = now;
-			uint64_t freed = x->peer_mapped - keep * MIB;
+			uint64_t freed = x->peer_mapped - keep * BATON_MIB;
 			short_by = freed >= short_by ? 0 : short_by - freed;
 		}
 	}
@@ -64,7 +64,8 @@ void br_lend_free_memory(struct broker *b, double now)
 			wake_at(b, e->peer_retry_after);
 			continue;
 		}
-		if (strcmp(e->state, "ready") != 0 && strcmp(e->state, "partial") != 0)
+		int st = baton_state_parse(e->state);
+		if (st != BATON_STATE_READY && st != BATON_STATE_PARTIAL)
 			continue;
 		size_t pg = e->peer_gpu;
 		if (b->gpus[pg].no_lend || gpu_has_waiters(b, pg))
@@ -74,14 +75,14 @@ void br_lend_free_memory(struct broker *b, double now)
 		uint64_t more = e->peer_want - e->peer_mapped;
 		if (more > v.avail)
 			more = v.avail;
-		uint64_t target_mib = (e->peer_mapped + more) / MIB;
+		uint64_t target_mib = (e->peer_mapped + more) / BATON_MIB;
 		/* its floor is one segment: less than that more would map nothing */
-		if (target_mib * MIB <= e->peer_mapped || target_mib * MIB < e->peer_mapped + e->floor)
+		if (target_mib * BATON_MIB <= e->peer_mapped || target_mib * BATON_MIB < e->peer_mapped + e->floor)
 			continue;
 		char why[200];
-		snprintf(why, sizeof why, "%.1f MiB of %s free beyond its reserve", (double)v.avail / MIB,
+		snprintf(why, sizeof why, "%.1f MiB of %s free beyond its reserve", (double)v.avail / BATON_MIB,
 		    b->gpus[pg].uuid);
-		if (br_command(b, e, PROTO_OP_PEER, target_mib, NULL, 0, target_mib * MIB, why) == 0)
-			e->peer_grant = target_mib * MIB - e->peer_mapped;
+		if (br_command(b, e, PROTO_OP_PEER, target_mib, NULL, 0, target_mib * BATON_MIB, why) == 0)
+			e->peer_grant = target_mib * BATON_MIB - e->peer_mapped;
 	}
 }

@@ -44,14 +44,6 @@
 
 extern char **environ;
 
-#define MIB (1024.0 * 1024.0)
-
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 
@@ -122,8 +114,8 @@ static pid_t spawn(char *const argv[], const char *log, int wait_ready, double t
 	}
 	char buf[512];
 	size_t n = 0;
-	double end = now_s() + timeout_s;
-	while (now_s() < end) {
+	double end = baton_now_s() + timeout_s;
+	while (baton_now_s() < end) {
 		struct pollfd pf = { .fd = p[0], .events = POLLIN };
 		if (poll(&pf, 1, 100) <= 0)
 			continue;
@@ -197,7 +189,7 @@ static int call(struct proto_client *cli, struct baton_msg *req, struct baton_ms
 static double round_trips(struct proto_client *cli, enum proto_op op, const char *name, size_t n,
     double *v)
 {
-	double t_all = now_s();
+	double t_all = baton_now_s();
 	for (size_t i = 0; i < n; i++) {
 		struct baton_msg req, rep;
 		proto_msg_init(&req, op);
@@ -205,12 +197,12 @@ static double round_trips(struct proto_client *cli, enum proto_op op, const char
 			req.name = name;
 			proto_set(&req, PF_NAME);
 		}
-		double t0 = now_s();
+		double t0 = baton_now_s();
 		call(cli, &req, &rep);
-		v[i] = (now_s() - t0) * 1e3;
+		v[i] = (baton_now_s() - t0) * 1e3;
 		proto_msg_free(&rep);
 	}
-	return now_s() - t_all;
+	return baton_now_s() - t_all;
 }
 
 static double gen_ms(struct proto_client *cli, uint64_t seed)
@@ -220,9 +212,9 @@ static double gen_ms(struct proto_client *cli, uint64_t seed)
 	req.steps = 1;
 	req.batch = 1;
 	req.seed = seed;
-	double t0 = now_s();
+	double t0 = baton_now_s();
 	call(cli, &req, &rep);
-	double ms = (now_s() - t0) * 1e3;
+	double ms = (baton_now_s() - t0) * 1e3;
 	proto_msg_free(&rep);
 	return ms;
 }
@@ -231,8 +223,8 @@ static double gen_ms(struct proto_client *cli, uint64_t seed)
 static int next_handoff(struct proto_sub *sub, const char *to, double *decide, double *release,
     double *refill, double *total)
 {
-	double end = now_s() + 10;
-	while (now_s() < end) {
+	double end = baton_now_s() + 10;
+	while (baton_now_s() < end) {
 		struct baton_msg ev;
 		if (proto_sub_recv(sub, &ev, 1000, NULL) != 0)
 			continue;
@@ -254,8 +246,12 @@ static int next_handoff(struct proto_sub *sub, const char *to, double *decide, d
 static long opt_long(int argc, char **argv, const char *flag, long dflt)
 {
 	for (int i = 1; i + 1 < argc; i++)
-		if (strcmp(argv[i], flag) == 0)
-			return strtol(argv[i + 1], NULL, 10);
+		if (strcmp(argv[i], flag) == 0) {
+			int64_t v;
+			if (baton_parse_i64(argv[i + 1], INT32_MIN, INT32_MAX, &v))
+				die("%s wants a whole number, not '%s'", flag, argv[i + 1]);
+			return (long)v;
+		}
 	return dflt;
 }
 
@@ -347,7 +343,7 @@ int main(int argc, char **argv)
 	struct stat st;
 	if (stat(arena, &st) != 0)
 		die("no arena");
-	double model_mib = (double)st.st_size / MIB;
+	double model_mib = (double)st.st_size / BATON_MIB;
 	/* a device for one whole cache and a half */
 	long dev_mib = (long)(model_mib * 1.5) + 64;
 
@@ -403,7 +399,7 @@ int main(int argc, char **argv)
 	char device[160] = "";
 	if (rep.gpus.n)
 		snprintf(device, sizeof device, "%s, %.0f MiB managed", rep.gpus.v[0].uuid,
-		    (double)rep.gpus.v[0].total / MIB);
+		    (double)rep.gpus.v[0].total / BATON_MIB);
 	proto_msg_free(&rep);
 
 	/* control round trips */
@@ -430,10 +426,10 @@ int main(int argc, char **argv)
 		proto_msg_init(&req, PROTO_OP_HANDOFF);
 		req.from = to_b ? "a" : "b";
 		req.to = to_b ? "b" : "a";
-		double t0 = now_s();
+		double t0 = baton_now_s();
 		call(broker, &req, &rep);
 		hg[i] = gen_ms(to_b ? eb : ea, i);
-		hs[i] = (now_s() - t0) * 1e3;
+		hs[i] = (baton_now_s() - t0) * 1e3;
 		hd[i] = rep.decide_ms;
 		hr[i] = rep.release_ms;
 		hf[i] = rep.refill_ms;
@@ -480,14 +476,14 @@ int main(int argc, char **argv)
 	printf("baton-broker-bench, %s, %s backend (%s), %ld CPUs, host %s\n", date, backend, device, cpus, host);
 	printf("model: %s layers x %s experts, d_model %s, d_ff %s, %s: arena %.1f MiB, cache %.1f MiB "
 	    "(segments of %s MiB)\n\n", layers, experts, d_model, d_ff, dtype, model_mib,
-	    (double)ceiling / MIB, seg);
+	    (double)ceiling / BATON_MIB, seg);
 	printf("control round trip, %zu commands each (%.0f commands/s end to end):\n", n_cmd,
 	    (double)n_cmd / wall);
 	print_stats(stdout, "client -> broker -> engine -> back (refill)", rt);
 	print_stats(stdout, "client -> broker -> back (status)", rt_broker);
 	print_stats(stdout, "client -> engine -> back (status)", rt_engine);
 	printf("\nscripted handoff (baton handoff), %zu, alternating a <-> b, %.1f MiB each:\n", nh,
-	    (double)ceiling / MIB);
+	    (double)ceiling / BATON_MIB);
 	print_stats(stdout, "decide", s_hd);
 	print_stats(stdout, "release (command + acknowledgement)", s_hr);
 	print_stats(stdout, "refill (command + copy + acknowledgement)", s_hf);

@@ -68,13 +68,6 @@ struct watchdog {
 	double next;                /* monotonic seconds of the next ping */
 };
 
-static double mono_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 static void watchdog_open(struct watchdog *w, const char *control)
 {
 	uint64_t usec = 0;
@@ -89,7 +82,7 @@ static void watchdog_open(struct watchdog *w, const char *control)
 	}
 	broker_log("watchdog: a ping every %llu ms while the decision thread answers",
 	    (unsigned long long)w->interval_ms);
-	w->next = mono_s();
+	w->next = baton_now_s();
 }
 
 /* How long the main loop may wait for a signal before the next ping. */
@@ -98,7 +91,7 @@ static struct timespec watchdog_wait(const struct watchdog *w)
 	struct timespec ts = { .tv_sec = 3600, .tv_nsec = 0 };
 	if (!w->interval_ms)
 		return ts;
-	double left = w->next - mono_s();
+	double left = w->next - baton_now_s();
 	if (left < 0)
 		left = 0;
 	ts.tv_sec = (time_t)left;
@@ -108,9 +101,9 @@ static struct timespec watchdog_wait(const struct watchdog *w)
 
 static void watchdog_tick(struct watchdog *w)
 {
-	if (!w->interval_ms || mono_s() < w->next)
+	if (!w->interval_ms || baton_now_s() < w->next)
 		return;
-	w->next = mono_s() + (double)w->interval_ms / 1000.0;
+	w->next = baton_now_s() + (double)w->interval_ms / 1000.0;
 	struct baton_msg req, rep;
 	memset(&rep, 0, sizeof rep);
 	proto_msg_init(&req, PROTO_OP_STATUS);

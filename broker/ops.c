@@ -24,7 +24,7 @@ struct op *br_op_new(struct broker *b, enum op_kind kind, struct waiter *w,
 		o->w = w;
 		o->req_op = req->op;
 		o->req_id = req->id;
-		o->t0 = now_s();
+		o->t0 = baton_now_s();
 		o->deadline = o->t0 + b->cfg.acquire_wait_ms / 1e3;
 		return o;
 	}
@@ -40,7 +40,7 @@ void br_op_fail(struct broker *b, struct op *o, int err, const char *fmt, ...)
 	va_end(ap);
 	struct eng *e = br_eng_get(b, o->target);
 	if (o->kind == OP_ACQUIRE || o->kind == OP_REFILL || o->kind == OP_HANDOFF)
-		br_publish(b, "deny", e, text, (now_s() - o->t0) * 1e3, o->bytes);
+		br_publish(b, "deny", e, text, (baton_now_s() - o->t0) * 1e3, o->bytes);
 	if (o->granted && e && e->st == ES_LIVE) {
 		/* Its command failed: the grant goes back now, not after
 		 * GRANT_TTL_S; what the engine did map, its status says. */
@@ -96,21 +96,21 @@ void br_eng_dead(struct broker *b, struct eng *e, const char *why, bool clean)
 	uint64_t loan = e->has_peer ? e->peer_mapped + e->peer_grant : 0;
 	struct eref ref = br_eref_of(b, e);
 	e->st = ES_DEAD;
-	b->gpus[e->gpu].death_at = now_s();
-	snprintf(e->state, sizeof e->state, "%s", clean ? "stopped" : "dead");
+	b->gpus[e->gpu].death_at = baton_now_s();
+	snprintf(e->state, sizeof e->state, "%s", baton_state_name(clean ? BATON_STATE_STOPPED : BATON_STATE_DEAD));
 	e->mapped = e->resident = e->grant = 0;
 	e->in_flight = false;
 	e->probing = false;
 	if (e->busy)
-		e->idle_since = now_s(); /* its last request ended with it */
+		e->idle_since = baton_now_s(); /* its last request ended with it */
 	e->busy = false;
 	br_eng_forget_conn(e);
 	br_watch_remove(b, ref);
 	br_blog("engine %s (pid %d) %s: %s; %.1f MiB of %s counted free", e->name, e->pid,
-	    clean ? "stopped" : "is dead", why, (double)freed / MIB, b->gpus[e->gpu].uuid);
+	    clean ? "stopped" : "is dead", why, (double)freed / BATON_MIB, b->gpus[e->gpu].uuid);
 	br_publish(b, clean ? "stopped" : "dead", e, why, -1, freed);
 	if (loan) { /* the driver (or the host device) frees a dead process's memory */
-		br_blog("engine %s: its peer tier of %.1f MiB on %s is returned", e->name, (double)loan / MIB,
+		br_blog("engine %s: its peer tier of %.1f MiB on %s is returned", e->name, (double)loan / BATON_MIB,
 		    b->gpus[e->peer_gpu].uuid);
 		br_publish(b, "loan-returned", e, why, -1, loan);
 	}
@@ -126,7 +126,7 @@ void br_eng_dead(struct broker *b, struct eng *e, const char *why, bool clean)
 		else if (o->kind == OP_HANDOFF && o->victim.slot == ref.slot && o->victim.gen == ref.gen &&
 		    o->phase == P_VICTIM_WAIT) {
 			o->phase = P_WAIT; /* its memory is free now */
-			o->t_victim_done = now_s();
+			o->t_victim_done = baton_now_s();
 		}
 	}
 	if (clean) {
@@ -144,7 +144,7 @@ uint64_t br_shrink_reserve_mib(struct broker *b, const struct eng *e, uint64_t b
 {
 	struct gpu_view v;
 	br_gpu_view(b, e->gpu, &v);
-	return (v.dev_free + bytes + MIB - 1) / MIB;
+	return (v.dev_free + bytes + BATON_MIB - 1) / BATON_MIB;
 }
 
 static struct jobtag *tag_new(struct broker *b)
@@ -218,15 +218,16 @@ const char *br_busy_what(struct broker *b, const struct eng *e, char *buf, size_
 	const struct jobtag *t = e->in_flight ? br_tag_find(b, e->job_id) : NULL;
 	const char *doing = t ? (t->cmd == PROTO_OP_REFILL ? "refilling" : t->cmd == PROTO_OP_RELEASE ?
 	    "releasing" : t->cmd == PROTO_OP_VRAM ? "resizing" : NULL) : NULL;
-	if (!doing && (strcmp(e->state, "refilling") == 0 || e->to_copy))
+	int st = baton_state_parse(e->state);
+	if (!doing && (st == BATON_STATE_REFILLING || e->to_copy))
 		doing = "refilling";
-	if (!doing && (strcmp(e->state, "releasing") == 0 || strcmp(e->state, "resizing") == 0))
+	if (!doing && (st == BATON_STATE_RELEASING || st == BATON_STATE_RESIZING))
 		doing = e->state;
 	if (!doing)
 		snprintf(buf, len, "is busy serving requests");
 	else if (e->to_copy)
 		snprintf(buf, len, "is %s: %.0f%% of %.1f MiB copied", doing,
-		    100.0 * (double)e->copied / (double)e->to_copy, (double)e->to_copy / MIB);
+		    100.0 * (double)e->copied / (double)e->to_copy, (double)e->to_copy / BATON_MIB);
 	else
 		snprintf(buf, len, "is %s", doing);
 	return buf;

@@ -114,7 +114,7 @@ size_t br_gpu_find_or_add(struct broker *b, const char *uuid)
 	}
 	gpu_name(b, g);
 	br_blog("device %s: %s, reserve %.0f MiB%s", uuid, g->nvml ? "NVML" : "sizes from its engines",
-	    (double)g->reserve / MIB, g->cap ? ", managed size from the configuration" : "");
+	    (double)g->reserve / BATON_MIB, g->cap ? ", managed size from the configuration" : "");
 	return b->n_gpus++;
 }
 
@@ -230,7 +230,7 @@ static void learn_other(struct broker *b, struct eng *e, uint64_t dev_free)
 	 * which no longer counts in `mapped`: it would pass for `other` and
 	 * stay until the next quiet report. A death only frees memory, so
 	 * `other` may fall then, not rise. */
-	if (other > g->other && now_s() - g->death_at < DEATH_SETTLE_S)
+	if (other > g->other && baton_now_s() - g->death_at < DEATH_SETTLE_S)
 		return;
 	g->other = other;
 }
@@ -262,12 +262,12 @@ void br_apply_state(struct broker *b, struct eng *e, const struct baton_msg *m, 
 	uint64_t was = e->mapped;
 	if (proto_has(m, PF_MAPPED))
 		e->mapped = m->mapped;
-	else if (m->state && strcmp(m->state, "released") == 0)
+	else if (baton_state_parse(m->state) == BATON_STATE_RELEASED)
 		e->mapped = 0;
 	if (e->mapped < was)
 		br_lend_wake(b, e->gpu);
 	if (e->grant && has_epoch && epoch >= e->grant_epoch &&
-	    (!m->state || strcmp(m->state, "refilling") != 0)) {
+	    baton_state_parse(m->state) != BATON_STATE_REFILLING) {
 		e->grant = 0; /* the state after the grant was used */
 		e->grant_epoch = 0;
 	}

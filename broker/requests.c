@@ -61,7 +61,7 @@ static void on_register(struct broker *b, struct waiter *w, const struct baton_m
 		br_eng_forget_conn(e);
 		memset(e, 0, sizeof *e);
 		e->gen = gen ? gen : 1;
-		e->registered_at = now_s();
+		e->registered_at = baton_now_s();
 	}
 	e->st = ES_LIVE;
 	snprintf(e->name, sizeof e->name, "%s", m->name);
@@ -88,7 +88,7 @@ static void on_register(struct broker *b, struct waiter *w, const struct baton_m
 	e->ceiling = m->ceiling;
 	e->capacity = m->capacity;
 	e->reg_priority = m->priority;
-	e->last_seen = now_s();
+	e->last_seen = baton_now_s();
 	e->lost = false;
 	struct gpu *g = &b->gpus[gi];
 	if (!g->nvml && m->capacity > g->dev_total)
@@ -110,7 +110,7 @@ static void on_register(struct broker *b, struct waiter *w, const struct baton_m
 	e->acct_epoch = 0;
 	br_apply_state(b, e, m, true, m->epoch);
 	if (!again) {
-		e->idle_since = now_s();
+		e->idle_since = baton_now_s();
 		br_watch_add(b, pid, br_eref_of(b, e));
 	}
 	struct rbuf *rb = &w->rb;
@@ -118,7 +118,7 @@ static void on_register(struct broker *b, struct waiter *w, const struct baton_m
 	rb->m.epoch = ++b->epoch;
 	br_blog("engine %s %s: pid %d, %s, model %s, %s, holds %.1f of %.1f MiB, priority %d%s",
 	    e->name, again ? "registered again" : "registered", pid, g->uuid, e->model, e->state,
-	    (double)e->mapped / MIB, (double)e->ceiling / MIB, br_eng_priority(b, e),
+	    (double)e->mapped / BATON_MIB, (double)e->ceiling / BATON_MIB, br_eng_priority(b, e),
 	    br_eng_pinned(b, e) ? ", pinned" : "");
 	br_publish(b, again ? "reconnect" : "register", e, m->model, -1, e->mapped);
 	br_waiter_done(w);
@@ -141,7 +141,7 @@ static void on_heartbeat(struct broker *b, struct waiter *w, const struct baton_
 	struct eng *e = need_engine(b, w, m, m->name);
 	if (!e)
 		return;
-	double now = now_s();
+	double now = baton_now_s();
 	if (e->lost) {
 		br_blog("engine %s answers again", e->name);
 		e->lost = false;
@@ -181,8 +181,8 @@ static void on_report(struct broker *b, struct waiter *w, const struct baton_msg
 	struct eng *e = need_engine(b, w, m, m->name);
 	if (!e)
 		return;
-	e->last_seen = now_s();
-	if (strcmp(m->state, "stopped") == 0) {
+	e->last_seen = baton_now_s();
+	if (baton_state_parse(m->state) == BATON_STATE_STOPPED) {
 		struct rbuf *rb = &w->rb;
 		proto_reply_init(&rb->m, m);
 		br_waiter_done(w);
@@ -206,9 +206,9 @@ static void on_report(struct broker *b, struct waiter *w, const struct baton_msg
 		snprintf(why, sizeof why, "from %s: decide %.3f ms, release %.3f ms, refill %.3f ms",
 		    e->ho_from, e->ho_decide_ms, e->ho_release_ms, refill);
 		char rate[48];
-		br_blog("handoff to %s %s, total %.3f ms, %.1f MiB copied%s", e->name, why, (now_s() - e->ho_t0) * 1e3,
-		    (double)m->bytes / MIB, br_rate(m->bytes, refill, rate, sizeof rate));
-		br_publish_handoff(b, e, why, (now_s() - e->ho_t0) * 1e3, moved, e->ho_decide_ms, e->ho_release_ms,
+		br_blog("handoff to %s %s, total %.3f ms, %.1f MiB copied%s", e->name, why, (baton_now_s() - e->ho_t0) * 1e3,
+		    (double)m->bytes / BATON_MIB, br_rate(m->bytes, refill, rate, sizeof rate));
+		br_publish_handoff(b, e, why, (baton_now_s() - e->ho_t0) * 1e3, moved, e->ho_decide_ms, e->ho_release_ms,
 		    refill);
 		e->ho_pending = false;
 	}
@@ -258,7 +258,7 @@ static void on_status(struct broker *b, struct waiter *w, const struct baton_msg
 		gv[i].index = b->gpus[i].index < 0 ? 0 : (uint32_t)b->gpus[i].index;
 		gv[i].name = pool_str(&pool, b->gpus[i].name);
 	}
-	double now = now_s();
+	double now = baton_now_s();
 	size_t k = 0;
 	for (size_t i = 0; i < BROKER_MAX_ENGINES; i++) {
 		const struct eng *e = &b->eng[i];
@@ -269,7 +269,7 @@ static void on_status(struct broker *b, struct waiter *w, const struct baton_msg
 		x->pid = (uint32_t)e->pid;
 		x->gpu = pool_str(&pool, b->gpus[e->gpu].uuid);
 		x->model = pool_str(&pool, e->model);
-		x->state = pool_str(&pool, e->lost ? "lost" : e->state);
+		x->state = pool_str(&pool, e->lost ? baton_state_name(BATON_STATE_LOST) : e->state);
 		x->resident = e->mapped;
 		x->floor = e->floor;
 		x->ceiling = e->ceiling;
@@ -378,7 +378,7 @@ static void on_engine_op(struct broker *b, struct waiter *w, const struct baton_
 		br_reply_error(w, m->op, m->id, BATON_ESTATE,
 		    "%s: %s is lost: no heartbeat for %.1f s, its process %d is alive (stopped?); its "
 		    "memory stays counted until it answers again or exits", proto_op_name(m->op), silent->name,
-		    now_s() - silent->last_seen, silent->pid);
+		    baton_now_s() - silent->last_seen, silent->pid);
 		return;
 	}
 	if (kind == OP_RELEASE && br_eng_pinned(b, e)) {
@@ -453,7 +453,7 @@ static void on_engine_op(struct broker *b, struct waiter *w, const struct baton_
 			o->victim_kind = POLICY_RELEASE;
 			o->victim_bytes = takes ? from->mapped : 0;
 		}
-		o->t_decided = now_s();
+		o->t_decided = baton_now_s();
 		o->phase = !takes || (from->mapped == 0 && from->grant == 0) ? P_WAIT : P_VICTIM;
 		if (o->phase == P_WAIT)
 			o->t_victim_done = o->t_decided;

@@ -14,8 +14,7 @@ static void on_probe(struct broker *b, struct item *it, const struct jobtag *tag
 /* The engine is in the middle of a change (its STATUS says so). */
 static bool state_moving(const char *state)
 {
-	return strcmp(state, "releasing") == 0 || strcmp(state, "refilling") == 0 ||
-	    strcmp(state, "resizing") == 0 || strcmp(state, "loading") == 0;
+	return baton_state_moving(baton_state_parse(state));
 }
 
 void br_on_done(struct broker *b, struct item *it)
@@ -32,7 +31,7 @@ void br_on_done(struct broker *b, struct item *it)
 	}
 	struct eng *e = br_eng_live(b, tag.eng);
 	struct op *o = br_op_by_seq(b, tag.op_seq);
-	double now = now_s();
+	double now = baton_now_s();
 	if (e && e->job_id == it->job_id) {
 		e->in_flight = false;
 		e->copied = e->to_copy = 0; /* its copy, if any, is over */
@@ -64,7 +63,7 @@ void br_on_done(struct broker *b, struct item *it)
 			e->peer_retry_after = now + (!tag.victim && e->peer_mapped < tag.bytes ? LEND_BACKOFF_S :
 			    LEND_PAUSE_S);
 			br_blog("engine %s: %s on %s: holds %.1f MiB there (%s)", e->name, word,
-			    b->gpus[e->peer_gpu].uuid, (double)e->peer_mapped / MIB, tag.reason);
+			    b->gpus[e->peer_gpu].uuid, (double)e->peer_mapped / BATON_MIB, tag.reason);
 			br_publish(b, word, e, tag.reason, r->ms, br_moved(peer_before, e->peer_mapped));
 		} else {
 			br_log_move(e->name, word, tag.reason, r->ms, r->bytes, e->mapped);
@@ -157,7 +156,7 @@ void br_on_done(struct broker *b, struct item *it)
 					br_blog("handoff %s -> %s (%s): decide %.3f ms, release %.3f ms, refill %.3f ms, total %.3f ms, "
 					    "%.1f MiB copied%s", from ? from->name : "?", e ? e->name : "?",
 					    o->victim_kind == POLICY_SHRINK ? "shrink" : "release", rb->m.decide_ms,
-					    rb->m.release_ms, rb->m.refill_ms, rb->m.total_ms, (double)it->rep.bytes / MIB,
+					    rb->m.release_ms, rb->m.refill_ms, rb->m.total_ms, (double)it->rep.bytes / BATON_MIB,
 					    br_rate(it->rep.bytes, it->rep.ms, rate, sizeof rate));
 					if (e)
 						br_publish_handoff(b, e, why, rb->m.total_ms, br_moved(mapped_before, e->mapped),
@@ -171,7 +170,7 @@ void br_on_done(struct broker *b, struct item *it)
 						    e->ho_decide_ms, e->ho_release_ms, it->rep.ms);
 						char rate[48];
 						br_blog("handoff to %s %s, total %.3f ms, %.1f MiB copied%s", e->name, why,
-						    (now - o->t0) * 1e3, (double)it->rep.bytes / MIB,
+						    (now - o->t0) * 1e3, (double)it->rep.bytes / BATON_MIB,
 						    br_rate(it->rep.bytes, it->rep.ms, rate, sizeof rate));
 						br_publish_handoff(b, e, why, (now - o->t0) * 1e3,
 						    br_moved(mapped_before, e->mapped), e->ho_decide_ms, e->ho_release_ms,
@@ -221,6 +220,6 @@ static void on_probe(struct broker *b, struct item *it, const struct jobtag *tag
 		return;
 	struct item lost = { .kind = IT_DONE, .job_id = tag->probed, .rc = BATON_ETIMEDOUT, .lost = true };
 	snprintf(lost.err, sizeof lost.err, "no reply after %.1f s, and the engine is %s at epoch %" PRIu64
-	    ": the reply or the command was lost", now_s() - e->job_t0, r->state, r->epoch);
+	    ": the reply or the command was lost", baton_now_s() - e->job_t0, r->state, r->epoch);
 	br_on_done(b, &lost);
 }

@@ -131,7 +131,7 @@ static size_t policy_view(struct broker *b, size_t gi, const struct eng *request
 			.pinned = br_eng_pinned(b, e) || e->no_release || e->lost,
 			.in_flight = e->in_flight || now < e->retry_after,
 			.granted = e->grant > 0,
-			.refilling = strcmp(e->state, "refilling") == 0 || e->to_copy > 0,
+			.refilling = baton_state_parse(e->state) == BATON_STATE_REFILLING || e->to_copy > 0,
 			.no_shrink = e->no_shrink,
 		};
 		if (now < e->retry_after)
@@ -192,8 +192,8 @@ void br_serve_gpu(struct broker *b, size_t gi, double now)
 			    "%s: no memory for %s on %s after %d ms: wants %.1f MiB, %.1f MiB available "
 			    "(%.1f free, %.1f reserved)%s%s",
 			    proto_op_name(head->req_op), e->name, g->uuid, b->cfg.acquire_wait_ms,
-			    (double)head->bytes / MIB, (double)v.avail / MIB, (double)v.free_b / MIB,
-			    (double)g->reserve / MIB, head->why[0] ? "; " : "", head->why);
+			    (double)head->bytes / BATON_MIB, (double)v.avail / BATON_MIB, (double)v.free_b / BATON_MIB,
+			    (double)g->reserve / BATON_MIB, head->why[0] ? "; " : "", head->why);
 			continue;
 		}
 		struct policy_engine pe[BROKER_MAX_ENGINES];
@@ -253,7 +253,7 @@ static void stall_check(struct broker *b, struct eng *e, double now)
 	struct item it = { .kind = IT_DONE, .job_id = e->job_id, .rc = BATON_ETIMEDOUT };
 	if (e->to_copy)
 		snprintf(it.err, sizeof it.err, "no progress for %.1f s (copied %.1f of %.1f MiB in %.1f s)",
-		    now - since, (double)e->copied / MIB, (double)e->to_copy / MIB, now - e->job_t0);
+		    now - since, (double)e->copied / BATON_MIB, (double)e->to_copy / BATON_MIB, now - e->job_t0);
 	else
 		snprintf(it.err, sizeof it.err, "no reply and no progress for %.1f s", now - since);
 	struct conn *old = e->conn;
@@ -290,7 +290,7 @@ void br_housekeeping(struct broker *b, double now)
 		if (e->in_flight && !e->probing && now - e->job_t0 >= PROBE_S && now - e->probe_at >= PROBE_S)
 			br_probe(b, e); /* unanswered for long: lost, or a long refill? */
 		if (e->grant && now - e->grant_at > GRANT_TTL_S) {
-			br_blog("engine %s never used a grant of %.1f MiB; dropped", e->name, (double)e->grant / MIB);
+			br_blog("engine %s never used a grant of %.1f MiB; dropped", e->name, (double)e->grant / BATON_MIB);
 			e->grant = 0;
 		}
 		double t = br_eng_idle_timeout(b, e);

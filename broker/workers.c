@@ -74,7 +74,7 @@ static void *worker(void *arg)
 			req.peer_gpu = j->peer_gpu;
 			proto_set(&req, PF_PEER_GPU);
 		}
-		double t0 = now_s();
+		double t0 = baton_now_s();
 		struct baton_msg rep;
 		int rc = proto_client_call(j->conn->cli, &req, &rep, j->timeout_ms, &d);
 		if (!it) {
@@ -87,7 +87,7 @@ static void *worker(void *arg)
 		it->job_id = j->id;
 		it->rc = rc;
 		it->rep = rep;
-		it->ms = (now_s() - t0) * 1e3;
+		it->ms = (baton_now_s() - t0) * 1e3;
 		snprintf(it->err, sizeof it->err, "%s", rc ? d.text : "");
 		br_conn_put(j->conn);
 		free(j);
@@ -126,12 +126,12 @@ int br_queue_job(struct broker *b, struct eng *e, enum proto_op op, uint64_t res
 		/* a probe: beside the command in flight, not one itself */
 		j->timeout_ms = (int)(PROBE_S * 1e3);
 		e->probing = true;
-		e->probe_at = now_s();
+		e->probe_at = baton_now_s();
 	} else {
 		j->epoch = ++b->epoch;
 		e->in_flight = true;
 		e->job_id = j->id;
-		e->job_t0 = now_s();
+		e->job_t0 = baton_now_s();
 		e->progress_at = e->progress_pub_at = 0;
 		e->copied = e->to_copy = 0;
 	}

@@ -172,15 +172,14 @@ int http_guard_check(const struct http_guard *g, const struct http_guard_in *in,
 	bool read = strcmp(in->method, "GET") == 0 || strcmp(in->method, "HEAD") == 0;
 	*authorized = !g->token[0] || token_ok(g, in->auth);
 	*err = BATON_EPERM;
-	if (in->clen) { /* first: whatever else is wrong, this body is never read */
-		char *end;
-		unsigned long long v = strtoull(in->clen, &end, 10);
-		size_t max = in->max_body ? in->max_body : g->max_body;
-		if (*in->clen >= '0' && *in->clen <= '9' && !*end && v > max) {
-			*err = BATON_ETOOBIG;
-			snprintf(msg, n, "the body is %llu bytes; at most %zu", v, max);
-			return 413;
-		}
+	uint64_t clen;
+	size_t max = in->max_body ? in->max_body : g->max_body;
+	/* first: whatever else is wrong, this body is never read (a length
+	 * past 2^64 is too large as well) */
+	if (in->clen && baton_parse_u64(in->clen, 0, max, &clen) == BATON_ERANGE) {
+		*err = BATON_ETOOBIG;
+		snprintf(msg, n, "the body is %.40s bytes; at most %zu", in->clen, max);
+		return 413;
 	}
 	if (read && !g->token_for_reads)
 		return 0; /* reads are open: they change nothing (the server's choice) */
@@ -213,16 +212,6 @@ int http_guard_check(const struct http_guard *g, const struct http_guard_in *in,
 			*err = BATON_EUNSUPPORTED;
 			snprintf(msg, n, "send Content-Type: application/json (got '%.60s')", c ? c : "none");
 			return 415;
-		}
-	}
-	if (in->clen) {
-		char *end;
-		unsigned long long v = strtoull(in->clen, &end, 10);
-		size_t max = in->max_body ? in->max_body : g->max_body;
-		if (*in->clen >= '0' && *in->clen <= '9' && !*end && v > max) {
-			*err = BATON_ETOOBIG;
-			snprintf(msg, n, "the body is %llu bytes; at most %zu", v, max);
-			return 413;
 		}
 	}
 	return 0;

@@ -97,6 +97,34 @@ int http_reply_error(struct baton_http_req *r, int status, int err, const char *
     __attribute__((format(printf, 4, 5)));
 json_t *http_error_json(int status, int err, const char *msg);
 
+/* ---- errors as HTTP answers (error.c) ---- */
+/* The one table from a Baton error to an HTTP status, for every server
+ * (the broker's API, the front door, engines): 400 a request that is
+ * wrong (invalid, unsupported, bad_message, bad_type, missing_field,
+ * extra_field, out_of_range, duplicate, unknown_op), 403 permission, 404
+ * not_found, 409 a conflict with what is there (bad_state, exists), 413
+ * too_big, 503 busy, closed, connect, device_oom (try again: answered
+ * with Retry-After), 504 timeout, 500 the rest. */
+int http_status_of(int err);
+/* The OpenAI error type of a status: 400/405/413/415
+ * invalid_request_error, 401 authentication_error, 403 permission_error,
+ * 404 not_found_error, 409 conflict_error, 429 rate_limit_error, 5xx
+ * server_error. */
+const char *http_error_type(int status);
+/* The seconds a client should wait before it tries again, as a header
+ * value ("1"), for a status that asks for one (503); else NULL. */
+const char *http_retry_after(int status);
+/* OpenAI's error object, {"error": {"message", "type", "param", "code"}}
+ * (param and code null when NULL; type from the status when NULL): a new
+ * reference, NULL when out of memory. */
+json_t *http_openai_error(int status, const char *message, const char *type, const char *param,
+    const char *code);
+/* Answers it as JSON, with "Retry-After: retry_after" when not NULL. */
+int http_reply_openai_error(struct baton_http_req *r, int status, const char *type, const char *param,
+    const char *code, const char *retry_after, const char *fmt, ...) __attribute__((format(printf, 7, 8)));
+int http_vreply_openai_error(struct baton_http_req *r, int status, const char *type, const char *param,
+    const char *code, const char *retry_after, const char *fmt, va_list ap);
+
 /* Sends the status and headers now; the body follows as written. NULL
  * when out of memory or the client is gone (the request is then answered
  * and freed). */

@@ -138,13 +138,6 @@ struct baton_http {
 	bool reaper_on;
 };
 
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 /* ---- lifetimes (under h->mu) --------------------------------------------------- */
 
 static void server_free(struct baton_http *h)
@@ -254,32 +247,6 @@ static struct MHD_Response *make_resp(const char *ctype, const void *body, size_
 	return resp;
 }
 
-static const char *type_of(int status)
-{
-	switch (status) {
-	case 401:
-		return "authentication_error";
-	case 403:
-		return "permission_error";
-	case 404:
-		return "not_found_error";
-	case 409:
-		return "conflict_error";
-	case 413:
-	case 400:
-	case 405:
-	case 415:
-		return "invalid_request_error";
-	case 429:
-		return "rate_limit_error";
-	case 503:
-	case 504:
-		return "server_error";
-	default:
-		return status >= 500 ? "server_error" : "invalid_request_error";
-	}
-}
-
 json_t *http_error_json(int status, int err, const char *msg)
 {
 	char clean[1024];
@@ -287,9 +254,11 @@ json_t *http_error_json(int status, int err, const char *msg)
 	for (char *q = clean; *q; q++) /* a path echoed back may be any bytes: ASCII only */
 		if ((unsigned char)*q >= 0x80 || (unsigned char)*q < 0x20)
 			*q = '?';
-	return json_pack("{s:b, s:s, s:i, s:s, s:{s:s, s:s, s:s}}", "ok", 0, "code", baton_errname(err), "err",
-	    err, "message", clean, "error", "message", clean, "type", type_of(status), "code",
-	    baton_errname(err));
+	json_t *oe = http_openai_error(status, clean, NULL, NULL, baton_errname(err));
+	json_t *j = oe ? json_pack("{s:b, s:s, s:i, s:s, s:O}", "ok", 0, "code", baton_errname(err), "err", err,
+	    "message", clean, "error", json_object_get(oe, "error")) : NULL;
+	json_decref(oe);
+	return j;
 }
 
 static struct MHD_Response *error_resp(int status, int err, const char *msg)
@@ -298,8 +267,9 @@ static struct MHD_Response *error_resp(int status, int err, const char *msg)
 	char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
 	json_decref(j);
 	const char *const auth[] = { "WWW-Authenticate: Bearer realm=\"baton\"", NULL };
+	const char *const retry[] = { "Retry-After: 1", NULL };
 	struct MHD_Response *resp = make_resp("application/json", s ? s : "{}", s ? strlen(s) : 2,
-	    status == 401 ? auth : NULL);
+	    status == 401 ? auth : http_retry_after(status) ? retry : NULL);
 	free(s);
 	return resp;
 }
@@ -368,11 +338,12 @@ int http_reply_error(struct baton_http_req *r, int status, int err, const char *
 	vsnprintf(msg, sizeof msg, fmt, ap);
 	va_end(ap);
 	const char *const auth[] = { "WWW-Authenticate: Bearer realm=\"baton\"", NULL };
+	const char *const retry[] = { "Retry-After: 1", NULL };
 	json_t *j = http_error_json(status, err, msg);
 	char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
 	json_decref(j);
 	int rc = http_reply(r, status, "application/json", s ? s : "{}", s ? strlen(s) : 2,
-	    status == 401 ? auth : NULL);
+	    status == 401 ? auth : http_retry_after(status) ? retry : NULL);
 	free(s);
 	return rc;
 }
@@ -788,7 +759,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
 	r->mhd_done = true;
 	r->conn = NULL;
 	if (r->c)
-		r->c->deadline = now_s() + h->header_timeout_s; /* for the next request */
+		r->c->deadline = baton_now_s() + h->header_timeout_s; /* for the next request */
 	bool ended = r->st == RQ_SENT && (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK || !r->stream);
 	if (!ended || (r->stream && !r->stream->closed))
 		take_gone(r, &fn, &arg);
@@ -816,7 +787,7 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
 			return;
 		k->fd = fi ? fi->connect_fd : -1;
 		pthread_mutex_lock(&h->mu);
-		k->deadline = now_s() + h->header_timeout_s;
+		k->deadline = baton_now_s() + h->header_timeout_s;
 		k->next = h->conns;
 		if (h->conns)
 			h->conns->prev = k;
@@ -886,17 +857,10 @@ static void *reaper(void *arg)
 	size_t cap = 0;
 	pthread_mutex_lock(&h->mu);
 	while (!h->stopping) {
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += REAP_MS * 1000000L;
-		if (ts.tv_nsec >= 1000000000L) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000L;
-		}
-		pthread_cond_timedwait(&h->reap_cv, &h->mu, &ts);
+		baton_cond_wait_for(&h->reap_cv, &h->mu, REAP_MS / 1e3);
 		if (h->stopping)
 			break;
-		double t = now_s();
+		double t = baton_now_s();
 		/* under h->mu, on_connection(CLOSED) has not run: the fd is still theirs */
 		for (struct conn *k = h->conns; k; k = k->next) {
 			if (k->deadline > 0 && t > k->deadline && k->fd >= 0) {
@@ -1058,8 +1022,8 @@ int http_open(const struct baton_http_opts *o, baton_http_fn fn, void *arg, stru
 	h->body_limit = o->body_limit;
 	pthread_mutex_init(&h->mu, NULL);
 	pthread_cond_init(&h->cv, NULL);
-	pthread_cond_init(&h->reap_cv, NULL);
-	pthread_cond_init(&h->sent_cv, NULL);
+	baton_cond_init(&h->reap_cv);
+	baton_cond_init(&h->sent_cv);
 	if (http_guard_init(&h->guard, host, (unsigned)port, o->hosts, o->token, o->token_for_reads != 0,
 	    h->max_body) != 0) {
 		snprintf(err, errlen, "http: a host name or the token is too long, or more than %d names",
@@ -1153,15 +1117,13 @@ void http_close(struct baton_http *h)
 		pthread_join(h->reaper, NULL);
 	if (h->d) {
 		/* give the 503s a moment to go out before the connections close */
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_sec += 1;
+		double until = baton_now_s() + 1;
 		pthread_mutex_lock(&h->mu);
 		for (;;) {
 			bool parked = false;
 			for (struct baton_http_req *r = h->open; r && !parked; r = r->next)
 				parked = !r->mhd_done && r->st == RQ_ANSWER;
-			if (!parked || pthread_cond_timedwait(&h->sent_cv, &h->mu, &ts) != 0)
+			if (!parked || baton_cond_wait_until(&h->sent_cv, &h->mu, until) != 0)
 				break;
 		}
 		pthread_mutex_unlock(&h->mu);

@@ -244,15 +244,7 @@ static int cmd_sample(int argc, char **argv)
 
 static bool parse_u64(const char *s, uint64_t max, uint64_t *out)
 {
-	char *end;
-	errno = 0;
-	if (!*s || *s == '-')
-		return false;
-	unsigned long long v = strtoull(s, &end, 0);
-	if (errno || *end || v > max)
-		return false;
-	*out = v;
-	return true;
+	return baton_parse_u64(s, 0, max, out) == 0;
 }
 
 static bool parse_hex(const char *s, struct proto_bin *b, void **own)
@@ -312,9 +304,8 @@ static int cmd_encode(int argc, char **argv)
 			continue;
 		}
 		if (strcmp(key, "err") == 0) {
-			char *end;
-			long v = strtol(val, &end, 0);
-			if (*end || v < INT32_MIN || v > INT32_MAX)
+			int64_t v;
+			if (baton_parse_i64(val, INT32_MIN, INT32_MAX, &v))
 				goto bad;
 			m.err = (int32_t)v;
 			continue;
@@ -357,10 +348,8 @@ static int cmd_encode(int argc, char **argv)
 			*(uint64_t *)dst = u;
 			break;
 		case PT_I32: {
-			char *end;
-			errno = 0;
-			long long v = strtoll(val, &end, 0);
-			if (errno || *end || !*val || v < INT32_MIN || v > INT32_MAX)
+			int64_t v;
+			if (baton_parse_i64(val, INT32_MIN, INT32_MAX, &v))
 				goto bad;
 			*(int32_t *)dst = (int32_t)v;
 			break;
@@ -456,8 +445,14 @@ static int cmd_decode(void)
 static long opt_long(int argc, char **argv, const char *name, long def)
 {
 	for (int i = 0; i + 1 < argc; i++)
-		if (strcmp(argv[i], name) == 0)
-			return strtol(argv[i + 1], NULL, 0);
+		if (strcmp(argv[i], name) == 0) {
+			int64_t v;
+			if (baton_parse_i64(argv[i + 1], INT32_MIN, INT32_MAX, &v)) {
+				fprintf(stderr, "baton-proto-tool: %s wants a whole number, not '%s'\n", name, argv[i + 1]);
+				exit(2);
+			}
+			return (long)v;
+		}
 	return def;
 }
 

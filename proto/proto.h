@@ -76,7 +76,7 @@
  * and bin lengths, no ext types, no trailing bytes. Only bytes that pass are
  * given to msgpack-c, so msgpack-c never allocates more than a small
  * multiple of the message. Then every field is checked against the op's
- * table. Error codes (proto/err.h):
+ * table. Error codes (proto/base/base.h):
  *   BATON_ETOOBIG    message, string, bin, array or map larger than its cap
  *   BATON_EMSG       truncated, not a map, trailing bytes, nested too deep,
  *                    non-string key, ext type, reserved byte 0xc1
@@ -114,7 +114,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "proto/err.h"
+#include "proto/base/base.h"
 
 /* ---- limits ----------------------------------------------------------------- */
 

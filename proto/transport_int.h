@@ -69,9 +69,7 @@ static inline void gate_leave(struct psock *ps)
 
 static inline double proto__now_ms(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+	return baton_now_s() * 1e3;
 }
 
 static inline nng_duration proto__dur(int ms)

@@ -291,11 +291,7 @@ static bool close_bounded(nng_socket s, int timeout_ms)
 	c->s = s;
 	c->refs = 2;
 	pthread_mutex_init(&c->mu, NULL);
-	pthread_condattr_t ca;
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&c->cv, &ca);
-	pthread_condattr_destroy(&ca);
+	baton_cond_init(&c->cv);
 	pthread_attr_init(&attr);
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
 	int rc = pthread_create(&th, &attr, closer_main, c);
@@ -306,16 +302,9 @@ static bool close_bounded(nng_socket s, int timeout_ms)
 		nng_close(s);
 		return true;
 	}
-	struct timespec until;
-	clock_gettime(CLOCK_MONOTONIC, &until);
-	until.tv_sec += timeout_ms / 1000;
-	until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-	if (until.tv_nsec >= 1000000000L) {
-		until.tv_sec++;
-		until.tv_nsec -= 1000000000L;
-	}
+	double until = baton_now_s() + timeout_ms / 1e3;
 	pthread_mutex_lock(&c->mu);
-	while (!c->done && pthread_cond_timedwait(&c->cv, &c->mu, &until) == 0)
+	while (!c->done && baton_cond_wait_until(&c->cv, &c->mu, until) == 0)
 		;
 	bool done = c->done;
 	pthread_mutex_unlock(&c->mu);

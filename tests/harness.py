@@ -7,7 +7,7 @@ A test module imports this (and only this) from the tree:
 
 and gets
   - the programs' paths, from BUILD (default "build"): h.ENGINE, h.BROKER...
-  - h.ERR: the error codes by name, read from proto/err.h, the C header that
+  - h.ERR: the error codes by name, read from proto/base/base.h, the C header that
     owns them (no number is written twice);
   - h.call (one request through `baton-proto-tool call`, reply as a dict),
     h.call_retry (the same, again when the connection was refused or not
@@ -63,7 +63,7 @@ SLOW = float(os.environ.get("BATON_TEST_SLOW", "4" if "tsan" in BUILD else "1"))
 
 
 def _read_errors(path):
-    """{name: code} from the X-macro table of proto/err.h."""
+    """{name: code} from the X-macro table of proto/base/base.h."""
     with open(path) as f:
         text = f.read()
     table = {name: int(num) for num, name in
@@ -73,7 +73,7 @@ def _read_errors(path):
     return table
 
 
-ERR = _read_errors(os.path.join(ROOT, "proto", "err.h"))
+ERR = _read_errors(os.path.join(ROOT, "proto", "base", "base.h"))
 
 # ---- requests ---------------------------------------------------------------
 

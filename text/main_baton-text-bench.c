@@ -16,14 +16,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "proto/base/base.h"
 #include "text/text.h"
-
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 int main(int argc, char **argv)
 {
@@ -38,9 +32,8 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (argc > 2 && !strcmp(argv[1], "--repeat")) {
-		char *end;
-		long r = strtol(argv[2], &end, 10);
-		repeat = *argv[2] && !*end && r > 0 && r <= 1000000 ? (int)r : 0;
+		uint64_t r;
+		repeat = baton_parse_u64(argv[2], 1, 1000000, &r) ? 0 : (int)r;
 		a = 3;
 	}
 	if (a < argc && argv[a][0] == '-' && argv[a][1]) {
@@ -76,19 +69,19 @@ int main(int argc, char **argv)
 	for (int r = 0; r < repeat; r++) {
 		int32_t *ids;
 		size_t n;
-		double t0 = now();
+		double t0 = baton_now_s();
 		if (text_encode(t, text, (size_t)sz, 0, &ids, &n, err, sizeof(err))) {
 			fprintf(stderr, "baton-text-bench: %s\n", err);
 			return 1;
 		}
-		double t1 = now();
+		double t1 = baton_now_s();
 		char *out;
 		size_t on;
 		if (text_decode(t, ids, n, 0, &out, &on, err, sizeof(err))) {
 			fprintf(stderr, "baton-text-bench: %s\n", err);
 			return 1;
 		}
-		double t2 = now();
+		double t2 = baton_now_s();
 		free(out);
 		free(ids);
 		n_one = n;
@@ -97,7 +90,7 @@ int main(int argc, char **argv)
 		if (t2 - t1 < best_dec)
 			best_dec = t2 - t1;
 		/* line by line, each line with its newline */
-		double t3 = now();
+		double t3 = baton_now_s();
 		size_t total = 0;
 		for (long i = 0; i < sz;) {
 			const char *nl = memchr(text + i, '\n', (size_t)(sz - i));
@@ -110,7 +103,7 @@ int main(int argc, char **argv)
 			free(ids);
 			i = e;
 		}
-		double t4 = now();
+		double t4 = baton_now_s();
 		n_lines = total;
 		if (t4 - t3 < best_lines)
 			best_lines = t4 - t3;

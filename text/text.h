@@ -13,7 +13,7 @@
  * else is refused at load with a message naming it. docs/text.md has the
  * details and the conformance figures.
  *
- * Errors: 0 or a baton_err (proto/err.h); the functions that take `err`
+ * Errors: 0 or a baton_err (proto/base/base.h); the functions that take `err`
  * write a one-line reason there (always NUL-terminated when errlen > 0).
  * A text_tok is immutable after load: encode and decode may run on it from
  * any number of threads at once.

@@ -17,7 +17,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
-#include "proto/err.h"
+#include "proto/base/base.h"
 #include "text/text.h"
 
 /* ---- small helpers (util.c) ------------------------------------------------- */
@@ -30,8 +30,9 @@ int tx_tbuf_put(struct tbuf *b, const void *s, size_t n);
 int tx_tbuf_putc(struct tbuf *b, char c);
 void tx_tbuf_free(struct tbuf *b);
 
-int text_errf(char *err, size_t errlen, int code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
+/* The message into err and code back, so failures read
+ * `return text_errf(err, errlen, BATON_EINVAL, ...)`: base.h's baton_fail. */
+#define text_errf baton_fail
 /* Length of the UTF-8 character at s (1..4), 0 when invalid or cut short. */
 size_t tx_utf8_len(const unsigned char *s, size_t n);
 bool tx_utf8_valid(const char *s, size_t n);

@@ -44,17 +44,6 @@ void tx_tbuf_free(struct tbuf *b)
 	b->n = b->cap = 0;
 }
 
-/* baton_verrf's text, and the code back, so failures read
- * `return text_errf(err, errlen, BATON_EINVAL, ...)`. */
-int text_errf(char *err, size_t errlen, int code, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	baton_verrf(err, errlen, fmt, ap);
-	va_end(ap);
-	return code;
-}
-
 size_t tx_utf8_len(const unsigned char *s, size_t n)
 {
 	if (n == 0)

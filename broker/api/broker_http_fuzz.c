@@ -112,11 +112,9 @@ static ssize_t exchange(const void *req, size_t len, char *out, size_t cap)
 	 * server closes or stays quiet for 300 ms after it began (a kept-alive
 	 * connection), or 2 s pass without one (a request it waits on). */
 	size_t got = 0;
-	struct timespec t0, t;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
+	double until = baton_now_s() + 5;
 	for (;;) {
-		clock_gettime(CLOCK_MONOTONIC, &t);
-		long left = 5000 - ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000);
+		long left = (long)((until - baton_now_s()) * 1e3);
 		if (left <= 0)
 			break;
 		long wait = got ? 300 : 2000;

@@ -150,7 +150,7 @@ static void resp_json(struct resp *r, int status, json_t *j)
 
 /* An error body: {"ok": false, "code": "busy", "err": 6, "message": "...",
  * "error": {...}} (http_error_json: OpenAI's error object as well). code
- * and err are those of proto/err.h, as on the control socket. */
+ * and err are those of proto/base/base.h, as on the control socket. */
 static void resp_error(struct resp *r, int status, int err, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 static void resp_error(struct resp *r, int status, int err, const char *fmt, ...)
@@ -165,44 +165,9 @@ static void resp_error(struct resp *r, int status, int err, const char *fmt, ...
 	resp_json(r, status, http_error_json(status, err, msg));
 }
 
-/* The HTTP status for a broker error. A pinned engine (permission) is 403:
- * 401 means the token, and the token was right. */
-static int status_of(int err)
-{
-	switch (err) {
-	case BATON_EBUSY:
-	case BATON_ESTATE:
-	case BATON_EEXIST:
-		return 409;
-	case BATON_ENOTFOUND:
-		return 404;
-	case BATON_EINVAL:
-	case BATON_EUNSUPPORTED:
-	case BATON_ETYPE:
-	case BATON_ERANGE:
-	case BATON_EMISSING:
-	case BATON_EEXTRA:
-	case BATON_EMSG:
-	case BATON_EDUP:
-	case BATON_EUNKNOWNOP:
-		return 400;
-	case BATON_EPERM:
-		return 403;
-	case BATON_ETOOBIG:
-		return 413;
-	case BATON_ETIMEDOUT:
-		return 504;
-	case BATON_ECLOSED:
-	case BATON_EDEVMEM:
-		return 503;
-	default:
-		return 500;
-	}
-}
-
 static void send_resp(struct baton_http_req *req, struct resp *r)
 {
-	const char *hd[4];
+	const char *hd[5];
 	char allow[64];
 	size_t n = 0;
 	if (r->allow) {
@@ -213,6 +178,8 @@ static void send_resp(struct baton_http_req *req, struct resp *r)
 		hd[n++] = "WWW-Authenticate: Bearer realm=\"baton\"";
 	if (r->status == 413 || (r->status == 400 && r->close))
 		hd[n++] = "Connection: close";
+	if (http_retry_after(r->status))
+		hd[n++] = "Retry-After: 1";
 	hd[n] = NULL;
 	http_reply(req, r->status, r->ctype, r->body ? r->body : r->cbody, r->len, hd);
 	free(r->body);
@@ -275,7 +242,7 @@ static void on_cmd_reply(void *arg, const struct baton_msg *rep)
 {
 	struct cmd_ctx *c = arg;
 	if (!rep->ok) {
-		resp_error(c->r, status_of(rep->err), rep->err, "%s", rep->msg ? rep->msg : baton_strerror(rep->err));
+		resp_error(c->r, http_status_of(rep->err), rep->err, "%s", rep->msg ? rep->msg : baton_strerror(rep->err));
 		return;
 	}
 	json_t *j;
@@ -358,16 +325,10 @@ static void do_events(struct broker_http *h, const char *query, struct resp *r)
 			resp_error(r, 400, BATON_EEXTRA, "the only query parameter is since=N");
 			return;
 		}
-		const char *v = query + 6;
-		size_t n = strlen(v);
-		bool ok = n > 0 && n <= 19;
-		for (size_t i = 0; ok && i < n; i++)
-			ok = v[i] >= '0' && v[i] <= '9';
-		if (!ok) {
+		if (baton_parse_u64(query + 6, 0, UINT64_MAX, &since)) {
 			resp_error(r, 400, BATON_ETYPE, "since: want a whole number (the last seq seen)");
 			return;
 		}
-		since = strtoull(v, NULL, 10);
 	}
 	json_t *arr = json_array();
 	pthread_mutex_lock(&h->mu);
@@ -463,7 +424,7 @@ static void do_release_every(struct broker_http *h, json_t *body, struct resp *r
 	proto_msg_init(&m, PROTO_OP_STATUS);
 	broker_call(h->b, &m, on_every_status, c);
 	if (c->err) {
-		resp_error(r, status_of(c->err), c->err, "%s", c->msg);
+		resp_error(r, http_status_of(c->err), c->err, "%s", c->msg);
 		free(c);
 		return;
 	}
@@ -499,7 +460,7 @@ static void do_release_every(struct broker_http *h, json_t *body, struct resp *r
 		resp_json(r, 200, json_pack("{s:b, s:o}", "ok", 1, "released", done));
 		return;
 	}
-	json_t *e = http_error_json(status_of(first), first, first_msg);
+	json_t *e = http_error_json(http_status_of(first), first, first_msg);
 	if (e) {
 		json_object_set_new(e, "released", done);
 		json_object_set_new(e, "failed", failed);
@@ -507,7 +468,7 @@ static void do_release_every(struct broker_http *h, json_t *body, struct resp *r
 		json_decref(done);
 		json_decref(failed);
 	}
-	resp_json(r, status_of(first), e);
+	resp_json(r, http_status_of(first), e);
 }
 
 /* The engine verbs of POST /v1/engines/NAME/VERB. */
@@ -608,7 +569,7 @@ static void serve(struct broker_http *h, struct baton_http_req *req)
 		if (!err && h->door)
 			err = append_door_metrics(h->door, &r.body, &r.len);
 		if (err) {
-			resp_error(&r, status_of(err), err, "%s", msg);
+			resp_error(&r, http_status_of(err), err, "%s", msg);
 		} else {
 			r.status = 200;
 			r.ctype = "text/plain; version=0.0.4; charset=utf-8";
@@ -633,7 +594,7 @@ static void serve(struct broker_http *h, struct baton_http_req *req)
 		broker_call(h->b, &m, on_status_reply, &c);
 		if (c.err || !c.out) {
 			json_decref(c.out);
-			resp_error(&r, status_of(c.err ? c.err : BATON_ENOMEM), c.err ? c.err : BATON_ENOMEM, "%s",
+			resp_error(&r, http_status_of(c.err ? c.err : BATON_ENOMEM), c.err ? c.err : BATON_ENOMEM, "%s",
 			    c.err ? c.msg : "out of memory");
 		} else {
 			resp_json(&r, 200, c.out);

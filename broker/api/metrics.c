@@ -22,12 +22,6 @@
 static const double hist_le[HIST_N] = { 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
 	1, 2.5, 5, 10, 30 };
 
-struct hist {
-	uint64_t b[HIST_N];   /* not cumulative; summed when written */
-	uint64_t count;
-	double sum;
-};
-
 /* A handoff's phases, as the handoff event gives them (broker.h). */
 enum { HO_DECIDE, HO_RELEASE, HO_REFILL, HO_TOTAL, HO_N };
 static const char *const ho_phase[HO_N] = { "decide", "release", "refill", "total" };
@@ -35,8 +29,8 @@ static const char *const ho_phase[HO_N] = { "decide", "release", "refill", "tota
 struct estat {
 	char name[BROKER_NAME_MAX];
 	uint64_t releases, refills, grants, denials;
-	struct hist rel, ref;
-	struct hist ho[HO_N]; /* handoffs to this engine, by phase */
+	struct baton_hist rel, ref;
+	struct baton_hist ho[HO_N]; /* handoffs to this engine, by phase */
 };
 
 struct broker_metrics {
@@ -58,9 +52,7 @@ struct broker_metrics *broker_metrics_new(void)
 		return NULL;
 	}
 	pthread_mutex_init(&m->mu, NULL);
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	m->start_time = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+	m->start_time = baton_wall_s();
 	return m;
 }
 
@@ -88,15 +80,9 @@ static struct estat *stat_of(struct broker_metrics *h, const char *name)
 	return s;
 }
 
-static void hist_add(struct hist *x, double s)
+static void hist_add(struct baton_hist *x, double s)
 {
-	size_t i = 0;
-	while (i < HIST_N && s > hist_le[i])
-		i++;
-	if (i < HIST_N)
-		x->b[i]++;
-	x->count++;
-	x->sum += s;
+	baton_hist_add(x, hist_le, HIST_N, s);
 }
 
 void broker_metrics_event(struct broker_metrics *h, const struct baton_msg *ev)
@@ -144,35 +130,9 @@ struct metrics_ctx {
 	unsigned live, lost, dead; /* engines by liveness */
 };
 
-/* A label value: backslash, quote and newline escaped. */
-static void label(FILE *f, const char *s)
-{
-	for (; *s; s++) {
-		if (*s == '\\' || *s == '"')
-			fputc('\\', f);
-		if (*s == '\n') {
-			fputs("\\n", f);
-			continue;
-		}
-		fputc(*s, f);
-	}
-}
-
-/* name{engine="E" (, more labels follow when `more`) */
-static void engine_series(FILE *f, const char *name, const char *engine, bool more)
-{
-	fprintf(f, "%s{engine=\"", name);
-	label(f, engine);
-	fputs(more ? "\"," : "\"}", f);
-}
-
-static void head(FILE *f, const char *name, const char *type, const char *help)
-{
-	fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
-}
-
-static const char *const known_states[] = { "loading", "ready", "releasing", "released", "refilling",
-	"partial", "lost", "dead", "stopped" };
+/* The labels of an engine's series, and of one on a device. */
+#define BY_ENGINE(e) ((const char *[]){ "engine", (e), NULL })
+#define BY_ENGINE_GPU(e, g) ((const char *[]){ "engine", (e), "gpu", (g), NULL })
 
 static void on_metrics_reply(void *arg, const struct baton_msg *rep)
 {
@@ -195,88 +155,57 @@ static void on_metrics_reply(void *arg, const struct baton_msg *rep)
 		{ "baton_gpu_memory_lent_bytes", "Device memory lent to engines of other devices as their peer tier.", 5 },
 	};
 	for (size_t k = 0; k < sizeof gm / sizeof gm[0]; k++) {
-		head(f, gm[k].name, "gauge", gm[k].help);
+		baton_prom_family(f, gm[k].name, "gauge", gm[k].help);
 		for (uint32_t i = 0; i < rep->gpus.n; i++) {
 			const struct proto_gpu *g = &rep->gpus.v[i];
 			uint64_t v[6] = { g->total, g->free_bytes, g->total > g->free_bytes ? g->total - g->free_bytes : 0,
 				g->held, g->reserve, g->lent };
-			fprintf(f, "%s{gpu=\"", gm[k].name);
-			label(f, g->uuid);
-			fprintf(f, "\"} %" PRIu64 "\n", v[gm[k].which]);
+			baton_prom_u64(f, gm[k].name, (const char *[]){ "gpu", g->uuid, NULL }, v[gm[k].which]);
 		}
 	}
-	head(f, "baton_engine_resident_bytes", "gauge", "Device memory an engine's expert cache maps.");
-	for (uint32_t i = 0; i < rep->engines.n; i++) {
-		const struct proto_engine_info *e = &rep->engines.v[i];
-		engine_series(f, "baton_engine_resident_bytes", e->name, true);
-		fputs("gpu=\"", f);
-		label(f, e->gpu);
-		fprintf(f, "\"} %" PRIu64 "\n", e->resident);
-	}
-	head(f, "baton_engine_requests_total", "counter",
+	const struct proto_engine_info *ev = rep->engines.v;
+	baton_prom_family(f, "baton_engine_resident_bytes", "gauge", "Device memory an engine's expert cache maps.");
+	for (uint32_t i = 0; i < rep->engines.n; i++)
+		baton_prom_u64(f, "baton_engine_resident_bytes", BY_ENGINE_GPU(ev[i].name, ev[i].gpu), ev[i].resident);
+	baton_prom_family(f, "baton_engine_requests_total", "counter",
 	    "GEN requests an engine answered since it started (from its heartbeats).");
-	for (uint32_t i = 0; i < rep->engines.n; i++) {
-		engine_series(f, "baton_engine_requests_total", rep->engines.v[i].name, false);
-		fprintf(f, " %" PRIu64 "\n", rep->engines.v[i].requests);
-	}
-	head(f, "baton_engine_peer_bytes", "gauge",
+	for (uint32_t i = 0; i < rep->engines.n; i++)
+		baton_prom_u64(f, "baton_engine_requests_total", BY_ENGINE(ev[i].name), ev[i].requests);
+	baton_prom_family(f, "baton_engine_peer_bytes", "gauge",
 	    "Memory an engine's peer tier holds on another device (lent by the broker).");
+	for (uint32_t i = 0; i < rep->engines.n; i++)
+		if (*ev[i].peer_gpu)
+			baton_prom_u64(f, "baton_engine_peer_bytes", BY_ENGINE_GPU(ev[i].name, ev[i].peer_gpu), ev[i].peer);
+	baton_prom_family(f, "baton_engine_ceiling_bytes", "gauge", "Device memory an engine's whole expert cache takes.");
+	for (uint32_t i = 0; i < rep->engines.n; i++)
+		baton_prom_u64(f, "baton_engine_ceiling_bytes", BY_ENGINE_GPU(ev[i].name, ev[i].gpu), ev[i].ceiling);
+	baton_prom_family(f, "baton_engine_state", "gauge", "1 for the state an engine is in, 0 for the others.");
 	for (uint32_t i = 0; i < rep->engines.n; i++) {
-		const struct proto_engine_info *e = &rep->engines.v[i];
-		if (!*e->peer_gpu)
-			continue;
-		engine_series(f, "baton_engine_peer_bytes", e->name, true);
-		fputs("gpu=\"", f);
-		label(f, e->peer_gpu);
-		fprintf(f, "\"} %" PRIu64 "\n", e->peer);
+		int in = baton_state_parse(ev[i].state);
+		for (int st = 1; st < BATON_STATE_N; st++)
+			baton_prom_u64(f, "baton_engine_state",
+			    (const char *[]){ "engine", ev[i].name, "state", baton_state_name(st), NULL }, in == st);
+		if (in == BATON_STATE_UNKNOWN) /* a newer engine's word: shown as it is */
+			baton_prom_u64(f, "baton_engine_state",
+			    (const char *[]){ "engine", ev[i].name, "state", ev[i].state, NULL }, 1);
 	}
-	head(f, "baton_engine_ceiling_bytes", "gauge", "Device memory an engine's whole expert cache takes.");
-	for (uint32_t i = 0; i < rep->engines.n; i++) {
-		const struct proto_engine_info *e = &rep->engines.v[i];
-		engine_series(f, "baton_engine_ceiling_bytes", e->name, true);
-		fputs("gpu=\"", f);
-		label(f, e->gpu);
-		fprintf(f, "\"} %" PRIu64 "\n", e->ceiling);
-	}
-	head(f, "baton_engine_state", "gauge", "1 for the state an engine is in, 0 for the others.");
-	for (uint32_t i = 0; i < rep->engines.n; i++) {
-		const struct proto_engine_info *e = &rep->engines.v[i];
-		bool known = false;
-		for (size_t s = 0; s < sizeof known_states / sizeof known_states[0]; s++) {
-			bool on = strcmp(e->state, known_states[s]) == 0;
-			known = known || on;
-			engine_series(f, "baton_engine_state", e->name, true);
-			fprintf(f, "state=\"%s\"} %d\n", known_states[s], on);
-		}
-		if (!known) {
-			engine_series(f, "baton_engine_state", e->name, true);
-			fputs("state=\"", f);
-			label(f, e->state);
-			fputs("\"} 1\n", f);
-		}
-	}
-	head(f, "baton_engine_pinned", "gauge", "1 when an engine is pinned (never reclaimed).");
-	for (uint32_t i = 0; i < rep->engines.n; i++) {
-		engine_series(f, "baton_engine_pinned", rep->engines.v[i].name, false);
-		fprintf(f, " %d\n", rep->engines.v[i].pinned);
-	}
-	head(f, "baton_engine_idle_seconds", "gauge",
+	baton_prom_family(f, "baton_engine_pinned", "gauge", "1 when an engine is pinned (never reclaimed).");
+	for (uint32_t i = 0; i < rep->engines.n; i++)
+		baton_prom_u64(f, "baton_engine_pinned", BY_ENGINE(ev[i].name), ev[i].pinned);
+	baton_prom_family(f, "baton_engine_idle_seconds", "gauge",
 	    "Seconds since an engine's last request ended (0 while busy; a dead engine's since it died or last served).");
-	for (uint32_t i = 0; i < rep->engines.n; i++) {
-		engine_series(f, "baton_engine_idle_seconds", rep->engines.v[i].name, false);
-		fprintf(f, " %.3f\n", (double)rep->engines.v[i].idle_ms / 1e3);
-	}
-	head(f, "baton_engine_last_refill_bytes_per_second", "gauge",
+	for (uint32_t i = 0; i < rep->engines.n; i++)
+		baton_prom_f(f, "baton_engine_idle_seconds", BY_ENGINE(ev[i].name), 3, (double)ev[i].idle_ms / 1e3);
+	baton_prom_family(f, "baton_engine_last_refill_bytes_per_second", "gauge",
 	    "Bytes copied per second by an engine's last refill (0: none yet).");
+	for (uint32_t i = 0; i < rep->engines.n; i++)
+		baton_prom_f(f, "baton_engine_last_refill_bytes_per_second", BY_ENGINE(ev[i].name), 0,
+		    ev[i].last_refill_gbps * 1e9);
 	for (uint32_t i = 0; i < rep->engines.n; i++) {
-		engine_series(f, "baton_engine_last_refill_bytes_per_second", rep->engines.v[i].name, false);
-		fprintf(f, " %.0f\n", rep->engines.v[i].last_refill_gbps * 1e9);
-	}
-	for (uint32_t i = 0; i < rep->engines.n; i++) {
-		const char *st = rep->engines.v[i].state;
-		if (strcmp(st, "dead") == 0)
+		int st = baton_state_parse(ev[i].state);
+		if (st == BATON_STATE_DEAD)
 			c->dead++;
-		else if (strcmp(st, "lost") == 0)
+		else if (st == BATON_STATE_LOST)
 			c->lost++;
 		else
 			c->live++;
@@ -285,31 +214,11 @@ static void on_metrics_reply(void *arg, const struct baton_msg *rep)
 }
 
 /* One histogram's series: labels engine="E" and, when phase, phase="P". */
-static void write_hist(FILE *f, const char *name, const char *engine, const char *phase, const struct hist *x)
+static void write_hist(FILE *f, const char *name, const char *engine, const char *phase,
+    const struct baton_hist *x)
 {
-	char s[128];
-	uint64_t cum = 0;
-	for (size_t i = 0; i <= HIST_N; i++) {
-		cum = i < HIST_N ? cum + x->b[i] : x->count;
-		snprintf(s, sizeof s, "%s_bucket", name);
-		engine_series(f, s, engine, true);
-		if (phase)
-			fprintf(f, "phase=\"%s\",", phase);
-		if (i < HIST_N)
-			fprintf(f, "le=\"%g\"} %" PRIu64 "\n", hist_le[i], cum);
-		else
-			fprintf(f, "le=\"+Inf\"} %" PRIu64 "\n", cum);
-	}
-	snprintf(s, sizeof s, "%s_sum", name);
-	engine_series(f, s, engine, phase != NULL);
-	if (phase)
-		fprintf(f, "phase=\"%s\"}", phase);
-	fprintf(f, " %.6f\n", x->sum);
-	snprintf(s, sizeof s, "%s_count", name);
-	engine_series(f, s, engine, phase != NULL);
-	if (phase)
-		fprintf(f, "phase=\"%s\"}", phase);
-	fprintf(f, " %" PRIu64 "\n", x->count);
+	baton_prom_hist(f, name, (const char *[]){ "engine", engine, phase ? "phase" : NULL, phase, NULL },
+	    hist_le, HIST_N, x);
 }
 
 static void metrics_counters(struct broker_metrics *h, FILE *f, const struct metrics_ctx *c)
@@ -329,42 +238,39 @@ static void metrics_counters(struct broker_metrics *h, FILE *f, const struct met
 		    offsetof(struct estat, denials) },
 	};
 	for (size_t k = 0; k < sizeof cm / sizeof cm[0]; k++) {
-		head(f, cm[k].name, "counter", cm[k].help);
-		for (size_t i = 0; i < h->n_st; i++) {
-			engine_series(f, cm[k].name, h->st[i].name, false);
-			fprintf(f, " %" PRIu64 "\n", *(const uint64_t *)((const char *)&h->st[i] + cm[k].off));
-		}
+		baton_prom_family(f, cm[k].name, "counter", cm[k].help);
+		for (size_t i = 0; i < h->n_st; i++)
+			baton_prom_u64(f, cm[k].name, BY_ENGINE(h->st[i].name),
+			    *(const uint64_t *)((const char *)&h->st[i] + cm[k].off));
 	}
-	head(f, "baton_engine_release_duration_seconds", "histogram", "How long releases took.");
+	baton_prom_family(f, "baton_engine_release_duration_seconds", "histogram", "How long releases took.");
 	for (size_t i = 0; i < h->n_st; i++)
 		write_hist(f, "baton_engine_release_duration_seconds", h->st[i].name, NULL, &h->st[i].rel);
-	head(f, "baton_engine_refill_duration_seconds", "histogram", "How long refills took.");
+	baton_prom_family(f, "baton_engine_refill_duration_seconds", "histogram", "How long refills took.");
 	for (size_t i = 0; i < h->n_st; i++)
 		write_hist(f, "baton_engine_refill_duration_seconds", h->st[i].name, NULL, &h->st[i].ref);
-	head(f, "baton_handoff_duration_seconds", "histogram",
+	baton_prom_family(f, "baton_handoff_duration_seconds", "histogram",
 	    "Handoffs to an engine, by phase: decide (the broker's choice), release (what the giver gave back, "
 	    "acknowledged), refill (the copy to the receiver), total.");
 	for (size_t i = 0; i < h->n_st; i++)
 		if (h->st[i].ho[HO_TOTAL].count)
 			for (int k = 0; k < HO_N; k++)
 				write_hist(f, "baton_handoff_duration_seconds", h->st[i].name, ho_phase[k], &h->st[i].ho[k]);
-	head(f, "baton_engines", "gauge",
+	baton_prom_family(f, "baton_engines", "gauge",
 	    "Engines the broker knows, by liveness: live (answering), lost (silent, its process alive), dead.");
 	fprintf(f, "baton_engines{status=\"live\"} %u\nbaton_engines{status=\"lost\"} %u\n"
 	    "baton_engines{status=\"dead\"} %u\n", c->live, c->lost, c->dead);
-	head(f, "baton_handoffs_total", "counter", "Handoffs completed (scripted, and on demand after a reclaim).");
+	baton_prom_family(f, "baton_handoffs_total", "counter", "Handoffs completed (scripted, and on demand after a reclaim).");
 	fprintf(f, "baton_handoffs_total %" PRIu64 "\n", h->handoffs);
-	head(f, "baton_errors_total", "counter", "Operations that ended in an error (deny events).");
+	baton_prom_family(f, "baton_errors_total", "counter", "Operations that ended in an error (deny events).");
 	fprintf(f, "baton_errors_total %" PRIu64 "\n", h->errors);
-	head(f, "baton_events_total", "counter", "Events the broker published.");
+	baton_prom_family(f, "baton_events_total", "counter", "Events the broker published.");
 	fprintf(f, "baton_events_total %" PRIu64 "\n", h->events);
 	double start = h->start_time;
 	pthread_mutex_unlock(&h->mu);
-	head(f, "baton_build_info", "gauge", "The broker's version; always 1.");
-	fprintf(f, "baton_build_info{version=\"");
-	label(f, baton_version());
-	fputs("\"} 1\n", f);
-	head(f, "baton_start_time_seconds", "gauge", "When the broker started, in seconds since the Unix epoch.");
+	baton_prom_family(f, "baton_build_info", "gauge", "The broker's version; always 1.");
+	baton_prom_u64(f, "baton_build_info", (const char *[]){ "version", baton_version(), NULL }, 1);
+	baton_prom_family(f, "baton_start_time_seconds", "gauge", "When the broker started, in seconds since the Unix epoch.");
 	fprintf(f, "baton_start_time_seconds %.3f\n", start);
 }
 

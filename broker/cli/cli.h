@@ -11,7 +11,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "proto/err.h"
+#include "proto/base/base.h"
 
 enum {
 	EXIT_DONE = 0,     /* done */

@@ -124,10 +124,8 @@ static void die_usage(const char *fmt, ...)
 
 static uint64_t parse_u64(const char *flag, const char *v, uint64_t max)
 {
-	char *end;
-	errno = 0;
-	unsigned long long x = strtoull(v, &end, 10);
-	if (errno || end == v || *end || v[0] == '-' || x > max)
+	uint64_t x;
+	if (baton_parse_u64(v, 0, max, &x))
 		die_usage("%s wants a whole number up to %" PRIu64 ", not '%s'", flag, max, v);
 	return x;
 }
@@ -266,13 +264,6 @@ static void want_args(const char *cmd, int n, const char *what)
 
 /* ---- formatting --------------------------------------------------------------------- */
 
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 /* Prints a JSON value on one line; false when stdout failed. */
 static bool put_json(json_t *v)
 {
@@ -395,7 +386,7 @@ static void progress_draw(struct progress *p, const struct baton_msg *st, unsign
 {
 	static const char spin[] = "|/-\\";
 	char line[512], a[32], b[32];
-	int n = snprintf(line, sizeof line, "\r%s  %c %.1fs", p->label, spin[frame % 4], now_s() - p->t0);
+	int n = snprintf(line, sizeof line, "\r%s  %c %.1fs", p->label, spin[frame % 4], baton_now_s() - p->t0);
 	for (int k = 0; k < 2 && p->names[k]; k++) {
 		const struct proto_engine_info *e = NULL;
 		for (uint32_t i = 0; st && i < st->engines.n; i++)
@@ -444,12 +435,7 @@ static void *progress_main(void *arg)
 	unsigned frame = 0;
 	pthread_mutex_lock(&p->mu);
 	while (!p->stop) {
-		struct timespec until;
-		clock_gettime(CLOCK_REALTIME, &until);
-		until.tv_nsec += 200 * 1000000L;
-		if (until.tv_nsec >= 1000000000L)
-			until.tv_sec++, until.tv_nsec -= 1000000000L;
-		pthread_cond_timedwait(&p->cv, &p->mu, &until);
+		baton_cond_wait_for(&p->cv, &p->mu, 0.2);
 		if (p->stop)
 			break;
 		pthread_mutex_unlock(&p->mu);
@@ -461,8 +447,8 @@ static void *progress_main(void *arg)
 		}
 		pthread_mutex_lock(&p->mu);
 		if (have)
-			p->last_ok = now_s();
-		else if (p->watch && p->cli && !p->gone && now_s() - p->last_ok > opt.timeout_ms / 1e3) {
+			p->last_ok = baton_now_s();
+		else if (p->watch && p->cli && !p->gone && baton_now_s() - p->last_ok > opt.timeout_ms / 1e3) {
 			p->gone = true;
 			proto_client_shutdown(p->cli); /* the call returns closed */
 		}
@@ -491,7 +477,7 @@ static void progress_start(struct progress *p, const char *label, const char *e1
 	const char *term = getenv("TERM");
 	p->draw = !opt.quiet && isatty(STDERR_FILENO) && !(term && strcmp(term, "dumb") == 0);
 	p->watch = !opt.timeout_given;
-	p->last_ok = now_s();
+	p->last_ok = baton_now_s();
 	if (!p->draw && !p->watch)
 		return;
 	p->label = label;
@@ -499,9 +485,9 @@ static void progress_start(struct progress *p, const char *label, const char *e1
 	p->names[1] = e2;
 	p->goal[0] = g1;
 	p->goal[1] = g2;
-	p->t0 = now_s();
+	p->t0 = baton_now_s();
 	pthread_mutex_init(&p->mu, NULL);
-	pthread_cond_init(&p->cv, NULL);
+	baton_cond_init(&p->cv);
 	if (p->draw) {
 		signal(SIGINT, on_fatal_signal);
 		signal(SIGTERM, on_fatal_signal);
@@ -598,8 +584,7 @@ static void print_engines(const struct baton_msg *st)
 	}
 	/* Engines that serve OpenAI HTTP (the front door routes to them by model). */
 	for (uint32_t i = 0; i < st->engines.n; i++)
-		if (*st->engines.v[i].http && strcmp(st->engines.v[i].state, "dead") != 0 &&
-		    strcmp(st->engines.v[i].state, "stopped") != 0)
+		if (*st->engines.v[i].http && baton_state_present(baton_state_parse(st->engines.v[i].state)))
 			printf("%s serves model %s at %s\n", st->engines.v[i].name, st->engines.v[i].model,
 			    st->engines.v[i].http);
 	if (st->engines.n == 0)
@@ -693,10 +678,10 @@ static int cmd_engine_op(enum proto_op op, const char *name)
 	}
 	struct progress prog;
 	progress_start(&prog, label, name, goal, NULL, 0);
-	double t0 = now_s();
+	double t0 = baton_now_s();
 	call(url ? url : opt.broker, label, &req, &rep, &prog);
 	free(url);
-	double rtt = (now_s() - t0) * 1e3;
+	double rtt = (baton_now_s() - t0) * 1e3;
 	progress_stop(&prog);
 	uint64_t holds = proto_has(&rep, PF_MAPPED) ? rep.mapped : rep.resident;
 	bool okw;
@@ -932,13 +917,13 @@ static int cmd_watch(void)
 		    url, baton_strerror(rc));
 		return EXIT_FAILED;
 	}
-	double deadline = opt.timeout_given ? now_s() + opt.timeout_ms / 1e3 : 0;
+	double deadline = opt.timeout_given ? baton_now_s() + opt.timeout_ms / 1e3 : 0;
 	long seen = 0;
 	int ret = EXIT_DONE;
 	while (!stop_watch && (opt.count < 0 || seen < opt.count)) {
 		int wait_ms = 200;
 		if (deadline) {
-			double left = deadline - now_s();
+			double left = deadline - baton_now_s();
 			if (left <= 0) {
 				if (opt.count >= 0) {
 					fprintf(stderr, "baton: watch: %ld of %ld events in %d ms (--timeout)\n", seen,
@@ -977,9 +962,9 @@ static int cmd_gen(const char *url)
 	req.steps = opt.has_steps ? opt.steps : 4;
 	req.batch = opt.has_batch ? opt.batch : 1;
 	req.seed = opt.has_seed ? opt.seed : 1;
-	double t0 = now_s();
+	double t0 = baton_now_s();
 	call(url, "gen", &req, &rep, NULL);
-	double ms = (now_s() - t0) * 1e3;
+	double ms = (baton_now_s() - t0) * 1e3;
 	bool okw;
 	if (opt.json) {
 		char sum[32];

@@ -259,12 +259,9 @@ int top_run(const struct top_opts *o)
 			n++;
 		}
 		ok = write_all("\033[H", 3) && write_all(f.buf, n) && write_all("\033[J", 3);
-		double until = o->interval_ms;
-		struct timespec t0, t1;
-		clock_gettime(CLOCK_MONOTONIC, &t0);
+		double until = baton_now_s() + o->interval_ms / 1e3;
 		while (ok && !stop_sig && !resized) {
-			clock_gettime(CLOCK_MONOTONIC, &t1);
-			double left = until - ((double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
+			double left = (until - baton_now_s()) * 1e3;
 			if (left <= 0)
 				break;
 			struct pollfd p = { .fd = STDIN_FILENO, .events = POLLIN };

@@ -47,18 +47,9 @@
 
 static const double bucket_s[NB] = { 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30 };
 
-struct hist {
-	uint64_t n, b[NB];
-	double sum;
-};
-
-static void hist_add(struct hist *h, double s)
+static void hist_add(struct baton_hist *h, double s)
 {
-	h->n++;
-	h->sum += s;
-	for (int i = 0; i < NB; i++)
-		if (s <= bucket_s[i])
-			h->b[i]++;
+	baton_hist_add(h, bucket_s, NB, s);
 }
 
 /* One request through the door, from arrival to its answer's end. */
@@ -96,7 +87,7 @@ struct dmodel {
 	unsigned queued;
 	bool queue_told;         /* door.queue published for the wait under way */
 	uint64_t served, rejected_full, failed, gone;
-	struct hist wait, refill, prefill;
+	struct baton_hist wait, refill, prefill;
 };
 
 struct ddev {
@@ -136,19 +127,12 @@ struct broker_door {
 	size_t n_devs;
 	struct dreq *fwd;        /* forwarded, not yet answered to the end */
 	uint64_t switches_total;
-	struct hist sw_drain, sw_refill; /* the parts of each switch */
+	struct baton_hist sw_drain, sw_refill; /* the parts of each switch */
 };
 
 /* The one door of the process, for on_gone (see the top). */
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct broker_door *g_door;
-
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 /* ---- answers in OpenAI's error shape ----------------------------------------------- */
 
@@ -158,25 +142,10 @@ static void reply_error(struct baton_http_req *r, int status, const char *type, 
 static void reply_error(struct baton_http_req *r, int status, const char *type, const char *param,
     const char *code, const char *retry_after, const char *fmt, ...)
 {
-	char msg[512];
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof msg, fmt, ap);
+	http_vreply_openai_error(r, status, type, param, code, retry_after, fmt, ap);
 	va_end(ap);
-	json_t *e = json_pack("{s:s, s:s, s:o, s:o}", "message", msg, "type", type, "param",
-	    param ? json_string(param) : json_null(), "code", code ? json_string(code) : json_null());
-	json_t *j = json_pack("{s:o}", "error", e);
-	char *body = j ? json_dumps(j, JSON_COMPACT) : NULL;
-	json_decref(j);
-	char ra[64];
-	const char *hdr[2] = { NULL, NULL };
-	if (retry_after) {
-		snprintf(ra, sizeof ra, "Retry-After: %s", retry_after);
-		hdr[0] = ra;
-	}
-	const char *fallback = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\"}}";
-	http_reply(r, status, "application/json", body ? body : fallback, strlen(body ? body : fallback), hdr);
-	free(body);
 }
 
 /* ---- the engines, from the broker's status ----------------------------------------- */
@@ -231,7 +200,7 @@ static void apply_status(struct broker_door *d, const struct baton_msg *rep)
 			memset(e, 0, sizeof *e);
 			snprintf(e->name, sizeof e->name, "%s", x->name);
 		}
-		e->present = strcmp(x->state, "dead") != 0 && strcmp(x->state, "stopped") != 0;
+		e->present = baton_state_present(baton_state_parse(x->state));
 		snprintf(e->model, sizeof e->model, "%s", x->model);
 		snprintf(e->gpu, sizeof e->gpu, "%s", x->gpu);
 		snprintf(e->http, sizeof e->http, "%s", x->http ? x->http : "");
@@ -282,7 +251,7 @@ static bool serves(const struct deng *e)
  * command still says "ready": its bytes tell. */
 static bool ready(const struct deng *e)
 {
-	return strcmp(e->state, "ready") == 0 && e->resident >= e->ceiling;
+	return baton_state_holds(baton_state_parse(e->state), e->resident, e->ceiling) == BATON_HOLDS_WHOLE;
 }
 
 static double keep_alive_of(struct broker_door *d, const struct deng *e)
@@ -385,7 +354,7 @@ static void *proxy(void *arg)
 			ok = s != NULL;
 			while (s && (n = door_up_read(up, buf, sizeof buf, UPSTREAM_TIMEOUT_MS)) != 0) {
 				if (t_first < 0 && n > 0)
-					t_first = now_s();
+					t_first = baton_now_s();
 				if (n < 0 || http_stream_write(s, buf, (size_t)n) != 0) {
 					ok = false;
 					break;
@@ -402,7 +371,7 @@ static void *proxy(void *arg)
 	struct deng *e = &d->eng[q->eng];
 	if (e->inflight)
 		e->inflight--;
-	e->last_done = now_s();
+	e->last_done = baton_now_s();
 	struct dmodel *m = &d->models[q->model];
 	if (ok) {
 		m->served++;
@@ -428,7 +397,7 @@ static bool forward(struct broker_door *d, struct dreq *q, int ei)
 {
 	struct deng *e = &d->eng[ei];
 	q->eng = ei;
-	q->t_fwd = now_s();
+	q->t_fwd = baton_now_s();
 	snprintf(q->url, sizeof q->url, "%s", e->http);
 	e->inflight++;
 	e->used = true;
@@ -473,25 +442,25 @@ static void *refill_thread(void *arg)
 	m.name = j->name;
 	proto_set(&m, PF_NAME);
 	struct cmd_ctx c = { 0 };
-	double t0 = now_s();
+	double t0 = baton_now_s();
 	broker_call(d->b, &m, on_cmd, &c);
-	double refill_ms = (now_s() - t0) * 1e3;
+	double refill_ms = (baton_now_s() - t0) * 1e3;
 	refresh(d); /* the victim's release and the target's state, before anything is forwarded */
 	pthread_mutex_lock(&d->mu);
 	struct ddev *v = &d->devs[j->dev];
 	struct deng *e = &d->eng[j->eng];
 	int mi = model_of(d, e->model, false);
 	char reason[512];
-	double total_ms = (now_s() - v->sw_t0) * 1e3;
+	double total_ms = (baton_now_s() - v->sw_t0) * 1e3;
 	double drain_ms = (v->drained_at - v->sw_t0) * 1e3;
 	const char *from = v->from >= 0 ? d->eng[v->from].name : "";
 	bool counted = v->from >= 0 && v->from != j->eng;
 	if (c.ok) {
-		snprintf(e->state, sizeof e->state, "ready");
+		snprintf(e->state, sizeof e->state, "%s", baton_state_name(BATON_STATE_READY));
 		if (e->resident < e->ceiling)
 			e->resident = e->ceiling; /* the refill's answer; the next status says the same */
 		v->holder = j->eng;
-		v->holder_since = now_s();
+		v->holder_since = baton_now_s();
 		if (counted) {
 			v->switches++;
 			d->switches_total++;
@@ -776,7 +745,7 @@ static void *dispatch(void *arg)
 	struct broker_door *d = arg;
 	pthread_mutex_lock(&d->mu);
 	while (!d->stop) {
-		double now = now_s();
+		double now = baton_now_s();
 		if (now >= d->next_refresh) {
 			d->next_refresh = now + REFRESH_S;
 			pthread_mutex_unlock(&d->mu);
@@ -784,7 +753,7 @@ static void *dispatch(void *arg)
 			pthread_mutex_lock(&d->mu);
 			if (d->stop)
 				break;
-			now = now_s();
+			now = baton_now_s();
 		}
 		struct outbox ob = { 0 };
 		round_(d, now, &ob);
@@ -814,21 +783,10 @@ static void *dispatch(void *arg)
 			continue;
 		}
 		/* sleep until the next status, or a change (a request, an end) */
-		double wake = d->next_refresh;
-		struct timespec ts;
-		clock_gettime(CLOCK_MONOTONIC, &ts);
-		double dt = wake - now_s();
+		double dt = d->next_refresh - baton_now_s();
 		if (dt > 0.05)
 			dt = 0.05; /* quanta and keep-alives are looked at this often */
-		if (dt < 0)
-			dt = 0;
-		ts.tv_sec += (time_t)dt;
-		ts.tv_nsec += (long)((dt - floor(dt)) * 1e9);
-		if (ts.tv_nsec >= 1000000000L) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000L;
-		}
-		pthread_cond_timedwait(&d->cv, &d->mu, &ts);
+		baton_cond_wait_for(&d->cv, &d->mu, dt);
 	}
 	pthread_mutex_unlock(&d->mu);
 	return NULL;
@@ -871,9 +829,9 @@ static json_t *models_json(struct broker_door *d)
 			if (!serves(e) || strcmp(e->model, m->name) != 0)
 				continue;
 			any = true;
-			res |= ready(e);
-			part |= strcmp(e->state, "partial") == 0 || strcmp(e->state, "refilling") == 0 ||
-			    (strcmp(e->state, "ready") == 0 && e->resident > 0 && e->resident < e->ceiling);
+			int holds = baton_state_holds(baton_state_parse(e->state), e->resident, e->ceiling);
+			res |= holds == BATON_HOLDS_WHOLE;
+			part |= holds == BATON_HOLDS_PART;
 			json_array_append_new(engs, json_pack("{s:s, s:s, s:s, s:I, s:I, s:i}", "name", e->name,
 			    "gpu", e->gpu, "state", e->state, "resident", (json_int_t)e->resident, "ceiling",
 			    (json_int_t)e->ceiling, "in_flight", (int)e->inflight));
@@ -1006,7 +964,7 @@ bool broker_door_route(struct broker_door *d, struct baton_http_req *r)
 	q->body = body;
 	q->len = len;
 	q->stream = stream;
-	q->t_in = now_s();
+	q->t_in = baton_now_s();
 	q->eng = -1;
 	/* before anyone else may answer it: a client that leaves from here on
 	 * is seen (by id; a request not queued yet is looked for in vain, and
@@ -1027,105 +985,60 @@ bool broker_door_route(struct broker_door *d, struct baton_http_req *r)
 
 /* ---- metrics ----------------------------------------------------------------------- */
 
-static void label(FILE *f, const char *s)
-{
-	for (; *s; s++) {
-		if (*s == '\\' || *s == '"')
-			fputc('\\', f);
-		if (*s == '\n')
-			fputs("\\n", f);
-		else
-			fputc(*s, f);
-	}
-}
-
-static void write_hist(FILE *f, const char *name, const char *model, const struct hist *h)
-{
-	for (int i = 0; i < NB; i++) {
-		fprintf(f, "%s_bucket{model=\"", name);
-		label(f, model);
-		fprintf(f, "\",le=\"%g\"} %" PRIu64 "\n", bucket_s[i], h->b[i]);
-	}
-	fprintf(f, "%s_bucket{model=\"", name);
-	label(f, model);
-	fprintf(f, "\",le=\"+Inf\"} %" PRIu64 "\n%s_sum{model=\"", h->n, name);
-	label(f, model);
-	fprintf(f, "\"} %.6f\n%s_count{model=\"", h->sum, name);
-	label(f, model);
-	fprintf(f, "\"} %" PRIu64 "\n", h->n);
-}
+#define BY_MODEL(m) ((const char *[]){ "model", (m), NULL })
 
 void broker_door_metrics(struct broker_door *d, FILE *f)
 {
 	if (!d)
 		return;
 	pthread_mutex_lock(&d->mu);
-	double now = now_s();
-	fprintf(f, "# HELP baton_door_queue_depth Front door: requests waiting for an engine, per model.\n"
-	    "# TYPE baton_door_queue_depth gauge\n");
-	for (size_t i = 0; i < d->n_models; i++) {
-		fputs("baton_door_queue_depth{model=\"", f);
-		label(f, d->models[i].name);
-		fprintf(f, "\"} %u\n", d->models[i].queued);
-	}
-	fprintf(f, "# HELP baton_door_oldest_wait_seconds Front door: how long the oldest waiting request of a model has waited.\n"
-	    "# TYPE baton_door_oldest_wait_seconds gauge\n");
-	for (size_t i = 0; i < d->n_models; i++) {
-		fputs("baton_door_oldest_wait_seconds{model=\"", f);
-		label(f, d->models[i].name);
-		fprintf(f, "\"} %.3f\n", d->models[i].qh ? now - d->models[i].qh->t_in : 0.0);
-	}
-	fprintf(f, "# HELP baton_door_requests_total Front door: requests by outcome (served, queue_full, failed, gone: the client left).\n"
-	    "# TYPE baton_door_requests_total counter\n");
+	double now = baton_now_s();
+	baton_prom_family(f, "baton_door_queue_depth", "gauge", "Front door: requests waiting for an engine, per model.");
+	for (size_t i = 0; i < d->n_models; i++)
+		baton_prom_u64(f, "baton_door_queue_depth", BY_MODEL(d->models[i].name), d->models[i].queued);
+	baton_prom_family(f, "baton_door_oldest_wait_seconds", "gauge",
+	    "Front door: how long the oldest waiting request of a model has waited.");
+	for (size_t i = 0; i < d->n_models; i++)
+		baton_prom_f(f, "baton_door_oldest_wait_seconds", BY_MODEL(d->models[i].name), 3,
+		    d->models[i].qh ? now - d->models[i].qh->t_in : 0.0);
+	baton_prom_family(f, "baton_door_requests_total", "counter",
+	    "Front door: requests by outcome (served, queue_full, failed, gone: the client left).");
 	for (size_t i = 0; i < d->n_models; i++) {
 		const struct dmodel *m = &d->models[i];
 		const char *what[4] = { "served", "queue_full", "failed", "gone" };
 		uint64_t v[4] = { m->served, m->rejected_full, m->failed, m->gone };
-		for (int k = 0; k < 4; k++) {
-			fputs("baton_door_requests_total{model=\"", f);
-			label(f, m->name);
-			fprintf(f, "\",outcome=\"%s\"} %" PRIu64 "\n", what[k], v[k]);
-		}
+		for (int k = 0; k < 4; k++)
+			baton_prom_u64(f, "baton_door_requests_total",
+			    (const char *[]){ "model", m->name, "outcome", what[k], NULL }, v[k]);
 	}
-	fprintf(f, "# HELP baton_door_switches_total Front door: a device switched from one model to another "
-	    "(rate() gives switches per second).\n# TYPE baton_door_switches_total counter\n");
-	fprintf(f, "baton_door_switches_total %" PRIu64 "\n", d->switches_total);
-	fprintf(f, "# HELP baton_door_switch_seconds Front door: the parts of a switch: drain (the engine "
-	    "switched out finishes its requests), refill (the broker's refill of the one switched in).\n"
-	    "# TYPE baton_door_switch_seconds histogram\n");
-	for (int k = 0; k < 2; k++) {
-		const struct hist *h = k ? &d->sw_refill : &d->sw_drain;
-		const char *ph = k ? "refill" : "drain";
-		for (int i = 0; i < NB; i++)
-			fprintf(f, "baton_door_switch_seconds_bucket{phase=\"%s\",le=\"%g\"} %" PRIu64 "\n", ph, bucket_s[i],
-			    h->b[i]);
-		fprintf(f, "baton_door_switch_seconds_bucket{phase=\"%s\",le=\"+Inf\"} %" PRIu64 "\n"
-		    "baton_door_switch_seconds_sum{phase=\"%s\"} %.6f\nbaton_door_switch_seconds_count{phase=\"%s\"} %"
-		    PRIu64 "\n", ph, h->n, ph, h->sum, ph, h->n);
-	}
-	fprintf(f, "# HELP baton_door_in_flight Front door: requests forwarded to an engine, not yet answered.\n"
-	    "# TYPE baton_door_in_flight gauge\n");
-	for (size_t i = 0; i < d->n_eng; i++) {
-		if (!serves(&d->eng[i]))
-			continue;
-		fputs("baton_door_in_flight{engine=\"", f);
-		label(f, d->eng[i].name);
-		fputs("\",model=\"", f);
-		label(f, d->eng[i].model);
-		fprintf(f, "\"} %u\n", d->eng[i].inflight);
-	}
+	baton_prom_family(f, "baton_door_switches_total", "counter",
+	    "Front door: a device switched from one model to another (rate() gives switches per second).");
+	baton_prom_u64(f, "baton_door_switches_total", NULL, d->switches_total);
+	baton_prom_family(f, "baton_door_switch_seconds", "histogram", "Front door: the parts of a switch: drain "
+	    "(the engine switched out finishes its requests), refill (the broker's refill of the one switched in).");
+	baton_prom_hist(f, "baton_door_switch_seconds", (const char *[]){ "phase", "drain", NULL }, bucket_s, NB,
+	    &d->sw_drain);
+	baton_prom_hist(f, "baton_door_switch_seconds", (const char *[]){ "phase", "refill", NULL }, bucket_s, NB,
+	    &d->sw_refill);
+	baton_prom_family(f, "baton_door_in_flight", "gauge",
+	    "Front door: requests forwarded to an engine, not yet answered.");
+	for (size_t i = 0; i < d->n_eng; i++)
+		if (serves(&d->eng[i]))
+			baton_prom_u64(f, "baton_door_in_flight",
+			    (const char *[]){ "engine", d->eng[i].name, "model", d->eng[i].model, NULL }, d->eng[i].inflight);
 	const char *names[3] = { "baton_door_ttft_wait_seconds", "baton_door_ttft_refill_seconds",
 		"baton_door_ttft_prefill_seconds" };
 	const char *help[3] = {
-		"time to first token, part 1: queued at the door until forwarded",
-		"time to first token, part 2: the refill (acquire) it waited for, within the wait",
-		"time to first token, part 3: forwarded until the engine's first byte",
+		"Front door: time to first token, part 1: queued at the door until forwarded.",
+		"Front door: time to first token, part 2: the refill (acquire) it waited for, within the wait.",
+		"Front door: time to first token, part 3: forwarded until the engine's first byte.",
 	};
 	for (int k = 0; k < 3; k++) {
-		fprintf(f, "# HELP %s Front door: %s.\n# TYPE %s histogram\n", names[k], help[k], names[k]);
+		baton_prom_family(f, names[k], "histogram", help[k]);
 		for (size_t i = 0; i < d->n_models; i++) {
 			const struct dmodel *m = &d->models[i];
-			write_hist(f, names[k], m->name, k == 0 ? &m->wait : k == 1 ? &m->refill : &m->prefill);
+			baton_prom_hist(f, names[k], BY_MODEL(m->name), bucket_s, NB,
+			    k == 0 ? &m->wait : k == 1 ? &m->refill : &m->prefill);
 		}
 	}
 	pthread_mutex_unlock(&d->mu);
@@ -1184,12 +1097,8 @@ int broker_door_open(struct broker *b, const struct broker_config *cfg, struct b
 		return BATON_ENOMEM;
 	}
 	pthread_mutex_init(&d->mu, NULL);
-	pthread_condattr_t ca;
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&d->cv, &ca);
-	pthread_condattr_destroy(&ca);
-	pthread_cond_init(&d->idle_cv, NULL);
+	baton_cond_init(&d->cv);
+	baton_cond_init(&d->idle_cv);
 	pthread_mutex_lock(&g_mu);
 	if (!g_door)
 		g_door = d;
@@ -1237,14 +1146,7 @@ void broker_door_close(struct broker_door *d)
 	while (d->helpers) {
 		for (struct dreq *q = d->fwd; q; q = q->next)
 			door_up_cancel(q->up);
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += 100000000L;
-		if (ts.tv_nsec >= 1000000000L) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000L;
-		}
-		pthread_cond_timedwait(&d->idle_cv, &d->mu, &ts);
+		baton_cond_wait_for(&d->idle_cv, &d->mu, 0.1);
 	}
 	pthread_mutex_unlock(&d->mu);
 	pthread_mutex_destroy(&d->mu);

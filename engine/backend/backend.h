@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "proto/err.h"
+#include "proto/base/base.h"
 
 typedef uint64_t baton_dptr;
 

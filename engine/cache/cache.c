@@ -93,13 +93,6 @@
 #define VERIFY_CHUNK (16u << 20)
 
 
-double cache_now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 static void sleep_s(double s)
 {
 	struct timespec ts = { (time_t)s, (long)((s - (double)(time_t)s) * 1e9) };
@@ -110,10 +103,10 @@ static void sleep_s(double s)
 const char *cache_state_name(int state)
 {
 	switch (state) {
-	case BATON_CACHE_READY: return "ready";
-	case BATON_CACHE_RELEASED: return "released";
-	case BATON_CACHE_PARTIAL: return "partial";
-	case BATON_CACHE_REFILLING: return "refilling";
+	case BATON_CACHE_READY: return baton_state_name(BATON_STATE_READY);
+	case BATON_CACHE_RELEASED: return baton_state_name(BATON_STATE_RELEASED);
+	case BATON_CACHE_PARTIAL: return baton_state_name(BATON_STATE_PARTIAL);
+	case BATON_CACHE_REFILLING: return baton_state_name(BATON_STATE_REFILLING);
 	default: return "unknown";
 	}
 }
@@ -216,7 +209,7 @@ int cache_fault_due(struct baton_cache *c)
 static int map_seg(struct baton_cache *c, uint32_t k, struct baton_cache_report *rep)
 {
 	uint64_t free_b = 0, total = 0;
-	double t0 = cache_now_s();
+	double t0 = baton_now_s();
 	int rc = c->be->mem_info(c->dev, &free_b, &total);
 	if (rc)
 		return rc;
@@ -225,7 +218,7 @@ static int map_seg(struct baton_cache *c, uint32_t k, struct baton_cache_report 
 	if (cache_fault_due(c))
 		return BATON_EDEVMEM;
 	rc = c->be->map(c->dev, seg_addr(c, k), c->seg_bytes);
-	rep->map_s += cache_now_s() - t0;
+	rep->map_s += baton_now_s() - t0;
 	if (rc)
 		return rc;
 	c->seg_mapped[k] = 1;
@@ -240,9 +233,9 @@ static int map_seg(struct baton_cache *c, uint32_t k, struct baton_cache_report 
 
 static int unmap_seg(struct baton_cache *c, uint32_t k, struct baton_cache_report *rep)
 {
-	double t0 = cache_now_s();
+	double t0 = baton_now_s();
 	int rc = c->be->unmap(c->dev, seg_addr(c, k), c->seg_bytes);
-	rep->map_s += cache_now_s() - t0;
+	rep->map_s += baton_now_s() - t0;
 	if (rc)
 		return rc;
 	c->seg_mapped[k] = 0;
@@ -257,13 +250,13 @@ static int unmap_seg(struct baton_cache *c, uint32_t k, struct baton_cache_repor
 int cache_confirm_freed(struct baton_cache *c, struct baton_dev *dev, uint64_t free_before,
     uint64_t bytes, uint64_t *freed)
 {
-	double deadline = cache_now_s() + CONFIRM_WAIT_S;
+	double deadline = baton_now_s() + CONFIRM_WAIT_S;
 	uint64_t free_b = 0, total = 0;
 	for (;;) {
 		int rc = c->be->mem_info(dev, &free_b, &total);
 		if (rc)
 			return rc;
-		if (free_b >= free_before + bytes || cache_now_s() >= deadline)
+		if (free_b >= free_before + bytes || baton_now_s() >= deadline)
 			break;
 		sleep_s(0.001);
 	}
@@ -358,7 +351,7 @@ int cache_fill(struct baton_cache *c, const struct cache_slots *t, const uint32_
 		bytes += it->bytes;
 		prev = s;
 	}
-	double t0 = cache_now_s();
+	double t0 = baton_now_s();
 	rc = nc ? c->be->copy_h2d(c->dev, c->copies, nc) : 0;
 	if (!rc && nc && !defer)
 		rc = c->be->sync(c->dev);
@@ -379,7 +372,7 @@ int cache_fill(struct baton_cache *c, const struct cache_slots *t, const uint32_
 	if (rc) {
 		for (uint32_t j = 0; j < n; j++)
 			t->drop(c, slots[j]);
-		rep->copy_s += cache_now_s() - t0;
+		rep->copy_s += baton_now_s() - t0;
 		return rc;
 	}
 	rep->copies += nc;
@@ -406,7 +399,7 @@ int cache_fill(struct baton_cache *c, const struct cache_slots *t, const uint32_
 			t->drop(c, s);
 		}
 	}
-	rep->copy_s += cache_now_s() - t0;
+	rep->copy_s += baton_now_s() - t0;
 	return rc;
 }
 
@@ -777,7 +770,7 @@ int cache_release(struct baton_cache *c, struct baton_cache_report *rep)
 	rep_begin(rep);
 	if (!c)
 		return BATON_EINVAL;
-	double t0 = cache_now_s();
+	double t0 = baton_now_s();
 	c->refilling = 0;
 	c->plan_len = c->plan_pos = 0;
 	int rc = 0;
@@ -800,7 +793,7 @@ int cache_release(struct baton_cache *c, struct baton_cache_report *rep)
 	if (!rc)
 		c->released = 1;
 	rep->state = cache_state_of(c);
-	rep->total_s = cache_now_s() - t0;
+	rep->total_s = baton_now_s() - t0;
 	return rc;
 }
 
@@ -824,7 +817,7 @@ int cache_refill_step(struct baton_cache *c, int *done, struct baton_cache_repor
 	rep_begin(rep);
 	if (!c || !done)
 		return BATON_EINVAL;
-	double t0 = cache_now_s();
+	double t0 = baton_now_s();
 	int rc = 0;
 	*done = 1;
 	if (c->refilling) {
@@ -841,7 +834,7 @@ int cache_refill_step(struct baton_cache *c, int *done, struct baton_cache_repor
 		}
 	}
 	rep->state = cache_state_of(c);
-	rep->total_s = cache_now_s() - t0;
+	rep->total_s = baton_now_s() - t0;
 	return rc;
 }
 
@@ -853,7 +846,7 @@ int cache_refill(struct baton_cache *c, struct baton_cache_report *rep)
 	rep_begin(rep);
 	if (!c)
 		return BATON_EINVAL;
-	double t0 = cache_now_s();
+	double t0 = baton_now_s();
 	int rc = cache_refill_begin(c), done = 0;
 	c->defer_sync = !c->verify;
 	c->n_inflight = 0;
@@ -862,9 +855,9 @@ int cache_refill(struct baton_cache *c, struct baton_cache_report *rep)
 		cache_report_add(rep, &step);
 	}
 	if (c->defer_sync) {
-		double t1 = cache_now_s();
+		double t1 = baton_now_s();
 		int rs = c->be->sync(c->dev);
-		rep->copy_s += cache_now_s() - t1;
+		rep->copy_s += baton_now_s() - t1;
 		if (rs) {
 			/* Those copies may not have landed: their items leave. */
 			for (uint32_t j = 0; j < c->n_inflight; j++)
@@ -881,7 +874,7 @@ int cache_refill(struct baton_cache *c, struct baton_cache_report *rep)
 	}
 	progress_end(c);
 	rep->state = cache_state_of(c);
-	rep->total_s = cache_now_s() - t0;
+	rep->total_s = baton_now_s() - t0;
 	return rc;
 }
 
@@ -953,7 +946,7 @@ int cache_resize(struct baton_cache *c, int64_t reserve_bytes, struct baton_cach
 	rep_begin(rep);
 	if (!c)
 		return BATON_EINVAL;
-	double t0 = cache_now_s();
+	double t0 = baton_now_s();
 	int rc = 0;
 	c->refilling = 0;
 	c->plan_len = c->plan_pos = 0;
@@ -999,7 +992,7 @@ int cache_resize(struct baton_cache *c, int64_t reserve_bytes, struct baton_cach
 	progress_end(c);
 out:
 	rep->state = cache_state_of(c);
-	rep->total_s = cache_now_s() - t0;
+	rep->total_s = baton_now_s() - t0;
 	return rc;
 }
 

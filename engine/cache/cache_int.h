@@ -125,7 +125,6 @@ struct cache_slots {
 
 /* ---- the own tier's helpers, for the peer tier (cache.c) ---------------- */
 
-double cache_now_s(void);
 int cache_state_of(const struct baton_cache *c);
 int cache_cmp_u32(const void *a, const void *b);
 /* The own tier's slot table. */

@@ -71,7 +71,7 @@ static int p_fill(struct baton_cache *c, uint32_t *slots, uint32_t n,
 static int promote_d2d(struct baton_cache *c, const uint32_t *slots, const uint32_t *from,
     uint32_t n, struct baton_cache_report *rep)
 {
-	double t0 = cache_now_s();
+	double t0 = baton_now_s();
 	int rc = 0;
 	uint32_t j = 0;
 	for (; j < n && !rc; j++) {
@@ -83,7 +83,7 @@ static int promote_d2d(struct baton_cache *c, const uint32_t *slots, const uint3
 	if (rc) {
 		for (uint32_t k = 0; k < n; k++)
 			cache_unassign(c, slots[k]);
-		rep->copy_s += cache_now_s() - t0;
+		rep->copy_s += baton_now_s() - t0;
 		return rc;
 	}
 	rep->copies += n;
@@ -100,7 +100,7 @@ static int promote_d2d(struct baton_cache *c, const uint32_t *slots, const uint3
 			cache_unassign(c, slots[j]);
 		}
 	}
-	rep->copy_s += cache_now_s() - t0;
+	rep->copy_s += baton_now_s() - t0;
 	return rc;
 }
 
@@ -341,10 +341,10 @@ static int peer_unmap_to(struct baton_cache *c, uint32_t keep, uint64_t *unmappe
 {
 	while (c->pt.mapped > keep) {
 		uint32_t k = c->pt.mapped - 1;
-		double t0 = cache_now_s();
+		double t0 = baton_now_s();
 		int rc = backend_unmap_peer(c->be, c->dev, c->pt.dev, c->pt.base + (uint64_t)k * c->seg_bytes,
 		    c->seg_bytes);
-		rep->map_s += cache_now_s() - t0;
+		rep->map_s += baton_now_s() - t0;
 		if (rc)
 			return rc;
 		for (uint32_t p = k * c->sps; p < (k + 1) * c->sps; p++)
@@ -380,7 +380,7 @@ int cache_peer_set(struct baton_cache *c, struct baton_dev *peer, uint64_t bytes
 	memset(rep, 0, sizeof *rep);
 	if (!c)
 		return BATON_EINVAL;
-	double t0 = cache_now_s();
+	double t0 = baton_now_s();
 	int rc = 0;
 	if (bytes == 0) {
 		rc = peer_drop(c, rep, &rep->peer_bytes_freed);
@@ -418,7 +418,7 @@ int cache_peer_set(struct baton_cache *c, struct baton_dev *peer, uint64_t bytes
 	}
 	while (c->pt.mapped < want) {
 		uint64_t free_b = 0, total = 0;
-		double t1 = cache_now_s();
+		double t1 = baton_now_s();
 		rc = c->be->mem_info(peer, &free_b, &total);
 		if (rc)
 			goto out;
@@ -428,7 +428,7 @@ int cache_peer_set(struct baton_cache *c, struct baton_dev *peer, uint64_t bytes
 			break;
 		rc = backend_map_peer(c->be, c->dev, peer, c->pt.base + (uint64_t)c->pt.mapped * c->seg_bytes,
 		    c->seg_bytes);
-		rep->map_s += cache_now_s() - t1;
+		rep->map_s += baton_now_s() - t1;
 		if (rc == BATON_EDEVMEM) {
 			rc = 0;
 			break;
@@ -442,7 +442,7 @@ int cache_peer_set(struct baton_cache *c, struct baton_dev *peer, uint64_t bytes
 	rc = peer_rebalance(c, c->pt.mapped * c->sps, rep);
 out:
 	rep->state = cache_state_of(c);
-	rep->total_s = cache_now_s() - t0;
+	rep->total_s = baton_now_s() - t0;
 	return rc;
 }
 
@@ -454,10 +454,10 @@ int cache_peer_rebalance(struct baton_cache *c, struct baton_cache_report *rep)
 	memset(rep, 0, sizeof *rep);
 	if (!c)
 		return BATON_EINVAL;
-	double t0 = cache_now_s();
+	double t0 = baton_now_s();
 	int rc = peer_rebalance(c, moves_of(c), rep);
 	rep->state = cache_state_of(c);
-	rep->total_s = cache_now_s() - t0;
+	rep->total_s = baton_now_s() - t0;
 	return rc;
 }
 

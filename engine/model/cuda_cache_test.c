@@ -27,7 +27,6 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-#define GIB (1024.0 * 1024.0 * 1024.0)
 
 static int gpu_or_skip(void)
 {
@@ -77,9 +76,9 @@ static void t_big_cache_cycles(void)
 	struct baton_engine_info info;
 	engine_info(e, &info);
 	uint64_t cache = info.cache.mapped_bytes;
-	printf("  cache %.2f GiB (%s), %u slots, device %s\n", cache / GIB,
+	printf("  cache %.2f GiB (%s), %u slots, device %s\n", cache / (double)BATON_GIB,
 	    cache_state_name(info.cache.state), info.cache.slots_total, info.gpu);
-	T_ASSERT_MSG(cache >= (uint64_t)(14 * GIB), "cache of %.2f GiB, want >= 14", cache / GIB);
+	T_ASSERT_MSG(cache >= (uint64_t)(14 * (double)BATON_GIB), "cache of %.2f GiB, want >= 14", cache / (double)BATON_GIB);
 	T_EQ_INT(info.cache.state, BATON_CACHE_READY);
 
 	uint64_t sum0, sum1;
@@ -146,7 +145,7 @@ static void t_partial_refill(void)
 	T_EQ_INT(r.state, BATON_CACHE_PARTIAL);
 	engine_info(e, &info);
 	printf("  with %.2f GiB taken: partial at %.2f of %.2f GiB (%" PRIu64 " segments mapped)\n",
-	    take / GIB, info.cache.mapped_bytes / GIB, cache / GIB, r.segments_mapped);
+	    take / (double)BATON_GIB, info.cache.mapped_bytes / (double)BATON_GIB, cache / (double)BATON_GIB, r.segments_mapped);
 	T_ASSERT(info.cache.mapped_bytes < cache);
 	T_ASSERT(info.cache.mapped_bytes + 2 * seg >= cache / 2);
 	T_EQ_INT(r.mismatches, 0);

@@ -33,7 +33,6 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-#define GIB (1024.0 * 1024.0 * 1024.0)
 #define BATCH 4
 #define STEPS 3
 
@@ -140,8 +139,8 @@ static void t_peer_outputs(void)
 	T_OK(engine_peer(e, info.peer_want, &r));
 	engine_info(e, &info);
 	printf("  own %.2f GiB, peer %.2f GiB on %s (wanted %.2f), lent in %.1f ms\n",
-	    info.cache.mapped_bytes / GIB, info.cache.peer_mapped_bytes / GIB, info.peer_gpu,
-	    info.peer_want / GIB, r.total_s * 1e3);
+	    info.cache.mapped_bytes / (double)BATON_GIB, info.cache.peer_mapped_bytes / (double)BATON_GIB, info.peer_gpu,
+	    info.peer_want / (double)BATON_GIB, r.total_s * 1e3);
 	T_EQ_INT(info.cache.peer_mapped_bytes, info.peer_want);
 	uint64_t m0 = info.cache.misses;
 	float *o_peer = gen_out(e, &s_peer);
@@ -191,7 +190,7 @@ static void t_peer_memory(void)
 	T_OK(engine_peer_mem_info(e, &p1, &tot));
 	T_OK(engine_mem_info(e, &own1, &tot));
 	printf("  lent %.2f GiB: GPU 1 free %.2f -> %.2f GiB, GPU 0 free %.2f -> %.2f GiB\n",
-	    mapped / GIB, p0 / GIB, p1 / GIB, own0 / GIB, own1 / GIB);
+	    mapped / (double)BATON_GIB, p0 / (double)BATON_GIB, p1 / (double)BATON_GIB, own0 / (double)BATON_GIB, own1 / (double)BATON_GIB);
 	T_ASSERT(mapped > 0);
 	T_ASSERT(p0 >= p1 + mapped);            /* on the peer's books */
 	T_ASSERT(own0 < own1 + mapped / 2);     /* not on GPU 0's */
@@ -224,7 +223,7 @@ static void t_peer_memory(void)
 
 	T_OK(engine_peer(e, 0, &r));
 	T_OK(engine_peer_mem_info(e, &p2, &tot));
-	printf("  revoked in %.2f ms: GPU 1 free back to %.2f GiB\n", r.total_s * 1e3, p2 / GIB);
+	printf("  revoked in %.2f ms: GPU 1 free back to %.2f GiB\n", r.total_s * 1e3, p2 / (double)BATON_GIB);
 	T_ASSERT(p2 + seg >= p0);
 	T_ASSERT(r.peer_bytes_freed >= mapped);
 	/* Lend again, then release: the peer's memory comes back too. */

@@ -10,8 +10,7 @@
 #include "engine/model/engine.h"
 #include "engine/backend/fault.h"
 
-#define MIB (1024ull * 1024ull)
-#define DEFAULT_SEGMENT (256ull * MIB)
+#define DEFAULT_SEGMENT (256ull * BATON_MIB)
 
 struct dense_layer {
 	baton_dptr router, norm;
@@ -47,13 +46,6 @@ struct baton_engine {
 	baton_dptr *blobs;
 	int truncated_logged;       /* arena_check_src said why, once */
 };
-
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static void set_err(char *errbuf, size_t errlen, const char *fmt, const char *a, int code)
 {
@@ -218,14 +210,14 @@ int engine_open(const struct baton_engine_config *cfg, struct baton_engine **out
 	check_computable(e);
 
 	/* Pin the arena once per process: every refill copies from it. */
-	double t0 = now_s();
+	double t0 = baton_now_s();
 	rc = backend_host_register(e->be, e->dev, arena_base(e->arena), arena_size(e->arena));
 	if (rc) {
 		set_err(errbuf, errlen, "pinning arena %s: %s", cfg->arena_path, rc);
 		goto fail;
 	}
 	e->registered = 1;
-	e->pin_s = now_s() - t0;
+	e->pin_s = baton_now_s() - t0;
 
 	const struct baton_arena_shape *s = arena_shape(e->arena);
 	e->n_items = s->layers * s->experts;
@@ -423,7 +415,7 @@ int engine_gen(struct baton_engine *e, uint32_t steps, uint32_t batch, uint64_t 
     const float *input, float *output, uint64_t *checksum, struct baton_gen_timings *t)
 {
 	struct baton_gen_timings tm = { 0 };
-	double t0 = now_s(), t1;
+	double t0 = baton_now_s(), t1;
 	int rc;
 	if (steps == 0 || steps > BATON_GEN_MAX_STEPS || batch == 0 || batch > BATON_GEN_MAX_BATCH)
 		return BATON_ERANGE;
@@ -467,20 +459,20 @@ int engine_gen(struct baton_engine *e, uint32_t steps, uint32_t batch, uint64_t 
 			ml.down_dtype = e->layers[l].down_dtype;
 			ml.router_dtype = e->layers[l].router_dtype;
 			ml.norm_dtype = e->layers[l].norm_dtype;
-			t1 = now_s();
+			t1 = baton_now_s();
 			if ((rc = e->be->moe_route(e->dev, &ml, e->ids, e->weights)) != 0)
 				return rc;
-			tm.route_s += now_s() - t1;
+			tm.route_s += baton_now_s() - t1;
 			for (size_t i = 0; i < nk; i++)
 				e->want[i] = l * s->experts + e->ids[i];
-			t1 = now_s();
+			t1 = baton_now_s();
 			if ((rc = cache_lookup(e->cache, e->want, nk, e->blobs)) != 0)
 				return rc;
-			tm.load_s += now_s() - t1;
-			t1 = now_s();
+			tm.load_s += baton_now_s() - t1;
+			t1 = baton_now_s();
 			if ((rc = e->be->moe_experts(e->dev, &ml, e->blobs, e->weights)) != 0)
 				return rc;
-			tm.compute_s += now_s() - t1;
+			tm.compute_s += baton_now_s() - t1;
 		}
 	}
 	if ((rc = e->be->sync(e->dev)) != 0 ||
@@ -490,7 +482,7 @@ int engine_gen(struct baton_engine *e, uint32_t steps, uint32_t batch, uint64_t 
 		memcpy(output, e->host_x, n * sizeof(float));
 	if (checksum)
 		*checksum = XXH3_64bits(e->host_x, n * sizeof(float));
-	tm.total_s = now_s() - t0;
+	tm.total_s = baton_now_s() - t0;
 	if (t)
 		*t = tm;
 	return 0;

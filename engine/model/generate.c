@@ -12,7 +12,7 @@
 #include "arena/arena.h"
 #include "engine/model/generate.h"
 #include "engine/model/model.h"
-#include "proto/err.h"
+#include "proto/base/base.h"
 
 #define MAX_EOS 8
 
@@ -28,13 +28,6 @@ struct baton_generator {
 	uint32_t tok_vocab;         /* the tokenizer's ids: larger ids are never sampled */
 	float *logits;
 };
-
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static void add_eos(struct baton_generator *g, json_int_t id)
 {
@@ -342,7 +335,7 @@ int generator_start(struct baton_generator *g, const struct baton_gen_request *r
 	}
 	if ((rc = text_stream_open(&s->ts, g->tok, TEXT_SKIP_SPECIAL)) != 0)
 		goto fail;
-	s->t0 = now_s();
+	s->t0 = baton_now_s();
 	*out = s;
 	return 0;
 fail:
@@ -365,7 +358,7 @@ uint32_t generator_seq_max_tokens(const struct baton_gen_seq *s)
 
 void generator_seq_begin(struct baton_gen_seq *s)
 {
-	s->t0 = now_s();
+	s->t0 = baton_now_s();
 }
 
 void generator_seq_cancel(struct baton_gen_seq *s)
@@ -389,7 +382,7 @@ int generator_seq_next(struct baton_gen_seq *s, float *logits, uint32_t *token,
 		return BATON_ESTATE;
 	}
 	if (s->n_tokens == 0)
-		s->t1 = now_s();
+		s->t1 = baton_now_s();
 	for (uint32_t i = g->tok_vocab; i < g->vocab; i++)
 		logits[i] = -INFINITY; /* ids the tokenizer cannot spell */
 	uint32_t t;
@@ -443,7 +436,7 @@ int generator_seq_result(struct baton_gen_seq *s, struct baton_gen_result *res,
 	}
 	if (!s->o.buf && !(s->o.buf = calloc(1, 1)))
 		return BATON_ENOMEM;
-	double end = now_s();
+	double end = baton_now_s();
 	res->prefill_s = s->n_tokens ? s->t1 - s->t0 : end - s->t0;
 	res->decode_s = s->n_tokens ? end - s->t1 : 0;
 	res->text = s->o.buf;

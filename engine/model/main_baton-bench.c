@@ -32,15 +32,6 @@
 #include "arena/arena.h"
 #include "engine/model/engine.h"
 
-#define MIB (1024ull * 1024ull)
-#define GIB (1024ull * MIB)
-
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static void die(const char *what, int rc, const char *msg)
 {
@@ -51,10 +42,8 @@ static void die(const char *what, int rc, const char *msg)
 
 static uint64_t parse_u64(const char *flag, const char *v)
 {
-	char *end;
-	errno = 0;
-	unsigned long long x = strtoull(v, &end, 10);
-	if (errno || end == v || *end || v[0] == '-') {
+	uint64_t x;
+	if (baton_parse_u64(v, 0, UINT64_MAX, &x)) {
 		fprintf(stderr, "baton-bench: %s wants a non-negative integer, got '%s'\n", flag, v);
 		exit(2);
 	}
@@ -83,18 +72,18 @@ static double measure_ceiling(const struct baton_backend *be, struct baton_dev *
 	int rc = be->reserve(dev, span, &base);
 	if (rc)
 		die("reserve for the ceiling", rc, NULL);
-	double t0 = now_s();
+	double t0 = baton_now_s();
 	for (uint64_t off = 0; off < span; off += seg)
 		if ((rc = be->map(dev, base + off, seg)) != 0)
 			die("map for the ceiling", rc, NULL);
-	*map_s = now_s() - t0;
+	*map_s = baton_now_s() - t0;
 	double best = 0;
 	for (int i = 0; i < 4; i++) {
 		struct baton_copy c = { .dst = base, .src = src, .bytes = bytes };
-		t0 = now_s();
+		t0 = baton_now_s();
 		if ((rc = be->copy_h2d(dev, &c, 1)) != 0 || (rc = be->sync(dev)) != 0)
 			die("ceiling copy", rc, NULL);
-		double gbps = (double)bytes / (now_s() - t0) / 1e9;
+		double gbps = (double)bytes / (baton_now_s() - t0) / 1e9;
 		if (i == 0)
 			*fresh_gbps = gbps; /* the first copy lands in fresh memory */
 		else if (gbps > best)
@@ -121,10 +110,10 @@ static double measure_bare_unmap(const struct baton_backend *be, struct baton_de
 	struct baton_copy c = { .dst = base, .src = src, .bytes = src_bytes < seg * n ? src_bytes : seg * n };
 	if ((rc = be->copy_h2d(dev, &c, 1)) != 0 || (rc = be->sync(dev)) != 0)
 		die("copy for bare unmap", rc, NULL);
-	double t0 = now_s();
+	double t0 = baton_now_s();
 	for (uint64_t i = 0; i < n; i++)
 		be->unmap(dev, base + i * seg, seg);
-	double dt = now_s() - t0;
+	double dt = baton_now_s() - t0;
 	be->unreserve(dev, base, seg * n);
 	return dt;
 }
@@ -142,18 +131,18 @@ static void measure_naive(const struct baton_backend *be, struct baton_dev *dev,
 	memcpy(pageable, arena_src, bytes);
 	if ((rc = be->alloc(dev, bytes, &p)) != 0)
 		die("alloc for the naive path", rc, NULL);
-	double t0 = now_s();
+	double t0 = baton_now_s();
 	be->free(dev, p);
-	*free_s = now_s() - t0;
-	t0 = now_s();
+	*free_s = baton_now_s() - t0;
+	t0 = baton_now_s();
 	if ((rc = be->alloc(dev, bytes, &p)) != 0)
 		die("alloc for the naive path", rc, NULL);
-	*alloc_s = now_s() - t0;
+	*alloc_s = baton_now_s() - t0;
 	struct baton_copy c = { .dst = p, .src = pageable, .bytes = bytes };
-	t0 = now_s();
+	t0 = baton_now_s();
 	if ((rc = be->copy_h2d(dev, &c, 1)) != 0 || (rc = be->sync(dev)) != 0)
 		die("naive copy", rc, NULL);
-	*copy_gbps = (double)bytes / (now_s() - t0) / 1e9;
+	*copy_gbps = (double)bytes / (baton_now_s() - t0) / 1e9;
 	be->free(dev, p);
 	free(pageable);
 }
@@ -268,7 +257,7 @@ static int peer_bench(struct baton_engine_config cfg, uint32_t batch, uint32_t s
 	    info.gpu, info.peer_gpu, cfg.arena_path);
 	printf("  model: %u layers x %u experts, top-%u, %.2f GiB of experts; segments of %" PRIu64
 	    " MiB; batch %u, %u steps\n", info.layers, info.experts, info.top_k,
-	    (double)info.model_bytes / GIB, (uint64_t)(seg / MIB), batch, steps);
+	    (double)info.model_bytes / BATON_GIB, (uint64_t)(seg / BATON_MIB), batch, steps);
 	engine_close(e);
 	if (whole < 2 * seg)
 		die("peer bench", BATON_EINVAL, "the model fits one segment: nothing to put on a peer");
@@ -304,7 +293,7 @@ static int peer_bench(struct baton_engine_config cfg, uint32_t batch, uint32_t s
 		else
 			snprintf(rd, sizeof rd, "n/a");
 		printf("  %-36s %10.1f %12s %9.1f%% %10.2f %10.3f %10.3f\n", runs[k].name,
-		    runs[k].steps_s, rd, runs[k].peer_share * 100, (double)runs[k].peer_mapped / GIB,
+		    runs[k].steps_s, rd, runs[k].peer_share * 100, (double)runs[k].peer_mapped / BATON_GIB,
 		    runs[k].lend_ms, runs[k].revoke_ms);
 	}
 	printf("  read GB/s: expert bytes the MoE kernels read per second of their time (batch 1 only)\n");
@@ -372,12 +361,12 @@ int main(int argc, char **argv)
 		case O_ARENA: cfg.arena_path = optarg; break;
 		case O_BACKEND: cfg.backend = optarg; break;
 		case O_DEVICE: cfg.device = (int)parse_u64("--device", optarg); break;
-		case O_CACHE: cfg.cache_bytes = parse_u64("--cache-mib", optarg) * MIB; break;
-		case O_SEG: cfg.segment_bytes = parse_u64("--segment-mib", optarg) * MIB; break;
+		case O_CACHE: cfg.cache_bytes = parse_u64("--cache-mib", optarg) * BATON_MIB; break;
+		case O_SEG: cfg.segment_bytes = parse_u64("--segment-mib", optarg) * BATON_MIB; break;
 		case O_CYCLES: cycles = parse_u64("--cycles", optarg); break;
 		case O_BATCH: batch = parse_u64("--batch", optarg); break;
 		case O_STEPS: steps = parse_u64("--steps", optarg); break;
-		case O_HOSTMIB: cfg.host_capacity = parse_u64("--host-device-mib", optarg) * MIB; break;
+		case O_HOSTMIB: cfg.host_capacity = parse_u64("--host-device-mib", optarg) * BATON_MIB; break;
 		case O_JSON: json = optarg; break;
 		case O_PEER:
 			cfg.peer_device = (int)parse_u64("--peer-device", optarg);
@@ -409,13 +398,13 @@ int main(int argc, char **argv)
 	}
 
 	/* Pinning cost: the engine pins the arena once at open. */
-	double t0 = now_s();
+	double t0 = baton_now_s();
 	struct baton_engine *e;
 	char err[512] = "";
 	int rc = engine_open(&cfg, &e, err, sizeof err);
 	if (rc)
 		die("opening the engine", rc, err);
-	double open_s = now_s() - t0;
+	double open_s = baton_now_s() - t0;
 	struct baton_engine_info info;
 	engine_info(e, &info);
 	struct baton_cache *c = engine_cache(e);
@@ -427,23 +416,23 @@ int main(int argc, char **argv)
 	 * arena mapping: a second registration of the same pages would fail. */
 	struct baton_dev *dev = engine_dev(e);
 	const struct baton_arena *a = engine_arena(e);
-	double reg_s_per_gib = info.pin_s / ((double)arena_size(a) / GIB);
+	double reg_s_per_gib = info.pin_s / ((double)arena_size(a) / BATON_GIB);
 
 	/* What one device memory query costs (the cache reads it to respect
 	 * the reserve). */
-	double t_mi = now_s();
+	double t_mi = baton_now_s();
 	for (int i = 0; i < 100; i++) {
 		uint64_t f, t;
 		be->mem_info(dev, &f, &t);
 	}
-	double mem_info_ms = (now_s() - t_mi) * 1e3 / 100;
+	double mem_info_ms = (baton_now_s() - t_mi) * 1e3 / 100;
 	uint64_t cache_bytes = st.mapped_bytes;
 	uint64_t nseg = st.mapped_bytes / st.segment_bytes;
 	printf("baton-bench: backend %s, device %s, arena %s\n", info.backend, info.gpu, cfg.arena_path);
 	printf("  model: %u layers x %u experts, d_model %u, top-%u, %.2f GiB of experts; "
 	    "cache %.2f GiB in %" PRIu64 " segments of %" PRIu64 " MiB (%s)\n",
-	    info.layers, info.experts, info.d_model, info.top_k, (double)info.model_bytes / GIB,
-	    (double)cache_bytes / GIB, nseg, (uint64_t)(st.segment_bytes / MIB), cache_state_name(st.state));
+	    info.layers, info.experts, info.d_model, info.top_k, (double)info.model_bytes / BATON_GIB,
+	    (double)cache_bytes / BATON_GIB, nseg, (uint64_t)(st.segment_bytes / BATON_MIB), cache_state_name(st.state));
 	if (info.compute_error)
 		die("GEN", BATON_EUNSUPPORTED, info.compute_error);
 
@@ -487,10 +476,10 @@ int main(int argc, char **argv)
 		 * which loads what it needs first; the rest follows. */
 		if ((rc = engine_release(e, &r)) != 0)
 			die("release", rc, NULL);
-		double t1 = now_s();
+		double t1 = baton_now_s();
 		if ((rc = engine_gen(e, 1, (uint32_t)batch, 7, NULL, NULL, NULL, NULL)) != 0)
 			die("GEN after release", rc, NULL);
-		first[i] = now_s() - t1;
+		first[i] = baton_now_s() - t1;
 		if ((rc = engine_refill(e, &r)) != 0)
 			die("refill", rc, NULL);
 

@@ -38,16 +38,7 @@
 #include "engine/model/engine.h"
 #include "engine/model/model.h"
 
-#define MIB (1024ull * 1024ull)
-#define GIB (1024ull * MIB)
 #define MAX_PROMPTS 8
-
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static void die(const char *what, int rc, const char *msg)
 {
@@ -58,10 +49,8 @@ static void die(const char *what, int rc, const char *msg)
 
 static uint64_t parse_u64(const char *flag, const char *v, uint64_t lo, uint64_t hi)
 {
-	char *end;
-	errno = 0;
-	unsigned long long x = strtoull(v, &end, 10);
-	if (errno || end == v || *end || v[0] == '-' || x < lo || x > hi) {
+	uint64_t x;
+	if (baton_parse_u64(v, lo, hi, &x)) {
 		fprintf(stderr, "baton-model-bench: %s wants an integer in %" PRIu64 "..%" PRIu64
 		    ", got '%s'\n", flag, lo, hi, v);
 		exit(2);
@@ -95,17 +84,17 @@ static double measure_bandwidth(const struct baton_backend *be, struct baton_dev
 {
 	uint64_t fr = 0, tot = 0, n = want;
 	if (be->mem_info(dev, &fr, &tot) == 0 && fr / 4 < n)
-		n = fr / 4 / MIB * MIB;
+		n = fr / 4 / BATON_MIB * BATON_MIB;
 	baton_dptr a = 0, b = 0;
 	int rc;
-	if (n < MIB || (rc = be->alloc(dev, n, &a)) != 0 || (rc = be->alloc(dev, n, &b)) != 0)
+	if (n < BATON_MIB || (rc = be->alloc(dev, n, &a)) != 0 || (rc = be->alloc(dev, n, &b)) != 0)
 		die("bandwidth buffers", BATON_EDEVMEM, "the device has no room for two copies");
 	double best = 0;
 	for (int i = 0; i < 6; i++) {
-		double t0 = now_s();
+		double t0 = baton_now_s();
 		if ((rc = backend_copy_d2d(be, dev, b, a, n)) != 0 || (rc = be->sync(dev)) != 0)
 			die("device-to-device copy", rc, NULL);
-		double gbps = 2.0 * (double)n / (now_s() - t0) / 1e9;
+		double gbps = 2.0 * (double)n / (baton_now_s() - t0) / 1e9;
 		if (i > 0 && gbps > best) /* the first warms up */
 			best = gbps;
 	}
@@ -269,50 +258,50 @@ static struct parts decode_parts(struct baton_engine *e, const struct baton_mode
 		goto fail;
 	for (uint32_t i = 0; i < K; i++)
 		want[i] = ids[i]; /* layer 0's items are its expert ids */
-	double t0 = now_s();
+	double t0 = baton_now_s();
 	for (uint32_t i = 0; i < reps; i++)
 		if (ATTN() || ROUTE() || EXPERTS())
 			goto fail;
 	if ((rc = be->sync(dev)))
 		goto fail;
-	r.layer = (now_s() - t0) / reps;
-	t0 = now_s();
+	r.layer = (baton_now_s() - t0) / reps;
+	t0 = baton_now_s();
 	for (uint32_t i = 0; i < reps; i++)
 		if (ATTN())
 			goto fail;
 	if ((rc = be->sync(dev)))
 		goto fail;
-	r.attn = (now_s() - t0) / reps;
-	t0 = now_s();
+	r.attn = (baton_now_s() - t0) / reps;
+	t0 = baton_now_s();
 	for (uint32_t i = 0; i < reps; i++)
 		if (ROUTE())
 			goto fail;
 	if ((rc = be->sync(dev)))
 		goto fail;
-	r.route = (now_s() - t0) / reps;
+	r.route = (baton_now_s() - t0) / reps;
 	for (uint32_t i = 0; i < K; i++)
 		want[i] = ids[i];
-	t0 = now_s();
+	t0 = baton_now_s();
 	for (uint32_t i = 0; i < reps; i++)
 		if (EXPERTS())
 			goto fail;
 	if ((rc = be->sync(dev)))
 		goto fail;
-	r.experts = (now_s() - t0) / reps;
-	t0 = now_s();
+	r.experts = (baton_now_s() - t0) / reps;
+	t0 = baton_now_s();
 	for (uint32_t i = 0; i < reps; i++)
 		if ((rc = be->rmsnorm(dev, x, xn, 1, D, npost, dpn, c->eps)) ||
 		    (rc = be->matmul(dev, wh, dh, c->vocab, D, 0, 0, xn, 1, lg, 0)) ||
 		    (rc = be->copy_d2h(dev, host + D, lg, (uint64_t)c->vocab * 4)))
 			goto fail;
-	r.head = (now_s() - t0) / reps;
-	t0 = now_s();
+	r.head = (baton_now_s() - t0) / reps;
+	t0 = baton_now_s();
 	for (uint32_t i = 0; i < 10 * reps; i++)
 		if ((rc = be->add(dev, rl, rl + 4, 0, 1, 1)))
 			goto fail;
 	if ((rc = be->sync(dev)))
 		goto fail;
-	r.launch = (now_s() - t0) / (10 * reps);
+	r.launch = (baton_now_s() - t0) / (10 * reps);
 	r.ok = 1;
 #undef ATTN
 #undef ROUTE
@@ -408,15 +397,15 @@ int main(int argc, char **argv)
 
 	/* the engine with every expert in its cache, then the model */
 	char err[512] = "";
-	double t0 = now_s();
+	double t0 = baton_now_s();
 	struct baton_engine *e;
 	int rc = engine_open(&cfg, &e, err, sizeof err);
 	if (rc)
 		die("opening the engine", rc, err);
-	const double open_s = now_s() - t0;
+	const double open_s = baton_now_s() - t0;
 	struct baton_engine_info info;
 	engine_info(e, &info);
-	t0 = now_s();
+	t0 = baton_now_s();
 	uint32_t max_prompt = first_n > 32 ? (uint32_t)first_n : 32; /* 32: the decode prompt */
 	for (uint32_t i = 0; i < n_prompts; i++)
 		if (prompts[i] > max_prompt)
@@ -425,7 +414,7 @@ int main(int argc, char **argv)
 	struct baton_model *m;
 	if ((rc = model_open(e, &mo, &m, err, sizeof err)) != 0)
 		die("opening the model", rc, err);
-	const double model_open_s = now_s() - t0;
+	const double model_open_s = baton_now_s() - t0;
 	const struct baton_model_config *c = model_config(m);
 	const uint32_t ctx = model_max_ctx(m), dec_prompt = 32;
 	if (max_prompt > ctx || dec_prompt + steps + 8 > ctx)
@@ -438,7 +427,7 @@ int main(int argc, char **argv)
 	struct baton_dev *dev = engine_dev(e);
 	const struct baton_arena *ar = engine_arena(e);
 	uint64_t bw_bytes = 0;
-	const double bw = measure_bandwidth(be, dev, bw_mib * MIB, &bw_bytes);
+	const double bw = measure_bandwidth(be, dev, bw_mib * BATON_MIB, &bw_bytes);
 	const uint64_t blob = info.model_bytes / ((uint64_t)info.layers * info.experts);
 	uint64_t dense_read = 0;
 	const uint64_t w_bytes = step_weight_bytes(ar, c, blob, &dense_read);
@@ -455,8 +444,8 @@ int main(int argc, char **argv)
 	printf("  model: %s, %u layers, %u experts top-%u, hidden %u, expert ffn %u, %u/%u heads of "
 	    "%u, vocab %u; experts %.2f GiB, dense %.2f GiB on the device\n", c->arch->name,
 	    c->layers, c->n_experts, c->top_k, c->hidden, c->moe_ff, c->heads, c->kv_heads,
-	    c->head_dim, c->vocab, (double)info.model_bytes / GIB,
-	    (double)model_dense_bytes(m) / GIB);
+	    c->head_dim, c->vocab, (double)info.model_bytes / BATON_GIB,
+	    (double)model_dense_bytes(m) / BATON_GIB);
 	fflush(stdout);
 
 	/* decode at batch 1: a short prompt, 8 warm steps, then the timed ones */
@@ -469,13 +458,13 @@ int main(int argc, char **argv)
 		tok = argmax(logits, c->vocab);
 	}
 	const uint32_t pos_start = model_pos(m);
-	t0 = now_s();
+	t0 = baton_now_s();
 	for (uint64_t i = 0; i < steps; i++) {
 		if ((rc = model_decode(m, tok, logits)) != 0)
 			die("decode", rc, NULL);
 		tok = argmax(logits, c->vocab);
 	}
-	const double dec_s = (now_s() - t0) / (double)steps;
+	const double dec_s = (baton_now_s() - t0) / (double)steps;
 	/* KV read per step: keys and values of every position so far, f32 */
 	const double kv_avg = (double)c->layers * 2 * c->kv_heads * c->head_dim * 4 *
 	    (pos_start + (double)steps / 2 + 1);
@@ -492,10 +481,10 @@ int main(int argc, char **argv)
 		die("prefill", rc, NULL);
 	for (uint32_t i = 0; i < n_prompts; i++) {
 		model_reset(m);
-		t0 = now_s();
+		t0 = baton_now_s();
 		if ((rc = model_prefill(m, toks, prompts[i], logits)) != 0)
 			die("prefill", rc, NULL);
-		pf_tps[i] = prompts[i] / (now_s() - t0);
+		pf_tps[i] = prompts[i] / (baton_now_s() - t0);
 	}
 
 	/* first token after a release of everything: hot-first, then full */
@@ -503,10 +492,10 @@ int main(int argc, char **argv)
 	model_reset(m);
 	if ((rc = model_release(m)) != 0 || (rc = engine_release(e, &r)) != 0)
 		die("release", rc, NULL);
-	t0 = now_s();
+	t0 = baton_now_s();
 	if ((rc = model_prefill(m, toks, (uint32_t)first_n, logits)) != 0)
 		die("prefill after release", rc, NULL);
-	const double hot_s = now_s() - t0;
+	const double hot_s = baton_now_s() - t0;
 	struct baton_cache_stats st;
 	cache_stats(engine_cache(e), &st);
 	const uint64_t hot_loaded = (uint64_t)st.items_resident * blob;
@@ -515,16 +504,16 @@ int main(int argc, char **argv)
 	model_reset(m);
 	if ((rc = model_release(m)) != 0 || (rc = engine_release(e, &r)) != 0)
 		die("release", rc, NULL);
-	t0 = now_s();
+	t0 = baton_now_s();
 	if ((rc = engine_refill(e, &rr)) != 0)
 		die("refill", rc, NULL);
-	const double refill_s = now_s() - t0;
+	const double refill_s = baton_now_s() - t0;
 	if ((rc = model_refill(m)) != 0)
 		die("model refill", rc, NULL);
-	const double dense_s = now_s() - t0 - refill_s;
+	const double dense_s = baton_now_s() - t0 - refill_s;
 	if ((rc = model_prefill(m, toks, (uint32_t)first_n, logits)) != 0)
 		die("prefill after refill", rc, NULL);
-	const double full_s = now_s() - t0;
+	const double full_s = baton_now_s() - t0;
 
 	printf("\n  %-50s %14s %10s %s\n", "figure", "value", "ratio", "target");
 	printf("  %-50s %9.1f GB/s %10s\n", "device memory bandwidth (d2d copy, read+write)", bw,
@@ -560,7 +549,7 @@ int main(int argc, char **argv)
 	snprintf(name, sizeof name, "first token after release, hot-first (%u tokens)",
 	    (unsigned)first_n);
 	printf("  %-50s %9.3f ms %10.3f\n", name, hot_s * 1e3, full_s > 0 ? hot_s / full_s : 0);
-	printf("  %-50s %9.3f GiB\n", "  experts it loaded", (double)hot_loaded / GIB);
+	printf("  %-50s %9.3f GiB\n", "  experts it loaded", (double)hot_loaded / BATON_GIB);
 	printf("  %-50s %9.3f ms %10s\n", "full refill + model refill + the same prefill",
 	    full_s * 1e3, "1.00");
 	printf("  %-50s %9.3f ms (%.1f GB/s)\n", "  of it the expert refill", refill_s * 1e3,

@@ -214,24 +214,10 @@ static int do_report(struct broker_link *l, const struct report *r)
 	return rc;
 }
 
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 static void wait_until(struct broker_link *l, double t)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	double now = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-	if (t <= now)
-		return;
-	double x = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9 + (t - now);
-	ts.tv_sec = (time_t)x;
-	ts.tv_nsec = (long)((x - (double)ts.tv_sec) * 1e9);
-	pthread_cond_timedwait(&l->cv, &l->mu, &ts);
+	if (t > baton_now_s())
+		baton_cond_wait_until(&l->cv, &l->mu, t);
 }
 
 static void *link_thread(void *arg)
@@ -242,7 +228,7 @@ static void *link_thread(void *arg)
 	bool was_up = false;
 	pthread_mutex_lock(&l->mu);
 	while (!l->stop) {
-		double now = now_s();
+		double now = baton_now_s();
 		if (l->pipes == 0) {
 			if (was_up)
 				llog(l, "lost the broker; serving on alone, registering again when it is back");
@@ -260,12 +246,12 @@ static void *link_thread(void *arg)
 				l->registered = true;
 				was_up = true;
 				l->qn = 0; /* the registration carried the state */
-				next_hb = now_s() + hb_s;
+				next_hb = baton_now_s() + hb_s;
 				pthread_cond_broadcast(&l->cv);
 			} else {
 				/* A refusal (the name is taken) stands until the other
 				 * engine goes: ask again each second, not ten times. */
-				wait_until(l, now_s() + (l->refused ? 1.0 : 0.1));
+				wait_until(l, baton_now_s() + (l->refused ? 1.0 : 0.1));
 			}
 			continue;
 		}
@@ -288,7 +274,7 @@ static void *link_thread(void *arg)
 			pthread_mutex_unlock(&l->mu);
 			int rc = do_heartbeat(l);
 			pthread_mutex_lock(&l->mu);
-			next_hb = now_s() + hb_s;
+			next_hb = baton_now_s() + hb_s;
 			if (rc == BATON_ENOTFOUND) {
 				llog(l, "the broker does not know this engine (restarted?); registering again");
 				l->registered = false;
@@ -316,11 +302,7 @@ int broker_link_open(const struct broker_link_params *p, struct broker_link **ou
 		return BATON_ENOMEM;
 	l->p = *p;
 	pthread_mutex_init(&l->mu, NULL);
-	pthread_condattr_t ca;
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&l->cv, &ca);
-	pthread_condattr_destroy(&ca);
+	baton_cond_init(&l->cv);
 	l->url = dup_or_empty(p->url);
 	l->name = dup_or_empty(p->name);
 	l->gpu = dup_or_empty(p->gpu);
@@ -390,9 +372,9 @@ bool broker_link_up(struct broker_link *l)
 
 bool broker_link_wait_up(struct broker_link *l, int timeout_ms)
 {
-	double end = now_s() + timeout_ms / 1e3;
+	double end = baton_now_s() + timeout_ms / 1e3;
 	pthread_mutex_lock(&l->mu);
-	while (!(l->pipes > 0 && l->registered) && now_s() < end && !l->stop)
+	while (!(l->pipes > 0 && l->registered) && baton_now_s() < end && !l->stop)
 		wait_until(l, end);
 	bool up = l->pipes > 0 && l->registered;
 	pthread_mutex_unlock(&l->mu);
@@ -401,9 +383,9 @@ bool broker_link_wait_up(struct broker_link *l, int timeout_ms)
 
 int broker_link_wait_start(struct broker_link *l, int timeout_ms, char *err, size_t errlen)
 {
-	double end = now_s() + timeout_ms / 1e3;
+	double end = baton_now_s() + timeout_ms / 1e3;
 	pthread_mutex_lock(&l->mu);
-	while (!(l->pipes > 0 && l->registered) && !l->refused && now_s() < end && !l->stop)
+	while (!(l->pipes > 0 && l->registered) && !l->refused && baton_now_s() < end && !l->stop)
 		wait_until(l, end);
 	int rc = 0;
 	if (l->pipes > 0 && l->registered)
@@ -449,10 +431,10 @@ int broker_link_acquire(struct broker_link *l, uint64_t bytes, uint64_t *granted
 		 * broker takes a copy of one that waits as that one, and answers a
 		 * copy of one it granted with the same grant (broker.c,
 		 * on_engine_op), so waiting, and a grant, happen once. */
-		double end = now_s() + ACQUIRE_SLACK_MS / 1e3;
+		double end = baton_now_s() + ACQUIRE_SLACK_MS / 1e3;
 		int rc, sends = 0;
 		for (;;) {
-			int left = (int)((end - now_s()) * 1e3);
+			int left = (int)((end - baton_now_s()) * 1e3);
 			rc = proto_client_call(l->cli, &m, &rep, left < ACQUIRE_RESEND_MS ? (left > 0 ? left : 1) :
 			    ACQUIRE_RESEND_MS, &d);
 			sends++;
@@ -461,7 +443,7 @@ int broker_link_acquire(struct broker_link *l, uint64_t bytes, uint64_t *granted
 			pthread_mutex_lock(&l->mu);
 			again = again && !l->stop && l->pipes > 0;
 			pthread_mutex_unlock(&l->mu);
-			if (!again || now_s() >= end)
+			if (!again || baton_now_s() >= end)
 				break;
 			proto_msg_free(&rep);
 		}

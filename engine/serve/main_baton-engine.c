@@ -80,10 +80,8 @@ static void usage_error(const char *fmt, ...)
 
 static uint64_t parse_uint(const char *flag, const char *v, uint64_t max)
 {
-	char *end;
-	errno = 0;
-	unsigned long long x = strtoull(v, &end, 10);
-	if (errno || end == v || *end || v[0] == '-' || v[0] == '+' || x > max)
+	uint64_t x;
+	if (baton_parse_u64(v, 0, max, &x))
 		usage_error("%s wants an integer from 0 to %" PRIu64 ", got '%s'", flag, max, v);
 	return x;
 }
@@ -234,10 +232,8 @@ static void parse_args(int argc, char **argv, struct baton_serve_config *o)
 		}
 		case O_BOPT: o->broker_optional = 1; break;
 		case O_PRIORITY: {
-			char *end;
-			errno = 0;
-			long v = strtol(optarg, &end, 10);
-			if (errno || end == optarg || *end || v < -1000000 || v > 1000000)
+			int64_t v;
+			if (baton_parse_i64(optarg, -1000000, 1000000, &v))
 				usage_error("--priority wants a whole number, got '%s'", optarg);
 			o->priority = (int32_t)v;
 			break;

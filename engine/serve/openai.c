@@ -10,7 +10,8 @@
 #include <string.h>
 
 #include "engine/serve/openai.h"
-#include "proto/err.h"
+#include "http/http.h"
+#include "proto/base/base.h"
 
 #define INVALID "invalid_request_error"
 
@@ -30,9 +31,8 @@ int oai_errorf(struct oai_error *e, int status, const char *type, const char *co
 
 json_t *oai_error_json(const struct oai_error *e)
 {
-	return json_pack("{s:{s:s, s:s, s:o, s:o}}", "error", "message", e->message, "type",
-	    e->type ? e->type : INVALID, "param", e->param[0] ? json_string(e->param) : json_null(),
-	    "code", e->code ? json_string(e->code) : json_null());
+	return http_openai_error(e->status, e->message, e->type ? e->type : INVALID, e->param[0] ? e->param : NULL,
+	    e->code);
 }
 
 /* The fields a request may carry, and what each kind accepts. */

@@ -16,7 +16,7 @@
 #include "engine/serve/openai.h"
 #include "engine/serve/sched.h"
 #include "http/http.h"
-#include "proto/err.h"
+#include "proto/base/base.h"
 
 struct oai_server {
 	struct baton_http *http;
@@ -74,26 +74,14 @@ static void oreq_free(struct oreq *q)
  * http_close has joined the threads that fire it. */
 static struct baton_sched *gone_sched;
 
-/* The HTTP status of a scheduler's or generator's error. */
+/* The HTTP status of a scheduler's or generator's error (http.h's one
+ * table) and its OpenAI type (a 4xx is the request's fault, as OpenAI's
+ * own API says invalid_request_error for a missing model too). */
 static int status_of(int rc, const char **type)
 {
-	*type = "invalid_request_error";
-	switch (rc) {
-	case BATON_EINVAL:
-	case BATON_ERANGE:
-	case BATON_EUNSUPPORTED:
-		return 400;
-	case BATON_EBUSY:
-	case BATON_ECLOSED:
-	case BATON_EDEVMEM:
-	case BATON_ECONN:
-	case BATON_ETIMEDOUT:
-		*type = "server_error";
-		return 503;
-	default:
-		*type = "server_error";
-		return 500;
-	}
+	int status = http_status_of(rc);
+	*type = status >= 500 ? "server_error" : "invalid_request_error";
+	return status;
 }
 
 static int write_event(struct oreq *q, json_t *j)
@@ -166,7 +154,7 @@ static void on_done(void *arg, int rc, const char *err, struct baton_gen_result 
 		int status = status_of(rc, &type);
 		oai_errorf(&e, status, type, NULL, NULL, "%s", err && err[0] ? err : baton_strerror(rc));
 		static const char *const retry[] = { "Retry-After: 1", NULL };
-		reply_error(q->r, &e, status == 503 ? retry : NULL);
+		reply_error(q->r, &e, http_retry_after(status) ? retry : NULL);
 	}
 	generator_result_free(res);
 	oreq_free(q);

@@ -13,7 +13,7 @@
 
 #include "engine/model/model.h"
 #include "engine/serve/sched.h"
-#include "proto/err.h"
+#include "proto/base/base.h"
 
 struct job {
 	struct job *next;               /* the waiting queue, or the done list */
@@ -272,14 +272,7 @@ static void reap_cancelled(struct baton_sched *s, struct job **done)
  * may_admit. Lock held. */
 static void nap(struct baton_sched *s)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_nsec += 10 * 1000 * 1000;
-	if (ts.tv_nsec >= 1000000000L) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000L;
-	}
-	pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+	baton_cond_wait_for(&s->cv, &s->mu, 0.010);
 }
 
 static void *loop(void *arg)
@@ -405,7 +398,7 @@ int sched_open(struct baton_generator *g, const struct sched_opts *o, const stru
 	s->vocab = model_config(s->m)->vocab;
 	s->next_id = 1;
 	pthread_mutex_init(&s->mu, NULL);
-	pthread_cond_init(&s->cv, NULL);
+	baton_cond_init(&s->cv);
 	s->st.kv_free = model_kv_free_blocks(s->m);
 	s->st.kv_total = model_kv_blocks_total(s->m);
 	s->run = calloc(s->o.max_seqs, sizeof *s->run);

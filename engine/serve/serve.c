@@ -54,7 +54,6 @@
 #include "engine/serve/serve.h"
 #include "proto/proto.h"
 
-#define MIB (1024ull * 1024ull)
 #define RECEIVERS 4
 #define YIELD_S 0.1
 /* A broker command refused busy stops admissions until it ran, or this long. */
@@ -104,16 +103,8 @@ static struct {
 	.run_mu = PTHREAD_MUTEX_INITIALIZER,
 	.st_mu = PTHREAD_MUTEX_INITIALIZER,
 	.acq_mu = PTHREAD_MUTEX_INITIALIZER,
-	.yield_cv = PTHREAD_COND_INITIALIZER,
-	.state = "loading",
+	.state = "loading",         /* baton_state_name(BATON_STATE_LOADING) */
 };
-
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static void logf_(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void logf_(const char *fmt, ...)
@@ -134,7 +125,7 @@ static const char *state_name(const struct baton_engine_info *in)
 {
 	if ((in->cache.state == BATON_CACHE_PARTIAL || in->cache.state == BATON_CACHE_READY) &&
 	    in->cache.mapped_bytes == 0)
-		return "released";
+		return baton_state_name(BATON_STATE_RELEASED);
 	return cache_state_name(in->cache.state);
 }
 
@@ -152,10 +143,10 @@ static void snapshot(const char *state)
 	pthread_mutex_unlock(&g.st_mu);
 }
 
-static void set_state(const char *state)
+static void set_state(int st)
 {
 	pthread_mutex_lock(&g.st_mu);
-	g.state = state;
+	g.state = baton_state_name(st);
 	pthread_mutex_unlock(&g.st_mu);
 }
 
@@ -171,7 +162,7 @@ static void link_state(void *arg, struct broker_link_state *st)
 	st->mapped = g.info.cache.mapped_bytes;
 	st->free_bytes = fr;
 	st->busy = g.active > 0;
-	double idle = now_s() - g.last_active;
+	double idle = baton_now_s() - g.last_active;
 	if (g.sched) {
 		struct sched_stats ss;
 		sched_stats(g.sched, &ss);
@@ -182,7 +173,8 @@ static void link_state(void *arg, struct broker_link_state *st)
 	st->epoch = g.snap_epoch;
 	st->peer_mapped = g.info.cache.peer_mapped_bytes;
 	st->requests += g.requests;
-	bool moving = strcmp(g.state, "refilling") == 0 || strcmp(g.state, "resizing") == 0;
+	int now_st = baton_state_parse(g.state);
+	bool moving = now_st == BATON_STATE_REFILLING || now_st == BATON_STATE_RESIZING;
 	pthread_mutex_unlock(&g.st_mu);
 	if (moving) /* the copy's progress: the broker waits while it moves */
 		cache_progress(engine_cache(g.e), &st->copied, &st->to_copy);
@@ -206,9 +198,9 @@ static void report(const char *reason, double ms, uint64_t bytes)
 static void test_refill_delay(void)
 {
 	const char *v = getenv("BATON_TEST_REFILL_DELAY_MS");
-	long ms = v ? atol(v) : 0;
-	if (ms > 0 && ms < 60000) {
-		struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+	uint64_t ms = 0;
+	if (v && baton_parse_u64(v, 1, 59999, &ms) == 0) {
+		struct timespec ts = { (time_t)(ms / 1000), (long)(ms % 1000) * 1000000L };
 		nanosleep(&ts, NULL);
 	}
 }
@@ -220,9 +212,9 @@ static void refill_step(void *ctx, uint64_t done, uint64_t total)
 {
 	(void)ctx, (void)done, (void)total;
 	const char *v = getenv("BATON_TEST_REFILL_STEP_MS");
-	long ms = v ? atol(v) : 0;
-	if (ms > 0 && ms < 60000) {
-		struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+	uint64_t ms = 0;
+	if (v && baton_parse_u64(v, 1, 59999, &ms) == 0) {
+		struct timespec ts = { (time_t)(ms / 1000), (long)(ms % 1000) * 1000000L };
 		nanosleep(&ts, NULL);
 	}
 }
@@ -234,7 +226,7 @@ static int refill_model(void)
 {
 	if (!g.gen || !g.released_all)
 		return 0;
-	double t0 = now_s();
+	double t0 = baton_now_s();
 	int rc = model_refill(generator_model(g.gen));
 	if (rc) {
 		logf_("refill of the model's dense weights and KV cache failed: %s", baton_strerror(rc));
@@ -244,7 +236,7 @@ static int refill_model(void)
 	g.released_all = 0;
 	pthread_mutex_unlock(&g.st_mu);
 	logf_("model refilled: %.1f MiB of dense weights and KV cache in %.3f ms",
-	    (double)g.model_bytes / MIB, (now_s() - t0) * 1e3);
+	    (double)g.model_bytes / BATON_MIB, (baton_now_s() - t0) * 1e3);
 	return 0;
 }
 
@@ -316,9 +308,9 @@ static int ensure_memory(const char *why, char *err, size_t errlen)
 	need += model_need;
 	pthread_mutex_unlock(&g.run_mu);
 	uint64_t granted = 0, epoch = 0;
-	double t0 = now_s();
+	double t0 = baton_now_s();
 	int rc = broker_link_acquire(g.link, need, &granted, &epoch, err, errlen);
-	double wait_s = now_s() - t0;
+	double wait_s = baton_now_s() - t0;
 	pthread_mutex_lock(&g.run_mu);
 	if (rc && rc != BATON_ECONN) {
 		pthread_mutex_unlock(&g.acq_mu);
@@ -335,9 +327,9 @@ static int ensure_memory(const char *why, char *err, size_t errlen)
 			g.epoch = epoch; /* the grant's epoch: its state is news after it */
 		pthread_mutex_unlock(&g.st_mu);
 		snprintf(reason, sizeof reason, "refill (%s, granted %.1f MiB after %.3f ms)", why,
-		    (double)granted / MIB, wait_s * 1e3);
+		    (double)granted / BATON_MIB, wait_s * 1e3);
 	}
-	set_state("refilling");
+	set_state(BATON_STATE_REFILLING);
 	struct baton_cache_report r;
 	memset(&r, 0, sizeof r);
 	/* the model first: the cache's share is what the grant leaves */
@@ -360,15 +352,10 @@ static void gen_yield(void)
 {
 	pthread_mutex_lock(&g.st_mu);
 	for (;;) {
-		double until = g.yield_at + YIELD_S, now = now_s();
+		double until = g.yield_at + YIELD_S, now = baton_now_s();
 		if (g.yield_at == 0 || now >= until || g.stopping)
 			break;
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		double t = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9 + (until - now);
-		ts.tv_sec = (time_t)t;
-		ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
-		pthread_cond_timedwait(&g.yield_cv, &g.st_mu, &ts);
+		baton_cond_wait_until(&g.yield_cv, &g.st_mu, until);
 	}
 	pthread_mutex_unlock(&g.st_mu);
 }
@@ -484,7 +471,7 @@ static int work_begin(struct proto_ctx *ctx, const struct baton_msg *req)
 		pthread_mutex_unlock(&g.run_mu);
 		pthread_mutex_lock(&g.st_mu);
 		int none = --g.active == 0;
-		g.last_active = now_s();
+		g.last_active = baton_now_s();
 		pthread_mutex_unlock(&g.st_mu);
 		if (none)
 			broker_link_poke(g.link);
@@ -499,7 +486,7 @@ static int work_done(int ok)
 	pthread_mutex_lock(&g.st_mu);
 	if (ok)
 		g.requests++;
-	g.last_active = now_s();
+	g.last_active = baton_now_s();
 	int last = --g.active == 0;
 	pthread_mutex_unlock(&g.st_mu);
 	snapshot(NULL);
@@ -514,7 +501,7 @@ static void work_end(int refill_rest)
 	 * rest comes back now, so the release stays invisible to clients. */
 	if (refill_rest) {
 		struct baton_cache_report r;
-		set_state("refilling");
+		set_state(BATON_STATE_REFILLING);
 		int rc = engine_refill(g.e, &r);
 		pthread_mutex_lock(&g.st_mu);
 		if (rc == 0) {
@@ -524,7 +511,7 @@ static void work_end(int refill_rest)
 		}
 		/* the idle time counts from the end of this work: a refill
 		 * slower than the idle timeout must not be released at once */
-		g.last_active = now_s();
+		g.last_active = baton_now_s();
 		pthread_mutex_unlock(&g.st_mu);
 		snapshot(NULL);
 	}
@@ -611,7 +598,7 @@ static int sched_begin(void *arg, char *err, size_t errlen)
 		snapshot(NULL);
 		pthread_mutex_unlock(&g.run_mu);
 		pthread_mutex_lock(&g.st_mu);
-		g.last_active = now_s();
+		g.last_active = baton_now_s();
 		pthread_mutex_unlock(&g.st_mu);
 		if (g.link)
 			broker_link_poke(g.link);
@@ -626,7 +613,7 @@ static void sched_end(void *arg)
 {
 	(void)arg;
 	pthread_mutex_lock(&g.st_mu);
-	g.last_active = now_s();
+	g.last_active = baton_now_s();
 	pthread_mutex_unlock(&g.st_mu);
 	snapshot(NULL);
 	int rest = !g.link && g.idle_released && g.info.cache.state != BATON_CACHE_READY;
@@ -640,7 +627,7 @@ static int sched_may_admit(void *arg)
 {
 	(void)arg;
 	pthread_mutex_lock(&g.st_mu);
-	int ok = g.yield_at == 0 || now_s() >= g.yield_at + DRAIN_S || g.stopping;
+	int ok = g.yield_at == 0 || baton_now_s() >= g.yield_at + DRAIN_S || g.stopping;
 	pthread_mutex_unlock(&g.st_mu);
 	return ok;
 }
@@ -684,7 +671,7 @@ static void on_complete(struct proto_ctx *ctx, const struct baton_msg *req)
 	}
 	struct complete_wait w = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
 	struct sched_cb cb = { .on_done = complete_done, .arg = &w };
-	double t0 = now_s();
+	double t0 = baton_now_s();
 	rc = sched_submit(g.sched, &c.q, &cb, NULL);
 	if (rc) {
 		completion_free(&c);
@@ -717,7 +704,7 @@ static void on_complete(struct proto_ctx *ctx, const struct baton_msg *req)
 			rep.finish_reason = res->finish;
 			rep.prefill_ms = res->prefill_s * 1e3;
 			rep.decode_ms = res->decode_s * 1e3;
-			rep.total_ms = (now_s() - t0) * 1e3;
+			rep.total_ms = (baton_now_s() - t0) * 1e3;
 			proto_set(&rep, PF_PREFILL_MS);
 			proto_set(&rep, PF_DECODE_MS);
 			proto_set(&rep, PF_TOTAL_MS);
@@ -791,7 +778,7 @@ static void on_control(struct proto_ctx *ctx, const struct baton_msg *req)
 			/* the broker asks again in a moment: hold the next GEN
 			 * back, admit no new sequence until it ran (DRAIN_S) */
 			pthread_mutex_lock(&g.st_mu);
-			g.yield_at = now_s();
+			g.yield_at = baton_now_s();
 			pthread_mutex_unlock(&g.st_mu);
 		}
 		reply_err(ctx, req, BATON_EBUSY, "%s: the engine is serving a request; try again", op);
@@ -814,7 +801,7 @@ static void on_control(struct proto_ctx *ctx, const struct baton_msg *req)
 	struct baton_cache_report r;
 	int rc;
 	if (req->op == PROTO_OP_RELEASE) {
-		set_state("releasing");
+		set_state(BATON_STATE_RELEASING);
 		rc = engine_release(g.e, &r);
 		g.idle_released = 0;
 		if (rc == 0 && all && !g.released_all) {
@@ -823,7 +810,7 @@ static void on_control(struct proto_ctx *ctx, const struct baton_msg *req)
 			 * refills, asking the broker first) */
 			struct baton_model *m = generator_model(g.gen);
 			uint64_t held = model_device_bytes(m);
-			double t0 = now_s();
+			double t0 = baton_now_s();
 			rc = model_release(m);
 			if (rc == 0) {
 				pthread_mutex_lock(&g.st_mu);
@@ -833,13 +820,13 @@ static void on_control(struct proto_ctx *ctx, const struct baton_msg *req)
 				/* and the synthetic GEN path's routers (GEN
 				 * brings them back if it is ever asked) */
 				r.bytes_freed += held + engine_release_gen(g.e);
-				r.total_s += now_s() - t0;
+				r.total_s += baton_now_s() - t0;
 			}
 		}
 	} else if (req->op == PROTO_OP_REFILL) {
 		/* whole again: the model (after a release --all), back to the
 		 * full target, then filled */
-		set_state("refilling");
+		set_state(BATON_STATE_REFILLING);
 		rc = refill_model();
 		if (rc == 0)
 			rc = make_full(UINT64_MAX, &r);
@@ -847,12 +834,12 @@ static void on_control(struct proto_ctx *ctx, const struct baton_msg *req)
 		/* "resizing" while it maps or unmaps peer segments: a broker
 		 * that probes a slow lend or revoke with STATUS sees work in
 		 * progress, not a lost command (the own tier does not change) */
-		set_state("resizing");
-		rc = engine_peer(g.e, req->peer_mib * MIB, &r);
+		set_state(BATON_STATE_RESIZING);
+		rc = engine_peer(g.e, req->peer_mib * BATON_MIB, &r);
 	} else {
 		int64_t reserve = req->reserve_mib == PROTO_RESERVE_FULL ? -1 :
-		    (int64_t)(req->reserve_mib * MIB);
-		set_state("resizing");
+		    (int64_t)(req->reserve_mib * BATON_MIB);
+		set_state(BATON_STATE_RESIZING);
 		rc = engine_vram(g.e, reserve, &r);
 	}
 	if (rc == 0 && r.bytes_copied) {
@@ -880,7 +867,7 @@ static void on_control(struct proto_ctx *ctx, const struct baton_msg *req)
 	if (req->op == PROTO_OP_PEER)
 		logf_("peer: %.1f MiB on %s asked, %.1f MiB mapped, %" PRIu64 " bytes copied, %"
 		    PRIu64 " freed, %.3f ms", (double)req->peer_mib,
-		    g.peer_gpu, (double)peer_mapped / MIB, r.bytes_copied,
+		    g.peer_gpu, (double)peer_mapped / BATON_MIB, r.bytes_copied,
 		    r.peer_bytes_freed, r.total_s * 1e3);
 	else
 		logf_("%s%s: %s, %.3f ms, %" PRIu64 " bytes copied, %" PRIu64 " freed", op,
@@ -965,13 +952,13 @@ void serve_tick(void)
 	if (g.o.idle_s <= 0)
 		return;
 	pthread_mutex_lock(&g.st_mu);
-	double idle = now_s() - g.last_active;
+	double idle = baton_now_s() - g.last_active;
 	pthread_mutex_unlock(&g.st_mu);
 	if (idle < g.o.idle_s || pthread_mutex_trylock(&g.run_mu) != 0)
 		return;
 	if (g.info.cache.state == BATON_CACHE_READY || g.info.cache.state == BATON_CACHE_PARTIAL) {
 		struct baton_cache_report r;
-		set_state("releasing");
+		set_state(BATON_STATE_RELEASING);
 		int rc = engine_release(g.e, &r);
 		if (rc == 0) {
 			g.idle_released = 1;
@@ -1007,8 +994,9 @@ static void close_text(void)
 int serve_open(const struct baton_serve_config *conf)
 {
 	g.o = *conf;
+	baton_cond_init(&g.yield_cv); /* its timed waits run on CLOCK_MONOTONIC */
 	const char *listen = g.o.listen;
-	uint64_t cache_bytes = g.o.cache_mib * MIB;
+	uint64_t cache_bytes = g.o.cache_mib * BATON_MIB;
 	if (g.o.broker && !cache_bytes) {
 		struct baton_arena *a;
 		char aerr[512] = "";
@@ -1016,10 +1004,10 @@ int serve_open(const struct baton_serve_config *conf)
 			/* engine.c's geometry: 256-byte slots, segments of 256 MiB
 			 * or the model, whole slots per segment */
 			const struct baton_arena_shape *sh = arena_shape(a);
-			uint64_t gran = 2 * MIB, n = (uint64_t)sh->layers * sh->experts;
+			uint64_t gran = 2 * BATON_MIB, n = (uint64_t)sh->layers * sh->experts;
 			uint64_t slot = (arena_max_expert_bytes(a) + 255) / 256 * 256;
 			uint64_t whole = (slot * n + gran - 1) / gran * gran;
-			uint64_t seg = g.o.segment_mib ? g.o.segment_mib * MIB : (256 * MIB < whole ? 256 * MIB : whole);
+			uint64_t seg = g.o.segment_mib ? g.o.segment_mib * BATON_MIB : (256 * BATON_MIB < whole ? 256 * BATON_MIB : whole);
 			if (seg < slot)
 				seg = slot;
 			seg = (seg + gran - 1) / gran * gran;
@@ -1034,16 +1022,16 @@ int serve_open(const struct baton_serve_config *conf)
 		.backend = g.o.backend,
 		.device = g.o.device,
 		.cache_bytes = cache_bytes,
-		.segment_bytes = g.o.segment_mib * MIB,
-		.reserve_bytes = g.o.reserve_mib * MIB,
-		.host_capacity = g.o.host_mib * MIB,
+		.segment_bytes = g.o.segment_mib * BATON_MIB,
+		.reserve_bytes = g.o.reserve_mib * BATON_MIB,
+		.host_capacity = g.o.host_mib * BATON_MIB,
 		.verify = g.o.verify || (getenv("BATON_VERIFY_REFILL") && atoi(getenv("BATON_VERIFY_REFILL"))),
 		.warm = g.o.broker ? 0 : 1,
 		.use_peer = g.o.use_peer,
 		.peer_device = g.o.peer_device,
 	};
 	char err[512] = "";
-	double t0 = now_s();
+	double t0 = baton_now_s();
 	int rc = engine_open(&cfg, &g.e, err, sizeof err);
 	if (rc) {
 		logf_("%s", err);
@@ -1061,7 +1049,7 @@ int serve_open(const struct baton_serve_config *conf)
 		logf_("text generation: %s model, chat template %s, KV pool %u blocks of %u positions "
 		    "(%.1f MiB)", generator_arch(g.gen),
 		    generator_chat_family(g.gen) ? generator_chat_family(g.gen) : "none",
-		    model_kv_blocks_total(m), BATON_KV_BLOCK, (double)model_kv_bytes(m) / MIB);
+		    model_kv_blocks_total(m), BATON_KV_BLOCK, (double)model_kv_bytes(m) / BATON_MIB);
 	} else if (rc != BATON_EUNSUPPORTED || !strstr(g.gen_error, "experts only")) {
 		logf_("warning: no text generation: %s", g.gen_error);
 	}
@@ -1106,12 +1094,12 @@ int serve_open(const struct baton_serve_config *conf)
 	g.ceiling = g.info.cache.target_bytes;
 	logf_("%s on %s (%s): %u layers x %u experts, cache %.1f MiB %s, ready in %.3f s", g.o.arena,
 	    g.info.backend, g.info.gpu, g.info.layers, g.info.experts,
-	    (double)g.info.cache.mapped_bytes / MIB, cache_state_name(g.info.cache.state), now_s() - t0);
+	    (double)g.info.cache.mapped_bytes / BATON_MIB, cache_state_name(g.info.cache.state), baton_now_s() - t0);
 	if (g.info.compute_error)
 		logf_("warning: %s; GEN will be refused", g.info.compute_error);
 	if (g.o.use_peer)
 		logf_("peer tier on %s (device %d): empty until lent; it could use %.1f MiB",
-		    g.peer_gpu, g.o.peer_device, (double)g.info.peer_want / MIB);
+		    g.peer_gpu, g.o.peer_device, (double)g.info.peer_want / BATON_MIB);
 
 	if (proto_ipc_dir(listen) != 0)
 		logf_("cannot create the directory of %s: %s", listen, strerror(errno));
@@ -1143,7 +1131,7 @@ int serve_open(const struct baton_serve_config *conf)
 		return BATON_ESERVE_START;
 	}
 	pthread_mutex_lock(&g.st_mu); /* the receivers run already */
-	g.last_active = now_s();
+	g.last_active = baton_now_s();
 	pthread_mutex_unlock(&g.st_mu);
 	logf_("listening on %s", listen);
 	if (g.o.broker) {
@@ -1201,11 +1189,11 @@ int serve_open(const struct baton_serve_config *conf)
 			logf_("startup: the broker gave no memory (%s): cold until the first request", aerr);
 		/* The receivers already run: read the snapshot under its lock. */
 		pthread_mutex_lock(&g.st_mu);
-		double mapped_mib = (double)g.info.cache.mapped_bytes / MIB;
+		double mapped_mib = (double)g.info.cache.mapped_bytes / BATON_MIB;
 		const char *state = g.state;
 		pthread_mutex_unlock(&g.st_mu);
 		pthread_mutex_unlock(&g.run_mu);
-		logf_("cache %.1f of %.1f MiB, %s", mapped_mib, (double)g.ceiling / MIB, state);
+		logf_("cache %.1f of %.1f MiB, %s", mapped_mib, (double)g.ceiling / BATON_MIB, state);
 	}
 	return 0;
 }

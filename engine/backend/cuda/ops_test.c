@@ -535,13 +535,6 @@ static void t_swiglu_add(void)
 
 /* ---- timings (figures only, nothing asserted) ----------------------------- */
 
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* Seconds per call of matmul (n_out x k in dt, `rows` rows), on device
  * memory as it comes (the values do not matter to the time). */
 static double time_matmul_at(struct baton_dev *dev, int dt, uint32_t n_out, uint32_t k,
@@ -556,11 +549,11 @@ static double time_matmul_at(struct baton_dev *dev, int dt, uint32_t n_out, uint
 	T_CU(dev, be->matmul(dev, w, (uint32_t)dt, n_out, k, 0, 0, x, rows, y, 0));
 	T_CU(dev, be->sync(dev));
 	const int reps = 20;
-	double t0 = now_s();
+	double t0 = baton_now_s();
 	for (int i = 0; i < reps; i++)
 		T_CU(dev, be->matmul(dev, w, (uint32_t)dt, n_out, k, 0, 0, x, rows, y, 0));
 	T_CU(dev, be->sync(dev));
-	double t = (now_s() - t0) / reps;
+	double t = (baton_now_s() - t0) / reps;
 	be->free(dev, w0), be->free(dev, x), be->free(dev, y);
 	return t;
 }
@@ -623,12 +616,12 @@ static void t_perf(void)
 			.n_kv_heads = 4, .head_dim = 128, .pos0 = ctxs[c] - 1, .scale = 0.088f };
 		T_CU(dev, be->attention(dev, &a));
 		T_CU(dev, be->sync(dev));
-		double t0 = now_s();
+		double t0 = baton_now_s();
 		for (int i = 0; i < 20; i++)
 			T_CU(dev, be->attention(dev, &a));
 		T_CU(dev, be->sync(dev));
 		snprintf(name, sizeof name, "attention_decode_ctx%u_us", ctxs[c]);
-		fig(name, (now_s() - t0) / 20 * 1e6);
+		fig(name, (baton_now_s() - t0) / 20 * 1e6);
 		be->free(dev, q), be->free(dev, o), be->free(dev, k), be->free(dev, v);
 	}
 
@@ -638,11 +631,11 @@ static void t_perf(void)
 	float inv[64];
 	for (int i = 0; i < 64; i++)
 		inv[i] = 1.0f / (float)(i + 1);
-	double t0 = now_s();
+	double t0 = baton_now_s();
 	for (uint32_t i = 0; i < 2000; i++)
 		T_CU(dev, be->rope(dev, x, 1, 32, 128, &i, inv, 1.0f));
 	T_CU(dev, be->sync(dev));
-	fig("rope_B1_call_us", (now_s() - t0) / 2000 * 1e6);
+	fig("rope_B1_call_us", (baton_now_s() - t0) / 2000 * 1e6);
 	be->free(dev, x);
 	be->close(dev);
 }

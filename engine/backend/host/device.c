@@ -219,14 +219,10 @@ static int hd_live_owners(const struct hd_state *st)
 
 static int parse_mib(const char *s, uint64_t *out)
 {
-	char *end;
-	errno = 0;
-	if (!s || *s < '0' || *s > '9')
+	uint64_t v;
+	if (baton_parse_u64(s, 1, UINT64_MAX / BATON_MIB, &v))
 		return -1;
-	unsigned long long v = strtoull(s, &end, 10);
-	if (errno || *end || v == 0 || v > (UINT64_MAX >> 20))
-		return -1;
-	*out = (uint64_t)v << 20;
+	*out = v * BATON_MIB;
 	return 0;
 }
 

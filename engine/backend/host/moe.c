@@ -205,11 +205,8 @@ static int default_threads(void)
 	long n = 0;
 
 	if (env && *env) {
-		char *end;
-		errno = 0;
-		n = strtol(env, &end, 10);
-		if (errno || *end || n < 1)
-			n = 0;
+		uint64_t v;
+		n = baton_parse_u64(env, 1, 4096, &v) ? 0 : (long)v;
 	}
 	if (n == 0) {
 		cpu_set_t set;

@@ -1,9 +1,9 @@
-/* err.c: the string tables of the error enum. */
+/* err.c: the string tables of the error enum, and the error-text helper. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 
-#include "proto/proto.h"
+#include "proto/base/base.h"
 
 struct err_entry {
 	int code;
@@ -64,4 +64,13 @@ void baton_errf(char *buf, size_t len, const char *fmt, ...)
 	va_start(ap, fmt);
 	baton_verrf(buf, len, fmt, ap);
 	va_end(ap);
+}
+
+int baton_fail(char *buf, size_t len, int err, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	baton_verrf(buf, len, fmt, ap);
+	va_end(ap);
+	return err;
 }
