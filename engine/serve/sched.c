@@ -325,6 +325,9 @@ static void *loop(void *arg)
 		pthread_mutex_unlock(&s->mu);
 		int may = !s->h.may_admit || s->h.may_admit(s->h.arg);
 		pthread_mutex_lock(&s->mu);
+		/* begin and may_admit ran unlocked: a request cancelled meanwhile
+		 * ends here, never admitted (it was admitted and run before) */
+		reap_cancelled(s, &done);
 		if (may)
 			admit(s, &done, &admitted);
 		if (s->n_run == 0) {
