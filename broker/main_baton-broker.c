@@ -302,8 +302,9 @@ int main(int argc, char **argv)
 			return 1;
 		}
 		if (rc)
-			broker_log("no HTTP server: %s (set [broker] http to choose another "
-			    "address, or off)", err);
+			broker_log("warning: HTTP is OFF (no dashboard, /metrics or OpenAI "
+			    "front door): %s; --http ADDR or [broker] http chooses another "
+			    "address (port 0: any free one), off silences this", err);
 	}
 	if ((rc = broker_start(b, err, sizeof err)) != 0) {
 		broker_log("%s", err);
