@@ -17,9 +17,10 @@
 #   make CUDA=0          build without the CUDA backend
 #   make test            unit + integration tests, then again under ASan+UBSan
 #   make fuzz            every fuzz target for FUZZ_SECONDS (default 60) each
-#   make demo            broker + engines on the embedded synthetic model
+#   make demo            broker + engines: handoffs, a peer-tier loan, two chat models
 #   make man             the man pages (docs/man/*.scd, scdoc) into $(BUILD)/man
-#   make deps            install the Debian packages (scripts/install-deps.sh)
+#   make deps            install the Debian packages for building (scripts/install-deps.sh build)
+#   make deps-test       ... and those for testing and fuzzing (scripts/install-deps.sh all)
 
 BUILD   ?= build
 SAN     ?= 0
@@ -95,21 +96,30 @@ TESTS := $(foreach t,$(TEST_SRCS),$(BUILD)/test/$(call test_name,$(t)))
 CU_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
 CU_GEN  := $(foreach f,$(CU_SRCS),$(BUILD)/gen/$(f:.cu=_fatbin.c))
 
-.PHONY: all test test-unit test-san fuzz fuzz-build demo clean gpu-build gpu-test bench bench-gpu deps man
+.PHONY: all test test-unit test-san fuzz fuzz-build demo clean gpu-build gpu-test bench bench-gpu deps deps-test man
 all: $(PROGS) $(TESTS)
 
 # ---- set-up and flag tracking ----------------------------------------------
-# make deps installs the Debian packages Baton builds and tests with (sudo
-# when not root). A build checks once per build directory, and says so in
-# one line before it installs anything.
+# make deps installs the Debian packages Baton builds with (sudo when not
+# root), make deps-test also those the tests and fuzzing use. Each target
+# checks the set it needs once per build directory (the stamps .deps: build,
+# .deps-test, .deps-fuzz), and says so in one line before it installs
+# anything: make and make demo install only the build set.
 deps:
-	@scripts/install-deps.sh
+	@scripts/install-deps.sh build
+deps-test:
+	@scripts/install-deps.sh all
 
 $(BUILD)/.deps: scripts/install-deps.sh
 	@mkdir -p $(@D)
-	@scripts/install-deps.sh --check 2>/dev/null || { \
-	    echo "make: Debian packages are missing; running make deps (scripts/install-deps.sh) first"; \
-	    scripts/install-deps.sh; }
+	@scripts/install-deps.sh --check build 2>/dev/null || { \
+	    echo "make: Debian packages for building are missing; running scripts/install-deps.sh build first"; \
+	    scripts/install-deps.sh build; }
+	@touch $@
+$(BUILD)/.deps-%: scripts/install-deps.sh | $(BUILD)/.deps
+	@scripts/install-deps.sh --check $* 2>/dev/null || { \
+	    echo "make: Debian packages for the $* set are missing; running scripts/install-deps.sh $* first"; \
+	    scripts/install-deps.sh $*; }
 	@touch $@
 
 # A change of flags rebuilds everything: the flags live in a file that every
@@ -166,12 +176,12 @@ NPROC := $(shell nproc 2>/dev/null || echo 2)
 
 # The timed process tests run shorter in `make test` (the 30 s stress case
 # and the long soak are make test-reliability's and a direct run's), so the
-# suite stays under 10 minutes on 2 cores. While the first pass runs, the
+# suite stays short (about 16 minutes on a 2-core VM). While the first pass runs, the
 # sanitizer build is made beside it at low priority (the process tests
 # spend much of their time waiting, and the tests keep the CPU first);
 # the last line adds both passes up.
 SAN_BUILD := $(BUILD)/san
-test: | $(BUILD)/.deps
+test: | $(BUILD)/.deps-test
 	@$(MAKE) --no-print-directory -j$(NPROC) $(PROGS) $(TESTS)
 	@rm -f $(BUILD)/.test-totals $(SAN_BUILD).build.rc; \
 	( nice -n 15 $(MAKE) --no-print-directory -j$(NPROC) BUILD=$(SAN_BUILD) SAN=1 CUDA=0 all \
@@ -191,7 +201,7 @@ test: | $(BUILD)/.deps
 # process scripts (system) several at a time, a short list of timing-
 # sensitive scripts alone after them (tests/run.sh; RUN_FLAGS go to it).
 RUN_FLAGS ?=
-test-unit: | $(BUILD)/.deps
+test-unit: | $(BUILD)/.deps-test
 	@$(MAKE) --no-print-directory -j$(NPROC) $(PROGS) $(TESTS)
 	@BUILD=$(BUILD) tests/run.sh $(RUN_FLAGS) $(TESTS)
 
@@ -200,7 +210,7 @@ test-unit: | $(BUILD)/.deps
 # have run at full length in the first pass), and the scripts that run no
 # compiled program (marked "# test: pure") are left out: the sanitizers
 # see nothing in them.
-test-san: | $(BUILD)/.deps
+test-san: | $(BUILD)/.deps-test
 	@BROKER_STRESS_S=$${BROKER_STRESS_S:-10} BATON_SOAK_SECONDS=$${BATON_SOAK_SECONDS:-5} \
 	    $(MAKE) --no-print-directory BUILD=$(SAN_BUILD) SAN=1 CUDA=0 RUN_FLAGS=--skip-pure test-unit
 
@@ -219,7 +229,7 @@ TSAN_SCRIPTS ?= broker/broker_test.py tests/kill_test.py tests/fault_test.py
 .PHONY: test-reliability test-tsan
 # Every part runs even when one before failed (each has its own figures);
 # the last line names the parts that failed.
-test-reliability: $(PROGS) | $(BUILD)/.deps
+test-reliability: $(PROGS) | $(BUILD)/.deps-test $(BUILD)/.deps-fuzz
 	@failed=""; \
 	BUILD=$(BUILD) BATON_RELIABILITY=1 BATON_SOAK_SECONDS=$(BATON_SOAK_SECONDS) \
 	    TEST_LIMIT=1800 tests/reliability.sh $(RELIABILITY_SCRIPTS) || failed="$$failed scripts"; \
@@ -229,7 +239,7 @@ test-reliability: $(PROGS) | $(BUILD)/.deps
 	if [ -n "$$failed" ]; then echo "test-reliability failed:$$failed"; exit 1; fi; \
 	echo "test-reliability: all parts passed"
 
-test-tsan: | $(BUILD)/.deps
+test-tsan: | $(BUILD)/.deps-test
 	@$(MAKE) --no-print-directory -j$(NPROC) BUILD=$(TSAN_BUILD) CUDA=0 \
 	    CFLAGS="-O1 -g -fsanitize=thread" LDFLAGS=-fsanitize=thread $(TSAN_PROGS)
 	@BUILD=$(TSAN_BUILD) TSAN_OPTIONS="halt_on_error=0 second_deadlock_stack=1" \
@@ -239,7 +249,7 @@ test-tsan: | $(BUILD)/.deps
 FUZZ_SECONDS ?= 60
 FUZZ_CC      ?= clang
 FUZZ_BUILD   := $(BUILD)/fuzzbuild
-fuzz: $(PROGS) | $(BUILD)/.deps
+fuzz: $(PROGS) | $(BUILD)/.deps-fuzz
 	@$(MAKE) --no-print-directory BUILD=$(FUZZ_BUILD) CC=$(FUZZ_CC) CUDA=0 \
 	    CFLAGS="-O1 -g -fsanitize=fuzzer-no-link,address,undefined" fuzz-build
 	@BUILD=$(FUZZ_BUILD) FUZZ_SECONDS=$(FUZZ_SECONDS) tests/fuzz.sh \
@@ -259,9 +269,10 @@ bench: $(PROGS)
 	@scripts/bench-host.sh $(BUILD)
 
 # ---- broker ---------------------------------------------------------------
-# The README's first command: a broker and three engines of the embedded
-# synthetic model hand one device around (broker/demo.sh).
-# Builds in parallel first (a fresh clone's first command may be this one).
+# The README's first command: a broker and four engines of a synthetic
+# model hand devices around, then two trained chat models take turns
+# (broker/demo.sh). Needs only the build set of Debian packages; builds the
+# programs in parallel first (a fresh clone's first command may be this one).
 demo: | $(BUILD)/.deps
 	@$(MAKE) --no-print-directory -j$(NPROC) $(PROGS)
 	@broker/demo.sh $(BUILD)

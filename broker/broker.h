@@ -123,7 +123,7 @@ struct broker_config {
 	char http_token_path[BROKER_URL_MAX]; /* the file a made token is in ("": configured) */
 	char state_file[BROKER_URL_MAX]; /* "": pins are not kept across restarts */
 	bool state_file_set;          /* chosen in the file; else derived from control */
-	double door_quantum_s;        /* front door (docs/front-door.md) */
+	double door_quantum_s;        /* front door (docs/reference/front-door.md) */
 	double door_keep_alive_s;     /* < 0: forever */
 	unsigned door_queue_max;
 	size_t n_gpus, n_engines;
@@ -346,7 +346,7 @@ void broker_http_ready(struct broker_http *h, bool ready);
  * broker_stop(). */
 void broker_http_close(struct broker_http *h);
 
-/* ---- the front door (door*.c, docs/front-door.md) ---------------------------------
+/* ---- the front door (door*.c, docs/reference/front-door.md) ---------------------------------
  *
  * The OpenAI-compatible API on the broker's HTTP address: POST
  * /v1/chat/completions and /v1/completions are forwarded, unchanged, to an

@@ -353,7 +353,7 @@ void br_log_move(const char *engine, const char *what, const char *reason, doubl
     uint64_t holds);
 /* Publishes an event on the events socket and to every subscriber
  * (decision thread). e may be NULL; ms < 0: none. bytes is always device
- * memory, never bytes copied (docs/broker.md, "Events"): what moved
+ * memory, never bytes copied (docs/reference/broker.md, "Events"): what moved
  * (granted, asked for, freed, mapped: br_moved) or, for events that move
  * nothing (register, pin, lost...), what the engine holds. */
 void br_publish(struct broker *b, const char *kind, const struct eng *e, const char *reason,

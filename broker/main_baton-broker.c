@@ -1,6 +1,6 @@
 /*
  * baton-broker: one per host; decides which engine holds device memory.
- * See broker/broker.h and the README's "Broker" section.
+ * See broker/broker.h and docs/reference/broker.md.
  */
 #include <getopt.h>
 #include <signal.h>
@@ -18,7 +18,7 @@ static const char usage[] =
     "usage: baton-broker [--config FILE] [--control URL] [--events URL] [--http ADDR]\n"
     "                    [--http-token-file FILE] [--check]\n"
     "\n"
-    "  --config FILE   INI configuration (see the README, section Broker)\n"
+    "  --config FILE   INI configuration, see baton-broker.ini(5)\n"
     "  --control URL   control socket (default " BROKER_DEFAULT_CONTROL ")\n"
     "  --events URL    event socket (default " BROKER_DEFAULT_EVENTS ")\n"
     "  --http ADDR     HTTP API, /metrics and dashboard on HOST:PORT (default\n"
@@ -295,8 +295,9 @@ int main(int argc, char **argv)
 			return 1;
 		}
 		if (rc)
-			broker_log("no HTTP server: %s (set [broker] http to choose another "
-			    "address, or off)", err);
+			broker_log("warning: HTTP is OFF (no dashboard, /metrics or OpenAI "
+			    "front door): %s; --http ADDR or [broker] http chooses another "
+			    "address (port 0: any free one), off silences this", err);
 	}
 	if ((rc = broker_start(b, err, sizeof err)) != 0) {
 		broker_log("%s", err);

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""security_test.py: the broker's trust boundaries (docs/security.md), tried
+"""security_test.py: the broker's trust boundaries (docs/internals/security.md), tried
 as a local attacker or a web page would, against a real baton-broker and
 engines on the host backend (tests/harness.py's BrokerCase).
 

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""environment_test.py: docs/environment.md names every environment
+"""environment_test.py: docs/reference/environment.md names every environment
 variable the tree reads: getenv("NAME") in C and CUDA sources,
 os.environ.get("NAME") / os.environ["NAME"] in Python, ${NAME:-...} and
 ${NAME:=...} in shell scripts. A variable read but not in the page's
@@ -51,9 +51,9 @@ def reads():
 
 
 def documented():
-    """Names in the first column of docs/environment.md's tables."""
+    """Names in the first column of docs/reference/environment.md's tables."""
     names = set()
-    for line in open(os.path.join(HERE, "environment.md"), encoding="utf-8"):
+    for line in open(os.path.join(HERE, "reference", "environment.md"), encoding="utf-8"):
         if line.startswith("| `"):
             names.update(re.findall(r"`([A-Za-z_][A-Za-z0-9_]*)`", line.split("|")[1]))
     return names
@@ -63,7 +63,7 @@ def t_every_variable_documented():
     got, doc = reads(), documented()
     assert "BATON_HOSTDEV_DIR" in got and "BATON_HOSTDEV_DIR" in doc  # the scan works
     missing = {n: sorted(set(w)) for n, w in got.items() if n not in doc and n not in NOT_READ}
-    assert not missing, "read but not in docs/environment.md: " + "; ".join(
+    assert not missing, "read but not in docs/reference/environment.md: " + "; ".join(
         "%s (%s)" % (n, ", ".join(w[:3])) for n, w in sorted(missing.items()))
 
 

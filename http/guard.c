@@ -1,6 +1,6 @@
 /*
  * guard.c: who may send what, decided on a request's headers before any
- * byte of its body is read (docs/security.md).
+ * byte of its body is read (docs/internals/security.md).
  *
  * Loopback TCP is no permission boundary: any local user, and any web page
  * in a browser on the machine, can reach 127.0.0.1. So a call that changes

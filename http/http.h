@@ -5,7 +5,7 @@
  * What nng's HTTP server could not do, this does: stream a reply while it
  * is produced, cap connections, close idle and slow clients, and refuse a
  * request on its headers (Host, Origin, token, Content-Type, size) before
- * a byte of its body is read (docs/http.md, docs/security.md).
+ * a byte of its body is read (docs/internals/http.md, docs/internals/security.md).
  *
  * A request reaches the handler on one of `workers` threads with its
  * whole body read; its connection waits (suspended) meanwhile, other

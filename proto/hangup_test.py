@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """hangup_test.py: peers that connect to a control socket and hang up
 before the SP handshake, against a real broker and a real engine (issue 14,
-item 1; the cause and the fix are in docs/transport.md).
+item 1; the cause and the fix are in docs/internals/transport.md).
 
 nng 1.5.2 stopped a listener for good on such a hang-up; Baton's old
 workaround restarted listeners and leaked descriptors doing it. Here: 1,000

@@ -101,7 +101,7 @@
  * proto_opts.on_pipe.
  *
  * A peer that connects and hangs up before the handshake costs nothing
- * (libnng 1.5.2 stopped the listener for good: docs/transport.md says why
+ * (libnng 1.5.2 stopped the listener for good: docs/internals/transport.md says why
  * and how the transport prevents it).
  *
  * Never fork and keep using nng in the child: start other processes with

@@ -1,10 +1,24 @@
 #!/bin/sh
-# Installs the Debian packages Baton builds and tests with, when they are
-# missing. The Makefile runs it once per build directory; it is safe to run
-# again. Needs root (or sudo) only when a package is actually missing.
-# install-deps.sh --check: exit 1 when something is missing, install nothing.
-# install-deps.sh --plan: print what it would install and how (every item,
-# installed or not), change nothing.
+# install-deps.sh [--check|--plan] [SET...]: installs the Debian packages
+# Baton needs, when they are missing; safe to run again. Needs root (or
+# sudo) only when a package is actually missing.
+#
+# The sets, each what its targets need (a later set assumes the build set):
+#   build  what `make`, `make demo`, `make man` and the README's quick start
+#          need: the compiler and the libraries, python3 (the demo's front
+#          door part), scdoc, man-db and curl
+#   test   what `make test` needs in addition: the Python test modules,
+#          nng-utils, systemd (systemd-analyze), Node.js and npm (the
+#          `openai` npm client), chromium and chromium-driver (the
+#          dashboard test), promtool (below)
+#   fuzz   what `make fuzz` needs in addition: clang and its runtimes
+#   all    every set (the default when no set is named)
+# The Makefile runs it once per build directory and set (the stamps
+# $(BUILD)/.deps, .deps-test and .deps-fuzz).
+#
+# --check: exit 1 when something of the sets is missing, install nothing.
+# --plan: print what it would install and how (every item, installed or
+# not), change nothing.
 #
 # promtool (the tests check /metrics, rules and the scrape configuration
 # with it) comes from Debian's prometheus package, but installing that
@@ -13,23 +27,47 @@
 # (dpkg -x) into .deps/bin of this tree: no daemon, no unit, nothing
 # outside the tree. A promtool already on PATH is used as it is.
 #
-# Node.js and npm (the OpenAI API tests run the `openai` npm client,
-# unchanged): Debian's nodejs and npm packages, unless an npm is on PATH
-# already (a Node.js from elsewhere, e.g. NodeSource's, brings its own
+# Node.js and npm: Debian's nodejs and npm packages, unless an npm is on
+# PATH already (a Node.js from elsewhere, e.g. NodeSource's, brings its own
 # npm, and Debian's npm package would conflict with it).
 set -eu
 
-pkgs="build-essential pkg-config libnng-dev nng-utils libmsgpack-dev
+mode=""
+case "${1:-}" in
+--check | --plan) mode=$1; shift ;;
+esac
+[ $# -gt 0 ] || set -- all
+
+build_pkgs="build-essential libnng-dev libmsgpack-dev
       libxxhash-dev libjansson-dev libinih-dev libsystemd-dev libpcre2-dev libutf8proc-dev libmicrohttpd-dev
-      python3 python3-msgpack python3-yaml systemd clang libclang-rt-14-dev
-      scdoc groff-base"
-command -v npm >/dev/null 2>&1 || pkgs="$pkgs nodejs npm"
+      python3 scdoc groff-base man-db curl"
+test_pkgs="nng-utils python3-msgpack python3-yaml systemd chromium chromium-driver"
+command -v npm >/dev/null 2>&1 || test_pkgs="$test_pkgs nodejs npm"
+fuzz_pkgs="clang libclang-rt-14-dev"
+
+pkgs=$build_pkgs
+want_promtool=0
+for set in "$@"; do
+	case $set in
+	build) ;;
+	test) pkgs="$pkgs $test_pkgs"; want_promtool=1 ;;
+	fuzz) pkgs="$pkgs $fuzz_pkgs" ;;
+	all) pkgs="$pkgs $test_pkgs $fuzz_pkgs"; want_promtool=1 ;;
+	*) echo "install-deps: unknown set '$set' (build, test, fuzz or all)" >&2; exit 2 ;;
+	esac
+done
+uniq=""
+for p in $pkgs; do
+	case " $uniq " in *" $p "*) ;; *) uniq="$uniq $p" ;; esac
+done
+pkgs=$uniq
 root=$(cd "$(dirname "$0")/.." && pwd)
 promtool="$root/.deps/bin/promtool"
 
-if [ "${1:-}" = "--plan" ]; then
+if [ "$mode" = "--plan" ]; then
 	echo "apt-get install:" $pkgs
-	echo "promtool: apt-get download prometheus; dpkg -x; install $promtool (no service)"
+	[ "$want_promtool" -eq 1 ] &&
+		echo "promtool: apt-get download prometheus; dpkg -x; install $promtool (no service)"
 	exit 0
 fi
 
@@ -39,12 +77,12 @@ for p in $pkgs; do
 		missing="$missing $p"
 	fi
 done
-need_promtool=1
+need_promtool=$want_promtool
 if [ -x "$promtool" ] || command -v promtool >/dev/null 2>&1; then
 	need_promtool=0
 fi
 [ -z "$missing" ] && [ "$need_promtool" -eq 0 ] && exit 0
-if [ "${1:-}" = "--check" ]; then
+if [ "$mode" = "--check" ]; then
 	[ -n "$missing" ] && echo "install-deps: missing:$missing" >&2
 	[ "$need_promtool" -eq 1 ] && echo "install-deps: missing: promtool ($promtool)" >&2
 	exit 1
@@ -55,7 +93,7 @@ sudo=""
 export DEBIAN_FRONTEND=noninteractive
 updated=0
 if [ -n "$missing" ]; then
-	echo "install-deps: installing:$missing" >&2
+	echo "install-deps ($*): installing:$missing" >&2
 	$sudo apt-get update -q >&2 || echo "install-deps: apt-get update failed, trying the cached lists" >&2
 	updated=1
 	# shellcheck disable=SC2086

@@ -10,7 +10,7 @@
  * regex), SentencePiece-style BPE with byte fallback and ▁ spaces
  * (Llama/Mistral/Mixtral), the normalisers those use (NFC/NFD/NFKC/NFKD via
  * utf8proc, Prepend, Replace, Sequence), special and added tokens. Anything
- * else is refused at load with a message naming it. docs/text.md has the
+ * else is refused at load with a message naming it. docs/internals/text.md has the
  * details and the conformance figures.
  *
  * Errors: 0 or a baton_err (proto/base/base.h); the functions that take `err`

@@ -1,5 +1,5 @@
 /*
- * http.c: the broker's HTTP face (see broker.h and docs/http-api.md): the
+ * http.c: the broker's HTTP face (see broker.h and docs/reference/http-api.md): the
  * JSON API under /v1, Prometheus metrics on /metrics (metrics.c), the
  * dashboard page on /, and /healthz, /readyz.
  *

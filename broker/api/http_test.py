@@ -378,7 +378,7 @@ def t_config(c):
 
 
 def t_twins(c):
-    """The HTTP twins of CLI commands (docs/http-api.md's table): the
+    """The HTTP twins of CLI commands (docs/reference/http-api.md's table): the
     engines list, pin and unpin, release of every engine (or a device's),
     /healthz and /readyz; and `baton release --every` beside them."""
     api = start(c, "http_token = %s\n" % TOKEN)

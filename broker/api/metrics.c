@@ -1,5 +1,5 @@
 /*
- * metrics.c: the broker's Prometheus metrics (GET /metrics, docs/http-api.md).
+ * metrics.c: the broker's Prometheus metrics (GET /metrics, docs/reference/http-api.md).
  *
  * Counters and histograms come from the broker's events (the HTTP face
  * hands each one to broker_metrics_event); gauges from a status request

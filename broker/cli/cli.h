@@ -1,6 +1,6 @@
 /*
  * cli.h: what every `baton` command shares: the exit status, a stable
- * contract for scripts (docs/cli.md), and the one map from an error code
+ * contract for scripts (docs/reference/cli.md), and the one map from an error code
  * to it.
  */
 #ifndef BATON_BROKER_CLI_H

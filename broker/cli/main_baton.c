@@ -1,6 +1,6 @@
 /*
  * baton: the command-line client of the broker (and of an engine's GEN,
- * for demos). See usage_text below and the README, "The baton command".
+ * for demos). See usage_text below and docs/reference/cli.md.
  *
  * Exit status, for scripts (stable):
  *   0  done

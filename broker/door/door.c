@@ -1,5 +1,5 @@
 /*
- * door.c: the broker's OpenAI front door (broker.h, docs/front-door.md).
+ * door.c: the broker's OpenAI front door (broker.h, docs/reference/front-door.md).
  *
  * Requests come from the HTTP server's threads (broker_door_route): the
  * body's `model` is read, the request joins its model's queue, and the

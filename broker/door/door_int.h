@@ -1,5 +1,5 @@
 /*
- * door_int.h: what the front door's files share (docs/front-door.md).
+ * door_int.h: what the front door's files share (docs/reference/front-door.md).
  *
  *   door.c           the door: routes, per-model queues, the dispatch
  *                    thread, acquire (refill) and keep-alive, /v1/models,

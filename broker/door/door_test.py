@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""door_test.py: the broker's OpenAI front door (docs/front-door.md), end
+"""door_test.py: the broker's OpenAI front door (docs/reference/front-door.md), end
 to end on the host backend with the two trained models of models/.
 
   - engines register their model and OpenAI HTTP URL; status shows them;

@@ -75,7 +75,7 @@ enum baton_route_rule {
  * blocks[j / block_size] * block_size + j % block_size of k and v (the
  * layer's K and V of the whole pool). blocks == NULL: row j of k and v.
  * The order above is the host's, the reference; the cuda backend splits
- * the keys into chunks (docs/model.md) in an order that depends on the
+ * the keys into chunks (docs/internals/model.md) in an order that depends on the
  * query's position alone, never on n_q or on other sequences. */
 struct baton_attn {
 	baton_dptr q, k, v, out;
@@ -189,7 +189,7 @@ struct baton_backend {
 	 * rows in device memory; weights are the arena's rows in any dtype
 	 * can_compute accepts, decoded exactly and accumulated in f32 (the
 	 * fixed order of engine_int.h: every backend must agree with the host
-	 * within the tolerances of docs/model.md). Small integer and float
+	 * within the tolerances of docs/internals/model.md). Small integer and float
 	 * vectors (token ids, positions, frequencies, routing results) travel
 	 * as host arrays. The ops are queued on the device like copies: their
 	 * results are complete after sync(), or after a call that returns host

@@ -2,7 +2,7 @@
  * model.c: the forward pass of every supported MoE architecture, one
  * implementation steered by the switches of model_config.c, on the
  * backend's dense op slots (engine/backend/backend.h) and the engine's expert
- * cache. See model.h and docs/model.md.
+ * cache. See model.h and docs/internals/model.md.
  *
  * A pass is rows of several sequences (segments: a sequence's tokens at
  * its positions pos0 .. pos0+n-1), every op but attention over all rows:

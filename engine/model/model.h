@@ -2,7 +2,7 @@
  * model.h: a whole MoE language model on an engine's device: the forward
  * pass from token ids to logits, one implementation for every supported
  * architecture, driven by a table of per-architecture switches (see
- * docs/model.md).
+ * docs/internals/model.md).
  *
  *   qwen3_moe  q/k RMSNorm per head; softmax, top-k, renormalised when
  *              norm_topk_prob

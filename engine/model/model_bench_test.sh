@@ -1,7 +1,7 @@
 # model_bench_test.sh: baton-model-bench's command line and one whole run on
 # the host backend with a tiny synthetic qwen3_moe arena: every figure of
 # the table and of --json is there and sane (the GPU figures are in
-# docs/performance.md; this keeps the program from rotting between runs).
+# docs/measurements/performance.md; this keeps the program from rotting between runs).
 . tests/lib.sh
 B=$BIN/baton-model-bench
 

@@ -1,6 +1,6 @@
 /*
  * sample.c: the sampler of sample.h. The steps and their order are written
- * there and in docs/sampling.md; this file keeps them cheap on large
+ * there and in docs/reference/sampling.md; this file keeps them cheap on large
  * vocabularies (151,936 for Qwen3): penalties touch only the tokens seen,
  * top-k keeps a heap of k, and top-p sorts only the tokens that could
  * survive it (those with probability above (1 - p) / n; the rest always

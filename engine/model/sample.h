@@ -3,7 +3,7 @@
  * temperature, top-k, top-p, min-p, repetition, presence and frequency
  * penalties, logit bias, stop token ids, max tokens, and a seed that makes
  * a run repeatable. The semantics and the order are Hugging Face's and
- * vLLM's (docs/sampling.md):
+ * vLLM's (docs/reference/sampling.md):
  *
  *   1. logit bias           l[t] += bias[t]                         (OpenAI)
  *   2. repetition penalty   for each distinct t in prompt + output:

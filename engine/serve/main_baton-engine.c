@@ -297,7 +297,7 @@ int main(int argc, char **argv)
 	g_cfg.listen = listen;
 	int rc = serve_open(&g_cfg);
 	if (rc) {
-		/* 3 and 4: a second engine of one name, a wrong --broker (docs/engine.md) */
+		/* 3 and 4: a second engine of one name, a wrong --broker (docs/reference/engine.md) */
 		if (serve_broker_fail() == SERVE_BROKER_REFUSED)
 			return 3;
 		if (serve_broker_fail() == SERVE_BROKER_ABSENT)

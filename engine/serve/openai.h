@@ -8,7 +8,7 @@
  * {"error": {"message", "type", "param", "code"}}.
  *
  * No I/O here: openai_http.c serves these on the engine's --http address
- * (docs/openai.md lists the fields, the defaults and the errors).
+ * (docs/reference/openai.md lists the fields, the defaults and the errors).
  */
 #ifndef BATON_ENGINE_OPENAI_H
 #define BATON_ENGINE_OPENAI_H

@@ -1,6 +1,6 @@
 /*
  * openai_http.c: the OpenAI-compatible API on the engine's --http address
- * (see openai.h, docs/openai.md). A request is parsed on an HTTP worker
+ * (see openai.h, docs/reference/openai.md). A request is parsed on an HTTP worker
  * thread and handed to the scheduler; its answer is written from the
  * scheduler's thread: whole when it ends, or streamed as server-sent
  * events, a chunk per piece of text as it becomes final. A client that

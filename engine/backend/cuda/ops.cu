@@ -9,7 +9,7 @@
  * ops_cuda.h), multiplies and adds written as __fmul_rn / __fadd_rn so
  * that nvcc fuses none of them, divisions and square roots IEEE. What
  * differs from the host is expf, sinf and cosf (the device's, a couple of
- * ulp apart), which docs/model.md's tolerance covers.
+ * ulp apart), which docs/internals/model.md's tolerance covers.
  */
 #include <math.h>
 #include <stdint.h>

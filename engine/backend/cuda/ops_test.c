@@ -16,7 +16,7 @@
  *     for attention), since the device's expf, sinf and cosf are not
  *     glibc's (CUDA's guide: 2 ulp at most, 1.2e-7 each); a wrong index or
  *     formula is off by O(1). The figures print the largest difference.
- * t_perf prints timings at Qwen3-30B-A3B's shapes (docs/cuda-ops.md has an
+ * t_perf prints timings at Qwen3-30B-A3B's shapes (docs/internals/cuda-ops.md has an
  * H200's); it asserts nothing.
  */
 #include <math.h>
