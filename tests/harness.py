@@ -436,6 +436,10 @@ class BrokerCase(Case):
             f.write("[broker]\ncontrol = %s\nevents = %s\n" % (self.control, self.events_url))
             if http:
                 f.write("http = 127.0.0.1:0\n")
+            elif not re.search(r"^\s*http\s*=", config, re.M):
+                # not the default 127.0.0.1:8420: one port for every broker
+                # would collide between the scripts that run at once
+                f.write("http = off\n")
             f.write(config)
         return path
 
