@@ -581,13 +581,16 @@ def t_broker_restart_under_load(c):
     t = threading.Thread(target=load)
     t.start()
     try:
-        time.sleep(0.3)
+        wait_for("the load running", lambda: len(results) >= 2, timeout=10 * SLOW)
         c.bp.send_signal(signal.SIGKILL)
         c.bp.wait()
-        time.sleep(1.0 * SLOW)   # engines serve on alone
+        # engines serve on alone: once each has seen the broker go, answers
+        # go on coming
+        wait_for("b and c lost the broker", lambda: all(
+            "lost the broker; serving on alone" in open(c.log(n)).read() for n in ("b", "c")), timeout=10 * SLOW)
         n_alone = len(results)
-        time.sleep(0.5 * SLOW)
-        assert len(results) > n_alone, "requests stopped while the broker was away"
+        wait_for("requests served while the broker is away", lambda: len(results) >= n_alone + 2,
+                 timeout=5 * SLOW, every=0.02)
         t0 = time.time()
         c.broker()
         wait_for("all registered again", lambda: {e["name"] for e in c.status()["engines"]} == {"a", "b", "c"},

@@ -220,7 +220,9 @@ def t_broker_logs_moves_with_timings(c):
     c.engine("b")
     for args in (["release", "b"], ["refill", "a"], ["handoff", "a", "b"]):  # b held the device
         assert baton(c, *args).returncode == 0, args
-    time.sleep(0.3)
+    # the broker writes a move's line about when it answers: wait for the last
+    wait_for("the handoff's line in the broker's log",
+             lambda: "handoff a -> b (release): decide " in open(c.log("broker")).read(), timeout=5)
     log = open(c.log("broker")).read().splitlines()
     moves = [x for x in log if "baton-broker: engine " in x and (" freed" in x or " copied" in x)]
     assert any(re.search(r"engine b: release \(operator\) in [\d.]+ ms, 28\.\d MiB freed; holds 0\.0 MiB$", x)
@@ -241,7 +243,8 @@ def t_broker_log_under_journald(c):
     c.broker()
     c.engine("a")
     assert baton(c, "release", "a").returncode == 0
-    time.sleep(0.3)
+    wait_for("the release's line in the broker's log",
+             lambda: "engine a: release (operator)" in open(c.log("broker")).read(), timeout=5)
     log = [x for x in open(c.log("broker")).read().splitlines() if "engine a" in x or "control " in x]
     assert len(log) >= 2 and all(x.startswith("baton-broker: ") for x in log), log
 

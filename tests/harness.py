@@ -201,19 +201,19 @@ def wait_value(what, fn, want, timeout=10.0, every=0.05):
 
 
 def _unix_conns(url):
-    """How many connections the Unix socket of an ipc:// URL has accepted
-    (from /proc/net/unix: each accepted one carries the listener's path,
-    state 03); None for another transport."""
+    """The connections the Unix socket of an ipc:// URL has accepted, as
+    a set of socket inodes (from /proc/net/unix: each accepted one carries
+    the listener's path, state 03); None for another transport."""
     if not url.startswith("ipc://"):
         return None
     path = url[len("ipc://"):]
-    n = 0
+    got = set()
     with open("/proc/net/unix") as f:
         for line in f:
             fields = line.split()
             if len(fields) >= 8 and fields[5] == "03" and fields[7] == path:
-                n += 1
-    return n
+                got.add(fields[6])
+    return got
 
 
 class Events:
@@ -227,9 +227,10 @@ class Events:
         self.t = threading.Thread(target=self._run, daemon=True)
         self.t.start()
         if wait and before is not None:
-            # Connected before the first event: the publisher's end of one
-            # more connection on its socket.
-            wait_for("the subscription to " + url, lambda: _unix_conns(url) > before, timeout=10 * SLOW,
+            # Connected before the first event: the publisher's socket has
+            # accepted a connection it did not have (a subscriber killed
+            # just before may still be counted, or go meanwhile).
+            wait_for("the subscription to " + url, lambda: _unix_conns(url) - before, timeout=10 * SLOW,
                      every=0.01)
 
     def _run(self):
@@ -435,6 +436,10 @@ class BrokerCase(Case):
             f.write("[broker]\ncontrol = %s\nevents = %s\n" % (self.control, self.events_url))
             if http:
                 f.write("http = 127.0.0.1:0\n")
+            elif not re.search(r"^\s*http\s*=", config, re.M):
+                # not the default 127.0.0.1:8420: one port for every broker
+                # would collide between the scripts that run at once
+                f.write("http = off\n")
             f.write(config)
         return path
 

@@ -46,9 +46,11 @@ timed=0
 
 # Run one at a time, after the others, alone on the machine: each bounds
 # the time of what it sees (heartbeat timeouts, refill steps against a
-# command timeout, a stalled engine answered within a second), or loads
-# every core (the stress case, the soak, the benchmark).
-SERIAL="broker/broker_test.py broker/ops_test.py tests/soak_test.py engine/model_bench_test.sh"
+# command timeout, a stalled engine answered within a second, a browser's
+# page read during a 2 s refill), or loads every core (the stress case,
+# the soak, the benchmark, chromium).
+SERIAL="broker/broker_test.py broker/ops_test.py broker/dashboard_test.py tests/soak_test.py
+	engine/model_bench_test.sh"
 
 # run_one NAME CMD...: runs CMD into $logdir/NAME.log and its exit status
 # into $logdir/NAME.rc (so several can run at once).
@@ -154,7 +156,7 @@ if [ "$scripts" -eq 1 ]; then
 	parallel=() serial=()
 	for s in $(find_scripts); do
 		[ "$skip_pure" -eq 1 ] && is_pure "$s" && continue
-		case " $SERIAL " in
+		case " $(echo $SERIAL) " in
 		*" $s "*) serial+=("$s") ;;
 		*) parallel+=("$s") ;;
 		esac
