@@ -116,6 +116,19 @@ void http_stream_close(struct baton_http_stream *s);
  * Set it from the handler. */
 void http_req_on_gone(struct baton_http_req *r, void (*fn)(void *), void *arg);
 
+/* ---- the token file (token.c): one reader, the same rules for every server ---- */
+#define HTTP_TOKEN_FILE_MAX 256     /* bytes of a token, with its NUL */
+/* The bearer token on the first line of the file at path, into tok (n
+ * bytes; at most HTTP_TOKEN_FILE_MAX are used). The file is opened
+ * without following a symlink (O_NOFOLLOW) and must be a regular file no
+ * other user may read or write; the token is 1 to n-1 (at most 255)
+ * visible ASCII characters, its line end dropped. 0; else tok is
+ * untouched and err has a sentence naming the path: BATON_EIO (cannot
+ * open), BATON_EPERM (others may read or write it, or not a regular
+ * file), BATON_EINVAL (empty, too long, or a character outside visible
+ * ASCII). */
+int http_token_read(const char *path, char *tok, size_t n, char *err, size_t errlen);
+
 /* ---- the trust checks (guard.c), also for callers' own use ---- */
 /* Splits "HOST:PORT", "[V6]:PORT", "HOST" or "[V6]" (brackets removed);
  * port -1: none. -1 when it is none of those. */
