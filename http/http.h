@@ -17,6 +17,7 @@
 #define BATON_HTTP_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include <jansson.h>
 
@@ -111,10 +112,15 @@ int http_stream_gone(const struct baton_http_stream *s);
  * the server after that. Call it exactly once, also when gone. */
 void http_stream_close(struct baton_http_stream *s);
 
-/* fn(arg) is called once if the client goes away before the answer ended
- * (on a server thread; it must not block): a producer can cancel at once.
- * Set it from the handler. */
-void http_req_on_gone(struct baton_http_req *r, void (*fn)(void *), void *arg);
+/* fn(owner, id) is called once if the client goes away before the answer
+ * ended (on a server thread; it must not block): a producer can cancel at
+ * once. Set it from the handler. It may come after the answer was given
+ * (the client left while it was sent), when r and what the caller made
+ * for it may be freed: so it gets no pointer to either, but the owner (a
+ * scheduler, a front door: alive until http_close has returned) and the
+ * id the caller gave its request there (a finished id finds nothing). */
+typedef void (*http_gone_fn)(void *owner, uint64_t id);
+void http_req_on_gone(struct baton_http_req *r, http_gone_fn fn, void *owner, uint64_t id);
 
 /* ---- the token file (token.c): one reader, the same rules for every server ---- */
 #define HTTP_TOKEN_FILE_MAX 256     /* bytes of a token, with its NUL */

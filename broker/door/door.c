@@ -20,9 +20,10 @@
  * Locking: d->mu guards everything below it in struct broker_door. No
  * HTTP call (reply, stream) and no broker_call is made under it.
  *
- * A request's on_gone callback (the client left) finds the request by id
- * in the one door of the process (a stale id finds nothing), so the
- * callback never holds a pointer that may have been freed.
+ * A request's on_gone callback (the client left) gets the door (its
+ * owner, alive until after the HTTP server closed) and finds the request
+ * by id (a stale id finds nothing), so it never holds a pointer to a
+ * request that may have been freed.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -138,10 +139,6 @@ struct broker_door {
 	uint64_t switches_total;
 	struct hist sw_drain, sw_refill; /* the parts of each switch */
 };
-
-/* The one door of the process, for on_gone (see the top). */
-static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct broker_door *g_door;
 
 static double now_s(void)
 {
@@ -836,12 +833,10 @@ static void *dispatch(void *arg)
 
 /* ---- requests in ----------------------------------------------------------------- */
 
-static void on_gone(void *arg)
+static void on_gone(void *owner, uint64_t id)
 {
-	uint64_t id = (uint64_t)(uintptr_t)arg;
-	pthread_mutex_lock(&g_mu);
-	struct broker_door *d = g_door;
-	if (d) {
+	struct broker_door *d = owner;
+	{
 		pthread_mutex_lock(&d->mu);
 		bool found = false;
 		for (struct dreq *q = d->fwd; q && !found; q = q->next)
@@ -856,7 +851,6 @@ static void on_gone(void *arg)
 		pthread_cond_signal(&d->cv);
 		pthread_mutex_unlock(&d->mu);
 	}
-	pthread_mutex_unlock(&g_mu);
 }
 
 static json_t *models_json(struct broker_door *d)
@@ -1011,7 +1005,7 @@ bool broker_door_route(struct broker_door *d, struct baton_http_req *r)
 	/* before anyone else may answer it: a client that leaves from here on
 	 * is seen (by id; a request not queued yet is looked for in vain, and
 	 * its proxy then sees the client gone when it writes) */
-	http_req_on_gone(r, on_gone, (void *)(uintptr_t)q_id);
+	http_req_on_gone(r, on_gone, d, q_id);
 	pthread_mutex_lock(&d->mu);
 	m = &d->models[mi];
 	if (m->qt)
@@ -1190,10 +1184,6 @@ int broker_door_open(struct broker *b, const struct broker_config *cfg, struct b
 	pthread_cond_init(&d->cv, &ca);
 	pthread_condattr_destroy(&ca);
 	pthread_cond_init(&d->idle_cv, NULL);
-	pthread_mutex_lock(&g_mu);
-	if (!g_door)
-		g_door = d;
-	pthread_mutex_unlock(&g_mu);
 	*out = d;
 	return 0;
 }
@@ -1202,10 +1192,6 @@ void broker_door_close(struct broker_door *d)
 {
 	if (!d)
 		return;
-	pthread_mutex_lock(&g_mu);
-	if (g_door == d)
-		g_door = NULL;
-	pthread_mutex_unlock(&g_mu);
 	pthread_mutex_lock(&d->mu);
 	d->stop = true;
 	pthread_cond_signal(&d->cv);
