@@ -68,8 +68,9 @@
  *                                 ; empty or "off": not kept)
  *   door_quantum_s = 5            ; front door: the longest a model keeps a device
  *                                 ; while another model's requests wait
- *   door_keep_alive_s = 300       ; front door: release a model's engine this long
- *                                 ; after its last request ("forever": never)
+ *   door_keep_alive_s = 300       ; release an engine with OpenAI HTTP this long after
+ *                                 ; its last request ("forever": never); with
+ *                                 ; idle_release_s one rule, the shorter wins
  *   door_queue_max = 64           ; front door: requests waiting per model; more: 503
  *
  *   [gpu "GPU-8f1c..."]           ; or "host-0", or "*" for every device
@@ -147,7 +148,8 @@ int broker_config_parse(struct broker_config *c, const char *text, const char *n
 /* Sets c->http from "HOST:PORT", "http://HOST:PORT", "" or "off" (none);
  * BATON_EINVAL with a message in err when it is none of those. */
 int broker_config_set_http(struct broker_config *c, const char *v, char *err, size_t errlen);
-/* Reads the token from the first line of a file into c->http_token;
+/* Reads the token from the first line of a file into c->http_token,
+ * by http_token_read's rules (http/http.h: the engine's too);
  * BATON_EIO (unreadable), BATON_EINVAL (empty, too long, or a character
  * outside the visible ASCII range), BATON_EPERM (others may read or write
  * it, or not a regular file) with a message in err. */
@@ -231,8 +233,9 @@ size_t policy_order(const struct policy_engine *e, size_t n, size_t requester, s
 /* ---- the daemon --------------------------------------------------------------
  *
  * Lifecycle: broker_open, then faces subscribe (broker_observe) and open
- * (broker_http_open, broker_door_open), then broker_start; at the end broker_stop, the faces
- * close, broker_close. All of these from one thread (the program's).
+ * (broker_http_open, broker_door_open), then broker_start; at the end
+ * broker_stop, the faces close, broker_close. All of these from one
+ * thread (the program's).
  */
 
 struct broker;
