@@ -313,8 +313,11 @@ def t_errors_and_models(c):
     st, body, _ = http.post("/v1/completions", {"model": QWEN, "prompt": "In the beginning", "max_tokens": 4,
                                                  "temperature": 0}, token="wrong")
     assert st == 401, (st, body)
-    st, body, _ = http.get("/v1/chat/completions")
-    assert st == 405, st
+    # a route of the door on the HTTP face (broker_http_route): the API answers a wrong method
+    st, body, hd = http.get("/v1/chat/completions")
+    assert st == 405 and hd.get("Allow") == "POST" and "message" in body["error"], (st, body, hd)
+    st, body, hd = http.post("/v1/models", {})
+    assert st == 405 and "GET" in hd.get("Allow", ""), (st, body, hd)
     # the models, like `ollama ps`
     st, body, _ = http.get("/v1/models", token=False)
     assert st == 200 and body["object"] == "list", body
