@@ -39,7 +39,7 @@ reverse = $(if $(1),$(call reverse,$(wordlist 2,$(words $(1)),$(1))) $(firstword
 COMPONENTS := proto/base proto arena text http \
               engine/backend/host engine/backend/cuda engine/backend engine/cache \
               engine/model engine/serve \
-              broker broker/door broker/api broker/cli
+              broker broker/api broker/door broker/cli
 LINK_ORDER := $(call reverse,$(COMPONENTS))
 
 CC      ?= cc

@@ -9,9 +9,10 @@
  * engine through the engine's own control socket (release, refill, vram),
  * every command carrying an epoch that only grows (a fencing token).
  * Operators and scripts use the broker's control socket (status, release,
- * refill, vram, handoff, pin) or its HTTP API (http.c: the same requests as
- * JSON, Prometheus metrics, a dashboard page); every change is published
- * as an event.
+ * refill, vram, handoff, pin) or its faces (broker/api/api.h: the same
+ * requests as JSON, Prometheus metrics, a dashboard page; broker/door/door.h:
+ * the OpenAI front door); every change is published as an event. This
+ * header is the core alone: the faces sit above it and use only it.
  *
  * Threads inside the daemon (broker_int.h): receivers (one nng context each)
  * take requests and hand them to the decision thread, which alone owns the
@@ -59,7 +60,7 @@
  *                                 ; Host may carry (DNS rebinding: others are refused)
  *   http_token = SECRET           ; bearer token that POSTs need (default: one made
  *                                 ; at start into http.token beside an ipc:// control
- *                                 ; socket, mode 0640; see broker_http_token_prepare)
+ *                                 ; socket, mode 0640; broker/api/api.h: broker_http_token_prepare)
  *   http_token_file = PATH        ; the same, the first line of a file (not readable
  *                                 ; by others, or the broker refuses it)
  *   state_file = PATH             ; pins survive a broker restart here (default:
@@ -67,8 +68,9 @@
  *                                 ; empty or "off": not kept)
  *   door_quantum_s = 5            ; front door: the longest a model keeps a device
  *                                 ; while another model's requests wait
- *   door_keep_alive_s = 300       ; front door: release a model's engine this long
- *                                 ; after its last request ("forever": never)
+ *   door_keep_alive_s = 300       ; release an engine with OpenAI HTTP this long after
+ *                                 ; its last request ("forever": never); with
+ *                                 ; idle_release_s one rule, the shorter wins
  *   door_queue_max = 64           ; front door: requests waiting per model; more: 503
  *
  *   [gpu "GPU-8f1c..."]           ; or "host-0", or "*" for every device
@@ -146,18 +148,8 @@ int broker_config_parse(struct broker_config *c, const char *text, const char *n
 /* Sets c->http from "HOST:PORT", "http://HOST:PORT", "" or "off" (none);
  * BATON_EINVAL with a message in err when it is none of those. */
 int broker_config_set_http(struct broker_config *c, const char *v, char *err, size_t errlen);
-/* The token POSTs need when none is configured (c->http_token empty):
- * with HTTP on a loopback address and an ipc:// control socket, the first
- * line of http.token beside that socket, made at first start (32 random
- * bytes in hex, mode 0640, written through an O_EXCL temporary file and a
- * rename) and refused when it is not ours, not a regular file or readable
- * by others; c->http_token_path names it. Without an ipc:// socket no
- * token is made and POSTs are refused until one is configured. HTTP on an
- * address other than loopback without a configured token: BATON_ECONFIG
- * (the broker refuses to start). Other failures: BATON_EIO/BATON_EPERM.
- * Nothing to do with HTTP off. */
-int broker_http_token_prepare(struct broker_config *c, char *err, size_t errlen);
-/* Reads the token from the first line of a file into c->http_token;
+/* Reads the token from the first line of a file into c->http_token,
+ * by http_token_read's rules (http/http.h: the engine's too);
  * BATON_EIO (unreadable), BATON_EINVAL (empty, too long, or a character
  * outside the visible ASCII range), BATON_EPERM (others may read or write
  * it, or not a regular file) with a message in err. */
@@ -241,8 +233,9 @@ size_t policy_order(const struct policy_engine *e, size_t n, size_t requester, s
 /* ---- the daemon --------------------------------------------------------------
  *
  * Lifecycle: broker_open, then faces subscribe (broker_observe) and open
- * (broker_http_open), then broker_start; at the end broker_stop, the faces
- * close, broker_close. All of these from one thread (the program's).
+ * (broker_http_open, broker_door_open), then broker_start; at the end
+ * broker_stop, the faces close, broker_close. All of these from one
+ * thread (the program's).
  */
 
 struct broker;
@@ -303,16 +296,6 @@ int broker_reload(struct broker *b, const struct broker_config *next, char *msg,
  * replaced (the program says so and exits: a restart binds afresh). */
 int broker_sockets_check(struct broker *b, char *err, size_t errlen);
 
-/* ---- the HTTP face (http.c) ------------------------------------------------------
- *
- * The JSON API under /v1, Prometheus metrics on /metrics, the dashboard on
- * /, /healthz and /readyz, on the http/ server (its checks: Host, Origin,
- * token, size, before a body is read): requests go through broker_call,
- * events come from broker_observe.
- */
-
-struct broker_http;
-
 /* Whether a release of every engine (`baton release --every`, POST
  * /v1/release) asks an engine in this state: not when it holds nothing
  * already or no one answers for it. */
@@ -324,57 +307,6 @@ static inline bool broker_every_releases(const char *state)
 /* The largest reserve_mib an engine takes (its vram check): the bound the
  * HTTP API checks and states. */
 #define BROKER_RESERVE_MIB_MAX (UINT64_C(1) << 24)
-
-/* Whether HOST:PORT names a loopback address (127/8, ::1, localhost). */
-bool broker_http_loopback(const char *hostport);
-
-/* Listens on cfg->http (HOST:PORT) and starts its threads; BATON_EINVAL or
- * BATON_EIO with err when the address is bad or cannot be bound. */
-int broker_http_open(struct broker *b, const struct broker_config *cfg, struct broker_http **out,
-    char *err, size_t errlen);
-/* What of the HTTP face follows a reload (SIGHUP): the front door's
- * settings. NULL h allowed. */
-void broker_http_reload(struct broker_http *h, const struct broker_config *cfg);
-/* "http://HOST:PORT" it listens on (port 0 resolved). */
-const char *broker_http_url(const struct broker_http *h);
-/* GET /readyz answers 200 while ready, else 503: set once broker_start
- * has the decision loop running, cleared before broker_stop (and by
- * broker_http_close). NULL h allowed. */
-void broker_http_ready(struct broker_http *h, bool ready);
-/* Unsubscribes, stops listening, answers what is queued, joins its
- * threads and frees; NULL allowed. Before broker_close(); quick after
- * broker_stop(). */
-void broker_http_close(struct broker_http *h);
-
-/* ---- the front door (door*.c, docs/reference/front-door.md) ---------------------------------
- *
- * The OpenAI-compatible API on the broker's HTTP address: POST
- * /v1/chat/completions and /v1/completions are forwarded, unchanged, to an
- * engine that serves the body's `model` (registered with its http URL);
- * streams pass through as they arrive. A model whose engine is released
- * is refilled first (the broker's refill, by its policies); two models
- * contending for one device are served in batches (door_quantum_s), each
- * kept for door_keep_alive_s after its last request. GET /v1/models lists
- * every model with its state and engines.
- */
-struct broker_door;
-struct baton_http_req;
-
-/* Starts the door's dispatch thread; BATON_ENOMEM with err. */
-int broker_door_open(struct broker *b, const struct broker_config *cfg, struct broker_door **out, char *err,
-    size_t errlen);
-/* Whether the request (method, path) is the door's; when it is, the door
- * answers it (now or later, from its own threads). Any HTTP thread. */
-bool broker_door_route(struct broker_door *d, struct baton_http_req *r);
-/* Its Prometheus lines (queue depth, waits, switches, time to first token
- * in parts). */
-void broker_door_metrics(struct broker_door *d, FILE *f);
-/* A reloaded configuration's door_* keys and [engine] keep_alive_s
- * (SIGHUP); requests waiting keep their place. NULL d allowed. */
-void broker_door_reload(struct broker_door *d, const struct broker_config *cfg);
-/* Answers what waits (503), cancels what is forwarded, joins its threads
- * and frees; NULL allowed. After the HTTP server closed. */
-void broker_door_close(struct broker_door *d);
 
 /* A face's event (the door's door.queue, door.switch), published like the
  * broker's own (events socket, subscribers) from the decision thread;

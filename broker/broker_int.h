@@ -430,7 +430,9 @@ struct eng *br_eng_by_name(struct broker *b, const char *name);
 size_t br_gpu_find_or_add(struct broker *b, const char *uuid);
 int32_t br_eng_priority(struct broker *b, const struct eng *e);
 bool br_eng_pinned(struct broker *b, const struct eng *e);
-double br_eng_idle_timeout(struct broker *b, const struct eng *e);
+/* Seconds of idleness after which e is released (0: never); *keep_alive
+ * (NULL allowed): the front door's keep-alive is the timeout that applies. */
+double br_eng_idle_timeout(struct broker *b, const struct eng *e, bool *keep_alive);
 void br_gpu_view(struct broker *b, size_t gi, struct gpu_view *v);
 void br_lend_wake(struct broker *b, size_t gi);
 void br_apply_state(struct broker *b, struct eng *e, const struct baton_msg *m, bool has_epoch,

@@ -26,6 +26,7 @@
 #include <ini.h>
 
 #include "broker/broker.h"
+#include "http/http.h"
 
 
 void broker_config_defaults(struct broker_config *c)
@@ -70,41 +71,12 @@ int broker_config_set_http(struct broker_config *c, const char *v, char *err, si
 	return 0;
 }
 
+/* One reader for every token file, the broker's and the engine's
+ * (http/token.c): O_NOFOLLOW, a regular file others cannot read, one
+ * line of visible ASCII. */
 int broker_config_token_file(struct broker_config *c, const char *path, char *err, size_t errlen)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-	FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
-	if (!f) {
-		snprintf(err, errlen, "%s: cannot open the token file: %s", path, strerror(errno));
-		if (fd >= 0)
-			close(fd);
-		return BATON_EIO;
-	}
-	/* A secret others can read is no secret: say so rather than serve
-	 * with it (group access is for the service group). */
-	struct stat st;
-	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (st.st_mode & (S_IROTH | S_IWOTH))) {
-		snprintf(err, errlen, "%s: the token file %s (chmod o-rw %s)", path,
-		    S_ISREG(st.st_mode) ? "can be read or written by any user" : "is not a regular file", path);
-		fclose(f);
-		return BATON_EPERM;
-	}
-	char line[BROKER_TOKEN_MAX + 2];
-	if (!fgets(line, sizeof line, f))
-		line[0] = 0;
-	fclose(f);
-	size_t n = strcspn(line, "\r\n");
-	bool ok = n > 0 && n < BROKER_TOKEN_MAX && (line[n] || strlen(line) < sizeof line - 1);
-	for (size_t i = 0; ok && i < n; i++)
-		ok = line[i] > ' ' && line[i] < 127;
-	if (!ok) {
-		snprintf(err, errlen, "%s: the token must be one line of 1 to %d visible ASCII characters",
-		    path, BROKER_TOKEN_MAX - 1);
-		return BATON_EINVAL;
-	}
-	memcpy(c->http_token, line, n);
-	c->http_token[n] = 0;
-	return 0;
+	return http_token_read(path, c->http_token, sizeof c->http_token, err, errlen);
 }
 
 struct parse {

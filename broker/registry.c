@@ -147,10 +147,25 @@ bool br_eng_pinned(struct broker *b, const struct eng *e)
 	return c && c->pinned;
 }
 
-double br_eng_idle_timeout(struct broker *b, const struct eng *e)
+/* The one idle-release rule (docs/policies.md): the shortest of the
+ * timeouts that apply. idle_release_s ([engine], else [broker]; 0: none)
+ * applies to every engine; the keep-alive ([engine] keep_alive_s, else
+ * [broker] door_keep_alive_s; forever: none) to an engine the front door
+ * routes to (one with OpenAI HTTP). A keep-alive of 0 releases as soon as
+ * the engine is idle. */
+double br_eng_idle_timeout(struct broker *b, const struct eng *e, bool *keep_alive)
 {
 	const struct broker_engine_conf *c = conf_of(b, e);
-	return c && c->idle_release_s >= 0 ? c->idle_release_s : b->cfg.idle_release_s;
+	double t = c && c->idle_release_s >= 0 ? c->idle_release_s : b->cfg.idle_release_s;
+	double ka = -1;
+	if (e->http[0])
+		ka = c && c->has_keep_alive ? c->keep_alive_s : b->cfg.door_keep_alive_s;
+	if (ka >= 0 && ka < 1e-3)
+		ka = 1e-3; /* at once (t > 0 means a timeout) */
+	bool by_ka = ka > 0 && (t <= 0 || ka < t);
+	if (keep_alive)
+		*keep_alive = by_ka;
+	return by_ka ? ka : t;
 }
 
 void br_gpu_view(struct broker *b, size_t gi, struct gpu_view *v)

@@ -41,6 +41,7 @@ void br_apply_config(struct broker *b, const struct broker_config *next, char *m
 	}
 	c->heartbeat_timeout_ms = next->heartbeat_timeout_ms;
 	c->idle_release_s = next->idle_release_s;
+	c->door_keep_alive_s = next->door_keep_alive_s; /* idle release of the door's engines */
 	c->acquire_wait_ms = next->acquire_wait_ms;
 	c->command_timeout_ms = next->command_timeout_ms;
 	c->n_gpus = next->n_gpus;

@@ -285,7 +285,7 @@ static void on_status(struct broker *b, struct waiter *w, const struct baton_msg
 		x->ctl = pool_str(&pool, e->ctl);
 		x->copied = e->copied;
 		x->to_copy = e->to_copy;
-		double idle_t = br_eng_idle_timeout(b, e);
+		double idle_t = br_eng_idle_timeout(b, e, NULL);
 		x->idle_release_ms = idle_t > 0 && !e->no_release ? (uint64_t)(idle_t * 1e3) : 0;
 		x->http = pool_str(&pool, e->http);
 	}

@@ -293,7 +293,8 @@ void br_housekeeping(struct broker *b, double now)
 			br_blog("engine %s never used a grant of %.1f MiB; dropped", e->name, (double)e->grant / BATON_MIB);
 			e->grant = 0;
 		}
-		double t = br_eng_idle_timeout(b, e);
+		bool ka = false;
+		double t = br_eng_idle_timeout(b, e, &ka);
 		if (t > 0 && e->mapped > 0 && !e->busy && !e->in_flight && !e->grant && !e->lost &&
 		    !e->no_release && !br_eng_pinned(b, e) && now >= e->retry_after && now - e->idle_since >= t) {
 			bool wanted = false; /* it waits for memory itself: leave it */
@@ -301,8 +302,11 @@ void br_housekeeping(struct broker *b, double now)
 				if (b->ops[k].used && b->ops[k].target.slot == i && b->ops[k].target.gen == e->gen)
 					wanted = true;
 			if (!wanted) {
-				char why[64];
-				snprintf(why, sizeof why, "idle %.1f s", now - e->idle_since);
+				char why[96];
+				if (ka)
+					snprintf(why, sizeof why, "keep-alive %g s passed (idle %.1f s)", t, now - e->idle_since);
+				else
+					snprintf(why, sizeof why, "idle %.1f s", now - e->idle_since);
 				if (br_command(b, e, PROTO_OP_RELEASE, 0, NULL, 1, 0, why) == 0)
 					br_blog("engine %s: idle for %.1f s, releasing", e->name, now - e->idle_since);
 			}

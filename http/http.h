@@ -17,6 +17,7 @@
 #define BATON_HTTP_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include <jansson.h>
 
@@ -139,10 +140,28 @@ int http_stream_gone(const struct baton_http_stream *s);
  * the server after that. Call it exactly once, also when gone. */
 void http_stream_close(struct baton_http_stream *s);
 
-/* fn(arg) is called once if the client goes away before the answer ended
- * (on a server thread; it must not block): a producer can cancel at once.
- * Set it from the handler. */
-void http_req_on_gone(struct baton_http_req *r, void (*fn)(void *), void *arg);
+/* fn(owner, id) is called once if the client goes away before the answer
+ * ended (on a server thread; it must not block): a producer can cancel at
+ * once. Set it from the handler. It may come after the answer was given
+ * (the client left while it was sent), when r and what the caller made
+ * for it may be freed: so it gets no pointer to either, but the owner (a
+ * scheduler, a front door: alive until http_close has returned) and the
+ * id the caller gave its request there (a finished id finds nothing). */
+typedef void (*http_gone_fn)(void *owner, uint64_t id);
+void http_req_on_gone(struct baton_http_req *r, http_gone_fn fn, void *owner, uint64_t id);
+
+/* ---- the token file (token.c): one reader, the same rules for every server ---- */
+#define HTTP_TOKEN_FILE_MAX 256     /* bytes of a token, with its NUL */
+/* The bearer token on the first line of the file at path, into tok (n
+ * bytes; at most HTTP_TOKEN_FILE_MAX are used). The file is opened
+ * without following a symlink (O_NOFOLLOW) and must be a regular file no
+ * other user may read or write; the token is 1 to n-1 (at most 255)
+ * visible ASCII characters, its line end dropped. 0; else tok is
+ * untouched and err has a sentence naming the path: BATON_EIO (cannot
+ * open), BATON_EPERM (others may read or write it, or not a regular
+ * file), BATON_EINVAL (empty, too long, or a character outside visible
+ * ASCII). */
+int http_token_read(const char *path, char *tok, size_t n, char *err, size_t errlen);
 
 /* ---- the trust checks (guard.c), also for callers' own use ---- */
 /* Splits "HOST:PORT", "[V6]:PORT", "HOST" or "[V6]" (brackets removed);

@@ -27,9 +27,10 @@ static atomic_int gone_calls, write_failed;
 static struct baton_http_req *held;      /* /hold: answered later by the test */
 static sem_t held_sem;
 
-static void on_gone(void *arg)
+static void on_gone(void *owner, uint64_t id)
 {
-	(void)arg;
+	(void)owner;
+	(void)id;
 	atomic_fetch_add(&gone_calls, 1);
 }
 
@@ -76,14 +77,14 @@ static void handler(void *arg, struct baton_http_req *r)
 		const char *body = http_req_body(r, &len);
 		http_reply_json(r, 201, json_pack("{s:I, s:s}", "n", (json_int_t)len, "body", body));
 	} else if (strcmp(p, "/stream") == 0 || strcmp(p, "/forever") == 0) {
-		http_req_on_gone(r, on_gone, NULL);
+		http_req_on_gone(r, on_gone, NULL, 0);
 		struct baton_http_stream *s = http_stream_open(r, 200, "text/event-stream", NULL);
 		T_ASSERT(s);
 		pthread_t t;
 		T_ASSERT(pthread_create(&t, NULL, strcmp(p, "/stream") == 0 ? stream_steps : stream_forever, s) == 0);
 		pthread_detach(t);
 	} else if (strcmp(p, "/hold") == 0) {
-		http_req_on_gone(r, on_gone, NULL);
+		http_req_on_gone(r, on_gone, NULL, 0);
 		held = r;
 		sem_post(&held_sem);
 	} else {

@@ -82,6 +82,13 @@ struct baton_http_stream {
 	bool gone;              /* the client went away (or the server stops) */
 };
 
+/* What to call when a client leaves (http_req_on_gone). */
+struct gone_cb {
+	http_gone_fn fn;
+	void *owner;
+	uint64_t id;
+};
+
 struct baton_http_req {
 	struct baton_http *h;
 	struct baton_http_req *prev, *next;  /* h->open */
@@ -106,8 +113,7 @@ struct baton_http_req {
 	struct MHD_Response *resp;           /* parked answer */
 	unsigned status;
 	struct baton_http_stream *stream;
-	void (*gone_fn)(void *);
-	void *gone_arg;
+	struct gone_cb gone_cb;              /* http_req_on_gone's; fn NULL: none */
 	bool gone_fired;
 };
 
@@ -198,16 +204,15 @@ static void unref_unlock(struct baton_http_req *r)
 }
 
 /* Takes the on-gone callback out if it is due (called outside the lock). */
-static void take_gone(struct baton_http_req *r, void (**fn)(void *), void **arg)
+static void take_gone(struct baton_http_req *r, struct gone_cb *cb)
 {
 	r->gone = true;
 	if (r->stream)
 		r->stream->gone = true;
-	*fn = NULL;
-	if (!r->gone_fired && r->gone_fn) {
+	cb->fn = NULL;
+	if (!r->gone_fired && r->gone_cb.fn) {
 		r->gone_fired = true;
-		*fn = r->gone_fn;
-		*arg = r->gone_arg;
+		*cb = r->gone_cb;
 	}
 }
 
@@ -483,17 +488,16 @@ void http_stream_close(struct baton_http_stream *s)
 	unref_unlock(r); /* the application's reference */
 }
 
-void http_req_on_gone(struct baton_http_req *r, void (*fn)(void *), void *arg)
+void http_req_on_gone(struct baton_http_req *r, http_gone_fn fn, void *owner, uint64_t id)
 {
 	pthread_mutex_lock(&r->h->mu);
-	r->gone_fn = fn;
-	r->gone_arg = arg;
+	r->gone_cb = (struct gone_cb){ fn, owner, id };
 	bool now = r->gone && !r->gone_fired && fn;
 	if (now)
 		r->gone_fired = true;
 	pthread_mutex_unlock(&r->h->mu);
 	if (now)
-		fn(arg);
+		fn(owner, id);
 }
 
 /* ---- request accessors ----------------------------------------------------------- */
@@ -753,8 +757,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
 	if (!r)
 		return;
 	*con_cls = NULL;
-	void (*fn)(void *) = NULL;
-	void *arg = NULL;
+	struct gone_cb cb = { 0 };
 	pthread_mutex_lock(&h->mu);
 	r->mhd_done = true;
 	r->conn = NULL;
@@ -762,7 +765,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
 		r->c->deadline = baton_now_s() + h->header_timeout_s; /* for the next request */
 	bool ended = r->st == RQ_SENT && (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK || !r->stream);
 	if (!ended || (r->stream && !r->stream->closed))
-		take_gone(r, &fn, &arg);
+		take_gone(r, &cb);
 	/* an answer parked but never queued: dropped after the unlock (a
 	 * stream's response holds a reference of r, which keeps r until then) */
 	struct MHD_Response *drop = r->resp;
@@ -771,8 +774,8 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
 	unref_unlock(r);
 	if (drop)
 		MHD_destroy_response(drop);
-	if (fn)
-		fn(arg);
+	if (cb.fn)
+		cb.fn(cb.owner, cb.id);
 }
 
 static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
@@ -898,17 +901,16 @@ static void *reaper(void *arg)
 			if (!(pf[i].revents & (POLLRDHUP | POLLHUP | POLLERR)))
 				continue;
 			struct baton_http_req *r = pr[i];
-			void (*fn)(void *) = NULL;
-			void *ga = NULL;
-			take_gone(r, &fn, &ga);
+			struct gone_cb cb = { 0 };
+			take_gone(r, &cb);
 			if (r->stream && r->stream->waiting) {
 				r->stream->waiting = false;
 				MHD_resume_connection(r->conn); /* its reader ends the connection */
 			}
-			if (fn) {
+			if (cb.fn) {
 				r->refs++; /* keep r while fn runs unlocked */
 				pthread_mutex_unlock(&h->mu);
-				fn(ga);
+				cb.fn(cb.owner, cb.id);
 				pthread_mutex_lock(&h->mu);
 				req_unref(r);
 				break; /* the list may have changed: poll again next round */

@@ -1,11 +1,11 @@
-/* http_int.h: what the broker's HTTP face (http.c) and its metrics
+/* api_int.h: what the broker's HTTP face (http.c) and its metrics
  * (metrics.c) share; not public. */
-#ifndef BATON_BROKER_HTTP_INT_H
-#define BATON_BROKER_HTTP_INT_H
+#ifndef BATON_BROKER_API_INT_H
+#define BATON_BROKER_API_INT_H
 
 #include <stddef.h>
 
-#include "broker/broker.h"
+#include "broker/api/api.h"
 
 /* Counters and histograms from the broker's events (releases, refills,
  * grants, denials, handoffs, errors, events), and the Prometheus text. */

@@ -28,7 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "broker/broker.h"
+#include "broker/api/api.h"
 #include "tests/fuzz_util.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

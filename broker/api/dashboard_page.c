@@ -84,7 +84,7 @@ const char broker_dashboard_html[] =
     "const POLL_MS = 500, KEEP = 200, STRIP_S = 120;\n"
     "const TIMELINE = { handoff: 1, release: 1, refill: 1, shrink: 1, vram: 1, grant: 1, deny: 1, dead: 1,\n"
     "                   lost: 1, register: 1, stopped: 1, state: 1, reconnect: 1, reload: 1,\n"
-    "                   \"door.switch\": 1, \"door.queue\": 1, \"door.refill_failed\": 1, \"door.keep_alive\": 1 };\n"
+    "                   \"door.switch\": 1, \"door.queue\": 1, \"door.refill_failed\": 1 };\n"
     "let since = 0, events = [];\n"
     "\n"
     "/* An engine's colour comes from its name alone (FNV-1a to a hue): the same\n"

@@ -20,7 +20,7 @@
 #include <sys/random.h>
 #include <sys/stat.h>
 
-#include "broker/broker.h"
+#include "broker/api/api.h"
 #include "http/http.h"
 
 bool broker_http_loopback(const char *hostport)

@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "broker/broker.h"
+#include "broker/api/api.h"
 #include "tests/t.h"
 
 static void t_loopback_names(void)

@@ -1,7 +1,8 @@
 /*
- * http.c: the broker's HTTP face (see broker.h and docs/reference/http-api.md): the
+ * http.c: the broker's HTTP face (see api.h and docs/reference/http-api.md): the
  * JSON API under /v1, Prometheus metrics on /metrics (metrics.c), the
- * dashboard page on /, and /healthz, /readyz.
+ * dashboard page on /, and /healthz, /readyz; and the route table where
+ * other faces (the front door) put their paths and metrics.
  *
  * The server is http/ (libmicrohttpd): it refuses a request on its
  * headers (Host, Origin, token, size) before reading a body, caps
@@ -18,6 +19,12 @@
  * broker_call(), events come out through the subscription it takes
  * (broker_observe): http_event() keeps the last EVENTS_MAX in a ring (for
  * /v1/events?since=N) and hands each to the metrics' counters.
+ *
+ * Routes of other faces: a request whose path is none of the API's own
+ * and matches a registered route goes to that route's handler on the
+ * server's thread (after the method check: 405 with Allow); its body
+ * limit is the route's. The table is filled before the broker starts and
+ * only read after, each entry published by the count (an atomic).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -32,17 +39,14 @@
 
 #include <jansson.h>
 
-#include "broker/broker.h"
-#include "broker/api/dashboard.h"
 #include "broker/api/api_int.h"
+#include "broker/api/dashboard.h"
 #include "http/http.h"
 
 #define WRITE_THREADS 4            /* POSTs run here; reads on the server's workers */
 #define READ_WORKERS 8
 #define QUEUE_MAX 256              /* waiting POSTs; more: 503 */
 #define BODY_MAX (64u * 1024u)      /* a JSON body above this: 413, before it is read */
-#define DOOR_BODY_MAX (2u << 20)    /* the front door's chat bodies (an engine takes
-                                     * prompts up to 1 MiB) */
 #define EVENTS_MAX 1024
 #define HOSTS_MAX 16
 
@@ -53,6 +57,11 @@ struct evrec {
 	char kind[32], state[32];
 	char engine[BROKER_NAME_MAX], gpu[BROKER_NAME_MAX];
 	char reason[512];
+};
+
+struct face_metrics {
+	void (*fn)(void *arg, FILE *f);
+	void *arg;
 };
 
 struct hjob {
@@ -69,7 +78,10 @@ struct broker_http {
 	bool has_token;       /* POSTs are refused without one */
 	atomic_bool ready;    /* /readyz: the broker runs its loop (broker_http_ready) */
 	struct broker_metrics *metrics; /* counters from events, the /metrics text (metrics.c) */
-	struct broker_door *door; /* the OpenAI front door (door.c): its routes, its metrics */
+	struct broker_http_route routes[BROKER_HTTP_ROUTES_MAX]; /* other faces' paths */
+	atomic_size_t n_routes;   /* entries below it are filled (release/acquire) */
+	struct face_metrics fmetrics[BROKER_HTTP_ROUTES_MAX]; /* other faces' /metrics lines */
+	atomic_size_t n_fmetrics;
 
 	pthread_mutex_t mu;   /* everything below */
 	pthread_cond_t cv;
@@ -489,15 +501,19 @@ static bool is_json(const char *ctype)
 	    ctype[k] == ' ');
 }
 
-/* The front door's lines after the broker's own. */
-static int append_door_metrics(struct broker_door *d, char **body, size_t *len)
+/* Other faces' lines after the broker's own (broker_http_metrics). */
+static int append_face_metrics(struct broker_http *h, char **body, size_t *len)
 {
+	size_t nf = atomic_load_explicit(&h->n_fmetrics, memory_order_acquire);
+	if (!nf)
+		return 0;
 	char *buf = NULL;
 	size_t n = 0;
 	FILE *f = open_memstream(&buf, &n);
 	if (!f)
 		return BATON_ENOMEM;
-	broker_door_metrics(d, f);
+	for (size_t i = 0; i < nf; i++)
+		h->fmetrics[i].fn(h->fmetrics[i].arg, f);
 	fclose(f);
 	char *all = buf ? realloc(*body, *len + n + 1) : NULL;
 	if (!all) {
@@ -566,8 +582,8 @@ static void serve(struct broker_http *h, struct baton_http_req *req)
 	} else if (strcmp(path, "/metrics") == 0) {
 		char msg[512];
 		int err = broker_metrics_text(h->metrics, h->b, &r.body, &r.len, msg, sizeof msg);
-		if (!err && h->door)
-			err = append_door_metrics(h->door, &r.body, &r.len);
+		if (!err)
+			err = append_face_metrics(h, &r.body, &r.len);
 		if (err) {
 			resp_error(&r, http_status_of(err), err, "%s", msg);
 		} else {
@@ -710,15 +726,75 @@ static void *write_thread(void *arg)
 	}
 }
 
-/* The front door's POSTs carry chats: they may be larger than the
- * broker's own calls. */
+/* ---- the route table ------------------------------------------------------------ */
+
+/* The API's own paths: no face takes them. */
+static bool api_path(const char *path)
+{
+	static const char *const own[] = { "/", "/index.html", "/metrics", "/v1/status", "/v1/events",
+		"/v1/engines", "/v1/handoff", "/v1/release", "/healthz", "/readyz", NULL };
+	for (size_t i = 0; own[i]; i++)
+		if (strcmp(path, own[i]) == 0)
+			return true;
+	return strncmp(path, "/v1/engines/", 12) == 0;
+}
+
+static const struct broker_http_route *route_of(struct broker_http *h, const char *path)
+{
+	if (api_path(path))
+		return NULL;
+	size_t n = atomic_load_explicit(&h->n_routes, memory_order_acquire);
+	for (size_t i = 0; i < n; i++) {
+		const struct broker_http_route *rt = &h->routes[i];
+		if (rt->prefix ? strncmp(path, rt->path, strlen(rt->path)) == 0 : strcmp(path, rt->path) == 0)
+			return rt;
+	}
+	return NULL;
+}
+
+/* Whether `method` is one of "GET, HEAD" (a comma or space separated list). */
+static bool method_in(const char *methods, const char *method)
+{
+	size_t k = strlen(method);
+	for (const char *p = methods; (p = strstr(p, method)) != NULL; p += k)
+		if ((p == methods || p[-1] == ',' || p[-1] == ' ') && (p[k] == 0 || p[k] == ',' || p[k] == ' '))
+			return true;
+	return false;
+}
+
+int broker_http_route(struct broker_http *h, const struct broker_http_route *rt)
+{
+	if (!rt->path || rt->path[0] != '/' || !rt->fn || !rt->methods || api_path(rt->path) ||
+	    route_of(h, rt->path))
+		return BATON_EINVAL;
+	size_t n = atomic_load(&h->n_routes);
+	if (n == BROKER_HTTP_ROUTES_MAX)
+		return BATON_ENOMEM;
+	h->routes[n] = *rt;
+	if (!h->routes[n].body_max)
+		h->routes[n].body_max = BODY_MAX;
+	atomic_store_explicit(&h->n_routes, n + 1, memory_order_release);
+	return 0;
+}
+
+int broker_http_metrics(struct broker_http *h, void (*fn)(void *arg, FILE *f), void *arg)
+{
+	size_t n = atomic_load(&h->n_fmetrics);
+	if (!fn)
+		return BATON_EINVAL;
+	if (n == BROKER_HTTP_ROUTES_MAX)
+		return BATON_ENOMEM;
+	h->fmetrics[n] = (struct face_metrics){ fn, arg };
+	atomic_store_explicit(&h->n_fmetrics, n + 1, memory_order_release);
+	return 0;
+}
+
+/* A route's body limit (the front door's chats are larger than the
+ * broker's own calls), for the methods it takes. */
 static size_t body_limit(void *arg, const char *method, const char *path)
 {
-	(void)arg;
-	if (strcmp(method, "POST") == 0 &&
-	    (strcmp(path, "/v1/chat/completions") == 0 || strcmp(path, "/v1/completions") == 0))
-		return DOOR_BODY_MAX;
-	return BODY_MAX;
+	const struct broker_http_route *rt = route_of(arg, path);
+	return rt && method_in(rt->methods, method) ? rt->body_max : BODY_MAX;
 }
 
 /* On one of the server's workers, the body read: reads are served here,
@@ -726,9 +802,18 @@ static size_t body_limit(void *arg, const char *method, const char *path)
 static void on_request(void *arg, struct baton_http_req *req)
 {
 	struct broker_http *h = arg;
-	/* the front door's routes: it answers them itself, later */
-	if (h->door && broker_door_route(h->door, req))
+	/* another face's route: it answers itself, now or later */
+	const struct broker_http_route *rt = route_of(h, http_req_path(req));
+	if (rt && method_in(rt->methods, http_req_method(req))) {
+		rt->fn(rt->arg, req);
 		return;
+	}
+	if (rt) {
+		struct resp r = { .allow = rt->methods };
+		resp_error(&r, 405, BATON_EUNSUPPORTED, "%s takes %s", http_req_path(req), rt->methods);
+		send_resp(req, &r);
+		return;
+	}
 	if (strcmp(http_req_method(req), "POST") != 0) {
 		serve(h, req);
 		return;
@@ -759,12 +844,6 @@ static void on_request(void *arg, struct baton_http_req *req)
 		else
 			http_reply_error(req, 503, BATON_EBUSY, "%d requests are waiting already; try again", QUEUE_MAX);
 	}
-}
-
-void broker_http_reload(struct broker_http *h, const struct broker_config *cfg)
-{
-	if (h)
-		broker_door_reload(h->door, cfg);
 }
 
 const char *broker_http_url(const struct broker_http *h)
@@ -826,8 +905,6 @@ int broker_http_open(struct broker *b, const struct broker_config *cfg, struct b
 		.workers = READ_WORKERS,
 		.body_limit = body_limit,
 	};
-	if ((rc = broker_door_open(b, cfg, &h->door, err, errlen)) != 0)
-		goto fail;
 	if ((rc = http_open(&o, on_request, h, &h->srv, err, errlen)) != 0)
 		goto fail;
 	*out = h;
@@ -853,10 +930,7 @@ void broker_http_close(struct broker_http *h)
 	pthread_mutex_unlock(&h->mu);
 	for (int i = 0; i < h->n_th; i++)
 		pthread_join(h->th[i], NULL);
-	http_close(h->srv);
-	/* after the server: no route reaches it now; what it holds is answered
-	 * (and dropped by the closed server), its proxies cut and joined */
-	broker_door_close(h->door);
+	http_close(h->srv); /* no route is called after this */
 	pthread_mutex_destroy(&h->mu);
 	pthread_cond_destroy(&h->cv);
 	free(h->ev);

@@ -13,7 +13,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "broker/broker.h"
 #include "broker/api/api_int.h"
 
 #define STATS_MAX (2 * BROKER_MAX_ENGINES)

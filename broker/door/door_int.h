@@ -1,27 +1,187 @@
 /*
- * door_int.h: what the front door's files share (docs/reference/front-door.md).
+ * door_int.h: what the front door's files share (door.h, docs/reference/front-door.md).
  *
- *   door.c           the door: routes, per-model queues, the dispatch
- *                    thread, acquire (refill) and keep-alive, /v1/models,
- *                    its metrics and events
- *   door_policy.c    which engines of a device take requests now and when
- *                    the device switches to another model (pure)
- *   door_upstream.c  the HTTP/1.1 client to an engine's OpenAI HTTP
+ *   door.c      open, reload, close; its routes and metrics on the HTTP face
+ *   view.c      the engines and devices as the core says: the event
+ *               subscription and the status read it triggers
+ *   intake.c    a request in: its checks, its model's queue, a client that
+ *               leaves (on_gone)
+ *   dispatch.c  the dispatch thread: each round, per device, who takes
+ *               requests and whether the device switches model
+ *   proxy.c     one forwarded request: the engine's reply passed through
+ *   refill.c    the refill of a switch, on a thread of its own
+ *   models.c    GET /v1/models
+ *   metrics.c   its Prometheus lines and histograms
+ *   errors.c    answers in OpenAI's error shape
+ *   policy.c    which engines of a device take requests now and when the
+ *               device switches to another model (pure)
+ *   upstream.c  the HTTP/1.1 client to an engine's OpenAI HTTP
  *
- * The door is a face of the broker: it sees engines through broker_call
- * (status, refill, release) and speaks through broker_emit; it never
- * touches the registry.
+ * The door is a face of the broker: it reads engines through broker_call
+ * (a status, when the core's events say something changed; a refill of a
+ * switch) and speaks through broker_emit; it never touches the registry
+ * and keeps no state of an engine but the requests it forwarded there.
+ *
+ * Locking: d->mu guards everything below it in struct broker_door. No
+ * HTTP call (reply, stream) and no broker_call is made under it.
  */
 #ifndef BATON_BROKER_DOOR_INT_H
 #define BATON_BROKER_DOOR_INT_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
-#include "broker/broker.h"
+#include "broker/door/door.h"
 
-/* ---- door_policy.c ------------------------------------------------------------ */
+#define DOOR_NB 12                 /* histogram buckets (metrics.c) */
+
+struct baton_http_req;
+
+struct door_hist {
+	uint64_t n, b[DOOR_NB];
+	double sum;
+};
+
+/* One request through the door, from arrival to its answer's end. */
+struct dreq {
+	struct dreq *next;       /* in its model's queue, or the door's list of forwarded ones */
+	uint64_t id;
+	struct baton_http_req *r;
+	int model;               /* index into d->models */
+	const char *path;        /* "/v1/chat/completions" or "/v1/completions" */
+	const char *body;        /* the request's own body, valid until answered */
+	size_t len;
+	bool stream;
+	bool gone;               /* the client left */
+	double t_in, t_fwd, refill_ms;
+	char eng[BROKER_NAME_MAX]; /* the engine it was forwarded to ("" before) */
+	char url[BROKER_URL_MAX];
+	struct door_up *up;      /* while the proxy reads the engine's reply */
+	struct broker_door *d;
+};
+
+/* An engine with OpenAI HTTP, as the core's last status said (view.c). */
+struct deng {
+	char name[BROKER_NAME_MAX], model[BROKER_NAME_MAX], gpu[BROKER_NAME_MAX];
+	char http[BROKER_URL_MAX], state[32];
+	uint64_t resident, ceiling;
+};
+
+/* A model the door has queued for (its queue and its counters). */
+struct dmodel {
+	char name[BROKER_NAME_MAX];
+	struct dreq *qh, *qt;
+	unsigned queued;
+	bool queue_told;         /* door.queue published for the wait under way */
+	uint64_t served, rejected_full, failed, gone;
+	struct door_hist wait, refill, prefill;
+};
+
+/* A device: what the core said of it, and the door's switch on it.
+ * Engines are named, never indexed: the view is rebuilt at every read. */
+struct ddev {
+	char gpu[BROKER_NAME_MAX];
+	uint64_t free_b, reserve;   /* the core's */
+	char holder[BROKER_NAME_MAX]; /* the engine the door last switched it to, "": none */
+	double holder_since;
+	bool switching, refilling;
+	char target[BROKER_NAME_MAX], from[BROKER_NAME_MAX]; /* from "": a refill that evicts nobody */
+	double sw_t0, drained_at;
+	uint64_t switches;
+};
+
+struct broker_door {
+	struct broker *b;
+	struct broker_http *h;
+	bool observing;
+	pthread_mutex_t read_mu; /* one status read at a time: applied in the order asked */
+
+	pthread_mutex_t mu;
+	double quantum_s;
+	unsigned queue_max;
+	pthread_cond_t cv;       /* the dispatch thread waits on it */
+	pthread_cond_t idle_cv;  /* close waits on it for helpers to end */
+	bool stop;
+	bool again;              /* the dispatch thread goes round once more without waiting */
+	bool stale;              /* an event came since the last status read */
+	bool have_status;        /* one status was read */
+	pthread_t th;
+	bool have_th;
+	unsigned helpers;        /* proxy and refill threads running */
+	uint64_t next_id;
+	struct deng eng[BROKER_MAX_ENGINES]; /* the core's last status: engines with HTTP */
+	size_t n_eng;
+	struct ddev devs[BROKER_MAX_GPUS];
+	size_t n_devs;
+	struct dmodel models[BROKER_MAX_ENGINES];
+	size_t n_models;
+	struct dreq *fwd;        /* forwarded, not yet answered to the end */
+	uint64_t switches_total;
+	struct door_hist sw_drain, sw_refill; /* the parts of each switch */
+};
+
+double door_now(void);
+
+/* ---- door.c ------------------------------------------------------------------- */
+
+/* Under d->mu: runs fn(arg) on a detached helper thread (counted in
+ * d->helpers); false when none could start. door_helper_done() at its end. */
+bool door_spawn(struct broker_door *d, void *(*fn)(void *), void *arg);
+void door_helper_done(struct broker_door *d);
+
+/* ---- view.c ------------------------------------------------------------------- */
+
+/* The core's event subscriber: marks the view stale, wakes the dispatch thread. */
+void door_on_event(void *arg, const struct baton_msg *ev);
+/* Reads the core's status (broker_call) and makes it the view; not under
+ * d->mu. false when the core did not answer. */
+bool door_refresh(struct broker_door *d);
+/* Under d->mu: lookups in the view (NULL / -1: none). */
+struct deng *door_eng(struct broker_door *d, const char *name);
+struct ddev *door_dev(struct broker_door *d, const char *gpu);
+int door_model(struct broker_door *d, const char *name, bool add);
+/* Holds its whole cache. */
+bool door_ready(const struct deng *e);
+/* Whether an engine of this model is in the view. */
+bool door_served(struct broker_door *d, const char *model);
+/* Requests forwarded to it, not yet answered. */
+unsigned door_inflight(struct broker_door *d, const char *name);
+
+/* ---- intake.c, models.c ------------------------------------------------------- */
+
+/* The route handlers (broker_http_route): a completion in; GET /v1/models. */
+void door_on_completion(void *arg, struct baton_http_req *r);
+void door_on_models(void *arg, struct baton_http_req *r);
+/* The dispatch thread, started with the first request; false when it cannot. */
+bool door_start_dispatch(struct broker_door *d);
+
+/* ---- dispatch.c, proxy.c, refill.c -------------------------------------------- */
+
+void *door_dispatch(void *arg);
+/* Under d->mu: q leaves its queue for engine e; false when no thread
+ * could start (q is then the caller's to answer). */
+bool door_forward(struct broker_door *d, struct dreq *q, const struct deng *e);
+/* The refill of a device's switch (a helper thread; arg from door_refill_job). */
+void *door_refill_thread(void *arg);
+void *door_refill_job(struct broker_door *d, const char *gpu, const char *eng);
+
+/* ---- metrics.c ---------------------------------------------------------------- */
+
+void door_hist_add(struct door_hist *h, double s);
+/* Its Prometheus lines (broker_http_metrics). */
+void door_metrics(void *arg, FILE *f);
+
+/* ---- errors.c ----------------------------------------------------------------- */
+
+/* Answers r in OpenAI's error shape ({"error": {message, type, param,
+ * code}}), with Retry-After when retry_after is set. */
+void door_reply_error(struct baton_http_req *r, int status, const char *type, const char *param,
+    const char *code, const char *retry_after, const char *fmt, ...) __attribute__((format(printf, 7, 8)));
+
+/* ---- policy.c ----------------------------------------------------------------- */
 
 /* One engine (with OpenAI HTTP) on the device, as the policy sees it. */
 struct door_pe {
@@ -53,7 +213,7 @@ struct door_pdev {
  */
 void door_policy(const struct door_pe *e, size_t n, const struct door_pdev *d, bool *flow, int *switch_to);
 
-/* ---- door_upstream.c ---------------------------------------------------------- */
+/* ---- upstream.c --------------------------------------------------------------- */
 
 struct door_up;
 

@@ -20,6 +20,7 @@
 
 #include "arena/arena.h"
 #include "engine/serve/serve.h"
+#include "http/http.h"
 #include "proto/proto.h"
 
 static const char usage[] =
@@ -61,7 +62,8 @@ static const char usage[] =
     "  --http ADDR                 serve the OpenAI-compatible API on ADDR (HOST:PORT, port 0:\n"
     "                              any; prints \"http: URL\"); loopback only unless a token is set\n"
     "  --http-token-file FILE      clients must send \"Authorization: Bearer TOKEN\" (the file's\n"
-    "                              first line)\n"
+    "                              first line; a regular file\n"
+    "                              others cannot read, as the broker's)\n"
     "  --served-model-name NAME    the model id clients send (default: the arena's file name\n"
     "                              without .arena)\n"
     "  --help, --version\n";
@@ -86,20 +88,14 @@ static uint64_t parse_uint(const char *flag, const char *v, uint64_t max)
 	return x;
 }
 
-/* The bearer token: the file's first line, without its newline. */
+/* The bearer token: the file's first line, by the broker's rules
+ * (http_token_read: no symlink, not readable by others). */
 static const char *read_token(const char *path)
 {
-	static char tok[512];
-	FILE *f = fopen(path, "r");
-	if (!f)
-		usage_error("--http-token-file %s: %s", path, strerror(errno));
-	if (!fgets(tok, sizeof tok, f))
-		tok[0] = 0;
-	fclose(f);
-	tok[strcspn(tok, "\r\n")] = 0;
-	if (strlen(tok) < 16 || strpbrk(tok, " \t"))
-		usage_error("--http-token-file %s: want a token of at least 16 characters, no spaces, "
-		    "on the first line", path);
+	static char tok[HTTP_TOKEN_FILE_MAX];
+	char err[512];
+	if (http_token_read(path, tok, sizeof tok, err, sizeof err) != 0)
+		usage_error("--http-token-file %s", err);
 	return tok;
 }
 

@@ -161,9 +161,9 @@ static void on_done(void *arg, int rc, const char *err, struct baton_gen_result 
 }
 
 /* The client went away (a server thread): cancel at once. */
-static void on_gone(void *arg)
+static void on_gone(void *owner, uint64_t id)
 {
-	sched_cancel(gone_sched, (uint64_t)(uintptr_t)arg);
+	sched_cancel(owner, id);
 }
 
 /* ---- the handler (an HTTP worker thread) ---- */
@@ -193,7 +193,7 @@ static void completion(struct oai_server *s, struct baton_http_req *r, enum oai_
 	q->q.q.arg = q;
 	/* on_gone is set before the request can end (and free r) */
 	uint64_t sid = sched_new_id(s->o.sched);
-	http_req_on_gone(r, on_gone, (void *)(uintptr_t)sid);
+	http_req_on_gone(r, on_gone, gone_sched, sid);
 	int rc = sched_submit(s->o.sched, &q->q.q, &cb, &sid);
 	if (rc) {
 		/* on_done never comes: answer here */

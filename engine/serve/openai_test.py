@@ -296,6 +296,7 @@ def t_errors_and_token(c):
     # with a token: nothing without it
     tok = os.path.join(c.dir, "token")
     open(tok, "w").write("s3cret-token-0123456789\n")
+    os.chmod(tok, 0o600)  # the broker's rule (http_token_read): not readable by others
     t = engine(c, "t", "--http-token-file", tok)
     st, b, _ = h.Http(t.http.url).post("/v1/chat/completions", chat("x", max_tokens=2))
     assert st == 401, (st, b)

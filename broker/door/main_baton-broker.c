@@ -1,6 +1,11 @@
 /*
  * baton-broker: one per host; decides which engine holds device memory.
  * See broker/broker.h and docs/reference/broker.md.
+ *
+ * The program wires the core (broker/broker.h) and its faces: the HTTP API
+ * (broker/api/api.h) and the front door above it (broker/door/door.h),
+ * which registers its routes there. It lives in the topmost face's folder
+ * because it includes every face: from here every include points down.
  */
 #include <getopt.h>
 #include <signal.h>
@@ -12,7 +17,9 @@
 
 #include <systemd/sd-daemon.h>
 
+#include "broker/api/api.h"
 #include "broker/broker.h"
+#include "broker/door/door.h"
 
 static const char usage[] =
     "usage: baton-broker [--config FILE] [--control URL] [--events URL] [--http ADDR]\n"
@@ -124,7 +131,7 @@ static void watchdog_tick(struct watchdog *w)
  * stays; a good one goes to the decision thread (broker_reload). The
  * flags given at start still override the file, as at start.
  */
-static void reload(struct broker *b, struct broker_http *h, const char *path, const char *http,
+static void reload(struct broker *b, struct broker_door *door, const char *path, const char *http,
     const char *token_file)
 {
 	static struct broker_config next; /* large: not on the stack */
@@ -153,7 +160,7 @@ static void reload(struct broker *b, struct broker_http *h, const char *path, co
 	if (rc)
 		broker_log("reload: %s", err);
 	else
-		broker_http_reload(h, &next); /* the front door's settings */
+		broker_door_reload(door, &next); /* the front door's settings */
 	sd_notifyf(0, "READY=1\nSTATUS=configuration reloaded from %s", path);
 }
 
@@ -271,6 +278,7 @@ int main(int argc, char **argv)
 	 * then the threads; closed in the reverse order. */
 	struct broker *b;
 	struct broker_http *h = NULL;
+	struct broker_door *door = NULL;
 	int rc = broker_open(&cfg, &b, err, sizeof err);
 	if (rc) {
 		broker_log("%s", err);
@@ -299,10 +307,18 @@ int main(int argc, char **argv)
 			    "front door): %s; --http ADDR or [broker] http chooses another "
 			    "address (port 0: any free one), off silences this", err);
 	}
+	/* the front door, on the HTTP face's address (its routes) */
+	if (h && (rc = broker_door_open(b, h, &cfg, &door, err, sizeof err)) != 0) {
+		broker_log("%s", err);
+		broker_http_close(h);
+		broker_close(b);
+		return 1;
+	}
 	if ((rc = broker_start(b, err, sizeof err)) != 0) {
 		broker_log("%s", err);
 		broker_stop(b);
 		broker_http_close(h);
+		broker_door_close(door);
 		broker_close(b);
 		return 1;
 	}
@@ -329,7 +345,7 @@ int main(int argc, char **argv)
 			wait = (struct timespec){ .tv_sec = 1, .tv_nsec = 0 };
 		int sig = sigtimedwait(&sigs, NULL, &wait);
 		if (sig == SIGHUP)
-			reload(b, h, config, http, token_file);
+			reload(b, door, config, http, token_file);
 		else if (sig > 0)
 			break;
 		watchdog_tick(&wd);
@@ -347,7 +363,8 @@ int main(int argc, char **argv)
 	proto_client_close(wd.cli);
 	broker_http_ready(h, false);
 	broker_stop(b);
-	broker_http_close(h);
+	broker_http_close(h); /* no route reaches the door after this */
+	broker_door_close(door);
 	broker_close(b);
 	broker_log("stopped");
 	/* A close that nng 1.5.2 left hanging would hang exit() in its atexit

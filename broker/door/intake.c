@@ -1,0 +1,165 @@
+/*
+ * intake.c: a completion request in (door_int.h): POST
+ * /v1/chat/completions and /v1/completions, on the HTTP server's thread.
+ * Its token and body are checked (a JSON object with a `model` the core
+ * says an engine serves, `stream` a boolean), it joins its model's queue
+ * (at most door_queue_max wait; more: 503 queue_full) and the dispatch
+ * thread takes it from there.
+ *
+ * A client that leaves: on_gone gets the door (its owner, alive until
+ * after the HTTP server closed) and finds the request by id (a stale id
+ * finds nothing), so it never holds a pointer to a request that may have
+ * been freed.
+ */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "broker/door/door_int.h"
+#include "http/http.h"
+
+/* The dispatch thread starts with the first request: it talks to the
+ * broker (broker_call), which serves only once started, and a broker
+ * that fails to start must be able to close its faces. */
+bool door_start_dispatch(struct broker_door *d)
+{
+	pthread_mutex_lock(&d->mu);
+	if (!d->have_th && !d->stop && pthread_create(&d->th, NULL, door_dispatch, d) == 0)
+		d->have_th = true;
+	bool ok = d->have_th;
+	pthread_mutex_unlock(&d->mu);
+	return ok;
+}
+
+static void on_gone(void *owner, uint64_t id)
+{
+	struct broker_door *d = owner;
+	pthread_mutex_lock(&d->mu);
+	bool found = false;
+	for (struct dreq *q = d->fwd; q && !found; q = q->next)
+		if (q->id == id) {
+			q->gone = found = true;
+			door_up_cancel(q->up); /* the engine sees the close and frees its sequence */
+		}
+	for (size_t mi = 0; mi < d->n_models && !found; mi++)
+		for (struct dreq *q = d->models[mi].qh; q && !found; q = q->next)
+			if (q->id == id)
+				q->gone = found = true;
+	pthread_cond_signal(&d->cv);
+	pthread_mutex_unlock(&d->mu);
+}
+
+/* Whether an engine serves the model, from a view no older than the last
+ * event (read again when an event came since). */
+static bool served(struct broker_door *d, const char *model)
+{
+	pthread_mutex_lock(&d->mu);
+	bool fresh = d->have_status && !d->stale;
+	bool yes = d->have_status && door_served(d, model);
+	pthread_mutex_unlock(&d->mu);
+	if (yes || fresh)
+		return yes;
+	door_refresh(d);
+	pthread_mutex_lock(&d->mu);
+	yes = door_served(d, model);
+	pthread_mutex_unlock(&d->mu);
+	return yes;
+}
+
+void door_on_completion(void *arg, struct baton_http_req *r)
+{
+	struct broker_door *d = arg;
+	const char *path = http_req_path(r);
+	bool chat = strcmp(path, "/v1/chat/completions") == 0;
+	if (!door_start_dispatch(d)) {
+		door_reply_error(r, 503, "server_error", NULL, NULL, "1", "the front door cannot start its thread");
+		return;
+	}
+	if (!http_req_authorized(r)) {
+		door_reply_error(r, 401, "invalid_request_error", NULL, "invalid_api_key", NULL,
+		    "the broker's token is needed (pass it as the API key: Authorization: Bearer TOKEN)");
+		return;
+	}
+	size_t len;
+	const char *body = http_req_body(r, &len);
+	json_error_t je;
+	json_t *j = body ? json_loadb(body, len, 0, &je) : NULL;
+	if (!j || !json_is_object(j)) {
+		door_reply_error(r, 400, "invalid_request_error", NULL, NULL, NULL, "the body is not a JSON object%s%s",
+		    j ? "" : ": ", j ? "" : je.text);
+		json_decref(j);
+		return;
+	}
+	json_t *jm = json_object_get(j, "model");
+	json_t *js = json_object_get(j, "stream");
+	if (!json_is_string(jm) || json_string_length(jm) == 0 || json_string_length(jm) >= BROKER_NAME_MAX) {
+		json_decref(j);
+		door_reply_error(r, 400, "invalid_request_error", "model", NULL, NULL, "'model' must be a model's name");
+		return;
+	}
+	if (js && !json_is_boolean(js)) {
+		json_decref(j);
+		door_reply_error(r, 400, "invalid_request_error", "stream", NULL, NULL, "'stream' must be true or false");
+		return;
+	}
+	char model[BROKER_NAME_MAX];
+	snprintf(model, sizeof model, "%s", json_string_value(jm));
+	bool stream = json_is_true(js);
+	json_decref(j);
+
+	if (!served(d, model)) {
+		door_reply_error(r, 404, "invalid_request_error", "model", "model_not_found", NULL,
+		    "The model '%s' does not exist (GET /v1/models lists those the broker serves)", model);
+		return;
+	}
+	pthread_mutex_lock(&d->mu);
+	int mi = door_model(d, model, false);
+	if (mi < 0) {
+		pthread_mutex_unlock(&d->mu);
+		door_reply_error(r, 503, "server_error", NULL, NULL, "1", "the front door knows too many models");
+		return;
+	}
+	struct dmodel *m = &d->models[mi];
+	if (m->queued >= d->queue_max) {
+		m->rejected_full++;
+		unsigned qm = d->queue_max;
+		pthread_mutex_unlock(&d->mu);
+		door_reply_error(r, 503, "server_error", NULL, "queue_full", "1",
+		    "model '%s' has %u requests waiting already; try again", model, qm);
+		return;
+	}
+	uint64_t q_id = ++d->next_id;
+	pthread_mutex_unlock(&d->mu);
+	struct dreq *q = calloc(1, sizeof *q);
+	if (!q) {
+		door_reply_error(r, 503, "server_error", NULL, NULL, "1", "out of memory");
+		return;
+	}
+	q->id = q_id;
+	q->r = r;
+	q->d = d;
+	q->model = mi;
+	q->path = chat ? "/v1/chat/completions" : "/v1/completions";
+	q->body = body;
+	q->len = len;
+	q->stream = stream;
+	q->t_in = door_now();
+	/* before anyone else may answer it: a client that leaves from here on
+	 * is seen (by id; a request not queued yet is looked for in vain, and
+	 * its proxy then sees the client gone when it writes) */
+	http_req_on_gone(r, on_gone, d, q_id);
+	pthread_mutex_lock(&d->mu);
+	m = &d->models[mi];
+	if (m->qt)
+		m->qt->next = q;
+	else
+		m->qh = q;
+	m->qt = q;
+	m->queued++;
+	pthread_cond_signal(&d->cv);
+	pthread_mutex_unlock(&d->mu);
+}

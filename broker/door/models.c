@@ -1,0 +1,61 @@
+/*
+ * models.c: GET /v1/models: every model an engine serves, with its state
+ * (resident, partial, released: like `ollama ps`), its engines and how
+ * many of its requests wait (door_int.h).
+ */
+#include <pthread.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "broker/door/door_int.h"
+#include "http/http.h"
+
+/* Under d->mu. */
+static json_t *models_json(struct broker_door *d)
+{
+	json_t *data = json_array();
+	for (size_t mi = 0; mi < d->n_models; mi++) {
+		struct dmodel *m = &d->models[mi];
+		json_t *engs = json_array();
+		bool any = false, res = false, part = false;
+		for (size_t i = 0; i < d->n_eng; i++) {
+			struct deng *e = &d->eng[i];
+			if (strcmp(e->model, m->name) != 0)
+				continue;
+			any = true;
+			res |= door_ready(e);
+			part |= strcmp(e->state, "partial") == 0 || strcmp(e->state, "refilling") == 0 ||
+			    (strcmp(e->state, "ready") == 0 && e->resident > 0 && e->resident < e->ceiling);
+			json_array_append_new(engs, json_pack("{s:s, s:s, s:s, s:I, s:I, s:i}", "name", e->name,
+			    "gpu", e->gpu, "state", e->state, "resident", (json_int_t)e->resident, "ceiling",
+			    (json_int_t)e->ceiling, "in_flight", (int)door_inflight(d, e->name)));
+		}
+		if (!any) {
+			json_decref(engs);
+			continue;
+		}
+		json_array_append_new(data, json_pack("{s:s, s:s, s:i, s:s, s:s, s:o, s:i}", "id", m->name, "object",
+		    "model", "created", 0, "owned_by", "baton", "state",
+		    res ? "resident" : part ? "partial" : "released", "engines", engs, "queued", (int)m->queued));
+	}
+	return json_pack("{s:s, s:o}", "object", "list", "data", data);
+}
+
+void door_on_models(void *arg, struct baton_http_req *r)
+{
+	struct broker_door *d = arg;
+	if (!door_start_dispatch(d)) {
+		door_reply_error(r, 503, "server_error", NULL, NULL, "1", "the front door cannot start its thread");
+		return;
+	}
+	pthread_mutex_lock(&d->mu);
+	bool fresh = d->have_status && !d->stale;
+	pthread_mutex_unlock(&d->mu);
+	if (!fresh)
+		door_refresh(d);
+	pthread_mutex_lock(&d->mu);
+	json_t *j = models_json(d);
+	pthread_mutex_unlock(&d->mu);
+	http_reply_json(r, 200, j);
+}

@@ -1,0 +1,129 @@
+/*
+ * proxy.c: one forwarded request (door_int.h), on a thread of its own:
+ * the body goes to the engine's OpenAI HTTP (upstream.c) as the client
+ * sent it, and the reply comes back as it arrives: a whole reply with its
+ * length, a stream (server-sent events) piece by piece. A client that
+ * leaves cancels the exchange (on_gone), and the engine sees the close
+ * and frees its sequence.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "broker/door/door_int.h"
+#include "http/http.h"
+
+#define UPSTREAM_TIMEOUT_MS 600000 /* an engine silent this long mid-reply: cut */
+#define CONNECT_TIMEOUT_MS 5000
+#define MAX_WHOLE (64u << 20)      /* a whole (non-streamed) reply read before it is passed on */
+
+static void unlink_fwd(struct broker_door *d, struct dreq *q)
+{
+	for (struct dreq **pp = &d->fwd; *pp; pp = &(*pp)->next)
+		if (*pp == q) {
+			*pp = q->next;
+			break;
+		}
+}
+
+static void *proxy(void *arg)
+{
+	struct dreq *q = arg;
+	struct broker_door *d = q->d;
+	char err[300];
+	struct door_up *up = NULL;
+	int rc = door_up_open(q->url, CONNECT_TIMEOUT_MS, &up, err, sizeof err);
+	bool ok = false, gone = false;
+	double t_first = -1;
+	if (rc == 0) {
+		pthread_mutex_lock(&d->mu);
+		q->up = up; /* from here a client that leaves cancels it (on_gone) */
+		gone = q->gone;
+		pthread_mutex_unlock(&d->mu);
+		if (!gone)
+			rc = door_up_request(up, q->path, q->body, q->len, UPSTREAM_TIMEOUT_MS, err, sizeof err);
+	}
+	if (gone) {
+		door_reply_error(q->r, 503, "invalid_request_error", NULL, NULL, NULL, "the client went away");
+	} else if (rc) {
+		door_reply_error(q->r, 502, "server_error", NULL, "engine_unreachable", NULL, "%s", err);
+	} else {
+		int st = door_up_status(up);
+		char ctype[128], ra[64], ra_hdr[96];
+		if (!door_up_header(up, "Content-Type", ctype, sizeof ctype))
+			snprintf(ctype, sizeof ctype, "application/json");
+		const char *hdr[2] = { NULL, NULL };
+		if (door_up_header(up, "Retry-After", ra, sizeof ra)) {
+			snprintf(ra_hdr, sizeof ra_hdr, "Retry-After: %s", ra);
+			hdr[0] = ra_hdr;
+		}
+		uint64_t clen;
+		if (door_up_has_length(up, &clen)) {
+			/* a whole reply: passed on as it is, with its length */
+			char *buf = clen <= MAX_WHOLE ? malloc(clen ? clen : 1) : NULL;
+			size_t got = 0;
+			long n = 1;
+			while (buf && got < clen && (n = door_up_read(up, buf + got, clen - got, UPSTREAM_TIMEOUT_MS)) > 0)
+				got += (size_t)n;
+			if (!buf)
+				door_reply_error(q->r, 502, "server_error", NULL, NULL, NULL, "the engine's reply is too large");
+			else if (got < clen)
+				door_reply_error(q->r, 502, "server_error", NULL, NULL, NULL, "the engine's reply was cut short");
+			else
+				ok = http_reply(q->r, st, ctype, buf, got, hdr) == 0 && st < 400;
+			free(buf);
+		} else {
+			/* a stream (server-sent events): each piece on as it comes */
+			struct baton_http_stream *s = http_stream_open(q->r, st, ctype, hdr);
+			char buf[16384];
+			long n;
+			ok = s != NULL;
+			while (s && (n = door_up_read(up, buf, sizeof buf, UPSTREAM_TIMEOUT_MS)) != 0) {
+				if (t_first < 0 && n > 0)
+					t_first = door_now();
+				if (n < 0 || http_stream_write(s, buf, (size_t)n) != 0) {
+					ok = false;
+					break;
+				}
+			}
+			if (s)
+				http_stream_close(s);
+			ok = ok && st < 400;
+		}
+	}
+	pthread_mutex_lock(&d->mu);
+	q->up = NULL;
+	unlink_fwd(d, q);
+	struct dmodel *m = &d->models[q->model];
+	if (ok) {
+		m->served++;
+		door_hist_add(&m->wait, q->t_fwd - q->t_in);
+		door_hist_add(&m->refill, q->refill_ms / 1e3);
+		if (t_first >= 0) /* streams only: a whole reply's first byte is its last */
+			door_hist_add(&m->prefill, t_first - q->t_fwd);
+	} else if (q->gone) {
+		m->gone++;
+	} else {
+		m->failed++;
+	}
+	pthread_mutex_unlock(&d->mu);
+	door_up_close(up);
+	free(q);
+	door_helper_done(d);
+	return NULL;
+}
+
+bool door_forward(struct broker_door *d, struct dreq *q, const struct deng *e)
+{
+	snprintf(q->eng, sizeof q->eng, "%s", e->name);
+	q->t_fwd = door_now();
+	snprintf(q->url, sizeof q->url, "%s", e->http);
+	q->next = d->fwd;
+	d->fwd = q;
+	if (door_spawn(d, proxy, q))
+		return true;
+	unlink_fwd(d, q);
+	d->models[q->model].failed++;
+	return false;
+}
