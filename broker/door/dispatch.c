@@ -17,7 +17,6 @@
  * Idle release is the core's (schedule.c: door_keep_alive_s and
  * [engine] keep_alive_s), not the door's.
  */
-#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -236,7 +235,7 @@ void *door_dispatch(void *arg)
 	double retry_at = 0;
 	pthread_mutex_lock(&d->mu);
 	while (!d->stop) {
-		double now = door_now();
+		double now = baton_now_s();
 		if ((d->stale || !d->have_status) && now >= retry_at) {
 			/* the core said something changed: read it before deciding */
 			pthread_mutex_unlock(&d->mu);
@@ -244,7 +243,7 @@ void *door_dispatch(void *arg)
 			pthread_mutex_lock(&d->mu);
 			if (d->stop)
 				break;
-			now = door_now();
+			now = baton_now_s();
 			retry_at = ok ? 0 : now + RETRY_S;
 		}
 		struct outbox ob = { 0 };
@@ -265,15 +264,7 @@ void *door_dispatch(void *arg)
 			dt = retry_at - now;
 		if (d->stale && retry_at <= now)
 			continue;
-		struct timespec ts;
-		clock_gettime(CLOCK_MONOTONIC, &ts);
-		ts.tv_sec += (time_t)dt;
-		ts.tv_nsec += (long)((dt - floor(dt)) * 1e9);
-		if (ts.tv_nsec >= 1000000000L) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000L;
-		}
-		pthread_cond_timedwait(&d->cv, &d->mu, &ts);
+		baton_cond_wait_for(&d->cv, &d->mu, dt);
 	}
 	pthread_mutex_unlock(&d->mu);
 	return NULL;

@@ -71,12 +71,8 @@ int broker_door_open(struct broker *b, struct broker_http *h, const struct broke
 	set_config(d, cfg);
 	pthread_mutex_init(&d->mu, NULL);
 	pthread_mutex_init(&d->read_mu, NULL);
-	pthread_condattr_t ca;
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&d->cv, &ca);
-	pthread_condattr_destroy(&ca);
-	pthread_cond_init(&d->idle_cv, NULL);
+	baton_cond_init(&d->cv);
+	baton_cond_init(&d->idle_cv);
 	d->stale = true;
 	int rc = broker_observe(b, door_on_event, d);
 	if (rc) {

@@ -40,10 +40,6 @@
 
 struct baton_http_req;
 
-struct door_hist {
-	uint64_t n, b[DOOR_NB];
-	double sum;
-};
 
 /* One request through the door, from arrival to its answer's end. */
 struct dreq {
@@ -77,7 +73,7 @@ struct dmodel {
 	unsigned queued;
 	bool queue_told;         /* door.queue published for the wait under way */
 	uint64_t served, rejected_full, failed, gone;
-	struct door_hist wait, refill, prefill;
+	struct baton_hist wait, refill, prefill;
 };
 
 /* A device: what the core said of it, and the door's switch on it.
@@ -120,10 +116,9 @@ struct broker_door {
 	size_t n_models;
 	struct dreq *fwd;        /* forwarded, not yet answered to the end */
 	uint64_t switches_total;
-	struct door_hist sw_drain, sw_refill; /* the parts of each switch */
+	struct baton_hist sw_drain, sw_refill; /* the parts of each switch */
 };
 
-double door_now(void);
 
 /* ---- door.c ------------------------------------------------------------------- */
 
@@ -170,7 +165,7 @@ void *door_refill_job(struct broker_door *d, const char *gpu, const char *eng);
 
 /* ---- metrics.c ---------------------------------------------------------------- */
 
-void door_hist_add(struct door_hist *h, double s);
+void door_hist_add(struct baton_hist *h, double s);
 /* Its Prometheus lines (broker_http_metrics). */
 void door_metrics(void *arg, FILE *f);
 

@@ -147,7 +147,7 @@ void door_on_completion(void *arg, struct baton_http_req *r)
 	q->body = body;
 	q->len = len;
 	q->stream = stream;
-	q->t_in = door_now();
+	q->t_in = baton_now_s();
 	/* before anyone else may answer it: a client that leaves from here on
 	 * is seen (by id; a request not queued yet is looked for in vain, and
 	 * its proxy then sees the client gone when it writes) */

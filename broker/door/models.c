@@ -24,9 +24,9 @@ static json_t *models_json(struct broker_door *d)
 			if (strcmp(e->model, m->name) != 0)
 				continue;
 			any = true;
-			res |= door_ready(e);
-			part |= strcmp(e->state, "partial") == 0 || strcmp(e->state, "refilling") == 0 ||
-			    (strcmp(e->state, "ready") == 0 && e->resident > 0 && e->resident < e->ceiling);
+			int holds = baton_state_holds(baton_state_parse(e->state), e->resident, e->ceiling);
+			res |= holds == BATON_HOLDS_WHOLE;
+			part |= holds == BATON_HOLDS_PART;
 			json_array_append_new(engs, json_pack("{s:s, s:s, s:s, s:I, s:I, s:i}", "name", e->name,
 			    "gpu", e->gpu, "state", e->state, "resident", (json_int_t)e->resident, "ceiling",
 			    (json_int_t)e->ceiling, "in_flight", (int)door_inflight(d, e->name)));

@@ -81,7 +81,7 @@ static void *proxy(void *arg)
 			ok = s != NULL;
 			while (s && (n = door_up_read(up, buf, sizeof buf, UPSTREAM_TIMEOUT_MS)) != 0) {
 				if (t_first < 0 && n > 0)
-					t_first = door_now();
+					t_first = baton_now_s();
 				if (n < 0 || http_stream_write(s, buf, (size_t)n) != 0) {
 					ok = false;
 					break;
@@ -117,7 +117,7 @@ static void *proxy(void *arg)
 bool door_forward(struct broker_door *d, struct dreq *q, const struct deng *e)
 {
 	snprintf(q->eng, sizeof q->eng, "%s", e->name);
-	q->t_fwd = door_now();
+	q->t_fwd = baton_now_s();
 	snprintf(q->url, sizeof q->url, "%s", e->http);
 	q->next = d->fwd;
 	d->fwd = q;

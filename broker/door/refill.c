@@ -54,9 +54,9 @@ void *door_refill_thread(void *arg)
 	m.name = j->name;
 	proto_set(&m, PF_NAME);
 	struct cmd_ctx c = { 0 };
-	double t0 = door_now();
+	double t0 = baton_now_s();
 	broker_call(d->b, &m, on_cmd, &c);
-	double refill_ms = (door_now() - t0) * 1e3;
+	double refill_ms = (baton_now_s() - t0) * 1e3;
 	door_refresh(d); /* the victim's release and the target's state, before anything is forwarded */
 	pthread_mutex_lock(&d->mu);
 	struct ddev *v = door_dev(d, j->gpu);
@@ -66,7 +66,7 @@ void *door_refill_thread(void *arg)
 		snprintf(model, sizeof model, "%s", e->model);
 	int mi = e ? door_model(d, model, false) : -1;
 	char reason[600];
-	double total_ms = v ? (door_now() - v->sw_t0) * 1e3 : refill_ms;
+	double total_ms = v ? (baton_now_s() - v->sw_t0) * 1e3 : refill_ms;
 	double drain_ms = v ? (v->drained_at - v->sw_t0) * 1e3 : 0;
 	char from[BROKER_NAME_MAX] = "";
 	if (v)
@@ -74,7 +74,7 @@ void *door_refill_thread(void *arg)
 	bool counted = *from && strcmp(from, j->name) != 0;
 	if (c.ok && v) {
 		snprintf(v->holder, sizeof v->holder, "%s", j->name);
-		v->holder_since = door_now();
+		v->holder_since = baton_now_s();
 		if (counted) {
 			v->switches++;
 			d->switches_total++;

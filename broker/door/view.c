@@ -18,13 +18,6 @@
 
 #include "broker/door/door_int.h"
 
-double door_now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 /* Events that change nothing the door reads: its own (door.*, which it
  * publishes), a refill's progress (many a second), a reload (its settings
  * come through broker_door_reload). */
@@ -78,7 +71,7 @@ int door_model(struct broker_door *d, const char *name, bool add)
  * "ready": its bytes tell. */
 bool door_ready(const struct deng *e)
 {
-	return strcmp(e->state, "ready") == 0 && e->resident >= e->ceiling;
+	return baton_state_holds(baton_state_parse(e->state), e->resident, e->ceiling) == BATON_HOLDS_WHOLE;
 }
 
 bool door_served(struct broker_door *d, const char *model)
@@ -105,7 +98,7 @@ static void apply_status(struct broker_door *d, const struct baton_msg *rep)
 	d->n_eng = 0;
 	for (uint32_t k = 0; k < rep->engines.n && d->n_eng < BROKER_MAX_ENGINES; k++) {
 		const struct proto_engine_info *x = &rep->engines.v[k];
-		if (!x->http || !*x->http || strcmp(x->state, "dead") == 0 || strcmp(x->state, "stopped") == 0)
+		if (!x->http || !*x->http || !baton_state_present(baton_state_parse(x->state)))
 			continue;
 		struct deng *e = &d->eng[d->n_eng++];
 		memset(e, 0, sizeof *e);
