@@ -8,7 +8,7 @@
 
 #include "arena/arena.h"
 #include "engine/model/engine.h"
-#include "engine/backend/fault.h"
+#include "engine/backend/backend.h"
 
 #define MIB (1024ull * 1024ull)
 #define DEFAULT_SEGMENT (256ull * MIB)
