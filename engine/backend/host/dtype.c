@@ -1,7 +1,7 @@
 /*
  * dtype.c: the row kernels (decode, dot) of the dtypes the host computes
  * (the f16/bf16 codec itself is the arena's, in arena.h). The accumulation
- * order is the contract written in engine_int.h (32 independent f32
+ * order is the contract written in host.h (32 independent f32
  * lanes, a fixed tree, the tail); the baseline kernels are SSE2 (the
  * x86-64 baseline) through gcc's vector extension and intrinsics, with
  * AVX2 + F16C chosen at run time; every kernel keeps that order, so all
@@ -29,7 +29,7 @@
 #include "arena/arena.h"
 #include "engine/backend/host/host.h"
 
-#define LANES 32u  /* accumulation lanes: the contract of engine_int.h */
+#define LANES 32u  /* accumulation lanes: the contract of host.h */
 #define CHUNK 256u  /* elements decoded at a time; a multiple of LANES and 32,
 		     * and one K-quant super-block */
 #define NX_MAX 8u   /* vectors per pass of baton_dot_rows */
@@ -239,7 +239,7 @@ int baton_dequant_row(int dtype, const void *row, float *out, uint32_t cols)
 }
 
 /* ---- dot products --------------------------------------------------------
- * The contract (engine_int.h): 32 f32 lanes, element i to lane i % 32 for
+ * The contract (host.h): 32 f32 lanes, element i to lane i % 32 for
  * the first cols & ~31 elements, the lanes summed as a fixed tree, then
  * the tail in order. 32 lanes are eight SSE or four AVX registers: enough
  * independent additions in flight that the adds' latency does not limit a

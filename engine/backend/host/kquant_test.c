@@ -6,7 +6,7 @@
  * (random bits, every kind of f16 scale: zero, subnormal, negative, the
  * largest) and blocks ggml's quantizer made from varied rows. Decoding
  * must give those values bit for bit, at any alignment; the dot kernels
- * must give the contract's bits (engine_int.h: 32 lanes, a fixed tree) of
+ * must give the contract's bits (host.h: 32 lanes, a fixed tree) of
  * those values, with the baseline and the AVX2 kernels, one vector or many.
  */
 #include <math.h>
