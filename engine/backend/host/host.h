@@ -8,9 +8,9 @@
  *
  * Files, bottom to top: dtype.c (row kernels for the weight types the host
  * can compute: f32, f16, bf16, q8_0, and q4_K, q5_K, q6_K decoded by
- * dtype_kquant.c), moe.c (the MoE math and the worker pool), ops.c (the
- * forward pass's dense ops), device.c (the memfd device's capacity,
- * device.h) and backend.c (the backend table).
+ * arena/kquant.c through arena.h), moe.c (the MoE math and the worker
+ * pool), ops.c (the forward pass's dense ops), device.c (the memfd
+ * device's capacity, device.h) and backend.c (the backend table).
  *
  * Numerics, the contract other backends are compared with:
  *   - Every supported dtype dequantizes to defined f32 values: exactly for
@@ -52,7 +52,8 @@ uint64_t baton_compute_row_bytes(int dtype, uint64_t cols);
 
 /* Decodes one row of `cols` elements into out[cols] (exactly, see above).
  * q8_0: blocks of 34 bytes, an f16 scale d then 32 int8 qs, value d*qs[i];
- * the K-quants: ggml's super-blocks of 256 (see dtype_kquant.c).
+ * the K-quants: ggml's super-blocks of 256 (baton_kquant_decode_block,
+ * arena/kquant.c).
  * The row may be at any alignment. BATON_EUNSUPPORTED for a dtype the host
  * cannot compute; BATON_EINVAL for NULL pointers, cols 0 or cols not a
  * multiple of the block size. */
@@ -74,14 +75,6 @@ int baton_dot_rows(int dtype, const void *row, uint32_t cols,
  * ask. Returns 1 when the AVX2 kernels are now in use. Not to be called
  * while another thread computes. */
 int baton_kernels_avx2(int on);
-
-/* ---- dtype_kquant.c ------------------------------------------------------ */
-
-/* 1 for q4_K, q5_K and q6_K. */
-int kquant_is(int dtype);
-/* Decodes one super-block (144, 176 or 210 bytes, any alignment) of a
- * K-quant dtype into out[256], bit for bit as ggml's dequantize_row_*. */
-void kquant_decode_block(int dtype, const uint8_t *blk, float *out);
 
 /* ---- moe.c -------------------------------------------------------------- */
 

@@ -74,9 +74,17 @@ static void t_dequant_matches_ggml(void)
 			T_OK(baton_dequant_row(kinds[k].dt, buf + align, got, fx.n_dq * 256));
 			check_values(kinds[k].name, "random blocks", got, fx.dq_values, (size_t)fx.n_dq * 256);
 			for (uint32_t b = 0; b < fx.n_dq; b++) {
+				const uint8_t *blk = buf + align + (size_t)b * fx.bytes;
 				float one[256];
-				kquant_decode_block(kinds[k].dt, buf + align + (size_t)b * fx.bytes, one);
+				baton_kquant_decode_block(kinds[k].dt, blk, one);
 				check_values(kinds[k].name, "one block", one, fx.dq_values + 256 * b, 256);
+#if BATON_KQUANT_AVX2
+				if (__builtin_cpu_supports("avx2")) {
+					baton_kquant_decode_block_avx2(kinds[k].dt, blk, one);
+					check_values(kinds[k].name, "one block (avx2)", one,
+					    fx.dq_values + 256 * b, 256);
+				}
+#endif
 			}
 			memcpy(buf + align, fx.q_blocks, (size_t)fx.n_q * fx.bytes);
 			T_OK(baton_dequant_row(kinds[k].dt, buf + align, got, fx.n_q * 256));
