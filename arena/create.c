@@ -25,6 +25,7 @@ int arena_create(const char *path, const struct baton_arena_source *src,
     char *errbuf, size_t errlen)
 {
 	struct arena_plan plan;
+	void (*plan_free)(struct arena_plan *);
 	int rc;
 	if (res)
 		memset(res, 0, sizeof *res);
@@ -33,30 +34,27 @@ int arena_create(const char *path, const struct baton_arena_source *src,
 	memset(&plan, 0, sizeof plan);
 	switch (src->kind) {
 	case BATON_ARENA_SRC_SYNTHETIC:
-		if ((rc = arena_plan_synthetic(&src->synth, &plan, errbuf, errlen)))
-			return rc;
-		rc = arena_build(path, &plan, opts, res, errbuf, errlen);
-		arena_plan_free_named(&plan);
-		arena_synthetic_free(&plan);
-		return rc;
+		rc = arena_plan_synthetic(&src->synth, &plan, errbuf, errlen);
+		plan_free = arena_synthetic_free;
+		break;
 	case BATON_ARENA_SRC_GGUF:
-		if ((rc = arena_plan_gguf(src->file, src->experts_only, &plan, errbuf, errlen)))
-			return rc;
-		rc = arena_build(path, &plan, opts, res, errbuf, errlen);
-		arena_plan_free_named(&plan);
-		arena_gguf_plan_free(&plan);
-		return rc;
+		rc = arena_plan_gguf(src->file, src->experts_only, &plan, errbuf, errlen);
+		plan_free = arena_gguf_plan_free;
+		break;
 	case BATON_ARENA_SRC_SAFETENSORS:
-		if ((rc = arena_plan_safetensors(src->file, src->top_k, src->experts_only, &plan,
-			 errbuf, errlen)))
-			return rc;
-		rc = arena_build(path, &plan, opts, res, errbuf, errlen);
-		arena_plan_free_named(&plan);
-		arena_st_plan_free(&plan);
-		return rc;
+		rc = arena_plan_safetensors(src->file, src->top_k, src->experts_only, &plan, errbuf,
+		    errlen);
+		plan_free = arena_st_plan_free;
+		break;
 	default:
 		return arena_errf(errbuf, errlen, BATON_EINVAL, "unknown source kind %d", src->kind);
 	}
+	if (rc) /* a planner that fails leaves nothing to free */
+		return rc;
+	rc = arena_build(path, &plan, opts, res, errbuf, errlen);
+	arena_plan_free_named(&plan);
+	plan_free(&plan);
+	return rc;
 }
 
 int arena_create_synthetic(const char *path, const struct baton_synth_params *p,
