@@ -172,6 +172,27 @@ static inline float baton_bf16_to_f32(uint16_t h)
 	return baton_f32_from_((uint32_t)h << 16);
 }
 
+/* ---- K-quant decoding (kquant.c) -------------------------------------------
+ * ggml's Q4_K, Q5_K and Q6_K, decoded where they are encoded (kquant.c
+ * holds both directions, as ggml does); the host backend's row kernels
+ * call it per 256-element super-block. */
+
+/* 1 for q4_K, q5_K and q6_K. */
+int baton_kquant_is(int dtype);
+/* Decodes one super-block (144, 176 or 210 bytes, any alignment) of a
+ * K-quant dtype into out[256], bit for bit as ggml's dequantize_row_*.
+ * dtype must be one of the three (baton_kquant_is). */
+void baton_kquant_decode_block(int dtype, const uint8_t *blk, float *out);
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define BATON_KQUANT_AVX2 1
+/* The same code built for AVX2 (wider vectors, the same element-wise
+ * operations: the same bits), for a caller that has checked that the CPU
+ * has AVX2 (the host backend's kernels, baton_kernels_avx2). */
+void baton_kquant_decode_block_avx2(int dtype, const uint8_t *blk, float *out);
+#else
+#define BATON_KQUANT_AVX2 0
+#endif
+
 enum baton_role {
 	BATON_ROLE_EXPERT = 0, /* gate+up+down of one (layer, expert): one blob */
 	BATON_ROLE_ROUTER = 1,

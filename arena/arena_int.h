@@ -90,7 +90,9 @@ uint64_t arena_table_checksum(const void *table, size_t tbytes, const void *name
 /* Header checksum of a header image (over its first 1016 bytes). */
 uint64_t arena_header_checksum(const struct arena_file_header *h);
 
-/* ---- the builder (build.c) ----------------------------------------------- */
+/* ---- creating an arena, bottom to top: the plan (plan.c), the planners
+ * (synth.c, gguf.c, safetensors.c: below), the builder (build.c), and
+ * the dispatcher on top (create.c: arena_create, arena.h) ---------------- */
 
 enum { ARENA_DT_GATE, ARENA_DT_UP, ARENA_DT_DOWN, ARENA_DT_ROUTER, ARENA_DT_NORM, ARENA_DT_N };
 
@@ -125,21 +127,20 @@ struct arena_plan {
 	void *ctx;
 };
 
-/* Appends a named entry (zeroed, name set); NULL when out of memory or the
- * name is longer than ARENA_MAX_NAME. */
+/* plan.c: appends a named entry (zeroed, name set); NULL when out of
+ * memory or the name is longer than ARENA_MAX_NAME. */
 struct arena_named *arena_plan_add(struct arena_plan *p, uint32_t role, const char *name);
-/* The tokenizer files of the Hugging Face folder dir (all but
- * config.json; tokenizer.json required) as blobs, folded into *hsum. */
+/* safetensors.c: the tokenizer files of the Hugging Face folder dir (all
+ * but config.json; tokenizer.json required) as blobs, folded into *hsum. */
 int arena_plan_add_tokenizer(struct arena_plan *plan, const char *dir, uint64_t *hsum,
     char *errbuf, size_t errlen);
-/* A blob that takes ownership of `data` (malloc'd; freed on failure too). */
+/* plan.c: a blob that takes ownership of `data` (malloc'd; freed on
+ * failure too). */
 int arena_plan_add_blob(struct arena_plan *p, const char *key, void *data, uint64_t len,
     char *errbuf, size_t errlen);
 /* Frees the named list and the blobs' data. */
 void arena_plan_free_named(struct arena_plan *p);
-/* The architectures a whole-model arena may hold (Hugging Face model_type). */
-int arena_arch_known(const char *arch);
-/* 0 when `dir` may hold arenas: a real directory (not a link), owned by
+/* build.c: 0 when `dir` may hold arenas: a real directory (not a link), owned by
  * this user or root, writable by no one else (root's sticky directories
  * excepted). BATON_EPERM, with the reason in errbuf, otherwise. */
 int arena_check_dir(const char *dir, char *errbuf, size_t errlen);
@@ -151,11 +152,16 @@ int arena_guard_add(const void *base, uint64_t size, int writable);
 void arena_guard_remove(int slot);
 unsigned arena_guard_faults(int slot);
 
+/* build.c: writes the plan's arena at path and publishes it (build.c's
+ * top comment has the steps). */
 int arena_build(const char *path, const struct arena_plan *plan,
     const struct baton_create_opts *opts, struct baton_create_result *res,
     char *errbuf, size_t errlen);
 
 /* ---- architectures (model.c) ---------------------------------------------- */
+
+/* The architectures a whole-model arena may hold (Hugging Face model_type). */
+int arena_arch_known(const char *arch);
 
 /* What the importers and the synthetic model need to know of a model. */
 struct arena_model_cfg {

@@ -1,5 +1,6 @@
 /*
- * build.c: writing an arena and publishing it.
+ * build.c: writing an arena from a plan and publishing it (arena_build;
+ * the planners fill the plan through plan.c, create.c calls this).
  *
  *   1. lay out the entries (experts layer-major, expert-minor, each blob
  *      aligned to BATON_ARENA_ALIGN; then every router and norm);
@@ -242,58 +243,6 @@ fail:
 	free(ents);
 	free(names);
 	return rc;
-}
-
-/* ---- the named list --------------------------------------------------------- */
-
-struct arena_named *arena_plan_add(struct arena_plan *p, uint32_t role, const char *name)
-{
-	if (strlen(name) > ARENA_MAX_NAME)
-		return NULL;
-	if (p->n_named == p->cap_named) {
-		uint64_t nc = p->cap_named ? 2 * p->cap_named : 64;
-		struct arena_named *nn = realloc(p->named, nc * sizeof *nn);
-		if (!nn)
-			return NULL;
-		p->named = nn;
-		p->cap_named = nc;
-	}
-	struct arena_named *n = &p->named[p->n_named++];
-	memset(n, 0, sizeof *n);
-	n->role = role;
-	snprintf(n->name, sizeof n->name, "%s", name);
-	return n;
-}
-
-int arena_plan_add_blob(struct arena_plan *p, const char *key, void *data, uint64_t len,
-    char *errbuf, size_t errlen)
-{
-	struct arena_named *n = arena_plan_add(p, BATON_ROLE_BLOB, key);
-	if (!n) {
-		free(data);
-		return arena_errf(errbuf, errlen, BATON_ENOMEM, "out of memory");
-	}
-	n->data = data;
-	n->bytes = len;
-	return 0;
-}
-
-void arena_plan_free_named(struct arena_plan *p)
-{
-	for (uint64_t i = 0; i < p->n_named; i++)
-		free(p->named[i].data);
-	free(p->named);
-	p->named = NULL;
-	p->n_named = p->cap_named = 0;
-}
-
-int arena_arch_known(const char *arch)
-{
-	static const char *const known[] = { "qwen3_moe", "qwen2_moe", "mixtral", "olmoe" };
-	for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
-		if (strcmp(arch, known[i]) == 0)
-			return 1;
-	return 0;
 }
 
 /* ---- files ----------------------------------------------------------------- */
@@ -711,85 +660,4 @@ done:
 	if (res)
 		*res = r;
 	return rc;
-}
-
-/* ---- the public creators --------------------------------------------------- */
-
-int arena_default_path(const char *name, char *buf, size_t len)
-{
-	if (!name || !*name || strchr(name, '/') || strcmp(name, ".") == 0 ||
-	    strcmp(name, "..") == 0)
-		return BATON_EINVAL;
-	int n = snprintf(buf, len, "/dev/shm/baton/%s.arena", name);
-	if (n < 0 || (size_t)n >= len)
-		return BATON_ETOOBIG;
-	return 0;
-}
-
-int arena_create(const char *path, const struct baton_arena_source *src,
-    const struct baton_create_opts *opts, struct baton_create_result *res,
-    char *errbuf, size_t errlen)
-{
-	struct arena_plan plan;
-	int rc;
-	if (res)
-		memset(res, 0, sizeof *res);
-	if (!src)
-		return arena_errf(errbuf, errlen, BATON_EINVAL, "no source");
-	memset(&plan, 0, sizeof plan);
-	switch (src->kind) {
-	case BATON_ARENA_SRC_SYNTHETIC:
-		if ((rc = arena_plan_synthetic(&src->synth, &plan, errbuf, errlen)))
-			return rc;
-		rc = arena_build(path, &plan, opts, res, errbuf, errlen);
-		arena_plan_free_named(&plan);
-		arena_synthetic_free(&plan);
-		return rc;
-	case BATON_ARENA_SRC_GGUF:
-		if ((rc = arena_plan_gguf(src->file, src->experts_only, &plan, errbuf, errlen)))
-			return rc;
-		rc = arena_build(path, &plan, opts, res, errbuf, errlen);
-		arena_plan_free_named(&plan);
-		arena_gguf_plan_free(&plan);
-		return rc;
-	case BATON_ARENA_SRC_SAFETENSORS:
-		if ((rc = arena_plan_safetensors(src->file, src->top_k, src->experts_only, &plan,
-			 errbuf, errlen)))
-			return rc;
-		rc = arena_build(path, &plan, opts, res, errbuf, errlen);
-		arena_plan_free_named(&plan);
-		arena_st_plan_free(&plan);
-		return rc;
-	default:
-		return arena_errf(errbuf, errlen, BATON_EINVAL, "unknown source kind %d", src->kind);
-	}
-}
-
-int arena_create_synthetic(const char *path, const struct baton_synth_params *p,
-    int force, char *errbuf, size_t errlen)
-{
-	struct baton_arena_source src = { .kind = BATON_ARENA_SRC_SYNTHETIC };
-	struct baton_create_opts o = { .force = force };
-	if (!p)
-		return arena_errf(errbuf, errlen, BATON_EINVAL, "no parameters");
-	src.synth = *p;
-	return arena_create(path, &src, &o, NULL, errbuf, errlen);
-}
-
-int arena_create_gguf(const char *path, const char *gguf_file, int force,
-    char *errbuf, size_t errlen)
-{
-	struct baton_arena_source src = { .kind = BATON_ARENA_SRC_GGUF, .file = gguf_file };
-	struct baton_create_opts o = { .force = force };
-	return arena_create(path, &src, &o, NULL, errbuf, errlen);
-}
-
-int arena_create_safetensors(const char *path, const char *srcpath, uint32_t top_k,
-    int force, char *errbuf, size_t errlen)
-{
-	struct baton_arena_source src = {
-		.kind = BATON_ARENA_SRC_SAFETENSORS, .file = srcpath, .top_k = top_k,
-	};
-	struct baton_create_opts o = { .force = force };
-	return arena_create(path, &src, &o, NULL, errbuf, errlen);
 }

@@ -1,7 +1,9 @@
 /*
- * kquant.c: encoders for ggml's K-quants Q4_K, Q5_K and Q6_K (super-blocks
- * of 256 elements), so that synthetic arenas can hold the types llama.cpp's
- * Q4_K_M and Q5_K_M files use.
+ * kquant.c: ggml's K-quants Q4_K, Q5_K and Q6_K (super-blocks of 256
+ * elements) both ways, as ggml keeps them in one file: the encoders, so
+ * that synthetic arenas can hold the types llama.cpp's Q4_K_M and Q5_K_M
+ * files use, and the decoder the host backend's row kernels call per
+ * block (arena.h: baton_kquant_decode_block).
  *
  * These are ggml's reference quantizers (quantize_row_q{4,5,6}_K_ref of
  * ggml-quants.c, no importance matrix), written again here operation for
@@ -9,6 +11,17 @@
  * bytes are ggml's (arena/kquant_test.c checks them against blocks made by
  * ggml's own code). The tree is built with -std=c11, which does not contract
  * a*b+c into a fused multiply-add, as ggml's reference build does not.
+ *
+ * Decoding is ggml's dequantize_row_q{4,5,6}_K, bit for bit
+ * (engine/backend/host/kquant_test.c checks it against values made by
+ * ggml's own code):
+ *   q4_K: x = (d * sc_j) * q - dmin * m_j, q in 0..15, 8 sub-blocks of 32
+ *   q5_K: the same with q in 0..31 (fifth bit from qh)
+ *   q6_K: x = (d * sc_j) * q, q in -32..31, 16 sub-blocks of 16
+ * Every product is exact in f32 (at most 11 + 8 + 6 bits), so q6_K values
+ * are exact and q4_K / q5_K round once, in the subtraction: a fused
+ * multiply-add of (d * sc_j, q, -dmin * m_j) gives the same bits, which is
+ * why the CUDA kernels may contract it.
  *
  * Layouts (ggml-common.h), little-endian:
  *   q4_K (144 bytes): f16 d, f16 dmin, scales[12] (eight 6-bit scales and
@@ -397,3 +410,103 @@ int arena_encode_kquant(int dtype, const float *x, uint64_t n, uint8_t *dst)
 		fn(x + b * QK_K, dst + b * bytes);
 	return 0;
 }
+
+/* ---- decoding ------------------------------------------------------------ */
+
+int baton_kquant_is(int dtype)
+{
+	return dtype == BATON_DT_Q4_K || dtype == BATON_DT_Q5_K || dtype == BATON_DT_Q6_K;
+}
+
+/* q4_K (qh NULL) and q5_K: 64 elements per step, two sub-blocks sharing
+ * the bytes of qs (low and high nibble); loops of 32 that gcc vectorizes. */
+#define ALWAYS_INLINE __attribute__((always_inline)) inline
+
+static ALWAYS_INLINE void decode_k4k5(const uint8_t *blk, const uint8_t *qh, const uint8_t *qs,
+    float *restrict y)
+{
+	const float d = f16_at(blk), min = f16_at(blk + 2);
+	const uint8_t *sc = blk + 4;
+
+	for (int j = 0; j < 4; j++) {
+		uint8_t s, m;
+		get_scale_min_k4(2 * j, sc, &s, &m);
+		const float d1 = d * s, m1 = min * m;
+		get_scale_min_k4(2 * j + 1, sc, &s, &m);
+		const float d2 = d * s, m2 = min * m;
+		const uint8_t *q = qs + 32 * j;
+		float *restrict y1 = y + 64 * j, *restrict y2 = y1 + 32;
+
+		if (qh) {
+			const int s1 = 2 * j, s2 = 2 * j + 1; /* the fifth bits */
+			for (int l = 0; l < 32; l++) {
+				int hi1 = ((qh[l] >> s1) & 1) << 4, hi2 = ((qh[l] >> s2) & 1) << 4;
+				y1[l] = d1 * (float)((q[l] & 0xF) + hi1) - m1;
+				y2[l] = d2 * (float)((q[l] >> 4) + hi2) - m2;
+			}
+		} else {
+			for (int l = 0; l < 32; l++) {
+				y1[l] = d1 * (float)(q[l] & 0xF) - m1;
+				y2[l] = d2 * (float)(q[l] >> 4) - m2;
+			}
+		}
+	}
+}
+
+/* Per half (128 values), as ggml walks it: byte l of ql and ql + 32 and
+ * of qh give values l, l + 32, l + 64, l + 96 (low nibbles, then high;
+ * two bits of qh each); the scale is 8 n + l / 16 + 0, 2, 4, 6. Loops of 16
+ * with fixed scales and shifts, which gcc vectorizes. */
+static ALWAYS_INLINE void decode_q6_k(const uint8_t *blk, float *restrict y)
+{
+	const int8_t *sc = (const int8_t *)(blk + 192);
+	const float d = f16_at(blk + 208);
+
+	for (int n = 0; n < 2; n++) {
+		const uint8_t *ql = blk + 64 * n, *qh = blk + 128 + 32 * n;
+		float *restrict o = y + 128 * n;
+		for (int h = 0; h < 2; h++) {
+			const int8_t *s = sc + 8 * n + h;
+			const float d1 = d * (float)s[0], d2 = d * (float)s[2];
+			const float d3 = d * (float)s[4], d4 = d * (float)s[6];
+			for (int l = 16 * h; l < 16 * h + 16; l++) {
+				const int a = ql[l], b = ql[l + 32], c = qh[l];
+				o[l] = d1 * (float)(((a & 0xF) | ((c & 3) << 4)) - 32);
+				o[l + 32] = d2 * (float)(((b & 0xF) | (((c >> 2) & 3) << 4)) - 32);
+				o[l + 64] = d3 * (float)(((a >> 4) | (((c >> 4) & 3) << 4)) - 32);
+				o[l + 96] = d4 * (float)(((b >> 4) | (((c >> 6) & 3) << 4)) - 32);
+			}
+		}
+	}
+}
+
+static ALWAYS_INLINE void decode_block(int dtype, const uint8_t *blk, float *out)
+{
+	switch (dtype) {
+	case BATON_DT_Q4_K:
+		decode_k4k5(blk, NULL, blk + 16, out);
+		break;
+	case BATON_DT_Q5_K:
+		decode_k4k5(blk, blk + 16, blk + 48, out);
+		break;
+	default: /* BATON_DT_Q6_K */
+		decode_q6_k(blk, out);
+		break;
+	}
+}
+
+/* The same code compiled twice: for the baseline (SSE2 on x86-64) and
+ * AVX2 (wider vectors for the same element-wise operations: no sums, no
+ * FMA, so the values are the same bits). */
+void baton_kquant_decode_block(int dtype, const uint8_t *blk, float *out)
+{
+	decode_block(dtype, blk, out);
+}
+
+#if BATON_KQUANT_AVX2
+__attribute__((target("avx2"))) void baton_kquant_decode_block_avx2(int dtype,
+    const uint8_t *blk, float *out)
+{
+	decode_block(dtype, blk, out);
+}
+#endif

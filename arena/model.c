@@ -352,3 +352,12 @@ int arena_model_tensors(const struct arena_model_cfg *c, struct arena_model_tens
 	*n = k;
 	return 0;
 }
+
+int arena_arch_known(const char *arch)
+{
+	static const char *const known[] = { "qwen3_moe", "qwen2_moe", "mixtral", "olmoe" };
+	for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+		if (strcmp(arch, known[i]) == 0)
+			return 1;
+	return 0;
+}

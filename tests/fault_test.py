@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """fault_test.py: injected device and transport faults (BATON_FAULT, see
-engine/backend/fault.h) on every path of release, refill, resize (vram), GEN and
+engine/backend/backend.h, fault_wrap) on every path of release, refill, resize (vram), GEN and
 handoff, through a broker with two engines on the host backend.
 
 Each run: a broker, engine a started with BATON_FAULT="<op>:<N>" and a

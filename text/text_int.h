@@ -1,6 +1,11 @@
 /*
  * text_int.h: the text component's insides, shared by its files only.
  *
+ * Files, bottom to top: util.c (buffers, maps), tok.c (the tokenizer
+ * object), the loaders load_hf.c and load_gguf.c, and load.c (which picks
+ * the loader for a file or an arena); encode.c, decode.c and the chat
+ * templates (chat.c, chat_known.c) use the loaded tokenizer.
+ *
  * Loading (load_hf.c, load_gguf.c) fills one struct text_tok describing a
  * pipeline like Hugging Face's: added tokens -> normaliser -> pre-tokenizer
  * -> model (BPE by merge ranks, or SentencePiece by scores) -> post-processor;

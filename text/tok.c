@@ -1,6 +1,8 @@
 /*
- * tok.c: the tokenizer object: its vocabulary, added tokens, split
- * regexes, accessors and the file loader that picks HF or GGUF-key JSON.
+ * tok.c: the tokenizer object, the bottom the loaders (load_hf.c,
+ * load_gguf.c) build on: its vocabulary, added tokens, split regexes,
+ * freeing and the accessors. Picking a loader for a file or an arena is
+ * load.c's.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -238,63 +240,4 @@ const char *text_token_text(const text_tok *t, int32_t id)
 	if (id < 0 || (size_t)id >= t->n_vocab)
 		return "";
 	return t->piece[id];
-}
-
-static int read_all(const char *path, char **out, size_t *len, char *err, size_t errlen)
-{
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return text_errf(err, errlen, BATON_ENOTFOUND, "%s: cannot open", path);
-	struct tbuf b = {0};
-	char chunk[65536];
-	size_t n;
-	while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0)
-		if (tx_tbuf_put(&b, chunk, n)) {
-			fclose(f);
-			tx_tbuf_free(&b);
-			return BATON_ENOMEM;
-		}
-	bool bad = ferror(f);
-	fclose(f);
-	if (bad) {
-		tx_tbuf_free(&b);
-		return text_errf(err, errlen, BATON_EIO, "%s: read error", path);
-	}
-	if (!b.p && tx_tbuf_put(&b, "", 0))
-		return BATON_ENOMEM;
-	*out = b.p;
-	*len = b.n;
-	return 0;
-}
-
-int text_tok_load_file(text_tok **out, const char *path, char *err, size_t errlen)
-{
-	char *json, *cfg = NULL;
-	size_t len, clen = 0;
-	int rc = read_all(path, &json, &len, err, errlen);
-	if (rc)
-		return rc;
-	if (strstr(json, "\"tokenizer.ggml.model\"")) {
-		rc = text_tok_load_gguf(out, json, len, err, errlen);
-		free(json);
-		return rc;
-	}
-	/* tokenizer_config.json beside a tokenizer.json */
-	const char *slash = strrchr(path, '/');
-	size_t dir = slash ? (size_t)(slash - path + 1) : 0;
-	char *cpath = malloc(dir + 32);
-	if (!cpath) {
-		free(json);
-		return BATON_ENOMEM;
-	}
-	memcpy(cpath, path, dir);
-	strcpy(cpath + dir, "tokenizer_config.json");
-	char e2[8];
-	if (read_all(cpath, &cfg, &clen, e2, sizeof(e2)))
-		cfg = NULL;
-	free(cpath);
-	rc = text_tok_load_hf(out, json, len, cfg, clen, err, errlen);
-	free(json);
-	free(cfg);
-	return rc;
 }

@@ -6,10 +6,17 @@
  *
  * Device addresses are plain integers (baton_dptr): a CUdeviceptr on cuda, a
  * host virtual address on host. Slots marked optional may be NULL; callers
- * reach them through the backend_* wrappers below, which check once. Functions return 0 or a baton_err code and never abort.
+ * reach them through the backend_* wrappers below, which check once.
+ * Functions return 0 or a baton_err code and never abort.
  *
  * Threading: a context is used by one thread at a time (the engine's serve
  * loop), except mem_info, which any thread may call.
+ *
+ * The door of engine/backend/, bottom to top: this interface and the
+ * optional-slot wrappers (backend.c), the fault-injecting decorator
+ * (fault.c), and the registry that knows every backend (registry.c:
+ * backend_find). The backends themselves are engine/backend/host/ (host.h)
+ * and engine/backend/cuda/ (cuda.h).
  */
 #ifndef BATON_ENGINE_BACKEND_H
 #define BATON_ENGINE_BACKEND_H
@@ -188,7 +195,7 @@ struct baton_backend {
 	 * model (model_open names the first one missing). Activations are f32
 	 * rows in device memory; weights are the arena's rows in any dtype
 	 * can_compute accepts, decoded exactly and accumulated in f32 (the
-	 * fixed order of engine_int.h: every backend must agree with the host
+	 * fixed order of host/host.h: every backend must agree with the host
 	 * within the tolerances of docs/internals/model.md). Small integer and float
 	 * vectors (token ids, positions, frequencies, routing results) travel
 	 * as host arrays. The ops are queued on the device like copies: their
@@ -295,5 +302,33 @@ int backend_copy_d2d(const struct baton_backend *be, struct baton_dev *dev, bato
  * why when "cuda" is asked for and cannot be used; BATON_EINVAL for an
  * unknown name. */
 int backend_find(const char *name, const struct baton_backend **out, char *errbuf, size_t errlen);
+
+/* ---- fault.c: fault injection, a decorator over any backend ------------------
+ *
+ * The Nth call of map (map_peer counts as a map), alloc, copy_h2d (copy_d2d
+ * counts as one) or copy_d2h (counted per process, 1-based, from the wrap)
+ * fails with the code a real device gives (BATON_EDEVMEM for map and alloc,
+ * BATON_EDRIVER for copy_h2d, BATON_EIO for copy_d2h), without calling the
+ * wrapped backend, so nothing is left mapped or half copied.
+ *
+ * Configured by the environment, read once:
+ *   BATON_FAULT="map:3,copy:5,alloc:2/4,d2h:1"
+ * a comma list of op:N or op:N/every (the Nth call fails, then every
+ * `every` calls after it). op is map, alloc, copy (copy_h2d), d2h
+ * (copy_d2h) or send (handled by proto/transport_msg.c, ignored here). N = 0
+ * counts without failing. Each injected fault is one line on stderr,
+ * "baton-fault: <op> call <n> fails: <code>", and close() prints the call
+ * counts: "baton-fault: calls map=.. alloc=.. copy=.. d2h=.. injected=..". */
+
+/* When BATON_FAULT names a device op, *out is the fault table wrapping
+ * `inner` for `dev` (at most 8 devices per process); otherwise *out =
+ * inner. The wrap lasts until the fault table's close(dev). Returns 0, or
+ * BATON_EINVAL with errbuf set for a malformed BATON_FAULT, or
+ * BATON_ENOMEM when 8 devices are already wrapped. */
+int fault_wrap(const struct baton_backend *inner, struct baton_dev *dev,
+    const struct baton_backend **out, char *errbuf, size_t errlen);
+
+/* Faults injected in this process so far. */
+unsigned long fault_injected(void);
 
 #endif

@@ -1,11 +1,11 @@
-/* fault.c: the fault-injecting backend decorator; see fault.h. */
+/* fault.c: the fault-injecting backend decorator; see backend.h (fault_wrap). */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/backend/fault.h"
+#include "engine/backend/backend.h"
 
 enum { F_MAP, F_ALLOC, F_COPY, F_D2H, F_N };
 static const char *const op_names[F_N] = { "map", "alloc", "copy", "d2h" };

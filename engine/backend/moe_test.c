@@ -94,13 +94,13 @@ static size_t ref_row_bytes(int dt, uint32_t cols)
 
 static void ref_dequant(int dt, const uint8_t *row, double *out, uint32_t cols)
 {
-	if (kquant_is(dt)) {
+	if (baton_kquant_is(dt)) {
 		/* The K-quants' values are ggml's; kquant_test.c checks this
 		 * decoder against ggml's own, so here it is the reference. */
 		size_t bb = ref_row_bytes(dt, 256);
 		for (uint32_t b = 0; b < cols / 256; b++) {
 			float v[256];
-			kquant_decode_block(dt, row + b * bb, v);
+			baton_kquant_decode_block(dt, row + b * bb, v);
 			for (int i = 0; i < 256; i++)
 				out[256 * b + i] = v[i];
 		}
@@ -137,7 +137,7 @@ static void gen_row(int dt, uint8_t *row, uint32_t cols, double a)
 			float f = uniform(a);
 			uint16_t h = dt == BATON_DT_F16 ? baton_f32_to_f16(f) : baton_f32_to_bf16(f);
 			memcpy(row + 2 * i, &h, 2);
-		} else if (kquant_is(dt)) {
+		} else if (baton_kquant_is(dt)) {
 			if (i % 256)
 				continue;
 			/* Random quants and scales, and f16 super-scales d that
@@ -651,7 +651,7 @@ static const struct shape shapes_k[] = {
 static void check_dtype(int dt)
 {
 	struct moe_errs worst = { 0, 0, 0 };
-	int kq = kquant_is(dt);
+	int kq = baton_kquant_is(dt);
 	const struct shape *shs = kq ? shapes_k : shapes;
 	size_t nsh = kq ? sizeof shapes_k / sizeof shapes_k[0] : sizeof shapes / sizeof shapes[0];
 

@@ -8,7 +8,7 @@
 
 #include "arena/arena.h"
 #include "engine/model/engine.h"
-#include "engine/backend/fault.h"
+#include "engine/backend/backend.h"
 
 #define DEFAULT_SEGMENT (256ull * BATON_MIB)
 

@@ -24,7 +24,7 @@
 
 #include "arena/arena.h"
 #include "engine/model/engine.h"
-#include "engine/backend/fault.h"
+#include "engine/backend/backend.h"
 #include "engine/model/model.h"
 #include "tests/t.h"
 

@@ -1,6 +1,6 @@
 /*
- * backend_cuda.c: the `cuda` backend of engine/backend/backend.h, on the CUDA
- * driver API loaded at run time (cuda_driver.h); no libcudart.
+ * backend.c: the `cuda` backend of engine/backend/backend.h, on the CUDA
+ * driver API loaded at run time (driver.h); no libcudart.
  *
  * - Context: the device's primary context, retained at open and released
  *   at close; every entry point makes it current first (a cheap TLS write
@@ -15,11 +15,11 @@
  * - Host arena: cuMemHostRegister (portable, read-only when the device
  *   supports it: the arena is a read-only MAP_SHARED mapping) in pieces of
  *   at most 4 GiB.
- * - MoE: kernels of moe_cuda.cu from the embedded fatbin. route() is
+ * - MoE: kernels of moe.cu from the embedded fatbin. route() is
  *   synchronous (ids go back to the host, top-k and softmax run there, on
  *   batch * n_experts logits); experts() queues its kernels and returns.
  * - The forward pass's dense ops (embed, rmsnorm, matmul, rope, attention,
- *   swiglu, add, route): kernels of ops_cuda.cu, ops_cuda_launch.c.
+ *   swiglu, add, route): kernels of ops.cu, ops_launch.c.
  *
  * Every table and scratch buffer lives in struct baton_dev; close() frees
  * what the caller left (segments, reservations, buffers, registrations).

@@ -15,8 +15,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "engine/backend/cuda/cuda.h"
-#include "engine/backend/cuda/driver.h"
+#include "engine/backend/cuda/cuda_fixture.h"
 #include "tests/t.h"
 
 #define TOTAL (4ull << 30)
@@ -47,18 +46,8 @@ static double run(CUdeviceptr dst, const char *src, uint64_t piece, CUstream *st
 
 static void t_copy_shapes(void)
 {
-	char err[256];
-	if (cuda_backend_probe(err, sizeof err) != 0) {
-		printf("  skip: %s\n", err);
-		return;
-	}
-	T_OK(cuda_driver_load(&d, err, sizeof err));
 	CUdevice dev;
-	CUcontext ctx;
-	T_ASSERT(d->Init(0) == CUDA_SUCCESS);
-	T_ASSERT(d->DeviceGet(&dev, 0) == CUDA_SUCCESS);
-	T_ASSERT(d->DevicePrimaryCtxRetain(&ctx, dev) == CUDA_SUCCESS);
-	T_ASSERT(d->CtxSetCurrent(ctx) == CUDA_SUCCESS);
+	(void)cuda_fixture_driver(&d, &dev); /* device 0 current */
 
 	void *pinned;
 	T_ASSERT(d->MemHostAlloc(&pinned, TOTAL, 0) == CUDA_SUCCESS);
@@ -78,11 +67,8 @@ static void t_copy_shapes(void)
 	CUdeviceptr plain;
 	T_ASSERT(d->MemAlloc(&plain, TOTAL) == CUDA_SUCCESS);
 	CUmemAllocationProp prop;
-	memset(&prop, 0, sizeof prop);
-	prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-	prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-	prop.location.id = dev;
-	CUmemAccessDesc acc = { .location = prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+	CUmemAccessDesc acc;
+	cuda_fixture_vmm_prop(dev, &prop, &acc);
 	CUdeviceptr vmm;
 	CUmemGenericAllocationHandle h[NSEG];
 	T_ASSERT(d->MemAddressReserve(&vmm, TOTAL, 0, 0, 0) == CUDA_SUCCESS);

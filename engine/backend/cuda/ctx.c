@@ -1,7 +1,7 @@
 /*
- * cuda_ctx.c: the small helpers under both files of the `cuda` backend
- * (backend_cuda.c, moe_cuda_launch.c): recording a driver error as the
- * context's sentence and a Baton code, making the context current, and
+ * ctx.c: the small helpers under every file of the `cuda` backend
+ * (launch.c, moe_launch.c, ops_launch.c, backend.c): recording a driver
+ * error as the context's sentence and a Baton code, making the context current, and
  * waiting for its stream. They call nothing above them.
  */
 #include <stdarg.h>

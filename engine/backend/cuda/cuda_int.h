@@ -1,11 +1,15 @@
 /*
- * backend_cuda_int.h: internal to the `cuda` backend, shared by its
- * files, bottom to top: cuda_ctx.c (error recording, the context, the
- * stream), moe_cuda_launch.c (the MoE kernels: loading them, their
- * scratch, and the launches), ops_cuda_launch.c (the forward pass's dense
- * ops) and backend_cuda.c (the device: open, close, VMM segments, the peer
- * tier, buffers, pinning, copies, and the backend table). Each calls only
- * those below it. Built only with CUDA=1.
+ * cuda_int.h: internal to the `cuda` backend, shared by its files, bottom
+ * to top: driver.c (the driver API loaded with dlopen, driver.h), ctx.c
+ * (error recording, the context, the stream), launch.c (what both
+ * launchers use: the dtypes the kernels compute, growing device buffers,
+ * one launch), moe_launch.c (the MoE kernels of moe.cu, argument blocks in
+ * moe.h: loading them, their scratch, and the launches), ops_launch.c (the
+ * forward pass's dense ops of ops.cu, argument blocks in ops.h) and
+ * backend.c (the device: open, close, VMM segments, the peer tier,
+ * buffers, pinning, copies, and the backend table). Each calls only those
+ * below it; the two launchers do not call each other. Built only with
+ * CUDA=1.
  */
 #ifndef BATON_ENGINE_BACKEND_CUDA_INT_H
 #define BATON_ENGINE_BACKEND_CUDA_INT_H
@@ -15,6 +19,7 @@
 
 #include "engine/backend/cuda/cuda.h"
 #include "engine/backend/cuda/driver.h"
+#include "engine/backend/cuda/moe.h"
 #include "engine/backend/cuda/ops.h"
 
 #define N_VARIANTS 4 /* row kernels for 1, 2, 4, 8 tokens per warp */
@@ -71,7 +76,7 @@ struct baton_dev {
 	struct bp *sort;
 	size_t sort_cap;
 
-	/* The forward pass's dense ops (ops_cuda_launch.c): their module, a
+	/* The forward pass's dense ops (ops_launch.c): their module, a
 	 * device copy of each call's small host arrays (token ids,
 	 * positions, frequencies) staged through pinned memory, the
 	 * attention scores, and route's logits back on the host. The
@@ -92,7 +97,7 @@ struct baton_dev {
 	char err[256];
 };
 
-/* ---- cuda_ctx.c: the helpers under both files ----------------------------- */
+/* ---- ctx.c: the helpers under every file ---------------------------------- */
 
 /* The context's error sentence (cuda_backend_last_error). */
 void cuda_set_err(struct baton_dev *dev, const char *fmt, ...)
@@ -117,25 +122,39 @@ static inline uint64_t cuda_round_up(uint64_t v, uint64_t g)
 	return (v + g - 1) / g * g;
 }
 
-/* ---- moe_cuda_launch.c ---------------------------------------------------- */
+/* ---- launch.c: under both launchers ----------------------------------------- */
+
+/* The can_compute slot: the dtypes both launchers' kernels compute (f32,
+ * f16, bf16, q8_0, q4_K, q5_K, q6_K). */
+int cuda_can_compute(int dtype);
+/* A growing device buffer: at least `bytes` (a larger one replaces it
+ * after the stream is idle); freed by cuda_dbuf_free. */
+int cuda_dbuf_need(struct baton_dev *dev, struct dbuf *b, uint64_t bytes);
+void cuda_dbuf_free(struct baton_dev *dev, struct dbuf *b);
+/* Queues kernel f on the stream: grid (gx, gy), `threads` per block, one
+ * argument block; a failure is recorded with `what`. */
+int cuda_launch(struct baton_dev *dev, CUfunction f, uint32_t gx, uint32_t gy,
+    uint32_t threads, void *args, const char *what);
+
+/* ---- moe_launch.c ----------------------------------------------------------- */
 
 /* Loads the kernels from the embedded fatbin and launches each once (at
  * open); cuda_moe_free gives back the module and every scratch buffer
  * (at close, with the context current). */
 int cuda_moe_load(struct baton_dev *dev);
 void cuda_moe_free(struct baton_dev *dev);
-/* The backend slots moe_route, moe_experts and can_compute. */
+/* The backend slots moe_route and moe_experts. */
 int cuda_moe_route(struct baton_dev *dev, const struct baton_moe_layer *l,
     uint32_t *ids, float *weights);
 int cuda_moe_experts(struct baton_dev *dev, const struct baton_moe_layer *l,
     const baton_dptr *blobs, const float *weights);
-int cuda_can_compute(int dtype);
-/* A growing device buffer: at least `bytes` (a larger one replaces it
- * after the stream is idle); freed by cuda_dbuf_free. */
-int cuda_dbuf_need(struct baton_dev *dev, struct dbuf *b, uint64_t bytes);
-void cuda_dbuf_free(struct baton_dev *dev, struct dbuf *b);
+/* moe_experts_dev (engine/backend/backend.h): moe_experts with the blobs
+ * read on the device, for the decode step's MoE block (with
+ * cuda_op_route_dev below). */
+int cuda_moe_experts_dev(struct baton_dev *dev, const struct baton_moe_layer *l,
+    baton_dptr table, baton_dptr ids, baton_dptr weights);
 
-/* ---- ops_cuda_launch.c ---------------------------------------------------- */
+/* ---- ops_launch.c ---------------------------------------------------- */
 
 /* Loads the forward-pass kernels and launches each once (at open, after
  * cuda_moe_load); cuda_ops_free gives back what they hold (at close). */
@@ -160,11 +179,9 @@ int cuda_op_add(struct baton_dev *dev, baton_dptr x, baton_dptr y, baton_dptr ga
     uint32_t rows, uint32_t cols);
 int cuda_op_route(struct baton_dev *dev, baton_dptr logits, uint32_t rows, uint32_t n_experts,
     uint32_t top_k, int rule, uint32_t *ids, float *weights);
-/* route_dev and moe_experts_dev (engine/backend/backend.h): the decode step's MoE
- * block with its results left on the device. */
+/* route_dev (engine/backend/backend.h): route with its results left on the
+ * device, for the decode step's MoE block (with cuda_moe_experts_dev). */
 int cuda_op_route_dev(struct baton_dev *dev, baton_dptr logits, uint32_t rows,
     uint32_t n_experts, uint32_t top_k, int rule, baton_dptr ids, baton_dptr weights);
-int cuda_moe_experts_dev(struct baton_dev *dev, const struct baton_moe_layer *l,
-    baton_dptr table, baton_dptr ids, baton_dptr weights);
 
 #endif

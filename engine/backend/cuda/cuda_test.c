@@ -8,10 +8,11 @@
  * reservation; pinning a read-only MAP_SHARED file (as the arena is) in
  * pieces; batched copies round trip; and the MoE route and experts for
  * f32, f16, bf16, q8_0, q4_K, q5_K and q6_K against a double-precision
- * reference written here and against the host backend (engine_int.h), on
+ * reference written here and against the host backend (host/host.h), on
  * aligned (vector loads) and misaligned (scalar path) layouts;
- * determinism; timings. (The K-quants' values come from the host's
- * decoder, which engine/backend/host/kquant_test.c checks bit for bit against ggml.)
+ * determinism; timings. (The K-quants' values come from arena/kquant.c's
+ * decoder, which engine/backend/host/kquant_test.c checks bit for bit
+ * against ggml.)
  *
  * Figures are printed as "  fig <name> <value> <unit>" lines.
  *
@@ -30,7 +31,7 @@
 #include <sys/stat.h>
 
 #include "arena/arena.h"
-#include "engine/backend/cuda/cuda.h"
+#include "engine/backend/cuda/cuda_fixture.h"
 #include "engine/backend/host/host.h"
 #include "tests/t.h"
 
@@ -44,29 +45,6 @@ static void fig(const char *name, double v, const char *unit)
 	printf("  fig %-40s %12.6g %s\n", name, v, unit);
 	fflush(stdout);
 }
-
-/* Opens device 0, or ends the case as a pass with "skip: why". */
-static struct baton_dev *open_dev(void)
-{
-	char err[256];
-	if (cuda_backend_probe(err, sizeof err) != 0) {
-		printf("  skip: %s\n", err);
-		fflush(stdout);
-		exit(0);
-	}
-	struct baton_dev *dev = NULL;
-	int rc = be->open(0, 0, &dev, err, sizeof err);
-	T_ASSERT_MSG(rc == 0, "open: %s (%s)", baton_errname(rc), err);
-	return dev;
-}
-
-#define T_CU(dev, expr)                                                        \
-	do {                                                                   \
-		int t_rc_ = (expr);                                            \
-		if (t_rc_ != 0)                                                \
-			T_FAIL("%s gave %s: %s", #expr, baton_errname(t_rc_),  \
-			    cuda_backend_last_error(dev));                     \
-	} while (0)
 
 static uint64_t mem_free(struct baton_dev *dev)
 {
@@ -84,7 +62,7 @@ static double mib(int64_t b)
 
 static void t_device(void)
 {
-	struct baton_dev *dev = open_dev();
+	struct baton_dev *dev = cuda_fixture_open();
 	char line[512], uuid[64];
 	cuda_backend_describe(dev, line, sizeof line);
 	printf("  %s\n", line);
@@ -119,7 +97,7 @@ static void t_device(void)
 
 static void t_vmm_map_unmap(void)
 {
-	struct baton_dev *dev = open_dev();
+	struct baton_dev *dev = cuda_fixture_open();
 	const uint64_t g = be->granularity(dev), seg = 256 * MiB, nseg = 8;
 	const uint64_t range = 16 * GiB; /* a 14 GiB+ range, as a big cache takes */
 	baton_dptr base = 0;
@@ -198,7 +176,7 @@ static void t_vmm_map_unmap(void)
  * mapped frees them. */
 static void t_vmm_oom(void)
 {
-	struct baton_dev *dev = open_dev();
+	struct baton_dev *dev = cuda_fixture_open();
 	const uint64_t g = be->granularity(dev);
 	uint64_t f0 = 0, total = 0;
 	T_CU(dev, be->mem_info(dev, &f0, &total));
@@ -256,7 +234,7 @@ static void t_vmm_oom(void)
 	T_ASSERT(mem_free(dev) >= f_full + freed - 16 * MiB);
 	/* A second context holder keeps the primary context alive, so what
 	 * close() forgets would still show as used. */
-	struct baton_dev *other = open_dev();
+	struct baton_dev *other = cuda_fixture_open();
 	be->close(dev); /* unmaps and releases the rest, frees the reservation */
 	const uint64_t f_end = mem_free(other);
 	printf("  free after close (context kept by another open): %+.1f MiB against the start\n",
@@ -307,7 +285,7 @@ static const uint8_t *ro_file(uint64_t bytes, char *path, size_t len)
 
 static void t_host_register_copy(void)
 {
-	struct baton_dev *dev = open_dev();
+	struct baton_dev *dev = cuda_fixture_open();
 	const uint64_t bytes = 1 * GiB, g = be->granularity(dev);
 	char path[256];
 	const uint8_t *src = ro_file(bytes, path, sizeof path);
@@ -516,7 +494,7 @@ static void encode_row(int dt, const double *v, uint32_t cols, uint8_t *out)
 		case BATON_DT_BF16: h = to_bf16(f); memcpy(out + 2ull * i, &h, 2); break;
 		}
 	}
-	if (kquant_is(dt))
+	if (baton_kquant_is(dt))
 		encode_kquant(dt, v, cols, out);
 	if (dt == BATON_DT_Q8_0)
 		for (uint32_t b = 0; b < cols / 32; b++) {
@@ -556,7 +534,7 @@ static double decode(int dt, const uint8_t *row, uint32_t i)
 		static float vals[256];
 		const uint8_t *blk = row + (i / 256) * rowb(dt, 256);
 		if (blk != last || dt != last_dt) {
-			kquant_decode_block(dt, blk, vals);
+			baton_kquant_decode_block(dt, blk, vals);
 			last = blk, last_dt = dt;
 		}
 		return vals[i % 256];
@@ -599,7 +577,7 @@ static void layer_make(struct layer *L, uint32_t B, uint32_t D, uint32_t F, uint
 {
 	memset(L, 0, sizeof *L);
 	L->B = B, L->D = D, L->F = F, L->E = E, L->K = K, L->dt = dt;
-	L->norm_dt = dt == BATON_DT_Q8_0 || kquant_is(dt) ? BATON_DT_F16 : dt;
+	L->norm_dt = dt == BATON_DT_Q8_0 || baton_kquant_is(dt) ? BATON_DT_F16 : dt;
 	L->gate_off = misalign ? 1 : 0;
 	L->up_off = L->gate_off + rowb(dt, D) * F + (misalign ? 3 : 0);
 	L->down_off = L->up_off + rowb(dt, D) * F + (misalign ? 5 : 0);
@@ -772,7 +750,7 @@ static const char *dt_name(int dt)
 static void check_layer(int dt, uint32_t B, uint32_t D, uint32_t F, uint32_t E, uint32_t K,
     int misalign)
 {
-	struct baton_dev *dev = open_dev();
+	struct baton_dev *dev = cuda_fixture_open();
 	const double tol = 1e-4;
 	struct layer L;
 	layer_make(&L, B, D, F, E, K, dt, misalign);
@@ -959,11 +937,11 @@ static void t_moe_q6_K(void) { check_kquant(BATON_DT_Q6_K); }
  * rank order with the lower id first, as the host backend ranks them. */
 static void t_route_ties(void)
 {
-	struct baton_dev *dev = open_dev();
+	struct baton_dev *dev = cuda_fixture_open();
 	const int dts[] = { BATON_DT_F32, BATON_DT_BF16, BATON_DT_Q8_0, BATON_DT_Q4_K };
 	for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++) {
 		struct layer L;
-		layer_make(&L, 6, kquant_is(dts[d]) ? 256 : 128, kquant_is(dts[d]) ? 256 : 32, 12, 5,
+		layer_make(&L, 6, baton_kquant_is(dts[d]) ? 256 : 128, baton_kquant_is(dts[d]) ? 256 : 32, 12, 5,
 		    dts[d], 0);
 		const uint64_t rb = rowb(dts[d], L.D);
 		for (uint32_t e = 4; e < L.E; e++) /* rows 4.. repeat rows 0..3 */
@@ -1113,7 +1091,7 @@ static void perf_layer(struct baton_dev *dev, int dt, uint32_t B)
 
 static void t_moe_perf(void)
 {
-	struct baton_dev *dev = open_dev();
+	struct baton_dev *dev = cuda_fixture_open();
 	const int dts[] = { BATON_DT_BF16, BATON_DT_Q8_0, BATON_DT_F32, BATON_DT_Q4_K, BATON_DT_Q6_K };
 	const uint32_t bs[] = { 1, 4, 16, 64 };
 	for (size_t i = 0; i < sizeof dts / sizeof dts[0]; i++)

@@ -1,5 +1,5 @@
 /*
- * cuda_driver.c: dlopen loader of the CUDA driver API (see cuda_driver.h).
+ * driver.c: dlopen loader of the CUDA driver API (see driver.h).
  */
 #include "engine/backend/cuda/driver.h"
 

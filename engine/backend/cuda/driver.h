@@ -1,6 +1,6 @@
 /*
- * cuda_driver.h: the CUDA driver API, loaded at run time (internal to the
- * engine's cuda backend; built only with CUDA=1).
+ * driver.h: the CUDA driver API, loaded at run time (internal to
+ * engine/backend/cuda/; built only with CUDA=1).
  *
  * No Baton binary links libcuda.so.1 or libcudart: cuda_driver_load()
  * dlopens libcuda.so.1, takes cuGetProcAddress_v2 with dlsym and every other

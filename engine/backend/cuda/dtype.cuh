@@ -1,8 +1,8 @@
 /*
- * dtype_cuda.cuh: the weight types on the device, shared by the kernels of
- * moe_cuda.cu and ops_cuda.cu (each compiled into its own fatbin): a row's
+ * dtype.cuh: the weight types on the device, shared by the kernels of
+ * moe.cu and ops.cu (each compiled into its own fatbin): a row's
  * bytes, one element decoded at any alignment (elem), and the vector
- * decoders of the K-quants. The values are the host's (engine_int.h:
+ * decoders of the K-quants. The values are the host's (host/host.h:
  * f16, bf16, q8_0 and q6_K exact; q4_K / q5_K one rounding, which a fused
  * multiply-add keeps).
  */
@@ -51,7 +51,7 @@ __device__ __forceinline__ float ld_f32(const uint8_t *p)
 
 /* ---- K-quants ----------------------------------------------------------
  * ggml's q4_K, q5_K and q6_K (layouts in arena/kquant.c), values as
- * engine/backend/host/dtype_kquant.c: (d * sc) * q - dmin * m and (d * sc) * q. The
+ * arena/kquant.c: (d * sc) * q - dmin * m and (d * sc) * q. The
  * products are exact in f32, so the fused multiply-add nvcc makes of the
  * first gives the host's bits. */
 

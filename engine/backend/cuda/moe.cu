@@ -1,12 +1,12 @@
 /*
- * moe_cuda.cu: the MoE kernels of the cuda backend (backend_cuda.c loads
+ * moe.cu: the MoE kernels of the cuda backend (backend.c loads
  * them from the embedded fatbin and launches them with cuLaunchKernel).
  *
  * Shape: decode batches are small, so every matrix product is a GEMV that
  * reads each weight row once: one warp per output row, lanes reading
  * consecutive 16-byte pieces of the row (coalesced), and each warp carrying
  * up to BATON_CUDA_NT tokens through the row, so tokens that picked the
- * same expert share one read of its weights (backend_cuda.c groups the
+ * same expert share one read of its weights (backend.c groups the
  * (token, k) pairs by expert blob into chunks).
  *
  * Deterministic: every sum has a fixed order (per-lane running sums, a
@@ -19,7 +19,7 @@
 #include <stdint.h>
 
 #include "arena/arena.h"
-#include "engine/backend/cuda/cuda.h"
+#include "engine/backend/cuda/moe.h"
 #include "engine/backend/cuda/dtype.cuh"
 
 static_assert(sizeof(baton_cuda_norm_args) == 40, "norm args layout");

@@ -1,8 +1,8 @@
 /*
- * moe_cuda_launch.c: the MoE compute of the `cuda` backend: the kernels of
- * moe_cuda.cu (embedded as a fatbin), their scratch buffers, and the
- * launches behind moe_route and moe_experts (see backend_cuda.c's top for
- * the design and the figures). The device itself is backend_cuda.c's.
+ * moe_launch.c: the MoE compute of the `cuda` backend: the kernels of
+ * moe.cu (embedded as a fatbin), their scratch buffers, and the
+ * launches behind moe_route and moe_experts (see backend.c's top for
+ * the design and the figures). The device itself is backend.c's.
  */
 #include <math.h>
 #include <stdio.h>
@@ -79,14 +79,6 @@ int cuda_moe_load(struct baton_dev *dev)
 	return rc ? rc : warm_kernels(dev);
 }
 
-void cuda_dbuf_free(struct baton_dev *dev, struct dbuf *b)
-{
-	if (b->p)
-		dev->d->MemFree(b->p);
-	b->p = 0;
-	b->cap = 0;
-}
-
 void cuda_moe_free(struct baton_dev *dev)
 {
 	const struct cuda_driver *d = dev->d;
@@ -104,13 +96,6 @@ void cuda_moe_free(struct baton_dev *dev)
 }
 
 /* ---- MoE ---------------------------------------------------------------- */
-
-int cuda_can_compute(int dtype)
-{
-	return dtype == BATON_DT_F32 || dtype == BATON_DT_F16 || dtype == BATON_DT_BF16 ||
-	    dtype == BATON_DT_Q8_0 || dtype == BATON_DT_Q4_K || dtype == BATON_DT_Q5_K ||
-	    dtype == BATON_DT_Q6_K;
-}
 
 static uint64_t row_bytes(uint32_t dt, uint32_t cols)
 {
@@ -134,22 +119,6 @@ static int vec_ok(uint64_t base, uint32_t dt, uint32_t cols)
 	if (dt == BATON_DT_Q4_K || dt == BATON_DT_Q5_K)
 		return base % 8 == 0;
 	return base % 16 == 0 && row_bytes(dt, cols) % 16 == 0;
-}
-
-int cuda_dbuf_need(struct baton_dev *dev, struct dbuf *b, uint64_t bytes)
-{
-	if (b->cap >= bytes)
-		return 0;
-	int rc = cuda_stream_sync(dev); /* the old buffer may be in use */
-	if (rc)
-		return rc;
-	cuda_dbuf_free(dev, b);
-	uint64_t cap = cuda_round_up(bytes, 1u << 20);
-	CUdeviceptr p = 0;
-	CU(dev, dev->d->MemAlloc(&p, cap), "cuMemAlloc (scratch)");
-	b->p = p;
-	b->cap = cap;
-	return 0;
 }
 
 /* The pinned staging buffer, free to write (its last copy has run). */
@@ -197,15 +166,6 @@ static int logits_need(struct baton_dev *dev, uint64_t bytes)
 	dev->lg_host = p;
 	dev->lg_dev = dp;
 	dev->lg_cap = cap;
-	return 0;
-}
-
-static int launch(struct baton_dev *dev, CUfunction f, uint32_t gx, uint32_t gy,
-    uint32_t threads, void *args, const char *what)
-{
-	void *params[] = { args };
-	CU(dev, dev->d->LaunchKernel(f, gx, gy, 1, threads, 1, 1, 0, dev->stream, params, NULL),
-	    what);
 	return 0;
 }
 
@@ -272,7 +232,7 @@ int cuda_moe_route(struct baton_dev *dev, const struct baton_moe_layer *l,
 		.x = l->x, .xn = l->xn, .norm = l->norm, .norm_dtype = l->norm_dtype,
 		.d_model = l->d_model, .batch = l->batch,
 	};
-	if ((rc = launch(dev, dev->k_norm, l->batch, 1, 32 * BATON_CUDA_WARPS, &na,
+	if ((rc = cuda_launch(dev, dev->k_norm, l->batch, 1, 32 * BATON_CUDA_WARPS, &na,
 	         "cuLaunchKernel baton_moe_rmsnorm")))
 		return rc;
 	const uint32_t nt = l->batch < BATON_CUDA_NT ? l->batch : BATON_CUDA_NT;
@@ -285,7 +245,7 @@ int cuda_moe_route(struct baton_dev *dev, const struct baton_moe_layer *l,
 	};
 	const int v = variant_of(nt);
 	const uint32_t per = 1u << v, rows = BATON_CUDA_WARPS * BATON_CUDA_ROWS(per);
-	if ((rc = launch(dev, dev->k_gemv[v], (l->batch + per - 1) / per,
+	if ((rc = cuda_launch(dev, dev->k_gemv[v], (l->batch + per - 1) / per,
 	         (l->n_experts + rows - 1) / rows, 32 * BATON_CUDA_WARPS, &ga,
 	         "cuLaunchKernel baton_moe_gemv (router)")))
 		return rc;
@@ -450,9 +410,9 @@ int cuda_moe_experts(struct baton_dev *dev, const struct baton_moe_layer *l,
 	const uint32_t T = 32 * BATON_CUDA_WARPS;
 	const uint32_t rows = BATON_CUDA_WARPS * BATON_CUDA_ROWS(1u << v);
 	const uint32_t grows = BATON_CUDA_WARPS * BATON_CUDA_GATE_ROWS(1u << v);
-	if ((rc = launch(dev, dev->k_gate_up[v], (uint32_t)n_chunks, (l->d_ff + grows - 1) / grows,
+	if ((rc = cuda_launch(dev, dev->k_gate_up[v], (uint32_t)n_chunks, (l->d_ff + grows - 1) / grows,
 	         T, &fa, "cuLaunchKernel baton_moe_gate_up")) ||
-	    (rc = launch(dev, dev->k_down[v], (uint32_t)n_chunks, (l->d_model + rows - 1) / rows,
+	    (rc = cuda_launch(dev, dev->k_down[v], (uint32_t)n_chunks, (l->d_model + rows - 1) / rows,
 	         T, &fa, "cuLaunchKernel baton_moe_down")))
 		return rc;
 	struct baton_cuda_reduce_args ra = {
@@ -460,7 +420,7 @@ int cuda_moe_experts(struct baton_dev *dev, const struct baton_moe_layer *l,
 		.batch = l->batch,
 	};
 	const uint64_t total = (uint64_t)l->batch * l->d_model;
-	return launch(dev, dev->k_reduce, (uint32_t)((total + 255) / 256), 1, 256, &ra,
+	return cuda_launch(dev, dev->k_reduce, (uint32_t)((total + 255) / 256), 1, 256, &ra,
 	    "cuLaunchKernel baton_moe_reduce");
 }
 
@@ -508,7 +468,7 @@ int cuda_moe_experts_dev(struct baton_dev *dev, const struct baton_moe_layer *l,
 		.table = table, .ids = ids, .chunks = dev->desc.p, .pairs = dev->desc.p + off_pairs,
 		.n = (uint32_t)n,
 	};
-	if ((rc = launch(dev, dev->k_chunks, (uint32_t)((n + 255) / 256), 1, 256, &ca,
+	if ((rc = cuda_launch(dev, dev->k_chunks, (uint32_t)((n + 255) / 256), 1, 256, &ca,
 	         "cuLaunchKernel baton_moe_chunks")))
 		return rc;
 	struct baton_cuda_ffn_args fa = {
@@ -523,9 +483,9 @@ int cuda_moe_experts_dev(struct baton_dev *dev, const struct baton_moe_layer *l,
 	const uint32_t T = 32 * BATON_CUDA_WARPS;
 	const uint32_t rows = BATON_CUDA_WARPS * BATON_CUDA_ROWS(1);
 	const uint32_t grows = BATON_CUDA_WARPS * BATON_CUDA_GATE_ROWS(1);
-	if ((rc = launch(dev, dev->k_gate_up[0], (uint32_t)n, (l->d_ff + grows - 1) / grows, T, &fa,
+	if ((rc = cuda_launch(dev, dev->k_gate_up[0], (uint32_t)n, (l->d_ff + grows - 1) / grows, T, &fa,
 	         "cuLaunchKernel baton_moe_gate_up")) ||
-	    (rc = launch(dev, dev->k_down[0], (uint32_t)n, (l->d_model + rows - 1) / rows, T, &fa,
+	    (rc = cuda_launch(dev, dev->k_down[0], (uint32_t)n, (l->d_model + rows - 1) / rows, T, &fa,
 	         "cuLaunchKernel baton_moe_down")))
 		return rc;
 	struct baton_cuda_reduce_args ra = {
@@ -533,6 +493,6 @@ int cuda_moe_experts_dev(struct baton_dev *dev, const struct baton_moe_layer *l,
 		.batch = l->batch,
 	};
 	const uint64_t total = (uint64_t)l->batch * l->d_model;
-	return launch(dev, dev->k_reduce, (uint32_t)((total + 255) / 256), 1, 256, &ra,
+	return cuda_launch(dev, dev->k_reduce, (uint32_t)((total + 255) / 256), 1, 256, &ra,
 	    "cuLaunchKernel baton_moe_reduce");
 }

@@ -1,12 +1,12 @@
 /*
- * ops_cuda.cu: the dense ops of the forward pass on the cuda backend
+ * ops.cu: the dense ops of the forward pass on the cuda backend
  * (embedding rows, RMSNorm, matmul, RoPE, attention, SwiGLU, add), the
- * slots of engine/backend/backend.h; ops_cuda_launch.c loads them from the
+ * slots of engine/backend/backend.h; ops_launch.c loads them from the
  * embedded fatbin and launches them.
  *
  * Simple kernels, in the host's arithmetic (engine/backend/host/ops.c): every dot
- * is the fixed 32-lane order of engine_int.h done by one warp (see
- * ops_cuda.h), multiplies and adds written as __fmul_rn / __fadd_rn so
+ * is the fixed 32-lane order of host/host.h done by one warp (see
+ * ops.h), multiplies and adds written as __fmul_rn / __fadd_rn so
  * that nvcc fuses none of them, divisions and square roots IEEE. What
  * differs from the host is expf, sinf and cosf (the device's, a couple of
  * ulp apart), which docs/internals/model.md's tolerance covers.
@@ -359,7 +359,7 @@ __device__ __forceinline__ void matmul(const baton_ops_matmul_args &a)
 		}
 }
 
-/* baton_ops_matmul_<N>_<kind>, the kinds of ops_cuda.h in its order */
+/* baton_ops_matmul_<N>_<kind>, the kinds of ops.h in its order */
 #define BATON_MATMUL(N, NAME, DT)                                              \
 	extern "C" __global__ void __launch_bounds__(THREADS)                  \
 	baton_ops_matmul_##N##_##NAME(baton_ops_matmul_args a) { matmul<N, DT>(a); }

@@ -1,10 +1,10 @@
 /*
- * ops_cuda.h: internal to the `cuda` backend. The argument blocks of the
- * forward-pass kernels in ops_cuda.cu, shared by their launcher
- * (ops_cuda_launch.c) and the CUDA compiler: each kernel takes one struct
+ * ops.h: internal to the `cuda` backend. The argument blocks of the
+ * forward-pass kernels in ops.cu, shared by their launcher
+ * (ops_launch.c) and the CUDA compiler: each kernel takes one struct
  * by value, fixed-width fields and no padding, so both sides agree on it.
  *
- * Every dot product of these kernels is the fixed order of engine_int.h,
+ * Every dot product of these kernels is the fixed order of host/host.h,
  * which one warp computes as it is written: lane l accumulates elements
  * l, l + 32, ... (a multiply, then an add: never fused), the butterfly
  * __shfl_xor over 16, 8, 4, 2, 1 is the contract's tree, the tail follows

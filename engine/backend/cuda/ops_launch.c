@@ -1,7 +1,7 @@
 /*
- * ops_cuda_launch.c: the forward pass's dense ops on the `cuda` backend
+ * ops_launch.c: the forward pass's dense ops on the `cuda` backend
  * (the slots embed, rmsnorm, matmul, rope, attention, swiglu, add and
- * route of engine/backend/backend.h): argument checks, the kernels of ops_cuda.cu
+ * route of engine/backend/backend.h): argument checks, the kernels of ops.cu
  * (embedded as a fatbin) and their launches on the context's stream.
  *
  * Checks are the host backend's (engine/backend/host/ops.c), so both refuse the
@@ -9,7 +9,7 @@
  * arrays (token ids, positions, frequencies) are copied into a pinned
  * ring and queued to the device; a call waits only when it reuses a half
  * of the ring whose copies have not run yet. route copies the logits back and
- * chooses on the host with ops_host.c's own code: one definition of the
+ * chooses on the host with host/ops.c's own code: one definition of the
  * rule, and rows * n_experts floats are little to move.
  */
 #include <stdio.h>
@@ -19,7 +19,6 @@
 #include "engine/backend/cuda/cuda_int.h"
 #include "engine/backend/host/host.h"
 #include "engine/backend/cuda/ops.h"
-#include "engine/backend/host/ops.h"
 
 extern const unsigned char baton_engine_backend_cuda_ops_fatbin[];
 extern const size_t baton_engine_backend_cuda_ops_fatbin_len;
@@ -125,7 +124,7 @@ void cuda_ops_free(struct baton_dev *dev)
 	dev->ops_mod = NULL;
 }
 
-/* ---- checks (ops_host.c's) ------------------------------------------------- */
+/* ---- checks (host/ops.c's) ------------------------------------------------- */
 
 /* An f32 buffer of n floats at p: non-null, aligned, not wrapping. */
 static int f32_buf(baton_dptr p, uint64_t n)
@@ -166,18 +165,9 @@ static int weight_ok(struct baton_dev *dev, const char *op, uint32_t dtype, uint
 
 /* ---- launching ------------------------------------------------------------- */
 
-static int launch(struct baton_dev *dev, CUfunction f, uint32_t gx, uint32_t gy,
-    uint32_t threads, void *args, const char *what)
-{
-	void *params[] = { args };
-	CU(dev, dev->d->LaunchKernel(f, gx, gy, 1, threads, 1, 1, 0, dev->stream, params, NULL),
-	    what);
-	return 0;
-}
-
 /* Queues host bytes (two arrays, the second 16-byte aligned after the
  * first) to the device: *da, *db get their device addresses. They go
- * through the staging ring (backend_cuda_int.h): the next free bytes of
+ * through the staging ring (cuda_int.h): the next free bytes of
  * the current half, or the other half once its copies have run. */
 static int stage_args(struct baton_dev *dev, const void *a, uint64_t an, const void *b,
     uint64_t bn, CUdeviceptr *da, CUdeviceptr *db)
@@ -263,7 +253,7 @@ int cuda_op_embed(struct baton_dev *dev, baton_dptr table, uint32_t dtype, uint3
 		.table = table, .tokens = dt, .out = out, .row_bytes = rb,
 		.dtype = dtype, .cols = cols, .n = n,
 	};
-	return launch(dev, dev->k_embed, n, 1, 256, &a, "cuLaunchKernel baton_ops_embed");
+	return cuda_launch(dev, dev->k_embed, n, 1, 256, &a, "cuLaunchKernel baton_ops_embed");
 }
 
 int cuda_op_rmsnorm(struct baton_dev *dev, baton_dptr x, baton_dptr out, uint32_t rows,
@@ -286,7 +276,7 @@ int cuda_op_rmsnorm(struct baton_dev *dev, baton_dptr x, baton_dptr out, uint32_
 	const uint32_t blocks = (rows + BATON_OPS_WARPS - 1) / BATON_OPS_WARPS;
 	if (blocks > 0x7fffffffu)
 		return refuse(dev, BATON_ERANGE, "rmsnorm", "too many rows");
-	return launch(dev, dev->k_rmsnorm, blocks, 1, OPS_THREADS, &a,
+	return cuda_launch(dev, dev->k_rmsnorm, blocks, 1, OPS_THREADS, &a,
 	    "cuLaunchKernel baton_ops_rmsnorm");
 }
 
@@ -330,7 +320,7 @@ int cuda_op_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint32
 	}
 	if (kind >= 1 && kind <= 3)
 		a.vec = w % 16 == 0 && rb % 16 == 0 && k % (kind == 1 ? 128 : 256) == 0;
-	return launch(dev, dev->k_matmul[!one][kind], gx, gy, OPS_THREADS, &a,
+	return cuda_launch(dev, dev->k_matmul[!one][kind], gx, gy, OPS_THREADS, &a,
 	    "cuLaunchKernel baton_ops_matmul");
 }
 
@@ -353,7 +343,7 @@ int cuda_op_rope(struct baton_dev *dev, baton_dptr x, uint32_t rows, uint32_t n_
 		.x = x, .pos = dp, .inv_freq = df, .n_heads = n_heads, .head_dim = head_dim,
 		.mscale = mscale,
 	};
-	return launch(dev, dev->k_rope, rows, n_heads, half < 256 ? half : 256, &a,
+	return cuda_launch(dev, dev->k_rope, rows, n_heads, half < 256 ? half : 256, &a,
 	    "cuLaunchKernel baton_ops_rope");
 }
 
@@ -410,7 +400,7 @@ int cuda_op_attention(struct baton_dev *dev, const struct baton_attn *a)
 		void *params[] = { &k };
 		CU(dev, dev->d->LaunchKernel(dev->k_attn_part, nq, H, (uint32_t)gc, OPS_THREADS, 1, 1,
 		    0, dev->stream, params, NULL), "cuLaunchKernel baton_ops_attn_part");
-		if (gc > 1 && (rc = launch(dev, dev->k_attn_comb, nq, H, OPS_THREADS, &k,
+		if (gc > 1 && (rc = cuda_launch(dev, dev->k_attn_comb, nq, H, OPS_THREADS, &k,
 		         "cuLaunchKernel baton_ops_attn_combine")))
 			return rc;
 	}
@@ -433,7 +423,7 @@ int cuda_op_kv_store(struct baton_dev *dev, const struct baton_kv_store *s)
 		.k = s->k, .v = s->v, .k_cache = s->k_cache, .v_cache = s->v_cache, .slots = slots,
 		.n = s->n, .cols = s->cols,
 	};
-	return launch(dev, dev->k_kv_store, s->n, 1, 128, &a, "cuLaunchKernel baton_ops_kv_store");
+	return cuda_launch(dev, dev->k_kv_store, s->n, 1, 128, &a, "cuLaunchKernel baton_ops_kv_store");
 }
 
 int cuda_op_swiglu(struct baton_dev *dev, baton_dptr gate, baton_dptr up, baton_dptr out,
@@ -445,7 +435,7 @@ int cuda_op_swiglu(struct baton_dev *dev, baton_dptr gate, baton_dptr up, baton_
 	if ((rc = cuda_cur(dev)))
 		return rc;
 	struct baton_ops_swiglu_args a = { .gate = gate, .up = up, .out = out, .n = n };
-	return launch(dev, dev->k_swiglu, blocks_for(n), 1, 256, &a,
+	return cuda_launch(dev, dev->k_swiglu, blocks_for(n), 1, 256, &a,
 	    "cuLaunchKernel baton_ops_swiglu");
 }
 
@@ -461,7 +451,7 @@ int cuda_op_add(struct baton_dev *dev, baton_dptr x, baton_dptr y, baton_dptr ga
 	if ((rc = cuda_cur(dev)))
 		return rc;
 	struct baton_ops_add_args a = { .x = x, .y = y, .gate = gate, .rows = rows, .cols = cols };
-	return launch(dev, dev->k_add, blocks_for(n), 1, 256, &a, "cuLaunchKernel baton_ops_add");
+	return cuda_launch(dev, dev->k_add, blocks_for(n), 1, 256, &a, "cuLaunchKernel baton_ops_add");
 }
 
 int cuda_op_route(struct baton_dev *dev, baton_dptr logits, uint32_t rows, uint32_t n_experts,

@@ -1,5 +1,5 @@
 /*
- * ops_cuda_test.c: the cuda backend's forward-pass ops (engine/backend/cuda/ops.cu)
+ * ops_test.c: the cuda backend's forward-pass ops (engine/backend/cuda/ops.cu)
  * against the host backend's (engine/backend/host/ops.c, the reference), on random
  * data, through the backend table as the model calls them; and their
  * refusals. Built only with CUDA=1; without a driver or a device every
@@ -9,7 +9,7 @@
  *   - embed, rmsnorm and matmul: bit for bit, for every dtype the backend
  *     computes (f32, f16, bf16, q8_0, q4_K, q5_K, q6_K), with and without
  *     a tail of cols % 32, bias and accumulate: the weights decode exactly
- *     and the dots keep engine_int.h's order (ops_cuda.h), divisions and
+ *     and the dots keep host/host.h's order (ops.h), divisions and
  *     square roots are IEEE on both sides.
  *   - route: bit for bit (the same host code chooses, on copied logits).
  *   - rope, attention, swiglu, add: within 1e-6 of the magnitude (2e-6
@@ -26,9 +26,8 @@
 #include <string.h>
 
 #include "arena/arena.h"
-#include "engine/backend/cuda/cuda.h"
+#include "engine/backend/cuda/cuda_fixture.h"
 #include "engine/backend/host/host.h"
-#include "engine/backend/host/ops.h"
 #include "tests/t.h"
 
 static const struct baton_backend *be = &baton_backend_cuda;
@@ -67,29 +66,6 @@ static void fig(const char *name, double v)
 	printf("  fig %-40s %12.6g\n", name, v);
 	fflush(stdout);
 }
-
-/* Opens device 0, or ends the case as a pass with "skip: why". */
-static struct baton_dev *open_dev(void)
-{
-	char err[256];
-	if (cuda_backend_probe(err, sizeof err) != 0) {
-		printf("  skip: %s\n", err);
-		fflush(stdout);
-		exit(0);
-	}
-	struct baton_dev *dev = NULL;
-	int rc = be->open(0, 0, &dev, err, sizeof err);
-	T_ASSERT_MSG(rc == 0, "open: %s (%s)", baton_errname(rc), err);
-	return dev;
-}
-
-#define T_CU(dev, expr)                                                        \
-	do {                                                                   \
-		int t_rc_ = (expr);                                            \
-		if (t_rc_ != 0)                                                \
-			T_FAIL("%s gave %s: %s", #expr, baton_errname(t_rc_),  \
-			    cuda_backend_last_error(dev));                     \
-	} while (0)
 
 /* A device copy of n host bytes. */
 static baton_dptr up(struct baton_dev *dev, const void *p, uint64_t n)
@@ -135,7 +111,7 @@ static uint8_t *weights(int dt, uint32_t rows, uint32_t cols, uint64_t *bytes)
 				uint16_t h = baton_f32_to_f16(frand() / 100);
 				memcpy(row + b * 34, &h, 2);
 			}
-		if (kquant_is(dt))
+		if (baton_kquant_is(dt))
 			for (uint32_t b = 0; b < cols / 256; b++) {
 				uint8_t *blk = row + b * (rb / (cols / 256));
 				uint16_t d = baton_f32_to_f16(frand() / 200), m = baton_f32_to_f16(frand() / 50);
@@ -223,13 +199,13 @@ static void matmul_case(struct baton_dev *dev, int dt, uint32_t n_out, uint32_t 
 
 static void t_matmul(void)
 {
-	struct baton_dev *dev = open_dev();
+	struct baton_dev *dev = cuda_fixture_open();
 	for (size_t i = 0; i < N_DTS; i++) {
 		const int dt = DTS[i];
 		const int plain = dt == BATON_DT_F32 || dt == BATON_DT_F16 || dt == BATON_DT_BF16;
 		/* k = 96: no 16-byte loads; 512: with them (plain types) */
 		const uint32_t ks[] = { 96, 512 };
-		for (int j = kquant_is(dt) ? 1 : 0; j < 2; j++) {
+		for (int j = baton_kquant_is(dt) ? 1 : 0; j < 2; j++) {
 			const uint32_t k = ks[j];
 			matmul_case(dev, dt, 37, k, 1, -1, 0);
 			matmul_case(dev, dt, 37, k, 11, BATON_DT_F32, 0); /* two groups of 8 rows */
@@ -245,11 +221,11 @@ static void t_matmul(void)
 			matmul_case_at(dev, dt, 21, 512, 9, -1, 0, 1);
 			matmul_case_at(dev, dt, 21, 512, 1, -1, 0, dt == BATON_DT_F32 ? 4 : 2);
 		} else {
-			matmul_case_at(dev, dt, 21, kquant_is(dt) ? 512 : 96, 9, -1, 0, 1);
+			matmul_case_at(dev, dt, 21, baton_kquant_is(dt) ? 512 : 96, 9, -1, 0, 1);
 			/* blocks beyond one round of the kernel's loads (4 K-quant
 			 * blocks, 32 q8_0 blocks in groups of 8) and a remainder,
 			 * at odd addresses too */
-			const uint32_t kl = kquant_is(dt) ? 1280 : 1088;
+			const uint32_t kl = baton_kquant_is(dt) ? 1280 : 1088;
 			matmul_case(dev, dt, 19, kl, 1, -1, 0);
 			matmul_case(dev, dt, 19, kl, 11, BATON_DT_F32, 1);
 			matmul_case_at(dev, dt, 19, kl, 3, -1, 0, 3);
@@ -260,11 +236,11 @@ static void t_matmul(void)
 
 static void t_embed_rmsnorm(void)
 {
-	struct baton_dev *dev = open_dev();
+	struct baton_dev *dev = cuda_fixture_open();
 	const uint32_t tokens[] = { 3, 0, 15, 3, 9 }, n = 5, V = 16;
 	for (size_t i = 0; i < N_DTS; i++) {
 		const int dt = DTS[i];
-		const uint32_t C = kquant_is(dt) ? 256 : 64;
+		const uint32_t C = baton_kquant_is(dt) ? 256 : 64;
 		uint64_t tb;
 		uint8_t *table = weights(dt, V, C, &tb);
 		float *got = malloc((size_t)n * C * 4), *want = malloc((size_t)n * C * 4);
@@ -313,7 +289,7 @@ static void t_embed_rmsnorm(void)
 
 static void t_route(void)
 {
-	struct baton_dev *dev = open_dev();
+	struct baton_dev *dev = cuda_fixture_open();
 	enum { R = 7, E = 60, K = 4 };
 	float *l = rvec((size_t)R * E);
 	l[5] = l[6] = l[7] = 2.0f; /* a tie in row 0 */
@@ -373,7 +349,7 @@ static void t_route(void)
 
 static void t_rope(void)
 {
-	struct baton_dev *dev = open_dev();
+	struct baton_dev *dev = cuda_fixture_open();
 	enum { R = 4, NH = 3, HD = 64 };
 	const uint32_t pos[] = { 0, 7, 1000, 40000 };
 	float inv[HD / 2];
@@ -450,7 +426,7 @@ static void attention_case(struct baton_dev *dev, uint32_t n_q, uint32_t pos0, u
 
 static void t_attention(void)
 {
-	struct baton_dev *dev = open_dev();
+	struct baton_dev *dev = cuda_fixture_open();
 	for (int paged = 0; paged < 2; paged++) {
 		attention_case(dev, 1, 0, 4, 2, 32, paged);     /* the first token */
 		attention_case(dev, 19, 0, 4, 2, 16, paged);    /* a prefill */
@@ -466,7 +442,7 @@ static void t_attention(void)
 /* kv_store: bitwise the host's, refusals alike. */
 static void t_kv_store(void)
 {
-	struct baton_dev *dev = open_dev();
+	struct baton_dev *dev = cuda_fixture_open();
 	const uint32_t N = 5, C = 96, ROWS = 40;
 	float *k = rvec((size_t)N * C), *v = rvec((size_t)N * C);
 	float *kc = rvec((size_t)ROWS * C), *vc = rvec((size_t)ROWS * C);
@@ -497,7 +473,7 @@ static void t_kv_store(void)
 
 static void t_swiglu_add(void)
 {
-	struct baton_dev *dev = open_dev();
+	struct baton_dev *dev = cuda_fixture_open();
 	const uint32_t R = 5, C = 300;
 	const uint64_t n = (uint64_t)R * C;
 	float *g = rvec(n), *u = rvec(n), *got = malloc(n * 4), *want = malloc(n * 4);
@@ -565,7 +541,7 @@ static double time_matmul(struct baton_dev *dev, int dt, uint32_t n_out, uint32_
 
 static void t_perf(void)
 {
-	struct baton_dev *dev = open_dev();
+	struct baton_dev *dev = cuda_fixture_open();
 	char name[64];
 	/* Qwen3-30B-A3B's shapes: the output head (151936 x 2048), the q
 	 * projection (4096 x 2048) at batch 1; a 512-token prefill of it */
@@ -644,7 +620,7 @@ static void t_perf(void)
 
 static void t_refusals(void)
 {
-	struct baton_dev *dev = open_dev();
+	struct baton_dev *dev = cuda_fixture_open();
 	baton_dptr b = 0;
 	T_CU(dev, be->alloc(dev, 1 << 16, &b));
 	const uint32_t tok_bad[] = { 16 }, pos[] = { 0 };

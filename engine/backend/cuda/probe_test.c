@@ -8,8 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "engine/backend/cuda/cuda.h"
-#include "engine/backend/cuda/driver.h"
+#include "engine/backend/cuda/cuda_fixture.h"
 #include "tests/t.h"
 
 #define NSEG 59
@@ -33,25 +32,12 @@ static void *release_range(void *arg)
 
 static void t_release_threads(void)
 {
-	char err[256];
-	if (cuda_backend_probe(err, sizeof err) != 0) {
-		printf("  skip: %s\n", err);
-		return;
-	}
 	const struct cuda_driver *d;
-	T_OK(cuda_driver_load(&d, err, sizeof err));
 	CUdevice dev;
-	CUcontext ctx;
-	T_ASSERT(d->Init(0) == CUDA_SUCCESS);
-	T_ASSERT(d->DeviceGet(&dev, 0) == CUDA_SUCCESS);
-	T_ASSERT(d->DevicePrimaryCtxRetain(&ctx, dev) == CUDA_SUCCESS);
-	T_ASSERT(d->CtxSetCurrent(ctx) == CUDA_SUCCESS);
+	CUcontext ctx = cuda_fixture_driver(&d, &dev);
 	CUmemAllocationProp prop;
-	memset(&prop, 0, sizeof prop);
-	prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-	prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-	prop.location.id = dev;
-	CUmemAccessDesc acc = { .location = prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+	CUmemAccessDesc acc;
+	cuda_fixture_vmm_prop(dev, &prop, &acc);
 	CUdeviceptr base;
 	T_ASSERT(d->MemAddressReserve(&base, NSEG * SEG, 0, 0, 0) == CUDA_SUCCESS);
 	const int threads[] = { 1, 2, 4, 8 };

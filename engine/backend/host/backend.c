@@ -1,9 +1,10 @@
 /*
- * backend_host.c: the `host` backend. A full backend, not a mock: the
+ * backend.c: the `host` backend (the top of engine/backend/host/). A full
+ * backend, not a mock: the
  * device's memory is host memory with the same VMM semantics as CUDA's.
  *
  *   reserve    mmap(PROT_NONE, MAP_NORESERVE) aligned to the granularity
- *   map        charge the shared capacity (hostdev.h) first, then
+ *   map        charge the shared capacity (device.h) first, then
  *              memfd_create + fallocate (the pages exist) +
  *              mmap(MAP_FIXED|MAP_SHARED) at the address + populate (the
  *              page tables too: MADV_POPULATE_WRITE, or MAP_POPULATE on
@@ -37,7 +38,7 @@
  * with a bad copy copies nothing.
  *
  * The device's capacity, its sharing between processes, and what happens
- * when an owner dies: see hostdev.h.
+ * when an owner dies: see device.h.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -52,7 +53,6 @@
 
 #include "engine/backend/backend.h"
 #include "engine/backend/host/host.h"
-#include "engine/backend/host/ops.h"
 #include "engine/backend/host/device.h"
 
 #define HOST_GRANULARITY (2u << 20)

@@ -1,5 +1,5 @@
 /*
- * hostdev.c: the shared capacity of a host "device" (see hostdev.h).
+ * device.c: the shared capacity of a host "device" (see device.h).
  */
 #include "engine/backend/host/device.h"
 

@@ -1,6 +1,7 @@
 /*
- * hostdev.h (internal to engine/): the capacity of a host "device", shared
- * by every process that opens it, the way a GPU's memory is.
+ * device.h (internal to engine/backend/host/: device.c, backend.c and the
+ * tests here; other folders use host.h): the capacity of a host "device",
+ * shared by every process that opens it, the way a GPU's memory is.
  *
  * Device <index> is a small state file, $BATON_HOSTDEV_DIR/hostdev-<index>
  * (default directory /dev/shm/baton), holding a header (magic, version,
@@ -26,8 +27,8 @@
  * handle (BATON_ESTATE); hostdev_close() in the child only frees memory.
  * One handle may be used by several threads (a mutex serialises them).
  */
-#ifndef BATON_ENGINE_HOSTDEV_H
-#define BATON_ENGINE_HOSTDEV_H
+#ifndef BATON_ENGINE_BACKEND_HOST_DEVICE_H
+#define BATON_ENGINE_BACKEND_HOST_DEVICE_H
 
 #include <stddef.h>
 #include <stdint.h>

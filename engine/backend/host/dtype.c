@@ -1,7 +1,7 @@
 /*
  * dtype.c: the row kernels (decode, dot) of the dtypes the host computes
  * (the f16/bf16 codec itself is the arena's, in arena.h). The accumulation
- * order is the contract written in engine_int.h (32 independent f32
+ * order is the contract written in host.h (32 independent f32
  * lanes, a fixed tree, the tail); the baseline kernels are SSE2 (the
  * x86-64 baseline) through gcc's vector extension and intrinsics, with
  * AVX2 + F16C chosen at run time; every kernel keeps that order, so all
@@ -29,7 +29,7 @@
 #include "arena/arena.h"
 #include "engine/backend/host/host.h"
 
-#define LANES 32u  /* accumulation lanes: the contract of engine_int.h */
+#define LANES 32u  /* accumulation lanes: the contract of host.h */
 #define CHUNK 256u  /* elements decoded at a time; a multiple of LANES and 32,
 		     * and one K-quant super-block */
 #define NX_MAX 8u   /* vectors per pass of baton_dot_rows */
@@ -192,6 +192,20 @@ static void decode_q8_0(const uint8_t *src, float *restrict dst, uint32_t n)
 	}
 }
 
+/* One K-quant super-block into out[256] (arena/kquant.c's decoder): its
+ * AVX2 build while the AVX2 kernels are in use, else the baseline; the
+ * same bits either way. */
+static void kquant_decode(int dtype, const uint8_t *blk, float *out)
+{
+#if BATON_KQUANT_AVX2
+	if (baton_kernels_avx2(-1)) {
+		baton_kquant_decode_block_avx2(dtype, blk, out);
+		return;
+	}
+#endif
+	baton_kquant_decode_block(dtype, blk, out);
+}
+
 /* Elements [start, start+n) of the row as f32: a pointer into the row for
  * aligned f32, else decoded into buf. */
 static const float *decode_chunk(int dtype, const uint8_t *row, uint32_t start,
@@ -214,7 +228,7 @@ static const float *decode_chunk(int dtype, const uint8_t *row, uint32_t start,
 	case BATON_DT_Q4_K:
 	case BATON_DT_Q5_K:
 	case BATON_DT_Q6_K: /* a chunk is one super-block */
-		kquant_decode_block(dtype, row + baton_dtype_row_bytes(dtype, start), buf);
+		kquant_decode(dtype, row + baton_dtype_row_bytes(dtype, start), buf);
 		return buf;
 	default: /* BATON_DT_Q8_0 */
 		decode_q8_0(row + (size_t)start / Q8_0_BLOCK * Q8_0_BYTES, buf, n);
@@ -239,7 +253,7 @@ int baton_dequant_row(int dtype, const void *row, float *out, uint32_t cols)
 }
 
 /* ---- dot products --------------------------------------------------------
- * The contract (engine_int.h): 32 f32 lanes, element i to lane i % 32 for
+ * The contract (host.h): 32 f32 lanes, element i to lane i % 32 for
  * the first cols & ~31 elements, the lanes summed as a fixed tree, then
  * the tail in order. 32 lanes are eight SSE or four AVX registers: enough
  * independent additions in flight that the adds' latency does not limit a
@@ -429,7 +443,7 @@ TARGET_AVX2 static ALWAYS_INLINE void avx2_dot(int dtype, const uint8_t *row, ui
 	uint32_t n32 = n & ~(LANES - 1);
 	float acc[LANES];
 	/* K-quants: a super-block decoded at a time, then read as f32. */
-	const int kq = kquant_is(dtype);
+	const int kq = baton_kquant_is(dtype);
 	const uint64_t kbytes = kq ? baton_dtype_row_bytes(dtype, 256) : 0;
 	float kb[256];
 
@@ -439,7 +453,7 @@ TARGET_AVX2 static ALWAYS_INLINE void avx2_dot(int dtype, const uint8_t *row, ui
 	for (uint32_t i = 0; i < n32; i += LANES) {
 		if (kq) {
 			if (i % 256 == 0)
-				kquant_decode_block(dtype, row + (size_t)(i / 256) * kbytes, kb);
+				kquant_decode(dtype, row + (size_t)(i / 256) * kbytes, kb);
 			avx2_w32(BATON_DT_F32, (const uint8_t *)kb, i % 256,
 			    &w0, &w1, &w2, &w3);
 		} else {

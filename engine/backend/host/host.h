@@ -1,10 +1,16 @@
 /*
- * engine_int.h: internal to the engine component (not a public door).
+ * host.h: the door of engine/backend/host/, the `host` backend (the CPU;
+ * always built, runs everywhere): its backend table (baton_backend_host,
+ * declared in engine/backend/backend.h), the row kernels every other
+ * backend is checked against, the reference MoE math and the reference
+ * dense ops. Other folders include this header only; device.h (the host
+ * device's shared capacity file) is internal to host/.
  *
- * dtype.c: row kernels for the weight types the host can compute (f32,
- * f16, bf16, q8_0, and q4_K, q5_K, q6_K decoded by dtype_kquant.c).
- * moe_host.c: the MoE math of the `host` backend, the CPU reference every
- * other backend is checked against.
+ * Files, bottom to top: dtype.c (row kernels for the weight types the host
+ * can compute: f32, f16, bf16, q8_0, and q4_K, q5_K, q6_K decoded by
+ * arena/kquant.c through arena.h), moe.c (the MoE math and the worker
+ * pool), ops.c (the forward pass's dense ops), device.c (the memfd
+ * device's capacity, device.h) and backend.c (the backend table).
  *
  * Numerics, the contract other backends are compared with:
  *   - Every supported dtype dequantizes to defined f32 values: exactly for
@@ -24,8 +30,8 @@
  *     a one-vector dot not to wait on the adder's latency.)
  *   - No fused multiply-add anywhere (gcc -std=c11 does not contract).
  */
-#ifndef BATON_ENGINE_INT_H
-#define BATON_ENGINE_INT_H
+#ifndef BATON_ENGINE_BACKEND_HOST_H
+#define BATON_ENGINE_BACKEND_HOST_H
 
 #include <stdint.h>
 
@@ -46,7 +52,8 @@ uint64_t baton_compute_row_bytes(int dtype, uint64_t cols);
 
 /* Decodes one row of `cols` elements into out[cols] (exactly, see above).
  * q8_0: blocks of 34 bytes, an f16 scale d then 32 int8 qs, value d*qs[i];
- * the K-quants: ggml's super-blocks of 256 (see dtype_kquant.c).
+ * the K-quants: ggml's super-blocks of 256 (baton_kquant_decode_block,
+ * arena/kquant.c).
  * The row may be at any alignment. BATON_EUNSUPPORTED for a dtype the host
  * cannot compute; BATON_EINVAL for NULL pointers, cols 0 or cols not a
  * multiple of the block size. */
@@ -69,15 +76,7 @@ int baton_dot_rows(int dtype, const void *row, uint32_t cols,
  * while another thread computes. */
 int baton_kernels_avx2(int on);
 
-/* ---- dtype_kquant.c ------------------------------------------------------ */
-
-/* 1 for q4_K, q5_K and q6_K. */
-int kquant_is(int dtype);
-/* Decodes one super-block (144, 176 or 210 bytes, any alignment) of a
- * K-quant dtype into out[256], bit for bit as ggml's dequantize_row_*. */
-void kquant_decode_block(int dtype, const uint8_t *blk, float *out);
-
-/* ---- moe_host.c --------------------------------------------------------- */
+/* ---- moe.c -------------------------------------------------------------- */
 
 /* The host backend's moe_route, moe_experts and can_compute (see
  * engine/backend/backend.h for the contract); a baton_dptr is a host address.
@@ -121,5 +120,50 @@ int host_moe_experts_dev(struct baton_dev *dev, const struct baton_moe_layer *l,
  * job they spin for about 0.1 ms (the next layer's job usually follows at
  * once) and then sleep. */
 int host_moe_set_threads(int n);
+
+/* moe.c's worker pool for other ops: fn(arg, part, nparts) for every
+ * part, parts chosen from the work (`macs` multiply-adds over `rows`
+ * independent rows; small work runs on the caller alone). Serialized with
+ * the MoE kernels on their lock; returns when every part is done. An op
+ * that computes each output in one part gives the same bits at any count. */
+void host_parallel(void (*fn)(void *arg, unsigned part, unsigned nparts), void *arg,
+    uint64_t macs, uint32_t rows);
+
+/* ---- ops.c ---------------------------------------------------------------
+ * The host backend's dense ops of the forward pass, the reference the
+ * other backends are checked against (cuda's route calls host_op_route on
+ * copied logits); their exact semantics are those of the slots of the same
+ * names in engine/backend/backend.h. A baton_dptr is a host address; `dev`
+ * is not used and may be NULL. matmul and attention split their outputs
+ * over the MoE kernels' worker pool (host_moe_set_threads); each output is
+ * computed whole by one thread, so the bits do not depend on the thread
+ * count. */
+
+int host_op_embed(struct baton_dev *dev, baton_dptr table, uint32_t dtype, uint32_t vocab,
+    uint32_t cols, const uint32_t *tokens, uint32_t n, baton_dptr out);
+int host_op_rmsnorm(struct baton_dev *dev, baton_dptr x, baton_dptr out, uint32_t rows,
+    uint32_t cols, baton_dptr w, uint32_t w_dtype, float eps);
+int host_op_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint32_t n_out,
+    uint32_t k, baton_dptr b, uint32_t b_dtype, baton_dptr x, uint32_t rows,
+    baton_dptr y, int accumulate);
+int host_op_rope(struct baton_dev *dev, baton_dptr x, uint32_t rows, uint32_t n_heads,
+    uint32_t head_dim, const uint32_t *pos, const float *inv_freq, float mscale);
+int host_op_attention(struct baton_dev *dev, const struct baton_attn *a);
+int host_op_kv_store(struct baton_dev *dev, const struct baton_kv_store *s);
+int host_op_swiglu(struct baton_dev *dev, baton_dptr gate, baton_dptr up, baton_dptr out,
+    uint64_t n);
+int host_op_add(struct baton_dev *dev, baton_dptr x, baton_dptr y, baton_dptr gate,
+    uint32_t rows, uint32_t cols);
+int host_op_route(struct baton_dev *dev, baton_dptr logits, uint32_t rows, uint32_t n_experts,
+    uint32_t top_k, int rule, uint32_t *ids, float *weights);
+int host_op_route_dev(struct baton_dev *dev, baton_dptr logits, uint32_t rows,
+    uint32_t n_experts, uint32_t top_k, int rule, baton_dptr ids, baton_dptr weights);
+
+/* Rows of a call's k and v that it reads (paged: through the end of the
+ * highest block of its table); 0 for a paged call without a block size.
+ * kv_store_check: the kv_store slot's checks (0 or the error code). Both
+ * shared with the cuda backend, so that both refuse the same calls. */
+uint64_t attn_cache_rows(const struct baton_attn *a, uint64_t n_ctx);
+int kv_store_check(const struct baton_kv_store *s);
 
 #endif

@@ -6,7 +6,7 @@
  * (random bits, every kind of f16 scale: zero, subnormal, negative, the
  * largest) and blocks ggml's quantizer made from varied rows. Decoding
  * must give those values bit for bit, at any alignment; the dot kernels
- * must give the contract's bits (engine_int.h: 32 lanes, a fixed tree) of
+ * must give the contract's bits (host.h: 32 lanes, a fixed tree) of
  * those values, with the baseline and the AVX2 kernels, one vector or many.
  */
 #include <math.h>
@@ -74,9 +74,17 @@ static void t_dequant_matches_ggml(void)
 			T_OK(baton_dequant_row(kinds[k].dt, buf + align, got, fx.n_dq * 256));
 			check_values(kinds[k].name, "random blocks", got, fx.dq_values, (size_t)fx.n_dq * 256);
 			for (uint32_t b = 0; b < fx.n_dq; b++) {
+				const uint8_t *blk = buf + align + (size_t)b * fx.bytes;
 				float one[256];
-				kquant_decode_block(kinds[k].dt, buf + align + (size_t)b * fx.bytes, one);
+				baton_kquant_decode_block(kinds[k].dt, blk, one);
 				check_values(kinds[k].name, "one block", one, fx.dq_values + 256 * b, 256);
+#if BATON_KQUANT_AVX2
+				if (__builtin_cpu_supports("avx2")) {
+					baton_kquant_decode_block_avx2(kinds[k].dt, blk, one);
+					check_values(kinds[k].name, "one block (avx2)", one,
+					    fx.dq_values + 256 * b, 256);
+				}
+#endif
 			}
 			memcpy(buf + align, fx.q_blocks, (size_t)fx.n_q * fx.bytes);
 			T_OK(baton_dequant_row(kinds[k].dt, buf + align, got, fx.n_q * 256));

@@ -1,8 +1,8 @@
 /*
- * moe_host.c: the MoE math of the `host` backend (router, top-k, softmax,
+ * moe.c: the MoE math of the `host` backend (router, top-k, softmax,
  * SwiGLU experts, weighted sum), the reference the other backends are
  * checked against. The formulas and the accumulation order are written in
- * engine_int.h.
+ * host.h.
  *
  * Parallelism: large layers are split by output rows into parts, run by a
  * small pool of worker threads and the caller. Every output element is
@@ -22,7 +22,6 @@
 
 #include "arena/arena.h"
 #include "engine/backend/host/host.h"
-#include "engine/backend/host/ops.h"
 
 #define MAX_THREADS 64u
 #define NX_GROUP 8u               /* vectors per baton_dot_rows call */
@@ -631,7 +630,7 @@ int host_moe_experts(struct baton_dev *dev, const struct baton_moe_layer *l,
 	return 0;
 }
 
-/* ---- for the dense ops of the forward pass (ops_host.c) ------------------ */
+/* ---- for the dense ops of the forward pass (ops.c) ------------------ */
 
 void host_parallel(void (*fn)(void *arg, unsigned part, unsigned nparts), void *arg,
     uint64_t macs, uint32_t rows)

@@ -1,5 +1,5 @@
 /*
- * ops_host.c: the host backend's dense ops of the forward pass (embedding
+ * ops.c: the host backend's dense ops of the forward pass (embedding
  * rows, RMSNorm, matmul, RoPE, attention, SwiGLU, add, routing). Plain C,
  * f32 accumulation; every weight row goes through dtype.c's per-dtype row
  * routines (decode, dot), so a dtype the host learns is computed here too.
@@ -12,7 +12,6 @@
 
 #include "arena/arena.h"
 #include "engine/backend/host/host.h"
-#include "engine/backend/host/ops.h"
 
 #define NX_GROUP 8u /* activation rows per baton_dot_rows call */
 
