@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# test: pure (reads the tree only): make test's sanitizer pass skips it
 """layout_test.py: the layout rule of docs/internals/layout.md, checked on
 the tree (no program runs; the sanitizer pass skips it).
 
