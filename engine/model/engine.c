@@ -1,4 +1,4 @@
-/* engine.c: one model on one device; see engine.h. */
+/* engine.c: one model on one device; see model.h, the engine. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -7,7 +7,7 @@
 #include <xxhash.h>
 
 #include "arena/arena.h"
-#include "engine/model/engine.h"
+#include "engine/model/model.h"
 #include "engine/backend/fault.h"
 
 #define MIB (1024ull * 1024ull)

@@ -19,8 +19,7 @@
 #include <unistd.h>
 
 #include "arena/arena.h"
-#include "engine/model/engine.h"
-#include "engine/model/generate.h"
+#include "engine/model/model.h"
 #include "tests/t.h"
 
 static const char *backend(void)

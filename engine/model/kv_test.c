@@ -23,9 +23,8 @@
 #include <unistd.h>
 
 #include "arena/arena.h"
-#include "engine/model/engine.h"
-#include "engine/backend/fault.h"
 #include "engine/model/model.h"
+#include "engine/backend/fault.h"
 #include "tests/t.h"
 
 static const char *backend(void)

@@ -30,7 +30,7 @@
 #include <time.h>
 
 #include "arena/arena.h"
-#include "engine/model/engine.h"
+#include "engine/model/model.h"
 
 #define MIB (1024ull * 1024ull)
 #define GIB (1024ull * MIB)

@@ -35,7 +35,6 @@
 #include <time.h>
 
 #include "arena/arena.h"
-#include "engine/model/engine.h"
 #include "engine/model/model.h"
 
 #define MIB (1024ull * 1024ull)

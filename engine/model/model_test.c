@@ -33,7 +33,6 @@
 #include <unistd.h>
 
 #include "arena/arena.h"
-#include "engine/model/engine.h"
 #include "engine/model/model.h"
 #include "tests/t.h"
 

@@ -1,6 +1,6 @@
 /*
  * completion.h: the engine's COMPLETE request (proto.h) turned into a
- * generator request (generate.h): the prompt or the messages (a JSON array
+ * generator request (engine/model/model.h): the prompt or the messages (a JSON array
  * of {"role", "content"}), the stop strings (a JSON array), the sampling
  * fields over the sampler's defaults. Every field is checked here, before
  * the request waits for the engine, so a bad one costs nothing.
@@ -10,7 +10,7 @@
 
 #include <stddef.h>
 
-#include "engine/model/generate.h"
+#include "engine/model/model.h"
 #include "proto/proto.h"
 
 #define BATON_COMPLETE_MAX_MESSAGES 1024u

@@ -1,7 +1,7 @@
 /*
  * openai.h: the OpenAI-compatible API's requests and replies, as JSON
  * (jansson): a POST /v1/chat/completions or /v1/completions body checked
- * field by field and turned into a generator request (generate.h), and the
+ * field by field and turned into a generator request (engine/model/model.h), and the
  * replies shaped as OpenAI sends them: a whole chat.completion or
  * text_completion, the chunks of a stream (server-sent events), the usage
  * chunk, /v1/models, and the error object
@@ -18,7 +18,7 @@
 
 #include <jansson.h>
 
-#include "engine/model/generate.h"
+#include "engine/model/model.h"
 
 enum oai_kind { OAI_CHAT = 0, OAI_COMPLETION = 1 };
 

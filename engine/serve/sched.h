@@ -3,7 +3,7 @@
  * model (its forward passes) and runs every request in flight in the same
  * steps: each step it admits waiting requests while the KV pool has the
  * blocks they need (their prompt joins the step, in chunks), decodes every
- * running sequence with one model_step, samples each (generate.h), passes
+ * running sequence with one model_step, samples each (the generator, engine/model/model.h), passes
  * on the text that became final, and ends finished sequences at once (their
  * blocks go back to the pool).
  *
@@ -22,7 +22,7 @@
  *
  * Each request's answer equals generator_run's for the same request and
  * seed: its sampler is its own and its logits do not depend on the others
- * in the step (model.h).
+ * in the step (engine/model/model.h).
  *
  * Thread-safe: submit, cancel and stats from any thread. Callbacks run on
  * the scheduler thread, without the scheduler's lock held; they must not
@@ -34,7 +34,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/model/generate.h"
+#include "engine/model/model.h"
 
 #define BATON_SCHED_DEFAULT_MAX_SEQS  16u
 #define BATON_SCHED_DEFAULT_MAX_QUEUE 64u
@@ -55,7 +55,7 @@ struct sched_hooks {
 	void *arg;
 };
 
-/* What a request hears, on the scheduler thread. on_text as generate.h's
+/* What a request hears, on the scheduler thread. on_text as the generator's
  * (nonzero: cancel). on_done exactly once: rc 0 with the answer (res is
  * the callee's to free with generator_result_free), else the error with a
  * sentence in err (a bad request: BATON_EINVAL/ERANGE; BATON_ECLOSED

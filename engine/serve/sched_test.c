@@ -16,8 +16,6 @@
 #include <unistd.h>
 
 #include "arena/arena.h"
-#include "engine/model/engine.h"
-#include "engine/model/generate.h"
 #include "engine/model/model.h"
 #include "engine/serve/sched.h"
 #include "tests/t.h"

@@ -46,8 +46,6 @@
 #include "arena/arena.h"
 #include "engine/serve/broker_link.h"
 #include "engine/serve/completion.h"
-#include "engine/model/engine.h"
-#include "engine/model/generate.h"
 #include "engine/model/model.h"
 #include "engine/serve/openai.h"
 #include "engine/serve/sched.h"

@@ -1,5 +1,5 @@
 /*
- * serve.h: the engine's serve loop: one model on one device (engine.h),
+ * serve.h: the engine's serve loop: one model on one device (engine/model/model.h),
  * serving STATUS, GEN and the control commands (RELEASE, REFILL, VRAM,
  * PEER) on its own nng REP socket, optionally under a broker
  * (broker_link.h). The program (main_baton-engine.c) parses flags, calls
