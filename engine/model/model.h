@@ -42,6 +42,8 @@ struct baton_engine_config {
 	const char *backend;       /* "host", "cuda" or "auto" */
 	int device;
 	uint64_t cache_bytes;      /* ceiling; 0 = auto: the whole model, or what fits */
+	int whole_cache;           /* cache_bytes 0: the whole model even past what is free
+	                            * now (under a broker, which makes room) */
 	uint64_t segment_bytes;    /* 0 = 256 MiB */
 	uint64_t reserve_bytes;    /* headroom kept free when growing (--vram-reserve-mib) */
 	uint64_t host_capacity;    /* host backend device size; 0 = its default */
@@ -96,6 +98,10 @@ struct baton_engine_info {
 	uint64_t dense_bytes;          /* router + norms on the device */
 	uint64_t dev_free, dev_total;
 	const char *compute_error;     /* NULL when GEN can run on this backend */
+	/* NULL, or why "auto" runs on the host backend although a GPU is
+	 * present (/dev/nvidia0 or /proc/driver/nvidia): this build has no
+	 * CUDA backend, or the driver failed. Said on stderr at open too. */
+	const char *backend_warning;
 	double pin_s;                  /* host_register of the arena at open */
 	char peer_gpu[64];             /* the peer device's uuid; "" without one */
 	uint64_t peer_want;            /* cache_peer_want: what a peer tier could use */

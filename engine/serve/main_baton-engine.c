@@ -313,9 +313,12 @@ int main(int argc, char **argv)
 	printf("ready %s\n", serve_url());
 	if (serve_http_url()[0])
 		printf("http: %s\n", serve_http_url());
+	if (serve_warning()[0])
+		printf("warning: %s\n", serve_warning());
 	fflush(stdout);
 	/* systemd (Type=notify): a no-op without $NOTIFY_SOCKET. */
-	sd_notifyf(0, "READY=1\nSTATUS=listening on %s", serve_url());
+	sd_notifyf(0, "READY=1\nSTATUS=listening on %s%s%s", serve_url(),
+	    serve_warning()[0] ? "; WARNING: " : "", serve_warning());
 
 	for (;;) {
 		struct timespec tick = { .tv_sec = 0, .tv_nsec = 100 * 1000 * 1000 };

@@ -734,6 +734,8 @@ static void health_fields(void *arg, json_t *obj)
 	pthread_mutex_lock(&g.st_mu);
 	json_object_set_new(obj, "state", json_string(g.state));
 	json_object_set_new(obj, "level", json_string(level_name()));
+	if (g.info.backend_warning)
+		json_object_set_new(obj, "warning", json_string(g.info.backend_warning));
 	pthread_mutex_unlock(&g.st_mu);
 }
 
@@ -1001,37 +1003,18 @@ static void close_text(void)
 }
 
 /* With a broker the cache is sized for the whole model (not for what
- * happens to be free now: the broker makes room). */
+ * happens to be free now: the broker makes room); engine.c computes it. */
 int serve_open(const struct baton_serve_config *conf)
 {
 	g.o = *conf;
 	const char *listen = g.o.listen;
-	uint64_t cache_bytes = g.o.cache_mib * MIB;
-	if (g.o.broker && !cache_bytes) {
-		struct baton_arena *a;
-		char aerr[512] = "";
-		if (arena_open(g.o.arena, &a, aerr, sizeof aerr) == 0) {
-			/* engine.c's geometry: 256-byte slots, segments of 256 MiB
-			 * or the model, whole slots per segment */
-			const struct baton_arena_shape *sh = arena_shape(a);
-			uint64_t gran = 2 * MIB, n = (uint64_t)sh->layers * sh->experts;
-			uint64_t slot = (arena_max_expert_bytes(a) + 255) / 256 * 256;
-			uint64_t whole = (slot * n + gran - 1) / gran * gran;
-			uint64_t seg = g.o.segment_mib ? g.o.segment_mib * MIB : (256 * MIB < whole ? 256 * MIB : whole);
-			if (seg < slot)
-				seg = slot;
-			seg = (seg + gran - 1) / gran * gran;
-			uint64_t sps = seg / slot;
-			cache_bytes = (n + sps - 1) / sps * seg;
-			arena_close(a);
-		} /* else engine_open says what is wrong with it */
-	}
 	struct baton_engine_config cfg = {
 		.name = g.o.name,
 		.arena_path = g.o.arena,
 		.backend = g.o.backend,
 		.device = g.o.device,
-		.cache_bytes = cache_bytes,
+		.cache_bytes = g.o.cache_mib * MIB,
+		.whole_cache = g.o.broker != NULL,
 		.segment_bytes = g.o.segment_mib * MIB,
 		.reserve_bytes = g.o.reserve_mib * MIB,
 		.host_capacity = g.o.host_mib * MIB,
@@ -1107,6 +1090,8 @@ int serve_open(const struct baton_serve_config *conf)
 	    (double)g.info.cache.mapped_bytes / MIB, cache_state_name(g.info.cache.state), now_s() - t0);
 	if (g.info.compute_error)
 		logf_("warning: %s; GEN will be refused", g.info.compute_error);
+	if (g.info.backend_warning)
+		logf_("WARNING: %s", g.info.backend_warning);
 	if (g.o.use_peer)
 		logf_("peer tier on %s (device %d): empty until lent; it could use %.1f MiB",
 		    g.peer_gpu, g.o.peer_device, (double)g.info.peer_want / MIB);
@@ -1144,6 +1129,9 @@ int serve_open(const struct baton_serve_config *conf)
 	g.last_active = now_s();
 	pthread_mutex_unlock(&g.st_mu);
 	logf_("listening on %s", listen);
+	if (g.o.broker && g.o.idle_s > 0)
+		logf_("warning: --cache-release-idle under a broker: the engine releases on its own "
+		    "timer too; idle release is the broker's rule (idle_release_s)");
 	if (g.o.broker) {
 		/* Register, then ask for the whole cache; a refusal leaves it
 		 * cold until the first request. No broker in 2 s: warm alone. */
@@ -1216,6 +1204,11 @@ enum serve_broker_fail serve_broker_fail(void)
 const char *serve_url(void)
 {
 	return g.srv ? proto_server_url(g.srv) : "";
+}
+
+const char *serve_warning(void)
+{
+	return g.e && g.info.backend_warning ? g.info.backend_warning : "";
 }
 
 const char *serve_http_url(void)

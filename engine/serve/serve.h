@@ -51,6 +51,11 @@ enum serve_broker_fail serve_broker_fail(void);
 const char *serve_url(void);
 /* The OpenAI API's URL ("http://127.0.0.1:PORT"), "" without --http. */
 const char *serve_http_url(void);
+/* A warning the operator must see ("" when none): today, that "auto"
+ * runs on the host backend although a GPU is present (the engine's
+ * backend_warning, engine/model/model.h). Logged, in GET /health, and
+ * printed by the program after its ready line. */
+const char *serve_warning(void);
 /* The idle-release timer: the program calls it every 100 ms or so. */
 void serve_tick(void);
 /* Stops the receivers, closes the socket, releases the cache (the device
