@@ -332,6 +332,8 @@ static void *loop(void *arg)
 		pthread_mutex_unlock(&s->mu);
 		int may = !s->h.may_admit || s->h.may_admit(s->h.arg);
 		pthread_mutex_lock(&s->mu);
+		/* a request cancelled while begin() waited is not admitted */
+		reap_cancelled(s, &done);
 		if (may)
 			admit(s, &done, &admitted);
 		if (s->n_run == 0) {
