@@ -426,7 +426,6 @@ uint64_t model_device_route_passes(const struct baton_model *m);
  * serve loop's scheduler thread). */
 
 #define BATON_GEN_MAX_STOP 16u          /* stop strings of one request */
-#define BATON_GEN_DEFAULT_MAX_TOKENS 256u
 
 struct baton_generator;
 

@@ -45,7 +45,6 @@
 
 #include "arena/arena.h"
 #include "engine/serve/broker_link.h"
-#include "engine/serve/completion.h"
 #include "engine/model/model.h"
 #include "engine/serve/openai.h"
 #include "engine/serve/sched.h"
@@ -673,19 +672,27 @@ static void on_complete(struct proto_ctx *ctx, const struct baton_msg *req)
 		reply_err(ctx, req, BATON_EUNSUPPORTED, "complete: %s", g.gen_error);
 		return;
 	}
-	struct completion c;
-	char err[512] = "";
-	int rc = completion_parse(req, &c, err, sizeof err);
-	if (rc) {
-		reply_err(ctx, req, rc, "complete: %s", err);
+	/* the HTTP API's parser (openai.h); unseeded, the sampler's default
+	 * seed: a COMPLETE repeats (the HTTP API draws a random one) */
+	struct oai_request c;
+	struct oai_error oe;
+	if (oai_parse(OAI_AUTO, g.model_name, req->body, strlen(req->body),
+	        baton_sample_defaults().seed, &c, &oe) != 0) {
+		reply_err(ctx, req, oai_error_code(&oe), "complete: %s", oe.message);
+		return;
+	}
+	if (c.stream) {
+		oai_request_free(&c);
+		reply_err(ctx, req, BATON_EUNSUPPORTED, "complete: stream: the complete op answers whole "
+		    "(stream over the OpenAI API, --http)");
 		return;
 	}
 	struct complete_wait w = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
 	struct sched_cb cb = { .on_done = complete_done, .arg = &w };
 	double t0 = now_s();
-	rc = sched_submit(g.sched, &c.q, &cb, NULL);
+	int rc = sched_submit(g.sched, &c.q, &cb, NULL);
 	if (rc) {
-		completion_free(&c);
+		oai_request_free(&c);
 		reply_err(ctx, req, rc, "complete: %s", rc == BATON_EBUSY ?
 		    "the engine's queue of waiting requests is full; try again" : "the engine is shutting down");
 		return;
@@ -724,7 +731,7 @@ static void on_complete(struct proto_ctx *ctx, const struct baton_msg *req)
 		}
 	}
 	generator_result_free(res);
-	completion_free(&c);
+	oai_request_free(&c);
 }
 
 /* The OpenAI API's GET /health adds the engine's state. */
