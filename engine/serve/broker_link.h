@@ -50,7 +50,7 @@ struct broker_link_params {
 	int heartbeat_ms;         /* 0: 250 */
 	broker_link_state_fn state_fn;
 	void *state_arg;
-	void (*log)(const char *line); /* may be NULL */
+	void (*log)(void *arg, const char *line); /* may be NULL; arg is state_arg */
 };
 
 struct broker_link;
