@@ -5,14 +5,15 @@
  *   the engine     (engine.c)   the arena, the backend, the dense GEN
  *                               tensors and the expert cache on a device
  *   the sampler    (sample.c)   the next token from a model's logits
- *   the model      (config.c, model.c)
- *                               the forward pass of a whole MoE language
+ *   the model      (config.c, model.c, weights.c, kv.c, forward.c,
+ *                   release.c)  the forward pass of a whole MoE language
  *                               model and its paged KV cache
  *   the generator  (generate.c) text in, text out: template, tokenizer,
  *                               model, sampler
  *
  * engine/serve/ and the benchmarks include this header only; the rest of
- * the folder's headers (model_int.h) are internal to it.
+ * the folder's headers (model_int.h; model_fixture.h for the tests) are
+ * internal to it.
  */
 #ifndef BATON_ENGINE_MODEL_H
 #define BATON_ENGINE_MODEL_H

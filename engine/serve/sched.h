@@ -13,7 +13,7 @@
  * the whole pool is refused (BATON_ERANGE). Requests wait in a bounded
  * FIFO queue: sched_submit answers BATON_EBUSY when it is full.
  *
- * The engine's owner (serve.c) brackets the work with hooks: begin() runs
+ * The engine's owner (work.c) brackets the work with hooks: begin() runs
  * on the scheduler thread before its first step after being idle (the
  * engine is taken and its memory made whole, asking the broker), end()
  * after the last sequence ended with nothing admitted. While may_admit()
