@@ -16,6 +16,8 @@
  * is back.
  *
  * Thread-safe: acquire and report may be called from any thread.
+ *
+ * Internal to engine/serve/ (its door is serve.h).
  */
 #ifndef BATON_ENGINE_BROKER_LINK_H
 #define BATON_ENGINE_BROKER_LINK_H

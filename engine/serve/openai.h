@@ -9,6 +9,8 @@
  *
  * No I/O here: openai_http.c serves these on the engine's --http address
  * (docs/openai.md lists the fields, the defaults and the errors).
+ *
+ * Internal to engine/serve/ (its door is serve.h).
  */
 #ifndef BATON_ENGINE_OPENAI_H
 #define BATON_ENGINE_OPENAI_H

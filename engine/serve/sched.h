@@ -27,6 +27,8 @@
  * Thread-safe: submit, cancel and stats from any thread. Callbacks run on
  * the scheduler thread, without the scheduler's lock held; they must not
  * block long (an HTTP stream write buffers) and must not call sched_close.
+ *
+ * Internal to engine/serve/ (its door is serve.h).
  */
 #ifndef BATON_ENGINE_SCHED_H
 #define BATON_ENGINE_SCHED_H
