@@ -148,17 +148,12 @@ static const struct proto__row handoff_rep[] = {
 };
 static const struct proto__row pin_req[] = { R(NAME), R(PINNED) };
 static const struct proto__row pin_rep[] = { O(PINNED) };
-/* complete: exactly one of prompt (raw text) and messages (a JSON array of
- * {"role", "content"}, rendered with the model's chat template); stop is a
- * JSON array of strings; enable_thinking is passed to the template (Qwen3
- * reads it). Sampling fields left out take the engine's
- * defaults (engine/model/sample.h). The reply's tokens are the completion's ids,
+/* complete: body is an OpenAI request body, JSON: a chat completion's
+ * (with "messages") or a completion's (with "prompt"), parsed by the
+ * engine's OpenAI parser as its HTTP API parses it (engine/serve/openai.h,
+ * docs/openai.md). The reply's tokens are the completion's ids,
  * little-endian u32s. */
-static const struct proto__row complete_req[] = {
-	O(PROMPT), O(MESSAGES), O(MAX_TOKENS), O(TEMPERATURE), O(TOP_P), O(TOP_K),
-	O(MIN_P), O(REPETITION_PENALTY), O(PRESENCE_PENALTY), O(FREQUENCY_PENALTY),
-	O(SEED), O(STOP), O(ENABLE_THINKING),
-};
+static const struct proto__row complete_req[] = { R(BODY) };
 static const struct proto__row complete_rep[] = {
 	R(TEXT), R(TOKENS), R(PROMPT_TOKENS), R(COMPLETION_TOKENS), R(FINISH_REASON),
 	O(PREFILL_MS), O(DECODE_MS), O(TOTAL_MS),

@@ -121,7 +121,7 @@
 #define BATON_PROTO_VERSION     1
 #define BATON_PROTO_MAX_NAME    256u        /* bytes of a name, state, kind, URL */
 #define BATON_PROTO_MAX_TEXT    4096u       /* bytes of msg and reason */
-#define BATON_PROTO_MAX_PROMPT  (1u << 20)  /* bytes of a prompt, messages or completion text */
+#define BATON_PROTO_MAX_PROMPT  (1u << 20)  /* bytes of a request body or completion text */
 #define BATON_PROTO_MAX_BIN     (64u << 20) /* bytes of one bin (gen input/output) */
 #define BATON_PROTO_MAX_MSG     (BATON_PROTO_MAX_BIN + (1u << 20)) /* whole message */
 #define BATON_PROTO_MAX_ARRAY   1024u       /* items of an array */
@@ -254,18 +254,7 @@ int proto_name_valid(const char *s, size_t len);
 	X(ALL,               "all",               BOOL,    all,               0)           \
 	X(LEVEL,             "level",             STR,     level,             BATON_PROTO_MAX_NAME) \
 	/* complete: text in, sampled tokens and text out (engine/serve) */              \
-	X(PROMPT,            "prompt",            STR,     prompt,            BATON_PROTO_MAX_PROMPT) \
-	X(MESSAGES,          "messages",          STR,     messages,          BATON_PROTO_MAX_PROMPT) \
-	X(STOP,              "stop",              STR,     stop,              BATON_PROTO_MAX_TEXT) \
-	X(MAX_TOKENS,        "max_tokens",        U32,     max_tokens,        0)           \
-	X(TEMPERATURE,       "temperature",       F64,     temperature,       0)           \
-	X(TOP_P,             "top_p",             F64,     top_p,             0)           \
-	X(TOP_K,             "top_k",             U32,     top_k,             0)           \
-	X(MIN_P,             "min_p",             F64,     min_p,             0)           \
-	X(REPETITION_PENALTY,"repetition_penalty",F64,     repetition_penalty,0)           \
-	X(PRESENCE_PENALTY,  "presence_penalty",  F64,     presence_penalty,  0)           \
-	X(FREQUENCY_PENALTY, "frequency_penalty", F64,     frequency_penalty, 0)           \
-	X(ENABLE_THINKING,   "enable_thinking",   BOOL,    enable_thinking,   0)           \
+	X(BODY,              "body",              STR,     body,              BATON_PROTO_MAX_PROMPT) \
 	X(TEXT,              "text",              STR,     text,              BATON_PROTO_MAX_PROMPT) \
 	X(TOKENS,            "tokens",            BIN,     tokens,            BATON_PROTO_MAX_BIN) \
 	X(PROMPT_TOKENS,     "prompt_tokens",     U32,     prompt_tokens,     0)           \

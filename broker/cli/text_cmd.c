@@ -26,7 +26,11 @@
 #include "broker/cli/engine.h"
 #include "broker/cli/text_cmd.h"
 
-#define MAX_STOP 16
+/* OpenAI's cap on stop strings, which the engine's parser keeps
+ * (engine/serve/openai.h). */
+#define MAX_STOP 4
+/* --max-tokens when not given (the engine's default is the context's room). */
+#define DEFAULT_MAX_TOKENS 256
 
 static const char usage_text[] =
     "usage: baton complete NAME PROMPT [flags]\n"
@@ -42,7 +46,7 @@ static const char usage_text[] =
     "  --top-p P, --top-k K, --min-p P\n"
     "  --repetition-penalty R, --presence-penalty P, --frequency-penalty F\n"
     "  --seed N                the same seed and request: the same answer\n"
-    "  --stop TEXT             end the answer before TEXT (up to 16 times)\n"
+    "  --stop TEXT             end the answer before TEXT (up to 4 times)\n"
     "  --system TEXT           chat: a system message first\n"
     "  --no-thinking           chat: enable_thinking=false for templates that read it (Qwen3)\n"
     "  --json                  the reply as JSON: text, finish_reason, usage, token ids, timings\n"
@@ -55,7 +59,7 @@ struct text_opts {
 	int npos;
 	const char *stop[MAX_STOP];
 	int nstop;
-	struct baton_msg tmpl;   /* the sampling fields, presence bits set */
+	json_t *fields;          /* the sampling fields of the request body */
 	int json, no_thinking;
 	int timeout_ms;
 };
@@ -86,8 +90,10 @@ static void parse(int argc, char **argv, struct text_opts *o)
 {
 	o->cmd = argv[0];
 	o->timeout_ms = 300000;
-	proto_msg_init(&o->tmpl, PROTO_OP_COMPLETE);
-	struct baton_msg *m = &o->tmpl;
+	o->fields = json_object();
+	if (!o->fields)
+		die(EXIT_FAILED, "out of memory");
+	json_t *m = o->fields;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		if (a[0] != '-' || a[1] == 0) {
@@ -112,32 +118,23 @@ static void parse(int argc, char **argv, struct text_opts *o)
 			die(EXIT_USAGE, "%s wants a value, or is no flag of baton %s", a, o->cmd);
 		const char *v = argv[++i];
 		if (!strcmp(a, "--max-tokens")) {
-			m->max_tokens = (uint32_t)num(a, v, 1, 1 << 20);
-			proto_set(m, PF_MAX_TOKENS);
+			json_object_set_new(m, "max_tokens", json_integer((json_int_t)num(a, v, 1, 1 << 20)));
 		} else if (!strcmp(a, "--temperature")) {
-			m->temperature = num(a, v, 0, 100);
-			proto_set(m, PF_TEMPERATURE);
+			json_object_set_new(m, "temperature", json_real(num(a, v, 0, 100)));
 		} else if (!strcmp(a, "--top-p")) {
-			m->top_p = num(a, v, 0, 1);
-			proto_set(m, PF_TOP_P);
+			json_object_set_new(m, "top_p", json_real(num(a, v, 0, 1)));
 		} else if (!strcmp(a, "--top-k")) {
-			m->top_k = (uint32_t)num(a, v, 0, 1 << 24);
-			proto_set(m, PF_TOP_K);
+			json_object_set_new(m, "top_k", json_integer((json_int_t)num(a, v, 0, 1 << 24)));
 		} else if (!strcmp(a, "--min-p")) {
-			m->min_p = num(a, v, 0, 1);
-			proto_set(m, PF_MIN_P);
+			json_object_set_new(m, "min_p", json_real(num(a, v, 0, 1)));
 		} else if (!strcmp(a, "--repetition-penalty")) {
-			m->repetition_penalty = num(a, v, 0, 100);
-			proto_set(m, PF_REPETITION_PENALTY);
+			json_object_set_new(m, "repetition_penalty", json_real(num(a, v, 0, 100)));
 		} else if (!strcmp(a, "--presence-penalty")) {
-			m->presence_penalty = num(a, v, -2, 2);
-			proto_set(m, PF_PRESENCE_PENALTY);
+			json_object_set_new(m, "presence_penalty", json_real(num(a, v, -2, 2)));
 		} else if (!strcmp(a, "--frequency-penalty")) {
-			m->frequency_penalty = num(a, v, -2, 2);
-			proto_set(m, PF_FREQUENCY_PENALTY);
+			json_object_set_new(m, "frequency_penalty", json_real(num(a, v, -2, 2)));
 		} else if (!strcmp(a, "--seed")) {
-			m->seed = (uint64_t)num(a, v, 0, 9007199254740992.0);
-			proto_set(m, PF_SEED);
+			json_object_set_new(m, "seed", json_integer((json_int_t)num(a, v, 0, 9007199254740992.0)));
 		} else if (!strcmp(a, "--stop")) {
 			if (o->nstop == MAX_STOP)
 				die(EXIT_USAGE, "--stop: at most %d", MAX_STOP);
@@ -189,37 +186,41 @@ static json_t *stop_json(const struct text_opts *o)
 	return a;
 }
 
-/* One COMPLETE; the reply's text is appended to *answer (for the chat's
+/* One COMPLETE: its body is the OpenAI request's (engine/serve/openai.h
+ * parses it); the reply's text is appended to *answer (for the chat's
  * history) and printed. Exits on error. */
 static void turn(const struct text_opts *o, const char *url, const char *prompt, json_t *messages,
     char **answer)
 {
-	struct baton_msg req = o->tmpl, rep;
+	struct baton_msg req, rep;
+	proto_msg_init(&req, PROTO_OP_COMPLETE);
 	req.id = proto_next_id();
-	char *msgs = NULL, *stop = NULL;
+	json_t *body_j = json_deep_copy(o->fields);
+	if (!body_j)
+		die(EXIT_FAILED, "%s: out of memory", o->cmd);
+	if (!json_object_get(body_j, "max_tokens"))
+		json_object_set_new(body_j, "max_tokens", json_integer(DEFAULT_MAX_TOKENS));
 	if (prompt) {
-		req.prompt = prompt;
-		proto_set(&req, PF_PROMPT);
+		json_t *p = json_string(prompt);
+		if (!p)
+			die(EXIT_USAGE, "%s: the prompt is not valid UTF-8 text", o->cmd);
+		json_object_set_new(body_j, "prompt", p);
 	} else {
-		msgs = json_dumps(messages, JSON_COMPACT);
-		req.messages = msgs;
-		proto_set(&req, PF_MESSAGES);
-		if (o->no_thinking) {
-			req.enable_thinking = false;
-			proto_set(&req, PF_ENABLE_THINKING);
-		}
+		json_object_set(body_j, "messages", messages);
+		if (o->no_thinking)
+			json_object_set_new(body_j, "chat_template_kwargs", json_pack("{s:b}", "enable_thinking", 0));
 	}
-	if (o->nstop) {
-		json_t *s = stop_json(o);
-		stop = json_dumps(s, JSON_COMPACT);
-		json_decref(s);
-		req.stop = stop;
-		proto_set(&req, PF_STOP);
-	}
+	if (o->nstop)
+		json_object_set_new(body_j, "stop", stop_json(o));
+	char *body = json_dumps(body_j, JSON_COMPACT);
+	json_decref(body_j);
+	if (!body)
+		die(EXIT_FAILED, "%s: the request is not valid UTF-8 text", o->cmd);
+	req.body = body;
+	proto_set(&req, PF_BODY);
 	struct proto_diag d = { 0 };
 	int rc = proto_call(url, &req, &rep, o->timeout_ms, &d);
-	free(msgs);
-	free(stop);
+	free(body);
 	if (rc) {
 		if (rep.reply)
 			fprintf(stderr, "baton: %s %s: %s (%s)\n", o->cmd, o->name,
@@ -231,7 +232,7 @@ static void turn(const struct text_opts *o, const char *url, const char *prompt,
 		else
 			fprintf(stderr, "baton: %s: %s: %s %s\n", o->cmd, url, baton_strerror(rc), d.text);
 		proto_msg_free(&rep);
-		exit(rc == BATON_ERANGE ? EXIT_USAGE : cli_exit_code(rc)); /* a sampling value out of range is a usage error here */
+		exit(rc == BATON_ERANGE ? EXIT_USAGE : cli_exit_code(rc)); /* a value out of range is a usage error here */
 	}
 	if (o->json) {
 		json_t *ids = json_array();
@@ -320,5 +321,6 @@ int text_cmd_main(int argc, char **argv)
 		rc = chat(&o, url);
 	}
 	free(url);
+	json_decref(o.fields);
 	return rc;
 }

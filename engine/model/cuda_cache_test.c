@@ -21,7 +21,7 @@
 
 #include "arena/arena.h"
 #include "engine/backend/cuda/cuda.h"
-#include "engine/model/engine.h"
+#include "engine/model/model.h"
 #include "tests/t.h"
 
 #define XXH_INLINE_ALL

@@ -1,16 +1,19 @@
-/* engine.c: one model on one device; see engine.h. */
+/* engine.c: one model on one device; see model.h, the engine. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include "arena/arena.h"
-#include "engine/model/engine.h"
+#include "engine/model/model.h"
 #include "engine/backend/backend.h"
 
 #define DEFAULT_SEGMENT (256ull * BATON_MIB)
+/* Slots start on 256 bytes (what the cache rounds a slot to, cache.c). */
+#define SLOT_ALIGN 256u
 
 struct dense_layer {
 	baton_dptr router, norm;
@@ -45,6 +48,7 @@ struct baton_engine {
 	uint32_t *want;
 	baton_dptr *blobs;
 	int truncated_logged;       /* arena_check_src said why, once */
+	char backend_warning[384];  /* "" unless auto fell back to host beside a GPU */
 };
 
 static void set_err(char *errbuf, size_t errlen, const char *fmt, const char *a, int code)
@@ -72,6 +76,30 @@ static int arena_check_src(void *ctx)
 static uint64_t round_up(uint64_t v, uint64_t a)
 {
 	return (v + a - 1) / a * a;
+}
+
+/* The expert cache's geometry, computed here only (engine/serve asks
+ * through engine_open's whole_cache): slots of the largest blob, rounded
+ * up to SLOT_ALIGN (the cache's own rounding then changes nothing);
+ * segments of segment_bytes (0: 256 MiB, or the whole model when that is
+ * smaller), whole slots each, rounded up to the device's granularity;
+ * *whole: the segments that hold every expert. */
+static void cache_geometry(const struct baton_engine *e, uint64_t segment_bytes, uint64_t *slot,
+    uint64_t *seg, uint64_t *whole)
+{
+	uint64_t gran = e->be->granularity(e->dev);
+	if (!gran)
+		gran = 1;
+	uint64_t sl = round_up(arena_max_expert_bytes(e->arena), SLOT_ALIGN);
+	uint64_t all = round_up(sl * e->n_items, gran);
+	uint64_t sg = segment_bytes ? segment_bytes : DEFAULT_SEGMENT;
+	if (!segment_bytes && sg > all)
+		sg = all;
+	sg = round_up(sg < sl ? sl : sg, gran);
+	uint64_t sps = sg / sl;
+	*slot = sl;
+	*seg = sg;
+	*whole = (e->n_items + sps - 1) / sps * sg;
 }
 
 /* Copies one dense tensor of the arena into device memory. */
@@ -124,6 +152,38 @@ static void check_computable(struct baton_engine *e)
 				return;
 			}
 	}
+}
+
+/* The paths whose presence says a GPU is there (an NVIDIA driver loaded);
+ * BATON_TEST_GPU_NODE replaces them, for tests on machines without one. */
+static const char *gpu_node(void)
+{
+	const char *t = getenv("BATON_TEST_GPU_NODE");
+	if (t && *t)
+		return access(t, F_OK) == 0 ? t : NULL;
+	static const char *const nodes[] = { "/dev/nvidia0", "/proc/driver/nvidia" };
+	for (size_t i = 0; i < sizeof nodes / sizeof nodes[0]; i++)
+		if (access(nodes[i], F_OK) == 0)
+			return nodes[i];
+	return NULL;
+}
+
+/* "auto" chose the host backend: with a GPU present that is a surprise
+ * (a build without nvcc, a broken driver) the user must hear about, not
+ * a quiet run on host memory. */
+static void host_fallback_check(struct baton_engine *e)
+{
+	const char *node = gpu_node();
+	if (!node)
+		return;
+	const struct baton_backend *cuda = NULL;
+	char why[256] = "";
+	if (backend_find("cuda", &cuda, why, sizeof why) == 0)
+		snprintf(why, sizeof why, "the cuda backend was not chosen");
+	snprintf(e->backend_warning, sizeof e->backend_warning,
+	    "a GPU is present (%s) but this engine runs on the HOST backend (host memory, CPU "
+	    "compute): %s; use --backend cuda to make that an error", node, why);
+	fprintf(stderr, "baton-engine %s: WARNING: %s\n", e->name, e->backend_warning);
 }
 
 /* The peer tier's device: the same backend, another index, reachable. */
@@ -193,6 +253,8 @@ int engine_open(const struct baton_engine_config *cfg, struct baton_engine **out
 			snprintf(errbuf, errlen, "%s", sub);
 		goto fail;
 	}
+	if ((!cfg->backend || strcmp(cfg->backend, "auto") == 0) && e->be == &baton_backend_host)
+		host_fallback_check(e);
 	if ((rc = e->be->open(cfg->device, cfg->host_capacity, &e->dev, sub, sizeof sub)) != 0) {
 		if (errbuf)
 			snprintf(errbuf, errlen, "%s device %d: %s", e->be->name, cfg->device, sub);
@@ -277,21 +339,15 @@ int engine_open(const struct baton_engine_config *cfg, struct baton_engine **out
 		goto fail;
 	}
 
-	/* Cache geometry: slots of the largest blob; segments of 256 MiB unless
-	 * the whole model is smaller; ceiling = the model, or what is asked. */
-	uint64_t gran = e->be->granularity(e->dev);
-	uint64_t slot = arena_max_expert_bytes(e->arena);
-	uint64_t whole = round_up(slot * e->n_items, gran);
-	uint64_t seg = cfg->segment_bytes ? cfg->segment_bytes : DEFAULT_SEGMENT;
-	if (!cfg->segment_bytes && seg > whole)
-		seg = whole;
-	seg = round_up(seg < slot ? slot : seg, gran);
+	uint64_t slot, seg, whole;
+	cache_geometry(e, cfg->segment_bytes, &slot, &seg, &whole);
 	uint64_t ceiling = cfg->cache_bytes;
 	if (ceiling == 0) {
-		/* auto: the whole model, or what the device has free now */
+		/* auto: the whole model; without whole_cache no more than what
+		 * the device has free now */
 		uint64_t fr = 0, tot = 0;
-		ceiling = round_up(whole, seg);
-		if (e->be->mem_info(e->dev, &fr, &tot) == 0) {
+		ceiling = whole;
+		if (!cfg->whole_cache && e->be->mem_info(e->dev, &fr, &tot) == 0) {
 			uint64_t avail = fr > cfg->reserve_bytes + e->act_bytes ? fr - cfg->reserve_bytes : 0;
 			if (ceiling > avail)
 				ceiling = avail / seg * seg;
@@ -542,6 +598,7 @@ void engine_info(struct baton_engine *e, struct baton_engine_info *info)
 		info->model_bytes += e->items[i].bytes;
 	info->dense_bytes = e->dense_bytes;
 	info->compute_error = e->computable ? NULL : e->compute_err;
+	info->backend_warning = e->backend_warning[0] ? e->backend_warning : NULL;
 	info->pin_s = e->pin_s;
 	e->be->mem_info(e->dev, &info->dev_free, &info->dev_total);
 	cache_stats(e->cache, &info->cache);

@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "arena/arena.h"
-#include "engine/model/engine.h"
+#include "engine/model/model.h"
 #include "tests/t.h"
 
 /* This run's directory, made before main and removed with everything in
@@ -194,7 +194,67 @@ static void t_open_errors(void)
 	T_EQ_ERR(engine_open(&cfg, &e, err, sizeof err), BATON_EINVAL);
 }
 
+/* "auto" on the host backend beside a GPU (faked: BATON_TEST_GPU_NODE
+ * names a file that exists) says so; without one, or with "host" asked,
+ * it says nothing; "cuda" in a build without it is an error. */
+static void t_host_fallback_warns(void)
+{
+	setup(BATON_DT_F16, 256);
+	struct baton_engine_config cfg = { .name = "t", .arena_path = arena_path,
+		.backend = "auto", .segment_bytes = 2u << 20, .warm = 0 };
+	struct baton_engine *e = NULL;
+	char err[512] = "";
+	struct baton_engine_info info;
+	setenv("BATON_TEST_GPU_NODE", arena_path, 1);
+	T_OK(engine_open(&cfg, &e, err, sizeof err));
+	engine_info(e, &info);
+	if (strcmp(info.backend, "host") == 0) { /* a CUDA build on a machine with a GPU: cuda */
+		T_ASSERT(info.backend_warning != NULL);
+		T_ASSERT_MSG(strstr(info.backend_warning, "HOST backend") &&
+		    strstr(info.backend_warning, arena_path), "%s", info.backend_warning);
+#ifndef BATON_HAVE_CUDA
+		T_ASSERT_MSG(strstr(info.backend_warning, "no CUDA backend"), "%s", info.backend_warning);
+#endif
+	}
+	engine_close(e);
+	cfg.backend = "host";
+	T_OK(engine_open(&cfg, &e, err, sizeof err));
+	engine_info(e, &info);
+	T_ASSERT(info.backend_warning == NULL);
+	engine_close(e);
+	setenv("BATON_TEST_GPU_NODE", "/nonexistent/nvidia0", 1);
+	cfg.backend = "auto";
+	T_OK(engine_open(&cfg, &e, err, sizeof err));
+	engine_info(e, &info);
+	T_ASSERT(info.backend_warning == NULL);
+	engine_close(e);
+	unsetenv("BATON_TEST_GPU_NODE");
+#ifndef BATON_HAVE_CUDA
+	cfg.backend = "cuda";
+	T_EQ_ERR(engine_open(&cfg, &e, err, sizeof err), BATON_ENODEV);
+	T_ASSERT_MSG(strstr(err, "no CUDA backend"), "%s", err);
+#endif
+}
+
+/* whole_cache: every expert has a slot, whatever the device has free. */
+static void t_whole_cache_holds_every_expert(void)
+{
+	setup(BATON_DT_F16, 256);
+	struct baton_engine_config cfg = { .name = "t", .arena_path = arena_path,
+		.backend = "host", .segment_bytes = 2u << 20, .whole_cache = 1, .warm = 1 };
+	struct baton_engine *e = NULL;
+	char err[512] = "";
+	T_OK(engine_open(&cfg, &e, err, sizeof err));
+	struct baton_engine_info info;
+	engine_info(e, &info);
+	T_ASSERT(info.cache.slots_total >= info.layers * info.experts);
+	T_EQ_INT(info.cache.items_resident, info.layers * info.experts);
+	engine_close(e);
+}
+
 T_MAIN(T_CASE_TIMEOUT(t_gen_same_after_release_refill, 60),
+    T_CASE(t_host_fallback_warns),
+    T_CASE(t_whole_cache_holds_every_expert),
     T_CASE(t_release_gives_memory_back),
     T_CASE(t_release_gen),
     T_CASE(t_small_cache_evicts),

@@ -1,6 +1,6 @@
 /*
  * generate.c: a generator: tokenizer, chat template, model and sampler of
- * one engine, and the request loop that joins them (see generate.h).
+ * one engine, and the request loop that joins them (see model.h, the generator).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -10,7 +10,6 @@
 #include <jansson.h>
 
 #include "arena/arena.h"
-#include "engine/model/generate.h"
 #include "engine/model/model.h"
 #include "proto/base/base.h"
 

@@ -19,58 +19,16 @@
 #include <unistd.h>
 
 #include "arena/arena.h"
-#include "engine/model/engine.h"
-#include "engine/model/generate.h"
+#include "engine/model/model_fixture.h"
 #include "tests/t.h"
 
-static const char *backend(void)
-{
-	const char *b = getenv("BATON_MODEL_BACKEND");
-	return b && *b ? b : "host";
-}
-
-static const char *models(void)
-{
-	const char *d = getenv("BATON_MODELS");
-	return d && *d ? d : "models";
-}
-
-struct rig {
-	char dir[64], arena[128];
-	struct baton_engine *e;
-	struct baton_generator *g;
-	json_t *samples;
-};
-
+/* The trained model `model` of models/ with its generator; r->ref holds
+ * models/samples.json. */
 static void rig_open(struct rig *r, const char *model)
 {
-	char src[512], err[512] = "";
-	snprintf(r->dir, sizeof r->dir, "/tmp/baton-gen-XXXXXX");
-	T_ASSERT(mkdtemp(r->dir) != NULL);
-	snprintf(r->arena, sizeof r->arena, "%s/m.arena", r->dir);
-	snprintf(src, sizeof src, "%s/%s", models(), model);
-	struct baton_arena_source s = { .kind = BATON_ARENA_SRC_SAFETENSORS, .file = src };
-	int rc = arena_create(r->arena, &s, NULL, NULL, err, sizeof err);
-	T_ASSERT_MSG(rc == 0, "creating the arena of %s: %s", model, err);
-	struct baton_engine_config ec = { .name = model, .arena_path = r->arena, .backend = backend(), .warm = 1 };
-	T_ASSERT_MSG(engine_open(&ec, &r->e, err, sizeof err) == 0, "engine_open: %s", err);
-	T_ASSERT_MSG(generator_open(r->e, NULL, &r->g, err, sizeof err) == 0, "generator_open: %s", err);
-	snprintf(src, sizeof src, "%s/samples.json", models());
-	json_error_t je;
-	r->samples = json_load_file(src, 0, &je);
-	T_ASSERT_MSG(r->samples, "%s: %s", src, je.text);
-}
-
-static void rig_close(struct rig *r)
-{
-	generator_close(r->g);
-	engine_close(r->e);
-	json_decref(r->samples);
-	char p[160];
-	unlink(r->arena);
-	snprintf(p, sizeof p, "%s.lock", r->arena);
-	unlink(p);
-	rmdir(r->dir);
+	rig_engine(r, rig_models(), model, model);
+	rig_generator(r, NULL);
+	rig_ref(r, rig_models(), "samples.json");
 }
 
 struct stream {
@@ -103,7 +61,7 @@ static void check_samples(const char *model, const char *key)
 {
 	struct rig r;
 	rig_open(&r, model);
-	json_t *list = json_object_get(json_object_get(r.samples, "samples"), key);
+	json_t *list = json_object_get(json_object_get(r.ref, "samples"), key);
 	T_ASSERT_MSG(json_array_size(list) == 5, "samples.json: no %s", key);
 	size_t i;
 	json_t *s;

@@ -23,62 +23,17 @@
 #include <unistd.h>
 
 #include "arena/arena.h"
-#include "engine/model/engine.h"
+#include "engine/model/model_fixture.h"
 #include "engine/backend/backend.h"
-#include "engine/model/model.h"
 #include "tests/t.h"
-
-static const char *backend(void)
-{
-	const char *b = getenv("BATON_MODEL_BACKEND");
-	return b && *b ? b : "host";
-}
-
-static const char *fixtures(void)
-{
-	const char *d = getenv("BATON_FIXTURES");
-	return d && *d ? d : "engine/model/fixtures";
-}
-
-struct rig {
-	char dir[64], arena[128];
-	struct baton_engine *e;
-	struct baton_model *m;
-	uint32_t V;
-};
 
 static void rig_open(struct rig *r, const char *arch, uint32_t max_batch, uint32_t max_ctx,
     uint32_t kv_blocks)
 {
-	char src[512], err[512] = "";
-	snprintf(r->dir, sizeof r->dir, "/tmp/baton-kv-XXXXXX");
-	T_ASSERT(mkdtemp(r->dir) != NULL);
-	snprintf(r->arena, sizeof r->arena, "%s/m.arena", r->dir);
-	snprintf(src, sizeof src, "%s/%s", fixtures(), arch);
-	struct baton_arena_source s = { .kind = BATON_ARENA_SRC_SAFETENSORS, .file = src };
-	int rc = arena_create(r->arena, &s, NULL, NULL, err, sizeof err);
-	T_ASSERT_MSG(rc == 0, "creating the arena of %s: %s", arch, err);
-	struct baton_engine_config ec = {
-		.name = arch, .arena_path = r->arena, .backend = backend(), .warm = 1,
-	};
-	rc = engine_open(&ec, &r->e, err, sizeof err);
-	T_ASSERT_MSG(rc == 0, "engine_open %s: %s", arch, err);
+	rig_engine(r, rig_fixtures(), arch, arch);
 	struct baton_model_opts mo = { .max_batch = max_batch, .max_ctx = max_ctx,
 		.kv_blocks = kv_blocks };
-	rc = model_open(r->e, &mo, &r->m, err, sizeof err);
-	T_ASSERT_MSG(rc == 0, "model_open %s: %s", arch, err);
-	r->V = model_config(r->m)->vocab;
-}
-
-static void rig_close(struct rig *r)
-{
-	model_close(r->m);
-	engine_close(r->e);
-	unlink(r->arena);
-	char lock[160];
-	snprintf(lock, sizeof lock, "%s.lock", r->arena);
-	unlink(lock);
-	rmdir(r->dir);
+	rig_model(r, &mo);
 }
 
 static uint32_t argmax(const float *l, uint32_t n)
@@ -380,7 +335,7 @@ static void t_blocks_and_refusals(void)
  * its routing choices back for the cache's counts). */
 static void t_device_failure_changes_nothing(void)
 {
-	if (strcmp(backend(), "host") != 0) {
+	if (strcmp(rig_backend(), "host") != 0) {
 		printf("skip: the host backend's call counts\n");
 		return;
 	}
@@ -424,10 +379,10 @@ static void t_pool_limits(void)
 	char src[512], dir[64] = "/tmp/baton-kv-XXXXXX", arena[128], err[256] = "";
 	T_ASSERT(mkdtemp(dir) != NULL);
 	snprintf(arena, sizeof arena, "%s/m.arena", dir);
-	snprintf(src, sizeof src, "%s/qwen3_moe", fixtures());
+	snprintf(src, sizeof src, "%s/qwen3_moe", rig_fixtures());
 	struct baton_arena_source s = { .kind = BATON_ARENA_SRC_SAFETENSORS, .file = src };
 	T_OK(arena_create(arena, &s, NULL, NULL, err, sizeof err));
-	struct baton_engine_config ec = { .name = "q", .arena_path = arena, .backend = backend() };
+	struct baton_engine_config ec = { .name = "q", .arena_path = arena, .backend = rig_backend() };
 	struct baton_engine *e;
 	T_OK(engine_open(&ec, &e, err, sizeof err));
 	struct baton_model *m = NULL;

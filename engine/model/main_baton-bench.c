@@ -30,7 +30,7 @@
 #include <time.h>
 
 #include "arena/arena.h"
-#include "engine/model/engine.h"
+#include "engine/model/model.h"
 
 
 static void die(const char *what, int rc, const char *msg)

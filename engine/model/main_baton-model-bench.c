@@ -35,7 +35,6 @@
 #include <time.h>
 
 #include "arena/arena.h"
-#include "engine/model/engine.h"
 #include "engine/model/model.h"
 
 #define MAX_PROMPTS 8
@@ -128,7 +127,7 @@ static uint64_t step_weight_bytes(const struct baton_arena *a, const struct bato
 
 struct parts {
 	double layer, attn, route, experts, head, launch; /* seconds each */
-	int ok, dev_route; /* dev_route: routing and lookup on the device, as model.c does */
+	int ok, dev_route; /* dev_route: routing and lookup on the device, as forward.c does */
 };
 
 /* A device copy of dense tensor `name` (layer 0's weights: real bytes). */
@@ -150,7 +149,7 @@ static baton_dptr up_dense(const struct baton_backend *be, struct baton_dev *dev
 	return p;
 }
 
-/* The ops of one decode layer as model.c queues them (attention block,
+/* The ops of one decode layer as forward.c queues them (attention block,
  * router and route, expert lookup and the experts), on layer 0's real
  * weights and the engine's cache, at context `ctx`; each part alone and
  * all together, `reps` times each with one sync at the end, so that a
@@ -528,7 +527,7 @@ int main(int argc, char **argv)
 	printf("  %-50s %9.3f ms\n", "  per token", dec_s * 1e3);
 	printf("  %-50s %9.3f ms\n", "  roofline per token", roofline_s * 1e3);
 	if (pt.ok) {
-		printf("  %-50s %9.1f us\n", "  one layer's ops, queued as model.c queues them",
+		printf("  %-50s %9.1f us\n", "  one layer's ops, queued as forward.c queues them",
 		    pt.layer * 1e6);
 		printf("  %-50s %9.1f us\n", "    attention block (10 ops)", pt.attn * 1e6);
 		printf("  %-50s %9.1f us\n", pt.dev_route ? "    router and route (on the device)" :

@@ -1,5 +1,226 @@
 /*
- * model.h: a whole MoE language model on an engine's device: the forward
+ * model.h: the door of engine/model/: one loaded model on one device and
+ * what runs on it, in four parts, bottom to top:
+ *
+ *   the engine     (engine.c)   the arena, the backend, the dense GEN
+ *                               tensors and the expert cache on a device
+ *   the sampler    (sample.c)   the next token from a model's logits
+ *   the model      (config.c, model.c, weights.c, kv.c, forward.c,
+ *                   release.c)  the forward pass of a whole MoE language
+ *                               model and its paged KV cache
+ *   the generator  (generate.c) text in, text out: template, tokenizer,
+ *                               model, sampler
+ *
+ * engine/serve/ and the benchmarks include this header only; the rest of
+ * the folder's headers (model_int.h; model_fixture.h for the tests) are
+ * internal to it.
+ */
+#ifndef BATON_ENGINE_MODEL_H
+#define BATON_ENGINE_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/backend/backend.h"
+#include "engine/cache/cache.h"
+#include "text/text.h"
+
+/* ==== the engine ============================================================
+ *
+ * One loaded model on one device: the arena, the backend, the dense
+ * tensors on the device, the expert cache and the decode loop. The serve
+ * loop (engine/serve/) and the benchmarks drive it.
+ *
+ * Not thread-safe: one thread at a time calls into an engine; the serve
+ * loop serializes GEN and control commands. */
+
+#define BATON_GEN_MAX_BATCH 256u
+#define BATON_GEN_MAX_STEPS 100000u
+
+struct baton_engine_config {
+	const char *name;
+	const char *arena_path;
+	const char *backend;       /* "host", "cuda" or "auto" */
+	int device;
+	uint64_t cache_bytes;      /* ceiling; 0 = auto: the whole model, or what fits */
+	int whole_cache;           /* cache_bytes 0: the whole model even past what is free
+	                            * now (under a broker, which makes room) */
+	uint64_t segment_bytes;    /* 0 = 256 MiB */
+	uint64_t reserve_bytes;    /* headroom kept free when growing (--vram-reserve-mib) */
+	uint64_t host_capacity;    /* host backend device size; 0 = its default */
+	int verify;                /* --verify-refill */
+	int warm;                  /* fill the cache at open (default 1) */
+	int use_peer;              /* open peer_device as the peer tier's device */
+	int peer_device;           /* same backend, != device (--peer-device) */
+};
+
+struct baton_gen_timings {
+	double route_s, load_s, compute_s, total_s;
+};
+
+struct baton_engine;
+
+/* Opens the arena, the backend and the cache, uploads the dense tensors and
+ * (when cfg->warm) fills the cache. errbuf gets a sentence naming the
+ * problem. The engine owns everything it opened; engine_close frees it. */
+int engine_open(const struct baton_engine_config *cfg, struct baton_engine **out,
+    char *errbuf, size_t errlen);
+void engine_close(struct baton_engine *e);
+
+/* Runs `steps` decode steps over `batch` tokens through every layer. The
+ * start state is `input` (batch * d_model floats) or, when NULL, derived
+ * from `seed`. `output` (may be NULL) receives batch * d_model floats;
+ * *checksum is XXH3-64 of those bytes. Misses load experts; while released
+ * or partial the cache maps what the request needs first. */
+int engine_gen(struct baton_engine *e, uint32_t steps, uint32_t batch, uint64_t seed,
+    const float *input, float *output, uint64_t *checksum, struct baton_gen_timings *t);
+
+int engine_release(struct baton_engine *e, struct baton_cache_report *rep);
+/* Gives back the device memory of the GEN path (each layer's router and
+ * norm, the activations), for a release of everything (serve's release
+ * with all); engine_gen uploads them again first. Idempotent; the bytes
+ * freed. */
+uint64_t engine_release_gen(struct baton_engine *e);
+int engine_refill(struct baton_engine *e, struct baton_cache_report *rep);
+/* reserve_bytes < 0: grow back to the configured size. */
+int engine_vram(struct baton_engine *e, int64_t reserve_bytes, struct baton_cache_report *rep);
+/* The peer tier (cache_peer_set on the peer device): bytes > 0 holds up to
+ * that much there, 0 drops it. BATON_EUNSUPPORTED without a peer device. */
+int engine_peer(struct baton_engine *e, uint64_t bytes, struct baton_cache_report *rep);
+/* The peer device's free and total memory (any thread, like
+ * engine_mem_info); BATON_EUNSUPPORTED without a peer device. */
+int engine_peer_mem_info(struct baton_engine *e, uint64_t *free_bytes, uint64_t *total_bytes);
+
+struct baton_engine_info {
+	const char *name, *backend, *arena;
+	char gpu[64];
+	uint32_t d_model, layers, experts, top_k;
+	uint64_t model_bytes;          /* every expert blob */
+	uint64_t dense_bytes;          /* router + norms on the device */
+	uint64_t dev_free, dev_total;
+	const char *compute_error;     /* NULL when GEN can run on this backend */
+	/* NULL, or why "auto" runs on the host backend although a GPU is
+	 * present (/dev/nvidia0 or /proc/driver/nvidia): this build has no
+	 * CUDA backend, or the driver failed. Said on stderr at open too. */
+	const char *backend_warning;
+	double pin_s;                  /* host_register of the arena at open */
+	char peer_gpu[64];             /* the peer device's uuid; "" without one */
+	uint64_t peer_want;            /* cache_peer_want: what a peer tier could use */
+	struct baton_cache_stats cache;
+};
+void engine_info(struct baton_engine *e, struct baton_engine_info *info);
+/* The device's free and total memory now; unlike the rest, any thread may
+ * call it while another uses the engine. */
+int engine_mem_info(struct baton_engine *e, uint64_t *free_bytes, uint64_t *total_bytes);
+struct baton_cache *engine_cache(struct baton_engine *e);
+/* The engine's own mapping of the arena (pinned when the backend pins). */
+const struct baton_arena *engine_arena(struct baton_engine *e);
+struct baton_dev *engine_dev(struct baton_engine *e);
+/* The backend the engine drives its device with (the forward pass runs
+ * its ops through it). */
+const struct baton_backend *engine_backend(struct baton_engine *e);
+/* The peer device, or NULL. */
+struct baton_dev *engine_peer_dev(struct baton_engine *e);
+
+/* ==== the sampler ===========================================================
+ *
+ * Choosing the next token from a model's logits: greedy,
+ * temperature, top-k, top-p, min-p, repetition, presence and frequency
+ * penalties, logit bias, stop token ids, max tokens, and a seed that makes
+ * a run repeatable. The semantics and the order are Hugging Face's and
+ * vLLM's (docs/sampling.md):
+ *
+ *   1. logit bias           l[t] += bias[t]                         (OpenAI)
+ *   2. repetition penalty   for each distinct t in prompt + output:
+ *                           l > 0 ? l / r : l * r                   (HF)
+ *   3. presence, frequency  l[t] -= count[t] * freq + (count[t] > 0) * pres,
+ *                           counts over the output only             (OpenAI)
+ *   4. temperature < 1e-5   greedy: the largest logit, ties to the lowest id
+ *   5. temperature          l /= T
+ *   6. top-k                keep the k largest (ties with the k-th kept)
+ *   7. top-p                drop the least likely while their total
+ *                           probability stays <= 1 - p (keep at least one)
+ *   8. min-p                drop tokens with p < min_p * p_max
+ *   9. draw                 from softmax of what is left, with the
+ *                           sampler's own PRNG (xoshiro256**, seeded)
+ *
+ * NaN logits count as -inf. Stop strings belong to the text layer: it
+ * decodes the tokens as they come (baton_sampler_next's tokens, one at a
+ * time) and, on a match, stops the loop and trims the text; the sampler
+ * reports only stop token ids and the length limit.
+ *
+ * Not thread-safe: one sampler per sequence, used by one thread at a time. */
+
+struct baton_logit_bias {
+	uint32_t token;
+	float bias;       /* finite; OpenAI's range is [-100, 100] */
+};
+
+/* All zeros is not valid (repetition_penalty and top_p 0): start from
+ * baton_sample_defaults(), which is plain sampling at temperature 1. */
+struct baton_sample_params {
+	float temperature;          /* >= 0; below 1e-5 (0): greedy */
+	uint32_t top_k;             /* 0: off; >= vocabulary: off */
+	float top_p;                /* (0, 1]; 1: off */
+	float min_p;                /* [0, 1]; 0: off */
+	float repetition_penalty;   /* > 0; 1: off */
+	float presence_penalty;     /* [-2, 2]; 0: off */
+	float frequency_penalty;    /* [-2, 2]; 0: off */
+	uint64_t seed;              /* the same seed, logits and calls: the same tokens */
+	uint32_t max_tokens;        /* tokens to generate; 0: no limit */
+	const uint32_t *stop_ids;   /* tokens that end the output (e.g. end of turn) */
+	uint32_t n_stop_ids;
+	const struct baton_logit_bias *bias;
+	uint32_t n_bias;
+};
+
+/* Why the output ended: not yet, a stop token (the last token is it; it is
+ * not text), or max_tokens (the last token is ordinary output). */
+enum baton_finish {
+	BATON_FINISH_NONE = 0,
+	BATON_FINISH_STOP = 1,
+	BATON_FINISH_LENGTH = 2,
+};
+
+struct baton_sampler;
+
+struct baton_sample_params baton_sample_defaults(void);
+
+/* A sampler for one sequence over a vocabulary of n_vocab tokens. The
+ * parameters are checked (BATON_EINVAL, with a sentence in errbuf naming
+ * the field) and copied: the caller's arrays need not outlive the call.
+ * BATON_ENOMEM. The caller frees *out with baton_sampler_free (NULL is
+ * allowed there). */
+int baton_sampler_new(const struct baton_sample_params *p, uint32_t n_vocab,
+    struct baton_sampler **out, char *errbuf, size_t errlen);
+void baton_sampler_free(struct baton_sampler *s);
+
+/* Records the prompt's tokens (the repetition penalty covers them; the
+ * presence and frequency penalties do not). May be called more than once
+ * before the first token is drawn (chunks); BATON_ESTATE after it,
+ * BATON_EINVAL for an id outside the vocabulary (nothing recorded then). */
+int baton_sampler_prompt(struct baton_sampler *s, const uint32_t *ids, size_t n);
+
+/* Draws the next token from logits[n_vocab] (which it modifies: the
+ * caller's scratch), records it, and says whether the output ends here.
+ * BATON_ESTATE once the output has ended; BATON_EINVAL when no logit is
+ * finite after the penalties. */
+int baton_sampler_next(struct baton_sampler *s, float *logits, uint32_t *token,
+    enum baton_finish *finish);
+
+/* The distribution step 9 would draw from, for these logits and the tokens
+ * recorded so far: probs[n_vocab], zeros where a token was dropped (greedy:
+ * 1 at the chosen token). Changes nothing in the sampler; logits are
+ * modified as by baton_sampler_next. For tests and log-probabilities. */
+int baton_sampler_probs(struct baton_sampler *s, float *logits, float *probs);
+
+/* Tokens drawn so far, and the finish reason. */
+uint32_t baton_sampler_count(const struct baton_sampler *s);
+enum baton_finish baton_sampler_finish(const struct baton_sampler *s);
+
+/* ==== the model =============================================================
+ *
+ * A whole MoE language model on an engine's device: the forward
  * pass from token ids to logits, one implementation for every supported
  * architecture, driven by a table of per-architecture switches (see
  * docs/internals/model.md).
@@ -17,20 +238,11 @@
  * through the engine's expert cache, a final RMSNorm and the output head
  * (tied to the embeddings when the config says so).
  *
- * A model borrows an engine (engine.h): its arena (version 2: dense tensors
+ * A model borrows an engine (above): its arena (version 2: dense tensors
  * by Hugging Face name and config.json), backend, device and expert cache,
  * so release, refill, resize, partial and the peer tier behave as for GEN.
  * The model adds the dense tensors on the device and a paged KV cache
- * that several sequences share (model_step). Not thread-safe: one thread drives an engine and its model.
- */
-#ifndef BATON_ENGINE_MODEL_H
-#define BATON_ENGINE_MODEL_H
-
-#include <stddef.h>
-#include <stdint.h>
-
-#include "engine/backend/backend.h"
-#include "engine/model/engine.h"
+ * that several sequences share (model_step). Not thread-safe: one thread drives an engine and its model. */
 
 #define BATON_MODEL_MAX_LAYERS 1024u
 
@@ -192,5 +404,125 @@ int model_released(const struct baton_model *m);
  * layer: small passes while every expert is resident and the backend has
  * route_dev; BATON_MODEL_HOST_ROUTE=1 at model_open turns it off). */
 uint64_t model_device_route_passes(const struct baton_model *m);
+
+/* ==== the generator =========================================================
+ *
+ * Text in, text out. A generator joins the three parts of a language
+ * model that an arena (version 2) holds: its tokenizer and chat template
+ * (text/text.h), its forward pass and a sampler (above). One request: render the conversation with the model's own
+ * chat template (or take a raw prompt), encode it, prefill, then decode
+ * and sample one token per step until a stop token, a stop string or the
+ * length limit, streaming the text as it becomes final.
+ *
+ * A request in flight is a struct baton_gen_seq: generator_start renders
+ * and encodes its prompt and seeds its own sampler; generator_seq_next
+ * takes the logits of its last position, samples, and passes on the text
+ * that became final; generator_seq_result hands over the answer. Who runs
+ * the forward passes is the caller's: generator_run (one request alone,
+ * on the model's own sequence) or the scheduler (engine/serve/sched.c: many requests
+ * sharing each step). The same request and seed give the same answer
+ * either way, since each sequence's logits do not depend on the others.
+ *
+ * Not thread-safe: one thread drives a generator and its requests (the
+ * serve loop's scheduler thread). */
+
+#define BATON_GEN_MAX_STOP 16u          /* stop strings of one request */
+
+struct baton_generator;
+
+/* Builds a generator on engine `e`: the tokenizer from the arena's
+ * tokenizer.json (+ tokenizer_config.json) or gguf_tokenizer.json, the
+ * chat template from chat_template.jinja or the tokenizer's config, the
+ * end-of-sequence ids from the tokenizer, config.json and
+ * generation_config.json, and the model (model_open with `opts`, NULL for
+ * the defaults) with its KV cache allocated now: the dense weights and the
+ * KV cache are held for as long as the generator lives (a release gives
+ * back the experts only). An arena without a
+ * whole model (the synthetic experts-only kind) is BATON_EUNSUPPORTED
+ * with a sentence saying so. The engine must outlive the generator. */
+int generator_open(struct baton_engine *e, const struct baton_model_opts *opts,
+    struct baton_generator **out, char *errbuf, size_t errlen);
+void generator_close(struct baton_generator *g);
+
+/* The tokenizer, for tests and for `baton tokenize`-like uses. */
+const text_tok *generator_tokenizer(const struct baton_generator *g);
+/* The architecture's name (Hugging Face model_type: "qwen3_moe", ...). */
+const char *generator_arch(const struct baton_generator *g);
+/* The chat template's family ("qwen3", "mixtral", ...), or NULL when the
+ * model has no template this engine renders. */
+const char *generator_chat_family(const struct baton_generator *g);
+
+/* Called with each piece of text as it becomes final (never a partial
+ * UTF-8 character, never a piece of a stop string). Returning nonzero
+ * cancels the request: it ends with finish "cancelled". */
+typedef int (*baton_gen_text_fn)(void *arg, const char *text, size_t len);
+
+struct baton_gen_request {
+	/* exactly one of prompt and msgs */
+	const char *prompt;             /* raw text; BOS added as the tokenizer says */
+	size_t prompt_len;
+	const struct text_msg *msgs;    /* rendered with the model's chat template */
+	size_t n_msgs;
+	int enable_thinking;            /* -1: the template's default (Qwen3) */
+	struct baton_sample_params sp;  /* stop_ids: extra to the model's own */
+	const char *const *stop;        /* stop strings, not part of the text */
+	size_t n_stop;
+	baton_gen_text_fn on_text;      /* may be NULL */
+	void *arg;
+};
+
+struct baton_gen_result {
+	char *text;                     /* the completion, NUL-terminated (malloc) */
+	size_t text_len;
+	uint32_t *tokens;               /* its ids, a stop token included (malloc) */
+	uint32_t n_tokens;
+	uint32_t n_prompt;              /* prompt tokens */
+	const char *finish;             /* "stop", "length" or "cancelled" */
+	double prefill_s, decode_s;
+};
+
+/* Runs one request. Errors (a bad request: BATON_EINVAL, BATON_ERANGE for
+ * a prompt longer than the context; the model's or the template's) come
+ * with a sentence in errbuf and leave *res empty. On success the caller
+ * frees *res with generator_result_free. */
+int generator_run(struct baton_generator *g, const struct baton_gen_request *req,
+    struct baton_gen_result *res, char *errbuf, size_t errlen);
+void generator_result_free(struct baton_gen_result *res);
+
+/* The model the generator drives (its forward passes are the caller's
+ * when it runs requests with generator_start). */
+struct baton_model *generator_model(const struct baton_generator *g);
+
+/* ---- one request in flight ---- */
+struct baton_gen_seq;
+
+/* Checks req, encodes its prompt, makes its sampler. The request's
+ * strings (stop) and on_text's arg must outlive the sequence. Errors as
+ * generator_run's, nothing left then. */
+int generator_start(struct baton_generator *g, const struct baton_gen_request *req,
+    struct baton_gen_seq **out, char *errbuf, size_t errlen);
+/* The prompt's token ids (owned by s) and how many. */
+const uint32_t *generator_seq_prompt(const struct baton_gen_seq *s, uint32_t *n);
+/* Tokens it may still sample: max_tokens capped by the context's room. */
+uint32_t generator_seq_max_tokens(const struct baton_gen_seq *s);
+/* Its prefill starts now (the time counted as prefill_s starts here, not
+ * at generator_start: a scheduler's queue wait is not prefill). */
+void generator_seq_begin(struct baton_gen_seq *s);
+/* Takes the logits of the sequence's last position (modified: scratch),
+ * samples the next token into *token and passes on the text that became
+ * final (on_text). Then generator_seq_finished says whether it ended; if
+ * not, *token is what the model must take next. BATON_ESTATE after the
+ * end; the sampler's errors. */
+int generator_seq_next(struct baton_gen_seq *s, float *logits, uint32_t *token,
+    char *errbuf, size_t errlen);
+/* NULL while it runs; "stop", "length" or "cancelled" once it ended. */
+const char *generator_seq_finished(const struct baton_gen_seq *s);
+/* Ends it now as "cancelled" (the client went away); idempotent. */
+void generator_seq_cancel(struct baton_gen_seq *s);
+/* After the end: the answer, as generator_run gives it (the stream's last
+ * text is passed on first). The caller frees *res. BATON_ESTATE before. */
+int generator_seq_result(struct baton_gen_seq *s, struct baton_gen_result *res,
+    char *errbuf, size_t errlen);
+void generator_seq_free(struct baton_gen_seq *s);
 
 #endif

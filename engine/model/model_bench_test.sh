@@ -32,7 +32,7 @@ t_run() {
 			--first-prompt 4 --bandwidth-mib 8 --json "$T_TMP/$dt.json"
 		says "decode, batch 1 (vs memory roofline)"; says "prefill, 16-token prompt"
 		says "first token after release, hot-first (4 tokens)"
-		says "one layer's ops, queued as model.c queues them"
+		says "one layer's ops, queued as forward.c queues them"
 		python3 - "$T_TMP/$dt.json" "$dt" <<'EOF'
 import json, math, sys
 j = json.load(open(sys.argv[1]))

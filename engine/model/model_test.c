@@ -33,26 +33,11 @@
 #include <unistd.h>
 
 #include "arena/arena.h"
-#include "engine/model/engine.h"
-#include "engine/model/model.h"
+#include "engine/model/model_fixture.h"
 #include "tests/t.h"
 
 #define LOGIT_TOL 1e-5
 #define N_NEW 32
-
-/* The backend under test: host, or BATON_MODEL_BACKEND (cuda on the GPU
- * machine, where the same references hold within the same tolerance). */
-static const char *backend(void)
-{
-	const char *b = getenv("BATON_MODEL_BACKEND");
-	return b && *b ? b : "host";
-}
-
-static const char *fixtures(void)
-{
-	const char *d = getenv("BATON_FIXTURES");
-	return d && *d ? d : "engine/model/fixtures";
-}
 
 /* ---- config.json ---------------------------------------------------------- */
 
@@ -77,7 +62,7 @@ static void t_config_fixtures(void)
 	for (int i = 0; i < 4; i++) {
 		char path[512], err[256] = "";
 		size_t len;
-		snprintf(path, sizeof path, "%s/%s/config.json", fixtures(), archs[i]);
+		snprintf(path, sizeof path, "%s/%s/config.json", rig_fixtures(), archs[i]);
 		char *j = slurp(path, &len);
 		struct baton_model_config c;
 		int rc = model_config_parse(j, len, &c, err, sizeof err);
@@ -177,44 +162,26 @@ static void t_config_refusals(void)
 
 /* ---- against transformers -------------------------------------------------- */
 
-struct rig {
-	char dir[64], arena[128];
-	struct baton_engine *e;
-	struct baton_model *m;
-	json_t *ref;
-};
-
 /* The fixture `arch` as an arena: from its folder, or (gguf) from the GGUF
- * file engine/model/fixtures/hf_to_gguf.py makes of it as llama.cpp would. */
+ * file engine/model/fixtures/hf_to_gguf.py makes of it as llama.cpp would;
+ * its reference.json as r->ref. */
 static void rig_open_from(struct rig *r, const char *arch, uint32_t max_batch, int gguf)
 {
-	char src[512], err[512] = "";
-	snprintf(r->dir, sizeof r->dir, "/tmp/baton-model-XXXXXX");
-	T_ASSERT(mkdtemp(r->dir) != NULL);
-	snprintf(r->arena, sizeof r->arena, "%s/m.arena", r->dir);
-	snprintf(src, sizeof src, "%s/%s", fixtures(), arch);
+	char src[512];
+	rig_dir(r);
+	snprintf(src, sizeof src, "%s/%s", rig_fixtures(), arch);
 	struct baton_arena_source s = { .kind = BATON_ARENA_SRC_SAFETENSORS, .file = src };
 	char gpath[128], cmd[1024];
 	if (gguf) {
 		snprintf(gpath, sizeof gpath, "%s/m.gguf", r->dir);
-		snprintf(cmd, sizeof cmd, "python3 %s/hf_to_gguf.py %s %s", fixtures(), src, gpath);
+		snprintf(cmd, sizeof cmd, "python3 %s/hf_to_gguf.py %s %s", rig_fixtures(), src, gpath);
 		T_ASSERT_MSG(system(cmd) == 0, "%s failed", cmd);
 		s = (struct baton_arena_source){ .kind = BATON_ARENA_SRC_GGUF, .file = gpath };
 	}
-	int rc = arena_create(r->arena, &s, NULL, NULL, err, sizeof err);
-	T_ASSERT_MSG(rc == 0, "creating the arena of %s: %s", arch, err);
-	struct baton_engine_config ec = {
-		.name = arch, .arena_path = r->arena, .backend = backend(), .warm = 1,
-	};
-	rc = engine_open(&ec, &r->e, err, sizeof err);
-	T_ASSERT_MSG(rc == 0, "engine_open %s: %s", arch, err);
+	rig_engine_from(r, &s, arch);
 	struct baton_model_opts mo = { .max_batch = max_batch };
-	rc = model_open(r->e, &mo, &r->m, err, sizeof err);
-	T_ASSERT_MSG(rc == 0, "model_open %s: %s", arch, err);
-	snprintf(src, sizeof src, "%s/%s/reference.json", fixtures(), arch);
-	json_error_t je;
-	r->ref = json_load_file(src, 0, &je);
-	T_ASSERT_MSG(r->ref, "%s: %s", src, je.text);
+	rig_model(r, &mo);
+	rig_ref(r, src, "reference.json");
 	if (gguf)
 		unlink(gpath);
 }
@@ -222,18 +189,6 @@ static void rig_open_from(struct rig *r, const char *arch, uint32_t max_batch, i
 static void rig_open(struct rig *r, const char *arch, uint32_t max_batch)
 {
 	rig_open_from(r, arch, max_batch, 0);
-}
-
-static void rig_close(struct rig *r)
-{
-	model_close(r->m);
-	engine_close(r->e);
-	json_decref(r->ref);
-	unlink(r->arena);
-	char lock[160];
-	snprintf(lock, sizeof lock, "%s.lock", r->arena);
-	unlink(lock);
-	rmdir(r->dir);
 }
 
 static uint32_t *ids_of(json_t *a, size_t *n)
@@ -381,7 +336,7 @@ static void t_batches_and_release(void)
 	 * this small (under 1 MiB here) in its own pool after cuMemFree, so
 	 * cuMemGetInfo need not rise by them (seen on the H200: unchanged);
 	 * there the free count must at least not fall. */
-	uint64_t want = strcmp(backend(), "host") == 0 || held >= (64u << 20) ? fr0 + held : fr0;
+	uint64_t want = strcmp(rig_backend(), "host") == 0 || held >= (64u << 20) ? fr0 + held : fr0;
 	T_ASSERT_MSG(fr1 >= want, "free %llu -> %llu, held %llu", (unsigned long long)fr0,
 	    (unsigned long long)fr1, (unsigned long long)held);
 	for (int s = 0; s < 3; s++) {
@@ -523,7 +478,7 @@ static void t_synthetic_archs(void)
 			int rc = arena_create(path, &src, NULL, NULL, err, sizeof err);
 			T_ASSERT_MSG(rc == 0, "synthetic %s: %s", archs[i], err);
 			struct baton_engine_config ec = { .name = archs[i], .arena_path = path,
-				.backend = backend(), .warm = 1 };
+				.backend = rig_backend(), .warm = 1 };
 			struct baton_engine *e;
 			struct baton_model *m;
 			rc = engine_open(&ec, &e, err, sizeof err);

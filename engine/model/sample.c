@@ -1,5 +1,5 @@
 /*
- * sample.c: the sampler of sample.h. The steps and their order are written
+ * sample.c: the sampler of model.h. The steps and their order are written
  * there and in docs/reference/sampling.md; this file keeps them cheap on large
  * vocabularies (151,936 for Qwen3): penalties touch only the tokens seen,
  * top-k keeps a heap of k, and top-p sorts only the tokens that could
@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/model/sample.h"
+#include "engine/model/model.h"
 #include "proto/proto.h"
 
 enum { SEEN = 1, IN_OUTPUT = 2 };

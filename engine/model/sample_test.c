@@ -1,5 +1,5 @@
 /*
- * sample_test.c: the sampler (sample.h). Each step on small hand-made
+ * sample_test.c: the sampler (model.h). Each step on small hand-made
  * logit vectors with exact expectations; the order of the steps; stop ids
  * and max_tokens; repeatability by seed; the sampled frequencies against
  * the distribution (chi-square, fixed seed); top-p on a real-sized
@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/model/sample.h"
+#include "engine/model/model.h"
 #include "proto/proto.h"
 #include "tests/t.h"
 

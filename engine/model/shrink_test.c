@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "arena/arena.h"
-#include "engine/model/engine.h"
+#include "engine/model/model.h"
 #include "tests/t.h"
 
 static char dir[256];

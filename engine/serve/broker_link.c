@@ -62,7 +62,7 @@ static void llog(struct broker_link *l, const char *fmt, ...)
 	vsnprintf(line, sizeof line, fmt, ap);
 	va_end(ap);
 	if (l->p.log)
-		l->p.log(line);
+		l->p.log(l->p.state_arg, line);
 }
 
 static void on_pipe(void *arg, const struct proto_pipe_event *ev)

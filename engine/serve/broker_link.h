@@ -16,6 +16,8 @@
  * is back.
  *
  * Thread-safe: acquire and report may be called from any thread.
+ *
+ * Internal to engine/serve/ (its door is serve.h).
  */
 #ifndef BATON_ENGINE_BROKER_LINK_H
 #define BATON_ENGINE_BROKER_LINK_H
@@ -50,7 +52,7 @@ struct broker_link_params {
 	int heartbeat_ms;         /* 0: 250 */
 	broker_link_state_fn state_fn;
 	void *state_arg;
-	void (*log)(const char *line); /* may be NULL */
+	void (*log)(void *arg, const char *line); /* may be NULL; arg is state_arg */
 };
 
 struct broker_link;

@@ -5,6 +5,8 @@ chat`, end to end on the two trained models of models/ (host backend).
   - an engine alone answers a chat request token for token as transformers
     did (models/samples.json), over the op and through the CLI;
   - bad requests are refused with the field named, and change nothing;
+  - the op's body is the OpenAI API's: the same body gives the same answer
+    and the same error over the op and over HTTP (one parser);
   - an engine of an experts-only arena says it has no model;
   - under a broker, two models on one device that holds one of them answer
     in turn, found by name: each question is a handoff, and every answer is
@@ -44,6 +46,11 @@ def sample(key, i=0):
     return s["messages"], s["greedy_ids"], s["text"]
 
 
+def complete(url, raw=None, **body):
+    """One COMPLETE whose body is the OpenAI request body (raw: as is)."""
+    return h.call(url, "complete", body=raw if raw is not None else json.dumps(body))
+
+
 def cli(*args, env=None):
     return subprocess.run([h.CLI] + list(args), capture_output=True, text=True, timeout=120, env=env)
 
@@ -51,7 +58,7 @@ def cli(*args, env=None):
 def t_chat_alone(c):
     e = c.engine("mixtral", arena=model_arena(c, "kjv-mixtral"), broker=False)
     msgs, want_ids, want_text = sample("kjv-mixtral")
-    r = h.ok(h.call(e.url, "complete", messages=json.dumps(msgs), temperature=0.0, max_tokens=48))
+    r = h.ok(complete(e.url, messages=msgs, temperature=0.0, max_tokens=48))
     assert r["text"] == want_text, (r["text"], want_text)
     assert r["completion_tokens"] == len(want_ids) and r["finish_reason"] in ("stop", "length"), r
     # through the CLI: one turn, as JSON, with the token ids
@@ -65,45 +72,95 @@ def t_chat_alone(c):
     q = cli("complete", e.url, "And God said", "--temperature", "0.9", "--seed", "7", "--max-tokens", "12")
     assert p.returncode == 0 and p.stdout == q.stdout and p.stdout.strip(), (p.stdout, q.stdout, p.stderr)
     cut = want_text.index(",")
-    r = h.ok(h.call(e.url, "complete", messages=json.dumps(msgs), temperature=0.0, max_tokens=48,
-                    stop=json.dumps([","])))
+    r = h.ok(complete(e.url, messages=msgs, temperature=0.0, max_tokens=48, stop=[","]))
     assert r["text"] == want_text[:cut] and r["finish_reason"] == "stop", r["text"]
 
 
 def t_bad_requests(c):
     e = c.engine("qwen", arena=model_arena(c, "kjv-qwen3-moe"), broker=False)
-    m = json.dumps([{"role": "user", "content": "hi"}])
+    m = [{"role": "user", "content": "hi"}]
     cases = [
-        (dict(prompt="x", messages=m), "invalid", "exactly one"),
-        (dict(), "invalid", "exactly one"),
-        (dict(messages="[{"), "invalid", "messages"),
-        (dict(messages="[]"), "invalid", "messages"),
-        (dict(messages=json.dumps([{"role": "wizard", "content": "x"}])), "invalid", "role"),
-        (dict(messages=json.dumps([{"role": "user"}])), "invalid", "messages[0]"),
-        (dict(messages=m, stop="not json"), "invalid", "stop"),
-        (dict(messages=m, stop=json.dumps([""])), "invalid", "stop[0]"),
+        (dict(prompt="x", messages=m), "unsupported", "prompt"),
+        (dict(), "invalid", "prompt: required"),
+        (dict(raw="{"), "invalid", "not JSON"),
+        (dict(messages=[]), "invalid", "messages"),
+        (dict(messages=[{"role": "wizard", "content": "x"}]), "invalid", "messages[0].role"),
+        (dict(messages=[{"role": "user", "content": 5}]), "invalid", "messages[0].content"),
+        (dict(messages=m, stop=5), "invalid", "stop"),
+        (dict(messages=m, stop=[""]), "invalid", "stop"),
+        (dict(messages=m, stop=["a", "b", "c", "d", "e"]), "invalid", "at most 4"),
         (dict(messages=m, temperature=-1.0), "invalid", "temperature"),
         (dict(messages=m, top_p=1.5), "invalid", "top_p"),
-        (dict(messages=m, max_tokens=0), "out_of_range", "max_tokens"),
+        (dict(messages=m, max_tokens=0), "invalid", "max_tokens"),
+        (dict(messages=m, tools=[]), "unsupported", "tools"),
+        (dict(messages=m, stream=True), "unsupported", "stream"),
+        (dict(messages=m, model="nobody"), "not_found", "nobody"),
     ]
     for fields, name, words in cases:
-        r = h.call(e.url, "complete", **fields)
+        r = complete(e.url, **fields)
         h.err(r, name)
         assert words in r.get("msg", ""), (fields, r)
     # a prompt longer than the context
-    r = h.call(e.url, "complete", prompt="light " * 5000, max_tokens=4)
+    r = complete(e.url, prompt="light " * 5000, max_tokens=4)
     h.err(r, "out_of_range")
     # still serves, and the CLI says usage errors with exit 2
-    h.ok(h.call(e.url, "complete", messages=m, temperature=0.0, max_tokens=4))
+    h.ok(complete(e.url, messages=m, temperature=0.0, max_tokens=4))
     p = cli("chat", e.url, "hi", "--top-p", "2")
     assert p.returncode == 2 and "--top-p" in p.stderr, (p.returncode, p.stderr)
+    p = cli("chat", e.url, "hi", "--temperature", "5")  # the engine's range: [0, 2]
+    assert p.returncode == 2 and "temperature" in p.stderr, (p.returncode, p.stderr)
     p = cli("complete", e.url)
     assert p.returncode == 2, p.stderr
 
 
+def t_same_as_http(c):
+    """One parser: each body gives the same answer (text, tokens counted,
+    finish) or the same refusal (the message; 400 invalid or unsupported,
+    404 not_found) over the COMPLETE op and over the OpenAI API."""
+    model = "kjv-qwen3-moe"
+    e = c.engine("qwen", "--http", "127.0.0.1:0", arena=model_arena(c, model), broker=False)
+    line = e.stdout.readline()
+    assert line.startswith("http: "), line
+    web = h.Http(line.split()[1])
+    m = [{"role": "user", "content": "Tell me of light."}]
+    good = [
+        dict(messages=m, temperature=0.0, max_tokens=12),
+        dict(messages=m, temperature=0.9, seed=7, max_tokens=12, top_k=20, stop=[" the"]),
+        dict(messages=m, temperature=0.0, max_tokens=8, chat_template_kwargs={"enable_thinking": False}),
+        dict(prompt="And God said", temperature=0.7, seed=3, max_tokens=10, min_p=0.05),
+        dict(prompt="And God said", seed=3),  # /v1/completions' default max_tokens (16)
+        dict(model=model, prompt="In the beginning", temperature=0.0, max_tokens=6, repetition_penalty=1.2),
+    ]
+    bad = [
+        dict(messages=[]), dict(messages=[{"role": "wizard", "content": "x"}]),
+        dict(messages=m, temperature=3), dict(messages=m, stop=["a"] * 5),
+        dict(messages=m, tools=[]), dict(messages=m, model="nobody"), dict(prompt=""),
+        dict(prompt="x", n=2), dict(messages=m, max_tokens=0),
+    ]
+    status_err = {400: ("invalid", "unsupported"), 404: ("not_found",)}
+    for b in good + bad:
+        path = "/v1/chat/completions" if "messages" in b else "/v1/completions"
+        st, body, _ = web.post(path, b)
+        r = complete(e.url, **b)
+        if st == 200:
+            ch = body["choices"][0]
+            text = ch["message"]["content"] if "messages" in b else ch["text"]
+            h.ok(r)
+            assert r["text"] == text, (b, r["text"], text)
+            assert r["completion_tokens"] == body["usage"]["completion_tokens"], (b, r, body)
+            assert r["prompt_tokens"] == body["usage"]["prompt_tokens"], (b, r, body)
+            assert r["finish_reason"] == ch["finish_reason"], (b, r, body)
+            assert b not in bad, b
+        else:
+            assert b in bad, (b, st, body)
+            assert r.get("err") in [h.ERR[n] for n in status_err[st]], (b, st, r)
+            assert r["msg"] == "complete: " + body["error"]["message"], (b, r["msg"], body)
+    return "%d bodies" % len(good + bad)
+
+
 def t_experts_only(c):
     e = c.engine("s", broker=False)  # the fixture's synthetic, experts-only arena
-    r = h.call(e.url, "complete", prompt="hi")
+    r = complete(e.url, prompt="hi")
     h.err(r, "unsupported")
     assert "experts only" in r["msg"], r
     h.ok(h.call(e.url, "gen", steps=1, batch=1, seed=1))
@@ -139,5 +196,5 @@ def t_two_models_one_device(c):
 
 
 if __name__ == "__main__":
-    sys.exit(h.run_cases([t_chat_alone, t_bad_requests, t_experts_only, t_two_models_one_device],
+    sys.exit(h.run_cases([t_chat_alone, t_bad_requests, t_same_as_http, t_experts_only, t_two_models_one_device],
                          only=sys.argv[1:], logs=("broker", "qwen", "mixtral", "s")))

@@ -262,23 +262,22 @@ static void parse_args(int argc, char **argv, struct baton_serve_config *o)
 		usage_error("--peer-device %d is the engine's own --device", o->peer_device);
 }
 
-static struct baton_serve_config g_cfg;
-
 int main(int argc, char **argv)
 {
-	parse_args(argc, argv, &g_cfg);
+	struct baton_serve_config cfg = { 0 };
+	parse_args(argc, argv, &cfg);
 	/* A bare NAME (no '/', not ending in .arena) is
 	 * /dev/shm/baton/NAME.arena, as for baton-arena and the README. */
 	static char arena_buf[PATH_MAX];
-	size_t an = strlen(g_cfg.arena);
-	if (!strchr(g_cfg.arena, '/') && !(an > 6 && strcmp(g_cfg.arena + an - 6, ".arena") == 0) &&
-	    arena_default_path(g_cfg.arena, arena_buf, sizeof arena_buf) == 0)
-		g_cfg.arena = arena_buf;
+	size_t an = strlen(cfg.arena);
+	if (!strchr(cfg.arena, '/') && !(an > 6 && strcmp(cfg.arena + an - 6, ".arena") == 0) &&
+	    arena_default_path(cfg.arena, arena_buf, sizeof arena_buf) == 0)
+		cfg.arena = arena_buf;
 	char listen[PATH_MAX];
-	if (g_cfg.listen)
-		snprintf(listen, sizeof listen, "%s", g_cfg.listen);
+	if (cfg.listen)
+		snprintf(listen, sizeof listen, "%s", cfg.listen);
 	else
-		snprintf(listen, sizeof listen, "ipc:///run/baton/engine-%s.sock", g_cfg.name);
+		snprintf(listen, sizeof listen, "ipc:///run/baton/engine-%s.sock", cfg.name);
 
 	/* Signals go to the main thread only: block them before any thread
 	 * (ours or nng's) starts. */
@@ -290,34 +289,39 @@ int main(int argc, char **argv)
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 	signal(SIGPIPE, SIG_IGN);
 
-	g_cfg.listen = listen;
-	int rc = serve_open(&g_cfg);
+	cfg.listen = listen;
+	struct serve *sv = NULL;
+	enum serve_broker_fail bf;
+	int rc = serve_open(&cfg, &sv, &bf);
 	if (rc) {
 		/* 3 and 4: a second engine of one name, a wrong --broker (docs/reference/engine.md) */
-		if (serve_broker_fail() == SERVE_BROKER_REFUSED)
+		if (bf == SERVE_BROKER_REFUSED)
 			return 3;
-		if (serve_broker_fail() == SERVE_BROKER_ABSENT)
+		if (bf == SERVE_BROKER_ABSENT)
 			return 4;
 		return rc == BATON_EINVAL || rc == BATON_ENODEV ? 2 : 1;
 	}
 	/* Ready: tests and scripts wait for this line; the OpenAI API's URL
 	 * follows it (with --http). */
-	printf("ready %s\n", serve_url());
-	if (serve_http_url()[0])
-		printf("http: %s\n", serve_http_url());
+	printf("ready %s\n", serve_url(sv));
+	if (serve_http_url(sv)[0])
+		printf("http: %s\n", serve_http_url(sv));
+	if (serve_warning(sv)[0])
+		printf("warning: %s\n", serve_warning(sv));
 	fflush(stdout);
 	/* systemd (Type=notify): a no-op without $NOTIFY_SOCKET. */
-	sd_notifyf(0, "READY=1\nSTATUS=listening on %s", serve_url());
+	sd_notifyf(0, "READY=1\nSTATUS=listening on %s%s%s", serve_url(sv),
+	    serve_warning(sv)[0] ? "; WARNING: " : "", serve_warning(sv));
 
 	for (;;) {
 		struct timespec tick = { .tv_sec = 0, .tv_nsec = 100 * 1000 * 1000 };
 		int sig = sigtimedwait(&sigs, NULL, &tick);
 		if (sig > 0)
 			break;
-		serve_tick();
+		serve_tick(sv);
 	}
 	sd_notify(0, "STOPPING=1");
-	serve_close();
+	serve_close(sv);
 	/* A close that nng 1.5.2 left hanging would hang exit() in its atexit
 	 * handler too (proto.h, "Closing"). */
 	if (proto_nng_wedged())

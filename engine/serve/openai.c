@@ -160,8 +160,9 @@ static int parse_messages(json_t *root, struct oai_request *r, struct oai_error 
 	if (!json_is_array(a) || json_array_size(a) == 0)
 		return oai_errorf(e, 400, INVALID, NULL, "messages", "messages: want a non-empty array");
 	size_t n = json_array_size(a);
-	if (n > 1024)
-		return oai_errorf(e, 400, INVALID, NULL, "messages", "messages: %zu of them; at most 1024", n);
+	if (n > OAI_MAX_MESSAGES)
+		return oai_errorf(e, 400, INVALID, NULL, "messages", "messages: %zu of them; at most %u", n,
+		    OAI_MAX_MESSAGES);
 	if (!(r->msgs = calloc(n, sizeof *r->msgs)))
 		return oai_errorf(e, 500, "server_error", NULL, NULL, "out of memory");
 	size_t i;
@@ -368,6 +369,8 @@ int oai_parse(enum oai_kind kind, const char *served, const char *body, size_t l
 		oai_request_free(r);
 		return e->status;
 	}
+	if (kind == OAI_AUTO)
+		r->kind = kind = json_object_get(r->root, "messages") ? OAI_CHAT : OAI_COMPLETION;
 	if (parse_body(kind, served, r->root, seed_default, r, e)) {
 		oai_request_free(r);
 		return e->status;
@@ -381,6 +384,18 @@ void oai_request_free(struct oai_request *r)
 	free(r->msgs);
 	free(r->stop);
 	memset(r, 0, sizeof *r);
+}
+
+int oai_error_code(const struct oai_error *e)
+{
+	switch (e->status) {
+	case 400:
+		return e->code && strcmp(e->code, "unsupported_parameter") == 0 ? BATON_EUNSUPPORTED :
+		    BATON_EINVAL;
+	case 404: return BATON_ENOTFOUND;
+	case 503: return BATON_EBUSY;
+	default: return BATON_ENOMEM;
+	}
 }
 
 const char *oai_finish_reason(const char *finish)

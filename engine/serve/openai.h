@@ -1,7 +1,7 @@
 /*
  * openai.h: the OpenAI-compatible API's requests and replies, as JSON
  * (jansson): a POST /v1/chat/completions or /v1/completions body checked
- * field by field and turned into a generator request (generate.h), and the
+ * field by field and turned into a generator request (engine/model/model.h), and the
  * replies shaped as OpenAI sends them: a whole chat.completion or
  * text_completion, the chunks of a stream (server-sent events), the usage
  * chunk, /v1/models, and the error object
@@ -9,6 +9,8 @@
  *
  * No I/O here: openai_http.c serves these on the engine's --http address
  * (docs/reference/openai.md lists the fields, the defaults and the errors).
+ *
+ * Internal to engine/serve/ (its door is serve.h).
  */
 #ifndef BATON_ENGINE_OPENAI_H
 #define BATON_ENGINE_OPENAI_H
@@ -18,10 +20,14 @@
 
 #include <jansson.h>
 
-#include "engine/model/generate.h"
+#include "engine/model/model.h"
 
-enum oai_kind { OAI_CHAT = 0, OAI_COMPLETION = 1 };
+/* OAI_AUTO (oai_parse only): a chat completion when the body has
+ * "messages", else a completion (the COMPLETE op's body). */
+enum oai_kind { OAI_CHAT = 0, OAI_COMPLETION = 1, OAI_AUTO = 2 };
 
+/* Messages of one chat request. */
+#define OAI_MAX_MESSAGES 1024u
 /* Stop strings OpenAI allows in one request. */
 #define OAI_MAX_STOP 4u
 /* max_tokens of /v1/completions when the request gives none (OpenAI's). */
@@ -49,7 +55,9 @@ struct oai_request {
 	int seeded;            /* "seed" was given */
 };
 
-/* Parses a request body. `served` is the model id this engine serves: a
+/* Parses a request body: the one parser of the HTTP API's requests and
+ * of the COMPLETE op's body (engine/serve/complete.c), so both take the
+ * same fields, defaults, caps and ranges and refuse with the same words. `served` is the model id this engine serves: a
  * different "model" is 404 model_not_found. A field this engine does not
  * know or support is 400 naming it (tools, functions, logprobs, n > 1...).
  * Without "seed", seed_default is the sampler's seed. 0 on success (free
@@ -58,6 +66,10 @@ int oai_parse(enum oai_kind kind, const char *served, const char *body, size_t l
     uint64_t seed_default, struct oai_request *r, struct oai_error *e);
 /* Idempotent. */
 void oai_request_free(struct oai_request *r);
+/* The error's code on the control socket (proto.h): 400 BATON_EINVAL
+ * (BATON_EUNSUPPORTED for an unsupported parameter), 404
+ * BATON_ENOTFOUND, 503 BATON_EBUSY, else BATON_ENOMEM. */
+int oai_error_code(const struct oai_error *e);
 
 /* Fills e (message printf-style); returns e->status. */
 int oai_errorf(struct oai_error *e, int status, const char *type, const char *code,

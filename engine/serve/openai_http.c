@@ -66,13 +66,6 @@ static void oreq_free(struct oreq *q)
 	free(q);
 }
 
-/* The scheduler that on_gone cancels in. on_gone may fire on a server
- * thread even after the answer was given (the client left while it was
- * sent), when the request's memory is gone: so its argument is the
- * request's scheduler id alone (a finished id is ignored), and the
- * scheduler is the process's one, set at open, alive until after
- * http_close has joined the threads that fire it. */
-static struct baton_sched *gone_sched;
 
 /* The HTTP status of a scheduler's or generator's error (http.h's one
  * table) and its OpenAI type (a 4xx is the request's fault, as OpenAI's
@@ -161,6 +154,10 @@ static void on_done(void *arg, int rc, const char *err, struct baton_gen_result 
 }
 
 /* The client went away (a server thread): cancel at once. */
+/* The client left. It may fire on a server thread even after the answer
+ * was given, when the request's memory is gone: so its arguments are the
+ * scheduler (alive until after http_close has joined the threads that
+ * fire it) and the request's scheduler id (a finished id is ignored). */
 static void on_gone(void *owner, uint64_t id)
 {
 	sched_cancel(owner, id);
@@ -193,7 +190,7 @@ static void completion(struct oai_server *s, struct baton_http_req *r, enum oai_
 	q->q.q.arg = q;
 	/* on_gone is set before the request can end (and free r) */
 	uint64_t sid = sched_new_id(s->o.sched);
-	http_req_on_gone(r, on_gone, gone_sched, sid);
+	http_req_on_gone(r, on_gone, s->o.sched, sid);
 	int rc = sched_submit(s->o.sched, &q->q.q, &cb, &sid);
 	if (rc) {
 		/* on_done never comes: answer here */
@@ -271,7 +268,6 @@ int oai_server_open(const struct oai_server_opts *o, struct oai_server **out, ch
 	}
 	s->o = *o;
 	s->o.model = s->model;
-	gone_sched = o->sched;
 	atomic_init(&s->next, 1);
 	struct baton_http_opts ho = {
 		.addr = o->addr,

@@ -91,8 +91,7 @@ def t_whole_and_stream(c):
     assert msg["role"] == "assistant" and body["choices"][0]["finish_reason"] in ("stop", "length"), body
     u = body["usage"]
     assert u["total_tokens"] == u["prompt_tokens"] + u["completion_tokens"] and u["completion_tokens"] > 5, u
-    r = h.ok(h.call(e.url, "complete", messages=json.dumps([{"role": "user", "content": QUESTIONS[0]}]),
-                    temperature=0.0, max_tokens=40))
+    r = h.ok(h.call(e.url, "complete", body=json.dumps(chat(QUESTIONS[0], temperature=0.0, max_tokens=40))))
     assert r["text"] == msg["content"] and r["completion_tokens"] == u["completion_tokens"], (r, msg)
     # streamed: role first, text in pieces as it is made, finish, usage, [DONE]
     ev, times = sse(e.http, "/v1/chat/completions",

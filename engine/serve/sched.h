@@ -3,7 +3,7 @@
  * model (its forward passes) and runs every request in flight in the same
  * steps: each step it admits waiting requests while the KV pool has the
  * blocks they need (their prompt joins the step, in chunks), decodes every
- * running sequence with one model_step, samples each (generate.h), passes
+ * running sequence with one model_step, samples each (the generator, engine/model/model.h), passes
  * on the text that became final, and ends finished sequences at once (their
  * blocks go back to the pool).
  *
@@ -13,7 +13,7 @@
  * the whole pool is refused (BATON_ERANGE). Requests wait in a bounded
  * FIFO queue: sched_submit answers BATON_EBUSY when it is full.
  *
- * The engine's owner (serve.c) brackets the work with hooks: begin() runs
+ * The engine's owner (work.c) brackets the work with hooks: begin() runs
  * on the scheduler thread before its first step after being idle (the
  * engine is taken and its memory made whole, asking the broker), end()
  * after the last sequence ended with nothing admitted. While may_admit()
@@ -22,11 +22,13 @@
  *
  * Each request's answer equals generator_run's for the same request and
  * seed: its sampler is its own and its logits do not depend on the others
- * in the step (model.h).
+ * in the step (engine/model/model.h).
  *
  * Thread-safe: submit, cancel and stats from any thread. Callbacks run on
  * the scheduler thread, without the scheduler's lock held; they must not
  * block long (an HTTP stream write buffers) and must not call sched_close.
+ *
+ * Internal to engine/serve/ (its door is serve.h).
  */
 #ifndef BATON_ENGINE_SCHED_H
 #define BATON_ENGINE_SCHED_H
@@ -34,7 +36,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/model/generate.h"
+#include "engine/model/model.h"
 
 #define BATON_SCHED_DEFAULT_MAX_SEQS  16u
 #define BATON_SCHED_DEFAULT_MAX_QUEUE 64u
@@ -55,7 +57,7 @@ struct sched_hooks {
 	void *arg;
 };
 
-/* What a request hears, on the scheduler thread. on_text as generate.h's
+/* What a request hears, on the scheduler thread. on_text as the generator's
  * (nonzero: cancel). on_done exactly once: rc 0 with the answer (res is
  * the callee's to free with generator_result_free), else the error with a
  * sentence in err (a bad request: BATON_EINVAL/ERANGE; BATON_ECLOSED

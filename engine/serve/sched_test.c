@@ -16,48 +16,16 @@
 #include <unistd.h>
 
 #include "arena/arena.h"
-#include "engine/model/engine.h"
-#include "engine/model/generate.h"
-#include "engine/model/model.h"
+#include "engine/model/model_fixture.h"
 #include "engine/serve/sched.h"
 #include "tests/t.h"
 
-static const char *models(void)
-{
-	const char *d = getenv("BATON_MODELS");
-	return d && *d ? d : "models";
-}
-
-struct rig {
-	char dir[64], arena[128];
-	struct baton_engine *e;
-	struct baton_generator *g;
-};
-
+/* models/kjv-qwen3-moe with its generator. */
 static void rig_open(struct rig *r, uint32_t ctx, uint32_t kv_blocks)
 {
-	char src[512], err[512] = "";
-	snprintf(r->dir, sizeof r->dir, "/tmp/baton-sched-XXXXXX");
-	T_ASSERT(mkdtemp(r->dir) != NULL);
-	snprintf(r->arena, sizeof r->arena, "%s/m.arena", r->dir);
-	snprintf(src, sizeof src, "%s/kjv-qwen3-moe", models());
-	struct baton_arena_source s = { .kind = BATON_ARENA_SRC_SAFETENSORS, .file = src };
-	T_ASSERT_MSG(arena_create(r->arena, &s, NULL, NULL, err, sizeof err) == 0, "arena: %s", err);
-	struct baton_engine_config ec = { .name = "t", .arena_path = r->arena, .backend = "host", .warm = 1 };
-	T_ASSERT_MSG(engine_open(&ec, &r->e, err, sizeof err) == 0, "engine_open: %s", err);
+	rig_engine(r, rig_models(), "kjv-qwen3-moe", "t");
 	struct baton_model_opts mo = { .max_ctx = ctx, .kv_blocks = kv_blocks };
-	T_ASSERT_MSG(generator_open(r->e, &mo, &r->g, err, sizeof err) == 0, "generator_open: %s", err);
-}
-
-static void rig_close(struct rig *r)
-{
-	generator_close(r->g);
-	engine_close(r->e);
-	char p[160];
-	unlink(r->arena);
-	snprintf(p, sizeof p, "%s.lock", r->arena);
-	unlink(p);
-	rmdir(r->dir);
+	rig_generator(r, &mo);
 }
 
 /* One request's side: what it heard. */

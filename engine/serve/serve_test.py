@@ -53,6 +53,27 @@ def t_bad_flags(c):
     assert r.returncode == 0 and "--shared-expert-arena" in r.stdout
 
 
+def t_host_fallback_warns(c):
+    """--backend auto on the host backend beside a GPU says so loudly: a
+    WARNING on stderr, a warning line after ready, "warning" in /health
+    (here without --http: the first two). The GPU is faked: the probed
+    path is BATON_TEST_GPU_NODE, a file that exists."""
+    a = c.arena()
+    c.env["BATON_TEST_GPU_NODE"] = a
+    try:
+        e = c.engine("w", a, "--backend", "auto")
+    finally:
+        del c.env["BATON_TEST_GPU_NODE"]
+    line = e.stdout.readline()
+    log = open(c.log("w")).read()
+    if " on cuda " in log:
+        return "a GPU here: cuda, no fallback"
+    assert line.startswith("warning: a GPU is present (%s)" % a) and "HOST backend" in line, line
+    assert "WARNING: a GPU is present" in log, log
+    ok(call(e.url, "gen", steps=1, batch=1, seed=1))
+    return line.split(": ", 2)[-1].strip()[:60]
+
+
 def t_gen_same_after_release_refill(c):
     e = c.engine("a", c.arena(), "--expert-cache-release", "--verify-refill")
     g1 = ok(call(e.url, "gen", steps=3, batch=2, seed=11))
@@ -191,11 +212,11 @@ def t_kill9_gives_memory_back(c):
 
 CASES = [t_bad_flags, t_gen_same_after_release_refill, t_bad_requests_change_nothing,
          t_release_needs_flag, t_stale_epoch, t_busy_during_gen, t_idle_release,
-         t_two_engines_compete, t_sigterm_gives_memory_back, t_kill9_gives_memory_back]
+         t_two_engines_compete, t_sigterm_gives_memory_back, t_kill9_gives_memory_back, t_host_fallback_warns]
 
 
 def main():
-    return run_cases(CASES, sys.argv[1:], make=EngineCase, logs=("a", "b", "x"))
+    return run_cases(CASES, sys.argv[1:], make=EngineCase, logs=("a", "b", "x", "w"))
 
 if __name__ == "__main__":
     sys.exit(main())

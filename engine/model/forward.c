@@ -1,0 +1,400 @@
+/*
+ * forward.c: the forward pass of every supported MoE architecture, one
+ * implementation steered by the switches of config.c, on the
+ * backend's dense op slots (engine/backend/backend.h) and the engine's expert
+ * cache. See model.h and docs/model.md.
+ *
+ * A pass is rows of several sequences (segments: a sequence's tokens at
+ * its positions pos0 .. pos0+n-1), every op but attention over all rows:
+ *   x = embed(tokens)
+ *   per layer:
+ *     xn = rmsnorm(x, input_layernorm)
+ *     q = q_proj xn (+b); k, v = k_proj, v_proj xn (+b)
+ *     q, k = q_norm, k_norm (per head or over the projection, by arch)
+ *     q, k = rope(q, k)
+ *     kv_store(k, v) into each row's slot of its sequence's blocks
+ *     a = attention(q, K, V) per segment over its blocks (causal, GQA)
+ *     x += o_proj a (+b)
+ *     xn = rmsnorm(x, post_attention_layernorm)
+ *     ids, w = route(router xn); x += sum_k w_k expert_k(xn) (the cache)
+ *     qwen2_moe: x += sigmoid(shared_expert_gate xn) * shared_expert(xn)
+ *   logits = head(rmsnorm(x[last], norm)) for each segment that ends an item
+ * Every op computes each row alone (engine_int.h's fixed order), so a
+ * sequence's logits do not depend on what else shares its pass.
+ *
+ * model_step builds the segments of a step (each item's sequence grown in
+ * the KV pool, kv.c) and runs passes of max_batch rows; the default
+ * sequence's prefill and decode are steps of one item.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/model/model_int.h"
+
+/* The qk norm of n rows of a projection of `heads` heads, in place. */
+static int qk_norm(struct baton_model *m, baton_dptr p, uint32_t n, uint32_t heads,
+    const struct dtensor *w)
+{
+	const struct baton_model_config *c = &m->cfg;
+	if (c->arch->qk_norm == BATON_QK_NORM_HEAD)
+		return m->be->rmsnorm(m->dev, p, p, n * heads, c->head_dim, w->p, w->dtype, c->eps);
+	if (c->arch->qk_norm == BATON_QK_NORM_WHOLE)
+		return m->be->rmsnorm(m->dev, p, p, n, heads * c->head_dim, w->p, w->dtype, c->eps);
+	return 0;
+}
+
+static int attention_block(struct baton_model *m, uint32_t l, const struct segment *sg,
+    uint32_t n_seg, uint32_t n)
+{
+	const struct baton_backend *be = m->be;
+	struct baton_dev *d = m->dev;
+	const struct baton_model_config *c = &m->cfg;
+	const struct layer *L = &m->layers[l];
+	const uint32_t D = c->hidden, QD = c->heads * c->head_dim, KD = c->kv_heads * c->head_dim;
+	int rc;
+
+	if ((rc = be->rmsnorm(d, m->x, m->xn, n, D, L->in_norm.p, L->in_norm.dtype, c->eps)) ||
+	    (rc = be->matmul(d, L->q.p, L->q.dtype, QD, D, L->qb.p, L->qb.dtype, m->xn, n, m->q, 0)) ||
+	    (rc = be->matmul(d, L->k.p, L->k.dtype, KD, D, L->kb.p, L->kb.dtype, m->xn, n, m->kx, 0)) ||
+	    (rc = be->matmul(d, L->v.p, L->v.dtype, KD, D, L->vb.p, L->vb.dtype, m->xn, n, m->vx, 0)) ||
+	    (rc = qk_norm(m, m->q, n, c->heads, &L->q_norm)) ||
+	    (rc = qk_norm(m, m->kx, n, c->kv_heads, &L->k_norm)) ||
+	    (rc = be->rope(d, m->q, n, c->heads, c->head_dim, m->posv, m->inv_freq, 1.0f)) ||
+	    (rc = be->rope(d, m->kx, n, c->kv_heads, c->head_dim, m->posv, m->inv_freq, 1.0f)))
+		return rc;
+	struct baton_kv_store ks = {
+		.k = m->kx, .v = m->vx, .k_cache = kv_k(m, l), .v_cache = kv_v(m, l),
+		.slots = m->slots, .n = n, .cols = KD, .cache_rows = kv_pool_rows(m),
+	};
+	if ((rc = be->kv_store(d, &ks)))
+		return rc;
+	uint64_t row = 0;
+	for (uint32_t i = 0; i < n_seg; i++) {
+		struct baton_attn at = {
+			.q = m->q + row * QD * sizeof(float), .k = kv_k(m, l), .v = kv_v(m, l),
+			.out = m->ao + row * QD * sizeof(float),
+			.n_q = sg[i].n, .n_heads = c->heads, .n_kv_heads = c->kv_heads,
+			.head_dim = c->head_dim, .pos0 = sg[i].pos0,
+			.scale = 1.0f / sqrtf((float)c->head_dim),
+			.blocks = sg[i].seq->blocks, .block_size = BATON_KV_BLOCK,
+		};
+		if ((rc = be->attention(d, &at)))
+			return rc;
+		row += sg[i].n;
+	}
+	return be->matmul(d, L->o.p, L->o.dtype, D, QD, L->ob.p, L->ob.dtype, m->ao, n, m->x, 1);
+}
+
+static int moe_block(struct baton_model *m, uint32_t l, uint32_t n)
+{
+	const struct baton_backend *be = m->be;
+	struct baton_dev *d = m->dev;
+	const struct baton_model_config *c = &m->cfg;
+	const struct layer *L = &m->layers[l];
+	const uint32_t D = c->hidden, E = c->n_experts, K = c->top_k;
+	const size_t nk = (size_t)n * K;
+	int rc;
+
+	if ((rc = be->rmsnorm(d, m->x, m->xn, n, D, L->post_norm.p, L->post_norm.dtype, c->eps)) ||
+	    (rc = be->matmul(d, L->router.p, L->router.dtype, E, D, 0, 0, m->xn, n, m->rl, 0)))
+		return rc;
+	const baton_dptr ids = m->rt_ids + (uint64_t)l * RT_ROWS * K * sizeof(uint32_t);
+	if (m->rt_on) {
+		if ((rc = be->route_dev(d, m->rl, n, E, K, c->route_rule, ids, m->rt_w)))
+			return rc;
+	} else {
+		if ((rc = be->route(d, m->rl, n, E, K, c->route_rule, m->ids, m->w)))
+			return rc;
+		for (size_t i = 0; i < nk; i++)
+			m->want[i] = l * E + m->ids[i];
+		if ((rc = cache_lookup(m->cache, m->want, nk, m->blobs)))
+			return rc;
+	}
+	struct baton_moe_layer ml = {
+		.batch = n, .d_model = D, .d_ff = c->moe_ff, .n_experts = E, .top_k = K,
+		.x = m->x, .xn = m->xn,
+		.router = L->router.p, .router_dtype = L->router.dtype,
+		.gate_dtype = L->gate_dt, .up_dtype = L->up_dt, .down_dtype = L->down_dt,
+		.gate_off = L->gate_off, .up_off = L->up_off, .down_off = L->down_off,
+	};
+	if (m->rt_on)
+		rc = be->moe_experts_dev(d, &ml, m->rt_tab + (uint64_t)l * E * sizeof(uint64_t), ids,
+		    m->rt_w);
+	else
+		rc = be->moe_experts(d, &ml, m->blobs, m->w);
+	if (rc)
+		return rc;
+	if (!c->arch->shared_expert)
+		return 0;
+	const uint32_t F = c->shared_ff;
+	if ((rc = be->matmul(d, L->sh_gate.p, L->sh_gate.dtype, F, D, 0, 0, m->xn, n, m->sg, 0)) ||
+	    (rc = be->matmul(d, L->sh_up.p, L->sh_up.dtype, F, D, 0, 0, m->xn, n, m->su, 0)) ||
+	    (rc = be->swiglu(d, m->sg, m->su, m->sg, (uint64_t)n * F)) ||
+	    (rc = be->matmul(d, L->sh_down.p, L->sh_down.dtype, D, F, 0, 0, m->sg, n, m->sy, 0)) ||
+	    (rc = be->matmul(d, L->sh_g.p, L->sh_g.dtype, 1, D, 0, 0, m->xn, n, m->gl, 0)))
+		return rc;
+	return be->add(d, m->x, m->sy, m->gl, n, D);
+}
+
+/* The output head over the last rows of the segments that want logits,
+ * HEAD_ROWS at a time. */
+static int head(struct baton_model *m, const struct segment *sg, uint32_t n_seg)
+{
+	const struct baton_model_config *c = &m->cfg;
+	const uint32_t D = c->hidden, HR = m->max_batch < HEAD_ROWS ? m->max_batch : HEAD_ROWS;
+	const uint64_t rowb = (uint64_t)D * sizeof(float), vb = (uint64_t)c->vocab * sizeof(float);
+	float *dst[HEAD_ROWS];
+	uint32_t g = 0;
+	uint64_t row = 0;
+	int rc;
+
+	for (uint32_t i = 0; i < n_seg; i++) {
+		row += sg[i].n;
+		if (sg[i].logits) {
+			baton_dptr last = m->x + (row - 1) * rowb;
+			if ((rc = m->be->rmsnorm(m->dev, last, m->xn + g * rowb, 1, D, m->norm.p,
+			         m->norm.dtype, c->eps)))
+				return rc;
+			dst[g++] = sg[i].logits;
+		}
+		if (g && (g == HR || i + 1 == n_seg)) {
+			if ((rc = m->be->matmul(m->dev, m->head.p, m->head.dtype, c->vocab, D, 0, 0, m->xn,
+			         g, m->logits, 0)) ||
+			    (rc = m->be->sync(m->dev)))
+				return rc;
+			for (uint32_t r = 0; r < g; r++)
+				if ((rc = m->be->copy_d2h(m->dev, dst[r], m->logits + r * vb, vb)))
+					return rc;
+			g = 0;
+		}
+	}
+	return 0;
+}
+
+/* Whether this pass of n rows routes on the device (m->rt_on): the
+ * backend has route_dev and moe_experts_dev, the pass is small, and every
+ * expert is resident, so no step can miss. The cache's table goes to the
+ * device when it differs from the last one sent (after a refill, a
+ * resize...); a pass that cannot use it takes the host path. */
+static int moe_dev_ready(struct baton_model *m, uint32_t n)
+{
+	const struct baton_model_config *c = &m->cfg;
+	const uint64_t NI = (uint64_t)c->layers * c->n_experts, tb = NI * sizeof(uint64_t);
+	const uint64_t ib = (uint64_t)c->layers * RT_ROWS * c->top_k * sizeof(uint32_t);
+	int rc;
+
+	m->rt_on = 0;
+	if (m->rt_off || !m->be->route_dev || !m->be->moe_experts_dev || n > RT_ROWS || !m->cache)
+		return 0;
+	if (!m->tab_now) {
+		m->tab_now = malloc(tb);
+		m->tab_dev = malloc(tb);
+		m->rt_host = malloc(ib);
+		if (!m->tab_now || !m->tab_dev || !m->rt_host)
+			return BATON_ENOMEM;
+	}
+	if (!cache_all_resident(m->cache, m->tab_now))
+		return 0;
+	for (uint64_t i = 0; i < NI; i++)
+		if (m->tab_now[i] % 256)
+			return 0;
+	if (!m->rt_base) {
+		const uint64_t bytes = tb + ib + (uint64_t)RT_ROWS * c->top_k * sizeof(float);
+		if ((rc = m->be->alloc(m->dev, bytes, &m->rt_base))) {
+			m->rt_base = 0;
+			return rc;
+		}
+		m->rt_tab = m->rt_base;
+		m->rt_ids = m->rt_base + tb;
+		m->rt_w = m->rt_ids + ib;
+		m->tab_ok = 0;
+	}
+	if (!m->tab_ok || memcmp(m->tab_now, m->tab_dev, tb)) {
+		memcpy(m->tab_dev, m->tab_now, tb);
+		const struct baton_copy cp = { m->rt_tab, m->tab_dev, tb };
+		/* synced: tab_dev may change before the next pass's sync */
+		if ((rc = m->be->copy_h2d(m->dev, &cp, 1)) || (rc = m->be->sync(m->dev))) {
+			m->tab_ok = 0;
+			return rc;
+		}
+		m->tab_ok = 1;
+	}
+	m->rt_on = 1;
+	m->rt_passes++;
+	return 0;
+}
+
+uint64_t model_device_route_passes(const struct baton_model *m)
+{
+	return m ? m->rt_passes : 0;
+}
+
+/* After a pass routed on the device: its choices, back in one copy, go
+ * through cache_lookup as the host path's would have (all hits: the
+ * cache's counts and heat stay what they were). */
+static int moe_dev_account(struct baton_model *m, uint32_t n)
+{
+	const struct baton_model_config *c = &m->cfg;
+	const uint32_t E = c->n_experts, K = c->top_k, nk = n * K;
+	const uint64_t ib = (uint64_t)c->layers * RT_ROWS * K * sizeof(uint32_t);
+	int rc;
+
+	if ((rc = m->be->copy_d2h(m->dev, m->rt_host, m->rt_ids, ib)))
+		return rc;
+	for (uint32_t l = 0; l < c->layers; l++) {
+		const uint32_t *id = m->rt_host + (uint64_t)l * RT_ROWS * K;
+		for (uint32_t i = 0; i < nk; i++) {
+			if (id[i] >= E)
+				return BATON_EIO;
+			m->want[i] = l * E + id[i];
+		}
+		if ((rc = cache_lookup(m->cache, m->want, nk, m->blobs)))
+			return rc;
+	}
+	return 0;
+}
+
+/* One pass: the segments' rows, n of them in all (<= max_batch). The
+ * sequences own the blocks of every position the pass writes. */
+static int pass(struct baton_model *m, const struct segment *sg, uint32_t n_seg, uint32_t n)
+{
+	const struct baton_model_config *c = &m->cfg;
+	uint32_t r = 0;
+	int rc;
+
+	for (uint32_t i = 0; i < n_seg; i++)
+		for (uint32_t t = 0; t < sg[i].n; t++, r++) {
+			uint32_t p = sg[i].pos0 + t;
+			m->toks[r] = sg[i].tokens[t];
+			m->posv[r] = p;
+			m->slots[r] = sg[i].seq->blocks[p / BATON_KV_BLOCK] * BATON_KV_BLOCK +
+			    p % BATON_KV_BLOCK;
+		}
+	if ((rc = moe_dev_ready(m, n)) ||
+	    (rc = m->be->embed(m->dev, m->embed.p, m->embed.dtype, c->vocab, c->hidden, m->toks, n,
+	         m->x)))
+		return rc;
+	for (uint32_t l = 0; l < c->layers; l++)
+		if ((rc = attention_block(m, l, sg, n_seg, n)) || (rc = moe_block(m, l, n)))
+			return rc;
+	if ((rc = head(m, sg, n_seg)))
+		return rc;
+	return m->rt_on ? moe_dev_account(m, n) : 0;
+}
+
+int model_step(struct baton_model *m, const struct baton_step_item *items, uint32_t n_items,
+    float *logits)
+{
+	int rc = 0;
+
+	if (!m || !items || !n_items || !logits)
+		return BATON_EINVAL;
+	/* every check before anything changes */
+	uint64_t need = 0;
+	uint32_t i;
+	for (i = 0; i < n_items; i++) {
+		struct baton_seq *s = items[i].seq;
+		if (!s || !items[i].tokens || !items[i].n || s->mark) {
+			rc = BATON_EINVAL;
+			break;
+		}
+		s->mark = 1;
+		if ((uint64_t)s->pos + items[i].n > m->max_ctx) {
+			rc = BATON_ERANGE;
+			break;
+		}
+		for (uint32_t t = 0; t < items[i].n; t++)
+			if (items[i].tokens[t] >= m->cfg.vocab)
+				rc = BATON_ERANGE;
+		if (rc)
+			break;
+		need += model_seq_blocks_needed(m, s, items[i].n);
+	}
+	if (!rc && need > m->n_free)
+		rc = BATON_ENOSPC;
+	if (!rc && (rc = model_refill(m)) == 0)
+		rc = kv_ensure(m);
+	if (rc) {
+		/* the marks set so far; the one at i may be another item's */
+		for (uint32_t j = 0; j < n_items && j <= i; j++)
+			if (items[j].seq)
+				items[j].seq->mark = 0;
+		return rc;
+	}
+	/* take the blocks; mark = blocks held before, + 1 */
+	for (i = 0; i < n_items; i++) {
+		struct baton_seq *s = items[i].seq;
+		s->mark = s->n_blocks + 1;
+		for (uint32_t b = model_seq_blocks_needed(m, s, items[i].n); b > 0; b--)
+			s->blocks[s->n_blocks++] = m->free_ids[--m->n_free];
+	}
+	/* passes of up to max_batch rows; an item may span passes */
+	uint32_t n_seg = 0, rows = 0, off = 0;
+	const size_t V = m->cfg.vocab;
+	for (i = 0; i < n_items && !rc;) {
+		const struct baton_step_item *it = &items[i];
+		uint32_t take = it->n - off;
+		if (take > m->max_batch - rows)
+			take = m->max_batch - rows;
+		m->segs[n_seg++] = (struct segment){
+			.seq = it->seq, .tokens = it->tokens + off, .n = take, .pos0 = it->seq->pos + off,
+			.logits = off + take == it->n ? logits + i * V : NULL,
+		};
+		rows += take;
+		off += take;
+		if (off == it->n) {
+			i++;
+			off = 0;
+		}
+		if (rows == m->max_batch || i == n_items) {
+			rc = pass(m, m->segs, n_seg, rows);
+			n_seg = rows = 0;
+		}
+	}
+	for (i = 0; i < n_items; i++) {
+		struct baton_seq *s = items[i].seq;
+		if (rc)
+			kv_seq_shrink(m, s, s->mark - 1);
+		else
+			s->pos += items[i].n;
+	}
+	for (i = 0; i < n_items; i++)
+		items[i].seq->mark = 0;
+	return rc;
+}
+
+uint32_t model_pos(const struct baton_model *m)
+{
+	return m->def ? m->def->pos : 0;
+}
+
+int model_prefill(struct baton_model *m, const uint32_t *tokens, uint32_t n, float *logits)
+{
+	int rc;
+
+	if (!m || !tokens || !n || !logits)
+		return BATON_EINVAL;
+	if (n > m->max_ctx)
+		return BATON_ERANGE;
+	for (uint32_t i = 0; i < n; i++)
+		if (tokens[i] >= m->cfg.vocab)
+			return BATON_ERANGE;
+	if (!m->def && (rc = model_seq_open(m, &m->def)))
+		return rc;
+	model_reset(m); /* a new sequence: released, its old rows need not come back */
+	struct baton_step_item it = { m->def, tokens, n };
+	return model_step(m, &it, 1, logits);
+}
+
+int model_decode(struct baton_model *m, uint32_t token, float *logits)
+{
+	if (!m || !logits)
+		return BATON_EINVAL;
+	if (!m->def || !m->def->pos)
+		return BATON_ESTATE;
+	if (m->def->pos >= m->max_ctx || token >= m->cfg.vocab)
+		return BATON_ERANGE;
+	struct baton_step_item it = { m->def, &token, 1 };
+	return model_step(m, &it, 1, logits);
+}

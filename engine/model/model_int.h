@@ -1,0 +1,149 @@
+/*
+ * model_int.h: internal to engine/model/'s model (model.c, weights.c,
+ * kv.c, forward.c, release.c); the door is model.h. The model's state and
+ * the few functions one part gives another. The calls go one way:
+ * forward.c uses release.c (a step refills first) and kv.c; release.c and
+ * model.c use weights.c and kv.c; kv.c and weights.c use none of them.
+ */
+#ifndef BATON_ENGINE_MODEL_INT_H
+#define BATON_ENGINE_MODEL_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/model/model.h"
+
+#define DEFAULT_CTX 4096u
+#define DEFAULT_BATCH 256u
+#define HEAD_ROWS 16u      /* output-head rows per matmul: bounds the logits buffer */
+#define MAX_BLOCKS (1u << 27) /* slots (block * BLOCK + row) stay below 2^31 */
+#define NAME_MAX_LEN 160
+
+/* A dense tensor on the device. */
+struct dtensor {
+	baton_dptr p;      /* 0: absent (optional tensors) */
+	uint32_t dtype;
+};
+
+/* A dense tensor's bytes in the arena, uploaded at open and at refill. */
+struct upload {
+	struct dtensor *t;
+	const void *src;
+	uint64_t bytes;
+};
+
+struct layer {
+	struct dtensor in_norm, post_norm;
+	struct dtensor q, k, v, o, qb, kb, vb, ob, q_norm, k_norm;
+	struct dtensor router;
+	struct dtensor sh_gate, sh_up, sh_down, sh_g; /* qwen2_moe's shared expert */
+	uint64_t gate_off, up_off, down_off;          /* inside an expert blob */
+	uint32_t gate_dt, up_dt, down_dt;
+};
+
+struct baton_seq {
+	struct baton_seq *prev, *next; /* the model's open sequences */
+	uint32_t pos;
+	uint32_t n_blocks;             /* blocks[0 .. n_blocks) own positions */
+	uint32_t *blocks;              /* ceil(max_ctx / BLOCK) entries */
+	uint32_t mark;                 /* model_step: taken blocks before it, +1 */
+};
+
+/* A part of a pass: n rows of one item's sequence from position pos0. */
+struct segment {
+	struct baton_seq *seq;
+	const uint32_t *tokens;
+	uint32_t n, pos0;
+	float *logits;                 /* where its last row's logits go, or NULL */
+};
+
+struct baton_model {
+	struct baton_engine *e;
+	const struct baton_backend *be;
+	struct baton_dev *dev;
+	struct baton_cache *cache;
+	struct baton_model_config cfg;
+	struct layer *layers;
+	struct dtensor embed, norm, head;
+	struct upload *ups;           /* every dense tensor: where it comes from */
+	uint32_t n_ups, cap_ups;
+	uint64_t dense_bytes;
+	int released;                 /* model_release: nothing on the device */
+	void *kv_saved;               /* the held blocks' KV rows while released */
+	uint32_t *saved_ids, n_saved; /* which blocks kv_saved holds, in its order */
+	float *inv_freq;              /* head_dim / 2 */
+	uint32_t max_ctx, max_batch;
+	/* activations, max_batch rows (logits: HEAD_ROWS rows) */
+	baton_dptr x, xn, q, ao, rl, sg, su, sy, gl, kx, vx, logits;
+	baton_dptr act_base;
+	uint64_t act_bytes;
+	/* the KV pool (see the top); kv == 0 while not allocated */
+	baton_dptr kv;
+	uint64_t kv_bytes;
+	uint32_t n_blocks, n_free, seq_blocks; /* seq_blocks: a table's length */
+	uint32_t *free_ids;           /* the free stack, n_free of n_blocks */
+	struct baton_seq *seqs;       /* open sequences */
+	struct baton_seq *def;        /* prefill/decode's sequence */
+	/* host scratch */
+	uint32_t *ids, *want, *posv, *slots, *toks;
+	float *w;
+	baton_dptr *blobs;
+	struct segment *segs;         /* max_batch */
+	/* The MoE block without a host round trip (moe_dev_ready): the
+	 * cache's blob table on the device, each layer's routing results. */
+	baton_dptr rt_base;           /* 0 until a pass first uses it */
+	baton_dptr rt_tab;            /* u64 [layers * n_experts], the cache's addresses */
+	baton_dptr rt_ids;            /* u32 [layers][RT_ROWS * top_k] */
+	baton_dptr rt_w;              /* f32 [RT_ROWS * top_k], one layer's at a time */
+	baton_dptr *tab_now, *tab_dev; /* host: the cache's table now; what rt_tab holds */
+	uint32_t *rt_host;            /* rt_ids back on the host, for the cache's counts */
+	int tab_ok, rt_on, rt_off;    /* rt_off: BATON_MODEL_HOST_ROUTE=1 */
+	uint64_t rt_passes;
+};
+
+/* Passes of at most this many rows route on the device (decode); larger
+ * ones (prefill) group tokens by expert on the host, sharing weight reads. */
+#define RT_ROWS 8
+
+/* ---- weights.c ----------------------------------------------------------- */
+
+/* Allocates and queues the copy of one dense tensor. */
+int weights_upload(struct baton_model *m, const struct upload *u);
+
+/* Frees every dense tensor and the activations; idempotent. */
+void weights_free(struct baton_model *m);
+
+/* Uploads tensor `name` of shape rows x cols (a 1-D tensor: rows 1).
+ * Absent and optional: t->p = 0. Any other mismatch is refused by name. */
+int weights_load(struct baton_model *m, const char *name, uint32_t rows, uint32_t cols,
+    int required, struct dtensor *t, char *eb, size_t el);
+
+/* Every tensor of layer l (the architecture says which). */
+int weights_load_layer(struct baton_model *m, uint32_t l, char *eb, size_t el);
+
+/* The activation buffers for max_batch rows, one device allocation. */
+int weights_alloc_acts(struct baton_model *m);
+
+/* ---- kv.c ---------------------------------------------------------------- */
+
+/* Floats of one position's K (or V) row: kv_heads * head_dim. */
+uint64_t kv_row(const struct baton_model *m);
+
+/* Rows of the pool per layer and per K or V. */
+uint64_t kv_pool_rows(const struct baton_model *m);
+
+/* Layer l's K and V rows in the pool. */
+baton_dptr kv_k(const struct baton_model *m, uint32_t l);
+baton_dptr kv_v(const struct baton_model *m, uint32_t l);
+
+/* The pool on the device (allocated at the first use). */
+int kv_ensure(struct baton_model *m);
+
+/* Forgets the KV rows a release saved on the host. */
+void kv_drop_saved(struct baton_model *m);
+
+/* Gives blocks [keep, n_blocks) of s back to the pool, last first (so a
+ * step undone leaves the stack as it found it). */
+void kv_seq_shrink(struct baton_model *m, struct baton_seq *s, uint32_t keep);
+
+#endif

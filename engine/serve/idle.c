@@ -1,0 +1,37 @@
+/*
+ * idle.c: the engine's idle-release timer (--cache-release-idle), called
+ * by the program every 100 ms or so (serve_tick). It is for an engine
+ * without a broker; under a broker idle release is the broker's rule
+ * (idle_release_s), though this timer still runs when both are set.
+ */
+#include <inttypes.h>
+
+#include "engine/serve/serve_int.h"
+
+/* Releases the cache when nobody asked for anything for idle_s seconds. */
+void serve_tick(struct serve *s)
+{
+	if (s->o.idle_s <= 0)
+		return;
+	pthread_mutex_lock(&s->st_mu);
+	double idle = baton_now_s() - s->last_active;
+	pthread_mutex_unlock(&s->st_mu);
+	if (idle < s->o.idle_s || pthread_mutex_trylock(&s->run_mu) != 0)
+		return;
+	if (s->info.cache.state == BATON_CACHE_READY || s->info.cache.state == BATON_CACHE_PARTIAL) {
+		struct baton_cache_report r;
+		serve_set_state(s, BATON_STATE_RELEASING);
+		int rc = engine_release(s->e, &r);
+		if (rc == 0) {
+			s->idle_released = 1;
+			serve_log(s, "idle for %.1f s: released %" PRIu64 " bytes in %.3f ms", idle,
+			    r.bytes_freed, r.total_s * 1e3);
+		} else {
+			serve_log(s, "idle release failed: %s", baton_strerror(rc));
+		}
+		serve_snapshot(s, NULL);
+		if (rc == 0)
+			serve_report(s, "idle release (engine)", r.total_s * 1e3, r.bytes_freed);
+	}
+	pthread_mutex_unlock(&s->run_mu);
+}
