@@ -58,7 +58,7 @@ int proto__encode_nng(const struct baton_msg *m, nng_msg **out, struct proto_dia
 	return 0;
 }
 
-/* Fault injection (engine/backend/fault.h has the syntax): BATON_FAULT="send:N" or
+/* Fault injection (engine/backend/backend.h, fault_wrap, has the syntax): BATON_FAULT="send:N" or
  * "send:N/every" makes the Nth send of a reply (proto_ctx_reply) or a request
  * (proto_client_call), counted together per process, fail with
  * BATON_ECLOSED before it reaches nng: a reply is dropped (the client's REQ

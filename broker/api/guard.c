@@ -1,5 +1,5 @@
 /*
- * http_guard.c: the broker's HTTP token (docs/internals/security.md).
+ * guard.c: the broker's HTTP token (docs/internals/security.md).
  *
  * Loopback TCP is no permission boundary: any local user, and any web page
  * in a browser on the machine, can reach 127.0.0.1. So a mutating call

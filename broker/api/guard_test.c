@@ -1,5 +1,5 @@
 /*
- * http_guard_test.c: the made token file (mode, owner, refusals) and which
+ * guard_test.c: the made token file (mode, owner, refusals) and which
  * addresses are loopback. Which requests pass the header checks is
  * http/guard_test.c's.
  */

@@ -1,5 +1,5 @@
 /*
- * cli_engine.c: an engine's control URL from its name, asked of the
+ * engine.c: an engine's control URL from its name, asked of the
  * broker (see cli_engine.h). The broker's status lists each engine's ctl.
  */
 #include "broker/cli/engine.h"

@@ -1,5 +1,5 @@
 /*
- * cli_engine.h: where an engine named on the CLI listens (cli_engine.c),
+ * engine.h: where an engine named on the CLI listens (cli_engine.c),
  * for `baton gen`, `baton complete` and `baton chat` alike.
  */
 #ifndef BATON_BROKER_CLI_ENGINE_H

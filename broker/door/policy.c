@@ -1,5 +1,5 @@
 /*
- * door_policy.c: which engines of one device the front door sends
+ * policy.c: which engines of one device the front door sends
  * requests to now, and when it switches the device to another model
  * (see door_int.h). A pure function of its inputs, so the rule is tested
  * from a table (door_policy_test.c).

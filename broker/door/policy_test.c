@@ -1,5 +1,5 @@
 /*
- * door_policy_test.c: door_policy() from a table. Each row: the engines
+ * policy_test.c: door_policy() from a table. Each row: the engines
  * of one device (queued, oldest wait, in flight, ready, fits), the
  * device (holder, held for, quantum, switch under way, its target and
  * the engine switched out), and what must come out: which engines take

@@ -1,5 +1,5 @@
 /*
- * door_upstream.c: the front door's client to an engine's OpenAI HTTP
+ * upstream.c: the front door's client to an engine's OpenAI HTTP
  * (see door_int.h). One connection per request (Connection: close), plain
  * HTTP/1.1 over a socket: the peer is our own engine, usually over
  * loopback, and the door must hand each piece of a streamed reply on the

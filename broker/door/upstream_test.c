@@ -1,5 +1,5 @@
 /*
- * door_upstream_test.c: the front door's client to an engine, against a
+ * upstream_test.c: the front door's client to an engine, against a
  * scripted server on 127.0.0.1 (a thread): chunked pieces arrive one by
  * one before the reply ends, Content-Length and read-until-close bodies,
  * chunk extensions and trailers, the request as sent, cancel from another

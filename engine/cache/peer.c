@@ -1,5 +1,5 @@
 /*
- * cache_peer.c: the peer tier of the expert cache (see cache.h for the
+ * peer.c: the peer tier of the expert cache (see cache.h for the
  * contract and cache.c's top for the tables): a second set of slots on
  * another device, lent by the broker, and the rebalance that moves
  * experts between the tiers by heat.

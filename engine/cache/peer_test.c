@@ -1,5 +1,5 @@
 /*
- * cache_peer_test.c: the expert cache's peer tier on the host backend:
+ * peer_test.c: the expert cache's peer tier on the host backend:
  * host device 1 lends its memory to a cache on host device 0 (see
  * cache_fixture.h for the fixture).
  */

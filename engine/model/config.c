@@ -1,5 +1,5 @@
 /*
- * model_config.c: Hugging Face config.json -> struct baton_model_config,
+ * config.c: Hugging Face config.json -> struct baton_model_config,
  * and the per-architecture switch table. Whatever the forward pass does
  * not implement is refused here, by name, so that no model runs wrong.
  */

@@ -260,7 +260,7 @@ int engine_open(const struct baton_engine_config *cfg, struct baton_engine **out
 			snprintf(errbuf, errlen, "%s device %d: %s", e->be->name, cfg->device, sub);
 		goto fail;
 	}
-	/* BATON_FAULT: fail the Nth map/alloc/copy (engine/backend/fault.h). */
+	/* BATON_FAULT: fail the Nth map/alloc/copy (engine/backend/backend.h, fault_wrap). */
 	const struct baton_backend *inner = e->be;
 	if ((rc = fault_wrap(inner, e->dev, &e->be, sub, sizeof sub)) != 0) {
 		if (errbuf)

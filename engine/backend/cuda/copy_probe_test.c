@@ -1,5 +1,5 @@
 /*
- * cuda_copy_probe_test.c: where host-to-device copy bandwidth goes. Prints
+ * copy_probe_test.c: where host-to-device copy bandwidth goes. Prints
  * figures (not asserted; the benchmark owns the ratios) for 4 GiB copied
  * from pinned memory (cuMemHostAlloc) or from a registered /dev/shm mapping
  * (how the arena is read) into cuMemAlloc memory or VMM segments (how the

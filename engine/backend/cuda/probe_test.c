@@ -1,5 +1,5 @@
 /*
- * cuda_probe_test.c: what the driver allows for releasing VMM memory fast.
+ * probe_test.c: what the driver allows for releasing VMM memory fast.
  * Prints figures (not asserted) for unmapping and releasing 59 segments of
  * 256 MiB (14.75 GiB, the GPU test's cache): all on one thread, and with
  * cuMemRelease spread over 2 and 4 threads. Skips without a GPU.

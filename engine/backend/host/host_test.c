@@ -1,5 +1,5 @@
 /*
- * backend_host_test.c: the host backend's memory side and backend_find().
+ * host_test.c: the host backend's memory side and backend_find().
  * Each case has a host device of its own (BATON_HOSTDEV_DIR in a fresh
  * temporary directory).
  */
