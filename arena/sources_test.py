@@ -255,6 +255,21 @@ def gguf_malformed():
     off_at = pos + len("blk.0.ffn_gate_inp.weight") + 4 + 2 * 8 + 4
     struct.pack_into("<Q", b, off_at, struct.unpack_from("<Q", b, off_at)[0] + 4)
     msgs.append(bad_gguf("misaligned", bytes(b), ["not aligned to 32"]))
+    # issue 28: a key twice (this parser took the first, another reader the
+    # last), and two tensors over the same bytes; llama.cpp refuses both
+    twice = kvs + [("qwen2moe.expert_used_count", "u32", 1)]
+    msgs.append(bad_gguf("dupkey", model(twice), ["metadata key qwen2moe.expert_used_count appears twice"]))
+
+    def info_offset_at(buf, name):
+        pos = buf.find(name.encode() + struct.pack("<I", 3))
+        assert pos > 0, name
+        return pos + len(name) + 4 + 3 * 8 + 4
+
+    b = bytearray(g)
+    gate_at = info_offset_at(b, "blk.0.ffn_gate_exps.weight")
+    up_at = info_offset_at(b, "blk.0.ffn_up_exps.weight")
+    b[up_at:up_at + 8] = b[gate_at:gate_at + 8]
+    msgs.append(bad_gguf("overlap", bytes(b), ["blk.0.ffn_gate_exps.weight", "overlap"]))
     for m in msgs:
         print("  " + m[m.find(": ", m.find(".arena")) + 2:][:110])
 
