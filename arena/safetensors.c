@@ -62,6 +62,35 @@ static int json_u64(const json_t *v, uint64_t *out)
 	return 0;
 }
 
+static int by_offset(const void *a, const void *b)
+{
+	const struct arena_st_tensor *x = *(const struct arena_st_tensor *const *)a;
+	const struct arena_st_tensor *y = *(const struct arena_st_tensor *const *)b;
+	return (x->offset > y->offset) - (x->offset < y->offset);
+}
+
+/* Two tensors over the same bytes are one tensor read two ways (the
+ * safetensors library refuses the file too): BATON_ESOURCE. Empty
+ * tensors take no bytes and overlap nothing. */
+static int check_overlap(const struct arena_st_header *h, char *errbuf, size_t errlen)
+{
+	const struct arena_st_tensor **v = malloc((h->n_tensors ? h->n_tensors : 1) * sizeof *v);
+	if (!v)
+		return arena_errf(errbuf, errlen, BATON_ENOMEM, "out of memory");
+	uint64_t k = 0;
+	for (uint64_t i = 0; i < h->n_tensors; i++)
+		if (h->tensors[i].bytes)
+			v[k++] = &h->tensors[i];
+	qsort(v, k, sizeof *v, by_offset);
+	int rc = 0;
+	for (uint64_t i = 1; i < k && !rc; i++)
+		if (v[i]->offset < v[i - 1]->offset + v[i - 1]->bytes)
+			rc = arena_errf(errbuf, errlen, BATON_ESOURCE,
+			    "safetensors: the data of %.200s and %.200s overlap", v[i - 1]->name, v[i]->name);
+	free(v);
+	return rc;
+}
+
 int arena_st_parse(const uint8_t *buf, uint64_t size, struct arena_st_header *h,
     char *errbuf, size_t errlen)
 {
@@ -169,6 +198,7 @@ int arena_st_parse(const uint8_t *buf, uint64_t size, struct arena_st_header *h,
 		t->offset = h->data_offset + begin;
 		t->bytes = end - begin;
 	}
+	rc = check_overlap(h, errbuf, errlen);
 out:
 	json_decref(root);
 	if (rc)

@@ -412,6 +412,9 @@ def safetensors_malformed():
     msgs.append(bad_st("size", hdr("size", {"x": {"dtype": "F32", "shape": [3],
                                                   "data_offsets": [0, 16]}}, b"\0" * 16),
                        ["16 bytes, its F32 shape needs 12"]))
+    msgs.append(bad_st("overlap", hdr("overlap", {"x": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]},
+                                                  "y": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}},
+                                      b"\0" * 16), ["the data of x and y overlap"]))
     msgs.append(bad_st("neg", hdr("neg", {"x": {"dtype": "F32", "shape": [-1],
                                                 "data_offsets": [0, 4]}}, b"\0" * 4),
                        ["bad shape"]))
