@@ -183,6 +183,13 @@ int http_guard_check(const struct http_guard *g, const struct http_guard_in *in,
 		    in->n_clen > 1 ? "Content-Length" : "Host");
 		return 400;
 	}
+	/* both framings: the server reads the chunks, a proxy may read the
+	 * length (RFC 9112 6.1 lets a server refuse it: request smuggling) */
+	if (in->clen && in->te) {
+		*err = BATON_EMSG;
+		snprintf(msg, n, "both Content-Length and Transfer-Encoding: send one");
+		return 400;
+	}
 	/* first: whatever else is wrong, this body is never read (a length
 	 * past 2^64 is too large as well) */
 	if (in->clen && baton_parse_u64(in->clen, 0, max, &clen) == BATON_ERANGE) {

@@ -181,8 +181,9 @@ static void t_loopback_names(void)
 	T_ASSERT(!http_is_loopback("localhost.evil:8420"));
 }
 
-/* Two Content-Length headers (RFC 9112 6.3), or two Hosts: 400 before
- * anything else, on reads too, whether the values agree or not. */
+/* Two Content-Length headers (RFC 9112 6.3), two Hosts, or a length with
+ * Transfer-Encoding: 400 before anything else, on reads too, whether the
+ * values agree or not. */
 static void t_framing(void)
 {
 	struct http_guard g;
@@ -204,6 +205,13 @@ static void t_framing(void)
 	in.n_host = 1;
 	T_EQ_INT(http_guard_check(&g, &in, &authorized, &err, msg, sizeof msg), 0);
 	in.method = "POST";
+	T_EQ_INT(http_guard_check(&g, &in, &authorized, &err, msg, sizeof msg), 0);
+	/* a length and chunks: which one frames the body is the reader's guess */
+	in.te = "chunked";
+	T_EQ_INT(http_guard_check(&g, &in, &authorized, &err, msg, sizeof msg), 400);
+	T_ASSERT_MSG(strstr(msg, "both Content-Length and Transfer-Encoding"), "%s", msg);
+	in.clen = NULL;
+	in.n_clen = 0;
 	T_EQ_INT(http_guard_check(&g, &in, &authorized, &err, msg, sizeof msg), 0);
 }
 
