@@ -131,6 +131,9 @@ static void t_symlinks(void)
 	snprintf(path, sizeof path, "%s/m.arena", link);
 	T_EQ_ERR(create(path, msg, sizeof msg), BATON_EPERM);
 	T_ASSERT_MSG(strstr(msg, "symbolic link") != NULL, "%s", msg);
+	snprintf(path, sizeof path, "%s//m.arena", link); /* lstat("link/") follows */
+	T_EQ_ERR(create(path, msg, sizeof msg), BATON_EPERM);
+	T_ASSERT_MSG(strstr(msg, "symbolic link") != NULL, "%s", msg);
 	rmdir(real);
 	unlink(link);
 
@@ -195,6 +198,14 @@ static void t_open_refuses_a_chosen_arena(void)
 	T_EQ_ERR(arena_open(alias, &a, msg, sizeof msg), BATON_EPERM);
 	T_ASSERT_MSG(strstr(msg, "symbolic link") != NULL, "%s", msg);
 	T_ASSERT(a == NULL);
+	/* A link to a directory of arenas: refused, however the path is spelt. */
+	char ldir[PATH_MAX - 64], via[PATH_MAX];
+	snprintf(ldir, sizeof ldir, "%s.link", dir);
+	T_ASSERT(symlink(dir, ldir) == 0);
+	snprintf(via, sizeof via, "%s//mixtral.arena", ldir);
+	T_EQ_ERR(arena_open(via, &a, msg, sizeof msg), BATON_EPERM);
+	T_ASSERT_MSG(strstr(msg, "symbolic link") != NULL, "%s", msg);
+	unlink(ldir);
 	/* A directory writable by others (not root's sticky one): refused. */
 	T_ASSERT(chmod(dir, 0777) == 0);
 	T_EQ_ERR(arena_open(real, &a, msg, sizeof msg), BATON_EPERM);

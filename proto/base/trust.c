@@ -19,6 +19,17 @@
 
 int baton_trust_dir(const char *dir, const char *what, char *errbuf, size_t errlen)
 {
+	/* "link/" (or "link//x.arena"'s directory): lstat would follow the
+	 * link, so the trailing slashes go */
+	char buf[PATH_MAX];
+	size_t n = strlen(dir);
+	if (n >= sizeof buf)
+		return baton_fail(errbuf, errlen, BATON_EINVAL, "%.64s...: path too long", dir);
+	while (n > 1 && dir[n - 1] == '/')
+		n--;
+	memcpy(buf, dir, n);
+	buf[n] = '\0';
+	dir = buf;
 	struct stat st;
 	if (lstat(dir, &st) != 0)
 		return baton_fail(errbuf, errlen, errno == ENOENT ? BATON_ENOTFOUND : BATON_EIO,
