@@ -269,35 +269,11 @@ static int mkdir_p(const char *dir, char *errbuf, size_t errlen)
 	return 0;
 }
 
-/* Whoever can write the arena's directory can put their own arena where
- * ours goes (or a link where we write), and the engine would load it. So
- * the directory must be a real one (not a link), owned by us or root, and
- * writable by nobody else; root's sticky directories (/dev/shm, /tmp)
- * are fine, as others cannot rename or remove our files there. */
+/* The arena's directory: base's rule of who may have written what is in
+ * it (baton_trust_dir). */
 int arena_check_dir(const char *dir, char *errbuf, size_t errlen)
 {
-	struct stat st;
-	if (lstat(dir, &st) != 0)
-		return arena_errf(errbuf, errlen, errno == ENOENT ? BATON_ENOTFOUND : BATON_EIO,
-		    "%s: %s", dir, strerror(errno));
-	if (S_ISLNK(st.st_mode))
-		return arena_errf(errbuf, errlen, BATON_EPERM,
-		    "arena directory %s is a symbolic link: refusing it (use the real path)", dir);
-	if (!S_ISDIR(st.st_mode))
-		return arena_errf(errbuf, errlen, BATON_EINVAL, "%s: not a directory", dir);
-	uid_t me = geteuid();
-	if (st.st_uid != me && st.st_uid != 0)
-		return arena_errf(errbuf, errlen, BATON_EPERM,
-		    "arena directory %s belongs to uid %u, not to this user (uid %u) or root: "
-		    "another user could replace the arenas in it; remove it or use another path",
-		    dir, (unsigned)st.st_uid, (unsigned)me);
-	if ((st.st_mode & (S_IWGRP | S_IWOTH)) && !(st.st_uid == 0 && (st.st_mode & S_ISVTX)))
-		return arena_errf(errbuf, errlen, BATON_EPERM,
-		    "arena directory %s is writable by %s (mode %04o): others could replace "
-		    "the arenas in it; chmod go-w %s",
-		    dir, (st.st_mode & S_IWOTH) ? "others" : "its group",
-		    (unsigned)(st.st_mode & 07777), dir);
-	return 0;
+	return baton_trust_dir(dir, "arena directory", errbuf, errlen);
 }
 
 static void split_path(const char *path, char *dir, size_t dlen, const char **base)

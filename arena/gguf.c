@@ -270,6 +270,87 @@ static int check_tensor(const struct arena_gguf_tensor *t, uint32_t n_dims, uint
 	return 0;
 }
 
+/* ---- duplicates and overlaps (llama.cpp refuses both) ------------------------- */
+
+struct span {
+	const char *name;
+	uint64_t len;      /* of name */
+	uint64_t lo, hi;   /* data bytes [lo, hi) */
+};
+
+static int span_by_name(const void *a, const void *b)
+{
+	const struct span *x = a, *y = b;
+	uint64_t n = x->len < y->len ? x->len : y->len;
+	int c = memcmp(x->name, y->name, n);
+	return c ? c : (x->len > y->len) - (x->len < y->len);
+}
+
+static int span_by_offset(const void *a, const void *b)
+{
+	const struct span *x = a, *y = b;
+	return (x->lo > y->lo) - (x->lo < y->lo);
+}
+
+/* The first name that appears twice among n (sorted in place), or NULL. */
+static const struct span *first_twice(struct span *v, uint64_t n)
+{
+	qsort(v, n, sizeof *v, span_by_name);
+	for (uint64_t i = 1; i < n; i++)
+		if (span_by_name(&v[i - 1], &v[i]) == 0)
+			return &v[i];
+	return NULL;
+}
+
+/* Two metadata keys of one name, or two tensors: which one a reader takes
+ * is its own choice (this parser took the first, another the last), so the
+ * file means two things; two tensors whose data overlap are one tensor
+ * read two ways. BATON_ESOURCE for either. */
+static int check_unique(const struct kv *kvs, const struct arena_gguf *g, char *errbuf,
+    size_t errlen)
+{
+	uint64_t n = g->n_kv > g->n_tensors ? g->n_kv : g->n_tensors;
+	struct span *v = malloc((n ? n : 1) * sizeof *v);
+	if (!v)
+		return arena_errf(errbuf, errlen, BATON_ENOMEM, "out of memory");
+	int rc = 0;
+	for (uint64_t i = 0; i < g->n_kv; i++)
+		v[i] = (struct span){ kvs[i].key, kvs[i].key_len, 0, 0 };
+	const struct span *d = first_twice(v, g->n_kv);
+	if (d) {
+		rc = arena_errf(errbuf, errlen, BATON_ESOURCE,
+		    "gguf: metadata key %.*s appears twice", (int)(d->len < 200 ? d->len : 200), d->name);
+		goto out;
+	}
+	for (uint64_t i = 0; i < g->n_tensors; i++) {
+		const struct arena_gguf_tensor *t = &g->tensors[i];
+		v[i] = (struct span){ t->name, t->name_len, t->offset, t->offset + t->bytes };
+	}
+	if ((d = first_twice(v, g->n_tensors))) {
+		rc = arena_errf(errbuf, errlen, BATON_ESOURCE,
+		    "gguf: tensor %.*s appears twice", (int)(d->len < 200 ? d->len : 200), d->name);
+		goto out;
+	}
+	/* Overlaps: among the tensors whose size is known (bytes set; an
+	 * unknown type is never read) and not empty. */
+	uint64_t k = 0;
+	for (uint64_t i = 0; i < g->n_tensors; i++)
+		if (v[i].hi > v[i].lo)
+			v[k++] = v[i];
+	qsort(v, k, sizeof *v, span_by_offset);
+	for (uint64_t i = 1; i < k; i++)
+		if (v[i].lo < v[i - 1].hi) {
+			rc = arena_errf(errbuf, errlen, BATON_ESOURCE,
+			    "gguf: the data of tensors %.*s and %.*s overlap",
+			    (int)(v[i - 1].len < 200 ? v[i - 1].len : 200), v[i - 1].name,
+			    (int)(v[i].len < 200 ? v[i].len : 200), v[i].name);
+			goto out;
+		}
+out:
+	free(v);
+	return rc;
+}
+
 int arena_gguf_parse(const uint8_t *buf, uint64_t size, struct arena_gguf *g,
     char *errbuf, size_t errlen)
 {
@@ -463,6 +544,9 @@ int arena_gguf_parse(const uint8_t *buf, uint64_t size, struct arena_gguf *g,
 		t->bytes = bytes;
 		t->offset += g->data_offset;
 	}
+
+	if ((rc = check_unique(kvs, g, errbuf, errlen)))
+		goto fail;
 
 	/* The MoE tensors of every layer. */
 	const struct arena_gguf_tensor *g0 = NULL;

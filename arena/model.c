@@ -20,6 +20,10 @@
 
 #include "arena/arena_int.h"
 
+/* The most positions a config may name: engine/model/config.c's bound on
+ * max_position_embeddings. */
+#define MAX_POSITIONS (1u << 24)
+
 static int get_u32(const json_t *o, const char *key, uint32_t *v, int required,
     char *errbuf, size_t errlen)
 {
@@ -159,11 +163,30 @@ int arena_model_from_config(const void *json_obj, struct arena_model_cfg *c,
 	c->tie = json_is_true(j);
 	j = json_object_get(o, "norm_topk_prob");
 	c->norm_topk = json_is_boolean(j) ? json_is_true(j) : -1;
-	c->rms_eps = 1e-6;
-	get_num(o, "rms_norm_eps", &c->rms_eps);
-	c->rope_theta = 10000.0;
-	if (get_num(o, "rope_theta", &c->rope_theta) != 0)
-		get_num(json_object_get(o, "rope_parameters"), "rope_theta", &c->rope_theta);
+	/* What the engine refuses when it loads the arena (engine/model/
+	 * config.c), refused here at import, with its bounds: where the two
+	 * disagreed (a context of 2^32-1, a theta of 1, an eps of 0 were
+	 * imported, then refused by every engine), the engine's won, as it is
+	 * the one that computes with them. The positions' bound is its
+	 * max_position_embeddings limit; eps is checked as the f32 it
+	 * becomes; theta is rope_parameters' when that has one. */
+	const json_t *mp = json_object_get(o, "max_position_embeddings");
+	if (c->max_pos > MAX_POSITIONS || (mp && !json_is_null(mp) && c->max_pos == 0))
+		return arena_errf(errbuf, errlen, BATON_ESOURCE,
+		    "config.json: max_position_embeddings %" PRIu32 " is not in 1..%u", c->max_pos,
+		    MAX_POSITIONS);
+	if (get_num(o, "rms_norm_eps", &c->rms_eps) != 0 || !((float)c->rms_eps > 0) ||
+	    (float)c->rms_eps > 1)
+		return arena_errf(errbuf, errlen, BATON_ESOURCE,
+		    "config.json: rms_norm_eps is missing or not in (0, 1] as an f32");
+	const json_t *rp = json_object_get(o, "rope_parameters");
+	if (get_num(rp, "rope_theta", &c->rope_theta) != 0 &&
+	    get_num(o, "rope_theta", &c->rope_theta) != 0)
+		c->rope_theta = 0;
+	double prf;
+	if (get_num(o, "partial_rotary_factor", &prf) == 0 && prf != 1.0)
+		return arena_errf(errbuf, errlen, BATON_EUNSUPPORTED,
+		    "config.json: partial_rotary_factor %g is not supported (only 1)", prf);
 	c->bos = get_id(o, "bos_token_id");
 	c->eos = get_id(o, "eos_token_id");
 	c->qkv_bias = strcmp(mt, "qwen2_moe") == 0 && !json_is_false(json_object_get(o, "qkv_bias"));
@@ -175,6 +198,10 @@ int arena_model_from_config(const void *json_obj, struct arena_model_cfg *c,
 		    "config.json: hidden_act \"%.32s\" is not supported (silu)", act);
 	if ((rc = check_rope(o, errbuf, errlen)))
 		return rc;
+	/* after the rope type: an unsupported one is named first */
+	if (!(c->rope_theta > 1.0) || c->rope_theta > 1e30)
+		return arena_errf(errbuf, errlen, BATON_ESOURCE,
+		    "config.json: rope_theta is missing or not a number above 1");
 	static const char *const must_be_off[] = {
 		"quantization_config", "mlp_only_layers", "use_sliding_window", "attention_bias",
 		"clip_qkv",

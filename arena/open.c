@@ -607,35 +607,29 @@ int arena_open(const char *path, struct baton_arena **out, char *errbuf, size_t 
 	*out = NULL;
 	if (!path || !*path)
 		return arena_errf(errbuf, errlen, BATON_EINVAL, "no arena path");
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* An arena someone else could have written, or chosen, is not
+	 * loaded: its weights would be theirs, and verify cannot tell (the
+	 * checksums are in the same file). So create's rules hold here too:
+	 * the directory is one only we (or root) can write, the name is not
+	 * a link (to a root-owned arena of another model, say), and the file
+	 * is ours or root's and not writable by others. */
+	if ((rc = baton_trust_dir_of(path, "arena directory", errbuf, errlen)))
+		return rc;
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0) {
 		int e = errno;
+		if (e == ELOOP)
+			return arena_errf(errbuf, errlen, BATON_EPERM,
+			    "%s: a symbolic link: refusing it (open the arena by its real path)", path);
 		return arena_errf(errbuf, errlen,
 		    e == ENOENT ? BATON_ENOTFOUND : e == EACCES ? BATON_EPERM : BATON_EIO,
 		    "%s: %s", path, strerror(e));
 	}
 	struct stat st;
+	if ((rc = baton_trust_file(fd, path, errbuf, errlen)))
+		goto fail;
 	if (fstat(fd, &st) != 0) {
 		rc = arena_errf(errbuf, errlen, BATON_EIO, "%s: %s", path, strerror(errno));
-		goto fail;
-	}
-	if (!S_ISREG(st.st_mode)) {
-		rc = arena_errf(errbuf, errlen, BATON_EIO, "%s: not a regular file", path);
-		goto fail;
-	}
-	/* An arena someone else could have written is not loaded: its
-	 * weights would be theirs, and verify cannot tell (the checksums
-	 * are in the same file). */
-	if (st.st_uid != geteuid() && st.st_uid != 0) {
-		rc = arena_errf(errbuf, errlen, BATON_EPERM,
-		    "%s: belongs to uid %u, not to this user (uid %u) or root: refusing an "
-		    "arena another user wrote", path, (unsigned)st.st_uid, (unsigned)geteuid());
-		goto fail;
-	}
-	if (st.st_mode & S_IWOTH) {
-		rc = arena_errf(errbuf, errlen, BATON_EPERM,
-		    "%s: writable by others (mode %04o): refusing it; chmod o-w %s", path,
-		    (unsigned)(st.st_mode & 07777), path);
 		goto fail;
 	}
 	size = (uint64_t)st.st_size;

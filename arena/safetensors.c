@@ -62,6 +62,35 @@ static int json_u64(const json_t *v, uint64_t *out)
 	return 0;
 }
 
+static int by_offset(const void *a, const void *b)
+{
+	const struct arena_st_tensor *x = *(const struct arena_st_tensor *const *)a;
+	const struct arena_st_tensor *y = *(const struct arena_st_tensor *const *)b;
+	return (x->offset > y->offset) - (x->offset < y->offset);
+}
+
+/* Two tensors over the same bytes are one tensor read two ways (the
+ * safetensors library refuses the file too): BATON_ESOURCE. Empty
+ * tensors take no bytes and overlap nothing. */
+static int check_overlap(const struct arena_st_header *h, char *errbuf, size_t errlen)
+{
+	const struct arena_st_tensor **v = malloc((h->n_tensors ? h->n_tensors : 1) * sizeof *v);
+	if (!v)
+		return arena_errf(errbuf, errlen, BATON_ENOMEM, "out of memory");
+	uint64_t k = 0;
+	for (uint64_t i = 0; i < h->n_tensors; i++)
+		if (h->tensors[i].bytes)
+			v[k++] = &h->tensors[i];
+	qsort(v, k, sizeof *v, by_offset);
+	int rc = 0;
+	for (uint64_t i = 1; i < k && !rc; i++)
+		if (v[i]->offset < v[i - 1]->offset + v[i - 1]->bytes)
+			rc = arena_errf(errbuf, errlen, BATON_ESOURCE,
+			    "safetensors: the data of %.200s and %.200s overlap", v[i - 1]->name, v[i]->name);
+	free(v);
+	return rc;
+}
+
 int arena_st_parse(const uint8_t *buf, uint64_t size, struct arena_st_header *h,
     char *errbuf, size_t errlen)
 {
@@ -169,6 +198,7 @@ int arena_st_parse(const uint8_t *buf, uint64_t size, struct arena_st_header *h,
 		t->offset = h->data_offset + begin;
 		t->bytes = end - begin;
 	}
+	rc = check_overlap(h, errbuf, errlen);
 out:
 	json_decref(root);
 	if (rc)
@@ -304,10 +334,51 @@ static void st_src_free(struct st_src *s)
 	free(s);
 }
 
-static int map_file(const char *path, uint64_t max, uint8_t **map, uint64_t *size,
-    char *errbuf, size_t errlen)
+/* The folder a file beside the weights must be in: dir itself, or for a
+ * Hugging Face cache snapshot (.../models--X/snapshots/REV, whose files
+ * are links to ../../blobs/HASH) the repository's cache folder. */
+static int inside_root(const char *dir, char *root, size_t len)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	char real[PATH_MAX];
+	if (!realpath(dir, real) || strlen(real) >= len)
+		return -1;
+	snprintf(root, len, "%s", real);
+	char *sl = strrchr(root, '/');
+	if (sl && sl > root) {
+		*sl = '\0';
+		char *up = strrchr(root, '/');
+		if (up && strcmp(up + 1, "snapshots") == 0 && up > root) {
+			*up = '\0';
+			return 0;
+		}
+	}
+	snprintf(root, len, "%s", real);
+	return 0;
+}
+
+/* Maps a source file read-only. With `dir`, the file is one of the model
+ * folder's, so it must be a regular file inside that folder (issue 28: a
+ * chat_template.jinja linked to /etc/passwd was embedded in the arena,
+ * which the service group reads): a link is followed only to a file still
+ * inside it (inside_root), and what it names is opened O_NOFOLLOW. dir
+ * NULL: the file the user named, followed as given. */
+static int map_file(const char *dir, const char *path, uint64_t max, uint8_t **map,
+    uint64_t *size, char *errbuf, size_t errlen)
+{
+	char real[PATH_MAX], root[PATH_MAX];
+	const char *open_as = path;
+	if (dir) {
+		if (!realpath(path, real))
+			return arena_errf(errbuf, errlen, errno == ENOENT ? BATON_ENOTFOUND : BATON_EIO,
+			    "%s: %s", path, strerror(errno));
+		size_t rl;
+		if (inside_root(dir, root, sizeof root) != 0 || (rl = strlen(root),
+		    strncmp(real, root, rl) != 0 || (real[rl] != '/' && rl != 1)))
+			return arena_errf(errbuf, errlen, BATON_EPERM,
+			    "%s: a link to %s, outside the model folder: refusing to read it", path, real);
+		open_as = real;
+	}
+	int fd = open(open_as, O_RDONLY | O_CLOEXEC | (dir ? O_NOFOLLOW : 0));
 	if (fd < 0)
 		return arena_errf(errbuf, errlen, errno == ENOENT ? BATON_ENOTFOUND : BATON_EIO,
 		    "%s: %s", path, strerror(errno));
@@ -326,7 +397,10 @@ static int map_file(const char *path, uint64_t max, uint8_t **map, uint64_t *siz
 	return 0;
 }
 
-static int add_shard(struct st_src *s, const char *path, uint32_t *idx, char *errbuf, size_t errlen)
+/* dir: the model folder the shard must be in (map_file); NULL for the
+ * file the user named. */
+static int add_shard(struct st_src *s, const char *dir, const char *path, uint32_t *idx,
+    char *errbuf, size_t errlen)
 {
 	for (uint32_t i = 0; i < s->n_shards; i++)
 		if (strcmp(s->shards[i].path, path) == 0) {
@@ -347,7 +421,7 @@ static int add_shard(struct st_src *s, const char *path, uint32_t *idx, char *er
 	if (!sh->path)
 		return arena_errf(errbuf, errlen, BATON_ENOMEM, "out of memory");
 	s->n_shards++;
-	int rc = map_file(path, UINT64_MAX, &sh->map, &sh->size, errbuf, errlen);
+	int rc = map_file(dir, path, UINT64_MAX, &sh->map, &sh->size, errbuf, errlen);
 	if (rc) {
 		sh->map = NULL;
 		return rc;
@@ -394,7 +468,7 @@ static int read_small(const char *dir, const char *name, char **data, uint64_t *
 		return 1;
 	uint8_t *m;
 	uint64_t n;
-	int rc = map_file(path, ARENA_MAX_BLOB, &m, &n, errbuf, errlen);
+	int rc = map_file(dir, path, ARENA_MAX_BLOB, &m, &n, errbuf, errlen);
 	if (rc)
 		return rc;
 	*data = malloc(n);
@@ -412,11 +486,13 @@ static int read_small(const char *dir, const char *name, char **data, uint64_t *
  * and the expert count to check against. */
 static void read_config(const char *dir, uint32_t *top_k, uint32_t *n_experts)
 {
-	char path[PATH_MAX];
-	if (snprintf(path, sizeof path, "%s/config.json", dir) >= (int)sizeof path)
+	char *data = NULL;
+	uint64_t len = 0;
+	if (read_small(dir, "config.json", &data, &len, NULL, 0) != 0)
 		return;
 	json_error_t jerr;
-	json_t *c = json_load_file(path, 0, &jerr);
+	json_t *c = json_loadb(data, (size_t)len, 0, &jerr);
+	free(data);
 	if (!c)
 		return;
 	uint64_t v;
@@ -644,7 +720,7 @@ int arena_plan_safetensors(const char *src, uint32_t top_k, int experts_only,
 		/* A sharded model: the index says which shard has what. */
 		uint8_t *im;
 		uint64_t isz;
-		if ((rc = map_file(path, ST_MAX_INDEX, &im, &isz, errbuf, errlen)))
+		if ((rc = map_file(dir, path, ST_MAX_INDEX, &im, &isz, errbuf, errlen)))
 			goto fail;
 		json_error_t jerr;
 		index = json_loadb((const char *)im, (size_t)isz, JSON_REJECT_DUPLICATES, &jerr);
@@ -673,7 +749,7 @@ int arena_plan_safetensors(const char *src, uint32_t top_k, int experts_only,
 				goto fail;
 			}
 			uint32_t si;
-			if ((rc = add_shard(s, sp, &si, errbuf, errlen)))
+			if ((rc = add_shard(s, dir, sp, &si, errbuf, errlen)))
 				goto fail;
 			const struct arena_st_header *h = &s->shards[si].h;
 			uint64_t ti = UINT64_MAX;
@@ -702,7 +778,7 @@ int arena_plan_safetensors(const char *src, uint32_t top_k, int experts_only,
 			goto fail;
 		}
 		uint32_t si;
-		if ((rc = add_shard(s, path, &si, errbuf, errlen)))
+		if ((rc = add_shard(s, S_ISDIR(st.st_mode) ? dir : NULL, path, &si, errbuf, errlen)))
 			goto fail;
 		const struct arena_st_header *h = &s->shards[si].h;
 		for (uint64_t i = 0; i < h->n_tensors; i++)

@@ -255,6 +255,21 @@ def gguf_malformed():
     off_at = pos + len("blk.0.ffn_gate_inp.weight") + 4 + 2 * 8 + 4
     struct.pack_into("<Q", b, off_at, struct.unpack_from("<Q", b, off_at)[0] + 4)
     msgs.append(bad_gguf("misaligned", bytes(b), ["not aligned to 32"]))
+    # issue 28: a key twice (this parser took the first, another reader the
+    # last), and two tensors over the same bytes; llama.cpp refuses both
+    twice = kvs + [("qwen2moe.expert_used_count", "u32", 1)]
+    msgs.append(bad_gguf("dupkey", model(twice), ["metadata key qwen2moe.expert_used_count appears twice"]))
+
+    def info_offset_at(buf, name):
+        pos = buf.find(name.encode() + struct.pack("<I", 3))
+        assert pos > 0, name
+        return pos + len(name) + 4 + 3 * 8 + 4
+
+    b = bytearray(g)
+    gate_at = info_offset_at(b, "blk.0.ffn_gate_exps.weight")
+    up_at = info_offset_at(b, "blk.0.ffn_up_exps.weight")
+    b[up_at:up_at + 8] = b[gate_at:gate_at + 8]
+    msgs.append(bad_gguf("overlap", bytes(b), ["blk.0.ffn_gate_exps.weight", "overlap"]))
     for m in msgs:
         print("  " + m[m.find(": ", m.find(".arena")) + 2:][:110])
 
@@ -397,6 +412,9 @@ def safetensors_malformed():
     msgs.append(bad_st("size", hdr("size", {"x": {"dtype": "F32", "shape": [3],
                                                   "data_offsets": [0, 16]}}, b"\0" * 16),
                        ["16 bytes, its F32 shape needs 12"]))
+    msgs.append(bad_st("overlap", hdr("overlap", {"x": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]},
+                                                  "y": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}},
+                                      b"\0" * 16), ["the data of x and y overlap"]))
     msgs.append(bad_st("neg", hdr("neg", {"x": {"dtype": "F32", "shape": [-1],
                                                 "data_offsets": [0, 4]}}, b"\0" * 4),
                        ["bad shape"]))
@@ -728,6 +746,74 @@ def model_unsupported_refused():
     msgs.append(refuse("g_utf8", gg("g_utf8", badtok, tensors), ["tokenizer.ggml.tokens has a value JSON cannot hold"],
                        gguf=True))
     run("create", "--experts-only", "--gguf", gg("g_eo", ren, tensors), tmp("geo.arena"))
+    for m in msgs:
+        print("  " + m[m.find(": ", m.find(".arena")) + 2:][:120])
+
+
+@case
+def model_import_checks():
+    """Issue 28: what every engine refuses at load is refused at import
+    (a context of 2^32-1, rope_theta <= 1, rms_norm_eps <= 0, from a
+    folder or a GGUF), and only regular files inside the model folder are
+    read: a link out of it (chat_template.jinja -> a secret) is refused,
+    the links of a Hugging Face cache snapshot (into ../../blobs) are
+    followed."""
+    rng = random.Random(28)
+    msgs = []
+    base = sw.hf_config("qwen3_moe")
+    dense, experts = sw.hf_model(rng, base)
+
+    def folder(name, c, **kw):
+        f = tmp(name)
+        sw.write_hf_folder(f, c, dense, experts, tokenizer=tok_files()[1], **kw)
+        return f
+
+    for name, edit, words in (
+            ("ctx", {"max_position_embeddings": (1 << 32) - 1}, ["max_position_embeddings 4294967295"]),
+            ("ctx0", {"max_position_embeddings": 0}, ["max_position_embeddings 0"]),
+            ("theta", {"rope_parameters": {"rope_theta": 1.0, "rope_type": "default"}}, ["rope_theta"]),
+            ("eps0", {"rms_norm_eps": 0}, ["rms_norm_eps"]),
+            ("epsneg", {"rms_norm_eps": -1e-6}, ["rms_norm_eps"]),
+            ("prf", {"partial_rotary_factor": 0.5}, ["partial_rotary_factor"])):
+        c = dict(base)
+        c.update(edit)
+        msgs.append(refuse("ic_" + name, folder("ic_" + name, c), words))
+    kvs, tensors = gw.gguf_from_hf(base, dense, experts)
+
+    def gg(name, key, t, v):
+        path = tmp(name + ".gguf")
+        gw.write_gguf(path, [(n, t, v) if n == key else kv for kv in kvs for n in [kv[0]]], tensors)
+        return path
+    msgs.append(refuse("ig_ctx", gg("ig_ctx", "qwen3moe.context_length", "u32", (1 << 32) - 1),
+                       ["max_position_embeddings 4294967295"], gguf=True))
+    msgs.append(refuse("ig_theta", gg("ig_theta", "qwen3moe.rope.freq_base", "f32", 0.5), ["rope_theta"], gguf=True))
+    msgs.append(refuse("ig_eps", gg("ig_eps", "qwen3moe.attention.layer_norm_rms_epsilon", "f32", 0.0),
+                       ["rms_norm_eps"], gguf=True))
+
+    # a link out of the folder: refused, the secret nowhere
+    secret = tmp("secret.txt")
+    with open(secret, "w") as f:
+        f.write("root:x:0:0:secret\n")
+    for name in ("chat_template.jinja", "config.json", "model.safetensors"):
+        f = folder("il_" + name.split(".")[0], base)
+        os.rename(os.path.join(f, name), os.path.join(TMP, "moved_" + name))
+        os.symlink(secret if name == "chat_template.jinja" else os.path.join(TMP, "moved_" + name),
+                   os.path.join(f, name))
+        msgs.append(refuse("il_" + name, f, ["outside the model folder"]))
+    # a link inside the folder is fine; so is a Hugging Face cache snapshot
+    f = folder("il_inside", base)
+    os.rename(os.path.join(f, "config.json"), os.path.join(f, "real_config.json"))
+    os.symlink("real_config.json", os.path.join(f, "config.json"))
+    run("create", "--safetensors", f, tmp("il_inside.arena"))
+    repo = tmp("models--org--m")
+    snap = os.path.join(repo, "snapshots", "0123abc")
+    src = folder("il_src", base)
+    os.makedirs(os.path.join(repo, "blobs"))
+    os.makedirs(snap)
+    for i, name in enumerate(sorted(os.listdir(src))):
+        os.rename(os.path.join(src, name), os.path.join(repo, "blobs", "h%d" % i))
+        os.symlink(os.path.join("..", "..", "blobs", "h%d" % i), os.path.join(snap, name))
+    run("create", "--safetensors", snap, tmp("il_hub.arena"))
     for m in msgs:
         print("  " + m[m.find(": ", m.find(".arena")) + 2:][:120])
 

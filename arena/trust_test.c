@@ -3,7 +3,9 @@
  * arena's directory is made 0750 by Baton, or refused when it is a link,
  * belongs to another user, or others can write it; an arena file of
  * another user or writable by others is refused at open; new arenas are
- * 0640 and the lock file is never followed through a link. "Another
+ * 0640 and the lock file is never followed through a link; at open, the
+ * directory is held to create's rules and a link is not followed (issue
+ * 28, item 1). "Another
  * user" is uid 65534 (nobody): the cases that chown need root and say so
  * when skipped.
  */
@@ -129,6 +131,9 @@ static void t_symlinks(void)
 	snprintf(path, sizeof path, "%s/m.arena", link);
 	T_EQ_ERR(create(path, msg, sizeof msg), BATON_EPERM);
 	T_ASSERT_MSG(strstr(msg, "symbolic link") != NULL, "%s", msg);
+	snprintf(path, sizeof path, "%s//m.arena", link); /* lstat("link/") follows */
+	T_EQ_ERR(create(path, msg, sizeof msg), BATON_EPERM);
+	T_ASSERT_MSG(strstr(msg, "symbolic link") != NULL, "%s", msg);
 	rmdir(real);
 	unlink(link);
 
@@ -176,5 +181,60 @@ static void t_open_checks_owner_and_mode(void)
 	au_rmdir(dir);
 }
 
+/* At open, create's rules too (issue 28): a user who made the directory
+ * first chooses nothing. Their link `qwen.arena` to root's arena of
+ * another model is not followed, in their directory or in ours, and a
+ * root-owned arena in their directory is not loaded either. */
+static void t_open_refuses_a_chosen_arena(void)
+{
+	au_tmpdir(dir, sizeof dir);
+	char real[PATH_MAX - 64], alias[PATH_MAX - 64], sub[PATH_MAX - 192],
+	    theirs[PATH_MAX - 64], msg[512];
+	snprintf(real, sizeof real, "%s/mixtral.arena", dir);
+	snprintf(alias, sizeof alias, "%s/qwen.arena", dir);
+	T_ASSERT_MSG(create(real, msg, sizeof msg) == 0, "%s", msg);
+	struct baton_arena *a = NULL;
+	T_ASSERT(symlink(real, alias) == 0);
+	T_EQ_ERR(arena_open(alias, &a, msg, sizeof msg), BATON_EPERM);
+	T_ASSERT_MSG(strstr(msg, "symbolic link") != NULL, "%s", msg);
+	T_ASSERT(a == NULL);
+	/* A link to a directory of arenas: refused, however the path is spelt. */
+	char ldir[PATH_MAX - 64], via[PATH_MAX];
+	snprintf(ldir, sizeof ldir, "%s.link", dir);
+	T_ASSERT(symlink(dir, ldir) == 0);
+	snprintf(via, sizeof via, "%s//mixtral.arena", ldir);
+	T_EQ_ERR(arena_open(via, &a, msg, sizeof msg), BATON_EPERM);
+	T_ASSERT_MSG(strstr(msg, "symbolic link") != NULL, "%s", msg);
+	unlink(ldir);
+	/* A directory writable by others (not root's sticky one): refused. */
+	T_ASSERT(chmod(dir, 0777) == 0);
+	T_EQ_ERR(arena_open(real, &a, msg, sizeof msg), BATON_EPERM);
+	T_ASSERT_MSG(strstr(msg, "writable by others") != NULL, "%s", msg);
+	T_ASSERT(chmod(dir, 0700) == 0);
+	T_OK(arena_open(real, &a, msg, sizeof msg));
+	arena_close(a);
+	a = NULL;
+	if (is_root("the other-user directory half of t_open_refuses_a_chosen_arena")) {
+		snprintf(sub, sizeof sub, "%s/baton", dir);
+		T_ASSERT(mkdir(sub, 0755) == 0);
+		snprintf(theirs, sizeof theirs, "%s/qwen.arena", sub);
+		T_ASSERT(symlink(real, theirs) == 0);
+		T_ASSERT(lchown(theirs, NOBODY, NOBODY) == 0);
+		T_ASSERT(chown(sub, NOBODY, NOBODY) == 0);
+		T_EQ_ERR(arena_open(theirs, &a, msg, sizeof msg), BATON_EPERM);
+		T_ASSERT_MSG(strstr(msg, "belongs to uid 65534") != NULL, "%s", msg);
+		T_ASSERT(a == NULL);
+		/* Root's own arena, moved into their directory: still theirs to swap. */
+		unlink(theirs);
+		T_ASSERT(link(real, theirs) == 0);
+		T_EQ_ERR(arena_open(theirs, &a, msg, sizeof msg), BATON_EPERM);
+		T_ASSERT(a == NULL);
+		unlink(theirs);
+		rmdir(sub);
+	}
+	au_rmdir(dir);
+}
+
 T_MAIN(T_CASE(t_modes_of_new_files), T_CASE(t_dir_of_another_user),
-    T_CASE(t_dir_writable_by_others), T_CASE(t_symlinks), T_CASE(t_open_checks_owner_and_mode))
+    T_CASE(t_dir_writable_by_others), T_CASE(t_symlinks), T_CASE(t_open_checks_owner_and_mode),
+    T_CASE(t_open_refuses_a_chosen_arena))

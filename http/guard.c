@@ -174,6 +174,22 @@ int http_guard_check(const struct http_guard *g, const struct http_guard_in *in,
 	*err = BATON_EPERM;
 	uint64_t clen;
 	size_t max = in->max_body ? in->max_body : g->max_body;
+	/* before all: two lengths, or two Hosts, and the request means one
+	 * thing here and another to a proxy in front (RFC 9112 6.3 and 3.2:
+	 * 400, whether the values agree or not; the server read the first) */
+	if (in->n_clen > 1 || in->n_host > 1) {
+		*err = BATON_EMSG;
+		snprintf(msg, n, "%u %s headers: send one", in->n_clen > 1 ? in->n_clen : in->n_host,
+		    in->n_clen > 1 ? "Content-Length" : "Host");
+		return 400;
+	}
+	/* both framings: the server reads the chunks, a proxy may read the
+	 * length (RFC 9112 6.1 lets a server refuse it: request smuggling) */
+	if (in->clen && in->te) {
+		*err = BATON_EMSG;
+		snprintf(msg, n, "both Content-Length and Transfer-Encoding: send one");
+		return 400;
+	}
 	/* first: whatever else is wrong, this body is never read (a length
 	 * past 2^64 is too large as well) */
 	if (in->clen && baton_parse_u64(in->clen, 0, max, &clen) == BATON_ERANGE) {

@@ -181,4 +181,39 @@ static void t_loopback_names(void)
 	T_ASSERT(!http_is_loopback("localhost.evil:8420"));
 }
 
-T_MAIN(T_CASE(t_loopback), T_CASE(t_names_and_wildcard), T_CASE(t_reads_and_size), T_CASE(t_loopback_names))
+/* Two Content-Length headers (RFC 9112 6.3), two Hosts, or a length with
+ * Transfer-Encoding: 400 before anything else, on reads too, whether the
+ * values agree or not. */
+static void t_framing(void)
+{
+	struct http_guard g;
+	init(&g, "127.0.0.1", 8420, NULL, "s3cret", false);
+	char msg[512];
+	bool authorized;
+	int err;
+	struct http_guard_in in = { .method = "POST", .host = "127.0.0.1:8420", .ctype = JSON, .auth = AUTH,
+		.clen = "2", .n_clen = 2, .n_host = 1 };
+	T_EQ_INT(http_guard_check(&g, &in, &authorized, &err, msg, sizeof msg), 400);
+	T_EQ_INT(err, BATON_EMSG);
+	T_ASSERT_MSG(strstr(msg, "2 Content-Length headers"), "%s", msg);
+	in.method = "GET";
+	T_EQ_INT(http_guard_check(&g, &in, &authorized, &err, msg, sizeof msg), 400);
+	in.n_clen = 1;
+	in.n_host = 2;
+	T_EQ_INT(http_guard_check(&g, &in, &authorized, &err, msg, sizeof msg), 400);
+	T_ASSERT_MSG(strstr(msg, "2 Host headers"), "%s", msg);
+	in.n_host = 1;
+	T_EQ_INT(http_guard_check(&g, &in, &authorized, &err, msg, sizeof msg), 0);
+	in.method = "POST";
+	T_EQ_INT(http_guard_check(&g, &in, &authorized, &err, msg, sizeof msg), 0);
+	/* a length and chunks: which one frames the body is the reader's guess */
+	in.te = "chunked";
+	T_EQ_INT(http_guard_check(&g, &in, &authorized, &err, msg, sizeof msg), 400);
+	T_ASSERT_MSG(strstr(msg, "both Content-Length and Transfer-Encoding"), "%s", msg);
+	in.clen = NULL;
+	in.n_clen = 0;
+	T_EQ_INT(http_guard_check(&g, &in, &authorized, &err, msg, sizeof msg), 0);
+}
+
+T_MAIN(T_CASE(t_loopback), T_CASE(t_names_and_wildcard), T_CASE(t_reads_and_size), T_CASE(t_loopback_names),
+    T_CASE(t_framing))

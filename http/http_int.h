@@ -25,6 +25,8 @@ struct http_guard {
 struct http_guard_in {
 	const char *method, *host, *origin, *ctype, *auth, *clen, *te;
 	size_t max_body;             /* this request's limit; 0: the guard's */
+	unsigned n_clen, n_host;     /* how many Content-Length and Host headers
+	                              * came (0 or 1: one or none) */
 };
 
 /* 0 when the request may be read, else the HTTP status to refuse it

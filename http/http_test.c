@@ -382,11 +382,20 @@ static void t_guard(void)
 	    "Content-Length: 2\r\n\r\n{}", "415");
 	expect_status(h, "POST /json HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2\r\n\r\n{}", "415");
 	expect_status(h, "POST /json HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n", "201");
+	/* two lengths (RFC 9112 6.3): 400, agreeing or not, before the body;
+	 * two Hosts the same (issue 28) */
+	expect_status(h, "POST /json HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+	    "Content-Length: 2\r\nContent-Length: 40\r\n\r\n{}", "400");
+	expect_status(h, "POST /json HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+	    "Content-Length: 2\r\ncontent-length: 2\r\n\r\n{}", "400");
+	expect_status(h, "GET /hello HTTP/1.1\r\nHost: 127.0.0.1\r\nHost: evil.example\r\n\r\n", "400");
+	expect_status(h, "POST /json HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+	    "Content-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n", "400");
 	expect_status(h, "POST /json HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json; charset=utf-8\r\n"
 	    "Content-Length: 2\r\n\r\n{}", "201");
 	struct http_stats st;
 	http_stats(h, &st);
-	T_EQ_INT(st.refused, 5);
+	T_EQ_INT(st.refused, 9);
 	http_close(h);
 	/* token_for_reads: reads are checked like the rest */
 	o.token = "t";

@@ -628,6 +628,24 @@ static enum MHD_Result answer_now(struct baton_http_req *r, struct MHD_Connectio
 	return ok;
 }
 
+/* How many Content-Length and Host headers a request has (libmicrohttpd's
+ * lookups give the first only). */
+struct header_count {
+	unsigned clen, host;
+};
+
+static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+	(void)kind;
+	(void)value;
+	struct header_count *hc = cls;
+	if (strcasecmp(key, "Content-Length") == 0)
+		hc->clen++;
+	else if (strcasecmp(key, "Host") == 0)
+		hc->host++;
+	return MHD_YES;
+}
+
 static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char *url, const char *method,
     const char *version, const char *upload, size_t *upload_size, void **con_cls)
 {
@@ -650,8 +668,12 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
 		r->max_body = h->body_limit ? h->body_limit(h->arg, method, r->path) : 0;
 		if (!r->max_body)
 			r->max_body = h->max_body;
+		struct header_count hc = { 0, 0 };
+		MHD_get_connection_values(c, MHD_HEADER_KIND, count_framing, &hc);
 		struct http_guard_in in = {
 			.max_body = r->max_body,
+			.n_clen = hc.clen,
+			.n_host = hc.host,
 			.method = method,
 			.host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host"),
 			.origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin"),

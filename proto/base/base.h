@@ -11,6 +11,7 @@
  *   states        the engine states: an enum with a name table (the wire
  *                 carries the names)
  *   metrics       the Prometheus text writer (families, labels, histograms)
+ *   trust         which directories and files a process may take as its own
  *
  * ---- errors -------------------------------------------------------------------
  *
@@ -221,5 +222,23 @@ void baton_hist_add(struct baton_hist *h, const double *le, size_t n, double v);
 /* name_bucket{labels,le="B"} (cumulative, "+Inf" last), name_sum, name_count. */
 void baton_prom_hist(FILE *f, const char *name, const char *const *labels, const double *le, size_t n,
     const struct baton_hist *h);
+
+/* ---- trust: what a process may load from a directory ----------------------------
+ *
+ * Whoever can write a directory chooses what a process opens there (a
+ * file of theirs, or a link to any file). So the directory of a file a
+ * process loads or accounts in (arenas, host device files) must be a real
+ * directory (not a link), owned by this user or root, writable by no one
+ * else (root's sticky directories, /dev/shm and /tmp, excepted); the file
+ * is opened with O_NOFOLLOW and must be a regular file of this user or
+ * root that others cannot write (its group may). Each returns 0, or
+ * BATON_EPERM (a link, another owner, writable by others), BATON_ENOTFOUND,
+ * BATON_EINVAL (not a directory) or BATON_EIO with the reason in errbuf;
+ * `what` names the directory in it ("arena directory"). */
+int baton_trust_dir(const char *dir, const char *what, char *errbuf, size_t errlen);
+/* The same for the directory of path ("." when it has no slash). */
+int baton_trust_dir_of(const char *path, const char *what, char *errbuf, size_t errlen);
+/* An open file: regular, of this user or root, not writable by others. */
+int baton_trust_file(int fd, const char *path, char *errbuf, size_t errlen);
 
 #endif

@@ -277,19 +277,30 @@ int hostdev_open(int index, uint64_t capacity, struct hostdev **out,
 		rc = BATON_ECONFIG;
 		goto fail;
 	}
-	if (mkdir(dir, 0770) < 0 && errno != EEXIST) {
+	/* What the device holds is accounted in this file: whoever could
+	 * write it, or its directory, could give the device's memory away or
+	 * take it. So the arena's rules (base.h, trust): a directory of ours
+	 * or root's that no one else can write, a file that is not a link,
+	 * ours or root's, not writable by others. The directory is made 0750,
+	 * as arena create makes it (they share /dev/shm/baton). */
+	if (mkdir(dir, 0750) < 0 && errno != EEXIST) {
 		baton_errf(errbuf, errlen, "cannot create host device directory %s: %s",
 		    dir, strerror(errno));
 		rc = BATON_EIO;
 		goto fail;
 	}
+	if ((rc = baton_trust_dir(dir, "host device directory", errbuf, errlen)))
+		goto fail;
 	h->fd = open(h->path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0660);
 	if (h->fd < 0) {
-		baton_errf(errbuf, errlen, "cannot open host device state %s: %s",
-		    h->path, strerror(errno));
-		rc = errno == EACCES || errno == EPERM ? BATON_EPERM : BATON_EIO;
+		int e = errno;
+		baton_errf(errbuf, errlen, "cannot open host device state %s: %s", h->path,
+		    e == ELOOP ? "a symbolic link: refusing it" : strerror(e));
+		rc = e == EACCES || e == EPERM || e == ELOOP ? BATON_EPERM : BATON_EIO;
 		goto fail;
 	}
+	if ((rc = baton_trust_file(h->fd, h->path, errbuf, errlen)))
+		goto fail;
 	rc = hd_lock_load(h, st, &dirty);
 	if (rc) {
 		baton_errf(errbuf, errlen, "cannot lock host device state %s", h->path);

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -681,8 +682,67 @@ static void t_map_peer(void)
 	dir_cleanup();
 }
 
+/* Whoever could write the state file, or its directory, would decide what
+ * the device has free (issue 28): a hostdev-0 of another user, mode 0666,
+ * in a directory they made first, made a root engine account its memory
+ * there. Refused: the directory of another user or writable by others, a
+ * link at the file's name, a file of another user or writable by others.
+ * The other-user halves chown, so they need root (CI runs as root). */
+static void t_untrusted_state(void)
+{
+	dir_setup();
+	struct baton_dev *bad = NULL;
+	char p[256], err[512], victim[256];
+	state_path(p, sizeof p, 0);
+	/* Writable by others: the directory, then the file. */
+	T_ASSERT(chmod(hostdev_dir, 0777) == 0);
+	T_EQ_ERR(H->open(0, 8 * MiB, &bad, err, sizeof err), BATON_EPERM);
+	T_ASSERT_MSG(strstr(err, "writable by others") != NULL, "%s", err);
+	T_ASSERT(bad == NULL && access(p, F_OK) != 0);
+	T_ASSERT(chmod(hostdev_dir, 0700) == 0);
+	int fd = open(p, O_WRONLY | O_CREAT | O_EXCL, 0600);
+	T_ASSERT(fd >= 0 && fchmod(fd, 0666) == 0);
+	close(fd);
+	T_EQ_ERR(H->open(0, 8 * MiB, &bad, err, sizeof err), BATON_EPERM);
+	T_ASSERT_MSG(strstr(err, "writable by others") != NULL, "%s", err);
+	T_ASSERT(chmod(p, 0660) == 0);
+	H->close(dev_open(0, 8 * MiB));
+	/* A link at the name: not followed, the target not written. */
+	snprintf(victim, sizeof victim, "%s/victim", hostdev_dir);
+	fd = open(victim, O_WRONLY | O_CREAT | O_EXCL, 0600);
+	T_ASSERT(fd >= 0 && write(fd, "keep", 4) == 4);
+	close(fd);
+	state_path(p, sizeof p, 1);
+	T_ASSERT(symlink(victim, p) == 0);
+	T_EQ_ERR(H->open(1, 8 * MiB, &bad, err, sizeof err), BATON_EPERM);
+	T_ASSERT_MSG(strstr(err, "symbolic link") != NULL, "%s", err);
+	struct stat st;
+	T_ASSERT(stat(victim, &st) == 0 && st.st_size == 4);
+	unlink(p);
+	if (geteuid() != 0) {
+		printf("     (skipped the other-user halves of t_untrusted_state: need root)\n");
+		dir_cleanup();
+		return;
+	}
+	/* Their file, in our directory. */
+	state_path(p, sizeof p, 2);
+	fd = open(p, O_WRONLY | O_CREAT | O_EXCL, 0640);
+	T_ASSERT(fd >= 0 && fchown(fd, 65534, 65534) == 0);
+	close(fd);
+	T_EQ_ERR(H->open(2, 8 * MiB, &bad, err, sizeof err), BATON_EPERM);
+	T_ASSERT_MSG(strstr(err, "belongs to uid 65534") != NULL, "%s", err);
+	/* Their directory (made first, as /dev/shm/baton after a boot). */
+	T_ASSERT(chown(p, 0, 0) == 0 && chown(hostdev_dir, 65534, 65534) == 0);
+	T_EQ_ERR(H->open(2, 8 * MiB, &bad, err, sizeof err), BATON_EPERM);
+	T_ASSERT_MSG(strstr(err, "belongs to uid 65534") != NULL, "%s", err);
+	T_ASSERT(bad == NULL);
+	T_ASSERT(chown(hostdev_dir, 0, 0) == 0);
+	dir_cleanup();
+}
+
 T_MAIN(T_CASE(t_find), T_CASE(t_open_info), T_CASE(t_map_unmap), T_CASE(t_map_populated),
     T_CASE(t_map_errors),
     T_CASE(t_copies), T_CASE(t_copies_split), T_CASE(t_alloc_free), T_CASE(t_close_returns),
     T_CASE(t_shared_capacity), T_CASE(t_capacity_rules), T_CASE(t_garbage_file),
-    T_CASE(t_owner_liveness), T_CASE(t_processes), T_CASE(t_fork_child), T_CASE(t_map_peer))
+    T_CASE(t_owner_liveness), T_CASE(t_processes), T_CASE(t_fork_child), T_CASE(t_map_peer),
+    T_CASE(t_untrusted_state))
