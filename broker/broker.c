@@ -116,40 +116,17 @@ static void *loop(void *arg)
  * that is group- or world-writable is fixed, anything else refused. And
  * the sockets are checked now and then to still be the ones we bound. */
 
+/* The directory of an ipc:// socket: whoever can write it could put
+ * their socket where the broker's is. proto/base's trust rule, as for
+ * arenas: a real directory, ours or root's, writable by no one else but
+ * root's sticky /tmp and /dev/shm. It never chmods: the directory may be
+ * /tmp, which everyone needs as it is (nginx, Redis and PostgreSQL set
+ * only their socket's mode). */
 static int sock_dir_check(const char *url, char *err, size_t errlen)
 {
 	if (strncmp(url, "ipc://", 6) != 0)
 		return 0;
-	char dir[BROKER_URL_MAX];
-	snprintf(dir, sizeof dir, "%s", url + 6);
-	char *slash = strrchr(dir, '/');
-	if (!slash)
-		return 0;
-	if (slash == dir)
-		slash[1] = 0;
-	else
-		*slash = 0;
-	struct stat st;
-	if (lstat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
-		snprintf(err, errlen, "the socket directory %s is not a directory (a link?)", dir);
-		return BATON_EPERM;
-	}
-	/* Never chmod: the directory may be /tmp or /dev/shm, which everyone
-	 * needs as it is (nginx, Redis and PostgreSQL set only their socket's
-	 * mode). A sticky directory is safe to share: others cannot remove or
-	 * rename our sockets there. */
-	bool others_write = (st.st_mode & (S_IWGRP | S_IWOTH)) != 0;
-	if (st.st_uid != geteuid() && st.st_uid != 0) {
-		snprintf(err, errlen, "the socket directory %s belongs to user %u, not to this one (%u): "
-		    "remove it or choose another", dir, (unsigned)st.st_uid, (unsigned)geteuid());
-		return BATON_EPERM;
-	}
-	if (others_write && !(st.st_mode & S_ISVTX)) {
-		snprintf(err, errlen, "the socket directory %s is writable by group or others, so they could "
-		    "replace the broker's sockets: chmod go-w %s, or choose another", dir, dir);
-		return BATON_EPERM;
-	}
-	return 0;
+	return baton_trust_dir_of(url + 6, "the socket directory", err, errlen);
 }
 
 static void sock_id_take(struct broker *b, int i, const char *url)
