@@ -183,17 +183,21 @@ NPROC := $(shell nproc 2>/dev/null || echo 2)
 # the last line adds both passes up.
 SAN_BUILD := $(BUILD)/san
 test: | $(BUILD)/.deps-test
+	@date +%s >$(BUILD)/.test-t0
 	@$(MAKE) --no-print-directory -j$(NPROC) $(PROGS) $(TESTS)
-	@rm -f $(BUILD)/.test-totals $(SAN_BUILD).build.rc; \
+	@rm -f $(BUILD)/.test-totals $(SAN_BUILD).build.rc; t0=$$(cat $(BUILD)/.test-t0); t1=$$(date +%s); \
 	( nice -n 15 $(MAKE) --no-print-directory -j$(NPROC) BUILD=$(SAN_BUILD) SAN=1 CUDA=0 all \
 	    >$(SAN_BUILD).build.log 2>&1; echo $$? >$(SAN_BUILD).build.rc ) & \
 	export BROKER_STRESS_S=$${BROKER_STRESS_S:-10} BATON_SOAK_SECONDS=$${BATON_SOAK_SECONDS:-5}; \
 	BUILD=$(BUILD) TEST_TOTALS=$(BUILD)/.test-totals tests/run.sh $(TESTS); \
-	wait; \
+	t2=$$(date +%s); wait; t3=$$(date +%s); \
 	if [ "$$(cat $(SAN_BUILD).build.rc)" != 0 ]; then \
 	    cat $(SAN_BUILD).build.log; echo "make test: the sanitizer build failed"; exit 1; fi; \
-	TEST_TOTALS=$(CURDIR)/$(BUILD)/.test-totals \
+	TEST_TOTALS=$(CURDIR)/$(BUILD)/.test-totals BROKER_STRESS_S=$${BROKER_STRESS_S_SAN:-5} \
 	    $(MAKE) --no-print-directory BUILD=$(SAN_BUILD) SAN=1 CUDA=0 RUN_FLAGS=--skip-pure test-unit; \
+	t4=$$(date +%s); \
+	echo "make test: build $$((t1 - t0)) s, first pass $$((t2 - t1)) s, waited for the sanitizer build" \
+	    "$$((t3 - t2)) s, sanitizer pass $$((t4 - t3)) s: $$(((t4 - t0) / 60)) min $$(((t4 - t0) % 60)) s in all"; \
 	awk '{ p += $$1; f += $$2; n++ } END { \
 	    printf "make test: both passes (%d runs): %d passed, %d failed\n", n, p, f; \
 	    exit (f > 0 || n != 2) }' $(BUILD)/.test-totals

@@ -449,11 +449,13 @@ def t_stress(c):
         assert not t.is_alive(), "a client hangs (deadlock?)"
     assert not failures, "%d of %d failed, first: %s" % (len(failures), len(done), failures[:3])
     assert not over, over[:3]
-    assert len(done) > 50, len(done)
+    # at least 5 requests and one reclaim every 2 s, whatever the length
+    # (the sanitizer build answers about half as many)
+    assert len(done) > 5 * secs, (len(done), secs)
     n_rel = len(c.events.all("release")) + len(c.events.all("shrink"))
     print("  %d requests in %.0f s, %d reclaims, per engine %s" % (
         len(done), secs, n_rel, {n: done.count(n) for n in "abc"}))
-    assert n_rel > 5
+    assert n_rel > secs / 2, (n_rel, secs)
     for p in engines:
         assert p.poll() is None, "%s died" % p.name
 

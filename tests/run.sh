@@ -49,8 +49,8 @@ timed=0
 # command timeout, a stalled engine answered within a second, a browser's
 # page read during a 2 s refill), or loads every core (the stress case,
 # the soak, the benchmark, chromium).
-SERIAL="broker/broker_test.py broker/ops_test.py broker/dashboard_test.py tests/soak_test.py
-	engine/model_bench_test.sh"
+SERIAL="broker/broker_test.py broker/ops_test.py broker/api/dashboard_test.py tests/soak_test.py
+	engine/model/model_bench_test.sh"
 
 # run_one NAME CMD...: runs CMD into $logdir/NAME.log and its exit status
 # into $logdir/NAME.rc (so several can run at once).
