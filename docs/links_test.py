@@ -9,6 +9,7 @@ import sys
 
 sys.dont_write_bytecode = True
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 
 
@@ -52,16 +53,5 @@ def t_every_page_indexed():
 CASES = [t_links_resolve, t_every_page_indexed]
 
 if __name__ == "__main__":
-    passed = failed = 0
-    for t in CASES:
-        if sys.argv[1:] and t.__name__ not in sys.argv[1:]:
-            continue
-        try:
-            t()
-            print("ok   %s" % t.__name__)
-            passed += 1
-        except AssertionError as e:
-            print("FAIL %s: %s" % (t.__name__, e))
-            failed += 1
-    print("%d passed, %d failed" % (passed, failed))
-    sys.exit(1 if failed else 0)
+    import harness as h  # noqa: E402
+    sys.exit(h.run_cases(CASES, sys.argv[1:], make=None))

@@ -87,17 +87,5 @@ def t_includes_follow_the_layout():
 CASES = [t_every_component_has_its_door, t_includes_follow_the_layout]
 
 if __name__ == "__main__":
-    passed = failed = 0
-    only = sys.argv[1:]
-    for t in CASES:
-        if only and t.__name__ not in only:
-            continue
-        try:
-            t()
-            print("ok   %s" % t.__name__)
-            passed += 1
-        except AssertionError as e:
-            print("FAIL %s: %s" % (t.__name__, e))
-            failed += 1
-    print("%d passed, %d failed" % (passed, failed))
-    sys.exit(1 if failed else 0)
+    import harness as h  # noqa: E402
+    sys.exit(h.run_cases(CASES, sys.argv[1:], make=None))

@@ -116,18 +116,8 @@ def refused_on_headers(api, head, status):
     """Sends only the headers of a request that announces a body; the
     status line must come back without a byte of the body sent (a timeout
     here: the server waits for the body to read it)."""
-    s = socket.create_connection((api.host, api.port), timeout=3)
-    try:
-        s.sendall(head)
-        got = b""
-        while b"\r\n" not in got:
-            chunk = s.recv(4096)
-            if not chunk:
-                break
-            got += chunk
-        assert got.startswith(b"HTTP/1.1 %d " % status), (head, got[:100])
-    finally:
-        s.close()
+    got = api.raw_line(head, timeout=3)
+    assert got.startswith(b"HTTP/1.1 %d " % status), (head, got[:100])
 
 
 def t_token_before_body(c):
