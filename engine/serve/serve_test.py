@@ -6,6 +6,7 @@ Requests are msgpack maps made here with python3-msgpack and sent with
 its own engines in a fresh directory (its own host device and sockets) and
 kills them at the end. The last line is "N passed, N failed".
 """
+import json
 import os
 import signal
 import subprocess
@@ -17,6 +18,7 @@ ROOT = os.path.dirname(os.path.abspath(__file__))
 while not os.path.isfile(os.path.join(ROOT, "tests", "harness.py")) and ROOT != "/":
     ROOT = os.path.dirname(ROOT)  # the tree's root, from a test at any depth
 sys.path.insert(0, os.path.join(ROOT, "tests"))
+import harness as h  # noqa: E402
 from harness import ENGINE, ERR, EngineCase, call, calls, err, ok, run_cases  # noqa: E402
 
 
@@ -107,6 +109,17 @@ def t_back_to_back_never_busy(c):
     reps = calls(e.url, reqs)
     busy = [(i, reqs[i][0]) for i, r in enumerate(reps) if r.get("ok") is False and r.get("err") == ERR["busy"]]
     assert not busy, "%d of %d refused as busy: %s" % (len(busy), len(reqs), busy[:5])
+    for r in reps:
+        ok(r)
+    # the same after a COMPLETE (its answer comes from the scheduler's thread)
+    e.kill()
+    e.wait()
+    t = c.engine("b", h.model_arena("kjv-qwen3-moe"), "--expert-cache-release", "--ctx", "256", host_mib=512)
+    done = ("complete", dict(body=json.dumps({"prompt": "In the beginning", "max_tokens": 2, "temperature": 0})))
+    reqs = [done, ("release", {}), done, ("refill", {})] * 100
+    reps = calls(t.url, reqs)
+    busy = [(i, reqs[i][0]) for i, r in enumerate(reps) if r.get("ok") is False and r.get("err") == ERR["busy"]]
+    assert not busy, "%d of %d refused as busy after COMPLETE: %s" % (len(busy), len(reqs), busy[:5])
     for r in reps:
         ok(r)
 
