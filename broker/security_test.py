@@ -121,8 +121,9 @@ def t_cross_site(c):
         expect(api.post("/v1/engines/a/release", headers=hdr), status, code)
         expect(api.post("/v1/handoff", '{"from": "a", "to": "a"}', headers=hdr), status, code)
     assert released(api, "a") == "ready"
-    # reads stay open; the broker's own origin and names pass
-    expect(api.get("/v1/status", headers={"Host": "evil.example", "Origin": "http://evil.example"}), 200)
+    # reads stay open on the broker's own Host (t_rebinding_reads); its own
+    # origin and names pass
+    expect(api.get("/v1/status", headers={"Host": own, "Origin": "http://evil.example"}), 200)
     expect(api.post("/v1/engines/a/release", headers={"Origin": "http://" + own}), 200)
     expect(api.post("/v1/engines/a/refill", headers={"Host": "localhost:%d" % api.port}), 200)
     # a configured name
@@ -132,6 +133,35 @@ def t_cross_site(c):
     h.wait_for("a registered again", lambda: api.get("/v1/engines/a")[0] == 200, timeout=10)
     expect(api.post("/v1/engines/a/release", headers={"Host": "baton.example:%d" % api.port,
                                                        "Origin": "http://baton.example:%d" % api.port}), 200)
+
+
+def t_rebinding_reads(c):
+    """Reads are open, but on the broker's own Host only: a page that
+    rebinds its name to 127.0.0.1 read engines' pids and URLs (issue 28),
+    as the engines already refused. An address (Prometheus, probes) and
+    localhost pass; a request without a Host (no browser) too."""
+    api = c.http_broker()
+    c.engine("a")
+    ready(c, api, "a")
+    paths = ("/v1/status", "/v1/engines", "/v1/engines/a", "/v1/models", "/v1/events", "/metrics", "/",
+             "/healthz", "/readyz")
+    for path in paths:
+        for host in ("evil.example", "evil.example:%d" % api.port, "127.0.0.1.evil.example"):
+            st, body, _ = api.get(path, token=False, headers={"Host": host})
+            assert st == 403 and body["code"] == "permission", (path, host, st, body)
+    for path in ("/v1/status", "/v1/models", "/metrics", "/", "/healthz"):
+        for host in ("127.0.0.1:%d" % api.port, "127.0.0.1", "localhost:%d" % api.port):
+            st, body, _ = api.get(path, token=False, headers={"Host": host})
+            assert st == 200, (path, host, st, body)
+    st, body, _ = api.get("/v1/status", token=False)
+    assert st == 200 and body["engines"][0]["pid"], body
+    assert api.raw(b"GET /v1/status HTTP/1.0\r\n\r\n") == 200
+    # a name the operator configured is the broker's own
+    c.bp.send_signal(signal.SIGTERM)
+    assert c.bp.wait(10) == 0
+    api = c.http_broker("http_hosts = baton.example\n")
+    st, _, _ = api.get("/v1/status", token=False, headers={"Host": "baton.example:%d" % api.port})
+    assert st == 200, st
 
 
 def t_errors_say_why(c):
@@ -230,7 +260,8 @@ def t_socket_replaced(c):
     assert "was replaced" in log and path in log, log[-2000:]
 
 
-CASES = [t_default_token, t_no_token_off_loopback, t_token_file_mode, t_cross_site, t_errors_say_why,
+CASES = [t_default_token, t_no_token_off_loopback, t_token_file_mode, t_cross_site, t_rebinding_reads,
+         t_errors_say_why,
          t_state_file_no_links, t_socket_dir, t_socket_dir_sticky, t_socket_replaced]
 
 

@@ -3,9 +3,10 @@
  * byte of its body is read (docs/internals/security.md).
  *
  * Loopback TCP is no permission boundary: any local user, and any web page
- * in a browser on the machine, can reach 127.0.0.1. So a call that changes
- * state (any method but GET and HEAD; those too with token_for_reads) must
- * carry a Host that names this server (DNS rebinding), an Origin, when a
+ * in a browser on the machine, can reach 127.0.0.1. So every request must
+ * carry a Host that names this server (DNS rebinding: a page could read
+ * what reads show), and a call that changes state (any method but GET and
+ * HEAD; those too with token_for_reads) must carry an Origin, when a
  * browser sends one, that is the server's own, the bearer token (when one
  * is set) and, with a body, Content-Type: application/json (a cross-site
  * form or no-cors fetch cannot send it without a preflight, which we never
@@ -197,9 +198,12 @@ int http_guard_check(const struct http_guard *g, const struct http_guard_in *in,
 		snprintf(msg, n, "the body is %.40s bytes; at most %zu", in->clen, max);
 		return 413;
 	}
-	if (read && !g->token_for_reads)
-		return 0; /* reads are open: they change nothing (the server's choice) */
-	if (!host_ok(g, in->host)) {
+	/* The Host before all else, reads too: a page that rebinds its name to
+	 * us could read what reads show (engines' pids and URLs). Browsers
+	 * always send a Host; a client without one (HTTP/1.0) is no page, and
+	 * reads stay open to it. */
+	bool open_read = read && !g->token_for_reads;
+	if (!(open_read && !in->host) && !host_ok(g, in->host)) {
 		char names[512];
 		names_of(g, names, sizeof names);
 		bool v6 = strchr(g->host, ':') != NULL;
@@ -208,6 +212,8 @@ int http_guard_check(const struct http_guard *g, const struct http_guard_in *in,
 		    g->host, v6 ? "]" : "", g->port, names);
 		return 403;
 	}
+	if (open_read)
+		return 0; /* reads are open: they change nothing (the server's choice) */
 	if (in->origin) {
 		/* the server's own origin: http:// and the (checked) Host */
 		if (strncasecmp(in->origin, "http://", 7) != 0 || strcasecmp(in->origin + 7, in->host) != 0) {

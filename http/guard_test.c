@@ -142,12 +142,24 @@ static void t_reads_and_size(void)
 	bool authorized;
 	int err;
 	init(&g, "127.0.0.1", 8420, NULL, "s3cret", false);
+	/* reads are open, but only on this server's Host (DNS rebinding reads
+	 * pids and URLs), or none (no browser sends none) */
 	struct http_guard_in get = { .method = "GET", .host = "evil.example", .origin = "http://evil.example" };
+	T_EQ_INT(http_guard_check(&g, &get, &authorized, &err, msg, sizeof msg), 403);
+	get.auth = AUTH;
+	T_EQ_INT(http_guard_check(&g, &get, &authorized, &err, msg, sizeof msg), 403);
+	get.host = "127.0.0.1:8420";
+	get.auth = NULL;
 	T_EQ_INT(http_guard_check(&g, &get, &authorized, &err, msg, sizeof msg), 0);
 	T_ASSERT(!authorized);
 	get.auth = AUTH;
 	T_EQ_INT(http_guard_check(&g, &get, &authorized, &err, msg, sizeof msg), 0);
 	T_ASSERT(authorized);
+	get.host = NULL;
+	T_EQ_INT(http_guard_check(&g, &get, &authorized, &err, msg, sizeof msg), 0);
+	get.method = "HEAD";
+	get.host = "evil.example";
+	T_EQ_INT(http_guard_check(&g, &get, &authorized, &err, msg, sizeof msg), 403);
 	struct http_guard_in big = { .method = "POST", .host = "evil.example", .clen = "1001" };
 	T_EQ_INT(http_guard_check(&g, &big, &authorized, &err, msg, sizeof msg), 413);
 	T_EQ_INT(err, BATON_ETOOBIG);

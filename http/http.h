@@ -23,6 +23,11 @@
 
 #include "proto/proto.h"
 
+/* The OpenAI API's body limit, one for every server of it: an engine's
+ * default max_body and the front door's chat and completion bodies (a
+ * door that took more than its engines would forward what they refuse). */
+#define HTTP_OPENAI_BODY_MAX (1024u * 1024u)
+
 struct baton_http_opts {
 	const char *addr;           /* "127.0.0.1:8420", "[::1]:8420", "0.0.0.0:0" (port 0: kernel picks) */
 	const char *token;          /* bearer token; NULL or "": none */
@@ -33,7 +38,7 @@ struct baton_http_opts {
 	unsigned idle_timeout_s;    /* 0: 30: a connection silent this long is closed */
 	unsigned header_timeout_s;  /* 0: 10: a request's headers and body must arrive within this of
 	                             * the connection's start or its previous answer (slowloris) */
-	size_t max_body;            /* 0: 1 MiB; a larger body gets 413 before it is read */
+	size_t max_body;            /* 0: HTTP_OPENAI_BODY_MAX (1 MiB); a larger body gets 413 before it is read */
 	unsigned workers;           /* handler threads; 0: 8 */
 	/* Optional: the body limit of one request, from its method and path
 	 * (as http_req_path gives it), instead of max_body; 0: max_body.
@@ -139,6 +144,11 @@ int http_stream_gone(const struct baton_http_stream *s);
 /* Ends the reply (the chunked end) once the buffer is sent; s is freed by
  * the server after that. Call it exactly once, also when gone. */
 void http_stream_close(struct baton_http_stream *s);
+/* Ends the reply as cut: once the buffer is sent the connection is closed
+ * without the chunked end, so the client reads an incomplete body (what
+ * a proxy must do when its upstream was cut). Instead of
+ * http_stream_close, exactly once. */
+void http_stream_abort(struct baton_http_stream *s);
 
 /* fn(owner, id) is called once if the client goes away before the answer
  * ended (on a server thread; it must not block): a producer can cancel at

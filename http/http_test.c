@@ -366,7 +366,10 @@ static void t_guard(void)
 	char q[512];
 	unsigned port = http_port(h);
 #define POST0 "POST /json HTTP/1.1\r\nContent-Length: 0\r\n"
-	expect_status(h, "GET /hello HTTP/1.1\r\nHost: evil.example\r\n\r\n", "200"); /* reads are open */
+	/* reads are open, on this server's Host only (DNS rebinding reads too) */
+	expect_status(h, "GET /hello HTTP/1.1\r\nHost: evil.example\r\n\r\n", "403");
+	expect_status(h, "GET /hello HTTP/1.1\r\nHost: baton.example\r\n\r\n", "200");
+	expect_status(h, "GET /hello HTTP/1.0\r\n\r\n", "200"); /* no Host: no browser */
 	expect_status(h, POST0 "Host: evil.example\r\n\r\n", "403");
 	expect_status(h, POST0 "Host: baton.example\r\n\r\n", "201");
 	expect_status(h, POST0 "Host: localhost\r\n\r\n", "201");
@@ -395,7 +398,7 @@ static void t_guard(void)
 	    "Content-Length: 2\r\n\r\n{}", "201");
 	struct http_stats st;
 	http_stats(h, &st);
-	T_EQ_INT(st.refused, 9);
+	T_EQ_INT(st.refused, 10);
 	http_close(h);
 	/* token_for_reads: reads are checked like the rest */
 	o.token = "t";

@@ -48,7 +48,7 @@
 #define DEF_MAX_CONNS 4096
 #define DEF_IDLE_S 30
 #define DEF_HEADER_S 10
-#define DEF_MAX_BODY (1024u * 1024u)
+#define DEF_MAX_BODY HTTP_OPENAI_BODY_MAX
 #define DEF_WORKERS 8
 #define MAX_WORKERS 256
 #define STREAM_MAX (64u * 1024u * 1024u) /* unsent bytes a stream may hold */
@@ -78,7 +78,8 @@ struct baton_http_stream {
 	char *buf;
 	size_t off, len, cap;   /* unsent bytes: buf[off, len) */
 	bool waiting;           /* the reader found it empty and suspended the connection */
-	bool closed;            /* http_stream_close called */
+	bool closed;            /* http_stream_close or http_stream_abort called */
+	bool aborted;           /* http_stream_abort: the connection ends without the chunked end */
 	bool gone;              /* the client went away (or the server stops) */
 };
 
@@ -373,7 +374,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 			s->off = s->len = 0;
 		n = (ssize_t)k;
 	} else if (s->closed) {
-		n = MHD_CONTENT_READER_END_OF_STREAM;
+		n = s->aborted ? MHD_CONTENT_READER_END_WITH_ERROR : MHD_CONTENT_READER_END_OF_STREAM;
 	} else {
 		/* nothing yet: sleep until a write (0 with a suspend is no busy loop) */
 		s->waiting = true;
@@ -476,16 +477,27 @@ int http_stream_gone(const struct baton_http_stream *s)
 	return g;
 }
 
-void http_stream_close(struct baton_http_stream *s)
+static void stream_end(struct baton_http_stream *s, bool aborted)
 {
 	struct baton_http_req *r = s->r;
 	pthread_mutex_lock(&r->h->mu);
 	s->closed = true;
+	s->aborted = aborted;
 	if (s->waiting && !r->mhd_done) {
 		s->waiting = false;
 		MHD_resume_connection(r->conn);
 	}
 	unref_unlock(r); /* the application's reference */
+}
+
+void http_stream_close(struct baton_http_stream *s)
+{
+	stream_end(s, false);
+}
+
+void http_stream_abort(struct baton_http_stream *s)
+{
+	stream_end(s, true);
 }
 
 void http_req_on_gone(struct baton_http_req *r, http_gone_fn fn, void *owner, uint64_t id)

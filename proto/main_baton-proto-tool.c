@@ -11,6 +11,10 @@
  *                                              msgpack request on stdin -> reply JSON;
  *                                              --repeat: N calls (id + 1 each), each on
  *                                              a new connection, as N CLI calls would be
+ *   baton-proto-tool calls URL [--timeout MS]  requests on stdin, each a 4-byte big-endian
+ *                                              length then msgpack, sent in turn on one
+ *                                              client, each after the previous reply ->
+ *                                              one reply JSON line each (back-to-back tests)
  *   baton-proto-tool dial URL                  connect a REQ client and wait
  *   baton-proto-tool sub URL [--count N] [--timeout MS]   print events
  *
@@ -34,7 +38,7 @@
 static const char usage_text[] =
     "usage: baton-proto-tool schema | sample OP [request|reply|error] |\n"
     "       encode OP [request|reply|error] [KEY=VALUE...] | decode |\n"
-    "       serve URL [--count N] | call URL [--timeout MS] [--repeat N] | dial URL |\n"
+    "       serve URL [--count N] | call URL [--timeout MS] [--repeat N] | calls URL [--timeout MS] | dial URL |\n"
     "       sub URL [--count N] [--timeout MS] | --help | --version\n";
 
 static void usage(void)
@@ -551,6 +555,59 @@ static int cmd_call(int argc, char **argv)
 	return 2;
 }
 
+static int cmd_calls(int argc, char **argv)
+{
+	char *buf;
+	size_t len;
+	if (argc < 1)
+		usage();
+	int timeout = (int)opt_long(argc, argv, "--timeout", 5000);
+	if (read_all(0, &buf, &len)) {
+		perror("baton-proto-tool: read");
+		return 1;
+	}
+	struct proto_client *cli;
+	struct proto_opts o = { .dial_wait = true };
+	int err = proto_client_open(&cli, argv[0], &o);
+	if (err) {
+		fprintf(stderr, "baton-proto-tool: dial %s: %s\n", argv[0], baton_strerror(err));
+		free(buf);
+		return 1;
+	}
+	int rc = 0;
+	for (size_t off = 0; off + 4 <= len;) {
+		const unsigned char *p = (const unsigned char *)buf + off;
+		size_t n = (size_t)p[0] << 24 | (size_t)p[1] << 16 | (size_t)p[2] << 8 | p[3];
+		if (n > len - off - 4) {
+			fprintf(stderr, "baton-proto-tool: calls: a frame runs past the input\n");
+			rc = 2;
+			break;
+		}
+		struct baton_msg req, rep;
+		struct proto_diag d;
+		err = proto_decode(p + 4, n, &req, &d);
+		off += 4 + n;
+		if (err) {
+			json_error(stdout, err, &d);
+			rc = 2;
+			break;
+		}
+		err = proto_client_call(cli, &req, &rep, timeout, &d);
+		proto_msg_free(&req);
+		if (rep.reply)
+			json_msg(stdout, &rep);
+		else
+			json_error(stdout, err, &d);
+		if (!rep.reply || !rep.ok)
+			rc = rep.reply ? 1 : 2;
+		proto_msg_free(&rep);
+		fflush(stdout);
+	}
+	proto_client_close(cli);
+	free(buf);
+	return rc;
+}
+
 static int cmd_dial(int argc, char **argv)
 {
 	struct proto_client *cli;
@@ -622,6 +679,8 @@ static int run(int argc, char **argv)
 		return cmd_serve(argc, argv);
 	if (strcmp(cmd, "call") == 0)
 		return cmd_call(argc, argv);
+	if (strcmp(cmd, "calls") == 0)
+		return cmd_calls(argc, argv);
 	if (strcmp(cmd, "dial") == 0)
 		return cmd_dial(argc, argv);
 	if (strcmp(cmd, "sub") == 0)

@@ -137,6 +137,24 @@ def call(url, op, timeout_ms=20000, **fields):
     return rep
 
 
+def calls(url, reqs, timeout_ms=20000):
+    """Requests [(op, fields), ...] sent in turn on one client, each as
+    soon as the previous reply came (back to back); the replies as dicts."""
+    data, ids = b"", []
+    for op, fields in reqs:
+        rid = next_id()
+        ids.append(rid)
+        m = {"v": 1, "op": op, "id": rid}
+        m.update(fields)
+        b = msgpack.packb(m)
+        data += len(b).to_bytes(4, "big") + b
+    r = subprocess.run([TOOL, "calls", url, "--timeout", str(timeout_ms)], input=data, capture_output=True,
+                       timeout=len(reqs) * (timeout_ms / 1000) + 10)
+    reps = [json.loads(line) for line in r.stdout.decode().splitlines() if line.strip()]
+    assert len(reps) == len(reqs), (len(reps), len(reqs), r.stderr.decode()[-2000:])
+    return reps
+
+
 # What call_retry saw: connections refused, connects not accepted in time.
 retried = {"refused": 0, "connect_timeouts": 0}
 # URLs killed on purpose: a refused connect there is final, not retried.

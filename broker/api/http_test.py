@@ -149,7 +149,7 @@ def t_api(c):
     assert api.raw(b"POST /v1/engines/a/release HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
                    TOKEN.encode() + b"\r\nContent-Length: 50000000\r\n\r\n") == 413
     api.raw(b"\x00\x01garbage\r\n\r\n", timeout=1)  # read as blank lines: no answer until the header timeout
-    assert api.raw(b"GET /v1/\xff\xfe HTTP/1.1\r\nHost: x\r\n\r\n") in (0, 400, 404)  # 0: hung up
+    assert api.raw(b"GET /v1/\xff\xfe HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n") in (0, 400, 404)  # 0: hung up
     assert api.raw(b"POST /v1/engines/a/release HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " +
                    TOKEN.encode() + b"\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
                    b"2\r\n{}\r\n0\r\n\r\n") == 400

@@ -254,6 +254,31 @@ def t_busy(c):
     assert status_json(c)[1]["b"]["resident"] == CEIL  # nothing was taken in the middle
 
 
+def t_broker_dies_under_a_call(c):
+    """A broker that dies in the middle of a handoff: baton fails at once
+    with the reason, not after its whole --timeout (it waited 30 s)."""
+    a, b = two_engines(c)
+    os.kill(a.pid, signal.SIGSTOP)  # the handoff's refill of a waits
+    try:
+        env = dict(c.env, BATON_BROKER=c.control, BATON_EVENTS=c.events_url)
+        p = subprocess.Popen([CLI, "handoff", "b", "a", "--timeout", "30s"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=env)
+        h.wait_for("the handoff under way", lambda: c.eng("b")["state"] == "released", timeout=10)
+        time.sleep(0.2)
+        assert p.poll() is None, p.communicate()
+        t0 = time.time()
+        c.bp.kill()
+        c.bp.wait(10)
+        out, errs = p.communicate(timeout=25)
+        took = time.time() - t0
+    finally:
+        os.kill(a.pid, signal.SIGCONT)
+    assert p.returncode == 1 and took < 5, (p.returncode, took, errs)
+    assert "the connection to the broker at %s dropped (did it stop?)" % c.control in errs, errs
+    assert out == "", out
+    return "failed %.0f ms after the broker died" % (took * 1e3)
+
+
 class Lines:
     """A child's stdout lines, read in the background."""
 
@@ -585,7 +610,7 @@ def t_prometheus_alerts(c):
 
 
 CASES = [t_grafana_dashboard, t_prometheus_alerts, t_gen_by_name, t_usage_and_exit_codes, t_status_tables_and_json, t_operations,
-         t_pins_survive_a_broker_restart, t_busy, t_watch,
+         t_pins_survive_a_broker_restart, t_busy, t_broker_dies_under_a_call, t_watch,
          t_progress_on_terminal_only]
 
 

@@ -310,33 +310,35 @@ static void call(const char *url, const char *what, struct baton_msg *req, struc
 {
 	struct proto_diag d;
 	memset(&d, 0, sizeof d);
-	int rc;
 	bool gone = false, dropped = false;
-	if (prog && prog->watch) {
-		/* A long operation without --timeout: it takes as long as it
-		 * takes while the broker answers (its own rules end a stalled
-		 * one); the progress thread ends the call if the broker stops
-		 * answering for the timeout. No resend: a second copy would
-		 * queue a second operation. */
-		struct proto_opts po = { .dial_wait = true, .resend_ms = -1 };
-		struct proto_client *cli = NULL;
-		rc = proto_client_open(&cli, url, &po);
-		if (rc == 0) {
+	bool watch = prog && prog->watch;
+	/* A long operation without --timeout (watch) takes as long as it
+	 * takes while the broker answers (its own rules end a stalled one);
+	 * the progress thread ends the call if the broker stops answering for
+	 * the timeout. No resend, with --timeout too: a second copy would
+	 * queue a second operation, and a broker that dies under the call
+	 * drops its connection, which fails the call at once (BATON_ECONN)
+	 * instead of after the whole --timeout (issue 28). */
+	struct proto_opts po = { .dial_wait = true, .resend_ms = -1 };
+	struct proto_client *cli = NULL;
+	int rc = proto_client_open(&cli, url, &po);
+	if (rc == 0) {
+		if (watch) {
 			pthread_mutex_lock(&prog->mu);
 			prog->cli = cli;
 			pthread_mutex_unlock(&prog->mu);
-			rc = proto_client_call(cli, req, rep, -1, &d);
-			dropped = rc == BATON_ECONN;
+		}
+		rc = proto_client_call(cli, req, rep, watch ? -1 : opt.timeout_ms, &d);
+		dropped = rc == BATON_ECONN;
+		if (watch) {
 			pthread_mutex_lock(&prog->mu);
 			prog->cli = NULL;
 			gone = prog->gone;
 			pthread_mutex_unlock(&prog->mu);
-			proto_client_close(cli);
-		} else {
-			memset(rep, 0, sizeof *rep);
 		}
+		proto_client_close(cli);
 	} else {
-		rc = proto_call(url, req, rep, opt.timeout_ms, &d);
+		memset(rep, 0, sizeof *rep);
 	}
 	if (rc == 0)
 		return;

@@ -10,8 +10,8 @@
 #include <time.h>
 
 #include "broker/door/door_int.h"
+#include "http/http.h"
 
-#define DOOR_BODY_MAX (2u << 20)    /* its chat bodies (an engine takes prompts up to 1 MiB) */
 
 void door_helper_done(struct broker_door *d)
 {
@@ -82,9 +82,9 @@ int broker_door_open(struct broker *b, struct broker_http *h, const struct broke
 	}
 	d->observing = true;
 	const struct broker_http_route routes[] = {
-		{ .path = "/v1/chat/completions", .methods = "POST", .body_max = DOOR_BODY_MAX,
+		{ .path = "/v1/chat/completions", .methods = "POST", .body_max = HTTP_OPENAI_BODY_MAX,
 		  .fn = door_on_completion, .arg = d },
-		{ .path = "/v1/completions", .methods = "POST", .body_max = DOOR_BODY_MAX,
+		{ .path = "/v1/completions", .methods = "POST", .body_max = HTTP_OPENAI_BODY_MAX,
 		  .fn = door_on_completion, .arg = d },
 		{ .path = "/v1/models", .methods = "GET, HEAD", .fn = door_on_models, .arg = d },
 	};

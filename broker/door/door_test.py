@@ -13,10 +13,14 @@ to end on the host backend with the two trained models of models/.
     far fewer times than requests (batches, not thrash); the switches are
     in /metrics and in door.switch events with their timings;
   - a stream passes through piece by piece; a client that leaves
-    mid-stream frees the engine's sequence;
+    mid-stream frees the engine's sequence; an engine killed mid-stream
+    ends it with an error event and without the chunked end;
+  - the body limit is the engines' (1 MiB), and an engine's 413 is passed
+    on;
   - a full queue answers 503 with Retry-After.
 The last line is "N passed, N failed".
 """
+import http.client as http_client
 import http.server
 import json
 import os
@@ -97,6 +101,9 @@ def t_register_fields(c):
 
 # ---- a scripted engine: the door alone, with replies it controls --------------
 
+FAKE_BODY_MAX = 900 << 10  # a fake engine refuses larger bodies on their headers
+
+
 class Fake:
     """An OpenAI HTTP server that stands for an engine: streamed replies in
     pieces the test lets go one by one (`go`), whole replies with a length;
@@ -116,6 +123,20 @@ class Fake:
                 pass
 
             def do_POST(self):
+                if int(self.headers["Content-Length"]) > FAKE_BODY_MAX:
+                    # refused on its headers, before the body is read, and
+                    # the connection closed: as the engine's server does
+                    out = json.dumps({"error": {"message": "too large", "type": "invalid_request_error",
+                                                "param": None, "code": "too_big"}}).encode()
+                    self.send_response(413)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(out)))
+                    self.send_header("Connection", "close")
+                    self.end_headers()
+                    self.wfile.write(out)
+                    self.wfile.flush()
+                    self.close_connection = True
+                    return
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 with fake.lock:
                     fake.got.append((self.path, body, dict(self.headers)))
@@ -132,6 +153,12 @@ class Fake:
                             piece = ("data: %s\n\n" % json.dumps({"engine": fake.name, "i": i})).encode()
                             self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
                             self.wfile.flush()
+                        if body.get("die"):
+                            # the engine dies mid-stream: its connection
+                            # ends without the chunked end
+                            self.close_connection = True
+                            self.connection.shutdown(socket.SHUT_RDWR)
+                            return
                         self.wfile.write(b"e\r\ndata: [DONE]\n\n\r\n0\r\n\r\n")
                         self.wfile.flush()
                     else:
@@ -209,13 +236,17 @@ def t_fake_stream_passes_through(c):
         st, body, hdrs = http.post("/v1/completions", {"model": "m", "prompt": "x"})
         assert st == 200 and body["engine"] == "f1" and body["echo"]["prompt"] == "x", (st, body)
         assert f.got[1][0] == "/v1/completions"
-        # chats are larger than the broker's own calls (64 KiB): up to 2 MiB
+        # chats are larger than the broker's own calls (64 KiB): up to 1 MiB
         st, body, _ = http.post("/v1/completions", {"model": "m", "prompt": "x" * (300 << 10)})
         assert st == 200 and len(body["echo"]["prompt"]) == 300 << 10, st
-        # and above it 413 on the headers, before a byte of the body is read
-        assert http.raw(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer "
-                        b"door-test-token\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
-                        % (3 << 20)) == 413
+        # and above it 413 on the headers, before a byte of the body is read:
+        # the engines' limit, so that the door never forwards what they refuse
+        # (it took 2 MiB, and turned the engine's 413 into 502)
+        for size, want in ((1 << 20, 0), ((1 << 20) + 1, 413)):
+            got = http.raw(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer "
+                           b"door-test-token\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+                           % size, timeout=2)
+            assert got == want, (size, got)
         st, body, _ = http.get("/v1/models", token=False)
         m = body["data"][0]
         assert m["id"] == "m" and m["state"] == "resident" and m["engines"][0]["name"] == "f1", m
@@ -225,6 +256,79 @@ def t_fake_stream_passes_through(c):
         assert metric(http, "baton_door_ttft_prefill_seconds_count", '{model="m"}') == 1  # the stream
     finally:
         f.close()
+
+
+def read_to_eof(s):
+    raw = b""
+    while True:
+        chunk = s.recv(65536)
+        if not chunk:
+            return raw
+        raw += chunk
+
+
+def chunks_of(raw):
+    """The data of a chunked body's chunks, and whether its end (the 0
+    chunk) came."""
+    out, i = b"", 0
+    while True:
+        j = raw.find(b"\r\n", i)
+        if j < 0:
+            return out, False
+        n = int(raw[i:j].split(b";")[0], 16)
+        if n == 0:
+            return out, True
+        out += raw[j + 2:j + 2 + n]
+        i = j + 2 + n + 2
+
+
+def t_fake_cut_and_refused(c):
+    """An engine that dies mid-stream: through the door the client gets an
+    error event and a body without its end (it raises), never a stream that
+    looks complete. An engine's 413, sent before it read the body: passed on
+    as it is, not as 502 engine_unreachable (which SDKs retry)."""
+    http = fake_broker(c)
+    f = Fake("f1")
+    try:
+        fake_register(c, f, "m")
+        h.wait_for("routable", lambda: http.get("/v1/models", token=False)[1]["data"])
+        f.go.release()
+        f.go.release()
+        s = open_stream(http, {"model": "m", "stream": True, "pieces": 3, "die": True})
+        raw = read_to_eof(s)
+        s.close()
+        data, ended = chunks_of(raw)
+        assert not ended and not raw.endswith(b"0\r\n\r\n"), raw[-200:]
+        ev = h.sse_events(data)
+        assert [e["i"] for e in ev[:3]] == [0, 1, 2], ev
+        assert len(ev) == 4 and ev[3]["error"]["code"] == "engine_unreachable", ev
+        assert ev[3]["error"]["type"] == "server_error", ev
+        # as an HTTP client reads it: an incomplete body
+        for _ in range(2):
+            f.go.release()
+        conn = http_client_conn(http)
+        conn.request("POST", "/v1/chat/completions", body=json.dumps({"model": "m", "stream": True, "die": True}),
+                     headers={"Content-Type": "application/json", "Authorization": "Bearer " + http.token})
+        r = conn.getresponse()
+        assert r.status == 200, r.status
+        try:
+            r.read()
+            raise AssertionError("the cut stream read as complete")
+        except http_client.IncompleteRead:
+            pass
+        conn.close()
+        h.wait_for("in flight back to 0", lambda: metric(http, "baton_door_in_flight",
+                                                          '{engine="f1",model="m"}') == 0)
+        assert metric(http, "baton_door_requests_total", '{model="m",outcome="failed"}') == 2
+        # the engine's 413, on a body the door takes and the engine does not
+        st, body, _ = http.post("/v1/completions", {"model": "m", "prompt": "x" * (FAKE_BODY_MAX + 10)})
+        assert st == 413 and body["error"]["code"] == "too_big", (st, body)
+    finally:
+        f.close()
+
+
+def http_client_conn(http):
+    return http_client.HTTPConnection(http.host, http.port, timeout=30)
 
 
 def t_fake_least_loaded_and_disconnect(c):
@@ -460,6 +564,17 @@ def t_stream_and_disconnect(c):
         os.kill(qwen.pid, signal.SIGCONT)
     h.wait_for("the engine's sequence freed", lambda: engine_idle(c, "qwen"), timeout=10)
     assert metric(http, "baton_door_requests_total", '{model="%s",outcome="gone"}' % QWEN) == 1
+    # the engine killed mid-stream: an error event, and no chunked end (it
+    # ended cleanly 5 ms after the kill, and clients took it as complete)
+    s = open_stream(http, chat_body(QWEN, "Tell of the flood.", 9, max_tokens=400, stream=True))
+    assert s.recv(4096)
+    os.kill(qwen.pid, signal.SIGKILL)
+    raw = read_to_eof(s)
+    s.close()
+    data, ended = chunks_of(raw)
+    assert not ended, raw[-300:]
+    ev = h.sse_events(data)
+    assert ev and isinstance(ev[-1], dict) and ev[-1]["error"]["code"] == "engine_unreachable", data[-300:]
 
 
 def engine_idle(c, name):
@@ -536,7 +651,8 @@ def t_npm_client(c):
 
 if __name__ == "__main__":
     h.need(h.BROKER)
-    sys.exit(h.run_cases([t_register_fields, t_fake_stream_passes_through, t_fake_least_loaded_and_disconnect,
+    sys.exit(h.run_cases([t_register_fields, t_fake_stream_passes_through, t_fake_cut_and_refused,
+                          t_fake_least_loaded_and_disconnect,
                           t_fake_refill_fails, t_errors_and_models, t_two_models_interleaved,
                           t_keep_alive, t_reload, t_stream_and_disconnect, t_queue_full, t_npm_client],
                          only=sys.argv[1:], logs=("broker", "qwen", "mixtral")))

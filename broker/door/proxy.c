@@ -2,7 +2,8 @@
  * proxy.c: one forwarded request (door_int.h), on a thread of its own:
  * the body goes to the engine's OpenAI HTTP (upstream.c) as the client
  * sent it, and the reply comes back as it arrives: a whole reply with its
- * length, a stream (server-sent events) piece by piece. A client that
+ * length, a stream (server-sent events) piece by piece; a stream the
+ * engine cuts ends with an error event and no chunked end. A client that
  * leaves cancels the exchange (on_gone), and the engine sees the close
  * and frees its sequence.
  */
@@ -25,6 +26,30 @@ static void unlink_fwd(struct broker_door *d, struct dreq *q)
 			*pp = q->next;
 			break;
 		}
+}
+
+/* A stream whose engine was cut (it died, or went silent past the
+ * timeout) ends as a cut upstream must, as nginx ends it: an error event
+ * (on an event boundary: a piece of an event cut short is ended first),
+ * then the connection closed without the chunked end, so a client reads
+ * an incomplete body and raises, never a stream that looks complete. */
+static void cut_stream(struct baton_http_stream *s, const char *url, int err, const char tail[2])
+{
+	if (tail[0] != '\n' || tail[1] != '\n')
+		http_stream_write(s, "\n\n", 2);
+	char msg[300];
+	snprintf(msg, sizeof msg, "the engine at %.128s %s mid-stream", url,
+	    err == BATON_ETIMEDOUT ? "went silent" : "was cut off");
+	json_t *j = http_openai_error(502, msg, "server_error", NULL, "engine_unreachable");
+	char *txt = j ? json_dumps(j, JSON_COMPACT) : NULL;
+	if (txt) {
+		http_stream_write(s, "data: ", 6);
+		http_stream_write(s, txt, strlen(txt));
+		http_stream_write(s, "\n\n", 2);
+	}
+	free(txt);
+	json_decref(j);
+	http_stream_abort(s);
 }
 
 static void *proxy(void *arg)
@@ -76,19 +101,26 @@ static void *proxy(void *arg)
 		} else {
 			/* a stream (server-sent events): each piece on as it comes */
 			struct baton_http_stream *s = http_stream_open(q->r, st, ctype, hdr);
-			char buf[16384];
-			long n;
+			char buf[16384], tail[2] = { '\n', '\n' };
+			long n = 0;
 			ok = s != NULL;
-			while (s && (n = door_up_read(up, buf, sizeof buf, UPSTREAM_TIMEOUT_MS)) != 0) {
-				if (t_first < 0 && n > 0)
+			while (s && (n = door_up_read(up, buf, sizeof buf, UPSTREAM_TIMEOUT_MS)) > 0) {
+				if (t_first < 0)
 					t_first = baton_now_s();
-				if (n < 0 || http_stream_write(s, buf, (size_t)n) != 0) {
+				if (http_stream_write(s, buf, (size_t)n) != 0) {
 					ok = false;
 					break;
 				}
+				tail[0] = n > 1 ? buf[n - 2] : tail[1];
+				tail[1] = buf[n - 1];
 			}
-			if (s)
+			if (s && ok && n < 0) {
+				/* the engine was cut mid-stream: never a clean end */
+				cut_stream(s, q->url, -n, tail);
+				ok = false;
+			} else if (s) {
 				http_stream_close(s);
+			}
 			ok = ok && st < 400;
 		}
 	}

@@ -243,15 +243,22 @@ int door_up_request(struct door_up *u, const char *path, const char *body, size_
 	if (body == NULL) /* a GET */
 		n = snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", path,
 		    u->host);
-	if (n < 0 || (size_t)n >= sizeof req || send_all(u->fd, req, (size_t)n) ||
-	    (body && send_all(u->fd, body, len))) {
+	if (n < 0 || (size_t)n >= sizeof req || send_all(u->fd, req, (size_t)n)) {
 		snprintf(err, errlen, "cannot send the request to the engine at %.128s", url);
 		return BATON_ECLOSED;
 	}
+	/* An engine that refuses a request on its headers (413) answers and
+	 * closes before it has read the body: its answer is read all the same,
+	 * and passed on as it is (never turned into engine_unreachable). */
+	bool cut = body && send_all(u->fd, body, len) != 0;
 	/* the status line, then the headers */
 	char line[4096];
 	rc = read_line(u, line, sizeof line, timeout_ms);
 	int major, minor, st;
+	if (rc && cut) {
+		snprintf(err, errlen, "cannot send the request to the engine at %.128s", url);
+		return BATON_ECLOSED;
+	}
 	if (rc || sscanf(line, "HTTP/%d.%d %d", &major, &minor, &st) != 3 || st < 100 || st > 599) {
 		snprintf(err, errlen, "the engine at %.128s %s", url,
 		    rc == BATON_ETIMEDOUT ? "did not answer in time" : rc ? "closed the connection" :

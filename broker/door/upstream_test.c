@@ -2,8 +2,9 @@
  * upstream_test.c: the front door's client to an engine, against a
  * scripted server on 127.0.0.1 (a thread): chunked pieces arrive one by
  * one before the reply ends, Content-Length and read-until-close bodies,
- * chunk extensions and trailers, the request as sent, cancel from another
- * thread, and replies that are not HTTP.
+ * chunk extensions and trailers, the request as sent, an answer sent
+ * before the body was read, cancel from another thread, and replies that
+ * are not HTTP.
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -20,6 +21,7 @@ struct srv {
 	char got[4096];         /* the request as received */
 	pthread_t th;
 	bool hold;              /* keep the connection open after the parts (until the client closes) */
+	bool refuse;            /* answer on the headers, never read the body, close */
 };
 
 static void *serve(void *arg)
@@ -37,6 +39,8 @@ static void *serve(void *arg)
 		n += (size_t)k;
 		s->got[n] = 0;
 		char *end = strstr(s->got, "\r\n\r\n");
+		if (end && s->refuse)
+			break;
 		if (end) {
 			const char *cl = strstr(s->got, "Content-Length: ");
 			size_t want = cl ? (size_t)atoi(cl + 16) : 0;
@@ -163,6 +167,34 @@ static void t_content_length(void)
 	srv_stop(&s);
 }
 
+/* An engine refuses a body on its headers (413) and closes before it read
+ * it: the door's send fails, and the answer is read all the same (it was
+ * "cannot send the request", then 502 engine_unreachable). */
+static void t_answer_before_body(void)
+{
+	struct srv s = { .refuse = true, .parts = {
+		"HTTP/1.1 413 Content Too Large\r\nContent-Length: 7\r\nConnection: close\r\n\r\ntoo big",
+	} };
+	srv_start(&s);
+	size_t n = 32u << 20;
+	char *body = malloc(n + 1);
+	T_ASSERT(body != NULL);
+	memset(body, 'x', n);
+	body[n] = 0;
+	char url[64], err[256];
+	snprintf(url, sizeof url, "http://127.0.0.1:%d", s.port);
+	struct door_up *u = NULL;
+	T_EQ_ERR(door_up_open(url, 2000, &u, err, sizeof err), 0);
+	T_EQ_ERR(door_up_request(u, "/v1/completions", body, n, 5000, err, sizeof err), 0);
+	T_EQ_INT(door_up_status(u), 413);
+	char buf[16];
+	T_EQ_INT(door_up_read(u, buf, sizeof buf, 2000), 7);
+	T_ASSERT(memcmp(buf, "too big", 7) == 0);
+	door_up_close(u);
+	free(body);
+	srv_stop(&s);
+}
+
 static void t_until_close(void)
 {
 	struct srv s = { .parts = { "HTTP/1.0 200 OK\r\n\r\nabc" } };
@@ -245,5 +277,6 @@ static void t_bad_urls(void)
 	close(fd);
 }
 
-T_MAIN(T_CASE(t_chunked_pieces_arrive_one_by_one), T_CASE(t_content_length), T_CASE(t_until_close),
+T_MAIN(T_CASE(t_chunked_pieces_arrive_one_by_one), T_CASE(t_content_length), T_CASE(t_answer_before_body),
+    T_CASE(t_until_close),
     T_CASE(t_cancel_ends_a_wait), T_CASE(t_not_http), T_CASE(t_bad_urls))

@@ -38,6 +38,10 @@ void serve_on_gen(struct serve *s, struct proto_ctx *ctx, const struct baton_msg
 	int rc = engine_gen(s->e, req->steps, req->batch, req->seed,
 	    proto_has(req, PF_INPUT) ? req->input.data : NULL, out, &sum, &t);
 	int rest = serve_work_done(s, rc == 0);
+	/* The bracket ends before the reply (the refill of the rest after an
+	 * idle release too): a reply means the engine takes the next
+	 * operation (a RELEASE sent on it was refused as busy, 11 in 160). */
+	serve_work_end(s, rest);
 	if (rc) {
 		if (rc == BATON_EUNSUPPORTED && s->info.compute_error)
 			serve_reply_err(s, ctx, req, rc, "gen: %s", s->info.compute_error);
@@ -62,7 +66,6 @@ void serve_on_gen(struct serve *s, struct proto_ctx *ctx, const struct baton_msg
 		serve_reply(s, ctx, &rep);
 	}
 	free(out);
-	serve_work_end(s, rest);
 }
 
 /* COMPLETE: text in, text out through the scheduler (sched.h), like the

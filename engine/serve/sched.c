@@ -352,6 +352,16 @@ static void *loop(void *arg)
 		deliver(s, done);
 		done = NULL;
 		step(s, &done);
+		/* the last sequence ended and none waits: the engine goes back
+		 * before the answers go out, so an answer means the engine takes
+		 * the next operation (a control command sent on it is not busy) */
+		pthread_mutex_lock(&s->mu);
+		bool idle = s->n_run == 0 && s->n_wait == 0 && s->st.held;
+		if (idle)
+			s->st.held = 0;
+		pthread_mutex_unlock(&s->mu);
+		if (idle && s->h.end)
+			s->h.end(s->h.arg);
 		deliver(s, done);
 		pthread_mutex_lock(&s->mu);
 		s->st.kv_free = model_kv_free_blocks(s->m);

@@ -115,7 +115,9 @@ int serve_make_full(struct serve *s, uint64_t limit, struct baton_cache_report *
 int serve_ensure_memory(struct serve *s, const char *why, char *err, size_t errlen);
 /* The bracket of a request that computes (GEN; COMPLETE through the
  * scheduler's hooks): begin takes the engine (0) or has replied the error;
- * done counts it (before the reply); end gives the engine back. */
+ * done counts it (before the reply); end gives the engine back (after
+ * refilling the rest of an idle release), before the reply too: a reply
+ * means the next operation is taken. */
 int serve_work_begin(struct serve *s, struct proto_ctx *ctx, const struct baton_msg *req);
 int serve_work_done(struct serve *s, int ok);
 void serve_work_end(struct serve *s, int refill_rest);

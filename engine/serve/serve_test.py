@@ -6,6 +6,7 @@ Requests are msgpack maps made here with python3-msgpack and sent with
 its own engines in a fresh directory (its own host device and sockets) and
 kills them at the end. The last line is "N passed, N failed".
 """
+import json
 import os
 import signal
 import subprocess
@@ -17,7 +18,8 @@ ROOT = os.path.dirname(os.path.abspath(__file__))
 while not os.path.isfile(os.path.join(ROOT, "tests", "harness.py")) and ROOT != "/":
     ROOT = os.path.dirname(ROOT)  # the tree's root, from a test at any depth
 sys.path.insert(0, os.path.join(ROOT, "tests"))
-from harness import ENGINE, EngineCase, call, err, ok, run_cases  # noqa: E402
+import harness as h  # noqa: E402
+from harness import ENGINE, ERR, EngineCase, call, calls, err, ok, run_cases  # noqa: E402
 
 
 # ---- cases -------------------------------------------------------------------
@@ -95,6 +97,31 @@ def t_gen_same_after_release_refill(c):
     vec = bytes(2 * 256 * 4)
     g4 = ok(call(e.url, "gen", steps=1, batch=2, seed=0, input=vec))
     assert g4["checksum"] != g1["checksum"]
+
+
+def t_back_to_back_never_busy(c):
+    """A reply means the engine is ready for the next operation: release,
+    then refill, each sent after the previous reply, 40 times: none is
+    refused as busy (5 in 40 were, issue 28)."""
+    e = c.engine("a", c.arena(), "--expert-cache-release")
+    gen = ("gen", dict(steps=1, batch=1, seed=3))
+    reqs = [gen, ("release", {}), gen, ("refill", {})] * 40
+    reps = calls(e.url, reqs)
+    busy = [(i, reqs[i][0]) for i, r in enumerate(reps) if r.get("ok") is False and r.get("err") == ERR["busy"]]
+    assert not busy, "%d of %d refused as busy: %s" % (len(busy), len(reqs), busy[:5])
+    for r in reps:
+        ok(r)
+    # the same after a COMPLETE (its answer comes from the scheduler's thread)
+    e.kill()
+    e.wait()
+    t = c.engine("b", h.model_arena("kjv-qwen3-moe"), "--expert-cache-release", "--ctx", "256", host_mib=512)
+    done = ("complete", dict(body=json.dumps({"prompt": "In the beginning", "max_tokens": 2, "temperature": 0})))
+    reqs = [done, ("release", {}), done, ("refill", {})] * 100
+    reps = calls(t.url, reqs)
+    busy = [(i, reqs[i][0]) for i, r in enumerate(reps) if r.get("ok") is False and r.get("err") == ERR["busy"]]
+    assert not busy, "%d of %d refused as busy after COMPLETE: %s" % (len(busy), len(reqs), busy[:5])
+    for r in reps:
+        ok(r)
 
 
 def t_bad_requests_change_nothing(c):
@@ -210,7 +237,7 @@ def t_kill9_gives_memory_back(c):
     assert after - before >= held, (before, after, held)
 
 
-CASES = [t_bad_flags, t_gen_same_after_release_refill, t_bad_requests_change_nothing,
+CASES = [t_bad_flags, t_gen_same_after_release_refill, t_back_to_back_never_busy, t_bad_requests_change_nothing,
          t_release_needs_flag, t_stale_epoch, t_busy_during_gen, t_idle_release,
          t_two_engines_compete, t_sigterm_gives_memory_back, t_kill9_gives_memory_back, t_host_fallback_warns]
 

@@ -188,8 +188,9 @@ static void gen_yield(struct serve *s)
  * broker command in first, takes the engine and makes its memory whole; 0
  * when the caller holds the engine, else it has replied with the error.
  * serve_work_done counts the request done (before the reply, so a STATUS after
- * the reply sees it); serve_work_end, after the reply, refills the rest after an
- * idle release and gives the engine back. */
+ * the reply sees it); serve_work_end, before the reply (a reply means the
+ * engine takes the next operation), refills the rest after an idle
+ * release and gives the engine back. */
 int serve_work_begin(struct serve *s, struct proto_ctx *ctx, const struct baton_msg *req)
 {
 	pthread_mutex_lock(&s->st_mu);
@@ -232,7 +233,8 @@ int serve_work_done(struct serve *s, int ok)
 void serve_work_end(struct serve *s, int refill_rest)
 {
 	/* After an idle release the first request loaded what it needed; the
-	 * rest comes back now, so the release stays invisible to clients. */
+	 * rest comes back now, before its answer, so the engine is whole when
+	 * the client hears from it. */
 	if (refill_rest) {
 		struct baton_cache_report r;
 		serve_set_state(s, BATON_STATE_REFILLING);
