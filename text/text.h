@@ -103,6 +103,27 @@ int text_stream_push(text_stream *s, int32_t id, char **buf, size_t *len, size_t
 int text_stream_finish(text_stream *s, char **buf, size_t *len, size_t *cap);
 void text_stream_close(text_stream *s);
 
+/* ---- Jinja templates ---------------------------------------------------------
+ * A Jinja template engine that renders chat templates as transformers'
+ * apply_chat_template does (jinja2's ImmutableSandboxedEnvironment with
+ * trim_blocks, lstrip_blocks and loopcontrols; raise_exception,
+ * strftime_now and transformers' tojson). A template that uses what the
+ * engine does not implement is refused at load (BATON_EINVAL, naming the
+ * construct and its line). A text_jinja is immutable after load: any number
+ * of threads may render it at once. docs/internals/text.md lists what is in. */
+typedef struct text_jinja text_jinja;
+
+int text_jinja_load(text_jinja **out, const char *src, size_t len, char *err, size_t errlen);
+/* NULL is allowed. */
+void text_jinja_free(text_jinja *j);
+/* Renders with the variables of `ctx` (a JSON object, `ctx_len` bytes):
+ * *out is malloc'ed and NUL-terminated, *out_len (may be NULL) its length.
+ * A template's raise_exception is BATON_EINVAL with its message as err;
+ * other failures (an undefined value used, a type error, the bounds on
+ * steps, output and memory) are errors naming the template line. */
+int text_jinja_render(const text_jinja *j, const char *ctx, size_t ctx_len, char **out,
+                      size_t *out_len, char *err, size_t errlen);
+
 /* ---- chat templates ----------------------------------------------------------
  * A built-in renderer per known template text (Qwen3, Qwen2-MoE/Qwen1.5-MoE,
  * Mixtral-8x7B-Instruct-v0.1 old and new, OLMoE-Instruct): the stored
