@@ -125,10 +125,11 @@ int text_jinja_render(const text_jinja *j, const char *ctx, size_t ctx_len, char
                       size_t *out_len, char *err, size_t errlen);
 
 /* ---- chat templates ----------------------------------------------------------
- * A built-in renderer per known template text (Qwen3, Qwen2-MoE/Qwen1.5-MoE,
- * Mixtral-8x7B-Instruct-v0.1 old and new, OLMoE-Instruct): the stored
- * template is recognised by its exact text; an unknown one is refused
- * (BATON_EUNSUPPORTED) and never guessed. */
+ * Every template renders through the Jinja engine above, with the variables
+ * transformers passes (messages, tools and documents as None,
+ * add_generation_prompt, bos_token, eos_token, enable_thinking when given).
+ * A template the engine refuses at load is BATON_EUNSUPPORTED, never
+ * guessed. */
 struct text_msg {
 	const char *role;              /* "system", "user", "assistant", "tool" */
 	const char *content;
@@ -142,7 +143,8 @@ struct text_chat_opts {
 	int enable_thinking;   /* -1: not given; 0 false; 1 true (Qwen3) */
 };
 
-/* The family name of a template ("qwen3", ...), or NULL when unknown. */
+/* "jinja" when the engine can render the template, NULL when it refuses it
+ * (or tmpl is NULL): a name for logs. */
 const char *text_chat_family(const char *tmpl);
 
 /* Renders into *out (malloc'ed, NUL-terminated). A conversation the
@@ -152,8 +154,8 @@ int text_chat_render(const char *tmpl, const struct text_msg *msgs, size_t n,
                      const struct text_chat_opts *opts, char **out, char *err, size_t errlen);
 
 /* The tokenizer's own template, with its BOS and EOS text: what the engine
- * calls. BATON_EUNSUPPORTED when the tokenizer has no template or an
- * unknown one. */
+ * calls. BATON_EUNSUPPORTED when the tokenizer has no template or one the
+ * engine refuses. */
 int text_chat_apply(const text_tok *t, const struct text_msg *msgs, size_t n,
                     bool add_generation_prompt, int enable_thinking, char **out, char *err,
                     size_t errlen);
