@@ -151,12 +151,30 @@ static jv case_map(struct rs *r, int line, jv s, int mode /* 0 lower 1 upper 2 c
 		else if (mode == 2)
 			m = i == 0 ? utf8proc_toupper((int32_t)c) : utf8proc_tolower((int32_t)c);
 		else {
-			m = start ? utf8proc_totitle((int32_t)c) : utf8proc_tolower((int32_t)c);
+			m = start ? utf8proc_toupper((int32_t)c) : utf8proc_tolower((int32_t)c);
 			/* jinja2's title: words begin after -, whitespace, ( { [ < */
 			start = c == '-' || c == '(' || c == '{' || c == '[' || c == '<' || jj_is_space(c);
 		}
+		/* Python's full case mappings where the simple ones differ:
+		 * upper (and jinja2's title, which upper-cases word starts), and
+		 * capitalize's title case of the first character */
+		bool up = mode == 1 || (mode == 3 && m == utf8proc_toupper((int32_t)c) && c != (uint32_t)m);
+		bool ti = mode == 2 && i == 0;
+		const char *special = NULL;
+		if (up || ti)
+			special = c == 0xDF ? (up ? "SS" : "Ss") : c == 0xFB00 ? (up ? "FF" : "Ff")
+			          : c == 0xFB01 ? (up ? "FI" : "Fi") : c == 0xFB02 ? (up ? "FL" : "Fl")
+			          : c == 0xFB03 ? (up ? "FFI" : "Ffi") : c == 0xFB04 ? (up ? "FFL" : "Ffl")
+			          : (c == 0xFB05 || c == 0xFB06) ? (up ? "ST" : "St") : NULL;
+		if (mode == 3 && c == 0xDF && m == (int32_t)c)
+			special = NULL;
+		if (c == 0x130 && m == utf8proc_tolower((int32_t)c))
+			special = "i\xcc\x87";
 		char o[4];
-		rc = tx_tbuf_put(&b, o, tx_utf8_encode((uint32_t)m, o));
+		if (special)
+			rc = tx_tbuf_put(&b, special, strlen(special));
+		else
+			rc = tx_tbuf_put(&b, o, tx_utf8_encode((uint32_t)m, o));
 		i += adv;
 	}
 	if (rc) {
@@ -1949,34 +1967,25 @@ static int run_filter(struct rs *r, int line, int id, jv v, const struct argv_ *
 		}
 		if (to_str(r, line, v, &x))
 			return r->rc;
-		/* s + "\n", splitlines, lines after the first indented (blank ones too when blank) */
+		/* jinja2: (s + "\n").splitlines(); the first line as it is, the
+		 * others indented when not empty (all of them when blank), joined
+		 * with "\n"; the indent in front too when first */
+		jv t0 = jv_str("\n", 1), lines;
+		struct argv_ none = {0};
+		if (arith(r, line, JO_ADD, x, t0, &x) || call_method(r, line, x, M_SPLITLINES, &none, &lines))
+			return r->rc;
 		struct tbuf b = {0};
 		int rc = 0;
 		if (jv_truthy(fst))
 			rc |= tx_tbuf_put(&b, ind.s.p, ind.s.n);
-		size_t i = 0, n0 = x.s.n;
-		bool firstline = true;
-		const char *p = x.s.p;
-		/* lines of x + "\n" */
-		while (i <= n0 && !rc) {
-			size_t j = i;
-			while (j < n0 && p[j] != '\n' && p[j] != '\r' && p[j] != '\v' && p[j] != '\f' &&
-			       !(p[j] >= 0x1c && p[j] <= 0x1e))
-				j++;
-			if (j >= n0 && i == n0 && !firstline)
-				break; /* the appended newline's empty tail */
-			if (!firstline) {
+		for (size_t i = 0; i < lines.l->n && !rc; i++) {
+			jv ln = lines.l->v[i];
+			if (i) {
 				rc |= tx_tbuf_putc(&b, '\n');
-				if (j > i || jv_truthy(blank))
+				if (ln.s.n || jv_truthy(blank))
 					rc |= tx_tbuf_put(&b, ind.s.p, ind.s.n);
 			}
-			rc |= tx_tbuf_put(&b, p + i, j - i);
-			firstline = false;
-			if (j >= n0)
-				break;
-			i = j + (p[j] == '\r' && j + 1 < n0 && p[j + 1] == '\n' ? 2 : 1);
-			if (i == n0)
-				break;
+			rc |= tx_tbuf_put(&b, ln.s.p, ln.s.n);
 		}
 		if (rc) {
 			tx_tbuf_free(&b);
