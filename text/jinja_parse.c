@@ -442,8 +442,11 @@ static struct jj_node *parse_unary(struct ps *p, bool with_filter)
 	if (is_op(p, JO_SUB) || is_op(p, JO_ADD)) {
 		n = node(p, is_op(p, JO_SUB) ? E_NEG : E_POS);
 		p->i++;
+		if (++p->depth > 100)
+			return fail(p, "expressions nested too deep%.*s", "", 0), NULL;
 		if (!n || !(n->a = parse_unary(p, false)))
 			return NULL;
+		p->depth--;
 	} else
 		n = parse_primary(p);
 	n = parse_postfix(p, n);
@@ -548,8 +551,11 @@ static struct jj_node *parse_not(struct ps *p)
 	if (is_name(p, "not")) {
 		struct jj_node *n = node(p, E_NOT);
 		p->i++;
+		if (++p->depth > 100)
+			return fail(p, "expressions nested too deep%.*s", "", 0), NULL;
 		if (!n || !(n->a = parse_not(p)))
 			return NULL;
+		p->depth--;
 		return n;
 	}
 	return parse_compare(p);
