@@ -616,7 +616,8 @@ static int items_of(struct rs *r, int line, jv v, jv *out)
 		*out = jv_list_new(r->a, v.d->n, JK_LIST);
 		if (out->t != JV_LIST)
 			return oom(r, line);
-		memcpy(out->l->v, v.d->k, v.d->n * sizeof(jv));
+		if (v.d->n)
+			memcpy(out->l->v, v.d->k, v.d->n * sizeof(jv));
 		out->l->n = v.d->n;
 		return 0;
 	}

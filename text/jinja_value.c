@@ -57,7 +57,7 @@ jv jv_list_new(struct jj_arena *a, size_t cap, int kind)
 	jv v = {.t = JV_LIST, .kind = (uint8_t)kind};
 	if (!(v.l = jj_alloc(a, sizeof(*v.l))))
 		return jv_undef(NULL, 0);
-	if (cap && !(v.l->v = jj_alloc(a, cap * sizeof(jv))))
+	if (!(v.l->v = jj_alloc(a, (cap ? cap : 1) * sizeof(jv))))
 		return jv_undef(NULL, 0);
 	v.l->cap = cap;
 	return v;
