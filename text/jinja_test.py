@@ -144,6 +144,15 @@ def conversations():
                         ctx["enable_thinking"] = think
                     label = "%s agp=%d think=%s tools=%s" % (name, agp, think, bool(tools))
                     out.append((label, ctx))
+        if name in ("single", "system_multi", "tools"):
+            # documents, and other chat_template_kwargs templates read
+            ctx = {"messages": copy.deepcopy(msgs), "tools": TOOLS if name == "tools" else None,
+                   "documents": [{"doc_id": 1, "title": "A", "text": "Paris is in France."},
+                                 {"doc_id": "b2", "text": "Zürich is in Switzerland."}],
+                   "add_generation_prompt": True, "bos_token": "<s>", "eos_token": "</s>",
+                   "thinking": True, "controls": {"citations": True, "length": "short"},
+                   "builtin_tools": ["code_interpreter", "brave_search"], "date_string": "01 Dec 2026"}
+            out.append(("%s documents+kwargs" % name, ctx))
     return out
 
 
