@@ -313,9 +313,8 @@ static int split(struct rs *r, int line, jv s, const jv *sep, int64_t maxsplit, 
 				break;
 			size_t j = i;
 			if (maxsplit >= 0 && k >= maxsplit) {
-				/* the rest, right-stripped */
-				jv rest = strip(jv_str(s.s.p + i, n - i), NULL, false, true);
-				if (jv_list_push(r->a, out, rest))
+				/* the rest as it is (Python keeps its trailing whitespace) */
+				if (jv_list_push(r->a, out, jv_str(s.s.p + i, n - i)))
 					return oom(r, line);
 				break;
 			}

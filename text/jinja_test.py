@@ -248,6 +248,35 @@ SNIPPETS = [
     "{% for m in messages %}{% if m.role == 'user' %}{{ m.content }}{% elif m.role == 'assistant' %}A{% else %}S{% endif %}{% endfor %}",
     "{% for m in messages|reverse %}{{ loop.index0 }}{{ m.role[0] }}{% endfor %} {{ messages|length - 1 }}",
     "{%- for tool in [{'function': {'name': 'x', 'description': 'y'}}] %}\n    {{- tool | tojson(indent=4) }}\n{%- endfor %}",
+    "{% macro m() %}{{ late }}{% endmacro %}{% set late = 'L' %}{{ m() }}",
+    "{% set x = 'outer' %}{% macro m() %}{{ x }}{% endmacro %}{% for i in [1] %}{% set x = 'inner' %}{{ m() }}{% endfor %}",
+    "{% for a in [1, 2] %}{% set outer = loop %}{% for b in [3, 4] %}{{ outer.index }}{{ loop.index }} {% endfor %}{% endfor %}",
+    "{% for i in [1, 2] %}{% if i == 1 %}{% set seen = 'y' %}{% endif %}[{{ seen }}]{% endfor %}",
+    "{% if n == 1 %}one{% elif n == 7 %}seven{% elif n == 8 %}eight{% else %}other{% endif %}",
+    "{{ 10 / 5 }} {{ 3 * 1.0 }} {{ 2 ** 0.5 }} {{ 1e300 * 1e10 }} {{ -1e300 * 1e10 }} {{ 7.0 // 2 }} {{ -7.5 % 2 }} {{ 1 / 3 }}",
+    "{{ f.__class__ }}[{{ s._x }}]",
+    "{{ d.items() }}",
+    "{{ namespace(a=1) }}",
+    "{{ {'é': ['ü', {'k': []}], 'n': none} | tojson(indent=2) }}",
+    "{{ messages[2]['tool_calls'][0]['function']['arguments']['b'][1] }} {{ messages[2].tool_calls[0].function.arguments.b | length }}",
+    "{{ 'b' > 'a' }} {{ 'é' > 'z' }} {{ 'abc' < 'abd' }} {{ [2] > [1, 5] }}",
+    "{{ lst | sort | first }} {{ lst | sort(attribute=none) }} {{ messages | sort(attribute='role') | map(attribute='role') | list }}",
+    "{{ messages | map(attribute='content') | map('length') | list }}",
+    "{{ messages | selectattr('role', 'in', ['user', 'system']) | map(attribute='role') | join }}",
+    "{{ messages | groupby('role') }}",
+    "{{ 'x' if 'y' in s else 'z' }} {{ (n > 3) + 1 }} {{ t + t }}",
+    "{{ ('a' ~ 'b') * 2 }} {{ 'ab' * 0 }}|{{ 1 ~ 2 + 3 }}",
+    "{% set l = [1, 2, 3] %}{{ l[1:-1] }} {{ l[5:] }} {{ l[-10:2] }} {{ l[::-2] }} {{ 'hello'[-3:] }} {{ 'hello'[10:] }}|",
+    "{%- for m in messages -%}\n  {{ m.role }}\n{% endfor -%}\nX",
+    "  {%- set x = 1 %}\n  {{- x }}\n{{ x -}}\n  after",
+    "{% for c in 'añb' %}{{ c }}.{% endfor %} {{ 'añb' | reverse }} {{ 'añb' | list }}",
+    "{{ n | string + 'x' }} {{ n ~ '' }} {{ [n] | join('|') }} {{ [1.5, none, true] | join(',') }}",
+    "{{ tools is none }} {{ tools is defined }} {{ tools | default([], true) | length }}",
+    "{{ ' '.join(['a', 'b']) }} {{ 'a b c'.split(' ', 1) }} {{ '  a b  '.split(none, 1) }}",
+    "{{ messages | length is divisibleby 3 }} {{ n is divisibleby(2) }} {{ 0 is false }} {{ 1 is sameas true }} {{ none is sameas none }}",
+    "{{ '{\"a\": 1}' | tojson }} {{ 1.5 | tojson }} {{ 10 | tojson }} {{ -0.0 | tojson }} {{ 1e100 | tojson }}",
+    "{% set s2 = s | replace('World', 'There') %}{{ s2 }} {{ s2 is string }}",
+    "{{ caller is defined }} {{ varargs is defined }} {{ loop is defined }}",
 ]
 
 
@@ -272,10 +301,20 @@ def baton(path, ctxs):
     return res
 
 
+# What Baton refuses by design where jinja2 prints Python's repr of an
+# object (an address, dict_items(...), <Namespace ...>) or uses a filter
+# the engine lacks: a refusal, never a wrong render.
+REFUSED_BY_DESIGN = {
+    "{{ d.items() }}",
+    "{{ namespace(a=1) }}",
+    "{{ messages | groupby('role') }}",
+}
+
+
 def snippets(env):
     """Each snippet through both engines; returns the number of mismatches."""
     import tempfile
-    bad = equal = refused = 0
+    bad = equal = refused = by_design = 0
     with tempfile.TemporaryDirectory() as tmp:
         for i, src in enumerate(SNIPPETS):
             path = os.path.join(tmp, "s%d.jinja" % i)
@@ -287,9 +326,10 @@ def snippets(env):
                 got = {"error": got}
             else:
                 got = got[0]
-            if kind == "text" and "<generator object" in want and "error" in got:
+            if kind == "text" and ("<generator object" in want or src in REFUSED_BY_DESIGN) \
+                    and "error" in got:
                 ok = True  # jinja2 prints an address: Baton refuses rather than imitate
-                refused += 1
+                by_design += 1
             elif kind == "text":
                 ok = got.get("text") == want
                 equal += ok
@@ -301,8 +341,9 @@ def snippets(env):
                 print("  SNIPPET MISMATCH %r\n    jinja2 %s: %r\n    baton: %r" % (src, kind, want, got))
             elif VERBOSE:
                 print("  ok %r -> %r" % (src[:60], want[:80]))
-    print("jinja_test: %d constructs: %d byte-equal, %d refused by both, %d mismatches" %
-          (len(SNIPPETS), equal, refused, bad))
+    print("jinja_test: %d constructs: %d byte-equal, %d refused by both, %d refused by Baton "
+          "by design (jinja2 prints a Python object's repr, or a filter Baton lacks), %d mismatches" %
+          (len(SNIPPETS), equal, refused, by_design, bad))
     return bad
 
 
