@@ -608,7 +608,19 @@ static int items_of(struct rs *r, int line, jv v, jv *out)
 {
 	switch (v.t) {
 	case JV_UNDEF: *out = jv_list_new(r->a, 0, JK_LIST); return out->t == JV_LIST ? 0 : oom(r, line);
-	case JV_LIST: *out = v; return 0;
+	case JV_LIST:
+		if (v.kind == JK_GEN) {
+			/* a generator runs once: what is left of it, then nothing */
+			*out = jv_list_new(r->a, 0, JK_LIST);
+			if (out->t != JV_LIST)
+				return oom(r, line);
+			out->l->v = v.l->v + v.l->pos;
+			out->l->n = out->l->cap = v.l->n - v.l->pos;
+			v.l->pos = v.l->n;
+			return 0;
+		}
+		*out = v;
+		return 0;
 	case JV_DICT: {
 		if (v.kind)
 			break;
@@ -668,13 +680,18 @@ static int contains(struct rs *r, int line, jv needle, jv hay, bool *out)
 			             jv_type_name(needle));
 		*out = find(hay.s.p, hay.s.n, needle.s.p, needle.s.n) != NULL;
 		return 0;
-	case JV_LIST:
-		for (size_t i = 0; i < hay.l->n; i++)
+	case JV_LIST: {
+		/* a generator is consumed up to the item found */
+		size_t i = hay.kind == JK_GEN ? hay.l->pos : 0;
+		for (; i < hay.l->n; i++)
 			if (jv_equal(needle, hay.l->v[i])) {
 				*out = true;
 				break;
 			}
+		if (hay.kind == JK_GEN)
+			hay.l->pos = i < hay.l->n ? i + 1 : i;
 		return 0;
+	}
 	case JV_DICT:
 		if (hay.kind)
 			break;
@@ -1667,6 +1684,10 @@ static int run_filter(struct rs *r, int line, int id, jv v, const struct argv_ *
 	case F_LAST:
 		if (id == F_LAST && v.t == JV_LIST && v.kind == JK_GEN)
 			return rfail(r, line, BATON_EINVAL, "'generator' object is not reversible");
+		if (v.t == JV_LIST && v.kind == JK_GEN) { /* next(): one item */
+			*out = v.l->pos < v.l->n ? v.l->v[v.l->pos++] : jv_undef(NULL, 0);
+			return 0;
+		}
 		if (items_of(r, line, v, &items))
 			return r->rc;
 		*out = items.l->n ? items.l->v[id == F_FIRST ? 0 : items.l->n - 1] : jv_undef(NULL, 0);

@@ -74,6 +74,7 @@ typedef struct jv {
 struct jj_list {
 	size_t n, cap;
 	jv *v;
+	size_t pos; /* a generator: the items before pos were consumed */
 };
 
 struct jj_dict {

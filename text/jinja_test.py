@@ -276,6 +276,8 @@ SNIPPETS = [
     "{{ messages | length is divisibleby 3 }} {{ n is divisibleby(2) }} {{ 0 is false }} {{ 1 is sameas true }} {{ none is sameas none }}",
     "{{ '{\"a\": 1}' | tojson }} {{ 1.5 | tojson }} {{ 10 | tojson }} {{ -0.0 | tojson }} {{ 1e100 | tojson }}",
     "{% set s2 = s | replace('World', 'There') %}{{ s2 }} {{ s2 is string }}",
+    "{% set g = lst | select('odd') %}{{ g | first }}|{{ g | list }}|{{ g | list }}|{% set h = lst | map('string') %}{{ '1' in h }}{{ h | join }}",
+    "{% set g = messages | selectattr('role', 'ne', 'x') %}{% for m in g %}{{ m.role }}{% endfor %}|{% for m in g %}{{ m.role }}{% endfor %}|{{ g is iterable }}{{ g is sequence }}",
     "{{ caller is defined }} {{ varargs is defined }} {{ loop is defined }}",
 ]
 
