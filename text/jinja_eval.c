@@ -1137,6 +1137,11 @@ static int call_global(struct rs *r, int line, int g, const struct argv_ *a, jv 
 		jv msg = jv_str("", 0);
 		if (arg(a, 0, "message", &x) && to_str(r, line, x, &msg))
 			return r->rc;
+		/* the template's own words; an empty one (or one that starts with
+		 * a NUL) would leave no reason at all */
+		if (!r->rc && (!msg.s.n || !msg.s.p[0]))
+			r->rc = text_errf(r->err, r->errlen, BATON_EINVAL, "template line %d: raise_exception() "
+			                  "with an empty message", line);
 		if (!r->rc)
 			r->rc = text_errf(r->err, r->errlen, BATON_EINVAL, "%.*s", (int)msg.s.n, msg.s.p);
 		return r->rc;

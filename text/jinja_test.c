@@ -139,6 +139,15 @@ static void t_errors(void)
 	T_EQ_ERR(render("x{{ raise_exception('Roles must alternate!') }}", "{}", &out, err, sizeof(err)),
 	         BATON_EINVAL);
 	T_EQ_STR(err, "Roles must alternate!");
+	/* found by the fuzzer: an empty message (or one that starts with a NUL) still gives a reason */
+	static const char nul_msg[] = "{{ raise_exception('\0x') }}";
+	text_jinja *j;
+	T_OK(text_jinja_load(&j, nul_msg, sizeof(nul_msg) - 1, err, sizeof(err)));
+	T_EQ_ERR(text_jinja_render(j, "{}", 2, &out, NULL, err, sizeof(err)), BATON_EINVAL);
+	T_ASSERT(strstr(err, "empty message"));
+	text_jinja_free(j);
+	T_EQ_ERR(render("{{ raise_exception('') }}", "{}", &out, err, sizeof(err)), BATON_EINVAL);
+	T_ASSERT(strstr(err, "empty message"));
 	T_EQ_ERR(render("\n{{ x.y }}", "{}", &out, err, sizeof(err)), BATON_EINVAL);
 	T_EQ_STR(err, "template line 2: 'x' is undefined");
 	T_EQ_ERR(render("{{ 1 + 'a' }}", "{}", &out, err, sizeof(err)), BATON_EINVAL);
