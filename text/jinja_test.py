@@ -76,6 +76,26 @@ TOOLS = [
         "return": {"type": "number"}}},
 ]
 
+# A schema with arrays, enums, defaults, oneOf and type lists (what
+# gpt-oss's and Hermes' templates turn into type signatures).
+COMPLEX_TOOLS = TOOLS + [
+    {"type": "function", "function": {
+        "name": "search", "description": "Searches the notes",
+        "parameters": {"type": "object", "properties": {
+            "query": {"type": "string", "description": "What to find"},
+            "tags": {"type": "array", "items": {"type": "string"}},
+            "points": {"type": "array", "items": {"type": "object", "properties": {
+                "x": {"type": "number"}, "y": {"type": "number"}}}},
+            "mode": {"type": "string", "enum": ["fast", "exact"], "default": "fast"},
+            "limit": {"type": "integer", "nullable": True, "default": 10},
+            "ratio": {"type": "number", "default": 0.5},
+            "target": {"oneOf": [{"type": "string", "description": "a name"},
+                                 {"type": "integer"}]},
+            "kind": {"type": ["string", "null"]},
+            "extra": {"type": "object", "additionalProperties": {"type": "string"}}},
+            "required": ["query"]}}},
+]
+
 UNICODE = "Grüße, 世界! 🎉 naïve café — «quotes» \"double\" 'single' \\ back {{ not a tag }} {% nope %}\n  indented\ttab  "
 
 
@@ -144,6 +164,10 @@ def conversations():
                         ctx["enable_thinking"] = think
                     label = "%s agp=%d think=%s tools=%s" % (name, agp, think, bool(tools))
                     out.append((label, ctx))
+        if name in ("single", "tools", "two_calls"):
+            ctx = {"messages": copy.deepcopy(msgs), "tools": COMPLEX_TOOLS, "documents": None,
+                   "add_generation_prompt": True, "bos_token": "<s>", "eos_token": "</s>"}
+            out.append(("%s complex tools" % name, ctx))
         if name in ("single", "system_multi", "tools"):
             # documents, and other chat_template_kwargs templates read
             ctx = {"messages": copy.deepcopy(msgs), "tools": TOOLS if name == "tools" else None,
