@@ -19,6 +19,41 @@ static bool ws(char c)
 	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
 }
 
+/* Python's \s on text (str.isspace: also \x1c-\x1f, NBSP, U+3000...): the
+ * bytes of the whitespace character at p, 0 when there is none. What the
+ * strip signs, trim and lstrip remove. */
+static size_t uws_at(const char *p, size_t n)
+{
+	if (!n)
+		return 0;
+	unsigned char c = (unsigned char)p[0];
+	if (c < 0x80)
+		return ws((char)c) || (c >= 0x1c && c <= 0x1f) ? 1 : 0;
+	size_t l = tx_utf8_len((const unsigned char *)p, n), adv;
+	return l && jj_is_space(tx_utf8_decode((const unsigned char *)p, &adv)) ? l : 0;
+}
+
+/* The same for the character that ends at p + n. */
+static size_t uws_before(const char *p, size_t n)
+{
+	for (size_t k = 1; k <= 4 && k <= n; k++)
+		if (((unsigned char)p[n - k] & 0xC0) != 0x80)
+			return uws_at(p + n - k, k) == k ? k : 0;
+	return 0;
+}
+
+/* Past the whitespace from e, counting newlines into *line. */
+static size_t skip_uws(const char *p, size_t n, size_t e, int *line)
+{
+	size_t k;
+	while (e < n && (k = uws_at(p + e, n - e)) != 0) {
+		if (p[e] == '\n' && line)
+			(*line)++;
+		e += k;
+	}
+	return e;
+}
+
 struct lx {
 	struct jj_arena *a;
 	const char *s;
@@ -64,8 +99,9 @@ static int data(struct lx *l, const char *p, size_t n)
 static size_t trim_before(const char *p, size_t n, char sign, bool lstrip, bool line_starting)
 {
 	if (sign == '-') {
-		while (n && ws(p[n - 1]))
-			n--;
+		size_t k;
+		while (n && (k = uws_before(p, n)) != 0)
+			n -= k;
 		return n;
 	}
 	if (sign == '+' || !lstrip)
@@ -77,8 +113,8 @@ static size_t trim_before(const char *p, size_t n, char sign, bool lstrip, bool 
 		return n;
 	if (l == n)
 		return n;
-	for (size_t i = l; i < n; i++)
-		if (!ws(p[i]))
+	for (size_t i = l, k; i < n; i += k)
+		if ((k = uws_at(p + i, n - i)) == 0)
 			return n;
 	return l;
 }
@@ -246,13 +282,9 @@ static int expr(struct lx *l, bool block, bool *line_starting)
 				int rc = push(l, (struct jj_token){.type = block ? JT_BLOCK_END : JT_VAR_END, .line = l->line});
 				if (rc)
 					return rc;
-				if (strip) {
-					while (e < n && ws(p[e])) {
-						if (p[e] == '\n')
-							l->line++;
-						e++;
-					}
-				} else if (block && !plus && e < n && p[e] == '\n') {
+				if (strip)
+					e = skip_uws(p, n, e, &l->line);
+				else if (block && !plus && e < n && p[e] == '\n') {
 					e++;
 					l->line++;
 				}
@@ -372,9 +404,7 @@ static size_t raw_end(const char *p, size_t n, size_t j, size_t *body_end, char 
 			k++;
 		size_t e = 0;
 		if (k + 3 <= n && !memcmp(p + k, "-%}", 3)) {
-			e = k + 3;
-			while (e < n && ws(p[e]))
-				e++;
+			e = skip_uws(p, n, k + 3, NULL);
 		} else if (k + 3 <= n && !memcmp(p + k, "+%}", 3))
 			e = k + 3;
 		else if (k + 2 <= n && !memcmp(p + k, "%}", 2)) {
@@ -444,8 +474,7 @@ int jj_lex(struct jj_arena *a, const char *src, size_t len, struct jj_tokens *ou
 		if (rawe) {
 			size_t b = rawe, bend;
 			if (strip_after)
-				while (b < n && ws(s[b]))
-					b++;
+				b = skip_uws(s, n, b, NULL);
 			char esign;
 			size_t e = raw_end(s, n, b, &bend, &esign, &line_starting);
 			if (!e)
@@ -468,8 +497,7 @@ int jj_lex(struct jj_arena *a, const char *src, size_t len, struct jj_tokens *ou
 			size_t e = k + 2;
 			bool strip = k > j && s[k - 1] == '-', plus = k > j && s[k - 1] == '+';
 			if (strip)
-				while (e < n && ws(s[e]))
-					e++;
+				e = skip_uws(s, n, e, NULL);
 			else if (!plus && e < n && s[e] == '\n')
 				e++;
 			l.line += lines_in(s + at, e - at);

@@ -302,6 +302,7 @@ SNIPPETS = [
     "{% set s2 = s | replace('World', 'There') %}{{ s2 }} {{ s2 is string }}",
     "{% set g = lst | select('odd') %}{{ g | first }}|{{ g | list }}|{{ g | list }}|{% set h = lst | map('string') %}{{ '1' in h }}{{ h | join }}",
     "{% set g = messages | selectattr('role', 'ne', 'x') %}{% for m in g %}{{ m.role }}{% endfor %}|{% for m in g %}{{ m.role }}{% endfor %}|{{ g is iterable }}{{ g is sequence }}",
+    "a \u3000\u00a0 {%- if true -%} \u00a0\u2003b\u3000 {%- endif %}\n\u3000\u00a0{% if true %}c{% endif %}\n \x1c{# x #}d {{- '\u3000' -}} \u3000e",
     "{{ caller is defined }} {{ varargs is defined }} {{ loop is defined }}",
 ]
 
