@@ -303,6 +303,12 @@ SNIPPETS = [
     "{% set g = lst | select('odd') %}{{ g | first }}|{{ g | list }}|{{ g | list }}|{% set h = lst | map('string') %}{{ '1' in h }}{{ h | join }}",
     "{% set g = messages | selectattr('role', 'ne', 'x') %}{% for m in g %}{{ m.role }}{% endfor %}|{% for m in g %}{{ m.role }}{% endfor %}|{{ g is iterable }}{{ g is sequence }}",
     "a \u3000\u00a0 {%- if true -%} \u00a0\u2003b\u3000 {%- endif %}\n\u3000\u00a0{% if true %}c{% endif %}\n \x1c{# x #}d {{- '\u3000' -}} \u3000e",
+    "{{ 123456789.123456789 }} {{ 0.000012 }} {{ -1.5e-10 }} {{ 5 // 2.0 }} {{ 1/7 }} {{ 2.5e-5 * 4 }} {{ 1e15 + 0.3 }} {{ 9007199254740993.0 }}",
+    "{{ {'b': 1, 'a': 2} | dictsort(by='value') }} {{ [{'a': 2}, {'a': 1}] | sort(attribute='a') | map(attribute='a') | list }} {{ messages | map(attribute='role') | unique | list }}",
+    "{{ x | default(none) is none }} {{ '{' ~ '}' }} {{ {'a': {'b': 1}} }} {{ {'a': {'b': 1}}['a'] }}",
+    "{{ [3, 'a'] | sort }}",
+    "{{ 2 ** 63 }}",
+    "{{ 'x' ~ (1, 2) }} {{ 'x' ~ [1.0, 'y'] }} {{ 'x' ~ {'k': none} }} {{ (1,) | tojson }}",
     "{{ caller is defined }} {{ varargs is defined }} {{ loop is defined }}",
 ]
 
@@ -335,6 +341,7 @@ REFUSED_BY_DESIGN = {
     "{{ d.items() }}",
     "{{ namespace(a=1) }}",
     "{{ messages | groupby('role') }}",
+    "{{ 2 ** 63 }}",  # Python's integers have no bound; the engine's are 64 bits
 }
 
 
