@@ -345,6 +345,17 @@ REFUSED_BY_DESIGN = {
 }
 
 
+def verdict(kind, want, got, by_design=False):
+    """'equal', 'refused' (both), 'design' (Baton refuses where jinja2 prints
+    a Python object) or 'bad'."""
+    if kind == "text" and "error" in got and (by_design or "<generator object" in want):
+        return "design"
+    if kind == "text":
+        return "equal" if got.get("text") == want else "bad"
+    # jinja2 raised: Baton must refuse, with the template's own message
+    return "refused" if "error" in got and (kind == "error" or got["error"] == want) else "bad"
+
+
 def snippets(env):
     """Each snippet through both engines; returns the number of mismatches."""
     import tempfile
@@ -360,16 +371,11 @@ def snippets(env):
                 got = {"error": got}
             else:
                 got = got[0]
-            if kind == "text" and ("<generator object" in want or src in REFUSED_BY_DESIGN) \
-                    and "error" in got:
-                ok = True  # jinja2 prints an address: Baton refuses rather than imitate
-                by_design += 1
-            elif kind == "text":
-                ok = got.get("text") == want
-                equal += ok
-            else:
-                ok = "error" in got and (kind == "error" or got["error"] == want)
-                refused += ok
+            v = verdict(kind, want, got, src in REFUSED_BY_DESIGN)
+            equal += v == "equal"
+            refused += v == "refused"
+            by_design += v == "design"
+            ok = v != "bad"
             if not ok:
                 bad += 1
                 print("  SNIPPET MISMATCH %r\n    jinja2 %s: %r\n    baton: %r" % (src, kind, want, got))
@@ -403,14 +409,10 @@ def main():
         for (label, ctx), g in zip(convs, got):
             kind, want = oracle(env, source, copy.deepcopy(ctx))
             total += 1
-            ok = False
-            if kind == "text":
-                ok = g.get("text") == want
-                t_eq += ok
-            else:
-                ok = "error" in g and (kind == "error" or g["error"] == want)
-                t_ref += ok
-            if not ok:
+            v = verdict(kind, want, g)
+            t_eq += v == "equal"
+            t_ref += v == "refused"
+            if v not in ("equal", "refused"):
                 t_bad += 1
                 if t_bad <= 3 or VERBOSE:
                     print("  MISMATCH %s [%s]\n    jinja2 %s: %r\n    baton: %r" %
