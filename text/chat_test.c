@@ -1,5 +1,5 @@
 /*
- * chat_test.c: the built-in chat renderers against transformers'
+ * chat_test.c: chat templates through the Jinja engine against transformers'
  * apply_chat_template on the real template texts (text/fixtures/<family>/
  * chat.jsonl: 80 conversations per family, made by make_fixtures.py with
  * the template stored in that family's tokenizer_config.json). A
@@ -29,7 +29,7 @@ static void check_chat(const char *family, const char *file, const char *variant
 	T_ASSERT_MSG(text_tok_load_file(&t, path, err, sizeof(err)) == 0, "%s: %s", path, err);
 	const char *tmpl = text_chat_template(t);
 	T_ASSERT(tmpl);
-	T_EQ_STR(text_chat_family(tmpl), variant);
+	T_EQ_STR(text_chat_family(tmpl), "jinja");
 	snprintf(path, sizeof(path), "%s/%s/chat.jsonl", fixtures(), family);
 	FILE *f = fopen(path, "r");
 	T_ASSERT_MSG(f, "%s: cannot open", path);
@@ -99,18 +99,24 @@ static void t_unknown_refused(void)
 	struct text_msg m = {"user", "hi", NULL};
 	struct text_chat_opts o = {.add_generation_prompt = true, .enable_thinking = -1};
 	char *out = (char *)"x", err[256];
-	/* one character off a known template is not that template */
-	const char *almost = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + "
-	                     "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}";
-	T_EQ_ERR(text_chat_render(almost, &m, 1, &o, &out, err, sizeof(err)), BATON_EUNSUPPORTED);
-	T_ASSERT(out == NULL && strstr(err, "unknown chat template"));
-	T_ASSERT(text_chat_family(almost) == NULL);
+	/* a template no one checked renders all the same: one path for all */
+	const char *other = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + "
+	                    "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}";
+	T_OK(text_chat_render(other, &m, 1, &o, &out, err, sizeof(err)));
+	T_EQ_STR(out, "<|im_start|>user\nhi<|im_end|>\n");
+	free(out);
+	T_EQ_STR(text_chat_family(other), "jinja");
+	/* what the engine lacks is refused, with the construct and its line */
+	const char *incl = "{{ bos_token }}\n{% include 'other.jinja' %}";
+	T_EQ_ERR(text_chat_render(incl, &m, 1, &o, &out, err, sizeof(err)), BATON_EUNSUPPORTED);
+	T_ASSERT(out == NULL && strstr(err, "line 2") && strstr(err, "'include'"));
+	T_ASSERT(text_chat_family(incl) == NULL);
 	T_EQ_ERR(text_chat_render(NULL, &m, 1, &o, &out, err, sizeof(err)), BATON_EUNSUPPORTED);
 	T_ASSERT(strstr(err, "no chat template"));
 }
 
 /* The Mixtral-8x7B-Instruct-v0.1 template as first published, and
- * Qwen1.5-MoE's, recognised (their texts are in text/fixtures/templates). */
+ * Qwen1.5-MoE's (their texts are in text/fixtures/templates). */
 static void t_other_variants(void)
 {
 	const char *files[] = {"mixtral-v0.1-original.jinja", "qwen1.5-moe.jinja"};

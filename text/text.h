@@ -103,11 +103,33 @@ int text_stream_push(text_stream *s, int32_t id, char **buf, size_t *len, size_t
 int text_stream_finish(text_stream *s, char **buf, size_t *len, size_t *cap);
 void text_stream_close(text_stream *s);
 
+/* ---- Jinja templates ---------------------------------------------------------
+ * A Jinja template engine that renders chat templates as transformers'
+ * apply_chat_template does (jinja2's ImmutableSandboxedEnvironment with
+ * trim_blocks, lstrip_blocks and loopcontrols; raise_exception,
+ * strftime_now and transformers' tojson). A template that uses what the
+ * engine does not implement is refused at load (BATON_EINVAL, naming the
+ * construct and its line). A text_jinja is immutable after load: any number
+ * of threads may render it at once. docs/internals/text.md lists what is in. */
+typedef struct text_jinja text_jinja;
+
+int text_jinja_load(text_jinja **out, const char *src, size_t len, char *err, size_t errlen);
+/* NULL is allowed. */
+void text_jinja_free(text_jinja *j);
+/* Renders with the variables of `ctx` (a JSON object, `ctx_len` bytes):
+ * *out is malloc'ed and NUL-terminated, *out_len (may be NULL) its length.
+ * A template's raise_exception is BATON_EINVAL with its message as err;
+ * other failures (an undefined value used, a type error, the bounds on
+ * steps, output and memory) are errors naming the template line. */
+int text_jinja_render(const text_jinja *j, const char *ctx, size_t ctx_len, char **out,
+                      size_t *out_len, char *err, size_t errlen);
+
 /* ---- chat templates ----------------------------------------------------------
- * A built-in renderer per known template text (Qwen3, Qwen2-MoE/Qwen1.5-MoE,
- * Mixtral-8x7B-Instruct-v0.1 old and new, OLMoE-Instruct): the stored
- * template is recognised by its exact text; an unknown one is refused
- * (BATON_EUNSUPPORTED) and never guessed. */
+ * Every template renders through the Jinja engine above, with the variables
+ * transformers passes (messages, tools and documents as None,
+ * add_generation_prompt, bos_token, eos_token, enable_thinking when given).
+ * A template the engine refuses at load is BATON_EUNSUPPORTED, never
+ * guessed. */
 struct text_msg {
 	const char *role;              /* "system", "user", "assistant", "tool" */
 	const char *content;
@@ -121,7 +143,8 @@ struct text_chat_opts {
 	int enable_thinking;   /* -1: not given; 0 false; 1 true (Qwen3) */
 };
 
-/* The family name of a template ("qwen3", ...), or NULL when unknown. */
+/* "jinja" when the engine can render the template, NULL when it refuses it
+ * (or tmpl is NULL): a name for logs. */
 const char *text_chat_family(const char *tmpl);
 
 /* Renders into *out (malloc'ed, NUL-terminated). A conversation the
@@ -131,8 +154,8 @@ int text_chat_render(const char *tmpl, const struct text_msg *msgs, size_t n,
                      const struct text_chat_opts *opts, char **out, char *err, size_t errlen);
 
 /* The tokenizer's own template, with its BOS and EOS text: what the engine
- * calls. BATON_EUNSUPPORTED when the tokenizer has no template or an
- * unknown one. */
+ * calls. BATON_EUNSUPPORTED when the tokenizer has no template or one the
+ * engine refuses. */
 int text_chat_apply(const text_tok *t, const struct text_msg *msgs, size_t n,
                     bool add_generation_prompt, int enable_thinking, char **out, char *err,
                     size_t errlen);

@@ -1,0 +1,222 @@
+/*
+ * jinja_int.h: the Jinja template engine's insides, shared by its four
+ * files: jinja_lex.c (source to tokens, with jinja2's whitespace rules),
+ * jinja_parse.c (tokens to a tree, refusing what the engine lacks),
+ * jinja_value.c (values with Python's semantics: printing, JSON,
+ * comparison) and jinja_eval.c (rendering the tree).
+ *
+ * Memory: everything a template or a render makes is carved from a jj_arena
+ * and freed with it at once; values never own anything.
+ */
+#ifndef BATON_TEXT_JINJA_INT_H
+#define BATON_TEXT_JINJA_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "text/text_int.h"
+
+/* ---- arena --------------------------------------------------------------- */
+struct jj_chunk;
+struct jj_arena {
+	struct jj_chunk *head;
+	size_t used, total, limit; /* limit: total bytes allowed, 0 none */
+};
+void *jj_alloc(struct jj_arena *a, size_t n); /* zeroed; NULL when over limit */
+void jj_arena_free(struct jj_arena *a);
+
+/* ---- values -------------------------------------------------------------- */
+enum jj_type {
+	JV_UNDEF, /* s: the name, for messages */
+	JV_NONE,
+	JV_BOOL,
+	JV_INT,
+	JV_FLOAT,
+	JV_STR,
+	JV_LIST,   /* l; kind: JK_LIST, JK_TUPLE, JK_GEN, JK_VIEW */
+	JV_DICT,   /* d: keys in insertion order */
+	JV_NS,     /* d: a namespace() */
+	JV_MACRO,  /* mac: the macro and the scope it was defined in */
+	JV_FUNC,   /* aux: a global function */
+	JV_METHOD, /* self.. receiver, aux: the method */
+};
+
+/* A list's kind changes only how it prints and a few tests: a generator
+ * (what map/select/... give in jinja2) is always true and has no length; a
+ * view (range, dict.items()) prints as Python would, which the engine
+ * refuses rather than imitate. */
+enum { JK_LIST, JK_TUPLE, JK_GEN, JK_VIEW };
+
+struct jj_list;
+struct jj_dict;
+struct jj_node;
+struct jj_closure;
+
+typedef struct jv {
+	uint8_t t, kind;
+	uint16_t aux;
+	union {
+		bool b;
+		int64_t i;
+		double f;
+		struct {
+			const char *p;
+			size_t n;
+		} s;
+		struct jj_list *l;
+		struct jj_dict *d;
+		struct jj_closure *mac;
+		struct jv *self;
+	};
+} jv;
+
+struct jj_list {
+	size_t n, cap;
+	jv *v;
+	size_t pos; /* a generator: the items before pos were consumed */
+};
+
+struct jj_dict {
+	size_t n, cap;
+	jv *k, *v;
+};
+
+/* Constructors and helpers (jinja_value.c). */
+static inline jv jv_undef(const char *name, size_t n)
+{
+	jv v = {.t = JV_UNDEF};
+	v.s.p = name;
+	v.s.n = n;
+	return v;
+}
+static inline jv jv_none(void) { return (jv){.t = JV_NONE}; }
+static inline jv jv_bool(bool b) { return (jv){.t = JV_BOOL, .b = b}; }
+static inline jv jv_int(int64_t i) { return (jv){.t = JV_INT, .i = i}; }
+static inline jv jv_float(double f) { return (jv){.t = JV_FLOAT, .f = f}; }
+static inline jv jv_str(const char *p, size_t n)
+{
+	jv v = {.t = JV_STR};
+	v.s.p = p;
+	v.s.n = n;
+	return v;
+}
+
+jv jv_list_new(struct jj_arena *a, size_t cap, int kind); /* t JV_UNDEF on no memory */
+int jv_list_push(struct jj_arena *a, jv *list, jv x);
+jv jv_dict_new(struct jj_arena *a, int type);
+int jv_dict_set(struct jj_arena *a, jv *dict, jv key, jv val);
+/* The value of key, or NULL. */
+jv *jv_dict_get(const jv *dict, jv key);
+jv *jv_dict_gets(const jv *dict, const char *key, size_t n);
+
+bool jv_truthy(jv v);
+bool jv_is_num(jv v); /* bool, int, float as Python's numbers.Number */
+double jv_num(jv v);
+bool jv_equal(jv a, jv b);
+/* <0, 0, >0; 2 when not orderable (Python's TypeError). */
+int jv_cmp(jv a, jv b, int *rc);
+const char *jv_type_name(jv v); /* Python's: "str", "int", "dict", ... */
+
+/* Python's str() (what {{ }} prints) and repr() into b; BATON_EUNSUPPORTED
+ * (with err) for what the engine does not print as Python would. */
+int jv_str_into(struct tbuf *b, jv v, char *err, size_t errlen);
+int jv_repr_into(struct tbuf *b, jv v, char *err, size_t errlen);
+/* json.dumps(v, ensure_ascii=False, indent=indent (<0: None), separators
+ * as given or Python's defaults, sort_keys=False) into b. */
+int jv_json_into(struct tbuf *b, jv v, int indent, const char *item_sep, const char *key_sep,
+                 int depth, char *err, size_t errlen);
+/* Python's repr of a float. */
+void jv_float_repr(double f, char *out, size_t cap);
+
+/* UTF-8 code points. */
+size_t jj_utf8_count(const char *s, size_t n);
+size_t jj_utf8_offset(const char *s, size_t n, size_t cp); /* byte offset of code point cp */
+bool jj_is_space(uint32_t cp);                               /* Python's str.isspace */
+
+/* ---- tokens -------------------------------------------------------------- */
+enum jj_tok {
+	JT_EOF,
+	JT_DATA,      /* s: raw template text, already whitespace-trimmed */
+	JT_VAR_BEGIN, /* {{ */
+	JT_VAR_END,
+	JT_BLOCK_BEGIN, /* {% */
+	JT_BLOCK_END,
+	JT_NAME,
+	JT_STRING, /* s: unescaped */
+	JT_INT,
+	JT_FLOAT,
+	JT_OP, /* op: one of JO_* */
+};
+
+enum jj_op {
+	JO_ADD = 1, JO_SUB, JO_MUL, JO_DIV, JO_FLOORDIV, JO_MOD, JO_POW, JO_TILDE,
+	JO_EQ, JO_NE, JO_LT, JO_LE, JO_GT, JO_GE, JO_ASSIGN,
+	JO_LPAREN, JO_RPAREN, JO_LBRACKET, JO_RBRACKET, JO_LBRACE, JO_RBRACE,
+	JO_COMMA, JO_DOT, JO_COLON, JO_PIPE, JO_SEMI,
+	/* comparison kinds beyond the token ops */
+	JO_IN, JO_NOTIN,
+};
+
+struct jj_token {
+	int type, op, line;
+	const char *s;
+	size_t n;
+	int64_t i;
+	double f;
+};
+
+struct jj_tokens {
+	struct jj_token *t;
+	size_t n, cap;
+};
+
+int jj_lex(struct jj_arena *a, const char *src, size_t len, struct jj_tokens *out, char *err,
+           size_t errlen);
+
+/* ---- tree ---------------------------------------------------------------- */
+enum jj_kind {
+	/* statements */
+	N_DATA, N_OUT, N_IF, N_FOR, N_SET, N_SETBLOCK, N_MACRO, N_BREAK, N_CONTINUE,
+	N_FILTERBLOCK, N_WITH, N_BODY, N_CALLBLOCK,
+	/* expressions */
+	E_CONST, E_NAME, E_ATTR, E_ITEM, E_SLICE, E_CALL, E_FILTER, E_TEST, E_BIN, E_NEG, E_POS,
+	E_NOT, E_AND, E_OR, E_CMP, E_COND, E_LIST, E_TUPLE, E_DICT, E_KW,
+};
+
+/* Nodes, by kind (v/w are lists of nv/nw nodes):
+ *   N_DATA c (string)             N_OUT a
+ *   N_IF a cond, v then, w else   N_FOR a target, b iter, x filter, v body, w else
+ *   N_SET a target, b value       N_SETBLOCK a target, v body
+ *   N_MACRO c name, v params (E_NAME, b default), w body
+ *   N_FILTERBLOCK a filters (innermost a NULL), v body
+ *   N_WITH v assignments (N_SET), w body        N_BODY v
+ *   N_CALLBLOCK a call, v caller params, w body
+ *   E_CONST c   E_NAME c   E_ATTR a, c name   E_ITEM a, b   E_SLICE a, v[3] (NULL: omitted)
+ *   E_CALL a, v args, w kwargs (E_KW c name, a value)
+ *   E_FILTER a, op filter, v args, w kwargs     E_TEST a, op test, neg, v args
+ *   E_BIN op, a, b   E_NEG/E_POS/E_NOT a   E_AND/E_OR a, b
+ *   E_CMP a, v operands, ops[] (JO_EQ..JO_GE, JO_IN, JO_NOTIN)
+ *   E_COND a then, b cond, x else (NULL: undefined)
+ *   E_LIST/E_TUPLE v   E_DICT v keys, w values */
+struct jj_node {
+	int kind, line, op;
+	bool neg;
+	jv c;
+	struct jj_node *a, *b, *x;
+	struct jj_node **v, **w;
+	size_t nv, nw;
+	int *ops;
+};
+
+/* Filters, tests, methods and globals the engine knows: their ids. */
+int jj_filter_id(const char *s, size_t n); /* -1 when unknown */
+int jj_test_id(const char *s, size_t n);
+int jj_method_id(const char *s, size_t n);
+int jj_global_id(const char *s, size_t n); /* -2: jinja2's, not implemented */
+
+/* Parses tokens into a body (N_BODY). */
+int jj_parse(struct jj_arena *a, const struct jj_tokens *toks, struct jj_node **out, char *err,
+             size_t errlen);
+
+#endif
