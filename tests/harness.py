@@ -88,17 +88,21 @@ def npm_client():
     dest = os.path.join(os.path.abspath(BUILD), "node")
     src = os.path.join(ROOT, "tests", "node")
     os.makedirs(dest, exist_ok=True)
-    for f in ("package.json", "package-lock.json", "client.mjs"):
-        shutil.copy(os.path.join(src, f), dest)
-    mod = os.path.join(dest, "node_modules", "openai", "package.json")
-    stamp = os.path.join(dest, "node_modules", ".baton-lock")
-    lock = open(os.path.join(src, "package-lock.json")).read()
-    if not (os.path.exists(mod) and os.path.exists(stamp) and open(stamp).read() == lock):
-        assert shutil.which("npm"), "npm is not installed (apt-get install npm)"
-        p = subprocess.run(["npm", "ci", "--prefer-offline", "--no-audit", "--no-fund"], cwd=dest,
-                           capture_output=True, text=True, timeout=300)
-        assert p.returncode == 0, p.stderr[-2000:]
-        open(stamp, "w").write(lock)
+    # Scripts run in parallel: one installs while the others wait (npm ci
+    # empties node_modules first, under anyone reading it).
+    with open(os.path.join(os.path.abspath(BUILD), "node.lock"), "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        for f in ("package.json", "package-lock.json", "client.mjs"):
+            shutil.copy(os.path.join(src, f), dest)
+        mod = os.path.join(dest, "node_modules", "openai", "package.json")
+        stamp = os.path.join(dest, "node_modules", ".baton-lock")
+        lock = open(os.path.join(src, "package-lock.json")).read()
+        if not (os.path.exists(mod) and os.path.exists(stamp) and open(stamp).read() == lock):
+            assert shutil.which("npm"), "npm is not installed (apt-get install npm)"
+            p = subprocess.run(["npm", "ci", "--prefer-offline", "--no-audit", "--no-fund"], cwd=dest,
+                               capture_output=True, text=True, timeout=300)
+            assert p.returncode == 0, p.stderr[-2000:]
+            open(stamp, "w").write(lock)
     return dest
 
 

@@ -80,10 +80,19 @@ static int batch(const text_jinja *j)
 
 int main(int argc, char **argv)
 {
-	static const char usage[] = "usage: baton-jinja TEMPLATE [CONTEXT.json] | --batch TEMPLATE | --help\n";
+	static const char usage[] =
+	    "usage: baton-jinja TEMPLATE [CONTEXT.json] | --batch TEMPLATE | --help | --version\n";
 	if (argc < 2 || !strcmp(argv[1], "--help")) {
 		fputs(usage, argc < 2 ? stderr : stdout);
 		return argc < 2 ? 2 : 0;
+	}
+	if (!strcmp(argv[1], "--version")) {
+		printf("baton-jinja %s\n", BATON_VERSION);
+		return 0;
+	}
+	if (argv[1][0] == '-' && argv[1][1] && strcmp(argv[1], "--batch")) {
+		fprintf(stderr, "baton-jinja: unknown option %s\n%s", argv[1], usage);
+		return 2;
 	}
 	bool is_batch = !strcmp(argv[1], "--batch");
 	const char *tpath = argv[is_batch ? 2 : 1];
