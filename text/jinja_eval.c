@@ -49,6 +49,7 @@ struct rs {
 	uint64_t steps;
 	int depth;
 	struct frame *root;
+	jv caller; /* a call block's body, for the next macro call; JV_UNDEF none */
 	char *err;
 	size_t errlen;
 	int rc;
@@ -1032,6 +1033,8 @@ static int macro_call(struct rs *r, int line, struct jj_closure *c, jv *args, si
                       jv *kwv, size_t nkw, jv *out)
 {
 	const struct jj_node *m = c->n;
+	jv caller = r->caller; /* a call block's body is for this call only */
+	r->caller = jv_undef(NULL, 0);
 	if (r->depth >= MAX_DEPTH)
 		return rfail(r, line, BATON_ETOOBIG, "macros nested deeper than %d", MAX_DEPTH);
 	struct frame *f = frame_new(r, c->f);
@@ -1076,6 +1079,8 @@ static int macro_call(struct rs *r, int line, struct jj_closure *c, jv *args, si
 			return oom(r, line);
 	}
 	if (frame_set(r, f, jv_str("varargs", 7), varargs) || frame_set(r, f, jv_str("kwargs", 6), kwargs))
+		return oom(r, line);
+	if (caller.t == JV_MACRO && frame_set(r, f, jv_str("caller", 6), caller))
 		return oom(r, line);
 	struct tbuf *saved = r->out, b = {0};
 	r->out = &b;
@@ -2432,6 +2437,27 @@ static int exec_one(struct rs *r, const struct jj_node *n, struct frame *f)
 		return exec_body(r, n->w, n->nw, wf);
 	}
 	case N_BODY: return exec_body(r, n->v, n->nv, f);
+	case N_CALLBLOCK: {
+		const struct jj_node *c = n->a;
+		jv fn, *args, *kwn, *kwv;
+		struct jj_closure *cl = jj_alloc(r->a, sizeof(*cl));
+		if (!cl)
+			return oom(r, n->line), ST_ERR;
+		cl->n = n->b;
+		cl->f = f;
+		if (eval(r, c->a, f, &fn) || eval_args(r, c, f, &args, &kwn, &kwv))
+			return ST_ERR;
+		if (fn.t != JV_MACRO)
+			return rfail(r, n->line, BATON_EINVAL, "a call block calls a macro, not a %s",
+			             jv_type_name(fn)), ST_ERR;
+		r->caller = (jv){.t = JV_MACRO};
+		r->caller.mac = cl;
+		if (call_value(r, n->line, fn, args, c->nv, kwn, kwv, c->nw, &v))
+			return ST_ERR;
+		if (to_str(r, n->line, v, &x))
+			return ST_ERR;
+		return emit(r, n->line, x.s.p, x.s.n) ? ST_ERR : ST_OK;
+	}
 	default: return rfail(r, n->line, BATON_EINVAL, "not a statement"), ST_ERR;
 	}
 }

@@ -191,7 +191,7 @@ enum jj_kind {
  *   N_MACRO c name, v params (E_NAME, b default), w body
  *   N_FILTERBLOCK a filters (innermost a NULL), v body
  *   N_WITH v assignments (N_SET), w body        N_BODY v
- *   N_CALLBLOCK a call, v caller params, w body
+ *   N_CALLBLOCK a call (E_CALL), b the caller (an N_MACRO named caller)
  *   E_CONST c   E_NAME c   E_ATTR a, c name   E_ITEM a, b   E_SLICE a, v[3] (NULL: omitted)
  *   E_CALL a, v args, w kwargs (E_KW c name, a value)
  *   E_FILTER a, op filter, v args, w kwargs     E_TEST a, op test, neg, v args

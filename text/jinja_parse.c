@@ -813,6 +813,47 @@ static struct jj_node *parse_macro(struct ps *p)
 	return n;
 }
 
+/* {% call [(params)] macro(args) %}body{% endcall %}: the body becomes a
+ * macro named caller that the called macro may call. */
+static struct jj_node *parse_call_block(struct ps *p)
+{
+	struct jj_node *n = node(p, N_CALLBLOCK), *c = node(p, N_MACRO);
+	if (!n || !c)
+		return NULL;
+	c->c = jv_str("caller", 6);
+	struct nl params = {0};
+	if (skip_op(p, JO_LPAREN)) {
+		while (!skip_op(p, JO_RPAREN)) {
+			if (params.n && expect_op(p, JO_COMMA, ","))
+				return NULL;
+			struct jj_node *x = cur(p)->type == JT_NAME ? parse_primary(p) : NULL;
+			if (!x || x->kind != E_NAME)
+				return fail(p, "expected a parameter name%.*s", "", 0), NULL;
+			if (skip_op(p, JO_ASSIGN) && !(x->b = parse_expr(p, true)))
+				return NULL;
+			if (nl_push(p, &params, x))
+				return NULL;
+		}
+	}
+	c->v = params.v, c->nv = params.n;
+	if (!(n->a = parse_expr(p, true)))
+		return NULL;
+	if (n->a->kind != E_CALL)
+		return fail(p, "a call block needs a call%.*s", "", 0), NULL;
+	if (block_end(p))
+		return NULL;
+	static const char *const ends[] = {"endcall", NULL};
+	int saved = p->loop_depth;
+	p->loop_depth = 0;
+	if (body_until(p, ends, &c->w, &c->nw))
+		return NULL;
+	p->loop_depth = saved;
+	if (!skip_name(p, "endcall") || block_end(p))
+		return fail(p, "expected endcall%.*s", "", 0), NULL;
+	n->b = c;
+	return n;
+}
+
 static struct jj_node *parse_filter_block(struct ps *p)
 {
 	struct jj_node *n = node(p, N_FILTERBLOCK), *f = NULL;
@@ -872,6 +913,8 @@ static struct jj_node *parse_statement(struct ps *p)
 		return parse_macro(p);
 	if (W("filter"))
 		return parse_filter_block(p);
+	if (W("call"))
+		return parse_call_block(p);
 	if (W("with"))
 		return parse_with(p);
 	if (W("break") || W("continue")) {

@@ -64,7 +64,7 @@ static void t_refused_at_load(void)
 	    {"{% include 'x.jinja' %}", "'include' statement"},
 	    {"x\n{% extends 'base' %}", "line 2: the 'extends' statement"},
 	    {"{% import 'm' as m %}", "'import' statement"},
-	    {"{% call m() %}x{% endcall %}", "'call' statement"},
+	    {"{% call m %}x{% endcall %}", "a call block needs a call"},
 	    {"{{ x | batch(2) }}", "the filter 'batch'"},
 	    {"{{ x is escaped }}", "the test 'escaped'"},
 	    {"\n\n{{ s.encode('utf-8') }}", "line 3: the method 'encode'"},

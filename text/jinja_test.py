@@ -310,6 +310,9 @@ SNIPPETS = [
     "{{ [3, 'a'] | sort }}",
     "{{ 2 ** 63 }}",
     "{{ 'x' ~ (1, 2) }} {{ 'x' ~ [1.0, 'y'] }} {{ 'x' ~ {'k': none} }} {{ (1,) | tojson }}",
+    "{% macro box(title) %}[{{ title }}: {{ caller() }}]{% endmacro %}{% call box('T') %}inside {{ n }}{% endcall %}",
+    "{% macro each(items) %}{% for i in items %}{{ caller(i, loop.index) }}{% endfor %}{% endmacro %}{% call(x, k) each(lst) %}{{ k }}={{ x }};{% endcall %}",
+    "{% macro m() %}{{ caller is defined }}{% endmacro %}{{ m() }}|{% call m() %}{% endcall %}",
     "{{ caller is defined }} {{ varargs is defined }} {{ loop is defined }}",
 ]
 
