@@ -337,8 +337,11 @@ def t_idle_release(c):
     # 0.26 s and r's 1.5 s had passed before r was checked
     c.broker('idle_release_s = %g\n[engine "p"]\npinned = true\n[engine "q"]\nidle_release_s = 0\n'
              '[engine "r"]\nidle_release_s = %g\n' % (0.6 * SLOW, 1.5 * SLOW))
-    for n in ("a", "p", "q", "r"):
+    for n in ("a", "p", "r"):
         c.engine(n, host_mib=128)
+    # q also asks for the engine's own timer: under a broker it is off (one
+    # rule: the broker's idle_release_s = 0 keeps q), and q says so
+    c.engine("q", "--cache-release-idle", "0.2", host_mib=128)
     t0 = time.time()
     wait_for("a idle-released", lambda: c.holds()["a"] == 0, timeout=5 * SLOW)
     dt = time.time() - t0
@@ -348,6 +351,7 @@ def t_idle_release(c):
     time.sleep(0.5)
     h = c.holds()
     assert h["p"] == CEIL and h["q"] == CEIL, h
+    assert "--cache-release-idle is ignored under a broker" in open(c.log("q")).read()
     rel = [e for e in c.events.all("release") if e["reason"].startswith("idle")]
     assert sorted(e["engine"] for e in rel) == ["a", "r"], rel
 

@@ -1,8 +1,9 @@
 /*
  * idle.c: the engine's idle-release timer (--cache-release-idle), called
  * by the program every 100 ms or so (serve_tick). It is for an engine
- * without a broker; under a broker idle release is the broker's rule
- * (idle_release_s), though this timer still runs when both are set.
+ * without a broker: under a broker idle release is the broker's one rule
+ * (idle_release_s and the front door's keep-alive, broker/schedule.c),
+ * and this timer does nothing.
  */
 #include <inttypes.h>
 
@@ -11,7 +12,7 @@
 /* Releases the cache when nobody asked for anything for idle_s seconds. */
 void serve_tick(struct serve *s)
 {
-	if (s->o.idle_s <= 0)
+	if (s->o.idle_s <= 0 || s->o.broker)
 		return;
 	pthread_mutex_lock(&s->st_mu);
 	double idle = baton_now_s() - s->last_active;

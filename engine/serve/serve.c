@@ -252,8 +252,8 @@ int serve_open(const struct baton_serve_config *conf, struct serve **out, enum s
 	pthread_mutex_unlock(&s->st_mu);
 	serve_log(s, "listening on %s", listen);
 	if (s->o.broker && s->o.idle_s > 0)
-		serve_log(s, "warning: --cache-release-idle under a broker: the engine releases on its own "
-		    "timer too; idle release is the broker's rule (idle_release_s)");
+		serve_log(s, "warning: --cache-release-idle is ignored under a broker: idle release is "
+		    "the broker's rule (idle_release_s, keep_alive_s)");
 	if (s->o.broker) {
 		/* Register, then ask for the whole cache; a refusal leaves it
 		 * cold until the first request. No broker in 2 s: warm alone. */
