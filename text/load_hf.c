@@ -336,7 +336,11 @@ int text_tok_load_hf(text_tok **out, const char *js, size_t len, const char *con
 	if (!root || !json_is_object(root))
 		FAIL(BATON_EINVAL, "tokenizer.json: %s (line %d)", root ? "not an object" : je.text, je.line);
 	if (config) {
-		cfg = json_loadb(config, config_len, 0, &je);
+		/* Numbers as doubles: transformers writes model_max_length
+		 * 1000000000000000019884624838656 when none is set (Mixtral's and
+		 * OLMoE's folders), past any integer jansson reads; only strings
+		 * and booleans are taken from this file. */
+		cfg = json_loadb(config, config_len, JSON_DECODE_INT_AS_REAL, &je);
 		if (!cfg || !json_is_object(cfg))
 			FAIL(BATON_EINVAL, "tokenizer_config.json: %s (line %d)", cfg ? "not an object" : je.text,
 			     je.line);

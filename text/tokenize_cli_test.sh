@@ -60,7 +60,20 @@ t_errors() {
 	expect 0 $B tokenize --help; says "usage: baton tokenize"
 }
 
+# An arena of a folder whose tokenizer_config.json has transformers' unset
+# model_max_length (a 31-digit integer, as Mixtral's and OLMoE's do): the
+# tokenizer stored in it loads (it failed with "too big integer").
+t_arena_of_real_config() {
+	grep -q '"model_max_length": 1000000000000000019884624838656' \
+	    tests/fixtures/arena/hf/olmoe/tokenizer_config.json || fail "fixture changed"
+	mkdir -m 0750 $T_TMP/arenas
+	expect 0 $BIN/baton-arena create --safetensors tests/fixtures/arena/hf/olmoe $T_TMP/arenas/o.arena
+	expect 0 $B tokenize $T_TMP/arenas/o.arena "hi there"
+	[ -n "$(cat $T_TMP/out)" ] || fail "no ids"
+}
+
 t_case t_tokenize_ids
+t_case t_arena_of_real_config
 t_case t_json_and_stdin
 t_case t_detokenize
 t_case t_errors

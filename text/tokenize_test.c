@@ -247,6 +247,23 @@ static void t_specials(void)
 }
 
 /* Bad input: a clear error, nothing half-made. */
+/* What real tokenizer_config.json files hold is read, not refused: an
+ * integer past 64 bits (transformers' unset model_max_length), exponents,
+ * null for optional keys, unknown keys. */
+static void t_real_config_values(void)
+{
+	text_tok *t = NULL;
+	char err[256];
+	const char *tok = "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1,\"ab\":2},"
+	                  "\"merges\":[\"a b\"]}}";
+	const char *cfg = "{\"model_max_length\": 1000000000000000019884624838656, \"x\": 1e30,"
+	                  " \"pad_token\": null, \"unknown_key\": {\"deep\": [1, 2.5, null]},"
+	                  " \"clean_up_tokenization_spaces\": false}";
+	int rc = text_tok_load_hf(&t, tok, strlen(tok), cfg, strlen(cfg), err, sizeof(err));
+	T_ASSERT_MSG(rc == 0, "%s", err);
+	text_tok_free(t);
+}
+
 static void t_refusals(void)
 {
 	text_tok *t = NULL;
@@ -443,6 +460,6 @@ T_MAIN(T_CASE_TIMEOUT(t_qwen3_hf, 120), T_CASE_TIMEOUT(t_qwen3_gguf, 120),
        T_CASE_TIMEOUT(t_gpt2_hf, 120), T_CASE_TIMEOUT(t_gpt2_gguf, 120),
        T_CASE_TIMEOUT(t_olmoe_hf, 120), T_CASE_TIMEOUT(t_olmoe_gguf, 120),
        T_CASE_TIMEOUT(t_mixtral_hf, 120), T_CASE_TIMEOUT(t_mixtral_gguf, 120),
-       T_CASE_TIMEOUT(t_specials, 60), T_CASE(t_refusals), T_CASE(t_no_special),
+       T_CASE_TIMEOUT(t_specials, 60), T_CASE(t_refusals), T_CASE(t_real_config_values), T_CASE(t_no_special),
        T_CASE(t_stream_holds_partial), T_CASE(t_metaspace), T_CASE(t_added_strip_digits),
        T_CASE(t_cleanup))
