@@ -134,6 +134,11 @@ def t_hostile(c):
     del path
     a = c.engine("a", host_mib=64)
     b = c.engine("b", host_mib=64)
+    # settled first: an engine's startup refill may still run after its
+    # "ready" line, and a picture taken then never comes back
+    c.want_holds({"a": h.CEIL, "b": h.CEIL})
+    h.wait_for("both engines ready", lambda: all(
+        h.ok(h.call_retry(p.url, "status"))["state"] == "ready" for p in (a, b)))
     before = picture(c, [a, b])
     tmp = tempfile.mkdtemp(dir=c.dir)
     for url in (c.control, a.url, b.url):
