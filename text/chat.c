@@ -56,12 +56,9 @@ static char *context(const struct text_msg *msgs, size_t n, const struct text_ch
 	return s;
 }
 
-int text_chat_render(const char *tmpl, const struct text_msg *msgs, size_t n,
-                     const struct text_chat_opts *opts, char **out, char *err, size_t errlen)
+/* The messages checked: each with a role and content, all valid UTF-8. */
+static int check_msgs(const struct text_msg *msgs, size_t n, char *err, size_t errlen)
 {
-	*out = NULL;
-	if (!tmpl)
-		return text_errf(err, errlen, BATON_EUNSUPPORTED, "the model has no chat template");
 	for (size_t i = 0; i < n; i++)
 		if (!msgs[i].role || !msgs[i].content)
 			return text_errf(err, errlen, BATON_EINVAL, "message %zu has no %s", i,
@@ -72,19 +69,43 @@ int text_chat_render(const char *tmpl, const struct text_msg *msgs, size_t n,
 		    (msgs[i].reasoning_content &&
 		     !tx_utf8_valid(msgs[i].reasoning_content, strlen(msgs[i].reasoning_content))))
 			return text_errf(err, errlen, BATON_EINVAL, "message %zu is not valid UTF-8", i);
-	text_jinja *j = NULL;
+	return 0;
+}
+
+static int load(const char *tmpl, text_jinja **j, char *err, size_t errlen)
+{
+	if (!tmpl)
+		return text_errf(err, errlen, BATON_EUNSUPPORTED, "the model has no chat template");
 	char why[400];
-	int rc = text_jinja_load(&j, tmpl, strlen(tmpl), why, sizeof(why));
+	int rc = text_jinja_load(j, tmpl, strlen(tmpl), why, sizeof(why));
 	if (rc)
 		return text_errf(err, errlen, rc == BATON_ENOMEM ? rc : BATON_EUNSUPPORTED,
 		                 "the chat template cannot be rendered: %s", why);
+	return 0;
+}
+
+static int render(const text_jinja *j, const struct text_msg *msgs, size_t n,
+                  const struct text_chat_opts *opts, char **out, char *err, size_t errlen)
+{
 	char *ctx = context(msgs, n, opts);
-	if (!ctx) {
-		text_jinja_free(j);
+	if (!ctx)
 		return text_errf(err, errlen, BATON_ENOMEM, "out of memory");
-	}
-	rc = text_jinja_render(j, ctx, strlen(ctx), out, NULL, err, errlen);
+	int rc = text_jinja_render(j, ctx, strlen(ctx), out, NULL, err, errlen);
 	free(ctx);
+	return rc;
+}
+
+int text_chat_render(const char *tmpl, const struct text_msg *msgs, size_t n,
+                     const struct text_chat_opts *opts, char **out, char *err, size_t errlen)
+{
+	*out = NULL;
+	text_jinja *j = NULL;
+	int rc;
+	if (!tmpl)
+		return load(tmpl, &j, err, errlen);
+	if ((rc = check_msgs(msgs, n, err, errlen)) != 0 || (rc = load(tmpl, &j, err, errlen)) != 0)
+		return rc;
+	rc = render(j, msgs, n, opts, out, err, errlen);
 	text_jinja_free(j);
 	return rc;
 }
@@ -99,5 +120,26 @@ int text_chat_apply(const text_tok *t, const struct text_msg *msgs, size_t n,
 	    .add_generation_prompt = add_generation_prompt,
 	    .enable_thinking = enable_thinking,
 	};
-	return text_chat_render(text_chat_template(t), msgs, n, &o, out, err, errlen);
+	*out = NULL;
+	text_jinja *j = NULL;
+	if (!text_chat_template(t))
+		return load(NULL, &j, err, errlen);
+	int rc = check_msgs(msgs, n, err, errlen);
+	if (rc)
+		return rc;
+	/* parsed on the first request and kept with the tokenizer: every
+	 * request after renders without parsing (two threads that race both
+	 * parse; one keeps its copy, the other frees its own) */
+	text_tok *tt = (text_tok *)t;
+	j = atomic_load(&tt->chat_jinja);
+	if (!j) {
+		if ((rc = load(text_chat_template(t), &j, err, errlen)) != 0)
+			return rc;
+		text_jinja *none = NULL;
+		if (!atomic_compare_exchange_strong(&tt->chat_jinja, &none, j)) {
+			text_jinja_free(j);
+			j = none;
+		}
+	}
+	return render(j, msgs, n, &o, out, err, errlen);
 }

@@ -15,6 +15,7 @@
 #define BATON_TEXT_INT_H
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -150,6 +151,9 @@ struct text_tok {
 	int32_t bos, eos, pad;
 	bool cleanup; /* tokenizer_config.json's clean_up_tokenization_spaces */
 	char *chat_template;
+	/* chat_template parsed, once, on the first render (chat.c); any
+	 * thread may render with it (text_jinja_render reads it only) */
+	_Atomic(text_jinja *) chat_jinja;
 };
 
 /* Allocation of the vocabulary arrays; pieces are copied. */
