@@ -1,9 +1,10 @@
 /*
- * cache_int.h: internal to the expert cache (cache.c, cache_peer.c and
- * their tests); not a public door.
+ * cache_int.h: internal to the expert cache (the own tier's cache.c, map.c,
+ * plan.c, ops.c, lookup.c; the peer tier's peer.c; their tests); not a
+ * public door.
  *
- * Layering. cache.c is the own tier and the public cache; cache_peer.c is
- * the peer tier. The peer tier uses the own tier's helpers below; the own
+ * Layering. cache.c (with map.c, plan.c, ops.c, lookup.c) is the own
+ * tier and the public cache; cache_peer.c is the peer tier. The peer tier uses the own tier's helpers below; the own
  * tier never calls a function of cache_peer.c by name: cache_peer_set plugs
  * the peer tier in by setting c->peer_ops, and the own tier calls through
  * that table (release, destroy, lookup, stats). So the calls go one way.
@@ -96,7 +97,7 @@ struct baton_cache {
 	struct baton_copy *copies;
 	uint32_t copies_cap;
 	uint8_t *vbuf;
-	void *xxh;          /* XXH3_state_t, used by cache.c only */
+	void *xxh;          /* XXH3_state_t, used by cache.c and map.c only */
 
 	uint64_t *item_heat; /* per item: lookups whatever tier serves it, decayed like slot_hits */
 	uint64_t accesses, decay_period;
@@ -123,7 +124,7 @@ struct cache_slots {
 	void (*drop)(struct baton_cache *c, uint32_t s); /* empties slot s */
 };
 
-/* ---- the own tier's helpers, for the peer tier (cache.c) ---------------- */
+/* ---- the own tier's helpers, for the peer tier (map.c; cmp_u32: lookup.c) */
 
 int cache_state_of(const struct baton_cache *c);
 int cache_cmp_u32(const void *a, const void *b);
@@ -153,6 +154,40 @@ int cache_confirm_freed(struct baton_cache *c, struct baton_dev *dev, uint64_t f
     uint64_t bytes, uint64_t *freed);
 /* Counts down c->fault_map: 1 when this map is to fail. */
 int cache_fault_due(struct baton_cache *c);
+
+/* ---- between the own tier's files (map.c, plan.c, ops.c, lookup.c, cache.c) */
+
+/* map.c */
+int cache_confirm_own_freed(struct baton_cache *c, uint64_t free_before, uint64_t bytes,
+    struct baton_cache_report *rep);
+int cache_fill_own(struct baton_cache *c, const uint32_t *slots, uint32_t n, int verify,
+    struct baton_cache_report *rep);
+/* Maps segment k unless it is, and fills its pending slots. */
+int cache_load_seg(struct baton_cache *c, uint32_t k, struct baton_cache_report *rep);
+/* Maps segment k unless the reserve forbids it or the device is full
+ * (BATON_EDEVMEM either way). Its assigned slots become pending. */
+int cache_map_seg(struct baton_cache *c, uint32_t k, struct baton_cache_report *rep);
+/* The peer slot of item, or -1 (no peer tier yet: -1). */
+int64_t cache_peer_slot_via_ops(const struct baton_cache *c, uint32_t i);
+uint64_t cache_seg_heat(const struct baton_cache *c, uint32_t k);
+baton_dptr cache_own_slot_addr(const struct baton_cache *c, uint32_t s);
+int cache_unmap_seg(struct baton_cache *c, uint32_t k, struct baton_cache_report *rep);
+
+/* plan.c */
+/* plan = the active segments that are unmapped or have pending slots,
+ * hottest first. */
+int cache_make_plan(struct baton_cache *c);
+/* Loads the next segment of the plan that can be loaded: 0 when one was
+ * (or none is left), else an error. A segment that does not fit leaves
+ * the rest of the plan to the mapped ones (partial: stop at what fit). */
+int cache_plan_next(struct baton_cache *c, struct baton_cache_report *rep);
+/* Skips plan entries that need nothing (filled early by lookups), and
+ * unmapped ones once the device was full. */
+void cache_plan_skip(struct baton_cache *c);
+/* No plan runs: nothing to report. */
+void cache_progress_end(struct baton_cache *c);
+/* Runs the plan to its end. */
+int cache_run_plan(struct baton_cache *c, struct baton_cache_report *rep);
 
 /* Test hook: fail the n-th future backend map call (own or peer) with
  * BATON_EDEVMEM (0 disables). Used to drive the partial paths. */
