@@ -60,7 +60,7 @@
  * Verify mode reads back what refills (and resize's fills) copy; a lookup's
  * copies are not read back, as they never were for misses.
  *
- * Peer tier (cache_peer.c, plugged in through c->peer_ops: see
+ * Peer tier (peer.c, plugged in through c->peer_ops: see
  * cache_int.h). A second reservation (pt.base, reserved at the first
  * cache_peer_set, kept until destroy) of pt.n_segs = ceil(items / sps)
  * segments; the first pt.mapped are mapped with the backend's map_peer and

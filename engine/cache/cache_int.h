@@ -4,8 +4,8 @@
  * public door.
  *
  * Layering. cache.c (with map.c, plan.c, ops.c, lookup.c) is the own
- * tier and the public cache; cache_peer.c is the peer tier. The peer tier uses the own tier's helpers below; the own
- * tier never calls a function of cache_peer.c by name: cache_peer_set plugs
+ * tier and the public cache; peer.c is the peer tier. The peer tier uses the own tier's helpers below; the own
+ * tier never calls a function of peer.c by name: cache_peer_set plugs
  * the peer tier in by setting c->peer_ops, and the own tier calls through
  * that table (release, destroy, lookup, stats). So the calls go one way.
  */
@@ -17,7 +17,7 @@
 
 #include "engine/cache/cache.h"
 
-/* The peer tier as the own tier sees it (set by cache_peer.c). */
+/* The peer tier as the own tier sees it (set by peer.c). */
 struct cache_peer_ops {
 	/* The peer slot holding `item`, or -1. */
 	int64_t (*slot_of)(const struct baton_cache *c, uint32_t item);
@@ -35,7 +35,7 @@ struct cache_peer_ops {
 	void (*destroy)(struct baton_cache *c);
 };
 
-/* The peer tier's state, owned by cache_peer.c (see cache.c's top): n_segs
+/* The peer tier's state, owned by peer.c (see cache.c's top): n_segs
  * segments of the own seg_bytes at base (a second reservation on dev, made
  * at the first cache_peer_set, kept until destroy), the first `mapped` of
  * them mapped on `dev`; slot_item / item_slot its residency table. */
