@@ -1,9 +1,10 @@
 /*
- * jinja_int.h: the Jinja template engine's insides, shared by its four
+ * jinja_int.h: the Jinja template engine's insides, shared by its five
  * files: jinja_lex.c (source to tokens, with jinja2's whitespace rules),
  * jinja_parse.c (tokens to a tree, refusing what the engine lacks),
  * jinja_value.c (values with Python's semantics: printing, JSON,
- * comparison) and jinja_eval.c (rendering the tree).
+ * comparison), jinja_eval.c (rendering the tree) and jinja_builtins.c
+ * (the filters, tests, methods and globals).
  *
  * Memory: everything a template or a render makes is carved from a jj_arena
  * and freed with it at once; values never own anything.
@@ -218,5 +219,81 @@ int jj_global_id(const char *s, size_t n); /* -2: jinja2's, not implemented */
 /* Parses tokens into a body (N_BODY). */
 int jj_parse(struct jj_arena *a, const struct jj_tokens *toks, struct jj_node **out, char *err,
              size_t errlen);
+
+/* ---- the renderer's state, shared by jinja_eval.c and jinja_builtins.c -- */
+
+#define MAX_OUT    (16u << 20) /* bytes of output, and of any one string */
+#define MAX_MEM    (512u << 20)
+#define MAX_STEPS  20000000ull
+#define MAX_DEPTH  64
+#define MAX_RANGE  1000000
+
+struct frame {
+	struct frame *up;
+	size_t n, cap;
+	jv *k, *v;
+};
+
+struct jj_closure {
+	const struct jj_node *n;
+	struct frame *f;
+};
+
+struct rs {
+	struct jj_arena *a;
+	struct tbuf *out;
+	size_t produced;
+	uint64_t steps;
+	int depth;
+	struct frame *root;
+	jv caller; /* a call block's body, for the next macro call; JV_UNDEF none */
+	char *err;
+	size_t errlen;
+	int rc;
+};
+
+/* Arguments by position or name (Python's binding for filters and methods). */
+struct argv_ {
+	jv *args, *kwn, *kwv;
+	size_t nargs, nkw;
+};
+
+/* Methods of str, list and dict: ids from jj_method_id. */
+enum {
+	M_STRIP, M_LSTRIP, M_RSTRIP, M_SPLIT, M_RSPLIT, M_STARTSWITH, M_ENDSWITH, M_LOWER, M_UPPER,
+	M_REPLACE, M_TITLE, M_CAPITALIZE, M_FIND, M_RFIND, M_COUNT, M_JOIN, M_SPLITLINES,
+	M_ISDIGIT, M_ISALPHA, M_ISALNUM, M_ISSPACE, M_ISUPPER, M_ISLOWER, M_REMOVEPREFIX,
+	M_REMOVESUFFIX, M_INDEX, M_ITEMS, M_KEYS, M_VALUES, M_GET, M_CYCLE,
+	M_APPEND, M_POP, M_INSERT, M_EXTEND, M_REMOVE, M_CLEAR, M_SORT, M_REVERSE, M_UPDATE,
+	M_SETDEFAULT,
+};
+
+/* jinja_eval.c: failing a render, strings within the bounds, values
+ * (item access, iteration, length, membership, operators). */
+int jj_rfail(struct rs *r, int line, int code, const char *fmt, ...);
+int jj_oom(struct rs *r, int line);
+int jj_undef_fail(struct rs *r, int line, jv u);
+jv jj_mkstr(struct rs *r, int line, const char *p, size_t n);
+jv jj_tbuf_str(struct rs *r, int line, struct tbuf *b);
+int jj_to_str(struct rs *r, int line, jv v, jv *out);
+bool jj_as_index(jv k, int64_t *i);
+int jj_getitem(struct rs *r, int line, jv obj, jv key, jv *out);
+int jj_items_of(struct rs *r, int line, jv v, jv *out);
+int jj_len_of(struct rs *r, int line, jv v, int64_t *n);
+int jj_contains(struct rs *r, int line, jv needle, jv hay, bool *out);
+int jj_arith(struct rs *r, int line, int op, jv a, jv b, jv *out);
+int jj_compare(struct rs *r, int line, int op, jv a, jv b, bool *res);
+
+/* jinja_builtins.c: string helpers, method binding, the built-ins. */
+uint32_t jj_cp_at(const char *s, size_t n, size_t *adv);
+const char *jj_find(const char *h, size_t hn, const char *nd, size_t nn);
+bool jj_is_str_method(int m);
+bool jj_is_list_method(int m);
+bool jj_is_dict_method(int m);
+jv jj_method(struct rs *r, jv self, int m);
+int jj_call_global(struct rs *r, int line, int g, const struct argv_ *a, jv *out);
+int jj_call_method(struct rs *r, int line, jv self, int m, const struct argv_ *a, jv *out);
+int jj_run_filter(struct rs *r, int line, int id, jv v, const struct argv_ *a, jv *out);
+int jj_run_test(struct rs *r, int line, int id, jv v, const struct argv_ *a, bool *res);
 
 #endif
