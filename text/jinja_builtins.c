@@ -354,6 +354,18 @@ jv jj_method(struct rs *r, jv self, int m)
 	return v;
 }
 
+/* The tuple (a, b): an item of a mapping's items(). Invalid without memory. */
+static jv pair(struct rs *r, jv a, jv b)
+{
+	jv t = jv_list_new(r->a, 2, JK_TUPLE);
+	if (t.t == JV_LIST) {
+		t.l->v[0] = a;
+		t.l->v[1] = b;
+		t.l->n = 2;
+	}
+	return t;
+}
+
 /* Arguments by position or name (Python's binding for filters and methods). */
 static bool arg(const struct argv_ *a, size_t pos, const char *name, jv *out)
 {
@@ -664,12 +676,9 @@ int jj_call_method(struct rs *r, int line, jv self, int m, const struct argv_ *a
 				return jj_oom(r, line);
 			for (size_t i = 0; i < self.d->n; i++) {
 				if (m == M_ITEMS) {
-					jv t = jv_list_new(r->a, 2, JK_TUPLE);
+					jv t = pair(r, self.d->k[i], self.d->v[i]);
 					if (t.t != JV_LIST)
 						return jj_oom(r, line);
-					t.l->v[0] = self.d->k[i];
-					t.l->v[1] = self.d->v[i];
-					t.l->n = 2;
 					out->l->v[i] = t;
 				} else
 					out->l->v[i] = m == M_KEYS ? self.d->k[i] : self.d->v[i];
@@ -989,12 +998,9 @@ int jj_run_filter(struct rs *r, int line, int id, jv v, const struct argv_ *a, j
 		if (v.t != JV_DICT || v.kind)
 			return jj_rfail(r, line, BATON_EINVAL, "can only get item pairs from a mapping.");
 		for (size_t i = 0; i < v.d->n; i++) {
-			jv t = jv_list_new(r->a, 2, JK_TUPLE);
+			jv t = pair(r, v.d->k[i], v.d->v[i]);
 			if (t.t != JV_LIST)
 				return jj_oom(r, line);
-			t.l->v[0] = v.d->k[i];
-			t.l->v[1] = v.d->v[i];
-			t.l->n = 2;
 			if (jv_list_push(r->a, out, t))
 				return jj_oom(r, line);
 		}
@@ -1012,12 +1018,9 @@ int jj_run_filter(struct rs *r, int line, int id, jv v, const struct argv_ *a, j
 		if (items.t != JV_LIST || !keys)
 			return jj_oom(r, line);
 		for (size_t i = 0; i < v.d->n; i++) {
-			jv t = jv_list_new(r->a, 2, JK_TUPLE);
+			jv t = pair(r, v.d->k[i], v.d->v[i]);
 			if (t.t != JV_LIST)
 				return jj_oom(r, line);
-			t.l->v[0] = v.d->k[i];
-			t.l->v[1] = v.d->v[i];
-			t.l->n = 2;
 			items.l->v[i] = t;
 			keys[i] = sort_key(r, line, by_value ? v.d->v[i] : v.d->k[i], jv_truthy(cs));
 		}
