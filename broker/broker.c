@@ -194,6 +194,7 @@ int broker_open(const struct broker_config *cfg, struct broker **out, char *err,
 			    (int)(slash - (cfg->control + 6)), cfg->control + 6);
 	}
 	br_pins_load(b);
+	br_externals_from_config(b);
 	if (proto_ipc_dir(cfg->control) || proto_ipc_dir(cfg->events)) {
 		snprintf(err, errlen, "cannot create the socket directory for %s or %s: %s", cfg->control,
 		    cfg->events, strerror(errno));
@@ -281,6 +282,8 @@ void broker_close(struct broker *b)
 	for (size_t i = 0; i < BROKER_MAX_ENGINES; i++)
 		br_eng_forget_conn(&b->eng[i]);
 	br_workers_stop(b);
+	while (atomic_load(&b->hooks_running) > 0)
+		usleep(1000); /* external engines' hooks end at `stopping` (hooks.c) */
 	br_inbox_close(b); /* their last results */
 	br_watch_stop(b);
 	proto_server_close(b->srv);

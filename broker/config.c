@@ -98,7 +98,7 @@ struct parse {
 	int long_line;
 	/* the section being read */
 	char section[256];
-	int kind; /* 0 none, 1 broker, 2 gpu, 3 engine */
+	int kind; /* 0 none, 1 broker, 2 gpu, 3 engine, 4 external */
 	size_t idx;
 };
 
@@ -251,8 +251,23 @@ static int enter_section(struct parse *p, const char *section)
 		p->idx = c->n_engines++;
 		return 1;
 	}
+	if (section_arg(section, "external", arg, sizeof arg) == 0) {
+		if (!proto_name_valid(arg, strlen(arg)))
+			return fail(p, "[%s]: an external engine's name is letters, digits, '-', '_' or '.'", section);
+		for (size_t i = 0; i < c->n_externals; i++)
+			if (strcmp(c->externals[i].name, arg) == 0)
+				return fail(p, "[%s] appears twice (first on line %d)", section, c->externals[i].line);
+		if (c->n_externals == BROKER_MAX_EXTERNALS)
+			return fail(p, "more than %d [external] sections", BROKER_MAX_EXTERNALS);
+		broker_external_init(&c->externals[c->n_externals], arg);
+		c->externals[c->n_externals].line = p->lineno;
+		p->kind = 4;
+		p->idx = c->n_externals++;
+		return 1;
+	}
 	p->kind = 0;
-	return fail(p, "unknown section [%s] (known: [broker], [gpu \"UUID\"], [engine \"NAME\"])", section);
+	return fail(p, "unknown section [%s] (known: [broker], [gpu \"UUID\"], [engine \"NAME\"], "
+	    "[external \"NAME\"])", section);
 }
 
 static int handler(void *user, const char *section, const char *key, const char *value)
@@ -384,6 +399,12 @@ static int handler(void *user, const char *section, const char *key, const char 
 		}
 		return 1;
 	}
+	if (p->kind == 4) { /* external.c's keys */
+		char msg[300];
+		if (broker_external_set(&c->externals[p->idx], key, value, msg, sizeof msg))
+			return fail(p, "[%s]: %s", section, msg);
+		return 1;
+	}
 	return 0; /* an unknown section, already reported */
 }
 
@@ -394,6 +415,14 @@ static int finish(struct parse *p, int rc)
 			snprintf(p->err, p->errlen, "%s: control and events must be different sockets (%s)",
 			    p->name, p->c->control);
 			return BATON_ECONFIG;
+		}
+		for (size_t i = 0; i < p->c->n_externals; i++) {
+			char msg[300];
+			if (broker_external_check(&p->c->externals[i], msg, sizeof msg)) {
+				snprintf(p->err, p->errlen, "%s:%d: [external \"%s\"]: %s", p->name, p->c->externals[i].line,
+				    p->c->externals[i].name, msg);
+				return BATON_ECONFIG;
+			}
 		}
 		return 0;
 	}
