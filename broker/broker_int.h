@@ -135,7 +135,7 @@ enum { ES_FREE = 0, ES_LIVE, ES_DEAD };
 enum { EK_ENGINE = 0, EK_LEASE, EK_EXTERNAL };
 
 struct lease_x {
-	int holder;           /* the process that asked (the socket's peer), watched too */
+	int holder;           /* the process that asked (the socket's peer), for the log */
 	double ttl_s;         /* 0: none; else it ends unless renewed within ttl_s */
 	double expires_at;
 	double granted_at;

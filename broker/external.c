@@ -397,8 +397,10 @@ static void on_add(struct broker *b, struct waiter *w, const struct baton_msg *m
 		    "(name, pid | pid_file | unit, gpu, priority, pinned, url, model, mib, release, refill, hook_timeout_s)");
 		return;
 	}
-	const char *name = json_string_value(json_object_get(j, "name"));
-	if (!name || !proto_name_valid(name, strlen(name))) {
+	const char *jname = json_string_value(json_object_get(j, "name"));
+	char name[BROKER_NAME_MAX];
+	snprintf(name, sizeof name, "%s", jname ? jname : "");
+	if (!jname || !proto_name_valid(name, strlen(name))) {
 		json_decref(j);
 		br_reply_error(w, m->op, m->id, BATON_EINVAL, "external add: a name of letters, digits, '-', '_' or '.'");
 		return;

@@ -5,8 +5,8 @@
  * (an acquire, served by the device's queue and the policy), then holds
  * it as its own: the device's books count it as the job's, refills of
  * other engines see it as held, the policy never takes it. It ends when
- * its holder releases it, when the job's process (or the holder's)
- * exits (pidfd), or when its TTL passes unrenewed; then the engines that
+ * its holder releases it, when the job's process exits (pidfd; `baton
+ * run`'s job dies with the CLI), or when its TTL passes unrenewed; then the engines that
  * gave way for it are refilled.
  */
 #include <ctype.h>
@@ -123,10 +123,9 @@ static void lease_acquire(struct broker *b, struct waiter *w, const struct baton
 		br_reply_error(w, m->op, m->id, BATON_ENOTFOUND, "lease acquire: no process %d", pid);
 		return;
 	}
-	if (pid <= 0 && holder <= 0 && ttl == 0) {
+	if (pid <= 0 && ttl == 0) {
 		/* nothing would ever end it but a release */
-		br_reply_error(w, m->op, m->id, BATON_EINVAL, "lease acquire: give a pid to watch or a TTL "
-		    "(over HTTP there is no peer process to watch)");
+		br_reply_error(w, m->op, m->id, BATON_EINVAL, "lease acquire: give a pid to watch or a TTL");
 		return;
 	}
 	char name[BROKER_NAME_MAX];
@@ -167,7 +166,7 @@ static void lease_acquire(struct broker *b, struct waiter *w, const struct baton
 	snprintf(e->ctl, sizeof e->ctl, "lease");
 	snprintf(e->model, sizeof e->model, "%.120s", proto_has(m, PF_REASON) && *m->reason ? m->reason : "(job)");
 	snprintf(e->ls.what, sizeof e->ls.what, "%s", proto_has(m, PF_REASON) ? m->reason : "");
-	e->pid = pid > 0 ? pid : holder;
+	e->pid = pid > 0 ? pid : 0; /* the holder (the socket's peer) may be a CLI that exits at once */
 	e->reg_priority = proto_has(m, PF_PRIORITY) ? m->priority : 0;
 	e->floor = e->ceiling = e->capacity = m->bytes;
 	e->ls.want = m->bytes;
@@ -177,8 +176,6 @@ static void lease_acquire(struct broker *b, struct waiter *w, const struct baton
 	struct eref ref = br_eref_of(b, e);
 	if (e->pid > 0)
 		br_watch_add(b, e->pid, ref);
-	if (holder > 0 && holder != e->pid)
-		br_watch_add(b, holder, ref);
 	o->target = ref;
 	o->gpu = gi;
 	o->bytes = m->bytes;
@@ -355,6 +352,6 @@ void br_nonengine_tick(struct broker *b, struct eng *e, double now)
 	if (e->ls.expires_at > 0)
 		wake_at(b, e->ls.expires_at);
 	/* the pidfd sees exits at once; this is for a pid it could not open */
-	if ((e->pid > 0 && !br_pid_alive(e->pid)) || (e->ls.holder > 0 && !br_pid_alive(e->ls.holder)))
+	if (e->pid > 0 && !br_pid_alive(e->pid))
 		br_lease_end(b, e, "its process exited");
 }

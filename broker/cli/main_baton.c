@@ -34,6 +34,7 @@
 #include "broker/broker.h"
 #include "broker/cli/cli.h"
 #include "broker/cli/engine.h"
+#include "broker/cli/run_cmd.h"
 #include "broker/cli/text_cmd.h"
 #include "broker/cli/tokenize_cmd.h"
 #include "broker/cli/top.h"
@@ -60,6 +61,16 @@ static const char usage_text[] =
     "      complete and chat take their flags after the command: --max-tokens N, --temperature T,\n"
     "      --top-p P, --top-k K, --min-p P, --repetition-penalty R, --presence-penalty P,\n"
     "      --frequency-penalty F, --seed N, --stop TEXT, --system TEXT, --no-thinking, --json\n"
+    "  run --mib N [--gpu G] [--priority P] [--name NAME] -- COMMAND...\n"
+    "                             lend N MiB to a job: the broker makes room, runs COMMAND,\n"
+    "                             takes the memory back when it exits (exit status: the job's)\n"
+    "  lease acquire --mib N (--ttl T | --pid P) [--gpu G] [--priority P] [--name NAME]\n"
+    "  lease renew NAME [--ttl T] | lease release NAME   a lease a program manages itself\n"
+    "  external add NAME (--pid P | --pid-file F | --unit U) [--gpu G] [--priority P] [--pinned]\n"
+    "      [--mib N] [--url URL --model M] [--release HOOK --refill HOOK | --release park] [--hook-timeout T]\n"
+    "  external remove NAME | external report NAME --mib N   a program that is not Baton's\n"
+    "  park NAME | resume NAME    checkpoint an external CUDA process's memory to host memory, and back\n"
+    "      run, lease, external, park and resume take their flags after the command\n"
     "  tokenize (ARENA | --tokenizer PATH) TEXT    token ids of TEXT [--no-add-special] [--no-parse-special]\n"
     "  detokenize (ARENA | --tokenizer PATH) IDS   the text of token ids [--skip-special]\n"
     "\n"
@@ -1003,6 +1014,8 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	if (argc >= 2 && (strcmp(argv[1], "complete") == 0 || strcmp(argv[1], "chat") == 0))
 		return text_cmd_main(argc - 1, argv + 1); /* flags after the command */
+	if (argc >= 2 && run_cmd_is(argv[1]))
+		return run_cmd_main(argc - 1, argv + 1); /* run, lease, external, park, resume: the same */
 	int tok_rc = tokenize_cmd_main(argc, argv); /* tokenize, detokenize: no broker needed */
 	if (tok_rc >= 0)
 		return tok_rc;
