@@ -361,6 +361,10 @@ struct json_t *broker_status_json(const struct baton_msg *rep);
  * ceiling, priority, pinned, idle_ms, last_refill_gbps, peer_gpu, peer,
  * requests, http}. */
 struct json_t *broker_engine_json(const struct proto_engine_info *e);
+/* What an entry of the status' engines is: "engine" (Baton's), "lease"
+ * (memory lent to a job: ctl "lease") or "external" (a program that is not
+ * Baton's: ctl "external:hook|park|none"); the JSON's "kind". */
+const char *broker_entry_kind(const struct proto_engine_info *e);
 struct json_t *broker_gpu_json(const struct proto_gpu *g);
 
 /* One line of the broker's log on stderr, "baton-broker: ...", stamped

@@ -349,10 +349,55 @@ def t_external_bad_input(c):
     assert names == ["a"], names
 
 
+def t_http_twins(c):
+    h = c.http_broker()
+    c.engine("a")
+    st, out, _ = h.post("/v1/leases", {"mib": 20, "ttl_s": 30, "name": "comfy", "what": "a ComfyUI render"},
+                        token=False)
+    assert st == 401, (st, out)  # token-protected like every mutating call
+    assert entry(c, "comfy") is None
+    st, out, _ = h.post("/v1/leases", {"mib": 20, "ttl_s": 30, "name": "comfy", "what": "a ComfyUI render"})
+    assert st == 200 and out["granted"] == 20 * MIB and "a (" in out["gave_way"], (st, out)
+    e = entry(c, "comfy")
+    assert e["state"] == "leased" and e["model"] == "a ComfyUI render", e
+    st, out, _ = h.get("/v1/status")
+    kinds = {x["name"]: x["kind"] for x in out["engines"]}
+    assert kinds == {"a": "engine", "comfy": "lease"}, kinds
+    st, text, _ = h.get("/metrics")
+    assert 'baton_engine_kind{engine="comfy",kind="lease"} 1' in text, text[:400]
+    st, out, _ = h.post("/v1/leases/comfy/renew", {"ttl_s": 60})
+    assert st == 200 and out["ttl_s"] == 60, out
+    st, out, _ = h.post("/v1/leases", {"mib": 8})  # nothing would end it
+    assert st == 400 and "a pid to watch or a TTL" in out["error"]["message"], out
+    st, out, _ = h.post("/v1/leases", {"mib": 8, "ttl_s": 5, "bogus": 1})
+    assert st == 400, out
+    st, out, _ = h.post("/v1/leases/comfy/release", {})
+    assert st == 200, out
+    assert entry(c, "comfy") is None
+    c.want_holds({"a": CEIL}, timeout=10)
+    proc = subprocess.Popen(["sleep", "60"])
+    try:
+        st, out, _ = h.post("/v1/externals", {"name": "llama", "pid": proc.pid, "mib": 4,
+                                              "release": "echo mib=0", "refill": "echo mib=4"})
+        assert st == 200 and out["state"] == "ready", (st, out)
+        st, out, _ = h.post("/v1/engines/llama/release", {})
+        assert st == 200 and entry(c, "llama")["resident"] == 0, (st, out)
+        st, out, _ = h.post("/v1/externals/llama/park", {})
+        assert st in (409, 500, 503) or out.get("ok") is not True, (st, out)
+        st, out, _ = h.get("/v1/status")
+        x = [e for e in out["engines"] if e["name"] == "llama"][0]
+        assert x["kind"] == "external" and x["release_by"] == "hook" and x["parked"] is False, x
+        st, out, _ = h.post("/v1/externals/llama/remove", {})
+        assert st == 200 and entry(c, "llama") is None, out
+    finally:
+        proc.kill()
+
+
 CASES = [t_run_makes_room_and_gives_back, t_run_fits_without_reclaim, t_run_kill9_job, t_run_kill9_cli,
          t_run_never_takes_from_higher_priority, t_run_bad_input, t_refill_respects_a_lease,
          t_lease_ttl_renew_release, t_lease_pid, t_external_http_hooks,
-         t_external_command_hooks_timeout_and_exit, t_external_configured_policy, t_external_bad_input]
+         t_external_command_hooks_timeout_and_exit, t_external_configured_policy, t_external_bad_input,
+         t_http_twins]
 
 
 def main():

@@ -163,6 +163,16 @@ static void on_metrics_reply(void *arg, const struct baton_msg *rep)
 		}
 	}
 	const struct proto_engine_info *ev = rep->engines.v;
+	baton_prom_family(f, "baton_engine_kind", "gauge",
+	    "1 for what an entry is: engine (Baton's), lease (memory lent to a job), external (a program that is not Baton's).");
+	for (uint32_t i = 0; i < rep->engines.n; i++)
+		baton_prom_u64(f, "baton_engine_kind", (const char *[]){ "engine", ev[i].name, "kind",
+		    broker_entry_kind(&ev[i]), NULL }, 1);
+	baton_prom_family(f, "baton_external_parked", "gauge",
+	    "1 while an external engine is parked (its device memory checkpointed to host memory by the CUDA driver).");
+	for (uint32_t i = 0; i < rep->engines.n; i++)
+		if (strcmp(broker_entry_kind(&ev[i]), "external") == 0)
+			baton_prom_u64(f, "baton_external_parked", BY_ENGINE(ev[i].name), strcmp(ev[i].state, "parked") == 0);
 	baton_prom_family(f, "baton_engine_resident_bytes", "gauge", "Device memory an engine's expert cache maps.");
 	for (uint32_t i = 0; i < rep->engines.n; i++)
 		baton_prom_u64(f, "baton_engine_resident_bytes", BY_ENGINE_GPU(ev[i].name, ev[i].gpu), ev[i].resident);

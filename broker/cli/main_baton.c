@@ -602,6 +602,18 @@ static void print_engines(const struct baton_msg *st)
 			    st->engines.v[i].http);
 	if (st->engines.n == 0)
 		printf("(no engines)\n");
+	/* Leases and external engines (their rows above): what they are. */
+	for (uint32_t i = 0; i < st->engines.n; i++) {
+		const struct proto_engine_info *e = &st->engines.v[i];
+		const char *kind = broker_entry_kind(e);
+		char a[32];
+		if (strcmp(kind, "lease") == 0)
+			printf("%s is a lease: %s lent to pid %u (%s)\n", e->name, cli_fmt_bytes(e->resident, a, sizeof a),
+			    e->pid, e->model);
+		else if (strcmp(kind, "external") == 0)
+			printf("%s is an external engine (pid %u, released by %s)%s\n", e->name, e->pid, e->ctl + 9,
+			    strcmp(e->state, "parked") == 0 ? ": parked, its memory checkpointed to host memory" : "");
+	}
 }
 
 /* what: 3 status, 1 gpus, 2 engines */
