@@ -29,6 +29,7 @@
 
 #include "broker/broker_int.h"
 #include "broker/park.h"
+#include "engine/backend/host/host.h"
 
 extern char **environ;
 
@@ -43,22 +44,34 @@ struct hookjob {
 	uint64_t before, declared, granted, need;
 };
 
-/* Bytes of device memory the process and its descendants hold (NVML);
- * -1 when NVML cannot tell. */
+/* Bytes of device memory the process and its descendants hold: NVML on a
+ * GPU, the host device's own books on host-N; -1 when neither lists the
+ * process (not measured: it may hold nothing there, or NVML cannot tell). */
 int64_t br_proc_device_bytes(const char *uuid, int pid);
 int64_t br_proc_device_bytes(const char *uuid, int pid)
 {
 	struct broker_nvml_proc p[256];
 	size_t n = 0;
-	if (pid <= 0 || broker_nvml_procs(uuid, p, 256, &n) != 0)
+	if (pid <= 0)
 		return -1;
+	if (strncmp(uuid, "host-", 5) == 0) {
+		struct host_device_owner o[256];
+		if (host_device_owners(atoi(uuid + 5), o, 256, &n) != 0)
+			return -1;
+		for (size_t i = 0; i < n; i++)
+			p[i] = (struct broker_nvml_proc){ o[i].pid, o[i].bytes };
+	} else if (broker_nvml_procs(uuid, p, 256, &n) != 0) {
+		return -1;
+	}
 	int64_t sum = 0;
+	bool listed = false;
 	for (size_t i = 0; i < n; i++) {
 		/* p[i].pid or an ancestor of it is pid */
 		int q = p[i].pid;
 		for (int depth = 0; q > 1 && depth < 32; depth++) {
 			if (q == pid) {
 				sum += (int64_t)p[i].bytes;
+				listed = true;
 				break;
 			}
 			char path[64], buf[512];
@@ -76,7 +89,7 @@ int64_t br_proc_device_bytes(const char *uuid, int pid)
 			q = ppid;
 		}
 	}
-	return sum;
+	return listed ? sum : -1;
 }
 
 /* "mib=N" anywhere in the output (the last one): the hook's own report. */

@@ -194,6 +194,7 @@ void br_lease_granted(struct broker *b, struct eng *e, struct op *o)
 	e->mapped = bytes;
 	e->resident = bytes;
 	e->ls.granted_at = now;
+	e->last_seen = now - 1.0; /* measured at the next tick */
 	e->ls.expires_at = e->ls.ttl_s > 0 ? now + e->ls.ttl_s : 0;
 	snprintf(e->state, sizeof e->state, "leased");
 	snprintf(e->ls.gave_way, sizeof e->ls.gave_way, "%s", o->victims);
@@ -325,6 +326,7 @@ void br_on_lease(struct broker *b, struct waiter *w, const struct baton_msg *m)
 }
 
 void br_ext_tick(struct broker *b, struct eng *e, double now);
+int64_t br_proc_device_bytes(const char *uuid, int pid);
 
 void br_nonengine_tick(struct broker *b, struct eng *e, double now)
 {
@@ -351,6 +353,29 @@ void br_nonengine_tick(struct broker *b, struct eng *e, double now)
 	}
 	if (e->ls.expires_at > 0)
 		wake_at(b, e->ls.expires_at);
+	/* what the job really holds (NVML, or the host device's books): a job
+	 * past its grant is reported, and counted at what it holds, so other
+	 * engines refill only into what is really left; it is not stopped */
+	if (now - e->last_seen >= 1.0) {
+		e->last_seen = now;
+		int64_t seen = br_proc_device_bytes(b->gpus[e->gpu].uuid, e->pid);
+		if (seen >= 0) {
+			e->ls.seen = (uint64_t)seen;
+			uint64_t counted = e->ls.seen > e->ls.want ? e->ls.seen : e->ls.want;
+			if (counted != e->mapped)
+				e->mapped = e->resident = counted;
+			if (e->ls.seen > e->ls.want && !e->ls.over) {
+				e->ls.over = true;
+				char why[160];
+				snprintf(why, sizeof why, "holds %.1f MiB, granted %.1f MiB", (double)e->ls.seen / BATON_MIB,
+				    (double)e->ls.want / BATON_MIB);
+				br_blog("lease %s (pid %d) is past its grant: %s; counted at what it holds", e->name, e->pid, why);
+				br_publish(b, "lease-over", e, why, -1, e->ls.seen);
+			} else if (e->ls.seen <= e->ls.want) {
+				e->ls.over = false;
+			}
+		}
+	}
 	/* the pidfd sees exits at once; this is for a pid it could not open */
 	if (e->pid > 0 && !br_pid_alive(e->pid))
 		br_lease_end(b, e, "its process exited");

@@ -22,7 +22,7 @@ ROOT = os.path.dirname(os.path.abspath(__file__))
 while not os.path.isfile(os.path.join(ROOT, "tests", "harness.py")) and ROOT != "/":
     ROOT = os.path.dirname(ROOT)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
-from harness import CEIL, CLI, MIB, SLOW, BrokerCase, check_gen, run_cases, wait_for  # noqa: E402
+from harness import CEIL, CLI, ENGINE, MIB, SLOW, BrokerCase, check_gen, run_cases, wait_for  # noqa: E402
 
 
 def cli(c, *args, timeout=30, wait=True):
@@ -152,6 +152,28 @@ def t_refill_respects_a_lease(c):
     p.communicate(timeout=10)
     assert p.returncode == 128 + 15, p.returncode
     c.want_holds({"a": CEIL}, timeout=10)
+
+
+def t_run_over_grant(c):
+    # A job that takes more than its lease (a Baton engine without a broker,
+    # its whole cache on the host device) is seen in the host device's books
+    # (on a GPU: NVML per process): reported, counted at what it holds.
+    c.broker()
+    c.engine("a", host_mib=64)
+    job = [ENGINE, "--name", "job", "--shared-expert-arena", c.arena(), "--listen", "ipc://%s/job.sock" % c.dir,
+           "--backend", "host", "--host-device-mib", "64", "--vram-segment-mib", "4"]
+    p = cli(c, "run", "--mib", "4", "--name", "big", "--", *job, wait=False)
+    try:
+        ev = wait_for("lease-over", lambda: c.events.all("lease-over", "big"), timeout=10 * SLOW)
+        assert ev[0]["bytes"] > 4 * MIB and "granted 4.0 MiB" in ev[0]["reason"], ev
+        held = wait_for("counted", lambda: entry(c, "big")["resident"] >= CEIL, timeout=5 * SLOW)
+        assert held
+        st = c.status()["gpus"][0]
+        assert st["held"] >= 2 * CEIL, st
+    finally:
+        p.send_signal(signal.SIGTERM)
+        p.communicate(timeout=10)
+    wait_for("the lease gone", lambda: entry(c, "big") is None, timeout=5 * SLOW)
 
 
 # ---- baton lease ----------------------------------------------------------------------
@@ -394,7 +416,7 @@ def t_http_twins(c):
 
 
 CASES = [t_run_makes_room_and_gives_back, t_run_fits_without_reclaim, t_run_kill9_job, t_run_kill9_cli,
-         t_run_never_takes_from_higher_priority, t_run_bad_input, t_refill_respects_a_lease,
+         t_run_never_takes_from_higher_priority, t_run_bad_input, t_run_over_grant, t_refill_respects_a_lease,
          t_lease_ttl_renew_release, t_lease_pid, t_external_http_hooks,
          t_external_command_hooks_timeout_and_exit, t_external_configured_policy, t_external_bad_input,
          t_http_twins]
