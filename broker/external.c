@@ -155,7 +155,8 @@ static void ext_measure(struct broker *b, struct eng *e)
 	int64_t seen = br_proc_device_bytes(b->gpus[e->gpu].uuid, e->pid);
 	if (seen >= 0) {
 		e->mapped = e->resident = (uint64_t)seen;
-		snprintf(e->ext.mem_src, sizeof e->ext.mem_src, "nvml");
+		snprintf(e->ext.mem_src, sizeof e->ext.mem_src, "%s", strncmp(b->gpus[e->gpu].uuid, "host-", 5) == 0 ?
+		    "hostdev" : "nvml");
 		if ((uint64_t)seen > e->ceiling && strcmp(e->state, "ready") == 0)
 			e->ceiling = (uint64_t)seen;
 	}
@@ -515,7 +516,7 @@ static void on_report(struct broker *b, struct waiter *w, const struct baton_msg
 		br_reply_error(w, m->op, m->id, BATON_EMISSING, "external report: mapped (bytes it holds now)");
 		return;
 	}
-	if (strcmp(e->ext.mem_src, "nvml") == 0) {
+	if (strcmp(e->ext.mem_src, "nvml") == 0 || strcmp(e->ext.mem_src, "hostdev") == 0) {
 		br_reply_error(w, m->op, m->id, BATON_ESTATE, "external report %s: NVML measures it; its report is not used",
 		    e->name);
 		return;

@@ -372,7 +372,7 @@ static void *hook_main(void *arg)
 	}
 	/* what it holds now: NVML, else its own word, else the configuration's */
 	int64_t seen = br_proc_device_bytes(j->uuid, j->pid);
-	const char *src = "nvml";
+	const char *src = strncmp(j->uuid, "host-", 5) == 0 ? "hostdev" : "nvml";
 	if (seen < 0) {
 		seen = reported_bytes(out);
 		src = "report";

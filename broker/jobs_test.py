@@ -190,6 +190,8 @@ def t_lease_ttl_renew_release(c):
         r = cli(c, "lease", "renew", "train")
         assert r.returncode == 0, r.stderr
     assert entry(c, "train")["resident"] == 8 * MIB
+    r = cli(c, "--json", "--timeout", "5s", "lease", "renew", "train")  # global flags before the command
+    assert r.returncode == 0 and json.loads(r.stdout)["name"] == "train", (r.stdout, r.stderr)
     wait_for("TTL passed", lambda: entry(c, "train") is None, timeout=3 * SLOW)
     ev = c.events.all("lease-end", "train")
     assert ev and "TTL of 1 s passed" in ev[0]["reason"], ev

@@ -1026,8 +1026,29 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	if (argc >= 2 && (strcmp(argv[1], "complete") == 0 || strcmp(argv[1], "chat") == 0))
 		return text_cmd_main(argc - 1, argv + 1); /* flags after the command */
-	if (argc >= 2 && run_cmd_is(argv[1]))
-		return run_cmd_main(argc - 1, argv + 1); /* run, lease, external, park, resume: the same */
+	{
+		/* run, lease, external, park, resume: their own flags after the
+		 * command word; the global ones before it move right after it */
+		int i = 1;
+		while (i < argc && argv[i][0] == '-' && strcmp(argv[i], "--") != 0) {
+			bool with_value = !strchr(argv[i], '=') && (strcmp(argv[i], "--broker") == 0 ||
+			    strcmp(argv[i], "--timeout") == 0 || strcmp(argv[i], "--events") == 0);
+			i += with_value ? 2 : 1;
+		}
+		if (i < argc && run_cmd_is(argv[i])) {
+			char **v = calloc((size_t)argc + 1, sizeof *v);
+			if (!v)
+				return EXIT_FAILED;
+			int k = 0;
+			v[k++] = argv[i];
+			for (int j = 1; j < i; j++)
+				if (strncmp(argv[j], "--events", 8) != 0 && (j == 1 || strcmp(argv[j - 1], "--events") != 0))
+					v[k++] = argv[j];
+			for (int j = i + 1; j < argc; j++)
+				v[k++] = argv[j];
+			return run_cmd_main(k, v);
+		}
+	}
 	int tok_rc = tokenize_cmd_main(argc, argv); /* tokenize, detokenize: no broker needed */
 	if (tok_rc >= 0)
 		return tok_rc;
