@@ -385,6 +385,9 @@ int broker_nvml_name(const char *uuid, char *name, size_t len, unsigned *index);
 /* The processes that hold memory of that GPU (compute contexts) and how
  * much each, up to cap; BATON_ENODEV as broker_nvml_mem (or a driver
  * without the call), BATON_EDRIVER when NVML fails. */
+/* The uuid of the GPU NVML numbers index (nvidia-smi's), and how many it
+ * knows (count may be NULL); BATON_ENODEV without NVML or such a GPU. */
+int broker_nvml_uuid(unsigned index, unsigned *count, char *uuid, size_t len);
 struct broker_nvml_proc {
 	int pid;              /* as the host's pid namespace numbers it */
 	uint64_t bytes;       /* 0: NVML does not say (no per-process accounting) */

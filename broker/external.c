@@ -171,9 +171,15 @@ static int ext_add(struct broker *b, const struct broker_external_conf *c, bool 
 		snprintf(err, len, "'%s' is taken (a %s)", c->name, br_kind_name(old));
 		return BATON_EEXIST;
 	}
-	char gerr[160];
+	char gerr[160], nv_uuid[BROKER_NAME_MAX];
+	unsigned nv_count = 0;
 	size_t gi;
-	if (!c->gpu[0] && b->n_gpus == 1) {
+	/* a device no engine has named yet: NVML's (at start, before any registers) */
+	bool nv_only = b->cfg.nvml && b->n_gpus == 0 && !c->gpu[0] &&
+	    broker_nvml_uuid(0, &nv_count, nv_uuid, sizeof nv_uuid) == 0 && nv_count == 1;
+	if (nv_only) {
+		gi = br_gpu_find_or_add(b, nv_uuid);
+	} else if (!c->gpu[0] && b->n_gpus == 1) {
 		gi = 0;
 	} else if (!c->gpu[0]) {
 		snprintf(err, len, "name its device (gpu = UUID, host-N or an index): the broker knows %zu", b->n_gpus);
@@ -186,6 +192,9 @@ static int ext_add(struct broker *b, const struct broker_external_conf *c, bool 
 		for (size_t i = 0; digits && i < b->n_gpus; i++)
 			if (b->gpus[i].index == atoi(c->gpu))
 				gi = i;
+		if (digits && gi == (size_t)-1 && b->cfg.nvml &&
+		    broker_nvml_uuid((unsigned)atoi(c->gpu), NULL, nv_uuid, sizeof nv_uuid) == 0)
+			gi = br_gpu_find_or_add(b, nv_uuid);
 		if (digits && gi == (size_t)-1) {
 			snprintf(err, len, "no device with index %s is known", c->gpu);
 			return BATON_EINVAL;

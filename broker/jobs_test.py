@@ -245,6 +245,8 @@ class FakeEngine:
                 elif self.path.startswith("/wake_up"):
                     me.held = me.full
                 out = ("mib=%d\n" % me.held).encode()
+                if self.path.startswith("/v1/"):  # its OpenAI API: answers while awake only
+                    out = json.dumps({"served_by": "fake", "awake": me.held > 0, "echo": json.loads(body)}).encode()
                 code = 500 if self.path.startswith("/broken") else 200
                 self.send_response(code)
                 self.send_header("Content-Length", str(len(out)))
@@ -417,11 +419,43 @@ def t_http_twins(c):
         proc.kill()
 
 
+def t_front_door_routes_and_wakes(c):
+    # An external engine with url and model: the front door routes its model
+    # to it, and a request while it is released wakes it (its refill hook)
+    # before it is forwarded.
+    h = c.http_broker()
+    c.engine("a", host_mib=64)
+    f = FakeEngine(40)
+    proc = subprocess.Popen(["sleep", "120"])
+    try:
+        url = "http://127.0.0.1:%d" % f.port
+        st, out, _ = h.post("/v1/externals", {"name": "vllm", "pid": proc.pid, "mib": 40, "url": url,
+                                              "model": "qwen-ext", "release": url + "/sleep?level=1",
+                                              "refill": url + "/wake_up"})
+        assert st == 200, out
+        wait_for("routable", lambda: any(m["id"] == "qwen-ext" for m in h.get("/v1/models")[1]["data"]),
+                 timeout=5 * SLOW)
+        chat = {"model": "qwen-ext", "messages": [{"role": "user", "content": "hi"}]}
+        st, out, _ = h.post("/v1/chat/completions", chat)
+        assert st == 200 and out["served_by"] == "fake" and out["awake"], (st, out)
+        r = cli(c, "release", "vllm")
+        assert r.returncode == 0 and f.held == 0, r.stderr
+        n = len(f.calls)
+        st, out, _ = h.post("/v1/chat/completions", chat)
+        assert st == 200 and out["awake"], (st, out)  # woken first
+        paths = [p for p, _ in f.calls[n:]]
+        assert paths[0] == "/wake_up" and paths[-1] == "/v1/chat/completions", paths
+        assert entry(c, "vllm")["resident"] == 40 * MIB
+    finally:
+        proc.kill()
+        f.close()
+
+
 CASES = [t_run_makes_room_and_gives_back, t_run_fits_without_reclaim, t_run_kill9_job, t_run_kill9_cli,
          t_run_never_takes_from_higher_priority, t_run_bad_input, t_run_over_grant, t_refill_respects_a_lease,
          t_lease_ttl_renew_release, t_lease_pid, t_external_http_hooks,
          t_external_command_hooks_timeout_and_exit, t_external_configured_policy, t_external_bad_input,
-         t_http_twins]
+         t_http_twins, t_front_door_routes_and_wakes]
 
 
 def main():

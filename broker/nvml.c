@@ -155,3 +155,24 @@ int broker_nvml_procs(const char *uuid, struct broker_nvml_proc *out, size_t cap
 	pthread_mutex_unlock(&nv.mu);
 	return rc;
 }
+
+int broker_nvml_uuid(unsigned index, unsigned *count, char *uuid, size_t len)
+{
+	if (broker_nvml_init() != 0)
+		return BATON_ENODEV;
+	unsigned int n = 0;
+	int rc = BATON_ENODEV;
+	pthread_mutex_lock(&nv.mu);
+	if (nv.count(&n) == 0) {
+		nvml_device d;
+		char u[96];
+		if (count)
+			*count = n;
+		if (index < n && nv.by_index(index, &d) == 0 && nv.uuid(d, u, sizeof u) == 0) {
+			snprintf(uuid, len, "%s", u);
+			rc = 0;
+		}
+	}
+	pthread_mutex_unlock(&nv.mu);
+	return rc;
+}
