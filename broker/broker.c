@@ -194,7 +194,6 @@ int broker_open(const struct broker_config *cfg, struct broker **out, char *err,
 			    (int)(slash - (cfg->control + 6)), cfg->control + 6);
 	}
 	br_pins_load(b);
-	br_externals_from_config(b);
 	if (proto_ipc_dir(cfg->control) || proto_ipc_dir(cfg->events)) {
 		snprintf(err, errlen, "cannot create the socket directory for %s or %s: %s", cfg->control,
 		    cfg->events, strerror(errno));
@@ -215,6 +214,7 @@ int broker_open(const struct broker_config *cfg, struct broker **out, char *err,
 	}
 	sock_id_take(b, 0, cfg->control);
 	sock_id_take(b, 1, cfg->events);
+	br_externals_from_config(b); /* after the events socket: each is published */
 	*out = b;
 	return 0;
 fail:

@@ -72,6 +72,13 @@ static int resolve_pid(const struct eng *e)
 	return 0;
 }
 
+/* An external engine is given back whole or not at all: its floor is all
+ * it wants (a partial grant would be a restore into too little memory). */
+static void ext_whole(struct eng *e)
+{
+	e->floor = e->ceiling;
+}
+
 /* ---- parked processes across restarts ----------------------------------------------- */
 
 static void parked_path(struct broker *b, char *out, size_t len)
@@ -141,6 +148,7 @@ static void parked_recall(struct broker *b, struct eng *e)
 		e->ext.parked_bytes = (uint64_t)bytes;
 		if (e->ceiling < (uint64_t)bytes)
 			e->ceiling = (uint64_t)bytes;
+		ext_whole(e);
 		e->ext.parked_at = baton_now_s();
 		br_blog("external %s: process %d is still parked (from %s), %.1f MiB to restore", e->name, e->pid, path,
 		    (double)bytes / BATON_MIB);
@@ -149,6 +157,7 @@ static void parked_recall(struct broker *b, struct eng *e)
 }
 
 /* ---- entries ----------------------------------------------------------------------- */
+
 
 static void ext_measure(struct broker *b, struct eng *e)
 {
@@ -159,6 +168,7 @@ static void ext_measure(struct broker *b, struct eng *e)
 		    "hostdev" : "nvml");
 		if ((uint64_t)seen > e->ceiling && strcmp(e->state, "ready") == 0)
 			e->ceiling = (uint64_t)seen;
+		ext_whole(e);
 	}
 }
 
@@ -236,6 +246,7 @@ static int ext_add(struct broker *b, const struct broker_external_conf *c, bool 
 	e->reg_priority = c->priority;
 	e->ext.declared = c->mib * BATON_MIB;
 	e->ceiling = e->capacity = e->ext.declared;
+	ext_whole(e);
 	snprintf(e->http, sizeof e->http, "%s", c->url);
 	snprintf(e->model, sizeof e->model, "%s", c->model[0] ? c->model : "(external)");
 	snprintf(e->ctl, sizeof e->ctl, "external:%s", e->ext.mode == EXT_MODE_PARK ? "park" :
@@ -352,6 +363,7 @@ void br_ext_result(struct broker *b, struct eng *e, const struct jobtag *tag, co
 		}
 		if (tag->cmd == PROTO_OP_RELEASE && e->mapped > e->ceiling)
 			e->ceiling = e->mapped; /* what it held is what it wants back */
+		ext_whole(e);
 		snprintf(e->ext.last, sizeof e->ext.last, "%s: done in %.1f ms (%s)", word, it->ms, r->level ? r->level : "");
 		e->idle_since = baton_now_s();
 	} else {
@@ -534,6 +546,7 @@ static void on_report(struct broker *b, struct waiter *w, const struct baton_msg
 	e->mapped = e->resident = m->mapped;
 	if (m->mapped > e->ceiling && strcmp(e->state, "ready") == 0)
 		e->ceiling = m->mapped;
+	ext_whole(e);
 	snprintf(e->ext.mem_src, sizeof e->ext.mem_src, "report");
 	br_publish(b, "state", e, "its own report", -1, br_moved(before, e->mapped));
 	reply_ext(w, m, e, "report");

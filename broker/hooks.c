@@ -345,7 +345,13 @@ static void *hook_main(void *arg)
 	int rc = 0;
 	const char *state = j->op == PROTO_OP_RELEASE ? baton_state_name(BATON_STATE_RELEASED) :
 	    baton_state_name(BATON_STATE_READY);
-	if (j->park || j->resume) {
+	if (j->resume && !park_may_resume(j->granted, j->need)) {
+		/* the rule first, before the driver is even looked for */
+		snprintf(why, sizeof why, "process %d stays parked: it needs %.1f MiB, %.1f MiB were granted", j->pid,
+		    (double)j->need / BATON_MIB, (double)j->granted / BATON_MIB);
+		rc = BATON_EDEVMEM;
+		state = "parked";
+	} else if (j->park || j->resume) {
 		char err[200];
 		const struct park_driver *d = park_cuda(err, sizeof err);
 		if (!d) {

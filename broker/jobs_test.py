@@ -360,6 +360,46 @@ def t_external_configured_policy(c):
         p5.kill()
 
 
+def t_parked_across_restart(c):
+    # A broker that restarts finds a process its predecessor parked (the
+    # state file beside the pins'), counts it parked (nothing on the device),
+    # resumes it only after a grant, and sees it die while parked.
+    proc = subprocess.Popen(["sleep", "120"])
+    big = subprocess.Popen(["sleep", "120"])
+    try:
+        with open(os.path.join(c.dir, "broker.state.parked"), "w") as f:
+            json.dump({"version": 1, "parked": {"train": {"pid": proc.pid, "bytes": 60 * MIB, "gpu": "host-0"},
+                                                "big": {"pid": big.pid, "bytes": 100 * MIB, "gpu": "host-0"}}}, f)
+        c.broker('acquire_wait_ms = 500\n[external "train"]\npid = %d\ngpu = host-0\nmib = 60\nrelease = park\n'
+                 '[external "big"]\npid = %d\ngpu = host-0\nrelease = park\n' % (proc.pid, big.pid))
+        c.engine("a", host_mib=64)
+        e = entry(c, "train")
+        assert e["state"] == "parked" and e["resident"] == 0 and e["ctl"] == "external:park", e
+        # more than the device could ever give: never granted, so never restored
+        r = cli(c, "resume", "big")
+        assert r.returncode == 1 and "no memory for big" in r.stderr, r.stderr
+        assert "cannot resume" not in open(c.log("broker")).read()
+        # a resume is a refill: granted first (a gives way), only then the
+        # driver is called (none here: refused with its reason, still parked)
+        r = cli(c, "resume", "train")
+        assert r.returncode == 1 and "cannot resume: no CUDA driver" in r.stderr, r.stderr
+        assert entry(c, "train")["state"] == "parked" and entry(c, "a")["resident"] == 0
+        log = open(c.log("broker")).read()
+        assert log.index("release (for train)") < log.index("cannot resume"), log
+        assert c.status()["gpus"][0]["held"] == 0  # the grant went back with the failure
+        proc.kill()
+        proc.wait()
+        wait_for("gone", lambda: entry(c, "train")["state"] == "gone", timeout=3 * SLOW)
+        ev = c.events.all("dead", "train")
+        assert ev and ev[0]["reason"] == "died while parked", ev
+        assert "60.0 MiB checkpoint in host memory" in open(c.log("broker")).read()
+        kept = json.load(open(os.path.join(c.dir, "broker.state.parked")))
+        assert list(kept["parked"]) == ["big"], kept  # the dead one is gone from the file
+    finally:
+        proc.kill()
+        big.kill()
+
+
 def t_external_bad_input(c):
     c.broker()
     c.engine("a", host_mib=64)
@@ -455,7 +495,7 @@ CASES = [t_run_makes_room_and_gives_back, t_run_fits_without_reclaim, t_run_kill
          t_run_never_takes_from_higher_priority, t_run_bad_input, t_run_over_grant, t_refill_respects_a_lease,
          t_lease_ttl_renew_release, t_lease_pid, t_external_http_hooks,
          t_external_command_hooks_timeout_and_exit, t_external_configured_policy, t_external_bad_input,
-         t_http_twins, t_front_door_routes_and_wakes]
+         t_http_twins, t_front_door_routes_and_wakes, t_parked_across_restart]
 
 
 def main():
