@@ -42,6 +42,13 @@ def lease_names(c):
     return [e["name"] for e in c.status()["engines"] if e["ctl"] == "lease"]
 
 
+def wait_leased(c):
+    """The name of the one lease, once granted (before that, its job is held)."""
+    wait_for("a granted lease", lambda: [e for e in c.status()["engines"]
+                                         if e["ctl"] == "lease" and e["state"] == "leased"], timeout=10 * SLOW)
+    return lease_names(c)[0]
+
+
 # ---- baton run ----------------------------------------------------------------------
 
 def t_run_makes_room_and_gives_back(c):
@@ -51,8 +58,7 @@ def t_run_makes_room_and_gives_back(c):
     flag = os.path.join(c.dir, "go")
     job = "while [ ! -e %s ]; do sleep 0.05; done; exit 3" % flag
     p = cli(c, "run", "--mib", "20", "--", "sh", "-c", job, wait=False)
-    wait_for("the lease", lambda: lease_names(c), timeout=10 * SLOW)
-    name = lease_names(c)[0]
+    name = wait_leased(c)
     e = entry(c, name)
     assert e["state"] == "leased" and e["resident"] == 20 * MIB and e["pinned"], e
     assert entry(c, "a")["resident"] == 0, entry(c, "a")  # released for the job
@@ -82,8 +88,7 @@ def t_run_kill9_job(c):
     c.broker()
     c.engine("a")
     p = cli(c, "run", "--mib", "20", "--", "sleep", "60", wait=False)
-    wait_for("the lease", lambda: lease_names(c), timeout=10 * SLOW)
-    e = entry(c, lease_names(c)[0])
+    e = entry(c, wait_leased(c))
     os.kill(e["pid"], signal.SIGKILL)
     p.communicate(timeout=20)
     assert p.returncode == 128 + 9, p.returncode
@@ -97,8 +102,7 @@ def t_run_kill9_cli(c):
     c.broker()
     c.engine("a")
     p = cli(c, "run", "--mib", "20", "--", "sleep", "60", wait=False)
-    wait_for("the lease", lambda: lease_names(c), timeout=10 * SLOW)
-    job = entry(c, lease_names(c)[0])["pid"]
+    job = entry(c, wait_leased(c))["pid"]
     p.send_signal(signal.SIGKILL)
     p.communicate(timeout=10)
     wait_for("the lease gone", lambda: not lease_names(c), timeout=5 * SLOW)
@@ -138,8 +142,7 @@ def t_refill_respects_a_lease(c):
     c.broker()
     c.engine("a")
     p = cli(c, "run", "--mib", "20", "--", "sleep", "60", wait=False)
-    wait_for("the lease", lambda: lease_names(c), timeout=10 * SLOW)
-    wait_for("leased", lambda: entry(c, lease_names(c)[0])["state"] == "leased", timeout=5 * SLOW)
+    wait_leased(c)
     n = len(c.events.all("grant", "a"))
     r = cli(c, "refill", "a")  # an operator's refill: granted only what is left beside the job
     assert r.returncode == 0, r.stderr
