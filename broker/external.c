@@ -409,6 +409,23 @@ static void reply_ext(struct waiter *w, const struct baton_msg *m, const struct 
 	proto_set(&rb->m, PF_REASON);
 }
 
+/* A hook that is a shell command (not a URL, not park). */
+static bool is_command(const char *hook)
+{
+	return *hook && strncmp(hook, "http://", 7) != 0 && strcmp(hook, "park") != 0 && strcmp(hook, "resume") != 0;
+}
+
+/* Whether the request came over the control socket from a process of the
+ * broker's own user (the socket's peer). */
+static bool from_own_user(const struct baton_msg *m)
+{
+	int pid = proto_pipe_pid(m->pipe);
+	char path[64];
+	struct stat st;
+	snprintf(path, sizeof path, "/proc/%d", pid);
+	return pid > 0 && stat(path, &st) == 0 && st.st_uid == geteuid();
+}
+
 static void on_add(struct broker *b, struct waiter *w, const struct baton_msg *m)
 {
 	json_error_t je;
@@ -459,6 +476,13 @@ static void on_add(struct broker *b, struct waiter *w, const struct baton_msg *m
 			break;
 	}
 	json_decref(j);
+	if (rc == 0 && (is_command(c->release) || is_command(c->refill)) && !from_own_user(m)) {
+		/* a command runs as the broker's user: whoever may add one at run
+		 * time could run anything as that user otherwise */
+		snprintf(err, sizeof err, "a command hook runs as the broker's user: give it in the configuration, "
+		    "or from that user over the control socket (over HTTP: an http:// hook or park)");
+		rc = BATON_EPERM;
+	}
 	if (rc == 0)
 		rc = ext_add(b, c, false, err, sizeof err);
 	free(c);

@@ -448,6 +448,11 @@ def t_http_twins(c):
     try:
         st, out, _ = h.post("/v1/externals", {"name": "llama", "pid": proc.pid, "mib": 4,
                                               "release": "echo mib=0", "refill": "echo mib=4"})
+        assert st == 403 and "runs as the broker's user" in out["error"]["message"], (st, out)
+        f = FakeEngine(4)
+        url = "http://127.0.0.1:%d" % f.port
+        st, out, _ = h.post("/v1/externals", {"name": "llama", "pid": proc.pid, "mib": 4,
+                                              "release": url + "/sleep", "refill": url + "/wake_up"})
         assert st == 200 and out["state"] == "ready", (st, out)
         st, out, _ = h.post("/v1/engines/llama/release", {})
         assert st == 200 and entry(c, "llama")["resident"] == 0, (st, out)
