@@ -1036,17 +1036,10 @@ int main(int argc, char **argv)
 			i += with_value ? 2 : 1;
 		}
 		if (i < argc && run_cmd_is(argv[i])) {
-			char **v = calloc((size_t)argc + 1, sizeof *v);
-			if (!v)
-				return EXIT_FAILED;
-			int k = 0;
-			v[k++] = argv[i];
-			for (int j = 1; j < i; j++)
-				if (strncmp(argv[j], "--events", 8) != 0 && (j == 1 || strcmp(argv[j - 1], "--events") != 0))
-					v[k++] = argv[j];
-			for (int j = i + 1; j < argc; j++)
-				v[k++] = argv[j];
-			return run_cmd_main(k, v);
+			char *verb = argv[i]; /* argv[1..i] rotated in place: the verb, then the global flags */
+			memmove(argv + 2, argv + 1, (size_t)(i - 1) * sizeof *argv);
+			argv[1] = verb;
+			return run_cmd_main(argc - 1, argv + 1);
 		}
 	}
 	int tok_rc = tokenize_cmd_main(argc, argv); /* tokenize, detokenize: no broker needed */

@@ -118,6 +118,8 @@ static void parse(int argc, char **argv, struct ropts *o, bool external_add)
 		int64_t s;
 		if (strcmp(name, "--broker") == 0) {
 			o->broker = val;
+		} else if (strcmp(name, "--events") == 0) {
+			/* baton's global flag: these commands use no event socket */
 		} else if (strcmp(name, "--timeout") == 0) {
 			o->timeout_ms = (int)(parse_secs(name, val) * 1e3);
 		} else if (strcmp(name, "--mib") == 0) {
@@ -309,7 +311,9 @@ static int cmd_run(struct ropts *o)
 			fprintf(stderr, "baton: run: %s: %s%s%s; the job was not started\n", o->broker, baton_strerror(rc),
 			    d.text[0] ? ": " : "", d.text);
 		proto_client_close(cli);
-		return rep.reply ? cli_exit_code(rc) : EXIT_FAILED;
+		int code = rep.reply ? cli_exit_code(rc) : EXIT_FAILED;
+		proto_msg_free(&rep);
+		return code;
 	}
 	char name[BROKER_NAME_MAX];
 	snprintf(name, sizeof name, "%s", rep.name ? rep.name : "");
