@@ -166,6 +166,7 @@ struct ext_x {
 	double parked_at;
 	uint64_t parked_bytes;/* device bytes it held when parked */
 	bool park_next;       /* the release in flight is a park (baton park) */
+	bool come_back;       /* released or parked for someone else: refilled once its memory is free again */
 	char last[256];       /* the last hook's or park's outcome */
 };
 

@@ -341,6 +341,20 @@ void br_ext_tick(struct broker *b, struct eng *e, double now)
 		e->last_seen = now;
 		ext_measure(b, e);
 	}
+	/* given away for another, and the memory is free again (nobody waits for
+	 * it on the device): it comes back, by the usual queue (a park resumes
+	 * only once granted) */
+	if (e->ext.come_back && !e->in_flight && !e->no_release && br_want_bytes(e) > 0) {
+		for (size_t i = 0; i < MAX_OPS; i++)
+			if (b->ops[i].used && b->ops[i].gpu == e->gpu)
+				return;
+		struct gpu_view v;
+		br_gpu_view(b, e->gpu, &v);
+		if (v.avail >= br_want_bytes(e)) {
+			e->ext.come_back = false;
+			br_refill_behind(b, e, "its memory is free again");
+		}
+	}
 }
 
 /* A hook's (or park's) result, before results.c applies it as an engine's
@@ -361,6 +375,11 @@ void br_ext_result(struct broker *b, struct eng *e, const struct jobtag *tag, co
 				e->ceiling = e->ext.parked_bytes;
 			e->ext.parked_at = baton_now_s();
 		}
+		/* taken for another (a reclaim, not an operator's): back when there is room */
+		if (tag->cmd == PROTO_OP_RELEASE)
+			e->ext.come_back = tag->victim != 0;
+		else
+			e->ext.come_back = false;
 		if (tag->cmd == PROTO_OP_RELEASE && e->mapped > e->ceiling)
 			e->ceiling = e->mapped; /* what it held is what it wants back */
 		ext_whole(e);

@@ -351,10 +351,17 @@ def t_external_configured_policy(c):
         wait_for("a holds", lambda: entry(c, "a")["resident"] == CEIL, timeout=10 * SLOW)
         assert open(log).read().split("\n")[0] == "x1 release", open(log).read()
         assert entry(c, "x1")["state"] == "released" and entry(c, "x5")["resident"] == 20 * MIB
-        # a lease ends and the engines that gave way come back: x1 here, via a's release
+        # taken for a: once a gives its memory back, x1 comes back by itself
         r = cli(c, "release", "a")
-        r = cli(c, "refill", "x1")
-        assert r.returncode == 0 and entry(c, "x1")["resident"] == 20 * MIB, r.stderr
+        assert r.returncode == 0, r.stderr
+        wait_for("x1 back", lambda: entry(c, "x1")["resident"] == 20 * MIB, timeout=5 * SLOW)
+        assert open(log).read().split("\n")[:2] == ["x1 release", "x1 refill"], open(log).read()
+        # an operator's release stays released
+        r = cli(c, "release", "x5")
+        time.sleep(0.5)
+        assert entry(c, "x5")["resident"] == 0 and "x5 refill" not in open(log).read()
+        r = cli(c, "refill", "x5")
+        assert r.returncode == 0 and entry(c, "x5")["resident"] == 20 * MIB, r.stderr
         r = cli(c, "park", "x1")  # no CUDA driver here: refused with the reason, left running
         assert r.returncode == 1 and ("CUDA" in r.stderr or "libcuda" in r.stderr), r.stderr
         assert entry(c, "x1")["state"] == "ready" and entry(c, "x1")["resident"] == 20 * MIB
