@@ -184,20 +184,20 @@ def t_run_over_grant(c):
 def t_lease_ttl_renew_release(c):
     c.broker()
     c.engine("a", host_mib=64)
-    r = cli(c, "lease", "acquire", "--mib", "8", "--ttl", "1s", "--name", "train", "--json")
+    r = cli(c, "lease", "acquire", "--mib", "8", "--ttl", "2s", "--name", "train", "--json")
     assert r.returncode == 0, r.stderr
     j = json.loads(r.stdout)
-    assert j["name"] == "train" and j["granted"] == 8 * MIB and j["ttl_s"] == 1.0, j
-    for _ in range(3):  # renewed, it outlives its TTL
-        time.sleep(0.5)
+    assert j["name"] == "train" and j["granted"] == 8 * MIB and j["ttl_s"] == 2.0, j
+    for _ in range(4):  # renewed, it outlives its TTL
+        time.sleep(0.6)
         r = cli(c, "lease", "renew", "train")
         assert r.returncode == 0, r.stderr
     assert entry(c, "train")["resident"] == 8 * MIB
     r = cli(c, "--json", "--timeout", "5s", "lease", "renew", "train")  # global flags before the command
     assert r.returncode == 0 and json.loads(r.stdout)["name"] == "train", (r.stdout, r.stderr)
-    wait_for("TTL passed", lambda: entry(c, "train") is None, timeout=3 * SLOW)
+    wait_for("TTL passed", lambda: entry(c, "train") is None, timeout=5 * SLOW)
     ev = c.events.all("lease-end", "train")
-    assert ev and "TTL of 1 s passed" in ev[0]["reason"], ev
+    assert ev and "TTL of 2 s passed" in ev[0]["reason"], ev
     r = cli(c, "lease", "renew", "train")
     assert r.returncode == 4, r.stderr  # not found
     r = cli(c, "lease", "acquire", "--mib", "8", "--ttl", "60s", "--name", "t2")
