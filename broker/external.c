@@ -419,12 +419,14 @@ static void reply_ext(struct waiter *w, const struct baton_msg *m, const struct 
 	snprintf(rb->s1, sizeof rb->s1, "%s", e->name);
 	rb->m.name = rb->s1;
 	proto_set(&rb->m, PF_NAME);
-	rb->m.state = e->state;
+	/* copies: the receiver encodes the reply after the decision thread moved on */
+	snprintf(rb->text, 64, "%s", e->state);
+	rb->m.state = rb->text;
 	proto_set(&rb->m, PF_STATE);
 	rb->m.mapped = e->mapped;
 	proto_set(&rb->m, PF_MAPPED);
-	snprintf(rb->text, sizeof rb->text, "%s", reason);
-	rb->m.reason = rb->text;
+	snprintf(rb->text + 64, sizeof rb->text - 64, "%s", reason);
+	rb->m.reason = rb->text + 64;
 	proto_set(&rb->m, PF_REASON);
 }
 
