@@ -172,6 +172,7 @@ int broker_open(const struct broker_config *cfg, struct broker **out, char *err,
 	pthread_mutex_init(&b->jmu, NULL);
 	pthread_cond_init(&b->jcv, NULL);
 	pthread_mutex_init(&b->wmu, NULL);
+	pthread_mutex_init(&b->tmu, NULL);
 	for (size_t i = 0; i < BROKER_MAX_ENGINES; i++)
 		b->watches[i].fd = -1;
 	b->tags = calloc(MAX_TAGS, sizeof *b->tags);
@@ -293,6 +294,8 @@ void broker_close(struct broker *b)
 	pthread_mutex_destroy(&b->jmu);
 	pthread_cond_destroy(&b->jcv);
 	pthread_mutex_destroy(&b->wmu);
+	explicit_bzero(b->http_tokens, sizeof b->http_tokens);
+	pthread_mutex_destroy(&b->tmu);
 	free(b->tags);
 	free(b);
 }
@@ -305,4 +308,18 @@ const char *broker_control_url(const struct broker *b)
 const char *broker_events_url(const struct broker *b)
 {
 	return proto_pub_url(b->pub);
+}
+
+int broker_engine_http_token(struct broker *b, const char *name, char *out, size_t n)
+{
+	int rc = BATON_ENOTFOUND;
+	out[0] = 0;
+	pthread_mutex_lock(&b->tmu);
+	for (size_t i = 0; i < BROKER_MAX_ENGINES; i++)
+		if (b->http_tokens[i].name[0] && strcmp(b->http_tokens[i].name, name) == 0) {
+			rc = (size_t)snprintf(out, n, "%s", b->http_tokens[i].token) < n ? 0 : BATON_ETOOBIG;
+			break;
+		}
+	pthread_mutex_unlock(&b->tmu);
+	return rc;
 }

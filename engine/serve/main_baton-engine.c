@@ -28,7 +28,9 @@ static const char usage[] =
     "\n"
     "  --name NAME                 engine name (letters, digits, '-', '_', '.')\n"
     "  --shared-expert-arena PATH  the model's arena (made by baton-arena create)\n"
-    "  --listen URL                control socket (default ipc:///run/baton/engine-NAME.sock)\n"
+    "  --listen URL                control socket (default ipc:///run/baton/engine-NAME.sock;\n"
+    "                              ipc:// only with --broker; its directory must be this user's\n"
+    "                              or root's and writable by no one else)\n"
     "  --backend host|cuda|auto    device backend (default auto: cuda when a GPU is present)\n"
     "  --device N                  device index (default 0)\n"
     "  --cache-mib N|auto          expert cache size (default auto: the model, or what fits)\n"
@@ -60,7 +62,9 @@ static const char usage[] =
     "  --max-queue N               requests waiting for KV blocks or a free slot; more are\n"
     "                              answered busy (HTTP 503 with Retry-After) (default 64)\n"
     "  --http ADDR                 serve the OpenAI-compatible API on ADDR (HOST:PORT, port 0:\n"
-    "                              any; prints \"http: URL\"); loopback only unless a token is set\n"
+    "                              any; prints \"http: URL\"); loopback only unless a token is set;\n"
+    "                              with --broker and no token file, every request needs a token\n"
+    "                              the engine makes and gives to the broker's front door alone\n"
     "  --http-token-file FILE      clients must send \"Authorization: Bearer TOKEN\" (the file's\n"
     "                              first line; a regular file\n"
     "                              others cannot read, as the broker's)\n"
@@ -258,6 +262,11 @@ static void parse_args(int argc, char **argv, struct baton_serve_config *o)
 		usage_error("%s needs --broker", o->broker_optional ? "--broker-optional" : "--broker-wait");
 	if (o->http_token && !o->http)
 		usage_error("--http-token-file needs --http");
+	/* nng has no token: a tcp:// control socket lets any local user
+	 * release, refill and compute on this engine around the broker */
+	if (o->broker && o->listen && strncmp(o->listen, "ipc://", 6) != 0)
+		usage_error("--listen %s: an engine under a broker listens on ipc:// only (a tcp:// control "
+		    "socket would let any local user drive it around the broker)", o->listen);
 	if (o->use_peer && o->peer_device == o->device)
 		usage_error("--peer-device %d is the engine's own --device", o->peer_device);
 }

@@ -44,11 +44,12 @@ def model_arena(c):
 
 def engine(c, name, *flags, broker=False, host_mib=64):
     """An engine of the model with --http on a free port; p.http: its client."""
-    p = c.engine(name, "--ctx", "256", "--http", "127.0.0.1:0", *flags, arena=model_arena(c),
+    own = ("--http-token-file", h.engine_token_file(c.dir)) if broker else ()  # else one only the door knows
+    p = c.engine(name, "--ctx", "256", "--http", "127.0.0.1:0", *own, *flags, arena=model_arena(c),
                  broker=broker, host_mib=host_mib, segment_mib=2)
     line = p.stdout.readline()
     assert line.startswith("http: http://127.0.0.1:"), line
-    p.http = h.Http(line.split()[1])
+    p.http = h.Http(line.split()[1], h.ENGINE_TOKEN if broker else None)
     return p
 
 
