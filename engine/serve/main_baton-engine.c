@@ -68,6 +68,9 @@ static const char usage[] =
     "  --http-token-file FILE      clients must send \"Authorization: Bearer TOKEN\" (the file's\n"
     "                              first line; a regular file\n"
     "                              others cannot read, as the broker's)\n"
+    "  --special-tokens-in-content a special token's text in a message (<|im_start|>) is that\n"
+    "                              token, as Hugging Face makes it (default: text; only the\n"
+    "                              chat template makes control tokens)\n"
     "  --served-model-name NAME    the model id clients send (default: the arena's file name\n"
     "                              without .arena)\n"
     "  --help, --version\n";
@@ -107,7 +110,7 @@ static void parse_args(int argc, char **argv, struct baton_serve_config *o)
 {
 	enum { O_NAME = 1, O_ARENA, O_LISTEN, O_BACKEND, O_DEVICE, O_CACHE, O_SEG, O_RELEASE,
 	       O_IDLE, O_ELASTIC, O_RESERVE, O_VERIFY, O_HOSTMIB, O_BROKER, O_PRIORITY, O_PEER,
-	       O_CTX, O_BWAIT, O_BOPT, O_KVB, O_MAXSEQS, O_MAXQ, O_HTTP, O_HTOKEN, O_SERVED,
+	       O_CTX, O_BWAIT, O_BOPT, O_KVB, O_MAXSEQS, O_MAXQ, O_HTTP, O_HTOKEN, O_SERVED, O_CSPECIAL,
 	       O_HELP, O_VERSION };
 	static const struct option lo[] = {
 		{ "name", required_argument, 0, O_NAME },
@@ -135,6 +138,7 @@ static void parse_args(int argc, char **argv, struct baton_serve_config *o)
 		{ "http", required_argument, 0, O_HTTP },
 		{ "http-token-file", required_argument, 0, O_HTOKEN },
 		{ "served-model-name", required_argument, 0, O_SERVED },
+		{ "special-tokens-in-content", no_argument, 0, O_CSPECIAL },
 		{ "help", no_argument, 0, O_HELP },
 		{ "version", no_argument, 0, O_VERSION },
 		{ 0, 0, 0, 0 },
@@ -204,6 +208,7 @@ static void parse_args(int argc, char **argv, struct baton_serve_config *o)
 				usage_error("--max-queue must be positive");
 			break;
 		case O_HTTP: o->http = optarg; break;
+		case O_CSPECIAL: o->content_special = 1; break;
 		case O_HTOKEN: o->http_token = read_token(optarg); break;
 		case O_SERVED:
 			if (!optarg[0] || strlen(optarg) > 200 || strpbrk(optarg, " \t\r\n\"\\"))
