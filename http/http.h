@@ -34,7 +34,8 @@ struct baton_http_opts {
 	int token_for_reads;        /* 1: GET and HEAD need the token too (else only the other methods) */
 	const char *const *hosts;   /* more Host names accepted (NULL-terminated), besides the bound
 	                             * address and localhost */
-	unsigned max_conns;         /* 0: 4096, bounded by RLIMIT_NOFILE */
+	unsigned max_conns;         /* 0: 4096, bounded by RLIMIT_NOFILE; past it the oldest connection
+	                             * waiting for a request (not one that sent the token) is closed */
 	unsigned idle_timeout_s;    /* 0: 30: a connection silent this long is closed */
 	unsigned header_timeout_s;  /* 0: 10: a request's headers and body must arrive within this of
 	                             * the connection's start or its previous answer (slowloris) */
@@ -75,6 +76,7 @@ struct http_stats {
 	unsigned conns;
 	unsigned long long body_bytes, refused;
 	size_t body_held;
+	unsigned long long evicted;  /* connections shut to make room past max_conns */
 };
 void http_stats(struct baton_http *h, struct http_stats *s);
 
