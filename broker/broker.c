@@ -204,7 +204,12 @@ int broker_open(const struct broker_config *cfg, struct broker **out, char *err,
 	if ((rc = sock_dir_check(cfg->control, err, errlen)) != 0 ||
 	    (rc = sock_dir_check(cfg->events, err, errlen)) != 0)
 		goto fail;
-	struct proto_opts so = { .on_pipe = br_on_pipe, .pipe_arg = b };
+	/* Requests to the broker are small (its largest, register, is under
+	 * 2 KiB): a frame that says more is refused on its length, before
+	 * nng allocates for it (issue 28: 40 half-sent 64 MiB frames made the
+	 * broker hold 1,290 MiB). The engines' sockets keep the protocol's
+	 * bound: GEN carries up to 64 MiB of input. */
+	struct proto_opts so = { .on_pipe = br_on_pipe, .pipe_arg = b, .recvmax = BROKER_RECV_MAX };
 	if ((rc = proto_server_open(&b->srv, cfg->control, &so)) != 0) {
 		snprintf(err, errlen, "cannot listen on %s: %s", cfg->control, baton_strerror(rc));
 		goto fail;

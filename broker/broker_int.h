@@ -125,6 +125,9 @@ struct gpu {
 	double death_at;      /* an engine on it was last found dead */
 };
 
+/* The largest request frame the control socket reads (broker.c). */
+#define BROKER_RECV_MAX (1u << 20)
+
 enum { ES_FREE = 0, ES_LIVE, ES_DEAD };
 
 struct eng {

@@ -12,6 +12,7 @@ engines on the host backend (tests/harness.py's BrokerCase).
 - the state file is written through an O_EXCL temporary, never a link;
 - the socket directory is never chmodded: one writable by group or others is refused unless root's and sticky (as /tmp is);
 - a socket replaced under the broker: it says so and exits;
+- a frame longer than any request on the control socket: closed at once;
 - engines are no back door around the door: a second local user (uid
   65534) who reads their URL in the open status gets 401 from an engine's
   OpenAI HTTP and cannot connect to its control socket; the door, which
@@ -353,10 +354,55 @@ def t_engine_socket_dir(c):
     assert p.returncode == 2 and "ipc:// only" in p.stderr, (p.returncode, p.stderr[-500:])
 
 
+def t_half_frames(c):
+    """Issue 28: half-sent 64 MiB frames on the control socket made the
+    broker hold 1,290 MiB (40 of them). A frame longer than any request
+    (1 MiB) is refused on its length: the connection is closed at once,
+    nothing is allocated for it, and the broker answers the others."""
+    b = c.broker()
+    path = c.control[len("ipc://"):]
+
+    def rss():
+        for line in open("/proc/%d/status" % b.pid):
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) << 10
+    before = rss()
+    conns, closed = [], 0
+    for i in range(20):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(3)
+        s.connect(path)
+        # SP over ipc: the header of a REQ peer (protocol 0x30), then one
+        # message frame (type 1, a 64-bit length) with a part of its body
+        try:
+            s.sendall(b"\x00SP\x00\x00\x30\x00\x00")
+            s.sendall(b"\x01" + (64 << 20).to_bytes(8, "big") + b"\x81" * (256 << 10))
+        except (BrokenPipeError, ConnectionResetError):
+            closed += 1  # refused while it sent
+            s.close()
+            continue
+        conns.append(s)
+    for s in conns:
+        try:
+            while True:
+                got = s.recv(4096)
+                if not got:
+                    closed += 1
+                    break
+        except (socket.timeout, ConnectionResetError, BrokenPipeError):
+            pass
+        s.close()
+    grew = rss() - before
+    assert closed == 20, "%d of 20 connections with a 64 MiB frame were kept open" % (20 - closed)
+    assert grew < 64 << 20, "the broker grew by %d MiB" % (grew >> 20)
+    assert c.status()["engines"] == []  # and it answers
+    return "20 half-sent 64 MiB frames: all closed, RSS %+.1f MiB" % (grew / (1 << 20))
+
+
 CASES = [t_default_token, t_no_token_off_loopback, t_token_file_mode, t_cross_site, t_rebinding_reads,
          t_errors_say_why,
          t_state_file_no_links, t_socket_dir, t_socket_dir_sticky, t_socket_replaced,
-         t_engine_back_door, t_engine_socket_dir]
+         t_engine_back_door, t_engine_socket_dir, t_half_frames]
 
 
 def main():
