@@ -182,6 +182,8 @@ static void admit(struct baton_sched *s, struct job **done, struct job **admitte
 			continue;
 		}
 		need = near_blocks(s, j);
+		if (need > total)
+			need = total; /* a prompt that fills the pool, max_tokens 1: the last token is never fed */
 		if (outstanding + need + s->n_run > free_b)
 			break; /* waits for blocks */
 		struct baton_seq *ks;

@@ -19,6 +19,7 @@
 #include "arena/arena.h"
 #include "engine/model/model_fixture.h"
 #include "engine/serve/sched.h"
+#include "text/text.h"
 #include "tests/t.h"
 
 /* models/kjv-qwen3-moe with its generator. */
@@ -336,9 +337,20 @@ static void t_short_beside_long(void)
 	struct baton_sched *s;
 	T_EQ_INT(sched_open(r.g, NULL, &hooks, &s), 0);
 	static struct call lng[3], shrt;
+	/* the long ones never end early: their end-of-turn and EOS banned */
+	const text_tok *tok = generator_tokenizer(r.g);
+	int32_t *end = NULL;
+	size_t n_end = 0;
+	char err[256];
+	T_OK(text_encode(tok, "<|im_end|>", 10, 0, &end, &n_end, err, sizeof err));
+	T_EQ_INT(n_end, 1);
+	struct baton_logit_bias ban[2] = { { (uint32_t)end[0], -100 }, { (uint32_t)text_eos(tok), -100 } };
+	free(end);
 	double t0 = now_s();
 	for (int i = 0; i < 3; i++) {
 		make_call(&lng[i], i, 0.9f, 0 /* no max_tokens: to the end of the context */);
+		lng[i].q.sp.bias = ban;
+		lng[i].q.sp.n_bias = 2;
 		submit(s, &lng[i]);
 	}
 	usleep(20 * 1000);
@@ -358,8 +370,14 @@ static void t_short_beside_long(void)
 	for (int i = 0; i < 3; i++) {
 		wait_done(&lng[i]);
 		T_ASSERT_MSG(lng[i].rc == 0, "%s", lng[i].err);
-		generator_result_free(&lng[i].res);
+		T_EQ_STR(lng[i].res.finish, "length");
 	}
+	sched_stats(s, &st);
+	printf("  the long ones: %u, %u and %u tokens, all done after %.3f s; %llu preemptions\n",
+	    lng[0].res.n_tokens, lng[1].res.n_tokens, lng[2].res.n_tokens, now_s() - t0,
+	    (unsigned long long)st.preempted);
+	for (int i = 0; i < 3; i++)
+		generator_result_free(&lng[i].res);
 	generator_result_free(&shrt.res);
 	sched_close(s);
 	rig_close(&r);
