@@ -79,6 +79,10 @@ static void on_register(struct broker *b, struct waiter *w, const struct baton_m
 	{
 		size_t slot = (size_t)(e - b->eng);
 		pthread_mutex_lock(&b->tmu);
+		/* a slot freed and this name registered in another: one entry a name */
+		for (size_t i = 0; i < BROKER_MAX_ENGINES; i++)
+			if (i != slot && strcmp(b->http_tokens[i].name, m->name) == 0)
+				memset(&b->http_tokens[i], 0, sizeof b->http_tokens[i]);
 		snprintf(b->http_tokens[slot].name, sizeof b->http_tokens[slot].name, "%s", m->name);
 		snprintf(b->http_tokens[slot].token, sizeof b->http_tokens[slot].token, "%s",
 		    *http && proto_has(m, PF_HTTP_TOKEN) ? m->http_token : "");
