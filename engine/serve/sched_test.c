@@ -438,6 +438,79 @@ static void t_preempt_recompute(void)
 	rig_close(&r);
 }
 
+/* Preempted ones that are cancelled, running or back in the queue, end
+ * as cancelled with their blocks free; the others are still answered as
+ * alone, and the pool is whole at the end. */
+static void t_preempt_and_cancel(void)
+{
+	struct rig r;
+	rig_open(&r, 256, 0);
+	enum { M = 6 };
+	static struct call c[M], alone[M];
+	char err[512];
+	/* no early ends: the end-of-turn and EOS banned */
+	const text_tok *tok = generator_tokenizer(r.g);
+	int32_t *end = NULL;
+	size_t n_end = 0;
+	T_OK(text_encode(tok, "<|im_end|>", 10, 0, &end, &n_end, err, sizeof err));
+	static struct baton_logit_bias ban[2];
+	ban[0] = (struct baton_logit_bias){ (uint32_t)end[0], -100 };
+	ban[1] = (struct baton_logit_bias){ (uint32_t)text_eos(tok), -100 };
+	free(end);
+	for (int i = 0; i < M; i++) {
+		make_call(&alone[i], i, 0.9f, 60);
+		alone[i].q.sp.bias = ban;
+		alone[i].q.sp.n_bias = 2;
+		alone[i].q.on_text = NULL;
+		T_ASSERT_MSG(generator_run(r.g, &alone[i].q, &alone[i].res, err, sizeof err) == 0, "%s", err);
+	}
+	rig_close(&r);
+	rig_open(&r, 256, 6);
+	atomic_store(&hk.may, 1);
+	struct baton_sched *s;
+	T_EQ_INT(sched_open(r.g, NULL, &hooks, &s), 0);
+	for (int i = 0; i < M; i++) {
+		make_call(&c[i], i, 0.9f, 60);
+		c[i].q.sp.bias = ban;
+		c[i].q.sp.n_bias = 2;
+		if (i % 2)
+			c[i].cancel_id_at = 10 + 6 * i; /* sched_cancel from its own stream, mid-answer */
+		submit(s, &c[i]);
+	}
+	int cancelled = 0;
+	for (int i = 0; i < M; i++) {
+		wait_done(&c[i]);
+		if (i % 2) {
+			/* cancelled: as "cancelled" when its answer began, else ECLOSED */
+			T_ASSERT_MSG(c[i].rc == 0 ? strcmp(c[i].res.finish, "cancelled") == 0 ||
+			    c[i].res.n_tokens == alone[i].res.n_tokens : c[i].rc == BATON_ECLOSED,
+			    "request %d: rc %d, %s", i, c[i].rc, c[i].err);
+			cancelled += c[i].rc == 0 && strcmp(c[i].res.finish, "cancelled") == 0;
+		} else {
+			T_ASSERT_MSG(c[i].rc == 0, "request %d: %s", i, c[i].err);
+			T_ASSERT(c[i].res.n_tokens == alone[i].res.n_tokens &&
+			    memcmp(c[i].res.tokens, alone[i].res.tokens, alone[i].res.n_tokens * 4) == 0);
+		}
+	}
+	struct sched_stats st;
+	for (int i = 0; i < 200; i++) {
+		sched_stats(s, &st);
+		if (!st.held)
+			break;
+		usleep(1000);
+	}
+	printf("  %llu preemptions, %d of 3 cancelled mid-answer\n", (unsigned long long)st.preempted, cancelled);
+	T_EQ_INT(st.kv_free, st.kv_total);
+	T_EQ_INT(st.running, 0);
+	T_EQ_INT(st.waiting, 0);
+	sched_close(s);
+	for (int i = 0; i < M; i++) {
+		generator_result_free(&alone[i].res);
+		generator_result_free(&c[i].res);
+	}
+	rig_close(&r);
+}
+
 /* may_admit no: nothing starts and the engine goes back (end); yes: on. */
 static void t_drain(void)
 {
@@ -478,4 +551,4 @@ static void t_drain(void)
 T_MAIN(T_CASE_TIMEOUT(t_batched_equals_alone, 120), T_CASE_TIMEOUT(t_queue_full, 60),
     T_CASE_TIMEOUT(t_cancel_frees_blocks, 60), T_CASE_TIMEOUT(t_small_pool, 120),
     T_CASE_TIMEOUT(t_drain, 60), T_CASE_TIMEOUT(t_short_beside_long, 120),
-    T_CASE_TIMEOUT(t_preempt_recompute, 120))
+    T_CASE_TIMEOUT(t_preempt_recompute, 120), T_CASE_TIMEOUT(t_preempt_and_cancel, 120))
