@@ -269,6 +269,11 @@ const char *broker_events_url(const struct broker *b);
 void broker_call(struct broker *b, const struct baton_msg *req,
     void (*fn)(void *arg, const struct baton_msg *rep), void *arg);
 
+/* The bearer token the engine `name` registered for its OpenAI HTTP into
+ * out ("" when it needs none): for the front door's requests to it, and
+ * shown nowhere. Any thread. BATON_ENOTFOUND: no such engine. */
+int broker_engine_http_token(struct broker *b, const char *name, char *out, size_t n);
+
 /* An event subscriber: called on the decision thread with every event the
  * broker publishes (op event: seq, time_ms, kind, engine, gpu, state,
  * reason, ms, bytes), valid during the call. A "handoff" event also

@@ -125,6 +125,9 @@ struct gpu {
 	double death_at;      /* an engine on it was last found dead */
 };
 
+/* The largest request frame the control socket reads (broker.c). */
+#define BROKER_RECV_MAX (1u << 20)
+
 enum { ES_FREE = 0, ES_LIVE, ES_DEAD };
 
 struct eng {
@@ -317,6 +320,11 @@ struct broker {
 	struct gpu gpus[BROKER_MAX_GPUS];
 	size_t n_gpus;
 	struct eng eng[BROKER_MAX_ENGINES];
+	/* The bearer token each engine's OpenAI HTTP needs, by engine slot,
+	 * under tmu: written at register (decision thread), read by the front
+	 * door's threads (broker_engine_http_token); in no status, event or log. */
+	pthread_mutex_t tmu;
+	struct { char name[BROKER_NAME_MAX], token[BROKER_URL_MAX]; } http_tokens[BROKER_MAX_ENGINES];
 	struct op ops[MAX_OPS];
 	uint64_t op_seq, job_seq, epoch, seq;
 	struct {

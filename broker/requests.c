@@ -74,6 +74,20 @@ static void on_register(struct broker *b, struct waiter *w, const struct baton_m
 		http = "";
 	}
 	snprintf(e->http, sizeof e->http, "%s", http);
+	/* The token only the front door sends: it goes in no status, event
+	 * or log (broker_engine_http_token). */
+	{
+		size_t slot = (size_t)(e - b->eng);
+		pthread_mutex_lock(&b->tmu);
+		/* a slot freed and this name registered in another: one entry a name */
+		for (size_t i = 0; i < BROKER_MAX_ENGINES; i++)
+			if (i != slot && strcmp(b->http_tokens[i].name, m->name) == 0)
+				memset(&b->http_tokens[i], 0, sizeof b->http_tokens[i]);
+		snprintf(b->http_tokens[slot].name, sizeof b->http_tokens[slot].name, "%s", m->name);
+		snprintf(b->http_tokens[slot].token, sizeof b->http_tokens[slot].token, "%s",
+		    *http && proto_has(m, PF_HTTP_TOKEN) ? m->http_token : "");
+		pthread_mutex_unlock(&b->tmu);
+	}
 	if (strcmp(e->ctl, m->ctl) != 0 || !e->conn) {
 		br_eng_forget_conn(e);
 		snprintf(e->ctl, sizeof e->ctl, "%s", m->ctl);

@@ -1013,6 +1013,13 @@ int main(int argc, char **argv)
 	}
 	check_url("--broker", opt.broker);
 	check_url("--events", opt.events_given ? opt.events : getenv("BATON_EVENTS"));
+	{
+		char terr[768];
+		if (cli_socket_trusted(opt.broker, terr, sizeof terr) != 0) {
+			fprintf(stderr, "baton: --broker %s\n", terr);
+			return EXIT_FAILED;
+		}
+	}
 	if (opt.npos == 0)
 		die_usage("no command given");
 	const char *cmd = opt.pos[0];

@@ -223,6 +223,9 @@ int door_up_open(const char *url, int timeout_ms, struct door_up **out, char *er
  * with a sentence in err. */
 int door_up_request(struct door_up *u, const char *path, const char *body, size_t len, int timeout_ms,
     char *err, size_t errlen);
+/* The bearer token the engine's HTTP needs (NULL or "": none), sent with
+ * the next request; BATON_EINVAL for one that is not visible ASCII. */
+int door_up_set_token(struct door_up *u, const char *token);
 int door_up_status(const struct door_up *u);
 /* A reply header's value copied into out, or NULL when absent. */
 const char *door_up_header(const struct door_up *u, const char *name, char *out, size_t n);

@@ -62,6 +62,14 @@ static void *proxy(void *arg)
 	bool ok = false, gone = false;
 	double t_first = -1;
 	if (rc == 0) {
+		/* the engine's own token (issue 28): only the door holds it */
+		char tok[BROKER_URL_MAX];
+		if (broker_engine_http_token(d->b, q->eng, tok, sizeof tok) == 0 && door_up_set_token(up, tok) != 0)
+			broker_log("door: the token engine %s registered is not one line of visible ASCII; "
+			    "sending none", q->eng);
+		explicit_bzero(tok, sizeof tok);
+	}
+	if (rc == 0) {
 		pthread_mutex_lock(&d->mu);
 		q->up = up; /* from here a client that leaves cancels it (on_gone) */
 		gone = q->gone;

@@ -299,6 +299,8 @@ struct baton_model_opts {
 	uint32_t max_ctx;   /* positions of one sequence; 0: min(max_position_embeddings, 4096) */
 	uint32_t max_batch; /* token rows per batched pass; 0: 256 */
 	uint32_t kv_blocks; /* blocks in the KV pool; 0: enough for max_ctx of one sequence */
+	int content_special; /* generators: special tokens' text in a message is the token
+	                      * (HF's way); 0: it is text, only the template makes them */
 };
 
 struct baton_model;

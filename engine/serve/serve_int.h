@@ -80,6 +80,7 @@ struct serve {
 	uint32_t d_model;           /* set once at start */
 	char peer_gpu[64];          /* set once at start; "" without --peer-device */
 	struct baton_serve_config o;
+	char made_token[80];        /* the HTTP token made under a broker (o.http_token points here) */
 	struct serve_receiver rx[RECEIVERS];
 	int nth;                    /* receivers started */
 };
