@@ -154,7 +154,9 @@ static void round_(struct broker_door *d, double now, struct outbox *ob)
 	/* requests of a model nobody serves any more */
 	for (size_t mi = 0; mi < d->n_models; mi++) {
 		struct dmodel *m = &d->models[mi];
-		if (m->qh && !door_served(d, m->name)) {
+		if (m->qh && !door_served(d, m->name) && door_fleet_knows(d->fleet, m->name)) {
+			door_fleet_want(d->fleet, m->name); /* its engine is (re)starting: they wait */
+		} else if (m->qh && !door_served(d, m->name)) {
 			m->qt->next = ob->orphan;
 			ob->orphan = m->qh;
 			m->failed += m->queued;
@@ -214,18 +216,18 @@ static void answer(struct outbox *ob)
 	for (struct dreq *q = ob->gone, *nx; q; q = nx) {
 		nx = q->next;
 		door_reply_error(q->r, 503, "invalid_request_error", NULL, NULL, NULL, "the client went away");
-		free(q);
+		door_dreq_free(q);
 	}
 	for (struct dreq *q = ob->nothread, *nx; q; q = nx) {
 		nx = q->next;
 		door_reply_error(q->r, 503, "server_error", NULL, NULL, "1", "the broker cannot start a thread now");
-		free(q);
+		door_dreq_free(q);
 	}
 	for (struct dreq *q = ob->orphan, *nx; q; q = nx) {
 		nx = q->next;
 		door_reply_error(q->r, 503, "server_error", "model", "model_not_served", "5",
 		    "no engine serves this model any more");
-		free(q);
+		door_dreq_free(q);
 	}
 }
 
@@ -268,4 +270,26 @@ void *door_dispatch(void *arg)
 	}
 	pthread_mutex_unlock(&d->mu);
 	return NULL;
+}
+
+void door_fleet_failed(struct broker_door *d, const char *name, const char *why)
+{
+	pthread_mutex_lock(&d->mu);
+	int mi = door_model(d, name, false);
+	struct dreq *fail = NULL;
+	if (mi >= 0) {
+		struct dmodel *m = &d->models[mi];
+		fail = m->qh;
+		m->failed += m->queued;
+		m->qh = m->qt = NULL;
+		m->queued = 0;
+		m->queue_told = false;
+	}
+	pthread_mutex_unlock(&d->mu);
+	for (struct dreq *q = fail, *nx; q; q = nx) {
+		nx = q->next;
+		door_reply_error(q->r, 503, "server_error", "model", "model_failed", "30", "model '%s' failed: %s", name,
+		    why);
+		door_dreq_free(q);
+	}
 }

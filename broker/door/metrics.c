@@ -73,5 +73,6 @@ void door_metrics(void *arg, FILE *f)
 			    k == 0 ? &m->wait : k == 1 ? &m->refill : &m->prefill);
 		}
 	}
+	door_fleet_metrics(d->fleet, f);
 	pthread_mutex_unlock(&d->mu);
 }

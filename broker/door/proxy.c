@@ -72,7 +72,8 @@ static void *proxy(void *arg)
 	if (gone) {
 		door_reply_error(q->r, 503, "invalid_request_error", NULL, NULL, NULL, "the client went away");
 	} else if (rc) {
-		door_reply_error(q->r, 502, "server_error", NULL, "engine_unreachable", NULL, "%s", err);
+		/* the engine died or is restarting: try again soon (503, never a hang) */
+		door_reply_error(q->r, 503, "server_error", NULL, "engine_unreachable", "1", "%s", err);
 	} else {
 		int st = door_up_status(up);
 		char ctype[128], ra[64], ra_hdr[96];
@@ -94,7 +95,8 @@ static void *proxy(void *arg)
 			if (!buf)
 				door_reply_error(q->r, 502, "server_error", NULL, NULL, NULL, "the engine's reply is too large");
 			else if (got < clen)
-				door_reply_error(q->r, 502, "server_error", NULL, NULL, NULL, "the engine's reply was cut short");
+				door_reply_error(q->r, 503, "server_error", NULL, "engine_unreachable", "1",
+				    "the engine's reply was cut short (it went away mid-reply)");
 			else
 				ok = http_reply(q->r, st, ctype, buf, got, hdr) == 0 && st < 400;
 			free(buf);
@@ -128,6 +130,7 @@ static void *proxy(void *arg)
 	q->up = NULL;
 	unlink_fwd(d, q);
 	struct dmodel *m = &d->models[q->model];
+	m->last_active = baton_now_s();
 	if (ok) {
 		m->served++;
 		door_hist_add(&m->wait, q->t_fwd - q->t_in);
@@ -141,7 +144,7 @@ static void *proxy(void *arg)
 	}
 	pthread_mutex_unlock(&d->mu);
 	door_up_close(up);
-	free(q);
+	door_dreq_free(q);
 	door_helper_done(d);
 	return NULL;
 }

@@ -23,7 +23,8 @@
  * come through broker_door_reload). */
 static bool changes_view(const char *kind)
 {
-	return strncmp(kind, "door.", 5) != 0 && strcmp(kind, "progress") != 0 && strcmp(kind, "reload") != 0;
+	return strncmp(kind, "door.", 5) != 0 && strncmp(kind, "fleet.", 6) != 0 && strcmp(kind, "progress") != 0 &&
+	    strcmp(kind, "reload") != 0;
 }
 
 /* On the decision thread: quick, never calls into the broker. */
