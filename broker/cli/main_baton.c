@@ -33,6 +33,7 @@
 
 #include "broker/broker.h"
 #include "broker/cli/cli.h"
+#include "broker/cli/door_cmd.h"
 #include "broker/cli/engine.h"
 #include "broker/cli/text_cmd.h"
 #include "broker/cli/tokenize_cmd.h"
@@ -55,8 +56,11 @@ static const char usage_text[] =
     "  handoff FROM TO            release (or shrink) FROM, then refill TO; prints the timings\n"
     "  pin NAME | unpin NAME      a pinned engine is never reclaimed or released\n"
     "  gen ENGINE [--steps N] [--batch N] [--seed N]   one request to an engine (its name or URL)\n"
-    "  complete NAME PROMPT [...] continue a prompt with engine NAME's model (baton complete --help)\n"
-    "  chat NAME [MESSAGE...]     chat with engine NAME's model, one turn per MESSAGE or line of stdin\n"
+    "  models [--json] [--http ADDR]  the front door's models: state, device, memory, requests\n"
+    "  complete NAME PROMPT [...] continue a prompt with model NAME (the front door's), else engine\n"
+    "                             NAME's (baton complete --help)\n"
+    "  chat NAME [MESSAGE...]     chat with model NAME (the front door's), else engine NAME's, one\n"
+    "                             turn per MESSAGE or line of stdin\n"
     "      complete and chat take their flags after the command: --max-tokens N, --temperature T,\n"
     "      --top-p P, --top-k K, --min-p P, --repetition-penalty R, --presence-penalty P,\n"
     "      --frequency-penalty F, --seed N, --stop TEXT, --system TEXT, --no-thinking, --json\n"
@@ -1003,6 +1007,8 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	if (argc >= 2 && (strcmp(argv[1], "complete") == 0 || strcmp(argv[1], "chat") == 0))
 		return text_cmd_main(argc - 1, argv + 1); /* flags after the command */
+	if (argc >= 2 && strcmp(argv[1], "models") == 0)
+		return models_cmd_main(argc - 1, argv + 1); /* the front door's models, over HTTP */
 	int tok_rc = tokenize_cmd_main(argc, argv); /* tokenize, detokenize: no broker needed */
 	if (tok_rc >= 0)
 		return tok_rc;

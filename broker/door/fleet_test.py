@@ -323,6 +323,26 @@ def t_fleet(c):
     assert metric(http, "baton_door_requests_total", '{model="mixtral-b",outcome="served"}') == 2
     assert metric(http, "baton_door_requests_total", '{model="qwen",outcome="served"}') == 3
     assert metric(http, "baton_fleet_model_state", '{model="tiny",state="running"}') is None
+    # the CLI by model name through the door: models, chat (an alias), complete
+    env = dict(c.env, BATON_BROKER=c.control, BATON_HTTP=http.url)
+    p = subprocess.run([h.CLI, "models"], capture_output=True, text=True, env=env, timeout=30)
+    assert p.returncode == 0, p.stderr
+    rows = {ln.split()[0]: ln.split() for ln in p.stdout.splitlines()[1:] if not ln.startswith(" ")}
+    assert sorted(rows) == ["broken", "crashy", "mixtral", "mixtral-b", "qwen"], p.stdout
+    assert rows["qwen"][1] == "resident" and rows["qwen"][2] == "host-0" and rows["qwen"][5] == "3", p.stdout
+    assert rows["mixtral"][5] == "4" and rows["mixtral"][6] == "2" and rows["mixtral"][-1] == "1", p.stdout
+    assert rows["broken"][1] == "failed" and "  failed: baton-arena create" in p.stdout, p.stdout
+    p = subprocess.run([h.CLI, "chat", "bible-qwen", "Who was Noah?", "--seed", "4", "--temperature", "0.8",
+                        "--max-tokens", "6", "--json"], capture_output=True, text=True, env=env, timeout=60)
+    assert p.returncode == 0, p.stderr
+    j = json.loads(p.stdout)
+    assert j["text"] == text[("qwen", 4)] and j["model"] == "qwen", j
+    p = subprocess.run([h.CLI, "complete", "mixtral", "In the beginning", "--max-tokens", "4"],
+                       capture_output=True, text=True, env=env, timeout=60)
+    assert p.returncode == 0 and p.stdout.strip(), (p.returncode, p.stdout, p.stderr)
+    p = subprocess.run([h.CLI, "chat", "broken", "hi"], capture_output=True, text=True, env=env, timeout=60)
+    assert p.returncode == 1 and "answered 503" in p.stderr and "model 'broken' failed" in p.stderr, p.stderr
+    assert metric(http, "baton_door_requests_total", '{model="qwen",outcome="served"}') == 4
     # the broker stopped: its engines go with it
     c.bp.send_signal(signal.SIGTERM)
     assert c.bp.wait(30) == 0
