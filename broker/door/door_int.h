@@ -59,6 +59,7 @@ struct dreq {
 	bool stream;
 	bool gone;               /* the client left */
 	double t_in, t_fwd, refill_ms;
+	bool unserved;           /* no engine served its model when it came: it waited for a start */
 	char eng[BROKER_NAME_MAX]; /* the engine it was forwarded to ("" before) */
 	char url[BROKER_URL_MAX];
 	struct door_up *up;      /* while the proxy reads the engine's reply */
@@ -80,7 +81,8 @@ struct dmodel {
 	bool queue_told;         /* door.queue published for the wait under way */
 	uint64_t served, rejected_full, failed, gone;
 	double last_active;      /* a request of it came or ended (the fleet's stop_after_s) */
-	struct baton_hist wait, refill, prefill;
+	struct baton_hist wait, refill, prefill, start;
+	double served_since;     /* an engine of it came into the view (0: none there) */
 };
 
 /* A device: what the core said of it, and the door's switch on it.

@@ -46,6 +46,9 @@
 #define BACKOFF_MAX_S 30.0
 #define STOP_GRACE_S 10.0       /* SIGTERM, then SIGKILL after this */
 #define TICK_MS 100
+#define START_NB 12
+
+static const double start_le[START_NB] = { 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 120 };
 
 enum fstate { FS_STOPPED, FS_ARENA, FS_STARTING, FS_RUNNING, FS_STOPPING, FS_DOWN, FS_FAILED };
 
@@ -71,6 +74,8 @@ struct fmodel {
 	double crash_t[64];
 	unsigned n_crash;
 	uint64_t starts, crashes, idle_stops;
+	struct baton_hist h_arena, h_engine;  /* the parts of each start */
+	double t_arena;
 	char log[LOG_LINES][256];
 	unsigned log_n;
 	char why[2048];                 /* failed: why, with the last lines */
@@ -265,7 +270,7 @@ static void start_tool(struct door_fleet *f, struct fmodel *m)
 {
 	char err[300];
 	set_arena_path(f, m);
-	m->t_start = baton_now_s();
+	m->t_start = m->t_arena = baton_now_s();
 	m->log_n = 0;
 	if (m->conf.kind == BROKER_SRC_ARENA) {
 		m->st = FS_ARENA; /* nothing to make: the engine next */
@@ -513,7 +518,8 @@ static void on_tool_exit(struct door_fleet *f, struct fmodel *m, int status)
 		    exit_text(status, how, sizeof how));
 		return;
 	}
-	broker_log("fleet: %s: arena %s ready in %.2f s", m->conf.name, m->arena, baton_now_s() - m->t_start);
+	broker_log("fleet: %s: arena %s ready in %.2f s", m->conf.name, m->arena, baton_now_s() - m->t_arena);
+	baton_hist_add(&m->h_arena, start_le, START_NB, baton_now_s() - m->t_arena);
 	start_engine(f, m);
 }
 
@@ -608,6 +614,7 @@ static void round_(struct door_fleet *f, const struct seen *s, double now)
 				m->st = FS_RUNNING;
 				m->wanted = false;
 				m->ready_ms = (now - m->t_start) * 1e3;
+				baton_hist_add(&m->h_engine, start_le, START_NB, now - m->t_start);
 				broker_log("fleet: %s: engine registered %.0f ms after its start", m->conf.name, m->ready_ms);
 				broker_emit(f->d->b, "fleet.ready", m->conf.name, "registered", m->ready_ms, 0);
 			}
@@ -987,6 +994,17 @@ void door_fleet_metrics(struct door_fleet *f, FILE *out)
 			baton_prom_u64(out, fam[k], (const char *[]){ "model", m->conf.name, NULL },
 			    k == 0 ? m->starts : k == 1 ? m->crashes : m->idle_stops);
 		}
+	}
+	baton_prom_family(out, "baton_fleet_start_seconds", "histogram", "Fleet: the parts of each start of a "
+	    "model: arena (baton-arena create, a few ms when it reuses one), engine (spawned until registered).");
+	for (size_t i = 0; i < BROKER_MAX_MODELS; i++) {
+		const struct fmodel *m = &f->m[i];
+		if (!m->used || m->removed)
+			continue;
+		baton_prom_hist(out, "baton_fleet_start_seconds", (const char *[]){ "model", m->conf.name, "phase", "arena",
+		    NULL }, start_le, START_NB, &m->h_arena);
+		baton_prom_hist(out, "baton_fleet_start_seconds", (const char *[]){ "model", m->conf.name, "phase",
+		    "engine", NULL }, start_le, START_NB, &m->h_engine);
 	}
 	pthread_mutex_unlock(&f->mu);
 }

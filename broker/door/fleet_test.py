@@ -227,6 +227,12 @@ def t_fleet(c):
         assert metric(http, "baton_door_requests_total", '{model="%s",outcome="served"}' % name) == n, name
         assert metric(http, "baton_fleet_engine_starts_total", '{model="%s"}' % name) == 1, name
         assert metric(http, "baton_fleet_model_state", '{model="%s",state="running"}' % name) == 1, name
+        # time to first token: the first request of each waited for its engine's start
+        assert metric(http, "baton_door_ttft_start_seconds_count", '{model="%s"}' % name) == n, name
+        assert metric(http, "baton_door_ttft_start_seconds_sum", '{model="%s"}' % name) > 0, name
+        assert metric(http, "baton_fleet_start_seconds_count", '{model="%s",phase="engine"}' % name) == 1, name
+        assert metric(http, "baton_fleet_start_seconds_count", '{model="%s",phase="arena"}' % name) == \
+            (0 if name == "tiny" else 1), name  # tiny's arena is its source
 
     # broken: its arena cannot be made; crashy: its engine exits at once,
     # restart_max times; both answer 503 model_failed with the reason
@@ -282,6 +288,8 @@ def t_fleet(c):
     assert ms["qwen"]["fleet"]["pid"] == pids["qwen"] and ms["tiny"]["fleet"]["pid"] == pids["tiny"], ms
     assert metric(http, "baton_fleet_engine_crashes_total", '{model="mixtral"}') == 1
     assert metric(http, "baton_fleet_engine_starts_total", '{model="mixtral"}') == 2
+    assert metric(http, "baton_fleet_start_seconds_count", '{model="mixtral",phase="engine"}') == 2
+    assert metric(http, "baton_fleet_start_seconds_count", '{model="mixtral",phase="arena"}') == 1  # kept
     assert metric(http, "baton_door_requests_total", '{model="mixtral",outcome="served"}') == 4
     assert metric(http, "baton_door_requests_total", '{model="mixtral",outcome="failed"}') == 2
     kinds = [e["kind"] for e in c.events.all(engine="mixtral") if e["kind"].startswith("fleet.")]

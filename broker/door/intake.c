@@ -191,6 +191,7 @@ void door_on_completion(void *arg, struct baton_http_req *r)
 	m->qt = q;
 	m->queued++;
 	m->last_active = q->t_in;
+	q->unserved = !door_served(d, model);
 	if (fl >= 0)
 		door_fleet_want(d->fleet, model);
 	pthread_cond_signal(&d->cv);

@@ -135,6 +135,9 @@ static void *proxy(void *arg)
 		m->served++;
 		door_hist_add(&m->wait, q->t_fwd - q->t_in);
 		door_hist_add(&m->refill, q->refill_ms / 1e3);
+		/* the start of its engine it waited for (0: it was there) */
+		double start = q->unserved && m->served_since > q->t_in ? m->served_since - q->t_in : 0;
+		door_hist_add(&m->start, start);
 		if (t_first >= 0) /* streams only: a whole reply's first byte is its last */
 			door_hist_add(&m->prefill, t_first - q->t_fwd);
 	} else if (q->gone) {

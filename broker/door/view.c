@@ -96,6 +96,7 @@ unsigned door_inflight(struct broker_door *d, const char *name)
  * that is not switching is dropped. */
 static void apply_status(struct broker_door *d, const struct baton_msg *rep)
 {
+	double now = baton_now_s();
 	d->n_eng = 0;
 	for (uint32_t k = 0; k < rep->engines.n && d->n_eng < BROKER_MAX_ENGINES; k++) {
 		const struct proto_engine_info *x = &rep->engines.v[k];
@@ -110,8 +111,13 @@ static void apply_status(struct broker_door *d, const struct baton_msg *rep)
 		snprintf(e->state, sizeof e->state, "%s", x->state);
 		e->resident = x->resident;
 		e->ceiling = x->ceiling;
-		door_model(d, e->model, true);
+		int mi = door_model(d, e->model, true);
+		if (mi >= 0 && d->models[mi].served_since == 0)
+			d->models[mi].served_since = now; /* its engine came (a start, a registration) */
 	}
+	for (size_t mi = 0; mi < d->n_models; mi++)
+		if (!door_served(d, d->models[mi].name))
+			d->models[mi].served_since = 0;
 	struct ddev old[BROKER_MAX_GPUS];
 	size_t n_old = d->n_devs;
 	memcpy(old, d->devs, n_old * sizeof *old);
