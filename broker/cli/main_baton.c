@@ -46,7 +46,8 @@ static const char usage_text[] =
     "  engines                    the engines only\n"
     "  gpus                       the devices only\n"
     "  watch [--count N]          print events as they come, until interrupted (alias: events)\n"
-    "  top [--interval T] [--once]  a live view of devices and engines, redrawn every T (1s);\n"
+    "  top [--interval T] [--once]  a live view of devices and engines, redrawn every T (1s; a bare\n"
+    "                             number is seconds, 500ms too; at least 100ms);\n"
     "                             q or Ctrl-C quits; --once (or not a terminal): one frame\n"
     "  release NAME [--all]       give NAME's device memory back (it keeps its model in RAM);\n"
     "                             --all: its dense weights and KV cache too (a whole model)\n"
@@ -135,14 +136,17 @@ static uint64_t parse_u64(const char *flag, const char *v, uint64_t max)
 	return x;
 }
 
-/* "500", "500ms", "30s", "2m" -> milliseconds. */
-static int parse_duration_ms(const char *flag, const char *v)
+/* "500ms", "30s", "2m" -> milliseconds; a bare number is bare_ms each
+ * (1: milliseconds, for --timeout; 1000: seconds, for --interval). */
+static int parse_duration_ms(const char *flag, const char *v, double bare_ms)
 {
 	char *end;
 	errno = 0;
 	double x = strtod(v, &end);
 	double mult = 1;
-	if (strcmp(end, "ms") == 0 || *end == 0)
+	if (*end == 0)
+		mult = bare_ms;
+	else if (strcmp(end, "ms") == 0)
 		mult = 1;
 	else if (strcmp(end, "s") == 0)
 		mult = 1e3;
@@ -228,9 +232,11 @@ static void parse_args(int argc, char **argv)
 		} else if (strcmp(name, "--events") == 0) {
 			opt.events = val, opt.events_given = true;
 		} else if (strcmp(name, "--timeout") == 0) {
-			opt.timeout_ms = parse_duration_ms(name, val), opt.timeout_given = true;
+			opt.timeout_ms = parse_duration_ms(name, val, 1), opt.timeout_given = true;
 		} else if (strcmp(name, "--interval") == 0) {
-			opt.interval_ms = parse_duration_ms(name, val), opt.given |= F_TOP;
+			opt.interval_ms = parse_duration_ms(name, val, 1000), opt.given |= F_TOP;
+			if (opt.interval_ms < 100)
+				die_usage("--interval '%s': at least 100ms (a bare number is seconds: --interval 2)", val);
 		} else if (strcmp(name, "--count") == 0) {
 			opt.count = (long)parse_u64(name, val, 1000000000), opt.given |= F_COUNT;
 		} else if (strcmp(name, "--reserve-mib") == 0) {

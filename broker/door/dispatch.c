@@ -207,7 +207,9 @@ static void round_(struct broker_door *d, double now, struct outbox *ob)
 		}
 		char reason[BROKER_NAME_MAX + 128];
 		snprintf(reason, sizeof reason, "model %s: %u waiting (%s)", m->name, m->queued, why);
-		broker_emit(d->b, "door.queue", NULL, reason, -1, m->queued);
+		/* bytes are device memory in every event (docs/reference/broker.md):
+		 * none moved here; the count is in the reason */
+		broker_emit(d->b, "door.queue", NULL, reason, -1, 0);
 	}
 }
 
