@@ -126,8 +126,22 @@ static struct fmodel *find(struct door_fleet *f, const char *name)
 	return NULL;
 }
 
+/* A child's own UTC stamp ("2026-12-01T21:50:07.611Z "): the broker's
+ * line has its own. */
+static const char *unstamped(const char *line)
+{
+	static const char shape[] = "dddd-dd-ddTdd:dd:dd.dddZ ";
+	for (size_t i = 0; shape[i]; i++) {
+		bool digit = line[i] >= '0' && line[i] <= '9';
+		if (shape[i] == 'd' ? !digit : line[i] != shape[i])
+			return line;
+	}
+	return line + sizeof shape - 1;
+}
+
 static void keep_line(struct fmodel *m, const char *who, const char *line)
 {
+	line = unstamped(line);
 	broker_log("%s %s: %s", who, m->conf.name, line);
 	if (m->log_n == LOG_LINES) {
 		memmove(m->log[0], m->log[1], sizeof m->log[0] * (LOG_LINES - 1));

@@ -351,6 +351,10 @@ def t_fleet(c):
     p = subprocess.run([h.CLI, "chat", "broken", "hi"], capture_output=True, text=True, env=env, timeout=60)
     assert p.returncode == 1 and "answered 503" in p.stderr and "model 'broken' failed" in p.stderr, p.stderr
     assert metric(http, "baton_door_requests_total", '{model="qwen",outcome="served"}') == 4
+    # the engines' lines in the broker's log: the broker's stamp alone
+    log = [ln for ln in open(c.log("broker")).read().splitlines() if "engine qwen: baton-engine[qwen]: " in ln]
+    assert log and all(re.match(r"^\S+Z baton-broker: engine qwen: baton-engine\[qwen\]: ", ln) for ln in log), log
+    assert all(ln.startswith(("baton-engine[qwen]: ", "ready ", "http: ", "built ", "reused ")) for ln in ms["qwen"]["fleet"]["log"]), ms
     # the broker stopped: its engines go with it
     c.bp.send_signal(signal.SIGTERM)
     assert c.bp.wait(30) == 0
