@@ -45,6 +45,7 @@
 #define BACKOFF_MIN_S 0.5
 #define BACKOFF_MAX_S 30.0
 #define STOP_GRACE_S 10.0       /* SIGTERM, then SIGKILL after this */
+#define START_LIMIT_S 600.0     /* an engine not registered this long after its start: killed (a crash) */
 #define TICK_MS 100
 #define START_NB 12
 
@@ -624,6 +625,11 @@ static void round_(struct door_fleet *f, const struct seen *s, double now)
 				start_engine(f, m);
 			break;
 		case FS_STARTING:
+			if (!s[i].registered && now - m->t_start > START_LIMIT_S && m->eng.pid > 0) {
+				broker_log("fleet: %s: engine pid %d not registered %.0f s after its start: killing it",
+				    m->conf.name, (int)m->eng.pid, START_LIMIT_S);
+				kill(m->eng.pid, SIGKILL); /* its exit counts as a crash */
+			}
 			if (s[i].registered) {
 				m->st = FS_RUNNING;
 				m->wanted = false;
