@@ -12,6 +12,9 @@ to end on the host backend with the two trained models of models/.
   - interleaved requests from three clients through the door start each
     engine on its first request (queued meanwhile) and are all served;
     tiny (the same weights as qwen) answers as qwen does for a seed;
+  - an arena_dir too small (a 2 MiB tmpfs in the broker's own mount
+    namespace): the model fails with "not enough room", nothing is left
+    there, no engine starts;
   - broken fails at once with baton-arena's reason, crashy after
     restart_max crashes with its last log lines: 503 model_failed, state
     failed in /v1/models and /metrics;
@@ -171,6 +174,43 @@ def t_bad_model_refused(c):
     assert "; resolved: %s/hf/hub/models--baton--kjv-mixtral/snapshots/0123abcd (huggingface)" % c.dir in p.stdout, \
         p.stdout
     assert "aliases = mx" in p.stdout, p.stdout
+
+
+def t_arena_full_refused(c):
+    """An arena_dir too small for the model (a 2 MiB tmpfs, mounted in a
+    mount namespace of the broker's own: unshare -rm): the model fails with
+    baton-arena's "not enough room", its request gets 503, no engine
+    starts, and nothing is left half-written there."""
+    if not shutil.which("unshare") or subprocess.run(
+            ["unshare", "-rm", "true"], capture_output=True, timeout=10).returncode != 0:
+        return "skipped: unshare -rm does not work here"
+    small = os.path.join(c.dir, "small")
+    os.mkdir(small)
+    cfg = os.path.join(c.dir, "full.ini")
+    with open(cfg, "w") as f:
+        f.write("[broker]\ncontrol = %s\nevents = %s\nhttp = 127.0.0.1:0\narena_dir = %s\n" %
+                (c.control, c.events_url, small) + model("qwen", QWEN_DIR))
+    p = subprocess.Popen(["unshare", "-rm", "sh", "-c", 'mount -t tmpfs -o size=2m tmpfs "$1" && exec "$2" --config "$3"',
+                          "sh", small, h.BROKER, cfg], stdout=subprocess.PIPE, stderr=open(c.log("broker"), "a"),
+                         env=c.env, text=True)
+    c.procs.append(p)
+    line = p.stdout.readline().split()
+    assert len(line) == 4 and line[0] == "ready", (line, open(c.log("broker")).read())
+    http = h.Http(line[3], open(os.path.join(c.dir, "http.token")).read().strip())
+    st, body, hd = http.post("/v1/chat/completions", chat("qwen", "Who?", 1), timeout=60)
+    assert st == 503 and body["error"]["code"] == "model_failed" and hd.get("Retry-After"), (st, body)
+    assert "not enough room" in body["error"]["message"], body
+    m = models(http)["qwen"]
+    assert m["state"] == "failed" and m["fleet"]["starts"] == 0 and not engine_procs(c), m
+    # the broker's view of the tmpfs (its mount namespace): no arena, no temporary file
+    seen = "/proc/%d/root%s" % (p.pid, small)
+    vfs = os.statvfs(seen)
+    assert vfs.f_blocks * vfs.f_frsize == 2 * h.MIB, "not the broker's tmpfs"
+    left = os.listdir(seen)
+    assert not [n for n in left if n.endswith(".arena") or ".tmp." in n], left
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(30) == 0
+    return re.search(r"not enough room[^;|]*", body["error"]["message"]).group(0)
 
 
 def t_fleet(c):
@@ -363,4 +403,4 @@ def t_fleet(c):
 
 if __name__ == "__main__":
     h.need(h.BROKER)
-    sys.exit(h.run_cases([t_bad_model_refused, t_fleet], only=sys.argv[1:], logs=("broker",)))
+    sys.exit(h.run_cases([t_bad_model_refused, t_arena_full_refused, t_fleet], only=sys.argv[1:], logs=("broker",)))
