@@ -30,7 +30,7 @@
 
 /* Answers, outside the lock, what the round took out of the queues. */
 struct outbox {
-	struct dreq *gone, *orphan, *nothread;
+	struct dreq *gone, *orphan, *nothread, *failed;
 };
 
 static void drop_gone(struct broker_door *d, struct outbox *ob)
@@ -154,8 +154,17 @@ static void round_(struct broker_door *d, double now, struct outbox *ob)
 	/* requests of a model nobody serves any more */
 	for (size_t mi = 0; mi < d->n_models; mi++) {
 		struct dmodel *m = &d->models[mi];
-		if (m->qh && !door_served(d, m->name) && door_fleet_knows(d->fleet, m->name)) {
+		int fl = m->qh && !door_served(d, m->name) ? door_fleet_resolve(d->fleet, m->name, NULL, 0, NULL, 0) : -1;
+		if (fl == 0) {
 			door_fleet_want(d->fleet, m->name); /* its engine is (re)starting: they wait */
+		} else if (fl == 1) {
+			/* the model failed: its requests get the reason (door_fleet_failed) */
+			m->qt->next = ob->failed;
+			ob->failed = m->qh;
+			m->failed += m->queued;
+			m->qh = m->qt = NULL;
+			m->queued = 0;
+			m->queue_told = false;
 		} else if (m->qh && !door_served(d, m->name)) {
 			m->qt->next = ob->orphan;
 			ob->orphan = m->qh;
@@ -225,6 +234,17 @@ static void answer(struct outbox *ob)
 		door_reply_error(q->r, 503, "server_error", NULL, NULL, "1", "the broker cannot start a thread now");
 		door_dreq_free(q);
 	}
+	for (struct dreq *q = ob->failed, *nx; q; q = nx) {
+		nx = q->next;
+		char why[2048] = "", name[BROKER_NAME_MAX] = "";
+		pthread_mutex_lock(&q->d->mu);
+		snprintf(name, sizeof name, "%s", q->d->models[q->model].name);
+		door_fleet_resolve(q->d->fleet, name, NULL, 0, why, sizeof why);
+		pthread_mutex_unlock(&q->d->mu);
+		door_reply_error(q->r, 503, "server_error", "model", "model_failed", "30", "model '%s' failed: %s", name,
+		    why);
+		door_dreq_free(q);
+	}
 	for (struct dreq *q = ob->orphan, *nx; q; q = nx) {
 		nx = q->next;
 		door_reply_error(q->r, 503, "server_error", "model", "model_not_served", "5",
@@ -252,7 +272,7 @@ void *door_dispatch(void *arg)
 		}
 		struct outbox ob = { 0 };
 		round_(d, now, &ob);
-		if (ob.gone || ob.orphan || ob.nothread) {
+		if (ob.gone || ob.orphan || ob.nothread || ob.failed) {
 			pthread_mutex_unlock(&d->mu);
 			answer(&ob);
 			pthread_mutex_lock(&d->mu);

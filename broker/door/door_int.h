@@ -188,12 +188,11 @@ void door_fleet_reload(struct door_fleet *f, const struct broker_config *cfg);
 /* Stops every engine it started (SIGTERM, then SIGKILL) and frees; NULL allowed. */
 void door_fleet_close(struct door_fleet *f);
 /* Under d->mu: the model of this name or alias: its name into canon and
- * 0 (1: failed, why into why), or -1 when no [model] has it. */
+ * 0 (1: failed, why into why), or -1 when no [model] has it; canon and
+ * why may be NULL. */
 int door_fleet_resolve(struct door_fleet *f, const char *name, char *canon, size_t n, char *why, size_t wn);
 /* Under d->mu: a request waits for the model: start its engine when none runs. */
 void door_fleet_want(struct door_fleet *f, const char *name);
-/* Under d->mu: a [model] not failed: its requests wait for its engine. */
-bool door_fleet_knows(struct door_fleet *f, const char *name);
 /* Under d->mu: its /v1/models part ({state, aliases, source, device, pid,
  * starts, crashes, log...}) and its state name; NULL when not a [model]. */
 json_t *door_fleet_json(struct door_fleet *f, const char *name, const char **state);

@@ -417,7 +417,8 @@ int door_fleet_resolve(struct door_fleet *f, const char *name, char *canon, size
 	struct fmodel *m = find(f, name);
 	int st = -1;
 	if (m) {
-		snprintf(canon, n, "%s", m->conf.name);
+		if (canon)
+			snprintf(canon, n, "%s", m->conf.name);
 		st = m->st == FS_FAILED ? 1 : 0;
 		if (why)
 			snprintf(why, wn, "%s", m->why);
@@ -437,17 +438,6 @@ void door_fleet_want(struct door_fleet *f, const char *name)
 		wake(f);
 	}
 	pthread_mutex_unlock(&f->mu);
-}
-
-bool door_fleet_knows(struct door_fleet *f, const char *name)
-{
-	if (!f)
-		return false;
-	pthread_mutex_lock(&f->mu);
-	struct fmodel *m = find(f, name);
-	bool yes = m && m->st != FS_FAILED;
-	pthread_mutex_unlock(&f->mu);
-	return yes;
 }
 
 /* ---- the supervisor ------------------------------------------------------------- */

@@ -117,6 +117,12 @@ def metric(http, name, labels=""):
     return float(m.group(1)) if m else None
 
 
+def want_metric(http, name, labels, value):
+    """Waits for a metric to read value: a request's outcome is counted
+    just after its answer went out."""
+    return h.wait_value("%s%s" % (name, labels), lambda: metric(http, name, labels), value, timeout=T)
+
+
 def engine_procs(c):
     """pid -> name of the baton-engine processes whose arena is under this case."""
     out = {}
@@ -264,13 +270,13 @@ def t_fleet(c):
     assert os.path.exists(os.path.join(c.dir, "arenas", "mixtral.arena"))
     assert not os.path.exists(os.path.join(c.dir, "arenas", "tiny.arena"))  # its own arena, as it is
     for name, n in (("qwen", 3), ("mixtral", 3), ("tiny", 3)):
-        assert metric(http, "baton_door_requests_total", '{model="%s",outcome="served"}' % name) == n, name
-        assert metric(http, "baton_fleet_engine_starts_total", '{model="%s"}' % name) == 1, name
-        assert metric(http, "baton_fleet_model_state", '{model="%s",state="running"}' % name) == 1, name
+        want_metric(http, "baton_door_requests_total", '{model="%s",outcome="served"}' % name, n)
+        want_metric(http, "baton_fleet_engine_starts_total", '{model="%s"}' % name, 1)
+        want_metric(http, "baton_fleet_model_state", '{model="%s",state="running"}' % name, 1)
         # time to first token: the first request of each waited for its engine's start
-        assert metric(http, "baton_door_ttft_start_seconds_count", '{model="%s"}' % name) == n, name
+        want_metric(http, "baton_door_ttft_start_seconds_count", '{model="%s"}' % name, n)
         assert metric(http, "baton_door_ttft_start_seconds_sum", '{model="%s"}' % name) > 0, name
-        assert metric(http, "baton_fleet_start_seconds_count", '{model="%s",phase="engine"}' % name) == 1, name
+        want_metric(http, "baton_fleet_start_seconds_count", '{model="%s",phase="engine"}' % name, 1)
         assert metric(http, "baton_fleet_start_seconds_count", '{model="%s",phase="arena"}' % name) == \
             (0 if name == "tiny" else 1), name  # tiny's arena is its source
 
@@ -287,9 +293,9 @@ def t_fleet(c):
     assert ms["crashy"]["state"] == "failed" and ms["crashy"]["fleet"]["crashes"] == 3, ms["crashy"]
     assert "--ctx wants at least 16" in ms["crashy"]["fleet"]["error"], ms["crashy"]
     assert ms["broken"]["state"] == "failed" and ms["broken"]["fleet"]["starts"] == 0, ms["broken"]
-    assert metric(http, "baton_fleet_model_state", '{model="crashy",state="failed"}') == 1
-    assert metric(http, "baton_fleet_engine_crashes_total", '{model="crashy"}') == 3
-    assert metric(http, "baton_fleet_model_state", '{model="broken",state="failed"}') == 1
+    want_metric(http, "baton_fleet_model_state", '{model="crashy",state="failed"}', 1)
+    want_metric(http, "baton_fleet_engine_crashes_total", '{model="crashy"}', 3)
+    want_metric(http, "baton_fleet_model_state", '{model="broken",state="failed"}', 1)
 
     # mixtral's engine killed with a stream and a whole request in flight
     s = http.open_stream("/v1/chat/completions", chat("mixtral", "Tell of the flood.", 7, max_tokens=400, stream=True))
@@ -326,12 +332,13 @@ def t_fleet(c):
     ms = models(http)
     assert ms["mixtral"]["fleet"]["crashes"] == 1 and ms["mixtral"]["fleet"]["pid"] != pids["mixtral"], ms
     assert ms["qwen"]["fleet"]["pid"] == pids["qwen"] and ms["tiny"]["fleet"]["pid"] == pids["tiny"], ms
-    assert metric(http, "baton_fleet_engine_crashes_total", '{model="mixtral"}') == 1
-    assert metric(http, "baton_fleet_engine_starts_total", '{model="mixtral"}') == 2
-    assert metric(http, "baton_fleet_start_seconds_count", '{model="mixtral",phase="engine"}') == 2
+    want_metric(http, "baton_fleet_engine_crashes_total", '{model="mixtral"}', 1)
+    want_metric(http, "baton_fleet_engine_starts_total", '{model="mixtral"}', 2)
+    want_metric(http, "baton_fleet_start_seconds_count", '{model="mixtral",phase="engine"}', 2)
     assert metric(http, "baton_fleet_start_seconds_count", '{model="mixtral",phase="arena"}') == 1  # kept
-    assert metric(http, "baton_door_requests_total", '{model="mixtral",outcome="served"}') == 4
-    assert metric(http, "baton_door_requests_total", '{model="mixtral",outcome="failed"}') == 2
+    want_metric(http, "baton_door_requests_total", '{model="mixtral",outcome="served"}', 4)
+    want_metric(http, "baton_door_requests_total", '{model="mixtral",outcome="failed"}', 2)
+    assert metric(http, "baton_door_requests_total", '{model="mixtral",outcome="gone"}') == 0  # not the client's doing
     kinds = [e["kind"] for e in c.events.all(engine="mixtral") if e["kind"].startswith("fleet.")]
     assert kinds[:5] == ["fleet.arena", "fleet.start", "fleet.ready", "fleet.crash", "fleet.start"], kinds
     pids["mixtral"] = ms["mixtral"]["fleet"]["pid"]
@@ -359,7 +366,7 @@ def t_fleet(c):
     h.wait_for("mixtral-b stopped when idle", lambda: models(http)["mixtral-b"]["fleet"]["state"] == "stopped",
                timeout=T)
     assert "mixtral-b" not in engine_procs(c).values()
-    assert metric(http, "baton_fleet_engine_idle_stops_total", '{model="mixtral-b"}') == 1
+    want_metric(http, "baton_fleet_engine_idle_stops_total", '{model="mixtral-b"}', 1)
     st, body, _ = http.post("/v1/chat/completions", chat("mixtral-b", "Who was Noah?", 3))
     assert st == 200 and body["choices"][0]["message"]["content"] == text[("mixtral", 3)], (st, body)
     ms = models(http)
@@ -368,8 +375,8 @@ def t_fleet(c):
         ms["mixtral-b"]["fleet"]["log"]
     assert ms["qwen"]["fleet"]["pid"] == pids["qwen"] and ms["mixtral"]["fleet"]["pid"] == pids["mixtral"]
     assert sorted(engine_procs(c).values()) == ["crashy", "mixtral", "mixtral-b", "qwen"]
-    assert metric(http, "baton_door_requests_total", '{model="mixtral-b",outcome="served"}') == 2
-    assert metric(http, "baton_door_requests_total", '{model="qwen",outcome="served"}') == 3
+    want_metric(http, "baton_door_requests_total", '{model="mixtral-b",outcome="served"}', 2)
+    want_metric(http, "baton_door_requests_total", '{model="qwen",outcome="served"}', 3)
     assert metric(http, "baton_fleet_model_state", '{model="tiny",state="running"}') is None
     # the CLI by model name through the door: models, chat (an alias), complete
     env = dict(c.env, BATON_BROKER=c.control, BATON_HTTP=http.url)
@@ -390,7 +397,7 @@ def t_fleet(c):
     assert p.returncode == 0 and p.stdout.strip(), (p.returncode, p.stdout, p.stderr)
     p = subprocess.run([h.CLI, "chat", "broken", "hi"], capture_output=True, text=True, env=env, timeout=60)
     assert p.returncode == 1 and "answered 503" in p.stderr and "model 'broken' failed" in p.stderr, p.stderr
-    assert metric(http, "baton_door_requests_total", '{model="qwen",outcome="served"}') == 4
+    want_metric(http, "baton_door_requests_total", '{model="qwen",outcome="served"}', 4)
     # the engines' lines in the broker's log: the broker's stamp alone
     log = [ln for ln in open(c.log("broker")).read().splitlines() if "engine qwen: baton-engine[qwen]: " in ln]
     assert log and all(re.match(r"^\S+Z baton-broker: engine qwen: baton-engine\[qwen\]: ", ln) for ln in log), log

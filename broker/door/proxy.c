@@ -60,6 +60,7 @@ static void *proxy(void *arg)
 	struct door_up *up = NULL;
 	int rc = door_up_open(q->url, CONNECT_TIMEOUT_MS, &up, err, sizeof err);
 	bool ok = false, gone = false;
+	bool engine_failed = false; /* the engine's side failed (not a client that left): counted failed */
 	double t_first = -1;
 	if (rc == 0) {
 		pthread_mutex_lock(&d->mu);
@@ -73,6 +74,7 @@ static void *proxy(void *arg)
 		door_reply_error(q->r, 503, "invalid_request_error", NULL, NULL, NULL, "the client went away");
 	} else if (rc) {
 		/* the engine died or is restarting: try again soon (503, never a hang) */
+		engine_failed = true;
 		door_reply_error(q->r, 503, "server_error", NULL, "engine_unreachable", "1", "%s", err);
 	} else {
 		int st = door_up_status(up);
@@ -94,7 +96,7 @@ static void *proxy(void *arg)
 				got += (size_t)n;
 			if (!buf)
 				door_reply_error(q->r, 502, "server_error", NULL, NULL, NULL, "the engine's reply is too large");
-			else if (got < clen)
+			else if (got < clen && (engine_failed = true))
 				door_reply_error(q->r, 503, "server_error", NULL, "engine_unreachable", "1",
 				    "the engine's reply was cut short (it went away mid-reply)");
 			else
@@ -117,7 +119,12 @@ static void *proxy(void *arg)
 				tail[1] = buf[n - 1];
 			}
 			if (s && ok && n < 0) {
-				/* the engine was cut mid-stream: never a clean end */
+				/* the engine was cut mid-stream: never a clean end. Whether
+				 * the client had left (its cancel ends the read too) is
+				 * taken now: the cut makes it leave after. */
+				pthread_mutex_lock(&d->mu);
+				engine_failed = !q->gone;
+				pthread_mutex_unlock(&d->mu);
 				cut_stream(s, q->url, -n, tail);
 				ok = false;
 			} else if (s) {
@@ -140,7 +147,7 @@ static void *proxy(void *arg)
 		door_hist_add(&m->start, start);
 		if (t_first >= 0) /* streams only: a whole reply's first byte is its last */
 			door_hist_add(&m->prefill, t_first - q->t_fwd);
-	} else if (q->gone) {
+	} else if (q->gone && !engine_failed) {
 		m->gone++;
 	} else {
 		m->failed++;
