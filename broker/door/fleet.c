@@ -197,6 +197,11 @@ static int spawn(struct child *c, char *const argv[], char *err, size_t errlen)
 			dup2(devnull, 0);
 		dup2(p[1], 1);
 		dup2(p[1], 2);
+		/* nothing else of the broker's (its sockets, pipes a library
+		 * opened without O_CLOEXEC) goes with the child */
+		if (syscall(SYS_close_range, 3, ~0U, 0) != 0)
+			for (int fd = 3; fd < 1024; fd++)
+				close(fd);
 		execv(argv[0], argv);
 		dprintf(2, "cannot run %s: %s\n", argv[0], strerror(errno));
 		_exit(127);

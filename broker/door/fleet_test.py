@@ -266,6 +266,11 @@ def t_fleet(c):
     assert sorted(procs.values()) == ["mixtral", "qwen", "tiny"], procs
     pids = {n: ms[n]["fleet"]["pid"] for n in ("qwen", "mixtral", "tiny")}
     assert sorted(pids.values()) == sorted(procs), (pids, procs)
+    # an engine keeps nothing of the broker's: stdin /dev/null, stdout and
+    # stderr one pipe to the broker, no other pipe (the broker's own fds closed)
+    fds = {int(n): os.readlink("/proc/%d/fd/%s" % (pids["qwen"], n)) for n in os.listdir("/proc/%d/fd" % pids["qwen"])}
+    assert fds[0] == "/dev/null" and fds[1] == fds[2] and fds[1].startswith("pipe:"), fds
+    assert not [n for n, t in fds.items() if n > 2 and t.startswith("pipe:")], fds
     assert os.path.exists(os.path.join(c.dir, "arenas", "qwen.arena"))
     assert os.path.exists(os.path.join(c.dir, "arenas", "mixtral.arena"))
     assert not os.path.exists(os.path.join(c.dir, "arenas", "tiny.arena"))  # its own arena, as it is
