@@ -27,7 +27,8 @@ to end on the host backend with the two trained models of models/.
     engine stops and its name is 404, qwen's and mixtral's engines keep
     their pids, mixtral-b starts on demand, is stopped after stop_after_s
     idle, starts again on the next request (its arena reused), crashy
-    serves;
+    serves; a second SIGHUP changes crashy while its engine runs: that
+    engine stops, the next request starts the new section's;
   - every count in /metrics and /v1/models is the one the test made.
 The last line is "N passed, N failed".
 """
@@ -84,7 +85,7 @@ def model(name, source, extra=""):
         name, source, FLAGS, extra)
 
 
-def fleet_text(c, tiny_arena, second=False):
+def fleet_text(c, tiny_arena, second=False, third=False):
     text = ("arena_dir = %s/arenas\nrestart_max = 3\nrestart_window_s = 60\ndoor_quantum_s = 0.2\n" % c.dir +
             model("qwen", QWEN_DIR, "aliases = bible-qwen\n") + model("mixtral", "hf:baton/kjv-mixtral"))
     if not second:
@@ -95,7 +96,7 @@ def fleet_text(c, tiny_arena, second=False):
     if not second:
         text += '[model "crashy"]\nsource = %s\nbackend = host\nengine_flags = %s --ctx 8\n' % (QWEN_DIR, FLAGS)
     else:
-        text += model("crashy", QWEN_DIR)
+        text += model("crashy", QWEN_DIR, "max_seqs = 2\n" if third else "")
     return text
 
 
@@ -380,6 +381,24 @@ def t_fleet(c):
         ms["mixtral-b"]["fleet"]["log"]
     assert ms["qwen"]["fleet"]["pid"] == pids["qwen"] and ms["mixtral"]["fleet"]["pid"] == pids["mixtral"]
     assert sorted(engine_procs(c).values()) == ["crashy", "mixtral", "mixtral-b", "qwen"]
+    # SIGHUP again with crashy changed while its engine runs: that engine
+    # stops, the next request starts it with the new section; the others stay
+    crashy_pid = models(http)["crashy"]["fleet"]["pid"]
+    with open(os.path.join(c.dir, "broker.ini"), "w") as f:
+        f.write("[broker]\ncontrol = %s\nevents = %s\nhttp = 127.0.0.1:0\n" % (c.control, c.events_url) +
+                fleet_text(c, tiny_arena, second=True, third=True))
+    c.bp.send_signal(signal.SIGHUP)
+    h.wait_for("the second reload", lambda: len(c.events.all(kind="fleet.reload")) == 2, timeout=T)
+    reason = c.events.all(kind="fleet.reload")[1]["reason"]
+    assert reason == "added: none; removed: none; changed: crashy; unchanged: 4", reason
+    h.wait_for("crashy's old engine stopped", lambda: crashy_pid not in engine_procs(c), timeout=T)
+    st, body, _ = http.post("/v1/chat/completions", chat("crashy", "Who was Noah?", 5))
+    assert st == 200 and body["choices"][0]["message"]["content"] == text[("qwen", 5)], (st, body)
+    ms = models(http)
+    new_pid = ms["crashy"]["fleet"]["pid"]
+    argv = open("/proc/%d/cmdline" % new_pid, "rb").read().split(b"\0")
+    assert b"--max-seqs" in argv and argv[argv.index(b"--max-seqs") + 1] == b"2", argv
+    assert ms["qwen"]["fleet"]["pid"] == pids["qwen"] and ms["mixtral"]["fleet"]["pid"] == pids["mixtral"], ms
     want_metric(http, "baton_door_requests_total", '{model="mixtral-b",outcome="served"}', 2)
     want_metric(http, "baton_door_requests_total", '{model="qwen",outcome="served"}', 3)
     assert metric(http, "baton_fleet_model_state", '{model="tiny",state="running"}') is None
