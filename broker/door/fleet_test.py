@@ -402,6 +402,11 @@ def t_fleet(c):
     want_metric(http, "baton_door_requests_total", '{model="mixtral-b",outcome="served"}', 2)
     want_metric(http, "baton_door_requests_total", '{model="qwen",outcome="served"}', 3)
     assert metric(http, "baton_fleet_model_state", '{model="tiny",state="running"}') is None
+    # promtool reads the fleet's series as the rest (when it is there)
+    if h.promtool():
+        st, mtext, _ = http.get("/metrics")
+        r = subprocess.run([h.promtool(), "check", "metrics"], input=mtext, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0 and not r.stdout.strip() and not r.stderr.strip(), (r.stdout, r.stderr)
     # the CLI by model name through the door: models, chat (an alias), complete
     env = dict(c.env, BATON_BROKER=c.control, BATON_HTTP=http.url)
     p = subprocess.run([h.CLI, "models"], capture_output=True, text=True, env=env, timeout=30)
