@@ -30,16 +30,24 @@ const char *serve_stamp(char *stamp, size_t len)
 	return stamp;
 }
 
+/* One write per line: stderr is unbuffered, and a line written in pieces
+ * is cut by another thread's line (a pipe or the journal shows it). */
 void serve_log(struct serve *s, const char *fmt, ...)
 {
-	char stamp[48];
+	char stamp[48], line[2048];
 	serve_stamp(stamp, sizeof stamp);
+	int n = snprintf(line, sizeof line, "%sbaton-engine[%s]: ", stamp, s->o.name ? s->o.name : "?");
 	va_list ap;
 	va_start(ap, fmt);
-	fprintf(stderr, "%sbaton-engine[%s]: ", stamp, s->o.name ? s->o.name : "?");
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
+	if (n > 0 && (size_t)n < sizeof line)
+		vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
 	va_end(ap);
+	size_t l = strlen(line);
+	if (l + 1 >= sizeof line)
+		l = sizeof line - 2; /* cut: still one line */
+	line[l] = '\n';
+	line[l + 1] = 0;
+	fputs(line, stderr);
 }
 
 /* The state's name: a cache that maps nothing is "released", also a
