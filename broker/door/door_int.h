@@ -71,6 +71,7 @@ struct deng {
 	char name[BROKER_NAME_MAX], model[BROKER_NAME_MAX], gpu[BROKER_NAME_MAX];
 	char http[BROKER_URL_MAX], state[32];
 	uint64_t resident, ceiling;
+	int pid;
 };
 
 /* A model the door has queued for (its queue and its counters). */

@@ -71,7 +71,7 @@ struct fmodel {
 	enum fstate st;
 	struct child eng, tool;
 	bool wanted;                    /* a request waits for it */
-	double t_start, restart_at, term_at, ready_ms;
+	double t_start, restart_at, term_at, ready_ms, running_since;
 	double crash_t[64];
 	unsigned n_crash;
 	uint64_t starts, crashes, idle_stops;
@@ -554,9 +554,12 @@ static void look(struct door_fleet *f, struct seen *s)
 {
 	struct broker_door *d = f->d;
 	char names[BROKER_MAX_MODELS][BROKER_NAME_MAX];
+	int pids[BROKER_MAX_MODELS];
 	pthread_mutex_lock(&f->mu);
-	for (size_t i = 0; i < BROKER_MAX_MODELS; i++)
+	for (size_t i = 0; i < BROKER_MAX_MODELS; i++) {
 		snprintf(names[i], sizeof names[i], "%s", f->m[i].used ? f->m[i].conf.name : "");
+		pids[i] = f->m[i].eng.pid;
+	}
 	pthread_mutex_unlock(&f->mu);
 	double now = baton_now_s();
 	pthread_mutex_lock(&d->mu);
@@ -565,7 +568,7 @@ static void look(struct door_fleet *f, struct seen *s)
 		if (!names[i][0])
 			continue;
 		struct deng *e = door_eng(d, names[i]);
-		s[i].registered = e != NULL;
+		s[i].registered = e && pids[i] > 0 && e->pid == pids[i]; /* this engine, not one that died */
 		int mi = door_model(d, names[i], false);
 		const struct dmodel *dm = mi >= 0 ? &d->models[mi] : NULL;
 		s[i].busy = (dm && dm->queued) || door_inflight(d, names[i]) > 0;
@@ -627,6 +630,7 @@ static void round_(struct door_fleet *f, const struct seen *s, double now)
 			}
 			if (s[i].registered) {
 				m->st = FS_RUNNING;
+				m->running_since = now;
 				m->wanted = false;
 				m->ready_ms = (now - m->t_start) * 1e3;
 				baton_hist_add(&m->h_engine, start_le, START_NB, now - m->t_start);
@@ -635,7 +639,8 @@ static void round_(struct door_fleet *f, const struct seen *s, double now)
 			}
 			break;
 		case FS_RUNNING:
-			if (m->conf.stop_after_s > 0 && !s[i].busy && s[i].idle_s >= m->conf.stop_after_s) {
+			if (m->conf.stop_after_s > 0 && !s[i].busy && s[i].idle_s >= m->conf.stop_after_s &&
+			    now - m->running_since >= m->conf.stop_after_s) { /* a preloaded one: idle from its start */
 				m->idle_stops++;
 				broker_log("fleet: %s: idle %.1f s (stop_after_s %g): stopping its engine", m->conf.name,
 				    s[i].idle_s, m->conf.stop_after_s);

@@ -111,6 +111,7 @@ static void apply_status(struct broker_door *d, const struct baton_msg *rep)
 		snprintf(e->state, sizeof e->state, "%s", x->state);
 		e->resident = x->resident;
 		e->ceiling = x->ceiling;
+		e->pid = (int)x->pid;
 		int mi = door_model(d, e->model, true);
 		if (mi >= 0 && d->models[mi].served_since == 0)
 			d->models[mi].served_since = now; /* its engine came (a start, a registration) */
