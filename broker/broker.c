@@ -64,8 +64,7 @@ static void handle(struct broker *b, struct item *it)
 		break;
 	}
 	case IT_EVENT:
-		br_publish(b, it->ev_kind, *it->ev_engine ? br_eng_by_name(b, it->ev_engine) : NULL, it->err,
-		    it->ms, it->job_id);
+		br_publish_named(b, it->ev_kind, it->ev_engine, it->err, it->ms, it->job_id);
 		break;
 	}
 	free(it);

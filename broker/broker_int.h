@@ -366,6 +366,10 @@ void br_log_move(const char *engine, const char *what, const char *reason, doubl
  * nothing (register, pin, lost...), what the engine holds. */
 void br_publish(struct broker *b, const char *kind, const struct eng *e, const char *reason,
     double ms, uint64_t bytes);
+/* The same for a face's event (broker_emit) naming an engine by name:
+ * the registered engine's fields when there is one, else the name alone. */
+void br_publish_named(struct broker *b, const char *kind, const char *name, const char *reason, double ms,
+    uint64_t bytes);
 /* A handoff event, its phases (ms) handed to subscribers too (broker.h). */
 void br_publish_handoff(struct broker *b, const struct eng *e, const char *reason, double total_ms,
     uint64_t bytes, double decide_ms, double release_ms, double refill_ms);

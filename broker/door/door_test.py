@@ -486,6 +486,9 @@ def t_two_models_interleaved(c):
     assert ev and all("drain" in e["reason"] and "refill" in e["reason"] for e in ev), ev
     assert all(e["engine"] in ("qwen", "mixtral") and e["ms"] >= 0 for e in ev), ev
     h.wait_for("door.queue told", lambda: c.events.all("door.queue"))
+    # its waiting count is in the reason, never in the bytes (device memory) column
+    assert all(e["bytes"] == 0 and re.search(r": \d+ waiting \(", e["reason"]) for e in c.events.all("door.queue")), \
+        c.events.all("door.queue")
     served = metric(http, "baton_door_requests_total", '{model="%s",outcome="served"}' % QWEN)
     assert served and served >= len(jobs) // 2, served
     assert metric(http, "baton_door_ttft_wait_seconds_count", '{model="%s"}' % MIXTRAL) >= len(jobs) // 2

@@ -387,5 +387,6 @@ void serve_close(struct serve *s)
 	char name[BATON_PROTO_MAX_NAME];
 	snprintf(name, sizeof name, "%s", s->o.name ? s->o.name : "?");
 	teardown(s);
-	fprintf(stderr, "baton-engine[%s]: stopped\n", name);
+	char stamp[48];
+	fprintf(stderr, "%sbaton-engine[%s]: stopped\n", serve_stamp(stamp, sizeof stamp), name);
 }

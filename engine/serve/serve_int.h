@@ -88,6 +88,9 @@ struct serve {
 /* ---- status.c: the snapshot, logging, replies, what others read -------- */
 
 void serve_log(struct serve *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The UTC stamp a log line starts with ("2026-12-01T21:50:07.611Z "), or
+ * "" under journald (JOURNAL_STREAM set): into stamp, returned. */
+const char *serve_stamp(char *stamp, size_t len);
 /* Refreshes the STATUS snapshot (state NULL: from the cache's); the
  * caller holds run_mu. */
 void serve_snapshot(struct serve *s, const char *state);
