@@ -219,6 +219,7 @@ int broker_open(const struct broker_config *cfg, struct broker **out, char *err,
 	}
 	sock_id_take(b, 0, cfg->control);
 	sock_id_take(b, 1, cfg->events);
+	br_externals_from_config(b); /* after the events socket: each is published */
 	*out = b;
 	return 0;
 fail:
@@ -286,6 +287,8 @@ void broker_close(struct broker *b)
 	for (size_t i = 0; i < BROKER_MAX_ENGINES; i++)
 		br_eng_forget_conn(&b->eng[i]);
 	br_workers_stop(b);
+	while (atomic_load(&b->hooks_running) > 0)
+		usleep(1000); /* external engines' hooks end at `stopping` (hooks.c) */
 	br_inbox_close(b); /* their last results */
 	br_watch_stop(b);
 	proto_server_close(b->srv);

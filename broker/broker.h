@@ -164,6 +164,40 @@ struct broker_engine_conf {
 	int line;
 };
 
+/* [external "NAME"]: a program that is not a Baton engine but holds device
+ * memory (a vLLM, SGLang or llama.cpp server, ComfyUI, a training job),
+ * put under the broker (docs/reference/external.md). Also the body of
+ * `baton external add` and POST /v1/externals, key for key. */
+#define BROKER_MAX_EXTERNALS 32
+#define BROKER_HOOK_MAX 512
+enum { BROKER_EXT_HOOK = 0, BROKER_EXT_PARK = 1, BROKER_EXT_NONE = 2 };
+struct broker_external_conf {
+	char name[BROKER_NAME_MAX];
+	int pid;                      /* pid = N */
+	char pid_file[BROKER_URL_MAX];/* pid_file = PATH (read again when the process is gone) */
+	char unit[BROKER_NAME_MAX];   /* unit = NAME.service (its MainPID, by systemctl) */
+	char gpu[BROKER_NAME_MAX];    /* gpu = UUID | host-N | index ("": the only device) */
+	int32_t priority;             /* priority = N (default 0) */
+	bool pinned;                  /* pinned = true: never released nor parked */
+	char url[BROKER_URL_MAX];     /* url = http://HOST:PORT: its OpenAI API (the front door routes) */
+	char model[BROKER_NAME_MAX];  /* model = NAME it serves there */
+	uint64_t mib;                 /* mib = N: what it holds when serving, when nothing measures it */
+	int mode;                     /* BROKER_EXT_*: release = park, or a hook, or none */
+	char release[BROKER_HOOK_MAX];/* release = COMMAND | http://URL (POSTed) | park */
+	char refill[BROKER_HOOK_MAX]; /* refill = COMMAND | http://URL */
+	double hook_timeout_s;        /* hook_timeout_s = 30 */
+	int line;
+};
+/* Sets one key of an external engine from its text (the INI's and the
+ * JSON body's); BATON_EINVAL with a message naming the key. */
+int broker_external_set(struct broker_external_conf *x, const char *key, const char *value, char *err,
+    size_t len);
+/* The defaults of a new one (timeout 30 s, mode none until a release is set). */
+void broker_external_init(struct broker_external_conf *x, const char *name);
+/* Whether it names its process (pid, pid_file or unit) and its hooks make
+ * sense together; BATON_EINVAL with a message. */
+int broker_external_check(const struct broker_external_conf *x, char *err, size_t len);
+
 struct broker_config {
 	char control[BROKER_URL_MAX];
 	char events[BROKER_URL_MAX];
@@ -194,6 +228,8 @@ struct broker_config {
 	struct broker_gpu_conf gpus[BROKER_MAX_GPUS];
 	struct broker_engine_conf engines[BROKER_MAX_ENGINES];
 	struct broker_model_conf models[BROKER_MAX_MODELS];
+	size_t n_externals;
+	struct broker_external_conf externals[BROKER_MAX_EXTERNALS];
 };
 
 /* The defaults: the sockets above, heartbeat timeout 2000 ms, no idle
@@ -403,6 +439,10 @@ struct json_t *broker_status_json(const struct baton_msg *rep);
  * ceiling, priority, pinned, idle_ms, last_refill_gbps, peer_gpu, peer,
  * requests, http}. */
 struct json_t *broker_engine_json(const struct proto_engine_info *e);
+/* What an entry of the status' engines is: "engine" (Baton's), "lease"
+ * (memory lent to a job: ctl "lease") or "external" (a program that is not
+ * Baton's: ctl "external:hook|park|none"); the JSON's "kind". */
+const char *broker_entry_kind(const struct proto_engine_info *e);
 struct json_t *broker_gpu_json(const struct proto_gpu *g);
 
 /* One line of the broker's log on stderr, "baton-broker: ...", stamped
@@ -420,5 +460,16 @@ int broker_nvml_mem(const char *uuid, uint64_t *free_bytes, uint64_t *total_byte
 /* The product name ("NVIDIA H200") and NVML index (nvidia-smi's) of the
  * GPU with this uuid; BATON_ENODEV as broker_nvml_mem. */
 int broker_nvml_name(const char *uuid, char *name, size_t len, unsigned *index);
+/* The processes that hold memory of that GPU (compute contexts) and how
+ * much each, up to cap; BATON_ENODEV as broker_nvml_mem (or a driver
+ * without the call), BATON_EDRIVER when NVML fails. */
+/* The uuid of the GPU NVML numbers index (nvidia-smi's), and how many it
+ * knows (count may be NULL); BATON_ENODEV without NVML or such a GPU. */
+int broker_nvml_uuid(unsigned index, unsigned *count, char *uuid, size_t len);
+struct broker_nvml_proc {
+	int pid;              /* as the host's pid namespace numbers it */
+	uint64_t bytes;       /* 0: NVML does not say (no per-process accounting) */
+};
+int broker_nvml_procs(const char *uuid, struct broker_nvml_proc *out, size_t cap, size_t *n_out);
 
 #endif

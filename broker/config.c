@@ -102,7 +102,7 @@ struct parse {
 	char dir[BROKER_PATH_MAX]; /* the file's folder: relative sources start there */
 	/* the section being read */
 	char section[256];
-	int kind; /* 0 none, 1 broker, 2 gpu, 3 engine, 4 model */
+	int kind; /* 0 none, 1 broker, 2 gpu, 3 engine, 4 model, 5 external */
 	size_t idx;
 };
 
@@ -272,9 +272,23 @@ static int enter_section(struct parse *p, const char *section)
 		p->idx = c->n_models++;
 		return 1;
 	}
+	if (section_arg(section, "external", arg, sizeof arg) == 0) {
+		if (!proto_name_valid(arg, strlen(arg)))
+			return fail(p, "[%s]: an external engine's name is letters, digits, '-', '_' or '.'", section);
+		for (size_t i = 0; i < c->n_externals; i++)
+			if (strcmp(c->externals[i].name, arg) == 0)
+				return fail(p, "[%s] appears twice (first on line %d)", section, c->externals[i].line);
+		if (c->n_externals == BROKER_MAX_EXTERNALS)
+			return fail(p, "more than %d [external] sections", BROKER_MAX_EXTERNALS);
+		broker_external_init(&c->externals[c->n_externals], arg);
+		c->externals[c->n_externals].line = p->lineno;
+		p->kind = 5;
+		p->idx = c->n_externals++;
+		return 1;
+	}
 	p->kind = 0;
 	return fail(p, "unknown section [%s] (known: [broker], [gpu \"UUID\"], [engine \"NAME\"], "
-	    "[model \"NAME\"])", section);
+	    "[model \"NAME\"], [external \"NAME\"])", section);
 }
 
 /* A comma-separated list of names (aliases); 0 when every one is valid. */
@@ -521,6 +535,12 @@ static int handler(void *user, const char *section, const char *key, const char 
 	}
 	if (p->kind == 4)
 		return model_key(p, &c->models[p->idx], section, key, value);
+	if (p->kind == 5) { /* external.c's keys */
+		char msg[300];
+		if (broker_external_set(&c->externals[p->idx], key, value, msg, sizeof msg))
+			return fail(p, "[%s]: %s", section, msg);
+		return 1;
+	}
 	return 0; /* an unknown section, already reported */
 }
 
@@ -586,6 +606,14 @@ static int finish(struct parse *p, int rc)
 			snprintf(p->err, p->errlen, "%s: control and events must be different sockets (%s)",
 			    p->name, p->c->control);
 			return BATON_ECONFIG;
+		}
+		for (size_t i = 0; i < p->c->n_externals; i++) {
+			char msg[300];
+			if (broker_external_check(&p->c->externals[i], msg, sizeof msg)) {
+				snprintf(p->err, p->errlen, "%s:%d: [external \"%s\"]: %s", p->name, p->c->externals[i].line,
+				    p->c->externals[i].name, msg);
+				return BATON_ECONFIG;
+			}
 		}
 		return 0;
 	}

@@ -27,6 +27,11 @@ static void on_register(struct broker *b, struct waiter *w, const struct baton_m
 	}
 	struct eng *e = br_eng_by_name(b, m->name);
 	bool again = false;
+	if (e && e->st == ES_LIVE && e->kind != EK_ENGINE) {
+		br_reply_error(w, m->op, m->id, BATON_EEXIST, "register: '%s' is the name of a %s", m->name,
+		    br_kind_name(e));
+		return;
+	}
 	if (e && e->st == ES_LIVE) {
 		if (e->pid != pid) {
 			if (br_pid_alive(e->pid)) {
@@ -362,6 +367,11 @@ static void on_engine_op(struct broker *b, struct waiter *w, const struct baton_
 	struct eng *e = need_engine(b, w, m, name);
 	if (!e)
 		return;
+	if (e->kind == EK_LEASE || (m->op == PROTO_OP_ACQUIRE && e->kind != EK_ENGINE)) {
+		br_reply_error(w, m->op, m->id, BATON_EINVAL, "%s: '%s' is a lease (baton lease release %s)",
+		    proto_op_name(m->op), e->name, e->name);
+		return;
+	}
 	enum op_kind kind;
 	switch (m->op) {
 	case PROTO_OP_ACQUIRE: kind = OP_ACQUIRE; break;
@@ -484,6 +494,8 @@ void br_on_request(struct broker *b, struct waiter *w, const struct baton_msg *m
 	case PROTO_OP_REPORT: on_report(b, w, m); break;
 	case PROTO_OP_STATUS: on_status(b, w, m); break;
 	case PROTO_OP_PIN: on_pin(b, w, m); break;
+	case PROTO_OP_LEASE: br_on_lease(b, w, m); break;
+	case PROTO_OP_EXTERNAL: br_on_external(b, w, m); break;
 	case PROTO_OP_ACQUIRE:
 	case PROTO_OP_REFILL:
 	case PROTO_OP_RELEASE:

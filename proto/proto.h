@@ -152,7 +152,9 @@
 	X(PIN,       "pin")                                                     \
 	X(EVENT,     "event")                                                   \
 	X(PEER,      "peer")                                                    \
-	X(COMPLETE,  "complete")
+	X(COMPLETE,  "complete")                                                \
+	X(LEASE,     "lease")                                                   \
+	X(EXTERNAL,  "external")
 
 enum proto_op {
 	PROTO_OP_NONE = 0, /* no op: a zeroed message, or an unreadable one */

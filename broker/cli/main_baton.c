@@ -35,6 +35,7 @@
 #include "broker/cli/cli.h"
 #include "broker/cli/door_cmd.h"
 #include "broker/cli/engine.h"
+#include "broker/cli/run_cmd.h"
 #include "broker/cli/text_cmd.h"
 #include "broker/cli/tokenize_cmd.h"
 #include "broker/cli/top.h"
@@ -66,6 +67,16 @@ static const char usage_text[] =
     "      --top-p P, --top-k K, --min-p P, --repetition-penalty R, --presence-penalty P,\n"
     "      --frequency-penalty F, --seed N, --stop TEXT, --system TEXT, --no-thinking, --json,\n"
     "      and the front door's --http ADDR (else $BATON_HTTP) and --token-file FILE\n"
+    "  run --mib N [--gpu G] [--priority P] [--name NAME] -- COMMAND...\n"
+    "                             lend N MiB to a job: the broker makes room, runs COMMAND,\n"
+    "                             takes the memory back when it exits (exit status: the job's)\n"
+    "  lease acquire --mib N (--ttl T | --pid P) [--gpu G] [--priority P] [--name NAME]\n"
+    "  lease renew NAME [--ttl T] | lease release NAME   a lease a program manages itself\n"
+    "  external add NAME (--pid P | --pid-file F | --unit U) [--gpu G] [--priority P] [--pinned]\n"
+    "      [--mib N] [--url URL --model M] [--release HOOK --refill HOOK | --release park] [--hook-timeout T]\n"
+    "  external remove NAME | external report NAME --mib N   a program that is not Baton's\n"
+    "  park NAME | resume NAME    checkpoint an external CUDA process's memory to host memory, and back\n"
+    "      run, lease, external, park and resume take their flags after the command\n"
     "  tokenize (ARENA | --tokenizer PATH) TEXT    token ids of TEXT [--no-add-special] [--no-parse-special]\n"
     "  detokenize (ARENA | --tokenizer PATH) IDS   the text of token ids [--skip-special]\n"
     "\n"
@@ -602,6 +613,18 @@ static void print_engines(const struct baton_msg *st)
 			    st->engines.v[i].http);
 	if (st->engines.n == 0)
 		printf("(no engines)\n");
+	/* Leases and external engines (their rows above): what they are. */
+	for (uint32_t i = 0; i < st->engines.n; i++) {
+		const struct proto_engine_info *e = &st->engines.v[i];
+		const char *kind = broker_entry_kind(e);
+		char a[32];
+		if (strcmp(kind, "lease") == 0)
+			printf("%s is a lease: %s lent to pid %u (%s)\n", e->name, cli_fmt_bytes(e->resident, a, sizeof a),
+			    e->pid, e->model);
+		else if (strcmp(kind, "external") == 0)
+			printf("%s is an external engine (pid %u, released by %s)%s\n", e->name, e->pid, e->ctl + 9,
+			    strcmp(e->state, "parked") == 0 ? ": parked, its memory checkpointed to host memory" : "");
+	}
 }
 
 /* what: 3 status, 1 gpus, 2 engines */
@@ -1016,6 +1039,29 @@ int main(int argc, char **argv)
 		return text_cmd_main(argc - 1, argv + 1); /* flags after the command */
 	if (argc >= 2 && strcmp(argv[1], "models") == 0)
 		return models_cmd_main(argc - 1, argv + 1); /* the front door's models, over HTTP */
+	{
+		/* run, lease, external, park, resume: their own flags after the
+		 * command word; the global ones before it move right after it */
+		int i = 1;
+		while (i < argc && argv[i][0] == '-' && strcmp(argv[i], "--") != 0) {
+			bool with_value = !strchr(argv[i], '=') && (strcmp(argv[i], "--broker") == 0 ||
+			    strcmp(argv[i], "--timeout") == 0 || strcmp(argv[i], "--events") == 0);
+			i += with_value ? 2 : 1;
+		}
+		if (i < argc && run_cmd_is(argv[i])) {
+			char **v = calloc((size_t)argc + 1, sizeof *v);
+			if (!v)
+				return EXIT_FAILED;
+			int k = 0;
+			v[k++] = argv[i];
+			for (int j = 1; j < i; j++)
+				if (strncmp(argv[j], "--events", 8) != 0 && (j == 1 || strcmp(argv[j - 1], "--events") != 0))
+					v[k++] = argv[j];
+			for (int j = i + 1; j < argc; j++)
+				v[k++] = argv[j];
+			return run_cmd_main(k, v);
+		}
+	}
 	int tok_rc = tokenize_cmd_main(argc, argv); /* tokenize, detokenize: no broker needed */
 	if (tok_rc >= 0)
 		return tok_rc;
