@@ -85,6 +85,9 @@ int gram_match_accept(gram_match *m, uint32_t token);
 /* Feeds bytes (tests); BATON_EINVAL, state unchanged, when they leave
  * the grammar. */
 int gram_match_accept_bytes(gram_match *m, const char *s, size_t n);
+/* Whether bytes would keep the output a prefix of a document (and
+ * *whole: make it a whole one); changes nothing. */
+bool gram_match_check_bytes(gram_match *m, const char *s, size_t n, bool *whole);
 /* The output so far is a whole document. */
 bool gram_match_can_end(const gram_match *m);
 

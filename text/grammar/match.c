@@ -456,6 +456,26 @@ int gram_match_accept_bytes(gram_match *m, const char *s, size_t n)
 	return rc;
 }
 
+bool gram_match_check_bytes(gram_match *m, const char *s, size_t n, bool *whole)
+{
+	struct state cur = m->st, nx;
+	bool ok = true;
+	areset(&m->scratch);
+	for (size_t i = 0; i < n && ok; i++) {
+		if (advance(m, &m->scratch, &cur, (uint8_t)s[i], &nx) || nx.n == 0)
+			ok = false;
+		else
+			cur = nx;
+	}
+	if (whole) {
+		*whole = false;
+		for (uint32_t i = 0; ok && i < cur.n; i++)
+			*whole |= cur.top[i] == ACCEPT;
+	}
+	areset(&m->scratch);
+	return ok;
+}
+
 /* The token ids ending at a node: allowed. */
 static void allow_node(struct gram_match *m, const struct tnode *d)
 {

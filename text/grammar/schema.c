@@ -19,6 +19,8 @@ enum { T_NULL = 1, T_BOOL = 2, T_INT = 4, T_FRAC = 8, T_STR = 16, T_ARR = 32, T_
 struct memo {
 	char *ref;
 	uint32_t rule;
+	int open;          /* being compiled */
+	unsigned nest;     /* the object and array nesting when it was opened */
 };
 
 struct sc {
@@ -30,6 +32,7 @@ struct sc {
 	uint32_t r_num, r_int, r_str, r_ws_dummy;
 	uint16_t ws, d09, d19, ee, hex;
 	int ref_depth;
+	unsigned nest;     /* objects and arrays being compiled */
 	char *err;
 	size_t errlen;
 };
@@ -700,10 +703,12 @@ static int type_rule(struct sc *c, json_t *s, const char *type, const char *path
 		*out = str_rule(c, lo, hi);
 		return 0;
 	}
-	if (!strcmp(type, "array"))
-		return array_rule(c, s, path, out);
-	if (!strcmp(type, "object"))
-		return object_rule(c, s, path, out);
+	if (!strcmp(type, "array") || !strcmp(type, "object")) {
+		c->nest++;
+		int rc = type[0] == 'a' ? array_rule(c, s, path, out) : object_rule(c, s, path, out);
+		c->nest--;
+		return rc;
+	}
 	char p[512];
 	sub_path(p, sizeof p, path, "type");
 	return fail(c, BATON_EINVAL, p, "unknown type \"%s\"", type);
@@ -711,13 +716,16 @@ static int type_rule(struct sc *c, json_t *s, const char *type, const char *path
 
 static int ref_rule(struct sc *c, const char *ref, const char *path, uint32_t *out)
 {
+	char p[512];
+	sub_path(p, sizeof p, path, "$ref");
 	for (size_t i = 0; i < c->n_memo; i++)
 		if (strcmp(c->memo[i].ref, ref) == 0) {
+			if (c->memo[i].open && c->memo[i].nest == c->nest)
+				return fail(c, BATON_EUNSUPPORTED, p, "\"%s\" refers back to itself before "
+				    "any object or array: no document could end", ref);
 			*out = c->memo[i].rule;
 			return 0;
 		}
-	char p[512];
-	sub_path(p, sizeof p, path, "$ref");
 	json_t *t = resolve(c, ref);
 	if (!t)
 		return fail(c, strncmp(ref, "#", 1) ? BATON_EUNSUPPORTED : BATON_EINVAL, p,
@@ -737,11 +745,13 @@ static int ref_rule(struct sc *c, const char *ref, const char *path, uint32_t *o
 	char *dup = strdup(ref);
 	if (!dup)
 		return BATON_ENOMEM;
-	c->memo[c->n_memo++] = (struct memo){ dup, r };
+	size_t mi = c->n_memo;
+	c->memo[c->n_memo++] = (struct memo){ dup, r, 1, c->nest };
 	c->ref_depth++;
 	uint32_t inner;
 	int rc = compile(c, t, ref, &inner);
 	c->ref_depth--;
+	c->memo[mi].open = 0;
 	if (rc)
 		return rc;
 	struct gseq q = {0};
