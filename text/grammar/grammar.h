@@ -23,7 +23,7 @@
  * properties in the schema's order (optional ones may be left out), no
  * properties beyond the declared ones when an object declares some,
  * numbers of at most 19 integer digits, 17 fraction digits and a
- * two-digit exponent, whitespace runs of at most 64 bytes, free JSON
+ * two-digit exponent, whitespace runs of at most 20 bytes, free JSON
  * (json_object, {}) nested at most 12 deep, no \u escapes of surrogates.
  *
  * A gram and a gram_vocab are immutable once built: any number of
@@ -62,10 +62,11 @@ void gram_free(gram *g);
  * 151,936 tokens). */
 int gram_vocab_new(gram_vocab **out, uint32_t n, const char *const *bytes, const size_t *lens,
     const uint8_t *usable);
-/* From a tokenizer (text_token_bytes), n_vocab ids (ids past the
- * tokenizer's and its special tokens unusable). */
-int gram_vocab_from_tok(gram_vocab **out, const text_tok *t, uint32_t n_vocab, char *err,
-    size_t errlen);
+/* From a tokenizer (text_token_bytes), n_vocab ids; unusable: ids past
+ * the tokenizer's, its special tokens and the n_except ids of except
+ * (the end-of-sequence ones, which the caller allows itself). */
+int gram_vocab_from_tok(gram_vocab **out, const text_tok *t, uint32_t n_vocab,
+    const uint32_t *except, size_t n_except, char *err, size_t errlen);
 uint32_t gram_vocab_size(const gram_vocab *v);
 void gram_vocab_free(gram_vocab *v);
 

@@ -66,7 +66,7 @@ struct gb {
 };
 
 #define GB_MAX_ELEMENTS 2000000u
-#define GB_WS_MAX 64u
+#define GB_WS_MAX 20u
 
 void gb_init(struct gb *b);
 void gb_free(struct gb *b);

@@ -872,10 +872,31 @@ static void check_tok_bytes(const char *family)
 		free(want.p);
 	}
 	T_ASSERT(checked > 50);
-	free(ids0);
 	gram_vocab *v;
-	T_OK(gram_vocab_from_tok(&v, t, n + 10, err, sizeof err));
+	uint32_t except = (uint32_t)ids0[0];
+	T_OK(gram_vocab_from_tok(&v, t, n + 10, &except, 1, err, sizeof err));
 	T_ASSERT(gram_vocab_size(v) == n + 10);
+	/* the excepted id is never allowed, even where its bytes fit */
+	gram *g;
+	T_OK(gram_compile_json_object(&g, err, sizeof err));
+	gram_match *m;
+	T_OK(gram_match_new(&m, g, v));
+	T_OK(gram_match_accept_bytes(m, "{\"", 2));
+	uint64_t *allow = calloc((n + 10 + 63) / 64, 8);
+	bool can_end;
+	T_OK(gram_match_mask(m, allow, &can_end));
+	T_ASSERT(!can_end);
+	T_ASSERT(!(allow[ids0[0] / 64] >> (ids0[0] % 64) & 1));
+	uint32_t n_ok = 0;
+	for (uint32_t i = 0; i < n + 10; i++)
+		n_ok += allow[i / 64] >> (i % 64) & 1;
+	T_ASSERT(n_ok > n / 2); /* inside a key: most tokens */
+	for (uint32_t i = n; i < n + 10; i++)
+		T_ASSERT(!(allow[i / 64] >> (i % 64) & 1));
+	free(allow);
+	gram_match_free(m);
+	gram_free(g);
+	free(ids0);
 	gram_vocab_free(v);
 	text_tok_free(t);
 }

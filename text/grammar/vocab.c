@@ -190,8 +190,8 @@ out:
 	return rc;
 }
 
-int gram_vocab_from_tok(gram_vocab **out, const text_tok *t, uint32_t n_vocab, char *err,
-    size_t errlen)
+int gram_vocab_from_tok(gram_vocab **out, const text_tok *t, uint32_t n_vocab,
+    const uint32_t *except, size_t n_except, char *err, size_t errlen)
 {
 	*out = NULL;
 	uint32_t tn = (uint32_t)text_vocab_size(t);
@@ -202,7 +202,10 @@ int gram_vocab_from_tok(gram_vocab **out, const text_tok *t, uint32_t n_vocab, c
 	if (!bytes || !lens || !usable)
 		goto out;
 	for (uint32_t i = 0; i < n_vocab && i < tn; i++) {
-		if (text_is_special(t, (int32_t)i))
+		int skip = text_is_special(t, (int32_t)i);
+		for (size_t k = 0; k < n_except && !skip; k++)
+			skip = except[k] == i;
+		if (skip)
 			continue;
 		char buf[1024];
 		size_t len;
