@@ -94,21 +94,40 @@ int gram_str_step(uint32_t *sub, uint32_t *cnt, uint32_t max, uint8_t c);
 
 /* ---- the vocabulary (vocab.c) ---- */
 struct tnode {
-	uint32_t first;   /* first child (children contiguous) */
-	uint32_t tok0;    /* tokens ending here: toks[tok0 .. tok0 + ntok) */
+	uint32_t first;   /* its children: kids[first .. first + nchild), by byte */
+	uint32_t tok0;    /* tokens ending here: toks[tok0 .. tok0 + ntok); */
+	uint32_t tok_end; /* and below it too: toks[tok0 .. tok_end) (depth first) */
 	uint16_t nchild;
+	uint16_t ntok;
 	uint8_t byte;     /* the edge into this node */
-	uint8_t spec;     /* a '"' or '\\' edge at or below this node */
-	uint32_t ntok;
+	uint8_t spec;     /* a '\\' edge at or below this node */
+	uint8_t pure;     /* every edge below is printable ASCII but '"' and '\\' */
+	uint8_t height;   /* the longest path below, bytes (255: 255 or more) */
+};
+
+/* A child, with what the walk reads before it goes down (one cache line
+ * holds eight). */
+struct tkid {
+	uint32_t node;
+	uint8_t byte, spec, pad[2];
 };
 
 #define GV_CUM 32u
 
 struct gram_vocab {
 	uint32_t n, words;        /* tokens; words of a mask */
-	struct tnode *node;       /* node 0: the root */
+	struct tnode *node;       /* node 0: the root; depth-first order */
+	struct tkid *kids;
 	uint32_t n_node;
 	uint32_t *toks;
+	/* the tokens that are a plain prefix and a '"' (closing a string),
+	 * by what follows the prefix: a trie of those suffixes (each starts
+	 * with the '"'), and the prefix's characters, qcnt[token] */
+	struct tnode *qnode;
+	struct tkid *qkids;
+	uint32_t n_qnode;
+	uint32_t *qtoks;
+	uint32_t *qcnt;
 	/* string fast path: plain tokens (every byte a string body's, no
 	 * escape, from a character boundary), by character count */
 	uint64_t *cum;            /* [GV_CUM + 1][words]: plain, <= k characters */

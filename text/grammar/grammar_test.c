@@ -684,7 +684,7 @@ static void t_mask_is_exact_and_sampling_validates(void)
 		T_OK(gram_match_new(&m, g, v.v));
 		struct buf out = {0};
 		put(&out, "", 0);
-		int check = i < 60; /* brute force on the first ones only: it is slow */
+		int check = i < 150; /* brute force on the first ones only: it is slow */
 		for (int step = 0; step < 400; step++) {
 			bool can_end;
 			T_OK(gram_match_mask(m, allow, &can_end));

@@ -114,6 +114,11 @@ struct gram_match {
 	uint64_t visits;
 	uint8_t plain[256];    /* bytes a string body takes as they are */
 	uint64_t *allow;       /* of the running mask */
+	const struct tnode *tn; /* the trie it walks, its children and token lists */
+	const struct tkid *tk;
+	const uint32_t *tt;
+	int qf;                /* the quote trie: filter by qlo..qhi characters */
+	uint32_t qlo, qhi;
 	int expands, overflow;
 };
 
@@ -476,73 +481,90 @@ bool gram_match_check_bytes(gram_match *m, const char *s, size_t n, bool *whole)
 	return ok;
 }
 
-/* The token ids ending at a node: allowed. */
-static void allow_node(struct gram_match *m, const struct tnode *d)
+/* The token ids ending at a node: allowed (in the quote trie, those whose
+ * plain prefix fits the string: qlo <= characters <= qhi). */
+static void allow_range(struct gram_match *m, uint32_t from, uint32_t to)
 {
-	const uint32_t *t = m->v->toks + d->tok0;
-	for (uint32_t i = 0; i < d->ntok; i++)
-		m->allow[t[i] / 64] |= 1ull << (t[i] % 64);
+	const uint32_t *t = m->tt;
+	if (!m->qf) {
+		for (uint32_t i = from; i < to; i++)
+			m->allow[t[i] / 64] |= 1ull << (t[i] % 64);
+		return;
+	}
+	for (uint32_t i = from; i < to; i++) {
+		uint32_t c = m->v->qcnt[t[i]];
+		if (c >= m->qlo && c <= m->qhi)
+			m->allow[t[i] / 64] |= 1ull << (t[i] % 64);
+	}
 }
 
-/* The children of node `at` from state s. pruned: every byte so far was
- * plain inside a string, and the plain tokens are already allowed, so
- * only the paths to a '"' or '\\' are walked. */
+static void allow_node(struct gram_match *m, const struct tnode *d)
+{
+	allow_range(m, d->tok0, d->tok0 + d->ntok);
+}
+
+static const struct frame *string_state(const struct gram_match *m, const struct state *s);
+
+/* The children of node `at` (of the trie m->tn) from state s. pruned:
+ * every byte so far was plain inside a string, whose plain tokens and
+ * those that close it are allowed apart: only the paths to a '\\' are
+ * walked here. */
 static int walk(struct gram_match *m, uint32_t at, const struct state *s, int pruned)
 {
-	const struct tnode *d = &m->v->node[at];
+	const struct tnode *d = &m->tn[at];
 	for (uint32_t k = 0; k < d->nchild; k++) {
-		uint32_t ci = d->first + k;
-		const struct tnode *ch = &m->v->node[ci];
-		int plain = m->plain[ch->byte];
-		if (pruned && plain && !ch->spec)
+		const struct tkid *kd = &m->tk[d->first + k];
+		int plain = m->plain[kd->byte];
+		if (pruned && ((plain && !kd->spec) || kd->byte == '"'))
 			continue;
+		uint32_t ci = kd->node;
+		const struct tnode *ch = &m->tn[ci];
 		m->visits++;
 		struct mark mk = amark(&m->scratch);
 		struct state nx;
 		if (advance(m, &m->scratch, s, ch->byte, &nx))
 			return -1;
 		if (nx.n) {
-			allow_node(m, ch);
-			if (ch->nchild && walk(m, ci, &nx, pruned && plain))
-				return -1;
+			const struct frame *f;
+			if (ch->nchild && ch->pure && (f = string_state(m, &nx)) != NULL &&
+			    ch->height < 255 && m->g->el[f->pos].b - f->cnt >= ch->height) {
+				/* inside a string that has room, and nothing below but
+				 * plain ASCII: every token below, unwalked */
+				allow_range(m, ch->tok0, ch->tok_end);
+			} else {
+				allow_node(m, ch);
+				if (ch->nchild && walk(m, ci, &nx, pruned && plain))
+					return -1;
+			}
 		}
 		arewind(&m->scratch, mk);
 	}
 	return 0;
 }
 
-/* Whether the state may take the fast path: every top a string body at
- * a character boundary, or a terminal no plain byte passes; *room: the
- * most characters a string may still take. */
-static int string_state(const struct gram_match *m, const struct state *s, uint32_t *room)
+/* The fast path's condition: the stacks are one string body at a
+ * character boundary (and its way out, the closing quote); that body's
+ * frame, or NULL. */
+static const struct frame *string_state(const struct gram_match *m, const struct state *s)
 {
 	const gram *g = m->g;
-	int any = 0;
-	*room = 0;
+	const struct frame *f = NULL;
 	for (uint32_t i = 0; i < s->n; i++) {
-		const struct frame *f = s->top[i];
-		if (f == ACCEPT)
-			continue;
-		const struct gel *e = &g->el[f->pos];
-		if (e->kind == E_STR) {
-			if (f->sub != S0)
-				return 0;
-			uint32_t r = e->b - f->cnt;
-			if (r > *room)
-				*room = r;
-			any = 1;
-			continue;
+		const struct frame *x = s->top[i];
+		if (x != ACCEPT && g->el[x->pos].kind == E_STR) {
+			if (f || x->sub != S0)
+				return NULL;
+			f = x;
 		}
-		if (e->kind == E_BYTE) {
-			if (m->plain[e->byte])
-				return 0;
-			continue;
-		}
-		for (int c = 0; c < 256; c++) /* E_SET, E_REP */
-			if (m->plain[c] && in_set(g, e->set, (uint8_t)c))
-				return 0;
 	}
-	return any;
+	if (!f || g->el[f->pos + 1].kind != E_BYTE || g->el[f->pos + 1].byte != '"')
+		return NULL;
+	for (uint32_t i = 0; i < s->n; i++) {
+		const struct frame *x = s->top[i];
+		if (x != f && (x == ACCEPT || x->pos != f->pos + 1 || x->up != f->up))
+			return NULL;
+	}
+	return f;
 }
 
 int gram_match_mask(gram_match *m, uint64_t *allow, bool *can_end)
@@ -552,16 +574,54 @@ int gram_match_mask(gram_match *m, uint64_t *allow, bool *can_end)
 	m->allow = allow;
 	m->visits = 0;
 	m->overflow = 0;
+	m->tn = v->node;
+	m->tk = v->kids;
+	m->tt = v->toks;
+	m->qf = 0;
 	areset(&m->scratch);
-	uint32_t room;
-	int pruned = string_state(m, &m->st, &room);
-	if (pruned) {
+	const struct frame *f = string_state(m, &m->st);
+	int rc = 0;
+	if (f) {
+		const struct gel *e = &m->g->el[f->pos];
+		uint32_t room = e->b - f->cnt;
+		/* plain tokens that fit */
 		uint32_t k = room < GV_CUM ? room : GV_CUM;
 		memcpy(allow, v->cum + (size_t)k * v->words, (size_t)v->words * sizeof *allow);
 		for (uint32_t i = 0; room > GV_CUM && i < v->n_long && v->long_cnt[i] <= room; i++)
 			allow[v->long_tok[i] / 64] |= 1ull << (v->long_tok[i] % 64);
+		/* those that close the string after a plain prefix: what follows
+		 * the '"' does not depend on the prefix, so one walk of their
+		 * suffixes from the state after the quote */
+		struct state one = { (const struct frame *[]){ NULL }, 1 }, sq;
+		struct frame q = { f->pos + 1, 0, 0, f->depth, f->up };
+		one.top[0] = &q;
+		if (advance(m, &m->scratch, &one, '"', &sq))
+			rc = -1;
+		else if (sq.n && v->n_qnode > 1) {
+			m->tn = v->qnode;
+			m->tk = v->qkids;
+			m->tt = v->qtoks;
+			m->qf = 1;
+			m->qlo = f->cnt >= e->a ? 0 : e->a - f->cnt;
+			m->qhi = room;
+			uint32_t qi = v->qkids[v->qnode[0].first].node; /* the root's one child: '"' */
+			const struct tnode *qd = &v->qnode[qi];
+			m->visits++;
+			allow_node(m, qd);
+			if (qd->nchild)
+				rc = walk(m, qi, &sq, 0);
+			m->tn = v->node;
+			m->tk = v->kids;
+			m->tt = v->toks;
+			m->qf = 0;
+		}
+		areset(&m->scratch);
+		/* and the escapes, walked */
+		if (!rc)
+			rc = walk(m, 0, &m->st, 1);
+	} else {
+		rc = walk(m, 0, &m->st, 0);
 	}
-	int rc = walk(m, 0, &m->st, pruned);
 	areset(&m->scratch);
 	m->allow = NULL;
 	if (rc || m->scratch.oom)

@@ -14,47 +14,33 @@ struct bnode { /* build-time node: first child, next sibling */
 	uint8_t byte;
 };
 
-int gram_vocab_new(gram_vocab **out, uint32_t n, const char *const *bytes, const size_t *lens,
-    const uint8_t *usable)
+/* A trie of the tokens t with inc[t], spelled by p[t] (l[t] bytes):
+ * nodes breadth first, children contiguous in byte order. */
+static int build_trie(uint32_t n, const char *const *p, const size_t *l, const uint8_t *inc,
+    struct tnode **node_out, struct tkid **kids_out, uint32_t *n_node_out, uint32_t **toks_out)
 {
-	*out = NULL;
-	gram_vocab *v = calloc(1, sizeof *v);
-	if (!v)
-		return BATON_ENOMEM;
-	v->n = n;
-	v->words = (n + 63) / 64;
 	size_t total = 1;
 	for (uint32_t i = 0; i < n; i++)
-		if (!usable || usable[i])
-			total += lens[i];
+		if (inc[i])
+			total += l[i];
 	struct bnode *b = malloc(total * sizeof *b);
 	uint32_t *tok_next = malloc(((size_t)n + 1) * sizeof *tok_next);
+	struct tnode *node = NULL;
+	uint32_t *toks = malloc(((size_t)n + 1) * sizeof *toks), *order = NULL, *kids = NULL;
 	uint32_t root_child[256];
 	int rc = BATON_ENOMEM;
-	v->pool = malloc(total);
-	v->off = calloc((size_t)n + 1, sizeof *v->off);
-	v->len = calloc((size_t)n + 1, sizeof *v->len);
-	if (!v->pool || !v->off || !v->len)
-		goto out;
-	size_t pool_at = 0;
-	if (!b || !tok_next)
+	if (!b || !tok_next || !toks)
 		goto out;
 	for (int i = 0; i < 256; i++)
 		root_child[i] = UINT32_MAX;
 	b[0] = (struct bnode){ UINT32_MAX, UINT32_MAX, UINT32_MAX, 0 };
 	uint32_t nb = 1;
 	for (uint32_t t = 0; t < n; t++) {
-		if ((usable && !usable[t]) || lens[t] == 0)
+		if (!inc[t])
 			continue;
-		if (lens[t] > v->max_len)
-			v->max_len = (uint32_t)lens[t];
-		memcpy(v->pool + pool_at, bytes[t], lens[t]);
-		v->off[t] = pool_at;
-		v->len[t] = (uint32_t)lens[t];
-		pool_at += lens[t];
 		uint32_t at = 0;
-		for (size_t j = 0; j < lens[t]; j++) {
-			uint8_t c = (uint8_t)bytes[t][j];
+		for (size_t j = 0; j < l[t]; j++) {
+			uint8_t c = (uint8_t)p[t][j];
 			uint32_t ch;
 			if (at == 0) {
 				ch = root_child[c];
@@ -78,72 +64,138 @@ int gram_vocab_new(gram_vocab **out, uint32_t n, const char *const *bytes, const
 		tok_next[t] = b[at].tok_head;
 		b[at].tok_head = t;
 	}
-	/* Flatten breadth first, children by byte. */
-	v->node = malloc((size_t)nb * sizeof *v->node);
-	v->toks = malloc(((size_t)n + 1) * sizeof *v->toks);
-	uint32_t *order = malloc((size_t)nb * sizeof *order);
-	if (!v->node || !v->toks || !order) {
-		free(order);
+	node = malloc((size_t)nb * sizeof *node);
+	order = malloc((size_t)nb * sizeof *order); /* build node -> final index */
+	kids = malloc((size_t)nb * sizeof *kids);
+	uint32_t *stack = malloc(((size_t)nb + 1) * sizeof *stack);
+	if (!node || !order || !kids || !stack) {
+		free(stack);
 		goto out;
 	}
-	/* the root's children from root_child[]; others from their lists */
-	order[0] = 0;
-	uint32_t head = 0, tail = 1, ntok = 0;
-	while (head < tail) {
-		uint32_t src = order[head];
-		struct tnode *d = &v->node[head];
-		head++;
-		uint32_t kids[256], nk = 0;
-		if (src == 0) {
-			for (int c = 0; c < 256; c++)
-				if (root_child[c] != UINT32_MAX)
-					kids[nk++] = root_child[c];
-		} else {
-			for (uint32_t ch = b[src].child; ch != UINT32_MAX; ch = b[ch].next)
-				kids[nk++] = ch;
-			/* sibling lists are newest first: sort by byte (insertion) */
-			for (uint32_t i = 1; i < nk; i++)
-				for (uint32_t j = i; j > 0 && b[kids[j - 1]].byte > b[kids[j]].byte; j--) {
-					uint32_t x = kids[j];
-					kids[j] = kids[j - 1];
-					kids[j - 1] = x;
-				}
-		}
+	/* depth first, children by byte: a node's subtree is one range of
+	 * nodes and of tokens */
+	uint32_t n_out = 0, ntok = 0, sp = 0, nk_all = 0;
+	stack[sp++] = 0;
+	while (sp) {
+		uint32_t src = stack[--sp];
+		uint32_t me = n_out++;
+		order[src] = me;
+		struct tnode *d = &node[me];
 		d->byte = b[src].byte;
-		d->first = tail;
-		d->nchild = (uint16_t)nk;
-		d->spec = 0;
-		for (uint32_t i = 0; i < nk; i++)
-			order[tail++] = kids[i];
 		d->tok0 = ntok;
 		d->ntok = 0;
 		for (uint32_t t = b[src].tok_head; t != UINT32_MAX; t = tok_next[t]) {
-			v->toks[ntok++] = t;
+			toks[ntok++] = t;
 			d->ntok++;
 		}
+		uint32_t kl[256], nk = 0;
+		if (src == 0) {
+			for (int c = 0; c < 256; c++)
+				if (root_child[c] != UINT32_MAX)
+					kl[nk++] = root_child[c];
+		} else {
+			for (uint32_t ch = b[src].child; ch != UINT32_MAX; ch = b[ch].next)
+				kl[nk++] = ch;
+			for (uint32_t i = 1; i < nk; i++) /* newest first: sort by byte */
+				for (uint32_t j = i; j > 0 && b[kl[j - 1]].byte > b[kl[j]].byte; j--) {
+					uint32_t x = kl[j];
+					kl[j] = kl[j - 1];
+					kl[j - 1] = x;
+				}
+		}
+		d->nchild = (uint16_t)nk;
+		d->first = nk_all;
+		for (uint32_t i = 0; i < nk; i++)
+			kids[nk_all++] = kl[i]; /* build ids for now */
+		for (uint32_t i = nk; i-- > 0;)
+			stack[sp++] = kl[i];
 	}
-	v->n_node = nb;
-	free(order);
-	/* spec: a '"' or '\\' edge at or below (children come after parents) */
+	free(stack);
+	for (uint32_t i = 0; i < nk_all; i++)
+		kids[i] = order[kids[i]];
+	/* bottom up (children come after parents): the token ranges, spec, pure, height */
 	for (uint32_t i = nb; i-- > 0;) {
-		struct tnode *d = &v->node[i];
-		uint8_t s = i > 0 && (d->byte == '"' || d->byte == '\\');
-		for (uint32_t k = 0; k < d->nchild && !s; k++)
-			s = v->node[d->first + k].spec;
-		d->spec = s;
+		struct tnode *d = &node[i];
+		uint8_t bs = i > 0 && d->byte == '\\', pure = 1;
+		uint32_t end = d->tok0 + d->ntok, h = 0;
+		for (uint32_t k = 0; k < d->nchild; k++) {
+			const struct tnode *c = &node[kids[d->first + k]];
+			bs |= c->spec;
+			pure &= c->pure && c->byte >= 0x20 && c->byte < 0x7f && c->byte != '"' && c->byte != '\\';
+			if (c->tok_end > end)
+				end = c->tok_end;
+			if ((uint32_t)c->height + 1 > h)
+				h = (uint32_t)c->height + 1;
+		}
+		d->spec = bs;
+		d->pure = pure;
+		d->tok_end = end;
+		d->height = (uint8_t)(h > 255 ? 255 : h);
 	}
-	/* plain tokens by character count */
-	v->cum = calloc((size_t)(GV_CUM + 1) * v->words, sizeof *v->cum);
-	uint32_t *cnt = malloc(((size_t)n + 1) * sizeof *cnt);
-	if (!v->cum || !cnt) {
-		free(cnt);
+	struct tkid *kv = malloc((size_t)nb * sizeof *kv);
+	if (!kv)
 		goto out;
-	}
+	for (uint32_t i = 0; i < nb; i++)
+		for (uint32_t k = 0; k < node[i].nchild; k++) {
+			uint32_t c = kids[node[i].first + k];
+			kv[node[i].first + k] = (struct tkid){ c, node[c].byte, node[c].spec, { 0, 0 } };
+		}
+	*node_out = node;
+	*kids_out = kv;
+	*n_node_out = nb;
+	*toks_out = toks;
+	node = NULL;
+	toks = NULL;
+	rc = 0;
+out:
+	free(b);
+	free(tok_next);
+	free(order);
+	free(node);
+	free(kids);
+	free(toks);
+	return rc;
+}
+
+int gram_vocab_new(gram_vocab **out, uint32_t n, const char *const *bytes, const size_t *lens,
+    const uint8_t *usable)
+{
+	*out = NULL;
+	gram_vocab *v = calloc(1, sizeof *v);
+	if (!v)
+		return BATON_ENOMEM;
+	v->n = n;
+	v->words = (n + 63) / 64;
+	size_t total = 1;
+	for (uint32_t i = 0; i < n; i++)
+		if (!usable || usable[i])
+			total += lens[i];
+	uint8_t *inc = calloc((size_t)n + 1, 1), *qinc = calloc((size_t)n + 1, 1);
+	const char **qp = calloc((size_t)n + 1, sizeof *qp);
+	size_t *ql = calloc((size_t)n + 1, sizeof *ql);
+	uint32_t *cnt = malloc(((size_t)n + 1) * sizeof *cnt);
+	int rc = BATON_ENOMEM;
+	v->pool = malloc(total);
+	v->off = calloc((size_t)n + 1, sizeof *v->off);
+	v->len = calloc((size_t)n + 1, sizeof *v->len);
+	v->qcnt = calloc((size_t)n + 1, sizeof *v->qcnt);
+	v->cum = calloc((size_t)(GV_CUM + 1) * v->words, sizeof *v->cum);
+	if (!inc || !qinc || !qp || !ql || !cnt || !v->pool || !v->off || !v->len || !v->qcnt || !v->cum)
+		goto out;
+	size_t pool_at = 0;
 	uint32_t n_long = 0;
 	for (uint32_t t = 0; t < n; t++) {
 		cnt[t] = UINT32_MAX;
 		if ((usable && !usable[t]) || lens[t] == 0)
 			continue;
+		inc[t] = 1;
+		if (lens[t] > v->max_len)
+			v->max_len = (uint32_t)lens[t];
+		memcpy(v->pool + pool_at, bytes[t], lens[t]);
+		v->off[t] = pool_at;
+		v->len[t] = (uint32_t)lens[t];
+		pool_at += lens[t];
+		/* plain (a string body's bytes to the end), or a plain prefix and a '"' */
 		uint32_t sub = 0, c = 0;
 		size_t j = 0;
 		for (; j < lens[t]; j++) {
@@ -151,23 +203,32 @@ int gram_vocab_new(gram_vocab **out, uint32_t n, const char *const *bytes, const
 			if (x == '\\' || !gram_str_step(&sub, &c, UINT32_MAX - 1, x))
 				break;
 		}
-		if (j < lens[t])
+		if (j < lens[t]) {
+			if (bytes[t][j] == '"' && sub == 0) {
+				qinc[t] = 1;
+				qp[t] = bytes[t] + j;
+				ql[t] = lens[t] - j;
+				v->qcnt[t] = c;
+			}
 			continue;
+		}
 		cnt[t] = c;
 		if (c > GV_CUM)
 			n_long++;
 		else
 			v->cum[(size_t)c * v->words + t / 64] |= 1ull << (t % 64);
 	}
+	if ((rc = build_trie(n, bytes, lens, inc, &v->node, &v->kids, &v->n_node, &v->toks)) != 0 ||
+	    (rc = build_trie(n, qp, ql, qinc, &v->qnode, &v->qkids, &v->n_qnode, &v->qtoks)) != 0)
+		goto out;
+	rc = BATON_ENOMEM;
 	for (uint32_t k = 1; k <= GV_CUM; k++)
 		for (uint32_t w = 0; w < v->words; w++)
 			v->cum[(size_t)k * v->words + w] |= v->cum[(size_t)(k - 1) * v->words + w];
 	v->long_tok = malloc(((size_t)n_long + 1) * sizeof *v->long_tok);
 	v->long_cnt = malloc(((size_t)n_long + 1) * sizeof *v->long_cnt);
-	if (!v->long_tok || !v->long_cnt) {
-		free(cnt);
+	if (!v->long_tok || !v->long_cnt)
 		goto out;
-	}
 	for (uint32_t t = 0; t < n; t++)
 		if (cnt[t] != UINT32_MAX && cnt[t] > GV_CUM) {
 			uint32_t j = v->n_long++;
@@ -179,12 +240,14 @@ int gram_vocab_new(gram_vocab **out, uint32_t n, const char *const *bytes, const
 			v->long_cnt[j] = cnt[t];
 			v->long_tok[j] = t;
 		}
-	free(cnt);
 	rc = 0;
 	*out = v;
 out:
-	free(b);
-	free(tok_next);
+	free(inc);
+	free(qinc);
+	free(qp);
+	free(ql);
+	free(cnt);
 	if (rc)
 		gram_vocab_free(v);
 	return rc;
@@ -247,6 +310,11 @@ void gram_vocab_free(gram_vocab *v)
 		return;
 	free(v->node);
 	free(v->toks);
+	free(v->qnode);
+	free(v->kids);
+	free(v->qkids);
+	free(v->qtoks);
+	free(v->qcnt);
 	free(v->cum);
 	free(v->long_tok);
 	free(v->long_cnt);
