@@ -94,14 +94,16 @@ int gram_str_step(uint32_t *sub, uint32_t *cnt, uint32_t max, uint8_t c);
 
 /* ---- the vocabulary (vocab.c) ---- */
 struct tnode {
-	uint32_t first;   /* its children: kids[first .. first + nchild), by byte */
+	uint32_t first;   /* its children: kids[first .. first + nchild), those with
+	                   * spec first (nspec of them), then by byte */
 	uint32_t tok0;    /* tokens ending here: toks[tok0 .. tok0 + ntok); */
 	uint32_t tok_end; /* and below it too: toks[tok0 .. tok_end) (depth first) */
-	uint16_t nchild;
+	uint16_t nchild, nspec;
 	uint16_t ntok;
 	uint8_t byte;     /* the edge into this node */
 	uint8_t spec;     /* a '\\' edge at or below this node */
 	uint8_t pure;     /* every edge below is printable ASCII but '"' and '\\' */
+	uint8_t pureq;    /* the same, or a '"' that ends the path */
 	uint8_t height;   /* the longest path below, bytes (255: 255 or more) */
 };
 
@@ -128,6 +130,13 @@ struct gram_vocab {
 	uint32_t n_qnode;
 	uint32_t *qtoks;
 	uint32_t *qcnt;
+	uint32_t *qtokc;          /* qcnt of qtoks[i], in its order */
+	/* the same for a plain prefix and a '\\' (an escape), for strings
+	 * whose length does not matter */
+	struct tnode *bnode;
+	struct tkid *bkids;
+	uint32_t n_bnode;
+	uint32_t *btoks;
 	/* string fast path: plain tokens (every byte a string body's, no
 	 * escape, from a character boundary), by character count */
 	uint64_t *cum;            /* [GV_CUM + 1][words]: plain, <= k characters */

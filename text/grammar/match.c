@@ -99,6 +99,8 @@ static void afree(struct arena *a)
 	memset(a, 0, sizeof *a);
 }
 
+enum { S0 = 0, U1, U2, U3, UE0, UED, UF0, UF4, ESC, X1, XD2, X2, X3, X4 };
+
 struct state {
 	const struct frame **top;
 	uint32_t n;
@@ -113,6 +115,7 @@ struct gram_match {
 	struct state st;       /* in keep[cur] */
 	uint64_t visits;
 	uint8_t plain[256];    /* bytes a string body takes as they are */
+	uint8_t strset[X4 + 1][32]; /* the bytes a string body takes in each substate */
 	uint64_t *allow;       /* of the running mask */
 	const struct tnode *tn; /* the trie it walks, its children and token lists */
 	const struct tkid *tk;
@@ -123,7 +126,6 @@ struct gram_match {
 };
 
 /* ---- the string body's byte automaton ---- */
-enum { S0 = 0, U1, U2, U3, UE0, UED, UF0, UF4, ESC, X1, XD2, X2, X3, X4 };
 
 static int is_hex(uint8_t c)
 {
@@ -396,6 +398,12 @@ int gram_match_new(gram_match **out, const gram *g, const gram_vocab *v)
 	m->v = v;
 	for (int c = 0; c < 256; c++)
 		m->plain[c] = c >= 0x20 && c != '"' && c != '\\';
+	for (uint32_t sb = 0; sb <= X4; sb++)
+		for (int c = 0; c < 256; c++) {
+			uint32_t x = sb, n = 0;
+			if (gram_str_step(&x, &n, 1, (uint8_t)c))
+				m->strset[sb][c >> 3] |= (uint8_t)(1u << (c & 7));
+		}
 	struct state s;
 	s.n = 0;
 	s.top = aalloc(&m->scratch, MAX_STACKS * sizeof *s.top);
@@ -492,7 +500,7 @@ static void allow_range(struct gram_match *m, uint32_t from, uint32_t to)
 		return;
 	}
 	for (uint32_t i = from; i < to; i++) {
-		uint32_t c = m->v->qcnt[t[i]];
+		uint32_t c = m->v->qtokc[i];
 		if (c >= m->qlo && c <= m->qhi)
 			m->allow[t[i] / 64] |= 1ull << (t[i] % 64);
 	}
@@ -505,6 +513,42 @@ static void allow_node(struct gram_match *m, const struct tnode *d)
 
 static const struct frame *string_state(const struct gram_match *m, const struct state *s);
 
+/* The bytes some stack of s takes next. */
+static void first_bytes(const struct gram_match *m, const struct state *s, uint64_t acc[4])
+{
+	const gram *g = m->g;
+	acc[0] = acc[1] = acc[2] = acc[3] = 0;
+	for (uint32_t i = 0; i < s->n; i++) {
+		const struct frame *f = s->top[i];
+		if (f == ACCEPT)
+			continue;
+		const struct gel *e = &g->el[f->pos];
+		const uint8_t *set = NULL;
+		switch (e->kind) {
+		case E_BYTE:
+			acc[e->byte >> 6] |= 1ull << (e->byte & 63);
+			continue;
+		case E_SET:
+		case E_REP:
+			if (e->kind == E_REP && f->cnt >= e->b)
+				continue;
+			set = g->sets[e->set];
+			break;
+		case E_STR:
+			if (f->sub == S0 && f->cnt >= e->b)
+				continue;
+			set = m->strset[f->sub];
+			break;
+		default:
+			continue;
+		}
+		uint64_t w[4];
+		memcpy(w, set, 32);
+		for (int k = 0; k < 4; k++)
+			acc[k] |= w[k];
+	}
+}
+
 /* The children of node `at` (of the trie m->tn) from state s. pruned:
  * every byte so far was plain inside a string, whose plain tokens and
  * those that close it are allowed apart: only the paths to a '\\' are
@@ -512,24 +556,32 @@ static const struct frame *string_state(const struct gram_match *m, const struct
 static int walk(struct gram_match *m, uint32_t at, const struct state *s, int pruned)
 {
 	const struct tnode *d = &m->tn[at];
-	for (uint32_t k = 0; k < d->nchild; k++) {
+	uint64_t acc[4];
+	first_bytes(m, s, acc);
+	uint32_t nk = pruned ? d->nspec : d->nchild;
+	for (uint32_t k = 0; k < nk; k++) {
 		const struct tkid *kd = &m->tk[d->first + k];
+		if (!(acc[kd->byte >> 6] >> (kd->byte & 63) & 1))
+			continue;
 		int plain = m->plain[kd->byte];
-		if (pruned && ((plain && !kd->spec) || kd->byte == '"'))
+		if (pruned && kd->byte == '"')
 			continue;
 		uint32_t ci = kd->node;
-		const struct tnode *ch = &m->tn[ci];
+		__builtin_prefetch(&m->tn[ci]); /* a miss, most often: while advance runs */
 		m->visits++;
 		struct mark mk = amark(&m->scratch);
 		struct state nx;
-		if (advance(m, &m->scratch, s, ch->byte, &nx))
+		if (advance(m, &m->scratch, s, kd->byte, &nx))
 			return -1;
+		const struct tnode *ch = &m->tn[ci];
 		if (nx.n) {
 			const struct frame *f;
-			if (ch->nchild && ch->pure && (f = string_state(m, &nx)) != NULL &&
-			    ch->height < 255 && m->g->el[f->pos].b - f->cnt >= ch->height) {
+			if (ch->nchild && ch->pureq && (f = string_state(m, &nx)) != NULL &&
+			    ch->height < 255 && m->g->el[f->pos].b - f->cnt >= ch->height &&
+			    (ch->pure || f->cnt >= m->g->el[f->pos].a)) {
 				/* inside a string that has room, and nothing below but
-				 * plain ASCII: every token below, unwalked */
+				 * plain ASCII (and quotes that close it, when it is long
+				 * enough already): every token below, unwalked */
 				allow_range(m, ch->tok0, ch->tok_end);
 			} else {
 				allow_node(m, ch);
@@ -616,9 +668,31 @@ int gram_match_mask(gram_match *m, uint64_t *allow, bool *can_end)
 			m->qf = 0;
 		}
 		areset(&m->scratch);
-		/* and the escapes, walked */
-		if (!rc)
+		/* and the escapes: when the string's length does not matter, their
+		 * suffixes once too (the prefix changes nothing); else walked */
+		if (!rc && e->b == UINT32_MAX && f->cnt >= e->a) {
+			struct state sb;
+			one.top[0] = f;
+			if (advance(m, &m->scratch, &one, '\\', &sb))
+				rc = -1;
+			else if (sb.n && v->n_bnode > 1) {
+				m->tn = v->bnode;
+				m->tk = v->bkids;
+				m->tt = v->btoks;
+				uint32_t bi = v->bkids[v->bnode[0].first].node; /* '\\' */
+				const struct tnode *bd = &v->bnode[bi];
+				m->visits++;
+				allow_node(m, bd);
+				if (bd->nchild)
+					rc = walk(m, bi, &sb, 0);
+				m->tn = v->node;
+				m->tk = v->kids;
+				m->tt = v->toks;
+			}
+			areset(&m->scratch);
+		} else if (!rc) {
 			rc = walk(m, 0, &m->st, 1);
+		}
 	} else {
 		rc = walk(m, 0, &m->st, 0);
 	}

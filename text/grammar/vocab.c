@@ -116,12 +116,14 @@ static int build_trie(uint32_t n, const char *const *p, const size_t *l, const u
 	/* bottom up (children come after parents): the token ranges, spec, pure, height */
 	for (uint32_t i = nb; i-- > 0;) {
 		struct tnode *d = &node[i];
-		uint8_t bs = i > 0 && d->byte == '\\', pure = 1;
+		uint8_t bs = i > 0 && d->byte == '\\', pure = 1, pureq = 1;
 		uint32_t end = d->tok0 + d->ntok, h = 0;
 		for (uint32_t k = 0; k < d->nchild; k++) {
 			const struct tnode *c = &node[kids[d->first + k]];
 			bs |= c->spec;
-			pure &= c->pure && c->byte >= 0x20 && c->byte < 0x7f && c->byte != '"' && c->byte != '\\';
+			int ascii = c->byte >= 0x20 && c->byte < 0x7f && c->byte != '"' && c->byte != '\\';
+			pure &= c->pure && ascii;
+			pureq &= (c->pureq && ascii) || (c->byte == '"' && c->nchild == 0);
 			if (c->tok_end > end)
 				end = c->tok_end;
 			if ((uint32_t)c->height + 1 > h)
@@ -129,17 +131,25 @@ static int build_trie(uint32_t n, const char *const *p, const size_t *l, const u
 		}
 		d->spec = bs;
 		d->pure = pure;
+		d->pureq = pureq;
 		d->tok_end = end;
 		d->height = (uint8_t)(h > 255 ? 255 : h);
 	}
 	struct tkid *kv = malloc((size_t)nb * sizeof *kv);
 	if (!kv)
 		goto out;
-	for (uint32_t i = 0; i < nb; i++)
-		for (uint32_t k = 0; k < node[i].nchild; k++) {
-			uint32_t c = kids[node[i].first + k];
-			kv[node[i].first + k] = (struct tkid){ c, node[c].byte, node[c].spec, { 0, 0 } };
-		}
+	for (uint32_t i = 0; i < nb; i++) {
+		uint32_t at = node[i].first, ns = 0;
+		for (int pass = 0; pass < 2; pass++) /* spec children first */
+			for (uint32_t k = 0; k < node[i].nchild; k++) {
+				uint32_t c = kids[node[i].first + k];
+				if (node[c].spec != (pass == 0))
+					continue;
+				kv[at++] = (struct tkid){ c, node[c].byte, node[c].spec, { 0, 0 } };
+				ns += pass == 0;
+			}
+		node[i].nspec = (uint16_t)ns;
+	}
 	*node_out = node;
 	*kids_out = kv;
 	*n_node_out = nb;
@@ -171,8 +181,9 @@ int gram_vocab_new(gram_vocab **out, uint32_t n, const char *const *bytes, const
 		if (!usable || usable[i])
 			total += lens[i];
 	uint8_t *inc = calloc((size_t)n + 1, 1), *qinc = calloc((size_t)n + 1, 1);
-	const char **qp = calloc((size_t)n + 1, sizeof *qp);
-	size_t *ql = calloc((size_t)n + 1, sizeof *ql);
+	uint8_t *binc = calloc((size_t)n + 1, 1);
+	const char **qp = calloc((size_t)n + 1, sizeof *qp), **bp = calloc((size_t)n + 1, sizeof *bp);
+	size_t *ql = calloc((size_t)n + 1, sizeof *ql), *bl = calloc((size_t)n + 1, sizeof *bl);
 	uint32_t *cnt = malloc(((size_t)n + 1) * sizeof *cnt);
 	int rc = BATON_ENOMEM;
 	v->pool = malloc(total);
@@ -180,7 +191,7 @@ int gram_vocab_new(gram_vocab **out, uint32_t n, const char *const *bytes, const
 	v->len = calloc((size_t)n + 1, sizeof *v->len);
 	v->qcnt = calloc((size_t)n + 1, sizeof *v->qcnt);
 	v->cum = calloc((size_t)(GV_CUM + 1) * v->words, sizeof *v->cum);
-	if (!inc || !qinc || !qp || !ql || !cnt || !v->pool || !v->off || !v->len || !v->qcnt || !v->cum)
+	if (!inc || !qinc || !qp || !ql || !binc || !bp || !bl || !cnt || !v->pool || !v->off || !v->len || !v->qcnt || !v->cum)
 		goto out;
 	size_t pool_at = 0;
 	uint32_t n_long = 0;
@@ -209,6 +220,10 @@ int gram_vocab_new(gram_vocab **out, uint32_t n, const char *const *bytes, const
 				qp[t] = bytes[t] + j;
 				ql[t] = lens[t] - j;
 				v->qcnt[t] = c;
+			} else if (bytes[t][j] == '\\' && sub == 0) {
+				binc[t] = 1;
+				bp[t] = bytes[t] + j;
+				bl[t] = lens[t] - j;
 			}
 			continue;
 		}
@@ -219,9 +234,15 @@ int gram_vocab_new(gram_vocab **out, uint32_t n, const char *const *bytes, const
 			v->cum[(size_t)c * v->words + t / 64] |= 1ull << (t % 64);
 	}
 	if ((rc = build_trie(n, bytes, lens, inc, &v->node, &v->kids, &v->n_node, &v->toks)) != 0 ||
-	    (rc = build_trie(n, qp, ql, qinc, &v->qnode, &v->qkids, &v->n_qnode, &v->qtoks)) != 0)
+	    (rc = build_trie(n, qp, ql, qinc, &v->qnode, &v->qkids, &v->n_qnode, &v->qtoks)) != 0 ||
+	    (rc = build_trie(n, bp, bl, binc, &v->bnode, &v->bkids, &v->n_bnode, &v->btoks)) != 0)
 		goto out;
 	rc = BATON_ENOMEM;
+	size_t nq = v->qnode[0].tok_end;
+	if (!(v->qtokc = malloc((nq + 1) * sizeof *v->qtokc)))
+		goto out;
+	for (size_t i = 0; i < nq; i++)
+		v->qtokc[i] = v->qcnt[v->qtoks[i]];
 	for (uint32_t k = 1; k <= GV_CUM; k++)
 		for (uint32_t w = 0; w < v->words; w++)
 			v->cum[(size_t)k * v->words + w] |= v->cum[(size_t)(k - 1) * v->words + w];
@@ -247,6 +268,9 @@ out:
 	free(qinc);
 	free(qp);
 	free(ql);
+	free(binc);
+	free(bp);
+	free(bl);
 	free(cnt);
 	if (rc)
 		gram_vocab_free(v);
@@ -313,8 +337,12 @@ void gram_vocab_free(gram_vocab *v)
 	free(v->qnode);
 	free(v->kids);
 	free(v->qkids);
+	free(v->bnode);
+	free(v->bkids);
+	free(v->btoks);
 	free(v->qtoks);
 	free(v->qcnt);
+	free(v->qtokc);
 	free(v->cum);
 	free(v->long_tok);
 	free(v->long_cnt);
