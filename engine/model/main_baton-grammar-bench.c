@@ -5,7 +5,7 @@
  * prints figures (docs/measurements/performance.md keeps them).
  *
  *   baton-grammar-bench [--tokenizer tokenizer.json] [--vocab N] [--seed N]
- *                       [--step-ms MS] [--reps N]
+ *                       [--step-ms MS] [--reps N] [--trace]
  *
  * The vocabulary: a tokenizer's (--tokenizer) or a synthetic one of
  * --vocab tokens (default 151,936) drawn like a byte-level BPE's: the 256
@@ -16,7 +16,8 @@
  * step: the mask (gram_match_mask), the accept (gram_match_accept), and
  * baton_sampler_next over random logits with the mask and without (the
  * difference is the sampler's share). The sum is set against --step-ms
- * (12: an H200 decode step at batch 1 today). Times are the thread's CPU
+ * (12: an H200 decode step at batch 1 today); --trace prints each step of
+ * the first run to stderr. Times are the thread's CPU
  * time (CLOCK_THREAD_CPUTIME_ID), so a busy machine does not inflate them.
  */
 #include <getopt.h>
@@ -287,9 +288,11 @@ int main(int argc, char **argv)
 	const char *tok = NULL;
 	uint32_t nv = 151936, reps = 20;
 	double step_ms = 12.0;
+	int trace = 0;
 	static const struct option opts[] = {
 		{ "tokenizer", 1, 0, 't' }, { "vocab", 1, 0, 'v' }, { "seed", 1, 0, 's' },
-		{ "step-ms", 1, 0, 'm' }, { "reps", 1, 0, 'r' }, { "help", 0, 0, 'h' }, { 0, 0, 0, 0 } };
+		{ "step-ms", 1, 0, 'm' }, { "reps", 1, 0, 'r' }, { "trace", 0, 0, 'T' }, { "help", 0, 0, 'h' },
+		{ 0, 0, 0, 0 } };
 	int c;
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (c) {
@@ -298,9 +301,10 @@ int main(int argc, char **argv)
 		case 's': rs = strtoull(optarg, NULL, 10) | 1; break;
 		case 'm': step_ms = strtod(optarg, NULL); break;
 		case 'r': reps = (uint32_t)strtoul(optarg, NULL, 10); break;
+		case 'T': trace = 1; break;
 		default:
 			printf("usage: baton-grammar-bench [--tokenizer tokenizer.json] [--vocab N] [--seed N] "
-			    "[--step-ms MS] [--reps N]\n");
+			    "[--step-ms MS] [--reps N] [--trace]\n");
 			return c == 'h' ? 0 : 2;
 		}
 	}
@@ -374,7 +378,7 @@ int main(int argc, char **argv)
 					return 1;
 				double b = cpu_s();
 				visits += gram_match_last_visits(m);
-				if (getenv("GRAMMAR_BENCH_TRACE") && r == 0)
+				if (trace && r == 0)
 					fprintf(stderr, "step %u: %.1f us, %llu visits, token [%.*s]\n", k, (b - a) * 1e6,
 					    (unsigned long long)gram_match_last_visits(m), (int)v.len[ids[k]], v.b[ids[k]]);
 				if (!(allow[ids[k] / 64] >> (ids[k] % 64) & 1)) {

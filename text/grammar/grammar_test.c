@@ -608,11 +608,6 @@ static void t_documents_and_mutants(void)
 	for (int i = 0; i < 400; i++) {
 		json_t *s = random_schema(3);
 		gram *g = compile_ok(s);
-		if (getenv("GRAMMAR_TEST_TRACE")) {
-			char *d = json_dumps(s, JSON_COMPACT);
-			fprintf(stderr, "schema %d: %s\n", i, d);
-			free(d);
-		}
 		for (int d = 0; d < 6; d++) {
 			struct buf b = {0};
 			root_schema = s;
@@ -827,7 +822,7 @@ static void t_json_object_and_recursion(void)
 /* The bytes of a token, concatenated, are what the decoder writes. */
 static void check_tok_bytes(const char *family)
 {
-	const char *d = getenv("BATON_TEXT_FIXTURES");
+	const char *d = getenv("TEXT_FIXTURES");
 	char path[512], err[300];
 	snprintf(path, sizeof path, "%s/%s/tokenizer.json", d ? d : "text/fixtures", family);
 	text_tok *t;
