@@ -417,9 +417,12 @@ int generator_seq_next(struct baton_gen_seq *s, float *logits, uint32_t *token,
 			any = s->allow[w] != 0;
 		if (!any) {
 			if (!can_end) {
-				baton_errf(errbuf, errlen, "structured output: no token of the vocabulary "
-				    "continues the document");
-				return BATON_EINTERNAL;
+				/* a vocabulary that cannot spell what the grammar needs
+				 * (a model that has no token for '"' or '{', say) */
+				baton_errf(errbuf, errlen, "response_format: this model's vocabulary has no token "
+				    "that can %s the document (after %u tokens): it cannot spell what the schema "
+				    "needs", s->n_tokens ? "continue" : "begin", s->n_tokens);
+				return BATON_EUNSUPPORTED;
 			}
 			s->finish = "stop"; /* whole, and the model has no end token */
 			return 0;

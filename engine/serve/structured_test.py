@@ -9,6 +9,9 @@ them valid.
     every answer ends ("stop"), parses, and validates against its schema
     with the `jsonschema` package (Debian's python3-jsonschema, Draft
     2020-12), and the same seed gives the same answer streamed;
+  - on the Mixtral demo model (SentencePiece pieces), whose vocabulary
+    cannot spell '"', '{' or digits: what it can spell is valid, the rest
+    a 400 that says so;
   - json_object: what ends is a JSON object;
   - a schema the compiler cannot enforce is a 400 naming the keyword's
     JSON pointer; text is plain text; unknown types are refused.
@@ -30,8 +33,8 @@ MODEL = "kjv-qwen3-moe"
 SCHEMAS = 240
 
 
-def engine(c, name):
-    p = c.engine(name, "--ctx", "2048", "--http", "127.0.0.1:0", arena=h.model_arena(MODEL),
+def engine(c, name, model=MODEL):
+    p = c.engine(name, "--ctx", "2048", "--http", "127.0.0.1:0", arena=h.model_arena(model),
                  broker=False, host_mib=64, segment_mib=2)
     line = p.stdout.readline()
     assert line.startswith("http: http://127.0.0.1:"), line
@@ -39,10 +42,10 @@ def engine(c, name):
     return p
 
 
-def ask(e, schema=None, rf=None, seed=1, stream=False, max_tokens=1500):
+def ask(e, schema=None, rf=None, seed=1, stream=False, max_tokens=1500, model=MODEL):
     if rf is None:
         rf = {"type": "json_schema", "json_schema": {"name": "out", "schema": schema, "strict": True}}
-    body = {"model": MODEL, "messages": [{"role": "user", "content": "Answer in JSON."}], "seed": seed,
+    body = {"model": model, "messages": [{"role": "user", "content": "Answer in JSON."}], "seed": seed,
             "temperature": 1.0, "max_tokens": max_tokens, "response_format": rf, "stream": stream}
     if stream:
         ev, _ = e.http.sse("/v1/chat/completions", body)
@@ -154,6 +157,28 @@ def t_random_schemas_validate(c):
     return "%d schemas, %d answers valid (%d bytes)" % (len(schemas), len(schemas), tokens)
 
 
+def t_sentencepiece_model(c):
+    """The Mixtral demo model: SentencePiece pieces (a leading space as
+    U+2581) whose vocabulary, trained on the KJV, has no piece for '"',
+    '{', '[' or a digit (its byte pieces are special tokens, never text):
+    the values it can spell are constrained and valid, and a schema that
+    needs more is refused with a sentence, not a broken answer."""
+    import jsonschema
+    model = "kjv-mixtral"
+    e = engine(c, "q", model=model)
+    schemas = [{"type": "boolean"}, {"type": "null"}, {"anyOf": [{"type": "boolean"}, {"type": "null"}]},
+               {"type": ["null", "boolean"], "description": "x"}, {"enum": [True, None]}]
+    for i in range(20):
+        s = schemas[i % len(schemas)]
+        st, text, fin = ask(e, s, seed=i, model=model, max_tokens=100)
+        assert st == 200 and fin == "stop", (st, fin, text, s)
+        jsonschema.validate(json.loads(text), s, cls=jsonschema.Draft202012Validator)
+    for s in ({"type": "object"}, {"type": "integer"}):
+        st, b, _ = ask(e, s, model=model)
+        assert st == 400 and "cannot spell" in b["error"]["message"], (st, b)
+    return "20 answers valid; objects and integers refused: the vocabulary cannot spell them"
+
+
 def t_json_object(c):
     e = engine(c, "q")
     ended = 0
@@ -206,5 +231,6 @@ def t_refusals(c):
 if __name__ == "__main__":
     for p in (h.ENGINE, h.ARENA):
         h.need(p)
-    sys.exit(h.run_cases([t_random_schemas_validate, t_json_object, t_refusals], only=sys.argv[1:],
+    sys.exit(h.run_cases([t_random_schemas_validate, t_sentencepiece_model, t_json_object, t_refusals],
+                         only=sys.argv[1:],
                          logs=("q",)))
