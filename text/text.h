@@ -82,6 +82,15 @@ bool text_is_special(const text_tok *t, int32_t id);
 int32_t text_bos(const text_tok *t);
 int32_t text_eos(const text_tok *t);
 int32_t text_pad(const text_tok *t);
+/* The bytes token `id` adds to the text in the middle of an output, as
+ * the decoder chain gives them (byte-level characters as their bytes,
+ * "<0xHH>" byte-fallback pieces as that byte, SentencePiece's ▁ as a
+ * space; a strip of the whole text's first space left out), written to
+ * buf (cap bytes, not NUL-terminated) with their count in *len. For
+ * text/grammar/'s token masks. BATON_ERANGE for an id out of range,
+ * BATON_EUNSUPPORTED for a tokenizer without a decoder (pieces joined by
+ * spaces), BATON_ENOSPC when cap is too small. */
+int text_token_bytes(const text_tok *t, int32_t id, char *buf, size_t cap, size_t *len);
 /* The stored chat template, or NULL. */
 const char *text_chat_template(const text_tok *t);
 /* The text of a token as chat templates use it (bos_token, eos_token), or "". */

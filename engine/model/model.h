@@ -23,6 +23,7 @@
 
 #include "engine/backend/backend.h"
 #include "engine/cache/cache.h"
+#include "text/grammar/grammar.h"
 #include "text/text.h"
 
 /* ==== the engine ============================================================
@@ -207,6 +208,14 @@ int baton_sampler_prompt(struct baton_sampler *s, const uint32_t *ids, size_t n)
  * finite after the penalties. */
 int baton_sampler_next(struct baton_sampler *s, float *logits, uint32_t *token,
     enum baton_finish *finish);
+
+/* Constrained decoding (text/grammar/): a bitset of the tokens that may
+ * come next, bit t of allow[t / 64]; a clear bit makes token t's logit
+ * -inf before step 1, in every baton_sampler_next and baton_sampler_probs
+ * until it is set again. The caller rewrites the bits between calls and
+ * keeps the array alive while it is set. NULL (the default): no mask, and
+ * no cost. */
+void baton_sampler_set_mask(struct baton_sampler *s, const uint64_t *allow);
 
 /* The distribution step 9 would draw from, for these logits and the tokens
  * recorded so far: probs[n_vocab], zeros where a token was dropped (greedy:
@@ -471,6 +480,11 @@ struct baton_gen_request {
 	size_t n_stop;
 	baton_gen_text_fn on_text;      /* may be NULL */
 	void *arg;
+	/* structured output: the output must be a document of this grammar
+	 * (text/grammar/grammar.h; it must outlive the request). A matcher
+	 * masks every sampled token; the model's end-of-sequence ids are
+	 * allowed only once the document is whole. NULL: free text. */
+	const gram *grammar;
 };
 
 struct baton_gen_result {
