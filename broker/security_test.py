@@ -354,6 +354,23 @@ def t_engine_socket_dir(c):
     assert p.returncode == 2 and "ipc:// only" in p.stderr, (p.returncode, p.stderr[-500:])
 
 
+def t_register_untrusted_ctl(c):
+    """An engine that registers a control socket in a directory another
+    user owns is refused, with the reason: the broker would send its
+    commands to whatever that user put there (issue 28)."""
+    c.broker()
+    d = os.path.join(c.dir, "user")
+    os.mkdir(d)
+    os.chown(d, h.OTHER_UID, h.OTHER_UID)
+    os.chmod(d, 0o755)
+    base = dict(pid=os.getpid(), gpu="host-7", device=7, floor=1 << 20, ceiling=8 << 20, priority=0,
+                state="released", resident=0, capacity=64 << 20, epoch=1, model="m")
+    r = h.call(c.control, "register", name="x", ctl="ipc://%s/x.sock" % d, **base)
+    assert r.get("ok") is False and "belongs to uid %d" % h.OTHER_UID in r.get("msg", ""), r
+    assert c.eng("x") is None
+    h.ok(h.call(c.control, "register", name="y", ctl="ipc://%s/y.sock" % c.dir, **base))
+
+
 def t_half_frames(c):
     """Issue 28: half-sent 64 MiB frames on the control socket made the
     broker hold 1,290 MiB (40 of them). A frame longer than any request
@@ -402,7 +419,7 @@ def t_half_frames(c):
 CASES = [t_default_token, t_no_token_off_loopback, t_token_file_mode, t_cross_site, t_rebinding_reads,
          t_errors_say_why,
          t_state_file_no_links, t_socket_dir, t_socket_dir_sticky, t_socket_replaced,
-         t_engine_back_door, t_engine_socket_dir, t_half_frames]
+         t_engine_back_door, t_engine_socket_dir, t_half_frames, t_register_untrusted_ctl]
 
 
 def main():
