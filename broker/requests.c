@@ -25,6 +25,16 @@ static void on_register(struct broker *b, struct waiter *w, const struct baton_m
 		br_blog("register %s: says pid %d, the socket says %d; using %d", m->name, pid, pipe_pid, pipe_pid);
 		pid = pipe_pid;
 	}
+	/* The broker sends its commands to the ctl registered: a socket in a
+	 * directory another user can write could be theirs by the time it
+	 * dials (the engines check their own: engine/serve/serve.c). */
+	if (strncmp(m->ctl, "ipc://", 6) == 0) {
+		char why[512];
+		if (baton_trust_dir_of(m->ctl + 6, "its control socket's directory", why, sizeof why) == BATON_EPERM) {
+			br_reply_error(w, m->op, m->id, BATON_EPERM, "register %s: %s", m->name, why);
+			return;
+		}
+	}
 	struct eng *e = br_eng_by_name(b, m->name);
 	bool again = false;
 	if (e && e->st == ES_LIVE && e->kind != EK_ENGINE) {

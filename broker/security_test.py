@@ -13,6 +13,7 @@ engines on the host backend (tests/harness.py's BrokerCase).
 - the socket directory is never chmodded: one writable by group or others is refused unless root's and sticky (as /tmp is);
 - a socket replaced under the broker: it says so and exits;
 - a frame longer than any request on the control socket: closed at once;
+- a second user's flood of reconnecting connections: the broker answers every probe;
 - engines are no back door around the door: a second local user (uid
   65534) who reads their URL in the open status gets 401 from an engine's
   OpenAI HTTP and cannot connect to its control socket; the door, which
@@ -354,6 +355,82 @@ def t_engine_socket_dir(c):
     assert p.returncode == 2 and "ipc:// only" in p.stderr, (p.returncode, p.stderr[-500:])
 
 
+FLOOD_CLIENT = r"""
+import json, resource, selectors, socket, sys, time
+host, port, n, seconds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, n + 512), hard))
+sel = selectors.DefaultSelector()
+def conn():
+    s = socket.socket()
+    s.setblocking(False)
+    s.connect_ex((host, port))
+    sel.register(s, selectors.EVENT_READ)
+for _ in range(n):
+    conn()
+probes = ok = reconnects = 0
+t_end = time.time() + seconds
+next_probe = time.time() + 1
+while time.time() < t_end:
+    for key, _ in sel.select(timeout=0.05):
+        s = key.fileobj
+        try:
+            data = s.recv(4096)
+        except OSError:
+            data = b""
+        if not data:  # closed by the server: straight back, as the attacker did
+            sel.unregister(s)
+            s.close()
+            conn()
+            reconnects += 1
+    if time.time() >= next_probe:
+        next_probe += 0.5
+        probes += 1
+        try:
+            p = socket.create_connection((host, port), timeout=2)
+            p.sendall(b"GET /healthz HTTP/1.1\r\nHost: %s:%d\r\n\r\n" % (host.encode(), port))
+            ok += p.recv(64).startswith(b"HTTP/1.1 200")
+            p.close()
+        except OSError:
+            pass
+print(json.dumps({"probes": probes, "ok": ok, "reconnects": reconnects}))
+"""
+
+
+def t_connection_flood(c):
+    """Issue 28: 4,200 connections that reconnected as soon as they were
+    reaped kept the door unreachable (15 of 22 probes failed over 40 s),
+    with no token. Played by a second local user: 4,300 silent
+    connections, each reopened as soon as the broker closes it, and a
+    probe every 0.5 s; past its 4,096 connections the broker closes the
+    oldest waiting one to make room, so every probe is answered."""
+    api = c.http_broker()
+    host, port = api.host, api.port
+    got = h.as_other_user(FLOOD_CLIENT, host, port, 4300, 6, timeout=120)
+    assert got["probes"] >= 8, got
+    # one probe may miss its 2 s on a loaded machine (the parallel suite);
+    # the old server answered none
+    assert got["ok"] >= got["probes"] - 1, got
+    return "%d of %d probes answered; %d reconnects of the flood" % (got["ok"], got["probes"], got["reconnects"])
+
+
+def t_register_untrusted_ctl(c):
+    """An engine that registers a control socket in a directory another
+    user owns is refused, with the reason: the broker would send its
+    commands to whatever that user put there (issue 28)."""
+    c.broker()
+    d = os.path.join(c.dir, "user")
+    os.mkdir(d)
+    os.chown(d, h.OTHER_UID, h.OTHER_UID)
+    os.chmod(d, 0o755)
+    base = dict(pid=os.getpid(), gpu="host-7", device=7, floor=1 << 20, ceiling=8 << 20, priority=0,
+                state="released", resident=0, capacity=64 << 20, epoch=1, model="m")
+    r = h.call(c.control, "register", name="x", ctl="ipc://%s/x.sock" % d, **base)
+    assert r.get("ok") is False and "belongs to uid %d" % h.OTHER_UID in r.get("msg", ""), r
+    assert c.eng("x") is None
+    h.ok(h.call(c.control, "register", name="y", ctl="ipc://%s/y.sock" % c.dir, **base))
+
+
 def t_half_frames(c):
     """Issue 28: half-sent 64 MiB frames on the control socket made the
     broker hold 1,290 MiB (40 of them). A frame longer than any request
@@ -402,7 +479,7 @@ def t_half_frames(c):
 CASES = [t_default_token, t_no_token_off_loopback, t_token_file_mode, t_cross_site, t_rebinding_reads,
          t_errors_say_why,
          t_state_file_no_links, t_socket_dir, t_socket_dir_sticky, t_socket_replaced,
-         t_engine_back_door, t_engine_socket_dir, t_half_frames]
+         t_engine_back_door, t_engine_socket_dir, t_half_frames, t_register_untrusted_ctl, t_connection_flood]
 
 
 def main():

@@ -173,6 +173,10 @@ static char *mark(const text_tok *t, const char *s)
 	struct tbuf b = {0};
 	size_t n = strlen(s);
 	int rc = 0;
+	bool first[256] = {false}; /* the first bytes of the special tokens */
+	for (size_t k = 0; k < t->n_added; k++)
+		if (t->added[k].special && t->added[k].n)
+			first[(unsigned char)t->added[k].s[0]] = true;
 	for (size_t i = 0; i < n && !rc;) {
 		if (n - i >= MARK_LEN && memcmp(s + i, MARK, MARK_LEN) == 0) {
 			rc = tx_tbuf_put(&b, REPLACEMENT, 3);
@@ -180,7 +184,7 @@ static char *mark(const text_tok *t, const char *s)
 			continue;
 		}
 		size_t best = 0;
-		for (size_t k = 0; k < t->n_added; k++) {
+		for (size_t k = 0; first[(unsigned char)s[i]] && k < t->n_added; k++) {
 			const struct added_tok *a = &t->added[k];
 			if (a->special && a->n > best && a->n <= n - i && memcmp(s + i, a->s, a->n) == 0)
 				best = a->n;

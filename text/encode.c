@@ -392,10 +392,15 @@ static bool prot_has(const struct prot *p, size_t off)
 
 static bool prot_within(const struct prot *p, size_t b, size_t e)
 {
-	for (size_t i = 0; p && i < p->n; i++)
-		if (p->at[i] >= b && p->at[i] < e)
-			return true;
-	return false;
+	size_t lo = 0, hi = p ? p->n : 0; /* the first offset >= b */
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (p->at[mid] < b)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return p && lo < p->n && p->at[lo] < e;
 }
 
 /* Leftmost-longest matches of the added tokens of one kind (normalized or
