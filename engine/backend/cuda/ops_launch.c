@@ -302,6 +302,10 @@ int cuda_op_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint32
 		return refuse(dev, BATON_ERANGE, "matmul", "too many rows for one launch");
 	if ((rc = cuda_cur(dev)))
 		return rc;
+	if (cuda_tc_on(dev, rows) &&
+	    (rc = cuda_tc_matmul(dev, w, w_dtype, rb, n_out, k, b, b_dtype, x, rows, y, accumulate)) !=
+	        CUDA_TC_FALLBACK)
+		return rc;
 	struct baton_ops_matmul_args a = {
 		.w = w, .b = b, .x = x, .y = y, .row_bytes = rb,
 		.w_dtype = w_dtype, .b_dtype = b_dtype, .n_out = n_out, .k = k, .rows = rows,
@@ -385,6 +389,8 @@ int cuda_op_attention(struct baton_dev *dev, const struct baton_attn *a)
 	if (a->blocks &&
 	    (rc = stage_args(dev, a->blocks, (n_ctx + a->block_size - 1) / a->block_size * 4, NULL,
 	         0, &table, NULL)))
+		return rc;
+	if (cuda_tc_on(dev, a->n_q) && (rc = cuda_tc_attention(dev, a, table)) != CUDA_TC_FALLBACK)
 		return rc;
 	for (uint32_t q0 = 0; q0 < a->n_q; q0 += (uint32_t)group) {
 		const uint32_t nq = a->n_q - q0 < group ? a->n_q - q0 : (uint32_t)group;
