@@ -196,12 +196,12 @@ int cuda_blas_gemm(struct baton_dev *dev, const struct cuda_gemm *g);
 int cuda_tc_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint64_t row_bytes,
     uint32_t n_out, uint32_t k, baton_dptr b, uint32_t b_dtype, baton_dptr x, uint32_t rows,
     baton_dptr y, int accumulate);
-/* The experts of moe_experts for a large batch: n pairs sorted by blob
- * (blob[i] the expert blob of pair pair[i], grouped), w the host's
- * weights by pair; writes part[p][d_model] = w[p] * expert(xn[p /
- * top_k]) for every pair p (the caller reduces). */
-int cuda_tc_experts(struct baton_dev *dev, const struct baton_moe_layer *l, const uint64_t *blob,
-    const uint32_t *pair, uint64_t n, const float *w, CUdeviceptr part);
+/* The experts of moe_experts for a large batch: blobs[p] the expert blob
+ * of pair p < n (p = t * top_k + k), w the host's weights by pair;
+ * writes part[p][d_model] = w[p] * expert(xn[p / top_k]) for every pair
+ * (the caller reduces). Groups the pairs by blob itself. */
+int cuda_tc_experts(struct baton_dev *dev, const struct baton_moe_layer *l, const baton_dptr *blobs,
+    uint64_t n, const float *w, CUdeviceptr part);
 /* The attention slot for n_q >= tc_rows (table: the staged block table
  * or 0). */
 int cuda_tc_attention(struct baton_dev *dev, const struct baton_attn *a, CUdeviceptr table);

@@ -142,29 +142,49 @@ static int stage_copy(struct baton_dev *dev, const void *src, uint64_t bytes, CU
 	return 0;
 }
 
-int cuda_tc_experts(struct baton_dev *dev, const struct baton_moe_layer *l, const uint64_t *blob,
-    const uint32_t *pair, uint64_t n, const float *w, CUdeviceptr part)
+int cuda_tc_experts(struct baton_dev *dev, const struct baton_moe_layer *l, const baton_dptr *blobs,
+    uint64_t n, const float *w, CUdeviceptr part)
 {
 	const uint32_t D = l->d_model, F = l->d_ff;
 	int rc;
 	if (D % 8 || F % 8 || l->gate_dtype == BATON_DT_F32 || l->up_dtype == BATON_DT_F32 ||
-	    l->down_dtype == BATON_DT_F32)
+	    l->down_dtype == BATON_DT_F32 || n > 0x7fffffffull)
 		return CUDA_TC_FALLBACK;
-	/* the experts used and the largest group */
+	/* the experts used, in order of first use (a hash of the blob
+	 * addresses, no sort): group[p], their blobs and counts */
+	uint64_t cap = 16;
+	int bits = 4;
+	while (cap < 2 * n)
+		cap <<= 1, bits++;
+	uint64_t *keys = calloc(cap, sizeof *keys), *gblob = malloc(n * sizeof *gblob);
+	uint32_t *gid = malloc(cap * sizeof *gid), *group = malloc(n * sizeof *group);
+	uint32_t *count = calloc(n, sizeof *count);
+	rc = keys && gblob && gid && group && count ? 0 : BATON_ENOMEM;
 	uint64_t U = 0, maxc = 0;
-	for (uint64_t i = 0; i < n;) {
-		uint64_t j = i;
-		while (j < n && blob[j] == blob[i])
-			j++;
-		U++;
-		if (j - i > maxc)
-			maxc = j - i;
-		i = j;
+	for (uint64_t p = 0; !rc && p < n; p++) {
+		const uint64_t b = blobs[p];
+		uint64_t h = ((b >> 6) * 0x9E3779B97F4A7C15ull) >> (64 - bits);
+		while (keys[h] && keys[h] != b)
+			h = (h + 1) & (cap - 1);
+		if (!keys[h]) {
+			keys[h] = b;
+			gid[h] = (uint32_t)U;
+			gblob[U++] = b;
+		}
+		group[p] = gid[h];
+		if (++count[gid[h]] > maxc)
+			maxc = count[gid[h]];
 	}
+	free(keys);
+	free(gid);
 	maxc = cuda_round_up(maxc, 8);
 	const uint64_t R = U * maxc;
-	if (R * (2ull * F > D ? 2ull * F : D) > 0x7fffffffull)
-		return CUDA_TC_FALLBACK;
+	if (!rc && R * (2ull * F > D ? 2ull * F : D) > 0x7fffffffull)
+		rc = CUDA_TC_FALLBACK;
+	if (rc) {
+		free(gblob), free(group), free(count);
+		return rc;
+	}
 	const uint64_t gbytes = (uint64_t)F * D * 2 * 3; /* one expert's bf16 gate, up, down */
 	uint64_t Gn = dev->tc_scratch / gbytes;
 	if (Gn > U)
@@ -176,11 +196,15 @@ int cuda_tc_experts(struct baton_dev *dev, const struct baton_moe_layer *l, cons
 	const uint64_t mbytes = off_w + n * 4;
 	if ((rc = need(dev, B_MAP, mbytes)) || (rc = need(dev, B_X, R * D * 2)) ||
 	    (rc = need(dev, B_A, R * 2 * F * 4)) || (rc = need(dev, B_B, R * F * 2)) ||
-	    (rc = need(dev, B_C, R * D * 4)) || (rc = need(dev, B_W, Gn * gbytes)))
+	    (rc = need(dev, B_C, R * D * 4)) || (rc = need(dev, B_W, Gn * gbytes))) {
+		free(gblob), free(group), free(count);
 		return rc;
+	}
 	char *host = malloc(mbytes);
-	if (!host)
+	if (!host) {
+		free(gblob), free(group), free(count);
 		return BATON_ENOMEM;
+	}
 	uint64_t *table = (uint64_t *)host;
 	uint32_t *rowmap = (uint32_t *)(host + off_map);
 	memset(rowmap, 0xff, R * 4);
@@ -188,22 +212,19 @@ int cuda_tc_experts(struct baton_dev *dev, const struct baton_moe_layer *l, cons
 	const uint64_t rb_g = baton_compute_row_bytes((int)l->gate_dtype, D);
 	const uint64_t rb_u = baton_compute_row_bytes((int)l->up_dtype, D);
 	const uint64_t rb_d = baton_compute_row_bytes((int)l->down_dtype, F);
-	uint64_t e = 0;
-	for (uint64_t i = 0; i < n; e++) {
-		uint64_t j = i;
-		while (j < n && blob[j] == blob[i])
-			j++;
-		table[e] = blob[i];
-		if (!vec_ok(blob[i] + l->gate_off, l->gate_dtype, rb_g))
+	for (uint64_t e = 0; e < U; e++) {
+		table[e] = gblob[e];
+		if (!vec_ok(gblob[e] + l->gate_off, l->gate_dtype, rb_g))
 			vec &= ~1;
-		if (!vec_ok(blob[i] + l->up_off, l->up_dtype, rb_u))
+		if (!vec_ok(gblob[e] + l->up_off, l->up_dtype, rb_u))
 			vec &= ~2;
-		if (!vec_ok(blob[i] + l->down_off, l->down_dtype, rb_d))
+		if (!vec_ok(gblob[e] + l->down_off, l->down_dtype, rb_d))
 			vec &= ~4;
-		for (uint64_t s = i; s < j; s++)
-			rowmap[e * maxc + (s - i)] = pair[s];
-		i = j;
+		count[e] = 0; /* now each group's next row */
 	}
+	for (uint64_t p = 0; p < n; p++) /* a group's pairs in p order */
+		rowmap[(uint64_t)group[p] * maxc + count[group[p]]++] = (uint32_t)p;
+	free(gblob), free(group), free(count);
 	memcpy(host + off_w, w, n * 4);
 	rc = stage_copy(dev, host, mbytes, dev->tc_buf[B_MAP].p);
 	free(host);
