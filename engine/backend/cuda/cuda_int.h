@@ -115,7 +115,7 @@ struct baton_dev {
 	void *tc_stage;
 	uint64_t tc_stage_cap;
 	CUevent tc_staged;
-	int tc_stage_busy;
+	int tc_stage_busy, tc_warned;
 	char tc_why[200];
 
 	char err[256];

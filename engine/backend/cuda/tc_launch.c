@@ -22,6 +22,7 @@
  *              GEMM over KV heads), the causal softmax to bf16, O = P V,
  *              then O back into the slot's layout.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,10 +35,17 @@
 
 enum { B_W, B_X, B_A, B_B, B_C, B_MAP };
 
-/* A scratch buffer of at least `bytes`, or the fallback. */
+/* A scratch buffer of at least `bytes`, or the fallback (said once per
+ * device on stderr: the pass then runs on the CUDA cores). */
 static int need(struct baton_dev *dev, int i, uint64_t bytes)
 {
-	return cuda_dbuf_need(dev, &dev->tc_buf[i], bytes) ? CUDA_TC_FALLBACK : 0;
+	if (!cuda_dbuf_need(dev, &dev->tc_buf[i], bytes))
+		return 0;
+	if (!dev->tc_warned)
+		fprintf(stderr, "baton cuda: no device memory for %llu MiB of tensor-core scratch: "
+		    "such passes run on the CUDA cores (%s)\n", (unsigned long long)(bytes >> 20), dev->err);
+	dev->tc_warned = 1;
+	return CUDA_TC_FALLBACK;
 }
 
 static uint32_t grid_for(uint64_t units)
