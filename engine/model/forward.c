@@ -86,6 +86,32 @@ static int attention_block(struct baton_model *m, uint32_t l, const struct segme
 	return be->matmul(d, L->o.p, L->o.dtype, D, QD, L->ob.p, L->ob.dtype, m->ao, n, m->x, 1);
 }
 
+/* route's choice for the n rows of m->rl into m->ids and m->w (host
+ * arrays), for the passes that route on the host: made on the device by
+ * route_dev (bitwise route's) and copied back, rather than the logits
+ * copied and chosen on the host, which costs milliseconds a layer for a
+ * prefill of hundreds of rows; route itself without route_dev or with
+ * BATON_MODEL_HOST_ROUTE=1. */
+static int route_rows(struct baton_model *m, uint32_t n)
+{
+	const struct baton_backend *be = m->be;
+	const struct baton_model_config *c = &m->cfg;
+	const uint32_t E = c->n_experts, K = c->top_k;
+	const uint64_t nk = (uint64_t)n * K, cap = (uint64_t)m->max_batch * K * sizeof(uint32_t);
+	int rc;
+
+	if (!be->route_dev || m->rt_off)
+		return be->route(m->dev, m->rl, n, E, K, c->route_rule, m->ids, m->w);
+	if (!m->pr_base && (rc = be->alloc(m->dev, 2 * cap, &m->pr_base))) {
+		m->pr_base = 0;
+		return rc;
+	}
+	if ((rc = be->route_dev(m->dev, m->rl, n, E, K, c->route_rule, m->pr_base, m->pr_base + cap)) ||
+	    (rc = be->copy_d2h(m->dev, m->ids, m->pr_base, nk * sizeof(uint32_t))))
+		return rc;
+	return be->copy_d2h(m->dev, m->w, m->pr_base + cap, nk * sizeof(float));
+}
+
 static int moe_block(struct baton_model *m, uint32_t l, uint32_t n)
 {
 	const struct baton_backend *be = m->be;
@@ -104,7 +130,7 @@ static int moe_block(struct baton_model *m, uint32_t l, uint32_t n)
 		if ((rc = be->route_dev(d, m->rl, n, E, K, c->route_rule, ids, m->rt_w)))
 			return rc;
 	} else {
-		if ((rc = be->route(d, m->rl, n, E, K, c->route_rule, m->ids, m->w)))
+		if ((rc = route_rows(m, n)))
 			return rc;
 		for (size_t i = 0; i < nk; i++)
 			m->want[i] = l * E + m->ids[i];

@@ -187,6 +187,7 @@ static int cuda_open(int index, uint64_t capacity_bytes, struct baton_dev **out,
 	}
 	if ((rc = cuda_moe_load(dev)) || (rc = cuda_ops_load(dev)))
 		goto fail;
+	cuda_tc_config(dev);
 	*out = dev;
 	return 0;
 

@@ -197,19 +197,21 @@ static uint32_t env_u32(const char *name, uint32_t def)
 	return *end || v > 0xffffffffu ? def : (uint32_t)v;
 }
 
+void cuda_tc_config(struct baton_dev *dev)
+{
+	dev->tc_rows = env_u32("BATON_CUDA_GEMM_ROWS", DEFAULT_ROWS);
+	if (!dev->tc_rows)
+		dev->tc_rows = 1;
+	dev->tc_scratch = (uint64_t)env_u32("BATON_CUDA_GEMM_SCRATCH_MB", 512) << 20;
+	if (env_u32("BATON_CUDA_GEMM", 1) == 0) {
+		fail_off(dev, "off (BATON_CUDA_GEMM=0)");
+		fprintf(stderr, "baton cuda: tensor-core path off (BATON_CUDA_GEMM=0): "
+		    "every op on the CUDA cores in the host's order\n");
+	}
+}
+
 int cuda_tc_on(struct baton_dev *dev, uint64_t rows)
 {
-	if (dev->tc_state == 0 && !dev->tc_rows) {
-		dev->tc_rows = env_u32("BATON_CUDA_GEMM_ROWS", DEFAULT_ROWS);
-		if (!dev->tc_rows)
-			dev->tc_rows = 1;
-		dev->tc_scratch = (uint64_t)env_u32("BATON_CUDA_GEMM_SCRATCH_MB", 512) << 20;
-		if (env_u32("BATON_CUDA_GEMM", 1) == 0) {
-			fail_off(dev, "off (BATON_CUDA_GEMM=0)");
-			fprintf(stderr, "baton cuda: tensor-core path off (BATON_CUDA_GEMM=0): "
-			    "every op on the CUDA cores in the host's order\n");
-		}
-	}
 	if (dev->tc_state < 0 || rows < dev->tc_rows)
 		return 0;
 	if (dev->tc_state == 0) {

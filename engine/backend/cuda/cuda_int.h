@@ -167,6 +167,8 @@ int cuda_launch(struct baton_dev *dev, CUfunction f, uint32_t gx, uint32_t gy,
  * and cuBLAS and the helper kernels loaded (tried at the first such pass;
  * a failure turns the path off for the device, said once on stderr). */
 int cuda_tc_on(struct baton_dev *dev, uint64_t rows);
+/* Reads those settings from the environment (at open). */
+void cuda_tc_config(struct baton_dev *dev);
 /* "tensor cores through cuBLAS 130100 ..." or why not, for describe. */
 void cuda_tc_describe(struct baton_dev *dev, char *buf, size_t len);
 /* Gives back the handle, scratch and modules (at close). */
