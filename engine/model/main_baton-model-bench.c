@@ -525,6 +525,9 @@ int main(int argc, char **argv)
 	printf("  %-50s %9.1f tok/s %10.3f >= 0.5\n", "decode, batch 1 (vs memory roofline)", dec_tps,
 	    ratio);
 	printf("  %-50s %9.3f ms\n", "  per token", dec_s * 1e3);
+	printf("  %-50s %9llu of %llu\n", "  passes queued as one CUDA graph",
+	    (unsigned long long)model_graph_passes(m),
+	    (unsigned long long)model_device_route_passes(m));
 	printf("  %-50s %9.3f ms\n", "  roofline per token", roofline_s * 1e3);
 	if (pt.ok) {
 		printf("  %-50s %9.1f us\n", "  one layer's ops, queued as forward.c queues them",

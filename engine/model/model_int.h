@@ -102,6 +102,10 @@ struct baton_model {
 	/* the other passes' routing, made on the device (forward.c's
 	 * route_rows): u32 ids then f32 weights, max_batch * top_k each */
 	baton_dptr pr_base;           /* 0 until a pass first uses it */
+	/* forward.c's pass as one graph: recording now; the recording
+	 * launched (so not to be queued again); passes run so */
+	int capturing, graph_ran;
+	uint64_t graph_runs;
 };
 
 /* Passes of at most this many rows route on the device (decode); larger

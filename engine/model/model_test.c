@@ -414,13 +414,13 @@ static void t_gguf_same_logits(void)
  * (q8_0 / f16 / bf16 dense and experts) runs, the logits are finite and
  * spread, and a second prefill gives the same bits. */
 /* The MoE block routed on the device (a decode step with no host round
- * trip) against the host path (BATON_MODEL_HOST_ROUTE=1): the same bits
+ * trip; on cuda also queued as one CUDA graph) against the host path (BATON_MODEL_HOST_ROUTE=1): the same bits
  * and the same cache hit counts, on every fixture architecture; the
  * prefill of 19 tokens takes the host path in both. */
 static void device_route_same(const char *arch)
 {
 	float *lg[2] = { NULL, NULL };
-	uint64_t hits[2], passes[2];
+	uint64_t hits[2], passes[2], graphs[2];
 	uint32_t V = 0;
 	for (int h = 0; h < 2; h++) {
 		if (h)
@@ -442,11 +442,15 @@ static void device_route_same(const char *arch)
 		cache_stats(engine_cache(r.e), &st);
 		hits[h] = st.hits;
 		passes[h] = model_device_route_passes(r.m);
+		graphs[h] = model_graph_passes(r.m);
 		free(toks);
 		rig_close(&r);
 	}
 	T_EQ_INT(passes[0], 8);
 	T_EQ_INT(passes[1], 0);
+	/* on cuda the device-routed steps run as graphs: the same bits again */
+	T_EQ_INT(graphs[0], strcmp(rig_backend(), "cuda") == 0 ? 8 : 0);
+	T_EQ_INT(graphs[1], 0);
 	T_ASSERT_MSG(memcmp(lg[0], lg[1], (size_t)V * 9 * sizeof(float)) == 0,
 	    "%s: device routing changed the logits", arch);
 	T_EQ_INT(hits[0], hits[1]);

@@ -188,6 +188,7 @@ static int cuda_open(int index, uint64_t capacity_bytes, struct baton_dev **out,
 	if ((rc = cuda_moe_load(dev)) || (rc = cuda_ops_load(dev)))
 		goto fail;
 	cuda_tc_config(dev);
+	cuda_graph_config(dev);
 	*out = dev;
 	return 0;
 
@@ -226,6 +227,7 @@ static void cuda_close(struct baton_dev *dev)
 			d->MemFree(dev->allocs.v[i].addr);
 		for (size_t i = 0; i < dev->hregs.n; i++)
 			unregister_pieces(dev, &dev->hregs.v[i]);
+		cuda_graph_free(dev);
 		cuda_tc_free(dev);
 		cuda_ops_free(dev);
 		cuda_moe_free(dev);
@@ -743,4 +745,6 @@ const struct baton_backend baton_backend_cuda = {
 	.route = cuda_op_route,
 	.route_dev = cuda_op_route_dev,
 	.moe_experts_dev = cuda_moe_experts_dev,
+	.graph_begin = cuda_graph_begin,
+	.graph_end = cuda_graph_end,
 };

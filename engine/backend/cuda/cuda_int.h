@@ -6,7 +6,8 @@
  * one launch), blas.c (cuBLAS loaded with dlopen), tc_launch.c (the
  * tensor-core path of matmul, the experts and attention for large
  * passes: the kernels of gemm.cu and attn.cu, argument blocks in tc.h,
- * around cuBLAS GEMMs), moe_launch.c (the MoE kernels of moe.cu, argument blocks in
+ * around cuBLAS GEMMs), graph.c (a pass recorded and queued as one CUDA
+ * graph), moe_launch.c (the MoE kernels of moe.cu, argument blocks in
  * moe.h: loading them, their scratch, and the launches), ops_launch.c (the
  * forward pass's dense ops of ops.cu, argument blocks in ops.h) and
  * backend.c (the device: open, close, VMM segments, the peer tier,
@@ -118,6 +119,11 @@ struct baton_dev {
 	int tc_stage_busy, tc_warned;
 	char tc_why[200];
 
+	/* graph.c: the pass being captured, the last pass's executable graph */
+	int graph_off, capturing;
+	CUgraphExec gexec;
+	uint64_t graph_builds, graph_updates;
+
 	char err[256];
 };
 
@@ -207,6 +213,16 @@ int cuda_tc_experts(struct baton_dev *dev, const struct baton_moe_layer *l, cons
 /* The attention slot for n_q >= tc_rows (table: the staged block table
  * or 0). */
 int cuda_tc_attention(struct baton_dev *dev, const struct baton_attn *a, CUdeviceptr table);
+
+/* ---- graph.c: a pass as one CUDA graph -------------------------------------- */
+
+/* The graph_begin / graph_end slots (engine/backend/backend.h). */
+int cuda_graph_begin(struct baton_dev *dev);
+int cuda_graph_end(struct baton_dev *dev, int ok);
+/* BATON_CUDA_GRAPH=0 turns graphs off (read at open). */
+void cuda_graph_config(struct baton_dev *dev);
+/* Ends a capture left open and gives back the graph (at close). */
+void cuda_graph_free(struct baton_dev *dev);
 
 /* ---- moe_launch.c ----------------------------------------------------------- */
 

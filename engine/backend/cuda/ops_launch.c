@@ -185,7 +185,10 @@ static int stage_args(struct baton_dev *dev, const void *a, uint64_t an, const v
 		dev->ops_stage = NULL;
 		dev->ops_stage_cap = 0;
 		cuda_dbuf_free(dev, &dev->ops_arg);
-		const uint64_t cap = cuda_round_up(2 * total, 1u << 17);
+		/* at least 1 MiB: a decode step's arrays (under 100 KiB at 48
+		 * layers) fill at most one half, so a step captured as a graph
+		 * (graph.c) never waits for copies it recorded itself */
+		const uint64_t cap = cuda_round_up(2 * total, 1u << 20);
 		void *p = NULL;
 		CU(dev, d->MemHostAlloc(&p, cap, 0), "cuMemHostAlloc (ops staging)");
 		dev->ops_stage = p;
