@@ -414,7 +414,7 @@ static void t_gguf_same_logits(void)
  * (q8_0 / f16 / bf16 dense and experts) runs, the logits are finite and
  * spread, and a second prefill gives the same bits. */
 /* The MoE block routed on the device (a decode step with no host round
- * trip; on cuda also queued as one CUDA graph) against the host path (BATON_MODEL_HOST_ROUTE=1): the same bits
+ * trip; on cuda also queued as one CUDA graph, BATON_CUDA_GRAPH=1) against the host path (BATON_MODEL_HOST_ROUTE=1): the same bits
  * and the same cache hit counts, on every fixture architecture; the
  * prefill of 19 tokens takes the host path in both. */
 static void device_route_same(const char *arch)
@@ -425,9 +425,12 @@ static void device_route_same(const char *arch)
 	for (int h = 0; h < 2; h++) {
 		if (h)
 			T_ASSERT(setenv("BATON_MODEL_HOST_ROUTE", "1", 1) == 0);
+		else
+			T_ASSERT(setenv("BATON_CUDA_GRAPH", "1", 1) == 0); /* cuda: graphs on */
 		struct rig r;
 		rig_open(&r, arch, 0);
 		unsetenv("BATON_MODEL_HOST_ROUTE");
+		unsetenv("BATON_CUDA_GRAPH");
 		V = model_config(r.m)->vocab;
 		lg[h] = malloc((size_t)V * 9 * sizeof(float));
 		T_ASSERT(lg[h]);
@@ -448,7 +451,8 @@ static void device_route_same(const char *arch)
 	}
 	T_EQ_INT(passes[0], 8);
 	T_EQ_INT(passes[1], 0);
-	/* on cuda the device-routed steps run as graphs: the same bits again */
+	/* on cuda with BATON_CUDA_GRAPH=1 the device-routed steps run as
+	 * graphs: the same bits again */
 	T_EQ_INT(graphs[0], strcmp(rig_backend(), "cuda") == 0 ? 8 : 0);
 	T_EQ_INT(graphs[1], 0);
 	T_ASSERT_MSG(memcmp(lg[0], lg[1], (size_t)V * 9 * sizeof(float)) == 0,

@@ -121,6 +121,7 @@ struct baton_dev {
 
 	/* graph.c: the pass being captured, the last pass's executable graph */
 	int graph_off, capturing;
+	int ops_rec_pending[2]; /* ops_staged[h] to record after the graph */
 	CUgraphExec gexec;
 	uint64_t graph_builds, graph_updates;
 

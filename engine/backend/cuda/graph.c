@@ -10,7 +10,11 @@
  * its shape (the usual case), and instantiated afresh when not (a pass of
  * another shape, attention crossing a chunk of keys). Capture is relaxed,
  * so the staging ring may wait for copies of earlier passes while
- * recording. BATON_CUDA_GRAPH=0 at open turns it off.
+ * recording, and its events are recorded after the graph (events
+ * recorded on a capturing stream belong to the capture). Off unless
+ * BATON_CUDA_GRAPH=1 at open: on the H200 it did not make decode faster
+ * (docs/internals/cuda-ops.md: capturing a step costs the host what
+ * launching it did).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -20,7 +24,20 @@
 void cuda_graph_config(struct baton_dev *dev)
 {
 	const char *s = getenv("BATON_CUDA_GRAPH");
-	dev->graph_off = s && strcmp(s, "0") == 0;
+	dev->graph_off = !(s && strcmp(s, "1") == 0);
+}
+
+/* The staging events the recording left to record (ops_launch.c): after
+ * the graph (or in place of the dropped recording) on the stream. */
+static int record_pending(struct baton_dev *dev)
+{
+	for (int h = 0; h < 2; h++)
+		if (dev->ops_rec_pending[h]) {
+			dev->ops_rec_pending[h] = 0;
+			CU(dev, dev->d->EventRecord(dev->ops_staged[h], dev->stream),
+			    "cuEventRecord (ops staging, after a graph)");
+		}
+	return 0;
 }
 
 int cuda_graph_begin(struct baton_dev *dev)
@@ -52,6 +69,8 @@ int cuda_graph_end(struct baton_dev *dev, int ok)
 	if (r != CUDA_SUCCESS || !ok || !g) {
 		if (g)
 			d->GraphDestroy(g);
+		if ((rc = record_pending(dev)))
+			return rc;
 		return ok ? cuda_fail(dev, r != CUDA_SUCCESS ? r : CUDA_ERROR_UNKNOWN,
 		    "cuStreamEndCapture") : 0;
 	}
@@ -70,12 +89,16 @@ int cuda_graph_end(struct baton_dev *dev, int ok)
 		if (r != CUDA_SUCCESS) {
 			dev->gexec = NULL;
 			d->GraphDestroy(g);
+			record_pending(dev);
 			return cuda_fail(dev, r, "cuGraphInstantiate");
 		}
 		dev->graph_builds++;
 	}
 	d->GraphDestroy(g);
-	CU(dev, d->GraphLaunch(dev->gexec, dev->stream), "cuGraphLaunch");
+	r = d->GraphLaunch(dev->gexec, dev->stream);
+	if ((rc = record_pending(dev)))
+		return rc;
+	CU(dev, r, "cuGraphLaunch");
 	return 0;
 }
 

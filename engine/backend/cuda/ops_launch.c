@@ -204,6 +204,9 @@ static int stage_args(struct baton_dev *dev, const void *a, uint64_t an, const v
 		dev->ops_off = 0;
 	}
 	const int h = dev->ops_half;
+	if (dev->ops_off == 0 && dev->ops_rec_pending[h])
+		return refuse(dev, BATON_EBUSY, "staging",
+		    "a graph being recorded would overwrite its own arrays");
 	if (dev->ops_off == 0 && dev->ops_stage_busy[h]) {
 		CU(dev, d->EventSynchronize(dev->ops_staged[h]), "cuEventSynchronize (ops staging)");
 		dev->ops_stage_busy[h] = 0;
@@ -215,7 +218,13 @@ static int stage_args(struct baton_dev *dev, const void *a, uint64_t an, const v
 		memcpy(host + boff, b, bn);
 	CU(dev, d->MemcpyHtoDAsync(dev->ops_arg.p + at, host, boff + bn, dev->stream),
 	    "cuMemcpyHtoDAsync (op arguments)");
-	CU(dev, d->EventRecord(dev->ops_staged[h], dev->stream), "cuEventRecord (ops staging)");
+	/* While a graph is recorded (graph.c) an event recorded on the stream
+	 * would become part of the capture, not a mark the host can wait
+	 * for: graph_end records it after the graph instead. */
+	if (dev->capturing)
+		dev->ops_rec_pending[h] = 1;
+	else
+		CU(dev, d->EventRecord(dev->ops_staged[h], dev->stream), "cuEventRecord (ops staging)");
 	dev->ops_stage_busy[h] = 1;
 	dev->ops_off += total;
 	*da = dev->ops_arg.p + at;
