@@ -297,7 +297,7 @@ void model_rope_inv_freq(const struct baton_model_config *cfg, float *inv_freq);
 
 struct baton_model_opts {
 	uint32_t max_ctx;   /* positions of one sequence; 0: min(max_position_embeddings, 4096) */
-	uint32_t max_batch; /* token rows per batched pass; 0: 512 */
+	uint32_t max_batch; /* token rows per batched pass; 0: 256 */
 	uint32_t kv_blocks; /* blocks in the KV pool; 0: enough for max_ctx of one sequence */
 };
 

@@ -14,7 +14,7 @@
 #include "engine/model/model.h"
 
 #define DEFAULT_CTX 4096u
-#define DEFAULT_BATCH 512u
+#define DEFAULT_BATCH 256u
 #define HEAD_ROWS 16u      /* output-head rows per matmul: bounds the logits buffer */
 #define MAX_BLOCKS (1u << 27) /* slots (block * BLOCK + row) stay below 2^31 */
 #define NAME_MAX_LEN 160
