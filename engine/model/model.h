@@ -415,6 +415,9 @@ int model_released(const struct baton_model *m);
  * layer: small passes while every expert is resident and the backend has
  * route_dev; BATON_MODEL_HOST_ROUTE=1 at model_open turns it off). */
 uint64_t model_device_route_passes(const struct baton_model *m);
+/* How many of those passes ran as one graph (backends with graph_begin /
+ * graph_end: cuda; BATON_CUDA_GRAPH=0 turns them off). */
+uint64_t model_graph_passes(const struct baton_model *m);
 
 /* ==== the generator =========================================================
  *
