@@ -85,10 +85,65 @@
  *   idle_release_s = 300          ; overrides [broker] idle_release_s
  *   keep_alive_s = 600            ; overrides [broker] door_keep_alive_s ("forever")
  *
+ *   [model "qwen"]                ; a model the broker serves itself (the fleet,
+ *                                 ; docs/guides/fleet.md): it makes the arena and
+ *                                 ; starts, watches and stops the engine
+ *   source = ./Qwen3-30B-A3B/     ; a Hugging Face folder, a .gguf file, an .arena,
+ *                                 ; or hf:ORG/NAME[@REV] in the local Hugging Face
+ *                                 ; cache (HF_HUB_CACHE, HF_HOME/hub, ~/.cache/
+ *                                 ; huggingface/hub; never the network)
+ *   aliases = qwen3, qwen-latest  ; more names clients may send
+ *   backend = auto                ; host, cuda or auto;  device = 0
+ *   dtype = bf16                  ; the weight type the arena must hold (checked)
+ *   ctx = 4096  kv_blocks = N  max_seqs = 16   ; the engine's --ctx, --kv-blocks, --max-seqs
+ *   keep_alive_s = 300            ; release its device memory this long idle
+ *   stop_after_s = 0              ; stop its engine this long idle (0: never)
+ *   priority = 0  pinned = false  ; as [engine]: a [model] is an engine of its name
+ *   preload = false               ; start it with the broker, not at its first request
+ *   arena = PATH                  ; default arena_dir/NAME.arena
+ *   engine_flags = --vram-reserve-mib 512   ; more baton-engine flags
+ *
+ * [broker] keys of the fleet: engine = PATH (baton-engine; default: beside
+ * baton-broker), arena_tool = PATH (baton-arena; the same), arena_dir = DIR
+ * (/dev/shm/baton), run_dir = DIR (engines' sockets; default: the ipc://
+ * control socket's folder, else /run/baton), restart_max = 5 crashes within
+ * restart_window_s = 60 mark a model failed.
+ *
  * Unknown sections or keys, bad numbers or booleans, duplicate sections:
  * broker_config_load() fails with BATON_ECONFIG and a message
- * "PATH:LINE: ..." naming the line.
+ * "PATH:LINE: ..." naming the line. So does a [model] whose source is not
+ * there or not a model, a name or alias given twice, or a [model] and an
+ * [engine] of one name.
  */
+
+#define BROKER_MAX_MODELS 64
+#define BROKER_PATH_MAX 512
+
+enum broker_source_kind {
+	BROKER_SRC_HF = 1,     /* a Hugging Face folder (config.json, *.safetensors) */
+	BROKER_SRC_GGUF,       /* a llama.cpp file */
+	BROKER_SRC_ARENA,      /* an arena already made */
+};
+
+struct broker_model_conf {
+	char name[BROKER_NAME_MAX];
+	char source[BROKER_PATH_MAX];   /* as written */
+	char path[BROKER_PATH_MAX];     /* resolved: the folder or file */
+	enum broker_source_kind kind;
+	char aliases[256];              /* comma separated, checked */
+	char backend[8];                /* host, cuda, auto */
+	int device;
+	char dtype[16];                 /* "": any */
+	uint32_t ctx, kv_blocks, max_seqs; /* 0: the engine's default */
+	double keep_alive_s;            /* has_keep_alive: set (< 0: forever) */
+	bool has_keep_alive;
+	double stop_after_s;            /* 0: never */
+	int32_t priority;
+	bool has_priority, pinned, preload;
+	char arena[BROKER_PATH_MAX];    /* "": arena_dir/NAME.arena */
+	char flags[512];                /* more engine flags, split at spaces */
+	int line;
+};
 
 struct broker_gpu_conf {
 	char uuid[BROKER_NAME_MAX];   /* "*" matches every device */
@@ -162,9 +217,17 @@ struct broker_config {
 	double door_quantum_s;        /* front door (docs/reference/front-door.md) */
 	double door_keep_alive_s;     /* < 0: forever */
 	unsigned door_queue_max;
-	size_t n_gpus, n_engines;
+	/* the fleet ([model] sections) */
+	char engine_path[BROKER_PATH_MAX];   /* "": baton-engine beside the program */
+	char arena_tool[BROKER_PATH_MAX];    /* "": baton-arena beside the program */
+	char arena_dir[BROKER_PATH_MAX];     /* "/dev/shm/baton" */
+	char run_dir[BROKER_PATH_MAX];       /* "": the control socket's folder, else /run/baton */
+	unsigned restart_max;
+	double restart_window_s;
+	size_t n_gpus, n_engines, n_models;
 	struct broker_gpu_conf gpus[BROKER_MAX_GPUS];
 	struct broker_engine_conf engines[BROKER_MAX_ENGINES];
+	struct broker_model_conf models[BROKER_MAX_MODELS];
 	size_t n_externals;
 	struct broker_external_conf externals[BROKER_MAX_EXTERNALS];
 };
@@ -193,6 +256,16 @@ int broker_config_token_file(struct broker_config *c, const char *path, char *er
 /* The section for a device (exact uuid first, then "*"), or NULL. */
 const struct broker_gpu_conf *broker_config_gpu(const struct broker_config *c, const char *uuid);
 const struct broker_engine_conf *broker_config_engine(const struct broker_config *c, const char *name);
+/* The [model] of this name or alias, or NULL. */
+const struct broker_model_conf *broker_config_model(const struct broker_config *c, const char *name);
+/* Whether two [model] sections would start the same engine (every key
+ * but the line and the aliases). */
+bool broker_model_conf_same(const struct broker_model_conf *a, const struct broker_model_conf *b);
+/* A model's source: a path (relative to dir when not absolute; "" dir: as
+ * it is) or hf:ORG/NAME[@REV] in the local Hugging Face cache, resolved
+ * into m->path and m->kind; BATON_ENOTFOUND or BATON_EINVAL with a
+ * sentence in err (no network is tried). */
+int broker_model_source(struct broker_model_conf *m, const char *dir, char *err, size_t errlen);
 
 /* ---- policy: who gives memory back ------------------------------------------
  *
@@ -304,6 +377,11 @@ const char *broker_events_url(const struct broker *b);
  * subscriber) or from an nng callback. */
 void broker_call(struct broker *b, const struct baton_msg *req,
     void (*fn)(void *arg, const struct baton_msg *rep), void *arg);
+
+/* The bearer token the engine `name` registered for its OpenAI HTTP into
+ * out ("" when it needs none): for the front door's requests to it, and
+ * shown nowhere. Any thread. BATON_ENOTFOUND: no such engine. */
+int broker_engine_http_token(struct broker *b, const char *name, char *out, size_t n);
 
 /* An event subscriber: called on the decision thread with every event the
  * broker publishes (op event: seq, time_ms, kind, engine, gpu, state,

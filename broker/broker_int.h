@@ -125,6 +125,9 @@ struct gpu {
 	double death_at;      /* an engine on it was last found dead */
 };
 
+/* The largest request frame the control socket reads (broker.c). */
+#define BROKER_RECV_MAX (1u << 20)
+
 enum { ES_FREE = 0, ES_LIVE, ES_DEAD };
 
 /* What an entry of the registry is (struct eng.kind): a Baton engine, a
@@ -365,6 +368,11 @@ struct broker {
 	struct gpu gpus[BROKER_MAX_GPUS];
 	size_t n_gpus;
 	struct eng eng[BROKER_MAX_ENGINES];
+	/* The bearer token each engine's OpenAI HTTP needs, by engine slot,
+	 * under tmu: written at register (decision thread), read by the front
+	 * door's threads (broker_engine_http_token); in no status, event or log. */
+	pthread_mutex_t tmu;
+	struct { char name[BROKER_NAME_MAX], token[BROKER_URL_MAX]; } http_tokens[BROKER_MAX_ENGINES];
 	struct op ops[MAX_OPS];
 	uint64_t op_seq, job_seq, epoch, seq;
 	struct {
@@ -406,6 +414,10 @@ void br_log_move(const char *engine, const char *what, const char *reason, doubl
  * nothing (register, pin, lost...), what the engine holds. */
 void br_publish(struct broker *b, const char *kind, const struct eng *e, const char *reason,
     double ms, uint64_t bytes);
+/* The same for a face's event (broker_emit) naming an engine by name:
+ * the registered engine's fields when there is one, else the name alone. */
+void br_publish_named(struct broker *b, const char *kind, const char *name, const char *reason, double ms,
+    uint64_t bytes);
 /* A handoff event, its phases (ms) handed to subscribers too (broker.h). */
 void br_publish_handoff(struct broker *b, const struct eng *e, const char *reason, double total_ms,
     uint64_t bytes, double decide_ms, double release_ms, double refill_ms);

@@ -25,6 +25,16 @@ static void on_register(struct broker *b, struct waiter *w, const struct baton_m
 		br_blog("register %s: says pid %d, the socket says %d; using %d", m->name, pid, pipe_pid, pipe_pid);
 		pid = pipe_pid;
 	}
+	/* The broker sends its commands to the ctl registered: a socket in a
+	 * directory another user can write could be theirs by the time it
+	 * dials (the engines check their own: engine/serve/serve.c). */
+	if (strncmp(m->ctl, "ipc://", 6) == 0) {
+		char why[512];
+		if (baton_trust_dir_of(m->ctl + 6, "its control socket's directory", why, sizeof why) == BATON_EPERM) {
+			br_reply_error(w, m->op, m->id, BATON_EPERM, "register %s: %s", m->name, why);
+			return;
+		}
+	}
 	struct eng *e = br_eng_by_name(b, m->name);
 	bool again = false;
 	if (e && e->st == ES_LIVE && e->kind != EK_ENGINE) {
@@ -79,6 +89,20 @@ static void on_register(struct broker *b, struct waiter *w, const struct baton_m
 		http = "";
 	}
 	snprintf(e->http, sizeof e->http, "%s", http);
+	/* The token only the front door sends: it goes in no status, event
+	 * or log (broker_engine_http_token). */
+	{
+		size_t slot = (size_t)(e - b->eng);
+		pthread_mutex_lock(&b->tmu);
+		/* a slot freed and this name registered in another: one entry a name */
+		for (size_t i = 0; i < BROKER_MAX_ENGINES; i++)
+			if (i != slot && strcmp(b->http_tokens[i].name, m->name) == 0)
+				memset(&b->http_tokens[i], 0, sizeof b->http_tokens[i]);
+		snprintf(b->http_tokens[slot].name, sizeof b->http_tokens[slot].name, "%s", m->name);
+		snprintf(b->http_tokens[slot].token, sizeof b->http_tokens[slot].token, "%s",
+		    *http && proto_has(m, PF_HTTP_TOKEN) ? m->http_token : "");
+		pthread_mutex_unlock(&b->tmu);
+	}
 	if (strcmp(e->ctl, m->ctl) != 0 || !e->conn) {
 		br_eng_forget_conn(e);
 		snprintf(e->ctl, sizeof e->ctl, "%s", m->ctl);

@@ -122,6 +122,7 @@ static const struct proto__row register_req[] = {
 	 * what it holds there now (a broker restart sees a live loan) */
 	O(PEER_GPU), O(PEER_WANT), O(PEER_MAPPED), O(PEER_FREE),
 	O(HTTP), /* its OpenAI HTTP URL (the broker's front door forwards there) */
+	O(HTTP_TOKEN), /* the bearer token that URL needs (the door sends it; never shown) */
 };
 static const struct proto__row epoch_rep[] = { R(EPOCH) };
 static const struct proto__row epoch_opt_rep[] = { O(EPOCH) };
