@@ -410,6 +410,70 @@ def t_parked_across_restart(c):
         big.kill()
 
 
+def proc_state(pid):
+    return open("/proc/%d/stat" % pid).read().rsplit(")", 1)[1].split()[0]
+
+
+def t_park_policy_end_to_end(c):
+    # With a stand-in for the CUDA driver (BATON_TEST_PARK_DRIVER=fake: a
+    # checkpoint stops the process, a restore continues it), the whole
+    # parking path: an engine that needs memory gets the lowest-priority idle
+    # external parked, the state file says so, and once the engine gives its
+    # memory back the process is resumed (after its grant) and runs again.
+    c.env["BATON_TEST_PARK_DRIVER"] = "fake"
+    p1 = subprocess.Popen(["sleep", "120"])
+    p5 = subprocess.Popen(["sleep", "120"])
+    try:
+        c.broker('[external "x1"]\npid = %d\ngpu = host-0\nmib = 20\npriority = 1\nrelease = park\n'
+                 '[external "x5"]\npid = %d\ngpu = host-0\nmib = 20\npriority = 5\nrelease = park\n'
+                 % (p1.pid, p5.pid))
+        c.engine("a", host_mib=64)
+        wait_for("a holds", lambda: entry(c, "a")["resident"] == CEIL, timeout=10 * SLOW)
+        x1, x5 = entry(c, "x1"), entry(c, "x5")
+        assert x1["state"] == "parked" and x1["resident"] == 0 and x5["state"] == "ready", (x1, x5)
+        assert proc_state(p1.pid) == "T" and proc_state(p5.pid) != "T"
+        kept = json.load(open(os.path.join(c.dir, "broker.state.parked")))
+        assert kept["parked"]["x1"]["pid"] == p1.pid and kept["parked"]["x1"]["bytes"] == 20 * MIB, kept
+        st = json.loads(cli(c, "status", "--json").stdout)
+        assert [e for e in st["engines"] if e["name"] == "x1"][0]["parked"] is True
+        r = cli(c, "release", "a")
+        assert r.returncode == 0, r.stderr
+        wait_for("x1 resumed", lambda: entry(c, "x1")["state"] == "ready", timeout=5 * SLOW)
+        assert entry(c, "x1")["resident"] == 20 * MIB and proc_state(p1.pid) != "T"
+        assert json.load(open(os.path.join(c.dir, "broker.state.parked")))["parked"] == {}
+        ev = [e for e in c.events.all(engine="x1") if e["kind"] in ("grant", "refill")]
+        assert [e["kind"] for e in ev] == ["grant", "refill"], ev  # restored only after its grant
+        assert ev[0]["bytes"] == 20 * MIB, ev
+        # by hand: park, then resume
+        r = cli(c, "park", "x5")
+        assert r.returncode == 0 and "parked" in r.stdout, (r.stdout, r.stderr)
+        assert proc_state(p5.pid) == "T"
+        r = cli(c, "park", "x5")
+        assert r.returncode == 1 and "parked already" in r.stderr, r.stderr
+        r = cli(c, "resume", "x5")
+        assert r.returncode == 0 and entry(c, "x5")["state"] == "ready" and proc_state(p5.pid) != "T", r.stderr
+    finally:
+        p1.kill()
+        p5.kill()
+
+
+def t_park_refused_left_running(c):
+    c.env["BATON_TEST_PARK_DRIVER"] = "fake-refuse"
+    p = subprocess.Popen(["sleep", "120"])
+    try:
+        c.broker()
+        c.engine("a", host_mib=64)
+        r = cli(c, "external", "add", "x", "--pid", str(p.pid), "--mib", "8", "--release", "park")
+        assert r.returncode == 0, r.stderr
+        r = cli(c, "park", "x")
+        assert r.returncode == 1 and "operation not supported (801)" in r.stderr and "left running" in r.stderr, \
+            r.stderr
+        assert entry(c, "x")["state"] == "ready" and entry(c, "x")["resident"] == 8 * MIB
+        assert proc_state(p.pid) != "T"
+    finally:
+        p.kill()
+
+
 def t_external_bad_input(c):
     c.broker()
     c.engine("a", host_mib=64)
@@ -510,7 +574,8 @@ CASES = [t_run_makes_room_and_gives_back, t_run_fits_without_reclaim, t_run_kill
          t_run_never_takes_from_higher_priority, t_run_bad_input, t_run_over_grant, t_refill_respects_a_lease,
          t_lease_ttl_renew_release, t_lease_pid, t_external_http_hooks,
          t_external_command_hooks_timeout_and_exit, t_external_configured_policy, t_external_bad_input,
-         t_http_twins, t_front_door_routes_and_wakes, t_parked_across_restart]
+         t_http_twins, t_front_door_routes_and_wakes, t_parked_across_restart, t_park_policy_end_to_end,
+         t_park_refused_left_running]
 
 
 def main():

@@ -10,7 +10,9 @@
  */
 #include <dlfcn.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "broker/broker.h"
@@ -111,8 +113,105 @@ static void load(void)
 	cu.ok = true;
 }
 
+/* ---- a stand-in for tests (BATON_TEST_PARK_DRIVER=fake) --------------------------
+ *
+ * On machines without a GPU the broker's parking path runs end to end
+ * against this: "checkpoint" stops the process (SIGSTOP) and "restore"
+ * continues it (SIGCONT), with the driver's states kept per pid. Nothing
+ * moves; the memory counted is the configured one. "fake-refuse" refuses
+ * every checkpoint as the driver does a process it cannot take. */
+
+#define FAKE_MAX 64
+static struct {
+	pthread_mutex_t mu;
+	int pid[FAKE_MAX], state[FAKE_MAX];
+	bool refuse;
+} fk = { .mu = PTHREAD_MUTEX_INITIALIZER };
+
+static int *fake_slot(int pid)
+{
+	int free_i = -1;
+	for (int i = 0; i < FAKE_MAX; i++) {
+		if (fk.pid[i] == pid)
+			return &fk.state[i];
+		if (fk.pid[i] == 0 && free_i < 0)
+			free_i = i;
+	}
+	if (free_i < 0)
+		return NULL;
+	fk.pid[free_i] = pid;
+	fk.state[free_i] = PARK_RUNNING;
+	return &fk.state[free_i];
+}
+
+static int fake_step(int pid, int from, int to, int sig)
+{
+	pthread_mutex_lock(&fk.mu);
+	int *st = fake_slot(pid);
+	int rc = !st || kill(pid, 0) != 0 ? 3 /* CUDA_ERROR_NOT_INITIALIZED: no such process */ :
+	    *st != from ? 1 /* CUDA_ERROR_INVALID_VALUE */ : 0;
+	if (rc == 0 && to == PARK_CHECKPOINTED && fk.refuse)
+		rc = 801; /* CUDA_ERROR_NOT_SUPPORTED */
+	if (rc == 0 && sig && kill(pid, sig) != 0)
+		rc = 3;
+	if (rc == 0)
+		*st = to;
+	pthread_mutex_unlock(&fk.mu);
+	return rc;
+}
+
+static int f_get_state(void *ctx, int pid, int *state)
+{
+	(void)ctx;
+	pthread_mutex_lock(&fk.mu);
+	int *st = kill(pid, 0) == 0 ? fake_slot(pid) : NULL;
+	if (st)
+		*state = *st;
+	pthread_mutex_unlock(&fk.mu);
+	return st ? 0 : 3;
+}
+
+static int f_lock(void *ctx, int pid, unsigned timeout_ms)
+{
+	(void)ctx;
+	(void)timeout_ms;
+	return fake_step(pid, PARK_RUNNING, PARK_LOCKED, 0);
+}
+
+static int f_checkpoint(void *ctx, int pid)
+{
+	(void)ctx;
+	return fake_step(pid, PARK_LOCKED, PARK_CHECKPOINTED, SIGSTOP);
+}
+
+static int f_restore(void *ctx, int pid)
+{
+	(void)ctx;
+	return fake_step(pid, PARK_CHECKPOINTED, PARK_LOCKED, SIGCONT);
+}
+
+static int f_unlock(void *ctx, int pid)
+{
+	(void)ctx;
+	return fake_step(pid, PARK_LOCKED, PARK_RUNNING, 0);
+}
+
+static const char *f_reason(void *ctx, int rc)
+{
+	(void)ctx;
+	return rc == 801 ? "operation not supported" : rc == 3 ? "initialization error" : "invalid argument";
+}
+
+static const struct park_driver fake_driver = { f_get_state, f_lock, f_checkpoint, f_restore, f_unlock, f_reason,
+	NULL };
+
 const struct park_driver *park_cuda(char *err, size_t len)
 {
+	const char *t = getenv("BATON_TEST_PARK_DRIVER");
+	if (t && (strcmp(t, "fake") == 0 || strcmp(t, "fake-refuse") == 0)) {
+		fk.refuse = strcmp(t, "fake-refuse") == 0;
+		return &fake_driver;
+	}
 	pthread_once(&cu.once, load);
 	if (!cu.ok) {
 		snprintf(err, len, "%s", cu.err);
