@@ -541,6 +541,14 @@ void br_on_lease(struct broker *b, struct waiter *w, const struct baton_msg *m);
 /* A lease's acquire was granted (schedule.c's grant): its memory is now
  * counted as the job's, not as a grant. */
 void br_lease_granted(struct broker *b, struct eng *e, struct op *o);
+/* A refill of engine e, granted `granted` bytes, on a device with a live
+ * lease: true, and *keep_mib, the reserve_mib of a vram command that grows
+ * e by its grant only (the device's real free memory, NVML's or e's own
+ * last word, less the grant), since the job may not have taken its memory
+ * yet and a refill maps all the device has room for. False (a plain
+ * refill) without a lease, or for a lease, an external engine, or a grant
+ * that is all e wants and the device's figures are not known. */
+bool br_lease_room_mib(struct broker *b, const struct eng *e, uint64_t granted, uint64_t *keep_mib);
 /* A lease ends (released, its process gone, its TTL passed): its memory
  * comes free and the engines that gave way are refilled. */
 void br_lease_end(struct broker *b, struct eng *e, const char *why);

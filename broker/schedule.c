@@ -56,11 +56,16 @@ void br_run_commands(struct broker *b, struct op *o, double now)
 		return;
 	}
 	int rc;
+	uint64_t lease_keep = 0;
 	const char *reason = o->kind == OP_HANDOFF ? "handoff" : "operator";
 	if (o->kind == OP_RELEASE)
 		rc = br_command(b, e, PROTO_OP_RELEASE, 0, o, 0, 0, reason);
 	else if (o->kind == OP_VRAM)
 		rc = br_command(b, e, PROTO_OP_VRAM, o->reserve_mib, o, 0, 0, reason);
+	else if (br_lease_room_mib(b, e, o->granted, &lease_keep))
+		/* a lease on the device whose job may not have taken its memory
+		 * yet: the engine grows by its grant only, never into the job's */
+		rc = br_command(b, e, PROTO_OP_VRAM, lease_keep, o, 0, 0, reason);
 	else
 		rc = br_command(b, e, PROTO_OP_REFILL, 0, o, 0, 0, reason);
 	if (rc) {
