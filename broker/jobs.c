@@ -180,6 +180,8 @@ static void lease_acquire(struct broker *b, struct waiter *w, const struct baton
 	o->gpu = gi;
 	o->bytes = m->bytes;
 	o->phase = P_WAIT;
+	if (proto_has(m, PF_DURATION_MS) && m->duration_ms >= 0) /* its own wait (hooks may take long) */
+		o->deadline = o->t0 + (m->duration_ms < 3600e3 ? m->duration_ms : 3600e3) / 1e3;
 	br_blog("lease %s: %.1f MiB of %s asked, priority %d, pid %d%s%s", e->name, (double)m->bytes / BATON_MIB,
 	    b->gpus[gi].uuid, e->reg_priority, e->pid, *e->ls.what ? ": " : "", e->ls.what);
 	br_publish(b, "lease-ask", e, e->ls.what, -1, m->bytes);

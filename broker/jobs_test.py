@@ -479,6 +479,44 @@ def t_park_refused_left_running(c):
         p.kill()
 
 
+def t_run_waits_for_a_slow_hook(c):
+    # An external engine whose release takes 1.5 s (a vLLM sleep copying its
+    # weights out): a reclaim under way is waited for past acquire_wait_ms.
+    proc = subprocess.Popen(["sleep", "120"])
+    try:
+        c.broker('acquire_wait_ms = 500\n[external "slow"]\npid = %d\ngpu = host-0\nmib = 40\n'
+                 'release = sleep 1.5; echo mib=0\nrefill = echo mib=40\n' % proc.pid)
+        c.engine("a", host_mib=64)
+        wait_for("a holds", lambda: entry(c, "a")["resident"] == CEIL, timeout=10 * SLOW)
+        if entry(c, "slow")["resident"] == 0:  # a's startup refill took it: back to the external
+            assert cli(c, "release", "a").returncode == 0
+            assert cli(c, "refill", "slow").returncode == 0
+        assert cli(c, "release", "a").returncode == 0
+        t0 = time.time()
+        r = cli(c, "run", "--mib", "40", "--", "true")
+        assert r.returncode == 0 and "slow (release)" in r.stderr, r.stderr
+        assert time.time() - t0 >= 1.4
+    finally:
+        proc.kill()
+
+
+def t_run_wait(c):
+    # --wait: a job waits longer than acquire_wait_ms for memory that is not
+    # free yet (here a pinned engine, unpinned after a second).
+    c.broker('acquire_wait_ms = 300\n')
+    c.engine("a")
+    assert cli(c, "pin", "a").returncode == 0
+    t0 = time.time()
+    r = cli(c, "run", "--mib", "20", "--", "true")
+    assert r.returncode == 1 and time.time() - t0 < 3, r.stderr
+    p = cli(c, "run", "--mib", "20", "--wait", "10s", "--", "true", wait=False)
+    time.sleep(1.0)
+    assert p.poll() is None  # still waiting
+    assert cli(c, "unpin", "a").returncode == 0
+    out, errs = p.communicate(timeout=20)
+    assert p.returncode == 0 and "gave way: a (" in errs, errs
+
+
 def t_external_bad_input(c):
     c.broker()
     c.engine("a", host_mib=64)
@@ -580,7 +618,7 @@ CASES = [t_run_makes_room_and_gives_back, t_run_fits_without_reclaim, t_run_kill
          t_lease_ttl_renew_release, t_lease_pid, t_external_http_hooks,
          t_external_command_hooks_timeout_and_exit, t_external_configured_policy, t_external_bad_input,
          t_http_twins, t_front_door_routes_and_wakes, t_parked_across_restart, t_park_policy_end_to_end,
-         t_park_refused_left_running]
+         t_park_refused_left_running, t_run_waits_for_a_slow_hook, t_run_wait]
 
 
 def main():

@@ -166,6 +166,7 @@ static const struct proto__row complete_rep[] = {
  * device and what it was granted; reason lists the engines that gave way. */
 static const struct proto__row lease_req[] = {
 	R(LEVEL), O(NAME), O(GPU), O(BYTES), O(PRIORITY), O(PID), O(MS), O(REASON),
+	O(DURATION_MS), /* acquire: how long it may wait for the memory (else acquire_wait_ms) */
 };
 static const struct proto__row lease_rep[] = {
 	O(NAME), O(GPU), O(GRANTED), O(EPOCH), O(MS), O(REASON),

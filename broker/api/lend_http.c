@@ -131,7 +131,8 @@ void broker_http_lend(struct broker *b, const char *path, const char *body, size
 		double v;
 		const char *s;
 		if (!verb) {
-			static const char *const keys[] = { "mib", "ttl_s", "pid", "gpu", "priority", "name", "what", NULL };
+			static const char *const keys[] = { "mib", "ttl_s", "pid", "gpu", "priority", "name", "what", "wait_s",
+				NULL };
 			if (only_keys(&c, j, keys))
 				goto out;
 			m.level = "acquire";
@@ -149,6 +150,12 @@ void broker_http_lend(struct broker *b, const char *path, const char *body, size
 			if (r) {
 				m.ms = v * 1e3;
 				proto_set(&m, PF_MS);
+			}
+			if ((r = num(&c, j, "wait_s", 0, 3600, &v)) < 0)
+				goto out;
+			if (r) {
+				m.duration_ms = v * 1e3;
+				proto_set(&m, PF_DURATION_MS);
 			}
 			if ((r = num(&c, j, "pid", 1, 4194304, &v)) < 0)
 				goto out;

@@ -35,8 +35,8 @@ struct ropts {
 	const char *gpu, *name;
 	int32_t priority;
 	bool has_priority;
-	double ttl_s;
-	bool has_ttl;
+	double ttl_s, wait_s;
+	bool has_ttl, has_wait;
 	int pid;
 	/* external add */
 	json_t *ext;
@@ -142,6 +142,10 @@ static void parse(int argc, char **argv, struct ropts *o, bool external_add)
 				json_object_set_new(o->ext, "priority", json_integer(s));
 		} else if (strcmp(name, "--ttl") == 0 && !external_add) {
 			o->ttl_s = parse_secs(name, val), o->has_ttl = true;
+		} else if (strcmp(name, "--wait") == 0 && !external_add) {
+			o->wait_s = parse_secs(name, val), o->has_wait = true;
+			if (o->wait_s > 3600)
+				usage("--wait: at most 1h");
 		} else if (strcmp(name, "--pid") == 0) {
 			if (baton_parse_u64(val, 1, 4194304, &u))
 				usage("--pid wants a process id, not '%s'", val);
@@ -225,6 +229,10 @@ static void lease_req(struct baton_msg *req, const struct ropts *o, const char *
 	if (what) {
 		req->reason = what;
 		proto_set(req, PF_REASON);
+	}
+	if (o->has_wait && strcmp(action, "acquire") == 0) {
+		req->duration_ms = o->wait_s * 1e3;
+		proto_set(req, PF_DURATION_MS);
 	}
 }
 
@@ -441,7 +449,7 @@ static int cmd_external(struct ropts *o, const char *verb)
 int run_cmd_main(int argc, char **argv)
 {
 	const char *verb = argv[0];
-	struct ropts o = { .timeout_ms = 60000 };
+	struct ropts o = { .timeout_ms = -1 };
 	const char *env = getenv("BATON_BROKER");
 	o.broker = env && env[0] ? env : BROKER_DEFAULT_CONTROL;
 	o.ext = json_object();
@@ -451,6 +459,8 @@ int run_cmd_main(int argc, char **argv)
 		usage("--broker '%s': want ipc://PATH or tcp://HOST:PORT", o.broker);
 	if (o.cmd && strcmp(verb, "run") != 0)
 		usage("%s takes no command after --", verb);
+	if (o.timeout_ms < 0) /* the answer may come after the wait for memory (and hooks) */
+		o.timeout_ms = 60000 + (o.has_wait ? (int)(o.wait_s * 1e3) : 0);
 	int rc;
 	if (strcmp(verb, "run") == 0)
 		rc = cmd_run(&o);
