@@ -436,6 +436,23 @@ static bool is_command(const char *hook)
 	return *hook && strncmp(hook, "http://", 7) != 0 && strcmp(hook, "park") != 0 && strcmp(hook, "resume") != 0;
 }
 
+/* Whether a hook is no URL, or one of this machine's loopback addresses. */
+static bool loopback_hook(const char *hook)
+{
+	if (strncmp(hook, "http://", 7) != 0)
+		return true;
+	const char *h = hook + 7;
+	size_t n = strcspn(h, "/ ");
+	char host[BROKER_NAME_MAX];
+	snprintf(host, sizeof host, "%.*s", (int)(n < sizeof host ? n : sizeof host - 1), h);
+	char *colon = host[0] == '[' ? strchr(host, ']') : strrchr(host, ':');
+	if (colon && host[0] == '[')
+		colon[1] = 0;
+	else if (colon)
+		*colon = 0;
+	return strncmp(host, "127.", 4) == 0 || strcmp(host, "localhost") == 0 || strcmp(host, "[::1]") == 0;
+}
+
 /* Whether the request came over the control socket from a process of the
  * broker's own user (the socket's peer). */
 static bool from_own_user(const struct baton_msg *m)
@@ -497,6 +514,11 @@ static void on_add(struct broker *b, struct waiter *w, const struct baton_msg *m
 			break;
 	}
 	json_decref(j);
+	if (rc == 0 && !from_own_user(m) && (!loopback_hook(c->release) || !loopback_hook(c->refill))) {
+		snprintf(err, sizeof err, "an http:// hook given at run time must be a loopback address (127.0.0.1, "
+		    "localhost, [::1]); another goes in the configuration");
+		rc = BATON_EPERM;
+	}
 	if (rc == 0 && (is_command(c->release) || is_command(c->refill)) && !from_own_user(m)) {
 		/* a command runs as the broker's user: whoever may add one at run
 		 * time could run anything as that user otherwise */

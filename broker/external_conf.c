@@ -49,8 +49,15 @@ int broker_external_set(struct broker_external_conf *x, const char *key, const c
 			return bad(err, len, "%s = '%.64s': want a non-empty name or path on one line", key, value);
 		if (key[0] == 'p' && value[0] != '/')
 			return bad(err, len, "%s = '%.64s': want an absolute path", key, value);
-		if (key[0] == 'u' && (strchr(value, '/') || value[0] == '-'))
-			return bad(err, len, "%s = '%.64s': want a systemd unit's name", key, value);
+		if (key[0] == 'u') { /* systemd's unit name characters only (it goes to systemctl) */
+			bool ok = value[0] != '-';
+			for (const char *q = value; ok && *q; q++)
+				ok = (*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') || (*q >= '0' && *q <= '9') ||
+				    strchr(":_.-@\\", *q) != NULL;
+			if (!ok)
+				return bad(err, len, "%s = '%.64s': want a systemd unit's name (letters, digits, :_.-@\\)",
+				    key, value);
+		}
 		snprintf(dst, cap, "%s", value);
 	} else if (strcmp(key, "priority") == 0) {
 		if (baton_parse_i64(value, INT32_MIN, INT32_MAX, &i))

@@ -59,6 +59,8 @@ static void t_bad(void)
 		{ "[external \"x\"]\npid = 1\npid = x\n", "t.ini:3: [external \"x\"]: pid = 'x': want a process id" },
 		{ "[external \"x\"]\nport = 1\n", "t.ini:2: [external \"x\"]: unknown key 'port'" },
 		{ "[external \"x\"]\npid_file = run/x.pid\n", "want an absolute path" },
+		{ "[external \"x\"]\nunit = a'; touch /tmp/x; '.service\n", "want a systemd unit's name" },
+		{ "[external \"x\"]\nunit = a b.service\n", "want a systemd unit's name" },
 		{ "[external \"x\"]\nurl = https://x\n", "want http://HOST:PORT" },
 		{ "[external \"x\"]\nrelease = https://x/sleep\n", "only plain http://" },
 		{ "[external \"x\"]\nrelease = resume\n", "park is a release, resume its refill" },

@@ -563,6 +563,9 @@ def t_http_twins(c):
         st, out, _ = h.post("/v1/externals", {"name": "llama", "pid": proc.pid, "mib": 4,
                                               "release": "echo mib=0", "refill": "echo mib=4"})
         assert st == 403 and "runs as the broker's user" in out["error"]["message"], (st, out)
+        st, out, _ = h.post("/v1/externals", {"name": "llama", "pid": proc.pid, "release": "http://10.1.2.3/sleep",
+                                              "refill": "http://10.1.2.3/wake_up"})
+        assert st == 403 and "loopback" in out["error"]["message"], (st, out)
         f = FakeEngine(4)
         url = "http://127.0.0.1:%d" % f.port
         st, out, _ = h.post("/v1/externals", {"name": "llama", "pid": proc.pid, "mib": 4,
