@@ -337,7 +337,9 @@ void br_ext_tick(struct broker *b, struct eng *e, double now)
 		}
 		return;
 	}
-	if (!e->in_flight && strcmp(e->state, "ready") == 0 && now - e->last_seen >= 1.0) {
+	if (!e->in_flight && now - e->last_seen >= 1.0) {
+		/* in any state: a released server that woke by itself is counted
+		 * (a parked process is listed nowhere: its figure stays) */
 		e->last_seen = now;
 		ext_measure(b, e);
 	}
