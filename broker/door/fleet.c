@@ -167,13 +167,41 @@ static int pidfd_of(pid_t pid)
 	return (int)syscall(SYS_pidfd_open, pid, 0);
 }
 
+extern char **environ;
+
+/* The broker's environment less systemd's notification variables: the
+ * unit's main process is the broker (NotifyAccess=main), and an engine's
+ * READY=1 there would be refused noise in the journal. Made before fork
+ * (the child may only call async-signal-safe functions). */
+static char **child_env(void)
+{
+	size_t n = 0;
+	while (environ[n])
+		n++;
+	char **env = calloc(n + 1, sizeof *env);
+	if (!env)
+		return NULL;
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++)
+		if (strncmp(environ[i], "NOTIFY_SOCKET=", 14) != 0 && strncmp(environ[i], "WATCHDOG_PID=", 13) != 0 &&
+		    strncmp(environ[i], "WATCHDOG_USEC=", 14) != 0)
+			env[k++] = environ[i];
+	return env;
+}
+
 /* fork/exec argv with stdout and stderr into a pipe; the child gets
  * SIGTERM when the broker dies (PR_SET_PDEATHSIG). */
 static int spawn(struct child *c, char *const argv[], char *err, size_t errlen)
 {
+	char **env = child_env();
+	if (!env) {
+		snprintf(err, errlen, "out of memory");
+		return BATON_ENOMEM;
+	}
 	int p[2];
 	if (pipe2(p, O_CLOEXEC) != 0) {
 		snprintf(err, errlen, "pipe: %s", strerror(errno));
+		free(env);
 		return BATON_EIO;
 	}
 	pid_t parent = getpid();
@@ -182,6 +210,7 @@ static int spawn(struct child *c, char *const argv[], char *err, size_t errlen)
 		snprintf(err, errlen, "fork: %s", strerror(errno));
 		close(p[0]);
 		close(p[1]);
+		free(env);
 		return BATON_ENOMEM;
 	}
 	if (pid == 0) {
@@ -202,10 +231,13 @@ static int spawn(struct child *c, char *const argv[], char *err, size_t errlen)
 		if (syscall(SYS_close_range, 3, ~0U, 0) != 0)
 			for (int fd = 3; fd < 1024; fd++)
 				close(fd);
-		execv(argv[0], argv);
-		dprintf(2, "cannot run %s: %s\n", argv[0], strerror(errno));
+		execve(argv[0], argv, env);
+		/* async-signal-safe calls only, between fork and exec */
+		if (write(2, "cannot run ", 11) < 0 || write(2, argv[0], strlen(argv[0])) < 0 || write(2, "\n", 1) < 0)
+			_exit(127);
 		_exit(127);
 	}
+	free(env);
 	close(p[1]);
 	fcntl(p[0], F_SETFL, O_NONBLOCK);
 	memset(c, 0, sizeof *c);

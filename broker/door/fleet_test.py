@@ -223,6 +223,7 @@ def t_arena_full_refused(c):
 def t_fleet(c):
     tiny_arena = h.model_arena("kjv-qwen3-moe")
     c.env["HF_HUB_CACHE"] = hf_cache(c)
+    c.env["NOTIFY_SOCKET"] = os.path.join(c.dir, "no-notify.sock")  # as under systemd: the broker's alone
     http = c.http_broker(fleet_text(c, tiny_arena))
     ms = models(http)
     assert sorted(ms) == ["broken", "crashy", "mixtral", "qwen", "tiny"], ms
@@ -277,6 +278,9 @@ def t_fleet(c):
     fds = {int(n): os.readlink("/proc/%d/fd/%s" % (pids["qwen"], n)) for n in os.listdir("/proc/%d/fd" % pids["qwen"])}
     assert fds[0] == "/dev/null" and fds[1] == fds[2] and fds[1].startswith("pipe:"), fds
     assert not [n for n, t in fds.items() if n > 2 and t.startswith("pipe:")], fds
+    env = open("/proc/%d/environ" % pids["qwen"], "rb").read().split(b"\0")
+    assert not [v for v in env if v.startswith(b"NOTIFY_SOCKET=")], env
+    assert ("BATON_HOSTDEV_DIR=%s" % c.dir).encode() in env, env
     assert os.path.exists(os.path.join(c.dir, "arenas", "qwen.arena"))
     assert os.path.exists(os.path.join(c.dir, "arenas", "mixtral.arena"))
     assert not os.path.exists(os.path.join(c.dir, "arenas", "tiny.arena"))  # its own arena, as it is
