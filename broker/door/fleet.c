@@ -41,7 +41,7 @@
 #include "arena/arena.h"
 #include "broker/door/door_int.h"
 
-#define LOG_LINES 12
+#define LOG_LINES 24
 #define BACKOFF_MIN_S 0.5
 #define BACKOFF_MAX_S 30.0
 #define STOP_GRACE_S 10.0       /* SIGTERM, then SIGKILL after this */
@@ -71,6 +71,7 @@ struct fmodel {
 	enum fstate st;
 	struct child eng, tool;
 	bool wanted;                    /* a request waits for it */
+	bool idle_stop;                 /* stopping after stop_after_s (drop_arena applies) */
 	double t_start, restart_at, term_at, ready_ms, running_since;
 	double crash_t[64];
 	unsigned n_crash;
@@ -519,6 +520,16 @@ static void on_engine_exit(struct door_fleet *f, struct fmodel *m, int status, d
 		broker_log("fleet: %s: engine stopped (%s)", m->conf.name, how);
 		broker_emit(f->d->b, "fleet.stopped", m->conf.name, how, -1, 0);
 		m->st = FS_STOPPED;
+		/* an arena the fleet made, dropped after an idle stop: its RAM back
+		 * (an engine that maps it still reads its pages until it unmaps) */
+		if (m->idle_stop && m->conf.drop_arena && m->conf.kind != BROKER_SRC_ARENA && m->arena[0]) {
+			if (unlink(m->arena) == 0)
+				broker_log("fleet: %s: arena %s deleted (drop_arena); made again at the next start",
+				    m->conf.name, m->arena);
+			else if (errno != ENOENT)
+				broker_log("fleet: %s: cannot delete its arena %s: %s", m->conf.name, m->arena, strerror(errno));
+		}
+		m->idle_stop = false;
 		return;
 	}
 	m->crashes++;
@@ -674,6 +685,7 @@ static void round_(struct door_fleet *f, const struct seen *s, double now)
 			if (m->conf.stop_after_s > 0 && !s[i].busy && s[i].idle_s >= m->conf.stop_after_s &&
 			    now - m->running_since >= m->conf.stop_after_s) { /* a preloaded one: idle from its start */
 				m->idle_stops++;
+				m->idle_stop = true;
 				broker_log("fleet: %s: idle %.1f s (stop_after_s %g): stopping its engine", m->conf.name,
 				    s[i].idle_s, m->conf.stop_after_s);
 				term(m, now);
@@ -780,6 +792,7 @@ static void take_models(struct door_fleet *f, const struct broker_config *cfg, c
 			snprintf(m->conf.aliases, sizeof m->conf.aliases, "%s", c->aliases);
 			m->conf.stop_after_s = c->stop_after_s;
 			m->conf.preload = c->preload;
+			m->conf.drop_arena = c->drop_arena;
 			m->conf.keep_alive_s = c->keep_alive_s;
 			m->conf.has_keep_alive = c->has_keep_alive;
 			m->conf.priority = c->priority;
