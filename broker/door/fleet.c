@@ -496,7 +496,7 @@ static void fail_model(struct door_fleet *f, struct fmodel *m, const char *fmt, 
 	vsnprintf(what, sizeof what, fmt, ap);
 	va_end(ap);
 	last_lines(m, lines, sizeof lines, 5);
-	snprintf(m->why, sizeof m->why, "%s%s%s", what, lines[0] ? "; last lines: " : "", lines);
+	snprintf(m->why, sizeof m->why, "%.1000s%s%.1000s", what, lines[0] ? "; last lines: " : "", lines);
 	m->st = FS_FAILED;
 	m->wanted = false;
 	broker_log("fleet: %s: failed: %s", m->conf.name, m->why);
