@@ -98,6 +98,7 @@
  *   ctx = 4096  kv_blocks = N  max_seqs = 16   ; the engine's --ctx, --kv-blocks, --max-seqs
  *   keep_alive_s = 300            ; release its device memory this long idle
  *   stop_after_s = 0              ; stop its engine this long idle (0: never)
+ *   drop_arena = false            ; and then delete the arena it made (frees /dev/shm)
  *   priority = 0  pinned = false  ; as [engine]: a [model] is an engine of its name
  *   preload = false               ; start it with the broker, not at its first request
  *   arena = PATH                  ; default arena_dir/NAME.arena
@@ -140,6 +141,7 @@ struct broker_model_conf {
 	double stop_after_s;            /* 0: never */
 	int32_t priority;
 	bool has_priority, pinned, preload;
+	bool drop_arena;                /* stopped after stop_after_s: its arena deleted too */
 	char arena[BROKER_PATH_MAX];    /* "": arena_dir/NAME.arena */
 	char flags[512];                /* more engine flags, split at spaces */
 	int line;

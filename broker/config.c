@@ -361,8 +361,8 @@ static int model_key(struct parse *p, struct broker_model_conf *m, const char *s
 		if (parse_i32(value, &m->priority))
 			return fail(p, "priority = '%s': want a whole number (higher is kept longer)", value);
 		m->has_priority = true;
-	} else if (strcmp(key, "pinned") == 0 || strcmp(key, "preload") == 0) {
-		if (parse_bool(value, key[1] == 'i' ? &m->pinned : &m->preload))
+	} else if (strcmp(key, "pinned") == 0 || strcmp(key, "preload") == 0 || strcmp(key, "drop_arena") == 0) {
+		if (parse_bool(value, key[1] == 'i' ? &m->pinned : key[0] == 'p' ? &m->preload : &m->drop_arena))
 			return fail(p, "%s = '%s': want true or false", key, value);
 	} else if (strcmp(key, "arena") == 0) {
 		if (value[0] != '/' || strlen(value) >= sizeof m->arena)
@@ -382,7 +382,8 @@ static int model_key(struct parse *p, struct broker_model_conf *m, const char *s
 		snprintf(m->flags, sizeof m->flags, "%s", value);
 	} else {
 		return fail(p, "unknown key '%s' in [%s] (known: source, aliases, backend, device, dtype, ctx, "
-		    "kv_blocks, max_seqs, keep_alive_s, stop_after_s, priority, pinned, preload, arena, engine_flags)",
+		    "kv_blocks, max_seqs, keep_alive_s, stop_after_s, drop_arena, priority, pinned, preload, arena, "
+		    "engine_flags)",
 		    key, section);
 	}
 	return 1;
@@ -759,6 +760,7 @@ bool broker_model_conf_same(const struct broker_model_conf *a, const struct brok
 	x.has_priority = y.has_priority = x.pinned = y.pinned = false;
 	x.stop_after_s = y.stop_after_s = 0;
 	x.preload = y.preload = false;
+	x.drop_arena = y.drop_arena = false;
 	return strcmp(x.name, y.name) == 0 && strcmp(x.source, y.source) == 0 && strcmp(x.path, y.path) == 0 &&
 	    x.kind == y.kind && strcmp(x.backend, y.backend) == 0 && x.device == y.device &&
 	    strcmp(x.dtype, y.dtype) == 0 && x.ctx == y.ctx && x.kv_blocks == y.kv_blocks &&
