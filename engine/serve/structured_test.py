@@ -13,6 +13,7 @@ them valid.
   - on the Mixtral demo model (SentencePiece pieces), whose vocabulary
     cannot spell '"', '{' or digits: what it can spell is valid, the rest
     a 400 that says so;
+  - through the broker's front door, the same;
   - json_object: what ends is a JSON object;
   - a schema the compiler cannot enforce is a 400 naming the keyword's
     JSON pointer; text is plain text; unknown types are refused.
@@ -181,6 +182,31 @@ def t_sentencepiece_model(c):
     return "20 answers valid; objects and integers refused: the vocabulary cannot spell them"
 
 
+def t_front_door(c):
+    """Through the broker's front door: response_format rides in the body
+    to the engine; answers validate, a refusal keeps its param."""
+    import jsonschema
+    http = c.http_broker()
+    c.engine("q", "--ctx", "2048", "--http", "127.0.0.1:0", arena=h.model_arena(MODEL), host_mib=64,
+             segment_mib=2)
+    h.wait_for("the engine routable", lambda: all(e.get("http") for e in c.status()["engines"]))
+    r = random.Random(9)
+    for i in range(10):
+        s = random_schema(r)
+        body = {"model": MODEL, "messages": [{"role": "user", "content": "JSON, please."}], "seed": i,
+                "max_tokens": 1500, "response_format": {"type": "json_schema", "json_schema": {
+                    "name": "x", "schema": s}}}
+        st, b, _ = http.post("/v1/chat/completions", body, timeout=120)
+        assert st == 200 and b["choices"][0]["finish_reason"] == "stop", (st, b, s)
+        jsonschema.validate(json.loads(b["choices"][0]["message"]["content"]), s,
+                            cls=jsonschema.Draft202012Validator)
+    body["response_format"]["json_schema"]["schema"] = {"type": "string", "format": "email"}
+    st, b, _ = http.post("/v1/chat/completions", body)
+    assert st == 400 and b["error"]["param"] == "response_format.json_schema.schema", (st, b)
+    assert "#/format:" in b["error"]["message"], b
+    return "10 answers valid through the door"
+
+
 def t_json_object(c):
     e = engine(c, "q")
     ended = 0
@@ -231,8 +257,8 @@ def t_refusals(c):
 
 
 if __name__ == "__main__":
-    for p in (h.ENGINE, h.ARENA):
+    for p in (h.ENGINE, h.ARENA, h.BROKER):
         h.need(p)
-    sys.exit(h.run_cases([t_random_schemas_validate, t_sentencepiece_model, t_json_object, t_refusals],
-                         only=sys.argv[1:],
-                         logs=("q",)))
+    sys.exit(h.run_cases([t_random_schemas_validate, t_sentencepiece_model, t_front_door, t_json_object,
+                          t_refusals], only=sys.argv[1:],
+                         logs=("q", "broker")))
