@@ -214,6 +214,8 @@ int gram_vocab_new(gram_vocab **out, uint32_t n, const char *const *bytes, const
 				binc[t] = 1;
 				bp[t] = bytes[t] + j;
 				bl[t] = lens[t] - j;
+				if (lens[t] > v->bmax)
+					v->bmax = (uint32_t)lens[t];
 			}
 			continue;
 		}
