@@ -88,8 +88,14 @@ def gen(r, depth, defs):
         s = {"type": ["string", "null"], "maxLength": r.randrange(8)}
     elif k in (7, 8):
         s = {"type": "array", "items": gen(r, depth - 1, defs), "maxItems": r.randrange(4)}
+        if r.random() < 0.3:  # a tuple
+            s["prefixItems"] = [gen(r, depth - 1, defs) for _ in range(1 + r.randrange(3))]
+            if r.random() < 0.5:
+                s["items"] = False
         if r.random() < 0.5:
             s["minItems"] = r.randrange(s["maxItems"] + 1)
+            if s.get("items") is False:
+                s["minItems"] = min(s["minItems"], len(s["prefixItems"]))
     elif k in (9, 10):
         props = {}
         for i in range(r.randrange(1, 5)):

@@ -9,7 +9,7 @@
  * the token trie and the fast path inside strings.
  *
  * What a schema may use: type (a name or a list), properties, required,
- * additionalProperties, items (false or a schema), minItems, maxItems,
+ * additionalProperties, items (false or a schema), prefixItems, minItems, maxItems,
  * minLength, maxLength, enum, const, anyOf, oneOf (branches of disjoint
  * types or values), allOf of one schema, $ref to "#", "#/$defs/..." and
  * "#/definitions/...", boolean schemas, and the annotations (title,
