@@ -60,6 +60,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	put(corpus, "seed-ref", "{\"$defs\":{\"n\":{\"type\":\"object\",\"properties\":{\"k\":{\"type\":\"array\","
 	    "\"items\":{\"$ref\":\"#/$defs/n\"}}}}},\"$ref\":\"#/$defs/n\"}");
 	put(corpus, "seed-any", "{\"anyOf\":[{\"enum\":[1,\"x\",null]},{\"type\":[\"number\",\"boolean\"]}]}");
+	put(corpus, "seed-tuple", "{\"type\":\"array\",\"prefixItems\":[{\"type\":\"integer\"},{\"const\":\"a\"}],"
+	    "\"items\":{\"type\":\"string\",\"minLength\":1},\"minItems\":1,\"maxItems\":4}");
 	return 0;
 }
 
