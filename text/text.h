@@ -169,4 +169,17 @@ int text_chat_apply(const text_tok *t, const struct text_msg *msgs, size_t n,
                     bool add_generation_prompt, int enable_thinking, char **out, char *err,
                     size_t errlen);
 
+/* The conversation rendered by the tokenizer's template and encoded, as
+ * the engine sends it to the model (no BOS added: the template writes
+ * it). The text of messages is text: a special token's text in a content
+ * (<|im_start|>, </s>) is encoded as the characters it is, never as the
+ * control token; only the template makes those (OpenAI's rule; issue 28).
+ * A U+FDD0 in a content is encoded as U+FFFD (the mark used inside). With
+ * TEXT_CONTENT_SPECIAL, content's special texts are tokens, as HF's
+ * apply_chat_template(tokenize=True) and llama.cpp make them. */
+#define TEXT_CONTENT_SPECIAL 4u
+int text_chat_encode(const text_tok *t, const struct text_msg *msgs, size_t n, bool add_generation_prompt,
+                     int enable_thinking, unsigned flags, int32_t **ids, size_t *nids, char *err,
+                     size_t errlen);
+
 #endif

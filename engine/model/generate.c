@@ -26,6 +26,7 @@ struct baton_generator {
 	uint32_t vocab;             /* the model's logits */
 	uint32_t tok_vocab;         /* the tokenizer's ids: larger ids are never sampled */
 	float *logits;
+	int content_special;        /* baton_model_opts.content_special */
 	gram_vocab *gv;             /* the token trie of structured output, made on first use */
 };
 
@@ -75,6 +76,7 @@ int generator_open(struct baton_engine *e, const struct baton_model_opts *opts,
 	if (!g)
 		return BATON_ENOMEM;
 	g->e = e;
+	g->content_special = opts && opts->content_special;
 	int rc = model_open(e, opts, &g->model, errbuf, errlen);
 	if (rc)
 		goto fail;
@@ -167,22 +169,12 @@ static int encode_prompt(struct baton_generator *g, const struct baton_gen_reque
 		baton_errf(errbuf, errlen, "the model has no chat template: send a prompt instead of messages");
 		return BATON_EUNSUPPORTED;
 	}
-	struct text_chat_opts o = {
-		.bos_token = text_token_text(g->tok, text_bos(g->tok)),
-		.eos_token = text_token_text(g->tok, text_eos(g->tok)),
-		.add_generation_prompt = true,
-		.enable_thinking = req->enable_thinking,
-	};
-	char *rendered = NULL;
-	rc = text_chat_render(g->tmpl, req->msgs, req->n_msgs, &o, &rendered, err, sizeof err);
-	if (rc) {
-		baton_errf(errbuf, errlen, "chat template: %s", err);
-		return rc;
-	}
-	rc = text_encode(g->tok, rendered, strlen(rendered), 0, ids, n, err, sizeof err);
-	free(rendered);
+	/* a message's text is text: only the template makes control tokens
+	 * (issue 28), unless --special-tokens-in-content */
+	rc = text_chat_encode(g->tok, req->msgs, req->n_msgs, true, req->enable_thinking,
+	    g->content_special ? TEXT_CONTENT_SPECIAL : 0, ids, n, err, sizeof err);
 	if (rc)
-		baton_errf(errbuf, errlen, "messages: %s", err);
+		baton_errf(errbuf, errlen, "chat template: %s", err);
 	return rc;
 }
 

@@ -308,6 +308,8 @@ struct baton_model_opts {
 	uint32_t max_ctx;   /* positions of one sequence; 0: min(max_position_embeddings, 4096) */
 	uint32_t max_batch; /* token rows per batched pass; 0: 256 */
 	uint32_t kv_blocks; /* blocks in the KV pool; 0: enough for max_ctx of one sequence */
+	int content_special; /* generators: special tokens' text in a message is the token
+	                      * (HF's way); 0: it is text, only the template makes them */
 };
 
 struct baton_model;
@@ -413,6 +415,9 @@ int model_released(const struct baton_model *m);
  * layer: small passes while every expert is resident and the backend has
  * route_dev; BATON_MODEL_HOST_ROUTE=1 at model_open turns it off). */
 uint64_t model_device_route_passes(const struct baton_model *m);
+/* How many of those passes ran as one graph (backends with graph_begin /
+ * graph_end: cuda; BATON_CUDA_GRAPH=0 turns them off). */
+uint64_t model_graph_passes(const struct baton_model *m);
 
 /* ==== the generator =========================================================
  *
