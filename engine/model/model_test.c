@@ -409,6 +409,87 @@ static void t_gguf_same_logits(void)
 	}
 }
 
+/* The block types of real quantized GGUFs, end to end: each fixture's
+ * matrices quantized to a type of 32-element blocks (hf_to_gguf.py
+ * --quant; rows of 32 and 64: the K-quants' 256 do not fit these tiny
+ * models, engine/backend/host/quant_test.c checks them), and the same model
+ * with those weights as the f32 values tests/blockq.py decodes them to
+ * from the format's definition: the engine gives both the same logits,
+ * bit for bit (the host decodes a block type to f32 and then computes as
+ * for f32), so every tensor of the quantized file was decoded as the spec
+ * says. The quantized arena holds the type (checked), and its logits
+ * stay near transformers' (a loose bound: the weights were rounded). */
+static void quant_pair(const char *arch, const char *type)
+{
+	struct rig q, f;
+	char src[512], gq[128], gf[128], cmd[1400];
+	snprintf(src, sizeof src, "%s/%s", rig_fixtures(), arch);
+	rig_dir(&q);
+	rig_dir(&f);
+	snprintf(gq, sizeof gq, "%s/q.gguf", q.dir);
+	snprintf(gf, sizeof gf, "%s/f.gguf", f.dir);
+	snprintf(cmd, sizeof cmd, "python3 %s/hf_to_gguf.py %s %s --quant %s %s", rig_fixtures(), src,
+	    gq, type, gf);
+	T_ASSERT_MSG(system(cmd) == 0, "%s failed", cmd);
+	struct baton_arena_source sq = { .kind = BATON_ARENA_SRC_GGUF, .file = gq };
+	struct baton_arena_source sf = { .kind = BATON_ARENA_SRC_GGUF, .file = gf };
+	rig_engine_from(&q, &sq, arch);
+	rig_engine_from(&f, &sf, arch);
+	unlink(gq);
+	unlink(gf);
+	rig_model(&q, NULL);
+	rig_model(&f, NULL);
+	uint32_t dts[3] = { 0 };
+	T_OK(arena_layer_dtypes(engine_arena(q.e), 0, dts));
+	T_EQ_INT(dts[0], baton_dtype_parse(type));
+	T_OK(arena_layer_dtypes(engine_arena(f.e), 0, dts));
+	T_EQ_INT(dts[0], BATON_DT_F32);
+	rig_ref(&q, src, "reference.json");
+	uint32_t V = q.V;
+	float *lq = malloc(V * 4), *lf = malloc(V * 4);
+	T_ASSERT(lq && lf);
+	json_t *prompts = json_object_get(q.ref, "prompts");
+	for (size_t p = 0; p < json_array_size(prompts); p++) {
+		size_t n;
+		uint32_t *toks = ids_of(json_array_get(prompts, p), &n);
+		T_OK(model_prefill(q.m, toks, (uint32_t)n, lq));
+		T_OK(model_prefill(f.m, toks, (uint32_t)n, lf));
+		T_ASSERT_MSG(memcmp(lq, lf, V * 4) == 0, "%s %s prompt %zu: logits differ", arch, type, p);
+		double md = 0, mr = 1;
+		json_t *ref = json_array_get(json_object_get(q.ref, "last_logits"), p);
+		for (uint32_t i = 0; i < V; i++) {
+			double r = json_number_value(json_array_get(ref, i));
+			T_ASSERT(isfinite(lq[i]));
+			md = fmax(md, fabs(lq[i] - r));
+			mr = fmax(mr, fabs(r));
+		}
+		T_ASSERT_MSG(md / mr < 0.5, "%s %s prompt %zu: %.3g of the logit scale from transformers",
+		    arch, type, p, md / mr);
+		for (int st = 0; st < 4; st++) {
+			uint32_t t = argmax(lq, V);
+			T_OK(model_decode(q.m, t, lq));
+			T_OK(model_decode(f.m, t, lf));
+			T_ASSERT_MSG(memcmp(lq, lf, V * 4) == 0, "%s %s prompt %zu step %d: logits differ",
+			    arch, type, p, st);
+		}
+		free(toks);
+	}
+	free(lq);
+	free(lf);
+	rig_close(&q);
+	rig_close(&f);
+}
+
+static void t_gguf_block_types(void)
+{
+	static const char *const types[] = { "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "mxfp4" };
+	static const char *const archs[] = { "mixtral", "qwen3_moe" };
+	for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+		quant_pair(archs[t % 2], types[t]);
+		printf("  %s (%s): the same logits as its f32 values\n", types[t], archs[t % 2]);
+	}
+}
+
 /* arena2's full synthetic models of each architecture, in the weight types
  * the host computes: config.json made by the arena reads back, every tensor
  * (q8_0 / f16 / bf16 dense and experts) runs, the logits are finite and
@@ -514,4 +595,5 @@ T_MAIN(T_CASE(t_config_fixtures), T_CASE(t_device_route), T_CASE(t_config_refusa
     T_CASE_TIMEOUT(t_qwen3_moe, 120), T_CASE_TIMEOUT(t_mixtral, 120),
     T_CASE_TIMEOUT(t_mixtral_f16, 120), T_CASE_TIMEOUT(t_olmoe, 120), T_CASE_TIMEOUT(t_qwen2_moe, 120),
     T_CASE_TIMEOUT(t_batches_and_release, 120), T_CASE_TIMEOUT(t_gguf_same_logits, 240),
+    T_CASE_TIMEOUT(t_gguf_block_types, 240),
     T_CASE_TIMEOUT(t_synthetic_archs, 120))
