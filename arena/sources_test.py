@@ -8,6 +8,7 @@ leave no arena behind.
 Run from the repository root; $BUILD names the build folder (default build).
 """
 import json
+import math
 import os
 import random
 import shutil
@@ -581,6 +582,58 @@ def model_hf_and_gguf_agree():
 
 
 @case
+def model_rope_scaling():
+    """YaRN and linear rope scaling import: an HF config.json with Qwen3's
+    model-card YaRN is kept as it is; a GGUF's <arch>.rope.scaling.* keys
+    (as convert_hf_to_gguf.py writes Qwen3's) become the rope_parameters
+    transformers reads, llama.cpp's attn_factor folded into the attention
+    factor (attn_factor * (1 + 0.1 ln factor), what ggml's rope_yarn
+    multiplies by), and the older rope.scale_linear becomes linear."""
+    rng = random.Random(29)
+    c = sw.hf_config("qwen3_moe")
+    c["max_position_embeddings"] = 40960
+    c["rope_scaling"] = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}
+    dense, experts = sw.hf_model(rng, c, "F32")
+    folder = tmp("yarn_hf")
+    sw.write_hf_folder(folder, c, dense, experts, "F32")
+    a = tmp("yarn_hf.arena")
+    run("create", "--safetensors", folder, a)
+    _, _, _, blobs = contents(a)
+    assert json.loads(blobs["config.json"])["rope_scaling"] == c["rope_scaling"]
+
+    base = dict(c)
+    del base["rope_scaling"]
+    kvs, tensors = gw.gguf_from_hf(base, dense, experts)
+    cases = [
+        ([("qwen3moe.rope.scaling.type", "str", "yarn"), ("qwen3moe.rope.scaling.factor", "f32", 4.0),
+          ("qwen3moe.rope.scaling.original_context_length", "u32", 32768)],
+         {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}),
+        ([("qwen3moe.rope.scaling.type", "str", "yarn"), ("qwen3moe.rope.scaling.factor", "f32", 2.0),
+          ("qwen3moe.rope.scaling.attn_factor", "f32", 0.5),
+          ("qwen3moe.rope.scaling.yarn_beta_fast", "f32", 16.0),
+          ("qwen3moe.rope.scaling.yarn_beta_slow", "f32", 2.0)],
+         {"rope_type": "yarn", "factor": 2.0, "attention_factor": 0.5 * (1 + 0.1 * math.log(2.0)),
+          "beta_fast": 16.0, "beta_slow": 2.0}),
+        ([("qwen3moe.rope.scaling.type", "str", "linear"), ("qwen3moe.rope.scaling.factor", "f32", 2.5)],
+         {"rope_type": "linear", "factor": 2.5}),
+        ([("qwen3moe.rope.scale_linear", "f32", 2.0)], {"rope_type": "linear", "factor": 2.0}),
+        ([("qwen3moe.rope.scaling.type", "str", "none")], {"rope_type": "default"}),
+    ]
+    for n, (extra, want) in enumerate(cases):
+        g = tmp("yarn%d.gguf" % n)
+        gw.write_gguf(g, kvs + extra, tensors)
+        ag = tmp("yarn%d.arena" % n)
+        run("create", "--gguf", g, ag)
+        _, _, _, gb = contents(ag)
+        rp = json.loads(gb["config.json"])["rope_parameters"]
+        del rp["rope_theta"]
+        assert set(rp) == set(want), (n, rp, want)
+        for k, v in want.items():
+            assert rp[k] == v if isinstance(v, str) else abs(rp[k] - v) < 1e-12, (n, k, rp[k], v)
+    print("  an HF YaRN config kept; %d GGUF rope settings as rope_parameters" % len(cases))
+
+
+@case
 def model_mixtral_gguf_permutation():
     """The Q/K rows really are moved: the GGUF's attn_q bytes differ from
     HF's, the arena's equal HF's."""
@@ -680,8 +733,8 @@ def model_unsupported_refused():
     dense, experts = sw.hf_model(rng, base)
     for key, val, words in (
             ("model_type", "deepseek_v2", ['model_type "deepseek_v2" is not supported', "--experts-only"]),
-            ("rope_parameters", {"rope_type": "yarn", "factor": 4.0}, ['rope_parameters type "yarn"']),
-            ("rope_scaling", {"type": "linear", "factor": 2.0}, ['rope_scaling type "linear"']),
+            ("rope_parameters", {"rope_type": "longrope", "factor": 4.0}, ['rope_parameters type "longrope"']),
+            ("rope_scaling", {"type": "dynamic", "factor": 2.0}, ['rope_scaling type "dynamic"']),
             ("mlp_only_layers", [1], ["mlp_only_layers is set"]),
             ("decoder_sparse_step", 2, ["decoder_sparse_step 2"]),
             ("use_sliding_window", True, ["use_sliding_window"]),
@@ -731,8 +784,12 @@ def model_unsupported_refused():
     ren = [(n, ty, v.replace("qwen3moe", "deepseek2") if n == "general.architecture" else v)
            if n == "general.architecture" else (n.replace("qwen3moe.", "deepseek2."), ty, v) for n, ty, v in kvs]
     msgs.append(refuse("g_arch", gg("g_arch", ren, tensors), ['GGUF architecture "deepseek2"'], gguf=True))
-    msgs.append(refuse("g_rope", gg("g_rope", kvs + [("qwen3moe.rope.scaling.type", "str", "yarn")], tensors),
-                       ['rope.scaling.type "yarn"'], gguf=True))
+    msgs.append(refuse("g_rope", gg("g_rope", kvs + [("qwen3moe.rope.scaling.type", "str", "longrope")], tensors),
+                       ['rope.scaling.type "longrope"'], gguf=True))
+    msgs.append(refuse("g_yarn_log", gg("g_yarn_log", kvs + [
+        ("qwen3moe.rope.scaling.type", "str", "yarn"), ("qwen3moe.rope.scaling.factor", "f32", 4.0),
+        ("qwen3moe.rope.scaling.yarn_log_multiplier", "f32", 0.1)], tensors),
+        ["yarn_log_multiplier"], gguf=True))
     msgs.append(refuse("g_rot", gg("g_rot", kvs + [("qwen3moe.rope.dimension_count", "u32", 8)], tensors),
                        ["partial rotary"], gguf=True))
     msgs.append(refuse("g_extra", gg("g_extra", kvs, tensors + [("rope_freqs.weight", "f32", [8], b"\0" * 32)]),

@@ -120,7 +120,7 @@ static void t_config_refusals(void)
 	refused("{\"model_type\":\"llama\"," BASE "}", BATON_EUNSUPPORTED, "\"llama\"");
 	refused("{\"model_type\":\"deepseek_v3\"," BASE "}", BATON_EUNSUPPORTED, "deepseek_v3");
 	refused("{\"model_type\":\"mixtral\"," BASE ",\"intermediate_size\":32,"
-	    "\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4}}", BATON_EUNSUPPORTED, "yarn");
+	    "\"rope_scaling\":{\"rope_type\":\"dynamic\",\"factor\":4}}", BATON_EUNSUPPORTED, "dynamic");
 	refused("{\"model_type\":\"mixtral\"," BASE ",\"intermediate_size\":32,"
 	    "\"hidden_act\":\"gelu\"}", BATON_EUNSUPPORTED, "gelu");
 	refused("{\"model_type\":\"olmoe\"," BASE ",\"intermediate_size\":32,\"clip_qkv\":8}",
@@ -158,6 +158,87 @@ static void t_config_refusals(void)
 	model_rope_inv_freq(&c, inv);
 	T_ASSERT(inv[0] == 0.25f);
 	T_ASSERT(fabs(inv[1] - 0.25 / pow(500000.0, 2.0 / 16)) < 1e-9);
+}
+
+/* RoPE against transformers' formulas, written out in Python
+ * (fixtures/rope_ref.py: f32 tensor arithmetic as torch does it): the
+ * inverse frequencies within 2 ulp (powf against a correctly rounded pow)
+ * and the attention factor, for the rope settings real configs hold:
+ * Qwen3's model-card YaRN (factor 4 over 32,768, rope_scaling as 4.x
+ * writes it), transformers 5's rope_parameters with betas and no
+ * truncation, DeepSeek's mscale / mscale_all_dim, an explicit
+ * attention_factor under the older "type" key, a factor left to
+ * max_position_embeddings / original_max_position_embeddings, and
+ * linear and default for comparison. */
+static void t_rope_yarn(void)
+{
+#define RB "{\"model_type\":\"qwen3_moe\",\"vocab_size\":100,\"hidden_size\":64," \
+	"\"num_hidden_layers\":2,\"num_attention_heads\":4,\"num_experts\":4," \
+	"\"num_experts_per_tok\":2,\"rms_norm_eps\":1e-6,\"moe_intermediate_size\":32,"
+	static const char *const cfgs[] = {
+		RB "\"head_dim\":128,\"rope_theta\":1000000,\"max_position_embeddings\":40960,"
+		"\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4.0,"
+		"\"original_max_position_embeddings\":32768}}",
+		RB "\"head_dim\":64,\"max_position_embeddings\":8192,\"rope_parameters\":{"
+		"\"rope_type\":\"yarn\",\"rope_theta\":500000.0,\"factor\":2.0,\"beta_fast\":16,"
+		"\"beta_slow\":2,\"truncate\":false}}",
+		RB "\"head_dim\":64,\"rope_theta\":10000,\"max_position_embeddings\":163840,"
+		"\"rope_scaling\":{\"type\":\"yarn\",\"factor\":40,\"mscale\":0.707,"
+		"\"mscale_all_dim\":1.0,\"original_max_position_embeddings\":4096,"
+		"\"beta_fast\":32,\"beta_slow\":1}}",
+		RB "\"head_dim\":32,\"rope_theta\":10000,\"max_position_embeddings\":4096,"
+		"\"rope_scaling\":{\"type\":\"yarn\",\"factor\":8,\"attention_factor\":0.8}}",
+		RB "\"head_dim\":128,\"rope_theta\":1000000,\"max_position_embeddings\":131072,"
+		"\"rope_scaling\":{\"rope_type\":\"yarn\",\"original_max_position_embeddings\":32768}}",
+		RB "\"rope_theta\":10000,\"rope_scaling\":{\"type\":\"linear\",\"factor\":2.5}}",
+		RB "\"head_dim\":128,\"rope_theta\":1000000}",
+	};
+#undef RB
+	char dir[] = "/tmp/baton-rope-XXXXXX", path[64], cmd[512], err[256];
+	T_ASSERT(mkdtemp(dir) != NULL);
+	snprintf(path, sizeof path, "%s/config.json", dir);
+	for (size_t k = 0; k < sizeof cfgs / sizeof cfgs[0]; k++) {
+		FILE *f = fopen(path, "w");
+		T_ASSERT(f && fputs(cfgs[k], f) >= 0 && fclose(f) == 0);
+		snprintf(cmd, sizeof cmd, "python3 %s/rope_ref.py %s", rig_fixtures(), path);
+		FILE *p = popen(cmd, "r");
+		T_ASSERT(p);
+		json_error_t je;
+		json_t *ref = json_loadf(p, 0, &je);
+		T_ASSERT_MSG(pclose(p) == 0 && ref, "%s: %s", cmd, je.text);
+		struct baton_model_config c;
+		int prc = model_config_parse(cfgs[k], strlen(cfgs[k]), &c, err, sizeof err);
+		T_ASSERT_MSG(prc == 0, "config %zu: %s", k, err);
+		json_t *inv = json_object_get(ref, "inv_freq");
+		T_EQ_INT(json_array_size(inv), c.head_dim / 2);
+		float got[512];
+		model_rope_inv_freq(&c, got);
+		double worst = 0;
+		for (uint32_t i = 0; i < c.head_dim / 2; i++) {
+			float want = (float)json_real_value(json_array_get(inv, i));
+			double ulp = nextafterf(want, INFINITY) - want;
+			double d = fabs((double)got[i] - want) / ulp;
+			worst = fmax(worst, d);
+			T_ASSERT_MSG(d <= 2, "config %zu inv_freq[%u]: %a, transformers %a (%.1f ulp)", k, i,
+			    got[i], want, d);
+		}
+		float af = (float)json_number_value(json_object_get(ref, "attention_factor"));
+		T_ASSERT_MSG(c.rope_mscale == af, "config %zu: attention factor %.9g, transformers %.9g", k,
+		    c.rope_mscale, af);
+		printf("  config %zu: %u frequencies within %.0f ulp, attention factor %.7g\n", k,
+		    c.head_dim / 2, worst, c.rope_mscale);
+		json_decref(ref);
+	}
+	unlink(path);
+	rmdir(dir);
+	/* What transformers' YaRN would not take is refused. */
+	refused("{\"model_type\":\"mixtral\"," BASE ",\"intermediate_size\":32,"
+	    "\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":0.5}}", BATON_EINVAL, "factor");
+	refused("{\"model_type\":\"mixtral\"," BASE ",\"intermediate_size\":32,"
+	    "\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4,\"beta_fast\":\"x\"}}",
+	    BATON_EINVAL, "beta_fast");
+	refused("{\"model_type\":\"mixtral\"," BASE ",\"intermediate_size\":32,"
+	    "\"rope_scaling\":{\"rope_type\":\"llama3\",\"factor\":8}}", BATON_EUNSUPPORTED, "llama3");
 }
 
 /* ---- against transformers -------------------------------------------------- */
@@ -592,6 +673,7 @@ static void t_synthetic_archs(void)
 }
 
 T_MAIN(T_CASE(t_config_fixtures), T_CASE(t_device_route), T_CASE(t_config_refusals),
+    T_CASE(t_rope_yarn),
     T_CASE_TIMEOUT(t_qwen3_moe, 120), T_CASE_TIMEOUT(t_mixtral, 120),
     T_CASE_TIMEOUT(t_mixtral_f16, 120), T_CASE_TIMEOUT(t_olmoe, 120), T_CASE_TIMEOUT(t_qwen2_moe, 120),
     T_CASE_TIMEOUT(t_batches_and_release, 120), T_CASE_TIMEOUT(t_gguf_same_logits, 240),
