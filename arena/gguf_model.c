@@ -281,7 +281,9 @@ static json_t *value_json(const uint8_t *b, uint64_t size, uint64_t *pos, uint32
 	case ARENA_GT_U64: {
 		uint64_t x;
 		memcpy(&x, p, 8);
-		return x > INT64_MAX ? NULL : json_integer((json_int_t)x);
+		/* past int64: a real (the JSON readers read numbers as doubles,
+		 * base.h's policy) rather than a refusal */
+		return x > INT64_MAX ? json_real((double)x) : json_integer((json_int_t)x);
 	}
 	case ARENA_GT_F32: { float x; memcpy(&x, p, 4); return json_real(x); }
 	case ARENA_GT_F64: { double x; memcpy(&x, p, 8); return json_real(x); }
@@ -451,7 +453,7 @@ int arena_gguf_plan_model(const uint8_t *buf, const struct arena_gguf *g, struct
 	if (!cfg)
 		return arena_errf(errbuf, errlen, BATON_ENOMEM, "out of memory");
 	json_error_t jerr;
-	json_t *j = json_loadb(cfg, (size_t)clen, 0, &jerr);
+	json_t *j = baton_json_load(cfg, (size_t)clen, 0, &jerr);
 	rc = j ? arena_model_from_config(j, &c, errbuf, errlen)
 	       : arena_errf(errbuf, errlen, BATON_ENOMEM, "out of memory");
 	json_decref(j);

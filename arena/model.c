@@ -34,10 +34,11 @@ static int get_u32(const json_t *o, const char *key, uint32_t *v, int required,
 			    "config.json: no %s", key);
 		return 1;
 	}
-	if (!json_is_integer(j) || json_integer_value(j) < 0 || json_integer_value(j) > UINT32_MAX)
+	int64_t x;
+	if (baton_json_whole(j, 0, UINT32_MAX, &x) != 0)
 		return arena_errf(errbuf, errlen, BATON_ESOURCE,
 		    "config.json: %s is not an unsigned 32-bit integer", key);
-	*v = (uint32_t)json_integer_value(j);
+	*v = (uint32_t)x;
 	return 0;
 }
 
@@ -56,7 +57,8 @@ static int64_t get_id(const json_t *o, const char *key)
 	const json_t *j = json_object_get(o, key);
 	if (json_is_array(j))
 		j = json_array_get(j, 0);
-	return json_is_integer(j) && json_integer_value(j) >= 0 ? json_integer_value(j) : -1;
+	int64_t x;
+	return baton_json_whole(j, 0, INT32_MAX, &x) == 0 ? x : -1;
 }
 
 /* Present and not null, false, 0, "" or []. */

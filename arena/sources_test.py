@@ -582,6 +582,58 @@ def model_hf_and_gguf_agree():
 
 
 @case
+def model_json_as_published():
+    """Every JSON file of an HF folder read by base.h's policy, as real files
+    hold them: config.json with integral reals and exponent forms where
+    integers are expected and integers past 64 bits under keys nothing
+    reads, the shard index with a total_size past 64 bits, tokenizer.json
+    with one too, tokenizer_config.json's unset model_max_length,
+    generation_config.json's eos list as reals; the experts-only import's
+    config.json too. The files are kept byte for byte, and the arena's
+    info reads the config (a double where jansson cannot hold the
+    integer)."""
+    rng = random.Random(31)
+    tokens, tok = tok_files()
+    tj = json.loads(tok["tokenizer.json"])
+    tj["truncation"] = {"max_length": 10 ** 30}
+    tok["tokenizer.json"] = json.dumps(tj)
+    c = sw.hf_config("qwen3_moe")
+    dense, experts = sw.hf_model(rng, c, "F32")
+    raw = json.dumps(c)
+    for k in ("vocab_size", "hidden_size", "num_experts_per_tok", "num_attention_heads"):
+        raw = raw.replace('"%s": %d' % (k, c[k]), '"%s": %d.0' % (k, c[k]), 1)
+    raw = raw.replace('"max_position_embeddings": %d' % c["max_position_embeddings"],
+                      '"max_position_embeddings": %de0' % c["max_position_embeddings"], 1)
+    raw = raw[:-1] + ', "model_max_length": 1000000000000000019884624838656, "x": [18446744073709551616]}'
+    assert raw.count(".0,") >= 3 and "e0" in raw, raw
+    folder = tmp("published")
+    sw.write_hf_folder(folder, c, dense, experts, "F32", shards=2, tokenizer=tok)
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        f.write(raw)
+    with open(os.path.join(folder, "generation_config.json"), "w") as f:
+        f.write('{"bos_token_id": 1.0, "eos_token_id": [2.0, 1], "max_length": 1e30}')
+    ix = os.path.join(folder, "model.safetensors.index.json")
+    with open(ix) as f:
+        j = json.load(f)
+    j.setdefault("metadata", {})["total_size"] = 10 ** 30
+    with open(ix, "w") as f:
+        json.dump(j, f)
+    a = tmp("published.arena")
+    run("create", "--safetensors", folder, a)
+    _, _, _, blobs = contents(a)
+    assert blobs["config.json"] == raw.encode()
+    assert blobs["tokenizer.json"] == tok["tokenizer.json"].encode()
+    i = info(a)
+    assert i["config"]["vocab_size"] == c["vocab_size"] and i["config"]["model_max_length"] > 1e29, i["config"]
+    assert "hidden_size %d" % c["hidden_size"] in run("info", a).stdout
+    # experts-only: the config's num_experts_per_tok as a real still gives top_k
+    eo = tmp("published_eo.arena")
+    run("create", "--experts-only", "--safetensors", folder, eo)
+    assert info(eo)["top_k"] == c["num_experts_per_tok"]
+    print("  config, index, tokenizer, tokenizer_config and generation_config as published: imported")
+
+
+@case
 def model_rope_scaling():
     """YaRN and linear rope scaling import: an HF config.json with Qwen3's
     model-card YaRN is kept as it is; a GGUF's <arch>.rope.scaling.* keys

@@ -262,6 +262,43 @@ static void t_real_config_values(void)
 	int rc = text_tok_load_hf(&t, tok, strlen(tok), cfg, strlen(cfg), err, sizeof(err));
 	T_ASSERT_MSG(rc == 0, "%s", err);
 	text_tok_free(t);
+
+	/* tokenizer.json by the same policy (base.h): ids as integral reals,
+	 * an integer past 64 bits under a key the loader does not read, null
+	 * where a value is optional; a fractional id is refused. */
+	const char *tok2 = "{\"version\":\"1.0\",\"truncation\":{\"max_length\":"
+	                   "1000000000000000019884624838656},\"padding\":null,"
+	                   "\"added_tokens\":[{\"id\":3.0,\"content\":\"<s>\",\"special\":true}],"
+	                   "\"model\":{\"type\":\"BPE\",\"dropout\":null,\"vocab\":{\"a\":0,\"b\":1.0,"
+	                   "\"ab\":2e0},\"merges\":[\"a b\"]},\"x\":[18446744073709551616, 1e400]}";
+	const char *cfg2 = "{\"bos_token\":{\"content\":\"<s>\",\"lstrip\":false},\"model_max_length\":1e30}";
+	rc = text_tok_load_hf(&t, tok2, strlen(tok2), cfg2, strlen(cfg2), err, sizeof(err));
+	T_ASSERT_MSG(rc != 0 && strstr(err, "tokenizer.json"), "1e400 overflows a double: %s", err);
+	char *tok3 = strdup(tok2);
+	memcpy(strstr(tok3, "1e400"), "1e300", 5);
+	rc = text_tok_load_hf(&t, tok3, strlen(tok3), cfg2, strlen(cfg2), err, sizeof(err));
+	T_ASSERT_MSG(rc == 0, "%s", err);
+	T_EQ_INT(text_vocab_size(t), 4);
+	T_EQ_INT(text_bos(t), 3);
+	T_ASSERT(text_is_special(t, 3) && strcmp(text_piece(t, 2), "ab") == 0);
+	text_tok_free(t);
+	memcpy(strstr(tok3, "\"b\":1.0"), "\"b\":1.5", 7);
+	T_EQ_ERR(text_tok_load_hf(&t, tok3, strlen(tok3), NULL, 0, err, sizeof(err)), BATON_EINVAL);
+	T_ASSERT(strstr(err, "vocab entry b"));
+	free(tok3);
+
+	/* The JSON the arena makes of GGUF tokenizer keys: a u64 past 2^63
+	 * comes as a real (arena/gguf_model.c), ids and token types as reals. */
+	const char *gg = "{\"tokenizer.ggml.model\":\"gpt2\",\"tokenizer.ggml.pre\":\"qwen2\","
+	                 "\"tokenizer.ggml.tokens\":[\"a\",\"b\",\"ab\",\"<s>\"],"
+	                 "\"tokenizer.ggml.token_type\":[1,1.0,1,3.0],\"tokenizer.ggml.merges\":[\"a b\"],"
+	                 "\"tokenizer.ggml.bos_token_id\":3.0,\"tokenizer.ggml.x\":1.8446744073709552e19,"
+	                 "\"tokenizer.ggml.y\":18446744073709551615}";
+	rc = text_tok_load_gguf(&t, gg, strlen(gg), err, sizeof(err));
+	T_ASSERT_MSG(rc == 0, "%s", err);
+	T_EQ_INT(text_bos(t), 3);
+	T_ASSERT(text_is_special(t, 3));
+	text_tok_free(t);
 }
 
 static void t_refusals(void)

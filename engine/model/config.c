@@ -57,11 +57,12 @@ static int get_uint(json_t *o, const char *key, uint32_t def, uint32_t max, uint
 		*out = def;
 		return 0;
 	}
-	if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > max) {
+	int64_t x;
+	if (baton_json_whole(v, 1, max, &x) != 0) {
 		cerr(eb, el, "%s must be an integer in 1..%u", key, max);
 		return BATON_EINVAL;
 	}
-	*out = (uint32_t)json_integer_value(v);
+	*out = (uint32_t)x;
 	return 0;
 }
 
@@ -86,7 +87,8 @@ static int64_t get_token(json_t *o, const char *key)
 	json_t *v = json_object_get(o, key);
 	if (json_is_array(v))
 		v = json_array_get(v, 0);
-	return json_is_integer(v) && json_integer_value(v) >= 0 ? json_integer_value(v) : -1;
+	int64_t x;
+	return baton_json_whole(v, 0, INT32_MAX, &x) == 0 ? x : -1;
 }
 
 /* A number of the rope settings: absent or null gives def; *out set. */
@@ -275,7 +277,8 @@ static int refuse_options(json_t *root, const struct baton_model_arch *a,
 		return BATON_EUNSUPPORTED;
 	}
 	v = json_object_get(root, "decoder_sparse_step");
-	if (v && !json_is_null(v) && !(json_is_integer(v) && json_integer_value(v) == 1)) {
+	int64_t step;
+	if (v && !json_is_null(v) && !(baton_json_whole(v, 1, 1, &step) == 0)) {
 		cerr(eb, el, "decoder_sparse_step other than 1 (dense MLP layers) is not supported");
 		return BATON_EUNSUPPORTED;
 	}
@@ -285,12 +288,12 @@ static int refuse_options(json_t *root, const struct baton_model_arch *a,
 		 * its context within it, where windowed and full attention agree. */
 		v = json_object_get(root, "sliding_window");
 		if (v && !json_is_null(v)) {
-			if (!json_is_integer(v) || json_integer_value(v) < 1 ||
-			    json_integer_value(v) > UINT32_MAX) {
+			int64_t w;
+			if (baton_json_whole(v, 1, UINT32_MAX, &w) != 0) {
 				cerr(eb, el, "sliding_window must be a positive integer or null");
 				return BATON_EINVAL;
 			}
-			c->window = (uint32_t)json_integer_value(v);
+			c->window = (uint32_t)w;
 		}
 	}
 	return 0;
@@ -307,7 +310,7 @@ int model_config_parse(const char *json, size_t len, struct baton_model_config *
 		return BATON_EINVAL;
 	}
 	memset(c, 0, sizeof *c);
-	json_t *root = json_loadb(json, len, 0, &jerr);
+	json_t *root = baton_json_load(json, len, 0, &jerr);
 	if (!root) {
 		cerr(eb, el, "not JSON: %.120s (line %d)", jerr.text, jerr.line);
 		return BATON_EINVAL;

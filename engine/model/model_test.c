@@ -160,6 +160,46 @@ static void t_config_refusals(void)
 	T_ASSERT(fabs(inv[1] - 0.25 / pow(500000.0, 2.0 / 16)) < 1e-9);
 }
 
+/* config.json as real files hold it (base.h's reader policy): integral
+ * reals and exponent forms where integers are expected, an integer past
+ * 64 bits under a key the engine does not read, null where a value is
+ * optional, unknown keys; a fraction or an out-of-range number where an
+ * integer is expected is refused by name. */
+static void t_config_tolerant(void)
+{
+	const char *js = "{\"model_type\":\"qwen3_moe\",\"vocab_size\":100.0,\"hidden_size\":6.4e1,"
+	    "\"num_hidden_layers\":2,\"num_attention_heads\":4.0,\"num_key_value_heads\":2,"
+	    "\"num_experts\":4,\"num_experts_per_tok\":2.0,\"rms_norm_eps\":1e-06,"
+	    "\"moe_intermediate_size\":32,\"head_dim\":16.0,\"rope_theta\":1e6,"
+	    "\"max_position_embeddings\":40960.0,\"bos_token_id\":1.0,\"eos_token_id\":[2.0,3],"
+	    "\"decoder_sparse_step\":1.0,\"sliding_window\":null,\"rope_scaling\":null,"
+	    "\"use_sliding_window\":false,\"max_window_layers\":48,\"tie_word_embeddings\":false,"
+	    "\"model_max_length\":1000000000000000019884624838656,\"initializer_range\":0.02,"
+	    "\"transformers_version\":\"4.51.0\",\"torch_dtype\":\"bfloat16\","
+	    "\"an_unknown\":{\"deep\":[1,2.5,null,18446744073709551616]}}";
+	struct baton_model_config c;
+	char err[256] = "";
+	int rc = model_config_parse(js, strlen(js), &c, err, sizeof err);
+	T_ASSERT_MSG(rc == 0, "%s", err);
+	T_EQ_INT(c.vocab, 100);
+	T_EQ_INT(c.hidden, 64);
+	T_EQ_INT(c.heads, 4);
+	T_EQ_INT(c.top_k, 2);
+	T_EQ_INT(c.head_dim, 16);
+	T_EQ_INT(c.max_pos, 40960);
+	T_EQ_INT(c.bos, 1);
+	T_EQ_INT(c.eos, 2);
+	T_ASSERT(c.rope_theta == 1e6);
+	refused("{\"model_type\":\"mixtral\"," BASE ",\"intermediate_size\":32.5}", BATON_EINVAL,
+	    "intermediate_size");
+	refused("{\"model_type\":\"mixtral\"," BASE ",\"intermediate_size\":1e30}", BATON_EINVAL,
+	    "intermediate_size");
+	refused("{\"model_type\":\"mixtral\"," BASE ",\"intermediate_size\":"
+	    "1000000000000000019884624838656}", BATON_EINVAL, "intermediate_size");
+	refused("{\"model_type\":\"mixtral\"," BASE ",\"intermediate_size\":\"32\"}", BATON_EINVAL,
+	    "intermediate_size");
+}
+
 /* RoPE against transformers' formulas, written out in Python
  * (fixtures/rope_ref.py: f32 tensor arithmetic as torch does it): the
  * inverse frequencies within 2 ulp (powf against a correctly rounded pow)
@@ -673,7 +713,7 @@ static void t_synthetic_archs(void)
 }
 
 T_MAIN(T_CASE(t_config_fixtures), T_CASE(t_device_route), T_CASE(t_config_refusals),
-    T_CASE(t_rope_yarn),
+    T_CASE(t_rope_yarn), T_CASE(t_config_tolerant),
     T_CASE_TIMEOUT(t_qwen3_moe, 120), T_CASE_TIMEOUT(t_mixtral, 120),
     T_CASE_TIMEOUT(t_mixtral_f16, 120), T_CASE_TIMEOUT(t_olmoe, 120), T_CASE_TIMEOUT(t_qwen2_moe, 120),
     T_CASE_TIMEOUT(t_batches_and_release, 120), T_CASE_TIMEOUT(t_gguf_same_logits, 240),
