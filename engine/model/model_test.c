@@ -530,6 +530,62 @@ static void t_gguf_same_logits(void)
 	}
 }
 
+/* YaRN through the whole forward pass: the attention factor multiplies the
+ * cos and sin of both q and k. qwen3_moe's q and k pass their per-head
+ * RMSNorm weights just before RoPE, and RoPE is linear, so a model with
+ * attention_factor 2 and the same model with attention_factor 1 and those
+ * weights doubled compute the same numbers, bit for bit (times 2 is exact):
+ * their logits must be equal. A third with attention_factor 1 and the
+ * weights as they are must differ (the factor is not a no-op), and so must
+ * the fixture with the default rope (the frequencies changed). */
+static void t_rope_yarn_forward(void)
+{
+	static const char *const variants[][2] = {
+		{ "{\"rope_type\":\"yarn\",\"factor\":4.0,\"original_max_position_embeddings\":128,"
+		  "\"attention_factor\":2.0}", NULL },
+		{ "{\"rope_type\":\"yarn\",\"factor\":4.0,\"original_max_position_embeddings\":128,"
+		  "\"attention_factor\":1.0}", "2" },
+		{ "{\"rope_type\":\"yarn\",\"factor\":4.0,\"original_max_position_embeddings\":128,"
+		  "\"attention_factor\":1.0}", NULL },
+		{ "{}", NULL },
+	};
+	float *lg[4];
+	uint32_t V = 0;
+	char dir[] = "/tmp/baton-yarnfw-XXXXXX", cmd[2048];
+	T_ASSERT(mkdtemp(dir) != NULL);
+	for (int k = 0; k < 4; k++) {
+		snprintf(cmd, sizeof cmd, "python3 %s/rope_variant.py %s/qwen3_moe %s/v%d '%s' %s",
+		    rig_fixtures(), rig_fixtures(), dir, k, variants[k][0],
+		    variants[k][1] ? variants[k][1] : "");
+		T_ASSERT_MSG(system(cmd) == 0, "%s failed", cmd);
+		struct rig r;
+		char name[16];
+		snprintf(name, sizeof name, "v%d", k);
+		rig_engine(&r, dir, name, "qwen3_moe");
+		rig_model(&r, NULL);
+		const struct baton_model_config *c = model_config(r.m);
+		T_EQ_INT(c->rope_type, k < 3 ? BATON_ROPE_YARN : BATON_ROPE_DEFAULT);
+		V = r.V;
+		lg[k] = malloc((size_t)V * 5 * sizeof(float));
+		T_ASSERT(lg[k]);
+		const uint32_t toks[] = { 5, 17, 42, 99, 3, 250, 7, 64, 128, 11, 200, 33 };
+		T_OK(model_prefill(r.m, toks, 12, lg[k]));
+		for (uint32_t s = 1; s < 5; s++)
+			T_OK(model_decode(r.m, argmax(lg[k] + (size_t)(s - 1) * V, V), lg[k] + (size_t)s * V));
+		rig_close(&r);
+		snprintf(cmd, sizeof cmd, "rm -rf %s/v%d", dir, k);
+		T_ASSERT(system(cmd) == 0);
+	}
+	rmdir(dir);
+	const size_t bytes = (size_t)V * 5 * sizeof(float);
+	T_ASSERT_MSG(memcmp(lg[0], lg[1], bytes) == 0,
+	    "attention_factor 2 and q/k norm weights doubled give different logits");
+	T_ASSERT(memcmp(lg[0], lg[2], bytes) != 0);
+	T_ASSERT(memcmp(lg[2], lg[3], bytes) != 0);
+	for (int k = 0; k < 4; k++)
+		free(lg[k]);
+}
+
 /* The block types of real quantized GGUFs, end to end: each fixture's
  * matrices quantized to a type of 32-element blocks (hf_to_gguf.py
  * --quant; rows of 32 and 64: the K-quants' 256 do not fit these tiny
@@ -713,7 +769,7 @@ static void t_synthetic_archs(void)
 }
 
 T_MAIN(T_CASE(t_config_fixtures), T_CASE(t_device_route), T_CASE(t_config_refusals),
-    T_CASE(t_rope_yarn), T_CASE(t_config_tolerant),
+    T_CASE(t_rope_yarn), T_CASE(t_config_tolerant), T_CASE_TIMEOUT(t_rope_yarn_forward, 120),
     T_CASE_TIMEOUT(t_qwen3_moe, 120), T_CASE_TIMEOUT(t_mixtral, 120),
     T_CASE_TIMEOUT(t_mixtral_f16, 120), T_CASE_TIMEOUT(t_olmoe, 120), T_CASE_TIMEOUT(t_qwen2_moe, 120),
     T_CASE_TIMEOUT(t_batches_and_release, 120), T_CASE_TIMEOUT(t_gguf_same_logits, 240),
