@@ -523,6 +523,8 @@ static const struct {
 	{ "config.json", 1, 1 }, { "generation_config.json", 1, 0 }, { "tokenizer.json", 1, 0 },
 	{ "tokenizer_config.json", 1, 0 }, { "special_tokens_map.json", 1, 0 },
 	{ "chat_template.jinja", 0, 0 }, { "chat_template.json", 1, 0 },
+	/* transformers 5 saves the named templates beside the default there */
+	{ "additional_chat_templates/tool_use.jinja", 0, 0 },
 };
 
 /* Adds hf_blobs[i] from dir to the plan (checked as JSON where it is;

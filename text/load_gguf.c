@@ -158,6 +158,11 @@ int text_tok_load_gguf(text_tok **out, const char *js, size_t len, char *err, si
 		t->post_prefix[t->n_prefix++] = t->bos;
 	if (add_eos && t->eos >= 0)
 		t->post_suffix[t->n_suffix++] = t->eos;
+	/* llama.cpp writes a list of named templates as
+	 * tokenizer.chat_template.<name> beside the default */
+	json_t *tu = json_object_get(root, "tokenizer.chat_template.tool_use");
+	if (json_is_string(tu) && !(t->tool_template = strdup(json_string_value(tu))))
+		FAIL(BATON_ENOMEM, "out of memory");
 	json_t *ct = json_object_get(root, "tokenizer.chat_template");
 	if (json_is_string(ct) && !(t->chat_template = strdup(json_string_value(ct))))
 		FAIL(BATON_ENOMEM, "out of memory");

@@ -476,10 +476,14 @@ int text_tok_load_hf(text_tok **out, const char *js, size_t len, const char *con
 		json_t *ct = json_object_get(cfg, "chat_template");
 		if (json_is_string(ct))
 			t->chat_template = strdup(json_string_value(ct));
-		else if (json_is_array(ct)) { /* [{"name": "default", "template": ...}] */
-			json_array_foreach(ct, i, v) if (jstr(v, "name") && !strcmp(jstr(v, "name"), "default") &&
-			                                 jstr(v, "template")) t->chat_template =
-			    strdup(jstr(v, "template"));
+		else if (json_is_array(ct)) { /* [{"name": "default", "template": ...}, ...] */
+			json_array_foreach(ct, i, v) {
+				const char *nm = jstr(v, "name"), *tp = jstr(v, "template");
+				char **dst = !nm || !tp ? NULL : !strcmp(nm, "default") ? &t->chat_template :
+				    !strcmp(nm, "tool_use") ? &t->tool_template : NULL;
+				if (dst && !*dst && !(*dst = strdup(tp)))
+					FAIL(BATON_ENOMEM, "out of memory");
+			}
 		}
 		/* Without a template post-processor, add_bos_token/add_eos_token
 		 * say what to add (transformers' slow-tokenizer convention). */
