@@ -1,9 +1,9 @@
 """blockq.py: ggml's blocks of 32 (q4_0, q4_1, q5_0, q5_1, iq4_nl, mxfp4)
-encoded and decoded in plain Python, for tests that need quantized GGUF
-files and the values those files hold (engine/model/fixtures/hf_to_gguf.py
---quant). Standard library only; written from the block formats (ggml's
-ggml-common.h) and what dequantize_row_<type> of ggml-quants.c computes,
-not from Baton's C code:
+and super-blocks of 256 (q2_K, q3_K, iq4_xs) encoded and decoded in plain
+Python, for tests that need quantized GGUF files and the values those
+files hold (engine/model/fixtures/hf_to_gguf.py --quant). Standard library
+only; written from the block formats (ggml's ggml-common.h) and what
+dequantize_row_<type> of ggml-quants.c computes, not from Baton's C code:
 
     q4_0   f16 d, 16 bytes of nibbles      x = (q - 8) * d
     q4_1   f16 d, f16 m, nibbles           x = q * d + m
@@ -13,7 +13,19 @@ not from Baton's C code:
     iq4_nl f16 d, nibbles                  x = d * KV_IQ4NL[q]
     mxfp4  u8 e, nibbles                   x = KV_FP4[q] * 2^(e - 128)
 
-Byte j of the nibbles holds element j (low) and j + 16 (high). Products
+Byte j of the nibbles holds element j (low) and j + 16 (high).
+
+    q2_K   scales[16] (4-bit scale | 4-bit min << 4 per 16 elements),
+           qs[64], f16 d, f16 dmin      x = (d * sc) * q - dmin * m
+    q3_K   hmask[32], qs[64], scales[12] (sixteen 6-bit s), f16 d
+                                        x = (d * (s - 32)) * (q - 4 * !h)
+    iq4_xs f16 d, u16 scales_h, scales_l[4], qs[128]: eight blocks of 32,
+           ls = low nibble | 2 bits << 4  x = (d * (ls - 32)) * KV_IQ4NL[q]
+In q2_K and q3_K, element 128 n + 32 j + 16 h + l has its 2 bits at bit
+2 j of qs[32 n + 16 h + l], its scale at 8 n + 2 j + h, and (q3_K) its
+high bit at bit 4 n + j of hmask[16 h + l]. q3_K's scale i has its low
+nibble in byte i % 8 (low nibble for i < 8, high for i >= 8) and its two
+high bits at bit 2 (i // 4) of byte 8 + i % 4. Products
 and sums are rounded to f32 as ggml's float arithmetic does (each value is
 one f32 product, or a product and a sum, each rounded once: a double
 computes them exactly here, then one rounding to f32).
@@ -26,7 +38,9 @@ import struct
 
 KV_IQ4NL = [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113]
 KV_FP4 = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12]
-BLOCK_BYTES = {"q4_0": 18, "q4_1": 20, "q5_0": 22, "q5_1": 24, "iq4_nl": 18, "mxfp4": 17}
+BLOCK_BYTES = {"q4_0": 18, "q4_1": 20, "q5_0": 22, "q5_1": 24, "iq4_nl": 18, "mxfp4": 17,
+               "q2_K": 84, "q3_K": 110, "iq4_xs": 136}
+BLOCK = {t: 256 if t in ("q2_K", "q3_K", "iq4_xs") else 32 for t in BLOCK_BYTES}
 
 
 def f32(x):
@@ -63,6 +77,9 @@ def decode(t, data):
     out = []
     for o in range(0, len(data), bb):
         b = data[o:o + bb]
+        if BLOCK[t] == 256:
+            out += _decode_k(t, b)
+            continue
         if t == "mxfp4":
             d, qs = e8m0_half(b[0]), b[1:17]
         elif t in ("q4_1", "q5_1"):
@@ -94,6 +111,95 @@ def decode(t, data):
     return out
 
 
+def _decode_k(t, b):
+    """One super-block of 256 of q2_K, q3_K or iq4_xs."""
+    out = [0.0] * 256
+    if t == "q2_K":
+        sc, qs, d, dmin = b[0:16], b[16:80], f16_at(b, 80), f16_at(b, 82)
+        for n in range(2):
+            for j in range(4):
+                for h in range(2):
+                    s = sc[8 * n + 2 * j + h]
+                    dl, ml = f32(d * (s & 15)), f32(dmin * (s >> 4))
+                    for l in range(16):
+                        q = (qs[32 * n + 16 * h + l] >> (2 * j)) & 3
+                        out[128 * n + 32 * j + 16 * h + l] = f32(f32(dl * q) - ml)
+    elif t == "q3_K":
+        hm, qs, sb, d = b[0:32], b[32:96], b[96:108], f16_at(b, 108)
+        s6 = [((sb[i % 8] >> (4 * (i // 8))) & 15) | (((sb[8 + i % 4] >> (2 * (i // 4))) & 3) << 4)
+              for i in range(16)]
+        for n in range(2):
+            for j in range(4):
+                for h in range(2):
+                    dl = f32(d * (s6[8 * n + 2 * j + h] - 32))
+                    for l in range(16):
+                        q = (qs[32 * n + 16 * h + l] >> (2 * j)) & 3
+                        hb = (hm[16 * h + l] >> (4 * n + j)) & 1
+                        out[128 * n + 32 * j + 16 * h + l] = f32(dl * (q - (0 if hb else 4)))
+    else:  # iq4_xs
+        d, sh, sl, qs = f16_at(b, 0), struct.unpack_from("<H", b, 2)[0], b[4:8], b[8:136]
+        for ib in range(8):
+            ls = ((sl[ib // 2] >> (4 * (ib % 2))) & 15) | (((sh >> (2 * ib)) & 3) << 4)
+            dl = f32(d * (ls - 32))
+            for j in range(16):
+                q = qs[16 * ib + j]
+                out[32 * ib + j] = f32(dl * KV_IQ4NL[q & 15])
+                out[32 * ib + 16 + j] = f32(dl * KV_IQ4NL[q >> 4])
+    return out
+
+
+def _encode_k(t, x):
+    """256 floats as one super-block of t (a scale per group from its range,
+    then the nearest values)."""
+    if t == "iq4_xs":
+        dls = [max(abs(v) for v in x[32 * i:32 * i + 32]) / 127 for i in range(8)]
+        d = f16_round(max(dls) / 31)
+        ls = [min(31, max(-32, round(dl / d))) + 32 if d else 32 for dl in dls]
+        qs = bytearray(128)
+        for ib in range(8):
+            s = d * (ls[ib] - 32)
+            q = [_nearest(KV_IQ4NL, v / s) if s else 8 for v in x[32 * ib:32 * ib + 32]]
+            for j in range(16):
+                qs[16 * ib + j] = q[j] | q[j + 16] << 4
+        sh = sum((ls[ib] >> 4) << (2 * ib) for ib in range(8))
+        sl = bytes((ls[2 * i] & 15) | (ls[2 * i + 1] & 15) << 4 for i in range(4))
+        return f16_bytes(d) + struct.pack("<H", sh) + sl + bytes(qs)
+    groups = [x[16 * g:16 * g + 16] for g in range(16)]
+    # group g of the layout: element 128 n + 32 j + 16 h + l is in group 8 n + 2 j + h
+    qs = bytearray(64)
+    if t == "q2_K":
+        mins = [-min(0.0, min(gr)) for gr in groups]
+        dls = [(max(gr) + m) / 3 for gr, m in zip(groups, mins)]
+        d, dmin = f16_round(max(dls) / 15), f16_round(max(mins) / 15)
+        sc = [min(15, max(0, round(dl / d))) if d else 0 for dl in dls]
+        mm = [min(15, max(0, round(m / dmin))) if dmin else 0 for m in mins]
+        for g, gr in enumerate(groups):
+            n, j, h = g // 8, (g % 8) // 2, g % 2
+            step = d * sc[g]
+            for l, v in enumerate(gr):
+                q = min(3, max(0, round((v + dmin * mm[g]) / step))) if step else 0
+                qs[32 * n + 16 * h + l] |= q << (2 * j)
+        return bytes(s | m << 4 for s, m in zip(sc, mm)) + bytes(qs) + f16_bytes(d) + f16_bytes(dmin)
+    # q3_K
+    dls = [max(abs(v) for v in gr) / 4 for gr in groups]
+    d = f16_round(max(dls) / 31)
+    s6 = [min(31, max(-32, round(dl / d))) + 32 if d else 32 for dl in dls]
+    hm = bytearray(32)
+    for g, gr in enumerate(groups):
+        n, j, h = g // 8, (g % 8) // 2, g % 2
+        step = d * (s6[g] - 32)
+        for l, v in enumerate(gr):
+            q = min(3, max(-4, round(v / step))) + 4 if step else 4
+            qs[32 * n + 16 * h + l] |= (q & 3) << (2 * j)
+            if q >= 4:
+                hm[16 * h + l] |= 1 << (4 * n + j)
+    sb = bytearray(12)
+    for i in range(16):
+        sb[i % 8] |= (s6[i] & 15) << (4 * (i // 8))
+        sb[8 + i % 4] |= (s6[i] >> 4) << (2 * (i // 4))
+    return bytes(hm) + bytes(qs) + bytes(sb) + f16_bytes(d)
+
+
 def _nearest(table, x):
     return min(range(len(table)), key=lambda k: (abs(table[k] - x), k))
 
@@ -108,9 +214,13 @@ def _pack(q, head, t):
 
 
 def encode(t, vals):
-    """vals (a multiple of 32 floats) as blocks of type t."""
-    assert len(vals) % 32 == 0
+    """vals (a multiple of the block's floats) as blocks of type t."""
+    assert len(vals) % BLOCK[t] == 0
     out = bytearray()
+    if BLOCK[t] == 256:
+        for o in range(0, len(vals), 256):
+            out += _encode_k(t, vals[o:o + 256])
+        return bytes(out)
     for o in range(0, len(vals), 32):
         x = vals[o:o + 32]
         amax, lo, hi = max(abs(v) for v in x), min(x), max(x)
