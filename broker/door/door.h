@@ -8,7 +8,11 @@
  * streams pass through as they arrive. A model whose engine is released
  * is refilled first (the broker's refill, by its policies); two models
  * contending for one device are served in batches (door_quantum_s). GET
- * /v1/models lists every model with its state and engines.
+ * /v1/models lists every model with its state and engines. The models of
+ * the configuration's [model] sections are served by engines the door
+ * starts, watches, restarts and stops itself (fleet.c,
+ * docs/guides/fleet.md): a request for one whose engine is not running
+ * starts it and waits.
  *
  * A face of the broker: it sees engines through the core's API
  * (broker_call) when the core's events (broker_observe) say they changed,
@@ -32,6 +36,10 @@ struct broker_door;
  * dispatch thread starts with the first request. */
 int broker_door_open(struct broker *b, struct broker_http *h, const struct broker_config *cfg,
     struct broker_door **out, char *err, size_t errlen);
+/* Once the broker runs (broker_start): the dispatch thread and the fleet's
+ * supervisor ([model] sections: docs/guides/fleet.md), which starts the
+ * models to preload. BATON_ENOMEM when a thread cannot start. */
+int broker_door_start(struct broker_door *d);
 /* A reloaded configuration's door_quantum_s and door_queue_max (SIGHUP);
  * requests waiting keep their place. NULL d allowed. */
 void broker_door_reload(struct broker_door *d, const struct broker_config *cfg);

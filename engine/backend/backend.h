@@ -271,6 +271,19 @@ struct baton_backend {
 	    uint32_t n_experts, uint32_t top_k, int rule, baton_dptr ids, baton_dptr weights);
 	int (*moe_experts_dev)(struct baton_dev *dev, const struct baton_moe_layer *l,
 	    baton_dptr table, baton_dptr ids, baton_dptr weights);
+
+	/* Optional, as a pair: a pass queued as one graph (CUDA graphs).
+	 * graph_begin starts recording what is queued next instead of
+	 * running it (0, or a code: then nothing changed and the caller
+	 * queues as usual). graph_end(ok = 1) ends the recording and queues
+	 * the whole of it, the same work in the same order, so the same
+	 * bits; ok = 0 (an op failed while recording) drops it, nothing of
+	 * it runs. If graph_end(1) fails, nothing of the recording ran
+	 * either: the caller queues the pass again without a graph. Between
+	 * the two, only queued work may be asked for: no sync, no copy to
+	 * the host. */
+	int (*graph_begin)(struct baton_dev *dev);
+	int (*graph_end)(struct baton_dev *dev, int ok);
 };
 
 extern const struct baton_backend baton_backend_host;

@@ -87,6 +87,32 @@ static int attention_block(struct baton_model *m, uint32_t l, const struct segme
 	return be->matmul(d, L->o.p, L->o.dtype, D, QD, L->ob.p, L->ob.dtype, m->ao, n, m->x, 1);
 }
 
+/* route's choice for the n rows of m->rl into m->ids and m->w (host
+ * arrays), for the passes that route on the host: made on the device by
+ * route_dev (bitwise route's) and copied back, rather than the logits
+ * copied and chosen on the host, which costs milliseconds a layer for a
+ * prefill of hundreds of rows; route itself without route_dev or with
+ * BATON_MODEL_HOST_ROUTE=1. */
+static int route_rows(struct baton_model *m, uint32_t n)
+{
+	const struct baton_backend *be = m->be;
+	const struct baton_model_config *c = &m->cfg;
+	const uint32_t E = c->n_experts, K = c->top_k;
+	const uint64_t nk = (uint64_t)n * K, cap = (uint64_t)m->max_batch * K * sizeof(uint32_t);
+	int rc;
+
+	if (!be->route_dev || m->rt_off)
+		return be->route(m->dev, m->rl, n, E, K, c->route_rule, m->ids, m->w);
+	if (!m->pr_base && (rc = be->alloc(m->dev, 2 * cap, &m->pr_base))) {
+		m->pr_base = 0;
+		return rc;
+	}
+	if ((rc = be->route_dev(m->dev, m->rl, n, E, K, c->route_rule, m->pr_base, m->pr_base + cap)) ||
+	    (rc = be->copy_d2h(m->dev, m->ids, m->pr_base, nk * sizeof(uint32_t))))
+		return rc;
+	return be->copy_d2h(m->dev, m->w, m->pr_base + cap, nk * sizeof(float));
+}
+
 static int moe_block(struct baton_model *m, uint32_t l, uint32_t n)
 {
 	const struct baton_backend *be = m->be;
@@ -105,7 +131,7 @@ static int moe_block(struct baton_model *m, uint32_t l, uint32_t n)
 		if ((rc = be->route_dev(d, m->rl, n, E, K, c->route_rule, ids, m->rt_w)))
 			return rc;
 	} else {
-		if ((rc = be->route(d, m->rl, n, E, K, c->route_rule, m->ids, m->w)))
+		if ((rc = route_rows(m, n)))
 			return rc;
 		for (size_t i = 0; i < nk; i++)
 			m->want[i] = l * E + m->ids[i];
@@ -161,8 +187,16 @@ static int head(struct baton_model *m, const struct segment *sg, uint32_t n_seg)
 		}
 		if (g && (g == HR || i + 1 == n_seg)) {
 			if ((rc = m->be->matmul(m->dev, m->head.p, m->head.dtype, c->vocab, D, 0, 0, m->xn,
-			         g, m->logits, 0)) ||
-			    (rc = m->be->sync(m->dev)))
+			         g, m->logits, 0)))
+				return rc;
+			if (m->capturing) { /* the pass recorded so far runs as one graph */
+				m->capturing = 0;
+				if ((rc = m->be->graph_end(m->dev, 1)))
+					return rc;
+				m->graph_runs++;
+				m->graph_ran = 1;
+			}
+			if ((rc = m->be->sync(m->dev)))
 				return rc;
 			for (uint32_t r = 0; r < g; r++)
 				if ((rc = m->be->copy_d2h(m->dev, dst[r], m->logits + r * vb, vb)))
@@ -231,6 +265,11 @@ uint64_t model_device_route_passes(const struct baton_model *m)
 	return m ? m->rt_passes : 0;
 }
 
+uint64_t model_graph_passes(const struct baton_model *m)
+{
+	return m ? m->graph_runs : 0;
+}
+
 /* After a pass routed on the device: its choices, back in one copy, go
  * through cache_lookup as the host path's would have (all hits: the
  * cache's counts and heat stay what they were). */
@@ -256,11 +295,26 @@ static int moe_dev_account(struct baton_model *m, uint32_t n)
 	return 0;
 }
 
+/* The pass's device work: embedding, the layers, the head. */
+static int pass_ops(struct baton_model *m, const struct segment *sg, uint32_t n_seg, uint32_t n)
+{
+	const struct baton_model_config *c = &m->cfg;
+	int rc;
+
+	m->graph_ran = 0;
+	if ((rc = m->be->embed(m->dev, m->embed.p, m->embed.dtype, c->vocab, c->hidden, m->toks, n,
+	         m->x)))
+		return rc;
+	for (uint32_t l = 0; l < c->layers; l++)
+		if ((rc = attention_block(m, l, sg, n_seg, n)) || (rc = moe_block(m, l, n)))
+			return rc;
+	return head(m, sg, n_seg);
+}
+
 /* One pass: the segments' rows, n of them in all (<= max_batch). The
  * sequences own the blocks of every position the pass writes. */
 static int pass(struct baton_model *m, const struct segment *sg, uint32_t n_seg, uint32_t n)
 {
-	const struct baton_model_config *c = &m->cfg;
 	uint32_t r = 0;
 	int rc;
 
@@ -272,14 +326,28 @@ static int pass(struct baton_model *m, const struct segment *sg, uint32_t n_seg,
 			m->slots[r] = sg[i].seq->blocks[p / BATON_KV_BLOCK] * BATON_KV_BLOCK +
 			    p % BATON_KV_BLOCK;
 		}
-	if ((rc = moe_dev_ready(m, n)) ||
-	    (rc = m->be->embed(m->dev, m->embed.p, m->embed.dtype, c->vocab, c->hidden, m->toks, n,
-	         m->x)))
+	if ((rc = moe_dev_ready(m, n)))
 		return rc;
-	for (uint32_t l = 0; l < c->layers; l++)
-		if ((rc = attention_block(m, l, sg, n_seg, n)) || (rc = moe_block(m, l, n)))
-			return rc;
-	if ((rc = head(m, sg, n_seg)))
+	/* A pass that routes on the device waits for nothing until its head:
+	 * recorded and queued as one graph where the backend can (the same
+	 * work, the same bits; graph_begin/graph_end in backend.h), so the
+	 * ~20 small kernels of a layer do not pay a launch each. If anything
+	 * fails while recording, nothing of it ran: the pass is queued again
+	 * as usual. */
+	const int graph = m->rt_on && m->be->graph_begin && m->be->graph_end &&
+	    m->be->graph_begin(m->dev) == 0;
+	m->capturing = graph;
+	rc = pass_ops(m, sg, n_seg, n);
+	if (m->capturing) { /* no head ended it: an op failed (drop it), or no logits */
+		m->capturing = 0;
+		if (rc)
+			m->be->graph_end(m->dev, 0);
+		else if ((rc = m->be->graph_end(m->dev, 1)) == 0)
+			m->graph_ran = 1, m->graph_runs++;
+	}
+	if (rc && graph && !m->graph_ran)
+		rc = pass_ops(m, sg, n_seg, n);
+	if (rc)
 		return rc;
 	return m->rt_on ? moe_dev_account(m, n) : 0;
 }

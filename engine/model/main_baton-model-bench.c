@@ -17,7 +17,8 @@
  *               dense matrix but the embedding table, one embedding row,
  *               top_k experts per layer, the KV rows so far) over the
  *               bandwidth, divided by the measured time per token;
- *   prefill     tokens/s of each prompt length, random token ids;
+ *   prefill     tokens/s of each prompt length, random token ids, in
+ *               passes of --max-batch rows (default 512);
  *   first token after a release of everything (expert cache and model):
  *               the prefill of a short prompt that loads what it needs
  *               first (hot-first), against a full refill of the expert
@@ -326,7 +327,10 @@ out:
 int main(int argc, char **argv)
 {
 	struct baton_engine_config cfg = { .name = "model-bench", .backend = "auto", .warm = 1 };
-	uint64_t steps = 64, first_n = 32, max_batch = 0, seed = 1, bw_mib = 2048;
+	/* passes of 512 rows unless --max-batch says otherwise: llama.cpp's
+	 * ubatch, what llama-bench's pp512 / pp2048 read a prompt in (the
+	 * engine's own default is 256) */
+	uint64_t steps = 64, first_n = 32, max_batch = 512, seed = 1, bw_mib = 2048;
 	uint32_t prompts[MAX_PROMPTS] = { 512, 2048 }, n_prompts = 2;
 	const char *json = NULL;
 	enum { O_ARENA = 1, O_BACKEND, O_DEVICE, O_STEPS, O_PROMPTS, O_FIRST, O_MAXB, O_SEED,
@@ -525,6 +529,9 @@ int main(int argc, char **argv)
 	printf("  %-50s %9.1f tok/s %10.3f >= 0.5\n", "decode, batch 1 (vs memory roofline)", dec_tps,
 	    ratio);
 	printf("  %-50s %9.3f ms\n", "  per token", dec_s * 1e3);
+	printf("  %-50s %9llu of %llu\n", "  passes queued as one CUDA graph",
+	    (unsigned long long)model_graph_passes(m),
+	    (unsigned long long)model_device_route_passes(m));
 	printf("  %-50s %9.3f ms\n", "  roofline per token", roofline_s * 1e3);
 	if (pt.ok) {
 		printf("  %-50s %9.1f us\n", "  one layer's ops, queued as forward.c queues them",

@@ -701,20 +701,23 @@ static void t_gguf_block_types(void)
  * (q8_0 / f16 / bf16 dense and experts) runs, the logits are finite and
  * spread, and a second prefill gives the same bits. */
 /* The MoE block routed on the device (a decode step with no host round
- * trip) against the host path (BATON_MODEL_HOST_ROUTE=1): the same bits
+ * trip; on cuda also queued as one CUDA graph, BATON_CUDA_GRAPH=1) against the host path (BATON_MODEL_HOST_ROUTE=1): the same bits
  * and the same cache hit counts, on every fixture architecture; the
  * prefill of 19 tokens takes the host path in both. */
 static void device_route_same(const char *arch)
 {
 	float *lg[2] = { NULL, NULL };
-	uint64_t hits[2], passes[2];
+	uint64_t hits[2], passes[2], graphs[2];
 	uint32_t V = 0;
 	for (int h = 0; h < 2; h++) {
 		if (h)
 			T_ASSERT(setenv("BATON_MODEL_HOST_ROUTE", "1", 1) == 0);
+		else
+			T_ASSERT(setenv("BATON_CUDA_GRAPH", "1", 1) == 0); /* cuda: graphs on */
 		struct rig r;
 		rig_open(&r, arch, 0);
 		unsetenv("BATON_MODEL_HOST_ROUTE");
+		unsetenv("BATON_CUDA_GRAPH");
 		V = model_config(r.m)->vocab;
 		lg[h] = malloc((size_t)V * 9 * sizeof(float));
 		T_ASSERT(lg[h]);
@@ -729,11 +732,16 @@ static void device_route_same(const char *arch)
 		cache_stats(engine_cache(r.e), &st);
 		hits[h] = st.hits;
 		passes[h] = model_device_route_passes(r.m);
+		graphs[h] = model_graph_passes(r.m);
 		free(toks);
 		rig_close(&r);
 	}
 	T_EQ_INT(passes[0], 8);
 	T_EQ_INT(passes[1], 0);
+	/* on cuda with BATON_CUDA_GRAPH=1 the device-routed steps run as
+	 * graphs: the same bits again */
+	T_EQ_INT(graphs[0], strcmp(rig_backend(), "cuda") == 0 ? 8 : 0);
+	T_EQ_INT(graphs[1], 0);
 	T_ASSERT_MSG(memcmp(lg[0], lg[1], (size_t)V * 9 * sizeof(float)) == 0,
 	    "%s: device routing changed the logits", arch);
 	T_EQ_INT(hits[0], hits[1]);
@@ -797,10 +805,92 @@ static void t_synthetic_archs(void)
 		}
 }
 
+
+/* The cuda backend's tensor-core path (bf16 GEMMs through cuBLAS, docs/internals/cuda-ops.md)
+ * forced onto every pass (BATON_CUDA_GEMM_ROWS=1; by default it takes
+ * passes of 64 rows and more, larger than these prompts): against
+ * transformers within TC_TOL of the logit scale, the last token's top-1
+ * transformers' wherever its margin over the second exceeds twice that, the
+ * decode steps' logits (fed transformers' greedy tokens) within TC_TOL, and
+ * the same bits when run again. mixtral_f16's weights are f16 (every
+ * projection and expert on the tensor cores); qwen3_moe's are f32, which
+ * stay on the exact kernels, so there attention alone takes the path. */
+#define TC_TOL 3e-2
+
+static double rel_diff(const float *got, json_t *ref, uint32_t vocab, double *margin, uint32_t *top)
+{
+	double md = 0, mr = 1, b1 = -INFINITY, b2 = -INFINITY;
+	*top = 0;
+	for (uint32_t i = 0; i < vocab; i++) {
+		double r = json_number_value(json_array_get(ref, i));
+		md = fmax(md, fabs(got[i] - r));
+		mr = fmax(mr, fabs(r));
+		if (r > b1) {
+			b2 = b1, b1 = r, *top = i;
+		} else if (r > b2) {
+			b2 = r;
+		}
+	}
+	*margin = (b1 - b2) / mr;
+	return md / mr;
+}
+
+static void t_tensor_path(void)
+{
+	if (strcmp(rig_backend(), "cuda") != 0) {
+		printf("  skip: the tensor-core path is the cuda backend's (BATON_MODEL_BACKEND=cuda)\n");
+		return;
+	}
+	static const char *const archs[] = { "mixtral_f16", "qwen3_moe" };
+	for (int i = 0; i < 2; i++) {
+		T_ASSERT(setenv("BATON_CUDA_GEMM_ROWS", "1", 1) == 0);
+		struct rig r;
+		rig_open(&r, archs[i], 0);
+		uint32_t V = model_config(r.m)->vocab;
+		float *lg = malloc(V * 4), *l2 = malloc(V * 4);
+		T_ASSERT(lg && l2);
+		json_t *prompts = json_object_get(r.ref, "prompts");
+		double worst = 0;
+		for (size_t p = 0; p < json_array_size(prompts); p++) {
+			size_t n, ng;
+			uint32_t *toks = ids_of(json_array_get(prompts, p), &n), top;
+			uint32_t *greedy = ids_of(json_array_get(json_object_get(r.ref, "greedy"), p), &ng);
+			double margin;
+			T_OK(model_prefill(r.m, toks, (uint32_t)n, lg));
+			double d = rel_diff(lg, json_array_get(json_object_get(r.ref, "last_logits"), p), V,
+			    &margin, &top);
+			T_ASSERT_MSG(d <= TC_TOL, "%s prompt %zu: %.3g of the logit scale (> %g)", archs[i], p,
+			    d, TC_TOL);
+			if (margin > 2 * TC_TOL)
+				T_ASSERT_MSG(argmax(lg, V) == top, "%s prompt %zu: top-1 %u, transformers %u",
+				    archs[i], p, argmax(lg, V), top);
+			worst = fmax(worst, d);
+			for (uint32_t s = 1; p == 0 && s < 9; s++) {
+				T_OK(model_decode(r.m, greedy[s - 1], lg));
+				d = rel_diff(lg, json_array_get(json_object_get(r.ref, "step_logits"), s), V,
+				    &margin, &top);
+				T_ASSERT_MSG(d <= TC_TOL, "%s step %u: %.3g of the logit scale", archs[i], s, d);
+				worst = fmax(worst, d);
+			}
+			/* deterministic: the same prefill, the same bits */
+			T_OK(model_prefill(r.m, toks, (uint32_t)n, lg));
+			T_OK(model_prefill(r.m, toks, (uint32_t)n, l2));
+			T_ASSERT_MSG(memcmp(lg, l2, V * 4) == 0, "%s prompt %zu: two runs differ", archs[i], p);
+			free(toks);
+			free(greedy);
+		}
+		printf("  %s on the tensor cores: worst logit difference %.3g of the logit scale\n",
+		    archs[i], worst);
+		unsetenv("BATON_CUDA_GEMM_ROWS");
+		free(lg), free(l2);
+		rig_close(&r);
+	}
+}
+
 T_MAIN(T_CASE(t_config_fixtures), T_CASE(t_device_route), T_CASE(t_config_refusals),
     T_CASE(t_rope_yarn), T_CASE(t_config_tolerant), T_CASE_TIMEOUT(t_rope_yarn_forward, 120),
     T_CASE_TIMEOUT(t_qwen3_moe, 120), T_CASE_TIMEOUT(t_mixtral, 120),
     T_CASE_TIMEOUT(t_mixtral_f16, 120), T_CASE_TIMEOUT(t_olmoe, 120), T_CASE_TIMEOUT(t_qwen2_moe, 120),
     T_CASE_TIMEOUT(t_batches_and_release, 120), T_CASE_TIMEOUT(t_gguf_same_logits, 240),
     T_CASE_TIMEOUT(t_gguf_block_types, 240),
-    T_CASE_TIMEOUT(t_synthetic_archs, 120))
+    T_CASE_TIMEOUT(t_synthetic_archs, 120), T_CASE_TIMEOUT(t_tensor_path, 120))

@@ -53,6 +53,7 @@ struct oai_request {
 	int stream;            /* "stream": true */
 	int include_usage;     /* "stream_options": {"include_usage": true} */
 	int seeded;            /* "seed" was given */
+	gram *grammar;         /* response_format json_object / json_schema, compiled; NULL: text */
 };
 
 /* Parses a request body: the one parser of the HTTP API's requests and

@@ -238,11 +238,11 @@ static void handler(void *arg, struct baton_http_req *r)
 	if (strcmp(p, "/health") == 0 && get) {
 		struct sched_stats st;
 		sched_stats(s->o.sched, &st);
-		json_t *j = json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:I, s:I, s:I}", "status", "ok",
+		json_t *j = json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:I, s:I, s:I, s:I}", "status", "ok",
 		    "model", s->model, "running", (json_int_t)st.running, "waiting", (json_int_t)st.waiting,
 		    "kv_blocks_free", (json_int_t)st.kv_free, "kv_blocks_total", (json_int_t)st.kv_total,
 		    "steps", (json_int_t)st.steps, "cancelled", (json_int_t)st.cancelled, "refused_busy",
-		    (json_int_t)st.refused_busy);
+		    (json_int_t)st.refused_busy, "preempted", (json_int_t)st.preempted);
 		if (j && s->o.health)
 			s->o.health(s->o.health_arg, j);
 		http_reply_json(r, 200, j);

@@ -187,6 +187,8 @@ static int cuda_open(int index, uint64_t capacity_bytes, struct baton_dev **out,
 	}
 	if ((rc = cuda_moe_load(dev)) || (rc = cuda_ops_load(dev)))
 		goto fail;
+	cuda_tc_config(dev);
+	cuda_graph_config(dev);
 	*out = dev;
 	return 0;
 
@@ -225,6 +227,8 @@ static void cuda_close(struct baton_dev *dev)
 			d->MemFree(dev->allocs.v[i].addr);
 		for (size_t i = 0; i < dev->hregs.n; i++)
 			unregister_pieces(dev, &dev->hregs.v[i]);
+		cuda_graph_free(dev);
+		cuda_tc_free(dev);
 		cuda_ops_free(dev);
 		cuda_moe_free(dev);
 		if (dev->staged)
@@ -250,12 +254,14 @@ const char *cuda_backend_last_error(struct baton_dev *dev)
 void cuda_backend_describe(struct baton_dev *dev, char *buf, size_t len)
 {
 	int v = dev->d->version;
+	char tc[256];
+	cuda_tc_describe(dev, tc, sizeof tc);
 	snprintf(buf, len,
 	    "%s (device %d), driver API %d.%d, VMM granularity %llu KiB (minimum %llu KiB), "
-	    "read-only host registration %s",
+	    "read-only host registration %s, %s",
 	    dev->name, dev->index, v / 1000, (v % 1000) / 10,
 	    (unsigned long long)(dev->gran >> 10), (unsigned long long)(dev->gran_min >> 10),
-	    dev->ro_register ? "supported" : "not supported");
+	    dev->ro_register ? "supported" : "not supported", tc);
 }
 
 void cuda_backend_set_register_piece(struct baton_dev *dev, uint64_t bytes)
@@ -739,4 +745,6 @@ const struct baton_backend baton_backend_cuda = {
 	.route = cuda_op_route,
 	.route_dev = cuda_op_route_dev,
 	.moe_experts_dev = cuda_moe_experts_dev,
+	.graph_begin = cuda_graph_begin,
+	.graph_end = cuda_graph_end,
 };

@@ -3,7 +3,11 @@
  * to top: driver.c (the driver API loaded with dlopen, driver.h), ctx.c
  * (error recording, the context, the stream), launch.c (what both
  * launchers use: the dtypes the kernels compute, growing device buffers,
- * one launch), moe_launch.c (the MoE kernels of moe.cu, argument blocks in
+ * one launch), blas.c (cuBLAS loaded with dlopen), tc_launch.c (the
+ * tensor-core path of matmul, the experts and attention for large
+ * passes: the kernels of gemm.cu and attn.cu, argument blocks in tc.h,
+ * around cuBLAS GEMMs), graph.c (a pass recorded and queued as one CUDA
+ * graph), moe_launch.c (the MoE kernels of moe.cu, argument blocks in
  * moe.h: loading them, their scratch, and the launches), ops_launch.c (the
  * forward pass's dense ops of ops.cu, argument blocks in ops.h) and
  * backend.c (the device: open, close, VMM segments, the peer tier,
@@ -23,6 +27,7 @@
 #include "engine/backend/cuda/ops.h"
 
 #define N_VARIANTS 4 /* row kernels for 1, 2, 4, 8 tokens per warp */
+#define TC_BUFS 6    /* scratch buffers of the tensor-core path */
 
 /* One entry of a table: a segment (handle set), a reservation, a plain
  * allocation or a host registration (handle = piece size). */
@@ -94,6 +99,32 @@ struct baton_dev {
 	float *ops_logits;
 	uint64_t ops_logits_cap;
 
+	/* The tensor-core path (blas.c, tc_launch.c): off until the first
+	 * pass of tc_rows rows or more asks for it (tc_state 0), then on (1)
+	 * or off for good (-1, tc_why says why). Its scratch: bf16 weights,
+	 * activations and the GEMMs' outputs (tc_buf), a pinned staging
+	 * buffer for the MoE block's maps. */
+	int tc_state, blas_version;
+	uint32_t tc_rows;
+	uint64_t tc_scratch; /* most bytes of bf16 weights decoded at once */
+	void *blas;          /* cublasHandle_t */
+	CUdeviceptr tc_ws;   /* cuBLAS's workspace */
+	CUmodule tc_mod, tc_attn_mod;
+	CUfunction k_tc_dequant, k_tc_rows, k_tc_bias, k_tc_swiglu, k_tc_scatter, k_tc_attn_kv,
+	    k_tc_attn_q, k_tc_attn_out, k_tc_attn_softmax;
+	struct dbuf tc_buf[TC_BUFS];
+	void *tc_stage;
+	uint64_t tc_stage_cap;
+	CUevent tc_staged;
+	int tc_stage_busy, tc_warned;
+	char tc_why[200];
+
+	/* graph.c: the pass being captured, the last pass's executable graph */
+	int graph_off, capturing;
+	int ops_rec_pending[2]; /* ops_staged[h] to record after the graph */
+	CUgraphExec gexec;
+	uint64_t graph_builds, graph_updates;
+
 	char err[256];
 };
 
@@ -135,6 +166,64 @@ void cuda_dbuf_free(struct baton_dev *dev, struct dbuf *b);
  * argument block; a failure is recorded with `what`. */
 int cuda_launch(struct baton_dev *dev, CUfunction f, uint32_t gx, uint32_t gy,
     uint32_t threads, void *args, const char *what);
+
+/* ---- blas.c: cuBLAS loaded with dlopen -------------------------------------- */
+
+/* 1 when a pass of `rows` rows takes the tensor-core path: the path is
+ * not off (BATON_CUDA_GEMM=0), rows >= BATON_CUDA_GEMM_ROWS (default 64),
+ * and cuBLAS and the helper kernels loaded (tried at the first such pass;
+ * a failure turns the path off for the device, said once on stderr). */
+int cuda_tc_on(struct baton_dev *dev, uint64_t rows);
+/* Reads those settings from the environment (at open). */
+void cuda_tc_config(struct baton_dev *dev);
+/* "tensor cores through cuBLAS 130100 ..." or why not, for describe. */
+void cuda_tc_describe(struct baton_dev *dev, char *buf, size_t len);
+/* Gives back the handle, scratch and modules (at close). */
+void cuda_tc_free(struct baton_dev *dev);
+
+/* One GEMM, column-major as cuBLAS: C (m x n, f32, ldc) = alpha op(A)
+ * op(B) + beta C, A and B of cudaDataType a_type / b_type (14 bf16),
+ * f32 accumulation; batch > 1: strided batched (strides in elements). */
+struct cuda_gemm {
+	int ta, tb, m, n, k;
+	float alpha, beta;
+	CUdeviceptr a, b, c;
+	int a_type, b_type, lda, ldb, ldc, batch;
+	long long sa, sb, sc;
+};
+int cuda_blas_gemm(struct baton_dev *dev, const struct cuda_gemm *g);
+
+/* ---- tc_launch.c: the tensor-core path of matmul, moe_experts, attention -- */
+
+/* Returned by the tc_* calls below when they took nothing on (no scratch
+ * memory, a shape they do not do): the caller runs its own kernels. */
+#define CUDA_TC_FALLBACK (-1)
+
+/* matmul's slot for rows >= tc_rows, weights not f32, k % 8 == 0: y
+ * (+)= x w^T (+ b) with w decoded to bf16, x rounded to bf16, f32
+ * sums. Arguments already checked by cuda_op_matmul. */
+int cuda_tc_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint64_t row_bytes,
+    uint32_t n_out, uint32_t k, baton_dptr b, uint32_t b_dtype, baton_dptr x, uint32_t rows,
+    baton_dptr y, int accumulate);
+/* The experts of moe_experts for a large batch: blobs[p] the expert blob
+ * of pair p < n (p = t * top_k + k), w the host's weights by pair;
+ * writes part[p][d_model] = w[p] * expert(xn[p / top_k]) for every pair
+ * (the caller reduces). Groups the pairs by blob itself. */
+int cuda_tc_experts(struct baton_dev *dev, const struct baton_moe_layer *l, const baton_dptr *blobs,
+    uint64_t n, const float *w, CUdeviceptr part);
+/* The attention slot for n_q >= tc_rows (table: the staged block table
+ * or 0). */
+int cuda_tc_attention(struct baton_dev *dev, const struct baton_attn *a, CUdeviceptr table);
+
+/* ---- graph.c: a pass as one CUDA graph -------------------------------------- */
+
+/* The graph_begin / graph_end slots (engine/backend/backend.h). */
+int cuda_graph_begin(struct baton_dev *dev);
+int cuda_graph_end(struct baton_dev *dev, int ok);
+/* BATON_CUDA_GRAPH=0 turns graphs off (read at open). */
+void cuda_graph_config(struct baton_dev *dev);
+/* Ends a capture left open and gives back the graph (at close). */
+void cuda_graph_free(struct baton_dev *dev);
 
 /* ---- moe_launch.c ----------------------------------------------------------- */
 

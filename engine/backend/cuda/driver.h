@@ -85,6 +85,16 @@
 	X(CUresult, ModuleUnload, "cuModuleUnload", (CUmodule))                     \
 	X(CUresult, ModuleGetFunction, "cuModuleGetFunction",                       \
 	    (CUfunction *, CUmodule, const char *))                                 \
+	X(CUresult, StreamBeginCapture, "cuStreamBeginCapture_v2",                  \
+	    (CUstream, CUstreamCaptureMode))                                        \
+	X(CUresult, StreamEndCapture, "cuStreamEndCapture", (CUstream, CUgraph *))  \
+	X(CUresult, GraphInstantiate, "cuGraphInstantiateWithFlags",                \
+	    (CUgraphExec *, CUgraph, unsigned long long))                           \
+	X(CUresult, GraphExecUpdate, "cuGraphExecUpdate_v2",                        \
+	    (CUgraphExec, CUgraph, CUgraphExecUpdateResultInfo *))                  \
+	X(CUresult, GraphLaunch, "cuGraphLaunch", (CUgraphExec, CUstream))          \
+	X(CUresult, GraphDestroy, "cuGraphDestroy", (CUgraph))                      \
+	X(CUresult, GraphExecDestroy, "cuGraphExecDestroy", (CUgraphExec))          \
 	X(CUresult, LaunchKernel, "cuLaunchKernel",                                 \
 	    (CUfunction, unsigned int, unsigned int, unsigned int, unsigned int,    \
 	        unsigned int, unsigned int, unsigned int, CUstream, void **,        \

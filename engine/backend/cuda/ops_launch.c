@@ -185,7 +185,10 @@ static int stage_args(struct baton_dev *dev, const void *a, uint64_t an, const v
 		dev->ops_stage = NULL;
 		dev->ops_stage_cap = 0;
 		cuda_dbuf_free(dev, &dev->ops_arg);
-		const uint64_t cap = cuda_round_up(2 * total, 1u << 17);
+		/* at least 1 MiB: a decode step's arrays (under 100 KiB at 48
+		 * layers) fill at most one half, so a step captured as a graph
+		 * (graph.c) never waits for copies it recorded itself */
+		const uint64_t cap = cuda_round_up(2 * total, 1u << 20);
 		void *p = NULL;
 		CU(dev, d->MemHostAlloc(&p, cap, 0), "cuMemHostAlloc (ops staging)");
 		dev->ops_stage = p;
@@ -201,6 +204,9 @@ static int stage_args(struct baton_dev *dev, const void *a, uint64_t an, const v
 		dev->ops_off = 0;
 	}
 	const int h = dev->ops_half;
+	if (dev->ops_off == 0 && dev->ops_rec_pending[h])
+		return refuse(dev, BATON_EBUSY, "staging",
+		    "a graph being recorded would overwrite its own arrays");
 	if (dev->ops_off == 0 && dev->ops_stage_busy[h]) {
 		CU(dev, d->EventSynchronize(dev->ops_staged[h]), "cuEventSynchronize (ops staging)");
 		dev->ops_stage_busy[h] = 0;
@@ -212,7 +218,13 @@ static int stage_args(struct baton_dev *dev, const void *a, uint64_t an, const v
 		memcpy(host + boff, b, bn);
 	CU(dev, d->MemcpyHtoDAsync(dev->ops_arg.p + at, host, boff + bn, dev->stream),
 	    "cuMemcpyHtoDAsync (op arguments)");
-	CU(dev, d->EventRecord(dev->ops_staged[h], dev->stream), "cuEventRecord (ops staging)");
+	/* While a graph is recorded (graph.c) an event recorded on the stream
+	 * would become part of the capture, not a mark the host can wait
+	 * for: graph_end records it after the graph instead. */
+	if (dev->capturing)
+		dev->ops_rec_pending[h] = 1;
+	else
+		CU(dev, d->EventRecord(dev->ops_staged[h], dev->stream), "cuEventRecord (ops staging)");
 	dev->ops_stage_busy[h] = 1;
 	dev->ops_off += total;
 	*da = dev->ops_arg.p + at;
@@ -302,6 +314,10 @@ int cuda_op_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint32
 		return refuse(dev, BATON_ERANGE, "matmul", "too many rows for one launch");
 	if ((rc = cuda_cur(dev)))
 		return rc;
+	if (cuda_tc_on(dev, rows) &&
+	    (rc = cuda_tc_matmul(dev, w, w_dtype, rb, n_out, k, b, b_dtype, x, rows, y, accumulate)) !=
+	        CUDA_TC_FALLBACK)
+		return rc;
 	struct baton_ops_matmul_args a = {
 		.w = w, .b = b, .x = x, .y = y, .row_bytes = rb,
 		.w_dtype = w_dtype, .b_dtype = b_dtype, .n_out = n_out, .k = k, .rows = rows,
@@ -385,6 +401,8 @@ int cuda_op_attention(struct baton_dev *dev, const struct baton_attn *a)
 	if (a->blocks &&
 	    (rc = stage_args(dev, a->blocks, (n_ctx + a->block_size - 1) / a->block_size * 4, NULL,
 	         0, &table, NULL)))
+		return rc;
+	if (cuda_tc_on(dev, a->n_q) && (rc = cuda_tc_attention(dev, a, table)) != CUDA_TC_FALLBACK)
 		return rc;
 	for (uint32_t q0 = 0; q0 < a->n_q; q0 += (uint32_t)group) {
 		const uint32_t nq = a->n_q - q0 < group ? a->n_q - q0 : (uint32_t)group;

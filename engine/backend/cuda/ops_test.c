@@ -199,7 +199,11 @@ static void matmul_case(struct baton_dev *dev, int dt, uint32_t n_out, uint32_t 
 
 static void t_matmul(void)
 {
+	/* the exact path: the tensor cores (t_tensor_cores) would take the
+	 * calls of 64 rows and more */
+	T_ASSERT(setenv("BATON_CUDA_GEMM", "0", 1) == 0);
 	struct baton_dev *dev = cuda_fixture_open();
+	unsetenv("BATON_CUDA_GEMM");
 	for (size_t i = 0; i < N_DTS; i++) {
 		const int dt = DTS[i];
 		const int plain = dt == BATON_DT_F32 || dt == BATON_DT_F16 || dt == BATON_DT_BF16;
@@ -616,6 +620,224 @@ static void t_perf(void)
 	be->close(dev);
 }
 
+
+/* ---- the tensor-core path (tc_launch.c) -------------------------------------- */
+
+/* A device with the tensor-core path set by the environment (NULL: the
+ * default), or NULL with "skip" printed when cuBLAS is not there. */
+static struct baton_dev *tc_open(const char *rows, const char *scratch_mb)
+{
+	if (rows)
+		T_ASSERT(setenv("BATON_CUDA_GEMM_ROWS", rows, 1) == 0);
+	if (scratch_mb)
+		T_ASSERT(setenv("BATON_CUDA_GEMM_SCRATCH_MB", scratch_mb, 1) == 0);
+	struct baton_dev *dev = cuda_fixture_open();
+	unsetenv("BATON_CUDA_GEMM_ROWS");
+	unsetenv("BATON_CUDA_GEMM_SCRATCH_MB");
+	/* one matmul of 64 rows asks for cuBLAS */
+	baton_dptr w, x, y;
+	T_CU(dev, be->alloc(dev, 64 * 64 * 2, &w));
+	T_CU(dev, be->alloc(dev, 64 * 64 * 4, &x));
+	T_CU(dev, be->alloc(dev, 64 * 64 * 4, &y));
+	T_CU(dev, be->matmul(dev, w, BATON_DT_BF16, 64, 64, 0, 0, x, 64, y, 0));
+	T_CU(dev, be->sync(dev));
+	be->free(dev, w), be->free(dev, x), be->free(dev, y);
+	char line[768];
+	cuda_backend_describe(dev, line, sizeof line);
+	if (!strstr(line, "tensor cores through cuBLAS")) {
+		printf("  skip: %s\n", line);
+		be->close(dev);
+		return NULL;
+	}
+	return dev;
+}
+
+/* y = (acc ? y : 0) + x w^T + b on the tensor cores against the double
+ * sum: each element within 0.008 sum |x| |w| (bf16 rounds x and w by
+ * 2^-9 each: a product by at most 0.0039 of itself; f32 sums add k 2^-24)
+ * plus 1e-5 of what bias and y add. */
+static void tc_matmul_case(struct baton_dev *dev, int dt, uint32_t n_out, uint32_t k,
+    uint32_t rows, int bias, int acc, uint32_t off)
+{
+	uint64_t wb, bb = 0;
+	uint8_t *w = weights(dt, n_out, k, &wb);
+	uint8_t *b = bias ? weights(BATON_DT_F32, 1, n_out, &bb) : NULL;
+	float *x = rvec((size_t)rows * k), *y = rvec((size_t)rows * n_out);
+	float *got = malloc((size_t)rows * n_out * 4), *wd = malloc((size_t)n_out * k * 4);
+	T_ASSERT(got && wd);
+	const uint64_t rb = baton_compute_row_bytes(dt, k);
+	for (uint32_t o = 0; o < n_out; o++)
+		T_OK(baton_dequant_row(dt, w + o * rb, wd + (size_t)o * k, k));
+	baton_dptr dw0 = 0, dx = up(dev, x, (uint64_t)rows * k * 4);
+	T_CU(dev, be->alloc(dev, wb + 16, &dw0));
+	struct baton_copy wc = { dw0 + off, w, wb };
+	T_CU(dev, be->copy_h2d(dev, &wc, 1));
+	baton_dptr dy = up(dev, y, (uint64_t)rows * n_out * 4), db = b ? up(dev, b, bb) : 0;
+	T_CU(dev, be->matmul(dev, dw0 + off, (uint32_t)dt, n_out, k, db, b ? BATON_DT_F32 : 0, dx,
+	    rows, dy, acc));
+	down(dev, got, dy, (uint64_t)rows * n_out * 4);
+	double worst = 0;
+	for (uint32_t r = 0; r < rows; r++)
+		for (uint32_t o = 0; o < n_out; o++) {
+			double sum = 0, mag = 0;
+			for (uint32_t i = 0; i < k; i++) {
+				const double p = (double)x[(size_t)r * k + i] * wd[(size_t)o * k + i];
+				sum += p;
+				mag += fabs(p);
+			}
+			double extra = 0;
+			if (acc)
+				sum += y[(size_t)r * n_out + o], extra += fabs(y[(size_t)r * n_out + o]);
+			if (b) {
+				float bv;
+				memcpy(&bv, b + 4 * o, 4);
+				sum += bv, extra += fabs(bv);
+			}
+			const double err = fabs(got[(size_t)r * n_out + o] - sum);
+			const double lim = 0.008 * mag + 1e-5 * (extra + 1e-3);
+			if (mag > 0 && err / mag > worst)
+				worst = err / mag;
+			if (!(err <= lim))
+				T_FAIL("tc matmul %s %ux%u rows %u: [%u][%u] %.9g, exact %.9g (limit %.3g)",
+				    baton_dtype_name(dt), n_out, k, rows, r, o, got[(size_t)r * n_out + o], sum,
+				    lim);
+		}
+	char name[80];
+	snprintf(name, sizeof name, "tc matmul %s k=%u rows=%u off=%u err/sum|xw|",
+	    baton_dtype_name(dt), k, rows, off);
+	fig(name, worst);
+	be->free(dev, dw0), be->free(dev, dx), be->free(dev, dy);
+	if (db)
+		be->free(dev, db);
+	free(w), free(b), free(x), free(y), free(got), free(wd);
+}
+
+/* attention of n_q >= 64 queries on the tensor cores against the host's:
+ * within 2e-2 of the scale (bf16 q, k, p and v: a few 1e-3 expected; a
+ * key seen past the causal edge or a wrong head moves outputs by 1e-1). */
+static void tc_attention_case(struct baton_dev *dev, uint32_t n_q, uint32_t pos0, uint32_t Hh,
+    uint32_t KH, uint32_t hd, int paged)
+{
+	const uint32_t BS = 16;
+	const uint64_t n_ctx = (uint64_t)pos0 + n_q, qn = (uint64_t)n_q * Hh * hd;
+	const uint32_t nb = (uint32_t)((n_ctx + BS - 1) / BS), pool = nb + 3;
+	const uint64_t rows = paged ? (uint64_t)pool * BS : n_ctx, kn = rows * KH * hd;
+	float *q = rvec(qn), *k = rvec(kn), *v = rvec(kn);
+	uint32_t *table = malloc(pool * sizeof *table);
+	T_ASSERT(table);
+	for (uint32_t i = 0; i < pool; i++)
+		table[i] = pool - 1 - i;
+	for (uint64_t i = 0; i < qn; i++)
+		q[i] *= 2.0f;
+	float *got = malloc(qn * 4), *want = malloc(qn * 4), *again = malloc(qn * 4);
+	T_ASSERT(got && want && again);
+	baton_dptr dq = up(dev, q, qn * 4), dk = up(dev, k, kn * 4), dv = up(dev, v, kn * 4), dout;
+	T_CU(dev, be->alloc(dev, qn * 4, &dout));
+	struct baton_attn a = { .q = dq, .k = dk, .v = dv, .out = dout, .n_q = n_q, .n_heads = Hh,
+		.n_kv_heads = KH, .head_dim = hd, .pos0 = pos0, .scale = 1.0f / sqrtf((float)hd),
+		.blocks = paged ? table : NULL, .block_size = paged ? BS : 0 };
+	T_CU(dev, be->attention(dev, &a));
+	down(dev, got, dout, qn * 4);
+	T_CU(dev, be->attention(dev, &a));
+	down(dev, again, dout, qn * 4);
+	struct baton_attn ha = a;
+	ha.q = H(q), ha.k = H(k), ha.v = H(v), ha.out = H(want);
+	T_OK(host_op_attention(NULL, &ha));
+	char what[80];
+	snprintf(what, sizeof what, "tc attention n_q=%u pos0=%u%s", n_q, pos0, paged ? " paged" : "");
+	close_to(got, want, qn, 2e-2, what);
+	T_ASSERT_MSG(memcmp(got, again, qn * 4) == 0, "%s: two runs differ", what);
+	be->free(dev, dq), be->free(dev, dk), be->free(dev, dv), be->free(dev, dout);
+	free(q), free(k), free(v), free(got), free(want), free(again), free(table);
+}
+
+/* moe_experts of a large batch (per-expert GEMMs) against the host's:
+ * x starts at 0, so x ends as the weighted sum of the experts; within
+ * 2e-2 of its largest magnitude (bf16 inputs of both GEMMs). */
+static void tc_moe_case(struct baton_dev *dev, int dt, uint32_t B, uint32_t D, uint32_t F,
+    uint32_t E, uint32_t K)
+{
+	const uint64_t rbd = baton_compute_row_bytes(dt, D), rbf = baton_compute_row_bytes(dt, F);
+	const uint64_t gate_off = 0, up_off = F * rbd, down_off = 2 * F * rbd;
+	const uint64_t stride = (down_off + D * rbf + 255) / 256 * 256;
+	uint8_t *blobs = calloc(E, stride);
+	T_ASSERT(blobs);
+	for (uint32_t e = 0; e < E; e++) {
+		uint64_t n1, n2;
+		uint8_t *gu = weights(dt, 2 * F, D, &n1), *dn = weights(dt, D, F, &n2);
+		memcpy(blobs + e * stride, gu, n1);
+		memcpy(blobs + e * stride + down_off, dn, n2);
+		free(gu), free(dn);
+	}
+	const size_t BD = (size_t)B * D, BK = (size_t)B * K;
+	float *xn = rvec(BD), *x = calloc(BD, 4), *want = calloc(BD, 4), *got = malloc(BD * 4);
+	float *wt = rvec(BK);
+	baton_dptr *hb = malloc(BK * sizeof *hb), *db = malloc(BK * sizeof *db);
+	T_ASSERT(x && want && got && hb && db);
+	baton_dptr dblobs = up(dev, blobs, E * stride), dxn = up(dev, xn, BD * 4),
+	    dx = up(dev, x, BD * 4);
+	for (uint32_t t = 0; t < B; t++)
+		for (uint32_t j = 0; j < K; j++) {
+			const uint32_t e = (t * 7 + j * 3 + (uint32_t)(rnd() % 2)) % E; /* distinct per token */
+			hb[t * K + j] = H(blobs + e * stride);
+			db[t * K + j] = dblobs + e * stride;
+			wt[t * K + j] = fabsf(wt[t * K + j]);
+		}
+	struct baton_moe_layer l = {
+		.batch = B, .d_model = D, .d_ff = F, .n_experts = E, .top_k = K, .x = dx, .xn = dxn,
+		.gate_dtype = (uint32_t)dt, .up_dtype = (uint32_t)dt, .down_dtype = (uint32_t)dt,
+		.gate_off = gate_off, .up_off = up_off, .down_off = down_off,
+	};
+	T_CU(dev, be->moe_experts(dev, &l, db, wt));
+	down(dev, got, dx, BD * 4);
+	struct baton_moe_layer hl = l;
+	hl.x = H(want), hl.xn = H(xn);
+	T_OK(host_moe_experts(NULL, &hl, hb, wt));
+	double md = 0, mw = 0;
+	for (size_t i = 0; i < BD; i++) {
+		md = fmax(md, fabs((double)got[i] - want[i]));
+		mw = fmax(mw, fabs(want[i]));
+	}
+	char name[80];
+	snprintf(name, sizeof name, "tc moe %s B=%u max diff / max", baton_dtype_name(dt), B);
+	fig(name, md / mw);
+	T_ASSERT_MSG(mw > 0 && md <= 2e-2 * mw, "%s: %.3g of %.3g", name, md, mw);
+	be->free(dev, dblobs), be->free(dev, dxn), be->free(dev, dx);
+	free(blobs), free(xn), free(x), free(want), free(got), free(wt), free(hb), free(db);
+}
+
+static void t_tensor_cores(void)
+{
+	struct baton_dev *dev = tc_open(NULL, NULL);
+	if (!dev)
+		return;
+	const int dts[] = { BATON_DT_F16, BATON_DT_BF16, BATON_DT_Q8_0, BATON_DT_Q4_K,
+		BATON_DT_Q5_K, BATON_DT_Q6_K };
+	for (size_t i = 0; i < sizeof dts / sizeof dts[0]; i++) {
+		const int dt = dts[i];
+		tc_matmul_case(dev, dt, 300, 512, 70, 1, 0, 0);
+		tc_matmul_case(dev, dt, 64, baton_kquant_is(dt) ? 1280 : 1088, 100, 0, 1, 0);
+		/* at odd addresses: the element decoder (bf16: decoded, not in place) */
+		tc_matmul_case(dev, dt, 40, 512, 64, 0, 0, dt == BATON_DT_BF16 ? 2 : 1);
+		tc_moe_case(dev, dt, 96, 256, 256, 6, 2);
+	}
+	/* f32 weights stay on the exact kernels: the host's bits at 70 rows */
+	matmul_case(dev, BATON_DT_F32, 37, 512, 70, BATON_DT_F32, 0);
+	for (int paged = 0; paged < 2; paged++) {
+		tc_attention_case(dev, 100, 0, 8, 2, 64, paged);
+		tc_attention_case(dev, 70, 300, 4, 4, 128, paged);
+		tc_attention_case(dev, 64, 37, 6, 3, 72, paged);
+	}
+	be->close(dev);
+	/* a small scratch: weights in slabs, experts in groups, queries in groups */
+	if (!(dev = tc_open(NULL, "1")))
+		return;
+	tc_matmul_case(dev, BATON_DT_Q4_K, 2100, 256, 65, 1, 1, 0);
+	tc_moe_case(dev, BATON_DT_Q4_K, 96, 256, 256, 6, 2);
+	tc_attention_case(dev, 200, 500, 8, 2, 64, 1);
+	be->close(dev);
+}
+
 /* ---- refusals: the host's codes, nothing queued ---------------------------- */
 
 static void t_refusals(void)
@@ -655,4 +877,5 @@ static void t_refusals(void)
 }
 
 T_MAIN(T_CASE(t_matmul), T_CASE(t_embed_rmsnorm), T_CASE(t_route), T_CASE(t_rope),
-    T_CASE(t_attention), T_CASE(t_kv_store), T_CASE(t_swiglu_add), T_CASE(t_refusals), T_CASE_TIMEOUT(t_perf, 120))
+    T_CASE(t_attention), T_CASE(t_kv_store), T_CASE(t_swiglu_add), T_CASE(t_refusals),
+    T_CASE_TIMEOUT(t_tensor_cores, 120), T_CASE_TIMEOUT(t_perf, 120))

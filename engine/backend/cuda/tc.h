@@ -1,0 +1,85 @@
+/*
+ * tc.h: internal to the `cuda` backend. The argument blocks of the kernels
+ * around the tensor-core path (tc_launch.c): gemm.cu (weights decoded to
+ * bf16, activations to bf16 and back, the MoE block's gather, SwiGLU and
+ * scatter) and attn.cu (prefill attention as two GEMMs: the K/V and Q
+ * layouts, the causal softmax, the output back in place). Shared by C and
+ * CUDA: fixed-width fields, no padding. Every kernel runs a grid-stride
+ * loop over its elements, block BATON_TC_THREADS, unless it says
+ * otherwise.
+ */
+#ifndef BATON_ENGINE_BACKEND_CUDA_TC_H
+#define BATON_ENGINE_BACKEND_CUDA_TC_H
+
+#include <stdint.h>
+
+#define BATON_TC_THREADS 256
+#define BATON_TC_NONE 0xffffffffu /* a padding row of a map */
+
+/* baton_tc_dequant: grid (x, n_mat). Matrix z (< n_mat) is `rows` rows of
+ * `cols` in dtype at (table ? table[z] : src) + src_off, row_bytes apart;
+ * it goes to dst + z * dst_stride + dst_row0 * cols as bf16 (elements
+ * rounded to nearest even). vec: 1 when every row start suits the vector
+ * decoders (8 bytes for q4_K / q5_K, 2 for q6_K, q8_0, f16, bf16);
+ * cols % 8 == 0 always. */
+struct baton_tc_dequant_args {
+	uint64_t table, src, src_off, row_bytes, dst, dst_stride, dst_row0;
+	uint32_t rows, cols, dtype, vec;
+};
+
+/* baton_tc_rows: dst row r (bf16, cols) = src row (map ? map[r] / div :
+ * r) (f32, cols, src_ld apart), or zeros where map[r] == BATON_TC_NONE. */
+struct baton_tc_rows_args {
+	uint64_t src, dst, map;
+	uint32_t rows, cols, src_ld, div;
+};
+
+/* baton_tc_bias: y[r][o] += decode(b)[o], r < rows, o < n_out. */
+struct baton_tc_bias_args {
+	uint64_t y, b;
+	uint32_t rows, n_out, b_dtype, pad;
+};
+
+/* baton_tc_swiglu: h[r][i] = bf16(silu(gu[r][i]) * gu[r][f + i]), gu f32
+ * [rows][2f], h bf16 [rows][f]. */
+struct baton_tc_swiglu_args {
+	uint64_t gu, h;
+	uint32_t rows, f;
+};
+
+/* baton_tc_scatter: for rows r with p = map[r] != NONE:
+ * part[p][c] = w[p] * o[r][c], c < cols (f32). */
+struct baton_tc_scatter_args {
+	uint64_t o, part, map, w;
+	uint32_t rows, cols;
+};
+
+/* attn.cu. G = heads / kv_heads query heads per KV head.
+ * baton_tc_attn_kv: kb, vb bf16 [kv_heads][n_pad][head_dim] from the
+ * cache (rows of kv_heads * head_dim f32; key c at row blocks[c /
+ * block_size] * block_size + c % block_size, or row c without blocks),
+ * zeros for c >= n_ctx. */
+struct baton_tc_attn_kv_args {
+	uint64_t k, v, kb, vb, blocks;
+	uint32_t n_ctx, n_pad, kv_heads, head_dim, block_size, pad;
+};
+
+/* baton_tc_attn_q: qb bf16 [kv_heads][nq][G][head_dim] from q f32
+ * [nq][heads][head_dim] (query t, head g * G + j);
+ * baton_tc_attn_out: out f32 [nq][heads][head_dim] from o f32 in qb's
+ * layout. */
+struct baton_tc_attn_qo_args {
+	uint64_t src, dst;
+	uint32_t nq, heads, kv_heads, head_dim;
+};
+
+/* baton_tc_attn_softmax: one block per row of s (f32, kv_heads * nq * G
+ * rows of n_pad, the scores already scaled); row R is query t = (R % (nq
+ * * G)) / G, which sees keys c <= pos_q0 + t: p (bf16, same shape) =
+ * exp(s - max) / sum over those, 0 elsewhere. */
+struct baton_tc_attn_softmax_args {
+	uint64_t s, p;
+	uint32_t rows, n_pad, nq_g, g, pos_q0, pad;
+};
+
+#endif

@@ -1,0 +1,386 @@
+/*
+ * tc_launch.c: the tensor-core path of the `cuda` backend, for passes of
+ * many rows (prefill, large batches; cuda_tc_on decides): matmul, the MoE
+ * experts and attention as cuBLAS GEMMs in bf16 with f32 sums (blas.c),
+ * around the small kernels of gemm.cu and attn.cu (argument blocks in
+ * tc.h). Not the host's order, so not its bits: docs/internals/cuda-ops.md
+ * ("Prefill on the tensor cores") gives the tolerances and what stays
+ * batch invariant.
+ *
+ *   matmul     x to bf16; weights decoded to bf16 in slabs of output rows
+ *              (bf16 weights at 16-byte alignment used in place); one GEMM
+ *              per slab into y (beta 1 to accumulate); the bias after.
+ *   experts    the pairs grouped by expert (the caller sorted them), each
+ *              expert's tokens gathered into bf16 rows padded to the
+ *              largest group; per group of experts that fits the scratch,
+ *              gate and up (one matrix of 2 d_ff rows) and down decoded to
+ *              bf16, two strided-batched GEMMs with SwiGLU between; the
+ *              outputs, weighted, scattered to their pairs.
+ *   attention  per group of queries: the sequence's keys and values out
+ *              of the (paged) cache into bf16 per KV head, the queries
+ *              grouped by KV head, S = scale Q K^T (one strided-batched
+ *              GEMM over KV heads), the causal softmax to bf16, O = P V,
+ *              then O back into the slot's layout.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "arena/arena.h"
+#include "engine/backend/cuda/cuda_int.h"
+#include "engine/backend/cuda/tc.h"
+#include "engine/backend/host/host.h"
+
+#define BF16 14 /* cudaDataType CUDA_R_16BF */
+
+enum { B_W, B_X, B_A, B_B, B_C, B_MAP };
+
+/* A scratch buffer of at least `bytes`, or the fallback (said once per
+ * device on stderr: the pass then runs on the CUDA cores). */
+static int need(struct baton_dev *dev, int i, uint64_t bytes)
+{
+	if (!cuda_dbuf_need(dev, &dev->tc_buf[i], bytes))
+		return 0;
+	if (!dev->tc_warned)
+		fprintf(stderr, "baton cuda: no device memory for %llu MiB of tensor-core scratch: "
+		    "such passes run on the CUDA cores (%s)\n", (unsigned long long)(bytes >> 20), dev->err);
+	dev->tc_warned = 1;
+	return CUDA_TC_FALLBACK;
+}
+
+static uint32_t grid_for(uint64_t units)
+{
+	uint64_t b = (units + BATON_TC_THREADS - 1) / BATON_TC_THREADS;
+	return (uint32_t)(b < 8192 ? (b ? b : 1) : 8192);
+}
+
+static int launch(struct baton_dev *dev, CUfunction f, uint64_t units, uint32_t gy, void *args,
+    const char *what)
+{
+	return cuda_launch(dev, f, grid_for(units), gy, BATON_TC_THREADS, args, what);
+}
+
+/* 1 when rows of dt at `base`, row_bytes apart, suit the vector decoders. */
+static int vec_ok(uint64_t base, uint32_t dt, uint64_t rb)
+{
+	if (dt == BATON_DT_Q4_K || dt == BATON_DT_Q5_K)
+		return base % 8 == 0 && rb % 8 == 0;
+	return base % 2 == 0 && rb % 2 == 0;
+}
+
+int cuda_tc_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint64_t rb,
+    uint32_t n_out, uint32_t k, baton_dptr b, uint32_t b_dtype, baton_dptr x, uint32_t rows,
+    baton_dptr y, int accumulate)
+{
+	int rc;
+	if (w_dtype == BATON_DT_F32 || k % 8 || (uint64_t)rows * k > 0x7fffffffull)
+		return CUDA_TC_FALLBACK;
+	const int direct = w_dtype == BATON_DT_BF16 && w % 16 == 0;
+	uint64_t slab = direct ? n_out : dev->tc_scratch / ((uint64_t)k * 2);
+	if (slab > n_out)
+		slab = n_out;
+	if (!slab)
+		slab = 1;
+	if ((rc = need(dev, B_X, (uint64_t)rows * k * 2)) ||
+	    (!direct && (rc = need(dev, B_W, slab * k * 2))))
+		return rc;
+	struct baton_tc_rows_args ra = {
+		.src = x, .dst = dev->tc_buf[B_X].p, .map = 0, .rows = rows, .cols = k, .src_ld = k,
+		.div = 1,
+	};
+	if ((rc = launch(dev, dev->k_tc_rows, (uint64_t)rows * k / 8, 1, &ra,
+	         "cuLaunchKernel baton_tc_rows")))
+		return rc;
+	for (uint64_t o0 = 0; o0 < n_out; o0 += slab) {
+		const uint32_t s = (uint32_t)(n_out - o0 < slab ? n_out - o0 : slab);
+		CUdeviceptr wa = w + o0 * rb;
+		if (!direct) {
+			struct baton_tc_dequant_args da = {
+				.table = 0, .src = w + o0 * rb, .src_off = 0, .row_bytes = rb,
+				.dst = dev->tc_buf[B_W].p, .dst_stride = 0, .dst_row0 = 0,
+				.rows = s, .cols = k, .dtype = w_dtype,
+				.vec = (uint32_t)vec_ok(w + o0 * rb, w_dtype, rb),
+			};
+			if ((rc = launch(dev, dev->k_tc_dequant, (uint64_t)s * k / 8, 1, &da,
+			         "cuLaunchKernel baton_tc_dequant")))
+				return rc;
+			wa = dev->tc_buf[B_W].p;
+		}
+		struct cuda_gemm g = {
+			.ta = 1, .tb = 0, .m = (int)s, .n = (int)rows, .k = (int)k,
+			.alpha = 1.0f, .beta = accumulate ? 1.0f : 0.0f,
+			.a = wa, .b = dev->tc_buf[B_X].p, .c = y + o0 * 4,
+			.a_type = BF16, .b_type = BF16, .lda = (int)k, .ldb = (int)k, .ldc = (int)n_out,
+			.batch = 1,
+		};
+		if ((rc = cuda_blas_gemm(dev, &g)))
+			return rc;
+	}
+	if (!b)
+		return 0;
+	struct baton_tc_bias_args ba = { .y = y, .b = b, .rows = rows, .n_out = n_out, .b_dtype = b_dtype };
+	return launch(dev, dev->k_tc_bias, (uint64_t)rows * n_out, 1, &ba, "cuLaunchKernel baton_tc_bias");
+}
+
+/* Host bytes to the device through the pinned stage (reused once its
+ * last copy has run). */
+static int stage_copy(struct baton_dev *dev, const void *src, uint64_t bytes, CUdeviceptr dst)
+{
+	const struct cuda_driver *d = dev->d;
+	if (dev->tc_stage_busy) {
+		CU(dev, d->EventSynchronize(dev->tc_staged), "cuEventSynchronize (tc staging)");
+		dev->tc_stage_busy = 0;
+	}
+	if (dev->tc_stage_cap < bytes) {
+		if (dev->tc_stage)
+			d->MemFreeHost(dev->tc_stage);
+		dev->tc_stage = NULL;
+		dev->tc_stage_cap = 0;
+		const uint64_t cap = cuda_round_up(bytes, 1u << 16);
+		void *p = NULL;
+		CU(dev, d->MemHostAlloc(&p, cap, 0), "cuMemHostAlloc (tc staging)");
+		dev->tc_stage = p;
+		dev->tc_stage_cap = cap;
+	}
+	memcpy(dev->tc_stage, src, bytes);
+	CU(dev, d->MemcpyHtoDAsync(dst, dev->tc_stage, bytes, dev->stream),
+	    "cuMemcpyHtoDAsync (tc maps)");
+	CU(dev, d->EventRecord(dev->tc_staged, dev->stream), "cuEventRecord (tc staging)");
+	dev->tc_stage_busy = 1;
+	return 0;
+}
+
+int cuda_tc_experts(struct baton_dev *dev, const struct baton_moe_layer *l, const baton_dptr *blobs,
+    uint64_t n, const float *w, CUdeviceptr part)
+{
+	const uint32_t D = l->d_model, F = l->d_ff;
+	int rc;
+	if (D % 8 || F % 8 || l->gate_dtype == BATON_DT_F32 || l->up_dtype == BATON_DT_F32 ||
+	    l->down_dtype == BATON_DT_F32 || n > 0x7fffffffull)
+		return CUDA_TC_FALLBACK;
+	/* the experts used, in order of first use (a hash of the blob
+	 * addresses, no sort): group[p], their blobs and counts */
+	uint64_t cap = 16;
+	int bits = 4;
+	while (cap < 2 * n)
+		cap <<= 1, bits++;
+	uint64_t *keys = calloc(cap, sizeof *keys), *gblob = malloc(n * sizeof *gblob);
+	uint32_t *gid = malloc(cap * sizeof *gid), *group = malloc(n * sizeof *group);
+	uint32_t *count = calloc(n, sizeof *count);
+	rc = keys && gblob && gid && group && count ? 0 : BATON_ENOMEM;
+	uint64_t U = 0, maxc = 0;
+	for (uint64_t p = 0; !rc && p < n; p++) {
+		const uint64_t b = blobs[p];
+		uint64_t h = ((b >> 6) * 0x9E3779B97F4A7C15ull) >> (64 - bits);
+		while (keys[h] && keys[h] != b)
+			h = (h + 1) & (cap - 1);
+		if (!keys[h]) {
+			keys[h] = b;
+			gid[h] = (uint32_t)U;
+			gblob[U++] = b;
+		}
+		group[p] = gid[h];
+		if (++count[gid[h]] > maxc)
+			maxc = count[gid[h]];
+	}
+	free(keys);
+	free(gid);
+	maxc = cuda_round_up(maxc, 8);
+	const uint64_t R = U * maxc;
+	if (!rc && R * (2ull * F > D ? 2ull * F : D) > 0x7fffffffull)
+		rc = CUDA_TC_FALLBACK;
+	if (rc) {
+		free(gblob), free(group), free(count);
+		return rc;
+	}
+	const uint64_t gbytes = (uint64_t)F * D * 2 * 3; /* one expert's bf16 gate, up, down */
+	uint64_t Gn = dev->tc_scratch / gbytes;
+	if (Gn > U)
+		Gn = U;
+	if (!Gn)
+		Gn = 1;
+	/* the maps: table[U] (u64), rowmap[R] (u32), w[n] (f32) */
+	const uint64_t off_map = U * 8, off_w = cuda_round_up(off_map + R * 4, 16);
+	const uint64_t mbytes = off_w + n * 4;
+	if ((rc = need(dev, B_MAP, mbytes)) || (rc = need(dev, B_X, R * D * 2)) ||
+	    (rc = need(dev, B_A, R * 2 * F * 4)) || (rc = need(dev, B_B, R * F * 2)) ||
+	    (rc = need(dev, B_C, R * D * 4)) || (rc = need(dev, B_W, Gn * gbytes))) {
+		free(gblob), free(group), free(count);
+		return rc;
+	}
+	char *host = malloc(mbytes);
+	if (!host) {
+		free(gblob), free(group), free(count);
+		return BATON_ENOMEM;
+	}
+	uint64_t *table = (uint64_t *)host;
+	uint32_t *rowmap = (uint32_t *)(host + off_map);
+	memset(rowmap, 0xff, R * 4);
+	int vec = 7;
+	const uint64_t rb_g = baton_compute_row_bytes((int)l->gate_dtype, D);
+	const uint64_t rb_u = baton_compute_row_bytes((int)l->up_dtype, D);
+	const uint64_t rb_d = baton_compute_row_bytes((int)l->down_dtype, F);
+	for (uint64_t e = 0; e < U; e++) {
+		table[e] = gblob[e];
+		if (!vec_ok(gblob[e] + l->gate_off, l->gate_dtype, rb_g))
+			vec &= ~1;
+		if (!vec_ok(gblob[e] + l->up_off, l->up_dtype, rb_u))
+			vec &= ~2;
+		if (!vec_ok(gblob[e] + l->down_off, l->down_dtype, rb_d))
+			vec &= ~4;
+		count[e] = 0; /* now each group's next row */
+	}
+	for (uint64_t p = 0; p < n; p++) /* a group's pairs in p order */
+		rowmap[(uint64_t)group[p] * maxc + count[group[p]]++] = (uint32_t)p;
+	free(gblob), free(group), free(count);
+	memcpy(host + off_w, w, n * 4);
+	rc = stage_copy(dev, host, mbytes, dev->tc_buf[B_MAP].p);
+	free(host);
+	if (rc)
+		return rc;
+	const CUdeviceptr dtab = dev->tc_buf[B_MAP].p, dmap = dtab + off_map, dw = dtab + off_w;
+	const CUdeviceptr X = dev->tc_buf[B_X].p, GU = dev->tc_buf[B_A].p, Hb = dev->tc_buf[B_B].p,
+	    O = dev->tc_buf[B_C].p, W = dev->tc_buf[B_W].p;
+	const CUdeviceptr Wd = W + Gn * (uint64_t)F * D * 4; /* after Gn gate+up matrices */
+
+	struct baton_tc_rows_args ra = {
+		.src = l->xn, .dst = X, .map = dmap, .rows = (uint32_t)R, .cols = D, .src_ld = D,
+		.div = l->top_k,
+	};
+	if ((rc = launch(dev, dev->k_tc_rows, R * D / 8, 1, &ra, "cuLaunchKernel baton_tc_rows")))
+		return rc;
+	for (uint64_t g0 = 0; g0 < U; g0 += Gn) {
+		const uint32_t gn = (uint32_t)(U - g0 < Gn ? U - g0 : Gn);
+		struct baton_tc_dequant_args da = {
+			.table = dtab + g0 * 8, .src_off = l->gate_off, .row_bytes = rb_g, .dst = W,
+			.dst_stride = 2ull * F * D, .dst_row0 = 0, .rows = F, .cols = D,
+			.dtype = l->gate_dtype, .vec = vec & 1,
+		};
+		if ((rc = launch(dev, dev->k_tc_dequant, (uint64_t)F * D / 8, gn, &da,
+		         "cuLaunchKernel baton_tc_dequant (gate)")))
+			return rc;
+		da.src_off = l->up_off, da.row_bytes = rb_u, da.dst_row0 = F, da.dtype = l->up_dtype;
+		da.vec = (vec >> 1) & 1;
+		if ((rc = launch(dev, dev->k_tc_dequant, (uint64_t)F * D / 8, gn, &da,
+		         "cuLaunchKernel baton_tc_dequant (up)")))
+			return rc;
+		da.src_off = l->down_off, da.row_bytes = rb_d, da.dst = Wd, da.dst_stride = (uint64_t)D * F;
+		da.dst_row0 = 0, da.rows = D, da.cols = F, da.dtype = l->down_dtype;
+		da.vec = (vec >> 2) & 1;
+		if ((rc = launch(dev, dev->k_tc_dequant, (uint64_t)F * D / 8, gn, &da,
+		         "cuLaunchKernel baton_tc_dequant (down)")))
+			return rc;
+		const uint64_t r0 = g0 * maxc;
+		struct cuda_gemm g1 = {
+			.ta = 1, .tb = 0, .m = (int)(2 * F), .n = (int)maxc, .k = (int)D,
+			.alpha = 1.0f, .beta = 0.0f,
+			.a = W, .b = X + r0 * D * 2, .c = GU + r0 * 2 * F * 4,
+			.a_type = BF16, .b_type = BF16, .lda = (int)D, .ldb = (int)D, .ldc = (int)(2 * F),
+			.batch = (int)gn,
+			.sa = 2ll * F * D, .sb = (long long)(maxc * D), .sc = (long long)(maxc * 2 * F),
+		};
+		if ((rc = cuda_blas_gemm(dev, &g1)))
+			return rc;
+		struct baton_tc_swiglu_args sa = {
+			.gu = GU + r0 * 2 * F * 4, .h = Hb + r0 * F * 2, .rows = (uint32_t)(gn * maxc), .f = F,
+		};
+		if ((rc = launch(dev, dev->k_tc_swiglu, gn * maxc * F, 1, &sa,
+		         "cuLaunchKernel baton_tc_swiglu")))
+			return rc;
+		struct cuda_gemm g2 = {
+			.ta = 1, .tb = 0, .m = (int)D, .n = (int)maxc, .k = (int)F,
+			.alpha = 1.0f, .beta = 0.0f,
+			.a = Wd, .b = Hb + r0 * F * 2, .c = O + r0 * D * 4,
+			.a_type = BF16, .b_type = BF16, .lda = (int)F, .ldb = (int)F, .ldc = (int)D,
+			.batch = (int)gn,
+			.sa = (long long)D * F, .sb = (long long)(maxc * F), .sc = (long long)(maxc * D),
+		};
+		if ((rc = cuda_blas_gemm(dev, &g2)))
+			return rc;
+	}
+	struct baton_tc_scatter_args sc = {
+		.o = O, .part = part, .map = dmap, .w = dw, .rows = (uint32_t)R, .cols = D,
+	};
+	return launch(dev, dev->k_tc_scatter, R * D, 1, &sc, "cuLaunchKernel baton_tc_scatter");
+}
+
+int cuda_tc_attention(struct baton_dev *dev, const struct baton_attn *a, CUdeviceptr table)
+{
+	const uint32_t H = a->n_heads, KH = a->n_kv_heads, hd = a->head_dim, G = H / KH;
+	int rc;
+	if (hd % 8)
+		return CUDA_TC_FALLBACK;
+	const uint64_t pad_max = cuda_round_up((uint64_t)a->pos0 + a->n_q, 8);
+	uint64_t nqg = dev->tc_scratch / ((uint64_t)H * pad_max * 6);
+	if (nqg > a->n_q)
+		nqg = a->n_q;
+	if (nqg < 16 && nqg < a->n_q)
+		return CUDA_TC_FALLBACK; /* a context too long for the scratch: the chunked kernels */
+	if (pad_max * H * nqg > 0x7fffffffull)
+		return CUDA_TC_FALLBACK;
+	const uint64_t qn = nqg * H * hd;
+	if ((rc = need(dev, B_A, (uint64_t)H * nqg * pad_max * 4)) ||
+	    (rc = need(dev, B_B, (uint64_t)H * nqg * pad_max * 2)) ||
+	    (rc = need(dev, B_C, 2ull * KH * pad_max * hd * 2)) || (rc = need(dev, B_X, qn * 2)) ||
+	    (rc = need(dev, B_W, qn * 4)))
+		return rc;
+	const CUdeviceptr S = dev->tc_buf[B_A].p, P = dev->tc_buf[B_B].p, Kb = dev->tc_buf[B_C].p,
+	    Qb = dev->tc_buf[B_X].p, O = dev->tc_buf[B_W].p;
+	for (uint64_t q0 = 0; q0 < a->n_q; q0 += nqg) {
+		const uint32_t nq = (uint32_t)(a->n_q - q0 < nqg ? a->n_q - q0 : nqg);
+		const uint32_t n_ctx = (uint32_t)(a->pos0 + q0 + nq);
+		const uint32_t n_pad = (uint32_t)cuda_round_up(n_ctx, 8);
+		const CUdeviceptr Vb = Kb + (uint64_t)KH * n_pad * hd * 2;
+		struct baton_tc_attn_kv_args ka = {
+			.k = a->k, .v = a->v, .kb = Kb, .vb = Vb, .blocks = table, .n_ctx = n_ctx,
+			.n_pad = n_pad, .kv_heads = KH, .head_dim = hd, .block_size = a->block_size,
+		};
+		if ((rc = launch(dev, dev->k_tc_attn_kv, (uint64_t)KH * n_pad * hd, 1, &ka,
+		         "cuLaunchKernel baton_tc_attn_kv")))
+			return rc;
+		struct baton_tc_attn_qo_args qa = {
+			.src = a->q + q0 * H * hd * 4, .dst = Qb, .nq = nq, .heads = H, .kv_heads = KH,
+			.head_dim = hd,
+		};
+		if ((rc = launch(dev, dev->k_tc_attn_q, (uint64_t)nq * H * hd, 1, &qa,
+		         "cuLaunchKernel baton_tc_attn_q")))
+			return rc;
+		const uint64_t cols = (uint64_t)nq * G; /* query rows per KV head */
+		struct cuda_gemm g1 = {
+			.ta = 1, .tb = 0, .m = (int)n_pad, .n = (int)cols, .k = (int)hd,
+			.alpha = a->scale, .beta = 0.0f, .a = Kb, .b = Qb, .c = S,
+			.a_type = BF16, .b_type = BF16, .lda = (int)hd, .ldb = (int)hd, .ldc = (int)n_pad,
+			.batch = (int)KH,
+			.sa = (long long)n_pad * hd, .sb = (long long)(cols * hd),
+			.sc = (long long)(cols * n_pad),
+		};
+		if ((rc = cuda_blas_gemm(dev, &g1)))
+			return rc;
+		const uint64_t rows = (uint64_t)KH * cols;
+		struct baton_tc_attn_softmax_args sa = {
+			.s = S, .p = P, .rows = (uint32_t)rows, .n_pad = n_pad, .nq_g = (uint32_t)cols,
+			.g = G, .pos_q0 = (uint32_t)(a->pos0 + q0),
+		};
+		if ((rc = cuda_launch(dev, dev->k_tc_attn_softmax, (uint32_t)(rows < 32768 ? rows : 32768), 1,
+		         BATON_TC_THREADS, &sa, "cuLaunchKernel baton_tc_attn_softmax")))
+			return rc;
+		struct cuda_gemm g2 = {
+			.ta = 0, .tb = 0, .m = (int)hd, .n = (int)cols, .k = (int)n_pad,
+			.alpha = 1.0f, .beta = 0.0f, .a = Vb, .b = P, .c = O,
+			.a_type = BF16, .b_type = BF16, .lda = (int)hd, .ldb = (int)n_pad, .ldc = (int)hd,
+			.batch = (int)KH,
+			.sa = (long long)n_pad * hd, .sb = (long long)(cols * n_pad),
+			.sc = (long long)(cols * hd),
+		};
+		if ((rc = cuda_blas_gemm(dev, &g2)))
+			return rc;
+		struct baton_tc_attn_qo_args oa = {
+			.src = O, .dst = a->out + q0 * H * hd * 4, .nq = nq, .heads = H, .kv_heads = KH,
+			.head_dim = hd,
+		};
+		if ((rc = launch(dev, dev->k_tc_attn_out, (uint64_t)nq * H * hd, 1, &oa,
+		         "cuLaunchKernel baton_tc_attn_out")))
+			return rc;
+	}
+	return 0;
+}
