@@ -93,6 +93,13 @@ int32_t text_pad(const text_tok *t);
 int text_token_bytes(const text_tok *t, int32_t id, char *buf, size_t cap, size_t *len);
 /* The stored chat template, or NULL. */
 const char *text_chat_template(const text_tok *t);
+/* A named template of a model that ships several, as transformers keeps
+ * them: "default" (text_chat_template) and "tool_use" (the one
+ * apply_chat_template picks when tools are given: Mixtral-8x22B-Instruct,
+ * Command R), or NULL. From tokenizer_config.json's list of
+ * {name, template}, a folder's additional_chat_templates/tool_use.jinja,
+ * or a GGUF's tokenizer.chat_template.tool_use. */
+const char *text_chat_template_named(const text_tok *t, const char *name);
 /* The text of a token as chat templates use it (bos_token, eos_token), or "". */
 const char *text_token_text(const text_tok *t, int32_t id);
 

@@ -16,6 +16,7 @@
 
 #include <jansson.h>
 
+#include "arena/arena.h"
 #include "proto/proto.h"
 #include "tests/t.h"
 #include "text/text.h"
@@ -262,6 +263,97 @@ static void t_real_config_values(void)
 	int rc = text_tok_load_hf(&t, tok, strlen(tok), cfg, strlen(cfg), err, sizeof(err));
 	T_ASSERT_MSG(rc == 0, "%s", err);
 	text_tok_free(t);
+
+	/* tokenizer.json by the same policy (base.h): ids as integral reals,
+	 * an integer past 64 bits under a key the loader does not read, null
+	 * where a value is optional; a fractional id is refused. */
+	const char *tok2 = "{\"version\":\"1.0\",\"truncation\":{\"max_length\":"
+	                   "1000000000000000019884624838656},\"padding\":null,"
+	                   "\"added_tokens\":[{\"id\":3.0,\"content\":\"<s>\",\"special\":true}],"
+	                   "\"model\":{\"type\":\"BPE\",\"dropout\":null,\"vocab\":{\"a\":0,\"b\":1.0,"
+	                   "\"ab\":2e0},\"merges\":[\"a b\"]},\"x\":[18446744073709551616, 1e400]}";
+	const char *cfg2 = "{\"bos_token\":{\"content\":\"<s>\",\"lstrip\":false},\"model_max_length\":1e30}";
+	rc = text_tok_load_hf(&t, tok2, strlen(tok2), cfg2, strlen(cfg2), err, sizeof(err));
+	T_ASSERT_MSG(rc != 0 && strstr(err, "tokenizer.json"), "1e400 overflows a double: %s", err);
+	char *tok3 = strdup(tok2);
+	memcpy(strstr(tok3, "1e400"), "1e300", 5);
+	rc = text_tok_load_hf(&t, tok3, strlen(tok3), cfg2, strlen(cfg2), err, sizeof(err));
+	T_ASSERT_MSG(rc == 0, "%s", err);
+	T_EQ_INT(text_vocab_size(t), 4);
+	T_EQ_INT(text_bos(t), 3);
+	T_ASSERT(text_is_special(t, 3) && strcmp(text_piece(t, 2), "ab") == 0);
+	text_tok_free(t);
+	memcpy(strstr(tok3, "\"b\":1.0"), "\"b\":1.5", 7);
+	T_EQ_ERR(text_tok_load_hf(&t, tok3, strlen(tok3), NULL, 0, err, sizeof(err)), BATON_EINVAL);
+	T_ASSERT(strstr(err, "vocab entry b"));
+	free(tok3);
+
+	/* The JSON the arena makes of GGUF tokenizer keys: a u64 past 2^63
+	 * comes as a real (arena/gguf_model.c), ids and token types as reals. */
+	const char *gg = "{\"tokenizer.ggml.model\":\"gpt2\",\"tokenizer.ggml.pre\":\"qwen2\","
+	                 "\"tokenizer.ggml.tokens\":[\"a\",\"b\",\"ab\",\"<s>\"],"
+	                 "\"tokenizer.ggml.token_type\":[1,1.0,1,3.0],\"tokenizer.ggml.merges\":[\"a b\"],"
+	                 "\"tokenizer.ggml.bos_token_id\":3.0,\"tokenizer.ggml.x\":1.8446744073709552e19,"
+	                 "\"tokenizer.ggml.y\":18446744073709551615}";
+	rc = text_tok_load_gguf(&t, gg, strlen(gg), err, sizeof(err));
+	T_ASSERT_MSG(rc == 0, "%s", err);
+	T_EQ_INT(text_bos(t), 3);
+	T_ASSERT(text_is_special(t, 3));
+	text_tok_free(t);
+}
+
+/* Models that ship several templates: tokenizer_config.json's list of
+ * {name, template} (Mixtral-8x22B-Instruct's default and tool_use), a
+ * GGUF's tokenizer.chat_template.tool_use, and an HF folder's
+ * additional_chat_templates/tool_use.jinja through an arena. */
+static void t_named_templates(void)
+{
+	text_tok *t = NULL;
+	char err[512];
+	const char *tok = "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1,\"ab\":2},"
+	                  "\"merges\":[\"a b\"]}}";
+	const char *cfg = "{\"chat_template\":[{\"name\":\"default\",\"template\":\"D{{ 1 }}\"},"
+	                  "{\"name\":\"rag\",\"template\":\"R\"},{\"name\":\"tool_use\",\"template\":\"T\"}]}";
+	T_OK(text_tok_load_hf(&t, tok, strlen(tok), cfg, strlen(cfg), err, sizeof(err)));
+	T_EQ_STR(text_chat_template(t), "D{{ 1 }}");
+	T_EQ_STR(text_chat_template_named(t, "default"), "D{{ 1 }}");
+	T_EQ_STR(text_chat_template_named(t, "tool_use"), "T");
+	T_ASSERT(text_chat_template_named(t, "rag") == NULL && text_chat_template_named(t, NULL) == NULL);
+	text_tok_free(t);
+	const char *one = "{\"chat_template\":\"X\"}";
+	T_OK(text_tok_load_hf(&t, tok, strlen(tok), one, strlen(one), err, sizeof(err)));
+	T_EQ_STR(text_chat_template(t), "X");
+	T_ASSERT(text_chat_template_named(t, "tool_use") == NULL);
+	text_tok_free(t);
+
+	const char *gg = "{\"tokenizer.ggml.model\":\"gpt2\",\"tokenizer.ggml.pre\":\"qwen2\","
+	                 "\"tokenizer.ggml.tokens\":[\"a\",\"b\",\"ab\"],\"tokenizer.ggml.merges\":[\"a b\"],"
+	                 "\"tokenizer.chat_template\":\"G\",\"tokenizer.chat_template.tool_use\":\"GT\"}";
+	T_OK(text_tok_load_gguf(&t, gg, strlen(gg), err, sizeof(err)));
+	T_EQ_STR(text_chat_template(t), "G");
+	T_EQ_STR(text_chat_template_named(t, "tool_use"), "GT");
+	text_tok_free(t);
+
+	char dir[] = "/tmp/baton-named-XXXXXX", cmd[512], path[600];
+	T_ASSERT(mkdtemp(dir) != NULL);
+	snprintf(cmd, sizeof cmd, "cp -r tests/fixtures/arena/hf/olmoe %s/m && mkdir %s/m/additional_chat_templates && "
+	         "printf 'TOOLS{{ tools | length }}' > %s/m/additional_chat_templates/tool_use.jinja",
+	         dir, dir, dir);
+	T_ASSERT(system(cmd) == 0);
+	snprintf(path, sizeof path, "%s/m.arena", dir);
+	snprintf(cmd, sizeof cmd, "%s/m", dir);
+	struct baton_arena_source src = { .kind = BATON_ARENA_SRC_SAFETENSORS, .file = cmd };
+	int rc = arena_create(path, &src, NULL, NULL, err, sizeof(err));
+	T_ASSERT_MSG(rc == 0, "%s", err);
+	struct baton_arena *a = NULL;
+	T_OK(arena_open(path, &a, err, sizeof(err)));
+	T_OK(text_tok_load_arena(&t, a, err, sizeof(err)));
+	T_EQ_STR(text_chat_template_named(t, "tool_use"), "TOOLS{{ tools | length }}");
+	T_ASSERT(text_chat_template(t) && strstr(text_chat_template(t), "TOOLS") == NULL);
+	text_tok_free(t);
+	arena_close(a);
+	snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+	T_ASSERT(system(cmd) == 0);
 }
 
 static void t_refusals(void)
@@ -460,6 +552,6 @@ T_MAIN(T_CASE_TIMEOUT(t_qwen3_hf, 120), T_CASE_TIMEOUT(t_qwen3_gguf, 120),
        T_CASE_TIMEOUT(t_gpt2_hf, 120), T_CASE_TIMEOUT(t_gpt2_gguf, 120),
        T_CASE_TIMEOUT(t_olmoe_hf, 120), T_CASE_TIMEOUT(t_olmoe_gguf, 120),
        T_CASE_TIMEOUT(t_mixtral_hf, 120), T_CASE_TIMEOUT(t_mixtral_gguf, 120),
-       T_CASE_TIMEOUT(t_specials, 60), T_CASE(t_refusals), T_CASE(t_real_config_values), T_CASE(t_no_special),
+       T_CASE_TIMEOUT(t_specials, 60), T_CASE(t_refusals), T_CASE(t_real_config_values), T_CASE(t_named_templates), T_CASE(t_no_special),
        T_CASE(t_stream_holds_partial), T_CASE(t_metaspace), T_CASE(t_added_strip_digits),
        T_CASE(t_cleanup))

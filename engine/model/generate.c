@@ -47,16 +47,17 @@ static void eos_from_blob(struct baton_generator *g, const char *key)
 	uint64_t len;
 	if (arena_blob(engine_arena(g->e), key, &data, &len) != 0)
 		return;
-	json_t *root = json_loadb(data, (size_t)len, 0, NULL);
+	json_t *root = baton_json_load(data, (size_t)len, 0, NULL);
 	json_t *v = root ? json_object_get(root, "eos_token_id") : NULL;
-	if (json_is_integer(v))
-		add_eos(g, json_integer_value(v));
+	int64_t id;
+	if (baton_json_whole(v, 0, INT32_MAX, &id) == 0)
+		add_eos(g, id);
 	else if (json_is_array(v)) {
 		size_t i;
 		json_t *x;
 		json_array_foreach(v, i, x)
-			if (json_is_integer(x))
-				add_eos(g, json_integer_value(x));
+			if (baton_json_whole(x, 0, INT32_MAX, &id) == 0)
+				add_eos(g, id);
 	}
 	json_decref(root);
 }

@@ -155,6 +155,47 @@ static void t_stop_strings(void)
 	rig_close(&r);
 }
 
+/* generation_config.json as published files hold it, read by base.h's
+ * policy: eos_token_id a list of integral reals, an integer past 64 bits
+ * beside it. The model's third greedy token made an eos id there stops the
+ * answer at it: the list was read. */
+static void t_generation_config_as_published(void)
+{
+	struct rig r;
+	rig_open(&r, "kjv-mixtral");
+	struct text_msg m = { "user", "Continue: And the LORD spake unto Moses", NULL };
+	struct baton_gen_request q = greedy(&m, 1, 12);
+	struct baton_gen_result full, cut;
+	char err[512] = "", cmd[1024], path[600];
+	T_ASSERT_MSG(generator_run(r.g, &q, &full, err, sizeof err) == 0, "%s", err);
+	T_ASSERT_MSG(full.n_tokens >= 4, "%u tokens (%s): %s", full.n_tokens, full.finish, full.text);
+	uint32_t third = full.tokens[2];
+	T_ASSERT(third != 2 && full.tokens[0] != third && full.tokens[1] != third);
+	rig_close(&r);
+
+	char dir[] = "/tmp/baton-genconf-XXXXXX";
+	T_ASSERT(mkdtemp(dir) != NULL);
+	snprintf(cmd, sizeof cmd, "cp -r %s/kjv-mixtral %s/m", rig_models(), dir);
+	T_ASSERT(system(cmd) == 0);
+	snprintf(path, sizeof path, "%s/m/generation_config.json", dir);
+	FILE *f = fopen(path, "w");
+	T_ASSERT(f);
+	fprintf(f, "{\"bos_token_id\": 1.0, \"eos_token_id\": [%u.0, 2.0], \"max_length\": "
+	    "1000000000000000019884624838656, \"transformers_version\": \"5.17.0\"}", third);
+	T_ASSERT(fclose(f) == 0);
+	rig_engine(&r, dir, "m", "m");
+	rig_generator(&r, NULL);
+	T_ASSERT_MSG(generator_run(r.g, &q, &cut, err, sizeof err) == 0, "%s", err);
+	T_EQ_INT(cut.n_tokens, 3);
+	T_EQ_INT(cut.tokens[2], third);
+	T_ASSERT(strcmp(cut.finish, "stop") == 0);
+	generator_result_free(&full);
+	generator_result_free(&cut);
+	rig_close(&r);
+	snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+	T_ASSERT(system(cmd) == 0);
+}
+
 /* A raw prompt gets the tokenizer's BOS; sampling with a seed repeats. */
 static void t_prompt_and_seed(void)
 {
@@ -237,4 +278,4 @@ static void t_experts_only_refused(void)
 T_MAIN(T_CASE_TIMEOUT(t_qwen3_moe_answers, 120), T_CASE_TIMEOUT(t_qwen3_moe_no_thinking, 120),
     T_CASE_TIMEOUT(t_mixtral_answers, 120), T_CASE_TIMEOUT(t_stop_strings, 120),
     T_CASE_TIMEOUT(t_prompt_and_seed, 60), T_CASE_TIMEOUT(t_bad_requests, 60),
-    T_CASE(t_experts_only_refused))
+    T_CASE(t_experts_only_refused), T_CASE_TIMEOUT(t_generation_config_as_published, 120))

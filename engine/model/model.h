@@ -243,7 +243,7 @@ enum baton_finish baton_sampler_finish(const struct baton_sampler *s);
  *   qwen2_moe  q/k/v biases; a shared expert (SwiGLU) scaled by the
  *              sigmoid of its gate, added to the routed experts
  * Every one: RMSNorm, grouped-query attention with Hugging Face's
- * rotate_half RoPE (theta; rope type "default" or "linear"), SwiGLU experts
+ * rotate_half RoPE (theta; rope type "default", "linear" or "yarn"), SwiGLU experts
  * through the engine's expert cache, a final RMSNorm and the output head
  * (tied to the embeddings when the config says so).
  *
@@ -270,6 +270,13 @@ struct baton_model_arch {
 	const char *moe_prefix;  /* "mlp" or "block_sparse_moe": where the router is */
 };
 
+/* The rope types (rope_scaling's / rope_parameters' rope_type). */
+enum baton_rope_type {
+	BATON_ROPE_DEFAULT = 0,
+	BATON_ROPE_LINEAR = 1,
+	BATON_ROPE_YARN = 2,
+};
+
 /* The configuration: config.json parsed and checked. */
 struct baton_model_config {
 	const struct baton_model_arch *arch;
@@ -279,7 +286,12 @@ struct baton_model_config {
 	uint32_t window;         /* mixtral's sliding_window, 0 when none */
 	float eps;               /* rms_norm_eps */
 	double rope_theta;
-	double rope_factor;      /* rope type "linear": positions / factor; 1 otherwise */
+	int rope_type;           /* enum baton_rope_type */
+	double rope_factor;      /* linear: positions / factor; yarn: its factor; 1 otherwise */
+	float rope_mscale;       /* cos and sin times this: yarn's attention factor; 1 otherwise */
+	uint32_t rope_orig_max_pos; /* yarn: original_max_position_embeddings */
+	double rope_beta_fast, rope_beta_slow; /* yarn */
+	int rope_truncate;       /* yarn: the correction range rounded out to whole dims */
 	int route_rule;          /* enum baton_route_rule */
 	int qkv_bias;            /* q, k and v projections have biases */
 	int o_bias;              /* o_proj has a bias (attention_bias) */
@@ -297,8 +309,10 @@ int model_config_parse(const char *json, size_t len, struct baton_model_config *
 const struct baton_model_arch *model_arch_find(const char *model_type);
 
 /* RoPE's inverse frequencies for cfg: inv_freq[i] for i < head_dim / 2,
- * as transformers computes them (1 / theta^(2i / head_dim), divided by the
- * linear factor), rounded to f32. */
+ * as transformers computes them: 1 / theta^(2i / head_dim), divided by the
+ * linear factor, rounded to f32; for yarn, transformers' f32 blend of the
+ * interpolated and extrapolated frequencies (config.c). The cos and sin of
+ * the angles are then multiplied by cfg->rope_mscale. */
 void model_rope_inv_freq(const struct baton_model_config *cfg, float *inv_freq);
 
 /* Positions per block of the paged KV cache. */
