@@ -1,8 +1,9 @@
 /*
  * chat.c: chat templates, rendered by the Jinja engine (jinja_*.c) with the
- * variables transformers' apply_chat_template passes: messages, tools and
- * documents (None: the API takes neither), add_generation_prompt,
- * bos_token, eos_token and enable_thinking when the request gives it.
+ * variables transformers' apply_chat_template passes: messages (with their
+ * tool_calls, tool_call_id and name), tools (None when not given),
+ * documents (None), add_generation_prompt, bos_token, eos_token,
+ * enable_thinking when the request gives it, and chat_template_kwargs.
  * One path renders every template; one the engine refuses at load is
  * refused here, never guessed.
  */
@@ -43,14 +44,44 @@ static char *context(const struct text_msg *msgs, size_t n, const struct text_ch
 		     json_object_set_new(x, "content", json_string(msgs[i].content));
 		if (!rc && msgs[i].reasoning_content)
 			rc = json_object_set_new(x, "reasoning_content", json_string(msgs[i].reasoning_content));
+		if (!rc && msgs[i].tool_calls) {
+			json_t *tc = json_loads(msgs[i].tool_calls, JSON_DECODE_ANY, NULL);
+			rc = !json_is_array(tc) || json_object_set_new(x, "tool_calls", tc);
+			if (rc && !json_is_array(tc))
+				json_decref(tc);
+		}
+		if (!rc && msgs[i].tool_call_id)
+			rc = json_object_set_new(x, "tool_call_id", json_string(msgs[i].tool_call_id));
+		if (!rc && msgs[i].name)
+			rc = json_object_set_new(x, "name", json_string(msgs[i].name));
 	}
-	rc = rc || json_object_set_new(c, "tools", json_null()) ||
+	json_t *tools = o->tools ? json_loads(o->tools, JSON_DECODE_ANY, NULL) : json_null();
+	if (!rc && !json_is_array(tools) && !json_is_null(tools)) {
+		json_decref(tools);
+		tools = NULL;
+	}
+	if (rc) {
+		json_decref(tools);
+		tools = NULL;
+	}
+	rc = rc || !tools || json_object_set_new(c, "tools", tools) ||
 	     json_object_set_new(c, "documents", json_null()) ||
 	     json_object_set_new(c, "add_generation_prompt", json_boolean(o->add_generation_prompt)) ||
 	     json_object_set_new(c, "bos_token", json_string(o->bos_token ? o->bos_token : "")) ||
 	     json_object_set_new(c, "eos_token", json_string(o->eos_token ? o->eos_token : ""));
 	if (!rc && o->enable_thinking >= 0)
 		rc = json_object_set_new(c, "enable_thinking", json_boolean(o->enable_thinking));
+	if (!rc && o->kwargs) {
+		json_t *kw = json_loads(o->kwargs, JSON_DECODE_ANY, NULL);
+		const char *key;
+		json_t *v;
+		rc = !json_is_object(kw);
+		if (!rc)
+			json_object_foreach(kw, key, v)
+				if (!json_object_get(c, key) && json_object_set(c, key, v))
+					rc = 1;
+		json_decref(kw);
+	}
 	char *s = rc ? NULL : json_dumps(c, JSON_COMPACT);
 	json_decref(c);
 	return s;

@@ -126,14 +126,21 @@ int text_jinja_render(const text_jinja *j, const char *ctx, size_t ctx_len, char
 
 /* ---- chat templates ----------------------------------------------------------
  * Every template renders through the Jinja engine above, with the variables
- * transformers passes (messages, tools and documents as None,
- * add_generation_prompt, bos_token, eos_token, enable_thinking when given).
+ * transformers passes (messages, tools or None, documents as None,
+ * add_generation_prompt, bos_token, eos_token, enable_thinking when given,
+ * and the caller's extra variables).
  * A template the engine refuses at load is BATON_EUNSUPPORTED, never
  * guessed. */
 struct text_msg {
 	const char *role;              /* "system", "user", "assistant", "tool" */
 	const char *content;
 	const char *reasoning_content; /* NULL: absent (Qwen3 reads it) */
+	/* Tool calling, as transformers passes them (NULL: absent): */
+	const char *tool_calls;        /* assistant: a JSON array of {id, type, function: {name,
+	                                * arguments}}, passed as a list (arguments as the
+	                                * caller gives them: a mapping or a string) */
+	const char *tool_call_id;      /* tool: the call it answers */
+	const char *name;              /* tool: the function's name; user/system: a name */
 };
 
 struct text_chat_opts {
@@ -141,6 +148,9 @@ struct text_chat_opts {
 	const char *eos_token;
 	bool add_generation_prompt;
 	int enable_thinking;   /* -1: not given; 0 false; 1 true (Qwen3) */
+	const char *tools;     /* a JSON array passed as `tools`; NULL: None */
+	const char *kwargs;    /* a JSON object of more variables (chat_template_kwargs);
+	                        * a key the renderer sets itself is not replaced */
 };
 
 /* "jinja" when the engine can render the template, NULL when it refuses it

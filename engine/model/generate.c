@@ -133,6 +133,11 @@ const char *generator_chat_family(const struct baton_generator *g)
 	return g->family;
 }
 
+const char *generator_chat_template(const struct baton_generator *g)
+{
+	return g->tmpl;
+}
+
 struct baton_model *generator_model(const struct baton_generator *g)
 {
 	return g->model;
@@ -170,6 +175,8 @@ static int encode_prompt(struct baton_generator *g, const struct baton_gen_reque
 		.eos_token = text_token_text(g->tok, text_eos(g->tok)),
 		.add_generation_prompt = true,
 		.enable_thinking = req->enable_thinking,
+		.tools = req->tools,
+		.kwargs = req->template_kwargs,
 	};
 	char *rendered = NULL;
 	rc = text_chat_render(g->tmpl, req->msgs, req->n_msgs, &o, &rendered, err, sizeof err);
@@ -265,6 +272,36 @@ static int check_request(const struct baton_gen_request *req, char *errbuf, size
 	return 0;
 }
 
+/* Test hook: BATON_TEST_FORCE="TRIGGER<TAB>TEXT" (more pairs apart by
+ * an ASCII RS, 0x1e) makes a chat request whose last message holds
+ * TRIGGER answer TEXT, then end of turn: every other token's logit is
+ * -inf before the sampler draws, so the text goes through the sampler,
+ * the stream decoder and the API's output parsers as a model's would.
+ * The tiny test models' answers are random; the tool-call and reasoning
+ * parsers need a known output end to end. Never set outside tests. */
+static int test_forced(struct baton_generator *g, const struct baton_gen_request *req, int32_t **ids,
+    size_t *n)
+{
+	const char *v = getenv("BATON_TEST_FORCE");
+	*ids = NULL;
+	*n = 0;
+	if (!v || !req->msgs || req->n_msgs == 0 || g->n_eos == 0)
+		return 0;
+	const char *last = req->msgs[req->n_msgs - 1].content;
+	while (*v && last) {
+		const char *end = strchr(v, '\x1e'), *tab = strchr(v, '\t');
+		if (!end)
+			end = v + strlen(v);
+		if (tab && tab > v && tab < end && memmem(last, strlen(last), v, (size_t)(tab - v))) {
+			char err[64];
+			return text_encode(g->tok, tab + 1, (size_t)(end - tab - 1), TEXT_NO_SPECIAL, ids, n, err,
+			    sizeof err);
+		}
+		v = *end ? end + 1 : end;
+	}
+	return 0;
+}
+
 /* One request in flight: its prompt, sampler, text decoder and output. */
 struct baton_gen_seq {
 	struct baton_generator *g;
@@ -278,6 +315,8 @@ struct baton_gen_seq {
 	uint32_t stops[MAX_EOS + 64];
 	const char *finish;         /* NULL while it runs */
 	int cancelled;              /* generator_seq_cancel */
+	int32_t *forced;            /* BATON_TEST_FORCE's tokens (tests only) */
+	size_t n_forced;
 	double t0, t1;              /* prefill began, first token sampled */
 };
 
@@ -332,7 +371,9 @@ int generator_start(struct baton_generator *g, const struct baton_gen_request *r
 		baton_errf(errbuf, errlen, "prompt: a token outside the model's vocabulary");
 		goto fail;
 	}
-	if ((rc = text_stream_open(&s->ts, g->tok, TEXT_SKIP_SPECIAL)) != 0)
+	if ((rc = text_stream_open(&s->ts, g->tok, req->keep_special ? 0 : TEXT_SKIP_SPECIAL)) != 0)
+		goto fail;
+	if ((rc = test_forced(g, req, &s->forced, &s->n_forced)) != 0)
 		goto fail;
 	s->t0 = baton_now_s();
 	*out = s;
@@ -384,6 +425,13 @@ int generator_seq_next(struct baton_gen_seq *s, float *logits, uint32_t *token,
 		s->t1 = baton_now_s();
 	for (uint32_t i = g->tok_vocab; i < g->vocab; i++)
 		logits[i] = -INFINITY; /* ids the tokenizer cannot spell */
+	if (s->forced) { /* the test hook above */
+		uint32_t keep = s->n_tokens < s->n_forced ? (uint32_t)s->forced[s->n_tokens] : g->eos[0];
+		for (uint32_t i = 0; i < g->vocab; i++)
+			if (i != keep)
+				logits[i] = -INFINITY;
+		logits[keep] = 0;
+	}
 	uint32_t t;
 	enum baton_finish fin;
 	int rc = baton_sampler_next(s->smp, logits, &t, &fin);
@@ -459,6 +507,7 @@ void generator_seq_free(struct baton_gen_seq *s)
 	free(s->o.buf);
 	free(s->toks);
 	free(s->ids);
+	free(s->forced);
 	free(s);
 }
 

@@ -68,8 +68,8 @@ static void check_samples(const char *model, const char *key)
 	int same_text = 0;
 	json_array_foreach(list, i, s) {
 		json_t *msg = json_array_get(json_object_get(s, "messages"), 0);
-		struct text_msg m = { json_string_value(json_object_get(msg, "role")),
-			json_string_value(json_object_get(msg, "content")), NULL };
+		struct text_msg m = { .role = json_string_value(json_object_get(msg, "role")),
+			.content = json_string_value(json_object_get(msg, "content")) };
 		struct baton_gen_request q = greedy(&m, 1, 48);
 		json_t *th = json_object_get(json_object_get(s, "template_kwargs"), "enable_thinking");
 		if (json_is_boolean(th))
@@ -116,7 +116,7 @@ static void t_stop_strings(void)
 {
 	struct rig r;
 	rig_open(&r, "kjv-mixtral");
-	struct text_msg m = { "user", "Continue: And the LORD spake unto Moses", NULL };
+	struct text_msg m = { .role = "user", .content = "Continue: And the LORD spake unto Moses" };
 	struct baton_gen_request q = greedy(&m, 1, 48);
 	struct baton_gen_result full, cut;
 	char err[512] = "";
@@ -185,7 +185,7 @@ static void t_bad_requests(void)
 	rig_open(&r, "kjv-qwen3-moe");
 	struct baton_gen_result res;
 	char err[512] = "";
-	struct text_msg m = { "user", "hi", NULL };
+	struct text_msg m = { .role = "user", .content = "hi" };
 	struct baton_gen_request q = greedy(&m, 1, 4);
 	q.prompt = "both";
 	q.prompt_len = 4;

@@ -451,6 +451,9 @@ const char *generator_arch(const struct baton_generator *g);
 /* The chat template's family ("qwen3", "mixtral", ...), or NULL when the
  * model has no template this engine renders. */
 const char *generator_chat_family(const struct baton_generator *g);
+/* The chat template's source, or NULL (the API reads its tool-call and
+ * reasoning formats from it). */
+const char *generator_chat_template(const struct baton_generator *g);
 
 /* Called with each piece of text as it becomes final (never a partial
  * UTF-8 character, never a piece of a stop string). Returning nonzero
@@ -464,6 +467,9 @@ struct baton_gen_request {
 	const struct text_msg *msgs;    /* rendered with the model's chat template */
 	size_t n_msgs;
 	int enable_thinking;            /* -1: the template's default (Qwen3) */
+	const char *tools;              /* JSON array for the template's `tools`; NULL: None */
+	const char *template_kwargs;    /* JSON object of more template variables; NULL: none */
+	int keep_special;               /* the text keeps special tokens (Mistral's [TOOL_CALLS]) */
 	struct baton_sample_params sp;  /* stop_ids: extra to the model's own */
 	const char *const *stop;        /* stop strings, not part of the text */
 	size_t n_stop;

@@ -22,6 +22,7 @@ struct oai_server {
 	struct baton_http *http;
 	struct oai_server_opts o;
 	char *model;
+	struct oai_caps caps;      /* of the chat template */
 	atomic_ullong next;
 };
 
@@ -34,6 +35,11 @@ struct oreq {
 	char id[48];
 	long long created;
 	int streaming;              /* stream opened (the stream's status line is sent) */
+	/* a chat answer split into reasoning, content and tool calls */
+	int split_on, write_failed;
+	struct oai_split sp;
+	struct oai_buf content, reasoning;
+	json_t *calls;              /* whole replies: the calls made */
 };
 
 static uint64_t random64(void)
@@ -63,6 +69,10 @@ static void reply_error(struct baton_http_req *r, const struct oai_error *e, con
 static void oreq_free(struct oreq *q)
 {
 	oai_request_free(&q->q);
+	oai_split_free(&q->sp);
+	free(q->content.p);
+	free(q->reasoning.p);
+	json_decref(q->calls);
 	free(q);
 }
 
@@ -98,6 +108,49 @@ static void open_stream(struct oreq *q)
 		    NULL, q->q.include_usage));
 }
 
+/* A piece of the split answer: a stream's chunk, or kept for the whole
+ * reply. A tool call streams as OpenAI's do: its id and name with empty
+ * arguments, then the arguments. */
+static void on_piece(void *arg, enum oai_piece_kind k, const char *t, size_t n, const struct oai_tool_call *c)
+{
+	struct oreq *q = arg;
+	if (!q->q.stream) {
+		if (k == OAI_P_TOOL) {
+			if (!q->calls)
+				q->calls = json_array();
+			json_array_append_new(q->calls, oai_tool_call_json(c));
+		} else if (oai_buf_put(k == OAI_P_CONTENT ? &q->content : &q->reasoning, t, n)) {
+			q->write_failed = 1;
+		}
+		return;
+	}
+	if (!q->st || q->write_failed)
+		return;
+	const char *m = q->srv->model;
+	int rc;
+	if (k == OAI_P_TOOL) {
+		json_t *d = json_pack("{s:[{s:i, s:s, s:s, s:{s:s, s:s}}]}", "tool_calls", "index", c->index, "id", c->id,
+		    "type", "function", "function", "name", c->name, "arguments", "");
+		rc = write_event(q, oai_chunk_delta(q->id, q->created, m, d, NULL, q->q.include_usage));
+		if (rc == 0) {
+			d = json_pack("{s:[{s:i, s:{s:s}}]}", "tool_calls", "index", c->index, "function", "arguments", c->args);
+			rc = write_event(q, oai_chunk_delta(q->id, q->created, m, d, NULL, q->q.include_usage));
+		}
+	} else {
+		json_t *d = json_pack("{s:s%}", k == OAI_P_REASONING ? "reasoning_content" : "content", t, n);
+		rc = write_event(q, oai_chunk_delta(q->id, q->created, m, d, NULL, q->q.include_usage));
+	}
+	if (rc)
+		q->write_failed = 1;
+}
+
+/* The finish_reason: "tool_calls" when the model called and was not cut. */
+static const char *finish_of(struct oreq *q, const char *finish)
+{
+	const char *f = oai_finish_reason(finish);
+	return q->sp.n_calls > 0 && strcmp(f, "stop") == 0 ? "tool_calls" : f;
+}
+
 /* ---- the scheduler's callbacks (its thread) ---- */
 
 static void on_admit(void *arg)
@@ -114,6 +167,8 @@ static int on_text(void *arg, const char *text, size_t len)
 		return 0; /* a client gone cancels through on_gone */
 	if (!q->st)
 		return 1; /* the client was gone before the stream opened */
+	if (q->split_on)
+		return oai_split_push(&q->sp, text, len) != 0 || q->write_failed;
 	return write_event(q, oai_chunk(q->q.kind, q->id, q->created, q->srv->model, NULL, text, len,
 	    NULL, q->q.include_usage)) != 0;
 }
@@ -125,8 +180,14 @@ static void on_done(void *arg, int rc, const char *err, struct baton_gen_result 
 	if (q->streaming) {
 		if (q->st) {
 			if (rc == 0 && strcmp(res->finish, "cancelled") != 0) {
-				write_event(q, oai_chunk(q->q.kind, q->id, q->created, q->srv->model, NULL, NULL, 0,
-				    res->finish, q->q.include_usage));
+				if (q->split_on) {
+					oai_split_finish(&q->sp);
+					write_event(q, oai_chunk_delta(q->id, q->created, q->srv->model, NULL,
+					    finish_of(q, res->finish), q->q.include_usage));
+				} else {
+					write_event(q, oai_chunk(q->q.kind, q->id, q->created, q->srv->model, NULL, NULL,
+					    0, res->finish, q->q.include_usage));
+				}
 				if (q->q.include_usage)
 					write_event(q, oai_usage_chunk(q->q.kind, q->id, q->created, q->srv->model,
 					    res->n_prompt, res->n_tokens));
@@ -139,6 +200,13 @@ static void on_done(void *arg, int rc, const char *err, struct baton_gen_result 
 				write_event(q, oai_error_json(&e));
 			}
 			http_stream_close(q->st);
+		}
+	} else if (rc == 0 && q->split_on) {
+		if (oai_split_push(&q->sp, res->text, res->text_len) || oai_split_finish(&q->sp) || q->write_failed) {
+			http_reply_error(q->r, 500, BATON_ENOMEM, "out of memory");
+		} else {
+			struct oai_parts p = { q->content.p, q->content.n, q->reasoning.p, q->reasoning.n, q->calls };
+			http_reply_json(q->r, 200, oai_reply_parts(q->id, q->created, q->srv->model, res, &p));
 		}
 	} else if (rc == 0) {
 		http_reply_json(q->r, 200, oai_reply(q->q.kind, q->id, q->created, q->srv->model, res));
@@ -179,6 +247,16 @@ static void completion(struct oai_server *s, struct baton_http_req *r, enum oai_
 		reply_error(r, &e, NULL);
 		free(q);
 		return;
+	}
+	if (oai_bind(&q->q, &s->caps, &e) != 0) {
+		reply_error(r, &e, NULL);
+		oreq_free(q);
+		return;
+	}
+	if (kind == OAI_CHAT) {
+		enum oai_tool_format f = q->q.tools && q->q.tool_choice == OAI_TC_AUTO ? s->caps.tools : OAI_TOOLS_NONE;
+		q->split_on = f != OAI_TOOLS_NONE || s->caps.think;
+		oai_split_init(&q->sp, f, s->caps.think, q->q.parallel_tool_calls, q->q.tools, random64(), on_piece, q);
 	}
 	q->srv = s;
 	q->r = r;
@@ -245,6 +323,8 @@ static void handler(void *arg, struct baton_http_req *r)
 		    (json_int_t)st.refused_busy);
 		if (j && s->o.health)
 			s->o.health(s->o.health_arg, j);
+		if (j)
+			oai_ignored_fields(j);
 		http_reply_json(r, 200, j);
 		return;
 	}
@@ -268,6 +348,7 @@ int oai_server_open(const struct oai_server_opts *o, struct oai_server **out, ch
 	}
 	s->o = *o;
 	s->o.model = s->model;
+	oai_caps_of(o->chat_template, &s->caps);
 	atomic_init(&s->next, 1);
 	struct baton_http_opts ho = {
 		.addr = o->addr,
