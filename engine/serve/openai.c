@@ -732,8 +732,16 @@ int oai_parse(enum oai_kind kind, const char *served, const char *body, size_t l
 		oai_request_free(r);
 		return e->status;
 	}
-	if (kind == OAI_AUTO)
+	if (kind == OAI_AUTO) {
+		if (field(r->root, "messages") && field(r->root, "prompt")) {
+			/* the op's body has no path to say which: both is a mistake */
+			oai_errorf(e, 400, INVALID, "unsupported_parameter", "prompt",
+			    "prompt: give messages (a chat) or prompt (a completion), not both");
+			oai_request_free(r);
+			return e->status;
+		}
 		r->kind = kind = json_object_get(r->root, "messages") ? OAI_CHAT : OAI_COMPLETION;
+	}
 	if (parse_body(kind, served, r->root, seed_default, r, e)) {
 		oai_request_free(r);
 		return e->status;
