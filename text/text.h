@@ -96,6 +96,14 @@ typedef struct text_stream text_stream;
 
 /* flags: TEXT_SKIP_SPECIAL; TEXT_CLEANUP is BATON_EUNSUPPORTED here. */
 int text_stream_open(text_stream **out, const text_tok *t, unsigned flags);
+/* A stream of tokens that continue a text ending in ctx (a prompt's ids):
+ * the decoders' start-of-text rules (SentencePiece's Strip and
+ * Metaspace, which drop the first token's leading space) apply to the
+ * context, not to the first pushed token, so "And God said" + "▁unto"
+ * streams " unto" (vLLM's incremental detokenizer does the same). A
+ * tokenizer without such a rule ignores ctx. */
+int text_stream_open_after(text_stream **out, const text_tok *t, unsigned flags, const int32_t *ctx,
+                           size_t n_ctx);
 /* Appends the text that became final to *buf (realloc'ed; *len, *cap kept by
  * the caller, start them at NULL/0/0). */
 int text_stream_push(text_stream *s, int32_t id, char **buf, size_t *len, size_t *cap);

@@ -371,7 +371,10 @@ int generator_start(struct baton_generator *g, const struct baton_gen_request *r
 		baton_errf(errbuf, errlen, "prompt: a token outside the model's vocabulary");
 		goto fail;
 	}
-	if ((rc = text_stream_open(&s->ts, g->tok, req->keep_special ? 0 : TEXT_SKIP_SPECIAL)) != 0)
+	/* a raw prompt's completion continues its text: its first piece keeps
+	 * the space a SentencePiece decoder drops at the start of a text */
+	if ((rc = text_stream_open_after(&s->ts, g->tok, req->keep_special ? 0 : TEXT_SKIP_SPECIAL,
+	        req->msgs ? NULL : s->ids, req->msgs ? 0 : n)) != 0)
 		goto fail;
 	if ((rc = test_forced(g, req, &s->forced, &s->n_forced)) != 0)
 		goto fail;

@@ -232,6 +232,26 @@ def t_tools_and_reasoning(c):
     return "tool call, stream, round trip (%d prompt tokens); reasoning split" % ta["prompt_tokens"]
 
 
+def t_completion_keeps_space(c):
+    """A completion continues its prompt: with Mixtral's SentencePiece
+    tokenizer the first piece keeps its space ("And God said" + " unto",
+    as vLLM answers; it came back as "unto"), whole and streamed."""
+    e = c.engine("mx", "--ctx", "256", "--http", "127.0.0.1:0", arena=h.model_arena("kjv-mixtral"),
+                 broker=False, host_mib=64, segment_mib=2)
+    e.http = h.Http(e.stdout.readline().split()[1])
+    body = {"prompt": "And God said", "max_tokens": 6, "temperature": 0}
+    st, b, _ = e.http.post("/v1/completions", body)
+    text = b["choices"][0]["text"]
+    assert st == 200 and text.startswith(" ") and not text.startswith("  "), b
+    ev, _ = sse(e.http, "/v1/completions", dict(body, stream=True))
+    assert "".join(x["choices"][0]["text"] for x in ev[:-1]) == text, ev
+    # a chat answer starts as transformers decodes the answer alone: no space
+    st, b, _ = e.http.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "Who was Noah?"}],
+                                                    "max_tokens": 6, "temperature": 0})
+    assert st == 200 and not b["choices"][0]["message"]["content"].startswith(" "), b
+    return repr("And God said" + text)
+
+
 def t_concurrent_equal_alone(c):
     e = engine(c, "q", "--kv-blocks", "128", "--max-seqs", "8")
     reqs = []
@@ -434,6 +454,6 @@ def t_release_levels(c):
 if __name__ == "__main__":
     for p in (h.ENGINE, h.ARENA, h.CLI, h.BROKER):
         h.need(p)
-    sys.exit(h.run_cases([t_whole_and_stream, t_npm_client, t_tools_and_reasoning, t_concurrent_equal_alone, t_disconnect_frees,
+    sys.exit(h.run_cases([t_whole_and_stream, t_npm_client, t_tools_and_reasoning, t_completion_keeps_space, t_concurrent_equal_alone, t_disconnect_frees,
                           t_queue_full, t_errors_and_token, t_release_levels], only=sys.argv[1:],
                          logs=("q", "t", "broker")))
