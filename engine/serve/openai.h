@@ -208,6 +208,9 @@ struct baton_http;
 struct oai_server_opts {
 	const char *addr;            /* --http ADDR */
 	const char *chat_template;   /* the model's (tool-call and reasoning formats); may be NULL */
+	const text_tok *tok;         /* POST /tokenize and /detokenize; NULL: 404 */
+	uint32_t max_model_len;      /* the context (/tokenize's max_model_len) */
+	const char *const *cors_origins; /* origins a browser may call from (http.h); NULL: none */
 	const char *token;           /* bearer token; NULL: none (then loopback only) */
 	const char *model;           /* the served model id */
 	struct baton_sched *sched;   /* runs the requests */

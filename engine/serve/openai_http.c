@@ -281,6 +281,155 @@ static void completion(struct oai_server *s, struct baton_http_req *r, enum oai_
 	}
 }
 
+/* POST /tokenize, as vLLM's: {"prompt"} (add_special_tokens, default
+ * true) or {"messages"} rendered with the chat template as a request would
+ * be (tools, chat_template_kwargs; add_generation_prompt, default true)
+ * -> {"count", "max_model_len", "tokens", "token_strs"}. */
+static void tokenize(struct oai_server *s, struct baton_http_req *r)
+{
+	struct oai_error e;
+	size_t len = 0;
+	const char *body = http_req_body(r, &len);
+	json_error_t je;
+	json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je), *v;
+	json_t *model = json_object_get(root, "model"), *prompt = json_object_get(root, "prompt");
+	json_t *msgs = json_object_get(root, "messages"), *strs = json_object_get(root, "return_token_strs");
+	json_t *ast = json_object_get(root, "add_special_tokens"), *agp = json_object_get(root, "add_generation_prompt");
+	char *text = NULL, err[512] = "";
+	int32_t *ids = NULL;
+	size_t n = 0;
+	if (!json_is_object(root)) {
+		oai_errorf(&e, 400, "invalid_request_error", NULL, NULL, "the body must be a JSON object");
+		goto fail;
+	}
+	if (json_is_string(model) && strcmp(json_string_value(model), s->model)) {
+		oai_errorf(&e, 404, "invalid_request_error", "model_not_found", "model",
+		    "The model '%.100s' does not exist: this engine serves '%s'", json_string_value(model), s->model);
+		goto fail;
+	}
+	const char *bad = (ast && !json_is_boolean(ast)) ? "add_special_tokens" :
+	    (agp && !json_is_boolean(agp)) ? "add_generation_prompt" : (strs && !json_is_boolean(strs)) ?
+	    "return_token_strs" : NULL;
+	if (bad) {
+		oai_errorf(&e, 400, "invalid_request_error", NULL, bad, "%s: want true or false", bad);
+		goto fail;
+	}
+	if (!json_is_string(prompt) == !msgs) {
+		oai_errorf(&e, 400, "invalid_request_error", NULL, "prompt", "give prompt (a string) or messages");
+		goto fail;
+	}
+	int rc;
+	if (msgs) {
+		/* the chat request's own parser and template */
+		json_t *q = json_object();
+		static const char *const keep[] = { "messages", "tools", "chat_template_kwargs", NULL };
+		for (size_t i = 0; keep[i]; i++)
+			if ((v = json_object_get(root, keep[i])))
+				json_object_set(q, keep[i], v);
+		char *qb = json_dumps(q, JSON_COMPACT);
+		json_decref(q);
+		struct oai_request c;
+		if (!qb || oai_parse(OAI_CHAT, s->model, qb, strlen(qb), 0, &c, &e) != 0) {
+			if (!qb)
+				oai_errorf(&e, 500, "server_error", NULL, NULL, "out of memory");
+			free(qb);
+			goto fail;
+		}
+		free(qb);
+		struct text_chat_opts o = {
+			.bos_token = text_token_text(s->o.tok, text_bos(s->o.tok)),
+			.eos_token = text_token_text(s->o.tok, text_eos(s->o.tok)),
+			.add_generation_prompt = !agp || json_is_true(agp),
+			.enable_thinking = c.q.enable_thinking,
+			.tools = c.q.tools,
+			.kwargs = c.q.template_kwargs,
+		};
+		rc = text_chat_render(s->o.chat_template, c.q.msgs, c.q.n_msgs, &o, &text, err, sizeof err);
+		oai_request_free(&c);
+		if (rc) {
+			oai_errorf(&e, 400, "invalid_request_error", NULL, "messages", "chat template: %s", err);
+			goto fail;
+		}
+		rc = text_encode(s->o.tok, text, strlen(text), ast && json_is_true(ast) ? TEXT_ADD_SPECIAL : 0, &ids, &n,
+		    err, sizeof err);
+	} else {
+		rc = text_encode(s->o.tok, json_string_value(prompt), json_string_length(prompt),
+		    !ast || json_is_true(ast) ? TEXT_ADD_SPECIAL : 0, &ids, &n, err, sizeof err);
+	}
+	if (rc) {
+		oai_errorf(&e, 400, "invalid_request_error", NULL, msgs ? "messages" : "prompt", "%s", err);
+		goto fail;
+	}
+	json_t *toks = json_array(), *ts = strs && json_is_true(strs) ? json_array() : json_null();
+	for (size_t i = 0; i < n; i++) {
+		json_array_append_new(toks, json_integer(ids[i]));
+		if (json_is_array(ts)) {
+			/* the piece as the vocabulary stores it (byte-level or ▁ form), as vLLM's
+			 * convert_ids_to_tokens */
+			const char *pc = text_piece(s->o.tok, ids[i]);
+			json_array_append_new(ts, json_string(pc ? pc : ""));
+		}
+	}
+	http_reply_json(r, 200, json_pack("{s:I, s:I, s:o, s:o}", "count", (json_int_t)n, "max_model_len",
+	    (json_int_t)s->o.max_model_len, "tokens", toks, "token_strs", ts));
+	free(ids);
+	free(text);
+	json_decref(root);
+	return;
+fail:
+	if (!root)
+		oai_errorf(&e, 400, "invalid_request_error", NULL, NULL, "the body is not JSON: %s", je.text);
+	reply_error(r, &e, NULL);
+	free(ids);
+	free(text);
+	json_decref(root);
+}
+
+/* POST /detokenize: {"tokens": [ids]} -> {"prompt": text}, special
+ * tokens included (as vLLM's, transformers' decode's default). */
+static void detokenize(struct oai_server *s, struct baton_http_req *r)
+{
+	struct oai_error e;
+	size_t len = 0;
+	const char *body = http_req_body(r, &len);
+	json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, NULL);
+	json_t *model = json_object_get(root, "model"), *toks = json_object_get(root, "tokens"), *v;
+	int32_t *ids = NULL;
+	char *text = NULL, err[256] = "";
+	size_t n = json_array_size(toks), i, tl = 0;
+	if (json_is_string(model) && strcmp(json_string_value(model), s->model)) {
+		oai_errorf(&e, 404, "invalid_request_error", "model_not_found", "model",
+		    "The model '%.100s' does not exist: this engine serves '%s'", json_string_value(model), s->model);
+		goto fail;
+	}
+	if (!json_is_array(toks) || !(ids = malloc((n + 1) * sizeof *ids))) {
+		oai_errorf(&e, 400, "invalid_request_error", NULL, "tokens", "tokens: want an array of token ids");
+		goto fail;
+	}
+	json_array_foreach(toks, i, v) {
+		if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= (json_int_t)text_vocab_size(s->o.tok)) {
+			oai_errorf(&e, 400, "invalid_request_error", NULL, "tokens", "tokens[%zu]: not a token id of this "
+			    "model (0..%zu)", i, text_vocab_size(s->o.tok) - 1);
+			goto fail;
+		}
+		ids[i] = (int32_t)json_integer_value(v);
+	}
+	if (text_decode(s->o.tok, ids, n, 0, &text, &tl, err, sizeof err) != 0) {
+		oai_errorf(&e, 400, "invalid_request_error", NULL, "tokens", "tokens: %s", err);
+		goto fail;
+	}
+	http_reply_json(r, 200, json_pack("{s:s%}", "prompt", text, tl));
+	free(ids);
+	free(text);
+	json_decref(root);
+	return;
+fail:
+	reply_error(r, &e, NULL);
+	free(ids);
+	free(text);
+	json_decref(root);
+}
+
 static void handler(void *arg, struct baton_http_req *r)
 {
 	struct oai_server *s = arg;
@@ -295,6 +444,18 @@ static void handler(void *arg, struct baton_http_req *r)
 			return;
 		}
 		completion(s, r, p[4] == 'c' && p[5] == 'h' ? OAI_CHAT : OAI_COMPLETION);
+		return;
+	}
+	if ((strcmp(p, "/tokenize") == 0 || strcmp(p, "/detokenize") == 0) && s->o.tok) {
+		if (!post) {
+			oai_errorf(&e, 405, "invalid_request_error", NULL, NULL, "%s wants POST", p);
+			static const char *const allow[] = { "Allow: POST", NULL };
+			reply_error(r, &e, allow);
+		} else if (p[1] == 't') {
+			tokenize(s, r);
+		} else {
+			detokenize(s, r);
+		}
 		return;
 	}
 	if (strcmp(p, "/v1/models") == 0 && get) {
@@ -354,6 +515,7 @@ int oai_server_open(const struct oai_server_opts *o, struct oai_server **out, ch
 		.addr = o->addr,
 		.token = has_token ? o->token : NULL,
 		.token_for_reads = 1,
+		.cors_origins = o->cors_origins,
 	};
 	int rc = http_open(&ho, handler, s, &s->http, err, errlen);
 	if (rc) {

@@ -252,6 +252,66 @@ def t_completion_keeps_space(c):
     return repr("And God said" + text)
 
 
+def t_tokenize_and_cors(c):
+    """POST /tokenize and /detokenize as vLLM's; CORS off by default, on
+    for the origins of --cors-origins (preflight answered, token still
+    required)."""
+    tok = os.path.join(c.dir, "cors.token")
+    open(tok, "w").write("cors-token-0123456789\n")
+    os.chmod(tok, 0o600)
+    e = c.engine("cors", "--ctx", "256", "--http", "127.0.0.1:0", "--http-token-file", tok,
+                 "--cors-origins", "https://ui.example, http://localhost:3000", arena=model_arena(c),
+                 broker=False, host_mib=64, segment_mib=2)
+    http_ = h.Http(e.stdout.readline().split()[1], "cors-token-0123456789")
+    st, t, _ = http_.post("/tokenize", {"model": MODEL, "prompt": "And God said"})
+    assert st == 200 and t["count"] == len(t["tokens"]) > 1 and t["max_model_len"] == 256, t
+    st, d, _ = http_.post("/detokenize", {"model": MODEL, "tokens": t["tokens"]})
+    assert st == 200 and d == {"prompt": "And God said"}, d
+    # messages: the prompt a chat request gets (its usage counts the same tokens)
+    msgs = [{"role": "user", "content": "Who was Moses?"}]
+    st, tm, _ = http_.post("/tokenize", {"model": MODEL, "messages": msgs, "return_token_strs": True})
+    st2, ch, _ = http_.post("/v1/chat/completions", {"messages": msgs, "max_tokens": 2})
+    assert st == 200 and st2 == 200 and tm["count"] == ch["usage"]["prompt_tokens"], (tm, ch["usage"])
+    assert len(tm["token_strs"]) == tm["count"] and tm["token_strs"][0] == "<|im_start|>", tm
+    st, d, _ = http_.post("/detokenize", {"tokens": tm["tokens"]})
+    assert d["prompt"].startswith("<|im_start|>user\nWho was Moses?<|im_end|>"), d
+    for path, body, param in (("/detokenize", {"tokens": [99999]}, "tokens"), ("/tokenize", {}, "prompt"),
+                              ("/tokenize", {"prompt": "x", "model": "nobody"}, "model")):
+        st, b, _ = http_.post(path, body)
+        assert st in (400, 404) and b["error"]["param"] == param, (path, st, b)
+    # CORS: a named origin's preflight is answered without the token ...
+    pre = {"Origin": "https://ui.example", "Access-Control-Request-Method": "POST",
+           "Access-Control-Request-Headers": "authorization, content-type, x-stainless-os"}
+    st, _, hd = http_.req("OPTIONS", "/v1/chat/completions", token=False, headers=pre)
+    hd = {k.lower(): v for k, v in hd.items()}
+    assert st == 204 and hd["access-control-allow-origin"] == "https://ui.example", (st, hd)
+    assert "POST" in hd["access-control-allow-methods"] and "x-stainless-os" in hd["access-control-allow-headers"]
+    # ... its requests carry the header and still need the token
+    st, b, hd = http_.post("/v1/chat/completions", {"messages": msgs, "max_tokens": 2},
+                           headers={"Origin": "https://ui.example"})
+    assert st == 200 and {k.lower(): v for k, v in hd.items()}["access-control-allow-origin"] == "https://ui.example"
+    st, b, hd = http_.post("/v1/chat/completions", {"messages": msgs, "max_tokens": 2}, token=False,
+                           headers={"Origin": "https://ui.example"})
+    assert st == 401 and "access-control-allow-origin" in {k.lower() for k in hd}, (st, hd)
+    # another origin: refused, preflight and all, with no CORS header
+    st, _, hd = http_.req("OPTIONS", "/v1/chat/completions", token=False, headers=dict(pre, Origin="https://evil.example"))
+    assert st in (401, 403) and "access-control-allow-origin" not in {k.lower() for k in hd}, (st, hd)
+    st, b, hd = http_.post("/v1/chat/completions", {"messages": msgs, "max_tokens": 2},
+                           headers={"Origin": "https://evil.example"})
+    assert st == 403 and "access-control-allow-origin" not in {k.lower() for k in hd}, (st, hd)
+    # off by default: the plain engine refuses a cross-site preflight
+    p = engine(c, "plain")
+    st, _, hd = p.http.req("OPTIONS", "/v1/chat/completions", token=False, headers=pre)
+    assert st == 403 and "access-control-allow-origin" not in {k.lower() for k in hd}, (st, hd)
+    # a bad origin is refused at start
+    r = subprocess.run([h.ENGINE, "--name", "y", "--shared-expert-arena", model_arena(c), "--listen",
+                        "ipc://%s/y.sock" % c.dir, "--backend", "host", "--host-device-mib", "64",
+                        "--http", "127.0.0.1:0", "--cors-origins", "https://*.example"],
+                       capture_output=True, text=True, timeout=30, env=c.env)
+    assert r.returncode == 2 and "CORS origin" in r.stderr, (r.returncode, r.stderr)
+    return "%d tokens; preflight 204" % t["count"]
+
+
 def t_concurrent_equal_alone(c):
     e = engine(c, "q", "--kv-blocks", "128", "--max-seqs", "8")
     reqs = []
@@ -454,6 +514,6 @@ def t_release_levels(c):
 if __name__ == "__main__":
     for p in (h.ENGINE, h.ARENA, h.CLI, h.BROKER):
         h.need(p)
-    sys.exit(h.run_cases([t_whole_and_stream, t_npm_client, t_tools_and_reasoning, t_completion_keeps_space, t_concurrent_equal_alone, t_disconnect_frees,
+    sys.exit(h.run_cases([t_whole_and_stream, t_npm_client, t_tools_and_reasoning, t_completion_keeps_space, t_tokenize_and_cors, t_concurrent_equal_alone, t_disconnect_frees,
                           t_queue_full, t_errors_and_token, t_release_levels], only=sys.argv[1:],
                          logs=("q", "t", "broker")))
