@@ -315,6 +315,11 @@ struct baton_gen_seq {
 	uint32_t stops[MAX_EOS + 64];
 	const char *finish;         /* NULL while it runs */
 	int cancelled;              /* generator_seq_cancel */
+	float *raw;                 /* on_token: the step's logits before sampling */
+	void (*on_token)(void *arg, uint32_t id, float logprob, const uint32_t *top_ids, const float *top_lps,
+	    uint32_t n_top);
+	void *arg;
+	uint32_t n_top;
 	int32_t *forced;            /* BATON_TEST_FORCE's tokens (tests only) */
 	size_t n_forced;
 	double t0, t1;              /* prefill began, first token sampled */
@@ -378,6 +383,15 @@ int generator_start(struct baton_generator *g, const struct baton_gen_request *r
 		goto fail;
 	if ((rc = test_forced(g, req, &s->forced, &s->n_forced)) != 0)
 		goto fail;
+	if (req->on_token) {
+		s->on_token = req->on_token;
+		s->arg = req->arg;
+		s->n_top = req->n_top < BATON_GEN_MAX_TOP ? req->n_top : BATON_GEN_MAX_TOP;
+		if (!(s->raw = malloc(sizeof(float) * g->vocab))) {
+			rc = BATON_ENOMEM;
+			goto fail;
+		}
+	}
 	s->t0 = baton_now_s();
 	*out = s;
 	return 0;
@@ -416,6 +430,44 @@ const char *generator_seq_finished(const struct baton_gen_seq *s)
 	return s->finish;
 }
 
+/* The token's log-probability and the most likely ones, from the raw
+ * logits (log-softmax; -inf logits have probability 0). */
+static void report_token(struct baton_gen_seq *s, uint32_t t)
+{
+	const float *l = s->raw;
+	uint32_t V = s->g->vocab, k = s->n_top;
+	float mx = -INFINITY;
+	for (uint32_t i = 0; i < V; i++)
+		if (l[i] > mx)
+			mx = l[i];
+	double sum = 0;
+	for (uint32_t i = 0; i < V && isfinite(mx); i++)
+		if (isfinite(l[i]))
+			sum += exp((double)l[i] - mx);
+	float lse = isfinite(mx) ? (float)(mx + log(sum)) : 0;
+	uint32_t ids[BATON_GEN_MAX_TOP];
+	float lps[BATON_GEN_MAX_TOP];
+	uint32_t n = 0;
+	/* the k largest, by insertion (k <= 20); ties to the lower id */
+	for (uint32_t i = 0; i < V && k; i++) {
+		float x = l[i];
+		if (!isfinite(x) || (n == k && x <= lps[n - 1]))
+			continue;
+		uint32_t j = n < k ? n++ : k - 1;
+		while (j > 0 && lps[j - 1] < x) {
+			lps[j] = lps[j - 1];
+			ids[j] = ids[j - 1];
+			j--;
+		}
+		lps[j] = x;
+		ids[j] = i;
+	}
+	for (uint32_t i = 0; i < n; i++)
+		lps[i] -= lse;
+	float lp = isfinite(l[t]) ? l[t] - lse : -INFINITY;
+	s->on_token(s->arg, t, lp, ids, lps, n);
+}
+
 int generator_seq_next(struct baton_gen_seq *s, float *logits, uint32_t *token,
     char *errbuf, size_t errlen)
 {
@@ -435,6 +487,8 @@ int generator_seq_next(struct baton_gen_seq *s, float *logits, uint32_t *token,
 				logits[i] = -INFINITY;
 		logits[keep] = 0;
 	}
+	if (s->on_token)
+		memcpy(s->raw, logits, sizeof(float) * g->vocab);
 	uint32_t t;
 	enum baton_finish fin;
 	int rc = baton_sampler_next(s->smp, logits, &t, &fin);
@@ -448,6 +502,8 @@ int generator_seq_next(struct baton_gen_seq *s, float *logits, uint32_t *token,
 		s->finish = "stop";
 		return 0;
 	}
+	if (s->on_token)
+		report_token(s, t);
 	if ((rc = text_stream_push(s->ts, (int32_t)t, &s->o.buf, &s->o.len, &s->o.cap)) != 0) {
 		baton_errf(errbuf, errlen, "decoding token %u: %s", t, baton_strerror(rc));
 		return rc;
@@ -511,6 +567,7 @@ void generator_seq_free(struct baton_gen_seq *s)
 	free(s->toks);
 	free(s->ids);
 	free(s->forced);
+	free(s->raw);
 	free(s);
 }
 

@@ -475,7 +475,18 @@ struct baton_gen_request {
 	size_t n_stop;
 	baton_gen_text_fn on_text;      /* may be NULL */
 	void *arg;
+	/* Log-probabilities (OpenAI's logprobs): with on_token set, each
+	 * sampled token that is text (not the stop token) is passed on, before
+	 * its text, with its log-probability under the model's own distribution
+	 * (log-softmax of the raw logits, before bias, penalties and
+	 * temperature: vLLM's default) and the n_top (<= BATON_GEN_MAX_TOP)
+	 * most likely tokens with theirs, most likely first. */
+	void (*on_token)(void *arg, uint32_t id, float logprob, const uint32_t *top_ids, const float *top_lps,
+	    uint32_t n_top);
+	uint32_t n_top;
 };
+
+#define BATON_GEN_MAX_TOP 20u
 
 struct baton_gen_result {
 	char *text;                     /* the completion, NUL-terminated (malloc) */

@@ -520,9 +520,10 @@ static int parse_logprobs(enum oai_kind kind, json_t *root, struct oai_request *
 			return oai_errorf(e, 400, INVALID, NULL, "echo", "echo: want true or false");
 		r->echo = ec && json_is_true(ec);
 	}
-	if (r->logprobs)
-		return oai_errorf(e, 400, INVALID, "unsupported_parameter", "logprobs",
-		    "logprobs: log-probabilities are not returned by this engine yet");
+	if (r->logprobs) {
+		r->q.n_top = (uint32_t)r->top_logprobs;
+		/* on_token is set by the server that answers (it has the tokenizer) */
+	}
 	if (r->echo)
 		return oai_errorf(e, 400, INVALID, "unsupported_parameter", "echo",
 		    "echo: not supported by this engine yet");

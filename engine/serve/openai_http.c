@@ -6,6 +6,7 @@
  * events, a chunk per piece of text as it becomes final. A client that
  * goes away cancels its request at once (its KV blocks go back).
  */
+#include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,6 +41,12 @@ struct oreq {
 	struct oai_split sp;
 	struct oai_buf content, reasoning;
 	json_t *calls;              /* whole replies: the calls made */
+	/* logprobs: entries not yet sent (a stream) or all (whole); chat:
+	 * [{token, logprob, bytes, top_logprobs}]; completions: OpenAI's
+	 * legacy arrays {tokens, token_logprobs, top_logprobs, text_offset} */
+	json_t *lp;
+	int32_t lp_prev;            /* the last token: the next one's text is decoded after it */
+	size_t lp_offset;           /* completions: text_offset of the next token */
 };
 
 static uint64_t random64(void)
@@ -73,7 +80,101 @@ static void oreq_free(struct oreq *q)
 	free(q->content.p);
 	free(q->reasoning.p);
 	json_decref(q->calls);
+	json_decref(q->lp);
 	free(q);
+}
+
+/* ---- logprobs ---- */
+
+/* A token's text as it reads after the previous one (its own space kept). */
+static json_t *token_text(const text_tok *t, int32_t prev, int32_t id)
+{
+	int32_t two[2] = { prev, id };
+	char *a = NULL, *b = NULL, err[64];
+	size_t al = 0, bl = 0;
+	json_t *j = NULL;
+	if (prev < 0) {
+		if (text_decode(t, &id, 1, 0, &b, &bl, err, sizeof err) == 0)
+			j = json_stringn(b, bl);
+	} else if (text_decode(t, two, 2, 0, &b, &bl, err, sizeof err) == 0 &&
+	    text_decode(t, &prev, 1, 0, &a, &al, err, sizeof err) == 0 && al <= bl && memcmp(a, b, al) == 0) {
+		j = json_stringn(b + al, bl - al);
+	}
+	free(a);
+	free(b);
+	return j ? j : json_string("");
+}
+
+static json_t *bytes_of(json_t *s)
+{
+	json_t *a = json_array();
+	const unsigned char *p = (const unsigned char *)json_string_value(s);
+	for (size_t i = 0; p && i < json_string_length(s); i++)
+		json_array_append_new(a, json_integer(p[i]));
+	return a;
+}
+
+/* JSON has no -inf: vLLM's stand-in. */
+static double finite_lp(float x)
+{
+	return isfinite(x) ? (double)x : -9999.0;
+}
+
+static void on_token(void *arg, uint32_t id, float logprob, const uint32_t *top_ids, const float *top_lps,
+    uint32_t n_top)
+{
+	struct oreq *q = arg;
+	const text_tok *t = q->srv->o.tok;
+	json_t *tx = token_text(t, q->lp_prev, (int32_t)id);
+	if (q->q.kind == OAI_CHAT) {
+		if (!q->lp)
+			q->lp = json_array();
+		json_t *top = json_array();
+		for (uint32_t i = 0; i < n_top; i++) {
+			json_t *a = token_text(t, q->lp_prev, (int32_t)top_ids[i]);
+			json_array_append_new(top, json_pack("{s:o, s:f, s:o}", "token", a, "logprob", finite_lp(top_lps[i]),
+			    "bytes", bytes_of(a)));
+		}
+		json_array_append_new(q->lp, json_pack("{s:O, s:f, s:o, s:o}", "token", tx, "logprob",
+		    finite_lp(logprob), "bytes", bytes_of(tx), "top_logprobs", top));
+	} else {
+		if (!q->lp)
+			q->lp = json_pack("{s:[], s:[], s:[], s:[]}", "tokens", "token_logprobs", "top_logprobs",
+			    "text_offset");
+		json_t *top = json_object();
+		for (uint32_t i = 0; i < n_top; i++) {
+			json_t *a = token_text(t, q->lp_prev, (int32_t)top_ids[i]);
+			if (!json_object_get(top, json_string_value(a)))
+				json_object_set_new(top, json_string_value(a), json_real(finite_lp(top_lps[i])));
+			json_decref(a);
+		}
+		json_array_append(json_object_get(q->lp, "tokens"), tx);
+		json_array_append_new(json_object_get(q->lp, "token_logprobs"), json_real(finite_lp(logprob)));
+		json_array_append_new(json_object_get(q->lp, "top_logprobs"), top);
+		json_array_append_new(json_object_get(q->lp, "text_offset"), json_integer((json_int_t)q->lp_offset));
+		q->lp_offset += json_string_length(tx);
+	}
+	json_decref(tx);
+	q->lp_prev = (int32_t)id;
+}
+
+/* The entries so far go with this chunk (or whole reply): its choice's
+ * logprobs. */
+static json_t *with_lp(struct oreq *q, json_t *j)
+{
+	if (!q->q.logprobs || !j)
+		return j;
+	json_t *choice = json_array_get(json_object_get(j, "choices"), 0);
+	if (!choice)
+		return j;
+	json_t *lp = q->lp;
+	q->lp = NULL;
+	if (!lp)
+		lp = q->q.kind == OAI_CHAT ? json_array() : json_pack("{s:[], s:[], s:[], s:[]}", "tokens",
+		    "token_logprobs", "top_logprobs", "text_offset");
+	json_object_set_new(choice, "logprobs", q->q.kind == OAI_CHAT ? json_pack("{s:o, s:n}", "content", lp,
+	    "refusal") : lp);
+	return j;
 }
 
 
@@ -138,7 +239,7 @@ static void on_piece(void *arg, enum oai_piece_kind k, const char *t, size_t n, 
 		}
 	} else {
 		json_t *d = json_pack("{s:s%}", k == OAI_P_REASONING ? "reasoning_content" : "content", t, n);
-		rc = write_event(q, oai_chunk_delta(q->id, q->created, m, d, NULL, q->q.include_usage));
+		rc = write_event(q, with_lp(q, oai_chunk_delta(q->id, q->created, m, d, NULL, q->q.include_usage)));
 	}
 	if (rc)
 		q->write_failed = 1;
@@ -169,8 +270,8 @@ static int on_text(void *arg, const char *text, size_t len)
 		return 1; /* the client was gone before the stream opened */
 	if (q->split_on)
 		return oai_split_push(&q->sp, text, len) != 0 || q->write_failed;
-	return write_event(q, oai_chunk(q->q.kind, q->id, q->created, q->srv->model, NULL, text, len,
-	    NULL, q->q.include_usage)) != 0;
+	return write_event(q, with_lp(q, oai_chunk(q->q.kind, q->id, q->created, q->srv->model, NULL, text, len,
+	    NULL, q->q.include_usage))) != 0;
 }
 
 static void on_done(void *arg, int rc, const char *err, struct baton_gen_result *res)
@@ -182,11 +283,11 @@ static void on_done(void *arg, int rc, const char *err, struct baton_gen_result 
 			if (rc == 0 && strcmp(res->finish, "cancelled") != 0) {
 				if (q->split_on) {
 					oai_split_finish(&q->sp);
-					write_event(q, oai_chunk_delta(q->id, q->created, q->srv->model, NULL,
-					    finish_of(q, res->finish), q->q.include_usage));
+					write_event(q, with_lp(q, oai_chunk_delta(q->id, q->created, q->srv->model, NULL,
+					    finish_of(q, res->finish), q->q.include_usage)));
 				} else {
-					write_event(q, oai_chunk(q->q.kind, q->id, q->created, q->srv->model, NULL, NULL,
-					    0, res->finish, q->q.include_usage));
+					write_event(q, with_lp(q, oai_chunk(q->q.kind, q->id, q->created, q->srv->model, NULL, NULL,
+					    0, res->finish, q->q.include_usage)));
 				}
 				if (q->q.include_usage)
 					write_event(q, oai_usage_chunk(q->q.kind, q->id, q->created, q->srv->model,
@@ -206,10 +307,10 @@ static void on_done(void *arg, int rc, const char *err, struct baton_gen_result 
 			http_reply_error(q->r, 500, BATON_ENOMEM, "out of memory");
 		} else {
 			struct oai_parts p = { q->content.p, q->content.n, q->reasoning.p, q->reasoning.n, q->calls };
-			http_reply_json(q->r, 200, oai_reply_parts(q->id, q->created, q->srv->model, res, &p));
+			http_reply_json(q->r, 200, with_lp(q, oai_reply_parts(q->id, q->created, q->srv->model, res, &p)));
 		}
 	} else if (rc == 0) {
-		http_reply_json(q->r, 200, oai_reply(q->q.kind, q->id, q->created, q->srv->model, res));
+		http_reply_json(q->r, 200, with_lp(q, oai_reply(q->q.kind, q->id, q->created, q->srv->model, res)));
 	} else {
 		struct oai_error e;
 		int status = status_of(rc, &type);
@@ -266,6 +367,9 @@ static void completion(struct oai_server *s, struct baton_http_req *r, enum oai_
 	struct sched_cb cb = { .on_text = on_text, .on_admit = on_admit, .on_done = on_done, .arg = q };
 	q->q.q.on_text = on_text;
 	q->q.q.arg = q;
+	q->lp_prev = -1;
+	if (q->q.logprobs && s->o.tok)
+		q->q.q.on_token = on_token;
 	/* on_gone is set before the request can end (and free r) */
 	uint64_t sid = sched_new_id(s->o.sched);
 	http_req_on_gone(r, on_gone, s->o.sched, sid);

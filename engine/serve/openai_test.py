@@ -312,6 +312,47 @@ def t_tokenize_and_cors(c):
     return "%d tokens; preflight 204" % t["count"]
 
 
+def t_logprobs(c):
+    """logprobs and top_logprobs, chat and completions, whole and streamed:
+    greedy picks the most likely token (the model's own distribution),
+    the tokens spell the text, a stream carries the same entries."""
+    import math
+    e = engine(c, "lp")
+    body = chat(QUESTIONS[1], temperature=0.0, max_tokens=12, logprobs=True, top_logprobs=3)
+    st, b, _ = e.http.post("/v1/chat/completions", body)
+    assert st == 200, b
+    ch = b["choices"][0]
+    ent = ch["logprobs"]["content"]
+    n_text = b["usage"]["completion_tokens"] - (1 if ch["finish_reason"] == "stop" else 0)
+    assert len(ent) == n_text > 0, (len(ent), b["usage"])
+    for x in ent:
+        top = x["top_logprobs"]
+        assert len(top) == 3 and x["token"] == top[0]["token"] and x["logprob"] == top[0]["logprob"] <= 0, x
+        assert top[0]["logprob"] >= top[1]["logprob"] >= top[2]["logprob"], top
+        assert sum(math.exp(t["logprob"]) for t in top) <= 1.0001, top
+        assert bytes(x["bytes"]) == x["token"].encode(), x
+    assert "".join(x["token"] for x in ent).endswith(ch["message"]["content"]), (ent, ch)
+    ev, _ = sse(e.http, "/v1/chat/completions", dict(body, stream=True))
+    streamed = [x for k in ev[:-1] if k["choices"] and k["choices"][0]["logprobs"]
+                for x in k["choices"][0]["logprobs"]["content"]]
+    assert streamed == ent, (streamed, ent)
+    # without logprobs: null, as before
+    st, b, _ = e.http.post("/v1/chat/completions", chat(QUESTIONS[1], max_tokens=2, logprobs=False))
+    assert b["choices"][0]["logprobs"] is None, b
+    # completions: OpenAI's legacy shape
+    cb = {"model": MODEL, "prompt": "In the beginning", "max_tokens": 8, "temperature": 0, "logprobs": 2}
+    st, b, _ = e.http.post("/v1/completions", cb)
+    lp = b["choices"][0]["logprobs"]
+    assert st == 200 and "".join(lp["tokens"]) == b["choices"][0]["text"], b
+    assert len(lp["tokens"]) == len(lp["token_logprobs"]) == len(lp["top_logprobs"]) == 8, lp
+    assert lp["text_offset"][0] == 0 and all(a <= b_ for a, b_ in zip(lp["text_offset"], lp["text_offset"][1:]))
+    assert all(len(t) <= 2 and max(t.values()) == l for t, l in zip(lp["top_logprobs"], lp["token_logprobs"])), lp
+    ev, _ = sse(e.http, "/v1/completions", dict(cb, stream=True))
+    toks = [t for k in ev[:-1] if k["choices"][0]["logprobs"] for t in k["choices"][0]["logprobs"]["tokens"]]
+    assert toks == lp["tokens"], (toks, lp["tokens"])
+    return "%d chat tokens, %d completion tokens" % (len(ent), len(lp["tokens"]))
+
+
 def t_concurrent_equal_alone(c):
     e = engine(c, "q", "--kv-blocks", "128", "--max-seqs", "8")
     reqs = []
@@ -514,6 +555,6 @@ def t_release_levels(c):
 if __name__ == "__main__":
     for p in (h.ENGINE, h.ARENA, h.CLI, h.BROKER):
         h.need(p)
-    sys.exit(h.run_cases([t_whole_and_stream, t_npm_client, t_tools_and_reasoning, t_completion_keeps_space, t_tokenize_and_cors, t_concurrent_equal_alone, t_disconnect_frees,
+    sys.exit(h.run_cases([t_whole_and_stream, t_npm_client, t_tools_and_reasoning, t_completion_keeps_space, t_tokenize_and_cors, t_logprobs, t_concurrent_equal_alone, t_disconnect_frees,
                           t_queue_full, t_errors_and_token, t_release_levels], only=sys.argv[1:],
                          logs=("q", "t", "broker")))
