@@ -160,6 +160,20 @@ static int encode_prompt(struct baton_generator *g, const struct baton_gen_reque
 {
 	char err[400] = "";
 	int rc;
+	if (req->prompt_ids) {
+		for (size_t i = 0; i < req->n_prompt_ids; i++)
+			if (req->prompt_ids[i] >= g->tok_vocab) {
+				baton_errf(errbuf, errlen, "prompt[%zu]: token id %u is outside the vocabulary (%u)", i,
+				    req->prompt_ids[i], g->tok_vocab);
+				return BATON_EINVAL;
+			}
+		if (!(*ids = malloc(sizeof(int32_t) * (req->n_prompt_ids + 1))))
+			return BATON_ENOMEM;
+		for (size_t i = 0; i < req->n_prompt_ids; i++)
+			(*ids)[i] = (int32_t)req->prompt_ids[i];
+		*n = req->n_prompt_ids;
+		return 0;
+	}
 	if (!req->msgs) {
 		rc = text_encode(g->tok, req->prompt, req->prompt_len, TEXT_ADD_SPECIAL, ids, n, err, sizeof err);
 		if (rc)
@@ -252,8 +266,12 @@ static void settle(struct out *o, int final)
 
 static int check_request(const struct baton_gen_request *req, char *errbuf, size_t errlen)
 {
-	if ((req->prompt == NULL) == (req->msgs == NULL)) {
-		baton_errf(errbuf, errlen, "give exactly one of a prompt and messages");
+	if ((req->prompt != NULL) + (req->msgs != NULL) + (req->prompt_ids != NULL) != 1) {
+		baton_errf(errbuf, errlen, "give exactly one of a prompt, token ids and messages");
+		return BATON_EINVAL;
+	}
+	if (req->prompt_ids && req->n_prompt_ids == 0) {
+		baton_errf(errbuf, errlen, "prompt: no token ids");
 		return BATON_EINVAL;
 	}
 	if (req->msgs && req->n_msgs == 0) {

@@ -461,9 +461,11 @@ const char *generator_chat_template(const struct baton_generator *g);
 typedef int (*baton_gen_text_fn)(void *arg, const char *text, size_t len);
 
 struct baton_gen_request {
-	/* exactly one of prompt and msgs */
+	/* exactly one of prompt, prompt_ids and msgs */
 	const char *prompt;             /* raw text; BOS added as the tokenizer says */
 	size_t prompt_len;
+	const uint32_t *prompt_ids;     /* token ids, taken as they are (no BOS added) */
+	size_t n_prompt_ids;
 	const struct text_msg *msgs;    /* rendered with the model's chat template */
 	size_t n_msgs;
 	int enable_thinking;            /* -1: the template's default (Qwen3) */

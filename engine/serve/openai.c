@@ -394,19 +394,46 @@ static int parse_messages(json_t *root, struct oai_request *r, struct oai_error 
 	return 0;
 }
 
+/* A token-id prompt: an array of integers. */
+static int prompt_ids(json_t *a, struct oai_request *r, struct oai_error *e)
+{
+	size_t n = json_array_size(a), i;
+	json_t *v;
+	if (n == 0)
+		return oai_errorf(e, 400, INVALID, NULL, "prompt", "prompt: empty");
+	if (!(r->ids = malloc(n * sizeof *r->ids)))
+		return oai_errorf(e, 500, "server_error", NULL, NULL, "out of memory");
+	json_array_foreach(a, i, v) {
+		if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > UINT32_MAX)
+			return oai_errorf(e, 400, INVALID, NULL, "prompt", "prompt[%zu]: want a token id", i);
+		r->ids[i] = (uint32_t)json_integer_value(v);
+	}
+	r->q.prompt_ids = r->ids;
+	r->q.n_prompt_ids = n;
+	return 0;
+}
+
+/* A string, or token ids; an array of one of those (a batch of one). A
+ * batch of more is refused: one request per prompt. */
 static int parse_prompt(json_t *root, struct oai_request *r, struct oai_error *e)
 {
 	json_t *p = field(root, "prompt");
 	if (!p)
 		return oai_errorf(e, 400, INVALID, NULL, "prompt", "prompt: required");
+	if (json_is_array(p) && json_array_size(p) > 0 && json_is_integer(json_array_get(p, 0)))
+		return prompt_ids(p, r, e);
 	if (json_is_array(p)) {
-		if (json_array_size(p) != 1 || !json_is_string(json_array_get(p, 0)))
-			return oai_errorf(e, 400, INVALID, NULL, "prompt", "prompt: a string, or an array of "
-			    "exactly one string (batches and token arrays are not supported)");
-		p = json_array_get(p, 0);
+		json_t *x = json_array_get(p, 0);
+		if (json_array_size(p) != 1 || !(json_is_string(x) || json_is_array(x)))
+			return oai_errorf(e, 400, INVALID, "unsupported_parameter", "prompt", "prompt: a string, token ids, "
+			    "or an array of exactly one of those (batches of prompts are not supported: send one "
+			    "request per prompt)");
+		if (json_is_array(x))
+			return prompt_ids(x, r, e);
+		p = x;
 	}
 	if (!json_is_string(p))
-		return oai_errorf(e, 400, INVALID, NULL, "prompt", "prompt: want a string");
+		return oai_errorf(e, 400, INVALID, NULL, "prompt", "prompt: want a string or token ids");
 	if (json_string_length(p) == 0)
 		return oai_errorf(e, 400, INVALID, NULL, "prompt", "prompt: empty");
 	r->q.prompt = json_string_value(p);
@@ -524,9 +551,10 @@ static int parse_logprobs(enum oai_kind kind, json_t *root, struct oai_request *
 		r->q.n_top = (uint32_t)r->top_logprobs;
 		/* on_token is set by the server that answers (it has the tokenizer) */
 	}
-	if (r->echo)
+	if (r->echo && r->logprobs)
 		return oai_errorf(e, 400, INVALID, "unsupported_parameter", "echo",
-		    "echo: not supported by this engine yet");
+		    "echo: with logprobs it asks for the prompt's log-probabilities, which this engine does not "
+		    "compute; send echo or logprobs");
 	return 0;
 }
 
@@ -756,6 +784,7 @@ void oai_request_free(struct oai_request *r)
 	free(r->msgs);
 	free(r->stop);
 	free(r->bias);
+	free(r->ids);
 	for (size_t i = 0; i < r->n_owned; i++)
 		free(r->owned[i]);
 	free(r->owned);

@@ -70,6 +70,7 @@ struct oai_request {
 	int top_logprobs;      /* alternatives per token (0..OAI_MAX_TOP_LOGPROBS) */
 	int echo;              /* completions: the prompt before the text */
 	struct baton_logit_bias *bias;
+	uint32_t *ids;         /* a token-id prompt */
 	char **owned;          /* strings q points at (tool_calls, tools, kwargs JSON) */
 	size_t n_owned;
 };

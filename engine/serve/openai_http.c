@@ -47,6 +47,8 @@ struct oreq {
 	json_t *lp;
 	int32_t lp_prev;            /* the last token: the next one's text is decoded after it */
 	size_t lp_offset;           /* completions: text_offset of the next token */
+	char *echo;                 /* completions' echo: the prompt's text, first */
+	size_t echo_len;
 };
 
 static uint64_t random64(void)
@@ -81,7 +83,25 @@ static void oreq_free(struct oreq *q)
 	free(q->reasoning.p);
 	json_decref(q->calls);
 	json_decref(q->lp);
+	free(q->echo);
 	free(q);
+}
+
+/* echo: the prompt before the completion in a whole reply. */
+static json_t *with_echo(struct oreq *q, json_t *j)
+{
+	json_t *c = json_array_get(json_object_get(j, "choices"), 0), *t = json_object_get(c, "text");
+	if (!q->echo || !json_is_string(t))
+		return j;
+	size_t n = json_string_length(t);
+	char *both = malloc(q->echo_len + n + 1);
+	if (both) {
+		memcpy(both, q->echo, q->echo_len);
+		memcpy(both + q->echo_len, json_string_value(t), n);
+		json_object_set_new(c, "text", json_stringn(both, q->echo_len + n));
+		free(both);
+	}
+	return j;
 }
 
 /* ---- logprobs ---- */
@@ -207,6 +227,9 @@ static void open_stream(struct oreq *q)
 	if (q->st && q->q.kind == OAI_CHAT)
 		write_event(q, oai_chunk(q->q.kind, q->id, q->created, q->srv->model, "assistant", NULL, 0,
 		    NULL, q->q.include_usage));
+	if (q->st && q->echo && q->echo_len) /* echo: the prompt comes first */
+		write_event(q, oai_chunk(q->q.kind, q->id, q->created, q->srv->model, NULL, q->echo, q->echo_len,
+		    NULL, q->q.include_usage));
 }
 
 /* A piece of the split answer: a stream's chunk, or kept for the whole
@@ -310,7 +333,7 @@ static void on_done(void *arg, int rc, const char *err, struct baton_gen_result 
 			http_reply_json(q->r, 200, with_lp(q, oai_reply_parts(q->id, q->created, q->srv->model, res, &p)));
 		}
 	} else if (rc == 0) {
-		http_reply_json(q->r, 200, with_lp(q, oai_reply(q->q.kind, q->id, q->created, q->srv->model, res)));
+		http_reply_json(q->r, 200, with_echo(q, with_lp(q, oai_reply(q->q.kind, q->id, q->created, q->srv->model, res))));
 	} else {
 		struct oai_error e;
 		int status = status_of(rc, &type);
@@ -368,6 +391,25 @@ static void completion(struct oai_server *s, struct baton_http_req *r, enum oai_
 	q->q.q.on_text = on_text;
 	q->q.q.arg = q;
 	q->lp_prev = -1;
+	if (q->q.echo) {
+		char err[128];
+		int32_t *ids = q->q.q.prompt_ids ? malloc(q->q.q.n_prompt_ids * sizeof *ids + 1) : NULL;
+		for (size_t i = 0; ids && i < q->q.q.n_prompt_ids; i++)
+			ids[i] = q->q.q.prompt_ids[i] < text_vocab_size(s->o.tok) ? (int32_t)q->q.q.prompt_ids[i] : 0;
+		if (q->q.q.prompt) {
+			q->echo = strndup(q->q.q.prompt, q->q.q.prompt_len);
+			q->echo_len = q->q.q.prompt_len;
+		} else if (!ids || !s->o.tok || text_decode(s->o.tok, ids, q->q.q.n_prompt_ids, TEXT_SKIP_SPECIAL,
+		    &q->echo, &q->echo_len, err, sizeof err) != 0) {
+			q->echo = NULL;
+		}
+		free(ids);
+		if (!q->echo) {
+			http_reply_error(r, 500, BATON_ENOMEM, "echo: the prompt could not be decoded");
+			oreq_free(q);
+			return;
+		}
+	}
 	if (q->q.logprobs && s->o.tok)
 		q->q.q.on_token = on_token;
 	/* on_gone is set before the request can end (and free r) */

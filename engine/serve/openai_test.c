@@ -53,6 +53,9 @@ static void t_defaults_and_prompt(void)
 	T_ASSERT(r.q.sp.seed == 99 && !r.seeded && r.model == NULL);
 	T_ASSERT(r.q.sp.temperature == 1.0f && !r.stream);
 	oai_request_free(&r);
+	T_EQ_INT(parse(OAI_COMPLETION, "{\"prompt\":[[5,6,7]],\"echo\":true}", &r, &e), 0);
+	T_ASSERT(r.q.prompt == NULL && r.q.n_prompt_ids == 3 && r.q.prompt_ids[2] == 7 && r.echo);
+	oai_request_free(&r);
 	T_EQ_INT(parse(OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":3}", &r, &e), 0);
 	T_EQ_INT(r.q.sp.max_tokens, 3);
 	T_EQ_INT(r.q.enable_thinking, -1);
@@ -103,7 +106,11 @@ static void t_errors(void)
 		{ OAI_COMPLETION, "{\"messages\":[]}", 400, "prompt", NULL, "required" },
 		{ OAI_COMPLETION, "{\"prompt\":\"a\",\"best_of\":2}", 400, "best_of", "unsupported_parameter", "only 1" },
 		{ OAI_COMPLETION, "{\"prompt\":\"a\",\"suffix\":\"b\"}", 400, "suffix", "unsupported_parameter", "suffix" },
-		{ OAI_COMPLETION, "{\"prompt\":[\"a\",\"b\"]}", 400, "prompt", NULL, "exactly one" },
+		{ OAI_COMPLETION, "{\"prompt\":[\"a\",\"b\"]}", 400, "prompt", "unsupported_parameter", "exactly one" },
+		{ OAI_COMPLETION, "{\"prompt\":[1,\"b\"]}", 400, "prompt", NULL, "prompt[1]" },
+		{ OAI_COMPLETION, "{\"prompt\":[]}", 400, "prompt", "unsupported_parameter", "exactly one" },
+		{ OAI_COMPLETION, "{\"prompt\":\"a\",\"echo\":true,\"logprobs\":1}", 400, "echo", "unsupported_parameter",
+		  "prompt's log-probabilities" },
 		{ OAI_COMPLETION, "{\"prompt\":\"a\",\"temperature\":3}", 400, "temperature", NULL, "out of range" },
 		{ OAI_COMPLETION, "{\"prompt\":\"a\",\"max_tokens\":0}", 400, "max_tokens", NULL, "out of range" },
 		{ OAI_COMPLETION, "{\"prompt\":\"a\",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}", 400, "stop", NULL, "at most 4" },

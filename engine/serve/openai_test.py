@@ -353,6 +353,32 @@ def t_logprobs(c):
     return "%d chat tokens, %d completion tokens" % (len(ent), len(lp["tokens"]))
 
 
+def t_prompts_and_echo(c):
+    """/v1/completions takes token ids ([ids] or [[ids]]) as vLLM does and
+    answers as for the text they encode; echo puts the prompt first,
+    whole and streamed; batches of prompts are refused with a 400."""
+    e = engine(c, "pe")
+    base = {"model": MODEL, "max_tokens": 8, "temperature": 0}
+    st, t, _ = e.http.post("/tokenize", {"prompt": "In the beginning"})
+    st, a, _ = e.http.post("/v1/completions", dict(base, prompt="In the beginning"))
+    st2, b, _ = e.http.post("/v1/completions", dict(base, prompt=t["tokens"]))
+    st3, b2, _ = e.http.post("/v1/completions", dict(base, prompt=[t["tokens"]]))
+    assert st == st2 == st3 == 200 and a["choices"][0]["text"] == b["choices"][0]["text"] == b2["choices"][0]["text"]
+    assert a["usage"] == b["usage"], (a["usage"], b["usage"])
+    st, ec, _ = e.http.post("/v1/completions", dict(base, prompt="In the beginning", echo=True))
+    assert ec["choices"][0]["text"] == "In the beginning" + a["choices"][0]["text"], ec
+    ev, _ = sse(e.http, "/v1/completions", dict(base, prompt="In the beginning", echo=True, stream=True))
+    assert "".join(x["choices"][0]["text"] for x in ev[:-1]) == ec["choices"][0]["text"], ev
+    st, ei, _ = e.http.post("/v1/completions", dict(base, prompt=t["tokens"], echo=True))
+    assert ei["choices"][0]["text"] == ec["choices"][0]["text"], ei
+    for body, param in ((dict(base, prompt=["a", "b"]), "prompt"), (dict(base, prompt=[[1], [2]]), "prompt"),
+                        (dict(base, prompt=[99999]), None), (dict(base, prompt=[-1]), "prompt"),
+                        (dict(base, prompt="a", echo=True, logprobs=1), "echo")):
+        st, r, _ = e.http.post("/v1/completions", body)
+        assert st == 400 and r["error"]["param"] == param, (body, st, r)
+    return "ids %s" % t["tokens"]
+
+
 def t_concurrent_equal_alone(c):
     e = engine(c, "q", "--kv-blocks", "128", "--max-seqs", "8")
     reqs = []
@@ -473,7 +499,7 @@ def t_errors_and_token(c):
         ("/v1/chat/completions", dict(chat("x"), temperature=5), 400, "temperature"),
         ("/v1/chat/completions", dict(chat("x"), model="gpt-4o"), 404, "model"),
         ("/v1/completions", {"model": MODEL, "messages": []}, 400, "prompt"),
-        ("/v1/completions", {"model": MODEL, "prompt": [1, 2]}, 400, "prompt"),
+        ("/v1/completions", {"model": MODEL, "prompt": ["a", "b"]}, 400, "prompt"),
     ]
     for path, body, status, param in cases:
         st, b, _ = e.http.post(path, body)
@@ -555,6 +581,6 @@ def t_release_levels(c):
 if __name__ == "__main__":
     for p in (h.ENGINE, h.ARENA, h.CLI, h.BROKER):
         h.need(p)
-    sys.exit(h.run_cases([t_whole_and_stream, t_npm_client, t_tools_and_reasoning, t_completion_keeps_space, t_tokenize_and_cors, t_logprobs, t_concurrent_equal_alone, t_disconnect_frees,
+    sys.exit(h.run_cases([t_whole_and_stream, t_npm_client, t_tools_and_reasoning, t_completion_keeps_space, t_tokenize_and_cors, t_logprobs, t_prompts_and_echo, t_concurrent_equal_alone, t_disconnect_frees,
                           t_queue_full, t_errors_and_token, t_release_levels], only=sys.argv[1:],
                          logs=("q", "t", "broker")))
