@@ -198,6 +198,12 @@ static int encode_prompt(struct baton_generator *g, const struct baton_gen_reque
 		baton_errf(errbuf, errlen, "chat template: %s", err);
 		return rc;
 	}
+	if (req->think_open) {
+		size_t k = strlen(rendered);
+		while (k && (rendered[k - 1] == '\n' || rendered[k - 1] == ' '))
+			k--;
+		*req->think_open = k >= 7 && memcmp(rendered + k - 7, "<think>", 7) == 0;
+	}
 	rc = text_encode(g->tok, rendered, strlen(rendered), 0, ids, n, err, sizeof err);
 	free(rendered);
 	if (rc)

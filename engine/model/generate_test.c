@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "arena/arena.h"
@@ -234,7 +235,78 @@ static void t_experts_only_refused(void)
 	rmdir(dir);
 }
 
-T_MAIN(T_CASE_TIMEOUT(t_qwen3_moe_answers, 120), T_CASE_TIMEOUT(t_qwen3_moe_no_thinking, 120),
+static void copy_file(const char *from, const char *to, const char *find, const char *repl)
+{
+	FILE *f = fopen(from, "rb");
+	T_ASSERT_MSG(f, "%s", from);
+	fseek(f, 0, SEEK_END);
+	long n = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	char *b = malloc((size_t)n + 1);
+	T_ASSERT(b && fread(b, 1, (size_t)n, f) == (size_t)n);
+	b[n] = 0;
+	fclose(f);
+	FILE *o = fopen(to, "wb");
+	T_ASSERT(o);
+	char *at = find ? strstr(b, find) : NULL;
+	if (find)
+		T_ASSERT_MSG(at, "%s lacks %s", from, find);
+	if (at) {
+		fwrite(b, 1, (size_t)(at - b), o);
+		fputs(repl, o);
+		fputs(at + strlen(find), o);
+	} else {
+		fwrite(b, 1, (size_t)n, o);
+	}
+	fclose(o);
+	free(b);
+}
+
+/* think_open: the generator says when the rendered prompt ends inside a
+ * <think> (as DeepSeek-R1's and Qwen3-thinking-2507's templates write
+ * it), so the API splits the answer's first part out as reasoning. The
+ * demo model's folder is copied with its template's generation prompt
+ * made so; the demo model's own template does not. */
+static void t_think_open(void)
+{
+	char dir[64] = "/tmp/baton-think-XXXXXX", src[512], dst[512];
+	T_ASSERT(mkdtemp(dir) != NULL);
+	char mdir[128];
+	snprintf(mdir, sizeof mdir, "%s/m", dir);
+	T_ASSERT(mkdir(mdir, 0700) == 0);
+	static const char *const files[] = { "config.json", "generation_config.json", "model.safetensors",
+		"tokenizer.json", "tokenizer_config.json", "chat_template.jinja" };
+	for (size_t i = 0; i < 6; i++) {
+		snprintf(src, sizeof src, "%s/kjv-qwen3-moe/%s", rig_models(), files[i]);
+		snprintf(dst, sizeof dst, "%s/%s", mdir, files[i]);
+		int tmpl = i == 5;
+		copy_file(src, dst, tmpl ? "{{- '<|im_start|>assistant\\n' }}" : NULL,
+		    "{{- '<|im_start|>assistant\\n<think>\\n' }}");
+	}
+	for (int pass = 0; pass < 2; pass++) {
+		struct rig r;
+		rig_engine(&r, pass ? rig_models() : dir, pass ? "kjv-qwen3-moe" : "m", "t");
+		rig_generator(&r, NULL);
+		struct text_msg m = { .role = "user", .content = "Who was Moses?" };
+		int open = -1;
+		struct baton_gen_request q = greedy(&m, 1, 2);
+		q.think_open = &open;
+		struct baton_gen_result res;
+		char err[256];
+		T_OK(generator_run(r.g, &q, &res, err, sizeof err));
+		T_EQ_INT(open, pass ? 0 : 1);
+		generator_result_free(&res);
+		rig_close(&r);
+	}
+	for (size_t i = 0; i < 6; i++) {
+		snprintf(dst, sizeof dst, "%s/%s", mdir, files[i]);
+		unlink(dst);
+	}
+	rmdir(mdir);
+	rmdir(dir);
+}
+
+T_MAIN(T_CASE_TIMEOUT(t_think_open, 120), T_CASE_TIMEOUT(t_qwen3_moe_answers, 120), T_CASE_TIMEOUT(t_qwen3_moe_no_thinking, 120),
     T_CASE_TIMEOUT(t_mixtral_answers, 120), T_CASE_TIMEOUT(t_stop_strings, 120),
     T_CASE_TIMEOUT(t_prompt_and_seed, 60), T_CASE_TIMEOUT(t_bad_requests, 60),
     T_CASE(t_experts_only_refused))

@@ -472,6 +472,9 @@ struct baton_gen_request {
 	const char *tools;              /* JSON array for the template's `tools`; NULL: None */
 	const char *template_kwargs;    /* JSON object of more template variables; NULL: none */
 	int keep_special;               /* the text keeps special tokens (Mistral's [TOOL_CALLS]) */
+	int *think_open;                /* out (may be NULL): set to 1 at start when the rendered
+	                                 * prompt ends inside a <think> (DeepSeek-R1, Qwen3
+	                                 * thinking-2507): the answer begins with reasoning */
 	struct baton_sample_params sp;  /* stop_ids: extra to the model's own */
 	const char *const *stop;        /* stop strings, not part of the text */
 	size_t n_stop;

@@ -142,6 +142,9 @@ struct oai_split {
 };
 void oai_split_init(struct oai_split *s, enum oai_tool_format fmt, int think, int parallel,
     const json_t *tools, uint64_t id_seed, oai_piece_fn fn, void *arg);
+/* The prompt opened the think (its template wrote "<think>" last): the
+ * answer starts as reasoning, up to its "</think>". Before the first push. */
+void oai_split_thinking(struct oai_split *s);
 /* 0, or -1 without memory. */
 int oai_split_push(struct oai_split *s, const char *text, size_t len);
 int oai_split_finish(struct oai_split *s);

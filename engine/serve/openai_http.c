@@ -47,6 +47,7 @@ struct oreq {
 	json_t *lp;
 	int32_t lp_prev;            /* the last token: the next one's text is decoded after it */
 	size_t lp_offset;           /* completions: text_offset of the next token */
+	int think_open, split_started; /* the prompt ended inside <think> (the generator says) */
 	char *echo;                 /* completions' echo: the prompt's text, first */
 	size_t echo_len;
 };
@@ -291,8 +292,11 @@ static int on_text(void *arg, const char *text, size_t len)
 		return 0; /* a client gone cancels through on_gone */
 	if (!q->st)
 		return 1; /* the client was gone before the stream opened */
-	if (q->split_on)
+	if (q->split_on) {
+		if (!q->split_started++ && q->think_open)
+			oai_split_thinking(&q->sp);
 		return oai_split_push(&q->sp, text, len) != 0 || q->write_failed;
+	}
 	return write_event(q, with_lp(q, oai_chunk(q->q.kind, q->id, q->created, q->srv->model, NULL, text, len,
 	    NULL, q->q.include_usage))) != 0;
 }
@@ -305,6 +309,8 @@ static void on_done(void *arg, int rc, const char *err, struct baton_gen_result 
 		if (q->st) {
 			if (rc == 0 && strcmp(res->finish, "cancelled") != 0) {
 				if (q->split_on) {
+					if (!q->split_started++ && q->think_open)
+						oai_split_thinking(&q->sp);
 					oai_split_finish(&q->sp);
 					write_event(q, with_lp(q, oai_chunk_delta(q->id, q->created, q->srv->model, NULL,
 					    finish_of(q, res->finish), q->q.include_usage)));
@@ -326,6 +332,8 @@ static void on_done(void *arg, int rc, const char *err, struct baton_gen_result 
 			http_stream_close(q->st);
 		}
 	} else if (rc == 0 && q->split_on) {
+		if (q->think_open)
+			oai_split_thinking(&q->sp);
 		if (oai_split_push(&q->sp, res->text, res->text_len) || oai_split_finish(&q->sp) || q->write_failed) {
 			http_reply_error(q->r, 500, BATON_ENOMEM, "out of memory");
 		} else {
@@ -391,6 +399,7 @@ static void completion(struct oai_server *s, struct baton_http_req *r, enum oai_
 	q->q.q.on_text = on_text;
 	q->q.q.arg = q;
 	q->lp_prev = -1;
+	q->q.q.think_open = &q->think_open;
 	if (q->q.echo) {
 		char err[128];
 		int32_t *ids = q->q.q.prompt_ids ? malloc(q->q.q.n_prompt_ids * sizeof *ids + 1) : NULL;

@@ -472,6 +472,14 @@ static int split_push(struct oai_split *s, const char *t, size_t n, int final)
 	}
 }
 
+void oai_split_thinking(struct oai_split *s)
+{
+	if (s->think && s->rstate == 0) {
+		s->rstate = 1;
+		s->think_lead = 1;
+	}
+}
+
 int oai_split_push(struct oai_split *s, const char *text, size_t len)
 {
 	return split_push(s, text, len, 0);

@@ -148,6 +148,21 @@ static void t_reasoning(void)
 	/* cut while thinking: what came is reasoning */
 	split(OAI_TOOLS_NONE, 1, 1, "<think>\nhmm", &g);
 	T_ASSERT(strcmp(g.reasoning, "hmm") == 0 && g.content[0] == '\0');
+	/* the prompt opened the think (DeepSeek-R1's template): reasoning first */
+	{
+		struct got one;
+		memset(&one, 0, sizeof one);
+		struct oai_split sp;
+		oai_split_init(&sp, OAI_TOOLS_NONE, 1, 1, NULL, 1, on_piece, &one);
+		oai_split_thinking(&sp);
+		const char *t = "\nFirst, light.\n</think>\n\nLet there be light.";
+		for (size_t i = 0; t[i]; i++)
+			T_EQ_INT(oai_split_push(&sp, t + i, 1), 0);
+		T_EQ_INT(oai_split_finish(&sp), 0);
+		oai_split_free(&sp);
+		T_ASSERT_MSG(strcmp(one.reasoning, "First, light.") == 0, "'%s'", one.reasoning);
+		T_ASSERT(strcmp(one.content, "Let there be light.") == 0);
+	}
 	/* thinking, then a call */
 	split(OAI_TOOLS_HERMES, 1, 1, "<think>\nweather: call it\n</think>\n\n<tool_call>\n{\"name\": \"get_weather\", "
 	    "\"arguments\": {\"city\": \"Paris\"}}\n</tool_call>", &g);
