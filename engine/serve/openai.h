@@ -28,6 +28,8 @@ enum oai_kind { OAI_CHAT = 0, OAI_COMPLETION = 1, OAI_AUTO = 2 };
 
 /* Messages of one chat request. */
 #define OAI_MAX_MESSAGES 1024u
+/* Prompts of one /v1/completions batch ("prompt": [...]). */
+#define OAI_MAX_BATCH 64u
 /* Stop strings OpenAI allows in one request. */
 #define OAI_MAX_STOP 4u
 /* max_tokens of /v1/completions when the request gives none (OpenAI's). */

@@ -7,6 +7,7 @@
  * goes away cancels its request at once (its KV blocks go back).
  */
 #include <math.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +26,20 @@ struct oai_server {
 	char *model;
 	struct oai_caps caps;      /* of the chat template */
 	atomic_ullong next;
+};
+
+/* A batch of prompts (/v1/completions' "prompt": [...]): one scheduler
+ * request each, one answer: a choice per prompt (index), the usage summed;
+ * a stream interleaves their chunks. Its counters are taken under mu (the
+ * handler submits while the scheduler's thread finishes). */
+struct obatch {
+	pthread_mutex_t mu;
+	struct baton_http_req *r;
+	struct baton_http_stream *st;
+	int opened, n, left, include_usage, rc;
+	char err[512];
+	json_t *choices;
+	uint32_t n_prompt, n_tokens;
 };
 
 /* One request in flight, from the handler to on_done. */
@@ -48,6 +63,8 @@ struct oreq {
 	int32_t lp_prev;            /* the last token: the next one's text is decoded after it */
 	size_t lp_offset;           /* completions: text_offset of the next token */
 	int think_open, split_started; /* the prompt ended inside <think> (the generator says) */
+	struct obatch *b;           /* one prompt of a batch (completions), its choice's index */
+	int index;
 	char *echo;                 /* completions' echo: the prompt's text, first */
 	size_t echo_len;
 };
@@ -211,6 +228,9 @@ static int status_of(int rc, const char **type)
 
 static int write_event(struct oreq *q, json_t *j)
 {
+	json_t *c0 = q->b ? json_array_get(json_object_get(j, "choices"), 0) : NULL;
+	if (c0)
+		json_object_set_new(c0, "index", json_integer(q->index));
 	size_t n;
 	char *ev = oai_sse(j, &n);
 	if (!ev)
@@ -224,7 +244,17 @@ static void open_stream(struct oreq *q)
 {
 	static const char *const hdr[] = { "Cache-Control: no-cache", "X-Accel-Buffering: no", NULL };
 	q->streaming = 1;
-	q->st = http_stream_open(q->r, 200, "text/event-stream", hdr);
+	if (q->b) { /* a batch's stream opens once (the scheduler's thread) */
+		pthread_mutex_lock(&q->b->mu);
+		if (!q->b->opened) {
+			q->b->opened = 1;
+			q->b->st = http_stream_open(q->r, 200, "text/event-stream", hdr);
+		}
+		q->st = q->b->st;
+		pthread_mutex_unlock(&q->b->mu);
+	} else {
+		q->st = http_stream_open(q->r, 200, "text/event-stream", hdr);
+	}
 	if (q->st && q->q.kind == OAI_CHAT)
 		write_event(q, oai_chunk(q->q.kind, q->id, q->created, q->srv->model, "assistant", NULL, 0,
 		    NULL, q->q.include_usage));
@@ -301,10 +331,100 @@ static int on_text(void *arg, const char *text, size_t len)
 	    NULL, q->q.include_usage))) != 0;
 }
 
+static void batch_free(struct obatch *b)
+{
+	json_decref(b->choices);
+	pthread_mutex_destroy(&b->mu);
+	free(b);
+}
+
+/* The batch's answer, once its last prompt is done (or failed to start). */
+static void batch_answer(struct obatch *b, struct oreq *q)
+{
+	const char *type;
+	if (b->opened) {
+		if (b->st) {
+			if (b->rc) {
+				struct oai_error e;
+				int status = status_of(b->rc, &type);
+				oai_errorf(&e, status, type, NULL, NULL, "%s", b->err);
+				size_t n;
+				char *ev = oai_sse(oai_error_json(&e), &n);
+				if (ev)
+					http_stream_write(b->st, ev, n);
+				free(ev);
+			} else {
+				if (b->include_usage) {
+					size_t n;
+					char *ev = oai_sse(oai_usage_chunk(OAI_COMPLETION, q->id, q->created, q->srv->model,
+					    b->n_prompt, b->n_tokens), &n);
+					if (ev)
+						http_stream_write(b->st, ev, n);
+					free(ev);
+				}
+				http_stream_write(b->st, "data: [DONE]\n\n", 14);
+			}
+			http_stream_close(b->st);
+		}
+	} else if (b->rc) {
+		struct oai_error e;
+		int status = status_of(b->rc, &type);
+		oai_errorf(&e, status, type, b->rc == BATON_EBUSY ? "queue_full" : NULL, NULL, "%s", b->err);
+		static const char *const retry[] = { "Retry-After: 1", NULL };
+		reply_error(b->r, &e, http_retry_after(status) ? retry : NULL);
+	} else {
+		json_t *j = json_pack("{s:s, s:s, s:I, s:s, s:O, s:{s:i, s:i, s:i}}", "id", q->id, "object",
+		    "text_completion", "created", (json_int_t)q->created, "model", q->srv->model, "choices",
+		    b->choices, "usage", "prompt_tokens", (json_int_t)b->n_prompt, "completion_tokens",
+		    (json_int_t)b->n_tokens, "total_tokens", (json_int_t)(b->n_prompt + b->n_tokens));
+		http_reply_json(b->r, 200, j);
+	}
+	batch_free(b);
+}
+
+/* One prompt of a batch ended: its choice (or finish chunk) and counts. */
+static void batch_done(struct oreq *q, int rc, const char *err, struct baton_gen_result *res)
+{
+	struct obatch *b = q->b;
+	int cut = rc == 0 && strcmp(res->finish, "cancelled") == 0;
+	if (rc == 0 && !cut && q->streaming && q->st)
+		write_event(q, with_lp(q, oai_chunk(OAI_COMPLETION, q->id, q->created, q->srv->model, NULL, NULL, 0,
+		    res->finish, b->include_usage)));
+	json_t *choice = NULL;
+	if (rc == 0 && !q->streaming) {
+		json_t *j = with_echo(q, with_lp(q, oai_reply(OAI_COMPLETION, q->id, q->created, q->srv->model, res)));
+		choice = json_incref(json_array_get(json_object_get(j, "choices"), 0));
+		json_decref(j);
+		if (choice)
+			json_object_set_new(choice, "index", json_integer(q->index));
+	}
+	pthread_mutex_lock(&b->mu);
+	if (rc && !b->rc) {
+		b->rc = rc;
+		snprintf(b->err, sizeof b->err, "prompt %d: %s", q->index, err && err[0] ? err : baton_strerror(rc));
+	}
+	if (rc == 0) {
+		b->n_prompt += res->n_prompt;
+		b->n_tokens += res->n_tokens;
+	}
+	if (choice)
+		json_array_set_new(b->choices, (size_t)q->index, choice);
+	int last = --b->left == 0;
+	pthread_mutex_unlock(&b->mu);
+	if (last)
+		batch_answer(b, q);
+	generator_result_free(res);
+	oreq_free(q);
+}
+
 static void on_done(void *arg, int rc, const char *err, struct baton_gen_result *res)
 {
 	struct oreq *q = arg;
 	const char *type;
+	if (q->b) {
+		batch_done(q, rc, err, res);
+		return;
+	}
 	if (q->streaming) {
 		if (q->st) {
 			if (rc == 0 && strcmp(res->finish, "cancelled") != 0) {
@@ -365,25 +485,31 @@ static void on_gone(void *owner, uint64_t id)
 
 /* ---- the handler (an HTTP worker thread) ---- */
 
-static void completion(struct oai_server *s, struct baton_http_req *r, enum oai_kind kind)
+/* A batch's prompts: one client gone cancels them all (the id packs the
+ * first and the count). */
+static void on_gone_batch(void *owner, uint64_t packed)
+{
+	uint64_t first = packed & ((1ull << 48) - 1), n = packed >> 48;
+	for (uint64_t i = 0; i < n; i++)
+		sched_cancel(owner, first + i);
+}
+
+/* A request parsed and bound, ready to submit; NULL with the error answered. */
+static struct oreq *prepare(struct oai_server *s, struct baton_http_req *r, enum oai_kind kind, const char *body,
+    size_t len, struct oai_error *e)
 {
 	struct oreq *q = calloc(1, sizeof *q);
 	if (!q) {
-		http_reply_error(r, 500, BATON_ENOMEM, "out of memory");
-		return;
+		oai_errorf(e, 500, "server_error", NULL, NULL, "out of memory");
+		return NULL;
 	}
-	size_t len = 0;
-	const char *body = http_req_body(r, &len);
-	struct oai_error e;
-	if (oai_parse(kind, s->model, body, len, random64(), &q->q, &e) != 0) {
-		reply_error(r, &e, NULL);
+	if (oai_parse(kind, s->model, body, len, random64(), &q->q, e) != 0) {
 		free(q);
-		return;
+		return NULL;
 	}
-	if (oai_bind(&q->q, &s->caps, &e) != 0) {
-		reply_error(r, &e, NULL);
+	if (oai_bind(&q->q, &s->caps, e) != 0) {
 		oreq_free(q);
-		return;
+		return NULL;
 	}
 	if (kind == OAI_CHAT) {
 		enum oai_tool_format f = q->q.tools && q->q.tool_choice == OAI_TC_AUTO ? s->caps.tools : OAI_TOOLS_NONE;
@@ -395,7 +521,6 @@ static void completion(struct oai_server *s, struct baton_http_req *r, enum oai_
 	q->created = (long long)time(NULL);
 	snprintf(q->id, sizeof q->id, "%s-%016llx%08llx", kind == OAI_CHAT ? "chatcmpl" : "cmpl",
 	    (unsigned long long)random64(), (unsigned long long)atomic_fetch_add(&s->next, 1));
-	struct sched_cb cb = { .on_text = on_text, .on_admit = on_admit, .on_done = on_done, .arg = q };
 	q->q.q.on_text = on_text;
 	q->q.q.arg = q;
 	q->lp_prev = -1;
@@ -414,24 +539,140 @@ static void completion(struct oai_server *s, struct baton_http_req *r, enum oai_
 		}
 		free(ids);
 		if (!q->echo) {
-			http_reply_error(r, 500, BATON_ENOMEM, "echo: the prompt could not be decoded");
+			oai_errorf(e, 500, "server_error", NULL, NULL, "echo: the prompt could not be decoded");
 			oreq_free(q);
-			return;
+			return NULL;
 		}
 	}
 	if (q->q.logprobs && s->o.tok)
 		q->q.q.on_token = on_token;
+	return q;
+}
+
+static void refuse_submit(struct baton_http_req *r, int rc)
+{
+	struct oai_error e;
+	oai_errorf(&e, 503, "server_error", rc == BATON_EBUSY ? "queue_full" : NULL, NULL, "%s",
+	    rc == BATON_EBUSY ? "the engine's queue of waiting requests is full; retry later" :
+	    "the engine is shutting down");
+	static const char *const retry[] = { "Retry-After: 1", NULL };
+	reply_error(r, &e, retry);
+}
+
+/* "prompt": [p0, p1, ...] with more than one prompt (strings or token-id
+ * arrays): each parsed as the body with that prompt, all submitted. */
+static void completion_batch(struct oai_server *s, struct baton_http_req *r, json_t *root, json_t *prompts)
+{
+	size_t n = json_array_size(prompts);
+	struct oai_error e;
+	if (n > OAI_MAX_BATCH) {
+		oai_errorf(&e, 400, "invalid_request_error", NULL, "prompt", "prompt: %zu prompts in one request; at "
+		    "most %u", n, OAI_MAX_BATCH);
+		reply_error(r, &e, NULL);
+		return;
+	}
+	struct oreq *qs[OAI_MAX_BATCH];
+	json_t *all = json_incref(prompts);
+	size_t k;
+	for (k = 0; k < n; k++) {
+		json_object_set(root, "prompt", json_array_get(all, k));
+		char *b1 = json_dumps(root, JSON_COMPACT);
+		qs[k] = b1 ? prepare(s, r, OAI_COMPLETION, b1, strlen(b1), &e) : NULL;
+		if (!b1)
+			oai_errorf(&e, 500, "server_error", NULL, NULL, "out of memory");
+		free(b1);
+		if (!qs[k]) {
+			if (strcmp(e.param, "prompt") == 0) { /* which prompt: in param and words */
+				char m[sizeof e.message];
+				const char *rest = strncmp(e.message, "prompt", 6) == 0 ? e.message + 6 : e.message;
+				snprintf(m, sizeof m, "prompt[%zu]%.480s", k, rest);
+				memcpy(e.message, m, sizeof m);
+				snprintf(e.param, sizeof e.param, "prompt[%zu]", k);
+			}
+			break;
+		}
+	}
+	json_decref(all);
+	struct obatch *b = k == n ? calloc(1, sizeof *b) : NULL;
+	if (!b) {
+		for (size_t i = 0; i < k; i++)
+			oreq_free(qs[i]);
+		if (k == n)
+			oai_errorf(&e, 500, "server_error", NULL, NULL, "out of memory");
+		reply_error(r, &e, NULL);
+		return;
+	}
+	pthread_mutex_init(&b->mu, NULL);
+	b->r = r;
+	b->n = b->left = (int)n;
+	b->include_usage = qs[0]->q.include_usage;
+	b->choices = json_array();
+	for (size_t i = 0; i < n; i++) {
+		json_array_append_new(b->choices, json_null());
+		qs[i]->b = b;
+		qs[i]->index = (int)i;
+		memcpy(qs[i]->id, qs[0]->id, sizeof qs[i]->id);
+		qs[i]->created = qs[0]->created;
+	}
+	uint64_t first = sched_new_ids(s->o.sched, (uint32_t)n);
+	http_req_on_gone(r, on_gone_batch, s->o.sched, first | ((uint64_t)n << 48));
+	for (size_t i = 0; i < n; i++) {
+		struct sched_cb cb = { .on_text = on_text, .on_admit = on_admit, .on_done = on_done, .arg = qs[i] };
+		uint64_t sid = first + i;
+		int rc = sched_submit(s->o.sched, &qs[i]->q.q, &cb, &sid);
+		if (rc == 0)
+			continue;
+		/* the rest never start: the batch fails once those in flight end */
+		for (size_t j = 0; j < i; j++)
+			sched_cancel(s->o.sched, first + j);
+		pthread_mutex_lock(&b->mu);
+		if (!b->rc) {
+			b->rc = rc;
+			snprintf(b->err, sizeof b->err, "%s", rc == BATON_EBUSY ? "the engine's queue of waiting requests "
+			    "is full; retry later" : "the engine is shutting down");
+		}
+		b->left -= (int)(n - i);
+		int last = b->left == 0;
+		pthread_mutex_unlock(&b->mu);
+		struct oreq *q0 = qs[i];
+		for (size_t j = i + 1; j < n; j++)
+			oreq_free(qs[j]);
+		if (last)
+			batch_answer(b, q0);
+		oreq_free(q0);
+		return;
+	}
+}
+
+static void completion(struct oai_server *s, struct baton_http_req *r, enum oai_kind kind)
+{
+	size_t len = 0;
+	const char *body = http_req_body(r, &len);
+	struct oai_error e;
+	if (kind == OAI_COMPLETION) {
+		json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, NULL);
+		json_t *p = json_object_get(root, "prompt");
+		json_t *p0 = json_array_get(p, 0);
+		if (json_is_array(p) && json_array_size(p) > 1 && (json_is_string(p0) || json_is_array(p0))) {
+			completion_batch(s, r, root, p);
+			json_decref(root);
+			return;
+		}
+		json_decref(root);
+	}
+	struct oreq *q = prepare(s, r, kind, body, len, &e);
+	if (!q) {
+		reply_error(r, &e, NULL);
+		return;
+	}
+	struct sched_cb cb = { .on_text = on_text, .on_admit = on_admit, .on_done = on_done, .arg = q };
 	/* on_gone is set before the request can end (and free r) */
 	uint64_t sid = sched_new_id(s->o.sched);
 	http_req_on_gone(r, on_gone, s->o.sched, sid);
 	int rc = sched_submit(s->o.sched, &q->q.q, &cb, &sid);
 	if (rc) {
 		/* on_done never comes: answer here */
-		oai_errorf(&e, 503, "server_error", rc == BATON_EBUSY ? "queue_full" : NULL, NULL, "%s",
-		    rc == BATON_EBUSY ? "the engine's queue of waiting requests is full; retry later" :
-		    "the engine is shutting down");
-		static const char *const retry[] = { "Retry-After: 1", NULL };
-		reply_error(r, &e, retry);
+		refuse_submit(r, rc);
 		oreq_free(q);
 	}
 }

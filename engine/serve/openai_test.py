@@ -371,12 +371,34 @@ def t_prompts_and_echo(c):
     assert "".join(x["choices"][0]["text"] for x in ev[:-1]) == ec["choices"][0]["text"], ev
     st, ei, _ = e.http.post("/v1/completions", dict(base, prompt=t["tokens"], echo=True))
     assert ei["choices"][0]["text"] == ec["choices"][0]["text"], ei
-    for body, param in ((dict(base, prompt=["a", "b"]), "prompt"), (dict(base, prompt=[[1], [2]]), "prompt"),
+    for body, param in ((dict(base, prompt=["a", ""]), "prompt[1]"), (dict(base, prompt=[[1], [-2]]), "prompt[1]"),
                         (dict(base, prompt=[99999]), None), (dict(base, prompt=[-1]), "prompt"),
+                        (dict(base, prompt=["a"] * 65), "prompt"),
                         (dict(base, prompt="a", echo=True, logprobs=1), "echo")):
         st, r, _ = e.http.post("/v1/completions", body)
         assert st == 400 and r["error"]["param"] == param, (body, st, r)
-    return "ids %s" % t["tokens"]
+    # a batch: a choice per prompt (index), each as its prompt alone, the usage summed
+    prompts = ["In the beginning", t["tokens"], "And God said"]
+    alone = [e.http.post("/v1/completions", dict(base, prompt=p))[1] for p in prompts]
+    st, bb, _ = e.http.post("/v1/completions", dict(base, prompt=prompts, echo=True))
+    assert st == 200 and [ch["index"] for ch in bb["choices"]] == [0, 1, 2], bb
+    for i, a1 in enumerate(alone):
+        echo = "In the beginning" if i < 2 else "And God said"
+        assert bb["choices"][i]["text"] == echo + a1["choices"][0]["text"], (i, bb, a1)
+    assert bb["usage"]["completion_tokens"] == sum(a1["usage"]["completion_tokens"] for a1 in alone), bb
+    assert bb["usage"]["prompt_tokens"] == sum(a1["usage"]["prompt_tokens"] for a1 in alone), bb
+    ev, _ = sse(e.http, "/v1/completions", dict(base, prompt=prompts, stream=True,
+                                                stream_options={"include_usage": True}))
+    assert ev[-1] == "[DONE]" and ev[-2]["usage"] == {k: v for k, v in bb["usage"].items()}, ev[-2:]
+    texts = ["", "", ""]
+    fins = [None] * 3
+    for x in ev[:-2]:
+        ch = x["choices"][0]
+        texts[ch["index"]] += ch["text"]
+        fins[ch["index"]] = ch["finish_reason"] or fins[ch["index"]]
+        assert x["id"] == ev[0]["id"], x
+    assert texts == [a1["choices"][0]["text"] for a1 in alone] and all(fins), (texts, fins)
+    return "ids %s; a batch of 3" % t["tokens"]
 
 
 def t_concurrent_equal_alone(c):
@@ -499,7 +521,7 @@ def t_errors_and_token(c):
         ("/v1/chat/completions", dict(chat("x"), temperature=5), 400, "temperature"),
         ("/v1/chat/completions", dict(chat("x"), model="gpt-4o"), 404, "model"),
         ("/v1/completions", {"model": MODEL, "messages": []}, 400, "prompt"),
-        ("/v1/completions", {"model": MODEL, "prompt": ["a", "b"]}, 400, "prompt"),
+        ("/v1/completions", {"model": MODEL, "prompt": ["a", ""]}, 400, "prompt[1]"),
     ]
     for path, body, status, param in cases:
         st, b, _ = e.http.post(path, body)
