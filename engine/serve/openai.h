@@ -115,9 +115,17 @@ int oai_bind(struct oai_request *r, const struct oai_caps *c, struct oai_error *
  * A chat answer's text, fed as it comes, split into reasoning (between
  * <think> and </think> at its start, when the template thinks), content,
  * and tool calls in the template's format. A piece goes out as soon as it
- * can no longer be part of a marker; a tool call whole, when it closes
- * (or at the end). A call that does not parse stays in the content. */
-enum oai_piece_kind { OAI_P_CONTENT, OAI_P_REASONING, OAI_P_TOOL };
+ * can no longer be part of a marker. A Hermes call of the usual shape
+ * ({"name": "N", "arguments": {...}}) goes out as it comes: its start
+ * (id, name), then its arguments' text in fragments (the model's own
+ * text); other calls whole, when they close (or at the end). A call that
+ * does not parse stays in the content. */
+enum oai_piece_kind {
+	OAI_P_CONTENT, OAI_P_REASONING,
+	OAI_P_TOOL,        /* a whole call: id, name, args */
+	OAI_P_TOOL_START,  /* a call begins (Hermes' usual shape): id, name; args NULL */
+	OAI_P_TOOL_ARGS,   /* more of the last begun call's arguments: text/len, call->index */
+};
 struct oai_tool_call {
 	int index;
 	char id[40];           /* call_ + 24 alphanumerics; Mistral: 9 alphanumerics */
@@ -137,7 +145,8 @@ struct oai_split {
 	uint64_t rng;
 	oai_piece_fn fn;
 	void *arg;
-	int rstate, tstate, think_lead, n_calls;
+	int rstate, tstate, think_lead, n_calls, pstate;
+	size_t pemitted;
 	struct oai_buf rhold, thold, ws, callws;
 	char nl[64];
 	size_t n_nl;

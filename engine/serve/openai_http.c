@@ -265,15 +265,26 @@ static void open_stream(struct oreq *q)
 
 /* A piece of the split answer: a stream's chunk, or kept for the whole
  * reply. A tool call streams as OpenAI's do: its id and name with empty
- * arguments, then the arguments. */
+ * arguments, then the arguments (in fragments as they come, or whole). */
 static void on_piece(void *arg, enum oai_piece_kind k, const char *t, size_t n, const struct oai_tool_call *c)
 {
 	struct oreq *q = arg;
 	if (!q->q.stream) {
-		if (k == OAI_P_TOOL) {
+		if (k == OAI_P_TOOL || k == OAI_P_TOOL_START) {
 			if (!q->calls)
 				q->calls = json_array();
-			json_array_append_new(q->calls, oai_tool_call_json(c));
+			struct oai_tool_call w = *c;
+			if (!w.args)
+				w.args = "";
+			json_array_append_new(q->calls, oai_tool_call_json(&w));
+		} else if (k == OAI_P_TOOL_ARGS) {
+			json_t *fn = json_object_get(json_array_get(q->calls, (size_t)c->index), "function");
+			json_t *a = json_object_get(fn, "arguments");
+			struct oai_buf b = { 0 };
+			if (!json_is_string(a) || oai_buf_put(&b, json_string_value(a), json_string_length(a)) ||
+			    oai_buf_put(&b, t, n) || json_object_set_new(fn, "arguments", json_stringn(b.p, b.n)))
+				q->write_failed = 1;
+			free(b.p);
 		} else if (oai_buf_put(k == OAI_P_CONTENT ? &q->content : &q->reasoning, t, n)) {
 			q->write_failed = 1;
 		}
@@ -283,11 +294,14 @@ static void on_piece(void *arg, enum oai_piece_kind k, const char *t, size_t n, 
 		return;
 	const char *m = q->srv->model;
 	int rc;
-	if (k == OAI_P_TOOL) {
+	if (k == OAI_P_TOOL_ARGS) {
+		json_t *d = json_pack("{s:[{s:i, s:{s:s%}}]}", "tool_calls", "index", c->index, "function", "arguments", t, n);
+		rc = write_event(q, oai_chunk_delta(q->id, q->created, m, d, NULL, q->q.include_usage));
+	} else if (k == OAI_P_TOOL || k == OAI_P_TOOL_START) {
 		json_t *d = json_pack("{s:[{s:i, s:s, s:s, s:{s:s, s:s}}]}", "tool_calls", "index", c->index, "id", c->id,
 		    "type", "function", "function", "name", c->name, "arguments", "");
 		rc = write_event(q, oai_chunk_delta(q->id, q->created, m, d, NULL, q->q.include_usage));
-		if (rc == 0) {
+		if (rc == 0 && k == OAI_P_TOOL) {
 			d = json_pack("{s:[{s:i, s:{s:s}}]}", "tool_calls", "index", c->index, "function", "arguments", c->args);
 			rc = write_event(q, oai_chunk_delta(q->id, q->created, m, d, NULL, q->q.include_usage));
 		}

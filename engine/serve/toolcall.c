@@ -309,6 +309,42 @@ static int parse_mistral(struct oai_split *s, const char *body, size_t n)
 	return any ? 0 : -1;
 }
 
+/* The head of a Hermes call, {"name": "N", "arguments": {, as models
+ * write it: 1 matched (name at name_at, the arguments' object at end),
+ * 0 not yet known (more text may match), -1 another shape (a name with
+ * escapes, arguments first or as a string: parsed whole at the end). */
+static int hermes_prefix(const char *p, size_t n, size_t *name_at, size_t *name_len, size_t *end)
+{
+	static const char *const lits[] = { "{", "\"name\"", ":", "\"", NULL, "\"", ",", "\"arguments\"", ":", "{" };
+	size_t i = 0;
+	for (size_t k = 0; k < sizeof lits / sizeof lits[0]; k++) {
+		if (k != 4 && k != 5) /* whitespace between the tokens (not inside the name's quotes) */
+			while (i < n && is_ws(p[i]))
+				i++;
+		if (!lits[k]) { /* the name: no quote, no escape */
+			*name_at = i;
+			while (i < n && p[i] != '"' && p[i] != '\\')
+				i++;
+			if (i < n && p[i] == '\\')
+				return -1;
+			*name_len = i - *name_at;
+			continue;
+		}
+		size_t l = strlen(lits[k]);
+		size_t have = n - i < l ? n - i : l;
+		if (memcmp(p + i, lits[k], have) != 0)
+			return -1;
+		if (have < l)
+			return 0;
+		if (k == 9) {
+			*end = i; /* the arguments start with their own brace */
+			return *name_len ? 1 : -1;
+		}
+		i += l;
+	}
+	return -1;
+}
+
 static const char *open_marker(enum oai_tool_format f)
 {
 	return f == OAI_TOOLS_MISTRAL ? "[TOOL_CALLS]" : "<tool_call>";
@@ -365,6 +401,60 @@ static int tools_push(struct oai_split *s, const char *t, size_t n, int final)
 			drop(h, h->n - keep);
 			return 0;
 		}
+		if (s->tstate == 1 && s->fmt == OAI_TOOLS_HERMES && s->pstate == 0) {
+			/* {"name": "N", "arguments": { ... streams as it comes */
+			size_t name_at = 0, name_len = 0, end = 0;
+			int mr = hermes_prefix(h->p, h->n, &name_at, &name_len, &end);
+			if (mr == 0 && !final)
+				return 0;
+			if (mr == 1) {
+				s->pstate = 1;
+				s->pemitted = 0;
+				if (s->n_calls > 0 && !s->parallel) {
+					s->pstate = 3; /* parallel_tool_calls: false: dropped */
+				} else {
+					char *name = strndup(h->p + name_at, name_len);
+					if (!name)
+						return -1;
+					struct oai_tool_call c = { .index = s->n_calls, .name = name, .args = NULL };
+					call_id(s, c.id, sizeof c.id);
+					s->n_calls++;
+					s->fn(s->arg, OAI_P_TOOL_START, NULL, 0, &c);
+					free(name);
+				}
+				drop(h, end);
+			} else {
+				s->pstate = 2; /* another shape: parsed whole at its end */
+			}
+			continue;
+		}
+		if (s->tstate == 1 && (s->pstate == 1 || s->pstate == 3)) {
+			const char *m = memstr(h->p, h->n, "</tool_call>");
+			size_t e = m ? (size_t)(m - h->p) : h->n;
+			if (!m && !final)
+				e -= partial_suffix(h->p, h->n, "</tool_call>");
+			/* the object's own closing brace is the format's, not the arguments' */
+			while (e && is_ws(h->p[e - 1]))
+				e--;
+			if (e && h->p[e - 1] == '}')
+				e--;
+			while (e && is_ws(h->p[e - 1]))
+				e--;
+			if (e > s->pemitted && s->pstate == 1) {
+				struct oai_tool_call c = { .index = s->n_calls - 1 };
+				s->fn(s->arg, OAI_P_TOOL_ARGS, h->p + s->pemitted, e - s->pemitted, &c);
+			}
+			if (e > s->pemitted)
+				s->pemitted = e;
+			if (!m && !final)
+				return 0;
+			drop(h, m ? (size_t)(m - h->p) + 12 : h->n);
+			s->tstate = 0;
+			s->pstate = 0;
+			if (!m)
+				return 0;
+			continue;
+		}
 		if (s->tstate == 1) {
 			const char *m = memstr(h->p, h->n, "</tool_call>");
 			if (!m && !final)
@@ -378,6 +468,7 @@ static int tools_push(struct oai_split *s, const char *t, size_t n, int final)
 			}
 			drop(h, m ? bn + 12 : bn);
 			s->tstate = 0;
+			s->pstate = 0;
 			if (!m)
 				return 0;
 			continue;
