@@ -83,26 +83,28 @@ static void usage_error(const char *fmt, ...)
 	exit(2);
 }
 
-/* --cors-origins a,b: a NULL-terminated list (lives as long as the process);
- * each is checked when the server starts. */
+/* --cors-origins a,b: a NULL-terminated list, in static storage (the
+ * process's lifetime); each is checked when the server starts. */
 static const char **split_origins(const char *v)
 {
-	size_t n = 1;
-	for (const char *p = v; *p; p++)
-		n += *p == ',';
-	const char **list = calloc(n + 1, sizeof *list);
-	char *copy = strdup(v);
-	if (!list || !copy)
-		usage_error("--cors-origins: out of memory");
+	static char copy[4096];
+	static const char *list[17];
+	if (strlen(v) >= sizeof copy)
+		usage_error("--cors-origins: longer than %zu bytes", sizeof copy - 1);
+	snprintf(copy, sizeof copy, "%s", v);
 	size_t k = 0;
 	for (char *save = NULL, *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
 		while (*t == ' ')
 			t++;
-		if (*t)
-			list[k++] = t;
+		if (!*t)
+			continue;
+		if (k == 16)
+			usage_error("--cors-origins: at most 16 origins");
+		list[k++] = t;
 	}
 	if (k == 0)
 		usage_error("--cors-origins wants origins such as https://app.example.com");
+	list[k] = NULL;
 	return list;
 }
 
