@@ -153,6 +153,10 @@ def t_npm_client(c):
     assert got["wrong_model"] == {"status": 404, "code": "model_not_found", "type": "invalid_request_error",
                                   "param": "model"}, got
     assert got["lenient"]["finish"] in ("stop", "length"), got
+    lp = got["logprobs"]
+    assert 0 < len(lp) <= 6 and all(len(x["top_logprobs"]) == 2 and x["token"] == x["top_logprobs"][0]["token"]
+                                    for x in lp), lp
+    assert got["echo"].startswith("In the beginning") and got["echo"] != "In the beginning", got["echo"]
     r = got["required"]
     assert r["status"] == 400 and r["param"] == "tool_choice" and "constrained decoding" in r["message"], got
     hb = health(e)

@@ -54,6 +54,15 @@ const lenient = await client.chat.completions.create({
   tools: [], tool_choice: "none", seed: null, stop: null, frobnicate: 1,
 });
 out.lenient = { finish: lenient.choices[0].finish_reason };
+// logprobs (streamed), echo and a token-id prompt through the client
+const lps = await client.chat.completions.create({ model, messages, max_tokens: 6, temperature: 0, logprobs: true,
+                                                   top_logprobs: 2, stream: true });
+out.logprobs = [];
+for await (const chunk of lps)
+  for (const c of chunk.choices) for (const e of (c.logprobs && c.logprobs.content) || []) out.logprobs.push(e);
+const echo = await client.completions.create({ model, prompt: "In the beginning", max_tokens: 4, temperature: 0,
+                                               echo: true });
+out.echo = echo.choices[0].text;
 try {
   await client.chat.completions.create({ model, messages, tools: [{ type: "function", function: { name: "f" } }],
                                          tool_choice: "required" });
