@@ -95,6 +95,8 @@ def t_bad_requests(c):
         (dict(messages=m, tools=[{"type": "function"}]), "invalid", "tools[0]"),
         (dict(messages=m, tool_choice="required"), "unsupported", "tool_choice"),
         (dict(messages=m, stream=True), "unsupported", "stream"),
+        (dict(messages=m, logprobs=True), "unsupported", "logprobs"),
+        (dict(prompt="x", echo=True), "unsupported", "echo"),
         (dict(messages=m, model="nobody"), "not_found", "nobody"),
     ]
     for fields, name, words in cases:
