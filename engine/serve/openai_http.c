@@ -558,8 +558,25 @@ static struct oreq *prepare(struct oai_server *s, struct baton_http_req *r, enum
 			return NULL;
 		}
 	}
-	if (q->q.logprobs && s->o.tok)
+	if (q->q.logprobs && s->o.tok) {
 		q->q.q.on_token = on_token;
+		/* a completion's first token reads after its prompt's last (the
+		 * space a SentencePiece decoder drops at a text's start is kept,
+		 * as in the text) */
+		if (q->q.q.prompt_ids) {
+			q->lp_prev = (int32_t)q->q.q.prompt_ids[q->q.q.n_prompt_ids - 1];
+		} else if (q->q.q.prompt) {
+			int32_t *ids = NULL;
+			size_t n = 0;
+			char err[64];
+			if (text_encode(s->o.tok, q->q.q.prompt, q->q.q.prompt_len, TEXT_ADD_SPECIAL, &ids, &n, err,
+			    sizeof err) == 0 && n)
+				q->lp_prev = ids[n - 1];
+			free(ids);
+		}
+		if (q->lp_prev >= (int32_t)text_vocab_size(s->o.tok))
+			q->lp_prev = -1;
+	}
 	return q;
 }
 

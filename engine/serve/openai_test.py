@@ -249,6 +249,9 @@ def t_completion_keeps_space(c):
     assert st == 200 and text.startswith(" ") and not text.startswith("  "), b
     ev, _ = sse(e.http, "/v1/completions", dict(body, stream=True))
     assert "".join(x["choices"][0]["text"] for x in ev[:-1]) == text, ev
+    # logprobs' tokens spell the same text, its first space included
+    st, b, _ = e.http.post("/v1/completions", dict(body, logprobs=1))
+    assert "".join(b["choices"][0]["logprobs"]["tokens"]) == text, (b, text)
     # a chat answer starts as transformers decodes the answer alone: no space
     st, b, _ = e.http.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "Who was Noah?"}],
                                                     "max_tokens": 6, "temperature": 0})
