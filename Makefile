@@ -36,7 +36,7 @@ CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 reverse = $(if $(1),$(call reverse,$(wordlist 2,$(words $(1)),$(1))) $(firstword $(1)))
 # Bottom to top: a component may use only those before it (LINK_ORDER is
 # the reverse, as a static link wants it).
-COMPONENTS := proto/base proto arena text http \
+COMPONENTS := proto/base proto arena text text/grammar http \
               engine/backend/host engine/backend/cuda engine/backend engine/cache \
               engine/model engine/serve \
               broker broker/api broker/door broker/cli

@@ -64,8 +64,7 @@ static void handle(struct broker *b, struct item *it)
 		break;
 	}
 	case IT_EVENT:
-		br_publish(b, it->ev_kind, *it->ev_engine ? br_eng_by_name(b, it->ev_engine) : NULL, it->err,
-		    it->ms, it->job_id);
+		br_publish_named(b, it->ev_kind, it->ev_engine, it->err, it->ms, it->job_id);
 		break;
 	}
 	free(it);
@@ -172,6 +171,7 @@ int broker_open(const struct broker_config *cfg, struct broker **out, char *err,
 	pthread_mutex_init(&b->jmu, NULL);
 	pthread_cond_init(&b->jcv, NULL);
 	pthread_mutex_init(&b->wmu, NULL);
+	pthread_mutex_init(&b->tmu, NULL);
 	for (size_t i = 0; i < BROKER_MAX_ENGINES; i++)
 		b->watches[i].fd = -1;
 	b->tags = calloc(MAX_TAGS, sizeof *b->tags);
@@ -203,7 +203,12 @@ int broker_open(const struct broker_config *cfg, struct broker **out, char *err,
 	if ((rc = sock_dir_check(cfg->control, err, errlen)) != 0 ||
 	    (rc = sock_dir_check(cfg->events, err, errlen)) != 0)
 		goto fail;
-	struct proto_opts so = { .on_pipe = br_on_pipe, .pipe_arg = b };
+	/* Requests to the broker are small (its largest, register, is under
+	 * 2 KiB): a frame that says more is refused on its length, before
+	 * nng allocates for it (issue 28: 40 half-sent 64 MiB frames made the
+	 * broker hold 1,290 MiB). The engines' sockets keep the protocol's
+	 * bound: GEN carries up to 64 MiB of input. */
+	struct proto_opts so = { .on_pipe = br_on_pipe, .pipe_arg = b, .recvmax = BROKER_RECV_MAX };
 	if ((rc = proto_server_open(&b->srv, cfg->control, &so)) != 0) {
 		snprintf(err, errlen, "cannot listen on %s: %s", cfg->control, baton_strerror(rc));
 		goto fail;
@@ -214,6 +219,7 @@ int broker_open(const struct broker_config *cfg, struct broker **out, char *err,
 	}
 	sock_id_take(b, 0, cfg->control);
 	sock_id_take(b, 1, cfg->events);
+	br_externals_from_config(b); /* after the events socket: each is published */
 	*out = b;
 	return 0;
 fail:
@@ -281,6 +287,8 @@ void broker_close(struct broker *b)
 	for (size_t i = 0; i < BROKER_MAX_ENGINES; i++)
 		br_eng_forget_conn(&b->eng[i]);
 	br_workers_stop(b);
+	while (atomic_load(&b->hooks_running) > 0)
+		usleep(1000); /* external engines' hooks end at `stopping` (hooks.c) */
 	br_inbox_close(b); /* their last results */
 	br_watch_stop(b);
 	proto_server_close(b->srv);
@@ -293,6 +301,8 @@ void broker_close(struct broker *b)
 	pthread_mutex_destroy(&b->jmu);
 	pthread_cond_destroy(&b->jcv);
 	pthread_mutex_destroy(&b->wmu);
+	explicit_bzero(b->http_tokens, sizeof b->http_tokens);
+	pthread_mutex_destroy(&b->tmu);
 	free(b->tags);
 	free(b);
 }
@@ -305,4 +315,18 @@ const char *broker_control_url(const struct broker *b)
 const char *broker_events_url(const struct broker *b)
 {
 	return proto_pub_url(b->pub);
+}
+
+int broker_engine_http_token(struct broker *b, const char *name, char *out, size_t n)
+{
+	int rc = BATON_ENOTFOUND;
+	out[0] = 0;
+	pthread_mutex_lock(&b->tmu);
+	for (size_t i = 0; i < BROKER_MAX_ENGINES; i++)
+		if (b->http_tokens[i].name[0] && strcmp(b->http_tokens[i].name, name) == 0) {
+			rc = (size_t)snprintf(out, n, "%s", b->http_tokens[i].token) < n ? 0 : BATON_ETOOBIG;
+			break;
+		}
+	pthread_mutex_unlock(&b->tmu);
+	return rc;
 }

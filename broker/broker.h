@@ -88,10 +88,65 @@
  *   idle_release_s = 300          ; overrides [broker] idle_release_s
  *   keep_alive_s = 600            ; overrides [broker] door_keep_alive_s ("forever")
  *
+ *   [model "qwen"]                ; a model the broker serves itself (the fleet,
+ *                                 ; docs/guides/fleet.md): it makes the arena and
+ *                                 ; starts, watches and stops the engine
+ *   source = ./Qwen3-30B-A3B/     ; a Hugging Face folder, a .gguf file, an .arena,
+ *                                 ; or hf:ORG/NAME[@REV] in the local Hugging Face
+ *                                 ; cache (HF_HUB_CACHE, HF_HOME/hub, ~/.cache/
+ *                                 ; huggingface/hub; never the network)
+ *   aliases = qwen3, qwen-latest  ; more names clients may send
+ *   backend = auto                ; host, cuda or auto;  device = 0
+ *   dtype = bf16                  ; the weight type the arena must hold (checked)
+ *   ctx = 4096  kv_blocks = N  max_seqs = 16   ; the engine's --ctx, --kv-blocks, --max-seqs
+ *   keep_alive_s = 300            ; release its device memory this long idle
+ *   stop_after_s = 0              ; stop its engine this long idle (0: never)
+ *   priority = 0  pinned = false  ; as [engine]: a [model] is an engine of its name
+ *   preload = false               ; start it with the broker, not at its first request
+ *   arena = PATH                  ; default arena_dir/NAME.arena
+ *   engine_flags = --vram-reserve-mib 512   ; more baton-engine flags
+ *
+ * [broker] keys of the fleet: engine = PATH (baton-engine; default: beside
+ * baton-broker), arena_tool = PATH (baton-arena; the same), arena_dir = DIR
+ * (/dev/shm/baton), run_dir = DIR (engines' sockets; default: the ipc://
+ * control socket's folder, else /run/baton), restart_max = 5 crashes within
+ * restart_window_s = 60 mark a model failed.
+ *
  * Unknown sections or keys, bad numbers or booleans, duplicate sections:
  * broker_config_load() fails with BATON_ECONFIG and a message
- * "PATH:LINE: ..." naming the line.
+ * "PATH:LINE: ..." naming the line. So does a [model] whose source is not
+ * there or not a model, a name or alias given twice, or a [model] and an
+ * [engine] of one name.
  */
+
+#define BROKER_MAX_MODELS 64
+#define BROKER_PATH_MAX 512
+
+enum broker_source_kind {
+	BROKER_SRC_HF = 1,     /* a Hugging Face folder (config.json, *.safetensors) */
+	BROKER_SRC_GGUF,       /* a llama.cpp file */
+	BROKER_SRC_ARENA,      /* an arena already made */
+};
+
+struct broker_model_conf {
+	char name[BROKER_NAME_MAX];
+	char source[BROKER_PATH_MAX];   /* as written */
+	char path[BROKER_PATH_MAX];     /* resolved: the folder or file */
+	enum broker_source_kind kind;
+	char aliases[256];              /* comma separated, checked */
+	char backend[8];                /* host, cuda, auto */
+	int device;
+	char dtype[16];                 /* "": any */
+	uint32_t ctx, kv_blocks, max_seqs; /* 0: the engine's default */
+	double keep_alive_s;            /* has_keep_alive: set (< 0: forever) */
+	bool has_keep_alive;
+	double stop_after_s;            /* 0: never */
+	int32_t priority;
+	bool has_priority, pinned, preload;
+	char arena[BROKER_PATH_MAX];    /* "": arena_dir/NAME.arena */
+	char flags[512];                /* more engine flags, split at spaces */
+	int line;
+};
 
 struct broker_gpu_conf {
 	char uuid[BROKER_NAME_MAX];   /* "*" matches every device */
@@ -111,6 +166,40 @@ struct broker_engine_conf {
 	bool has_keep_alive;
 	int line;
 };
+
+/* [external "NAME"]: a program that is not a Baton engine but holds device
+ * memory (a vLLM, SGLang or llama.cpp server, ComfyUI, a training job),
+ * put under the broker (docs/reference/external.md). Also the body of
+ * `baton external add` and POST /v1/externals, key for key. */
+#define BROKER_MAX_EXTERNALS 32
+#define BROKER_HOOK_MAX 512
+enum { BROKER_EXT_HOOK = 0, BROKER_EXT_PARK = 1, BROKER_EXT_NONE = 2 };
+struct broker_external_conf {
+	char name[BROKER_NAME_MAX];
+	int pid;                      /* pid = N */
+	char pid_file[BROKER_URL_MAX];/* pid_file = PATH (read again when the process is gone) */
+	char unit[BROKER_NAME_MAX];   /* unit = NAME.service (its MainPID, by systemctl) */
+	char gpu[BROKER_NAME_MAX];    /* gpu = UUID | host-N | index ("": the only device) */
+	int32_t priority;             /* priority = N (default 0) */
+	bool pinned;                  /* pinned = true: never released nor parked */
+	char url[BROKER_URL_MAX];     /* url = http://HOST:PORT: its OpenAI API (the front door routes) */
+	char model[BROKER_NAME_MAX];  /* model = NAME it serves there */
+	uint64_t mib;                 /* mib = N: what it holds when serving, when nothing measures it */
+	int mode;                     /* BROKER_EXT_*: release = park, or a hook, or none */
+	char release[BROKER_HOOK_MAX];/* release = COMMAND | http://URL (POSTed) | park */
+	char refill[BROKER_HOOK_MAX]; /* refill = COMMAND | http://URL */
+	double hook_timeout_s;        /* hook_timeout_s = 30 */
+	int line;
+};
+/* Sets one key of an external engine from its text (the INI's and the
+ * JSON body's); BATON_EINVAL with a message naming the key. */
+int broker_external_set(struct broker_external_conf *x, const char *key, const char *value, char *err,
+    size_t len);
+/* The defaults of a new one (timeout 30 s, mode none until a release is set). */
+void broker_external_init(struct broker_external_conf *x, const char *name);
+/* Whether it names its process (pid, pid_file or unit) and its hooks make
+ * sense together; BATON_EINVAL with a message. */
+int broker_external_check(const struct broker_external_conf *x, char *err, size_t len);
 
 struct broker_config {
 	char control[BROKER_URL_MAX];
@@ -132,9 +221,19 @@ struct broker_config {
 	double door_quantum_s;        /* front door (docs/reference/front-door.md) */
 	double door_keep_alive_s;     /* < 0: forever */
 	unsigned door_queue_max;
-	size_t n_gpus, n_engines;
+	/* the fleet ([model] sections) */
+	char engine_path[BROKER_PATH_MAX];   /* "": baton-engine beside the program */
+	char arena_tool[BROKER_PATH_MAX];    /* "": baton-arena beside the program */
+	char arena_dir[BROKER_PATH_MAX];     /* "/dev/shm/baton" */
+	char run_dir[BROKER_PATH_MAX];       /* "": the control socket's folder, else /run/baton */
+	unsigned restart_max;
+	double restart_window_s;
+	size_t n_gpus, n_engines, n_models;
 	struct broker_gpu_conf gpus[BROKER_MAX_GPUS];
 	struct broker_engine_conf engines[BROKER_MAX_ENGINES];
+	struct broker_model_conf models[BROKER_MAX_MODELS];
+	size_t n_externals;
+	struct broker_external_conf externals[BROKER_MAX_EXTERNALS];
 };
 
 /* The defaults: the sockets above, heartbeat timeout 2000 ms, no idle
@@ -161,6 +260,16 @@ int broker_config_token_file(struct broker_config *c, const char *path, char *er
 /* The section for a device (exact uuid first, then "*"), or NULL. */
 const struct broker_gpu_conf *broker_config_gpu(const struct broker_config *c, const char *uuid);
 const struct broker_engine_conf *broker_config_engine(const struct broker_config *c, const char *name);
+/* The [model] of this name or alias, or NULL. */
+const struct broker_model_conf *broker_config_model(const struct broker_config *c, const char *name);
+/* Whether two [model] sections would start the same engine (every key
+ * but the line and the aliases). */
+bool broker_model_conf_same(const struct broker_model_conf *a, const struct broker_model_conf *b);
+/* A model's source: a path (relative to dir when not absolute; "" dir: as
+ * it is) or hf:ORG/NAME[@REV] in the local Hugging Face cache, resolved
+ * into m->path and m->kind; BATON_ENOTFOUND or BATON_EINVAL with a
+ * sentence in err (no network is tried). */
+int broker_model_source(struct broker_model_conf *m, const char *dir, char *err, size_t errlen);
 
 /* ---- policy: who gives memory back ------------------------------------------
  *
@@ -273,6 +382,11 @@ const char *broker_events_url(const struct broker *b);
 void broker_call(struct broker *b, const struct baton_msg *req,
     void (*fn)(void *arg, const struct baton_msg *rep), void *arg);
 
+/* The bearer token the engine `name` registered for its OpenAI HTTP into
+ * out ("" when it needs none): for the front door's requests to it, and
+ * shown nowhere. Any thread. BATON_ENOTFOUND: no such engine. */
+int broker_engine_http_token(struct broker *b, const char *name, char *out, size_t n);
+
 /* An event subscriber: called on the decision thread with every event the
  * broker publishes (op event: seq, time_ms, kind, engine, gpu, state,
  * reason, ms, bytes), valid during the call. A "handoff" event also
@@ -329,6 +443,10 @@ struct json_t *broker_status_json(const struct baton_msg *rep);
  * ceiling, priority, pinned, idle_ms, last_refill_gbps, peer_gpu, peer,
  * requests, http}. */
 struct json_t *broker_engine_json(const struct proto_engine_info *e);
+/* What an entry of the status' engines is: "engine" (Baton's), "lease"
+ * (memory lent to a job: ctl "lease") or "external" (a program that is not
+ * Baton's: ctl "external:hook|park|none"); the JSON's "kind". */
+const char *broker_entry_kind(const struct proto_engine_info *e);
 struct json_t *broker_gpu_json(const struct proto_gpu *g);
 
 /* One line of the broker's log on stderr, "baton-broker: ...", stamped
@@ -346,5 +464,16 @@ int broker_nvml_mem(const char *uuid, uint64_t *free_bytes, uint64_t *total_byte
 /* The product name ("NVIDIA H200") and NVML index (nvidia-smi's) of the
  * GPU with this uuid; BATON_ENODEV as broker_nvml_mem. */
 int broker_nvml_name(const char *uuid, char *name, size_t len, unsigned *index);
+/* The processes that hold memory of that GPU (compute contexts) and how
+ * much each, up to cap; BATON_ENODEV as broker_nvml_mem (or a driver
+ * without the call), BATON_EDRIVER when NVML fails. */
+/* The uuid of the GPU NVML numbers index (nvidia-smi's), and how many it
+ * knows (count may be NULL); BATON_ENODEV without NVML or such a GPU. */
+int broker_nvml_uuid(unsigned index, unsigned *count, char *uuid, size_t len);
+struct broker_nvml_proc {
+	int pid;              /* as the host's pid namespace numbers it */
+	uint64_t bytes;       /* 0: NVML does not say (no per-process accounting) */
+};
+int broker_nvml_procs(const char *uuid, struct broker_nvml_proc *out, size_t cap, size_t *n_out);
 
 #endif

@@ -125,7 +125,52 @@ struct gpu {
 	double death_at;      /* an engine on it was last found dead */
 };
 
+/* The largest request frame the control socket reads (broker.c). */
+#define BROKER_RECV_MAX (1u << 20)
+
 enum { ES_FREE = 0, ES_LIVE, ES_DEAD };
+
+/* What an entry of the registry is (struct eng.kind): a Baton engine, a
+ * lease (memory lent to a job: jobs.c), or an external engine (a program
+ * that is not Baton's, driven by hooks or parked: external.c, hooks.c,
+ * park.c). Leases and external engines live in the same table as engines,
+ * so the books (br_gpu_view), the policy and the status count them alike. */
+enum { EK_ENGINE = 0, EK_LEASE, EK_EXTERNAL };
+
+struct lease_x {
+	int holder;           /* the process that asked (the socket's peer), for the log */
+	double ttl_s;         /* 0: none; else it ends unless renewed within ttl_s */
+	double expires_at;
+	double granted_at;
+	uint64_t want;        /* bytes asked */
+	char what[160];       /* what the job is (its command line) */
+	char gave_way[192];   /* engines released or shrunk for it: refilled after it */
+	uint64_t seen;        /* bytes its process holds as last measured (NVML), 0: unknown */
+	bool over;            /* reported over its grant (once) */
+};
+
+/* A hook: a shell command or an HTTP POST, with a timeout. */
+struct hook {
+	char cmd[512];
+	char url[BROKER_URL_MAX];
+	double timeout_s;
+};
+
+enum { EXT_MODE_HOOK = 0, EXT_MODE_PARK, EXT_MODE_NONE };
+
+struct ext_x {
+	char pid_file[BROKER_URL_MAX], unit[BROKER_NAME_MAX];
+	struct hook release, refill;
+	int mode;             /* EXT_MODE_*: how it gives memory back */
+	uint64_t declared;    /* mib = N: what it holds when ready (no better measure) */
+	bool pinned;
+	char mem_src[16];     /* where `mapped` comes from: nvml, report, declared */
+	bool parked;          /* checkpointed by the CUDA driver (park.c) */
+	double parked_at;
+	uint64_t parked_bytes;/* device bytes it held when parked */
+	bool park_next;       /* the release in flight is a park (baton park) */
+	char last[256];       /* the last hook's or park's outcome */
+};
 
 struct eng {
 	uint32_t gen;
@@ -175,6 +220,10 @@ struct eng {
 	uint64_t peer_mapped; /* what it holds there now (its own word) */
 	uint64_t peer_grant;  /* a lend in flight: asked, not acknowledged yet */
 	double peer_retry_after;
+	/* what the entry is (EK_*); leases and external engines (jobs.c, external.c) */
+	int kind;
+	struct lease_x ls;
+	struct ext_x ext;
 };
 
 enum op_kind { OP_ACQUIRE = 1, OP_REFILL, OP_RELEASE, OP_VRAM, OP_HANDOFF };
@@ -282,6 +331,7 @@ struct broker {
 
 	/* any thread */
 	atomic_bool stopping;
+	atomic_int hooks_running; /* hooks.c: threads of external engines' hooks */
 
 	/* the inbox of the decision thread: under mu */
 	pthread_mutex_t mu;
@@ -317,6 +367,11 @@ struct broker {
 	struct gpu gpus[BROKER_MAX_GPUS];
 	size_t n_gpus;
 	struct eng eng[BROKER_MAX_ENGINES];
+	/* The bearer token each engine's OpenAI HTTP needs, by engine slot,
+	 * under tmu: written at register (decision thread), read by the front
+	 * door's threads (broker_engine_http_token); in no status, event or log. */
+	pthread_mutex_t tmu;
+	struct { char name[BROKER_NAME_MAX], token[BROKER_URL_MAX]; } http_tokens[BROKER_MAX_ENGINES];
 	struct op ops[MAX_OPS];
 	uint64_t op_seq, job_seq, epoch, seq;
 	struct {
@@ -358,6 +413,10 @@ void br_log_move(const char *engine, const char *what, const char *reason, doubl
  * nothing (register, pin, lost...), what the engine holds. */
 void br_publish(struct broker *b, const char *kind, const struct eng *e, const char *reason,
     double ms, uint64_t bytes);
+/* The same for a face's event (broker_emit) naming an engine by name:
+ * the registered engine's fields when there is one, else the name alone. */
+void br_publish_named(struct broker *b, const char *kind, const char *name, const char *reason, double ms,
+    uint64_t bytes);
 /* A handoff event, its phases (ms) handed to subscribers too (broker.h). */
 void br_publish_handoff(struct broker *b, const struct eng *e, const char *reason, double total_ms,
     uint64_t bytes, double decide_ms, double release_ms, double refill_ms);
@@ -473,5 +532,35 @@ void br_lend_free_memory(struct broker *b, double now);
 void br_run_commands(struct broker *b, struct op *o, double now);
 void br_serve_gpu(struct broker *b, size_t gi, double now);
 void br_housekeeping(struct broker *b, double now);
+
+/* ---- jobs.c, external.c, hooks.c, park.c: programs that are not Baton engines --- */
+
+/* lease requests (acquire, renew, release); every path answers w. */
+void br_on_lease(struct broker *b, struct waiter *w, const struct baton_msg *m);
+/* A lease's acquire was granted (schedule.c's grant): its memory is now
+ * counted as the job's, not as a grant. */
+void br_lease_granted(struct broker *b, struct eng *e, struct op *o);
+/* A lease ends (released, its process gone, its TTL passed): its memory
+ * comes free and the engines that gave way are refilled. */
+void br_lease_end(struct broker *b, struct eng *e, const char *why);
+/* Timers of leases and external engines (TTL, pid files, measures). */
+void br_nonengine_tick(struct broker *b, struct eng *e, double now);
+/* external requests (add, remove, park, resume, report). */
+void br_on_external(struct broker *b, struct waiter *w, const struct baton_msg *m);
+/* Adds the external engines of the configuration (broker_open). */
+void br_externals_from_config(struct broker *b);
+/* A command to an external engine: its hook (or park/resume) runs on a
+ * thread of its own, its result comes back as an IT_DONE like an engine's
+ * reply. Same contract as br_queue_job. */
+int br_ext_queue(struct broker *b, struct eng *e, enum proto_op op, uint64_t *job_id);
+/* An external engine's process is gone (ops.c's br_eng_dead): its memory
+ * counts free, the entry stays to find it again. */
+void br_ext_gone(struct broker *b, struct eng *e, const char *why);
+/* A result of an external engine's hook, before and after results.c
+ * applies it as an engine's reply (external.c). */
+void br_ext_result(struct broker *b, struct eng *e, const struct jobtag *tag, const struct item *it);
+void br_ext_after(struct broker *b, struct eng *e, bool was_parked);
+/* Status lines' words: "lease", "external", "engine". */
+const char *br_kind_name(const struct eng *e);
 
 #endif

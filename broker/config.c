@@ -43,6 +43,9 @@ void broker_config_defaults(struct broker_config *c)
 	c->command_timeout_ms = 30000;
 	c->nvml = true;
 	snprintf(c->http, sizeof c->http, "%s", BROKER_DEFAULT_HTTP);
+	snprintf(c->arena_dir, sizeof c->arena_dir, "/dev/shm/baton");
+	c->restart_max = 5;
+	c->restart_window_s = 60;
 }
 
 int broker_config_set_http(struct broker_config *c, const char *v, char *err, size_t errlen)
@@ -96,9 +99,10 @@ struct parse {
 	int *call_line;
 	size_t calls, cap;
 	int long_line;
+	char dir[BROKER_PATH_MAX]; /* the file's folder: relative sources start there */
 	/* the section being read */
 	char section[256];
-	int kind; /* 0 none, 1 broker, 2 gpu, 3 engine */
+	int kind; /* 0 none, 1 broker, 2 gpu, 3 engine, 4 model, 5 external */
 	size_t idx;
 };
 
@@ -251,8 +255,137 @@ static int enter_section(struct parse *p, const char *section)
 		p->idx = c->n_engines++;
 		return 1;
 	}
+	if (section_arg(section, "model", arg, sizeof arg) == 0) {
+		if (!proto_name_valid(arg, strlen(arg)))
+			return fail(p, "[%s]: a model name is letters, digits, '-', '_' or '.'", section);
+		for (size_t i = 0; i < c->n_models; i++)
+			if (strcmp(c->models[i].name, arg) == 0)
+				return fail(p, "[%s] appears twice (first on line %d)", section, c->models[i].line);
+		if (c->n_models == BROKER_MAX_MODELS)
+			return fail(p, "more than %d [model] sections", BROKER_MAX_MODELS);
+		struct broker_model_conf *m = &c->models[c->n_models];
+		memset(m, 0, sizeof *m);
+		snprintf(m->name, sizeof m->name, "%s", arg);
+		snprintf(m->backend, sizeof m->backend, "auto");
+		m->line = p->lineno;
+		p->kind = 4;
+		p->idx = c->n_models++;
+		return 1;
+	}
+	if (section_arg(section, "external", arg, sizeof arg) == 0) {
+		if (!proto_name_valid(arg, strlen(arg)))
+			return fail(p, "[%s]: an external engine's name is letters, digits, '-', '_' or '.'", section);
+		for (size_t i = 0; i < c->n_externals; i++)
+			if (strcmp(c->externals[i].name, arg) == 0)
+				return fail(p, "[%s] appears twice (first on line %d)", section, c->externals[i].line);
+		if (c->n_externals == BROKER_MAX_EXTERNALS)
+			return fail(p, "more than %d [external] sections", BROKER_MAX_EXTERNALS);
+		broker_external_init(&c->externals[c->n_externals], arg);
+		c->externals[c->n_externals].line = p->lineno;
+		p->kind = 5;
+		p->idx = c->n_externals++;
+		return 1;
+	}
 	p->kind = 0;
-	return fail(p, "unknown section [%s] (known: [broker], [gpu \"UUID\"], [engine \"NAME\"])", section);
+	return fail(p, "unknown section [%s] (known: [broker], [gpu \"UUID\"], [engine \"NAME\"], "
+	    "[model \"NAME\"], [external \"NAME\"])", section);
+}
+
+/* A comma-separated list of names (aliases); 0 when every one is valid. */
+static int valid_names(const char *v)
+{
+	char buf[256];
+	if (strlen(v) >= sizeof buf)
+		return -1;
+	snprintf(buf, sizeof buf, "%s", v);
+	char *save = NULL;
+	int n = 0;
+	for (char *t = strtok_r(buf, ", \t", &save); t; t = strtok_r(NULL, ", \t", &save), n++)
+		if (!proto_name_valid(t, strlen(t)))
+			return -1;
+	return n > 0 ? 0 : -1;
+}
+
+static int model_key(struct parse *p, struct broker_model_conf *m, const char *section, const char *key,
+    const char *value)
+{
+	uint64_t u;
+	if (strcmp(key, "source") == 0) {
+		if (!*value || strlen(value) >= sizeof m->source)
+			return fail(p, "source: want a Hugging Face folder, a .gguf file, an .arena or hf:ORG/NAME");
+		snprintf(m->source, sizeof m->source, "%s", value);
+		char msg[800];
+		if (broker_model_source(m, p->dir, msg, sizeof msg))
+			return fail(p, "[%s] source = '%s': %s", section, value, msg);
+	} else if (strcmp(key, "aliases") == 0) {
+		if (valid_names(value))
+			return fail(p, "aliases = '%s': want names (letters, digits, '-', '_', '.') separated by commas",
+			    value);
+		snprintf(m->aliases, sizeof m->aliases, "%s", value);
+	} else if (strcmp(key, "backend") == 0) {
+		if (strcmp(value, "host") && strcmp(value, "cuda") && strcmp(value, "auto"))
+			return fail(p, "backend = '%s': want host, cuda or auto", value);
+		snprintf(m->backend, sizeof m->backend, "%s", value);
+	} else if (strcmp(key, "device") == 0) {
+		if (parse_u64(value, 255, &u))
+			return fail(p, "device = '%s': want a device index from 0 to 255", value);
+		m->device = (int)u;
+	} else if (strcmp(key, "dtype") == 0) {
+		static const char *types[] = { "f32", "f16", "bf16", "q8_0", "q4_K", "q5_K", "q6_K" };
+		bool ok = false;
+		for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+			ok |= strcmp(value, types[i]) == 0;
+		if (!ok)
+			return fail(p, "dtype = '%s': want f32, f16, bf16, q8_0, q4_K, q5_K or q6_K", value);
+		snprintf(m->dtype, sizeof m->dtype, "%s", value);
+	} else if (strcmp(key, "ctx") == 0) {
+		if (parse_u64(value, 1u << 20, &u) || u < 16)
+			return fail(p, "ctx = '%s': want positions from 16 to 1048576", value);
+		m->ctx = (uint32_t)u;
+	} else if (strcmp(key, "kv_blocks") == 0) {
+		if (parse_u64(value, 1u << 24, &u) || u < 1)
+			return fail(p, "kv_blocks = '%s': want blocks from 1 to 16777216", value);
+		m->kv_blocks = (uint32_t)u;
+	} else if (strcmp(key, "max_seqs") == 0) {
+		if (parse_u64(value, 1024, &u) || u < 1)
+			return fail(p, "max_seqs = '%s': want sequences from 1 to 1024", value);
+		m->max_seqs = (uint32_t)u;
+	} else if (strcmp(key, "keep_alive_s") == 0) {
+		if (parse_keep_alive(value, &m->keep_alive_s))
+			return fail(p, "keep_alive_s = '%s': want seconds >= 0, or forever", value);
+		m->has_keep_alive = true;
+	} else if (strcmp(key, "stop_after_s") == 0) {
+		if (parse_secs(value, &m->stop_after_s))
+			return fail(p, "stop_after_s = '%s': want seconds >= 0 (0: never)", value);
+	} else if (strcmp(key, "priority") == 0) {
+		if (parse_i32(value, &m->priority))
+			return fail(p, "priority = '%s': want a whole number (higher is kept longer)", value);
+		m->has_priority = true;
+	} else if (strcmp(key, "pinned") == 0 || strcmp(key, "preload") == 0) {
+		if (parse_bool(value, key[1] == 'i' ? &m->pinned : &m->preload))
+			return fail(p, "%s = '%s': want true or false", key, value);
+	} else if (strcmp(key, "arena") == 0) {
+		if (value[0] != '/' || strlen(value) >= sizeof m->arena)
+			return fail(p, "arena = '%s': want an absolute path", value);
+		snprintf(m->arena, sizeof m->arena, "%s", value);
+	} else if (strcmp(key, "engine_flags") == 0) {
+		if (strlen(value) >= sizeof m->flags)
+			return fail(p, "engine_flags: longer than %zu bytes", sizeof m->flags - 1);
+		static const char *own[] = { "--name", "--shared-expert-arena", "--listen", "--broker",
+			"--served-model-name", "--http" };
+		for (size_t i = 0; i < sizeof own / sizeof own[0]; i++) {
+			const char *f = strstr(value, own[i]);
+			size_t l = strlen(own[i]);
+			if (f && (f == value || f[-1] == ' ') && (f[l] == 0 || f[l] == ' ' || f[l] == '='))
+				return fail(p, "engine_flags: %s is the broker's to set", own[i]);
+		}
+		snprintf(m->flags, sizeof m->flags, "%s", value);
+	} else {
+		return fail(p, "unknown key '%s' in [%s] (known: source, aliases, backend, device, dtype, ctx, "
+		    "kv_blocks, max_seqs, keep_alive_s, stop_after_s, priority, pinned, preload, arena, engine_flags)",
+		    key, section);
+	}
+	return 1;
 }
 
 static int handler(void *user, const char *section, const char *key, const char *value)
@@ -340,6 +473,21 @@ static int handler(void *user, const char *section, const char *key, const char 
 			if (parse_u64(value, 1000000, &u) || u < 1)
 				return fail(p, "door_queue_max = '%s': want requests from 1 to 1000000", value);
 			c->door_queue_max = (unsigned)u;
+		} else if (strcmp(key, "engine") == 0 || strcmp(key, "arena_tool") == 0 ||
+		    strcmp(key, "arena_dir") == 0 || strcmp(key, "run_dir") == 0) {
+			char *dst = key[0] == 'e' ? c->engine_path : key[0] == 'r' ? c->run_dir :
+			    key[6] == 't' ? c->arena_tool : c->arena_dir;
+			if (value[0] != '/' || strlen(value) >= BROKER_PATH_MAX - 160)
+				return fail(p, "%s = '%s': want an absolute path (at most %d bytes)", key, value,
+				    BROKER_PATH_MAX - 161);
+			snprintf(dst, BROKER_PATH_MAX, "%s", value);
+		} else if (strcmp(key, "restart_max") == 0) {
+			if (parse_u64(value, 1000, &u) || u < 1)
+				return fail(p, "restart_max = '%s': want crashes from 1 to 1000", value);
+			c->restart_max = (unsigned)u;
+		} else if (strcmp(key, "restart_window_s") == 0) {
+			if (parse_secs(value, &c->restart_window_s) || c->restart_window_s <= 0)
+				return fail(p, "restart_window_s = '%s': want seconds > 0", value);
 		} else if (strcmp(key, "http_token_file") == 0) {
 			char msg[600];
 			if (broker_config_token_file(c, value, msg, sizeof msg))
@@ -348,7 +496,8 @@ static int handler(void *user, const char *section, const char *key, const char 
 			return fail(p, "unknown key '%s' in [broker] (known: control, events, "
 			    "heartbeat_timeout_ms, idle_release_s, acquire_wait_ms, command_timeout_ms, nvml, "
 			    "http, http_hosts, cors_origins, http_token, http_token_file, state_file, door_quantum_s, "
-			    "door_keep_alive_s, door_queue_max)", key);
+			    "door_keep_alive_s, door_queue_max, engine, arena_tool, arena_dir, run_dir, restart_max, "
+			    "restart_window_s)", key);
 		}
 		return 1;
 	}
@@ -395,16 +544,87 @@ static int handler(void *user, const char *section, const char *key, const char 
 		}
 		return 1;
 	}
+	if (p->kind == 4)
+		return model_key(p, &c->models[p->idx], section, key, value);
+	if (p->kind == 5) { /* external.c's keys */
+		char msg[300];
+		if (broker_external_set(&c->externals[p->idx], key, value, msg, sizeof msg))
+			return fail(p, "[%s]: %s", section, msg);
+		return 1;
+	}
 	return 0; /* an unknown section, already reported */
+}
+
+/* After the whole file: each [model] has a source; its names are unique;
+ * it becomes the [engine] of its name (priority, pinned, keep-alive). */
+static int models_check(struct parse *p)
+{
+	struct broker_config *c = p->c;
+	for (size_t i = 0; i < c->n_models; i++) {
+		struct broker_model_conf *m = &c->models[i];
+		p->lineno = m->line;
+		if (!m->source[0])
+			return fail(p, "[model \"%s\"] has no source (a Hugging Face folder, a .gguf file, an "
+			    ".arena or hf:ORG/NAME)", m->name);
+		const struct broker_engine_conf *e = broker_config_engine(c, m->name);
+		if (e)
+			return fail(p, "[model \"%s\"] and [engine \"%s\"] (line %d): a model is the engine of its "
+			    "name; set priority, pinned and keep_alive_s in [model]", m->name, m->name, e->line);
+		/* every name and alias once */
+		char names[300];
+		snprintf(names, sizeof names, "%s,%s", m->name, m->aliases);
+		char *save = NULL;
+		for (char *t = strtok_r(names, ", \t", &save); t; t = strtok_r(NULL, ", \t", &save))
+			for (size_t j = 0; j < c->n_models; j++) {
+				const struct broker_model_conf *o = &c->models[j];
+				char other[300];
+				snprintf(other, sizeof other, "%s,%s", o->name, o->aliases);
+				char *s2 = NULL;
+				int count = 0;
+				for (char *u = strtok_r(other, ", \t", &s2); u; u = strtok_r(NULL, ", \t", &s2))
+					count += strcmp(u, t) == 0;
+				if ((j != i && count > 0) || (j == i && count > 1))
+					return fail(p, "[model \"%s\"]: the name '%s' is also [model \"%s\"] (line %d)'s",
+					    m->name, t, o->name, o->line);
+			}
+	}
+	for (size_t i = 0; i < c->n_models; i++) {
+		struct broker_model_conf *m = &c->models[i];
+		if (c->n_engines == BROKER_MAX_ENGINES) {
+			p->lineno = m->line;
+			return fail(p, "more than %d [engine] and [model] sections", BROKER_MAX_ENGINES);
+		}
+		struct broker_engine_conf *e = &c->engines[c->n_engines++];
+		memset(e, 0, sizeof *e);
+		snprintf(e->name, sizeof e->name, "%s", m->name);
+		e->priority = m->priority;
+		e->has_priority = m->has_priority;
+		e->pinned = m->pinned;
+		e->idle_release_s = -1;
+		e->keep_alive_s = m->keep_alive_s;
+		e->has_keep_alive = m->has_keep_alive;
+		e->line = m->line;
+	}
+	return 1;
 }
 
 static int finish(struct parse *p, int rc)
 {
+	if (rc == 0 && !p->failed && !models_check(p))
+		return BATON_ECONFIG;
 	if (rc == 0 && !p->failed) {
 		if (strcmp(p->c->control, p->c->events) == 0) {
 			snprintf(p->err, p->errlen, "%s: control and events must be different sockets (%s)",
 			    p->name, p->c->control);
 			return BATON_ECONFIG;
+		}
+		for (size_t i = 0; i < p->c->n_externals; i++) {
+			char msg[300];
+			if (broker_external_check(&p->c->externals[i], msg, sizeof msg)) {
+				snprintf(p->err, p->errlen, "%s:%d: [external \"%s\"]: %s", p->name, p->c->externals[i].line,
+				    p->c->externals[i].name, msg);
+				return BATON_ECONFIG;
+			}
 		}
 		return 0;
 	}
@@ -478,6 +698,12 @@ int broker_config_load(struct broker_config *c, const char *path, char *err, siz
 		return finish(&p, -1);
 	p.f = f;
 	p.at_start = 1;
+	snprintf(p.dir, sizeof p.dir, "%s", path);
+	char *slash = strrchr(p.dir, '/');
+	if (slash)
+		slash[slash == p.dir ? 1 : 0] = 0;
+	else
+		snprintf(p.dir, sizeof p.dir, ".");
 	int rc = ini_parse_stream(reader, &p, handler, &p);
 	fclose(f);
 	rc = finish(&p, rc);
@@ -515,4 +741,37 @@ const struct broker_engine_conf *broker_config_engine(const struct broker_config
 		if (strcmp(c->engines[i].name, name) == 0)
 			return &c->engines[i];
 	return NULL;
+}
+
+const struct broker_model_conf *broker_config_model(const struct broker_config *c, const char *name)
+{
+	for (size_t i = 0; i < c->n_models; i++)
+		if (strcmp(c->models[i].name, name) == 0)
+			return &c->models[i];
+	for (size_t i = 0; i < c->n_models; i++) {
+		char buf[256];
+		snprintf(buf, sizeof buf, "%s", c->models[i].aliases);
+		char *save = NULL;
+		for (char *t = strtok_r(buf, ", \t", &save); t; t = strtok_r(NULL, ", \t", &save))
+			if (strcmp(t, name) == 0)
+				return &c->models[i];
+	}
+	return NULL;
+}
+
+bool broker_model_conf_same(const struct broker_model_conf *a, const struct broker_model_conf *b)
+{
+	struct broker_model_conf x = *a, y = *b;
+	x.line = y.line = 0;
+	x.aliases[0] = y.aliases[0] = 0;
+	x.keep_alive_s = y.keep_alive_s = 0; /* the core's, reloaded without a restart */
+	x.has_keep_alive = y.has_keep_alive = false;
+	x.priority = y.priority = 0;
+	x.has_priority = y.has_priority = x.pinned = y.pinned = false;
+	x.stop_after_s = y.stop_after_s = 0;
+	x.preload = y.preload = false;
+	return strcmp(x.name, y.name) == 0 && strcmp(x.source, y.source) == 0 && strcmp(x.path, y.path) == 0 &&
+	    x.kind == y.kind && strcmp(x.backend, y.backend) == 0 && x.device == y.device &&
+	    strcmp(x.dtype, y.dtype) == 0 && x.ctx == y.ctx && x.kv_blocks == y.kv_blocks &&
+	    x.max_seqs == y.max_seqs && strcmp(x.arena, y.arena) == 0 && strcmp(x.flags, y.flags) == 0;
 }

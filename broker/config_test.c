@@ -2,6 +2,10 @@
  * config_test.c: the broker's INI file: every key read, defaults kept,
  * and each bad file rejected with the exact line named.
  */
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include "broker/broker.h"
 #include "tests/t.h"
 
@@ -161,4 +165,166 @@ static void t_file(void)
 	T_ASSERT_MSG(strncmp(err, want, strlen(want)) == 0, "\"%s\", want \"%s\"", err, want);
 }
 
-T_MAIN(T_CASE(t_good), T_CASE(t_defaults), T_CASE(t_door), T_CASE(t_bad), T_CASE(t_file))
+
+/* ---- [model]: the fleet's sections ---------------------------------------- */
+
+static char tmp[64];
+
+static void touch(const char *rel, const char *content)
+{
+	char p[512];
+	snprintf(p, sizeof p, "%s/%s", tmp, rel);
+	FILE *f = fopen(p, "w");
+	T_ASSERT_MSG(f != NULL, "%s", p);
+	fputs(content, f);
+	fclose(f);
+}
+
+static void mkd(const char *rel)
+{
+	char p[512];
+	snprintf(p, sizeof p, "%s/%s", tmp, rel);
+	T_ASSERT_MSG(mkdir(p, 0700) == 0, "%s", p);
+}
+
+/* A Hugging Face folder, a GGUF file, and a Hugging Face cache with one
+ * repo at two revisions (main and a tag). */
+static void make_sources(void)
+{
+	snprintf(tmp, sizeof tmp, "/tmp/baton-models-test.XXXXXX");
+	T_ASSERT(mkdtemp(tmp) != NULL);
+	mkd("hf");
+	touch("hf/config.json", "{}");
+	touch("hf/model.safetensors", "");
+	touch("m.gguf", "GGUF....");
+	touch("notgguf.bin", "XXXX");
+	mkd("empty");
+	mkd("hub");
+	mkd("hub/models--acme--tiny");
+	mkd("hub/models--acme--tiny/refs");
+	mkd("hub/models--acme--tiny/snapshots");
+	mkd("hub/models--acme--tiny/snapshots/c0ffee");
+	mkd("hub/models--acme--tiny/snapshots/beef01");
+	touch("hub/models--acme--tiny/refs/main", "c0ffee\n");
+	touch("hub/models--acme--tiny/refs/v1", "beef01\n");
+	touch("hub/models--acme--tiny/snapshots/c0ffee/config.json", "{}");
+	touch("hub/models--acme--tiny/snapshots/c0ffee/model.safetensors", "");
+	touch("hub/models--acme--tiny/snapshots/beef01/tiny-q8_0.gguf", "GGUF");
+}
+
+static void t_models(void)
+{
+	static struct broker_config c;
+	char err[1024] = "", text[4096], hub[128];
+	make_sources();
+	snprintf(hub, sizeof hub, "%s/hub", tmp);
+	setenv("HF_HUB_CACHE", hub, 1);
+	broker_config_defaults(&c);
+	T_EQ_STR(c.arena_dir, "/dev/shm/baton");
+	snprintf(text, sizeof text,
+	    "[broker]\nengine = /opt/baton/bin/baton-engine\narena_dir = /tmp/arenas\nrestart_max = 3\n"
+	    "restart_window_s = 30\n"
+	    "[model \"qwen\"]\nsource = %s/hf\naliases = qwen3, q\nbackend = host\ndevice = 2\ndtype = bf16\n"
+	    "ctx = 512\nkv_blocks = 64\nmax_seqs = 4\nkeep_alive_s = 20\nstop_after_s = 60\npriority = 5\n"
+	    "pinned = true\nengine_flags = --vram-reserve-mib 8\n"
+	    "[model \"g\"]\nsource = %s/m.gguf\npreload = yes\n"
+	    "[model \"tiny\"]\nsource = hf:acme/tiny\n"
+	    "[model \"tiny-v1\"]\nsource = hf:acme/tiny@v1\narena = /tmp/t1.arena\n"
+	    "[model \"sha\"]\nsource = hf:acme/tiny@c0ffee\n", tmp, tmp);
+	T_ASSERT_MSG(broker_config_parse(&c, text, "m.ini", err, sizeof err) == 0, "%s", err);
+	T_EQ_STR(c.engine_path, "/opt/baton/bin/baton-engine");
+	T_EQ_STR(c.arena_dir, "/tmp/arenas");
+	T_ASSERT(c.restart_max == 3 && c.restart_window_s == 30);
+	T_EQ_INT(c.n_models, 5);
+	const struct broker_model_conf *m = broker_config_model(&c, "qwen");
+	T_ASSERT(m && m->kind == BROKER_SRC_HF && strcmp(m->backend, "host") == 0 && m->device == 2);
+	T_ASSERT(strcmp(m->dtype, "bf16") == 0 && m->ctx == 512 && m->kv_blocks == 64 && m->max_seqs == 4);
+	T_ASSERT(m->has_keep_alive && m->keep_alive_s == 20 && m->stop_after_s == 60);
+	T_ASSERT(m->has_priority && m->priority == 5 && m->pinned && !m->preload);
+	T_EQ_STR(m->flags, "--vram-reserve-mib 8");
+	T_ASSERT(broker_config_model(&c, "qwen3") == m && broker_config_model(&c, "q") == m);
+	T_ASSERT(broker_config_model(&c, "nobody") == NULL);
+	/* a model is the engine of its name: the core's priority, pin, keep-alive */
+	const struct broker_engine_conf *e = broker_config_engine(&c, "qwen");
+	T_ASSERT(e && e->has_priority && e->priority == 5 && e->pinned && e->has_keep_alive && e->keep_alive_s == 20);
+	m = broker_config_model(&c, "g");
+	T_ASSERT(m && m->kind == BROKER_SRC_GGUF && m->preload && strcmp(m->backend, "auto") == 0);
+	char want[512];
+	m = broker_config_model(&c, "tiny");
+	snprintf(want, sizeof want, "%s/hub/models--acme--tiny/snapshots/c0ffee", tmp);
+	T_ASSERT(m && m->kind == BROKER_SRC_HF);
+	T_EQ_STR(m->path, want);
+	m = broker_config_model(&c, "tiny-v1");
+	snprintf(want, sizeof want, "%s/hub/models--acme--tiny/snapshots/beef01/tiny-q8_0.gguf", tmp);
+	T_ASSERT(m && m->kind == BROKER_SRC_GGUF);
+	T_EQ_STR(m->path, want);
+	T_EQ_STR(m->arena, "/tmp/t1.arena");
+	m = broker_config_model(&c, "sha");
+	T_ASSERT(m && m->kind == BROKER_SRC_HF);
+	/* changes that restart an engine, and those that do not */
+	struct broker_model_conf a = c.models[0], b = c.models[0];
+	T_ASSERT(broker_model_conf_same(&a, &b));
+	b.keep_alive_s = 99;
+	b.stop_after_s = 1;
+	snprintf(b.aliases, sizeof b.aliases, "other");
+	T_ASSERT(broker_model_conf_same(&a, &b));
+	b.ctx = 1024;
+	T_ASSERT(!broker_model_conf_same(&a, &b));
+	/* HF_HOME/hub when HF_HUB_CACHE is not set */
+	unsetenv("HF_HUB_CACHE");
+	setenv("HF_HOME", tmp, 1);
+	broker_config_defaults(&c);
+	T_ASSERT_MSG(broker_config_parse(&c, "[model \"t\"]\nsource = hf:acme/tiny\n", "h.ini", err, sizeof err) == 0, "%s", err);
+	unsetenv("HF_HOME");
+	char cmd[128];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+	T_ASSERT(system(cmd) == 0);
+}
+
+static void t_models_bad(void)
+{
+	static struct broker_config c;
+	char text[2048], err[1024], hub[128];
+	make_sources();
+	snprintf(hub, sizeof hub, "%s/hub", tmp);
+	setenv("HF_HUB_CACHE", hub, 1);
+	const struct {
+		const char *fmt, *want;
+	} cases[] = {
+		{ "[model \"a\"]\nsource = %s/nope\n", "b.ini:2: [model \"a\"] source = '" },
+		{ "[model \"a\"]\nsource = %s/empty\n", "b.ini:2: [model \"a\"] source = '" },
+		{ "[model \"a\"]\nsource = %s/notgguf.bin\n", "b.ini:2: [model \"a\"] source = '" },
+		{ "[model \"a\"]\nsource = hf:acme/absent\n;%s\n", "b.ini:2: [model \"a\"] source = 'hf:acme/absent': acme/absent is not in the local Hugging Face cache" },
+		{ "[model \"a\"]\nsource = hf:acme/tiny@v9\n;%s\n", "b.ini:2: [model \"a\"] source = 'hf:acme/tiny@v9': acme/tiny: no snapshot for revision 'v9'" },
+		{ "[model \"a\"]\nsource = hf:../x\n;%s\n", "b.ini:2: [model \"a\"] source = 'hf:../x': want hf:ORG/NAME" },
+		{ ";%s\n[model \"a\"]\nctx = 512\n", "b.ini:3: [model \"a\"] has no source" },
+		{ "[model \"a\"]\nsource = %s/hf\nctx = 8\n", "b.ini:3: ctx = '8'" },
+		{ "[model \"a\"]\nsource = %s/hf\nbackend = gpu\n", "b.ini:3: backend = 'gpu'" },
+		{ "[model \"a\"]\nsource = %s/hf\ndtype = q3\n", "b.ini:3: dtype = 'q3'" },
+		{ "[model \"a\"]\nsource = %s/hf\nstop_after_s = -1\n", "b.ini:3: stop_after_s = '-1'" },
+		{ "[model \"a\"]\nsource = %s/hf\naliases = x, y z, a:b\n", "b.ini:3: aliases = 'x, y z, a:b'" },
+		{ "[model \"a\"]\nsource = %s/hf\nengine_flags = --ctx 5 --broker ipc:///x\n", "b.ini:3: engine_flags: --broker is the broker's" },
+		{ "[model \"a\"]\nsource = %s/hf\ncolour = red\n", "b.ini:3: unknown key 'colour' in [model \"a\"]" },
+		{ "[model \"a\"]\nsource = %s/hf\n[model \"b\"]\nsource = %s/hf\naliases = a\n", "b.ini:2: [model \"a\"]: the name 'a' is also [model \"b\"] (line 4)'s" },
+		{ "[model a]\nsource = %s/hf\n[model \"a\"]\npinned = true\n", "b.ini:4: [model \"a\"] appears twice (first on line 2)" },
+		{ "[engine \"a\"]\npinned = true\n[model \"a\"]\nsource = %s/hf\n", "b.ini:4: [model \"a\"] and [engine \"a\"] (line 2)" },
+		{ "[model \"a b\"]\nsource = %s/hf\n", "b.ini:2: [model \"a b\"]: a model name" },
+		{ "[broker]\nengine = baton-engine\n;%s\n", "b.ini:2: engine = 'baton-engine': want an absolute path" },
+		{ "[broker]\nrestart_max = 0\n;%s\n", "b.ini:2: restart_max = '0'" },
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		snprintf(text, sizeof text, cases[i].fmt, tmp, tmp);
+		broker_config_defaults(&c);
+		err[0] = 0;
+		int rc = broker_config_parse(&c, text, "b.ini", err, sizeof err);
+		T_ASSERT_MSG(rc == BATON_ECONFIG, "case %zu: rc %d (%s)", i, rc, err);
+		T_ASSERT_MSG(strncmp(err, cases[i].want, strlen(cases[i].want)) == 0, "case %zu: \"%s\", want \"%s...\"",
+		    i, err, cases[i].want);
+	}
+	char cmd[128];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+	T_ASSERT(system(cmd) == 0);
+}
+
+T_MAIN(T_CASE(t_good), T_CASE(t_defaults), T_CASE(t_door), T_CASE(t_bad), T_CASE(t_file), T_CASE(t_models),
+    T_CASE(t_models_bad))

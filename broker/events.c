@@ -77,6 +77,18 @@ void br_publish(struct broker *b, const char *kind, const struct eng *e, const c
 	publish(b, &ev);
 }
 
+void br_publish_named(struct broker *b, const char *kind, const char *name, const char *reason, double ms,
+    uint64_t bytes)
+{
+	const struct eng *e = *name ? br_eng_by_name(b, name) : NULL;
+	struct baton_msg ev;
+	proto_msg_init(&ev, PROTO_OP_EVENT);
+	br_event_fill(b, &ev, kind, e, reason, ms, bytes);
+	if (!e)
+		ev.engine = name; /* a face's event about one not registered (yet): the fleet's */
+	publish(b, &ev);
+}
+
 /* The handoff's phases ride along for subscribers in this process (the
  * metrics' histogram): no presence bit, so they stay off the wire, where
  * the reason says them. */

@@ -21,6 +21,13 @@ struct nvml_memory {
 	unsigned long long total, free, used;
 };
 
+/* nvmlProcessInfo_t of nvml.h (the _v3 call's, the _v2 struct) */
+struct nvml_proc {
+	unsigned int pid;
+	unsigned long long used;
+	unsigned int gpu_instance, compute_instance;
+};
+
 static struct {
 	pthread_once_t once;
 	pthread_mutex_t mu;
@@ -31,6 +38,7 @@ static struct {
 	nvml_ret (*uuid)(nvml_device, char *, unsigned int);
 	nvml_ret (*mem)(nvml_device, struct nvml_memory *);
 	nvml_ret (*name)(nvml_device, char *, unsigned int); /* optional */
+	nvml_ret (*procs)(nvml_device, unsigned int *, struct nvml_proc *); /* optional (driver 510+) */
 } nv = { .once = PTHREAD_ONCE_INIT, .mu = PTHREAD_MUTEX_INITIALIZER };
 
 static void load(void)
@@ -47,6 +55,7 @@ static void load(void)
 	*(void **)&nv.uuid = dlsym(h, "nvmlDeviceGetUUID");
 	*(void **)&nv.mem = dlsym(h, "nvmlDeviceGetMemoryInfo");
 	*(void **)&nv.name = dlsym(h, "nvmlDeviceGetName");
+	*(void **)&nv.procs = dlsym(h, "nvmlDeviceGetComputeRunningProcesses_v3");
 	if (!nv.init || !nv.count || !nv.by_index || !nv.uuid || !nv.mem || nv.init() != 0) {
 		dlclose(h);
 		return;
@@ -111,6 +120,57 @@ int broker_nvml_name(const char *uuid, char *name, size_t len, unsigned *index)
 				rc = BATON_EDRIVER;
 			}
 			break;
+		}
+	}
+	pthread_mutex_unlock(&nv.mu);
+	return rc;
+}
+
+int broker_nvml_procs(const char *uuid, struct broker_nvml_proc *out, size_t cap, size_t *n_out)
+{
+	*n_out = 0;
+	if (broker_nvml_init() != 0 || !uuid || strncmp(uuid, "GPU-", 4) != 0 || !nv.procs)
+		return BATON_ENODEV;
+	unsigned int n = 0;
+	int rc = BATON_ENODEV;
+	pthread_mutex_lock(&nv.mu);
+	if (nv.count(&n) == 0) {
+		for (unsigned int i = 0; i < n; i++) {
+			nvml_device d;
+			char u[96];
+			if (nv.by_index(i, &d) != 0 || nv.uuid(d, u, sizeof u) != 0 || strcmp(u, uuid) != 0)
+				continue;
+			struct nvml_proc p[256];
+			unsigned int k = 256;
+			rc = nv.procs(d, &k, p) == 0 ? 0 : BATON_EDRIVER;
+			for (unsigned int j = 0; rc == 0 && j < k && *n_out < cap; j++) {
+				out[*n_out].pid = (int)p[j].pid;
+				/* NVML_VALUE_NOT_AVAILABLE (all ones) without per-process accounting */
+				out[*n_out].bytes = p[j].used == ~0ULL ? 0 : (uint64_t)p[j].used;
+				(*n_out)++;
+			}
+			break;
+		}
+	}
+	pthread_mutex_unlock(&nv.mu);
+	return rc;
+}
+
+int broker_nvml_uuid(unsigned index, unsigned *count, char *uuid, size_t len)
+{
+	if (broker_nvml_init() != 0)
+		return BATON_ENODEV;
+	unsigned int n = 0;
+	int rc = BATON_ENODEV;
+	pthread_mutex_lock(&nv.mu);
+	if (nv.count(&n) == 0) {
+		nvml_device d;
+		char u[96];
+		if (count)
+			*count = n;
+		if (index < n && nv.by_index(index, &d) == 0 && nv.uuid(d, u, sizeof u) == 0) {
+			snprintf(uuid, len, "%s", u);
+			rc = 0;
 		}
 	}
 	pthread_mutex_unlock(&nv.mu);

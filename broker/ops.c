@@ -92,6 +92,14 @@ void br_eng_dead(struct broker *b, struct eng *e, const char *why, bool clean)
 {
 	if (e->st != ES_LIVE)
 		return;
+	if (e->kind == EK_LEASE) { /* its job (or holder) is gone: the lease ends */
+		br_lease_end(b, e, why);
+		return;
+	}
+	if (e->kind == EK_EXTERNAL) { /* kept: its process may come back (pid file, unit) */
+		br_ext_gone(b, e, why);
+		return;
+	}
 	uint64_t freed = e->mapped + e->grant;
 	uint64_t loan = e->has_peer ? e->peer_mapped + e->peer_grant : 0;
 	struct eref ref = br_eref_of(b, e);
@@ -171,7 +179,8 @@ int br_command(struct broker *b, struct eng *e, enum proto_op cmd, uint64_t rese
 	if (!t)
 		return BATON_ENOMEM;
 	uint64_t id;
-	int rc = br_queue_job(b, e, cmd, reserve_mib, &id);
+	int rc = e->kind == EK_EXTERNAL ? br_ext_queue(b, e, cmd, &id) :
+	    e->kind == EK_LEASE ? BATON_EUNSUPPORTED : br_queue_job(b, e, cmd, reserve_mib, &id);
 	if (rc)
 		return rc;
 	t->job = id;

@@ -249,15 +249,15 @@ def t_broker_log_under_journald(c):
     assert len(log) >= 2 and all(x.startswith("baton-broker: ") for x in log), log
 
 
-def top_on_pty(c, stop):
+def top_on_pty(c, stop, interval="200ms", frames_needed=3):
     master, slave = h.pty_open(40, 160)
     saved = termios.tcgetattr(slave)
     e = dict(c.env, BATON_BROKER=c.control, TERM="xterm")
-    p = subprocess.Popen([CLI, "top", "--interval", "200ms"], stdin=slave, stdout=slave, stderr=slave, env=e)
-    got = h.pty_read_until(master, lambda g: g.count(b"\x1b[H") >= 3 and b"host device 0" in g)
+    p = subprocess.Popen([CLI, "top", "--interval", interval], stdin=slave, stdout=slave, stderr=slave, env=e)
+    got = h.pty_read_until(master, lambda g: g.count(b"\x1b[H") >= frames_needed and b"host device 0" in g)
     frames = got.decode(errors="replace")
     assert frames.startswith("\x1b[?1049h\x1b[?25l"), repr(frames[:80])  # alternate screen, no cursor
-    assert frames.count("\x1b[H") >= 3, repr(frames[-500:])  # redrawn
+    assert frames.count("\x1b[H") >= frames_needed, repr(frames[-500:])  # redrawn
     stop(master, p)
     rc = p.wait(10)
     rest = h.pty_read_until(master, lambda g: g.endswith(b"\x1b[?1049l"), timeout=3).decode(errors="replace")
@@ -288,6 +288,10 @@ def t_top_live_on_terminal(c):
         until = re.search(r"28\.0 MiB / 28\.0 MiB\s+\S+\s+(\S+)", eng["b"]).group(1)
         assert re.match(r"^4m\d\ds$|^5m00s$", until), eng["b"]
         assert "GB/s" in eng["b"], eng["b"]
+        assert "every 0.2s" in frames, frames[:300]
+    # a bare number is seconds (it was milliseconds: "--interval 2" redrew every 2 ms)
+    rc, frames, rest, saved, now = top_on_pty(c, lambda m, p: os.write(m, b"q"), interval="2", frames_needed=1)
+    assert rc == 0 and "every 2.0s" in frames, (rc, frames[:300])
 
 
 def t_top_one_frame_when_piped(c):
@@ -303,6 +307,8 @@ def t_top_one_frame_when_piped(c):
     rc, out, tty = on_pty(c, ["top", "--once"])
     r = baton(c, "top", "--interval", "0")
     assert r.returncode == 2, r
+    r = baton(c, "top", "--interval", "50ms")
+    assert r.returncode == 2 and "at least 100ms" in r.stderr, r
     r = baton(c, "status", "--once")
     assert r.returncode == 2 and "does not take --interval/--once" in r.stderr, r
     # no broker: one frame says so, exit 1

@@ -140,6 +140,10 @@ int32_t br_eng_priority(struct broker *b, const struct eng *e)
 
 bool br_eng_pinned(struct broker *b, const struct eng *e)
 {
+	if (e->kind == EK_LEASE)
+		return true; /* a lease is never reclaimed: it ends with its job */
+	if (e->kind == EK_EXTERNAL && e->ext.pinned)
+		return true;
 	for (size_t i = 0; i < b->n_pins; i++)
 		if (strcmp(b->pins[i].name, e->name) == 0)
 			return b->pins[i].pinned;

@@ -27,6 +27,11 @@ static void on_register(struct broker *b, struct waiter *w, const struct baton_m
 	}
 	struct eng *e = br_eng_by_name(b, m->name);
 	bool again = false;
+	if (e && e->st == ES_LIVE && e->kind != EK_ENGINE) {
+		br_reply_error(w, m->op, m->id, BATON_EEXIST, "register: '%s' is the name of a %s", m->name,
+		    br_kind_name(e));
+		return;
+	}
 	if (e && e->st == ES_LIVE) {
 		if (e->pid != pid) {
 			if (br_pid_alive(e->pid)) {
@@ -74,6 +79,20 @@ static void on_register(struct broker *b, struct waiter *w, const struct baton_m
 		http = "";
 	}
 	snprintf(e->http, sizeof e->http, "%s", http);
+	/* The token only the front door sends: it goes in no status, event
+	 * or log (broker_engine_http_token). */
+	{
+		size_t slot = (size_t)(e - b->eng);
+		pthread_mutex_lock(&b->tmu);
+		/* a slot freed and this name registered in another: one entry a name */
+		for (size_t i = 0; i < BROKER_MAX_ENGINES; i++)
+			if (i != slot && strcmp(b->http_tokens[i].name, m->name) == 0)
+				memset(&b->http_tokens[i], 0, sizeof b->http_tokens[i]);
+		snprintf(b->http_tokens[slot].name, sizeof b->http_tokens[slot].name, "%s", m->name);
+		snprintf(b->http_tokens[slot].token, sizeof b->http_tokens[slot].token, "%s",
+		    *http && proto_has(m, PF_HTTP_TOKEN) ? m->http_token : "");
+		pthread_mutex_unlock(&b->tmu);
+	}
 	if (strcmp(e->ctl, m->ctl) != 0 || !e->conn) {
 		br_eng_forget_conn(e);
 		snprintf(e->ctl, sizeof e->ctl, "%s", m->ctl);
@@ -348,6 +367,11 @@ static void on_engine_op(struct broker *b, struct waiter *w, const struct baton_
 	struct eng *e = need_engine(b, w, m, name);
 	if (!e)
 		return;
+	if (e->kind == EK_LEASE || (m->op == PROTO_OP_ACQUIRE && e->kind != EK_ENGINE)) {
+		br_reply_error(w, m->op, m->id, BATON_EINVAL, "%s: '%s' is a lease (baton lease release %s)",
+		    proto_op_name(m->op), e->name, e->name);
+		return;
+	}
 	enum op_kind kind;
 	switch (m->op) {
 	case PROTO_OP_ACQUIRE: kind = OP_ACQUIRE; break;
@@ -470,6 +494,8 @@ void br_on_request(struct broker *b, struct waiter *w, const struct baton_msg *m
 	case PROTO_OP_REPORT: on_report(b, w, m); break;
 	case PROTO_OP_STATUS: on_status(b, w, m); break;
 	case PROTO_OP_PIN: on_pin(b, w, m); break;
+	case PROTO_OP_LEASE: br_on_lease(b, w, m); break;
+	case PROTO_OP_EXTERNAL: br_on_external(b, w, m); break;
 	case PROTO_OP_ACQUIRE:
 	case PROTO_OP_REFILL:
 	case PROTO_OP_RELEASE:

@@ -36,6 +36,9 @@ void br_on_done(struct broker *b, struct item *it)
 		e->in_flight = false;
 		e->copied = e->to_copy = 0; /* its copy, if any, is over */
 	}
+	bool ext_parked = e && e->kind == EK_EXTERNAL && strcmp(e->state, "parked") == 0;
+	if (e && e->kind == EK_EXTERNAL)
+		br_ext_result(b, e, &tag, it); /* external.c: what only an external engine has */
 	int rc = it->rc;
 	const char *word = tag.cmd == PROTO_OP_VRAM ? (tag.bytes ? "shrink" : "vram") :
 	    tag.cmd == PROTO_OP_PEER ? (tag.victim ? "revoke" : "lend") : proto_op_name(tag.cmd);
@@ -107,6 +110,8 @@ void br_on_done(struct broker *b, struct item *it)
 				br_probe(b, e); /* no word from it: learn what it did */
 		}
 	}
+	if (e && e->kind == EK_EXTERNAL && e->st == ES_LIVE)
+		br_ext_after(b, e, ext_parked);
 	if (o && !o->used)
 		o = NULL; /* eng_dead above ended it (and answered its waiter) */
 	/* Lost (a probe says), or not sent at all (no reply, at once): the

@@ -93,6 +93,10 @@ static void grant(struct broker *b, struct op *o, struct eng *e, uint64_t bytes,
 		e->ho_release_ms = (o->t_reclaimed - o->t_decided) * 1e3;
 		snprintf(e->ho_from, sizeof e->ho_from, "%s", o->victims);
 	}
+	if (e->kind == EK_LEASE) { /* held as the job's from now on (jobs.c) */
+		br_lease_granted(b, e, o);
+		return;
+	}
 	if (o->kind == OP_ACQUIRE) {
 		e->acq_id = o->req_id;
 		e->acq_granted = bytes;
@@ -134,6 +138,9 @@ static size_t policy_view(struct broker *b, size_t gi, const struct eng *request
 			.refilling = baton_state_parse(e->state) == BATON_STATE_REFILLING || e->to_copy > 0,
 			.no_shrink = e->no_shrink,
 		};
+		if (requester && requester->kind == EK_LEASE && e != requester &&
+		    pe[n].priority > br_eng_priority(b, requester))
+			pe[n].pinned = true; /* a job never takes from an engine above it */
 		if (now < e->retry_after)
 			wake_at(b, e->retry_after);
 		map[n++] = i;
@@ -272,6 +279,10 @@ void br_housekeeping(struct broker *b, double now)
 		struct eng *e = &b->eng[i];
 		if (e->st != ES_LIVE)
 			continue;
+		if (e->kind != EK_ENGINE) { /* leases, external engines: their own timers */
+			br_nonengine_tick(b, e, now);
+			continue;
+		}
 		if (now - e->last_seen > b->cfg.heartbeat_timeout_ms / 1e3) {
 			if (!br_pid_alive(e->pid)) {
 				br_eng_dead(b, e, "no heartbeat and its process is gone", false);

@@ -11,7 +11,14 @@ engines on the host backend (tests/harness.py's BrokerCase).
 - 413 has its reason phrase; reserve_mib's error states the engine's bound;
 - the state file is written through an O_EXCL temporary, never a link;
 - the socket directory is never chmodded: one writable by group or others is refused unless root's and sticky (as /tmp is);
-- a socket replaced under the broker: it says so and exits.
+- a socket replaced under the broker: it says so and exits;
+- a frame longer than any request on the control socket: closed at once;
+- engines are no back door around the door: a second local user (uid
+  65534) who reads their URL in the open status gets 401 from an engine's
+  OpenAI HTTP and cannot connect to its control socket; the door, which
+  alone holds the engine's token, still serves;
+- an engine refuses a socket directory others can write, and tcp:// control
+  under a broker.
 
 The last line is "N passed, N failed".
 """
@@ -260,13 +267,146 @@ def t_socket_replaced(c):
     assert "was replaced" in log and path in log, log[-2000:]
 
 
+OTHER_CLIENT = r"""
+import http.client, json, socket, sys
+status_url, eng_url, ctl = sys.argv[1:4]
+out = {}
+def req(url, method, path, body=None, token=None):
+    host, port = url[7:].rsplit(":", 1)
+    c = http.client.HTTPConnection(host, int(port), timeout=20)
+    h = {"Content-Type": "application/json"} if body is not None else {}
+    if token:
+        h["Authorization"] = "Bearer " + token
+    c.request(method, path, body=body, headers=h)
+    r = c.getresponse()
+    return r.status, r.read().decode()
+st, body = req(status_url, "GET", "/v1/status")
+out["status"] = [st, body]
+chat = json.dumps({"model": "kjv-qwen3-moe", "max_tokens": 2,
+                   "messages": [{"role": "user", "content": "Who was Noah?"}]})
+out["engine_chat"] = req(eng_url, "POST", "/v1/chat/completions", chat)[0]
+out["engine_chat_guess"] = req(eng_url, "POST", "/v1/chat/completions", chat, token="x" * 64)[0]
+out["engine_models"] = req(eng_url, "GET", "/v1/models")[0]
+out["engine_health"] = req(eng_url, "GET", "/health")[0]
+out["door_chat"] = req(status_url, "POST", "/v1/chat/completions", chat)[0]
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+try:
+    s.connect(ctl)
+    out["ctl"] = "connected"
+except OSError as e:
+    out["ctl"] = e.__class__.__name__
+print(json.dumps(out))
+"""
+
+
+def t_engine_back_door(c):
+    """Issue 28: engines were a back door around the front door. A local
+    user refused by the door (401) read the engines' URLs in the open
+    GET /v1/status and got completions straight from them, and a request
+    to a released engine made the broker evict the other model. Now an
+    engine under a broker makes a token of its own that only the door
+    holds: the second user (a real other uid, in a directory it may
+    enter) gets 401 from the engine on every path and cannot connect to its
+    control socket (0660), while the door serves with the engine's token."""
+    os.chmod(c.dir, 0o755)  # the second user may enter: the sockets' own modes must hold
+    api = c.http_broker()
+    e = c.engine("q", "--ctx", "256", "--http", "127.0.0.1:0", arena=h.model_arena("kjv-qwen3-moe"),
+                 host_mib=64, segment_mib=2)
+    h.wait_for("q routable", lambda: (c.eng("q") or {}).get("http"), timeout=10)
+    url = c.eng("q")["http"]
+    got = h.as_other_user(OTHER_CLIENT, api.url, url, e.url[len("ipc://"):])
+    st, body = got["status"]
+    assert st == 200 and url in body, got["status"]  # status is open, and names the URL
+    assert "token" not in body, body                 # ... but never the engine's token
+    for k in ("engine_chat", "engine_chat_guess", "engine_models", "engine_health"):
+        assert got[k] == 401, (k, got)
+    assert got["door_chat"] == 401, got
+    assert got["ctl"] == "PermissionError", got
+    # the engine's URL is still the door's way in: with the broker's token it serves
+    r = expect(api.post("/v1/chat/completions", {"model": "kjv-qwen3-moe", "max_tokens": 2,
+                                                 "messages": [{"role": "user", "content": "Who was Noah?"}]}),
+               200)
+    assert r["choices"][0]["message"]["content"] is not None, r
+    # and root, the engine's owner, reaching it without the token is refused too
+    # (an owner who wants its own way in gives --http-token-file)
+    expect(h.Http(url).post("/v1/chat/completions", {"model": "kjv-qwen3-moe", "max_tokens": 2,
+                                                      "messages": [{"role": "user", "content": "x"}]}), 401)
+
+
+def t_engine_socket_dir(c):
+    """An engine's control socket in a directory its group or others can
+    write is refused with the fix (whoever writes it could put a socket of
+    theirs at that name); tcp:// control under a broker is refused (nng has
+    no token: any local user could drive the engine around the broker)."""
+    d = os.path.join(c.dir, "run")
+    os.mkdir(d)
+    os.chmod(d, 0o777)
+    arena = c.arena()
+    p = subprocess.run([h.ENGINE, "--name", "w", "--shared-expert-arena", arena, "--listen",
+                        "ipc://%s/w.sock" % d, "--backend", "host", "--host-device-mib", "40",
+                        "--vram-segment-mib", "4"], capture_output=True, text=True, timeout=30, env=c.env)
+    assert p.returncode == 2, (p.returncode, p.stderr[-500:])
+    assert "writable by others" in p.stderr and "chmod go-w" in p.stderr, p.stderr[-500:]
+    assert not os.path.exists(os.path.join(d, "w.sock"))
+    p = subprocess.run([h.ENGINE, "--name", "t", "--shared-expert-arena", arena, "--listen",
+                        "tcp://127.0.0.1:0", "--broker", c.control], capture_output=True, text=True,
+                       timeout=30, env=c.env)
+    assert p.returncode == 2 and "ipc:// only" in p.stderr, (p.returncode, p.stderr[-500:])
+
+
+def t_half_frames(c):
+    """Issue 28: half-sent 64 MiB frames on the control socket made the
+    broker hold 1,290 MiB (40 of them). A frame longer than any request
+    (1 MiB) is refused on its length: the connection is closed at once,
+    nothing is allocated for it, and the broker answers the others."""
+    b = c.broker()
+    path = c.control[len("ipc://"):]
+
+    def rss():
+        for line in open("/proc/%d/status" % b.pid):
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) << 10
+    before = rss()
+    conns, closed = [], 0
+    for i in range(20):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(3)
+        s.connect(path)
+        # SP over ipc: the header of a REQ peer (protocol 0x30), then one
+        # message frame (type 1, a 64-bit length) with a part of its body
+        try:
+            s.sendall(b"\x00SP\x00\x00\x30\x00\x00")
+            s.sendall(b"\x01" + (64 << 20).to_bytes(8, "big") + b"\x81" * (256 << 10))
+        except (BrokenPipeError, ConnectionResetError):
+            closed += 1  # refused while it sent
+            s.close()
+            continue
+        conns.append(s)
+    for s in conns:
+        try:
+            while True:
+                got = s.recv(4096)
+                if not got:
+                    closed += 1
+                    break
+        except (socket.timeout, ConnectionResetError, BrokenPipeError):
+            pass
+        s.close()
+    grew = rss() - before
+    assert closed == 20, "%d of 20 connections with a 64 MiB frame were kept open" % (20 - closed)
+    assert grew < 64 << 20, "the broker grew by %d MiB" % (grew >> 20)
+    assert c.status()["engines"] == []  # and it answers
+    return "20 half-sent 64 MiB frames: all closed, RSS %+.1f MiB" % (grew / (1 << 20))
+
+
 CASES = [t_default_token, t_no_token_off_loopback, t_token_file_mode, t_cross_site, t_rebinding_reads,
          t_errors_say_why,
-         t_state_file_no_links, t_socket_dir, t_socket_dir_sticky, t_socket_replaced]
+         t_state_file_no_links, t_socket_dir, t_socket_dir_sticky, t_socket_replaced,
+         t_engine_back_door, t_engine_socket_dir, t_half_frames]
 
 
 def main():
-    return h.run_cases(CASES, sys.argv[1:], logs=("broker", "a"))
+    return h.run_cases(CASES, sys.argv[1:], logs=("broker", "a", "q"))
 
 
 if __name__ == "__main__":

@@ -2,6 +2,8 @@
  * status_json.c: a status reply as JSON, the one encoder behind the CLI's
  * `baton status --json` and the HTTP API's GET /v1/status.
  */
+#include <string.h>
+
 #include <jansson.h>
 
 #include "broker/broker.h"
@@ -26,9 +28,23 @@ json_t *broker_gpu_json(const struct proto_gpu *g)
 	return j;
 }
 
+const char *broker_entry_kind(const struct proto_engine_info *e)
+{
+	if (e->ctl && strcmp(e->ctl, "lease") == 0)
+		return "lease";
+	if (e->ctl && strncmp(e->ctl, "external:", 9) == 0)
+		return "external";
+	return "engine";
+}
+
 json_t *broker_engine_json(const struct proto_engine_info *e)
 {
 	json_t *j = json_object();
+	json_object_set_new(j, "kind", json_string(broker_entry_kind(e)));
+	if (e->ctl && strncmp(e->ctl, "external:", 9) == 0) {
+		json_object_set_new(j, "release_by", json_string(e->ctl + 9)); /* hook, park, none */
+		json_object_set_new(j, "parked", json_boolean(strcmp(e->state, "parked") == 0));
+	}
 	json_object_set_new(j, "name", json_string(e->name));
 	json_object_set_new(j, "pid", jint(e->pid));
 	json_object_set_new(j, "gpu", json_string(e->gpu));

@@ -68,8 +68,10 @@ def t_baton_commands():
 
 
 def t_config_keys_agree():
-    with open(os.path.join(h.ROOT, "broker", "config.c")) as f:
-        keys = set(re.findall(r'strcmp\(key, "(\w+)"\)', f.read()))
+    keys = set()
+    for src in ("config.c", "external_conf.c"):  # [external] keys: external_conf.c
+        with open(os.path.join(h.ROOT, "broker", src)) as f:
+            keys |= set(re.findall(r'strcmp\(key, "(\w+)"\)', f.read()))
     assert len(keys) >= 10, keys
     text = page("baton-broker.ini.5.scd")
     named = set(re.findall(r"^\*(\w+)\* = ", text, re.M)) | \

@@ -34,11 +34,15 @@ struct baton_http_opts {
 	int token_for_reads;        /* 1: GET and HEAD need the token too (else only the other methods) */
 	const char *const *hosts;   /* more Host names accepted (NULL-terminated), besides the bound
 	                             * address and localhost */
-	unsigned max_conns;         /* 0: 4096, bounded by RLIMIT_NOFILE */
+	unsigned max_conns;         /* 0: 4096, bounded by RLIMIT_NOFILE; past it the oldest connection
+	                             * waiting for a request (not one that sent the token) is closed */
 	unsigned idle_timeout_s;    /* 0: 30: a connection silent this long is closed */
 	unsigned header_timeout_s;  /* 0: 10: a request's headers and body must arrive within this of
 	                             * the connection's start or its previous answer (slowloris) */
 	size_t max_body;            /* 0: HTTP_OPENAI_BODY_MAX (1 MiB); a larger body gets 413 before it is read */
+	size_t max_body_total;      /* 0: 64 MiB: the bodies of all requests at once (declared ones
+	                             * counted from their headers); past it 503 + Retry-After before
+	                             * the body is read, a chunked one is cut */
 	unsigned workers;           /* handler threads; 0: 8 */
 	/* Optional: the body limit of one request, from its method and path
 	 * (as http_req_path gives it), instead of max_body; 0: max_body.
@@ -72,10 +76,13 @@ const char *http_url(const struct baton_http *h);
 unsigned http_port(const struct baton_http *h);
 
 /* Counters for tests and metrics: connections open now, bytes of request
- * bodies read so far, requests refused on their headers. */
+ * bodies read so far, requests refused on their headers, bytes of bodies
+ * held now (max_body_total's count). */
 struct http_stats {
 	unsigned conns;
 	unsigned long long body_bytes, refused;
+	size_t body_held;
+	unsigned long long evicted;  /* connections shut to make room past max_conns */
 };
 void http_stats(struct baton_http *h, struct http_stats *s);
 

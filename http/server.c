@@ -46,9 +46,11 @@
 #include "http/http_int.h"
 
 #define DEF_MAX_CONNS 4096
+#define SPARE_CONNS 64   /* past max_conns, accepted to evict an idle one for each */
 #define DEF_IDLE_S 30
 #define DEF_HEADER_S 10
 #define DEF_MAX_BODY HTTP_OPENAI_BODY_MAX
+#define DEF_BODY_TOTAL (64u * 1024u * 1024u)
 #define DEF_WORKERS 8
 #define MAX_WORKERS 256
 #define STREAM_MAX (64u * 1024u * 1024u) /* unsent bytes a stream may hold */
@@ -68,9 +70,11 @@ struct kv {
 };
 
 struct conn {
-	struct conn *prev, *next;
+	struct conn *prev, *next; /* h->conns, newest first */
 	int fd;
 	double deadline;        /* the request must be in by then; 0: none (one is in) */
+	bool authed;            /* it carried a request with the server's token: never evicted */
+	bool evicted;           /* shut down to make room: it is going */
 };
 
 struct baton_http_stream {
@@ -108,6 +112,7 @@ struct baton_http_req {
 	size_t len, cap;
 	bool too_big, authorized;
 	size_t max_body;                     /* this request's limit */
+	size_t held;                         /* bytes of h->body_held that are this request's */
 	bool answered;                       /* the application answered (reply or stream) */
 	bool gone;                           /* the client left before the answer ended */
 	bool mhd_done;
@@ -137,9 +142,11 @@ struct baton_http {
 	bool stopping;
 	struct baton_http_req *qhead, *qtail;
 	struct baton_http_req *open;
-	struct conn *conns;
-	unsigned n_conns;
+	struct conn *conns, *conns_tail;
+	unsigned n_conns, max_conns, n_going; /* n_going: evicted, not closed yet */
+	unsigned long long evicted;
 	unsigned long long body_bytes, refused;
+	size_t max_body_total, body_held;    /* bodies all requests may hold; hold now */
 	pthread_t *th;
 	unsigned n_th;
 	pthread_t reaper;
@@ -192,6 +199,7 @@ static bool req_unref(struct baton_http_req *r)
 	kv_free(r->hdr, r->n_hdr);
 	kv_free(r->arg, r->n_arg);
 	free(r->body);
+	h->body_held -= r->held;
 	free(r);
 	return --h->refs == 0;
 }
@@ -743,6 +751,22 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
 			ret = answer_now(r, c, st, err, msg);
 			break;
 		}
+		/* The bodies every connection holds are bounded together, not
+		 * only each (issue 28: 800 connections x 1 MiB raised an engine
+		 * from 45 to 637 MiB without a token): a declared body is
+		 * charged now, and past the bound refused before it is read. */
+		size_t want = in.clen ? (size_t)strtoull(in.clen, NULL, 10) : 0;
+		if (want > h->max_body_total - h->body_held) {
+			h->refused++;
+			snprintf(msg, sizeof msg, "the server holds %zu KiB of request bodies, its bound: try again",
+			    h->body_held >> 10);
+			ret = answer_now(r, c, 503, BATON_EBUSY, msg);
+			break;
+		}
+		r->held = want;
+		h->body_held += want;
+		if (r->authorized && h->guard.token[0] && r->c)
+			r->c->authed = true;
 		r->st = RQ_BODY;
 		break;
 	}
@@ -751,12 +775,17 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
 			size_t n = *upload_size;
 			h->body_bytes += n;
 			*upload_size = 0;
-			if (r->too_big || r->len + n > r->max_body) {
+			if (r->too_big || r->len + n > r->max_body ||
+			    (r->len + n > r->held && r->len + n - r->held > h->max_body_total - h->body_held)) {
 				r->too_big = true;
 				/* libmicrohttpd takes no answer mid-body: end the connection */
 				h->refused++;
 				ret = MHD_NO;
 				break;
+			}
+			if (r->len + n > r->held) { /* chunked, or more than declared */
+				h->body_held += r->len + n - r->held;
+				r->held = r->len + n;
 			}
 			if (r->len + n + 1 > r->cap) {
 				size_t cap = r->cap ? r->cap : 1024;
@@ -853,6 +882,35 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
 		cb.fn(cb.owner, cb.id);
 }
 
+/* Past max_conns: the oldest connection that waits for a request (idle
+ * or sending one: not one whose request is in, nor one that carried the
+ * server's token) is shut down to make room for the new one (issue 28:
+ * 4,200 connections that reconnected as soon as they were reaped kept the
+ * door and an engine unreachable, with no token). A flood thus cycles its
+ * own connections, and a client that sends its request at once gets in:
+ * it is the newest, the last to go. None to evict: the new one goes.
+ * Under h->mu; the fd is still the connection's (as in the reaper). */
+static void evict_one(struct baton_http *h, struct conn *fresh)
+{
+	if (h->n_conns - h->n_going <= h->max_conns)
+		return; /* those already shut down make the room */
+	struct conn *v = fresh;
+	for (struct conn *k = h->conns_tail; k; k = k->prev)
+		if (k != fresh && !k->evicted && k->deadline > 0 && !k->authed && k->fd >= 0) {
+			v = k;
+			break;
+		}
+	v->evicted = true;
+	h->n_going++;
+	v->deadline = 0;
+	h->evicted++;
+	if (v->fd >= 0)
+		shutdown(v->fd, SHUT_RDWR); /* libmicrohttpd sees the end and closes it */
+	if (getenv("BATON_HTTP_DEBUG"))
+		fprintf(stderr, "baton http: %u connections: fd %d %s\n", h->n_conns, v->fd,
+		    v == fresh ? "refused (none idle to make room)" : "closed to make room (oldest idle)");
+}
+
 static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
     enum MHD_ConnectionNotificationCode toe)
 {
@@ -869,8 +927,12 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
 		k->next = h->conns;
 		if (h->conns)
 			h->conns->prev = k;
+		else
+			h->conns_tail = k;
 		h->conns = k;
 		h->n_conns++;
+		if (h->n_conns > h->max_conns)
+			evict_one(h, k);
 		pthread_mutex_unlock(&h->mu);
 		return;
 	}
@@ -889,7 +951,11 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
 		h->conns = k->next;
 	if (k->next)
 		k->next->prev = k->prev;
+	else
+		h->conns_tail = k->prev;
 	h->n_conns--;
+	if (k->evicted)
+		h->n_going--;
 	pthread_mutex_unlock(&h->mu);
 	free(k);
 }
@@ -1032,7 +1098,9 @@ void http_stats(struct baton_http *h, struct http_stats *s)
 	pthread_mutex_lock(&h->mu);
 	s->conns = h->n_conns;
 	s->body_bytes = h->body_bytes;
+	s->body_held = h->body_held;
 	s->refused = h->refused;
+	s->evicted = h->evicted;
 	pthread_mutex_unlock(&h->mu);
 }
 
@@ -1097,6 +1165,7 @@ int http_open(const struct baton_http_opts *o, baton_http_fn fn, void *arg, stru
 	h->header_timeout_s = o->header_timeout_s ? o->header_timeout_s : DEF_HEADER_S;
 	h->max_body = o->max_body ? o->max_body : DEF_MAX_BODY;
 	h->body_limit = o->body_limit;
+	h->max_body_total = o->max_body_total ? o->max_body_total : DEF_BODY_TOTAL;
 	pthread_mutex_init(&h->mu, NULL);
 	pthread_cond_init(&h->cv, NULL);
 	baton_cond_init(&h->reap_cv);
@@ -1116,8 +1185,9 @@ int http_open(const struct baton_http_opts *o, baton_http_fn fn, void *arg, stru
 	}
 	unsigned max_conns = o->max_conns ? o->max_conns : DEF_MAX_CONNS;
 	unsigned fds = nofile();
-	if (fds > 64 && max_conns > fds - 64)
-		max_conns = fds - 64; /* leave some for the process's other files */
+	if (fds > 64 + SPARE_CONNS && max_conns > fds - 64 - SPARE_CONNS)
+		max_conns = fds - 64 - SPARE_CONNS; /* leave some for the process's other files */
+	h->max_conns = max_conns;
 	unsigned workers = o->workers ? o->workers : DEF_WORKERS;
 	if (workers > MAX_WORKERS)
 		workers = MAX_WORKERS;
@@ -1144,7 +1214,7 @@ int http_open(const struct baton_http_opts *o, baton_http_fn fn, void *arg, stru
 	h->d = MHD_start_daemon(flags, 0, NULL, NULL, on_access, h,
 	    MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h,
 	    MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
-	    MHD_OPTION_CONNECTION_LIMIT, max_conns,
+	    MHD_OPTION_CONNECTION_LIMIT, max_conns + SPARE_CONNS, /* evict_one keeps max_conns */
 	    MHD_OPTION_CONNECTION_TIMEOUT, o->idle_timeout_s ? o->idle_timeout_s : DEF_IDLE_S,
 	    MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)64 * 1024,
 	    MHD_OPTION_URI_LOG_CALLBACK, on_uri, h,

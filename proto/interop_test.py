@@ -162,6 +162,7 @@ def t_schema():
     ops = SCHEMA["ops"]
     assert sorted(ops) == sorted(["gen", "status", "release", "refill", "vram", "register",
                                   "heartbeat", "acquire", "report", "handoff", "pin", "peer", "complete",
+                                  "lease", "external",
                                   "event"]), sorted(ops)
     assert ops["event"]["reply"] is None
     req = {f["key"]: f for f in ops["register"]["request"]}

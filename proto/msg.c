@@ -122,6 +122,7 @@ static const struct proto__row register_req[] = {
 	 * what it holds there now (a broker restart sees a live loan) */
 	O(PEER_GPU), O(PEER_WANT), O(PEER_MAPPED), O(PEER_FREE),
 	O(HTTP), /* its OpenAI HTTP URL (the broker's front door forwards there) */
+	O(HTTP_TOKEN), /* the bearer token that URL needs (the door sends it; never shown) */
 };
 static const struct proto__row epoch_rep[] = { R(EPOCH) };
 static const struct proto__row epoch_opt_rep[] = { O(EPOCH) };
@@ -158,6 +159,27 @@ static const struct proto__row complete_rep[] = {
 	R(TEXT), R(TOKENS), R(PROMPT_TOKENS), R(COMPLETION_TOKENS), R(FINISH_REASON),
 	O(PREFILL_MS), O(DECODE_MS), O(TOTAL_MS),
 };
+/* lease: memory lent to a job that is not a Baton engine (broker/jobs.c).
+ * level is the action: "acquire" (bytes, optional gpu, priority, pid to
+ * watch, ms: a TTL, 0 none; reason: what the job is, for status), "renew"
+ * (name, ms: a new TTL) or "release" (name). The reply names the lease, its
+ * device and what it was granted; reason lists the engines that gave way. */
+static const struct proto__row lease_req[] = {
+	R(LEVEL), O(NAME), O(GPU), O(BYTES), O(PRIORITY), O(PID), O(MS), O(REASON),
+};
+static const struct proto__row lease_rep[] = {
+	O(NAME), O(GPU), O(GRANTED), O(EPOCH), O(MS), O(REASON),
+};
+/* external: engines that are not Baton's (broker/external.c). level is the
+ * action: "add" (body: the engine as JSON, docs/reference/external.md),
+ * "remove", "park", "resume", "report" (name, mapped: what the process says
+ * it holds now). */
+static const struct proto__row external_req[] = {
+	R(LEVEL), O(NAME), O(BODY), O(MAPPED),
+};
+static const struct proto__row external_rep[] = {
+	R(STATE), R(MS), O(NAME), O(MAPPED), O(REASON),
+};
 static const struct proto__row event_msg[] = {
 	R(SEQ), R(TIME_MS), R(KIND), R(ENGINE), R(GPU), R(STATE), R(REASON), O(MS), O(BYTES),
 	O(TO_COPY), /* "progress": bytes is what was copied of to_copy */
@@ -188,6 +210,8 @@ static const struct {
 	[PROTO_OP_EVENT]     = { "event",     TAB(event_msg),     NOFIELDS,           false },
 	[PROTO_OP_PEER]      = { "peer",      TAB(peer_req),      TAB(cache_rep),     true },
 	[PROTO_OP_COMPLETE]  = { "complete",  TAB(complete_req),  TAB(complete_rep),  true },
+	[PROTO_OP_LEASE]     = { "lease",     TAB(lease_req),     TAB(lease_rep),     true },
+	[PROTO_OP_EXTERNAL]  = { "external",  TAB(external_req),  TAB(external_rep),  true },
 };
 
 const struct proto__table *proto__table(enum proto_op op, bool reply)

@@ -34,7 +34,9 @@
  *   vram      R reserve_mib uint|nil (nil: grow back to full), name, epoch
  *   register  R name, pid, gpu, device u32, model, ctl, floor, ceiling,
  *             priority i32, state, resident, capacity, epoch; mapped, free,
- *             http (the engine's OpenAI HTTP URL; absent: it serves none)
+ *             http (the engine's OpenAI HTTP URL; absent: it serves none),
+ *             http_token (the bearer token that URL needs: the front door
+ *             sends it; the broker never shows it)
  *   heartbeat R name, state, resident, busy bool, idle_ms; mapped, free, epoch
  *   acquire   R name, bytes
  *   report    R name, state, resident, reason; duration_ms f64, bytes,
@@ -150,7 +152,9 @@
 	X(PIN,       "pin")                                                     \
 	X(EVENT,     "event")                                                   \
 	X(PEER,      "peer")                                                    \
-	X(COMPLETE,  "complete")
+	X(COMPLETE,  "complete")                                                \
+	X(LEASE,     "lease")                                                   \
+	X(EXTERNAL,  "external")
 
 enum proto_op {
 	PROTO_OP_NONE = 0, /* no op: a zeroed message, or an unreadable one */
@@ -206,6 +210,7 @@ int proto_name_valid(const char *s, size_t len);
 	X(MODEL,             "model",             STR,     model,             BATON_PROTO_MAX_NAME) \
 	X(CTL,               "ctl",               STR,     ctl,               BATON_PROTO_MAX_NAME) \
 	X(HTTP,              "http",              STR,     http,              BATON_PROTO_MAX_NAME) \
+	X(HTTP_TOKEN,        "http_token",        STR,     http_token,        BATON_PROTO_MAX_NAME) \
 	X(FLOOR,             "floor",             U64,     floor,             0)           \
 	X(CEILING,           "ceiling",           U64,     ceiling,           0)           \
 	X(PRIORITY,          "priority",          I32,     priority,          0)           \

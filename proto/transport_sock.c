@@ -424,7 +424,10 @@ int proto_ipc_dir(const char *url)
 		mkdir(path, 0755);
 		*p = '/';
 	}
-	if (mkdir(path, 0770) != 0 && errno != EEXIST)
+	/* 0750: the group connects (it needs only search here and write on
+	 * the 0660 socket); writable by the group, the directory would be
+	 * refused by the trust rule (baton_trust_dir) */
+	if (mkdir(path, 0750) != 0 && errno != EEXIST)
 		return -1;
 	return 0;
 }

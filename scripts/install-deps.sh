@@ -41,7 +41,7 @@ esac
 build_pkgs="build-essential libnng-dev libmsgpack-dev
       libxxhash-dev libjansson-dev libinih-dev libsystemd-dev libpcre2-dev libutf8proc-dev libmicrohttpd-dev
       python3 scdoc groff-base man-db curl"
-test_pkgs="nng-utils python3-msgpack python3-yaml python3-jinja2 systemd chromium chromium-driver"
+test_pkgs="nng-utils python3-msgpack python3-yaml python3-jinja2 python3-jsonschema systemd chromium chromium-driver"
 command -v npm >/dev/null 2>&1 || test_pkgs="$test_pkgs nodejs npm"
 fuzz_pkgs="clang libclang-rt-14-dev"
 

@@ -792,6 +792,37 @@ class Http:
         return int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
 
 
+ENGINE_TOKEN = "engine-token-0123456789abcdef"  # engine_token_file's
+
+
+def engine_token_file(d):
+    """A token file (0600) for an engine's --http-token-file in d: under a
+    broker an engine otherwise makes a token only the door knows (issue
+    28), and a test that talks to the engine directly is its owner."""
+    path = os.path.join(d, "engine.token")
+    if not os.path.exists(path):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.write(fd, (ENGINE_TOKEN + "\n").encode())
+        os.close(fd)
+    return path
+
+
+OTHER_UID = 65534  # nobody: the second local user of the trust tests
+
+
+def as_other_user(code, *args, timeout=60):
+    """Runs a Python snippet as a second local user (uid and gid 65534, no
+    supplementary groups: not in the service group), with `args` in
+    sys.argv[1:] and tests/ on its path (harness importable); returns what
+    it printed as JSON on its last line. The tests run as root, so the
+    child is a real other uid, as the attacker of issue 28 was."""
+    p = subprocess.run([sys.executable, "-c", code] + [str(a) for a in args], capture_output=True,
+                       text=True, timeout=timeout, user=OTHER_UID, group=OTHER_UID, extra_groups=[],
+                       env={"PATH": "/usr/bin:/bin", "PYTHONPATH": os.path.join(ROOT, "tests")}, cwd="/")
+    assert p.returncode == 0, "as uid %d: exit %d: %s" % (OTHER_UID, p.returncode, p.stderr[-2000:])
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
 def sse_event(data):
     """One `data:` line's payload: its JSON, or "[DONE]" as is."""
     return data if data == "[DONE]" else json.loads(data)

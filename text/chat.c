@@ -115,6 +115,27 @@ static int load(const char *tmpl, text_jinja **j, char *err, size_t errlen)
 	return 0;
 }
 
+/* The tokenizer's template, parsed on the first request and kept with the
+ * tokenizer: every request after renders without parsing (two threads
+ * that race both parse; one keeps its copy, the other frees its own). */
+static int tok_jinja(const text_tok *t, text_jinja **out, char *err, size_t errlen)
+{
+	text_tok *tt = (text_tok *)t;
+	text_jinja *j = atomic_load(&tt->chat_jinja);
+	if (!j) {
+		int rc = load(text_chat_template(t), &j, err, errlen);
+		if (rc)
+			return rc;
+		text_jinja *none = NULL;
+		if (!atomic_compare_exchange_strong(&tt->chat_jinja, &none, j)) {
+			text_jinja_free(j);
+			j = none;
+		}
+	}
+	*out = j;
+	return 0;
+}
+
 static int render(const text_jinja *j, const struct text_msg *msgs, size_t n,
                   const struct text_chat_opts *opts, char **out, char *err, size_t errlen)
 {
@@ -158,19 +179,160 @@ int text_chat_apply(const text_tok *t, const struct text_msg *msgs, size_t n,
 	int rc = check_msgs(msgs, n, err, errlen);
 	if (rc)
 		return rc;
-	/* parsed on the first request and kept with the tokenizer: every
-	 * request after renders without parsing (two threads that race both
-	 * parse; one keeps its copy, the other frees its own) */
-	text_tok *tt = (text_tok *)t;
-	j = atomic_load(&tt->chat_jinja);
-	if (!j) {
-		if ((rc = load(text_chat_template(t), &j, err, errlen)) != 0)
-			return rc;
-		text_jinja *none = NULL;
-		if (!atomic_compare_exchange_strong(&tt->chat_jinja, &none, j)) {
-			text_jinja_free(j);
-			j = none;
+	if ((rc = tok_jinja(t, &j, err, errlen)) != 0)
+		return rc;
+	return render(j, msgs, n, &o, out, err, errlen);
+}
+
+/* ---- content is text (issue 28) ----------------------------------------------
+ * A rendered chat is encoded with the special tokens matched: the template
+ * writes them as text (<|im_start|>). A message whose content carried that
+ * text became control tokens and forged turns (9 where the template makes
+ * 3). So each special token's text in a message's content (and
+ * reasoning_content) gets a mark before it, U+FDD0, a noncharacter no
+ * template writes; after rendering the marks are taken out and their
+ * offsets given to the encoder, which takes the text there as text. A
+ * U+FDD0 the client sent becomes U+FFFD, so no client places a mark. */
+
+#define MARK "\xEF\xB7\x90"   /* U+FDD0 */
+#define MARK_LEN 3
+#define REPLACEMENT "\xEF\xBF\xBD" /* U+FFFD */
+
+/* s with MARK before every special token's text; NULL without memory. */
+static char *mark(const text_tok *t, const char *s)
+{
+	struct tbuf b = {0};
+	size_t n = strlen(s);
+	int rc = 0;
+	for (size_t i = 0; i < n && !rc;) {
+		if (n - i >= MARK_LEN && memcmp(s + i, MARK, MARK_LEN) == 0) {
+			rc = tx_tbuf_put(&b, REPLACEMENT, 3);
+			i += MARK_LEN;
+			continue;
+		}
+		size_t best = 0;
+		for (size_t k = 0; k < t->n_added; k++) {
+			const struct added_tok *a = &t->added[k];
+			if (a->special && a->n > best && a->n <= n - i && memcmp(s + i, a->s, a->n) == 0)
+				best = a->n;
+		}
+		if (best) {
+			rc = tx_tbuf_put(&b, MARK, MARK_LEN);
+			if (!rc)
+				rc = tx_tbuf_put(&b, s + i, best);
+			i += best;
+		} else {
+			rc = tx_tbuf_putc(&b, s[i]);
+			i++;
 		}
 	}
-	return render(j, msgs, n, &o, out, err, errlen);
+	if (!rc)
+		rc = tx_tbuf_putc(&b, 0);
+	if (rc) {
+		tx_tbuf_free(&b);
+		return NULL;
+	}
+	return b.p;
+}
+
+/* The last tail_len - 1 bytes of s into tail (when asked for). */
+static void tail_of(const char *s, size_t len, char *tail, size_t tail_len)
+{
+	if (!tail || !tail_len)
+		return;
+	size_t k = len < tail_len - 1 ? len : tail_len - 1;
+	memcpy(tail, s + len - k, k);
+	tail[k] = 0;
+}
+
+int text_chat_encode(const text_tok *t, const struct text_msg *msgs, size_t n, bool add_generation_prompt,
+                     int enable_thinking, unsigned flags, int32_t **ids, size_t *nids, char *err,
+                     size_t errlen)
+{
+	struct text_chat_opts o = {
+	    .add_generation_prompt = add_generation_prompt,
+	    .enable_thinking = enable_thinking,
+	};
+	return text_chat_encode_opts(t, msgs, n, &o, flags, ids, nids, NULL, 0, err, errlen);
+}
+
+int text_chat_encode_opts(const text_tok *t, const struct text_msg *msgs, size_t n,
+                          const struct text_chat_opts *opts, unsigned flags, int32_t **ids, size_t *nids,
+                          char *tail, size_t tail_len, char *err, size_t errlen)
+{
+	*ids = NULL;
+	*nids = 0;
+	if (tail && tail_len)
+		tail[0] = 0;
+	text_jinja *j = NULL;
+	if (!text_chat_template(t))
+		return load(NULL, &j, err, errlen);
+	int rc = check_msgs(msgs, n, err, errlen);
+	if (rc || (rc = tok_jinja(t, &j, err, errlen)) != 0)
+		return rc;
+	struct text_chat_opts o = *opts;
+	o.bos_token = text_token_text(t, text_bos(t));
+	o.eos_token = text_token_text(t, text_eos(t));
+	char *out = NULL;
+	if (flags & TEXT_CONTENT_SPECIAL) {
+		/* the old way, asked for: content's special texts are tokens */
+		if ((rc = render(j, msgs, n, &o, &out, err, errlen)) == 0) {
+			tail_of(out, strlen(out), tail, tail_len);
+			rc = text_encode(t, out, strlen(out), 0, ids, nids, err, errlen);
+		}
+		free(out);
+		return rc;
+	}
+	struct text_msg *mm = calloc(n ? n : 1, sizeof *mm);
+	char **keep = calloc(2 * (n ? n : 1), sizeof *keep);
+	rc = mm && keep ? 0 : BATON_ENOMEM;
+	for (size_t i = 0; i < n && !rc; i++) {
+		mm[i] = msgs[i];
+		if (!(keep[2 * i] = mark(t, msgs[i].content)))
+			rc = BATON_ENOMEM;
+		mm[i].content = keep[2 * i];
+		if (!rc && msgs[i].reasoning_content &&
+		    !(keep[2 * i + 1] = mark(t, msgs[i].reasoning_content)))
+			rc = BATON_ENOMEM;
+		if (msgs[i].reasoning_content)
+			mm[i].reasoning_content = keep[2 * i + 1];
+	}
+	if (!rc)
+		rc = render(j, mm, n, &o, &out, err, errlen);
+	else
+		text_errf(err, errlen, rc, "out of memory");
+	for (size_t i = 0; keep && i < 2 * n; i++)
+		free(keep[i]);
+	free(keep);
+	free(mm);
+	if (rc)
+		return rc;
+	/* the marks out, their offsets kept */
+	size_t len = strlen(out), w = 0, n_at = 0, cap_at = 0;
+	size_t *at = NULL;
+	for (size_t r = 0; r < len;) {
+		if (len - r >= MARK_LEN && memcmp(out + r, MARK, MARK_LEN) == 0) {
+			if (n_at == cap_at) {
+				size_t c = cap_at ? 2 * cap_at : 16;
+				size_t *p = realloc(at, c * sizeof *p);
+				if (!p) {
+					free(at);
+					free(out);
+					return text_errf(err, errlen, BATON_ENOMEM, "out of memory");
+				}
+				at = p;
+				cap_at = c;
+			}
+			at[n_at++] = w;
+			r += MARK_LEN;
+			continue;
+		}
+		out[w++] = out[r++];
+	}
+	out[w] = 0;
+	tail_of(out, w, tail, tail_len);
+	rc = tx_encode_plain_at(t, out, w, 0, at, n_at, ids, nids, err, errlen);
+	free(at);
+	free(out);
+	return rc;
 }

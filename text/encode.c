@@ -368,10 +368,41 @@ struct match {
 	int32_t id;
 };
 
+/* Offsets of s where a special token is plain text (message content:
+ * tx_encode_plain_at), ascending. */
+struct prot {
+	const size_t *at;
+	size_t n;
+};
+
+static bool prot_has(const struct prot *p, size_t off)
+{
+	size_t lo = 0, hi = p ? p->n : 0;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (p->at[mid] == off)
+			return true;
+		if (p->at[mid] < off)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return false;
+}
+
+static bool prot_within(const struct prot *p, size_t b, size_t e)
+{
+	for (size_t i = 0; p && i < p->n; i++)
+		if (p->at[i] >= b && p->at[i] < e)
+			return true;
+	return false;
+}
+
 /* Leftmost-longest matches of the added tokens of one kind (normalized or
- * not), with HF's single_word, lstrip and rstrip rules. */
+ * not), with HF's single_word, lstrip and rstrip rules; a special one that
+ * starts at a protected offset is text. */
 static int find_added(const text_tok *t, const char *s, size_t n, bool normalized, unsigned flags,
-                      struct match **out, size_t *nout)
+                      const struct prot *prot, struct match **out, size_t *nout)
 {
 	struct match *m = NULL;
 	size_t nm = 0, cap = 0, start_off = 0;
@@ -400,7 +431,7 @@ static int find_added(const text_tok *t, const char *s, size_t n, bool normalize
 		}
 		size_t b = i, e = i + best->n;
 		i = e;
-		if ((flags & TEXT_NO_SPECIAL) && best->special)
+		if (best->special && ((flags & TEXT_NO_SPECIAL) || prot_has(prot, b)))
 			continue;
 		if (best->single_word) {
 			size_t adv;
@@ -456,7 +487,7 @@ static int encode_segment(const text_tok *t, pcre2_match_data *md, struct wcache
 		return rc;
 	struct match *m = NULL;
 	size_t nm = 0, last = 0;
-	if ((rc = find_added(t, norm.p, norm.n, true, flags, &m, &nm)))
+	if ((rc = find_added(t, norm.p, norm.n, true, flags, NULL, &m, &nm)))
 		goto out;
 	for (size_t i = 0; !rc && i < nm; i++) {
 		if (m[i].b > last)
@@ -473,8 +504,8 @@ out:
 	return rc;
 }
 
-int text_encode(const text_tok *t, const char *s, size_t n, unsigned flags, int32_t **ids,
-                size_t *nids, char *err, size_t errlen)
+static int encode_prot(const text_tok *t, const char *s, size_t n, unsigned flags, const struct prot *prot,
+                       int32_t **ids, size_t *nids, char *err, size_t errlen)
 {
 	*ids = NULL;
 	*nids = 0;
@@ -491,16 +522,21 @@ int text_encode(const text_tok *t, const char *s, size_t n, unsigned flags, int3
 		for (size_t i = 0; !rc && i < t->n_prefix; i++)
 			rc = ids_push(&out, t->post_prefix[i]);
 	if (!rc)
-		rc = find_added(t, s, n, false, flags, &m, &nm);
+		rc = find_added(t, s, n, false, flags, prot, &m, &nm);
+	/* normalized added tokens are matched after normalization, where the
+	 * offsets are not the text's: a stretch with a protected offset in it
+	 * takes none of them as special */
 	for (size_t i = 0; !rc && i < nm; i++) {
 		if (m[i].b > last)
-			rc = encode_segment(t, md, wc, s + last, m[i].b - last, last == 0, flags, &out);
+			rc = encode_segment(t, md, wc, s + last, m[i].b - last, last == 0,
+			                    flags | (prot_within(prot, last, m[i].b) ? TEXT_NO_SPECIAL : 0), &out);
 		if (!rc)
 			rc = ids_push(&out, m[i].id);
 		last = m[i].e;
 	}
 	if (!rc && last < n)
-		rc = encode_segment(t, md, wc, s + last, n - last, last == 0, flags, &out);
+		rc = encode_segment(t, md, wc, s + last, n - last, last == 0,
+		                    flags | (prot_within(prot, last, n) ? TEXT_NO_SPECIAL : 0), &out);
 	if (flags & TEXT_ADD_SPECIAL)
 		for (size_t i = 0; !rc && i < t->n_suffix; i++)
 			rc = ids_push(&out, t->post_suffix[i]);
@@ -518,4 +554,17 @@ int text_encode(const text_tok *t, const char *s, size_t n, unsigned flags, int3
 	*ids = out.p;
 	*nids = out.n;
 	return 0;
+}
+
+int text_encode(const text_tok *t, const char *s, size_t n, unsigned flags, int32_t **ids,
+                size_t *nids, char *err, size_t errlen)
+{
+	return encode_prot(t, s, n, flags, NULL, ids, nids, err, errlen);
+}
+
+int tx_encode_plain_at(const text_tok *t, const char *s, size_t n, unsigned flags, const size_t *at,
+                       size_t n_at, int32_t **ids, size_t *nids, char *err, size_t errlen)
+{
+	struct prot p = { at, n_at };
+	return encode_prot(t, s, n, flags, &p, ids, nids, err, errlen);
 }

@@ -82,6 +82,15 @@ bool text_is_special(const text_tok *t, int32_t id);
 int32_t text_bos(const text_tok *t);
 int32_t text_eos(const text_tok *t);
 int32_t text_pad(const text_tok *t);
+/* The bytes token `id` adds to the text in the middle of an output, as
+ * the decoder chain gives them (byte-level characters as their bytes,
+ * "<0xHH>" byte-fallback pieces as that byte, SentencePiece's ▁ as a
+ * space; a strip of the whole text's first space left out), written to
+ * buf (cap bytes, not NUL-terminated) with their count in *len. For
+ * text/grammar/'s token masks. BATON_ERANGE for an id out of range,
+ * BATON_EUNSUPPORTED for a tokenizer without a decoder (pieces joined by
+ * spaces), BATON_ENOSPC when cap is too small. */
+int text_token_bytes(const text_tok *t, int32_t id, char *buf, size_t cap, size_t *len);
 /* The stored chat template, or NULL. */
 const char *text_chat_template(const text_tok *t);
 /* The text of a token as chat templates use it (bos_token, eos_token), or "". */
@@ -177,5 +186,26 @@ int text_chat_render(const char *tmpl, const struct text_msg *msgs, size_t n,
 int text_chat_apply(const text_tok *t, const struct text_msg *msgs, size_t n,
                     bool add_generation_prompt, int enable_thinking, char **out, char *err,
                     size_t errlen);
+
+/* The conversation rendered by the tokenizer's template and encoded, as
+ * the engine sends it to the model (no BOS added: the template writes
+ * it). The text of messages is text: a special token's text in a content
+ * (<|im_start|>, </s>) is encoded as the characters it is, never as the
+ * control token; only the template makes those (OpenAI's rule; issue 28).
+ * A U+FDD0 in a content is encoded as U+FFFD (the mark used inside). With
+ * TEXT_CONTENT_SPECIAL, content's special texts are tokens, as HF's
+ * apply_chat_template(tokenize=True) and llama.cpp make them. */
+#define TEXT_CONTENT_SPECIAL 4u
+int text_chat_encode(const text_tok *t, const struct text_msg *msgs, size_t n, bool add_generation_prompt,
+                     int enable_thinking, unsigned flags, int32_t **ids, size_t *nids, char *err,
+                     size_t errlen);
+/* The same with all the renderer's variables (opts: add_generation_prompt,
+ * enable_thinking, tools, kwargs; its bos and eos tokens are the
+ * tokenizer's whatever opts says) and, when tail is not NULL, the rendered
+ * prompt's last tail_len - 1 bytes in tail (the API reads whether it opened
+ * a <think>). */
+int text_chat_encode_opts(const text_tok *t, const struct text_msg *msgs, size_t n,
+                          const struct text_chat_opts *opts, unsigned flags, int32_t **ids, size_t *nids,
+                          char *tail, size_t tail_len, char *err, size_t errlen);
 
 #endif

@@ -172,5 +172,10 @@ int tx_spm_word(const text_tok *t, const char *w, size_t n, int32_t **ids, size_
              size_t *cap);
 
 int text_normalize(const text_tok *t, const char *s, size_t n, struct tbuf *out);
+/* text_encode, but a special token whose text starts at one of the n_at
+ * offsets `at` (ascending) is plain text: message content inside a
+ * rendered chat (text_chat_encode). */
+int tx_encode_plain_at(const text_tok *t, const char *s, size_t n, unsigned flags, const size_t *at,
+                       size_t n_at, int32_t **ids, size_t *nids, char *err, size_t errlen);
 
 #endif

@@ -20,4 +20,12 @@ void broker_metrics_event(struct broker_metrics *m, const struct baton_msg *ev);
 int broker_metrics_text(struct broker_metrics *m, struct broker *b, char **out, size_t *len, char *msg,
     size_t n);
 
+/* POST /v1/leases[/NAME/renew|release] and /v1/externals[/NAME/VERB]
+ * (lend_http.c): whether path is one of them; and the call: *status and
+ * *out (a JSON object: the answer, or {"error"...} made by the caller from
+ * err and msg when *out is NULL). */
+int broker_http_lend_path(const char *path);
+void broker_http_lend(struct broker *b, const char *path, const char *body, size_t len, int *status, int *err,
+    char *msg, size_t msglen, struct json_t **out);
+
 #endif

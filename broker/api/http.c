@@ -556,7 +556,8 @@ static void serve(struct broker_http *h, struct baton_http_req *req)
 			return;
 		}
 	}
-	bool is_post_path = verb || strcmp(path, "/v1/handoff") == 0 || strcmp(path, "/v1/release") == 0;
+	bool lend = broker_http_lend_path(path); /* leases, external engines: lend_http.c */
+	bool is_post_path = verb || lend || strcmp(path, "/v1/handoff") == 0 || strcmp(path, "/v1/release") == 0;
 	if (!is_get_path && !is_post_path) {
 		resp_error(&r, 404, BATON_ENOTFOUND, "no such path");
 	} else if (is_get_path && !get) {
@@ -626,6 +627,17 @@ static void serve(struct broker_http *h, struct baton_http_req *req)
 		const char *ct = http_req_header(req, "Content-Type");
 		resp_error(&r, 415, BATON_EUNSUPPORTED, "%s: send Content-Type: application/json (got '%.60s')", path,
 		    ct ? ct : "none");
+	} else if (lend) {
+		size_t len;
+		const char *data = http_req_body(req, &len);
+		int status = 0, err = 0;
+		char msg[512] = "";
+		json_t *out = NULL;
+		broker_http_lend(h->b, path, data, len, &status, &err, msg, sizeof msg, &out);
+		if (out)
+			resp_json(&r, status, out);
+		else
+			resp_error(&r, status, err, "%s", msg);
 	} else {
 		/* mutating calls: POST /v1/engines/NAME/VERB, /v1/handoff, /v1/release */
 		static const char *const no_keys[] = { NULL };
@@ -732,11 +744,11 @@ static void *write_thread(void *arg)
 static bool api_path(const char *path)
 {
 	static const char *const own[] = { "/", "/index.html", "/metrics", "/v1/status", "/v1/events",
-		"/v1/engines", "/v1/handoff", "/v1/release", "/healthz", "/readyz", NULL };
+		"/v1/engines", "/v1/handoff", "/v1/release", "/healthz", "/readyz", "/v1/leases", "/v1/externals", NULL };
 	for (size_t i = 0; own[i]; i++)
 		if (strcmp(path, own[i]) == 0)
 			return true;
-	return strncmp(path, "/v1/engines/", 12) == 0;
+	return strncmp(path, "/v1/engines/", 12) == 0 || broker_http_lend_path(path);
 }
 
 static const struct broker_http_route *route_of(struct broker_http *h, const char *path)

@@ -37,6 +37,7 @@ struct broker_metrics {
 	struct estat *st;
 	size_t n_st;
 	uint64_t handoffs, errors, events;
+	uint64_t leases, lease_over, hook_failures; /* programs that are not engines (jobs.c, hooks.c) */
 	double start_time;    /* wall clock seconds: when the broker's metrics began */
 };
 
@@ -113,6 +114,9 @@ void broker_metrics_event(struct broker_metrics *h, const struct baton_msg *ev)
 		if (s)
 			s->denials++;
 	}
+	h->leases += strcmp(kind, "lease") == 0;
+	h->lease_over += strcmp(kind, "lease-over") == 0;
+	h->hook_failures += strcmp(kind, "hook-failed") == 0;
 	if (strcmp(kind, "handoff") == 0) {
 		h->handoffs++;
 		double ph[HO_N] = { ev->decide_ms, ev->release_ms, ev->refill_ms, ev->total_ms };
@@ -163,6 +167,16 @@ static void on_metrics_reply(void *arg, const struct baton_msg *rep)
 		}
 	}
 	const struct proto_engine_info *ev = rep->engines.v;
+	baton_prom_family(f, "baton_engine_kind", "gauge",
+	    "1 for what an entry is: engine (Baton's), lease (memory lent to a job), external (a program that is not Baton's).");
+	for (uint32_t i = 0; i < rep->engines.n; i++)
+		baton_prom_u64(f, "baton_engine_kind", (const char *[]){ "engine", ev[i].name, "kind",
+		    broker_entry_kind(&ev[i]), NULL }, 1);
+	baton_prom_family(f, "baton_external_parked", "gauge",
+	    "1 while an external engine is parked (its device memory checkpointed to host memory by the CUDA driver).");
+	for (uint32_t i = 0; i < rep->engines.n; i++)
+		if (strcmp(broker_entry_kind(&ev[i]), "external") == 0)
+			baton_prom_u64(f, "baton_external_parked", BY_ENGINE(ev[i].name), strcmp(ev[i].state, "parked") == 0);
 	baton_prom_family(f, "baton_engine_resident_bytes", "gauge", "Device memory an engine's expert cache maps.");
 	for (uint32_t i = 0; i < rep->engines.n; i++)
 		baton_prom_u64(f, "baton_engine_resident_bytes", BY_ENGINE_GPU(ev[i].name, ev[i].gpu), ev[i].resident);
@@ -263,6 +277,14 @@ static void metrics_counters(struct broker_metrics *h, FILE *f, const struct met
 	fprintf(f, "baton_handoffs_total %" PRIu64 "\n", h->handoffs);
 	baton_prom_family(f, "baton_errors_total", "counter", "Operations that ended in an error (deny events).");
 	fprintf(f, "baton_errors_total %" PRIu64 "\n", h->errors);
+	baton_prom_family(f, "baton_leases_total", "counter", "Leases granted (baton run, baton lease, POST /v1/leases).");
+	fprintf(f, "baton_leases_total %" PRIu64 "\n", h->leases);
+	baton_prom_family(f, "baton_lease_over_grant_total", "counter",
+	    "Times a job was seen holding more device memory than its lease granted (lease-over events).");
+	fprintf(f, "baton_lease_over_grant_total %" PRIu64 "\n", h->lease_over);
+	baton_prom_family(f, "baton_external_hook_failures_total", "counter",
+	    "Release or refill hooks (or parks) of external engines that failed, timed out or freed nothing.");
+	fprintf(f, "baton_external_hook_failures_total %" PRIu64 "\n", h->hook_failures);
 	baton_prom_family(f, "baton_events_total", "counter", "Events the broker published.");
 	fprintf(f, "baton_events_total %" PRIu64 "\n", h->events);
 	double start = h->start_time;

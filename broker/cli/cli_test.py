@@ -528,6 +528,41 @@ def t_gen_by_name(c):
     baton(c, "--broker", "ipc://%s/none.sock" % c.dir, "gen", a.url, check=0)
 
 
+def t_untrusted_socket_dir(c):
+    """Issue 28: root's baton talked to any socket it was pointed at, so a
+    user who owned the directory of an engine's (or the broker's) socket
+    could put their own there and be sent root's commands and prompts.
+    A socket in a directory of another user (or writable by others, bar
+    root's sticky /tmp) is refused with the reason, before connecting."""
+    import socket as so
+    d = os.path.join(c.dir, "user")
+    os.mkdir(d)
+    os.chown(d, h.OTHER_UID, h.OTHER_UID)
+    os.chmod(d, 0o755)
+    path = os.path.join(d, "e.sock")
+    s = so.socket(so.AF_UNIX, so.SOCK_STREAM)
+    s.bind(path)
+    s.listen(8)  # the impostor
+    try:
+        for args in (["gen", "ipc://" + path], ["--broker", "ipc://" + path, "status"],
+                     ["--broker", "ipc://" + path, "gen", "a"]):
+            r = baton(c, "--timeout", "2s", *args, check=1)
+            assert "belongs to uid %d" % h.OTHER_UID in r.stderr and "refusing to talk" in r.stderr, \
+                (args, r.stderr)
+        s.settimeout(0.2)
+        try:
+            s.accept()
+            raise AssertionError("baton connected to the impostor")
+        except so.timeout:
+            pass
+    finally:
+        s.close()
+    # a directory of this user's that others cannot write is used as ever
+    c.broker()
+    a = c.engine("a")
+    baton(c, "gen", a.url, "--steps", "1", check=0)
+
+
 def t_grafana_dashboard(c):
     dash = json.load(open(DASHBOARD))
     assert dash.get("title") and dash.get("uid") and dash.get("panels"), "not a dashboard"
@@ -611,7 +646,7 @@ def t_prometheus_alerts(c):
 
 CASES = [t_grafana_dashboard, t_prometheus_alerts, t_gen_by_name, t_usage_and_exit_codes, t_status_tables_and_json, t_operations,
          t_pins_survive_a_broker_restart, t_busy, t_broker_dies_under_a_call, t_watch,
-         t_progress_on_terminal_only]
+         t_progress_on_terminal_only, t_untrusted_socket_dir]
 
 
 def main():

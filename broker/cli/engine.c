@@ -11,7 +11,20 @@
 
 #include "proto/proto.h"
 
-int cli_engine_url(const char *broker, const char *engine, int timeout_ms, char **url, char *err,
+int cli_socket_trusted(const char *url, char *err, size_t errlen)
+{
+	if (strncmp(url, "ipc://", 6) != 0)
+		return 0;
+	char why[512];
+	int rc = baton_trust_dir_of(url + 6, "the socket directory", why, sizeof why);
+	if (rc != BATON_EPERM)
+		return 0;
+	snprintf(err, errlen, "%s: refusing to talk to %s (another user could have put their socket there)",
+	    why, url);
+	return BATON_EPERM;
+}
+
+static int engine_url(const char *broker, const char *engine, int timeout_ms, char **url, char *err,
     size_t errlen)
 {
 	*url = NULL;
@@ -23,6 +36,9 @@ int cli_engine_url(const char *broker, const char *engine, int timeout_ms, char 
 		}
 		return 0;
 	}
+	int trc = cli_socket_trusted(broker, err, errlen);
+	if (trc)
+		return trc;
 	struct baton_msg req, rep;
 	proto_msg_init(&req, PROTO_OP_STATUS);
 	/* A lookup, not the command: at most 5 s of it. */
@@ -43,4 +59,15 @@ int cli_engine_url(const char *broker, const char *engine, int timeout_ms, char 
 		return BATON_ENOTFOUND;
 	}
 	return 0;
+}
+
+int cli_engine_url(const char *broker, const char *engine, int timeout_ms, char **url, char *err,
+    size_t errlen)
+{
+	int rc = engine_url(broker, engine, timeout_ms, url, err, errlen);
+	if (rc == 0 && (rc = cli_socket_trusted(*url, err, errlen)) != 0) {
+		free(*url);
+		*url = NULL;
+	}
+	return rc;
 }

@@ -33,7 +33,9 @@
 
 #include "broker/broker.h"
 #include "broker/cli/cli.h"
+#include "broker/cli/door_cmd.h"
 #include "broker/cli/engine.h"
+#include "broker/cli/run_cmd.h"
 #include "broker/cli/text_cmd.h"
 #include "broker/cli/tokenize_cmd.h"
 #include "broker/cli/top.h"
@@ -45,7 +47,8 @@ static const char usage_text[] =
     "  engines                    the engines only\n"
     "  gpus                       the devices only\n"
     "  watch [--count N]          print events as they come, until interrupted (alias: events)\n"
-    "  top [--interval T] [--once]  a live view of devices and engines, redrawn every T (1s);\n"
+    "  top [--interval T] [--once]  a live view of devices and engines, redrawn every T (1s; a bare\n"
+    "                             number is seconds, 500ms too; at least 100ms);\n"
     "                             q or Ctrl-C quits; --once (or not a terminal): one frame\n"
     "  release NAME [--all]       give NAME's device memory back (it keeps its model in RAM);\n"
     "                             --all: its dense weights and KV cache too (a whole model)\n"
@@ -55,11 +58,25 @@ static const char usage_text[] =
     "  handoff FROM TO            release (or shrink) FROM, then refill TO; prints the timings\n"
     "  pin NAME | unpin NAME      a pinned engine is never reclaimed or released\n"
     "  gen ENGINE [--steps N] [--batch N] [--seed N]   one request to an engine (its name or URL)\n"
-    "  complete NAME PROMPT [...] continue a prompt with engine NAME's model (baton complete --help)\n"
-    "  chat NAME [MESSAGE...]     chat with engine NAME's model, one turn per MESSAGE or line of stdin\n"
+    "  models [--json] [--http ADDR]  the front door's models: state, device, memory, requests\n"
+    "  complete NAME PROMPT [...] continue a prompt with model NAME (the front door's), else engine\n"
+    "                             NAME's (baton complete --help)\n"
+    "  chat NAME [MESSAGE...]     chat with model NAME (the front door's), else engine NAME's, one\n"
+    "                             turn per MESSAGE or line of stdin\n"
     "      complete and chat take their flags after the command: --max-tokens N, --temperature T,\n"
     "      --top-p P, --top-k K, --min-p P, --repetition-penalty R, --presence-penalty P,\n"
-    "      --frequency-penalty F, --seed N, --stop TEXT, --system TEXT, --no-thinking, --json\n"
+    "      --frequency-penalty F, --seed N, --stop TEXT, --system TEXT, --no-thinking, --json,\n"
+    "      and the front door's --http ADDR (else $BATON_HTTP) and --token-file FILE\n"
+    "  run --mib N [--gpu G] [--priority P] [--name NAME] -- COMMAND...\n"
+    "                             lend N MiB to a job: the broker makes room, runs COMMAND,\n"
+    "                             takes the memory back when it exits (exit status: the job's)\n"
+    "  lease acquire --mib N (--ttl T | --pid P) [--gpu G] [--priority P] [--name NAME]\n"
+    "  lease renew NAME [--ttl T] | lease release NAME   a lease a program manages itself\n"
+    "  external add NAME (--pid P | --pid-file F | --unit U) [--gpu G] [--priority P] [--pinned]\n"
+    "      [--mib N] [--url URL --model M] [--release HOOK --refill HOOK | --release park] [--hook-timeout T]\n"
+    "  external remove NAME | external report NAME --mib N   a program that is not Baton's\n"
+    "  park NAME | resume NAME    checkpoint an external CUDA process's memory to host memory, and back\n"
+    "      run, lease, external, park and resume take their flags after the command\n"
     "  tokenize (ARENA | --tokenizer PATH) TEXT    token ids of TEXT [--no-add-special] [--no-parse-special]\n"
     "  detokenize (ARENA | --tokenizer PATH) IDS   the text of token ids [--skip-special]\n"
     "\n"
@@ -130,14 +147,17 @@ static uint64_t parse_u64(const char *flag, const char *v, uint64_t max)
 	return x;
 }
 
-/* "500", "500ms", "30s", "2m" -> milliseconds. */
-static int parse_duration_ms(const char *flag, const char *v)
+/* "500ms", "30s", "2m" -> milliseconds; a bare number is bare_ms each
+ * (1: milliseconds, for --timeout; 1000: seconds, for --interval). */
+static int parse_duration_ms(const char *flag, const char *v, double bare_ms)
 {
 	char *end;
 	errno = 0;
 	double x = strtod(v, &end);
 	double mult = 1;
-	if (strcmp(end, "ms") == 0 || *end == 0)
+	if (*end == 0)
+		mult = bare_ms;
+	else if (strcmp(end, "ms") == 0)
 		mult = 1;
 	else if (strcmp(end, "s") == 0)
 		mult = 1e3;
@@ -223,9 +243,11 @@ static void parse_args(int argc, char **argv)
 		} else if (strcmp(name, "--events") == 0) {
 			opt.events = val, opt.events_given = true;
 		} else if (strcmp(name, "--timeout") == 0) {
-			opt.timeout_ms = parse_duration_ms(name, val), opt.timeout_given = true;
+			opt.timeout_ms = parse_duration_ms(name, val, 1), opt.timeout_given = true;
 		} else if (strcmp(name, "--interval") == 0) {
-			opt.interval_ms = parse_duration_ms(name, val), opt.given |= F_TOP;
+			opt.interval_ms = parse_duration_ms(name, val, 1000), opt.given |= F_TOP;
+			if (opt.interval_ms < 100)
+				die_usage("--interval '%s': at least 100ms (a bare number is seconds: --interval 2)", val);
 		} else if (strcmp(name, "--count") == 0) {
 			opt.count = (long)parse_u64(name, val, 1000000000), opt.given |= F_COUNT;
 		} else if (strcmp(name, "--reserve-mib") == 0) {
@@ -591,6 +613,18 @@ static void print_engines(const struct baton_msg *st)
 			    st->engines.v[i].http);
 	if (st->engines.n == 0)
 		printf("(no engines)\n");
+	/* Leases and external engines (their rows above): what they are. */
+	for (uint32_t i = 0; i < st->engines.n; i++) {
+		const struct proto_engine_info *e = &st->engines.v[i];
+		const char *kind = broker_entry_kind(e);
+		char a[32];
+		if (strcmp(kind, "lease") == 0)
+			printf("%s is a lease: %s lent to pid %u (%s)\n", e->name, cli_fmt_bytes(e->resident, a, sizeof a),
+			    e->pid, e->model);
+		else if (strcmp(kind, "external") == 0)
+			printf("%s is an external engine (pid %u, released by %s)%s\n", e->name, e->pid, e->ctl + 9,
+			    strcmp(e->state, "parked") == 0 ? ": parked, its memory checkpointed to host memory" : "");
+	}
 }
 
 /* what: 3 status, 1 gpus, 2 engines */
@@ -1003,6 +1037,31 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	if (argc >= 2 && (strcmp(argv[1], "complete") == 0 || strcmp(argv[1], "chat") == 0))
 		return text_cmd_main(argc - 1, argv + 1); /* flags after the command */
+	if (argc >= 2 && strcmp(argv[1], "models") == 0)
+		return models_cmd_main(argc - 1, argv + 1); /* the front door's models, over HTTP */
+	{
+		/* run, lease, external, park, resume: their own flags after the
+		 * command word; the global ones before it move right after it */
+		int i = 1;
+		while (i < argc && argv[i][0] == '-' && strcmp(argv[i], "--") != 0) {
+			bool with_value = !strchr(argv[i], '=') && (strcmp(argv[i], "--broker") == 0 ||
+			    strcmp(argv[i], "--timeout") == 0 || strcmp(argv[i], "--events") == 0);
+			i += with_value ? 2 : 1;
+		}
+		if (i < argc && run_cmd_is(argv[i])) {
+			char **v = calloc((size_t)argc + 1, sizeof *v);
+			if (!v)
+				return EXIT_FAILED;
+			int k = 0;
+			v[k++] = argv[i];
+			for (int j = 1; j < i; j++)
+				if (strncmp(argv[j], "--events", 8) != 0 && (j == 1 || strcmp(argv[j - 1], "--events") != 0))
+					v[k++] = argv[j];
+			for (int j = i + 1; j < argc; j++)
+				v[k++] = argv[j];
+			return run_cmd_main(k, v);
+		}
+	}
 	int tok_rc = tokenize_cmd_main(argc, argv); /* tokenize, detokenize: no broker needed */
 	if (tok_rc >= 0)
 		return tok_rc;
@@ -1013,6 +1072,13 @@ int main(int argc, char **argv)
 	}
 	check_url("--broker", opt.broker);
 	check_url("--events", opt.events_given ? opt.events : getenv("BATON_EVENTS"));
+	{
+		char terr[768];
+		if (cli_socket_trusted(opt.broker, terr, sizeof terr) != 0) {
+			fprintf(stderr, "baton: --broker %s\n", terr);
+			return EXIT_FAILED;
+		}
+	}
 	if (opt.npos == 0)
 		die_usage("no command given");
 	const char *cmd = opt.pos[0];

@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,7 @@
 
 #include "broker/broker.h"
 #include "broker/cli/cli.h"
+#include "broker/cli/door_cmd.h"
 #include "broker/cli/engine.h"
 #include "broker/cli/text_cmd.h"
 
@@ -39,7 +41,9 @@ static const char usage_text[] =
     "  complete   continue PROMPT as raw text (the tokenizer's BOS first)\n"
     "  chat       a conversation in the model's chat template: one turn per MESSAGE,\n"
     "             else one per line of standard input (\"> \" on a terminal; /exit ends)\n"
-    "  NAME       an engine the broker knows, or its control socket URL (ipc://, tcp://)\n"
+    "  NAME       a model the broker's front door serves (GET /v1/models: its name or an\n"
+    "             alias; a [model] whose engine is not running is started), else an engine\n"
+    "             the broker knows, or an engine's control socket URL (ipc://, tcp://)\n"
     "\n"
     "  --max-tokens N          tokens to generate at most (default 256)\n"
     "  --temperature T         0: greedy (default 1)\n"
@@ -51,10 +55,13 @@ static const char usage_text[] =
     "  --no-thinking           chat: enable_thinking=false for templates that read it (Qwen3)\n"
     "  --json                  the reply as JSON: text, finish_reason, usage, token ids, timings\n"
     "  --broker URL            the broker that knows NAME (else $BATON_BROKER, else " BROKER_DEFAULT_CONTROL ")\n"
+    "  --http ADDR             its front door (else $BATON_HTTP, else " BROKER_DEFAULT_HTTP ")\n"
+    "  --token-file FILE       the door's token (else http.token beside an ipc:// --broker)\n"
     "  --timeout T             per request (default 300s)\n";
 
 struct text_opts {
-	const char *cmd, *name, *broker, *system;
+	const char *cmd, *name, *broker, *system, *http, *token_file;
+	char door[300], token[300];  /* door[0]: NAME goes through the front door */
 	const char *pos[64];
 	int npos;
 	const char *stop[MAX_STOP];
@@ -145,6 +152,10 @@ static void parse(int argc, char **argv, struct text_opts *o)
 			o->system = v;
 		} else if (!strcmp(a, "--broker")) {
 			o->broker = v;
+		} else if (!strcmp(a, "--http")) {
+			o->http = v;
+		} else if (!strcmp(a, "--token-file")) {
+			o->token_file = v;
 		} else if (!strcmp(a, "--timeout")) {
 			char *end;
 			double s = strtod(v, &end);
@@ -177,6 +188,8 @@ static char *engine_url(const struct text_opts *o)
 		die(rc == BATON_ENOTFOUND ? EXIT_NOTFOUND : EXIT_FAILED, "%s: %s", o->cmd, err);
 	return url;
 }
+
+static void door_turn(const struct text_opts *o, json_t *body_j, bool chat_turn, char **answer);
 
 static json_t *stop_json(const struct text_opts *o)
 {
@@ -212,6 +225,10 @@ static void turn(const struct text_opts *o, const char *url, const char *prompt,
 	}
 	if (o->nstop)
 		json_object_set_new(body_j, "stop", stop_json(o));
+	if (o->door[0]) {
+		door_turn(o, body_j, prompt == NULL, answer);
+		return;
+	}
 	char *body = json_dumps(body_j, JSON_COMPACT);
 	json_decref(body_j);
 	if (!body)
@@ -260,6 +277,94 @@ static void turn(const struct text_opts *o, const char *url, const char *prompt,
 	if (answer)
 		*answer = strdup(rep.text);
 	proto_msg_free(&rep);
+}
+
+/* Whether the front door serves NAME (an id or an alias in GET
+ * /v1/models): then every turn goes through it. */
+static bool door_serves(struct text_opts *o)
+{
+	if (strstr(o->name, "://"))
+		return false;
+	door_addr(o->http, o->door, sizeof o->door);
+	int st;
+	char *body, err[512];
+	if (door_http(o->door, "GET", "/v1/models", NULL, NULL, o->timeout_ms < 10000 ? o->timeout_ms : 10000, &st,
+	    &body, err, sizeof err) != 0) {
+		if (o->http) /* asked for: say why it is not used */
+			fprintf(stderr, "baton: %s: the front door: %s; asking the broker for an engine named %s\n", o->cmd,
+			    err, o->name);
+		o->door[0] = 0;
+		return false;
+	}
+	json_t *j = json_loads(body, 0, NULL);
+	free(body);
+	bool yes = false;
+	size_t i, k;
+	json_t *m, *a;
+	json_array_foreach(json_object_get(j, "data"), i, m) {
+		yes |= json_is_string(json_object_get(m, "id")) && !strcmp(json_string_value(json_object_get(m, "id")), o->name);
+		json_array_foreach(json_object_get(json_object_get(m, "fleet"), "aliases"), k, a)
+			yes |= json_is_string(a) && !strcmp(json_string_value(a), o->name);
+	}
+	json_decref(j);
+	if (!yes)
+		o->door[0] = 0;
+	else
+		door_token(o->broker, o->token_file, o->token, sizeof o->token);
+	return yes;
+}
+
+/* One turn through the door: POST /v1/chat/completions or /v1/completions. */
+static void door_turn(const struct text_opts *o, json_t *body_j, bool chat_turn, char **answer)
+{
+	json_object_set_new(body_j, "model", json_string(o->name));
+	json_object_set_new(body_j, "stream", json_false());
+	char *body = json_dumps(body_j, JSON_COMPACT);
+	json_decref(body_j);
+	if (!body)
+		die(EXIT_FAILED, "%s: the request is not valid UTF-8 text", o->cmd);
+	int st;
+	char *rep, err[512];
+	int rc = door_http(o->door, "POST", chat_turn ? "/v1/chat/completions" : "/v1/completions", o->token, body,
+	    o->timeout_ms, &st, &rep, err, sizeof err);
+	free(body);
+	if (rc)
+		die(EXIT_FAILED, "%s %s: %s", o->cmd, o->name, err);
+	json_t *j = json_loads(rep, 0, NULL);
+	if (st != 200) {
+		const char *msg = json_string_value(json_object_get(json_object_get(j, "error"), "message"));
+		fprintf(stderr, "baton: %s %s: the front door answered %d: %s%s\n", o->cmd, o->name, st, msg ? msg : rep,
+		    st == 401 ? " (--token-file FILE)" : "");
+		free(rep);
+		json_decref(j);
+		exit(st == 404 ? EXIT_NOTFOUND : st == 400 ? EXIT_USAGE : EXIT_FAILED);
+	}
+	json_t *c0 = json_array_get(json_object_get(j, "choices"), 0);
+	const char *text = chat_turn ? json_string_value(json_object_get(json_object_get(c0, "message"), "content")) :
+	    json_string_value(json_object_get(c0, "text"));
+	if (!text)
+		die(EXIT_FAILED, "%s %s: the front door's reply has no text: %.200s", o->cmd, o->name, rep);
+	if (o->json) {
+		json_t *out = json_pack("{s:s, s:O, s:O, s:s}", "text", text, "finish_reason",
+		    json_object_get(c0, "finish_reason"), "usage", json_object_get(j, "usage"), "model",
+		    json_string_value(json_object_get(j, "model")) ? json_string_value(json_object_get(j, "model")) : "");
+		char *s2 = out ? json_dumps(out, JSON_COMPACT) : NULL;
+		json_decref(out);
+		if (!s2)
+			die(EXIT_FAILED, "%s: cannot write the reply as JSON", o->cmd);
+		puts(s2);
+		free(s2);
+	} else {
+		fputs(text, stdout);
+		if (!text[0] || text[strlen(text) - 1] != '\n')
+			putchar('\n');
+	}
+	if (fflush(stdout) != 0)
+		die(EXIT_FAILED, "%s: cannot write the answer: %s", o->cmd, strerror(errno));
+	if (answer)
+		*answer = strdup(text);
+	free(rep);
+	json_decref(j);
 }
 
 static void add_msg(json_t *msgs, const char *role, const char *content)
@@ -312,7 +417,7 @@ int text_cmd_main(int argc, char **argv)
 {
 	struct text_opts o = { 0 };
 	parse(argc, argv, &o);
-	char *url = engine_url(&o);
+	char *url = door_serves(&o) ? strdup(o.door) : engine_url(&o);
 	int rc;
 	if (!strcmp(o.cmd, "complete")) {
 		turn(&o, url, o.pos[1], NULL, NULL);

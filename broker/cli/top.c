@@ -156,6 +156,8 @@ static void draw(struct frame *f, const struct top_opts *o, const struct baton_m
 		if (e->to_copy) /* a refill in progress: how far its copy is */
 			snprintf(state, sizeof state, "%s %d%%", e->state,
 			    (int)(100.0 * (double)(e->copied < e->to_copy ? e->copied : e->to_copy) / (double)e->to_copy));
+		else if (strcmp(broker_entry_kind(e), "external") == 0) /* not Baton's (a lease says "leased") */
+			snprintf(state, sizeof state, "%s (ext)", e->state);
 		else
 			snprintf(state, sizeof state, "%s%s", e->state, e->pinned ? " (pin)" : "");
 		if (e->last_refill_gbps > 0)

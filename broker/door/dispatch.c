@@ -30,7 +30,7 @@
 
 /* Answers, outside the lock, what the round took out of the queues. */
 struct outbox {
-	struct dreq *gone, *orphan, *nothread;
+	struct dreq *gone, *orphan, *nothread, *failed;
 };
 
 static void drop_gone(struct broker_door *d, struct outbox *ob)
@@ -154,7 +154,18 @@ static void round_(struct broker_door *d, double now, struct outbox *ob)
 	/* requests of a model nobody serves any more */
 	for (size_t mi = 0; mi < d->n_models; mi++) {
 		struct dmodel *m = &d->models[mi];
-		if (m->qh && !door_served(d, m->name)) {
+		int fl = m->qh && !door_served(d, m->name) ? door_fleet_resolve(d->fleet, m->name, NULL, 0, NULL, 0) : -1;
+		if (fl == 0) {
+			door_fleet_want(d->fleet, m->name); /* its engine is (re)starting: they wait */
+		} else if (fl == 1) {
+			/* the model failed: its requests get the reason (door_fleet_failed) */
+			m->qt->next = ob->failed;
+			ob->failed = m->qh;
+			m->failed += m->queued;
+			m->qh = m->qt = NULL;
+			m->queued = 0;
+			m->queue_told = false;
+		} else if (m->qh && !door_served(d, m->name)) {
 			m->qt->next = ob->orphan;
 			ob->orphan = m->qh;
 			m->failed += m->queued;
@@ -205,7 +216,9 @@ static void round_(struct broker_door *d, double now, struct outbox *ob)
 		}
 		char reason[BROKER_NAME_MAX + 128];
 		snprintf(reason, sizeof reason, "model %s: %u waiting (%s)", m->name, m->queued, why);
-		broker_emit(d->b, "door.queue", NULL, reason, -1, m->queued);
+		/* bytes are device memory in every event (docs/reference/broker.md):
+		 * none moved here; the count is in the reason */
+		broker_emit(d->b, "door.queue", NULL, reason, -1, 0);
 	}
 }
 
@@ -214,18 +227,29 @@ static void answer(struct outbox *ob)
 	for (struct dreq *q = ob->gone, *nx; q; q = nx) {
 		nx = q->next;
 		door_reply_error(q->r, 503, "invalid_request_error", NULL, NULL, NULL, "the client went away");
-		free(q);
+		door_dreq_free(q);
 	}
 	for (struct dreq *q = ob->nothread, *nx; q; q = nx) {
 		nx = q->next;
 		door_reply_error(q->r, 503, "server_error", NULL, NULL, "1", "the broker cannot start a thread now");
-		free(q);
+		door_dreq_free(q);
+	}
+	for (struct dreq *q = ob->failed, *nx; q; q = nx) {
+		nx = q->next;
+		char why[2048] = "", name[BROKER_NAME_MAX] = "";
+		pthread_mutex_lock(&q->d->mu);
+		snprintf(name, sizeof name, "%s", q->d->models[q->model].name);
+		door_fleet_resolve(q->d->fleet, name, NULL, 0, why, sizeof why);
+		pthread_mutex_unlock(&q->d->mu);
+		door_reply_error(q->r, 503, "server_error", "model", "model_failed", "30", "model '%s' failed: %s", name,
+		    why);
+		door_dreq_free(q);
 	}
 	for (struct dreq *q = ob->orphan, *nx; q; q = nx) {
 		nx = q->next;
 		door_reply_error(q->r, 503, "server_error", "model", "model_not_served", "5",
 		    "no engine serves this model any more");
-		free(q);
+		door_dreq_free(q);
 	}
 }
 
@@ -248,7 +272,7 @@ void *door_dispatch(void *arg)
 		}
 		struct outbox ob = { 0 };
 		round_(d, now, &ob);
-		if (ob.gone || ob.orphan || ob.nothread) {
+		if (ob.gone || ob.orphan || ob.nothread || ob.failed) {
 			pthread_mutex_unlock(&d->mu);
 			answer(&ob);
 			pthread_mutex_lock(&d->mu);
@@ -268,4 +292,26 @@ void *door_dispatch(void *arg)
 	}
 	pthread_mutex_unlock(&d->mu);
 	return NULL;
+}
+
+void door_fleet_failed(struct broker_door *d, const char *name, const char *why)
+{
+	pthread_mutex_lock(&d->mu);
+	int mi = door_model(d, name, false);
+	struct dreq *fail = NULL;
+	if (mi >= 0) {
+		struct dmodel *m = &d->models[mi];
+		fail = m->qh;
+		m->failed += m->queued;
+		m->qh = m->qt = NULL;
+		m->queued = 0;
+		m->queue_told = false;
+	}
+	pthread_mutex_unlock(&d->mu);
+	for (struct dreq *q = fail, *nx; q; q = nx) {
+		nx = q->next;
+		door_reply_error(q->r, 503, "server_error", "model", "model_failed", "30", "model '%s' failed: %s", name,
+		    why);
+		door_dreq_free(q);
+	}
 }

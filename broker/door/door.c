@@ -52,6 +52,7 @@ void broker_door_reload(struct broker_door *d, const struct broker_config *cfg)
 	set_config(d, cfg);
 	pthread_cond_signal(&d->cv);
 	pthread_mutex_unlock(&d->mu);
+	door_fleet_reload(d->fleet, cfg);
 	/* the keep-alive is the core's (schedule.c), named here with the rest */
 	broker_log("front door: quantum %g s, keep-alive %g s, queue %u per model", cfg->door_quantum_s,
 	    cfg->door_keep_alive_s, cfg->door_queue_max);
@@ -97,6 +98,10 @@ int broker_door_open(struct broker *b, struct broker_http *h, const struct broke
 		rc = broker_http_route(h, &routes[i]);
 	if (!rc && h)
 		rc = broker_http_metrics(h, door_metrics, d);
+	if (!rc && (rc = door_fleet_open(d, cfg, &d->fleet, err, errlen)) != 0) {
+		broker_door_close(d);
+		return rc;
+	}
 	if (rc) {
 		snprintf(err, errlen, "front door: cannot register its routes: %s", baton_strerror(rc));
 		broker_door_close(d);
@@ -106,10 +111,28 @@ int broker_door_open(struct broker *b, struct broker_http *h, const struct broke
 	return 0;
 }
 
+int broker_door_start(struct broker_door *d)
+{
+	if (!d)
+		return 0;
+	if (!door_start_dispatch(d))
+		return BATON_ENOMEM;
+	return door_fleet_start(d->fleet);
+}
+
+void door_dreq_free(struct dreq *q)
+{
+	if (q)
+		free(q->own_body);
+	free(q);
+}
+
 void broker_door_close(struct broker_door *d)
 {
 	if (!d)
 		return;
+	door_fleet_close(d->fleet); /* its engines stopped; no supervisor calls in after this */
+	d->fleet = NULL;
 	if (d->observing)
 		broker_unobserve(d->b, door_on_event, d);
 	pthread_mutex_lock(&d->mu);
@@ -137,7 +160,7 @@ void broker_door_close(struct broker_door *d)
 	for (struct dreq *q = rest, *nx; q; q = nx) {
 		nx = q->next;
 		door_reply_error(q->r, 503, "server_error", NULL, NULL, "5", "the broker is shutting down");
-		free(q);
+		door_dreq_free(q);
 	}
 	pthread_mutex_lock(&d->mu);
 	while (d->helpers) {

@@ -32,6 +32,10 @@ struct broker_door;
  * dispatch thread starts with the first request. */
 int broker_door_open(struct broker *b, struct broker_http *h, const struct broker_config *cfg,
     struct broker_door **out, char *err, size_t errlen);
+/* Once the broker runs (broker_start): the dispatch thread and the fleet's
+ * supervisor ([model] sections: docs/guides/fleet.md), which starts the
+ * models to preload. BATON_ENOMEM when a thread cannot start. */
+int broker_door_start(struct broker_door *d);
 /* A reloaded configuration's door_quantum_s and door_queue_max (SIGHUP);
  * requests waiting keep their place. NULL d allowed. */
 void broker_door_reload(struct broker_door *d, const struct broker_config *cfg);

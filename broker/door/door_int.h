@@ -15,6 +15,9 @@
  *   errors.c    answers in OpenAI's error shape
  *   policy.c    which engines of a device take requests now and when the
  *               device switches to another model (pure)
+ *   fleet.c     the [model] sections: engines the broker starts, watches,
+ *               restarts and stops itself (below the rest: it calls only
+ *               view.c's lookups and door_fleet_failed)
  *   upstream.c  the HTTP/1.1 client to an engine's OpenAI HTTP
  *
  * The door is a face of the broker: it reads engines through broker_call
@@ -34,6 +37,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include <jansson.h>
+
 #include "broker/door/door.h"
 
 #define DOOR_NB 12                 /* histogram buckets (metrics.c) */
@@ -49,10 +54,12 @@ struct dreq {
 	int model;               /* index into d->models */
 	const char *path;        /* "/v1/chat/completions" or "/v1/completions" */
 	const char *body;        /* the request's own body, valid until answered */
+	char *own_body;          /* a body rewritten (an alias: the model's name), freed with it */
 	size_t len;
 	bool stream;
 	bool gone;               /* the client left */
 	double t_in, t_fwd, refill_ms;
+	bool unserved;           /* no engine served its model when it came: it waited for a start */
 	char eng[BROKER_NAME_MAX]; /* the engine it was forwarded to ("" before) */
 	char url[BROKER_URL_MAX];
 	struct door_up *up;      /* while the proxy reads the engine's reply */
@@ -64,6 +71,7 @@ struct deng {
 	char name[BROKER_NAME_MAX], model[BROKER_NAME_MAX], gpu[BROKER_NAME_MAX];
 	char http[BROKER_URL_MAX], state[32];
 	uint64_t resident, ceiling;
+	int pid;
 };
 
 /* A model the door has queued for (its queue and its counters). */
@@ -73,7 +81,9 @@ struct dmodel {
 	unsigned queued;
 	bool queue_told;         /* door.queue published for the wait under way */
 	uint64_t served, rejected_full, failed, gone;
-	struct baton_hist wait, refill, prefill;
+	double last_active;      /* a request of it came or ended (the fleet's stop_after_s) */
+	struct baton_hist wait, refill, prefill, start;
+	double served_since;     /* an engine of it came into the view (0: none there) */
 };
 
 /* A device: what the core said of it, and the door's switch on it.
@@ -115,6 +125,7 @@ struct broker_door {
 	struct dmodel models[BROKER_MAX_ENGINES];
 	size_t n_models;
 	struct dreq *fwd;        /* forwarded, not yet answered to the end */
+	struct door_fleet *fleet; /* the [model] sections (fleet.c); NULL: none */
 	uint64_t switches_total;
 	struct baton_hist sw_drain, sw_refill; /* the parts of each switch */
 };
@@ -162,6 +173,38 @@ bool door_forward(struct broker_door *d, struct dreq *q, const struct deng *e);
 /* The refill of a device's switch (a helper thread; arg from door_refill_job). */
 void *door_refill_thread(void *arg);
 void *door_refill_job(struct broker_door *d, const char *gpu, const char *eng);
+
+/* ---- fleet.c ------------------------------------------------------------------ */
+
+struct door_fleet;
+
+int door_fleet_open(struct broker_door *d, const struct broker_config *cfg, struct door_fleet **out, char *err,
+    size_t errlen);
+/* Starts the supervisor (once the broker runs). */
+int door_fleet_start(struct door_fleet *f);
+/* A reloaded configuration's [model] sections: added ones join, removed
+ * ones are stopped and dropped, changed ones restarted (when their engine
+ * runs), the others untouched. */
+void door_fleet_reload(struct door_fleet *f, const struct broker_config *cfg);
+/* Stops every engine it started (SIGTERM, then SIGKILL) and frees; NULL allowed. */
+void door_fleet_close(struct door_fleet *f);
+/* Under d->mu: the model of this name or alias: its name into canon and
+ * 0 (1: failed, why into why), or -1 when no [model] has it; canon and
+ * why may be NULL. */
+int door_fleet_resolve(struct door_fleet *f, const char *name, char *canon, size_t n, char *why, size_t wn);
+/* Under d->mu: a request waits for the model: start its engine when none runs. */
+void door_fleet_want(struct door_fleet *f, const char *name);
+/* Under d->mu: its /v1/models part ({state, aliases, source, device, pid,
+ * starts, crashes, log...}) and its state name; NULL when not a [model]. */
+json_t *door_fleet_json(struct door_fleet *f, const char *name, const char **state);
+size_t door_fleet_names(struct door_fleet *f, char (*names)[BROKER_NAME_MAX], size_t max);
+/* Under d->mu: its Prometheus lines. */
+void door_fleet_metrics(struct door_fleet *f, FILE *out);
+/* Not under d->mu (the supervisor): a model failed: what waits for it is
+ * answered 503 with why (dispatch.c). */
+void door_fleet_failed(struct broker_door *d, const char *name, const char *why);
+/* Frees a request (its rewritten body too). */
+void door_dreq_free(struct dreq *q);
 
 /* ---- metrics.c ---------------------------------------------------------------- */
 
@@ -223,6 +266,9 @@ int door_up_open(const char *url, int timeout_ms, struct door_up **out, char *er
  * with a sentence in err. */
 int door_up_request(struct door_up *u, const char *path, const char *body, size_t len, int timeout_ms,
     char *err, size_t errlen);
+/* The bearer token the engine's HTTP needs (NULL or "": none), sent with
+ * the next request; BATON_EINVAL for one that is not visible ASCII. */
+int door_up_set_token(struct door_up *u, const char *token);
 int door_up_status(const struct door_up *u);
 /* A reply header's value copied into out, or NULL when absent. */
 const char *door_up_header(const struct door_up *u, const char *name, char *out, size_t n);

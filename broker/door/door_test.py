@@ -53,7 +53,8 @@ def two_engines(c, config="", host_mib=18):
     """A broker with HTTP, and the two models' engines with --http on one
     device that holds the experts of one of them."""
     http = c.http_broker(config)
-    flags = ("--ctx", "512", "--vram-elastic", "--http", "127.0.0.1:0")
+    flags = ("--ctx", "512", "--vram-elastic", "--http", "127.0.0.1:0", "--http-token-file",
+             h.engine_token_file(c.dir))
     c.engine("qwen", *flags, arena=model_arena(c, QWEN), host_mib=host_mib, segment_mib=2)
     c.engine("mixtral", *flags, arena=model_arena(c, MIXTRAL), host_mib=host_mib, segment_mib=2)
     h.wait_for("both engines routable", lambda: all(e.get("http") for e in c.status()["engines"]))
@@ -61,7 +62,8 @@ def two_engines(c, config="", host_mib=18):
 
 
 def engine_http(c, name):
-    return h.Http(c.eng(name)["http"])
+    """The engine's own OpenAI HTTP, as its owner (two_engines' token)."""
+    return h.Http(c.eng(name)["http"], h.ENGINE_TOKEN)
 
 
 def chat_body(model, question, seed, max_tokens=12, stream=False):
@@ -484,6 +486,9 @@ def t_two_models_interleaved(c):
     assert ev and all("drain" in e["reason"] and "refill" in e["reason"] for e in ev), ev
     assert all(e["engine"] in ("qwen", "mixtral") and e["ms"] >= 0 for e in ev), ev
     h.wait_for("door.queue told", lambda: c.events.all("door.queue"))
+    # its waiting count is in the reason, never in the bytes (device memory) column
+    assert all(e["bytes"] == 0 and re.search(r": \d+ waiting \(", e["reason"]) for e in c.events.all("door.queue")), \
+        c.events.all("door.queue")
     served = metric(http, "baton_door_requests_total", '{model="%s",outcome="served"}' % QWEN)
     assert served and served >= len(jobs) // 2, served
     assert metric(http, "baton_door_ttft_wait_seconds_count", '{model="%s"}' % MIXTRAL) >= len(jobs) // 2
@@ -580,7 +585,7 @@ def t_stream_and_disconnect(c):
 
 
 def engine_idle(c, name):
-    st, body, _ = engine_http(c, name).get("/health", token=False)
+    st, body, _ = engine_http(c, name).get("/health")
     assert st == 200 and isinstance(body, dict), (st, body)
     return body["running"] == 0 and body["waiting"] == 0 and body["kv_blocks_free"] == body["kv_blocks_total"]
 

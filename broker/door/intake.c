@@ -110,17 +110,44 @@ void door_on_completion(void *arg, struct baton_http_req *r)
 	char model[BROKER_NAME_MAX];
 	snprintf(model, sizeof model, "%s", json_string_value(jm));
 	bool stream = json_is_true(js);
+	/* a [model] of the fleet, by its name or an alias: its engine may not
+	 * run yet (it is started, and the request waits for it) */
+	char canon[BROKER_NAME_MAX], why[2048] = "";
+	pthread_mutex_lock(&d->mu);
+	int fl = door_fleet_resolve(d->fleet, model, canon, sizeof canon, why, sizeof why);
+	pthread_mutex_unlock(&d->mu);
+	char *own = NULL;
+	if (fl >= 0 && strcmp(canon, model) != 0) {
+		/* an alias: the engine knows its model by the name */
+		json_object_set_new(j, "model", json_string(canon));
+		own = json_dumps(j, JSON_COMPACT);
+		if (!own) {
+			json_decref(j);
+			door_reply_error(r, 503, "server_error", NULL, NULL, "1", "out of memory");
+			return;
+		}
+		body = own;
+		len = strlen(own);
+		snprintf(model, sizeof model, "%s", canon);
+	}
 	json_decref(j);
+	if (fl == 1) {
+		free(own);
+		door_reply_error(r, 503, "server_error", "model", "model_failed", "30",
+		    "model '%s' failed and is not restarted until the configuration is reloaded: %s", model, why);
+		return;
+	}
 
-	if (!served(d, model)) {
+	if (fl < 0 && !served(d, model)) {
 		door_reply_error(r, 404, "invalid_request_error", "model", "model_not_found", NULL,
 		    "The model '%s' does not exist (GET /v1/models lists those the broker serves)", model);
 		return;
 	}
 	pthread_mutex_lock(&d->mu);
-	int mi = door_model(d, model, false);
+	int mi = door_model(d, model, fl >= 0);
 	if (mi < 0) {
 		pthread_mutex_unlock(&d->mu);
+		free(own);
 		door_reply_error(r, 503, "server_error", NULL, NULL, "1", "the front door knows too many models");
 		return;
 	}
@@ -129,6 +156,7 @@ void door_on_completion(void *arg, struct baton_http_req *r)
 		m->rejected_full++;
 		unsigned qm = d->queue_max;
 		pthread_mutex_unlock(&d->mu);
+		free(own);
 		door_reply_error(r, 503, "server_error", NULL, "queue_full", "1",
 		    "model '%s' has %u requests waiting already; try again", model, qm);
 		return;
@@ -137,6 +165,7 @@ void door_on_completion(void *arg, struct baton_http_req *r)
 	pthread_mutex_unlock(&d->mu);
 	struct dreq *q = calloc(1, sizeof *q);
 	if (!q) {
+		free(own);
 		door_reply_error(r, 503, "server_error", NULL, NULL, "1", "out of memory");
 		return;
 	}
@@ -147,6 +176,7 @@ void door_on_completion(void *arg, struct baton_http_req *r)
 	q->path = chat ? "/v1/chat/completions" : strcmp(path, "/tokenize") == 0 ? "/tokenize" :
 	    strcmp(path, "/detokenize") == 0 ? "/detokenize" : "/v1/completions";
 	q->body = body;
+	q->own_body = own;
 	q->len = len;
 	q->stream = stream;
 	q->t_in = baton_now_s();
@@ -162,6 +192,10 @@ void door_on_completion(void *arg, struct baton_http_req *r)
 		m->qh = q;
 	m->qt = q;
 	m->queued++;
+	m->last_active = q->t_in;
+	q->unserved = !door_served(d, model);
+	if (fl >= 0)
+		door_fleet_want(d->fleet, model);
 	pthread_cond_signal(&d->cv);
 	pthread_mutex_unlock(&d->mu);
 }

@@ -164,6 +164,34 @@ static void reload(struct broker *b, struct broker_door *door, const char *path,
 	sd_notifyf(0, "READY=1\nSTATUS=configuration reloaded from %s", path);
 }
 
+static void print_models(const struct broker_config *c)
+{
+	for (size_t i = 0; i < c->n_models; i++) {
+		const struct broker_model_conf *m = &c->models[i];
+		static const char *kinds[] = { "", "huggingface", "gguf", "arena" };
+		printf("\n[model \"%s\"]\nsource = %s\n; resolved: %s (%s)\n", m->name, m->source, m->path,
+		    kinds[m->kind]);
+		if (m->aliases[0])
+			printf("aliases = %s\n", m->aliases);
+		printf("backend = %s\ndevice = %d\n", m->backend, m->device);
+		if (m->dtype[0])
+			printf("dtype = %s\n", m->dtype);
+		if (m->ctx)
+			printf("ctx = %u\n", m->ctx);
+		if (m->kv_blocks)
+			printf("kv_blocks = %u\n", m->kv_blocks);
+		if (m->max_seqs)
+			printf("max_seqs = %u\n", m->max_seqs);
+		if (m->stop_after_s > 0)
+			printf("stop_after_s = %g\n", m->stop_after_s);
+		printf("preload = %s\n", m->preload ? "true" : "false");
+		if (m->arena[0])
+			printf("arena = %s\n", m->arena);
+		if (m->flags[0])
+			printf("engine_flags = %s\n", m->flags);
+	}
+}
+
 static void print_config(const struct broker_config *c)
 {
 	printf("[broker]\ncontrol = %s\nevents = %s\nheartbeat_timeout_ms = %d\nidle_release_s = %g\n"
@@ -262,6 +290,7 @@ int main(int argc, char **argv)
 	}
 	if (check) {
 		print_config(&cfg);
+		print_models(&cfg);
 		return 0;
 	}
 
@@ -316,6 +345,14 @@ int main(int argc, char **argv)
 	}
 	if ((rc = broker_start(b, err, sizeof err)) != 0) {
 		broker_log("%s", err);
+		broker_stop(b);
+		broker_http_close(h);
+		broker_door_close(door);
+		broker_close(b);
+		return 1;
+	}
+	if ((rc = broker_door_start(door)) != 0) {
+		broker_log("front door: cannot start its threads: %s", baton_strerror(rc));
 		broker_stop(b);
 		broker_http_close(h);
 		broker_door_close(door);

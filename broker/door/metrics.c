@@ -58,20 +58,22 @@ void door_metrics(void *arg, FILE *f)
 		baton_prom_u64(f, "baton_door_in_flight",
 		    (const char *[]){ "engine", d->eng[i].name, "model", d->eng[i].model, NULL },
 		    door_inflight(d, d->eng[i].name));
-	const char *names[3] = { "baton_door_ttft_wait_seconds", "baton_door_ttft_refill_seconds",
-		"baton_door_ttft_prefill_seconds" };
-	const char *help[3] = {
+	const char *names[4] = { "baton_door_ttft_wait_seconds", "baton_door_ttft_refill_seconds",
+		"baton_door_ttft_prefill_seconds", "baton_door_ttft_start_seconds" };
+	const char *help[4] = {
 		"Front door: time to first token, part 1: queued at the door until forwarded.",
 		"Front door: time to first token, part 2: the refill (acquire) it waited for, within the wait.",
 		"Front door: time to first token, part 3: forwarded until the engine's first byte.",
+		"Front door: within the wait, the start of its model's engine (arena and engine) it waited for.",
 	};
-	for (int k = 0; k < 3; k++) {
+	for (int k = 0; k < 4; k++) {
 		baton_prom_family(f, names[k], "histogram", help[k]);
 		for (size_t i = 0; i < d->n_models; i++) {
 			const struct dmodel *m = &d->models[i];
 			baton_prom_hist(f, names[k], BY_MODEL(m->name), bucket_s, DOOR_NB,
-			    k == 0 ? &m->wait : k == 1 ? &m->refill : &m->prefill);
+			    k == 0 ? &m->wait : k == 1 ? &m->refill : k == 2 ? &m->prefill : &m->start);
 		}
 	}
+	door_fleet_metrics(d->fleet, f);
 	pthread_mutex_unlock(&d->mu);
 }

@@ -31,13 +31,40 @@ static json_t *models_json(struct broker_door *d)
 			    "gpu", e->gpu, "state", e->state, "resident", (json_int_t)e->resident, "ceiling",
 			    (json_int_t)e->ceiling, "in_flight", (int)door_inflight(d, e->name)));
 		}
-		if (!any) {
+		const char *fst = NULL;
+		json_t *fl = door_fleet_json(d->fleet, m->name, &fst);
+		if (!any && !fl) {
 			json_decref(engs);
 			continue;
 		}
-		json_array_append_new(data, json_pack("{s:s, s:s, s:i, s:s, s:s, s:o, s:i}", "id", m->name, "object",
-		    "model", "created", 0, "owned_by", "baton", "state",
-		    res ? "resident" : part ? "partial" : "released", "engines", engs, "queued", (int)m->queued));
+		/* a [model] whose engine does not serve now says why: stopped,
+		 * starting (its arena or its engine), down (crashed, restarting), failed */
+		const char *state = any ? (res ? "resident" : part ? "partial" : "released") : fst;
+		if (fl && strcmp(fst, "running") != 0 && strcmp(fst, "stopping") != 0)
+			state = fst;
+		json_t *o = json_pack("{s:s, s:s, s:i, s:s, s:s, s:o, s:i}", "id", m->name, "object",
+		    "model", "created", 0, "owned_by", "baton", "state", state, "engines", engs, "queued", (int)m->queued);
+		json_object_set_new(o, "requests", json_pack("{s:I, s:I, s:I, s:I}", "served", (json_int_t)m->served,
+		    "failed", (json_int_t)m->failed, "queue_full", (json_int_t)m->rejected_full, "gone",
+		    (json_int_t)m->gone));
+		if (fl)
+			json_object_set_new(o, "fleet", fl);
+		json_array_append_new(data, o);
+	}
+	/* the [model] sections no request named yet */
+	static char names[BROKER_MAX_MODELS][BROKER_NAME_MAX];
+	size_t n = door_fleet_names(d->fleet, names, BROKER_MAX_MODELS);
+	for (size_t i = 0; i < n; i++) {
+		if (door_model(d, names[i], false) >= 0)
+			continue;
+		const char *fst = NULL;
+		json_t *fl = door_fleet_json(d->fleet, names[i], &fst);
+		if (!fl)
+			continue;
+		json_t *o = json_pack("{s:s, s:s, s:i, s:s, s:s, s:[], s:i}", "id", names[i], "object", "model",
+		    "created", 0, "owned_by", "baton", "state", fst, "engines", "queued", 0);
+		json_object_set_new(o, "fleet", fl);
+		json_array_append_new(data, o);
 	}
 	return json_pack("{s:s, s:o}", "object", "list", "data", data);
 }

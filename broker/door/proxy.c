@@ -60,7 +60,16 @@ static void *proxy(void *arg)
 	struct door_up *up = NULL;
 	int rc = door_up_open(q->url, CONNECT_TIMEOUT_MS, &up, err, sizeof err);
 	bool ok = false, gone = false;
+	bool engine_failed = false; /* the engine's side failed (not a client that left): counted failed */
 	double t_first = -1;
+	if (rc == 0) {
+		/* the engine's own token (issue 28): only the door holds it */
+		char tok[BROKER_URL_MAX];
+		if (broker_engine_http_token(d->b, q->eng, tok, sizeof tok) == 0 && door_up_set_token(up, tok) != 0)
+			broker_log("door: the token engine %s registered is not one line of visible ASCII; "
+			    "sending none", q->eng);
+		explicit_bzero(tok, sizeof tok);
+	}
 	if (rc == 0) {
 		pthread_mutex_lock(&d->mu);
 		q->up = up; /* from here a client that leaves cancels it (on_gone) */
@@ -72,7 +81,9 @@ static void *proxy(void *arg)
 	if (gone) {
 		door_reply_error(q->r, 503, "invalid_request_error", NULL, NULL, NULL, "the client went away");
 	} else if (rc) {
-		door_reply_error(q->r, 502, "server_error", NULL, "engine_unreachable", NULL, "%s", err);
+		/* the engine died or is restarting: try again soon (503, never a hang) */
+		engine_failed = true;
+		door_reply_error(q->r, 503, "server_error", NULL, "engine_unreachable", "1", "%s", err);
 	} else {
 		int st = door_up_status(up);
 		char ctype[128], ra[64], ra_hdr[96];
@@ -93,8 +104,9 @@ static void *proxy(void *arg)
 				got += (size_t)n;
 			if (!buf)
 				door_reply_error(q->r, 502, "server_error", NULL, NULL, NULL, "the engine's reply is too large");
-			else if (got < clen)
-				door_reply_error(q->r, 502, "server_error", NULL, NULL, NULL, "the engine's reply was cut short");
+			else if (got < clen && (engine_failed = true))
+				door_reply_error(q->r, 503, "server_error", NULL, "engine_unreachable", "1",
+				    "the engine's reply was cut short (it went away mid-reply)");
 			else
 				ok = http_reply(q->r, st, ctype, buf, got, hdr) == 0 && st < 400;
 			free(buf);
@@ -115,7 +127,12 @@ static void *proxy(void *arg)
 				tail[1] = buf[n - 1];
 			}
 			if (s && ok && n < 0) {
-				/* the engine was cut mid-stream: never a clean end */
+				/* the engine was cut mid-stream: never a clean end. Whether
+				 * the client had left (its cancel ends the read too) is
+				 * taken now: the cut makes it leave after. */
+				pthread_mutex_lock(&d->mu);
+				engine_failed = !q->gone;
+				pthread_mutex_unlock(&d->mu);
 				cut_stream(s, q->url, -n, tail);
 				ok = false;
 			} else if (s) {
@@ -128,20 +145,24 @@ static void *proxy(void *arg)
 	q->up = NULL;
 	unlink_fwd(d, q);
 	struct dmodel *m = &d->models[q->model];
+	m->last_active = baton_now_s();
 	if (ok) {
 		m->served++;
 		door_hist_add(&m->wait, q->t_fwd - q->t_in);
 		door_hist_add(&m->refill, q->refill_ms / 1e3);
+		/* the start of its engine it waited for (0: it was there) */
+		double start = q->unserved && m->served_since > q->t_in ? m->served_since - q->t_in : 0;
+		door_hist_add(&m->start, start);
 		if (t_first >= 0) /* streams only: a whole reply's first byte is its last */
 			door_hist_add(&m->prefill, t_first - q->t_fwd);
-	} else if (q->gone) {
+	} else if (q->gone && !engine_failed) {
 		m->gone++;
 	} else {
 		m->failed++;
 	}
 	pthread_mutex_unlock(&d->mu);
 	door_up_close(up);
-	free(q);
+	door_dreq_free(q);
 	door_helper_done(d);
 	return NULL;
 }

@@ -118,7 +118,7 @@ void *door_refill_thread(void *arg)
 		nx = q->next;
 		door_reply_error(q->r, 503, "server_error", NULL, "device_busy", "1",
 		    "cannot get device memory for model '%s': %s", model, c.msg);
-		free(q);
+		door_dreq_free(q);
 	}
 	free(j);
 	door_helper_done(d);

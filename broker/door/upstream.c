@@ -26,6 +26,7 @@ enum body_mode { BODY_LENGTH, BODY_CHUNKED, BODY_CLOSE };
 struct door_up {
 	int fd;
 	char host[256];           /* HOST:PORT, for Host: and messages */
+	char auth[300];           /* "Authorization: Bearer TOKEN\r\n", or "" */
 	int status;
 	char head[HEAD_MAX + 1];  /* the reply's header block, NUL-terminated lines */
 	size_t head_len;
@@ -237,12 +238,12 @@ int door_up_request(struct door_up *u, const char *path, const char *body, size_
 	const char *url = u->host;
 	char req[1024];
 	int n = snprintf(req, sizeof req,
-	    "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
+	    "POST %s HTTP/1.1\r\nHost: %s\r\n%sContent-Type: application/json\r\n"
 	    "Accept: application/json, text/event-stream\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n",
-	    path, u->host, len);
+	    path, u->host, u->auth, len);
 	if (body == NULL) /* a GET */
-		n = snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", path,
-		    u->host);
+		n = snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: %s\r\n%sConnection: close\r\n\r\n", path,
+		    u->host, u->auth);
 	if (n < 0 || (size_t)n >= sizeof req || send_all(u->fd, req, (size_t)n)) {
 		snprintf(err, errlen, "cannot send the request to the engine at %.128s", url);
 		return BATON_ECLOSED;
@@ -300,6 +301,22 @@ int door_up_request(struct door_up *u, const char *path, const char *body, size_
 	if (st == 204 || st == 304 || (st >= 100 && st < 200)) {
 		u->mode = BODY_LENGTH;
 		u->left = 0;
+	}
+	return 0;
+}
+
+int door_up_set_token(struct door_up *u, const char *token)
+{
+	u->auth[0] = 0;
+	if (!token || !*token)
+		return 0;
+	/* a token is visible ASCII (http_token_read's rule): never a header break */
+	for (const char *c = token; *c; c++)
+		if (*c <= ' ' || *c >= 127)
+			return BATON_EINVAL;
+	if ((size_t)snprintf(u->auth, sizeof u->auth, "Authorization: Bearer %s\r\n", token) >= sizeof u->auth) {
+		u->auth[0] = 0;
+		return BATON_ETOOBIG;
 	}
 	return 0;
 }
@@ -419,6 +436,7 @@ void door_up_close(struct door_up *u)
 {
 	if (!u)
 		return;
+	explicit_bzero(u->auth, sizeof u->auth);
 	if (u->fd >= 0)
 		close(u->fd);
 	free(u);

@@ -23,7 +23,8 @@
  * come through broker_door_reload). */
 static bool changes_view(const char *kind)
 {
-	return strncmp(kind, "door.", 5) != 0 && strcmp(kind, "progress") != 0 && strcmp(kind, "reload") != 0;
+	return strncmp(kind, "door.", 5) != 0 && strncmp(kind, "fleet.", 6) != 0 && strcmp(kind, "progress") != 0 &&
+	    strcmp(kind, "reload") != 0;
 }
 
 /* On the decision thread: quick, never calls into the broker. */
@@ -95,6 +96,7 @@ unsigned door_inflight(struct broker_door *d, const char *name)
  * that is not switching is dropped. */
 static void apply_status(struct broker_door *d, const struct baton_msg *rep)
 {
+	double now = baton_now_s();
 	d->n_eng = 0;
 	for (uint32_t k = 0; k < rep->engines.n && d->n_eng < BROKER_MAX_ENGINES; k++) {
 		const struct proto_engine_info *x = &rep->engines.v[k];
@@ -109,8 +111,14 @@ static void apply_status(struct broker_door *d, const struct baton_msg *rep)
 		snprintf(e->state, sizeof e->state, "%s", x->state);
 		e->resident = x->resident;
 		e->ceiling = x->ceiling;
-		door_model(d, e->model, true);
+		e->pid = (int)x->pid;
+		int mi = door_model(d, e->model, true);
+		if (mi >= 0 && d->models[mi].served_since == 0)
+			d->models[mi].served_since = now; /* its engine came (a start, a registration) */
 	}
+	for (size_t mi = 0; mi < d->n_models; mi++)
+		if (!door_served(d, d->models[mi].name))
+			d->models[mi].served_since = 0;
 	struct ddev old[BROKER_MAX_GPUS];
 	size_t n_old = d->n_devs;
 	memcpy(old, d->devs, n_old * sizeof *old);

@@ -26,6 +26,8 @@ struct baton_generator {
 	uint32_t vocab;             /* the model's logits */
 	uint32_t tok_vocab;         /* the tokenizer's ids: larger ids are never sampled */
 	float *logits;
+	int content_special;        /* baton_model_opts.content_special */
+	gram_vocab *gv;             /* the token trie of structured output, made on first use */
 };
 
 static void add_eos(struct baton_generator *g, json_int_t id)
@@ -74,6 +76,7 @@ int generator_open(struct baton_engine *e, const struct baton_model_opts *opts,
 	if (!g)
 		return BATON_ENOMEM;
 	g->e = e;
+	g->content_special = opts && opts->content_special;
 	int rc = model_open(e, opts, &g->model, errbuf, errlen);
 	if (rc)
 		goto fail;
@@ -115,6 +118,7 @@ void generator_close(struct baton_generator *g)
 	model_close(g->model);
 	text_tok_free(g->tok);
 	free(g->logits);
+	gram_vocab_free(g->gv);
 	free(g);
 }
 
@@ -185,29 +189,24 @@ static int encode_prompt(struct baton_generator *g, const struct baton_gen_reque
 		return BATON_EUNSUPPORTED;
 	}
 	struct text_chat_opts o = {
-		.bos_token = text_token_text(g->tok, text_bos(g->tok)),
-		.eos_token = text_token_text(g->tok, text_eos(g->tok)),
 		.add_generation_prompt = true,
 		.enable_thinking = req->enable_thinking,
 		.tools = req->tools,
 		.kwargs = req->template_kwargs,
 	};
-	char *rendered = NULL;
-	rc = text_chat_render(g->tmpl, req->msgs, req->n_msgs, &o, &rendered, err, sizeof err);
-	if (rc) {
-		baton_errf(errbuf, errlen, "chat template: %s", err);
-		return rc;
-	}
-	if (req->think_open) {
-		size_t k = strlen(rendered);
-		while (k && (rendered[k - 1] == '\n' || rendered[k - 1] == ' '))
+	/* a message's text is text: only the template makes control tokens
+	 * (issue 28), unless --special-tokens-in-content */
+	char tail[16];
+	rc = text_chat_encode_opts(g->tok, req->msgs, req->n_msgs, &o,
+	    g->content_special ? TEXT_CONTENT_SPECIAL : 0, ids, n, tail, sizeof tail, err, sizeof err);
+	if (rc == 0 && req->think_open) {
+		size_t k = strlen(tail);
+		while (k && (tail[k - 1] == '\n' || tail[k - 1] == ' '))
 			k--;
-		*req->think_open = k >= 7 && memcmp(rendered + k - 7, "<think>", 7) == 0;
+		*req->think_open = k >= 7 && memcmp(tail + k - 7, "<think>", 7) == 0;
 	}
-	rc = text_encode(g->tok, rendered, strlen(rendered), 0, ids, n, err, sizeof err);
-	free(rendered);
 	if (rc)
-		baton_errf(errbuf, errlen, "messages: %s", err);
+		baton_errf(errbuf, errlen, "chat template: %s", err);
 	return rc;
 }
 
@@ -337,6 +336,8 @@ struct baton_gen_seq {
 	uint32_t *toks;             /* sampled ids, max_tokens + 1 room */
 	uint32_t n_tokens, max_tokens;
 	uint32_t stops[MAX_EOS + 64];
+	gram_match *gm;             /* structured output: the grammar's matcher, or NULL */
+	uint64_t *allow;            /* its mask, one bit per token of the model's vocabulary */
 	const char *finish;         /* NULL while it runs */
 	int cancelled;              /* generator_seq_cancel */
 	float *raw;                 /* on_token: the step's logits before sampling */
@@ -415,6 +416,19 @@ int generator_start(struct baton_generator *g, const struct baton_gen_request *r
 			rc = BATON_ENOMEM;
 			goto fail;
 		}
+	}
+	if (req->grammar) {
+		if (!g->gv && (rc = gram_vocab_from_tok(&g->gv, g->tok, g->vocab, g->eos, g->n_eos, err,
+		                   sizeof err)) != 0) {
+			baton_errf(errbuf, errlen, "structured output: %s", err[0] ? err : baton_strerror(rc));
+			goto fail;
+		}
+		if ((rc = gram_match_new(&s->gm, req->grammar, g->gv)) != 0 ||
+		    !(s->allow = malloc(((size_t)g->vocab + 63) / 64 * sizeof *s->allow))) {
+			rc = rc ? rc : BATON_ENOMEM;
+			goto fail;
+		}
+		baton_sampler_set_mask(s->smp, s->allow);
 	}
 	s->t0 = baton_now_s();
 	*out = s;
@@ -513,9 +527,36 @@ int generator_seq_next(struct baton_gen_seq *s, float *logits, uint32_t *token,
 	}
 	if (s->on_token)
 		memcpy(s->raw, logits, sizeof(float) * g->vocab);
+	int rc;
+	if (s->gm) {
+		/* structured output: only the tokens that keep the output a
+		 * prefix of a document; the end once it is a whole one */
+		bool can_end, any = false;
+		if ((rc = gram_match_mask(s->gm, s->allow, &can_end)) != 0) {
+			baton_errf(errbuf, errlen, "structured output: %s", baton_strerror(rc));
+			return rc;
+		}
+		if (can_end)
+			for (uint32_t i = 0; i < g->n_eos; i++)
+				s->allow[g->eos[i] / 64] |= 1ull << (g->eos[i] % 64);
+		for (uint32_t w = 0; w < (g->vocab + 63) / 64 && !any; w++)
+			any = s->allow[w] != 0;
+		if (!any) {
+			if (!can_end) {
+				/* a vocabulary that cannot spell what the grammar needs
+				 * (a model that has no token for '"' or '{', say) */
+				baton_errf(errbuf, errlen, "response_format: this model's vocabulary has no token "
+				    "that can %s the document (after %u tokens): it cannot spell what the schema "
+				    "needs", s->n_tokens ? "continue" : "begin", s->n_tokens);
+				return BATON_EUNSUPPORTED;
+			}
+			s->finish = "stop"; /* whole, and the model has no end token */
+			return 0;
+		}
+	}
 	uint32_t t;
 	enum baton_finish fin;
-	int rc = baton_sampler_next(s->smp, logits, &t, &fin);
+	rc = baton_sampler_next(s->smp, logits, &t, &fin);
 	if (rc) {
 		baton_errf(errbuf, errlen, "sampling failed: %s", baton_strerror(rc));
 		return rc;
@@ -528,6 +569,10 @@ int generator_seq_next(struct baton_gen_seq *s, float *logits, uint32_t *token,
 	}
 	if (s->on_token)
 		report_token(s, t);
+	if (s->gm && (rc = gram_match_accept(s->gm, t)) != 0) {
+		baton_errf(errbuf, errlen, "structured output: token %u was sampled outside the mask", t);
+		return BATON_EINTERNAL;
+	}
 	if ((rc = text_stream_push(s->ts, (int32_t)t, &s->o.buf, &s->o.len, &s->o.cap)) != 0) {
 		baton_errf(errbuf, errlen, "decoding token %u: %s", t, baton_strerror(rc));
 		return rc;
@@ -587,6 +632,8 @@ void generator_seq_free(struct baton_gen_seq *s)
 		return;
 	text_stream_close(s->ts);
 	baton_sampler_free(s->smp);
+	gram_match_free(s->gm);
+	free(s->allow);
 	free(s->o.buf);
 	free(s->toks);
 	free(s->ids);

@@ -23,6 +23,7 @@
 
 #include "engine/backend/backend.h"
 #include "engine/cache/cache.h"
+#include "text/grammar/grammar.h"
 #include "text/text.h"
 
 /* ==== the engine ============================================================
@@ -208,6 +209,14 @@ int baton_sampler_prompt(struct baton_sampler *s, const uint32_t *ids, size_t n)
 int baton_sampler_next(struct baton_sampler *s, float *logits, uint32_t *token,
     enum baton_finish *finish);
 
+/* Constrained decoding (text/grammar/): a bitset of the tokens that may
+ * come next, bit t of allow[t / 64]; a clear bit makes token t's logit
+ * -inf before step 1, in every baton_sampler_next and baton_sampler_probs
+ * until it is set again. The caller rewrites the bits between calls and
+ * keeps the array alive while it is set. NULL (the default): no mask, and
+ * no cost. */
+void baton_sampler_set_mask(struct baton_sampler *s, const uint64_t *allow);
+
 /* The distribution step 9 would draw from, for these logits and the tokens
  * recorded so far: probs[n_vocab], zeros where a token was dropped (greedy:
  * 1 at the chosen token). Changes nothing in the sampler; logits are
@@ -299,6 +308,8 @@ struct baton_model_opts {
 	uint32_t max_ctx;   /* positions of one sequence; 0: min(max_position_embeddings, 4096) */
 	uint32_t max_batch; /* token rows per batched pass; 0: 256 */
 	uint32_t kv_blocks; /* blocks in the KV pool; 0: enough for max_ctx of one sequence */
+	int content_special; /* generators: special tokens' text in a message is the token
+	                      * (HF's way); 0: it is text, only the template makes them */
 };
 
 struct baton_model;
@@ -489,6 +500,11 @@ struct baton_gen_request {
 	void (*on_token)(void *arg, uint32_t id, float logprob, const uint32_t *top_ids, const float *top_lps,
 	    uint32_t n_top);
 	uint32_t n_top;
+	/* structured output: the output must be a document of this grammar
+	 * (text/grammar/grammar.h; it must outlive the request). A matcher
+	 * masks every sampled token; the model's end-of-sequence ids are
+	 * allowed only once the document is whole. NULL: free text. */
+	const gram *grammar;
 };
 
 #define BATON_GEN_MAX_TOP 20u

@@ -45,6 +45,7 @@ struct baton_sampler {
 	struct cand *cand;            /* [n_vocab] scratch */
 	double *w;                    /* [n_vocab] scratch: exp(l - max) */
 	uint64_t rng[4];
+	const uint64_t *mask;         /* baton_sampler_set_mask; NULL: none */
 	uint32_t n_out;
 	enum baton_finish finish;
 };
@@ -228,6 +229,11 @@ int baton_sampler_prompt(struct baton_sampler *s, const uint32_t *ids, size_t n)
 	return 0;
 }
 
+void baton_sampler_set_mask(struct baton_sampler *s, const uint64_t *allow)
+{
+	s->mask = allow;
+}
+
 /* ---- the steps ------------------------------------------------------------- */
 
 /* Steps 1-3 on the logits, in place; NaN becomes -inf first. */
@@ -238,6 +244,16 @@ static void penalize(const struct baton_sampler *s, float *l)
 	for (uint32_t t = 0; t < s->n_vocab; t++)
 		if (isnan(l[t]))
 			l[t] = -INFINITY;
+	if (s->mask)
+		for (uint32_t w = 0; w * 64 < s->n_vocab; w++) {
+			uint64_t bits = s->mask[w];
+			if (bits == ~0ull)
+				continue;
+			uint32_t end = w * 64 + 64 < s->n_vocab ? w * 64 + 64 : s->n_vocab;
+			for (uint32_t t = w * 64; t < end; t++)
+				if (!(bits >> (t - w * 64) & 1))
+					l[t] = -INFINITY;
+		}
 	for (uint32_t i = 0; i < p->n_bias; i++)
 		l[p->bias[i].token] += p->bias[i].bias;
 	if (p->repetition_penalty != 1.0f)

@@ -579,7 +579,61 @@ static void t_bad_params(void)
 	baton_sampler_free(s);
 }
 
-T_MAIN(T_CASE(t_greedy), T_CASE(t_temperature), T_CASE(t_top_k), T_CASE(t_top_p),
+/* The mask of constrained decoding: a clear bit is never drawn (greedy or
+ * sampled, bias or not), the rest keep their ratios; NULL is no mask. */
+static void t_mask(void)
+{
+	enum { N = 200 };
+	uint64_t allow[(N + 63) / 64] = { 0 };
+	for (uint32_t t = 0; t < N; t += 7)
+		allow[t / 64] |= 1ull << (t % 64);
+	float base[N], l[N], pm[N], pu[N];
+	for (uint32_t t = 0; t < N; t++)
+		base[t] = (float)((t * 37) % 23) / 4.0f;
+	base[1] = 50; /* the favourite, masked */
+	struct baton_sample_params p = baton_sample_defaults();
+	struct baton_logit_bias b = { 3, 90 }; /* a bias does not lift a masked token */
+	p.bias = &b;
+	p.n_bias = 1;
+	for (int greedy = 0; greedy < 2; greedy++) {
+		p.temperature = greedy ? 0.0f : 1.0f;
+		struct baton_sampler *s = mk(&p, N);
+		baton_sampler_set_mask(s, allow);
+		for (int i = 0; i < 300; i++) {
+			uint32_t t;
+			memcpy(l, base, sizeof l);
+			T_OK(baton_sampler_next(s, l, &t, NULL));
+			T_ASSERT_MSG(t % 7 == 0, "token %u drawn through the mask", t);
+		}
+		memcpy(l, base, sizeof l);
+		T_OK(baton_sampler_probs(s, l, pm));
+		baton_sampler_set_mask(s, NULL);
+		memcpy(l, base, sizeof l);
+		T_OK(baton_sampler_probs(s, l, pu));
+		baton_sampler_free(s);
+		T_ASSERT(pu[3] > 0.5f); /* unmasked, the biased token is back */
+		if (greedy) {
+			T_ASSERT(pu[3] == 1.0f && pm[3] == 0.0f);
+			continue;
+		}
+		double sum = 0;
+		for (uint32_t t = 0; t < N; t++) {
+			if (t % 7)
+				T_ASSERT(pm[t] == 0.0f);
+			sum += pm[t];
+		}
+		NEAR(sum, 1.0);
+		/* the allowed keep their ratios: pm = pu / (mass of the allowed) */
+		double mass = 0;
+		for (uint32_t t = 0; t < N; t += 7)
+			mass += pu[t];
+		for (uint32_t t = 0; t < N; t += 7)
+			T_ASSERT_MSG(fabs(pm[t] - pu[t] / mass) <= 1e-5 * (pm[t] + 1e-9) + 1e-7, "token %u: %g vs %g", t,
+			    (double)pm[t], pu[t] / mass);
+	}
+}
+
+T_MAIN(T_CASE(t_mask), T_CASE(t_greedy), T_CASE(t_temperature), T_CASE(t_top_k), T_CASE(t_top_p),
     T_CASE(t_min_p), T_CASE(t_repetition_penalty), T_CASE(t_presence_frequency),
     T_CASE(t_logit_bias), T_CASE(t_order), T_CASE(t_stop_and_max_tokens),
     T_CASE(t_seed_repeatable), T_CASE_TIMEOUT(t_distribution, 60),

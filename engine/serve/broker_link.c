@@ -34,7 +34,7 @@ struct report {
 
 struct broker_link {
 	struct broker_link_params p;
-	char *url, *name, *gpu, *model, *ctl, *http, *peer_gpu;
+	char *url, *name, *gpu, *model, *ctl, *http, *http_token, *peer_gpu;
 	struct proto_client *cli;
 	pthread_t th;
 	int have_th;
@@ -115,6 +115,10 @@ static int do_register(struct broker_link *l)
 	if (l->http[0]) {
 		m.http = l->http;
 		proto_set(&m, PF_HTTP);
+		if (l->http_token[0]) {
+			m.http_token = l->http_token;
+			proto_set(&m, PF_HTTP_TOKEN);
+		}
 	}
 	m.floor = l->p.floor;
 	m.ceiling = l->p.ceiling;
@@ -309,9 +313,10 @@ int broker_link_open(const struct broker_link_params *p, struct broker_link **ou
 	l->peer_gpu = dup_or_empty(p->peer_gpu);
 	l->model = dup_or_empty(p->model);
 	l->http = dup_or_empty(p->http);
+	l->http_token = dup_or_empty(p->http_token);
 	l->ctl = dup_or_empty(p->ctl);
 	int rc = BATON_ENOMEM;
-	if (!l->url || !l->name || !l->gpu || !l->model || !l->ctl || !l->http || !l->peer_gpu)
+	if (!l->url || !l->name || !l->gpu || !l->model || !l->ctl || !l->http || !l->http_token || !l->peer_gpu)
 		goto fail;
 	/* No timed resend: a request is resent when its connection drops
 	 * (to a restarted broker), which is what we want. */
@@ -358,6 +363,7 @@ void broker_link_close(struct broker_link *l, bool goodbye)
 	free(l->peer_gpu);
 	free(l->model);
 	free(l->http);
+	free(l->http_token);
 	free(l->ctl);
 	free(l);
 }

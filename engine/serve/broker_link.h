@@ -44,6 +44,8 @@ struct broker_link_params {
 	const char *url;          /* the broker's control socket */
 	const char *name, *gpu, *model, *ctl;
 	const char *http;         /* its OpenAI HTTP URL (--http), NULL or "" for none */
+	const char *http_token;   /* the bearer token that URL needs, NULL or "" for none:
+	                           * the broker's front door sends it */
 	uint32_t pid, device;
 	uint64_t floor, ceiling, capacity;
 	int32_t priority;

@@ -28,7 +28,9 @@ static const char usage[] =
     "\n"
     "  --name NAME                 engine name (letters, digits, '-', '_', '.')\n"
     "  --shared-expert-arena PATH  the model's arena (made by baton-arena create)\n"
-    "  --listen URL                control socket (default ipc:///run/baton/engine-NAME.sock)\n"
+    "  --listen URL                control socket (default ipc:///run/baton/engine-NAME.sock;\n"
+    "                              ipc:// only with --broker; its directory must be this user's\n"
+    "                              or root's and writable by no one else)\n"
     "  --backend host|cuda|auto    device backend (default auto: cuda when a GPU is present)\n"
     "  --device N                  device index (default 0)\n"
     "  --cache-mib N|auto          expert cache size (default auto: the model, or what fits)\n"
@@ -60,10 +62,15 @@ static const char usage[] =
     "  --max-queue N               requests waiting for KV blocks or a free slot; more are\n"
     "                              answered busy (HTTP 503 with Retry-After) (default 64)\n"
     "  --http ADDR                 serve the OpenAI-compatible API on ADDR (HOST:PORT, port 0:\n"
-    "                              any; prints \"http: URL\"); loopback only unless a token is set\n"
+    "                              any; prints \"http: URL\"); loopback only unless a token is set;\n"
+    "                              with --broker and no token file, every request needs a token\n"
+    "                              the engine makes and gives to the broker's front door alone\n"
     "  --http-token-file FILE      clients must send \"Authorization: Bearer TOKEN\" (the file's\n"
     "                              first line; a regular file\n"
     "                              others cannot read, as the broker's)\n"
+    "  --special-tokens-in-content a special token's text in a message (<|im_start|>) is that\n"
+    "                              token, as Hugging Face makes it (default: text; only the\n"
+    "                              chat template makes control tokens)\n"
     "  --served-model-name NAME    the model id clients send (default: the arena's file name\n"
     "                              without .arena)\n"
     "  --cors-origins LIST         origins (scheme://host[:port], comma-separated) whose web\n"
@@ -131,7 +138,7 @@ static void parse_args(int argc, char **argv, struct baton_serve_config *o)
 {
 	enum { O_NAME = 1, O_ARENA, O_LISTEN, O_BACKEND, O_DEVICE, O_CACHE, O_SEG, O_RELEASE,
 	       O_IDLE, O_ELASTIC, O_RESERVE, O_VERIFY, O_HOSTMIB, O_BROKER, O_PRIORITY, O_PEER,
-	       O_CTX, O_BWAIT, O_BOPT, O_KVB, O_MAXSEQS, O_MAXQ, O_HTTP, O_HTOKEN, O_SERVED, O_CORS,
+	       O_CTX, O_BWAIT, O_BOPT, O_KVB, O_MAXSEQS, O_MAXQ, O_HTTP, O_HTOKEN, O_SERVED, O_CSPECIAL, O_CORS,
 	       O_HELP, O_VERSION };
 	static const struct option lo[] = {
 		{ "name", required_argument, 0, O_NAME },
@@ -160,6 +167,7 @@ static void parse_args(int argc, char **argv, struct baton_serve_config *o)
 		{ "http-token-file", required_argument, 0, O_HTOKEN },
 		{ "served-model-name", required_argument, 0, O_SERVED },
 		{ "cors-origins", required_argument, 0, O_CORS },
+		{ "special-tokens-in-content", no_argument, 0, O_CSPECIAL },
 		{ "help", no_argument, 0, O_HELP },
 		{ "version", no_argument, 0, O_VERSION },
 		{ 0, 0, 0, 0 },
@@ -229,6 +237,7 @@ static void parse_args(int argc, char **argv, struct baton_serve_config *o)
 				usage_error("--max-queue must be positive");
 			break;
 		case O_HTTP: o->http = optarg; break;
+		case O_CSPECIAL: o->content_special = 1; break;
 		case O_HTOKEN: o->http_token = read_token(optarg); break;
 		case O_CORS: o->cors_origins = split_origins(optarg); break;
 		case O_SERVED:
@@ -290,6 +299,11 @@ static void parse_args(int argc, char **argv, struct baton_serve_config *o)
 		usage_error("--http-token-file needs --http");
 	if (o->cors_origins && !o->http)
 		usage_error("--cors-origins needs --http");
+	/* nng has no token: a tcp:// control socket lets any local user
+	 * release, refill and compute on this engine around the broker */
+	if (o->broker && o->listen && strncmp(o->listen, "ipc://", 6) != 0)
+		usage_error("--listen %s: an engine under a broker listens on ipc:// only (a tcp:// control "
+		    "socket would let any local user drive it around the broker)", o->listen);
 	if (o->use_peer && o->peer_device == o->device)
 		usage_error("--peer-device %d is the engine's own --device", o->peer_device);
 }

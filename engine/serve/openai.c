@@ -74,8 +74,7 @@ static const struct field_rule {
 	{ "logprobs", K_BOTH, IMPL, NULL, NULL },
 	{ "top_logprobs", K_CHAT, IMPL, NULL, NULL },
 	{ "echo", K_COMPL, IMPL, NULL, NULL },
-	{ "response_format", K_CHAT, DEF, "{\"type\":\"text\"}",
-	  "only {\"type\": \"text\"}: JSON mode and JSON schemas are not supported by this engine yet" },
+	{ "response_format", K_BOTH, IMPL, NULL, NULL },
 	{ "best_of", K_COMPL, DEF, "1", "only 1 is supported" },
 	{ "suffix", K_COMPL, DEF, "\"\"", "suffix (insertion) is not supported by this engine" },
 	{ "audio", K_CHAT, DEF, "", "audio output is not supported by this engine" },
@@ -653,6 +652,57 @@ static int parse_chat_extras(json_t *root, struct oai_request *r, struct oai_err
 	return 0;
 }
 
+/* response_format: text (nothing), json_object (any JSON object) or
+ * json_schema (its schema compiled; strict or not, it is enforced). A
+ * schema the compiler cannot enforce is 400 with the keyword's pointer. */
+static int parse_response_format(json_t *root, struct oai_request *r, struct oai_error *e)
+{
+	json_t *rf = field(root, "response_format");
+	if (!rf)
+		return 0;
+	const char *P = "response_format";
+	json_t *type = json_object_get(rf, "type");
+	if (!json_is_object(rf) || !json_is_string(type))
+		return oai_errorf(e, 400, INVALID, NULL, P, "response_format: want {\"type\": \"text\"}, "
+		    "{\"type\": \"json_object\"} or {\"type\": \"json_schema\", \"json_schema\": {...}}");
+	const char *t = json_string_value(type);
+	char err[400] = "";
+	int rc;
+	if (strcmp(t, "text") == 0)
+		return 0;
+	if (strcmp(t, "json_object") == 0) {
+		rc = gram_compile_json_object(&r->grammar, err, sizeof err);
+	} else if (strcmp(t, "json_schema") == 0) {
+		json_t *js = json_object_get(rf, "json_schema");
+		if (!json_is_object(js))
+			return oai_errorf(e, 400, INVALID, NULL, "response_format.json_schema",
+			    "response_format.json_schema: want an object with a schema");
+		json_t *strict = json_object_get(js, "strict"), *name = json_object_get(js, "name");
+		if (strict && !json_is_boolean(strict) && !json_is_null(strict))
+			return oai_errorf(e, 400, INVALID, NULL, "response_format.json_schema.strict",
+			    "response_format.json_schema.strict: want true or false");
+		if (name && !json_is_string(name))
+			return oai_errorf(e, 400, INVALID, NULL, "response_format.json_schema.name",
+			    "response_format.json_schema.name: want a string");
+		json_t *schema = json_object_get(js, "schema");
+		json_t *any = json_true();
+		rc = gram_compile_schema(&r->grammar, schema && !json_is_null(schema) ? schema : any, err,
+		    sizeof err);
+		json_decref(any);
+		if (rc == BATON_EUNSUPPORTED || rc == BATON_EINVAL)
+			return oai_errorf(e, 400, INVALID, rc == BATON_EUNSUPPORTED ? "unsupported_parameter" : NULL,
+			    "response_format.json_schema.schema", "response_format.json_schema.schema: %s", err);
+	} else {
+		return oai_errorf(e, 400, INVALID, NULL, "response_format.type", "response_format.type: "
+		    "\"%.40s\" is not one of text, json_object, json_schema", t);
+	}
+	if (rc)
+		return oai_errorf(e, 500, "server_error", NULL, NULL, "response_format: %s", err[0] ? err :
+		    baton_strerror(rc));
+	r->q.grammar = r->grammar;
+	return 0;
+}
+
 static int parse_body(enum oai_kind kind, const char *served, json_t *root, uint64_t seed_default,
     struct oai_request *r, struct oai_error *e)
 {
@@ -740,7 +790,7 @@ static int parse_body(enum oai_kind kind, const char *served, json_t *root, uint
 		return e->status;
 	if (kind == OAI_CHAT && parse_chat_extras(root, r, e))
 		return e->status;
-	return 0;
+	return parse_response_format(root, r, e);
 }
 
 int oai_parse(enum oai_kind kind, const char *served, const char *body, size_t len,
@@ -781,6 +831,7 @@ int oai_parse(enum oai_kind kind, const char *served, const char *body, size_t l
 void oai_request_free(struct oai_request *r)
 {
 	json_decref(r->root);
+	gram_free(r->grammar);
 	free(r->msgs);
 	free(r->stop);
 	free(r->bias);

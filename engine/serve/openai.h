@@ -75,6 +75,7 @@ struct oai_request {
 	uint32_t *ids;         /* a token-id prompt */
 	char **owned;          /* strings q points at (tool_calls, tools, kwargs JSON) */
 	size_t n_owned;
+	gram *grammar;         /* response_format json_object / json_schema, compiled; NULL: text */
 };
 
 /* Parses a request body: the one parser of the HTTP API's requests and
@@ -226,6 +227,7 @@ struct oai_server_opts {
 	const text_tok *tok;         /* POST /tokenize and /detokenize; NULL: 404 */
 	uint32_t max_model_len;      /* the context (/tokenize's max_model_len) */
 	const char *const *cors_origins; /* origins a browser may call from (http.h); NULL: none */
+	int content_special;         /* --special-tokens-in-content (/tokenize encodes as the generator) */
 	const char *token;           /* bearer token; NULL: none (then loopback only) */
 	const char *model;           /* the served model id */
 	struct baton_sched *sched;   /* runs the requests */

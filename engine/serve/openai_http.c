@@ -771,14 +771,16 @@ static void tokenize(struct oai_server *s, struct baton_http_req *r)
 			.tools = c.q.tools,
 			.kwargs = c.q.template_kwargs,
 		};
-		rc = text_chat_render(s->o.chat_template, c.q.msgs, c.q.n_msgs, &o, &text, err, sizeof err);
+		/* as the generator encodes a chat (content is text unless the
+		 * engine says --special-tokens-in-content) */
+		rc = text_chat_encode_opts(s->o.tok, c.q.msgs, c.q.n_msgs, &o,
+		    s->o.content_special ? TEXT_CONTENT_SPECIAL : 0, &ids, &n, NULL, 0, err, sizeof err);
 		oai_request_free(&c);
 		if (rc) {
 			oai_errorf(&e, 400, "invalid_request_error", NULL, "messages", "chat template: %s", err);
 			goto fail;
 		}
-		rc = text_encode(s->o.tok, text, strlen(text), ast && json_is_true(ast) ? TEXT_ADD_SPECIAL : 0, &ids, &n,
-		    err, sizeof err);
+		(void)ast; /* the template writes BOS itself */
 	} else {
 		rc = text_encode(s->o.tok, json_string_value(prompt), json_string_length(prompt),
 		    !ast || json_is_true(ast) ? TEXT_ADD_SPECIAL : 0, &ids, &n, err, sizeof err);
@@ -904,11 +906,11 @@ static void handler(void *arg, struct baton_http_req *r)
 	if (strcmp(p, "/health") == 0 && get) {
 		struct sched_stats st;
 		sched_stats(s->o.sched, &st);
-		json_t *j = json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:I, s:I, s:I}", "status", "ok",
+		json_t *j = json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:I, s:I, s:I, s:I}", "status", "ok",
 		    "model", s->model, "running", (json_int_t)st.running, "waiting", (json_int_t)st.waiting,
 		    "kv_blocks_free", (json_int_t)st.kv_free, "kv_blocks_total", (json_int_t)st.kv_total,
 		    "steps", (json_int_t)st.steps, "cancelled", (json_int_t)st.cancelled, "refused_busy",
-		    (json_int_t)st.refused_busy);
+		    (json_int_t)st.refused_busy, "preempted", (json_int_t)st.preempted);
 		if (j && s->o.health)
 			s->o.health(s->o.health_arg, j);
 		if (j)

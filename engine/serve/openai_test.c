@@ -78,7 +78,7 @@ static void t_errors(void)
 		{ OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\","
 		  "\"function\":{\"name\":\"f\",\"strict\":true}}]}", 400, "tools[0]", "unsupported_parameter", "strict" },
 		{ OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":"
-		  "\"json_object\"}}", 400, "response_format", "unsupported_parameter", "JSON" },
+		  "\"yaml\"}}", 400, "response_format.type", NULL, "not one of" },
 		{ OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"store\":true}", 400, "store",
 		  "unsupported_parameter", "stores" },
 		{ OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"modalities\":[\"text\",\"audio\"]}",

@@ -22,10 +22,20 @@ struct job {
 	struct sched_cb cb;
 	struct baton_gen_seq *gs;       /* after generator_start (on the thread) */
 	struct baton_seq *ks;           /* after admission */
-	const uint32_t *prompt;
+	const uint32_t *prompt;         /* what prefill feeds: the request's prompt, or resume */
 	uint32_t n_prompt, fed;         /* prompt tokens, those in the KV cache */
 	uint32_t next_tok;              /* to decode next, once decoding */
 	int decoding;
+	int begun;                      /* generator_seq_begin and on_admit ran (first admission) */
+	/* Preemption by recompute: the tokens sampled so far (the last is
+	 * next_tok while decoding); a preempted job's prefill feeds its
+	 * prompt and all of them but the last (resume), then decodes on from
+	 * that last one (resuming) without sampling in between. */
+	const uint32_t *orig;           /* the request's prompt (the generator's) */
+	uint32_t n_orig;
+	uint32_t *out, n_out, cap_out;
+	uint32_t *resume;
+	int resuming;
 	atomic_int cancel;
 	int rc;                         /* for the done list */
 	char err[400];
@@ -58,6 +68,8 @@ static void job_free(struct job *j, struct baton_model *m)
 	model_seq_close(m, j->ks);
 	generator_seq_free(j->gs);
 	generator_result_free(&j->res);
+	free(j->out);
+	free(j->resume);
 	free(j);
 }
 
@@ -111,14 +123,29 @@ static uint32_t want_blocks(struct baton_sched *s, const struct job *j, const st
 	return total > pos ? model_seq_blocks_needed(s->m, ks, total - pos) : 0;
 }
 
-/* Admits waiting jobs while the pool can hold what they may use (FIFO:
- * the head waits for blocks, nobody passes it). Lock held; drops it
- * around generator_start (the tokenizer's work). */
+/* Blocks a job takes to read the rest of its prompt and decode one token:
+ * what admission holds room for (issue 28: reserving prompt + max_tokens
+ * let one long request keep the pool from everyone; blocks are now taken
+ * as tokens appear, and a pool that runs out preempts, see step). */
+static uint32_t near_blocks(struct baton_sched *s, const struct job *j)
+{
+	if (!j->ks)
+		return (j->n_prompt + 1 + BATON_KV_BLOCK - 1) / BATON_KV_BLOCK;
+	uint32_t more = j->decoding ? 1 : j->n_prompt - j->fed + 1;
+	return model_seq_blocks_needed(s->m, j->ks, more);
+}
+
+/* Admits waiting jobs while fewer than max_seqs run and the pool holds
+ * the prompt of the next one besides what the running need next, with a
+ * block of room for each running sequence (so a job admitted is not
+ * preempted at once). First come first served: the head waits for
+ * blocks, nobody passes it; a preempted job goes back to the head. Lock
+ * held; drops it around generator_start (the tokenizer's work). */
 static void admit(struct baton_sched *s, struct job **done, struct job **admitted)
 {
 	uint32_t outstanding = 0;
 	for (uint32_t i = 0; i < s->n_run; i++)
-		outstanding += want_blocks(s, s->run[i], s->run[i]->ks);
+		outstanding += near_blocks(s, s->run[i]);
 	while (s->wait_head && s->n_run < s->o.max_seqs) {
 		struct job *j = s->wait_head;
 		if (!j->gs) {
@@ -135,8 +162,12 @@ static void admit(struct baton_sched *s, struct job **done, struct job **admitte
 				continue;
 			}
 			j->prompt = generator_seq_prompt(j->gs, &j->n_prompt);
+			j->orig = j->prompt;
+			j->n_orig = j->n_prompt;
 		}
-		uint32_t need = want_blocks(s, j, NULL), total = model_kv_blocks_total(s->m);
+		/* a request that could not run alone in the whole pool is refused:
+		 * so the oldest running sequence can always go on */
+		uint32_t need = j->begun ? 0 : want_blocks(s, j, NULL), total = model_kv_blocks_total(s->m);
 		uint32_t free_b = model_kv_free_blocks(s->m);
 		if (need > total) {
 			s->wait_head = j->next;
@@ -150,7 +181,10 @@ static void admit(struct baton_sched *s, struct job **done, struct job **admitte
 			end_job(done, j, BATON_ERANGE, err);
 			continue;
 		}
-		if (outstanding + need > free_b)
+		need = near_blocks(s, j);
+		if (need > total)
+			need = total; /* a prompt that fills the pool, max_tokens 1: the last token is never fed */
+		if (outstanding + need + s->n_run > free_b)
 			break; /* waits for blocks */
 		struct baton_seq *ks;
 		int rc = model_seq_open(s->m, &ks);
@@ -165,13 +199,58 @@ static void admit(struct baton_sched *s, struct job **done, struct job **admitte
 		*admitted = j;
 		s->run[s->n_run++] = j;
 		outstanding += need;
-		s->st.admitted++;
+		if (!j->begun)
+			s->st.admitted++; /* a preempted one comes back uncounted */
 	}
 }
 
-/* One forward pass over every running job; ends those that finished. No
- * lock held; the running table is the thread's to read. */
-static void step(struct baton_sched *s, struct job **done)
+/* The running job j gives its blocks back and goes to the head of the
+ * queue, to be read again from its tokens when it is admitted next
+ * (recompute: vLLM's default preemption). Its generator (sampler, text
+ * sent) is kept as it is. Lock held. */
+static int preempt(struct baton_sched *s, struct job *j)
+{
+	uint32_t n = j->n_orig + (j->decoding && j->n_out ? j->n_out - 1 : 0);
+	uint32_t *r = malloc((size_t)n * sizeof *r);
+	if (!r)
+		return BATON_ENOMEM;
+	memcpy(r, j->orig, (size_t)j->n_orig * sizeof *r);
+	if (j->decoding && j->n_out) {
+		memcpy(r + j->n_orig, j->out, (size_t)(j->n_out - 1) * sizeof *r);
+		j->resuming = 1; /* then decodes on from out[n_out - 1] */
+	} else {
+		j->resuming = 0; /* preempted in its prefill: it samples after it as before */
+	}
+	unrun(s, j);
+	model_seq_close(s->m, j->ks);
+	j->ks = NULL;
+	free(j->resume);
+	j->resume = r;
+	j->prompt = r;
+	j->n_prompt = n;
+	j->fed = 0;
+	j->decoding = 0;
+	j->next = s->wait_head;
+	s->wait_head = j;
+	if (!s->wait_tail)
+		s->wait_tail = j;
+	s->n_wait++;
+	s->st.preempted++;
+	return 0;
+}
+
+/* Blocks the step of the items planned takes from the pool. */
+static uint32_t step_blocks(struct baton_sched *s, uint32_t n)
+{
+	uint32_t need = 0;
+	for (uint32_t i = 0; i < n; i++)
+		need += model_seq_blocks_needed(s->m, s->items[i].seq, s->items[i].n);
+	return need;
+}
+
+/* The step's items: one token of each decoding job, then the next chunks
+ * of the prompts being read (s->o.chunk tokens over all of them). */
+static uint32_t plan(struct baton_sched *s)
 {
 	uint32_t n = 0, budget = s->o.chunk;
 	for (uint32_t i = 0; i < s->n_run; i++) {
@@ -192,6 +271,25 @@ static void step(struct baton_sched *s, struct job **done)
 		s->items[n] = (struct baton_step_item){ .seq = j->ks, .tokens = j->prompt + j->fed, .n = k };
 		s->item_job[n++] = j;
 	}
+	return n;
+}
+
+/* One forward pass over every running job; ends those that finished. No
+ * lock held; the running table is the thread's to read (and its
+ * membership changes under the lock). When the pool cannot hold the step,
+ * the youngest running jobs are preempted until it can; the oldest is
+ * never (it fits the pool alone: admit refuses any other). */
+static void step(struct baton_sched *s, struct job **done)
+{
+	uint32_t n = plan(s);
+	while (n && s->n_run > 1 && step_blocks(s, n) > model_kv_free_blocks(s->m)) {
+		pthread_mutex_lock(&s->mu);
+		int rc = preempt(s, s->run[s->n_run - 1]);
+		pthread_mutex_unlock(&s->mu);
+		if (rc)
+			break; /* no memory to keep its tokens: the step fails ENOSPC for all */
+		n = plan(s);
+	}
 	if (n == 0)
 		return;
 	int prc = model_step(s->m, s->items, n, s->logits);
@@ -211,11 +309,30 @@ static void step(struct baton_sched *s, struct job **done)
 			if (j->fed < j->n_prompt)
 				continue; /* more of its prompt in the next step */
 			j->decoding = 1;
+			if (j->resuming) {
+				/* read again after a preemption: decode on from the token
+				 * it had sampled (these logits were sampled before) */
+				j->resuming = 0;
+				j->next_tok = j->out[j->n_out - 1];
+				continue;
+			}
 		}
 		uint32_t t;
 		if ((rc = generator_seq_next(j->gs, s->logits + (size_t)i * s->vocab, &t, err, sizeof err)) != 0)
 			goto fail;
 		if (!generator_seq_finished(j->gs)) {
+			if (j->n_out == j->cap_out) {
+				uint32_t cap = j->cap_out ? 2 * j->cap_out : 64;
+				uint32_t *o = realloc(j->out, (size_t)cap * sizeof *o);
+				if (!o) {
+					rc = BATON_ENOMEM;
+					snprintf(err, sizeof err, "out of memory");
+					goto fail;
+				}
+				j->out = o;
+				j->cap_out = cap;
+			}
+			j->out[j->n_out++] = t;
 			j->next_tok = t;
 			continue;
 		}
@@ -259,6 +376,14 @@ static void reap_cancelled(struct baton_sched *s, struct job **done)
 			*pp = j->next;
 			s->n_wait--;
 			s->st.cancelled++;
+			if (j->begun) {
+				/* preempted: its answer began, it ends as a running one does */
+				generator_seq_cancel(j->gs);
+				char err[400] = "";
+				int rc = generator_seq_result(j->gs, &j->res, err, sizeof err);
+				end_job(done, j, rc, err);
+				continue;
+			}
 			end_job(done, j, BATON_ECLOSED, "cancelled: the client went away");
 		} else {
 			last = j;
@@ -345,6 +470,9 @@ static void *loop(void *arg)
 		}
 		pthread_mutex_unlock(&s->mu);
 		for (struct job *j = admitted; j; j = j->next) {
+			if (j->begun)
+				continue; /* back after a preemption */
+			j->begun = 1;
 			generator_seq_begin(j->gs);
 			if (j->cb.on_admit)
 				j->cb.on_admit(j->cb.arg);

@@ -7,11 +7,19 @@
  * on the text that became final, and ends finished sequences at once (their
  * blocks go back to the pool).
  *
- * Admission reserves the blocks a request can ever use (prompt +
- * max_tokens, capped by the context), so a running sequence never finds the
- * pool empty and no request is preempted; a request that needs more than
- * the whole pool is refused (BATON_ERANGE). Requests wait in a bounded
- * FIFO queue: sched_submit answers BATON_EBUSY when it is full.
+ * Admission holds room for a request's prompt and its first token only
+ * (plus a block for each running sequence); blocks are taken as tokens
+ * appear. When a step would need more blocks than are free, the youngest
+ * running sequences are preempted until it fits: their blocks go back,
+ * and they return to the head of the queue to be read again from their
+ * prompt and the tokens they had sampled (recompute), then decode on with
+ * the same sampler, so their answer goes on where it was. The oldest is
+ * never preempted, and a request that could not run alone in the whole
+ * pool (prompt + max_tokens, capped by the context) is refused
+ * (BATON_ERANGE), so the oldest always finishes. (Reserving prompt +
+ * max_tokens at admission, as before, let one request without max_tokens
+ * keep the pool from everyone: issue 28.) Requests wait in a bounded FIFO
+ * queue: sched_submit answers BATON_EBUSY when it is full.
  *
  * The engine's owner (work.c) brackets the work with hooks: begin() runs
  * on the scheduler thread before its first step after being idle (the
@@ -76,6 +84,7 @@ struct sched_stats {
 	uint64_t finished;           /* answered (cancelled ones included) */
 	uint64_t cancelled;          /* by sched_cancel or on_text, waiting or running */
 	uint64_t refused_busy;       /* submits answered EBUSY */
+	uint64_t preempted;          /* running jobs put back to be read again (the pool ran out) */
 	int held;                    /* between begin() and end() */
 };
 

@@ -13,11 +13,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "arena/arena.h"
 #include "engine/model/model_fixture.h"
 #include "engine/serve/sched.h"
+#include "text/text.h"
 #include "tests/t.h"
 
 /* models/kjv-qwen3-moe with its generator. */
@@ -315,6 +317,200 @@ static void t_small_pool(void)
 	rig_close(&r);
 }
 
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* Issue 28: one request without max_tokens reserved the rest of the
+ * context at admission, so with the default pool (one context) a short
+ * request waited for the long one's whole answer (4.14 s measured, 32 s
+ * behind six). Now admission holds the prompt only: the short request runs
+ * beside the long one and answers before it. */
+static void t_short_beside_long(void)
+{
+	struct rig r;
+	rig_open(&r, 256, 0 /* one context: 16 blocks */);
+	atomic_store(&hk.may, 1);
+	struct baton_sched *s;
+	T_EQ_INT(sched_open(r.g, NULL, &hooks, &s), 0);
+	static struct call lng[3], shrt;
+	/* the long ones never end early: their end-of-turn and EOS banned */
+	const text_tok *tok = generator_tokenizer(r.g);
+	int32_t *end = NULL;
+	size_t n_end = 0;
+	char err[256];
+	T_OK(text_encode(tok, "<|im_end|>", 10, 0, &end, &n_end, err, sizeof err));
+	T_EQ_INT(n_end, 1);
+	struct baton_logit_bias ban[2] = { { (uint32_t)end[0], -100 }, { (uint32_t)text_eos(tok), -100 } };
+	free(end);
+	double t0 = now_s();
+	for (int i = 0; i < 3; i++) {
+		make_call(&lng[i], i, 0.9f, 0 /* no max_tokens: to the end of the context */);
+		lng[i].q.sp.bias = ban;
+		lng[i].q.sp.n_bias = 2;
+		submit(s, &lng[i]);
+	}
+	usleep(20 * 1000);
+	make_call(&shrt, 4, 0, 4);
+	submit(s, &shrt);
+	wait_done(&shrt);
+	double t_short = now_s() - t0;
+	int long_done = 0;
+	for (int i = 0; i < 3; i++)
+		long_done += atomic_load(&lng[i].done);
+	struct sched_stats st;
+	sched_stats(s, &st);
+	T_EQ_INT(shrt.rc, 0);
+	printf("  short answered after %.3f s, %d of 3 long ones done then, %u running\n", t_short, long_done,
+	    st.running);
+	T_ASSERT_MSG(long_done < 3, "the short request waited for every long one");
+	for (int i = 0; i < 3; i++) {
+		wait_done(&lng[i]);
+		T_ASSERT_MSG(lng[i].rc == 0, "%s", lng[i].err);
+		T_EQ_STR(lng[i].res.finish, "length");
+	}
+	sched_stats(s, &st);
+	printf("  the long ones: %u, %u and %u tokens, all done after %.3f s; %llu preemptions\n",
+	    lng[0].res.n_tokens, lng[1].res.n_tokens, lng[2].res.n_tokens, now_s() - t0,
+	    (unsigned long long)st.preempted);
+	for (int i = 0; i < 3; i++)
+		generator_result_free(&lng[i].res);
+	generator_result_free(&shrt.res);
+	sched_close(s);
+	rig_close(&r);
+}
+
+/* A pool too small for what the running sequences grow to: the youngest
+ * are preempted and read again, and every answer is still the one it
+ * gives alone (greedy and sampled: the sampler goes on where it was). */
+static void t_preempt_recompute(void)
+{
+	struct rig r;
+	rig_open(&r, 256, 0);
+	static struct call c[4], alone[4];
+	char err[512];
+	for (int i = 0; i < 4; i++) {
+		make_call(&alone[i], i, i % 2 ? 0.9f : 0.0f, 60);
+		alone[i].q.on_text = NULL;
+		T_ASSERT_MSG(generator_run(r.g, &alone[i].q, &alone[i].res, err, sizeof err) == 0, "%s", err);
+	}
+	rig_close(&r);
+	rig_open(&r, 256, 6 /* 96 positions: any one fits, not all four */);
+	atomic_store(&hk.may, 1);
+	struct baton_sched *s;
+	T_EQ_INT(sched_open(r.g, NULL, &hooks, &s), 0);
+	for (int i = 0; i < 4; i++) {
+		make_call(&c[i], i, i % 2 ? 0.9f : 0.0f, 60);
+		submit(s, &c[i]);
+	}
+	unsigned total = 0;
+	for (int i = 0; i < 4; i++) {
+		wait_done(&c[i]);
+		T_ASSERT_MSG(c[i].rc == 0, "request %d: %s", i, c[i].err);
+		struct baton_gen_result *a = &alone[i].res, *b = &c[i].res;
+		T_ASSERT_MSG(a->n_tokens == b->n_tokens && memcmp(a->tokens, b->tokens, a->n_tokens * 4) == 0,
+		    "request %d: %u tokens with preemption, %u alone", i, b->n_tokens, a->n_tokens);
+		T_ASSERT(strcmp(a->text, b->text) == 0);
+		/* the stream said each piece once: no text twice after a recompute */
+		T_ASSERT(c[i].len == b->text_len && memcmp(c[i].text, b->text, b->text_len) == 0);
+		total += b->n_prompt + b->n_tokens;
+	}
+	struct sched_stats st;
+	sched_stats(s, &st);
+	printf("  %llu preemptions; %u positions in all through a pool of 96\n", (unsigned long long)st.preempted,
+	    total);
+	T_ASSERT_MSG(st.preempted > 0, "nothing was preempted: the test's pool is too large");
+	for (int i = 0; i < 200; i++) {
+		sched_stats(s, &st);
+		if (!st.held)
+			break;
+		usleep(1000);
+	}
+	T_EQ_INT(st.kv_free, st.kv_total);
+	sched_close(s);
+	for (int i = 0; i < 4; i++) {
+		generator_result_free(&alone[i].res);
+		generator_result_free(&c[i].res);
+	}
+	rig_close(&r);
+}
+
+/* Preempted ones that are cancelled, running or back in the queue, end
+ * as cancelled with their blocks free; the others are still answered as
+ * alone, and the pool is whole at the end. */
+static void t_preempt_and_cancel(void)
+{
+	struct rig r;
+	rig_open(&r, 256, 0);
+	enum { M = 6 };
+	static struct call c[M], alone[M];
+	char err[512];
+	/* no early ends: the end-of-turn and EOS banned */
+	const text_tok *tok = generator_tokenizer(r.g);
+	int32_t *end = NULL;
+	size_t n_end = 0;
+	T_OK(text_encode(tok, "<|im_end|>", 10, 0, &end, &n_end, err, sizeof err));
+	static struct baton_logit_bias ban[2];
+	ban[0] = (struct baton_logit_bias){ (uint32_t)end[0], -100 };
+	ban[1] = (struct baton_logit_bias){ (uint32_t)text_eos(tok), -100 };
+	free(end);
+	for (int i = 0; i < M; i++) {
+		make_call(&alone[i], i, 0.9f, 60);
+		alone[i].q.sp.bias = ban;
+		alone[i].q.sp.n_bias = 2;
+		alone[i].q.on_text = NULL;
+		T_ASSERT_MSG(generator_run(r.g, &alone[i].q, &alone[i].res, err, sizeof err) == 0, "%s", err);
+	}
+	rig_close(&r);
+	rig_open(&r, 256, 6);
+	atomic_store(&hk.may, 1);
+	struct baton_sched *s;
+	T_EQ_INT(sched_open(r.g, NULL, &hooks, &s), 0);
+	for (int i = 0; i < M; i++) {
+		make_call(&c[i], i, 0.9f, 60);
+		c[i].q.sp.bias = ban;
+		c[i].q.sp.n_bias = 2;
+		if (i % 2)
+			c[i].cancel_id_at = 10 + 6 * i; /* sched_cancel from its own stream, mid-answer */
+		submit(s, &c[i]);
+	}
+	int cancelled = 0;
+	for (int i = 0; i < M; i++) {
+		wait_done(&c[i]);
+		if (i % 2) {
+			/* cancelled: as "cancelled" when its answer began, else ECLOSED */
+			T_ASSERT_MSG(c[i].rc == 0 ? strcmp(c[i].res.finish, "cancelled") == 0 ||
+			    c[i].res.n_tokens == alone[i].res.n_tokens : c[i].rc == BATON_ECLOSED,
+			    "request %d: rc %d, %s", i, c[i].rc, c[i].err);
+			cancelled += c[i].rc == 0 && strcmp(c[i].res.finish, "cancelled") == 0;
+		} else {
+			T_ASSERT_MSG(c[i].rc == 0, "request %d: %s", i, c[i].err);
+			T_ASSERT(c[i].res.n_tokens == alone[i].res.n_tokens &&
+			    memcmp(c[i].res.tokens, alone[i].res.tokens, alone[i].res.n_tokens * 4) == 0);
+		}
+	}
+	struct sched_stats st;
+	for (int i = 0; i < 200; i++) {
+		sched_stats(s, &st);
+		if (!st.held)
+			break;
+		usleep(1000);
+	}
+	printf("  %llu preemptions, %d of 3 cancelled mid-answer\n", (unsigned long long)st.preempted, cancelled);
+	T_EQ_INT(st.kv_free, st.kv_total);
+	T_EQ_INT(st.running, 0);
+	T_EQ_INT(st.waiting, 0);
+	sched_close(s);
+	for (int i = 0; i < M; i++) {
+		generator_result_free(&alone[i].res);
+		generator_result_free(&c[i].res);
+	}
+	rig_close(&r);
+}
+
 /* may_admit no: nothing starts and the engine goes back (end); yes: on. */
 static void t_drain(void)
 {
@@ -354,4 +550,5 @@ static void t_drain(void)
 
 T_MAIN(T_CASE_TIMEOUT(t_batched_equals_alone, 120), T_CASE_TIMEOUT(t_queue_full, 60),
     T_CASE_TIMEOUT(t_cancel_frees_blocks, 60), T_CASE_TIMEOUT(t_small_pool, 120),
-    T_CASE_TIMEOUT(t_drain, 60))
+    T_CASE_TIMEOUT(t_drain, 60), T_CASE_TIMEOUT(t_short_beside_long, 120),
+    T_CASE_TIMEOUT(t_preempt_recompute, 120), T_CASE_TIMEOUT(t_preempt_and_cancel, 120))

@@ -29,9 +29,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/random.h>
 
 #include "arena/arena.h"
 #include "engine/serve/serve_int.h"
+#include "http/http.h"
 
 static void *receiver(void *arg)
 {
@@ -122,6 +124,18 @@ static void teardown(struct serve *s)
 	free(s);
 }
 
+/* 32 random bytes in hex: the HTTP token an engine under a broker makes. */
+static int make_token(char *out, size_t n)
+{
+	unsigned char r[32];
+	if (n < 2 * sizeof r + 1 || getrandom(r, sizeof r, 0) != (ssize_t)sizeof r)
+		return -1;
+	for (size_t i = 0; i < sizeof r; i++)
+		snprintf(out + 2 * i, 3, "%02x", r[i]);
+	explicit_bzero(r, sizeof r);
+	return 0;
+}
+
 int serve_open(const struct baton_serve_config *conf, struct serve **out, enum serve_broker_fail *fail)
 {
 	*out = NULL;
@@ -164,7 +178,8 @@ int serve_open(const struct baton_serve_config *conf, struct serve **out, enum s
 		cache_set_progress(engine_cache(s->e), serve_refill_step, NULL);
 	s->d_model = s->info.d_model;
 	/* A whole model (arena v2 with config.json) also speaks text. */
-	struct baton_model_opts mo = { .max_ctx = s->o.ctx, .kv_blocks = s->o.kv_blocks };
+	struct baton_model_opts mo = { .max_ctx = s->o.ctx, .kv_blocks = s->o.kv_blocks,
+		.content_special = s->o.content_special };
 	rc = generator_open(s->e, &mo, &s->gen, s->gen_error, sizeof s->gen_error);
 	if (rc == 0) {
 		struct baton_model *m = generator_model(s->gen);
@@ -196,6 +211,20 @@ int serve_open(const struct baton_serve_config *conf, struct serve **out, enum s
 			goto fail;
 		}
 	}
+	/* Under a broker the OpenAI API is the front door's way in, and only
+	 * its: with no --http-token-file the engine makes a token of its own
+	 * (on every request, reads too), tells it to the broker alone when it
+	 * registers, and the door sends it. A local user who is refused by the
+	 * door gets 401 here too (issue 28: engines were a back door around the
+	 * door's token, limits and policy). */
+	if (s->o.http && s->o.broker && !(s->o.http_token && s->o.http_token[0]) && http_is_loopback(s->o.http)) {
+		if ((rc = make_token(s->made_token, sizeof s->made_token)) != 0) {
+			serve_log(s, "cannot make the HTTP token: %s", strerror(errno));
+			rc = BATON_ESERVE_START;
+			goto fail;
+		}
+		s->o.http_token = s->made_token;
+	}
 	if (s->o.http) {
 		char herr[512] = "";
 		struct oai_server_opts oo = { .addr = s->o.http, .token = s->o.http_token, .model = s->model_name,
@@ -203,7 +232,7 @@ int serve_open(const struct baton_serve_config *conf, struct serve **out, enum s
 			.chat_template = s->gen ? generator_chat_template(s->gen) : NULL,
 			.tok = s->gen ? generator_tokenizer(s->gen) : NULL,
 			.max_model_len = s->gen ? model_max_ctx(generator_model(s->gen)) : 0,
-			.cors_origins = (const char *const *)s->o.cors_origins };
+			.cors_origins = (const char *const *)s->o.cors_origins, .content_special = s->o.content_special };
 		rc = s->sched ? oai_server_open(&oo, &s->oai, herr, sizeof herr) : BATON_EUNSUPPORTED;
 		if (rc) {
 			serve_log(s, "--http %s: %s", s->o.http, s->sched ? herr : s->gen_error);
@@ -228,6 +257,15 @@ int serve_open(const struct baton_serve_config *conf, struct serve **out, enum s
 
 	if (proto_ipc_dir(listen) != 0)
 		serve_log(s, "cannot create the directory of %s: %s", listen, strerror(errno));
+	/* Whoever can write the socket's directory could put their own socket
+	 * at its name (the broker and baton would send them the commands) or
+	 * take ours away: the broker's rule for its own (proto/base/trust.c). */
+	if (strncmp(listen, "ipc://", 6) == 0 &&
+	    (rc = baton_trust_dir_of(listen + 6, "the socket directory", err, sizeof err)) != 0) {
+		serve_log(s, "cannot listen on %s: %s", listen, err);
+		rc = BATON_EINVAL;
+		goto fail;
+	}
 	if ((rc = proto_server_open(&s->srv, listen, NULL)) != 0) {
 		serve_log(s, "cannot listen on %s: %s", listen, baton_strerror(rc));
 		s->srv = NULL;
@@ -267,6 +305,7 @@ int serve_open(const struct baton_serve_config *conf, struct serve **out, enum s
 			.gpu = s->info.gpu,
 			.model = s->model_name,
 			.http = serve_http_url(s),
+			.http_token = s->o.http_token,
 			.ctl = proto_server_url(s->srv),
 			.pid = (uint32_t)getpid(),
 			.device = (uint32_t)s->o.device,
@@ -352,5 +391,6 @@ void serve_close(struct serve *s)
 	char name[BATON_PROTO_MAX_NAME];
 	snprintf(name, sizeof name, "%s", s->o.name ? s->o.name : "?");
 	teardown(s);
-	fprintf(stderr, "baton-engine[%s]: stopped\n", name);
+	char stamp[48];
+	fprintf(stderr, "%sbaton-engine[%s]: stopped\n", serve_stamp(stamp, sizeof stamp), name);
 }

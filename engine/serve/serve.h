@@ -32,6 +32,7 @@ struct baton_serve_config {
 	uint32_t kv_blocks;      /* --kv-blocks: the KV pool; 0: one max_ctx sequence */
 	const char *http;        /* --http ADDR: the OpenAI-compatible API; NULL: off */
 	const char *http_token;  /* read from --http-token-file; NULL: none (loopback only) */
+	int content_special;     /* --special-tokens-in-content */
 	const char *served_model; /* --served-model-name; NULL: the arena's file name */
 	const char **cors_origins; /* --cors-origins: origins browsers may call --http from; NULL: none */
 };

@@ -80,6 +80,7 @@ struct serve {
 	uint32_t d_model;           /* set once at start */
 	char peer_gpu[64];          /* set once at start; "" without --peer-device */
 	struct baton_serve_config o;
+	char made_token[80];        /* the HTTP token made under a broker (o.http_token points here) */
 	struct serve_receiver rx[RECEIVERS];
 	int nth;                    /* receivers started */
 };
@@ -87,6 +88,9 @@ struct serve {
 /* ---- status.c: the snapshot, logging, replies, what others read -------- */
 
 void serve_log(struct serve *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The UTC stamp a log line starts with ("2026-12-01T21:50:07.611Z "), or
+ * "" under journald (JOURNAL_STREAM set): into stamp, returned. */
+const char *serve_stamp(char *stamp, size_t len);
 /* Refreshes the STATUS snapshot (state NULL: from the cache's); the
  * caller holds run_mu. */
 void serve_snapshot(struct serve *s, const char *state);

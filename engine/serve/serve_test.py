@@ -8,6 +8,7 @@ kills them at the end. The last line is "N passed, N failed".
 """
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -223,6 +224,10 @@ def t_sigterm_gives_memory_back(c):
     assert ea.wait(10) == 0
     after = ok(call(eb.url, "status"))["free"]
     assert after - before >= held, (before, after, held)
+    # its log lines carry the UTC time, as the broker's do
+    lines = [ln for ln in open(c.log("a")).read().splitlines() if "baton-engine[a]: " in ln]
+    assert lines and all(re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z baton-engine\[a\]: ", ln)
+                         for ln in lines), lines
 
 
 def t_kill9_gives_memory_back(c):

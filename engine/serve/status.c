@@ -6,19 +6,48 @@
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "engine/serve/serve_int.h"
 
+/* As the broker's lines (broker/events.c): each stamped with the UTC time
+ * to the millisecond, unless under journald (JOURNAL_STREAM set: the
+ * journal stamps it). */
+const char *serve_stamp(char *stamp, size_t len)
+{
+	stamp[0] = 0;
+	const char *js = getenv("JOURNAL_STREAM");
+	if (!js || !*js) {
+		struct timespec ts;
+		struct tm tm;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		gmtime_r(&ts.tv_sec, &tm);
+		size_t n = strftime(stamp, len, "%Y-%m-%dT%H:%M:%S", &tm);
+		snprintf(stamp + n, len - n, ".%03ldZ ", ts.tv_nsec / 1000000L);
+	}
+	return stamp;
+}
+
+/* One write per line: stderr is unbuffered, and a line written in pieces
+ * is cut by another thread's line (a pipe or the journal shows it). */
 void serve_log(struct serve *s, const char *fmt, ...)
 {
+	char stamp[48], line[2048];
+	serve_stamp(stamp, sizeof stamp);
+	int n = snprintf(line, sizeof line, "%sbaton-engine[%s]: ", stamp, s->o.name ? s->o.name : "?");
 	va_list ap;
 	va_start(ap, fmt);
-	fprintf(stderr, "baton-engine[%s]: ", s->o.name ? s->o.name : "?");
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
+	if (n > 0 && (size_t)n < sizeof line)
+		vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
 	va_end(ap);
+	size_t l = strlen(line);
+	if (l + 1 >= sizeof line)
+		l = sizeof line - 2; /* cut: still one line */
+	line[l] = '\n';
+	line[l + 1] = 0;
+	fputs(line, stderr);
 }
 
 /* The state's name: a cache that maps nothing is "released", also a

@@ -2,6 +2,7 @@
  * device.c: the shared capacity of a host "device" (see device.h).
  */
 #include "engine/backend/host/device.h"
+#include "engine/backend/host/host.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -463,4 +464,53 @@ uint64_t hostdev_charged(const struct hostdev *h)
 const char *hostdev_path(const struct hostdev *h)
 {
 	return h->path;
+}
+
+/* host.h: what the device charges each live process, read under a shared
+ * lock without becoming an owner (the broker's measure, as NVML's per
+ * process on a GPU). */
+int host_device_owners(int index, struct host_device_owner *out, size_t cap, size_t *n_out)
+{
+	*n_out = 0;
+	if (index < 0 || index > HOSTDEV_MAX_INDEX)
+		return BATON_EINVAL;
+	const char *dir = getenv("BATON_HOSTDEV_DIR");
+	if (!dir || !*dir)
+		dir = HOSTDEV_DEFAULT_DIR;
+	char path[PATH_MAX];
+	if ((size_t)snprintf(path, sizeof path, "%s/hostdev-%d", dir, index) >= sizeof path)
+		return BATON_ECONFIG;
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return errno == ENOENT ? BATON_ENODEV : BATON_EIO;
+	struct hd_state *st = malloc(sizeof *st);
+	int rc = st ? 0 : BATON_ENOMEM;
+	if (rc == 0 && flock(fd, LOCK_SH) != 0)
+		rc = BATON_EIO;
+	ssize_t got = 0;
+	while (rc == 0 && (size_t)got < sizeof *st) {
+		ssize_t k = read(fd, (char *)st + got, sizeof *st - (size_t)got);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			break;
+		got += k;
+	}
+	close(fd); /* the lock goes with it */
+	if (rc == 0 && ((size_t)got != sizeof *st || memcmp(st->hdr.magic, HOSTDEV_MAGIC, 8) != 0 ||
+	    st->hdr.version != HOSTDEV_VERSION || st->hdr.n_owners != HOSTDEV_MAX_OWNERS))
+		rc = BATON_EIO;
+	for (size_t i = 0; rc == 0 && i < HOSTDEV_MAX_OWNERS && *n_out < cap; i++) {
+		const struct hostdev_file_owner *o = &st->own[i];
+		uint64_t start;
+		int zombie;
+		if (o->pid <= 0 || hostdev_proc_start(o->pid, &start, &zombie) != 0 || zombie ||
+		    (o->start_time && start && start != o->start_time))
+			continue;
+		out[*n_out].pid = o->pid;
+		out[*n_out].bytes = o->bytes;
+		(*n_out)++;
+	}
+	free(st);
+	return rc;
 }

@@ -33,10 +33,25 @@
 #ifndef BATON_ENGINE_BACKEND_HOST_H
 #define BATON_ENGINE_BACKEND_HOST_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "arena/arena.h" /* the f16/bf16 codec, dtypes */
 #include "engine/backend/backend.h"
+
+/* ---- device.c: what the host device charges each process -------------- */
+
+/* The live processes that hold memory of host device `index`
+ * ($BATON_HOSTDEV_DIR/hostdev-<index>) and how much each, up to cap; the
+ * broker's measure per process on the host backend, as NVML's is on a
+ * GPU. Read under a shared lock, without opening the device.
+ * BATON_ENODEV when no process ever opened it, BATON_EIO when its file is
+ * not a host device's. */
+struct host_device_owner {
+	int pid;
+	uint64_t bytes;
+};
+int host_device_owners(int index, struct host_device_owner *out, size_t cap, size_t *n_out);
 
 /* ---- dtype.c ------------------------------------------------------------ */
 
