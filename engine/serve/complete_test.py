@@ -93,7 +93,7 @@ def t_bad_requests(c):
         (dict(messages=m, top_p=1.5), "invalid", "top_p"),
         (dict(messages=m, max_tokens=0), "invalid", "max_tokens"),
         (dict(messages=m, tools=[{"type": "function"}]), "invalid", "tools[0]"),
-        (dict(messages=m, tool_choice="required"), "unsupported", "tool_choice"),
+        (dict(messages=m, tool_choice="required"), "invalid", "tool_choice"),
         (dict(messages=m, stream=True), "unsupported", "stream"),
         (dict(messages=m, logprobs=True), "unsupported", "logprobs"),
         (dict(prompt="x", echo=True), "unsupported", "echo"),

@@ -579,9 +579,54 @@ static int check_tool(json_t *t, size_t i, struct oai_error *e)
 		    param);
 	if (de && !json_is_null(de) && !json_is_string(de))
 		return oai_errorf(e, 400, INVALID, NULL, param, "%s.function.description: want a string", param);
-	if (st && json_is_true(st))
-		return oai_errorf(e, 400, INVALID, "unsupported_parameter", param, "%s.function.strict: true needs "
-		    "constrained decoding, which this engine does not do yet (send strict: false)", param);
+	if (st && !json_is_null(st) && !json_is_boolean(st))
+		return oai_errorf(e, 400, INVALID, NULL, param, "%s.function.strict: want true or false", param);
+	return 0;
+}
+
+/* tool_choice "required" or a named function: the output is made a tool
+ * call by the grammar (vLLM's way): for a named one its arguments, a
+ * document of its parameters' schema; for "required" an array of one or
+ * more {"name", "arguments"} of the tools (one with parallel_tool_calls
+ * false). */
+static int forced_tool_grammar(struct oai_request *r, const char *name, struct oai_error *e)
+{
+	json_t *schema = NULL;
+	size_t i;
+	json_t *t;
+	if (name) {
+		json_array_foreach(r->tools, i, t) {
+			json_t *fn = json_object_get(t, "function");
+			if (strcmp(json_string_value(json_object_get(fn, "name")), name) == 0) {
+				json_t *pa = json_object_get(fn, "parameters");
+				schema = pa && !json_is_null(pa) ? json_incref(pa) : json_pack("{s:s}", "type", "object");
+			}
+		}
+		if (!schema)
+			return oai_errorf(e, 400, INVALID, NULL, "tool_choice", "tool_choice: no tool is named '%.60s'",
+			    name);
+	} else {
+		json_t *any = json_array();
+		json_array_foreach(r->tools, i, t) {
+			json_t *fn = json_object_get(t, "function"), *pa = json_object_get(fn, "parameters");
+			json_array_append_new(any, json_pack("{s:s, s:{s:{s:O}, s:O}, s:[s, s], s:b}", "type", "object",
+			    "properties", "name", "const", json_object_get(fn, "name"), "arguments",
+			    pa && !json_is_null(pa) ? pa : json_pack("{s:s}", "type", "object"), "required", "name",
+			    "arguments", "additionalProperties", 0));
+		}
+		schema = json_pack("{s:s, s:i, s:{s:o}}", "type", "array", "minItems", 1, "items", "anyOf", any);
+		if (schema && !r->parallel_tool_calls)
+			json_object_set_new(schema, "maxItems", json_integer(1));
+	}
+	char err[400] = "";
+	int rc = schema ? gram_compile_schema(&r->grammar, schema, err, sizeof err) : BATON_ENOMEM;
+	json_decref(schema);
+	if (rc == BATON_EUNSUPPORTED || rc == BATON_EINVAL)
+		return oai_errorf(e, 400, INVALID, rc == BATON_EUNSUPPORTED ? "unsupported_parameter" : NULL, "tools",
+		    "tools: a forced tool_choice enforces the parameters' schema, and %s", err);
+	if (rc)
+		return oai_errorf(e, 500, "server_error", NULL, NULL, "tool_choice: %s", baton_strerror(rc));
+	r->q.grammar = r->grammar;
 	return 0;
 }
 
@@ -612,10 +657,16 @@ static int parse_chat_extras(json_t *root, struct oai_request *r, struct oai_err
 			r->tool_choice = OAI_TC_NONE;
 		else if (c && strcmp(c, "auto") == 0)
 			r->tool_choice = OAI_TC_AUTO;
-		else if ((c && strcmp(c, "required") == 0) || json_is_object(tc))
-			return oai_errorf(e, 400, INVALID, "unsupported_parameter", "tool_choice", "tool_choice: %s "
-			    "needs constrained decoding, which this engine does not do yet: send \"auto\" or \"none\"",
-			    c ? "\"required\"" : "a named function");
+		else if (c && strcmp(c, "required") == 0)
+			r->tool_choice = OAI_TC_REQUIRED;
+		else if (json_is_object(tc) && json_is_string(json_object_get(json_object_get(tc, "function"), "name")) &&
+		    json_is_string(json_object_get(tc, "type")) &&
+		    strcmp(json_string_value(json_object_get(tc, "type")), "function") == 0) {
+			r->tool_choice = OAI_TC_NAMED;
+			r->tool_name = json_string_value(json_object_get(json_object_get(tc, "function"), "name"));
+		} else if (json_is_object(tc))
+			return oai_errorf(e, 400, INVALID, "unsupported_parameter", "tool_choice", "tool_choice: only "
+			    "\"none\", \"auto\", \"required\" and {\"type\": \"function\", \"function\": {\"name\"}}");
 		else
 			return oai_errorf(e, 400, INVALID, NULL, "tool_choice", "tool_choice: want \"none\", \"auto\", "
 			    "\"required\" or {\"type\": \"function\", \"function\": {\"name\"}}");
@@ -624,6 +675,25 @@ static int parse_chat_extras(json_t *root, struct oai_request *r, struct oai_err
 	if (ptc && !json_is_boolean(ptc))
 		return oai_errorf(e, 400, INVALID, NULL, "parallel_tool_calls", "parallel_tool_calls: want true or false");
 	r->parallel_tool_calls = !ptc || json_is_true(ptc);
+	if (r->tool_choice == OAI_TC_REQUIRED || r->tool_choice == OAI_TC_NAMED) {
+		if (!r->tools)
+			return oai_errorf(e, 400, INVALID, NULL, "tool_choice", "tool_choice: %s needs tools",
+			    r->tool_choice == OAI_TC_NAMED ? "a named function" : "\"required\"");
+		if (forced_tool_grammar(r, r->tool_choice == OAI_TC_NAMED ? r->tool_name : NULL, e))
+			return e->status;
+	} else if (r->tools) {
+		/* strict: true is enforced only where the whole output is the call */
+		size_t i;
+		json_t *t;
+		json_array_foreach(r->tools, i, t)
+			if (json_is_true(json_object_get(json_object_get(t, "function"), "strict"))) {
+				char param[48];
+				snprintf(param, sizeof param, "tools[%zu]", i);
+				return oai_errorf(e, 400, INVALID, "unsupported_parameter", param, "%s.function.strict: "
+				    "true is enforced with tool_choice \"required\" or a named function; with \"auto\" the "
+				    "call inside free text is not (send strict: false, or force the tool)", param);
+			}
+	}
 	json_t *re = field(root, "reasoning_effort");
 	if (re) {
 		static const char *const ok[] = { "none", "minimal", "low", "medium", "high", NULL };
@@ -670,6 +740,9 @@ static int parse_response_format(json_t *root, struct oai_request *r, struct oai
 	int rc;
 	if (strcmp(t, "text") == 0)
 		return 0;
+	if (r->grammar)
+		return oai_errorf(e, 400, INVALID, "unsupported_parameter", P, "response_format: with a forced "
+		    "tool_choice the output is the tool call; send one of them");
 	if (strcmp(t, "json_object") == 0) {
 		rc = gram_compile_json_object(&r->grammar, err, sizeof err);
 	} else if (strcmp(t, "json_schema") == 0) {
@@ -985,7 +1058,8 @@ int oai_bind(struct oai_request *r, const struct oai_caps *c, struct oai_error *
 {
 	if (r->kind != OAI_CHAT)
 		return 0;
-	if (r->tools && c->tools == OAI_TOOLS_NONE) {
+	if (r->tools && c->tools == OAI_TOOLS_NONE && r->tool_choice != OAI_TC_REQUIRED &&
+	    r->tool_choice != OAI_TC_NAMED) { /* a forced call is the grammar's: any template */
 		if (r->tool_choice != OAI_TC_NONE)
 			return oai_errorf(e, 400, INVALID, "unsupported_parameter", "tools", "tools: this model's chat "
 			    "template takes no tools in a format this engine reads (Hermes/Qwen <tool_call>, "

@@ -45,7 +45,7 @@ struct oai_error {
 };
 
 /* tool_choice: what the model may do with the request's tools. */
-enum oai_tool_choice { OAI_TC_AUTO = 0, OAI_TC_NONE = 1 };
+enum oai_tool_choice { OAI_TC_AUTO = 0, OAI_TC_NONE = 1, OAI_TC_REQUIRED = 2, OAI_TC_NAMED = 3 };
 
 /* logit_bias entries of one request (OpenAI allows any number; a bound). */
 #define OAI_MAX_LOGIT_BIAS 1024u
@@ -66,6 +66,7 @@ struct oai_request {
 	/* tools: the request's array (in root), NULL when absent or empty */
 	json_t *tools;
 	enum oai_tool_choice tool_choice;
+	const char *tool_name;   /* OAI_TC_NAMED: the function */
 	int parallel_tool_calls; /* default 1 */
 	const char *reasoning_effort; /* NULL when not given */
 	int logprobs;          /* chat logprobs: true; completions logprobs given */
@@ -96,6 +97,9 @@ enum oai_tool_format {
 	OAI_TOOLS_HERMES,       /* <tool_call>{"name", "arguments"}</tool_call>: Qwen2.5/3, Hermes */
 	OAI_TOOLS_QWEN3_CODER,  /* <tool_call><function=N><parameter=P>v</parameter></function></tool_call> */
 	OAI_TOOLS_MISTRAL,      /* [TOOL_CALLS][{...}] or [TOOL_CALLS]name[ARGS]{...} */
+	/* tool_choice forced (the grammar makes the output the call): */
+	OAI_TOOLS_FORCED_NAMED, /* the output is the named function's arguments */
+	OAI_TOOLS_FORCED_ARRAY, /* the output is [{"name", "arguments"}, ...] */
 };
 struct oai_caps {
 	enum oai_tool_format tools;
@@ -143,6 +147,7 @@ struct oai_split {
 	enum oai_tool_format fmt;  /* NONE: no tool calls are looked for */
 	int think, parallel;
 	const json_t *tools;       /* the request's tools (parameter types); may be NULL */
+	const char *forced_name;   /* OAI_TOOLS_FORCED_NAMED: the function */
 	uint64_t rng;
 	oai_piece_fn fn;
 	void *arg;

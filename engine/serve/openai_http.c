@@ -526,9 +526,13 @@ static struct oreq *prepare(struct oai_server *s, struct baton_http_req *r, enum
 		return NULL;
 	}
 	if (kind == OAI_CHAT) {
-		enum oai_tool_format f = q->q.tools && q->q.tool_choice == OAI_TC_AUTO ? s->caps.tools : OAI_TOOLS_NONE;
-		q->split_on = f != OAI_TOOLS_NONE || s->caps.think;
-		oai_split_init(&q->sp, f, s->caps.think, q->q.parallel_tool_calls, q->q.tools, random64(), on_piece, q);
+		enum oai_tool_format f = !q->q.tools ? OAI_TOOLS_NONE : q->q.tool_choice == OAI_TC_AUTO ? s->caps.tools :
+		    q->q.tool_choice == OAI_TC_NAMED ? OAI_TOOLS_FORCED_NAMED :
+		    q->q.tool_choice == OAI_TC_REQUIRED ? OAI_TOOLS_FORCED_ARRAY : OAI_TOOLS_NONE;
+		int think = s->caps.think && f != OAI_TOOLS_FORCED_NAMED && f != OAI_TOOLS_FORCED_ARRAY;
+		q->split_on = f != OAI_TOOLS_NONE || think;
+		oai_split_init(&q->sp, f, think, q->q.parallel_tool_calls, q->q.tools, random64(), on_piece, q);
+		q->sp.forced_name = q->q.tool_name;
 	}
 	q->srv = s;
 	q->r = r;

@@ -70,9 +70,18 @@ static void t_errors(void)
 {
 	static const struct { int kind; const char *body; int status; const char *param, *code, *text; } c[] = {
 		{ OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"required\"}", 400,
-		  "tool_choice", "unsupported_parameter", "constrained decoding" },
+		  "tool_choice", NULL, "needs tools" },
 		{ OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":{\"type\":\"function\","
-		  "\"function\":{\"name\":\"f\"}}}", 400, "tool_choice", "unsupported_parameter", "named function" },
+		  "\"function\":{\"name\":\"f\"}}}", 400, "tool_choice", NULL, "needs tools" },
+		{ OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\","
+		  "\"function\":{\"name\":\"g\"}}],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}}}",
+		  400, "tool_choice", NULL, "no tool is named 'f'" },
+		{ OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\","
+		  "\"function\":{\"name\":\"g\"}}],\"tool_choice\":{\"type\":\"allowed_tools\"}}", 400, "tool_choice",
+		  "unsupported_parameter", "only" },
+		{ OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\","
+		  "\"function\":{\"name\":\"g\"}}],\"tool_choice\":\"required\",\"response_format\":{\"type\":"
+		  "\"json_object\"}}", 400, "response_format", "unsupported_parameter", "send one of them" },
 		{ OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\"}]}",
 		  400, "tools[0]", NULL, "name: required" },
 		{ OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\","
@@ -256,6 +265,20 @@ static void t_tools(void)
 	T_EQ_INT(c.tools, OAI_TOOLS_MISTRAL);
 	T_EQ_INT(oai_bind(&r, &c, &e), 0);
 	T_ASSERT(r.q.keep_special);
+	oai_request_free(&r);
+	/* a forced tool_choice: the grammar makes the output the call; strict is then enforced */
+	T_EQ_INT(parse(OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":"
+	    "\"function\",\"function\":{\"name\":\"f\",\"strict\":true,\"parameters\":{\"type\":\"object\","
+	    "\"properties\":{\"a\":{\"type\":\"integer\"}},\"required\":[\"a\"]}}}],\"tool_choice\":{\"type\":"
+	    "\"function\",\"function\":{\"name\":\"f\"}}}", &r, &e), 0);
+	T_ASSERT(r.tool_choice == OAI_TC_NAMED && strcmp(r.tool_name, "f") == 0 && r.q.grammar != NULL);
+	oai_caps_of("{{ messages }}", &c); /* any template: the call is the grammar's */
+	T_EQ_INT(oai_bind(&r, &c, &e), 0);
+	oai_request_free(&r);
+	T_EQ_INT(parse(OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":"
+	    "\"function\",\"function\":{\"name\":\"f\"}}],\"tool_choice\":\"required\",\"parallel_tool_calls\":false}",
+	    &r, &e), 0);
+	T_ASSERT(r.tool_choice == OAI_TC_REQUIRED && r.q.grammar != NULL);
 	oai_request_free(&r);
 	/* reasoning_effort "none" turns thinking off where the template has the switch */
 	T_EQ_INT(parse(OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"reasoning_effort\":\"none\"}",

@@ -158,8 +158,8 @@ def t_npm_client(c):
     assert 0 < len(lp) <= 6 and all(len(x["top_logprobs"]) == 2 and x["token"] == x["top_logprobs"][0]["token"]
                                     for x in lp), lp
     assert got["echo"].startswith("In the beginning") and got["echo"] != "In the beginning", got["echo"]
-    r = got["required"]
-    assert r["status"] == 400 and r["param"] == "tool_choice" and "constrained decoding" in r["message"], got
+    r = got["required_no_tools"]
+    assert r["status"] == 400 and r["param"] == "tool_choice" and "needs tools" in r["message"], got
     hb = health(e)
     assert hb["ignored_fields"]["frobnicate"] >= 1, hb
     return "openai %s" % json.load(open(os.path.join(dest, "node_modules", "openai", "package.json")))["version"]
@@ -195,6 +195,10 @@ def t_tools_and_reasoning(c):
     ts = got["tool_stream"]
     assert ts["finish"] == "tool_calls" and ts["content"] == "" and len(ts["calls"]) == 1, ts
     assert ts["calls"][0]["function"] == call["function"], ts
+    r = got["required"]  # tool_choice "required" (the grammar's)
+    assert r["finish"] == "tool_calls" and r["content"] is None and len(r["calls"]) >= 1, got
+    assert all(x["function"]["name"] in ("f", "g") and json.loads(x["function"]["arguments"]) == {}
+               for x in r["calls"]), r
     ta = got["tool_answer"]
     assert ta["calls"] is None and isinstance(ta["content"], str) and ta["finish"] in ("stop", "length"), ta
     # the round trip's prompt holds the call and the tool's answer, as Qwen3's template writes them
@@ -221,6 +225,22 @@ def t_tools_and_reasoning(c):
         {"role": "user", "content": "What is the weather in Paris?"}], "max_tokens": 64, "tool_choice": "none",
         "tools": [{"type": "function", "function": {"name": "get_weather"}}]})
     assert st == 200 and b4["choices"][0]["message"]["content"] == FORCED_CALL, b4
+    # a named tool_choice: the grammar makes the output that call, its arguments valid for the schema
+    forced = {"messages": [{"role": "user", "content": "Tell me of light."}], "max_tokens": 96, "seed": 4,
+              "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+              "tools": [{"type": "function", "function": {"name": "get_weather", "strict": True, "parameters": {
+                  "type": "object", "properties": {"city": {"type": "string", "maxLength": 12}},
+                  "required": ["city"], "additionalProperties": False}}}]}
+    st, fb, _ = e.http.post("/v1/chat/completions", forced)
+    fm = fb["choices"][0]["message"]
+    assert st == 200 and fb["choices"][0]["finish_reason"] == "tool_calls" and fm["content"] is None, fb
+    args = json.loads(fm["tool_calls"][0]["function"]["arguments"])
+    assert fm["tool_calls"][0]["function"]["name"] == "get_weather" and set(args) == {"city"}, fm
+    assert isinstance(args["city"], str) and len(args["city"]) <= 12, args
+    ev, _ = sse(e.http, "/v1/chat/completions", dict(forced, stream=True))
+    frags = [tc["function"].get("arguments", "") for x in ev[:-1] if x["choices"]
+             for tc in x["choices"][0]["delta"].get("tool_calls", [])]
+    assert "".join(frags) == fm["tool_calls"][0]["function"]["arguments"] and len(frags) > 2, frags
     # reasoning split out of the content, whole and streamed (the client's and raw HTTP)
     assert got["reasoning"] == {"content": "Let there be light.", "reasoning": "I ponder the light."}, got
     assert got["reasoning_stream"] == got["reasoning"], got

@@ -83,6 +83,8 @@ const char *oai_tool_format_name(enum oai_tool_format f)
 	case OAI_TOOLS_HERMES: return "hermes";
 	case OAI_TOOLS_QWEN3_CODER: return "qwen3_coder";
 	case OAI_TOOLS_MISTRAL: return "mistral";
+	case OAI_TOOLS_FORCED_NAMED: return "forced";
+	case OAI_TOOLS_FORCED_ARRAY: return "required";
 	default: return "none";
 	}
 }
@@ -370,11 +372,60 @@ static int content_out(struct oai_split *s, const char *t, size_t n)
 	return oai_buf_put(&s->ws, t + k, n - k);
 }
 
+/* A forced named call: the output is its arguments, streamed as they
+ * come (the grammar's surrounding whitespace left out). */
+static int forced_named(struct oai_split *s, const char *t, size_t n, int final)
+{
+	if (s->n_calls == 0) {
+		while (n && is_ws(*t))
+			t++, n--;
+		if (!n)
+			return 0;
+		struct oai_tool_call c = { .index = 0, .name = s->forced_name ? s->forced_name : "" };
+		call_id(s, c.id, sizeof c.id);
+		s->n_calls = 1;
+		s->fn(s->arg, OAI_P_TOOL_START, NULL, 0, &c);
+	}
+	size_t k = n;
+	while (k && is_ws(t[k - 1]))
+		k--;
+	struct oai_tool_call c = { .index = 0 };
+	if (k) {
+		if (s->ws.n)
+			s->fn(s->arg, OAI_P_TOOL_ARGS, s->ws.p, s->ws.n, &c);
+		s->ws.n = 0;
+		s->fn(s->arg, OAI_P_TOOL_ARGS, t, k, &c);
+	}
+	if (final)
+		return 0;
+	return oai_buf_put(&s->ws, t + k, n - k);
+}
+
 /* The tool stage: content in, content and calls out. */
 static int tools_push(struct oai_split *s, const char *t, size_t n, int final)
 {
 	if (s->fmt == OAI_TOOLS_NONE)
 		return content_out(s, t, n);
+	if (s->fmt == OAI_TOOLS_FORCED_NAMED)
+		return forced_named(s, t, n, final);
+	if (s->fmt == OAI_TOOLS_FORCED_ARRAY) { /* the whole output: an array of calls, at the end */
+		if (oai_buf_put(&s->thold, t, n))
+			return -1;
+		if (!final)
+			return 0;
+		json_t *a = json_loadb(s->thold.p, s->thold.n, 0, NULL);
+		size_t i;
+		json_t *o;
+		int bad = !json_is_array(a) || json_array_size(a) == 0;
+		json_array_foreach(a, i, o)
+			if (!bad && (!json_is_object(o) || call_json(s, o)))
+				bad = 1;
+		json_decref(a);
+		if (bad && s->n_calls == 0 && content_out(s, s->thold.p, s->thold.n)) /* cut short: text */
+			return -1;
+		s->thold.n = 0;
+		return 0;
+	}
 	if (oai_buf_put(&s->thold, t, n))
 		return -1;
 	for (;;) {

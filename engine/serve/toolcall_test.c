@@ -191,6 +191,37 @@ static void t_reasoning(void)
 	T_EQ_INT(g.n_calls, 1);
 }
 
+/* A forced tool_choice: the output is the call (the grammar's). */
+static void t_forced(void)
+{
+	struct got g;
+	struct oai_split sp;
+	for (int bytes = 0; bytes < 2; bytes++) {
+		memset(&g, 0, sizeof g);
+		oai_split_init(&sp, OAI_TOOLS_FORCED_NAMED, 0, 1, NULL, 5, on_piece, &g);
+		sp.forced_name = "get_weather";
+		const char *t = " {\"city\": \"Paris\"} \n";
+		if (bytes)
+			for (size_t i = 0; t[i]; i++)
+				T_EQ_INT(oai_split_push(&sp, t + i, 1), 0);
+		else
+			T_EQ_INT(oai_split_push(&sp, t, strlen(t)), 0);
+		T_EQ_INT(oai_split_finish(&sp), 0);
+		oai_split_free(&sp);
+		T_EQ_INT(g.n_calls, 1);
+		T_ASSERT(strcmp(g.names[0], "get_weather") == 0);
+		T_ASSERT_MSG(strcmp(g.args[0], "{\"city\": \"Paris\"}") == 0, "'%s'", g.args[0]);
+		T_ASSERT(g.content[0] == '\0' && (bytes ? g.frags > 2 : g.frags == 1));
+	}
+	split(OAI_TOOLS_FORCED_ARRAY, 0, 1, "[{\"name\": \"f\", \"arguments\": {}}, {\"name\": \"g\", \"arguments\": "
+	    "{\"x\": 1}}]", &g);
+	T_EQ_INT(g.n_calls, 2);
+	T_ASSERT(strcmp(g.names[1], "g") == 0 && strcmp(g.args[1], "{\"x\":1}") == 0 && g.content[0] == '\0');
+	/* cut short by max_tokens: no call, the text as content */
+	split(OAI_TOOLS_FORCED_ARRAY, 0, 1, "[{\"name\": \"f\", \"argu", &g);
+	T_ASSERT(g.n_calls == 0 && strcmp(g.content, "[{\"name\": \"f\", \"argu") == 0);
+}
+
 /* The template's source names the formats. */
 static void t_caps(void)
 {
@@ -204,4 +235,4 @@ static void t_caps(void)
 	T_ASSERT(strcmp(oai_tool_format_name(OAI_TOOLS_MISTRAL), "mistral") == 0);
 }
 
-T_MAIN(T_CASE(t_hermes), T_CASE(t_qwen3_coder), T_CASE(t_mistral), T_CASE(t_reasoning), T_CASE(t_caps))
+T_MAIN(T_CASE(t_hermes), T_CASE(t_qwen3_coder), T_CASE(t_mistral), T_CASE(t_reasoning), T_CASE(t_forced), T_CASE(t_caps))

@@ -64,11 +64,10 @@ const echo = await client.completions.create({ model, prompt: "In the beginning"
                                                echo: true });
 out.echo = echo.choices[0].text;
 try {
-  await client.chat.completions.create({ model, messages, tools: [{ type: "function", function: { name: "f" } }],
-                                         tool_choice: "required" });
-  out.required = null;
+  await client.chat.completions.create({ model, messages, tool_choice: "required" });
+  out.required_no_tools = null;
 } catch (e) {
-  out.required = { status: e.status, param: e.param, message: e.message };
+  out.required_no_tools = { status: e.status, param: e.param, message: e.message };
 }
 
 // A tool round trip. With BATON_TEST_FORCE set (the engine's test hook), the question about Paris is
@@ -101,6 +100,14 @@ if (process.env.BATON_TOOL_TEST) {
   });
   out.tool_answer = { finish: t2.choices[0].finish_reason, content: t2.choices[0].message.content,
                       calls: t2.choices[0].message.tool_calls || null, prompt_tokens: t2.usage.prompt_tokens };
+  // tool_choice "required": the grammar makes the output a call of one of the tools
+  const empty = { type: "object", properties: {}, additionalProperties: false };
+  const req = await client.chat.completions.create({ model, messages, tool_choice: "required", max_tokens: 400, seed: 2,
+                                                     parallel_tool_calls: false,
+                                                     tools: [{ type: "function", function: { name: "f", parameters: empty } },
+                                                             { type: "function", function: { name: "g", parameters: empty } }] });
+  out.required = { finish: req.choices[0].finish_reason, content: req.choices[0].message.content,
+                   calls: req.choices[0].message.tool_calls || null };
   // reasoning: the forced answer thinks first
   const r1 = await client.chat.completions.create({ model, messages: [{ role: "user", content: "Do ponder." }], max_tokens: 64 });
   out.reasoning = { content: r1.choices[0].message.content, reasoning: r1.choices[0].message.reasoning_content };
