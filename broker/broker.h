@@ -58,6 +58,9 @@
  *                                 ; port 0: any free one; empty or "off": none)
  *   http_hosts = NAME, ...        ; names besides the bound address that a POST's
  *                                 ; Host may carry (DNS rebinding: others are refused)
+ *   cors_origins = ORIGIN, ...    ; web pages of these origins (https://ui.example)
+ *                                 ; may call the API from a browser (CORS; the token
+ *                                 ; is still needed); default none
  *   http_token = SECRET           ; bearer token that POSTs need (default: one made
  *                                 ; at start into http.token beside an ipc:// control
  *                                 ; socket, mode 0640; broker/api/api.h: broker_http_token_prepare)
@@ -212,6 +215,7 @@ struct broker_config {
 	bool http_set;                /* chosen (file or flag): failing to bind is an error;
 	                               * the default address only warns when taken */
 	char http_hosts[BROKER_URL_MAX]; /* more names a POST's Host may carry, comma separated */
+	char cors_origins[BROKER_URL_MAX]; /* CORS origins, comma separated; "": none */
 	char http_token[BROKER_TOKEN_MAX]; /* "": mutating calls are refused */
 	char http_token_path[BROKER_URL_MAX]; /* the file a made token is in ("": configured) */
 	char state_file[BROKER_URL_MAX]; /* "": pins are not kept across restarts */

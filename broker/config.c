@@ -446,6 +446,17 @@ static int handler(void *user, const char *section, const char *key, const char 
 				return fail(p, "http_hosts = '%s': want host names or addresses, separated by commas",
 				    value);
 			snprintf(c->http_hosts, sizeof c->http_hosts, "%s", value);
+		} else if (strcmp(key, "cors_origins") == 0) {
+			if (strlen(value) >= sizeof c->cors_origins)
+				return fail(p, "cors_origins: longer than %zu bytes", sizeof c->cors_origins - 1);
+			bool ok = true;
+			for (const char *q = value; ok && *q; q++)
+				ok = (*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') || (*q >= '0' && *q <= '9') ||
+				    strchr(".-:/[], ", *q);
+			if (!ok || (*value && !strstr(value, "://")))
+				return fail(p, "cors_origins = '%s': want origins such as https://ui.example, separated by "
+				    "commas", value);
+			snprintf(c->cors_origins, sizeof c->cors_origins, "%s", value);
 		} else if (strcmp(key, "state_file") == 0) {
 			if (strlen(value) >= sizeof c->state_file)
 				return fail(p, "state_file: the path is longer than %zu bytes", sizeof c->state_file - 1);
@@ -485,7 +496,7 @@ static int handler(void *user, const char *section, const char *key, const char 
 		} else {
 			return fail(p, "unknown key '%s' in [broker] (known: control, events, "
 			    "heartbeat_timeout_ms, idle_release_s, acquire_wait_ms, command_timeout_ms, nvml, "
-			    "http, http_hosts, http_token, http_token_file, state_file, door_quantum_s, "
+			    "http, http_hosts, cors_origins, http_token, http_token_file, state_file, door_quantum_s, "
 			    "door_keep_alive_s, door_queue_max, engine, arena_tool, arena_dir, run_dir, restart_max, "
 			    "restart_window_s)", key);
 		}
