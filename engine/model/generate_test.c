@@ -164,7 +164,7 @@ static void t_generation_config_as_published(void)
 {
 	struct rig r;
 	rig_open(&r, "kjv-mixtral");
-	struct text_msg m = { "user", "Continue: And the LORD spake unto Moses", NULL };
+	struct text_msg m = { .role = "user", .content = "Continue: And the LORD spake unto Moses" };
 	struct baton_gen_request q = greedy(&m, 1, 12);
 	struct baton_gen_result full, cut;
 	char err[512] = "", cmd[1024], path[600];
