@@ -193,6 +193,25 @@ void baton_kquant_decode_block_avx2(int dtype, const uint8_t *blk, float *out);
 #define BATON_KQUANT_AVX2 0
 #endif
 
+/* ---- the other block types (quant.c) ---------------------------------------
+ * ggml's q4_0, q4_1, q5_0, q5_1, q2_K, q3_K, iq4_nl, iq4_xs and mxfp4,
+ * decoded bit for bit as ggml's dequantize_row_* (layouts in quant.c), and
+ * one entry point for them and the three K-quants above. q8_0 and the
+ * 16-bit types are decoded by the host's row kernels themselves. The IQ1,
+ * IQ2, IQ3 and TQ families are not decoded (quant.c says why). */
+
+/* 1 for the block types baton_quant_decode handles (the twelve above). */
+int baton_quant_decodes(int dtype);
+/* Decodes n elements (a multiple of the type's block, 32 or 256) from src,
+ * which starts at a block (any alignment), into out[n]. dtype must be one
+ * of baton_quant_decodes's. */
+void baton_quant_decode(int dtype, const uint8_t *src, float *out, uint32_t n);
+#if BATON_KQUANT_AVX2
+/* The same built for AVX2 (the same bits), for a caller that has checked
+ * the CPU (baton_kernels_avx2). */
+void baton_quant_decode_avx2(int dtype, const uint8_t *src, float *out, uint32_t n);
+#endif
+
 enum baton_role {
 	BATON_ROLE_EXPERT = 0, /* gate+up+down of one (layer, expert): one blob */
 	BATON_ROLE_ROUTER = 1,

@@ -175,6 +175,12 @@ struct arena_model_cfg {
 	int norm_topk;              /* -1: the architecture's own rule */
 	int qkv_bias;               /* q/k/v biases (qwen2_moe) */
 	double rms_eps, rope_theta;
+	/* Rope scaling, from GGUF's <arch>.rope.scaling.* (config.json's
+	 * rope_parameters when written): rope_type "" (the default), "linear"
+	 * or "yarn"; the yarn fields 0 where the file has none. */
+	char rope_type[8];
+	double rope_factor, rope_attn, rope_beta_fast, rope_beta_slow;
+	uint32_t rope_orig;
 	int64_t bos, eos;           /* -1: none */
 };
 

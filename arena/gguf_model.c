@@ -153,6 +153,78 @@ static int kv_str(const uint8_t *b, const struct arena_gguf *g, const char *key,
 	return 0;
 }
 
+/* <arch>.rope.scaling.*, as llama.cpp writes and reads them, into the
+ * rope_parameters transformers reads (arena/model.c writes them):
+ *   type "none" (or absent), "linear" or "yarn"; factor (linear: also the
+ *   older rope.scale_linear); original_context_length (yarn's
+ *   original_max_position_embeddings); yarn_beta_fast / yarn_beta_slow.
+ * llama.cpp's YaRN scales cos and sin by attn_factor * (1 + 0.1 ln factor)
+ * (ggml's rope_yarn), so an attn_factor other than 1 becomes transformers'
+ * attention_factor of that value. What changes the math beyond that
+ * (yarn_log_multiplier, an ext_factor other than 1, a rope type other than
+ * these) is refused by name. */
+static int gguf_rope(const uint8_t *b, const struct arena_gguf *g, const char *a,
+    struct arena_model_cfg *c, char *errbuf, size_t errlen)
+{
+	char key[128], st[64];
+	int rc;
+	snprintf(key, sizeof key, "%s.rope.scaling.type", a);
+	rc = kv_str(b, g, key, st, sizeof st);
+	if (rc < 0)
+		return arena_errf(errbuf, errlen, BATON_ESOURCE, "%s is not a string", key);
+	const char *type = rc == 0 ? st : "none";
+	double f = 0, v;
+	snprintf(key, sizeof key, "%s.rope.scaling.factor", a);
+	if ((rc = kv_real(b, g, key, &f)) < 0)
+		return arena_errf(errbuf, errlen, BATON_ESOURCE, "%s is not a finite number", key);
+	if (rc == 1) {
+		f = 0;
+		snprintf(key, sizeof key, "%s.rope.scale_linear", a);
+		if (kv_real(b, g, key, &v) == 0) {
+			f = v;
+			if (strcmp(type, "none") == 0 && v != 1.0)
+				type = "linear";
+		}
+	}
+	if (strcmp(type, "none") == 0)
+		return 0;
+	if (strcmp(type, "linear") != 0 && strcmp(type, "yarn") != 0)
+		return arena_errf(errbuf, errlen, BATON_EUNSUPPORTED,
+		    "%s.rope.scaling.type \"%s\" is not supported (none, linear, yarn)", a, type);
+	if (!(f >= 1.0))
+		return arena_errf(errbuf, errlen, BATON_ESOURCE,
+		    "%s.rope.scaling.factor is missing or below 1 for rope type %s", a, type);
+	memcpy(c->rope_type, type, strlen(type) + 1); /* "linear" or "yarn" */
+	c->rope_factor = f;
+	if (strcmp(type, "yarn") != 0)
+		return 0;
+	static const struct { const char *k; double ok; } refused[] = {
+		{ "rope.scaling.yarn_log_multiplier", 0 }, { "rope.scaling.yarn_ext_factor", 1 },
+	};
+	for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+		snprintf(key, sizeof key, "%s.%s", a, refused[i].k);
+		if (kv_real(b, g, key, &v) == 0 && v != refused[i].ok && !(refused[i].ok == 1 && v < 0))
+			return arena_errf(errbuf, errlen, BATON_EUNSUPPORTED,
+			    "%s %g is not supported (YaRN as transformers computes it)", key, v);
+	}
+	snprintf(key, sizeof key, "%s.rope.scaling.original_context_length", a);
+	if ((rc = kv_u32(b, g, key, &c->rope_orig, errbuf, errlen)) > 1)
+		return rc;
+	snprintf(key, sizeof key, "%s.rope.scaling.attn_factor", a);
+	if (kv_real(b, g, key, &v) == 0 && v != 1.0) {
+		if (!(v > 0))
+			return arena_errf(errbuf, errlen, BATON_ESOURCE, "%s %g is not above 0", key, v);
+		c->rope_attn = v * (1.0 + 0.1 * log(f));
+	}
+	snprintf(key, sizeof key, "%s.rope.scaling.yarn_beta_fast", a);
+	if (kv_real(b, g, key, &v) == 0)
+		c->rope_beta_fast = v;
+	snprintf(key, sizeof key, "%s.rope.scaling.yarn_beta_slow", a);
+	if (kv_real(b, g, key, &v) == 0)
+		c->rope_beta_slow = v;
+	return 0;
+}
+
 /* ---- the tokenizer as JSON ----------------------------------------------- */
 
 /* Reads one value at *pos (bounds were checked by the parser; checked again
@@ -209,7 +281,9 @@ static json_t *value_json(const uint8_t *b, uint64_t size, uint64_t *pos, uint32
 	case ARENA_GT_U64: {
 		uint64_t x;
 		memcpy(&x, p, 8);
-		return x > INT64_MAX ? NULL : json_integer((json_int_t)x);
+		/* past int64: a real (the JSON readers read numbers as doubles,
+		 * base.h's policy) rather than a refusal */
+		return x > INT64_MAX ? json_real((double)x) : json_integer((json_int_t)x);
 	}
 	case ARENA_GT_F32: { float x; memcpy(&x, p, 4); return json_real(x); }
 	case ARENA_GT_F64: { double x; memcpy(&x, p, 8); return json_real(x); }
@@ -322,13 +396,8 @@ static int make_config(const uint8_t *b, const struct arena_gguf *g, const char 
 	snprintf(key, sizeof key, "%s.rope.freq_base", a);
 	if (kv_real(b, g, key, &c->rope_theta) < 0)
 		return arena_errf(errbuf, errlen, BATON_ESOURCE, "%s is not a finite number", key);
-	char st[64];
-	snprintf(key, sizeof key, "%s.rope.scaling.type", a);
-	rc = kv_str(b, g, key, st, sizeof st);
-	if (rc < 0 || (rc == 0 && strcmp(st, "none") != 0))
-		return arena_errf(errbuf, errlen, BATON_EUNSUPPORTED,
-		    "%s \"%s\" is not supported (only the default rotary embedding)", key,
-		    rc == 0 ? st : "?");
+	if ((rc = gguf_rope(b, g, a, c, errbuf, errlen)))
+		return rc;
 	c->norm_topk = strcmp(hf_arch, "qwen3_moe") == 0 ? 1 : strcmp(hf_arch, "mixtral") == 0 ? -1 : 0;
 	snprintf(key, sizeof key, "%s.expert_weights_norm", a);
 	const struct arena_gguf_kv *kv = arena_gguf_kv_find(g, key);
@@ -384,7 +453,7 @@ int arena_gguf_plan_model(const uint8_t *buf, const struct arena_gguf *g, struct
 	if (!cfg)
 		return arena_errf(errbuf, errlen, BATON_ENOMEM, "out of memory");
 	json_error_t jerr;
-	json_t *j = json_loadb(cfg, (size_t)clen, 0, &jerr);
+	json_t *j = baton_json_load(cfg, (size_t)clen, 0, &jerr);
 	rc = j ? arena_model_from_config(j, &c, errbuf, errlen)
 	       : arena_errf(errbuf, errlen, BATON_ENOMEM, "out of memory");
 	json_decref(j);

@@ -421,8 +421,13 @@ static int info_json(const char *path, const struct baton_arena *a, int entries)
 	const void *cfg;
 	uint64_t clen;
 	json_t *cj = NULL;
-	if (arena_blob(a, "config.json", &cfg, &clen) == 0)
+	if (arena_blob(a, "config.json", &cfg, &clen) == 0) {
+		/* exact integers where jansson reads them, else base.h's policy
+		 * (an integer past 64 bits as a double) */
 		cj = json_loadb(cfg, (size_t)clen, 0, NULL);
+		if (!cj)
+			cj = baton_json_load(cfg, (size_t)clen, 0, NULL);
+	}
 	json_object_set_new(root, "config", cj ? cj : json_null());
 	json_object_set_new(root, "tokenizer", json_boolean(arena_blob(a, "tokenizer.json", NULL, NULL) == 0 ||
 	    arena_blob(a, "gguf_tokenizer.json", NULL, NULL) == 0));
@@ -523,6 +528,8 @@ static void info_human(const char *path, const struct baton_arena *a)
 	uint64_t clen;
 	if (arena_blob(a, "config.json", &cfg, &clen) == 0) {
 		json_t *cj = json_loadb(cfg, (size_t)clen, 0, NULL);
+		if (!cj)
+			cj = baton_json_load(cfg, (size_t)clen, 0, NULL);
 		printf("config     ");
 		static const char *const keys[] = { "hidden_size", "num_hidden_layers",
 			"num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size",

@@ -34,10 +34,11 @@ static int get_u32(const json_t *o, const char *key, uint32_t *v, int required,
 			    "config.json: no %s", key);
 		return 1;
 	}
-	if (!json_is_integer(j) || json_integer_value(j) < 0 || json_integer_value(j) > UINT32_MAX)
+	int64_t x;
+	if (baton_json_whole(j, 0, UINT32_MAX, &x) != 0)
 		return arena_errf(errbuf, errlen, BATON_ESOURCE,
 		    "config.json: %s is not an unsigned 32-bit integer", key);
-	*v = (uint32_t)json_integer_value(j);
+	*v = (uint32_t)x;
 	return 0;
 }
 
@@ -56,7 +57,8 @@ static int64_t get_id(const json_t *o, const char *key)
 	const json_t *j = json_object_get(o, key);
 	if (json_is_array(j))
 		j = json_array_get(j, 0);
-	return json_is_integer(j) && json_integer_value(j) >= 0 ? json_integer_value(j) : -1;
+	int64_t x;
+	return baton_json_whole(j, 0, INT32_MAX, &x) == 0 ? x : -1;
 }
 
 /* Present and not null, false, 0, "" or []. */
@@ -88,11 +90,12 @@ static int check_rope(const json_t *o, char *errbuf, size_t errlen)
 		const json_t *t = json_object_get(r, "rope_type");
 		if (!t)
 			t = json_object_get(r, "type");
-		if (t && !json_is_null(t) &&
-		    (!json_is_string(t) || strcmp(json_string_value(t), "default") != 0))
+		const char *ts = json_is_string(t) ? json_string_value(t) : "?";
+		if (t && !json_is_null(t) && strcmp(ts, "default") != 0 && strcmp(ts, "linear") != 0 &&
+		    strcmp(ts, "yarn") != 0)
 			return arena_errf(errbuf, errlen, BATON_EUNSUPPORTED,
-			    "config.json: %s type \"%s\" is not supported (only the default rotary "
-			    "embedding)", keys[i], json_is_string(t) ? json_string_value(t) : "?");
+			    "config.json: %s type \"%s\" is not supported (default, linear, yarn)",
+			    keys[i], ts);
 		if (!t && i == 0)
 			return arena_errf(errbuf, errlen, BATON_EUNSUPPORTED,
 			    "config.json: rope_scaling without a type is not supported");
@@ -278,8 +281,21 @@ char *arena_model_config_json(const struct arena_model_cfg *c, uint64_t *len)
 	json_object_set_new(o, "hidden_act", json_string("silu"));
 	json_object_set_new(o, "rms_norm_eps", json_real(c->rms_eps));
 	json_object_set_new(o, "rope_theta", json_real(c->rope_theta));
-	json_object_set_new(o, "rope_parameters",
-	    json_pack("{s:f, s:s}", "rope_theta", c->rope_theta, "rope_type", "default"));
+	json_t *rp = json_pack("{s:f, s:s}", "rope_theta", c->rope_theta, "rope_type",
+	    c->rope_type[0] ? c->rope_type : "default");
+	if (rp && c->rope_type[0]) {
+		json_object_set_new(rp, "factor", json_real(c->rope_factor));
+		if (c->rope_orig)
+			json_object_set_new(rp, "original_max_position_embeddings",
+			    json_integer(c->rope_orig));
+		if (c->rope_attn > 0)
+			json_object_set_new(rp, "attention_factor", json_real(c->rope_attn));
+		if (c->rope_beta_fast > 0)
+			json_object_set_new(rp, "beta_fast", json_real(c->rope_beta_fast));
+		if (c->rope_beta_slow > 0)
+			json_object_set_new(rp, "beta_slow", json_real(c->rope_beta_slow));
+	}
+	json_object_set_new(o, "rope_parameters", rp);
 	json_object_set_new(o, "rope_scaling", json_null());
 	json_object_set_new(o, "vocab_size", json_integer(c->vocab));
 	json_object_set_new(o, "max_position_embeddings", json_integer(c->max_pos ? c->max_pos : 4096));

@@ -54,11 +54,13 @@ void arena_st_free(struct arena_st_header *h)
 	memset(h, 0, sizeof *h);
 }
 
+/* A whole number >= 0 (the reader policy of base.h: integral reals too). */
 static int json_u64(const json_t *v, uint64_t *out)
 {
-	if (!json_is_integer(v) || json_integer_value(v) < 0)
+	int64_t x;
+	if (baton_json_whole(v, 0, INT64_MAX, &x) != 0)
 		return -1;
-	*out = (uint64_t)json_integer_value(v);
+	*out = (uint64_t)x;
 	return 0;
 }
 
@@ -111,7 +113,7 @@ int arena_st_parse(const uint8_t *buf, uint64_t size, struct arena_st_header *h,
 	uint64_t data_size = size - h->data_offset;
 
 	json_error_t jerr;
-	json_t *root = json_loadb((const char *)buf + 8, (size_t)h->header_len,
+	json_t *root = baton_json_load((const char *)buf + 8, (size_t)h->header_len,
 	    JSON_REJECT_DUPLICATES | JSON_DISABLE_EOF_CHECK, &jerr);
 	if (!root)
 		return arena_errf(errbuf, errlen, BATON_ESOURCE,
@@ -491,7 +493,7 @@ static void read_config(const char *dir, uint32_t *top_k, uint32_t *n_experts)
 	if (read_small(dir, "config.json", &data, &len, NULL, 0) != 0)
 		return;
 	json_error_t jerr;
-	json_t *c = json_loadb(data, (size_t)len, 0, &jerr);
+	json_t *c = baton_json_load(data, (size_t)len, 0, &jerr);
 	free(data);
 	if (!c)
 		return;
@@ -521,6 +523,8 @@ static const struct {
 	{ "config.json", 1, 1 }, { "generation_config.json", 1, 0 }, { "tokenizer.json", 1, 0 },
 	{ "tokenizer_config.json", 1, 0 }, { "special_tokens_map.json", 1, 0 },
 	{ "chat_template.jinja", 0, 0 }, { "chat_template.json", 1, 0 },
+	/* transformers 5 saves the named templates beside the default there */
+	{ "additional_chat_templates/tool_use.jinja", 0, 0 },
 };
 
 /* Adds hf_blobs[i] from dir to the plan (checked as JSON where it is;
@@ -537,10 +541,9 @@ static int add_hf_blob(size_t i, const char *src, const char *dir, struct arena_
 	json_t *j = NULL;
 	if (hf_blobs[i].json) {
 		json_error_t jerr;
-		/* tokenizer_config.json's model_max_length is often 1e30
-		 * written as an integer: only config.json needs exact ints */
-		j = json_loadb(data, (size_t)len,
-		    JSON_REJECT_DUPLICATES | (i ? JSON_DECODE_INT_AS_REAL : 0), &jerr);
+		/* the reader policy of base.h: tokenizer_config.json's
+		 * model_max_length is often 1e30 written as an integer */
+		j = baton_json_load(data, (size_t)len, JSON_REJECT_DUPLICATES, &jerr);
 		if (!j) {
 			free(data);
 			return arena_errf(errbuf, errlen, BATON_ESOURCE, "%s/%s: not JSON: %s (line %d)",
@@ -723,7 +726,7 @@ int arena_plan_safetensors(const char *src, uint32_t top_k, int experts_only,
 		if ((rc = map_file(dir, path, ST_MAX_INDEX, &im, &isz, errbuf, errlen)))
 			goto fail;
 		json_error_t jerr;
-		index = json_loadb((const char *)im, (size_t)isz, JSON_REJECT_DUPLICATES, &jerr);
+		index = baton_json_load((const char *)im, (size_t)isz, JSON_REJECT_DUPLICATES, &jerr);
 		munmap(im, isz);
 		const json_t *wm = index ? json_object_get(index, "weight_map") : NULL;
 		if (!json_is_object(wm)) {

@@ -8,6 +8,7 @@ leave no arena behind.
 Run from the repository root; $BUILD names the build folder (default build).
 """
 import json
+import math
 import os
 import random
 import shutil
@@ -581,6 +582,110 @@ def model_hf_and_gguf_agree():
 
 
 @case
+def model_json_as_published():
+    """Every JSON file of an HF folder read by base.h's policy, as real files
+    hold them: config.json with integral reals and exponent forms where
+    integers are expected and integers past 64 bits under keys nothing
+    reads, the shard index with a total_size past 64 bits, tokenizer.json
+    with one too, tokenizer_config.json's unset model_max_length,
+    generation_config.json's eos list as reals; the experts-only import's
+    config.json too. The files are kept byte for byte, and the arena's
+    info reads the config (a double where jansson cannot hold the
+    integer)."""
+    rng = random.Random(31)
+    tokens, tok = tok_files()
+    tj = json.loads(tok["tokenizer.json"])
+    tj["truncation"] = {"max_length": 10 ** 30}
+    tok["tokenizer.json"] = json.dumps(tj)
+    c = sw.hf_config("qwen3_moe")
+    dense, experts = sw.hf_model(rng, c, "F32")
+    raw = json.dumps(c)
+    for k in ("vocab_size", "hidden_size", "num_experts_per_tok", "num_attention_heads"):
+        raw = raw.replace('"%s": %d' % (k, c[k]), '"%s": %d.0' % (k, c[k]), 1)
+    raw = raw.replace('"max_position_embeddings": %d' % c["max_position_embeddings"],
+                      '"max_position_embeddings": %de0' % c["max_position_embeddings"], 1)
+    raw = raw[:-1] + ', "model_max_length": 1000000000000000019884624838656, "x": [18446744073709551616]}'
+    assert raw.count(".0,") >= 3 and "e0" in raw, raw
+    folder = tmp("published")
+    sw.write_hf_folder(folder, c, dense, experts, "F32", shards=2, tokenizer=tok)
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        f.write(raw)
+    with open(os.path.join(folder, "generation_config.json"), "w") as f:
+        f.write('{"bos_token_id": 1.0, "eos_token_id": [2.0, 1], "max_length": 1e30}')
+    ix = os.path.join(folder, "model.safetensors.index.json")
+    with open(ix) as f:
+        j = json.load(f)
+    j.setdefault("metadata", {})["total_size"] = 10 ** 30
+    with open(ix, "w") as f:
+        json.dump(j, f)
+    a = tmp("published.arena")
+    run("create", "--safetensors", folder, a)
+    _, _, _, blobs = contents(a)
+    assert blobs["config.json"] == raw.encode()
+    assert blobs["tokenizer.json"] == tok["tokenizer.json"].encode()
+    i = info(a)
+    assert i["config"]["vocab_size"] == c["vocab_size"] and i["config"]["model_max_length"] > 1e29, i["config"]
+    assert "hidden_size %d" % c["hidden_size"] in run("info", a).stdout
+    # experts-only: the config's num_experts_per_tok as a real still gives top_k
+    eo = tmp("published_eo.arena")
+    run("create", "--experts-only", "--safetensors", folder, eo)
+    assert info(eo)["top_k"] == c["num_experts_per_tok"]
+    print("  config, index, tokenizer, tokenizer_config and generation_config as published: imported")
+
+
+@case
+def model_rope_scaling():
+    """YaRN and linear rope scaling import: an HF config.json with Qwen3's
+    model-card YaRN is kept as it is; a GGUF's <arch>.rope.scaling.* keys
+    (as convert_hf_to_gguf.py writes Qwen3's) become the rope_parameters
+    transformers reads, llama.cpp's attn_factor folded into the attention
+    factor (attn_factor * (1 + 0.1 ln factor), what ggml's rope_yarn
+    multiplies by), and the older rope.scale_linear becomes linear."""
+    rng = random.Random(29)
+    c = sw.hf_config("qwen3_moe")
+    c["max_position_embeddings"] = 40960
+    c["rope_scaling"] = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}
+    dense, experts = sw.hf_model(rng, c, "F32")
+    folder = tmp("yarn_hf")
+    sw.write_hf_folder(folder, c, dense, experts, "F32")
+    a = tmp("yarn_hf.arena")
+    run("create", "--safetensors", folder, a)
+    _, _, _, blobs = contents(a)
+    assert json.loads(blobs["config.json"])["rope_scaling"] == c["rope_scaling"]
+
+    base = dict(c)
+    del base["rope_scaling"]
+    kvs, tensors = gw.gguf_from_hf(base, dense, experts)
+    cases = [
+        ([("qwen3moe.rope.scaling.type", "str", "yarn"), ("qwen3moe.rope.scaling.factor", "f32", 4.0),
+          ("qwen3moe.rope.scaling.original_context_length", "u32", 32768)],
+         {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}),
+        ([("qwen3moe.rope.scaling.type", "str", "yarn"), ("qwen3moe.rope.scaling.factor", "f32", 2.0),
+          ("qwen3moe.rope.scaling.attn_factor", "f32", 0.5),
+          ("qwen3moe.rope.scaling.yarn_beta_fast", "f32", 16.0),
+          ("qwen3moe.rope.scaling.yarn_beta_slow", "f32", 2.0)],
+         {"rope_type": "yarn", "factor": 2.0, "attention_factor": 0.5 * (1 + 0.1 * math.log(2.0)),
+          "beta_fast": 16.0, "beta_slow": 2.0}),
+        ([("qwen3moe.rope.scaling.type", "str", "linear"), ("qwen3moe.rope.scaling.factor", "f32", 2.5)],
+         {"rope_type": "linear", "factor": 2.5}),
+        ([("qwen3moe.rope.scale_linear", "f32", 2.0)], {"rope_type": "linear", "factor": 2.0}),
+        ([("qwen3moe.rope.scaling.type", "str", "none")], {"rope_type": "default"}),
+    ]
+    for n, (extra, want) in enumerate(cases):
+        g = tmp("yarn%d.gguf" % n)
+        gw.write_gguf(g, kvs + extra, tensors)
+        ag = tmp("yarn%d.arena" % n)
+        run("create", "--gguf", g, ag)
+        _, _, _, gb = contents(ag)
+        rp = json.loads(gb["config.json"])["rope_parameters"]
+        del rp["rope_theta"]
+        assert set(rp) == set(want), (n, rp, want)
+        for k, v in want.items():
+            assert rp[k] == v if isinstance(v, str) else abs(rp[k] - v) < 1e-12, (n, k, rp[k], v)
+    print("  an HF YaRN config kept; %d GGUF rope settings as rope_parameters" % len(cases))
+
+
+@case
 def model_mixtral_gguf_permutation():
     """The Q/K rows really are moved: the GGUF's attn_q bytes differ from
     HF's, the arena's equal HF's."""
@@ -680,8 +785,8 @@ def model_unsupported_refused():
     dense, experts = sw.hf_model(rng, base)
     for key, val, words in (
             ("model_type", "deepseek_v2", ['model_type "deepseek_v2" is not supported', "--experts-only"]),
-            ("rope_parameters", {"rope_type": "yarn", "factor": 4.0}, ['rope_parameters type "yarn"']),
-            ("rope_scaling", {"type": "linear", "factor": 2.0}, ['rope_scaling type "linear"']),
+            ("rope_parameters", {"rope_type": "longrope", "factor": 4.0}, ['rope_parameters type "longrope"']),
+            ("rope_scaling", {"type": "dynamic", "factor": 2.0}, ['rope_scaling type "dynamic"']),
             ("mlp_only_layers", [1], ["mlp_only_layers is set"]),
             ("decoder_sparse_step", 2, ["decoder_sparse_step 2"]),
             ("use_sliding_window", True, ["use_sliding_window"]),
@@ -731,8 +836,12 @@ def model_unsupported_refused():
     ren = [(n, ty, v.replace("qwen3moe", "deepseek2") if n == "general.architecture" else v)
            if n == "general.architecture" else (n.replace("qwen3moe.", "deepseek2."), ty, v) for n, ty, v in kvs]
     msgs.append(refuse("g_arch", gg("g_arch", ren, tensors), ['GGUF architecture "deepseek2"'], gguf=True))
-    msgs.append(refuse("g_rope", gg("g_rope", kvs + [("qwen3moe.rope.scaling.type", "str", "yarn")], tensors),
-                       ['rope.scaling.type "yarn"'], gguf=True))
+    msgs.append(refuse("g_rope", gg("g_rope", kvs + [("qwen3moe.rope.scaling.type", "str", "longrope")], tensors),
+                       ['rope.scaling.type "longrope"'], gguf=True))
+    msgs.append(refuse("g_yarn_log", gg("g_yarn_log", kvs + [
+        ("qwen3moe.rope.scaling.type", "str", "yarn"), ("qwen3moe.rope.scaling.factor", "f32", 4.0),
+        ("qwen3moe.rope.scaling.yarn_log_multiplier", "f32", 0.1)], tensors),
+        ["yarn_log_multiplier"], gguf=True))
     msgs.append(refuse("g_rot", gg("g_rot", kvs + [("qwen3moe.rope.dimension_count", "u32", 8)], tensors),
                        ["partial rotary"], gguf=True))
     msgs.append(refuse("g_extra", gg("g_extra", kvs, tensors + [("rope_freqs.weight", "f32", [8], b"\0" * 32)]),

@@ -58,6 +58,9 @@
  *                                 ; port 0: any free one; empty or "off": none)
  *   http_hosts = NAME, ...        ; names besides the bound address that a POST's
  *                                 ; Host may carry (DNS rebinding: others are refused)
+ *   cors_origins = ORIGIN, ...    ; web pages of these origins (https://ui.example)
+ *                                 ; may call the API from a browser (CORS; the token
+ *                                 ; is still needed); default none
  *   http_token = SECRET           ; bearer token that POSTs need (default: one made
  *                                 ; at start into http.token beside an ipc:// control
  *                                 ; socket, mode 0640; broker/api/api.h: broker_http_token_prepare)
@@ -98,6 +101,7 @@
  *   ctx = 4096  kv_blocks = N  max_seqs = 16   ; the engine's --ctx, --kv-blocks, --max-seqs
  *   keep_alive_s = 300            ; release its device memory this long idle
  *   stop_after_s = 0              ; stop its engine this long idle (0: never)
+ *   drop_arena = false            ; and then delete the arena it made (frees /dev/shm)
  *   priority = 0  pinned = false  ; as [engine]: a [model] is an engine of its name
  *   preload = false               ; start it with the broker, not at its first request
  *   arena = PATH                  ; default arena_dir/NAME.arena
@@ -140,6 +144,7 @@ struct broker_model_conf {
 	double stop_after_s;            /* 0: never */
 	int32_t priority;
 	bool has_priority, pinned, preload;
+	bool drop_arena;                /* stopped after stop_after_s: its arena deleted too */
 	char arena[BROKER_PATH_MAX];    /* "": arena_dir/NAME.arena */
 	char flags[512];                /* more engine flags, split at spaces */
 	int line;
@@ -210,6 +215,7 @@ struct broker_config {
 	bool http_set;                /* chosen (file or flag): failing to bind is an error;
 	                               * the default address only warns when taken */
 	char http_hosts[BROKER_URL_MAX]; /* more names a POST's Host may carry, comma separated */
+	char cors_origins[BROKER_URL_MAX]; /* CORS origins, comma separated; "": none */
 	char http_token[BROKER_TOKEN_MAX]; /* "": mutating calls are refused */
 	char http_token_path[BROKER_URL_MAX]; /* the file a made token is in ("": configured) */
 	char state_file[BROKER_URL_MAX]; /* "": pins are not kept across restarts */

@@ -361,8 +361,8 @@ static int model_key(struct parse *p, struct broker_model_conf *m, const char *s
 		if (parse_i32(value, &m->priority))
 			return fail(p, "priority = '%s': want a whole number (higher is kept longer)", value);
 		m->has_priority = true;
-	} else if (strcmp(key, "pinned") == 0 || strcmp(key, "preload") == 0) {
-		if (parse_bool(value, key[1] == 'i' ? &m->pinned : &m->preload))
+	} else if (strcmp(key, "pinned") == 0 || strcmp(key, "preload") == 0 || strcmp(key, "drop_arena") == 0) {
+		if (parse_bool(value, key[1] == 'i' ? &m->pinned : key[0] == 'p' ? &m->preload : &m->drop_arena))
 			return fail(p, "%s = '%s': want true or false", key, value);
 	} else if (strcmp(key, "arena") == 0) {
 		if (value[0] != '/' || strlen(value) >= sizeof m->arena)
@@ -382,7 +382,8 @@ static int model_key(struct parse *p, struct broker_model_conf *m, const char *s
 		snprintf(m->flags, sizeof m->flags, "%s", value);
 	} else {
 		return fail(p, "unknown key '%s' in [%s] (known: source, aliases, backend, device, dtype, ctx, "
-		    "kv_blocks, max_seqs, keep_alive_s, stop_after_s, priority, pinned, preload, arena, engine_flags)",
+		    "kv_blocks, max_seqs, keep_alive_s, stop_after_s, drop_arena, priority, pinned, preload, arena, "
+		    "engine_flags)",
 		    key, section);
 	}
 	return 1;
@@ -445,6 +446,17 @@ static int handler(void *user, const char *section, const char *key, const char 
 				return fail(p, "http_hosts = '%s': want host names or addresses, separated by commas",
 				    value);
 			snprintf(c->http_hosts, sizeof c->http_hosts, "%s", value);
+		} else if (strcmp(key, "cors_origins") == 0) {
+			if (strlen(value) >= sizeof c->cors_origins)
+				return fail(p, "cors_origins: longer than %zu bytes", sizeof c->cors_origins - 1);
+			bool ok = true;
+			for (const char *q = value; ok && *q; q++)
+				ok = (*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') || (*q >= '0' && *q <= '9') ||
+				    strchr(".-:/[], ", *q);
+			if (!ok || (*value && !strstr(value, "://")))
+				return fail(p, "cors_origins = '%s': want origins such as https://ui.example, separated by "
+				    "commas", value);
+			snprintf(c->cors_origins, sizeof c->cors_origins, "%s", value);
 		} else if (strcmp(key, "state_file") == 0) {
 			if (strlen(value) >= sizeof c->state_file)
 				return fail(p, "state_file: the path is longer than %zu bytes", sizeof c->state_file - 1);
@@ -484,7 +496,7 @@ static int handler(void *user, const char *section, const char *key, const char 
 		} else {
 			return fail(p, "unknown key '%s' in [broker] (known: control, events, "
 			    "heartbeat_timeout_ms, idle_release_s, acquire_wait_ms, command_timeout_ms, nvml, "
-			    "http, http_hosts, http_token, http_token_file, state_file, door_quantum_s, "
+			    "http, http_hosts, cors_origins, http_token, http_token_file, state_file, door_quantum_s, "
 			    "door_keep_alive_s, door_queue_max, engine, arena_tool, arena_dir, run_dir, restart_max, "
 			    "restart_window_s)", key);
 		}
@@ -759,6 +771,7 @@ bool broker_model_conf_same(const struct broker_model_conf *a, const struct brok
 	x.has_priority = y.has_priority = x.pinned = y.pinned = false;
 	x.stop_after_s = y.stop_after_s = 0;
 	x.preload = y.preload = false;
+	x.drop_arena = y.drop_arena = false;
 	return strcmp(x.name, y.name) == 0 && strcmp(x.source, y.source) == 0 && strcmp(x.path, y.path) == 0 &&
 	    x.kind == y.kind && strcmp(x.backend, y.backend) == 0 && x.device == y.device &&
 	    strcmp(x.dtype, y.dtype) == 0 && x.ctx == y.ctx && x.kv_blocks == y.kv_blocks &&

@@ -227,7 +227,7 @@ static void t_models(void)
 	    "[model \"qwen\"]\nsource = %s/hf\naliases = qwen3, q\nbackend = host\ndevice = 2\ndtype = bf16\n"
 	    "ctx = 512\nkv_blocks = 64\nmax_seqs = 4\nkeep_alive_s = 20\nstop_after_s = 60\npriority = 5\n"
 	    "pinned = true\nengine_flags = --vram-reserve-mib 8\n"
-	    "[model \"g\"]\nsource = %s/m.gguf\npreload = yes\n"
+	    "[model \"g\"]\nsource = %s/m.gguf\npreload = yes\ndrop_arena = true\n"
 	    "[model \"tiny\"]\nsource = hf:acme/tiny\n"
 	    "[model \"tiny-v1\"]\nsource = hf:acme/tiny@v1\narena = /tmp/t1.arena\n"
 	    "[model \"sha\"]\nsource = hf:acme/tiny@c0ffee\n", tmp, tmp);
@@ -248,7 +248,8 @@ static void t_models(void)
 	const struct broker_engine_conf *e = broker_config_engine(&c, "qwen");
 	T_ASSERT(e && e->has_priority && e->priority == 5 && e->pinned && e->has_keep_alive && e->keep_alive_s == 20);
 	m = broker_config_model(&c, "g");
-	T_ASSERT(m && m->kind == BROKER_SRC_GGUF && m->preload && strcmp(m->backend, "auto") == 0);
+	T_ASSERT(m && m->kind == BROKER_SRC_GGUF && m->preload && m->drop_arena && strcmp(m->backend, "auto") == 0);
+	T_ASSERT(!broker_config_model(&c, "qwen")->drop_arena);
 	char want[512];
 	m = broker_config_model(&c, "tiny");
 	snprintf(want, sizeof want, "%s/hub/models--acme--tiny/snapshots/c0ffee", tmp);

@@ -14,6 +14,8 @@ without Docker against what the tree builds with.
 When the machine has Docker and BATON_DOCKER_BUILD=1, the image is built too.
 The last line is "N passed, N failed".
 """
+# test: pure (it reads the Dockerfile, the Makefile and dpkg's database, and
+# runs no compiled program): make test's sanitizer pass skips it.
 import glob
 import os
 import re

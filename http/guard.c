@@ -141,6 +141,34 @@ static bool host_ok(const struct http_guard *g, const char *hosthdr)
 	return g->wildcard && is_ip(host, &lo, &any) && !any;
 }
 
+bool http_guard_host(const struct http_guard *g, const char *host)
+{
+	return host_ok(g, host);
+}
+
+bool http_guard_cors(const struct http_guard *g, const char *origin)
+{
+	for (unsigned i = 0; origin && i < g->n_cors; i++)
+		if (strcasecmp(origin, g->cors[i]) == 0)
+			return true;
+	return false;
+}
+
+int http_guard_set_cors(struct http_guard *g, const char *const *origins)
+{
+	g->n_cors = 0;
+	for (size_t i = 0; origins && origins[i]; i++) {
+		const char *o = origins[i], *sep = strstr(o, "://");
+		size_t k = strlen(o);
+		/* an origin is scheme://host[:port]: no path, no wildcard */
+		if (!sep || sep == o || !sep[3] || strchr(sep + 3, '/') || strchr(o, '*') || strpbrk(o, " \t\r\n,") ||
+		    g->n_cors == HTTP_NAMES_MAX || k >= HTTP_HOST_MAX)
+			return -1;
+		memcpy(g->cors[g->n_cors++], o, k + 1);
+	}
+	return 0;
+}
+
 /* "Bearer TOKEN", the scheme in any case (RFC 7235), compared in the same
  * time for every wrong token of the right length. */
 static bool token_ok(const struct http_guard *g, const char *a)
@@ -214,8 +242,10 @@ int http_guard_check(const struct http_guard *g, const struct http_guard_in *in,
 	}
 	if (open_read)
 		return 0; /* reads are open: they change nothing (the server's choice) */
-	if (in->origin) {
-		/* the server's own origin: http:// and the (checked) Host */
+	if (in->origin && !http_guard_cors(g, in->origin)) {
+		/* the server's own origin: http:// and the (checked) Host; or
+		 * one the operator allowed (cors_origins: the token is still
+		 * asked for below) */
 		if (strncasecmp(in->origin, "http://", 7) != 0 || strcasecmp(in->origin + 7, in->host) != 0) {
 			snprintf(msg, n, "Origin '%.100s' is not this server's (http://%.100s): cross-site requests "
 			    "are refused", in->origin, in->host);

@@ -227,5 +227,32 @@ static void t_framing(void)
 	T_EQ_INT(http_guard_check(&g, &in, &authorized, &err, msg, sizeof msg), 0);
 }
 
-T_MAIN(T_CASE(t_loopback), T_CASE(t_names_and_wildcard), T_CASE(t_reads_and_size), T_CASE(t_loopback_names),
+/* CORS origins pass the Origin check, the token still asked for; others
+ * do not; a list that is not exact origins is refused. */
+static void t_cors(void)
+{
+	struct http_guard g;
+	init(&g, "127.0.0.1", 8420, NULL, "s3cret", false);
+	static const char *const ok[] = { "https://ui.example", "http://localhost:3000", NULL };
+	T_EQ_INT(http_guard_set_cors(&g, ok), 0);
+	static const struct row rows[] = {
+		{ "127.0.0.1:8420", "https://ui.example", JSON, AUTH, 0 },
+		{ "127.0.0.1:8420", "HTTPS://UI.EXAMPLE", JSON, AUTH, 0 },
+		{ "127.0.0.1:8420", "http://localhost:3000", JSON, AUTH, 0 },
+		{ "127.0.0.1:8420", "https://ui.example", JSON, NULL, 401 },   /* the token still counts */
+		{ "127.0.0.1:8420", "https://ui.example.evil", JSON, AUTH, 403 },
+		{ "127.0.0.1:8420", "http://localhost:3001", JSON, AUTH, 403 },
+		{ "evil.example", "https://ui.example", JSON, AUTH, 403 },     /* the Host first */
+	};
+	check(&g, rows, sizeof rows / sizeof rows[0]);
+	T_ASSERT(http_guard_cors(&g, "https://ui.example") && !http_guard_cors(&g, NULL));
+	static const char *const bad[][2] = { { "https://*.example", NULL }, { "ui.example", NULL },
+		{ "https://ui.example/path", NULL }, { "https://", NULL }, { "https://a, https://b", NULL } };
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+		T_EQ_INT(http_guard_set_cors(&g, bad[i]), -1);
+	T_EQ_INT(http_guard_set_cors(&g, NULL), 0);
+	T_ASSERT(!http_guard_cors(&g, "https://ui.example"));
+}
+
+T_MAIN(T_CASE(t_cors), T_CASE(t_loopback), T_CASE(t_names_and_wildcard), T_CASE(t_reads_and_size), T_CASE(t_loopback_names),
     T_CASE(t_framing))

@@ -49,6 +49,12 @@ struct baton_http_opts {
 	 * Called on the server's thread with the headers in: must not block.
 	 * (The broker: 64 KiB for its own calls, more for the OpenAI API.) */
 	size_t (*body_limit)(void *arg, const char *method, const char *path);
+	/* CORS: origins ("https://app.example:8080", exact; NULL-terminated;
+	 * NULL: none, the default) whose pages may call this server from a
+	 * browser: their requests pass the Origin check (the token is still
+	 * required), their OPTIONS preflight is answered 204, and every answer
+	 * to them carries Access-Control-Allow-Origin. At most 16. */
+	const char *const *cors_origins;
 };
 
 struct baton_http;              /* a server */

@@ -19,6 +19,8 @@ struct http_guard {
 	char token[HTTP_TOKEN_MAX];  /* "": none */
 	bool token_for_reads;
 	size_t max_body;
+	char cors[HTTP_NAMES_MAX][HTTP_HOST_MAX]; /* origins allowed cross-site (CORS) */
+	unsigned n_cors;
 };
 
 /* The headers a check looks at (NULL: absent). */
@@ -34,6 +36,13 @@ struct http_guard_in {
  * the token matched or none is set. */
 int http_guard_check(const struct http_guard *g, const struct http_guard_in *in, bool *authorized,
     int *err, char *msg, size_t n);
+/* The origin is one of the CORS origins (exact, case-insensitive). */
+bool http_guard_cors(const struct http_guard *g, const char *origin);
+/* The Host names this server (as the check's first rule). */
+bool http_guard_host(const struct http_guard *g, const char *host);
+/* 0, or -1 when a CORS origin is too long, too many, or not
+ * scheme://host[:port]. */
+int http_guard_set_cors(struct http_guard *g, const char *const *origins);
 /* 0, or -1 when a configured name is too long or too many. */
 int http_guard_init(struct http_guard *g, const char *host, unsigned port, const char *const *names,
     const char *token, bool token_for_reads, size_t max_body);

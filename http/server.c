@@ -121,6 +121,7 @@ struct baton_http_req {
 	struct baton_http_stream *stream;
 	struct gone_cb gone_cb;              /* http_req_on_gone's; fn NULL: none */
 	bool gone_fired;
+	char cors[HTTP_HOST_MAX];            /* its Origin, when a CORS origin; "" else */
 };
 
 struct baton_http {
@@ -288,9 +289,20 @@ static struct MHD_Response *error_resp(int status, int err, const char *msg)
 	return resp;
 }
 
+/* An answer to a page of a CORS origin says it may read it. */
+static void cors_headers(const struct baton_http_req *r, struct MHD_Response *resp)
+{
+	if (!r->cors[0])
+		return;
+	MHD_add_response_header(resp, "Access-Control-Allow-Origin", r->cors);
+	MHD_add_response_header(resp, "Vary", "Origin");
+	MHD_add_response_header(resp, "Access-Control-Expose-Headers", "Retry-After");
+}
+
 /* Parks resp as r's answer and wakes its connection (under h->mu). */
 static void park(struct baton_http_req *r, struct MHD_Response *resp, int status)
 {
+	cors_headers(r, resp);
 	r->resp = resp;
 	r->status = (unsigned)status;
 	r->st = RQ_ANSWER;
@@ -641,6 +653,7 @@ static enum MHD_Result answer_now(struct baton_http_req *r, struct MHD_Connectio
 	struct MHD_Response *resp = error_resp(status, err, msg);
 	if (!resp)
 		return MHD_NO;
+	cors_headers(r, resp);
 	enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, resp);
 	MHD_destroy_response(resp);
 	r->answered = true;
@@ -702,6 +715,34 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
 			.clen = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length"),
 			.te = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Transfer-Encoding"),
 		};
+		if (http_guard_cors(&h->guard, in.origin))
+			snprintf(r->cors, sizeof r->cors, "%s", in.origin);
+		/* a CORS preflight from an allowed origin: answered here (browsers
+		 * send it without the token); from any other origin it falls to
+		 * the checks below and is refused */
+		if (r->cors[0] && strcmp(method, "OPTIONS") == 0 &&
+		    MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Method") &&
+		    http_guard_host(&h->guard, in.host)) {
+			struct MHD_Response *pre = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+			if (!pre) {
+				ret = MHD_NO;
+				break;
+			}
+			cors_headers(r, pre);
+			MHD_add_response_header(pre, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+			/* the headers the page asks for (SDKs send their own x-*
+			 * ones), when they are plain header names */
+			const char *ask = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
+			bool plain = ask && strlen(ask) < 1024 && strspn(ask, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+			    "0123456789-_, ") == strlen(ask);
+			MHD_add_response_header(pre, "Access-Control-Allow-Headers", plain ? ask : "Authorization, Content-Type");
+			MHD_add_response_header(pre, "Access-Control-Max-Age", "600");
+			ret = MHD_queue_response(c, 204, pre);
+			MHD_destroy_response(pre);
+			r->answered = true;
+			r->st = RQ_SENT;
+			break;
+		}
 		char msg[768];
 		int err;
 		int st = http_guard_check(&h->guard, &in, &r->authorized, &err, msg, sizeof msg);
@@ -1133,6 +1174,12 @@ int http_open(const struct baton_http_opts *o, baton_http_fn fn, void *arg, stru
 	    h->max_body) != 0) {
 		snprintf(err, errlen, "http: a host name or the token is too long, or more than %d names",
 		    HTTP_NAMES_MAX);
+		server_free(h);
+		return BATON_EINVAL;
+	}
+	if (http_guard_set_cors(&h->guard, o->cors_origins) != 0) {
+		snprintf(err, errlen, "http: a CORS origin is not scheme://host[:port] (exact, no wildcard), or more "
+		    "than %d", HTTP_NAMES_MAX);
 		server_free(h);
 		return BATON_EINVAL;
 	}

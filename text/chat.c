@@ -1,8 +1,9 @@
 /*
  * chat.c: chat templates, rendered by the Jinja engine (jinja_*.c) with the
- * variables transformers' apply_chat_template passes: messages, tools and
- * documents (None: the API takes neither), add_generation_prompt,
- * bos_token, eos_token and enable_thinking when the request gives it.
+ * variables transformers' apply_chat_template passes: messages (with their
+ * tool_calls, tool_call_id and name), tools (None when not given),
+ * documents (None), add_generation_prompt, bos_token, eos_token,
+ * enable_thinking when the request gives it, and chat_template_kwargs.
  * One path renders every template; one the engine refuses at load is
  * refused here, never guessed.
  */
@@ -43,14 +44,44 @@ static char *context(const struct text_msg *msgs, size_t n, const struct text_ch
 		     json_object_set_new(x, "content", json_string(msgs[i].content));
 		if (!rc && msgs[i].reasoning_content)
 			rc = json_object_set_new(x, "reasoning_content", json_string(msgs[i].reasoning_content));
+		if (!rc && msgs[i].tool_calls) {
+			json_t *tc = json_loads(msgs[i].tool_calls, JSON_DECODE_ANY, NULL);
+			rc = !json_is_array(tc) || json_object_set_new(x, "tool_calls", tc);
+			if (rc && !json_is_array(tc))
+				json_decref(tc);
+		}
+		if (!rc && msgs[i].tool_call_id)
+			rc = json_object_set_new(x, "tool_call_id", json_string(msgs[i].tool_call_id));
+		if (!rc && msgs[i].name)
+			rc = json_object_set_new(x, "name", json_string(msgs[i].name));
 	}
-	rc = rc || json_object_set_new(c, "tools", json_null()) ||
+	json_t *tools = o->tools ? json_loads(o->tools, JSON_DECODE_ANY, NULL) : json_null();
+	if (!rc && !json_is_array(tools) && !json_is_null(tools)) {
+		json_decref(tools);
+		tools = NULL;
+	}
+	if (rc) {
+		json_decref(tools);
+		tools = NULL;
+	}
+	rc = rc || !tools || json_object_set_new(c, "tools", tools) ||
 	     json_object_set_new(c, "documents", json_null()) ||
 	     json_object_set_new(c, "add_generation_prompt", json_boolean(o->add_generation_prompt)) ||
 	     json_object_set_new(c, "bos_token", json_string(o->bos_token ? o->bos_token : "")) ||
 	     json_object_set_new(c, "eos_token", json_string(o->eos_token ? o->eos_token : ""));
 	if (!rc && o->enable_thinking >= 0)
 		rc = json_object_set_new(c, "enable_thinking", json_boolean(o->enable_thinking));
+	if (!rc && o->kwargs) {
+		json_t *kw = json_loads(o->kwargs, JSON_DECODE_ANY, NULL);
+		const char *key;
+		json_t *v;
+		rc = !json_is_object(kw);
+		if (!rc)
+			json_object_foreach(kw, key, v)
+				if (!json_object_get(c, key) && json_object_set(c, key, v))
+					rc = 1;
+		json_decref(kw);
+	}
 	char *s = rc ? NULL : json_dumps(c, JSON_COMPACT);
 	json_decref(c);
 	return s;
@@ -208,29 +239,51 @@ static char *mark(const text_tok *t, const char *s)
 	return b.p;
 }
 
+/* The last tail_len - 1 bytes of s into tail (when asked for). */
+static void tail_of(const char *s, size_t len, char *tail, size_t tail_len)
+{
+	if (!tail || !tail_len)
+		return;
+	size_t k = len < tail_len - 1 ? len : tail_len - 1;
+	memcpy(tail, s + len - k, k);
+	tail[k] = 0;
+}
+
 int text_chat_encode(const text_tok *t, const struct text_msg *msgs, size_t n, bool add_generation_prompt,
                      int enable_thinking, unsigned flags, int32_t **ids, size_t *nids, char *err,
                      size_t errlen)
 {
+	struct text_chat_opts o = {
+	    .add_generation_prompt = add_generation_prompt,
+	    .enable_thinking = enable_thinking,
+	};
+	return text_chat_encode_opts(t, msgs, n, &o, flags, ids, nids, NULL, 0, err, errlen);
+}
+
+int text_chat_encode_opts(const text_tok *t, const struct text_msg *msgs, size_t n,
+                          const struct text_chat_opts *opts, unsigned flags, int32_t **ids, size_t *nids,
+                          char *tail, size_t tail_len, char *err, size_t errlen)
+{
 	*ids = NULL;
 	*nids = 0;
+	if (tail && tail_len)
+		tail[0] = 0;
 	text_jinja *j = NULL;
 	if (!text_chat_template(t))
 		return load(NULL, &j, err, errlen);
 	int rc = check_msgs(msgs, n, err, errlen);
 	if (rc || (rc = tok_jinja(t, &j, err, errlen)) != 0)
 		return rc;
-	struct text_chat_opts o = {
-	    .bos_token = text_token_text(t, text_bos(t)),
-	    .eos_token = text_token_text(t, text_eos(t)),
-	    .add_generation_prompt = add_generation_prompt,
-	    .enable_thinking = enable_thinking,
-	};
+	struct text_chat_opts o = *opts;
+	o.bos_token = text_token_text(t, text_bos(t));
+	o.eos_token = text_token_text(t, text_eos(t));
 	char *out = NULL;
 	if (flags & TEXT_CONTENT_SPECIAL) {
 		/* the old way, asked for: content's special texts are tokens */
-		if ((rc = render(j, msgs, n, &o, &out, err, errlen)) == 0)
+		if ((rc = render(j, msgs, n, &o, &out, err, errlen)) == 0) {
+			tail_of(out, strlen(out), tail, tail_len);
 			rc = text_encode(t, out, strlen(out), 0, ids, nids, err, errlen);
+		}
 		free(out);
 		return rc;
 	}
@@ -281,6 +334,7 @@ int text_chat_encode(const text_tok *t, const struct text_msg *msgs, size_t n, b
 		out[w++] = out[r++];
 	}
 	out[w] = 0;
+	tail_of(out, w, tail, tail_len);
 	rc = tx_encode_plain_at(t, out, w, 0, at, n_at, ids, nids, err, errlen);
 	free(at);
 	free(out);

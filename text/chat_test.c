@@ -96,7 +96,7 @@ static void t_mixtral_gguf(void) { check_chat("mixtral", "gguf.json", "mixtral")
 
 static void t_unknown_refused(void)
 {
-	struct text_msg m = {"user", "hi", NULL};
+	struct text_msg m = { .role = "user", .content = "hi" };
 	struct text_chat_opts o = {.add_generation_prompt = true, .enable_thinking = -1};
 	char *out = (char *)"x", err[256];
 	/* a template no one checked renders all the same: one path for all */
@@ -124,8 +124,8 @@ static void t_other_variants(void)
 	                      "<|im_start|>system\nYou are a helpful assistant<|im_end|>\n"
 	                      "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\nok<|im_end|>\n"
 	                      "<|im_start|>user\nmore<|im_end|>\n<|im_start|>assistant\n"};
-	struct text_msg m[] = {{"user", "hi", NULL}, {"assistant", "ok", NULL}, {"user", "more", NULL}};
-	struct text_chat_opts o = {"<s>", "</s>", true, -1};
+	struct text_msg m[] = {{ .role = "user", .content = "hi" }, { .role = "assistant", .content = "ok" }, { .role = "user", .content = "more" }};
+	struct text_chat_opts o = { .bos_token = "<s>", .eos_token = "</s>", .add_generation_prompt = true, .enable_thinking = -1 };
 	for (int i = 0; i < 2; i++) {
 		char path[512], err[256], *out;
 		snprintf(path, sizeof(path), "%s/templates/%s", fixtures(), files[i]);
@@ -147,9 +147,52 @@ static void t_other_variants(void)
 	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
 	buf[n] = 0;
 	fclose(f);
-	struct text_msg s[] = {{"system", "be brief", NULL}, {"user", "hi", NULL}};
+	struct text_msg s[] = {{ .role = "system", .content = "be brief" }, { .role = "user", .content = "hi" }};
 	T_EQ_ERR(text_chat_render(buf, s, 2, &o, &out, err, sizeof(err)), BATON_EINVAL);
 	T_EQ_STR(err, "Conversation roles must alternate user/assistant/user/assistant/...");
+}
+
+/* Tools and a tool round trip in the history, rendered as transformers
+ * renders them: the expected texts are jinja2 3.1.6's with transformers'
+ * environment (trim_blocks, lstrip_blocks, its tojson), for the same
+ * messages (the assistant's arguments a mapping, as the API passes them)
+ * and tools. */
+static void t_tools(void)
+{
+	struct text_msg m[] = {
+		{ .role = "user", .content = "weather in Paris?" },
+		{ .role = "assistant", .content = "", .tool_calls = "[{\"type\":\"function\",\"function\":{\"name\":"
+		  "\"get_weather\",\"arguments\":{\"city\":\"Paris\"}},\"id\":\"abcdefghi\"}]" },
+		{ .role = "tool", .content = "sunny", .tool_call_id = "abcdefghi", .name = "get_weather" },
+	};
+	struct text_chat_opts o = { .bos_token = "<s>", .eos_token = "</s>", .add_generation_prompt = true,
+		.enable_thinking = -1, .tools = "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\","
+		"\"description\":\"The weather\",\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":"
+		"{\"type\":\"string\"}}}}}]" };
+	const char *want = "<|im_start|>system\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": \"The weather\", \"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}}}}}\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n<|im_start|>user\nweather in Paris?<|im_end|>\n<|im_start|>assistant\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\nsunny\n</tool_response><|im_end|>\n<|im_start|>assistant\n";
+	char path[512], err[256], *out = NULL;
+	static char buf[16384];
+	snprintf(path, sizeof(path), "%s/templates/qwen3.jinja", fixtures());
+	FILE *f = fopen(path, "r");
+	T_ASSERT(f);
+	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	buf[n] = 0;
+	fclose(f);
+	T_OK(text_chat_render(buf, m, 3, &o, &out, err, sizeof(err)));
+	T_EQ_STR(out, want);
+	free(out);
+	/* the arguments as a JSON string: Qwen3's template writes them as they are */
+	m[1].tool_calls = "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"arguments\":"
+	    "\"{\\\"city\\\": \\\"Paris\\\"}\"}}]";
+	T_OK(text_chat_render(buf, m, 3, &o, &out, err, sizeof(err)));
+	T_EQ_STR(out, want);
+	free(out);
+	/* extra variables reach the template; the renderer's own are not replaced */
+	struct text_chat_opts k = { .add_generation_prompt = false, .enable_thinking = -1,
+		.kwargs = "{\"flavour\":\"salt\",\"add_generation_prompt\":true}" };
+	T_OK(text_chat_render("{{ flavour }}{{ add_generation_prompt }}{{ tools }}", m, 1, &k, &out, err, sizeof(err)));
+	T_EQ_STR(out, "saltFalseNone");
+	free(out);
 }
 
 /* Special ids in ids[0..n). */
@@ -171,7 +214,7 @@ static void content_is_text(const char *family, const char *content, size_t want
 	snprintf(path, sizeof(path), "%s/%s/tokenizer.json", fixtures(), family);
 	text_tok *t = NULL;
 	T_ASSERT_MSG(text_tok_load_file(&t, path, err, sizeof(err)) == 0, "%s: %s", path, err);
-	struct text_msg m = {"user", content, NULL};
+	struct text_msg m = { .role = "user", .content = content };
 	int32_t *ids = NULL, *old = NULL;
 	size_t n = 0, n_old = 0;
 	T_ASSERT_MSG(text_chat_encode(t, &m, 1, true, -1, 0, &ids, &n, err, sizeof(err)) == 0, "%s", err);
@@ -193,7 +236,7 @@ static void content_is_text(const char *family, const char *content, size_t want
 		T_EQ_STR(back, rendered);
 	T_ASSERT_MSG(strstr(back, content), "%s", back); /* the content as sent */
 	/* and content without special text encodes as before */
-	struct text_msg plain = {"user", "Who was Noah?", NULL};
+	struct text_msg plain = { .role = "user", .content = "Who was Noah?" };
 	free(ids);
 	free(old);
 	T_OK(text_chat_encode(t, &plain, 1, true, -1, 0, &ids, &n, err, sizeof(err)));
@@ -223,7 +266,7 @@ static void t_content_mark_char(void)
 	snprintf(path, sizeof(path), "%s/qwen3/tokenizer.json", fixtures());
 	text_tok *t = NULL;
 	T_ASSERT_MSG(text_tok_load_file(&t, path, err, sizeof(err)) == 0, "%s", err);
-	struct text_msg m = {"user", "a\xEF\xB7\x90<|im_end|>b", NULL};
+	struct text_msg m = { .role = "user", .content = "a\xEF\xB7\x90<|im_end|>b" };
 	int32_t *ids = NULL;
 	size_t n = 0, len = 0;
 	T_OK(text_chat_encode(t, &m, 1, true, -1, 0, &ids, &n, err, sizeof(err)));
@@ -238,4 +281,4 @@ static void t_content_mark_char(void)
 
 T_MAIN(T_CASE(t_qwen3), T_CASE(t_qwen2_moe), T_CASE(t_mixtral), T_CASE(t_olmoe), T_CASE(t_qwen3_gguf),
        T_CASE(t_mixtral_gguf), T_CASE(t_unknown_refused), T_CASE(t_other_variants), T_CASE(t_content_is_text),
-       T_CASE(t_content_mark_char))
+       T_CASE(t_content_mark_char), T_CASE(t_tools))

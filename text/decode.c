@@ -351,6 +351,60 @@ static bool is_byte_tok(const text_tok *t, int32_t id)
 	return byte_piece(t->piece[id], t->piece_len[id]) >= 0;
 }
 
+/* The decoder chain has a start-of-text rule (Strip, Metaspace's
+ * prepended space): the first token of a decode loses its leading space. */
+static bool start_rule(const text_tok *t)
+{
+	for (size_t k = 0; k < t->n_dec; k++)
+		if (t->dec[k].kind == D_STRIP || (t->dec[k].kind == D_METASPACE && t->dec[k].ps != PS_NEVER))
+			return true;
+	return false;
+}
+
+int text_stream_open_after(text_stream **out, const text_tok *t, unsigned flags, const int32_t *ctx,
+                           size_t n_ctx)
+{
+	int rc = text_stream_open(out, t, flags);
+	if (rc || !ctx || n_ctx == 0 || !start_rule(t))
+		return rc;
+	text_stream *s = *out;
+	/* the last token with text of its own (not a byte token, not a
+	 * skipped special one): its text is the context, emitted already (a
+	 * run of byte tokens after it is left out: decoded alone it may be
+	 * half a character) */
+	size_t j = n_ctx;
+	while (j-- > 0) {
+		int32_t id = ctx[j];
+		if (id < 0 || (size_t)id >= t->n_vocab) {
+			text_stream_close(s);
+			*out = NULL;
+			return BATON_ERANGE;
+		}
+		if (!((flags & TEXT_SKIP_SPECIAL) && t->special[id]) && !is_byte_tok(t, id) && t->piece_len[id])
+			break;
+	}
+	if (j == (size_t)-1)
+		return 0; /* nothing with text: a fresh start */
+	size_t n = 1;
+	if (!(s->w = malloc((n + 16) * sizeof(*s->w)))) {
+		text_stream_close(s);
+		*out = NULL;
+		return BATON_ENOMEM;
+	}
+	memcpy(s->w, ctx + j, n * sizeof(*s->w));
+	s->n = n;
+	s->cap = n + 16;
+	s->prefix.n = 0;
+	bool held = false;
+	if ((rc = decode_into(t, s->w, s->n, s->flags, false, &s->prefix, &held, NULL, 0)) != 0) {
+		text_stream_close(s);
+		*out = NULL;
+		return rc;
+	}
+	s->any = true;
+	return 0;
+}
+
 static int stream_step(text_stream *s, bool final, char **buf, size_t *len, size_t *cap)
 {
 	const text_tok *t = s->t;

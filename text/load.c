@@ -9,8 +9,9 @@
  * tokenizer.json (+ tokenizer_config.json) from a Hugging Face folder, or
  * the GGUF's tokenizer keys (gguf_tokenizer.json); the chat template from
  * chat_template.jinja when the folder had one (transformers 5 saves it
- * there), else from those files. The one place that knows these names, for
- * the engine and the CLI alike.
+ * there), else from those files, and the "tool_use" template from
+ * additional_chat_templates/tool_use.jinja. The one place that knows these
+ * names, for the engine and the CLI alike.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,17 +98,26 @@ int text_tok_load_arena(text_tok **out, const struct baton_arena *a, char *err, 
 	}
 	if (rc)
 		return rc;
+	/* transformers' tokenizer: chat_template.jinja over
+	 * tokenizer_config.json's (already loaded), and the named templates of
+	 * additional_chat_templates/ beside it (chat_template.json is a
+	 * processor's file, which a tokenizer does not read) */
+	char *t = NULL;
 	if (arena_blob(a, "chat_template.jinja", &ct, &ct_len) == 0) {
-		char *t = malloc((size_t)ct_len + 1);
-		if (!t) {
-			text_tok_free(*out);
-			*out = NULL;
-			return BATON_ENOMEM;
-		}
-		memcpy(t, ct, (size_t)ct_len);
-		t[ct_len] = '\0';
+		if (!(t = strndup(ct, (size_t)ct_len)))
+			goto nomem;
 		free((*out)->chat_template);
 		(*out)->chat_template = t;
 	}
+	if (arena_blob(a, "additional_chat_templates/tool_use.jinja", &ct, &ct_len) == 0) {
+		if (!(t = strndup(ct, (size_t)ct_len)))
+			goto nomem;
+		free((*out)->tool_template);
+		(*out)->tool_template = t;
+	}
 	return 0;
+nomem:
+	text_tok_free(*out);
+	*out = NULL;
+	return BATON_ENOMEM;
 }

@@ -44,8 +44,8 @@ static const struct pre_kind_row PRE_KINDS[] = {
 
 static int32_t id_key(json_t *root, const char *k)
 {
-	json_t *v = json_object_get(root, k);
-	return json_is_integer(v) ? (int32_t)json_integer_value(v) : -1;
+	int64_t x;
+	return baton_json_whole(json_object_get(root, k), 0, INT32_MAX, &x) == 0 ? (int32_t)x : -1;
 }
 
 static int push_norm(text_tok *t, enum norm_kind k, const char *a, const char *b)
@@ -89,7 +89,7 @@ int text_tok_load_gguf(text_tok **out, const char *js, size_t len, char *err, si
 	if (!t)
 		return BATON_ENOMEM;
 	t->bos = t->eos = t->pad = t->unk = -1;
-	root = json_loadb(js, len, JSON_REJECT_DUPLICATES, &je);
+	root = baton_json_load(js, len, JSON_REJECT_DUPLICATES, &je);
 	if (!root || !json_is_object(root))
 		FAIL(BATON_EINVAL, "GGUF tokenizer keys: %s (line %d)", root ? "not an object" : je.text, je.line);
 	json_t *jm = json_object_get(root, "tokenizer.ggml.model");
@@ -119,9 +119,10 @@ int text_tok_load_gguf(text_tok **out, const char *js, size_t len, char *err, si
 			FAIL(BATON_EINVAL, "tokenizer.ggml.tokens[%zu] is not a string", i);
 		if ((rc = tx_tok_set_piece(t, (int32_t)i, json_string_value(v), json_string_length(v))))
 			goto out;
-		json_int_t ty = types ? json_integer_value(json_array_get(types, i)) : TT_NORMAL;
-		if (ty < TT_NORMAL || ty > TT_BYTE)
-			FAIL(BATON_EINVAL, "tokenizer.ggml.token_type[%zu] is %lld", i, (long long)ty);
+		int64_t ty = TT_NORMAL;
+		if (types && baton_json_whole(json_array_get(types, i), TT_NORMAL, TT_BYTE, &ty) != 0)
+			FAIL(BATON_EINVAL, "tokenizer.ggml.token_type[%zu] is not a token type (%d..%d)", i,
+			     TT_NORMAL, TT_BYTE);
 		t->type[i] = (uint8_t)ty;
 		if (scores) {
 			json_t *sc = json_array_get(scores, i);
@@ -157,6 +158,11 @@ int text_tok_load_gguf(text_tok **out, const char *js, size_t len, char *err, si
 		t->post_prefix[t->n_prefix++] = t->bos;
 	if (add_eos && t->eos >= 0)
 		t->post_suffix[t->n_suffix++] = t->eos;
+	/* llama.cpp writes a list of named templates as
+	 * tokenizer.chat_template.<name> beside the default */
+	json_t *tu = json_object_get(root, "tokenizer.chat_template.tool_use");
+	if (json_is_string(tu) && !(t->tool_template = strdup(json_string_value(tu))))
+		FAIL(BATON_ENOMEM, "out of memory");
 	json_t *ct = json_object_get(root, "tokenizer.chat_template");
 	if (json_is_string(ct) && !(t->chat_template = strdup(json_string_value(ct))))
 		FAIL(BATON_ENOMEM, "out of memory");

@@ -224,14 +224,14 @@ static int add_dec(text_tok *t, json_t *n, char *err, size_t errlen)
 	} else if (!strcmp(type, "Strip")) {
 		const char *c = jstr(n, "content");
 		json_t *s0 = json_object_get(n, "start"), *s1 = json_object_get(n, "stop");
+		int64_t x0, x1;
 		if (!c || tx_utf8_len((const unsigned char *)c, strlen(c)) != strlen(c) ||
-		    !json_is_integer(s0) || !json_is_integer(s1) || json_integer_value(s0) < 0 ||
-		    json_integer_value(s1) < 0)
+		    baton_json_whole(s0, 0, INT_MAX, &x0) || baton_json_whole(s1, 0, INT_MAX, &x1))
 			return text_errf(err, errlen, BATON_EINVAL, "Strip decoder: bad content/start/stop");
 		st.kind = D_STRIP;
 		st.a = strdup(c);
-		st.start = (int)json_integer_value(s0);
-		st.stop = (int)json_integer_value(s1);
+		st.start = (int)x0;
+		st.stop = (int)x1;
 	} else if (!strcmp(type, "Metaspace")) {
 		st.kind = D_METASPACE;
 		const char *r = jstr(n, "replacement");
@@ -297,8 +297,8 @@ static int add_post(text_tok *t, json_t *n, bool *templ, char *err, size_t errle
 			                 name ? name : "(none)");
 		size_t j;
 		json_array_foreach(ids, j, y) {
-			json_int_t id = json_integer_value(y);
-			if (!json_is_integer(y) || id < 0 || (size_t)id >= t->n_vocab)
+			int64_t id;
+			if (baton_json_whole(y, 0, INT32_MAX, &id) || (size_t)id >= t->n_vocab)
 				return text_errf(err, errlen, BATON_EINVAL, "TemplateProcessing: bad id for %s", name);
 			int32_t *arr = after ? t->post_suffix : t->post_prefix;
 			size_t *cnt = after ? &t->n_suffix : &t->n_prefix;
@@ -332,15 +332,15 @@ int text_tok_load_hf(text_tok **out, const char *js, size_t len, const char *con
 	if (!t)
 		return BATON_ENOMEM;
 	t->bos = t->eos = t->pad = t->unk = -1;
-	root = json_loadb(js, len, JSON_REJECT_DUPLICATES, &je);
+	/* Both files by the reader policy of base.h (numbers as doubles, ids
+	 * whole numbers): transformers writes model_max_length
+	 * 1000000000000000019884624838656 when none is set (Mixtral's and
+	 * OLMoE's folders), past any integer jansson reads as one. */
+	root = baton_json_load(js, len, JSON_REJECT_DUPLICATES, &je);
 	if (!root || !json_is_object(root))
 		FAIL(BATON_EINVAL, "tokenizer.json: %s (line %d)", root ? "not an object" : je.text, je.line);
 	if (config) {
-		/* Numbers as doubles: transformers writes model_max_length
-		 * 1000000000000000019884624838656 when none is set (Mixtral's and
-		 * OLMoE's folders), past any integer jansson reads; only strings
-		 * and booleans are taken from this file. */
-		cfg = json_loadb(config, config_len, JSON_DECODE_INT_AS_REAL, &je);
+		cfg = baton_json_load(config, config_len, 0, &je);
 		if (!cfg || !json_is_object(cfg))
 			FAIL(BATON_EINVAL, "tokenizer_config.json: %s (line %d)", cfg ? "not an object" : je.text,
 			     je.line);
@@ -363,17 +363,16 @@ int text_tok_load_hf(text_tok **out, const char *js, size_t len, const char *con
 	size_t n = 0;
 	const char *k;
 	json_t *v;
+	int64_t id;
 	json_object_foreach(vocab, k, v) {
-		json_int_t id = json_integer_value(v);
-		if (!json_is_integer(v) || id < 0 || id >= (1 << 24))
+		if (baton_json_whole(v, 0, (1 << 24) - 1, &id))
 			FAIL(BATON_EINVAL, "tokenizer.json: vocab entry %s has a bad id", k);
 		if ((size_t)id + 1 > n)
 			n = (size_t)id + 1;
 	}
 	size_t i;
 	json_array_foreach(added, i, v) {
-		json_int_t id = json_integer_value(json_object_get(v, "id"));
-		if (!json_is_integer(json_object_get(v, "id")) || id < 0 || id >= (1 << 24) || !jstr(v, "content"))
+		if (baton_json_whole(json_object_get(v, "id"), 0, (1 << 24) - 1, &id) || !jstr(v, "content"))
 			FAIL(BATON_EINVAL, "tokenizer.json: added token %zu is malformed", i);
 		if ((size_t)id + 1 > n)
 			n = (size_t)id + 1;
@@ -386,15 +385,16 @@ int text_tok_load_hf(text_tok **out, const char *js, size_t len, const char *con
 	if ((rc = tx_tok_alloc_vocab(t, n)))
 		goto out;
 	json_object_foreach(vocab, k, v) {
-		if ((rc = tx_tok_set_piece(t, (int32_t)json_integer_value(v), k, strlen(k))))
+		baton_json_whole(v, 0, (1 << 24) - 1, &id); /* checked above */
+		if ((rc = tx_tok_set_piece(t, (int32_t)id, k, strlen(k))))
 			goto out;
 	}
 	json_array_foreach(added, i, v) {
 		const char *c = jstr(v, "content");
-		int32_t id = (int32_t)json_integer_value(json_object_get(v, "id"));
+		baton_json_whole(json_object_get(v, "id"), 0, (1 << 24) - 1, &id); /* checked above */
 		bool special = jbool(v, "special", false);
 		t->type[id] = special ? TT_CONTROL : TT_USER;
-		if ((rc = tx_tok_add_added(t, c, strlen(c), id, special, jbool(v, "normalized", !special),
+		if ((rc = tx_tok_add_added(t, c, strlen(c), (int32_t)id, special, jbool(v, "normalized", !special),
 		                        jbool(v, "lstrip", false), jbool(v, "rstrip", false),
 		                        jbool(v, "single_word", false))))
 			goto out;
@@ -476,10 +476,14 @@ int text_tok_load_hf(text_tok **out, const char *js, size_t len, const char *con
 		json_t *ct = json_object_get(cfg, "chat_template");
 		if (json_is_string(ct))
 			t->chat_template = strdup(json_string_value(ct));
-		else if (json_is_array(ct)) { /* [{"name": "default", "template": ...}] */
-			json_array_foreach(ct, i, v) if (jstr(v, "name") && !strcmp(jstr(v, "name"), "default") &&
-			                                 jstr(v, "template")) t->chat_template =
-			    strdup(jstr(v, "template"));
+		else if (json_is_array(ct)) { /* [{"name": "default", "template": ...}, ...] */
+			json_array_foreach(ct, i, v) {
+				const char *nm = jstr(v, "name"), *tp = jstr(v, "template");
+				char **dst = !nm || !tp ? NULL : !strcmp(nm, "default") ? &t->chat_template :
+				    !strcmp(nm, "tool_use") ? &t->tool_template : NULL;
+				if (dst && !*dst && !(*dst = strdup(tp)))
+					FAIL(BATON_ENOMEM, "out of memory");
+			}
 		}
 		/* Without a template post-processor, add_bos_token/add_eos_token
 		 * say what to add (transformers' slow-tokenizer convention). */

@@ -93,6 +93,13 @@ int32_t text_pad(const text_tok *t);
 int text_token_bytes(const text_tok *t, int32_t id, char *buf, size_t cap, size_t *len);
 /* The stored chat template, or NULL. */
 const char *text_chat_template(const text_tok *t);
+/* A named template of a model that ships several, as transformers keeps
+ * them: "default" (text_chat_template) and "tool_use" (the one
+ * apply_chat_template picks when tools are given: Mixtral-8x22B-Instruct,
+ * Command R), or NULL. From tokenizer_config.json's list of
+ * {name, template}, a folder's additional_chat_templates/tool_use.jinja,
+ * or a GGUF's tokenizer.chat_template.tool_use. */
+const char *text_chat_template_named(const text_tok *t, const char *name);
 /* The text of a token as chat templates use it (bos_token, eos_token), or "". */
 const char *text_token_text(const text_tok *t, int32_t id);
 
@@ -105,6 +112,14 @@ typedef struct text_stream text_stream;
 
 /* flags: TEXT_SKIP_SPECIAL; TEXT_CLEANUP is BATON_EUNSUPPORTED here. */
 int text_stream_open(text_stream **out, const text_tok *t, unsigned flags);
+/* A stream of tokens that continue a text ending in ctx (a prompt's ids):
+ * the decoders' start-of-text rules (SentencePiece's Strip and
+ * Metaspace, which drop the first token's leading space) apply to the
+ * context, not to the first pushed token, so "And God said" + "▁unto"
+ * streams " unto" (vLLM's incremental detokenizer does the same). A
+ * tokenizer without such a rule ignores ctx. */
+int text_stream_open_after(text_stream **out, const text_tok *t, unsigned flags, const int32_t *ctx,
+                           size_t n_ctx);
 /* Appends the text that became final to *buf (realloc'ed; *len, *cap kept by
  * the caller, start them at NULL/0/0). */
 int text_stream_push(text_stream *s, int32_t id, char **buf, size_t *len, size_t *cap);
@@ -135,14 +150,21 @@ int text_jinja_render(const text_jinja *j, const char *ctx, size_t ctx_len, char
 
 /* ---- chat templates ----------------------------------------------------------
  * Every template renders through the Jinja engine above, with the variables
- * transformers passes (messages, tools and documents as None,
- * add_generation_prompt, bos_token, eos_token, enable_thinking when given).
+ * transformers passes (messages, tools or None, documents as None,
+ * add_generation_prompt, bos_token, eos_token, enable_thinking when given,
+ * and the caller's extra variables).
  * A template the engine refuses at load is BATON_EUNSUPPORTED, never
  * guessed. */
 struct text_msg {
 	const char *role;              /* "system", "user", "assistant", "tool" */
 	const char *content;
 	const char *reasoning_content; /* NULL: absent (Qwen3 reads it) */
+	/* Tool calling, as transformers passes them (NULL: absent): */
+	const char *tool_calls;        /* assistant: a JSON array of {id, type, function: {name,
+	                                * arguments}}, passed as a list (arguments as the
+	                                * caller gives them: a mapping or a string) */
+	const char *tool_call_id;      /* tool: the call it answers */
+	const char *name;              /* tool: the function's name; user/system: a name */
 };
 
 struct text_chat_opts {
@@ -150,6 +172,9 @@ struct text_chat_opts {
 	const char *eos_token;
 	bool add_generation_prompt;
 	int enable_thinking;   /* -1: not given; 0 false; 1 true (Qwen3) */
+	const char *tools;     /* a JSON array passed as `tools`; NULL: None */
+	const char *kwargs;    /* a JSON object of more variables (chat_template_kwargs);
+	                        * a key the renderer sets itself is not replaced */
 };
 
 /* "jinja" when the engine can render the template, NULL when it refuses it
@@ -181,5 +206,13 @@ int text_chat_apply(const text_tok *t, const struct text_msg *msgs, size_t n,
 int text_chat_encode(const text_tok *t, const struct text_msg *msgs, size_t n, bool add_generation_prompt,
                      int enable_thinking, unsigned flags, int32_t **ids, size_t *nids, char *err,
                      size_t errlen);
+/* The same with all the renderer's variables (opts: add_generation_prompt,
+ * enable_thinking, tools, kwargs; its bos and eos tokens are the
+ * tokenizer's whatever opts says) and, when tail is not NULL, the rendered
+ * prompt's last tail_len - 1 bytes in tail (the API reads whether it opened
+ * a <think>). */
+int text_chat_encode_opts(const text_tok *t, const struct text_msg *msgs, size_t n,
+                          const struct text_chat_opts *opts, unsigned flags, int32_t **ids, size_t *nids,
+                          char *tail, size_t tail_len, char *err, size_t errlen);
 
 #endif

@@ -151,6 +151,7 @@ struct text_tok {
 	int32_t bos, eos, pad;
 	bool cleanup; /* tokenizer_config.json's clean_up_tokenization_spaces */
 	char *chat_template;
+	char *tool_template; /* the template named "tool_use" where there is a list, or NULL */
 	/* chat_template parsed, once, on the first render (chat.c); any
 	 * thread may render with it (text_jinja_render reads it only) */
 	_Atomic(text_jinja *) chat_jinja;

@@ -198,6 +198,7 @@ void text_tok_free(text_tok *t)
 	}
 	free(t->dec);
 	free(t->chat_template);
+	free(t->tool_template);
 	free(t);
 }
 
@@ -234,6 +235,15 @@ int32_t text_pad(const text_tok *t)
 const char *text_chat_template(const text_tok *t)
 {
 	return t->chat_template;
+}
+
+const char *text_chat_template_named(const text_tok *t, const char *name)
+{
+	if (!name)
+		return NULL;
+	if (!strcmp(name, "default"))
+		return t->chat_template;
+	return !strcmp(name, "tool_use") ? t->tool_template : NULL;
 }
 
 const char *text_token_text(const text_tok *t, int32_t id)

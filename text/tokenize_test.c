@@ -16,6 +16,7 @@
 
 #include <jansson.h>
 
+#include "arena/arena.h"
 #include "proto/proto.h"
 #include "tests/t.h"
 #include "text/text.h"
@@ -262,6 +263,97 @@ static void t_real_config_values(void)
 	int rc = text_tok_load_hf(&t, tok, strlen(tok), cfg, strlen(cfg), err, sizeof(err));
 	T_ASSERT_MSG(rc == 0, "%s", err);
 	text_tok_free(t);
+
+	/* tokenizer.json by the same policy (base.h): ids as integral reals,
+	 * an integer past 64 bits under a key the loader does not read, null
+	 * where a value is optional; a fractional id is refused. */
+	const char *tok2 = "{\"version\":\"1.0\",\"truncation\":{\"max_length\":"
+	                   "1000000000000000019884624838656},\"padding\":null,"
+	                   "\"added_tokens\":[{\"id\":3.0,\"content\":\"<s>\",\"special\":true}],"
+	                   "\"model\":{\"type\":\"BPE\",\"dropout\":null,\"vocab\":{\"a\":0,\"b\":1.0,"
+	                   "\"ab\":2e0},\"merges\":[\"a b\"]},\"x\":[18446744073709551616, 1e400]}";
+	const char *cfg2 = "{\"bos_token\":{\"content\":\"<s>\",\"lstrip\":false},\"model_max_length\":1e30}";
+	rc = text_tok_load_hf(&t, tok2, strlen(tok2), cfg2, strlen(cfg2), err, sizeof(err));
+	T_ASSERT_MSG(rc != 0 && strstr(err, "tokenizer.json"), "1e400 overflows a double: %s", err);
+	char *tok3 = strdup(tok2);
+	memcpy(strstr(tok3, "1e400"), "1e300", 5);
+	rc = text_tok_load_hf(&t, tok3, strlen(tok3), cfg2, strlen(cfg2), err, sizeof(err));
+	T_ASSERT_MSG(rc == 0, "%s", err);
+	T_EQ_INT(text_vocab_size(t), 4);
+	T_EQ_INT(text_bos(t), 3);
+	T_ASSERT(text_is_special(t, 3) && strcmp(text_piece(t, 2), "ab") == 0);
+	text_tok_free(t);
+	memcpy(strstr(tok3, "\"b\":1.0"), "\"b\":1.5", 7);
+	T_EQ_ERR(text_tok_load_hf(&t, tok3, strlen(tok3), NULL, 0, err, sizeof(err)), BATON_EINVAL);
+	T_ASSERT(strstr(err, "vocab entry b"));
+	free(tok3);
+
+	/* The JSON the arena makes of GGUF tokenizer keys: a u64 past 2^63
+	 * comes as a real (arena/gguf_model.c), ids and token types as reals. */
+	const char *gg = "{\"tokenizer.ggml.model\":\"gpt2\",\"tokenizer.ggml.pre\":\"qwen2\","
+	                 "\"tokenizer.ggml.tokens\":[\"a\",\"b\",\"ab\",\"<s>\"],"
+	                 "\"tokenizer.ggml.token_type\":[1,1.0,1,3.0],\"tokenizer.ggml.merges\":[\"a b\"],"
+	                 "\"tokenizer.ggml.bos_token_id\":3.0,\"tokenizer.ggml.x\":1.8446744073709552e19,"
+	                 "\"tokenizer.ggml.y\":18446744073709551615}";
+	rc = text_tok_load_gguf(&t, gg, strlen(gg), err, sizeof(err));
+	T_ASSERT_MSG(rc == 0, "%s", err);
+	T_EQ_INT(text_bos(t), 3);
+	T_ASSERT(text_is_special(t, 3));
+	text_tok_free(t);
+}
+
+/* Models that ship several templates: tokenizer_config.json's list of
+ * {name, template} (Mixtral-8x22B-Instruct's default and tool_use), a
+ * GGUF's tokenizer.chat_template.tool_use, and an HF folder's
+ * additional_chat_templates/tool_use.jinja through an arena. */
+static void t_named_templates(void)
+{
+	text_tok *t = NULL;
+	char err[512];
+	const char *tok = "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1,\"ab\":2},"
+	                  "\"merges\":[\"a b\"]}}";
+	const char *cfg = "{\"chat_template\":[{\"name\":\"default\",\"template\":\"D{{ 1 }}\"},"
+	                  "{\"name\":\"rag\",\"template\":\"R\"},{\"name\":\"tool_use\",\"template\":\"T\"}]}";
+	T_OK(text_tok_load_hf(&t, tok, strlen(tok), cfg, strlen(cfg), err, sizeof(err)));
+	T_EQ_STR(text_chat_template(t), "D{{ 1 }}");
+	T_EQ_STR(text_chat_template_named(t, "default"), "D{{ 1 }}");
+	T_EQ_STR(text_chat_template_named(t, "tool_use"), "T");
+	T_ASSERT(text_chat_template_named(t, "rag") == NULL && text_chat_template_named(t, NULL) == NULL);
+	text_tok_free(t);
+	const char *one = "{\"chat_template\":\"X\"}";
+	T_OK(text_tok_load_hf(&t, tok, strlen(tok), one, strlen(one), err, sizeof(err)));
+	T_EQ_STR(text_chat_template(t), "X");
+	T_ASSERT(text_chat_template_named(t, "tool_use") == NULL);
+	text_tok_free(t);
+
+	const char *gg = "{\"tokenizer.ggml.model\":\"gpt2\",\"tokenizer.ggml.pre\":\"qwen2\","
+	                 "\"tokenizer.ggml.tokens\":[\"a\",\"b\",\"ab\"],\"tokenizer.ggml.merges\":[\"a b\"],"
+	                 "\"tokenizer.chat_template\":\"G\",\"tokenizer.chat_template.tool_use\":\"GT\"}";
+	T_OK(text_tok_load_gguf(&t, gg, strlen(gg), err, sizeof(err)));
+	T_EQ_STR(text_chat_template(t), "G");
+	T_EQ_STR(text_chat_template_named(t, "tool_use"), "GT");
+	text_tok_free(t);
+
+	char dir[] = "/tmp/baton-named-XXXXXX", cmd[512], path[600];
+	T_ASSERT(mkdtemp(dir) != NULL);
+	snprintf(cmd, sizeof cmd, "cp -r tests/fixtures/arena/hf/olmoe %s/m && mkdir %s/m/additional_chat_templates && "
+	         "printf 'TOOLS{{ tools | length }}' > %s/m/additional_chat_templates/tool_use.jinja",
+	         dir, dir, dir);
+	T_ASSERT(system(cmd) == 0);
+	snprintf(path, sizeof path, "%s/m.arena", dir);
+	snprintf(cmd, sizeof cmd, "%s/m", dir);
+	struct baton_arena_source src = { .kind = BATON_ARENA_SRC_SAFETENSORS, .file = cmd };
+	int rc = arena_create(path, &src, NULL, NULL, err, sizeof(err));
+	T_ASSERT_MSG(rc == 0, "%s", err);
+	struct baton_arena *a = NULL;
+	T_OK(arena_open(path, &a, err, sizeof(err)));
+	T_OK(text_tok_load_arena(&t, a, err, sizeof(err)));
+	T_EQ_STR(text_chat_template_named(t, "tool_use"), "TOOLS{{ tools | length }}");
+	T_ASSERT(text_chat_template(t) && strstr(text_chat_template(t), "TOOLS") == NULL);
+	text_tok_free(t);
+	arena_close(a);
+	snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+	T_ASSERT(system(cmd) == 0);
 }
 
 static void t_refusals(void)
@@ -366,6 +458,89 @@ static void t_stream_holds_partial(void)
 	text_tok_free(t);
 }
 
+/* A completion continues its prompt: decode(prompt) + the stream of the
+ * rest == decode(prompt + rest), split at every token, for every family
+ * (the Mixtral regression: "And God said" + "unto" lost its space, since
+ * SentencePiece's Strip drops the first token's space of a text). */
+static void continue_family(const char *family, const char *file)
+{
+	text_tok *t = load(family, file);
+	static const char *texts[] = { "And God said unto Moses, I AM THAT I AM.", "In the beginning 你好 \xf0\x9f\x98\x80 x" };
+	char err[128];
+	for (size_t k = 0; k < 2; k++) {
+		int32_t *ids;
+		size_t n;
+		T_OK(text_encode(t, texts[k], strlen(texts[k]), TEXT_ADD_SPECIAL, &ids, &n, err, sizeof(err)));
+		char *all;
+		size_t al;
+		T_OK(text_decode(t, ids, n, TEXT_SKIP_SPECIAL, &all, &al, err, sizeof(err)));
+		for (size_t cut = 1; cut < n; cut++) {
+			char *pre;
+			size_t pl;
+			T_OK(text_decode(t, ids, cut, TEXT_SKIP_SPECIAL, &pre, &pl, err, sizeof(err)));
+			/* a cut inside a character: the prefix alone is not a prefix of the whole */
+			if (pl > al || memcmp(pre, all, pl) != 0) {
+				free(pre);
+				continue;
+			}
+			text_stream *st;
+			T_OK(text_stream_open_after(&st, t, TEXT_SKIP_SPECIAL, ids, cut));
+			char *buf = NULL;
+			size_t len = 0, cap = 0;
+			for (size_t i = cut; i < n; i++)
+				T_OK(text_stream_push(st, ids[i], &buf, &len, &cap));
+			T_OK(text_stream_finish(st, &buf, &len, &cap));
+			text_stream_close(st);
+			T_ASSERT_MSG(pl + len == al && (len == 0 || memcmp(buf, all + pl, len) == 0),
+			    "%s: cut %zu: '%s' + '%.*s' != '%s'", family, cut, pre, (int)len, buf ? buf : "", all);
+			free(buf);
+			free(pre);
+		}
+		free(all);
+		free(ids);
+	}
+	/* the regression itself, in words */
+	if (strcmp(family, "mixtral") == 0) {
+		int32_t *p, *w;
+		size_t np, nw;
+		T_OK(text_encode(t, "And God said", 12, TEXT_ADD_SPECIAL, &p, &np, err, sizeof(err)));
+		T_OK(text_encode(t, "And God said unto", 17, TEXT_ADD_SPECIAL, &w, &nw, err, sizeof(err)));
+		T_ASSERT(nw > np && memcmp(p, w, np * sizeof(*p)) == 0);
+		text_stream *st;
+		char *buf = NULL;
+		size_t len = 0, cap = 0;
+		T_OK(text_stream_open_after(&st, t, TEXT_SKIP_SPECIAL, p, np));
+		for (size_t i = np; i < nw; i++)
+			T_OK(text_stream_push(st, w[i], &buf, &len, &cap));
+		T_OK(text_stream_finish(st, &buf, &len, &cap));
+		text_stream_close(st);
+		T_EQ_STR(buf, " unto");
+		free(buf);
+		/* a fresh stream (a chat answer) starts as transformers' decode of it alone */
+		T_OK(text_stream_open(&st, t, TEXT_SKIP_SPECIAL));
+		buf = NULL;
+		len = cap = 0;
+		for (size_t i = np; i < nw; i++)
+			T_OK(text_stream_push(st, w[i], &buf, &len, &cap));
+		T_OK(text_stream_finish(st, &buf, &len, &cap));
+		text_stream_close(st);
+		T_EQ_STR(buf, "unto");
+		free(buf);
+		free(p);
+		free(w);
+	}
+	text_tok_free(t);
+}
+
+static void t_continue(void)
+{
+	static const char *fam[] = { "qwen3", "qwen2", "gpt2", "olmoe", "mixtral" };
+	for (size_t i = 0; i < sizeof fam / sizeof fam[0]; i++) {
+		continue_family(fam[i], "tokenizer.json");
+		continue_family(fam[i], "gguf.json");
+	}
+}
+
 static void expect_ids(const text_tok *t, const char *s, unsigned flags, const int32_t *want, size_t n)
 {
 	int32_t *ids;
@@ -455,11 +630,11 @@ static void t_cleanup(void)
 	text_tok_free(t);
 }
 
-T_MAIN(T_CASE_TIMEOUT(t_qwen3_hf, 120), T_CASE_TIMEOUT(t_qwen3_gguf, 120),
+T_MAIN(T_CASE(t_continue), T_CASE_TIMEOUT(t_qwen3_hf, 120), T_CASE_TIMEOUT(t_qwen3_gguf, 120),
        T_CASE_TIMEOUT(t_qwen2_hf, 120), T_CASE_TIMEOUT(t_qwen2_gguf, 120),
        T_CASE_TIMEOUT(t_gpt2_hf, 120), T_CASE_TIMEOUT(t_gpt2_gguf, 120),
        T_CASE_TIMEOUT(t_olmoe_hf, 120), T_CASE_TIMEOUT(t_olmoe_gguf, 120),
        T_CASE_TIMEOUT(t_mixtral_hf, 120), T_CASE_TIMEOUT(t_mixtral_gguf, 120),
-       T_CASE_TIMEOUT(t_specials, 60), T_CASE(t_refusals), T_CASE(t_real_config_values), T_CASE(t_no_special),
+       T_CASE_TIMEOUT(t_specials, 60), T_CASE(t_refusals), T_CASE(t_real_config_values), T_CASE(t_named_templates), T_CASE(t_no_special),
        T_CASE(t_stream_holds_partial), T_CASE(t_metaspace), T_CASE(t_added_strip_digits),
        T_CASE(t_cleanup))

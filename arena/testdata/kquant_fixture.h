@@ -38,13 +38,16 @@ static inline void *kq_take(FILE *f, size_t n, const char *path)
 	return p;
 }
 
-/* name: "q4_K", "q5_K" or "q6_K". Fails the test when the file is missing
- * or malformed. */
-static inline void kq_fixture_load(struct kq_fixture *fx, const char *name)
+/* arena/testdata/<prefix>_<name>.bin: kquant_gen.c's (prefix "kquant",
+ * name q4_K, q5_K or q6_K) or quant_gen.c's (prefix "quant", whose
+ * "blocks" are runs of 256 elements). Fails the test when the file is
+ * missing or malformed. */
+static inline void kq_fixture_load_from(struct kq_fixture *fx, const char *prefix,
+    const char *name)
 {
 	char path[256], magic[8];
 
-	snprintf(path, sizeof path, "arena/testdata/kquant_%s.bin", name);
+	snprintf(path, sizeof path, "arena/testdata/%s_%s.bin", prefix, name);
 	FILE *f = fopen(path, "rb");
 	T_ASSERT_MSG(f != NULL, "%s: not found (tests run from the repository root)", path);
 	kq_read(f, magic, 8, path);
@@ -62,6 +65,12 @@ static inline void kq_fixture_load(struct kq_fixture *fx, const char *name)
 	fx->q_values = kq_take(f, (size_t)fx->n_q * 256 * 4, path);
 	T_ASSERT_MSG(fgetc(f) == EOF, "%s: trailing bytes", path);
 	fclose(f);
+}
+
+/* name: "q4_K", "q5_K" or "q6_K". */
+static inline void kq_fixture_load(struct kq_fixture *fx, const char *name)
+{
+	kq_fixture_load_from(fx, "kquant", name);
 }
 
 static inline void kq_fixture_free(struct kq_fixture *fx)

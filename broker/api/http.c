@@ -909,10 +909,25 @@ int broker_http_open(struct broker *b, const struct broker_config *cfg, struct b
 		hosts[nh++] = t;
 	}
 	hosts[nh] = NULL;
+	/* [broker] cors_origins: the same, origins (checked by http_open) */
+	char origins[BROKER_URL_MAX];
+	const char *cors[HOSTS_MAX + 1];
+	size_t nc = 0;
+	snprintf(origins, sizeof origins, "%s", cfg->cors_origins);
+	for (char *save = NULL, *t = strtok_r(origins, ", ", &save); t; t = strtok_r(NULL, ", ", &save)) {
+		if (nc == HOSTS_MAX) {
+			snprintf(err, errlen, "cors_origins: at most %d origins", HOSTS_MAX);
+			rc = BATON_EINVAL;
+			goto fail;
+		}
+		cors[nc++] = t;
+	}
+	cors[nc] = NULL;
 	struct baton_http_opts o = {
 		.addr = cfg->http,
 		.token = cfg->http_token,
 		.hosts = hosts,
+		.cors_origins = nc ? cors : NULL,
 		.max_body = BODY_MAX,
 		.workers = READ_WORKERS,
 		.body_limit = body_limit,

@@ -8,7 +8,11 @@
  * streams pass through as they arrive. A model whose engine is released
  * is refilled first (the broker's refill, by its policies); two models
  * contending for one device are served in batches (door_quantum_s). GET
- * /v1/models lists every model with its state and engines.
+ * /v1/models lists every model with its state and engines. The models of
+ * the configuration's [model] sections are served by engines the door
+ * starts, watches, restarts and stops itself (fleet.c,
+ * docs/guides/fleet.md): a request for one whose engine is not running
+ * starts it and waits.
  *
  * A face of the broker: it sees engines through the core's API
  * (broker_call) when the core's events (broker_observe) say they changed,

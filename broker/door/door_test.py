@@ -651,14 +651,42 @@ def t_npm_client(c):
     assert sorted(got["models"]) == sorted([QWEN, MIXTRAL]), got
     assert got["wrong_model"] == {"status": 404, "code": "model_not_found", "type": "invalid_request_error",
                                   "param": "model"}, got
-    assert got["tools"]["status"] == 400 and got["tools"]["param"] == "tools", got  # the engine's own 400
+    assert got["lenient"]["finish"] in ("stop", "length"), got  # SDK defaults pass through the door
+    assert got["required_no_tools"]["status"] == 400 and got["required_no_tools"]["param"] == "tool_choice", got
     return "openai %s, first content after %s ms" % (
         json.load(open(os.path.join(dest, "node_modules", "openai", "package.json")))["version"], s["first_ms"])
 
 
+def t_tokenize_and_cors(c):
+    """vLLM's /tokenize and /detokenize through the door, routed by model
+    to the engine's; [broker] cors_origins answers a named origin's
+    preflight and marks its answers, the token still required."""
+    http = two_engines(c, "cors_origins = https://ui.example\n")
+    st, t, _ = http.post("/tokenize", {"model": MIXTRAL, "prompt": "And God said"})
+    assert st == 200 and t["count"] == len(t["tokens"]) > 1, (st, t)
+    st, d, _ = http.post("/detokenize", {"model": MIXTRAL, "tokens": t["tokens"]})
+    assert st == 200 and d["prompt"].endswith("And God said"), d
+    st, q, _ = http.post("/tokenize", {"model": QWEN, "prompt": "And God said"})
+    assert st == 200 and q["tokens"] != t["tokens"], q  # the other model's tokenizer
+    st, b, _ = http.post("/tokenize", {"model": "nobody", "prompt": "x"})
+    assert st == 404, (st, b)
+    pre = {"Origin": "https://ui.example", "Access-Control-Request-Method": "POST",
+           "Access-Control-Request-Headers": "authorization, content-type"}
+    st, _, hd = http.req("OPTIONS", "/v1/chat/completions", token=False, headers=pre)
+    low = {k.lower(): v for k, v in hd.items()}
+    assert st == 204 and low["access-control-allow-origin"] == "https://ui.example", (st, hd)
+    st, b, hd = http.post("/v1/chat/completions", chat_body(QWEN, "Who was Noah?", 1, max_tokens=2),
+                          headers={"Origin": "https://ui.example"})
+    assert st == 200 and {k.lower() for k in hd} >= {"access-control-allow-origin"}, (st, hd)
+    st, b, hd = http.post("/v1/chat/completions", chat_body(QWEN, "Who was Noah?", 1, max_tokens=2),
+                          headers={"Origin": "https://evil.example"})
+    assert st == 403 and "access-control-allow-origin" not in {k.lower() for k in hd}, (st, hd)
+    return "%d tokens" % t["count"]
+
+
 if __name__ == "__main__":
     h.need(h.BROKER)
-    sys.exit(h.run_cases([t_register_fields, t_fake_stream_passes_through, t_fake_cut_and_refused,
+    sys.exit(h.run_cases([t_tokenize_and_cors, t_register_fields, t_fake_stream_passes_through, t_fake_cut_and_refused,
                           t_fake_least_loaded_and_disconnect,
                           t_fake_refill_fails, t_errors_and_models, t_two_models_interleaved,
                           t_keep_alive, t_reload, t_stream_and_disconnect, t_queue_full, t_npm_client],

@@ -41,7 +41,7 @@
 #include "arena/arena.h"
 #include "broker/door/door_int.h"
 
-#define LOG_LINES 12
+#define LOG_LINES 24
 #define BACKOFF_MIN_S 0.5
 #define BACKOFF_MAX_S 30.0
 #define STOP_GRACE_S 10.0       /* SIGTERM, then SIGKILL after this */
@@ -71,6 +71,7 @@ struct fmodel {
 	enum fstate st;
 	struct child eng, tool;
 	bool wanted;                    /* a request waits for it */
+	bool idle_stop;                 /* stopping after stop_after_s (drop_arena applies) */
 	double t_start, restart_at, term_at, ready_ms, running_since;
 	double crash_t[64];
 	unsigned n_crash;
@@ -167,13 +168,41 @@ static int pidfd_of(pid_t pid)
 	return (int)syscall(SYS_pidfd_open, pid, 0);
 }
 
+extern char **environ;
+
+/* The broker's environment less systemd's notification variables: the
+ * unit's main process is the broker (NotifyAccess=main), and an engine's
+ * READY=1 there would be refused noise in the journal. Made before fork
+ * (the child may only call async-signal-safe functions). */
+static char **child_env(void)
+{
+	size_t n = 0;
+	while (environ[n])
+		n++;
+	char **env = calloc(n + 1, sizeof *env);
+	if (!env)
+		return NULL;
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++)
+		if (strncmp(environ[i], "NOTIFY_SOCKET=", 14) != 0 && strncmp(environ[i], "WATCHDOG_PID=", 13) != 0 &&
+		    strncmp(environ[i], "WATCHDOG_USEC=", 14) != 0)
+			env[k++] = environ[i];
+	return env;
+}
+
 /* fork/exec argv with stdout and stderr into a pipe; the child gets
  * SIGTERM when the broker dies (PR_SET_PDEATHSIG). */
 static int spawn(struct child *c, char *const argv[], char *err, size_t errlen)
 {
+	char **env = child_env();
+	if (!env) {
+		snprintf(err, errlen, "out of memory");
+		return BATON_ENOMEM;
+	}
 	int p[2];
 	if (pipe2(p, O_CLOEXEC) != 0) {
 		snprintf(err, errlen, "pipe: %s", strerror(errno));
+		free(env);
 		return BATON_EIO;
 	}
 	pid_t parent = getpid();
@@ -182,6 +211,7 @@ static int spawn(struct child *c, char *const argv[], char *err, size_t errlen)
 		snprintf(err, errlen, "fork: %s", strerror(errno));
 		close(p[0]);
 		close(p[1]);
+		free(env);
 		return BATON_ENOMEM;
 	}
 	if (pid == 0) {
@@ -202,10 +232,13 @@ static int spawn(struct child *c, char *const argv[], char *err, size_t errlen)
 		if (syscall(SYS_close_range, 3, ~0U, 0) != 0)
 			for (int fd = 3; fd < 1024; fd++)
 				close(fd);
-		execv(argv[0], argv);
-		dprintf(2, "cannot run %s: %s\n", argv[0], strerror(errno));
+		execve(argv[0], argv, env);
+		/* async-signal-safe calls only, between fork and exec */
+		if (write(2, "cannot run ", 11) < 0 || write(2, argv[0], strlen(argv[0])) < 0 || write(2, "\n", 1) < 0)
+			_exit(127);
 		_exit(127);
 	}
+	free(env);
 	close(p[1]);
 	fcntl(p[0], F_SETFL, O_NONBLOCK);
 	memset(c, 0, sizeof *c);
@@ -463,7 +496,7 @@ static void fail_model(struct door_fleet *f, struct fmodel *m, const char *fmt, 
 	vsnprintf(what, sizeof what, fmt, ap);
 	va_end(ap);
 	last_lines(m, lines, sizeof lines, 5);
-	snprintf(m->why, sizeof m->why, "%s%s%s", what, lines[0] ? "; last lines: " : "", lines);
+	snprintf(m->why, sizeof m->why, "%.1000s%s%.1000s", what, lines[0] ? "; last lines: " : "", lines);
 	m->st = FS_FAILED;
 	m->wanted = false;
 	broker_log("fleet: %s: failed: %s", m->conf.name, m->why);
@@ -487,6 +520,16 @@ static void on_engine_exit(struct door_fleet *f, struct fmodel *m, int status, d
 		broker_log("fleet: %s: engine stopped (%s)", m->conf.name, how);
 		broker_emit(f->d->b, "fleet.stopped", m->conf.name, how, -1, 0);
 		m->st = FS_STOPPED;
+		/* an arena the fleet made, dropped after an idle stop: its RAM back
+		 * (an engine that maps it still reads its pages until it unmaps) */
+		if (m->idle_stop && m->conf.drop_arena && m->conf.kind != BROKER_SRC_ARENA && m->arena[0]) {
+			if (unlink(m->arena) == 0)
+				broker_log("fleet: %s: arena %s deleted (drop_arena); made again at the next start",
+				    m->conf.name, m->arena);
+			else if (errno != ENOENT)
+				broker_log("fleet: %s: cannot delete its arena %s: %s", m->conf.name, m->arena, strerror(errno));
+		}
+		m->idle_stop = false;
 		return;
 	}
 	m->crashes++;
@@ -642,6 +685,7 @@ static void round_(struct door_fleet *f, const struct seen *s, double now)
 			if (m->conf.stop_after_s > 0 && !s[i].busy && s[i].idle_s >= m->conf.stop_after_s &&
 			    now - m->running_since >= m->conf.stop_after_s) { /* a preloaded one: idle from its start */
 				m->idle_stops++;
+				m->idle_stop = true;
 				broker_log("fleet: %s: idle %.1f s (stop_after_s %g): stopping its engine", m->conf.name,
 				    s[i].idle_s, m->conf.stop_after_s);
 				term(m, now);
@@ -748,6 +792,7 @@ static void take_models(struct door_fleet *f, const struct broker_config *cfg, c
 			snprintf(m->conf.aliases, sizeof m->conf.aliases, "%s", c->aliases);
 			m->conf.stop_after_s = c->stop_after_s;
 			m->conf.preload = c->preload;
+			m->conf.drop_arena = c->drop_arena;
 			m->conf.keep_alive_s = c->keep_alive_s;
 			m->conf.has_keep_alive = c->has_keep_alive;
 			m->conf.priority = c->priority;

@@ -26,9 +26,11 @@ to end on the host backend with the two trained models of models/.
   - SIGHUP with tiny removed, mixtral-b added and crashy changed: tiny's
     engine stops and its name is 404, qwen's and mixtral's engines keep
     their pids, mixtral-b starts on demand, is stopped after stop_after_s
-    idle, starts again on the next request (its arena reused), crashy
+    idle (drop_arena: its arena deleted), starts again on the next request
+    (the arena made again), crashy
     serves; a second SIGHUP changes crashy while its engine runs: that
-    engine stops, the next request starts the new section's;
+    engine stops, the next request starts the new section's (its arena
+    reused);
   - every count in /metrics and /v1/models is the one the test made.
 The last line is "N passed, N failed".
 """
@@ -91,7 +93,7 @@ def fleet_text(c, tiny_arena, second=False, third=False):
     if not second:
         text += model("tiny", tiny_arena)
     else:
-        text += model("mixtral-b", MIXTRAL_DIR, "stop_after_s = 1\n")
+        text += model("mixtral-b", MIXTRAL_DIR, "stop_after_s = 1\ndrop_arena = true\n")
     text += model("broken", not_a_model(c) if not second else os.path.join(c.dir, "not-a-model"))
     if not second:
         text += '[model "crashy"]\nsource = %s\nbackend = host\nengine_flags = %s --ctx 8\n' % (QWEN_DIR, FLAGS)
@@ -223,6 +225,7 @@ def t_arena_full_refused(c):
 def t_fleet(c):
     tiny_arena = h.model_arena("kjv-qwen3-moe")
     c.env["HF_HUB_CACHE"] = hf_cache(c)
+    c.env["NOTIFY_SOCKET"] = os.path.join(c.dir, "no-notify.sock")  # as under systemd: the broker's alone
     http = c.http_broker(fleet_text(c, tiny_arena))
     ms = models(http)
     assert sorted(ms) == ["broken", "crashy", "mixtral", "qwen", "tiny"], ms
@@ -277,6 +280,9 @@ def t_fleet(c):
     fds = {int(n): os.readlink("/proc/%d/fd/%s" % (pids["qwen"], n)) for n in os.listdir("/proc/%d/fd" % pids["qwen"])}
     assert fds[0] == "/dev/null" and fds[1] == fds[2] and fds[1].startswith("pipe:"), fds
     assert not [n for n, t in fds.items() if n > 2 and t.startswith("pipe:")], fds
+    env = open("/proc/%d/environ" % pids["qwen"], "rb").read().split(b"\0")
+    assert not [v for v in env if v.startswith(b"NOTIFY_SOCKET=")], env
+    assert ("BATON_HOSTDEV_DIR=%s" % c.dir).encode() in env, env
     assert os.path.exists(os.path.join(c.dir, "arenas", "qwen.arena"))
     assert os.path.exists(os.path.join(c.dir, "arenas", "mixtral.arena"))
     assert not os.path.exists(os.path.join(c.dir, "arenas", "tiny.arena"))  # its own arena, as it is
@@ -381,13 +387,17 @@ def t_fleet(c):
     h.wait_for("mixtral-b stopped when idle", lambda: models(http)["mixtral-b"]["fleet"]["state"] == "stopped",
                timeout=T)
     assert "mixtral-b" not in engine_procs(c).values()
+    # drop_arena: its arena is deleted with the stop (its /dev/shm back), made again at the next start
+    h.wait_for("mixtral-b's arena deleted", lambda: not os.path.exists(os.path.join(c.dir, "arenas", "mixtral-b.arena")),
+               timeout=T)
     want_metric(http, "baton_fleet_engine_idle_stops_total", '{model="mixtral-b"}', 1)
     st, body, _ = http.post("/v1/chat/completions", chat("mixtral-b", "Who was Noah?", 3))
     assert st == 200 and body["choices"][0]["message"]["content"] == text[("mixtral", 3)], (st, body)
     ms = models(http)
     assert ms["mixtral-b"]["fleet"]["starts"] == 2 and ms["mixtral-b"]["fleet"]["idle_stops"] == 1, ms["mixtral-b"]
-    assert any("reused %s/arenas/mixtral-b.arena" % c.dir in line for line in ms["mixtral-b"]["fleet"]["log"]), \
+    assert any("built %s/arenas/mixtral-b.arena" % c.dir in line for line in ms["mixtral-b"]["fleet"]["log"]), \
         ms["mixtral-b"]["fleet"]["log"]
+    assert os.path.exists(os.path.join(c.dir, "arenas", "mixtral-b.arena"))
     assert ms["qwen"]["fleet"]["pid"] == pids["qwen"] and ms["mixtral"]["fleet"]["pid"] == pids["mixtral"]
     assert sorted(engine_procs(c).values()) == ["crashy", "mixtral", "mixtral-b", "qwen"]
     # SIGHUP again with crashy changed while its engine runs: that engine
@@ -407,6 +417,9 @@ def t_fleet(c):
     new_pid = ms["crashy"]["fleet"]["pid"]
     argv = open("/proc/%d/cmdline" % new_pid, "rb").read().split(b"\0")
     assert b"--max-seqs" in argv and argv[argv.index(b"--max-seqs") + 1] == b"2", argv
+    # its arena, made at its first (crashing) start, reused: no copy
+    assert any("reused %s/arenas/crashy.arena" % c.dir in line for line in ms["crashy"]["fleet"]["log"]), \
+        ms["crashy"]["fleet"]["log"]
     assert ms["qwen"]["fleet"]["pid"] == pids["qwen"] and ms["mixtral"]["fleet"]["pid"] == pids["mixtral"], ms
     want_metric(http, "baton_door_requests_total", '{model="mixtral-b",outcome="served"}', 2)
     want_metric(http, "baton_door_requests_total", '{model="qwen",outcome="served"}', 3)

@@ -184,6 +184,15 @@ static void print_models(const struct broker_config *c)
 			printf("max_seqs = %u\n", m->max_seqs);
 		if (m->stop_after_s > 0)
 			printf("stop_after_s = %g\n", m->stop_after_s);
+		if (m->drop_arena)
+			printf("drop_arena = true\n");
+		if (m->has_keep_alive && m->keep_alive_s < 0)
+			printf("keep_alive_s = forever\n");
+		else if (m->has_keep_alive)
+			printf("keep_alive_s = %g\n", m->keep_alive_s);
+		if (m->has_priority)
+			printf("priority = %d\n", m->priority);
+		printf("pinned = %s\n", m->pinned ? "true" : "false");
 		printf("preload = %s\n", m->preload ? "true" : "false");
 		if (m->arena[0])
 			printf("arena = %s\n", m->arena);
@@ -207,6 +216,14 @@ static void print_config(const struct broker_config *c)
 	else
 		printf("door_keep_alive_s = %g\n", c->door_keep_alive_s);
 	printf("door_queue_max = %u\n", c->door_queue_max);
+	printf("arena_dir = %s\nrestart_max = %u\nrestart_window_s = %g\n", c->arena_dir, c->restart_max,
+	    c->restart_window_s);
+	if (c->engine_path[0])
+		printf("engine = %s\n", c->engine_path);
+	if (c->arena_tool[0])
+		printf("arena_tool = %s\n", c->arena_tool);
+	if (c->run_dir[0])
+		printf("run_dir = %s\n", c->run_dir);
 	for (size_t i = 0; i < c->n_gpus; i++) {
 		const struct broker_gpu_conf *g = &c->gpus[i];
 		printf("\n[gpu \"%s\"]\nreserve_mib = %llu\n", g->uuid,
@@ -216,6 +233,9 @@ static void print_config(const struct broker_config *c)
 	}
 	for (size_t i = 0; i < c->n_engines; i++) {
 		const struct broker_engine_conf *e = &c->engines[i];
+		const struct broker_model_conf *mc = broker_config_model(c, e->name);
+		if (mc && strcmp(mc->name, e->name) == 0)
+			continue; /* a [model]'s own: printed with it */
 		printf("\n[engine \"%s\"]\n", e->name);
 		if (e->has_priority)
 			printf("priority = %d\n", e->priority);

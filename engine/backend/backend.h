@@ -307,6 +307,11 @@ int backend_host_register(const struct baton_backend *be, struct baton_dev *dev,
 int backend_host_unregister(const struct baton_backend *be, struct baton_dev *dev,
     const void *p, uint64_t bytes);
 int backend_has_copy_d2d(const struct baton_backend *be);
+/* What to do about weights of a dtype that `be` cannot compute, for the
+ * error that names it: the host backend's flag where the host computes
+ * the type, else the llama-quantize types to convert to (the IQ1/IQ2/IQ3
+ * and ternary families, which no backend computes). Never NULL. */
+const char *backend_dtype_advice(const struct baton_backend *be, int dtype);
 int backend_copy_d2d(const struct baton_backend *be, struct baton_dev *dev, baton_dptr dst,
     baton_dptr src, uint64_t bytes);
 

@@ -752,9 +752,11 @@ static void t_route_ties(void)
 static void t_unsupported(void)
 {
 	const int yes[] = { BATON_DT_F32, BATON_DT_F16, BATON_DT_BF16, BATON_DT_Q8_0,
-		BATON_DT_Q4_K, BATON_DT_Q5_K, BATON_DT_Q6_K };
-	const int no[] = { BATON_DT_Q4_0, BATON_DT_Q3_K, BATON_DT_Q2_K, BATON_DT_F64,
-		BATON_DT_I8, BATON_DT_IQ4_NL, -1, 3, 39, 40, 1000 };
+		BATON_DT_Q4_K, BATON_DT_Q5_K, BATON_DT_Q6_K, BATON_DT_Q4_0, BATON_DT_Q4_1,
+		BATON_DT_Q5_0, BATON_DT_Q5_1, BATON_DT_Q2_K, BATON_DT_Q3_K, BATON_DT_IQ4_NL,
+		BATON_DT_IQ4_XS, BATON_DT_MXFP4 };
+	const int no[] = { BATON_DT_IQ2_XXS, BATON_DT_IQ3_S, BATON_DT_IQ1_M, BATON_DT_F64,
+		BATON_DT_I8, BATON_DT_TQ2_0, -1, 4, 40, 1000 };
 	for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++)
 		T_EQ_INT(host_can_compute(yes[i]), 1);
 	for (size_t i = 0; i < sizeof no / sizeof no[0]; i++)
@@ -762,9 +764,9 @@ static void t_unsupported(void)
 
 	uint8_t row[256] = { 0 };
 	float x[64] = { 0 }, out;
-	T_EQ_ERR(baton_dot_row(BATON_DT_Q3_K, row, x, 64, &out), BATON_EUNSUPPORTED);
-	T_EQ_ERR(baton_dequant_row(BATON_DT_Q3_K, row, x, 64), BATON_EUNSUPPORTED);
-	T_EQ_INT(baton_compute_row_bytes(BATON_DT_Q3_K, 256), 0);
+	T_EQ_ERR(baton_dot_row(BATON_DT_IQ3_XXS, row, x, 64, &out), BATON_EUNSUPPORTED);
+	T_EQ_ERR(baton_dequant_row(BATON_DT_IQ3_XXS, row, x, 64), BATON_EUNSUPPORTED);
+	T_EQ_INT(baton_compute_row_bytes(BATON_DT_IQ3_XXS, 256), 0);
 
 	struct layer_spec s = {
 		.gate_dt = BATON_DT_F16, .up_dt = BATON_DT_F16, .down_dt = BATON_DT_F16,
@@ -781,16 +783,16 @@ static void t_unsupported(void)
 	for (int p = 0; p < 4; p++)
 		blobs[p] = (uintptr_t)L.blob[p];
 	T_OK(host_moe_route(NULL, &L.l, ids, w));
-	l = L.l, l.gate_dtype = BATON_DT_Q3_K;
+	l = L.l, l.gate_dtype = BATON_DT_IQ3_XXS;
 	T_EQ_ERR(host_moe_experts(NULL, &l, blobs, w), BATON_EUNSUPPORTED);
 	T_OK(host_moe_route(NULL, &l, ids, w)); /* route reads no expert */
-	l = L.l, l.up_dtype = BATON_DT_Q3_K;
+	l = L.l, l.up_dtype = BATON_DT_IQ3_XXS;
 	T_EQ_ERR(host_moe_experts(NULL, &l, blobs, w), BATON_EUNSUPPORTED);
-	l = L.l, l.down_dtype = BATON_DT_Q3_K;
+	l = L.l, l.down_dtype = BATON_DT_IQ3_XXS;
 	T_EQ_ERR(host_moe_experts(NULL, &l, blobs, w), BATON_EUNSUPPORTED);
-	l = L.l, l.router_dtype = BATON_DT_Q3_K;
+	l = L.l, l.router_dtype = BATON_DT_IQ3_XXS;
 	T_EQ_ERR(host_moe_route(NULL, &l, ids, w), BATON_EUNSUPPORTED);
-	l = L.l, l.norm_dtype = BATON_DT_Q3_K;
+	l = L.l, l.norm_dtype = BATON_DT_IQ3_XXS;
 	T_EQ_ERR(host_moe_route(NULL, &l, ids, w), BATON_EUNSUPPORTED);
 	l.norm = 0; /* no norm: its dtype does not matter */
 	T_OK(host_moe_route(NULL, &l, ids, w));

@@ -54,3 +54,12 @@ int backend_find(const char *name, const struct baton_backend **out, char *errbu
 	baton_errf(errbuf, errlen, "unknown backend \"%.64s\" (host, cuda or auto)", name);
 	return BATON_EINVAL;
 }
+
+const char *backend_dtype_advice(const struct baton_backend *be, int dtype)
+{
+	if (be != &baton_backend_host && baton_backend_host.can_compute(dtype))
+		return "the host backend computes it (--backend host); or requantize the GGUF with "
+		       "llama-quantize to Q4_K_M, Q5_K_M, Q6_K or Q8_0";
+	return "no backend of this build computes it; requantize the GGUF with llama-quantize to "
+	       "Q4_K_M, Q5_K_M, Q6_K or Q8_0";
+}

@@ -57,11 +57,12 @@ static int get_uint(json_t *o, const char *key, uint32_t def, uint32_t max, uint
 		*out = def;
 		return 0;
 	}
-	if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > max) {
+	int64_t x;
+	if (baton_json_whole(v, 1, max, &x) != 0) {
 		cerr(eb, el, "%s must be an integer in 1..%u", key, max);
 		return BATON_EINVAL;
 	}
-	*out = (uint32_t)json_integer_value(v);
+	*out = (uint32_t)x;
 	return 0;
 }
 
@@ -86,12 +87,98 @@ static int64_t get_token(json_t *o, const char *key)
 	json_t *v = json_object_get(o, key);
 	if (json_is_array(v))
 		v = json_array_get(v, 0);
-	return json_is_integer(v) && json_integer_value(v) >= 0 ? json_integer_value(v) : -1;
+	int64_t x;
+	return baton_json_whole(v, 0, INT32_MAX, &x) == 0 ? x : -1;
+}
+
+/* A number of the rope settings: absent or null gives def; *out set. */
+static int rope_num(json_t *sc, const char *key, double def, double *out, char *eb, size_t el)
+{
+	json_t *v = json_object_get(sc, key);
+	if (!v || json_is_null(v)) {
+		*out = def;
+		return 0;
+	}
+	if (!json_is_number(v) || !isfinite(json_number_value(v))) {
+		cerr(eb, el, "rope %s is not a number", key);
+		return BATON_EINVAL;
+	}
+	*out = json_number_value(v);
+	return 0;
+}
+
+/* transformers' get_mscale of _compute_yarn_parameters. */
+static double yarn_get_mscale(double scale, double mscale)
+{
+	return scale <= 1 ? 1.0 : 0.1 * mscale * log(scale) + 1.0;
+}
+
+/* YaRN's settings as transformers 5 reads them (_compute_yarn_parameters of
+ * modeling_rope_utils.py): factor (absent: max_position_embeddings /
+ * original_max_position_embeddings), original_max_position_embeddings (in
+ * the rope settings, else at the top, else max_position_embeddings),
+ * beta_fast / beta_slow (32 and 1 when absent, null or 0), truncate (true),
+ * and the attention factor: attention_factor when given, else
+ * get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim) when both
+ * are given and not 0, else get_mscale(factor) = 0.1 ln(factor) + 1. */
+static int parse_yarn(json_t *root, json_t *sc, struct baton_model_config *c, char *eb, size_t el)
+{
+	double orig, f, af, ms, msa, bf, bs;
+	int rc;
+	json_t *top = json_object_get(root, "original_max_position_embeddings");
+	double top_orig = json_is_number(top) ? json_number_value(top) : (double)c->max_pos;
+	if ((rc = rope_num(sc, "original_max_position_embeddings", top_orig, &orig, eb, el)))
+		return rc;
+	if (!(orig >= 1 && orig <= (double)(1u << 24)) || orig != floor(orig)) {
+		cerr(eb, el, "rope original_max_position_embeddings %g is not a whole number in "
+		    "[1, 2^24]", orig);
+		return BATON_EINVAL;
+	}
+	if ((rc = rope_num(sc, "factor", (double)c->max_pos / orig, &f, eb, el)) ||
+	    (rc = rope_num(sc, "attention_factor", NAN, &af, eb, el)) ||
+	    (rc = rope_num(sc, "mscale", 0, &ms, eb, el)) ||
+	    (rc = rope_num(sc, "mscale_all_dim", 0, &msa, eb, el)) ||
+	    (rc = rope_num(sc, "beta_fast", 32, &bf, eb, el)) ||
+	    (rc = rope_num(sc, "beta_slow", 1, &bs, eb, el)))
+		return rc;
+	if (!(f >= 1 && f <= 1e6)) {
+		cerr(eb, el, "rope type yarn needs a factor in [1, 1e6], got %g", f);
+		return BATON_EINVAL;
+	}
+	if (bf == 0)
+		bf = 32; /* transformers' `or 32` */
+	if (bs == 0)
+		bs = 1;
+	if (!(bf > 0) || !(bs > 0)) {
+		cerr(eb, el, "rope beta_fast and beta_slow must be above 0");
+		return BATON_EINVAL;
+	}
+	json_t *tr = json_object_get(sc, "truncate");
+	if (tr && !json_is_null(tr) && !json_is_boolean(tr)) {
+		cerr(eb, el, "rope truncate is not a boolean");
+		return BATON_EINVAL;
+	}
+	if (isnan(af))
+		af = ms != 0 && msa != 0 ? yarn_get_mscale(f, ms) / yarn_get_mscale(f, msa) :
+		    yarn_get_mscale(f, 1);
+	if (!(af > 0 && af < 1e3)) {
+		cerr(eb, el, "rope attention_factor %g is not in (0, 1000)", af);
+		return BATON_EINVAL;
+	}
+	c->rope_type = BATON_ROPE_YARN;
+	c->rope_factor = f;
+	c->rope_orig_max_pos = (uint32_t)orig;
+	c->rope_beta_fast = bf;
+	c->rope_beta_slow = bs;
+	c->rope_truncate = !json_is_false(tr);
+	c->rope_mscale = (float)af;
+	return 0;
 }
 
 /* rope_parameters (transformers 5) or rope_theta + rope_scaling (4.x and
- * GGUF-made configs): theta and the linear factor; any other rope type is
- * refused by name. */
+ * GGUF-made configs): theta and the rope type: default, linear (the
+ * factor) or yarn (parse_yarn); any other type (dynamic, longrope, llama3,
+ * ...) is refused by name. */
 static int parse_rope(json_t *root, struct baton_model_config *c, char *eb, size_t el)
 {
 	json_t *rp = json_object_get(root, "rope_parameters");
@@ -109,9 +196,11 @@ static int parse_rope(json_t *root, struct baton_model_config *c, char *eb, size
 	}
 	c->rope_theta = json_number_value(theta);
 	c->rope_factor = 1.0;
+	c->rope_type = BATON_ROPE_DEFAULT;
+	c->rope_mscale = 1.0f;
 	if (json_is_object(sc)) {
 		json_t *t = json_object_get(sc, "rope_type");
-		if (!t)
+		if (!t || json_is_null(t))
 			t = json_object_get(sc, "type");
 		const char *type = json_is_string(t) ? json_string_value(t) : "default";
 		if (strcmp(type, "linear") == 0) {
@@ -120,9 +209,14 @@ static int parse_rope(json_t *root, struct baton_model_config *c, char *eb, size
 				cerr(eb, el, "rope type linear needs a factor >= 1");
 				return BATON_EINVAL;
 			}
+			c->rope_type = BATON_ROPE_LINEAR;
 			c->rope_factor = json_number_value(f);
+		} else if (strcmp(type, "yarn") == 0) {
+			int rc = parse_yarn(root, sc, c, eb, el);
+			if (rc)
+				return rc;
 		} else if (strcmp(type, "default") != 0) {
-			cerr(eb, el, "rope type \"%.40s\" is not supported (default, linear)", type);
+			cerr(eb, el, "rope type \"%.40s\" is not supported (default, linear, yarn)", type);
 			return BATON_EUNSUPPORTED;
 		}
 	} else if (sc && !json_is_null(sc)) {
@@ -183,7 +277,8 @@ static int refuse_options(json_t *root, const struct baton_model_arch *a,
 		return BATON_EUNSUPPORTED;
 	}
 	v = json_object_get(root, "decoder_sparse_step");
-	if (v && !json_is_null(v) && !(json_is_integer(v) && json_integer_value(v) == 1)) {
+	int64_t step;
+	if (v && !json_is_null(v) && !(baton_json_whole(v, 1, 1, &step) == 0)) {
 		cerr(eb, el, "decoder_sparse_step other than 1 (dense MLP layers) is not supported");
 		return BATON_EUNSUPPORTED;
 	}
@@ -193,12 +288,12 @@ static int refuse_options(json_t *root, const struct baton_model_arch *a,
 		 * its context within it, where windowed and full attention agree. */
 		v = json_object_get(root, "sliding_window");
 		if (v && !json_is_null(v)) {
-			if (!json_is_integer(v) || json_integer_value(v) < 1 ||
-			    json_integer_value(v) > UINT32_MAX) {
+			int64_t w;
+			if (baton_json_whole(v, 1, UINT32_MAX, &w) != 0) {
 				cerr(eb, el, "sliding_window must be a positive integer or null");
 				return BATON_EINVAL;
 			}
-			c->window = (uint32_t)json_integer_value(v);
+			c->window = (uint32_t)w;
 		}
 	}
 	return 0;
@@ -215,7 +310,7 @@ int model_config_parse(const char *json, size_t len, struct baton_model_config *
 		return BATON_EINVAL;
 	}
 	memset(c, 0, sizeof *c);
-	json_t *root = json_loadb(json, len, 0, &jerr);
+	json_t *root = baton_json_load(json, len, 0, &jerr);
 	if (!root) {
 		cerr(eb, el, "not JSON: %.120s (line %d)", jerr.text, jerr.line);
 		return BATON_EINVAL;
@@ -313,8 +408,55 @@ out:
 	return rc;
 }
 
+/* YaRN's find_correction_dim (transformers, in double). */
+static double yarn_corr_dim(double n_rot, double dim, double base, double orig)
+{
+	return dim * log(orig / (n_rot * 2 * M_PI)) / (2 * log(base));
+}
+
+/* YaRN as transformers computes it in f32 tensors (_compute_yarn_parameters):
+ *   pos = base ^ (f32(2i) / dim)            powf, base and exponent f32
+ *   extra = 1 / pos, inter = 1 / (f32(factor) * pos)
+ *   low, high = floor / ceil of the correction dims of beta_fast and
+ *       beta_slow (double; not rounded when truncate is false), clamped to
+ *       [0, dim - 1]; high += 0.001 when equal
+ *   ramp = clamp((f32(i) - f32(low)) / f32(high - low), 0, 1), ef = 1 - ramp
+ *   inv = inter * (1 - ef) + extra * ef
+ * each operation rounded to f32 (-std=c11 contracts nothing). */
+static void yarn_inv_freq(const struct baton_model_config *cfg, float *inv_freq)
+{
+	const uint32_t dim = cfg->head_dim, half = dim / 2;
+	const double base = cfg->rope_theta, orig = cfg->rope_orig_max_pos;
+	double low = yarn_corr_dim(cfg->rope_beta_fast, dim, base, orig);
+	double high = yarn_corr_dim(cfg->rope_beta_slow, dim, base, orig);
+	if (cfg->rope_truncate) {
+		low = floor(low);
+		high = ceil(high);
+	}
+	low = low > 0 ? low : 0;
+	high = high < dim - 1 ? high : dim - 1;
+	if (low == high)
+		high += 0.001;
+	const float fb = (float)base, ff = (float)cfg->rope_factor;
+	const float flow = (float)low, fspan = (float)(high - low);
+	for (uint32_t i = 0; i < half; i++) {
+		float e = (float)(2 * i) / (float)dim;
+		float pos = powf(fb, e);
+		float extra = 1.0f / pos, inter = 1.0f / (ff * pos);
+		float ramp = ((float)i - flow) / fspan;
+		ramp = ramp < 0.0f ? 0.0f : ramp > 1.0f ? 1.0f : ramp;
+		float ef = 1.0f - ramp;
+		float a = inter * (1.0f - ef), b = extra * ef;
+		inv_freq[i] = a + b;
+	}
+}
+
 void model_rope_inv_freq(const struct baton_model_config *cfg, float *inv_freq)
 {
+	if (cfg->rope_type == BATON_ROPE_YARN) {
+		yarn_inv_freq(cfg, inv_freq);
+		return;
+	}
 	/* transformers: 1 / base ** (arange(0, dim, 2) / dim), in f32 from
 	 * float exponents; computed here in double and rounded once, which
 	 * is within an ulp of it */

@@ -40,7 +40,7 @@ struct baton_engine {
 	int gen_released;           /* engine_release_gen: GEN uploads them again */
 	uint64_t act_bytes;
 	int computable;
-	char compute_err[160];
+	char compute_err[384];
 	/* GEN scratch, sized for the largest batch */
 	float *host_x;
 	uint32_t *ids;
@@ -146,8 +146,8 @@ static void check_computable(struct baton_engine *e)
 			if (!e->be->can_compute((int)dts[i])) {
 				const char *n = baton_dtype_name((int)dts[i]);
 				snprintf(e->compute_err, sizeof e->compute_err,
-				    "the %s backend cannot compute %s weights (layer %u; cached, not computed)",
-				    e->be->name, n ? n : "unknown", l);
+				    "the %s backend cannot compute %s weights (layer %u; cached, not computed; %s)",
+				    e->be->name, n ? n : "unknown", l, backend_dtype_advice(e->be, (int)dts[i]));
 				e->computable = 0;
 				return;
 			}

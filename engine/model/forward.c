@@ -60,8 +60,9 @@ static int attention_block(struct baton_model *m, uint32_t l, const struct segme
 	    (rc = be->matmul(d, L->v.p, L->v.dtype, KD, D, L->vb.p, L->vb.dtype, m->xn, n, m->vx, 0)) ||
 	    (rc = qk_norm(m, m->q, n, c->heads, &L->q_norm)) ||
 	    (rc = qk_norm(m, m->kx, n, c->kv_heads, &L->k_norm)) ||
-	    (rc = be->rope(d, m->q, n, c->heads, c->head_dim, m->posv, m->inv_freq, 1.0f)) ||
-	    (rc = be->rope(d, m->kx, n, c->kv_heads, c->head_dim, m->posv, m->inv_freq, 1.0f)))
+	    (rc = be->rope(d, m->q, n, c->heads, c->head_dim, m->posv, m->inv_freq, c->rope_mscale)) ||
+	    (rc = be->rope(d, m->kx, n, c->kv_heads, c->head_dim, m->posv, m->inv_freq,
+	        c->rope_mscale)))
 		return rc;
 	struct baton_kv_store ks = {
 		.k = m->kx, .v = m->vx, .k_cache = kv_k(m, l), .v_cache = kv_v(m, l),

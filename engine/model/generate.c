@@ -47,16 +47,17 @@ static void eos_from_blob(struct baton_generator *g, const char *key)
 	uint64_t len;
 	if (arena_blob(engine_arena(g->e), key, &data, &len) != 0)
 		return;
-	json_t *root = json_loadb(data, (size_t)len, 0, NULL);
+	json_t *root = baton_json_load(data, (size_t)len, 0, NULL);
 	json_t *v = root ? json_object_get(root, "eos_token_id") : NULL;
-	if (json_is_integer(v))
-		add_eos(g, json_integer_value(v));
+	int64_t id;
+	if (baton_json_whole(v, 0, INT32_MAX, &id) == 0)
+		add_eos(g, id);
 	else if (json_is_array(v)) {
 		size_t i;
 		json_t *x;
 		json_array_foreach(v, i, x)
-			if (json_is_integer(x))
-				add_eos(g, json_integer_value(x));
+			if (baton_json_whole(x, 0, INT32_MAX, &id) == 0)
+				add_eos(g, id);
 	}
 	json_decref(root);
 }
@@ -137,6 +138,11 @@ const char *generator_chat_family(const struct baton_generator *g)
 	return g->family;
 }
 
+const char *generator_chat_template(const struct baton_generator *g)
+{
+	return g->tmpl;
+}
+
 struct baton_model *generator_model(const struct baton_generator *g)
 {
 	return g->model;
@@ -159,6 +165,20 @@ static int encode_prompt(struct baton_generator *g, const struct baton_gen_reque
 {
 	char err[400] = "";
 	int rc;
+	if (req->prompt_ids) {
+		for (size_t i = 0; i < req->n_prompt_ids; i++)
+			if (req->prompt_ids[i] >= g->tok_vocab) {
+				baton_errf(errbuf, errlen, "prompt[%zu]: token id %u is outside the vocabulary (%u)", i,
+				    req->prompt_ids[i], g->tok_vocab);
+				return BATON_EINVAL;
+			}
+		if (!(*ids = malloc(sizeof(int32_t) * (req->n_prompt_ids + 1))))
+			return BATON_ENOMEM;
+		for (size_t i = 0; i < req->n_prompt_ids; i++)
+			(*ids)[i] = (int32_t)req->prompt_ids[i];
+		*n = req->n_prompt_ids;
+		return 0;
+	}
 	if (!req->msgs) {
 		rc = text_encode(g->tok, req->prompt, req->prompt_len, TEXT_ADD_SPECIAL, ids, n, err, sizeof err);
 		if (rc)
@@ -169,10 +189,23 @@ static int encode_prompt(struct baton_generator *g, const struct baton_gen_reque
 		baton_errf(errbuf, errlen, "the model has no chat template: send a prompt instead of messages");
 		return BATON_EUNSUPPORTED;
 	}
+	struct text_chat_opts o = {
+		.add_generation_prompt = true,
+		.enable_thinking = req->enable_thinking,
+		.tools = req->tools,
+		.kwargs = req->template_kwargs,
+	};
 	/* a message's text is text: only the template makes control tokens
 	 * (issue 28), unless --special-tokens-in-content */
-	rc = text_chat_encode(g->tok, req->msgs, req->n_msgs, true, req->enable_thinking,
-	    g->content_special ? TEXT_CONTENT_SPECIAL : 0, ids, n, err, sizeof err);
+	char tail[16];
+	rc = text_chat_encode_opts(g->tok, req->msgs, req->n_msgs, &o,
+	    g->content_special ? TEXT_CONTENT_SPECIAL : 0, ids, n, tail, sizeof tail, err, sizeof err);
+	if (rc == 0 && req->think_open) {
+		size_t k = strlen(tail);
+		while (k && (tail[k - 1] == '\n' || tail[k - 1] == ' '))
+			k--;
+		*req->think_open = k >= 7 && memcmp(tail + k - 7, "<think>", 7) == 0;
+	}
 	if (rc)
 		baton_errf(errbuf, errlen, "chat template: %s", err);
 	return rc;
@@ -239,8 +272,12 @@ static void settle(struct out *o, int final)
 
 static int check_request(const struct baton_gen_request *req, char *errbuf, size_t errlen)
 {
-	if ((req->prompt == NULL) == (req->msgs == NULL)) {
-		baton_errf(errbuf, errlen, "give exactly one of a prompt and messages");
+	if ((req->prompt != NULL) + (req->msgs != NULL) + (req->prompt_ids != NULL) != 1) {
+		baton_errf(errbuf, errlen, "give exactly one of a prompt, token ids and messages");
+		return BATON_EINVAL;
+	}
+	if (req->prompt_ids && req->n_prompt_ids == 0) {
+		baton_errf(errbuf, errlen, "prompt: no token ids");
 		return BATON_EINVAL;
 	}
 	if (req->msgs && req->n_msgs == 0) {
@@ -259,6 +296,36 @@ static int check_request(const struct baton_gen_request *req, char *errbuf, size
 	return 0;
 }
 
+/* Test hook: BATON_TEST_FORCE="TRIGGER<TAB>TEXT" (more pairs apart by
+ * an ASCII RS, 0x1e) makes a chat request whose last message holds
+ * TRIGGER answer TEXT, then end of turn: every other token's logit is
+ * -inf before the sampler draws, so the text goes through the sampler,
+ * the stream decoder and the API's output parsers as a model's would.
+ * The tiny test models' answers are random; the tool-call and reasoning
+ * parsers need a known output end to end. Never set outside tests. */
+static int test_forced(struct baton_generator *g, const struct baton_gen_request *req, int32_t **ids,
+    size_t *n)
+{
+	const char *v = getenv("BATON_TEST_FORCE");
+	*ids = NULL;
+	*n = 0;
+	if (!v || !req->msgs || req->n_msgs == 0 || g->n_eos == 0)
+		return 0;
+	const char *last = req->msgs[req->n_msgs - 1].content;
+	while (*v && last) {
+		const char *end = strchr(v, '\x1e'), *tab = strchr(v, '\t');
+		if (!end)
+			end = v + strlen(v);
+		if (tab && tab > v && tab < end && memmem(last, strlen(last), v, (size_t)(tab - v))) {
+			char err[64];
+			return text_encode(g->tok, tab + 1, (size_t)(end - tab - 1), TEXT_NO_SPECIAL, ids, n, err,
+			    sizeof err);
+		}
+		v = *end ? end + 1 : end;
+	}
+	return 0;
+}
+
 /* One request in flight: its prompt, sampler, text decoder and output. */
 struct baton_gen_seq {
 	struct baton_generator *g;
@@ -274,6 +341,13 @@ struct baton_gen_seq {
 	uint64_t *allow;            /* its mask, one bit per token of the model's vocabulary */
 	const char *finish;         /* NULL while it runs */
 	int cancelled;              /* generator_seq_cancel */
+	float *raw;                 /* on_token: the step's logits before sampling */
+	void (*on_token)(void *arg, uint32_t id, float logprob, const uint32_t *top_ids, const float *top_lps,
+	    uint32_t n_top);
+	void *arg;
+	uint32_t n_top;
+	int32_t *forced;            /* BATON_TEST_FORCE's tokens (tests only) */
+	size_t n_forced;
 	double t0, t1;              /* prefill began, first token sampled */
 };
 
@@ -328,8 +402,22 @@ int generator_start(struct baton_generator *g, const struct baton_gen_request *r
 		baton_errf(errbuf, errlen, "prompt: a token outside the model's vocabulary");
 		goto fail;
 	}
-	if ((rc = text_stream_open(&s->ts, g->tok, TEXT_SKIP_SPECIAL)) != 0)
+	/* a raw prompt's completion continues its text: its first piece keeps
+	 * the space a SentencePiece decoder drops at the start of a text */
+	if ((rc = text_stream_open_after(&s->ts, g->tok, req->keep_special ? 0 : TEXT_SKIP_SPECIAL,
+	        req->msgs ? NULL : s->ids, req->msgs ? 0 : n)) != 0)
 		goto fail;
+	if ((rc = test_forced(g, req, &s->forced, &s->n_forced)) != 0)
+		goto fail;
+	if (req->on_token) {
+		s->on_token = req->on_token;
+		s->arg = req->arg;
+		s->n_top = req->n_top < BATON_GEN_MAX_TOP ? req->n_top : BATON_GEN_MAX_TOP;
+		if (!(s->raw = malloc(sizeof(float) * g->vocab))) {
+			rc = BATON_ENOMEM;
+			goto fail;
+		}
+	}
 	if (req->grammar) {
 		if (!g->gv && (rc = gram_vocab_from_tok(&g->gv, g->tok, g->vocab, g->eos, g->n_eos, err,
 		                   sizeof err)) != 0) {
@@ -381,6 +469,44 @@ const char *generator_seq_finished(const struct baton_gen_seq *s)
 	return s->finish;
 }
 
+/* The token's log-probability and the most likely ones, from the raw
+ * logits (log-softmax; -inf logits have probability 0). */
+static void report_token(struct baton_gen_seq *s, uint32_t t)
+{
+	const float *l = s->raw;
+	uint32_t V = s->g->vocab, k = s->n_top;
+	float mx = -INFINITY;
+	for (uint32_t i = 0; i < V; i++)
+		if (l[i] > mx)
+			mx = l[i];
+	double sum = 0;
+	for (uint32_t i = 0; i < V && isfinite(mx); i++)
+		if (isfinite(l[i]))
+			sum += exp((double)l[i] - mx);
+	float lse = isfinite(mx) ? (float)(mx + log(sum)) : 0;
+	uint32_t ids[BATON_GEN_MAX_TOP];
+	float lps[BATON_GEN_MAX_TOP];
+	uint32_t n = 0;
+	/* the k largest, by insertion (k <= 20); ties to the lower id */
+	for (uint32_t i = 0; i < V && k; i++) {
+		float x = l[i];
+		if (!isfinite(x) || (n == k && x <= lps[n - 1]))
+			continue;
+		uint32_t j = n < k ? n++ : k - 1;
+		while (j > 0 && lps[j - 1] < x) {
+			lps[j] = lps[j - 1];
+			ids[j] = ids[j - 1];
+			j--;
+		}
+		lps[j] = x;
+		ids[j] = i;
+	}
+	for (uint32_t i = 0; i < n; i++)
+		lps[i] -= lse;
+	float lp = isfinite(l[t]) ? l[t] - lse : -INFINITY;
+	s->on_token(s->arg, t, lp, ids, lps, n);
+}
+
 int generator_seq_next(struct baton_gen_seq *s, float *logits, uint32_t *token,
     char *errbuf, size_t errlen)
 {
@@ -393,6 +519,15 @@ int generator_seq_next(struct baton_gen_seq *s, float *logits, uint32_t *token,
 		s->t1 = baton_now_s();
 	for (uint32_t i = g->tok_vocab; i < g->vocab; i++)
 		logits[i] = -INFINITY; /* ids the tokenizer cannot spell */
+	if (s->forced) { /* the test hook above */
+		uint32_t keep = s->n_tokens < s->n_forced ? (uint32_t)s->forced[s->n_tokens] : g->eos[0];
+		for (uint32_t i = 0; i < g->vocab; i++)
+			if (i != keep)
+				logits[i] = -INFINITY;
+		logits[keep] = 0;
+	}
+	if (s->on_token)
+		memcpy(s->raw, logits, sizeof(float) * g->vocab);
 	int rc;
 	if (s->gm) {
 		/* structured output: only the tokens that keep the output a
@@ -433,6 +568,8 @@ int generator_seq_next(struct baton_gen_seq *s, float *logits, uint32_t *token,
 		s->finish = "stop";
 		return 0;
 	}
+	if (s->on_token)
+		report_token(s, t);
 	if (s->gm && (rc = gram_match_accept(s->gm, t)) != 0) {
 		baton_errf(errbuf, errlen, "structured output: token %u was sampled outside the mask", t);
 		return BATON_EINTERNAL;
@@ -501,6 +638,8 @@ void generator_seq_free(struct baton_gen_seq *s)
 	free(s->o.buf);
 	free(s->toks);
 	free(s->ids);
+	free(s->forced);
+	free(s->raw);
 	free(s);
 }
 

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "arena/arena.h"
@@ -68,8 +69,8 @@ static void check_samples(const char *model, const char *key)
 	int same_text = 0;
 	json_array_foreach(list, i, s) {
 		json_t *msg = json_array_get(json_object_get(s, "messages"), 0);
-		struct text_msg m = { json_string_value(json_object_get(msg, "role")),
-			json_string_value(json_object_get(msg, "content")), NULL };
+		struct text_msg m = { .role = json_string_value(json_object_get(msg, "role")),
+			.content = json_string_value(json_object_get(msg, "content")) };
 		struct baton_gen_request q = greedy(&m, 1, 48);
 		json_t *th = json_object_get(json_object_get(s, "template_kwargs"), "enable_thinking");
 		if (json_is_boolean(th))
@@ -116,7 +117,7 @@ static void t_stop_strings(void)
 {
 	struct rig r;
 	rig_open(&r, "kjv-mixtral");
-	struct text_msg m = { "user", "Continue: And the LORD spake unto Moses", NULL };
+	struct text_msg m = { .role = "user", .content = "Continue: And the LORD spake unto Moses" };
 	struct baton_gen_request q = greedy(&m, 1, 48);
 	struct baton_gen_result full, cut;
 	char err[512] = "";
@@ -155,6 +156,47 @@ static void t_stop_strings(void)
 	rig_close(&r);
 }
 
+/* generation_config.json as published files hold it, read by base.h's
+ * policy: eos_token_id a list of integral reals, an integer past 64 bits
+ * beside it. The model's third greedy token made an eos id there stops the
+ * answer at it: the list was read. */
+static void t_generation_config_as_published(void)
+{
+	struct rig r;
+	rig_open(&r, "kjv-mixtral");
+	struct text_msg m = { .role = "user", .content = "Continue: And the LORD spake unto Moses" };
+	struct baton_gen_request q = greedy(&m, 1, 12);
+	struct baton_gen_result full, cut;
+	char err[512] = "", cmd[1024], path[600];
+	T_ASSERT_MSG(generator_run(r.g, &q, &full, err, sizeof err) == 0, "%s", err);
+	T_ASSERT_MSG(full.n_tokens >= 4, "%u tokens (%s): %s", full.n_tokens, full.finish, full.text);
+	uint32_t third = full.tokens[2];
+	T_ASSERT(third != 2 && full.tokens[0] != third && full.tokens[1] != third);
+	rig_close(&r);
+
+	char dir[] = "/tmp/baton-genconf-XXXXXX";
+	T_ASSERT(mkdtemp(dir) != NULL);
+	snprintf(cmd, sizeof cmd, "cp -r %s/kjv-mixtral %s/m", rig_models(), dir);
+	T_ASSERT(system(cmd) == 0);
+	snprintf(path, sizeof path, "%s/m/generation_config.json", dir);
+	FILE *f = fopen(path, "w");
+	T_ASSERT(f);
+	fprintf(f, "{\"bos_token_id\": 1.0, \"eos_token_id\": [%u.0, 2.0], \"max_length\": "
+	    "1000000000000000019884624838656, \"transformers_version\": \"5.17.0\"}", third);
+	T_ASSERT(fclose(f) == 0);
+	rig_engine(&r, dir, "m", "m");
+	rig_generator(&r, NULL);
+	T_ASSERT_MSG(generator_run(r.g, &q, &cut, err, sizeof err) == 0, "%s", err);
+	T_EQ_INT(cut.n_tokens, 3);
+	T_EQ_INT(cut.tokens[2], third);
+	T_ASSERT(strcmp(cut.finish, "stop") == 0);
+	generator_result_free(&full);
+	generator_result_free(&cut);
+	rig_close(&r);
+	snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+	T_ASSERT(system(cmd) == 0);
+}
+
 /* A raw prompt gets the tokenizer's BOS; sampling with a seed repeats. */
 static void t_prompt_and_seed(void)
 {
@@ -185,7 +227,7 @@ static void t_bad_requests(void)
 	rig_open(&r, "kjv-qwen3-moe");
 	struct baton_gen_result res;
 	char err[512] = "";
-	struct text_msg m = { "user", "hi", NULL };
+	struct text_msg m = { .role = "user", .content = "hi" };
 	struct baton_gen_request q = greedy(&m, 1, 4);
 	q.prompt = "both";
 	q.prompt_len = 4;
@@ -234,7 +276,78 @@ static void t_experts_only_refused(void)
 	rmdir(dir);
 }
 
-T_MAIN(T_CASE_TIMEOUT(t_qwen3_moe_answers, 120), T_CASE_TIMEOUT(t_qwen3_moe_no_thinking, 120),
+static void copy_file(const char *from, const char *to, const char *find, const char *repl)
+{
+	FILE *f = fopen(from, "rb");
+	T_ASSERT_MSG(f, "%s", from);
+	fseek(f, 0, SEEK_END);
+	long n = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	char *b = malloc((size_t)n + 1);
+	T_ASSERT(b && fread(b, 1, (size_t)n, f) == (size_t)n);
+	b[n] = 0;
+	fclose(f);
+	FILE *o = fopen(to, "wb");
+	T_ASSERT(o);
+	char *at = find ? strstr(b, find) : NULL;
+	if (find)
+		T_ASSERT_MSG(at, "%s lacks %s", from, find);
+	if (at) {
+		fwrite(b, 1, (size_t)(at - b), o);
+		fputs(repl, o);
+		fputs(at + strlen(find), o);
+	} else {
+		fwrite(b, 1, (size_t)n, o);
+	}
+	fclose(o);
+	free(b);
+}
+
+/* think_open: the generator says when the rendered prompt ends inside a
+ * <think> (as DeepSeek-R1's and Qwen3-thinking-2507's templates write
+ * it), so the API splits the answer's first part out as reasoning. The
+ * demo model's folder is copied with its template's generation prompt
+ * made so; the demo model's own template does not. */
+static void t_think_open(void)
+{
+	char dir[64] = "/tmp/baton-think-XXXXXX", src[512], dst[512];
+	T_ASSERT(mkdtemp(dir) != NULL);
+	char mdir[128];
+	snprintf(mdir, sizeof mdir, "%s/m", dir);
+	T_ASSERT(mkdir(mdir, 0700) == 0);
+	static const char *const files[] = { "config.json", "generation_config.json", "model.safetensors",
+		"tokenizer.json", "tokenizer_config.json", "chat_template.jinja" };
+	for (size_t i = 0; i < 6; i++) {
+		snprintf(src, sizeof src, "%s/kjv-qwen3-moe/%s", rig_models(), files[i]);
+		snprintf(dst, sizeof dst, "%s/%s", mdir, files[i]);
+		int tmpl = i == 5;
+		copy_file(src, dst, tmpl ? "{{- '<|im_start|>assistant\\n' }}" : NULL,
+		    "{{- '<|im_start|>assistant\\n<think>\\n' }}");
+	}
+	for (int pass = 0; pass < 2; pass++) {
+		struct rig r;
+		rig_engine(&r, pass ? rig_models() : dir, pass ? "kjv-qwen3-moe" : "m", "t");
+		rig_generator(&r, NULL);
+		struct text_msg m = { .role = "user", .content = "Who was Moses?" };
+		int open = -1;
+		struct baton_gen_request q = greedy(&m, 1, 2);
+		q.think_open = &open;
+		struct baton_gen_result res;
+		char err[256];
+		T_OK(generator_run(r.g, &q, &res, err, sizeof err));
+		T_EQ_INT(open, pass ? 0 : 1);
+		generator_result_free(&res);
+		rig_close(&r);
+	}
+	for (size_t i = 0; i < 6; i++) {
+		snprintf(dst, sizeof dst, "%s/%s", mdir, files[i]);
+		unlink(dst);
+	}
+	rmdir(mdir);
+	rmdir(dir);
+}
+
+T_MAIN(T_CASE_TIMEOUT(t_think_open, 120), T_CASE_TIMEOUT(t_qwen3_moe_answers, 120), T_CASE_TIMEOUT(t_qwen3_moe_no_thinking, 120),
     T_CASE_TIMEOUT(t_mixtral_answers, 120), T_CASE_TIMEOUT(t_stop_strings, 120),
     T_CASE_TIMEOUT(t_prompt_and_seed, 60), T_CASE_TIMEOUT(t_bad_requests, 60),
-    T_CASE(t_experts_only_refused))
+    T_CASE(t_experts_only_refused), T_CASE_TIMEOUT(t_generation_config_as_published, 120))

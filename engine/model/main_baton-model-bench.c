@@ -238,8 +238,8 @@ static struct parts decode_parts(struct baton_engine *e, const struct baton_mode
 	    (rc = be->matmul(dev, wv, dv, KD, D, 0, 0, xn, 1, vd, 0)) ||                           \
 	    (nq && (rc = be->rmsnorm(dev, q, q, c->heads, c->head_dim, nq, dqn, c->eps))) ||       \
 	    (nk && (rc = be->rmsnorm(dev, kd, kd, c->kv_heads, c->head_dim, nk, dkn, c->eps))) ||  \
-	    (rc = be->rope(dev, q, 1, c->heads, c->head_dim, pos, inv, 1.0f)) ||                   \
-	    (rc = be->rope(dev, kd, 1, c->kv_heads, c->head_dim, pos, inv, 1.0f)) ||               \
+	    (rc = be->rope(dev, q, 1, c->heads, c->head_dim, pos, inv, c->rope_mscale)) ||         \
+	    (rc = be->rope(dev, kd, 1, c->kv_heads, c->head_dim, pos, inv, c->rope_mscale)) ||     \
 	    (rc = be->attention(dev, &at)) ||                                                      \
 	    (rc = be->matmul(dev, wo, dO, D, QD, 0, 0, ao, 1, x, 1)))
 #define ROUTE()                                                                                  \

@@ -243,7 +243,7 @@ enum baton_finish baton_sampler_finish(const struct baton_sampler *s);
  *   qwen2_moe  q/k/v biases; a shared expert (SwiGLU) scaled by the
  *              sigmoid of its gate, added to the routed experts
  * Every one: RMSNorm, grouped-query attention with Hugging Face's
- * rotate_half RoPE (theta; rope type "default" or "linear"), SwiGLU experts
+ * rotate_half RoPE (theta; rope type "default", "linear" or "yarn"), SwiGLU experts
  * through the engine's expert cache, a final RMSNorm and the output head
  * (tied to the embeddings when the config says so).
  *
@@ -270,6 +270,13 @@ struct baton_model_arch {
 	const char *moe_prefix;  /* "mlp" or "block_sparse_moe": where the router is */
 };
 
+/* The rope types (rope_scaling's / rope_parameters' rope_type). */
+enum baton_rope_type {
+	BATON_ROPE_DEFAULT = 0,
+	BATON_ROPE_LINEAR = 1,
+	BATON_ROPE_YARN = 2,
+};
+
 /* The configuration: config.json parsed and checked. */
 struct baton_model_config {
 	const struct baton_model_arch *arch;
@@ -279,7 +286,12 @@ struct baton_model_config {
 	uint32_t window;         /* mixtral's sliding_window, 0 when none */
 	float eps;               /* rms_norm_eps */
 	double rope_theta;
-	double rope_factor;      /* rope type "linear": positions / factor; 1 otherwise */
+	int rope_type;           /* enum baton_rope_type */
+	double rope_factor;      /* linear: positions / factor; yarn: its factor; 1 otherwise */
+	float rope_mscale;       /* cos and sin times this: yarn's attention factor; 1 otherwise */
+	uint32_t rope_orig_max_pos; /* yarn: original_max_position_embeddings */
+	double rope_beta_fast, rope_beta_slow; /* yarn */
+	int rope_truncate;       /* yarn: the correction range rounded out to whole dims */
 	int route_rule;          /* enum baton_route_rule */
 	int qkv_bias;            /* q, k and v projections have biases */
 	int o_bias;              /* o_proj has a bias (attention_bias) */
@@ -297,8 +309,10 @@ int model_config_parse(const char *json, size_t len, struct baton_model_config *
 const struct baton_model_arch *model_arch_find(const char *model_type);
 
 /* RoPE's inverse frequencies for cfg: inv_freq[i] for i < head_dim / 2,
- * as transformers computes them (1 / theta^(2i / head_dim), divided by the
- * linear factor), rounded to f32. */
+ * as transformers computes them: 1 / theta^(2i / head_dim), divided by the
+ * linear factor, rounded to f32; for yarn, transformers' f32 blend of the
+ * interpolated and extrapolated frequencies (config.c). The cos and sin of
+ * the angles are then multiplied by cfg->rope_mscale. */
 void model_rope_inv_freq(const struct baton_model_config *cfg, float *inv_freq);
 
 /* Positions per block of the paged KV cache. */
@@ -465,6 +479,9 @@ const char *generator_arch(const struct baton_generator *g);
 /* The chat template's family ("qwen3", "mixtral", ...), or NULL when the
  * model has no template this engine renders. */
 const char *generator_chat_family(const struct baton_generator *g);
+/* The chat template's source, or NULL (the API reads its tool-call and
+ * reasoning formats from it). */
+const char *generator_chat_template(const struct baton_generator *g);
 
 /* Called with each piece of text as it becomes final (never a partial
  * UTF-8 character, never a piece of a stop string). Returning nonzero
@@ -472,23 +489,42 @@ const char *generator_chat_family(const struct baton_generator *g);
 typedef int (*baton_gen_text_fn)(void *arg, const char *text, size_t len);
 
 struct baton_gen_request {
-	/* exactly one of prompt and msgs */
+	/* exactly one of prompt, prompt_ids and msgs */
 	const char *prompt;             /* raw text; BOS added as the tokenizer says */
 	size_t prompt_len;
+	const uint32_t *prompt_ids;     /* token ids, taken as they are (no BOS added) */
+	size_t n_prompt_ids;
 	const struct text_msg *msgs;    /* rendered with the model's chat template */
 	size_t n_msgs;
 	int enable_thinking;            /* -1: the template's default (Qwen3) */
+	const char *tools;              /* JSON array for the template's `tools`; NULL: None */
+	const char *template_kwargs;    /* JSON object of more template variables; NULL: none */
+	int keep_special;               /* the text keeps special tokens (Mistral's [TOOL_CALLS]) */
+	int *think_open;                /* out (may be NULL): set to 1 at start when the rendered
+	                                 * prompt ends inside a <think> (DeepSeek-R1, Qwen3
+	                                 * thinking-2507): the answer begins with reasoning */
 	struct baton_sample_params sp;  /* stop_ids: extra to the model's own */
 	const char *const *stop;        /* stop strings, not part of the text */
 	size_t n_stop;
 	baton_gen_text_fn on_text;      /* may be NULL */
 	void *arg;
+	/* Log-probabilities (OpenAI's logprobs): with on_token set, each
+	 * sampled token that is text (not the stop token) is passed on, before
+	 * its text, with its log-probability under the model's own distribution
+	 * (log-softmax of the raw logits, before bias, penalties and
+	 * temperature: vLLM's default) and the n_top (<= BATON_GEN_MAX_TOP)
+	 * most likely tokens with theirs, most likely first. */
+	void (*on_token)(void *arg, uint32_t id, float logprob, const uint32_t *top_ids, const float *top_lps,
+	    uint32_t n_top);
+	uint32_t n_top;
 	/* structured output: the output must be a document of this grammar
 	 * (text/grammar/grammar.h; it must outlive the request). A matcher
 	 * masks every sampled token; the model's end-of-sequence ids are
 	 * allowed only once the document is whole. NULL: free text. */
 	const gram *grammar;
 };
+
+#define BATON_GEN_MAX_TOP 20u
 
 struct baton_gen_result {
 	char *text;                     /* the completion, NUL-terminated (malloc) */

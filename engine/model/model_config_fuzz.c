@@ -5,6 +5,7 @@
  * error with a message; never a crash, a leak or an overflow. An empty
  * corpus is seeded with the four fixtures' configs.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,9 +48,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		    c.top_k > c.n_experts || !c.moe_ff || !(c.eps > 0) || !(c.rope_theta > 1) ||
 		    !(c.rope_factor >= 1) || (c.arch->shared_expert && !c.shared_ff))
 			abort();
+		if (!(c.rope_mscale > 0) || !isfinite(c.rope_mscale))
+			abort();
 		float *inv = malloc(c.head_dim / 2 * sizeof *inv);
 		if (inv) {
 			model_rope_inv_freq(&c, inv);
+			for (uint32_t i = 0; i < c.head_dim / 2; i++)
+				if (!(inv[i] >= 0) || !isfinite(inv[i]))
+					abort(); /* a frequency the rope op cannot use */
 			free(inv);
 		}
 	} else if (!err[0]) {

@@ -120,7 +120,7 @@ static void t_config_refusals(void)
 	refused("{\"model_type\":\"llama\"," BASE "}", BATON_EUNSUPPORTED, "\"llama\"");
 	refused("{\"model_type\":\"deepseek_v3\"," BASE "}", BATON_EUNSUPPORTED, "deepseek_v3");
 	refused("{\"model_type\":\"mixtral\"," BASE ",\"intermediate_size\":32,"
-	    "\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4}}", BATON_EUNSUPPORTED, "yarn");
+	    "\"rope_scaling\":{\"rope_type\":\"dynamic\",\"factor\":4}}", BATON_EUNSUPPORTED, "dynamic");
 	refused("{\"model_type\":\"mixtral\"," BASE ",\"intermediate_size\":32,"
 	    "\"hidden_act\":\"gelu\"}", BATON_EUNSUPPORTED, "gelu");
 	refused("{\"model_type\":\"olmoe\"," BASE ",\"intermediate_size\":32,\"clip_qkv\":8}",
@@ -158,6 +158,127 @@ static void t_config_refusals(void)
 	model_rope_inv_freq(&c, inv);
 	T_ASSERT(inv[0] == 0.25f);
 	T_ASSERT(fabs(inv[1] - 0.25 / pow(500000.0, 2.0 / 16)) < 1e-9);
+}
+
+/* config.json as real files hold it (base.h's reader policy): integral
+ * reals and exponent forms where integers are expected, an integer past
+ * 64 bits under a key the engine does not read, null where a value is
+ * optional, unknown keys; a fraction or an out-of-range number where an
+ * integer is expected is refused by name. */
+static void t_config_tolerant(void)
+{
+	const char *js = "{\"model_type\":\"qwen3_moe\",\"vocab_size\":100.0,\"hidden_size\":6.4e1,"
+	    "\"num_hidden_layers\":2,\"num_attention_heads\":4.0,\"num_key_value_heads\":2,"
+	    "\"num_experts\":4,\"num_experts_per_tok\":2.0,\"rms_norm_eps\":1e-06,"
+	    "\"moe_intermediate_size\":32,\"head_dim\":16.0,\"rope_theta\":1e6,"
+	    "\"max_position_embeddings\":40960.0,\"bos_token_id\":1.0,\"eos_token_id\":[2.0,3],"
+	    "\"decoder_sparse_step\":1.0,\"sliding_window\":null,\"rope_scaling\":null,"
+	    "\"use_sliding_window\":false,\"max_window_layers\":48,\"tie_word_embeddings\":false,"
+	    "\"model_max_length\":1000000000000000019884624838656,\"initializer_range\":0.02,"
+	    "\"transformers_version\":\"4.51.0\",\"torch_dtype\":\"bfloat16\","
+	    "\"an_unknown\":{\"deep\":[1,2.5,null,18446744073709551616]}}";
+	struct baton_model_config c;
+	char err[256] = "";
+	int rc = model_config_parse(js, strlen(js), &c, err, sizeof err);
+	T_ASSERT_MSG(rc == 0, "%s", err);
+	T_EQ_INT(c.vocab, 100);
+	T_EQ_INT(c.hidden, 64);
+	T_EQ_INT(c.heads, 4);
+	T_EQ_INT(c.top_k, 2);
+	T_EQ_INT(c.head_dim, 16);
+	T_EQ_INT(c.max_pos, 40960);
+	T_EQ_INT(c.bos, 1);
+	T_EQ_INT(c.eos, 2);
+	T_ASSERT(c.rope_theta == 1e6);
+	refused("{\"model_type\":\"mixtral\"," BASE ",\"intermediate_size\":32.5}", BATON_EINVAL,
+	    "intermediate_size");
+	refused("{\"model_type\":\"mixtral\"," BASE ",\"intermediate_size\":1e30}", BATON_EINVAL,
+	    "intermediate_size");
+	refused("{\"model_type\":\"mixtral\"," BASE ",\"intermediate_size\":"
+	    "1000000000000000019884624838656}", BATON_EINVAL, "intermediate_size");
+	refused("{\"model_type\":\"mixtral\"," BASE ",\"intermediate_size\":\"32\"}", BATON_EINVAL,
+	    "intermediate_size");
+}
+
+/* RoPE against transformers' formulas, written out in Python
+ * (fixtures/rope_ref.py: f32 tensor arithmetic as torch does it): the
+ * inverse frequencies within 2 ulp (powf against a correctly rounded pow)
+ * and the attention factor, for the rope settings real configs hold:
+ * Qwen3's model-card YaRN (factor 4 over 32,768, rope_scaling as 4.x
+ * writes it), transformers 5's rope_parameters with betas and no
+ * truncation, DeepSeek's mscale / mscale_all_dim, an explicit
+ * attention_factor under the older "type" key, a factor left to
+ * max_position_embeddings / original_max_position_embeddings, and
+ * linear and default for comparison. */
+static void t_rope_yarn(void)
+{
+#define RB "{\"model_type\":\"qwen3_moe\",\"vocab_size\":100,\"hidden_size\":64," \
+	"\"num_hidden_layers\":2,\"num_attention_heads\":4,\"num_experts\":4," \
+	"\"num_experts_per_tok\":2,\"rms_norm_eps\":1e-6,\"moe_intermediate_size\":32,"
+	static const char *const cfgs[] = {
+		RB "\"head_dim\":128,\"rope_theta\":1000000,\"max_position_embeddings\":40960,"
+		"\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4.0,"
+		"\"original_max_position_embeddings\":32768}}",
+		RB "\"head_dim\":64,\"max_position_embeddings\":8192,\"rope_parameters\":{"
+		"\"rope_type\":\"yarn\",\"rope_theta\":500000.0,\"factor\":2.0,\"beta_fast\":16,"
+		"\"beta_slow\":2,\"truncate\":false}}",
+		RB "\"head_dim\":64,\"rope_theta\":10000,\"max_position_embeddings\":163840,"
+		"\"rope_scaling\":{\"type\":\"yarn\",\"factor\":40,\"mscale\":0.707,"
+		"\"mscale_all_dim\":1.0,\"original_max_position_embeddings\":4096,"
+		"\"beta_fast\":32,\"beta_slow\":1}}",
+		RB "\"head_dim\":32,\"rope_theta\":10000,\"max_position_embeddings\":4096,"
+		"\"rope_scaling\":{\"type\":\"yarn\",\"factor\":8,\"attention_factor\":0.8}}",
+		RB "\"head_dim\":128,\"rope_theta\":1000000,\"max_position_embeddings\":131072,"
+		"\"rope_scaling\":{\"rope_type\":\"yarn\",\"original_max_position_embeddings\":32768}}",
+		RB "\"rope_theta\":10000,\"rope_scaling\":{\"type\":\"linear\",\"factor\":2.5}}",
+		RB "\"head_dim\":128,\"rope_theta\":1000000}",
+	};
+#undef RB
+	char dir[] = "/tmp/baton-rope-XXXXXX", path[64], cmd[512], err[256];
+	T_ASSERT(mkdtemp(dir) != NULL);
+	snprintf(path, sizeof path, "%s/config.json", dir);
+	for (size_t k = 0; k < sizeof cfgs / sizeof cfgs[0]; k++) {
+		FILE *f = fopen(path, "w");
+		T_ASSERT(f && fputs(cfgs[k], f) >= 0 && fclose(f) == 0);
+		snprintf(cmd, sizeof cmd, "python3 %s/rope_ref.py %s", rig_fixtures(), path);
+		FILE *p = popen(cmd, "r");
+		T_ASSERT(p);
+		json_error_t je;
+		json_t *ref = json_loadf(p, 0, &je);
+		T_ASSERT_MSG(pclose(p) == 0 && ref, "%s: %s", cmd, je.text);
+		struct baton_model_config c;
+		int prc = model_config_parse(cfgs[k], strlen(cfgs[k]), &c, err, sizeof err);
+		T_ASSERT_MSG(prc == 0, "config %zu: %s", k, err);
+		json_t *inv = json_object_get(ref, "inv_freq");
+		T_EQ_INT(json_array_size(inv), c.head_dim / 2);
+		float got[512];
+		model_rope_inv_freq(&c, got);
+		double worst = 0;
+		for (uint32_t i = 0; i < c.head_dim / 2; i++) {
+			float want = (float)json_real_value(json_array_get(inv, i));
+			double ulp = nextafterf(want, INFINITY) - want;
+			double d = fabs((double)got[i] - want) / ulp;
+			worst = fmax(worst, d);
+			T_ASSERT_MSG(d <= 2, "config %zu inv_freq[%u]: %a, transformers %a (%.1f ulp)", k, i,
+			    got[i], want, d);
+		}
+		float af = (float)json_number_value(json_object_get(ref, "attention_factor"));
+		T_ASSERT_MSG(c.rope_mscale == af, "config %zu: attention factor %.9g, transformers %.9g", k,
+		    c.rope_mscale, af);
+		printf("  config %zu: %u frequencies within %.0f ulp, attention factor %.7g\n", k,
+		    c.head_dim / 2, worst, c.rope_mscale);
+		json_decref(ref);
+	}
+	unlink(path);
+	rmdir(dir);
+	/* What transformers' YaRN would not take is refused. */
+	refused("{\"model_type\":\"mixtral\"," BASE ",\"intermediate_size\":32,"
+	    "\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":0.5}}", BATON_EINVAL, "factor");
+	refused("{\"model_type\":\"mixtral\"," BASE ",\"intermediate_size\":32,"
+	    "\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4,\"beta_fast\":\"x\"}}",
+	    BATON_EINVAL, "beta_fast");
+	refused("{\"model_type\":\"mixtral\"," BASE ",\"intermediate_size\":32,"
+	    "\"rope_scaling\":{\"rope_type\":\"llama3\",\"factor\":8}}", BATON_EUNSUPPORTED, "llama3");
 }
 
 /* ---- against transformers -------------------------------------------------- */
@@ -409,6 +530,172 @@ static void t_gguf_same_logits(void)
 	}
 }
 
+/* YaRN through the whole forward pass: the attention factor multiplies the
+ * cos and sin of both q and k. qwen3_moe's q and k pass their per-head
+ * RMSNorm weights just before RoPE, and RoPE is linear, so a model with
+ * attention_factor 2 and the same model with attention_factor 1 and those
+ * weights doubled compute the same numbers, bit for bit (times 2 is exact):
+ * their logits must be equal. A third with attention_factor 1 and the
+ * weights as they are must differ (the factor is not a no-op), and so must
+ * the fixture with the default rope (the frequencies changed). */
+static void t_rope_yarn_forward(void)
+{
+	static const char *const variants[][2] = {
+		{ "{\"rope_type\":\"yarn\",\"factor\":4.0,\"original_max_position_embeddings\":128,"
+		  "\"attention_factor\":2.0}", NULL },
+		{ "{\"rope_type\":\"yarn\",\"factor\":4.0,\"original_max_position_embeddings\":128,"
+		  "\"attention_factor\":1.0}", "2" },
+		{ "{\"rope_type\":\"yarn\",\"factor\":4.0,\"original_max_position_embeddings\":128,"
+		  "\"attention_factor\":1.0}", NULL },
+		{ "{}", NULL },
+	};
+	float *lg[4];
+	uint32_t V = 0;
+	char dir[] = "/tmp/baton-yarnfw-XXXXXX", cmd[2048];
+	T_ASSERT(mkdtemp(dir) != NULL);
+	for (int k = 0; k < 4; k++) {
+		snprintf(cmd, sizeof cmd, "python3 %s/rope_variant.py %s/qwen3_moe %s/v%d '%s' %s",
+		    rig_fixtures(), rig_fixtures(), dir, k, variants[k][0],
+		    variants[k][1] ? variants[k][1] : "");
+		T_ASSERT_MSG(system(cmd) == 0, "%s failed", cmd);
+		struct rig r;
+		char name[16];
+		snprintf(name, sizeof name, "v%d", k);
+		rig_engine(&r, dir, name, "qwen3_moe");
+		rig_model(&r, NULL);
+		const struct baton_model_config *c = model_config(r.m);
+		T_EQ_INT(c->rope_type, k < 3 ? BATON_ROPE_YARN : BATON_ROPE_DEFAULT);
+		V = r.V;
+		lg[k] = malloc((size_t)V * 5 * sizeof(float));
+		T_ASSERT(lg[k]);
+		const uint32_t toks[] = { 5, 17, 42, 99, 3, 250, 7, 64, 128, 11, 200, 33 };
+		T_OK(model_prefill(r.m, toks, 12, lg[k]));
+		for (uint32_t s = 1; s < 5; s++)
+			T_OK(model_decode(r.m, argmax(lg[k] + (size_t)(s - 1) * V, V), lg[k] + (size_t)s * V));
+		rig_close(&r);
+		snprintf(cmd, sizeof cmd, "rm -rf %s/v%d", dir, k);
+		T_ASSERT(system(cmd) == 0);
+	}
+	rmdir(dir);
+	const size_t bytes = (size_t)V * 5 * sizeof(float);
+	T_ASSERT_MSG(memcmp(lg[0], lg[1], bytes) == 0,
+	    "attention_factor 2 and q/k norm weights doubled give different logits");
+	T_ASSERT(memcmp(lg[0], lg[2], bytes) != 0);
+	T_ASSERT(memcmp(lg[2], lg[3], bytes) != 0);
+	for (int k = 0; k < 4; k++)
+		free(lg[k]);
+}
+
+/* The block types of real quantized GGUFs, end to end: each fixture's
+ * matrices quantized to a type of 32-element blocks (hf_to_gguf.py
+ * --quant; rows of 32 and 64), and the same model
+ * with those weights as the f32 values tests/blockq.py decodes them to
+ * from the format's definition: the engine gives both the same logits,
+ * bit for bit (the host decodes a block type to f32 and then computes as
+ * for f32), so every tensor of the quantized file was decoded as the spec
+ * says. The quantized arena holds the type (checked), and its logits
+ * stay near transformers' (a loose bound: the weights were rounded). The
+ * super-block types (q2_K, q3_K, iq4_xs) run on random models with rows of
+ * 256 (fixtures/random_model.py), which have no transformers reference. */
+static void quant_pair(const char *arch, const char *type, int random_model)
+{
+	struct rig q, f;
+	char src[512], gq[128], gf[128], cmd[1400];
+	rig_dir(&q);
+	rig_dir(&f);
+	if (random_model) {
+		/* rows of 256 for the super-block types: a random model (no
+		 * transformers reference) made in the rig's directory */
+		snprintf(src, sizeof src, "%s/src", q.dir);
+		snprintf(cmd, sizeof cmd, "python3 %s/random_model.py %s %s 256 256", rig_fixtures(), src,
+		    arch);
+		T_ASSERT_MSG(system(cmd) == 0, "%s failed", cmd);
+	} else {
+		snprintf(src, sizeof src, "%s/%s", rig_fixtures(), arch);
+	}
+	snprintf(gq, sizeof gq, "%s/q.gguf", q.dir);
+	snprintf(gf, sizeof gf, "%s/f.gguf", f.dir);
+	snprintf(cmd, sizeof cmd, "python3 %s/hf_to_gguf.py %s %s --quant %s %s", rig_fixtures(), src,
+	    gq, type, gf);
+	T_ASSERT_MSG(system(cmd) == 0, "%s failed", cmd);
+	struct baton_arena_source sq = { .kind = BATON_ARENA_SRC_GGUF, .file = gq };
+	struct baton_arena_source sf = { .kind = BATON_ARENA_SRC_GGUF, .file = gf };
+	rig_engine_from(&q, &sq, arch);
+	rig_engine_from(&f, &sf, arch);
+	unlink(gq);
+	unlink(gf);
+	if (random_model) {
+		snprintf(cmd, sizeof cmd, "rm -rf %s", src);
+		T_ASSERT(system(cmd) == 0);
+	}
+	rig_model(&q, NULL);
+	rig_model(&f, NULL);
+	uint32_t dts[3] = { 0 };
+	T_OK(arena_layer_dtypes(engine_arena(q.e), 0, dts));
+	T_EQ_INT(dts[0], baton_dtype_parse(type));
+	T_OK(arena_layer_dtypes(engine_arena(f.e), 0, dts));
+	T_EQ_INT(dts[0], BATON_DT_F32);
+	if (random_model)
+		q.ref = json_pack("{s:[[i,i,i,i,i,i,i,i,i],[i,i,i]]}", "prompts", 1, 5, 9, 33, 2, 60, 7,
+		    7, 12, 40, 3, 0);
+	else
+		rig_ref(&q, src, "reference.json");
+	uint32_t V = q.V;
+	float *lq = malloc(V * 4), *lf = malloc(V * 4);
+	T_ASSERT(lq && lf);
+	json_t *prompts = json_object_get(q.ref, "prompts");
+	for (size_t p = 0; p < json_array_size(prompts); p++) {
+		size_t n;
+		uint32_t *toks = ids_of(json_array_get(prompts, p), &n);
+		T_OK(model_prefill(q.m, toks, (uint32_t)n, lq));
+		T_OK(model_prefill(f.m, toks, (uint32_t)n, lf));
+		T_ASSERT_MSG(memcmp(lq, lf, V * 4) == 0, "%s %s prompt %zu: logits differ", arch, type, p);
+		double md = 0, mr = 1;
+		json_t *ref = json_array_get(json_object_get(q.ref, "last_logits"), p);
+		for (uint32_t i = 0; i < V; i++) {
+			T_ASSERT(isfinite(lq[i]));
+			if (!ref)
+				continue;
+			double r = json_number_value(json_array_get(ref, i));
+			md = fmax(md, fabs(lq[i] - r));
+			mr = fmax(mr, fabs(r));
+		}
+		T_ASSERT_MSG(md / mr < 0.5, "%s %s prompt %zu: %.3g of the logit scale from transformers",
+		    arch, type, p, md / mr);
+		for (int st = 0; st < 4; st++) {
+			uint32_t t = argmax(lq, V);
+			T_OK(model_decode(q.m, t, lq));
+			T_OK(model_decode(f.m, t, lf));
+			T_ASSERT_MSG(memcmp(lq, lf, V * 4) == 0, "%s %s prompt %zu step %d: logits differ",
+			    arch, type, p, st);
+		}
+		free(toks);
+	}
+	free(lq);
+	free(lf);
+	rig_close(&q);
+	rig_close(&f);
+}
+
+static void t_gguf_block_types(void)
+{
+	static const char *const types[] = { "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "mxfp4" };
+	static const char *const archs[] = { "mixtral", "qwen3_moe" };
+	for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+		quant_pair(archs[t % 2], types[t], 0);
+		printf("  %s (%s): the same logits as its f32 values\n", types[t], archs[t % 2]);
+	}
+	/* the super-block types of Q2_K, Q3_K_M and IQ4_XS files, on random
+	 * models with rows of 256 (the fixtures' are 32 and 64) */
+	static const char *const ktypes[] = { "q2_K", "q3_K", "iq4_xs" };
+	static const char *const karchs[] = { "mixtral", "qwen3_moe", "olmoe" };
+	for (size_t t = 0; t < 3; t++) {
+		quant_pair(karchs[t], ktypes[t], 1);
+		printf("  %s (random %s, rows of 256): the same logits as its f32 values\n", ktypes[t],
+		    karchs[t]);
+	}
+}
+
 /* arena2's full synthetic models of each architecture, in the weight types
  * the host computes: config.json made by the arena reads back, every tensor
  * (q8_0 / f16 / bf16 dense and experts) runs, the logits are finite and
@@ -601,7 +888,9 @@ static void t_tensor_path(void)
 }
 
 T_MAIN(T_CASE(t_config_fixtures), T_CASE(t_device_route), T_CASE(t_config_refusals),
+    T_CASE(t_rope_yarn), T_CASE(t_config_tolerant), T_CASE_TIMEOUT(t_rope_yarn_forward, 120),
     T_CASE_TIMEOUT(t_qwen3_moe, 120), T_CASE_TIMEOUT(t_mixtral, 120),
     T_CASE_TIMEOUT(t_mixtral_f16, 120), T_CASE_TIMEOUT(t_olmoe, 120), T_CASE_TIMEOUT(t_qwen2_moe, 120),
     T_CASE_TIMEOUT(t_batches_and_release, 120), T_CASE_TIMEOUT(t_gguf_same_logits, 240),
+    T_CASE_TIMEOUT(t_gguf_block_types, 240),
     T_CASE_TIMEOUT(t_synthetic_archs, 120), T_CASE_TIMEOUT(t_tensor_path, 120))

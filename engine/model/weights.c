@@ -82,8 +82,8 @@ int weights_load(struct baton_model *m, const char *name, uint32_t rows, uint32_
 	}
 	if (!m->be->can_compute((int)at.dtype)) {
 		const char *dn = baton_dtype_name((int)at.dtype);
-		baton_errf(eb, el, "tensor %s: the %s backend cannot compute %s weights", name, m->be->name,
-		    dn ? dn : "unknown");
+		baton_errf(eb, el, "tensor %s: the %s backend cannot compute %s weights (%s)", name,
+		    m->be->name, dn ? dn : "unknown", backend_dtype_advice(m->be, (int)at.dtype));
 		return BATON_EUNSUPPORTED;
 	}
 	if ((rc = weights_add(m, t, at.data, at.bytes)) != 0)
@@ -167,8 +167,9 @@ int weights_load_layer(struct baton_model *m, uint32_t l, char *eb, size_t el)
 		}
 		if (!m->be->can_compute((int)parts[i].dtype)) {
 			const char *dn = baton_dtype_name((int)parts[i].dtype);
-			baton_errf(eb, el, "layer %u expert %s: the %s backend cannot compute %s weights", l,
-			    pn[i], m->be->name, dn ? dn : "unknown");
+			baton_errf(eb, el, "layer %u expert %s: the %s backend cannot compute %s weights (%s)",
+			    l, pn[i], m->be->name, dn ? dn : "unknown",
+			    backend_dtype_advice(m->be, (int)parts[i].dtype));
 			return BATON_EUNSUPPORTED;
 		}
 	}

@@ -73,6 +73,9 @@ static const char usage[] =
     "                              chat template makes control tokens)\n"
     "  --served-model-name NAME    the model id clients send (default: the arena's file name\n"
     "                              without .arena)\n"
+    "  --cors-origins LIST         origins (scheme://host[:port], comma-separated) whose web\n"
+    "                              pages may call --http from a browser (the token is still\n"
+    "                              required); default none\n"
     "  --help, --version\n";
 
 static void usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
@@ -85,6 +88,31 @@ static void usage_error(const char *fmt, ...)
 	fputs("\n(see baton-engine --help)\n", stderr);
 	va_end(ap);
 	exit(2);
+}
+
+/* --cors-origins a,b: a NULL-terminated list, in static storage (the
+ * process's lifetime); each is checked when the server starts. */
+static const char **split_origins(const char *v)
+{
+	static char copy[4096];
+	static const char *list[17];
+	if (strlen(v) >= sizeof copy)
+		usage_error("--cors-origins: longer than %zu bytes", sizeof copy - 1);
+	snprintf(copy, sizeof copy, "%s", v);
+	size_t k = 0;
+	for (char *save = NULL, *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+		while (*t == ' ')
+			t++;
+		if (!*t)
+			continue;
+		if (k == 16)
+			usage_error("--cors-origins: at most 16 origins");
+		list[k++] = t;
+	}
+	if (k == 0)
+		usage_error("--cors-origins wants origins such as https://app.example.com");
+	list[k] = NULL;
+	return list;
 }
 
 static uint64_t parse_uint(const char *flag, const char *v, uint64_t max)
@@ -110,7 +138,7 @@ static void parse_args(int argc, char **argv, struct baton_serve_config *o)
 {
 	enum { O_NAME = 1, O_ARENA, O_LISTEN, O_BACKEND, O_DEVICE, O_CACHE, O_SEG, O_RELEASE,
 	       O_IDLE, O_ELASTIC, O_RESERVE, O_VERIFY, O_HOSTMIB, O_BROKER, O_PRIORITY, O_PEER,
-	       O_CTX, O_BWAIT, O_BOPT, O_KVB, O_MAXSEQS, O_MAXQ, O_HTTP, O_HTOKEN, O_SERVED, O_CSPECIAL,
+	       O_CTX, O_BWAIT, O_BOPT, O_KVB, O_MAXSEQS, O_MAXQ, O_HTTP, O_HTOKEN, O_SERVED, O_CSPECIAL, O_CORS,
 	       O_HELP, O_VERSION };
 	static const struct option lo[] = {
 		{ "name", required_argument, 0, O_NAME },
@@ -138,6 +166,7 @@ static void parse_args(int argc, char **argv, struct baton_serve_config *o)
 		{ "http", required_argument, 0, O_HTTP },
 		{ "http-token-file", required_argument, 0, O_HTOKEN },
 		{ "served-model-name", required_argument, 0, O_SERVED },
+		{ "cors-origins", required_argument, 0, O_CORS },
 		{ "special-tokens-in-content", no_argument, 0, O_CSPECIAL },
 		{ "help", no_argument, 0, O_HELP },
 		{ "version", no_argument, 0, O_VERSION },
@@ -210,6 +239,7 @@ static void parse_args(int argc, char **argv, struct baton_serve_config *o)
 		case O_HTTP: o->http = optarg; break;
 		case O_CSPECIAL: o->content_special = 1; break;
 		case O_HTOKEN: o->http_token = read_token(optarg); break;
+		case O_CORS: o->cors_origins = split_origins(optarg); break;
 		case O_SERVED:
 			if (!optarg[0] || strlen(optarg) > 200 || strpbrk(optarg, " \t\r\n\"\\"))
 				usage_error("--served-model-name wants 1 to 200 characters without spaces or quotes, "
@@ -267,6 +297,8 @@ static void parse_args(int argc, char **argv, struct baton_serve_config *o)
 		usage_error("%s needs --broker", o->broker_optional ? "--broker-optional" : "--broker-wait");
 	if (o->http_token && !o->http)
 		usage_error("--http-token-file needs --http");
+	if (o->cors_origins && !o->http)
+		usage_error("--cors-origins needs --http");
 	/* nng has no token: a tcp:// control socket lets any local user
 	 * release, refill and compute on this engine around the broker */
 	if (o->broker && o->listen && strncmp(o->listen, "ipc://", 6) != 0)

@@ -28,6 +28,8 @@ enum oai_kind { OAI_CHAT = 0, OAI_COMPLETION = 1, OAI_AUTO = 2 };
 
 /* Messages of one chat request. */
 #define OAI_MAX_MESSAGES 1024u
+/* Prompts of one /v1/completions batch ("prompt": [...]). */
+#define OAI_MAX_BATCH 64u
 /* Stop strings OpenAI allows in one request. */
 #define OAI_MAX_STOP 4u
 /* max_tokens of /v1/completions when the request gives none (OpenAI's). */
@@ -42,6 +44,14 @@ struct oai_error {
 	char message[512];
 };
 
+/* tool_choice: what the model may do with the request's tools. */
+enum oai_tool_choice { OAI_TC_AUTO = 0, OAI_TC_NONE = 1, OAI_TC_REQUIRED = 2, OAI_TC_NAMED = 3 };
+
+/* logit_bias entries of one request (OpenAI allows any number; a bound). */
+#define OAI_MAX_LOGIT_BIAS 1024u
+/* top_logprobs: OpenAI's bound. */
+#define OAI_MAX_TOP_LOGPROBS 20
+
 /* A parsed request. q points into root (which it owns) and the arrays. */
 struct oai_request {
 	enum oai_kind kind;
@@ -53,6 +63,19 @@ struct oai_request {
 	int stream;            /* "stream": true */
 	int include_usage;     /* "stream_options": {"include_usage": true} */
 	int seeded;            /* "seed" was given */
+	/* tools: the request's array (in root), NULL when absent or empty */
+	json_t *tools;
+	enum oai_tool_choice tool_choice;
+	const char *tool_name;   /* OAI_TC_NAMED: the function */
+	int parallel_tool_calls; /* default 1 */
+	const char *reasoning_effort; /* NULL when not given */
+	int logprobs;          /* chat logprobs: true; completions logprobs given */
+	int top_logprobs;      /* alternatives per token (0..OAI_MAX_TOP_LOGPROBS) */
+	int echo;              /* completions: the prompt before the text */
+	struct baton_logit_bias *bias;
+	uint32_t *ids;         /* a token-id prompt */
+	char **owned;          /* strings q points at (tool_calls, tools, kwargs JSON) */
+	size_t n_owned;
 	gram *grammar;         /* response_format json_object / json_schema, compiled; NULL: text */
 };
 
@@ -67,6 +90,87 @@ int oai_parse(enum oai_kind kind, const char *served, const char *body, size_t l
     uint64_t seed_default, struct oai_request *r, struct oai_error *e);
 /* Idempotent. */
 void oai_request_free(struct oai_request *r);
+
+/* What the served model's chat template can do, for oai_bind. */
+enum oai_tool_format {
+	OAI_TOOLS_NONE = 0,     /* the template takes no tools */
+	OAI_TOOLS_HERMES,       /* <tool_call>{"name", "arguments"}</tool_call>: Qwen2.5/3, Hermes */
+	OAI_TOOLS_QWEN3_CODER,  /* <tool_call><function=N><parameter=P>v</parameter></function></tool_call> */
+	OAI_TOOLS_MISTRAL,      /* [TOOL_CALLS][{...}] or [TOOL_CALLS]name[ARGS]{...} */
+	/* tool_choice forced (the grammar makes the output the call): */
+	OAI_TOOLS_FORCED_NAMED, /* the output is the named function's arguments */
+	OAI_TOOLS_FORCED_ARRAY, /* the output is [{"name", "arguments"}, ...] */
+};
+struct oai_caps {
+	enum oai_tool_format tools;
+	int think;              /* the template writes <think>: reasoning is split out */
+	int has_enable_thinking;   /* the template reads enable_thinking */
+	int has_reasoning_effort;  /* the template reads reasoning_effort */
+};
+/* The caps of a chat template's source (NULL: none). */
+void oai_caps_of(const char *tmpl, struct oai_caps *c);
+/* The format's name ("hermes", ...; "none"). */
+const char *oai_tool_format_name(enum oai_tool_format f);
+/* Checks a parsed chat request against the model's template (tools it
+ * cannot take are 400) and maps reasoning_effort onto the template's
+ * variables. 0, or e filled. */
+int oai_bind(struct oai_request *r, const struct oai_caps *c, struct oai_error *e);
+
+/* ---- the answer split (toolcall.c) ----
+ * A chat answer's text, fed as it comes, split into reasoning (between
+ * <think> and </think> at its start, when the template thinks), content,
+ * and tool calls in the template's format. A piece goes out as soon as it
+ * can no longer be part of a marker. A Hermes call of the usual shape
+ * ({"name": "N", "arguments": {...}}) goes out as it comes: its start
+ * (id, name), then its arguments' text in fragments (the model's own
+ * text); other calls whole, when they close (or at the end). A call that
+ * does not parse stays in the content. */
+enum oai_piece_kind {
+	OAI_P_CONTENT, OAI_P_REASONING,
+	OAI_P_TOOL,        /* a whole call: id, name, args */
+	OAI_P_TOOL_START,  /* a call begins (Hermes' usual shape): id, name; args NULL */
+	OAI_P_TOOL_ARGS,   /* more of the last begun call's arguments: text/len, call->index */
+};
+struct oai_tool_call {
+	int index;
+	char id[40];           /* call_ + 24 alphanumerics; Mistral: 9 alphanumerics */
+	const char *name;
+	const char *args;      /* the arguments as a JSON text */
+};
+/* text/len for CONTENT and REASONING; call for TOOL. */
+typedef void (*oai_piece_fn)(void *arg, enum oai_piece_kind k, const char *text, size_t len,
+    const struct oai_tool_call *call);
+struct oai_buf { char *p; size_t n, cap; };
+/* Appends (kept NUL-terminated); 0, or -1 without memory. */
+int oai_buf_put(struct oai_buf *b, const char *s, size_t n);
+struct oai_split {
+	enum oai_tool_format fmt;  /* NONE: no tool calls are looked for */
+	int think, parallel;
+	const json_t *tools;       /* the request's tools (parameter types); may be NULL */
+	const char *forced_name;   /* OAI_TOOLS_FORCED_NAMED: the function */
+	uint64_t rng;
+	oai_piece_fn fn;
+	void *arg;
+	int rstate, tstate, think_lead, n_calls, pstate;
+	size_t pemitted;
+	struct oai_buf rhold, thold, ws, callws;
+	char nl[64];
+	size_t n_nl;
+};
+void oai_split_init(struct oai_split *s, enum oai_tool_format fmt, int think, int parallel,
+    const json_t *tools, uint64_t id_seed, oai_piece_fn fn, void *arg);
+/* The prompt opened the think (its template wrote "<think>" last): the
+ * answer starts as reasoning, up to its "</think>". Before the first push. */
+void oai_split_thinking(struct oai_split *s);
+/* 0, or -1 without memory. */
+int oai_split_push(struct oai_split *s, const char *text, size_t len);
+int oai_split_finish(struct oai_split *s);
+void oai_split_free(struct oai_split *s);
+
+/* Fields outside OpenAI's reference are ignored (vLLM's rule), counted
+ * here (all threads) and logged once each on stderr. Adds
+ * "ignored_fields": {NAME: COUNT} to obj when any was seen. */
+void oai_ignored_fields(json_t *obj);
 /* The error's code on the control socket (proto.h): 400 BATON_EINVAL
  * (BATON_EUNSUPPORTED for an unsupported parameter), 404
  * BATON_ENOTFOUND, 503 BATON_EBUSY, else BATON_ENOMEM. */
@@ -90,6 +194,26 @@ json_t *oai_reply(enum oai_kind kind, const char *id, long long created, const c
  * stream includes usage, so every chunk carries "usage": null. */
 json_t *oai_chunk(enum oai_kind kind, const char *id, long long created, const char *model,
     const char *role, const char *text, size_t len, const char *finish, int usage_null);
+/* A chat answer split (oai_split): its content, reasoning and tool calls
+ * (a JSON array of oai_tool_call_json objects; NULL or empty: none). */
+struct oai_parts {
+	const char *content;
+	size_t content_len;
+	const char *reasoning;
+	size_t reasoning_len;
+	json_t *tool_calls;
+};
+/* The chat.completion of the parts: content null with calls and no text,
+ * reasoning_content when there is some, tool_calls and finish_reason
+ * "tool_calls" when the model called. New reference. */
+json_t *oai_reply_parts(const char *id, long long created, const char *model,
+    const struct baton_gen_result *res, const struct oai_parts *p);
+/* {"id", "type": "function", "function": {"name", "arguments"}}. */
+json_t *oai_tool_call_json(const struct oai_tool_call *c);
+/* A chat chunk with this delta (taken; NULL: {}) and finish_reason (as
+ * given, NULL: null). */
+json_t *oai_chunk_delta(const char *id, long long created, const char *model, json_t *delta,
+    const char *finish, int usage_null);
 /* The last chunk of a stream with include_usage: no choices, the usage. */
 json_t *oai_usage_chunk(enum oai_kind kind, const char *id, long long created, const char *model,
     uint32_t prompt_tokens, uint32_t completion_tokens);
@@ -104,6 +228,11 @@ struct baton_http;
 
 struct oai_server_opts {
 	const char *addr;            /* --http ADDR */
+	const char *chat_template;   /* the model's (tool-call and reasoning formats); may be NULL */
+	const text_tok *tok;         /* POST /tokenize and /detokenize; NULL: 404 */
+	uint32_t max_model_len;      /* the context (/tokenize's max_model_len) */
+	const char *const *cors_origins; /* origins a browser may call from (http.h); NULL: none */
+	int content_special;         /* --special-tokens-in-content (/tokenize encodes as the generator) */
 	const char *token;           /* bearer token; NULL: none (then loopback only) */
 	const char *model;           /* the served model id */
 	struct baton_sched *sched;   /* runs the requests */

@@ -6,6 +6,8 @@
  * events, a chunk per piece of text as it becomes final. A client that
  * goes away cancels its request at once (its KV blocks go back).
  */
+#include <math.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,7 +24,22 @@ struct oai_server {
 	struct baton_http *http;
 	struct oai_server_opts o;
 	char *model;
+	struct oai_caps caps;      /* of the chat template */
 	atomic_ullong next;
+};
+
+/* A batch of prompts (/v1/completions' "prompt": [...]): one scheduler
+ * request each, one answer: a choice per prompt (index), the usage summed;
+ * a stream interleaves their chunks. Its counters are taken under mu (the
+ * handler submits while the scheduler's thread finishes). */
+struct obatch {
+	pthread_mutex_t mu;
+	struct baton_http_req *r;
+	struct baton_http_stream *st;
+	int opened, n, left, include_usage, rc;
+	char err[512];
+	json_t *choices;
+	uint32_t n_prompt, n_tokens;
 };
 
 /* One request in flight, from the handler to on_done. */
@@ -34,6 +51,22 @@ struct oreq {
 	char id[48];
 	long long created;
 	int streaming;              /* stream opened (the stream's status line is sent) */
+	/* a chat answer split into reasoning, content and tool calls */
+	int split_on, write_failed;
+	struct oai_split sp;
+	struct oai_buf content, reasoning;
+	json_t *calls;              /* whole replies: the calls made */
+	/* logprobs: entries not yet sent (a stream) or all (whole); chat:
+	 * [{token, logprob, bytes, top_logprobs}]; completions: OpenAI's
+	 * legacy arrays {tokens, token_logprobs, top_logprobs, text_offset} */
+	json_t *lp;
+	int32_t lp_prev;            /* the last token: the next one's text is decoded after it */
+	size_t lp_offset;           /* completions: text_offset of the next token */
+	int think_open, split_started; /* the prompt ended inside <think> (the generator says) */
+	struct obatch *b;           /* one prompt of a batch (completions), its choice's index */
+	int index;
+	char *echo;                 /* completions' echo: the prompt's text, first */
+	size_t echo_len;
 };
 
 static uint64_t random64(void)
@@ -63,7 +96,123 @@ static void reply_error(struct baton_http_req *r, const struct oai_error *e, con
 static void oreq_free(struct oreq *q)
 {
 	oai_request_free(&q->q);
+	oai_split_free(&q->sp);
+	free(q->content.p);
+	free(q->reasoning.p);
+	json_decref(q->calls);
+	json_decref(q->lp);
+	free(q->echo);
 	free(q);
+}
+
+/* echo: the prompt before the completion in a whole reply. */
+static json_t *with_echo(struct oreq *q, json_t *j)
+{
+	json_t *c = json_array_get(json_object_get(j, "choices"), 0), *t = json_object_get(c, "text");
+	if (!q->echo || !json_is_string(t))
+		return j;
+	size_t n = json_string_length(t);
+	char *both = malloc(q->echo_len + n + 1);
+	if (both) {
+		memcpy(both, q->echo, q->echo_len);
+		memcpy(both + q->echo_len, json_string_value(t), n);
+		json_object_set_new(c, "text", json_stringn(both, q->echo_len + n));
+		free(both);
+	}
+	return j;
+}
+
+/* ---- logprobs ---- */
+
+/* A token's text as it reads after the previous one (its own space kept). */
+static json_t *token_text(const text_tok *t, int32_t prev, int32_t id)
+{
+	int32_t two[2] = { prev, id };
+	char *a = NULL, *b = NULL, err[64];
+	size_t al = 0, bl = 0;
+	json_t *j = NULL;
+	if (prev < 0) {
+		if (text_decode(t, &id, 1, 0, &b, &bl, err, sizeof err) == 0)
+			j = json_stringn(b, bl);
+	} else if (text_decode(t, two, 2, 0, &b, &bl, err, sizeof err) == 0 &&
+	    text_decode(t, &prev, 1, 0, &a, &al, err, sizeof err) == 0 && al <= bl && memcmp(a, b, al) == 0) {
+		j = json_stringn(b + al, bl - al);
+	}
+	free(a);
+	free(b);
+	return j ? j : json_string("");
+}
+
+static json_t *bytes_of(json_t *s)
+{
+	json_t *a = json_array();
+	const unsigned char *p = (const unsigned char *)json_string_value(s);
+	for (size_t i = 0; p && i < json_string_length(s); i++)
+		json_array_append_new(a, json_integer(p[i]));
+	return a;
+}
+
+/* JSON has no -inf: vLLM's stand-in. */
+static double finite_lp(float x)
+{
+	return isfinite(x) ? (double)x : -9999.0;
+}
+
+static void on_token(void *arg, uint32_t id, float logprob, const uint32_t *top_ids, const float *top_lps,
+    uint32_t n_top)
+{
+	struct oreq *q = arg;
+	const text_tok *t = q->srv->o.tok;
+	json_t *tx = token_text(t, q->lp_prev, (int32_t)id);
+	if (q->q.kind == OAI_CHAT) {
+		if (!q->lp)
+			q->lp = json_array();
+		json_t *top = json_array();
+		for (uint32_t i = 0; i < n_top; i++) {
+			json_t *a = token_text(t, q->lp_prev, (int32_t)top_ids[i]);
+			json_array_append_new(top, json_pack("{s:o, s:f, s:o}", "token", a, "logprob", finite_lp(top_lps[i]),
+			    "bytes", bytes_of(a)));
+		}
+		json_array_append_new(q->lp, json_pack("{s:O, s:f, s:o, s:o}", "token", tx, "logprob",
+		    finite_lp(logprob), "bytes", bytes_of(tx), "top_logprobs", top));
+	} else {
+		if (!q->lp)
+			q->lp = json_pack("{s:[], s:[], s:[], s:[]}", "tokens", "token_logprobs", "top_logprobs",
+			    "text_offset");
+		json_t *top = json_object();
+		for (uint32_t i = 0; i < n_top; i++) {
+			json_t *a = token_text(t, q->lp_prev, (int32_t)top_ids[i]);
+			if (!json_object_get(top, json_string_value(a)))
+				json_object_set_new(top, json_string_value(a), json_real(finite_lp(top_lps[i])));
+			json_decref(a);
+		}
+		json_array_append(json_object_get(q->lp, "tokens"), tx);
+		json_array_append_new(json_object_get(q->lp, "token_logprobs"), json_real(finite_lp(logprob)));
+		json_array_append_new(json_object_get(q->lp, "top_logprobs"), top);
+		json_array_append_new(json_object_get(q->lp, "text_offset"), json_integer((json_int_t)q->lp_offset));
+		q->lp_offset += json_string_length(tx);
+	}
+	json_decref(tx);
+	q->lp_prev = (int32_t)id;
+}
+
+/* The entries so far go with this chunk (or whole reply): its choice's
+ * logprobs. */
+static json_t *with_lp(struct oreq *q, json_t *j)
+{
+	if (!q->q.logprobs || !j)
+		return j;
+	json_t *choice = json_array_get(json_object_get(j, "choices"), 0);
+	if (!choice)
+		return j;
+	json_t *lp = q->lp;
+	q->lp = NULL;
+	if (!lp)
+		lp = q->q.kind == OAI_CHAT ? json_array() : json_pack("{s:[], s:[], s:[], s:[]}", "tokens",
+		    "token_logprobs", "top_logprobs", "text_offset");
+	json_object_set_new(choice, "logprobs", q->q.kind == OAI_CHAT ? json_pack("{s:o, s:n}", "content", lp,
+	    "refusal") : lp);
+	return j;
 }
 
 
@@ -79,6 +228,9 @@ static int status_of(int rc, const char **type)
 
 static int write_event(struct oreq *q, json_t *j)
 {
+	json_t *c0 = q->b ? json_array_get(json_object_get(j, "choices"), 0) : NULL;
+	if (c0)
+		json_object_set_new(c0, "index", json_integer(q->index));
 	size_t n;
 	char *ev = oai_sse(j, &n);
 	if (!ev)
@@ -92,10 +244,80 @@ static void open_stream(struct oreq *q)
 {
 	static const char *const hdr[] = { "Cache-Control: no-cache", "X-Accel-Buffering: no", NULL };
 	q->streaming = 1;
-	q->st = http_stream_open(q->r, 200, "text/event-stream", hdr);
+	if (q->b) { /* a batch's stream opens once (the scheduler's thread) */
+		pthread_mutex_lock(&q->b->mu);
+		if (!q->b->opened) {
+			q->b->opened = 1;
+			q->b->st = http_stream_open(q->r, 200, "text/event-stream", hdr);
+		}
+		q->st = q->b->st;
+		pthread_mutex_unlock(&q->b->mu);
+	} else {
+		q->st = http_stream_open(q->r, 200, "text/event-stream", hdr);
+	}
 	if (q->st && q->q.kind == OAI_CHAT)
 		write_event(q, oai_chunk(q->q.kind, q->id, q->created, q->srv->model, "assistant", NULL, 0,
 		    NULL, q->q.include_usage));
+	if (q->st && q->echo && q->echo_len) /* echo: the prompt comes first */
+		write_event(q, oai_chunk(q->q.kind, q->id, q->created, q->srv->model, NULL, q->echo, q->echo_len,
+		    NULL, q->q.include_usage));
+}
+
+/* A piece of the split answer: a stream's chunk, or kept for the whole
+ * reply. A tool call streams as OpenAI's do: its id and name with empty
+ * arguments, then the arguments (in fragments as they come, or whole). */
+static void on_piece(void *arg, enum oai_piece_kind k, const char *t, size_t n, const struct oai_tool_call *c)
+{
+	struct oreq *q = arg;
+	if (!q->q.stream) {
+		if (k == OAI_P_TOOL || k == OAI_P_TOOL_START) {
+			if (!q->calls)
+				q->calls = json_array();
+			struct oai_tool_call w = *c;
+			if (!w.args)
+				w.args = "";
+			json_array_append_new(q->calls, oai_tool_call_json(&w));
+		} else if (k == OAI_P_TOOL_ARGS) {
+			json_t *fn = json_object_get(json_array_get(q->calls, (size_t)c->index), "function");
+			json_t *a = json_object_get(fn, "arguments");
+			struct oai_buf b = { 0 };
+			if (!json_is_string(a) || oai_buf_put(&b, json_string_value(a), json_string_length(a)) ||
+			    oai_buf_put(&b, t, n) || json_object_set_new(fn, "arguments", json_stringn(b.p, b.n)))
+				q->write_failed = 1;
+			free(b.p);
+		} else if (oai_buf_put(k == OAI_P_CONTENT ? &q->content : &q->reasoning, t, n)) {
+			q->write_failed = 1;
+		}
+		return;
+	}
+	if (!q->st || q->write_failed)
+		return;
+	const char *m = q->srv->model;
+	int rc;
+	if (k == OAI_P_TOOL_ARGS) {
+		json_t *d = json_pack("{s:[{s:i, s:{s:s%}}]}", "tool_calls", "index", c->index, "function", "arguments", t, n);
+		rc = write_event(q, oai_chunk_delta(q->id, q->created, m, d, NULL, q->q.include_usage));
+	} else if (k == OAI_P_TOOL || k == OAI_P_TOOL_START) {
+		json_t *d = json_pack("{s:[{s:i, s:s, s:s, s:{s:s, s:s}}]}", "tool_calls", "index", c->index, "id", c->id,
+		    "type", "function", "function", "name", c->name, "arguments", "");
+		rc = write_event(q, oai_chunk_delta(q->id, q->created, m, d, NULL, q->q.include_usage));
+		if (rc == 0 && k == OAI_P_TOOL) {
+			d = json_pack("{s:[{s:i, s:{s:s}}]}", "tool_calls", "index", c->index, "function", "arguments", c->args);
+			rc = write_event(q, oai_chunk_delta(q->id, q->created, m, d, NULL, q->q.include_usage));
+		}
+	} else {
+		json_t *d = json_pack("{s:s%}", k == OAI_P_REASONING ? "reasoning_content" : "content", t, n);
+		rc = write_event(q, with_lp(q, oai_chunk_delta(q->id, q->created, m, d, NULL, q->q.include_usage)));
+	}
+	if (rc)
+		q->write_failed = 1;
+}
+
+/* The finish_reason: "tool_calls" when the model called and was not cut. */
+static const char *finish_of(struct oreq *q, const char *finish)
+{
+	const char *f = oai_finish_reason(finish);
+	return q->sp.n_calls > 0 && strcmp(f, "stop") == 0 ? "tool_calls" : f;
 }
 
 /* ---- the scheduler's callbacks (its thread) ---- */
@@ -114,19 +336,122 @@ static int on_text(void *arg, const char *text, size_t len)
 		return 0; /* a client gone cancels through on_gone */
 	if (!q->st)
 		return 1; /* the client was gone before the stream opened */
-	return write_event(q, oai_chunk(q->q.kind, q->id, q->created, q->srv->model, NULL, text, len,
-	    NULL, q->q.include_usage)) != 0;
+	if (q->split_on) {
+		if (!q->split_started++ && q->think_open)
+			oai_split_thinking(&q->sp);
+		return oai_split_push(&q->sp, text, len) != 0 || q->write_failed;
+	}
+	return write_event(q, with_lp(q, oai_chunk(q->q.kind, q->id, q->created, q->srv->model, NULL, text, len,
+	    NULL, q->q.include_usage))) != 0;
+}
+
+static void batch_free(struct obatch *b)
+{
+	json_decref(b->choices);
+	pthread_mutex_destroy(&b->mu);
+	free(b);
+}
+
+/* The batch's answer, once its last prompt is done (or failed to start). */
+static void batch_answer(struct obatch *b, struct oreq *q)
+{
+	const char *type;
+	if (b->opened) {
+		if (b->st) {
+			if (b->rc) {
+				struct oai_error e;
+				int status = status_of(b->rc, &type);
+				oai_errorf(&e, status, type, NULL, NULL, "%s", b->err);
+				size_t n;
+				char *ev = oai_sse(oai_error_json(&e), &n);
+				if (ev)
+					http_stream_write(b->st, ev, n);
+				free(ev);
+			} else {
+				if (b->include_usage) {
+					size_t n;
+					char *ev = oai_sse(oai_usage_chunk(OAI_COMPLETION, q->id, q->created, q->srv->model,
+					    b->n_prompt, b->n_tokens), &n);
+					if (ev)
+						http_stream_write(b->st, ev, n);
+					free(ev);
+				}
+				http_stream_write(b->st, "data: [DONE]\n\n", 14);
+			}
+			http_stream_close(b->st);
+		}
+	} else if (b->rc) {
+		struct oai_error e;
+		int status = status_of(b->rc, &type);
+		oai_errorf(&e, status, type, b->rc == BATON_EBUSY ? "queue_full" : NULL, NULL, "%s", b->err);
+		static const char *const retry[] = { "Retry-After: 1", NULL };
+		reply_error(b->r, &e, http_retry_after(status) ? retry : NULL);
+	} else {
+		json_t *j = json_pack("{s:s, s:s, s:I, s:s, s:O, s:{s:i, s:i, s:i}}", "id", q->id, "object",
+		    "text_completion", "created", (json_int_t)q->created, "model", q->srv->model, "choices",
+		    b->choices, "usage", "prompt_tokens", (json_int_t)b->n_prompt, "completion_tokens",
+		    (json_int_t)b->n_tokens, "total_tokens", (json_int_t)(b->n_prompt + b->n_tokens));
+		http_reply_json(b->r, 200, j);
+	}
+	batch_free(b);
+}
+
+/* One prompt of a batch ended: its choice (or finish chunk) and counts. */
+static void batch_done(struct oreq *q, int rc, const char *err, struct baton_gen_result *res)
+{
+	struct obatch *b = q->b;
+	int cut = rc == 0 && strcmp(res->finish, "cancelled") == 0;
+	if (rc == 0 && !cut && q->streaming && q->st)
+		write_event(q, with_lp(q, oai_chunk(OAI_COMPLETION, q->id, q->created, q->srv->model, NULL, NULL, 0,
+		    res->finish, b->include_usage)));
+	json_t *choice = NULL;
+	if (rc == 0 && !q->streaming) {
+		json_t *j = with_echo(q, with_lp(q, oai_reply(OAI_COMPLETION, q->id, q->created, q->srv->model, res)));
+		choice = json_incref(json_array_get(json_object_get(j, "choices"), 0));
+		json_decref(j);
+		if (choice)
+			json_object_set_new(choice, "index", json_integer(q->index));
+	}
+	pthread_mutex_lock(&b->mu);
+	if (rc && !b->rc) {
+		b->rc = rc;
+		snprintf(b->err, sizeof b->err, "prompt %d: %s", q->index, err && err[0] ? err : baton_strerror(rc));
+	}
+	if (rc == 0) {
+		b->n_prompt += res->n_prompt;
+		b->n_tokens += res->n_tokens;
+	}
+	if (choice)
+		json_array_set_new(b->choices, (size_t)q->index, choice);
+	int last = --b->left == 0;
+	pthread_mutex_unlock(&b->mu);
+	if (last)
+		batch_answer(b, q);
+	generator_result_free(res);
+	oreq_free(q);
 }
 
 static void on_done(void *arg, int rc, const char *err, struct baton_gen_result *res)
 {
 	struct oreq *q = arg;
 	const char *type;
+	if (q->b) {
+		batch_done(q, rc, err, res);
+		return;
+	}
 	if (q->streaming) {
 		if (q->st) {
 			if (rc == 0 && strcmp(res->finish, "cancelled") != 0) {
-				write_event(q, oai_chunk(q->q.kind, q->id, q->created, q->srv->model, NULL, NULL, 0,
-				    res->finish, q->q.include_usage));
+				if (q->split_on) {
+					if (!q->split_started++ && q->think_open)
+						oai_split_thinking(&q->sp);
+					oai_split_finish(&q->sp);
+					write_event(q, with_lp(q, oai_chunk_delta(q->id, q->created, q->srv->model, NULL,
+					    finish_of(q, res->finish), q->q.include_usage)));
+				} else {
+					write_event(q, with_lp(q, oai_chunk(q->q.kind, q->id, q->created, q->srv->model, NULL, NULL,
+					    0, res->finish, q->q.include_usage)));
+				}
 				if (q->q.include_usage)
 					write_event(q, oai_usage_chunk(q->q.kind, q->id, q->created, q->srv->model,
 					    res->n_prompt, res->n_tokens));
@@ -140,8 +465,17 @@ static void on_done(void *arg, int rc, const char *err, struct baton_gen_result 
 			}
 			http_stream_close(q->st);
 		}
+	} else if (rc == 0 && q->split_on) {
+		if (q->think_open)
+			oai_split_thinking(&q->sp);
+		if (oai_split_push(&q->sp, res->text, res->text_len) || oai_split_finish(&q->sp) || q->write_failed) {
+			http_reply_error(q->r, 500, BATON_ENOMEM, "out of memory");
+		} else {
+			struct oai_parts p = { q->content.p, q->content.n, q->reasoning.p, q->reasoning.n, q->calls };
+			http_reply_json(q->r, 200, with_lp(q, oai_reply_parts(q->id, q->created, q->srv->model, res, &p)));
+		}
 	} else if (rc == 0) {
-		http_reply_json(q->r, 200, oai_reply(q->q.kind, q->id, q->created, q->srv->model, res));
+		http_reply_json(q->r, 200, with_echo(q, with_lp(q, oai_reply(q->q.kind, q->id, q->created, q->srv->model, res))));
 	} else {
 		struct oai_error e;
 		int status = status_of(rc, &type);
@@ -165,42 +499,368 @@ static void on_gone(void *owner, uint64_t id)
 
 /* ---- the handler (an HTTP worker thread) ---- */
 
-static void completion(struct oai_server *s, struct baton_http_req *r, enum oai_kind kind)
+/* A batch's prompts: one client gone cancels them all (the id packs the
+ * first and the count). */
+static void on_gone_batch(void *owner, uint64_t packed)
+{
+	uint64_t first = packed & ((1ull << 48) - 1), n = packed >> 48;
+	for (uint64_t i = 0; i < n; i++)
+		sched_cancel(owner, first + i);
+}
+
+/* A request parsed and bound, ready to submit; NULL with the error answered. */
+static struct oreq *prepare(struct oai_server *s, struct baton_http_req *r, enum oai_kind kind, const char *body,
+    size_t len, struct oai_error *e)
 {
 	struct oreq *q = calloc(1, sizeof *q);
 	if (!q) {
-		http_reply_error(r, 500, BATON_ENOMEM, "out of memory");
-		return;
+		oai_errorf(e, 500, "server_error", NULL, NULL, "out of memory");
+		return NULL;
 	}
-	size_t len = 0;
-	const char *body = http_req_body(r, &len);
-	struct oai_error e;
-	if (oai_parse(kind, s->model, body, len, random64(), &q->q, &e) != 0) {
-		reply_error(r, &e, NULL);
+	if (oai_parse(kind, s->model, body, len, random64(), &q->q, e) != 0) {
 		free(q);
-		return;
+		return NULL;
+	}
+	if (oai_bind(&q->q, &s->caps, e) != 0) {
+		oreq_free(q);
+		return NULL;
+	}
+	if (kind == OAI_CHAT) {
+		enum oai_tool_format f = !q->q.tools ? OAI_TOOLS_NONE : q->q.tool_choice == OAI_TC_AUTO ? s->caps.tools :
+		    q->q.tool_choice == OAI_TC_NAMED ? OAI_TOOLS_FORCED_NAMED :
+		    q->q.tool_choice == OAI_TC_REQUIRED ? OAI_TOOLS_FORCED_ARRAY : OAI_TOOLS_NONE;
+		int think = s->caps.think && f != OAI_TOOLS_FORCED_NAMED && f != OAI_TOOLS_FORCED_ARRAY;
+		q->split_on = f != OAI_TOOLS_NONE || think;
+		oai_split_init(&q->sp, f, think, q->q.parallel_tool_calls, q->q.tools, random64(), on_piece, q);
+		q->sp.forced_name = q->q.tool_name;
 	}
 	q->srv = s;
 	q->r = r;
 	q->created = (long long)time(NULL);
 	snprintf(q->id, sizeof q->id, "%s-%016llx%08llx", kind == OAI_CHAT ? "chatcmpl" : "cmpl",
 	    (unsigned long long)random64(), (unsigned long long)atomic_fetch_add(&s->next, 1));
-	struct sched_cb cb = { .on_text = on_text, .on_admit = on_admit, .on_done = on_done, .arg = q };
 	q->q.q.on_text = on_text;
 	q->q.q.arg = q;
+	q->lp_prev = -1;
+	q->q.q.think_open = &q->think_open;
+	if (q->q.echo) {
+		char err[128];
+		int32_t *ids = q->q.q.prompt_ids ? malloc(q->q.q.n_prompt_ids * sizeof *ids + 1) : NULL;
+		for (size_t i = 0; ids && i < q->q.q.n_prompt_ids; i++)
+			ids[i] = q->q.q.prompt_ids[i] < text_vocab_size(s->o.tok) ? (int32_t)q->q.q.prompt_ids[i] : 0;
+		if (q->q.q.prompt) {
+			q->echo = strndup(q->q.q.prompt, q->q.q.prompt_len);
+			q->echo_len = q->q.q.prompt_len;
+		} else if (!ids || !s->o.tok || text_decode(s->o.tok, ids, q->q.q.n_prompt_ids, TEXT_SKIP_SPECIAL,
+		    &q->echo, &q->echo_len, err, sizeof err) != 0) {
+			q->echo = NULL;
+		}
+		free(ids);
+		if (!q->echo) {
+			oai_errorf(e, 500, "server_error", NULL, NULL, "echo: the prompt could not be decoded");
+			oreq_free(q);
+			return NULL;
+		}
+	}
+	if (q->q.logprobs && s->o.tok) {
+		q->q.q.on_token = on_token;
+		/* a completion's first token reads after its prompt's last (the
+		 * space a SentencePiece decoder drops at a text's start is kept,
+		 * as in the text) */
+		if (q->q.q.prompt_ids) {
+			q->lp_prev = (int32_t)q->q.q.prompt_ids[q->q.q.n_prompt_ids - 1];
+		} else if (q->q.q.prompt) {
+			int32_t *ids = NULL;
+			size_t n = 0;
+			char err[64];
+			if (text_encode(s->o.tok, q->q.q.prompt, q->q.q.prompt_len, TEXT_ADD_SPECIAL, &ids, &n, err,
+			    sizeof err) == 0 && n)
+				q->lp_prev = ids[n - 1];
+			free(ids);
+		}
+		if (q->lp_prev >= (int32_t)text_vocab_size(s->o.tok))
+			q->lp_prev = -1;
+	}
+	return q;
+}
+
+static void refuse_submit(struct baton_http_req *r, int rc)
+{
+	struct oai_error e;
+	oai_errorf(&e, 503, "server_error", rc == BATON_EBUSY ? "queue_full" : NULL, NULL, "%s",
+	    rc == BATON_EBUSY ? "the engine's queue of waiting requests is full; retry later" :
+	    "the engine is shutting down");
+	static const char *const retry[] = { "Retry-After: 1", NULL };
+	reply_error(r, &e, retry);
+}
+
+/* "prompt": [p0, p1, ...] with more than one prompt (strings or token-id
+ * arrays): each parsed as the body with that prompt, all submitted. */
+static void completion_batch(struct oai_server *s, struct baton_http_req *r, json_t *root, json_t *prompts)
+{
+	size_t n = json_array_size(prompts);
+	struct oai_error e;
+	if (n > OAI_MAX_BATCH) {
+		oai_errorf(&e, 400, "invalid_request_error", NULL, "prompt", "prompt: %zu prompts in one request; at "
+		    "most %u", n, OAI_MAX_BATCH);
+		reply_error(r, &e, NULL);
+		return;
+	}
+	struct oreq *qs[OAI_MAX_BATCH];
+	json_t *all = json_incref(prompts);
+	size_t k;
+	for (k = 0; k < n; k++) {
+		json_object_set(root, "prompt", json_array_get(all, k));
+		char *b1 = json_dumps(root, JSON_COMPACT);
+		qs[k] = b1 ? prepare(s, r, OAI_COMPLETION, b1, strlen(b1), &e) : NULL;
+		if (!b1)
+			oai_errorf(&e, 500, "server_error", NULL, NULL, "out of memory");
+		free(b1);
+		if (!qs[k]) {
+			if (strcmp(e.param, "prompt") == 0) { /* which prompt: in param and words */
+				char m[sizeof e.message];
+				const char *rest = strncmp(e.message, "prompt", 6) == 0 ? e.message + 6 : e.message;
+				snprintf(m, sizeof m, "prompt[%zu]%.480s", k, rest);
+				memcpy(e.message, m, sizeof m);
+				snprintf(e.param, sizeof e.param, "prompt[%zu]", k);
+			}
+			break;
+		}
+	}
+	json_decref(all);
+	struct obatch *b = k == n ? calloc(1, sizeof *b) : NULL;
+	if (!b) {
+		for (size_t i = 0; i < k; i++)
+			oreq_free(qs[i]);
+		if (k == n)
+			oai_errorf(&e, 500, "server_error", NULL, NULL, "out of memory");
+		reply_error(r, &e, NULL);
+		return;
+	}
+	pthread_mutex_init(&b->mu, NULL);
+	b->r = r;
+	b->n = b->left = (int)n;
+	b->include_usage = qs[0]->q.include_usage;
+	b->choices = json_array();
+	for (size_t i = 0; i < n; i++) {
+		json_array_append_new(b->choices, json_null());
+		qs[i]->b = b;
+		qs[i]->index = (int)i;
+		memcpy(qs[i]->id, qs[0]->id, sizeof qs[i]->id);
+		qs[i]->created = qs[0]->created;
+	}
+	uint64_t first = sched_new_ids(s->o.sched, (uint32_t)n);
+	http_req_on_gone(r, on_gone_batch, s->o.sched, first | ((uint64_t)n << 48));
+	for (size_t i = 0; i < n; i++) {
+		struct sched_cb cb = { .on_text = on_text, .on_admit = on_admit, .on_done = on_done, .arg = qs[i] };
+		uint64_t sid = first + i;
+		int rc = sched_submit(s->o.sched, &qs[i]->q.q, &cb, &sid);
+		if (rc == 0)
+			continue;
+		/* the rest never start: the batch fails once those in flight end */
+		for (size_t j = 0; j < i; j++)
+			sched_cancel(s->o.sched, first + j);
+		pthread_mutex_lock(&b->mu);
+		if (!b->rc) {
+			b->rc = rc;
+			snprintf(b->err, sizeof b->err, "%s", rc == BATON_EBUSY ? "the engine's queue of waiting requests "
+			    "is full; retry later" : "the engine is shutting down");
+		}
+		b->left -= (int)(n - i);
+		int last = b->left == 0;
+		pthread_mutex_unlock(&b->mu);
+		struct oreq *q0 = qs[i];
+		for (size_t j = i + 1; j < n; j++)
+			oreq_free(qs[j]);
+		if (last)
+			batch_answer(b, q0);
+		oreq_free(q0);
+		return;
+	}
+}
+
+static void completion(struct oai_server *s, struct baton_http_req *r, enum oai_kind kind)
+{
+	size_t len = 0;
+	const char *body = http_req_body(r, &len);
+	struct oai_error e;
+	if (kind == OAI_COMPLETION) {
+		json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, NULL);
+		json_t *p = json_object_get(root, "prompt");
+		json_t *p0 = json_array_get(p, 0);
+		if (json_is_array(p) && json_array_size(p) > 1 && (json_is_string(p0) || json_is_array(p0))) {
+			completion_batch(s, r, root, p);
+			json_decref(root);
+			return;
+		}
+		json_decref(root);
+	}
+	struct oreq *q = prepare(s, r, kind, body, len, &e);
+	if (!q) {
+		reply_error(r, &e, NULL);
+		return;
+	}
+	struct sched_cb cb = { .on_text = on_text, .on_admit = on_admit, .on_done = on_done, .arg = q };
 	/* on_gone is set before the request can end (and free r) */
 	uint64_t sid = sched_new_id(s->o.sched);
 	http_req_on_gone(r, on_gone, s->o.sched, sid);
 	int rc = sched_submit(s->o.sched, &q->q.q, &cb, &sid);
 	if (rc) {
 		/* on_done never comes: answer here */
-		oai_errorf(&e, 503, "server_error", rc == BATON_EBUSY ? "queue_full" : NULL, NULL, "%s",
-		    rc == BATON_EBUSY ? "the engine's queue of waiting requests is full; retry later" :
-		    "the engine is shutting down");
-		static const char *const retry[] = { "Retry-After: 1", NULL };
-		reply_error(r, &e, retry);
+		refuse_submit(r, rc);
 		oreq_free(q);
 	}
+}
+
+/* POST /tokenize, as vLLM's: {"prompt"} (add_special_tokens, default
+ * true) or {"messages"} rendered with the chat template as a request would
+ * be (tools, chat_template_kwargs; add_generation_prompt, default true)
+ * -> {"count", "max_model_len", "tokens", "token_strs"}. */
+static void tokenize(struct oai_server *s, struct baton_http_req *r)
+{
+	struct oai_error e;
+	size_t len = 0;
+	const char *body = http_req_body(r, &len);
+	json_error_t je;
+	json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je), *v;
+	json_t *model = json_object_get(root, "model"), *prompt = json_object_get(root, "prompt");
+	json_t *msgs = json_object_get(root, "messages"), *strs = json_object_get(root, "return_token_strs");
+	json_t *ast = json_object_get(root, "add_special_tokens"), *agp = json_object_get(root, "add_generation_prompt");
+	char *text = NULL, err[512] = "";
+	int32_t *ids = NULL;
+	size_t n = 0;
+	if (!json_is_object(root)) {
+		oai_errorf(&e, 400, "invalid_request_error", NULL, NULL, "the body must be a JSON object");
+		goto fail;
+	}
+	if (json_is_string(model) && strcmp(json_string_value(model), s->model)) {
+		oai_errorf(&e, 404, "invalid_request_error", "model_not_found", "model",
+		    "The model '%.100s' does not exist: this engine serves '%s'", json_string_value(model), s->model);
+		goto fail;
+	}
+	const char *bad = (ast && !json_is_boolean(ast)) ? "add_special_tokens" :
+	    (agp && !json_is_boolean(agp)) ? "add_generation_prompt" : (strs && !json_is_boolean(strs)) ?
+	    "return_token_strs" : NULL;
+	if (bad) {
+		oai_errorf(&e, 400, "invalid_request_error", NULL, bad, "%s: want true or false", bad);
+		goto fail;
+	}
+	if (!json_is_string(prompt) == !msgs) {
+		oai_errorf(&e, 400, "invalid_request_error", NULL, "prompt", "give prompt (a string) or messages");
+		goto fail;
+	}
+	int rc;
+	if (msgs) {
+		/* the chat request's own parser and template */
+		json_t *q = json_object();
+		static const char *const keep[] = { "messages", "tools", "chat_template_kwargs", NULL };
+		for (size_t i = 0; keep[i]; i++)
+			if ((v = json_object_get(root, keep[i])))
+				json_object_set(q, keep[i], v);
+		char *qb = json_dumps(q, JSON_COMPACT);
+		json_decref(q);
+		struct oai_request c;
+		if (!qb || oai_parse(OAI_CHAT, s->model, qb, strlen(qb), 0, &c, &e) != 0) {
+			if (!qb)
+				oai_errorf(&e, 500, "server_error", NULL, NULL, "out of memory");
+			free(qb);
+			goto fail;
+		}
+		free(qb);
+		struct text_chat_opts o = {
+			.bos_token = text_token_text(s->o.tok, text_bos(s->o.tok)),
+			.eos_token = text_token_text(s->o.tok, text_eos(s->o.tok)),
+			.add_generation_prompt = !agp || json_is_true(agp),
+			.enable_thinking = c.q.enable_thinking,
+			.tools = c.q.tools,
+			.kwargs = c.q.template_kwargs,
+		};
+		/* as the generator encodes a chat (content is text unless the
+		 * engine says --special-tokens-in-content) */
+		rc = text_chat_encode_opts(s->o.tok, c.q.msgs, c.q.n_msgs, &o,
+		    s->o.content_special ? TEXT_CONTENT_SPECIAL : 0, &ids, &n, NULL, 0, err, sizeof err);
+		oai_request_free(&c);
+		if (rc) {
+			oai_errorf(&e, 400, "invalid_request_error", NULL, "messages", "chat template: %s", err);
+			goto fail;
+		}
+		(void)ast; /* the template writes BOS itself */
+	} else {
+		rc = text_encode(s->o.tok, json_string_value(prompt), json_string_length(prompt),
+		    !ast || json_is_true(ast) ? TEXT_ADD_SPECIAL : 0, &ids, &n, err, sizeof err);
+	}
+	if (rc) {
+		oai_errorf(&e, 400, "invalid_request_error", NULL, msgs ? "messages" : "prompt", "%s", err);
+		goto fail;
+	}
+	json_t *toks = json_array(), *ts = strs && json_is_true(strs) ? json_array() : json_null();
+	for (size_t i = 0; i < n; i++) {
+		json_array_append_new(toks, json_integer(ids[i]));
+		if (json_is_array(ts)) {
+			/* the piece as the vocabulary stores it (byte-level or ▁ form), as vLLM's
+			 * convert_ids_to_tokens */
+			const char *pc = text_piece(s->o.tok, ids[i]);
+			json_array_append_new(ts, json_string(pc ? pc : ""));
+		}
+	}
+	http_reply_json(r, 200, json_pack("{s:I, s:I, s:o, s:o}", "count", (json_int_t)n, "max_model_len",
+	    (json_int_t)s->o.max_model_len, "tokens", toks, "token_strs", ts));
+	free(ids);
+	free(text);
+	json_decref(root);
+	return;
+fail:
+	if (!root)
+		oai_errorf(&e, 400, "invalid_request_error", NULL, NULL, "the body is not JSON: %s", je.text);
+	reply_error(r, &e, NULL);
+	free(ids);
+	free(text);
+	json_decref(root);
+}
+
+/* POST /detokenize: {"tokens": [ids]} -> {"prompt": text}, special
+ * tokens included (as vLLM's, transformers' decode's default). */
+static void detokenize(struct oai_server *s, struct baton_http_req *r)
+{
+	struct oai_error e;
+	size_t len = 0;
+	const char *body = http_req_body(r, &len);
+	json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, NULL);
+	json_t *model = json_object_get(root, "model"), *toks = json_object_get(root, "tokens"), *v;
+	int32_t *ids = NULL;
+	char *text = NULL, err[256] = "";
+	size_t n = json_array_size(toks), i, tl = 0;
+	if (json_is_string(model) && strcmp(json_string_value(model), s->model)) {
+		oai_errorf(&e, 404, "invalid_request_error", "model_not_found", "model",
+		    "The model '%.100s' does not exist: this engine serves '%s'", json_string_value(model), s->model);
+		goto fail;
+	}
+	if (!json_is_array(toks) || !(ids = malloc((n + 1) * sizeof *ids))) {
+		oai_errorf(&e, 400, "invalid_request_error", NULL, "tokens", "tokens: want an array of token ids");
+		goto fail;
+	}
+	json_array_foreach(toks, i, v) {
+		if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= (json_int_t)text_vocab_size(s->o.tok)) {
+			oai_errorf(&e, 400, "invalid_request_error", NULL, "tokens", "tokens[%zu]: not a token id of this "
+			    "model (0..%zu)", i, text_vocab_size(s->o.tok) - 1);
+			goto fail;
+		}
+		ids[i] = (int32_t)json_integer_value(v);
+	}
+	if (text_decode(s->o.tok, ids, n, 0, &text, &tl, err, sizeof err) != 0) {
+		oai_errorf(&e, 400, "invalid_request_error", NULL, "tokens", "tokens: %s", err);
+		goto fail;
+	}
+	http_reply_json(r, 200, json_pack("{s:s%}", "prompt", text, tl));
+	free(ids);
+	free(text);
+	json_decref(root);
+	return;
+fail:
+	reply_error(r, &e, NULL);
+	free(ids);
+	free(text);
+	json_decref(root);
 }
 
 static void handler(void *arg, struct baton_http_req *r)
@@ -217,6 +877,18 @@ static void handler(void *arg, struct baton_http_req *r)
 			return;
 		}
 		completion(s, r, p[4] == 'c' && p[5] == 'h' ? OAI_CHAT : OAI_COMPLETION);
+		return;
+	}
+	if ((strcmp(p, "/tokenize") == 0 || strcmp(p, "/detokenize") == 0) && s->o.tok) {
+		if (!post) {
+			oai_errorf(&e, 405, "invalid_request_error", NULL, NULL, "%s wants POST", p);
+			static const char *const allow[] = { "Allow: POST", NULL };
+			reply_error(r, &e, allow);
+		} else if (p[1] == 't') {
+			tokenize(s, r);
+		} else {
+			detokenize(s, r);
+		}
 		return;
 	}
 	if (strcmp(p, "/v1/models") == 0 && get) {
@@ -245,6 +917,8 @@ static void handler(void *arg, struct baton_http_req *r)
 		    (json_int_t)st.refused_busy, "preempted", (json_int_t)st.preempted);
 		if (j && s->o.health)
 			s->o.health(s->o.health_arg, j);
+		if (j)
+			oai_ignored_fields(j);
 		http_reply_json(r, 200, j);
 		return;
 	}
@@ -268,11 +942,13 @@ int oai_server_open(const struct oai_server_opts *o, struct oai_server **out, ch
 	}
 	s->o = *o;
 	s->o.model = s->model;
+	oai_caps_of(o->chat_template, &s->caps);
 	atomic_init(&s->next, 1);
 	struct baton_http_opts ho = {
 		.addr = o->addr,
 		.token = has_token ? o->token : NULL,
 		.token_for_reads = 1,
+		.cors_origins = o->cors_origins,
 	};
 	int rc = http_open(&ho, handler, s, &s->http, err, errlen);
 	if (rc) {

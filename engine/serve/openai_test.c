@@ -53,6 +53,9 @@ static void t_defaults_and_prompt(void)
 	T_ASSERT(r.q.sp.seed == 99 && !r.seeded && r.model == NULL);
 	T_ASSERT(r.q.sp.temperature == 1.0f && !r.stream);
 	oai_request_free(&r);
+	T_EQ_INT(parse(OAI_COMPLETION, "{\"prompt\":[[5,6,7]],\"echo\":true}", &r, &e), 0);
+	T_ASSERT(r.q.prompt == NULL && r.q.n_prompt_ids == 3 && r.q.prompt_ids[2] == 7 && r.echo);
+	oai_request_free(&r);
 	T_EQ_INT(parse(OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":3}", &r, &e), 0);
 	T_EQ_INT(r.q.sp.max_tokens, 3);
 	T_EQ_INT(r.q.enable_thinking, -1);
@@ -66,29 +69,70 @@ static void t_defaults_and_prompt(void)
 static void t_errors(void)
 {
 	static const struct { int kind; const char *body; int status; const char *param, *code, *text; } c[] = {
-		{ OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[]}", 400, "tools",
-		  "unsupported_parameter", "not supported" },
-		{ OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"frobnicate\":1}", 400,
-		  "frobnicate", "unsupported_parameter", "frobnicate" },
+		{ OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"required\"}", 400,
+		  "tool_choice", NULL, "needs tools" },
+		{ OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":{\"type\":\"function\","
+		  "\"function\":{\"name\":\"f\"}}}", 400, "tool_choice", NULL, "needs tools" },
+		{ OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\","
+		  "\"function\":{\"name\":\"g\"}}],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}}}",
+		  400, "tool_choice", NULL, "no tool is named 'f'" },
+		{ OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\","
+		  "\"function\":{\"name\":\"g\"}}],\"tool_choice\":{\"type\":\"allowed_tools\"}}", 400, "tool_choice",
+		  "unsupported_parameter", "only" },
+		{ OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\","
+		  "\"function\":{\"name\":\"g\"}}],\"tool_choice\":\"required\",\"response_format\":{\"type\":"
+		  "\"json_object\"}}", 400, "response_format", "unsupported_parameter", "send one of them" },
+		{ OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\"}]}",
+		  400, "tools[0]", NULL, "name: required" },
+		{ OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\","
+		  "\"function\":{\"name\":\"f\",\"strict\":true}}]}", 400, "tools[0]", "unsupported_parameter", "strict" },
+		{ OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":"
+		  "\"yaml\"}}", 400, "response_format.type", NULL, "not one of" },
+		{ OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"store\":true}", 400, "store",
+		  "unsupported_parameter", "stores" },
+		{ OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"modalities\":[\"text\",\"audio\"]}",
+		  400, "modalities", "unsupported_parameter", "audio" },
+		{ OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logit_bias\":{\"x\":1}}", 400,
+		  "logit_bias", NULL, "token id" },
+		{ OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logit_bias\":{\"5\":101}}", 400,
+		  "logit_bias", NULL, "[-100, 100]" },
+		{ OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"reasoning_effort\":\"max\"}", 400,
+		  "reasoning_effort", NULL, "want" },
+		{ OAI_CHAT, "{\"messages\":[{\"role\":\"tool\",\"content\":\"x\"}]}", 400,
+		  "messages[0].tool_call_id", NULL, "required" },
+		{ OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"tool_calls\":[{\"function\":{}}]}]}", 400,
+		  "messages[0].tool_calls", NULL, "only an assistant" },
+		{ OAI_CHAT, "{\"messages\":[{\"role\":\"assistant\",\"content\":\"x\",\"tool_calls\":[{\"function\":{}}]}]}",
+		  400, "messages[0].tool_calls", NULL, "want" },
+		{ OAI_CHAT, "{\"messages\":[{\"role\":\"assistant\",\"content\":\"x\",\"function_call\":{\"name\":\"f\"}}]}",
+		  400, "messages[0].function_call", "unsupported_parameter", "deprecated" },
 		{ OAI_CHAT, "{\"model\":\"gpt-4\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", 404,
 		  "model", "model_not_found", "gpt-4" },
 		{ OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":2}", 400, "n",
 		  "unsupported_parameter", "only 1" },
 		{ OAI_CHAT, "{\"messages\":[]}", 400, "messages", NULL, "non-empty" },
-		{ OAI_CHAT, "{\"prompt\":\"x\"}", 400, "prompt", "unsupported_parameter", "prompt" },
-		{ OAI_COMPLETION, "{\"messages\":[]}", 400, "messages", "unsupported_parameter", "messages" },
-		{ OAI_COMPLETION, "{\"prompt\":[\"a\",\"b\"]}", 400, "prompt", NULL, "exactly one" },
+		{ OAI_CHAT, "{\"prompt\":\"x\"}", 400, "messages", NULL, "required" },
+		{ OAI_COMPLETION, "{\"messages\":[]}", 400, "prompt", NULL, "required" },
+		{ OAI_COMPLETION, "{\"prompt\":\"a\",\"best_of\":2}", 400, "best_of", "unsupported_parameter", "only 1" },
+		{ OAI_COMPLETION, "{\"prompt\":\"a\",\"suffix\":\"b\"}", 400, "suffix", "unsupported_parameter", "suffix" },
+		{ OAI_COMPLETION, "{\"prompt\":[\"a\",\"b\"]}", 400, "prompt", "unsupported_parameter", "exactly one" },
+		{ OAI_COMPLETION, "{\"prompt\":[1,\"b\"]}", 400, "prompt", NULL, "prompt[1]" },
+		{ OAI_COMPLETION, "{\"prompt\":[]}", 400, "prompt", "unsupported_parameter", "exactly one" },
+		{ OAI_COMPLETION, "{\"prompt\":\"a\",\"echo\":true,\"logprobs\":1}", 400, "echo", "unsupported_parameter",
+		  "prompt's log-probabilities" },
 		{ OAI_COMPLETION, "{\"prompt\":\"a\",\"temperature\":3}", 400, "temperature", NULL, "out of range" },
 		{ OAI_COMPLETION, "{\"prompt\":\"a\",\"max_tokens\":0}", 400, "max_tokens", NULL, "out of range" },
 		{ OAI_COMPLETION, "{\"prompt\":\"a\",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}", 400, "stop", NULL, "at most 4" },
 		{ OAI_COMPLETION, "{\"prompt\":\"a\",\"stop\":[\"\"]}", 400, "stop", NULL, "non-empty" },
 		{ OAI_COMPLETION, "{\"prompt\":\"a\",\"stream_options\":{\"include_usage\":true}}", 400,
 		  "stream_options", NULL, "stream is true" },
-		{ OAI_COMPLETION, "{\"prompt\":\"a\",\"logprobs\":2}", 400, "logprobs", "unsupported_parameter", "logprobs" },
+		{ OAI_COMPLETION, "{\"prompt\":\"a\",\"logprobs\":6}", 400, "logprobs", NULL, "out of range" },
+		{ OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":2}", 400,
+		  "top_logprobs", NULL, "only with logprobs" },
+		{ OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true,\"top_logprobs\":21}",
+		  400, "top_logprobs", NULL, "out of range" },
 		{ OAI_COMPLETION, "{\"prompt\":\"a\",\"stream\":\"yes\"}", 400, "stream", NULL, "true or false" },
 		{ OAI_CHAT, "{\"messages\":[{\"role\":\"wizard\",\"content\":\"x\"}]}", 400, "messages[0].role", NULL, "want" },
-		{ OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"tool_calls\":[]}]}", 400,
-		  "messages[0].tool_calls", "unsupported_parameter", "tools" },
 		{ OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}", 400,
 		  "messages[0].content", NULL, "no images" },
 		{ OAI_CHAT, "[1]", 400, "", NULL, "JSON object" },
@@ -159,4 +203,92 @@ static void t_shapes(void)
 	json_decref(j);
 }
 
-T_MAIN(T_CASE(t_chat_fields), T_CASE(t_defaults_and_prompt), T_CASE(t_errors), T_CASE(t_shapes))
+/* What SDKs send with their defaults passes; fields outside the
+ * reference are ignored and counted. */
+static void t_lenient(void)
+{
+	struct oai_request r;
+	struct oai_error e;
+	const char *b = "{\"model\":\"kjv\",\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"frob\":1}],"
+	    "\"metadata\":{\"a\":\"b\"},\"store\":false,\"parallel_tool_calls\":true,\"reasoning_effort\":\"low\","
+	    "\"response_format\":{\"type\":\"text\"},\"logprobs\":false,\"top_logprobs\":null,\"tools\":[],"
+	    "\"tool_choice\":\"none\",\"user\":null,\"service_tier\":\"auto\",\"modalities\":[\"text\"],\"audio\":null,"
+	    "\"n\":1,\"stream\":false,\"stream_options\":{\"include_usage\":false},\"prediction\":{\"type\":\"content\"},"
+	    "\"prompt_cache_key\":\"k\",\"safety_identifier\":\"s\",\"verbosity\":\"medium\",\"functions\":null,"
+	    "\"web_search_options\":null,\"frequency_penalty\":null,\"not_in_reference\":[1,2]}";
+	T_EQ_INT(parse(OAI_CHAT, b, &r, &e), 0);
+	T_ASSERT(r.tools == NULL && r.tool_choice == OAI_TC_NONE && r.parallel_tool_calls == 1);
+	T_ASSERT(r.reasoning_effort && strcmp(r.reasoning_effort, "low") == 0);
+	oai_request_free(&r);
+	T_EQ_INT(parse(OAI_COMPLETION, "{\"prompt\":\"a\",\"echo\":false,\"best_of\":1,\"suffix\":null,"
+	    "\"logprobs\":null,\"logit_bias\":{\"7\":-100,\"9\":2.5},\"not_in_reference\":1}", &r, &e), 0);
+	T_EQ_INT(r.q.sp.n_bias, 2);
+	T_ASSERT(r.q.sp.bias[0].token == 7 && r.q.sp.bias[0].bias == -100.0f && r.q.sp.bias[1].bias == 2.5f);
+	oai_request_free(&r);
+	json_t *h = json_object();
+	oai_ignored_fields(h);
+	json_t *ig = json_object_get(h, "ignored_fields");
+	T_EQ_INT(json_integer_value(json_object_get(ig, "not_in_reference")), 2);
+	T_EQ_INT(json_integer_value(json_object_get(ig, "messages[].frob")), 1);
+	json_decref(h);
+}
+
+/* Tools and tool messages go to the template as transformers passes them. */
+static void t_tools(void)
+{
+	struct oai_request r;
+	struct oai_error e;
+	const char *b = "{\"messages\":[{\"role\":\"user\",\"content\":\"weather?\"},{\"role\":\"assistant\","
+	    "\"content\":null,\"tool_calls\":[{\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":"
+	    "\"get_weather\",\"arguments\":\"{\\\"city\\\": \\\"Paris\\\"}\"}}]},{\"role\":\"tool\","
+	    "\"tool_call_id\":\"call_1\",\"content\":\"sunny\"}],\"tools\":[{\"type\":\"function\",\"function\":"
+	    "{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\"},\"strict\":false}}],"
+	    "\"tool_choice\":\"auto\",\"parallel_tool_calls\":false,\"chat_template_kwargs\":{\"enable_thinking\":true,"
+	    "\"custom\":3}}";
+	T_EQ_INT(parse(OAI_CHAT, b, &r, &e), 0);
+	T_ASSERT(r.tools && json_array_size(r.tools) == 1 && r.tool_choice == OAI_TC_AUTO && !r.parallel_tool_calls);
+	T_ASSERT(r.q.tools && strstr(r.q.tools, "get_weather"));
+	T_ASSERT_MSG(r.q.msgs[1].tool_calls && strcmp(r.q.msgs[1].tool_calls, "[{\"type\":\"function\",\"function\":"
+	    "{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Paris\"}},\"id\":\"call_1\"}]") == 0, "%s",
+	    r.q.msgs[1].tool_calls);
+	T_ASSERT(strcmp(r.q.msgs[1].content, "") == 0);
+	T_ASSERT(strcmp(r.q.msgs[2].tool_call_id, "call_1") == 0 && strcmp(r.q.msgs[2].role, "tool") == 0);
+	T_EQ_INT(r.q.enable_thinking, 1);
+	T_ASSERT(r.q.template_kwargs && strstr(r.q.template_kwargs, "\"custom\":3"));
+	/* a template without tools refuses them; a Mistral one keeps special tokens */
+	struct oai_caps c;
+	oai_caps_of("{{ messages }}", &c);
+	T_EQ_INT(c.tools, OAI_TOOLS_NONE);
+	T_EQ_INT(oai_bind(&r, &c, &e), 400);
+	T_ASSERT(strcmp(e.param, "tools") == 0 && strstr(e.message, "takes no tools"));
+	oai_caps_of("{% if tools %}[AVAILABLE_TOOLS]{{ tools|tojson }}[/AVAILABLE_TOOLS]{% endif %}[TOOL_CALLS]", &c);
+	T_EQ_INT(c.tools, OAI_TOOLS_MISTRAL);
+	T_EQ_INT(oai_bind(&r, &c, &e), 0);
+	T_ASSERT(r.q.keep_special);
+	oai_request_free(&r);
+	/* a forced tool_choice: the grammar makes the output the call; strict is then enforced */
+	T_EQ_INT(parse(OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":"
+	    "\"function\",\"function\":{\"name\":\"f\",\"strict\":true,\"parameters\":{\"type\":\"object\","
+	    "\"properties\":{\"a\":{\"type\":\"integer\"}},\"required\":[\"a\"]}}}],\"tool_choice\":{\"type\":"
+	    "\"function\",\"function\":{\"name\":\"f\"}}}", &r, &e), 0);
+	T_ASSERT(r.tool_choice == OAI_TC_NAMED && strcmp(r.tool_name, "f") == 0 && r.q.grammar != NULL);
+	oai_caps_of("{{ messages }}", &c); /* any template: the call is the grammar's */
+	T_EQ_INT(oai_bind(&r, &c, &e), 0);
+	oai_request_free(&r);
+	T_EQ_INT(parse(OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":"
+	    "\"function\",\"function\":{\"name\":\"f\"}}],\"tool_choice\":\"required\",\"parallel_tool_calls\":false}",
+	    &r, &e), 0);
+	T_ASSERT(r.tool_choice == OAI_TC_REQUIRED && r.q.grammar != NULL);
+	oai_request_free(&r);
+	/* reasoning_effort "none" turns thinking off where the template has the switch */
+	T_EQ_INT(parse(OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"reasoning_effort\":\"none\"}",
+	    &r, &e), 0);
+	oai_caps_of("{% if enable_thinking %}<think>{% endif %}{{ reasoning_effort }}", &c);
+	T_ASSERT(c.think && c.has_enable_thinking && c.has_reasoning_effort && c.tools == OAI_TOOLS_NONE);
+	T_EQ_INT(oai_bind(&r, &c, &e), 0);
+	T_EQ_INT(r.q.enable_thinking, 0);
+	T_ASSERT(r.q.template_kwargs && strcmp(r.q.template_kwargs, "{\"reasoning_effort\":\"none\"}") == 0);
+	oai_request_free(&r);
+}
+
+T_MAIN(T_CASE(t_chat_fields), T_CASE(t_lenient), T_CASE(t_tools), T_CASE(t_defaults_and_prompt), T_CASE(t_errors), T_CASE(t_shapes))

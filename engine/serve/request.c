@@ -107,6 +107,20 @@ void serve_on_complete(struct serve *s, struct proto_ctx *ctx, const struct bato
 		serve_reply_err(s, ctx, req, oai_error_code(&oe), "complete: %s", oe.message);
 		return;
 	}
+	struct oai_caps caps;
+	oai_caps_of(generator_chat_template(s->gen), &caps);
+	if (oai_bind(&c, &caps, &oe) != 0) {
+		oai_request_free(&c);
+		serve_reply_err(s, ctx, req, oai_error_code(&oe), "complete: %s", oe.message);
+		return;
+	}
+	if (c.logprobs || c.echo) {
+		const char *what = c.logprobs ? "logprobs" : "echo";
+		oai_request_free(&c);
+		serve_reply_err(s, ctx, req, BATON_EUNSUPPORTED, "complete: %s: the complete op answers text and "
+		    "tokens only (ask over the OpenAI API, --http)", what);
+		return;
+	}
 	if (c.stream) {
 		oai_request_free(&c);
 		serve_reply_err(s, ctx, req, BATON_EUNSUPPORTED, "complete: stream: the complete op answers whole "

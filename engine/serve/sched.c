@@ -626,6 +626,15 @@ void sched_cancel(struct baton_sched *s, uint64_t id)
 	pthread_mutex_unlock(&s->mu);
 }
 
+uint64_t sched_new_ids(struct baton_sched *s, uint32_t n)
+{
+	pthread_mutex_lock(&s->mu);
+	uint64_t id = s->next_id;
+	s->next_id += n;
+	pthread_mutex_unlock(&s->mu);
+	return id;
+}
+
 uint64_t sched_new_id(struct baton_sched *s)
 {
 	pthread_mutex_lock(&s->mu);

@@ -113,6 +113,8 @@ int sched_submit(struct baton_sched *s, const struct baton_gen_request *req,
 void sched_cancel(struct baton_sched *s, uint64_t id);
 /* An id for sched_submit, never used before. */
 uint64_t sched_new_id(struct baton_sched *s);
+/* The first of n consecutive ones (a batch's requests). */
+uint64_t sched_new_ids(struct baton_sched *s, uint32_t n);
 void sched_stats(struct baton_sched *s, struct sched_stats *st);
 /* Wakes the thread (may_admit may say yes now). */
 void sched_kick(struct baton_sched *s);

@@ -228,7 +228,11 @@ int serve_open(const struct baton_serve_config *conf, struct serve **out, enum s
 	if (s->o.http) {
 		char herr[512] = "";
 		struct oai_server_opts oo = { .addr = s->o.http, .token = s->o.http_token, .model = s->model_name,
-			.sched = s->sched, .health = serve_health_fields, .health_arg = s };
+			.sched = s->sched, .health = serve_health_fields, .health_arg = s,
+			.chat_template = s->gen ? generator_chat_template(s->gen) : NULL,
+			.tok = s->gen ? generator_tokenizer(s->gen) : NULL,
+			.max_model_len = s->gen ? model_max_ctx(generator_model(s->gen)) : 0,
+			.cors_origins = (const char *const *)s->o.cors_origins, .content_special = s->o.content_special };
 		rc = s->sched ? oai_server_open(&oo, &s->oai, herr, sizeof herr) : BATON_EUNSUPPORTED;
 		if (rc) {
 			serve_log(s, "--http %s: %s", s->o.http, s->sched ? herr : s->gen_error);

@@ -34,6 +34,7 @@ struct baton_serve_config {
 	const char *http_token;  /* read from --http-token-file; NULL: none (loopback only) */
 	int content_special;     /* --special-tokens-in-content */
 	const char *served_model; /* --served-model-name; NULL: the arena's file name */
+	const char **cors_origins; /* --cors-origins: origins browsers may call --http from; NULL: none */
 };
 
 struct serve;

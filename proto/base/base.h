@@ -141,6 +141,30 @@ int baton_cond_wait_for(pthread_cond_t *cv, pthread_mutex_t *mu, double s);
 int baton_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out);
 int baton_parse_i64(const char *s, int64_t min, int64_t max, int64_t *out);
 
+/* ---- the JSON files models ship (json.c) -------------------------------------------
+ *
+ * One reader policy for config.json, generation_config.json,
+ * tokenizer.json, tokenizer_config.json, a safetensors header and its
+ * index, and the JSON Baton makes of GGUF metadata, so that every reader
+ * takes what real files hold:
+ *   - baton_json_load parses with jansson's JSON_DECODE_INT_AS_REAL, so a
+ *     number of any size parses (transformers writes model_max_length
+ *     1000000000000000019884624838656 when none is set; a GGUF u64 may
+ *     pass 2^63): every number is a double, exact up to 2^53;
+ *   - baton_json_whole reads a whole number: an integer or a real that is
+ *     integral (256, 256.0, 2.56e2), in [min, max] (BATON_ERANGE past it),
+ *     anything else (a fraction, a string, NaN) BATON_EINVAL; *out is
+ *     written only on success;
+ *   - keys a reader does not know are ignored, and null where a value is
+ *     optional reads as absent (each reader's own rule).
+ * The jansson types are named by their struct tags (jansson.h's json_t and
+ * json_error_t), so this header does not need jansson.h. */
+struct json_t;
+struct json_error_t;
+struct json_t *baton_json_load(const char *data, size_t len, size_t flags,
+    struct json_error_t *err);
+int baton_json_whole(const struct json_t *v, int64_t min, int64_t max, int64_t *out);
+
 #define BATON_KIB (UINT64_C(1) << 10)
 #define BATON_MIB (UINT64_C(1) << 20)
 #define BATON_GIB (UINT64_C(1) << 30)

@@ -1,4 +1,5 @@
 #include <errno.h>
+#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -181,5 +182,46 @@ static void t_prom(void)
 	free(buf);
 }
 
-T_MAIN(T_CASE(t_err_names_unique), T_CASE(t_errf), T_CASE(t_fail), T_CASE(t_parse_u64), T_CASE(t_parse_i64),
+/* The JSON reader policy of the model files: integers of any size parse,
+ * whole numbers are integers or integral reals in range. */
+static void t_json_policy(void)
+{
+	const char *js = "{\"big\": 1000000000000000019884624838656, \"n\": 256, \"r\": 256.0,"
+	    " \"e\": 2.56e2, \"frac\": 2.5, \"neg\": -3, \"s\": \"7\", \"z\": null,"
+	    " \"huge\": 1e300, \"two63\": 9223372036854775808, \"max\": 9007199254740992}";
+	json_error_t je;
+	T_ASSERT(json_loadb(js, strlen(js), 0, &je) == NULL); /* jansson alone refuses "big" */
+	json_t *o = baton_json_load(js, strlen(js), JSON_REJECT_DUPLICATES, &je);
+	T_ASSERT_MSG(o != NULL, "%s", je.text);
+	int64_t x = -1;
+	T_OK(baton_json_whole(json_object_get(o, "n"), 0, 1000, &x));
+	T_EQ_INT(x, 256);
+	T_OK(baton_json_whole(json_object_get(o, "r"), 0, 1000, &x));
+	T_EQ_INT(x, 256);
+	T_OK(baton_json_whole(json_object_get(o, "e"), 256, 256, &x));
+	T_EQ_INT(x, 256);
+	T_OK(baton_json_whole(json_object_get(o, "neg"), -5, 0, &x));
+	T_EQ_INT(x, -3);
+	T_OK(baton_json_whole(json_object_get(o, "max"), 0, INT64_MAX, &x));
+	T_EQ_INT(x, (int64_t)1 << 53);
+	x = 7;
+	T_EQ_ERR(baton_json_whole(json_object_get(o, "n"), 0, 255, &x), BATON_ERANGE);
+	T_EQ_ERR(baton_json_whole(json_object_get(o, "neg"), 0, 10, &x), BATON_ERANGE);
+	T_EQ_ERR(baton_json_whole(json_object_get(o, "big"), 0, INT64_MAX, &x), BATON_ERANGE);
+	T_EQ_ERR(baton_json_whole(json_object_get(o, "huge"), INT64_MIN, INT64_MAX, &x), BATON_ERANGE);
+	T_EQ_ERR(baton_json_whole(json_object_get(o, "two63"), INT64_MIN, INT64_MAX, &x), BATON_ERANGE);
+	T_EQ_ERR(baton_json_whole(json_object_get(o, "frac"), 0, 10, &x), BATON_EINVAL);
+	T_EQ_ERR(baton_json_whole(json_object_get(o, "s"), 0, 10, &x), BATON_EINVAL);
+	T_EQ_ERR(baton_json_whole(json_object_get(o, "z"), 0, 10, &x), BATON_EINVAL);
+	T_EQ_ERR(baton_json_whole(NULL, 0, 10, &x), BATON_EINVAL);
+	T_EQ_INT(x, 7); /* untouched on failure */
+	json_t *i = json_integer(42);
+	T_OK(baton_json_whole(i, 0, 42, &x));
+	T_EQ_INT(x, 42);
+	T_EQ_ERR(baton_json_whole(i, 43, 50, &x), BATON_ERANGE);
+	json_decref(i);
+	json_decref(o);
+}
+
+T_MAIN(T_CASE(t_err_names_unique), T_CASE(t_json_policy), T_CASE(t_errf), T_CASE(t_fail), T_CASE(t_parse_u64), T_CASE(t_parse_i64),
     T_CASE(t_clock), T_CASE(t_states), T_CASE(t_prom))

@@ -9,7 +9,7 @@
  * the token trie and the fast path inside strings.
  *
  * What a schema may use: type (a name or a list), properties, required,
- * additionalProperties, items (false or a schema), minItems, maxItems,
+ * additionalProperties, items (false or a schema), prefixItems, minItems, maxItems,
  * minLength, maxLength, enum, const, anyOf, oneOf (branches of disjoint
  * types or values), allOf of one schema, $ref to "#", "#/$defs/..." and
  * "#/definitions/...", boolean schemas, and the annotations (title,
@@ -70,7 +70,10 @@ int gram_vocab_from_tok(gram_vocab **out, const text_tok *t, uint32_t n_vocab,
 uint32_t gram_vocab_size(const gram_vocab *v);
 void gram_vocab_free(gram_vocab *v);
 
-/* A matcher at the start of a document. g and v must outlive it. */
+/* A matcher at the start of a document. g and v must outlive its use;
+ * gram_match_free reads neither, so it may come after they are freed
+ * (the scheduler answers a request, which frees its grammar, before it
+ * frees the sequence). */
 int gram_match_new(gram_match **out, const gram *g, const gram_vocab *v);
 void gram_match_free(gram_match *m);
 

@@ -137,6 +137,7 @@ struct gram_vocab {
 	struct tkid *bkids;
 	uint32_t n_bnode;
 	uint32_t *btoks;
+	uint32_t bmax;            /* the longest of those tokens, bytes */
 	/* string fast path: plain tokens (every byte a string body's, no
 	 * escape, from a character boundary), by character count */
 	uint64_t *cum;            /* [GV_CUM + 1][words]: plain, <= k characters */

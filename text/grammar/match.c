@@ -668,9 +668,11 @@ int gram_match_mask(gram_match *m, uint64_t *allow, bool *can_end)
 			m->qf = 0;
 		}
 		areset(&m->scratch);
-		/* and the escapes: when the string's length does not matter, their
-		 * suffixes once too (the prefix changes nothing); else walked */
-		if (!rc && e->b == UINT32_MAX && f->cnt >= e->a) {
+		/* and the escapes: when no limit of the string's length can bind
+		 * within one token (unbounded, or room for the longest such token,
+		 * and minLength reached), their suffixes once too: the prefix
+		 * changes nothing; else walked */
+		if (!rc && (e->b == UINT32_MAX || room >= v->bmax) && f->cnt >= e->a) {
 			struct state sb;
 			one.top[0] = f;
 			if (advance(m, &m->scratch, &one, '\\', &sb))

@@ -287,7 +287,7 @@ static int is_annotation(const char *k)
 static const char *const handled[] = {
 	"type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems",
 	"minLength", "maxLength", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "uniqueItems",
-	"$id", NULL
+	"$id", "prefixItems", NULL
 };
 
 static int is_handled(const char *k)
@@ -630,6 +630,82 @@ static int object_rule(struct sc *c, json_t *s, const char *path, uint32_t *out)
 	return rc;
 }
 
+/* A tuple: prefixItems[i] for item i, then items (false: no more; absent:
+ * any), lo..hi items in all. after_i = (i >= lo ? () : nothing) |
+ * sep ITEM_i ws after_{i+1}, unrolled to the last position that differs. */
+static int tuple_rule(struct sc *c, json_t *s, json_t *prefix, const char *path, uint32_t lo,
+    uint32_t hi, uint32_t *out)
+{
+	char p[512], q[512];
+	size_t k = json_array_size(prefix);
+	uint32_t *pr = calloc(k + 1, sizeof *pr);
+	if (!pr)
+		return BATON_ENOMEM;
+	int rc = 0;
+	sub_path(q, sizeof q, path, "prefixItems");
+	for (size_t i = 0; i < k && !rc; i++) {
+		char num[24];
+		snprintf(num, sizeof num, "%zu", i);
+		sub_path(p, sizeof p, q, num);
+		rc = compile(c, json_array_get(prefix, i), p, &pr[i]);
+	}
+	json_t *items = json_object_get(s, "items");
+	int more = !json_is_false(items);
+	uint32_t rest = 0;
+	if (!rc && more) {
+		sub_path(p, sizeof p, path, "items");
+		if (items && !json_is_true(items) && !json_is_object(items))
+			rc = fail(c, BATON_EINVAL, p, "want a schema or a boolean%s", NULL);
+		else if (items && !json_is_true(items))
+			rc = compile(c, items, p, &rest);
+		else
+			rest = any_rule(c, ANY_DEPTH - 1);
+	}
+	if (!rc && !more && lo > k)
+		rc = fail(c, BATON_EINVAL, path, "minItems is above the prefixItems and items is false: no "
+		    "array is valid%s", NULL);
+	if (rc) {
+		free(pr);
+		return rc;
+	}
+	uint32_t last = hi != UINT32_MAX ? hi : (uint32_t)(k > lo ? k : lo);
+	if (!more && last > k)
+		last = (uint32_t)k;
+	struct gseq e = {0};
+	uint32_t next = gb_rule(&c->b);
+	gb_alt(&c->b, next, &e); /* after the last position: the end, or ... */
+	if (hi == UINT32_MAX && more) { /* ... more items of `items`, any number */
+		gs_byte(&e, ',');
+		ws(c, &e);
+		gs_ref(&e, rest);
+		ws(c, &e);
+		gs_ref(&e, next);
+		gb_alt(&c->b, next, &e);
+	}
+	for (uint32_t i = last; i-- > 0 && !c->b.oom;) {
+		uint32_t r = gb_rule(&c->b);
+		if (i >= lo)
+			gb_alt(&c->b, r, &e);
+		if (i) {
+			gs_byte(&e, ',');
+			ws(c, &e);
+		}
+		gs_ref(&e, i < k ? pr[i] : rest);
+		ws(c, &e);
+		gs_ref(&e, next);
+		gb_alt(&c->b, r, &e);
+		next = r;
+	}
+	gs_byte(&e, '[');
+	ws(c, &e);
+	gs_ref(&e, next);
+	gs_byte(&e, ']');
+	*out = rule1(c, &e);
+	gs_free(&e);
+	free(pr);
+	return 0;
+}
+
 static int array_rule(struct sc *c, json_t *s, const char *path, uint32_t *out)
 {
 	uint32_t lo = 0, hi = UINT32_MAX;
@@ -646,6 +722,16 @@ static int array_rule(struct sc *c, json_t *s, const char *path, uint32_t *out)
 		sub_path(p, sizeof p, path, lo > MAX_UNROLL ? "minItems" : "maxItems");
 		return fail(c, BATON_EUNSUPPORTED, p, "above 4096 is not supported%s", NULL);
 	}
+	json_t *prefix = json_object_get(s, "prefixItems");
+	if (prefix) {
+		sub_path(p, sizeof p, path, "prefixItems");
+		if (!json_is_array(prefix))
+			return fail(c, BATON_EINVAL, p, "want an array of schemas%s", NULL);
+		if (json_array_size(prefix) > MAX_UNROLL)
+			return fail(c, BATON_EUNSUPPORTED, p, "more than 4096 is not supported%s", NULL);
+		if (json_array_size(prefix))
+			return tuple_rule(c, s, prefix, path, lo, hi, out);
+	}
 	json_t *items = json_object_get(s, "items");
 	uint32_t item;
 	if (json_is_false(items)) {
@@ -656,8 +742,7 @@ static int array_rule(struct sc *c, json_t *s, const char *path, uint32_t *out)
 	} else if (items && !json_is_true(items)) {
 		sub_path(p, sizeof p, path, "items");
 		if (!json_is_object(items))
-			return fail(c, BATON_EUNSUPPORTED, p, "only a schema or a boolean (tuples: use "
-			    "prefixItems, which is not supported either)%s", NULL);
+			return fail(c, BATON_EINVAL, p, "want a schema or a boolean (tuples: prefixItems)%s", NULL);
 		if ((rc = compile(c, items, p, &item)) != 0)
 			return rc;
 	} else
@@ -887,7 +972,8 @@ static int compile(struct sc *c, json_t *s, const char *path, uint32_t *out)
 		if (json_object_get(s, "properties") || json_object_get(s, "required") ||
 		    json_object_get(s, "additionalProperties"))
 			types[nt++] = "object";
-		if (json_object_get(s, "items") || json_object_get(s, "minItems") || json_object_get(s, "maxItems"))
+		if (json_object_get(s, "items") || json_object_get(s, "minItems") || json_object_get(s, "maxItems") ||
+		    json_object_get(s, "prefixItems"))
 			types[nt++] = "array";
 		if (json_object_get(s, "minLength") || json_object_get(s, "maxLength"))
 			types[nt++] = "string";

@@ -9,110 +9,99 @@
 
 #include "text/grammar/grammar_int.h"
 
-struct bnode { /* build-time node: first child, next sibling */
-	uint32_t child, next, tok_head;
-	uint8_t byte;
-};
+/* Sorting the tokens by their bytes (then length, then id) builds the
+ * trie in one pass, depth first, children in byte order. */
+static const char *const *sort_p;
+static const size_t *sort_l;
+
+static int cmp_tok(const void *x, const void *y)
+{
+	uint32_t a = *(const uint32_t *)x, b = *(const uint32_t *)y;
+	size_t la = sort_l[a], lb = sort_l[b], m = la < lb ? la : lb;
+	int c = memcmp(sort_p[a], sort_p[b], m);
+	if (c)
+		return c;
+	if (la != lb)
+		return la < lb ? -1 : 1;
+	return a < b ? -1 : a > b;
+}
 
 /* A trie of the tokens t with inc[t], spelled by p[t] (l[t] bytes):
- * nodes breadth first, children contiguous in byte order. */
+ * nodes depth first (a subtree is one range of nodes and of tokens), each
+ * node's children listed together, those with spec first. */
 static int build_trie(uint32_t n, const char *const *p, const size_t *l, const uint8_t *inc,
     struct tnode **node_out, struct tkid **kids_out, uint32_t *n_node_out, uint32_t **toks_out)
 {
 	size_t total = 1;
+	uint32_t nt = 0;
+	for (uint32_t i = 0; i < n; i++)
+		if (inc[i]) {
+			total += l[i];
+			nt++;
+		}
+	uint32_t *ord = malloc(((size_t)nt + 1) * sizeof *ord);
+	uint32_t *toks = malloc(((size_t)nt + 1) * sizeof *toks);
+	struct tnode *node = calloc(total, sizeof *node);
+	uint32_t *parent = malloc(total * sizeof *parent), *path = NULL, *fill = NULL;
+	struct tkid *kv = NULL;
+	int rc = BATON_ENOMEM;
+	if (!ord || !toks || !node || !parent)
+		goto out;
+	nt = 0;
 	for (uint32_t i = 0; i < n; i++)
 		if (inc[i])
-			total += l[i];
-	struct bnode *b = malloc(total * sizeof *b);
-	uint32_t *tok_next = malloc(((size_t)n + 1) * sizeof *tok_next);
-	struct tnode *node = NULL;
-	uint32_t *toks = malloc(((size_t)n + 1) * sizeof *toks), *order = NULL, *kids = NULL;
-	uint32_t root_child[256];
-	int rc = BATON_ENOMEM;
-	if (!b || !tok_next || !toks)
+			ord[nt++] = i;
+	sort_p = p;
+	sort_l = l;
+	qsort(ord, nt, sizeof *ord, cmp_tok);
+	size_t maxl = 0;
+	for (uint32_t i = 0; i < nt; i++)
+		maxl = l[ord[i]] > maxl ? l[ord[i]] : maxl;
+	if (!(path = malloc((maxl + 1) * sizeof *path)))
 		goto out;
-	for (int i = 0; i < 256; i++)
-		root_child[i] = UINT32_MAX;
-	b[0] = (struct bnode){ UINT32_MAX, UINT32_MAX, UINT32_MAX, 0 };
-	uint32_t nb = 1;
-	for (uint32_t t = 0; t < n; t++) {
-		if (!inc[t])
-			continue;
-		uint32_t at = 0;
-		for (size_t j = 0; j < l[t]; j++) {
-			uint8_t c = (uint8_t)p[t][j];
-			uint32_t ch;
-			if (at == 0) {
-				ch = root_child[c];
-			} else {
-				ch = b[at].child;
-				while (ch != UINT32_MAX && b[ch].byte != c)
-					ch = b[ch].next;
-			}
-			if (ch == UINT32_MAX) {
-				ch = nb++;
-				b[ch] = (struct bnode){ UINT32_MAX, UINT32_MAX, UINT32_MAX, c };
-				if (at == 0)
-					root_child[c] = ch;
-				else {
-					b[ch].next = b[at].child;
-					b[at].child = ch;
-				}
-			}
-			at = ch;
+	/* path[d]: the node at depth d of the previous token's spelling */
+	uint32_t nb = 1, depth = 0;
+	path[0] = 0;
+	parent[0] = UINT32_MAX;
+	for (uint32_t i = 0; i < nt; i++) {
+		uint32_t t = ord[i];
+		size_t lcp = 0;
+		if (i) {
+			uint32_t q = ord[i - 1];
+			size_t m = l[q] < l[t] ? l[q] : l[t];
+			while (lcp < m && p[q][lcp] == p[t][lcp])
+				lcp++;
 		}
-		tok_next[t] = b[at].tok_head;
-		b[at].tok_head = t;
+		if (lcp > depth)
+			lcp = depth;
+		depth = (uint32_t)lcp;
+		for (size_t j = lcp; j < l[t]; j++) {
+			uint32_t me = nb++;
+			node[me].byte = (uint8_t)p[t][j];
+			node[me].tok0 = i;
+			parent[me] = path[depth];
+			node[path[depth]].nchild++;
+			path[++depth] = me;
+		}
+		node[path[depth]].ntok++; /* the node's own tokens come first in its range */
+		toks[i] = t;
 	}
-	node = malloc((size_t)nb * sizeof *node);
-	order = malloc((size_t)nb * sizeof *order); /* build node -> final index */
-	kids = malloc((size_t)nb * sizeof *kids);
-	uint32_t *stack = malloc(((size_t)nb + 1) * sizeof *stack);
-	if (!node || !order || !kids || !stack) {
-		free(stack);
+	node[0].tok0 = 0;
+	/* children together, in creation (byte) order; spec first below */
+	uint32_t *kids = malloc((size_t)nb * sizeof *kids);
+	fill = calloc(nb, sizeof *fill);
+	kv = malloc((size_t)nb * sizeof *kv);
+	if (!kids || !fill || !kv) {
+		free(kids);
 		goto out;
 	}
-	/* depth first, children by byte: a node's subtree is one range of
-	 * nodes and of tokens */
-	uint32_t n_out = 0, ntok = 0, sp = 0, nk_all = 0;
-	stack[sp++] = 0;
-	while (sp) {
-		uint32_t src = stack[--sp];
-		uint32_t me = n_out++;
-		order[src] = me;
-		struct tnode *d = &node[me];
-		d->byte = b[src].byte;
-		d->tok0 = ntok;
-		d->ntok = 0;
-		for (uint32_t t = b[src].tok_head; t != UINT32_MAX; t = tok_next[t]) {
-			toks[ntok++] = t;
-			d->ntok++;
-		}
-		uint32_t kl[256], nk = 0;
-		if (src == 0) {
-			for (int c = 0; c < 256; c++)
-				if (root_child[c] != UINT32_MAX)
-					kl[nk++] = root_child[c];
-		} else {
-			for (uint32_t ch = b[src].child; ch != UINT32_MAX; ch = b[ch].next)
-				kl[nk++] = ch;
-			for (uint32_t i = 1; i < nk; i++) /* newest first: sort by byte */
-				for (uint32_t j = i; j > 0 && b[kl[j - 1]].byte > b[kl[j]].byte; j--) {
-					uint32_t x = kl[j];
-					kl[j] = kl[j - 1];
-					kl[j - 1] = x;
-				}
-		}
-		d->nchild = (uint16_t)nk;
-		d->first = nk_all;
-		for (uint32_t i = 0; i < nk; i++)
-			kids[nk_all++] = kl[i]; /* build ids for now */
-		for (uint32_t i = nk; i-- > 0;)
-			stack[sp++] = kl[i];
+	uint32_t at = 0;
+	for (uint32_t i = 0; i < nb; i++) {
+		node[i].first = at;
+		at += node[i].nchild;
 	}
-	free(stack);
-	for (uint32_t i = 0; i < nk_all; i++)
-		kids[i] = order[kids[i]];
+	for (uint32_t i = 1; i < nb; i++)
+		kids[node[parent[i]].first + fill[parent[i]]++] = i;
 	/* bottom up (children come after parents): the token ranges, spec, pure, height */
 	for (uint32_t i = nb; i-- > 0;) {
 		struct tnode *d = &node[i];
@@ -135,35 +124,36 @@ static int build_trie(uint32_t n, const char *const *p, const size_t *l, const u
 		d->tok_end = end;
 		d->height = (uint8_t)(h > 255 ? 255 : h);
 	}
-	struct tkid *kv = malloc((size_t)nb * sizeof *kv);
-	if (!kv)
-		goto out;
 	for (uint32_t i = 0; i < nb; i++) {
-		uint32_t at = node[i].first, ns = 0;
+		uint32_t w = node[i].first, ns = 0;
 		for (int pass = 0; pass < 2; pass++) /* spec children first */
 			for (uint32_t k = 0; k < node[i].nchild; k++) {
 				uint32_t c = kids[node[i].first + k];
 				if (node[c].spec != (pass == 0))
 					continue;
-				kv[at++] = (struct tkid){ c, node[c].byte, node[c].spec, { 0, 0 } };
+				kv[w++] = (struct tkid){ c, node[c].byte, node[c].spec, { 0, 0 } };
 				ns += pass == 0;
 			}
 		node[i].nspec = (uint16_t)ns;
 	}
-	*node_out = node;
+	free(kids);
+	struct tnode *shrunk = realloc(node, (size_t)nb * sizeof *node);
+	*node_out = shrunk ? shrunk : node;
 	*kids_out = kv;
 	*n_node_out = nb;
 	*toks_out = toks;
 	node = NULL;
 	toks = NULL;
+	kv = NULL;
 	rc = 0;
 out:
-	free(b);
-	free(tok_next);
-	free(order);
-	free(node);
-	free(kids);
+	free(ord);
 	free(toks);
+	free(node);
+	free(parent);
+	free(path);
+	free(fill);
+	free(kv);
 	return rc;
 }
 
@@ -224,6 +214,8 @@ int gram_vocab_new(gram_vocab **out, uint32_t n, const char *const *bytes, const
 				binc[t] = 1;
 				bp[t] = bytes[t] + j;
 				bl[t] = lens[t] - j;
+				if (lens[t] > v->bmax)
+					v->bmax = (uint32_t)lens[t];
 			}
 			continue;
 		}

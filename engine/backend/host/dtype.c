@@ -50,12 +50,9 @@ int host_can_compute(int dtype)
 	case BATON_DT_F16:
 	case BATON_DT_BF16:
 	case BATON_DT_Q8_0:
-	case BATON_DT_Q4_K:
-	case BATON_DT_Q5_K:
-	case BATON_DT_Q6_K:
 		return 1;
-	default:
-		return 0;
+	default: /* the K-quants and the other block types of arena/quant.c */
+		return baton_quant_decodes(dtype);
 	}
 }
 
@@ -71,12 +68,8 @@ uint64_t baton_compute_row_bytes(int dtype, uint64_t cols)
 		return cols * 2;
 	case BATON_DT_Q8_0:
 		return cols % Q8_0_BLOCK ? 0 : cols / Q8_0_BLOCK * Q8_0_BYTES;
-	case BATON_DT_Q4_K:
-	case BATON_DT_Q5_K:
-	case BATON_DT_Q6_K:
-		return baton_dtype_row_bytes(dtype, cols); /* 0 unless cols % 256 == 0 */
-	default:
-		return 0;
+	default: /* 0 unless cols is a multiple of the block (32 or 256) */
+		return baton_quant_decodes(dtype) ? baton_dtype_row_bytes(dtype, cols) : 0;
 	}
 }
 
@@ -192,18 +185,18 @@ static void decode_q8_0(const uint8_t *src, float *restrict dst, uint32_t n)
 	}
 }
 
-/* One K-quant super-block into out[256] (arena/kquant.c's decoder): its
- * AVX2 build while the AVX2 kernels are in use, else the baseline; the
- * same bits either way. */
-static void kquant_decode(int dtype, const uint8_t *blk, float *out)
+/* n elements (whole blocks) of a block type from blk, which starts at a
+ * block, into out (arena/quant.c's decoders): their AVX2 build while the
+ * AVX2 kernels are in use, else the baseline; the same bits either way. */
+static void quant_decode(int dtype, const uint8_t *blk, float *out, uint32_t n)
 {
 #if BATON_KQUANT_AVX2
 	if (baton_kernels_avx2(-1)) {
-		baton_kquant_decode_block_avx2(dtype, blk, out);
+		baton_quant_decode_avx2(dtype, blk, out, n);
 		return;
 	}
 #endif
-	baton_kquant_decode_block(dtype, blk, out);
+	baton_quant_decode(dtype, blk, out, n);
 }
 
 /* Elements [start, start+n) of the row as f32: a pointer into the row for
@@ -225,13 +218,11 @@ static const float *decode_chunk(int dtype, const uint8_t *row, uint32_t start,
 	case BATON_DT_BF16:
 		decode_bf16(row + (size_t)start * 2, buf, n);
 		return buf;
-	case BATON_DT_Q4_K:
-	case BATON_DT_Q5_K:
-	case BATON_DT_Q6_K: /* a chunk is one super-block */
-		kquant_decode(dtype, row + baton_dtype_row_bytes(dtype, start), buf);
-		return buf;
-	default: /* BATON_DT_Q8_0 */
+	case BATON_DT_Q8_0:
 		decode_q8_0(row + (size_t)start / Q8_0_BLOCK * Q8_0_BYTES, buf, n);
+		return buf;
+	default: /* a block type: whole blocks (start and n multiples of the block) */
+		quant_decode(dtype, row + baton_dtype_row_bytes(dtype, start), buf, n);
 		return buf;
 	}
 }
@@ -322,7 +313,7 @@ static inline float w_at(int dtype, const uint8_t *row, uint32_t i)
 	case BATON_DT_BF16:
 		memcpy(&h, row + (size_t)i * 2, sizeof h);
 		return u2f((uint32_t)h << 16);
-	default: {
+	default: { /* q8_0 (the block types have no tail: cols % 32 == 0) */
 		const uint8_t *blk = row + (size_t)(i / Q8_0_BLOCK) * Q8_0_BYTES;
 		memcpy(&h, blk, sizeof h);
 		return baton_f16_to_f32(h) * (float)(int8_t)blk[2 + i % Q8_0_BLOCK];
@@ -442,9 +433,9 @@ TARGET_AVX2 static ALWAYS_INLINE void avx2_dot(int dtype, const uint8_t *row, ui
 	const float *x0 = xs[0], *x1 = xs[nv - 1];
 	uint32_t n32 = n & ~(LANES - 1);
 	float acc[LANES];
-	/* K-quants: a super-block decoded at a time, then read as f32. */
-	const int kq = baton_kquant_is(dtype);
-	const uint64_t kbytes = kq ? baton_dtype_row_bytes(dtype, 256) : 0;
+	/* Block types: 256 elements (or the rest of the row, whole blocks)
+	 * decoded at a time, then read as f32. */
+	const int kq = baton_quant_decodes(dtype);
 	float kb[256];
 
 #define ZERO(k) __m256 a##k = _mm256_setzero_ps(), b##k = a##k, w##k;
@@ -453,7 +444,8 @@ TARGET_AVX2 static ALWAYS_INLINE void avx2_dot(int dtype, const uint8_t *row, ui
 	for (uint32_t i = 0; i < n32; i += LANES) {
 		if (kq) {
 			if (i % 256 == 0)
-				kquant_decode(dtype, row + (size_t)(i / 256) * kbytes, kb);
+				quant_decode(dtype, row + baton_dtype_row_bytes(dtype, i), kb,
+				    n - i < 256 ? n - i : 256);
 			avx2_w32(BATON_DT_F32, (const uint8_t *)kb, i % 256,
 			    &w0, &w1, &w2, &w3);
 		} else {
@@ -498,6 +490,18 @@ AVX2_DOT_FOR(BATON_DT_Q4_K, avx2_dot_q4_k)
 AVX2_DOT_FOR(BATON_DT_Q5_K, avx2_dot_q5_k)
 AVX2_DOT_FOR(BATON_DT_Q6_K, avx2_dot_q6_k)
 #undef AVX2_DOT_FOR
+
+/* The other block types (arena/quant.c), decoded into f32 first like the
+ * K-quants: one function, the type a run-time value. */
+TARGET_AVX2 static void avx2_dot_quant(int dtype, const uint8_t *row, uint32_t n,
+    const float *const *xs, uint32_t nx, float *out)
+{
+	uint32_t v = 0;
+	for (; v + 2 <= nx; v += 2)
+		avx2_dot(dtype, row, n, xs + v, 2, out + v);
+	if (v < nx)
+		avx2_dot(dtype, row, n, xs + v, 1, out + v);
+}
 
 /* -1: not decided yet; then 0 or 1. */
 static atomic_int g_avx2 = -1;
@@ -556,7 +560,8 @@ static void dot_core(int dtype, const uint8_t *row, uint32_t cols,
 		case BATON_DT_Q4_K: avx2_dot_q4_k(row, cols, xs, nx, out); return;
 		case BATON_DT_Q5_K: avx2_dot_q5_k(row, cols, xs, nx, out); return;
 		case BATON_DT_Q6_K: avx2_dot_q6_k(row, cols, xs, nx, out); return;
-		default: avx2_dot_q8_0(row, cols, xs, nx, out); return;
+		case BATON_DT_Q8_0: avx2_dot_q8_0(row, cols, xs, nx, out); return;
+		default: avx2_dot_quant(dtype, row, cols, xs, nx, out); return;
 		}
 	}
 #endif

@@ -7,8 +7,9 @@
  * device's shared capacity file) is internal to host/.
  *
  * Files, bottom to top: dtype.c (row kernels for the weight types the host
- * can compute: f32, f16, bf16, q8_0, and q4_K, q5_K, q6_K decoded by
- * arena/kquant.c through arena.h), moe.c (the MoE math and the worker
+ * can compute: f32, f16, bf16, q8_0, and the block types decoded by
+ * arena/kquant.c and arena/quant.c through arena.h: q4_K, q5_K, q6_K,
+ * q4_0, q4_1, q5_0, q5_1, q2_K, q3_K, iq4_nl, iq4_xs, mxfp4), moe.c (the MoE math and the worker
  * pool), ops.c (the forward pass's dense ops), device.c (the memfd
  * device's capacity, device.h) and backend.c (the backend table).
  *
@@ -17,7 +18,8 @@
  *     f16, bf16, q8_0 (d * qs[i]) and q6_K ((d * sc) * q); q4_K and q5_K
  *     are ggml's (d * sc) * q - dmin * m, whose products are exact and
  *     whose subtraction rounds once (so a fused multiply-add gives the
- *     same bits). A dot product of a weight row with an f32 vector is then
+ *     same bits); the other block types are ggml's dequantize_row_*
+ *     expressions, bit for bit (arena/quant.c). A dot product of a weight row with an f32 vector is then
  *     a dot of f32 numbers, and its only rounding is the accumulation.
  *   - Accumulation is in f32 in one fixed order: 32 lanes, element i
  *     going to lane i % 32 (acc[l] += w[i] * x[i]) for the first
@@ -56,19 +58,19 @@ int host_device_owners(int index, struct host_device_owner *out, size_t cap, siz
 /* ---- dtype.c ------------------------------------------------------------ */
 
 /* 1 when the host kernels (and so moe_route / moe_experts of the host
- * backend) handle weights of this dtype: f32, f16, bf16, q8_0, q4_K, q5_K,
- * q6_K. */
+ * backend) handle weights of this dtype: f32, f16, bf16, q8_0 and the
+ * block types of baton_quant_decodes (arena.h). */
 int host_can_compute(int dtype);
 
 /* Bytes of one row of `cols` elements of a computable dtype; 0 when the
  * dtype is not computable, cols is 0, or cols is not a multiple of the
- * block size (32 for q8_0, 256 for the K-quants). */
+ * block size (32 for q8_0 and the other 32-element types, 256 for the
+ * K-quants and iq4_xs). */
 uint64_t baton_compute_row_bytes(int dtype, uint64_t cols);
 
 /* Decodes one row of `cols` elements into out[cols] (exactly, see above).
  * q8_0: blocks of 34 bytes, an f16 scale d then 32 int8 qs, value d*qs[i];
- * the K-quants: ggml's super-blocks of 256 (baton_kquant_decode_block,
- * arena/kquant.c).
+ * the block types: ggml's blocks (baton_quant_decode, arena/quant.c).
  * The row may be at any alignment. BATON_EUNSUPPORTED for a dtype the host
  * cannot compute; BATON_EINVAL for NULL pointers, cols 0 or cols not a
  * multiple of the block size. */

@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "arena/arena.h"
 #include "engine/backend/backend.h"
 #include "engine/backend/host/device.h"
 #include "proto/proto.h"
@@ -119,7 +120,16 @@ static void t_find(void)
 	    H->reserve && H->unreserve && H->map && H->unmap && H->alloc && H->free &&
 	    H->copy_h2d && H->copy_d2h && H->sync && H->moe_route && H->moe_experts &&
 	    H->can_compute);
-	T_ASSERT(H->can_compute(0) && !H->can_compute(39)); /* f32 yes, not a type no */
+	T_ASSERT(H->can_compute(0) && !H->can_compute(37)); /* f32 yes, not a type (37) no */
+
+	/* What an engine's refusal of a weight type tells the user to do:
+	 * another backend that lacks a host type is sent to the host; a type
+	 * no backend computes (iq2_xxs), to llama-quantize. */
+	struct baton_backend other = { .name = "other" };
+	T_ASSERT(strstr(backend_dtype_advice(&other, BATON_DT_Q3_K), "--backend host") != NULL);
+	T_ASSERT(strstr(backend_dtype_advice(&other, BATON_DT_IQ2_XXS), "--backend host") == NULL);
+	T_ASSERT(strstr(backend_dtype_advice(H, BATON_DT_IQ2_XXS), "no backend of this build") != NULL);
+	T_ASSERT(strstr(backend_dtype_advice(H, BATON_DT_IQ3_S), "Q4_K_M") != NULL);
 }
 
 static void t_open_info(void)

@@ -130,7 +130,7 @@ static void t_matmul_refuses(void)
 	float w[64], x[64], y[64];
 	memset(w, 0, sizeof w);
 	memset(x, 0, sizeof x);
-	T_EQ_ERR(H->matmul(NULL, D(w), BATON_DT_Q4_0, 2, 32, 0, 0, D(x), 1, D(y), 0),
+	T_EQ_ERR(H->matmul(NULL, D(w), BATON_DT_IQ2_XXS, 2, 32, 0, 0, D(x), 1, D(y), 0),
 	    BATON_EUNSUPPORTED);
 	T_EQ_ERR(H->matmul(NULL, D(w), BATON_DT_Q8_0, 1, 33, 0, 0, D(x), 1, D(y), 0), BATON_EINVAL);
 	T_EQ_ERR(H->matmul(NULL, D(w), BATON_DT_F32, 2, 8, 0, 0, D(x), 1, D(x + 4), 0), BATON_EINVAL);
