@@ -20,6 +20,7 @@
  * the first run to stderr. Times are the thread's CPU
  * time (CLOCK_THREAD_CPUTIME_ID), so a busy machine does not inflate them.
  */
+#include <errno.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
@@ -292,20 +293,29 @@ int main(int argc, char **argv)
 	static const struct option opts[] = {
 		{ "tokenizer", 1, 0, 't' }, { "vocab", 1, 0, 'v' }, { "seed", 1, 0, 's' },
 		{ "step-ms", 1, 0, 'm' }, { "reps", 1, 0, 'r' }, { "trace", 0, 0, 'T' }, { "help", 0, 0, 'h' },
-		{ 0, 0, 0, 0 } };
+		{ "version", 0, 0, 'V' }, { 0, 0, 0, 0 } };
 	int c;
+	static const char usage[] = "usage: baton-grammar-bench [--tokenizer tokenizer.json] [--vocab N] "
+	    "[--seed N] [--step-ms MS] [--reps N] [--trace] [--help] [--version]\n";
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		char *end = NULL;
+		errno = 0;
 		switch (c) {
 		case 't': tok = optarg; break;
-		case 'v': nv = (uint32_t)strtoul(optarg, NULL, 10); break;
-		case 's': rs = strtoull(optarg, NULL, 10) | 1; break;
-		case 'm': step_ms = strtod(optarg, NULL); break;
-		case 'r': reps = (uint32_t)strtoul(optarg, NULL, 10); break;
+		case 'v': nv = (uint32_t)strtoul(optarg, &end, 10); break;
+		case 's': rs = strtoull(optarg, &end, 10) | 1; break;
+		case 'm': step_ms = strtod(optarg, &end); break;
+		case 'r': reps = (uint32_t)strtoul(optarg, &end, 10); break;
 		case 'T': trace = 1; break;
-		default:
-			printf("usage: baton-grammar-bench [--tokenizer tokenizer.json] [--vocab N] [--seed N] "
-			    "[--step-ms MS] [--reps N] [--trace]\n");
-			return c == 'h' ? 0 : 2;
+		case 'h': fputs(usage, stdout); return 0;
+		case 'V': printf("baton-grammar-bench %s\n", BATON_VERSION); return 0;
+		default: fputs(usage, stderr); return 2;
+		}
+		/* a number flag takes a whole number (or, for --step-ms, a real) and nothing after it */
+		if (end && (end == optarg || *end || errno || optarg[0] == '-' || (c == 'm' && !(step_ms > 0)))) {
+			fprintf(stderr, "baton-grammar-bench: --%s '%s': not a valid number\n",
+			    c == 'v' ? "vocab" : c == 's' ? "seed" : c == 'm' ? "step-ms" : "reps", optarg);
+			return 2;
 		}
 	}
 	if (nv < 512 || nv > 4000000 || reps == 0) {
