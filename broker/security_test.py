@@ -23,6 +23,7 @@ engines on the host backend (tests/harness.py's BrokerCase).
 
 The last line is "N passed, N failed".
 """
+import json
 import os
 import signal
 import socket
@@ -315,7 +316,7 @@ def t_engine_back_door(c):
                  host_mib=64, segment_mib=2)
     h.wait_for("q routable", lambda: (c.eng("q") or {}).get("http"), timeout=10)
     url = c.eng("q")["http"]
-    got = h.as_other_user(OTHER_CLIENT, api.url, url, e.url[len("ipc://"):])
+    got = h.as_other_user(OTHER_CLIENT, api.url, url, e.url[len("ipc://"):], keep=(c.dir,))
     st, body = got["status"]
     assert st == 200 and url in body, got["status"]  # status is open, and names the URL
     assert "token" not in body, body                 # ... but never the engine's token
@@ -353,6 +354,65 @@ def t_engine_socket_dir(c):
                         "tcp://127.0.0.1:0", "--broker", c.control], capture_output=True, text=True,
                        timeout=30, env=c.env)
     assert p.returncode == 2 and "ipc:// only" in p.stderr, (p.returncode, p.stderr[-500:])
+
+
+SHM_PLANT = r"""
+import json, os, sys
+real = sys.argv[1]
+os.mkdir("/dev/shm/baton")
+os.chmod("/dev/shm/baton", 0o777)
+os.symlink(real, "/dev/shm/baton/qwen.arena")
+fd = os.open("/dev/shm/baton/hostdev-0", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+os.fchmod(fd, 0o666)
+os.close(fd)
+st = os.lstat("/dev/shm/baton")
+print(json.dumps({"uid": st.st_uid, "names": sorted(os.listdir("/dev/shm/baton"))}))
+"""
+
+SHM_SCENE = r"""
+import json, os, subprocess, sys
+import harness as h
+engine, real, d, plant = sys.argv[1:5]
+out = {"planted": h.as_other_user(plant, real, ns=False)}
+def start(arena, name):
+    p = subprocess.Popen([engine, "--name", name, "--shared-expert-arena", arena, "--listen",
+                          "ipc://%s/%s.sock" % (d, name), "--backend", "host", "--host-device-mib", "40",
+                          "--vram-segment-mib", "4"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _, err = p.communicate(timeout=15)
+        return [p.returncode, err[-800:]]
+    except subprocess.TimeoutExpired:
+        p.kill()
+        return ["served", p.communicate()[1][-800:]]
+out["by_name"] = start("qwen", "qwen")  # /dev/shm/baton/qwen.arena, their link
+out["by_path"] = start(real, "mix")     # root's arena; the host device in their directory
+print(json.dumps(out))
+"""
+
+
+def t_planted_shm(c):
+    """Issue 28: a user who made /dev/shm/baton first chose what a root
+    engine serves (their link qwen.arena to root's arena of another model
+    was followed) and where it accounted its memory (their hostdev-0, mode
+    0666). Played end to end at the default paths, in a mount namespace
+    made for the case (a tmpfs /dev/shm that the engine and the second
+    user share; the machine's is never touched): the second user (uid
+    65534) plants the directory, the link and the file; root's engine
+    started by the bare name is refused on the directory, and one given
+    root's own arena is refused on the host device's directory."""
+    real = c.arena()
+    env = {k: v for k, v in c.env.items() if k != "BATON_HOSTDEV_DIR"}  # the default, /dev/shm/baton
+    argv = [sys.executable, "-c", SHM_SCENE, h.ENGINE, real, c.dir, SHM_PLANT]
+    env["PYTHONPATH"] = os.path.join(h.ROOT, "tests")
+    p = subprocess.run(h.private_ns(argv, keep=(c.dir, os.path.dirname(real)), env=env),
+                       capture_output=True, text=True, timeout=90)
+    assert p.returncode == 0, (p.returncode, p.stderr[-2000:])
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    assert got["planted"]["uid"] == h.OTHER_UID and "qwen.arena" in got["planted"]["names"], got
+    for k in ("by_name", "by_path"):
+        rc, err = got[k]
+        assert rc not in (0, "served"), "the engine served with %s planted: %s" % (k, err)
+        assert "/dev/shm/baton" in err and "belongs to uid %d" % h.OTHER_UID in err, (k, err)
 
 
 FLOOD_CLIENT = r"""
@@ -479,7 +539,7 @@ def t_half_frames(c):
 CASES = [t_default_token, t_no_token_off_loopback, t_token_file_mode, t_cross_site, t_rebinding_reads,
          t_errors_say_why,
          t_state_file_no_links, t_socket_dir, t_socket_dir_sticky, t_socket_replaced,
-         t_engine_back_door, t_engine_socket_dir, t_half_frames, t_register_untrusted_ctl, t_connection_flood]
+         t_engine_back_door, t_planted_shm, t_engine_socket_dir, t_half_frames, t_register_untrusted_ctl, t_connection_flood]
 
 
 def main():
