@@ -624,7 +624,8 @@ def t_half_frames(c):
 CASES = [t_default_token, t_no_token_off_loopback, t_token_file_mode, t_cross_site, t_rebinding_reads,
          t_errors_say_why,
          t_state_file_no_links, t_socket_dir, t_socket_dir_sticky, t_socket_replaced,
-         t_engine_back_door, t_planted_shm, t_planted_tmp, t_engine_socket_dir, t_half_frames, t_register_untrusted_ctl, t_connection_flood]
+         t_engine_back_door, t_planted_shm, t_planted_tmp, t_engine_socket_dir, t_half_frames,
+         t_register_untrusted_ctl, t_connection_flood]
 
 
 def main():
