@@ -19,10 +19,17 @@ engines on the host backend (tests/harness.py's BrokerCase).
   OpenAI HTTP and cannot connect to its control socket; the door, which
   alone holds the engine's token, still serves;
 - an engine refuses a socket directory others can write, and tcp:// control
-  under a broker.
+  under a broker;
+- played at the real paths in a mount namespace made for the case (a tmpfs
+  /tmp and /dev/shm that the daemon and the second user share, the
+  machine's never touched: harness.private_ns): a /dev/shm/baton the second
+  user made first, with their link qwen.arena and their hostdev-0, chooses
+  nothing for root's engine; root's broker with its sockets in /tmp leaves
+  /tmp 1777, and their socket or http.token there stops it with the reason.
 
 The last line is "N passed, N failed".
 """
+import json
 import os
 import signal
 import socket
@@ -315,7 +322,7 @@ def t_engine_back_door(c):
                  host_mib=64, segment_mib=2)
     h.wait_for("q routable", lambda: (c.eng("q") or {}).get("http"), timeout=10)
     url = c.eng("q")["http"]
-    got = h.as_other_user(OTHER_CLIENT, api.url, url, e.url[len("ipc://"):])
+    got = h.as_other_user(OTHER_CLIENT, api.url, url, e.url[len("ipc://"):], keep=(c.dir,))
     st, body = got["status"]
     assert st == 200 and url in body, got["status"]  # status is open, and names the URL
     assert "token" not in body, body                 # ... but never the engine's token
@@ -353,6 +360,144 @@ def t_engine_socket_dir(c):
                         "tcp://127.0.0.1:0", "--broker", c.control], capture_output=True, text=True,
                        timeout=30, env=c.env)
     assert p.returncode == 2 and "ipc:// only" in p.stderr, (p.returncode, p.stderr[-500:])
+
+
+SHM_PLANT = r"""
+import json, os, sys
+real = sys.argv[1]
+os.mkdir("/dev/shm/baton")
+os.chmod("/dev/shm/baton", 0o777)
+os.symlink(real, "/dev/shm/baton/qwen.arena")
+fd = os.open("/dev/shm/baton/hostdev-0", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+os.fchmod(fd, 0o666)
+os.close(fd)
+st = os.lstat("/dev/shm/baton")
+print(json.dumps({"uid": st.st_uid, "names": sorted(os.listdir("/dev/shm/baton"))}))
+"""
+
+SHM_SCENE = r"""
+import json, os, subprocess, sys
+import harness as h
+engine, real, d, plant = sys.argv[1:5]
+out = {"planted": h.as_other_user(plant, real, ns=False)}
+def start(arena, name):
+    p = subprocess.Popen([engine, "--name", name, "--shared-expert-arena", arena, "--listen",
+                          "ipc://%s/%s.sock" % (d, name), "--backend", "host", "--host-device-mib", "40",
+                          "--vram-segment-mib", "4"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _, err = p.communicate(timeout=15)
+        return [p.returncode, err[-800:]]
+    except subprocess.TimeoutExpired:
+        p.kill()
+        return ["served", p.communicate()[1][-800:]]
+out["by_name"] = start("qwen", "qwen")  # /dev/shm/baton/qwen.arena, their link
+out["by_path"] = start(real, "mix")     # root's arena; the host device in their directory
+print(json.dumps(out))
+"""
+
+
+def t_planted_shm(c):
+    """Issue 28: a user who made /dev/shm/baton first chose what a root
+    engine serves (their link qwen.arena to root's arena of another model
+    was followed) and where it accounted its memory (their hostdev-0, mode
+    0666). Played end to end at the default paths, in a mount namespace
+    made for the case (a tmpfs /dev/shm that the engine and the second
+    user share; the machine's is never touched): the second user (uid
+    65534) plants the directory, the link and the file; root's engine
+    started by the bare name is refused on the directory, and one given
+    root's own arena is refused on the host device's directory."""
+    real = c.arena()
+    env = {k: v for k, v in c.env.items() if k != "BATON_HOSTDEV_DIR"}  # the default, /dev/shm/baton
+    argv = [sys.executable, "-c", SHM_SCENE, h.ENGINE, real, c.dir, SHM_PLANT]
+    env["PYTHONPATH"] = os.path.join(h.ROOT, "tests")
+    p = subprocess.run(h.private_ns(argv, keep=(c.dir, os.path.dirname(real)), env=env),
+                       capture_output=True, text=True, timeout=90)
+    assert p.returncode == 0, (p.returncode, p.stderr[-2000:])
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    assert got["planted"]["uid"] == h.OTHER_UID and "qwen.arena" in got["planted"]["names"], got
+    for k in ("by_name", "by_path"):
+        rc, err = got[k]
+        assert rc not in (0, "served"), "the engine served with %s planted: %s" % (k, err)
+        assert "/dev/shm/baton" in err and "belongs to uid %d" % h.OTHER_UID in err, (k, err)
+
+
+TMP_PLANT = r"""
+import json, os, socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.bind("/tmp/b.sock")  # bound and listening while root's broker starts: the name is theirs
+s.listen(1)
+fd = os.open("/tmp/http.token", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+os.write(fd, b"theirs-0123456789abcdef0123456789abcdef\n")
+os.close(fd)
+print(json.dumps({"sock": os.lstat("/tmp/b.sock").st_uid, "token": os.lstat("/tmp/http.token").st_uid}), flush=True)
+sys.stdin.read()  # until the scene is done with them
+"""
+
+TMP_SCENE = r"""
+import json, os, signal, stat, subprocess, sys, time
+import harness as h
+broker, plant = sys.argv[1:3]
+out = {}
+def run(name, *flags, sock="/tmp/b.sock"):
+    p = subprocess.Popen([broker, "--control", "ipc://" + sock, "--events", "ipc:///tmp/e.sock"] + list(flags),
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    t_end = time.time() + 10
+    while time.time() < t_end and p.poll() is None and not os.path.exists(sock):
+        time.sleep(0.05)
+    time.sleep(0.2)
+    served = p.poll() is None
+    if served:
+        p.send_signal(signal.SIGTERM)
+    err = p.communicate(timeout=20)[1]
+    out[name] = {"served": served, "rc": p.returncode, "err": err[-800:],
+                 "tmp_mode": stat.S_IMODE(os.stat("/tmp").st_mode)}
+# root's broker with its sockets directly in /tmp, as the issue ran it
+run("own", "--http", "off")
+if out["own"]["tmp_mode"] != 0o1777:  # no one else may create files there now: the rest cannot be played
+    print(json.dumps(out))
+    sys.exit(0)
+for f in os.listdir("/tmp"):
+    os.unlink(os.path.join("/tmp", f))
+them = subprocess.Popen([sys.executable, "-c", plant], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                        user=h.OTHER_UID, group=h.OTHER_UID, extra_groups=[], cwd="/")
+out["planted"] = json.loads(them.stdout.readline())
+run("their_socket", "--http", "off")
+out["their_socket"]["sock_uid"] = os.lstat("/tmp/b.sock").st_uid if os.path.lexists("/tmp/b.sock") else None
+run("their_token", "--http", "127.0.0.1:0", sock="/tmp/c.sock")
+out["their_token"]["token"] = open("/tmp/http.token").read().strip()
+them.stdin.close()
+out["them"] = them.wait(10)
+print(json.dumps(out))
+"""
+
+
+def t_planted_tmp(c):
+    """Issue 28, played at the real paths in a mount namespace made for the
+    case (a tmpfs /tmp that root's broker and the second user share; the
+    machine's /tmp is never touched). Root's broker with its sockets
+    directly in /tmp once left /tmp 1755 (no one else could create files
+    there): now /tmp stays 1777. A socket another user bound at the
+    broker's path first, and an http.token of theirs beside it, stop the
+    broker with the reason named (a denial of service, never a swap:
+    their socket is left as it was, their token is never served; the
+    unit's /run/baton has neither)."""
+    env = dict(c.env, PYTHONPATH=os.path.join(h.ROOT, "tests"))
+    argv = [sys.executable, "-c", TMP_SCENE, h.BROKER, TMP_PLANT]
+    p = subprocess.run(h.private_ns(argv, env=env), capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, (p.returncode, p.stderr[-2000:])
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    own = got["own"]
+    assert own["served"] and own["rc"] == 0, own
+    assert own["tmp_mode"] == 0o1777, "root's broker left /tmp %o" % own["tmp_mode"]
+    assert got["planted"] == {"sock": h.OTHER_UID, "token": h.OTHER_UID}, got
+    ts, tt = got["their_socket"], got["their_token"]
+    assert not ts["served"] and ts["rc"] != 0 and "/tmp/b.sock" in ts["err"], ts
+    assert ts["sock_uid"] == h.OTHER_UID and ts["tmp_mode"] == 0o1777, ts
+    assert not tt["served"] and tt["rc"] != 0 and "/tmp/http.token" in tt["err"], tt
+    assert tt["token"].startswith("theirs-") and tt["tmp_mode"] == 0o1777, tt
+    assert got["them"] == 0, got
+    return "their socket: %s; their token: %s" % (ts["err"].strip().splitlines()[-1][-120:],
+                                                  tt["err"].strip().splitlines()[-1][-120:])
 
 
 FLOOD_CLIENT = r"""
@@ -479,7 +624,8 @@ def t_half_frames(c):
 CASES = [t_default_token, t_no_token_off_loopback, t_token_file_mode, t_cross_site, t_rebinding_reads,
          t_errors_say_why,
          t_state_file_no_links, t_socket_dir, t_socket_dir_sticky, t_socket_replaced,
-         t_engine_back_door, t_engine_socket_dir, t_half_frames, t_register_untrusted_ctl, t_connection_flood]
+         t_engine_back_door, t_planted_shm, t_planted_tmp, t_engine_socket_dir, t_half_frames,
+         t_register_untrusted_ctl, t_connection_flood]
 
 
 def main():

@@ -809,16 +809,74 @@ def engine_token_file(d):
 
 OTHER_UID = 65534  # nobody: the second local user of the trust tests
 
+# Run as root by private_ns(): a mount namespace of its own (CLONE_NEWNS,
+# every mount made private first, so nothing propagates back), a fresh
+# tmpfs over /tmp and /dev/shm, the directories in "keep" bound back at
+# their paths (a case's directory under /tmp: its sockets), then, when
+# "uid" is set, that user with no supplementary groups, and exec "argv".
+# It checks that its /tmp is not the machine's before it runs anything:
+# nothing done inside can change the machine's /tmp or /dev/shm.
+_NS_SETUP = r"""
+import ctypes, json, os, sys
+spec = json.loads(sys.argv[1])
+libc = ctypes.CDLL(None, use_errno=True)
+def check(rc, what):
+    if rc != 0:
+        e = ctypes.get_errno()
+        sys.stderr.write("private_ns: %s: %s\n" % (what, os.strerror(e)))
+        sys.exit(3)
+def mount(src, dst, fs, flags, data):
+    check(libc.mount(src and src.encode(), dst.encode(), fs and fs.encode(), ctypes.c_ulong(flags),
+                     data and data.encode()), "mount %s" % dst)
+MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 4096, 16384, 1 << 18
+check(libc.unshare(0x00020000), "unshare(CLONE_NEWNS)")
+mount(None, "/", None, MS_REC | MS_PRIVATE, None)
+held = [(d, os.open(d, os.O_PATH | os.O_DIRECTORY)) for d in spec["keep"]]
+for d in ("/tmp", "/dev/shm"):
+    mount("tmpfs", d, "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=256m")
+for d, fd in held:
+    os.makedirs(d, exist_ok=True)
+    mount("/proc/self/fd/%d" % fd, d, None, MS_BIND | MS_REC, None)
+    os.close(fd)
+if os.readlink("/proc/self/ns/mnt") == spec["ns"] or os.stat("/tmp").st_dev == spec["tmp_dev"]:
+    sys.stderr.write("private_ns: still in the machine's mount namespace\n")
+    sys.exit(3)
+if spec["uid"] is not None:
+    os.setgroups([])
+    os.setgid(spec["uid"])
+    os.setuid(spec["uid"])
+os.execve(spec["argv"][0], spec["argv"], spec["env"])
+"""
 
-def as_other_user(code, *args, timeout=60):
+
+def private_ns(argv, uid=None, keep=(), env=None, **kw):
+    """The argv for subprocess that runs `argv` in a private mount
+    namespace made for it (a fresh tmpfs over /tmp and /dev/shm, `keep`
+    bound back), as `uid` (None: as we are, root). A daemon and a second
+    user started inside (as_other_user(..., ns=False)) share that /tmp and
+    /dev/shm; the machine's are never changed. Needs root (CI's)."""
+    spec = dict(argv=[str(a) for a in argv], uid=uid, keep=[os.path.realpath(k) for k in keep],
+                env=dict(os.environ) if env is None else env, ns=os.readlink("/proc/self/ns/mnt"),
+                tmp_dev=os.stat("/tmp").st_dev)
+    return [sys.executable, "-c", _NS_SETUP, json.dumps(spec)]
+
+
+def as_other_user(code, *args, timeout=60, keep=(), ns=True):
     """Runs a Python snippet as a second local user (uid and gid 65534, no
     supplementary groups: not in the service group), with `args` in
     sys.argv[1:] and tests/ on its path (harness importable); returns what
     it printed as JSON on its last line. The tests run as root, so the
-    child is a real other uid, as the attacker of issue 28 was."""
-    p = subprocess.run([sys.executable, "-c", code] + [str(a) for a in args], capture_output=True,
-                       text=True, timeout=timeout, user=OTHER_UID, group=OTHER_UID, extra_groups=[],
-                       env={"PATH": "/usr/bin:/bin", "PYTHONPATH": os.path.join(ROOT, "tests")}, cwd="/")
+    child is a real other uid, as the attacker of issue 28 was. It runs in
+    a private mount namespace (private_ns: its own /tmp and /dev/shm, the
+    directories in `keep` seen at their paths); ns=False, from inside one,
+    shares the namespace it is called in."""
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": os.path.join(ROOT, "tests")}
+    argv = [sys.executable, "-c", code] + [str(a) for a in args]
+    if ns:
+        cmd, kw = private_ns(argv, uid=OTHER_UID, keep=keep, env=env), {}
+    else:
+        cmd, kw = argv, dict(user=OTHER_UID, group=OTHER_UID, extra_groups=[], env=env)
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd="/", **kw)
     assert p.returncode == 0, "as uid %d: exit %d: %s" % (OTHER_UID, p.returncode, p.stderr[-2000:])
     return json.loads(p.stdout.strip().splitlines()[-1])
 
