@@ -456,8 +456,9 @@ run("own", "--http", "off")
 if out["own"]["tmp_mode"] != 0o1777:  # no one else may create files there now: the rest cannot be played
     print(json.dumps(out))
     sys.exit(0)
-for f in os.listdir("/tmp"):
-    os.unlink(os.path.join("/tmp", f))
+for f in os.listdir("/tmp"):  # the first broker's files; a folder is the tree bound back (a clone in /tmp)
+    if not os.path.isdir(os.path.join("/tmp", f)):
+        os.unlink(os.path.join("/tmp", f))
 them = subprocess.Popen([sys.executable, "-c", plant], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                         user=h.OTHER_UID, group=h.OTHER_UID, extra_groups=[], cwd="/")
 out["planted"] = json.loads(them.stdout.readline())

@@ -855,6 +855,11 @@ def private_ns(argv, uid=None, keep=(), env=None, **kw):
     bound back), as `uid` (None: as we are, root). A daemon and a second
     user started inside (as_other_user(..., ns=False)) share that /tmp and
     /dev/shm; the machine's are never changed. Needs root (CI's)."""
+    # the source tree and the build (the programs, tests/ for harness) stay
+    # seen where they are when they lie under /tmp or /dev/shm (a clone in
+    # /tmp, as a newcomer's or CI's may be)
+    keep = list(keep) + [d for d in (ROOT, os.path.join(ROOT, BUILD))
+                         if os.path.isdir(d) and os.path.realpath(d).startswith(("/tmp/", "/dev/shm/"))]
     spec = dict(argv=[str(a) for a in argv], uid=uid, keep=[os.path.realpath(k) for k in keep],
                 env=dict(os.environ) if env is None else env, ns=os.readlink("/proc/self/ns/mnt"),
                 tmp_dev=os.stat("/tmp").st_dev)
