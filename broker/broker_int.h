@@ -50,6 +50,7 @@
 #ifndef BATON_BROKER_INT_H
 #define BATON_BROKER_INT_H
 
+#include <jansson.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -401,6 +402,8 @@ static inline void wake_at(struct broker *b, double t)
 
 /* One line on stderr, "baton-broker: ...". Any thread. */
 void br_blog(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* j as the whole file at path (temporary, fsync, rename); -1 with errno. */
+int br_json_replace(const char *path, const json_t *j);
 /* ", 2.41 GB/s" for bytes moved in ms (nothing when either is 0). */
 const char *br_rate(uint64_t bytes, double ms, char *buf, size_t len);
 /* One log line for a release, refill or resize done: its timings, bytes

@@ -103,21 +103,8 @@ static void parked_save(struct broker *b)
 			    "bytes", (json_int_t)e->ext.parked_bytes, "gpu", b->gpus[e->gpu].uuid));
 	}
 	json_t *j = json_pack("{s:i, s:o}", "version", 1, "parked", all);
-	char tmp[BROKER_URL_MAX + 32];
-	snprintf(tmp, sizeof tmp, "%s.XXXXXX", path);
-	int fd = mkostemp(tmp, O_CLOEXEC);
-	int rc = fd < 0 || !j || fchmod(fd, 0640) != 0 ? -1 : json_dumpfd(j, fd, JSON_SORT_KEYS);
-	if (rc == 0 && (write(fd, "\n", 1) != 1 || fsync(fd) != 0))
-		rc = -1;
-	if (fd >= 0 && close(fd) != 0)
-		rc = -1;
-	if (rc == 0 && rename(tmp, path) != 0)
-		rc = -1;
-	if (rc != 0) {
+	if (br_json_replace(path, j) != 0)
 		br_blog("cannot write the parked processes to %s: %s", path, strerror(errno));
-		if (fd >= 0)
-			unlink(tmp);
-	}
 	json_decref(j);
 }
 

@@ -316,18 +316,13 @@ void br_eng_forget_conn(struct eng *e)
  * the log and ignored: the broker starts without those pins rather than
  * not at all, and the next change writes a good file. */
 
-void br_pins_save(struct broker *b)
+/* Writes j as the whole of the file at path: a new file of ours (O_EXCL:
+ * never through a link or over a file someone left at a known name),
+ * fsynced, then renamed over the old one. -1 with errno on failure (the
+ * old file is then as it was). The pins' and parked processes' files. */
+int br_json_replace(const char *path, const json_t *j)
 {
-	const char *path = b->cfg.state_file;
-	if (!*path)
-		return;
-	json_t *pins = json_object();
-	for (size_t i = 0; i < b->n_pins; i++)
-		json_object_set_new(pins, b->pins[i].name, json_boolean(b->pins[i].pinned));
-	json_t *j = json_pack("{s:i, s:o}", "version", 1, "pins", pins);
-	/* A new file of ours (O_EXCL: never through a link or over a file
-	 * someone left at a known name), then renamed over the old one. */
-	char tmp[BROKER_URL_MAX + 16];
+	char tmp[BROKER_URL_MAX + 32];
 	snprintf(tmp, sizeof tmp, "%s.XXXXXX", path);
 	int fd = mkostemp(tmp, O_CLOEXEC);
 	int rc = fd < 0 || !j || fchmod(fd, 0640) != 0 ? -1 : json_dumpfd(j, fd, JSON_SORT_KEYS);
@@ -337,11 +332,25 @@ void br_pins_save(struct broker *b)
 		rc = -1;
 	if (rc == 0 && rename(tmp, path) != 0)
 		rc = -1;
-	if (rc != 0) {
-		br_blog("cannot write the pins to %s: %s; they hold until the broker restarts", path, strerror(errno));
-		if (fd >= 0)
-			unlink(tmp);
+	if (rc != 0 && fd >= 0) {
+		int e = errno;
+		unlink(tmp);
+		errno = e;
 	}
+	return rc;
+}
+
+void br_pins_save(struct broker *b)
+{
+	const char *path = b->cfg.state_file;
+	if (!*path)
+		return;
+	json_t *pins = json_object();
+	for (size_t i = 0; i < b->n_pins; i++)
+		json_object_set_new(pins, b->pins[i].name, json_boolean(b->pins[i].pinned));
+	json_t *j = json_pack("{s:i, s:o}", "version", 1, "pins", pins);
+	if (br_json_replace(path, j) != 0)
+		br_blog("cannot write the pins to %s: %s; they hold until the broker restarts", path, strerror(errno));
 	json_decref(j);
 }
 
