@@ -898,6 +898,31 @@ def sse_events(text):
     return [sse_event(line.strip()[6:]) for line in text.split("\n") if line.strip().startswith("data: ")]
 
 
+def read_to_eof(s):
+    """All a socket sends until the peer closes it."""
+    raw = b""
+    while True:
+        chunk = s.recv(65536)
+        if not chunk:
+            return raw
+        raw += chunk
+
+
+def chunks_of(raw):
+    """The data of a chunked body's chunks, and whether its end (the 0
+    chunk) came (dechunk, below, wants the end)."""
+    out, i = b"", 0
+    while True:
+        j = raw.find(b"\r\n", i)
+        if j < 0:
+            return out, False
+        n = int(raw[i:j].split(b";")[0], 16)
+        if n == 0:
+            return out, True
+        out += raw[j + 2:j + 2 + n]
+        i = j + 2 + n + 2
+
+
 def dechunk(raw):
     """The body of an HTTP/1.1 chunked transfer, up to its last chunk."""
     out, i = b"", 0

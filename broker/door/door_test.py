@@ -260,30 +260,6 @@ def t_fake_stream_passes_through(c):
         f.close()
 
 
-def read_to_eof(s):
-    raw = b""
-    while True:
-        chunk = s.recv(65536)
-        if not chunk:
-            return raw
-        raw += chunk
-
-
-def chunks_of(raw):
-    """The data of a chunked body's chunks, and whether its end (the 0
-    chunk) came."""
-    out, i = b"", 0
-    while True:
-        j = raw.find(b"\r\n", i)
-        if j < 0:
-            return out, False
-        n = int(raw[i:j].split(b";")[0], 16)
-        if n == 0:
-            return out, True
-        out += raw[j + 2:j + 2 + n]
-        i = j + 2 + n + 2
-
-
 def t_fake_cut_and_refused(c):
     """An engine that dies mid-stream: through the door the client gets an
     error event and a body without its end (it raises), never a stream that
@@ -297,9 +273,9 @@ def t_fake_cut_and_refused(c):
         f.go.release()
         f.go.release()
         s = open_stream(http, {"model": "m", "stream": True, "pieces": 3, "die": True})
-        raw = read_to_eof(s)
+        raw = h.read_to_eof(s)
         s.close()
-        data, ended = chunks_of(raw)
+        data, ended = h.chunks_of(raw)
         assert not ended and not raw.endswith(b"0\r\n\r\n"), raw[-200:]
         ev = h.sse_events(data)
         assert [e["i"] for e in ev[:3]] == [0, 1, 2], ev
@@ -576,9 +552,9 @@ def t_stream_and_disconnect(c):
     s = open_stream(http, chat_body(QWEN, "Tell of the flood.", 9, max_tokens=400, stream=True))
     assert s.recv(4096)
     os.kill(qwen.pid, signal.SIGKILL)
-    raw = read_to_eof(s)
+    raw = h.read_to_eof(s)
     s.close()
-    data, ended = chunks_of(raw)
+    data, ended = h.chunks_of(raw)
     assert not ended, raw[-300:]
     ev = h.sse_events(data)
     assert ev and isinstance(ev[-1], dict) and ev[-1]["error"]["code"] == "engine_unreachable", data[-300:]

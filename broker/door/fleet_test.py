@@ -141,29 +141,6 @@ def engine_procs(c):
     return out
 
 
-def read_to_eof(s):
-    raw = b""
-    while True:
-        chunk = s.recv(65536)
-        if not chunk:
-            return raw
-        raw += chunk
-
-
-def chunks_of(raw):
-    """The data of a chunked body's chunks, and whether its end came."""
-    out, i = b"", 0
-    while True:
-        j = raw.find(b"\r\n", i)
-        if j < 0:
-            return out, False
-        n = int(raw[i:j].split(b";")[0], 16)
-        if n == 0:
-            return out, True
-        out += raw[j + 2:j + 2 + n]
-        i = j + 2 + n + 2
-
-
 def t_bad_model_refused(c):
     """A [model] whose source is not there: exit 2, its line named, nothing
     started, no arena folder made; --check shows a good file's sources."""
@@ -328,9 +305,9 @@ def t_fleet(c):
         http, "baton_door_in_flight", '{engine="mixtral",model="mixtral"}') == 2, timeout=T, every=0.01)
     os.kill(pids["mixtral"], signal.SIGSTOP)  # neither ends before the kill
     os.kill(pids["mixtral"], signal.SIGKILL)
-    raw = read_to_eof(s)
+    raw = h.read_to_eof(s)
     s.close()
-    data, ended = chunks_of(raw)
+    data, ended = h.chunks_of(raw)
     assert not ended, raw[-300:]
     ev = h.sse_events(data)
     assert ev and isinstance(ev[-1], dict) and ev[-1]["error"]["code"] == "engine_unreachable", data[-300:]
