@@ -69,30 +69,38 @@ int broker_nvml_init(void)
 	return nv.ok ? 0 : BATON_ENODEV;
 }
 
+/* The device of uuid ("GPU-..."), its index in NVML's order (nvidia-smi's,
+ * PCI bus order); nv.mu held. 0 when found. */
+static int by_uuid_locked(const char *uuid, nvml_device *d, unsigned *index)
+{
+	unsigned int n = 0;
+	if (nv.count(&n) != 0)
+		return -1;
+	for (unsigned int i = 0; i < n; i++) {
+		char u[96];
+		if (nv.by_index(i, d) == 0 && nv.uuid(*d, u, sizeof u) == 0 && strcmp(u, uuid) == 0) {
+			if (index)
+				*index = i;
+			return 0;
+		}
+	}
+	return -1;
+}
+
 int broker_nvml_mem(const char *uuid, uint64_t *free_bytes, uint64_t *total_bytes)
 {
 	if (broker_nvml_init() != 0 || !uuid || strncmp(uuid, "GPU-", 4) != 0)
 		return BATON_ENODEV;
-	unsigned int n = 0;
 	int rc = BATON_ENODEV;
+	nvml_device d;
+	struct nvml_memory m;
 	pthread_mutex_lock(&nv.mu);
-	if (nv.count(&n) == 0) {
-		for (unsigned int i = 0; i < n; i++) {
-			nvml_device d;
-			char u[96];
-			struct nvml_memory m;
-			if (nv.by_index(i, &d) != 0 || nv.uuid(d, u, sizeof u) != 0)
-				continue;
-			if (strcmp(u, uuid) != 0)
-				continue;
-			if (nv.mem(d, &m) == 0) {
-				*free_bytes = m.free;
-				*total_bytes = m.total;
-				rc = 0;
-			} else {
-				rc = BATON_EDRIVER;
-			}
-			break;
+	if (by_uuid_locked(uuid, &d, NULL) == 0) {
+		rc = BATON_EDRIVER;
+		if (nv.mem(d, &m) == 0) {
+			*free_bytes = m.free;
+			*total_bytes = m.total;
+			rc = 0;
 		}
 	}
 	pthread_mutex_unlock(&nv.mu);
@@ -103,23 +111,17 @@ int broker_nvml_name(const char *uuid, char *name, size_t len, unsigned *index)
 {
 	if (broker_nvml_init() != 0 || !uuid || strncmp(uuid, "GPU-", 4) != 0 || !nv.name)
 		return BATON_ENODEV;
-	unsigned int n = 0;
 	int rc = BATON_ENODEV;
+	nvml_device d;
+	unsigned i;
+	char nm[96];
 	pthread_mutex_lock(&nv.mu);
-	if (nv.count(&n) == 0) {
-		for (unsigned int i = 0; i < n; i++) {
-			nvml_device d;
-			char u[96], nm[96];
-			if (nv.by_index(i, &d) != 0 || nv.uuid(d, u, sizeof u) != 0 || strcmp(u, uuid) != 0)
-				continue;
-			if (nv.name(d, nm, sizeof nm) == 0) {
-				snprintf(name, len, "%s", nm);
-				*index = i; /* NVML's order is nvidia-smi's (PCI bus order) */
-				rc = 0;
-			} else {
-				rc = BATON_EDRIVER;
-			}
-			break;
+	if (by_uuid_locked(uuid, &d, &i) == 0) {
+		rc = BATON_EDRIVER;
+		if (nv.name(d, nm, sizeof nm) == 0) {
+			snprintf(name, len, "%s", nm);
+			*index = i;
+			rc = 0;
 		}
 	}
 	pthread_mutex_unlock(&nv.mu);
@@ -131,25 +133,18 @@ int broker_nvml_procs(const char *uuid, struct broker_nvml_proc *out, size_t cap
 	*n_out = 0;
 	if (broker_nvml_init() != 0 || !uuid || strncmp(uuid, "GPU-", 4) != 0 || !nv.procs)
 		return BATON_ENODEV;
-	unsigned int n = 0;
 	int rc = BATON_ENODEV;
+	nvml_device d;
 	pthread_mutex_lock(&nv.mu);
-	if (nv.count(&n) == 0) {
-		for (unsigned int i = 0; i < n; i++) {
-			nvml_device d;
-			char u[96];
-			if (nv.by_index(i, &d) != 0 || nv.uuid(d, u, sizeof u) != 0 || strcmp(u, uuid) != 0)
-				continue;
-			struct nvml_proc p[256];
-			unsigned int k = 256;
-			rc = nv.procs(d, &k, p) == 0 ? 0 : BATON_EDRIVER;
-			for (unsigned int j = 0; rc == 0 && j < k && *n_out < cap; j++) {
-				out[*n_out].pid = (int)p[j].pid;
-				/* NVML_VALUE_NOT_AVAILABLE (all ones) without per-process accounting */
-				out[*n_out].bytes = p[j].used == ~0ULL ? 0 : (uint64_t)p[j].used;
-				(*n_out)++;
-			}
-			break;
+	if (by_uuid_locked(uuid, &d, NULL) == 0) {
+		struct nvml_proc p[256];
+		unsigned int k = 256;
+		rc = nv.procs(d, &k, p) == 0 ? 0 : BATON_EDRIVER;
+		for (unsigned int j = 0; rc == 0 && j < k && *n_out < cap; j++) {
+			out[*n_out].pid = (int)p[j].pid;
+			/* NVML_VALUE_NOT_AVAILABLE (all ones) without per-process accounting */
+			out[*n_out].bytes = p[j].used == ~0ULL ? 0 : (uint64_t)p[j].used;
+			(*n_out)++;
 		}
 	}
 	pthread_mutex_unlock(&nv.mu);
