@@ -868,6 +868,24 @@ void broker_http_ready(struct broker_http *h, bool ready)
 	if (h)
 		atomic_store(&h->ready, ready);
 }
+/* A list of names separated by commas or spaces (a [broker] key): copied
+ * into buf (BROKER_URL_MAX bytes), its words in v, NULL after them. */
+static int split_names(const char *list, const char *key, const char *what, char *buf, const char **v, size_t *n,
+    char *err, size_t errlen)
+{
+	*n = 0;
+	snprintf(buf, BROKER_URL_MAX, "%s", list);
+	for (char *save = NULL, *t = strtok_r(buf, ", ", &save); t; t = strtok_r(NULL, ", ", &save)) {
+		if (*n == HOSTS_MAX) {
+			snprintf(err, errlen, "%s: at most %d %s", key, HOSTS_MAX, what);
+			return -1;
+		}
+		v[(*n)++] = t;
+	}
+	v[*n] = NULL;
+	return 0;
+}
+
 
 int broker_http_open(struct broker *b, const struct broker_config *cfg, struct broker_http **out,
     char *err, size_t errlen)
@@ -895,34 +913,16 @@ int broker_http_open(struct broker *b, const struct broker_config *cfg, struct b
 		}
 		h->n_th++;
 	}
-	/* [broker] http_hosts: names separated by commas or spaces */
-	char names[BROKER_URL_MAX];
-	const char *hosts[HOSTS_MAX + 1];
-	size_t nh = 0;
-	snprintf(names, sizeof names, "%s", cfg->http_hosts);
-	for (char *save = NULL, *t = strtok_r(names, ", ", &save); t; t = strtok_r(NULL, ", ", &save)) {
-		if (nh == HOSTS_MAX) {
-			snprintf(err, errlen, "http_hosts: at most %d names", HOSTS_MAX);
-			rc = BATON_EINVAL;
-			goto fail;
-		}
-		hosts[nh++] = t;
+	/* [broker] http_hosts and cors_origins: names separated by commas or
+	 * spaces (the origins checked by http_open) */
+	char names[BROKER_URL_MAX], origins[BROKER_URL_MAX];
+	const char *hosts[HOSTS_MAX + 1], *cors[HOSTS_MAX + 1];
+	size_t nh, nc;
+	if (split_names(cfg->http_hosts, "http_hosts", "names", names, hosts, &nh, err, errlen) ||
+	    split_names(cfg->cors_origins, "cors_origins", "origins", origins, cors, &nc, err, errlen)) {
+		rc = BATON_EINVAL;
+		goto fail;
 	}
-	hosts[nh] = NULL;
-	/* [broker] cors_origins: the same, origins (checked by http_open) */
-	char origins[BROKER_URL_MAX];
-	const char *cors[HOSTS_MAX + 1];
-	size_t nc = 0;
-	snprintf(origins, sizeof origins, "%s", cfg->cors_origins);
-	for (char *save = NULL, *t = strtok_r(origins, ", ", &save); t; t = strtok_r(NULL, ", ", &save)) {
-		if (nc == HOSTS_MAX) {
-			snprintf(err, errlen, "cors_origins: at most %d origins", HOSTS_MAX);
-			rc = BATON_EINVAL;
-			goto fail;
-		}
-		cors[nc++] = t;
-	}
-	cors[nc] = NULL;
 	struct baton_http_opts o = {
 		.addr = cfg->http,
 		.token = cfg->http_token,
