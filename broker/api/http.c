@@ -868,6 +868,7 @@ void broker_http_ready(struct broker_http *h, bool ready)
 	if (h)
 		atomic_store(&h->ready, ready);
 }
+
 /* A list of names separated by commas or spaces (a [broker] key): copied
  * into buf (BROKER_URL_MAX bytes), its words in v, NULL after them. */
 static int split_names(const char *list, const char *key, const char *what, char *buf, const char **v, size_t *n,
@@ -885,7 +886,6 @@ static int split_names(const char *list, const char *key, const char *what, char
 	v[*n] = NULL;
 	return 0;
 }
-
 
 int broker_http_open(struct broker *b, const struct broker_config *cfg, struct broker_http **out,
     char *err, size_t errlen)
