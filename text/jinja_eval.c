@@ -7,7 +7,8 @@
  * bounded: steps, output and string size, memory and macro depth each stop
  * the render with an error. The filters, tests, methods and globals
  * (raise_exception, strftime_now, tojson as transformers defines it) are in
- * jinja_builtins.c.
+ * jinja_filters.c, jinja_tests.c, jinja_methods.c and jinja_globals.c, their
+ * names in jinja_builtins.c.
  */
 
 #include <errno.h>

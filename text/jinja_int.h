@@ -3,8 +3,10 @@
  * files: jinja_lex.c (source to tokens, with jinja2's whitespace rules),
  * jinja_parse.c (tokens to a tree, refusing what the engine lacks),
  * jinja_value.c (values with Python's semantics: printing, JSON,
- * comparison), jinja_eval.c (rendering the tree) and jinja_builtins.c
- * (the filters, tests, methods and globals).
+ * comparison), jinja_eval.c (rendering the tree), jinja_builtins.c (the
+ * built-ins' names and shared helpers), jinja_strings.c (Python's str
+ * helpers), jinja_filters.c, jinja_tests.c, jinja_methods.c and
+ * jinja_globals.c (the built-ins).
  *
  * Memory: everything a template or a render makes is carved from a jj_arena
  * and freed with it at once; values never own anything.
@@ -220,7 +222,7 @@ int jj_global_id(const char *s, size_t n); /* -2: jinja2's, not implemented */
 int jj_parse(struct jj_arena *a, const struct jj_tokens *toks, struct jj_node **out, char *err,
              size_t errlen);
 
-/* ---- the renderer's state, shared by jinja_eval.c and jinja_builtins.c -- */
+/* ---- the renderer's state, shared by jinja_eval.c and the built-ins ---- */
 
 #define MAX_OUT    (16u << 20) /* bytes of output, and of any one string */
 #define MAX_MEM    (512u << 20)
@@ -284,13 +286,45 @@ int jj_contains(struct rs *r, int line, jv needle, jv hay, bool *out);
 int jj_arith(struct rs *r, int line, int op, jv a, jv b, jv *out);
 int jj_compare(struct rs *r, int line, int op, jv a, jv b, bool *res);
 
-/* jinja_builtins.c: string helpers, method binding, the built-ins. */
+/* Ids of filters, tests and globals (names in jinja_builtins.c, same order). */
+enum {
+	F_ABS, F_CAPITALIZE, F_COUNT, F_D, F_DEFAULT, F_DICTSORT, F_E, F_ESCAPE, F_FIRST, F_FLOAT,
+	F_INDENT, F_INT, F_ITEMS, F_JOIN, F_LAST, F_LENGTH, F_LIST, F_LOWER, F_MAP, F_MAX, F_MIN,
+	F_REJECT, F_REJECTATTR, F_REPLACE, F_REVERSE, F_ROUND, F_SAFE, F_SELECT, F_SELECTATTR,
+	F_SORT, F_STRING, F_SUM, F_TITLE, F_TOJSON, F_TRIM, F_UNIQUE, F_UPPER, F_WORDCOUNT,
+};
+enum {
+	T_DEFINED, T_UNDEFINED, T_NONE, T_STRING, T_MAPPING, T_ITERABLE, T_SEQUENCE, T_NUMBER,
+	T_INTEGER, T_FLOAT, T_BOOLEAN, T_TRUE, T_FALSE, T_EVEN, T_ODD, T_DIVISIBLEBY, T_EQ,
+	T_EQUALTO, T_NE, T_LT, T_LE, T_GT, T_GE, T_GREATERTHAN, T_LESSTHAN, T_IN, T_LOWER, T_UPPER,
+	T_CALLABLE, T_SAMEAS,
+};
+enum { G_RANGE, G_NAMESPACE, G_DICT, G_RAISE, G_STRFTIME };
+
+/* jinja_strings.c: string helpers (Python's str). */
 uint32_t jj_cp_at(const char *s, size_t n, size_t *adv);
 const char *jj_find(const char *h, size_t hn, const char *nd, size_t nn);
+const char *jj_rfind(const char *h, size_t hn, const char *nd, size_t nn);
+jv jj_case_map(struct rs *r, int line, jv s, int mode /* 0 lower 1 upper 2 capitalize 3 title */);
+jv jj_strip(jv s, const jv *chars, bool left, bool right);
+jv jj_replace(struct rs *r, int line, jv s, jv old, jv new, int64_t count);
+int jj_split(struct rs *r, int line, jv s, const jv *sep, int64_t maxsplit, bool from_right,
+             jv *out);
+
+/* jinja_builtins.c: names and ids, method binding, shared argument helpers. */
+extern const char *const jj_filter_names[]; /* by id, NULL-terminated */
+extern const char *const jj_test_names[];
+extern const char *const jj_method_names[];
+extern const char *const jj_global_names[];
 bool jj_is_str_method(int m);
 bool jj_is_list_method(int m);
 bool jj_is_dict_method(int m);
 jv jj_method(struct rs *r, jv self, int m);
+jv jj_pair(struct rs *r, jv a, jv b);
+bool jj_arg(const struct argv_ *a, size_t pos, const char *name, jv *out);
+int jj_need_str(struct rs *r, int line, jv v, const char *what);
+
+/* jinja_globals.c, jinja_methods.c, jinja_filters.c, jinja_tests.c. */
 int jj_call_global(struct rs *r, int line, int g, const struct argv_ *a, jv *out);
 int jj_call_method(struct rs *r, int line, jv self, int m, const struct argv_ *a, jv *out);
 int jj_run_filter(struct rs *r, int line, int id, jv v, const struct argv_ *a, jv *out);
