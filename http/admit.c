@@ -51,7 +51,7 @@ static void evict_one(struct baton_http *h, struct conn *fresh)
 		    v == fresh ? "refused (none idle to make room)" : "closed to make room (oldest idle)");
 }
 
-void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+void hs_on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
     enum MHD_ConnectionNotificationCode toe)
 {
 	struct baton_http *h = cls;

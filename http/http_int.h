@@ -151,12 +151,12 @@ struct baton_http {
 	bool reaper_on;
 };
 
-void unref_unlock(struct baton_http_req *r);
-int add_headers(struct MHD_Response *resp, const char *ctype, const char *const *headers);
-struct MHD_Response *error_resp(int status, int err, const char *msg);
-void cors_headers(const struct baton_http_req *r, struct MHD_Response *resp);
-void park(struct baton_http_req *r, struct MHD_Response *resp, int status);
-void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+void hs_unref_unlock(struct baton_http_req *r);
+int hs_add_headers(struct MHD_Response *resp, const char *ctype, const char *const *headers);
+struct MHD_Response *hs_error_resp(int status, int err, const char *msg);
+void hs_cors_headers(const struct baton_http_req *r, struct MHD_Response *resp);
+void hs_park(struct baton_http_req *r, struct MHD_Response *resp, int status);
+void hs_on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
     enum MHD_ConnectionNotificationCode toe);
 
 #endif

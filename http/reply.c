@@ -24,7 +24,7 @@
 
 /* ---- responses ------------------------------------------------------------------- */
 
-int add_headers(struct MHD_Response *resp, const char *ctype, const char *const *headers)
+int hs_add_headers(struct MHD_Response *resp, const char *ctype, const char *const *headers)
 {
 	if (ctype && MHD_add_response_header(resp, "Content-Type", ctype) != MHD_YES)
 		return -1;
@@ -51,7 +51,7 @@ static struct MHD_Response *make_resp(const char *ctype, const void *body, size_
 {
 	struct MHD_Response *resp = MHD_create_response_from_buffer(len, (void *)(len ? body : ""),
 	    MHD_RESPMEM_MUST_COPY);
-	if (resp && add_headers(resp, ctype, headers) != 0) {
+	if (resp && hs_add_headers(resp, ctype, headers) != 0) {
 		MHD_destroy_response(resp);
 		resp = NULL;
 	}
@@ -72,7 +72,7 @@ json_t *http_error_json(int status, int err, const char *msg)
 	return j;
 }
 
-struct MHD_Response *error_resp(int status, int err, const char *msg)
+struct MHD_Response *hs_error_resp(int status, int err, const char *msg)
 {
 	json_t *j = http_error_json(status, err, msg);
 	char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
@@ -86,7 +86,7 @@ struct MHD_Response *error_resp(int status, int err, const char *msg)
 }
 
 /* An answer to a page of a CORS origin says it may read it. */
-void cors_headers(const struct baton_http_req *r, struct MHD_Response *resp)
+void hs_cors_headers(const struct baton_http_req *r, struct MHD_Response *resp)
 {
 	if (!r->cors[0])
 		return;
@@ -96,9 +96,9 @@ void cors_headers(const struct baton_http_req *r, struct MHD_Response *resp)
 }
 
 /* Parks resp as r's answer and wakes its connection (under h->mu). */
-void park(struct baton_http_req *r, struct MHD_Response *resp, int status)
+void hs_park(struct baton_http_req *r, struct MHD_Response *resp, int status)
 {
-	cors_headers(r, resp);
+	hs_cors_headers(r, resp);
 	r->resp = resp;
 	r->status = (unsigned)status;
 	r->st = RQ_ANSWER;
@@ -120,20 +120,20 @@ int http_reply(struct baton_http_req *r, int status, const char *ctype, const vo
 		if (r->mhd_done || r->st != RQ_HANDLING) {
 			rc = BATON_ECLOSED;
 		} else if (!resp) {
-			resp = error_resp(500, BATON_ENOMEM, "out of memory");
+			resp = hs_error_resp(500, BATON_ENOMEM, "out of memory");
 			rc = BATON_ENOMEM;
 			if (resp) {
-				park(r, resp, 500);
+				hs_park(r, resp, 500);
 				resp = NULL;
 			}
 		} else {
-			park(r, resp, status);
+			hs_park(r, resp, status);
 			resp = NULL;
 		}
 	}
 	if (resp)
 		MHD_destroy_response(resp);
-	unref_unlock(r);
+	hs_unref_unlock(r);
 	return rc;
 }
 

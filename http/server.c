@@ -109,7 +109,7 @@ static bool req_unref(struct baton_http_req *r)
 	return --h->refs == 0;
 }
 
-void unref_unlock(struct baton_http_req *r)
+void hs_unref_unlock(struct baton_http_req *r)
 {
 	struct baton_http *h = r->h;
 	bool last = req_unref(r);
@@ -249,10 +249,10 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *c)
 static enum MHD_Result answer_now(struct baton_http_req *r, struct MHD_Connection *c, int status, int err,
     const char *msg)
 {
-	struct MHD_Response *resp = error_resp(status, err, msg);
+	struct MHD_Response *resp = hs_error_resp(status, err, msg);
 	if (!resp)
 		return MHD_NO;
-	cors_headers(r, resp);
+	hs_cors_headers(r, resp);
 	enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, resp);
 	MHD_destroy_response(resp);
 	r->answered = true;
@@ -327,7 +327,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
 				ret = MHD_NO;
 				break;
 			}
-			cors_headers(r, pre);
+			hs_cors_headers(r, pre);
 			MHD_add_response_header(pre, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
 			/* the headers the page asks for (SDKs send their own x-*
 			 * ones), when they are plain header names */
@@ -474,7 +474,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
 	struct MHD_Response *drop = r->resp;
 	r->resp = NULL;
 	pthread_cond_broadcast(&h->sent_cv);
-	unref_unlock(r);
+	hs_unref_unlock(r);
 	if (drop)
 		MHD_destroy_response(drop);
 	if (cb.fn)
@@ -526,7 +526,7 @@ static void *reaper(void *arg)
 		if (h->stopping)
 			break;
 		double t = baton_now_s();
-		/* under h->mu, on_connection(CLOSED) has not run: the fd is still theirs */
+		/* under h->mu, hs_on_connection(CLOSED) has not run: the fd is still theirs */
 		for (struct conn *k = h->conns; k; k = k->next) {
 			if (k->deadline > 0 && t > k->deadline && k->fd >= 0) {
 				k->deadline = 0;
@@ -740,7 +740,7 @@ int http_open(const struct baton_http_opts *o, baton_http_fn fn, void *arg, stru
 	    MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)64 * 1024,
 	    MHD_OPTION_URI_LOG_CALLBACK, on_uri, h,
 	    MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
-	    MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
+	    MHD_OPTION_NOTIFY_CONNECTION, hs_on_connection, h,
 	    MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
 	    MHD_OPTION_END);
 	if (!h->d) {
@@ -767,9 +767,9 @@ void http_close(struct baton_http *h)
 			continue;
 		if ((r->st == RQ_QUEUED || r->st == RQ_HANDLING) && !r->answered) {
 			r->answered = true;
-			struct MHD_Response *e = error_resp(503, BATON_ECLOSED, "the server is shutting down");
+			struct MHD_Response *e = hs_error_resp(503, BATON_ECLOSED, "the server is shutting down");
 			if (e) {
-				park(r, e, 503);
+				hs_park(r, e, 503);
 			} else {
 				r->st = RQ_SENT; /* no answer: the connection ends with the daemon */
 				MHD_resume_connection(r->conn);

@@ -61,7 +61,7 @@ static void stream_free(void *cls)
 	if (!s->r)
 		return; /* http_stream_open failed before s was the request's */
 	pthread_mutex_lock(&s->r->h->mu);
-	unref_unlock(s->r);
+	hs_unref_unlock(s->r);
 }
 
 struct baton_http_stream *http_stream_open(struct baton_http_req *r, int status, const char *ctype,
@@ -71,7 +71,7 @@ struct baton_http_stream *http_stream_open(struct baton_http_req *r, int status,
 	struct baton_http_stream *s = calloc(1, sizeof *s);
 	struct MHD_Response *resp = s ? MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024,
 	    stream_read, s, stream_free) : NULL;
-	if (resp && add_headers(resp, ctype, headers) != 0) {
+	if (resp && hs_add_headers(resp, ctype, headers) != 0) {
 		MHD_destroy_response(resp); /* its stream_free sees s->r NULL */
 		resp = NULL;
 	}
@@ -80,12 +80,12 @@ struct baton_http_stream *http_stream_open(struct baton_http_req *r, int status,
 		if (!r->answered) {
 			r->answered = true;
 			if (!r->mhd_done && r->st == RQ_HANDLING) {
-				struct MHD_Response *e = error_resp(500, BATON_ENOMEM, "out of memory");
+				struct MHD_Response *e = hs_error_resp(500, BATON_ENOMEM, "out of memory");
 				if (e)
-					park(r, e, 500);
+					hs_park(r, e, 500);
 			}
 		}
-		unref_unlock(r);
+		hs_unref_unlock(r);
 		if (resp)
 			MHD_destroy_response(resp); /* s->r is NULL: its free callback does nothing */
 		free(s);
@@ -95,7 +95,7 @@ struct baton_http_stream *http_stream_open(struct baton_http_req *r, int status,
 	r->stream = s;
 	r->answered = true;
 	r->refs++;               /* the response's (dropped in stream_free) */
-	park(r, resp, status);   /* the application's reference goes with s */
+	hs_park(r, resp, status);   /* the application's reference goes with s */
 	pthread_mutex_unlock(&h->mu);
 	return s;
 }
@@ -157,7 +157,7 @@ static void stream_end(struct baton_http_stream *s, bool aborted)
 		s->waiting = false;
 		MHD_resume_connection(r->conn);
 	}
-	unref_unlock(r); /* the application's reference */
+	hs_unref_unlock(r); /* the application's reference */
 }
 
 void http_stream_close(struct baton_http_stream *s)
