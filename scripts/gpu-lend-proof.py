@@ -494,6 +494,12 @@ class Proof:
                 fail("%s: the %s view lacks %r (written to %s/%s-%s*)" % (tag, view, text, self.out, tag, view))
         step("views (%s): status, top, /metrics, /v1/status show %s" % (tag, ", ".join(t for _, t in want[:3])))
 
+    def log_lines(self, log, word, n=12):
+        try:
+            return "".join([x for x in open(os.path.join(self.dir, log)) if word in x][-n:])
+        except OSError:
+            return "(no %s)" % log
+
     def tail(self, log, n=2000):
         try:
             return open(os.path.join(self.dir, log)).read()[-n:]
@@ -513,6 +519,9 @@ class Proof:
                               "120s", "--"] + job, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              env=self.env)
         self.procs.append(p)
+        self.job_lines = []
+        reader = threading.Thread(target=lambda: self.job_lines.extend(iter(p.stdout.readline, "")), daemon=True)
+        reader.start()
         lease = wait_for("the lease granted", lambda: (lambda x: x if x and x["state"] == "leased" else None)(
             self.eng("job")) or (p.poll() is not None and fail("baton run exited %d before its lease: %s"
                                                                % (p.returncode, p.stderr.read()))), timeout=120)
@@ -527,8 +536,13 @@ class Proof:
                            ("metrics", 'baton_engine_kind{engine="job",kind="lease"} 1'),
                            ("dashboard.json", '"kind": "lease"')])
         open(go, "w").close()
-        out, err = p.communicate(timeout=120)
-        out = self.job_out + out
+        try:
+            p.wait(120)
+        except subprocess.TimeoutExpired:
+            fail("the job did not end within 120 s of its go")
+        reader.join(10)
+        err = p.stderr.read()
+        out = "".join(self.job_lines)
         with open(os.path.join(self.out, "job.txt"), "w") as f:
             f.write(out + "\n--- stderr\n" + err)
         if p.returncode != 0:
@@ -560,22 +574,16 @@ class Proof:
             granted_s, job_s, "; over its grant: %s" % over[0].get("reason") if over else ""))
 
     def _job_filled(self, p):
-        if not hasattr(self, "job_out"):
-            self.job_out = ""
-        import select
-        while select.select([p.stdout], [], [], 0)[0]:
-            line = p.stdout.readline()
-            if not line:
-                if p.poll() is not None:
-                    fail("the job ended early (%s): %s" % (p.returncode, self.job_out + p.stderr.read()))
-                break
-            self.job_out += line
+        """Whether the job said it filled and checked its memory (its
+        stdout is read by a thread into self.job_lines)."""
+        for line in list(self.job_lines):
             if "job: FAIL" in line:
                 fail(line.strip())
             if "job: ok:" in line:
                 return True
         if p.poll() is not None:
-            fail("the job ended early (%s): %s" % (p.returncode, self.job_out + p.stderr.read()))
+            time.sleep(0.2)
+            fail("the job ended early (%s): %s%s" % (p.returncode, "".join(self.job_lines), p.stderr.read()))
         return False
 
     # -- proof 2
@@ -629,14 +637,14 @@ class Proof:
         serve_s = time.time() - t
         x = self.eng("holder")
         if x["state"] != "parked" or x["resident"] != 0:
-            fail("the holder is %s with %d bytes after the engine's refill, not parked" % (x["state"],
-                                                                                          x["resident"]))
+            fail("the holder is %s with %d bytes after the engine's refill, not parked; the broker's log says:\n%s"
+                 % (x["state"], x["resident"], self.log_lines("broker.log", "holder")))
         if answer != before:
             fail("the engine answers differently after the park: %r, before %r" % (answer, before))
         smi_parked = self.proc_mib(pid)
         used_parked = self.dev_used_mib()
         rss1, avail1 = self.rss(pid), self.mem_available()
-        park = self._move_ms("holder", "park")
+        park, park_bytes = self._move_ms("holder", "park")
         step("holder: parked in %.2f s; the engine refilled and answered the same in %.2f s (request to answer)"
              % (park / 1e3, serve_s))
         if self.cuda:
@@ -657,7 +665,7 @@ class Proof:
         self.baton("release", "eng")
         wait_for("the holder resumed", lambda: self.eng("holder")["state"] == "ready", timeout=120)
         back_s = time.time() - t
-        resume = self._move_ms("holder", "resume")
+        resume, resume_bytes = self._move_ms("holder", "resume")
         smi_back = self.proc_mib(pid)
         rss2 = self.rss(pid)
         chk = self.holder_cmd("check")
@@ -672,8 +680,11 @@ class Proof:
                                                                s2.split()[2] + " s"))
         if self.cuda and smi_before is not None and smi_back is not None and smi_back < self.hold_gib * 1024:
             fail("nvidia-smi lists the resumed holder with %s MiB" % smi_back)
-        nbytes = self.hold_gib * GIB
-        p = {"park_s": park / 1e3, "resume_s": resume / 1e3,
+        # the bytes moved: what the broker counted the process at when it
+        # parked it (NVML's figure: its tensors and its context)
+        nbytes = park_bytes or self.hold_gib * GIB
+        p = {"park_s": park / 1e3, "resume_s": resume / 1e3, "parked_bytes": nbytes,
+             "resume_event_bytes": resume_bytes,
              "park_gbps": nbytes / (park / 1e3) / 1e9 if park else None,
              "resume_gbps": nbytes / (resume / 1e3) / 1e9 if resume else None,
              "h2d_ceiling_gbps": ceil["h2d"], "d2h_ceiling_gbps": ceil["d2h"],
@@ -682,9 +693,9 @@ class Proof:
              "holder_rss_mib": [rss0, rss1, rss2], "mem_available_mib": [avail0, avail1],
              "serve_after_park_s": serve_s}
         self.summary["park"] = p
-        step("park %.2f s = %.1f GB/s (device-to-host ceiling %.1f); resume %.2f s = %.1f GB/s (host-to-device "
-             "ceiling %.1f)" % (p["park_s"], p["park_gbps"] or 0, ceil["d2h"], p["resume_s"], p["resume_gbps"] or 0,
-                                ceil["h2d"]))
+        step("park of %.2f GiB: %.2f s = %.1f GB/s (device-to-host ceiling %.1f); resume %.2f s = %.1f GB/s "
+             "(host-to-device ceiling %.1f)" % (nbytes / GIB, p["park_s"], p["park_gbps"] or 0, ceil["d2h"],
+                                                p["resume_s"], p["resume_gbps"] or 0, ceil["h2d"]))
         step("host memory of the parked process: VmRSS %s -> %s -> %s MiB (before, parked, resumed); "
              "MemAvailable %s -> %s MiB" % (rss0, rss1, rss2, avail0, avail1))
         self.holder_cmd("compute 1")
@@ -706,7 +717,7 @@ class Proof:
             back = [e for e in evs[parks[-1] + 1:] if e.get("kind") == "refill" and e.get("state") == "ready"]
             return back[0] if back else None
         e = wait_for("the %s event of %s (events.jsonl)" % (word, engine), find, timeout=10)
-        return e["ms"]
+        return e["ms"], e.get("bytes", 0)
 
     def rss(self, pid):
         try:
