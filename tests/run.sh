@@ -28,6 +28,8 @@
 # no compiled program (those marked "# test: pure" in their first 30
 # lines): make test's sanitizer pass, where they would only repeat.
 # run.sh --serial: the serial phase alone (to time it).
+# run.sh --list-serial: its plan, one item a line: step number, script and
+# the arguments it gets, tab-separated (tests/run_test.py checks it).
 # Scripts find the build through $BUILD (default build). A test binary or
 # script that dies without its summary line counts as one failure. With
 # TEST_TOTALS set, the totals are also appended to that file as
@@ -132,10 +134,13 @@ report() {
 
 # start ITEM: starts a binary (a path under build/) or a script in the
 # background, named for its log.
-# An item SCRIPT::CASES runs SCRIPT with those cases as its arguments.
-start() {
+# item_args ITEM: the arguments an item gives its script, one a line: the
+# cases after SCRIPT::, or for SCRIPT::rest those every other item of the
+# script names, each as -CASE.
+item_args() {
 	local path=${1%%::*} cases=() i c more
-	[ "$path" != "$1" ] && IFS=, read -r -a cases <<<"${1#*::}"
+	[ "$path" != "$1" ] || return 0
+	IFS=, read -r -a cases <<<"${1#*::}"
 	if [ "${cases[*]}" = rest ]; then
 		cases=()
 		for i in $SERIAL_STEPS; do
@@ -144,6 +149,13 @@ start() {
 			for c in "${more[@]}"; do cases+=("-$c"); done
 		done
 	fi
+	for c in "${cases[@]}"; do echo "$c"; done
+}
+
+# An item SCRIPT::CASES runs SCRIPT with those cases as its arguments.
+start() {
+	local path=${1%%::*} cases=()
+	mapfile -t cases < <(item_args "$1")
 	case $path in
 	*.py) run_one "$(name_of "$1")" /usr/bin/python3 "$path" "${cases[@]}" ;;
 	*.sh) run_one "$(name_of "$1")" sh "$path" "${cases[@]}" ;;
@@ -200,6 +212,17 @@ is_pure() {
 scripts=1 skip_pure=0 serial_only=0
 case ${1:-} in
 --serial) serial_only=1; shift ;;
+--list-serial)
+	n=0
+	while IFS= read -r line; do
+		n=$((n + 1))
+		for i in $line; do
+			printf '%s\t%s' "$n" "${i%%::*}"
+			item_args "$i" | while IFS= read -r a; do printf '\t%s' "$a"; done
+			echo
+		done
+	done <<<"$SERIAL_STEPS"
+	exit 0 ;;
 --bins-only) scripts=0; JOBS=1; shift ;;
 --no-scripts) scripts=0; shift ;;
 --skip-pure) skip_pure=1; shift ;;
