@@ -243,10 +243,12 @@ class Fleet:
             f.write(self.get("/metrics"))
         with open(os.path.join(self.out, "models-%d-%s.json" % (n, model)), "w") as f:
             f.write(json.dumps(json.loads(self.get("/v1/models")), indent=1))
+        parts["rest"] = ttft - parts["start"] - parts["refill"] - parts["prefill"]  # the client's and the door's own
         step("%d. %-3s %-34s TTFT %7.2f s = start %6.2f (arena %6.2f + engine %5.2f) + refill %5.2f + "
-             "prefill %5.2f; resident %s" % (n, model, what, ttft, parts["start"], parts["arena"], parts["engine"],
-                                             parts["refill"], parts["prefill"],
-                                             ", ".join("%s %.0f MiB" % (k, v / MIB) for k, v in sorted(holds.items()))))
+             "prefill %5.2f + rest %5.2f; resident %s" % (
+                 n, model, what, ttft, parts["start"], parts["arena"], parts["engine"], parts["refill"],
+                 parts["prefill"], parts["rest"],
+                 ", ".join("%s %.0f MiB" % (k, v / MIB) for k, v in sorted(holds.items()))))
         other = [k for k in holds if k != model]
         if holds.get(model, 0) < self.experts * 0.99:
             fail("request %d: %s holds %.0f MiB after it served, not its %.0f MiB of experts"
