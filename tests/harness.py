@@ -957,15 +957,24 @@ def need(path):
 
 
 def run_cases(cases, only=(), make=BrokerCase, logs=("broker", "a", "b", "c"), summary=None):
-    """Runs each case (all when `only` is empty) with a fresh fixture from
-    make() (make=None: the case takes no fixture). A sanitizer report in
+    """Runs each case (all when `only` is empty; names in `only` that start
+    with "-" leave that case out, as tests/run.sh's SCRIPT::-CASE does)
+    with a fresh fixture from make() (make=None: the case takes no fixture). A sanitizer report in
     any log fails the case; on failure the traceback and the logs' tails
     are shown. A case may return a string: it follows its "ok" line.
     summary(), when given, prints before the last line, which is
     "N passed, N failed". Returns the exit status."""
     passed = failed = 0
+    names = {c.__name__ for c in cases}
+    skip = {n[1:] for n in only if n.startswith("-")}
+    only = [n for n in only if not n.startswith("-")]
+    unknown = sorted((set(only) | skip) - names)
+    if unknown:  # a typo would run nothing, or everything, and pass
+        print("FAIL no such case: %s" % ", ".join(unknown))
+        print("0 passed, 1 failed")
+        return 1
     for case in cases:
-        if only and case.__name__ not in only:
+        if (only and case.__name__ not in only) or case.__name__ in skip:
             continue
         c = make() if make else None
         t0 = time.time()
