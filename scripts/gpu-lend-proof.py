@@ -762,10 +762,11 @@ class Proof:
             with open(os.path.join(self.out, "summary.json"), "w") as f:
                 json.dump(self.summary, f, indent=1)
             if not self.a.keep_arena and getattr(self, "arena", None):
-                try:
-                    os.unlink(self.arena)
-                except OSError:
-                    pass
+                for f in (self.arena, self.arena + ".lock"):  # the lock baton-arena leaves beside it
+                    try:
+                        os.unlink(f)
+                    except OSError:
+                        pass
             shutil.rmtree(self.dir, ignore_errors=True)
 
 
