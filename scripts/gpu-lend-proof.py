@@ -461,7 +461,11 @@ class Proof:
         self.summary["engine_start_s"] = time.time() - t
         step("engine: started in %.1f s, %s" % (self.summary["engine_start_s"], box["http"]))
         t = time.time()
-        self.baton("refill", "eng", timeout=120)
+        # registered cold; a refill of its own at start may be under way: wait for it to settle
+        e = wait_for("the engine registered and settled", lambda: (lambda x: x if x and x["state"] in (
+            "ready", "released", "partial") else None)(self.eng("eng")), timeout=120)
+        if e["resident"] < self.expert_bytes:
+            self.baton("refill", "eng", timeout=120)
         e = wait_for("the engine whole", lambda: (lambda x: x if x["state"] == "ready" and x["resident"] >=
                                                   self.expert_bytes else None)(self.eng("eng")), timeout=60)
         if e["resident"] != self.expert_bytes:
