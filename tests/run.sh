@@ -52,27 +52,27 @@ timed=0
 # the other. Each bounds the time of what it sees (heartbeat timeouts,
 # refill steps against a command timeout, a stalled engine answered within
 # a second, a browser's page read during a 2 s refill), or loads every core
-# (the stress case, the soak, the benchmark, chromium), or chooses between
-# engines by how long each was idle (broker_test's ordering cases: tenths
-# of a second apart, a heartbeat late under load picks another). A step is
-# one line:
+# (the stress case, the soak, the benchmark, chromium). A step is one line;
 # its items run at once (SERIAL_JOBS at a time, default 5, the first
-# first), since what they bound is a clock, not the CPU: refills slowed by
-# BATON_TEST_REFILL_STEP_MS, heartbeats, timeouts; the items that load
-# every core are steps of their own. An item is a script, or SCRIPT::CASES:
-# the cases named (comma-separated; -CASE: all but it, as
-# tests/harness.py's run_cases takes them), or SCRIPT::rest: the cases no
-# other item names (a case added to the script lands there). The items of
-# one script are separate processes, each case with its own directories.
+# first). Those that load every core, and broker_test's cases that bound
+# CPU time (engines started, requests served, an idle timer or a heartbeat
+# read within a second or two, the choice between engines idle tenths of a
+# second apart), are steps of one item, their cases one after the other;
+# the last step holds what bounds a clock and not the CPU: ops_test's
+# refills slowed by BATON_TEST_REFILL_STEP_MS (seconds of sleeping each,
+# with margins of seconds) and broker_test's cases without a time bound.
+# An item is a script, or SCRIPT::CASES: the cases named (comma-separated;
+# -CASE: all but it, as tests/harness.py's run_cases takes them), or
+# SCRIPT::rest: the cases no other item names (a case added to the script
+# lands there). The items of one script are separate processes, each case
+# with its own directories.
 SERIAL_STEPS="broker/broker_test.py::t_stress
 broker/api/dashboard_test.py
 tests/soak_test.py
 engine/model/model_bench_test.sh
-broker/broker_test.py::t_two_engines_alternate,t_priority_and_idle_order,t_longest_idle,t_pinned_and_bounded_wait
-broker/broker_test.py::t_idle_release,t_sighup_reload,t_cli_and_handoff,t_engine_silent,t_engine_kill_during_refill,t_engine_kill_during_gen \
-	broker/ops_test.py::t_progress_bar_on_terminal_only broker/ops_test.py::t_diagnosis_counts_refilling \
+broker/broker_test.py::t_two_engines_alternate,t_priority_and_idle_order,t_longest_idle,t_pinned_and_bounded_wait,t_pinned_leaves_part,t_idle_release,t_engine_silent,t_engine_kill_during_refill,t_engine_kill_during_gen,t_broker_restart_under_load,t_engine_without_broker
+broker/ops_test.py::t_progress_bar_on_terminal_only broker/ops_test.py::t_diagnosis_counts_refilling \
 	broker/ops_test.py::t_release_during_refill_says_refilling broker/ops_test.py::t_cli_waits_while_the_broker_answers \
-	broker/broker_test.py::t_engine_kill_during_handoff,t_broker_restart_under_load,t_stale_epoch,t_engine_without_broker,t_acquire_resent \
 	broker/ops_test.py::t_long_refill_progresses broker/ops_test.py::rest broker/broker_test.py::rest"
 SERIAL_JOBS=${SERIAL_JOBS:-5}
 # The scripts of the serial phase (each once, whatever cases its items name).
