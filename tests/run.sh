@@ -71,9 +71,11 @@ broker/api/dashboard_test.py
 tests/soak_test.py
 engine/model/model_bench_test.sh
 broker/broker_test.py::t_two_engines_alternate,t_priority_and_idle_order,t_longest_idle,t_pinned_and_bounded_wait,t_pinned_leaves_part,t_idle_release,t_engine_silent,t_engine_kill_during_refill,t_engine_kill_during_gen,t_broker_restart_under_load,t_engine_without_broker
-broker/ops_test.py::t_progress_bar_on_terminal_only broker/ops_test.py::t_diagnosis_counts_refilling \
-	broker/ops_test.py::t_release_during_refill_says_refilling broker/ops_test.py::t_cli_waits_while_the_broker_answers \
-	broker/ops_test.py::t_long_refill_progresses broker/ops_test.py::rest broker/broker_test.py::rest"
+broker/broker_test.py::t_config_and_flags,t_headroom,t_total_mib,t_shrink_rather_than_release,t_event_bytes_are_device_memory,t_handoff_takes_only_what_b_lacks \
+	broker/broker_test.py::rest broker/ops_test.py::t_progress_bar_on_terminal_only \
+	broker/ops_test.py::t_diagnosis_counts_refilling broker/ops_test.py::t_cli_waits_while_the_broker_answers \
+	broker/ops_test.py::t_release_during_refill_says_refilling broker/ops_test.py::t_long_refill_progresses \
+	broker/ops_test.py::rest"
 SERIAL_JOBS=${SERIAL_JOBS:-5}
 # The scripts of the serial phase (each once, whatever cases its items name).
 SERIAL=$(for i in $SERIAL_STEPS; do echo "${i%%::*}"; done | sort -u)
