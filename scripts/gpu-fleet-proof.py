@@ -260,8 +260,11 @@ class Fleet:
     def run(self):
         try:
             if self.cuda:
-                r = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
-                                    "--format=csv,noheader"], capture_output=True, text=True)
+                try:
+                    r = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
+                                        "--format=csv,noheader"], capture_output=True, text=True, timeout=30)
+                except (OSError, subprocess.TimeoutExpired) as e:
+                    fail("nvidia-smi: %s" % e)
                 if r.returncode != 0:
                     fail("nvidia-smi failed: %s" % r.stderr.strip())
                 step("device: %s" % r.stdout.strip())
@@ -296,6 +299,12 @@ class Fleet:
         except ProofError as e:
             print("FAIL: %s" % e, flush=True)
             self.summary["failed"] = str(e)
+            return 1
+        except Exception as e:  # noqa: BLE001 (a bug of this script: said as loudly)
+            import traceback
+            traceback.print_exc()
+            print("FAIL: %r (a bug of gpu-fleet-proof.py)" % e, flush=True)
+            self.summary["failed"] = repr(e)
             return 1
         finally:
             if self.proc and self.proc.poll() is None:

@@ -330,8 +330,11 @@ class Proof:
     def smi(self, query):
         if not self.cuda:
             return None
-        r = subprocess.run(["nvidia-smi", "--query-" + query, "--format=csv,noheader,nounits"],
-                           capture_output=True, text=True)
+        try:
+            r = subprocess.run(["nvidia-smi", "--query-" + query, "--format=csv,noheader,nounits"],
+                               capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            fail("nvidia-smi: %s" % e)
         if r.returncode != 0:
             fail("nvidia-smi --query-%s failed: %s" % (query, r.stderr.strip()))
         return [[x.strip() for x in line.split(",")] for line in r.stdout.strip().splitlines() if line.strip()]
@@ -756,6 +759,12 @@ class Proof:
         except ProofError as e:
             print("FAIL: %s" % e, flush=True)
             self.summary["failed"] = str(e)
+            return 1
+        except Exception as e:  # noqa: BLE001 (a bug of this script: said as loudly)
+            import traceback
+            traceback.print_exc()
+            print("FAIL: %r (a bug of gpu-lend-proof.py)" % e, flush=True)
+            self.summary["failed"] = repr(e)
             return 1
         finally:
             self.stop_all()
