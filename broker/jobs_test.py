@@ -436,7 +436,9 @@ def t_park_policy_end_to_end(c):
         wait_for("a holds", lambda: entry(c, "a")["resident"] == CEIL, timeout=10 * SLOW)
         x1, x5 = entry(c, "x1"), entry(c, "x5")
         assert x1["state"] == "parked" and x1["resident"] == 0 and x5["state"] == "ready", (x1, x5)
-        assert proc_state(p1.pid) == "T" and proc_state(p5.pid) != "T"
+        # SIGSTOP is delivered after kill() returns: the stop is waited for
+        wait_for("x1 stopped", lambda: proc_state(p1.pid) == "T", timeout=2 * SLOW)
+        assert proc_state(p5.pid) != "T"
         kept = json.load(open(os.path.join(c.dir, "broker.state.parked")))
         assert kept["parked"]["x1"]["pid"] == p1.pid and kept["parked"]["x1"]["bytes"] == 20 * MIB, kept
         st = json.loads(cli(c, "status", "--json").stdout)
@@ -452,7 +454,7 @@ def t_park_policy_end_to_end(c):
         # by hand: park, then resume
         r = cli(c, "park", "x5")
         assert r.returncode == 0 and "parked" in r.stdout, (r.stdout, r.stderr)
-        assert proc_state(p5.pid) == "T"
+        wait_for("x5 stopped", lambda: proc_state(p5.pid) == "T", timeout=2 * SLOW)
         r = cli(c, "park", "x5")
         assert r.returncode == 1 and "parked already" in r.stderr, r.stderr
         r = cli(c, "resume", "x5")
