@@ -83,7 +83,7 @@ SERIAL=$(for i in $SERIAL_STEPS; do echo "${i%%::*}"; done | sort -u)
 # Started first, longest first (as measured on the 2-core VM: the longer of
 # each one's two passes, make test on 2026-12-02): the pool then ends on
 # short jobs instead of waiting for a long one started last. A name not here keeps its place after them.
-LONG_FIRST="engine/serve/structured_test.py engine/serve/serve_test.py engine_model broker/jobs_test.py
+LONG_FIRST="scripts/bench_peer_test.sh engine/serve/structured_test.py engine/serve/serve_test.py engine_model broker/jobs_test.py
 	engine/serve/openai_test.py broker/cli/cli_test.py proto/interop_test.py broker/door/door_test.py text_tokenize
 	tests/kill_test.py broker/api/http_test.py tests/fault_test.py engine_serve_sched arena/kill_test.py
 	arena/sources_test.py proto_transport tests/hostile_test.py broker/security_test.py engine_cache
