@@ -104,7 +104,7 @@ static pthread_mutex_t ign_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct { char name[48]; unsigned long long count; } ign[MAX_IGNORED];
 static unsigned long long ign_others;
 
-static void note_ignored(const char *where, const char *key)
+void oai_note_ignored(const char *where, const char *key)
 {
 	char name[48];
 	snprintf(name, sizeof name, "%s%s", where, key);
@@ -171,7 +171,7 @@ static int check_keys(enum oai_kind kind, json_t *root, struct oai_error *e)
 			if (strcmp(key, rules[i].name) == 0 && (rules[i].kinds & k))
 				f = &rules[i];
 		if (!f) {
-			note_ignored("", key);
+			oai_note_ignored("", key);
 			continue;
 		}
 		if (f->how == DEF && !json_is_null(v) && !is_default(v, f->def))
@@ -358,7 +358,7 @@ static int parse_messages(json_t *root, struct oai_request *r, struct oai_error 
 			while (mk[j] && strcmp(key, mk[j]))
 				j++;
 			if (!mk[j])
-				note_ignored("messages[].", key);
+				oai_note_ignored("messages[].", key);
 			else if (j >= 6 && !json_is_null(v) && !(j == 6 && json_is_string(v))) {
 				/* refusal: a string is kept out of the prompt, as OpenAI's own */
 				snprintf(param, sizeof param, "messages[%zu].%s", i, key);
@@ -844,7 +844,7 @@ static int parse_body(enum oai_kind kind, const char *served, json_t *root, uint
 		json_t *v;
 		json_object_foreach(so, k, v)
 			if (strcmp(k, "include_usage") && strcmp(k, "include_obfuscation"))
-				note_ignored("stream_options.", k);
+				oai_note_ignored("stream_options.", k);
 		if (!r->stream && iu && json_is_true(iu))
 			return oai_errorf(e, 400, INVALID, NULL, "stream_options",
 			    "stream_options: include_usage only when stream is true");

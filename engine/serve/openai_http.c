@@ -67,6 +67,7 @@ struct oreq {
 	int index;
 	char *echo;                 /* completions' echo: the prompt's text, first */
 	size_t echo_len;
+	struct oai_resp *resp;      /* /v1/responses: its output items and events (responses.c) */
 };
 
 static uint64_t random64(void)
@@ -102,6 +103,7 @@ static void oreq_free(struct oreq *q)
 	json_decref(q->calls);
 	json_decref(q->lp);
 	free(q->echo);
+	oai_resp_free(q->resp);
 	free(q);
 }
 
@@ -240,6 +242,12 @@ static int write_event(struct oreq *q, json_t *j)
 	return rc;
 }
 
+static int resp_write(void *arg, const char *ev, size_t n)
+{
+	struct oreq *q = arg;
+	return http_stream_write(q->st, ev, n);
+}
+
 static void open_stream(struct oreq *q)
 {
 	static const char *const hdr[] = { "Cache-Control: no-cache", "X-Accel-Buffering: no", NULL };
@@ -255,6 +263,11 @@ static void open_stream(struct oreq *q)
 	} else {
 		q->st = http_stream_open(q->r, 200, "text/event-stream", hdr);
 	}
+	if (q->resp) {
+		if (q->st)
+			oai_resp_begin(q->resp, q->srv->model, q->created, resp_write, q);
+		return;
+	}
 	if (q->st && q->q.kind == OAI_CHAT)
 		write_event(q, oai_chunk(q->q.kind, q->id, q->created, q->srv->model, "assistant", NULL, 0,
 		    NULL, q->q.include_usage));
@@ -269,6 +282,11 @@ static void open_stream(struct oreq *q)
 static void on_piece(void *arg, enum oai_piece_kind k, const char *t, size_t n, const struct oai_tool_call *c)
 {
 	struct oreq *q = arg;
+	if (q->resp) {
+		if (oai_resp_piece(q->resp, k, t, n, c))
+			q->write_failed = 1;
+		return;
+	}
 	if (!q->q.stream) {
 		if (k == OAI_P_TOOL || k == OAI_P_TOOL_START) {
 			if (!q->calls)
@@ -431,12 +449,52 @@ static void batch_done(struct oreq *q, int rc, const char *err, struct baton_gen
 	oreq_free(q);
 }
 
+/* A /v1/responses request ended: its response, whole or as its last events. */
+static void resp_done(struct oreq *q, int rc, const char *err, struct baton_gen_result *res)
+{
+	const char *type;
+	struct oai_error e;
+	if (rc) {
+		int status = status_of(rc, &type);
+		oai_errorf(&e, status, type, NULL, NULL, "%s", err && err[0] ? err : baton_strerror(rc));
+	}
+	if (q->streaming) {
+		if (q->st) {
+			if (rc == 0 && strcmp(res->finish, "cancelled") != 0) {
+				if (!q->split_started++ && q->think_open)
+					oai_split_thinking(&q->sp);
+				oai_split_finish(&q->sp);
+				json_decref(oai_resp_finish(q->resp, res));
+			} else if (rc) {
+				oai_resp_fail(q->resp, &e);
+			}
+			http_stream_close(q->st);
+		}
+	} else if (rc == 0) {
+		if (q->think_open)
+			oai_split_thinking(&q->sp);
+		if (oai_split_push(&q->sp, res->text, res->text_len) || oai_split_finish(&q->sp) || q->write_failed)
+			http_reply_error(q->r, 500, BATON_ENOMEM, "out of memory");
+		else
+			http_reply_json(q->r, 200, oai_resp_finish(q->resp, res));
+	} else {
+		static const char *const retry[] = { "Retry-After: 1", NULL };
+		reply_error(q->r, &e, http_retry_after(status_of(rc, &type)) ? retry : NULL);
+	}
+	generator_result_free(res);
+	oreq_free(q);
+}
+
 static void on_done(void *arg, int rc, const char *err, struct baton_gen_result *res)
 {
 	struct oreq *q = arg;
 	const char *type;
 	if (q->b) {
 		batch_done(q, rc, err, res);
+		return;
+	}
+	if (q->resp) {
+		resp_done(q, rc, err, res);
 		return;
 	}
 	if (q->streaming) {
@@ -679,6 +737,8 @@ static void completion_batch(struct oai_server *s, struct baton_http_req *r, jso
 	}
 }
 
+static void submit(struct oai_server *s, struct baton_http_req *r, struct oreq *q);
+
 static void completion(struct oai_server *s, struct baton_http_req *r, enum oai_kind kind)
 {
 	size_t len = 0;
@@ -700,6 +760,11 @@ static void completion(struct oai_server *s, struct baton_http_req *r, enum oai_
 		reply_error(r, &e, NULL);
 		return;
 	}
+	submit(s, r, q);
+}
+
+static void submit(struct oai_server *s, struct baton_http_req *r, struct oreq *q)
+{
 	struct sched_cb cb = { .on_text = on_text, .on_admit = on_admit, .on_done = on_done, .arg = q };
 	/* on_gone is set before the request can end (and free r) */
 	uint64_t sid = sched_new_id(s->o.sched);
@@ -710,6 +775,38 @@ static void completion(struct oai_server *s, struct baton_http_req *r, enum oai_
 		refuse_submit(r, rc);
 		oreq_free(q);
 	}
+}
+
+/* POST /v1/responses: translated into a chat request (responses.c), its
+ * answer split into output items, whole or as the Responses API's events. */
+static void responses(struct oai_server *s, struct baton_http_req *r)
+{
+	size_t len = 0;
+	const char *body = http_req_body(r, &len);
+	struct oai_error e;
+	struct oai_resp *rs = NULL;
+	char *chat = NULL;
+	if (oai_resp_parse(body, len, s->model, random64(), &chat, &rs, &e) != 0) {
+		reply_error(r, &e, NULL);
+		return;
+	}
+	struct oreq *q = prepare(s, r, OAI_CHAT, chat, strlen(chat), &e);
+	free(chat);
+	if (!q) {
+		oai_resp_param(&e);
+		reply_error(r, &e, NULL);
+		oai_resp_free(rs);
+		return;
+	}
+	q->resp = rs;
+	if (!q->split_on) { /* no tools, no thinking: all content, split all the same */
+		oai_split_free(&q->sp);
+		oai_split_init(&q->sp, OAI_TOOLS_NONE, 0, 0, NULL, random64(), on_piece, q);
+		q->split_on = 1;
+	}
+	if (!oai_resp_streaming(rs))
+		oai_resp_begin(rs, s->model, q->created, NULL, NULL);
+	submit(s, r, q);
 }
 
 /* POST /tokenize, as vLLM's: {"prompt"} (add_special_tokens, default
@@ -877,6 +974,27 @@ static void handler(void *arg, struct baton_http_req *r)
 			return;
 		}
 		completion(s, r, p[4] == 'c' && p[5] == 'h' ? OAI_CHAT : OAI_COMPLETION);
+		return;
+	}
+	if (strcmp(p, "/v1/responses") == 0) {
+		if (!post) {
+			oai_errorf(&e, 405, "invalid_request_error", NULL, NULL, "%s wants POST", p);
+			static const char *const allow[] = { "Allow: POST", NULL };
+			reply_error(r, &e, allow);
+			return;
+		}
+		responses(s, r);
+		return;
+	}
+	if (strncmp(p, "/v1/responses/", 14) == 0 && get) {
+		json_t *j = oai_resp_stored(p + 14);
+		if (j) {
+			http_reply_json(r, 200, j);
+		} else {
+			oai_errorf(&e, 404, "invalid_request_error", "not_found", NULL, "response '%.100s' is not kept by "
+			    "this engine (it keeps its last 256 stored responses, in memory)", p + 14);
+			reply_error(r, &e, NULL);
+		}
 		return;
 	}
 	if ((strcmp(p, "/tokenize") == 0 || strcmp(p, "/detokenize") == 0) && s->o.tok) {
