@@ -279,6 +279,10 @@ def t_errors(c):
     return "%d refusals" % len(cases)
 
 
+FORCED_JSON = '{"name": "Noah", "old": true}'
+FORCE = "weather in Paris\t" + FORCED_CALL + "\x1eDescribe Noah\t" + FORCED_JSON
+
+
 def node_suite(url, model, token=None, env=None):
     dest = h.npm_client()
     p = subprocess.run(["node", os.path.join(dest, "sdks.mjs"), url, model], capture_output=True, text=True,
@@ -287,8 +291,64 @@ def node_suite(url, model, token=None, env=None):
     return json.loads(p.stdout)
 
 
+def alone(http_):
+    """What raw HTTP gets for sdks.mjs's plain requests: the response
+    (with instructions, 16 tokens), the chat's text of 12 and of 64 tokens."""
+    st, r, _ = http_.post("/v1/responses", {"model": MODEL, "input": "Tell me of light.", "instructions": "Be brief.",
+                                            "max_output_tokens": 16, "temperature": 0})
+    assert st == 200, r
+    texts = {"responses": message_text(r)}
+    for n in (12, 64):
+        st, b, _ = http_.post("/v1/chat/completions", {"model": MODEL, "max_tokens": n, "temperature": 0,
+                                                       "messages": [{"role": "user", "content": "Tell me of light."}]})
+        assert st == 200, b
+        texts[n] = b["choices"][0]["message"]["content"]
+    return texts
+
+
+def check_sdks(got, want):
+    """What the clients got (sdks.mjs), against what raw HTTP gets alone (want: alone())."""
+    bad = {k: v["error"] for k, v in got.items() if isinstance(v, dict) and "error" in v}
+    assert not bad, json.dumps(bad, indent=1)[:6000]
+    r = got["responses"]
+    assert r["object"] == "response" and r["text"] == want["responses"], (r, want)
+    assert r["status"] in ("completed", "incomplete"), r
+    s = got["responses_stream"]
+    assert s["text"] == want["responses"] and s["helper_text"] == want["responses"] and s["final"] == r["usage"], (s, r)
+    assert s["types"][:2] == ["response.created", "response.in_progress"], s["types"]
+    t = got["responses_tools"]
+    assert t["name"] == "get_weather" and json.loads(t["arguments"]) == {"city": "Paris"}, t
+    assert json.loads(t["streamed_args"]) == {"city": "Paris"} and t["answer_calls"] == 0, t
+    for k in ("responses_format", "chat_format"):
+        assert json.loads(got[k]["text"]) == json.loads(FORCED_JSON), (k, got[k])
+    for name in ("default", "chat", "compatible"):
+        g = got["ai_text_" + name]
+        assert g["text"] == want[12] and g["usage"]["output"] > 0, (name, g, want)
+        g = got["ai_stream_" + name]
+        assert g["text"] == want[12] and g["parts"] >= 2, (name, g)
+        g = got["ai_tools_" + name]
+        assert g["calls"] == [{"name": "get_weather", "input": {"city": "Paris"}}], (name, g)
+        assert g["results"] == ["Sunny in Paris"] and g["steps"] == 2 and g["finish0"] == "tool-calls", (name, g)
+        g = got["ai_object_" + name]
+        assert g["object"] == json.loads(FORCED_JSON), (name, g)
+    for name in ("chat", "responses"):
+        assert got["lc_invoke_" + name]["text"] == want[64], (got["lc_invoke_" + name], want)
+        assert got["lc_tools_" + name]["calls"] == [{"name": "get_weather", "args": {"city": "Paris"}}], got
+        assert got["lc_structured_" + name]["object"] == json.loads(FORCED_JSON), got
+
+
+def t_sdks(c):
+    """The openai client's responses.create, the AI SDK (its default
+    provider calls /v1/responses) and LangChain, unchanged (tests/node)."""
+    e = engine(c, "t", env={"BATON_TEST_FORCE": FORCE})
+    got = node_suite(e.http.url, MODEL)
+    check_sdks(got, alone(e.http))
+    return "%d cases; openai %s, ai %s, @langchain/openai %s" % (len(got), *h.npm_versions("openai", "ai",
+                                                                                         "@langchain/openai"))
+
+
 if __name__ == "__main__":
     for p in (h.ENGINE, h.ARENA, h.CLI, h.BROKER):
         h.need(p)
-    sys.exit(h.run_cases([t_text, t_previous_response, t_tools, t_structured, t_errors], only=sys.argv[1:],
+    sys.exit(h.run_cases([t_text, t_previous_response, t_tools, t_structured, t_errors, t_sdks], only=sys.argv[1:],
                          logs=("r", "t", "s", "x")))
