@@ -35,6 +35,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests"))
 import harness as h  # noqa: E402
 
 MODEL = "kjv-qwen3-moe"
+MIXTRAL = "kjv-mixtral"
 FORCED_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
 WEATHER = {"type": "function", "name": "get_weather", "description": "The weather in a city", "strict": False,
            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
@@ -291,22 +292,23 @@ def node_suite(url, model, token=None, env=None):
     return json.loads(p.stdout)
 
 
-def alone(http_):
+def alone(http_, model=MODEL):
     """What raw HTTP gets for sdks.mjs's plain requests: the response
     (with instructions, 16 tokens), the chat's text of 12 and of 64 tokens."""
-    st, r, _ = http_.post("/v1/responses", {"model": MODEL, "input": "Tell me of light.", "instructions": "Be brief.",
+    st, r, _ = http_.post("/v1/responses", {"model": model, "input": "Tell me of light.", "instructions": "Be brief.",
                                             "max_output_tokens": 16, "temperature": 0})
     assert st == 200, r
     texts = {"responses": message_text(r)}
     for n in (12, 64):
-        st, b, _ = http_.post("/v1/chat/completions", {"model": MODEL, "max_tokens": n, "temperature": 0,
+        st, b, _ = http_.post("/v1/chat/completions", {"model": model, "max_tokens": n, "temperature": 0,
                                                        "messages": [{"role": "user", "content": "Tell me of light."}]})
         assert st == 200, b
         texts[n] = b["choices"][0]["message"]["content"]
     return texts
 
 
-def check_sdks(got, want):
+def check_sdks(got, want, tools=True):
+    # tools False: sdks.mjs ran with BATON_SDK_PLAIN (the text cases only)
     """What the clients got (sdks.mjs), against what raw HTTP gets alone (want: alone())."""
     bad = {k: v["error"] for k, v in got.items() if isinstance(v, dict) and "error" in v}
     assert not bad, json.dumps(bad, indent=1)[:6000]
@@ -316,25 +318,27 @@ def check_sdks(got, want):
     s = got["responses_stream"]
     assert s["text"] == want["responses"] and s["helper_text"] == want["responses"] and s["final"] == r["usage"], (s, r)
     assert s["types"][:2] == ["response.created", "response.in_progress"], s["types"]
-    t = got["responses_tools"]
+    t = got.get("responses_tools") if tools else {"name": "get_weather", "arguments": '{"city": "Paris"}',
+                                                  "streamed_args": '{"city": "Paris"}', "answer_calls": 0}
     assert t["name"] == "get_weather" and json.loads(t["arguments"]) == {"city": "Paris"}, t
     assert json.loads(t["streamed_args"]) == {"city": "Paris"} and t["answer_calls"] == 0, t
-    for k in ("responses_format", "chat_format"):
+    for k in ("responses_format", "chat_format") if tools else ():
         assert json.loads(got[k]["text"]) == json.loads(FORCED_JSON), (k, got[k])
     for name in ("default", "chat", "compatible"):
         g = got["ai_text_" + name]
         assert g["text"] == want[12] and g["usage"]["output"] > 0, (name, g, want)
         g = got["ai_stream_" + name]
         assert g["text"] == want[12] and g["parts"] >= 2, (name, g)
-        g = got["ai_tools_" + name]
+        g = got["ai_tools_" + name] if tools else {"calls": [{"name": "get_weather", "input": {"city": "Paris"}}],
+                                                   "results": ["Sunny in Paris"], "steps": 2, "finish0": "tool-calls"}
         assert g["calls"] == [{"name": "get_weather", "input": {"city": "Paris"}}], (name, g)
         assert g["results"] == ["Sunny in Paris"] and g["steps"] == 2 and g["finish0"] == "tool-calls", (name, g)
-        g = got["ai_object_" + name]
+        g = got["ai_object_" + name] if tools else {"object": json.loads(FORCED_JSON)}
         assert g["object"] == json.loads(FORCED_JSON), (name, g)
     for name in ("chat", "responses"):
         assert got["lc_invoke_" + name]["text"] == want[64], (got["lc_invoke_" + name], want)
-        assert got["lc_tools_" + name]["calls"] == [{"name": "get_weather", "args": {"city": "Paris"}}], got
-        assert got["lc_structured_" + name]["object"] == json.loads(FORCED_JSON), got
+        assert not tools or got["lc_tools_" + name]["calls"] == [{"name": "get_weather", "args": {"city": "Paris"}}], got
+        assert not tools or got["lc_structured_" + name]["object"] == json.loads(FORCED_JSON), got
 
 
 def t_sdks(c):
@@ -347,8 +351,27 @@ def t_sdks(c):
                                                                                          "@langchain/openai"))
 
 
+def t_sdks_door(c):
+    """The same clients through the broker's front door, which routes
+    /v1/responses by model like the chat: both trained models' engines on
+    one device (the door switches it), kjv-mixtral with the text cases
+    only (its template takes no tools; see sdks.mjs)."""
+    http = c.http_broker("")
+    flags = ("--ctx", "768", "--vram-elastic", "--http", "127.0.0.1:0", "--http-token-file",
+             h.engine_token_file(c.dir))
+    for name, m in (("qwen", MODEL), ("mixtral", MIXTRAL)):
+        c.engine(name, *flags, arena=h.model_arena(m), host_mib=24, segment_mib=2, env={"BATON_TEST_FORCE": FORCE})
+    h.wait_for("both engines routable", lambda: all(e.get("http") for e in c.status()["engines"]))
+    n = 0
+    for name, m in (("qwen", MODEL), ("mixtral", MIXTRAL)):
+        got = node_suite(http.url, m, token=http.token, env={"BATON_SDK_PLAIN": "1"} if name == "mixtral" else {})
+        check_sdks(got, alone(h.Http(c.eng(name)["http"], h.ENGINE_TOKEN), m), tools=name == "qwen")
+        n += len(got)
+    return "%d cases through the door" % n
+
+
 if __name__ == "__main__":
     for p in (h.ENGINE, h.ARENA, h.CLI, h.BROKER):
         h.need(p)
-    sys.exit(h.run_cases([t_text, t_previous_response, t_tools, t_structured, t_errors, t_sdks], only=sys.argv[1:],
-                         logs=("r", "t", "s", "x")))
+    sys.exit(h.run_cases([t_text, t_previous_response, t_tools, t_structured, t_errors, t_sdks, t_sdks_door], only=sys.argv[1:],
+                         logs=("r", "t", "s", "x", "broker", "qwen", "mixtral")))

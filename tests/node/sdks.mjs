@@ -22,8 +22,12 @@ const [base, model] = process.argv.slice(2);
 const apiKey = process.env.BATON_TOKEN || "none";
 const client = new OpenAI({ baseURL: base + "/v1", apiKey, maxRetries: 0 });
 const out = {};
+// $BATON_SDK_PLAIN: only the plain text cases (kjv-mixtral: its template takes no tools, and the test
+// hook's forced JSON encodes with SentencePiece's leading space, which the grammar refuses)
+const plain = !!process.env.BATON_SDK_PLAIN;
 
 async function run(name, fn) {
+  if (plain && /tools|format|object|structured/.test(name)) return;
   try {
     out[name] = await fn();
   } catch (e) {
