@@ -30,6 +30,8 @@ enum oai_kind { OAI_CHAT = 0, OAI_COMPLETION = 1, OAI_AUTO = 2 };
 #define OAI_MAX_MESSAGES 1024u
 /* Prompts of one /v1/completions batch ("prompt": [...]). */
 #define OAI_MAX_BATCH 64u
+/* "n" (choices of one request) at most, unless --max-n says otherwise. */
+#define OAI_DEFAULT_MAX_N 8u
 /* Stop strings OpenAI allows in one request. */
 #define OAI_MAX_STOP 4u
 /* max_tokens of /v1/completions when the request gives none (OpenAI's). */
@@ -269,6 +271,7 @@ struct oai_server_opts {
 	uint32_t max_model_len;      /* the context (/tokenize's max_model_len) */
 	const char *const *cors_origins; /* origins a browser may call from (http.h); NULL: none */
 	int content_special;         /* --special-tokens-in-content (/tokenize encodes as the generator) */
+	uint32_t max_n;              /* --max-n: "n" at most this (0: OAI_DEFAULT_MAX_N) */
 	const char *token;           /* bearer token; NULL: none (then loopback only) */
 	const char *model;           /* the served model id */
 	struct baton_sched *sched;   /* runs the requests */
