@@ -79,6 +79,7 @@ struct oai_request {
 	char **owned;          /* strings q points at (tool_calls, tools, kwargs JSON) */
 	size_t n_owned;
 	gram *grammar;         /* response_format json_object / json_schema, compiled; NULL: text */
+	int strict_auto;       /* tool_choice auto with a strict tool: the first's index (its calls' grammar); -1: none */
 };
 
 /* Parses a request body: the one parser of the HTTP API's requests and

@@ -215,6 +215,45 @@ def t_tools(c):
     return "call %s" % call["call_id"]
 
 
+STRICT = dict(WEATHER, strict=True, parameters={"type": "object", "properties": {"city": {"type": "string"}},
+                                               "required": ["city"], "additionalProperties": False})
+
+
+def t_strict_auto(c):
+    """strict: true with tool_choice auto: free text, then a call the
+    grammar holds from its <tool_call> until its object closes. The test
+    hook forces the model's text: a call after free text passes (the text
+    before and the tag after are not under the grammar), a call whose
+    arguments break the schema cannot be sampled (the mask leaves no
+    token: the request fails instead of answering an invalid call)."""
+    lyon = 'Let me look.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Lyon"}}\n</tool_call>'
+    rome = '<tool_call>\n{"name": "get_weather", "arguments": {"city": 5}}\n</tool_call>'
+    e = engine(c, "t", env={"BATON_TEST_FORCE": "weather in Lyon\t" + lyon + "\x1eweather in Rome\t" + rome})
+    for strict in (False, True):
+        tool = STRICT if strict else WEATHER
+        st, b, _ = e.http.post("/v1/chat/completions", {"max_tokens": 64, "tools": [{"type": "function", "function": {
+            k: tool[k] for k in ("name", "parameters", "strict")}}], "messages": [
+            {"role": "user", "content": "What is the weather in Lyon?"}]})
+        assert st == 200 and b["choices"][0]["finish_reason"] == "tool_calls", b
+        m = b["choices"][0]["message"]
+        assert m["content"].strip() == "Let me look." and json.loads(m["tool_calls"][0]["function"]["arguments"]) == \
+            {"city": "Lyon"}, m
+        st, b, _ = e.http.post("/v1/chat/completions", {"max_tokens": 64, "tools": [{"type": "function", "function": {
+            k: tool[k] for k in ("name", "parameters", "strict")}}], "messages": [
+            {"role": "user", "content": "What is the weather in Rome?"}]})
+        if strict:
+            assert st >= 400 and "sampling failed" in b["error"]["message"], (st, b)
+        else:  # not strict: the call is parsed as the model wrote it
+            assert st == 200 and json.loads(b["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"]) == \
+                {"city": 5}, b
+    # the Responses API, streamed
+    evs = events(e.http, {"input": "What is the weather in Lyon?", "tools": [STRICT], "max_output_tokens": 64,
+                          "stream": True})
+    final = check_sequence(evs)
+    assert [it["type"] for it in final["output"]] == ["message", "function_call"], final["output"]
+    return "strict call enforced after free text"
+
+
 def t_structured(c):
     import jsonschema
     e = engine(c, "s")
@@ -373,5 +412,5 @@ def t_sdks_door(c):
 if __name__ == "__main__":
     for p in (h.ENGINE, h.ARENA, h.CLI, h.BROKER):
         h.need(p)
-    sys.exit(h.run_cases([t_text, t_previous_response, t_tools, t_structured, t_errors, t_sdks, t_sdks_door], only=sys.argv[1:],
+    sys.exit(h.run_cases([t_text, t_previous_response, t_tools, t_strict_auto, t_structured, t_errors, t_sdks, t_sdks_door], only=sys.argv[1:],
                          logs=("r", "t", "s", "x", "broker", "qwen", "mixtral")))
