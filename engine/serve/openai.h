@@ -159,6 +159,7 @@ struct oai_split {
 	struct oai_buf rhold, thold, ws, callws;
 	char nl[64];
 	size_t n_nl;
+	char cname[128];           /* the call streaming now (Qwen3-Coder: its parameters' types) */
 };
 void oai_split_init(struct oai_split *s, enum oai_tool_format fmt, int think, int parallel,
     const json_t *tools, uint64_t id_seed, oai_piece_fn fn, void *arg);
