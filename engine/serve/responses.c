@@ -809,7 +809,7 @@ int oai_resp_piece(struct oai_resp *r, enum oai_piece_kind k, const char *t, siz
 			delta(r, t, n);
 		break;
 	}
-	return r->failed && !r->stream ? -1 : 0;
+	return r->failed ? -1 : 0; /* a stream's client gone, or no memory: the request stops */
 }
 
 static json_t *usage_obj(uint32_t in, uint32_t out)

@@ -176,7 +176,18 @@ def t_previous_response(c):
 
 
 def t_tools(c):
-    e = engine(c, "t", env={"BATON_TEST_FORCE": "weather in Paris\t" + FORCED_CALL})
+    think = "<think>\nI ponder the light.\n</think>\n\nLet there be light."
+    e = engine(c, "t", env={"BATON_TEST_FORCE": "weather in Paris\t" + FORCED_CALL + "\x1eponder\t" + think})
+    # a thinking model's answer: a reasoning item, then the message
+    st, r, _ = e.http.post("/v1/responses", {"input": "Now ponder.", "max_output_tokens": 64})
+    assert st == 200 and [it["type"] for it in r["output"]] == ["reasoning", "message"], r
+    assert r["output"][0]["content"] == [{"type": "reasoning_text", "text": "I ponder the light."}], r["output"][0]
+    assert message_text(r) == "Let there be light.", r
+    evs = events(e.http, {"input": "Now ponder.", "max_output_tokens": 64, "stream": True})
+    final = check_sequence(evs)
+    assert [it["type"] for it in final["output"]] == ["reasoning", "message"] and message_text(final) == \
+        message_text(r), final
+    assert "response.reasoning_text.delta" in [n for n, _ in evs], evs
     body = {"model": MODEL, "input": "What is the weather in Paris?", "tools": [WEATHER], "max_output_tokens": 64}
     st, r, _ = e.http.post("/v1/responses", body)
     assert st == 200 and r["status"] == "completed", r
