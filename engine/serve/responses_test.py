@@ -305,10 +305,30 @@ def t_errors(c):
         ({"input": "x", "text": {"format": {"type": "xml"}}}, "text.format", "xml"),
         ({"input": "x", "include": ["message.output_text.logprobs"]}, "include", "not offered"),
         ({"input": "x", "store": "yes"}, "store", "true or false"),
+        ({"input": [5]}, "input[0]", "input item"),
+        ({"input": [{"type": "function_call"}]}, "input[0]", "call_id, name and arguments"),
+        ({"input": [{"role": "user", "content": [5]}]}, "input[0].content[0]", "content part"),
+        ({"input": [{"role": "robot", "content": "x"}]}, "input[0]", "role: want user"),
+        ({"input": [{"type": "function_call_output", "call_id": 1, "output": "x"}]}, "input[0]", "call_id: want a string"),
+        ({"input": "x", "tools": "x"}, "tools", "array"),
+        ({"input": "x", "tools": [5]}, "tools[0]", "want"),
+        ({"input": "x", "tools": [{"type": "function"}]}, "tools[0]", "name: required"),
+        ({"input": "x", "tool_choice": 5}, "tool_choice", "want"),
+        ({"input": "x", "text": 5}, "text", "want an object"),
+        ({"input": "x", "text": {"format": 5}}, "text.format", "want"),
+        ({"input": "x", "reasoning": 5}, "reasoning", "want an object"),
+        ({"input": "x", "include": "x"}, "include", "array"),
+        ({"input": "x", "previous_response_id": 5}, "previous_response_id", "id"),
+        ({"input": "x", "instructions": 5}, "instructions", "string"),
+        ({"input": "x", "stream": 1}, "stream", "true or false"),
+        ({"input": "x", "temperature": 9}, "temperature", "range"),
     ]
     for body, param, words in cases:
         st, b, _ = e.http.post("/v1/responses", body)
         assert st == 400 and b["error"]["param"] == param and words in b["error"]["message"], (body, st, b)
+    for raw in (b"[]", b"not json", b"{\"input\": \"x\", \"input\": \"y\"}"):
+        st, b, _ = e.http.post("/v1/responses", raw)
+        assert st == 400 and "body" in b["error"]["message"], (raw, st, b)
     st, b, _ = e.http.post("/v1/responses", {"input": "x", "model": "nope"})
     assert st == 404 and b["error"]["code"] == "model_not_found", b
     st, b, _ = e.http.get("/v1/responses")
