@@ -408,9 +408,9 @@ static void batch_answer(struct obatch *b, struct oreq *q)
 		reply_error(b->r, &e, http_retry_after(status) ? retry : NULL);
 	} else {
 		json_t *j = json_pack("{s:s, s:s, s:I, s:s, s:O, s:{s:i, s:i, s:i}}", "id", q->id, "object",
-		    b->kind == OAI_CHAT ? "chat.completion" : "text_completion", "created", (json_int_t)q->created, "model", q->srv->model, "choices",
-		    b->choices, "usage", "prompt_tokens", (json_int_t)b->n_prompt, "completion_tokens",
-		    (json_int_t)b->n_tokens, "total_tokens", (json_int_t)(b->n_prompt + b->n_tokens));
+		    b->kind == OAI_CHAT ? "chat.completion" : "text_completion", "created", (json_int_t)q->created,
+		    "model", q->srv->model, "choices", b->choices, "usage", "prompt_tokens", (json_int_t)b->n_prompt,
+		    "completion_tokens", (json_int_t)b->n_tokens, "total_tokens", (json_int_t)(b->n_prompt + b->n_tokens));
 		http_reply_json(b->r, 200, j);
 	}
 	batch_free(b);

@@ -672,8 +672,8 @@ static json_t *response_obj(struct oai_resp *r, const char *status, json_t *outp
 	if (!json_object_get(json_object_get(o, "text"), "format"))
 		json_object_set_new(json_object_get(o, "text"), "format", json_pack("{s:s}", "type", "text"));
 	v = given(q, "reasoning");
-	json_object_set_new(o, "reasoning", json_pack("{s:O, s:O}", "effort", given(v, "effort") ? given(v, "effort") : json_null(),
-	    "summary", given(v, "summary") ? given(v, "summary") : json_null()));
+	json_object_set_new(o, "reasoning", json_pack("{s:o, s:o}", "effort", dflt(given(v, "effort"), json_null()),
+	    "summary", dflt(given(v, "summary"), json_null())));
 	return o;
 }
 
