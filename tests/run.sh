@@ -79,7 +79,7 @@ SERIAL=$(for i in $SERIAL_STEPS; do echo "${i%%::*}"; done | sort -u)
 LONG_FIRST="text_tokenize engine/serve/structured_test.py engine_model broker/jobs_test.py broker/api/http_test.py engine/serve/serve_test.py broker/cli/cli_test.py
 	proto/interop_test.py arena/kill_test.py tests/fault_test.py arena/sources_test.py
 	broker/door/door_test.py tests/hostile_test.py engine_cache engine/serve/peer_test.py
-	engine/serve/openai_test.py broker/peer_test.py arena/cli_test.sh"
+	engine/serve/openai_test.py engine/serve/responses_test.py broker/peer_test.py arena/cli_test.sh"
 
 # long_first ITEM...: the items, those of LONG_FIRST first in its order
 # (a binary matched by its file name, a script by its path).

@@ -87,6 +87,8 @@ int broker_door_open(struct broker *b, struct broker_http *h, const struct broke
 		  .fn = door_on_completion, .arg = d },
 		{ .path = "/v1/completions", .methods = "POST", .body_max = HTTP_OPENAI_BODY_MAX,
 		  .fn = door_on_completion, .arg = d },
+		{ .path = "/v1/responses", .methods = "POST", .body_max = HTTP_OPENAI_BODY_MAX,
+		  .fn = door_on_completion, .arg = d },
 		{ .path = "/v1/models", .methods = "GET, HEAD", .fn = door_on_models, .arg = d },
 		/* vLLM's, answered by the model's engine */
 		{ .path = "/tokenize", .methods = "POST", .body_max = HTTP_OPENAI_BODY_MAX,

@@ -1,7 +1,8 @@
 /*
  * intake.c: a completion request in (door_int.h): POST
- * /v1/chat/completions and /v1/completions (and vLLM's /tokenize and
- * /detokenize, routed by their model the same way), on the HTTP server's thread.
+ * /v1/chat/completions and /v1/completions (and /v1/responses, vLLM's
+ * /tokenize and /detokenize, routed by their model the same way), on the
+ * HTTP server's thread.
  * Its token and body are checked (a JSON object with a `model` the core
  * says an engine serves, `stream` a boolean), it joins its model's queue
  * (at most door_queue_max wait; more: 503 queue_full) and the dispatch
@@ -174,7 +175,8 @@ void door_on_completion(void *arg, struct baton_http_req *r)
 	q->d = d;
 	q->model = mi;
 	q->path = chat ? "/v1/chat/completions" : strcmp(path, "/tokenize") == 0 ? "/tokenize" :
-	    strcmp(path, "/detokenize") == 0 ? "/detokenize" : "/v1/completions";
+	    strcmp(path, "/detokenize") == 0 ? "/detokenize" : strcmp(path, "/v1/responses") == 0 ? "/v1/responses" :
+	    "/v1/completions";
 	q->body = body;
 	q->own_body = own;
 	q->len = len;

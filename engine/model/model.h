@@ -522,6 +522,12 @@ struct baton_gen_request {
 	 * masks every sampled token; the model's end-of-sequence ids are
 	 * allowed only once the document is whole. NULL: free text. */
 	const gram *grammar;
+	/* with grammar: the output is free text until it ends with this
+	 * string (a tool call's opening tag, "<tool_call>"); from there the
+	 * grammar holds until its document is whole, then the text is free
+	 * again, up to the next one (strict tools with tool_choice auto).
+	 * NULL: the grammar holds from the first token. */
+	const char *grammar_trigger;
 };
 
 #define BATON_GEN_MAX_TOP 20u

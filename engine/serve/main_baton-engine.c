@@ -71,6 +71,8 @@ static const char usage[] =
     "  --special-tokens-in-content a special token's text in a message (<|im_start|>) is that\n"
     "                              token, as Hugging Face makes it (default: text; only the\n"
     "                              chat template makes control tokens)\n"
+    "  --max-n N                   choices one chat or completion request may ask for (\"n\",\n"
+    "                              each its own sequence; default 8, at most 128)\n"
     "  --served-model-name NAME    the model id clients send (default: the arena's file name\n"
     "                              without .arena)\n"
     "  --cors-origins LIST         origins (scheme://host[:port], comma-separated) whose web\n"
@@ -138,7 +140,7 @@ static void parse_args(int argc, char **argv, struct baton_serve_config *o)
 {
 	enum { O_NAME = 1, O_ARENA, O_LISTEN, O_BACKEND, O_DEVICE, O_CACHE, O_SEG, O_RELEASE,
 	       O_IDLE, O_ELASTIC, O_RESERVE, O_VERIFY, O_HOSTMIB, O_BROKER, O_PRIORITY, O_PEER,
-	       O_CTX, O_BWAIT, O_BOPT, O_KVB, O_MAXSEQS, O_MAXQ, O_HTTP, O_HTOKEN, O_SERVED, O_CSPECIAL, O_CORS,
+	       O_CTX, O_BWAIT, O_BOPT, O_KVB, O_MAXSEQS, O_MAXQ, O_HTTP, O_HTOKEN, O_SERVED, O_CSPECIAL, O_CORS, O_MAXN,
 	       O_HELP, O_VERSION };
 	static const struct option lo[] = {
 		{ "name", required_argument, 0, O_NAME },
@@ -167,6 +169,7 @@ static void parse_args(int argc, char **argv, struct baton_serve_config *o)
 		{ "http-token-file", required_argument, 0, O_HTOKEN },
 		{ "served-model-name", required_argument, 0, O_SERVED },
 		{ "cors-origins", required_argument, 0, O_CORS },
+		{ "max-n", required_argument, 0, O_MAXN },
 		{ "special-tokens-in-content", no_argument, 0, O_CSPECIAL },
 		{ "help", no_argument, 0, O_HELP },
 		{ "version", no_argument, 0, O_VERSION },
@@ -235,6 +238,11 @@ static void parse_args(int argc, char **argv, struct baton_serve_config *o)
 			o->max_queue = (uint32_t)parse_uint("--max-queue", optarg, 1u << 20);
 			if (o->max_queue == 0)
 				usage_error("--max-queue must be positive");
+			break;
+		case O_MAXN:
+			o->max_n = (uint32_t)parse_uint("--max-n", optarg, 128);
+			if (o->max_n == 0)
+				usage_error("--max-n must be positive");
 			break;
 		case O_HTTP: o->http = optarg; break;
 		case O_CSPECIAL: o->content_special = 1; break;

@@ -232,7 +232,8 @@ int serve_open(const struct baton_serve_config *conf, struct serve **out, enum s
 			.chat_template = s->gen ? generator_chat_template(s->gen) : NULL,
 			.tok = s->gen ? generator_tokenizer(s->gen) : NULL,
 			.max_model_len = s->gen ? model_max_ctx(generator_model(s->gen)) : 0,
-			.cors_origins = (const char *const *)s->o.cors_origins, .content_special = s->o.content_special };
+			.cors_origins = (const char *const *)s->o.cors_origins, .content_special = s->o.content_special,
+			.max_n = s->o.max_n };
 		rc = s->sched ? oai_server_open(&oo, &s->oai, herr, sizeof herr) : BATON_EUNSUPPORTED;
 		if (rc) {
 			serve_log(s, "--http %s: %s", s->o.http, s->sched ? herr : s->gen_error);

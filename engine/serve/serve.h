@@ -35,6 +35,7 @@ struct baton_serve_config {
 	int content_special;     /* --special-tokens-in-content */
 	const char *served_model; /* --served-model-name; NULL: the arena's file name */
 	const char **cors_origins; /* --cors-origins: origins browsers may call --http from; NULL: none */
+	uint32_t max_n;          /* --max-n: choices one request may ask for; 0: default (8) */
 };
 
 struct serve;
