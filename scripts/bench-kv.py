@@ -39,6 +39,9 @@ PROMPTS = ["Tell of the generations of Adam.", "Who was Noah?", "What did Moses 
            "What did the prophet say?"]
 
 
+NO_EOS = {}
+
+
 def post(port, body, timeout=600):
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:
@@ -87,7 +90,9 @@ class Engine:
 
 def long_chat(port, i, seed, out):
     t0 = time.monotonic()
-    st, r = post(port, {"model": "kv", "seed": seed + i, "temperature": 1.0,
+    # no max_tokens, and the end-of-sequence tokens barred: each answer runs
+    # to the end of its context, the client the issue describes
+    st, r = post(port, {"model": "kv", "seed": seed + i, "temperature": 1.0, "logit_bias": NO_EOS,
                         "messages": [{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}]})
     out[i] = (st, r["usage"]["completion_tokens"] if st == 200 else None, time.monotonic() - t0)
 
@@ -129,7 +134,7 @@ def scene_behind(e, a, n):
     ts = [threading.Thread(target=long_chat, args=(e.port, i, a.seed, out)) for i in range(n)]
     for t in ts:
         t.start()
-    t_end = time.monotonic() + 30
+    t_end = time.monotonic() + 60
     while time.monotonic() < t_end:  # the long ones decode
         hb = health(e.port)
         if hb["running"] + hb["waiting"] >= n and hb["steps"] > 0:
@@ -158,6 +163,10 @@ def main():
     ap.add_argument("--seed", type=int, default=28)
     a = ap.parse_args()
     work = tempfile.mkdtemp(prefix="bench-kv-")
+    gc = json.load(open(os.path.join(ROOT, "models", a.model, "generation_config.json")))
+    eos = gc.get("eos_token_id", [])
+    for t in eos if isinstance(eos, list) else [eos]:
+        NO_EOS[str(t)] = -100
     arena = os.path.join(work, "kv.arena")
     subprocess.run([os.path.join(a.build, "bin", "baton-arena"), "create", "--safetensors",
                     os.path.join(ROOT, "models", a.model), arena], check=True, stdout=subprocess.DEVNULL)
