@@ -82,6 +82,7 @@ struct gpu_view {
 	uint64_t total, held, grants, free_b, avail;
 	uint64_t lent;        /* peer tiers of other devices' engines on it (in held) */
 	uint64_t dev_free;    /* the device's own free memory (not capped), best known */
+	uint64_t kv;          /* the engines' KV pools on it: not in held, not in other */
 };
 
 /* A reply, owned by the request's waiter: the decision thread fills it,
@@ -186,6 +187,7 @@ struct eng {
 	uint64_t floor, ceiling, capacity;
 	int32_t reg_priority;
 	uint64_t resident, mapped, dev_free;
+	uint64_t kv;                  /* its KV pool's device bytes (its messages' kv) */
 	bool busy, lost, no_shrink, no_release;
 	double idle_since, last_seen, registered_at;
 	uint64_t acct_epoch;  /* epoch of the newest state applied */

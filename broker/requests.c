@@ -284,6 +284,7 @@ static void on_status(struct broker *b, struct waiter *w, const struct baton_msg
 		gv[i].reserve = b->gpus[i].reserve;
 		gv[i].held = v.held;
 		gv[i].lent = v.lent;
+		gv[i].kv = v.kv;
 		gv[i].index = b->gpus[i].index < 0 ? 0 : (uint32_t)b->gpus[i].index;
 		gv[i].name = pool_str(&pool, b->gpus[i].name);
 	}
@@ -317,6 +318,7 @@ static void on_status(struct broker *b, struct waiter *w, const struct baton_msg
 		double idle_t = br_eng_idle_timeout(b, e, NULL);
 		x->idle_release_ms = idle_t > 0 && !e->no_release ? (uint64_t)(idle_t * 1e3) : 0;
 		x->http = pool_str(&pool, e->http);
+		x->kv = e->kv;
 	}
 	proto_reply_init(&rb->m, m);
 	rb->m.gpus = (struct proto_gpus){ gv, (uint32_t)ng };

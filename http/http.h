@@ -36,6 +36,10 @@ struct baton_http_opts {
 	                             * address and localhost */
 	unsigned max_conns;         /* 0: 4096, bounded by RLIMIT_NOFILE; past it the oldest connection
 	                             * waiting for a request (not one that sent the token) is closed */
+	unsigned max_conns_per_addr; /* 0: max_conns / 8 (512): connections of one client address
+	                             * that have not carried the token; past it that address's
+	                             * oldest one waiting for a request is closed (on loopback every
+	                             * local user is one address: docs/internals/security.md) */
 	unsigned idle_timeout_s;    /* 0: 30: a connection silent this long is closed */
 	unsigned header_timeout_s;  /* 0: 10: a request's headers and body must arrive within this of
 	                             * the connection's start or its previous answer (slowloris) */

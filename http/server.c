@@ -62,6 +62,12 @@
 
 static void server_free(struct baton_http *h)
 {
+	for (unsigned i = 0; i < HTTP_ADDR_BUCKETS; i++)
+		while (h->addrs[i]) {
+			struct addr_rec *a = h->addrs[i];
+			h->addrs[i] = a->next;
+			free(a);
+		}
 	pthread_mutex_destroy(&h->mu);
 	pthread_cond_destroy(&h->cv);
 	pthread_cond_destroy(&h->reap_cv);
@@ -365,7 +371,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
 		r->held = want;
 		h->body_held += want;
 		if (r->authorized && h->guard.token[0] && r->c)
-			r->c->authed = true;
+			hs_conn_authed(h, r->c);
 		r->st = RQ_BODY;
 		break;
 	}
@@ -709,6 +715,11 @@ int http_open(const struct baton_http_opts *o, baton_http_fn fn, void *arg, stru
 	if (fds > 64 + SPARE_CONNS && max_conns > fds - 64 - SPARE_CONNS)
 		max_conns = fds - 64 - SPARE_CONNS; /* leave some for the process's other files */
 	h->max_conns = max_conns;
+	h->max_per_addr = o->max_conns_per_addr ? o->max_conns_per_addr : max_conns / 8;
+	if (h->max_per_addr > max_conns)
+		h->max_per_addr = max_conns;
+	if (h->max_per_addr == 0)
+		h->max_per_addr = 1;
 	unsigned workers = o->workers ? o->workers : DEF_WORKERS;
 	if (workers > MAX_WORKERS)
 		workers = MAX_WORKERS;

@@ -321,7 +321,10 @@ void model_rope_inv_freq(const struct baton_model_config *cfg, float *inv_freq);
 struct baton_model_opts {
 	uint32_t max_ctx;   /* positions of one sequence; 0: min(max_position_embeddings, 4096) */
 	uint32_t max_batch; /* token rows per batched pass; 0: 256 */
-	uint32_t kv_blocks; /* blocks in the KV pool; 0: enough for max_ctx of one sequence */
+	uint32_t kv_blocks; /* blocks in the KV pool; 0: sized from the device (kv_size.c:
+	                     * kv_seqs whole contexts, at most a sixteenth of the device's
+	                     * memory and what is free, at least one context) */
+	uint32_t kv_seqs;   /* sequences that run at once (--max-seqs), for that size; 0: 16 */
 	int content_special; /* generators: special tokens' text in a message is the token
 	                      * (HF's way); 0: it is text, only the template makes them */
 };

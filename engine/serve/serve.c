@@ -179,14 +179,17 @@ int serve_open(const struct baton_serve_config *conf, struct serve **out, enum s
 	s->d_model = s->info.d_model;
 	/* A whole model (arena v2 with config.json) also speaks text. */
 	struct baton_model_opts mo = { .max_ctx = s->o.ctx, .kv_blocks = s->o.kv_blocks,
-		.content_special = s->o.content_special };
+		.kv_seqs = s->o.max_seqs, .content_special = s->o.content_special };
 	rc = generator_open(s->e, &mo, &s->gen, s->gen_error, sizeof s->gen_error);
 	if (rc == 0) {
+		serve_snapshot(s, NULL); /* the KV pool's bytes, for the broker's books */
 		struct baton_model *m = generator_model(s->gen);
 		serve_log(s, "text generation: %s model, chat template %s, KV pool %u blocks of %u positions "
-		    "(%.1f MiB)", generator_arch(s->gen),
+		    "(%.1f MiB, %.1f contexts; %s)", generator_arch(s->gen),
 		    generator_chat_family(s->gen) ? generator_chat_family(s->gen) : "none",
-		    model_kv_blocks_total(m), BATON_KV_BLOCK, (double)model_kv_bytes(m) / BATON_MIB);
+		    model_kv_blocks_total(m), BATON_KV_BLOCK, (double)model_kv_bytes(m) / BATON_MIB,
+		    (double)model_kv_blocks_total(m) * BATON_KV_BLOCK / model_max_ctx(m),
+		    s->o.kv_blocks ? "--kv-blocks" : "sized from the device");
 	} else if (rc != BATON_EUNSUPPORTED || !strstr(s->gen_error, "experts only")) {
 		serve_log(s, "warning: no text generation: %s", s->gen_error);
 	}

@@ -64,6 +64,7 @@ struct serve {
 	int idle_released;          /* the last release was the idle timer's */
 	uint64_t snap_epoch;        /* epoch when the snapshot was taken */
 	uint64_t ceiling;           /* bytes the cache maps when whole */
+	uint64_t kv_bytes;          /* the KV pool's device bytes at the snapshot */
 	int active;                 /* GENs running or waiting */
 	double yield_at;            /* a broker command was refused busy then */
 	pthread_cond_t yield_cv;

@@ -71,6 +71,7 @@ void serve_snapshot(struct serve *s, const char *state)
 		state = state_name(&info);
 	pthread_mutex_lock(&s->st_mu);
 	s->info = info;
+	s->kv_bytes = s->gen ? model_kv_bytes(generator_model(s->gen)) : 0;
 	s->state = state;
 	s->snap_epoch = s->epoch;
 	pthread_mutex_unlock(&s->st_mu);
@@ -105,6 +106,7 @@ void serve_link_state(void *arg, struct broker_link_state *st)
 	st->idle_ms = st->busy || idle < 0 ? 0 : (uint64_t)(idle * 1e3);
 	st->epoch = s->snap_epoch;
 	st->peer_mapped = s->info.cache.peer_mapped_bytes;
+	st->kv = s->kv_bytes;
 	st->requests += s->requests;
 	int now_st = baton_state_parse(s->state);
 	bool moving = now_st == BATON_STATE_REFILLING || now_st == BATON_STATE_RESIZING;
@@ -196,9 +198,10 @@ void serve_on_status(struct serve *s, struct proto_ctx *ctx, const struct baton_
 	rep.gpu = in->gpu;
 	rep.free_bytes = dev_free;
 	rep.total = dev_total;
+	rep.kv = s->kv_bytes;
 	static const enum proto_field fs[] = { PF_NAME, PF_STATE, PF_RESIDENT, PF_MAPPED,
 		PF_TARGET, PF_CEILING, PF_EPOCH, PF_REQUESTS, PF_HITS, PF_MISSES,
-		PF_LAST_REFILL_BYTES, PF_LAST_REFILL_S, PF_DEVICE_NAME, PF_GPU, PF_FREE, PF_TOTAL };
+		PF_LAST_REFILL_BYTES, PF_LAST_REFILL_S, PF_DEVICE_NAME, PF_GPU, PF_FREE, PF_TOTAL, PF_KV };
 	for (size_t i = 0; i < sizeof fs / sizeof fs[0]; i++)
 		proto_set(&rep, fs[i]);
 	if (s->o.use_peer) {
