@@ -39,7 +39,7 @@ struct obatch {
 	int opened, n, left, include_usage, rc;
 	char err[512];
 	json_t *choices;
-	uint32_t n_prompt, n_tokens;
+	uint32_t n_prompt, n_tokens, n_cached;
 };
 
 /* One request in flight, from the handler to on_done. */
@@ -371,7 +371,7 @@ static void batch_answer(struct obatch *b, struct oreq *q)
 				if (b->include_usage) {
 					size_t n;
 					char *ev = oai_sse(oai_usage_chunk(OAI_COMPLETION, q->id, q->created, q->srv->model,
-					    b->n_prompt, b->n_tokens), &n);
+					    b->n_prompt, b->n_tokens, b->n_cached), &n);
 					if (ev)
 						http_stream_write(b->st, ev, n);
 					free(ev);
@@ -387,10 +387,9 @@ static void batch_answer(struct obatch *b, struct oreq *q)
 		static const char *const retry[] = { "Retry-After: 1", NULL };
 		reply_error(b->r, &e, http_retry_after(status) ? retry : NULL);
 	} else {
-		json_t *j = json_pack("{s:s, s:s, s:I, s:s, s:O, s:{s:i, s:i, s:i}}", "id", q->id, "object",
+		json_t *j = json_pack("{s:s, s:s, s:I, s:s, s:O, s:o}", "id", q->id, "object",
 		    "text_completion", "created", (json_int_t)q->created, "model", q->srv->model, "choices",
-		    b->choices, "usage", "prompt_tokens", (json_int_t)b->n_prompt, "completion_tokens",
-		    (json_int_t)b->n_tokens, "total_tokens", (json_int_t)(b->n_prompt + b->n_tokens));
+		    b->choices, "usage", oai_usage(b->n_prompt, b->n_tokens, b->n_cached));
 		http_reply_json(b->r, 200, j);
 	}
 	batch_free(b);
@@ -420,6 +419,7 @@ static void batch_done(struct oreq *q, int rc, const char *err, struct baton_gen
 	if (rc == 0) {
 		b->n_prompt += res->n_prompt;
 		b->n_tokens += res->n_tokens;
+		b->n_cached += res->n_cached;
 	}
 	if (choice)
 		json_array_set_new(b->choices, (size_t)q->index, choice);
@@ -454,7 +454,7 @@ static void on_done(void *arg, int rc, const char *err, struct baton_gen_result 
 				}
 				if (q->q.include_usage)
 					write_event(q, oai_usage_chunk(q->q.kind, q->id, q->created, q->srv->model,
-					    res->n_prompt, res->n_tokens));
+					    res->n_prompt, res->n_tokens, res->n_cached));
 				http_stream_write(q->st, "data: [DONE]\n\n", 14);
 			} else if (rc) {
 				/* the stream's status is sent: the error goes as an event */
