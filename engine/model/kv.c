@@ -384,6 +384,7 @@ int kv_save(struct baton_model *m)
 	}
 	uint32_t n = held + keep, k = 0;
 	if (n == 0) {
+		m->pst.host_dropped += m->n_lru;
 		kv_cache_drop(m);
 		return 0;
 	}
@@ -466,8 +467,8 @@ void model_kv_release(struct baton_model *m)
 		return;
 	for (struct baton_seq *s = m->seqs; s; s = s->next)
 		seq_empty(m, s);
-	if (m->kv && (!m->host_limit || kv_save(m) != 0))
-		kv_cache_drop(m); /* none kept, or no host memory for them */
+	if (m->kv && kv_save(m) != 0)
+		kv_cache_drop(m); /* no host memory for them */
 	if (m->kv)
 		m->be->free(m->dev, m->kv);
 	m->kv = 0;
