@@ -665,6 +665,14 @@ void sched_stats(struct baton_sched *s, struct sched_stats *st)
 	pthread_mutex_unlock(&s->mu);
 }
 
+void sched_note_model(struct baton_sched *s)
+{
+	pthread_mutex_lock(&s->mu);
+	model_prefix_stats(s->m, &s->st.prefix);
+	s->st.kv_free = model_kv_free_blocks(s->m);
+	pthread_mutex_unlock(&s->mu);
+}
+
 void sched_kick(struct baton_sched *s)
 {
 	pthread_mutex_lock(&s->mu);

@@ -123,6 +123,9 @@ uint64_t sched_new_id(struct baton_sched *s);
 /* The first of n consecutive ones (a batch's requests). */
 uint64_t sched_new_ids(struct baton_sched *s, uint32_t n);
 void sched_stats(struct baton_sched *s, struct sched_stats *st);
+/* The model changed outside a step (a release or refill by the engine's
+ * owner, while the scheduler holds nothing): the stats read it again. */
+void sched_note_model(struct baton_sched *s);
 /* Wakes the thread (may_admit may say yes now). */
 void sched_kick(struct baton_sched *s);
 
