@@ -59,6 +59,10 @@ static const struct proto__fdef engine_fields[] = {
 	IDEF(struct proto_engine_info, "to_copy",          U64,  to_copy,          0),
 	IDEF(struct proto_engine_info, "idle_release_ms",  U64,  idle_release_ms,  0),
 	IDEF(struct proto_engine_info, "http",             STR,  http,             BATON_PROTO_MAX_NAME),
+	IDEF(struct proto_engine_info, "prefix_prompt_tokens", U64, prefix_prompt,  0),
+	IDEF(struct proto_engine_info, "prefix_cached_tokens", U64, prefix_cached,  0),
+	IDEF(struct proto_engine_info, "prefix_evictions", U64,  prefix_evictions, 0),
+	IDEF(struct proto_engine_info, "kv_host_bytes",    U64,  kv_host_bytes,    0),
 };
 
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
@@ -133,6 +137,7 @@ static const struct proto__row heartbeat_req[] = {
 	O(PEER_MAPPED), O(PEER_FREE),
 	O(REQUESTS), /* GEN requests answered since the engine started */
 	O(COPIED), O(TO_COPY), /* while refilling: its copy progress */
+	O(PREFIX_PROMPT), O(PREFIX_CACHED), O(PREFIX_EVICTIONS), O(KV_HOST_BYTES), /* a text engine's prefix cache */
 };
 static const struct proto__row acquire_req[] = { R(NAME), R(BYTES) };
 static const struct proto__row acquire_rep[] = { R(EPOCH), R(GRANTED) };

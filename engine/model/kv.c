@@ -388,7 +388,7 @@ int kv_save(struct baton_model *m)
 		kv_cache_drop(m);
 		return 0;
 	}
-	uint8_t *save = malloc(n * bb);
+	uint8_t *save = aligned_alloc(4096, (n * bb + 4095) / 4096 * 4096); /* pinned whole pages */
 	uint32_t *ids = malloc(n * sizeof *ids);
 	int rc = BATON_ENOMEM;
 	if (!save || !ids)

@@ -668,7 +668,7 @@ def t_prefix_turns_and_release(c):
     answers equal to an engine started with --no-prefix-cache; release
     --all keeps the cached blocks in host memory (/health counts them),
     and the next turn after the refill finds them: the same answers."""
-    c.broker()
+    api = c.http_broker()
     e = engine(c, "q", "--vram-elastic", "--kv-blocks", "48", broker=True)
     f = engine(c, "f", "--no-prefix-cache", "--kv-blocks", "48")
     asks = ["Tell me of light.", "And of darkness?", "Which came first?", "Why?"]
@@ -698,10 +698,30 @@ def t_prefix_turns_and_release(c):
             pc = health(e)["prefix_cache"]
             assert pc["enabled"] and pc["host_kv_blocks"] > 0 and pc["host_kv_bytes"] > 0, pc
             assert pc["host_kv_limit_bytes"] == 4096 * h.MIB and pc["host_dropped_blocks"] == 0, pc
+            # the broker's views: its status, /metrics, baton top
+            h.wait_for("the heartbeat's kv_host_bytes",
+                       lambda: c.eng("q").get("kv_host_bytes") == pc["host_kv_bytes"], timeout=10)
+            st, text, _ = api.get("/metrics")
+            assert st == 200 and 'baton_engine_kv_host_bytes{engine="q"} %d' % pc["host_kv_bytes"] in text, text
+            top = subprocess.run([h.CLI, "--broker", c.control, "top", "--once"], capture_output=True, text=True,
+                                 timeout=30)
+            hdr = [ln for ln in top.stdout.splitlines() if ln.startswith("ENGINE")]
+            row = [ln for ln in top.stdout.splitlines() if ln.startswith("q ")]
+            assert hdr and "PREFIX" in hdr[0] and "KV HOST" in hdr[0] and row and "%" in row[0] and \
+                "KiB" in row[0], top.stdout
     assert cached[2] >= 32, cached  # the turn after the release: from host memory
     pc = health(e)["prefix_cache"]
     assert pc["host_kv_bytes"] == 0 and pc["restored_blocks"] > 0, pc
     assert pc["cached_tokens"] == sum(cached) and 0 < pc["hit_rate"] < 1, pc
+    h.wait_for("the heartbeat's prefix counts", lambda: c.eng("q").get("prefix_cached_tokens") == sum(cached),
+               timeout=10)
+    q = c.eng("q")
+    assert q["kv_host_bytes"] == 0 and q["prefix_prompt_tokens"] == pc["prompt_tokens"], q
+    st, js, _ = api.get("/v1/status")
+    jq = [x for x in js["engines"] if x["name"] == "q"][0]
+    assert abs(jq["prefix_hit_rate"] - pc["hit_rate"]) < 1e-6 and jq["prefix_evictions"] == pc["evictions"], jq
+    st, text, _ = api.get("/metrics")
+    assert 'baton_engine_prefix_cached_tokens_total{engine="q"} %d' % sum(cached) in text, text
     off = health(f)["prefix_cache"]
     assert not off["enabled"] and off["cached_tokens"] == 0 and off["cached_blocks"] == 0, off
     return "cached per turn %s; %d blocks back from host" % (cached, pc["restored_blocks"])
