@@ -210,6 +210,7 @@ struct eng {
 	uint64_t copied, to_copy;
 	double progress_at, progress_pub_at; /* moved; last published */
 	uint64_t requests;    /* GEN requests it answered (its heartbeats say) */
+	uint64_t prefix_prompt, prefix_cached, prefix_evictions, kv_host_bytes; /* its prefix cache (heartbeats) */
 	struct conn *conn;
 	/* an on-demand handoff to it, published once its refill is reported */
 	bool ho_pending;

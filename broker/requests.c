@@ -180,6 +180,12 @@ static void on_heartbeat(struct broker *b, struct waiter *w, const struct baton_
 	e->idle_since = now - (double)m->idle_ms / 1e3;
 	if (proto_has(m, PF_REQUESTS))
 		e->requests = m->requests;
+	if (proto_has(m, PF_PREFIX_PROMPT)) {
+		e->prefix_prompt = m->prefix_prompt;
+		e->prefix_cached = proto_has(m, PF_PREFIX_CACHED) ? m->prefix_cached : 0;
+		e->prefix_evictions = proto_has(m, PF_PREFIX_EVICTIONS) ? m->prefix_evictions : 0;
+		e->kv_host_bytes = proto_has(m, PF_KV_HOST_BYTES) ? m->kv_host_bytes : 0;
+	}
 	if (proto_has(m, PF_TO_COPY) && m->to_copy) {
 		if (m->copied != e->copied || m->to_copy != e->to_copy) {
 			e->copied = m->copied;
@@ -319,6 +325,10 @@ static void on_status(struct broker *b, struct waiter *w, const struct baton_msg
 		x->idle_release_ms = idle_t > 0 && !e->no_release ? (uint64_t)(idle_t * 1e3) : 0;
 		x->http = pool_str(&pool, e->http);
 		x->kv = e->kv;
+		x->prefix_prompt = e->prefix_prompt;
+		x->prefix_cached = e->prefix_cached;
+		x->prefix_evictions = e->prefix_evictions;
+		x->kv_host_bytes = e->kv_host_bytes;
 	}
 	proto_reply_init(&rb->m, m);
 	rb->m.gpus = (struct proto_gpus){ gv, (uint32_t)ng };

@@ -61,6 +61,10 @@ static const struct proto__fdef engine_fields[] = {
 	IDEF(struct proto_engine_info, "idle_release_ms",  U64,  idle_release_ms,  0),
 	IDEF(struct proto_engine_info, "http",             STR,  http,             BATON_PROTO_MAX_NAME),
 	IDEF(struct proto_engine_info, "kv",               U64,  kv,               0),
+	IDEF(struct proto_engine_info, "prefix_prompt_tokens", U64, prefix_prompt,  0),
+	IDEF(struct proto_engine_info, "prefix_cached_tokens", U64, prefix_cached,  0),
+	IDEF(struct proto_engine_info, "prefix_evictions", U64,  prefix_evictions, 0),
+	IDEF(struct proto_engine_info, "kv_host_bytes",    U64,  kv_host_bytes,    0),
 };
 
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
@@ -138,6 +142,7 @@ static const struct proto__row heartbeat_req[] = {
 	O(REQUESTS), /* GEN requests answered since the engine started */
 	O(COPIED), O(TO_COPY), /* while refilling: its copy progress */
 	O(KV), /* its KV pool's device bytes now (0 after a release of everything) */
+	O(PREFIX_PROMPT), O(PREFIX_CACHED), O(PREFIX_EVICTIONS), O(KV_HOST_BYTES), /* a text engine's prefix cache */
 };
 static const struct proto__row acquire_req[] = { R(NAME), R(BYTES) };
 static const struct proto__row acquire_rep[] = { R(EPOCH), R(GRANTED) };

@@ -39,7 +39,8 @@
  *             http_token (the bearer token that URL needs: the front door
  *             sends it; the broker never shows it)
  *   heartbeat R name, state, resident, busy bool, idle_ms; mapped, free, epoch,
- *             kv
+ *             requests, copied, to_copy, kv, prefix_prompt_tokens,
+ *             prefix_cached_tokens, prefix_evictions, kv_host_bytes
  *   acquire   R name, bytes
  *   report    R name, state, resident, reason; duration_ms f64, bytes,
  *             mapped, free, epoch
@@ -57,7 +58,9 @@
  *             total, level, kv) or the broker's (gpus: array of {uuid, total,
  *             free, reserve, held, kv}, engines: array of {name, pid, gpu, model,
  *             state, resident, floor, ceiling, priority, pinned, idle_ms,
- *             last_refill_gbps f64, peer_gpu, peer, requests, ctl, http, kv}; every item field required)
+ *             last_refill_gbps f64, peer_gpu, peer, requests, ctl, copied, to_copy,
+ *             idle_release_ms, http, kv, prefix_prompt_tokens, prefix_cached_tokens,
+ *             prefix_evictions, kv_host_bytes}; every item field required)
  *   release, refill, vram   R state, resident, ms f64, bytes, epoch;
  *             mapped, free, level (the engine's: "none", "experts", "all")
  *   register  R epoch
@@ -235,6 +238,13 @@ int proto_name_valid(const char *s, size_t len);
 	/* copy progress of a refill in progress: bytes copied of bytes to copy */      \
 	X(COPIED,            "copied",            U64,     copied,            0)           \
 	X(TO_COPY,           "to_copy",           U64,     to_copy,           0)           \
+	/* the prefix cache of a text engine (heartbeats): prompt tokens admitted,  \
+	 * of them taken from the cache, cached blocks evicted, KV bytes kept in host \
+	 * memory while released (engine/model/model.h) */                              \
+	X(PREFIX_PROMPT,     "prefix_prompt_tokens", U64,  prefix_prompt,     0)           \
+	X(PREFIX_CACHED,     "prefix_cached_tokens", U64,  prefix_cached,     0)           \
+	X(PREFIX_EVICTIONS,  "prefix_evictions",  U64,     prefix_evictions,  0)           \
+	X(KV_HOST_BYTES,     "kv_host_bytes",     U64,     kv_host_bytes,     0)           \
 	/* events */                                                                      \
 	X(SEQ,               "seq",               U64,     seq,               0)           \
 	X(TIME_MS,           "time_ms",           U64,     time_ms,           0)           \
@@ -319,6 +329,9 @@ struct proto_engine_info {
 	uint64_t idle_release_ms; /* its idle-release timeout (0: none; pinned engines are never released) */
 	const char *http;     /* its OpenAI HTTP URL, "" when it serves none */
 	uint64_t kv;          /* its KV pool's device bytes (apart from resident and the cache) */
+	/* its prefix cache (heartbeats; 0 for engines without text): prompt
+	 * tokens, those taken from the cache, evictions, KV bytes in host memory */
+	uint64_t prefix_prompt, prefix_cached, prefix_evictions, kv_host_bytes;
 };
 
 struct proto_gpus {

@@ -190,6 +190,23 @@ static void on_metrics_reply(void *arg, const struct baton_msg *rep)
 	    "GEN requests an engine answered since it started (from its heartbeats).");
 	for (uint32_t i = 0; i < rep->engines.n; i++)
 		baton_prom_u64(f, "baton_engine_requests_total", BY_ENGINE(ev[i].name), ev[i].requests);
+	/* the prefix cache (issue 29), beside the engine's other counts */
+	baton_prom_family(f, "baton_engine_prefix_prompt_tokens_total", "counter",
+	    "Prompt tokens a text engine admitted (its heartbeats).");
+	for (uint32_t i = 0; i < rep->engines.n; i++)
+		baton_prom_u64(f, "baton_engine_prefix_prompt_tokens_total", BY_ENGINE(ev[i].name), ev[i].prefix_prompt);
+	baton_prom_family(f, "baton_engine_prefix_cached_tokens_total", "counter",
+	    "Of them, tokens taken from the prefix cache instead of read (hit rate: this over prompt tokens).");
+	for (uint32_t i = 0; i < rep->engines.n; i++)
+		baton_prom_u64(f, "baton_engine_prefix_cached_tokens_total", BY_ENGINE(ev[i].name), ev[i].prefix_cached);
+	baton_prom_family(f, "baton_engine_prefix_evictions_total", "counter",
+	    "Cached KV blocks evicted for other positions (least recently used first).");
+	for (uint32_t i = 0; i < rep->engines.n; i++)
+		baton_prom_u64(f, "baton_engine_prefix_evictions_total", BY_ENGINE(ev[i].name), ev[i].prefix_evictions);
+	baton_prom_family(f, "baton_engine_kv_host_bytes", "gauge",
+	    "KV blocks an engine keeps in host memory while released (--kv-host-mib bounds them).");
+	for (uint32_t i = 0; i < rep->engines.n; i++)
+		baton_prom_u64(f, "baton_engine_kv_host_bytes", BY_ENGINE(ev[i].name), ev[i].kv_host_bytes);
 	baton_prom_family(f, "baton_engine_peer_bytes", "gauge",
 	    "Memory an engine's peer tier holds on another device (lent by the broker).");
 	for (uint32_t i = 0; i < rep->engines.n; i++)

@@ -380,7 +380,7 @@ int model_step(struct baton_model *m, const struct baton_step_item *items, uint3
 			break;
 		need += model_seq_blocks_needed(m, s, items[i].n);
 	}
-	if (!rc && need > m->n_free)
+	if (!rc && need > kv_avail(m))
 		rc = BATON_ENOSPC;
 	if (!rc && (rc = model_refill(m)) == 0)
 		rc = kv_ensure(m);
@@ -396,7 +396,7 @@ int model_step(struct baton_model *m, const struct baton_step_item *items, uint3
 		struct baton_seq *s = items[i].seq;
 		s->mark = s->n_blocks + 1;
 		for (uint32_t b = model_seq_blocks_needed(m, s, items[i].n); b > 0; b--)
-			s->blocks[s->n_blocks++] = m->free_ids[--m->n_free];
+			s->blocks[s->n_blocks++] = kv_take(m);
 	}
 	/* passes of up to max_batch rows; an item may span passes */
 	uint32_t n_seg = 0, rows = 0, off = 0;
@@ -423,10 +423,12 @@ int model_step(struct baton_model *m, const struct baton_step_item *items, uint3
 	}
 	for (i = 0; i < n_items; i++) {
 		struct baton_seq *s = items[i].seq;
-		if (rc)
+		if (rc) {
 			kv_seq_shrink(m, s, s->mark - 1);
-		else
+		} else {
+			kv_seq_fed(m, s, items[i].tokens, items[i].n); /* full blocks into the prefix cache */
 			s->pos += items[i].n;
+		}
 	}
 	for (i = 0; i < n_items; i++)
 		items[i].seq->mark = 0;

@@ -157,6 +157,10 @@ int model_open(struct baton_engine *e, const struct baton_model_opts *opts,
 		    baton_strerror(rc));
 		goto fail;
 	}
+	if ((rc = kv_cache_init(m, cj, (size_t)cj_len)) != 0)
+		goto fail;
+	m->pc_on = !(opts && opts->no_prefix_cache);
+	m->host_limit = opts ? opts->kv_host_bytes : 0;
 	if ((rc = model_seq_open(m, &m->def)) != 0)
 		goto fail;
 	*out = m;
@@ -170,9 +174,15 @@ void model_close(struct baton_model *m)
 {
 	if (!m)
 		return;
-	model_kv_release(m);
+	m->host_limit = 0; /* nothing to keep for later */
+	if (m->blk)
+		model_kv_release(m);
+	else if (m->kv)
+		m->be->free(m->dev, m->kv);
+	kv_drop_saved(m);
 	while (m->seqs)
 		model_seq_close(m, m->seqs);
+	kv_cache_free(m);
 	weights_free(m);
 	free(m->ups);
 	free(m->layers);

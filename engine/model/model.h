@@ -327,6 +327,9 @@ struct baton_model_opts {
 	uint32_t kv_seqs;   /* sequences that run at once (--max-seqs), for that size; 0: 16 */
 	int content_special; /* generators: special tokens' text in a message is the token
 	                      * (HF's way); 0: it is text, only the template makes them */
+	int no_prefix_cache; /* 1: full blocks are not kept for later sequences (--no-prefix-cache) */
+	uint64_t kv_host_bytes; /* a release keeps up to this much of the prefix cache's
+	                         * unheld blocks in host memory (--kv-host-mib); 0: none */
 };
 
 struct baton_model;
@@ -364,6 +367,56 @@ uint32_t model_kv_blocks_total(const struct baton_model *m);
 /* Blocks the sequence must take from the pool to grow by n_more. */
 uint32_t model_seq_blocks_needed(const struct baton_model *m, const struct baton_seq *s,
     uint32_t n_more);
+
+/* ---- the prefix cache ------------------------------------------------------
+ * A full block (BATON_KV_BLOCK positions) is keyed by a hash chain over
+ * its tokens and every token before it (seeded with the model's
+ * identity), and kept after its sequence lets go of it: a later sequence
+ * that starts with the same tokens takes it (a reference) instead of
+ * computing it again. Blocks nobody holds are evicted least recently used
+ * when the pool needs room, after the free ones; a block some sequence
+ * holds never is. A match compares the tokens and the block before it
+ * too, so a hash collision never gives a block of another prefix.
+ * model_kv_free_blocks counts free and evictable blocks. See
+ * docs/internals/prefix-cache.md. */
+
+/* Takes the longest cached prefix of tokens[0 .. n) for the empty
+ * sequence s (no blocks, position 0): whole blocks only, and never the
+ * last token (its logits must be computed). Returns the positions taken
+ * (a multiple of BATON_KV_BLOCK; s's position is then that), 0 with the
+ * cache off or for a sequence not empty. Counts a lookup of n tokens. */
+uint32_t model_seq_prefix(struct baton_model *m, struct baton_seq *s, const uint32_t *tokens,
+    uint32_t n);
+
+/* What model_seq_prefix would take now, taking nothing and counting
+ * nothing; *unheld (may be NULL): how many of those blocks no sequence
+ * holds (taking them makes them unevictable, so the free count drops by
+ * that much). */
+uint32_t model_prefix_peek(const struct baton_model *m, const uint32_t *tokens, uint32_t n,
+    uint32_t *unheld);
+
+struct baton_prefix_stats {
+	int enabled;
+	uint64_t lookups;           /* model_seq_prefix calls */
+	uint64_t lookup_tokens;     /* tokens they asked for */
+	uint64_t hit_tokens;        /* tokens they found cached */
+	uint64_t evictions;         /* cached blocks taken for other positions */
+	uint64_t host_dropped;      /* cached blocks a release dropped (past kv_host_bytes) */
+	uint32_t cached_blocks;     /* blocks in the cache now (held or not) */
+	uint32_t evictable_blocks;  /* of them, held by no sequence */
+	uint64_t host_bytes;        /* KV bytes held in host memory while released */
+	uint32_t host_blocks;       /* blocks of them (held ones and cached ones) */
+	uint64_t host_limit;        /* kv_host_bytes */
+	uint64_t restored_blocks;   /* blocks copied back from host memory, in all */
+	double last_restore_s;      /* the last copy back, seconds */
+};
+void model_prefix_stats(const struct baton_model *m, struct baton_prefix_stats *st);
+/* Test hook: every block hashes alike (forced collisions); also
+ * BATON_TEST_KV_HASH_COLLIDE=1 at model_open. */
+void model_prefix_test_collide(struct baton_model *m, int on);
+/* A block's holders (its reference count), for the tests; s's block b. */
+uint32_t model_seq_block_refs(const struct baton_model *m, const struct baton_seq *s, uint32_t b);
+uint32_t model_seq_block_id(const struct baton_seq *s, uint32_t b);
 
 struct baton_step_item {
 	struct baton_seq *seq;
@@ -541,6 +594,7 @@ struct baton_gen_result {
 	uint32_t *tokens;               /* its ids, a stop token included (malloc) */
 	uint32_t n_tokens;
 	uint32_t n_prompt;              /* prompt tokens */
+	uint32_t n_cached;              /* of them, read from the prefix cache (the scheduler's) */
 	const char *finish;             /* "stop", "length" or "cancelled" */
 	double prefill_s, decode_s;
 };

@@ -190,6 +190,16 @@ static int do_heartbeat(struct broker_link *l)
 		proto_set(&m, PF_COPIED);
 		proto_set(&m, PF_TO_COPY);
 	}
+	if (st.has_prefix) {
+		m.prefix_prompt = st.prefix_prompt;
+		m.prefix_cached = st.prefix_cached;
+		m.prefix_evictions = st.prefix_evictions;
+		m.kv_host_bytes = st.kv_host_bytes;
+		proto_set(&m, PF_PREFIX_PROMPT);
+		proto_set(&m, PF_PREFIX_CACHED);
+		proto_set(&m, PF_PREFIX_EVICTIONS);
+		proto_set(&m, PF_KV_HOST_BYTES);
+	}
 	set_peer(l, &m, &st);
 	int rc = proto_client_call(l->cli, &m, &rep, CALL_MS, NULL);
 	proto_msg_free(&rep);

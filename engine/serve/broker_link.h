@@ -37,6 +37,8 @@ struct broker_link_state {
 	uint64_t requests;  /* GEN requests answered since start (heartbeats) */
 	uint64_t copied, to_copy; /* a refill's progress (heartbeats; to_copy 0: none) */
 	uint64_t kv;        /* the KV pool's device bytes (the broker accounts them apart) */
+	bool has_prefix;    /* a text engine: the prefix cache's counts below */
+	uint64_t prefix_prompt, prefix_cached, prefix_evictions, kv_host_bytes;
 };
 
 typedef void (*broker_link_state_fn)(void *arg, struct broker_link_state *st);

@@ -964,10 +964,13 @@ const char *oai_finish_reason(const char *finish)
 	return finish && strcmp(finish, "length") == 0 ? "length" : "stop";
 }
 
-static json_t *usage(uint32_t prompt, uint32_t completion)
+/* OpenAI's usage; prompt_tokens_details.cached_tokens: the prompt's
+ * tokens the prefix cache held (not read again). */
+json_t *oai_usage(uint32_t prompt, uint32_t completion, uint32_t cached)
 {
-	return json_pack("{s:i, s:i, s:i}", "prompt_tokens", (json_int_t)prompt, "completion_tokens",
-	    (json_int_t)completion, "total_tokens", (json_int_t)prompt + completion);
+	return json_pack("{s:i, s:i, s:i, s:{s:i}}", "prompt_tokens", (json_int_t)prompt, "completion_tokens",
+	    (json_int_t)completion, "total_tokens", (json_int_t)prompt + completion, "prompt_tokens_details",
+	    "cached_tokens", (json_int_t)cached);
 }
 
 json_t *oai_reply(enum oai_kind kind, const char *id, long long created, const char *model,
@@ -983,7 +986,7 @@ json_t *oai_reply(enum oai_kind kind, const char *id, long long created, const c
 		oai_finish_reason(res->finish));
 	return json_pack("{s:s, s:s, s:I, s:s, s:[o], s:o}", "id", id, "object",
 	    kind == OAI_CHAT ? "chat.completion" : "text_completion", "created", (json_int_t)created,
-	    "model", model, "choices", choice, "usage", usage(res->n_prompt, res->n_tokens));
+	    "model", model, "choices", choice, "usage", oai_usage(res->n_prompt, res->n_tokens, res->n_cached));
 }
 
 json_t *oai_tool_call_json(const struct oai_tool_call *c)
@@ -1055,11 +1058,12 @@ json_t *oai_chunk(enum oai_kind kind, const char *id, long long created, const c
 }
 
 json_t *oai_usage_chunk(enum oai_kind kind, const char *id, long long created, const char *model,
-    uint32_t prompt_tokens, uint32_t completion_tokens)
+    uint32_t prompt_tokens, uint32_t completion_tokens, uint32_t cached_tokens)
 {
 	return json_pack("{s:s, s:s, s:I, s:s, s:[], s:o}", "id", id, "object",
 	    kind == OAI_CHAT ? "chat.completion.chunk" : "text_completion", "created",
-	    (json_int_t)created, "model", model, "choices", "usage", usage(prompt_tokens, completion_tokens));
+	    (json_int_t)created, "model", model, "choices", "usage",
+	    oai_usage(prompt_tokens, completion_tokens, cached_tokens));
 }
 
 json_t *oai_models(const char *model, long long created)

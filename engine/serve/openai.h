@@ -220,7 +220,9 @@ json_t *oai_chunk_delta(const char *id, long long created, const char *model, js
     const char *finish, int usage_null);
 /* The last chunk of a stream with include_usage: no choices, the usage. */
 json_t *oai_usage_chunk(enum oai_kind kind, const char *id, long long created, const char *model,
-    uint32_t prompt_tokens, uint32_t completion_tokens);
+    uint32_t prompt_tokens, uint32_t completion_tokens, uint32_t cached_tokens);
+/* The usage object: the counts and prompt_tokens_details.cached_tokens. */
+json_t *oai_usage(uint32_t prompt, uint32_t completion, uint32_t cached);
 /* GET /v1/models: the one model this engine serves. */
 json_t *oai_models(const char *model, long long created);
 /* "data: JSON\n\n" (takes the reference; compact JSON), malloc'd; *len set. */

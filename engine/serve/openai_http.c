@@ -41,7 +41,7 @@ struct obatch {
 	enum oai_kind kind;
 	char err[512];
 	json_t *choices;
-	uint32_t n_prompt, n_tokens;
+	uint32_t n_prompt, n_tokens, n_cached;
 };
 
 /* One request in flight, from the handler to on_done. */
@@ -391,7 +391,7 @@ static void batch_answer(struct obatch *b, struct oreq *q)
 				if (b->include_usage) {
 					size_t n;
 					char *ev = oai_sse(oai_usage_chunk(b->kind, q->id, q->created, q->srv->model,
-					    b->n_prompt, b->n_tokens), &n);
+					    b->n_prompt, b->n_tokens, b->n_cached), &n);
 					if (ev)
 						http_stream_write(b->st, ev, n);
 					free(ev);
@@ -407,10 +407,9 @@ static void batch_answer(struct obatch *b, struct oreq *q)
 		static const char *const retry[] = { "Retry-After: 1", NULL };
 		reply_error(b->r, &e, http_retry_after(status) ? retry : NULL);
 	} else {
-		json_t *j = json_pack("{s:s, s:s, s:I, s:s, s:O, s:{s:i, s:i, s:i}}", "id", q->id, "object",
+		json_t *j = json_pack("{s:s, s:s, s:I, s:s, s:O, s:o}", "id", q->id, "object",
 		    b->kind == OAI_CHAT ? "chat.completion" : "text_completion", "created", (json_int_t)q->created,
-		    "model", q->srv->model, "choices", b->choices, "usage", "prompt_tokens", (json_int_t)b->n_prompt,
-		    "completion_tokens", (json_int_t)b->n_tokens, "total_tokens", (json_int_t)(b->n_prompt + b->n_tokens));
+		    "model", q->srv->model, "choices", b->choices, "usage", oai_usage(b->n_prompt, b->n_tokens, b->n_cached));
 		http_reply_json(b->r, 200, j);
 	}
 	batch_free(b);
@@ -468,6 +467,7 @@ static void batch_done(struct oreq *q, int rc, const char *err, struct baton_gen
 	if (rc == 0) {
 		b->n_prompt += q->copy == 0 ? res->n_prompt : 0;
 		b->n_tokens += res->n_tokens;
+		b->n_cached += res->n_cached;
 	}
 	if (choice)
 		json_array_set_new(b->choices, (size_t)q->index, choice);
@@ -533,7 +533,7 @@ static void on_done(void *arg, int rc, const char *err, struct baton_gen_result 
 				finish_chunk(q, res);
 				if (q->q.include_usage)
 					write_event(q, oai_usage_chunk(q->q.kind, q->id, q->created, q->srv->model,
-					    res->n_prompt, res->n_tokens));
+					    res->n_prompt, res->n_tokens, res->n_cached));
 				http_stream_write(q->st, "data: [DONE]\n\n", 14);
 			} else if (rc) {
 				/* the stream's status is sent: the error goes as an event */
@@ -1077,6 +1077,18 @@ static void handler(void *arg, struct baton_http_req *r)
 		    "kv_blocks_free", (json_int_t)st.kv_free, "kv_blocks_total", (json_int_t)st.kv_total,
 		    "steps", (json_int_t)st.steps, "cancelled", (json_int_t)st.cancelled, "refused_busy",
 		    (json_int_t)st.refused_busy, "preempted", (json_int_t)st.preempted);
+		const struct baton_prefix_stats *ps = &st.prefix;
+		json_t *pc = json_pack("{s:b, s:I, s:I, s:f, s:i, s:i, s:I, s:I, s:I, s:i, s:I, s:I, s:f}",
+		    "enabled", ps->enabled, "prompt_tokens", (json_int_t)st.prompt_tokens, "cached_tokens",
+		    (json_int_t)st.cached_tokens, "hit_rate",
+		    st.prompt_tokens ? (double)st.cached_tokens / (double)st.prompt_tokens : 0.0, "cached_blocks",
+		    (json_int_t)ps->cached_blocks, "evictable_blocks", (json_int_t)ps->evictable_blocks, "evictions",
+		    (json_int_t)ps->evictions, "host_kv_bytes", (json_int_t)ps->host_bytes, "host_kv_limit_bytes",
+		    (json_int_t)ps->host_limit, "host_kv_blocks", (json_int_t)ps->host_blocks, "host_dropped_blocks",
+		    (json_int_t)ps->host_dropped, "restored_blocks", (json_int_t)ps->restored_blocks,
+		    "last_restore_s", ps->last_restore_s);
+		if (j && pc)
+			json_object_set_new(j, "prefix_cache", pc);
 		if (j && s->o.health)
 			s->o.health(s->o.health_arg, j);
 		if (j)

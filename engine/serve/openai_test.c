@@ -168,13 +168,14 @@ static void t_shapes(void)
 {
 	uint32_t toks[3] = { 1, 2, 3 };
 	struct baton_gen_result res = { .text = "Let there", .text_len = 9, .tokens = toks, .n_tokens = 3,
-		.n_prompt = 5, .finish = "length" };
+		.n_prompt = 5, .n_cached = 4, .finish = "length" };
 	json_t *j = oai_reply(OAI_CHAT, "chatcmpl-1", 1700000000, "kjv", &res);
 	char *s = json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS);
 	T_ASSERT_MSG(strcmp(s, "{\"choices\":[{\"finish_reason\":\"length\",\"index\":0,\"logprobs\":null,"
 	    "\"message\":{\"content\":\"Let there\",\"role\":\"assistant\"}}],\"created\":1700000000,"
 	    "\"id\":\"chatcmpl-1\",\"model\":\"kjv\",\"object\":\"chat.completion\",\"usage\":"
-	    "{\"completion_tokens\":3,\"prompt_tokens\":5,\"total_tokens\":8}}") == 0, "%s", s);
+	    "{\"completion_tokens\":3,\"prompt_tokens\":5,\"prompt_tokens_details\":{\"cached_tokens\":4},"
+	    "\"total_tokens\":8}}") == 0, "%s", s);
 	free(s);
 	json_decref(j);
 	res.finish = "stop";
@@ -197,8 +198,9 @@ static void t_shapes(void)
 	ev = oai_sse(oai_chunk(OAI_CHAT, "c", 2, "kjv", NULL, NULL, 0, "length", 0), &n);
 	T_ASSERT_MSG(strstr(ev, "\"delta\":{}") && strstr(ev, "\"finish_reason\":\"length\""), "%s", ev);
 	free(ev);
-	ev = oai_sse(oai_usage_chunk(OAI_CHAT, "c", 2, "kjv", 5, 3), &n);
-	T_ASSERT_MSG(strstr(ev, "\"choices\":[]") && strstr(ev, "\"total_tokens\":8"), "%s", ev);
+	ev = oai_sse(oai_usage_chunk(OAI_CHAT, "c", 2, "kjv", 5, 3, 2), &n);
+	T_ASSERT_MSG(strstr(ev, "\"choices\":[]") && strstr(ev, "\"total_tokens\":8") &&
+	    strstr(ev, "\"prompt_tokens_details\":{\"cached_tokens\":2}"), "%s", ev);
 	free(ev);
 	ev = oai_sse(oai_chunk(OAI_COMPLETION, "c", 2, "kjv", NULL, "x", 1, NULL, 0), &n);
 	T_ASSERT_MSG(strstr(ev, "\"object\":\"text_completion\"") && strstr(ev, "\"text\":\"x\""), "%s", ev);

@@ -179,7 +179,8 @@ int serve_open(const struct baton_serve_config *conf, struct serve **out, enum s
 	s->d_model = s->info.d_model;
 	/* A whole model (arena v2 with config.json) also speaks text. */
 	struct baton_model_opts mo = { .max_ctx = s->o.ctx, .kv_blocks = s->o.kv_blocks,
-		.kv_seqs = s->o.max_seqs, .content_special = s->o.content_special };
+		.kv_seqs = s->o.max_seqs, .content_special = s->o.content_special,
+		.no_prefix_cache = s->o.no_prefix_cache, .kv_host_bytes = s->o.kv_host_mib * BATON_MIB };
 	rc = generator_open(s->e, &mo, &s->gen, s->gen_error, sizeof s->gen_error);
 	if (rc == 0) {
 		serve_snapshot(s, NULL); /* the KV pool's bytes, for the broker's books */

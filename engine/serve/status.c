@@ -102,6 +102,11 @@ void serve_link_state(void *arg, struct broker_link_state *st)
 		sched_stats(s->sched, &ss);
 		st->busy = st->busy || ss.running || ss.waiting;
 		st->requests += ss.finished;
+		st->has_prefix = true;
+		st->prefix_prompt = ss.prompt_tokens;
+		st->prefix_cached = ss.cached_tokens;
+		st->prefix_evictions = ss.prefix.evictions;
+		st->kv_host_bytes = ss.prefix.host_bytes;
 	}
 	st->idle_ms = st->busy || idle < 0 ? 0 : (uint64_t)(idle * 1e3);
 	st->epoch = s->snap_epoch;
