@@ -17,7 +17,8 @@
  *               device switches to another model (pure)
  *   fleet.c     the [model] sections: engines the broker starts, watches,
  *               restarts and stops itself (below the rest: it calls only
- *               view.c's lookups and door_fleet_failed)
+ *               view.c's lookups and door_fleet_failed); fleet_int.h
+ *   fleet_view.c what /v1/models and /metrics say of the fleet's models
  *   upstream.c  the HTTP/1.1 client to an engine's OpenAI HTTP
  *
  * The door is a face of the broker: it reads engines through broker_call
@@ -174,7 +175,7 @@ bool door_forward(struct broker_door *d, struct dreq *q, const struct deng *e);
 void *door_refill_thread(void *arg);
 void *door_refill_job(struct broker_door *d, const char *gpu, const char *eng);
 
-/* ---- fleet.c ------------------------------------------------------------------ */
+/* ---- fleet.c, fleet_view.c ----------------------------------------------------- */
 
 struct door_fleet;
 
