@@ -82,6 +82,8 @@ struct dmodel {
 	unsigned queued;
 	bool queue_told;         /* door.queue published for the wait under way */
 	uint64_t served, rejected_full, failed, gone;
+	uint64_t client_error;   /* the engine answered 4xx: the client's request, never "failed" */
+	struct baton_serving sv; /* the serving metrics (metrics.c writes them, proxy.c counts) */
 	double last_active;      /* a request of it came or ended (the fleet's stop_after_s) */
 	struct baton_hist wait, refill, prefill, start;
 	double served_since;     /* an engine of it came into the view (0: none there) */
@@ -129,6 +131,7 @@ struct broker_door {
 	struct door_fleet *fleet; /* the [model] sections (fleet.c); NULL: none */
 	uint64_t switches_total;
 	struct baton_hist sw_drain, sw_refill; /* the parts of each switch */
+	bool access_log;         /* a log line per request ([broker] access_log) */
 };
 
 

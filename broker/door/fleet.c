@@ -354,6 +354,8 @@ static void start_engine(struct door_fleet *f, struct fmodel *m)
 	argv[n++] = device;
 	argv[n++] = "--expert-cache-release";
 	argv[n++] = "--vram-elastic";
+	if (!f->access_log)
+		argv[n++] = "--no-access-log"; /* [broker] access_log = false */
 	if (m->conf.ctx) {
 		snprintf(ctx, sizeof ctx, "%u", m->conf.ctx);
 		argv[n++] = "--ctx";
@@ -722,6 +724,7 @@ static void beside_program(char *out, size_t n, const char *prog)
 /* Under f->mu: the configuration's models become the fleet's. */
 static void take_models(struct door_fleet *f, const struct broker_config *cfg, char *msg, size_t n)
 {
+	f->access_log = cfg->access_log;
 	char added[512] = "", removed[512] = "", changed[512] = "";
 	unsigned same = 0;
 	for (size_t i = 0; i < BROKER_MAX_MODELS; i++) {

@@ -57,6 +57,7 @@ struct door_fleet {
 	char broker_url[BROKER_URL_MAX];
 	unsigned restart_max;
 	double restart_window_s;
+	bool access_log;                /* [broker] access_log: false gives engines --no-access-log */
 	struct fmodel m[BROKER_MAX_MODELS];
 };
 
