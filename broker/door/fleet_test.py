@@ -277,6 +277,47 @@ def t_fleet(c):
         assert metric(http, "baton_fleet_start_seconds_count", '{model="%s",phase="arena"}' % name) == \
             (0 if name == "tiny" else 1), name  # tiny's arena is its source
 
+    # the serving metrics, per model, are the answers' own numbers (the
+    # client's view: arrival at the door, so the engine's start is in the
+    # first request's time to first token)
+    for name in ("qwen", "mixtral", "tiny"):
+        mine = [b for (k, n, s_), (st_, b) in got.items() if (n == "bible-qwen" and name == "qwen") or n == name]
+        lab = '{model="%s"}' % name
+        assert metric(http, "baton_door_prompt_tokens_total", lab) == sum(b["usage"]["prompt_tokens"] for b in mine)
+        assert metric(http, "baton_door_generation_tokens_total", lab) == \
+            sum(b["usage"]["completion_tokens"] for b in mine), name
+        assert metric(http, "baton_door_time_to_first_token_seconds_count", lab) == len(mine)
+        assert metric(http, "baton_door_e2e_request_latency_seconds_count", lab) == len(mine)
+        assert metric(http, "baton_door_time_to_first_token_seconds_sum", lab) > \
+            metric(http, "baton_door_ttft_start_seconds_sum", lab) > 0  # the start is a part of it
+        assert metric(http, "baton_door_time_to_first_token_seconds_sum", lab) < \
+            metric(http, "baton_door_e2e_request_latency_seconds_sum", lab)
+        ends = sum(metric(http, "baton_door_request_success_total", '{model="%s",finished_reason="%s"}' % (name, r))
+                   for r in ("stop", "length", "cancelled"))
+        assert ends == len(mine), (name, ends)
+        assert metric(http, "baton_door_requests_running", lab) == 0
+        assert metric(http, "baton_door_requests_waiting", lab) == 0
+    # a client's bad request through the door: the engine's 400 passes on,
+    # counted client_error and bad_request, never failed
+    st_, body, _ = http.post("/v1/chat/completions", dict(chat("qwen", "Who?", 1), temperature=5))
+    assert st_ == 400 and body["error"]["param"] == "temperature", body
+    want_metric(http, "baton_door_requests_total", '{model="qwen",outcome="client_error"}', 1)
+    assert metric(http, "baton_door_requests_total", '{model="qwen",outcome="failed"}') == 0
+    assert metric(http, "baton_door_requests_rejected_total", '{model="qwen",reason="bad_request"}') == 1
+    # an engine's own /metrics: the same families as baton_engine_, only with the door's token
+    eng = h.Http(st["qwen"]["http"])
+    code, _, _ = eng.get("/metrics")
+    assert code == 401, code
+    # the access log: one line per request through the door, with its tokens
+    log = open(c.log("broker")).read()
+    acc = [x for x in log.splitlines() if re.search(r"access: model=\S+ engine=", x)]
+    assert len(acc) == 10 and len([x for x in acc if "status=200" in x]) == 9, acc
+    assert sum(int(re.search(r"completion_tokens=(\d+)", x).group(1)) for x in acc) == \
+        sum(b["usage"]["completion_tokens"] for _, b in got.values()), acc
+    # and the engines' own lines, relayed into the broker's log
+    eacc = [x for x in log.splitlines() if re.search(r"engine \S+: .*access: model=\S+ status=", x)]
+    assert len(eacc) == 10 and len([x for x in eacc if "status=400" in x]) == 1, eacc
+
     # broken: its arena cannot be made; crashy: its engine exits at once,
     # restart_max times; both answer 503 model_failed with the reason
     st, body, hd = http.post("/v1/chat/completions", chat("broken", "Who?", 1))

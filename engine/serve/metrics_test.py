@@ -148,7 +148,8 @@ def t_metrics_count_what_happened(c):
     # the access log: a line per request, the 400s with their status
     log = open(c.log("m")).read()
     lines = [x for x in log.splitlines() if "access: " in x]
-    assert len(lines) == served + 1, lines  # the long prompt reached the scheduler, the bad field did not
+    assert len(lines) == served + 2, lines
+    assert len([x for x in lines if "status=400" in x]) == 2, lines
     ok = [x for x in lines if "status=200" in x]
     assert len(ok) == served, lines
     got = sum(int(re.search(r"completion_tokens=(\d+)", x).group(1)) for x in ok)

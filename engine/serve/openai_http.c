@@ -241,10 +241,17 @@ static void sv_end(struct oai_server *s, enum baton_sv_end e)
 	pthread_mutex_unlock(&s->mmu);
 }
 
-/* A request refused or failed with this status before it ran. */
+/* A request refused or failed with this status before it ran: counted,
+ * and its access-log line. */
 static void sv_refused(struct oai_server *s, int status, int rc)
 {
 	sv_end(s, rc == BATON_EBUSY ? BATON_SV_QUEUE_FULL : status < 500 ? BATON_SV_BAD_REQUEST : BATON_SV_FAILED);
+	if (s->o.log && !s->o.no_access_log) {
+		char line[256];
+		snprintf(line, sizeof line, "access: model=%s status=%d prompt_tokens=0 completion_tokens=0 ttft_ms=0.0 "
+		    "duration_ms=0.0 finish=%s stream=0", s->model, status, rc == BATON_EBUSY ? "queue_full" : "refused");
+		s->o.log(s->o.log_arg, line);
+	}
 }
 
 /* "prompt_tokens=P completion_tokens=C ttft_s=T finish=F": what the
