@@ -259,6 +259,7 @@ struct op {
 	double t_reclaimed;   /* the last acknowledgement came */
 	char victims[192];    /* "b (release), c (shrink)" */
 	char why[256];        /* last reason it could not be served */
+	char reason[96];      /* who asked, for its events ("" : an operator) */
 };
 
 /* Inbox items: made by any thread, handed over under b->mu, then the

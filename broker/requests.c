@@ -454,6 +454,8 @@ static void on_engine_op(struct broker *b, struct waiter *w, const struct baton_
 	o->target = br_eref_of(b, e);
 	o->gpu = e->gpu;
 	o->reserve_mib = m->reserve_mib;
+	if (proto_has(m, PF_REASON) && m->reason) /* the front door names itself */
+		snprintf(o->reason, sizeof o->reason, "%s", m->reason);
 	switch (kind) {
 	case OP_ACQUIRE:
 		o->bytes = m->bytes;

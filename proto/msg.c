@@ -106,7 +106,7 @@ static const struct proto__row status_rep[] = {
 };
 
 /* release and refill share their tables */
-static const struct proto__row cache_req[] = { O(NAME), O(EPOCH), O(ALL) };
+static const struct proto__row cache_req[] = { O(NAME), O(EPOCH), O(ALL), O(REASON) }; /* reason: who asks (the front door) */
 static const struct proto__row cache_rep[] = {
 	R(STATE), R(RESIDENT), R(MS), R(BYTES), R(EPOCH), O(LEVEL),
 	O(MAPPED), O(FREE), /* the device bytes the cache holds after it, the device free */
