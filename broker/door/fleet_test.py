@@ -483,6 +483,49 @@ def t_fleet(c):
     h.wait_for("every engine stopped", lambda: not engine_procs(c), timeout=T)
 
 
+def t_top_shows_the_door(c):
+    """baton top tells what the door did: a MODELS section from
+    /v1/models (state, engines, served, tokens per second since the last
+    frame, mean time to first token), UNTIL counts down the door's
+    keep-alive (it said "never" for an engine the keep-alive released),
+    and live at --interval 2 it costs next to no CPU."""
+    import termios  # noqa: F401 (the pty's modes)
+    http = c.http_broker("arena_dir = %s/arenas\ndoor_keep_alive_s = 60\n" % c.dir + model("qwen", QWEN_DIR))
+    served = 0
+    for seed in (1, 2):
+        st, body, _ = http.post("/v1/chat/completions", chat("qwen", "Who was Noah?", seed), timeout=60)
+        assert st == 200, body
+        served += 1
+    env = dict(c.env, BATON_BROKER=c.control, BATON_HTTP=http.url)
+    p = subprocess.run([h.CLI, "top", "--once"], capture_output=True, text=True, env=env, timeout=30)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    head = [i for i, ln in enumerate(lines) if ln.split()[:2] == ["MODEL", "STATE"]]
+    assert head, p.stdout
+    row = lines[head[0] + 1].split()
+    assert row[0] == "qwen" and row[1] == "resident" and row[2] == "qwen" and row[5] == str(served), p.stdout
+    assert row[-1] == "ms" and float(row[-2]) > 0, row  # the mean time to first token, "N ms"
+    eng = [ln for ln in lines if ln.split()[:1] == ["qwen"] and "MiB" in ln][0]
+    until = re.search(r"MiB\s+\S+\s+(\S+)\s+\S+ GB/s", eng).group(1)  # IDLE, then UNTIL
+    assert re.match(r"^[\d.]+s$|^\dm\d\ds$", until) and 50 <= float(until.rstrip("s")) <= 60, eng  # not "never"
+    # live on a terminal, every 2 s: a frame is one status and one GET, then it sleeps
+    master, slave = h.pty_open(40, 160)
+    tp = subprocess.Popen([h.CLI, "top", "--interval", "2"], stdin=slave, stdout=slave, stderr=slave,
+                          env=dict(env, TERM="xterm"))
+    got = h.pty_read_until(master, lambda g: b"MODEL" in g and b"qwen" in g, timeout=10)
+    assert b"every 2.0s" in got, got[:300]
+    time.sleep(6)
+    f = open("/proc/%d/stat" % tp.pid).read().rsplit(")", 1)[1].split()
+    cpu_s = (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+    os.write(master, b"q")
+    assert tp.wait(10) == 0
+    os.close(slave)
+    os.close(master)
+    assert cpu_s < 0.15, "baton top --interval 2 used %.2f s of CPU in about 6 s" % cpu_s
+    return "top: %.2f s CPU in 6 s at --interval 2" % cpu_s
+
+
 if __name__ == "__main__":
     h.need(h.BROKER)
-    sys.exit(h.run_cases([t_bad_model_refused, t_arena_full_refused, t_fleet], only=sys.argv[1:], logs=("broker",)))
+    sys.exit(h.run_cases([t_bad_model_refused, t_arena_full_refused, t_fleet, t_top_shows_the_door], only=sys.argv[1:],
+                         logs=("broker",)))
