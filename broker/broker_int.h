@@ -208,6 +208,7 @@ struct eng {
 	uint64_t copied, to_copy;
 	double progress_at, progress_pub_at; /* moved; last published */
 	uint64_t requests;    /* GEN requests it answered (its heartbeats say) */
+	uint64_t kv_used, kv_total; /* its KV pool's blocks (its heartbeats say; 0, 0: none) */
 	struct conn *conn;
 	/* an on-demand handoff to it, published once its refill is reported */
 	bool ho_pending;

@@ -180,6 +180,10 @@ static void on_heartbeat(struct broker *b, struct waiter *w, const struct baton_
 	e->idle_since = now - (double)m->idle_ms / 1e3;
 	if (proto_has(m, PF_REQUESTS))
 		e->requests = m->requests;
+	if (proto_has(m, PF_KV_TOTAL)) {
+		e->kv_total = m->kv_total;
+		e->kv_used = proto_has(m, PF_KV_USED) ? m->kv_used : 0;
+	}
 	if (proto_has(m, PF_TO_COPY) && m->to_copy) {
 		if (m->copied != e->copied || m->to_copy != e->to_copy) {
 			e->copied = m->copied;
@@ -311,6 +315,8 @@ static void on_status(struct broker *b, struct waiter *w, const struct baton_msg
 		x->peer_gpu = pool_str(&pool, e->has_peer ? b->gpus[e->peer_gpu].uuid : "");
 		x->peer = e->has_peer ? e->peer_mapped : 0;
 		x->requests = e->requests;
+		x->kv_used = e->kv_used;
+		x->kv_total = e->kv_total;
 		x->ctl = pool_str(&pool, e->ctl);
 		x->copied = e->copied;
 		x->to_copy = e->to_copy;

@@ -59,6 +59,8 @@ static const struct proto__fdef engine_fields[] = {
 	IDEF(struct proto_engine_info, "to_copy",          U64,  to_copy,          0),
 	IDEF(struct proto_engine_info, "idle_release_ms",  U64,  idle_release_ms,  0),
 	IDEF(struct proto_engine_info, "http",             STR,  http,             BATON_PROTO_MAX_NAME),
+	IDEF(struct proto_engine_info, "kv_blocks_used",   U64,  kv_used,          0),
+	IDEF(struct proto_engine_info, "kv_blocks",        U64,  kv_total,         0),
 };
 
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
@@ -133,6 +135,7 @@ static const struct proto__row heartbeat_req[] = {
 	O(PEER_MAPPED), O(PEER_FREE),
 	O(REQUESTS), /* GEN requests answered since the engine started */
 	O(COPIED), O(TO_COPY), /* while refilling: its copy progress */
+	O(KV_USED), O(KV_TOTAL), /* its KV pool: blocks in use, of all */
 };
 static const struct proto__row acquire_req[] = { R(NAME), R(BYTES) };
 static const struct proto__row acquire_rep[] = { R(EPOCH), R(GRANTED) };

@@ -267,6 +267,9 @@ int proto_name_valid(const char *s, size_t len);
 	X(FINISH_REASON,     "finish_reason",     STR,     finish_reason,     BATON_PROTO_MAX_NAME) \
 	X(PREFILL_MS,        "prefill_ms",        F64,     prefill_ms,        0)           \
 	X(DECODE_MS,         "decode_ms",         F64,     decode_ms,         0)           \
+	/* heartbeats, status: the KV pool (the broker's serving gauges) */              \
+	X(KV_USED,           "kv_blocks_used",    U64,     kv_used,           0)           \
+	X(KV_TOTAL,          "kv_blocks",         U64,     kv_total,          0)           \
 	X(GPUS,              "gpus",              GPUS,    gpus,              BATON_PROTO_MAX_ARRAY) \
 	X(ENGINES,           "engines",           ENGINES, engines,           BATON_PROTO_MAX_ARRAY)
 
@@ -313,6 +316,7 @@ struct proto_engine_info {
 	uint64_t copied, to_copy; /* its refill in progress: bytes copied of to copy (0, 0: none) */
 	uint64_t idle_release_ms; /* its idle-release timeout (0: none; pinned engines are never released) */
 	const char *http;     /* its OpenAI HTTP URL, "" when it serves none */
+	uint64_t kv_used, kv_total; /* its KV pool's blocks in use, of all (heartbeats; 0, 0: none) */
 };
 
 struct proto_gpus {

@@ -304,18 +304,30 @@ def t_fleet(c):
     want_metric(http, "baton_door_requests_total", '{model="qwen",outcome="client_error"}', 1)
     assert metric(http, "baton_door_requests_total", '{model="qwen",outcome="failed"}') == 0
     assert metric(http, "baton_door_requests_rejected_total", '{model="qwen",reason="bad_request"}') == 1
+    # the broker as one model server, as a gateway reads it: nothing waits or
+    # runs now; its KV pools as the engines' heartbeats say (all free now)
+    assert metric(http, "baton_requests_waiting") == 0 and metric(http, "baton_requests_running") == 0
+    want_metric(http, "baton_kv_cache_usage_ratio", "", 0)  # the next heartbeats say so
+    h.wait_for("the KV pools in the status", lambda: all(e["kv_blocks"] > 0 for e in c.status()["engines"]),
+               timeout=T)
+    assert all(e["kv_blocks_used"] == 0 for e in c.status()["engines"]), c.status()["engines"]
     # an engine's own /metrics: the same families as baton_engine_, only with the door's token
     eng = h.Http(st["qwen"]["http"])
     code, _, _ = eng.get("/metrics")
     assert code == 401, code
     # the access log: one line per request through the door, with its tokens
-    log = open(c.log("broker")).read()
-    acc = [x for x in log.splitlines() if re.search(r"access: model=\S+ engine=", x)]
+    def access_lines(door):
+        pat = r"access: model=\S+ engine=" if door else r"engine \S+: .*access: model=\S+ status="
+        return [x for x in open(c.log("broker")).read().splitlines() if re.search(pat, x)]
+    # each is written as its answer ends: the last may come a moment after the client has it
+    h.wait_for("10 access lines of the door's and of the engines'", lambda: len(access_lines(True)) == 10 and
+               len(access_lines(False)) == 10, timeout=T)
+    acc = access_lines(True)
     assert len(acc) == 10 and len([x for x in acc if "status=200" in x]) == 9, acc
     assert sum(int(re.search(r"completion_tokens=(\d+)", x).group(1)) for x in acc) == \
         sum(b["usage"]["completion_tokens"] for _, b in got.values()), acc
     # and the engines' own lines, relayed into the broker's log
-    eacc = [x for x in log.splitlines() if re.search(r"engine \S+: .*access: model=\S+ status=", x)]
+    eacc = access_lines(False)
     assert len(eacc) == 10 and len([x for x in eacc if "status=400" in x]) == 1, eacc
 
     # broken: its arena cannot be made; crashy: its engine exits at once,
@@ -345,6 +357,8 @@ def t_fleet(c):
     h.wait_for("two requests in mixtral's engine", lambda: metric(
         http, "baton_door_in_flight", '{engine="mixtral",model="mixtral"}') == 2, timeout=T, every=0.01)
     os.kill(pids["mixtral"], signal.SIGSTOP)  # neither ends before the kill
+    # the broker as one model server (what a gateway reads): both running, none waiting
+    assert metric(http, "baton_requests_running") == 2 and metric(http, "baton_requests_waiting") == 0
     os.kill(pids["mixtral"], signal.SIGKILL)
     raw = h.read_to_eof(s)
     s.close()

@@ -48,6 +48,22 @@ static void serving(struct broker_door *d, FILE *f)
 		labels[i] = pairs[i];
 	}
 	baton_sv_write(f, "baton_door_", BATON_SV_DOOR, ps, labels, d->n_models);
+	/* The whole broker as one model server, as a gateway that picks a
+	 * node by its load reads it (the Gateway API inference extension's
+	 * TotalQueuedRequests, TotalRunningRequests; KVCacheUtilization is
+	 * the core's baton_kv_cache_usage_ratio, broker/api/metrics.c:
+	 * docs/guides/kubernetes.md): no labels, one series each. */
+	uint64_t waiting = 0, running = 0;
+	for (size_t i = 0; i < d->n_models; i++) {
+		waiting += sv[i].g[BATON_SV_WAITING];
+		running += sv[i].g[BATON_SV_RUNNING];
+	}
+	baton_prom_family(f, "baton_requests_waiting", "gauge", "The broker's requests waiting for an engine, all "
+	    "models (vllm:num_requests_waiting of the node).");
+	baton_prom_u64(f, "baton_requests_waiting", NULL, waiting);
+	baton_prom_family(f, "baton_requests_running", "gauge", "The broker's requests forwarded to an engine, not "
+	    "yet answered, all models (vllm:num_requests_running of the node).");
+	baton_prom_u64(f, "baton_requests_running", NULL, running);
 }
 
 void door_metrics(void *arg, FILE *f)

@@ -36,6 +36,7 @@ struct broker_link_state {
 	uint64_t peer_mapped, peer_free; /* the peer tier (sent with a peer_gpu) */
 	uint64_t requests;  /* GEN requests answered since start (heartbeats) */
 	uint64_t copied, to_copy; /* a refill's progress (heartbeats; to_copy 0: none) */
+	uint64_t kv_used, kv_total; /* the KV pool's blocks (heartbeats; kv_total 0: none) */
 };
 
 typedef void (*broker_link_state_fn)(void *arg, struct broker_link_state *st);

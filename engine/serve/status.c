@@ -101,6 +101,8 @@ void serve_link_state(void *arg, struct broker_link_state *st)
 		sched_stats(s->sched, &ss);
 		st->busy = st->busy || ss.running || ss.waiting;
 		st->requests += ss.finished;
+		st->kv_total = ss.kv_total;
+		st->kv_used = ss.kv_total > ss.kv_free ? ss.kv_total - ss.kv_free : 0;
 	}
 	st->idle_ms = st->busy || idle < 0 ? 0 : (uint64_t)(idle * 1e3);
 	st->epoch = s->snap_epoch;
