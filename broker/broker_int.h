@@ -211,6 +211,7 @@ struct eng {
 	double progress_at, progress_pub_at; /* moved; last published */
 	uint64_t requests;    /* GEN requests it answered (its heartbeats say) */
 	uint64_t prefix_prompt, prefix_cached, prefix_evictions, kv_host_bytes; /* its prefix cache (heartbeats) */
+	uint64_t kv_used, kv_total; /* its KV pool's blocks (its heartbeats say; 0, 0: none) */
 	struct conn *conn;
 	/* an on-demand handoff to it, published once its refill is reported */
 	bool ho_pending;
@@ -262,6 +263,7 @@ struct op {
 	double t_reclaimed;   /* the last acknowledgement came */
 	char victims[192];    /* "b (release), c (shrink)" */
 	char why[256];        /* last reason it could not be served */
+	char reason[96];      /* who asked, for its events ("" : an operator) */
 };
 
 /* Inbox items: made by any thread, handed over under b->mu, then the

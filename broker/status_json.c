@@ -61,6 +61,8 @@ json_t *broker_engine_json(const struct proto_engine_info *e)
 	json_object_set_new(j, "peer_gpu", json_string(e->peer_gpu));
 	json_object_set_new(j, "peer", jint(e->peer));
 	json_object_set_new(j, "requests", jint(e->requests));
+	json_object_set_new(j, "kv_blocks_used", jint(e->kv_used));
+	json_object_set_new(j, "kv_blocks", jint(e->kv_total));
 	json_object_set_new(j, "copied", jint(e->copied));
 	json_object_set_new(j, "to_copy", jint(e->to_copy));
 	json_object_set_new(j, "idle_release_ms", jint(e->idle_release_ms));

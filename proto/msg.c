@@ -65,6 +65,8 @@ static const struct proto__fdef engine_fields[] = {
 	IDEF(struct proto_engine_info, "prefix_cached_tokens", U64, prefix_cached,  0),
 	IDEF(struct proto_engine_info, "prefix_evictions", U64,  prefix_evictions, 0),
 	IDEF(struct proto_engine_info, "kv_host_bytes",    U64,  kv_host_bytes,    0),
+	IDEF(struct proto_engine_info, "kv_blocks_used",   U64,  kv_used,          0),
+	IDEF(struct proto_engine_info, "kv_blocks",        U64,  kv_total,         0),
 };
 
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
@@ -113,7 +115,7 @@ static const struct proto__row status_rep[] = {
 };
 
 /* release and refill share their tables */
-static const struct proto__row cache_req[] = { O(NAME), O(EPOCH), O(ALL) };
+static const struct proto__row cache_req[] = { O(NAME), O(EPOCH), O(ALL), O(REASON) }; /* reason: who asks (the front door) */
 static const struct proto__row cache_rep[] = {
 	R(STATE), R(RESIDENT), R(MS), R(BYTES), R(EPOCH), O(LEVEL),
 	O(MAPPED), O(FREE), /* the device bytes the cache holds after it, the device free */
@@ -143,6 +145,7 @@ static const struct proto__row heartbeat_req[] = {
 	O(COPIED), O(TO_COPY), /* while refilling: its copy progress */
 	O(KV), /* its KV pool's device bytes now (0 after a release of everything) */
 	O(PREFIX_PROMPT), O(PREFIX_CACHED), O(PREFIX_EVICTIONS), O(KV_HOST_BYTES), /* a text engine's prefix cache */
+	O(KV_USED), O(KV_TOTAL), /* its KV pool: blocks in use, of all */
 };
 static const struct proto__row acquire_req[] = { R(NAME), R(BYTES) };
 static const struct proto__row acquire_rep[] = { R(EPOCH), R(GRANTED) };

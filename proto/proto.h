@@ -281,6 +281,9 @@ int proto_name_valid(const char *s, size_t len);
 	X(FINISH_REASON,     "finish_reason",     STR,     finish_reason,     BATON_PROTO_MAX_NAME) \
 	X(PREFILL_MS,        "prefill_ms",        F64,     prefill_ms,        0)           \
 	X(DECODE_MS,         "decode_ms",         F64,     decode_ms,         0)           \
+	/* heartbeats, status: the KV pool (the broker's serving gauges) */              \
+	X(KV_USED,           "kv_blocks_used",    U64,     kv_used,           0)           \
+	X(KV_TOTAL,          "kv_blocks",         U64,     kv_total,          0)           \
 	X(GPUS,              "gpus",              GPUS,    gpus,              BATON_PROTO_MAX_ARRAY) \
 	X(ENGINES,           "engines",           ENGINES, engines,           BATON_PROTO_MAX_ARRAY)
 
@@ -332,6 +335,7 @@ struct proto_engine_info {
 	/* its prefix cache (heartbeats; 0 for engines without text): prompt
 	 * tokens, those taken from the cache, evictions, KV bytes in host memory */
 	uint64_t prefix_prompt, prefix_cached, prefix_evictions, kv_host_bytes;
+	uint64_t kv_used, kv_total; /* its KV pool's blocks in use, of all (heartbeats; 0, 0: none) */
 };
 
 struct proto_gpus {

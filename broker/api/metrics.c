@@ -207,6 +207,22 @@ static void on_metrics_reply(void *arg, const struct baton_msg *rep)
 	    "KV blocks an engine keeps in host memory while released (--kv-host-mib bounds them).");
 	for (uint32_t i = 0; i < rep->engines.n; i++)
 		baton_prom_u64(f, "baton_engine_kv_host_bytes", BY_ENGINE(ev[i].name), ev[i].kv_host_bytes);
+	/* the KV pools, as the engines' heartbeats say: per engine, and the
+	 * whole broker as one model server (a gateway's KVCacheUtilization,
+	 * docs/guides/kubernetes.md) */
+	baton_prom_family(f, "baton_engine_kv_blocks_used", "gauge",
+	    "KV cache blocks an engine uses (from its heartbeats; engines with text generation).");
+	for (uint32_t i = 0; i < rep->engines.n; i++)
+		if (ev[i].kv_total)
+			baton_prom_u64(f, "baton_engine_kv_blocks_used", BY_ENGINE(ev[i].name), ev[i].kv_used);
+	uint64_t kv_used = 0, kv_total = 0;
+	for (uint32_t i = 0; i < rep->engines.n; i++) {
+		kv_used += ev[i].kv_used;
+		kv_total += ev[i].kv_total;
+	}
+	baton_prom_family(f, "baton_kv_cache_usage_ratio", "gauge", "KV cache blocks in use over all, 0 to 1, "
+	    "of every engine as their heartbeats say (vllm:kv_cache_usage_perc of the node).");
+	baton_prom_f(f, "baton_kv_cache_usage_ratio", NULL, 4, kv_total ? (double)kv_used / (double)kv_total : 0.0);
 	baton_prom_family(f, "baton_engine_peer_bytes", "gauge",
 	    "Memory an engine's peer tier holds on another device (lent by the broker).");
 	for (uint32_t i = 0; i < rep->engines.n; i++)

@@ -42,6 +42,7 @@ static void set_config(struct broker_door *d, const struct broker_config *cfg)
 {
 	d->quantum_s = cfg->door_quantum_s;
 	d->queue_max = cfg->door_queue_max ? cfg->door_queue_max : 64;
+	d->access_log = cfg->access_log;
 }
 
 void broker_door_reload(struct broker_door *d, const struct broker_config *cfg)

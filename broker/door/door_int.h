@@ -17,7 +17,8 @@
  *               device switches to another model (pure)
  *   fleet.c     the [model] sections: engines the broker starts, watches,
  *               restarts and stops itself (below the rest: it calls only
- *               view.c's lookups and door_fleet_failed)
+ *               view.c's lookups and door_fleet_failed); fleet_int.h
+ *   fleet_view.c what /v1/models and /metrics say of the fleet's models
  *   upstream.c  the HTTP/1.1 client to an engine's OpenAI HTTP
  *
  * The door is a face of the broker: it reads engines through broker_call
@@ -81,6 +82,8 @@ struct dmodel {
 	unsigned queued;
 	bool queue_told;         /* door.queue published for the wait under way */
 	uint64_t served, rejected_full, failed, gone;
+	uint64_t client_error;   /* the engine answered 4xx: the client's request, never "failed" */
+	struct baton_serving sv; /* the serving metrics (metrics.c writes them, proxy.c counts) */
 	double last_active;      /* a request of it came or ended (the fleet's stop_after_s) */
 	struct baton_hist wait, refill, prefill, start;
 	double served_since;     /* an engine of it came into the view (0: none there) */
@@ -128,6 +131,7 @@ struct broker_door {
 	struct door_fleet *fleet; /* the [model] sections (fleet.c); NULL: none */
 	uint64_t switches_total;
 	struct baton_hist sw_drain, sw_refill; /* the parts of each switch */
+	bool access_log;         /* a log line per request ([broker] access_log) */
 };
 
 
@@ -174,7 +178,7 @@ bool door_forward(struct broker_door *d, struct dreq *q, const struct deng *e);
 void *door_refill_thread(void *arg);
 void *door_refill_job(struct broker_door *d, const char *gpu, const char *eng);
 
-/* ---- fleet.c ------------------------------------------------------------------ */
+/* ---- fleet.c, fleet_view.c ----------------------------------------------------- */
 
 struct door_fleet;
 

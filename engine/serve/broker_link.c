@@ -200,6 +200,12 @@ static int do_heartbeat(struct broker_link *l)
 		proto_set(&m, PF_PREFIX_EVICTIONS);
 		proto_set(&m, PF_KV_HOST_BYTES);
 	}
+	if (st.kv_total) {
+		m.kv_used = st.kv_used;
+		m.kv_total = st.kv_total;
+		proto_set(&m, PF_KV_USED);
+		proto_set(&m, PF_KV_TOTAL);
+	}
 	set_peer(l, &m, &st);
 	int rc = proto_client_call(l->cli, &m, &rep, CALL_MS, NULL);
 	proto_msg_free(&rep);

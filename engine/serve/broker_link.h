@@ -39,6 +39,7 @@ struct broker_link_state {
 	uint64_t kv;        /* the KV pool's device bytes (the broker accounts them apart) */
 	bool has_prefix;    /* a text engine: the prefix cache's counts below */
 	uint64_t prefix_prompt, prefix_cached, prefix_evictions, kv_host_bytes;
+	uint64_t kv_used, kv_total; /* the KV pool's blocks (heartbeats; kv_total 0: none) */
 };
 
 typedef void (*broker_link_state_fn)(void *arg, struct broker_link_state *st);

@@ -84,6 +84,8 @@ static const char usage[] =
     "                              each its own sequence; default 8, at most 128)\n"
     "  --served-model-name NAME    the model id clients send (default: the arena's file name\n"
     "                              without .arena)\n"
+    "  --no-access-log             no log line per request (model, status, tokens, time to\n"
+    "                              first token, duration); default: one at info level\n"
     "  --cors-origins LIST         origins (scheme://host[:port], comma-separated) whose web\n"
     "                              pages may call --http from a browser (the token is still\n"
     "                              required); default none\n"
@@ -150,7 +152,7 @@ static void parse_args(int argc, char **argv, struct baton_serve_config *o)
 	enum { O_NAME = 1, O_ARENA, O_LISTEN, O_BACKEND, O_DEVICE, O_CACHE, O_SEG, O_RELEASE,
 	       O_IDLE, O_ELASTIC, O_RESERVE, O_VERIFY, O_HOSTMIB, O_BROKER, O_PRIORITY, O_PEER,
 	       O_CTX, O_BWAIT, O_BOPT, O_KVB, O_MAXSEQS, O_MAXQ, O_HTTP, O_HTOKEN, O_SERVED, O_CSPECIAL, O_CORS, O_MAXN,
-	       O_NOPREFIX, O_KVHOST,
+	       O_NOPREFIX, O_KVHOST, O_NOACCESS,
 	       O_HELP, O_VERSION };
 	static const struct option lo[] = {
 		{ "name", required_argument, 0, O_NAME },
@@ -183,6 +185,7 @@ static void parse_args(int argc, char **argv, struct baton_serve_config *o)
 		{ "cors-origins", required_argument, 0, O_CORS },
 		{ "max-n", required_argument, 0, O_MAXN },
 		{ "special-tokens-in-content", no_argument, 0, O_CSPECIAL },
+		{ "no-access-log", no_argument, 0, O_NOACCESS },
 		{ "help", no_argument, 0, O_HELP },
 		{ "version", no_argument, 0, O_VERSION },
 		{ 0, 0, 0, 0 },
@@ -261,6 +264,7 @@ static void parse_args(int argc, char **argv, struct baton_serve_config *o)
 			break;
 		case O_HTTP: o->http = optarg; break;
 		case O_CSPECIAL: o->content_special = 1; break;
+		case O_NOACCESS: o->no_access_log = 1; break;
 		case O_HTOKEN: o->http_token = read_token(optarg); break;
 		case O_CORS: o->cors_origins = split_origins(optarg); break;
 		case O_SERVED:

@@ -279,14 +279,21 @@ struct oai_server_opts {
 	const char *token;           /* bearer token; NULL: none (then loopback only) */
 	const char *model;           /* the served model id */
 	struct baton_sched *sched;   /* runs the requests */
+	const char *engine;          /* the engine's name (the metrics' engine label); may be NULL */
+	/* one line of the engine's log (the access log: one per request,
+	 * unless no_access_log); may be NULL */
+	void (*log)(void *arg, const char *line);
+	void *log_arg;
+	int no_access_log;           /* --no-access-log */
 	/* adds the engine's fields to GET /health's object (any thread); may be NULL */
 	void (*health)(void *arg, json_t *obj);
 	void *health_arg;
 };
 struct oai_server;
 
-/* Serves POST /v1/chat/completions, POST /v1/completions, GET /v1/models
- * and GET /health on opts->addr (http/http.h). An address beyond loopback
+/* Serves POST /v1/chat/completions, POST /v1/completions, GET /v1/models,
+ * GET /health and GET /metrics (the serving metrics, proto/base's table)
+ * on opts->addr (http/http.h). An address beyond loopback
  * without a token is refused (BATON_EPERM). Errors with a sentence in err. */
 int oai_server_open(const struct oai_server_opts *o, struct oai_server **out, char *err, size_t errlen);
 /* "http://HOST:PORT", the real port. */

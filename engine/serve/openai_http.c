@@ -26,6 +26,9 @@ struct oai_server {
 	char *model;
 	struct oai_caps caps;      /* of the chat template */
 	atomic_ullong next;
+	pthread_mutex_t mmu;       /* guards sv */
+	struct baton_serving sv;   /* the serving metrics (GET /metrics) */
+	char *engine;
 };
 
 /* A batch: prompts (/v1/completions' "prompt": [...]) times n (a chat's
@@ -70,6 +73,9 @@ struct oreq {
 	char *echo;                 /* completions' echo: the prompt's text, first */
 	size_t echo_len;
 	struct oai_resp *resp;      /* /v1/responses: its output items and events (responses.c) */
+	/* the serving metrics: arrival, prefill start, first and last token */
+	double t_in, t_admit, t_first, t_last;
+	int door;                   /* the front door asked for the usage report (X-Baton-Usage) */
 };
 
 static uint64_t random64(void)
@@ -230,6 +236,105 @@ static int status_of(int rc, const char **type)
 	return status;
 }
 
+/* ---- the serving metrics and the access log ---- */
+
+static void sv_end(struct oai_server *s, enum baton_sv_end e)
+{
+	pthread_mutex_lock(&s->mmu);
+	s->sv.end[e]++;
+	pthread_mutex_unlock(&s->mmu);
+}
+
+/* A request refused or failed with this status before it ran: counted,
+ * and its access-log line. */
+static void sv_refused(struct oai_server *s, int status, int rc)
+{
+	sv_end(s, rc == BATON_EBUSY ? BATON_SV_QUEUE_FULL : status < 500 ? BATON_SV_BAD_REQUEST : BATON_SV_FAILED);
+	if (s->o.log && !s->o.no_access_log) {
+		char line[256];
+		snprintf(line, sizeof line, "access: model=%s status=%d prompt_tokens=0 completion_tokens=0 ttft_ms=0.0 "
+		    "duration_ms=0.0 finish=%s stream=0", s->model, status, rc == BATON_EBUSY ? "queue_full" : "refused");
+		s->o.log(s->o.log_arg, line);
+	}
+}
+
+/* "prompt_tokens=P completion_tokens=C ttft_s=T finish=F": what the
+ * front door counts a request by (a header of a whole reply, a comment
+ * line of a stream before its [DONE]). */
+static void usage_report(const struct oreq *q, const struct baton_gen_result *res, char *out, size_t n)
+{
+	snprintf(out, n, "prompt_tokens=%u completion_tokens=%u ttft_s=%.6f finish=%s", res->n_prompt,
+	    res->n_tokens, q->t_first > 0 ? q->t_first - q->t_in : 0.0, res->finish ? res->finish : "stop");
+}
+
+/* on_done's count of one request (before its answer goes out), and its
+ * access-log line. */
+static void sv_done(struct oreq *q, int rc, const struct baton_gen_result *res)
+{
+	struct oai_server *s = q->srv;
+	double now = baton_now_s();
+	int status = 200;
+	const char *finish = "";
+	pthread_mutex_lock(&s->mmu);
+	if (rc == 0) {
+		finish = res->finish ? res->finish : "stop";
+		s->sv.end[baton_sv_finish(finish)]++;
+		s->sv.c[BATON_SV_PROMPT_TOKENS] += res->n_prompt;
+		s->sv.c[BATON_SV_GEN_TOKENS] += res->n_tokens;
+		baton_sv_observe(&s->sv, BATON_SV_E2E, now - q->t_in);
+		baton_sv_observe(&s->sv, BATON_SV_PROMPT, res->n_prompt);
+		baton_sv_observe(&s->sv, BATON_SV_GEN, res->n_tokens);
+	} else {
+		status = http_status_of(rc);
+		/* cancelled while it waited: the client left */
+		s->sv.end[rc == BATON_ECLOSED ? BATON_SV_CANCELLED : rc == BATON_EBUSY ? BATON_SV_QUEUE_FULL :
+		    status < 500 ? BATON_SV_BAD_REQUEST : BATON_SV_FAILED]++;
+	}
+	pthread_mutex_unlock(&s->mmu);
+	if (s->o.log && !s->o.no_access_log) {
+		char line[512];
+		snprintf(line, sizeof line, "access: model=%s status=%d prompt_tokens=%u completion_tokens=%u "
+		    "ttft_ms=%.1f duration_ms=%.1f finish=%s stream=%d", s->model, status, rc == 0 ? res->n_prompt : 0,
+		    rc == 0 ? res->n_tokens : 0, q->t_first > 0 ? (q->t_first - q->t_in) * 1e3 : 0.0,
+		    (now - q->t_in) * 1e3, rc == 0 ? finish : "error", q->q.stream ? 1 : 0);
+		s->o.log(s->o.log_arg, line);
+	}
+}
+
+/* GET /metrics: the serving metrics (proto/base's table), the scheduler's
+ * gauges as of now. */
+static void metrics(struct oai_server *s, struct baton_http_req *r)
+{
+	struct sched_stats st;
+	sched_stats(s->o.sched, &st);
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	if (!f) {
+		http_reply(r, 500, "text/plain", "out of memory\n", 14, NULL);
+		return;
+	}
+	pthread_mutex_lock(&s->mmu);
+	struct baton_serving sv = s->sv;
+	pthread_mutex_unlock(&s->mmu);
+	sv.g[BATON_SV_RUNNING] = st.running;
+	sv.g[BATON_SV_WAITING] = st.waiting;
+	sv.g[BATON_SV_KV_TOTAL] = st.kv_total;
+	sv.g[BATON_SV_KV_USED] = st.kv_total > st.kv_free ? st.kv_total - st.kv_free : 0;
+	sv.c[BATON_SV_PREEMPTIONS] = st.preempted;
+	const struct baton_serving *one[1] = { &sv };
+	const char *const *labels[1] = { (const char *[]){ "engine", s->engine ? s->engine : "", "model", s->model,
+		NULL } };
+	baton_sv_write(f, "baton_engine_", BATON_SV_ENGINE, one, labels, 1);
+	if (fclose(f) != 0 || !buf) {
+		free(buf);
+		http_reply(r, 500, "text/plain", "out of memory\n", 14, NULL);
+		return;
+	}
+	http_reply(r, 200, "text/plain; version=0.0.4", buf, len, NULL);
+	free(buf);
+}
+
 static int write_event(struct oreq *q, json_t *j)
 {
 	json_t *c0 = q->b ? json_array_get(json_object_get(j, "choices"), 0) : NULL;
@@ -345,8 +450,31 @@ static const char *finish_of(struct oreq *q, const char *finish)
 static void on_admit(void *arg)
 {
 	struct oreq *q = arg;
+	if (!q->t_admit) { /* not again after a preemption */
+		q->t_admit = baton_now_s();
+		pthread_mutex_lock(&q->srv->mmu);
+		baton_sv_observe(&q->srv->sv, BATON_SV_QUEUE, q->t_admit - q->t_in);
+		pthread_mutex_unlock(&q->srv->mmu);
+	}
 	if (q->q.stream)
 		open_stream(q); /* the role chunk goes out while the prompt is read */
+}
+
+/* A token sampled: the first is the time to first token, each next one
+ * an inter-token gap. */
+static void on_token_time(void *arg)
+{
+	struct oreq *q = arg;
+	double now = baton_now_s();
+	pthread_mutex_lock(&q->srv->mmu);
+	if (q->t_first <= 0) {
+		q->t_first = now;
+		baton_sv_observe(&q->srv->sv, BATON_SV_TTFT, now - q->t_in);
+	} else {
+		baton_sv_observe(&q->srv->sv, BATON_SV_ITL, now - q->t_last);
+	}
+	pthread_mutex_unlock(&q->srv->mmu);
+	q->t_last = now;
 }
 
 static int on_text(void *arg, const char *text, size_t len)
@@ -515,10 +643,32 @@ static void resp_done(struct oreq *q, int rc, const char *err, struct baton_gen_
 	oreq_free(q);
 }
 
+/* A whole answer (takes j), with the usage report the front door asked for. */
+static void reply_whole(struct oreq *q, const struct baton_gen_result *res, json_t *j)
+{
+	if (!q->door) {
+		http_reply_json(q->r, 200, j);
+		return;
+	}
+	char *body = j ? json_dumps(j, JSON_COMPACT) : NULL;
+	json_decref(j);
+	if (!body) {
+		http_reply_error(q->r, 500, BATON_ENOMEM, "out of memory");
+		return;
+	}
+	char rep[200], hdr[240];
+	usage_report(q, res, rep, sizeof rep);
+	snprintf(hdr, sizeof hdr, "X-Baton-Usage: %s", rep);
+	const char *const headers[] = { hdr, NULL };
+	http_reply(q->r, 200, "application/json", body, strlen(body), headers);
+	free(body);
+}
+
 static void on_done(void *arg, int rc, const char *err, struct baton_gen_result *res)
 {
 	struct oreq *q = arg;
 	const char *type;
+	sv_done(q, rc, res);
 	if (q->b) {
 		batch_done(q, rc, err, res);
 		return;
@@ -534,6 +684,13 @@ static void on_done(void *arg, int rc, const char *err, struct baton_gen_result 
 				if (q->q.include_usage)
 					write_event(q, oai_usage_chunk(q->q.kind, q->id, q->created, q->srv->model,
 					    res->n_prompt, res->n_tokens, res->n_cached));
+				if (q->door) {
+					/* a comment line (SSE clients skip it) in the [DONE] event */
+					char rep[200], line[240];
+					usage_report(q, res, rep, sizeof rep);
+					int n = snprintf(line, sizeof line, ": baton-usage %s\n", rep);
+					http_stream_write(q->st, line, (size_t)n);
+				}
 				http_stream_write(q->st, "data: [DONE]\n\n", 14);
 			} else if (rc) {
 				/* the stream's status is sent: the error goes as an event */
@@ -547,11 +704,11 @@ static void on_done(void *arg, int rc, const char *err, struct baton_gen_result 
 	} else if (rc == 0 && q->q.kind == OAI_CHAT) {
 		json_t *j = chat_whole(q, res);
 		if (j)
-			http_reply_json(q->r, 200, j);
+			reply_whole(q, res, j);
 		else
 			http_reply_error(q->r, 500, BATON_ENOMEM, "out of memory");
 	} else if (rc == 0) {
-		http_reply_json(q->r, 200, with_echo(q, with_lp(q, oai_reply(q->q.kind, q->id, q->created, q->srv->model, res))));
+		reply_whole(q, res, with_echo(q, with_lp(q, oai_reply(q->q.kind, q->id, q->created, q->srv->model, res))));
 	} else {
 		struct oai_error e;
 		int status = status_of(rc, &type);
@@ -612,6 +769,8 @@ static struct oreq *prepare(struct oai_server *s, struct baton_http_req *r, enum
 	}
 	q->srv = s;
 	q->r = r;
+	q->t_in = baton_now_s();
+	q->door = http_req_header(r, "X-Baton-Usage") != NULL;
 	q->created = (long long)time(NULL);
 	snprintf(q->id, sizeof q->id, "%s-%016llx%08llx", kind == OAI_CHAT ? "chatcmpl" : "cmpl",
 	    (unsigned long long)random64(), (unsigned long long)atomic_fetch_add(&s->next, 1));
@@ -682,12 +841,14 @@ static void completion_batch(struct oai_server *s, struct baton_http_req *r, enu
 	if (prompts && n_prompts > OAI_MAX_BATCH) {
 		oai_errorf(&e, 400, "invalid_request_error", NULL, "prompt", "prompt: %zu prompts in one request; at "
 		    "most %u", n_prompts, OAI_MAX_BATCH);
+		sv_refused(s, 400, 0);
 		reply_error(r, &e, NULL);
 		return;
 	}
 	if (n > OAI_MAX_BATCH) {
 		oai_errorf(&e, 400, "invalid_request_error", NULL, "n", "n: %zu prompts times n %zu is %zu choices; at most "
 		    "%u in one request", n_prompts, n_copies, n, OAI_MAX_BATCH);
+		sv_refused(s, 400, 0);
 		reply_error(r, &e, NULL);
 		return;
 	}
@@ -726,6 +887,7 @@ static void completion_batch(struct oai_server *s, struct baton_http_req *r, enu
 			oreq_free(qs[i]);
 		if (k == n)
 			oai_errorf(&e, 500, "server_error", NULL, NULL, "out of memory");
+		sv_refused(s, e.status, 0);
 		reply_error(r, &e, NULL);
 		return;
 	}
@@ -745,7 +907,8 @@ static void completion_batch(struct oai_server *s, struct baton_http_req *r, enu
 	uint64_t first = sched_new_ids(s->o.sched, (uint32_t)n);
 	http_req_on_gone(r, on_gone_batch, s->o.sched, first | ((uint64_t)n << 48));
 	for (size_t i = 0; i < n; i++) {
-		struct sched_cb cb = { .on_text = on_text, .on_admit = on_admit, .on_done = on_done, .arg = qs[i] };
+		struct sched_cb cb = { .on_text = on_text, .on_admit = on_admit, .on_token = on_token_time,
+			.on_done = on_done, .arg = qs[i] };
 		uint64_t sid = first + i;
 		int rc = sched_submit(s->o.sched, &qs[i]->q.q, &cb, &sid);
 		if (rc == 0)
@@ -761,6 +924,7 @@ static void completion_batch(struct oai_server *s, struct baton_http_req *r, enu
 		}
 		b->left -= (int)(n - i);
 		int last = b->left == 0;
+		sv_refused(s, 503, rc);
 		pthread_mutex_unlock(&b->mu);
 		struct oreq *q0 = qs[i];
 		for (size_t j = i + 1; j < n; j++)
@@ -801,6 +965,7 @@ static void completion(struct oai_server *s, struct baton_http_req *r, enum oai_
 	json_decref(root);
 	struct oreq *q = prepare(s, r, kind, body, len, &e);
 	if (!q) {
+		sv_refused(s, e.status, 0);
 		reply_error(r, &e, NULL);
 		return;
 	}
@@ -809,13 +974,15 @@ static void completion(struct oai_server *s, struct baton_http_req *r, enum oai_
 
 static void submit(struct oai_server *s, struct baton_http_req *r, struct oreq *q)
 {
-	struct sched_cb cb = { .on_text = on_text, .on_admit = on_admit, .on_done = on_done, .arg = q };
+	struct sched_cb cb = { .on_text = on_text, .on_admit = on_admit, .on_token = on_token_time,
+		.on_done = on_done, .arg = q };
 	/* on_gone is set before the request can end (and free r) */
 	uint64_t sid = sched_new_id(s->o.sched);
 	http_req_on_gone(r, on_gone, s->o.sched, sid);
 	int rc = sched_submit(s->o.sched, &q->q.q, &cb, &sid);
 	if (rc) {
 		/* on_done never comes: answer here */
+		sv_refused(s, 503, rc);
 		refuse_submit(r, rc);
 		oreq_free(q);
 	}
@@ -1069,6 +1236,10 @@ static void handler(void *arg, struct baton_http_req *r)
 		}
 		return;
 	}
+	if (strcmp(p, "/metrics") == 0 && get) {
+		metrics(s, r);
+		return;
+	}
 	if (strcmp(p, "/health") == 0 && get) {
 		struct sched_stats st;
 		sched_stats(s->o.sched, &st);
@@ -1116,6 +1287,9 @@ int oai_server_open(const struct oai_server_opts *o, struct oai_server **out, ch
 	}
 	s->o = *o;
 	s->o.model = s->model;
+	s->engine = o->engine ? strdup(o->engine) : NULL;
+	s->o.engine = s->engine;
+	pthread_mutex_init(&s->mmu, NULL);
 	oai_caps_of(o->chat_template, &s->caps);
 	atomic_init(&s->next, 1);
 	struct baton_http_opts ho = {
@@ -1126,6 +1300,8 @@ int oai_server_open(const struct oai_server_opts *o, struct oai_server **out, ch
 	};
 	int rc = http_open(&ho, handler, s, &s->http, err, errlen);
 	if (rc) {
+		pthread_mutex_destroy(&s->mmu);
+		free(s->engine);
 		free(s->model);
 		free(s);
 		return rc;
@@ -1152,6 +1328,8 @@ void oai_server_close(struct oai_server *s)
 	if (!s)
 		return;
 	oai_server_stop(s);
+	pthread_mutex_destroy(&s->mmu);
+	free(s->engine);
 	free(s->model);
 	free(s);
 }

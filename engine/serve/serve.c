@@ -136,6 +136,12 @@ static int make_token(char *out, size_t n)
 	return 0;
 }
 
+/* The OpenAI API's access-log lines, in the engine's log. */
+static void access_line(void *arg, const char *line)
+{
+	serve_log(arg, "%s", line);
+}
+
 int serve_open(const struct baton_serve_config *conf, struct serve **out, enum serve_broker_fail *fail)
 {
 	*out = NULL;
@@ -237,7 +243,8 @@ int serve_open(const struct baton_serve_config *conf, struct serve **out, enum s
 			.tok = s->gen ? generator_tokenizer(s->gen) : NULL,
 			.max_model_len = s->gen ? model_max_ctx(generator_model(s->gen)) : 0,
 			.cors_origins = (const char *const *)s->o.cors_origins, .content_special = s->o.content_special,
-			.max_n = s->o.max_n };
+			.max_n = s->o.max_n,
+			.engine = s->o.name, .log = access_line, .log_arg = s, .no_access_log = s->o.no_access_log };
 		rc = s->sched ? oai_server_open(&oo, &s->oai, herr, sizeof herr) : BATON_EUNSUPPORTED;
 		if (rc) {
 			serve_log(s, "--http %s: %s", s->o.http, s->sched ? herr : s->gen_error);

@@ -107,6 +107,8 @@ void serve_link_state(void *arg, struct broker_link_state *st)
 		st->prefix_cached = ss.cached_tokens;
 		st->prefix_evictions = ss.prefix.evictions;
 		st->kv_host_bytes = ss.prefix.host_bytes;
+		st->kv_total = ss.kv_total;
+		st->kv_used = ss.kv_total > ss.kv_free ? ss.kv_total - ss.kv_free : 0;
 	}
 	st->idle_ms = st->busy || idle < 0 ? 0 : (uint64_t)(idle * 1e3);
 	st->epoch = s->snap_epoch;
