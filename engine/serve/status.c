@@ -224,3 +224,22 @@ void serve_health_fields(void *arg, json_t *obj)
 		json_object_set_new(obj, "warning", json_string(s->info.backend_warning));
 	pthread_mutex_unlock(&s->st_mu);
 }
+
+void serve_model_facts(void *arg, json_t *obj)
+{
+	struct serve *s = arg;
+	const char *fam = s->gen ? generator_chat_family(s->gen) : NULL;
+	const struct baton_model_config *cfg = s->gen ? model_config(generator_model(s->gen)) : NULL;
+	pthread_mutex_lock(&s->st_mu);
+	uint64_t size = s->info.model_bytes + s->info.dense_bytes, vram = s->info.cache.mapped_bytes + s->info.dense_bytes;
+	double idle = baton_now_s() - s->last_active;
+	double limit = s->has_keep_alive ? s->keep_alive_s : s->o.idle_s > 0 ? s->o.idle_s : -1;
+	pthread_mutex_unlock(&s->st_mu);
+	json_object_set_new(obj, "size", json_integer((json_int_t)size));
+	json_object_set_new(obj, "size_vram", json_integer((json_int_t)vram));
+	json_object_set_new(obj, "family", json_string(cfg && cfg->arch ? cfg->arch->name : fam ? fam : ""));
+	json_object_set_new(obj, "context_length", json_integer(s->gen ? model_max_ctx(generator_model(s->gen)) : 0));
+	json_object_set_new(obj, "modified_ns", json_integer((json_int_t)(s->started_wall * 1e9)));
+	if (!s->o.broker && limit >= 0)
+		json_object_set_new(obj, "expires_in_s", json_real(limit - idle > 0 ? limit - idle : 0));
+}
