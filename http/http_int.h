@@ -31,6 +31,7 @@ struct http_guard {
 /* The headers a check looks at (NULL: absent). */
 struct http_guard_in {
 	const char *method, *host, *origin, *ctype, *auth, *clen, *te;
+	const char *api_key;         /* x-api-key (Anthropic's clients): the token, when no Authorization */
 	size_t max_body;             /* this request's limit; 0: the guard's */
 	unsigned n_clen, n_host;     /* how many Content-Length and Host headers
 	                              * came (0 or 1: one or none) */

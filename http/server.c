@@ -311,6 +311,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
 			.origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin"),
 			.ctype = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type"),
 			.auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization"),
+			.api_key = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key"),
 			.clen = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length"),
 			.te = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Transfer-Encoding"),
 		};
@@ -334,7 +335,8 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
 			const char *ask = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
 			bool plain = ask && strlen(ask) < 1024 && strspn(ask, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 			    "0123456789-_, ") == strlen(ask);
-			MHD_add_response_header(pre, "Access-Control-Allow-Headers", plain ? ask : "Authorization, Content-Type");
+			MHD_add_response_header(pre, "Access-Control-Allow-Headers", plain ? ask :
+			    "Authorization, Content-Type, x-api-key, anthropic-version");
 			MHD_add_response_header(pre, "Access-Control-Max-Age", "600");
 			ret = MHD_queue_response(c, 204, pre);
 			MHD_destroy_response(pre);
