@@ -92,7 +92,7 @@ def npm_client():
     # empties node_modules first, under anyone reading it).
     with open(os.path.join(os.path.abspath(BUILD), "node.lock"), "w") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
-        for f in ("package.json", "package-lock.json", "client.mjs"):
+        for f in ("package.json", "package-lock.json", "client.mjs", "faces.mjs"):
             shutil.copy(os.path.join(src, f), dest)
         mod = os.path.join(dest, "node_modules", "openai", "package.json")
         stamp = os.path.join(dest, "node_modules", ".baton-lock")

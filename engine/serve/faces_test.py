@@ -399,6 +399,7 @@ def check_node(got, e_http):
     assert o["think"]["content"].strip() == "Let there be light.", o
     assert o["round_trip"]["ok"], o
     a = got["anthropic"]
+    content = openai_text(e_http, "Tell me of light.", max_tokens=16, temperature=0)["choices"][0]["message"]["content"]
     assert a["message"]["text"] == content and a["message"]["stop_reason"] == "max_tokens", (a, content)
     assert a["stream"]["text"] == content and a["stream"]["final_stop"] == "max_tokens", a
     assert a["stream"]["events"][0] == "message_start" and a["stream"]["events"][-1] == "message_stop", a
