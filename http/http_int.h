@@ -155,6 +155,8 @@ struct baton_http {
 void hs_unref_unlock(struct baton_http_req *r);
 int hs_add_headers(struct MHD_Response *resp, const char *ctype, const char *const *headers);
 struct MHD_Response *hs_error_resp(int status, int err, const char *msg);
+/* The same in the shape of the face the path belongs to (http_face_error). */
+struct MHD_Response *hs_error_resp_for(const char *path, int status, int err, const char *msg);
 void hs_cors_headers(const struct baton_http_req *r, struct MHD_Response *resp);
 void hs_park(struct baton_http_req *r, struct MHD_Response *resp, int status);
 void hs_on_connection(void *cls, struct MHD_Connection *c, void **socket_context,

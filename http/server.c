@@ -249,7 +249,7 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *c)
 static enum MHD_Result answer_now(struct baton_http_req *r, struct MHD_Connection *c, int status, int err,
     const char *msg)
 {
-	struct MHD_Response *resp = hs_error_resp(status, err, msg);
+	struct MHD_Response *resp = hs_error_resp_for(r->path, status, err, msg);
 	if (!resp)
 		return MHD_NO;
 	hs_cors_headers(r, resp);

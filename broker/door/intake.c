@@ -71,11 +71,16 @@ static bool served(struct broker_door *d, const char *model)
 	return yes;
 }
 
+/* The paths forwarded to the model's engine as they came: OpenAI's,
+ * vLLM's, Ollama's (faces.c), Anthropic's. */
+static const char *const forwarded[] = { "/v1/chat/completions", "/v1/completions", "/tokenize", "/detokenize",
+	"/api/chat", "/api/generate", "/api/show", "/v1/messages", "/v1/messages/count_tokens", NULL };
+
 void door_on_completion(void *arg, struct baton_http_req *r)
 {
 	struct broker_door *d = arg;
 	const char *path = http_req_path(r);
-	bool chat = strcmp(path, "/v1/chat/completions") == 0;
+	bool ollama = strncmp(path, "/api/", 5) == 0;
 	if (!door_start_dispatch(d)) {
 		door_reply_error(r, 503, "server_error", NULL, NULL, "1", "the front door cannot start its thread");
 		return;
@@ -97,6 +102,8 @@ void door_on_completion(void *arg, struct baton_http_req *r)
 	}
 	json_t *jm = json_object_get(j, "model");
 	json_t *js = json_object_get(j, "stream");
+	if (ollama && (!json_is_string(jm) || !json_string_length(jm)))
+		jm = json_object_get(j, "name"); /* Ollama's older name of the field */
 	if (!json_is_string(jm) || json_string_length(jm) == 0 || json_string_length(jm) >= BROKER_NAME_MAX) {
 		json_decref(j);
 		door_reply_error(r, 400, "invalid_request_error", "model", NULL, NULL, "'model' must be a model's name");
@@ -109,7 +116,11 @@ void door_on_completion(void *arg, struct baton_http_req *r)
 	}
 	char model[BROKER_NAME_MAX];
 	snprintf(model, sizeof model, "%s", json_string_value(jm));
-	bool stream = json_is_true(js);
+	/* Ollama streams unless told not to; its clients name a model NAME:latest */
+	bool stream = json_is_true(js) || (ollama && !js && strcmp(path, "/api/show") != 0);
+	size_t ml = strlen(model);
+	if (ollama && ml > 7 && strcmp(model + ml - 7, ":latest") == 0)
+		model[ml - 7] = 0;
 	/* a [model] of the fleet, by its name or an alias: its engine may not
 	 * run yet (it is started, and the request waits for it) */
 	char canon[BROKER_NAME_MAX], why[2048] = "";
@@ -173,8 +184,10 @@ void door_on_completion(void *arg, struct baton_http_req *r)
 	q->r = r;
 	q->d = d;
 	q->model = mi;
-	q->path = chat ? "/v1/chat/completions" : strcmp(path, "/tokenize") == 0 ? "/tokenize" :
-	    strcmp(path, "/detokenize") == 0 ? "/detokenize" : "/v1/completions";
+	q->path = "/v1/completions";
+	for (size_t i = 0; forwarded[i]; i++)
+		if (strcmp(path, forwarded[i]) == 0)
+			q->path = forwarded[i];
 	q->body = body;
 	q->own_body = own;
 	q->len = len;
