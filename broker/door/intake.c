@@ -106,7 +106,8 @@ void door_on_completion(void *arg, struct baton_http_req *r)
 		jm = json_object_get(j, "name"); /* Ollama's older name of the field */
 	if (!json_is_string(jm) || json_string_length(jm) == 0 || json_string_length(jm) >= BROKER_NAME_MAX) {
 		json_decref(j);
-		door_reply_error(r, 400, "invalid_request_error", "model", NULL, NULL, "'model' must be a model's name");
+		door_reply_error(r, 400, "invalid_request_error", "model", NULL, NULL, "%s", ollama ? "model is required" :
+		    "'model' must be a model's name");
 		return;
 	}
 	if (js && !json_is_boolean(js)) {
@@ -151,6 +152,7 @@ void door_on_completion(void *arg, struct baton_http_req *r)
 
 	if (fl < 0 && !served(d, model)) {
 		door_reply_error(r, 404, "invalid_request_error", "model", "model_not_found", NULL,
+		    ollama ? "model '%s' not found (GET /api/tags lists those the front door serves)" :
 		    "The model '%s' does not exist (GET /v1/models lists those the broker serves)", model);
 		return;
 	}
