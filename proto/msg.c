@@ -133,6 +133,7 @@ static const struct proto__row heartbeat_req[] = {
 	O(PEER_MAPPED), O(PEER_FREE),
 	O(REQUESTS), /* GEN requests answered since the engine started */
 	O(COPIED), O(TO_COPY), /* while refilling: its copy progress */
+	O(KEEP_ALIVE_S), /* the last Ollama request's keep_alive (seconds; < 0: never) */
 };
 static const struct proto__row acquire_req[] = { R(NAME), R(BYTES) };
 static const struct proto__row acquire_rep[] = { R(EPOCH), R(GRANTED) };

@@ -37,7 +37,8 @@
  *             http (the engine's OpenAI HTTP URL; absent: it serves none),
  *             http_token (the bearer token that URL needs: the front door
  *             sends it; the broker never shows it)
- *   heartbeat R name, state, resident, busy bool, idle_ms; mapped, free, epoch
+ *   heartbeat R name, state, resident, busy bool, idle_ms; mapped, free, epoch,
+ *             keep_alive_s f64 (the last Ollama request's keep_alive)
  *   acquire   R name, bytes
  *   report    R name, state, resident, reason; duration_ms f64, bytes,
  *             mapped, free, epoch
@@ -233,6 +234,8 @@ int proto_name_valid(const char *s, size_t len);
 	/* copy progress of a refill in progress: bytes copied of bytes to copy */      \
 	X(COPIED,            "copied",            U64,     copied,            0)           \
 	X(TO_COPY,           "to_copy",           U64,     to_copy,           0)           \
+	/* an Ollama request's keep_alive: seconds idle before the release (< 0 never) */ \
+	X(KEEP_ALIVE_S,      "keep_alive_s",      F64,     keep_alive_s,      0)           \
 	/* events */                                                                      \
 	X(SEQ,               "seq",               U64,     seq,               0)           \
 	X(TIME_MS,           "time_ms",           U64,     time_ms,           0)           \

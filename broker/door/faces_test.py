@@ -11,6 +11,9 @@ host backend with the two trained models of models/ on one device.
   - the door's own refusals in each face's shape: no token (401), no or
     an unknown model (400, 404), a body that is not JSON; the engines'
     400s for hostile bodies passed on; nothing changed after;
+  - keep_alive reaches the broker (the engine's heartbeat) and is its idle
+    release of that engine: 0 at once, a duration or -1 longer than the
+    configured keep_alive_s;
   - the `ollama` and `@anthropic-ai/sdk` npm clients, unchanged
     (tests/node/faces.mjs), against the door: list, ps, chat, generate,
     streaming, messages, streaming, tools with a round trip, thinking.
@@ -20,6 +23,7 @@ import importlib.util
 import json
 import os
 import sys
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.abspath(__file__))
@@ -36,10 +40,10 @@ _spec.loader.exec_module(ef)
 QWEN, MIXTRAL = "kjv-qwen3-moe", "kjv-mixtral"
 
 
-def two_engines(c, env=None):
+def two_engines(c, env=None, config=""):
     """A broker with HTTP, and the two models' engines with --http on one
     device that holds the experts of one of them."""
-    http = c.http_broker("")
+    http = c.http_broker(config)
     flags = ("--ctx", "512", "--vram-elastic", "--http", "127.0.0.1:0",
              "--http-token-file", h.engine_token_file(c.dir))
     c.engine("qwen", *flags, arena=h.model_arena(QWEN), host_mib=18, segment_mib=2, env=env)
@@ -126,6 +130,33 @@ def t_door_refusals(c):
     return "%d bodies refused" % n
 
 
+def t_keep_alive(c):
+    """An Ollama request's keep_alive goes to the broker (the engine's
+    heartbeat) and is its idle release of that engine: 0 at once, "1h" in
+    place of a short door_keep_alive_s, -1 never."""
+    http = two_engines(c, config="door_keep_alive_s = forever\n[engine \"mixtral\"]\nkeep_alive_s = 0.5\n")
+    msgs = [{"role": "user", "content": "Who was Noah?"}]
+    st, j, _ = http.post("/api/chat", {"model": QWEN, "messages": msgs, "stream": False, "keep_alive": 0,
+                                       "options": {"num_predict": 4}})
+    assert st == 200, j
+    h.wait_for("qwen released after keep_alive 0", lambda: c.eng("qwen")["state"] == "released", timeout=10)
+    ev = [e for e in c.events.all("release", engine="qwen") if "keep-alive" in e["reason"]]
+    assert ev, c.events.all("release", engine="qwen")
+    # a duration outlasts mixtral's configured 0.5 s; -1 keeps it too
+    for ka in ("1h", -1):
+        st, j, _ = http.post("/api/chat", {"model": MIXTRAL, "messages": msgs, "stream": False, "keep_alive": ka,
+                                           "options": {"num_predict": 4}})
+        assert st == 200, j
+        time.sleep(1.5)
+        assert c.eng("mixtral")["state"] == "ready", (ka, c.eng("mixtral"))
+    # and a later request's 0 releases it
+    st, j, _ = http.post("/api/generate", {"model": MIXTRAL, "prompt": "Hi", "stream": False, "keep_alive": "0s",
+                                           "options": {"num_predict": 2}})
+    assert st == 200, j
+    h.wait_for("mixtral released after keep_alive 0s", lambda: c.eng("mixtral")["state"] == "released",
+               timeout=10)
+
+
 def t_npm_clients(c):
     http = two_engines(c, env={"BATON_TEST_FORCE": ef.FORCE})
     # mixtral first, so that the clients' first request is a switch
@@ -140,5 +171,5 @@ def t_npm_clients(c):
 if __name__ == "__main__":
     for p in (h.ENGINE, h.ARENA, h.BROKER):
         h.need(p)
-    sys.exit(h.run_cases([t_routed_by_model, t_door_refusals, t_npm_clients], only=sys.argv[1:],
+    sys.exit(h.run_cases([t_routed_by_model, t_door_refusals, t_keep_alive, t_npm_clients], only=sys.argv[1:],
                          logs=("broker", "qwen", "mixtral")))

@@ -104,6 +104,8 @@ void serve_link_state(void *arg, struct broker_link_state *st)
 	}
 	st->idle_ms = st->busy || idle < 0 ? 0 : (uint64_t)(idle * 1e3);
 	st->epoch = s->snap_epoch;
+	st->has_keep_alive = s->has_keep_alive;
+	st->keep_alive_s = s->keep_alive_s;
 	st->peer_mapped = s->info.cache.peer_mapped_bytes;
 	st->requests += s->requests;
 	int now_st = baton_state_parse(s->state);
