@@ -549,8 +549,17 @@ static void messages(struct oai_server *s, struct baton_http_req *r)
 			a->block = -1;
 			memcpy(a->id, "msg_", 4);
 			face_random_id(a->id + 4, 25);
-			if (face_submit(s, r, OAI_CHAT, b, json_is_true(st), &anthropic_ops, a, &e) != 0)
-				reply_err(r, e.status, "%s", e.message);
+			if (face_submit(s, r, OAI_CHAT, b, json_is_true(st), &anthropic_ops, a, &e) != 0) {
+				/* the OpenAI field it was checked as, named as this request named it */
+				const char *as = strncmp(e.param, "stop", 4) == 0 ? "stop_sequences" :
+				    strncmp(e.param, "tool_choice", 11) == 0 ? "tool_choice" :
+				    strncmp(e.param, "tools", 5) == 0 ? "tools" : strncmp(e.param, "messages", 8) == 0 ?
+				    "messages" : NULL;
+				if (as && strncmp(e.message, as, strlen(as)) != 0)
+					reply_err(r, e.status, "%s: %s", as, e.message);
+				else
+					reply_err(r, e.status, "%s", e.message);
+			}
 		}
 	}
 	json_decref(root);

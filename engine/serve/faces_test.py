@@ -288,6 +288,13 @@ OLLAMA_BAD = [
     ("/api/chat", {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "keep_alive": "soon"},
      "keep_alive"),
     ("/api/chat", {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "tools": {"a": 1}}, "tools"),
+    ("/api/chat", {"model": MODEL, "messages": [{"role": "user", "content": "x"}],
+                   "options": {"num_predict": 10 ** 12}}, "options.num_predict"),
+    ("/api/chat", {"model": MODEL, "messages": [{"role": "user", "content": "x"}],
+                   "options": {"temperature": -3}}, "options.temperature"),
+    ("/api/chat", {"model": MODEL, "messages": [{"role": "user", "content": "x"}],
+                   "format": {"type": "object", "properties": {"a": {"type": "string", "pattern": "(?<=x)"}}}},
+     "format"),
     ("/api/generate", {"model": MODEL, "prompt": 7}, "prompt"),
     ("/api/generate", {"model": MODEL, "prompt": "x", "context": [1, 2, 3]}, "context"),
     ("/api/generate", {"model": MODEL, "prompt": "x", "suffix": "y"}, "suffix"),
@@ -328,6 +335,11 @@ ANTHROPIC_BAD = [
     ({"model": MODEL, "max_tokens": 5, "thinking": {"type": "maybe"},
       "messages": [{"role": "user", "content": "x"}]}, "thinking"),
     ({"model": MODEL, "max_tokens": 5, "stream": 1, "messages": [{"role": "user", "content": "x"}]}, "stream"),
+    ({"model": MODEL, "max_tokens": 5, "stop_sequences": ["a", "b", "c", "d", "e"],
+      "messages": [{"role": "user", "content": "x"}]}, "stop_sequences"),
+    ({"model": MODEL, "max_tokens": 10 ** 12, "messages": [{"role": "user", "content": "x"}]}, "max_tokens"),
+    ({"model": MODEL, "max_tokens": 5, "tools": [{"name": "f", "input_schema": {"type": "object"}}],
+      "tool_choice": {"type": "tool", "name": "g"}, "messages": [{"role": "user", "content": "x"}]}, "tool_choice"),
 ]
 
 

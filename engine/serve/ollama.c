@@ -709,8 +709,23 @@ static void run(struct oai_server *s, struct baton_http_req *r, int generate)
 	struct oai_error e;
 	json_t *body = b;
 	b = NULL;
-	if (face_submit(s, r, kind, body, stream, &ollama_ops, o, &e) != 0)
-		reply_err(r, e.status, "%s", e.message);
+	if (face_submit(s, r, kind, body, stream, &ollama_ops, o, &e) != 0) {
+		/* the OpenAI field it was checked as, named as this request named it */
+		static const char *const names[][2] = { { "max_tokens", "options.num_predict" },
+			{ "repetition_penalty", "options.repeat_penalty" }, { "temperature", "options.temperature" },
+			{ "top_p", "options.top_p" }, { "top_k", "options.top_k" }, { "min_p", "options.min_p" },
+			{ "seed", "options.seed" }, { "stop", "options.stop" }, { "presence_penalty",
+			"options.presence_penalty" }, { "frequency_penalty", "options.frequency_penalty" },
+			{ "response_format", "format" }, { "chat_template_kwargs", "think" }, { "reasoning_effort", "think" } };
+		const char *as = NULL;
+		for (size_t i = 0; i < sizeof names / sizeof names[0] && !as; i++)
+			if (strncmp(e.param, names[i][0], strlen(names[i][0])) == 0)
+				as = names[i][1];
+		if (as)
+			reply_err(r, e.status, "%s: %s", as, e.message);
+		else
+			reply_err(r, e.status, "%s", e.message);
+	}
 out:
 	json_decref(b);
 	json_decref(root);
