@@ -57,7 +57,7 @@ static void reply_err(struct baton_http_req *r, int status, const char *fmt, ...
 	char *body = json_dumps(j, JSON_COMPACT);
 	json_decref(j);
 	if (body)
-		http_reply(r, status, "application/json", body, strlen(body), status == 503 ? retry : NULL);
+		http_reply(r, status, "application/json", body, strlen(body), http_retry_after(status) ? retry : NULL);
 	else
 		http_reply(r, 500, "text/plain", "out of memory\n", 14, NULL);
 	free(body);

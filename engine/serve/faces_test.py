@@ -18,7 +18,9 @@ models/ (host backend).
     the model's sampler draw a known tool call), thinking, and errors that
     read as sentences;
   - hostile bodies on every new endpoint: a clear 400 in the face's error
-    shape, and nothing changed (the engine answers as before).
+    shape, and nothing changed (the engine answers as before);
+  - a full queue is 503 with Retry-After in each face's shape; a client
+    that leaves a stream frees its sequence.
 The last line is "N passed, N failed".
 """
 import json
@@ -384,6 +386,40 @@ def t_hostile_bodies(c):
     return "%d bodies refused" % n
 
 
+def t_queue_full_and_gone(c):
+    """A full queue: 503 with Retry-After in each face's shape; a client
+    that leaves an NDJSON or event stream frees its sequence at once."""
+    import socket
+    e = engine(c, "f", "--max-seqs", "1", "--max-queue", "1")
+
+    def raw(path, body):
+        b = json.dumps(body).encode()
+        s = socket.create_connection((e.http.host, e.http.port), timeout=30)
+        s.sendall(b"POST %s HTTP/1.1\r\nHost: %s:%d\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+                  % (path.encode(), e.http.host.encode(), e.http.port, len(b)) + b)
+        return s
+    msgs = [{"role": "user", "content": "Who was Moses?"}]
+    s1 = raw("/api/chat", {"model": MODEL, "messages": msgs, "options": {"num_predict": 600, "temperature": 2}})
+    assert s1.recv(4096).startswith(b"HTTP/1.1 200")
+    s2 = raw("/v1/messages", {"model": MODEL, "max_tokens": 600, "stream": True, "messages": msgs})
+    h.wait_for("one waiting", lambda: e.http.get("/health")[1]["waiting"] == 1, timeout=10)
+    st, j, hd = e.http.post("/api/chat", {"model": MODEL, "messages": msgs, "stream": False})
+    assert st == 503 and hd.get("Retry-After") == "1" and "queue" in j["error"], (st, j, hd)
+    st, j, hd = e.http.post("/v1/messages", {"model": MODEL, "max_tokens": 4, "messages": msgs})
+    assert st == 503 and hd.get("Retry-After") == "1" and j["error"]["type"] == "overloaded_error", (st, j, hd)
+    s1.close()  # the running one leaves: the waiting one runs, then leaves too
+    got = b""
+    while b"content_block_delta" not in got:
+        chunk = s2.recv(4096)
+        assert chunk, got
+        got += chunk
+    s2.close()
+    h.wait_for("both sequences freed", lambda: (lambda x: x["running"] == 0 and x["waiting"] == 0 and
+                                                x["kv_blocks_free"] == x["kv_blocks_total"])(e.http.get("/health")[1]),
+               timeout=10)
+    assert e.http.get("/health")[1]["cancelled"] >= 2
+
+
 def run_node(c, url, env=None, extra=()):
     dest = h.npm_client()
     e2 = dict(c.env, **(env or {}))
@@ -440,5 +476,5 @@ def t_npm_clients(c):
 if __name__ == "__main__":
     for p in (h.ENGINE, h.ARENA):
         h.need(p)
-    sys.exit(h.run_cases([t_ollama_http, t_ollama_keep_alive, t_anthropic_http, t_hostile_bodies, t_npm_clients],
-                         only=sys.argv[1:], logs=("q", "k", "a", "x", "n")))
+    sys.exit(h.run_cases([t_ollama_http, t_ollama_keep_alive, t_anthropic_http, t_hostile_bodies, t_queue_full_and_gone,
+                          t_npm_clients], only=sys.argv[1:], logs=("q", "k", "a", "x", "f", "n")))

@@ -41,7 +41,15 @@ static void reply_err(struct baton_http_req *r, int status, const char *fmt, ...
 	va_start(ap, fmt);
 	vsnprintf(m, sizeof m, fmt, ap);
 	va_end(ap);
-	http_reply_json(r, status, json_pack("{s:s}", "error", m));
+	json_t *j = json_pack("{s:s}", "error", m);
+	char *body = j ? json_dumps(j, JSON_COMPACT) : NULL;
+	json_decref(j);
+	static const char *const retry[] = { "Retry-After: 1", NULL };
+	if (body)
+		http_reply(r, status, "application/json", body, strlen(body), http_retry_after(status) ? retry : NULL);
+	else
+		http_reply(r, 500, "text/plain", "out of memory\n", 14, NULL);
+	free(body);
 }
 
 /* "m" or "m:latest" names the served model (Ollama adds :latest). */
