@@ -452,6 +452,8 @@ def check_node(got, e_http, listed=(MODEL,)):
     assert a["message"]["text"] == content and a["message"]["stop_reason"] == "max_tokens", (a, content)
     assert a["stream"]["text"] == content and a["stream"]["final_stop"] == "max_tokens", a
     assert a["stream"]["events"][0] == "message_start" and a["stream"]["events"][-1] == "message_stop", a
+    assert a["stream"]["usage"]["input_tokens"] == a["message"]["usage"]["input_tokens"] > 0, a
+    assert a["stream"]["usage"]["output_tokens"] == 16 and a["stream"]["final_text"] == content, a
     assert a["tool"]["stop_reason"] == "tool_use" and a["tool"]["uses"] == [{"name": "get_weather", "input":
                                                                              {"city": "Paris"}}], a
     assert a["tool"]["id"].startswith("toolu_") and a["round_trip"]["ok"], a

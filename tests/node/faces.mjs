@@ -77,7 +77,7 @@ st.on("streamEvent", (ev) => names.push(ev.type));
 let stext = "";
 st.on("text", (t) => { stext += t; });
 const fin = await st.finalMessage();
-a.stream = { text: stext, final_stop: fin.stop_reason, final_text: textOf(fin), events: names };
+a.stream = { text: stext, final_stop: fin.stop_reason, final_text: textOf(fin), events: names, usage: fin.usage };
 const aTool = {
   name: "get_weather", description: "The weather in a city",
   input_schema: { type: "object", properties: { city: { type: "string" } }, required: ["city"] },
