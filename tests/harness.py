@@ -92,8 +92,9 @@ def npm_client():
     # empties node_modules first, under anyone reading it).
     with open(os.path.join(os.path.abspath(BUILD), "node.lock"), "w") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
-        for f in ("package.json", "package-lock.json", "client.mjs", "faces.mjs"):
-            shutil.copy(os.path.join(src, f), dest)
+        for f in os.listdir(src):  # package.json, its lock, the clients' .mjs files
+            if f.endswith((".json", ".mjs")):
+                shutil.copy(os.path.join(src, f), dest)
         mod = os.path.join(dest, "node_modules", "openai", "package.json")
         stamp = os.path.join(dest, "node_modules", ".baton-lock")
         lock = open(os.path.join(src, "package-lock.json")).read()

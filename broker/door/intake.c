@@ -71,15 +71,16 @@ static bool served(struct broker_door *d, const char *model)
 	return yes;
 }
 
-/* The paths forwarded to the model's engine as they came: OpenAI's,
- * vLLM's, Ollama's (faces.c), Anthropic's. */
-static const char *const forwarded[] = { "/v1/chat/completions", "/v1/completions", "/tokenize", "/detokenize",
-	"/api/chat", "/api/generate", "/api/show", "/v1/messages", "/v1/messages/count_tokens", NULL };
+/* The other APIs' paths, forwarded to the model's engine as they came:
+ * Ollama's (faces.c) and Anthropic's. */
+static const char *const faces[] = { "/api/chat", "/api/generate", "/api/show", "/v1/messages",
+	"/v1/messages/count_tokens", NULL };
 
 void door_on_completion(void *arg, struct baton_http_req *r)
 {
 	struct broker_door *d = arg;
 	const char *path = http_req_path(r);
+	bool chat = strcmp(path, "/v1/chat/completions") == 0;
 	bool ollama = strncmp(path, "/api/", 5) == 0;
 	if (!door_start_dispatch(d)) {
 		door_reply_error(r, 503, "server_error", NULL, NULL, "1", "the front door cannot start its thread");
@@ -186,14 +187,15 @@ void door_on_completion(void *arg, struct baton_http_req *r)
 	q->r = r;
 	q->d = d;
 	q->model = mi;
-	q->path = "/v1/completions";
-	for (size_t i = 0; forwarded[i]; i++)
-		if (strcmp(path, forwarded[i]) == 0)
-			q->path = forwarded[i];
+	q->path = chat ? "/v1/chat/completions" : strcmp(path, "/tokenize") == 0 ? "/tokenize" :
+	    strcmp(path, "/detokenize") == 0 ? "/detokenize" : "/v1/completions";
 	q->body = body;
 	q->own_body = own;
 	q->len = len;
 	q->stream = stream;
+	for (size_t i = 0; faces[i]; i++) /* Ollama's and Anthropic's go on as they came */
+		if (strcmp(path, faces[i]) == 0)
+			q->path = faces[i];
 	q->t_in = baton_now_s();
 	/* before anyone else may answer it: a client that leaves from here on
 	 * is seen (by id; a request not queued yet is looked for in vain, and
