@@ -189,6 +189,8 @@ struct eng {
 	uint64_t resident, mapped, dev_free;
 	uint64_t kv;                  /* its KV pool's device bytes (its messages' kv) */
 	bool busy, lost, no_shrink, no_release;
+	bool has_req_keep_alive;    /* its last Ollama request's keep_alive (heartbeats) */
+	double req_keep_alive_s;    /* in place of the configured one; < 0: never */
 	double idle_since, last_seen, registered_at;
 	uint64_t acct_epoch;  /* epoch of the newest state applied */
 	uint64_t grant, grant_epoch;

@@ -166,6 +166,15 @@ double br_eng_idle_timeout(struct broker *b, const struct eng *e, bool *keep_ali
 	double ka = -1;
 	if (e->http[0])
 		ka = c && c->has_keep_alive ? c->keep_alive_s : b->cfg.door_keep_alive_s;
+	if (e->has_req_keep_alive) { /* a request asked (Ollama's keep_alive): it decides */
+		if (e->req_keep_alive_s < 0) {
+			if (keep_alive)
+				*keep_alive = true;
+			return 0;
+		}
+		ka = e->req_keep_alive_s;
+		t = 0;
+	}
 	if (ka >= 0 && ka < 1e-3)
 		ka = 1e-3; /* at once (t > 0 means a timeout) */
 	bool by_ka = ka > 0 && (t <= 0 || ka < t);

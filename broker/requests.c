@@ -190,6 +190,9 @@ static void on_heartbeat(struct broker *b, struct waiter *w, const struct baton_
 		e->kv_total = m->kv_total;
 		e->kv_used = proto_has(m, PF_KV_USED) ? m->kv_used : 0;
 	}
+	/* an Ollama request's keep_alive, sent until the engine ends */
+	e->has_req_keep_alive = proto_has(m, PF_KEEP_ALIVE_S);
+	e->req_keep_alive_s = e->has_req_keep_alive ? m->keep_alive_s : 0;
 	if (proto_has(m, PF_TO_COPY) && m->to_copy) {
 		if (m->copied != e->copied || m->to_copy != e->to_copy) {
 			e->copied = m->copied;

@@ -142,6 +142,13 @@ const char *http_retry_after(int status);
  * reference, NULL when out of memory. */
 json_t *http_openai_error(int status, const char *message, const char *type, const char *param,
     const char *code);
+/* The error body of the other faces a path belongs to, for a status and
+ * message: Ollama's {"error": MSG} under /api/ (its clients read the
+ * string), Anthropic's {"type": "error", "error": {"type", "message"}}
+ * under /v1/messages; NULL for every other path (OpenAI's and Baton's
+ * shapes). http_reply_error, http_reply_openai_error and the server's own
+ * refusals (401, 403, 413...) answer in it. New reference. */
+json_t *http_face_error(const char *path, int status, const char *msg);
 /* Answers it as JSON, with "Retry-After: retry_after" when not NULL. */
 int http_reply_openai_error(struct baton_http_req *r, int status, const char *type, const char *param,
     const char *code, const char *retry_after, const char *fmt, ...) __attribute__((format(printf, 7, 8)));

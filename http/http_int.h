@@ -31,6 +31,7 @@ struct http_guard {
 /* The headers a check looks at (NULL: absent). */
 struct http_guard_in {
 	const char *method, *host, *origin, *ctype, *auth, *clen, *te;
+	const char *api_key;         /* x-api-key (Anthropic's clients): the token, when no Authorization */
 	size_t max_body;             /* this request's limit; 0: the guard's */
 	unsigned n_clen, n_host;     /* how many Content-Length and Host headers
 	                              * came (0 or 1: one or none) */
@@ -168,6 +169,8 @@ struct baton_http {
 void hs_unref_unlock(struct baton_http_req *r);
 int hs_add_headers(struct MHD_Response *resp, const char *ctype, const char *const *headers);
 struct MHD_Response *hs_error_resp(int status, int err, const char *msg);
+/* The same in the shape of the face the path belongs to (http_face_error). */
+struct MHD_Response *hs_error_resp_for(const char *path, int status, int err, const char *msg);
 void hs_cors_headers(const struct baton_http_req *r, struct MHD_Response *resp);
 void hs_park(struct baton_http_req *r, struct MHD_Response *resp, int status);
 void hs_on_connection(void *cls, struct MHD_Connection *c, void **socket_context,

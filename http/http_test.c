@@ -741,7 +741,33 @@ static void t_bad_addr(void)
 	http_close(a);
 }
 
-T_MAIN(T_CASE(t_reply), T_CASE(t_json_body), T_CASE(t_stream), T_CASE(t_stream_client_gone),
+/* The other APIs' error shapes by path (http_face_error); none elsewhere. */
+static void t_face_error(void)
+{
+	json_t *j = http_face_error("/api/chat", 404, "model 'x' not found");
+	T_ASSERT(j && json_object_size(j) == 1);
+	T_EQ_STR(json_string_value(json_object_get(j, "error")), "model 'x' not found");
+	json_decref(j);
+	static const struct { int status; const char *type; } rows[] = {
+		{ 400, "invalid_request_error" }, { 401, "authentication_error" }, { 403, "permission_error" },
+		{ 404, "not_found_error" }, { 413, "request_too_large" }, { 429, "rate_limit_error" },
+		{ 503, "overloaded_error" }, { 500, "api_error" },
+	};
+	for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+		j = http_face_error(i % 2 ? "/v1/messages" : "/v1/messages/count_tokens", rows[i].status, "m");
+		T_ASSERT(j);
+		T_EQ_STR(json_string_value(json_object_get(j, "type")), "error");
+		T_EQ_STR(json_string_value(json_object_get(json_object_get(j, "error"), "type")), rows[i].type);
+		T_EQ_STR(json_string_value(json_object_get(json_object_get(j, "error"), "message")), "m");
+		json_decref(j);
+	}
+	static const char *const none[] = { "/v1/chat/completions", "/api", "/apix", "/v1/messagesx", "/", NULL };
+	for (size_t i = 0; none[i]; i++)
+		T_ASSERT(http_face_error(none[i], 400, "m") == NULL);
+	T_ASSERT(http_face_error(NULL, 400, "m") == NULL);
+}
+
+T_MAIN(T_CASE(t_face_error), T_CASE(t_reply), T_CASE(t_json_body), T_CASE(t_stream), T_CASE(t_stream_client_gone),
     T_CASE(t_held_client_gone), T_CASE(t_too_big_before_body), T_CASE(t_token_before_body), T_CASE(t_guard),
     T_CASE(t_timeouts), T_CASE(t_close_with_open), T_CASE(t_body_limit), T_CASE(t_garbage_then_served),
     T_CASE(t_bad_addr), T_CASE(t_bodies_bounded_together), T_CASE(t_flood_makes_room),

@@ -255,7 +255,7 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *c)
 static enum MHD_Result answer_now(struct baton_http_req *r, struct MHD_Connection *c, int status, int err,
     const char *msg)
 {
-	struct MHD_Response *resp = hs_error_resp(status, err, msg);
+	struct MHD_Response *resp = hs_error_resp_for(r->path, status, err, msg);
 	if (!resp)
 		return MHD_NO;
 	hs_cors_headers(r, resp);
@@ -317,6 +317,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
 			.origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin"),
 			.ctype = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type"),
 			.auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization"),
+			.api_key = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key"),
 			.clen = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length"),
 			.te = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Transfer-Encoding"),
 		};
@@ -340,7 +341,8 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
 			const char *ask = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
 			bool plain = ask && strlen(ask) < 1024 && strspn(ask, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 			    "0123456789-_, ") == strlen(ask);
-			MHD_add_response_header(pre, "Access-Control-Allow-Headers", plain ? ask : "Authorization, Content-Type");
+			MHD_add_response_header(pre, "Access-Control-Allow-Headers", plain ? ask :
+			    "Authorization, Content-Type, x-api-key, anthropic-version");
 			MHD_add_response_header(pre, "Access-Control-Max-Age", "600");
 			ret = MHD_queue_response(c, 204, pre);
 			MHD_destroy_response(pre);

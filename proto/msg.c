@@ -146,6 +146,7 @@ static const struct proto__row heartbeat_req[] = {
 	O(KV), /* its KV pool's device bytes now (0 after a release of everything) */
 	O(PREFIX_PROMPT), O(PREFIX_CACHED), O(PREFIX_EVICTIONS), O(KV_HOST_BYTES), /* a text engine's prefix cache */
 	O(KV_USED), O(KV_TOTAL), /* its KV pool: blocks in use, of all */
+	O(KEEP_ALIVE_S), /* the last Ollama request's keep_alive (seconds; < 0: never) */
 };
 static const struct proto__row acquire_req[] = { R(NAME), R(BYTES) };
 static const struct proto__row acquire_rep[] = { R(EPOCH), R(GRANTED) };

@@ -40,7 +40,8 @@
  *             sends it; the broker never shows it)
  *   heartbeat R name, state, resident, busy bool, idle_ms; mapped, free, epoch,
  *             requests, copied, to_copy, kv, prefix_prompt_tokens,
- *             prefix_cached_tokens, prefix_evictions, kv_host_bytes
+ *             prefix_cached_tokens, prefix_evictions, kv_host_bytes,
+ *             keep_alive_s f64 (the last Ollama request's keep_alive)
  *   acquire   R name, bytes
  *   report    R name, state, resident, reason; duration_ms f64, bytes,
  *             mapped, free, epoch
@@ -245,6 +246,8 @@ int proto_name_valid(const char *s, size_t len);
 	X(PREFIX_CACHED,     "prefix_cached_tokens", U64,  prefix_cached,     0)           \
 	X(PREFIX_EVICTIONS,  "prefix_evictions",  U64,     prefix_evictions,  0)           \
 	X(KV_HOST_BYTES,     "kv_host_bytes",     U64,     kv_host_bytes,     0)           \
+	/* an Ollama request's keep_alive: seconds idle before the release (< 0 never) */ \
+	X(KEEP_ALIVE_S,      "keep_alive_s",      F64,     keep_alive_s,      0)           \
 	/* events */                                                                      \
 	X(SEQ,               "seq",               U64,     seq,               0)           \
 	X(TIME_MS,           "time_ms",           U64,     time_ms,           0)           \

@@ -206,6 +206,10 @@ static int do_heartbeat(struct broker_link *l)
 		proto_set(&m, PF_KV_USED);
 		proto_set(&m, PF_KV_TOTAL);
 	}
+	if (st.has_keep_alive) {
+		m.keep_alive_s = st.keep_alive_s;
+		proto_set(&m, PF_KEEP_ALIVE_S);
+	}
 	set_peer(l, &m, &st);
 	int rc = proto_client_call(l->cli, &m, &rep, CALL_MS, NULL);
 	proto_msg_free(&rep);

@@ -40,6 +40,8 @@ struct broker_link_state {
 	bool has_prefix;    /* a text engine: the prefix cache's counts below */
 	uint64_t prefix_prompt, prefix_cached, prefix_evictions, kv_host_bytes;
 	uint64_t kv_used, kv_total; /* the KV pool's blocks (heartbeats; kv_total 0: none) */
+	bool has_keep_alive;      /* an Ollama request's keep_alive (heartbeats): the */
+	double keep_alive_s;      /* broker's idle release of this engine (< 0: never) */
 };
 
 typedef void (*broker_link_state_fn)(void *arg, struct broker_link_state *st);

@@ -288,6 +288,13 @@ struct oai_server_opts {
 	/* adds the engine's fields to GET /health's object (any thread); may be NULL */
 	void (*health)(void *arg, json_t *obj);
 	void *health_arg;
+	/* the Ollama face (face.h), with health_arg; may be NULL: the model's
+	 * facts for /api/show and /api/ps ({"size", "size_vram", "family",
+	 * "parameter_size", "quantization_level", "context_length"}), and a
+	 * request's keep_alive (seconds idle before the release; 0: at once
+	 * when idle, < 0: never) */
+	void (*model_facts)(void *arg, json_t *obj);
+	void (*keep_alive)(void *arg, double seconds);
 };
 struct oai_server;
 

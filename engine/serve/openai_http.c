@@ -15,6 +15,7 @@
 #include <sys/random.h>
 #include <time.h>
 
+#include "engine/serve/face.h"
 #include "engine/serve/openai.h"
 #include "engine/serve/sched.h"
 #include "http/http.h"
@@ -1267,6 +1268,8 @@ static void handler(void *arg, struct baton_http_req *r)
 		http_reply_json(r, 200, j);
 		return;
 	}
+	if (ollama_route(s, r, m, p) || anthropic_route(s, r, m, p)) /* the other faces (face.h) */
+		return;
 	oai_errorf(&e, 404, "invalid_request_error", "not_found", NULL, "no such endpoint: %s %.200s", m, p);
 	reply_error(r, &e, NULL);
 }
@@ -1332,4 +1335,31 @@ void oai_server_close(struct oai_server *s)
 	free(s->engine);
 	free(s->model);
 	free(s);
+}
+
+/* ---- what the other faces read (face.h) ---- */
+
+const char *oai_server_model(const struct oai_server *s)
+{
+	return s->model;
+}
+
+struct baton_sched *oai_server_sched(const struct oai_server *s)
+{
+	return s->o.sched;
+}
+
+const text_tok *oai_server_tok(const struct oai_server *s)
+{
+	return s->o.tok;
+}
+
+const struct oai_caps *oai_server_caps(const struct oai_server *s)
+{
+	return &s->caps;
+}
+
+const struct oai_server_opts *oai_server_opts(const struct oai_server *s)
+{
+	return &s->o;
 }

@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <sys/random.h>
 
@@ -239,6 +240,7 @@ int serve_open(const struct baton_serve_config *conf, struct serve **out, enum s
 		char herr[512] = "";
 		struct oai_server_opts oo = { .addr = s->o.http, .token = s->o.http_token, .model = s->model_name,
 			.sched = s->sched, .health = serve_health_fields, .health_arg = s,
+			.model_facts = serve_model_facts, .keep_alive = serve_keep_alive,
 			.chat_template = s->gen ? generator_chat_template(s->gen) : NULL,
 			.tok = s->gen ? generator_tokenizer(s->gen) : NULL,
 			.max_model_len = s->gen ? model_max_ctx(generator_model(s->gen)) : 0,
@@ -303,6 +305,7 @@ int serve_open(const struct baton_serve_config *conf, struct serve **out, enum s
 	}
 	pthread_mutex_lock(&s->st_mu); /* the receivers run already */
 	s->last_active = baton_now_s();
+	s->started_wall = (double)time(NULL);
 	pthread_mutex_unlock(&s->st_mu);
 	serve_log(s, "listening on %s", listen);
 	if (s->o.broker && s->o.idle_s > 0)
