@@ -8,7 +8,8 @@
  *                     [--max-batch N] [--seed N] [--bandwidth-mib N]
  *                     [--json FILE]
  *   baton-model-bench --arena PATH --perplexity FILE [--ctx N] [--chunks N]
- *                     [--seqs N] [--backend ...] [--device N] [--json FILE]
+ *                     [--seqs N] [--tokenizer FILE] [--backend ...] [--device N]
+ *                     [--json FILE]
  *
  * Figures:
  *   bandwidth   device-to-device copies of 2 GiB (--bandwidth-mib), best
@@ -30,7 +31,9 @@
  * the file tokenized by the arena's tokenizer as llama.cpp tokenizes
  * (BOS when the tokenizer adds one, special tokens' text as text),
  * chunks of --ctx tokens (default 512), the second half of each scored;
- * --chunks caps their count, --seqs runs that many side by side (64).
+ * --chunks caps their count, --seqs runs that many side by side (64);
+ * --tokenizer FILE (a tokenizer.json or GGUF-key JSON) instead of the
+ * arena's, for an arena without one.
  * It prints "perplexity: PPL +/- ERR over N chunks of CTX (M tokens
  * scored, T tokens)".
  * Needs a model arena (baton-arena create --synthetic-arch ..., or one
@@ -338,7 +341,7 @@ out:
 /* --perplexity: the text of `file` through the arena's tokenizer, then
  * model_perplexity. */
 static int perplexity_main(struct baton_engine_config *cfg, const char *file, uint32_t ctx,
-    uint32_t chunks, uint32_t seqs, uint32_t max_batch, const char *json)
+    uint32_t chunks, uint32_t seqs, uint32_t max_batch, const char *tokpath, const char *json)
 {
 	char err[512] = "";
 	size_t len = 0;
@@ -366,8 +369,12 @@ static int perplexity_main(struct baton_engine_config *cfg, const char *file, ui
 	if (rc)
 		die("opening the engine", rc, err);
 	text_tok *tok;
-	if ((rc = text_tok_load_arena(&tok, engine_arena(e), err, sizeof err)) != 0)
-		die("the arena's tokenizer", rc, err);
+	if (tokpath) {
+		if ((rc = text_tok_load_file(&tok, tokpath, err, sizeof err)) != 0)
+			die(tokpath, rc, err);
+	} else if ((rc = text_tok_load_arena(&tok, engine_arena(e), err, sizeof err)) != 0) {
+		die("the arena's tokenizer (--tokenizer names one for an arena without)", rc, err);
+	}
 	int32_t *ids = NULL;
 	size_t n = 0;
 	/* llama-perplexity: common_tokenize(text, add_special true, parse_special false) */
@@ -430,17 +437,18 @@ int main(int argc, char **argv)
 	 * engine's own default is 256) */
 	uint64_t steps = 64, first_n = 32, max_batch = 512, seed = 1, bw_mib = 2048;
 	uint32_t prompts[MAX_PROMPTS] = { 512, 2048 }, n_prompts = 2;
-	const char *json = NULL, *ppl_file = NULL;
+	const char *json = NULL, *ppl_file = NULL, *ppl_tok = NULL;
 	uint64_t ppl_ctx = 512, ppl_chunks = 0, ppl_seqs = 64;
 	enum { O_ARENA = 1, O_BACKEND, O_DEVICE, O_STEPS, O_PROMPTS, O_FIRST, O_MAXB, O_SEED,
-	       O_BW, O_JSON, O_PPL, O_CTX, O_CHUNKS, O_SEQS, O_HELP, O_VERSION };
+	       O_BW, O_JSON, O_PPL, O_CTX, O_CHUNKS, O_SEQS, O_TOK, O_HELP, O_VERSION };
 	static const char usage[] =
 	    "usage: baton-model-bench --arena PATH [--backend cuda|host|auto] [--device N]\n"
 	    "                         [--steps N] [--prompts N,N,...] [--first-prompt N]\n"
 	    "                         [--max-batch N] [--seed N] [--bandwidth-mib N] [--json FILE]\n"
 	    "                         [--help] [--version]\n"
 	    "       baton-model-bench --arena PATH --perplexity FILE [--ctx N] [--chunks N]\n"
-	    "                         [--seqs N] [--backend cuda|host|auto] [--device N] [--json FILE]\n"
+	    "                         [--seqs N] [--tokenizer FILE] [--backend cuda|host|auto]\n"
+	    "                         [--device N] [--json FILE]\n"
 	    "Decode tokens/s at batch 1 against the memory roofline, prefill tokens/s,\n"
 	    "and the first token after a release, for a model arena on one device;\n"
 	    "or (--perplexity) the perplexity over a text file as llama.cpp's\n"
@@ -460,6 +468,7 @@ int main(int argc, char **argv)
 		{ "ctx", required_argument, 0, O_CTX },
 		{ "chunks", required_argument, 0, O_CHUNKS },
 		{ "seqs", required_argument, 0, O_SEQS },
+		{ "tokenizer", required_argument, 0, O_TOK },
 		{ "help", no_argument, 0, O_HELP },
 		{ "version", no_argument, 0, O_VERSION },
 		{ 0, 0, 0, 0 },
@@ -498,6 +507,7 @@ int main(int argc, char **argv)
 		case O_CTX: ppl_ctx = parse_u64("--ctx", optarg, 4, 1u << 20); break;
 		case O_CHUNKS: ppl_chunks = parse_u64("--chunks", optarg, 0, 1u << 24); break;
 		case O_SEQS: ppl_seqs = parse_u64("--seqs", optarg, 1, 4096); break;
+		case O_TOK: ppl_tok = optarg; break;
 		case O_HELP: fputs(usage, stdout); return 0;
 		case O_VERSION: printf("baton-model-bench %s\n", BATON_VERSION); return 0;
 		default: fputs(usage, stderr); return 2;
@@ -509,7 +519,7 @@ int main(int argc, char **argv)
 	}
 	if (ppl_file)
 		return perplexity_main(&cfg, ppl_file, (uint32_t)ppl_ctx, (uint32_t)ppl_chunks,
-		    (uint32_t)ppl_seqs, (uint32_t)max_batch, json);
+		    (uint32_t)ppl_seqs, (uint32_t)max_batch, ppl_tok, json);
 	g_rng = seed * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull;
 
 	/* the engine with every expert in its cache, then the model */
