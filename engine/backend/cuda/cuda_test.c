@@ -963,7 +963,7 @@ static void check_layer(int dt, uint32_t B, uint32_t D, uint32_t F, uint32_t E, 
 
 	/* errors: an uncomputable dtype, a zero blob */
 	struct baton_moe_layer bad = gl;
-	bad.gate_dtype = BATON_DT_Q3_K;
+	bad.gate_dtype = BATON_DT_IQ2_XXS; /* the lattice types: refused by name */
 	T_EQ_ERR(be->moe_experts(dev, &bad, blobs, w), BATON_EUNSUPPORTED);
 	bad = gl;
 	bad.top_k = E + 1;

@@ -887,9 +887,13 @@ static void t_refusals(void)
 	const float inv[2] = { 1, 1 };
 	uint32_t ids[4];
 	float w[4];
-	T_EQ_ERR(be->matmul(dev, b, BATON_DT_Q3_K, 2, 256, 0, 0, b + 4096, 1, b + 8192, 0),
+	/* the lattice types (IQ2 / IQ3 / IQ1, TQ) are refused by name */
+	T_EQ_ERR(be->matmul(dev, b, BATON_DT_IQ3_S, 2, 256, 0, 0, b + 4096, 1, b + 8192, 0),
 	    BATON_EUNSUPPORTED);
-	T_ASSERT(strstr(cuda_backend_last_error(dev), "q3_K") != NULL);
+	T_ASSERT(strstr(cuda_backend_last_error(dev), "iq3_s") != NULL);
+	/* a row that is not whole blocks of a block type */
+	T_EQ_ERR(be->matmul(dev, b, BATON_DT_Q3_K, 2, 192, 0, 0, b + 4096, 1, b + 8192, 0),
+	    BATON_EINVAL);
 	T_EQ_ERR(be->matmul(dev, b, BATON_DT_Q8_0, 2, 33, 0, 0, b + 4096, 1, b + 8192, 0),
 	    BATON_EINVAL);
 	T_EQ_ERR(be->matmul(dev, b, BATON_DT_F32, 2, 8, 0, 0, b + 4096, 1, b + 4100, 0),
