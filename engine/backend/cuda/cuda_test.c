@@ -1027,11 +1027,13 @@ static void t_moe_bquant(void)
 	const int b32[] = { BATON_DT_Q4_0, BATON_DT_Q4_1, BATON_DT_Q5_0, BATON_DT_Q5_1,
 		BATON_DT_IQ4_NL, BATON_DT_MXFP4 };
 	for (size_t i = 0; i < sizeof b32 / sizeof b32[0]; i++) {
+		check_layer(b32[i], 1, 192, 128, 8, 2, 0); /* batch 1: the decode kernels */
 		check_layer(b32[i], 5, 192, 128, 8, 2, 0);
 		check_layer(b32[i], 3, 96, 64, 8, 2, 1);
 	}
 	const int b256[] = { BATON_DT_Q2_K, BATON_DT_Q3_K, BATON_DT_IQ4_XS };
 	for (size_t i = 0; i < sizeof b256 / sizeof b256[0]; i++) {
+		check_layer(b256[i], 1, 512, 256, 8, 2, 0);
 		check_layer(b256[i], 5, 512, 256, 8, 2, 0);
 		check_layer(b256[i], 3, 256, 256, 4, 2, 1);
 	}
