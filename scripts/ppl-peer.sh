@@ -1,8 +1,10 @@
 #!/bin/sh
 # ppl-peer.sh BUILD OUTDIR: Baton's perplexity against llama.cpp's on the
 # same GGUF files (issue 24). BUILD holds bin/baton-arena and
-# bin/baton-model-bench (make gpu-build's, for the GPU); OUTDIR gets the
-# files, the logs and table.txt.
+# bin/baton-model-bench (make gpu-build's, for the GPU); OUTDIR gets two
+# files: table.txt and logs.txt (the tail of every step's log); the GGUFs,
+# arenas and logs are made in WORK (default a new directory under /tmp,
+# removed at the end unless KEEP=1).
 #
 # With LLAMA_CPP=DIR (llama.cpp's source tree, for convert_hf_to_gguf.py
 # and gguf-py; LLAMA_BIN=DIR its built llama-quantize and
@@ -38,6 +40,16 @@ PY=${PYTHON:-python3}
 MODELS="kjv-qwen3-moe kjv-mixtral"
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
+DEST=$OUT
+OUT=${WORK:-$(mktemp -d /tmp/ppl-peer.XXXXXX)}
+mkdir -p "$OUT"
+finish() {
+	for f in "$OUT"/*.log; do
+		[ -f "$f" ] && { echo "==== $(basename "$f")"; tail -40 "$f"; }
+	done > "$DEST/logs.txt" 2>/dev/null
+	[ "${KEEP:-0}" = 1 ] || [ -n "${WORK:-}" ] || rm -rf "$OUT"
+}
+trap finish EXIT
 for p in baton-arena baton-model-bench; do
 	[ -x "$B/bin/$p" ] || { echo "ppl-peer: $B/bin/$p is missing" >&2; exit 2; }
 done
@@ -67,6 +79,9 @@ print(" ".join("%s:%d" % kv for kv in sorted(n.items(), key=lambda kv: -kv[1])))
 # baton's ppl of arena $1 into $2.json; extra flags after
 baton_ppl() {
 	a=$1; j=$2; shift 2
+	# the host backend's device: one of this run's own (the shared one may
+	# be full of other engines' memory)
+	BATON_HOSTDEV_DIR=${BATON_HOSTDEV_DIR:-$OUT/hostdev} \
 	"$B/bin/baton-model-bench" --arena "$a" --backend "$BACKEND" --perplexity "$TEXT" \
 	    --ctx "$CTX" --json "$j.json" "$@" > "$j.log" 2>&1 || { cat "$j.log" >&2; return 1; }
 	"$PY" -c 'import json,sys; d=json.load(open(sys.argv[1])); print("%.4f %d" % (d["ppl"], d["chunks"]))' "$j.json"
@@ -105,17 +120,24 @@ if [ -n "${LLAMA_CPP:-}" ]; then
 		for q in bf16 Q4_K_M Q3_K_M IQ4_XS; do
 			f=$m-$q
 			say "$f: llama-perplexity"
+			# a file that fails on either side is a row of "?", not the end
 			"$LB/llama-perplexity" -m "$OUT/$f.gguf" -f "$TEXT" -c "$CTX" -ngl 99 \
-			    > "$OUT/$f-llama.log" 2>&1 || { tail -30 "$OUT/$f-llama.log" >&2; exit 1; }
+			    > "$OUT/$f-llama.log" 2>&1 || tail -20 "$OUT/$f-llama.log" >&2
 			ref=$(sed -n 's/.*Final estimate: PPL = \([0-9.]*\).*/\1/p' "$OUT/$f-llama.log")
 			rch=$(sed -n 's/.*calculating perplexity over \([0-9]*\) chunks.*/\1/p' "$OUT/$f-llama.log")
 			say "$f: baton ($BACKEND)"
 			rm -f "$OUT/$f.arena"
-			"$B/bin/baton-arena" create --gguf "$OUT/$f.gguf" "$OUT/$f.arena" > "$OUT/$f-arena.log" 2>&1 ||
-			    { cat "$OUT/$f-arena.log" >&2; exit 1; }
-			r=$(baton_ppl "$OUT/$f.arena" "$OUT/$f-baton") || exit 1
+			r="? ?"
+			mx="?"
+			if "$B/bin/baton-arena" create --gguf "$OUT/$f.gguf" "$OUT/$f.arena" \
+			    > "$OUT/$f-arena.log" 2>&1; then
+				mx=$(mix "$OUT/$f.arena")
+				r=$(baton_ppl "$OUT/$f.arena" "$OUT/$f-baton") || r="? ?"
+			else
+				cat "$OUT/$f-arena.log" >&2
+			fi
 			set -- $r
-			row "$f.gguf" "$(mix "$OUT/$f.arena")" "${ref:-?}" "$1" "${rch:-?}" "$2"
+			row "$f.gguf" "$mx" "${ref:-?}" "$1" "${rch:-?}" "$2"
 			rm -f "$OUT/$f.arena" "$OUT/$f.arena.lock"
 		done
 	done
@@ -150,7 +172,7 @@ else
 fi
 
 rc=0
-"$PY" - "$ROWS" "$REF" "$BACKEND" "$CTX" "$TEXT" > "$OUT/table.txt" <<'EOF' || rc=$?
+"$PY" - "$ROWS" "$REF" "$BACKEND" "$CTX" "$TEXT" > "$DEST/table.txt" <<'EOF' || rc=$?
 import sys
 rows, ref, backend, ctx, text = sys.argv[1:6]
 print("perplexity over %s, chunks of %s; Baton on %s; reference: %s" % (text, ctx, backend, ref))
@@ -169,6 +191,6 @@ for line in open(rows):
 print("%d of %d within 1%%" % (sum(1 for _ in open(rows)) - bad, sum(1 for _ in open(rows))))
 sys.exit(1 if bad else 0)
 EOF
-cat "$OUT/table.txt"
+cat "$DEST/table.txt"
 say "done"
 exit $rc
