@@ -452,6 +452,25 @@ int model_prefill(struct baton_model *m, const uint32_t *tokens, uint32_t n, flo
 int model_decode(struct baton_model *m, uint32_t token, float *logits);
 /* Forgets the default sequence (its blocks go back to the pool). */
 void model_reset(struct baton_model *m);
+
+/* ---- perplexity (perplexity.c) --------------------------------------------
+ * llama.cpp's llama-perplexity over tokens[0..n): n / ctx chunks of ctx
+ * tokens (at most max_chunks, 0: all), each a fresh sequence whose first
+ * token is replaced by bos (when bos >= 0: the tokenizer adds BOS), the
+ * logits at positions ctx / 2 .. ctx - 2 scored against the next token
+ * with llama.cpp's log-softmax; `seqs` chunks side by side (the KV pool
+ * must hold seqs x ctx positions). BATON_EINVAL for ctx < 4, seqs 0 or
+ * fewer than 2 ctx tokens (llama.cpp's rule); BATON_ERANGE for ctx past
+ * the model's context or an id outside the vocabulary; err says which. */
+struct baton_ppl {
+	uint32_t chunks, ctx;
+	uint64_t scored;       /* tokens scored: chunks x (ctx - 1 - ctx / 2) */
+	double nll;            /* their mean negative log-likelihood */
+	double ppl, ppl_err;   /* exp(nll), and llama.cpp's "+/-" */
+};
+int model_perplexity(struct baton_model *m, const uint32_t *tokens, size_t n, uint32_t ctx,
+    int32_t bos, uint32_t max_chunks, uint32_t seqs, struct baton_ppl *out, char *err,
+    size_t errlen);
 /* Allocates the KV pool now instead of at the first step, so a serving
  * engine holds it from the start (the broker counts it with the dense
  * weights, outside the expert cache). Idempotent; BATON_EOOM or
