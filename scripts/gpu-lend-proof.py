@@ -330,8 +330,11 @@ class Proof:
     def smi(self, query):
         if not self.cuda:
             return None
-        r = subprocess.run(["nvidia-smi", "--query-" + query, "--format=csv,noheader,nounits"],
-                           capture_output=True, text=True)
+        try:
+            r = subprocess.run(["nvidia-smi", "--query-" + query, "--format=csv,noheader,nounits"],
+                               capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            fail("nvidia-smi: %s" % e)
         if r.returncode != 0:
             fail("nvidia-smi --query-%s failed: %s" % (query, r.stderr.strip()))
         return [[x.strip() for x in line.split(",")] for line in r.stdout.strip().splitlines() if line.strip()]
@@ -461,7 +464,11 @@ class Proof:
         self.summary["engine_start_s"] = time.time() - t
         step("engine: started in %.1f s, %s" % (self.summary["engine_start_s"], box["http"]))
         t = time.time()
-        self.baton("refill", "eng", timeout=120)
+        # registered cold; a refill of its own at start may be under way: wait for it to settle
+        e = wait_for("the engine registered and settled", lambda: (lambda x: x if x and x["state"] in (
+            "ready", "released", "partial") else None)(self.eng("eng")), timeout=120)
+        if e["resident"] < self.expert_bytes:
+            self.baton("refill", "eng", timeout=120)
         e = wait_for("the engine whole", lambda: (lambda x: x if x["state"] == "ready" and x["resident"] >=
                                                   self.expert_bytes else None)(self.eng("eng")), timeout=60)
         if e["resident"] != self.expert_bytes:
@@ -753,6 +760,12 @@ class Proof:
             print("FAIL: %s" % e, flush=True)
             self.summary["failed"] = str(e)
             return 1
+        except Exception as e:  # noqa: BLE001 (a bug of this script: said as loudly)
+            import traceback
+            traceback.print_exc()
+            print("FAIL: %r (a bug of gpu-lend-proof.py)" % e, flush=True)
+            self.summary["failed"] = repr(e)
+            return 1
         finally:
             self.stop_all()
             for log in ("broker.log", "eng.log", "holder.log"):
@@ -762,10 +775,11 @@ class Proof:
             with open(os.path.join(self.out, "summary.json"), "w") as f:
                 json.dump(self.summary, f, indent=1)
             if not self.a.keep_arena and getattr(self, "arena", None):
-                try:
-                    os.unlink(self.arena)
-                except OSError:
-                    pass
+                for f in (self.arena, self.arena + ".lock"):  # the lock baton-arena leaves beside it
+                    try:
+                        os.unlink(f)
+                    except OSError:
+                        pass
             shutil.rmtree(self.dir, ignore_errors=True)
 
 

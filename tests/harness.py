@@ -980,8 +980,12 @@ def run_cases(cases, only=(), make=BrokerCase, logs=("broker", "a", "b", "c"), s
         print("FAIL no such case: %s" % ", ".join(unknown))
         print("0 passed, 1 failed")
         return 1
+    listing = os.environ.get("BATON_LIST_CASES") == "1"
     for case in cases:
         if (only and case.__name__ not in only) or case.__name__ in skip:
+            continue
+        if listing:  # tests/run_test.py: which cases these arguments select
+            print("case %s" % case.__name__)
             continue
         c = make() if make else None
         t0 = time.time()
