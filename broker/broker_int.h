@@ -254,6 +254,7 @@ struct op {
 	struct eref target, victim;
 	size_t gpu;
 	uint64_t bytes;       /* wanted beyond what the target maps */
+	uint64_t mapped0;     /* acquire: what the target mapped when it asked */
 	uint64_t reserve_mib; /* vram */
 	enum policy_kind victim_kind;
 	uint64_t victim_bytes;

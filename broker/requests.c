@@ -480,6 +480,7 @@ static void on_engine_op(struct broker *b, struct waiter *w, const struct baton_
 	switch (kind) {
 	case OP_ACQUIRE:
 		o->bytes = m->bytes;
+		o->mapped0 = e->mapped;
 		o->phase = P_WAIT;
 		break;
 	case OP_REFILL:
