@@ -20,7 +20,8 @@
 #     the logs.
 #
 # LAYERS (48), SEED (17), BACKEND (cuda), EXPERTS and VOCAB (the full shape)
-# size the run; MODEL_BENCH_FLAGS go to baton-model-bench; LAYERS=2 BACKEND=host PROMPTS=16 SEQS=2 SERVE_PROMPT=8
+# size the run; MODEL_BENCH_FLAGS go to baton-model-bench; SERVE=0 skips
+# the serving run; LAYERS=2 BACKEND=host PROMPTS=16 SEQS=2 SERVE_PROMPT=8
 # SERVE_GEN=8 is the quick host check (scripts/bench_peer_test.sh).
 # llama.cpp is a peer, never part of Baton: nothing of it is in this tree.
 set -eu
@@ -91,9 +92,11 @@ echo "arena: imported in $(since "$t0") s" | tee -a "$OUT/arena.txt"
 	echo "baton-model-bench failed" | tee -a "$OUT/baton-model.txt"
 
 # 4. serving, continuous batching
-"$PY" "$HERE/bench-serve.py" --build "$B" --arena "$A" --backend "$BACKEND" --seqs "$SEQS" \
-	--prompt "$SERVE_PROMPT" --gen "$SERVE_GEN" --json "$OUT/serve.json" 2>&1 |
-	tee "$OUT/serve.txt" || echo "bench-serve.py failed" | tee -a "$OUT/serve.txt"
+if [ "${SERVE:-1}" != 0 ]; then
+	"$PY" "$HERE/bench-serve.py" --build "$B" --arena "$A" --backend "$BACKEND" --seqs "$SEQS" \
+		--prompt "$SERVE_PROMPT" --gen "$SERVE_GEN" --json "$OUT/serve.json" 2>&1 |
+		tee "$OUT/serve.txt" || echo "bench-serve.py failed" | tee -a "$OUT/serve.txt"
+fi
 rm -f "$A"
 
 # 5. llama.cpp on the same file
