@@ -656,6 +656,8 @@ int main(int argc, char **argv)
 	printf("  %-50s %9llu of %llu\n", "  passes queued as one CUDA graph",
 	    (unsigned long long)model_graph_passes(m),
 	    (unsigned long long)model_device_route_passes(m));
+	printf("  %-50s %9llu\n", "    of them a recording replayed",
+	    (unsigned long long)model_graph_replays(m));
 	printf("  %-50s %9.3f ms\n", "  roofline per token", roofline_s * 1e3);
 	if (pt.ok) {
 		printf("  %-50s %9.1f us\n", "  one layer's ops, queued as forward.c queues them",

@@ -89,6 +89,16 @@ int model_open(struct baton_engine *e, const struct baton_model_opts *opts,
 	 * (benchmarks and tests compare the two) */
 	const char *hr = getenv("BATON_MODEL_HOST_ROUTE");
 	m->rt_off = hr && strcmp(hr, "1") == 0;
+	/* the largest pass routed on the device (BATON_MODEL_DEVICE_ROWS,
+	 * 1 .. RT_ROWS_MAX, for comparing; default RT_ROWS) */
+	m->rt_rows = RT_ROWS;
+	const char *dr = getenv("BATON_MODEL_DEVICE_ROWS");
+	if (dr && *dr) {
+		char *end;
+		unsigned long v = strtoul(dr, &end, 10);
+		if (!*end && v >= 1 && v <= RT_ROWS_MAX)
+			m->rt_rows = (uint32_t)v;
+	}
 	const char *op = missing_op(m->be);
 	if (op) {
 		baton_errf(eb, el, "the %s backend cannot run a model: it has no %s op", m->be->name, op);

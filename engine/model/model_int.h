@@ -142,18 +142,21 @@ struct baton_model {
 	uint32_t *rt_host;            /* rt_ids back on the host, for the cache's counts */
 	int tab_ok, rt_on, rt_off;    /* rt_off: BATON_MODEL_HOST_ROUTE=1 */
 	uint64_t rt_passes;
+	uint32_t rt_rows; /* RT_ROWS unless BATON_MODEL_DEVICE_ROWS says */
 	/* the other passes' routing, made on the device (forward.c's
 	 * route_rows): u32 ids then f32 weights, max_batch * top_k each */
 	baton_dptr pr_base;           /* 0 until a pass first uses it */
 	/* forward.c's pass as one graph: recording now; the recording
 	 * launched (so not to be queued again); passes run so */
 	int capturing, graph_ran;
-	uint64_t graph_runs;
+	uint64_t graph_runs, graph_replays; /* replays: passes that ran a recording again */
 };
 
 /* Passes of at most this many rows route on the device (decode); larger
- * ones (prefill) group tokens by expert on the host, sharing weight reads. */
+ * ones (prefill) group tokens by expert on the host, sharing weight reads.
+ * BATON_MODEL_DEVICE_ROWS sets it from 1 to RT_ROWS_MAX (m->rt_rows). */
 #define RT_ROWS 8
+#define RT_ROWS_MAX 64
 
 /* ---- weights.c ----------------------------------------------------------- */
 

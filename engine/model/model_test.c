@@ -727,13 +727,15 @@ static void t_gguf_block_types(void)
  * (q8_0 / f16 / bf16 dense and experts) runs, the logits are finite and
  * spread, and a second prefill gives the same bits. */
 /* The MoE block routed on the device (a decode step with no host round
- * trip; on cuda also queued as one CUDA graph, BATON_CUDA_GRAPH=1) against the host path (BATON_MODEL_HOST_ROUTE=1): the same bits
+ * trip; on cuda also queued as one CUDA graph, BATON_CUDA_GRAPH=1, the first
+ * step recorded and the others replayed) against the host path
+ * (BATON_MODEL_HOST_ROUTE=1): the same bits
  * and the same cache hit counts, on every fixture architecture; the
  * prefill of 19 tokens takes the host path in both. */
 static void device_route_same(const char *arch)
 {
 	float *lg[2] = { NULL, NULL };
-	uint64_t hits[2], passes[2], graphs[2];
+	uint64_t hits[2], passes[2], graphs[2], replays[2];
 	uint32_t V = 0;
 	for (int h = 0; h < 2; h++) {
 		if (h)
@@ -749,7 +751,7 @@ static void device_route_same(const char *arch)
 		T_ASSERT(lg[h]);
 		size_t n;
 		uint32_t *toks = ids_of(json_array_get(json_object_get(r.ref, "prompts"), 2), &n);
-		T_ASSERT(n > 8); /* a prefill pass too large for the device path */
+		T_ASSERT(n > 16); /* a prefill pass too large for the device path */
 		T_OK(model_prefill(r.m, toks, (uint32_t)n, lg[h]));
 		for (uint32_t s = 1; s < 9; s++)
 			T_OK(model_decode(r.m, argmax(lg[h] + (size_t)(s - 1) * V, V),
@@ -759,6 +761,7 @@ static void device_route_same(const char *arch)
 		hits[h] = st.hits;
 		passes[h] = model_device_route_passes(r.m);
 		graphs[h] = model_graph_passes(r.m);
+		replays[h] = model_graph_replays(r.m);
 		free(toks);
 		rig_close(&r);
 	}
@@ -768,6 +771,10 @@ static void device_route_same(const char *arch)
 	 * graphs: the same bits again */
 	T_EQ_INT(graphs[0], strcmp(rig_backend(), "cuda") == 0 ? 8 : 0);
 	T_EQ_INT(graphs[1], 0);
+	/* the first decode step is recorded, the other 7 replay it (their
+	 * keys stay within one chunk): checked on the host, not recorded */
+	T_EQ_INT(replays[0], strcmp(rig_backend(), "cuda") == 0 ? 7 : 0);
+	T_EQ_INT(replays[1], 0);
 	T_ASSERT_MSG(memcmp(lg[0], lg[1], (size_t)V * 9 * sizeof(float)) == 0,
 	    "%s: device routing changed the logits", arch);
 	T_EQ_INT(hits[0], hits[1]);
@@ -781,6 +788,47 @@ static void t_device_route(void)
 	device_route_same("mixtral");
 	device_route_same("olmoe");
 	device_route_same("qwen2_moe");
+}
+
+/* A decode that crosses a chunk of keys (256) with graphs on (cuda): the
+ * steps replay the first one's recording, attention outgrowing its chunk
+ * bucket makes one pass differ (refused, recorded anew), and every logit is
+ * the same bit as without graphs. Elsewhere there is nothing to check. */
+static void t_graph_buckets(void)
+{
+	if (strcmp(rig_backend(), "cuda") != 0)
+		return;
+	enum { P = 250, S = 20 }; /* decode positions 250 .. 269 */
+	float *lg[2] = { NULL, NULL };
+	uint64_t rep[2], gr[2];
+	uint32_t V = 0;
+	for (int h = 0; h < 2; h++) {
+		if (h == 0)
+			T_ASSERT(setenv("BATON_CUDA_GRAPH", "1", 1) == 0);
+		struct rig r;
+		rig_open(&r, "qwen3_moe", 0);
+		unsetenv("BATON_CUDA_GRAPH");
+		V = model_config(r.m)->vocab;
+		lg[h] = malloc((size_t)V * (S + 1) * sizeof(float));
+		uint32_t *toks = malloc(P * sizeof *toks);
+		T_ASSERT(lg[h] && toks);
+		for (uint32_t i = 0; i < P; i++)
+			toks[i] = (i * 7919u + 13u) % V;
+		T_OK(model_prefill(r.m, toks, P, lg[h]));
+		for (uint32_t s = 1; s <= S; s++)
+			T_OK(model_decode(r.m, argmax(lg[h] + (size_t)(s - 1) * V, V), lg[h] + (size_t)s * V));
+		rep[h] = model_graph_replays(r.m);
+		gr[h] = model_graph_passes(r.m);
+		free(toks);
+		rig_close(&r);
+	}
+	T_EQ_INT(gr[0], S);
+	T_EQ_INT(rep[0], S - 2); /* recorded at 250 and again at 256 */
+	T_EQ_INT(gr[1], 0);
+	T_ASSERT_MSG(memcmp(lg[0], lg[1], (size_t)V * (S + 1) * sizeof(float)) == 0,
+	    "graph replay changed the logits");
+	free(lg[0]);
+	free(lg[1]);
 }
 
 static void t_synthetic_archs(void)
@@ -913,7 +961,7 @@ static void t_tensor_path(void)
 	}
 }
 
-T_MAIN(T_CASE(t_config_fixtures), T_CASE(t_device_route), T_CASE(t_config_refusals),
+T_MAIN(T_CASE(t_config_fixtures), T_CASE(t_device_route), T_CASE(t_graph_buckets), T_CASE(t_config_refusals),
     T_CASE(t_rope_yarn), T_CASE(t_config_tolerant), T_CASE_TIMEOUT(t_rope_yarn_forward, 120),
     T_CASE_TIMEOUT(t_qwen3_moe, 120), T_CASE_TIMEOUT(t_mixtral, 120),
     T_CASE_TIMEOUT(t_mixtral_f16, 120), T_CASE_TIMEOUT(t_olmoe, 120), T_CASE_TIMEOUT(t_qwen2_moe, 120),

@@ -75,8 +75,10 @@ struct baton_ops_rope_args {
 #define BATON_OPS_ATTN_CHUNK 256u
 struct baton_ops_attention_args {
 	uint64_t q, k, v, out, part, blocks;
+	uint64_t pos0_dev; /* nonzero: pos0 is the u32 there (a pass replayed as a graph) */
 	uint32_t q0, n_q, n_heads, n_kv_heads, head_dim, pos0;
-	uint32_t block_size, chunks; /* chunks: gridDim.z of the part launch */
+	uint32_t block_size, chunks; /* chunks: gridDim.z of the part launch (at least the most
+	                                chunks of a query; blocks past a query's keys return) */
 	float scale;
 	uint32_t pad;
 };
