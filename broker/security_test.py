@@ -347,7 +347,8 @@ def t_kv_books(c):
     (16 contexts, at most a sixteenth of the device, engine/model/kv_size.c)
     and the broker books it on a line of its own: the engine's `kv` in
     status and /metrics is what the engine says its pool takes, the GPU's
-    `kv` is the engines' sum, and neither is in `held` (the caches)."""
+    `kv` is the engines' sum, and neither is in `held` (the caches); a
+    release of everything takes it off the books."""
     api = c.http_broker()
     arena = h.model_arena("kjv-qwen3-moe")
     a = c.engine("a", "--ctx", "1024", arena=arena, host_mib=512, segment_mib=2)
@@ -372,6 +373,14 @@ def t_kv_books(c):
     m = api.get("/metrics")[1]
     assert 'baton_engine_kv_bytes{engine="a",gpu="%s"} %d' % (g["uuid"], ea["kv"]) in m, m[-2000:]
     assert 'baton_gpu_memory_kv_bytes{gpu="%s"} %d' % (g["uuid"], g["kv"]) in m
+    # a release of everything gives the pool back: the books follow (the
+    # CLI sends it to the engine itself)
+    p = subprocess.run([h.CLI, "--broker", c.control, "release", "q", "--all", "--json"],
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0, p.stderr
+    assert h.ok(h.call(q.url, "status"))["kv"] == 0
+    h.wait_for("q's kv booked 0", lambda: c.eng("q")["kv"] == 0 and c.status()["gpus"][0]["kv"] == ea["kv"],
+               timeout=5 * h.SLOW)
     return "a: %d blocks (%.1f contexts of 1024) sized from 512 MiB, %.1f MiB booked as kv; q: 64 blocks" % (
         blocks, blocks / 64, ea["kv"] / (1 << 20))
 

@@ -27,6 +27,7 @@ import http.client
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -188,6 +189,7 @@ def main():
         print("%-12s %7d %8.1f | four: %7.2f %4s %5s %5s | behind-1 %7.3f | behind-6 %7.3f %5s" % (
             name, r["blocks"], r["mib"], f["wall_s"], f["max_running"], f["free_min"], f["preempted"],
             b1["short_s"], b6["short_s"], b6["preempted"]))
+    shutil.rmtree(work, ignore_errors=True)
     if a.out:
         os.makedirs(a.out, exist_ok=True)
         with open(os.path.join(a.out, "bench-kv.json"), "w") as f:

@@ -411,7 +411,13 @@ static void t_pool_limits(void)
 	engine_close(e);
 	if (strcmp(rig_backend(), "host") == 0) {
 		/* a device whose sixteenth holds 40 blocks: 40, between one context
-		 * and sixteen; one whose sixteenth holds less than one context: one */
+		 * and sixteen; one whose sixteenth holds less than one context: one.
+		 * Host devices of their own, in this test's directory: a capacity
+		 * given explicitly is written into the device file, which other
+		 * processes of the default directory would then see. */
+		const char *was = getenv("BATON_HOSTDEV_DIR");
+		char *saved = was ? strdup(was) : NULL;
+		setenv("BATON_HOSTDEV_DIR", dir, 1);
 		uint64_t want[2] = { 40, 7 }, cap[2] = { 40 * blk * KV_SHARE, 3 * blk * KV_SHARE };
 		for (int i = 0; i < 2; i++) {
 			ec.host_capacity = (cap[i] + BATON_MIB - 1) / BATON_MIB * BATON_MIB;
@@ -426,6 +432,14 @@ static void t_pool_limits(void)
 			model_close(m);
 			engine_close(e);
 		}
+		char hd[96];
+		snprintf(hd, sizeof hd, "%s/hostdev-0", dir);
+		unlink(hd);
+		if (saved)
+			setenv("BATON_HOSTDEV_DIR", saved, 1);
+		else
+			unsetenv("BATON_HOSTDEV_DIR");
+		free(saved);
 	}
 	unlink(arena);
 	char lock[160];
