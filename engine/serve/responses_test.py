@@ -403,6 +403,10 @@ def check_sdks(got, want, tools=True):
                                                    "results": ["Sunny in Paris"], "steps": 2, "finish0": "tool-calls"}
         assert g["calls"] == [{"name": "get_weather", "input": {"city": "Paris"}}], (name, g)
         assert g["results"] == ["Sunny in Paris"] and g["steps"] == 2 and g["finish0"] == "tool-calls", (name, g)
+        if tools:
+            g = got["ai_stream_tools_" + name]
+            assert g["calls"] == [{"name": "get_weather", "input": {"city": "Paris"}}], (name, g)
+            assert g["parts"] == ["tool-call", "tool-result"] and g["steps"] == 2, (name, g)
         g = got["ai_object_" + name] if tools else {"object": json.loads(FORCED_JSON)}
         assert g["object"] == json.loads(FORCED_JSON), (name, g)
     for name in ("chat", "responses"):
