@@ -836,8 +836,10 @@ static int parse_body(enum oai_kind kind, const char *served, json_t *root, uint
 	if (given)
 		q->sp.max_tokens = (uint32_t)x;
 	given = 0;
-	if (parse_int(root, "n", 1, 1, &x, &given, e))
-		return oai_errorf(e, 400, INVALID, "unsupported_parameter", "n", "n: only 1 is supported");
+	/* n > 1: the HTTP API makes the choices (a request each, openai_http.c) */
+	if (parse_int(root, "n", 1, OAI_MAX_N, &x, &given, e))
+		return e->status;
+	r->n = given ? (uint32_t)x : 1;
 	given = 0;
 	if (parse_int(root, "top_k", -1, UINT32_MAX, &x, &given, e))
 		return e->status;

@@ -30,8 +30,10 @@ enum oai_kind { OAI_CHAT = 0, OAI_COMPLETION = 1, OAI_AUTO = 2 };
 #define OAI_MAX_MESSAGES 1024u
 /* Prompts of one /v1/completions batch ("prompt": [...]). */
 #define OAI_MAX_BATCH 64u
-/* "n" (choices of one request) at most, unless --max-n says otherwise. */
+/* "n" (choices of one request) at most, unless --max-n says otherwise,
+ * and the most --max-n may allow. */
 #define OAI_DEFAULT_MAX_N 8u
+#define OAI_MAX_N 128u
 /* Stop strings OpenAI allows in one request. */
 #define OAI_MAX_STOP 4u
 /* max_tokens of /v1/completions when the request gives none (OpenAI's). */
@@ -65,6 +67,7 @@ struct oai_request {
 	int stream;            /* "stream": true */
 	int include_usage;     /* "stream_options": {"include_usage": true} */
 	int seeded;            /* "seed" was given */
+	uint32_t n;            /* choices asked for ("n", default 1); one request makes one */
 	/* tools: the request's array (in root), NULL when absent or empty */
 	json_t *tools;
 	enum oai_tool_choice tool_choice;

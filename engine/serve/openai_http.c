@@ -949,15 +949,16 @@ static void completion(struct oai_server *s, struct baton_http_req *r, enum oai_
 	json_t *p0 = json_array_get(p, 0), *jn = json_object_get(root, "n");
 	int many = json_is_array(p) && json_array_size(p) > 1 && (json_is_string(p0) || json_is_array(p0));
 	unsigned max_n = s->o.max_n ? s->o.max_n : OAI_DEFAULT_MAX_N;
-	if (json_is_object(root) && jn && !json_is_null(jn) && (!json_is_integer(jn) || json_integer_value(jn) < 1 ||
-	    json_integer_value(jn) > (json_int_t)max_n)) {
-		oai_errorf(&e, 400, "invalid_request_error", NULL, "n", "n: want an integer from 1 to %u (the engine's "
-		    "--max-n)", max_n);
+	/* n out of the parser's range is the parser's to refuse (as the COMPLETE op's) */
+	json_int_t nv = json_is_integer(jn) ? json_integer_value(jn) : 1;
+	if (json_is_object(root) && nv > (json_int_t)max_n && nv <= (json_int_t)OAI_MAX_N) {
+		oai_errorf(&e, 400, "invalid_request_error", NULL, "n", "n: %lld is more than this engine's --max-n "
+		    "(%u)", (long long)nv, max_n);
 		json_decref(root);
 		reply_error(r, &e, NULL);
 		return;
 	}
-	size_t n = json_is_integer(jn) ? (size_t)json_integer_value(jn) : 1;
+	size_t n = nv > 1 && nv <= (json_int_t)max_n ? (size_t)nv : 1;
 	if (json_is_object(root) && (many || n > 1)) {
 		completion_batch(s, r, kind, root, many ? p : NULL, n);
 		json_decref(root);

@@ -10,7 +10,8 @@
  *
  * Responses are kept in memory (store, default true) so that
  * previous_response_id, item_reference and GET /v1/responses/{id} find
- * them: the last RESP_STORE_MAX, in this process only.
+ * them: the last RESP_STORE_MAX, at most RESP_STORE_BYTES of JSON in all
+ * (one larger than an eighth of it is not kept), in this process only.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -21,6 +22,9 @@
 
 #define INVALID "invalid_request_error"
 #define RESP_STORE_MAX 256u
+/* What the kept responses may hold in all (their JSON's size); the oldest
+ * go first. */
+#define RESP_STORE_BYTES (64u << 20)
 
 static const char *str_or(json_t *v);
 
@@ -30,20 +34,44 @@ struct stored {
 	char id[48];
 	json_t *response;      /* the response object */
 	json_t *conversation;  /* chat messages: the input's (no instructions), then the output's */
+	size_t bytes;
 };
 static pthread_mutex_t store_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct stored store[RESP_STORE_MAX];
-static size_t store_next;
+static size_t store_next, store_bytes;
+
+static size_t json_size(json_t *j)
+{
+	char *s = json_dumps(j, JSON_COMPACT);
+	size_t n = s ? strlen(s) : 0;
+	free(s);
+	return n;
+}
+
+static void store_drop(struct stored *s)
+{
+	json_decref(s->response);
+	json_decref(s->conversation);
+	store_bytes -= s->bytes;
+	memset(s, 0, sizeof *s);
+}
 
 static void store_put(const char *id, json_t *response, json_t *conversation)
 {
+	size_t bytes = json_size(response) + json_size(conversation);
+	if (bytes > RESP_STORE_BYTES / 8)
+		return; /* too large to keep: previous_response_id will not find it */
 	pthread_mutex_lock(&store_mu);
+	/* the oldest go first: the slot taken, then others while over the budget */
+	store_drop(&store[store_next % RESP_STORE_MAX]);
+	for (size_t k = 1; k < RESP_STORE_MAX && store_bytes + bytes > RESP_STORE_BYTES; k++)
+		store_drop(&store[(store_next + k) % RESP_STORE_MAX]);
 	struct stored *s = &store[store_next++ % RESP_STORE_MAX];
-	json_decref(s->response);
-	json_decref(s->conversation);
 	snprintf(s->id, sizeof s->id, "%s", id);
 	s->response = json_incref(response);
 	s->conversation = json_incref(conversation);
+	s->bytes = bytes;
+	store_bytes += bytes;
 	pthread_mutex_unlock(&store_mu);
 }
 

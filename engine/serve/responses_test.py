@@ -172,6 +172,14 @@ def t_previous_response(c):
     assert st == 404 and b["error"]["param"] == "previous_response_id" and "not kept" in b["error"]["message"], b
     st, b, _ = e.http.post("/v1/responses", {"input": [{"type": "item_reference", "id": "msg_nope"}]})
     assert st == 404 and b["error"]["param"] == "input[0]", b
+    # the store keeps the last 256: after 256 more, the first is gone
+    for i in range(256):
+        st, b, _ = e.http.post("/v1/responses", {"input": "x", "max_output_tokens": 1})
+        assert st == 200, b
+    st, b, _ = e.http.get("/v1/responses/" + r1["id"])
+    assert st == 404, b
+    st, b, _ = e.http.post("/v1/responses", {"input": "x", "previous_response_id": r2["id"], "max_output_tokens": 1})
+    assert st == 404 and b["error"]["param"] == "previous_response_id", b
     return "input %d tokens after the previous" % r2["usage"]["input_tokens"]
 
 
@@ -403,6 +411,10 @@ def check_sdks(got, want, tools=True):
                                                    "results": ["Sunny in Paris"], "steps": 2, "finish0": "tool-calls"}
         assert g["calls"] == [{"name": "get_weather", "input": {"city": "Paris"}}], (name, g)
         assert g["results"] == ["Sunny in Paris"] and g["steps"] == 2 and g["finish0"] == "tool-calls", (name, g)
+        if tools:
+            g = got["ai_stream_tools_" + name]
+            assert g["calls"] == [{"name": "get_weather", "input": {"city": "Paris"}}], (name, g)
+            assert g["parts"] == ["tool-call", "tool-result"] and g["steps"] == 2, (name, g)
         g = got["ai_object_" + name] if tools else {"object": json.loads(FORCED_JSON)}
         assert g["object"] == json.loads(FORCED_JSON), (name, g)
     for name in ("chat", "responses"):

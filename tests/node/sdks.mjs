@@ -113,6 +113,14 @@ for (const [name, m] of [["default", openai(model)], ["chat", openai.chat(model)
     return { steps: r.steps.length, calls: s0.toolCalls.map((c) => ({ name: c.toolName, input: c.input })),
              results: s0.toolResults.map((t) => t.output), finish0: s0.finishReason };
   });
+  await run("ai_stream_tools_" + name, async () => {
+    const r = streamText({ model: m, prompt: "What is the weather in Paris?", tools: { get_weather: weather },
+                           stopWhen: stepCountIs(2), maxOutputTokens: 64 });
+    const parts = [];
+    for await (const p of r.fullStream) if (p.type === "tool-call" || p.type === "tool-result") parts.push(p.type);
+    const steps = await r.steps;
+    return { parts, steps: steps.length, calls: steps[0].toolCalls.map((c) => ({ name: c.toolName, input: c.input })) };
+  });
   await run("ai_object_" + name, async () => {
     const r = await generateObject({ model: m, schema: person, prompt: "Describe Noah.", maxOutputTokens: 64 });
     return { object: r.object, finish: r.finishReason };
