@@ -87,6 +87,16 @@ json_t *http_face_error(const char *path, int status, const char *msg)
 	return NULL;
 }
 
+void http_name_digest(const char *name, char out[65])
+{
+	uint64_t h[4] = { 0xcbf29ce484222325ull, 0x84222325cbf29ce4ull, 0x9e3779b97f4a7c15ull, 0x0123456789abcdefull };
+	for (int k = 0; k < 4; k++)
+		for (const char *p = name; *p; p++)
+			h[k] = (h[k] ^ (unsigned char)*p) * 0x100000001b3ull;
+	snprintf(out, 65, "%016llx%016llx%016llx%016llx", (unsigned long long)h[0], (unsigned long long)h[1],
+	    (unsigned long long)h[2], (unsigned long long)h[3]);
+}
+
 json_t *http_openai_error(int status, const char *message, const char *type, const char *param,
     const char *code)
 {

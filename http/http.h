@@ -149,6 +149,12 @@ json_t *http_openai_error(int status, const char *message, const char *type, con
  * shapes). http_reply_error, http_reply_openai_error and the server's own
  * refusals (401, 403, 413...) answer in it. New reference. */
 json_t *http_face_error(const char *path, int status, const char *msg);
+/* The Ollama API version an engine's and the door's /api/version report
+ * (the one their shapes follow). */
+#define HTTP_OLLAMA_VERSION "0.12.6"
+/* A model's "digest" in Ollama's lists: 64 hex digits made from its name
+ * (an id that stays the same, not a hash of the weights), into out. */
+void http_name_digest(const char *name, char out[65]);
 /* Answers it as JSON, with "Retry-After: retry_after" when not NULL. */
 int http_reply_openai_error(struct baton_http_req *r, int status, const char *type, const char *param,
     const char *code, const char *retry_after, const char *fmt, ...) __attribute__((format(printf, 7, 8)));

@@ -770,6 +770,11 @@ static void t_face_error(void)
 	for (size_t i = 0; none[i]; i++)
 		T_ASSERT(http_face_error(none[i], 400, "m") == NULL);
 	T_ASSERT(http_face_error(NULL, 400, "m") == NULL);
+	char a[65], b[65], a2[65];
+	http_name_digest("kjv-qwen3-moe", a);
+	http_name_digest("kjv-mixtral", b);
+	http_name_digest("kjv-qwen3-moe", a2);
+	T_ASSERT(strlen(a) == 64 && strspn(a, "0123456789abcdef") == 64 && strcmp(a, a2) == 0 && strcmp(a, b) != 0);
 }
 
 T_MAIN(T_CASE(t_face_error), T_CASE(t_reply), T_CASE(t_json_body), T_CASE(t_stream), T_CASE(t_stream_client_gone),

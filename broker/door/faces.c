@@ -18,9 +18,6 @@
 #include "broker/door/door_int.h"
 #include "http/http.h"
 
-/* The version of Ollama's API these shapes follow (the engines' too). */
-#define OLLAMA_VERSION "0.12.6"
-
 static void now_rfc3339(char *out, size_t n)
 {
 	struct timespec ts;
@@ -30,17 +27,6 @@ static void now_rfc3339(char *out, size_t n)
 	char day[32];
 	strftime(day, sizeof day, "%Y-%m-%dT%H:%M:%S", &tm);
 	snprintf(out, n, "%s.%09ldZ", day, ts.tv_nsec);
-}
-
-/* A digest of the name (an id that stays the same, not a hash of weights). */
-static void digest_of(const char *name, char *out)
-{
-	uint64_t h[4] = { 0xcbf29ce484222325ull, 0x84222325cbf29ce4ull, 0x9e3779b97f4a7c15ull, 0x0123456789abcdefull };
-	for (int k = 0; k < 4; k++)
-		for (const char *p = name; *p; p++)
-			h[k] = (h[k] ^ (unsigned char)*p) * 0x100000001b3ull;
-	snprintf(out, 65, "%016llx%016llx%016llx%016llx", (unsigned long long)h[0], (unsigned long long)h[1],
-	    (unsigned long long)h[2], (unsigned long long)h[3]);
 }
 
 /* Under d->mu: /api/tags (every model the door serves or may start) or
@@ -89,7 +75,7 @@ static json_t *list_json(struct broker_door *d, bool ps)
 			continue;
 		if (ps && vram == 0)
 			continue;
-		digest_of(names[k], dg);
+		http_name_digest(names[k], dg);
 		json_t *x = json_pack("{s:s, s:s, s:I, s:s, s:{s:s, s:s, s:s, s:[], s:s, s:s}}", "name", names[k], "model",
 		    names[k], "size", (json_int_t)size, "digest", dg, "details", "parent_model", "", "format",
 		    "baton-arena", "family", "", "families", "parameter_size", "", "quantization_level", "");
@@ -135,7 +121,7 @@ void door_on_ollama(void *arg, struct baton_http_req *r)
 		return;
 	}
 	if (ver) {
-		http_reply_json(r, 200, json_pack("{s:s}", "version", OLLAMA_VERSION));
+		http_reply_json(r, 200, json_pack("{s:s}", "version", HTTP_OLLAMA_VERSION));
 		return;
 	}
 	/* a list shows what it shows to whoever may read /v1/models */

@@ -18,9 +18,6 @@
 #include "engine/serve/face.h"
 #include "proto/base/base.h"
 
-/* The Ollama API version /api/version reports (the one these shapes follow). */
-#define OLLAMA_VERSION "0.12.6"
-
 struct ostate {
 	int generate;            /* /api/generate (else /api/chat) */
 	int load_only;           /* no messages / empty prompt: "done_reason": "load" */
@@ -60,17 +57,6 @@ static int is_served(struct oai_server *s, const char *name)
 	return strcmp(name, m) == 0 || (strncmp(name, m, n) == 0 && strcmp(name + n, ":latest") == 0);
 }
 
-/* A digest of the name (an id that stays the same, not a hash of the weights). */
-static void digest_of(const char *name, char *out)
-{
-	uint64_t h[4] = { 0xcbf29ce484222325ull, 0x84222325cbf29ce4ull, 0x9e3779b97f4a7c15ull, 0x0123456789abcdefull };
-	for (int k = 0; k < 4; k++)
-		for (const char *p = name; *p; p++)
-			h[k] = (h[k] ^ (unsigned char)*p) * 0x100000001b3ull;
-	snprintf(out, 65, "%016llx%016llx%016llx%016llx", (unsigned long long)h[0], (unsigned long long)h[1],
-	    (unsigned long long)h[2], (unsigned long long)h[3]);
-}
-
 static json_t *facts(struct oai_server *s)
 {
 	json_t *f = json_object();
@@ -96,7 +82,7 @@ static void list(struct oai_server *s, struct baton_http_req *r, int ps)
 	json_t *f = facts(s);
 	const char *m = oai_server_model(s);
 	char dg[65], when[64];
-	digest_of(m, dg);
+	http_name_digest(m, dg);
 	json_t *x = json_pack("{s:s, s:s, s:I, s:s, s:o}", "name", m, "model", m, "size",
 	    (json_int_t)json_integer_value(json_object_get(f, "size")), "digest", dg, "details", details(f));
 	if (ps) {
@@ -767,7 +753,7 @@ int ollama_route(struct oai_server *s, struct baton_http_req *r, const char *met
 			return 1;
 		}
 	if (strcmp(p, "version") == 0)
-		http_reply_json(r, 200, json_pack("{s:s}", "version", OLLAMA_VERSION));
+		http_reply_json(r, 200, json_pack("{s:s}", "version", HTTP_OLLAMA_VERSION));
 	else if (strcmp(p, "tags") == 0 || strcmp(p, "ps") == 0)
 		list(s, r, p[0] == 'p');
 	else if (strcmp(p, "show") == 0)
