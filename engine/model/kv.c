@@ -174,8 +174,10 @@ static void put(struct baton_model *m, uint32_t id)
 }
 
 /* Block bi of s is full (its tokens in s->part): into the cache, unless
- * the same block is there already (another sequence made it first: s's
- * chain goes on from that one) or s's chain broke. */
+ * s's chain broke, or the same block is there already: another sequence
+ * made it first (the same prompt read by two at once, n > 1); s then
+ * holds that one and gives its own copy back (the rows are the same bits:
+ * a row's K and V depend on its prefix alone). */
 static void seq_block_full(struct baton_model *m, struct baton_seq *s, uint32_t bi)
 {
 	uint32_t parent = KV_NONE, pgen = 0;
@@ -191,7 +193,12 @@ static void seq_block_full(struct baton_model *m, struct baton_seq *s, uint32_t 
 	}
 	uint64_t h = block_hash(m, seed, s->part);
 	uint32_t e = find(m, h, parent, pgen, s->part);
-	if (e == KV_NONE) {
+	if (e != KV_NONE && e != s->blocks[bi]) {
+		if (m->blk[e].ref++ == 0)
+			lru_remove(m, e);
+		put(m, s->blocks[bi]);
+		s->blocks[bi] = e;
+	} else if (e == KV_NONE) {
 		e = s->blocks[bi];
 		struct kv_blk *b = &m->blk[e];
 		b->hash = h;
