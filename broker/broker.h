@@ -75,6 +75,9 @@
  *                                 ; its last request ("forever": never); with
  *                                 ; idle_release_s one rule, the shorter wins
  *   door_queue_max = 64           ; front door: requests waiting per model; more: 503
+ *   access_log = true             ; a log line per request (model, status, tokens,
+ *                                 ; time to first token, duration); false: none
+ *                                 ; (the fleet's engines get --no-access-log)
  *
  *   [gpu "GPU-8f1c..."]           ; or "host-0", or "*" for every device
  *   reserve_mib = 1024            ; the reserve: never granted
@@ -227,6 +230,7 @@ struct broker_config {
 	double door_quantum_s;        /* front door (docs/reference/front-door.md) */
 	double door_keep_alive_s;     /* < 0: forever */
 	unsigned door_queue_max;
+	bool access_log;              /* a log line per request, door and fleet engines (default true) */
 	/* the fleet ([model] sections) */
 	char engine_path[BROKER_PATH_MAX];   /* "": baton-engine beside the program */
 	char arena_tool[BROKER_PATH_MAX];    /* "": baton-arena beside the program */

@@ -39,6 +39,7 @@ void broker_config_defaults(struct broker_config *c)
 	c->door_quantum_s = 5;
 	c->door_keep_alive_s = 300;
 	c->door_queue_max = 64;
+	c->access_log = true;
 	c->acquire_wait_ms = 5000;
 	c->command_timeout_ms = 30000;
 	c->nvml = true;
@@ -481,6 +482,9 @@ static int handler(void *user, const char *section, const char *key, const char 
 		} else if (strcmp(key, "door_keep_alive_s") == 0) {
 			if (parse_keep_alive(value, &c->door_keep_alive_s))
 				return fail(p, "door_keep_alive_s = '%s': want seconds >= 0, or forever", value);
+		} else if (strcmp(key, "access_log") == 0) {
+			if (parse_bool(value, &c->access_log))
+				return fail(p, "access_log = '%s': want true or false", value);
 		} else if (strcmp(key, "door_queue_max") == 0) {
 			if (parse_u64(value, 1000000, &u) || u < 1)
 				return fail(p, "door_queue_max = '%s': want requests from 1 to 1000000", value);
@@ -508,7 +512,7 @@ static int handler(void *user, const char *section, const char *key, const char 
 			return fail(p, "unknown key '%s' in [broker] (known: control, events, "
 			    "heartbeat_timeout_ms, idle_release_s, acquire_wait_ms, command_timeout_ms, nvml, "
 			    "http, http_hosts, cors_origins, http_token, http_token_file, state_file, door_quantum_s, "
-			    "door_keep_alive_s, door_queue_max, engine, arena_tool, arena_dir, run_dir, restart_max, "
+			    "door_keep_alive_s, door_queue_max, access_log, engine, arena_tool, arena_dir, run_dir, restart_max, "
 			    "restart_window_s)", key);
 		}
 		return 1;

@@ -57,7 +57,7 @@ void br_run_commands(struct broker *b, struct op *o, double now)
 	}
 	int rc;
 	uint64_t lease_keep = 0;
-	const char *reason = o->kind == OP_HANDOFF ? "handoff" : "operator";
+	const char *reason = o->kind == OP_HANDOFF ? "handoff" : o->reason[0] ? o->reason : "operator";
 	if (o->kind == OP_RELEASE)
 		rc = br_command(b, e, PROTO_OP_RELEASE, 0, o, 0, 0, reason);
 	else if (o->kind == OP_VRAM)

@@ -11,13 +11,17 @@
  *   proxy.c     one forwarded request: the engine's reply passed through
  *   refill.c    the refill of a switch, on a thread of its own
  *   models.c    GET /v1/models
+ *   faces.c     Ollama's /api/ (its lists; chat, generate, show go on as
+ *               completions do), beside Anthropic's /v1/messages (routed
+ *               as a completion)
  *   metrics.c   its Prometheus lines and histograms
  *   errors.c    answers in OpenAI's error shape
  *   policy.c    which engines of a device take requests now and when the
  *               device switches to another model (pure)
  *   fleet.c     the [model] sections: engines the broker starts, watches,
  *               restarts and stops itself (below the rest: it calls only
- *               view.c's lookups and door_fleet_failed)
+ *               view.c's lookups and door_fleet_failed); fleet_int.h
+ *   fleet_view.c what /v1/models and /metrics say of the fleet's models
  *   upstream.c  the HTTP/1.1 client to an engine's OpenAI HTTP
  *
  * The door is a face of the broker: it reads engines through broker_call
@@ -81,6 +85,8 @@ struct dmodel {
 	unsigned queued;
 	bool queue_told;         /* door.queue published for the wait under way */
 	uint64_t served, rejected_full, failed, gone;
+	uint64_t client_error;   /* the engine answered 4xx: the client's request, never "failed" */
+	struct baton_serving sv; /* the serving metrics (metrics.c writes them, proxy.c counts) */
 	double last_active;      /* a request of it came or ended (the fleet's stop_after_s) */
 	struct baton_hist wait, refill, prefill, start;
 	double served_since;     /* an engine of it came into the view (0: none there) */
@@ -128,6 +134,7 @@ struct broker_door {
 	struct door_fleet *fleet; /* the [model] sections (fleet.c); NULL: none */
 	uint64_t switches_total;
 	struct baton_hist sw_drain, sw_refill; /* the parts of each switch */
+	bool access_log;         /* a log line per request ([broker] access_log) */
 };
 
 
@@ -161,6 +168,9 @@ unsigned door_inflight(struct broker_door *d, const char *name);
 /* The route handlers (broker_http_route): a completion in; GET /v1/models. */
 void door_on_completion(void *arg, struct baton_http_req *r);
 void door_on_models(void *arg, struct baton_http_req *r);
+/* faces.c: everything under /api/ (Ollama's): its lists, and chat,
+ * generate and show through door_on_completion. */
+void door_on_ollama(void *arg, struct baton_http_req *r);
 /* The dispatch thread, started with the first request; false when it cannot. */
 bool door_start_dispatch(struct broker_door *d);
 
@@ -174,7 +184,7 @@ bool door_forward(struct broker_door *d, struct dreq *q, const struct deng *e);
 void *door_refill_thread(void *arg);
 void *door_refill_job(struct broker_door *d, const char *gpu, const char *eng);
 
-/* ---- fleet.c ------------------------------------------------------------------ */
+/* ---- fleet.c, fleet_view.c ----------------------------------------------------- */
 
 struct door_fleet;
 

@@ -477,6 +477,10 @@ def t_two_models_interleaved(c):
     assert (metric(http, "baton_door_ttft_refill_seconds_sum", '{model="%s"}' % QWEN) +
             metric(http, "baton_door_ttft_refill_seconds_sum", '{model="%s"}' % MIXTRAL)) > 0
     assert any(e["reason"].startswith("switch ") for e in ev), ev
+    # the refills the door started say so (not "operator", as they did)
+    refills = c.events.all("refill")
+    assert refills and all("operator" not in e["reason"] for e in refills), refills
+    assert any(e["reason"].startswith("front door") for e in refills), refills
     assert metric(http, "baton_door_switch_seconds_count", '{phase="refill"}') == switches + switches0
     return "%d requests, %d switches, %.1f s" % (len(jobs), switches, took)
 

@@ -33,23 +33,133 @@ static void unlink_fwd(struct broker_door *d, struct dreq *q)
  * (on an event boundary: a piece of an event cut short is ended first),
  * then the connection closed without the chunked end, so a client reads
  * an incomplete body and raises, never a stream that looks complete. */
-static void cut_stream(struct baton_http_stream *s, const char *url, int err, const char tail[2])
+static void cut_stream(struct baton_http_stream *s, const char *path, const char *url, int err, const char tail[2])
 {
-	if (tail[0] != '\n' || tail[1] != '\n')
-		http_stream_write(s, "\n\n", 2);
+	/* in the face's own shape: Ollama's an NDJSON line, Anthropic's an
+	 * "error" event, OpenAI's a data: event */
+	bool ndjson = strncmp(path, "/api/", 5) == 0, anthropic = strncmp(path, "/v1/messages", 12) == 0;
+	if (tail[1] != '\n' || (!ndjson && tail[0] != '\n'))
+		http_stream_write(s, ndjson ? "\n" : "\n\n", ndjson ? 1 : 2);
 	char msg[300];
 	snprintf(msg, sizeof msg, "the engine at %.128s %s mid-stream", url,
 	    err == BATON_ETIMEDOUT ? "went silent" : "was cut off");
-	json_t *j = http_openai_error(502, msg, "server_error", NULL, "engine_unreachable");
+	json_t *j = http_face_error(path, 502, msg);
+	if (!j)
+		j = http_openai_error(502, msg, "server_error", NULL, "engine_unreachable");
 	char *txt = j ? json_dumps(j, JSON_COMPACT) : NULL;
 	if (txt) {
-		http_stream_write(s, "data: ", 6);
+		if (anthropic)
+			http_stream_write(s, "event: error\n", 13);
+		if (!ndjson)
+			http_stream_write(s, "data: ", 6);
 		http_stream_write(s, txt, strlen(txt));
-		http_stream_write(s, "\n\n", 2);
+		http_stream_write(s, ndjson ? "\n" : "\n\n", ndjson ? 1 : 2);
 	}
 	free(txt);
 	json_decref(j);
 	http_stream_abort(s);
+}
+
+/* ---- the engine's usage report (X-Baton-Usage, the door asks for it) ---- */
+
+/* What the engine said of a request it served: "prompt_tokens=P
+ * completion_tokens=C ttft_s=T finish=F" (engine/serve/openai_http.c). */
+struct usage {
+	bool have;
+	unsigned long prompt, completion;
+	double ttft_s;
+	char finish[16];
+};
+
+static void usage_parse(const char *s, struct usage *u)
+{
+	char fin[16] = "";
+	if (sscanf(s, "prompt_tokens=%lu completion_tokens=%lu ttft_s=%lf finish=%15s", &u->prompt, &u->completion,
+	    &u->ttft_s, fin) == 4) {
+		u->have = true;
+		snprintf(u->finish, sizeof u->finish, "%s", fin);
+	}
+}
+
+/* A whole reply without the header (a batch of prompts): its "usage". */
+static void usage_of_body(const char *buf, size_t n, struct usage *u)
+{
+	json_t *j = json_loadb(buf, n, 0, NULL), *us = json_object_get(j, "usage");
+	json_t *p = json_object_get(us, "prompt_tokens"), *c = json_object_get(us, "completion_tokens");
+	if (json_is_integer(p) && json_is_integer(c)) {
+		u->have = true;
+		u->prompt = (unsigned long)json_integer_value(p);
+		u->completion = (unsigned long)json_integer_value(c);
+		snprintf(u->finish, sizeof u->finish, "stop");
+	}
+	json_decref(j);
+}
+
+/* The stream's report is a comment line (": baton-usage ...") in its
+ * [DONE] event: taken out here, so the client gets the engine's stream
+ * as the engine writes it to anyone else. Lines are followed across
+ * reads; a comment line longer than the buffer passes on as it is. */
+struct strip {
+	bool mid;            /* inside a line (not at its start) */
+	bool held;           /* holding a comment line */
+	char line[256];
+	size_t n;
+};
+
+static const char MARK[] = ": baton-usage ";
+
+/* in[0..n) to out (at least n + sizeof s->line bytes); returns out's length. */
+static size_t strip_usage(struct strip *s, const char *in, size_t n, char *out, struct usage *u)
+{
+	size_t o = 0;
+	for (size_t i = 0; i < n; i++) {
+		char c = in[i];
+		if (s->held) {
+			if (s->n < sizeof s->line - 1)
+				s->line[s->n++] = c;
+			else { /* too long to be ours: pass it on */
+				memcpy(out + o, s->line, s->n);
+				o += s->n;
+				out[o++] = c;
+				s->held = false;
+				s->mid = c != '\n';
+				continue;
+			}
+			if (c == '\n') {
+				s->line[s->n] = 0;
+				s->held = false;
+				s->mid = false;
+				if (strncmp(s->line, MARK, sizeof MARK - 1) == 0) {
+					usage_parse(s->line + sizeof MARK - 1, u);
+				} else {
+					memcpy(out + o, s->line, s->n);
+					o += s->n;
+				}
+			}
+			continue;
+		}
+		if (!s->mid && c == ':') {
+			s->held = true;
+			s->line[0] = c;
+			s->n = 1;
+			continue;
+		}
+		out[o++] = c;
+		s->mid = c != '\n';
+	}
+	return o;
+}
+
+/* The access log's line of a request through the door. */
+static void access_line(struct broker_door *d, const struct dreq *q, int status, const struct usage *u, double now)
+{
+	if (!d->access_log)
+		return;
+	broker_log("access: model=%s engine=%s status=%d prompt_tokens=%lu completion_tokens=%lu ttft_ms=%.1f "
+	    "duration_ms=%.1f wait_ms=%.1f stream=%d", d->models[q->model].name, q->eng[0] ? q->eng : "-", status,
+	    u->have ? u->prompt : 0, u->have ? u->completion : 0,
+	    u->have && u->ttft_s > 0 ? (q->t_fwd - q->t_in + u->ttft_s) * 1e3 : 0.0, (now - q->t_in) * 1e3,
+	    (q->t_fwd - q->t_in) * 1e3, q->stream ? 1 : 0);
 }
 
 static void *proxy(void *arg)
@@ -62,6 +172,8 @@ static void *proxy(void *arg)
 	bool ok = false, gone = false;
 	bool engine_failed = false; /* the engine's side failed (not a client that left): counted failed */
 	double t_first = -1;
+	int status = 503;
+	struct usage us = { 0 };
 	if (rc == 0) {
 		/* the engine's own token (issue 28): only the door holds it */
 		char tok[BROKER_URL_MAX];
@@ -86,7 +198,10 @@ static void *proxy(void *arg)
 		door_reply_error(q->r, 503, "server_error", NULL, "engine_unreachable", "1", "%s", err);
 	} else {
 		int st = door_up_status(up);
-		char ctype[128], ra[64], ra_hdr[96];
+		status = st;
+		char ctype[128], ra[64], ra_hdr[96], rep[256];
+		if (door_up_header(up, "X-Baton-Usage", rep, sizeof rep))
+			usage_parse(rep, &us);
 		if (!door_up_header(up, "Content-Type", ctype, sizeof ctype))
 			snprintf(ctype, sizeof ctype, "application/json");
 		const char *hdr[2] = { NULL, NULL };
@@ -107,25 +222,38 @@ static void *proxy(void *arg)
 			else if (got < clen && (engine_failed = true))
 				door_reply_error(q->r, 503, "server_error", NULL, "engine_unreachable", "1",
 				    "the engine's reply was cut short (it went away mid-reply)");
-			else
+			else {
+				if (!us.have && st == 200)
+					usage_of_body(buf, got, &us);
 				ok = http_reply(q->r, st, ctype, buf, got, hdr) == 0 && st < 400;
+			}
+			if (!buf || got < clen)
+				status = !buf ? 502 : 503;
 			free(buf);
 		} else {
 			/* a stream (server-sent events): each piece on as it comes */
 			struct baton_http_stream *s = http_stream_open(q->r, st, ctype, hdr);
-			char buf[16384], tail[2] = { '\n', '\n' };
+			char buf[16384], out[sizeof buf + 256], tail[2] = { '\n', '\n' };
+			struct strip sp = { 0 };
 			long n = 0;
 			ok = s != NULL;
 			while (s && (n = door_up_read(up, buf, sizeof buf, UPSTREAM_TIMEOUT_MS)) > 0) {
 				if (t_first < 0)
 					t_first = baton_now_s();
-				if (http_stream_write(s, buf, (size_t)n) != 0) {
+				size_t on = strip_usage(&sp, buf, (size_t)n, out, &us);
+				if (on && http_stream_write(s, out, on) != 0) {
 					ok = false;
 					break;
 				}
-				tail[0] = n > 1 ? buf[n - 2] : tail[1];
-				tail[1] = buf[n - 1];
+				if (on > 1)
+					tail[0] = out[on - 2];
+				else if (on == 1)
+					tail[0] = tail[1];
+				if (on)
+					tail[1] = out[on - 1];
 			}
+			if (s && ok && n == 0 && sp.held && sp.n && http_stream_write(s, sp.line, sp.n) != 0)
+				ok = false; /* a comment line the engine never ended: passed on */
 			if (s && ok && n < 0) {
 				/* the engine was cut mid-stream: never a clean end. Whether
 				 * the client had left (its cancel ends the read too) is
@@ -133,7 +261,7 @@ static void *proxy(void *arg)
 				pthread_mutex_lock(&d->mu);
 				engine_failed = !q->gone;
 				pthread_mutex_unlock(&d->mu);
-				cut_stream(s, q->url, -n, tail);
+				cut_stream(s, q->path, q->url, -n, tail);
 				ok = false;
 			} else if (s) {
 				http_stream_close(s);
@@ -145,9 +273,23 @@ static void *proxy(void *arg)
 	q->up = NULL;
 	unlink_fwd(d, q);
 	struct dmodel *m = &d->models[q->model];
-	m->last_active = baton_now_s();
+	double now = baton_now_s();
+	m->last_active = now;
+	bool client = !ok && !engine_failed && status >= 400 && status < 500 && !q->gone;
 	if (ok) {
 		m->served++;
+		/* the serving metrics: the client's view (arrival at the door) */
+		m->sv.end[us.have ? baton_sv_finish(us.finish) : BATON_SV_STOP]++;
+		baton_sv_observe(&m->sv, BATON_SV_E2E, now - q->t_in);
+		baton_sv_observe(&m->sv, BATON_SV_QUEUE, q->t_fwd - q->t_in);
+		if (us.have) {
+			m->sv.c[BATON_SV_PROMPT_TOKENS] += us.prompt;
+			m->sv.c[BATON_SV_GEN_TOKENS] += us.completion;
+			baton_sv_observe(&m->sv, BATON_SV_PROMPT, (double)us.prompt);
+			baton_sv_observe(&m->sv, BATON_SV_GEN, (double)us.completion);
+			if (us.ttft_s > 0)
+				baton_sv_observe(&m->sv, BATON_SV_TTFT, q->t_fwd - q->t_in + us.ttft_s);
+		}
 		door_hist_add(&m->wait, q->t_fwd - q->t_in);
 		door_hist_add(&m->refill, q->refill_ms / 1e3);
 		/* the start of its engine it waited for (0: it was there) */
@@ -155,11 +297,14 @@ static void *proxy(void *arg)
 		door_hist_add(&m->start, start);
 		if (t_first >= 0) /* streams only: a whole reply's first byte is its last */
 			door_hist_add(&m->prefill, t_first - q->t_fwd);
+	} else if (client) {
+		m->client_error++; /* the engine said the request was wrong: not a failure */
 	} else if (q->gone && !engine_failed) {
 		m->gone++;
 	} else {
 		m->failed++;
 	}
+	access_line(d, q, q->gone && !engine_failed ? 499 : status, &us, now);
 	pthread_mutex_unlock(&d->mu);
 	door_up_close(up);
 	door_dreq_free(q);

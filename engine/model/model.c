@@ -148,6 +148,10 @@ int model_open(struct baton_engine *e, const struct baton_model_opts *opts,
 		baton_errf(eb, el, "uploading the dense tensors: %s", baton_strerror(rc));
 		goto fail;
 	}
+	/* no --kv-blocks: the pool from the memory left once the dense weights
+	 * are there (issue 28: one context let one chat hold the pool) */
+	if (!(opts && opts->kv_blocks))
+		m->n_blocks = kv_default_blocks(m, opts ? opts->kv_seqs : 0);
 	if ((rc = alloc_host(m)) != 0 || (rc = weights_alloc_acts(m)) != 0) {
 		baton_errf(eb, el, "allocating activations for %u tokens: %s", m->max_batch,
 		    baton_strerror(rc));

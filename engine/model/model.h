@@ -321,7 +321,10 @@ void model_rope_inv_freq(const struct baton_model_config *cfg, float *inv_freq);
 struct baton_model_opts {
 	uint32_t max_ctx;   /* positions of one sequence; 0: min(max_position_embeddings, 4096) */
 	uint32_t max_batch; /* token rows per batched pass; 0: 256 */
-	uint32_t kv_blocks; /* blocks in the KV pool; 0: enough for max_ctx of one sequence */
+	uint32_t kv_blocks; /* blocks in the KV pool; 0: sized from the device (kv_size.c:
+	                     * kv_seqs whole contexts, at most a sixteenth of the device's
+	                     * memory and what is free, at least one context) */
+	uint32_t kv_seqs;   /* sequences that run at once (--max-seqs), for that size; 0: 16 */
 	int content_special; /* generators: special tokens' text in a message is the token
 	                      * (HF's way); 0: it is text, only the template makes them */
 	int no_prefix_cache; /* 1: full blocks are not kept for later sequences (--no-prefix-cache) */
@@ -449,6 +452,25 @@ int model_prefill(struct baton_model *m, const uint32_t *tokens, uint32_t n, flo
 int model_decode(struct baton_model *m, uint32_t token, float *logits);
 /* Forgets the default sequence (its blocks go back to the pool). */
 void model_reset(struct baton_model *m);
+
+/* ---- perplexity (perplexity.c) --------------------------------------------
+ * llama.cpp's llama-perplexity over tokens[0..n): n / ctx chunks of ctx
+ * tokens (at most max_chunks, 0: all), each a fresh sequence whose first
+ * token is replaced by bos (when bos >= 0: the tokenizer adds BOS), the
+ * logits at positions ctx / 2 .. ctx - 2 scored against the next token
+ * with llama.cpp's log-softmax; `seqs` chunks side by side (the KV pool
+ * must hold seqs x ctx positions). BATON_EINVAL for ctx < 4, seqs 0 or
+ * fewer than 2 ctx tokens (llama.cpp's rule); BATON_ERANGE for ctx past
+ * the model's context or an id outside the vocabulary; err says which. */
+struct baton_ppl {
+	uint32_t chunks, ctx;
+	uint64_t scored;       /* tokens scored: chunks x (ctx - 1 - ctx / 2) */
+	double nll;            /* their mean negative log-likelihood */
+	double ppl, ppl_err;   /* exp(nll), and llama.cpp's "+/-" */
+};
+int model_perplexity(struct baton_model *m, const uint32_t *tokens, size_t n, uint32_t ctx,
+    int32_t bos, uint32_t max_chunks, uint32_t seqs, struct baton_ppl *out, char *err,
+    size_t errlen);
 /* Allocates the KV pool now instead of at the first step, so a serving
  * engine holds it from the start (the broker counts it with the dense
  * weights, outside the expert cache). Idempotent; BATON_EOOM or
@@ -575,6 +597,12 @@ struct baton_gen_request {
 	 * masks every sampled token; the model's end-of-sequence ids are
 	 * allowed only once the document is whole. NULL: free text. */
 	const gram *grammar;
+	/* with grammar: the output is free text until it ends with this
+	 * string (a tool call's opening tag, "<tool_call>"); from there the
+	 * grammar holds until its document is whole, then the text is free
+	 * again, up to the next one (strict tools with tool_choice auto).
+	 * NULL: the grammar holds from the first token. */
+	const char *grammar_trigger;
 };
 
 #define BATON_GEN_MAX_TOP 20u

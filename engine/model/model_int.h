@@ -15,6 +15,12 @@
 
 #define DEFAULT_CTX 4096u
 #define DEFAULT_BATCH 256u
+/* kv_size.c: the default KV pool (no --kv-blocks), in blocks, for a model
+ * whose dense weights are on the device: max_seqs whole contexts, at most
+ * a sixteenth of the device's memory and what is free there after the
+ * expert cache's floor and reserve, at least one context. */
+#define KV_DEFAULT_SHARE 16u
+uint32_t kv_default_blocks(const struct baton_model *m, uint32_t max_seqs);
 #define HEAD_ROWS 16u      /* output-head rows per matmul: bounds the logits buffer */
 #define MAX_BLOCKS (1u << 27) /* slots (block * BLOCK + row) stay below 2^31 */
 #define NAME_MAX_LEN 160

@@ -85,7 +85,12 @@ static void t_errors(void)
 		{ OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\"}]}",
 		  400, "tools[0]", NULL, "name: required" },
 		{ OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\","
-		  "\"function\":{\"name\":\"f\",\"strict\":true}}]}", 400, "tools[0]", "unsupported_parameter", "strict" },
+		  "\"function\":{\"name\":\"f\",\"strict\":true,\"parameters\":{\"type\":\"object\",\"properties\":{"
+		  "\"a\":{\"type\":\"string\",\"pattern\":\"x\"}}}}}]}", 400, "tools[0]", "unsupported_parameter",
+		  "pattern" },
+		{ OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\","
+		  "\"function\":{\"name\":\"f\",\"strict\":true}}],\"response_format\":{\"type\":\"json_object\"}}", 400,
+		  "response_format", "unsupported_parameter", "strict tools" },
 		{ OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":"
 		  "\"yaml\"}}", 400, "response_format.type", NULL, "not one of" },
 		{ OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"store\":true}", 400, "store",
@@ -281,6 +286,20 @@ static void t_tools(void)
 	    "\"function\",\"function\":{\"name\":\"f\"}}],\"tool_choice\":\"required\",\"parallel_tool_calls\":false}",
 	    &r, &e), 0);
 	T_ASSERT(r.tool_choice == OAI_TC_REQUIRED && r.q.grammar != NULL);
+	oai_request_free(&r);
+	/* strict with tool_choice auto: the calls' grammar, from the template's opening tag */
+	T_EQ_INT(parse(OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":"
+	    "\"function\",\"function\":{\"name\":\"g\"}},{\"type\":\"function\",\"function\":{\"name\":\"f\","
+	    "\"strict\":true,\"parameters\":{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},"
+	    "\"required\":[\"a\"],\"additionalProperties\":false}}}]}", &r, &e), 0);
+	T_ASSERT(r.tool_choice == OAI_TC_AUTO && r.strict_auto == 1 && r.q.grammar != NULL);
+	oai_caps_of("{% if tools %}<tool_call>{% endif %}", &c);
+	T_EQ_INT(oai_bind(&r, &c, &e), 0);
+	T_ASSERT(r.q.grammar_trigger && strcmp(r.q.grammar_trigger, "<tool_call>") == 0);
+	oai_caps_of("{% if tools %}[AVAILABLE_TOOLS]{% endif %}[TOOL_CALLS]", &c);
+	T_EQ_INT(oai_bind(&r, &c, &e), 400);
+	T_ASSERT_MSG(strcmp(e.param, "tools") == 0 && strstr(e.message, "tools[1].function.strict") &&
+	    strstr(e.message, "mistral"), "%s", e.message);
 	oai_request_free(&r);
 	/* reasoning_effort "none" turns thinking off where the template has the switch */
 	T_EQ_INT(parse(OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"reasoning_effort\":\"none\"}",

@@ -331,6 +331,8 @@ static void step(struct baton_sched *s, struct job **done)
 		uint32_t t;
 		if ((rc = generator_seq_next(j->gs, s->logits + (size_t)i * s->vocab, &t, err, sizeof err)) != 0)
 			goto fail;
+		if (j->cb.on_token)
+			j->cb.on_token(j->cb.arg);
 		if (!generator_seq_finished(j->gs)) {
 			if (j->n_out == j->cap_out) {
 				uint32_t cap = j->cap_out ? 2 * j->cap_out : 64;

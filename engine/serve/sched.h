@@ -77,6 +77,7 @@ struct sched_hooks {
 struct sched_cb {
 	int (*on_text)(void *arg, const char *text, size_t len);
 	void (*on_admit)(void *arg);  /* its prefill starts; may be NULL */
+	void (*on_token)(void *arg);  /* a token was sampled for it (the serving metrics); may be NULL */
 	void (*on_done)(void *arg, int rc, const char *err, struct baton_gen_result *res);
 	void *arg;
 };

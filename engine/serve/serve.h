@@ -35,8 +35,10 @@ struct baton_serve_config {
 	const char *http;        /* --http ADDR: the OpenAI-compatible API; NULL: off */
 	const char *http_token;  /* read from --http-token-file; NULL: none (loopback only) */
 	int content_special;     /* --special-tokens-in-content */
+	int no_access_log;       /* --no-access-log: no line per request */
 	const char *served_model; /* --served-model-name; NULL: the arena's file name */
 	const char **cors_origins; /* --cors-origins: origins browsers may call --http from; NULL: none */
+	uint32_t max_n;          /* --max-n: choices one request may ask for; 0: default (8) */
 };
 
 struct serve;

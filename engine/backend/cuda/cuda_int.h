@@ -156,7 +156,8 @@ static inline uint64_t cuda_round_up(uint64_t v, uint64_t g)
 /* ---- launch.c: under both launchers ----------------------------------------- */
 
 /* The can_compute slot: the dtypes both launchers' kernels compute (f32,
- * f16, bf16, q8_0, q4_K, q5_K, q6_K). */
+ * f16, bf16, q8_0, the K-quants q2_K..q6_K, q4_0, q4_1, q5_0, q5_1,
+ * iq4_nl, iq4_xs, mxfp4). */
 int cuda_can_compute(int dtype);
 /* A growing device buffer: at least `bytes` (a larger one replaces it
  * after the stream is idle); freed by cuda_dbuf_free. */

@@ -9,9 +9,28 @@
 
 int cuda_can_compute(int dtype)
 {
-	return dtype == BATON_DT_F32 || dtype == BATON_DT_F16 || dtype == BATON_DT_BF16 ||
-	    dtype == BATON_DT_Q8_0 || dtype == BATON_DT_Q4_K || dtype == BATON_DT_Q5_K ||
-	    dtype == BATON_DT_Q6_K;
+	switch (dtype) {
+	case BATON_DT_F32:
+	case BATON_DT_F16:
+	case BATON_DT_BF16:
+	case BATON_DT_Q8_0:
+	case BATON_DT_Q4_K:
+	case BATON_DT_Q5_K:
+	case BATON_DT_Q6_K:
+	/* the block types of arena/quant.c (dtype.cuh: bq_elem) */
+	case BATON_DT_Q4_0:
+	case BATON_DT_Q4_1:
+	case BATON_DT_Q5_0:
+	case BATON_DT_Q5_1:
+	case BATON_DT_Q2_K:
+	case BATON_DT_Q3_K:
+	case BATON_DT_IQ4_NL:
+	case BATON_DT_IQ4_XS:
+	case BATON_DT_MXFP4:
+		return 1;
+	default: /* the IQ1/IQ2/IQ3 and TQ families are refused at import */
+		return 0;
+	}
 }
 
 void cuda_dbuf_free(struct baton_dev *dev, struct dbuf *b)

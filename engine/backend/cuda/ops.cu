@@ -371,7 +371,16 @@ __device__ __forceinline__ void matmul(const baton_ops_matmul_args &a)
 	BATON_MATMUL(N, q8_0, BATON_DT_Q8_0)                                   \
 	BATON_MATMUL(N, q4_K, BATON_DT_Q4_K)                                   \
 	BATON_MATMUL(N, q5_K, BATON_DT_Q5_K)                                   \
-	BATON_MATMUL(N, q6_K, BATON_DT_Q6_K)
+	BATON_MATMUL(N, q6_K, BATON_DT_Q6_K)                                   \
+	BATON_MATMUL(N, q4_0, BATON_DT_Q4_0)                                   \
+	BATON_MATMUL(N, q4_1, BATON_DT_Q4_1)                                   \
+	BATON_MATMUL(N, q5_0, BATON_DT_Q5_0)                                   \
+	BATON_MATMUL(N, q5_1, BATON_DT_Q5_1)                                   \
+	BATON_MATMUL(N, iq4_nl, BATON_DT_IQ4_NL)                               \
+	BATON_MATMUL(N, mxfp4, BATON_DT_MXFP4)                                 \
+	BATON_MATMUL(N, q2_K, BATON_DT_Q2_K)                                   \
+	BATON_MATMUL(N, q3_K, BATON_DT_Q3_K)                                   \
+	BATON_MATMUL(N, iq4_xs, BATON_DT_IQ4_XS)
 BATON_MATMULS(1)
 BATON_MATMULS(8)
 

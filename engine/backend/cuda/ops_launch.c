@@ -333,6 +333,16 @@ int cuda_op_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint32
 	case BATON_DT_Q4_K: kind = 5; break;
 	case BATON_DT_Q5_K: kind = 6; break;
 	case BATON_DT_Q6_K: kind = 7; break;
+	/* arena/quant.c's types: elem() with the type known at compile time */
+	case BATON_DT_Q4_0: kind = 8; break;
+	case BATON_DT_Q4_1: kind = 9; break;
+	case BATON_DT_Q5_0: kind = 10; break;
+	case BATON_DT_Q5_1: kind = 11; break;
+	case BATON_DT_IQ4_NL: kind = 12; break;
+	case BATON_DT_MXFP4: kind = 13; break;
+	case BATON_DT_Q2_K: kind = 14; break;
+	case BATON_DT_Q3_K: kind = 15; break;
+	case BATON_DT_IQ4_XS: kind = 16; break;
 	}
 	if (kind >= 1 && kind <= 3)
 		a.vec = w % 16 == 0 && rb % 16 == 0 && k % (kind == 1 ? 128 : 256) == 0;
