@@ -406,7 +406,7 @@ int kv_save(struct baton_model *m)
 	for (uint32_t id = m->lru_tail; k < n; id = m->blk[id].prev)
 		ids[k++] = id;
 	qsort(ids, n, sizeof *ids, cmp_u32);
-	int pinned = backend_host_register(m->be, m->dev, save, n * bb) == 0;
+	int pinned = 0;
 	if ((rc = m->be->sync(m->dev)) != 0)
 		goto unpin;
 	for (uint32_t l = 0; l < m->cfg.layers; l++)
@@ -421,6 +421,10 @@ int kv_save(struct baton_model *m)
 				goto unpin;
 			k += r;
 		}
+	/* pinned after it is written, for the copy back (the refill, on the
+	 * next request's path): the device only reads it then, and the cuda
+	 * backend pins read-only where the device can (for the arena) */
+	pinned = backend_host_register(m->be, m->dev, save, n * bb) == 0;
 	/* past the bound: out of the cache (the least recently used) */
 	uint32_t skip = keep;
 	for (uint32_t id = m->lru_tail; id != KV_NONE;) {
