@@ -174,8 +174,10 @@ static void put(struct baton_model *m, uint32_t id)
 }
 
 /* Block bi of s is full (its tokens in s->part): into the cache, unless
- * the same block is there already (another sequence made it first: s's
- * chain goes on from that one) or s's chain broke. */
+ * s's chain broke, or the same block is there already: another sequence
+ * made it first (the same prompt read by two at once, n > 1); s then
+ * holds that one and gives its own copy back (the rows are the same bits:
+ * a row's K and V depend on its prefix alone). */
 static void seq_block_full(struct baton_model *m, struct baton_seq *s, uint32_t bi)
 {
 	uint32_t parent = KV_NONE, pgen = 0;
@@ -191,7 +193,12 @@ static void seq_block_full(struct baton_model *m, struct baton_seq *s, uint32_t 
 	}
 	uint64_t h = block_hash(m, seed, s->part);
 	uint32_t e = find(m, h, parent, pgen, s->part);
-	if (e == KV_NONE) {
+	if (e != KV_NONE && e != s->blocks[bi]) {
+		if (m->blk[e].ref++ == 0)
+			lru_remove(m, e);
+		put(m, s->blocks[bi]);
+		s->blocks[bi] = e;
+	} else if (e == KV_NONE) {
 		e = s->blocks[bi];
 		struct kv_blk *b = &m->blk[e];
 		b->hash = h;
@@ -399,7 +406,7 @@ int kv_save(struct baton_model *m)
 	for (uint32_t id = m->lru_tail; k < n; id = m->blk[id].prev)
 		ids[k++] = id;
 	qsort(ids, n, sizeof *ids, cmp_u32);
-	int pinned = backend_host_register(m->be, m->dev, save, n * bb) == 0;
+	int pinned = 0;
 	if ((rc = m->be->sync(m->dev)) != 0)
 		goto unpin;
 	for (uint32_t l = 0; l < m->cfg.layers; l++)
@@ -414,6 +421,10 @@ int kv_save(struct baton_model *m)
 				goto unpin;
 			k += r;
 		}
+	/* pinned after it is written, for the copy back (the refill, on the
+	 * next request's path): the device only reads it then, and the cuda
+	 * backend pins read-only where the device can (for the arena) */
+	pinned = backend_host_register(m->be, m->dev, save, n * bb) == 0;
 	/* past the bound: out of the cache (the least recently used) */
 	uint32_t skip = keep;
 	for (uint32_t id = m->lru_tail; id != KV_NONE;) {

@@ -229,7 +229,11 @@ static void t_batched_mixtral(void)
 static void t_blocks_and_refusals(void)
 {
 	struct rig r;
-	rig_open(&r, "qwen3_moe", 0, 64, 4); /* 4 blocks: 64 positions in all */
+	/* 4 blocks: 64 positions in all; the prefix cache off, as its sequences
+	 * share their first tokens (prefix_test.c counts blocks with it on) */
+	rig_engine(&r, rig_fixtures(), "qwen3_moe", "qwen3_moe");
+	struct baton_model_opts off = { .max_ctx = 64, .kv_blocks = 4, .no_prefix_cache = 1 };
+	rig_model(&r, &off);
 	const uint32_t V = r.V;
 	float *lg = malloc(3 * V * sizeof(float)), *l2 = malloc(3 * V * sizeof(float));
 	T_ASSERT(lg && l2);

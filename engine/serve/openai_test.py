@@ -722,6 +722,10 @@ def t_prefix_turns_and_release(c):
     assert abs(jq["prefix_hit_rate"] - pc["hit_rate"]) < 1e-6 and jq["prefix_evictions"] == pc["evictions"], jq
     st, text, _ = api.get("/metrics")
     assert 'baton_engine_prefix_cached_tokens_total{engine="q"} %d' % sum(cached) in text, text
+    # nothing stays held: every block free or evictable
+    hh = health(e)
+    assert hh["kv_blocks_free"] == hh["kv_blocks_total"] and \
+        hh["prefix_cache"]["cached_blocks"] == hh["prefix_cache"]["evictable_blocks"] > 0, hh
     off = health(f)["prefix_cache"]
     assert not off["enabled"] and off["cached_tokens"] == 0 and off["cached_blocks"] == 0, off
     return "cached per turn %s; %d blocks back from host" % (cached, pc["restored_blocks"])
