@@ -102,6 +102,7 @@
  *   backend = auto                ; host, cuda or auto;  device = 0
  *   dtype = bf16                  ; the weight type the arena must hold (checked)
  *   ctx = 4096  kv_blocks = N  max_seqs = 16   ; the engine's --ctx, --kv-blocks, --max-seqs
+ *   prefix_cache = true  kv_host_mib = 4096    ; --no-prefix-cache when false, --kv-host-mib
  *   keep_alive_s = 300            ; release its device memory this long idle
  *   stop_after_s = 0              ; stop its engine this long idle (0: never)
  *   drop_arena = false            ; and then delete the arena it made (frees /dev/shm)
@@ -142,6 +143,9 @@ struct broker_model_conf {
 	int device;
 	char dtype[16];                 /* "": any */
 	uint32_t ctx, kv_blocks, max_seqs; /* 0: the engine's default */
+	bool no_prefix_cache;           /* prefix_cache = false: --no-prefix-cache */
+	bool has_kv_host;               /* kv_host_mib = N set: --kv-host-mib N */
+	uint64_t kv_host_mib;
 	double keep_alive_s;            /* has_keep_alive: set (< 0: forever) */
 	bool has_keep_alive;
 	double stop_after_s;            /* 0: never */

@@ -104,6 +104,9 @@ def t_priority_and_idle_order(c):
     cc = c.engine("c", "--priority", "0", host_mib=64)  # lowest priority: a goes, b stays
     c.want_holds({"a": 0, "b": CEIL, "c": CEIL})
     assert c.eng("c")["priority"] == 0 and c.eng("b")["priority"] == 5
+    # c's heartbeat after its refill says it is idle (until then the broker
+    # takes an idle engine before a busy one, whatever their priorities)
+    wait_for("c seen idle", lambda: c.eng("c")["idle_ms"] > 0, timeout=5)
     check_gen(c, a, 3)  # c has the lowest priority now
     c.want_holds({"a": CEIL, "b": CEIL, "c": 0})
     # Same priority: the longest idle goes. a and c at priority 1 ...

@@ -14,6 +14,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <unistd.h>
 
 #include "proto/transport_int.h"
 #include "tests/t.h"
@@ -776,11 +777,26 @@ static int wait_pipe(struct pipe_log *l, enum proto_pipe_ev ev, int pid, uint32_
 	return found;
 }
 
+/* BUILD/bin/baton-proto-tool: from $BUILD when set, else beside this
+ * binary's own folder (BUILD/test/..), so the test runs however it is
+ * started. */
 static const char *tool_path(void)
 {
-	static char path[512];
+	static char path[4096 + 32];
 	const char *b = getenv("BUILD");
-	snprintf(path, sizeof path, "%s/bin/baton-proto-tool", b && *b ? b : "build");
+	if (b && *b) {
+		snprintf(path, sizeof path, "%s/bin/baton-proto-tool", b);
+		return path;
+	}
+	char self[4096];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+	char *slash;
+	if (n > 0 && (self[n] = '\0', slash = strrchr(self, '/')) != NULL) {
+		*slash = '\0';
+		snprintf(path, sizeof path, "%s/../bin/baton-proto-tool", self);
+	} else {
+		snprintf(path, sizeof path, "build/bin/baton-proto-tool");
+	}
 	return path;
 }
 

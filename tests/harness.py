@@ -82,7 +82,7 @@ _id_lock = threading.Lock()
 
 
 def npm_client():
-    """The openai npm package from tests/node's lock file, installed into the
+    """The npm clients from tests/node's lock file, installed into the
     build folder (npm ci, offline from npm's cache when it is there); the
     folder engine/serve/openai_test.py and broker/door/door_test.py share."""
     dest = os.path.join(os.path.abspath(BUILD), "node")
@@ -92,8 +92,9 @@ def npm_client():
     # empties node_modules first, under anyone reading it).
     with open(os.path.join(os.path.abspath(BUILD), "node.lock"), "w") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
-        for f in ("package.json", "package-lock.json", "client.mjs"):
-            shutil.copy(os.path.join(src, f), dest)
+        for f in os.listdir(src):  # package.json, its lock, the clients' .mjs files
+            if f.endswith((".json", ".mjs")):
+                shutil.copy(os.path.join(src, f), dest)
         mod = os.path.join(dest, "node_modules", "openai", "package.json")
         stamp = os.path.join(dest, "node_modules", ".baton-lock")
         lock = open(os.path.join(src, "package-lock.json")).read()
@@ -104,6 +105,12 @@ def npm_client():
             assert p.returncode == 0, p.stderr[-2000:]
             open(stamp, "w").write(lock)
     return dest
+
+
+def npm_versions(*names):
+    """The installed versions of npm_client()'s packages."""
+    dest = os.path.join(os.path.abspath(BUILD), "node", "node_modules")
+    return [json.load(open(os.path.join(dest, n, "package.json")))["version"] for n in names]
 
 
 def promtool():
@@ -957,15 +964,28 @@ def need(path):
 
 
 def run_cases(cases, only=(), make=BrokerCase, logs=("broker", "a", "b", "c"), summary=None):
-    """Runs each case (all when `only` is empty) with a fresh fixture from
-    make() (make=None: the case takes no fixture). A sanitizer report in
+    """Runs each case (all when `only` is empty; names in `only` that start
+    with "-" leave that case out, as tests/run.sh's SCRIPT::-CASE does)
+    with a fresh fixture from make() (make=None: the case takes no fixture). A sanitizer report in
     any log fails the case; on failure the traceback and the logs' tails
     are shown. A case may return a string: it follows its "ok" line.
     summary(), when given, prints before the last line, which is
     "N passed, N failed". Returns the exit status."""
     passed = failed = 0
+    names = {c.__name__ for c in cases}
+    skip = {n[1:] for n in only if n.startswith("-")}
+    only = [n for n in only if not n.startswith("-")]
+    unknown = sorted((set(only) | skip) - names)
+    if unknown:  # a typo would run nothing, or everything, and pass
+        print("FAIL no such case: %s" % ", ".join(unknown))
+        print("0 passed, 1 failed")
+        return 1
+    listing = os.environ.get("BATON_LIST_CASES") == "1"
     for case in cases:
-        if only and case.__name__ not in only:
+        if (only and case.__name__ not in only) or case.__name__ in skip:
+            continue
+        if listing:  # tests/run_test.py: which cases these arguments select
+            print("case %s" % case.__name__)
             continue
         c = make() if make else None
         t0 = time.time()

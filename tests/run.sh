@@ -16,7 +16,8 @@
 # directory: every case makes its own temporary directory (host device,
 # sockets, logs) and HTTP servers listen on port 0. The few scripts that
 # time what they see against fixed bounds, or want the whole machine, are
-# in SERIAL below: they run one at a time after the parallel ones, alone.
+# in SERIAL_STEPS below: they run after the parallel ones, alone, step by
+# step (the cases of a step that only wait on clocks at once).
 #
 # run.sh --bins-only BIN...: the binaries alone, one at a time (the GPU
 # tests share one device).
@@ -26,6 +27,9 @@
 # run.sh --skip-pure BIN...: as plain run.sh, without the scripts that run
 # no compiled program (those marked "# test: pure" in their first 30
 # lines): make test's sanitizer pass, where they would only repeat.
+# run.sh --serial: the serial phase alone (to time it).
+# run.sh --list-serial: its plan, one item a line: step number, script and
+# the arguments it gets, tab-separated (tests/run_test.py checks it).
 # Scripts find the build through $BUILD (default build). A test binary or
 # script that dies without its summary line counts as one failure. With
 # TEST_TOTALS set, the totals are also appended to that file as
@@ -44,21 +48,46 @@ logdir=$(mktemp -d)
 trap 'rm -rf "$logdir"' EXIT
 timed=0
 
-# Run one at a time, after the others, alone on the machine: each bounds
-# the time of what it sees (heartbeat timeouts, refill steps against a
-# command timeout, a stalled engine answered within a second, a browser's
-# page read during a 2 s refill), or loads every core (the stress case,
-# the soak, the benchmark, chromium).
-SERIAL="broker/broker_test.py broker/ops_test.py broker/api/dashboard_test.py tests/soak_test.py
-	engine/model/model_bench_test.sh"
+# The serial phase: after the others, alone on the machine, one step after
+# the other. Each bounds the time of what it sees (heartbeat timeouts,
+# refill steps against a command timeout, a stalled engine answered within
+# a second, a browser's page read during a 2 s refill), or loads every core
+# (the stress case, the soak, the benchmark, chromium). A step is one line;
+# its items run at once (SERIAL_JOBS at a time, default 5, the first
+# first). Those that load every core, and broker_test's cases that bound
+# CPU time (engines started, requests served, an idle timer or a heartbeat
+# read within a second or two, the choice between engines idle tenths of a
+# second apart), are steps of one item, their cases one after the other;
+# the last step holds what bounds a clock and not the CPU: ops_test's
+# refills slowed by BATON_TEST_REFILL_STEP_MS (seconds of sleeping each,
+# with margins of seconds) and broker_test's cases without a time bound.
+# An item is a script, or SCRIPT::CASES: the cases named (comma-separated;
+# -CASE: all but it, as tests/harness.py's run_cases takes them), or
+# SCRIPT::rest: the cases no other item names (a case added to the script
+# lands there). The items of one script are separate processes, each case
+# with its own directories.
+SERIAL_STEPS="broker/broker_test.py::t_stress
+broker/api/dashboard_test.py
+tests/soak_test.py
+engine/model/model_bench_test.sh
+broker/broker_test.py::t_two_engines_alternate,t_priority_and_idle_order,t_longest_idle,t_pinned_and_bounded_wait,t_pinned_leaves_part,t_idle_release,t_engine_silent,t_engine_kill_during_refill,t_engine_kill_during_gen,t_broker_restart_under_load,t_engine_without_broker
+broker/broker_test.py::t_config_and_flags,t_headroom,t_total_mib,t_shrink_rather_than_release,t_event_bytes_are_device_memory,t_handoff_takes_only_what_b_lacks \
+	broker/broker_test.py::rest broker/ops_test.py::t_progress_bar_on_terminal_only \
+	broker/ops_test.py::t_diagnosis_counts_refilling broker/ops_test.py::t_cli_waits_while_the_broker_answers \
+	broker/ops_test.py::t_release_during_refill_says_refilling broker/ops_test.py::t_long_refill_progresses \
+	broker/ops_test.py::rest"
+SERIAL_JOBS=${SERIAL_JOBS:-5}
+# The scripts of the serial phase (each once, whatever cases its items name).
+SERIAL=$(for i in $SERIAL_STEPS; do echo "${i%%::*}"; done | sort -u)
 
-# Started first, longest first (as measured on the 2-core VM, the sanitizer
-# pass's order): the pool then ends on short jobs instead of waiting for a
-# long one started last. A name not here keeps its place after them.
-LONG_FIRST="text_tokenize engine/serve/structured_test.py engine_model broker/jobs_test.py broker/api/http_test.py engine/serve/serve_test.py broker/cli/cli_test.py
-	proto/interop_test.py arena/kill_test.py tests/fault_test.py arena/sources_test.py
-	broker/door/door_test.py tests/hostile_test.py engine_cache engine/serve/peer_test.py
-	engine/serve/openai_test.py broker/peer_test.py arena/cli_test.sh"
+# Started first, longest first (as measured on the 2-core VM: the longer of
+# each one's two passes, make test on 2026-12-02): the pool then ends on
+# short jobs instead of waiting for a long one started last. A name not here keeps its place after them.
+LONG_FIRST="engine/serve/structured_test.py engine/serve/serve_test.py engine_model broker/jobs_test.py
+	engine/serve/openai_test.py engine/serve/responses_test.py broker/cli/cli_test.py proto/interop_test.py broker/door/door_test.py text_tokenize
+	tests/kill_test.py broker/api/http_test.py tests/fault_test.py engine_serve_sched arena/kill_test.py
+	arena/sources_test.py proto_transport tests/hostile_test.py broker/security_test.py engine_cache
+	engine/serve/peer_test.py broker/peer_test.py arena/cli_test.sh"
 
 # long_first ITEM...: the items, those of LONG_FIRST first in its order
 # (a binary matched by its file name, a script by its path).
@@ -111,21 +140,43 @@ report() {
 
 # start ITEM: starts a binary (a path under build/) or a script in the
 # background, named for its log.
+# item_args ITEM: the arguments an item gives its script, one a line: the
+# cases after SCRIPT::, or for SCRIPT::rest those every other item of the
+# script names, each as -CASE.
+item_args() {
+	local path=${1%%::*} cases=() i c more
+	[ "$path" != "$1" ] || return 0
+	IFS=, read -r -a cases <<<"${1#*::}"
+	if [ "${cases[*]}" = rest ]; then
+		cases=()
+		for i in $SERIAL_STEPS; do
+			[ "${i%%::*}" = "$path" ] && [ "$i" != "$1" ] && [ "$i" != "$path" ] || continue
+			IFS=, read -r -a more <<<"${i#*::}"
+			for c in "${more[@]}"; do cases+=("-$c"); done
+		done
+	fi
+	for c in "${cases[@]}"; do echo "$c"; done
+}
+
+# An item SCRIPT::CASES runs SCRIPT with those cases as its arguments.
 start() {
-	case $1 in
-	*.py) run_one "${1//\//_}" /usr/bin/python3 "$1" ;;
-	*.sh) run_one "${1//\//_}" sh "$1" ;;
+	local path=${1%%::*} cases=()
+	mapfile -t cases < <(item_args "$1")
+	case $path in
+	*.py) run_one "$(name_of "$1")" /usr/bin/python3 "$path" "${cases[@]}" ;;
+	*.sh) run_one "$(name_of "$1")" sh "$path" "${cases[@]}" ;;
 	*) run_one "$(basename "$1")" "$1" ;;
 	esac
 }
 name_of() {
-	case $1 in
-	*.py | *.sh) echo "${1//\//_}" ;;
+	local n
+	case ${1%%::*} in
+	*.py | *.sh) n=${1//\//_}; n=${n//,/+}; echo "${n:0:200}" ;;
 	*) basename "$1" ;;
 	esac
 }
 kind_of() {
-	case $1 in
+	case ${1%%::*} in
 	*.py | *.sh) echo system ;;
 	*) echo unit ;;
 	esac
@@ -164,8 +215,20 @@ is_pure() {
 	head -n 30 "$1" | grep -q '^# test: pure'
 }
 
-scripts=1 skip_pure=0
+scripts=1 skip_pure=0 serial_only=0
 case ${1:-} in
+--serial) serial_only=1; shift ;;
+--list-serial)
+	n=0
+	while IFS= read -r line; do
+		n=$((n + 1))
+		for i in $line; do
+			printf '%s\t%s' "$n" "${i%%::*}"
+			item_args "$i" | while IFS= read -r a; do printf '\t%s' "$a"; done
+			echo
+		done
+	done <<<"$SERIAL_STEPS"
+	exit 0 ;;
 --bins-only) scripts=0; JOBS=1; shift ;;
 --no-scripts) scripts=0; shift ;;
 --skip-pure) skip_pure=1; shift ;;
@@ -186,12 +249,19 @@ if [ "$scripts" -eq 1 ]; then
 		*) parallel+=("$s") ;;
 		esac
 	done
-	mapfile -t ordered < <(long_first "$@" "${parallel[@]}")
-	run_all "${ordered[@]}"
-	for s in "${serial[@]}"; do
-		start "$s"
-		report system "$(name_of "$s")"
-	done
+	if [ "$serial_only" -eq 0 ]; then
+		mapfile -t ordered < <(long_first "$@" "${parallel[@]}")
+		run_all "${ordered[@]}"
+	fi
+	# the serial phase: its steps one after the other, the items of a step
+	# at once (those of scripts left out above left out here too)
+	while IFS= read -r line; do
+		items=()
+		for i in $line; do
+			case " ${serial[*]} " in *" ${i%%::*} "*) items+=("$i") ;; esac
+		done
+		[ ${#items[@]} -gt 0 ] && JOBS=$SERIAL_JOBS run_all "${items[@]}"
+	done <<<"$SERIAL_STEPS"
 else
 	[ $# -gt 0 ] && run_all "$@"
 fi

@@ -149,8 +149,8 @@ static void draw(struct frame *f, const struct top_opts *o, const struct baton_m
 	for (uint32_t i = 0; i < st->engines.n; i++)
 		if (strlen(st->engines.v[i].name) > we)
 			we = strlen(st->engines.v[i].name);
-	addf(f, "%-*s %3s %-15s %21s %8s %8s %12s %8s %8s", (int)we, "ENGINE", "GPU", "STATE", "RESIDENT / CEILING",
-	    "IDLE", "UNTIL", "LAST REFILL", "REQS", "PID");
+	addf(f, "%-*s %3s %-15s %21s %8s %8s %12s %8s %7s %9s %8s", (int)we, "ENGINE", "GPU", "STATE",
+	    "RESIDENT / CEILING", "IDLE", "UNTIL", "LAST REFILL", "REQS", "PREFIX", "KV HOST", "PID");
 	for (uint32_t i = 0; i < st->engines.n; i++) {
 		const struct proto_engine_info *e = &st->engines.v[i];
 		const struct proto_gpu *g = gpu_of(st, e->gpu);
@@ -172,9 +172,19 @@ static void draw(struct frame *f, const struct top_opts *o, const struct baton_m
 			snprintf(gi, sizeof gi, "%u", g->index);
 		else
 			snprintf(gi, sizeof gi, "?");
-		addf(f, "%-*s %3s %-15s %21s %8s %8s %12s %8" PRIu64 " %8u", (int)we, e->name, gi, state, rc_,
+		/* the prefix cache: prompt tokens taken from it, and its KV in host memory while released */
+		char hit[16], kvh[32];
+		if (e->prefix_prompt)
+			snprintf(hit, sizeof hit, "%.0f%%", 100.0 * (double)e->prefix_cached / (double)e->prefix_prompt);
+		else
+			snprintf(hit, sizeof hit, "-");
+		if (e->kv_host_bytes)
+			cli_fmt_bytes(e->kv_host_bytes, kvh, sizeof kvh);
+		else
+			snprintf(kvh, sizeof kvh, "-");
+		addf(f, "%-*s %3s %-15s %21s %8s %8s %12s %8" PRIu64 " %7s %9s %8u", (int)we, e->name, gi, state, rc_,
 		    cli_fmt_idle(e->idle_ms, idle, sizeof idle), until_of(e, until, sizeof until), fill, e->requests,
-		    e->pid);
+		    hit, kvh, e->pid);
 	}
 	if (st->engines.n == 0)
 		addf(f, "(no engines)");

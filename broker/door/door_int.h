@@ -11,6 +11,9 @@
  *   proxy.c     one forwarded request: the engine's reply passed through
  *   refill.c    the refill of a switch, on a thread of its own
  *   models.c    GET /v1/models
+ *   faces.c     Ollama's /api/ (its lists; chat, generate, show go on as
+ *               completions do), beside Anthropic's /v1/messages (routed
+ *               as a completion)
  *   metrics.c   its Prometheus lines and histograms
  *   errors.c    answers in OpenAI's error shape
  *   policy.c    which engines of a device take requests now and when the
@@ -166,6 +169,9 @@ unsigned door_inflight(struct broker_door *d, const char *name);
 /* The route handlers (broker_http_route): a completion in; GET /v1/models. */
 void door_on_completion(void *arg, struct baton_http_req *r);
 void door_on_models(void *arg, struct baton_http_req *r);
+/* faces.c: everything under /api/ (Ollama's): its lists, and chat,
+ * generate and show through door_on_completion. */
+void door_on_ollama(void *arg, struct baton_http_req *r);
 /* The dispatch thread, started with the first request; false when it cannot. */
 bool door_start_dispatch(struct broker_door *d);
 

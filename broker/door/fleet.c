@@ -24,6 +24,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <poll.h>
 #include <pthread.h>
@@ -370,6 +371,14 @@ static void start_engine(struct door_fleet *f, struct fmodel *m)
 		snprintf(seqs, sizeof seqs, "%u", m->conf.max_seqs);
 		argv[n++] = "--max-seqs";
 		argv[n++] = seqs;
+	}
+	if (m->conf.no_prefix_cache)
+		argv[n++] = "--no-prefix-cache";
+	char kvh[24];
+	if (m->conf.has_kv_host) {
+		snprintf(kvh, sizeof kvh, "%" PRIu64, m->conf.kv_host_mib);
+		argv[n++] = "--kv-host-mib";
+		argv[n++] = kvh;
 	}
 	if (m->conf.has_priority) {
 		snprintf(prio, sizeof prio, "%d", m->conf.priority);

@@ -33,19 +33,27 @@ static void unlink_fwd(struct broker_door *d, struct dreq *q)
  * (on an event boundary: a piece of an event cut short is ended first),
  * then the connection closed without the chunked end, so a client reads
  * an incomplete body and raises, never a stream that looks complete. */
-static void cut_stream(struct baton_http_stream *s, const char *url, int err, const char tail[2])
+static void cut_stream(struct baton_http_stream *s, const char *path, const char *url, int err, const char tail[2])
 {
-	if (tail[0] != '\n' || tail[1] != '\n')
-		http_stream_write(s, "\n\n", 2);
+	/* in the face's own shape: Ollama's an NDJSON line, Anthropic's an
+	 * "error" event, OpenAI's a data: event */
+	bool ndjson = strncmp(path, "/api/", 5) == 0, anthropic = strncmp(path, "/v1/messages", 12) == 0;
+	if (tail[1] != '\n' || (!ndjson && tail[0] != '\n'))
+		http_stream_write(s, ndjson ? "\n" : "\n\n", ndjson ? 1 : 2);
 	char msg[300];
 	snprintf(msg, sizeof msg, "the engine at %.128s %s mid-stream", url,
 	    err == BATON_ETIMEDOUT ? "went silent" : "was cut off");
-	json_t *j = http_openai_error(502, msg, "server_error", NULL, "engine_unreachable");
+	json_t *j = http_face_error(path, 502, msg);
+	if (!j)
+		j = http_openai_error(502, msg, "server_error", NULL, "engine_unreachable");
 	char *txt = j ? json_dumps(j, JSON_COMPACT) : NULL;
 	if (txt) {
-		http_stream_write(s, "data: ", 6);
+		if (anthropic)
+			http_stream_write(s, "event: error\n", 13);
+		if (!ndjson)
+			http_stream_write(s, "data: ", 6);
 		http_stream_write(s, txt, strlen(txt));
-		http_stream_write(s, "\n\n", 2);
+		http_stream_write(s, ndjson ? "\n" : "\n\n", ndjson ? 1 : 2);
 	}
 	free(txt);
 	json_decref(j);
@@ -176,7 +184,7 @@ static void *proxy(void *arg)
 				pthread_mutex_lock(&d->mu);
 				engine_failed = !q->gone;
 				pthread_mutex_unlock(&d->mu);
-				cut_stream(s, q->url, -n, tail);
+				cut_stream(s, q->path, q->url, -n, tail);
 				ok = false;
 			} else if (s) {
 				http_stream_close(s);

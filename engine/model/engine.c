@@ -48,7 +48,7 @@ struct baton_engine {
 	uint32_t *want;
 	baton_dptr *blobs;
 	int truncated_logged;       /* arena_check_src said why, once */
-	char backend_warning[384];  /* "" unless auto fell back to host beside a GPU */
+	char backend_warning[640];  /* "" unless auto fell back to host beside a GPU */
 };
 
 static void set_err(char *errbuf, size_t errlen, const char *fmt, const char *a, int code)
