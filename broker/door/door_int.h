@@ -23,6 +23,7 @@
  *               view.c's lookups and door_fleet_failed); fleet_int.h
  *   fleet_view.c what /v1/models and /metrics say of the fleet's models
  *   upstream.c  the HTTP/1.1 client to an engine's OpenAI HTTP
+ *   usage.c     the engine's usage report (tokens, time to first token)
  *
  * The door is a face of the broker: it reads engines through broker_call
  * (a status, when the core's events say something changed; a refill of a
@@ -215,6 +216,39 @@ void door_fleet_metrics(struct door_fleet *f, FILE *out);
 void door_fleet_failed(struct broker_door *d, const char *name, const char *why);
 /* Frees a request (its rewritten body too). */
 void door_dreq_free(struct dreq *q);
+
+/* ---- usage.c ------------------------------------------------------------------ */
+
+/* What the engine said of a request it served: "prompt_tokens=P
+ * completion_tokens=C ttft_s=T finish=F" (engine/serve/openai_http.c). */
+struct door_usage {
+	bool have;
+	unsigned long prompt, completion;
+	double ttft_s;
+	char finish[16];
+};
+/* The report's text (the header's value, the comment's rest); u->have when it is one. */
+void door_usage_parse(const char *s, struct door_usage *u);
+/* A whole reply without the header (a batch of prompts): its "usage" object. */
+void door_usage_of_body(const char *buf, size_t n, struct door_usage *u);
+/* A stream's report is a comment line (": baton-usage ...") in its
+ * [DONE] event: taken out, so the client gets the engine's stream as the
+ * engine writes it to anyone else. Lines are followed across reads; a
+ * comment line longer than line[] passes on as it is. */
+struct door_strip {
+	bool mid;            /* inside a line (not at its start) */
+	bool held;           /* holding a comment line */
+	char line[256];
+	size_t n;
+};
+/* in[0..n) to out (room for n + sizeof s->line bytes); returns out's
+ * length; a report found goes into u. At the stream's end a line still
+ * held (s->held, s->n bytes of s->line) is the caller's to pass on. */
+size_t door_strip_usage(struct door_strip *s, const char *in, size_t n, char *out, struct door_usage *u);
+
+/* The access log's line of a request answered without an engine (a full
+ * queue, a failed model, a client gone while it waited); not under d->mu. */
+void door_access_refused(struct broker_door *d, const char *model, int status, double t_in, bool stream);
 
 /* ---- metrics.c ---------------------------------------------------------------- */
 

@@ -339,6 +339,10 @@ def t_fleet(c):
     assert st == 503 and body["error"]["code"] == "model_failed", (st, body)
     assert "crashed 3 times" in body["error"]["message"], body
     assert "--ctx wants at least 16" in body["error"]["message"], body  # its last lines
+    # answered without an engine: their access lines say so
+    h.wait_for("the failed models' access lines", lambda: all(re.search(
+        r"access: model=%s engine=- status=503 " % n, open(c.log("broker")).read()) for n in ("broken", "crashy")),
+        timeout=T)
     ms = models(http)
     assert ms["crashy"]["state"] == "failed" and ms["crashy"]["fleet"]["crashes"] == 3, ms["crashy"]
     assert "--ctx wants at least 16" in ms["crashy"]["fleet"]["error"], ms["crashy"]

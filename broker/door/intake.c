@@ -147,12 +147,14 @@ void door_on_completion(void *arg, struct baton_http_req *r)
 	json_decref(j);
 	if (fl == 1) {
 		free(own);
+		door_access_refused(d, model, 503, 0, false);
 		door_reply_error(r, 503, "server_error", "model", "model_failed", "30",
 		    "model '%s' failed and is not restarted until the configuration is reloaded: %s", model, why);
 		return;
 	}
 
 	if (fl < 0 && !served(d, model)) {
+		door_access_refused(d, model, 404, 0, false);
 		door_reply_error(r, 404, "invalid_request_error", "model", "model_not_found", NULL,
 		    ollama ? "model '%s' not found (GET /api/tags lists those the front door serves)" :
 		    "The model '%s' does not exist (GET /v1/models lists those the broker serves)", model);
@@ -172,6 +174,7 @@ void door_on_completion(void *arg, struct baton_http_req *r)
 		unsigned qm = d->queue_max;
 		pthread_mutex_unlock(&d->mu);
 		free(own);
+		door_access_refused(d, model, 503, 0, false);
 		door_reply_error(r, 503, "server_error", NULL, "queue_full", "1",
 		    "model '%s' has %u requests waiting already; try again", model, qm);
 		return;

@@ -60,98 +60,9 @@ static void cut_stream(struct baton_http_stream *s, const char *path, const char
 	http_stream_abort(s);
 }
 
-/* ---- the engine's usage report (X-Baton-Usage, the door asks for it) ---- */
-
-/* What the engine said of a request it served: "prompt_tokens=P
- * completion_tokens=C ttft_s=T finish=F" (engine/serve/openai_http.c). */
-struct usage {
-	bool have;
-	unsigned long prompt, completion;
-	double ttft_s;
-	char finish[16];
-};
-
-static void usage_parse(const char *s, struct usage *u)
-{
-	char fin[16] = "";
-	if (sscanf(s, "prompt_tokens=%lu completion_tokens=%lu ttft_s=%lf finish=%15s", &u->prompt, &u->completion,
-	    &u->ttft_s, fin) == 4) {
-		u->have = true;
-		snprintf(u->finish, sizeof u->finish, "%s", fin);
-	}
-}
-
-/* A whole reply without the header (a batch of prompts): its "usage". */
-static void usage_of_body(const char *buf, size_t n, struct usage *u)
-{
-	json_t *j = json_loadb(buf, n, 0, NULL), *us = json_object_get(j, "usage");
-	json_t *p = json_object_get(us, "prompt_tokens"), *c = json_object_get(us, "completion_tokens");
-	if (json_is_integer(p) && json_is_integer(c)) {
-		u->have = true;
-		u->prompt = (unsigned long)json_integer_value(p);
-		u->completion = (unsigned long)json_integer_value(c);
-		snprintf(u->finish, sizeof u->finish, "stop");
-	}
-	json_decref(j);
-}
-
-/* The stream's report is a comment line (": baton-usage ...") in its
- * [DONE] event: taken out here, so the client gets the engine's stream
- * as the engine writes it to anyone else. Lines are followed across
- * reads; a comment line longer than the buffer passes on as it is. */
-struct strip {
-	bool mid;            /* inside a line (not at its start) */
-	bool held;           /* holding a comment line */
-	char line[256];
-	size_t n;
-};
-
-static const char MARK[] = ": baton-usage ";
-
-/* in[0..n) to out (at least n + sizeof s->line bytes); returns out's length. */
-static size_t strip_usage(struct strip *s, const char *in, size_t n, char *out, struct usage *u)
-{
-	size_t o = 0;
-	for (size_t i = 0; i < n; i++) {
-		char c = in[i];
-		if (s->held) {
-			if (s->n < sizeof s->line - 1)
-				s->line[s->n++] = c;
-			else { /* too long to be ours: pass it on */
-				memcpy(out + o, s->line, s->n);
-				o += s->n;
-				out[o++] = c;
-				s->held = false;
-				s->mid = c != '\n';
-				continue;
-			}
-			if (c == '\n') {
-				s->line[s->n] = 0;
-				s->held = false;
-				s->mid = false;
-				if (strncmp(s->line, MARK, sizeof MARK - 1) == 0) {
-					usage_parse(s->line + sizeof MARK - 1, u);
-				} else {
-					memcpy(out + o, s->line, s->n);
-					o += s->n;
-				}
-			}
-			continue;
-		}
-		if (!s->mid && c == ':') {
-			s->held = true;
-			s->line[0] = c;
-			s->n = 1;
-			continue;
-		}
-		out[o++] = c;
-		s->mid = c != '\n';
-	}
-	return o;
-}
-
 /* The access log's line of a request through the door. */
-static void access_line(struct broker_door *d, const struct dreq *q, int status, const struct usage *u, double now)
+static void access_line(struct broker_door *d, const struct dreq *q, int status, const struct door_usage *u,
+    double now)
 {
 	if (!d->access_log)
 		return;
@@ -160,6 +71,18 @@ static void access_line(struct broker_door *d, const struct dreq *q, int status,
 	    u->have ? u->prompt : 0, u->have ? u->completion : 0,
 	    u->have && u->ttft_s > 0 ? (q->t_fwd - q->t_in + u->ttft_s) * 1e3 : 0.0, (now - q->t_in) * 1e3,
 	    (q->t_fwd - q->t_in) * 1e3, q->stream ? 1 : 0);
+}
+
+void door_access_refused(struct broker_door *d, const char *model, int status, double t_in, bool stream)
+{
+	pthread_mutex_lock(&d->mu);
+	bool on = d->access_log;
+	pthread_mutex_unlock(&d->mu);
+	if (!on)
+		return;
+	double ms = t_in > 0 ? (baton_now_s() - t_in) * 1e3 : 0.0;
+	broker_log("access: model=%s engine=- status=%d prompt_tokens=0 completion_tokens=0 ttft_ms=0.0 "
+	    "duration_ms=%.1f wait_ms=%.1f stream=%d", model, status, ms, ms, stream ? 1 : 0);
 }
 
 static void *proxy(void *arg)
@@ -173,7 +96,7 @@ static void *proxy(void *arg)
 	bool engine_failed = false; /* the engine's side failed (not a client that left): counted failed */
 	double t_first = -1;
 	int status = 503;
-	struct usage us = { 0 };
+	struct door_usage us = { 0 };
 	if (rc == 0) {
 		/* the engine's own token (issue 28): only the door holds it */
 		char tok[BROKER_URL_MAX];
@@ -201,7 +124,7 @@ static void *proxy(void *arg)
 		status = st;
 		char ctype[128], ra[64], ra_hdr[96], rep[256];
 		if (door_up_header(up, "X-Baton-Usage", rep, sizeof rep))
-			usage_parse(rep, &us);
+			door_usage_parse(rep, &us);
 		if (!door_up_header(up, "Content-Type", ctype, sizeof ctype))
 			snprintf(ctype, sizeof ctype, "application/json");
 		const char *hdr[2] = { NULL, NULL };
@@ -224,7 +147,7 @@ static void *proxy(void *arg)
 				    "the engine's reply was cut short (it went away mid-reply)");
 			else {
 				if (!us.have && st == 200)
-					usage_of_body(buf, got, &us);
+					door_usage_of_body(buf, got, &us);
 				ok = http_reply(q->r, st, ctype, buf, got, hdr) == 0 && st < 400;
 			}
 			if (!buf || got < clen)
@@ -234,13 +157,13 @@ static void *proxy(void *arg)
 			/* a stream (server-sent events): each piece on as it comes */
 			struct baton_http_stream *s = http_stream_open(q->r, st, ctype, hdr);
 			char buf[16384], out[sizeof buf + 256], tail[2] = { '\n', '\n' };
-			struct strip sp = { 0 };
+			struct door_strip sp = { 0 };
 			long n = 0;
 			ok = s != NULL;
 			while (s && (n = door_up_read(up, buf, sizeof buf, UPSTREAM_TIMEOUT_MS)) > 0) {
 				if (t_first < 0)
 					t_first = baton_now_s();
-				size_t on = strip_usage(&sp, buf, (size_t)n, out, &us);
+				size_t on = door_strip_usage(&sp, buf, (size_t)n, out, &us);
 				if (on && http_stream_write(s, out, on) != 0) {
 					ok = false;
 					break;

@@ -103,6 +103,7 @@ static void start_split(struct face_req *f)
 static void on_admit(void *arg)
 {
 	struct face_req *f = arg;
+	oai_sv_admit(f->srv, &f->tm);
 	if (f->ops->admit)
 		f->ops->admit(f);
 }
@@ -122,9 +123,16 @@ static int on_text(void *arg, const char *text, size_t len)
 	return f->write_failed;
 }
 
+static void on_token_time(void *arg)
+{
+	struct face_req *f = arg;
+	oai_sv_token(f->srv, &f->tm);
+}
+
 static void on_done(void *arg, int rc, const char *err, struct baton_gen_result *res)
 {
 	struct face_req *f = arg;
+	oai_sv_done(f->srv, &f->tm, rc, res, f->stream);
 	if (rc == 0) {
 		if (f->split_on) {
 			start_split(f);
@@ -165,11 +173,13 @@ int face_submit(struct oai_server *s, struct baton_http_req *r, enum oai_kind ki
 	if (rc) {
 		free(arg);
 		free(f);
+		oai_sv_refused(s, e->status, 0);
 		return e->status;
 	}
 	const struct oai_caps *caps = oai_server_caps(s);
 	if (oai_bind(&f->q, caps, e) != 0) {
 		face_free(f);
+		oai_sv_refused(s, e->status, 0);
 		return e->status;
 	}
 	if (kind == OAI_CHAT) {
@@ -186,17 +196,20 @@ int face_submit(struct oai_server *s, struct baton_http_req *r, enum oai_kind ki
 	f->ops = ops;
 	f->stream = stream;
 	f->t0 = baton_now_s();
+	f->tm.t_in = f->t0;
 	f->created_ns = face_now_ns();
 	f->q.q.on_text = on_text;
 	f->q.q.arg = f;
 	f->q.q.think_open = &f->think_open;
 	struct baton_sched *sc = oai_server_sched(s);
-	struct sched_cb cb = { .on_text = on_text, .on_admit = on_admit, .on_done = on_done, .arg = f };
+	struct sched_cb cb = { .on_text = on_text, .on_admit = on_admit, .on_token = on_token_time, .on_done = on_done,
+		.arg = f };
 	uint64_t sid = sched_new_id(sc);
 	http_req_on_gone(r, on_gone, sc, sid);
 	rc = sched_submit(sc, &f->q.q, &cb, &sid);
 	if (rc) {
 		face_free(f);
+		oai_sv_refused(s, 503, rc);
 		return oai_errorf(e, 503, "server_error", rc == BATON_EBUSY ? "queue_full" : NULL, NULL, "%s",
 		    rc == BATON_EBUSY ? "the engine's queue of waiting requests is full; retry later" :
 		    "the engine is shutting down");

@@ -47,6 +47,7 @@ struct face_req {
 	json_t *calls;                  /* whole answers: [{id, name, arguments (a JSON text)}] */
 	uint32_t n_out;                 /* pieces streamed (a face's counter) */
 	double t0;                      /* when it came (monotonic seconds) */
+	struct oai_sv_times tm;         /* the serving metrics (openai.h) */
 	int64_t created_ns;             /* when it came (the wall clock) */
 };
 

@@ -157,6 +157,14 @@ def t_metrics_count_what_happened(c):
     assert all(re.search(r"model=%s status=\d+ prompt_tokens=\d+ completion_tokens=\d+ ttft_ms=[\d.]+ "
                          r"duration_ms=[\d.]+ " % MODEL, x) for x in lines), lines
     assert re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z ", lines[0]), lines[0]  # stamped
+    # another face (Ollama's /api/generate, engine/serve/face.c) counts in the same families
+    st, b, _ = e.http.post("/api/generate", {"model": MODEL, "prompt": "In the beginning", "stream": False,
+                                             "options": {"num_predict": 5}})
+    assert st == 200, b
+    s2 = parse(e.http.get("/metrics")[1])
+    assert val(s2, "baton_engine_generation_tokens_total", **lab) == completion + b["eval_count"], (val(s2, "baton_engine_generation_tokens_total", **lab), completion, b)
+    assert val(s2, "baton_engine_prompt_tokens_total", **lab) == prompt + b["prompt_eval_count"]
+    assert val(s2, "baton_engine_time_to_first_token_seconds_count", **lab) == served + 1
     return "%d served, %d tokens, TTFT mean %.1f ms" % (served, completion, ttft / served * 1e3)
 
 

@@ -306,6 +306,22 @@ struct oai_server;
  * on opts->addr (http/http.h). An address beyond loopback
  * without a token is refused (BATON_EPERM). Errors with a sentence in err. */
 int oai_server_open(const struct oai_server_opts *o, struct oai_server **out, char *err, size_t errlen);
+
+/* The serving metrics of one request (GET /metrics, the access log), for
+ * every face (openai_http.c's own, face.c's): t_in set at its arrival;
+ * admit when its prefill starts, token per token sampled (the
+ * scheduler's on_token), done once at its end (before the answer goes
+ * out); refused for a request answered before it ran (status, and rc
+ * BATON_EBUSY for a full queue). Any thread. */
+struct oai_sv_times {
+	double t_in, t_admit, t_first, t_last;
+};
+struct baton_gen_result;
+void oai_sv_admit(struct oai_server *s, struct oai_sv_times *t);
+void oai_sv_token(struct oai_server *s, struct oai_sv_times *t);
+void oai_sv_done(struct oai_server *s, const struct oai_sv_times *t, int rc, const struct baton_gen_result *res,
+    int stream);
+void oai_sv_refused(struct oai_server *s, int status, int rc);
 /* "http://HOST:PORT", the real port. */
 const char *oai_server_url(const struct oai_server *s);
 /* Closing, in this order: oai_server_stop (no request comes in any more;

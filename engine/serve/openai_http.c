@@ -74,8 +74,7 @@ struct oreq {
 	char *echo;                 /* completions' echo: the prompt's text, first */
 	size_t echo_len;
 	struct oai_resp *resp;      /* /v1/responses: its output items and events (responses.c) */
-	/* the serving metrics: arrival, prefill start, first and last token */
-	double t_in, t_admit, t_first, t_last;
+	struct oai_sv_times tm;     /* the serving metrics: arrival, prefill start, first and last token */
 	int door;                   /* the front door asked for the usage report (X-Baton-Usage) */
 };
 
@@ -248,7 +247,7 @@ static void sv_end(struct oai_server *s, enum baton_sv_end e)
 
 /* A request refused or failed with this status before it ran: counted,
  * and its access-log line. */
-static void sv_refused(struct oai_server *s, int status, int rc)
+void oai_sv_refused(struct oai_server *s, int status, int rc)
 {
 	sv_end(s, rc == BATON_EBUSY ? BATON_SV_QUEUE_FULL : status < 500 ? BATON_SV_BAD_REQUEST : BATON_SV_FAILED);
 	if (s->o.log && !s->o.no_access_log) {
@@ -265,14 +264,12 @@ static void sv_refused(struct oai_server *s, int status, int rc)
 static void usage_report(const struct oreq *q, const struct baton_gen_result *res, char *out, size_t n)
 {
 	snprintf(out, n, "prompt_tokens=%u completion_tokens=%u ttft_s=%.6f finish=%s", res->n_prompt,
-	    res->n_tokens, q->t_first > 0 ? q->t_first - q->t_in : 0.0, res->finish ? res->finish : "stop");
+	    res->n_tokens, q->tm.t_first > 0 ? q->tm.t_first - q->tm.t_in : 0.0, res->finish ? res->finish : "stop");
 }
 
-/* on_done's count of one request (before its answer goes out), and its
- * access-log line. */
-static void sv_done(struct oreq *q, int rc, const struct baton_gen_result *res)
+void oai_sv_done(struct oai_server *s, const struct oai_sv_times *t, int rc, const struct baton_gen_result *res,
+    int stream)
 {
-	struct oai_server *s = q->srv;
 	double now = baton_now_s();
 	int status = 200;
 	const char *finish = "";
@@ -282,7 +279,7 @@ static void sv_done(struct oreq *q, int rc, const struct baton_gen_result *res)
 		s->sv.end[baton_sv_finish(finish)]++;
 		s->sv.c[BATON_SV_PROMPT_TOKENS] += res->n_prompt;
 		s->sv.c[BATON_SV_GEN_TOKENS] += res->n_tokens;
-		baton_sv_observe(&s->sv, BATON_SV_E2E, now - q->t_in);
+		baton_sv_observe(&s->sv, BATON_SV_E2E, now - t->t_in);
 		baton_sv_observe(&s->sv, BATON_SV_PROMPT, res->n_prompt);
 		baton_sv_observe(&s->sv, BATON_SV_GEN, res->n_tokens);
 	} else {
@@ -296,8 +293,8 @@ static void sv_done(struct oreq *q, int rc, const struct baton_gen_result *res)
 		char line[512];
 		snprintf(line, sizeof line, "access: model=%s status=%d prompt_tokens=%u completion_tokens=%u "
 		    "ttft_ms=%.1f duration_ms=%.1f finish=%s stream=%d", s->model, status, rc == 0 ? res->n_prompt : 0,
-		    rc == 0 ? res->n_tokens : 0, q->t_first > 0 ? (q->t_first - q->t_in) * 1e3 : 0.0,
-		    (now - q->t_in) * 1e3, rc == 0 ? finish : "error", q->q.stream ? 1 : 0);
+		    rc == 0 ? res->n_tokens : 0, t->t_first > 0 ? (t->t_first - t->t_in) * 1e3 : 0.0,
+		    (now - t->t_in) * 1e3, rc == 0 ? finish : "error", stream ? 1 : 0);
 		s->o.log(s->o.log_arg, line);
 	}
 }
@@ -451,12 +448,7 @@ static const char *finish_of(struct oreq *q, const char *finish)
 static void on_admit(void *arg)
 {
 	struct oreq *q = arg;
-	if (!q->t_admit) { /* not again after a preemption */
-		q->t_admit = baton_now_s();
-		pthread_mutex_lock(&q->srv->mmu);
-		baton_sv_observe(&q->srv->sv, BATON_SV_QUEUE, q->t_admit - q->t_in);
-		pthread_mutex_unlock(&q->srv->mmu);
-	}
+	oai_sv_admit(q->srv, &q->tm);
 	if (q->q.stream)
 		open_stream(q); /* the role chunk goes out while the prompt is read */
 }
@@ -466,16 +458,31 @@ static void on_admit(void *arg)
 static void on_token_time(void *arg)
 {
 	struct oreq *q = arg;
+	oai_sv_token(q->srv, &q->tm);
+}
+
+void oai_sv_admit(struct oai_server *s, struct oai_sv_times *t)
+{
+	if (t->t_admit) /* not again after a preemption */
+		return;
+	t->t_admit = baton_now_s();
+	pthread_mutex_lock(&s->mmu);
+	baton_sv_observe(&s->sv, BATON_SV_QUEUE, t->t_admit - t->t_in);
+	pthread_mutex_unlock(&s->mmu);
+}
+
+void oai_sv_token(struct oai_server *s, struct oai_sv_times *t)
+{
 	double now = baton_now_s();
-	pthread_mutex_lock(&q->srv->mmu);
-	if (q->t_first <= 0) {
-		q->t_first = now;
-		baton_sv_observe(&q->srv->sv, BATON_SV_TTFT, now - q->t_in);
+	pthread_mutex_lock(&s->mmu);
+	if (t->t_first <= 0) {
+		t->t_first = now;
+		baton_sv_observe(&s->sv, BATON_SV_TTFT, now - t->t_in);
 	} else {
-		baton_sv_observe(&q->srv->sv, BATON_SV_ITL, now - q->t_last);
+		baton_sv_observe(&s->sv, BATON_SV_ITL, now - t->t_last);
 	}
-	pthread_mutex_unlock(&q->srv->mmu);
-	q->t_last = now;
+	pthread_mutex_unlock(&s->mmu);
+	t->t_last = now;
 }
 
 static int on_text(void *arg, const char *text, size_t len)
@@ -669,7 +676,7 @@ static void on_done(void *arg, int rc, const char *err, struct baton_gen_result 
 {
 	struct oreq *q = arg;
 	const char *type;
-	sv_done(q, rc, res);
+	oai_sv_done(q->srv, &q->tm, rc, res, q->q.stream);
 	if (q->b) {
 		batch_done(q, rc, err, res);
 		return;
@@ -770,7 +777,7 @@ static struct oreq *prepare(struct oai_server *s, struct baton_http_req *r, enum
 	}
 	q->srv = s;
 	q->r = r;
-	q->t_in = baton_now_s();
+	q->tm.t_in = baton_now_s();
 	q->door = http_req_header(r, "X-Baton-Usage") != NULL;
 	q->created = (long long)time(NULL);
 	snprintf(q->id, sizeof q->id, "%s-%016llx%08llx", kind == OAI_CHAT ? "chatcmpl" : "cmpl",
@@ -842,14 +849,14 @@ static void completion_batch(struct oai_server *s, struct baton_http_req *r, enu
 	if (prompts && n_prompts > OAI_MAX_BATCH) {
 		oai_errorf(&e, 400, "invalid_request_error", NULL, "prompt", "prompt: %zu prompts in one request; at "
 		    "most %u", n_prompts, OAI_MAX_BATCH);
-		sv_refused(s, 400, 0);
+		oai_sv_refused(s, 400, 0);
 		reply_error(r, &e, NULL);
 		return;
 	}
 	if (n > OAI_MAX_BATCH) {
 		oai_errorf(&e, 400, "invalid_request_error", NULL, "n", "n: %zu prompts times n %zu is %zu choices; at most "
 		    "%u in one request", n_prompts, n_copies, n, OAI_MAX_BATCH);
-		sv_refused(s, 400, 0);
+		oai_sv_refused(s, 400, 0);
 		reply_error(r, &e, NULL);
 		return;
 	}
@@ -888,7 +895,7 @@ static void completion_batch(struct oai_server *s, struct baton_http_req *r, enu
 			oreq_free(qs[i]);
 		if (k == n)
 			oai_errorf(&e, 500, "server_error", NULL, NULL, "out of memory");
-		sv_refused(s, e.status, 0);
+		oai_sv_refused(s, e.status, 0);
 		reply_error(r, &e, NULL);
 		return;
 	}
@@ -925,7 +932,7 @@ static void completion_batch(struct oai_server *s, struct baton_http_req *r, enu
 		}
 		b->left -= (int)(n - i);
 		int last = b->left == 0;
-		sv_refused(s, 503, rc);
+		oai_sv_refused(s, 503, rc);
 		pthread_mutex_unlock(&b->mu);
 		struct oreq *q0 = qs[i];
 		for (size_t j = i + 1; j < n; j++)
@@ -967,7 +974,7 @@ static void completion(struct oai_server *s, struct baton_http_req *r, enum oai_
 	json_decref(root);
 	struct oreq *q = prepare(s, r, kind, body, len, &e);
 	if (!q) {
-		sv_refused(s, e.status, 0);
+		oai_sv_refused(s, e.status, 0);
 		reply_error(r, &e, NULL);
 		return;
 	}
@@ -984,7 +991,7 @@ static void submit(struct oai_server *s, struct baton_http_req *r, struct oreq *
 	int rc = sched_submit(s->o.sched, &q->q.q, &cb, &sid);
 	if (rc) {
 		/* on_done never comes: answer here */
-		sv_refused(s, 503, rc);
+		oai_sv_refused(s, 503, rc);
 		refuse_submit(r, rc);
 		oreq_free(q);
 	}
