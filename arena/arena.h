@@ -410,6 +410,16 @@ struct baton_create_opts {
 	 * total). From the writing threads, one call at a time. */
 	void (*progress)(void *ctx, uint64_t done, uint64_t total);
 	void *progress_ctx;
+	/* Optional: called once the source is read and before anything is
+	 * written (the directory, the lock, the file), with a lookup of the
+	 * metadata blobs the arena will hold (`blob(blobs, key, &data, &len)`:
+	 * 0 and the bytes, or nonzero when there is none); a nonzero return
+	 * refuses the import with that code and the message left in errbuf.
+	 * baton-arena's main sets it to load the tokenizer with text/ (a layer
+	 * above this one), so an import refuses what an engine would refuse. */
+	int (*check)(void *ctx, int (*blob)(void *blobs, const char *key, const void **data, uint64_t *len),
+	    void *blobs, char *errbuf, size_t errlen);
+	void *check_ctx;
 };
 
 struct baton_create_result {

@@ -500,6 +500,19 @@ static void sync_dir(const char *dir)
 	close(fd);
 }
 
+/* The plan's metadata blobs by key, for opts->check. */
+static int plan_blob(void *plan, const char *key, const void **data, uint64_t *len)
+{
+	const struct arena_plan *p = plan;
+	for (uint64_t i = 0; i < p->n_named; i++)
+		if (p->named[i].role == BATON_ROLE_BLOB && strcmp(p->named[i].name, key) == 0) {
+			*data = p->named[i].data ? p->named[i].data : "";
+			*len = p->named[i].bytes;
+			return 0;
+		}
+	return BATON_ENOTFOUND;
+}
+
 int arena_build(const char *path, const struct arena_plan *p,
     const struct baton_create_opts *opts, struct baton_create_result *res,
     char *errbuf, size_t errlen)
@@ -538,6 +551,10 @@ int arena_build(const char *path, const struct arena_plan *p,
 			    p->arch);
 		flags |= ARENA_F_MODEL;
 	}
+	/* The caller's checks of the blobs (the tokenizer), before anything
+	 * is written: a refused import changes nothing. */
+	if (opts->check && (rc = opts->check(opts->check_ctx, plan_blob, (void *)p, errbuf, errlen)))
+		return rc;
 	if ((rc = layout(p, &h, &ents, &names, errbuf, errlen)))
 		return rc;
 	memcpy(h.magic, ARENA_MAGIC, ARENA_MAGIC_LEN);

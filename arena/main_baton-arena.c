@@ -24,6 +24,9 @@
 #include <unistd.h>
 
 #include "arena/arena_int.h"
+/* A program sits above every library it links (docs/internals/layout.md):
+ * the import checks the tokenizer with the engine's own loader. */
+#include "text/text.h"
 
 static const char usage_text[] =
     "usage: baton-arena create --synthetic --layers N --experts N --top-k N\n"
@@ -160,6 +163,29 @@ static const char *dn(uint32_t dt)
 {
 	const char *n = baton_dtype_name((int)dt);
 	return n ? n : "?";
+}
+
+/* create's check hook: the tokenizer the arena will hold must load as the
+ * engine loads it (generator_open: "the arena's tokenizer: ..."), so bogus
+ * merges, an empty added token or a pre-tokenizer regex PCRE2 refuses are
+ * refused here, before anything is written, with the engine's message. An
+ * arena without a tokenizer (experts only) passes: the engine serves it
+ * without text. */
+static int check_tokenizer(void *ctx, int (*blob)(void *, const char *, const void **, uint64_t *),
+    void *blobs, char *errbuf, size_t errlen)
+{
+	(void)ctx;
+	const void *d;
+	uint64_t n;
+	if (blob(blobs, "tokenizer.json", &d, &n) != 0 && blob(blobs, "gguf_tokenizer.json", &d, &n) != 0)
+		return 0;
+	text_tok *t = NULL;
+	char terr[400] = "";
+	int rc = text_tok_load_blobs(&t, blob, blobs, terr, sizeof terr);
+	text_tok_free(t);
+	if (rc)
+		snprintf(errbuf, errlen, "the arena's tokenizer: %s", terr);
+	return rc;
 }
 
 static int cmd_create(int argc, char **argv)
@@ -352,6 +378,7 @@ static int cmd_create(int argc, char **argv)
 		co.progress = bar_step; /* piped or logged: nothing */
 		co.progress_ctx = &bar;
 	}
+	co.check = check_tokenizer;
 	rc = arena_create(path, &src, &co, &res, err, sizeof err);
 	bar_end(&bar);
 	if (rc) {

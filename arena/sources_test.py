@@ -513,7 +513,10 @@ def check_model(path, c, dense, experts, dtype):
 
 
 def tok_files():
-    tokens = ["<unk>", "<s>", "</s>"] + ["tok%d" % i for i in range(5)] + ["\u0120h\u00e9llo"]
+    # a tokenizer the engine loads (its merges' pieces in the vocabulary):
+    # create checks it as the engine would (tokenizer_checked_at_import)
+    tokens = ["<unk>", "<s>", "</s>", "t", "o", "k", "to", "tok"] + ["tok%d" % i for i in range(5)] + \
+        ["\u0120h\u00e9llo"]
     tj = {"version": "1.0", "model": {"type": "BPE", "vocab": {t: i for i, t in enumerate(tokens)},
                                       "merges": ["t o", "to k"]}}
     return tokens, {"tokenizer.json": json.dumps(tj), "tokenizer_config.json":
@@ -923,6 +926,70 @@ def model_import_checks():
         os.rename(os.path.join(src, name), os.path.join(repo, "blobs", "h%d" % i))
         os.symlink(os.path.join("..", "..", "blobs", "h%d" % i), os.path.join(snap, name))
     run("create", "--safetensors", snap, tmp("il_hub.arena"))
+    for m in msgs:
+        print("  " + m[m.find(": ", m.find(".arena")) + 2:][:120])
+
+
+@case
+def tokenizer_checked_at_import():
+    """Issue 28: a tokenizer the engine would refuse at load (bogus merges,
+    an empty added token, a pre-tokenizer regex PCRE2 cannot compile, a
+    GGUF merge of unknown tokens) is refused by create, before anything is
+    written, with the engine's message ("the arena's tokenizer: ..."; the
+    loader's words are those `baton tokenize --tokenizer` prints for the
+    same file); a good one still imports, and --synthetic-arch's
+    --tokenizer is checked too."""
+    rng = random.Random(29)
+    msgs = []
+    base = sw.hf_config("qwen3_moe")
+    dense, experts = sw.hf_model(rng, base)
+    tokens, tok = tok_files()
+    tj = json.loads(tok["tokenizer.json"])
+
+    def bad_tj(edit):
+        j = json.loads(json.dumps(tj))
+        edit(j)
+        return j
+
+    for name, j, words in (
+            ("merge3", bad_tj(lambda j: j["model"].__setitem__("merges", ["t o x"])),
+             ["merge 0 (t o x) is not two pieces"]),
+            ("mergeout", bad_tj(lambda j: j["model"].__setitem__("merges", ["zz yy"])),
+             ["merge 0 uses a piece outside the vocabulary"]),
+            ("added", bad_tj(lambda j: j.__setitem__("added_tokens", [
+                {"id": 3, "content": "", "special": True}])), ["added token 3 is empty"]),
+            ("regex", bad_tj(lambda j: j.__setitem__("pre_tokenizer", {
+                "type": "Split", "pattern": {"Regex": "(unclosed"}, "behavior": "Isolated"})),
+             ["split pattern (unclosed"])):
+        f = tmp("tk_" + name)
+        files = dict(tok)
+        files["tokenizer.json"] = json.dumps(j)
+        sw.write_hf_folder(f, base, dense, experts, tokenizer=files)
+        m = refuse("tk_" + name, f, ["the arena's tokenizer: "] + words)
+        # the engine's loader says the same of the same file
+        cli = subprocess.run([h.CLI, "tokenize", "--tokenizer", os.path.join(f, "tokenizer.json"), "x"],
+                             capture_output=True, text=True, timeout=30)
+        assert cli.returncode == 1, cli
+        said = cli.stderr.strip()[len("baton: "):]
+        assert said and said in m, (said, m)
+        assert not [n for n in os.listdir(TMP) if n.startswith("tk_%s.arena" % name)], os.listdir(TMP)
+        msgs.append(m)
+        # --synthetic-arch with that folder as its tokenizer: the same
+        p = run("create", "--synthetic-arch", "qwen3_moe", "--layers", "1", "--experts", "2", "--top-k", "1",
+                "--d-model", "64", "--d-ff", "64", "--vocab", "64", "--tokenizer", f,
+                tmp("tks_" + name + ".arena"), want=1)
+        assert words[0] in p.stderr, p.stderr
+        assert not os.path.exists(tmp("tks_" + name + ".arena"))
+    f = tmp("tk_good")
+    sw.write_hf_folder(f, base, dense, experts, tokenizer=tok)
+    run("create", "--safetensors", f, tmp("tk_good.arena"))
+    # GGUF: a merge of tokens not in the vocabulary
+    kvs, tensors = gw.gguf_from_hf(base, dense, experts, "F32", gw.tokenizer_kvs(
+        tokens, ["q z"], tok["chat_template.jinja"]))
+    path = tmp("tk_g.gguf")
+    gw.write_gguf(path, kvs, tensors)
+    msgs.append(refuse("tk_g", path, ["the arena's tokenizer: ",
+                                      "tokenizer.ggml.merges[0] uses a token not in the vocabulary"], gguf=True))
     for m in msgs:
         print("  " + m[m.find(": ", m.find(".arena")) + 2:][:120])
 

@@ -75,6 +75,9 @@
  *                                 ; its last request ("forever": never); with
  *                                 ; idle_release_s one rule, the shorter wins
  *   door_queue_max = 64           ; front door: requests waiting per model; more: 503
+ *   access_log = true             ; a log line per request (model, status, tokens,
+ *                                 ; time to first token, duration); false: none
+ *                                 ; (the fleet's engines get --no-access-log)
  *
  *   [gpu "GPU-8f1c..."]           ; or "host-0", or "*" for every device
  *   reserve_mib = 1024            ; the reserve: never granted
@@ -99,6 +102,7 @@
  *   backend = auto                ; host, cuda or auto;  device = 0
  *   dtype = bf16                  ; the weight type the arena must hold (checked)
  *   ctx = 4096  kv_blocks = N  max_seqs = 16   ; the engine's --ctx, --kv-blocks, --max-seqs
+ *   prefix_cache = true  kv_host_mib = 4096    ; --no-prefix-cache when false, --kv-host-mib
  *   keep_alive_s = 300            ; release its device memory this long idle
  *   stop_after_s = 0              ; stop its engine this long idle (0: never)
  *   drop_arena = false            ; and then delete the arena it made (frees /dev/shm)
@@ -139,6 +143,9 @@ struct broker_model_conf {
 	int device;
 	char dtype[16];                 /* "": any */
 	uint32_t ctx, kv_blocks, max_seqs; /* 0: the engine's default */
+	bool no_prefix_cache;           /* prefix_cache = false: --no-prefix-cache */
+	bool has_kv_host;               /* kv_host_mib = N set: --kv-host-mib N */
+	uint64_t kv_host_mib;
 	double keep_alive_s;            /* has_keep_alive: set (< 0: forever) */
 	bool has_keep_alive;
 	double stop_after_s;            /* 0: never */
@@ -223,6 +230,7 @@ struct broker_config {
 	double door_quantum_s;        /* front door (docs/reference/front-door.md) */
 	double door_keep_alive_s;     /* < 0: forever */
 	unsigned door_queue_max;
+	bool access_log;              /* a log line per request, door and fleet engines (default true) */
 	/* the fleet ([model] sections) */
 	char engine_path[BROKER_PATH_MAX];   /* "": baton-engine beside the program */
 	char arena_tool[BROKER_PATH_MAX];    /* "": baton-arena beside the program */

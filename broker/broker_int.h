@@ -82,6 +82,7 @@ struct gpu_view {
 	uint64_t total, held, grants, free_b, avail;
 	uint64_t lent;        /* peer tiers of other devices' engines on it (in held) */
 	uint64_t dev_free;    /* the device's own free memory (not capped), best known */
+	uint64_t kv;          /* the engines' KV pools on it: not in held, not in other */
 };
 
 /* A reply, owned by the request's waiter: the decision thread fills it,
@@ -186,7 +187,10 @@ struct eng {
 	uint64_t floor, ceiling, capacity;
 	int32_t reg_priority;
 	uint64_t resident, mapped, dev_free;
+	uint64_t kv;                  /* its KV pool's device bytes (its messages' kv) */
 	bool busy, lost, no_shrink, no_release;
+	bool has_req_keep_alive;    /* its last Ollama request's keep_alive (heartbeats) */
+	double req_keep_alive_s;    /* in place of the configured one; < 0: never */
 	double idle_since, last_seen, registered_at;
 	uint64_t acct_epoch;  /* epoch of the newest state applied */
 	uint64_t grant, grant_epoch;
@@ -208,6 +212,8 @@ struct eng {
 	uint64_t copied, to_copy;
 	double progress_at, progress_pub_at; /* moved; last published */
 	uint64_t requests;    /* GEN requests it answered (its heartbeats say) */
+	uint64_t prefix_prompt, prefix_cached, prefix_evictions, kv_host_bytes; /* its prefix cache (heartbeats) */
+	uint64_t kv_used, kv_total; /* its KV pool's blocks (its heartbeats say; 0, 0: none) */
 	struct conn *conn;
 	/* an on-demand handoff to it, published once its refill is reported */
 	bool ho_pending;
@@ -248,6 +254,7 @@ struct op {
 	struct eref target, victim;
 	size_t gpu;
 	uint64_t bytes;       /* wanted beyond what the target maps */
+	uint64_t mapped0;     /* acquire: what the target mapped when it asked */
 	uint64_t reserve_mib; /* vram */
 	enum policy_kind victim_kind;
 	uint64_t victim_bytes;
@@ -259,6 +266,7 @@ struct op {
 	double t_reclaimed;   /* the last acknowledgement came */
 	char victims[192];    /* "b (release), c (shrink)" */
 	char why[256];        /* last reason it could not be served */
+	char reason[96];      /* who asked, for its events ("" : an operator) */
 };
 
 /* Inbox items: made by any thread, handed over under b->mu, then the

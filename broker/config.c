@@ -39,6 +39,7 @@ void broker_config_defaults(struct broker_config *c)
 	c->door_quantum_s = 5;
 	c->door_keep_alive_s = 300;
 	c->door_queue_max = 64;
+	c->access_log = true;
 	c->acquire_wait_ms = 5000;
 	c->command_timeout_ms = 30000;
 	c->nvml = true;
@@ -346,6 +347,16 @@ static int model_key(struct parse *p, struct broker_model_conf *m, const char *s
 		if (parse_u64(value, 1u << 24, &u) || u < 1)
 			return fail(p, "kv_blocks = '%s': want blocks from 1 to 16777216", value);
 		m->kv_blocks = (uint32_t)u;
+	} else if (strcmp(key, "prefix_cache") == 0) {
+		bool on;
+		if (parse_bool(value, &on))
+			return fail(p, "prefix_cache = '%s': want true or false", value);
+		m->no_prefix_cache = !on;
+	} else if (strcmp(key, "kv_host_mib") == 0) {
+		if (parse_u64(value, 16u << 20, &u))
+			return fail(p, "kv_host_mib = '%s': want MiB from 0 to 16777216", value);
+		m->kv_host_mib = u;
+		m->has_kv_host = true;
 	} else if (strcmp(key, "max_seqs") == 0) {
 		if (parse_u64(value, 1024, &u) || u < 1)
 			return fail(p, "max_seqs = '%s': want sequences from 1 to 1024", value);
@@ -382,7 +393,8 @@ static int model_key(struct parse *p, struct broker_model_conf *m, const char *s
 		snprintf(m->flags, sizeof m->flags, "%s", value);
 	} else {
 		return fail(p, "unknown key '%s' in [%s] (known: source, aliases, backend, device, dtype, ctx, "
-		    "kv_blocks, max_seqs, keep_alive_s, stop_after_s, drop_arena, priority, pinned, preload, arena, "
+		    "kv_blocks, prefix_cache, kv_host_mib, max_seqs, keep_alive_s, stop_after_s, drop_arena, priority, "
+		    "pinned, preload, arena, "
 		    "engine_flags)",
 		    key, section);
 	}
@@ -470,6 +482,9 @@ static int handler(void *user, const char *section, const char *key, const char 
 		} else if (strcmp(key, "door_keep_alive_s") == 0) {
 			if (parse_keep_alive(value, &c->door_keep_alive_s))
 				return fail(p, "door_keep_alive_s = '%s': want seconds >= 0, or forever", value);
+		} else if (strcmp(key, "access_log") == 0) {
+			if (parse_bool(value, &c->access_log))
+				return fail(p, "access_log = '%s': want true or false", value);
 		} else if (strcmp(key, "door_queue_max") == 0) {
 			if (parse_u64(value, 1000000, &u) || u < 1)
 				return fail(p, "door_queue_max = '%s': want requests from 1 to 1000000", value);
@@ -497,7 +512,7 @@ static int handler(void *user, const char *section, const char *key, const char 
 			return fail(p, "unknown key '%s' in [broker] (known: control, events, "
 			    "heartbeat_timeout_ms, idle_release_s, acquire_wait_ms, command_timeout_ms, nvml, "
 			    "http, http_hosts, cors_origins, http_token, http_token_file, state_file, door_quantum_s, "
-			    "door_keep_alive_s, door_queue_max, engine, arena_tool, arena_dir, run_dir, restart_max, "
+			    "door_keep_alive_s, door_queue_max, access_log, engine, arena_tool, arena_dir, run_dir, restart_max, "
 			    "restart_window_s)", key);
 		}
 		return 1;
@@ -775,5 +790,6 @@ bool broker_model_conf_same(const struct broker_model_conf *a, const struct brok
 	return strcmp(x.name, y.name) == 0 && strcmp(x.source, y.source) == 0 && strcmp(x.path, y.path) == 0 &&
 	    x.kind == y.kind && strcmp(x.backend, y.backend) == 0 && x.device == y.device &&
 	    strcmp(x.dtype, y.dtype) == 0 && x.ctx == y.ctx && x.kv_blocks == y.kv_blocks &&
-	    x.max_seqs == y.max_seqs && strcmp(x.arena, y.arena) == 0 && strcmp(x.flags, y.flags) == 0;
+	    x.max_seqs == y.max_seqs && x.no_prefix_cache == y.no_prefix_cache && x.has_kv_host == y.has_kv_host &&
+	    x.kv_host_mib == y.kv_host_mib && strcmp(x.arena, y.arena) == 0 && strcmp(x.flags, y.flags) == 0;
 }

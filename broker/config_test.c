@@ -226,7 +226,7 @@ static void t_models(void)
 	    "restart_window_s = 30\n"
 	    "[model \"qwen\"]\nsource = %s/hf\naliases = qwen3, q\nbackend = host\ndevice = 2\ndtype = bf16\n"
 	    "ctx = 512\nkv_blocks = 64\nmax_seqs = 4\nkeep_alive_s = 20\nstop_after_s = 60\npriority = 5\n"
-	    "pinned = true\nengine_flags = --vram-reserve-mib 8\n"
+	    "pinned = true\nengine_flags = --vram-reserve-mib 8\nprefix_cache = false\nkv_host_mib = 0\n"
 	    "[model \"g\"]\nsource = %s/m.gguf\npreload = yes\ndrop_arena = true\n"
 	    "[model \"tiny\"]\nsource = hf:acme/tiny\n"
 	    "[model \"tiny-v1\"]\nsource = hf:acme/tiny@v1\narena = /tmp/t1.arena\n"
@@ -242,7 +242,10 @@ static void t_models(void)
 	T_ASSERT(m->has_keep_alive && m->keep_alive_s == 20 && m->stop_after_s == 60);
 	T_ASSERT(m->has_priority && m->priority == 5 && m->pinned && !m->preload);
 	T_EQ_STR(m->flags, "--vram-reserve-mib 8");
+	T_ASSERT(m->no_prefix_cache && m->has_kv_host && m->kv_host_mib == 0);
 	T_ASSERT(broker_config_model(&c, "qwen3") == m && broker_config_model(&c, "q") == m);
+	const struct broker_model_conf *g0 = broker_config_model(&c, "g");
+	T_ASSERT(g0 && !g0->no_prefix_cache && !g0->has_kv_host);
 	T_ASSERT(broker_config_model(&c, "nobody") == NULL);
 	/* a model is the engine of its name: the core's priority, pin, keep-alive */
 	const struct broker_engine_conf *e = broker_config_engine(&c, "qwen");

@@ -9,8 +9,10 @@
  * mapped bytes come from its messages, each carrying the epoch of the
  * state it describes; older news than what was applied is dropped, so a
  * heartbeat built before a command never overwrites the command's result.
- * free = total - other - held, where `other` is the device memory used
- * outside the caches (dense tensors, contexts, other programs), measured
+ * free = total - other - kv - held, where kv is what the engines' KV
+ * pools hold (each engine says, in register, heartbeat and report: a line
+ * of its own in the books, issue 28) and `other` is the device memory used
+ * outside the caches and KV pools (dense tensors, contexts, other programs), measured
  * from engines' reports (or NVML) whenever nothing is in flight on the
  * device; with NVML, free is also at most NVML's free minus the grants not
  * yet used. A configured total_mib caps what the caches hold together:
@@ -164,6 +166,15 @@ double br_eng_idle_timeout(struct broker *b, const struct eng *e, bool *keep_ali
 	double ka = -1;
 	if (e->http[0])
 		ka = c && c->has_keep_alive ? c->keep_alive_s : b->cfg.door_keep_alive_s;
+	if (e->has_req_keep_alive) { /* a request asked (Ollama's keep_alive): it decides */
+		if (e->req_keep_alive_s < 0) {
+			if (keep_alive)
+				*keep_alive = true;
+			return 0;
+		}
+		ka = e->req_keep_alive_s;
+		t = 0;
+	}
 	if (ka >= 0 && ka < 1e-3)
 		ka = 1e-3; /* at once (t > 0 means a timeout) */
 	bool by_ka = ka > 0 && (t <= 0 || ka < t);
@@ -183,6 +194,7 @@ void br_gpu_view(struct broker *b, size_t gi, struct gpu_view *v)
 			continue;
 		v->held += e->mapped + e->grant;
 		v->grants += e->grant;
+		v->kv += e->kv;
 	}
 	for (size_t i = 0; i < BROKER_MAX_ENGINES; i++) {
 		const struct eng *e = &b->eng[i];
@@ -192,7 +204,7 @@ void br_gpu_view(struct broker *b, size_t gi, struct gpu_view *v)
 		}
 	}
 	v->held += v->lent;
-	uint64_t used = v->held + g->other;
+	uint64_t used = v->held + g->other + v->kv;
 	v->free_b = g->dev_total > used ? g->dev_total - used : 0;
 	v->dev_free = v->free_b;
 	if (v->total < g->dev_total) { /* capped: the caches' own budget */
@@ -238,7 +250,7 @@ static void learn_other(struct broker *b, struct eng *e, uint64_t dev_free)
 	for (size_t i = 0; i < BROKER_MAX_ENGINES; i++) {
 		const struct eng *x = &b->eng[i];
 		if (x->st == ES_LIVE && x->gpu == e->gpu)
-			mapped += x->mapped;
+			mapped += x->mapped + x->kv; /* KV pools: a line of their own */
 		if (x->st == ES_LIVE && x->has_peer && x->peer_gpu == e->gpu)
 			mapped += x->peer_mapped;
 	}
@@ -292,6 +304,8 @@ void br_apply_state(struct broker *b, struct eng *e, const struct baton_msg *m, 
 	}
 	if (proto_has(m, PF_PEER_MAPPED))
 		e->peer_mapped = e->has_peer ? m->peer_mapped : 0;
+	if (proto_has(m, PF_KV))
+		e->kv = m->kv;
 	if (proto_has(m, PF_FREE)) {
 		e->dev_free = m->free_bytes;
 		learn_other(b, e, m->free_bytes);

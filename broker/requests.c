@@ -180,6 +180,19 @@ static void on_heartbeat(struct broker *b, struct waiter *w, const struct baton_
 	e->idle_since = now - (double)m->idle_ms / 1e3;
 	if (proto_has(m, PF_REQUESTS))
 		e->requests = m->requests;
+	if (proto_has(m, PF_PREFIX_PROMPT)) {
+		e->prefix_prompt = m->prefix_prompt;
+		e->prefix_cached = proto_has(m, PF_PREFIX_CACHED) ? m->prefix_cached : 0;
+		e->prefix_evictions = proto_has(m, PF_PREFIX_EVICTIONS) ? m->prefix_evictions : 0;
+		e->kv_host_bytes = proto_has(m, PF_KV_HOST_BYTES) ? m->kv_host_bytes : 0;
+	}
+	if (proto_has(m, PF_KV_TOTAL)) {
+		e->kv_total = m->kv_total;
+		e->kv_used = proto_has(m, PF_KV_USED) ? m->kv_used : 0;
+	}
+	/* an Ollama request's keep_alive, sent until the engine ends */
+	e->has_req_keep_alive = proto_has(m, PF_KEEP_ALIVE_S);
+	e->req_keep_alive_s = e->has_req_keep_alive ? m->keep_alive_s : 0;
 	if (proto_has(m, PF_TO_COPY) && m->to_copy) {
 		if (m->copied != e->copied || m->to_copy != e->to_copy) {
 			e->copied = m->copied;
@@ -284,6 +297,7 @@ static void on_status(struct broker *b, struct waiter *w, const struct baton_msg
 		gv[i].reserve = b->gpus[i].reserve;
 		gv[i].held = v.held;
 		gv[i].lent = v.lent;
+		gv[i].kv = v.kv;
 		gv[i].index = b->gpus[i].index < 0 ? 0 : (uint32_t)b->gpus[i].index;
 		gv[i].name = pool_str(&pool, b->gpus[i].name);
 	}
@@ -311,12 +325,19 @@ static void on_status(struct broker *b, struct waiter *w, const struct baton_msg
 		x->peer_gpu = pool_str(&pool, e->has_peer ? b->gpus[e->peer_gpu].uuid : "");
 		x->peer = e->has_peer ? e->peer_mapped : 0;
 		x->requests = e->requests;
+		x->kv_used = e->kv_used;
+		x->kv_total = e->kv_total;
 		x->ctl = pool_str(&pool, e->ctl);
 		x->copied = e->copied;
 		x->to_copy = e->to_copy;
 		double idle_t = br_eng_idle_timeout(b, e, NULL);
 		x->idle_release_ms = idle_t > 0 && !e->no_release ? (uint64_t)(idle_t * 1e3) : 0;
 		x->http = pool_str(&pool, e->http);
+		x->kv = e->kv;
+		x->prefix_prompt = e->prefix_prompt;
+		x->prefix_cached = e->prefix_cached;
+		x->prefix_evictions = e->prefix_evictions;
+		x->kv_host_bytes = e->kv_host_bytes;
 	}
 	proto_reply_init(&rb->m, m);
 	rb->m.gpus = (struct proto_gpus){ gv, (uint32_t)ng };
@@ -454,9 +475,12 @@ static void on_engine_op(struct broker *b, struct waiter *w, const struct baton_
 	o->target = br_eref_of(b, e);
 	o->gpu = e->gpu;
 	o->reserve_mib = m->reserve_mib;
+	if (proto_has(m, PF_REASON) && m->reason) /* the front door names itself */
+		snprintf(o->reason, sizeof o->reason, "%s", m->reason);
 	switch (kind) {
 	case OP_ACQUIRE:
 		o->bytes = m->bytes;
+		o->mapped0 = e->mapped;
 		o->phase = P_WAIT;
 		break;
 	case OP_REFILL:

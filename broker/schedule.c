@@ -8,6 +8,25 @@
 
 #include "broker/broker_int.h"
 
+/* A refill granted less than the engine lacks (a capped device): the
+ * engine is told to grow by the grant alone (leave the device's free
+ * memory less the grant), since a plain refill makes it whole. */
+static bool partial_room_mib(struct broker *b, const struct eng *e, const struct op *o, uint64_t *keep_mib)
+{
+	if (e->kind != EK_ENGINE || e->no_shrink || (o->kind != OP_REFILL && o->kind != OP_HANDOFF) ||
+	    o->granted >= br_want_bytes(e))
+		return false;
+	uint64_t fr = 0, tot = 0;
+	struct gpu *g = &b->gpus[e->gpu];
+	if (!(g->nvml && broker_nvml_mem(g->uuid, &fr, &tot) == 0))
+		fr = e->dev_free; /* its own last word (heartbeats, replies) */
+	if (fr == 0)
+		return false;
+	uint64_t keep = fr > o->granted ? fr - o->granted : 0;
+	*keep_mib = (keep + BATON_MIB - 1) / BATON_MIB; /* rounded up: never past the grant */
+	return true;
+}
+
 void br_run_commands(struct broker *b, struct op *o, double now)
 {
 	if (o->phase == P_VICTIM) {
@@ -57,14 +76,15 @@ void br_run_commands(struct broker *b, struct op *o, double now)
 	}
 	int rc;
 	uint64_t lease_keep = 0;
-	const char *reason = o->kind == OP_HANDOFF ? "handoff" : "operator";
+	const char *reason = o->kind == OP_HANDOFF ? "handoff" : o->reason[0] ? o->reason : "operator";
 	if (o->kind == OP_RELEASE)
 		rc = br_command(b, e, PROTO_OP_RELEASE, 0, o, 0, 0, reason);
 	else if (o->kind == OP_VRAM)
 		rc = br_command(b, e, PROTO_OP_VRAM, o->reserve_mib, o, 0, 0, reason);
-	else if (br_lease_room_mib(b, e, o->granted, &lease_keep))
+	else if (br_lease_room_mib(b, e, o->granted, &lease_keep) || partial_room_mib(b, e, o, &lease_keep))
 		/* a lease on the device whose job may not have taken its memory
-		 * yet: the engine grows by its grant only, never into the job's */
+		 * yet, or a grant of less than the engine lacks (a cap): the
+		 * engine grows by its grant only (a refill makes it whole) */
 		rc = br_command(b, e, PROTO_OP_VRAM, lease_keep, o, 0, 0, reason);
 	else
 		rc = br_command(b, e, PROTO_OP_REFILL, 0, o, 0, 0, reason);
@@ -169,6 +189,20 @@ void br_serve_gpu(struct broker *b, size_t gi, double now)
 		if (!e) {
 			br_op_fail(b, head, BATON_ENOTFOUND, "the engine went away");
 			continue;
+		}
+		if (e->kind == EK_ENGINE) {
+			/* What it lacks now, not when it asked: another operation
+			 * (the front door's refill beside the engine's own acquire
+			 * at its start) or a release may have moved it since. A
+			 * stale figure over-grants (the engine refills whole) or
+			 * takes memory from others for nothing. */
+			if (head->kind == OP_REFILL) {
+				head->bytes = br_want_bytes(e);
+			} else if (head->kind == OP_ACQUIRE && e->mapped > head->mapped0) {
+				uint64_t got = e->mapped - head->mapped0;
+				head->bytes = head->bytes > got ? head->bytes - got : 0;
+				head->mapped0 = e->mapped;
+			}
 		}
 		struct gpu_view v;
 		br_gpu_view(b, gi, &v);

@@ -325,7 +325,19 @@ def t_engine_back_door(c):
     got = h.as_other_user(OTHER_CLIENT, api.url, url, e.url[len("ipc://"):], keep=(c.dir,))
     st, body = got["status"]
     assert st == 200 and url in body, got["status"]  # status is open, and names the URL
-    assert "token" not in body, body                 # ... but never the engine's token
+    # ... but never the engine's token: no field of that name anywhere
+    # (the prefix cache's token counts are counts)
+    def keys(v):
+        if isinstance(v, dict):
+            for k, x in v.items():
+                yield k
+                yield from keys(x)
+        elif isinstance(v, list):
+            for x in v:
+                yield from keys(x)
+    named = {k for k in keys(json.loads(body)) if "token" in k}
+    assert named <= {"prefix_prompt_tokens", "prefix_cached_tokens"}, (named, body)
+    assert "http_token" not in body and "Bearer" not in body, body
     for k in ("engine_chat", "engine_chat_guess", "engine_models", "engine_health"):
         assert got[k] == 401, (k, got)
     assert got["door_chat"] == 401, got
@@ -339,6 +351,50 @@ def t_engine_back_door(c):
     # (an owner who wants its own way in gives --http-token-file)
     expect(h.Http(url).post("/v1/chat/completions", {"model": "kjv-qwen3-moe", "max_tokens": 2,
                                                       "messages": [{"role": "user", "content": "x"}]}), 401)
+
+
+def t_kv_books(c):
+    """Issue 28: the KV pool was one context (one chat without max_tokens
+    held it all). Without --kv-blocks an engine sizes it from its device
+    (16 contexts, at most a sixteenth of the device, engine/model/kv_size.c)
+    and the broker books it on a line of its own: the engine's `kv` in
+    status and /metrics is what the engine says its pool takes, the GPU's
+    `kv` is the engines' sum, and neither is in `held` (the caches); a
+    release of everything takes it off the books."""
+    api = c.http_broker()
+    arena = h.model_arena("kjv-qwen3-moe")
+    a = c.engine("a", "--ctx", "1024", arena=arena, host_mib=512, segment_mib=2)
+    q = c.engine("q", "--ctx", "1024", "--kv-blocks", "64", arena=arena, host_mib=512, segment_mib=2)
+    ea, eq = h.ok(h.call(a.url, "status")), h.ok(h.call(q.url, "status"))
+    line = [x for x in open(c.log("a")).read().splitlines() if "KV pool" in x][-1]
+    blocks = int(line.split("KV pool ")[1].split()[0])
+    blk = eq["kv"] // 64
+    assert eq["kv"] == 64 * blk and blk > 0, eq
+    # a sixteenth of the 512 MiB device, more than one context (64 blocks) and less than 16
+    assert blocks == (512 << 20) // 16 // blk and 64 < blocks < 16 * 64, (blocks, line)
+    assert ea["kv"] == blocks * blk and "sized from the device" in line, (ea, line)
+    h.wait_for("the broker books both pools", lambda: {e["name"]: e["kv"] for e in c.status()["engines"]} ==
+               {"a": ea["kv"], "q": eq["kv"]}, timeout=5 * h.SLOW)
+    st = c.status()
+    g = st["gpus"][0]
+    assert g["kv"] == ea["kv"] + eq["kv"], g
+    assert g["held"] == sum(e["resident"] for e in st["engines"]), (g, st["engines"])
+    charged = c.per_pid()
+    for p, e in ((a, ea), (q, eq)):
+        assert charged[p.pid] >= e["mapped"] + e["kv"], (charged, e)
+    m = api.get("/metrics")[1]
+    assert 'baton_engine_kv_bytes{engine="a",gpu="%s"} %d' % (g["uuid"], ea["kv"]) in m, m[-2000:]
+    assert 'baton_gpu_memory_kv_bytes{gpu="%s"} %d' % (g["uuid"], g["kv"]) in m
+    # a release of everything gives the pool back: the books follow (the
+    # CLI sends it to the engine itself)
+    p = subprocess.run([h.CLI, "--broker", c.control, "release", "q", "--all", "--json"],
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0, p.stderr
+    assert h.ok(h.call(q.url, "status"))["kv"] == 0
+    h.wait_for("q's kv booked 0", lambda: c.eng("q")["kv"] == 0 and c.status()["gpus"][0]["kv"] == ea["kv"],
+               timeout=5 * h.SLOW)
+    return "a: %d blocks (%.1f contexts of 1024) sized from 512 MiB, %.1f MiB booked as kv; q: 64 blocks" % (
+        blocks, blocks / 64, ea["kv"] / (1 << 20))
 
 
 def t_engine_socket_dir(c):
@@ -502,7 +558,7 @@ def t_planted_tmp(c):
 
 
 FLOOD_CLIENT = r"""
-import json, resource, selectors, socket, sys, time
+import json, resource, selectors, socket, sys, threading, time
 host, port, n, seconds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, n + 512), hard))
@@ -514,9 +570,23 @@ def conn():
     sel.register(s, selectors.EVENT_READ)
 for _ in range(n):
     conn()
-probes = ok = reconnects = 0
+got = {"probes": 0, "ok": 0, "reconnects": 0}
 t_end = time.time() + seconds
-next_probe = time.time() + 1
+def probe():  # a client of its own, every 0.5 s, whatever pace the flood keeps
+    next_probe = time.time() + 1
+    while next_probe < t_end:
+        time.sleep(max(0, next_probe - time.time()))
+        next_probe += 0.5
+        got["probes"] += 1
+        try:
+            p = socket.create_connection((host, port), timeout=2)
+            p.sendall(b"GET /healthz HTTP/1.1\r\nHost: %s:%d\r\n\r\n" % (host.encode(), port))
+            got["ok"] += p.recv(64).startswith(b"HTTP/1.1 200")
+            p.close()
+        except OSError:
+            pass
+pt = threading.Thread(target=probe)
+pt.start()
 while time.time() < t_end:
     for key, _ in sel.select(timeout=0.05):
         s = key.fileobj
@@ -528,18 +598,9 @@ while time.time() < t_end:
             sel.unregister(s)
             s.close()
             conn()
-            reconnects += 1
-    if time.time() >= next_probe:
-        next_probe += 0.5
-        probes += 1
-        try:
-            p = socket.create_connection((host, port), timeout=2)
-            p.sendall(b"GET /healthz HTTP/1.1\r\nHost: %s:%d\r\n\r\n" % (host.encode(), port))
-            ok += p.recv(64).startswith(b"HTTP/1.1 200")
-            p.close()
-        except OSError:
-            pass
-print(json.dumps({"probes": probes, "ok": ok, "reconnects": reconnects}))
+            got["reconnects"] += 1
+pt.join()
+print(json.dumps(got))
 """
 
 
@@ -548,8 +609,10 @@ def t_connection_flood(c):
     reaped kept the door unreachable (15 of 22 probes failed over 40 s),
     with no token. Played by a second local user: 4,300 silent
     connections, each reopened as soon as the broker closes it, and a
-    probe every 0.5 s; past its 4,096 connections the broker closes the
-    oldest waiting one to make room, so every probe is answered."""
+    probe every 0.5 s (a thread of its own); past 512 unauthenticated
+    connections of one address, and past its 4,096 in all, the broker
+    closes the oldest waiting one to make room, so every probe is
+    answered."""
     api = c.http_broker()
     host, port = api.host, api.port
     got = h.as_other_user(FLOOD_CLIENT, host, port, 4300, 6, timeout=120)
@@ -626,7 +689,7 @@ CASES = [t_default_token, t_no_token_off_loopback, t_token_file_mode, t_cross_si
          t_errors_say_why,
          t_state_file_no_links, t_socket_dir, t_socket_dir_sticky, t_socket_replaced,
          t_engine_back_door, t_planted_shm, t_planted_tmp, t_engine_socket_dir, t_half_frames,
-         t_register_untrusted_ctl, t_connection_flood]
+         t_register_untrusted_ctl, t_connection_flood, t_kv_books]
 
 
 def main():

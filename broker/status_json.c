@@ -25,6 +25,7 @@ json_t *broker_gpu_json(const struct proto_gpu *g)
 	json_object_set_new(j, "held", jint(g->held));
 	json_object_set_new(j, "reserve", jint(g->reserve));
 	json_object_set_new(j, "lent", jint(g->lent));
+	json_object_set_new(j, "kv", jint(g->kv));
 	return j;
 }
 
@@ -60,10 +61,19 @@ json_t *broker_engine_json(const struct proto_engine_info *e)
 	json_object_set_new(j, "peer_gpu", json_string(e->peer_gpu));
 	json_object_set_new(j, "peer", jint(e->peer));
 	json_object_set_new(j, "requests", jint(e->requests));
+	json_object_set_new(j, "kv_blocks_used", jint(e->kv_used));
+	json_object_set_new(j, "kv_blocks", jint(e->kv_total));
 	json_object_set_new(j, "copied", jint(e->copied));
 	json_object_set_new(j, "to_copy", jint(e->to_copy));
 	json_object_set_new(j, "idle_release_ms", jint(e->idle_release_ms));
 	json_object_set_new(j, "http", json_string(e->http ? e->http : ""));
+	json_object_set_new(j, "kv", jint(e->kv));
+	json_object_set_new(j, "prefix_prompt_tokens", jint(e->prefix_prompt));
+	json_object_set_new(j, "prefix_cached_tokens", jint(e->prefix_cached));
+	json_object_set_new(j, "prefix_hit_rate",
+	    json_real(e->prefix_prompt ? (double)e->prefix_cached / (double)e->prefix_prompt : 0.0));
+	json_object_set_new(j, "prefix_evictions", jint(e->prefix_evictions));
+	json_object_set_new(j, "kv_host_bytes", jint(e->kv_host_bytes));
 	return j;
 }
 

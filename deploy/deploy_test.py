@@ -22,6 +22,10 @@ notifications of the broker and the engine.
   shared by every container, the scrape port = the broker's HTTP port in
   the ConfigMap, the ConfigMap's broker.ini accepted by baton-broker --check;
   promtool checks the scrape configuration;
+- deploy/k8s/fleet: a DaemonSet per node pool with its fleet file (one the
+  broker takes), a label per model it serves, a Service and an
+  InferencePool per model selecting exactly its pools, endpoint pickers
+  reading gauges a broker serves, the route by model to its pool;
 - install-deps gets promtool without installing the prometheus package
   (which starts a server): download, dpkg -x into .deps/bin.
 
@@ -638,6 +642,136 @@ def t_k8s_pod_scripts():
                     os.unlink(f)
 
 
+def load_fleet():
+    docs = []
+    d = os.path.join(HERE, "k8s", "fleet")
+    for f in sorted(os.listdir(d)):
+        if f.endswith((".yaml", ".yml")):
+            docs += [x for x in yaml.safe_load_all(open(os.path.join(d, f))) if x]
+    return docs
+
+
+def t_k8s_fleet():
+    """deploy/k8s/fleet (docs/guides/kubernetes.md): a DaemonSet per node
+    pool, each with its fleet file; a label per model it serves; a Service
+    and an InferencePool per model selecting exactly the pools whose file
+    has it; each pool's endpoint picker reading metrics the broker serves
+    (a broker started here), the pods ready on /readyz; the route sends
+    each model to its pool; every fleet file is one the broker takes."""
+    docs = load_fleet()
+    for x in docs:
+        assert "apiVersion" in x and "kind" in x and x.get("metadata", {}).get("name"), x
+        if x["kind"] != "Namespace":
+            assert x["metadata"].get("namespace") == "baton-fleet", x["metadata"]
+    by = {}
+    for x in docs:
+        by.setdefault(x["kind"], {})[x["metadata"]["name"]] = x
+    cms, dss, svcs = by["ConfigMap"], by["DaemonSet"], by["Service"]
+    served = {}   # model -> the pools' DaemonSets that serve it
+    ports = set()
+    with tempfile.TemporaryDirectory() as tmp:
+        tok = os.path.join(tmp, "token")
+        with open(tok, "w") as f:
+            f.write("x" * 32 + "\n")
+        os.chmod(tok, 0o440)
+        for name, ds in dss.items():
+            assert ds["apiVersion"] == "apps/v1"
+            tmpl = ds["spec"]["template"]
+            labels, pod = tmpl["metadata"]["labels"], tmpl["spec"]
+            assert all(labels.get(k) == v for k, v in ds["spec"]["selector"]["matchLabels"].items()), name
+            pool = labels["baton.dev/pool"]
+            assert pod["nodeSelector"]["baton.dev/pool"] == pool, name
+            cm = [v["configMap"]["name"] for v in pod["volumes"] if "configMap" in v]
+            assert len(cm) == 1 and cm[0] in cms, (name, cm)
+            ini = cms[cm[0]]["data"]["broker.ini"]
+            models = re.findall(r'^\[model "([^"]+)"\]', ini, re.M)
+            assert models, name
+            # a label per model it serves, and none for a model it does not
+            mine = {k[len("baton.dev/model-"):] for k, v in labels.items() if k.startswith("baton.dev/model-")}
+            assert mine == set(models) and all(labels["baton.dev/model-" + m] == "true" for m in mine), (name, mine)
+            for m in models:
+                served.setdefault(m, set()).add(name)
+            (c,) = pod["containers"]  # the broker alone: the engines are its children
+            assert int(c["resources"]["limits"]["nvidia.com/gpu"]) == 1, name
+            port = http_port(ini)
+            ports.add(port)
+            assert [p["containerPort"] for p in c["ports"] if p["name"] == "http"] == [port], name
+            assert int(tmpl["metadata"]["annotations"]["prometheus.io/port"]) == port
+            assert c["readinessProbe"]["httpGet"]["path"] == "/readyz", name
+            mounts = {m["mountPath"] for m in c["volumeMounts"]}
+            assert {"/run/baton", "/dev/shm", "/etc/baton", "/srv/models"} <= mounts, mounts
+            # the fleet file is one the broker takes (its sources here: the trained models)
+            text = re.sub(r"^http_token_file\s*=.*$", "http_token_file = " + tok, ini, flags=re.M)
+            text = re.sub(r"^source\s*=.*$", "source = " + os.path.join(ROOT, "models", "kjv-qwen3-moe"), text,
+                          flags=re.M)
+            for key in ("arena_dir", "run_dir"):
+                text = re.sub(r"^%s\s*=.*$" % key, "%s = %s" % (key, tmp), text, flags=re.M)
+            path = os.path.join(tmp, name + ".ini")
+            with open(path, "w") as f:
+                f.write(text)
+            r = run([os.path.join(BIN, "baton-broker"), "--config", path, "--check"])
+            assert r.returncode == 0, (name, r.stdout)
+            for m in models:
+                assert re.search(r'\[model "%s"\]' % m, r.stdout), (m, r.stdout)
+    assert len(ports) == 1, ports
+    port = ports.pop()
+    # a Service and an InferencePool per model, selecting exactly its pools
+    pools = by["InferencePool"]
+    for m, dsn in served.items():
+        svc = svcs["baton-" + m]
+        sel = svc["spec"]["selector"]
+        got = {n for n, ds in dss.items()
+               if all(ds["spec"]["template"]["metadata"]["labels"].get(k) == v for k, v in sel.items())}
+        assert got == dsn, (m, got, dsn)
+        assert svc["spec"]["ports"][0]["port"] == port and svc["spec"]["ports"][0]["targetPort"] == "http", svc
+        ip = pools["baton-" + m]
+        assert ip["apiVersion"] == "inference.networking.k8s.io/v1", ip["apiVersion"]
+        assert ip["spec"]["selector"]["matchLabels"] == sel, (m, ip["spec"]["selector"])
+        assert [t["number"] for t in ip["spec"]["targetPorts"]] == [port], ip["spec"]
+        ref = ip["spec"]["endpointPickerRef"]
+        esvc = svcs[ref["name"]]
+        assert ref["port"]["number"] in [p["port"] for p in esvc["spec"]["ports"]], (ref, esvc)
+        dep = [d for d in by["Deployment"].values()
+               if all(d["spec"]["template"]["metadata"]["labels"].get(k) == v for k, v in esvc["spec"]["selector"].items())]
+        assert len(dep) == 1, (m, dep)
+        args = dict(a[2:].split("=", 1) for a in dep[0]["spec"]["template"]["spec"]["containers"][0]["args"])
+        assert args["pool-name"] == "baton-" + m and args["pool-namespace"] == "baton-fleet", args
+        assert args["grpc-port"] == str(ref["port"]["number"]), args
+        want = {"total-queued-requests-metric": "baton_requests_waiting",
+                "total-running-requests-metric": "baton_requests_running",
+                "kv-cache-usage-percentage-metric": "baton_kv_cache_usage_ratio"}
+        assert all(args.get(k) == v for k, v in want.items()), args
+    assert set(svcs) >= {"baton-" + m for m in served} and set(pools) == {"baton-" + m for m in served}, pools
+    # the route: each model's name (the body-based router's header) to its pool
+    rules = by["HTTPRoute"]["baton"]["spec"]["rules"]
+    routed = {}
+    for r in rules:
+        hd = [x for mt in r["matches"] for x in mt.get("headers", []) if x["name"] == "X-Gateway-Model-Name"]
+        (b,) = r["backendRefs"]
+        assert b["kind"] == "InferencePool" and b["group"] == "inference.networking.k8s.io", b
+        routed[hd[0]["value"]] = b["name"]
+    assert routed == {m: "baton-" + m for m in served}, routed
+    # what the pickers read is what a broker serves: gauges, one series each, no labels
+    with tempfile.TemporaryDirectory() as d:
+        p = subprocess.Popen([os.path.join(BIN, "baton-broker"), "--control", "ipc://%s/c.sock" % d,
+                              "--events", "ipc://%s/e.sock" % d, "--http", "127.0.0.1:0"],
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        try:
+            line = p.stdout.readline().split()
+            assert line and line[0] == "ready", line
+            import urllib.request
+            text = urllib.request.urlopen(line[3] + "/metrics", timeout=10).read().decode()
+            ready = urllib.request.urlopen(line[3] + "/readyz", timeout=10)
+            assert ready.status == 200
+        finally:
+            p.send_signal(signal.SIGTERM)
+            p.wait(20)
+    for name in want.values():
+        assert re.search(r"^# TYPE %s gauge$" % name, text, re.M), name
+        assert re.search(r"^%s [\d.]+$" % name, text, re.M), name
+    return "%d pools, %d models" % (len(dss), len(served))
+
+
 def t_install_deps_starts_no_server():
     """promtool without a Prometheus server: install-deps never installs
     the prometheus package (its postinst starts and enables
@@ -731,7 +865,7 @@ def t_prometheus_config():
 
 
 CASES = [t_install_layout, t_systemd_verify, t_sysusers_system_user, t_units_content,
-         t_notify_broker, t_notify_reload, t_watchdog_follows_decision_thread, t_notify_engine, t_k8s_manifests, t_k8s_pod_scripts, t_install_deps_starts_no_server, t_prometheus_config]
+         t_notify_broker, t_notify_reload, t_watchdog_follows_decision_thread, t_notify_engine, t_k8s_manifests, t_k8s_pod_scripts, t_k8s_fleet, t_install_deps_starts_no_server, t_prometheus_config]
 
 
 def main():

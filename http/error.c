@@ -70,6 +70,33 @@ const char *http_retry_after(int status)
 	return status == 503 ? "1" : NULL;
 }
 
+json_t *http_face_error(const char *path, int status, const char *msg)
+{
+	if (!path)
+		return NULL;
+	if (strncmp(path, "/api/", 5) == 0)
+		return json_pack("{s:s}", "error", msg ? msg : "");
+	if (strcmp(path, "/v1/messages") == 0 || strncmp(path, "/v1/messages/", 13) == 0) {
+		const char *t = status == 400 || status == 405 || status == 415 ? "invalid_request_error" :
+		    status == 401 ? "authentication_error" : status == 403 ? "permission_error" :
+		    status == 404 ? "not_found_error" : status == 413 ? "request_too_large" :
+		    status == 429 ? "rate_limit_error" : status == 503 ? "overloaded_error" :
+		    status < 500 ? "invalid_request_error" : "api_error";
+		return json_pack("{s:s, s:{s:s, s:s}}", "type", "error", "error", "type", t, "message", msg ? msg : "");
+	}
+	return NULL;
+}
+
+void http_name_digest(const char *name, char out[65])
+{
+	uint64_t h[4] = { 0xcbf29ce484222325ull, 0x84222325cbf29ce4ull, 0x9e3779b97f4a7c15ull, 0x0123456789abcdefull };
+	for (int k = 0; k < 4; k++)
+		for (const char *p = name; *p; p++)
+			h[k] = (h[k] ^ (unsigned char)*p) * 0x100000001b3ull;
+	snprintf(out, 65, "%016llx%016llx%016llx%016llx", (unsigned long long)h[0], (unsigned long long)h[1],
+	    (unsigned long long)h[2], (unsigned long long)h[3]);
+}
+
 json_t *http_openai_error(int status, const char *message, const char *type, const char *param,
     const char *code)
 {
@@ -83,7 +110,9 @@ int http_vreply_openai_error(struct baton_http_req *r, int status, const char *t
 {
 	char msg[1024];
 	vsnprintf(msg, sizeof msg, fmt, ap);
-	json_t *j = http_openai_error(status, msg, type, param, code);
+	json_t *j = http_face_error(http_req_path(r), status, msg);
+	if (!j)
+		j = http_openai_error(status, msg, type, param, code);
 	char *body = j ? json_dumps(j, JSON_COMPACT) : NULL;
 	json_decref(j);
 	char ra[64];

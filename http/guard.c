@@ -169,13 +169,18 @@ int http_guard_set_cors(struct http_guard *g, const char *const *origins)
 	return 0;
 }
 
-/* "Bearer TOKEN", the scheme in any case (RFC 7235), compared in the same
- * time for every wrong token of the right length. */
-static bool token_ok(const struct http_guard *g, const char *a)
+/* "Bearer TOKEN", the scheme in any case (RFC 7235), or with no
+ * Authorization an x-api-key of the token; compared in the same time for
+ * every wrong token of the right length. */
+static bool token_ok(const struct http_guard *g, const char *a, const char *api_key)
 {
-	if (!a || strncasecmp(a, "Bearer", 6) != 0 || (a[6] != ' ' && a[6] != '\t'))
-		return false;
-	a += 6;
+	if (!a && api_key) { /* x-api-key: the token alone (Anthropic's clients send it so) */
+		a = api_key;
+	} else {
+		if (!a || strncasecmp(a, "Bearer", 6) != 0 || (a[6] != ' ' && a[6] != '\t'))
+			return false;
+		a += 6;
+	}
 	while (*a == ' ' || *a == '\t')
 		a++;
 	size_t n = strcspn(a, " \t"), m = strlen(g->token);
@@ -199,7 +204,7 @@ int http_guard_check(const struct http_guard *g, const struct http_guard_in *in,
     int *err, char *msg, size_t n)
 {
 	bool read = strcmp(in->method, "GET") == 0 || strcmp(in->method, "HEAD") == 0;
-	*authorized = !g->token[0] || token_ok(g, in->auth);
+	*authorized = !g->token[0] || token_ok(g, in->auth, in->api_key);
 	*err = BATON_EPERM;
 	uint64_t clen;
 	size_t max = in->max_body ? in->max_body : g->max_body;

@@ -254,5 +254,32 @@ static void t_cors(void)
 	T_ASSERT(!http_guard_cors(&g, "https://ui.example"));
 }
 
-T_MAIN(T_CASE(t_cors), T_CASE(t_loopback), T_CASE(t_names_and_wildcard), T_CASE(t_reads_and_size), T_CASE(t_loopback_names),
+/* x-api-key (Anthropic's clients) is the token when no Authorization came;
+ * an Authorization, when there, decides. */
+static void t_api_key(void)
+{
+	struct http_guard g;
+	init(&g, "127.0.0.1", 8420, NULL, "s3cret", false);
+	static const struct { const char *auth, *key; int want; } rows[] = {
+		{ NULL, "s3cret", 0 },
+		{ NULL, " s3cret", 0 },
+		{ NULL, "s3cre", 401 },
+		{ NULL, "s3cretx", 401 },
+		{ NULL, "Bearer s3cret", 401 },
+		{ NULL, "", 401 },
+		{ "Bearer s3cret", "wrong", 0 },
+		{ "Bearer wrong", "s3cret", 401 },
+	};
+	for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+		char msg[512] = "";
+		bool authorized;
+		int err;
+		struct http_guard_in in = { .method = "POST", .host = "127.0.0.1:8420", .ctype = JSON,
+			.auth = rows[i].auth, .api_key = rows[i].key, .clen = "2" };
+		int got = http_guard_check(&g, &in, &authorized, &err, msg, sizeof msg);
+		T_ASSERT_MSG(got == rows[i].want, "row %zu: got %d, want %d: %s", i, got, rows[i].want, msg);
+	}
+}
+
+T_MAIN(T_CASE(t_api_key), T_CASE(t_cors), T_CASE(t_loopback), T_CASE(t_names_and_wildcard), T_CASE(t_reads_and_size), T_CASE(t_loopback_names),
     T_CASE(t_framing))

@@ -36,6 +36,10 @@ struct baton_http_opts {
 	                             * address and localhost */
 	unsigned max_conns;         /* 0: 4096, bounded by RLIMIT_NOFILE; past it the oldest connection
 	                             * waiting for a request (not one that sent the token) is closed */
+	unsigned max_conns_per_addr; /* 0: max_conns / 8 (512): connections of one client address
+	                             * that have not carried the token; past it that address's
+	                             * oldest one waiting for a request is closed (on loopback every
+	                             * local user is one address: docs/internals/security.md) */
 	unsigned idle_timeout_s;    /* 0: 30: a connection silent this long is closed */
 	unsigned header_timeout_s;  /* 0: 10: a request's headers and body must arrive within this of
 	                             * the connection's start or its previous answer (slowloris) */
@@ -138,6 +142,19 @@ const char *http_retry_after(int status);
  * reference, NULL when out of memory. */
 json_t *http_openai_error(int status, const char *message, const char *type, const char *param,
     const char *code);
+/* The error body of the other faces a path belongs to, for a status and
+ * message: Ollama's {"error": MSG} under /api/ (its clients read the
+ * string), Anthropic's {"type": "error", "error": {"type", "message"}}
+ * under /v1/messages; NULL for every other path (OpenAI's and Baton's
+ * shapes). http_reply_error, http_reply_openai_error and the server's own
+ * refusals (401, 403, 413...) answer in it. New reference. */
+json_t *http_face_error(const char *path, int status, const char *msg);
+/* The Ollama API version an engine's and the door's /api/version report
+ * (the one their shapes follow). */
+#define HTTP_OLLAMA_VERSION "0.12.6"
+/* A model's "digest" in Ollama's lists: 64 hex digits made from its name
+ * (an id that stays the same, not a hash of the weights), into out. */
+void http_name_digest(const char *name, char out[65]);
 /* Answers it as JSON, with "Retry-After: retry_after" when not NULL. */
 int http_reply_openai_error(struct baton_http_req *r, int status, const char *type, const char *param,
     const char *code, const char *retry_after, const char *fmt, ...) __attribute__((format(printf, 7, 8)));

@@ -31,6 +31,7 @@ struct http_guard {
 /* The headers a check looks at (NULL: absent). */
 struct http_guard_in {
 	const char *method, *host, *origin, *ctype, *auth, *clen, *te;
+	const char *api_key;         /* x-api-key (Anthropic's clients): the token, when no Authorization */
 	size_t max_body;             /* this request's limit; 0: the guard's */
 	unsigned n_clen, n_host;     /* how many Content-Length and Host headers
 	                              * came (0 or 1: one or none) */
@@ -67,8 +68,20 @@ struct kv {
 	char *k, *v;
 };
 
+/* One client address (IPv4 as v4-mapped IPv6) and its connections that
+ * count against max_conns_per_addr: not authed, not evicted (admit.c). */
+struct addr_rec {
+	struct addr_rec *next;  /* its bucket of h->addrs */
+	unsigned char a[16];
+	unsigned n;             /* connections counted now */
+	unsigned conns;         /* connections of it open (the record lives while > 0) */
+};
+#define HTTP_ADDR_BUCKETS 1024u
+
 struct conn {
 	struct conn *prev, *next; /* h->conns, newest first */
+	struct addr_rec *addr;  /* its client's address; NULL: unknown (counted nowhere) */
+	bool counted;           /* it counts in addr->n */
 	int fd;
 	double deadline;        /* the request must be in by then; 0: none (one is in) */
 	bool authed;            /* it carried a request with the server's token: never evicted */
@@ -142,6 +155,8 @@ struct baton_http {
 	struct baton_http_req *open;
 	struct conn *conns, *conns_tail;
 	unsigned n_conns, max_conns, n_going; /* n_going: evicted, not closed yet */
+	unsigned max_per_addr;               /* unauthenticated connections of one address */
+	struct addr_rec *addrs[HTTP_ADDR_BUCKETS];
 	unsigned long long evicted;
 	unsigned long long body_bytes, refused;
 	size_t max_body_total, body_held;    /* bodies all requests may hold; hold now */
@@ -154,9 +169,14 @@ struct baton_http {
 void hs_unref_unlock(struct baton_http_req *r);
 int hs_add_headers(struct MHD_Response *resp, const char *ctype, const char *const *headers);
 struct MHD_Response *hs_error_resp(int status, int err, const char *msg);
+/* The same in the shape of the face the path belongs to (http_face_error). */
+struct MHD_Response *hs_error_resp_for(const char *path, int status, int err, const char *msg);
 void hs_cors_headers(const struct baton_http_req *r, struct MHD_Response *resp);
 void hs_park(struct baton_http_req *r, struct MHD_Response *resp, int status);
 void hs_on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
     enum MHD_ConnectionNotificationCode toe);
+/* A connection carried the server's token: never evicted, and no longer
+ * counted against its address (under h->mu). */
+void hs_conn_authed(struct baton_http *h, struct conn *k);
 
 #endif

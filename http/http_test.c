@@ -117,6 +117,29 @@ static int dial(struct baton_http *h)
 	return fd;
 }
 
+/* From another loopback address (127.0.0.N): a client of its own address. */
+static int dial_from(struct baton_http *h, unsigned n)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in src = { .sin_family = AF_INET };
+	src.sin_addr.s_addr = htonl(INADDR_LOOPBACK + n - 1);
+	T_ASSERT(fd >= 0 && bind(fd, (struct sockaddr *)&src, sizeof src) == 0);
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)http_port(h)) };
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	T_ASSERT(connect(fd, (struct sockaddr *)&a, sizeof a) == 0);
+	return fd;
+}
+
+/* Whether the server closed fd (EOF or reset within ms). */
+static int closed_by_server(int fd, int ms)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	if (poll(&p, 1, ms) <= 0)
+		return 0;
+	char c;
+	return recv(fd, &c, 1, MSG_DONTWAIT) <= 0;
+}
+
 static void send_all(int fd, const char *s, size_t n)
 {
 	while (n) {
@@ -635,6 +658,69 @@ static void t_flood_makes_room(void)
 	http_close(h);
 }
 
+/* Issue 28: a per-address limit. One address (127.0.0.2) that floods
+ * silent connections holds at most max_conns_per_addr of them, cycling its
+ * own: another address's (127.0.0.3) silent connections are never closed
+ * for it, and a connection of the flooding address that carried the token
+ * does not count and stays. The flood is bounded in count (the server
+ * holds at most the limit of it) and time (each is closed at once). */
+static void t_per_addr_limit(void)
+{
+	struct baton_http_opts o = { .max_conns = 400, .max_conns_per_addr = 20, .token = "tok-123" };
+	struct baton_http *h = start(&o);
+	char b[4096], req[256];
+	int closed;
+	const char *authed = "GET /hello HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer tok-123\r\n\r\n";
+	int a = dial_from(h, 2);
+	send_str(a, authed);
+	read_until(a, b, sizeof b, "hi GET - 1", 3000, &closed);
+	T_ASSERT_MSG(strstr(b, "200 OK"), "%s", b);
+	enum { OTHER = 15, FLOOD = 200 };
+	int other[OTHER], fl[FLOOD];
+	for (int i = 0; i < OTHER; i++)
+		other[i] = dial_from(h, 3);
+	double t0 = baton_now_s();
+	for (int i = 0; i < FLOOD; i++)
+		fl[i] = dial_from(h, 2);
+	int gone = 0;
+	for (int i = 0; i < FLOOD; i++)
+		gone += closed_by_server(fl[i], i < FLOOD - 20 ? 2000 : 0);
+	double took = baton_now_s() - t0;
+	struct http_stats st;
+	for (int i = 0; i < 400; i++) { /* the evicted ones, shut down, close as the server's thread gets to them */
+		http_stats(h, &st);
+		if (st.conns <= 20 + OTHER + 1 + 2)
+			break;
+		usleep(5000);
+	}
+	printf("  %d of %d flooding connections closed in %.3f s, %u open, %llu evicted\n", gone, FLOOD, took,
+	    st.conns, st.evicted);
+	T_ASSERT_MSG(gone >= FLOOD - 20, "%d closed", gone);
+	T_ASSERT_MSG(st.conns <= 20 + OTHER + 1 + 2, "%u open", st.conns);
+	/* the other address's connections are all there, and served */
+	for (int i = 0; i < OTHER; i++)
+		T_ASSERT_MSG(!closed_by_server(other[i], 0), "the other address's %d was closed", i);
+	send_str(other[0], req_get("/hello", req, sizeof req));
+	read_until(other[0], b, sizeof b, "hi GET - 0", 3000, &closed);
+	T_ASSERT_MSG(strstr(b, "200 OK"), "%s", b);
+	/* the flooding address's authenticated connection too */
+	send_str(a, authed);
+	read_until(a, b, sizeof b, "hi GET - 1", 3000, &closed);
+	T_ASSERT_MSG(strstr(b, "200 OK") && strstr(b, "hi GET - 1"), "%s", b);
+	/* and a new client of that address that sends at once is served */
+	int p = dial_from(h, 2);
+	send_str(p, req_get("/hello", req, sizeof req));
+	read_until(p, b, sizeof b, "hi GET - 0", 3000, &closed);
+	T_ASSERT_MSG(strstr(b, "200 OK"), "%s", b);
+	close(p);
+	close(a);
+	for (int i = 0; i < OTHER; i++)
+		close(other[i]);
+	for (int i = 0; i < FLOOD; i++)
+		close(fl[i]);
+	http_close(h);
+}
+
 static void t_bad_addr(void)
 {
 	char err[256];
@@ -660,7 +746,39 @@ static void t_bad_addr(void)
 	http_close(a);
 }
 
-T_MAIN(T_CASE(t_reply), T_CASE(t_json_body), T_CASE(t_stream), T_CASE(t_stream_client_gone),
+/* The other APIs' error shapes by path (http_face_error); none elsewhere. */
+static void t_face_error(void)
+{
+	json_t *j = http_face_error("/api/chat", 404, "model 'x' not found");
+	T_ASSERT(j && json_object_size(j) == 1);
+	T_EQ_STR(json_string_value(json_object_get(j, "error")), "model 'x' not found");
+	json_decref(j);
+	static const struct { int status; const char *type; } rows[] = {
+		{ 400, "invalid_request_error" }, { 401, "authentication_error" }, { 403, "permission_error" },
+		{ 404, "not_found_error" }, { 413, "request_too_large" }, { 429, "rate_limit_error" },
+		{ 503, "overloaded_error" }, { 500, "api_error" },
+	};
+	for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+		j = http_face_error(i % 2 ? "/v1/messages" : "/v1/messages/count_tokens", rows[i].status, "m");
+		T_ASSERT(j);
+		T_EQ_STR(json_string_value(json_object_get(j, "type")), "error");
+		T_EQ_STR(json_string_value(json_object_get(json_object_get(j, "error"), "type")), rows[i].type);
+		T_EQ_STR(json_string_value(json_object_get(json_object_get(j, "error"), "message")), "m");
+		json_decref(j);
+	}
+	static const char *const none[] = { "/v1/chat/completions", "/api", "/apix", "/v1/messagesx", "/", NULL };
+	for (size_t i = 0; none[i]; i++)
+		T_ASSERT(http_face_error(none[i], 400, "m") == NULL);
+	T_ASSERT(http_face_error(NULL, 400, "m") == NULL);
+	char a[65], b[65], a2[65];
+	http_name_digest("kjv-qwen3-moe", a);
+	http_name_digest("kjv-mixtral", b);
+	http_name_digest("kjv-qwen3-moe", a2);
+	T_ASSERT(strlen(a) == 64 && strspn(a, "0123456789abcdef") == 64 && strcmp(a, a2) == 0 && strcmp(a, b) != 0);
+}
+
+T_MAIN(T_CASE(t_face_error), T_CASE(t_reply), T_CASE(t_json_body), T_CASE(t_stream), T_CASE(t_stream_client_gone),
     T_CASE(t_held_client_gone), T_CASE(t_too_big_before_body), T_CASE(t_token_before_body), T_CASE(t_guard),
     T_CASE(t_timeouts), T_CASE(t_close_with_open), T_CASE(t_body_limit), T_CASE(t_garbage_then_served),
-    T_CASE(t_bad_addr), T_CASE(t_bodies_bounded_together), T_CASE(t_flood_makes_room))
+    T_CASE(t_bad_addr), T_CASE(t_bodies_bounded_together), T_CASE(t_flood_makes_room),
+    T_CASE(t_per_addr_limit))

@@ -74,7 +74,14 @@ json_t *http_error_json(int status, int err, const char *msg)
 
 struct MHD_Response *hs_error_resp(int status, int err, const char *msg)
 {
-	json_t *j = http_error_json(status, err, msg);
+	return hs_error_resp_for(NULL, status, err, msg);
+}
+
+struct MHD_Response *hs_error_resp_for(const char *path, int status, int err, const char *msg)
+{
+	json_t *j = http_face_error(path, status, msg);
+	if (!j)
+		j = http_error_json(status, err, msg);
 	char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
 	json_decref(j);
 	const char *const auth[] = { "WWW-Authenticate: Bearer realm=\"baton\"", NULL };
@@ -161,7 +168,9 @@ int http_reply_error(struct baton_http_req *r, int status, int err, const char *
 	va_end(ap);
 	const char *const auth[] = { "WWW-Authenticate: Bearer realm=\"baton\"", NULL };
 	const char *const retry[] = { "Retry-After: 1", NULL };
-	json_t *j = http_error_json(status, err, msg);
+	json_t *j = http_face_error(http_req_path(r), status, msg);
+	if (!j)
+		j = http_error_json(status, err, msg);
 	char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
 	json_decref(j);
 	int rc = http_reply(r, status, "application/json", s ? s : "{}", s ? strlen(s) : 2,

@@ -62,6 +62,12 @@
 
 static void server_free(struct baton_http *h)
 {
+	for (unsigned i = 0; i < HTTP_ADDR_BUCKETS; i++)
+		while (h->addrs[i]) {
+			struct addr_rec *a = h->addrs[i];
+			h->addrs[i] = a->next;
+			free(a);
+		}
 	pthread_mutex_destroy(&h->mu);
 	pthread_cond_destroy(&h->cv);
 	pthread_cond_destroy(&h->reap_cv);
@@ -249,7 +255,7 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *c)
 static enum MHD_Result answer_now(struct baton_http_req *r, struct MHD_Connection *c, int status, int err,
     const char *msg)
 {
-	struct MHD_Response *resp = hs_error_resp(status, err, msg);
+	struct MHD_Response *resp = hs_error_resp_for(r->path, status, err, msg);
 	if (!resp)
 		return MHD_NO;
 	hs_cors_headers(r, resp);
@@ -311,6 +317,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
 			.origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin"),
 			.ctype = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type"),
 			.auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization"),
+			.api_key = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key"),
 			.clen = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length"),
 			.te = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Transfer-Encoding"),
 		};
@@ -334,7 +341,8 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
 			const char *ask = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
 			bool plain = ask && strlen(ask) < 1024 && strspn(ask, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 			    "0123456789-_, ") == strlen(ask);
-			MHD_add_response_header(pre, "Access-Control-Allow-Headers", plain ? ask : "Authorization, Content-Type");
+			MHD_add_response_header(pre, "Access-Control-Allow-Headers", plain ? ask :
+			    "Authorization, Content-Type, x-api-key, anthropic-version");
 			MHD_add_response_header(pre, "Access-Control-Max-Age", "600");
 			ret = MHD_queue_response(c, 204, pre);
 			MHD_destroy_response(pre);
@@ -365,7 +373,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
 		r->held = want;
 		h->body_held += want;
 		if (r->authorized && h->guard.token[0] && r->c)
-			r->c->authed = true;
+			hs_conn_authed(h, r->c);
 		r->st = RQ_BODY;
 		break;
 	}
@@ -709,6 +717,11 @@ int http_open(const struct baton_http_opts *o, baton_http_fn fn, void *arg, stru
 	if (fds > 64 + SPARE_CONNS && max_conns > fds - 64 - SPARE_CONNS)
 		max_conns = fds - 64 - SPARE_CONNS; /* leave some for the process's other files */
 	h->max_conns = max_conns;
+	h->max_per_addr = o->max_conns_per_addr ? o->max_conns_per_addr : max_conns / 8;
+	if (h->max_per_addr > max_conns)
+		h->max_per_addr = max_conns;
+	if (h->max_per_addr == 0)
+		h->max_per_addr = 1;
 	unsigned workers = o->workers ? o->workers : DEF_WORKERS;
 	if (workers > MAX_WORKERS)
 		workers = MAX_WORKERS;

@@ -949,7 +949,7 @@ static void t_array_items(void)
 	msgpack_object v;
 
 	/* an item without a field, with an extra one, twice the same key, not a map */
-	struct proto_gpu g[1] = { { "GPU-x", 1, 2, 3, 4, 5, 0, "x" } };
+	struct proto_gpu g[1] = { { "GPU-x", 1, 2, 3, 4, 5, 0, "x", 0 } };
 	m = st;
 	m.gpus.v = g;
 	m.gpus.n = 1;
@@ -1087,7 +1087,7 @@ static void t_encode_checks(void)
 	T_EQ_ERR(proto_encode(&m, &buf, &len, &d), BATON_EINVAL);
 
 	proto__sample(&m, PROTO_OP_STATUS, 1);
-	struct proto_gpu g = { NULL, 1, 2, 3, 4, 5, 0, "x" };
+	struct proto_gpu g = { NULL, 1, 2, 3, 4, 5, 0, "x", 0 };
 	m.gpus.v = &g;
 	m.gpus.n = 1;
 	T_EQ_ERR(proto_encode(&m, &buf, &len, &d), BATON_EMISSING);

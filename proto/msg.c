@@ -36,6 +36,7 @@ static const struct proto__fdef gpu_fields[] = {
 	IDEF(struct proto_gpu, "lent",    U64, lent,       0),
 	IDEF(struct proto_gpu, "index",   U32, index,      0),
 	IDEF(struct proto_gpu, "name",    STR, name,       BATON_PROTO_MAX_NAME),
+	IDEF(struct proto_gpu, "kv",      U64, kv,         0),
 };
 
 static const struct proto__fdef engine_fields[] = {
@@ -59,6 +60,13 @@ static const struct proto__fdef engine_fields[] = {
 	IDEF(struct proto_engine_info, "to_copy",          U64,  to_copy,          0),
 	IDEF(struct proto_engine_info, "idle_release_ms",  U64,  idle_release_ms,  0),
 	IDEF(struct proto_engine_info, "http",             STR,  http,             BATON_PROTO_MAX_NAME),
+	IDEF(struct proto_engine_info, "kv",               U64,  kv,               0),
+	IDEF(struct proto_engine_info, "prefix_prompt_tokens", U64, prefix_prompt,  0),
+	IDEF(struct proto_engine_info, "prefix_cached_tokens", U64, prefix_cached,  0),
+	IDEF(struct proto_engine_info, "prefix_evictions", U64,  prefix_evictions, 0),
+	IDEF(struct proto_engine_info, "kv_host_bytes",    U64,  kv_host_bytes,    0),
+	IDEF(struct proto_engine_info, "kv_blocks_used",   U64,  kv_used,          0),
+	IDEF(struct proto_engine_info, "kv_blocks",        U64,  kv_total,         0),
 };
 
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
@@ -101,12 +109,13 @@ static const struct proto__row status_rep[] = {
 	O(DEVICE_NAME), O(GPU), O(FREE), O(TOTAL),
 	O(PEER_GPU), O(PEER_MAPPED), O(PEER_FREE),
 	O(LEVEL), /* what a release gave back: "none", "experts", "all" */
+	O(KV), /* the KV pool's device bytes */
 	/* the broker's */
 	O(GPUS), O(ENGINES),
 };
 
 /* release and refill share their tables */
-static const struct proto__row cache_req[] = { O(NAME), O(EPOCH), O(ALL) };
+static const struct proto__row cache_req[] = { O(NAME), O(EPOCH), O(ALL), O(REASON) }; /* reason: who asks (the front door) */
 static const struct proto__row cache_rep[] = {
 	R(STATE), R(RESIDENT), R(MS), R(BYTES), R(EPOCH), O(LEVEL),
 	O(MAPPED), O(FREE), /* the device bytes the cache holds after it, the device free */
@@ -123,6 +132,7 @@ static const struct proto__row register_req[] = {
 	O(PEER_GPU), O(PEER_WANT), O(PEER_MAPPED), O(PEER_FREE),
 	O(HTTP), /* its OpenAI HTTP URL (the broker's front door forwards there) */
 	O(HTTP_TOKEN), /* the bearer token that URL needs (the door sends it; never shown) */
+	O(KV), /* its KV pool's device bytes (the broker's books: apart from the cache) */
 };
 static const struct proto__row epoch_rep[] = { R(EPOCH) };
 static const struct proto__row epoch_opt_rep[] = { O(EPOCH) };
@@ -133,12 +143,16 @@ static const struct proto__row heartbeat_req[] = {
 	O(PEER_MAPPED), O(PEER_FREE),
 	O(REQUESTS), /* GEN requests answered since the engine started */
 	O(COPIED), O(TO_COPY), /* while refilling: its copy progress */
+	O(KV), /* its KV pool's device bytes now (0 after a release of everything) */
+	O(PREFIX_PROMPT), O(PREFIX_CACHED), O(PREFIX_EVICTIONS), O(KV_HOST_BYTES), /* a text engine's prefix cache */
+	O(KV_USED), O(KV_TOTAL), /* its KV pool: blocks in use, of all */
+	O(KEEP_ALIVE_S), /* the last Ollama request's keep_alive (seconds; < 0: never) */
 };
 static const struct proto__row acquire_req[] = { R(NAME), R(BYTES) };
 static const struct proto__row acquire_rep[] = { R(EPOCH), R(GRANTED) };
 static const struct proto__row report_req[] = {
 	R(NAME), R(STATE), R(RESIDENT), R(REASON), O(DURATION_MS), O(BYTES),
-	O(MAPPED), O(FREE), O(EPOCH), O(PEER_MAPPED), O(PEER_FREE),
+	O(MAPPED), O(FREE), O(EPOCH), O(PEER_MAPPED), O(PEER_FREE), O(KV),
 };
 /* peer: the broker lends (peer_mib > 0: hold up to that much on the peer
  * device peer_gpu) or revokes (peer_mib 0: drop the peer tier, then reply). */

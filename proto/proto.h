@@ -35,9 +35,13 @@
  *   register  R name, pid, gpu, device u32, model, ctl, floor, ceiling,
  *             priority i32, state, resident, capacity, epoch; mapped, free,
  *             http (the engine's OpenAI HTTP URL; absent: it serves none),
+ *             kv (its KV pool's device bytes, apart from the cache),
  *             http_token (the bearer token that URL needs: the front door
  *             sends it; the broker never shows it)
- *   heartbeat R name, state, resident, busy bool, idle_ms; mapped, free, epoch
+ *   heartbeat R name, state, resident, busy bool, idle_ms; mapped, free, epoch,
+ *             requests, copied, to_copy, kv, prefix_prompt_tokens,
+ *             prefix_cached_tokens, prefix_evictions, kv_host_bytes,
+ *             keep_alive_s f64 (the last Ollama request's keep_alive)
  *   acquire   R name, bytes
  *   report    R name, state, resident, reason; duration_ms f64, bytes,
  *             mapped, free, epoch
@@ -52,10 +56,12 @@
  *   status    all optional: the engine's (name, state, resident, mapped,
  *             target, ceiling, epoch, requests, hits, misses,
  *             last_refill_bytes, last_refill_s f64, device str, gpu, free,
- *             total, level) or the broker's (gpus: array of {uuid, total, free,
- *             reserve, held}, engines: array of {name, pid, gpu, model,
+ *             total, level, kv) or the broker's (gpus: array of {uuid, total,
+ *             free, reserve, held, kv}, engines: array of {name, pid, gpu, model,
  *             state, resident, floor, ceiling, priority, pinned, idle_ms,
- *             last_refill_gbps f64, peer_gpu, peer, requests, ctl, http}; every item field required)
+ *             last_refill_gbps f64, peer_gpu, peer, requests, ctl, copied, to_copy,
+ *             idle_release_ms, http, kv, prefix_prompt_tokens, prefix_cached_tokens,
+ *             prefix_evictions, kv_host_bytes}; every item field required)
  *   release, refill, vram   R state, resident, ms f64, bytes, epoch;
  *             mapped, free, level (the engine's: "none", "experts", "all")
  *   register  R epoch
@@ -233,6 +239,15 @@ int proto_name_valid(const char *s, size_t len);
 	/* copy progress of a refill in progress: bytes copied of bytes to copy */      \
 	X(COPIED,            "copied",            U64,     copied,            0)           \
 	X(TO_COPY,           "to_copy",           U64,     to_copy,           0)           \
+	/* the prefix cache of a text engine (heartbeats): prompt tokens admitted,  \
+	 * of them taken from the cache, cached blocks evicted, KV bytes kept in host \
+	 * memory while released (engine/model/model.h) */                              \
+	X(PREFIX_PROMPT,     "prefix_prompt_tokens", U64,  prefix_prompt,     0)           \
+	X(PREFIX_CACHED,     "prefix_cached_tokens", U64,  prefix_cached,     0)           \
+	X(PREFIX_EVICTIONS,  "prefix_evictions",  U64,     prefix_evictions,  0)           \
+	X(KV_HOST_BYTES,     "kv_host_bytes",     U64,     kv_host_bytes,     0)           \
+	/* an Ollama request's keep_alive: seconds idle before the release (< 0 never) */ \
+	X(KEEP_ALIVE_S,      "keep_alive_s",      F64,     keep_alive_s,      0)           \
 	/* events */                                                                      \
 	X(SEQ,               "seq",               U64,     seq,               0)           \
 	X(TIME_MS,           "time_ms",           U64,     time_ms,           0)           \
@@ -249,6 +264,8 @@ int proto_name_valid(const char *s, size_t len);
 	X(DEVICE_NAME,       "device",            STR,     device_name,       BATON_PROTO_MAX_NAME) \
 	X(FREE,              "free",              U64,     free_bytes,        0)           \
 	X(TOTAL,             "total",             U64,     total,             0)           \
+	/* the engine's KV pool on its device, its own line in the books */              \
+	X(KV,                "kv",                U64,     kv,                0)           \
 	/* peer tier (a second cache tier on another GPU, lent by the broker) */      \
 	X(PEER_GPU,          "peer_gpu",          STR,     peer_gpu,          BATON_PROTO_MAX_NAME) \
 	X(PEER_MIB,          "peer_mib",          U64,     peer_mib,          0)           \
@@ -267,6 +284,9 @@ int proto_name_valid(const char *s, size_t len);
 	X(FINISH_REASON,     "finish_reason",     STR,     finish_reason,     BATON_PROTO_MAX_NAME) \
 	X(PREFILL_MS,        "prefill_ms",        F64,     prefill_ms,        0)           \
 	X(DECODE_MS,         "decode_ms",         F64,     decode_ms,         0)           \
+	/* heartbeats, status: the KV pool (the broker's serving gauges) */              \
+	X(KV_USED,           "kv_blocks_used",    U64,     kv_used,           0)           \
+	X(KV_TOTAL,          "kv_blocks",         U64,     kv_total,          0)           \
 	X(GPUS,              "gpus",              GPUS,    gpus,              BATON_PROTO_MAX_ARRAY) \
 	X(ENGINES,           "engines",           ENGINES, engines,           BATON_PROTO_MAX_ARRAY)
 
@@ -294,6 +314,7 @@ struct proto_gpu {
 	uint64_t lent; /* bytes of this GPU lent to engines of other GPUs as their peer tier */
 	uint32_t index;   /* as nvidia-smi numbers it (NVML), else the engines' device index */
 	const char *name; /* the product name as nvidia-smi shows it; "host device N" */
+	uint64_t kv;      /* bytes of this GPU its engines' KV pools hold (not in held) */
 };
 
 /* An item of the broker's status reply `engines`; every field required. */
@@ -313,6 +334,11 @@ struct proto_engine_info {
 	uint64_t copied, to_copy; /* its refill in progress: bytes copied of to copy (0, 0: none) */
 	uint64_t idle_release_ms; /* its idle-release timeout (0: none; pinned engines are never released) */
 	const char *http;     /* its OpenAI HTTP URL, "" when it serves none */
+	uint64_t kv;          /* its KV pool's device bytes (apart from resident and the cache) */
+	/* its prefix cache (heartbeats; 0 for engines without text): prompt
+	 * tokens, those taken from the cache, evictions, KV bytes in host memory */
+	uint64_t prefix_prompt, prefix_cached, prefix_evictions, kv_host_bytes;
+	uint64_t kv_used, kv_total; /* its KV pool's blocks in use, of all (heartbeats; 0, 0: none) */
 };
 
 struct proto_gpus {

@@ -20,18 +20,18 @@ static const float sample_f32[8] = { 0.0f, 1.0f, -1.5f, 3.25f, 1e-3f, -7.0f, 655
 static const struct proto_gpu sample_gpus[2] = {
 	{ "GPU-00000000-1111-2222-3333-444444444444", UINT64_C(150) << 30,
 	  UINT64_C(100) << 30, UINT64_C(1) << 30, UINT64_C(40) << 30, UINT64_C(8) << 30,
-	  0, "NVIDIA H200" },
+	  0, "NVIDIA H200", UINT64_C(3) << 30 },
 	{ "GPU-55555555-6666-7777-8888-999999999999", UINT64_C(80) << 30,
-	  UINT64_C(80) << 30, 0, 0, 0, 1, "NVIDIA H100 80GB HBM3" },
+	  UINT64_C(80) << 30, 0, 0, 0, 1, "NVIDIA H100 80GB HBM3", 0 },
 };
 
 static const struct proto_engine_info sample_engines[2] = {
 	{ "qwen", 4242, "GPU-00000000-1111-2222-3333-444444444444", "qwen3-moe", "ready",
 	  UINT64_C(30) << 30, UINT64_C(2) << 30, UINT64_C(60) << 30, 10, true, 1500, 24.5,
 	  "GPU-55555555-6666-7777-8888-999999999999", UINT64_C(8) << 30, 123456, "ipc:///run/baton/engine-qwen.sock",
-	  UINT64_C(3) << 30, UINT64_C(8) << 30, 300000, "http://127.0.0.1:8000" },
+	  UINT64_C(3) << 30, UINT64_C(8) << 30, 300000, "http://127.0.0.1:8000", UINT64_C(3) << 30, 40960, 32768, 7, UINT64_C(1) << 30, 12, 64 },
 	{ "mixtral", 4343, "GPU-00000000-1111-2222-3333-444444444444", "mixtral", "released",
-	  0, 0, UINT64_C(40) << 30, -3, false, 98765, 0.0, "", 0, 0, "tcp://127.0.0.1:9001", 0, 0, 0, "" },
+	  0, 0, UINT64_C(40) << 30, -3, false, 98765, 0.0, "", 0, 0, "tcp://127.0.0.1:9001", 0, 0, 0, "", 0, 0, 0, 0, 0, 0, 0 },
 };
 
 static void fill(struct baton_msg *m, const struct proto__fdef *f)

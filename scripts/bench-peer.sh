@@ -8,6 +8,8 @@
 #     that file, reused when it is there (written there and kept if not);
 #  2. baton-arena create --gguf imports it;
 #  3. baton-model-bench: decode at batch 1, prefill of PROMPTS (512,2048);
+#     again with BATON_CUDA_GRAPH=1 (decode as a replayed graph; GRAPH=0
+#     skips it);
 #  4. scripts/bench-serve.py: SEQS (16) concurrent sequences of SERVE_PROMPT
 #     (128) prompt + SERVE_GEN (128) generated tokens through baton-engine's
 #     scheduler (continuous batching), total and generated tokens/s;
@@ -20,7 +22,8 @@
 #     the logs.
 #
 # LAYERS (48), SEED (17), BACKEND (cuda), EXPERTS and VOCAB (the full shape)
-# size the run; MODEL_BENCH_FLAGS go to baton-model-bench; LAYERS=2 BACKEND=host PROMPTS=16 SEQS=2 SERVE_PROMPT=8
+# size the run; MODEL_BENCH_FLAGS go to baton-model-bench; SERVE=0 skips
+# the serving run, GRAPH=0 the graph row; LAYERS=2 BACKEND=host PROMPTS=16 SEQS=2 SERVE_PROMPT=8
 # SERVE_GEN=8 is the quick host check (scripts/bench_peer_test.sh).
 # llama.cpp is a peer, never part of Baton: nothing of it is in this tree.
 set -eu
@@ -90,10 +93,21 @@ echo "arena: imported in $(since "$t0") s" | tee -a "$OUT/arena.txt"
 	--json "$OUT/baton-model.json" 2>&1 | tee "$OUT/baton-model.txt" ||
 	echo "baton-model-bench failed" | tee -a "$OUT/baton-model.txt"
 
+# 3b. decode again with the decode step as a replayed CUDA graph (off by
+# default in the engine; GRAPH=0 skips this row)
+if [ "${GRAPH:-1}" != 0 ]; then
+	# shellcheck disable=SC2086
+	BATON_CUDA_GRAPH=1 "$B/bin/baton-model-bench" --arena "$A" --backend "$BACKEND" \
+		--prompts "${PROMPTS%%,*}" ${MODEL_BENCH_FLAGS:-} --json "$OUT/baton-model-graph.json" \
+		>"$OUT/baton-model-graph.txt" 2>&1 || echo "baton-model-bench (graphs) failed"
+fi
+
 # 4. serving, continuous batching
-"$PY" "$HERE/bench-serve.py" --build "$B" --arena "$A" --backend "$BACKEND" --seqs "$SEQS" \
-	--prompt "$SERVE_PROMPT" --gen "$SERVE_GEN" --json "$OUT/serve.json" 2>&1 |
-	tee "$OUT/serve.txt" || echo "bench-serve.py failed" | tee -a "$OUT/serve.txt"
+if [ "${SERVE:-1}" != 0 ]; then
+	"$PY" "$HERE/bench-serve.py" --build "$B" --arena "$A" --backend "$BACKEND" --seqs "$SEQS" \
+		--prompt "$SERVE_PROMPT" --gen "$SERVE_GEN" --json "$OUT/serve.json" 2>&1 |
+		tee "$OUT/serve.txt" || echo "bench-serve.py failed" | tee -a "$OUT/serve.txt"
+fi
 rm -f "$A"
 
 # 5. llama.cpp on the same file
@@ -149,6 +163,9 @@ for r in lb or []:
     elif r.get("n_prompt", 0) and not r.get("n_gen", 0):
         lt["pp%d" % r["n_prompt"]] = r["avg_ts"]
 rows.append(("decode, batch 1 (tg128)", m and m["decode_tok_s"], lt.get("tg128")))
+mg = load("baton-model-graph.json")
+if mg:
+    rows.append(("decode, batch 1, BATON_CUDA_GRAPH=1", mg["decode_tok_s"], lt.get("tg128")))
 for n in sorted(pf):
     rows.append(("prefill, %d tokens (pp%d)" % (n, n), pf[n], lt.get("pp%d" % n)))
 if s:
@@ -180,6 +197,7 @@ if lb:
 if bb:
     print("  llama-batched-bench: S_TG %.1f tok/s (decode alone), T %.2f s" % (bb["speed_tg"], bb["t"]))
 summary["baton_model"], summary["serve"], summary["llama_batched"] = m, s, bb
+summary["baton_model_graph"] = mg
 json.dump(summary, open(os.path.join(out, "summary.json"), "w"), indent=1)
 print("  JSON in %s" % out)
 EOF

@@ -3,7 +3,7 @@
 
   bench-serve.py --build DIR --arena A.arena [--backend cuda|host]
                  [--seqs 16] [--prompt 128] [--gen 128] [--seed 1]
-                 [--host-device-mib N] [--json OUT]
+                 [--host-device-mib N] [--json OUT] [--log FILE]
 
 Starts baton-engine on the arena (no broker; --http on a free loopback
 port, --max-seqs SEQS, a KV pool that holds every sequence), sends one
@@ -53,6 +53,7 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--host-device-mib", type=int, default=0)
     ap.add_argument("--json")
+    ap.add_argument("--log", help="the engine's stderr goes here (default: a temporary file)")
     a = ap.parse_args()
 
     info = json.loads(subprocess.run([os.path.join(a.build, "bin", "baton-arena"), "info", "--json",
@@ -63,7 +64,7 @@ def main():
     per_seq = a.prompt + a.gen
     ctx = (per_seq + 15) // 16 * 16 + 16
     d = tempfile.mkdtemp(prefix="bench-serve-")
-    log = open(os.path.join(d, "engine.log"), "w")
+    log = open(a.log or os.path.join(d, "engine.log"), "w")
     cmd = [os.path.join(a.build, "bin", "baton-engine"), "--name", "bench",
            "--shared-expert-arena", a.arena, "--listen", "ipc://%s/e.sock" % d,
            "--backend", a.backend, "--ctx", str(ctx), "--kv-blocks", str(a.seqs * ctx // 16 + 16),

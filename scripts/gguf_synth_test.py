@@ -227,9 +227,14 @@ def case_import_and_run():
     assert info["arch"] == "qwen3_moe" and info["layers"] == 2 and info["experts"] == 8
     assert info["dtypes"]["gate"] == info["dtypes"]["down"] == "q4_K"
     assert cfg["vocab_size"] == 2048 and cfg["hidden_size"] == 2048 and not cfg["tie_word_embeddings"]
+    if h.SAN:
+        # the sanitizers' pass: the host kernels at this width take seconds a
+        # token under ASan (217 s here); the import above is what is new, and
+        # the kernels have their own sanitizer tests
+        return "imported; the run is left to the plain pass under the sanitizers"
     out = os.path.join(d, "bench.json")
-    subprocess.run([os.path.join(h.BIN, "baton-model-bench"), "--arena", arena, "--backend", "host", "--steps", "2",
-                    "--prompts", "16", "--bandwidth-mib", "8", "--json", out], check=True,
+    subprocess.run([os.path.join(h.BIN, "baton-model-bench"), "--arena", arena, "--backend", "host", "--steps", "1",
+                    "--prompts", "8", "--bandwidth-mib", "8", "--json", out], check=True,
                    stdout=subprocess.DEVNULL, env=dict(os.environ, BATON_HOSTDEV_DIR=d))
     m = json.load(open(out))
     assert m["decode_tok_s"] > 0

@@ -82,7 +82,7 @@ _id_lock = threading.Lock()
 
 
 def npm_client():
-    """The openai npm package from tests/node's lock file, installed into the
+    """The npm clients from tests/node's lock file, installed into the
     build folder (npm ci, offline from npm's cache when it is there); the
     folder engine/serve/openai_test.py and broker/door/door_test.py share."""
     dest = os.path.join(os.path.abspath(BUILD), "node")
@@ -92,8 +92,9 @@ def npm_client():
     # empties node_modules first, under anyone reading it).
     with open(os.path.join(os.path.abspath(BUILD), "node.lock"), "w") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
-        for f in ("package.json", "package-lock.json", "client.mjs"):
-            shutil.copy(os.path.join(src, f), dest)
+        for f in os.listdir(src):  # package.json, its lock, the clients' .mjs files
+            if f.endswith((".json", ".mjs")):
+                shutil.copy(os.path.join(src, f), dest)
         mod = os.path.join(dest, "node_modules", "openai", "package.json")
         stamp = os.path.join(dest, "node_modules", ".baton-lock")
         lock = open(os.path.join(src, "package-lock.json")).read()
@@ -104,6 +105,12 @@ def npm_client():
             assert p.returncode == 0, p.stderr[-2000:]
             open(stamp, "w").write(lock)
     return dest
+
+
+def npm_versions(*names):
+    """The installed versions of npm_client()'s packages."""
+    dest = os.path.join(os.path.abspath(BUILD), "node", "node_modules")
+    return [json.load(open(os.path.join(dest, n, "package.json")))["version"] for n in names]
 
 
 def promtool():

@@ -84,7 +84,7 @@ SERIAL=$(for i in $SERIAL_STEPS; do echo "${i%%::*}"; done | sort -u)
 # each one's two passes, make test on 2026-12-02): the pool then ends on
 # short jobs instead of waiting for a long one started last. A name not here keeps its place after them.
 LONG_FIRST="scripts/bench_peer_test.sh engine/serve/structured_test.py engine/serve/serve_test.py engine_model broker/jobs_test.py
-	engine/serve/openai_test.py broker/cli/cli_test.py proto/interop_test.py broker/door/door_test.py text_tokenize
+	engine/serve/openai_test.py engine/serve/responses_test.py broker/cli/cli_test.py proto/interop_test.py broker/door/door_test.py text_tokenize
 	tests/kill_test.py broker/api/http_test.py tests/fault_test.py engine_serve_sched arena/kill_test.py
 	arena/sources_test.py proto_transport tests/hostile_test.py broker/security_test.py engine_cache
 	engine/serve/peer_test.py broker/peer_test.py arena/cli_test.sh"

@@ -115,19 +115,33 @@ static int load(const char *tmpl, text_jinja **j, char *err, size_t errlen)
 	return 0;
 }
 
-/* The tokenizer's template, parsed on the first request and kept with the
+/* Which of the tokenizer's templates renders a request: of a list of
+ * named templates, "tool_use" when the request has tools (tools is not
+ * None, an empty list included) and the list has one, else the default
+ * (transformers' rule in apply_chat_template). */
+static const char *pick(const text_tok *t, const char *tools)
+{
+	const char *tu = tools ? text_chat_template_named(t, "tool_use") : NULL;
+	return tu ? tu : text_chat_template(t);
+}
+
+/* The template picked, parsed on the first request and kept with the
  * tokenizer: every request after renders without parsing (two threads
  * that race both parse; one keeps its copy, the other frees its own). */
-static int tok_jinja(const text_tok *t, text_jinja **out, char *err, size_t errlen)
+static int tok_jinja(const text_tok *t, const char *tools, text_jinja **out, char *err,
+                     size_t errlen)
 {
 	text_tok *tt = (text_tok *)t;
-	text_jinja *j = atomic_load(&tt->chat_jinja);
+	const char *tmpl = pick(t, tools);
+	_Atomic(text_jinja *) *slot = tmpl && tmpl != text_chat_template(t) ? &tt->tool_jinja
+	                                                                     : &tt->chat_jinja;
+	text_jinja *j = atomic_load(slot);
 	if (!j) {
-		int rc = load(text_chat_template(t), &j, err, errlen);
+		int rc = load(tmpl, &j, err, errlen);
 		if (rc)
 			return rc;
 		text_jinja *none = NULL;
-		if (!atomic_compare_exchange_strong(&tt->chat_jinja, &none, j)) {
+		if (!atomic_compare_exchange_strong(slot, &none, j)) {
 			text_jinja_free(j);
 			j = none;
 		}
@@ -179,7 +193,7 @@ int text_chat_apply(const text_tok *t, const struct text_msg *msgs, size_t n,
 	int rc = check_msgs(msgs, n, err, errlen);
 	if (rc)
 		return rc;
-	if ((rc = tok_jinja(t, &j, err, errlen)) != 0)
+	if ((rc = tok_jinja(t, NULL, &j, err, errlen)) != 0)
 		return rc;
 	return render(j, msgs, n, &o, out, err, errlen);
 }
@@ -269,10 +283,10 @@ int text_chat_encode_opts(const text_tok *t, const struct text_msg *msgs, size_t
 	if (tail && tail_len)
 		tail[0] = 0;
 	text_jinja *j = NULL;
-	if (!text_chat_template(t))
+	if (!pick(t, opts->tools))
 		return load(NULL, &j, err, errlen);
 	int rc = check_msgs(msgs, n, err, errlen);
-	if (rc || (rc = tok_jinja(t, &j, err, errlen)) != 0)
+	if (rc || (rc = tok_jinja(t, opts->tools, &j, err, errlen)) != 0)
 		return rc;
 	struct text_chat_opts o = *opts;
 	o.bos_token = text_token_text(t, text_bos(t));

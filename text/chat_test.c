@@ -279,6 +279,64 @@ static void t_content_mark_char(void)
 	text_tok_free(t);
 }
 
+/* A list of named templates picks "tool_use" when the request has tools
+ * (an empty list too: transformers' rule is tools is not None), else
+ * "default"; each parsed once and kept, neither replacing the other. */
+static char *rendered_by(const text_tok *t, const char *tools)
+{
+	struct text_msg m = { .role = "user", .content = "hi" };
+	struct text_chat_opts o = { .enable_thinking = -1, .tools = tools };
+	int32_t *ids = NULL;
+	size_t n = 0, len = 0;
+	char err[256] = "", *back = NULL;
+	T_ASSERT_MSG(text_chat_encode_opts(t, &m, 1, &o, 0, &ids, &n, NULL, 0, err, sizeof(err)) == 0, "%s",
+	             err);
+	T_OK(text_decode(t, ids, n, 0, &back, &len, err, sizeof(err)));
+	free(ids);
+	return back;
+}
+
+static void t_tool_use_template(void)
+{
+	char path[512], err[256] = "";
+	snprintf(path, sizeof(path), "%s/qwen3/tokenizer.json", fixtures());
+	FILE *f = fopen(path, "rb");
+	T_ASSERT_MSG(f, "%s", path);
+	T_ASSERT(fseek(f, 0, SEEK_END) == 0);
+	long sz = ftell(f);
+	T_ASSERT(sz > 0 && fseek(f, 0, SEEK_SET) == 0);
+	char *tj = malloc((size_t)sz);
+	T_ASSERT(tj && fread(tj, 1, (size_t)sz, f) == (size_t)sz);
+	fclose(f);
+	const char *cfg = "{\"chat_template\":[{\"name\":\"default\",\"template\":\"D{{ messages[0].content }}\"},"
+	                  "{\"name\":\"tool_use\",\"template\":\"T{{ tools | length }}{{ messages[0].content }}\"}]}";
+	text_tok *t = NULL;
+	T_OK(text_tok_load_hf(&t, tj, (size_t)sz, cfg, strlen(cfg), err, sizeof(err)));
+	const char *one = "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{}}}]";
+	char *a = rendered_by(t, one), *b = rendered_by(t, NULL), *c = rendered_by(t, "[]"),
+	     *d = rendered_by(t, NULL);
+	T_EQ_STR(a, "T1hi");
+	T_EQ_STR(b, "Dhi");
+	T_EQ_STR(c, "T0hi");
+	T_EQ_STR(d, "Dhi");
+	free(a), free(b), free(c), free(d);
+	/* text_chat_apply has no tools: the default */
+	struct text_msg m = { .role = "user", .content = "hi" };
+	char *out = NULL;
+	T_OK(text_chat_apply(t, &m, 1, false, -1, &out, err, sizeof(err)));
+	T_EQ_STR(out, "Dhi");
+	free(out);
+	text_tok_free(t);
+	/* one template, no list: that one with tools too */
+	const char *single = "{\"chat_template\":\"S{{ messages[0].content }}\"}";
+	T_OK(text_tok_load_hf(&t, tj, (size_t)sz, single, strlen(single), err, sizeof(err)));
+	a = rendered_by(t, one);
+	T_EQ_STR(a, "Shi");
+	free(a);
+	text_tok_free(t);
+	free(tj);
+}
+
 T_MAIN(T_CASE(t_qwen3), T_CASE(t_qwen2_moe), T_CASE(t_mixtral), T_CASE(t_olmoe), T_CASE(t_qwen3_gguf),
        T_CASE(t_mixtral_gguf), T_CASE(t_unknown_refused), T_CASE(t_other_variants), T_CASE(t_content_is_text),
-       T_CASE(t_content_mark_char), T_CASE(t_tools))
+       T_CASE(t_content_mark_char), T_CASE(t_tools), T_CASE(t_tool_use_template))

@@ -79,17 +79,17 @@ int text_tok_load_file(text_tok **out, const char *path, char *err, size_t errle
 	return rc;
 }
 
-int text_tok_load_arena(text_tok **out, const struct baton_arena *a, char *err, size_t errlen)
+int text_tok_load_blobs(text_tok **out, text_blob_fn blob, void *a, char *err, size_t errlen)
 {
 	const void *tj, *tc = NULL, *ct;
 	uint64_t tj_len, tc_len = 0, ct_len;
 	int rc;
 	*out = NULL;
-	if (arena_blob(a, "tokenizer.json", &tj, &tj_len) == 0) {
-		if (arena_blob(a, "tokenizer_config.json", &tc, &tc_len) != 0)
+	if (blob(a, "tokenizer.json", &tj, &tj_len) == 0) {
+		if (blob(a, "tokenizer_config.json", &tc, &tc_len) != 0)
 			tc = NULL, tc_len = 0;
 		rc = text_tok_load_hf(out, tj, (size_t)tj_len, tc, (size_t)tc_len, err, errlen);
-	} else if (arena_blob(a, "gguf_tokenizer.json", &tj, &tj_len) == 0) {
+	} else if (blob(a, "gguf_tokenizer.json", &tj, &tj_len) == 0) {
 		rc = text_tok_load_gguf(out, tj, (size_t)tj_len, err, errlen);
 	} else {
 		baton_errf(err, errlen, "the arena has no tokenizer (tokenizer.json or a GGUF's "
@@ -103,13 +103,13 @@ int text_tok_load_arena(text_tok **out, const struct baton_arena *a, char *err, 
 	 * additional_chat_templates/ beside it (chat_template.json is a
 	 * processor's file, which a tokenizer does not read) */
 	char *t = NULL;
-	if (arena_blob(a, "chat_template.jinja", &ct, &ct_len) == 0) {
+	if (blob(a, "chat_template.jinja", &ct, &ct_len) == 0) {
 		if (!(t = strndup(ct, (size_t)ct_len)))
 			goto nomem;
 		free((*out)->chat_template);
 		(*out)->chat_template = t;
 	}
-	if (arena_blob(a, "additional_chat_templates/tool_use.jinja", &ct, &ct_len) == 0) {
+	if (blob(a, "additional_chat_templates/tool_use.jinja", &ct, &ct_len) == 0) {
 		if (!(t = strndup(ct, (size_t)ct_len)))
 			goto nomem;
 		free((*out)->tool_template);
@@ -120,4 +120,14 @@ nomem:
 	text_tok_free(*out);
 	*out = NULL;
 	return BATON_ENOMEM;
+}
+
+static int arena_blob_fn(void *a, const char *key, const void **data, uint64_t *len)
+{
+	return arena_blob(a, key, data, len);
+}
+
+int text_tok_load_arena(text_tok **out, const struct baton_arena *a, char *err, size_t errlen)
+{
+	return text_tok_load_blobs(out, arena_blob_fn, (void *)a, err, errlen);
 }

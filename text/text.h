@@ -42,6 +42,12 @@ int text_tok_load_gguf(text_tok **out, const char *json, size_t len, char *err, 
  * without one (experts only) is BATON_EUNSUPPORTED with a sentence. */
 struct baton_arena;
 int text_tok_load_arena(text_tok **out, const struct baton_arena *a, char *err, size_t errlen);
+/* The same from any store of an arena's blobs by key (`blob` gives a
+ * blob's bytes and 0, or nonzero when there is none): what baton-arena
+ * create checks on the blobs it is about to write, so that an import
+ * refuses what an engine would refuse at load, with the same message. */
+typedef int (*text_blob_fn)(void *ctx, const char *key, const void **data, uint64_t *len);
+int text_tok_load_blobs(text_tok **out, text_blob_fn blob, void *ctx, char *err, size_t errlen);
 /* A file: a GGUF-key JSON (it has "tokenizer.ggml.model") or a
  * tokenizer.json, in which case tokenizer_config.json beside it is read
  * when present. */

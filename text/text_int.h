@@ -155,6 +155,7 @@ struct text_tok {
 	/* chat_template parsed, once, on the first render (chat.c); any
 	 * thread may render with it (text_jinja_render reads it only) */
 	_Atomic(text_jinja *) chat_jinja;
+	_Atomic(text_jinja *) tool_jinja; /* tool_template parsed, as chat_jinja */
 };
 
 /* Allocation of the vocabulary arrays; pieces are copied. */

@@ -172,6 +172,7 @@ void text_tok_free(text_tok *t)
 	if (!t)
 		return;
 	text_jinja_free(atomic_load(&t->chat_jinja));
+	text_jinja_free(atomic_load(&t->tool_jinja));
 	for (size_t i = 0; i < t->n_vocab; i++)
 		free(t->piece[i]);
 	free(t->piece);

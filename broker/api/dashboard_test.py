@@ -11,7 +11,15 @@ Then back to b, whose refill waits 2 s (BATON_TEST_REFILL_DELAY_MS): while
 it fills, the memory granted to it is drawn as b's, filling, in b's colour
 and not as grey "other"; a screenshot of that is
 $BUILD/artifacts/dashboard-handoff.png (docs/img/dashboard-handoff.png is a
-copy). Engine colours are the same after a reload (from the names).
+copy). Engine colours are the same after a reload (from the names). A fill's
+label says how far its copy is (copied / to_copy), and the grey "other"
+says what it is.
+A fleet of two models from one file (t_dashboard_fleet): requests through
+the door, and the Models panel's served and token counts are the
+answers'; in every poll it says what the Engines panel says (released
+after the keep-alive, never "resident" beside a released engine); the
+timeline has its time axis; door.queue's bytes column is empty and the
+keep-alive's releases say so, never "operator".
 Also: the page served is broker/api/dashboard.html byte for byte (the embedded
 copy, broker/api/dashboard_page.c, is not stale) and it loads nothing from
 elsewhere.
@@ -240,6 +248,16 @@ def t_dashboard_handoff(c):
                           "return s ? parseFloat(s.style.width) : 0;")
             assert other < 5, "granted memory drawn as other: %s%%" % other
             assert state("b") == "refilling", state("b")
+            # how far a fill is: the page's label from the core's copied / to_copy
+            # (drawn here from a status the test gives it; the next poll redraws)
+            lab = wd.js("const st = {gpus: [{uuid: 'G', total: 100 * 1048576, used: 60 * 1048576, held: 50 * 1048576,"
+                        " free: 40 * 1048576, reserve: 0, lent: 0}], engines: [{name: 'x', gpu: 'G', state: "
+                        "'refilling', resident: 10 * 1048576, ceiling: 50 * 1048576, copied: 30, to_copy: 120}]};"
+                        "drawGpus(st); const s = document.querySelector('#gpu-0 .seg.filling');"
+                        "const o = document.querySelector('#gpu-0 .other-legend');"
+                        "return [s.textContent, s.getAttribute('data-pct'), o ? o.textContent : ''];")
+            assert lab[0] == "x (filling 25%)" and lab[1] == "25", lab
+            assert "10 MiB" in lab[2] and "dense weights and KV caches" in lab[2], lab  # the grey explained
             path, size = screenshot("dashboard-handoff.png")
             print("  screenshot during the handoff: %s (%d bytes); docs/img/dashboard-handoff.png is a copy"
                   % (path, size))
@@ -261,7 +279,80 @@ def t_dashboard_handoff(c):
         wd.close()
 
 
-CASES = [t_page_is_current, t_dashboard_handoff]
+QWEN_DIR = os.path.join(ROOT, "models", "kjv-qwen3-moe")
+MIXTRAL_DIR = os.path.join(ROOT, "models", "kjv-mixtral")
+
+
+def t_dashboard_fleet(c):
+    """A fleet of two models from one file, requests through the door: the
+    Models panel's numbers are what happened (state, engines, served,
+    tokens), it says what the Engines panel says in the same poll (both
+    released after the keep-alive: never "resident" beside "released"),
+    and the events' timeline has its time axis."""
+    why = ensure_chromium()
+    if why:
+        print("  skip t_dashboard_fleet: " + why)
+        return
+    model = ('[model "%s"]\nsource = %s\nbackend = host\nctx = 512\n'
+             'engine_flags = --host-device-mib 96 --vram-segment-mib 2\n')
+    api = c.http_broker("http_token = %s\narena_dir = %s/arenas\ndoor_keep_alive_s = 3\n" % (TOKEN, c.dir) +
+                        model % ("qwen", QWEN_DIR) + model % ("mixtral", MIXTRAL_DIR), token=TOKEN)
+    wd = WebDriver(c.dir)
+    try:
+        wd.cmd("POST", "/url", {"url": "http://%s:%d/" % (api.host, api.port)})
+
+        def row(name):
+            return wd.js("const r = document.getElementById('model-%s'); return r ? [r.getAttribute('data-state'),"
+                         " r.getAttribute('data-served'), r.getAttribute('data-tokens'), r.children[2].textContent]"
+                         " : null;" % name)
+        try:
+            h.wait_for("both models listed, stopped", lambda: row("qwen") and row("mixtral") and
+                       row("qwen")[0] == "stopped" and row("mixtral")[0] == "stopped", timeout=15)
+        except AssertionError:
+            raise AssertionError("%s %s %s" % (row("qwen"), wd.js("return document.getElementById('conn').textContent;"),
+                                               wd.js("return document.body.innerText;")[:1500]))
+        assert "no engine (stopped)" in row("qwen")[3], row("qwen")
+        tokens = {"qwen": 0, "mixtral": 0}
+        for name, n in (("qwen", 3), ("mixtral", 2)):
+            for i in range(n):
+                st, b, _ = api.post("/v1/chat/completions", {"model": name, "messages": [
+                    {"role": "user", "content": "Who was Noah?"}], "max_tokens": 8, "seed": i}, timeout=60)
+                assert st == 200, b
+                tokens[name] += b["usage"]["completion_tokens"]
+        for name, n in (("qwen", 3), ("mixtral", 2)):
+            h.wait_for("%s's row says %d served" % (name, n), lambda: row(name) and row(name)[1] == str(n) and
+                       row(name)[2] == str(tokens[name]), timeout=10)
+            assert name + " (" in row(name)[3], row(name)  # its engine, named
+        # after the keep-alive both engines are released: in every poll the
+        # Models panel says what the Engines panel says
+        both = ("const e = document.getElementById('engine-%s'), m = document.getElementById('model-%s');"
+                "return e && m ? [e.getAttribute('data-state'), m.getAttribute('data-state')] : null;")
+        seen = set()
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            pair = wd.js(both % ("qwen", "qwen"))
+            if pair:
+                seen.add(tuple(pair))
+                assert not (pair[0] == "released" and pair[1] == "resident"), pair
+            if pair == ["released", "released"]:
+                break
+            time.sleep(0.1)
+        assert ("released", "released") in seen, seen
+        labels = wd.js("return Array.from(document.querySelectorAll('#strip .lbl')).map(x => x.textContent);")
+        assert labels[0] == "\u2212120 s" and labels[-1] == "now" and len(labels) == 5, labels
+        ev = wd.js("return Array.from(document.querySelectorAll('#events tbody tr')).map(r => "
+                   "[r.getAttribute('data-kind'), r.children[6].textContent, r.children[7].textContent]);")
+        # door.queue's count is in its reason, never in the bytes column; a
+        # release the keep-alive made says so, never "operator"
+        assert all(b == "" for k, b, r in ev if k == "door.queue"), ev
+        rel = [r for k, b, r in ev if k == "release"]
+        assert rel and all("keep-alive" in r for r in rel), ev
+        assert all("operator" not in r for k, b, r in ev), ev
+    finally:
+        wd.close()
+
+
+CASES = [t_page_is_current, t_dashboard_handoff, t_dashboard_fleet]
 
 
 def main():

@@ -156,13 +156,14 @@ static void on_metrics_reply(void *arg, const struct baton_msg *rep)
 		{ "baton_gpu_memory_held_bytes", "Device memory held by Baton engines' expert caches (and grants), lent memory included.", 3 },
 		{ "baton_gpu_memory_reserve_bytes", "The reserve: memory the broker never grants (reserve_mib).", 4 },
 		{ "baton_gpu_memory_lent_bytes", "Device memory lent to engines of other devices as their peer tier.", 5 },
+		{ "baton_gpu_memory_kv_bytes", "Device memory the engines' KV pools hold (not in held).", 6 },
 	};
 	for (size_t k = 0; k < sizeof gm / sizeof gm[0]; k++) {
 		baton_prom_family(f, gm[k].name, "gauge", gm[k].help);
 		for (uint32_t i = 0; i < rep->gpus.n; i++) {
 			const struct proto_gpu *g = &rep->gpus.v[i];
-			uint64_t v[6] = { g->total, g->free_bytes, g->total > g->free_bytes ? g->total - g->free_bytes : 0,
-				g->held, g->reserve, g->lent };
+			uint64_t v[7] = { g->total, g->free_bytes, g->total > g->free_bytes ? g->total - g->free_bytes : 0,
+				g->held, g->reserve, g->lent, g->kv };
 			baton_prom_u64(f, gm[k].name, (const char *[]){ "gpu", g->uuid, NULL }, v[gm[k].which]);
 		}
 	}
@@ -180,10 +181,48 @@ static void on_metrics_reply(void *arg, const struct baton_msg *rep)
 	baton_prom_family(f, "baton_engine_resident_bytes", "gauge", "Device memory an engine's expert cache maps.");
 	for (uint32_t i = 0; i < rep->engines.n; i++)
 		baton_prom_u64(f, "baton_engine_resident_bytes", BY_ENGINE_GPU(ev[i].name, ev[i].gpu), ev[i].resident);
+	baton_prom_family(f, "baton_engine_kv_bytes", "gauge",
+	    "Device memory an engine's KV pool holds (apart from its expert cache).");
+	for (uint32_t i = 0; i < rep->engines.n; i++)
+		if (strcmp(broker_entry_kind(&ev[i]), "engine") == 0)
+			baton_prom_u64(f, "baton_engine_kv_bytes", BY_ENGINE_GPU(ev[i].name, ev[i].gpu), ev[i].kv);
 	baton_prom_family(f, "baton_engine_requests_total", "counter",
 	    "GEN requests an engine answered since it started (from its heartbeats).");
 	for (uint32_t i = 0; i < rep->engines.n; i++)
 		baton_prom_u64(f, "baton_engine_requests_total", BY_ENGINE(ev[i].name), ev[i].requests);
+	/* the prefix cache (issue 29), beside the engine's other counts */
+	baton_prom_family(f, "baton_engine_prefix_prompt_tokens_total", "counter",
+	    "Prompt tokens a text engine admitted (its heartbeats).");
+	for (uint32_t i = 0; i < rep->engines.n; i++)
+		baton_prom_u64(f, "baton_engine_prefix_prompt_tokens_total", BY_ENGINE(ev[i].name), ev[i].prefix_prompt);
+	baton_prom_family(f, "baton_engine_prefix_cached_tokens_total", "counter",
+	    "Of them, tokens taken from the prefix cache instead of read (hit rate: this over prompt tokens).");
+	for (uint32_t i = 0; i < rep->engines.n; i++)
+		baton_prom_u64(f, "baton_engine_prefix_cached_tokens_total", BY_ENGINE(ev[i].name), ev[i].prefix_cached);
+	baton_prom_family(f, "baton_engine_prefix_evictions_total", "counter",
+	    "Cached KV blocks evicted for other positions (least recently used first).");
+	for (uint32_t i = 0; i < rep->engines.n; i++)
+		baton_prom_u64(f, "baton_engine_prefix_evictions_total", BY_ENGINE(ev[i].name), ev[i].prefix_evictions);
+	baton_prom_family(f, "baton_engine_kv_host_bytes", "gauge",
+	    "KV blocks an engine keeps in host memory while released (--kv-host-mib bounds them).");
+	for (uint32_t i = 0; i < rep->engines.n; i++)
+		baton_prom_u64(f, "baton_engine_kv_host_bytes", BY_ENGINE(ev[i].name), ev[i].kv_host_bytes);
+	/* the KV pools, as the engines' heartbeats say: per engine, and the
+	 * whole broker as one model server (a gateway's KVCacheUtilization,
+	 * docs/guides/kubernetes.md) */
+	baton_prom_family(f, "baton_engine_kv_blocks_used", "gauge",
+	    "KV cache blocks an engine uses (from its heartbeats; engines with text generation).");
+	for (uint32_t i = 0; i < rep->engines.n; i++)
+		if (ev[i].kv_total)
+			baton_prom_u64(f, "baton_engine_kv_blocks_used", BY_ENGINE(ev[i].name), ev[i].kv_used);
+	uint64_t kv_used = 0, kv_total = 0;
+	for (uint32_t i = 0; i < rep->engines.n; i++) {
+		kv_used += ev[i].kv_used;
+		kv_total += ev[i].kv_total;
+	}
+	baton_prom_family(f, "baton_kv_cache_usage_ratio", "gauge", "KV cache blocks in use over all, 0 to 1, "
+	    "of every engine as their heartbeats say (vllm:kv_cache_usage_perc of the node).");
+	baton_prom_f(f, "baton_kv_cache_usage_ratio", NULL, 4, kv_total ? (double)kv_used / (double)kv_total : 0.0);
 	baton_prom_family(f, "baton_engine_peer_bytes", "gauge",
 	    "Memory an engine's peer tier holds on another device (lent by the broker).");
 	for (uint32_t i = 0; i < rep->engines.n; i++)

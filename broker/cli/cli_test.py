@@ -496,6 +496,7 @@ def check_promql(exprs):
         print("  (no promtool: PromQL syntax not checked; scripts/install-deps.sh extracts it)")
         return
     subst = {"$__rate_interval": "1m", "$__interval": "15s", "$__range": "1h", "$engine": ".*", "$gpu": ".*",
+             "$model": ".*",
              "$instance": ".*"}
     rules = []
     for i, e in enumerate(exprs):
@@ -605,6 +606,13 @@ def t_grafana_dashboard(c):
     ho = [t["expr"] for p in dash["panels"] for t in p.get("targets", [])
           if "baton_handoff_duration_seconds_bucket" in t["expr"]]
     assert ho and all("phase" in x for x in ho), ho
+    # the serving row: vLLM's metrics per model, at the door
+    rows = [p["title"] for p in dash["panels"] if p.get("type") == "row"]
+    assert any(r.startswith("Serving") for r in rows), rows
+    for fam in ("baton_door_time_to_first_token_seconds_bucket", "baton_door_e2e_request_latency_seconds_bucket",
+                "baton_door_requests_running", "baton_door_requests_waiting", "baton_door_generation_tokens_total",
+                "baton_door_request_success_total", "baton_door_requests_rejected_total"):
+        assert fam in names, fam
     served = served_metrics(c)
     known = served[0] if served is not None else families(
         "\n".join("# TYPE %s histogram" % n for n in AGREED_METRICS))

@@ -1,7 +1,8 @@
 /*
  * top.c: `baton top` (see top.h). Each frame is one STATUS call to the
  * broker, laid out like nvidia-smi's device list and ollama ps's UNTIL
- * column, and written in one write. On a terminal: the alternate screen,
+ * column, and one GET /v1/models of its front door (the models, their
+ * queues, tokens per second since the last frame), written in one write. On a terminal: the alternate screen,
  * no cursor, keys read without echo (Ctrl-C still signals); whatever
  * ends it (q, Ctrl-C, SIGTERM, SIGHUP, a failed write) goes through the
  * one restore at the end.
@@ -19,8 +20,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "broker/broker.h"
 #include "broker/cli/cli.h"
+#include "broker/cli/door_cmd.h"
 #include "broker/cli/top.h"
 
 static volatile sig_atomic_t stop_sig, resized;
@@ -145,8 +149,8 @@ static void draw(struct frame *f, const struct top_opts *o, const struct baton_m
 	for (uint32_t i = 0; i < st->engines.n; i++)
 		if (strlen(st->engines.v[i].name) > we)
 			we = strlen(st->engines.v[i].name);
-	addf(f, "%-*s %3s %-15s %21s %8s %8s %12s %8s %8s", (int)we, "ENGINE", "GPU", "STATE", "RESIDENT / CEILING",
-	    "IDLE", "UNTIL", "LAST REFILL", "REQS", "PID");
+	addf(f, "%-*s %3s %-15s %21s %8s %8s %12s %8s %7s %9s %8s", (int)we, "ENGINE", "GPU", "STATE",
+	    "RESIDENT / CEILING", "IDLE", "UNTIL", "LAST REFILL", "REQS", "PREFIX", "KV HOST", "PID");
 	for (uint32_t i = 0; i < st->engines.n; i++) {
 		const struct proto_engine_info *e = &st->engines.v[i];
 		const struct proto_gpu *g = gpu_of(st, e->gpu);
@@ -168,9 +172,19 @@ static void draw(struct frame *f, const struct top_opts *o, const struct baton_m
 			snprintf(gi, sizeof gi, "%u", g->index);
 		else
 			snprintf(gi, sizeof gi, "?");
-		addf(f, "%-*s %3s %-15s %21s %8s %8s %12s %8" PRIu64 " %8u", (int)we, e->name, gi, state, rc_,
+		/* the prefix cache: prompt tokens taken from it, and its KV in host memory while released */
+		char hit[16], kvh[32];
+		if (e->prefix_prompt)
+			snprintf(hit, sizeof hit, "%.0f%%", 100.0 * (double)e->prefix_cached / (double)e->prefix_prompt);
+		else
+			snprintf(hit, sizeof hit, "-");
+		if (e->kv_host_bytes)
+			cli_fmt_bytes(e->kv_host_bytes, kvh, sizeof kvh);
+		else
+			snprintf(kvh, sizeof kvh, "-");
+		addf(f, "%-*s %3s %-15s %21s %8s %8s %12s %8" PRIu64 " %7s %9s %8u", (int)we, e->name, gi, state, rc_,
 		    cli_fmt_idle(e->idle_ms, idle, sizeof idle), until_of(e, until, sizeof until), fill, e->requests,
-		    e->pid);
+		    hit, kvh, e->pid);
 	}
 	if (st->engines.n == 0)
 		addf(f, "(no engines)");
@@ -190,6 +204,81 @@ static bool write_all(const char *p, size_t n)
 	return true;
 }
 
+/* The front door's models (GET /v1/models over HTTP: $BATON_HTTP or the
+ * default address). Tokens per second come from the last frame's count. */
+#define TOP_MODELS 64
+static struct { char id[BROKER_NAME_MAX]; double t; long long gen; } last_gen[TOP_MODELS];
+static size_t n_last;
+
+static double tokens_per_s(const char *id, long long gen, double now)
+{
+	for (size_t i = 0; i < n_last; i++)
+		if (strcmp(last_gen[i].id, id) == 0) {
+			double r = now > last_gen[i].t && gen >= last_gen[i].gen ?
+			    (double)(gen - last_gen[i].gen) / (now - last_gen[i].t) : 0;
+			last_gen[i].t = now;
+			last_gen[i].gen = gen;
+			return r;
+		}
+	if (n_last < TOP_MODELS) {
+		snprintf(last_gen[n_last].id, sizeof last_gen[n_last].id, "%s", id);
+		last_gen[n_last].t = now;
+		last_gen[n_last++].gen = gen;
+	}
+	return 0;
+}
+
+static void draw_models(struct frame *f, const struct top_opts *o)
+{
+	char addr[300], err[512];
+	door_addr(o->http, addr, sizeof addr);
+	int st = 0;
+	char *body = NULL;
+	int rc = door_http(addr, "GET", "/v1/models", NULL, NULL, o->timeout_ms, &st, &body, err, sizeof err);
+	json_t *j = rc == 0 && st == 200 ? json_loads(body, 0, NULL) : NULL;
+	json_t *data = json_object_get(j, "data");
+	addf(f, "%s", "");
+	if (!json_is_array(data)) {
+		addf(f, "(front door at %s: %s)", addr, rc ? err : "no model list");
+	} else {
+		addf(f, "%-20s %-10s %-22s %9s %7s %7s %7s %8s %9s", "MODEL", "STATE", "ENGINES", "IN FLIGHT", "QUEUED",
+		    "SERVED", "FAILED", "TOK/S", "TTFT");
+		double now = baton_now_s();
+		size_t i;
+		json_t *m;
+		json_array_foreach(data, i, m) {
+			json_t *engs = json_object_get(m, "engines"), *req = json_object_get(m, "requests");
+			json_t *sv = json_object_get(m, "serving"), *e;
+			char names[96] = "";
+			long long inflight = 0;
+			size_t k;
+			json_array_foreach(engs, k, e) {
+				size_t at = strlen(names);
+				snprintf(names + at, sizeof names - at, "%s%s", at ? "," : "",
+				    json_string_value(json_object_get(e, "name")));
+				inflight += json_integer_value(json_object_get(e, "in_flight"));
+			}
+			const char *id = json_string_value(json_object_get(m, "id"));
+			long long gen = json_integer_value(json_object_get(sv, "generation_tokens"));
+			long long tc = json_integer_value(json_object_get(sv, "ttft_count"));
+			double ts = json_real_value(json_object_get(sv, "ttft_sum_s"));
+			char ttft[32];
+			if (tc > 0)
+				snprintf(ttft, sizeof ttft, "%.0f ms", 1e3 * ts / (double)tc);
+			else
+				snprintf(ttft, sizeof ttft, "-");
+			addf(f, "%-20s %-10s %-22s %9lld %7lld %7lld %7lld %8.1f %9s", id ? id : "?",
+			    json_string_value(json_object_get(m, "state")), names[0] ? names : "-", inflight,
+			    json_integer_value(json_object_get(m, "queued")), json_integer_value(json_object_get(req, "served")),
+			    json_integer_value(json_object_get(req, "failed")), tokens_per_s(id ? id : "?", gen, now), ttft);
+		}
+		if (json_array_size(data) == 0)
+			addf(f, "(no models at the front door)");
+	}
+	json_decref(j);
+	free(body);
+}
+
 /* One frame into f (reset first). */
 static void frame_make(struct frame *f, const struct top_opts *o, int *rc_out)
 {
@@ -204,6 +293,8 @@ static void frame_make(struct frame *f, const struct top_opts *o, int *rc_out)
 		snprintf(why, sizeof why, "%s%s%s", st.reply && st.msg ? st.msg : baton_strerror(rc),
 		    d.text[0] && !st.reply ? ": " : "", !st.reply ? d.text : "");
 	draw(f, o, &st, rc, why);
+	if (rc == 0)
+		draw_models(f, o);
 	if (rc == 0 || st.reply)
 		proto_msg_free(&st);
 	*rc_out = rc;

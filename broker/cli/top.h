@@ -10,6 +10,7 @@ struct top_opts {
 	int interval_ms;      /* between two frames */
 	int timeout_ms;       /* one status call */
 	int once;             /* one frame, then exit */
+	const char *http;     /* the front door's HOST:PORT (NULL: $BATON_HTTP, else the default) */
 };
 
 /* On a terminal (stdout a tty, not `once`): takes the alternate screen,

@@ -222,15 +222,27 @@ static void round_(struct broker_door *d, double now, struct outbox *ob)
 	}
 }
 
+/* The access log's line of q, answered here with status. */
+static void refused(struct dreq *q, int status)
+{
+	char name[BROKER_NAME_MAX];
+	pthread_mutex_lock(&q->d->mu);
+	snprintf(name, sizeof name, "%s", q->d->models[q->model].name);
+	pthread_mutex_unlock(&q->d->mu);
+	door_access_refused(q->d, name, status, q->t_in, q->stream);
+}
+
 static void answer(struct outbox *ob)
 {
 	for (struct dreq *q = ob->gone, *nx; q; q = nx) {
 		nx = q->next;
+		refused(q, 499);
 		door_reply_error(q->r, 503, "invalid_request_error", NULL, NULL, NULL, "the client went away");
 		door_dreq_free(q);
 	}
 	for (struct dreq *q = ob->nothread, *nx; q; q = nx) {
 		nx = q->next;
+		refused(q, 503);
 		door_reply_error(q->r, 503, "server_error", NULL, NULL, "1", "the broker cannot start a thread now");
 		door_dreq_free(q);
 	}
@@ -241,12 +253,14 @@ static void answer(struct outbox *ob)
 		snprintf(name, sizeof name, "%s", q->d->models[q->model].name);
 		door_fleet_resolve(q->d->fleet, name, NULL, 0, why, sizeof why);
 		pthread_mutex_unlock(&q->d->mu);
+		door_access_refused(q->d, name, 503, q->t_in, q->stream);
 		door_reply_error(q->r, 503, "server_error", "model", "model_failed", "30", "model '%s' failed: %s", name,
 		    why);
 		door_dreq_free(q);
 	}
 	for (struct dreq *q = ob->orphan, *nx; q; q = nx) {
 		nx = q->next;
+		refused(q, 503);
 		door_reply_error(q->r, 503, "server_error", "model", "model_not_served", "5",
 		    "no engine serves this model any more");
 		door_dreq_free(q);
@@ -310,6 +324,7 @@ void door_fleet_failed(struct broker_door *d, const char *name, const char *why)
 	pthread_mutex_unlock(&d->mu);
 	for (struct dreq *q = fail, *nx; q; q = nx) {
 		nx = q->next;
+		door_access_refused(d, name, 503, q->t_in, q->stream);
 		door_reply_error(q->r, 503, "server_error", "model", "model_failed", "30", "model '%s' failed: %s", name,
 		    why);
 		door_dreq_free(q);

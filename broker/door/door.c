@@ -42,6 +42,7 @@ static void set_config(struct broker_door *d, const struct broker_config *cfg)
 {
 	d->quantum_s = cfg->door_quantum_s;
 	d->queue_max = cfg->door_queue_max ? cfg->door_queue_max : 64;
+	d->access_log = cfg->access_log;
 }
 
 void broker_door_reload(struct broker_door *d, const struct broker_config *cfg)
@@ -87,11 +88,20 @@ int broker_door_open(struct broker *b, struct broker_http *h, const struct broke
 		  .fn = door_on_completion, .arg = d },
 		{ .path = "/v1/completions", .methods = "POST", .body_max = HTTP_OPENAI_BODY_MAX,
 		  .fn = door_on_completion, .arg = d },
+		{ .path = "/v1/responses", .methods = "POST", .body_max = HTTP_OPENAI_BODY_MAX,
+		  .fn = door_on_completion, .arg = d },
 		{ .path = "/v1/models", .methods = "GET, HEAD", .fn = door_on_models, .arg = d },
 		/* vLLM's, answered by the model's engine */
 		{ .path = "/tokenize", .methods = "POST", .body_max = HTTP_OPENAI_BODY_MAX,
 		  .fn = door_on_completion, .arg = d },
 		{ .path = "/detokenize", .methods = "POST", .body_max = HTTP_OPENAI_BODY_MAX,
+		  .fn = door_on_completion, .arg = d },
+		/* the other faces (faces.c): Ollama's, Anthropic's */
+		{ .path = "/api/", .prefix = true, .methods = "GET, HEAD, POST", .body_max = HTTP_OPENAI_BODY_MAX,
+		  .fn = door_on_ollama, .arg = d },
+		{ .path = "/v1/messages", .methods = "POST", .body_max = HTTP_OPENAI_BODY_MAX,
+		  .fn = door_on_completion, .arg = d },
+		{ .path = "/v1/messages/count_tokens", .methods = "POST", .body_max = HTTP_OPENAI_BODY_MAX,
 		  .fn = door_on_completion, .arg = d },
 	};
 	for (size_t i = 0; h && i < sizeof routes / sizeof routes[0] && !rc; i++)

@@ -11,14 +11,19 @@
  *   proxy.c     one forwarded request: the engine's reply passed through
  *   refill.c    the refill of a switch, on a thread of its own
  *   models.c    GET /v1/models
+ *   faces.c     Ollama's /api/ (its lists; chat, generate, show go on as
+ *               completions do), beside Anthropic's /v1/messages (routed
+ *               as a completion)
  *   metrics.c   its Prometheus lines and histograms
  *   errors.c    answers in OpenAI's error shape
  *   policy.c    which engines of a device take requests now and when the
  *               device switches to another model (pure)
  *   fleet.c     the [model] sections: engines the broker starts, watches,
  *               restarts and stops itself (below the rest: it calls only
- *               view.c's lookups and door_fleet_failed)
+ *               view.c's lookups and door_fleet_failed); fleet_int.h
+ *   fleet_view.c what /v1/models and /metrics say of the fleet's models
  *   upstream.c  the HTTP/1.1 client to an engine's OpenAI HTTP
+ *   usage.c     the engine's usage report (tokens, time to first token)
  *
  * The door is a face of the broker: it reads engines through broker_call
  * (a status, when the core's events say something changed; a refill of a
@@ -81,6 +86,8 @@ struct dmodel {
 	unsigned queued;
 	bool queue_told;         /* door.queue published for the wait under way */
 	uint64_t served, rejected_full, failed, gone;
+	uint64_t client_error;   /* the engine answered 4xx: the client's request, never "failed" */
+	struct baton_serving sv; /* the serving metrics (metrics.c writes them, proxy.c counts) */
 	double last_active;      /* a request of it came or ended (the fleet's stop_after_s) */
 	struct baton_hist wait, refill, prefill, start;
 	double served_since;     /* an engine of it came into the view (0: none there) */
@@ -128,6 +135,7 @@ struct broker_door {
 	struct door_fleet *fleet; /* the [model] sections (fleet.c); NULL: none */
 	uint64_t switches_total;
 	struct baton_hist sw_drain, sw_refill; /* the parts of each switch */
+	bool access_log;         /* a log line per request ([broker] access_log) */
 };
 
 
@@ -161,6 +169,9 @@ unsigned door_inflight(struct broker_door *d, const char *name);
 /* The route handlers (broker_http_route): a completion in; GET /v1/models. */
 void door_on_completion(void *arg, struct baton_http_req *r);
 void door_on_models(void *arg, struct baton_http_req *r);
+/* faces.c: everything under /api/ (Ollama's): its lists, and chat,
+ * generate and show through door_on_completion. */
+void door_on_ollama(void *arg, struct baton_http_req *r);
 /* The dispatch thread, started with the first request; false when it cannot. */
 bool door_start_dispatch(struct broker_door *d);
 
@@ -174,7 +185,7 @@ bool door_forward(struct broker_door *d, struct dreq *q, const struct deng *e);
 void *door_refill_thread(void *arg);
 void *door_refill_job(struct broker_door *d, const char *gpu, const char *eng);
 
-/* ---- fleet.c ------------------------------------------------------------------ */
+/* ---- fleet.c, fleet_view.c ----------------------------------------------------- */
 
 struct door_fleet;
 
@@ -205,6 +216,39 @@ void door_fleet_metrics(struct door_fleet *f, FILE *out);
 void door_fleet_failed(struct broker_door *d, const char *name, const char *why);
 /* Frees a request (its rewritten body too). */
 void door_dreq_free(struct dreq *q);
+
+/* ---- usage.c ------------------------------------------------------------------ */
+
+/* What the engine said of a request it served: "prompt_tokens=P
+ * completion_tokens=C ttft_s=T finish=F" (engine/serve/openai_http.c). */
+struct door_usage {
+	bool have;
+	unsigned long prompt, completion;
+	double ttft_s;
+	char finish[16];
+};
+/* The report's text (the header's value, the comment's rest); u->have when it is one. */
+void door_usage_parse(const char *s, struct door_usage *u);
+/* A whole reply without the header (a batch of prompts): its "usage" object. */
+void door_usage_of_body(const char *buf, size_t n, struct door_usage *u);
+/* A stream's report is a comment line (": baton-usage ...") in its
+ * [DONE] event: taken out, so the client gets the engine's stream as the
+ * engine writes it to anyone else. Lines are followed across reads; a
+ * comment line longer than line[] passes on as it is. */
+struct door_strip {
+	bool mid;            /* inside a line (not at its start) */
+	bool held;           /* holding a comment line */
+	char line[256];
+	size_t n;
+};
+/* in[0..n) to out (room for n + sizeof s->line bytes); returns out's
+ * length; a report found goes into u. At the stream's end a line still
+ * held (s->held, s->n bytes of s->line) is the caller's to pass on. */
+size_t door_strip_usage(struct door_strip *s, const char *in, size_t n, char *out, struct door_usage *u);
+
+/* The access log's line of a request answered without an engine (a full
+ * queue, a failed model, a client gone while it waited); not under d->mu. */
+void door_access_refused(struct broker_door *d, const char *model, int status, double t_in, bool stream);
 
 /* ---- metrics.c ---------------------------------------------------------------- */
 

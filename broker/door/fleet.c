@@ -24,6 +24,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <poll.h>
 #include <pthread.h>
@@ -39,63 +40,13 @@
 #include <sys/wait.h>
 
 #include "arena/arena.h"
-#include "broker/door/door_int.h"
+#include "broker/door/fleet_int.h"
 
-#define LOG_LINES 24
 #define BACKOFF_MIN_S 0.5
 #define BACKOFF_MAX_S 30.0
 #define STOP_GRACE_S 10.0       /* SIGTERM, then SIGKILL after this */
 #define START_LIMIT_S 600.0     /* an engine not registered this long after its start: killed (a crash) */
 #define TICK_MS 100
-#define START_NB 12
-
-static const double start_le[START_NB] = { 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 120 };
-
-enum fstate { FS_STOPPED, FS_ARENA, FS_STARTING, FS_RUNNING, FS_STOPPING, FS_DOWN, FS_FAILED };
-
-static const char *const state_names[] = { "stopped", "arena", "starting", "running", "stopping", "down",
-	"failed" };
-
-struct child {
-	pid_t pid;
-	int pidfd, outfd;       /* -1: none */
-	char part[512];         /* a line not ended yet */
-	size_t partn;
-};
-
-struct fmodel {
-	bool used;
-	struct broker_model_conf conf;
-	struct broker_model_conf next;  /* a changed section, taken when the engine is stopped */
-	bool have_next, removed;
-	enum fstate st;
-	struct child eng, tool;
-	bool wanted;                    /* a request waits for it */
-	bool idle_stop;                 /* stopping after stop_after_s (drop_arena applies) */
-	double t_start, restart_at, term_at, ready_ms, running_since;
-	double crash_t[64];
-	unsigned n_crash;
-	uint64_t starts, crashes, idle_stops;
-	struct baton_hist h_arena, h_engine;  /* the parts of each start */
-	double t_arena;
-	char log[LOG_LINES][256];
-	unsigned log_n;
-	char why[2048];                 /* failed: why, with the last lines */
-	char arena[BROKER_PATH_MAX + 160];
-};
-
-struct door_fleet {
-	struct broker_door *d;
-	pthread_mutex_t mu;
-	pthread_t th;
-	bool have_th, stop;
-	int wake[2];
-	char engine[BROKER_PATH_MAX], tool[BROKER_PATH_MAX], arena_dir[BROKER_PATH_MAX], run_dir[BROKER_PATH_MAX];
-	char broker_url[BROKER_URL_MAX];
-	unsigned restart_max;
-	double restart_window_s;
-	struct fmodel m[BROKER_MAX_MODELS];
-};
 
 static void wake(struct door_fleet *f)
 {
@@ -404,6 +355,8 @@ static void start_engine(struct door_fleet *f, struct fmodel *m)
 	argv[n++] = device;
 	argv[n++] = "--expert-cache-release";
 	argv[n++] = "--vram-elastic";
+	if (!f->access_log)
+		argv[n++] = "--no-access-log"; /* [broker] access_log = false */
 	if (m->conf.ctx) {
 		snprintf(ctx, sizeof ctx, "%u", m->conf.ctx);
 		argv[n++] = "--ctx";
@@ -418,6 +371,14 @@ static void start_engine(struct door_fleet *f, struct fmodel *m)
 		snprintf(seqs, sizeof seqs, "%u", m->conf.max_seqs);
 		argv[n++] = "--max-seqs";
 		argv[n++] = seqs;
+	}
+	if (m->conf.no_prefix_cache)
+		argv[n++] = "--no-prefix-cache";
+	char kvh[24];
+	if (m->conf.has_kv_host) {
+		snprintf(kvh, sizeof kvh, "%" PRIu64, m->conf.kv_host_mib);
+		argv[n++] = "--kv-host-mib";
+		argv[n++] = kvh;
 	}
 	if (m->conf.has_priority) {
 		snprintf(prio, sizeof prio, "%d", m->conf.priority);
@@ -772,6 +733,7 @@ static void beside_program(char *out, size_t n, const char *prog)
 /* Under f->mu: the configuration's models become the fleet's. */
 static void take_models(struct door_fleet *f, const struct broker_config *cfg, char *msg, size_t n)
 {
+	f->access_log = cfg->access_log;
 	char added[512] = "", removed[512] = "", changed[512] = "";
 	unsigned same = 0;
 	for (size_t i = 0; i < BROKER_MAX_MODELS; i++) {
@@ -967,109 +929,4 @@ void door_fleet_close(struct door_fleet *f)
 	close(f->wake[1]);
 	pthread_mutex_destroy(&f->mu);
 	free(f);
-}
-
-/* ---- views: /v1/models and /metrics (under d->mu) ------------------------------- */
-
-json_t *door_fleet_json(struct door_fleet *f, const char *name, const char **state)
-{
-	if (!f)
-		return NULL;
-	pthread_mutex_lock(&f->mu);
-	struct fmodel *m = NULL;
-	for (size_t i = 0; i < BROKER_MAX_MODELS && !m; i++)
-		if (f->m[i].used && !f->m[i].removed && strcmp(f->m[i].conf.name, name) == 0)
-			m = &f->m[i];
-	json_t *j = NULL;
-	if (m) {
-		json_t *al = json_array();
-		char buf[256];
-		snprintf(buf, sizeof buf, "%s", m->conf.aliases);
-		char *save = NULL;
-		for (char *t = strtok_r(buf, ", \t", &save); t; t = strtok_r(NULL, ", \t", &save))
-			json_array_append_new(al, json_string(t));
-		const char *st = state_names[m->st];
-		if (m->st == FS_ARENA)
-			st = "starting";
-		if (state)
-			*state = st;
-		char device[48];
-		snprintf(device, sizeof device, "%s:%d", m->conf.backend, m->conf.device);
-		j = json_pack("{s:s, s:o, s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:f}", "state", st, "aliases", al,
-		    "source", m->conf.source, "device", device, "arena", m->arena[0] ? m->arena : "",
-		    "pid", (json_int_t)(m->eng.pid > 0 ? m->eng.pid : 0), "starts", (json_int_t)m->starts,
-		    "crashes", (json_int_t)m->crashes, "idle_stops", (json_int_t)m->idle_stops,
-		    "stop_after_s", m->conf.stop_after_s);
-		if (m->st == FS_ARENA)
-			json_object_set_new(j, "phase", json_string("arena"));
-		if (m->st == FS_FAILED)
-			json_object_set_new(j, "error", json_string(m->why));
-		if (m->ready_ms > 0)
-			json_object_set_new(j, "start_ms", json_real(m->ready_ms));
-		json_t *lines = json_array();
-		for (unsigned i = 0; i < m->log_n; i++)
-			json_array_append_new(lines, json_string(m->log[i]));
-		json_object_set_new(j, "log", lines);
-	}
-	pthread_mutex_unlock(&f->mu);
-	return j;
-}
-
-size_t door_fleet_names(struct door_fleet *f, char (*names)[BROKER_NAME_MAX], size_t max)
-{
-	if (!f)
-		return 0;
-	size_t n = 0;
-	pthread_mutex_lock(&f->mu);
-	for (size_t i = 0; i < BROKER_MAX_MODELS && n < max; i++)
-		if (f->m[i].used && !f->m[i].removed)
-			snprintf(names[n++], BROKER_NAME_MAX, "%s", f->m[i].conf.name);
-	pthread_mutex_unlock(&f->mu);
-	return n;
-}
-
-void door_fleet_metrics(struct door_fleet *f, FILE *out)
-{
-	if (!f)
-		return;
-	pthread_mutex_lock(&f->mu);
-	baton_prom_family(out, "baton_fleet_model_state", "gauge",
-	    "Fleet: 1 for the state each [model] is in (stopped, starting, running, stopping, down, failed).");
-	for (size_t i = 0; i < BROKER_MAX_MODELS; i++) {
-		const struct fmodel *m = &f->m[i];
-		if (!m->used || m->removed)
-			continue;
-		static const char *shown[] = { "stopped", "starting", "running", "stopping", "down", "failed" };
-		const char *cur = m->st == FS_ARENA ? "starting" : state_names[m->st];
-		for (size_t k = 0; k < sizeof shown / sizeof shown[0]; k++)
-			baton_prom_u64(out, "baton_fleet_model_state",
-			    (const char *[]){ "model", m->conf.name, "state", shown[k], NULL }, strcmp(cur, shown[k]) == 0);
-	}
-	const char *fam[3] = { "baton_fleet_engine_starts_total", "baton_fleet_engine_crashes_total",
-		"baton_fleet_engine_idle_stops_total" };
-	const char *help[3] = { "Fleet: engines the broker started, per model.",
-		"Fleet: engines that exited without being asked, per model.",
-		"Fleet: engines stopped after stop_after_s idle, per model." };
-	for (int k = 0; k < 3; k++) {
-		baton_prom_family(out, fam[k], "counter", help[k]);
-		for (size_t i = 0; i < BROKER_MAX_MODELS; i++) {
-			const struct fmodel *m = &f->m[i];
-			if (!m->used || m->removed)
-				continue;
-			baton_prom_u64(out, fam[k], (const char *[]){ "model", m->conf.name, NULL },
-			    k == 0 ? m->starts : k == 1 ? m->crashes : m->idle_stops);
-		}
-	}
-	baton_prom_family(out, "baton_fleet_start_seconds", "histogram", "Fleet: the parts of each start of a "
-	    "model: arena (baton-arena create, a few ms when it reuses one), engine (spawned until registered).");
-	for (size_t i = 0; i < BROKER_MAX_MODELS; i++) {
-		const struct fmodel *m = &f->m[i];
-		if (!m->used || m->removed)
-			continue;
-		baton_prom_hist(out, "baton_fleet_start_seconds", (const char *[]){ "model", m->conf.name, "phase", "arena",
-		    NULL }, start_le, START_NB, &m->h_arena);
-		baton_prom_hist(out, "baton_fleet_start_seconds", (const char *[]){ "model", m->conf.name, "phase",
-		    "engine", NULL }, start_le, START_NB, &m->h_engine);
-	}
-	pthread_mutex_unlock(&f->mu);
 }

@@ -277,6 +277,59 @@ def t_fleet(c):
         assert metric(http, "baton_fleet_start_seconds_count", '{model="%s",phase="arena"}' % name) == \
             (0 if name == "tiny" else 1), name  # tiny's arena is its source
 
+    # the serving metrics, per model, are the answers' own numbers (the
+    # client's view: arrival at the door, so the engine's start is in the
+    # first request's time to first token)
+    for name in ("qwen", "mixtral", "tiny"):
+        mine = [b for (k, n, s_), (st_, b) in got.items() if (n == "bible-qwen" and name == "qwen") or n == name]
+        lab = '{model="%s"}' % name
+        assert metric(http, "baton_door_prompt_tokens_total", lab) == sum(b["usage"]["prompt_tokens"] for b in mine)
+        assert metric(http, "baton_door_generation_tokens_total", lab) == \
+            sum(b["usage"]["completion_tokens"] for b in mine), name
+        assert metric(http, "baton_door_time_to_first_token_seconds_count", lab) == len(mine)
+        assert metric(http, "baton_door_e2e_request_latency_seconds_count", lab) == len(mine)
+        assert metric(http, "baton_door_time_to_first_token_seconds_sum", lab) > \
+            metric(http, "baton_door_ttft_start_seconds_sum", lab) > 0  # the start is a part of it
+        assert metric(http, "baton_door_time_to_first_token_seconds_sum", lab) < \
+            metric(http, "baton_door_e2e_request_latency_seconds_sum", lab)
+        ends = sum(metric(http, "baton_door_request_success_total", '{model="%s",finished_reason="%s"}' % (name, r))
+                   for r in ("stop", "length", "cancelled"))
+        assert ends == len(mine), (name, ends)
+        assert metric(http, "baton_door_requests_running", lab) == 0
+        assert metric(http, "baton_door_requests_waiting", lab) == 0
+    # a client's bad request through the door: the engine's 400 passes on,
+    # counted client_error and bad_request, never failed
+    st_, body, _ = http.post("/v1/chat/completions", dict(chat("qwen", "Who?", 1), temperature=5))
+    assert st_ == 400 and body["error"]["param"] == "temperature", body
+    want_metric(http, "baton_door_requests_total", '{model="qwen",outcome="client_error"}', 1)
+    assert metric(http, "baton_door_requests_total", '{model="qwen",outcome="failed"}') == 0
+    assert metric(http, "baton_door_requests_rejected_total", '{model="qwen",reason="bad_request"}') == 1
+    # the broker as one model server, as a gateway reads it: nothing waits or
+    # runs now; its KV pools as the engines' heartbeats say (all free now)
+    assert metric(http, "baton_requests_waiting") == 0 and metric(http, "baton_requests_running") == 0
+    want_metric(http, "baton_kv_cache_usage_ratio", "", 0)  # the next heartbeats say so
+    h.wait_for("the KV pools in the status", lambda: all(e["kv_blocks"] > 0 for e in c.status()["engines"]),
+               timeout=T)
+    assert all(e["kv_blocks_used"] == 0 for e in c.status()["engines"]), c.status()["engines"]
+    # an engine's own /metrics: the same families as baton_engine_, only with the door's token
+    eng = h.Http(st["qwen"]["http"])
+    code, _, _ = eng.get("/metrics")
+    assert code == 401, code
+    # the access log: one line per request through the door, with its tokens
+    def access_lines(door):
+        pat = r"access: model=\S+ engine=" if door else r"engine \S+: .*access: model=\S+ status="
+        return [x for x in open(c.log("broker")).read().splitlines() if re.search(pat, x)]
+    # each is written as its answer ends: the last may come a moment after the client has it
+    h.wait_for("10 access lines of the door's and of the engines'", lambda: len(access_lines(True)) == 10 and
+               len(access_lines(False)) == 10, timeout=T)
+    acc = access_lines(True)
+    assert len(acc) == 10 and len([x for x in acc if "status=200" in x]) == 9, acc
+    assert sum(int(re.search(r"completion_tokens=(\d+)", x).group(1)) for x in acc) == \
+        sum(b["usage"]["completion_tokens"] for _, b in got.values()), acc
+    # and the engines' own lines, relayed into the broker's log
+    eacc = access_lines(False)
+    assert len(eacc) == 10 and len([x for x in eacc if "status=400" in x]) == 1, eacc
+
     # broken: its arena cannot be made; crashy: its engine exits at once,
     # restart_max times; both answer 503 model_failed with the reason
     st, body, hd = http.post("/v1/chat/completions", chat("broken", "Who?", 1))
@@ -286,6 +339,10 @@ def t_fleet(c):
     assert st == 503 and body["error"]["code"] == "model_failed", (st, body)
     assert "crashed 3 times" in body["error"]["message"], body
     assert "--ctx wants at least 16" in body["error"]["message"], body  # its last lines
+    # answered without an engine: their access lines say so
+    h.wait_for("the failed models' access lines", lambda: all(re.search(
+        r"access: model=%s engine=- status=503 " % n, open(c.log("broker")).read()) for n in ("broken", "crashy")),
+        timeout=T)
     ms = models(http)
     assert ms["crashy"]["state"] == "failed" and ms["crashy"]["fleet"]["crashes"] == 3, ms["crashy"]
     assert "--ctx wants at least 16" in ms["crashy"]["fleet"]["error"], ms["crashy"]
@@ -304,6 +361,8 @@ def t_fleet(c):
     h.wait_for("two requests in mixtral's engine", lambda: metric(
         http, "baton_door_in_flight", '{engine="mixtral",model="mixtral"}') == 2, timeout=T, every=0.01)
     os.kill(pids["mixtral"], signal.SIGSTOP)  # neither ends before the kill
+    # the broker as one model server (what a gateway reads): both running, none waiting
+    assert metric(http, "baton_requests_running") == 2 and metric(http, "baton_requests_waiting") == 0
     os.kill(pids["mixtral"], signal.SIGKILL)
     raw = h.read_to_eof(s)
     s.close()
@@ -442,6 +501,49 @@ def t_fleet(c):
     h.wait_for("every engine stopped", lambda: not engine_procs(c), timeout=T)
 
 
+def t_top_shows_the_door(c):
+    """baton top tells what the door did: a MODELS section from
+    /v1/models (state, engines, served, tokens per second since the last
+    frame, mean time to first token), UNTIL counts down the door's
+    keep-alive (it said "never" for an engine the keep-alive released),
+    and live at --interval 2 it costs next to no CPU."""
+    import termios  # noqa: F401 (the pty's modes)
+    http = c.http_broker("arena_dir = %s/arenas\ndoor_keep_alive_s = 60\n" % c.dir + model("qwen", QWEN_DIR))
+    served = 0
+    for seed in (1, 2):
+        st, body, _ = http.post("/v1/chat/completions", chat("qwen", "Who was Noah?", seed), timeout=60)
+        assert st == 200, body
+        served += 1
+    env = dict(c.env, BATON_BROKER=c.control, BATON_HTTP=http.url)
+    p = subprocess.run([h.CLI, "top", "--once"], capture_output=True, text=True, env=env, timeout=30)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    head = [i for i, ln in enumerate(lines) if ln.split()[:2] == ["MODEL", "STATE"]]
+    assert head, p.stdout
+    row = lines[head[0] + 1].split()
+    assert row[0] == "qwen" and row[1] == "resident" and row[2] == "qwen" and row[5] == str(served), p.stdout
+    assert row[-1] == "ms" and float(row[-2]) > 0, row  # the mean time to first token, "N ms"
+    eng = [ln for ln in lines if ln.split()[:1] == ["qwen"] and "MiB" in ln][0]
+    until = re.search(r"MiB\s+\S+\s+(\S+)\s+\S+ GB/s", eng).group(1)  # IDLE, then UNTIL
+    assert re.match(r"^[\d.]+s$|^\dm\d\ds$", until) and 50 <= float(until.rstrip("s")) <= 60, eng  # not "never"
+    # live on a terminal, every 2 s: a frame is one status and one GET, then it sleeps
+    master, slave = h.pty_open(40, 160)
+    tp = subprocess.Popen([h.CLI, "top", "--interval", "2"], stdin=slave, stdout=slave, stderr=slave,
+                          env=dict(env, TERM="xterm"))
+    got = h.pty_read_until(master, lambda g: b"MODEL" in g and b"qwen" in g, timeout=10)
+    assert b"every 2.0s" in got, got[:300]
+    time.sleep(6)
+    f = open("/proc/%d/stat" % tp.pid).read().rsplit(")", 1)[1].split()
+    cpu_s = (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+    os.write(master, b"q")
+    assert tp.wait(10) == 0
+    os.close(slave)
+    os.close(master)
+    assert cpu_s < 0.15, "baton top --interval 2 used %.2f s of CPU in about 6 s" % cpu_s
+    return "top: %.2f s CPU in 6 s at --interval 2" % cpu_s
+
+
 if __name__ == "__main__":
     h.need(h.BROKER)
-    sys.exit(h.run_cases([t_bad_model_refused, t_arena_full_refused, t_fleet], only=sys.argv[1:], logs=("broker",)))
+    sys.exit(h.run_cases([t_bad_model_refused, t_arena_full_refused, t_fleet, t_top_shows_the_door], only=sys.argv[1:],
+                         logs=("broker",)))

@@ -1,7 +1,8 @@
 /*
  * intake.c: a completion request in (door_int.h): POST
- * /v1/chat/completions and /v1/completions (and vLLM's /tokenize and
- * /detokenize, routed by their model the same way), on the HTTP server's thread.
+ * /v1/chat/completions and /v1/completions (and /v1/responses, vLLM's
+ * /tokenize and /detokenize, routed by their model the same way), on the
+ * HTTP server's thread.
  * Its token and body are checked (a JSON object with a `model` the core
  * says an engine serves, `stream` a boolean), it joins its model's queue
  * (at most door_queue_max wait; more: 503 queue_full) and the dispatch
@@ -71,11 +72,17 @@ static bool served(struct broker_door *d, const char *model)
 	return yes;
 }
 
+/* The other APIs' paths, forwarded to the model's engine as they came:
+ * Ollama's (faces.c) and Anthropic's. */
+static const char *const faces[] = { "/api/chat", "/api/generate", "/api/show", "/v1/messages",
+	"/v1/messages/count_tokens", NULL };
+
 void door_on_completion(void *arg, struct baton_http_req *r)
 {
 	struct broker_door *d = arg;
 	const char *path = http_req_path(r);
 	bool chat = strcmp(path, "/v1/chat/completions") == 0;
+	bool ollama = strncmp(path, "/api/", 5) == 0;
 	if (!door_start_dispatch(d)) {
 		door_reply_error(r, 503, "server_error", NULL, NULL, "1", "the front door cannot start its thread");
 		return;
@@ -97,9 +104,12 @@ void door_on_completion(void *arg, struct baton_http_req *r)
 	}
 	json_t *jm = json_object_get(j, "model");
 	json_t *js = json_object_get(j, "stream");
+	if (ollama && (!json_is_string(jm) || !json_string_length(jm)))
+		jm = json_object_get(j, "name"); /* Ollama's older name of the field */
 	if (!json_is_string(jm) || json_string_length(jm) == 0 || json_string_length(jm) >= BROKER_NAME_MAX) {
 		json_decref(j);
-		door_reply_error(r, 400, "invalid_request_error", "model", NULL, NULL, "'model' must be a model's name");
+		door_reply_error(r, 400, "invalid_request_error", "model", NULL, NULL, "%s", ollama ? "model is required" :
+		    "'model' must be a model's name");
 		return;
 	}
 	if (js && !json_is_boolean(js)) {
@@ -109,7 +119,11 @@ void door_on_completion(void *arg, struct baton_http_req *r)
 	}
 	char model[BROKER_NAME_MAX];
 	snprintf(model, sizeof model, "%s", json_string_value(jm));
-	bool stream = json_is_true(js);
+	/* Ollama streams unless told not to; its clients name a model NAME:latest */
+	bool stream = json_is_true(js) || (ollama && !js && strcmp(path, "/api/show") != 0);
+	size_t ml = strlen(model);
+	if (ollama && ml > 7 && strcmp(model + ml - 7, ":latest") == 0)
+		model[ml - 7] = 0;
 	/* a [model] of the fleet, by its name or an alias: its engine may not
 	 * run yet (it is started, and the request waits for it) */
 	char canon[BROKER_NAME_MAX], why[2048] = "";
@@ -133,13 +147,16 @@ void door_on_completion(void *arg, struct baton_http_req *r)
 	json_decref(j);
 	if (fl == 1) {
 		free(own);
+		door_access_refused(d, model, 503, 0, false);
 		door_reply_error(r, 503, "server_error", "model", "model_failed", "30",
 		    "model '%s' failed and is not restarted until the configuration is reloaded: %s", model, why);
 		return;
 	}
 
 	if (fl < 0 && !served(d, model)) {
+		door_access_refused(d, model, 404, 0, false);
 		door_reply_error(r, 404, "invalid_request_error", "model", "model_not_found", NULL,
+		    ollama ? "model '%s' not found (GET /api/tags lists those the front door serves)" :
 		    "The model '%s' does not exist (GET /v1/models lists those the broker serves)", model);
 		return;
 	}
@@ -157,6 +174,7 @@ void door_on_completion(void *arg, struct baton_http_req *r)
 		unsigned qm = d->queue_max;
 		pthread_mutex_unlock(&d->mu);
 		free(own);
+		door_access_refused(d, model, 503, 0, false);
 		door_reply_error(r, 503, "server_error", NULL, "queue_full", "1",
 		    "model '%s' has %u requests waiting already; try again", model, qm);
 		return;
@@ -174,11 +192,15 @@ void door_on_completion(void *arg, struct baton_http_req *r)
 	q->d = d;
 	q->model = mi;
 	q->path = chat ? "/v1/chat/completions" : strcmp(path, "/tokenize") == 0 ? "/tokenize" :
-	    strcmp(path, "/detokenize") == 0 ? "/detokenize" : "/v1/completions";
+	    strcmp(path, "/detokenize") == 0 ? "/detokenize" : strcmp(path, "/v1/responses") == 0 ? "/v1/responses" :
+	    "/v1/completions";
 	q->body = body;
 	q->own_body = own;
 	q->len = len;
 	q->stream = stream;
+	for (size_t i = 0; faces[i]; i++) /* Ollama's and Anthropic's go on as they came */
+		if (strcmp(path, faces[i]) == 0)
+			q->path = faces[i];
 	q->t_in = baton_now_s();
 	/* before anyone else may answer it: a client that leaves from here on
 	 * is seen (by id; a request not queued yet is looked for in vain, and

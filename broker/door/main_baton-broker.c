@@ -216,6 +216,7 @@ static void print_config(const struct broker_config *c)
 	else
 		printf("door_keep_alive_s = %g\n", c->door_keep_alive_s);
 	printf("door_queue_max = %u\n", c->door_queue_max);
+	printf("access_log = %s\n", c->access_log ? "true" : "false");
 	printf("arena_dir = %s\nrestart_max = %u\nrestart_window_s = %g\n", c->arena_dir, c->restart_max,
 	    c->restart_window_s);
 	if (c->engine_path[0])

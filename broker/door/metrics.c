@@ -20,6 +20,52 @@ void door_hist_add(struct baton_hist *h, double s)
 
 #define BY_MODEL(m) ((const char *[]){ "model", (m), NULL })
 
+/* Under d->mu: the serving metrics per model (proto/base's table, as the
+ * engines write theirs): the gauges and the ends not counted in sv taken
+ * from the door's own counters as of now. */
+static void serving(struct broker_door *d, FILE *f)
+{
+	static struct baton_serving sv[BROKER_MAX_ENGINES];   /* under d->mu */
+	const struct baton_serving *ps[BROKER_MAX_ENGINES];
+	const char *const *labels[BROKER_MAX_ENGINES];
+	const char *pairs[BROKER_MAX_ENGINES][3];
+	for (size_t i = 0; i < d->n_models; i++) {
+		const struct dmodel *m = &d->models[i];
+		sv[i] = m->sv;
+		unsigned running = 0;
+		for (const struct dreq *q = d->fwd; q; q = q->next)
+			running += q->model == (int)i;
+		sv[i].g[BATON_SV_RUNNING] = running;
+		sv[i].g[BATON_SV_WAITING] = m->queued;
+		sv[i].end[BATON_SV_CANCELLED] += m->gone;
+		sv[i].end[BATON_SV_QUEUE_FULL] = m->rejected_full;
+		sv[i].end[BATON_SV_BAD_REQUEST] = m->client_error;
+		sv[i].end[BATON_SV_FAILED] = m->failed;
+		pairs[i][0] = "model";
+		pairs[i][1] = m->name;
+		pairs[i][2] = NULL;
+		ps[i] = &sv[i];
+		labels[i] = pairs[i];
+	}
+	baton_sv_write(f, "baton_door_", BATON_SV_DOOR, ps, labels, d->n_models);
+	/* The whole broker as one model server, as a gateway that picks a
+	 * node by its load reads it (the Gateway API inference extension's
+	 * TotalQueuedRequests, TotalRunningRequests; KVCacheUtilization is
+	 * the core's baton_kv_cache_usage_ratio, broker/api/metrics.c:
+	 * docs/guides/kubernetes.md): no labels, one series each. */
+	uint64_t waiting = 0, running = 0;
+	for (size_t i = 0; i < d->n_models; i++) {
+		waiting += sv[i].g[BATON_SV_WAITING];
+		running += sv[i].g[BATON_SV_RUNNING];
+	}
+	baton_prom_family(f, "baton_requests_waiting", "gauge", "The broker's requests waiting for an engine, all "
+	    "models (vllm:num_requests_waiting of the node).");
+	baton_prom_u64(f, "baton_requests_waiting", NULL, waiting);
+	baton_prom_family(f, "baton_requests_running", "gauge", "The broker's requests forwarded to an engine, not "
+	    "yet answered, all models (vllm:num_requests_running of the node).");
+	baton_prom_u64(f, "baton_requests_running", NULL, running);
+}
+
 void door_metrics(void *arg, FILE *f)
 {
 	struct broker_door *d = arg;
@@ -34,12 +80,13 @@ void door_metrics(void *arg, FILE *f)
 		baton_prom_f(f, "baton_door_oldest_wait_seconds", BY_MODEL(d->models[i].name), 3,
 		    d->models[i].qh ? now - d->models[i].qh->t_in : 0.0);
 	baton_prom_family(f, "baton_door_requests_total", "counter",
-	    "Front door: requests by outcome (served, queue_full, failed, gone: the client left).");
+	    "Front door: requests by outcome (served, queue_full, client_error: the engine answered 4xx, never "
+	    "counted failed; failed, gone: the client left).");
 	for (size_t i = 0; i < d->n_models; i++) {
 		const struct dmodel *m = &d->models[i];
-		const char *what[4] = { "served", "queue_full", "failed", "gone" };
-		uint64_t v[4] = { m->served, m->rejected_full, m->failed, m->gone };
-		for (int k = 0; k < 4; k++)
+		const char *what[5] = { "served", "queue_full", "client_error", "failed", "gone" };
+		uint64_t v[5] = { m->served, m->rejected_full, m->client_error, m->failed, m->gone };
+		for (int k = 0; k < 5; k++)
 			baton_prom_u64(f, "baton_door_requests_total",
 			    (const char *[]){ "model", m->name, "outcome", what[k], NULL }, v[k]);
 	}
@@ -74,6 +121,7 @@ void door_metrics(void *arg, FILE *f)
 			    k == 0 ? &m->wait : k == 1 ? &m->refill : k == 2 ? &m->prefill : &m->start);
 		}
 	}
+	serving(d, f);
 	door_fleet_metrics(d->fleet, f);
 	pthread_mutex_unlock(&d->mu);
 }

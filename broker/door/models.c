@@ -44,9 +44,15 @@ static json_t *models_json(struct broker_door *d)
 			state = fst;
 		json_t *o = json_pack("{s:s, s:s, s:i, s:s, s:s, s:o, s:i}", "id", m->name, "object",
 		    "model", "created", 0, "owned_by", "baton", "state", state, "engines", engs, "queued", (int)m->queued);
-		json_object_set_new(o, "requests", json_pack("{s:I, s:I, s:I, s:I}", "served", (json_int_t)m->served,
-		    "failed", (json_int_t)m->failed, "queue_full", (json_int_t)m->rejected_full, "gone",
-		    (json_int_t)m->gone));
+		json_object_set_new(o, "requests", json_pack("{s:I, s:I, s:I, s:I, s:I}", "served", (json_int_t)m->served,
+		    "failed", (json_int_t)m->failed, "queue_full", (json_int_t)m->rejected_full, "client_error",
+		    (json_int_t)m->client_error, "gone", (json_int_t)m->gone));
+		/* the serving metrics' sums (the dashboard's tokens per second and
+		 * mean time to first token) */
+		const struct baton_hist *tt = &m->sv.h[BATON_SV_TTFT];
+		json_object_set_new(o, "serving", json_pack("{s:I, s:I, s:I, s:f}", "prompt_tokens",
+		    (json_int_t)m->sv.c[BATON_SV_PROMPT_TOKENS], "generation_tokens",
+		    (json_int_t)m->sv.c[BATON_SV_GEN_TOKENS], "ttft_count", (json_int_t)tt->count, "ttft_sum_s", tt->sum));
 		if (fl)
 			json_object_set_new(o, "fleet", fl);
 		json_array_append_new(data, o);

@@ -33,23 +33,56 @@ static void unlink_fwd(struct broker_door *d, struct dreq *q)
  * (on an event boundary: a piece of an event cut short is ended first),
  * then the connection closed without the chunked end, so a client reads
  * an incomplete body and raises, never a stream that looks complete. */
-static void cut_stream(struct baton_http_stream *s, const char *url, int err, const char tail[2])
+static void cut_stream(struct baton_http_stream *s, const char *path, const char *url, int err, const char tail[2])
 {
-	if (tail[0] != '\n' || tail[1] != '\n')
-		http_stream_write(s, "\n\n", 2);
+	/* in the face's own shape: Ollama's an NDJSON line, Anthropic's an
+	 * "error" event, OpenAI's a data: event */
+	bool ndjson = strncmp(path, "/api/", 5) == 0, anthropic = strncmp(path, "/v1/messages", 12) == 0;
+	if (tail[1] != '\n' || (!ndjson && tail[0] != '\n'))
+		http_stream_write(s, ndjson ? "\n" : "\n\n", ndjson ? 1 : 2);
 	char msg[300];
 	snprintf(msg, sizeof msg, "the engine at %.128s %s mid-stream", url,
 	    err == BATON_ETIMEDOUT ? "went silent" : "was cut off");
-	json_t *j = http_openai_error(502, msg, "server_error", NULL, "engine_unreachable");
+	json_t *j = http_face_error(path, 502, msg);
+	if (!j)
+		j = http_openai_error(502, msg, "server_error", NULL, "engine_unreachable");
 	char *txt = j ? json_dumps(j, JSON_COMPACT) : NULL;
 	if (txt) {
-		http_stream_write(s, "data: ", 6);
+		if (anthropic)
+			http_stream_write(s, "event: error\n", 13);
+		if (!ndjson)
+			http_stream_write(s, "data: ", 6);
 		http_stream_write(s, txt, strlen(txt));
-		http_stream_write(s, "\n\n", 2);
+		http_stream_write(s, ndjson ? "\n" : "\n\n", ndjson ? 1 : 2);
 	}
 	free(txt);
 	json_decref(j);
 	http_stream_abort(s);
+}
+
+/* The access log's line of a request through the door. */
+static void access_line(struct broker_door *d, const struct dreq *q, int status, const struct door_usage *u,
+    double now)
+{
+	if (!d->access_log)
+		return;
+	broker_log("access: model=%s engine=%s status=%d prompt_tokens=%lu completion_tokens=%lu ttft_ms=%.1f "
+	    "duration_ms=%.1f wait_ms=%.1f stream=%d", d->models[q->model].name, q->eng[0] ? q->eng : "-", status,
+	    u->have ? u->prompt : 0, u->have ? u->completion : 0,
+	    u->have && u->ttft_s > 0 ? (q->t_fwd - q->t_in + u->ttft_s) * 1e3 : 0.0, (now - q->t_in) * 1e3,
+	    (q->t_fwd - q->t_in) * 1e3, q->stream ? 1 : 0);
+}
+
+void door_access_refused(struct broker_door *d, const char *model, int status, double t_in, bool stream)
+{
+	pthread_mutex_lock(&d->mu);
+	bool on = d->access_log;
+	pthread_mutex_unlock(&d->mu);
+	if (!on)
+		return;
+	double ms = t_in > 0 ? (baton_now_s() - t_in) * 1e3 : 0.0;
+	broker_log("access: model=%s engine=- status=%d prompt_tokens=0 completion_tokens=0 ttft_ms=0.0 "
+	    "duration_ms=%.1f wait_ms=%.1f stream=%d", model, status, ms, ms, stream ? 1 : 0);
 }
 
 static void *proxy(void *arg)
@@ -62,6 +95,8 @@ static void *proxy(void *arg)
 	bool ok = false, gone = false;
 	bool engine_failed = false; /* the engine's side failed (not a client that left): counted failed */
 	double t_first = -1;
+	int status = 503;
+	struct door_usage us = { 0 };
 	if (rc == 0) {
 		/* the engine's own token (issue 28): only the door holds it */
 		char tok[BROKER_URL_MAX];
@@ -86,7 +121,10 @@ static void *proxy(void *arg)
 		door_reply_error(q->r, 503, "server_error", NULL, "engine_unreachable", "1", "%s", err);
 	} else {
 		int st = door_up_status(up);
-		char ctype[128], ra[64], ra_hdr[96];
+		status = st;
+		char ctype[128], ra[64], ra_hdr[96], rep[256];
+		if (door_up_header(up, "X-Baton-Usage", rep, sizeof rep))
+			door_usage_parse(rep, &us);
 		if (!door_up_header(up, "Content-Type", ctype, sizeof ctype))
 			snprintf(ctype, sizeof ctype, "application/json");
 		const char *hdr[2] = { NULL, NULL };
@@ -107,25 +145,38 @@ static void *proxy(void *arg)
 			else if (got < clen && (engine_failed = true))
 				door_reply_error(q->r, 503, "server_error", NULL, "engine_unreachable", "1",
 				    "the engine's reply was cut short (it went away mid-reply)");
-			else
+			else {
+				if (!us.have && st == 200)
+					door_usage_of_body(buf, got, &us);
 				ok = http_reply(q->r, st, ctype, buf, got, hdr) == 0 && st < 400;
+			}
+			if (!buf || got < clen)
+				status = !buf ? 502 : 503;
 			free(buf);
 		} else {
 			/* a stream (server-sent events): each piece on as it comes */
 			struct baton_http_stream *s = http_stream_open(q->r, st, ctype, hdr);
-			char buf[16384], tail[2] = { '\n', '\n' };
+			char buf[16384], out[sizeof buf + 256], tail[2] = { '\n', '\n' };
+			struct door_strip sp = { 0 };
 			long n = 0;
 			ok = s != NULL;
 			while (s && (n = door_up_read(up, buf, sizeof buf, UPSTREAM_TIMEOUT_MS)) > 0) {
 				if (t_first < 0)
 					t_first = baton_now_s();
-				if (http_stream_write(s, buf, (size_t)n) != 0) {
+				size_t on = door_strip_usage(&sp, buf, (size_t)n, out, &us);
+				if (on && http_stream_write(s, out, on) != 0) {
 					ok = false;
 					break;
 				}
-				tail[0] = n > 1 ? buf[n - 2] : tail[1];
-				tail[1] = buf[n - 1];
+				if (on > 1)
+					tail[0] = out[on - 2];
+				else if (on == 1)
+					tail[0] = tail[1];
+				if (on)
+					tail[1] = out[on - 1];
 			}
+			if (s && ok && n == 0 && sp.held && sp.n && http_stream_write(s, sp.line, sp.n) != 0)
+				ok = false; /* a comment line the engine never ended: passed on */
 			if (s && ok && n < 0) {
 				/* the engine was cut mid-stream: never a clean end. Whether
 				 * the client had left (its cancel ends the read too) is
@@ -133,7 +184,7 @@ static void *proxy(void *arg)
 				pthread_mutex_lock(&d->mu);
 				engine_failed = !q->gone;
 				pthread_mutex_unlock(&d->mu);
-				cut_stream(s, q->url, -n, tail);
+				cut_stream(s, q->path, q->url, -n, tail);
 				ok = false;
 			} else if (s) {
 				http_stream_close(s);
@@ -145,9 +196,23 @@ static void *proxy(void *arg)
 	q->up = NULL;
 	unlink_fwd(d, q);
 	struct dmodel *m = &d->models[q->model];
-	m->last_active = baton_now_s();
+	double now = baton_now_s();
+	m->last_active = now;
+	bool client = !ok && !engine_failed && status >= 400 && status < 500 && !q->gone;
 	if (ok) {
 		m->served++;
+		/* the serving metrics: the client's view (arrival at the door) */
+		m->sv.end[us.have ? baton_sv_finish(us.finish) : BATON_SV_STOP]++;
+		baton_sv_observe(&m->sv, BATON_SV_E2E, now - q->t_in);
+		baton_sv_observe(&m->sv, BATON_SV_QUEUE, q->t_fwd - q->t_in);
+		if (us.have) {
+			m->sv.c[BATON_SV_PROMPT_TOKENS] += us.prompt;
+			m->sv.c[BATON_SV_GEN_TOKENS] += us.completion;
+			baton_sv_observe(&m->sv, BATON_SV_PROMPT, (double)us.prompt);
+			baton_sv_observe(&m->sv, BATON_SV_GEN, (double)us.completion);
+			if (us.ttft_s > 0)
+				baton_sv_observe(&m->sv, BATON_SV_TTFT, q->t_fwd - q->t_in + us.ttft_s);
+		}
 		door_hist_add(&m->wait, q->t_fwd - q->t_in);
 		door_hist_add(&m->refill, q->refill_ms / 1e3);
 		/* the start of its engine it waited for (0: it was there) */
@@ -155,11 +220,14 @@ static void *proxy(void *arg)
 		door_hist_add(&m->start, start);
 		if (t_first >= 0) /* streams only: a whole reply's first byte is its last */
 			door_hist_add(&m->prefill, t_first - q->t_fwd);
+	} else if (client) {
+		m->client_error++; /* the engine said the request was wrong: not a failure */
 	} else if (q->gone && !engine_failed) {
 		m->gone++;
 	} else {
 		m->failed++;
 	}
+	access_line(d, q, q->gone && !engine_failed ? 499 : status, &us, now);
 	pthread_mutex_unlock(&d->mu);
 	door_up_close(up);
 	door_dreq_free(q);

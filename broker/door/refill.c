@@ -53,6 +53,10 @@ void *door_refill_thread(void *arg)
 	proto_msg_init(&m, PROTO_OP_REFILL);
 	m.name = j->name;
 	proto_set(&m, PF_NAME);
+	char why[96];
+	snprintf(why, sizeof why, "front door: requests wait for its model");
+	m.reason = why;
+	proto_set(&m, PF_REASON);
 	struct cmd_ctx c = { 0 };
 	double t0 = baton_now_s();
 	broker_call(d->b, &m, on_cmd, &c);

@@ -239,7 +239,8 @@ int door_up_request(struct door_up *u, const char *path, const char *body, size_
 	char req[1024];
 	int n = snprintf(req, sizeof req,
 	    "POST %s HTTP/1.1\r\nHost: %s\r\n%sContent-Type: application/json\r\n"
-	    "Accept: application/json, text/event-stream\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n",
+	    "Accept: application/json, text/event-stream\r\nX-Baton-Usage: 1\r\nContent-Length: %zu\r\n"
+	    "Connection: close\r\n\r\n",
 	    path, u->host, u->auth, len);
 	if (body == NULL) /* a GET */
 		n = snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: %s\r\n%sConnection: close\r\n\r\n", path,

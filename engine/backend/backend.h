@@ -275,14 +275,18 @@ struct baton_backend {
 	/* Optional, as a pair: a pass queued as one graph (CUDA graphs).
 	 * graph_begin starts recording what is queued next instead of
 	 * running it (0, or a code: then nothing changed and the caller
-	 * queues as usual). graph_end(ok = 1) ends the recording and queues
-	 * the whole of it, the same work in the same order, so the same
-	 * bits; ok = 0 (an op failed while recording) drops it, nothing of
-	 * it runs. If graph_end(1) fails, nothing of the recording ran
-	 * either: the caller queues the pass again without a graph. Between
-	 * the two, only queued work may be asked for: no sync, no copy to
-	 * the host. */
-	int (*graph_begin)(struct baton_dev *dev);
+	 * queues as usual); *replay = 1 says the backend holds a recording
+	 * it will check this pass against instead: the ops queue nothing,
+	 * and graph_end(1) queues the recording on this pass's arrays (an
+	 * op that goes another way than the recording fails, BATON_ESTATE).
+	 * graph_end(ok = 1) ends the recording and queues the whole of it,
+	 * the same work in the same order, so the same bits; ok = 0 (an op
+	 * failed while recording) drops it, nothing of it runs. If
+	 * graph_end(1) fails, nothing of the recording ran either: the
+	 * caller queues the pass again (after a refused replay the next
+	 * graph_begin records). Between the two, only queued work may be
+	 * asked for: no sync, no copy to the host. */
+	int (*graph_begin)(struct baton_dev *dev, int *replay);
 	int (*graph_end)(struct baton_dev *dev, int ok);
 };
 

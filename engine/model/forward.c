@@ -126,7 +126,7 @@ static int moe_block(struct baton_model *m, uint32_t l, uint32_t n)
 	if ((rc = be->rmsnorm(d, m->x, m->xn, n, D, L->post_norm.p, L->post_norm.dtype, c->eps)) ||
 	    (rc = be->matmul(d, L->router.p, L->router.dtype, E, D, 0, 0, m->xn, n, m->rl, 0)))
 		return rc;
-	const baton_dptr ids = m->rt_ids + (uint64_t)l * RT_ROWS * K * sizeof(uint32_t);
+	const baton_dptr ids = m->rt_ids + (uint64_t)l * m->rt_rows * K * sizeof(uint32_t);
 	if (m->rt_on) {
 		if ((rc = be->route_dev(d, m->rl, n, E, K, c->route_rule, ids, m->rt_w)))
 			return rc;
@@ -216,11 +216,11 @@ static int moe_dev_ready(struct baton_model *m, uint32_t n)
 {
 	const struct baton_model_config *c = &m->cfg;
 	const uint64_t NI = (uint64_t)c->layers * c->n_experts, tb = NI * sizeof(uint64_t);
-	const uint64_t ib = (uint64_t)c->layers * RT_ROWS * c->top_k * sizeof(uint32_t);
+	const uint64_t ib = (uint64_t)c->layers * m->rt_rows * c->top_k * sizeof(uint32_t);
 	int rc;
 
 	m->rt_on = 0;
-	if (m->rt_off || !m->be->route_dev || !m->be->moe_experts_dev || n > RT_ROWS || !m->cache)
+	if (m->rt_off || !m->be->route_dev || !m->be->moe_experts_dev || n > m->rt_rows || !m->cache)
 		return 0;
 	if (!m->tab_now) {
 		m->tab_now = malloc(tb);
@@ -235,7 +235,7 @@ static int moe_dev_ready(struct baton_model *m, uint32_t n)
 		if (m->tab_now[i] % 256)
 			return 0;
 	if (!m->rt_base) {
-		const uint64_t bytes = tb + ib + (uint64_t)RT_ROWS * c->top_k * sizeof(float);
+		const uint64_t bytes = tb + ib + (uint64_t)m->rt_rows * c->top_k * sizeof(float);
 		if ((rc = m->be->alloc(m->dev, bytes, &m->rt_base))) {
 			m->rt_base = 0;
 			return rc;
@@ -270,6 +270,11 @@ uint64_t model_graph_passes(const struct baton_model *m)
 	return m ? m->graph_runs : 0;
 }
 
+uint64_t model_graph_replays(const struct baton_model *m)
+{
+	return m ? m->graph_replays : 0;
+}
+
 /* After a pass routed on the device: its choices, back in one copy, go
  * through cache_lookup as the host path's would have (all hits: the
  * cache's counts and heat stay what they were). */
@@ -277,13 +282,13 @@ static int moe_dev_account(struct baton_model *m, uint32_t n)
 {
 	const struct baton_model_config *c = &m->cfg;
 	const uint32_t E = c->n_experts, K = c->top_k, nk = n * K;
-	const uint64_t ib = (uint64_t)c->layers * RT_ROWS * K * sizeof(uint32_t);
+	const uint64_t ib = (uint64_t)c->layers * m->rt_rows * K * sizeof(uint32_t);
 	int rc;
 
 	if ((rc = m->be->copy_d2h(m->dev, m->rt_host, m->rt_ids, ib)))
 		return rc;
 	for (uint32_t l = 0; l < c->layers; l++) {
-		const uint32_t *id = m->rt_host + (uint64_t)l * RT_ROWS * K;
+		const uint32_t *id = m->rt_host + (uint64_t)l * m->rt_rows * K;
 		for (uint32_t i = 0; i < nk; i++) {
 			if (id[i] >= E)
 				return BATON_EIO;
@@ -334,16 +339,26 @@ static int pass(struct baton_model *m, const struct segment *sg, uint32_t n_seg,
 	 * ~20 small kernels of a layer do not pay a launch each. If anything
 	 * fails while recording, nothing of it ran: the pass is queued again
 	 * as usual. */
-	const int graph = m->rt_on && m->be->graph_begin && m->be->graph_end &&
-	    m->be->graph_begin(m->dev) == 0;
-	m->capturing = graph;
-	rc = pass_ops(m, sg, n_seg, n);
-	if (m->capturing) { /* no head ended it: an op failed (drop it), or no logits */
-		m->capturing = 0;
-		if (rc)
-			m->be->graph_end(m->dev, 0);
-		else if ((rc = m->be->graph_end(m->dev, 1)) == 0)
-			m->graph_ran = 1, m->graph_runs++;
+	int replay = 0, graph = 0;
+	for (int tries = 0; tries < 2; tries++) {
+		/* a recording is checked against this pass and replayed; one the
+		 * pass differs from is refused (nothing ran) and the pass is
+		 * recorded anew */
+		graph = m->rt_on && m->be->graph_begin && m->be->graph_end &&
+		    m->be->graph_begin(m->dev, &replay) == 0;
+		m->capturing = graph;
+		rc = pass_ops(m, sg, n_seg, n);
+		if (m->capturing) { /* no head ended it: an op failed (drop it), or no logits */
+			m->capturing = 0;
+			if (rc)
+				m->be->graph_end(m->dev, 0);
+			else if ((rc = m->be->graph_end(m->dev, 1)) == 0)
+				m->graph_ran = 1, m->graph_runs++;
+		}
+		if (!rc && m->graph_ran && replay)
+			m->graph_replays++;
+		if (!rc || !graph || !replay || m->graph_ran)
+			break;
 	}
 	if (rc && graph && !m->graph_ran)
 		rc = pass_ops(m, sg, n_seg, n);
@@ -380,7 +395,7 @@ int model_step(struct baton_model *m, const struct baton_step_item *items, uint3
 			break;
 		need += model_seq_blocks_needed(m, s, items[i].n);
 	}
-	if (!rc && need > m->n_free)
+	if (!rc && need > kv_avail(m))
 		rc = BATON_ENOSPC;
 	if (!rc && (rc = model_refill(m)) == 0)
 		rc = kv_ensure(m);
@@ -396,7 +411,7 @@ int model_step(struct baton_model *m, const struct baton_step_item *items, uint3
 		struct baton_seq *s = items[i].seq;
 		s->mark = s->n_blocks + 1;
 		for (uint32_t b = model_seq_blocks_needed(m, s, items[i].n); b > 0; b--)
-			s->blocks[s->n_blocks++] = m->free_ids[--m->n_free];
+			s->blocks[s->n_blocks++] = kv_take(m);
 	}
 	/* passes of up to max_batch rows; an item may span passes */
 	uint32_t n_seg = 0, rows = 0, off = 0;
@@ -423,10 +438,12 @@ int model_step(struct baton_model *m, const struct baton_step_item *items, uint3
 	}
 	for (i = 0; i < n_items; i++) {
 		struct baton_seq *s = items[i].seq;
-		if (rc)
+		if (rc) {
 			kv_seq_shrink(m, s, s->mark - 1);
-		else
+		} else {
+			kv_seq_fed(m, s, items[i].tokens, items[i].n); /* full blocks into the prefix cache */
 			s->pos += items[i].n;
+		}
 	}
 	for (i = 0; i < n_items; i++)
 		items[i].seq->mark = 0;

@@ -339,6 +339,11 @@ struct baton_gen_seq {
 	uint32_t stops[MAX_EOS + 64];
 	gram_match *gm;             /* structured output: the grammar's matcher, or NULL */
 	uint64_t *allow;            /* its mask, one bit per token of the model's vocabulary */
+	const gram *grammar;        /* the request's (a trigger starts a fresh matcher) */
+	const char *trigger;        /* grammar_trigger, or NULL */
+	int g_on;                   /* the grammar holds now (always without a trigger) */
+	char tail[64];              /* a trigger's: the output's last bytes while free */
+	size_t tail_n;
 	const char *finish;         /* NULL while it runs */
 	int cancelled;              /* generator_seq_cancel */
 	float *raw;                 /* on_token: the step's logits before sampling */
@@ -350,6 +355,55 @@ struct baton_gen_seq {
 	size_t n_forced;
 	double t0, t1;              /* prefill began, first token sampled */
 };
+
+/* A grammar with a trigger, after token t: once the document is whole
+ * the text is free again (a fresh matcher waits for the next trigger);
+ * while free, the trigger at the output's end turns the grammar on (what
+ * a token held past the trigger is fed to it; bytes it refuses leave the
+ * grammar off: the token was not under it). */
+static int follow_trigger(struct baton_gen_seq *s, uint32_t t)
+{
+	struct baton_generator *g = s->g;
+	int rc;
+	if (s->g_on) {
+		if (!gram_match_can_end(s->gm))
+			return 0;
+		gram_match_free(s->gm);
+		s->gm = NULL;
+		if ((rc = gram_match_new(&s->gm, s->grammar, g->gv)) != 0)
+			return rc;
+		s->g_on = 0;
+		s->tail_n = 0;
+		baton_sampler_set_mask(s->smp, NULL);
+		return 0;
+	}
+	char b[256];
+	size_t n = 0;
+	if (text_token_bytes(g->tok, (int32_t)t, b, sizeof b, &n) != 0 || n > sizeof b)
+		n = 0;
+	size_t tn = strlen(s->trigger), keep = sizeof s->tail - 1;
+	/* the tail: the last bytes, enough for a trigger that began earlier
+	 * and this token's */
+	char all[sizeof s->tail + sizeof b];
+	memcpy(all, s->tail, s->tail_n);
+	memcpy(all + s->tail_n, b, n);
+	size_t an = s->tail_n + n;
+	const char *hit = memmem(all, an, s->trigger, tn);
+	if (!hit) {
+		size_t from = an > keep ? an - keep : 0;
+		memmove(s->tail, all + from, an - from);
+		s->tail_n = an - from;
+		return 0;
+	}
+	const char *rest = hit + tn;
+	size_t rn = (size_t)(all + an - rest);
+	s->tail_n = 0;
+	if (rn && gram_match_accept_bytes(s->gm, rest, rn) != 0)
+		return 0; /* past the trigger in the same token: not under the grammar */
+	s->g_on = 1;
+	baton_sampler_set_mask(s->smp, s->allow);
+	return follow_trigger(s, t); /* whole already: free again */
+}
 
 int generator_start(struct baton_generator *g, const struct baton_gen_request *req,
     struct baton_gen_seq **out, char *errbuf, size_t errlen)
@@ -429,7 +483,16 @@ int generator_start(struct baton_generator *g, const struct baton_gen_request *r
 			rc = rc ? rc : BATON_ENOMEM;
 			goto fail;
 		}
-		baton_sampler_set_mask(s->smp, s->allow);
+		s->grammar = req->grammar;
+		s->trigger = req->grammar_trigger && req->grammar_trigger[0] ? req->grammar_trigger : NULL;
+		s->g_on = !s->trigger;
+		if (s->trigger && strlen(s->trigger) >= sizeof s->tail / 2) {
+			baton_errf(errbuf, errlen, "structured output: the trigger is longer than %zu bytes",
+			    sizeof s->tail / 2 - 1);
+			rc = BATON_EINVAL;
+			goto fail;
+		}
+		baton_sampler_set_mask(s->smp, s->g_on ? s->allow : NULL);
 	}
 	s->t0 = baton_now_s();
 	*out = s;
@@ -529,7 +592,7 @@ int generator_seq_next(struct baton_gen_seq *s, float *logits, uint32_t *token,
 	if (s->on_token)
 		memcpy(s->raw, logits, sizeof(float) * g->vocab);
 	int rc;
-	if (s->gm) {
+	if (s->gm && s->g_on) {
 		/* structured output: only the tokens that keep the output a
 		 * prefix of a document; the end once it is a whole one */
 		bool can_end, any = false;
@@ -570,9 +633,13 @@ int generator_seq_next(struct baton_gen_seq *s, float *logits, uint32_t *token,
 	}
 	if (s->on_token)
 		report_token(s, t);
-	if (s->gm && (rc = gram_match_accept(s->gm, t)) != 0) {
+	if (s->gm && s->g_on && (rc = gram_match_accept(s->gm, t)) != 0) {
 		baton_errf(errbuf, errlen, "structured output: token %u was sampled outside the mask", t);
 		return BATON_EINTERNAL;
+	}
+	if (s->gm && s->trigger && (rc = follow_trigger(s, t)) != 0) {
+		baton_errf(errbuf, errlen, "structured output: %s", baton_strerror(rc));
+		return rc;
 	}
 	if ((rc = text_stream_push(s->ts, (int32_t)t, &s->o.buf, &s->o.len, &s->o.cap)) != 0) {
 		baton_errf(errbuf, errlen, "decoding token %u: %s", t, baton_strerror(rc));

@@ -17,6 +17,7 @@
  *   - a step that fails on the device after some of its passes ran (an
  *     injected copy fault) leaves every sequence and the pool as they were
  */
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +59,7 @@ static uint32_t *prompt(uint32_t n, uint32_t seed, uint32_t vocab)
 }
 
 #define NSEQ 5
+#define KV_SHARE 16u /* the pool's default share of the device (kv_size.c, documented) */
 #define STEPS 12 /* decode steps per sequence */
 
 /* Sequence i: its prompt, and (from running it alone) the greedy tokens
@@ -227,7 +229,11 @@ static void t_batched_mixtral(void)
 static void t_blocks_and_refusals(void)
 {
 	struct rig r;
-	rig_open(&r, "qwen3_moe", 0, 64, 4); /* 4 blocks: 64 positions in all */
+	/* 4 blocks: 64 positions in all; the prefix cache off, as its sequences
+	 * share their first tokens (prefix_test.c counts blocks with it on) */
+	rig_engine(&r, rig_fixtures(), "qwen3_moe", "qwen3_moe");
+	struct baton_model_opts off = { .max_ctx = 64, .kv_blocks = 4, .no_prefix_cache = 1 };
+	rig_model(&r, &off);
 	const uint32_t V = r.V;
 	float *lg = malloc(3 * V * sizeof(float)), *l2 = malloc(3 * V * sizeof(float));
 	T_ASSERT(lg && l2);
@@ -390,12 +396,55 @@ static void t_pool_limits(void)
 	T_EQ_ERR(model_open(e, &mo, &m, err, sizeof err), BATON_ERANGE);
 	T_ASSERT_MSG(strstr(err, "KV pool"), "message: %s", err);
 	T_ASSERT(m == NULL);
-	/* the default pool: max_ctx of one sequence */
+	/* the default pool (issue 28): 16 whole contexts where the device has
+	 * room (7 blocks each), as many as --max-seqs says */
 	mo = (struct baton_model_opts){ .max_ctx = 100 };
 	T_OK(model_open(e, &mo, &m, err, sizeof err));
-	T_EQ_INT(model_kv_blocks_total(m), 7);
+	T_EQ_INT(model_kv_blocks_total(m), 7 * 16);
+	uint64_t blk = model_kv_block_bytes(m);
+	model_close(m);
+	mo = (struct baton_model_opts){ .max_ctx = 100, .kv_seqs = 3 };
+	T_OK(model_open(e, &mo, &m, err, sizeof err));
+	T_EQ_INT(model_kv_blocks_total(m), 7 * 3);
+	model_close(m);
+	/* --kv-blocks still decides */
+	mo = (struct baton_model_opts){ .max_ctx = 100, .kv_blocks = 9 };
+	T_OK(model_open(e, &mo, &m, err, sizeof err));
+	T_EQ_INT(model_kv_blocks_total(m), 9);
 	model_close(m);
 	engine_close(e);
+	if (strcmp(rig_backend(), "host") == 0) {
+		/* a device whose sixteenth holds 40 blocks: 40, between one context
+		 * and sixteen; one whose sixteenth holds less than one context: one.
+		 * Host devices of their own, in this test's directory: a capacity
+		 * given explicitly is written into the device file, which other
+		 * processes of the default directory would then see. */
+		const char *was = getenv("BATON_HOSTDEV_DIR");
+		char *saved = was ? strdup(was) : NULL;
+		setenv("BATON_HOSTDEV_DIR", dir, 1);
+		uint64_t want[2] = { 40, 7 }, cap[2] = { 40 * blk * KV_SHARE, 3 * blk * KV_SHARE };
+		for (int i = 0; i < 2; i++) {
+			ec.host_capacity = (cap[i] + BATON_MIB - 1) / BATON_MIB * BATON_MIB;
+			T_OK(engine_open(&ec, &e, err, sizeof err));
+			mo = (struct baton_model_opts){ .max_ctx = 100 };
+			T_OK(model_open(e, &mo, &m, err, sizeof err));
+			uint64_t got = model_kv_blocks_total(m);
+			uint64_t w = i == 0 ? ec.host_capacity / KV_SHARE / blk : want[i];
+			T_ASSERT_MSG(got == w && (i == 1 || (got > 7 && got < 7 * 16)),
+			    "a device of %" PRIu64 " MiB: %" PRIu64 " blocks, want %" PRIu64,
+			    ec.host_capacity / BATON_MIB, got, w);
+			model_close(m);
+			engine_close(e);
+		}
+		char hd[96];
+		snprintf(hd, sizeof hd, "%s/hostdev-0", dir);
+		unlink(hd);
+		if (saved)
+			setenv("BATON_HOSTDEV_DIR", saved, 1);
+		else
+			unsetenv("BATON_HOSTDEV_DIR");
+		free(saved);
+	}
 	unlink(arena);
 	char lock[160];
 	snprintf(lock, sizeof lock, "%s.lock", arena);

@@ -7,6 +7,9 @@
  *                     [--steps N] [--prompts N,N,...] [--first-prompt N]
  *                     [--max-batch N] [--seed N] [--bandwidth-mib N]
  *                     [--json FILE]
+ *   baton-model-bench --arena PATH --perplexity FILE [--ctx N] [--chunks N]
+ *                     [--seqs N] [--tokenizer FILE] [--backend ...] [--device N]
+ *                     [--json FILE]
  *
  * Figures:
  *   bandwidth   device-to-device copies of 2 GiB (--bandwidth-mib), best
@@ -23,6 +26,16 @@
  *               the prefill of a short prompt that loads what it needs
  *               first (hot-first), against a full refill of the expert
  *               cache and the model followed by the same prefill.
+ * --perplexity: instead of the figures, the perplexity over a text file
+ * as llama.cpp's llama-perplexity measures it (engine/model/perplexity.c):
+ * the file tokenized by the arena's tokenizer as llama.cpp tokenizes
+ * (BOS when the tokenizer adds one, special tokens' text as text),
+ * chunks of --ctx tokens (default 512), the second half of each scored;
+ * --chunks caps their count, --seqs runs that many side by side (64);
+ * --tokenizer FILE (a tokenizer.json or GGUF-key JSON) instead of the
+ * arena's, for an arena without one.
+ * It prints "perplexity: PPL +/- ERR over N chunks of CTX (M tokens
+ * scored, T tokens)".
  * Needs a model arena (baton-arena create --synthetic-arch ..., or one
  * made from a checkpoint) whose experts all fit the device.
  */
@@ -37,6 +50,7 @@
 
 #include "arena/arena.h"
 #include "engine/model/model.h"
+#include "text/text.h"
 
 #define MAX_PROMPTS 8
 
@@ -324,6 +338,97 @@ out:
 	return r;
 }
 
+/* --perplexity: the text of `file` through the arena's tokenizer, then
+ * model_perplexity. */
+static int perplexity_main(struct baton_engine_config *cfg, const char *file, uint32_t ctx,
+    uint32_t chunks, uint32_t seqs, uint32_t max_batch, const char *tokpath, const char *json)
+{
+	char err[512] = "";
+	size_t len = 0;
+	char *textbuf = NULL;
+	FILE *f = fopen(file, "rb");
+	if (!f)
+		die(file, BATON_EIO, strerror(errno));
+	for (;;) {
+		char *nb = realloc(textbuf, len + 65536 + 1);
+		if (!nb)
+			die("malloc", BATON_ENOMEM, NULL);
+		textbuf = nb;
+		size_t got = fread(textbuf + len, 1, 65536, f);
+		len += got;
+		if (got < 65536)
+			break;
+	}
+	if (ferror(f))
+		die(file, BATON_EIO, strerror(errno));
+	fclose(f);
+	textbuf[len] = 0;
+
+	struct baton_engine *e;
+	int rc = engine_open(cfg, &e, err, sizeof err);
+	if (rc)
+		die("opening the engine", rc, err);
+	text_tok *tok;
+	if (tokpath) {
+		if ((rc = text_tok_load_file(&tok, tokpath, err, sizeof err)) != 0)
+			die(tokpath, rc, err);
+	} else if ((rc = text_tok_load_arena(&tok, engine_arena(e), err, sizeof err)) != 0) {
+		die("the arena's tokenizer (--tokenizer names one for an arena without)", rc, err);
+	}
+	int32_t *ids = NULL;
+	size_t n = 0;
+	/* llama-perplexity: common_tokenize(text, add_special true, parse_special false) */
+	if ((rc = text_encode(tok, textbuf, len, TEXT_ADD_SPECIAL | TEXT_NO_SPECIAL, &ids, &n, err,
+	    sizeof err)) != 0)
+		die(file, rc, err);
+	/* with special tokens' text as text, a BOS first is the tokenizer's own */
+	const int32_t bos = n && text_bos(tok) >= 0 && ids[0] == text_bos(tok) ? text_bos(tok) : -1;
+	uint32_t *toks = malloc((n ? n : 1) * sizeof *toks);
+	if (!toks)
+		die("malloc", BATON_ENOMEM, NULL);
+	for (size_t i = 0; i < n; i++)
+		toks[i] = (uint32_t)ids[i];
+	free(ids);
+	size_t n_chunks = n / ctx;
+	if (chunks && n_chunks > chunks)
+		n_chunks = chunks;
+	if (seqs > n_chunks && n_chunks)
+		seqs = (uint32_t)n_chunks;
+	struct baton_model_opts mo = { .max_ctx = ctx, .max_batch = max_batch,
+		.kv_blocks = seqs * ((ctx + BATON_KV_BLOCK - 1) / BATON_KV_BLOCK) };
+	struct baton_model *m;
+	if ((rc = model_open(e, &mo, &m, err, sizeof err)) != 0)
+		die("opening the model", rc, err);
+	struct baton_engine_info info;
+	engine_info(e, &info);
+	const double t0 = baton_now_s();
+	struct baton_ppl r;
+	if ((rc = model_perplexity(m, toks, n, ctx, bos, chunks, seqs, &r, err, sizeof err)) != 0)
+		die("perplexity", rc, err);
+	const double secs = baton_now_s() - t0;
+	printf("baton-model-bench: backend %s, arena %s, text %s (%zu bytes, %zu tokens%s)\n",
+	    info.backend, cfg->arena_path, file, len, n, bos >= 0 ? ", BOS added" : "");
+	printf("perplexity: %.4f +/- %.5f over %u chunks of %u (%llu tokens scored, %.2f s)\n", r.ppl,
+	    r.ppl_err, r.chunks, r.ctx, (unsigned long long)r.scored, secs);
+	if (json) {
+		FILE *jf = fopen(json, "w");
+		if (!jf)
+			die(json, BATON_EIO, strerror(errno));
+		fprintf(jf, "{\"ppl\": %.6f, \"ppl_err\": %.6f, \"nll\": %.8f, \"chunks\": %u, "
+		    "\"ctx\": %u, \"scored\": %llu, \"tokens\": %zu, \"bos\": %d, \"backend\": \"%s\", "
+		    "\"seconds\": %.3f}\n", r.ppl, r.ppl_err, r.nll, r.chunks, r.ctx,
+		    (unsigned long long)r.scored, n, bos, info.backend, secs);
+		if (fclose(jf))
+			die(json, BATON_EIO, strerror(errno));
+	}
+	model_close(m);
+	text_tok_free(tok);
+	engine_close(e);
+	free(toks);
+	free(textbuf);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct baton_engine_config cfg = { .name = "model-bench", .backend = "auto", .warm = 1 };
@@ -332,16 +437,22 @@ int main(int argc, char **argv)
 	 * engine's own default is 256) */
 	uint64_t steps = 64, first_n = 32, max_batch = 512, seed = 1, bw_mib = 2048;
 	uint32_t prompts[MAX_PROMPTS] = { 512, 2048 }, n_prompts = 2;
-	const char *json = NULL;
+	const char *json = NULL, *ppl_file = NULL, *ppl_tok = NULL;
+	uint64_t ppl_ctx = 512, ppl_chunks = 0, ppl_seqs = 64;
 	enum { O_ARENA = 1, O_BACKEND, O_DEVICE, O_STEPS, O_PROMPTS, O_FIRST, O_MAXB, O_SEED,
-	       O_BW, O_JSON, O_HELP, O_VERSION };
+	       O_BW, O_JSON, O_PPL, O_CTX, O_CHUNKS, O_SEQS, O_TOK, O_HELP, O_VERSION };
 	static const char usage[] =
 	    "usage: baton-model-bench --arena PATH [--backend cuda|host|auto] [--device N]\n"
 	    "                         [--steps N] [--prompts N,N,...] [--first-prompt N]\n"
 	    "                         [--max-batch N] [--seed N] [--bandwidth-mib N] [--json FILE]\n"
 	    "                         [--help] [--version]\n"
+	    "       baton-model-bench --arena PATH --perplexity FILE [--ctx N] [--chunks N]\n"
+	    "                         [--seqs N] [--tokenizer FILE] [--backend cuda|host|auto]\n"
+	    "                         [--device N] [--json FILE]\n"
 	    "Decode tokens/s at batch 1 against the memory roofline, prefill tokens/s,\n"
-	    "and the first token after a release, for a model arena on one device.\n";
+	    "and the first token after a release, for a model arena on one device;\n"
+	    "or (--perplexity) the perplexity over a text file as llama.cpp's\n"
+	    "llama-perplexity measures it.\n";
 	static const struct option opts[] = {
 		{ "arena", required_argument, 0, O_ARENA },
 		{ "backend", required_argument, 0, O_BACKEND },
@@ -353,6 +464,11 @@ int main(int argc, char **argv)
 		{ "seed", required_argument, 0, O_SEED },
 		{ "bandwidth-mib", required_argument, 0, O_BW },
 		{ "json", required_argument, 0, O_JSON },
+		{ "perplexity", required_argument, 0, O_PPL },
+		{ "ctx", required_argument, 0, O_CTX },
+		{ "chunks", required_argument, 0, O_CHUNKS },
+		{ "seqs", required_argument, 0, O_SEQS },
+		{ "tokenizer", required_argument, 0, O_TOK },
 		{ "help", no_argument, 0, O_HELP },
 		{ "version", no_argument, 0, O_VERSION },
 		{ 0, 0, 0, 0 },
@@ -387,6 +503,11 @@ int main(int argc, char **argv)
 			break;
 		}
 		case O_JSON: json = optarg; break;
+		case O_PPL: ppl_file = optarg; break;
+		case O_CTX: ppl_ctx = parse_u64("--ctx", optarg, 4, 1u << 20); break;
+		case O_CHUNKS: ppl_chunks = parse_u64("--chunks", optarg, 0, 1u << 24); break;
+		case O_SEQS: ppl_seqs = parse_u64("--seqs", optarg, 1, 4096); break;
+		case O_TOK: ppl_tok = optarg; break;
 		case O_HELP: fputs(usage, stdout); return 0;
 		case O_VERSION: printf("baton-model-bench %s\n", BATON_VERSION); return 0;
 		default: fputs(usage, stderr); return 2;
@@ -396,6 +517,9 @@ int main(int argc, char **argv)
 		fputs(usage, stderr);
 		return 2;
 	}
+	if (ppl_file)
+		return perplexity_main(&cfg, ppl_file, (uint32_t)ppl_ctx, (uint32_t)ppl_chunks,
+		    (uint32_t)ppl_seqs, (uint32_t)max_batch, ppl_tok, json);
 	g_rng = seed * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull;
 
 	/* the engine with every expert in its cache, then the model */
@@ -532,6 +656,8 @@ int main(int argc, char **argv)
 	printf("  %-50s %9llu of %llu\n", "  passes queued as one CUDA graph",
 	    (unsigned long long)model_graph_passes(m),
 	    (unsigned long long)model_device_route_passes(m));
+	printf("  %-50s %9llu\n", "    of them a recording replayed",
+	    (unsigned long long)model_graph_replays(m));
 	printf("  %-50s %9.3f ms\n", "  roofline per token", roofline_s * 1e3);
 	if (pt.ok) {
 		printf("  %-50s %9.1f us\n", "  one layer's ops, queued as forward.c queues them",

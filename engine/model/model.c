@@ -89,6 +89,16 @@ int model_open(struct baton_engine *e, const struct baton_model_opts *opts,
 	 * (benchmarks and tests compare the two) */
 	const char *hr = getenv("BATON_MODEL_HOST_ROUTE");
 	m->rt_off = hr && strcmp(hr, "1") == 0;
+	/* the largest pass routed on the device (BATON_MODEL_DEVICE_ROWS,
+	 * 1 .. RT_ROWS_MAX, for comparing; default RT_ROWS) */
+	m->rt_rows = RT_ROWS;
+	const char *dr = getenv("BATON_MODEL_DEVICE_ROWS");
+	if (dr && *dr) {
+		char *end;
+		unsigned long v = strtoul(dr, &end, 10);
+		if (!*end && v >= 1 && v <= RT_ROWS_MAX)
+			m->rt_rows = (uint32_t)v;
+	}
 	const char *op = missing_op(m->be);
 	if (op) {
 		baton_errf(eb, el, "the %s backend cannot run a model: it has no %s op", m->be->name, op);
@@ -148,11 +158,19 @@ int model_open(struct baton_engine *e, const struct baton_model_opts *opts,
 		baton_errf(eb, el, "uploading the dense tensors: %s", baton_strerror(rc));
 		goto fail;
 	}
+	/* no --kv-blocks: the pool from the memory left once the dense weights
+	 * are there (issue 28: one context let one chat hold the pool) */
+	if (!(opts && opts->kv_blocks))
+		m->n_blocks = kv_default_blocks(m, opts ? opts->kv_seqs : 0);
 	if ((rc = alloc_host(m)) != 0 || (rc = weights_alloc_acts(m)) != 0) {
 		baton_errf(eb, el, "allocating activations for %u tokens: %s", m->max_batch,
 		    baton_strerror(rc));
 		goto fail;
 	}
+	if ((rc = kv_cache_init(m, cj, (size_t)cj_len)) != 0)
+		goto fail;
+	m->pc_on = !(opts && opts->no_prefix_cache);
+	m->host_limit = opts ? opts->kv_host_bytes : 0;
 	if ((rc = model_seq_open(m, &m->def)) != 0)
 		goto fail;
 	*out = m;
@@ -166,9 +184,15 @@ void model_close(struct baton_model *m)
 {
 	if (!m)
 		return;
-	model_kv_release(m);
+	m->host_limit = 0; /* nothing to keep for later */
+	if (m->blk)
+		model_kv_release(m);
+	else if (m->kv)
+		m->be->free(m->dev, m->kv);
+	kv_drop_saved(m);
 	while (m->seqs)
 		model_seq_close(m, m->seqs);
+	kv_cache_free(m);
 	weights_free(m);
 	free(m->ups);
 	free(m->layers);

@@ -321,9 +321,15 @@ void model_rope_inv_freq(const struct baton_model_config *cfg, float *inv_freq);
 struct baton_model_opts {
 	uint32_t max_ctx;   /* positions of one sequence; 0: min(max_position_embeddings, 4096) */
 	uint32_t max_batch; /* token rows per batched pass; 0: 256 */
-	uint32_t kv_blocks; /* blocks in the KV pool; 0: enough for max_ctx of one sequence */
+	uint32_t kv_blocks; /* blocks in the KV pool; 0: sized from the device (kv_size.c:
+	                     * kv_seqs whole contexts, at most a sixteenth of the device's
+	                     * memory and what is free, at least one context) */
+	uint32_t kv_seqs;   /* sequences that run at once (--max-seqs), for that size; 0: 16 */
 	int content_special; /* generators: special tokens' text in a message is the token
 	                      * (HF's way); 0: it is text, only the template makes them */
+	int no_prefix_cache; /* 1: full blocks are not kept for later sequences (--no-prefix-cache) */
+	uint64_t kv_host_bytes; /* a release keeps up to this much of the prefix cache's
+	                         * unheld blocks in host memory (--kv-host-mib); 0: none */
 };
 
 struct baton_model;
@@ -362,6 +368,56 @@ uint32_t model_kv_blocks_total(const struct baton_model *m);
 uint32_t model_seq_blocks_needed(const struct baton_model *m, const struct baton_seq *s,
     uint32_t n_more);
 
+/* ---- the prefix cache ------------------------------------------------------
+ * A full block (BATON_KV_BLOCK positions) is keyed by a hash chain over
+ * its tokens and every token before it (seeded with the model's
+ * identity), and kept after its sequence lets go of it: a later sequence
+ * that starts with the same tokens takes it (a reference) instead of
+ * computing it again. Blocks nobody holds are evicted least recently used
+ * when the pool needs room, after the free ones; a block some sequence
+ * holds never is. A match compares the tokens and the block before it
+ * too, so a hash collision never gives a block of another prefix.
+ * model_kv_free_blocks counts free and evictable blocks. See
+ * docs/internals/prefix-cache.md. */
+
+/* Takes the longest cached prefix of tokens[0 .. n) for the empty
+ * sequence s (no blocks, position 0): whole blocks only, and never the
+ * last token (its logits must be computed). Returns the positions taken
+ * (a multiple of BATON_KV_BLOCK; s's position is then that), 0 with the
+ * cache off or for a sequence not empty. Counts a lookup of n tokens. */
+uint32_t model_seq_prefix(struct baton_model *m, struct baton_seq *s, const uint32_t *tokens,
+    uint32_t n);
+
+/* What model_seq_prefix would take now, taking nothing and counting
+ * nothing; *unheld (may be NULL): how many of those blocks no sequence
+ * holds (taking them makes them unevictable, so the free count drops by
+ * that much). */
+uint32_t model_prefix_peek(const struct baton_model *m, const uint32_t *tokens, uint32_t n,
+    uint32_t *unheld);
+
+struct baton_prefix_stats {
+	int enabled;
+	uint64_t lookups;           /* model_seq_prefix calls */
+	uint64_t lookup_tokens;     /* tokens they asked for */
+	uint64_t hit_tokens;        /* tokens they found cached */
+	uint64_t evictions;         /* cached blocks taken for other positions */
+	uint64_t host_dropped;      /* cached blocks a release dropped (past kv_host_bytes) */
+	uint32_t cached_blocks;     /* blocks in the cache now (held or not) */
+	uint32_t evictable_blocks;  /* of them, held by no sequence */
+	uint64_t host_bytes;        /* KV bytes held in host memory while released */
+	uint32_t host_blocks;       /* blocks of them (held ones and cached ones) */
+	uint64_t host_limit;        /* kv_host_bytes */
+	uint64_t restored_blocks;   /* blocks copied back from host memory, in all */
+	double last_restore_s;      /* the last copy back, seconds */
+};
+void model_prefix_stats(const struct baton_model *m, struct baton_prefix_stats *st);
+/* Test hook: every block hashes alike (forced collisions); also
+ * BATON_TEST_KV_HASH_COLLIDE=1 at model_open. */
+void model_prefix_test_collide(struct baton_model *m, int on);
+/* A block's holders (its reference count), for the tests; s's block b. */
+uint32_t model_seq_block_refs(const struct baton_model *m, const struct baton_seq *s, uint32_t b);
+uint32_t model_seq_block_id(const struct baton_seq *s, uint32_t b);
+
 struct baton_step_item {
 	struct baton_seq *seq;
 	const uint32_t *tokens;
@@ -396,6 +452,25 @@ int model_prefill(struct baton_model *m, const uint32_t *tokens, uint32_t n, flo
 int model_decode(struct baton_model *m, uint32_t token, float *logits);
 /* Forgets the default sequence (its blocks go back to the pool). */
 void model_reset(struct baton_model *m);
+
+/* ---- perplexity (perplexity.c) --------------------------------------------
+ * llama.cpp's llama-perplexity over tokens[0..n): n / ctx chunks of ctx
+ * tokens (at most max_chunks, 0: all), each a fresh sequence whose first
+ * token is replaced by bos (when bos >= 0: the tokenizer adds BOS), the
+ * logits at positions ctx / 2 .. ctx - 2 scored against the next token
+ * with llama.cpp's log-softmax; `seqs` chunks side by side (the KV pool
+ * must hold seqs x ctx positions). BATON_EINVAL for ctx < 4, seqs 0 or
+ * fewer than 2 ctx tokens (llama.cpp's rule); BATON_ERANGE for ctx past
+ * the model's context or an id outside the vocabulary; err says which. */
+struct baton_ppl {
+	uint32_t chunks, ctx;
+	uint64_t scored;       /* tokens scored: chunks x (ctx - 1 - ctx / 2) */
+	double nll;            /* their mean negative log-likelihood */
+	double ppl, ppl_err;   /* exp(nll), and llama.cpp's "+/-" */
+};
+int model_perplexity(struct baton_model *m, const uint32_t *tokens, size_t n, uint32_t ctx,
+    int32_t bos, uint32_t max_chunks, uint32_t seqs, struct baton_ppl *out, char *err,
+    size_t errlen);
 /* Allocates the KV pool now instead of at the first step, so a serving
  * engine holds it from the start (the broker counts it with the dense
  * weights, outside the expert cache). Idempotent; BATON_EOOM or
@@ -432,6 +507,9 @@ uint64_t model_device_route_passes(const struct baton_model *m);
 /* How many of those passes ran as one graph (backends with graph_begin /
  * graph_end: cuda; BATON_CUDA_GRAPH=0 turns them off). */
 uint64_t model_graph_passes(const struct baton_model *m);
+/* How many of those replayed an earlier pass's recording (checked against
+ * it on the host, nothing recorded: cuda), not recorded anew. */
+uint64_t model_graph_replays(const struct baton_model *m);
 
 /* ==== the generator =========================================================
  *
@@ -522,6 +600,12 @@ struct baton_gen_request {
 	 * masks every sampled token; the model's end-of-sequence ids are
 	 * allowed only once the document is whole. NULL: free text. */
 	const gram *grammar;
+	/* with grammar: the output is free text until it ends with this
+	 * string (a tool call's opening tag, "<tool_call>"); from there the
+	 * grammar holds until its document is whole, then the text is free
+	 * again, up to the next one (strict tools with tool_choice auto).
+	 * NULL: the grammar holds from the first token. */
+	const char *grammar_trigger;
 };
 
 #define BATON_GEN_MAX_TOP 20u
@@ -532,6 +616,7 @@ struct baton_gen_result {
 	uint32_t *tokens;               /* its ids, a stop token included (malloc) */
 	uint32_t n_tokens;
 	uint32_t n_prompt;              /* prompt tokens */
+	uint32_t n_cached;              /* of them, read from the prefix cache (the scheduler's) */
 	const char *finish;             /* "stop", "length" or "cancelled" */
 	double prefill_s, decode_s;
 };

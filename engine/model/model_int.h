@@ -15,6 +15,12 @@
 
 #define DEFAULT_CTX 4096u
 #define DEFAULT_BATCH 256u
+/* kv_size.c: the default KV pool (no --kv-blocks), in blocks, for a model
+ * whose dense weights are on the device: max_seqs whole contexts, at most
+ * a sixteenth of the device's memory and what is free there after the
+ * expert cache's floor and reserve, at least one context. */
+#define KV_DEFAULT_SHARE 16u
+uint32_t kv_default_blocks(const struct baton_model *m, uint32_t max_seqs);
 #define HEAD_ROWS 16u      /* output-head rows per matmul: bounds the logits buffer */
 #define MAX_BLOCKS (1u << 27) /* slots (block * BLOCK + row) stay below 2^31 */
 #define NAME_MAX_LEN 160
@@ -41,12 +47,37 @@ struct layer {
 	uint32_t gate_dt, up_dt, down_dt;
 };
 
+#define KV_NONE UINT32_MAX
+
+/* One block of the pool, for the prefix cache (kv.c). A block is free (on
+ * the free stack), held (ref > 0: in some sequences' tables) or cached
+ * and unheld (on the LRU list); a cached block is in the hash table
+ * under hash, with its tokens and the cached block before it (parent,
+ * and that block's gen then, so a parent evicted and reused is seen). */
+struct kv_blk {
+	uint64_t hash;
+	uint32_t ref;
+	uint32_t gen;                  /* grows when it leaves the cache */
+	uint32_t parent, parent_gen;   /* KV_NONE: the first block of a sequence */
+	uint32_t prev, next;           /* the LRU list (unheld cached blocks) */
+	uint32_t hnext;                /* its hash bucket's chain */
+	uint32_t cached;
+	uint32_t toks[BATON_KV_BLOCK];
+};
+
 struct baton_seq {
 	struct baton_seq *prev, *next; /* the model's open sequences */
 	uint32_t pos;
 	uint32_t n_blocks;             /* blocks[0 .. n_blocks) own positions */
 	uint32_t *blocks;              /* ceil(max_ctx / BLOCK) entries */
 	uint32_t mark;                 /* model_step: taken blocks before it, +1 */
+	/* the prefix cache: the tokens of the block being filled, and the
+	 * cached block that holds its last full block's prefix (chain_id
+	 * KV_NONE with pos >= BLOCK: the chain broke, nothing more of it is
+	 * cached) */
+	uint32_t part[BATON_KV_BLOCK];
+	uint64_t chain;
+	uint32_t chain_id, chain_gen;
 };
 
 /* A part of a pass: n rows of one item's sequence from position pos0. */
@@ -69,8 +100,9 @@ struct baton_model {
 	uint32_t n_ups, cap_ups;
 	uint64_t dense_bytes;
 	int released;                 /* model_release: nothing on the device */
-	void *kv_saved;               /* the held blocks' KV rows while released */
-	uint32_t *saved_ids, n_saved; /* which blocks kv_saved holds, in its order */
+	void *kv_saved;               /* saved blocks' KV rows while the pool is away: per
+	                               * layer K then V, n_saved blocks each */
+	uint32_t *saved_ids, n_saved; /* which blocks kv_saved holds, ascending */
 	float *inv_freq;              /* head_dim / 2 */
 	uint32_t max_ctx, max_batch;
 	/* activations, max_batch rows (logits: HEAD_ROWS rows) */
@@ -82,6 +114,17 @@ struct baton_model {
 	uint64_t kv_bytes;
 	uint32_t n_blocks, n_free, seq_blocks; /* seq_blocks: a table's length */
 	uint32_t *free_ids;           /* the free stack, n_free of n_blocks */
+	/* the prefix cache (kv.c) */
+	struct kv_blk *blk;           /* n_blocks */
+	uint32_t *buckets, n_buckets; /* hash table heads (power of two) */
+	uint32_t lru_head, lru_tail, n_lru; /* head: least recently used */
+	uint32_t n_cached;
+	int pc_on, pc_collide;
+	uint64_t salt;                /* the model's identity: the chain's seed */
+	uint64_t host_limit;          /* kv_host_bytes */
+	uint64_t saved_bytes;         /* kv_saved's size */
+	int saved_pinned;
+	struct baton_prefix_stats pst;
 	struct baton_seq *seqs;       /* open sequences */
 	struct baton_seq *def;        /* prefill/decode's sequence */
 	/* host scratch */
@@ -99,18 +142,21 @@ struct baton_model {
 	uint32_t *rt_host;            /* rt_ids back on the host, for the cache's counts */
 	int tab_ok, rt_on, rt_off;    /* rt_off: BATON_MODEL_HOST_ROUTE=1 */
 	uint64_t rt_passes;
+	uint32_t rt_rows; /* RT_ROWS unless BATON_MODEL_DEVICE_ROWS says */
 	/* the other passes' routing, made on the device (forward.c's
 	 * route_rows): u32 ids then f32 weights, max_batch * top_k each */
 	baton_dptr pr_base;           /* 0 until a pass first uses it */
 	/* forward.c's pass as one graph: recording now; the recording
 	 * launched (so not to be queued again); passes run so */
 	int capturing, graph_ran;
-	uint64_t graph_runs;
+	uint64_t graph_runs, graph_replays; /* replays: passes that ran a recording again */
 };
 
 /* Passes of at most this many rows route on the device (decode); larger
- * ones (prefill) group tokens by expert on the host, sharing weight reads. */
+ * ones (prefill) group tokens by expert on the host, sharing weight reads.
+ * BATON_MODEL_DEVICE_ROWS sets it from 1 to RT_ROWS_MAX (m->rt_rows). */
 #define RT_ROWS 8
+#define RT_ROWS_MAX 64
 
 /* ---- weights.c ----------------------------------------------------------- */
 
@@ -150,7 +196,27 @@ int kv_ensure(struct baton_model *m);
 void kv_drop_saved(struct baton_model *m);
 
 /* Gives blocks [keep, n_blocks) of s back to the pool, last first (so a
- * step undone leaves the stack as it found it). */
+ * step undone leaves the stack as it found it); a cached block nobody
+ * holds any more goes to the LRU list's recent end. */
 void kv_seq_shrink(struct baton_model *m, struct baton_seq *s, uint32_t keep);
+
+/* The prefix cache's part of model_open: its tables, the model's
+ * identity (salt) as the chain's seed. */
+int kv_cache_init(struct baton_model *m, const void *identity, size_t len);
+void kv_cache_free(struct baton_model *m);
+/* Blocks a step may take: free, then evictable. */
+uint32_t kv_avail(const struct baton_model *m);
+/* One block for a sequence (ref 1): a free one, else the least recently
+ * used unheld cached one (evicted). kv_avail() > 0 first. */
+uint32_t kv_take(struct baton_model *m);
+/* After a step: s's tokens [pos, pos + n) are in its blocks; every block
+ * they fill goes into the cache. */
+void kv_seq_fed(struct baton_model *m, struct baton_seq *s, const uint32_t *tokens, uint32_t n);
+/* Copies the pool's blocks worth keeping to host memory (kv_saved):
+ * every held one, then unheld cached ones most recently used first while
+ * they fit host_limit; those past it leave the cache. No pool: 0. */
+int kv_save(struct baton_model *m);
+/* Drops every unheld cached block (they go free). */
+void kv_cache_drop(struct baton_model *m);
 
 #endif

@@ -129,8 +129,10 @@ static int do_register(struct broker_link *l)
 	m.epoch = st.epoch;
 	m.mapped = st.mapped;
 	m.free_bytes = st.free_bytes;
+	m.kv = st.kv;
 	proto_set(&m, PF_MAPPED);
 	proto_set(&m, PF_FREE);
+	proto_set(&m, PF_KV);
 	if (l->peer_gpu[0]) {
 		m.peer_gpu = l->peer_gpu;
 		m.peer_want = l->p.peer_want;
@@ -180,11 +182,33 @@ static int do_heartbeat(struct broker_link *l)
 	proto_set(&m, PF_FREE);
 	proto_set(&m, PF_EPOCH);
 	proto_set(&m, PF_REQUESTS);
+	m.kv = st.kv;
+	proto_set(&m, PF_KV);
 	if (st.to_copy) {
 		m.copied = st.copied;
 		m.to_copy = st.to_copy;
 		proto_set(&m, PF_COPIED);
 		proto_set(&m, PF_TO_COPY);
+	}
+	if (st.has_prefix) {
+		m.prefix_prompt = st.prefix_prompt;
+		m.prefix_cached = st.prefix_cached;
+		m.prefix_evictions = st.prefix_evictions;
+		m.kv_host_bytes = st.kv_host_bytes;
+		proto_set(&m, PF_PREFIX_PROMPT);
+		proto_set(&m, PF_PREFIX_CACHED);
+		proto_set(&m, PF_PREFIX_EVICTIONS);
+		proto_set(&m, PF_KV_HOST_BYTES);
+	}
+	if (st.kv_total) {
+		m.kv_used = st.kv_used;
+		m.kv_total = st.kv_total;
+		proto_set(&m, PF_KV_USED);
+		proto_set(&m, PF_KV_TOTAL);
+	}
+	if (st.has_keep_alive) {
+		m.keep_alive_s = st.keep_alive_s;
+		proto_set(&m, PF_KEEP_ALIVE_S);
 	}
 	set_peer(l, &m, &st);
 	int rc = proto_client_call(l->cli, &m, &rep, CALL_MS, NULL);
@@ -203,9 +227,11 @@ static int do_report(struct broker_link *l, const struct report *r)
 	m.mapped = r->st.mapped;
 	m.free_bytes = r->st.free_bytes;
 	m.epoch = r->st.epoch;
+	m.kv = r->st.kv;
 	proto_set(&m, PF_MAPPED);
 	proto_set(&m, PF_FREE);
 	proto_set(&m, PF_EPOCH);
+	proto_set(&m, PF_KV);
 	if (r->ms >= 0) {
 		m.duration_ms = r->ms;
 		proto_set(&m, PF_DURATION_MS);

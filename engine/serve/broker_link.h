@@ -36,6 +36,12 @@ struct broker_link_state {
 	uint64_t peer_mapped, peer_free; /* the peer tier (sent with a peer_gpu) */
 	uint64_t requests;  /* GEN requests answered since start (heartbeats) */
 	uint64_t copied, to_copy; /* a refill's progress (heartbeats; to_copy 0: none) */
+	uint64_t kv;        /* the KV pool's device bytes (the broker accounts them apart) */
+	bool has_prefix;    /* a text engine: the prefix cache's counts below */
+	uint64_t prefix_prompt, prefix_cached, prefix_evictions, kv_host_bytes;
+	uint64_t kv_used, kv_total; /* the KV pool's blocks (heartbeats; kv_total 0: none) */
+	bool has_keep_alive;      /* an Ollama request's keep_alive (heartbeats): the */
+	double keep_alive_s;      /* broker's idle release of this engine (< 0: never) */
 };
 
 typedef void (*broker_link_state_fn)(void *arg, struct broker_link_state *st);

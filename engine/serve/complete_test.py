@@ -139,7 +139,7 @@ def t_same_as_http(c):
         dict(messages=m, temperature=3), dict(messages=m, stop=["a"] * 5),
         dict(messages=m, tools=[{"type": "function"}]), dict(messages=m, tool_choice="required"),
         dict(messages=m, model="nobody"), dict(prompt=""),
-        dict(prompt="x", n=2), dict(messages=m, max_tokens=0),
+        dict(prompt="x", n=0), dict(messages=m, max_tokens=0),
     ]
     status_err = {400: ("invalid", "unsupported"), 404: ("not_found",)}
     for b in good + bad:

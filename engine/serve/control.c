@@ -94,6 +94,8 @@ void serve_on_control(struct serve *s, struct proto_ctx *ctx, const struct baton
 			uint64_t held = model_device_bytes(m);
 			double t0 = baton_now_s();
 			rc = model_release(m);
+			if (s->sched)
+				sched_note_model(s->sched); /* the KV kept in host memory, for the views */
 			if (rc == 0) {
 				pthread_mutex_lock(&s->st_mu);
 				s->released_all = 1;

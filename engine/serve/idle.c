@@ -12,12 +12,15 @@
 /* Releases the cache when nobody asked for anything for idle_s seconds. */
 void serve_tick(struct serve *s)
 {
-	if (s->o.idle_s <= 0 || s->o.broker)
+	if (s->o.broker)
 		return;
 	pthread_mutex_lock(&s->st_mu);
-	double idle = baton_now_s() - s->last_active;
+	double idle = baton_now_s() - s->last_active, limit = s->has_keep_alive ? s->keep_alive_s : s->o.idle_s;
+	int asked = s->has_keep_alive;
 	pthread_mutex_unlock(&s->st_mu);
-	if (idle < s->o.idle_s || pthread_mutex_trylock(&s->run_mu) != 0)
+	/* --cache-release-idle, or the last Ollama request's keep_alive (0:
+	 * at once once idle; < 0: never) */
+	if ((asked ? limit < 0 : limit <= 0) || idle < limit || pthread_mutex_trylock(&s->run_mu) != 0)
 		return;
 	if (s->info.cache.state == BATON_CACHE_READY || s->info.cache.state == BATON_CACHE_PARTIAL) {
 		struct baton_cache_report r;
@@ -35,4 +38,15 @@ void serve_tick(struct serve *s)
 			serve_report(s, "idle release (engine)", r.total_s * 1e3, r.bytes_freed);
 	}
 	pthread_mutex_unlock(&s->run_mu);
+}
+
+/* An Ollama request's keep_alive (openai.h's keep_alive hook): the idle
+ * time before the next release, until another request says otherwise. */
+void serve_keep_alive(void *arg, double seconds)
+{
+	struct serve *s = arg;
+	pthread_mutex_lock(&s->st_mu);
+	s->has_keep_alive = 1;
+	s->keep_alive_s = seconds;
+	pthread_mutex_unlock(&s->st_mu);
 }

@@ -57,7 +57,16 @@ static const char usage[] =
     "                              device with the dense weights (default: the model's\n"
     "                              max_position_embeddings, at most 4096)\n"
     "  --kv-blocks N               the KV cache's pool: blocks of 16 positions shared by the\n"
-    "                              sequences in flight (default: one --ctx sequence's worth)\n"
+    "                              sequences in flight (default: from the device: --max-seqs\n"
+    "                              contexts, at most a sixteenth of its memory and what is\n"
+    "                              free, at least one context)\n"
+    "  --no-prefix-cache           read every prompt whole: keep no full KV blocks for later\n"
+    "                              requests (default: a prompt that starts as an earlier one\n"
+    "                              did reads only the rest; usage.prompt_tokens_details)\n"
+    "  --kv-host-mib N             a release of everything keeps up to N MiB of the prefix\n"
+    "                              cache's blocks in host memory (pinned), most recently used\n"
+    "                              first, and the refill puts them back; 0: drop them\n"
+    "                              (default 4096)\n"
     "  --max-seqs N                sequences decoded together in each step (default 16)\n"
     "  --max-queue N               requests waiting for KV blocks or a free slot; more are\n"
     "                              answered busy (HTTP 503 with Retry-After) (default 64)\n"
@@ -71,8 +80,12 @@ static const char usage[] =
     "  --special-tokens-in-content a special token's text in a message (<|im_start|>) is that\n"
     "                              token, as Hugging Face makes it (default: text; only the\n"
     "                              chat template makes control tokens)\n"
+    "  --max-n N                   choices one chat or completion request may ask for (\"n\",\n"
+    "                              each its own sequence; default 8, at most 128)\n"
     "  --served-model-name NAME    the model id clients send (default: the arena's file name\n"
     "                              without .arena)\n"
+    "  --no-access-log             no log line per request (model, status, tokens, time to\n"
+    "                              first token, duration); default: one at info level\n"
     "  --cors-origins LIST         origins (scheme://host[:port], comma-separated) whose web\n"
     "                              pages may call --http from a browser (the token is still\n"
     "                              required); default none\n"
@@ -138,7 +151,8 @@ static void parse_args(int argc, char **argv, struct baton_serve_config *o)
 {
 	enum { O_NAME = 1, O_ARENA, O_LISTEN, O_BACKEND, O_DEVICE, O_CACHE, O_SEG, O_RELEASE,
 	       O_IDLE, O_ELASTIC, O_RESERVE, O_VERIFY, O_HOSTMIB, O_BROKER, O_PRIORITY, O_PEER,
-	       O_CTX, O_BWAIT, O_BOPT, O_KVB, O_MAXSEQS, O_MAXQ, O_HTTP, O_HTOKEN, O_SERVED, O_CSPECIAL, O_CORS,
+	       O_CTX, O_BWAIT, O_BOPT, O_KVB, O_MAXSEQS, O_MAXQ, O_HTTP, O_HTOKEN, O_SERVED, O_CSPECIAL, O_CORS, O_MAXN,
+	       O_NOPREFIX, O_KVHOST, O_NOACCESS,
 	       O_HELP, O_VERSION };
 	static const struct option lo[] = {
 		{ "name", required_argument, 0, O_NAME },
@@ -161,19 +175,24 @@ static void parse_args(int argc, char **argv, struct baton_serve_config *o)
 		{ "peer-device", required_argument, 0, O_PEER },
 		{ "ctx", required_argument, 0, O_CTX },
 		{ "kv-blocks", required_argument, 0, O_KVB },
+		{ "no-prefix-cache", no_argument, 0, O_NOPREFIX },
+		{ "kv-host-mib", required_argument, 0, O_KVHOST },
 		{ "max-seqs", required_argument, 0, O_MAXSEQS },
 		{ "max-queue", required_argument, 0, O_MAXQ },
 		{ "http", required_argument, 0, O_HTTP },
 		{ "http-token-file", required_argument, 0, O_HTOKEN },
 		{ "served-model-name", required_argument, 0, O_SERVED },
 		{ "cors-origins", required_argument, 0, O_CORS },
+		{ "max-n", required_argument, 0, O_MAXN },
 		{ "special-tokens-in-content", no_argument, 0, O_CSPECIAL },
+		{ "no-access-log", no_argument, 0, O_NOACCESS },
 		{ "help", no_argument, 0, O_HELP },
 		{ "version", no_argument, 0, O_VERSION },
 		{ 0, 0, 0, 0 },
 	};
 	memset(o, 0, sizeof *o);
 	o->backend = "auto";
+	o->kv_host_mib = 4096;
 	opterr = 0;
 	int c;
 	while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -226,6 +245,8 @@ static void parse_args(int argc, char **argv, struct baton_serve_config *o)
 			if (o->kv_blocks == 0)
 				usage_error("--kv-blocks must be positive");
 			break;
+		case O_NOPREFIX: o->no_prefix_cache = 1; break;
+		case O_KVHOST: o->kv_host_mib = parse_uint("--kv-host-mib", optarg, 16u << 20); break;
 		case O_MAXSEQS:
 			o->max_seqs = (uint32_t)parse_uint("--max-seqs", optarg, 1024);
 			if (o->max_seqs == 0)
@@ -236,8 +257,14 @@ static void parse_args(int argc, char **argv, struct baton_serve_config *o)
 			if (o->max_queue == 0)
 				usage_error("--max-queue must be positive");
 			break;
+		case O_MAXN:
+			o->max_n = (uint32_t)parse_uint("--max-n", optarg, 128);
+			if (o->max_n == 0)
+				usage_error("--max-n must be positive");
+			break;
 		case O_HTTP: o->http = optarg; break;
 		case O_CSPECIAL: o->content_special = 1; break;
+		case O_NOACCESS: o->no_access_log = 1; break;
 		case O_HTOKEN: o->http_token = read_token(optarg); break;
 		case O_CORS: o->cors_origins = split_origins(optarg); break;
 		case O_SERVED:

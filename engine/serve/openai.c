@@ -104,7 +104,7 @@ static pthread_mutex_t ign_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct { char name[48]; unsigned long long count; } ign[MAX_IGNORED];
 static unsigned long long ign_others;
 
-static void note_ignored(const char *where, const char *key)
+void oai_note_ignored(const char *where, const char *key)
 {
 	char name[48];
 	snprintf(name, sizeof name, "%s%s", where, key);
@@ -171,7 +171,7 @@ static int check_keys(enum oai_kind kind, json_t *root, struct oai_error *e)
 			if (strcmp(key, rules[i].name) == 0 && (rules[i].kinds & k))
 				f = &rules[i];
 		if (!f) {
-			note_ignored("", key);
+			oai_note_ignored("", key);
 			continue;
 		}
 		if (f->how == DEF && !json_is_null(v) && !is_default(v, f->def))
@@ -358,7 +358,7 @@ static int parse_messages(json_t *root, struct oai_request *r, struct oai_error 
 			while (mk[j] && strcmp(key, mk[j]))
 				j++;
 			if (!mk[j])
-				note_ignored("messages[].", key);
+				oai_note_ignored("messages[].", key);
 			else if (j >= 6 && !json_is_null(v) && !(j == 6 && json_is_string(v))) {
 				/* refusal: a string is kept out of the prompt, as OpenAI's own */
 				snprintf(param, sizeof param, "messages[%zu].%s", i, key);
@@ -630,6 +630,39 @@ static int forced_tool_grammar(struct oai_request *r, const char *name, struct o
 	return 0;
 }
 
+/* strict: true with tool_choice auto: the text is free, and a call the
+ * model opens is a document of {"name", "arguments"} of one of the tools
+ * (a strict tool's arguments valid for its parameters, another's any
+ * object), the grammar holding from the call's opening tag (oai_bind sets
+ * the template's) until its object closes. */
+static int strict_auto_grammar(struct oai_request *r, struct oai_error *e)
+{
+	json_t *any = json_array(), *t;
+	size_t i;
+	json_array_foreach(r->tools, i, t) {
+		json_t *fn = json_object_get(t, "function"), *pa = json_object_get(fn, "parameters");
+		json_t *args = json_is_true(json_object_get(fn, "strict")) && pa && !json_is_null(pa) ? json_incref(pa) :
+		    json_pack("{s:s}", "type", "object");
+		json_array_append_new(any, json_pack("{s:s, s:{s:{s:O}, s:o}, s:[s, s], s:b}", "type", "object",
+		    "properties", "name", "const", json_object_get(fn, "name"), "arguments", args, "required", "name",
+		    "arguments", "additionalProperties", 0));
+	}
+	json_t *schema = json_pack("{s:o}", "anyOf", any);
+	char err[400] = "";
+	int rc = schema ? gram_compile_schema(&r->grammar, schema, err, sizeof err) : BATON_ENOMEM;
+	json_decref(schema);
+	if (rc == BATON_EUNSUPPORTED || rc == BATON_EINVAL) {
+		char param[48];
+		snprintf(param, sizeof param, "tools[%d]", r->strict_auto);
+		return oai_errorf(e, 400, INVALID, rc == BATON_EUNSUPPORTED ? "unsupported_parameter" : NULL, param,
+		    "%s.function.strict: true enforces the parameters' schema, and %s", param, err);
+	}
+	if (rc)
+		return oai_errorf(e, 500, "server_error", NULL, NULL, "tools: %s", baton_strerror(rc));
+	r->q.grammar = r->grammar;
+	return 0;
+}
+
 /* tools, tool_choice, parallel_tool_calls, reasoning_effort and
  * chat_template_kwargs. */
 static int parse_chat_extras(json_t *root, struct oai_request *r, struct oai_error *e)
@@ -681,18 +714,14 @@ static int parse_chat_extras(json_t *root, struct oai_request *r, struct oai_err
 			    r->tool_choice == OAI_TC_NAMED ? "a named function" : "\"required\"");
 		if (forced_tool_grammar(r, r->tool_choice == OAI_TC_NAMED ? r->tool_name : NULL, e))
 			return e->status;
-	} else if (r->tools) {
-		/* strict: true is enforced only where the whole output is the call */
+	} else if (r->tools && r->tool_choice == OAI_TC_AUTO) {
 		size_t i;
 		json_t *t;
 		json_array_foreach(r->tools, i, t)
-			if (json_is_true(json_object_get(json_object_get(t, "function"), "strict"))) {
-				char param[48];
-				snprintf(param, sizeof param, "tools[%zu]", i);
-				return oai_errorf(e, 400, INVALID, "unsupported_parameter", param, "%s.function.strict: "
-				    "true is enforced with tool_choice \"required\" or a named function; with \"auto\" the "
-				    "call inside free text is not (send strict: false, or force the tool)", param);
-			}
+			if (json_is_true(json_object_get(json_object_get(t, "function"), "strict")) && r->strict_auto < 0)
+				r->strict_auto = (int)i;
+		if (r->strict_auto >= 0 && strict_auto_grammar(r, e))
+			return e->status;
 	}
 	json_t *re = field(root, "reasoning_effort");
 	if (re) {
@@ -741,8 +770,10 @@ static int parse_response_format(json_t *root, struct oai_request *r, struct oai
 	if (strcmp(t, "text") == 0)
 		return 0;
 	if (r->grammar)
-		return oai_errorf(e, 400, INVALID, "unsupported_parameter", P, "response_format: with a forced "
-		    "tool_choice the output is the tool call; send one of them");
+		return oai_errorf(e, 400, INVALID, "unsupported_parameter", P, r->strict_auto >= 0 ?
+		    "response_format: strict tools enforce their calls' grammar, and one request has one: send "
+		    "strict: false or no response_format" : "response_format: with a forced tool_choice the output "
+		    "is the tool call; send one of them");
 	if (strcmp(t, "json_object") == 0) {
 		rc = gram_compile_json_object(&r->grammar, err, sizeof err);
 	} else if (strcmp(t, "json_schema") == 0) {
@@ -805,8 +836,10 @@ static int parse_body(enum oai_kind kind, const char *served, json_t *root, uint
 	if (given)
 		q->sp.max_tokens = (uint32_t)x;
 	given = 0;
-	if (parse_int(root, "n", 1, 1, &x, &given, e))
-		return oai_errorf(e, 400, INVALID, "unsupported_parameter", "n", "n: only 1 is supported");
+	/* n > 1: the HTTP API makes the choices (a request each, openai_http.c) */
+	if (parse_int(root, "n", 1, OAI_MAX_N, &x, &given, e))
+		return e->status;
+	r->n = given ? (uint32_t)x : 1;
 	given = 0;
 	if (parse_int(root, "top_k", -1, UINT32_MAX, &x, &given, e))
 		return e->status;
@@ -844,7 +877,7 @@ static int parse_body(enum oai_kind kind, const char *served, json_t *root, uint
 		json_t *v;
 		json_object_foreach(so, k, v)
 			if (strcmp(k, "include_usage") && strcmp(k, "include_obfuscation"))
-				note_ignored("stream_options.", k);
+				oai_note_ignored("stream_options.", k);
 		if (!r->stream && iu && json_is_true(iu))
 			return oai_errorf(e, 400, INVALID, NULL, "stream_options",
 			    "stream_options: include_usage only when stream is true");
@@ -872,6 +905,7 @@ int oai_parse(enum oai_kind kind, const char *served, const char *body, size_t l
 	memset(r, 0, sizeof *r);
 	memset(e, 0, sizeof *e);
 	r->kind = kind;
+	r->strict_auto = -1;
 	json_error_t je;
 	r->root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
 	if (!r->root) {
@@ -932,10 +966,13 @@ const char *oai_finish_reason(const char *finish)
 	return finish && strcmp(finish, "length") == 0 ? "length" : "stop";
 }
 
-static json_t *usage(uint32_t prompt, uint32_t completion)
+/* OpenAI's usage; prompt_tokens_details.cached_tokens: the prompt's
+ * tokens the prefix cache held (not read again). */
+json_t *oai_usage(uint32_t prompt, uint32_t completion, uint32_t cached)
 {
-	return json_pack("{s:i, s:i, s:i}", "prompt_tokens", (json_int_t)prompt, "completion_tokens",
-	    (json_int_t)completion, "total_tokens", (json_int_t)prompt + completion);
+	return json_pack("{s:i, s:i, s:i, s:{s:i}}", "prompt_tokens", (json_int_t)prompt, "completion_tokens",
+	    (json_int_t)completion, "total_tokens", (json_int_t)prompt + completion, "prompt_tokens_details",
+	    "cached_tokens", (json_int_t)cached);
 }
 
 json_t *oai_reply(enum oai_kind kind, const char *id, long long created, const char *model,
@@ -951,7 +988,7 @@ json_t *oai_reply(enum oai_kind kind, const char *id, long long created, const c
 		oai_finish_reason(res->finish));
 	return json_pack("{s:s, s:s, s:I, s:s, s:[o], s:o}", "id", id, "object",
 	    kind == OAI_CHAT ? "chat.completion" : "text_completion", "created", (json_int_t)created,
-	    "model", model, "choices", choice, "usage", usage(res->n_prompt, res->n_tokens));
+	    "model", model, "choices", choice, "usage", oai_usage(res->n_prompt, res->n_tokens, res->n_cached));
 }
 
 json_t *oai_tool_call_json(const struct oai_tool_call *c)
@@ -1023,11 +1060,12 @@ json_t *oai_chunk(enum oai_kind kind, const char *id, long long created, const c
 }
 
 json_t *oai_usage_chunk(enum oai_kind kind, const char *id, long long created, const char *model,
-    uint32_t prompt_tokens, uint32_t completion_tokens)
+    uint32_t prompt_tokens, uint32_t completion_tokens, uint32_t cached_tokens)
 {
 	return json_pack("{s:s, s:s, s:I, s:s, s:[], s:o}", "id", id, "object",
 	    kind == OAI_CHAT ? "chat.completion.chunk" : "text_completion", "created",
-	    (json_int_t)created, "model", model, "choices", "usage", usage(prompt_tokens, completion_tokens));
+	    (json_int_t)created, "model", model, "choices", "usage",
+	    oai_usage(prompt_tokens, completion_tokens, cached_tokens));
 }
 
 json_t *oai_models(const char *model, long long created)
@@ -1068,6 +1106,14 @@ int oai_bind(struct oai_request *r, const struct oai_caps *c, struct oai_error *
 		r->q.tools = NULL;
 	}
 	r->q.keep_special = r->tools && r->tool_choice == OAI_TC_AUTO && c->tools == OAI_TOOLS_MISTRAL;
+	if (r->tools && r->strict_auto >= 0 && r->tool_choice == OAI_TC_AUTO) {
+		if (c->tools != OAI_TOOLS_HERMES)
+			return oai_errorf(e, 400, INVALID, "unsupported_parameter", "tools", "tools[%d].function.strict: "
+			    "true with tool_choice \"auto\" is enforced for the Hermes/Qwen3 <tool_call> format; this "
+			    "model's template writes %s calls (force the tool with tool_choice, or send strict: false)",
+			    r->strict_auto, oai_tool_format_name(c->tools));
+		r->q.grammar_trigger = "<tool_call>";
+	}
 	if (r->reasoning_effort) {
 		/* "none" turns thinking off where the template has the switch;
 		 * the effort itself goes to templates that read it (gpt-oss) */

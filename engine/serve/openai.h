@@ -30,6 +30,10 @@ enum oai_kind { OAI_CHAT = 0, OAI_COMPLETION = 1, OAI_AUTO = 2 };
 #define OAI_MAX_MESSAGES 1024u
 /* Prompts of one /v1/completions batch ("prompt": [...]). */
 #define OAI_MAX_BATCH 64u
+/* "n" (choices of one request) at most, unless --max-n says otherwise,
+ * and the most --max-n may allow. */
+#define OAI_DEFAULT_MAX_N 8u
+#define OAI_MAX_N 128u
 /* Stop strings OpenAI allows in one request. */
 #define OAI_MAX_STOP 4u
 /* max_tokens of /v1/completions when the request gives none (OpenAI's). */
@@ -63,6 +67,7 @@ struct oai_request {
 	int stream;            /* "stream": true */
 	int include_usage;     /* "stream_options": {"include_usage": true} */
 	int seeded;            /* "seed" was given */
+	uint32_t n;            /* choices asked for ("n", default 1); one request makes one */
 	/* tools: the request's array (in root), NULL when absent or empty */
 	json_t *tools;
 	enum oai_tool_choice tool_choice;
@@ -77,6 +82,7 @@ struct oai_request {
 	char **owned;          /* strings q points at (tool_calls, tools, kwargs JSON) */
 	size_t n_owned;
 	gram *grammar;         /* response_format json_object / json_schema, compiled; NULL: text */
+	int strict_auto;       /* tool_choice auto with a strict tool: the first's index (its calls' grammar); -1: none */
 };
 
 /* Parses a request body: the one parser of the HTTP API's requests and
@@ -156,6 +162,7 @@ struct oai_split {
 	struct oai_buf rhold, thold, ws, callws;
 	char nl[64];
 	size_t n_nl;
+	char cname[128];           /* the call streaming now (Qwen3-Coder: its parameters' types) */
 };
 void oai_split_init(struct oai_split *s, enum oai_tool_format fmt, int think, int parallel,
     const json_t *tools, uint64_t id_seed, oai_piece_fn fn, void *arg);
@@ -216,11 +223,49 @@ json_t *oai_chunk_delta(const char *id, long long created, const char *model, js
     const char *finish, int usage_null);
 /* The last chunk of a stream with include_usage: no choices, the usage. */
 json_t *oai_usage_chunk(enum oai_kind kind, const char *id, long long created, const char *model,
-    uint32_t prompt_tokens, uint32_t completion_tokens);
+    uint32_t prompt_tokens, uint32_t completion_tokens, uint32_t cached_tokens);
+/* The usage object: the counts and prompt_tokens_details.cached_tokens. */
+json_t *oai_usage(uint32_t prompt, uint32_t completion, uint32_t cached);
 /* GET /v1/models: the one model this engine serves. */
 json_t *oai_models(const char *model, long long created);
 /* "data: JSON\n\n" (takes the reference; compact JSON), malloc'd; *len set. */
 char *oai_sse(json_t *j, size_t *len);
+
+/* ---- /v1/responses (responses.c) ----
+ * OpenAI's Responses API over the chat machinery: a request becomes a
+ * chat completion's body (input items into messages, instructions into
+ * the system message, text.format into response_format, function tools
+ * into chat tools); the answer's pieces (oai_split) become its output
+ * items (reasoning, message, function_call), streamed as typed events
+ * ("event: response.output_text.delta" ...). Responses with store (the
+ * default) are kept in memory, the last 256: previous_response_id,
+ * item_reference and GET /v1/responses/{id} find them. */
+struct oai_resp;
+/* The chat body (malloc'd JSON text, for oai_parse) and the response's
+ * state; 0, or e filled (call oai_resp_param on the chat parser's errors
+ * too: they name chat's fields). seed: the ids' randomness. */
+int oai_resp_parse(const char *body, size_t len, const char *served, uint64_t seed, char **chat_body,
+    struct oai_resp **out, struct oai_error *e);
+void oai_resp_param(struct oai_error *e);
+void oai_resp_free(struct oai_resp *r);
+int oai_resp_streaming(const struct oai_resp *r);
+/* Writes one event's text (a stream); 0, or nonzero when the client is gone. */
+typedef int (*oai_resp_write_fn)(void *arg, const char *ev, size_t n);
+/* Before the first piece: the model and time; a stream writes
+ * response.created and response.in_progress (w NULL: a whole reply). */
+void oai_resp_begin(struct oai_resp *r, const char *model, long long created, oai_resp_write_fn w, void *arg);
+/* A piece of the split answer (oai_piece_fn's arguments); -1 without memory. */
+int oai_resp_piece(struct oai_resp *r, enum oai_piece_kind k, const char *t, size_t n, const struct oai_tool_call *c);
+/* The end: the open item closed, the response (a new reference; a stream
+ * has written response.completed or response.incomplete), stored when
+ * asked. */
+json_t *oai_resp_finish(struct oai_resp *r, const struct baton_gen_result *res);
+/* A stream's failure: an error event and response.failed. */
+void oai_resp_fail(struct oai_resp *r, const struct oai_error *e);
+/* GET /v1/responses/{id}: a copy of a stored response, NULL when not kept. */
+json_t *oai_resp_stored(const char *id);
+/* Counts a field outside the reference (where: a prefix, "" for chat's). */
+void oai_note_ignored(const char *where, const char *key);
 
 /* ---- the server (openai_http.c) ---- */
 struct baton_sched;
@@ -233,19 +278,50 @@ struct oai_server_opts {
 	uint32_t max_model_len;      /* the context (/tokenize's max_model_len) */
 	const char *const *cors_origins; /* origins a browser may call from (http.h); NULL: none */
 	int content_special;         /* --special-tokens-in-content (/tokenize encodes as the generator) */
+	uint32_t max_n;              /* --max-n: "n" at most this (0: OAI_DEFAULT_MAX_N) */
 	const char *token;           /* bearer token; NULL: none (then loopback only) */
 	const char *model;           /* the served model id */
 	struct baton_sched *sched;   /* runs the requests */
+	const char *engine;          /* the engine's name (the metrics' engine label); may be NULL */
+	/* one line of the engine's log (the access log: one per request,
+	 * unless no_access_log); may be NULL */
+	void (*log)(void *arg, const char *line);
+	void *log_arg;
+	int no_access_log;           /* --no-access-log */
 	/* adds the engine's fields to GET /health's object (any thread); may be NULL */
 	void (*health)(void *arg, json_t *obj);
 	void *health_arg;
+	/* the Ollama face (face.h), with health_arg; may be NULL: the model's
+	 * facts for /api/show and /api/ps ({"size", "size_vram", "family",
+	 * "parameter_size", "quantization_level", "context_length"}), and a
+	 * request's keep_alive (seconds idle before the release; 0: at once
+	 * when idle, < 0: never) */
+	void (*model_facts)(void *arg, json_t *obj);
+	void (*keep_alive)(void *arg, double seconds);
 };
 struct oai_server;
 
-/* Serves POST /v1/chat/completions, POST /v1/completions, GET /v1/models
- * and GET /health on opts->addr (http/http.h). An address beyond loopback
+/* Serves POST /v1/chat/completions, POST /v1/completions, GET /v1/models,
+ * GET /health and GET /metrics (the serving metrics, proto/base's table)
+ * on opts->addr (http/http.h). An address beyond loopback
  * without a token is refused (BATON_EPERM). Errors with a sentence in err. */
 int oai_server_open(const struct oai_server_opts *o, struct oai_server **out, char *err, size_t errlen);
+
+/* The serving metrics of one request (GET /metrics, the access log), for
+ * every face (openai_http.c's own, face.c's): t_in set at its arrival;
+ * admit when its prefill starts, token per token sampled (the
+ * scheduler's on_token), done once at its end (before the answer goes
+ * out); refused for a request answered before it ran (status, and rc
+ * BATON_EBUSY for a full queue). Any thread. */
+struct oai_sv_times {
+	double t_in, t_admit, t_first, t_last;
+};
+struct baton_gen_result;
+void oai_sv_admit(struct oai_server *s, struct oai_sv_times *t);
+void oai_sv_token(struct oai_server *s, struct oai_sv_times *t);
+void oai_sv_done(struct oai_server *s, const struct oai_sv_times *t, int rc, const struct baton_gen_result *res,
+    int stream);
+void oai_sv_refused(struct oai_server *s, int status, int rc);
 /* "http://HOST:PORT", the real port. */
 const char *oai_server_url(const struct oai_server *s);
 /* Closing, in this order: oai_server_stop (no request comes in any more;

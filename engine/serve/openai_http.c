@@ -15,6 +15,7 @@
 #include <sys/random.h>
 #include <time.h>
 
+#include "engine/serve/face.h"
 #include "engine/serve/openai.h"
 #include "engine/serve/sched.h"
 #include "http/http.h"
@@ -26,20 +27,25 @@ struct oai_server {
 	char *model;
 	struct oai_caps caps;      /* of the chat template */
 	atomic_ullong next;
+	pthread_mutex_t mmu;       /* guards sv */
+	struct baton_serving sv;   /* the serving metrics (GET /metrics) */
+	char *engine;
 };
 
-/* A batch of prompts (/v1/completions' "prompt": [...]): one scheduler
- * request each, one answer: a choice per prompt (index), the usage summed;
- * a stream interleaves their chunks. Its counters are taken under mu (the
+/* A batch: prompts (/v1/completions' "prompt": [...]) times n (a chat's
+ * or completion's "n"), one scheduler request each, one answer: a choice
+ * each (index: prompt * n + copy), the usage summed (a prompt once, as
+ * OpenAI counts it); a stream interleaves their chunks. Its counters are taken under mu (the
  * handler submits while the scheduler's thread finishes). */
 struct obatch {
 	pthread_mutex_t mu;
 	struct baton_http_req *r;
 	struct baton_http_stream *st;
 	int opened, n, left, include_usage, rc;
+	enum oai_kind kind;
 	char err[512];
 	json_t *choices;
-	uint32_t n_prompt, n_tokens;
+	uint32_t n_prompt, n_tokens, n_cached;
 };
 
 /* One request in flight, from the handler to on_done. */
@@ -63,10 +69,13 @@ struct oreq {
 	int32_t lp_prev;            /* the last token: the next one's text is decoded after it */
 	size_t lp_offset;           /* completions: text_offset of the next token */
 	int think_open, split_started; /* the prompt ended inside <think> (the generator says) */
-	struct obatch *b;           /* one prompt of a batch (completions), its choice's index */
-	int index;
+	struct obatch *b;           /* one choice of a batch (prompts x n), its choice's index */
+	int index, copy;            /* copy: which of the prompt's n (its prompt counts once, at 0) */
 	char *echo;                 /* completions' echo: the prompt's text, first */
 	size_t echo_len;
+	struct oai_resp *resp;      /* /v1/responses: its output items and events (responses.c) */
+	struct oai_sv_times tm;     /* the serving metrics: arrival, prefill start, first and last token */
+	int door;                   /* the front door asked for the usage report (X-Baton-Usage) */
 };
 
 static uint64_t random64(void)
@@ -102,6 +111,7 @@ static void oreq_free(struct oreq *q)
 	json_decref(q->calls);
 	json_decref(q->lp);
 	free(q->echo);
+	oai_resp_free(q->resp);
 	free(q);
 }
 
@@ -226,6 +236,103 @@ static int status_of(int rc, const char **type)
 	return status;
 }
 
+/* ---- the serving metrics and the access log ---- */
+
+static void sv_end(struct oai_server *s, enum baton_sv_end e)
+{
+	pthread_mutex_lock(&s->mmu);
+	s->sv.end[e]++;
+	pthread_mutex_unlock(&s->mmu);
+}
+
+/* A request refused or failed with this status before it ran: counted,
+ * and its access-log line. */
+void oai_sv_refused(struct oai_server *s, int status, int rc)
+{
+	sv_end(s, rc == BATON_EBUSY ? BATON_SV_QUEUE_FULL : status < 500 ? BATON_SV_BAD_REQUEST : BATON_SV_FAILED);
+	if (s->o.log && !s->o.no_access_log) {
+		char line[256];
+		snprintf(line, sizeof line, "access: model=%s status=%d prompt_tokens=0 completion_tokens=0 ttft_ms=0.0 "
+		    "duration_ms=0.0 finish=%s stream=0", s->model, status, rc == BATON_EBUSY ? "queue_full" : "refused");
+		s->o.log(s->o.log_arg, line);
+	}
+}
+
+/* "prompt_tokens=P completion_tokens=C ttft_s=T finish=F": what the
+ * front door counts a request by (a header of a whole reply, a comment
+ * line of a stream before its [DONE]). */
+static void usage_report(const struct oreq *q, const struct baton_gen_result *res, char *out, size_t n)
+{
+	snprintf(out, n, "prompt_tokens=%u completion_tokens=%u ttft_s=%.6f finish=%s", res->n_prompt,
+	    res->n_tokens, q->tm.t_first > 0 ? q->tm.t_first - q->tm.t_in : 0.0, res->finish ? res->finish : "stop");
+}
+
+void oai_sv_done(struct oai_server *s, const struct oai_sv_times *t, int rc, const struct baton_gen_result *res,
+    int stream)
+{
+	double now = baton_now_s();
+	int status = 200;
+	const char *finish = "";
+	pthread_mutex_lock(&s->mmu);
+	if (rc == 0) {
+		finish = res->finish ? res->finish : "stop";
+		s->sv.end[baton_sv_finish(finish)]++;
+		s->sv.c[BATON_SV_PROMPT_TOKENS] += res->n_prompt;
+		s->sv.c[BATON_SV_GEN_TOKENS] += res->n_tokens;
+		baton_sv_observe(&s->sv, BATON_SV_E2E, now - t->t_in);
+		baton_sv_observe(&s->sv, BATON_SV_PROMPT, res->n_prompt);
+		baton_sv_observe(&s->sv, BATON_SV_GEN, res->n_tokens);
+	} else {
+		status = http_status_of(rc);
+		/* cancelled while it waited: the client left */
+		s->sv.end[rc == BATON_ECLOSED ? BATON_SV_CANCELLED : rc == BATON_EBUSY ? BATON_SV_QUEUE_FULL :
+		    status < 500 ? BATON_SV_BAD_REQUEST : BATON_SV_FAILED]++;
+	}
+	pthread_mutex_unlock(&s->mmu);
+	if (s->o.log && !s->o.no_access_log) {
+		char line[512];
+		snprintf(line, sizeof line, "access: model=%s status=%d prompt_tokens=%u completion_tokens=%u "
+		    "ttft_ms=%.1f duration_ms=%.1f finish=%s stream=%d", s->model, status, rc == 0 ? res->n_prompt : 0,
+		    rc == 0 ? res->n_tokens : 0, t->t_first > 0 ? (t->t_first - t->t_in) * 1e3 : 0.0,
+		    (now - t->t_in) * 1e3, rc == 0 ? finish : "error", stream ? 1 : 0);
+		s->o.log(s->o.log_arg, line);
+	}
+}
+
+/* GET /metrics: the serving metrics (proto/base's table), the scheduler's
+ * gauges as of now. */
+static void metrics(struct oai_server *s, struct baton_http_req *r)
+{
+	struct sched_stats st;
+	sched_stats(s->o.sched, &st);
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	if (!f) {
+		http_reply(r, 500, "text/plain", "out of memory\n", 14, NULL);
+		return;
+	}
+	pthread_mutex_lock(&s->mmu);
+	struct baton_serving sv = s->sv;
+	pthread_mutex_unlock(&s->mmu);
+	sv.g[BATON_SV_RUNNING] = st.running;
+	sv.g[BATON_SV_WAITING] = st.waiting;
+	sv.g[BATON_SV_KV_TOTAL] = st.kv_total;
+	sv.g[BATON_SV_KV_USED] = st.kv_total > st.kv_free ? st.kv_total - st.kv_free : 0;
+	sv.c[BATON_SV_PREEMPTIONS] = st.preempted;
+	const struct baton_serving *one[1] = { &sv };
+	const char *const *labels[1] = { (const char *[]){ "engine", s->engine ? s->engine : "", "model", s->model,
+		NULL } };
+	baton_sv_write(f, "baton_engine_", BATON_SV_ENGINE, one, labels, 1);
+	if (fclose(f) != 0 || !buf) {
+		free(buf);
+		http_reply(r, 500, "text/plain", "out of memory\n", 14, NULL);
+		return;
+	}
+	http_reply(r, 200, "text/plain; version=0.0.4", buf, len, NULL);
+	free(buf);
+}
+
 static int write_event(struct oreq *q, json_t *j)
 {
 	json_t *c0 = q->b ? json_array_get(json_object_get(j, "choices"), 0) : NULL;
@@ -238,6 +345,12 @@ static int write_event(struct oreq *q, json_t *j)
 	int rc = http_stream_write(q->st, ev, n);
 	free(ev);
 	return rc;
+}
+
+static int resp_write(void *arg, const char *ev, size_t n)
+{
+	struct oreq *q = arg;
+	return http_stream_write(q->st, ev, n);
 }
 
 static void open_stream(struct oreq *q)
@@ -255,6 +368,11 @@ static void open_stream(struct oreq *q)
 	} else {
 		q->st = http_stream_open(q->r, 200, "text/event-stream", hdr);
 	}
+	if (q->resp) {
+		if (q->st)
+			oai_resp_begin(q->resp, q->srv->model, q->created, resp_write, q);
+		return;
+	}
 	if (q->st && q->q.kind == OAI_CHAT)
 		write_event(q, oai_chunk(q->q.kind, q->id, q->created, q->srv->model, "assistant", NULL, 0,
 		    NULL, q->q.include_usage));
@@ -269,6 +387,11 @@ static void open_stream(struct oreq *q)
 static void on_piece(void *arg, enum oai_piece_kind k, const char *t, size_t n, const struct oai_tool_call *c)
 {
 	struct oreq *q = arg;
+	if (q->resp) {
+		if (oai_resp_piece(q->resp, k, t, n, c))
+			q->write_failed = 1;
+		return;
+	}
 	if (!q->q.stream) {
 		if (k == OAI_P_TOOL || k == OAI_P_TOOL_START) {
 			if (!q->calls)
@@ -325,8 +448,41 @@ static const char *finish_of(struct oreq *q, const char *finish)
 static void on_admit(void *arg)
 {
 	struct oreq *q = arg;
+	oai_sv_admit(q->srv, &q->tm);
 	if (q->q.stream)
 		open_stream(q); /* the role chunk goes out while the prompt is read */
+}
+
+/* A token sampled: the first is the time to first token, each next one
+ * an inter-token gap. */
+static void on_token_time(void *arg)
+{
+	struct oreq *q = arg;
+	oai_sv_token(q->srv, &q->tm);
+}
+
+void oai_sv_admit(struct oai_server *s, struct oai_sv_times *t)
+{
+	if (t->t_admit) /* not again after a preemption */
+		return;
+	t->t_admit = baton_now_s();
+	pthread_mutex_lock(&s->mmu);
+	baton_sv_observe(&s->sv, BATON_SV_QUEUE, t->t_admit - t->t_in);
+	pthread_mutex_unlock(&s->mmu);
+}
+
+void oai_sv_token(struct oai_server *s, struct oai_sv_times *t)
+{
+	double now = baton_now_s();
+	pthread_mutex_lock(&s->mmu);
+	if (t->t_first <= 0) {
+		t->t_first = now;
+		baton_sv_observe(&s->sv, BATON_SV_TTFT, now - t->t_in);
+	} else {
+		baton_sv_observe(&s->sv, BATON_SV_ITL, now - t->t_last);
+	}
+	pthread_mutex_unlock(&s->mmu);
+	t->t_last = now;
 }
 
 static int on_text(void *arg, const char *text, size_t len)
@@ -370,8 +526,8 @@ static void batch_answer(struct obatch *b, struct oreq *q)
 			} else {
 				if (b->include_usage) {
 					size_t n;
-					char *ev = oai_sse(oai_usage_chunk(OAI_COMPLETION, q->id, q->created, q->srv->model,
-					    b->n_prompt, b->n_tokens), &n);
+					char *ev = oai_sse(oai_usage_chunk(b->kind, q->id, q->created, q->srv->model,
+					    b->n_prompt, b->n_tokens, b->n_cached), &n);
 					if (ev)
 						http_stream_write(b->st, ev, n);
 					free(ev);
@@ -387,26 +543,53 @@ static void batch_answer(struct obatch *b, struct oreq *q)
 		static const char *const retry[] = { "Retry-After: 1", NULL };
 		reply_error(b->r, &e, http_retry_after(status) ? retry : NULL);
 	} else {
-		json_t *j = json_pack("{s:s, s:s, s:I, s:s, s:O, s:{s:i, s:i, s:i}}", "id", q->id, "object",
-		    "text_completion", "created", (json_int_t)q->created, "model", q->srv->model, "choices",
-		    b->choices, "usage", "prompt_tokens", (json_int_t)b->n_prompt, "completion_tokens",
-		    (json_int_t)b->n_tokens, "total_tokens", (json_int_t)(b->n_prompt + b->n_tokens));
+		json_t *j = json_pack("{s:s, s:s, s:I, s:s, s:O, s:o}", "id", q->id, "object",
+		    b->kind == OAI_CHAT ? "chat.completion" : "text_completion", "created", (json_int_t)q->created,
+		    "model", q->srv->model, "choices", b->choices, "usage", oai_usage(b->n_prompt, b->n_tokens, b->n_cached));
 		http_reply_json(b->r, 200, j);
 	}
 	batch_free(b);
 }
 
-/* One prompt of a batch ended: its choice (or finish chunk) and counts. */
+/* A stream's finish chunk (a chat's split answer ends first). */
+static void finish_chunk(struct oreq *q, struct baton_gen_result *res)
+{
+	if (q->split_on) {
+		if (!q->split_started++ && q->think_open)
+			oai_split_thinking(&q->sp);
+		oai_split_finish(&q->sp);
+		write_event(q, with_lp(q, oai_chunk_delta(q->id, q->created, q->srv->model, NULL, finish_of(q, res->finish),
+		    q->q.include_usage)));
+	} else {
+		write_event(q, with_lp(q, oai_chunk(q->q.kind, q->id, q->created, q->srv->model, NULL, NULL, 0, res->finish,
+		    q->q.include_usage)));
+	}
+}
+
+/* A whole chat reply (its answer split when the split is on); NULL without memory. */
+static json_t *chat_whole(struct oreq *q, struct baton_gen_result *res)
+{
+	if (!q->split_on)
+		return with_lp(q, oai_reply(OAI_CHAT, q->id, q->created, q->srv->model, res));
+	if (q->think_open)
+		oai_split_thinking(&q->sp);
+	if (oai_split_push(&q->sp, res->text, res->text_len) || oai_split_finish(&q->sp) || q->write_failed)
+		return NULL;
+	struct oai_parts p = { q->content.p, q->content.n, q->reasoning.p, q->reasoning.n, q->calls };
+	return with_lp(q, oai_reply_parts(q->id, q->created, q->srv->model, res, &p));
+}
+
+/* One choice of a batch ended: its choice (or finish chunk) and counts. */
 static void batch_done(struct oreq *q, int rc, const char *err, struct baton_gen_result *res)
 {
 	struct obatch *b = q->b;
 	int cut = rc == 0 && strcmp(res->finish, "cancelled") == 0;
 	if (rc == 0 && !cut && q->streaming && q->st)
-		write_event(q, with_lp(q, oai_chunk(OAI_COMPLETION, q->id, q->created, q->srv->model, NULL, NULL, 0,
-		    res->finish, b->include_usage)));
+		finish_chunk(q, res);
 	json_t *choice = NULL;
 	if (rc == 0 && !q->streaming) {
-		json_t *j = with_echo(q, with_lp(q, oai_reply(OAI_COMPLETION, q->id, q->created, q->srv->model, res)));
+		json_t *j = q->q.kind == OAI_CHAT ? chat_whole(q, res) :
+		    with_echo(q, with_lp(q, oai_reply(OAI_COMPLETION, q->id, q->created, q->srv->model, res)));
 		choice = json_incref(json_array_get(json_object_get(j, "choices"), 0));
 		json_decref(j);
 		if (choice)
@@ -418,8 +601,9 @@ static void batch_done(struct oreq *q, int rc, const char *err, struct baton_gen
 		snprintf(b->err, sizeof b->err, "prompt %d: %s", q->index, err && err[0] ? err : baton_strerror(rc));
 	}
 	if (rc == 0) {
-		b->n_prompt += res->n_prompt;
+		b->n_prompt += q->copy == 0 ? res->n_prompt : 0;
 		b->n_tokens += res->n_tokens;
+		b->n_cached += res->n_cached;
 	}
 	if (choice)
 		json_array_set_new(b->choices, (size_t)q->index, choice);
@@ -431,30 +615,90 @@ static void batch_done(struct oreq *q, int rc, const char *err, struct baton_gen
 	oreq_free(q);
 }
 
+/* A /v1/responses request ended: its response, whole or as its last events. */
+static void resp_done(struct oreq *q, int rc, const char *err, struct baton_gen_result *res)
+{
+	const char *type;
+	struct oai_error e;
+	if (rc) {
+		int status = status_of(rc, &type);
+		oai_errorf(&e, status, type, NULL, NULL, "%s", err && err[0] ? err : baton_strerror(rc));
+	}
+	if (q->streaming) {
+		if (q->st) {
+			if (rc == 0 && strcmp(res->finish, "cancelled") != 0) {
+				if (!q->split_started++ && q->think_open)
+					oai_split_thinking(&q->sp);
+				oai_split_finish(&q->sp);
+				json_decref(oai_resp_finish(q->resp, res));
+			} else if (rc) {
+				oai_resp_fail(q->resp, &e);
+			}
+			http_stream_close(q->st);
+		}
+	} else if (rc == 0) {
+		if (q->think_open)
+			oai_split_thinking(&q->sp);
+		if (oai_split_push(&q->sp, res->text, res->text_len) || oai_split_finish(&q->sp) || q->write_failed)
+			http_reply_error(q->r, 500, BATON_ENOMEM, "out of memory");
+		else
+			http_reply_json(q->r, 200, oai_resp_finish(q->resp, res));
+	} else {
+		static const char *const retry[] = { "Retry-After: 1", NULL };
+		reply_error(q->r, &e, http_retry_after(status_of(rc, &type)) ? retry : NULL);
+	}
+	generator_result_free(res);
+	oreq_free(q);
+}
+
+/* A whole answer (takes j), with the usage report the front door asked for. */
+static void reply_whole(struct oreq *q, const struct baton_gen_result *res, json_t *j)
+{
+	if (!q->door) {
+		http_reply_json(q->r, 200, j);
+		return;
+	}
+	char *body = j ? json_dumps(j, JSON_COMPACT) : NULL;
+	json_decref(j);
+	if (!body) {
+		http_reply_error(q->r, 500, BATON_ENOMEM, "out of memory");
+		return;
+	}
+	char rep[200], hdr[240];
+	usage_report(q, res, rep, sizeof rep);
+	snprintf(hdr, sizeof hdr, "X-Baton-Usage: %s", rep);
+	const char *const headers[] = { hdr, NULL };
+	http_reply(q->r, 200, "application/json", body, strlen(body), headers);
+	free(body);
+}
+
 static void on_done(void *arg, int rc, const char *err, struct baton_gen_result *res)
 {
 	struct oreq *q = arg;
 	const char *type;
+	oai_sv_done(q->srv, &q->tm, rc, res, q->q.stream);
 	if (q->b) {
 		batch_done(q, rc, err, res);
+		return;
+	}
+	if (q->resp) {
+		resp_done(q, rc, err, res);
 		return;
 	}
 	if (q->streaming) {
 		if (q->st) {
 			if (rc == 0 && strcmp(res->finish, "cancelled") != 0) {
-				if (q->split_on) {
-					if (!q->split_started++ && q->think_open)
-						oai_split_thinking(&q->sp);
-					oai_split_finish(&q->sp);
-					write_event(q, with_lp(q, oai_chunk_delta(q->id, q->created, q->srv->model, NULL,
-					    finish_of(q, res->finish), q->q.include_usage)));
-				} else {
-					write_event(q, with_lp(q, oai_chunk(q->q.kind, q->id, q->created, q->srv->model, NULL, NULL,
-					    0, res->finish, q->q.include_usage)));
-				}
+				finish_chunk(q, res);
 				if (q->q.include_usage)
 					write_event(q, oai_usage_chunk(q->q.kind, q->id, q->created, q->srv->model,
-					    res->n_prompt, res->n_tokens));
+					    res->n_prompt, res->n_tokens, res->n_cached));
+				if (q->door) {
+					/* a comment line (SSE clients skip it) in the [DONE] event */
+					char rep[200], line[240];
+					usage_report(q, res, rep, sizeof rep);
+					int n = snprintf(line, sizeof line, ": baton-usage %s\n", rep);
+					http_stream_write(q->st, line, (size_t)n);
+				}
 				http_stream_write(q->st, "data: [DONE]\n\n", 14);
 			} else if (rc) {
 				/* the stream's status is sent: the error goes as an event */
@@ -465,17 +709,14 @@ static void on_done(void *arg, int rc, const char *err, struct baton_gen_result 
 			}
 			http_stream_close(q->st);
 		}
-	} else if (rc == 0 && q->split_on) {
-		if (q->think_open)
-			oai_split_thinking(&q->sp);
-		if (oai_split_push(&q->sp, res->text, res->text_len) || oai_split_finish(&q->sp) || q->write_failed) {
+	} else if (rc == 0 && q->q.kind == OAI_CHAT) {
+		json_t *j = chat_whole(q, res);
+		if (j)
+			reply_whole(q, res, j);
+		else
 			http_reply_error(q->r, 500, BATON_ENOMEM, "out of memory");
-		} else {
-			struct oai_parts p = { q->content.p, q->content.n, q->reasoning.p, q->reasoning.n, q->calls };
-			http_reply_json(q->r, 200, with_lp(q, oai_reply_parts(q->id, q->created, q->srv->model, res, &p)));
-		}
 	} else if (rc == 0) {
-		http_reply_json(q->r, 200, with_echo(q, with_lp(q, oai_reply(q->q.kind, q->id, q->created, q->srv->model, res))));
+		reply_whole(q, res, with_echo(q, with_lp(q, oai_reply(q->q.kind, q->id, q->created, q->srv->model, res))));
 	} else {
 		struct oai_error e;
 		int status = status_of(rc, &type);
@@ -536,6 +777,8 @@ static struct oreq *prepare(struct oai_server *s, struct baton_http_req *r, enum
 	}
 	q->srv = s;
 	q->r = r;
+	q->tm.t_in = baton_now_s();
+	q->door = http_req_header(r, "X-Baton-Usage") != NULL;
 	q->created = (long long)time(NULL);
 	snprintf(q->id, sizeof q->id, "%s-%016llx%08llx", kind == OAI_CHAT ? "chatcmpl" : "cmpl",
 	    (unsigned long long)random64(), (unsigned long long)atomic_fetch_add(&s->next, 1));
@@ -594,38 +837,56 @@ static void refuse_submit(struct baton_http_req *r, int rc)
 	reply_error(r, &e, retry);
 }
 
-/* "prompt": [p0, p1, ...] with more than one prompt (strings or token-id
- * arrays): each parsed as the body with that prompt, all submitted. */
-static void completion_batch(struct oai_server *s, struct baton_http_req *r, json_t *root, json_t *prompts)
+/* A batch: "prompt": [p0, p1, ...] (prompts NULL: the body's one) times
+ * n: each choice parsed as the body with its prompt and n 1, a seeded
+ * request's copy j > 0 on its own seed (copy 0 is the n: 1 answer), all
+ * submitted. */
+static void completion_batch(struct oai_server *s, struct baton_http_req *r, enum oai_kind kind, json_t *root,
+    json_t *prompts, size_t n_copies)
 {
-	size_t n = json_array_size(prompts);
+	size_t n_prompts = prompts ? json_array_size(prompts) : 1, n = n_prompts * n_copies;
 	struct oai_error e;
-	if (n > OAI_MAX_BATCH) {
+	if (prompts && n_prompts > OAI_MAX_BATCH) {
 		oai_errorf(&e, 400, "invalid_request_error", NULL, "prompt", "prompt: %zu prompts in one request; at "
-		    "most %u", n, OAI_MAX_BATCH);
+		    "most %u", n_prompts, OAI_MAX_BATCH);
+		oai_sv_refused(s, 400, 0);
+		reply_error(r, &e, NULL);
+		return;
+	}
+	if (n > OAI_MAX_BATCH) {
+		oai_errorf(&e, 400, "invalid_request_error", NULL, "n", "n: %zu prompts times n %zu is %zu choices; at most "
+		    "%u in one request", n_prompts, n_copies, n, OAI_MAX_BATCH);
+		oai_sv_refused(s, 400, 0);
 		reply_error(r, &e, NULL);
 		return;
 	}
 	struct oreq *qs[OAI_MAX_BATCH];
 	json_t *all = json_incref(prompts);
+	if (n_copies > 1)
+		json_object_set_new(root, "n", json_integer(1));
 	size_t k;
 	for (k = 0; k < n; k++) {
-		json_object_set(root, "prompt", json_array_get(all, k));
+		size_t pi = k / n_copies;
+		if (prompts)
+			json_object_set(root, "prompt", json_array_get(all, pi));
 		char *b1 = json_dumps(root, JSON_COMPACT);
-		qs[k] = b1 ? prepare(s, r, OAI_COMPLETION, b1, strlen(b1), &e) : NULL;
+		qs[k] = b1 ? prepare(s, r, kind, b1, strlen(b1), &e) : NULL;
 		if (!b1)
 			oai_errorf(&e, 500, "server_error", NULL, NULL, "out of memory");
 		free(b1);
 		if (!qs[k]) {
-			if (strcmp(e.param, "prompt") == 0) { /* which prompt: in param and words */
+			if (prompts && strcmp(e.param, "prompt") == 0) { /* which prompt: in param and words */
 				char m[sizeof e.message];
 				const char *rest = strncmp(e.message, "prompt", 6) == 0 ? e.message + 6 : e.message;
-				snprintf(m, sizeof m, "prompt[%zu]%.480s", k, rest);
+				snprintf(m, sizeof m, "prompt[%zu]%.480s", pi, rest);
 				memcpy(e.message, m, sizeof m);
-				snprintf(e.param, sizeof e.param, "prompt[%zu]", k);
+				snprintf(e.param, sizeof e.param, "prompt[%zu]", pi);
 			}
 			break;
 		}
+		qs[k]->copy = (int)(k % n_copies);
+		if (qs[k]->copy && qs[k]->q.seeded)
+			qs[k]->q.q.sp.seed += (uint64_t)qs[k]->copy * 0x9e3779b97f4a7c15ull;
 	}
 	json_decref(all);
 	struct obatch *b = k == n ? calloc(1, sizeof *b) : NULL;
@@ -634,6 +895,7 @@ static void completion_batch(struct oai_server *s, struct baton_http_req *r, jso
 			oreq_free(qs[i]);
 		if (k == n)
 			oai_errorf(&e, 500, "server_error", NULL, NULL, "out of memory");
+		oai_sv_refused(s, e.status, 0);
 		reply_error(r, &e, NULL);
 		return;
 	}
@@ -641,6 +903,7 @@ static void completion_batch(struct oai_server *s, struct baton_http_req *r, jso
 	b->r = r;
 	b->n = b->left = (int)n;
 	b->include_usage = qs[0]->q.include_usage;
+	b->kind = kind;
 	b->choices = json_array();
 	for (size_t i = 0; i < n; i++) {
 		json_array_append_new(b->choices, json_null());
@@ -652,7 +915,8 @@ static void completion_batch(struct oai_server *s, struct baton_http_req *r, jso
 	uint64_t first = sched_new_ids(s->o.sched, (uint32_t)n);
 	http_req_on_gone(r, on_gone_batch, s->o.sched, first | ((uint64_t)n << 48));
 	for (size_t i = 0; i < n; i++) {
-		struct sched_cb cb = { .on_text = on_text, .on_admit = on_admit, .on_done = on_done, .arg = qs[i] };
+		struct sched_cb cb = { .on_text = on_text, .on_admit = on_admit, .on_token = on_token_time,
+			.on_done = on_done, .arg = qs[i] };
 		uint64_t sid = first + i;
 		int rc = sched_submit(s->o.sched, &qs[i]->q.q, &cb, &sid);
 		if (rc == 0)
@@ -668,6 +932,7 @@ static void completion_batch(struct oai_server *s, struct baton_http_req *r, jso
 		}
 		b->left -= (int)(n - i);
 		int last = b->left == 0;
+		oai_sv_refused(s, 503, rc);
 		pthread_mutex_unlock(&b->mu);
 		struct oreq *q0 = qs[i];
 		for (size_t j = i + 1; j < n; j++)
@@ -679,37 +944,89 @@ static void completion_batch(struct oai_server *s, struct baton_http_req *r, jso
 	}
 }
 
+static void submit(struct oai_server *s, struct baton_http_req *r, struct oreq *q);
+
 static void completion(struct oai_server *s, struct baton_http_req *r, enum oai_kind kind)
 {
 	size_t len = 0;
 	const char *body = http_req_body(r, &len);
 	struct oai_error e;
-	if (kind == OAI_COMPLETION) {
-		json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, NULL);
-		json_t *p = json_object_get(root, "prompt");
-		json_t *p0 = json_array_get(p, 0);
-		if (json_is_array(p) && json_array_size(p) > 1 && (json_is_string(p0) || json_is_array(p0))) {
-			completion_batch(s, r, root, p);
-			json_decref(root);
-			return;
-		}
+	json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, NULL);
+	json_t *p = kind == OAI_COMPLETION ? json_object_get(root, "prompt") : NULL;
+	json_t *p0 = json_array_get(p, 0), *jn = json_object_get(root, "n");
+	int many = json_is_array(p) && json_array_size(p) > 1 && (json_is_string(p0) || json_is_array(p0));
+	unsigned max_n = s->o.max_n ? s->o.max_n : OAI_DEFAULT_MAX_N;
+	/* n out of the parser's range is the parser's to refuse (as the COMPLETE op's) */
+	json_int_t nv = json_is_integer(jn) ? json_integer_value(jn) : 1;
+	if (json_is_object(root) && nv > (json_int_t)max_n && nv <= (json_int_t)OAI_MAX_N) {
+		oai_errorf(&e, 400, "invalid_request_error", NULL, "n", "n: %lld is more than this engine's --max-n "
+		    "(%u)", (long long)nv, max_n);
 		json_decref(root);
-	}
-	struct oreq *q = prepare(s, r, kind, body, len, &e);
-	if (!q) {
 		reply_error(r, &e, NULL);
 		return;
 	}
-	struct sched_cb cb = { .on_text = on_text, .on_admit = on_admit, .on_done = on_done, .arg = q };
+	size_t n = nv > 1 && nv <= (json_int_t)max_n ? (size_t)nv : 1;
+	if (json_is_object(root) && (many || n > 1)) {
+		completion_batch(s, r, kind, root, many ? p : NULL, n);
+		json_decref(root);
+		return;
+	}
+	json_decref(root);
+	struct oreq *q = prepare(s, r, kind, body, len, &e);
+	if (!q) {
+		oai_sv_refused(s, e.status, 0);
+		reply_error(r, &e, NULL);
+		return;
+	}
+	submit(s, r, q);
+}
+
+static void submit(struct oai_server *s, struct baton_http_req *r, struct oreq *q)
+{
+	struct sched_cb cb = { .on_text = on_text, .on_admit = on_admit, .on_token = on_token_time,
+		.on_done = on_done, .arg = q };
 	/* on_gone is set before the request can end (and free r) */
 	uint64_t sid = sched_new_id(s->o.sched);
 	http_req_on_gone(r, on_gone, s->o.sched, sid);
 	int rc = sched_submit(s->o.sched, &q->q.q, &cb, &sid);
 	if (rc) {
 		/* on_done never comes: answer here */
+		oai_sv_refused(s, 503, rc);
 		refuse_submit(r, rc);
 		oreq_free(q);
 	}
+}
+
+/* POST /v1/responses: translated into a chat request (responses.c), its
+ * answer split into output items, whole or as the Responses API's events. */
+static void responses(struct oai_server *s, struct baton_http_req *r)
+{
+	size_t len = 0;
+	const char *body = http_req_body(r, &len);
+	struct oai_error e;
+	struct oai_resp *rs = NULL;
+	char *chat = NULL;
+	if (oai_resp_parse(body, len, s->model, random64(), &chat, &rs, &e) != 0) {
+		reply_error(r, &e, NULL);
+		return;
+	}
+	struct oreq *q = prepare(s, r, OAI_CHAT, chat, strlen(chat), &e);
+	free(chat);
+	if (!q) {
+		oai_resp_param(&e);
+		reply_error(r, &e, NULL);
+		oai_resp_free(rs);
+		return;
+	}
+	q->resp = rs;
+	if (!q->split_on) { /* no tools, no thinking: all content, split all the same */
+		oai_split_free(&q->sp);
+		oai_split_init(&q->sp, OAI_TOOLS_NONE, 0, 0, NULL, random64(), on_piece, q);
+		q->split_on = 1;
+	}
+	if (!oai_resp_streaming(rs))
+		oai_resp_begin(rs, s->model, q->created, NULL, NULL);
+	submit(s, r, q);
 }
 
 /* POST /tokenize, as vLLM's: {"prompt"} (add_special_tokens, default
@@ -879,6 +1196,27 @@ static void handler(void *arg, struct baton_http_req *r)
 		completion(s, r, p[4] == 'c' && p[5] == 'h' ? OAI_CHAT : OAI_COMPLETION);
 		return;
 	}
+	if (strcmp(p, "/v1/responses") == 0) {
+		if (!post) {
+			oai_errorf(&e, 405, "invalid_request_error", NULL, NULL, "%s wants POST", p);
+			static const char *const allow[] = { "Allow: POST", NULL };
+			reply_error(r, &e, allow);
+			return;
+		}
+		responses(s, r);
+		return;
+	}
+	if (strncmp(p, "/v1/responses/", 14) == 0 && get) {
+		json_t *j = oai_resp_stored(p + 14);
+		if (j) {
+			http_reply_json(r, 200, j);
+		} else {
+			oai_errorf(&e, 404, "invalid_request_error", "not_found", NULL, "response '%.100s' is not kept by "
+			    "this engine (it keeps its last 256 stored responses, in memory)", p + 14);
+			reply_error(r, &e, NULL);
+		}
+		return;
+	}
 	if ((strcmp(p, "/tokenize") == 0 || strcmp(p, "/detokenize") == 0) && s->o.tok) {
 		if (!post) {
 			oai_errorf(&e, 405, "invalid_request_error", NULL, NULL, "%s wants POST", p);
@@ -907,6 +1245,10 @@ static void handler(void *arg, struct baton_http_req *r)
 		}
 		return;
 	}
+	if (strcmp(p, "/metrics") == 0 && get) {
+		metrics(s, r);
+		return;
+	}
 	if (strcmp(p, "/health") == 0 && get) {
 		struct sched_stats st;
 		sched_stats(s->o.sched, &st);
@@ -915,6 +1257,18 @@ static void handler(void *arg, struct baton_http_req *r)
 		    "kv_blocks_free", (json_int_t)st.kv_free, "kv_blocks_total", (json_int_t)st.kv_total,
 		    "steps", (json_int_t)st.steps, "cancelled", (json_int_t)st.cancelled, "refused_busy",
 		    (json_int_t)st.refused_busy, "preempted", (json_int_t)st.preempted);
+		const struct baton_prefix_stats *ps = &st.prefix;
+		json_t *pc = json_pack("{s:b, s:I, s:I, s:f, s:i, s:i, s:I, s:I, s:I, s:i, s:I, s:I, s:f}",
+		    "enabled", ps->enabled, "prompt_tokens", (json_int_t)st.prompt_tokens, "cached_tokens",
+		    (json_int_t)st.cached_tokens, "hit_rate",
+		    st.prompt_tokens ? (double)st.cached_tokens / (double)st.prompt_tokens : 0.0, "cached_blocks",
+		    (json_int_t)ps->cached_blocks, "evictable_blocks", (json_int_t)ps->evictable_blocks, "evictions",
+		    (json_int_t)ps->evictions, "host_kv_bytes", (json_int_t)ps->host_bytes, "host_kv_limit_bytes",
+		    (json_int_t)ps->host_limit, "host_kv_blocks", (json_int_t)ps->host_blocks, "host_dropped_blocks",
+		    (json_int_t)ps->host_dropped, "restored_blocks", (json_int_t)ps->restored_blocks,
+		    "last_restore_s", ps->last_restore_s);
+		if (j && pc)
+			json_object_set_new(j, "prefix_cache", pc);
 		if (j && s->o.health)
 			s->o.health(s->o.health_arg, j);
 		if (j)
@@ -922,6 +1276,8 @@ static void handler(void *arg, struct baton_http_req *r)
 		http_reply_json(r, 200, j);
 		return;
 	}
+	if (ollama_route(s, r, m, p) || anthropic_route(s, r, m, p)) /* the other faces (face.h) */
+		return;
 	oai_errorf(&e, 404, "invalid_request_error", "not_found", NULL, "no such endpoint: %s %.200s", m, p);
 	reply_error(r, &e, NULL);
 }
@@ -942,6 +1298,9 @@ int oai_server_open(const struct oai_server_opts *o, struct oai_server **out, ch
 	}
 	s->o = *o;
 	s->o.model = s->model;
+	s->engine = o->engine ? strdup(o->engine) : NULL;
+	s->o.engine = s->engine;
+	pthread_mutex_init(&s->mmu, NULL);
 	oai_caps_of(o->chat_template, &s->caps);
 	atomic_init(&s->next, 1);
 	struct baton_http_opts ho = {
@@ -952,6 +1311,8 @@ int oai_server_open(const struct oai_server_opts *o, struct oai_server **out, ch
 	};
 	int rc = http_open(&ho, handler, s, &s->http, err, errlen);
 	if (rc) {
+		pthread_mutex_destroy(&s->mmu);
+		free(s->engine);
 		free(s->model);
 		free(s);
 		return rc;
@@ -978,6 +1339,35 @@ void oai_server_close(struct oai_server *s)
 	if (!s)
 		return;
 	oai_server_stop(s);
+	pthread_mutex_destroy(&s->mmu);
+	free(s->engine);
 	free(s->model);
 	free(s);
+}
+
+/* ---- what the other faces read (face.h) ---- */
+
+const char *oai_server_model(const struct oai_server *s)
+{
+	return s->model;
+}
+
+struct baton_sched *oai_server_sched(const struct oai_server *s)
+{
+	return s->o.sched;
+}
+
+const text_tok *oai_server_tok(const struct oai_server *s)
+{
+	return s->o.tok;
+}
+
+const struct oai_caps *oai_server_caps(const struct oai_server *s)
+{
+	return &s->caps;
+}
+
+const struct oai_server_opts *oai_server_opts(const struct oai_server *s)
+{
+	return &s->o;
 }

@@ -85,7 +85,12 @@ static void t_errors(void)
 		{ OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\"}]}",
 		  400, "tools[0]", NULL, "name: required" },
 		{ OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\","
-		  "\"function\":{\"name\":\"f\",\"strict\":true}}]}", 400, "tools[0]", "unsupported_parameter", "strict" },
+		  "\"function\":{\"name\":\"f\",\"strict\":true,\"parameters\":{\"type\":\"object\",\"properties\":{"
+		  "\"a\":{\"type\":\"string\",\"pattern\":\"x\"}}}}}]}", 400, "tools[0]", "unsupported_parameter",
+		  "pattern" },
+		{ OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\","
+		  "\"function\":{\"name\":\"f\",\"strict\":true}}],\"response_format\":{\"type\":\"json_object\"}}", 400,
+		  "response_format", "unsupported_parameter", "strict tools" },
 		{ OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":"
 		  "\"yaml\"}}", 400, "response_format.type", NULL, "not one of" },
 		{ OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"store\":true}", 400, "store",
@@ -108,8 +113,10 @@ static void t_errors(void)
 		  400, "messages[0].function_call", "unsupported_parameter", "deprecated" },
 		{ OAI_CHAT, "{\"model\":\"gpt-4\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", 404,
 		  "model", "model_not_found", "gpt-4" },
-		{ OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":2}", 400, "n",
-		  "unsupported_parameter", "only 1" },
+		{ OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":0}", 400, "n",
+		  NULL, "out of range" },
+		{ OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":129}", 400, "n",
+		  NULL, "out of range" },
 		{ OAI_CHAT, "{\"messages\":[]}", 400, "messages", NULL, "non-empty" },
 		{ OAI_CHAT, "{\"prompt\":\"x\"}", 400, "messages", NULL, "required" },
 		{ OAI_COMPLETION, "{\"messages\":[]}", 400, "prompt", NULL, "required" },
@@ -163,13 +170,14 @@ static void t_shapes(void)
 {
 	uint32_t toks[3] = { 1, 2, 3 };
 	struct baton_gen_result res = { .text = "Let there", .text_len = 9, .tokens = toks, .n_tokens = 3,
-		.n_prompt = 5, .finish = "length" };
+		.n_prompt = 5, .n_cached = 4, .finish = "length" };
 	json_t *j = oai_reply(OAI_CHAT, "chatcmpl-1", 1700000000, "kjv", &res);
 	char *s = json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS);
 	T_ASSERT_MSG(strcmp(s, "{\"choices\":[{\"finish_reason\":\"length\",\"index\":0,\"logprobs\":null,"
 	    "\"message\":{\"content\":\"Let there\",\"role\":\"assistant\"}}],\"created\":1700000000,"
 	    "\"id\":\"chatcmpl-1\",\"model\":\"kjv\",\"object\":\"chat.completion\",\"usage\":"
-	    "{\"completion_tokens\":3,\"prompt_tokens\":5,\"total_tokens\":8}}") == 0, "%s", s);
+	    "{\"completion_tokens\":3,\"prompt_tokens\":5,\"prompt_tokens_details\":{\"cached_tokens\":4},"
+	    "\"total_tokens\":8}}") == 0, "%s", s);
 	free(s);
 	json_decref(j);
 	res.finish = "stop";
@@ -192,8 +200,9 @@ static void t_shapes(void)
 	ev = oai_sse(oai_chunk(OAI_CHAT, "c", 2, "kjv", NULL, NULL, 0, "length", 0), &n);
 	T_ASSERT_MSG(strstr(ev, "\"delta\":{}") && strstr(ev, "\"finish_reason\":\"length\""), "%s", ev);
 	free(ev);
-	ev = oai_sse(oai_usage_chunk(OAI_CHAT, "c", 2, "kjv", 5, 3), &n);
-	T_ASSERT_MSG(strstr(ev, "\"choices\":[]") && strstr(ev, "\"total_tokens\":8"), "%s", ev);
+	ev = oai_sse(oai_usage_chunk(OAI_CHAT, "c", 2, "kjv", 5, 3, 2), &n);
+	T_ASSERT_MSG(strstr(ev, "\"choices\":[]") && strstr(ev, "\"total_tokens\":8") &&
+	    strstr(ev, "\"prompt_tokens_details\":{\"cached_tokens\":2}"), "%s", ev);
 	free(ev);
 	ev = oai_sse(oai_chunk(OAI_COMPLETION, "c", 2, "kjv", NULL, "x", 1, NULL, 0), &n);
 	T_ASSERT_MSG(strstr(ev, "\"object\":\"text_completion\"") && strstr(ev, "\"text\":\"x\""), "%s", ev);
@@ -279,6 +288,20 @@ static void t_tools(void)
 	    "\"function\",\"function\":{\"name\":\"f\"}}],\"tool_choice\":\"required\",\"parallel_tool_calls\":false}",
 	    &r, &e), 0);
 	T_ASSERT(r.tool_choice == OAI_TC_REQUIRED && r.q.grammar != NULL);
+	oai_request_free(&r);
+	/* strict with tool_choice auto: the calls' grammar, from the template's opening tag */
+	T_EQ_INT(parse(OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":"
+	    "\"function\",\"function\":{\"name\":\"g\"}},{\"type\":\"function\",\"function\":{\"name\":\"f\","
+	    "\"strict\":true,\"parameters\":{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},"
+	    "\"required\":[\"a\"],\"additionalProperties\":false}}}]}", &r, &e), 0);
+	T_ASSERT(r.tool_choice == OAI_TC_AUTO && r.strict_auto == 1 && r.q.grammar != NULL);
+	oai_caps_of("{% if tools %}<tool_call>{% endif %}", &c);
+	T_EQ_INT(oai_bind(&r, &c, &e), 0);
+	T_ASSERT(r.q.grammar_trigger && strcmp(r.q.grammar_trigger, "<tool_call>") == 0);
+	oai_caps_of("{% if tools %}[AVAILABLE_TOOLS]{% endif %}[TOOL_CALLS]", &c);
+	T_EQ_INT(oai_bind(&r, &c, &e), 400);
+	T_ASSERT_MSG(strcmp(e.param, "tools") == 0 && strstr(e.message, "tools[1].function.strict") &&
+	    strstr(e.message, "mistral"), "%s", e.message);
 	oai_request_free(&r);
 	/* reasoning_effort "none" turns thinking off where the template has the switch */
 	T_EQ_INT(parse(OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"reasoning_effort\":\"none\"}",

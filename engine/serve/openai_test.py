@@ -17,7 +17,11 @@ backend).
     naming them; a wrong model 404 model_not_found; a token when set;
   - release levels: release gives back the experts, release --all also the
     dense weights and the KV pool (the host device's accounting shows it),
-    and the next request brings them back with the same answers.
+    and the next request brings them back with the same answers;
+  - the prefix cache: chats of four turns read only their new tokens
+    (usage.prompt_tokens_details.cached_tokens), the answers of an engine
+    with --no-prefix-cache; after release --all the cached blocks come
+    back from host memory (/health's prefix_cache).
 The last line is "N passed, N failed".
 """
 import json
@@ -76,6 +80,11 @@ def chat_text(events):
     return text
 
 
+def without_cached(u):
+    """The usage without prompt_tokens_details (a prompt asked again finds its blocks cached)."""
+    return {k: v for k, v in u.items() if k != "prompt_tokens_details"}
+
+
 def health(e):
     st, body, _ = e.http.get("/health")
     assert st == 200, (st, body)
@@ -104,7 +113,10 @@ def t_whole_and_stream(c):
     ev, times = sse(e.http, "/v1/chat/completions",
                     chat(QUESTIONS[0], temperature=0.0, max_tokens=40, stream=True,
                          stream_options={"include_usage": True}))
-    assert ev[-2]["choices"] == [] and ev[-2]["usage"] == u, ev[-2]
+    # the same prompt again: its first full block comes from the prefix cache
+    assert u["prompt_tokens_details"] == {"cached_tokens": 0}, u
+    assert ev[-2]["usage"]["prompt_tokens_details"]["cached_tokens"] == u["prompt_tokens"] // 16 * 16, ev[-2]
+    assert ev[-2]["choices"] == [] and without_cached(ev[-2]["usage"]) == without_cached(u), ev[-2]
     assert ev[-3]["choices"][0]["finish_reason"] == body["choices"][0]["finish_reason"], ev[-3]
     assert all(x["usage"] is None for x in ev[:-2]), ev[:3]
     assert chat_text(ev[:-2] + ev[-1:]) == msg["content"]
@@ -143,9 +155,10 @@ def t_npm_client(c):
     assert st == 200
     want = whole["choices"][0]["message"]["content"]
     assert got["chat"]["text"] == want and got["chat"]["object"] == "chat.completion", (got["chat"], want)
-    assert got["chat"]["usage"] == whole["usage"] and got["chat"]["role"] == "assistant"
+    assert without_cached(got["chat"]["usage"]) == without_cached(whole["usage"]) and got["chat"]["role"] == "assistant"
     s = got["stream"]
-    assert s["text"] == want and s["role"] == "assistant" and s["usage"] == whole["usage"], s
+    assert s["text"] == want and s["role"] == "assistant" and without_cached(s["usage"]) == without_cached(
+        whole["usage"]), s
     assert s["finish"] == whole["choices"][0]["finish_reason"] and s["chunks"] >= 5, s
     st, cw, _ = e.http.post("/v1/completions", {"model": MODEL, "prompt": "In the beginning", "max_tokens": 12,
                                                  "temperature": 0})
@@ -545,7 +558,7 @@ def t_errors_and_token(c):
         ("/v1/chat/completions", dict(chat("x"), logit_bias={"1": 200}), 400, "logit_bias"),
         ("/v1/chat/completions", dict(chat("x"), response_format={"type": "yaml"}), 400,
          "response_format.type"),
-        ("/v1/chat/completions", dict(chat("x"), n=3), 400, "n"),
+        ("/v1/chat/completions", dict(chat("x"), n=9), 400, "n"),  # above --max-n (choices_test.py)
         ("/v1/chat/completions", dict(chat("x"), temperature=5), 400, "temperature"),
         ("/v1/chat/completions", dict(chat("x"), model="gpt-4o"), 404, "model"),
         ("/v1/completions", {"model": MODEL, "messages": []}, 400, "prompt"),
@@ -650,11 +663,79 @@ def t_release_levels(c):
     return "holds %.2f MiB whole, %.2f MiB released, 0 released --all" % (whole / h.MIB, experts_gone / h.MIB)
 
 
+def t_prefix_turns_and_release(c):
+    """Multi-turn chats reuse their history (usage.prompt_tokens_details),
+    answers equal to an engine started with --no-prefix-cache; release
+    --all keeps the cached blocks in host memory (/health counts them),
+    and the next turn after the refill finds them: the same answers."""
+    api = c.http_broker()
+    e = engine(c, "q", "--vram-elastic", "--kv-blocks", "48", broker=True)
+    f = engine(c, "f", "--no-prefix-cache", "--kv-blocks", "48")
+    asks = ["Tell me of light.", "And of darkness?", "Which came first?", "Why?"]
+    hist, prev, cached = [], 0, []
+    for turn, ask in enumerate(asks):
+        hist.append({"role": "user", "content": ask})
+        body = {"model": MODEL, "messages": hist, "temperature": 0.0, "max_tokens": 16}
+        st, got, _ = e.http.post("/v1/chat/completions", body)
+        assert st == 200, got
+        st, want, _ = f.http.post("/v1/chat/completions", body)
+        assert st == 200, want
+        assert got["choices"][0]["message"] == want["choices"][0]["message"], (turn, got, want)
+        u, w = got["usage"], want["usage"]
+        assert w["prompt_tokens_details"] == {"cached_tokens": 0}, w
+        assert u["prompt_tokens"] == w["prompt_tokens"], (u, w)
+        n = u["prompt_tokens_details"]["cached_tokens"]
+        # the last turn's prompt starts this one: its full blocks are found
+        assert n % 16 == 0 and prev // 16 * 16 <= n < u["prompt_tokens"], (turn, n, prev, u)
+        cached.append(n)
+        prev = u["prompt_tokens"]
+        hist.append({"role": "assistant", "content": got["choices"][0]["message"]["content"]})
+        if turn == 1:
+            # release --all: the KV pool leaves the device, its cached blocks go to host memory
+            p = subprocess.run([h.CLI, "--broker", c.control, "release", "q", "--all", "--json"],
+                               capture_output=True, text=True, timeout=30)
+            assert p.returncode == 0, p.stderr
+            pc = health(e)["prefix_cache"]
+            assert pc["enabled"] and pc["host_kv_blocks"] > 0 and pc["host_kv_bytes"] > 0, pc
+            assert pc["host_kv_limit_bytes"] == 4096 * h.MIB and pc["host_dropped_blocks"] == 0, pc
+            # the broker's views: its status, /metrics, baton top
+            h.wait_for("the heartbeat's kv_host_bytes",
+                       lambda: c.eng("q").get("kv_host_bytes") == pc["host_kv_bytes"], timeout=10)
+            st, text, _ = api.get("/metrics")
+            assert st == 200 and 'baton_engine_kv_host_bytes{engine="q"} %d' % pc["host_kv_bytes"] in text, text
+            top = subprocess.run([h.CLI, "--broker", c.control, "top", "--once"], capture_output=True, text=True,
+                                 timeout=30)
+            hdr = [ln for ln in top.stdout.splitlines() if ln.startswith("ENGINE")]
+            row = [ln for ln in top.stdout.splitlines() if ln.startswith("q ")]
+            assert hdr and "PREFIX" in hdr[0] and "KV HOST" in hdr[0] and row and "%" in row[0] and \
+                "KiB" in row[0], top.stdout
+    assert cached[2] >= 32, cached  # the turn after the release: from host memory
+    pc = health(e)["prefix_cache"]
+    assert pc["host_kv_bytes"] == 0 and pc["restored_blocks"] > 0, pc
+    assert pc["cached_tokens"] == sum(cached) and 0 < pc["hit_rate"] < 1, pc
+    h.wait_for("the heartbeat's prefix counts", lambda: c.eng("q").get("prefix_cached_tokens") == sum(cached),
+               timeout=10)
+    q = c.eng("q")
+    assert q["kv_host_bytes"] == 0 and q["prefix_prompt_tokens"] == pc["prompt_tokens"], q
+    st, js, _ = api.get("/v1/status")
+    jq = [x for x in js["engines"] if x["name"] == "q"][0]
+    assert abs(jq["prefix_hit_rate"] - pc["hit_rate"]) < 1e-6 and jq["prefix_evictions"] == pc["evictions"], jq
+    st, text, _ = api.get("/metrics")
+    assert 'baton_engine_prefix_cached_tokens_total{engine="q"} %d' % sum(cached) in text, text
+    # nothing stays held: every block free or evictable
+    hh = health(e)
+    assert hh["kv_blocks_free"] == hh["kv_blocks_total"] and \
+        hh["prefix_cache"]["cached_blocks"] == hh["prefix_cache"]["evictable_blocks"] > 0, hh
+    off = health(f)["prefix_cache"]
+    assert not off["enabled"] and off["cached_tokens"] == 0 and off["cached_blocks"] == 0, off
+    return "cached per turn %s; %d blocks back from host" % (cached, pc["restored_blocks"])
+
+
 if __name__ == "__main__":
     for p in (h.ENGINE, h.ARENA, h.CLI, h.BROKER):
         h.need(p)
     sys.exit(h.run_cases([t_whole_and_stream, t_npm_client, t_tools_and_reasoning, t_completion_keeps_space,
                           t_tokenize_and_cors, t_logprobs, t_prompts_and_echo, t_concurrent_equal_alone,
                           t_disconnect_frees, t_queue_full, t_errors_and_token, t_content_is_text,
-                          t_release_levels], only=sys.argv[1:],
+                          t_release_levels, t_prefix_turns_and_release], only=sys.argv[1:],
                          logs=("q", "t", "broker")))

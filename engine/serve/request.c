@@ -114,8 +114,8 @@ void serve_on_complete(struct serve *s, struct proto_ctx *ctx, const struct bato
 		serve_reply_err(s, ctx, req, oai_error_code(&oe), "complete: %s", oe.message);
 		return;
 	}
-	if (c.logprobs || c.echo) {
-		const char *what = c.logprobs ? "logprobs" : "echo";
+	if (c.logprobs || c.echo || c.n > 1) {
+		const char *what = c.logprobs ? "logprobs" : c.echo ? "echo" : "n > 1";
 		oai_request_free(&c);
 		serve_reply_err(s, ctx, req, BATON_EUNSUPPORTED, "complete: %s: the complete op answers text and "
 		    "tokens only (ask over the OpenAI API, --http)", what);

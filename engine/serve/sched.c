@@ -24,6 +24,7 @@ struct job {
 	struct baton_seq *ks;           /* after admission */
 	const uint32_t *prompt;         /* what prefill feeds: the request's prompt, or resume */
 	uint32_t n_prompt, fed;         /* prompt tokens, those in the KV cache */
+	uint32_t cached;                /* of the prompt, taken from the prefix cache (first admission) */
 	uint32_t next_tok;              /* to decode next, once decoding */
 	int decoding;
 	int begun;                      /* generator_seq_begin and on_admit ran (first admission) */
@@ -86,6 +87,8 @@ static void deliver(struct baton_sched *s, struct job *list)
 		pthread_mutex_lock(&s->mu);
 		s->st.kv_free = model_kv_free_blocks(s->m);
 		pthread_mutex_unlock(&s->mu);
+		if (!j->rc)
+			j->res.n_cached = j->cached;
 		j->cb.on_done(j->cb.arg, j->rc, j->err, j->rc ? NULL : &j->res);
 		memset(&j->res, 0, sizeof j->res); /* the callee's now */
 		job_free(j, s->m);
@@ -181,10 +184,13 @@ static void admit(struct baton_sched *s, struct job **done, struct job **admitte
 			end_job(done, j, BATON_ERANGE, err);
 			continue;
 		}
-		need = near_blocks(s, j);
+		/* the prefix cache holds the start of its prompt: only the rest
+		 * is read (and taking those blocks makes them unevictable) */
+		uint32_t unheld = 0, hit = model_prefix_peek(s->m, j->prompt, j->n_prompt, &unheld);
+		need = near_blocks(s, j) - hit / BATON_KV_BLOCK;
 		if (need > total)
 			need = total; /* a prompt that fills the pool, max_tokens 1: the last token is never fed */
-		if (outstanding + need + s->n_run > free_b)
+		if (outstanding + need + s->n_run + unheld > free_b)
 			break; /* waits for blocks */
 		struct baton_seq *ks;
 		int rc = model_seq_open(s->m, &ks);
@@ -195,6 +201,11 @@ static void admit(struct baton_sched *s, struct job **done, struct job **admitte
 			s->wait_tail = NULL;
 		s->n_wait--;
 		j->ks = ks;
+		j->fed = model_seq_prefix(s->m, ks, j->prompt, j->n_prompt);
+		if (!j->begun)
+			j->cached = j->fed;
+		s->st.cached_tokens += j->fed;
+		s->st.prompt_tokens += j->n_prompt;
 		j->next = *admitted;
 		*admitted = j;
 		s->run[s->n_run++] = j;
@@ -320,6 +331,8 @@ static void step(struct baton_sched *s, struct job **done)
 		uint32_t t;
 		if ((rc = generator_seq_next(j->gs, s->logits + (size_t)i * s->vocab, &t, err, sizeof err)) != 0)
 			goto fail;
+		if (j->cb.on_token)
+			j->cb.on_token(j->cb.arg);
 		if (!generator_seq_finished(j->gs)) {
 			if (j->n_out == j->cap_out) {
 				uint32_t cap = j->cap_out ? 2 * j->cap_out : 64;
@@ -494,6 +507,7 @@ static void *loop(void *arg)
 		pthread_mutex_lock(&s->mu);
 		s->st.kv_free = model_kv_free_blocks(s->m);
 		s->st.kv_total = model_kv_blocks_total(s->m);
+		model_prefix_stats(s->m, &s->st.prefix);
 	}
 	/* closing: everyone hears */
 	struct job *done = NULL;
@@ -542,6 +556,7 @@ int sched_open(struct baton_generator *g, const struct sched_opts *o, const stru
 	baton_cond_init(&s->cv);
 	s->st.kv_free = model_kv_free_blocks(s->m);
 	s->st.kv_total = model_kv_blocks_total(s->m);
+	model_prefix_stats(s->m, &s->st.prefix);
 	s->run = calloc(s->o.max_seqs, sizeof *s->run);
 	s->items = calloc(s->o.max_seqs, sizeof *s->items);
 	s->item_job = calloc(s->o.max_seqs, sizeof *s->item_job);
@@ -649,6 +664,14 @@ void sched_stats(struct baton_sched *s, struct sched_stats *st)
 	*st = s->st;
 	st->running = s->n_run;
 	st->waiting = s->n_wait;
+	pthread_mutex_unlock(&s->mu);
+}
+
+void sched_note_model(struct baton_sched *s)
+{
+	pthread_mutex_lock(&s->mu);
+	model_prefix_stats(s->m, &s->st.prefix);
+	s->st.kv_free = model_kv_free_blocks(s->m);
 	pthread_mutex_unlock(&s->mu);
 }
 

@@ -28,6 +28,10 @@
  * says no (a broker command waits), nothing new is admitted: the running
  * sequences finish, end() lets the command in, and begin() comes again.
  *
+ * Admission takes the longest cached prefix of a prompt first
+ * (model_seq_prefix: whole blocks, never the last token) and reads only
+ * the rest; the answer is the same (docs/internals/prefix-cache.md).
+ *
  * Each request's answer equals generator_run's for the same request and
  * seed: its sampler is its own and its logits do not depend on the others
  * in the step (engine/model/model.h).
@@ -73,6 +77,7 @@ struct sched_hooks {
 struct sched_cb {
 	int (*on_text)(void *arg, const char *text, size_t len);
 	void (*on_admit)(void *arg);  /* its prefill starts; may be NULL */
+	void (*on_token)(void *arg);  /* a token was sampled for it (the serving metrics); may be NULL */
 	void (*on_done)(void *arg, int rc, const char *err, struct baton_gen_result *res);
 	void *arg;
 };
@@ -85,6 +90,9 @@ struct sched_stats {
 	uint64_t cancelled;          /* by sched_cancel or on_text, waiting or running */
 	uint64_t refused_busy;       /* submits answered EBUSY */
 	uint64_t preempted;          /* running jobs put back to be read again (the pool ran out) */
+	uint64_t prompt_tokens;      /* prompt tokens admitted (a preempted job's again) */
+	uint64_t cached_tokens;      /* of them, taken from the prefix cache instead of read */
+	struct baton_prefix_stats prefix; /* the model's, as of the last step */
 	int held;                    /* between begin() and end() */
 };
 
@@ -116,6 +124,9 @@ uint64_t sched_new_id(struct baton_sched *s);
 /* The first of n consecutive ones (a batch's requests). */
 uint64_t sched_new_ids(struct baton_sched *s, uint32_t n);
 void sched_stats(struct baton_sched *s, struct sched_stats *st);
+/* The model changed outside a step (a release or refill by the engine's
+ * owner, while the scheduler holds nothing): the stats read it again. */
+void sched_note_model(struct baton_sched *s);
 /* Wakes the thread (may_admit may say yes now). */
 void sched_kick(struct baton_sched *s);
 

@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <sys/random.h>
 
@@ -136,6 +137,12 @@ static int make_token(char *out, size_t n)
 	return 0;
 }
 
+/* The OpenAI API's access-log lines, in the engine's log. */
+static void access_line(void *arg, const char *line)
+{
+	serve_log(arg, "%s", line);
+}
+
 int serve_open(const struct baton_serve_config *conf, struct serve **out, enum serve_broker_fail *fail)
 {
 	*out = NULL;
@@ -179,14 +186,18 @@ int serve_open(const struct baton_serve_config *conf, struct serve **out, enum s
 	s->d_model = s->info.d_model;
 	/* A whole model (arena v2 with config.json) also speaks text. */
 	struct baton_model_opts mo = { .max_ctx = s->o.ctx, .kv_blocks = s->o.kv_blocks,
-		.content_special = s->o.content_special };
+		.kv_seqs = s->o.max_seqs, .content_special = s->o.content_special,
+		.no_prefix_cache = s->o.no_prefix_cache, .kv_host_bytes = s->o.kv_host_mib * BATON_MIB };
 	rc = generator_open(s->e, &mo, &s->gen, s->gen_error, sizeof s->gen_error);
 	if (rc == 0) {
+		serve_snapshot(s, NULL); /* the KV pool's bytes, for the broker's books */
 		struct baton_model *m = generator_model(s->gen);
 		serve_log(s, "text generation: %s model, chat template %s, KV pool %u blocks of %u positions "
-		    "(%.1f MiB)", generator_arch(s->gen),
+		    "(%.1f MiB, %.1f contexts; %s)", generator_arch(s->gen),
 		    generator_chat_family(s->gen) ? generator_chat_family(s->gen) : "none",
-		    model_kv_blocks_total(m), BATON_KV_BLOCK, (double)model_kv_bytes(m) / BATON_MIB);
+		    model_kv_blocks_total(m), BATON_KV_BLOCK, (double)model_kv_bytes(m) / BATON_MIB,
+		    (double)model_kv_blocks_total(m) * BATON_KV_BLOCK / model_max_ctx(m),
+		    s->o.kv_blocks ? "--kv-blocks" : "sized from the device");
 	} else if (rc != BATON_EUNSUPPORTED || !strstr(s->gen_error, "experts only")) {
 		serve_log(s, "warning: no text generation: %s", s->gen_error);
 	}
@@ -229,10 +240,13 @@ int serve_open(const struct baton_serve_config *conf, struct serve **out, enum s
 		char herr[512] = "";
 		struct oai_server_opts oo = { .addr = s->o.http, .token = s->o.http_token, .model = s->model_name,
 			.sched = s->sched, .health = serve_health_fields, .health_arg = s,
+			.model_facts = serve_model_facts, .keep_alive = serve_keep_alive,
 			.chat_template = s->gen ? generator_chat_template(s->gen) : NULL,
 			.tok = s->gen ? generator_tokenizer(s->gen) : NULL,
 			.max_model_len = s->gen ? model_max_ctx(generator_model(s->gen)) : 0,
-			.cors_origins = (const char *const *)s->o.cors_origins, .content_special = s->o.content_special };
+			.cors_origins = (const char *const *)s->o.cors_origins, .content_special = s->o.content_special,
+			.max_n = s->o.max_n,
+			.engine = s->o.name, .log = access_line, .log_arg = s, .no_access_log = s->o.no_access_log };
 		rc = s->sched ? oai_server_open(&oo, &s->oai, herr, sizeof herr) : BATON_EUNSUPPORTED;
 		if (rc) {
 			serve_log(s, "--http %s: %s", s->o.http, s->sched ? herr : s->gen_error);
@@ -291,6 +305,7 @@ int serve_open(const struct baton_serve_config *conf, struct serve **out, enum s
 	}
 	pthread_mutex_lock(&s->st_mu); /* the receivers run already */
 	s->last_active = baton_now_s();
+	s->started_wall = (double)time(NULL);
 	pthread_mutex_unlock(&s->st_mu);
 	serve_log(s, "listening on %s", listen);
 	if (s->o.broker && s->o.idle_s > 0)

@@ -30,11 +30,15 @@ struct baton_serve_config {
 	uint32_t max_seqs;       /* --max-seqs: sequences decoded together; 0: default */
 	uint32_t max_queue;      /* --max-queue: requests waiting; 0: default */
 	uint32_t kv_blocks;      /* --kv-blocks: the KV pool; 0: one max_ctx sequence */
+	int no_prefix_cache;     /* --no-prefix-cache */
+	uint64_t kv_host_mib;    /* --kv-host-mib: the prefix cache kept in host memory at a release */
 	const char *http;        /* --http ADDR: the OpenAI-compatible API; NULL: off */
 	const char *http_token;  /* read from --http-token-file; NULL: none (loopback only) */
 	int content_special;     /* --special-tokens-in-content */
+	int no_access_log;       /* --no-access-log: no line per request */
 	const char *served_model; /* --served-model-name; NULL: the arena's file name */
 	const char **cors_origins; /* --cors-origins: origins browsers may call --http from; NULL: none */
+	uint32_t max_n;          /* --max-n: choices one request may ask for; 0: default (8) */
 };
 
 struct serve;

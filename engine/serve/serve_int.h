@@ -62,8 +62,12 @@ struct serve {
 	double last_refill_s;
 	double last_active;         /* monotonic seconds of the last request */
 	int idle_released;          /* the last release was the idle timer's */
+	int has_keep_alive;         /* an Ollama request set keep_alive_s (idle.c) */
+	double keep_alive_s;        /* in place of o.idle_s: 0 at once, < 0 never */
+	double started_wall;        /* when the engine started (wall clock seconds) */
 	uint64_t snap_epoch;        /* epoch when the snapshot was taken */
 	uint64_t ceiling;           /* bytes the cache maps when whole */
+	uint64_t kv_bytes;          /* the KV pool's device bytes at the snapshot */
 	int active;                 /* GENs running or waiting */
 	double yield_at;            /* a broker command was refused busy then */
 	pthread_cond_t yield_cv;
@@ -107,6 +111,9 @@ void serve_on_status(struct serve *s, struct proto_ctx *ctx, const struct baton_
 void serve_link_state(void *arg, struct broker_link_state *st);
 void serve_link_log(void *arg, const char *line);
 void serve_health_fields(void *arg, json_t *obj);
+/* The Ollama face's hooks (openai.h): the model's facts; keep_alive (idle.c). */
+void serve_model_facts(void *arg, json_t *obj);
+void serve_keep_alive(void *arg, double seconds);
 
 /* ---- work.c: device memory and the work bracket ------------------------- */
 

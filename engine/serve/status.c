@@ -71,6 +71,7 @@ void serve_snapshot(struct serve *s, const char *state)
 		state = state_name(&info);
 	pthread_mutex_lock(&s->st_mu);
 	s->info = info;
+	s->kv_bytes = s->gen ? model_kv_bytes(generator_model(s->gen)) : 0;
 	s->state = state;
 	s->snap_epoch = s->epoch;
 	pthread_mutex_unlock(&s->st_mu);
@@ -101,10 +102,20 @@ void serve_link_state(void *arg, struct broker_link_state *st)
 		sched_stats(s->sched, &ss);
 		st->busy = st->busy || ss.running || ss.waiting;
 		st->requests += ss.finished;
+		st->has_prefix = true;
+		st->prefix_prompt = ss.prompt_tokens;
+		st->prefix_cached = ss.cached_tokens;
+		st->prefix_evictions = ss.prefix.evictions;
+		st->kv_host_bytes = ss.prefix.host_bytes;
+		st->kv_total = ss.kv_total;
+		st->kv_used = ss.kv_total > ss.kv_free ? ss.kv_total - ss.kv_free : 0;
 	}
 	st->idle_ms = st->busy || idle < 0 ? 0 : (uint64_t)(idle * 1e3);
 	st->epoch = s->snap_epoch;
+	st->has_keep_alive = s->has_keep_alive;
+	st->keep_alive_s = s->keep_alive_s;
 	st->peer_mapped = s->info.cache.peer_mapped_bytes;
+	st->kv = s->kv_bytes;
 	st->requests += s->requests;
 	int now_st = baton_state_parse(s->state);
 	bool moving = now_st == BATON_STATE_REFILLING || now_st == BATON_STATE_RESIZING;
@@ -196,9 +207,10 @@ void serve_on_status(struct serve *s, struct proto_ctx *ctx, const struct baton_
 	rep.gpu = in->gpu;
 	rep.free_bytes = dev_free;
 	rep.total = dev_total;
+	rep.kv = s->kv_bytes;
 	static const enum proto_field fs[] = { PF_NAME, PF_STATE, PF_RESIDENT, PF_MAPPED,
 		PF_TARGET, PF_CEILING, PF_EPOCH, PF_REQUESTS, PF_HITS, PF_MISSES,
-		PF_LAST_REFILL_BYTES, PF_LAST_REFILL_S, PF_DEVICE_NAME, PF_GPU, PF_FREE, PF_TOTAL };
+		PF_LAST_REFILL_BYTES, PF_LAST_REFILL_S, PF_DEVICE_NAME, PF_GPU, PF_FREE, PF_TOTAL, PF_KV };
 	for (size_t i = 0; i < sizeof fs / sizeof fs[0]; i++)
 		proto_set(&rep, fs[i]);
 	if (s->o.use_peer) {
@@ -223,4 +235,23 @@ void serve_health_fields(void *arg, json_t *obj)
 	if (s->info.backend_warning)
 		json_object_set_new(obj, "warning", json_string(s->info.backend_warning));
 	pthread_mutex_unlock(&s->st_mu);
+}
+
+void serve_model_facts(void *arg, json_t *obj)
+{
+	struct serve *s = arg;
+	const char *fam = s->gen ? generator_chat_family(s->gen) : NULL;
+	const struct baton_model_config *cfg = s->gen ? model_config(generator_model(s->gen)) : NULL;
+	pthread_mutex_lock(&s->st_mu);
+	uint64_t size = s->info.model_bytes + s->info.dense_bytes, vram = s->info.cache.mapped_bytes + s->info.dense_bytes;
+	double idle = baton_now_s() - s->last_active;
+	double limit = s->has_keep_alive ? s->keep_alive_s : s->o.idle_s > 0 ? s->o.idle_s : -1;
+	pthread_mutex_unlock(&s->st_mu);
+	json_object_set_new(obj, "size", json_integer((json_int_t)size));
+	json_object_set_new(obj, "size_vram", json_integer((json_int_t)vram));
+	json_object_set_new(obj, "family", json_string(cfg && cfg->arch ? cfg->arch->name : fam ? fam : ""));
+	json_object_set_new(obj, "context_length", json_integer(s->gen ? model_max_ctx(generator_model(s->gen)) : 0));
+	json_object_set_new(obj, "modified_ns", json_integer((json_int_t)(s->started_wall * 1e9)));
+	if (!s->o.broker && limit >= 0)
+		json_object_set_new(obj, "expires_in_s", json_real(limit - idle > 0 ? limit - idle : 0));
 }

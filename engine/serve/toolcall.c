@@ -347,6 +347,165 @@ static int hermes_prefix(const char *p, size_t n, size_t *name_at, size_t *name_
 	return -1;
 }
 
+/* s starts with a proper prefix of m (more text may make it m). */
+static int is_partial(const char *s, size_t n, const char *m)
+{
+	size_t ml = strlen(m);
+	return n < ml && memcmp(s, m, n) == 0;
+}
+
+static int starts(const char *s, size_t n, const char *m)
+{
+	size_t ml = strlen(m);
+	return n >= ml && memcmp(s, m, ml) == 0;
+}
+
+/* A streamed call begins: its id and name out (or, with
+ * parallel_tool_calls false after the first, dropped: returns 0). */
+static int stream_start(struct oai_split *s, const char *name, size_t n)
+{
+	if (s->n_calls > 0 && !s->parallel)
+		return 0;
+	snprintf(s->cname, sizeof s->cname, "%.*s", (int)n, name);
+	struct oai_tool_call c = { .index = s->n_calls, .name = s->cname, .args = NULL };
+	call_id(s, c.id, sizeof c.id);
+	s->n_calls++;
+	s->fn(s->arg, OAI_P_TOOL_START, NULL, 0, &c);
+	return 1;
+}
+
+static void stream_args(struct oai_split *s, const char *t, size_t n)
+{
+	struct oai_tool_call c = { .index = s->n_calls - 1 };
+	if (n)
+		s->fn(s->arg, OAI_P_TOOL_ARGS, t, n, &c);
+}
+
+/* Qwen3-Coder's call as it comes: <function=NAME> starts it (pstate 4, or
+ * 5 when dropped), each <parameter=P>v</parameter> goes out as a piece of
+ * the arguments' JSON ({"P":v, then ,"Q":w; the value typed as
+ * parse_coder types it), </function> closes the object (pstate 6: up to
+ * </tool_call>). 1: go on, 0: wait for more text, -1: out of memory. */
+static int coder_stream(struct oai_split *s, int final)
+{
+	struct oai_buf *h = &s->thold;
+	size_t w = 0;
+	while (w < h->n && is_ws(h->p[w]))
+		w++;
+	const char *p = h->p + w;
+	size_t n = h->n - w;
+	int live = s->pstate == 4;
+	if (s->pstate == 6) {
+		const char *m = memstr(h->p, h->n, "</tool_call>");
+		if (!m && !final) {
+			drop(h, h->n - partial_suffix(h->p, h->n, "</tool_call>"));
+			return 0;
+		}
+		drop(h, m ? (size_t)(m - h->p) + 12 : h->n);
+		s->tstate = 0;
+		s->pstate = 0;
+		return m ? 1 : 0;
+	}
+	if (starts(p, n, "<parameter=")) {
+		const char *q = p + 11, *end = p + n;
+		const char *qg = memchr(q, '>', (size_t)(end - q));
+		const char *ve = qg ? memstr(qg + 1, (size_t)(end - qg - 1), "</parameter>") : NULL;
+		if (!ve) {
+			if (!final)
+				return 0;
+			goto close; /* cut short: what came is the call */
+		}
+		const char *v = qg + 1;
+		size_t vn = (size_t)(ve - v);
+		trim1(&v, &vn);
+		char *pn = strndup(q, (size_t)(qg - q));
+		const char *ty = pn ? param_type(s, s->cname, pn) : NULL;
+		json_t *val = ty && strcmp(ty, "string") ? json_loadb(v, vn, JSON_DECODE_ANY, NULL) : NULL;
+		if (!val)
+			val = json_stringn(v, vn);
+		json_t *key = pn ? json_string(pn) : NULL;
+		char *ks = key ? json_dumps(key, JSON_ENCODE_ANY) : NULL;
+		char *vs = val ? json_dumps(val, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
+		struct oai_buf f = { 0 };
+		int bad = !ks || !vs || oai_buf_put(&f, s->pemitted ? "," : "{", 1) || oai_buf_put(&f, ks, strlen(ks)) ||
+		    oai_buf_put(&f, ":", 1) || oai_buf_put(&f, vs, strlen(vs));
+		if (!bad && live)
+			stream_args(s, f.p, f.n);
+		free(f.p), free(ks), free(vs), free(pn);
+		json_decref(key);
+		json_decref(val);
+		if (bad)
+			return -1;
+		s->pemitted++;
+		drop(h, (size_t)(ve - h->p) + 12);
+		return 1;
+	}
+	if ((is_partial(p, n, "<parameter=") || is_partial(p, n, "</function>")) && !final)
+		return 0;
+	if (n == 0 && !final)
+		return 0;
+	if (starts(p, n, "</function>"))
+		drop(h, w + 11);
+close:
+	if (live)
+		stream_args(s, s->pemitted ? "}" : "{}", s->pemitted ? 1 : 2);
+	s->pstate = 6;
+	return final && h->n == 0 ? 0 : 1;
+}
+
+/* Mistral's v11 calls as they come: NAME[ARGS] (or NAME[CALL_ID]ID[ARGS])
+ * starts one (pstate 7, or 8 when dropped), its arguments stream as the
+ * model writes them up to the next [TOOL_CALLS] or the end. The v3 form
+ * (a JSON array) is parsed whole at the end (pstate 2). */
+static int mistral_stream(struct oai_split *s, int final)
+{
+	struct oai_buf *h = &s->thold;
+	if (s->pstate == 0) {
+		size_t w = 0;
+		while (w < h->n && is_ws(h->p[w]))
+			w++;
+		if (w < h->n && h->p[w] == '[' && !starts(h->p + w, h->n - w, "[TOOL_CALLS]")) {
+			s->pstate = 2; /* v3: the array */
+			return 1;
+		}
+		const char *ar = memstr(h->p, h->n, "[ARGS]");
+		const char *nx = memstr(h->p, h->n, "[TOOL_CALLS]");
+		if (!ar || (nx && nx < ar)) {
+			if (final || nx)
+				s->pstate = 2; /* not this shape: whole at the end (text when it does not parse) */
+			return final || nx ? 1 : 0;
+		}
+		const char *ne = memstr(h->p, (size_t)(ar - h->p), "[CALL_ID]");
+		if (!ne)
+			ne = ar;
+		if (ne == h->p + w || memchr(h->p + w, '[', (size_t)(ne - h->p - w))) {
+			s->pstate = 2;
+			return 1;
+		}
+		s->pstate = stream_start(s, h->p + w, (size_t)(ne - h->p - w)) ? 7 : 8;
+		s->pemitted = 0;
+		drop(h, (size_t)(ar - h->p) + 6);
+		return 1;
+	}
+	const char *m = memstr(h->p, h->n, "[TOOL_CALLS]");
+	size_t e = m ? (size_t)(m - h->p) : h->n;
+	if (!m && !final)
+		e -= partial_suffix(h->p, h->n, "[TOOL_CALLS]");
+	while (e && is_ws(h->p[e - 1]))
+		e--; /* trailing whitespace waits: it may end the arguments */
+	if (s->pstate == 7)
+		stream_args(s, h->p, e);
+	drop(h, e);
+	if (m) {
+		drop(h, (size_t)(memstr(h->p, h->n, "[TOOL_CALLS]") - h->p) + 12);
+		s->pstate = 0;
+		return 1;
+	}
+	if (final)
+		h->n = 0;
+	return 0;
+}
+
 static const char *open_marker(enum oai_tool_format f)
 {
 	return f == OAI_TOOLS_MISTRAL ? "[TOOL_CALLS]" : "<tool_call>";
@@ -506,6 +665,34 @@ static int tools_push(struct oai_split *s, const char *t, size_t n, int final)
 				return 0;
 			continue;
 		}
+		if (s->tstate == 1 && s->fmt == OAI_TOOLS_QWEN3_CODER && s->pstate == 0) {
+			/* <function=NAME> begins a call that streams */
+			size_t w = 0;
+			while (w < h->n && is_ws(h->p[w]))
+				w++;
+			const char *p = h->p + w, *end = h->p + h->n;
+			if (is_partial(p, h->n - w, "<function=") && !final)
+				return 0;
+			const char *gt = starts(p, h->n - w, "<function=") ? memchr(p + 10, '>', (size_t)(end - p - 10)) : NULL;
+			if (!gt && starts(p, h->n - w, "<function=") && !final && !memchr(p + 10, '<', (size_t)(end - p - 10)))
+				return 0; /* the name is still coming */
+			if (!gt || gt == p + 10 || memchr(p + 10, '<', (size_t)(gt - p - 10))) {
+				s->pstate = 2; /* another shape: whole at its end (text when it does not parse) */
+				continue;
+			}
+			s->pstate = stream_start(s, p + 10, (size_t)(gt - p - 10)) ? 4 : 5;
+			s->pemitted = 0;
+			drop(h, (size_t)(gt - h->p) + 1);
+			continue;
+		}
+		if (s->tstate == 1 && s->fmt == OAI_TOOLS_QWEN3_CODER && s->pstate >= 4) {
+			int rc = coder_stream(s, final);
+			if (rc < 0)
+				return -1;
+			if (rc == 0)
+				return 0;
+			continue;
+		}
 		if (s->tstate == 1) {
 			const char *m = memstr(h->p, h->n, "</tool_call>");
 			if (!m && !final)
@@ -524,7 +711,14 @@ static int tools_push(struct oai_split *s, const char *t, size_t n, int final)
 				return 0;
 			continue;
 		}
-		/* Mistral: everything after [TOOL_CALLS] is calls, parsed at the end */
+		/* Mistral: everything after [TOOL_CALLS] is calls: the v11 form
+		 * streams, the v3 array is parsed at the end */
+		if (s->pstate != 2) {
+			int rc = mistral_stream(s, final);
+			if (rc == 0)
+				return 0;
+			continue;
+		}
 		if (!final)
 			return 0;
 		if (parse_mistral(s, h->p, h->n)) {

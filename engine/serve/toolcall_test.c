@@ -129,6 +129,20 @@ static void t_qwen3_coder(void)
 	T_ASSERT(strcmp(g.names[0], "get_weather") == 0);
 	/* the schema says days is an integer, city a string */
 	T_ASSERT_MSG(strcmp(g.args[0], "{\"city\":\"New York\",\"days\":3}") == 0, "%s", g.args[0]);
+	T_ASSERT(g.frags == 3); /* streamed: a piece per parameter and the close */
+	/* two calls, the second without parameters; a call cut short keeps what came */
+	split(OAI_TOOLS_QWEN3_CODER, 0, 1, "<tool_call>\n<function=f>\n</function>\n</tool_call>\n<tool_call>\n"
+	    "<function=get_weather>\n<parameter=days>\n2\n</parameter>\n<parameter=city>\nOslo", &g);
+	T_EQ_INT(g.n_calls, 2);
+	T_ASSERT_MSG(strcmp(g.args[0], "{}") == 0 && strcmp(g.args[1], "{\"days\":2}") == 0, "%s | %s", g.args[0],
+	    g.args[1]);
+	T_ASSERT_MSG(g.content[0] == '\0', "'%s'", g.content);
+	/* parallel_tool_calls: false keeps the first; text after a call is content */
+	split(OAI_TOOLS_QWEN3_CODER, 0, 0, "<tool_call><function=a><parameter=x>1</parameter></function></tool_call>"
+	    "<tool_call><function=b></function></tool_call> done", &g);
+	T_ASSERT_MSG(g.n_calls == 1 && strcmp(g.names[0], "a") == 0 && strcmp(g.args[0], "{\"x\":\"1\"}") == 0, "%s",
+	    g.args[0]);
+	T_ASSERT_MSG(strcmp(g.content, " done") == 0 || strcmp(g.content, "done") == 0, "'%s'", g.content);
 	split(OAI_TOOLS_QWEN3_CODER, 0, 1, "<tool_call><function=></function></tool_call>", &g);
 	T_EQ_INT(g.n_calls, 0);
 }
@@ -145,8 +159,16 @@ static void t_mistral(void)
 	split(OAI_TOOLS_MISTRAL, 0, 1, "Sure. [TOOL_CALLS]get_weather[ARGS]{\"city\": \"Lima\"}[TOOL_CALLS]f[ARGS]{}", &g);
 	T_EQ_INT(g.n_calls, 2);
 	T_ASSERT_MSG(strcmp(g.content, "Sure.") == 0, "'%s'", g.content);
-	T_ASSERT(strcmp(g.names[0], "get_weather") == 0 && strcmp(g.args[0], "{\"city\":\"Lima\"}") == 0);
-	T_ASSERT(strcmp(g.names[1], "f") == 0 && strcmp(g.args[1], "{}") == 0);
+	/* it streams: the arguments as the model wrote them */
+	T_ASSERT_MSG(strcmp(g.names[0], "get_weather") == 0 && strcmp(g.args[0], "{\"city\": \"Lima\"}") == 0, "%s",
+	    g.args[0]);
+	T_ASSERT(strcmp(g.names[1], "f") == 0 && strcmp(g.args[1], "{}") == 0 && g.frags >= 2);
+	split(OAI_TOOLS_MISTRAL, 0, 1, "[TOOL_CALLS]f[CALL_ID]a1b2c3d4e[ARGS]{\"x\": [1, 2]} \n", &g);
+	T_ASSERT_MSG(g.n_calls == 1 && strcmp(g.names[0], "f") == 0 && strcmp(g.args[0], "{\"x\": [1, 2]}") == 0, "%s",
+	    g.args[0]);
+	/* parallel_tool_calls: false keeps the first */
+	split(OAI_TOOLS_MISTRAL, 0, 0, "[TOOL_CALLS]a[ARGS]{}[TOOL_CALLS]b[ARGS]{\"y\": 1}", &g);
+	T_ASSERT(g.n_calls == 1 && strcmp(g.names[0], "a") == 0 && strcmp(g.args[0], "{}") == 0);
 	split(OAI_TOOLS_MISTRAL, 0, 1, "[TOOL_CALLS] oops", &g);
 	T_EQ_INT(g.n_calls, 0);
 	T_ASSERT_MSG(strcmp(g.content, "[TOOL_CALLS] oops") == 0, "'%s'", g.content);

@@ -51,6 +51,8 @@ int serve_refill_model(struct serve *s)
 		return 0;
 	double t0 = baton_now_s();
 	int rc = model_refill(generator_model(s->gen));
+	if (s->sched)
+		sched_note_model(s->sched);
 	if (rc) {
 		serve_log(s, "refill of the model's dense weights and KV cache failed: %s", baton_strerror(rc));
 		return rc;

@@ -11,6 +11,7 @@
  *   states        the engine states: an enum with a name table (the wire
  *                 carries the names)
  *   metrics       the Prometheus text writer (families, labels, histograms)
+ *                 and the serving metrics' table (vLLM's, per engine and model)
  *   trust         which directories and files a process may take as its own
  *
  * ---- errors -------------------------------------------------------------------
@@ -246,6 +247,67 @@ void baton_hist_add(struct baton_hist *h, const double *le, size_t n, double v);
 /* name_bucket{labels,le="B"} (cumulative, "+Inf" last), name_sum, name_count. */
 void baton_prom_hist(FILE *f, const char *name, const char *const *labels, const double *le, size_t n,
     const struct baton_hist *h);
+
+/* ---- serving metrics: vLLM's, per engine and per model (serving.c) ---------------
+ *
+ * One struct of a request path's numbers, written by one table
+ * (serving.c's `rows`: name, type, help, vLLM's name, who writes it), so
+ * the engine (prefix "baton_engine_", labels engine and model) and the
+ * front door (prefix "baton_door_", label model) write the same families.
+ * A metric is added in three places: its index in the enums below, its
+ * row in serving.c, and where it is counted (engine/serve/openai_http.c
+ * for the engine, broker/door/proxy.c for the door); docs/reference/
+ * http-api.md's table maps each to vLLM's name (docs_metrics_test checks
+ * every row is there). No lock inside: the owner locks. */
+enum baton_sv_hist {
+	BATON_SV_TTFT,          /* arrival to the first token */
+	BATON_SV_ITL,           /* between two tokens of a request */
+	BATON_SV_E2E,           /* arrival to the answer's end */
+	BATON_SV_QUEUE,         /* arrival until its prefill starts */
+	BATON_SV_PROMPT,        /* prompt tokens of a request */
+	BATON_SV_GEN,           /* tokens generated for a request */
+	BATON_SV_NHIST
+};
+enum baton_sv_ctr {
+	BATON_SV_PROMPT_TOKENS, /* prompt tokens of requests served */
+	BATON_SV_GEN_TOKENS,    /* tokens generated */
+	BATON_SV_PREEMPTIONS,   /* sequences put back when the KV pool ran out (engine) */
+	BATON_SV_NCTR
+};
+enum baton_sv_gauge {
+	BATON_SV_RUNNING,       /* requests running (engine) or forwarded, not answered (door) */
+	BATON_SV_WAITING,       /* requests waiting for admission (engine) or an engine (door) */
+	BATON_SV_KV_USED,       /* KV blocks in use (engine) */
+	BATON_SV_KV_TOTAL,      /* KV blocks in the pool (engine) */
+	BATON_SV_NGAUGE
+};
+/* How a request ended: served with a finish reason, refused before it
+ * ran (a client's bad request, a full queue), or failed on the server's
+ * side. A client's 4xx is never "failed". */
+enum baton_sv_end {
+	BATON_SV_STOP, BATON_SV_LENGTH, BATON_SV_CANCELLED,  /* served (finished_reason) */
+	BATON_SV_BAD_REQUEST, BATON_SV_QUEUE_FULL,          /* rejected (reason) */
+	BATON_SV_FAILED,
+	BATON_SV_NEND
+};
+#define BATON_SV_ENGINE 1u
+#define BATON_SV_DOOR   2u
+struct baton_serving {
+	struct baton_hist h[BATON_SV_NHIST];
+	uint64_t c[BATON_SV_NCTR];
+	uint64_t g[BATON_SV_NGAUGE];   /* set by the owner before writing */
+	uint64_t end[BATON_SV_NEND];
+};
+void baton_sv_observe(struct baton_serving *s, enum baton_sv_hist k, double v);
+/* The end of a served request ("stop", "length", "cancelled"; others: stop). */
+enum baton_sv_end baton_sv_finish(const char *finish);
+/* Writes every family whose row has a bit of scope, with one series per
+ * item: s[i] under labels[i] (name/value pairs, NULL-ended). */
+void baton_sv_write(FILE *f, const char *prefix, unsigned scope, const struct baton_serving *const *s,
+    const char *const *const *labels, size_t n);
+/* The families' names and their vLLM names, for the docs' test: row i,
+ * false past the last. */
+bool baton_sv_row(size_t i, const char **name, const char **vllm, unsigned *scope);
 
 /* ---- trust: what a process may load from a directory ----------------------------
  *

@@ -189,6 +189,7 @@ static int cuda_open(int index, uint64_t capacity_bytes, struct baton_dev **out,
 		goto fail;
 	cuda_tc_config(dev);
 	cuda_graph_config(dev);
+	cuda_prof_config(dev);
 	*out = dev;
 	return 0;
 
@@ -213,6 +214,7 @@ static void cuda_close(struct baton_dev *dev)
 		d->CtxSetCurrent(dev->ctx);
 		if (dev->stream)
 			d->StreamSynchronize(dev->stream);
+		cuda_prof_report(dev);
 		for (size_t i = 0; i < dev->segs.n; i++) {
 			d->MemUnmap(dev->segs.v[i].addr, dev->segs.v[i].bytes);
 			d->MemRelease(dev->segs.v[i].handle);

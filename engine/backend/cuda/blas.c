@@ -223,6 +223,12 @@ int cuda_tc_on(struct baton_dev *dev, uint64_t rows)
 			fprintf(stderr, "baton cuda: tensor-core path off (%s): batched ops stay on the "
 			    "CUDA cores\n", dev->tc_why);
 	}
+	if (dev->tc_state > 0 && dev->gmode) {
+		/* cuBLAS's launches are not in the graph log: such a pass is
+		 * recorded and run but never replayed, nor queued while checked */
+		dev->gfail = 1;
+		return dev->gmode == CUDA_G_CHECK ? 0 : 1;
+	}
 	return dev->tc_state > 0;
 }
 

@@ -123,7 +123,35 @@ struct baton_dev {
 	int graph_off, capturing;
 	int ops_rec_pending[2]; /* ops_staged[h] to record after the graph */
 	CUgraphExec gexec;
-	uint64_t graph_builds, graph_updates;
+	uint64_t graph_builds, graph_updates, graph_replays;
+	/* The recording's log (launch.c): each launch (function, grid,
+	 * block, shared bytes, its argument block in gl_args) and each
+	 * staged copy (f NULL: bytes and offset in the graph's staging), in
+	 * order. A later pass is checked against it (gmode CUDA_G_CHECK):
+	 * the same calls with the same arguments replay the graph, whose
+	 * copy nodes read the host half of the staging that the check
+	 * filled anew. */
+	int gmode, gfail, gl_ok, g_launched;
+	struct cuda_glog *gl;
+	uint32_t gl_n, gl_cap, gk;
+	uint8_t *gl_args;
+	uint64_t gl_args_n, gl_args_cap;
+	void *gs_host; /* the graph's staging: pinned host bytes, copied to gs_dev */
+	struct dbuf gs_dev;
+	uint64_t gs_cap, gs_off;
+	uint32_t *gtab; /* a block table padded to its capacity (attention) */
+	uint64_t gtab_cap;
+	CUevent graph_done; /* recorded after each graph launch */
+
+	/* BATON_CUDA_PROFILE=1 (launch.c): every launch outside a graph timed
+	 * alone between two events, summed per launch site, printed at close */
+	int prof, prof_n;
+	CUevent prof_ev[2];
+	struct cuda_prof {
+		const char *what;
+		uint64_t n;
+		double ms;
+	} prof_v[64];
 
 	char err[256];
 };
@@ -156,16 +184,46 @@ static inline uint64_t cuda_round_up(uint64_t v, uint64_t g)
 /* ---- launch.c: under both launchers ----------------------------------------- */
 
 /* The can_compute slot: the dtypes both launchers' kernels compute (f32,
- * f16, bf16, q8_0, q4_K, q5_K, q6_K). */
+ * f16, bf16, q8_0, the K-quants q2_K..q6_K, q4_0, q4_1, q5_0, q5_1,
+ * iq4_nl, iq4_xs, mxfp4). */
 int cuda_can_compute(int dtype);
 /* A growing device buffer: at least `bytes` (a larger one replaces it
  * after the stream is idle); freed by cuda_dbuf_free. */
 int cuda_dbuf_need(struct baton_dev *dev, struct dbuf *b, uint64_t bytes);
 void cuda_dbuf_free(struct baton_dev *dev, struct dbuf *b);
-/* Queues kernel f on the stream: grid (gx, gy), `threads` per block, one
- * argument block; a failure is recorded with `what`. */
-int cuda_launch(struct baton_dev *dev, CUfunction f, uint32_t gx, uint32_t gy,
-    uint32_t threads, void *args, const char *what);
+/* Queues kernel f on the stream: grid (gx, gy, gz), `threads` per block,
+ * `shmem` dynamic shared bytes, one argument block of `size` bytes; a
+ * failure is recorded with `what`. While a pass is recorded (gmode
+ * CUDA_G_RECORD) the launch is also logged; while one is checked
+ * (CUDA_G_CHECK) nothing is queued: the launch must be the log's next,
+ * argument bytes and all, else BATON_ESTATE ("differs"). size 0: an
+ * argument block the log cannot compare (the recording is not replayed). */
+int cuda_launch_k(struct baton_dev *dev, CUfunction f, uint32_t gx, uint32_t gy, uint32_t gz,
+    uint32_t threads, uint32_t shmem, const void *args, uint32_t size, const char *what);
+/* The usual launch: grid (gx, gy), args a pointer to the argument struct. */
+#define cuda_launch(dev, f, gx, gy, threads, args, what)                       \
+	cuda_launch_k((dev), (f), (gx), (gy), 1, (threads), 0, (args), (uint32_t)sizeof *(args), (what))
+
+/* Graph modes (gmode): none, recording a pass, checking a pass against
+ * the recording (nothing queued until graph_end launches the graph). */
+enum { CUDA_G_NONE = 0, CUDA_G_RECORD = 1, CUDA_G_CHECK = 2 };
+struct cuda_glog {
+	CUfunction f; /* NULL: a staged copy */
+	uint32_t g[3], threads, shmem, size;
+	uint64_t off; /* launch: into gl_args; copy: into the staging */
+};
+/* Host arrays (a, then b 16-byte aligned after it) to the device through
+ * the graph's staging while gmode is set: fixed offsets in call order, so
+ * a replayed graph finds each array where the recording put it. */
+int cuda_graph_stage(struct baton_dev *dev, const void *a, uint64_t an, const void *b,
+    uint64_t bn, CUdeviceptr *da, CUdeviceptr *db);
+/* Frees the log and the staging (at close). */
+void cuda_glog_free(struct baton_dev *dev);
+/* BATON_CUDA_PROFILE=1 at open: each launch outside a graph waits for its
+ * kernel and adds its time to its launch site's; the table goes to stderr
+ * at close (cuda_prof_report). A measuring aid: it serializes the host. */
+void cuda_prof_config(struct baton_dev *dev);
+void cuda_prof_report(struct baton_dev *dev);
 
 /* ---- blas.c: cuBLAS loaded with dlopen -------------------------------------- */
 
@@ -218,7 +276,7 @@ int cuda_tc_attention(struct baton_dev *dev, const struct baton_attn *a, CUdevic
 /* ---- graph.c: a pass as one CUDA graph -------------------------------------- */
 
 /* The graph_begin / graph_end slots (engine/backend/backend.h). */
-int cuda_graph_begin(struct baton_dev *dev);
+int cuda_graph_begin(struct baton_dev *dev, int *replay);
 int cuda_graph_end(struct baton_dev *dev, int ok);
 /* BATON_CUDA_GRAPH=0 turns graphs off (read at open). */
 void cuda_graph_config(struct baton_dev *dev);

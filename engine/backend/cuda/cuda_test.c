@@ -83,8 +83,7 @@ static void t_device(void)
 	fig("mem_free", mib((int64_t)f), "MiB");
 	for (int dt = 0; dt < BATON_DT_COUNT; dt++)
 		T_EQ_INT(be->can_compute(dt), dt == BATON_DT_F32 || dt == BATON_DT_F16 ||
-		    dt == BATON_DT_BF16 || dt == BATON_DT_Q8_0 || dt == BATON_DT_Q4_K ||
-		    dt == BATON_DT_Q5_K || dt == BATON_DT_Q6_K);
+		    dt == BATON_DT_BF16 || dt == BATON_DT_Q8_0 || baton_quant_decodes(dt));
 	struct baton_dev *none = NULL;
 	char err[256] = "";
 	T_EQ_ERR(be->open(999, 0, &none, err, sizeof err), BATON_ENODEV);
@@ -434,7 +433,80 @@ static uint64_t rowb(int dt, uint32_t cols)
 	case BATON_DT_Q5_K: return cols / 256 * 176ull;
 	case BATON_DT_Q6_K: return cols / 256 * 210ull;
 	}
-	return 0;
+	return baton_quant_decodes(dt) ? baton_dtype_row_bytes(dt, cols) : 0;
+}
+
+/* The block types of arena/quant.c: the block's f16 scale fields (d and,
+ * where the type has one, its min), by byte offset; mxfp4's is an
+ * exponent byte. */
+static int is_bquant(int dt)
+{
+	return baton_quant_decodes(dt) && !baton_kquant_is(dt);
+}
+
+static void bq_fields(int dt, int *d, int *m, uint32_t *bs)
+{
+	*m = -1;
+	*bs = 32;
+	switch (dt) {
+	case BATON_DT_Q4_1:
+	case BATON_DT_Q5_1: *d = 0, *m = 2; break;
+	case BATON_DT_Q2_K: *d = 80, *m = 82, *bs = 256; break;
+	case BATON_DT_Q3_K: *d = 108, *bs = 256; break;
+	case BATON_DT_IQ4_XS: *d = 0, *bs = 256; break;
+	default: *d = 0; break; /* q4_0, q5_0, iq4_nl; mxfp4's exponent */
+	}
+}
+
+/* Random quants and scales, then the f16 scale (or mxfp4's exponent)
+ * set so each block has the rms of v's values there and, for the types
+ * with a min, is centred on zero. The values are what the host's decoder
+ * says, not v's. */
+static void encode_bquant(int dt, const double *v, uint32_t cols, uint8_t *out)
+{
+	int fd, fm;
+	uint32_t bs;
+	bq_fields(dt, &fd, &fm, &bs);
+	const uint64_t bb = rowb(dt, bs);
+	float vals[256];
+	for (uint32_t b = 0; b < cols / bs; b++) {
+		uint8_t *blk = out + b * bb;
+		double ss = 0;
+		for (uint32_t i = 0; i < bs; i++)
+			ss += v[b * bs + i] * v[b * bs + i];
+		const double rms = sqrt(ss / bs);
+		for (uint64_t k = 0; k < bb; k++)
+			blk[k] = (uint8_t)(urand() * 128 + 128);
+		if (dt == BATON_DT_MXFP4) { /* 2^(e - 128) * (|q| about 5) */
+			int e = 128 + (int)lround(log2(rms > 1e-30 ? rms / 5 : 1e-30));
+			blk[0] = (uint8_t)(e < 2 ? 2 : e > 250 ? 250 : e);
+			continue;
+		}
+		uint16_t one = baton_f32_to_f16(1.0f), zero = 0;
+		memcpy(blk + fd, &one, 2);
+		if (fm >= 0)
+			memcpy(blk + fm, &zero, 2);
+		baton_quant_decode(dt, blk, vals, bs);
+		double mean = 0, s2 = 0;
+		for (uint32_t i = 0; i < bs; i++)
+			mean += vals[i] / bs;
+		for (uint32_t i = 0; i < bs; i++)
+			s2 += (vals[i] - (fm >= 0 ? mean : 0)) * (vals[i] - (fm >= 0 ? mean : 0)) / bs;
+		const double k = s2 > 0 ? rms / sqrt(s2) : 0;
+		uint16_t d = baton_f32_to_f16((float)k);
+		memcpy(blk + fd, &d, 2);
+		if (fm >= 0) { /* q4_1 / q5_1 add m; q2_K subtracts dmin * (a nibble) */
+			double mv = -mean * from_f16(d);
+			if (dt == BATON_DT_Q2_K) { /* the mins' nibbles: their mean */
+				double mn = 0;
+				for (int i = 0; i < 16; i++)
+					mn += (blk[i] >> 4) / 16.0;
+				mv = mn > 0 ? mean * from_f16(d) / mn : 0;
+			}
+			uint16_t mh = baton_f32_to_f16((float)mv);
+			memcpy(blk + fm, &mh, 2);
+		}
+	}
 }
 
 /* K-quant test rows: random quants and 6-bit scales, and f16 super-scales
@@ -496,6 +568,8 @@ static void encode_row(int dt, const double *v, uint32_t cols, uint8_t *out)
 	}
 	if (baton_kquant_is(dt))
 		encode_kquant(dt, v, cols, out);
+	else if (is_bquant(dt))
+		encode_bquant(dt, v, cols, out);
 	if (dt == BATON_DT_Q8_0)
 		for (uint32_t b = 0; b < cols / 32; b++) {
 			double amax = 0;
@@ -540,6 +614,20 @@ static double decode(int dt, const uint8_t *row, uint32_t i)
 		return vals[i % 256];
 	}
 	}
+	if (is_bquant(dt)) { /* the host's decoder, one block remembered */
+		static const uint8_t *last;
+		static int last_dt = -1;
+		static float vals[256];
+		int fd, fm;
+		uint32_t bs;
+		bq_fields(dt, &fd, &fm, &bs);
+		const uint8_t *blk = row + (i / bs) * rowb(dt, bs);
+		if (blk != last || dt != last_dt) {
+			baton_quant_decode(dt, blk, vals, bs);
+			last = blk, last_dt = dt;
+		}
+		return vals[i % bs];
+	}
 	return NAN;
 }
 
@@ -577,7 +665,7 @@ static void layer_make(struct layer *L, uint32_t B, uint32_t D, uint32_t F, uint
 {
 	memset(L, 0, sizeof *L);
 	L->B = B, L->D = D, L->F = F, L->E = E, L->K = K, L->dt = dt;
-	L->norm_dt = dt == BATON_DT_Q8_0 || baton_kquant_is(dt) ? BATON_DT_F16 : dt;
+	L->norm_dt = dt == BATON_DT_Q8_0 || baton_quant_decodes(dt) ? BATON_DT_F16 : dt;
 	L->gate_off = misalign ? 1 : 0;
 	L->up_off = L->gate_off + rowb(dt, D) * F + (misalign ? 3 : 0);
 	L->down_off = L->up_off + rowb(dt, D) * F + (misalign ? 5 : 0);
@@ -875,7 +963,7 @@ static void check_layer(int dt, uint32_t B, uint32_t D, uint32_t F, uint32_t E, 
 
 	/* errors: an uncomputable dtype, a zero blob */
 	struct baton_moe_layer bad = gl;
-	bad.gate_dtype = BATON_DT_Q3_K;
+	bad.gate_dtype = BATON_DT_IQ2_XXS; /* the lattice types: refused by name */
 	T_EQ_ERR(be->moe_experts(dev, &bad, blobs, w), BATON_EUNSUPPORTED);
 	bad = gl;
 	bad.top_k = E + 1;
@@ -930,6 +1018,26 @@ static void check_kquant(int dt)
 }
 
 static void t_moe_q4_K(void) { check_kquant(BATON_DT_Q4_K); }
+
+/* The block types of arena/quant.c (the scalar path, byte loads, at any
+ * alignment): blocks of 32 at the demo models' shapes (D 192, F 128, rows
+ * not whole 256-value blocks) and of 256. */
+static void t_moe_bquant(void)
+{
+	const int b32[] = { BATON_DT_Q4_0, BATON_DT_Q4_1, BATON_DT_Q5_0, BATON_DT_Q5_1,
+		BATON_DT_IQ4_NL, BATON_DT_MXFP4 };
+	for (size_t i = 0; i < sizeof b32 / sizeof b32[0]; i++) {
+		check_layer(b32[i], 1, 192, 128, 8, 2, 0); /* batch 1: the decode kernels */
+		check_layer(b32[i], 5, 192, 128, 8, 2, 0);
+		check_layer(b32[i], 3, 96, 64, 8, 2, 1);
+	}
+	const int b256[] = { BATON_DT_Q2_K, BATON_DT_Q3_K, BATON_DT_IQ4_XS };
+	for (size_t i = 0; i < sizeof b256 / sizeof b256[0]; i++) {
+		check_layer(b256[i], 1, 512, 256, 8, 2, 0);
+		check_layer(b256[i], 5, 512, 256, 8, 2, 0);
+		check_layer(b256[i], 3, 256, 256, 4, 2, 1);
+	}
+}
 static void t_moe_q5_K(void) { check_kquant(BATON_DT_Q5_K); }
 static void t_moe_q6_K(void) { check_kquant(BATON_DT_Q6_K); }
 
@@ -1105,6 +1213,7 @@ T_MAIN(T_CASE(t_device), T_CASE_TIMEOUT(t_vmm_map_unmap, 60),
     T_CASE_TIMEOUT(t_moe_f16, 60), T_CASE_TIMEOUT(t_moe_bf16, 60),
     T_CASE_TIMEOUT(t_moe_q8_0, 60), T_CASE_TIMEOUT(t_moe_q4_K, 60),
     T_CASE_TIMEOUT(t_moe_q5_K, 60), T_CASE_TIMEOUT(t_moe_q6_K, 60),
+    T_CASE_TIMEOUT(t_moe_bquant, 90),
     T_CASE_TIMEOUT(t_route_ties, 60),
     T_CASE_TIMEOUT(t_moe_perf, 120),
     T_CASE_TIMEOUT(t_vmm_oom, 90))

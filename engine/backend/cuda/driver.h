@@ -49,6 +49,7 @@
 	X(CUresult, EventDestroy, "cuEventDestroy_v2", (CUevent))                   \
 	X(CUresult, EventRecord, "cuEventRecord", (CUevent, CUstream))              \
 	X(CUresult, EventSynchronize, "cuEventSynchronize", (CUevent))              \
+	X(CUresult, EventElapsedTime, "cuEventElapsedTime", (float *, CUevent, CUevent)) \
 	X(CUresult, MemGetInfo, "cuMemGetInfo_v2", (size_t *, size_t *))            \
 	X(CUresult, MemAlloc, "cuMemAlloc_v2", (CUdeviceptr *, size_t))             \
 	X(CUresult, MemFree, "cuMemFree_v2", (CUdeviceptr))                         \

@@ -4,14 +4,37 @@
  * kernels compute (the can_compute slot), the growing device buffers of
  * their scratch, and one kernel launch on the context's stream.
  */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "arena/arena.h"
 #include "engine/backend/cuda/cuda_int.h"
 
 int cuda_can_compute(int dtype)
 {
-	return dtype == BATON_DT_F32 || dtype == BATON_DT_F16 || dtype == BATON_DT_BF16 ||
-	    dtype == BATON_DT_Q8_0 || dtype == BATON_DT_Q4_K || dtype == BATON_DT_Q5_K ||
-	    dtype == BATON_DT_Q6_K;
+	switch (dtype) {
+	case BATON_DT_F32:
+	case BATON_DT_F16:
+	case BATON_DT_BF16:
+	case BATON_DT_Q8_0:
+	case BATON_DT_Q4_K:
+	case BATON_DT_Q5_K:
+	case BATON_DT_Q6_K:
+	/* the block types of arena/quant.c (dtype.cuh: bq_elem) */
+	case BATON_DT_Q4_0:
+	case BATON_DT_Q4_1:
+	case BATON_DT_Q5_0:
+	case BATON_DT_Q5_1:
+	case BATON_DT_Q2_K:
+	case BATON_DT_Q3_K:
+	case BATON_DT_IQ4_NL:
+	case BATON_DT_IQ4_XS:
+	case BATON_DT_MXFP4:
+		return 1;
+	default: /* the IQ1/IQ2/IQ3 and TQ families are refused at import */
+		return 0;
+	}
 }
 
 void cuda_dbuf_free(struct baton_dev *dev, struct dbuf *b)
@@ -38,11 +61,200 @@ int cuda_dbuf_need(struct baton_dev *dev, struct dbuf *b, uint64_t bytes)
 	return 0;
 }
 
-int cuda_launch(struct baton_dev *dev, CUfunction f, uint32_t gx, uint32_t gy,
-    uint32_t threads, void *args, const char *what)
+static void prof_add(struct baton_dev *dev, const char *what);
+
+/* The pass being checked went another way than the recording: nothing
+ * of it is queued; graph_end refuses it and the caller records anew. */
+static int differs(struct baton_dev *dev, const char *what)
 {
-	void *params[] = { args };
-	CU(dev, dev->d->LaunchKernel(f, gx, gy, 1, threads, 1, 1, 0, dev->stream, params, NULL),
-	    what);
+	if (!dev->gfail)
+		cuda_set_err(dev, "graph replay: %s differs from the recorded pass", what);
+	dev->gfail = 1;
+	return BATON_ESTATE;
+}
+
+/* One entry more in the recording's log (a failure to grow it only
+ * marks the recording as one not to replay). */
+static struct cuda_glog *log_next(struct baton_dev *dev)
+{
+	if (dev->gl_n == dev->gl_cap) {
+		uint32_t cap = dev->gl_cap ? 2 * dev->gl_cap : 1024;
+		struct cuda_glog *v = realloc(dev->gl, cap * sizeof *v);
+		if (!v) {
+			dev->gfail = 1;
+			return NULL;
+		}
+		dev->gl = v;
+		dev->gl_cap = cap;
+	}
+	return &dev->gl[dev->gl_n++];
+}
+
+static int log_args(struct baton_dev *dev, const void *args, uint32_t size, uint64_t *off)
+{
+	if (dev->gl_args_n + size > dev->gl_args_cap) {
+		uint64_t cap = dev->gl_args_cap ? 2 * dev->gl_args_cap : 1u << 16;
+		while (cap < dev->gl_args_n + size)
+			cap *= 2;
+		uint8_t *v = realloc(dev->gl_args, cap);
+		if (!v)
+			return -1;
+		dev->gl_args = v;
+		dev->gl_args_cap = cap;
+	}
+	*off = dev->gl_args_n;
+	memcpy(dev->gl_args + dev->gl_args_n, args, size);
+	dev->gl_args_n += (size + 7) & ~7u;
 	return 0;
+}
+
+int cuda_launch_k(struct baton_dev *dev, CUfunction f, uint32_t gx, uint32_t gy, uint32_t gz,
+    uint32_t threads, uint32_t shmem, const void *args, uint32_t size, const char *what)
+{
+	if (dev->gmode == CUDA_G_CHECK) {
+		const struct cuda_glog *e = dev->gk < dev->gl_n ? &dev->gl[dev->gk] : NULL;
+		if (dev->gfail || !e || e->f != f || e->g[0] != gx || e->g[1] != gy || e->g[2] != gz ||
+		    e->threads != threads || e->shmem != shmem || !size || e->size != size ||
+		    memcmp(dev->gl_args + e->off, args, size) != 0)
+			return differs(dev, what);
+		dev->gk++;
+		return 0;
+	}
+	if (dev->gmode == CUDA_G_RECORD && !dev->gfail) {
+		struct cuda_glog *e = size ? log_next(dev) : NULL;
+		uint64_t off = 0;
+		if (!e || log_args(dev, args, size, &off)) {
+			dev->gfail = 1; /* recorded and run, never replayed */
+		} else {
+			*e = (struct cuda_glog){ .f = f, .g = { gx, gy, gz }, .threads = threads,
+				.shmem = shmem, .size = size, .off = off };
+		}
+	}
+	void *params[] = { (void *)args };
+	const int prof = dev->prof && dev->gmode == CUDA_G_NONE && !dev->capturing;
+	if (prof)
+		CU(dev, dev->d->EventRecord(dev->prof_ev[0], dev->stream), "cuEventRecord (profile)");
+	CU(dev, dev->d->LaunchKernel(f, gx, gy, gz, threads, 1, 1, shmem, dev->stream, params, NULL),
+	    what);
+	if (prof)
+		prof_add(dev, what);
+	return 0;
+}
+
+static void prof_add(struct baton_dev *dev, const char *what)
+{
+	const struct cuda_driver *d = dev->d;
+	float ms = 0;
+	if (d->EventRecord(dev->prof_ev[1], dev->stream) != CUDA_SUCCESS ||
+	    d->EventSynchronize(dev->prof_ev[1]) != CUDA_SUCCESS ||
+	    d->EventElapsedTime(&ms, dev->prof_ev[0], dev->prof_ev[1]) != CUDA_SUCCESS)
+		return;
+	int i = 0;
+	while (i < dev->prof_n && dev->prof_v[i].what != what && strcmp(dev->prof_v[i].what, what))
+		i++;
+	if (i == dev->prof_n) {
+		if (i == (int)(sizeof dev->prof_v / sizeof dev->prof_v[0]))
+			return;
+		dev->prof_v[dev->prof_n++] = (struct cuda_prof){ .what = what };
+	}
+	dev->prof_v[i].n++;
+	dev->prof_v[i].ms += ms;
+}
+
+void cuda_prof_config(struct baton_dev *dev)
+{
+	const char *s = getenv("BATON_CUDA_PROFILE");
+	dev->prof = 0;
+	if (!s || strcmp(s, "1") != 0)
+		return;
+	if (dev->d->EventCreate(&dev->prof_ev[0], 0) != CUDA_SUCCESS)
+		return;
+	if (dev->d->EventCreate(&dev->prof_ev[1], 0) != CUDA_SUCCESS) {
+		dev->d->EventDestroy(dev->prof_ev[0]);
+		return;
+	}
+	dev->prof = 1;
+}
+
+static int prof_cmp(const void *a, const void *b)
+{
+	const struct cuda_prof *x = a, *y = b;
+	return (x->ms < y->ms) - (x->ms > y->ms);
+}
+
+void cuda_prof_report(struct baton_dev *dev)
+{
+	if (!dev->prof)
+		return;
+	qsort(dev->prof_v, (size_t)dev->prof_n, sizeof dev->prof_v[0], prof_cmp);
+	double all = 0;
+	for (int i = 0; i < dev->prof_n; i++)
+		all += dev->prof_v[i].ms;
+	fprintf(stderr, "baton cuda profile: %.3f ms in %d launch sites\n", all, dev->prof_n);
+	for (int i = 0; i < dev->prof_n; i++)
+		fprintf(stderr, "  %10.3f ms %5.1f%% %9llu x %8.2f us  %s\n", dev->prof_v[i].ms,
+		    all > 0 ? 100 * dev->prof_v[i].ms / all : 0.0, (unsigned long long)dev->prof_v[i].n,
+		    1e3 * dev->prof_v[i].ms / (double)dev->prof_v[i].n, dev->prof_v[i].what);
+	dev->d->EventDestroy(dev->prof_ev[0]);
+	dev->d->EventDestroy(dev->prof_ev[1]);
+	dev->prof = 0;
+}
+
+int cuda_graph_stage(struct baton_dev *dev, const void *a, uint64_t an, const void *b,
+    uint64_t bn, CUdeviceptr *da, CUdeviceptr *db)
+{
+	const uint64_t boff = cuda_round_up(an, 16), total = cuda_round_up(boff + bn, 16);
+	const uint64_t at = dev->gs_off;
+	if (at + total > dev->gs_cap) {
+		if (dev->gmode == CUDA_G_CHECK)
+			return differs(dev, "staging");
+		dev->gfail = 1;
+		cuda_set_err(dev, "graph staging: %llu bytes do not fit in %llu",
+		    (unsigned long long)(at + total), (unsigned long long)dev->gs_cap);
+		return BATON_ENOSPC;
+	}
+	if (dev->gmode == CUDA_G_CHECK) {
+		const struct cuda_glog *e = dev->gk < dev->gl_n ? &dev->gl[dev->gk] : NULL;
+		if (dev->gfail || !e || e->f || e->size != boff + bn || e->off != at)
+			return differs(dev, "staging");
+		dev->gk++;
+	}
+	char *host = (char *)dev->gs_host + at;
+	memcpy(host, a, an);
+	if (bn)
+		memcpy(host + boff, b, bn);
+	if (dev->gmode == CUDA_G_RECORD) {
+		CU(dev, dev->d->MemcpyHtoDAsync(dev->gs_dev.p + at, host, boff + bn, dev->stream),
+		    "cuMemcpyHtoDAsync (graph staging)");
+		struct cuda_glog *e = dev->gfail ? NULL : log_next(dev);
+		if (e)
+			*e = (struct cuda_glog){ .f = NULL, .size = (uint32_t)(boff + bn), .off = at };
+	}
+	dev->gs_off += total;
+	*da = dev->gs_dev.p + at;
+	if (db)
+		*db = dev->gs_dev.p + at + boff;
+	return 0;
+}
+
+void cuda_glog_free(struct baton_dev *dev)
+{
+	free(dev->gl);
+	free(dev->gl_args);
+	free(dev->gtab);
+	dev->gl = NULL;
+	dev->gl_args = NULL;
+	dev->gtab = NULL;
+	dev->gl_n = dev->gl_cap = dev->gk = 0;
+	dev->gl_args_n = dev->gl_args_cap = dev->gtab_cap = 0;
+	dev->gl_ok = 0;
+	if (dev->gs_host)
+		dev->d->MemFreeHost(dev->gs_host);
+	dev->gs_host = NULL;
+	dev->gs_cap = dev->gs_off = 0;
+	cuda_dbuf_free(dev, &dev->gs_dev);
+	if (dev->graph_done)
+		dev->d->EventDestroy(dev->graph_done);
+	dev->graph_done = NULL;
+	dev->g_launched = 0;
 }

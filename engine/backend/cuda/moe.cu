@@ -165,16 +165,19 @@ __device__ __forceinline__ void dot_vec(const uint8_t *const row[R], uint32_t co
 	}
 }
 
-/* Scalar path: any alignment and any cols. */
-template <int N, int R>
+/* Scalar path: any alignment and any cols; DT >= 0 is dt known at
+ * compile time (arena/quant.c's block types at batch 1: their decoder
+ * without the dispatch). */
+template <int N, int R, int DT = -1>
 __device__ __forceinline__ void dot_scalar(const uint8_t *const row[R], uint32_t dt,
     uint32_t cols, const float *const xp[N], int nt, float acc[R][N])
 {
+#pragma unroll 2
 	for (uint32_t c = threadIdx.x & 31; c < cols; c += 32) {
 		float w[R];
 #pragma unroll
 		for (int r = 0; r < R; r++)
-			w[r] = elem(row[r], dt, c);
+			w[r] = elem(row[r], DT < 0 ? dt : (uint32_t)DT, c);
 #pragma unroll
 		for (int t = 0; t < N; t++)
 			if (t < nt) {
@@ -196,8 +199,22 @@ __device__ __forceinline__ void dot_rows(const uint8_t *const row[R], uint32_t d
 #pragma unroll
 		for (int t = 0; t < N; t++)
 			acc[r][t] = 0.0f;
-	if (!vec)
-		dot_scalar<N, R>(row, dt, cols, xp, nt, acc);
+	if (!vec) {
+		/* batch 1's kernels (N 1, decode) with the type known at compile
+		 * time; the others dispatch per element (fewer kernels to build) */
+		switch (N == 1 ? dt : ~0u) {
+		case BATON_DT_Q4_0: dot_scalar<N, R, BATON_DT_Q4_0>(row, dt, cols, xp, nt, acc); break;
+		case BATON_DT_Q4_1: dot_scalar<N, R, BATON_DT_Q4_1>(row, dt, cols, xp, nt, acc); break;
+		case BATON_DT_Q5_0: dot_scalar<N, R, BATON_DT_Q5_0>(row, dt, cols, xp, nt, acc); break;
+		case BATON_DT_Q5_1: dot_scalar<N, R, BATON_DT_Q5_1>(row, dt, cols, xp, nt, acc); break;
+		case BATON_DT_IQ4_NL: dot_scalar<N, R, BATON_DT_IQ4_NL>(row, dt, cols, xp, nt, acc); break;
+		case BATON_DT_MXFP4: dot_scalar<N, R, BATON_DT_MXFP4>(row, dt, cols, xp, nt, acc); break;
+		case BATON_DT_Q2_K: dot_scalar<N, R, BATON_DT_Q2_K>(row, dt, cols, xp, nt, acc); break;
+		case BATON_DT_Q3_K: dot_scalar<N, R, BATON_DT_Q3_K>(row, dt, cols, xp, nt, acc); break;
+		case BATON_DT_IQ4_XS: dot_scalar<N, R, BATON_DT_IQ4_XS>(row, dt, cols, xp, nt, acc); break;
+		default: dot_scalar<N, R>(row, dt, cols, xp, nt, acc); break;
+		}
+	}
 	else if (dt == BATON_DT_F32)
 		dot_vec<BATON_DT_F32, N, R>(row, cols, xp, nt, acc);
 	else if (dt == BATON_DT_F16)

@@ -11,6 +11,7 @@
 
 #include "arena/arena.h"
 #include "engine/backend/cuda/cuda_int.h"
+#include "engine/backend/host/host.h"
 
 extern const unsigned char baton_engine_backend_cuda_moe_fatbin[];
 extern const size_t baton_engine_backend_cuda_moe_fatbin_len;
@@ -99,25 +100,20 @@ void cuda_moe_free(struct baton_dev *dev)
 
 static uint64_t row_bytes(uint32_t dt, uint32_t cols)
 {
-	switch (dt) {
-	case BATON_DT_F32: return 4ull * cols;
-	case BATON_DT_F16:
-	case BATON_DT_BF16: return 2ull * cols;
-	case BATON_DT_Q8_0: return cols % 32 ? 0 : (uint64_t)(cols / 32) * 34;
-	case BATON_DT_Q4_K:
-	case BATON_DT_Q5_K:
-	case BATON_DT_Q6_K: return baton_dtype_row_bytes((int)dt, cols); /* 0 unless cols % 256 == 0 */
-	}
-	return 0;
+	/* 0 unless cols is whole blocks (32 or 256) of a type cuda computes */
+	return cuda_can_compute((int)dt) ? baton_compute_row_bytes((int)dt, cols) : 0;
 }
 
-/* 1 when rows of (dt, cols) starting at base suit the vector loads. */
+/* 1 when rows of (dt, cols) starting at base suit the vector loads; the
+ * block types of arena/quant.c always take the scalar path (byte loads). */
 static int vec_ok(uint64_t base, uint32_t dt, uint32_t cols)
 {
 	if (dt == BATON_DT_Q8_0 || dt == BATON_DT_Q6_K)
 		return base % 2 == 0;
 	if (dt == BATON_DT_Q4_K || dt == BATON_DT_Q5_K)
 		return base % 8 == 0;
+	if (dt != BATON_DT_F32 && dt != BATON_DT_F16 && dt != BATON_DT_BF16)
+		return 0;
 	return base % 16 == 0 && row_bytes(dt, cols) % 16 == 0;
 }
 
@@ -198,7 +194,7 @@ static int check_dtype(struct baton_dev *dev, const char *what, uint32_t dt, uin
 	if (!row_bytes(dt, cols)) {
 		const char *n = baton_dtype_name((int)dt);
 		cuda_set_err(dev, "moe: %s rows of %u %s values are not whole blocks of %u", what, cols, n,
-		    dt == BATON_DT_Q8_0 ? 32u : 256u);
+		    baton_dtype_row_bytes((int)dt, 32) ? 32u : 256u);
 		return BATON_EINVAL;
 	}
 	return 0;

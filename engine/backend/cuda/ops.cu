@@ -22,7 +22,7 @@ static_assert(sizeof(baton_ops_embed_args) == 48, "embed args layout");
 static_assert(sizeof(baton_ops_rmsnorm_args) == 40, "rmsnorm args layout");
 static_assert(sizeof(baton_ops_matmul_args) == 72, "matmul args layout");
 static_assert(sizeof(baton_ops_rope_args) == 40, "rope args layout");
-static_assert(sizeof(baton_ops_attention_args) == 88, "attention args layout");
+static_assert(sizeof(baton_ops_attention_args) == 96, "attention args layout");
 static_assert(sizeof(baton_ops_kv_store_args) == 48, "kv_store args layout");
 static_assert(sizeof(baton_ops_swiglu_args) == 32, "swiglu args layout");
 static_assert(sizeof(baton_ops_add_args) == 32, "add args layout");
@@ -371,7 +371,16 @@ __device__ __forceinline__ void matmul(const baton_ops_matmul_args &a)
 	BATON_MATMUL(N, q8_0, BATON_DT_Q8_0)                                   \
 	BATON_MATMUL(N, q4_K, BATON_DT_Q4_K)                                   \
 	BATON_MATMUL(N, q5_K, BATON_DT_Q5_K)                                   \
-	BATON_MATMUL(N, q6_K, BATON_DT_Q6_K)
+	BATON_MATMUL(N, q6_K, BATON_DT_Q6_K)                                   \
+	BATON_MATMUL(N, q4_0, BATON_DT_Q4_0)                                   \
+	BATON_MATMUL(N, q4_1, BATON_DT_Q4_1)                                   \
+	BATON_MATMUL(N, q5_0, BATON_DT_Q5_0)                                   \
+	BATON_MATMUL(N, q5_1, BATON_DT_Q5_1)                                   \
+	BATON_MATMUL(N, iq4_nl, BATON_DT_IQ4_NL)                               \
+	BATON_MATMUL(N, mxfp4, BATON_DT_MXFP4)                                 \
+	BATON_MATMUL(N, q2_K, BATON_DT_Q2_K)                                   \
+	BATON_MATMUL(N, q3_K, BATON_DT_Q3_K)                                   \
+	BATON_MATMUL(N, iq4_xs, BATON_DT_IQ4_XS)
 BATON_MATMULS(1)
 BATON_MATMULS(8)
 
@@ -436,7 +445,8 @@ baton_ops_attn_part(baton_ops_attention_args a)
 		return;
 	const uint32_t H = a.n_heads, KH = a.n_kv_heads, hd = a.head_dim, CH = BATON_OPS_ATTN_CHUNK;
 	const uint32_t t = a.q0 + blockIdx.x, h = blockIdx.y, c = blockIdx.z;
-	const uint64_t nk = (uint64_t)a.pos0 + t + 1, j0 = (uint64_t)c * CH;
+	const uint32_t pos0 = a.pos0_dev ? *(const uint32_t *)a.pos0_dev : a.pos0;
+	const uint64_t nk = (uint64_t)pos0 + t + 1, j0 = (uint64_t)c * CH;
 	if (j0 >= nk)
 		return; /* the whole block: this query has fewer chunks */
 	const uint32_t n = (uint32_t)(nk - j0 < CH ? nk - j0 : CH);
@@ -490,7 +500,8 @@ baton_ops_attn_combine(baton_ops_attention_args a)
 		return;
 	const uint32_t H = a.n_heads, hd = a.head_dim, CH = BATON_OPS_ATTN_CHUNK;
 	const uint32_t t = a.q0 + blockIdx.x, h = blockIdx.y;
-	const uint64_t nk = (uint64_t)a.pos0 + t + 1;
+	const uint32_t pos0 = a.pos0_dev ? *(const uint32_t *)a.pos0_dev : a.pos0;
+	const uint64_t nk = (uint64_t)pos0 + t + 1;
 	if (nk <= CH)
 		return; /* finished by the part kernel */
 	const uint32_t nc = (uint32_t)((nk + CH - 1) / CH);

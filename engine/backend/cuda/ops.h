@@ -39,10 +39,12 @@ struct baton_ops_rmsnorm_args {
  * x. Kinds: the weight dtype known at compile time (f32, f16 and bf16
  * with aligned loads, whose rows must start at a multiple of their element
  * size; q8_0 and the K-quants with coalesced byte loads at any address,
- * lane l reading byte l of each 32-byte run), or `any` (w_dtype read at
- * run time, bytes loaded one by one). */
-#define BATON_OPS_KINDS 8
-#define BATON_OPS_KIND_NAMES { "any", "f32", "f16", "bf16", "q8_0", "q4_K", "q5_K", "q6_K" }
+ * lane l reading byte l of each 32-byte run; arena/quant.c's block types
+ * through dtype.cuh's element decoder, the type known at compile time),
+ * or `any` (w_dtype read at run time, bytes loaded one by one). */
+#define BATON_OPS_KINDS 17
+#define BATON_OPS_KIND_NAMES { "any", "f32", "f16", "bf16", "q8_0", "q4_K", "q5_K", "q6_K", \
+	"q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "mxfp4", "q2_K", "q3_K", "iq4_xs" }
 struct baton_ops_matmul_args {
 	uint64_t w, b, x, y, row_bytes;
 	uint32_t w_dtype, b_dtype, n_out, k, rows, accumulate;
@@ -73,8 +75,10 @@ struct baton_ops_rope_args {
 #define BATON_OPS_ATTN_CHUNK 256u
 struct baton_ops_attention_args {
 	uint64_t q, k, v, out, part, blocks;
+	uint64_t pos0_dev; /* nonzero: pos0 is the u32 there (a pass replayed as a graph) */
 	uint32_t q0, n_q, n_heads, n_kv_heads, head_dim, pos0;
-	uint32_t block_size, chunks; /* chunks: gridDim.z of the part launch */
+	uint32_t block_size, chunks; /* chunks: gridDim.z of the part launch (at least the most
+	                                chunks of a query; blocks past a query's keys return) */
 	float scale;
 	uint32_t pad;
 };

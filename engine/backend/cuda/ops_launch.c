@@ -13,6 +13,7 @@
  * rule, and rows * n_experts floats are little to move.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "arena/arena.h"
@@ -173,6 +174,8 @@ static int stage_args(struct baton_dev *dev, const void *a, uint64_t an, const v
     uint64_t bn, CUdeviceptr *da, CUdeviceptr *db)
 {
 	const struct cuda_driver *d = dev->d;
+	if (dev->gmode) /* a pass recorded or checked as a graph: its own staging */
+		return cuda_graph_stage(dev, a, an, b, bn, da, db);
 	const uint64_t boff = cuda_round_up(an, 16), total = cuda_round_up(boff + bn, 16);
 	uint64_t half = dev->ops_stage_cap / 2;
 	if (total > half) { /* a new ring, twice this call at least */
@@ -333,6 +336,16 @@ int cuda_op_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint32
 	case BATON_DT_Q4_K: kind = 5; break;
 	case BATON_DT_Q5_K: kind = 6; break;
 	case BATON_DT_Q6_K: kind = 7; break;
+	/* arena/quant.c's types: elem() with the type known at compile time */
+	case BATON_DT_Q4_0: kind = 8; break;
+	case BATON_DT_Q4_1: kind = 9; break;
+	case BATON_DT_Q5_0: kind = 10; break;
+	case BATON_DT_Q5_1: kind = 11; break;
+	case BATON_DT_IQ4_NL: kind = 12; break;
+	case BATON_DT_MXFP4: kind = 13; break;
+	case BATON_DT_Q2_K: kind = 14; break;
+	case BATON_DT_Q3_K: kind = 15; break;
+	case BATON_DT_IQ4_XS: kind = 16; break;
 	}
 	if (kind >= 1 && kind <= 3)
 		a.vec = w % 16 == 0 && rb % 16 == 0 && k % (kind == 1 ? 128 : 256) == 0;
@@ -383,9 +396,22 @@ int cuda_op_attention(struct baton_dev *dev, const struct baton_attn *a)
 		return refuse(dev, BATON_EINVAL, "attention", "out overlaps q, k or v");
 	if (H > 65535)
 		return refuse(dev, BATON_ERANGE, "attention", "more than 65535 heads");
-	const uint64_t chunks = (n_ctx + BATON_OPS_ATTN_CHUNK - 1) / BATON_OPS_ATTN_CHUNK;
+	uint64_t chunks = (n_ctx + BATON_OPS_ATTN_CHUNK - 1) / BATON_OPS_ATTN_CHUNK;
 	if (chunks > 65535)
 		return refuse(dev, BATON_ERANGE, "attention", "more than 65535 chunks of keys");
+	/* In a graph the launches may not depend on the number of keys: the
+	 * part kernel's grid is a power of two of chunks (a bucket: the
+	 * recording replays until a query outgrows it), the block table is
+	 * staged at that capacity, and the key count is read on the device. */
+	const int graph = dev->gmode != CUDA_G_NONE;
+	if (graph) {
+		uint64_t c = 1;
+		while (c < chunks)
+			c <<= 1;
+		if (c > 65535)
+			c = chunks;
+		chunks = c;
+	}
 	/* queries per launch: their partial results within SCORES_MAX */
 	const uint64_t per_q = (uint64_t)H * chunks * (hd + 2) * 4;
 	uint64_t group = SCORES_MAX / per_q;
@@ -395,29 +421,52 @@ int cuda_op_attention(struct baton_dev *dev, const struct baton_attn *a)
 		group = a->n_q;
 	if (group > 0x7fffffffu)
 		group = 0x7fffffffu;
-	CUdeviceptr table = 0;
+	CUdeviceptr table = 0, pos0_dev = 0;
 	if ((rc = cuda_cur(dev)) || (rc = cuda_dbuf_need(dev, &dev->ops_scores, group * per_q)))
 		return rc;
-	if (a->blocks &&
-	    (rc = stage_args(dev, a->blocks, (n_ctx + a->block_size - 1) / a->block_size * 4, NULL,
-	         0, &table, NULL)))
+	const uint64_t n_blocks = a->blocks ? (n_ctx + a->block_size - 1) / a->block_size : 0;
+	if (graph) {
+		const uint32_t pos0 = a->pos0;
+		uint64_t cap = a->blocks ?
+		    (chunks * BATON_OPS_ATTN_CHUNK + a->block_size - 1) / a->block_size : 0;
+		if (cap < n_blocks)
+			cap = n_blocks;
+		if (cap > dev->gtab_cap) {
+			uint32_t *t = realloc(dev->gtab, cap * 4);
+			if (!t)
+				return refuse(dev, BATON_ENOMEM, "attention", "no memory for the block table");
+			dev->gtab = t;
+			dev->gtab_cap = cap;
+		}
+		if (cap) {
+			memcpy(dev->gtab, a->blocks, n_blocks * 4);
+			memset(dev->gtab + n_blocks, 0, (cap - n_blocks) * 4);
+			rc = stage_args(dev, dev->gtab, cap * 4, &pos0, 4, &table, &pos0_dev);
+		} else {
+			rc = stage_args(dev, &pos0, 4, NULL, 0, &pos0_dev, NULL);
+		}
+		if (rc)
+			return rc;
+	} else if (a->blocks &&
+	    (rc = stage_args(dev, a->blocks, n_blocks * 4, NULL, 0, &table, NULL))) {
 		return rc;
+	}
 	if (cuda_tc_on(dev, a->n_q) && (rc = cuda_tc_attention(dev, a, table)) != CUDA_TC_FALLBACK)
 		return rc;
 	for (uint32_t q0 = 0; q0 < a->n_q; q0 += (uint32_t)group) {
 		const uint32_t nq = a->n_q - q0 < group ? a->n_q - q0 : (uint32_t)group;
 		/* this group's last query has the most chunks */
-		const uint64_t gc = ((uint64_t)a->pos0 + q0 + nq + BATON_OPS_ATTN_CHUNK - 1) /
-		    BATON_OPS_ATTN_CHUNK;
+		const uint64_t gc = graph ? chunks :
+		    ((uint64_t)a->pos0 + q0 + nq + BATON_OPS_ATTN_CHUNK - 1) / BATON_OPS_ATTN_CHUNK;
 		struct baton_ops_attention_args k = {
 			.q = a->q, .k = a->k, .v = a->v, .out = a->out, .part = dev->ops_scores.p,
-			.blocks = table, .q0 = q0, .n_q = a->n_q, .n_heads = H, .n_kv_heads = KH,
-			.head_dim = hd, .pos0 = a->pos0, .block_size = a->block_size,
-			.chunks = (uint32_t)gc, .scale = a->scale,
+			.blocks = table, .pos0_dev = pos0_dev, .q0 = q0, .n_q = a->n_q, .n_heads = H,
+			.n_kv_heads = KH, .head_dim = hd, .pos0 = graph ? 0 : a->pos0,
+			.block_size = a->block_size, .chunks = (uint32_t)gc, .scale = a->scale,
 		};
-		void *params[] = { &k };
-		CU(dev, dev->d->LaunchKernel(dev->k_attn_part, nq, H, (uint32_t)gc, OPS_THREADS, 1, 1,
-		    0, dev->stream, params, NULL), "cuLaunchKernel baton_ops_attn_part");
+		if ((rc = cuda_launch_k(dev, dev->k_attn_part, nq, H, (uint32_t)gc, OPS_THREADS, 0, &k,
+		         sizeof k, "cuLaunchKernel baton_ops_attn_part")))
+			return rc;
 		if (gc > 1 && (rc = cuda_launch(dev, dev->k_attn_comb, nq, H, OPS_THREADS, &k,
 		         "cuLaunchKernel baton_ops_attn_combine")))
 			return rc;
@@ -526,9 +575,6 @@ int cuda_op_route_dev(struct baton_dev *dev, baton_dptr logits, uint32_t rows,
 		.logits = logits, .ids = ids, .w = weights,
 		.rows = rows, .n_experts = n_experts, .top_k = top_k, .rule = (uint32_t)rule,
 	};
-	void *params[] = { &a };
-	CU(dev, dev->d->LaunchKernel(dev->k_route, rows, 1, 1, 32, 1, 1, n_experts * 5, dev->stream,
-	         params, NULL),
+	return cuda_launch_k(dev, dev->k_route, rows, 1, 1, 32, n_experts * 5, &a, sizeof a,
 	    "cuLaunchKernel baton_ops_route");
-	return 0;
 }

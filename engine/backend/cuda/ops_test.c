@@ -7,7 +7,8 @@
  *
  * What must agree how:
  *   - embed, rmsnorm and matmul: bit for bit, for every dtype the backend
- *     computes (f32, f16, bf16, q8_0, q4_K, q5_K, q6_K), with and without
+ *     computes (f32, f16, bf16, q8_0, q4_K, q5_K, q6_K and arena/quant.c's
+ *     q4_0, q4_1, q5_0, q5_1, iq4_nl, mxfp4, q2_K, q3_K, iq4_xs), with and without
  *     a tail of cols % 32, bias and accumulate: the weights decode exactly
  *     and the dots keep host/host.h's order (ops.h), divisions and
  *     square roots are IEEE on both sides.
@@ -111,6 +112,32 @@ static uint8_t *weights(int dt, uint32_t rows, uint32_t cols, uint64_t *bytes)
 				uint16_t h = baton_f32_to_f16(frand() / 100);
 				memcpy(row + b * 34, &h, 2);
 			}
+		if (baton_quant_decodes(dt) && !baton_kquant_is(dt)) {
+			/* arena/quant.c's types: f16 d (and min) at their offsets,
+			 * mxfp4's exponent near 2^0 */
+			int fd = 0, fm = -1;
+			uint32_t bs = 32;
+			if (dt == BATON_DT_Q4_1 || dt == BATON_DT_Q5_1)
+				fm = 2;
+			else if (dt == BATON_DT_Q2_K)
+				fd = 80, fm = 82, bs = 256;
+			else if (dt == BATON_DT_Q3_K)
+				fd = 108, bs = 256;
+			else if (dt == BATON_DT_IQ4_XS)
+				bs = 256;
+			const uint64_t bb = baton_compute_row_bytes(dt, bs);
+			for (uint32_t b = 0; b < cols / bs; b++) {
+				uint8_t *blk = row + b * bb;
+				uint16_t d = baton_f32_to_f16(frand() / 100), m = baton_f32_to_f16(frand() / 20);
+				if (dt == BATON_DT_MXFP4) {
+					blk[0] = (uint8_t)(120 + rnd() % 12);
+					continue;
+				}
+				memcpy(blk + fd, &d, 2);
+				if (fm >= 0)
+					memcpy(blk + fm, &m, 2);
+			}
+		}
 		if (baton_kquant_is(dt))
 			for (uint32_t b = 0; b < cols / 256; b++) {
 				uint8_t *blk = row + b * (rb / (cols / 256));
@@ -153,7 +180,15 @@ static void close_to(const float *got, const float *want, size_t n, double tol, 
 }
 
 static const int DTS[] = { BATON_DT_F32, BATON_DT_F16, BATON_DT_BF16, BATON_DT_Q8_0,
-	BATON_DT_Q4_K, BATON_DT_Q5_K, BATON_DT_Q6_K };
+	BATON_DT_Q4_K, BATON_DT_Q5_K, BATON_DT_Q6_K, BATON_DT_Q4_0, BATON_DT_Q4_1, BATON_DT_Q5_0,
+	BATON_DT_Q5_1, BATON_DT_IQ4_NL, BATON_DT_MXFP4, BATON_DT_Q2_K, BATON_DT_Q3_K,
+	BATON_DT_IQ4_XS };
+
+/* 1 for the types of 256-value blocks (the K-quants, iq4_xs) */
+static int blk256(int dt)
+{
+	return baton_compute_row_bytes(dt, 32) == 0;
+}
 #define N_DTS (sizeof DTS / sizeof DTS[0])
 
 /* ---- bit for bit ----------------------------------------------------------- */
@@ -209,7 +244,7 @@ static void t_matmul(void)
 		const int plain = dt == BATON_DT_F32 || dt == BATON_DT_F16 || dt == BATON_DT_BF16;
 		/* k = 96: no 16-byte loads; 512: with them (plain types) */
 		const uint32_t ks[] = { 96, 512 };
-		for (int j = baton_kquant_is(dt) ? 1 : 0; j < 2; j++) {
+		for (int j = blk256(dt) ? 1 : 0; j < 2; j++) {
 			const uint32_t k = ks[j];
 			matmul_case(dev, dt, 37, k, 1, -1, 0);
 			matmul_case(dev, dt, 37, k, 11, BATON_DT_F32, 0); /* two groups of 8 rows */
@@ -225,11 +260,11 @@ static void t_matmul(void)
 			matmul_case_at(dev, dt, 21, 512, 9, -1, 0, 1);
 			matmul_case_at(dev, dt, 21, 512, 1, -1, 0, dt == BATON_DT_F32 ? 4 : 2);
 		} else {
-			matmul_case_at(dev, dt, 21, baton_kquant_is(dt) ? 512 : 96, 9, -1, 0, 1);
+			matmul_case_at(dev, dt, 21, blk256(dt) ? 512 : 96, 9, -1, 0, 1);
 			/* blocks beyond one round of the kernel's loads (4 K-quant
 			 * blocks, 32 q8_0 blocks in groups of 8) and a remainder,
 			 * at odd addresses too */
-			const uint32_t kl = baton_kquant_is(dt) ? 1280 : 1088;
+			const uint32_t kl = blk256(dt) ? 1280 : 1088;
 			matmul_case(dev, dt, 19, kl, 1, -1, 0);
 			matmul_case(dev, dt, 19, kl, 11, BATON_DT_F32, 1);
 			matmul_case_at(dev, dt, 19, kl, 3, -1, 0, 3);
@@ -244,7 +279,7 @@ static void t_embed_rmsnorm(void)
 	const uint32_t tokens[] = { 3, 0, 15, 3, 9 }, n = 5, V = 16;
 	for (size_t i = 0; i < N_DTS; i++) {
 		const int dt = DTS[i];
-		const uint32_t C = baton_kquant_is(dt) ? 256 : 64;
+		const uint32_t C = blk256(dt) ? 256 : 64;
 		uint64_t tb;
 		uint8_t *table = weights(dt, V, C, &tb);
 		float *got = malloc((size_t)n * C * 4), *want = malloc((size_t)n * C * 4);
@@ -550,7 +585,8 @@ static void t_perf(void)
 	/* Qwen3-30B-A3B's shapes: the output head (151936 x 2048), the q
 	 * projection (4096 x 2048) at batch 1; a 512-token prefill of it */
 	const int dts[] = { BATON_DT_BF16, BATON_DT_F16, BATON_DT_F32, BATON_DT_Q8_0, BATON_DT_Q4_K,
-		BATON_DT_Q5_K, BATON_DT_Q6_K };
+		BATON_DT_Q5_K, BATON_DT_Q6_K, BATON_DT_Q4_0, BATON_DT_Q5_0, BATON_DT_IQ4_NL,
+		BATON_DT_Q3_K, BATON_DT_IQ4_XS };
 	for (size_t i = 0; i < sizeof dts / sizeof dts[0]; i++) {
 		const int dt = dts[i];
 		double t = time_matmul(dev, dt, 151936, 2048, 1);
@@ -812,11 +848,13 @@ static void t_tensor_cores(void)
 	if (!dev)
 		return;
 	const int dts[] = { BATON_DT_F16, BATON_DT_BF16, BATON_DT_Q8_0, BATON_DT_Q4_K,
-		BATON_DT_Q5_K, BATON_DT_Q6_K };
+		BATON_DT_Q5_K, BATON_DT_Q6_K, BATON_DT_Q4_0, BATON_DT_Q4_1, BATON_DT_Q5_0,
+		BATON_DT_Q5_1, BATON_DT_IQ4_NL, BATON_DT_MXFP4, BATON_DT_Q2_K, BATON_DT_Q3_K,
+		BATON_DT_IQ4_XS };
 	for (size_t i = 0; i < sizeof dts / sizeof dts[0]; i++) {
 		const int dt = dts[i];
 		tc_matmul_case(dev, dt, 300, 512, 70, 1, 0, 0);
-		tc_matmul_case(dev, dt, 64, baton_kquant_is(dt) ? 1280 : 1088, 100, 0, 1, 0);
+		tc_matmul_case(dev, dt, 64, blk256(dt) ? 1280 : 1088, 100, 0, 1, 0);
 		/* at odd addresses: the element decoder (bf16: decoded, not in place) */
 		tc_matmul_case(dev, dt, 40, 512, 64, 0, 0, dt == BATON_DT_BF16 ? 2 : 1);
 		tc_moe_case(dev, dt, 96, 256, 256, 6, 2);
@@ -849,9 +887,13 @@ static void t_refusals(void)
 	const float inv[2] = { 1, 1 };
 	uint32_t ids[4];
 	float w[4];
-	T_EQ_ERR(be->matmul(dev, b, BATON_DT_Q3_K, 2, 256, 0, 0, b + 4096, 1, b + 8192, 0),
+	/* the lattice types (IQ2 / IQ3 / IQ1, TQ) are refused by name */
+	T_EQ_ERR(be->matmul(dev, b, BATON_DT_IQ3_S, 2, 256, 0, 0, b + 4096, 1, b + 8192, 0),
 	    BATON_EUNSUPPORTED);
-	T_ASSERT(strstr(cuda_backend_last_error(dev), "q3_K") != NULL);
+	T_ASSERT(strstr(cuda_backend_last_error(dev), "iq3_s") != NULL);
+	/* a row that is not whole blocks of a block type */
+	T_EQ_ERR(be->matmul(dev, b, BATON_DT_Q3_K, 2, 192, 0, 0, b + 4096, 1, b + 8192, 0),
+	    BATON_EINVAL);
 	T_EQ_ERR(be->matmul(dev, b, BATON_DT_Q8_0, 2, 33, 0, 0, b + 4096, 1, b + 8192, 0),
 	    BATON_EINVAL);
 	T_EQ_ERR(be->matmul(dev, b, BATON_DT_F32, 2, 8, 0, 0, b + 4096, 1, b + 4100, 0),

@@ -57,7 +57,7 @@ static uint32_t grid_for(uint64_t units)
 static int launch(struct baton_dev *dev, CUfunction f, uint64_t units, uint32_t gy, void *args,
     const char *what)
 {
-	return cuda_launch(dev, f, grid_for(units), gy, BATON_TC_THREADS, args, what);
+	return cuda_launch_k(dev, f, grid_for(units), gy, 1, BATON_TC_THREADS, 0, args, 0, what);
 }
 
 /* 1 when rows of dt at `base`, row_bytes apart, suit the vector decoders. */

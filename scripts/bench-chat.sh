@@ -1,0 +1,188 @@
+#!/bin/sh
+# bench-chat.sh BUILD OUTDIR: the multi-turn chat benchmark of issue 29 (the
+# prefix cache, and conversations that survive a switch), in one run.
+#
+#  1. scripts/gguf-synth.py writes the random Qwen3-30B-A3B-shaped GGUF
+#     (LAYERS 48, SEED 17: q4_K, 16.1 GiB) into SHM (default /dev/shm), or
+#     KEEP_GGUF=PATH (reused when there); baton-arena imports it;
+#  2. scripts/bench-chat.py chat: CLIENTS (4) conversations at once, TURNS
+#     (8) turns each, the first prompt FIRST (500) tokens, GROW (500) more
+#     per turn (the last prompt 4,000), GEN (64) generated per turn; time
+#     to first token per turn with the prefix cache, then again with
+#     --no-prefix-cache; the answers must be the same;
+#  3. with LLAMA_CPP=DIR (DIR/bin, DIR/build/bin or DIR holding
+#     llama-server): the same conversations against llama-server on the
+#     same GGUF, cache_prompt on;
+#  4. scripts/bench-chat.py switch: two engines of the model (A, B) behind
+#     the broker's front door, their conversations interleaved turn by turn,
+#     the other model released --all before each turn (its weights and KV
+#     pool leave the device); the KV comes back from host memory
+#     (--kv-host-mib KV_HOST_MIB, default 8192), then again with
+#     --kv-host-mib 0 (read again from the first token); the answers must
+#     be the same;
+#  5. one table: OUTDIR/summary.json and summary.txt, the modes' JSON
+#     (chat-cache.json, chat-nocache.json, llama.json, switch-host.json,
+#     switch-drop.json) and logs.
+#
+# EXACT=1 runs the engines with BATON_CUDA_GEMM=0 (the exact kernels: on cuda the
+# tensor cores' sums depend on a pass's shape, so the answers with and without
+# the cache agree bit for bit only so; docs/internals/prefix-cache.md).
+# BACKEND (cuda), EXPERTS and VOCAB size the model; the quick host check:
+#   LAYERS=2 EXPERTS=8 VOCAB=4096 BACKEND=host CLIENTS=2 TURNS=3 FIRST=40 GROW=40 GEN=8
+# llama.cpp is a peer, never part of Baton: nothing of it is in this tree.
+set -eu
+B=${1:?usage: bench-chat.sh BUILD OUTDIR}
+OUT=${2:?usage: bench-chat.sh BUILD OUTDIR}
+LAYERS=${LAYERS:-48}
+SEED=${SEED:-17}
+BACKEND=${BACKEND:-cuda}
+EXPERTS=${EXPERTS:-128}
+VOCAB=${VOCAB:-151936}
+CLIENTS=${CLIENTS:-4}
+TURNS=${TURNS:-8}
+FIRST=${FIRST:-500}
+GROW=${GROW:-500}
+GEN=${GEN:-64}
+KV_HOST_MIB=${KV_HOST_MIB:-8192}
+SHM=${SHM:-/dev/shm}
+LLAMA_CPP=${LLAMA_CPP:-}
+[ "${EXACT:-0}" = 1 ] && export BATON_CUDA_GEMM=0
+HERE=$(cd "$(dirname "$0")" && pwd)
+PY=${PYTHON:-python3}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+B=$(cd "$B" && pwd)
+now() { date +%s.%N; }
+since() { awk "BEGIN { printf \"%.1f\", $(now) - $1 }"; }
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null |
+	tee "$OUT/gpu.txt" || true
+
+if [ -n "${KEEP_GGUF:-}" ]; then
+	G=$KEEP_GGUF
+	KEEP=1
+else
+	G="$SHM/baton-chat-$LAYERS-$SEED-$EXPERTS-$VOCAB.gguf"
+	KEEP=0
+fi
+A="$SHM/baton-chat-$$.arena"
+HD=
+if [ "$BACKEND" = host ]; then
+	HD=$(mktemp -d)
+	export BATON_HOSTDEV_DIR="$HD"
+fi
+cleanup() {
+	rm -f "$A" "$A.lock"
+	[ -z "$HD" ] || rm -rf "$HD"
+	[ "$KEEP" = 1 ] || rm -f "$G"
+}
+trap cleanup EXIT INT TERM
+if [ "$KEEP" = 1 ] && [ -s "$G" ]; then
+	echo "gguf: reusing $G" | tee "$OUT/gguf.txt"
+else
+	t0=$(now)
+	"$PY" "$HERE/gguf-synth.py" --layers "$LAYERS" --seed "$SEED" --experts "$EXPERTS" \
+		--vocab "$VOCAB" --out "$G" | tee "$OUT/gguf.txt"
+	echo "gguf: written in $(since "$t0") s" | tee -a "$OUT/gguf.txt"
+fi
+"$B/bin/baton-arena" create --gguf "$G" --force "$A" | tail -n 1 | tee "$OUT/arena.txt"
+
+W="--clients $CLIENTS --turns $TURNS --first $FIRST --grow $GROW --gen $GEN"
+run() { # name, then bench-chat.py's arguments
+	n=$1
+	shift
+	# shellcheck disable=SC2086
+	"$PY" "$HERE/bench-chat.py" "$@" $W --json "$OUT/$n.json" >"$OUT/$n.txt" 2>&1 ||
+		echo "bench-chat.py $n failed (see $OUT/$n.txt)" | tee -a "$OUT/failed.txt"
+	tail -n "$TURNS" "$OUT/$n.txt"
+}
+run chat-cache chat --build "$B" --arena "$A" --backend "$BACKEND"
+run chat-nocache chat --build "$B" --arena "$A" --backend "$BACKEND" --engine-flag=--no-prefix-cache
+if [ -n "$LLAMA_CPP" ]; then
+	LS=
+	for d in "$LLAMA_CPP/bin" "$LLAMA_CPP/build/bin" "$LLAMA_CPP"; do
+		[ -x "$d/llama-server" ] && { LS=$d/llama-server; break; }
+	done
+	if [ -z "$LS" ]; then
+		echo "no llama-server under $LLAMA_CPP (bin, build/bin)" | tee "$OUT/llama.txt"
+	else
+		run llama llama --server "$LS" --gguf "$G" --vocab "$VOCAB"
+	fi
+fi
+run switch-host switch --build "$B" --arena "$A" --backend "$BACKEND" --engine-flag=--kv-host-mib \
+	--engine-flag="$KV_HOST_MIB"
+run switch-drop switch --build "$B" --arena "$A" --backend "$BACKEND" --engine-flag=--kv-host-mib \
+	--engine-flag=0
+
+"$PY" - "$OUT" <<'EOF'
+import json, os, sys
+out = sys.argv[1]
+
+def load(n):
+    try:
+        return json.load(open(os.path.join(out, n + ".json")))
+    except (OSError, ValueError):
+        return None
+
+runs = {n: load(n) for n in ("chat-cache", "chat-nocache", "llama", "switch-host", "switch-drop")}
+
+def col(n, key="ttft_median_s"):
+    r = runs[n]
+    return [t[key] for t in r["per_turn"]] if r else None
+
+def ratio(x, y):
+    return round(x / y, 3) if x and y else None
+
+lines, summ = [], {"modes": {n: bool(r) for n, r in runs.items()}}
+c, nc, ll, sh, sd = (col(n) for n in ("chat-cache", "chat-nocache", "llama", "switch-host", "switch-drop"))
+ref = runs["chat-cache"] or runs["chat-nocache"]
+if ref:
+    prompts = [t["prompt_tokens"] for t in ref["per_turn"]]
+    cached = col("chat-cache", "cached_tokens_median") or [None] * len(prompts)
+    lines.append("chat: %d clients, %d turns (time to first token, median over clients, s)" %
+                 (ref["clients"], ref["turns"]))
+    lines.append("%5s %7s %7s %9s %9s %7s %9s %9s" % ("turn", "prompt", "cached", "cache", "no cache",
+                                                  "ratio", "llama.cpp", "ratio"))
+    rows = []
+    for i, p in enumerate(prompts):
+        row = {"turn": i, "prompt": p, "cached": cached[i], "cache_s": c[i] if c else None,
+               "nocache_s": nc[i] if nc else None, "llama_s": ll[i] if ll else None}
+        row["nocache_over_cache"] = ratio(row["nocache_s"], row["cache_s"])
+        row["llama_over_cache"] = ratio(row["llama_s"], row["cache_s"])
+        rows.append(row)
+        lines.append("%5d %7s %7s %9s %9s %7s %9s %9s" % (i, p, cached[i], row["cache_s"], row["nocache_s"],
+                                                     row["nocache_over_cache"], row["llama_s"],
+                                                     row["llama_over_cache"]))
+    summ["chat"] = rows
+    if runs["chat-cache"] and runs["chat-nocache"]:
+        same = runs["chat-cache"]["texts"] == runs["chat-nocache"]["texts"]
+        summ["chat_answers_equal"] = same
+        lines.append("answers with the cache == without: %s" % same)
+    if runs["chat-cache"]:
+        summ["prefix_cache"] = runs["chat-cache"].get("prefix_cache")
+if sh or sd:
+    r = runs["switch-host"] or runs["switch-drop"]
+    lines.append("switch: two models through the door, the other released --all before each turn")
+    lines.append("%5s %7s %11s %11s %7s" % ("turn", "prompt", "KV from host", "re-prefill", "ratio"))
+    rows = []
+    for i, t in enumerate(r["per_turn"]):
+        row = {"turn": i, "prompt": t["prompt_tokens"], "host_s": sh[i] if sh else None,
+               "drop_s": sd[i] if sd else None}
+        row["drop_over_host"] = ratio(row["drop_s"], row["host_s"])
+        rows.append(row)
+        lines.append("%5d %7s %11s %11s %7s" % (i, row["prompt"], row["host_s"], row["drop_s"],
+                                              row["drop_over_host"]))
+    summ["switch"] = rows
+    if runs["switch-host"] and runs["switch-drop"]:
+        same = runs["switch-host"]["texts"] == runs["switch-drop"]["texts"]
+        summ["switch_answers_equal"] = same
+        lines.append("answers with the KV from host == read again: %s" % same)
+    for n in ("switch-host", "switch-drop"):
+        if runs[n]:
+            summ[n + "_release_all_s_median"] = runs[n].get("release_all_s_median")
+text = "\n".join(lines)
+print(text)
+open(os.path.join(out, "summary.txt"), "w").write(text + "\n")
+json.dump(summ, open(os.path.join(out, "summary.json"), "w"), indent=1)
+EOF
+[ ! -s "$OUT/failed.txt" ]
