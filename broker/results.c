@@ -193,8 +193,11 @@ void br_on_done(struct broker *b, struct item *it)
 					br_op_fail(b, o, BATON_EBUSY, "%s: %s %s for %d ms", word,
 					    e ? e->name : "the engine", what, b->cfg.acquire_wait_ms);
 				}
-			} else if (rc == BATON_EUNSUPPORTED && tag.cmd == PROTO_OP_VRAM && o->kind == OP_REFILL) {
-				o->phase = P_CMD; /* not elastic (no_shrink now): a plain refill (jobs.c) */
+			} else if (rc == BATON_EUNSUPPORTED && tag.cmd == PROTO_OP_VRAM &&
+			    (o->kind == OP_REFILL || o->kind == OP_HANDOFF)) {
+				/* not elastic (no_shrink now): a plain refill (jobs.c,
+				 * schedule.c's partial grant), which makes it whole */
+				o->phase = P_CMD;
 			} else if (again && ++o->resends <= LOST_RESENDS) {
 				o->phase = P_CMD; /* it is settled: the command again (idempotent) */
 			} else {
