@@ -67,6 +67,32 @@ baton_ops_embed(baton_ops_embed_args a)
 		out[i] = elem(row, a.dtype, i);
 }
 
+/* A row's sum of squares in warp_dot_f32's order, with U loads in
+ * flight per lane: one load at a time left a 2,048-wide row waiting on
+ * 64 round trips to memory (22 us); the adds keep their sequence. */
+#define NORM_U 8
+__device__ __forceinline__ float row_sumsq(const float *x, uint32_t n)
+{
+	const uint32_t lane = threadIdx.x & 31, n32 = n & ~31u;
+	float s = 0.0f;
+	uint32_t i = lane;
+	for (; i + 32 * (NORM_U - 1) < n32; i += 32 * NORM_U) {
+		float v[NORM_U];
+#pragma unroll
+		for (int u = 0; u < NORM_U; u++)
+			v[u] = x[i + 32 * u];
+#pragma unroll
+		for (int u = 0; u < NORM_U; u++)
+			s = __fadd_rn(s, __fmul_rn(v[u], v[u]));
+	}
+	for (; i < n32; i += 32)
+		s = __fadd_rn(s, __fmul_rn(x[i], x[i]));
+	s = lane_tree(s);
+	for (i = n32; i < n; i++)
+		s = __fadd_rn(s, __fmul_rn(x[i], x[i]));
+	return s;
+}
+
 extern "C" __global__ void __launch_bounds__(THREADS)
 baton_ops_rmsnorm(baton_ops_rmsnorm_args a)
 {
@@ -75,11 +101,26 @@ baton_ops_rmsnorm(baton_ops_rmsnorm_args a)
 		return; /* the whole warp */
 	const float *x = (const float *)a.x + (uint64_t)r * a.cols;
 	float *out = (float *)a.out + (uint64_t)r * a.cols;
-	const float ss = warp_dot_f32(x, x, a.cols);
+	const float ss = row_sumsq(x, a.cols);
 	const float s = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)a.cols), a.eps)));
 	__syncwarp(); /* every lane has read the tail before any writes in place */
 	const uint8_t *w = (const uint8_t *)a.w;
-	for (uint32_t i = lane; i < a.cols; i += 32) {
+	/* each lane writes only elements it reads: loading NORM_U before
+	 * storing any is safe in place, and keeps the loads in flight */
+	uint32_t i = lane;
+	for (; i + 32 * (NORM_U - 1) < a.cols; i += 32 * NORM_U) {
+		float v[NORM_U];
+#pragma unroll
+		for (int u = 0; u < NORM_U; u++) {
+			v[u] = __fmul_rn(x[i + 32 * u], s);
+			if (w)
+				v[u] = __fmul_rn(v[u], elem(w, a.w_dtype, i + 32 * u));
+		}
+#pragma unroll
+		for (int u = 0; u < NORM_U; u++)
+			out[i + 32 * u] = v[u];
+	}
+	for (; i < a.cols; i += 32) {
 		float v = __fmul_rn(x[i], s);
 		if (w)
 			v = __fmul_rn(v, elem(w, a.w_dtype, i));
