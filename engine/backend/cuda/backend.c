@@ -185,9 +185,10 @@ static int cuda_open(int index, uint64_t capacity_bytes, struct baton_dev **out,
 		dev->staged = NULL;
 		goto fail;
 	}
-	if ((rc = cuda_moe_load(dev)) || (rc = cuda_ops_load(dev)))
+	if ((rc = cuda_moe_load(dev)) || (rc = cuda_ops_load(dev)) || (rc = cuda_mmvq_load(dev)))
 		goto fail;
 	cuda_tc_config(dev);
+	cuda_mmvq_config(dev);
 	cuda_graph_config(dev);
 	cuda_prof_config(dev);
 	*out = dev;

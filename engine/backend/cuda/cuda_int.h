@@ -99,6 +99,18 @@ struct baton_dev {
 	float *ops_logits;
 	uint64_t ops_logits_cap;
 
+	/* The quantized batch-1 path (mmvq_launch.c): off with
+	 * BATON_CUDA_EXACT=1; the activation's int8 blocks for the matmuls
+	 * (vq_x, holding the quantization of vq_src, k vq_k, valid while
+	 * n_launch is still vq_mark) and for the experts' h (vq_h). */
+	CUmodule vq_mod;
+	CUfunction k_vq_quant, k_vq_matmul, k_vq_gate_up, k_vq_down;
+	int vq_off;
+	struct dbuf vq_x, vq_h;
+	baton_dptr vq_src;
+	uint32_t vq_k;
+	uint64_t vq_mark, n_launch; /* n_launch: every cuda_launch_k so far */
+
 	/* The tensor-core path (blas.c, tc_launch.c): off until the first
 	 * pass of tc_rows rows or more asks for it (tc_state 0), then on (1)
 	 * or off for good (-1, tc_why says why). Its scratch: bf16 weights,
@@ -300,6 +312,25 @@ int cuda_moe_experts(struct baton_dev *dev, const struct baton_moe_layer *l,
  * cuda_op_route_dev below). */
 int cuda_moe_experts_dev(struct baton_dev *dev, const struct baton_moe_layer *l,
     baton_dptr table, baton_dptr ids, baton_dptr weights);
+
+/* ---- mmvq_launch.c: the quantized batch-1 GEMVs ---------------------------- */
+
+/* BATON_CUDA_EXACT=1 turns the path off (read at open); load, free as
+ * cuda_ops_load / cuda_ops_free. */
+void cuda_mmvq_config(struct baton_dev *dev);
+int cuda_mmvq_load(struct baton_dev *dev);
+void cuda_mmvq_free(struct baton_dev *dev);
+/* matmul at rows == 1 on q4_K / q6_K rows (k % 256 == 0), arguments
+ * checked by cuda_op_matmul; CUDA_TC_FALLBACK when it does not apply. */
+int cuda_mmvq_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint64_t row_bytes,
+    uint32_t n_out, uint32_t k, baton_dptr b, uint32_t b_dtype, baton_dptr x, uint32_t rows,
+    baton_dptr y, int accumulate);
+/* moe_experts_dev at batch 1 on q4_K / q6_K experts, checked by
+ * cuda_moe_experts_dev: x += the experts' weighted sum in two GEMV
+ * launches (and two quantizations); CUDA_TC_FALLBACK when it does not
+ * apply. */
+int cuda_mmvq_experts(struct baton_dev *dev, const struct baton_moe_layer *l, baton_dptr table,
+    baton_dptr ids, baton_dptr weights);
 
 /* ---- ops_launch.c ---------------------------------------------------- */
 

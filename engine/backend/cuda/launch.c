@@ -111,6 +111,7 @@ static int log_args(struct baton_dev *dev, const void *args, uint32_t size, uint
 int cuda_launch_k(struct baton_dev *dev, CUfunction f, uint32_t gx, uint32_t gy, uint32_t gz,
     uint32_t threads, uint32_t shmem, const void *args, uint32_t size, const char *what)
 {
+	dev->n_launch++; /* mmvq_launch.c: the last quantization still holds? */
 	if (dev->gmode == CUDA_G_CHECK) {
 		const struct cuda_glog *e = dev->gk < dev->gl_n ? &dev->gl[dev->gk] : NULL;
 		if (dev->gfail || !e || e->f != f || e->g[0] != gx || e->g[1] != gy || e->g[2] != gz ||

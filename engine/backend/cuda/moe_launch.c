@@ -465,6 +465,8 @@ int cuda_moe_experts_dev(struct baton_dev *dev, const struct baton_moe_layer *l,
 		return BATON_ERANGE;
 	if ((rc = cuda_cur(dev)))
 		return rc;
+	if ((rc = cuda_mmvq_experts(dev, l, table, ids, weights)) != CUDA_TC_FALLBACK)
+		return rc;
 	const uint64_t off_pairs = n * sizeof(struct baton_cuda_chunk);
 	if ((rc = cuda_dbuf_need(dev, &dev->desc, off_pairs + n * 4)) ||
 	    (rc = cuda_dbuf_need(dev, &dev->h, n * l->d_ff * 4)) ||

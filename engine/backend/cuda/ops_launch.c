@@ -103,6 +103,7 @@ int cuda_ops_load(struct baton_dev *dev)
 void cuda_ops_free(struct baton_dev *dev)
 {
 	const struct cuda_driver *d = dev->d;
+	cuda_mmvq_free(dev);
 	for (int h = 0; h < 2; h++) {
 		if (dev->ops_stage_busy[h] && dev->ops_staged[h])
 			d->EventSynchronize(dev->ops_staged[h]);
@@ -320,6 +321,9 @@ int cuda_op_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint32
 	if (cuda_tc_on(dev, rows) &&
 	    (rc = cuda_tc_matmul(dev, w, w_dtype, rb, n_out, k, b, b_dtype, x, rows, y, accumulate)) !=
 	        CUDA_TC_FALLBACK)
+		return rc;
+	if ((rc = cuda_mmvq_matmul(dev, w, w_dtype, rb, n_out, k, b, b_dtype, x, rows, y,
+	         accumulate)) != CUDA_TC_FALLBACK)
 		return rc;
 	struct baton_ops_matmul_args a = {
 		.w = w, .b = b, .x = x, .y = y, .row_bytes = rb,

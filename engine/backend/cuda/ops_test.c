@@ -237,8 +237,10 @@ static void t_matmul(void)
 	/* the exact path: the tensor cores (t_tensor_cores) would take the
 	 * calls of 64 rows and more */
 	T_ASSERT(setenv("BATON_CUDA_GEMM", "0", 1) == 0);
+	T_ASSERT(setenv("BATON_CUDA_EXACT", "1", 1) == 0); /* not mmvq.cu at batch 1 */
 	struct baton_dev *dev = cuda_fixture_open();
 	unsetenv("BATON_CUDA_GEMM");
+	unsetenv("BATON_CUDA_EXACT");
 	for (size_t i = 0; i < N_DTS; i++) {
 		const int dt = DTS[i];
 		const int plain = dt == BATON_DT_F32 || dt == BATON_DT_F16 || dt == BATON_DT_BF16;
@@ -270,6 +272,119 @@ static void t_matmul(void)
 			matmul_case_at(dev, dt, 19, kl, 3, -1, 0, 3);
 		}
 	}
+	be->close(dev);
+}
+
+/* ---- the quantized batch-1 path (mmvq.cu) ---------------------------------- */
+
+/* x as mmvq.cu quantizes it, back in f32: blocks of 32, d = max |x| / 127,
+ * q = x / d rounded to nearest even (IEEE on both sides), clamped. */
+static void quant_q8(const float *x, float *xq, size_t n)
+{
+	for (size_t b = 0; b < n; b += 32) {
+		float m = 0;
+		for (size_t i = b; i < b + 32; i++)
+			m = fmaxf(m, fabsf(x[i]));
+		const float d = m / 127.0f;
+		for (size_t i = b; i < b + 32; i++) {
+			float q = m > 0 ? nearbyintf(x[i] / d) : 0;
+			q = q > 127 ? 127 : q < -127 ? -127 : q;
+			xq[i] = q * d;
+		}
+	}
+}
+
+/* One batch-1 matmul on the fast path against the host's on x quantized
+ * as above: the same products, summed in another order, so within
+ * 2e-5 of the scale; against the host on x itself within 2e-2 (the
+ * activation's 8 bits). Twice: the same bits. off: the weights' offset
+ * in their buffer (q6_K's 2: still the fast path; 1: the exact one). */
+static void matmul_fast_case(struct baton_dev *dev, int dt, uint32_t n_out, uint32_t k,
+    int bias_dt, int acc, uint32_t off)
+{
+	uint64_t wb, bb = 0;
+	uint8_t *w = weights(dt, n_out, k, &wb);
+	uint8_t *b = bias_dt >= 0 ? weights(bias_dt, 1, n_out, &bb) : NULL;
+	float *x = rvec(k), *xq = malloc((size_t)k * 4), *y = rvec(n_out);
+	float *y0 = malloc((size_t)n_out * 4), *yq = malloc((size_t)n_out * 4);
+	float *got = malloc((size_t)n_out * 4), *got2 = malloc((size_t)n_out * 4);
+	T_ASSERT(xq && y0 && yq && got && got2);
+	for (uint32_t i = 0; i < k; i++)
+		x[i] *= 1.0f + (float)(i % 7); /* blocks of unequal scale */
+	quant_q8(x, xq, k);
+	memcpy(y0, y, (size_t)n_out * 4);
+	memcpy(yq, y, (size_t)n_out * 4);
+	baton_dptr dw0 = 0, dw, dx = up(dev, x, (uint64_t)k * 4);
+	T_CU(dev, be->alloc(dev, wb + 16, &dw0));
+	dw = dw0 + off;
+	struct baton_copy wc = { dw, w, wb };
+	T_CU(dev, be->copy_h2d(dev, &wc, 1));
+	baton_dptr dy = up(dev, y, (uint64_t)n_out * 4), db = b ? up(dev, b, bb) : 0;
+	for (int run = 0; run < 2; run++) {
+		struct baton_copy yc = { dy, y, (uint64_t)n_out * 4 };
+		T_CU(dev, be->copy_h2d(dev, &yc, 1));
+		T_CU(dev, be->matmul(dev, dw, (uint32_t)dt, n_out, k, db, (uint32_t)(b ? bias_dt : 0),
+		    dx, 1, dy, acc));
+		down(dev, run ? got2 : got, dy, (uint64_t)n_out * 4);
+	}
+	T_ASSERT_MSG(memcmp(got, got2, (size_t)n_out * 4) == 0, "%s fast matmul: two runs differ",
+	    baton_dtype_name(dt));
+	T_OK(host_op_matmul(NULL, H(w), (uint32_t)dt, n_out, k, H(b), (uint32_t)(b ? bias_dt : 0),
+	    H(x), 1, H(y0), acc));
+	T_OK(host_op_matmul(NULL, H(w), (uint32_t)dt, n_out, k, H(b), (uint32_t)(b ? bias_dt : 0),
+	    H(xq), 1, H(yq), acc));
+	char what[80];
+	snprintf(what, sizeof what, "mmvq %s n=%u k=%u off=%u", baton_dtype_name(dt), n_out, k, off);
+	if (off % (dt == BATON_DT_Q4_K ? 4 : 2)) {
+		same_bits(got, y0, n_out, what); /* misaligned: the exact kernels */
+	} else {
+		close_to(got, yq, n_out, 2e-5, what);
+		snprintf(what, sizeof what, "mmvq %s n=%u k=%u vs f32 x", baton_dtype_name(dt), n_out, k);
+		close_to(got, y0, n_out, 2e-2, what);
+	}
+	be->free(dev, dw0), be->free(dev, dx), be->free(dev, dy);
+	if (db)
+		be->free(dev, db);
+	free(w), free(b), free(x), free(xq), free(y), free(y0), free(yq), free(got), free(got2);
+}
+
+static void t_matmul_fast(void)
+{
+	struct baton_dev *dev = cuda_fixture_open();
+	const int dts[] = { BATON_DT_Q4_K, BATON_DT_Q6_K };
+	for (size_t i = 0; i < 2; i++) {
+		const int dt = dts[i];
+		/* rows of 1, 3, 8 and 16 blocks (a row's 32, 64 and 128
+		 * threads, and a row that loops), bias, accumulate, rows not a
+		 * multiple of a block's */
+		matmul_fast_case(dev, dt, 37, 256, -1, 0, 0);
+		matmul_fast_case(dev, dt, 37, 768, BATON_DT_F32, 0, 0);
+		matmul_fast_case(dev, dt, 301, 2048, -1, 1, 0);
+		matmul_fast_case(dev, dt, 19, 4096, BATON_DT_BF16, 1, 0);
+		matmul_fast_case(dev, dt, 19, 512, -1, 0, 2);
+		matmul_fast_case(dev, dt, 19, 512, -1, 0, 1);
+	}
+	/* q, k and v of one x share its quantization; a changed x after
+	 * another launch is quantized anew */
+	uint64_t wb;
+	const uint32_t k = 512, n = 64;
+	uint8_t *w = weights(BATON_DT_Q4_K, n, k, &wb);
+	float *x = rvec(k), *x2 = rvec(k), *xq = malloc(k * 4), *want = calloc(n, 4);
+	float *got = malloc(n * 4);
+	T_ASSERT(xq && want && got);
+	baton_dptr dw = up(dev, w, wb), dx = up(dev, x, k * 4), dy = 0, dy2 = 0;
+	T_CU(dev, be->alloc(dev, n * 4, &dy));
+	T_CU(dev, be->alloc(dev, n * 4, &dy2));
+	T_CU(dev, be->matmul(dev, dw, BATON_DT_Q4_K, n, k, 0, 0, dx, 1, dy, 0));
+	T_CU(dev, be->rmsnorm(dev, dx, dx, 1, k, 0, 0, 1e-6f)); /* another launch writes x */
+	T_CU(dev, be->matmul(dev, dw, BATON_DT_Q4_K, n, k, 0, 0, dx, 1, dy2, 0));
+	down(dev, x2, dx, k * 4);
+	down(dev, got, dy2, n * 4);
+	quant_q8(x2, xq, k);
+	T_OK(host_op_matmul(NULL, H(w), BATON_DT_Q4_K, n, k, 0, 0, H(xq), 1, H(want), 0));
+	close_to(got, want, n, 2e-5, "mmvq after x changed");
+	be->free(dev, dw), be->free(dev, dx), be->free(dev, dy), be->free(dev, dy2);
+	free(w), free(x), free(x2), free(xq), free(want), free(got);
 	be->close(dev);
 }
 
@@ -918,6 +1033,6 @@ static void t_refusals(void)
 	be->close(dev);
 }
 
-T_MAIN(T_CASE(t_matmul), T_CASE(t_embed_rmsnorm), T_CASE(t_route), T_CASE(t_rope),
+T_MAIN(T_CASE(t_matmul), T_CASE(t_matmul_fast), T_CASE(t_embed_rmsnorm), T_CASE(t_route), T_CASE(t_rope),
     T_CASE(t_attention), T_CASE(t_kv_store), T_CASE(t_swiglu_add), T_CASE(t_refusals),
     T_CASE_TIMEOUT(t_tensor_cores, 120), T_CASE_TIMEOUT(t_perf, 120))

@@ -1,0 +1,165 @@
+/*
+ * mmvq_launch.c: the quantized batch-1 path of matmul and of the decode
+ * step's experts (mmvq.cu): when it applies, its scratch (the activation
+ * as int8 blocks), its launches. BATON_CUDA_EXACT=1 at open turns it off,
+ * leaving ops.cu's and moe.cu's kernels, which give the host's bits.
+ *
+ * The activation is quantized once for the matmuls that read it back to
+ * back (attention's q, k and v): a matmul reuses the last quantization
+ * when its x is the same buffer and nothing but these matmuls has been
+ * launched since (dev->n_launch counts every launch).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "arena/arena.h"
+#include "engine/backend/cuda/cuda_int.h"
+#include "engine/backend/cuda/mmvq.h"
+
+extern const unsigned char baton_engine_backend_cuda_mmvq_fatbin[];
+extern const size_t baton_engine_backend_cuda_mmvq_fatbin_len;
+
+void cuda_mmvq_config(struct baton_dev *dev)
+{
+	const char *s = getenv("BATON_CUDA_EXACT");
+	dev->vq_off = s && *s && strcmp(s, "0") != 0;
+}
+
+int cuda_mmvq_load(struct baton_dev *dev)
+{
+	const struct cuda_driver *d = dev->d;
+	CU(dev, d->ModuleLoadData(&dev->vq_mod, baton_engine_backend_cuda_mmvq_fatbin),
+	    "cuModuleLoadData of the quantized GEMV kernels (sm_90 SASS, compute_90 PTX)");
+	struct {
+		CUfunction *f;
+		const char *name;
+	} k[] = {
+		{ &dev->k_vq_quant, "baton_mmvq_quant" },
+		{ &dev->k_vq_matmul, "baton_mmvq_matmul" },
+		{ &dev->k_vq_gate_up, "baton_mmvq_gate_up" },
+		{ &dev->k_vq_down, "baton_mmvq_down" },
+	};
+	for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
+		CU(dev, d->ModuleGetFunction(k[i].f, dev->vq_mod, k[i].name), k[i].name);
+	/* one launch of each on empty sizes (each returns at once), as
+	 * cuda_ops_load does: modules load lazily */
+	union {
+		struct baton_mmvq_quant_args q;
+		struct baton_mmvq_args m;
+		struct baton_mmvq_moe_args e;
+	} zero;
+	memset(&zero, 0, sizeof zero);
+	zero.m.tpr = 32; /* the GEMVs divide by it; their rows are 0 */
+	for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+		if (i == 2 || i == 3)
+			zero.e.tpr = 32, zero.e.d_ff = 0, zero.e.d_model = 0;
+		void *params[] = { &zero };
+		CU(dev, d->LaunchKernel(*k[i].f, 1, 1, 1, 32, 1, 1, 0, dev->stream, params, NULL),
+		    "first launch of the quantized GEMV kernels");
+	}
+	CU(dev, d->StreamSynchronize(dev->stream), "cuStreamSynchronize after the first launches");
+	return 0;
+}
+
+void cuda_mmvq_free(struct baton_dev *dev)
+{
+	cuda_dbuf_free(dev, &dev->vq_x);
+	cuda_dbuf_free(dev, &dev->vq_h);
+}
+
+/* Rows of q4_K at 4-byte alignment, q6_K at 2 (its blocks are 210 bytes). */
+static int vq_dtype(uint32_t dt, uint64_t addr, uint32_t k)
+{
+	if (k % 256)
+		return 0;
+	return (dt == BATON_DT_Q4_K && addr % 4 == 0) || (dt == BATON_DT_Q6_K && addr % 2 == 0);
+}
+
+/* Threads per row: a row's k / 256 blocks of 16 threads, at least a warp,
+ * at most the block (longer rows loop). */
+static uint32_t vq_tpr(uint32_t k)
+{
+	const uint32_t items = k / 256 * BATON_MMVQ_SUB;
+	return items <= 32 ? 32 : items <= 64 ? 64 : BATON_MMVQ_THREADS;
+}
+
+/* x (n floats, n % 32 == 0) into b as int8 quants, then the f32 scales
+ * at a 16-byte offset; *q and *d where they are. */
+static int vq_quant(struct baton_dev *dev, struct dbuf *b, baton_dptr x, uint32_t n,
+    CUdeviceptr *q, CUdeviceptr *d)
+{
+	const uint64_t qoff = cuda_round_up(n, 16);
+	int rc = cuda_dbuf_need(dev, b, qoff + (uint64_t)n / 32 * 4);
+	if (rc)
+		return rc;
+	*q = b->p;
+	*d = b->p + qoff;
+	struct baton_mmvq_quant_args a = { .x = x, .q = *q, .d = *d, .n = n };
+	return cuda_launch(dev, dev->k_vq_quant, (n + 255) / 256, 1, 256, &a,
+	    "cuLaunchKernel baton_mmvq_quant");
+}
+
+int cuda_mmvq_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint64_t row_bytes,
+    uint32_t n_out, uint32_t k, baton_dptr b, uint32_t b_dtype, baton_dptr x, uint32_t rows,
+    baton_dptr y, int accumulate)
+{
+	if (dev->vq_off || rows != 1 || !vq_dtype(w_dtype, w, k) || row_bytes % 2)
+		return CUDA_TC_FALLBACK;
+	const uint32_t tpr = vq_tpr(k), rpb = BATON_MMVQ_THREADS / tpr;
+	const uint64_t gx = ((uint64_t)n_out + rpb - 1) / rpb;
+	if (gx > 0x7fffffffu)
+		return CUDA_TC_FALLBACK;
+	int rc;
+	const uint64_t qoff = cuda_round_up(k, 16);
+	if (!(dev->vq_src == x && dev->vq_k == k && dev->vq_mark == dev->n_launch)) {
+		CUdeviceptr q, d;
+		if ((rc = vq_quant(dev, &dev->vq_x, x, k, &q, &d)))
+			return rc;
+		dev->vq_src = x;
+		dev->vq_k = k;
+	}
+	struct baton_mmvq_args a = {
+		.w = w, .q = dev->vq_x.p, .d = dev->vq_x.p + qoff, .b = b, .y = y,
+		.row_bytes = row_bytes, .w_dtype = w_dtype, .b_dtype = b_dtype, .n_out = n_out, .k = k,
+		.tpr = tpr, .accumulate = accumulate ? 1u : 0u,
+	};
+	if ((rc = cuda_launch(dev, dev->k_vq_matmul, (uint32_t)gx, 1, BATON_MMVQ_THREADS, &a,
+	         "cuLaunchKernel baton_mmvq_matmul")))
+		return rc;
+	dev->vq_mark = dev->n_launch;
+	return 0;
+}
+
+int cuda_mmvq_experts(struct baton_dev *dev, const struct baton_moe_layer *l, baton_dptr table,
+    baton_dptr ids, baton_dptr weights)
+{
+	/* table entries are multiples of 256: a blob's alignment is its offsets' */
+	if (dev->vq_off || l->batch != 1 || !vq_dtype(l->gate_dtype, l->gate_off, l->d_model) ||
+	    !vq_dtype(l->up_dtype, l->up_off, l->d_model) ||
+	    !vq_dtype(l->down_dtype, l->down_off, l->d_ff) || l->top_k > 65535 || l->xn % 4)
+		return CUDA_TC_FALLBACK;
+	int rc;
+	CUdeviceptr xq, xd, hq, hd;
+	if ((rc = cuda_dbuf_need(dev, &dev->h, (uint64_t)l->top_k * l->d_ff * 4)) ||
+	    (rc = vq_quant(dev, &dev->vq_x, l->xn, l->d_model, &xq, &xd)))
+		return rc;
+	dev->vq_src = 0; /* vq_x no longer holds a matmul's x */
+	struct baton_mmvq_moe_args a = {
+		.table = table, .ids = ids, .w = weights, .q = xq, .d = xd, .h = dev->h.p, .x = l->x,
+		.gate_off = l->gate_off, .up_off = l->up_off, .down_off = l->down_off,
+		.gate_dtype = l->gate_dtype, .up_dtype = l->up_dtype, .down_dtype = l->down_dtype,
+		.d_model = l->d_model, .d_ff = l->d_ff, .top_k = l->top_k, .tpr = vq_tpr(l->d_model),
+	};
+	uint32_t rpb = BATON_MMVQ_THREADS / a.tpr;
+	if ((rc = cuda_launch(dev, dev->k_vq_gate_up, (l->d_ff + rpb - 1) / rpb, l->top_k,
+	         BATON_MMVQ_THREADS, &a, "cuLaunchKernel baton_mmvq_gate_up")) ||
+	    (rc = vq_quant(dev, &dev->vq_h, dev->h.p, l->top_k * l->d_ff, &hq, &hd)))
+		return rc;
+	a.q = hq;
+	a.d = hd;
+	a.tpr = vq_tpr(l->d_ff * l->top_k); /* the down rows of every pair share a row's threads */
+	rpb = BATON_MMVQ_THREADS / a.tpr;
+	return cuda_launch(dev, dev->k_vq_down, (l->d_model + rpb - 1) / rpb, 1, BATON_MMVQ_THREADS,
+	    &a, "cuLaunchKernel baton_mmvq_down");
+}
