@@ -579,10 +579,13 @@ int main(int argc, char **argv)
 	if ((rc = model_prefill(m, toks, dec_prompt, logits)) != 0)
 		die("prefill", rc, NULL);
 	uint32_t tok = argmax(logits, c->vocab);
+	/* FNV-1a of the greedy ids: two runs (or two paths) compare by it */
+	uint64_t greedy = 0xcbf29ce484222325ull;
 	for (int i = 0; i < 8; i++) {
 		if ((rc = model_decode(m, tok, logits)) != 0)
 			die("decode", rc, NULL);
 		tok = argmax(logits, c->vocab);
+		greedy = (greedy ^ tok) * 0x100000001b3ull;
 	}
 	const uint32_t pos_start = model_pos(m);
 	t0 = baton_now_s();
@@ -590,6 +593,7 @@ int main(int argc, char **argv)
 		if ((rc = model_decode(m, tok, logits)) != 0)
 			die("decode", rc, NULL);
 		tok = argmax(logits, c->vocab);
+		greedy = (greedy ^ tok) * 0x100000001b3ull;
 	}
 	const double dec_s = (baton_now_s() - t0) / (double)steps;
 	/* KV read per step: keys and values of every position so far, f32 */
@@ -653,6 +657,7 @@ int main(int argc, char **argv)
 	printf("  %-50s %9.1f tok/s %10.3f >= 0.5\n", "decode, batch 1 (vs memory roofline)", dec_tps,
 	    ratio);
 	printf("  %-50s %9.3f ms\n", "  per token", dec_s * 1e3);
+	printf("  %-50s %016" PRIx64 "\n", "  greedy ids (FNV-1a, the warm and timed steps)", greedy);
 	printf("  %-50s %9llu of %llu\n", "  passes queued as one CUDA graph",
 	    (unsigned long long)model_graph_passes(m),
 	    (unsigned long long)model_device_route_passes(m));
@@ -712,9 +717,10 @@ int main(int argc, char **argv)
 		fprintf(f, ",\"first_prompt\":%u,\"first_hot_ms\":%.4f,\"first_full_ms\":%.4f,"
 		    "\"first_ratio\":%.4f,\"hot_loaded_bytes\":%" PRIu64 ",\"refill_ms\":%.4f,"
 		    "\"refill_bytes\":%" PRIu64 ",\"dense_upload_ms\":%.4f,\"engine_open_s\":%.3f,"
-		    "\"model_open_s\":%.3f}\n", (unsigned)first_n, hot_s * 1e3, full_s * 1e3,
-		    full_s > 0 ? hot_s / full_s : 0, hot_loaded, refill_s * 1e3, rr.bytes_copied,
-		    dense_s * 1e3, open_s, model_open_s);
+		    "\"model_open_s\":%.3f,\"greedy_fnv\":\"%016" PRIx64 "\"}\n",
+		    (unsigned)first_n, hot_s * 1e3, full_s * 1e3, full_s > 0 ? hot_s / full_s : 0,
+		    hot_loaded, refill_s * 1e3, rr.bytes_copied, dense_s * 1e3, open_s, model_open_s,
+		    greedy);
 		fclose(f);
 	}
 	free(logits);
