@@ -180,12 +180,12 @@ baton_mmvq_gate_up(baton_mmvq_moe_args a)
 	__shared__ float sh[THREADS / 32];
 	const uint32_t r = blockIdx.x * (THREADS / a.tpr) + threadIdx.x / a.tpr;
 	const uint32_t i = threadIdx.x % a.tpr, p = blockIdx.y, nsb = a.d_model / 256;
-	const uint8_t *blob =
-	    (const uint8_t *)((const uint64_t *)a.table)[((const uint32_t *)a.ids)[p]];
 	const int8_t *q = (const int8_t *)a.q;
 	const float *d = (const float *)a.d;
 	float g = 0.0f, u = 0.0f;
 	if (r < a.d_ff) {
+		const uint8_t *blob =
+		    (const uint8_t *)((const uint64_t *)a.table)[((const uint32_t *)a.ids)[p]];
 		g = row_part(a.gate_dtype, blob + a.gate_off + r * row_bytes(a.gate_dtype, a.d_model),
 		    q, d, nsb, i, a.tpr);
 		u = row_part(a.up_dtype, blob + a.up_off + r * row_bytes(a.up_dtype, a.d_model), q, d,

@@ -44,17 +44,12 @@ int cuda_mmvq_load(struct baton_dev *dev)
 		CU(dev, d->ModuleGetFunction(k[i].f, dev->vq_mod, k[i].name), k[i].name);
 	/* one launch of each on empty sizes (each returns at once), as
 	 * cuda_ops_load does: modules load lazily */
-	union {
-		struct baton_mmvq_quant_args q;
-		struct baton_mmvq_args m;
-		struct baton_mmvq_moe_args e;
-	} zero;
-	memset(&zero, 0, sizeof zero);
-	zero.m.tpr = 32; /* the GEMVs divide by it; their rows are 0 */
+	struct baton_mmvq_quant_args zq = { 0 };
+	struct baton_mmvq_args zm = { .tpr = 32 }; /* the GEMVs divide by it; no rows */
+	struct baton_mmvq_moe_args ze = { .tpr = 32 };
+	void *zero[] = { &zq, &zm, &ze, &ze };
 	for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
-		if (i == 2 || i == 3)
-			zero.e.tpr = 32, zero.e.d_ff = 0, zero.e.d_model = 0;
-		void *params[] = { &zero };
+		void *params[] = { zero[i] };
 		CU(dev, d->LaunchKernel(*k[i].f, 1, 1, 1, 32, 1, 1, 0, dev->stream, params, NULL),
 		    "first launch of the quantized GEMV kernels");
 	}

@@ -42,19 +42,6 @@ __device__ __forceinline__ float lane_tree(float s)
 	return s;
 }
 
-/* dot(a, b) of two f32 vectors of n, in the fixed order, in every lane. */
-__device__ __forceinline__ float warp_dot_f32(const float *a, const float *b, uint32_t n)
-{
-	const uint32_t lane = threadIdx.x & 31, n32 = n & ~31u;
-	float s = 0.0f;
-	for (uint32_t i = lane; i < n32; i += 32)
-		s = __fadd_rn(s, __fmul_rn(a[i], b[i]));
-	s = lane_tree(s);
-	for (uint32_t i = n32; i < n; i++)
-		s = __fadd_rn(s, __fmul_rn(a[i], b[i]));
-	return s;
-}
-
 extern "C" __global__ void __launch_bounds__(256)
 baton_ops_embed(baton_ops_embed_args a)
 {
@@ -67,32 +54,53 @@ baton_ops_embed(baton_ops_embed_args a)
 		out[i] = elem(row, a.dtype, i);
 }
 
-/* A row's sum of squares in warp_dot_f32's order, with U loads in
- * flight per lane: one load at a time left a 2,048-wide row waiting on
- * 64 round trips to memory (22 us); the adds keep their sequence. */
-#define NORM_U 8
-__device__ __forceinline__ float row_sumsq(const float *x, uint32_t n)
+/* dot(a0, b) of two f32 vectors of n, in the fixed order (lane l sums
+ * l, l + 32, ..., then lane_tree, then the tail in order), in every lane;
+ * and dot(a1, b) beside it unless a1 is NULL (s[0], s[1]). U loads of
+ * each vector in flight per lane, the adds in their sequence. One load at a time left a 2,048-wide rmsnorm waiting
+ * on 64 round trips to memory (22 us), and attention's scores on one per
+ * 32 values of each key. */
+template <int U>
+__device__ __forceinline__ void warp_dot_f32_u(const float *a0, const float *a1, const float *b,
+    uint32_t n, float s[2])
 {
 	const uint32_t lane = threadIdx.x & 31, n32 = n & ~31u;
-	float s = 0.0f;
+	float s0 = 0.0f, s1 = 0.0f;
 	uint32_t i = lane;
-	for (; i + 32 * (NORM_U - 1) < n32; i += 32 * NORM_U) {
-		float v[NORM_U];
+	for (; i + 32 * (U - 1) < n32; i += 32 * U) {
+		float x0[U], x1[U], y[U];
 #pragma unroll
-		for (int u = 0; u < NORM_U; u++)
-			v[u] = x[i + 32 * u];
+		for (int u = 0; u < U; u++) {
+			x0[u] = a0[i + 32 * u];
+			y[u] = b[i + 32 * u];
+			if (a1)
+				x1[u] = a1[i + 32 * u];
+		}
 #pragma unroll
-		for (int u = 0; u < NORM_U; u++)
-			s = __fadd_rn(s, __fmul_rn(v[u], v[u]));
+		for (int u = 0; u < U; u++) {
+			s0 = __fadd_rn(s0, __fmul_rn(x0[u], y[u]));
+			if (a1)
+				s1 = __fadd_rn(s1, __fmul_rn(x1[u], y[u]));
+		}
 	}
-	for (; i < n32; i += 32)
-		s = __fadd_rn(s, __fmul_rn(x[i], x[i]));
-	s = lane_tree(s);
-	for (i = n32; i < n; i++)
-		s = __fadd_rn(s, __fmul_rn(x[i], x[i]));
-	return s;
+	for (; i < n32; i += 32) {
+		s0 = __fadd_rn(s0, __fmul_rn(a0[i], b[i]));
+		if (a1)
+			s1 = __fadd_rn(s1, __fmul_rn(a1[i], b[i]));
+	}
+	s0 = lane_tree(s0);
+	if (a1)
+		s1 = lane_tree(s1);
+	for (i = n32; i < n; i++) {
+		s0 = __fadd_rn(s0, __fmul_rn(a0[i], b[i]));
+		if (a1)
+			s1 = __fadd_rn(s1, __fmul_rn(a1[i], b[i]));
+	}
+	s[0] = s0;
+	s[1] = s1;
 }
 
+#define NORM_U 8
 extern "C" __global__ void __launch_bounds__(THREADS)
 baton_ops_rmsnorm(baton_ops_rmsnorm_args a)
 {
@@ -101,7 +109,9 @@ baton_ops_rmsnorm(baton_ops_rmsnorm_args a)
 		return; /* the whole warp */
 	const float *x = (const float *)a.x + (uint64_t)r * a.cols;
 	float *out = (float *)a.out + (uint64_t)r * a.cols;
-	const float ss = row_sumsq(x, a.cols);
+	float ss2[2];
+	warp_dot_f32_u<NORM_U>(x, NULL, x, a.cols, ss2);
+	const float ss = ss2[0];
 	const float s = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)a.cols), a.eps)));
 	__syncwarp(); /* every lane has read the tail before any writes in place */
 	const uint8_t *w = (const uint8_t *)a.w;
@@ -480,6 +490,7 @@ extern "C" __global__ void __launch_bounds__(THREADS)
 baton_ops_attn_part(baton_ops_attention_args a)
 {
 	__shared__ float sc[BATON_OPS_ATTN_CHUNK];
+	__shared__ uint64_t krow[BATON_OPS_ATTN_CHUNK];
 	__shared__ float red[THREADS];
 	__shared__ float total;
 	if (!a.n_heads || !a.n_kv_heads || !a.head_dim)
@@ -494,11 +505,22 @@ baton_ops_attn_part(baton_ops_attention_args a)
 	const uint32_t kvh = h / (H / KH), tid = threadIdx.x;
 	const float *q = (const float *)a.q + ((uint64_t)t * H + h) * hd;
 	const float *k = (const float *)a.k, *v = (const float *)a.v;
+	/* the keys' rows once, so that no load below waits on the table's */
+	for (uint32_t j = tid; j < n; j += THREADS)
+		krow[j] = key_row(a, j0 + j);
+	__syncthreads();
 
-	for (uint32_t j = tid >> 5; j < n; j += WARPS) {
-		const float d = warp_dot_f32(k + (key_row(a, j0 + j) * KH + kvh) * hd, q, hd);
-		if ((tid & 31) == 0)
-			sc[j] = __fmul_rn(d, a.scale);
+	/* two keys a warp at a time, each lane's loads of both in flight */
+	for (uint32_t j = tid >> 5; j < n; j += 2 * WARPS) {
+		const int two = j + WARPS < n;
+		float d[2];
+		warp_dot_f32_u<4>(k + (krow[j] * KH + kvh) * hd,
+		    two ? k + (krow[j + WARPS] * KH + kvh) * hd : NULL, q, hd, d);
+		if ((tid & 31) == 0) {
+			sc[j] = __fmul_rn(d[0], a.scale);
+			if (two)
+				sc[j + WARPS] = __fmul_rn(d[1], a.scale);
+		}
 	}
 	__syncthreads();
 	const float m = block_max(tid < n ? sc[tid] : -INFINITY, red);
@@ -520,9 +542,21 @@ baton_ops_attn_part(baton_ops_attention_args a)
 	float *out = whole ? (float *)a.out + ((uint64_t)t * H + h) * hd :
 	    (float *)a.part + (((uint64_t)blockIdx.x * H + h) * a.chunks + c) * (hd + 2);
 	for (uint32_t d = tid; d < hd; d += THREADS) {
+		/* the keys in order, OUT_U values loaded before they are added */
+		constexpr uint32_t OUT_U = 16;
 		float o = 0.0f;
-		for (uint32_t j = 0; j < n; j++)
-			o = __fadd_rn(o, __fmul_rn(sc[j], v[(key_row(a, j0 + j) * KH + kvh) * hd + d]));
+		uint32_t j = 0;
+		for (; j + OUT_U <= n; j += OUT_U) {
+			float vv[OUT_U];
+#pragma unroll
+			for (uint32_t u = 0; u < OUT_U; u++)
+				vv[u] = v[(krow[j + u] * KH + kvh) * hd + d];
+#pragma unroll
+			for (uint32_t u = 0; u < OUT_U; u++)
+				o = __fadd_rn(o, __fmul_rn(sc[j + u], vv[u]));
+		}
+		for (; j < n; j++)
+			o = __fadd_rn(o, __fmul_rn(sc[j], v[(krow[j] * KH + kvh) * hd + d]));
 		out[d] = o;
 	}
 	if (!whole && tid == 0) {
