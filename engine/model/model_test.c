@@ -727,7 +727,7 @@ static void t_gguf_block_types(void)
  * (q8_0 / f16 / bf16 dense and experts) runs, the logits are finite and
  * spread, and a second prefill gives the same bits. */
 /* The MoE block routed on the device (a decode step with no host round
- * trip; on cuda also queued as one CUDA graph, BATON_CUDA_GRAPH=1, the first
+ * trip; on cuda also queued as one CUDA graph, BATON_CUDA_GRAPH=1 (the default), the first
  * step recorded and the others replayed) against the host path
  * (BATON_MODEL_HOST_ROUTE=1): the same bits
  * and the same cache hit counts, on every fixture architecture; the
@@ -803,8 +803,8 @@ static void t_graph_buckets(void)
 	uint64_t rep[2], gr[2];
 	uint32_t V = 0;
 	for (int h = 0; h < 2; h++) {
-		if (h == 0)
-			T_ASSERT(setenv("BATON_CUDA_GRAPH", "1", 1) == 0);
+		/* graphs are on by default: off for the second run */
+		T_ASSERT(setenv("BATON_CUDA_GRAPH", h == 0 ? "1" : "0", 1) == 0);
 		struct rig r;
 		rig_open(&r, "qwen3_moe", 0);
 		unsetenv("BATON_CUDA_GRAPH");

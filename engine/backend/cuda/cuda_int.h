@@ -290,7 +290,7 @@ int cuda_tc_attention(struct baton_dev *dev, const struct baton_attn *a, CUdevic
 /* The graph_begin / graph_end slots (engine/backend/backend.h). */
 int cuda_graph_begin(struct baton_dev *dev, int *replay);
 int cuda_graph_end(struct baton_dev *dev, int ok);
-/* BATON_CUDA_GRAPH=0 turns graphs off (read at open). */
+/* Graphs are on unless BATON_CUDA_GRAPH=0 (read at open). */
 void cuda_graph_config(struct baton_dev *dev);
 /* Ends a capture left open and gives back the graph (at close). */
 void cuda_graph_free(struct baton_dev *dev);

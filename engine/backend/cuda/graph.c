@@ -19,8 +19,8 @@
  * weights back at other addresses after a release) queued nothing, and
  * graph_end refuses it (BATON_ESTATE): the caller records it anew.
  * Relaxed capture; the staging ring's events are recorded after a graph
- * (events recorded on a capturing stream belong to the capture). Off
- * unless BATON_CUDA_GRAPH=1 at open.
+ * (events recorded on a capturing stream belong to the capture). On
+ * unless BATON_CUDA_GRAPH=0 at open.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +30,7 @@
 void cuda_graph_config(struct baton_dev *dev)
 {
 	const char *s = getenv("BATON_CUDA_GRAPH");
-	dev->graph_off = !(s && strcmp(s, "1") == 0);
+	dev->graph_off = s && strcmp(s, "0") == 0;
 }
 
 /* The staging events the recording left to record (ops_launch.c): after
