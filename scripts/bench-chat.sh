@@ -24,9 +24,10 @@
 #     (chat-cache.json, chat-nocache.json, llama.json, switch-host.json,
 #     switch-drop.json) and logs.
 #
-# EXACT=1 runs the engines with BATON_CUDA_GEMM=0 (the exact kernels: on cuda the
-# tensor cores' sums depend on a pass's shape, so the answers with and without
-# the cache agree bit for bit only so; docs/internals/prefix-cache.md).
+# EXACT=1 runs the engines with BATON_CUDA_GEMM=0 and BATON_CUDA_EXACT=1 (the
+# exact kernels: on cuda the tensor cores' sums depend on a pass's shape, and
+# a q4_K / q6_K pass of one row takes the quantized GEMVs, so the answers with
+# and without the cache agree bit for bit only so; docs/internals/prefix-cache.md).
 # BACKEND (cuda), EXPERTS and VOCAB size the model; the quick host check:
 #   LAYERS=2 EXPERTS=8 VOCAB=4096 BACKEND=host CLIENTS=2 TURNS=3 FIRST=40 GROW=40 GEN=8
 # llama.cpp is a peer, never part of Baton: nothing of it is in this tree.
@@ -46,7 +47,7 @@ GEN=${GEN:-64}
 KV_HOST_MIB=${KV_HOST_MIB:-8192}
 SHM=${SHM:-/dev/shm}
 LLAMA_CPP=${LLAMA_CPP:-}
-[ "${EXACT:-0}" = 1 ] && export BATON_CUDA_GEMM=0
+[ "${EXACT:-0}" = 1 ] && export BATON_CUDA_GEMM=0 BATON_CUDA_EXACT=1
 HERE=$(cd "$(dirname "$0")" && pwd)
 PY=${PYTHON:-python3}
 mkdir -p "$OUT"
