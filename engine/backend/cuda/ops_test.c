@@ -6,7 +6,7 @@
  * case prints "skip: why" and passes.
  *
  * What must agree how:
- *   - embed, rmsnorm and matmul: bit for bit, for every dtype the backend
+ *   - embed, rmsnorm and matmul (with BATON_CUDA_EXACT=1): bit for bit, for every dtype the backend
  *     computes (f32, f16, bf16, q8_0, q4_K, q5_K, q6_K and arena/quant.c's
  *     q4_0, q4_1, q5_0, q5_1, iq4_nl, mxfp4, q2_K, q3_K, iq4_xs), with and without
  *     a tail of cols % 32, bias and accumulate: the weights decode exactly
@@ -17,6 +17,10 @@
  *     for attention), since the device's expf, sinf and cosf are not
  *     glibc's (CUDA's guide: 2 ulp at most, 1.2e-7 each); a wrong index or
  *     formula is off by O(1). The figures print the largest difference.
+ *   - matmul at batch 1 on q4_K / q6_K by default (mmvq.cu, the activation
+ *     as int8 blocks): within 2e-5 of the host's on the activation
+ *     quantized the same way, within 2e-2 of the host's on x, the same
+ *     bits twice (t_matmul_fast).
  * t_perf prints timings at Qwen3-30B-A3B's shapes (docs/internals/cuda-ops.md has an
  * H200's); it asserts nothing.
  */
