@@ -93,8 +93,9 @@ echo "arena: imported in $(since "$t0") s" | tee -a "$OUT/arena.txt"
 	--json "$OUT/baton-model.json" 2>&1 | tee "$OUT/baton-model.txt" ||
 	echo "baton-model-bench failed" | tee -a "$OUT/baton-model.txt"
 
-# 3b. decode again with the decode step as a replayed CUDA graph (off by
-# default in the engine; GRAPH=0 skips this row)
+# 3b. decode again with the decode step as a replayed CUDA graph, asked for
+# by name (the engine's default since 2026-12-02, so step 3 replays graphs
+# too unless BATON_CUDA_GRAPH=0 is in the environment; GRAPH=0 skips this row)
 if [ "${GRAPH:-1}" != 0 ]; then
 	# shellcheck disable=SC2086
 	BATON_CUDA_GRAPH=1 "$B/bin/baton-model-bench" --arena "$A" --backend "$BACKEND" \
