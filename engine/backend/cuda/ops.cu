@@ -100,7 +100,57 @@ __device__ __forceinline__ void warp_dot_f32_u(const float *a0, const float *a1,
 	s[1] = s1;
 }
 
+/* Weight i of a row: typed loads for the 16- and 32-bit types (rows
+ * aligned to their element), the byte loads of elem() for the rest or
+ * when DT < 0 (the dtype read at run time, any alignment). */
+template <int DT>
+__device__ __forceinline__ float wload(const uint8_t *row, uint32_t dt, uint32_t i)
+{
+	if (DT == BATON_DT_F32)
+		return __ldg((const float *)row + i);
+	if (DT == BATON_DT_F16)
+		return f16f(__ldg((const unsigned short *)row + i));
+	if (DT == BATON_DT_BF16)
+		return bf16f(__ldg((const unsigned short *)row + i));
+	return elem(row, DT < 0 ? dt : (uint32_t)DT, i);
+}
+
 #define NORM_U 8
+#define NORM_NONE (-2) /* no weight */
+
+/* out = x * s (* w): each lane writes only elements it reads, so loading
+ * U of them before storing any is safe in place and keeps the loads in
+ * flight. The weight's dtype is a template argument (wload's typed loads):
+ * elem()'s run-time switch between each load and the next made every
+ * element wait for the one before (64 round trips for 2,048 values). */
+template <int DT, int U>
+__device__ __forceinline__ uint32_t norm_out(const float *x, float *out, const uint8_t *w,
+    uint32_t dt, uint32_t cols, float s, uint32_t i)
+{
+	for (; i + 32 * (U - 1) < cols; i += 32 * U) {
+		float v[U];
+#pragma unroll
+		for (int u = 0; u < U; u++) {
+			v[u] = __fmul_rn(x[i + 32 * u], s);
+			if (DT != NORM_NONE)
+				v[u] = __fmul_rn(v[u], wload<DT>(w, dt, i + 32 * u));
+		}
+#pragma unroll
+		for (int u = 0; u < U; u++)
+			out[i + 32 * u] = v[u];
+	}
+	return i;
+}
+
+template <int DT>
+__device__ __forceinline__ void norm_row(const float *x, float *out, const uint8_t *w, uint32_t dt,
+    uint32_t cols, float s, uint32_t lane)
+{
+	uint32_t i = norm_out<DT, NORM_U>(x, out, w, dt, cols, s, lane);
+	i = norm_out<DT, 4>(x, out, w, dt, cols, s, i); /* the per-head norms' 128 */
+	norm_out<DT, 1>(x, out, w, dt, cols, s, i);
+}
+
 extern "C" __global__ void __launch_bounds__(THREADS)
 baton_ops_rmsnorm(baton_ops_rmsnorm_args a)
 {
@@ -115,42 +165,17 @@ baton_ops_rmsnorm(baton_ops_rmsnorm_args a)
 	const float s = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)a.cols), a.eps)));
 	__syncwarp(); /* every lane has read the tail before any writes in place */
 	const uint8_t *w = (const uint8_t *)a.w;
-	/* each lane writes only elements it reads: loading NORM_U before
-	 * storing any is safe in place, and keeps the loads in flight */
-	uint32_t i = lane;
-	for (; i + 32 * (NORM_U - 1) < a.cols; i += 32 * NORM_U) {
-		float v[NORM_U];
-#pragma unroll
-		for (int u = 0; u < NORM_U; u++) {
-			v[u] = __fmul_rn(x[i + 32 * u], s);
-			if (w)
-				v[u] = __fmul_rn(v[u], elem(w, a.w_dtype, i + 32 * u));
-		}
-#pragma unroll
-		for (int u = 0; u < NORM_U; u++)
-			out[i + 32 * u] = v[u];
-	}
-	for (; i < a.cols; i += 32) {
-		float v = __fmul_rn(x[i], s);
-		if (w)
-			v = __fmul_rn(v, elem(w, a.w_dtype, i));
-		out[i] = v;
-	}
-}
-
-/* Weight i of a row: typed loads for the 16- and 32-bit types (rows
- * aligned to their element), the byte loads of elem() for the rest or
- * when DT < 0 (the dtype read at run time, any alignment). */
-template <int DT>
-__device__ __forceinline__ float wload(const uint8_t *row, uint32_t dt, uint32_t i)
-{
-	if (DT == BATON_DT_F32)
-		return __ldg((const float *)row + i);
-	if (DT == BATON_DT_F16)
-		return f16f(__ldg((const unsigned short *)row + i));
-	if (DT == BATON_DT_BF16)
-		return bf16f(__ldg((const unsigned short *)row + i));
-	return elem(row, DT < 0 ? dt : (uint32_t)DT, i);
+	const uint64_t wa = a.w;
+	if (!w)
+		norm_row<NORM_NONE>(x, out, w, 0, a.cols, s, lane);
+	else if (a.w_dtype == BATON_DT_F32 && wa % 4 == 0)
+		norm_row<BATON_DT_F32>(x, out, w, 0, a.cols, s, lane);
+	else if (a.w_dtype == BATON_DT_BF16 && wa % 2 == 0)
+		norm_row<BATON_DT_BF16>(x, out, w, 0, a.cols, s, lane);
+	else if (a.w_dtype == BATON_DT_F16 && wa % 2 == 0)
+		norm_row<BATON_DT_F16>(x, out, w, 0, a.cols, s, lane);
+	else
+		norm_row<-1>(x, out, w, a.w_dtype, a.cols, s, lane); /* elem() at any address */
 }
 
 /* acc[t] += w * x[t][i] for the nt rows, a multiply then an add. */
