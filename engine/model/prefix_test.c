@@ -1,5 +1,5 @@
 /*
- * prefix_test.c: the prefix cache of the paged KV pool (engine/model/kv.c,
+ * prefix_test.c: the prefix cache of the paged KV pool (engine/model/prefix.c,
  * model.h's "the prefix cache"), on the tiny models of engine/model/fixtures,
  * on the host backend or BATON_MODEL_BACKEND (cuda on the GPU machine, with
  * BATON_CUDA_GEMM=0: the exact kernels, so bits compare).
