@@ -4,7 +4,8 @@
 #
 #  1. scripts/gguf-synth.py writes the random Qwen3-30B-A3B-shaped GGUF
 #     (LAYERS 48, SEED 17: q4_K, 16.1 GiB) into SHM (default /dev/shm), or
-#     KEEP_GGUF=PATH (reused when there); baton-arena imports it;
+#     KEEP_GGUF=PATH (reused when there); baton-arena imports it
+#     (scripts/lib-gguf.sh);
 #  2. scripts/bench-chat.py chat: CLIENTS (4) conversations at once, TURNS
 #     (8) turns each, the first prompt FIRST (500) tokens, GROW (500) more
 #     per turn (the last prompt 4,000), GEN (64) generated per turn; time
@@ -52,40 +53,11 @@ PY=${PYTHON:-python3}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 B=$(cd "$B" && pwd)
-now() { date +%s.%N; }
-since() { awk "BEGIN { printf \"%.1f\", $(now) - $1 }"; }
+. "$HERE/lib-gguf.sh"
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null |
 	tee "$OUT/gpu.txt" || true
-
-if [ -n "${KEEP_GGUF:-}" ]; then
-	G=$KEEP_GGUF
-	KEEP=1
-else
-	G="$SHM/baton-chat-$LAYERS-$SEED-$EXPERTS-$VOCAB.gguf"
-	KEEP=0
-fi
-A="$SHM/baton-chat-$$.arena"
-HD=
-if [ "$BACKEND" = host ]; then
-	HD=$(mktemp -d)
-	export BATON_HOSTDEV_DIR="$HD"
-fi
-cleanup() {
-	rm -f "$A" "$A.lock"
-	[ -z "$HD" ] || rm -rf "$HD"
-	[ "$KEEP" = 1 ] || rm -f "$G"
-}
-trap cleanup EXIT INT TERM
-if [ "$KEEP" = 1 ] && [ -s "$G" ]; then
-	echo "gguf: reusing $G" | tee "$OUT/gguf.txt"
-else
-	t0=$(now)
-	"$PY" "$HERE/gguf-synth.py" --layers "$LAYERS" --seed "$SEED" --experts "$EXPERTS" \
-		--vocab "$VOCAB" --out "$G" | tee "$OUT/gguf.txt"
-	echo "gguf: written in $(since "$t0") s" | tee -a "$OUT/gguf.txt"
-fi
-"$B/bin/baton-arena" create --gguf "$G" --force "$A" | tail -n 1 | tee "$OUT/arena.txt"
+gguf_arena chat
 
 W="--clients $CLIENTS --turns $TURNS --first $FIRST --grow $GROW --gen $GEN"
 run() { # name, then bench-chat.py's arguments
