@@ -34,8 +34,9 @@ struct oai_server {
 
 /* A batch: prompts (/v1/completions' "prompt": [...]) times n (a chat's
  * or completion's "n"), one scheduler request each, one answer: a choice
- * each (index: prompt * n + copy), the usage summed (a prompt once, as
- * OpenAI counts it); a stream interleaves their chunks. Its counters are taken under mu (the
+ * each (index: prompt * n + copy), the usage summed (a prompt and its
+ * cached tokens once, as OpenAI counts it: the copies after the first
+ * take its blocks from the cache, sched.c); a stream interleaves their chunks. Its counters are taken under mu (the
  * handler submits while the scheduler's thread finishes). */
 struct obatch {
 	pthread_mutex_t mu;
@@ -603,7 +604,7 @@ static void batch_done(struct oreq *q, int rc, const char *err, struct baton_gen
 	if (rc == 0) {
 		b->n_prompt += q->copy == 0 ? res->n_prompt : 0;
 		b->n_tokens += res->n_tokens;
-		b->n_cached += res->n_cached;
+		b->n_cached += q->copy == 0 ? res->n_cached : 0; /* of the prompt counted once */
 	}
 	if (choice)
 		json_array_set_new(b->choices, (size_t)q->index, choice);
