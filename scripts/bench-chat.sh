@@ -37,7 +37,8 @@
 # from host and read again, agree within that path's tolerance, bit for bit
 # only so; docs/internals/prefix-cache.md). Without it the run measures the
 # default path and step 5 gives the identical answers. LLAMA_FLAGS go to
-# llama-server (e.g. -ngl 0 without a GPU).
+# llama-server (e.g. -ngl 0 without a GPU). MODES (chat llama switch) picks
+# steps 2 (chat), 3 (llama) and 4 with 5 (switch), to split a run in two.
 # BACKEND (cuda), EXPERTS and VOCAB size the model; the quick host check:
 #   LAYERS=2 EXPERTS=8 VOCAB=4096 BACKEND=host CLIENTS=2 TURNS=3 FIRST=40 GROW=40 GEN=8
 # llama.cpp is a peer, never part of Baton: nothing of it is in this tree.
@@ -58,6 +59,7 @@ KV_HOST_MIB=${KV_HOST_MIB:-8192}
 SHM=${SHM:-/dev/shm}
 LLAMA_CPP=${LLAMA_CPP:-}
 LLAMA_FLAGS=${LLAMA_FLAGS:-}
+MODES=${MODES:-chat llama switch}
 EXACT=${EXACT:-0}
 EXACT_TURNS=${EXACT_TURNS:-3}
 if [ "$EXACT" = 1 ]; then
@@ -90,9 +92,12 @@ run() { # name, then bench-chat.py's arguments (RUN_TURNS turns)
 		echo "bench-chat.py $n failed (see $OUT/$n.txt)" | tee -a "$OUT/failed.txt"
 	tail -n "$RUN_TURNS" "$OUT/$n.txt"
 }
-run chat-cache chat --build "$B" --arena "$A" --backend "$BACKEND"
-run chat-nocache chat --build "$B" --arena "$A" --backend "$BACKEND" --engine-flag=--no-prefix-cache
-if [ -n "$LLAMA_CPP" ]; then
+has() { case " $MODES " in *" $1 "*) return 0 ;; esac; return 1; }
+if has chat; then
+	run chat-cache chat --build "$B" --arena "$A" --backend "$BACKEND"
+	run chat-nocache chat --build "$B" --arena "$A" --backend "$BACKEND" --engine-flag=--no-prefix-cache
+fi
+if [ -n "$LLAMA_CPP" ] && has llama; then
 	LS=
 	for d in "$LLAMA_CPP/bin" "$LLAMA_CPP/build/bin" "$LLAMA_CPP"; do
 		[ -x "$d/llama-server" ] && { LS=$d/llama-server; break; }
@@ -107,11 +112,13 @@ if [ -n "$LLAMA_CPP" ]; then
 		run llama llama --server "$LS" --gguf "$G" --vocab "$VOCAB" "$@"
 	fi
 fi
-run switch-host switch --build "$B" --arena "$A" --backend "$BACKEND" --engine-flag=--kv-host-mib \
-	--engine-flag="$KV_HOST_MIB"
-run switch-drop switch --build "$B" --arena "$A" --backend "$BACKEND" --engine-flag=--kv-host-mib \
-	--engine-flag=0
-if [ "$EXACT_PASS" = 1 ]; then
+if has switch; then
+	run switch-host switch --build "$B" --arena "$A" --backend "$BACKEND" --engine-flag=--kv-host-mib \
+		--engine-flag="$KV_HOST_MIB"
+	run switch-drop switch --build "$B" --arena "$A" --backend "$BACKEND" --engine-flag=--kv-host-mib \
+		--engine-flag=0
+fi
+if [ "$EXACT_PASS" = 1 ] && has switch; then
 	# the answers' pass: the exact kernels, a few turns
 	RUN_TURNS=$EXACT_TURNS
 	export BATON_CUDA_GEMM=0

@@ -95,6 +95,13 @@ assert sh["per_turn"][1]["cached_tokens_median"] == 16, sh["per_turn"]  # from h
 assert sd["per_turn"][1]["cached_tokens_median"] == 0, sd["per_turn"]   # dropped at the release
 assert sh["release_all_s_median"] > 0, sh
 EOF
+	# MODES: the chat alone (no switch, so no answers' pass either)
+	expect 0 env LAYERS=1 EXPERTS=8 VOCAB=4096 BACKEND=host CLIENTS=1 TURNS=2 FIRST=20 GROW=20 GEN=4 \
+		SHM="$T_TMP" BATON_HOSTDEV_DIR="$T_TMP/dev" MODES=chat EXACT_PASS=1 \
+		sh "$HERE/bench-chat.sh" "$BUILD" "$T_TMP/res2"
+	says "chat answers, with the cache vs without: identical token for token (2 of 2 answers)"
+	[ -e "$T_TMP/res2/chat-cache.json" ] && [ ! -e "$T_TMP/res2/switch-host.json" ] &&
+		[ ! -e "$T_TMP/res2/switch-host-exact.json" ] || fail "MODES=chat ran: $(ls "$T_TMP/res2")"
 }
 
 t_usage() {
