@@ -755,7 +755,9 @@ def t_prefix_n_choices(c):
     n = u["prompt_tokens"]
     assert n > 16 and u["prompt_tokens_details"] == {"cached_tokens": 0}, u
     pc = health(e)["prefix_cache"]
-    assert pc["prompt_tokens"] == 3 * n and pc["cached_tokens"] == 2 * ((n - 1) // 16 * 16), (pc, n)
+    whole = (n - 1) // 16 * 16
+    assert pc["prompt_tokens"] == 3 * n and pc["cached_tokens"] == 2 * whole and pc["followed"] == 2, (pc, n)
+    assert pc["read_tokens"] == n + 2 * (n - whole), (pc, n)  # the start read once
     assert health(f)["prefix_cache"]["cached_tokens"] == 0
     return "%d prompt tokens, %d of the copies' taken from the first's blocks" % (n, pc["cached_tokens"])
 
