@@ -150,6 +150,9 @@ def col(n, key="ttft_median_s"):
 def ratio(x, y):
     return round(x / y, 3) if x and y else None
 
+def cell(v):
+    return "-" if v is None else v
+
 def kernels(r):
     if backend == "host":
         return "host backend (exact by construction)"
@@ -211,9 +214,9 @@ if ref:
         row["nocache_over_cache"] = ratio(row["nocache_s"], row["cache_s"])
         row["llama_over_cache"] = ratio(row["llama_s"], row["cache_s"])
         rows.append(row)
-        lines.append("%5d %7s %7s %9s %9s %7s %9s %7s %9s" % (
+        lines.append("%5d %7s %7s %9s %9s %7s %9s %7s %9s" % tuple(cell(v) for v in (
             i, p, cached[i], row["cache_s"], row["nocache_s"], row["nocache_over_cache"], row["llama_s"],
-            lcached[i], row["llama_over_cache"]))
+            lcached[i], row["llama_over_cache"])))
     summ["chat"] = rows
     cmp = same("chat-cache", "chat-nocache")
     if cmp:
@@ -232,8 +235,8 @@ if sh or sd:
                "drop_s": sd[i] if sd else None}
         row["drop_over_host"] = ratio(row["drop_s"], row["host_s"])
         rows.append(row)
-        lines.append("%5d %7s %11s %11s %7s" % (i, row["prompt"], row["host_s"], row["drop_s"],
-                                              row["drop_over_host"]))
+        lines.append("%5d %7s %11s %11s %7s" % tuple(cell(v) for v in (i, row["prompt"], row["host_s"],
+                                                                      row["drop_s"], row["drop_over_host"])))
     summ["switch"] = rows
     cmp = same("switch-host", "switch-drop")
     if cmp:
