@@ -163,7 +163,10 @@ static uint32_t shared_blocks(const struct job *j, const struct job *r)
 /* j (just admitted, its sequence empty) follows the running job that is
  * reading the longest start of j's prompt past what the cache holds now
  * (hit), rather than read that start again beside it: 1 if it does. Only
- * with the prefix cache on (it is how the blocks pass). Lock held. */
+ * when that start is at least half of what j would read (n > 1's copies:
+ * all but the last block; a short system prompt before a longer message
+ * is read beside it, in the same steps, not a step later) and with the
+ * prefix cache on (it is how the blocks pass). Lock held. */
 static int pick_lead(struct baton_sched *s, struct job *j, uint32_t hit)
 {
 	if (!s->st.prefix.enabled)
@@ -180,7 +183,7 @@ static int pick_lead(struct baton_sched *s, struct job *j, uint32_t hit)
 			to = c;
 		}
 	}
-	if (!best)
+	if (!best || 2 * (uint64_t)(to - hit) < (uint64_t)(j->n_prompt - hit))
 		return 0;
 	j->lead = best->id;
 	j->lead_to = to;

@@ -681,6 +681,33 @@ static void t_prefix_n_choices(void)
 	T_EQ_INT(st.prompt_tokens, K * n);
 	T_EQ_INT(st.cached_tokens, (K - 1) * whole);
 	T_EQ_INT(st.read_tokens, n + (K - 1) * (n - whole)); /* the start read once */
+	/* two prompts that share a short start before longer messages are
+	 * read side by side: waiting would cost more than it saves */
+	static struct call d[2];
+	static const char *const tails[2] = {
+		"and then tell me who built the ark, how long it was and how broad, of what wood, and how many came into "
+		"it two by two, and how long the rain fell upon the earth, and where it rested at the last.",
+		"and then speak of the sea, of the fishes in it and the great whales, and of the ships that go down to "
+		"it in storms, and of the men who cry unto the Lord in their trouble, and of the haven where they would be.",
+	};
+	static char msg[2][512];
+	atomic_store(&hk.gate_shut, 1);
+	for (int k = 0; k < 2; k++) {
+		make_call(&d[k], 0, 0.0f, 4);
+		snprintf(msg[k], sizeof msg[k], "Speak to me of Moses and of Aaron his brother, of Pharaoh king of "
+		    "Egypt and of all his host, %s", tails[k]);
+		d[k].msg.content = msg[k];
+		submit(s, &d[k]);
+	}
+	atomic_store(&hk.gate_shut, 0);
+	for (int k = 0; k < 2; k++) {
+		wait_done(&d[k]);
+		T_ASSERT_MSG(d[k].rc == 0, "%s", d[k].err);
+		T_ASSERT_MSG(d[k].res.n_prompt > 80, "%u prompt tokens", d[k].res.n_prompt);
+		generator_result_free(&d[k].res);
+	}
+	sched_stats(s, &st);
+	T_EQ_INT(st.followed, K - 1);
 	sched_close(s);
 	for (int k = 0; k < K; k++) {
 		generator_result_free(&ref[k]);
