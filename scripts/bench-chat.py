@@ -25,7 +25,9 @@ Per turn: the time to first token (the first streamed event with a
 choice, from the request's send), its median and max over the clients,
 the prompt tokens and the cached tokens the server reports
 (usage.prompt_tokens_details.cached_tokens; llama-server's timings'
-cache_n where it gives them), and each answer's text (to compare modes).
+cache_n where it gives them), and each answer's text and its streamed
+pieces, one a token (to compare modes token for token); "gemm" is the
+BATON_CUDA_GEMM the engines ran with (0: the exact kernels).
 
   chat    one baton-engine (no broker), --http, a KV pool that holds
           every conversation whole; --engine-flag --no-prefix-cache is
@@ -143,7 +145,8 @@ class Server:
 
 
 def post_stream(url, body, token=None):
-    """(ttft_s, text, usage, timings) of one streamed completion."""
+    """(ttft_s, text, usage, timings, pieces) of one streamed completion
+    (pieces: the text of each streamed choice, a token's each)."""
     host, port = url.split("//", 1)[1].rstrip("/").rsplit(":", 1)
     hdr = {"Content-Type": "application/json"}
     if token:
@@ -154,7 +157,7 @@ def post_stream(url, body, token=None):
     r = c.getresponse()
     if r.status != 200:
         raise RuntimeError("HTTP %d: %s" % (r.status, r.read()[:400]))
-    ttft, text, usage, timings = None, "", None, None
+    ttft, text, usage, timings, pieces = None, "", None, None, []
     for raw in r:
         line = raw.decode(errors="replace").strip()
         if not line.startswith("data: {"):
@@ -168,8 +171,10 @@ def post_stream(url, body, token=None):
             if ttft is None:
                 ttft = time.time() - t0
             text += ch.get("text") or ""
+            if ch.get("text") or not ch.get("finish_reason"):  # not the closing event alone
+                pieces.append(ch.get("text") or "")
     c.close()
-    return ttft, text, usage, timings
+    return ttft, text, usage, timings, pieces
 
 
 def conversation(a, k):
@@ -250,12 +255,14 @@ def summary(a, recs, wall):
                       "cached_tokens_median": median(cached) if cached else None})
     return {"clients": a.clients, "turns": a.turns, "first": a.first, "grow": a.grow, "gen": a.gen,
             "wall_s": round(wall, 2), "per_turn": turns,
-            "texts": [[(recs[k][t] or {}).get("text") for t in range(a.turns)] for k in range(a.clients)]}
+            "texts": [[(recs[k][t] or {}).get("text") for t in range(a.turns)] for k in range(a.clients)],
+            "pieces": [[(recs[k][t] or {}).get("pieces") for t in range(a.turns)] for k in range(a.clients)],
+            "gemm": os.environ.get("BATON_CUDA_GEMM")}
 
 
-def record(prompt, ttft, text, usage, timings):
-    return {"ttft_s": ttft, "text": text, "prompt_tokens": (usage or {}).get("prompt_tokens", len(prompt)),
-            "cached": cached_of(usage, timings)}
+def record(prompt, ttft, text, usage, timings, pieces):
+    return {"ttft_s": ttft, "text": text, "pieces": pieces,
+            "prompt_tokens": (usage or {}).get("prompt_tokens", len(prompt)), "cached": cached_of(usage, timings)}
 
 
 def arena_info(a):

@@ -6,7 +6,7 @@
 #     in llama.cpp's layout (48 layers, 128 experts, top-8, q4_K weights,
 #     q6_K head: 16.1 GiB) into SHM (default /dev/shm), or KEEP_GGUF=PATH:
 #     that file, reused when it is there (written there and kept if not);
-#  2. baton-arena create --gguf imports it;
+#  2. baton-arena create --gguf imports it (1 and 2: scripts/lib-gguf.sh);
 #  3. baton-model-bench: decode at batch 1, prefill of PROMPTS (512,2048);
 #     again with BATON_CUDA_GRAPH=1 (decode as a replayed graph; GRAPH=0
 #     skips it);
@@ -45,47 +45,17 @@ PY=${PYTHON:-python3}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 B=$(cd "$B" && pwd)
-now() { date +%s.%N; }
-since() { awk "BEGIN { printf \"%.1f\", $(now) - $1 }"; }
+. "$HERE/lib-gguf.sh"
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null |
 	tee "$OUT/gpu.txt" || true
 "$B/bin/baton-model-bench" --version 2>&1 | head -n 1 | tee "$OUT/baton-version.txt" || true
 
-# 1. the GGUF
-if [ -n "${KEEP_GGUF:-}" ]; then
-	G=$KEEP_GGUF
-	KEEP=1
-else
-	G="$SHM/baton-peer-$LAYERS-$SEED.gguf"
-	KEEP=0
-fi
-A="$SHM/baton-peer-$$.arena"
-HD=
-if [ "$BACKEND" = host ]; then  # the host backend's device: a directory of this run's
-	HD=$(mktemp -d)
-	export BATON_HOSTDEV_DIR="$HD"
+# 1, 2. the GGUF and the arena (the host backend's device: 8 GiB unless said)
+if [ "$BACKEND" = host ]; then
 	export BATON_HOSTDEV_MIB=${BATON_HOSTDEV_MIB:-8192}
 fi
-cleanup() {
-	rm -f "$A"
-	[ -z "$HD" ] || rm -rf "$HD"
-	[ "$KEEP" = 1 ] || rm -f "$G"
-}
-trap cleanup EXIT INT TERM
-if [ "$KEEP" = 1 ] && [ -s "$G" ]; then
-	echo "gguf: reusing $G ($(stat -c %s "$G") bytes)" | tee "$OUT/gguf.txt"
-else
-	t0=$(now)
-	"$PY" "$HERE/gguf-synth.py" --layers "$LAYERS" --seed "$SEED" --experts "$EXPERTS" \
-		--vocab "$VOCAB" --out "$G" | tee "$OUT/gguf.txt"
-	echo "gguf: written in $(since "$t0") s" | tee -a "$OUT/gguf.txt"
-fi
-
-# 2. the arena
-t0=$(now)
-"$B/bin/baton-arena" create --gguf "$G" --force "$A" | tail -n 1 | tee "$OUT/arena.txt"
-echo "arena: imported in $(since "$t0") s" | tee -a "$OUT/arena.txt"
+gguf_arena peer
 
 # 3. baton-model-bench
 # shellcheck disable=SC2086

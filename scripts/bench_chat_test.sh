@@ -5,7 +5,9 @@
 # a stand-in LLAMA_CPP whose llama-server answers as llama-server does
 # (streamed /v1/completions, timings with cache_n), and the switch through
 # the front door with the KV back from host memory and read again (the
-# answers equal); the table's ratios from the modes' figures.
+# answers equal), and its answers' pass (EXACT_PASS=1: on the host it runs
+# the same kernels, so it only checks the plumbing); the table's ratios
+# from the modes' figures, and which kernels ran.
 . tests/lib.sh
 HERE=$(pwd)/scripts
 
@@ -61,17 +63,23 @@ t_run() {
 	fake_llama "$T_TMP/llama"
 	mkdir -p "$T_TMP/dev"
 	expect 0 env LAYERS=1 EXPERTS=8 VOCAB=4096 BACKEND=host CLIENTS=2 TURNS=2 FIRST=20 GROW=20 GEN=4 \
-		SHM="$T_TMP" LLAMA_CPP="$T_TMP/llama" BATON_HOSTDEV_DIR="$T_TMP/dev" \
-		sh "$HERE/bench-chat.sh" "$BUILD" "$T_TMP/res"
-	says "answers with the cache == without: True"; says "answers with the KV from host == read again: True"
+		SHM="$T_TMP" LLAMA_CPP="$T_TMP/llama" LLAMA_FLAGS="-ngl 0" BATON_HOSTDEV_DIR="$T_TMP/dev" \
+		EXACT_PASS=1 EXACT_TURNS=2 sh "$HERE/bench-chat.sh" "$BUILD" "$T_TMP/res"
+	says "ran: host backend (exact by construction)"
+	says "chat answers, with the cache vs without: identical token for token (4 of 4 answers)"
+	says "switch answers, the KV from host vs read again: identical token for token (4 of 4 answers)"
+	says "  llama turn 1: prompt 40, ttft median"
 	ls "$T_TMP"/*.arena 2>/dev/null && fail "the arena was left behind"
-	grep -q -- "-ngl 99 -c 216 -np 2 --host 127.0.0.1 --port" "$T_TMP/llama/bin/llama-server.args" ||
+	grep -q -- "-ngl 99 -c 216 -np 2 --host 127.0.0.1 --port [0-9]* -ngl 0\$" "$T_TMP/llama/bin/llama-server.args" ||
 		fail "llama-server args: $(cat "$T_TMP/llama/bin/llama-server.args")"
 	python3 - "$T_TMP/res" <<'EOF'
 import json, sys
 d = sys.argv[1]
 s = json.load(open(d + "/summary.json"))
 assert s["chat_answers_equal"] and s["switch_answers_equal"], s
+assert s["switch_answers_exact"]["identical"] and s["switch_answers_exact"]["answers"] == 4, s
+ex = json.load(open(d + "/switch-host-exact.json"))
+assert ex["gemm"] == "0" and ex["turns"] == 2 and len(ex["pieces"][0][1]) == 4, ex
 c = {r["turn"]: r for r in s["chat"]}
 assert c[0]["prompt"] == 20 and c[1]["prompt"] == 40 and c[1]["cached"] == 16, c
 for r in s["chat"]:
@@ -87,6 +95,13 @@ assert sh["per_turn"][1]["cached_tokens_median"] == 16, sh["per_turn"]  # from h
 assert sd["per_turn"][1]["cached_tokens_median"] == 0, sd["per_turn"]   # dropped at the release
 assert sh["release_all_s_median"] > 0, sh
 EOF
+	# MODES: the chat alone (no switch, so no answers' pass either)
+	expect 0 env LAYERS=1 EXPERTS=8 VOCAB=4096 BACKEND=host CLIENTS=1 TURNS=2 FIRST=20 GROW=20 GEN=4 \
+		SHM="$T_TMP" BATON_HOSTDEV_DIR="$T_TMP/dev" MODES=chat EXACT_PASS=1 \
+		sh "$HERE/bench-chat.sh" "$BUILD" "$T_TMP/res2"
+	says "chat answers, with the cache vs without: identical token for token (2 of 2 answers)"
+	[ -e "$T_TMP/res2/chat-cache.json" ] && [ ! -e "$T_TMP/res2/switch-host.json" ] &&
+		[ ! -e "$T_TMP/res2/switch-host-exact.json" ] || fail "MODES=chat ran: $(ls "$T_TMP/res2")"
 }
 
 t_usage() {

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "arena/arena.h"
+#include "engine/model/kv_fixture.h"
 #include "engine/model/model_fixture.h"
 #include "engine/backend/backend.h"
 #include "tests/t.h"
@@ -35,27 +36,6 @@ static void rig_open(struct rig *r, const char *arch, uint32_t max_batch, uint32
 	struct baton_model_opts mo = { .max_batch = max_batch, .max_ctx = max_ctx,
 		.kv_blocks = kv_blocks };
 	rig_model(r, &mo);
-}
-
-static uint32_t argmax(const float *l, uint32_t n)
-{
-	uint32_t b = 0;
-	for (uint32_t i = 1; i < n; i++)
-		if (l[i] > l[b])
-			b = i;
-	return b;
-}
-
-/* A prompt of n pseudo-random ids below vocab, different per seed. */
-static uint32_t *prompt(uint32_t n, uint32_t seed, uint32_t vocab)
-{
-	uint32_t *t = malloc(n * sizeof *t), x = seed * 2654435761u + 12345u;
-	T_ASSERT(t);
-	for (uint32_t i = 0; i < n; i++) {
-		x = x * 1103515245u + 12345u;
-		t[i] = (x >> 8) % vocab;
-	}
-	return t;
 }
 
 #define NSEQ 5
@@ -79,12 +59,12 @@ static void run_alone(struct rig *r, struct script *sc)
 	for (int i = 0; i < NSEQ; i++) {
 		struct script *s = &sc[i];
 		s->len = LENS[i];
-		s->toks = prompt(s->len, (uint32_t)i + 1, r->V);
+		s->toks = kv_ids(s->len, (uint32_t)i + 1, r->V);
 		s->logits = malloc((size_t)(STEPS + 1) * r->V * sizeof(float));
 		T_ASSERT(s->logits);
 		T_OK(model_prefill(r->m, s->toks, s->len, s->logits));
 		for (int k = 0; k < STEPS; k++) {
-			s->next[k] = argmax(s->logits + (size_t)k * r->V, r->V);
+			s->next[k] = kv_argmax(s->logits + (size_t)k * r->V, r->V);
 			T_OK(model_decode(r->m, s->next[k], s->logits + (size_t)(k + 1) * r->V));
 		}
 		T_EQ_INT(model_pos(r->m), s->len + STEPS);
@@ -237,7 +217,7 @@ static void t_blocks_and_refusals(void)
 	const uint32_t V = r.V;
 	float *lg = malloc(3 * V * sizeof(float)), *l2 = malloc(3 * V * sizeof(float));
 	T_ASSERT(lg && l2);
-	uint32_t *toks = prompt(64, 9, V);
+	uint32_t *toks = kv_ids(64, 9, V);
 	struct baton_seq *a, *b, *c;
 	T_OK(model_seq_open(r.m, &a));
 	T_OK(model_seq_open(r.m, &b));
@@ -349,7 +329,7 @@ static void t_device_failure_changes_nothing(void)
 	struct rig r, f;
 	rig_open(&r, "olmoe", 6, 0, 8);
 	const uint32_t V = r.V;
-	uint32_t *toks = prompt(20, 3, V);
+	uint32_t *toks = kv_ids(20, 3, V);
 	float *lg = malloc(2 * V * sizeof(float)), *l2 = malloc(2 * V * sizeof(float));
 	T_ASSERT(lg && l2);
 	struct baton_seq *a, *b;

@@ -2,8 +2,9 @@
  * model.c: a whole MoE language model on an engine's device (see model.h,
  * the model, and docs/internals/model.md): open and close, and what it says about
  * itself. The parts are model_int.h's: weights.c (dense tensors and
- * activations), kv.c (the KV pool and sequences), forward.c (the forward
- * pass), release.c (giving the device memory back and taking it again).
+ * activations), kv.c (the KV pool and sequences), prefix.c (the prefix
+ * cache and its host copy), forward.c (the forward pass), release.c
+ * (giving the device memory back and taking it again).
  */
 #include <stdio.h>
 #include <stdlib.h>

@@ -5,9 +5,9 @@
  *   the engine     (engine.c)   the arena, the backend, the dense GEN
  *                               tensors and the expert cache on a device
  *   the sampler    (sample.c)   the next token from a model's logits
- *   the model      (config.c, model.c, weights.c, kv.c, forward.c,
- *                   release.c)  the forward pass of a whole MoE language
- *                               model and its paged KV cache
+ *   the model      (config.c, model.c, weights.c, kv.c, prefix.c,
+ *                   forward.c,  the forward pass of a whole MoE language
+ *                   release.c)  model, its paged KV cache and prefix cache
  *   the generator  (generate.c) text in, text out: template, tokenizer,
  *                               model, sampler
  *

@@ -1,9 +1,11 @@
 /*
  * model_int.h: internal to engine/model/'s model (model.c, weights.c,
- * kv.c, forward.c, release.c); the door is model.h. The model's state and
- * the few functions one part gives another. The calls go one way:
- * forward.c uses release.c (a step refills first) and kv.c; release.c and
- * model.c use weights.c and kv.c; kv.c and weights.c use none of them.
+ * kv.c, prefix.c, forward.c, release.c); the door is model.h. The model's
+ * state and the few functions one part gives another. The calls go one
+ * way: forward.c uses release.c (a step refills first), kv.c and prefix.c;
+ * release.c and model.c use weights.c, kv.c and prefix.c; kv.c and prefix.c
+ * use each other (the pool's blocks, the cache's index of them), weights.c
+ * none of them.
  */
 #ifndef BATON_ENGINE_MODEL_INT_H
 #define BATON_ENGINE_MODEL_INT_H
@@ -49,7 +51,7 @@ struct layer {
 
 #define KV_NONE UINT32_MAX
 
-/* One block of the pool, for the prefix cache (kv.c). A block is free (on
+/* One block of the pool, for the prefix cache (prefix.c). A block is free (on
  * the free stack), held (ref > 0: in some sequences' tables) or cached
  * and unheld (on the LRU list); a cached block is in the hash table
  * under hash, with its tokens and the cached block before it (parent,
@@ -114,7 +116,7 @@ struct baton_model {
 	uint64_t kv_bytes;
 	uint32_t n_blocks, n_free, seq_blocks; /* seq_blocks: a table's length */
 	uint32_t *free_ids;           /* the free stack, n_free of n_blocks */
-	/* the prefix cache (kv.c) */
+	/* the prefix cache (prefix.c) */
 	struct kv_blk *blk;           /* n_blocks */
 	uint32_t *buckets, n_buckets; /* hash table heads (power of two) */
 	uint32_t lru_head, lru_tail, n_lru; /* head: least recently used */
@@ -189,26 +191,35 @@ uint64_t kv_pool_rows(const struct baton_model *m);
 baton_dptr kv_k(const struct baton_model *m, uint32_t l);
 baton_dptr kv_v(const struct baton_model *m, uint32_t l);
 
-/* The pool on the device (allocated at the first use). */
+/* The pool on the device (allocated at the first use), the blocks a
+ * release saved copied back into it (kv_restore). */
 int kv_ensure(struct baton_model *m);
-
-/* Forgets the KV rows a release saved on the host. */
-void kv_drop_saved(struct baton_model *m);
 
 /* Gives blocks [keep, n_blocks) of s back to the pool, last first (so a
  * step undone leaves the stack as it found it); a cached block nobody
  * holds any more goes to the LRU list's recent end. */
 void kv_seq_shrink(struct baton_model *m, struct baton_seq *s, uint32_t keep);
 
-/* The prefix cache's part of model_open: its tables, the model's
- * identity (salt) as the chain's seed. */
-int kv_cache_init(struct baton_model *m, const void *identity, size_t len);
-void kv_cache_free(struct baton_model *m);
 /* Blocks a step may take: free, then evictable. */
 uint32_t kv_avail(const struct baton_model *m);
 /* One block for a sequence (ref 1): a free one, else the least recently
  * used unheld cached one (evicted). kv_avail() > 0 first. */
 uint32_t kv_take(struct baton_model *m);
+/* One reference to block id let go of: at 0 it goes on the LRU list if
+ * cached, else free. */
+void kv_put(struct baton_model *m, uint32_t id);
+
+/* ---- prefix.c ------------------------------------------------------------ */
+
+/* The prefix cache's part of model_open: its tables, the model's
+ * identity (salt) as the chain's seed. */
+int kv_cache_init(struct baton_model *m, const void *identity, size_t len);
+void kv_cache_free(struct baton_model *m);
+/* A cached block nobody holds any more, to the LRU list's recent end. */
+void kv_lru_push(struct baton_model *m, uint32_t id);
+/* The least recently used unheld cached block, out of the cache (an
+ * eviction); the LRU list is not empty. */
+uint32_t kv_evict(struct baton_model *m);
 /* After a step: s's tokens [pos, pos + n) are in its blocks; every block
  * they fill goes into the cache. */
 void kv_seq_fed(struct baton_model *m, struct baton_seq *s, const uint32_t *tokens, uint32_t n);
@@ -216,6 +227,11 @@ void kv_seq_fed(struct baton_model *m, struct baton_seq *s, const uint32_t *toke
  * every held one, then unheld cached ones most recently used first while
  * they fit host_limit; those past it leave the cache. No pool: 0. */
 int kv_save(struct baton_model *m);
+/* The saved blocks into the pool just allocated (kv_ensure), then the host
+ * copy freed; on failure the copy is kept, for the next try. */
+int kv_restore(struct baton_model *m);
+/* Forgets the KV rows a release saved on the host. */
+void kv_drop_saved(struct baton_model *m);
 /* Drops every unheld cached block (they go free). */
 void kv_cache_drop(struct baton_model *m);
 

@@ -1,8 +1,8 @@
 /*
- * prefix_test.c: the prefix cache of the paged KV pool (engine/model/kv.c,
+ * prefix_test.c: the prefix cache of the paged KV pool (engine/model/prefix.c,
  * model.h's "the prefix cache"), on the tiny models of engine/model/fixtures,
  * on the host backend or BATON_MODEL_BACKEND (cuda on the GPU machine, with
- * BATON_CUDA_GEMM=0: the exact kernels, so bits compare).
+ * BATON_CUDA_GEMM=0 and BATON_CUDA_EXACT=1: the exact kernels, so bits compare).
  *
  *   - sharing: two sequences with one prefix hold the same blocks (refs 2),
  *     the last token is never taken, closing lets go (refs 0, still cached)
@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/model/kv_fixture.h"
 #include "engine/model/model_fixture.h"
 #include "tests/t.h"
 
@@ -34,33 +35,14 @@ static void open_rig(struct rig *r, uint32_t kv_blocks, uint64_t host_bytes, int
 {
 	/* on cuda, passes of 64 rows or more run on the tensor cores, whose sums
 	 * depend on the pass's shape (model.md, "The exception"): the exact
-	 * kernels everywhere, so that bits can be compared */
+	 * kernels everywhere, so that bits can be compared; a one-row pass on
+	 * q4_K / q6_K weights would take the quantized GEMVs (mmvq.cu) */
 	setenv("BATON_CUDA_GEMM", "0", 0);
+	setenv("BATON_CUDA_EXACT", "1", 0);
 	rig_engine(r, rig_fixtures(), "qwen3_moe", "qwen3_moe");
 	struct baton_model_opts mo = { .max_ctx = 256, .kv_blocks = kv_blocks, .kv_host_bytes = host_bytes,
 		.no_prefix_cache = off };
 	rig_model(r, &mo);
-}
-
-static uint32_t argmax(const float *l, uint32_t n)
-{
-	uint32_t b = 0;
-	for (uint32_t i = 1; i < n; i++)
-		if (l[i] > l[b])
-			b = i;
-	return b;
-}
-
-/* n pseudo-random ids below vocab, different per seed. */
-static uint32_t *toks_of(uint32_t n, uint32_t seed, uint32_t vocab)
-{
-	uint32_t *t = malloc((n ? n : 1) * sizeof *t), x = seed * 2654435761u + 99u;
-	T_ASSERT(t);
-	for (uint32_t i = 0; i < n; i++) {
-		x = x * 1103515245u + 12345u;
-		t[i] = (x >> 8) % vocab;
-	}
-	return t;
 }
 
 /* Reads tokens[from .. n) into s (already at position from) in one
@@ -74,7 +56,7 @@ static void run_seq(struct rig *r, struct baton_seq *s, const uint32_t *tokens, 
 	struct baton_step_item it = { s, tokens + from, n - from };
 	T_OK(model_step(r->m, &it, 1, lg));
 	for (uint32_t k = 0; k < steps; k++) {
-		uint32_t t = argmax(lg + (size_t)k * r->V, r->V);
+		uint32_t t = kv_argmax(lg + (size_t)k * r->V, r->V);
 		if (out)
 			out[k] = t;
 		struct baton_step_item d = { s, &t, 1 };
@@ -102,7 +84,7 @@ static void t_sharing(void)
 {
 	struct rig r;
 	open_rig(&r, 32, 0, 0);
-	uint32_t *p = toks_of(60, 1, r.V), *q = toks_of(60, 1, r.V);
+	uint32_t *p = kv_ids(60, 1, r.V), *q = kv_ids(60, 1, r.V);
 	for (uint32_t i = 50; i < 60; i++)
 		q[i] = (q[i] + 1) % r.V; /* q: p's first 50 tokens, then others */
 	float *lg = malloc((size_t)r.V * sizeof(float));
@@ -167,7 +149,7 @@ static void t_same_prompt_in_one_step(void)
 {
 	struct rig r;
 	open_rig(&r, 16, 0, 0);
-	uint32_t *p = toks_of(40, 5, r.V);
+	uint32_t *p = kv_ids(40, 5, r.V);
 	float *lg = malloc(2 * (size_t)r.V * sizeof(float)), *want = malloc((size_t)r.V * sizeof(float));
 	T_ASSERT(lg && want);
 	struct baton_seq *a, *b;
@@ -184,7 +166,7 @@ static void t_same_prompt_in_one_step(void)
 	reference(p, 40, 0, want);
 	T_ASSERT(memcmp(lg, want, r.V * sizeof(float)) == 0 && memcmp(lg + r.V, want, r.V * sizeof(float)) == 0);
 	/* and both go on from the shared blocks as a model without the cache */
-	uint32_t t = argmax(want, r.V);
+	uint32_t t = kv_argmax(want, r.V);
 	struct baton_step_item d[2] = { { a, &t, 1 }, { b, &t, 1 } };
 	T_OK(model_step(r.m, d, 2, lg));
 	T_ASSERT(memcmp(lg, lg + r.V, r.V * sizeof(float)) == 0);
@@ -202,7 +184,7 @@ static void t_multi_turn_same_logits(void)
 	struct rig r;
 	open_rig(&r, 64, 0, 0);
 	const uint32_t n1 = 21, steps = 30, n2 = n1 + steps - 1 + 17, steps2 = 8;
-	uint32_t *t1 = toks_of(n1, 7, r.V), *t2 = malloc(n2 * sizeof *t2), out[64];
+	uint32_t *t1 = kv_ids(n1, 7, r.V), *t2 = malloc(n2 * sizeof *t2), out[64];
 	float *lg = malloc((size_t)(steps + 1) * r.V * sizeof(float)),
 	      *want = malloc((size_t)(steps + 1) * r.V * sizeof(float));
 	T_ASSERT(t2 && lg && want);
@@ -212,7 +194,7 @@ static void t_multi_turn_same_logits(void)
 	model_seq_close(r.m, a); /* positions 0 .. n1 + steps - 1: 3 full blocks */
 	memcpy(t2, t1, n1 * sizeof *t2);
 	memcpy(t2 + n1, out, (steps - 1) * sizeof *t2);
-	uint32_t *more = toks_of(17, 8, r.V);
+	uint32_t *more = kv_ids(17, 8, r.V);
 	memcpy(t2 + n1 + steps - 1, more, 17 * sizeof *t2);
 	T_OK(model_seq_open(r.m, &b));
 	T_EQ_INT(model_seq_prefix(r.m, b, t2, n2), 48);
@@ -232,8 +214,8 @@ static void t_eviction_lru(void)
 	open_rig(&r, 6, 0, 0); /* 6 blocks */
 	float *lg = malloc((size_t)r.V * sizeof(float));
 	T_ASSERT(lg);
-	uint32_t *x = toks_of(33, 11, r.V), *y = toks_of(33, 12, r.V), *z = toks_of(33, 13, r.V),
-	         *w = toks_of(48, 14, r.V);
+	uint32_t *x = kv_ids(33, 11, r.V), *y = kv_ids(33, 12, r.V), *z = kv_ids(33, 13, r.V),
+	         *w = kv_ids(48, 14, r.V);
 	struct baton_seq *s;
 	const uint32_t *three[3] = { x, y, z };
 	for (int i = 0; i < 3; i++) { /* 32 positions each: 2 full blocks, cached */
@@ -292,7 +274,7 @@ static void t_forced_collisions(void)
 	model_prefix_test_collide(r.m, 1);
 	float *lg = malloc((size_t)r.V * sizeof(float)), *want = malloc((size_t)r.V * sizeof(float));
 	T_ASSERT(lg && want);
-	uint32_t *x = toks_of(40, 21, r.V);
+	uint32_t *x = kv_ids(40, 21, r.V);
 	struct baton_seq *s;
 	T_OK(model_seq_open(r.m, &s));
 	struct baton_step_item it = { s, x, 40 };
@@ -301,11 +283,11 @@ static void t_forced_collisions(void)
 	/* the same prompt: both found */
 	T_EQ_INT(model_prefix_peek(r.m, x, 40, NULL), 32);
 	/* X0 then another block: X0 only */
-	uint32_t *y = toks_of(40, 21, r.V);
+	uint32_t *y = kv_ids(40, 21, r.V);
 	y[20] ^= 1;
 	T_EQ_INT(model_prefix_peek(r.m, y, 40, NULL), 16);
 	/* another first block, then X1's tokens: nothing (X1 follows X0) */
-	uint32_t *z = toks_of(40, 21, r.V);
+	uint32_t *z = kv_ids(40, 21, r.V);
 	z[3] = (z[3] + 1) % r.V;
 	T_EQ_INT(model_prefix_peek(r.m, z, 40, NULL), 0);
 	/* z read whole with collisions forced: its blocks go in beside x's,
@@ -344,7 +326,7 @@ static void release_and_back(int whole)
 	struct rig r;
 	open_rig(&r, 32, 64u << 20, 0);
 	const uint32_t n1 = 37, steps = 12;
-	uint32_t *t = toks_of(n1 + steps + 20, 31, r.V), out[16];
+	uint32_t *t = kv_ids(n1 + steps + 20, 31, r.V), out[16];
 	float *lg = malloc((size_t)(steps + 1) * r.V * sizeof(float)),
 	      *want = malloc((size_t)(steps + 1) * r.V * sizeof(float));
 	T_ASSERT(lg && want);
@@ -354,7 +336,7 @@ static void release_and_back(int whole)
 	run_seq(&r, a, t, 0, n1, steps, lg, out);
 	model_seq_close(r.m, a); /* 48 positions: 3 cached blocks, unheld */
 	memcpy(t + n1, out, (steps - 1) * sizeof *t);
-	uint32_t *h = toks_of(20, 32, r.V); /* a sequence still open holds 20 positions */
+	uint32_t *h = kv_ids(20, 32, r.V); /* a sequence still open holds 20 positions */
 	struct baton_step_item hi = { held, h, 20 };
 	T_OK(model_step(r.m, &hi, 1, lg));
 	struct baton_prefix_stats st;
@@ -433,7 +415,7 @@ static void t_host_bound(void)
 	rig_model(&r, &mo);
 	float *lg = malloc((size_t)r.V * sizeof(float));
 	T_ASSERT(lg);
-	uint32_t *x = toks_of(49, 41, r.V), *y = toks_of(17, 42, r.V);
+	uint32_t *x = kv_ids(49, 41, r.V), *y = kv_ids(17, 42, r.V);
 	struct baton_seq *s;
 	T_OK(model_seq_open(r.m, &s));
 	struct baton_step_item it = { s, x, 48 };
@@ -481,7 +463,7 @@ static void t_off(void)
 	open_rig(&r, 32, 64u << 20, 1);
 	float *lg = malloc((size_t)r.V * sizeof(float));
 	T_ASSERT(lg);
-	uint32_t *x = toks_of(40, 51, r.V);
+	uint32_t *x = kv_ids(40, 51, r.V);
 	struct baton_seq *s;
 	T_OK(model_seq_open(r.m, &s));
 	struct baton_step_item it = { s, x, 40 };

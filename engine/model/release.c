@@ -2,7 +2,7 @@
  * release.c: giving back every byte of device memory the model holds
  * (dense tensors, activations, the KV pool: the blocks that sequences hold
  * and, up to the host bound, the prefix cache's, copied to host memory
- * first, kv.c's kv_save) and taking it again, bitwise the same.
+ * first, prefix.c's kv_save) and taking it again, bitwise the same.
  */
 #include <stdlib.h>
 #include <string.h>

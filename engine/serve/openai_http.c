@@ -34,8 +34,9 @@ struct oai_server {
 
 /* A batch: prompts (/v1/completions' "prompt": [...]) times n (a chat's
  * or completion's "n"), one scheduler request each, one answer: a choice
- * each (index: prompt * n + copy), the usage summed (a prompt once, as
- * OpenAI counts it); a stream interleaves their chunks. Its counters are taken under mu (the
+ * each (index: prompt * n + copy), the usage summed (a prompt and its
+ * cached tokens once, as OpenAI counts it: the copies after the first
+ * take its blocks from the cache, sched.c); a stream interleaves their chunks. Its counters are taken under mu (the
  * handler submits while the scheduler's thread finishes). */
 struct obatch {
 	pthread_mutex_t mu;
@@ -603,7 +604,7 @@ static void batch_done(struct oreq *q, int rc, const char *err, struct baton_gen
 	if (rc == 0) {
 		b->n_prompt += q->copy == 0 ? res->n_prompt : 0;
 		b->n_tokens += res->n_tokens;
-		b->n_cached += res->n_cached;
+		b->n_cached += q->copy == 0 ? res->n_cached : 0; /* of the prompt counted once */
 	}
 	if (choice)
 		json_array_set_new(b->choices, (size_t)q->index, choice);
@@ -1258,7 +1259,7 @@ static void handler(void *arg, struct baton_http_req *r)
 		    "steps", (json_int_t)st.steps, "cancelled", (json_int_t)st.cancelled, "refused_busy",
 		    (json_int_t)st.refused_busy, "preempted", (json_int_t)st.preempted);
 		const struct baton_prefix_stats *ps = &st.prefix;
-		json_t *pc = json_pack("{s:b, s:I, s:I, s:f, s:i, s:i, s:I, s:I, s:I, s:i, s:I, s:I, s:f}",
+		json_t *pc = json_pack("{s:b, s:I, s:I, s:f, s:i, s:i, s:I, s:I, s:I, s:i, s:I, s:I, s:f, s:I, s:I}",
 		    "enabled", ps->enabled, "prompt_tokens", (json_int_t)st.prompt_tokens, "cached_tokens",
 		    (json_int_t)st.cached_tokens, "hit_rate",
 		    st.prompt_tokens ? (double)st.cached_tokens / (double)st.prompt_tokens : 0.0, "cached_blocks",
@@ -1266,7 +1267,8 @@ static void handler(void *arg, struct baton_http_req *r)
 		    (json_int_t)ps->evictions, "host_kv_bytes", (json_int_t)ps->host_bytes, "host_kv_limit_bytes",
 		    (json_int_t)ps->host_limit, "host_kv_blocks", (json_int_t)ps->host_blocks, "host_dropped_blocks",
 		    (json_int_t)ps->host_dropped, "restored_blocks", (json_int_t)ps->restored_blocks,
-		    "last_restore_s", ps->last_restore_s);
+		    "last_restore_s", ps->last_restore_s, "read_tokens", (json_int_t)st.read_tokens, "followed",
+		    (json_int_t)st.followed);
 		if (j && pc)
 			json_object_set_new(j, "prefix_cache", pc);
 		if (j && s->o.health)

@@ -736,11 +736,37 @@ def t_prefix_turns_and_release(c):
     return "cached per turn %s; %d blocks back from host" % (cached, pc["restored_blocks"])
 
 
+def t_prefix_n_choices(c):
+    """n: 3 reads the prompt once: the choices after the first wait for
+    its blocks and take them from the cache (/health's cached_tokens),
+    the usage counts the prompt and its cached tokens once, and the
+    choices equal an engine's without the cache."""
+    e = engine(c, "q", "--kv-blocks", "48")
+    f = engine(c, "f", "--no-prefix-cache", "--kv-blocks", "48")
+    body = {"model": MODEL, "prompt": "In the beginning God created the heaven and the earth. And the earth was "
+            "without form, and void; and darkness was upon the face of the deep.", "n": 3, "seed": 9,
+            "temperature": 0.8, "max_tokens": 12}
+    st, got, _ = e.http.post("/v1/completions", body)
+    assert st == 200, got
+    st, want, _ = f.http.post("/v1/completions", body)
+    assert st == 200, want
+    assert [x["text"] for x in got["choices"]] == [x["text"] for x in want["choices"]], (got, want)
+    u = got["usage"]
+    n = u["prompt_tokens"]
+    assert n > 16 and u["prompt_tokens_details"] == {"cached_tokens": 0}, u
+    pc = health(e)["prefix_cache"]
+    whole = (n - 1) // 16 * 16
+    assert pc["prompt_tokens"] == 3 * n and pc["cached_tokens"] == 2 * whole and pc["followed"] == 2, (pc, n)
+    assert pc["read_tokens"] == n + 2 * (n - whole), (pc, n)  # the start read once
+    assert health(f)["prefix_cache"]["cached_tokens"] == 0
+    return "%d prompt tokens, %d of the copies' taken from the first's blocks" % (n, pc["cached_tokens"])
+
+
 if __name__ == "__main__":
     for p in (h.ENGINE, h.ARENA, h.CLI, h.BROKER):
         h.need(p)
     sys.exit(h.run_cases([t_whole_and_stream, t_npm_client, t_tools_and_reasoning, t_completion_keeps_space,
                           t_tokenize_and_cors, t_logprobs, t_prompts_and_echo, t_concurrent_equal_alone,
                           t_disconnect_frees, t_queue_full, t_errors_and_token, t_content_is_text,
-                          t_release_levels, t_prefix_turns_and_release], only=sys.argv[1:],
+                          t_release_levels, t_prefix_turns_and_release, t_prefix_n_choices], only=sys.argv[1:],
                          logs=("q", "t", "broker")))

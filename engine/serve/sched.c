@@ -24,7 +24,16 @@ struct job {
 	struct baton_seq *ks;           /* after admission */
 	const uint32_t *prompt;         /* what prefill feeds: the request's prompt, or resume */
 	uint32_t n_prompt, fed;         /* prompt tokens, those in the KV cache */
-	uint32_t cached;                /* of the prompt, taken from the prefix cache (first admission) */
+	uint32_t cached;                /* of the prompt, taken from the prefix cache (first lookup) */
+	int looked;                     /* cached is set */
+	/* Following (n > 1, or prompts that share a start, admitted while
+	 * another reads it): job `lead` reads the start both share; this one
+	 * waits, its sequence empty, until lead's KV holds positions
+	 * [0, lead_to) (they are then in the prefix cache), lead decodes or
+	 * leaves the running table, then takes them from the cache and reads
+	 * only the rest. 0: not following. */
+	uint64_t lead;
+	uint32_t lead_to;
 	uint32_t next_tok;              /* to decode next, once decoding */
 	int decoding;
 	int begun;                      /* generator_seq_begin and on_admit ran (first admission) */
@@ -138,6 +147,81 @@ static uint32_t near_blocks(struct baton_sched *s, const struct job *j)
 	return model_seq_blocks_needed(s->m, j->ks, more);
 }
 
+/* Positions of whole blocks j may take from another running job r's
+ * prompt, r reading it still: the blocks both prompts hold alike, never
+ * j's last token (model_prefix_peek's rule). */
+static uint32_t shared_blocks(const struct job *j, const struct job *r)
+{
+	uint32_t n = j->n_prompt ? j->n_prompt - 1 : 0, c = 0;
+	if (n > r->n_prompt)
+		n = r->n_prompt;
+	while (c < n && j->prompt[c] == r->prompt[c])
+		c++;
+	return c / BATON_KV_BLOCK * BATON_KV_BLOCK;
+}
+
+/* j (just admitted, its sequence empty) follows the running job that is
+ * reading the longest start of j's prompt past what the cache holds now
+ * (hit), rather than read that start again beside it: 1 if it does. Only
+ * when that start is at least half of what j would read (n > 1's copies:
+ * all but the last block; a short system prompt before a longer message
+ * is read beside it, in the same steps, not a step later) and with the
+ * prefix cache on (it is how the blocks pass). Lock held. */
+static int pick_lead(struct baton_sched *s, struct job *j, uint32_t hit)
+{
+	if (!s->st.prefix.enabled)
+		return 0;
+	struct job *best = NULL;
+	uint32_t to = hit;
+	for (uint32_t i = 0; i < s->n_run; i++) {
+		struct job *r = s->run[i];
+		if (r == j || r->decoding || r->lead)
+			continue;
+		uint32_t c = shared_blocks(j, r);
+		if (c > to && c > r->fed) {
+			best = r;
+			to = c;
+		}
+	}
+	if (!best || 2 * (uint64_t)(to - hit) < (uint64_t)(j->n_prompt - hit))
+		return 0;
+	j->lead = best->id;
+	j->lead_to = to;
+	s->st.followed++;
+	return 1;
+}
+
+/* j takes the longest cached start of its prompt (its sequence empty):
+ * the positions it need not read. Lock held. */
+static void take_prefix(struct baton_sched *s, struct job *j)
+{
+	j->fed = model_seq_prefix(s->m, j->ks, j->prompt, j->n_prompt);
+	if (!j->looked)
+		j->cached = j->fed;
+	j->looked = 1;
+	s->st.cached_tokens += j->fed;
+}
+
+/* Followers whose lead has read what they wait for (or decodes, or left
+ * the running table: ended, cancelled, preempted) take it from the cache
+ * now. Lock held. */
+static void follow(struct baton_sched *s)
+{
+	for (uint32_t i = 0; i < s->n_run; i++) {
+		struct job *j = s->run[i];
+		if (!j->lead)
+			continue;
+		const struct job *r = NULL;
+		for (uint32_t k = 0; k < s->n_run && !r; k++)
+			if (s->run[k]->id == j->lead)
+				r = s->run[k];
+		if (r && !r->decoding && r->fed < j->lead_to)
+			continue;
+		j->lead = 0;
+		take_prefix(s, j);
+	}
+}
+
 /* Admits waiting jobs while fewer than max_seqs run and the pool holds
  * the prompt of the next one besides what the running need next, with a
  * block of room for each running sequence (so a job admitted is not
@@ -201,11 +285,10 @@ static void admit(struct baton_sched *s, struct job **done, struct job **admitte
 			s->wait_tail = NULL;
 		s->n_wait--;
 		j->ks = ks;
-		j->fed = model_seq_prefix(s->m, ks, j->prompt, j->n_prompt);
-		if (!j->begun)
-			j->cached = j->fed;
-		s->st.cached_tokens += j->fed;
+		j->fed = 0;
 		s->st.prompt_tokens += j->n_prompt;
+		if (!pick_lead(s, j, hit))
+			take_prefix(s, j);
 		j->next = *admitted;
 		*admitted = j;
 		s->run[s->n_run++] = j;
@@ -241,6 +324,7 @@ static int preempt(struct baton_sched *s, struct job *j)
 	j->n_prompt = n;
 	j->fed = 0;
 	j->decoding = 0;
+	j->lead = 0;
 	j->next = s->wait_head;
 	s->wait_head = j;
 	if (!s->wait_tail)
@@ -273,8 +357,8 @@ static uint32_t plan(struct baton_sched *s)
 	}
 	for (uint32_t i = 0; i < s->n_run && budget; i++) {
 		struct job *j = s->run[i];
-		if (j->decoding)
-			continue;
+		if (j->decoding || j->lead)
+			continue; /* a follower waits for its lead's blocks */
 		uint32_t k = j->n_prompt - j->fed;
 		if (k > budget)
 			k = budget;
@@ -285,17 +369,32 @@ static uint32_t plan(struct baton_sched *s)
 	return n;
 }
 
+/* The youngest running job but the oldest that holds or reads something
+ * (a follower holds no block: preempting it frees none), or NULL. */
+static struct job *victim(struct baton_sched *s)
+{
+	for (uint32_t i = s->n_run; i-- > 1;)
+		if (!s->run[i]->lead)
+			return s->run[i];
+	return NULL;
+}
+
 /* One forward pass over every running job; ends those that finished. No
  * lock held; the running table is the thread's to read (and its
  * membership changes under the lock). When the pool cannot hold the step,
- * the youngest running jobs are preempted until it can; the oldest is
- * never (it fits the pool alone: admit refuses any other). */
+ * the youngest running jobs are preempted until it can (followers
+ * passed over); the oldest is never (it fits the pool alone: admit
+ * refuses any other). */
 static void step(struct baton_sched *s, struct job **done)
 {
+	pthread_mutex_lock(&s->mu);
+	follow(s);
+	pthread_mutex_unlock(&s->mu);
 	uint32_t n = plan(s);
-	while (n && s->n_run > 1 && step_blocks(s, n) > model_kv_free_blocks(s->m)) {
+	struct job *v;
+	while (n && (v = victim(s)) && step_blocks(s, n) > model_kv_free_blocks(s->m)) {
 		pthread_mutex_lock(&s->mu);
-		int rc = preempt(s, s->run[s->n_run - 1]);
+		int rc = preempt(s, v);
 		pthread_mutex_unlock(&s->mu);
 		if (rc)
 			break; /* no memory to keep its tokens: the step fails ENOSPC for all */
@@ -306,6 +405,9 @@ static void step(struct baton_sched *s, struct job **done)
 	int prc = model_step(s->m, s->items, n, s->logits);
 	pthread_mutex_lock(&s->mu);
 	s->st.steps++;
+	for (uint32_t i = 0; i < n && !prc; i++)
+		if (!s->item_job[i]->decoding)
+			s->st.read_tokens += s->items[i].n;
 	pthread_mutex_unlock(&s->mu);
 	for (uint32_t i = 0; i < n; i++) {
 		struct job *j = s->item_job[i];

@@ -30,7 +30,11 @@
  *
  * Admission takes the longest cached prefix of a prompt first
  * (model_seq_prefix: whole blocks, never the last token) and reads only
- * the rest; the answer is the same (docs/internals/prefix-cache.md).
+ * the rest; the answer is the same (docs/internals/prefix-cache.md). A
+ * request admitted while another running one reads a longer start of the
+ * same prompt (n > 1's choices, or a shared system prompt arriving
+ * together) waits for that read and then takes those blocks from the
+ * cache, so the start is computed once, not once per request.
  *
  * Each request's answer equals generator_run's for the same request and
  * seed: its sampler is its own and its logits do not depend on the others
@@ -92,6 +96,8 @@ struct sched_stats {
 	uint64_t preempted;          /* running jobs put back to be read again (the pool ran out) */
 	uint64_t prompt_tokens;      /* prompt tokens admitted (a preempted job's again) */
 	uint64_t cached_tokens;      /* of them, taken from the prefix cache instead of read */
+	uint64_t read_tokens;        /* prompt tokens read by forward passes (prefill) */
+	uint64_t followed;           /* jobs that waited for another's read of their prompt's start */
 	struct baton_prefix_stats prefix; /* the model's, as of the last step */
 	int held;                    /* between begin() and end() */
 };

@@ -628,6 +628,95 @@ static void t_prefix_turns(void)
 	rig_close(&f);
 }
 
+/* n > 1: three choices of one prompt admitted together (one greedy, two
+ * sampled with their own seeds). The first reads the prompt; the others
+ * wait for it and take its whole blocks from the cache, reading only the
+ * partial last block each: the prompt's start is computed once
+ * (read_tokens), cached_tokens says so, and every answer is the one a
+ * generator without the cache gives. */
+static void t_prefix_n_choices(void)
+{
+	struct rig r, f;
+	rig_engine(&f, rig_models(), "kjv-qwen3-moe", "f");
+	struct baton_model_opts off = { .max_ctx = 256, .no_prefix_cache = 1 };
+	rig_generator(&f, &off);
+	rig_open(&r, 256, 64);
+	atomic_store(&hk.may, 1);
+	struct baton_sched *s;
+	struct sched_opts o = { .max_seqs = 4, .chunk = 8 /* the prompt over several steps */ };
+	T_EQ_INT(sched_open(r.g, &o, &hooks, &s), 0);
+	enum { K = 3 };
+	static struct call c[K];
+	struct baton_gen_result ref[K];
+	char err[512];
+	atomic_store(&hk.gate_shut, 1); /* all three wait, then start together */
+	for (int k = 0; k < K; k++) {
+		make_call(&c[k], 4, k ? 0.8f : 0.0f, 12);
+		c[k].msg.content = "Tell me of the light and of the darkness, of the waters above the firmament and "
+		    "the waters under it, and of the six days.";
+		c[k].q.sp.seed = 77 + (uint64_t)k;
+		struct baton_gen_request q = c[k].q;
+		q.on_text = NULL;
+		T_ASSERT_MSG(generator_run(f.g, &q, &ref[k], err, sizeof err) == 0, "%s", err);
+		submit(s, &c[k]);
+	}
+	atomic_store(&hk.gate_shut, 0);
+	uint32_t n = 0, whole = 0;
+	for (int k = 0; k < K; k++) {
+		wait_done(&c[k]);
+		T_ASSERT_MSG(c[k].rc == 0, "choice %d: %s", k, c[k].err);
+		struct baton_gen_result *a = &ref[k], *b = &c[k].res;
+		T_ASSERT_MSG(a->n_tokens == b->n_tokens && memcmp(a->tokens, b->tokens, a->n_tokens * 4) == 0 &&
+		    strcmp(a->text, b->text) == 0, "choice %d differs from a generator without the cache:\n%s\n%s",
+		    k, b->text, a->text);
+		n = b->n_prompt;
+		whole = (n - 1) / 16 * 16;
+		T_ASSERT_MSG(n > 16, "a prompt of %u tokens: not a whole block to share", n);
+		T_EQ_INT(b->n_cached, k == 0 ? 0 : whole);
+		printf("  choice %d: %u/%u cached: %s\n", k, b->n_cached, n, b->text);
+	}
+	struct sched_stats st;
+	sched_stats(s, &st);
+	T_EQ_INT(st.followed, K - 1);
+	T_EQ_INT(st.prompt_tokens, K * n);
+	T_EQ_INT(st.cached_tokens, (K - 1) * whole);
+	T_EQ_INT(st.read_tokens, n + (K - 1) * (n - whole)); /* the start read once */
+	/* two prompts that share a short start before longer messages are
+	 * read side by side: waiting would cost more than it saves */
+	static struct call d[2];
+	static const char *const tails[2] = {
+		"and then tell me who built the ark, how long it was and how broad, of what wood, and how many came into "
+		"it two by two, and how long the rain fell upon the earth, and where it rested at the last.",
+		"and then speak of the sea, of the fishes in it and the great whales, and of the ships that go down to "
+		"it in storms, and of the men who cry unto the Lord in their trouble, and of the haven where they would be.",
+	};
+	static char msg[2][512];
+	atomic_store(&hk.gate_shut, 1);
+	for (int k = 0; k < 2; k++) {
+		make_call(&d[k], 0, 0.0f, 4);
+		snprintf(msg[k], sizeof msg[k], "Speak to me of Moses and of Aaron his brother, of Pharaoh king of "
+		    "Egypt and of all his host, %s", tails[k]);
+		d[k].msg.content = msg[k];
+		submit(s, &d[k]);
+	}
+	atomic_store(&hk.gate_shut, 0);
+	for (int k = 0; k < 2; k++) {
+		wait_done(&d[k]);
+		T_ASSERT_MSG(d[k].rc == 0, "%s", d[k].err);
+		T_ASSERT_MSG(d[k].res.n_prompt > 80, "%u prompt tokens", d[k].res.n_prompt);
+		generator_result_free(&d[k].res);
+	}
+	sched_stats(s, &st);
+	T_EQ_INT(st.followed, K - 1);
+	sched_close(s);
+	for (int k = 0; k < K; k++) {
+		generator_result_free(&ref[k]);
+		generator_result_free(&c[k].res);
+	}
+	rig_close(&r);
+	rig_close(&f);
+}
+
 /* Requests that share a prefix, cancelled while they wait, while they
  * read their prompt and while they decode, and the scheduler closed with
  * some still running: every one ends once, and no block stays held. */
@@ -681,4 +770,5 @@ T_MAIN(T_CASE_TIMEOUT(t_batched_equals_alone, 120), T_CASE_TIMEOUT(t_queue_full,
     T_CASE_TIMEOUT(t_cancel_frees_blocks, 60), T_CASE_TIMEOUT(t_small_pool, 120),
     T_CASE_TIMEOUT(t_drain, 60), T_CASE_TIMEOUT(t_short_beside_long, 120),
     T_CASE_TIMEOUT(t_preempt_recompute, 120), T_CASE_TIMEOUT(t_preempt_and_cancel, 120),
-    T_CASE_TIMEOUT(t_prefix_turns, 180), T_CASE_TIMEOUT(t_prefix_kills, 120))
+    T_CASE_TIMEOUT(t_prefix_turns, 180), T_CASE_TIMEOUT(t_prefix_n_choices, 120),
+    T_CASE_TIMEOUT(t_prefix_kills, 120))
