@@ -18,7 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/serve/openai.h"
+#include "engine/serve/openai_http.h"
+#include "proto/base/base.h"
 
 #define INVALID "invalid_request_error"
 #define RESP_STORE_MAX 256u
@@ -880,4 +881,40 @@ void oai_resp_fail(struct oai_resp *r, const struct oai_error *e)
 int oai_resp_streaming(const struct oai_resp *r)
 {
 	return r->stream;
+}
+
+/* A /v1/responses request ended: its response, whole or as its last events. */
+void oreq_resp_done(struct oreq *q, int rc, const char *err, struct baton_gen_result *res)
+{
+	const char *type;
+	struct oai_error e;
+	if (rc) {
+		int status = oreq_status_of(rc, &type);
+		oai_errorf(&e, status, type, NULL, NULL, "%s", err && err[0] ? err : baton_strerror(rc));
+	}
+	if (q->streaming) {
+		if (q->st) {
+			if (rc == 0 && strcmp(res->finish, "cancelled") != 0) {
+				if (!q->split_started++ && q->think_open)
+					oai_split_thinking(&q->sp);
+				oai_split_finish(&q->sp);
+				json_decref(oai_resp_finish(q->resp, res));
+			} else if (rc) {
+				oai_resp_fail(q->resp, &e);
+			}
+			http_stream_close(q->st);
+		}
+	} else if (rc == 0) {
+		if (q->think_open)
+			oai_split_thinking(&q->sp);
+		if (oai_split_push(&q->sp, res->text, res->text_len) || oai_split_finish(&q->sp) || q->write_failed)
+			http_reply_error(q->r, 500, BATON_ENOMEM, "out of memory");
+		else
+			http_reply_json(q->r, 200, oai_resp_finish(q->resp, res));
+	} else {
+		static const char *const retry[] = { "Retry-After: 1", NULL };
+		oreq_reply_error(q->r, &e, http_retry_after(oreq_status_of(rc, &type)) ? retry : NULL);
+	}
+	generator_result_free(res);
+	oreq_free(q);
 }

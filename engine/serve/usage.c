@@ -1,0 +1,52 @@
+/*
+ * usage.c: the usage report the front door counts a request by
+ * (X-Baton-Usage asked for it): a header of a whole answer, a comment
+ * line of a stream before its [DONE] (see openai_http.h).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/serve/openai_http.h"
+#include "proto/base/base.h"
+
+/* "prompt_tokens=P completion_tokens=C ttft_s=T finish=F": what the
+ * front door counts a request by (a header of a whole reply, a comment
+ * line of a stream before its [DONE]). */
+static void usage_report(const struct oreq *q, const struct baton_gen_result *res, char *out, size_t n)
+{
+	snprintf(out, n, "prompt_tokens=%u completion_tokens=%u ttft_s=%.6f finish=%s", res->n_prompt,
+	    res->n_tokens, q->tm.t_first > 0 ? q->tm.t_first - q->tm.t_in : 0.0, res->finish ? res->finish : "stop");
+}
+
+/* A whole answer (takes j), with the usage report the front door asked for. */
+void oreq_reply_whole(struct oreq *q, const struct baton_gen_result *res, json_t *j)
+{
+	if (!q->door) {
+		http_reply_json(q->r, 200, j);
+		return;
+	}
+	char *body = j ? json_dumps(j, JSON_COMPACT) : NULL;
+	json_decref(j);
+	if (!body) {
+		http_reply_error(q->r, 500, BATON_ENOMEM, "out of memory");
+		return;
+	}
+	char rep[200], hdr[240];
+	usage_report(q, res, rep, sizeof rep);
+	snprintf(hdr, sizeof hdr, "X-Baton-Usage: %s", rep);
+	const char *const headers[] = { hdr, NULL };
+	http_reply(q->r, 200, "application/json", body, strlen(body), headers);
+	free(body);
+}
+
+void oreq_usage_comment(struct oreq *q, const struct baton_gen_result *res)
+{
+	if (!q->door)
+		return;
+	/* a comment line (SSE clients skip it) in the [DONE] event */
+	char rep[200], line[240];
+	usage_report(q, res, rep, sizeof rep);
+	int n = snprintf(line, sizeof line, ": baton-usage %s\n", rep);
+	http_stream_write(q->st, line, (size_t)n);
+}
