@@ -36,7 +36,7 @@ static void batch_answer(struct obatch *b, struct oreq *q)
 			} else {
 				if (b->include_usage) {
 					size_t n;
-					char *ev = oai_sse(oai_usage_chunk(b->kind, q->id, q->created, q->srv->model,
+					char *ev = oai_sse(oai_usage_chunk(b->kind, q->id, q->created, q->h.srv->model,
 					    b->n_prompt, b->n_tokens, b->n_cached), &n);
 					if (ev)
 						http_stream_write(b->st, ev, n);
@@ -55,7 +55,7 @@ static void batch_answer(struct obatch *b, struct oreq *q)
 	} else {
 		json_t *j = json_pack("{s:s, s:s, s:I, s:s, s:O, s:o}", "id", q->id, "object",
 		    b->kind == OAI_CHAT ? "chat.completion" : "text_completion", "created", (json_int_t)q->created,
-		    "model", q->srv->model, "choices", b->choices, "usage", oai_usage(b->n_prompt, b->n_tokens, b->n_cached));
+		    "model", q->h.srv->model, "choices", b->choices, "usage", oai_usage(b->n_prompt, b->n_tokens, b->n_cached));
 		http_reply_json(b->r, 200, j);
 	}
 	batch_free(b);
@@ -66,12 +66,12 @@ void obatch_done(struct oreq *q, int rc, const char *err, struct baton_gen_resul
 {
 	struct obatch *b = q->b;
 	int cut = rc == 0 && strcmp(res->finish, "cancelled") == 0;
-	if (rc == 0 && !cut && q->streaming && q->st)
+	if (rc == 0 && !cut && q->streaming && q->h.st)
 		oreq_finish_chunk(q, res);
 	json_t *choice = NULL;
 	if (rc == 0 && !q->streaming) {
-		json_t *j = q->q.kind == OAI_CHAT ? oreq_chat_whole(q, res) :
-		    oreq_with_echo(q, oreq_with_lp(q, oai_reply(OAI_COMPLETION, q->id, q->created, q->srv->model, res)));
+		json_t *j = q->h.q.kind == OAI_CHAT ? oreq_chat_whole(q, res) :
+		    oreq_with_echo(q, oreq_with_lp(q, oai_reply(OAI_COMPLETION, q->id, q->created, q->h.srv->model, res)));
 		choice = json_incref(json_array_get(json_object_get(j, "choices"), 0));
 		json_decref(j);
 		if (choice)
@@ -154,8 +154,8 @@ void obatch_submit(struct oai_server *s, struct baton_http_req *r, enum oai_kind
 			break;
 		}
 		qs[k]->copy = (int)(k % n_copies);
-		if (qs[k]->copy && qs[k]->q.seeded)
-			qs[k]->q.q.sp.seed += (uint64_t)qs[k]->copy * 0x9e3779b97f4a7c15ull;
+		if (qs[k]->copy && qs[k]->h.q.seeded)
+			qs[k]->h.q.q.sp.seed += (uint64_t)qs[k]->copy * 0x9e3779b97f4a7c15ull;
 	}
 	json_decref(all);
 	struct obatch *b = k == n ? calloc(1, sizeof *b) : NULL;
@@ -171,7 +171,7 @@ void obatch_submit(struct oai_server *s, struct baton_http_req *r, enum oai_kind
 	pthread_mutex_init(&b->mu, NULL);
 	b->r = r;
 	b->n = b->left = (int)n;
-	b->include_usage = qs[0]->q.include_usage;
+	b->include_usage = qs[0]->h.q.include_usage;
 	b->kind = kind;
 	b->choices = json_array();
 	for (size_t i = 0; i < n; i++) {
@@ -186,7 +186,7 @@ void obatch_submit(struct oai_server *s, struct baton_http_req *r, enum oai_kind
 	for (size_t i = 0; i < n; i++) {
 		struct sched_cb cb = oreq_callbacks(qs[i]);
 		uint64_t sid = first + i;
-		int rc = sched_submit(s->o.sched, &qs[i]->q.q, &cb, &sid);
+		int rc = sched_submit(s->o.sched, &qs[i]->h.q.q, &cb, &sid);
 		if (rc == 0)
 			continue;
 		/* the rest never start: the batch fails once those in flight end */

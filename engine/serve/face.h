@@ -35,19 +35,14 @@ struct face_ops {
 };
 
 struct face_req {
-	struct oai_server *srv;
-	struct baton_http_req *r;
-	struct baton_http_stream *st;   /* the face opens it (admit) */
-	struct oai_request q;
+	/* srv, r, st (the face opens it at admit), q, the split, tm (openai.h);
+	 * h.calls: [{id, name, arguments (a JSON text)}] */
+	struct oai_live h;
 	const struct face_ops *ops;
 	void *arg;                      /* the face's, freed with free() */
-	int stream, split_on, split_started, think_open, write_failed;
-	struct oai_split sp;
-	struct oai_buf content, reasoning;
-	json_t *calls;                  /* whole answers: [{id, name, arguments (a JSON text)}] */
+	int stream;
 	uint32_t n_out;                 /* pieces streamed (a face's counter) */
 	double t0;                      /* when it came (monotonic seconds) */
-	struct oai_sv_times tm;         /* the serving metrics (openai.h) */
 	int64_t created_ns;             /* when it came (the wall clock) */
 };
 

@@ -316,6 +316,32 @@ int oai_server_open(const struct oai_server_opts *o, struct oai_server **out, ch
 struct oai_sv_times {
 	double t_in, t_admit, t_first, t_last;
 };
+
+/* The head of a chat or completion in flight, every face's (openai_http.c's
+ * struct oreq, face.c's struct face_req begin with it): the server, the
+ * HTTP request and its stream (opened at admit), the parsed request, the
+ * answer's split and what a whole answer gathers, the serving metrics. */
+struct baton_http_req;
+struct baton_http_stream;
+struct oai_live {
+	struct oai_server *srv;
+	struct baton_http_req *r;
+	struct baton_http_stream *st;
+	struct oai_request q;
+	int split_on, split_started, think_open, write_failed;
+	struct oai_split sp;
+	struct oai_buf content, reasoning;
+	json_t *calls;              /* whole answers: the calls made (in the face's shape) */
+	struct oai_sv_times tm;
+};
+/* A chat's split (a completion's: none): the tools' format for its
+ * tool_choice (the template's for auto, the grammar's when forced), the
+ * reasoning when the template thinks and no call is forced. */
+void oai_live_split(struct oai_live *h, const struct oai_caps *c, oai_piece_fn fn, void *arg);
+/* Frees what the head owns (the request, the split, the gathered parts). */
+void oai_live_free(struct oai_live *h);
+/* 64 random bits (getrandom, else the clock): ids and default seeds. */
+uint64_t oai_random64(void);
 struct baton_gen_result;
 void oai_sv_admit(struct oai_server *s, struct oai_sv_times *t);
 void oai_sv_token(struct oai_server *s, struct oai_sv_times *t);

@@ -23,7 +23,7 @@
 #include "http/http.h"
 #include "proto/base/base.h"
 
-static uint64_t random64(void)
+uint64_t oai_random64(void)
 {
 	uint64_t x = 0;
 	if (getrandom(&x, sizeof x, GRND_NONBLOCK) != (ssize_t)sizeof x) {
@@ -32,6 +32,30 @@ static uint64_t random64(void)
 		x = (uint64_t)ts.tv_nsec * 0x9e3779b97f4a7c15ull ^ (uint64_t)ts.tv_sec;
 	}
 	return x;
+}
+
+/* ---- the head every face's request begins with (openai.h) ---- */
+
+void oai_live_split(struct oai_live *h, const struct oai_caps *c, oai_piece_fn fn, void *arg)
+{
+	if (h->q.kind != OAI_CHAT)
+		return;
+	enum oai_tool_format f = !h->q.tools ? OAI_TOOLS_NONE : h->q.tool_choice == OAI_TC_AUTO ? c->tools :
+	    h->q.tool_choice == OAI_TC_NAMED ? OAI_TOOLS_FORCED_NAMED :
+	    h->q.tool_choice == OAI_TC_REQUIRED ? OAI_TOOLS_FORCED_ARRAY : OAI_TOOLS_NONE;
+	int think = c->think && f != OAI_TOOLS_FORCED_NAMED && f != OAI_TOOLS_FORCED_ARRAY;
+	h->split_on = f != OAI_TOOLS_NONE || think;
+	oai_split_init(&h->sp, f, think, h->q.parallel_tool_calls, h->q.tools, oai_random64(), fn, arg);
+	h->sp.forced_name = h->q.tool_name;
+}
+
+void oai_live_free(struct oai_live *h)
+{
+	oai_request_free(&h->q);
+	oai_split_free(&h->sp);
+	free(h->content.p);
+	free(h->reasoning.p);
+	json_decref(h->calls);
 }
 
 void oreq_reply_error(struct baton_http_req *r, const struct oai_error *e, const char *const *headers)
@@ -49,11 +73,7 @@ void oreq_reply_error(struct baton_http_req *r, const struct oai_error *e, const
 
 void oreq_free(struct oreq *q)
 {
-	oai_request_free(&q->q);
-	oai_split_free(&q->sp);
-	free(q->content.p);
-	free(q->reasoning.p);
-	json_decref(q->calls);
+	oai_live_free(&q->h);
 	json_decref(q->lp);
 	free(q->echo);
 	oai_resp_free(q->resp);
@@ -117,9 +137,9 @@ static void on_token(void *arg, uint32_t id, float logprob, const uint32_t *top_
     uint32_t n_top)
 {
 	struct oreq *q = arg;
-	const text_tok *t = q->srv->o.tok;
+	const text_tok *t = q->h.srv->o.tok;
 	json_t *tx = token_text(t, q->lp_prev, (int32_t)id);
-	if (q->q.kind == OAI_CHAT) {
+	if (q->h.q.kind == OAI_CHAT) {
 		if (!q->lp)
 			q->lp = json_array();
 		json_t *top = json_array();
@@ -155,7 +175,7 @@ static void on_token(void *arg, uint32_t id, float logprob, const uint32_t *top_
  * logprobs. */
 json_t *oreq_with_lp(struct oreq *q, json_t *j)
 {
-	if (!q->q.logprobs || !j)
+	if (!q->h.q.logprobs || !j)
 		return j;
 	json_t *choice = json_array_get(json_object_get(j, "choices"), 0);
 	if (!choice)
@@ -163,9 +183,9 @@ json_t *oreq_with_lp(struct oreq *q, json_t *j)
 	json_t *lp = q->lp;
 	q->lp = NULL;
 	if (!lp)
-		lp = q->q.kind == OAI_CHAT ? json_array() : json_pack("{s:[], s:[], s:[], s:[]}", "tokens",
+		lp = q->h.q.kind == OAI_CHAT ? json_array() : json_pack("{s:[], s:[], s:[], s:[]}", "tokens",
 		    "token_logprobs", "top_logprobs", "text_offset");
-	json_object_set_new(choice, "logprobs", q->q.kind == OAI_CHAT ? json_pack("{s:o, s:n}", "content", lp,
+	json_object_set_new(choice, "logprobs", q->h.q.kind == OAI_CHAT ? json_pack("{s:o, s:n}", "content", lp,
 	    "refusal") : lp);
 	return j;
 }
@@ -278,7 +298,7 @@ static int write_event(struct oreq *q, json_t *j)
 	char *ev = oai_sse(j, &n);
 	if (!ev)
 		return BATON_ENOMEM;
-	int rc = http_stream_write(q->st, ev, n);
+	int rc = http_stream_write(q->h.st, ev, n);
 	free(ev);
 	return rc;
 }
@@ -286,7 +306,7 @@ static int write_event(struct oreq *q, json_t *j)
 static int resp_write(void *arg, const char *ev, size_t n)
 {
 	struct oreq *q = arg;
-	return http_stream_write(q->st, ev, n);
+	return http_stream_write(q->h.st, ev, n);
 }
 
 static void open_stream(struct oreq *q)
@@ -297,24 +317,24 @@ static void open_stream(struct oreq *q)
 		pthread_mutex_lock(&q->b->mu);
 		if (!q->b->opened) {
 			q->b->opened = 1;
-			q->b->st = http_stream_open(q->r, 200, "text/event-stream", hdr);
+			q->b->st = http_stream_open(q->h.r, 200, "text/event-stream", hdr);
 		}
-		q->st = q->b->st;
+		q->h.st = q->b->st;
 		pthread_mutex_unlock(&q->b->mu);
 	} else {
-		q->st = http_stream_open(q->r, 200, "text/event-stream", hdr);
+		q->h.st = http_stream_open(q->h.r, 200, "text/event-stream", hdr);
 	}
 	if (q->resp) {
-		if (q->st)
-			oai_resp_begin(q->resp, q->srv->model, q->created, resp_write, q);
+		if (q->h.st)
+			oai_resp_begin(q->resp, q->h.srv->model, q->created, resp_write, q);
 		return;
 	}
-	if (q->st && q->q.kind == OAI_CHAT)
-		write_event(q, oai_chunk(q->q.kind, q->id, q->created, q->srv->model, "assistant", NULL, 0,
-		    NULL, q->q.include_usage));
-	if (q->st && q->echo && q->echo_len) /* echo: the prompt comes first */
-		write_event(q, oai_chunk(q->q.kind, q->id, q->created, q->srv->model, NULL, q->echo, q->echo_len,
-		    NULL, q->q.include_usage));
+	if (q->h.st && q->h.q.kind == OAI_CHAT)
+		write_event(q, oai_chunk(q->h.q.kind, q->id, q->created, q->h.srv->model, "assistant", NULL, 0,
+		    NULL, q->h.q.include_usage));
+	if (q->h.st && q->echo && q->echo_len) /* echo: the prompt comes first */
+		write_event(q, oai_chunk(q->h.q.kind, q->id, q->created, q->h.srv->model, NULL, q->echo, q->echo_len,
+		    NULL, q->h.q.include_usage));
 }
 
 /* A piece of the split answer: a stream's chunk, or kept for the whole
@@ -325,58 +345,58 @@ static void on_piece(void *arg, enum oai_piece_kind k, const char *t, size_t n, 
 	struct oreq *q = arg;
 	if (q->resp) {
 		if (oai_resp_piece(q->resp, k, t, n, c))
-			q->write_failed = 1;
+			q->h.write_failed = 1;
 		return;
 	}
-	if (!q->q.stream) {
+	if (!q->h.q.stream) {
 		if (k == OAI_P_TOOL || k == OAI_P_TOOL_START) {
-			if (!q->calls)
-				q->calls = json_array();
+			if (!q->h.calls)
+				q->h.calls = json_array();
 			struct oai_tool_call w = *c;
 			if (!w.args)
 				w.args = "";
-			json_array_append_new(q->calls, oai_tool_call_json(&w));
+			json_array_append_new(q->h.calls, oai_tool_call_json(&w));
 		} else if (k == OAI_P_TOOL_ARGS) {
-			json_t *fn = json_object_get(json_array_get(q->calls, (size_t)c->index), "function");
+			json_t *fn = json_object_get(json_array_get(q->h.calls, (size_t)c->index), "function");
 			json_t *a = json_object_get(fn, "arguments");
 			struct oai_buf b = { 0 };
 			if (!json_is_string(a) || oai_buf_put(&b, json_string_value(a), json_string_length(a)) ||
 			    oai_buf_put(&b, t, n) || json_object_set_new(fn, "arguments", json_stringn(b.p, b.n)))
-				q->write_failed = 1;
+				q->h.write_failed = 1;
 			free(b.p);
-		} else if (oai_buf_put(k == OAI_P_CONTENT ? &q->content : &q->reasoning, t, n)) {
-			q->write_failed = 1;
+		} else if (oai_buf_put(k == OAI_P_CONTENT ? &q->h.content : &q->h.reasoning, t, n)) {
+			q->h.write_failed = 1;
 		}
 		return;
 	}
-	if (!q->st || q->write_failed)
+	if (!q->h.st || q->h.write_failed)
 		return;
-	const char *m = q->srv->model;
+	const char *m = q->h.srv->model;
 	int rc;
 	if (k == OAI_P_TOOL_ARGS) {
 		json_t *d = json_pack("{s:[{s:i, s:{s:s%}}]}", "tool_calls", "index", c->index, "function", "arguments", t, n);
-		rc = write_event(q, oai_chunk_delta(q->id, q->created, m, d, NULL, q->q.include_usage));
+		rc = write_event(q, oai_chunk_delta(q->id, q->created, m, d, NULL, q->h.q.include_usage));
 	} else if (k == OAI_P_TOOL || k == OAI_P_TOOL_START) {
 		json_t *d = json_pack("{s:[{s:i, s:s, s:s, s:{s:s, s:s}}]}", "tool_calls", "index", c->index, "id", c->id,
 		    "type", "function", "function", "name", c->name, "arguments", "");
-		rc = write_event(q, oai_chunk_delta(q->id, q->created, m, d, NULL, q->q.include_usage));
+		rc = write_event(q, oai_chunk_delta(q->id, q->created, m, d, NULL, q->h.q.include_usage));
 		if (rc == 0 && k == OAI_P_TOOL) {
 			d = json_pack("{s:[{s:i, s:{s:s}}]}", "tool_calls", "index", c->index, "function", "arguments", c->args);
-			rc = write_event(q, oai_chunk_delta(q->id, q->created, m, d, NULL, q->q.include_usage));
+			rc = write_event(q, oai_chunk_delta(q->id, q->created, m, d, NULL, q->h.q.include_usage));
 		}
 	} else {
 		json_t *d = json_pack("{s:s%}", k == OAI_P_REASONING ? "reasoning_content" : "content", t, n);
-		rc = write_event(q, oreq_with_lp(q, oai_chunk_delta(q->id, q->created, m, d, NULL, q->q.include_usage)));
+		rc = write_event(q, oreq_with_lp(q, oai_chunk_delta(q->id, q->created, m, d, NULL, q->h.q.include_usage)));
 	}
 	if (rc)
-		q->write_failed = 1;
+		q->h.write_failed = 1;
 }
 
 /* The finish_reason: "tool_calls" when the model called and was not cut. */
 static const char *finish_of(struct oreq *q, const char *finish)
 {
 	const char *f = oai_finish_reason(finish);
-	return q->sp.n_calls > 0 && strcmp(f, "stop") == 0 ? "tool_calls" : f;
+	return q->h.sp.n_calls > 0 && strcmp(f, "stop") == 0 ? "tool_calls" : f;
 }
 
 /* ---- the scheduler's callbacks (its thread) ---- */
@@ -384,8 +404,8 @@ static const char *finish_of(struct oreq *q, const char *finish)
 static void on_admit(void *arg)
 {
 	struct oreq *q = arg;
-	oai_sv_admit(q->srv, &q->tm);
-	if (q->q.stream)
+	oai_sv_admit(q->h.srv, &q->h.tm);
+	if (q->h.q.stream)
 		open_stream(q); /* the role chunk goes out while the prompt is read */
 }
 
@@ -394,7 +414,7 @@ static void on_admit(void *arg)
 static void on_token_time(void *arg)
 {
 	struct oreq *q = arg;
-	oai_sv_token(q->srv, &q->tm);
+	oai_sv_token(q->h.srv, &q->h.tm);
 }
 
 void oai_sv_admit(struct oai_server *s, struct oai_sv_times *t)
@@ -424,52 +444,52 @@ void oai_sv_token(struct oai_server *s, struct oai_sv_times *t)
 static int on_text(void *arg, const char *text, size_t len)
 {
 	struct oreq *q = arg;
-	if (!q->q.stream)
+	if (!q->h.q.stream)
 		return 0; /* a client gone cancels through on_gone */
-	if (!q->st)
+	if (!q->h.st)
 		return 1; /* the client was gone before the stream opened */
-	if (q->split_on) {
-		if (!q->split_started++ && q->think_open)
-			oai_split_thinking(&q->sp);
-		return oai_split_push(&q->sp, text, len) != 0 || q->write_failed;
+	if (q->h.split_on) {
+		if (!q->h.split_started++ && q->h.think_open)
+			oai_split_thinking(&q->h.sp);
+		return oai_split_push(&q->h.sp, text, len) != 0 || q->h.write_failed;
 	}
-	return write_event(q, oreq_with_lp(q, oai_chunk(q->q.kind, q->id, q->created, q->srv->model, NULL, text, len,
-	    NULL, q->q.include_usage))) != 0;
+	return write_event(q, oreq_with_lp(q, oai_chunk(q->h.q.kind, q->id, q->created, q->h.srv->model, NULL, text, len,
+	    NULL, q->h.q.include_usage))) != 0;
 }
 
 /* A stream's finish chunk (a chat's split answer ends first). */
 void oreq_finish_chunk(struct oreq *q, struct baton_gen_result *res)
 {
-	if (q->split_on) {
-		if (!q->split_started++ && q->think_open)
-			oai_split_thinking(&q->sp);
-		oai_split_finish(&q->sp);
-		write_event(q, oreq_with_lp(q, oai_chunk_delta(q->id, q->created, q->srv->model, NULL, finish_of(q, res->finish),
-		    q->q.include_usage)));
+	if (q->h.split_on) {
+		if (!q->h.split_started++ && q->h.think_open)
+			oai_split_thinking(&q->h.sp);
+		oai_split_finish(&q->h.sp);
+		write_event(q, oreq_with_lp(q, oai_chunk_delta(q->id, q->created, q->h.srv->model, NULL, finish_of(q, res->finish),
+		    q->h.q.include_usage)));
 	} else {
-		write_event(q, oreq_with_lp(q, oai_chunk(q->q.kind, q->id, q->created, q->srv->model, NULL, NULL, 0, res->finish,
-		    q->q.include_usage)));
+		write_event(q, oreq_with_lp(q, oai_chunk(q->h.q.kind, q->id, q->created, q->h.srv->model, NULL, NULL, 0, res->finish,
+		    q->h.q.include_usage)));
 	}
 }
 
 /* A whole chat reply (its answer split when the split is on); NULL without memory. */
 json_t *oreq_chat_whole(struct oreq *q, struct baton_gen_result *res)
 {
-	if (!q->split_on)
-		return oreq_with_lp(q, oai_reply(OAI_CHAT, q->id, q->created, q->srv->model, res));
-	if (q->think_open)
-		oai_split_thinking(&q->sp);
-	if (oai_split_push(&q->sp, res->text, res->text_len) || oai_split_finish(&q->sp) || q->write_failed)
+	if (!q->h.split_on)
+		return oreq_with_lp(q, oai_reply(OAI_CHAT, q->id, q->created, q->h.srv->model, res));
+	if (q->h.think_open)
+		oai_split_thinking(&q->h.sp);
+	if (oai_split_push(&q->h.sp, res->text, res->text_len) || oai_split_finish(&q->h.sp) || q->h.write_failed)
 		return NULL;
-	struct oai_parts p = { q->content.p, q->content.n, q->reasoning.p, q->reasoning.n, q->calls };
-	return oreq_with_lp(q, oai_reply_parts(q->id, q->created, q->srv->model, res, &p));
+	struct oai_parts p = { q->h.content.p, q->h.content.n, q->h.reasoning.p, q->h.reasoning.n, q->h.calls };
+	return oreq_with_lp(q, oai_reply_parts(q->id, q->created, q->h.srv->model, res, &p));
 }
 
 static void on_done(void *arg, int rc, const char *err, struct baton_gen_result *res)
 {
 	struct oreq *q = arg;
 	const char *type;
-	oai_sv_done(q->srv, &q->tm, rc, res, q->q.stream);
+	oai_sv_done(q->h.srv, &q->h.tm, rc, res, q->h.q.stream);
 	if (q->b) {
 		obatch_done(q, rc, err, res);
 		return;
@@ -479,14 +499,14 @@ static void on_done(void *arg, int rc, const char *err, struct baton_gen_result 
 		return;
 	}
 	if (q->streaming) {
-		if (q->st) {
+		if (q->h.st) {
 			if (rc == 0 && strcmp(res->finish, "cancelled") != 0) {
 				oreq_finish_chunk(q, res);
-				if (q->q.include_usage)
-					write_event(q, oai_usage_chunk(q->q.kind, q->id, q->created, q->srv->model,
+				if (q->h.q.include_usage)
+					write_event(q, oai_usage_chunk(q->h.q.kind, q->id, q->created, q->h.srv->model,
 					    res->n_prompt, res->n_tokens, res->n_cached));
 				oreq_usage_comment(q, res);
-				http_stream_write(q->st, "data: [DONE]\n\n", 14);
+				http_stream_write(q->h.st, "data: [DONE]\n\n", 14);
 			} else if (rc) {
 				/* the stream's status is sent: the error goes as an event */
 				struct oai_error e;
@@ -494,22 +514,22 @@ static void on_done(void *arg, int rc, const char *err, struct baton_gen_result 
 				oai_errorf(&e, status, type, NULL, NULL, "%s", err);
 				write_event(q, oai_error_json(&e));
 			}
-			http_stream_close(q->st);
+			http_stream_close(q->h.st);
 		}
-	} else if (rc == 0 && q->q.kind == OAI_CHAT) {
+	} else if (rc == 0 && q->h.q.kind == OAI_CHAT) {
 		json_t *j = oreq_chat_whole(q, res);
 		if (j)
 			oreq_reply_whole(q, res, j);
 		else
-			http_reply_error(q->r, 500, BATON_ENOMEM, "out of memory");
+			http_reply_error(q->h.r, 500, BATON_ENOMEM, "out of memory");
 	} else if (rc == 0) {
-		oreq_reply_whole(q, res, oreq_with_echo(q, oreq_with_lp(q, oai_reply(q->q.kind, q->id, q->created, q->srv->model, res))));
+		oreq_reply_whole(q, res, oreq_with_echo(q, oreq_with_lp(q, oai_reply(q->h.q.kind, q->id, q->created, q->h.srv->model, res))));
 	} else {
 		struct oai_error e;
 		int status = oreq_status_of(rc, &type);
 		oai_errorf(&e, status, type, NULL, NULL, "%s", err && err[0] ? err : baton_strerror(rc));
 		static const char *const retry[] = { "Retry-After: 1", NULL };
-		oreq_reply_error(q->r, &e, http_retry_after(status) ? retry : NULL);
+		oreq_reply_error(q->h.r, &e, http_retry_after(status) ? retry : NULL);
 	}
 	generator_result_free(res);
 	oreq_free(q);
@@ -543,43 +563,35 @@ struct oreq *oreq_prepare(struct oai_server *s, struct baton_http_req *r, enum o
 		oai_errorf(e, 500, "server_error", NULL, NULL, "out of memory");
 		return NULL;
 	}
-	if (oai_parse(kind, s->model, body, len, random64(), &q->q, e) != 0) {
+	if (oai_parse(kind, s->model, body, len, oai_random64(), &q->h.q, e) != 0) {
 		free(q);
 		return NULL;
 	}
-	if (oai_bind(&q->q, &s->caps, e) != 0) {
+	if (oai_bind(&q->h.q, &s->caps, e) != 0) {
 		oreq_free(q);
 		return NULL;
 	}
-	if (kind == OAI_CHAT) {
-		enum oai_tool_format f = !q->q.tools ? OAI_TOOLS_NONE : q->q.tool_choice == OAI_TC_AUTO ? s->caps.tools :
-		    q->q.tool_choice == OAI_TC_NAMED ? OAI_TOOLS_FORCED_NAMED :
-		    q->q.tool_choice == OAI_TC_REQUIRED ? OAI_TOOLS_FORCED_ARRAY : OAI_TOOLS_NONE;
-		int think = s->caps.think && f != OAI_TOOLS_FORCED_NAMED && f != OAI_TOOLS_FORCED_ARRAY;
-		q->split_on = f != OAI_TOOLS_NONE || think;
-		oai_split_init(&q->sp, f, think, q->q.parallel_tool_calls, q->q.tools, random64(), on_piece, q);
-		q->sp.forced_name = q->q.tool_name;
-	}
-	q->srv = s;
-	q->r = r;
-	q->tm.t_in = baton_now_s();
+	oai_live_split(&q->h, &s->caps, on_piece, q);
+	q->h.srv = s;
+	q->h.r = r;
+	q->h.tm.t_in = baton_now_s();
 	q->door = http_req_header(r, "X-Baton-Usage") != NULL;
 	q->created = (long long)time(NULL);
 	snprintf(q->id, sizeof q->id, "%s-%016llx%08llx", kind == OAI_CHAT ? "chatcmpl" : "cmpl",
-	    (unsigned long long)random64(), (unsigned long long)atomic_fetch_add(&s->next, 1));
-	q->q.q.on_text = on_text;
-	q->q.q.arg = q;
+	    (unsigned long long)oai_random64(), (unsigned long long)atomic_fetch_add(&s->next, 1));
+	q->h.q.q.on_text = on_text;
+	q->h.q.q.arg = q;
 	q->lp_prev = -1;
-	q->q.q.think_open = &q->think_open;
-	if (q->q.echo) {
+	q->h.q.q.think_open = &q->h.think_open;
+	if (q->h.q.echo) {
 		char err[128];
-		int32_t *ids = q->q.q.prompt_ids ? malloc(q->q.q.n_prompt_ids * sizeof *ids + 1) : NULL;
-		for (size_t i = 0; ids && i < q->q.q.n_prompt_ids; i++)
-			ids[i] = q->q.q.prompt_ids[i] < text_vocab_size(s->o.tok) ? (int32_t)q->q.q.prompt_ids[i] : 0;
-		if (q->q.q.prompt) {
-			q->echo = strndup(q->q.q.prompt, q->q.q.prompt_len);
-			q->echo_len = q->q.q.prompt_len;
-		} else if (!ids || !s->o.tok || text_decode(s->o.tok, ids, q->q.q.n_prompt_ids, TEXT_SKIP_SPECIAL,
+		int32_t *ids = q->h.q.q.prompt_ids ? malloc(q->h.q.q.n_prompt_ids * sizeof *ids + 1) : NULL;
+		for (size_t i = 0; ids && i < q->h.q.q.n_prompt_ids; i++)
+			ids[i] = q->h.q.q.prompt_ids[i] < text_vocab_size(s->o.tok) ? (int32_t)q->h.q.q.prompt_ids[i] : 0;
+		if (q->h.q.q.prompt) {
+			q->echo = strndup(q->h.q.q.prompt, q->h.q.q.prompt_len);
+			q->echo_len = q->h.q.q.prompt_len;
+		} else if (!ids || !s->o.tok || text_decode(s->o.tok, ids, q->h.q.q.n_prompt_ids, TEXT_SKIP_SPECIAL,
 		    &q->echo, &q->echo_len, err, sizeof err) != 0) {
 			q->echo = NULL;
 		}
@@ -590,18 +602,18 @@ struct oreq *oreq_prepare(struct oai_server *s, struct baton_http_req *r, enum o
 			return NULL;
 		}
 	}
-	if (q->q.logprobs && s->o.tok) {
-		q->q.q.on_token = on_token;
+	if (q->h.q.logprobs && s->o.tok) {
+		q->h.q.q.on_token = on_token;
 		/* a completion's first token reads after its prompt's last (the
 		 * space a SentencePiece decoder drops at a text's start is kept,
 		 * as in the text) */
-		if (q->q.q.prompt_ids) {
-			q->lp_prev = (int32_t)q->q.q.prompt_ids[q->q.q.n_prompt_ids - 1];
-		} else if (q->q.q.prompt) {
+		if (q->h.q.q.prompt_ids) {
+			q->lp_prev = (int32_t)q->h.q.q.prompt_ids[q->h.q.q.n_prompt_ids - 1];
+		} else if (q->h.q.q.prompt) {
 			int32_t *ids = NULL;
 			size_t n = 0;
 			char err[64];
-			if (text_encode(s->o.tok, q->q.q.prompt, q->q.q.prompt_len, TEXT_ADD_SPECIAL, &ids, &n, err,
+			if (text_encode(s->o.tok, q->h.q.q.prompt, q->h.q.q.prompt_len, TEXT_ADD_SPECIAL, &ids, &n, err,
 			    sizeof err) == 0 && n)
 				q->lp_prev = ids[n - 1];
 			free(ids);
@@ -665,7 +677,7 @@ static void submit(struct oai_server *s, struct baton_http_req *r, struct oreq *
 	/* on_gone is set before the request can end (and free r) */
 	uint64_t sid = sched_new_id(s->o.sched);
 	http_req_on_gone(r, on_gone, s->o.sched, sid);
-	int rc = sched_submit(s->o.sched, &q->q.q, &cb, &sid);
+	int rc = sched_submit(s->o.sched, &q->h.q.q, &cb, &sid);
 	if (rc) {
 		/* on_done never comes: answer here */
 		oai_sv_refused(s, 503, rc);
@@ -683,7 +695,7 @@ static void responses(struct oai_server *s, struct baton_http_req *r)
 	struct oai_error e;
 	struct oai_resp *rs = NULL;
 	char *chat = NULL;
-	if (oai_resp_parse(body, len, s->model, random64(), &chat, &rs, &e) != 0) {
+	if (oai_resp_parse(body, len, s->model, oai_random64(), &chat, &rs, &e) != 0) {
 		oreq_reply_error(r, &e, NULL);
 		return;
 	}
@@ -696,10 +708,10 @@ static void responses(struct oai_server *s, struct baton_http_req *r)
 		return;
 	}
 	q->resp = rs;
-	if (!q->split_on) { /* no tools, no thinking: all content, split all the same */
-		oai_split_free(&q->sp);
-		oai_split_init(&q->sp, OAI_TOOLS_NONE, 0, 0, NULL, random64(), on_piece, q);
-		q->split_on = 1;
+	if (!q->h.split_on) { /* no tools, no thinking: all content, split all the same */
+		oai_split_free(&q->h.sp);
+		oai_split_init(&q->h.sp, OAI_TOOLS_NONE, 0, 0, NULL, oai_random64(), on_piece, q);
+		q->h.split_on = 1;
 	}
 	if (!oai_resp_streaming(rs))
 		oai_resp_begin(rs, s->model, q->created, NULL, NULL);

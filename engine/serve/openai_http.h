@@ -47,31 +47,21 @@ struct obatch {
 
 /* One request in flight, from the handler to on_done. */
 struct oreq {
-	struct oai_server *srv;
-	struct baton_http_req *r;
-	struct baton_http_stream *st;
-	struct oai_request q;
+	struct oai_live h;           /* srv, r, st, q, the split, tm (openai.h) */
 	char id[48];
 	long long created;
 	int streaming;              /* stream opened (the stream's status line is sent) */
-	/* a chat answer split into reasoning, content and tool calls */
-	int split_on, write_failed;
-	struct oai_split sp;
-	struct oai_buf content, reasoning;
-	json_t *calls;              /* whole replies: the calls made */
 	/* logprobs: entries not yet sent (a stream) or all (whole); chat:
 	 * [{token, logprob, bytes, top_logprobs}]; completions: OpenAI's
 	 * legacy arrays {tokens, token_logprobs, top_logprobs, text_offset} */
 	json_t *lp;
 	int32_t lp_prev;            /* the last token: the next one's text is decoded after it */
 	size_t lp_offset;           /* completions: text_offset of the next token */
-	int think_open, split_started; /* the prompt ended inside <think> (the generator says) */
 	struct obatch *b;           /* one choice of a batch (prompts x n), its choice's index */
 	int index, copy;            /* copy: which of the prompt's n (its prompt counts once, at 0) */
 	char *echo;                 /* completions' echo: the prompt's text, first */
 	size_t echo_len;
 	struct oai_resp *resp;      /* /v1/responses: its output items and events (responses.c) */
-	struct oai_sv_times tm;     /* the serving metrics: arrival, prefill start, first and last token */
 	int door;                   /* the front door asked for the usage report (X-Baton-Usage) */
 };
 

@@ -893,27 +893,27 @@ void oreq_resp_done(struct oreq *q, int rc, const char *err, struct baton_gen_re
 		oai_errorf(&e, status, type, NULL, NULL, "%s", err && err[0] ? err : baton_strerror(rc));
 	}
 	if (q->streaming) {
-		if (q->st) {
+		if (q->h.st) {
 			if (rc == 0 && strcmp(res->finish, "cancelled") != 0) {
-				if (!q->split_started++ && q->think_open)
-					oai_split_thinking(&q->sp);
-				oai_split_finish(&q->sp);
+				if (!q->h.split_started++ && q->h.think_open)
+					oai_split_thinking(&q->h.sp);
+				oai_split_finish(&q->h.sp);
 				json_decref(oai_resp_finish(q->resp, res));
 			} else if (rc) {
 				oai_resp_fail(q->resp, &e);
 			}
-			http_stream_close(q->st);
+			http_stream_close(q->h.st);
 		}
 	} else if (rc == 0) {
-		if (q->think_open)
-			oai_split_thinking(&q->sp);
-		if (oai_split_push(&q->sp, res->text, res->text_len) || oai_split_finish(&q->sp) || q->write_failed)
-			http_reply_error(q->r, 500, BATON_ENOMEM, "out of memory");
+		if (q->h.think_open)
+			oai_split_thinking(&q->h.sp);
+		if (oai_split_push(&q->h.sp, res->text, res->text_len) || oai_split_finish(&q->h.sp) || q->h.write_failed)
+			http_reply_error(q->h.r, 500, BATON_ENOMEM, "out of memory");
 		else
-			http_reply_json(q->r, 200, oai_resp_finish(q->resp, res));
+			http_reply_json(q->h.r, 200, oai_resp_finish(q->resp, res));
 	} else {
 		static const char *const retry[] = { "Retry-After: 1", NULL };
-		oreq_reply_error(q->r, &e, http_retry_after(oreq_status_of(rc, &type)) ? retry : NULL);
+		oreq_reply_error(q->h.r, &e, http_retry_after(oreq_status_of(rc, &type)) ? retry : NULL);
 	}
 	generator_result_free(res);
 	oreq_free(q);

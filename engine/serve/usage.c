@@ -16,27 +16,27 @@
 static void usage_report(const struct oreq *q, const struct baton_gen_result *res, char *out, size_t n)
 {
 	snprintf(out, n, "prompt_tokens=%u completion_tokens=%u ttft_s=%.6f finish=%s", res->n_prompt,
-	    res->n_tokens, q->tm.t_first > 0 ? q->tm.t_first - q->tm.t_in : 0.0, res->finish ? res->finish : "stop");
+	    res->n_tokens, q->h.tm.t_first > 0 ? q->h.tm.t_first - q->h.tm.t_in : 0.0, res->finish ? res->finish : "stop");
 }
 
 /* A whole answer (takes j), with the usage report the front door asked for. */
 void oreq_reply_whole(struct oreq *q, const struct baton_gen_result *res, json_t *j)
 {
 	if (!q->door) {
-		http_reply_json(q->r, 200, j);
+		http_reply_json(q->h.r, 200, j);
 		return;
 	}
 	char *body = j ? json_dumps(j, JSON_COMPACT) : NULL;
 	json_decref(j);
 	if (!body) {
-		http_reply_error(q->r, 500, BATON_ENOMEM, "out of memory");
+		http_reply_error(q->h.r, 500, BATON_ENOMEM, "out of memory");
 		return;
 	}
 	char rep[200], hdr[240];
 	usage_report(q, res, rep, sizeof rep);
 	snprintf(hdr, sizeof hdr, "X-Baton-Usage: %s", rep);
 	const char *const headers[] = { hdr, NULL };
-	http_reply(q->r, 200, "application/json", body, strlen(body), headers);
+	http_reply(q->h.r, 200, "application/json", body, strlen(body), headers);
 	free(body);
 }
 
@@ -48,5 +48,5 @@ void oreq_usage_comment(struct oreq *q, const struct baton_gen_result *res)
 	char rep[200], line[240];
 	usage_report(q, res, rep, sizeof rep);
 	int n = snprintf(line, sizeof line, ": baton-usage %s\n", rep);
-	http_stream_write(q->st, line, (size_t)n);
+	http_stream_write(q->h.st, line, (size_t)n);
 }
