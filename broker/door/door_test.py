@@ -17,7 +17,9 @@ to end on the host backend with the two trained models of models/.
     ends it with an error event and without the chunked end;
   - the body limit is the engines' (1 MiB), and an engine's 413 is passed
     on;
-  - a full queue answers 503 with Retry-After.
+  - a full queue answers 503 with Retry-After;
+  - every answer is counted by the engine's usage report: a batch (n > 1,
+    a prompt list) and a Responses answer, whole and streamed.
 The last line is "N passed, N failed".
 """
 import http.client as http_client
@@ -673,10 +675,75 @@ def t_tokenize_and_cors(c):
     return "%d tokens" % t["count"]
 
 
+# ---- the usage report: every answer counted ---------------------------------------
+
+def stream_raw(http, path, body):
+    """A whole stream through the door: its data, dechunked."""
+    s = http.open_stream(path, body)
+    raw = b""
+    while not raw.endswith(b"\r\n0\r\n\r\n"):  # the chunked end
+        chunk = s.recv(65536)
+        assert chunk, raw
+        raw += chunk
+    s.close()
+    return h.dechunk(raw)
+
+
+def t_usage_of_every_answer(c):
+    """The door counts the tokens and the time to first token of every
+    answer by the engine's usage report: a batch (n > 1, a prompt list),
+    whole or streamed, and a Responses answer, whole or streamed, as a
+    single chat's; the report itself never reaches the client."""
+    http = c.http_broker()
+    c.engine("qwen", "--ctx", "512", "--vram-elastic", "--http", "127.0.0.1:0", "--http-token-file",
+             h.engine_token_file(c.dir), arena=model_arena(c, QWEN), host_mib=18, segment_mib=2)
+    h.wait_for("the engine routable", lambda: all(e.get("http") for e in c.status()["engines"]))
+    counted = []  # (prompt, completion) of each answer, as the client sees them
+    body = dict(chat_body(QWEN, "Who was Noah?", 3, max_tokens=6), n=2)
+    st, b, hd = http.post("/v1/chat/completions", body)
+    assert st == 200 and len(b["choices"]) == 2 and "X-Baton-Usage" not in hd, (st, b, hd)
+    counted.append((b["usage"]["prompt_tokens"], b["usage"]["completion_tokens"]))
+    st, b, _ = http.post("/v1/completions", {"model": QWEN, "prompt": ["In the beginning", "And God said"],
+                                             "max_tokens": 5, "temperature": 0})
+    assert st == 200 and len(b["choices"]) == 2, (st, b)
+    counted.append((b["usage"]["prompt_tokens"], b["usage"]["completion_tokens"]))
+    data = stream_raw(http, "/v1/chat/completions", dict(chat_body(QWEN, "Tell of the flood.", 4, max_tokens=6,
+                                                                    stream=True), n=2,
+                                                          stream_options={"include_usage": True}))
+    assert b"baton-usage" not in data, data[-300:]
+    u = [e for e in h.sse_events(data) if isinstance(e, dict) and e.get("usage")][-1]["usage"]
+    counted.append((u["prompt_tokens"], u["completion_tokens"]))
+    st, r, hd = http.post("/v1/responses", {"model": QWEN, "input": "Who built the ark?", "max_output_tokens": 6,
+                                            "temperature": 0})
+    assert st == 200 and r["status"] in ("completed", "incomplete") and "X-Baton-Usage" not in hd, (st, r, hd)
+    counted.append((r["usage"]["input_tokens"], r["usage"]["output_tokens"]))
+    data = stream_raw(http, "/v1/responses", {"model": QWEN, "input": "What is the law?", "max_output_tokens": 6,
+                                              "temperature": 0, "stream": True})
+    assert b"baton-usage" not in data, data[-300:]
+    done = [e for e in h.sse_events(data) if isinstance(e, dict) and e.get("type") in
+            ("response.completed", "response.incomplete")]
+    assert done, data[-300:]
+    u = done[-1]["response"]["usage"]
+    counted.append((u["input_tokens"], u["output_tokens"]))
+    lab = '{model="%s"}' % QWEN
+    got = (metric(http, "baton_door_prompt_tokens_total", lab), metric(http, "baton_door_generation_tokens_total", lab))
+    want = (sum(p for p, _ in counted), sum(n for _, n in counted))
+    assert got == want, (got, want, counted)
+    # every answer's time to first token came with its report
+    assert metric(http, "baton_door_time_to_first_token_seconds_count", lab) == len(counted)
+    ends = sum(metric(http, "baton_door_request_success_total", '{model="%s",finished_reason="%s"}' % (QWEN, f)) or 0
+               for f in ("stop", "length"))
+    assert ends == len(counted), ends
+    # the 6-token batches were cut: the door's finish is the batch's
+    assert metric(http, "baton_door_request_success_total", '{model="%s",finished_reason="length"}' % QWEN) >= 3
+    return "%d answers, %d prompt and %d generated tokens counted" % (len(counted), want[0], want[1])
+
+
 if __name__ == "__main__":
     h.need(h.BROKER)
     sys.exit(h.run_cases([t_tokenize_and_cors, t_register_fields, t_fake_stream_passes_through, t_fake_cut_and_refused,
                           t_fake_least_loaded_and_disconnect,
                           t_fake_refill_fails, t_errors_and_models, t_two_models_interleaved,
-                          t_keep_alive, t_reload, t_stream_and_disconnect, t_queue_full, t_npm_client],
+                          t_keep_alive, t_reload, t_stream_and_disconnect, t_queue_full, t_npm_client,
+                          t_usage_of_every_answer],
                          only=sys.argv[1:], logs=("broker", "qwen", "mixtral")))

@@ -42,6 +42,7 @@ static void batch_answer(struct obatch *b, struct oreq *q)
 						http_stream_write(b->st, ev, n);
 					free(ev);
 				}
+				oreq_usage_comment(q, NULL);
 				http_stream_write(b->st, "data: [DONE]\n\n", 14);
 			}
 			http_stream_close(b->st);
@@ -56,7 +57,7 @@ static void batch_answer(struct obatch *b, struct oreq *q)
 		json_t *j = json_pack("{s:s, s:s, s:I, s:s, s:O, s:o}", "id", q->id, "object",
 		    b->kind == OAI_CHAT ? "chat.completion" : "text_completion", "created", (json_int_t)q->created,
 		    "model", q->h.srv->model, "choices", b->choices, "usage", oai_usage(b->n_prompt, b->n_tokens, b->n_cached));
-		http_reply_json(b->r, 200, j);
+		oreq_reply_whole(q, NULL, j);
 	}
 	batch_free(b);
 }
@@ -86,6 +87,11 @@ void obatch_done(struct oreq *q, int rc, const char *err, struct baton_gen_resul
 		b->n_prompt += q->copy == 0 ? res->n_prompt : 0;
 		b->n_tokens += res->n_tokens;
 		b->n_cached += res->n_cached;
+		if (q->h.tm.t_first > 0 && (b->t_first <= 0 || q->h.tm.t_first < b->t_first))
+			b->t_first = q->h.tm.t_first;
+		const char *fin = res->finish ? res->finish : "stop";
+		if (!b->finish[0] || strcmp(fin, "length") == 0)
+			snprintf(b->finish, sizeof b->finish, "%s", fin);
 	}
 	if (choice)
 		json_array_set_new(b->choices, (size_t)q->index, choice);
@@ -173,6 +179,7 @@ void obatch_submit(struct oai_server *s, struct baton_http_req *r, enum oai_kind
 	b->n = b->left = (int)n;
 	b->include_usage = qs[0]->h.q.include_usage;
 	b->kind = kind;
+	b->t_in = qs[0]->h.tm.t_in;
 	b->choices = json_array();
 	for (size_t i = 0; i < n; i++) {
 		json_array_append_new(b->choices, json_null());

@@ -43,6 +43,10 @@ struct obatch {
 	char err[512];
 	json_t *choices;
 	uint32_t n_prompt, n_tokens, n_cached;
+	/* the usage report's (usage.c): the arrival, the first choice's first
+	 * token, the finish ("length" when any choice was cut) */
+	double t_in, t_first;
+	char finish[16];
 };
 
 /* One request in flight, from the handler to on_done. */
@@ -93,9 +97,13 @@ void obatch_submit(struct oai_server *s, struct baton_http_req *r, enum oai_kind
 void obatch_done(struct oreq *q, int rc, const char *err, struct baton_gen_result *res);
 
 /* ---- usage.c ---- */
-/* A whole answer (takes j), with the usage report the front door asked for. */
+/* A whole answer (takes j; NULL: 500), with the usage report the front
+ * door asked for: every whole answer of the OpenAI face goes out here. */
 void oreq_reply_whole(struct oreq *q, const struct baton_gen_result *res, json_t *j);
-/* A stream's usage report (the front door asked), before its [DONE]. */
+/* A stream's usage report (the front door asked): a comment line, before
+ * its [DONE] (a Responses stream: after its last event). A choice of a
+ * batch reports the batch's (its counts summed, res unused: may be NULL),
+ * as a whole answer does. */
 void oreq_usage_comment(struct oreq *q, const struct baton_gen_result *res);
 
 /* ---- responses.c ---- */

@@ -899,6 +899,7 @@ void oreq_resp_done(struct oreq *q, int rc, const char *err, struct baton_gen_re
 					oai_split_thinking(&q->h.sp);
 				oai_split_finish(&q->h.sp);
 				json_decref(oai_resp_finish(q->resp, res));
+				oreq_usage_comment(q, res);
 			} else if (rc) {
 				oai_resp_fail(q->resp, &e);
 			}
@@ -910,7 +911,7 @@ void oreq_resp_done(struct oreq *q, int rc, const char *err, struct baton_gen_re
 		if (oai_split_push(&q->h.sp, res->text, res->text_len) || oai_split_finish(&q->h.sp) || q->h.write_failed)
 			http_reply_error(q->h.r, 500, BATON_ENOMEM, "out of memory");
 		else
-			http_reply_json(q->h.r, 200, oai_resp_finish(q->resp, res));
+			oreq_reply_whole(q, res, oai_resp_finish(q->resp, res));
 	} else {
 		static const char *const retry[] = { "Retry-After: 1", NULL };
 		oreq_reply_error(q->h.r, &e, http_retry_after(oreq_status_of(rc, &type)) ? retry : NULL);
