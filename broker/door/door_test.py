@@ -20,6 +20,9 @@ to end on the host backend with the two trained models of models/.
   - a full queue answers 503 with Retry-After;
   - every answer is counted by the engine's usage report: a batch (n > 1,
     a prompt list) and a Responses answer, whole and streamed.
+  - the npm clients (openai, the AI SDK, LangChain, ollama,
+    @anthropic-ai/sdk) on the tiny test model, against its engine and
+    through the door.
 The last line is "N passed, N failed".
 """
 import http.client as http_client
@@ -739,11 +742,82 @@ def t_usage_of_every_answer(c):
     return "%d answers, %d prompt and %d generated tokens counted" % (len(counted), want[0], want[1])
 
 
+# ---- the npm clients on the tiny test model ----------------------------------------
+
+def engine_checks(name):
+    """An engine test script (engine/serve/NAME.py), for its checks of the
+    npm clients' output (as broker/door/faces_test.py takes faces_test's)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("engine_" + name, os.path.join(ROOT, "engine", "serve", name + ".py"))
+    m = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(m)
+    return m
+
+
+class Own:
+    """An engine's own HTTP, as the engine tests' checks read it (.http)."""
+    def __init__(self, http):
+        self.http = http
+
+
+def t_npm_tiny(c):
+    """Every npm client of the trained models' runs (openai's client.mjs,
+    the AI SDK, LangChain and openai's Responses in sdks.mjs, ollama and
+    @anthropic-ai/sdk in faces.mjs), unchanged, on the tiny test model
+    (h.tiny_model_arena: random weights, a byte-level tokenizer of 300
+    pieces, Qwen3's template), against its engine and through the door,
+    checked as the engine's tests check them. Its random text is what
+    the engine alone gives; the tool, JSON and thinking answers come from
+    the engine's test hook BATON_TEST_FORCE (the template, the sampler,
+    the grammar, the parsers and the streams are the real ones)."""
+    if h.SAN:
+        # the sanitizers' pass: these are the npm clients (node's own code)
+        # over the same endpoints the other cases drive under ASan here
+        return "skipped under the sanitizers (the plain pass runs the clients)"
+    ef, er = engine_checks("faces_test"), engine_checks("responses_test")
+    force = "\x1e".join(["weather in Paris\t" + ef.FORCED_CALL, "ponder\t" + ef.FORCED_THINK,
+                         "Describe Noah\t" + er.FORCED_JSON])
+    http = c.http_broker()
+    c.engine("tiny", "--ctx", "2048", "--http", "127.0.0.1:0", "--http-token-file", h.engine_token_file(c.dir),
+             arena=h.tiny_model_arena(), host_mib=16, segment_mib=2, env={"BATON_TEST_FORCE": force})
+    h.wait_for("the engine routable", lambda: all(e.get("http") for e in c.status()["engines"]))
+    m, own = h.TINY_MODEL, engine_http(c, "tiny")
+    want_sdks = er.alone(own, m)
+    st, want_chat, _ = own.post("/v1/chat/completions", {"model": m, "max_tokens": 16, "temperature": 0.8, "seed": 5,
+                                                         "messages": [{"role": "user", "content": "Tell me of light."}]})
+    assert st == 200, want_chat
+    n = 0
+    for url, token in ((own.url, h.ENGINE_TOKEN), (http.url, http.token)):
+        dest = h.npm_client()
+        p = subprocess.run(["node", os.path.join(dest, "client.mjs"), url, m], capture_output=True, text=True,
+                           timeout=180, env=dict(os.environ, BATON_TOKEN=token, BATON_TOOL_TEST="1"))
+        assert p.returncode == 0, (url, p.stderr[-3000:])
+        got = json.loads(p.stdout)
+        text = want_chat["choices"][0]["message"]["content"]
+        assert got["chat"]["text"] == text and got["stream"]["text"] == text, (url, got["chat"], got["stream"], text)
+        assert bare(got["stream"]["usage"]) == bare(want_chat["usage"]), (url, got["stream"])
+        assert got["completion"]["text"] == got["completion_stream"] and got["models"] == [m], (url, got)
+        tc = got["tool_call"]
+        assert tc["finish"] == "tool_calls" and [x["function"]["name"] for x in tc["calls"]] == ["get_weather"], tc
+        assert json.loads(tc["calls"][0]["function"]["arguments"]) == {"city": "Paris"}, tc
+        assert got["tool_stream"]["calls"][0]["function"] == tc["calls"][0]["function"], got["tool_stream"]
+        assert got["tool_answer"]["finish"] in ("stop", "length") and got["tool_answer"]["calls"] is None, got
+        assert got["required"]["finish"] == "tool_calls" and got["required"]["calls"], got["required"]
+        assert got["reasoning"] == {"content": "Let there be light.", "reasoning": "I ponder the light."}, got
+        assert got["reasoning_stream"] == got["reasoning"], got
+        sdks = er.node_suite(url, m, token=token)
+        er.check_sdks(sdks, want_sdks)
+        faces = ef.run_node(c, url, env={"BATON_TOKEN": token}, model=m)
+        ef.check_node(faces, Own(own), listed=(m,), model=m)
+        n += len(got) + len(sdks) + len(faces["ollama"]) + len(faces["anthropic"])
+    return "%d cases on %s, against the engine and the door" % (n, m)
+
+
 if __name__ == "__main__":
     h.need(h.BROKER)
     sys.exit(h.run_cases([t_tokenize_and_cors, t_register_fields, t_fake_stream_passes_through, t_fake_cut_and_refused,
                           t_fake_least_loaded_and_disconnect,
                           t_fake_refill_fails, t_errors_and_models, t_two_models_interleaved,
                           t_keep_alive, t_reload, t_stream_and_disconnect, t_queue_full, t_npm_client,
-                          t_usage_of_every_answer],
+                          t_usage_of_every_answer, t_npm_tiny],
                          only=sys.argv[1:], logs=("broker", "qwen", "mixtral")))
