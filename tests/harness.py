@@ -407,23 +407,27 @@ def model_arena(model):
 TINY_MODEL = "tiny-qwen3-moe"
 
 
-def tiny_model_arena():
-    """The tiny test model as an arena (shared_arena), named TINY_MODEL:
+def tiny_model_arena(template=None, name=TINY_MODEL):
+    """The tiny test model as an arena (shared_arena), named `name`:
     tests/fixtures/arena/hf/qwen3_moe (random weights by transformers, a
     byte-level BPE tokenizer of 300 pieces, 2 layers of 32) with Qwen3's
     chat template (models/kjv-qwen3-moe's, which takes tools and thinks;
-    the fixture's own takes neither), so the clients' tool and reasoning
-    paths run on it too."""
-    key = ("tiny",)
+    the fixture's own takes neither), or with `template` (its text), so
+    the clients' tool and reasoning paths run on it too."""
+    key = ("tiny", name, template)
     if key not in _arenas:
         src = os.path.join(ROOT, "tests", "fixtures", "arena", "hf", "qwen3_moe")
         d = tempfile.mkdtemp(prefix="baton-tiny-")
         atexit.register(shutil.rmtree, d, True)
-        folder = os.path.join(d, TINY_MODEL)
+        folder = os.path.join(d, name)
         shutil.copytree(src, folder)
-        shutil.copy(os.path.join(ROOT, "models", "kjv-qwen3-moe", "chat_template.jinja"),
-                    os.path.join(folder, "chat_template.jinja"))
-        _arenas[key] = shared_arena("--safetensors", folder, name=TINY_MODEL)
+        if template is None:
+            shutil.copy(os.path.join(ROOT, "models", "kjv-qwen3-moe", "chat_template.jinja"),
+                        os.path.join(folder, "chat_template.jinja"))
+        else:
+            with open(os.path.join(folder, "chat_template.jinja"), "w") as f:
+                f.write(template)
+        _arenas[key] = shared_arena("--safetensors", folder, name=name)
     return _arenas[key]
 
 

@@ -635,8 +635,23 @@ static int forced_tool_grammar(struct oai_request *r, const char *name, struct o
  * (a strict tool's arguments valid for its parameters, another's any
  * object), the grammar holding from the call's opening tag (oai_bind sets
  * the template's) until its object closes. */
-static int strict_auto_grammar(struct oai_request *r, struct oai_error *e)
+static int strict_auto_grammar(struct oai_request *r, enum oai_tool_format fmt, struct oai_error *e)
 {
+	char err[400] = "";
+	gram_free(r->grammar);
+	r->grammar = NULL;
+	r->q.grammar = NULL;
+	if (fmt == OAI_TOOLS_QWEN3_CODER) { /* XML-style: not JSON, its own compiler */
+		int rc = gram_compile_xml_calls(&r->grammar, r->tools, err, sizeof err);
+		if (rc == BATON_EUNSUPPORTED || rc == BATON_EINVAL)
+			return oai_errorf(e, 400, INVALID, rc == BATON_EUNSUPPORTED ? "unsupported_parameter" : NULL, "tools",
+			    "tools[%d].function.strict: true enforces the calls of this model's format (qwen3_coder), and %s",
+			    r->strict_auto, err);
+		if (rc)
+			return oai_errorf(e, 500, "server_error", NULL, NULL, "tools: %s", baton_strerror(rc));
+		r->q.grammar = r->grammar;
+		return 0;
+	}
 	json_t *any = json_array(), *t;
 	size_t i;
 	json_array_foreach(r->tools, i, t) {
@@ -647,8 +662,12 @@ static int strict_auto_grammar(struct oai_request *r, struct oai_error *e)
 		    "properties", "name", "const", json_object_get(fn, "name"), "arguments", args, "required", "name",
 		    "arguments", "additionalProperties", 0));
 	}
-	json_t *schema = json_pack("{s:o}", "anyOf", any);
-	char err[400] = "";
+	/* Hermes: one {"name", "arguments"} after <tool_call>; Mistral v3: an
+	 * array of them after [TOOL_CALLS] (one unless parallel) */
+	json_t *schema = fmt == OAI_TOOLS_MISTRAL ? json_pack("{s:s, s:{s:o}, s:i}", "type", "array", "items", "anyOf",
+	    any, "minItems", 1) : json_pack("{s:o}", "anyOf", any);
+	if (schema && fmt == OAI_TOOLS_MISTRAL && !r->parallel_tool_calls)
+		json_object_set_new(schema, "maxItems", json_integer(1));
 	int rc = schema ? gram_compile_schema(&r->grammar, schema, err, sizeof err) : BATON_ENOMEM;
 	json_decref(schema);
 	if (rc == BATON_EUNSUPPORTED || rc == BATON_EINVAL) {
@@ -720,7 +739,7 @@ static int parse_chat_extras(json_t *root, struct oai_request *r, struct oai_err
 		json_array_foreach(r->tools, i, t)
 			if (json_is_true(json_object_get(json_object_get(t, "function"), "strict")) && r->strict_auto < 0)
 				r->strict_auto = (int)i;
-		if (r->strict_auto >= 0 && strict_auto_grammar(r, e))
+		if (r->strict_auto >= 0 && strict_auto_grammar(r, OAI_TOOLS_HERMES, e)) /* oai_bind: the template's */
 			return e->status;
 	}
 	json_t *re = field(root, "reasoning_effort");
@@ -1107,12 +1126,16 @@ int oai_bind(struct oai_request *r, const struct oai_caps *c, struct oai_error *
 	}
 	r->q.keep_special = r->tools && r->tool_choice == OAI_TC_AUTO && c->tools == OAI_TOOLS_MISTRAL;
 	if (r->tools && r->strict_auto >= 0 && r->tool_choice == OAI_TC_AUTO) {
-		if (c->tools != OAI_TOOLS_HERMES)
+		/* the calls' grammar in the template's format, from its opening tag */
+		if (c->tools == OAI_TOOLS_NONE || (c->tools == OAI_TOOLS_MISTRAL && c->mistral_args))
 			return oai_errorf(e, 400, INVALID, "unsupported_parameter", "tools", "tools[%d].function.strict: "
-			    "true with tool_choice \"auto\" is enforced for the Hermes/Qwen3 <tool_call> format; this "
-			    "model's template writes %s calls (force the tool with tool_choice, or send strict: false)",
-			    r->strict_auto, oai_tool_format_name(c->tools));
-		r->q.grammar_trigger = "<tool_call>";
+			    "true with tool_choice \"auto\" is enforced for Hermes/Qwen3 <tool_call>, Qwen3-Coder's XML "
+			    "calls and Mistral's [TOOL_CALLS] [{...}]; this model's template writes %s calls (force the "
+			    "tool with tool_choice, or send strict: false)", r->strict_auto,
+			    c->tools == OAI_TOOLS_MISTRAL ? "Mistral's NAME[ARGS]{...}" : oai_tool_format_name(c->tools));
+		if (c->tools != OAI_TOOLS_HERMES && strict_auto_grammar(r, c->tools, e))
+			return e->status;
+		r->q.grammar_trigger = c->tools == OAI_TOOLS_MISTRAL ? "[TOOL_CALLS]" : "<tool_call>";
 	}
 	if (r->reasoning_effort) {
 		/* "none" turns thinking off where the template has the switch;

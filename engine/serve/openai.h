@@ -109,6 +109,7 @@ enum oai_tool_format {
 };
 struct oai_caps {
 	enum oai_tool_format tools;
+	int mistral_args;       /* Mistral's v11 calls, NAME[ARGS]{...} (no JSON array) */
 	int think;              /* the template writes <think>: reasoning is split out */
 	int has_enable_thinking;   /* the template reads enable_thinking */
 	int has_reasoning_effort;  /* the template reads reasoning_effort */

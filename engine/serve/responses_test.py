@@ -358,6 +358,61 @@ def t_errors(c):
     return "%d refusals" % len(cases)
 
 
+# Two more tool formats' templates on the tiny test model (just enough for
+# oai_caps_of to know them: the template's text names the format)
+CODER_TEMPLATE = ("{% if tools %}Tools:{% for t in tools %} {{ t.function.name }}{% endfor %}. Call as <tool_call>\n"
+                  "<function=NAME>\n<parameter=P>\nVALUE\n</parameter>\n</function>\n</tool_call>{% endif %}"
+                  "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}</s>{% endfor %}"
+                  "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+MISTRAL_TEMPLATE = ("{% if tools %}[AVAILABLE_TOOLS]{% for t in tools %} {{ t.function.name }}{% endfor %}"
+                    "[/AVAILABLE_TOOLS]{% endif %}{% for m in messages %}{% if m.tool_calls %}[TOOL_CALLS]{% endif %}"
+                    "<|{{ m.role }}|>{{ m.content }}</s>{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}")
+
+
+def t_strict_auto_formats(c):
+    """strict: true with tool_choice auto for Qwen3-Coder's XML calls and
+    Mistral's [TOOL_CALLS] array, as t_strict_auto for Hermes: a call
+    after free text passes, a call that breaks the schema cannot be
+    sampled (strict), or is parsed as written (not strict)."""
+    strict = {"name": "get_weather", "strict": True, "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+        "required": ["city"], "additionalProperties": False}}
+    cases = {
+        "coder": (CODER_TEMPLATE,
+                  "Let me look.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nLyon\n</parameter>\n"
+                  "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>",
+                  "<tool_call>\n<function=get_weather>\n<parameter=city>\nRome\n</parameter>\n"
+                  "<parameter=days>\nmany\n</parameter>\n</function>\n</tool_call>", {"city": "Rome", "days": "many"}),
+        "mistral": (MISTRAL_TEMPLATE,
+                    'Let me look.[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Lyon", "days": 3}}]',
+                    '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": 5}}]', {"city": 5}),
+    }
+    for name, (tmpl, lyon, rome, rome_args) in cases.items():
+        e = c.engine(name, "--ctx", "1024", "--http", "127.0.0.1:0", arena=h.tiny_model_arena(tmpl, "tiny-" + name),
+                     broker=False, host_mib=16, segment_mib=2,
+                     env={"BATON_TEST_FORCE": "weather in Lyon\t" + lyon + "\x1eweather in Rome\t" + rome})
+        e.http = h.Http(e.stdout.readline().split()[1])
+        for is_strict in (False, True):
+            fn = dict(strict, strict=is_strict)
+            body = {"max_tokens": 200, "tools": [{"type": "function", "function": fn}]}
+            st, b, _ = e.http.post("/v1/chat/completions", dict(body, messages=[
+                {"role": "user", "content": "What is the weather in Lyon?"}]))
+            assert st == 200 and b["choices"][0]["finish_reason"] == "tool_calls", (name, b)
+            m = b["choices"][0]["message"]
+            assert m["content"].strip() == "Let me look." and json.loads(
+                m["tool_calls"][0]["function"]["arguments"]) == {"city": "Lyon", "days": 3}, (name, m)
+            st, b, _ = e.http.post("/v1/chat/completions", dict(body, messages=[
+                {"role": "user", "content": "What is the weather in Rome?"}]))
+            if is_strict:
+                assert st >= 400 and "sampling failed" in b["error"]["message"], (name, st, b)
+            else:
+                assert st == 200 and json.loads(b["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"]) \
+                    == rome_args, (name, b)
+        e.terminate()
+        e.wait(10)
+    return "qwen3_coder and mistral calls held to their schema"
+
+
 FORCED_JSON = '{"name": "Noah", "old": true}'
 FORCE = "weather in Paris\t" + FORCED_CALL + "\x1eDescribe Noah\t" + FORCED_JSON
 
@@ -465,5 +520,5 @@ def t_sdks_door(c):
 if __name__ == "__main__":
     for p in (h.ENGINE, h.ARENA, h.CLI, h.BROKER):
         h.need(p)
-    sys.exit(h.run_cases([t_text, t_previous_response, t_tools, t_strict_auto, t_structured, t_errors, t_sdks, t_sdks_door], only=sys.argv[1:],
+    sys.exit(h.run_cases([t_text, t_previous_response, t_tools, t_strict_auto, t_strict_auto_formats, t_structured, t_errors, t_sdks, t_sdks_door], only=sys.argv[1:],
                          logs=("r", "t", "s", "x", "broker", "qwen", "mixtral")))
