@@ -255,6 +255,10 @@ typedef int (*oai_resp_write_fn)(void *arg, const char *ev, size_t n);
 /* Before the first piece: the model and time; a stream writes
  * response.created and response.in_progress (w NULL: a whole reply). */
 void oai_resp_begin(struct oai_resp *r, const char *model, long long created, oai_resp_write_fn w, void *arg);
+/* The logprobs entries (chat's shape, taken; NULL: none) of the tokens
+ * sampled since the last piece: the next output_text delta carries them
+ * (and its part gathers them); a reasoning or tool piece drops them. */
+void oai_resp_logprobs(struct oai_resp *r, json_t *entries);
 /* A piece of the split answer (oai_piece_fn's arguments); -1 without memory. */
 int oai_resp_piece(struct oai_resp *r, enum oai_piece_kind k, const char *t, size_t n, const struct oai_tool_call *c);
 /* The end: the open item closed, the response (a new reference; a stream
@@ -265,6 +269,9 @@ json_t *oai_resp_finish(struct oai_resp *r, const struct baton_gen_result *res);
 void oai_resp_fail(struct oai_resp *r, const struct oai_error *e);
 /* GET /v1/responses/{id}: a copy of a stored response, NULL when not kept. */
 json_t *oai_resp_stored(const char *id);
+/* DELETE /v1/responses/{id}: forgets it (previous_response_id and GET
+ * find it no more); 0, or -1 when not kept. */
+int oai_resp_delete(const char *id);
 /* Counts a field outside the reference (where: a prefix, "" for chat's). */
 void oai_note_ignored(const char *where, const char *key);
 

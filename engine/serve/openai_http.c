@@ -344,6 +344,10 @@ static void on_piece(void *arg, enum oai_piece_kind k, const char *t, size_t n, 
 {
 	struct oreq *q = arg;
 	if (q->resp) {
+		if (q->h.q.logprobs) { /* the tokens' entries so far (on_token's) */
+			oai_resp_logprobs(q->resp, q->lp);
+			q->lp = NULL;
+		}
 		if (oai_resp_piece(q->resp, k, t, n, c))
 			q->h.write_failed = 1;
 		return;
@@ -444,6 +448,14 @@ void oai_sv_token(struct oai_server *s, struct oai_sv_times *t)
 static int on_text(void *arg, const char *text, size_t len)
 {
 	struct oreq *q = arg;
+	if (!q->h.q.stream && q->resp && q->h.q.logprobs) {
+		/* a whole response with logprobs splits as it goes, so that each
+		 * piece takes its own tokens' entries (responses.c) */
+		q->split_live = 1;
+		if (!q->h.split_started++ && q->h.think_open)
+			oai_split_thinking(&q->h.sp);
+		return oai_split_push(&q->h.sp, text, len) != 0 || q->h.write_failed;
+	}
 	if (!q->h.q.stream)
 		return 0; /* a client gone cancels through on_gone */
 	if (!q->h.st)
@@ -895,8 +907,10 @@ static void handler(void *arg, struct baton_http_req *r)
 		responses(s, r);
 		return;
 	}
-	if (strncmp(p, "/v1/responses/", 14) == 0 && get) {
-		json_t *j = oai_resp_stored(p + 14);
+	int del = strcmp(m, "DELETE") == 0;
+	if (strncmp(p, "/v1/responses/", 14) == 0 && (get || del)) {
+		json_t *j = get ? oai_resp_stored(p + 14) : oai_resp_delete(p + 14) == 0 ?
+		    json_pack("{s:s, s:s, s:b}", "id", p + 14, "object", "response", "deleted", 1) : NULL;
 		if (j) {
 			http_reply_json(r, 200, j);
 		} else {

@@ -66,6 +66,7 @@ struct oreq {
 	char *echo;                 /* completions' echo: the prompt's text, first */
 	size_t echo_len;
 	struct oai_resp *resp;      /* /v1/responses: its output items and events (responses.c) */
+	int split_live;             /* a whole response split as it came (its logprobs: on_text) */
 	int door;                   /* the front door asked for the usage report (X-Baton-Usage) */
 };
 
