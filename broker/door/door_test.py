@@ -695,8 +695,8 @@ def stream_raw(http, path, body):
 def t_usage_of_every_answer(c):
     """The door counts the tokens and the time to first token of every
     answer by the engine's usage report: a batch (n > 1, a prompt list),
-    whole or streamed, and a Responses answer, whole or streamed, as a
-    single chat's; the report itself never reaches the client."""
+    a Responses answer, an Ollama and an Anthropic one, whole and
+    streamed, as a single chat's; the report never reaches the client."""
     http = c.http_broker()
     c.engine("qwen", "--ctx", "512", "--vram-elastic", "--http", "127.0.0.1:0", "--http-token-file",
              h.engine_token_file(c.dir), arena=model_arena(c, QWEN), host_mib=18, segment_mib=2)
@@ -727,6 +727,23 @@ def t_usage_of_every_answer(c):
             ("response.completed", "response.incomplete")]
     assert done, data[-300:]
     u = done[-1]["response"]["usage"]
+    counted.append((u["input_tokens"], u["output_tokens"]))
+    # the other faces: Ollama's (NDJSON) and Anthropic's, whole and streamed
+    msgs = [{"role": "user", "content": "Who was Noah?"}]
+    st, o, _ = http.post("/api/chat", {"model": QWEN, "messages": msgs, "stream": False, "options": {"num_predict": 5}})
+    assert st == 200, o
+    counted.append((o["prompt_eval_count"], o["eval_count"]))
+    st, data, _ = http.post("/api/generate", {"model": QWEN, "prompt": "In the beginning", "options": {"num_predict": 5}})
+    assert st == 200 and "baton-usage" not in data, (st, data[-300:])
+    last = json.loads(data.strip().split("\n")[-1])
+    assert last["done"], last
+    counted.append((last["prompt_eval_count"], last["eval_count"]))
+    st, a, _ = http.post("/v1/messages", {"model": QWEN, "max_tokens": 5, "messages": msgs})
+    assert st == 200, a
+    counted.append((a["usage"]["input_tokens"], a["usage"]["output_tokens"]))
+    data = stream_raw(http, "/v1/messages", {"model": QWEN, "max_tokens": 5, "messages": msgs, "stream": True})
+    assert b"baton-usage" not in data, data[-300:]
+    u = [e for e in h.sse_events(data) if isinstance(e, dict) and e.get("type") == "message_delta"][-1]["usage"]
     counted.append((u["input_tokens"], u["output_tokens"]))
     lab = '{model="%s"}' % QWEN
     got = (metric(http, "baton_door_prompt_tokens_total", lab), metric(http, "baton_door_generation_tokens_total", lab))

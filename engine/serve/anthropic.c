@@ -475,6 +475,7 @@ static void a_done(struct face_req *f, int rc, const char *err, const struct bat
 			    "stop_sequence", seq, "usage", usage(res->n_prompt, res->n_tokens));
 			write_event(f, "message_delta", d);
 			write_event(f, "message_stop", json_pack("{s:s}", "type", "message_stop"));
+			face_usage_comment(f, res);
 		} else if (rc) {
 			write_event(f, "error", err_json(http_status_of(rc), err ? err : "failed"));
 		}
@@ -507,7 +508,7 @@ static void a_done(struct face_req *f, int rc, const char *err, const struct bat
 		    json_object_get(c, "name"), "input", in));
 	}
 	const char *why = stop_reason(f, res, json_array_size(f->h.calls) > 0, &seq);
-	http_reply_json(f->h.r, 200, json_pack("{s:s, s:s, s:s, s:s, s:o, s:s, s:s?, s:o}", "id", a->id, "type", "message",
+	face_reply_whole(f, res, json_pack("{s:s, s:s, s:s, s:s, s:o, s:s, s:s?, s:o}", "id", a->id, "type", "message",
 	    "role", "assistant", "model", oai_server_model(f->h.srv), "content", content, "stop_reason", why,
 	    "stop_sequence", seq, "usage", usage(res->n_prompt, res->n_tokens)));
 }

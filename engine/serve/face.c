@@ -171,6 +171,7 @@ int face_submit(struct oai_server *s, struct baton_http_req *r, enum oai_kind ki
 	f->h.r = r;
 	f->ops = ops;
 	f->stream = stream;
+	f->door = http_req_header(r, "X-Baton-Usage") != NULL;
 	f->t0 = baton_now_s();
 	f->h.tm.t_in = f->t0;
 	f->created_ns = face_now_ns();
@@ -191,6 +192,23 @@ int face_submit(struct oai_server *s, struct baton_http_req *r, enum oai_kind ki
 		    "the engine is shutting down");
 	}
 	return 0;
+}
+
+void face_reply_whole(struct face_req *f, const struct baton_gen_result *res, json_t *j)
+{
+	char rep[200];
+	if (f->door)
+		oai_usage_report(&f->h.tm, res->n_prompt, res->n_tokens, res->finish, rep, sizeof rep);
+	oai_reply_usage(f->h.r, f->door ? rep : NULL, j);
+}
+
+void face_usage_comment(struct face_req *f, const struct baton_gen_result *res)
+{
+	if (!f->door || !f->h.st)
+		return;
+	char rep[200];
+	oai_usage_report(&f->h.tm, res->n_prompt, res->n_tokens, res->finish, rep, sizeof rep);
+	oai_usage_comment(f->h.st, rep);
 }
 
 const char *face_stop_string(struct face_req *f, const struct baton_gen_result *res)

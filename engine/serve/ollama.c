@@ -556,6 +556,7 @@ static void o_done(struct face_req *f, int rc, const char *err, const struct bat
 				json_object_set_new(j, "message", json_pack("{s:s, s:s}", "role", "assistant", "content", ""));
 			add_stats(j, f, res);
 			write_line(f, j);
+			face_usage_comment(f, res);
 		} else if (rc) {
 			write_line(f, json_pack("{s:s}", "error", err ? err : "failed"));
 		}
@@ -592,7 +593,7 @@ static void o_done(struct face_req *f, int rc, const char *err, const struct bat
 		json_object_set_new(j, "message", m);
 	}
 	add_stats(j, f, res);
-	http_reply_json(f->h.r, 200, j);
+	face_reply_whole(f, res, j);
 out:
 	free(o->args.p);
 	o->args.p = NULL;

@@ -356,6 +356,18 @@ void oai_sv_token(struct oai_server *s, struct oai_sv_times *t);
 void oai_sv_done(struct oai_server *s, const struct oai_sv_times *t, int rc, const struct baton_gen_result *res,
     int stream);
 void oai_sv_refused(struct oai_server *s, int status, int rc);
+/* The usage report the front door counts a request by (it asks with
+ * X-Baton-Usage: 1; usage.c): "prompt_tokens=P completion_tokens=C
+ * ttft_s=T finish=F" into out. */
+void oai_usage_report(const struct oai_sv_times *tm, uint32_t prompt, uint32_t completion, const char *finish,
+    char *out, size_t n);
+/* A whole answer (j taken; NULL: 500), with the report as its
+ * X-Baton-Usage header (report NULL: none). */
+struct baton_http_req;
+struct baton_http_stream;
+void oai_reply_usage(struct baton_http_req *r, const char *report, json_t *j);
+/* A stream's report: a comment line, before its end. */
+int oai_usage_comment(struct baton_http_stream *st, const char *report);
 /* "http://HOST:PORT", the real port. */
 const char *oai_server_url(const struct oai_server *s);
 /* Closing, in this order: oai_server_stop (no request comes in any more;
