@@ -589,6 +589,50 @@ static int check_tool(json_t *t, size_t i, struct oai_error *e)
  * document of its parameters' schema; for "required" an array of one or
  * more {"name", "arguments"} of the tools (one with parallel_tool_calls
  * false). */
+/* "#"-pointers of a tool's parameters, rewritten to start at base (where
+ * the wrapper of the calls' schema keeps them). */
+static void rebase_refs(json_t *v, const char *base)
+{
+	const char *k;
+	json_t *x;
+	size_t i;
+	if (json_is_object(v)) {
+		json_object_foreach(v, k, x) {
+			if (strcmp(k, "$ref") == 0 && json_is_string(x) && json_string_value(x)[0] == '#') {
+				char *n = NULL;
+				if (asprintf(&n, "%s%s", base, json_string_value(x) + 1) > 0)
+					json_object_set_new(v, k, json_string(n));
+				free(n);
+			} else {
+				rebase_refs(x, base);
+			}
+		}
+	} else if (json_is_array(v)) {
+		json_array_foreach(v, i, x)
+			rebase_refs(x, base);
+	}
+}
+
+/* Tool i's arguments inside a schema of the calls (root: its $defs get
+ * the parameters whole, as "baton_tool_I", their $ref, $defs and
+ * definitions pointing where they did at their own root); any object
+ * without parameters. A new reference. */
+static json_t *tool_args(json_t *root, json_t *fn, size_t i)
+{
+	json_t *pa = json_object_get(fn, "parameters");
+	if (!pa || json_is_null(pa))
+		return json_pack("{s:s}", "type", "object");
+	char name[40], base[56];
+	snprintf(name, sizeof name, "baton_tool_%zu", i);
+	snprintf(base, sizeof base, "#/$defs/%s", name);
+	json_t *copy = json_deep_copy(pa), *defs = json_object_get(root, "$defs");
+	if (!defs)
+		json_object_set_new(root, "$defs", defs = json_object());
+	rebase_refs(copy, base);
+	json_object_set_new(defs, name, copy);
+	return json_pack("{s:s}", "$ref", base);
+}
+
 static int forced_tool_grammar(struct oai_request *r, const char *name, struct oai_error *e)
 {
 	json_t *schema = NULL;
@@ -607,14 +651,15 @@ static int forced_tool_grammar(struct oai_request *r, const char *name, struct o
 			    name);
 	} else {
 		json_t *any = json_array();
+		schema = json_object();
 		json_array_foreach(r->tools, i, t) {
-			json_t *fn = json_object_get(t, "function"), *pa = json_object_get(fn, "parameters");
-			json_array_append_new(any, json_pack("{s:s, s:{s:{s:O}, s:O}, s:[s, s], s:b}", "type", "object",
-			    "properties", "name", "const", json_object_get(fn, "name"), "arguments",
-			    pa && !json_is_null(pa) ? pa : json_pack("{s:s}", "type", "object"), "required", "name",
-			    "arguments", "additionalProperties", 0));
+			json_t *fn = json_object_get(t, "function");
+			json_array_append_new(any, json_pack("{s:s, s:{s:{s:O}, s:o}, s:[s, s], s:b}", "type", "object",
+			    "properties", "name", "const", json_object_get(fn, "name"), "arguments", tool_args(schema, fn, i),
+			    "required", "name", "arguments", "additionalProperties", 0));
 		}
-		schema = json_pack("{s:s, s:i, s:{s:o}}", "type", "array", "minItems", 1, "items", "anyOf", any);
+		json_object_update_new(schema, json_pack("{s:s, s:i, s:{s:o}}", "type", "array", "minItems", 1, "items",
+		    "anyOf", any));
 		if (schema && !r->parallel_tool_calls)
 			json_object_set_new(schema, "maxItems", json_integer(1));
 	}
@@ -652,11 +697,11 @@ static int strict_auto_grammar(struct oai_request *r, enum oai_tool_format fmt, 
 		r->q.grammar = r->grammar;
 		return 0;
 	}
-	json_t *any = json_array(), *t;
+	json_t *any = json_array(), *t, *root = json_object();
 	size_t i;
 	json_array_foreach(r->tools, i, t) {
-		json_t *fn = json_object_get(t, "function"), *pa = json_object_get(fn, "parameters");
-		json_t *args = json_is_true(json_object_get(fn, "strict")) && pa && !json_is_null(pa) ? json_incref(pa) :
+		json_t *fn = json_object_get(t, "function");
+		json_t *args = json_is_true(json_object_get(fn, "strict")) ? tool_args(root, fn, i) :
 		    json_pack("{s:s}", "type", "object");
 		json_array_append_new(any, json_pack("{s:s, s:{s:{s:O}, s:o}, s:[s, s], s:b}", "type", "object",
 		    "properties", "name", "const", json_object_get(fn, "name"), "arguments", args, "required", "name",
@@ -664,9 +709,10 @@ static int strict_auto_grammar(struct oai_request *r, enum oai_tool_format fmt, 
 	}
 	/* Hermes: one {"name", "arguments"} after <tool_call>; Mistral v3: an
 	 * array of them after [TOOL_CALLS] (one unless parallel) */
-	json_t *schema = fmt == OAI_TOOLS_MISTRAL ? json_pack("{s:s, s:{s:o}, s:i}", "type", "array", "items", "anyOf",
-	    any, "minItems", 1) : json_pack("{s:o}", "anyOf", any);
-	if (schema && fmt == OAI_TOOLS_MISTRAL && !r->parallel_tool_calls)
+	json_t *schema = root;
+	json_object_update_new(schema, fmt == OAI_TOOLS_MISTRAL ? json_pack("{s:s, s:{s:o}, s:i}", "type", "array",
+	    "items", "anyOf", any, "minItems", 1) : json_pack("{s:o}", "anyOf", any));
+	if (fmt == OAI_TOOLS_MISTRAL && !r->parallel_tool_calls)
 		json_object_set_new(schema, "maxItems", json_integer(1));
 	int rc = schema ? gram_compile_schema(&r->grammar, schema, err, sizeof err) : BATON_ENOMEM;
 	json_decref(schema);

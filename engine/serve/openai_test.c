@@ -323,6 +323,25 @@ static void t_tools(void)
 		}
 		oai_request_free(&r);
 	}
+	/* parameters with $defs (Pydantic's nested models): their $ref resolve
+	 * at their own root inside the calls' schema, auto and forced */
+	static const char *const choices[] = { "\"auto\"", "\"required\"", "{\"type\":\"function\",\"function\":"
+		"{\"name\":\"f\"}}" };
+	for (size_t i = 0; i < sizeof choices / sizeof choices[0]; i++) {
+		char body[1024];
+		snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":%s,"
+		    "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"g\",\"strict\":true,\"parameters\":"
+		    "{\"$defs\":{\"Q\":{\"type\":\"string\"}},\"type\":\"object\",\"properties\":{\"q\":{\"$ref\":"
+		    "\"#/$defs/Q\"}}}}},{\"type\":\"function\",\"function\":{\"name\":\"f\",\"strict\":true,"
+		    "\"parameters\":{\"type\":\"object\",\"properties\":{\"p\":{\"$ref\":\"#/$defs/P\"}},\"required\":"
+		    "[\"p\"],\"additionalProperties\":false,\"$defs\":{\"P\":{\"type\":\"object\",\"properties\":{\"a\":"
+		    "{\"type\":\"integer\"},\"kids\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/P\"}}},"
+		    "\"required\":[\"a\"],\"additionalProperties\":false}}}}}]}", choices[i]);
+		int prc = parse(OAI_CHAT, body, &r, &e);
+		T_ASSERT_MSG(prc == 0, "%s: %s", choices[i], e.message);
+		T_ASSERT(r.q.grammar != NULL);
+		oai_request_free(&r);
+	}
 	/* a Qwen3-Coder parameter its text cannot hold to the schema: 400 with the path */
 	T_EQ_INT(parse(OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":"
 	    "\"function\",\"function\":{\"name\":\"f\",\"strict\":true,\"parameters\":{\"type\":\"object\","
