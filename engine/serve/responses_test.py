@@ -505,6 +505,10 @@ def check_sdks(got, want, tools=True):
     s = got["responses_stream"]
     assert s["text"] == want["responses"] and s["helper_text"] == want["responses"] and s["final"] == r["usage"], (s, r)
     assert s["types"][:2] == ["response.created", "response.in_progress"], s["types"]
+    lp = got["responses_logprobs"]  # include message.output_text.logprobs through the client
+    assert lp["tokens"] and all(n == 2 for n in lp["tops"]), lp
+    # a token that ends mid-character reads as U+FFFD alone (the tiny model's random bytes)
+    assert not tools or "\ufffd" in "".join(lp["tokens"]) or "".join(lp["tokens"]) == lp["text"], lp
     t = got.get("responses_tools") if tools else {"name": "get_weather", "arguments": '{"city": "Paris"}',
                                                   "streamed_args": '{"city": "Paris"}', "answer_calls": 0}
     assert t["name"] == "get_weather" and json.loads(t["arguments"]) == {"city": "Paris"}, t

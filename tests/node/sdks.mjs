@@ -60,6 +60,13 @@ await run("responses_stream", async () => {
   s.helper_text = fin.output_text;
   return s;
 });
+await run("responses_logprobs", async () => {
+  const r = await client.responses.create({ model, input: "Tell me of light.", max_output_tokens: 8, temperature: 0,
+                                            top_logprobs: 2, include: ["message.output_text.logprobs"] });
+  const part = r.output.filter((o) => o.type === "message").flatMap((o) => o.content)[0] || { logprobs: [] };
+  return { text: r.output_text, tokens: part.logprobs.map((l) => l.token),
+           tops: part.logprobs.map((l) => l.top_logprobs.length) };
+});
 await run("responses_tools", async () => {
   const tools = [{ type: "function", name: "get_weather", description: "The weather in a city",
                    parameters: weatherParams, strict: false }];
