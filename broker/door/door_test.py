@@ -803,6 +803,13 @@ def t_npm_tiny(c):
     st, want_chat, _ = own.post("/v1/chat/completions", {"model": m, "max_tokens": 16, "temperature": 0.8, "seed": 5,
                                                          "messages": [{"role": "user", "content": "Tell me of light."}]})
     assert st == 200, want_chat
+    # logprobs' bytes: a character split across the tiny tokenizer's tokens
+    # is whole again when the entries' bytes are joined (as OpenAI's)
+    st, lp, _ = own.post("/v1/chat/completions", {"model": m, "max_tokens": 40, "temperature": 0, "logprobs": True,
+                                                  "messages": [{"role": "user", "content": "Tell me of light."}]})
+    assert st == 200, lp
+    joined = bytes(x for e in lp["choices"][0]["logprobs"]["content"] for x in e["bytes"])
+    assert joined.decode("utf-8", "replace") == lp["choices"][0]["message"]["content"], (joined, lp)
     n = 0
     for url, token in ((own.url, h.ENGINE_TOKEN), (http.url, http.token)):
         dest = h.npm_client()

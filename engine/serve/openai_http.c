@@ -127,6 +127,24 @@ static json_t *bytes_of(json_t *s)
 	return a;
 }
 
+/* OpenAI's "bytes" of a token: its text's, or where its text is not whole
+ * (a character split across tokens reads as U+FFFD, or as nothing after
+ * such a token) the token's own bytes, so that a client that joins them
+ * has the character again. */
+static json_t *token_bytes(const text_tok *t, int32_t id, json_t *text)
+{
+	char b[256];
+	size_t n = 0;
+	if ((json_string_length(text) && !strstr(json_string_value(text), "\xef\xbf\xbd")) ||
+	    text_token_bytes(t, id, b, sizeof b, &n) != 0 ||
+	    n > sizeof b)
+		return bytes_of(text);
+	json_t *a = json_array();
+	for (size_t i = 0; i < n; i++)
+		json_array_append_new(a, json_integer((unsigned char)b[i]));
+	return a;
+}
+
 /* JSON has no -inf: vLLM's stand-in. */
 static double finite_lp(float x)
 {
@@ -146,10 +164,10 @@ static void on_token(void *arg, uint32_t id, float logprob, const uint32_t *top_
 		for (uint32_t i = 0; i < n_top; i++) {
 			json_t *a = token_text(t, q->lp_prev, (int32_t)top_ids[i]);
 			json_array_append_new(top, json_pack("{s:o, s:f, s:o}", "token", a, "logprob", finite_lp(top_lps[i]),
-			    "bytes", bytes_of(a)));
+			    "bytes", token_bytes(t, (int32_t)top_ids[i], a)));
 		}
 		json_array_append_new(q->lp, json_pack("{s:O, s:f, s:o, s:o}", "token", tx, "logprob",
-		    finite_lp(logprob), "bytes", bytes_of(tx), "top_logprobs", top));
+		    finite_lp(logprob), "bytes", token_bytes(t, (int32_t)id, tx), "top_logprobs", top));
 	} else {
 		if (!q->lp)
 			q->lp = json_pack("{s:[], s:[], s:[], s:[]}", "tokens", "token_logprobs", "top_logprobs",
