@@ -404,6 +404,33 @@ def model_arena(model):
     return shared_arena("--safetensors", os.path.join(ROOT, "models", model), name=model)
 
 
+TINY_MODEL = "tiny-qwen3-moe"
+
+
+def tiny_model_arena(template=None, name=TINY_MODEL):
+    """The tiny test model as an arena (shared_arena), named `name`:
+    tests/fixtures/arena/hf/qwen3_moe (random weights by transformers, a
+    byte-level BPE tokenizer of 300 pieces, 2 layers of 32) with Qwen3's
+    chat template (models/kjv-qwen3-moe's, which takes tools and thinks;
+    the fixture's own takes neither), or with `template` (its text), so
+    the clients' tool and reasoning paths run on it too."""
+    key = ("tiny", name, template)
+    if key not in _arenas:
+        src = os.path.join(ROOT, "tests", "fixtures", "arena", "hf", "qwen3_moe")
+        d = tempfile.mkdtemp(prefix="baton-tiny-")
+        atexit.register(shutil.rmtree, d, True)
+        folder = os.path.join(d, name)
+        shutil.copytree(src, folder)
+        if template is None:
+            shutil.copy(os.path.join(ROOT, "models", "kjv-qwen3-moe", "chat_template.jinja"),
+                        os.path.join(folder, "chat_template.jinja"))
+        else:
+            with open(os.path.join(folder, "chat_template.jinja"), "w") as f:
+                f.write(template)
+        _arenas[key] = shared_arena("--safetensors", folder, name=name)
+    return _arenas[key]
+
+
 class EngineCase(Case):
     """Engines alone (no broker), on the host backend."""
 

@@ -220,7 +220,7 @@ void door_dreq_free(struct dreq *q);
 /* ---- usage.c ------------------------------------------------------------------ */
 
 /* What the engine said of a request it served: "prompt_tokens=P
- * completion_tokens=C ttft_s=T finish=F" (engine/serve/openai_http.c). */
+ * completion_tokens=C ttft_s=T finish=F" (engine/serve/usage.c). */
 struct door_usage {
 	bool have;
 	unsigned long prompt, completion;

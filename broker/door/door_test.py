@@ -17,7 +17,12 @@ to end on the host backend with the two trained models of models/.
     ends it with an error event and without the chunked end;
   - the body limit is the engines' (1 MiB), and an engine's 413 is passed
     on;
-  - a full queue answers 503 with Retry-After.
+  - a full queue answers 503 with Retry-After;
+  - every answer is counted by the engine's usage report: a batch (n > 1,
+    a prompt list) and a Responses answer, whole and streamed.
+  - the npm clients (openai, the AI SDK, LangChain, ollama,
+    @anthropic-ai/sdk) on the tiny test model, against its engine and
+    through the door.
 The last line is "N passed, N failed".
 """
 import http.client as http_client
@@ -673,10 +678,170 @@ def t_tokenize_and_cors(c):
     return "%d tokens" % t["count"]
 
 
+# ---- the usage report: every answer counted ---------------------------------------
+
+def stream_raw(http, path, body):
+    """A whole stream through the door: its data, dechunked."""
+    s = http.open_stream(path, body)
+    raw = b""
+    while not raw.endswith(b"\r\n0\r\n\r\n"):  # the chunked end
+        chunk = s.recv(65536)
+        assert chunk, raw
+        raw += chunk
+    s.close()
+    return h.dechunk(raw)
+
+
+def t_usage_of_every_answer(c):
+    """The door counts the tokens and the time to first token of every
+    answer by the engine's usage report: a batch (n > 1, a prompt list),
+    a Responses answer, an Ollama and an Anthropic one, whole and
+    streamed, as a single chat's; the report never reaches the client."""
+    http = c.http_broker()
+    c.engine("qwen", "--ctx", "512", "--vram-elastic", "--http", "127.0.0.1:0", "--http-token-file",
+             h.engine_token_file(c.dir), arena=model_arena(c, QWEN), host_mib=18, segment_mib=2)
+    h.wait_for("the engine routable", lambda: all(e.get("http") for e in c.status()["engines"]))
+    counted = []  # (prompt, completion) of each answer, as the client sees them
+    body = dict(chat_body(QWEN, "Who was Noah?", 3, max_tokens=6), n=2)
+    st, b, hd = http.post("/v1/chat/completions", body)
+    assert st == 200 and len(b["choices"]) == 2 and "X-Baton-Usage" not in hd, (st, b, hd)
+    counted.append((b["usage"]["prompt_tokens"], b["usage"]["completion_tokens"]))
+    st, b, _ = http.post("/v1/completions", {"model": QWEN, "prompt": ["In the beginning", "And God said"],
+                                             "max_tokens": 5, "temperature": 0})
+    assert st == 200 and len(b["choices"]) == 2, (st, b)
+    counted.append((b["usage"]["prompt_tokens"], b["usage"]["completion_tokens"]))
+    data = stream_raw(http, "/v1/chat/completions", dict(chat_body(QWEN, "Tell of the flood.", 4, max_tokens=6,
+                                                                    stream=True), n=2,
+                                                          stream_options={"include_usage": True}))
+    assert b"baton-usage" not in data, data[-300:]
+    u = [e for e in h.sse_events(data) if isinstance(e, dict) and e.get("usage")][-1]["usage"]
+    counted.append((u["prompt_tokens"], u["completion_tokens"]))
+    st, r, hd = http.post("/v1/responses", {"model": QWEN, "input": "Who built the ark?", "max_output_tokens": 6,
+                                            "temperature": 0})
+    assert st == 200 and r["status"] in ("completed", "incomplete") and "X-Baton-Usage" not in hd, (st, r, hd)
+    counted.append((r["usage"]["input_tokens"], r["usage"]["output_tokens"]))
+    data = stream_raw(http, "/v1/responses", {"model": QWEN, "input": "What is the law?", "max_output_tokens": 6,
+                                              "temperature": 0, "stream": True})
+    assert b"baton-usage" not in data, data[-300:]
+    done = [e for e in h.sse_events(data) if isinstance(e, dict) and e.get("type") in
+            ("response.completed", "response.incomplete")]
+    assert done, data[-300:]
+    u = done[-1]["response"]["usage"]
+    counted.append((u["input_tokens"], u["output_tokens"]))
+    # the other faces: Ollama's (NDJSON) and Anthropic's, whole and streamed
+    msgs = [{"role": "user", "content": "Who was Noah?"}]
+    st, o, _ = http.post("/api/chat", {"model": QWEN, "messages": msgs, "stream": False, "options": {"num_predict": 5}})
+    assert st == 200, o
+    counted.append((o["prompt_eval_count"], o["eval_count"]))
+    st, data, _ = http.post("/api/generate", {"model": QWEN, "prompt": "In the beginning", "options": {"num_predict": 5}})
+    assert st == 200 and "baton-usage" not in data, (st, data[-300:])
+    last = json.loads(data.strip().split("\n")[-1])
+    assert last["done"], last
+    counted.append((last["prompt_eval_count"], last["eval_count"]))
+    st, a, _ = http.post("/v1/messages", {"model": QWEN, "max_tokens": 5, "messages": msgs})
+    assert st == 200, a
+    counted.append((a["usage"]["input_tokens"], a["usage"]["output_tokens"]))
+    data = stream_raw(http, "/v1/messages", {"model": QWEN, "max_tokens": 5, "messages": msgs, "stream": True})
+    assert b"baton-usage" not in data, data[-300:]
+    u = [e for e in h.sse_events(data) if isinstance(e, dict) and e.get("type") == "message_delta"][-1]["usage"]
+    counted.append((u["input_tokens"], u["output_tokens"]))
+    lab = '{model="%s"}' % QWEN
+    got = (metric(http, "baton_door_prompt_tokens_total", lab), metric(http, "baton_door_generation_tokens_total", lab))
+    want = (sum(p for p, _ in counted), sum(n for _, n in counted))
+    assert got == want, (got, want, counted)
+    # every answer's time to first token came with its report
+    assert metric(http, "baton_door_time_to_first_token_seconds_count", lab) == len(counted)
+    ends = sum(metric(http, "baton_door_request_success_total", '{model="%s",finished_reason="%s"}' % (QWEN, f)) or 0
+               for f in ("stop", "length"))
+    assert ends == len(counted), ends
+    # the 6-token batches were cut: the door's finish is the batch's
+    assert metric(http, "baton_door_request_success_total", '{model="%s",finished_reason="length"}' % QWEN) >= 3
+    return "%d answers, %d prompt and %d generated tokens counted" % (len(counted), want[0], want[1])
+
+
+# ---- the npm clients on the tiny test model ----------------------------------------
+
+def engine_checks(name):
+    """An engine test script (engine/serve/NAME.py), for its checks of the
+    npm clients' output (as broker/door/faces_test.py takes faces_test's)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("engine_" + name, os.path.join(ROOT, "engine", "serve", name + ".py"))
+    m = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(m)
+    return m
+
+
+class Own:
+    """An engine's own HTTP, as the engine tests' checks read it (.http)."""
+    def __init__(self, http):
+        self.http = http
+
+
+def t_npm_tiny(c):
+    """Every npm client of the trained models' runs (openai's client.mjs,
+    the AI SDK, LangChain and openai's Responses in sdks.mjs, ollama and
+    @anthropic-ai/sdk in faces.mjs), unchanged, on the tiny test model
+    (h.tiny_model_arena: random weights, a byte-level tokenizer of 300
+    pieces, Qwen3's template), against its engine and through the door,
+    checked as the engine's tests check them. Its random text is what
+    the engine alone gives; the tool, JSON and thinking answers come from
+    the engine's test hook BATON_TEST_FORCE (the template, the sampler,
+    the grammar, the parsers and the streams are the real ones)."""
+    if h.SAN:
+        # the sanitizers' pass: these are the npm clients (node's own code)
+        # over the same endpoints the other cases drive under ASan here
+        return "skipped under the sanitizers (the plain pass runs the clients)"
+    ef, er = engine_checks("faces_test"), engine_checks("responses_test")
+    force = "\x1e".join(["weather in Paris\t" + ef.FORCED_CALL, "ponder\t" + ef.FORCED_THINK,
+                         "Describe Noah\t" + er.FORCED_JSON])
+    http = c.http_broker()
+    c.engine("tiny", "--ctx", "2048", "--http", "127.0.0.1:0", "--http-token-file", h.engine_token_file(c.dir),
+             arena=h.tiny_model_arena(), host_mib=16, segment_mib=2, env={"BATON_TEST_FORCE": force})
+    h.wait_for("the engine routable", lambda: all(e.get("http") for e in c.status()["engines"]))
+    m, own = h.TINY_MODEL, engine_http(c, "tiny")
+    want_sdks = er.alone(own, m)
+    st, want_chat, _ = own.post("/v1/chat/completions", {"model": m, "max_tokens": 16, "temperature": 0.8, "seed": 5,
+                                                         "messages": [{"role": "user", "content": "Tell me of light."}]})
+    assert st == 200, want_chat
+    # logprobs' bytes: a character split across the tiny tokenizer's tokens
+    # is whole again when the entries' bytes are joined (as OpenAI's)
+    st, lp, _ = own.post("/v1/chat/completions", {"model": m, "max_tokens": 40, "temperature": 0, "logprobs": True,
+                                                  "messages": [{"role": "user", "content": "Tell me of light."}]})
+    assert st == 200, lp
+    joined = bytes(x for e in lp["choices"][0]["logprobs"]["content"] for x in e["bytes"])
+    assert joined.decode("utf-8", "replace") == lp["choices"][0]["message"]["content"], (joined, lp)
+    n = 0
+    for url, token in ((own.url, h.ENGINE_TOKEN), (http.url, http.token)):
+        dest = h.npm_client()
+        p = subprocess.run(["node", os.path.join(dest, "client.mjs"), url, m], capture_output=True, text=True,
+                           timeout=180, env=dict(os.environ, BATON_TOKEN=token, BATON_TOOL_TEST="1"))
+        assert p.returncode == 0, (url, p.stderr[-3000:])
+        got = json.loads(p.stdout)
+        text = want_chat["choices"][0]["message"]["content"]
+        assert got["chat"]["text"] == text and got["stream"]["text"] == text, (url, got["chat"], got["stream"], text)
+        assert bare(got["stream"]["usage"]) == bare(want_chat["usage"]), (url, got["stream"])
+        assert got["completion"]["text"] == got["completion_stream"] and got["models"] == [m], (url, got)
+        tc = got["tool_call"]
+        assert tc["finish"] == "tool_calls" and [x["function"]["name"] for x in tc["calls"]] == ["get_weather"], tc
+        assert json.loads(tc["calls"][0]["function"]["arguments"]) == {"city": "Paris"}, tc
+        assert got["tool_stream"]["calls"][0]["function"] == tc["calls"][0]["function"], got["tool_stream"]
+        assert got["tool_answer"]["finish"] in ("stop", "length") and got["tool_answer"]["calls"] is None, got
+        assert got["required"]["finish"] == "tool_calls" and got["required"]["calls"], got["required"]
+        assert got["reasoning"] == {"content": "Let there be light.", "reasoning": "I ponder the light."}, got
+        assert got["reasoning_stream"] == got["reasoning"], got
+        sdks = er.node_suite(url, m, token=token)
+        er.check_sdks(sdks, want_sdks)
+        faces = ef.run_node(c, url, env={"BATON_TOKEN": token}, model=m)
+        ef.check_node(faces, Own(own), listed=(m,), model=m)
+        n += len(got) + len(sdks) + len(faces["ollama"]) + len(faces["anthropic"])
+    return "%d cases on %s, against the engine and the door" % (n, m)
+
+
 if __name__ == "__main__":
     h.need(h.BROKER)
     sys.exit(h.run_cases([t_tokenize_and_cors, t_register_fields, t_fake_stream_passes_through, t_fake_cut_and_refused,
                           t_fake_least_loaded_and_disconnect,
                           t_fake_refill_fails, t_errors_and_models, t_two_models_interleaved,
-                          t_keep_alive, t_reload, t_stream_and_disconnect, t_queue_full, t_npm_client],
+                          t_keep_alive, t_reload, t_stream_and_disconnect, t_queue_full, t_npm_client,
+                          t_usage_of_every_answer, t_npm_tiny],
                          only=sys.argv[1:], logs=("broker", "qwen", "mixtral")))

@@ -2,7 +2,7 @@
  * usage.c: the engine's usage report, which the front door asks for
  * (X-Baton-Usage: 1) and counts its serving metrics and access log by
  * (door_int.h): a header of a whole reply, a comment line of a stream in
- * its [DONE] event (engine/serve/openai_http.c writes both).
+ * its [DONE] event (engine/serve/usage.c writes both).
  */
 #include <stdio.h>
 #include <string.h>

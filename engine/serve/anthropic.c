@@ -351,13 +351,13 @@ static int write_event(struct face_req *f, const char *name, json_t *j)
 		char *ev = malloc(n);
 		if (ev) {
 			int k = snprintf(ev, n, "event: %s\ndata: %s\n\n", name, d);
-			rc = http_stream_write(f->st, ev, (size_t)k);
+			rc = http_stream_write(f->h.st, ev, (size_t)k);
 		}
 		free(ev);
 	}
 	free(d);
 	if (rc)
-		f->write_failed = 1;
+		f->h.write_failed = 1;
 	return rc;
 }
 
@@ -379,14 +379,14 @@ static void a_admit(struct face_req *f)
 		return;
 	a->opened = 1;
 	static const char *const hdr[] = { "Cache-Control: no-cache", "X-Accel-Buffering: no", NULL };
-	f->st = http_stream_open(f->r, 200, "text/event-stream", hdr);
-	if (!f->st) {
-		f->write_failed = 1;
+	f->h.st = http_stream_open(f->h.r, 200, "text/event-stream", hdr);
+	if (!f->h.st) {
+		f->h.write_failed = 1;
 		return;
 	}
 	write_event(f, "message_start", json_pack("{s:s, s:{s:s, s:s, s:s, s:s, s:[], s:n, s:n, s:o}}", "type",
 	    "message_start", "message", "id", a->id, "type", "message", "role", "assistant", "model",
-	    oai_server_model(f->srv), "content", "stop_reason", "stop_sequence", "usage", usage(0, 0)));
+	    oai_server_model(f->h.srv), "content", "stop_reason", "stop_sequence", "usage", usage(0, 0)));
 }
 
 static void close_block(struct face_req *f)
@@ -414,7 +414,7 @@ static void open_block(struct face_req *f, enum oai_piece_kind k, json_t *block)
 static void a_piece(struct face_req *f, enum oai_piece_kind k, const char *t, size_t n, const struct oai_tool_call *c)
 {
 	struct astate *a = f->arg;
-	if (!f->st)
+	if (!f->h.st)
 		return;
 	char tid[64];
 	switch (k) {
@@ -466,7 +466,7 @@ static void a_done(struct face_req *f, int rc, const char *err, const struct bat
 	struct astate *a = f->arg;
 	const char *seq;
 	if (f->stream && a->opened) {
-		if (!f->st)
+		if (!f->h.st)
 			return;
 		if (rc == 0 && strcmp(res->finish, "cancelled") != 0) {
 			close_block(f);
@@ -475,26 +475,27 @@ static void a_done(struct face_req *f, int rc, const char *err, const struct bat
 			    "stop_sequence", seq, "usage", usage(res->n_prompt, res->n_tokens));
 			write_event(f, "message_delta", d);
 			write_event(f, "message_stop", json_pack("{s:s}", "type", "message_stop"));
+			face_usage_comment(f, res);
 		} else if (rc) {
 			write_event(f, "error", err_json(http_status_of(rc), err ? err : "failed"));
 		}
-		http_stream_close(f->st);
+		http_stream_close(f->h.st);
 		return;
 	}
 	if (rc) {
 		int status = http_status_of(rc);
-		reply_err(f->r, status, "%s", err ? err : "failed");
+		reply_err(f->h.r, status, "%s", err ? err : "failed");
 		return;
 	}
 	json_t *content = json_array(), *c;
 	size_t i;
-	if (f->reasoning.n)
-		json_array_append_new(content, json_pack("{s:s, s:s%, s:s}", "type", "thinking", "thinking", f->reasoning.p,
-		    f->reasoning.n, "signature", ""));
-	if (f->content.n || !json_array_size(f->calls))
-		json_array_append_new(content, json_pack("{s:s, s:s%}", "type", "text", "text", f->content.p ?
-		    f->content.p : "", f->content.n));
-	json_array_foreach(f->calls, i, c) {
+	if (f->h.reasoning.n)
+		json_array_append_new(content, json_pack("{s:s, s:s%, s:s}", "type", "thinking", "thinking", f->h.reasoning.p,
+		    f->h.reasoning.n, "signature", ""));
+	if (f->h.content.n || !json_array_size(f->h.calls))
+		json_array_append_new(content, json_pack("{s:s, s:s%}", "type", "text", "text", f->h.content.p ?
+		    f->h.content.p : "", f->h.content.n));
+	json_array_foreach(f->h.calls, i, c) {
 		char tid[64];
 		tool_id(json_string_value(json_object_get(c, "id")), tid, sizeof tid);
 		const char *args = json_string_value(json_object_get(c, "arguments"));
@@ -506,9 +507,9 @@ static void a_done(struct face_req *f, int rc, const char *err, const struct bat
 		json_array_append_new(content, json_pack("{s:s, s:s, s:O, s:o}", "type", "tool_use", "id", tid, "name",
 		    json_object_get(c, "name"), "input", in));
 	}
-	const char *why = stop_reason(f, res, json_array_size(f->calls) > 0, &seq);
-	http_reply_json(f->r, 200, json_pack("{s:s, s:s, s:s, s:s, s:o, s:s, s:s?, s:o}", "id", a->id, "type", "message",
-	    "role", "assistant", "model", oai_server_model(f->srv), "content", content, "stop_reason", why,
+	const char *why = stop_reason(f, res, json_array_size(f->h.calls) > 0, &seq);
+	face_reply_whole(f, res, json_pack("{s:s, s:s, s:s, s:s, s:o, s:s, s:s?, s:o}", "id", a->id, "type", "message",
+	    "role", "assistant", "model", oai_server_model(f->h.srv), "content", content, "stop_reason", why,
 	    "stop_sequence", seq, "usage", usage(res->n_prompt, res->n_tokens)));
 }
 

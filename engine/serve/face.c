@@ -6,31 +6,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <time.h>
 
 #include "engine/serve/face.h"
 #include "engine/serve/sched.h"
 #include "proto/base/base.h"
 
-static uint64_t random64(void)
-{
-	uint64_t x = 0;
-	if (getrandom(&x, sizeof x, GRND_NONBLOCK) != (ssize_t)sizeof x) {
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		x = (uint64_t)ts.tv_nsec * 0x9e3779b97f4a7c15ull ^ (uint64_t)ts.tv_sec;
-	}
-	return x;
-}
-
 void face_random_id(char *out, size_t n)
 {
 	static const char abc[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-	uint64_t x = random64();
+	uint64_t x = oai_random64();
 	for (size_t i = 0; i + 1 < n; i++) {
 		if (i % 10 == 9)
-			x = random64();
+			x = oai_random64();
 		out[i] = abc[x % 62];
 		x /= 62;
 	}
@@ -57,11 +45,7 @@ void face_time(int64_t ns, char *out, size_t n)
 
 static void face_free(struct face_req *f)
 {
-	oai_request_free(&f->q);
-	oai_split_free(&f->sp);
-	free(f->content.p);
-	free(f->reasoning.p);
-	json_decref(f->calls);
+	oai_live_free(&f->h);
 	free(f->arg);
 	free(f);
 }
@@ -72,38 +56,38 @@ static void on_piece(void *arg, enum oai_piece_kind k, const char *t, size_t n, 
 {
 	struct face_req *f = arg;
 	if (f->stream) {
-		if (!f->write_failed)
+		if (!f->h.write_failed)
 			f->ops->piece(f, k, t, n, c);
 		return;
 	}
 	if (k == OAI_P_TOOL || k == OAI_P_TOOL_START) {
-		if (!f->calls)
-			f->calls = json_array();
-		if (json_array_append_new(f->calls, json_pack("{s:s, s:s, s:s}", "id", c->id, "name", c->name,
+		if (!f->h.calls)
+			f->h.calls = json_array();
+		if (json_array_append_new(f->h.calls, json_pack("{s:s, s:s, s:s}", "id", c->id, "name", c->name,
 		    "arguments", c->args ? c->args : "")))
-			f->write_failed = 1;
+			f->h.write_failed = 1;
 	} else if (k == OAI_P_TOOL_ARGS) {
-		json_t *call = json_array_get(f->calls, (size_t)c->index), *a = json_object_get(call, "arguments");
+		json_t *call = json_array_get(f->h.calls, (size_t)c->index), *a = json_object_get(call, "arguments");
 		struct oai_buf b = { 0 };
 		if (!json_is_string(a) || oai_buf_put(&b, json_string_value(a), json_string_length(a)) ||
 		    oai_buf_put(&b, t, n) || json_object_set_new(call, "arguments", json_stringn(b.p, b.n)))
-			f->write_failed = 1;
+			f->h.write_failed = 1;
 		free(b.p);
-	} else if (oai_buf_put(k == OAI_P_CONTENT ? &f->content : &f->reasoning, t, n)) {
-		f->write_failed = 1;
+	} else if (oai_buf_put(k == OAI_P_CONTENT ? &f->h.content : &f->h.reasoning, t, n)) {
+		f->h.write_failed = 1;
 	}
 }
 
 static void start_split(struct face_req *f)
 {
-	if (!f->split_started++ && f->think_open)
-		oai_split_thinking(&f->sp);
+	if (!f->h.split_started++ && f->h.think_open)
+		oai_split_thinking(&f->h.sp);
 }
 
 static void on_admit(void *arg)
 {
 	struct face_req *f = arg;
-	oai_sv_admit(f->srv, &f->tm);
+	oai_sv_admit(f->h.srv, &f->h.tm);
 	if (f->ops->admit)
 		f->ops->admit(f);
 }
@@ -113,35 +97,35 @@ static int on_text(void *arg, const char *text, size_t len)
 	struct face_req *f = arg;
 	if (!f->stream)
 		return 0;
-	if (f->write_failed)
+	if (f->h.write_failed)
 		return 1; /* the client is gone: cancel */
-	if (f->split_on) {
+	if (f->h.split_on) {
 		start_split(f);
-		return oai_split_push(&f->sp, text, len) != 0 || f->write_failed;
+		return oai_split_push(&f->h.sp, text, len) != 0 || f->h.write_failed;
 	}
 	f->ops->piece(f, OAI_P_CONTENT, text, len, NULL);
-	return f->write_failed;
+	return f->h.write_failed;
 }
 
 static void on_token_time(void *arg)
 {
 	struct face_req *f = arg;
-	oai_sv_token(f->srv, &f->tm);
+	oai_sv_token(f->h.srv, &f->h.tm);
 }
 
 static void on_done(void *arg, int rc, const char *err, struct baton_gen_result *res)
 {
 	struct face_req *f = arg;
-	oai_sv_done(f->srv, &f->tm, rc, res, f->stream);
+	oai_sv_done(f->h.srv, &f->h.tm, rc, res, f->stream);
 	if (rc == 0) {
-		if (f->split_on) {
+		if (f->h.split_on) {
 			start_split(f);
-			if ((!f->stream && oai_split_push(&f->sp, res->text, res->text_len)) || oai_split_finish(&f->sp))
-				f->write_failed = 1;
-		} else if (!f->stream && oai_buf_put(&f->content, res->text, res->text_len)) {
-			f->write_failed = 1;
+			if ((!f->stream && oai_split_push(&f->h.sp, res->text, res->text_len)) || oai_split_finish(&f->h.sp))
+				f->h.write_failed = 1;
+		} else if (!f->stream && oai_buf_put(&f->h.content, res->text, res->text_len)) {
+			f->h.write_failed = 1;
 		}
-		if (f->write_failed && !f->stream) {
+		if (f->h.write_failed && !f->stream) {
 			rc = BATON_ENOMEM;
 			err = "out of memory";
 		}
@@ -168,7 +152,7 @@ int face_submit(struct oai_server *s, struct baton_http_req *r, enum oai_kind ki
 		return oai_errorf(e, 500, "server_error", NULL, NULL, "out of memory");
 	}
 	f->arg = arg;
-	int rc = oai_parse(kind, oai_server_model(s), text, strlen(text), random64(), &f->q, e);
+	int rc = oai_parse(kind, oai_server_model(s), text, strlen(text), oai_random64(), &f->h.q, e);
 	free(text);
 	if (rc) {
 		free(arg);
@@ -177,36 +161,29 @@ int face_submit(struct oai_server *s, struct baton_http_req *r, enum oai_kind ki
 		return e->status;
 	}
 	const struct oai_caps *caps = oai_server_caps(s);
-	if (oai_bind(&f->q, caps, e) != 0) {
+	if (oai_bind(&f->h.q, caps, e) != 0) {
 		face_free(f);
 		oai_sv_refused(s, e->status, 0);
 		return e->status;
 	}
-	if (kind == OAI_CHAT) {
-		enum oai_tool_format fmt = !f->q.tools ? OAI_TOOLS_NONE : f->q.tool_choice == OAI_TC_AUTO ? caps->tools :
-		    f->q.tool_choice == OAI_TC_NAMED ? OAI_TOOLS_FORCED_NAMED :
-		    f->q.tool_choice == OAI_TC_REQUIRED ? OAI_TOOLS_FORCED_ARRAY : OAI_TOOLS_NONE;
-		int think = caps->think && fmt != OAI_TOOLS_FORCED_NAMED && fmt != OAI_TOOLS_FORCED_ARRAY;
-		f->split_on = fmt != OAI_TOOLS_NONE || think;
-		oai_split_init(&f->sp, fmt, think, f->q.parallel_tool_calls, f->q.tools, random64(), on_piece, f);
-		f->sp.forced_name = f->q.tool_name;
-	}
-	f->srv = s;
-	f->r = r;
+	oai_live_split(&f->h, caps, on_piece, f);
+	f->h.srv = s;
+	f->h.r = r;
 	f->ops = ops;
 	f->stream = stream;
+	f->door = http_req_header(r, "X-Baton-Usage") != NULL;
 	f->t0 = baton_now_s();
-	f->tm.t_in = f->t0;
+	f->h.tm.t_in = f->t0;
 	f->created_ns = face_now_ns();
-	f->q.q.on_text = on_text;
-	f->q.q.arg = f;
-	f->q.q.think_open = &f->think_open;
+	f->h.q.q.on_text = on_text;
+	f->h.q.q.arg = f;
+	f->h.q.q.think_open = &f->h.think_open;
 	struct baton_sched *sc = oai_server_sched(s);
 	struct sched_cb cb = { .on_text = on_text, .on_admit = on_admit, .on_token = on_token_time, .on_done = on_done,
 		.arg = f };
 	uint64_t sid = sched_new_id(sc);
 	http_req_on_gone(r, on_gone, sc, sid);
-	rc = sched_submit(sc, &f->q.q, &cb, &sid);
+	rc = sched_submit(sc, &f->h.q.q, &cb, &sid);
 	if (rc) {
 		face_free(f);
 		oai_sv_refused(s, 503, rc);
@@ -217,10 +194,27 @@ int face_submit(struct oai_server *s, struct baton_http_req *r, enum oai_kind ki
 	return 0;
 }
 
+void face_reply_whole(struct face_req *f, const struct baton_gen_result *res, json_t *j)
+{
+	char rep[200];
+	if (f->door)
+		oai_usage_report(&f->h.tm, res->n_prompt, res->n_tokens, res->finish, rep, sizeof rep);
+	oai_reply_usage(f->h.r, f->door ? rep : NULL, j);
+}
+
+void face_usage_comment(struct face_req *f, const struct baton_gen_result *res)
+{
+	if (!f->door || !f->h.st)
+		return;
+	char rep[200];
+	oai_usage_report(&f->h.tm, res->n_prompt, res->n_tokens, res->finish, rep, sizeof rep);
+	oai_usage_comment(f->h.st, rep);
+}
+
 const char *face_stop_string(struct face_req *f, const struct baton_gen_result *res)
 {
-	const text_tok *tok = oai_server_tok(f->srv);
-	if (!res || strcmp(res->finish, "stop") != 0 || !f->q.q.n_stop || !tok || !res->n_tokens)
+	const text_tok *tok = oai_server_tok(f->h.srv);
+	if (!res || strcmp(res->finish, "stop") != 0 || !f->h.q.q.n_stop || !tok || !res->n_tokens)
 		return NULL;
 	int32_t *ids = malloc(res->n_tokens * sizeof *ids);
 	char *all = NULL, err[64];
@@ -233,13 +227,13 @@ const char *face_stop_string(struct face_req *f, const struct baton_gen_result *
 	if (ids && text_decode(tok, ids, res->n_tokens, 0, &all, &n, err, sizeof err) == 0) {
 		const char *tail = n >= res->text_len && memcmp(all, res->text, res->text_len) == 0 ?
 		    all + res->text_len : NULL;
-		for (size_t i = 0; tail && !hit && i < f->q.q.n_stop; i++)
-			if (strncmp(tail, f->q.q.stop[i], strlen(f->q.q.stop[i])) == 0)
-				hit = f->q.q.stop[i];
+		for (size_t i = 0; tail && !hit && i < f->h.q.q.n_stop; i++)
+			if (strncmp(tail, f->h.q.q.stop[i], strlen(f->h.q.q.stop[i])) == 0)
+				hit = f->h.q.q.stop[i];
 		/* the text may not be a prefix (a decoder's spacing): look for it anywhere after */
-		for (size_t i = 0; !tail && !hit && i < f->q.q.n_stop; i++)
-			if (strstr(all, f->q.q.stop[i]))
-				hit = f->q.q.stop[i];
+		for (size_t i = 0; !tail && !hit && i < f->h.q.q.n_stop; i++)
+			if (strstr(all, f->h.q.q.stop[i]))
+				hit = f->h.q.q.stop[i];
 	}
 	free(ids);
 	free(all);

@@ -35,19 +35,15 @@ struct face_ops {
 };
 
 struct face_req {
-	struct oai_server *srv;
-	struct baton_http_req *r;
-	struct baton_http_stream *st;   /* the face opens it (admit) */
-	struct oai_request q;
+	/* srv, r, st (the face opens it at admit), q, the split, tm (openai.h);
+	 * h.calls: [{id, name, arguments (a JSON text)}] */
+	struct oai_live h;
 	const struct face_ops *ops;
 	void *arg;                      /* the face's, freed with free() */
-	int stream, split_on, split_started, think_open, write_failed;
-	struct oai_split sp;
-	struct oai_buf content, reasoning;
-	json_t *calls;                  /* whole answers: [{id, name, arguments (a JSON text)}] */
+	int stream;
+	int door;                       /* the front door asked for the usage report (X-Baton-Usage) */
 	uint32_t n_out;                 /* pieces streamed (a face's counter) */
 	double t0;                      /* when it came (monotonic seconds) */
-	struct oai_sv_times tm;         /* the serving metrics (openai.h) */
 	int64_t created_ns;             /* when it came (the wall clock) */
 };
 
@@ -56,6 +52,12 @@ struct face_req {
  * (arg is the request's); else e says why, nothing is left (arg freed). */
 int face_submit(struct oai_server *s, struct baton_http_req *r, enum oai_kind kind, json_t *body, int stream,
     const struct face_ops *ops, void *arg, struct oai_error *e);
+
+/* The usage report the front door asked for (usage.c's words): a whole
+ * answer's header (j taken), a stream's comment line before its end. Every
+ * face's answer goes out through one of these. */
+void face_reply_whole(struct face_req *f, const struct baton_gen_result *res, json_t *j);
+void face_usage_comment(struct face_req *f, const struct baton_gen_result *res);
 
 /* Is the answer's finish "stop" because a stop string matched? Then the
  * string (one of the request's), else NULL (the model's end, or a cut). */

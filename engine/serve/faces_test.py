@@ -97,8 +97,8 @@ def events(http, path, body, headers=None, timeout=60):
         c.close()
 
 
-def openai_text(e, question, seed=5, max_tokens=16, **more):
-    b = {"model": MODEL, "messages": [{"role": "user", "content": question}], "seed": seed, "temperature": 0.8,
+def openai_text(e, question, seed=5, max_tokens=16, model=MODEL, **more):
+    b = {"model": model, "messages": [{"role": "user", "content": question}], "seed": seed, "temperature": 0.8,
          "max_tokens": max_tokens}
     b.update(more)
     st, j, _ = e.http.post("/v1/chat/completions", b)
@@ -420,21 +420,21 @@ def t_queue_full_and_gone(c):
     assert e.http.get("/health")[1]["cancelled"] >= 2
 
 
-def run_node(c, url, env=None, extra=()):
+def run_node(c, url, env=None, extra=(), model=MODEL):
     dest = h.npm_client()
     e2 = dict(c.env, **(env or {}))
-    p = subprocess.run(["node", os.path.join(dest, "faces.mjs"), url, MODEL, *extra], capture_output=True,
+    p = subprocess.run(["node", os.path.join(dest, "faces.mjs"), url, model, *extra], capture_output=True,
                        text=True, timeout=180, env=e2)
     assert p.returncode == 0, p.stderr[-3000:]
     return json.loads(p.stdout)
 
 
-def check_node(got, e_http, listed=(MODEL,)):
+def check_node(got, e_http, listed=(MODEL,), model=MODEL):
     """What faces.mjs printed, against raw HTTP's answers."""
     o = got["ollama"]
     assert sorted(o["list"]) == sorted(listed) and o["ps"] and set(o["ps"]) <= set(listed), o
     assert o["version"].count(".") == 2, o
-    want = openai_text(e_http, "Tell me of light.", max_tokens=16)
+    want = openai_text(e_http, "Tell me of light.", max_tokens=16, model=model)
     content = want["choices"][0]["message"]["content"]
     assert o["chat"]["content"] == content and o["chat"]["done"] and o["chat"]["eval_count"] == 16, (o, content)
     assert o["chat_stream"]["content"] == content and o["chat_stream"]["parts"] >= 3, o
@@ -448,7 +448,7 @@ def check_node(got, e_http, listed=(MODEL,)):
     assert o["think"]["content"].strip() == "Let there be light.", o
     assert o["round_trip"]["ok"], o
     a = got["anthropic"]
-    content = openai_text(e_http, "Tell me of light.", max_tokens=16, temperature=0)["choices"][0]["message"]["content"]
+    content = openai_text(e_http, "Tell me of light.", max_tokens=16, temperature=0, model=model)["choices"][0]["message"]["content"]
     assert a["message"]["text"] == content and a["message"]["stop_reason"] == "max_tokens", (a, content)
     assert a["stream"]["text"] == content and a["stream"]["final_stop"] == "max_tokens", a
     assert a["stream"]["events"][0] == "message_start" and a["stream"]["events"][-1] == "message_stop", a

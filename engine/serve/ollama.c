@@ -432,7 +432,7 @@ static json_t *base_obj(struct face_req *f, int done)
 {
 	char when[64];
 	face_time(face_now_ns(), when, sizeof when);
-	return json_pack("{s:s, s:s, s:b}", "model", oai_server_model(f->srv), "created_at", when, "done", done);
+	return json_pack("{s:s, s:s, s:b}", "model", oai_server_model(f->h.srv), "created_at", when, "done", done);
 }
 
 static json_t *call_json(const struct oai_tool_call *c, const char *args, int index)
@@ -452,20 +452,20 @@ static int write_line(struct face_req *f, json_t *j)
 	if (s) {
 		size_t n = strlen(s);
 		s[n] = '\n'; /* the NUL becomes the line's end */
-		rc = http_stream_write(f->st, s, n + 1);
+		rc = http_stream_write(f->h.st, s, n + 1);
 	}
 	free(s);
 	if (rc)
-		f->write_failed = 1;
+		f->h.write_failed = 1;
 	return rc;
 }
 
 static void o_admit(struct face_req *f)
 {
-	if (f->stream && !f->st)
-		f->st = http_stream_open(f->r, 200, "application/x-ndjson", NULL);
-	if (f->stream && !f->st)
-		f->write_failed = 1;
+	if (f->stream && !f->h.st)
+		f->h.st = http_stream_open(f->h.r, 200, "application/x-ndjson", NULL);
+	if (f->stream && !f->h.st)
+		f->h.write_failed = 1;
 }
 
 /* One streamed piece: a line with the text or thinking, or a whole call. */
@@ -504,11 +504,11 @@ static void flush_call(struct face_req *f)
 static void o_piece(struct face_req *f, enum oai_piece_kind k, const char *t, size_t n, const struct oai_tool_call *c)
 {
 	struct ostate *o = f->arg;
-	if (!f->st)
+	if (!f->h.st)
 		return;
 	if (k == OAI_P_TOOL_ARGS) {
 		if (o->pending && oai_buf_put(&o->args, t, n))
-			f->write_failed = 1;
+			f->h.write_failed = 1;
 		return;
 	}
 	flush_call(f);
@@ -543,9 +543,9 @@ static void add_stats(json_t *j, struct face_req *f, const struct baton_gen_resu
 static void o_done(struct face_req *f, int rc, const char *err, const struct baton_gen_result *res)
 {
 	struct ostate *o = f->arg;
-	if (f->stream && (f->st || rc == 0)) {
+	if (f->stream && (f->h.st || rc == 0)) {
 		o_admit(f);
-		if (!f->st)
+		if (!f->h.st)
 			goto out;
 		if (rc == 0 && strcmp(res->finish, "cancelled") != 0) {
 			flush_call(f);
@@ -556,31 +556,32 @@ static void o_done(struct face_req *f, int rc, const char *err, const struct bat
 				json_object_set_new(j, "message", json_pack("{s:s, s:s}", "role", "assistant", "content", ""));
 			add_stats(j, f, res);
 			write_line(f, j);
+			face_usage_comment(f, res);
 		} else if (rc) {
 			write_line(f, json_pack("{s:s}", "error", err ? err : "failed"));
 		}
-		http_stream_close(f->st);
+		http_stream_close(f->h.st);
 		goto out;
 	}
 	if (rc) {
 		int status = http_status_of(rc);
-		reply_err(f->r, status, "%s", err ? err : "failed");
+		reply_err(f->h.r, status, "%s", err ? err : "failed");
 		goto out;
 	}
 	json_t *j = base_obj(f, 1);
 	if (o->generate) {
-		json_object_set_new(j, "response", json_stringn(f->content.p ? f->content.p : "", f->content.n));
-		if (f->reasoning.n)
-			json_object_set_new(j, "thinking", json_stringn(f->reasoning.p, f->reasoning.n));
+		json_object_set_new(j, "response", json_stringn(f->h.content.p ? f->h.content.p : "", f->h.content.n));
+		if (f->h.reasoning.n)
+			json_object_set_new(j, "thinking", json_stringn(f->h.reasoning.p, f->h.reasoning.n));
 	} else {
-		json_t *m = json_pack("{s:s, s:s%}", "role", "assistant", "content", f->content.p ? f->content.p : "",
-		    f->content.n);
-		if (f->reasoning.n)
-			json_object_set_new(m, "thinking", json_stringn(f->reasoning.p, f->reasoning.n));
-		if (json_array_size(f->calls)) {
+		json_t *m = json_pack("{s:s, s:s%}", "role", "assistant", "content", f->h.content.p ? f->h.content.p : "",
+		    f->h.content.n);
+		if (f->h.reasoning.n)
+			json_object_set_new(m, "thinking", json_stringn(f->h.reasoning.p, f->h.reasoning.n));
+		if (json_array_size(f->h.calls)) {
 			json_t *calls = json_array(), *c;
 			size_t i;
-			json_array_foreach(f->calls, i, c) {
+			json_array_foreach(f->h.calls, i, c) {
 				struct oai_tool_call tc = { .index = (int)i };
 				snprintf(tc.id, sizeof tc.id, "%s", json_string_value(json_object_get(c, "id")));
 				tc.name = json_string_value(json_object_get(c, "name"));
@@ -592,7 +593,7 @@ static void o_done(struct face_req *f, int rc, const char *err, const struct bat
 		json_object_set_new(j, "message", m);
 	}
 	add_stats(j, f, res);
-	http_reply_json(f->r, 200, j);
+	face_reply_whole(f, res, j);
 out:
 	free(o->args.p);
 	o->args.p = NULL;

@@ -109,6 +109,7 @@ enum oai_tool_format {
 };
 struct oai_caps {
 	enum oai_tool_format tools;
+	int mistral_args;       /* Mistral's v11 calls, NAME[ARGS]{...} (no JSON array) */
 	int think;              /* the template writes <think>: reasoning is split out */
 	int has_enable_thinking;   /* the template reads enable_thinking */
 	int has_reasoning_effort;  /* the template reads reasoning_effort */
@@ -254,6 +255,10 @@ typedef int (*oai_resp_write_fn)(void *arg, const char *ev, size_t n);
 /* Before the first piece: the model and time; a stream writes
  * response.created and response.in_progress (w NULL: a whole reply). */
 void oai_resp_begin(struct oai_resp *r, const char *model, long long created, oai_resp_write_fn w, void *arg);
+/* The logprobs entries (chat's shape, taken; NULL: none) of the tokens
+ * sampled since the last piece: the next output_text delta carries them
+ * (and its part gathers them); a reasoning or tool piece drops them. */
+void oai_resp_logprobs(struct oai_resp *r, json_t *entries);
 /* A piece of the split answer (oai_piece_fn's arguments); -1 without memory. */
 int oai_resp_piece(struct oai_resp *r, enum oai_piece_kind k, const char *t, size_t n, const struct oai_tool_call *c);
 /* The end: the open item closed, the response (a new reference; a stream
@@ -264,6 +269,9 @@ json_t *oai_resp_finish(struct oai_resp *r, const struct baton_gen_result *res);
 void oai_resp_fail(struct oai_resp *r, const struct oai_error *e);
 /* GET /v1/responses/{id}: a copy of a stored response, NULL when not kept. */
 json_t *oai_resp_stored(const char *id);
+/* DELETE /v1/responses/{id}: forgets it (previous_response_id and GET
+ * find it no more); 0, or -1 when not kept. */
+int oai_resp_delete(const char *id);
 /* Counts a field outside the reference (where: a prefix, "" for chat's). */
 void oai_note_ignored(const char *where, const char *key);
 
@@ -316,12 +324,50 @@ int oai_server_open(const struct oai_server_opts *o, struct oai_server **out, ch
 struct oai_sv_times {
 	double t_in, t_admit, t_first, t_last;
 };
+
+/* The head of a chat or completion in flight, every face's (openai_http.c's
+ * struct oreq, face.c's struct face_req begin with it): the server, the
+ * HTTP request and its stream (opened at admit), the parsed request, the
+ * answer's split and what a whole answer gathers, the serving metrics. */
+struct baton_http_req;
+struct baton_http_stream;
+struct oai_live {
+	struct oai_server *srv;
+	struct baton_http_req *r;
+	struct baton_http_stream *st;
+	struct oai_request q;
+	int split_on, split_started, think_open, write_failed;
+	struct oai_split sp;
+	struct oai_buf content, reasoning;
+	json_t *calls;              /* whole answers: the calls made (in the face's shape) */
+	struct oai_sv_times tm;
+};
+/* A chat's split (a completion's: none): the tools' format for its
+ * tool_choice (the template's for auto, the grammar's when forced), the
+ * reasoning when the template thinks and no call is forced. */
+void oai_live_split(struct oai_live *h, const struct oai_caps *c, oai_piece_fn fn, void *arg);
+/* Frees what the head owns (the request, the split, the gathered parts). */
+void oai_live_free(struct oai_live *h);
+/* 64 random bits (getrandom, else the clock): ids and default seeds. */
+uint64_t oai_random64(void);
 struct baton_gen_result;
 void oai_sv_admit(struct oai_server *s, struct oai_sv_times *t);
 void oai_sv_token(struct oai_server *s, struct oai_sv_times *t);
 void oai_sv_done(struct oai_server *s, const struct oai_sv_times *t, int rc, const struct baton_gen_result *res,
     int stream);
 void oai_sv_refused(struct oai_server *s, int status, int rc);
+/* The usage report the front door counts a request by (it asks with
+ * X-Baton-Usage: 1; usage.c): "prompt_tokens=P completion_tokens=C
+ * ttft_s=T finish=F" into out. */
+void oai_usage_report(const struct oai_sv_times *tm, uint32_t prompt, uint32_t completion, const char *finish,
+    char *out, size_t n);
+/* A whole answer (j taken; NULL: 500), with the report as its
+ * X-Baton-Usage header (report NULL: none). */
+struct baton_http_req;
+struct baton_http_stream;
+void oai_reply_usage(struct baton_http_req *r, const char *report, json_t *j);
+/* A stream's report: a comment line, before its end. */
+int oai_usage_comment(struct baton_http_stream *st, const char *report);
 /* "http://HOST:PORT", the real port. */
 const char *oai_server_url(const struct oai_server *s);
 /* Closing, in this order: oai_server_stop (no request comes in any more;

@@ -4,7 +4,9 @@
  * thread and handed to the scheduler; its answer is written from the
  * scheduler's thread: whole when it ends, or streamed as server-sent
  * events, a chunk per piece of text as it becomes final. A client that
- * goes away cancels its request at once (its KV blocks go back).
+ * goes away cancels its request at once (its KV blocks go back). A batch
+ * (n > 1, a prompt list) is batch.c's, the usage report usage.c's, a
+ * /v1/responses request's end responses.c's (openai_http.h).
  */
 #include <math.h>
 #include <pthread.h>
@@ -16,70 +18,12 @@
 #include <time.h>
 
 #include "engine/serve/face.h"
-#include "engine/serve/openai.h"
+#include "engine/serve/openai_http.h"
 #include "engine/serve/sched.h"
 #include "http/http.h"
 #include "proto/base/base.h"
 
-struct oai_server {
-	struct baton_http *http;
-	struct oai_server_opts o;
-	char *model;
-	struct oai_caps caps;      /* of the chat template */
-	atomic_ullong next;
-	pthread_mutex_t mmu;       /* guards sv */
-	struct baton_serving sv;   /* the serving metrics (GET /metrics) */
-	char *engine;
-};
-
-/* A batch: prompts (/v1/completions' "prompt": [...]) times n (a chat's
- * or completion's "n"), one scheduler request each, one answer: a choice
- * each (index: prompt * n + copy), the usage summed (a prompt and its
- * cached tokens once, as OpenAI counts it: the copies after the first
- * take its blocks from the cache, sched.c); a stream interleaves their chunks. Its counters are taken under mu (the
- * handler submits while the scheduler's thread finishes). */
-struct obatch {
-	pthread_mutex_t mu;
-	struct baton_http_req *r;
-	struct baton_http_stream *st;
-	int opened, n, left, include_usage, rc;
-	enum oai_kind kind;
-	char err[512];
-	json_t *choices;
-	uint32_t n_prompt, n_tokens, n_cached;
-};
-
-/* One request in flight, from the handler to on_done. */
-struct oreq {
-	struct oai_server *srv;
-	struct baton_http_req *r;
-	struct baton_http_stream *st;
-	struct oai_request q;
-	char id[48];
-	long long created;
-	int streaming;              /* stream opened (the stream's status line is sent) */
-	/* a chat answer split into reasoning, content and tool calls */
-	int split_on, write_failed;
-	struct oai_split sp;
-	struct oai_buf content, reasoning;
-	json_t *calls;              /* whole replies: the calls made */
-	/* logprobs: entries not yet sent (a stream) or all (whole); chat:
-	 * [{token, logprob, bytes, top_logprobs}]; completions: OpenAI's
-	 * legacy arrays {tokens, token_logprobs, top_logprobs, text_offset} */
-	json_t *lp;
-	int32_t lp_prev;            /* the last token: the next one's text is decoded after it */
-	size_t lp_offset;           /* completions: text_offset of the next token */
-	int think_open, split_started; /* the prompt ended inside <think> (the generator says) */
-	struct obatch *b;           /* one choice of a batch (prompts x n), its choice's index */
-	int index, copy;            /* copy: which of the prompt's n (its prompt counts once, at 0) */
-	char *echo;                 /* completions' echo: the prompt's text, first */
-	size_t echo_len;
-	struct oai_resp *resp;      /* /v1/responses: its output items and events (responses.c) */
-	struct oai_sv_times tm;     /* the serving metrics: arrival, prefill start, first and last token */
-	int door;                   /* the front door asked for the usage report (X-Baton-Usage) */
-};
-
-static uint64_t random64(void)
+uint64_t oai_random64(void)
 {
 	uint64_t x = 0;
 	if (getrandom(&x, sizeof x, GRND_NONBLOCK) != (ssize_t)sizeof x) {
@@ -90,7 +34,31 @@ static uint64_t random64(void)
 	return x;
 }
 
-static void reply_error(struct baton_http_req *r, const struct oai_error *e, const char *const *headers)
+/* ---- the head every face's request begins with (openai.h) ---- */
+
+void oai_live_split(struct oai_live *h, const struct oai_caps *c, oai_piece_fn fn, void *arg)
+{
+	if (h->q.kind != OAI_CHAT)
+		return;
+	enum oai_tool_format f = !h->q.tools ? OAI_TOOLS_NONE : h->q.tool_choice == OAI_TC_AUTO ? c->tools :
+	    h->q.tool_choice == OAI_TC_NAMED ? OAI_TOOLS_FORCED_NAMED :
+	    h->q.tool_choice == OAI_TC_REQUIRED ? OAI_TOOLS_FORCED_ARRAY : OAI_TOOLS_NONE;
+	int think = c->think && f != OAI_TOOLS_FORCED_NAMED && f != OAI_TOOLS_FORCED_ARRAY;
+	h->split_on = f != OAI_TOOLS_NONE || think;
+	oai_split_init(&h->sp, f, think, h->q.parallel_tool_calls, h->q.tools, oai_random64(), fn, arg);
+	h->sp.forced_name = h->q.tool_name;
+}
+
+void oai_live_free(struct oai_live *h)
+{
+	oai_request_free(&h->q);
+	oai_split_free(&h->sp);
+	free(h->content.p);
+	free(h->reasoning.p);
+	json_decref(h->calls);
+}
+
+void oreq_reply_error(struct baton_http_req *r, const struct oai_error *e, const char *const *headers)
 {
 	json_t *j = oai_error_json(e);
 	char *body = j ? json_dumps(j, JSON_COMPACT) : NULL;
@@ -103,13 +71,9 @@ static void reply_error(struct baton_http_req *r, const struct oai_error *e, con
 	free(body);
 }
 
-static void oreq_free(struct oreq *q)
+void oreq_free(struct oreq *q)
 {
-	oai_request_free(&q->q);
-	oai_split_free(&q->sp);
-	free(q->content.p);
-	free(q->reasoning.p);
-	json_decref(q->calls);
+	oai_live_free(&q->h);
 	json_decref(q->lp);
 	free(q->echo);
 	oai_resp_free(q->resp);
@@ -117,7 +81,7 @@ static void oreq_free(struct oreq *q)
 }
 
 /* echo: the prompt before the completion in a whole reply. */
-static json_t *with_echo(struct oreq *q, json_t *j)
+json_t *oreq_with_echo(struct oreq *q, json_t *j)
 {
 	json_t *c = json_array_get(json_object_get(j, "choices"), 0), *t = json_object_get(c, "text");
 	if (!q->echo || !json_is_string(t))
@@ -163,6 +127,24 @@ static json_t *bytes_of(json_t *s)
 	return a;
 }
 
+/* OpenAI's "bytes" of a token: its text's, or where its text is not whole
+ * (a character split across tokens reads as U+FFFD, or as nothing after
+ * such a token) the token's own bytes, so that a client that joins them
+ * has the character again. */
+static json_t *token_bytes(const text_tok *t, int32_t id, json_t *text)
+{
+	char b[256];
+	size_t n = 0;
+	if ((json_string_length(text) && !strstr(json_string_value(text), "\xef\xbf\xbd")) ||
+	    text_token_bytes(t, id, b, sizeof b, &n) != 0 ||
+	    n > sizeof b)
+		return bytes_of(text);
+	json_t *a = json_array();
+	for (size_t i = 0; i < n; i++)
+		json_array_append_new(a, json_integer((unsigned char)b[i]));
+	return a;
+}
+
 /* JSON has no -inf: vLLM's stand-in. */
 static double finite_lp(float x)
 {
@@ -173,19 +155,19 @@ static void on_token(void *arg, uint32_t id, float logprob, const uint32_t *top_
     uint32_t n_top)
 {
 	struct oreq *q = arg;
-	const text_tok *t = q->srv->o.tok;
+	const text_tok *t = q->h.srv->o.tok;
 	json_t *tx = token_text(t, q->lp_prev, (int32_t)id);
-	if (q->q.kind == OAI_CHAT) {
+	if (q->h.q.kind == OAI_CHAT) {
 		if (!q->lp)
 			q->lp = json_array();
 		json_t *top = json_array();
 		for (uint32_t i = 0; i < n_top; i++) {
 			json_t *a = token_text(t, q->lp_prev, (int32_t)top_ids[i]);
 			json_array_append_new(top, json_pack("{s:o, s:f, s:o}", "token", a, "logprob", finite_lp(top_lps[i]),
-			    "bytes", bytes_of(a)));
+			    "bytes", token_bytes(t, (int32_t)top_ids[i], a)));
 		}
 		json_array_append_new(q->lp, json_pack("{s:O, s:f, s:o, s:o}", "token", tx, "logprob",
-		    finite_lp(logprob), "bytes", bytes_of(tx), "top_logprobs", top));
+		    finite_lp(logprob), "bytes", token_bytes(t, (int32_t)id, tx), "top_logprobs", top));
 	} else {
 		if (!q->lp)
 			q->lp = json_pack("{s:[], s:[], s:[], s:[]}", "tokens", "token_logprobs", "top_logprobs",
@@ -209,9 +191,9 @@ static void on_token(void *arg, uint32_t id, float logprob, const uint32_t *top_
 
 /* The entries so far go with this chunk (or whole reply): its choice's
  * logprobs. */
-static json_t *with_lp(struct oreq *q, json_t *j)
+json_t *oreq_with_lp(struct oreq *q, json_t *j)
 {
-	if (!q->q.logprobs || !j)
+	if (!q->h.q.logprobs || !j)
 		return j;
 	json_t *choice = json_array_get(json_object_get(j, "choices"), 0);
 	if (!choice)
@@ -219,9 +201,9 @@ static json_t *with_lp(struct oreq *q, json_t *j)
 	json_t *lp = q->lp;
 	q->lp = NULL;
 	if (!lp)
-		lp = q->q.kind == OAI_CHAT ? json_array() : json_pack("{s:[], s:[], s:[], s:[]}", "tokens",
+		lp = q->h.q.kind == OAI_CHAT ? json_array() : json_pack("{s:[], s:[], s:[], s:[]}", "tokens",
 		    "token_logprobs", "top_logprobs", "text_offset");
-	json_object_set_new(choice, "logprobs", q->q.kind == OAI_CHAT ? json_pack("{s:o, s:n}", "content", lp,
+	json_object_set_new(choice, "logprobs", q->h.q.kind == OAI_CHAT ? json_pack("{s:o, s:n}", "content", lp,
 	    "refusal") : lp);
 	return j;
 }
@@ -230,7 +212,7 @@ static json_t *with_lp(struct oreq *q, json_t *j)
 /* The HTTP status of a scheduler's or generator's error (http.h's one
  * table) and its OpenAI type (a 4xx is the request's fault, as OpenAI's
  * own API says invalid_request_error for a missing model too). */
-static int status_of(int rc, const char **type)
+int oreq_status_of(int rc, const char **type)
 {
 	int status = http_status_of(rc);
 	*type = status >= 500 ? "server_error" : "invalid_request_error";
@@ -257,15 +239,6 @@ void oai_sv_refused(struct oai_server *s, int status, int rc)
 		    "duration_ms=0.0 finish=%s stream=0", s->model, status, rc == BATON_EBUSY ? "queue_full" : "refused");
 		s->o.log(s->o.log_arg, line);
 	}
-}
-
-/* "prompt_tokens=P completion_tokens=C ttft_s=T finish=F": what the
- * front door counts a request by (a header of a whole reply, a comment
- * line of a stream before its [DONE]). */
-static void usage_report(const struct oreq *q, const struct baton_gen_result *res, char *out, size_t n)
-{
-	snprintf(out, n, "prompt_tokens=%u completion_tokens=%u ttft_s=%.6f finish=%s", res->n_prompt,
-	    res->n_tokens, q->tm.t_first > 0 ? q->tm.t_first - q->tm.t_in : 0.0, res->finish ? res->finish : "stop");
 }
 
 void oai_sv_done(struct oai_server *s, const struct oai_sv_times *t, int rc, const struct baton_gen_result *res,
@@ -343,7 +316,7 @@ static int write_event(struct oreq *q, json_t *j)
 	char *ev = oai_sse(j, &n);
 	if (!ev)
 		return BATON_ENOMEM;
-	int rc = http_stream_write(q->st, ev, n);
+	int rc = http_stream_write(q->h.st, ev, n);
 	free(ev);
 	return rc;
 }
@@ -351,7 +324,7 @@ static int write_event(struct oreq *q, json_t *j)
 static int resp_write(void *arg, const char *ev, size_t n)
 {
 	struct oreq *q = arg;
-	return http_stream_write(q->st, ev, n);
+	return http_stream_write(q->h.st, ev, n);
 }
 
 static void open_stream(struct oreq *q)
@@ -362,24 +335,24 @@ static void open_stream(struct oreq *q)
 		pthread_mutex_lock(&q->b->mu);
 		if (!q->b->opened) {
 			q->b->opened = 1;
-			q->b->st = http_stream_open(q->r, 200, "text/event-stream", hdr);
+			q->b->st = http_stream_open(q->h.r, 200, "text/event-stream", hdr);
 		}
-		q->st = q->b->st;
+		q->h.st = q->b->st;
 		pthread_mutex_unlock(&q->b->mu);
 	} else {
-		q->st = http_stream_open(q->r, 200, "text/event-stream", hdr);
+		q->h.st = http_stream_open(q->h.r, 200, "text/event-stream", hdr);
 	}
 	if (q->resp) {
-		if (q->st)
-			oai_resp_begin(q->resp, q->srv->model, q->created, resp_write, q);
+		if (q->h.st)
+			oai_resp_begin(q->resp, q->h.srv->model, q->created, resp_write, q);
 		return;
 	}
-	if (q->st && q->q.kind == OAI_CHAT)
-		write_event(q, oai_chunk(q->q.kind, q->id, q->created, q->srv->model, "assistant", NULL, 0,
-		    NULL, q->q.include_usage));
-	if (q->st && q->echo && q->echo_len) /* echo: the prompt comes first */
-		write_event(q, oai_chunk(q->q.kind, q->id, q->created, q->srv->model, NULL, q->echo, q->echo_len,
-		    NULL, q->q.include_usage));
+	if (q->h.st && q->h.q.kind == OAI_CHAT)
+		write_event(q, oai_chunk(q->h.q.kind, q->id, q->created, q->h.srv->model, "assistant", NULL, 0,
+		    NULL, q->h.q.include_usage));
+	if (q->h.st && q->echo && q->echo_len) /* echo: the prompt comes first */
+		write_event(q, oai_chunk(q->h.q.kind, q->id, q->created, q->h.srv->model, NULL, q->echo, q->echo_len,
+		    NULL, q->h.q.include_usage));
 }
 
 /* A piece of the split answer: a stream's chunk, or kept for the whole
@@ -389,59 +362,63 @@ static void on_piece(void *arg, enum oai_piece_kind k, const char *t, size_t n, 
 {
 	struct oreq *q = arg;
 	if (q->resp) {
+		if (q->h.q.logprobs) { /* the tokens' entries so far (on_token's) */
+			oai_resp_logprobs(q->resp, q->lp);
+			q->lp = NULL;
+		}
 		if (oai_resp_piece(q->resp, k, t, n, c))
-			q->write_failed = 1;
+			q->h.write_failed = 1;
 		return;
 	}
-	if (!q->q.stream) {
+	if (!q->h.q.stream) {
 		if (k == OAI_P_TOOL || k == OAI_P_TOOL_START) {
-			if (!q->calls)
-				q->calls = json_array();
+			if (!q->h.calls)
+				q->h.calls = json_array();
 			struct oai_tool_call w = *c;
 			if (!w.args)
 				w.args = "";
-			json_array_append_new(q->calls, oai_tool_call_json(&w));
+			json_array_append_new(q->h.calls, oai_tool_call_json(&w));
 		} else if (k == OAI_P_TOOL_ARGS) {
-			json_t *fn = json_object_get(json_array_get(q->calls, (size_t)c->index), "function");
+			json_t *fn = json_object_get(json_array_get(q->h.calls, (size_t)c->index), "function");
 			json_t *a = json_object_get(fn, "arguments");
 			struct oai_buf b = { 0 };
 			if (!json_is_string(a) || oai_buf_put(&b, json_string_value(a), json_string_length(a)) ||
 			    oai_buf_put(&b, t, n) || json_object_set_new(fn, "arguments", json_stringn(b.p, b.n)))
-				q->write_failed = 1;
+				q->h.write_failed = 1;
 			free(b.p);
-		} else if (oai_buf_put(k == OAI_P_CONTENT ? &q->content : &q->reasoning, t, n)) {
-			q->write_failed = 1;
+		} else if (oai_buf_put(k == OAI_P_CONTENT ? &q->h.content : &q->h.reasoning, t, n)) {
+			q->h.write_failed = 1;
 		}
 		return;
 	}
-	if (!q->st || q->write_failed)
+	if (!q->h.st || q->h.write_failed)
 		return;
-	const char *m = q->srv->model;
+	const char *m = q->h.srv->model;
 	int rc;
 	if (k == OAI_P_TOOL_ARGS) {
 		json_t *d = json_pack("{s:[{s:i, s:{s:s%}}]}", "tool_calls", "index", c->index, "function", "arguments", t, n);
-		rc = write_event(q, oai_chunk_delta(q->id, q->created, m, d, NULL, q->q.include_usage));
+		rc = write_event(q, oai_chunk_delta(q->id, q->created, m, d, NULL, q->h.q.include_usage));
 	} else if (k == OAI_P_TOOL || k == OAI_P_TOOL_START) {
 		json_t *d = json_pack("{s:[{s:i, s:s, s:s, s:{s:s, s:s}}]}", "tool_calls", "index", c->index, "id", c->id,
 		    "type", "function", "function", "name", c->name, "arguments", "");
-		rc = write_event(q, oai_chunk_delta(q->id, q->created, m, d, NULL, q->q.include_usage));
+		rc = write_event(q, oai_chunk_delta(q->id, q->created, m, d, NULL, q->h.q.include_usage));
 		if (rc == 0 && k == OAI_P_TOOL) {
 			d = json_pack("{s:[{s:i, s:{s:s}}]}", "tool_calls", "index", c->index, "function", "arguments", c->args);
-			rc = write_event(q, oai_chunk_delta(q->id, q->created, m, d, NULL, q->q.include_usage));
+			rc = write_event(q, oai_chunk_delta(q->id, q->created, m, d, NULL, q->h.q.include_usage));
 		}
 	} else {
 		json_t *d = json_pack("{s:s%}", k == OAI_P_REASONING ? "reasoning_content" : "content", t, n);
-		rc = write_event(q, with_lp(q, oai_chunk_delta(q->id, q->created, m, d, NULL, q->q.include_usage)));
+		rc = write_event(q, oreq_with_lp(q, oai_chunk_delta(q->id, q->created, m, d, NULL, q->h.q.include_usage)));
 	}
 	if (rc)
-		q->write_failed = 1;
+		q->h.write_failed = 1;
 }
 
 /* The finish_reason: "tool_calls" when the model called and was not cut. */
 static const char *finish_of(struct oreq *q, const char *finish)
 {
 	const char *f = oai_finish_reason(finish);
-	return q->sp.n_calls > 0 && strcmp(f, "stop") == 0 ? "tool_calls" : f;
+	return q->h.sp.n_calls > 0 && strcmp(f, "stop") == 0 ? "tool_calls" : f;
 }
 
 /* ---- the scheduler's callbacks (its thread) ---- */
@@ -449,8 +426,8 @@ static const char *finish_of(struct oreq *q, const char *finish)
 static void on_admit(void *arg)
 {
 	struct oreq *q = arg;
-	oai_sv_admit(q->srv, &q->tm);
-	if (q->q.stream)
+	oai_sv_admit(q->h.srv, &q->h.tm);
+	if (q->h.q.stream)
 		open_stream(q); /* the role chunk goes out while the prompt is read */
 }
 
@@ -459,7 +436,7 @@ static void on_admit(void *arg)
 static void on_token_time(void *arg)
 {
 	struct oreq *q = arg;
-	oai_sv_token(q->srv, &q->tm);
+	oai_sv_token(q->h.srv, &q->h.tm);
 }
 
 void oai_sv_admit(struct oai_server *s, struct oai_sv_times *t)
@@ -489,244 +466,110 @@ void oai_sv_token(struct oai_server *s, struct oai_sv_times *t)
 static int on_text(void *arg, const char *text, size_t len)
 {
 	struct oreq *q = arg;
-	if (!q->q.stream)
+	if (!q->h.q.stream && q->resp && q->h.q.logprobs) {
+		/* a whole response with logprobs splits as it goes, so that each
+		 * piece takes its own tokens' entries (responses.c) */
+		q->split_live = 1;
+		if (!q->h.split_started++ && q->h.think_open)
+			oai_split_thinking(&q->h.sp);
+		return oai_split_push(&q->h.sp, text, len) != 0 || q->h.write_failed;
+	}
+	if (!q->h.q.stream)
 		return 0; /* a client gone cancels through on_gone */
-	if (!q->st)
+	if (!q->h.st)
 		return 1; /* the client was gone before the stream opened */
-	if (q->split_on) {
-		if (!q->split_started++ && q->think_open)
-			oai_split_thinking(&q->sp);
-		return oai_split_push(&q->sp, text, len) != 0 || q->write_failed;
+	if (q->h.split_on) {
+		if (!q->h.split_started++ && q->h.think_open)
+			oai_split_thinking(&q->h.sp);
+		return oai_split_push(&q->h.sp, text, len) != 0 || q->h.write_failed;
 	}
-	return write_event(q, with_lp(q, oai_chunk(q->q.kind, q->id, q->created, q->srv->model, NULL, text, len,
-	    NULL, q->q.include_usage))) != 0;
-}
-
-static void batch_free(struct obatch *b)
-{
-	json_decref(b->choices);
-	pthread_mutex_destroy(&b->mu);
-	free(b);
-}
-
-/* The batch's answer, once its last prompt is done (or failed to start). */
-static void batch_answer(struct obatch *b, struct oreq *q)
-{
-	const char *type;
-	if (b->opened) {
-		if (b->st) {
-			if (b->rc) {
-				struct oai_error e;
-				int status = status_of(b->rc, &type);
-				oai_errorf(&e, status, type, NULL, NULL, "%s", b->err);
-				size_t n;
-				char *ev = oai_sse(oai_error_json(&e), &n);
-				if (ev)
-					http_stream_write(b->st, ev, n);
-				free(ev);
-			} else {
-				if (b->include_usage) {
-					size_t n;
-					char *ev = oai_sse(oai_usage_chunk(b->kind, q->id, q->created, q->srv->model,
-					    b->n_prompt, b->n_tokens, b->n_cached), &n);
-					if (ev)
-						http_stream_write(b->st, ev, n);
-					free(ev);
-				}
-				http_stream_write(b->st, "data: [DONE]\n\n", 14);
-			}
-			http_stream_close(b->st);
-		}
-	} else if (b->rc) {
-		struct oai_error e;
-		int status = status_of(b->rc, &type);
-		oai_errorf(&e, status, type, b->rc == BATON_EBUSY ? "queue_full" : NULL, NULL, "%s", b->err);
-		static const char *const retry[] = { "Retry-After: 1", NULL };
-		reply_error(b->r, &e, http_retry_after(status) ? retry : NULL);
-	} else {
-		json_t *j = json_pack("{s:s, s:s, s:I, s:s, s:O, s:o}", "id", q->id, "object",
-		    b->kind == OAI_CHAT ? "chat.completion" : "text_completion", "created", (json_int_t)q->created,
-		    "model", q->srv->model, "choices", b->choices, "usage", oai_usage(b->n_prompt, b->n_tokens, b->n_cached));
-		http_reply_json(b->r, 200, j);
-	}
-	batch_free(b);
+	return write_event(q, oreq_with_lp(q, oai_chunk(q->h.q.kind, q->id, q->created, q->h.srv->model, NULL, text, len,
+	    NULL, q->h.q.include_usage))) != 0;
 }
 
 /* A stream's finish chunk (a chat's split answer ends first). */
-static void finish_chunk(struct oreq *q, struct baton_gen_result *res)
+void oreq_finish_chunk(struct oreq *q, struct baton_gen_result *res)
 {
-	if (q->split_on) {
-		if (!q->split_started++ && q->think_open)
-			oai_split_thinking(&q->sp);
-		oai_split_finish(&q->sp);
-		write_event(q, with_lp(q, oai_chunk_delta(q->id, q->created, q->srv->model, NULL, finish_of(q, res->finish),
-		    q->q.include_usage)));
+	if (q->h.split_on) {
+		if (!q->h.split_started++ && q->h.think_open)
+			oai_split_thinking(&q->h.sp);
+		oai_split_finish(&q->h.sp);
+		write_event(q, oreq_with_lp(q, oai_chunk_delta(q->id, q->created, q->h.srv->model, NULL, finish_of(q, res->finish),
+		    q->h.q.include_usage)));
 	} else {
-		write_event(q, with_lp(q, oai_chunk(q->q.kind, q->id, q->created, q->srv->model, NULL, NULL, 0, res->finish,
-		    q->q.include_usage)));
+		write_event(q, oreq_with_lp(q, oai_chunk(q->h.q.kind, q->id, q->created, q->h.srv->model, NULL, NULL, 0, res->finish,
+		    q->h.q.include_usage)));
 	}
 }
 
 /* A whole chat reply (its answer split when the split is on); NULL without memory. */
-static json_t *chat_whole(struct oreq *q, struct baton_gen_result *res)
+json_t *oreq_chat_whole(struct oreq *q, struct baton_gen_result *res)
 {
-	if (!q->split_on)
-		return with_lp(q, oai_reply(OAI_CHAT, q->id, q->created, q->srv->model, res));
-	if (q->think_open)
-		oai_split_thinking(&q->sp);
-	if (oai_split_push(&q->sp, res->text, res->text_len) || oai_split_finish(&q->sp) || q->write_failed)
+	if (!q->h.split_on)
+		return oreq_with_lp(q, oai_reply(OAI_CHAT, q->id, q->created, q->h.srv->model, res));
+	if (q->h.think_open)
+		oai_split_thinking(&q->h.sp);
+	if (oai_split_push(&q->h.sp, res->text, res->text_len) || oai_split_finish(&q->h.sp) || q->h.write_failed)
 		return NULL;
-	struct oai_parts p = { q->content.p, q->content.n, q->reasoning.p, q->reasoning.n, q->calls };
-	return with_lp(q, oai_reply_parts(q->id, q->created, q->srv->model, res, &p));
-}
-
-/* One choice of a batch ended: its choice (or finish chunk) and counts. */
-static void batch_done(struct oreq *q, int rc, const char *err, struct baton_gen_result *res)
-{
-	struct obatch *b = q->b;
-	int cut = rc == 0 && strcmp(res->finish, "cancelled") == 0;
-	if (rc == 0 && !cut && q->streaming && q->st)
-		finish_chunk(q, res);
-	json_t *choice = NULL;
-	if (rc == 0 && !q->streaming) {
-		json_t *j = q->q.kind == OAI_CHAT ? chat_whole(q, res) :
-		    with_echo(q, with_lp(q, oai_reply(OAI_COMPLETION, q->id, q->created, q->srv->model, res)));
-		choice = json_incref(json_array_get(json_object_get(j, "choices"), 0));
-		json_decref(j);
-		if (choice)
-			json_object_set_new(choice, "index", json_integer(q->index));
-	}
-	pthread_mutex_lock(&b->mu);
-	if (rc && !b->rc) {
-		b->rc = rc;
-		snprintf(b->err, sizeof b->err, "prompt %d: %s", q->index, err && err[0] ? err : baton_strerror(rc));
-	}
-	if (rc == 0) {
-		b->n_prompt += q->copy == 0 ? res->n_prompt : 0;
-		b->n_tokens += res->n_tokens;
-		b->n_cached += q->copy == 0 ? res->n_cached : 0; /* of the prompt counted once */
-	}
-	if (choice)
-		json_array_set_new(b->choices, (size_t)q->index, choice);
-	int last = --b->left == 0;
-	pthread_mutex_unlock(&b->mu);
-	if (last)
-		batch_answer(b, q);
-	generator_result_free(res);
-	oreq_free(q);
-}
-
-/* A /v1/responses request ended: its response, whole or as its last events. */
-static void resp_done(struct oreq *q, int rc, const char *err, struct baton_gen_result *res)
-{
-	const char *type;
-	struct oai_error e;
-	if (rc) {
-		int status = status_of(rc, &type);
-		oai_errorf(&e, status, type, NULL, NULL, "%s", err && err[0] ? err : baton_strerror(rc));
-	}
-	if (q->streaming) {
-		if (q->st) {
-			if (rc == 0 && strcmp(res->finish, "cancelled") != 0) {
-				if (!q->split_started++ && q->think_open)
-					oai_split_thinking(&q->sp);
-				oai_split_finish(&q->sp);
-				json_decref(oai_resp_finish(q->resp, res));
-			} else if (rc) {
-				oai_resp_fail(q->resp, &e);
-			}
-			http_stream_close(q->st);
-		}
-	} else if (rc == 0) {
-		if (q->think_open)
-			oai_split_thinking(&q->sp);
-		if (oai_split_push(&q->sp, res->text, res->text_len) || oai_split_finish(&q->sp) || q->write_failed)
-			http_reply_error(q->r, 500, BATON_ENOMEM, "out of memory");
-		else
-			http_reply_json(q->r, 200, oai_resp_finish(q->resp, res));
-	} else {
-		static const char *const retry[] = { "Retry-After: 1", NULL };
-		reply_error(q->r, &e, http_retry_after(status_of(rc, &type)) ? retry : NULL);
-	}
-	generator_result_free(res);
-	oreq_free(q);
-}
-
-/* A whole answer (takes j), with the usage report the front door asked for. */
-static void reply_whole(struct oreq *q, const struct baton_gen_result *res, json_t *j)
-{
-	if (!q->door) {
-		http_reply_json(q->r, 200, j);
-		return;
-	}
-	char *body = j ? json_dumps(j, JSON_COMPACT) : NULL;
-	json_decref(j);
-	if (!body) {
-		http_reply_error(q->r, 500, BATON_ENOMEM, "out of memory");
-		return;
-	}
-	char rep[200], hdr[240];
-	usage_report(q, res, rep, sizeof rep);
-	snprintf(hdr, sizeof hdr, "X-Baton-Usage: %s", rep);
-	const char *const headers[] = { hdr, NULL };
-	http_reply(q->r, 200, "application/json", body, strlen(body), headers);
-	free(body);
+	struct oai_parts p = { q->h.content.p, q->h.content.n, q->h.reasoning.p, q->h.reasoning.n, q->h.calls };
+	return oreq_with_lp(q, oai_reply_parts(q->id, q->created, q->h.srv->model, res, &p));
 }
 
 static void on_done(void *arg, int rc, const char *err, struct baton_gen_result *res)
 {
 	struct oreq *q = arg;
 	const char *type;
-	oai_sv_done(q->srv, &q->tm, rc, res, q->q.stream);
+	oai_sv_done(q->h.srv, &q->h.tm, rc, res, q->h.q.stream);
 	if (q->b) {
-		batch_done(q, rc, err, res);
+		obatch_done(q, rc, err, res);
 		return;
 	}
 	if (q->resp) {
-		resp_done(q, rc, err, res);
+		oreq_resp_done(q, rc, err, res);
 		return;
 	}
 	if (q->streaming) {
-		if (q->st) {
+		if (q->h.st) {
 			if (rc == 0 && strcmp(res->finish, "cancelled") != 0) {
-				finish_chunk(q, res);
-				if (q->q.include_usage)
-					write_event(q, oai_usage_chunk(q->q.kind, q->id, q->created, q->srv->model,
+				oreq_finish_chunk(q, res);
+				if (q->h.q.include_usage)
+					write_event(q, oai_usage_chunk(q->h.q.kind, q->id, q->created, q->h.srv->model,
 					    res->n_prompt, res->n_tokens, res->n_cached));
-				if (q->door) {
-					/* a comment line (SSE clients skip it) in the [DONE] event */
-					char rep[200], line[240];
-					usage_report(q, res, rep, sizeof rep);
-					int n = snprintf(line, sizeof line, ": baton-usage %s\n", rep);
-					http_stream_write(q->st, line, (size_t)n);
-				}
-				http_stream_write(q->st, "data: [DONE]\n\n", 14);
+				oreq_usage_comment(q, res);
+				http_stream_write(q->h.st, "data: [DONE]\n\n", 14);
 			} else if (rc) {
 				/* the stream's status is sent: the error goes as an event */
 				struct oai_error e;
-				int status = status_of(rc, &type);
+				int status = oreq_status_of(rc, &type);
 				oai_errorf(&e, status, type, NULL, NULL, "%s", err);
 				write_event(q, oai_error_json(&e));
 			}
-			http_stream_close(q->st);
+			http_stream_close(q->h.st);
 		}
-	} else if (rc == 0 && q->q.kind == OAI_CHAT) {
-		json_t *j = chat_whole(q, res);
+	} else if (rc == 0 && q->h.q.kind == OAI_CHAT) {
+		json_t *j = oreq_chat_whole(q, res);
 		if (j)
-			reply_whole(q, res, j);
+			oreq_reply_whole(q, res, j);
 		else
-			http_reply_error(q->r, 500, BATON_ENOMEM, "out of memory");
+			http_reply_error(q->h.r, 500, BATON_ENOMEM, "out of memory");
 	} else if (rc == 0) {
-		reply_whole(q, res, with_echo(q, with_lp(q, oai_reply(q->q.kind, q->id, q->created, q->srv->model, res))));
+		oreq_reply_whole(q, res, oreq_with_echo(q, oreq_with_lp(q, oai_reply(q->h.q.kind, q->id, q->created, q->h.srv->model, res))));
 	} else {
 		struct oai_error e;
-		int status = status_of(rc, &type);
+		int status = oreq_status_of(rc, &type);
 		oai_errorf(&e, status, type, NULL, NULL, "%s", err && err[0] ? err : baton_strerror(rc));
 		static const char *const retry[] = { "Retry-After: 1", NULL };
-		reply_error(q->r, &e, http_retry_after(status) ? retry : NULL);
+		oreq_reply_error(q->h.r, &e, http_retry_after(status) ? retry : NULL);
 	}
 	generator_result_free(res);
 	oreq_free(q);
+}
+
+/* The scheduler's callbacks of a request (its thread). */
+struct sched_cb oreq_callbacks(struct oreq *q)
+{
+	return (struct sched_cb){ .on_text = on_text, .on_admit = on_admit, .on_token = on_token_time,
+		.on_done = on_done, .arg = q };
 }
 
 /* The client went away (a server thread): cancel at once. */
@@ -741,17 +584,8 @@ static void on_gone(void *owner, uint64_t id)
 
 /* ---- the handler (an HTTP worker thread) ---- */
 
-/* A batch's prompts: one client gone cancels them all (the id packs the
- * first and the count). */
-static void on_gone_batch(void *owner, uint64_t packed)
-{
-	uint64_t first = packed & ((1ull << 48) - 1), n = packed >> 48;
-	for (uint64_t i = 0; i < n; i++)
-		sched_cancel(owner, first + i);
-}
-
 /* A request parsed and bound, ready to submit; NULL with the error answered. */
-static struct oreq *prepare(struct oai_server *s, struct baton_http_req *r, enum oai_kind kind, const char *body,
+struct oreq *oreq_prepare(struct oai_server *s, struct baton_http_req *r, enum oai_kind kind, const char *body,
     size_t len, struct oai_error *e)
 {
 	struct oreq *q = calloc(1, sizeof *q);
@@ -759,43 +593,35 @@ static struct oreq *prepare(struct oai_server *s, struct baton_http_req *r, enum
 		oai_errorf(e, 500, "server_error", NULL, NULL, "out of memory");
 		return NULL;
 	}
-	if (oai_parse(kind, s->model, body, len, random64(), &q->q, e) != 0) {
+	if (oai_parse(kind, s->model, body, len, oai_random64(), &q->h.q, e) != 0) {
 		free(q);
 		return NULL;
 	}
-	if (oai_bind(&q->q, &s->caps, e) != 0) {
+	if (oai_bind(&q->h.q, &s->caps, e) != 0) {
 		oreq_free(q);
 		return NULL;
 	}
-	if (kind == OAI_CHAT) {
-		enum oai_tool_format f = !q->q.tools ? OAI_TOOLS_NONE : q->q.tool_choice == OAI_TC_AUTO ? s->caps.tools :
-		    q->q.tool_choice == OAI_TC_NAMED ? OAI_TOOLS_FORCED_NAMED :
-		    q->q.tool_choice == OAI_TC_REQUIRED ? OAI_TOOLS_FORCED_ARRAY : OAI_TOOLS_NONE;
-		int think = s->caps.think && f != OAI_TOOLS_FORCED_NAMED && f != OAI_TOOLS_FORCED_ARRAY;
-		q->split_on = f != OAI_TOOLS_NONE || think;
-		oai_split_init(&q->sp, f, think, q->q.parallel_tool_calls, q->q.tools, random64(), on_piece, q);
-		q->sp.forced_name = q->q.tool_name;
-	}
-	q->srv = s;
-	q->r = r;
-	q->tm.t_in = baton_now_s();
+	oai_live_split(&q->h, &s->caps, on_piece, q);
+	q->h.srv = s;
+	q->h.r = r;
+	q->h.tm.t_in = baton_now_s();
 	q->door = http_req_header(r, "X-Baton-Usage") != NULL;
 	q->created = (long long)time(NULL);
 	snprintf(q->id, sizeof q->id, "%s-%016llx%08llx", kind == OAI_CHAT ? "chatcmpl" : "cmpl",
-	    (unsigned long long)random64(), (unsigned long long)atomic_fetch_add(&s->next, 1));
-	q->q.q.on_text = on_text;
-	q->q.q.arg = q;
+	    (unsigned long long)oai_random64(), (unsigned long long)atomic_fetch_add(&s->next, 1));
+	q->h.q.q.on_text = on_text;
+	q->h.q.q.arg = q;
 	q->lp_prev = -1;
-	q->q.q.think_open = &q->think_open;
-	if (q->q.echo) {
+	q->h.q.q.think_open = &q->h.think_open;
+	if (q->h.q.echo) {
 		char err[128];
-		int32_t *ids = q->q.q.prompt_ids ? malloc(q->q.q.n_prompt_ids * sizeof *ids + 1) : NULL;
-		for (size_t i = 0; ids && i < q->q.q.n_prompt_ids; i++)
-			ids[i] = q->q.q.prompt_ids[i] < text_vocab_size(s->o.tok) ? (int32_t)q->q.q.prompt_ids[i] : 0;
-		if (q->q.q.prompt) {
-			q->echo = strndup(q->q.q.prompt, q->q.q.prompt_len);
-			q->echo_len = q->q.q.prompt_len;
-		} else if (!ids || !s->o.tok || text_decode(s->o.tok, ids, q->q.q.n_prompt_ids, TEXT_SKIP_SPECIAL,
+		int32_t *ids = q->h.q.q.prompt_ids ? malloc(q->h.q.q.n_prompt_ids * sizeof *ids + 1) : NULL;
+		for (size_t i = 0; ids && i < q->h.q.q.n_prompt_ids; i++)
+			ids[i] = q->h.q.q.prompt_ids[i] < text_vocab_size(s->o.tok) ? (int32_t)q->h.q.q.prompt_ids[i] : 0;
+		if (q->h.q.q.prompt) {
+			q->echo = strndup(q->h.q.q.prompt, q->h.q.q.prompt_len);
+			q->echo_len = q->h.q.q.prompt_len;
+		} else if (!ids || !s->o.tok || text_decode(s->o.tok, ids, q->h.q.q.n_prompt_ids, TEXT_SKIP_SPECIAL,
 		    &q->echo, &q->echo_len, err, sizeof err) != 0) {
 			q->echo = NULL;
 		}
@@ -806,18 +632,18 @@ static struct oreq *prepare(struct oai_server *s, struct baton_http_req *r, enum
 			return NULL;
 		}
 	}
-	if (q->q.logprobs && s->o.tok) {
-		q->q.q.on_token = on_token;
+	if (q->h.q.logprobs && s->o.tok) {
+		q->h.q.q.on_token = on_token;
 		/* a completion's first token reads after its prompt's last (the
 		 * space a SentencePiece decoder drops at a text's start is kept,
 		 * as in the text) */
-		if (q->q.q.prompt_ids) {
-			q->lp_prev = (int32_t)q->q.q.prompt_ids[q->q.q.n_prompt_ids - 1];
-		} else if (q->q.q.prompt) {
+		if (q->h.q.q.prompt_ids) {
+			q->lp_prev = (int32_t)q->h.q.q.prompt_ids[q->h.q.q.n_prompt_ids - 1];
+		} else if (q->h.q.q.prompt) {
 			int32_t *ids = NULL;
 			size_t n = 0;
 			char err[64];
-			if (text_encode(s->o.tok, q->q.q.prompt, q->q.q.prompt_len, TEXT_ADD_SPECIAL, &ids, &n, err,
+			if (text_encode(s->o.tok, q->h.q.q.prompt, q->h.q.q.prompt_len, TEXT_ADD_SPECIAL, &ids, &n, err,
 			    sizeof err) == 0 && n)
 				q->lp_prev = ids[n - 1];
 			free(ids);
@@ -835,114 +661,7 @@ static void refuse_submit(struct baton_http_req *r, int rc)
 	    rc == BATON_EBUSY ? "the engine's queue of waiting requests is full; retry later" :
 	    "the engine is shutting down");
 	static const char *const retry[] = { "Retry-After: 1", NULL };
-	reply_error(r, &e, retry);
-}
-
-/* A batch: "prompt": [p0, p1, ...] (prompts NULL: the body's one) times
- * n: each choice parsed as the body with its prompt and n 1, a seeded
- * request's copy j > 0 on its own seed (copy 0 is the n: 1 answer), all
- * submitted. */
-static void completion_batch(struct oai_server *s, struct baton_http_req *r, enum oai_kind kind, json_t *root,
-    json_t *prompts, size_t n_copies)
-{
-	size_t n_prompts = prompts ? json_array_size(prompts) : 1, n = n_prompts * n_copies;
-	struct oai_error e;
-	if (prompts && n_prompts > OAI_MAX_BATCH) {
-		oai_errorf(&e, 400, "invalid_request_error", NULL, "prompt", "prompt: %zu prompts in one request; at "
-		    "most %u", n_prompts, OAI_MAX_BATCH);
-		oai_sv_refused(s, 400, 0);
-		reply_error(r, &e, NULL);
-		return;
-	}
-	if (n > OAI_MAX_BATCH) {
-		oai_errorf(&e, 400, "invalid_request_error", NULL, "n", "n: %zu prompts times n %zu is %zu choices; at most "
-		    "%u in one request", n_prompts, n_copies, n, OAI_MAX_BATCH);
-		oai_sv_refused(s, 400, 0);
-		reply_error(r, &e, NULL);
-		return;
-	}
-	struct oreq *qs[OAI_MAX_BATCH];
-	json_t *all = json_incref(prompts);
-	if (n_copies > 1)
-		json_object_set_new(root, "n", json_integer(1));
-	size_t k;
-	for (k = 0; k < n; k++) {
-		size_t pi = k / n_copies;
-		if (prompts)
-			json_object_set(root, "prompt", json_array_get(all, pi));
-		char *b1 = json_dumps(root, JSON_COMPACT);
-		qs[k] = b1 ? prepare(s, r, kind, b1, strlen(b1), &e) : NULL;
-		if (!b1)
-			oai_errorf(&e, 500, "server_error", NULL, NULL, "out of memory");
-		free(b1);
-		if (!qs[k]) {
-			if (prompts && strcmp(e.param, "prompt") == 0) { /* which prompt: in param and words */
-				char m[sizeof e.message];
-				const char *rest = strncmp(e.message, "prompt", 6) == 0 ? e.message + 6 : e.message;
-				snprintf(m, sizeof m, "prompt[%zu]%.480s", pi, rest);
-				memcpy(e.message, m, sizeof m);
-				snprintf(e.param, sizeof e.param, "prompt[%zu]", pi);
-			}
-			break;
-		}
-		qs[k]->copy = (int)(k % n_copies);
-		if (qs[k]->copy && qs[k]->q.seeded)
-			qs[k]->q.q.sp.seed += (uint64_t)qs[k]->copy * 0x9e3779b97f4a7c15ull;
-	}
-	json_decref(all);
-	struct obatch *b = k == n ? calloc(1, sizeof *b) : NULL;
-	if (!b) {
-		for (size_t i = 0; i < k; i++)
-			oreq_free(qs[i]);
-		if (k == n)
-			oai_errorf(&e, 500, "server_error", NULL, NULL, "out of memory");
-		oai_sv_refused(s, e.status, 0);
-		reply_error(r, &e, NULL);
-		return;
-	}
-	pthread_mutex_init(&b->mu, NULL);
-	b->r = r;
-	b->n = b->left = (int)n;
-	b->include_usage = qs[0]->q.include_usage;
-	b->kind = kind;
-	b->choices = json_array();
-	for (size_t i = 0; i < n; i++) {
-		json_array_append_new(b->choices, json_null());
-		qs[i]->b = b;
-		qs[i]->index = (int)i;
-		memcpy(qs[i]->id, qs[0]->id, sizeof qs[i]->id);
-		qs[i]->created = qs[0]->created;
-	}
-	uint64_t first = sched_new_ids(s->o.sched, (uint32_t)n);
-	http_req_on_gone(r, on_gone_batch, s->o.sched, first | ((uint64_t)n << 48));
-	for (size_t i = 0; i < n; i++) {
-		struct sched_cb cb = { .on_text = on_text, .on_admit = on_admit, .on_token = on_token_time,
-			.on_done = on_done, .arg = qs[i] };
-		uint64_t sid = first + i;
-		int rc = sched_submit(s->o.sched, &qs[i]->q.q, &cb, &sid);
-		if (rc == 0)
-			continue;
-		/* the rest never start: the batch fails once those in flight end */
-		for (size_t j = 0; j < i; j++)
-			sched_cancel(s->o.sched, first + j);
-		pthread_mutex_lock(&b->mu);
-		if (!b->rc) {
-			b->rc = rc;
-			snprintf(b->err, sizeof b->err, "%s", rc == BATON_EBUSY ? "the engine's queue of waiting requests "
-			    "is full; retry later" : "the engine is shutting down");
-		}
-		b->left -= (int)(n - i);
-		int last = b->left == 0;
-		oai_sv_refused(s, 503, rc);
-		pthread_mutex_unlock(&b->mu);
-		struct oreq *q0 = qs[i];
-		for (size_t j = i + 1; j < n; j++)
-			oreq_free(qs[j]);
-		if (last)
-			batch_answer(b, q0);
-		oreq_free(q0);
-		return;
-	}
+	oreq_reply_error(r, &e, retry);
 }
 
 static void submit(struct oai_server *s, struct baton_http_req *r, struct oreq *q);
@@ -963,20 +682,20 @@ static void completion(struct oai_server *s, struct baton_http_req *r, enum oai_
 		oai_errorf(&e, 400, "invalid_request_error", NULL, "n", "n: %lld is more than this engine's --max-n "
 		    "(%u)", (long long)nv, max_n);
 		json_decref(root);
-		reply_error(r, &e, NULL);
+		oreq_reply_error(r, &e, NULL);
 		return;
 	}
 	size_t n = nv > 1 && nv <= (json_int_t)max_n ? (size_t)nv : 1;
 	if (json_is_object(root) && (many || n > 1)) {
-		completion_batch(s, r, kind, root, many ? p : NULL, n);
+		obatch_submit(s, r, kind, root, many ? p : NULL, n);
 		json_decref(root);
 		return;
 	}
 	json_decref(root);
-	struct oreq *q = prepare(s, r, kind, body, len, &e);
+	struct oreq *q = oreq_prepare(s, r, kind, body, len, &e);
 	if (!q) {
 		oai_sv_refused(s, e.status, 0);
-		reply_error(r, &e, NULL);
+		oreq_reply_error(r, &e, NULL);
 		return;
 	}
 	submit(s, r, q);
@@ -984,12 +703,11 @@ static void completion(struct oai_server *s, struct baton_http_req *r, enum oai_
 
 static void submit(struct oai_server *s, struct baton_http_req *r, struct oreq *q)
 {
-	struct sched_cb cb = { .on_text = on_text, .on_admit = on_admit, .on_token = on_token_time,
-		.on_done = on_done, .arg = q };
+	struct sched_cb cb = oreq_callbacks(q);
 	/* on_gone is set before the request can end (and free r) */
 	uint64_t sid = sched_new_id(s->o.sched);
 	http_req_on_gone(r, on_gone, s->o.sched, sid);
-	int rc = sched_submit(s->o.sched, &q->q.q, &cb, &sid);
+	int rc = sched_submit(s->o.sched, &q->h.q.q, &cb, &sid);
 	if (rc) {
 		/* on_done never comes: answer here */
 		oai_sv_refused(s, 503, rc);
@@ -1007,23 +725,23 @@ static void responses(struct oai_server *s, struct baton_http_req *r)
 	struct oai_error e;
 	struct oai_resp *rs = NULL;
 	char *chat = NULL;
-	if (oai_resp_parse(body, len, s->model, random64(), &chat, &rs, &e) != 0) {
-		reply_error(r, &e, NULL);
+	if (oai_resp_parse(body, len, s->model, oai_random64(), &chat, &rs, &e) != 0) {
+		oreq_reply_error(r, &e, NULL);
 		return;
 	}
-	struct oreq *q = prepare(s, r, OAI_CHAT, chat, strlen(chat), &e);
+	struct oreq *q = oreq_prepare(s, r, OAI_CHAT, chat, strlen(chat), &e);
 	free(chat);
 	if (!q) {
 		oai_resp_param(&e);
-		reply_error(r, &e, NULL);
+		oreq_reply_error(r, &e, NULL);
 		oai_resp_free(rs);
 		return;
 	}
 	q->resp = rs;
-	if (!q->split_on) { /* no tools, no thinking: all content, split all the same */
-		oai_split_free(&q->sp);
-		oai_split_init(&q->sp, OAI_TOOLS_NONE, 0, 0, NULL, random64(), on_piece, q);
-		q->split_on = 1;
+	if (!q->h.split_on) { /* no tools, no thinking: all content, split all the same */
+		oai_split_free(&q->h.sp);
+		oai_split_init(&q->h.sp, OAI_TOOLS_NONE, 0, 0, NULL, oai_random64(), on_piece, q);
+		q->h.split_on = 1;
 	}
 	if (!oai_resp_streaming(rs))
 		oai_resp_begin(rs, s->model, q->created, NULL, NULL);
@@ -1130,7 +848,7 @@ static void tokenize(struct oai_server *s, struct baton_http_req *r)
 fail:
 	if (!root)
 		oai_errorf(&e, 400, "invalid_request_error", NULL, NULL, "the body is not JSON: %s", je.text);
-	reply_error(r, &e, NULL);
+	oreq_reply_error(r, &e, NULL);
 	free(ids);
 	free(text);
 	json_decref(root);
@@ -1175,7 +893,7 @@ static void detokenize(struct oai_server *s, struct baton_http_req *r)
 	json_decref(root);
 	return;
 fail:
-	reply_error(r, &e, NULL);
+	oreq_reply_error(r, &e, NULL);
 	free(ids);
 	free(text);
 	json_decref(root);
@@ -1191,7 +909,7 @@ static void handler(void *arg, struct baton_http_req *r)
 		if (!post) {
 			oai_errorf(&e, 405, "invalid_request_error", NULL, NULL, "%s wants POST", p);
 			static const char *const allow[] = { "Allow: POST", NULL };
-			reply_error(r, &e, allow);
+			oreq_reply_error(r, &e, allow);
 			return;
 		}
 		completion(s, r, p[4] == 'c' && p[5] == 'h' ? OAI_CHAT : OAI_COMPLETION);
@@ -1201,20 +919,22 @@ static void handler(void *arg, struct baton_http_req *r)
 		if (!post) {
 			oai_errorf(&e, 405, "invalid_request_error", NULL, NULL, "%s wants POST", p);
 			static const char *const allow[] = { "Allow: POST", NULL };
-			reply_error(r, &e, allow);
+			oreq_reply_error(r, &e, allow);
 			return;
 		}
 		responses(s, r);
 		return;
 	}
-	if (strncmp(p, "/v1/responses/", 14) == 0 && get) {
-		json_t *j = oai_resp_stored(p + 14);
+	int del = strcmp(m, "DELETE") == 0;
+	if (strncmp(p, "/v1/responses/", 14) == 0 && (get || del)) {
+		json_t *j = get ? oai_resp_stored(p + 14) : oai_resp_delete(p + 14) == 0 ?
+		    json_pack("{s:s, s:s, s:b}", "id", p + 14, "object", "response", "deleted", 1) : NULL;
 		if (j) {
 			http_reply_json(r, 200, j);
 		} else {
 			oai_errorf(&e, 404, "invalid_request_error", "not_found", NULL, "response '%.100s' is not kept by "
 			    "this engine (it keeps its last 256 stored responses, in memory)", p + 14);
-			reply_error(r, &e, NULL);
+			oreq_reply_error(r, &e, NULL);
 		}
 		return;
 	}
@@ -1222,7 +942,7 @@ static void handler(void *arg, struct baton_http_req *r)
 		if (!post) {
 			oai_errorf(&e, 405, "invalid_request_error", NULL, NULL, "%s wants POST", p);
 			static const char *const allow[] = { "Allow: POST", NULL };
-			reply_error(r, &e, allow);
+			oreq_reply_error(r, &e, allow);
 		} else if (p[1] == 't') {
 			tokenize(s, r);
 		} else {
@@ -1242,7 +962,7 @@ static void handler(void *arg, struct baton_http_req *r)
 		} else {
 			oai_errorf(&e, 404, "invalid_request_error", "model_not_found", "model",
 			    "The model '%.100s' does not exist: this engine serves '%s'", p + 11, s->model);
-			reply_error(r, &e, NULL);
+			oreq_reply_error(r, &e, NULL);
 		}
 		return;
 	}
@@ -1281,7 +1001,7 @@ static void handler(void *arg, struct baton_http_req *r)
 	if (ollama_route(s, r, m, p) || anthropic_route(s, r, m, p)) /* the other faces (face.h) */
 		return;
 	oai_errorf(&e, 404, "invalid_request_error", "not_found", NULL, "no such endpoint: %s %.200s", m, p);
-	reply_error(r, &e, NULL);
+	oreq_reply_error(r, &e, NULL);
 }
 
 int oai_server_open(const struct oai_server_opts *o, struct oai_server **out, char *err, size_t errlen)

@@ -298,10 +298,57 @@ static void t_tools(void)
 	oai_caps_of("{% if tools %}<tool_call>{% endif %}", &c);
 	T_EQ_INT(oai_bind(&r, &c, &e), 0);
 	T_ASSERT(r.q.grammar_trigger && strcmp(r.q.grammar_trigger, "<tool_call>") == 0);
-	oai_caps_of("{% if tools %}[AVAILABLE_TOOLS]{% endif %}[TOOL_CALLS]", &c);
+	oai_request_free(&r);
+	/* the other formats: their own grammar, from their own opening tag */
+	static const struct { const char *tmpl, *trigger; } fmts[] = {
+		{ "{% if tools %}[AVAILABLE_TOOLS]{% endif %}[TOOL_CALLS]", "[TOOL_CALLS]" },
+		{ "{% if tools %}<function=x><parameter=y>{% endif %}", "<tool_call>" },
+		{ "{% if tools %}[AVAILABLE_TOOLS]{% endif %}[TOOL_CALLS]f[ARGS]", NULL }, /* Mistral v11: refused */
+	};
+	for (size_t i = 0; i < sizeof fmts / sizeof fmts[0]; i++) {
+		T_EQ_INT(parse(OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":"
+		    "\"function\",\"function\":{\"name\":\"g\"}},{\"type\":\"function\",\"function\":{\"name\":\"f\","
+		    "\"strict\":true,\"parameters\":{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},"
+		    "\"required\":[\"a\"],\"additionalProperties\":false}}}]}", &r, &e), 0);
+		const gram *hermes = r.q.grammar;
+		oai_caps_of(fmts[i].tmpl, &c);
+		if (fmts[i].trigger) {
+			T_EQ_INT(oai_bind(&r, &c, &e), 0);
+			T_ASSERT(r.q.grammar && r.q.grammar != hermes && r.q.grammar == r.grammar);
+			T_ASSERT(r.q.grammar_trigger && strcmp(r.q.grammar_trigger, fmts[i].trigger) == 0);
+		} else {
+			T_EQ_INT(oai_bind(&r, &c, &e), 400);
+			T_ASSERT_MSG(strcmp(e.param, "tools") == 0 && strstr(e.message, "tools[1].function.strict") &&
+			    strstr(e.message, "[ARGS]"), "%s", e.message);
+		}
+		oai_request_free(&r);
+	}
+	/* parameters with $defs (Pydantic's nested models): their $ref resolve
+	 * at their own root inside the calls' schema, auto and forced */
+	static const char *const choices[] = { "\"auto\"", "\"required\"", "{\"type\":\"function\",\"function\":"
+		"{\"name\":\"f\"}}" };
+	for (size_t i = 0; i < sizeof choices / sizeof choices[0]; i++) {
+		char body[1024];
+		snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":%s,"
+		    "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"g\",\"strict\":true,\"parameters\":"
+		    "{\"$defs\":{\"Q\":{\"type\":\"string\"}},\"type\":\"object\",\"properties\":{\"q\":{\"$ref\":"
+		    "\"#/$defs/Q\"}}}}},{\"type\":\"function\",\"function\":{\"name\":\"f\",\"strict\":true,"
+		    "\"parameters\":{\"type\":\"object\",\"properties\":{\"p\":{\"$ref\":\"#/$defs/P\"}},\"required\":"
+		    "[\"p\"],\"additionalProperties\":false,\"$defs\":{\"P\":{\"type\":\"object\",\"properties\":{\"a\":"
+		    "{\"type\":\"integer\"},\"kids\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/P\"}}},"
+		    "\"required\":[\"a\"],\"additionalProperties\":false}}}}}]}", choices[i]);
+		int prc = parse(OAI_CHAT, body, &r, &e);
+		T_ASSERT_MSG(prc == 0, "%s: %s", choices[i], e.message);
+		T_ASSERT(r.q.grammar != NULL);
+		oai_request_free(&r);
+	}
+	/* a Qwen3-Coder parameter its text cannot hold to the schema: 400 with the path */
+	T_EQ_INT(parse(OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":"
+	    "\"function\",\"function\":{\"name\":\"f\",\"strict\":true,\"parameters\":{\"type\":\"object\","
+	    "\"properties\":{\"a\":{\"anyOf\":[{\"type\":\"integer\"}]}}}}}]}", &r, &e), 0);
+	oai_caps_of("{% if tools %}<function=x><parameter=y>{% endif %}", &c);
 	T_EQ_INT(oai_bind(&r, &c, &e), 400);
-	T_ASSERT_MSG(strcmp(e.param, "tools") == 0 && strstr(e.message, "tools[1].function.strict") &&
-	    strstr(e.message, "mistral"), "%s", e.message);
+	T_ASSERT_MSG(strcmp(e.param, "tools") == 0 && strstr(e.message, "parameters#/properties/a/type"), "%s", e.message);
 	oai_request_free(&r);
 	/* reasoning_effort "none" turns thinking off where the template has the switch */
 	T_EQ_INT(parse(OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"reasoning_effort\":\"none\"}",

@@ -18,7 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/serve/openai.h"
+#include "engine/serve/openai_http.h"
+#include "proto/base/base.h"
 
 #define INVALID "invalid_request_error"
 #define RESP_STORE_MAX 256u
@@ -102,6 +103,19 @@ static json_t *store_item(const char *id)
 	return c;
 }
 
+int oai_resp_delete(const char *id)
+{
+	int found = 0;
+	pthread_mutex_lock(&store_mu);
+	for (size_t i = 0; i < RESP_STORE_MAX && !found; i++)
+		if (store[i].response && strcmp(store[i].id, id) == 0) {
+			store_drop(&store[i]);
+			found = 1;
+		}
+	pthread_mutex_unlock(&store_mu);
+	return found ? 0 : -1;
+}
+
 json_t *oai_resp_stored(const char *id)
 {
 	json_t *c = NULL;
@@ -148,7 +162,7 @@ static const struct rule {
 	  "whole input" },
 	{ "prompt", DEF, "", "stored prompt templates are not supported by this engine" },
 	{ "truncation", DEF, "\"disabled\"", "only \"disabled\": an input longer than the context is refused" },
-	{ "top_logprobs", DEF, "0", "log-probabilities are not offered on /v1/responses (use /v1/chat/completions)" },
+	{ "top_logprobs", IMPL, NULL, NULL },
 	{ "max_tool_calls", IGNORE, NULL, NULL },
 	{ "metadata", IGNORE, NULL, NULL },
 	{ "user", IGNORE, NULL, NULL },
@@ -186,6 +200,9 @@ struct oai_resp {
 	oai_resp_write_fn w;
 	void *warg;
 	int failed, cut;
+	/* include "message.output_text.logprobs": the entries of the tokens
+	 * not yet in a delta, and those of the open message's output_text */
+	json_t *lp_next, *lp_item;
 };
 
 static const char *str_or(json_t *v)
@@ -530,6 +547,10 @@ int oai_resp_parse(const char *body, size_t len, const char *served, uint64_t se
 		}
 		json_array_foreach(inc, i, x) {
 			/* no encrypted reasoning is made here: asking for it gets none */
+			if (json_is_string(x) && strcmp(json_string_value(x), "message.output_text.logprobs") == 0) {
+				json_object_set_new(chat, "logprobs", json_true());
+				continue;
+			}
 			if (!json_is_string(x) || strcmp(json_string_value(x), "reasoning.encrypted_content")) {
 				oai_errorf(e, 400, INVALID, "unsupported_parameter", "include", "include[%zu]: '%.60s' is not "
 				    "offered by this engine", i, json_is_string(x) ? json_string_value(x) : "?");
@@ -590,6 +611,13 @@ int oai_resp_parse(const char *body, size_t len, const char *served, uint64_t se
 	for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++)
 		if (rules[i].how == EXT && (v = json_object_get(root, rules[i].name)))
 			json_object_set(chat, rules[i].name, v);
+	/* top_logprobs: the alternatives of each token (the chat parser checks
+	 * the range); more than 0 asks for the logprobs too */
+	if ((v = given(root, "top_logprobs"))) {
+		json_object_set(chat, "top_logprobs", v);
+		if (!json_is_integer(v) || json_integer_value(v) > 0)
+			json_object_set_new(chat, "logprobs", json_true());
+	}
 	if (r->stream)
 		json_object_set_new(chat, "stream", json_true());
 	if ((v = given(root, "tools")) && tools_of(v, chat, e))
@@ -638,6 +666,8 @@ void oai_resp_free(struct oai_resp *r)
 	json_decref(r->output);
 	json_decref(r->cur);
 	json_decref(r->calls);
+	json_decref(r->lp_next);
+	json_decref(r->lp_item);
 	free(r->text.p);
 	free(r->content.p);
 	free(r->reasoning.p);
@@ -735,8 +765,11 @@ static void close_item(struct oai_resp *r)
 	size_t tn = r->text.n;
 	if (r->cur_kind == OAI_P_CONTENT || r->cur_kind == OAI_P_REASONING) {
 		int msg = r->cur_kind == OAI_P_CONTENT;
-		json_t *part = msg ? json_pack("{s:s, s:s%, s:[], s:[]}", "type", "output_text", "text", tx, tn,
-		    "annotations", "logprobs") : json_pack("{s:s, s:s%}", "type", "reasoning_text", "text", tx, tn);
+		json_t *part = msg ? json_pack("{s:s, s:s%, s:[], s:o}", "type", "output_text", "text", tx, tn,
+		    "annotations", "logprobs", r->lp_item ? r->lp_item : json_array()) : json_pack("{s:s, s:s%}", "type",
+		    "reasoning_text", "text", tx, tn);
+		if (msg)
+			r->lp_item = NULL;
 		emit(r, msg ? "response.output_text.done" : "response.reasoning_text.done", json_pack("{s:s, s:i, s:i, "
 		    "s:s%}", "item_id", id, "output_index", oi, "content_index", 0, "text", tx, tn));
 		emit(r, "response.content_part.done", json_pack("{s:s, s:i, s:i, s:O}", "item_id", id, "output_index", oi,
@@ -790,20 +823,73 @@ static void open_item(struct oai_resp *r, int kind, const struct oai_tool_call *
 	}
 }
 
+/* The entries (taken from lp_next) of the tokens that spell t: those
+ * before them (a <think> block's, a marker's) are dropped, those after
+ * stay for the next delta. When no run of them spells it (a token across
+ * two pieces), all of them. */
+static json_t *take_lp(struct oai_resp *r, const char *t, size_t n)
+{
+	json_t *all = r->lp_next;
+	r->lp_next = NULL;
+	if (!all)
+		return json_array();
+	size_t k = json_array_size(all);
+	for (size_t i = 0; i < k; i++) {
+		size_t got = 0, j = i;
+		while (j < k && got < n) {
+			json_t *tk = json_object_get(json_array_get(all, j), "token");
+			size_t l = json_string_length(tk);
+			if (!json_is_string(tk) || got + l > n || memcmp(json_string_value(tk), t + got, l))
+				break;
+			got += l;
+			j++;
+		}
+		if (got == n && j > i) {
+			json_t *out = json_array(), *rest = json_array();
+			for (size_t x = i; x < k; x++)
+				json_array_append(x < j ? out : rest, json_array_get(all, x));
+			if (json_array_size(rest))
+				r->lp_next = rest;
+			else
+				json_decref(rest);
+			json_decref(all);
+			return out;
+		}
+	}
+	return all;
+}
+
 static void delta(struct oai_resp *r, const char *t, size_t n)
 {
 	if (oai_buf_put(&r->text, t, n))
 		r->failed = 1;
 	const char *id = json_string_value(json_object_get(r->cur, "id"));
 	int oi = out_index(r);
-	if (r->cur_kind == OAI_P_TOOL_START)
+	if (r->cur_kind == OAI_P_TOOL_START) {
 		emit(r, "response.function_call_arguments.delta", json_pack("{s:s, s:i, s:s%}", "item_id", id,
 		    "output_index", oi, "delta", t, n));
-	else
-		emit(r, r->cur_kind == OAI_P_CONTENT ? "response.output_text.delta" : "response.reasoning_text.delta",
-		    r->cur_kind == OAI_P_CONTENT ? json_pack("{s:s, s:i, s:i, s:s%, s:[]}", "item_id", id, "output_index", oi,
-		    "content_index", 0, "delta", t, n, "logprobs") : json_pack("{s:s, s:i, s:i, s:s%}", "item_id", id,
-		    "output_index", oi, "content_index", 0, "delta", t, n));
+	} else if (r->cur_kind != OAI_P_CONTENT) {
+		emit(r, "response.reasoning_text.delta", json_pack("{s:s, s:i, s:i, s:s%}", "item_id", id, "output_index",
+		    oi, "content_index", 0, "delta", t, n));
+	} else {
+		/* the entries of this text's tokens go with this delta, and with the text's part */
+		json_t *lp = take_lp(r, t, n);
+		if (!r->lp_item)
+			r->lp_item = json_array();
+		json_array_extend(r->lp_item, lp);
+		emit(r, "response.output_text.delta", json_pack("{s:s, s:i, s:i, s:s%, s:o}", "item_id", id,
+		    "output_index", oi, "content_index", 0, "delta", t, n, "logprobs", lp));
+	}
+}
+
+void oai_resp_logprobs(struct oai_resp *r, json_t *entries)
+{
+	if (!entries)
+		return;
+	if (!r->lp_next)
+		r->lp_next = json_array();
+	json_array_extend(r->lp_next, entries);
+	json_decref(entries);
 }
 
 int oai_resp_piece(struct oai_resp *r, enum oai_piece_kind k, const char *t, size_t n, const struct oai_tool_call *c)
@@ -824,10 +910,16 @@ int oai_resp_piece(struct oai_resp *r, enum oai_piece_kind k, const char *t, siz
 				break;
 			open_item(r, (int)k, NULL);
 		}
+		if (k == OAI_P_REASONING) { /* its tokens' entries: not the text's */
+			json_decref(r->lp_next);
+			r->lp_next = NULL;
+		}
 		delta(r, t, n);
 		break;
 	case OAI_P_TOOL:
 	case OAI_P_TOOL_START:
+		json_decref(r->lp_next);
+		r->lp_next = NULL;
 		open_item(r, OAI_P_TOOL_START, c);
 		if (k == OAI_P_TOOL && c->args)
 			delta(r, c->args, strlen(c->args));
@@ -880,4 +972,42 @@ void oai_resp_fail(struct oai_resp *r, const struct oai_error *e)
 int oai_resp_streaming(const struct oai_resp *r)
 {
 	return r->stream;
+}
+
+/* A /v1/responses request ended: its response, whole or as its last events. */
+void oreq_resp_done(struct oreq *q, int rc, const char *err, struct baton_gen_result *res)
+{
+	const char *type;
+	struct oai_error e;
+	if (rc) {
+		int status = oreq_status_of(rc, &type);
+		oai_errorf(&e, status, type, NULL, NULL, "%s", err && err[0] ? err : baton_strerror(rc));
+	}
+	if (q->streaming) {
+		if (q->h.st) {
+			if (rc == 0 && strcmp(res->finish, "cancelled") != 0) {
+				if (!q->h.split_started++ && q->h.think_open)
+					oai_split_thinking(&q->h.sp);
+				oai_split_finish(&q->h.sp);
+				json_decref(oai_resp_finish(q->resp, res));
+				oreq_usage_comment(q, res);
+			} else if (rc) {
+				oai_resp_fail(q->resp, &e);
+			}
+			http_stream_close(q->h.st);
+		}
+	} else if (rc == 0) {
+		if (!q->h.split_started++ && q->h.think_open)
+			oai_split_thinking(&q->h.sp);
+		if ((!q->split_live && oai_split_push(&q->h.sp, res->text, res->text_len)) || oai_split_finish(&q->h.sp) ||
+		    q->h.write_failed)
+			http_reply_error(q->h.r, 500, BATON_ENOMEM, "out of memory");
+		else
+			oreq_reply_whole(q, res, oai_resp_finish(q->resp, res));
+	} else {
+		static const char *const retry[] = { "Retry-After: 1", NULL };
+		oreq_reply_error(q->h.r, &e, http_retry_after(oreq_status_of(rc, &type)) ? retry : NULL);
+	}
+	generator_result_free(res);
+	oreq_free(q);
 }

@@ -183,6 +183,60 @@ def t_previous_response(c):
     return "input %d tokens after the previous" % r2["usage"]["input_tokens"]
 
 
+def t_logprobs_and_delete(c):
+    """include "message.output_text.logprobs" and top_logprobs: the
+    output_text's logprobs are the chat's for the same request (whole and
+    streamed, each delta its own tokens'); DELETE /v1/responses/{id}
+    forgets a stored response."""
+    e = engine(c, "l")
+    q = "Tell me of light."
+    st, cb, _ = e.http.post("/v1/chat/completions", {"model": MODEL, "max_tokens": 12, "temperature": 0,
+                                                     "logprobs": True, "top_logprobs": 2,
+                                                     "messages": [{"role": "user", "content": q}]})
+    assert st == 200, cb
+    want = cb["choices"][0]["logprobs"]["content"]
+    assert len(want) == 12 and all(len(x["top_logprobs"]) == 2 for x in want), want
+    body = {"model": MODEL, "input": q, "max_output_tokens": 12, "temperature": 0, "top_logprobs": 2,
+            "include": ["message.output_text.logprobs"]}
+    st, r, _ = e.http.post("/v1/responses", body)
+    assert st == 200, r
+    part = [p for it in r["output"] if it["type"] == "message" for p in it["content"]][0]
+    got = part["logprobs"]
+    # the text's tokens: the chat's entries after its empty think block's
+    toks = [x["token"] for x in want]
+    first = [i for i in range(len(toks)) if "".join(toks[i:]) == part["text"]]
+    assert first, (toks, part["text"])
+    want = want[first[0]:]
+    assert [x["token"] for x in got] == [x["token"] for x in want], (got, want)
+    assert all(abs(a["logprob"] - b["logprob"]) < 1e-4 and [t["token"] for t in a["top_logprobs"]] ==
+               [t["token"] for t in b["top_logprobs"]] for a, b in zip(got, want)), (got, want)
+    assert "".join(x["token"] for x in got) == part["text"], (got, part)
+    evs = events(e.http, dict(body, stream=True))
+    final = check_sequence(evs)
+    deltas = [d for n, d in evs if n == "response.output_text.delta"]
+    streamed = [x for d in deltas for x in d["logprobs"]]
+    assert [x["token"] for x in streamed] == [x["token"] for x in want], (streamed, want)
+    assert all("".join(x["token"] for x in d["logprobs"]) == d["delta"] for d in deltas), deltas
+    fpart = [p for it in final["output"] if it["type"] == "message" for p in it["content"]][0]
+    assert fpart["logprobs"] == streamed, (fpart, streamed)
+    # without include: none (the part's list is empty, as OpenAI's)
+    st, r0, _ = e.http.post("/v1/responses", {"input": q, "max_output_tokens": 12, "temperature": 0})
+    assert st == 200 and [p for it in r0["output"] if it["type"] == "message" for p in it["content"]][0][
+        "logprobs"] == [], r0
+    st, b, _ = e.http.post("/v1/responses", dict(body, top_logprobs=21))
+    assert st == 400 and b["error"]["param"] == "top_logprobs", b
+    # DELETE: gone for GET and previous_response_id, a second time 404
+    st, d, _ = e.http.req("DELETE", "/v1/responses/" + r["id"])
+    assert st == 200 and d == {"id": r["id"], "object": "response", "deleted": True}, (st, d)
+    st, b, _ = e.http.get("/v1/responses/" + r["id"])
+    assert st == 404, b
+    st, b, _ = e.http.post("/v1/responses", {"input": "x", "previous_response_id": r["id"]})
+    assert st == 404 and b["error"]["param"] == "previous_response_id", b
+    st, b, _ = e.http.req("DELETE", "/v1/responses/" + r["id"])
+    assert st == 404 and b["error"]["code"] == "not_found", b
+    return "%d tokens' logprobs, whole and in %d deltas" % (len(got), len(deltas))
+
+
 def t_tools(c):
     think = "<think>\nI ponder the light.\n</think>\n\nLet there be light."
     e = engine(c, "t", env={"BATON_TEST_FORCE": "weather in Paris\t" + FORCED_CALL + "\x1eponder\t" + think})
@@ -311,7 +365,7 @@ def t_errors(c):
         ({"input": 5}, "input", "want a string"),
         ({"input": "x", "max_output_tokens": 0}, "max_output_tokens", ""),
         ({"input": "x", "text": {"format": {"type": "xml"}}}, "text.format", "xml"),
-        ({"input": "x", "include": ["message.output_text.logprobs"]}, "include", "not offered"),
+        ({"input": "x", "include": ["file_search_call.results"]}, "include", "not offered"),
         ({"input": "x", "store": "yes"}, "store", "true or false"),
         ({"input": [5]}, "input[0]", "input item"),
         ({"input": [{"type": "function_call"}]}, "input[0]", "call_id, name and arguments"),
@@ -358,6 +412,61 @@ def t_errors(c):
     return "%d refusals" % len(cases)
 
 
+# Two more tool formats' templates on the tiny test model (just enough for
+# oai_caps_of to know them: the template's text names the format)
+CODER_TEMPLATE = ("{% if tools %}Tools:{% for t in tools %} {{ t.function.name }}{% endfor %}. Call as <tool_call>\n"
+                  "<function=NAME>\n<parameter=P>\nVALUE\n</parameter>\n</function>\n</tool_call>{% endif %}"
+                  "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}</s>{% endfor %}"
+                  "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+MISTRAL_TEMPLATE = ("{% if tools %}[AVAILABLE_TOOLS]{% for t in tools %} {{ t.function.name }}{% endfor %}"
+                    "[/AVAILABLE_TOOLS]{% endif %}{% for m in messages %}{% if m.tool_calls %}[TOOL_CALLS]{% endif %}"
+                    "<|{{ m.role }}|>{{ m.content }}</s>{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}")
+
+
+def t_strict_auto_formats(c):
+    """strict: true with tool_choice auto for Qwen3-Coder's XML calls and
+    Mistral's [TOOL_CALLS] array, as t_strict_auto for Hermes: a call
+    after free text passes, a call that breaks the schema cannot be
+    sampled (strict), or is parsed as written (not strict)."""
+    strict = {"name": "get_weather", "strict": True, "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+        "required": ["city"], "additionalProperties": False}}
+    cases = {
+        "coder": (CODER_TEMPLATE,
+                  "Let me look.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nLyon\n</parameter>\n"
+                  "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>",
+                  "<tool_call>\n<function=get_weather>\n<parameter=city>\nRome\n</parameter>\n"
+                  "<parameter=days>\nmany\n</parameter>\n</function>\n</tool_call>", {"city": "Rome", "days": "many"}),
+        "mistral": (MISTRAL_TEMPLATE,
+                    'Let me look.[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Lyon", "days": 3}}]',
+                    '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": 5}}]', {"city": 5}),
+    }
+    for name, (tmpl, lyon, rome, rome_args) in cases.items():
+        e = c.engine(name, "--ctx", "1024", "--http", "127.0.0.1:0", arena=h.tiny_model_arena(tmpl, "tiny-" + name),
+                     broker=False, host_mib=16, segment_mib=2,
+                     env={"BATON_TEST_FORCE": "weather in Lyon\t" + lyon + "\x1eweather in Rome\t" + rome})
+        e.http = h.Http(e.stdout.readline().split()[1])
+        for is_strict in (False, True):
+            fn = dict(strict, strict=is_strict)
+            body = {"max_tokens": 200, "tools": [{"type": "function", "function": fn}]}
+            st, b, _ = e.http.post("/v1/chat/completions", dict(body, messages=[
+                {"role": "user", "content": "What is the weather in Lyon?"}]))
+            assert st == 200 and b["choices"][0]["finish_reason"] == "tool_calls", (name, b)
+            m = b["choices"][0]["message"]
+            assert m["content"].strip() == "Let me look." and json.loads(
+                m["tool_calls"][0]["function"]["arguments"]) == {"city": "Lyon", "days": 3}, (name, m)
+            st, b, _ = e.http.post("/v1/chat/completions", dict(body, messages=[
+                {"role": "user", "content": "What is the weather in Rome?"}]))
+            if is_strict:
+                assert st >= 400 and "sampling failed" in b["error"]["message"], (name, st, b)
+            else:
+                assert st == 200 and json.loads(b["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"]) \
+                    == rome_args, (name, b)
+        e.terminate()
+        e.wait(10)
+    return "qwen3_coder and mistral calls held to their schema"
+
+
 FORCED_JSON = '{"name": "Noah", "old": true}'
 FORCE = "weather in Paris\t" + FORCED_CALL + "\x1eDescribe Noah\t" + FORCED_JSON
 
@@ -396,6 +505,10 @@ def check_sdks(got, want, tools=True):
     s = got["responses_stream"]
     assert s["text"] == want["responses"] and s["helper_text"] == want["responses"] and s["final"] == r["usage"], (s, r)
     assert s["types"][:2] == ["response.created", "response.in_progress"], s["types"]
+    lp = got["responses_logprobs"]  # include message.output_text.logprobs through the client
+    assert lp["tokens"] and all(n == 2 for n in lp["tops"]), lp
+    # a token that ends mid-character reads as U+FFFD alone (the tiny model's random bytes)
+    assert not tools or "\ufffd" in "".join(lp["tokens"]) or "".join(lp["tokens"]) == lp["text"], lp
     t = got.get("responses_tools") if tools else {"name": "get_weather", "arguments": '{"city": "Paris"}',
                                                   "streamed_args": '{"city": "Paris"}', "answer_calls": 0}
     assert t["name"] == "get_weather" and json.loads(t["arguments"]) == {"city": "Paris"}, t
@@ -465,5 +578,5 @@ def t_sdks_door(c):
 if __name__ == "__main__":
     for p in (h.ENGINE, h.ARENA, h.CLI, h.BROKER):
         h.need(p)
-    sys.exit(h.run_cases([t_text, t_previous_response, t_tools, t_strict_auto, t_structured, t_errors, t_sdks, t_sdks_door], only=sys.argv[1:],
+    sys.exit(h.run_cases([t_text, t_previous_response, t_logprobs_and_delete, t_tools, t_strict_auto, t_strict_auto_formats, t_structured, t_errors, t_sdks, t_sdks_door], only=sys.argv[1:],
                          logs=("r", "t", "s", "x", "broker", "qwen", "mixtral")))

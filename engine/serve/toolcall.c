@@ -68,8 +68,10 @@ void oai_caps_of(const char *tmpl, struct oai_caps *c)
 		return;
 	if (strstr(tmpl, "<function=") && strstr(tmpl, "<parameter="))
 		c->tools = OAI_TOOLS_QWEN3_CODER;
-	else if (strstr(tmpl, "[TOOL_CALLS]"))
+	else if (strstr(tmpl, "[TOOL_CALLS]")) {
 		c->tools = OAI_TOOLS_MISTRAL;
+		c->mistral_args = strstr(tmpl, "[ARGS]") != NULL;
+	}
 	else if (strstr(tmpl, "<tool_call>"))
 		c->tools = OAI_TOOLS_HERMES;
 	c->think = strstr(tmpl, "<think>") || strstr(tmpl, "</think>");

@@ -77,10 +77,11 @@ if (process.env.BATON_TOOL_TEST) {
                                                  parameters: { type: "object", properties: { city: { type: "string" } },
                                                                required: ["city"] } } }];
   const ask = [{ role: "user", content: "What is the weather in Paris?" }];
-  const t1 = await client.chat.completions.create({ model, messages: ask, tools, tool_choice: "auto", max_tokens: 64 });
+  // 160 tokens: the tiny test model's byte-level tokenizer spends about one a character on the call
+  const t1 = await client.chat.completions.create({ model, messages: ask, tools, tool_choice: "auto", max_tokens: 160 });
   const m1 = t1.choices[0].message;
   out.tool_call = { finish: t1.choices[0].finish_reason, content: m1.content, calls: m1.tool_calls };
-  const ts = await client.chat.completions.create({ model, messages: ask, tools, max_tokens: 64, stream: true });
+  const ts = await client.chat.completions.create({ model, messages: ask, tools, max_tokens: 160, stream: true });
   const calls = [];
   let sfinish = null, scontent = "";
   for await (const chunk of ts) {

@@ -60,13 +60,21 @@ await run("responses_stream", async () => {
   s.helper_text = fin.output_text;
   return s;
 });
+await run("responses_logprobs", async () => {
+  const r = await client.responses.create({ model, input: "Tell me of light.", max_output_tokens: 8, temperature: 0,
+                                            top_logprobs: 2, include: ["message.output_text.logprobs"] });
+  const part = r.output.filter((o) => o.type === "message").flatMap((o) => o.content)[0] || { logprobs: [] };
+  return { text: r.output_text, tokens: part.logprobs.map((l) => l.token),
+           tops: part.logprobs.map((l) => l.top_logprobs.length) };
+});
 await run("responses_tools", async () => {
   const tools = [{ type: "function", name: "get_weather", description: "The weather in a city",
                    parameters: weatherParams, strict: false }];
   const input = [{ role: "user", content: "What is the weather in Paris?" }];
-  const r = await client.responses.create({ model, input, tools, max_output_tokens: 64 });
+  // 160 tokens for a call: the tiny test model's byte-level tokenizer spends about one a character
+  const r = await client.responses.create({ model, input, tools, max_output_tokens: 160 });
   const call = r.output.find((o) => o.type === "function_call");
-  const stream = await client.responses.create({ model, input, tools, max_output_tokens: 64, stream: true });
+  const stream = await client.responses.create({ model, input, tools, max_output_tokens: 160, stream: true });
   let args = "";
   for await (const ev of stream) if (ev.type === "response.function_call_arguments.delta") args += ev.delta;
   // the round trip: the call and its output go back in the input
@@ -108,14 +116,14 @@ for (const [name, m] of [["default", openai(model)], ["chat", openai.chat(model)
   });
   await run("ai_tools_" + name, async () => {
     const r = await generateText({ model: m, prompt: "What is the weather in Paris?", tools: { get_weather: weather },
-                                   stopWhen: stepCountIs(2), maxOutputTokens: 64 });
+                                   stopWhen: stepCountIs(2), maxOutputTokens: 160 });
     const s0 = r.steps[0];
     return { steps: r.steps.length, calls: s0.toolCalls.map((c) => ({ name: c.toolName, input: c.input })),
              results: s0.toolResults.map((t) => t.output), finish0: s0.finishReason };
   });
   await run("ai_stream_tools_" + name, async () => {
     const r = streamText({ model: m, prompt: "What is the weather in Paris?", tools: { get_weather: weather },
-                           stopWhen: stepCountIs(2), maxOutputTokens: 64 });
+                           stopWhen: stepCountIs(2), maxOutputTokens: 160 });
     const parts = [];
     for await (const p of r.fullStream) if (p.type === "tool-call" || p.type === "tool-result") parts.push(p.type);
     const steps = await r.steps;
@@ -129,8 +137,9 @@ for (const [name, m] of [["default", openai(model)], ["chat", openai.chat(model)
 
 // ---- LangChain ----
 for (const [name, useResponsesApi] of [["chat", false], ["responses", true]]) {
-  const llm = new ChatOpenAI({ model, apiKey, configuration: { baseURL: base + "/v1" }, maxTokens: 64,
-                               temperature: 0, maxRetries: 0, useResponsesApi });
+  const opts = { model, apiKey, configuration: { baseURL: base + "/v1" }, temperature: 0, maxRetries: 0, useResponsesApi };
+  const llm = new ChatOpenAI({ ...opts, maxTokens: 64 });
+  const llmTools = new ChatOpenAI({ ...opts, maxTokens: 160 }); // a call: see responses_tools
   await run("lc_invoke_" + name, async () => {
     const m = await llm.invoke("Tell me of light.");
     return { text: typeof m.content === "string" ? m.content : m.text };
@@ -138,7 +147,7 @@ for (const [name, useResponsesApi] of [["chat", false], ["responses", true]]) {
   await run("lc_tools_" + name, async () => {
     const getWeather = lcTool(async ({ city }) => "Sunny in " + city, { name: "get_weather",
       description: "The weather in a city", schema: z.object({ city: z.string() }) });
-    const m = await llm.bindTools([getWeather]).invoke("What is the weather in Paris?");
+    const m = await llmTools.bindTools([getWeather]).invoke("What is the weather in Paris?");
     return { calls: m.tool_calls.map((c) => ({ name: c.name, args: c.args })) };
   });
   await run("lc_structured_" + name, async () => {

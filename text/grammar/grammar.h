@@ -52,6 +52,18 @@ typedef struct gram_match gram_match;
 int gram_compile_schema(gram **out, json_t *schema, char *err, size_t errlen);
 /* Any JSON object (response_format {"type": "json_object"}). */
 int gram_compile_json_object(gram **out, char *err, size_t errlen);
+/* Qwen3-Coder's XML-style tool calls, as its template writes them after
+ * "<tool_call>": <function=NAME> and its parameters,
+ * <parameter=P>\nVALUE\n</parameter>, up to </function>. tools: the
+ * request's OpenAI tools ([{"function": {"name", "parameters",
+ * "strict"}}]); a strict tool's parameters are its properties in their
+ * order (the optional ones may be left out, the required ones are there),
+ * a string's value its raw text (no '<'; enum, const, minLength (ASCII
+ * then), maxLength), any other type's the JSON of its schema; a tool not
+ * strict takes any parameters of any text. A parameter without one type,
+ * or a keyword the text cannot be held to, is BATON_EUNSUPPORTED with
+ * its path ("tools[0].function.parameters#/properties/p/type"). */
+int gram_compile_xml_calls(gram **out, json_t *tools, char *err, size_t errlen);
 /* NULL allowed. */
 void gram_free(gram *g);
 

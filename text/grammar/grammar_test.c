@@ -846,6 +846,64 @@ static void t_json_object_and_recursion(void)
 	voc_free(&v);
 }
 
+/* Qwen3-Coder's XML-style calls: a strict tool's parameters in their
+ * order, typed; another tool's any; the refusals name the path. */
+static void t_xml_calls(void)
+{
+	struct voc v;
+	voc_make(&v, 0);
+	json_t *tools = json_loads("[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"strict\":true,"
+	    "\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\",\"maxLength\":12},"
+	    "\"days\":{\"type\":\"integer\"},\"unit\":{\"type\":\"string\",\"enum\":[\"C\",\"F\"]}},"
+	    "\"required\":[\"city\",\"days\"],\"additionalProperties\":false}}},"
+	    "{\"type\":\"function\",\"function\":{\"name\":\"free\"}}]", 0, NULL);
+	gram *g = NULL;
+	char err[300] = "";
+	T_OK(gram_compile_xml_calls(&g, tools, err, sizeof err));
+	T_ASSERT(accepts(g, v.v, "\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+	    "<parameter=days>\n3\n</parameter>\n</function>"));
+	T_ASSERT(accepts(g, v.v, "<function=get_weather><parameter=city>\nLe Mans \xc3\xa9\n</parameter>"
+	    "<parameter=days>\n-2\n</parameter><parameter=unit>\nF\n</parameter></function>"));
+	T_ASSERT(!accepts(g, v.v, "<function=get_weather><parameter=city>\nParis\n</parameter></function>")); /* days */
+	T_ASSERT(!accepts(g, v.v, "<function=get_weather><parameter=city>\nParis\n</parameter>"
+	    "<parameter=days>\nthree\n</parameter></function>"));
+	T_ASSERT(!accepts(g, v.v, "<function=get_weather><parameter=city>\nParis\n</parameter>"
+	    "<parameter=days>\n3\n</parameter><parameter=unit>\nK\n</parameter></function>"));
+	T_ASSERT(!accepts(g, v.v, "<function=get_weather><parameter=city>\nA very long city\n</parameter>"
+	    "<parameter=days>\n3\n</parameter></function>"));
+	T_ASSERT(!accepts(g, v.v, "<function=get_weather><parameter=days>\n3\n</parameter>"
+	    "<parameter=city>\nParis\n</parameter></function>")); /* the schema's order */
+	T_ASSERT(!accepts(g, v.v, "<function=get_weather><parameter=city>\nParis\n</parameter>"
+	    "<parameter=days>\n3\n</parameter><parameter=x>\n1\n</parameter></function>"));
+	T_ASSERT(!accepts(g, v.v, "<function=nope></function>"));
+	T_ASSERT(accepts(g, v.v, "<function=free>\n<parameter=anything>\nat all\n</parameter>\n</function>"));
+	T_ASSERT(accepts(g, v.v, "<function=free></function>"));
+	gram_free(g);
+	json_decref(tools);
+	static const struct { const char *params, *path; } bad[] = {
+		{ "{\"type\":\"object\",\"properties\":{\"a\":{\"anyOf\":[{\"type\":\"integer\"}]}}}",
+		  "tools[0].function.parameters#/properties/a/type" },
+		{ "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"pattern\":\"x\"}}}",
+		  "tools[0].function.parameters#/properties/a/pattern" },
+		{ "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\",\"minimum\":1}}}",
+		  "tools[0].function.parameters#/properties/a/minimum" },
+		{ "{\"type\":\"object\",\"properties\":{\"a>\":{\"type\":\"integer\"}}}",
+		  "tools[0].function.parameters#/properties/a>" },
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		char *s = NULL;
+		T_ASSERT(asprintf(&s, "[{\"function\":{\"name\":\"f\",\"strict\":true,\"parameters\":%s}}]", bad[i].params) > 0);
+		tools = json_loads(s, 0, NULL);
+		free(s);
+		T_ASSERT(tools != NULL);
+		err[0] = 0;
+		T_EQ_INT(gram_compile_xml_calls(&g, tools, err, sizeof err), BATON_EUNSUPPORTED);
+		T_ASSERT_MSG(g == NULL && strncmp(err, bad[i].path, strlen(bad[i].path)) == 0, "%s", err);
+		json_decref(tools);
+	}
+	voc_free(&v);
+}
+
 /* The bytes of a token, concatenated, are what the decoder writes. */
 static void check_tok_bytes(const char *family)
 {
@@ -930,5 +988,5 @@ static void t_token_bytes_match_the_decoder(void)
 }
 
 T_MAIN(T_CASE_TIMEOUT(t_documents_and_mutants, 120), T_CASE_TIMEOUT(t_mask_is_exact_and_sampling_validates, 120),
-    T_CASE(t_refusals_name_the_keyword), T_CASE(t_json_object_and_recursion),
+    T_CASE(t_refusals_name_the_keyword), T_CASE(t_json_object_and_recursion), T_CASE(t_xml_calls),
     T_CASE(t_token_bytes_match_the_decoder))
