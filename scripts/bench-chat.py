@@ -163,6 +163,8 @@ def post_stream(url, body, token=None):
         if not line.startswith("data: {"):
             continue
         d = json.loads(line[6:])
+        if d.get("error"):  # a server that gives up mid-stream says so in an event
+            raise RuntimeError("stream error: %s" % json.dumps(d["error"])[:400])
         if d.get("usage"):
             usage = d["usage"]
         if d.get("timings"):
@@ -192,7 +194,12 @@ def request(a, model, prompt, flavor):
     b = {"model": model, "prompt": prompt, "max_tokens": a.gen, "temperature": 0, "stream": True,
          "stream_options": {"include_usage": True}}
     if flavor == "llama":
-        b.update({"cache_prompt": True, "ignore_eos": True})
+        # The random model's tokens are arbitrary bytes; llama-server parses
+        # what it streams and ends a request whose text is not UTF-8 (error
+        # 500 "does not match the expected Content-only format") after a
+        # token or two. A grammar holds its answers to printable ASCII: a
+        # check per sampled token, nothing in the prefill that TTFT times.
+        b.update({"cache_prompt": True, "ignore_eos": True, "grammar": "root ::= [ -~]*"})
     else:
         b["logit_bias"] = {str(t): -100 for t in a.eos}
     return b
