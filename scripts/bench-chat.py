@@ -15,7 +15,9 @@ one, K ids that stand in for the answer and G - K new ids (the next
 user message), so the last prompt is F + (T - 1) G tokens (8 turns of
 F 500, G 500: 4,000). Every request is a streamed /v1/completions of the
 prompt as token ids, max_tokens K, greedy, the end-of-sequence ids
-biased out (every answer is K tokens). The answer's own ids are not fed
+biased out (every answer is K tokens), and gguf-synth.py's lone high bytes
+(ids 128..255) too, so every answer is valid UTF-8 (llama-server fails a
+stream that is not). The answer's own ids are not fed
 back (the text of a random model does not tokenize back to its ids):
 its KV, made by decode, is not what the next turn reuses, only the
 prompts are, on every server alike. The same seed gives the same
@@ -190,18 +192,19 @@ def conversation(a, k):
     return out
 
 
+# gguf-synth.py's lone high bytes (ids 128..255): every other token of its
+# vocabulary is valid UTF-8, so answers without them are text, which
+# llama-server's stream needs (it fails a completion whose bytes are not);
+# both servers get the same bias, so the workload is the same
+SINGLE_HIGH = range(0x80, 0x100)
+
+
 def request(a, model, prompt, flavor):
     b = {"model": model, "prompt": prompt, "max_tokens": a.gen, "temperature": 0, "stream": True,
-         "stream_options": {"include_usage": True}}
+         "stream_options": {"include_usage": True},
+         "logit_bias": {str(t): -100 for t in list(SINGLE_HIGH) + list(a.eos)}}
     if flavor == "llama":
-        # The random model's tokens are arbitrary bytes; llama-server parses
-        # what it streams and ends a request whose text is not UTF-8 (error
-        # 500 "does not match the expected Content-only format") after a
-        # token or two. A grammar holds its answers to printable ASCII: a
-        # check per sampled token, nothing in the prefill that TTFT times.
-        b.update({"cache_prompt": True, "ignore_eos": True, "grammar": "root ::= [ -~]*"})
-    else:
-        b["logit_bias"] = {str(t): -100 for t in a.eos}
+        b.update({"cache_prompt": True, "ignore_eos": True})
     return b
 
 

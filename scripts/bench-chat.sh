@@ -245,7 +245,8 @@ if sh or sd:
     ex = same("switch-host-exact", "switch-drop-exact")
     if ex:
         summ["switch_answers_exact"] = ex
-        say("switch answers, the KV from host vs read again", ex)
+        say("switch answers, the answers' pass (BATON_CUDA_GEMM=0, %d turns), the KV from host vs read again"
+            % runs["switch-host-exact"]["turns"], ex)
     # the identical answers: the exact pass's where there is one, else the run's own
     best = ex or cmp
     if best:

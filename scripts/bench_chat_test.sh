@@ -68,6 +68,7 @@ t_run() {
 	says "ran: host backend (exact by construction)"
 	says "chat answers, with the cache vs without: identical token for token (4 of 4 answers)"
 	says "switch answers, the KV from host vs read again: identical token for token (4 of 4 answers)"
+	says "switch answers, the answers' pass (BATON_CUDA_GEMM=0, 2 turns), the KV from host vs read again: identical"
 	says "  llama turn 1: prompt 40, ttft median"
 	ls "$T_TMP"/*.arena 2>/dev/null && fail "the arena was left behind"
 	grep -q -- "-ngl 99 -c 216 -np 2 --host 127.0.0.1 --port [0-9]* -ngl 0\$" "$T_TMP/llama/bin/llama-server.args" ||

@@ -18,7 +18,9 @@ them (arena/synth.c): every byte a draw except the f16 super-block scales,
 set so the values stay near 1/sqrt(cols) (q4_K d = s/945, dmin = s/126;
 q6_K d = s/4096), so nothing overflows in 48 layers. Norms are 1 + 0.1 r,
 routers s r. The vocabulary is a byte-level BPE: the 256 byte symbols of
-GPT-2's mapping, pairs and triples of them with their merges, Qwen's
+GPT-2's mapping, pairs and triples of them with their merges (each valid
+UTF-8: ids 128..255, the lone high bytes, are the only tokens that are not
+text alone), Qwen's
 <|endoftext|>, <|im_start|>, <|im_end|> at 151,643..151,645, [PADn] after.
 
 Fast with the standard library alone: a few pools of random blocks are
@@ -65,6 +67,9 @@ def kv(key, t, v):
     return out + struct.pack({T_U32: "<I", T_I32: "<i", T_F32: "<f", T_BOOL: "<?"}[t], v)
 
 
+SINGLE_HIGH = range(0x80, 0x100)  # token ids of the lone bytes from 0x80: never whole UTF-8
+
+
 def bytes_to_unicode():
     """GPT-2's byte -> printable character map (byte-level BPE symbols)."""
     bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
@@ -84,18 +89,28 @@ def vocabulary(vocab):
     base = vocab - n_special
     sym = bytes_to_unicode()
     tokens, merges = list(sym), []
-    # pairs, then triples (pair + symbol): each with the merge that makes it
+    # pairs, then triples (pair + symbol), each with the merge that makes
+    # it, and each valid UTF-8 whole (printable ASCII first, then the rest
+    # of ASCII, then two-byte characters), so any answer of tokens past the
+    # 128 single bytes from 0x80 (SINGLE_HIGH) is text: llama-server
+    # refuses to stream bytes that are not
+    printable = list(range(0x20, 0x7F))
+    ascii_ = printable + [b for b in range(0x80) if b not in printable]
+    pairs = [(x, y) for x in printable for y in printable]
+    pairs += [(x, y) for x in ascii_ for y in ascii_ if x not in printable or y not in printable]
+    pairs += [(x, y) for x in range(0xC2, 0xE0) for y in range(0x80, 0xC0)]
+    for x, y in pairs:
+        if len(tokens) >= base:
+            break
+        tokens.append(sym[x] + sym[y])
+        merges.append(sym[x] + " " + sym[y])
+    n_pp = len(printable) * len(printable)
     i = 0
-    while len(tokens) < base and i < 256 * 256:
-        a, b = sym[i // 256], sym[i % 256]
-        tokens.append(a + b)
-        merges.append(a + " " + b)
-        i += 1
-    i = 0
-    while len(tokens) < base:
-        a, b = sym[(i // 256) % 256] + sym[i % 256], sym[(i // 65536) % 256]
-        tokens.append(a + b)
-        merges.append(a + " " + b)
+    while len(tokens) < base:  # a printable pair, then a printable byte
+        x, y = pairs[i % n_pp]
+        z = printable[i // n_pp]
+        tokens.append(sym[x] + sym[y] + sym[z])
+        merges.append(sym[x] + sym[y] + " " + sym[z])
         i += 1
     types = [1] * len(tokens)
     for k in range(n_special):
