@@ -88,7 +88,7 @@ struct baton_dev {
 	 * staging is a ring of two halves (host and device alike): a half is
 	 * written again only after the copies out of it have run. */
 	CUmodule ops_mod;
-	CUfunction k_embed, k_rmsnorm, k_rope, k_attn_part, k_attn_comb, k_kv_store, k_swiglu, k_add,
+	CUfunction k_embed, k_rmsnorm, k_rmsnorm_row, k_rope, k_attn_part, k_attn_comb, k_kv_store, k_swiglu, k_add,
 	    k_route;
 	CUfunction k_matmul[2][BATON_OPS_KINDS]; /* [1 row, 8 rows][kind] */
 	struct dbuf ops_arg, ops_scores;

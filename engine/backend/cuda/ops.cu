@@ -20,6 +20,7 @@
 
 static_assert(sizeof(baton_ops_embed_args) == 48, "embed args layout");
 static_assert(sizeof(baton_ops_rmsnorm_args) == 40, "rmsnorm args layout");
+static_assert(sizeof(baton_ops_rmsnorm_row_args) == 56, "rmsnorm row args layout");
 static_assert(sizeof(baton_ops_matmul_args) == 72, "matmul args layout");
 static_assert(sizeof(baton_ops_rope_args) == 40, "rope args layout");
 static_assert(sizeof(baton_ops_attention_args) == 96, "attention args layout");
@@ -176,6 +177,91 @@ baton_ops_rmsnorm(baton_ops_rmsnorm_args a)
 		norm_row<BATON_DT_F16>(x, out, w, 0, a.cols, s, lane);
 	else
 		norm_row<-1>(x, out, w, a.w_dtype, a.cols, s, lane); /* elem() at any address */
+}
+
+#define NORM_J (BATON_OPS_NORM_ROW_MAX / THREADS) /* values of a row per thread */
+
+/* A wide row by a whole block: each thread loads all its values of x and
+ * w at once (i = t, t + THREADS, ...: one round trip to memory, where a
+ * warp alone waits on one per 8 values of a lane), x goes through shared
+ * memory so that warp 0 sums the squares in baton_ops_rmsnorm's order
+ * (lane l: l, l + 32, ... in turn, lane_tree, then the tail), and each
+ * thread writes its own values: the same operations, so the same bits.
+ * With q, a warp's 32 consecutive outputs are also one int8 block, as
+ * baton_mmvq_quant makes it from the stored floats (its rule below). */
+template <int DT>
+__device__ __forceinline__ void norm_block(const baton_ops_rmsnorm_row_args &a, float *xs)
+{
+	const uint32_t t = threadIdx.x, lane = t & 31, cols = a.cols;
+	const uint64_t base = (uint64_t)blockIdx.x * cols;
+	const float *x = (const float *)a.x + base;
+	float *out = (float *)a.out + base;
+	const uint8_t *w = (const uint8_t *)a.w;
+	float xv[NORM_J], wv[NORM_J];
+#pragma unroll
+	for (int j = 0; j < NORM_J; j++) {
+		const uint32_t i = t + THREADS * j;
+		if (i < cols) {
+			xv[j] = x[i];
+			wv[j] = DT != NORM_NONE ? wload<DT>(w, a.w_dtype, i) : 1.0f;
+			xs[i] = xv[j];
+		}
+	}
+	__shared__ float scale;
+	__syncthreads(); /* xs is whole; every read of x is done before any write in place */
+	if (t < 32) {
+		const uint32_t n32 = cols & ~31u;
+		float ss = 0.0f;
+		for (uint32_t i = lane; i < n32; i += 32)
+			ss = __fadd_rn(ss, __fmul_rn(xs[i], xs[i]));
+		ss = lane_tree(ss);
+		for (uint32_t i = n32; i < cols; i++)
+			ss = __fadd_rn(ss, __fmul_rn(xs[i], xs[i]));
+		if (lane == 0)
+			scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)cols), a.eps)));
+	}
+	__syncthreads();
+	const float s = scale;
+#pragma unroll
+	for (int j = 0; j < NORM_J; j++) {
+		const uint32_t i = t + THREADS * j;
+		if (i >= cols)
+			break; /* i grows with j; with q, cols % 32 == 0 keeps this warp-uniform */
+		float v = __fmul_rn(xv[j], s);
+		if (DT != NORM_NONE)
+			v = __fmul_rn(v, wv[j]);
+		out[i] = v;
+		if (a.q) { /* baton_mmvq_quant (mmvq.cu), operation for operation */
+			float m = fabsf(v);
+#pragma unroll
+			for (int off = 16; off > 0; off >>= 1)
+				m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+			const float d = __fdiv_rn(m, 127.0f);
+			const int q = m > 0.0f ? __float2int_rn(__fdiv_rn(v, d)) : 0;
+			((int8_t *)a.q)[base + i] = (int8_t)max(-127, min(127, q));
+			if (lane == 0)
+				((float *)a.d)[(base + i) / 32] = d;
+		}
+	}
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS)
+baton_ops_rmsnorm_row(baton_ops_rmsnorm_row_args a)
+{
+	__shared__ float xs[BATON_OPS_NORM_ROW_MAX];
+	if (blockIdx.x >= a.rows || a.cols > BATON_OPS_NORM_ROW_MAX)
+		return; /* the whole block */
+	const uint64_t wa = a.w;
+	if (!a.w)
+		norm_block<NORM_NONE>(a, xs);
+	else if (a.w_dtype == BATON_DT_F32 && wa % 4 == 0)
+		norm_block<BATON_DT_F32>(a, xs);
+	else if (a.w_dtype == BATON_DT_BF16 && wa % 2 == 0)
+		norm_block<BATON_DT_BF16>(a, xs);
+	else if (a.w_dtype == BATON_DT_F16 && wa % 2 == 0)
+		norm_block<BATON_DT_F16>(a, xs);
+	else
+		norm_block<-1>(a, xs); /* elem() at any address */
 }
 
 /* acc[t] += w * x[t][i] for the nt rows, a multiply then an add. */

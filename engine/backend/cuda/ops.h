@@ -34,6 +34,17 @@ struct baton_ops_rmsnorm_args {
 	float eps;
 };
 
+/* baton_ops_rmsnorm_row: grid (rows), block 32 * WARPS, a block per row,
+ * cols <= BATON_OPS_NORM_ROW_MAX; the bits of baton_ops_rmsnorm. q != 0
+ * (cols % 32 == 0): the output also as mmvq.cu's int8 blocks, q[i] and
+ * the scale d[i / 32] of baton_mmvq_quant (mmvq.h), row after row. */
+#define BATON_OPS_NORM_ROW_MAX 4096
+struct baton_ops_rmsnorm_row_args {
+	uint64_t x, out, w, q, d;
+	uint32_t w_dtype, rows, cols;
+	float eps;
+};
+
 /* baton_ops_matmul_<N>_<kind>: grid (ceil(n_out / WARPS), ceil(rows / N)),
  * block 32 * WARPS; a warp per output row o, carrying N (1 or 8) rows of
  * x. Kinds: the weight dtype known at compile time (f32, f16 and bf16

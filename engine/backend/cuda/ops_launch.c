@@ -25,6 +25,12 @@ extern const unsigned char baton_engine_backend_cuda_ops_fatbin[];
 extern const size_t baton_engine_backend_cuda_ops_fatbin_len;
 
 #define OPS_THREADS (32 * BATON_OPS_WARPS)
+/* rmsnorm's rows from this wide (to BATON_OPS_NORM_ROW_MAX) take a block
+ * each: a warp alone waits on 8 round trips to memory for a 2,048-wide
+ * row's sum and 8 more for its output (a decode step's norms: 23 us a
+ * launch in the H200's profile); narrower rows (the per-head q/k norms)
+ * keep a warp each. */
+#define NORM_ROW_MIN 1024
 /* Attention's per-chunk partial results are staged in device memory: at
  * most this many bytes at once (queries are launched in groups that fit). */
 #define SCORES_MAX (64ull << 20)
@@ -43,9 +49,10 @@ int cuda_ops_load(struct baton_dev *dev)
 	CU(dev, d->ModuleLoadData(&dev->ops_mod, baton_engine_backend_cuda_ops_fatbin),
 	    "cuModuleLoadData of the forward-pass kernels (sm_90 SASS, compute_90 PTX)");
 	static const char *const kinds[BATON_OPS_KINDS] = BATON_OPS_KIND_NAMES;
-	struct kfn k[9 + 2 * BATON_OPS_KINDS] = {
+	struct kfn k[10 + 2 * BATON_OPS_KINDS] = {
 		{ &dev->k_embed, "baton_ops_embed" },
 		{ &dev->k_rmsnorm, "baton_ops_rmsnorm" },
+		{ &dev->k_rmsnorm_row, "baton_ops_rmsnorm_row" },
 		{ &dev->k_rope, "baton_ops_rope" },
 		{ &dev->k_attn_part, "baton_ops_attn_part" },
 		{ &dev->k_attn_comb, "baton_ops_attn_combine" },
@@ -54,7 +61,7 @@ int cuda_ops_load(struct baton_dev *dev)
 		{ &dev->k_add, "baton_ops_add" },
 		{ &dev->k_route, "baton_ops_route" },
 	};
-	size_t n = 9;
+	size_t n = 10;
 	for (int r = 0; r < 2; r++)
 		for (int i = 0; i < BATON_OPS_KINDS; i++, n++) {
 			k[n].f = &dev->k_matmul[r][i];
@@ -78,6 +85,7 @@ int cuda_ops_load(struct baton_dev *dev)
 	union {
 		struct baton_ops_embed_args e;
 		struct baton_ops_rmsnorm_args n;
+		struct baton_ops_rmsnorm_row_args nr;
 		struct baton_ops_matmul_args m;
 		struct baton_ops_rope_args r;
 		struct baton_ops_attention_args a;
@@ -286,6 +294,17 @@ int cuda_op_rmsnorm(struct baton_dev *dev, baton_dptr x, baton_dptr out, uint32_
 		return rc;
 	if ((rc = cuda_cur(dev)))
 		return rc;
+	if (cols >= NORM_ROW_MIN && cols <= BATON_OPS_NORM_ROW_MAX) {
+		/* a block per row: the same bits, one round trip to memory */
+		struct baton_ops_rmsnorm_row_args a = {
+			.x = x, .out = out, .w = w, .w_dtype = w_dtype, .rows = rows, .cols = cols,
+			.eps = eps,
+		};
+		if (rows > 0x7fffffffu)
+			return refuse(dev, BATON_ERANGE, "rmsnorm", "too many rows");
+		return cuda_launch(dev, dev->k_rmsnorm_row, rows, 1, OPS_THREADS, &a,
+		    "cuLaunchKernel baton_ops_rmsnorm_row");
+	}
 	struct baton_ops_rmsnorm_args a = {
 		.x = x, .out = out, .w = w, .w_dtype = w_dtype, .rows = rows, .cols = cols, .eps = eps,
 	};

@@ -412,32 +412,45 @@ static void t_embed_rmsnorm(void)
 		be->free(dev, dt_), be->free(dev, dout);
 		free(table), free(got), free(want);
 	}
-	/* rmsnorm: weights f32 / bf16 / none, cols with and without a tail,
-	 * out of place and in place (per-head norms are rows of head_dim) */
-	const uint32_t colss[] = { 64, 70, 2048 };
-	for (size_t c = 0; c < 3; c++)
-		for (int wk = 0; wk < 3; wk++)
+	/* rmsnorm: weights f32 / bf16 / none / f16 / bf16 at an odd address
+	 * (elem()), cols with and without a tail, out of place and in place
+	 * (per-head norms are rows of head_dim), 13 rows and 1 (decode); from
+	 * 1,024 to 4,096 cols a block per row (baton_ops_rmsnorm_row), the
+	 * same bits */
+	const uint32_t colss[] = { 64, 70, 2048, 1030, 4096, 4100 };
+	for (size_t c = 0; c < 6; c++)
+		for (int wk = 0; wk < 5; wk++)
 			for (int inplace = 0; inplace < 2; inplace++) {
-				const uint32_t R = 13, C = colss[c];
+				const uint32_t R = (c + wk + inplace) % 2 ? 1 : 13, C = colss[c];
 				float *x = rvec((size_t)R * C), *want = malloc((size_t)R * C * 4);
 				float *got = malloc((size_t)R * C * 4);
 				T_ASSERT(want && got);
 				for (size_t i = 0; i < (size_t)R * C; i++)
 					x[i] *= 3.0f;
 				uint64_t wb = 0;
-				const int wdt = wk == 0 ? BATON_DT_F32 : BATON_DT_BF16;
-				uint8_t *w = wk < 2 ? weights(wdt, 1, C, &wb) : NULL;
-				baton_dptr dx = up(dev, x, (uint64_t)R * C * 4), dw = w ? up(dev, w, wb) : 0;
+				const int wdt = wk == 0 ? BATON_DT_F32 : wk == 3 ? BATON_DT_F16 : BATON_DT_BF16;
+				uint8_t *w = wk != 2 ? weights(wdt, 1, C, &wb) : NULL;
+				baton_dptr dw0 = 0, dw = 0;
+				if (w) { /* wk 4: one byte past an aligned address */
+					T_CU(dev, be->alloc(dev, wb + 16, &dw0));
+					dw = dw0 + (wk == 4);
+					struct baton_copy wc = { dw, w, wb };
+					T_CU(dev, be->copy_h2d(dev, &wc, 1));
+				}
+				baton_dptr dx = up(dev, x, (uint64_t)R * C * 4);
 				baton_dptr dout = dx;
 				if (!inplace)
 					T_CU(dev, be->alloc(dev, (uint64_t)R * C * 4, &dout));
 				T_CU(dev, be->rmsnorm(dev, dx, dout, R, C, dw, (uint32_t)wdt, 1e-6f));
 				down(dev, got, dout, (uint64_t)R * C * 4);
 				T_OK(host_op_rmsnorm(NULL, H(x), H(want), R, C, H(w), (uint32_t)wdt, 1e-6f));
-				same_bits(got, want, (size_t)R * C, "rmsnorm");
+				char what[64];
+				snprintf(what, sizeof what, "rmsnorm %ux%u w%d%s", R, C, wk,
+				    inplace ? " in place" : "");
+				same_bits(got, want, (size_t)R * C, what);
 				be->free(dev, dx);
-				if (dw)
-					be->free(dev, dw);
+				if (dw0)
+					be->free(dev, dw0);
 				if (!inplace)
 					be->free(dev, dout);
 				free(x), free(want), free(got), free(w);
