@@ -325,6 +325,13 @@ void cuda_mmvq_free(struct baton_dev *dev);
 int cuda_mmvq_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint64_t row_bytes,
     uint32_t n_out, uint32_t k, baton_dptr b, uint32_t b_dtype, baton_dptr x, uint32_t rows,
     baton_dptr y, int accumulate);
+/* A one-row rmsnorm's output as the matmuls' int8 blocks, written by the
+ * norm's own kernel (no quantize launch): *q, *d where it writes them
+ * (vq_x), or 0 when the path is off or cols % 256; after the launch,
+ * cuda_mmvq_norm_done(out) lets the matmuls right after it reuse them. */
+int cuda_mmvq_norm_out(struct baton_dev *dev, uint32_t rows, uint32_t cols, uint64_t *q,
+    uint64_t *d);
+void cuda_mmvq_norm_done(struct baton_dev *dev, baton_dptr out, uint32_t cols);
 /* moe_experts_dev at batch 1 on q4_K / q6_K experts, checked by
  * cuda_moe_experts_dev: x += the experts' weighted sum in two GEMV
  * launches (and two quantizations); CUDA_TC_FALLBACK when it does not

@@ -7,7 +7,9 @@
  * The activation is quantized once for the matmuls that read it back to
  * back (attention's q, k and v): a matmul reuses the last quantization
  * when its x is the same buffer and nothing but these matmuls has been
- * launched since (dev->n_launch counts every launch).
+ * launched since (dev->n_launch counts every launch). A one-row rmsnorm
+ * writes that quantization of its output itself (cuda_mmvq_norm_out), so
+ * the input norm's q, k and v and the head launch no quantize kernel.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -93,6 +95,29 @@ static int vq_quant(struct baton_dev *dev, struct dbuf *b, baton_dptr x, uint32_
 	struct baton_mmvq_quant_args a = { .x = x, .q = *q, .d = *d, .n = n };
 	return cuda_launch(dev, dev->k_vq_quant, (n + 255) / 256, 1, 256, &a,
 	    "cuLaunchKernel baton_mmvq_quant");
+}
+
+int cuda_mmvq_norm_out(struct baton_dev *dev, uint32_t rows, uint32_t cols, uint64_t *q,
+    uint64_t *d)
+{
+	*q = *d = 0;
+	if (dev->vq_off || rows != 1 || cols % 256)
+		return 0;
+	const uint64_t qoff = cuda_round_up(cols, 16); /* vq_quant's layout */
+	int rc = cuda_dbuf_need(dev, &dev->vq_x, qoff + (uint64_t)cols / 32 * 4);
+	if (rc)
+		return rc;
+	dev->vq_src = 0; /* vq_x is being written */
+	*q = dev->vq_x.p;
+	*d = dev->vq_x.p + qoff;
+	return 0;
+}
+
+void cuda_mmvq_norm_done(struct baton_dev *dev, baton_dptr out, uint32_t cols)
+{
+	dev->vq_src = out;
+	dev->vq_k = cols;
+	dev->vq_mark = dev->n_launch; /* valid until another kernel is launched */
 }
 
 int cuda_mmvq_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint64_t row_bytes,

@@ -302,8 +302,14 @@ int cuda_op_rmsnorm(struct baton_dev *dev, baton_dptr x, baton_dptr out, uint32_
 		};
 		if (rows > 0x7fffffffu)
 			return refuse(dev, BATON_ERANGE, "rmsnorm", "too many rows");
-		return cuda_launch(dev, dev->k_rmsnorm_row, rows, 1, OPS_THREADS, &a,
-		    "cuLaunchKernel baton_ops_rmsnorm_row");
+		/* one row: also as the int8 blocks of the quantized matmuls after it */
+		if ((rc = cuda_mmvq_norm_out(dev, rows, cols, &a.q, &a.d)) ||
+		    (rc = cuda_launch(dev, dev->k_rmsnorm_row, rows, 1, OPS_THREADS, &a,
+		         "cuLaunchKernel baton_ops_rmsnorm_row")))
+			return rc;
+		if (a.q)
+			cuda_mmvq_norm_done(dev, out, cols);
+		return 0;
 	}
 	struct baton_ops_rmsnorm_args a = {
 		.x = x, .out = out, .w = w, .w_dtype = w_dtype, .rows = rows, .cols = cols, .eps = eps,

@@ -20,7 +20,8 @@
  *   - matmul at batch 1 on q4_K / q6_K by default (mmvq.cu, the activation
  *     as int8 blocks): within 2e-5 of the host's on the activation
  *     quantized the same way, within 2e-2 of the host's on x, the same
- *     bits twice (t_matmul_fast).
+ *     bits twice (t_matmul_fast); after a one-row rmsnorm, whose kernel
+ *     quantizes its output itself, the bits of the separate quantization.
  * t_perf prints timings at Qwen3-30B-A3B's shapes (docs/internals/cuda-ops.md has an
  * H200's); it asserts nothing.
  */
@@ -389,6 +390,38 @@ static void t_matmul_fast(void)
 	close_to(got, want, n, 2e-5, "mmvq after x changed");
 	be->free(dev, dw), be->free(dev, dx), be->free(dev, dy), be->free(dev, dy2);
 	free(w), free(x), free(x2), free(xq), free(want), free(got);
+
+	/* a one-row 2,048-wide rmsnorm leaves its output quantized by its own
+	 * kernel for the matmul right after it: the bits of the matmul that
+	 * quantizes the same xn itself (after another launch), and within
+	 * 2e-5 of the host's on xn quantized as mmvq.cu does */
+	const uint32_t k2 = 2048, n2 = 96;
+	uint64_t wb2, nb;
+	uint8_t *w2 = weights(BATON_DT_Q6_K, n2, k2, &wb2), *nw = weights(BATON_DT_F32, 1, k2, &nb);
+	float *xr = rvec(k2), *xn = malloc(k2 * 4), *xnq = malloc(k2 * 4), *ya = malloc(n2 * 4);
+	float *yb = malloc(n2 * 4), *yw = calloc(n2, 4);
+	T_ASSERT(xn && xnq && ya && yb && yw);
+	for (uint32_t i = 0; i < k2; i++)
+		xr[i] *= 1.0f + (float)(i % 5);
+	baton_dptr dw2 = up(dev, w2, wb2), dnw = up(dev, nw, nb), dxr = up(dev, xr, k2 * 4);
+	baton_dptr dn = 0, dya = 0, dyb = 0, dsc = up(dev, xr, 64 * 4);
+	T_CU(dev, be->alloc(dev, k2 * 4, &dn));
+	T_CU(dev, be->alloc(dev, n2 * 4, &dya));
+	T_CU(dev, be->alloc(dev, n2 * 4, &dyb));
+	T_CU(dev, be->rmsnorm(dev, dxr, dn, 1, k2, dnw, BATON_DT_F32, 1e-6f));
+	T_CU(dev, be->matmul(dev, dw2, BATON_DT_Q6_K, n2, k2, 0, 0, dn, 1, dya, 0));
+	T_CU(dev, be->rmsnorm(dev, dsc, dsc, 1, 64, 0, 0, 1e-6f)); /* another launch, not on dn */
+	T_CU(dev, be->matmul(dev, dw2, BATON_DT_Q6_K, n2, k2, 0, 0, dn, 1, dyb, 0));
+	down(dev, xn, dn, k2 * 4);
+	down(dev, ya, dya, n2 * 4);
+	down(dev, yb, dyb, n2 * 4);
+	same_bits(ya, yb, n2, "mmvq on the norm's own quantization");
+	quant_q8(xn, xnq, k2);
+	T_OK(host_op_matmul(NULL, H(w2), BATON_DT_Q6_K, n2, k2, 0, 0, H(xnq), 1, H(yw), 0));
+	close_to(ya, yw, n2, 2e-5, "mmvq after a one-row rmsnorm");
+	be->free(dev, dw2), be->free(dev, dnw), be->free(dev, dxr), be->free(dev, dsc);
+	be->free(dev, dn), be->free(dev, dya), be->free(dev, dyb);
+	free(w2), free(nw), free(xr), free(xn), free(xnq), free(ya), free(yb), free(yw);
 	be->close(dev);
 }
 
