@@ -293,8 +293,11 @@ __device__ __forceinline__ void mm_plain_vec(float (&acc)[N], const uint8_t *row
     uint32_t k, int nt, uint32_t lane, float *ws)
 {
 	/* one chunk at a time with 8 rows: the registers of 4 would cost
-	 * occupancy, and prefill is bound by the arithmetic, not the loads */
-	constexpr uint32_t E = DT == BATON_DT_F32 ? 4 : 8, CH = 32 * E, U = N == 1 ? 4 : 1;
+	 * occupancy, and prefill is bound by the arithmetic, not the loads.
+	 * One f32 row: 16 chunks, a 2,048-wide row in one round trip (the
+	 * MoE router's 128 rows are 128 warps, too few to hide 4 of them) */
+	constexpr uint32_t E = DT == BATON_DT_F32 ? 4 : 8, CH = 32 * E;
+	constexpr uint32_t U = N != 1 ? 1 : DT == BATON_DT_F32 ? 16 : 4;
 	if constexpr (U == 1) { /* as before this path had U: prefill's registers */
 		for (uint32_t c = 0; c < k; c += CH) {
 			const uint4 raw = __ldg((const uint4 *)(row + (uint64_t)c * (16 / E)) + lane);

@@ -266,6 +266,10 @@ static void t_matmul(void)
 			/* the other kernels: byte loads, typed loads without vectors */
 			matmul_case_at(dev, dt, 21, 512, 9, -1, 0, 1);
 			matmul_case_at(dev, dt, 21, 512, 1, -1, 0, dt == BATON_DT_F32 ? 4 : 2);
+			/* one row: the MoE router's shape (f32: all 16 chunks of a
+			 * round in flight), and a round and a part */
+			matmul_case(dev, dt, 128, 2048, 1, -1, 0);
+			matmul_case(dev, dt, 19, 2560, 1, BATON_DT_F32, 1);
 		} else {
 			matmul_case_at(dev, dt, 21, blk256(dt) ? 512 : 96, 9, -1, 0, 1);
 			/* blocks beyond one round of the kernel's loads (4 K-quant
