@@ -741,6 +741,7 @@ const struct baton_backend baton_backend_cuda = {
 	.rmsnorm = cuda_op_rmsnorm,
 	.matmul = cuda_op_matmul,
 	.rope = cuda_op_rope,
+	.qk_norm_rope = cuda_op_qk_norm_rope,
 	.attention = cuda_op_attention,
 	.kv_store = cuda_op_kv_store,
 	.swiglu = cuda_op_swiglu,

@@ -88,7 +88,7 @@ struct baton_dev {
 	 * staging is a ring of two halves (host and device alike): a half is
 	 * written again only after the copies out of it have run. */
 	CUmodule ops_mod;
-	CUfunction k_embed, k_rmsnorm, k_rmsnorm_row, k_rope, k_attn_part, k_attn_comb, k_kv_store, k_swiglu, k_add,
+	CUfunction k_embed, k_rmsnorm, k_rmsnorm_row, k_qk_norm_rope, k_rope, k_attn_part, k_attn_comb, k_kv_store, k_swiglu, k_add,
 	    k_route;
 	CUfunction k_matmul[2][BATON_OPS_KINDS]; /* [1 row, 8 rows][kind] */
 	struct dbuf ops_arg, ops_scores;
@@ -354,6 +354,7 @@ int cuda_op_rmsnorm(struct baton_dev *dev, baton_dptr x, baton_dptr out, uint32_
 int cuda_op_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint32_t n_out,
     uint32_t k, baton_dptr b, uint32_t b_dtype, baton_dptr x, uint32_t rows,
     baton_dptr y, int accumulate);
+int cuda_op_qk_norm_rope(struct baton_dev *dev, const struct baton_qk_norm_rope *a);
 int cuda_op_rope(struct baton_dev *dev, baton_dptr x, uint32_t rows, uint32_t n_heads,
     uint32_t head_dim, const uint32_t *pos, const float *inv_freq, float mscale);
 int cuda_op_attention(struct baton_dev *dev, const struct baton_attn *a);

@@ -23,6 +23,7 @@ static_assert(sizeof(baton_ops_rmsnorm_args) == 40, "rmsnorm args layout");
 static_assert(sizeof(baton_ops_rmsnorm_row_args) == 56, "rmsnorm row args layout");
 static_assert(sizeof(baton_ops_matmul_args) == 72, "matmul args layout");
 static_assert(sizeof(baton_ops_rope_args) == 40, "rope args layout");
+static_assert(sizeof(baton_ops_qk_norm_rope_args) == 80, "qk norm rope args layout");
 static_assert(sizeof(baton_ops_attention_args) == 96, "attention args layout");
 static_assert(sizeof(baton_ops_kv_store_args) == 48, "kv_store args layout");
 static_assert(sizeof(baton_ops_swiglu_args) == 32, "swiglu args layout");
@@ -549,6 +550,19 @@ __device__ __forceinline__ void matmul(const baton_ops_matmul_args &a)
 BATON_MATMULS(1)
 BATON_MATMULS(8)
 
+/* One head's rotation at position p, pairs i = t, t + stride, ... */
+__device__ __forceinline__ void rope_head(float *v, float p, const float *inv, uint32_t half,
+    float mscale, uint32_t t, uint32_t stride)
+{
+	for (uint32_t i = t; i < half; i += stride) {
+		const float ang = __fmul_rn(p, inv[i]);
+		const float c = __fmul_rn(cosf(ang), mscale), s = __fmul_rn(sinf(ang), mscale);
+		const float x1 = v[i], x2 = v[i + half];
+		v[i] = __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s));
+		v[i + half] = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s));
+	}
+}
+
 extern "C" __global__ void __launch_bounds__(256)
 baton_ops_rope(baton_ops_rope_args a)
 {
@@ -557,14 +571,41 @@ baton_ops_rope(baton_ops_rope_args a)
 		return;
 	float *v = (float *)a.x + ((uint64_t)blockIdx.x * a.n_heads + blockIdx.y) * a.head_dim;
 	const float p = (float)((const uint32_t *)a.pos)[blockIdx.x];
-	const float *inv = (const float *)a.inv_freq;
-	for (uint32_t i = threadIdx.x; i < half; i += blockDim.x) {
-		const float ang = __fmul_rn(p, inv[i]);
-		const float c = __fmul_rn(cosf(ang), a.mscale), s = __fmul_rn(sinf(ang), a.mscale);
-		const float x1 = v[i], x2 = v[i + half];
-		v[i] = __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s));
-		v[i + half] = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s));
-	}
+	rope_head(v, p, (const float *)a.inv_freq, half, a.mscale, threadIdx.x, blockDim.x);
+}
+
+/* rmsnorm then rope on one head row, by one warp: baton_ops_rmsnorm's
+ * warp (the same functions, so the same bits), then, once the warp's
+ * stores are visible to it (__syncwarp orders them), baton_ops_rope's. */
+extern "C" __global__ void __launch_bounds__(32)
+baton_ops_qk_norm_rope(baton_ops_qk_norm_rope_args a)
+{
+	const uint32_t r = blockIdx.x, h = blockIdx.y, lane = threadIdx.x, hd = a.head_dim;
+	if (h >= a.heads + a.kv_heads || hd < 2)
+		return; /* the whole warp */
+	const bool isk = h >= a.heads;
+	const uint32_t nh = isk ? a.kv_heads : a.heads, hh = isk ? h - a.heads : h;
+	float *v = (float *)(isk ? a.k : a.q) + ((uint64_t)r * nh + hh) * hd;
+	const uint8_t *w = (const uint8_t *)(isk ? a.wk : a.wq);
+	const uint64_t wa = isk ? a.wk : a.wq;
+	const uint32_t wdt = isk ? a.wk_dtype : a.wq_dtype;
+	float ss2[2];
+	warp_dot_f32_u<NORM_U>(v, NULL, v, hd, ss2);
+	const float s = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss2[0], (float)hd), a.eps)));
+	__syncwarp(); /* every lane has read the tail before any writes in place */
+	if (!w)
+		norm_row<NORM_NONE>(v, v, w, 0, hd, s, lane);
+	else if (wdt == BATON_DT_F32 && wa % 4 == 0)
+		norm_row<BATON_DT_F32>(v, v, w, 0, hd, s, lane);
+	else if (wdt == BATON_DT_BF16 && wa % 2 == 0)
+		norm_row<BATON_DT_BF16>(v, v, w, 0, hd, s, lane);
+	else if (wdt == BATON_DT_F16 && wa % 2 == 0)
+		norm_row<BATON_DT_F16>(v, v, w, 0, hd, s, lane);
+	else
+		norm_row<-1>(v, v, w, wdt, hd, s, lane);
+	__syncwarp(); /* the normed row, written by every lane, before the pairs are read */
+	const float p = (float)((const uint32_t *)a.pos)[r];
+	rope_head(v, p, (const float *)a.inv_freq, hd / 2, a.mscale, lane, 32);
 }
 
 /* Key j's row in the cache: through the block table, or row j. */

@@ -34,6 +34,15 @@ struct baton_ops_rmsnorm_args {
 	float eps;
 };
 
+/* baton_ops_qk_norm_rope: grid (rows, heads + kv_heads), block 32: a
+ * warp per head row (q's heads, then k's), baton_ops_rmsnorm's warp then
+ * baton_ops_rope's arithmetic, in place; pos and inv_freq device copies. */
+struct baton_ops_qk_norm_rope_args {
+	uint64_t q, k, wq, wk, pos, inv_freq;
+	uint32_t wq_dtype, wk_dtype, heads, kv_heads, head_dim;
+	float eps, mscale, pad;
+};
+
 /* baton_ops_rmsnorm_row: grid (rows), block 32 * WARPS, a block per row,
  * cols <= BATON_OPS_NORM_ROW_MAX; the bits of baton_ops_rmsnorm. q != 0
  * (cols % 32 == 0): the output also as mmvq.cu's int8 blocks, q[i] and

@@ -49,10 +49,11 @@ int cuda_ops_load(struct baton_dev *dev)
 	CU(dev, d->ModuleLoadData(&dev->ops_mod, baton_engine_backend_cuda_ops_fatbin),
 	    "cuModuleLoadData of the forward-pass kernels (sm_90 SASS, compute_90 PTX)");
 	static const char *const kinds[BATON_OPS_KINDS] = BATON_OPS_KIND_NAMES;
-	struct kfn k[10 + 2 * BATON_OPS_KINDS] = {
+	struct kfn k[11 + 2 * BATON_OPS_KINDS] = {
 		{ &dev->k_embed, "baton_ops_embed" },
 		{ &dev->k_rmsnorm, "baton_ops_rmsnorm" },
 		{ &dev->k_rmsnorm_row, "baton_ops_rmsnorm_row" },
+		{ &dev->k_qk_norm_rope, "baton_ops_qk_norm_rope" },
 		{ &dev->k_rope, "baton_ops_rope" },
 		{ &dev->k_attn_part, "baton_ops_attn_part" },
 		{ &dev->k_attn_comb, "baton_ops_attn_combine" },
@@ -61,7 +62,7 @@ int cuda_ops_load(struct baton_dev *dev)
 		{ &dev->k_add, "baton_ops_add" },
 		{ &dev->k_route, "baton_ops_route" },
 	};
-	size_t n = 10;
+	size_t n = 11;
 	for (int r = 0; r < 2; r++)
 		for (int i = 0; i < BATON_OPS_KINDS; i++, n++) {
 			k[n].f = &dev->k_matmul[r][i];
@@ -88,6 +89,7 @@ int cuda_ops_load(struct baton_dev *dev)
 		struct baton_ops_rmsnorm_row_args nr;
 		struct baton_ops_matmul_args m;
 		struct baton_ops_rope_args r;
+		struct baton_ops_qk_norm_rope_args qr;
 		struct baton_ops_attention_args a;
 		struct baton_ops_kv_store_args kv;
 		struct baton_ops_swiglu_args s;
@@ -403,6 +405,36 @@ int cuda_op_rope(struct baton_dev *dev, baton_dptr x, uint32_t rows, uint32_t n_
 	};
 	return cuda_launch(dev, dev->k_rope, rows, n_heads, half < 256 ? half : 256, &a,
 	    "cuLaunchKernel baton_ops_rope");
+}
+
+int cuda_op_qk_norm_rope(struct baton_dev *dev, const struct baton_qk_norm_rope *a)
+{
+	int rc;
+	uint64_t rb;
+	if (!a || !a->rows || !a->heads || !a->kv_heads || !a->head_dim || (a->head_dim & 1) ||
+	    !a->pos || !a->inv_freq || !(a->eps >= 0))
+		return refuse(dev, BATON_EINVAL, "qk_norm_rope",
+		    "zero sizes, an odd head_dim, no positions or frequencies, or eps < 0");
+	const uint64_t qn = (uint64_t)a->rows * a->heads * a->head_dim;
+	const uint64_t kn = (uint64_t)a->rows * a->kv_heads * a->head_dim;
+	if (!f32_buf(a->q, qn) || !f32_buf(a->k, kn) || overlap(a->q, qn, a->k, kn))
+		return refuse(dev, BATON_EINVAL, "qk_norm_rope", "a missing, misaligned or overlapping q or k");
+	if ((a->wq && (rc = weight_ok(dev, "qk_norm_rope", a->wq_dtype, a->head_dim, &rb))) ||
+	    (a->wk && (rc = weight_ok(dev, "qk_norm_rope", a->wk_dtype, a->head_dim, &rb))))
+		return rc;
+	if ((uint64_t)a->heads + a->kv_heads > 65535 || a->rows > 0x7fffffffu)
+		return refuse(dev, BATON_ERANGE, "qk_norm_rope", "more than 65535 heads or 2^31 rows");
+	CUdeviceptr dp, df;
+	if ((rc = cuda_cur(dev)) || (rc = stage_args(dev, a->pos, (uint64_t)a->rows * 4, a->inv_freq,
+	                                  (uint64_t)a->head_dim / 2 * 4, &dp, &df)))
+		return rc;
+	struct baton_ops_qk_norm_rope_args k = {
+		.q = a->q, .k = a->k, .wq = a->wq, .wk = a->wk, .pos = dp, .inv_freq = df,
+		.wq_dtype = a->wq_dtype, .wk_dtype = a->wk_dtype, .heads = a->heads,
+		.kv_heads = a->kv_heads, .head_dim = a->head_dim, .eps = a->eps, .mscale = a->mscale,
+	};
+	return cuda_launch(dev, dev->k_qk_norm_rope, a->rows, a->heads + a->kv_heads, 32, &k,
+	    "cuLaunchKernel baton_ops_qk_norm_rope");
 }
 
 int cuda_op_attention(struct baton_dev *dev, const struct baton_attn *a)

@@ -13,6 +13,8 @@
  *     and the dots keep host/host.h's order (ops.h), divisions and
  *     square roots are IEEE on both sides.
  *   - route: bit for bit (the same host code chooses, on copied logits).
+ *   - qk_norm_rope: bit for bit the rmsnorm and rope it fuses (this
+ *     backend's), within rope's 1e-6 of the host's.
  *   - rope, attention, swiglu, add: within 1e-6 of the magnitude (2e-6
  *     for attention), since the device's expf, sinf and cosf are not
  *     glibc's (CUDA's guide: 2 ulp at most, 1.2e-7 each); a wrong index or
@@ -578,6 +580,80 @@ static void t_rope(void)
 	be->close(dev);
 }
 
+/* qk_norm_rope against rmsnorm then rope of the same backend, bit for
+ * bit (the same operations in one launch), and within rope's tolerance of
+ * the host's two ops: head_dim 128 and 64, f32, bf16 and no weights, k's
+ * weight at an odd address (byte loads), one row and several. */
+static void t_qk_norm_rope(void)
+{
+	struct baton_dev *dev = cuda_fixture_open();
+	const uint32_t pos[] = { 5, 0, 1000, 40000 };
+	const struct { uint32_t R, NH, KH, HD; int wdt; } cs[] = {
+		{ 1, 32, 4, 128, BATON_DT_F32 }, { 4, 6, 2, 64, BATON_DT_BF16 }, { 3, 4, 4, 128, -1 },
+	};
+	for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+		const uint32_t R = cs[c].R, NH = cs[c].NH, KH = cs[c].KH, HD = cs[c].HD;
+		const size_t qn = (size_t)R * NH * HD, kn = (size_t)R * KH * HD;
+		float inv[64];
+		for (uint32_t i = 0; i < HD / 2; i++)
+			inv[i] = (float)pow(1e6, -(double)(2 * i) / HD);
+		float *q = rvec(qn), *k = rvec(kn), *gq = malloc(qn * 4), *gk = malloc(kn * 4);
+		float *wq_ = malloc(qn * 4), *wk_ = malloc(kn * 4);
+		T_ASSERT(gq && gk && wq_ && wk_);
+		for (size_t i = 0; i < qn; i++)
+			q[i] *= 2.0f;
+		uint64_t wb = 0;
+		const int wdt = cs[c].wdt;
+		uint8_t *wq = wdt >= 0 ? weights(wdt, 1, HD, &wb) : NULL;
+		uint8_t *wk = wdt >= 0 ? weights(wdt, 1, HD, &wb) : NULL;
+		baton_dptr dwq = wq ? up(dev, wq, wb) : 0, dwk0 = 0, dwk = 0;
+		if (wk) {
+			T_CU(dev, be->alloc(dev, wb + 16, &dwk0));
+			dwk = dwk0 + (wdt == BATON_DT_BF16); /* elem() at an odd address */
+			struct baton_copy wc = { dwk, wk, wb };
+			T_CU(dev, be->copy_h2d(dev, &wc, 1));
+		}
+		baton_dptr dq = up(dev, q, qn * 4), dk = up(dev, k, kn * 4);
+		baton_dptr dq2 = up(dev, q, qn * 4), dk2 = up(dev, k, kn * 4);
+		const struct baton_qk_norm_rope a = { .q = dq, .k = dk, .wq = dwq, .wk = dwk,
+			.wq_dtype = (uint32_t)(wdt >= 0 ? wdt : 0), .wk_dtype = (uint32_t)(wdt >= 0 ? wdt : 0),
+			.rows = R, .heads = NH, .kv_heads = KH, .head_dim = HD, .eps = 1e-6f,
+			.mscale = c == 1 ? 0.7f : 1.0f, .pos = pos, .inv_freq = inv };
+		T_CU(dev, be->qk_norm_rope(dev, &a));
+		T_CU(dev, be->rmsnorm(dev, dq2, dq2, R * NH, HD, dwq, a.wq_dtype, 1e-6f));
+		T_CU(dev, be->rmsnorm(dev, dk2, dk2, R * KH, HD, dwk, a.wk_dtype, 1e-6f));
+		T_CU(dev, be->rope(dev, dq2, R, NH, HD, pos, inv, a.mscale));
+		T_CU(dev, be->rope(dev, dk2, R, KH, HD, pos, inv, a.mscale));
+		down(dev, gq, dq, qn * 4);
+		down(dev, gk, dk, kn * 4);
+		down(dev, wq_, dq2, qn * 4);
+		down(dev, wk_, dk2, kn * 4);
+		same_bits(gq, wq_, qn, "qk_norm_rope q");
+		same_bits(gk, wk_, kn, "qk_norm_rope k");
+		T_OK(host_op_rmsnorm(NULL, H(q), H(q), R * NH, HD, H(wq), a.wq_dtype, 1e-6f));
+		T_OK(host_op_rmsnorm(NULL, H(k), H(k), R * KH, HD, H(wk), a.wk_dtype, 1e-6f));
+		T_OK(host_op_rope(NULL, H(q), R, NH, HD, pos, inv, a.mscale));
+		T_OK(host_op_rope(NULL, H(k), R, KH, HD, pos, inv, a.mscale));
+		close_to(gq, q, qn, 1e-6, "qk_norm_rope q vs host");
+		close_to(gk, k, kn, 1e-6, "qk_norm_rope k vs host");
+		be->free(dev, dq), be->free(dev, dk), be->free(dev, dq2), be->free(dev, dk2);
+		if (dwq)
+			be->free(dev, dwq), be->free(dev, dwk0);
+		free(q), free(k), free(gq), free(gk), free(wq_), free(wk_), free(wq), free(wk);
+	}
+	/* refused, nothing written: an odd head_dim, q and k overlapping */
+	baton_dptr b = 0;
+	T_CU(dev, be->alloc(dev, 4096, &b));
+	struct baton_qk_norm_rope bad = { .q = b, .k = b + 2048, .rows = 1, .heads = 1,
+		.kv_heads = 1, .head_dim = 7, .eps = 1e-6f, .mscale = 1, .pos = pos, .inv_freq = (float[4]){ 1 } };
+	T_EQ_ERR(be->qk_norm_rope(dev, &bad), BATON_EINVAL);
+	bad.head_dim = 8;
+	bad.k = b + 16;
+	T_EQ_ERR(be->qk_norm_rope(dev, &bad), BATON_EINVAL);
+	be->free(dev, b);
+	be->close(dev);
+}
+
 /* Attention of n_q queries from pos0, contiguous or (paged) through a
  * shuffled block table of 16-position blocks in a larger pool: the cuda
  * result within the tolerance of the host's, and its last query's row
@@ -1088,5 +1164,5 @@ static void t_refusals(void)
 }
 
 T_MAIN(T_CASE(t_matmul), T_CASE(t_matmul_fast), T_CASE(t_embed_rmsnorm), T_CASE(t_route), T_CASE(t_rope),
-    T_CASE(t_attention), T_CASE(t_kv_store), T_CASE(t_swiglu_add), T_CASE(t_refusals),
+    T_CASE(t_qk_norm_rope), T_CASE(t_attention), T_CASE(t_kv_store), T_CASE(t_swiglu_add), T_CASE(t_refusals),
     T_CASE_TIMEOUT(t_tensor_cores, 120), T_CASE_TIMEOUT(t_perf, 120))
