@@ -165,6 +165,10 @@ struct baton_dev {
 		double ms;
 	} prof_v[64];
 
+	/* copies to the host of up to D2H_STAGE bytes (backend.c): through
+	 * this pinned buffer, allocated at the first */
+	void *d2h_stage;
+
 	char err[256];
 };
 
