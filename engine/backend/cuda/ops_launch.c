@@ -30,7 +30,7 @@ extern const size_t baton_engine_backend_cuda_ops_fatbin_len;
  * row's sum and 8 more for its output (a decode step's norms: 23 us a
  * launch in the H200's profile); narrower rows (the per-head q/k norms)
  * keep a warp each. */
-#define NORM_ROW_MIN 1024
+#define NORM_ROW_MIN 512
 /* Attention's per-chunk partial results are staged in device memory: at
  * most this many bytes at once (queries are launched in groups that fit). */
 #define SCORES_MAX (64ull << 20)

@@ -454,10 +454,10 @@ static void t_embed_rmsnorm(void)
 	/* rmsnorm: weights f32 / bf16 / none / f16 / bf16 at an odd address
 	 * (elem()), cols with and without a tail, out of place and in place
 	 * (per-head norms are rows of head_dim), 13 rows and 1 (decode); from
-	 * 1,024 to 4,096 cols a block per row (baton_ops_rmsnorm_row), the
+	 * 512 to 4,096 cols a block per row (baton_ops_rmsnorm_row), the
 	 * same bits */
-	const uint32_t colss[] = { 64, 70, 2048, 1030, 4096, 4100 };
-	for (size_t c = 0; c < 6; c++)
+	const uint32_t colss[] = { 64, 70, 2048, 1030, 4096, 4100, 512, 768 };
+	for (size_t c = 0; c < 8; c++)
 		for (int wk = 0; wk < 5; wk++)
 			for (int inplace = 0; inplace < 2; inplace++) {
 				const uint32_t R = (c + wk + inplace) % 2 ? 1 : 13, C = colss[c];
