@@ -336,6 +336,11 @@ int cuda_mmvq_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint
 int cuda_mmvq_norm_out(struct baton_dev *dev, uint32_t rows, uint32_t cols, uint64_t *q,
     uint64_t *d);
 void cuda_mmvq_norm_done(struct baton_dev *dev, baton_dptr out, uint32_t cols);
+/* After one launch (n_launch was `before`) that wrote only [a, a + an)
+ * and [b, b + bn) (bn 0: none): the quantization stays valid if they
+ * miss its x. */
+void cuda_mmvq_keep(struct baton_dev *dev, uint64_t before, baton_dptr a, uint64_t an,
+    baton_dptr b, uint64_t bn);
 /* moe_experts_dev at batch 1 on q4_K / q6_K experts, checked by
  * cuda_moe_experts_dev: x += the experts' weighted sum in two GEMV
  * launches (and two quantizations); CUDA_TC_FALLBACK when it does not

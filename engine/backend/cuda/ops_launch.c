@@ -380,8 +380,12 @@ int cuda_op_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint32
 	}
 	if (kind >= 1 && kind <= 3)
 		a.vec = w % 16 == 0 && rb % 16 == 0 && k % (kind == 1 ? 128 : 256) == 0;
-	return cuda_launch(dev, dev->k_matmul[!one][kind], gx, gy, OPS_THREADS, &a,
-	    "cuLaunchKernel baton_ops_matmul");
+	const uint64_t before = dev->n_launch;
+	if ((rc = cuda_launch(dev, dev->k_matmul[!one][kind], gx, gy, OPS_THREADS, &a,
+	         "cuLaunchKernel baton_ops_matmul")))
+		return rc;
+	cuda_mmvq_keep(dev, before, y, (uint64_t)rows * n_out * 4, 0, 0); /* writes y alone */
+	return 0;
 }
 
 int cuda_op_rope(struct baton_dev *dev, baton_dptr x, uint32_t rows, uint32_t n_heads,
@@ -636,6 +640,10 @@ int cuda_op_route_dev(struct baton_dev *dev, baton_dptr logits, uint32_t rows,
 		.logits = logits, .ids = ids, .w = weights,
 		.rows = rows, .n_experts = n_experts, .top_k = top_k, .rule = (uint32_t)rule,
 	};
-	return cuda_launch_k(dev, dev->k_route, rows, 1, 1, 32, n_experts * 5, &a, sizeof a,
-	    "cuLaunchKernel baton_ops_route");
+	const uint64_t before = dev->n_launch;
+	if ((rc = cuda_launch_k(dev, dev->k_route, rows, 1, 1, 32, n_experts * 5, &a, sizeof a,
+	         "cuLaunchKernel baton_ops_route")))
+		return rc;
+	cuda_mmvq_keep(dev, before, ids, nk * 4, weights, nk * 4); /* writes ids and weights alone */
+	return 0;
 }
