@@ -107,6 +107,23 @@ struct baton_kv_store {
 	uint64_t cache_rows;
 };
 
+/* Attention's per-head q/k norms and their rotary embedding in one call
+ * (the optional `qk_norm_rope` slot), in place: for each token r < rows,
+ * each of q's `heads` head rows and k's `kv_heads` (head_dim f32 each,
+ * q [rows][heads * head_dim], k [rows][kv_heads * head_dim], apart)
+ *   rmsnorm(cols head_dim, weight wq or wk in its dtype, eps), then
+ *   rope at pos[r] (host array of rows; inv_freq host, head_dim / 2)
+ * exactly as those slots define them, so their bits. Nothing is written
+ * on error (BATON_EINVAL: zero sizes, an odd head_dim, a NULL or
+ * misaligned buffer, q and k overlapping). */
+struct baton_qk_norm_rope {
+	baton_dptr q, k, wq, wk;
+	uint32_t wq_dtype, wk_dtype, rows, heads, kv_heads, head_dim;
+	float eps, mscale;
+	const uint32_t *pos;
+	const float *inv_freq;
+};
+
 struct baton_backend {
 	const char *name;
 
@@ -271,6 +288,12 @@ struct baton_backend {
 	    uint32_t n_experts, uint32_t top_k, int rule, baton_dptr ids, baton_dptr weights);
 	int (*moe_experts_dev)(struct baton_dev *dev, const struct baton_moe_layer *l,
 	    baton_dptr table, baton_dptr ids, baton_dptr weights);
+
+	/* Optional: the per-head q/k norms and rope of struct
+	 * baton_qk_norm_rope in one queued call (one launch where rmsnorm
+	 * twice and rope twice were four); without it forward.c queues the
+	 * four. */
+	int (*qk_norm_rope)(struct baton_dev *dev, const struct baton_qk_norm_rope *a);
 
 	/* Optional, as a pair: a pass queued as one graph (CUDA graphs).
 	 * graph_begin starts recording what is queued next instead of

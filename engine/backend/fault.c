@@ -287,6 +287,7 @@ static const struct baton_backend *table_for(const struct baton_backend *in)
 				.rmsnorm = in->rmsnorm,
 				.matmul = in->matmul,
 				.rope = in->rope,
+				.qk_norm_rope = in->qk_norm_rope,
 				.attention = in->attention,
 				.kv_store = in->kv_store,
 				.swiglu = in->swiglu,

@@ -57,13 +57,25 @@ static int attention_block(struct baton_model *m, uint32_t l, const struct segme
 	if ((rc = be->rmsnorm(d, m->x, m->xn, n, D, L->in_norm.p, L->in_norm.dtype, c->eps)) ||
 	    (rc = be->matmul(d, L->q.p, L->q.dtype, QD, D, L->qb.p, L->qb.dtype, m->xn, n, m->q, 0)) ||
 	    (rc = be->matmul(d, L->k.p, L->k.dtype, KD, D, L->kb.p, L->kb.dtype, m->xn, n, m->kx, 0)) ||
-	    (rc = be->matmul(d, L->v.p, L->v.dtype, KD, D, L->vb.p, L->vb.dtype, m->xn, n, m->vx, 0)) ||
-	    (rc = qk_norm(m, m->q, n, c->heads, &L->q_norm)) ||
+	    (rc = be->matmul(d, L->v.p, L->v.dtype, KD, D, L->vb.p, L->vb.dtype, m->xn, n, m->vx, 0)))
+		return rc;
+	if (c->arch->qk_norm == BATON_QK_NORM_HEAD && be->qk_norm_rope) {
+		/* the four ops below in one call, their bits */
+		const struct baton_qk_norm_rope nr = {
+			.q = m->q, .k = m->kx, .wq = L->q_norm.p, .wk = L->k_norm.p,
+			.wq_dtype = L->q_norm.dtype, .wk_dtype = L->k_norm.dtype, .rows = n,
+			.heads = c->heads, .kv_heads = c->kv_heads, .head_dim = c->head_dim,
+			.eps = c->eps, .mscale = c->rope_mscale, .pos = m->posv, .inv_freq = m->inv_freq,
+		};
+		if ((rc = be->qk_norm_rope(d, &nr)))
+			return rc;
+	} else if ((rc = qk_norm(m, m->q, n, c->heads, &L->q_norm)) ||
 	    (rc = qk_norm(m, m->kx, n, c->kv_heads, &L->k_norm)) ||
 	    (rc = be->rope(d, m->q, n, c->heads, c->head_dim, m->posv, m->inv_freq, c->rope_mscale)) ||
 	    (rc = be->rope(d, m->kx, n, c->kv_heads, c->head_dim, m->posv, m->inv_freq,
-	        c->rope_mscale)))
+	        c->rope_mscale))) {
 		return rc;
+	}
 	struct baton_kv_store ks = {
 		.k = m->kx, .v = m->vx, .k_cache = kv_k(m, l), .v_cache = kv_v(m, l),
 		.slots = m->slots, .n = n, .cols = KD, .cache_rows = kv_pool_rows(m),

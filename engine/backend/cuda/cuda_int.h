@@ -88,7 +88,7 @@ struct baton_dev {
 	 * staging is a ring of two halves (host and device alike): a half is
 	 * written again only after the copies out of it have run. */
 	CUmodule ops_mod;
-	CUfunction k_embed, k_rmsnorm, k_rope, k_attn_part, k_attn_comb, k_kv_store, k_swiglu, k_add,
+	CUfunction k_embed, k_rmsnorm, k_rmsnorm_row, k_qk_norm_rope, k_rope, k_attn_part, k_attn_comb, k_kv_store, k_swiglu, k_add,
 	    k_route;
 	CUfunction k_matmul[2][BATON_OPS_KINDS]; /* [1 row, 8 rows][kind] */
 	struct dbuf ops_arg, ops_scores;
@@ -164,6 +164,10 @@ struct baton_dev {
 		uint64_t n;
 		double ms;
 	} prof_v[64];
+
+	/* copies to the host of up to D2H_STAGE bytes (backend.c): through
+	 * this pinned buffer, allocated at the first */
+	void *d2h_stage;
 
 	char err[256];
 };
@@ -325,6 +329,18 @@ void cuda_mmvq_free(struct baton_dev *dev);
 int cuda_mmvq_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint64_t row_bytes,
     uint32_t n_out, uint32_t k, baton_dptr b, uint32_t b_dtype, baton_dptr x, uint32_t rows,
     baton_dptr y, int accumulate);
+/* A one-row rmsnorm's output as the matmuls' int8 blocks, written by the
+ * norm's own kernel (no quantize launch): *q, *d where it writes them
+ * (vq_x), or 0 when the path is off or cols % 256; after the launch,
+ * cuda_mmvq_norm_done(out) lets the matmuls right after it reuse them. */
+int cuda_mmvq_norm_out(struct baton_dev *dev, uint32_t rows, uint32_t cols, uint64_t *q,
+    uint64_t *d);
+void cuda_mmvq_norm_done(struct baton_dev *dev, baton_dptr out, uint32_t cols);
+/* After one launch (n_launch was `before`) that wrote only [a, a + an)
+ * and [b, b + bn) (bn 0: none): the quantization stays valid if they
+ * miss its x. */
+void cuda_mmvq_keep(struct baton_dev *dev, uint64_t before, baton_dptr a, uint64_t an,
+    baton_dptr b, uint64_t bn);
 /* moe_experts_dev at batch 1 on q4_K / q6_K experts, checked by
  * cuda_moe_experts_dev: x += the experts' weighted sum in two GEMV
  * launches (and two quantizations); CUDA_TC_FALLBACK when it does not
@@ -347,6 +363,7 @@ int cuda_op_rmsnorm(struct baton_dev *dev, baton_dptr x, baton_dptr out, uint32_
 int cuda_op_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint32_t n_out,
     uint32_t k, baton_dptr b, uint32_t b_dtype, baton_dptr x, uint32_t rows,
     baton_dptr y, int accumulate);
+int cuda_op_qk_norm_rope(struct baton_dev *dev, const struct baton_qk_norm_rope *a);
 int cuda_op_rope(struct baton_dev *dev, baton_dptr x, uint32_t rows, uint32_t n_heads,
     uint32_t head_dim, const uint32_t *pos, const float *inv_freq, float mscale);
 int cuda_op_attention(struct baton_dev *dev, const struct baton_attn *a);

@@ -7,7 +7,12 @@
  * The activation is quantized once for the matmuls that read it back to
  * back (attention's q, k and v): a matmul reuses the last quantization
  * when its x is the same buffer and nothing but these matmuls has been
- * launched since (dev->n_launch counts every launch).
+ * launched since (dev->n_launch counts every launch). A one-row rmsnorm
+ * writes that quantization of its output itself (cuda_mmvq_norm_out), so
+ * the input norm's q, k and v and the head launch no quantize kernel; the
+ * exact matmul and route_dev keep it valid when they write elsewhere
+ * (cuda_mmvq_keep), so the experts after the router take the
+ * post-attention norm's too.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -95,6 +100,38 @@ static int vq_quant(struct baton_dev *dev, struct dbuf *b, baton_dptr x, uint32_
 	    "cuLaunchKernel baton_mmvq_quant");
 }
 
+int cuda_mmvq_norm_out(struct baton_dev *dev, uint32_t rows, uint32_t cols, uint64_t *q,
+    uint64_t *d)
+{
+	*q = *d = 0;
+	if (dev->vq_off || rows != 1 || cols % 256)
+		return 0;
+	const uint64_t qoff = cuda_round_up(cols, 16); /* vq_quant's layout */
+	int rc = cuda_dbuf_need(dev, &dev->vq_x, qoff + (uint64_t)cols / 32 * 4);
+	if (rc)
+		return rc;
+	dev->vq_src = 0; /* vq_x is being written */
+	*q = dev->vq_x.p;
+	*d = dev->vq_x.p + qoff;
+	return 0;
+}
+
+void cuda_mmvq_norm_done(struct baton_dev *dev, baton_dptr out, uint32_t cols)
+{
+	dev->vq_src = out;
+	dev->vq_k = cols;
+	dev->vq_mark = dev->n_launch; /* valid until another kernel is launched */
+}
+
+void cuda_mmvq_keep(struct baton_dev *dev, uint64_t before, baton_dptr a, uint64_t an,
+    baton_dptr b, uint64_t bn)
+{
+	const uint64_t s = dev->vq_src, e = s + (uint64_t)dev->vq_k * 4;
+	if (s && dev->vq_mark == before && dev->n_launch == before + 1 &&
+	    (a + an <= s || e <= a) && (!bn || b + bn <= s || e <= b))
+		dev->vq_mark = dev->n_launch;
+}
+
 int cuda_mmvq_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint64_t row_bytes,
     uint32_t n_out, uint32_t k, baton_dptr b, uint32_t b_dtype, baton_dptr x, uint32_t rows,
     baton_dptr y, int accumulate)
@@ -136,9 +173,16 @@ int cuda_mmvq_experts(struct baton_dev *dev, const struct baton_moe_layer *l, ba
 		return CUDA_TC_FALLBACK;
 	int rc;
 	CUdeviceptr xq, xd, hq, hd;
-	if ((rc = cuda_dbuf_need(dev, &dev->h, (uint64_t)l->top_k * l->d_ff * 4)) ||
-	    (rc = vq_quant(dev, &dev->vq_x, l->xn, l->d_model, &xq, &xd)))
+	if ((rc = cuda_dbuf_need(dev, &dev->h, (uint64_t)l->top_k * l->d_ff * 4)))
 		return rc;
+	if (dev->vq_src == l->xn && dev->vq_k == l->d_model && dev->vq_mark == dev->n_launch) {
+		/* the post-attention norm's own quantization, kept over the
+		 * router and route_dev, which write elsewhere */
+		xq = dev->vq_x.p;
+		xd = dev->vq_x.p + cuda_round_up(l->d_model, 16);
+	} else if ((rc = vq_quant(dev, &dev->vq_x, l->xn, l->d_model, &xq, &xd))) {
+		return rc;
+	}
 	dev->vq_src = 0; /* vq_x no longer holds a matmul's x */
 	struct baton_mmvq_moe_args a = {
 		.table = table, .ids = ids, .w = weights, .q = xq, .d = xd, .h = dev->h.p, .x = l->x,

@@ -20,8 +20,10 @@
 
 static_assert(sizeof(baton_ops_embed_args) == 48, "embed args layout");
 static_assert(sizeof(baton_ops_rmsnorm_args) == 40, "rmsnorm args layout");
+static_assert(sizeof(baton_ops_rmsnorm_row_args) == 56, "rmsnorm row args layout");
 static_assert(sizeof(baton_ops_matmul_args) == 72, "matmul args layout");
 static_assert(sizeof(baton_ops_rope_args) == 40, "rope args layout");
+static_assert(sizeof(baton_ops_qk_norm_rope_args) == 80, "qk norm rope args layout");
 static_assert(sizeof(baton_ops_attention_args) == 96, "attention args layout");
 static_assert(sizeof(baton_ops_kv_store_args) == 48, "kv_store args layout");
 static_assert(sizeof(baton_ops_swiglu_args) == 32, "swiglu args layout");
@@ -178,6 +180,91 @@ baton_ops_rmsnorm(baton_ops_rmsnorm_args a)
 		norm_row<-1>(x, out, w, a.w_dtype, a.cols, s, lane); /* elem() at any address */
 }
 
+#define NORM_J (BATON_OPS_NORM_ROW_MAX / THREADS) /* values of a row per thread */
+
+/* A wide row by a whole block: each thread loads all its values of x and
+ * w at once (i = t, t + THREADS, ...: one round trip to memory, where a
+ * warp alone waits on one per 8 values of a lane), x goes through shared
+ * memory so that warp 0 sums the squares in baton_ops_rmsnorm's order
+ * (lane l: l, l + 32, ... in turn, lane_tree, then the tail), and each
+ * thread writes its own values: the same operations, so the same bits.
+ * With q, a warp's 32 consecutive outputs are also one int8 block, as
+ * baton_mmvq_quant makes it from the stored floats (its rule below). */
+template <int DT>
+__device__ __forceinline__ void norm_block(const baton_ops_rmsnorm_row_args &a, float *xs)
+{
+	const uint32_t t = threadIdx.x, lane = t & 31, cols = a.cols;
+	const uint64_t base = (uint64_t)blockIdx.x * cols;
+	const float *x = (const float *)a.x + base;
+	float *out = (float *)a.out + base;
+	const uint8_t *w = (const uint8_t *)a.w;
+	float xv[NORM_J], wv[NORM_J];
+#pragma unroll
+	for (int j = 0; j < NORM_J; j++) {
+		const uint32_t i = t + THREADS * j;
+		if (i < cols) {
+			xv[j] = x[i];
+			wv[j] = DT != NORM_NONE ? wload<DT>(w, a.w_dtype, i) : 1.0f;
+			xs[i] = xv[j];
+		}
+	}
+	__shared__ float scale;
+	__syncthreads(); /* xs is whole; every read of x is done before any write in place */
+	if (t < 32) {
+		const uint32_t n32 = cols & ~31u;
+		float ss = 0.0f;
+		for (uint32_t i = lane; i < n32; i += 32)
+			ss = __fadd_rn(ss, __fmul_rn(xs[i], xs[i]));
+		ss = lane_tree(ss);
+		for (uint32_t i = n32; i < cols; i++)
+			ss = __fadd_rn(ss, __fmul_rn(xs[i], xs[i]));
+		if (lane == 0)
+			scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)cols), a.eps)));
+	}
+	__syncthreads();
+	const float s = scale;
+#pragma unroll
+	for (int j = 0; j < NORM_J; j++) {
+		const uint32_t i = t + THREADS * j;
+		if (i >= cols)
+			break; /* i grows with j; with q, cols % 32 == 0 keeps this warp-uniform */
+		float v = __fmul_rn(xv[j], s);
+		if (DT != NORM_NONE)
+			v = __fmul_rn(v, wv[j]);
+		out[i] = v;
+		if (a.q) { /* baton_mmvq_quant (mmvq.cu), operation for operation */
+			float m = fabsf(v);
+#pragma unroll
+			for (int off = 16; off > 0; off >>= 1)
+				m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+			const float d = __fdiv_rn(m, 127.0f);
+			const int q = m > 0.0f ? __float2int_rn(__fdiv_rn(v, d)) : 0;
+			((int8_t *)a.q)[base + i] = (int8_t)max(-127, min(127, q));
+			if (lane == 0)
+				((float *)a.d)[(base + i) / 32] = d;
+		}
+	}
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS)
+baton_ops_rmsnorm_row(baton_ops_rmsnorm_row_args a)
+{
+	__shared__ float xs[BATON_OPS_NORM_ROW_MAX];
+	if (blockIdx.x >= a.rows || a.cols > BATON_OPS_NORM_ROW_MAX)
+		return; /* the whole block */
+	const uint64_t wa = a.w;
+	if (!a.w)
+		norm_block<NORM_NONE>(a, xs);
+	else if (a.w_dtype == BATON_DT_F32 && wa % 4 == 0)
+		norm_block<BATON_DT_F32>(a, xs);
+	else if (a.w_dtype == BATON_DT_BF16 && wa % 2 == 0)
+		norm_block<BATON_DT_BF16>(a, xs);
+	else if (a.w_dtype == BATON_DT_F16 && wa % 2 == 0)
+		norm_block<BATON_DT_F16>(a, xs);
+	else
+		norm_block<-1>(a, xs); /* elem() at any address */
+}
+
 /* acc[t] += w * x[t][i] for the nt rows, a multiply then an add. */
 template <int N>
 __device__ __forceinline__ void acc_w(float (&acc)[N], float w, const float *x, uint64_t k,
@@ -207,8 +294,11 @@ __device__ __forceinline__ void mm_plain_vec(float (&acc)[N], const uint8_t *row
     uint32_t k, int nt, uint32_t lane, float *ws)
 {
 	/* one chunk at a time with 8 rows: the registers of 4 would cost
-	 * occupancy, and prefill is bound by the arithmetic, not the loads */
-	constexpr uint32_t E = DT == BATON_DT_F32 ? 4 : 8, CH = 32 * E, U = N == 1 ? 4 : 1;
+	 * occupancy, and prefill is bound by the arithmetic, not the loads.
+	 * One f32 row: 16 chunks, a 2,048-wide row in one round trip (the
+	 * MoE router's 128 rows are 128 warps, too few to hide 4 of them) */
+	constexpr uint32_t E = DT == BATON_DT_F32 ? 4 : 8, CH = 32 * E;
+	constexpr uint32_t U = N != 1 ? 1 : DT == BATON_DT_F32 ? 16 : 4;
 	if constexpr (U == 1) { /* as before this path had U: prefill's registers */
 		for (uint32_t c = 0; c < k; c += CH) {
 			const uint4 raw = __ldg((const uint4 *)(row + (uint64_t)c * (16 / E)) + lane);
@@ -460,6 +550,19 @@ __device__ __forceinline__ void matmul(const baton_ops_matmul_args &a)
 BATON_MATMULS(1)
 BATON_MATMULS(8)
 
+/* One head's rotation at position p, pairs i = t, t + stride, ... */
+__device__ __forceinline__ void rope_head(float *v, float p, const float *inv, uint32_t half,
+    float mscale, uint32_t t, uint32_t stride)
+{
+	for (uint32_t i = t; i < half; i += stride) {
+		const float ang = __fmul_rn(p, inv[i]);
+		const float c = __fmul_rn(cosf(ang), mscale), s = __fmul_rn(sinf(ang), mscale);
+		const float x1 = v[i], x2 = v[i + half];
+		v[i] = __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s));
+		v[i + half] = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s));
+	}
+}
+
 extern "C" __global__ void __launch_bounds__(256)
 baton_ops_rope(baton_ops_rope_args a)
 {
@@ -468,14 +571,41 @@ baton_ops_rope(baton_ops_rope_args a)
 		return;
 	float *v = (float *)a.x + ((uint64_t)blockIdx.x * a.n_heads + blockIdx.y) * a.head_dim;
 	const float p = (float)((const uint32_t *)a.pos)[blockIdx.x];
-	const float *inv = (const float *)a.inv_freq;
-	for (uint32_t i = threadIdx.x; i < half; i += blockDim.x) {
-		const float ang = __fmul_rn(p, inv[i]);
-		const float c = __fmul_rn(cosf(ang), a.mscale), s = __fmul_rn(sinf(ang), a.mscale);
-		const float x1 = v[i], x2 = v[i + half];
-		v[i] = __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s));
-		v[i + half] = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s));
-	}
+	rope_head(v, p, (const float *)a.inv_freq, half, a.mscale, threadIdx.x, blockDim.x);
+}
+
+/* rmsnorm then rope on one head row, by one warp: baton_ops_rmsnorm's
+ * warp (the same functions, so the same bits), then, once the warp's
+ * stores are visible to it (__syncwarp orders them), baton_ops_rope's. */
+extern "C" __global__ void __launch_bounds__(32)
+baton_ops_qk_norm_rope(baton_ops_qk_norm_rope_args a)
+{
+	const uint32_t r = blockIdx.x, h = blockIdx.y, lane = threadIdx.x, hd = a.head_dim;
+	if (h >= a.heads + a.kv_heads || hd < 2)
+		return; /* the whole warp */
+	const bool isk = h >= a.heads;
+	const uint32_t nh = isk ? a.kv_heads : a.heads, hh = isk ? h - a.heads : h;
+	float *v = (float *)(isk ? a.k : a.q) + ((uint64_t)r * nh + hh) * hd;
+	const uint8_t *w = (const uint8_t *)(isk ? a.wk : a.wq);
+	const uint64_t wa = isk ? a.wk : a.wq;
+	const uint32_t wdt = isk ? a.wk_dtype : a.wq_dtype;
+	float ss2[2];
+	warp_dot_f32_u<NORM_U>(v, NULL, v, hd, ss2);
+	const float s = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss2[0], (float)hd), a.eps)));
+	__syncwarp(); /* every lane has read the tail before any writes in place */
+	if (!w)
+		norm_row<NORM_NONE>(v, v, w, 0, hd, s, lane);
+	else if (wdt == BATON_DT_F32 && wa % 4 == 0)
+		norm_row<BATON_DT_F32>(v, v, w, 0, hd, s, lane);
+	else if (wdt == BATON_DT_BF16 && wa % 2 == 0)
+		norm_row<BATON_DT_BF16>(v, v, w, 0, hd, s, lane);
+	else if (wdt == BATON_DT_F16 && wa % 2 == 0)
+		norm_row<BATON_DT_F16>(v, v, w, 0, hd, s, lane);
+	else
+		norm_row<-1>(v, v, w, wdt, hd, s, lane);
+	__syncwarp(); /* the normed row, written by every lane, before the pairs are read */
+	const float p = (float)((const uint32_t *)a.pos)[r];
+	rope_head(v, p, (const float *)a.inv_freq, hd / 2, a.mscale, lane, 32);
 }
 
 /* Key j's row in the cache: through the block table, or row j. */

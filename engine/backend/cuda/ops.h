@@ -34,6 +34,26 @@ struct baton_ops_rmsnorm_args {
 	float eps;
 };
 
+/* baton_ops_qk_norm_rope: grid (rows, heads + kv_heads), block 32: a
+ * warp per head row (q's heads, then k's), baton_ops_rmsnorm's warp then
+ * baton_ops_rope's arithmetic, in place; pos and inv_freq device copies. */
+struct baton_ops_qk_norm_rope_args {
+	uint64_t q, k, wq, wk, pos, inv_freq;
+	uint32_t wq_dtype, wk_dtype, heads, kv_heads, head_dim;
+	float eps, mscale, pad;
+};
+
+/* baton_ops_rmsnorm_row: grid (rows), block 32 * WARPS, a block per row,
+ * cols <= BATON_OPS_NORM_ROW_MAX; the bits of baton_ops_rmsnorm. q != 0
+ * (cols % 32 == 0): the output also as mmvq.cu's int8 blocks, q[i] and
+ * the scale d[i / 32] of baton_mmvq_quant (mmvq.h), row after row. */
+#define BATON_OPS_NORM_ROW_MAX 4096
+struct baton_ops_rmsnorm_row_args {
+	uint64_t x, out, w, q, d;
+	uint32_t w_dtype, rows, cols;
+	float eps;
+};
+
 /* baton_ops_matmul_<N>_<kind>: grid (ceil(n_out / WARPS), ceil(rows / N)),
  * block 32 * WARPS; a warp per output row o, carrying N (1 or 8) rows of
  * x. Kinds: the weight dtype known at compile time (f32, f16 and bf16

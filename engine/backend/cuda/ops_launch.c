@@ -25,6 +25,12 @@ extern const unsigned char baton_engine_backend_cuda_ops_fatbin[];
 extern const size_t baton_engine_backend_cuda_ops_fatbin_len;
 
 #define OPS_THREADS (32 * BATON_OPS_WARPS)
+/* rmsnorm's rows from this wide (to BATON_OPS_NORM_ROW_MAX) take a block
+ * each: a warp alone waits on 8 round trips to memory for a 2,048-wide
+ * row's sum and 8 more for its output (a decode step's norms: 23 us a
+ * launch in the H200's profile); narrower rows (the per-head q/k norms)
+ * keep a warp each. */
+#define NORM_ROW_MIN 512
 /* Attention's per-chunk partial results are staged in device memory: at
  * most this many bytes at once (queries are launched in groups that fit). */
 #define SCORES_MAX (64ull << 20)
@@ -43,9 +49,11 @@ int cuda_ops_load(struct baton_dev *dev)
 	CU(dev, d->ModuleLoadData(&dev->ops_mod, baton_engine_backend_cuda_ops_fatbin),
 	    "cuModuleLoadData of the forward-pass kernels (sm_90 SASS, compute_90 PTX)");
 	static const char *const kinds[BATON_OPS_KINDS] = BATON_OPS_KIND_NAMES;
-	struct kfn k[9 + 2 * BATON_OPS_KINDS] = {
+	struct kfn k[11 + 2 * BATON_OPS_KINDS] = {
 		{ &dev->k_embed, "baton_ops_embed" },
 		{ &dev->k_rmsnorm, "baton_ops_rmsnorm" },
+		{ &dev->k_rmsnorm_row, "baton_ops_rmsnorm_row" },
+		{ &dev->k_qk_norm_rope, "baton_ops_qk_norm_rope" },
 		{ &dev->k_rope, "baton_ops_rope" },
 		{ &dev->k_attn_part, "baton_ops_attn_part" },
 		{ &dev->k_attn_comb, "baton_ops_attn_combine" },
@@ -54,7 +62,7 @@ int cuda_ops_load(struct baton_dev *dev)
 		{ &dev->k_add, "baton_ops_add" },
 		{ &dev->k_route, "baton_ops_route" },
 	};
-	size_t n = 9;
+	size_t n = 11;
 	for (int r = 0; r < 2; r++)
 		for (int i = 0; i < BATON_OPS_KINDS; i++, n++) {
 			k[n].f = &dev->k_matmul[r][i];
@@ -78,8 +86,10 @@ int cuda_ops_load(struct baton_dev *dev)
 	union {
 		struct baton_ops_embed_args e;
 		struct baton_ops_rmsnorm_args n;
+		struct baton_ops_rmsnorm_row_args nr;
 		struct baton_ops_matmul_args m;
 		struct baton_ops_rope_args r;
+		struct baton_ops_qk_norm_rope_args qr;
 		struct baton_ops_attention_args a;
 		struct baton_ops_kv_store_args kv;
 		struct baton_ops_swiglu_args s;
@@ -286,6 +296,23 @@ int cuda_op_rmsnorm(struct baton_dev *dev, baton_dptr x, baton_dptr out, uint32_
 		return rc;
 	if ((rc = cuda_cur(dev)))
 		return rc;
+	if (cols >= NORM_ROW_MIN && cols <= BATON_OPS_NORM_ROW_MAX) {
+		/* a block per row: the same bits, one round trip to memory */
+		struct baton_ops_rmsnorm_row_args a = {
+			.x = x, .out = out, .w = w, .w_dtype = w_dtype, .rows = rows, .cols = cols,
+			.eps = eps,
+		};
+		if (rows > 0x7fffffffu)
+			return refuse(dev, BATON_ERANGE, "rmsnorm", "too many rows");
+		/* one row: also as the int8 blocks of the quantized matmuls after it */
+		if ((rc = cuda_mmvq_norm_out(dev, rows, cols, &a.q, &a.d)) ||
+		    (rc = cuda_launch(dev, dev->k_rmsnorm_row, rows, 1, OPS_THREADS, &a,
+		         "cuLaunchKernel baton_ops_rmsnorm_row")))
+			return rc;
+		if (a.q)
+			cuda_mmvq_norm_done(dev, out, cols);
+		return 0;
+	}
 	struct baton_ops_rmsnorm_args a = {
 		.x = x, .out = out, .w = w, .w_dtype = w_dtype, .rows = rows, .cols = cols, .eps = eps,
 	};
@@ -353,8 +380,12 @@ int cuda_op_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint32
 	}
 	if (kind >= 1 && kind <= 3)
 		a.vec = w % 16 == 0 && rb % 16 == 0 && k % (kind == 1 ? 128 : 256) == 0;
-	return cuda_launch(dev, dev->k_matmul[!one][kind], gx, gy, OPS_THREADS, &a,
-	    "cuLaunchKernel baton_ops_matmul");
+	const uint64_t before = dev->n_launch;
+	if ((rc = cuda_launch(dev, dev->k_matmul[!one][kind], gx, gy, OPS_THREADS, &a,
+	         "cuLaunchKernel baton_ops_matmul")))
+		return rc;
+	cuda_mmvq_keep(dev, before, y, (uint64_t)rows * n_out * 4, 0, 0); /* writes y alone */
+	return 0;
 }
 
 int cuda_op_rope(struct baton_dev *dev, baton_dptr x, uint32_t rows, uint32_t n_heads,
@@ -378,6 +409,36 @@ int cuda_op_rope(struct baton_dev *dev, baton_dptr x, uint32_t rows, uint32_t n_
 	};
 	return cuda_launch(dev, dev->k_rope, rows, n_heads, half < 256 ? half : 256, &a,
 	    "cuLaunchKernel baton_ops_rope");
+}
+
+int cuda_op_qk_norm_rope(struct baton_dev *dev, const struct baton_qk_norm_rope *a)
+{
+	int rc;
+	uint64_t rb;
+	if (!a || !a->rows || !a->heads || !a->kv_heads || !a->head_dim || (a->head_dim & 1) ||
+	    !a->pos || !a->inv_freq || !(a->eps >= 0))
+		return refuse(dev, BATON_EINVAL, "qk_norm_rope",
+		    "zero sizes, an odd head_dim, no positions or frequencies, or eps < 0");
+	const uint64_t qn = (uint64_t)a->rows * a->heads * a->head_dim;
+	const uint64_t kn = (uint64_t)a->rows * a->kv_heads * a->head_dim;
+	if (!f32_buf(a->q, qn) || !f32_buf(a->k, kn) || overlap(a->q, qn, a->k, kn))
+		return refuse(dev, BATON_EINVAL, "qk_norm_rope", "a missing, misaligned or overlapping q or k");
+	if ((a->wq && (rc = weight_ok(dev, "qk_norm_rope", a->wq_dtype, a->head_dim, &rb))) ||
+	    (a->wk && (rc = weight_ok(dev, "qk_norm_rope", a->wk_dtype, a->head_dim, &rb))))
+		return rc;
+	if ((uint64_t)a->heads + a->kv_heads > 65535 || a->rows > 0x7fffffffu)
+		return refuse(dev, BATON_ERANGE, "qk_norm_rope", "more than 65535 heads or 2^31 rows");
+	CUdeviceptr dp, df;
+	if ((rc = cuda_cur(dev)) || (rc = stage_args(dev, a->pos, (uint64_t)a->rows * 4, a->inv_freq,
+	                                  (uint64_t)a->head_dim / 2 * 4, &dp, &df)))
+		return rc;
+	struct baton_ops_qk_norm_rope_args k = {
+		.q = a->q, .k = a->k, .wq = a->wq, .wk = a->wk, .pos = dp, .inv_freq = df,
+		.wq_dtype = a->wq_dtype, .wk_dtype = a->wk_dtype, .heads = a->heads,
+		.kv_heads = a->kv_heads, .head_dim = a->head_dim, .eps = a->eps, .mscale = a->mscale,
+	};
+	return cuda_launch(dev, dev->k_qk_norm_rope, a->rows, a->heads + a->kv_heads, 32, &k,
+	    "cuLaunchKernel baton_ops_qk_norm_rope");
 }
 
 int cuda_op_attention(struct baton_dev *dev, const struct baton_attn *a)
@@ -579,6 +640,10 @@ int cuda_op_route_dev(struct baton_dev *dev, baton_dptr logits, uint32_t rows,
 		.logits = logits, .ids = ids, .w = weights,
 		.rows = rows, .n_experts = n_experts, .top_k = top_k, .rule = (uint32_t)rule,
 	};
-	return cuda_launch_k(dev, dev->k_route, rows, 1, 1, 32, n_experts * 5, &a, sizeof a,
-	    "cuLaunchKernel baton_ops_route");
+	const uint64_t before = dev->n_launch;
+	if ((rc = cuda_launch_k(dev, dev->k_route, rows, 1, 1, 32, n_experts * 5, &a, sizeof a,
+	         "cuLaunchKernel baton_ops_route")))
+		return rc;
+	cuda_mmvq_keep(dev, before, ids, nk * 4, weights, nk * 4); /* writes ids and weights alone */
+	return 0;
 }

@@ -13,6 +13,8 @@
  *     and the dots keep host/host.h's order (ops.h), divisions and
  *     square roots are IEEE on both sides.
  *   - route: bit for bit (the same host code chooses, on copied logits).
+ *   - qk_norm_rope: bit for bit the rmsnorm and rope it fuses (this
+ *     backend's), within rope's 1e-6 of the host's.
  *   - rope, attention, swiglu, add: within 1e-6 of the magnitude (2e-6
  *     for attention), since the device's expf, sinf and cosf are not
  *     glibc's (CUDA's guide: 2 ulp at most, 1.2e-7 each); a wrong index or
@@ -20,7 +22,8 @@
  *   - matmul at batch 1 on q4_K / q6_K by default (mmvq.cu, the activation
  *     as int8 blocks): within 2e-5 of the host's on the activation
  *     quantized the same way, within 2e-2 of the host's on x, the same
- *     bits twice (t_matmul_fast).
+ *     bits twice (t_matmul_fast); after a one-row rmsnorm, whose kernel
+ *     quantizes its output itself, the bits of the separate quantization.
  * t_perf prints timings at Qwen3-30B-A3B's shapes (docs/internals/cuda-ops.md has an
  * H200's); it asserts nothing.
  */
@@ -265,6 +268,10 @@ static void t_matmul(void)
 			/* the other kernels: byte loads, typed loads without vectors */
 			matmul_case_at(dev, dt, 21, 512, 9, -1, 0, 1);
 			matmul_case_at(dev, dt, 21, 512, 1, -1, 0, dt == BATON_DT_F32 ? 4 : 2);
+			/* one row: the MoE router's shape (f32: all 16 chunks of a
+			 * round in flight), and a round and a part */
+			matmul_case(dev, dt, 128, 2048, 1, -1, 0);
+			matmul_case(dev, dt, 19, 2560, 1, BATON_DT_F32, 1);
 		} else {
 			matmul_case_at(dev, dt, 21, blk256(dt) ? 512 : 96, 9, -1, 0, 1);
 			/* blocks beyond one round of the kernel's loads (4 K-quant
@@ -389,6 +396,38 @@ static void t_matmul_fast(void)
 	close_to(got, want, n, 2e-5, "mmvq after x changed");
 	be->free(dev, dw), be->free(dev, dx), be->free(dev, dy), be->free(dev, dy2);
 	free(w), free(x), free(x2), free(xq), free(want), free(got);
+
+	/* a one-row 2,048-wide rmsnorm leaves its output quantized by its own
+	 * kernel for the matmul right after it: the bits of the matmul that
+	 * quantizes the same xn itself (after another launch), and within
+	 * 2e-5 of the host's on xn quantized as mmvq.cu does */
+	const uint32_t k2 = 2048, n2 = 96;
+	uint64_t wb2, nb;
+	uint8_t *w2 = weights(BATON_DT_Q6_K, n2, k2, &wb2), *nw = weights(BATON_DT_F32, 1, k2, &nb);
+	float *xr = rvec(k2), *xn = malloc(k2 * 4), *xnq = malloc(k2 * 4), *ya = malloc(n2 * 4);
+	float *yb = malloc(n2 * 4), *yw = calloc(n2, 4);
+	T_ASSERT(xn && xnq && ya && yb && yw);
+	for (uint32_t i = 0; i < k2; i++)
+		xr[i] *= 1.0f + (float)(i % 5);
+	baton_dptr dw2 = up(dev, w2, wb2), dnw = up(dev, nw, nb), dxr = up(dev, xr, k2 * 4);
+	baton_dptr dn = 0, dya = 0, dyb = 0, dsc = up(dev, xr, 64 * 4);
+	T_CU(dev, be->alloc(dev, k2 * 4, &dn));
+	T_CU(dev, be->alloc(dev, n2 * 4, &dya));
+	T_CU(dev, be->alloc(dev, n2 * 4, &dyb));
+	T_CU(dev, be->rmsnorm(dev, dxr, dn, 1, k2, dnw, BATON_DT_F32, 1e-6f));
+	T_CU(dev, be->matmul(dev, dw2, BATON_DT_Q6_K, n2, k2, 0, 0, dn, 1, dya, 0));
+	T_CU(dev, be->rmsnorm(dev, dsc, dsc, 1, 64, 0, 0, 1e-6f)); /* another launch, not on dn */
+	T_CU(dev, be->matmul(dev, dw2, BATON_DT_Q6_K, n2, k2, 0, 0, dn, 1, dyb, 0));
+	down(dev, xn, dn, k2 * 4);
+	down(dev, ya, dya, n2 * 4);
+	down(dev, yb, dyb, n2 * 4);
+	same_bits(ya, yb, n2, "mmvq on the norm's own quantization");
+	quant_q8(xn, xnq, k2);
+	T_OK(host_op_matmul(NULL, H(w2), BATON_DT_Q6_K, n2, k2, 0, 0, H(xnq), 1, H(yw), 0));
+	close_to(ya, yw, n2, 2e-5, "mmvq after a one-row rmsnorm");
+	be->free(dev, dw2), be->free(dev, dnw), be->free(dev, dxr), be->free(dev, dsc);
+	be->free(dev, dn), be->free(dev, dya), be->free(dev, dyb);
+	free(w2), free(nw), free(xr), free(xn), free(xnq), free(ya), free(yb), free(yw);
 	be->close(dev);
 }
 
@@ -412,32 +451,45 @@ static void t_embed_rmsnorm(void)
 		be->free(dev, dt_), be->free(dev, dout);
 		free(table), free(got), free(want);
 	}
-	/* rmsnorm: weights f32 / bf16 / none, cols with and without a tail,
-	 * out of place and in place (per-head norms are rows of head_dim) */
-	const uint32_t colss[] = { 64, 70, 2048 };
-	for (size_t c = 0; c < 3; c++)
-		for (int wk = 0; wk < 3; wk++)
+	/* rmsnorm: weights f32 / bf16 / none / f16 / bf16 at an odd address
+	 * (elem()), cols with and without a tail, out of place and in place
+	 * (per-head norms are rows of head_dim), 13 rows and 1 (decode); from
+	 * 512 to 4,096 cols a block per row (baton_ops_rmsnorm_row), the
+	 * same bits */
+	const uint32_t colss[] = { 64, 70, 2048, 1030, 4096, 4100, 512, 768 };
+	for (size_t c = 0; c < 8; c++)
+		for (int wk = 0; wk < 5; wk++)
 			for (int inplace = 0; inplace < 2; inplace++) {
-				const uint32_t R = 13, C = colss[c];
+				const uint32_t R = (c + wk + inplace) % 2 ? 1 : 13, C = colss[c];
 				float *x = rvec((size_t)R * C), *want = malloc((size_t)R * C * 4);
 				float *got = malloc((size_t)R * C * 4);
 				T_ASSERT(want && got);
 				for (size_t i = 0; i < (size_t)R * C; i++)
 					x[i] *= 3.0f;
 				uint64_t wb = 0;
-				const int wdt = wk == 0 ? BATON_DT_F32 : BATON_DT_BF16;
-				uint8_t *w = wk < 2 ? weights(wdt, 1, C, &wb) : NULL;
-				baton_dptr dx = up(dev, x, (uint64_t)R * C * 4), dw = w ? up(dev, w, wb) : 0;
+				const int wdt = wk == 0 ? BATON_DT_F32 : wk == 3 ? BATON_DT_F16 : BATON_DT_BF16;
+				uint8_t *w = wk != 2 ? weights(wdt, 1, C, &wb) : NULL;
+				baton_dptr dw0 = 0, dw = 0;
+				if (w) { /* wk 4: one byte past an aligned address */
+					T_CU(dev, be->alloc(dev, wb + 16, &dw0));
+					dw = dw0 + (wk == 4);
+					struct baton_copy wc = { dw, w, wb };
+					T_CU(dev, be->copy_h2d(dev, &wc, 1));
+				}
+				baton_dptr dx = up(dev, x, (uint64_t)R * C * 4);
 				baton_dptr dout = dx;
 				if (!inplace)
 					T_CU(dev, be->alloc(dev, (uint64_t)R * C * 4, &dout));
 				T_CU(dev, be->rmsnorm(dev, dx, dout, R, C, dw, (uint32_t)wdt, 1e-6f));
 				down(dev, got, dout, (uint64_t)R * C * 4);
 				T_OK(host_op_rmsnorm(NULL, H(x), H(want), R, C, H(w), (uint32_t)wdt, 1e-6f));
-				same_bits(got, want, (size_t)R * C, "rmsnorm");
+				char what[64];
+				snprintf(what, sizeof what, "rmsnorm %ux%u w%d%s", R, C, wk,
+				    inplace ? " in place" : "");
+				same_bits(got, want, (size_t)R * C, what);
 				be->free(dev, dx);
-				if (dw)
-					be->free(dev, dw);
+				if (dw0)
+					be->free(dev, dw0);
 				if (!inplace)
 					be->free(dev, dout);
 				free(x), free(want), free(got), free(w);
@@ -525,6 +577,80 @@ static void t_rope(void)
 		be->free(dev, dx);
 		free(x), free(got);
 	}
+	be->close(dev);
+}
+
+/* qk_norm_rope against rmsnorm then rope of the same backend, bit for
+ * bit (the same operations in one launch), and within rope's tolerance of
+ * the host's two ops: head_dim 128 and 64, f32, bf16 and no weights, k's
+ * weight at an odd address (byte loads), one row and several. */
+static void t_qk_norm_rope(void)
+{
+	struct baton_dev *dev = cuda_fixture_open();
+	const uint32_t pos[] = { 5, 0, 1000, 40000 };
+	const struct { uint32_t R, NH, KH, HD; int wdt; } cs[] = {
+		{ 1, 32, 4, 128, BATON_DT_F32 }, { 4, 6, 2, 64, BATON_DT_BF16 }, { 3, 4, 4, 128, -1 },
+	};
+	for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+		const uint32_t R = cs[c].R, NH = cs[c].NH, KH = cs[c].KH, HD = cs[c].HD;
+		const size_t qn = (size_t)R * NH * HD, kn = (size_t)R * KH * HD;
+		float inv[64];
+		for (uint32_t i = 0; i < HD / 2; i++)
+			inv[i] = (float)pow(1e6, -(double)(2 * i) / HD);
+		float *q = rvec(qn), *k = rvec(kn), *gq = malloc(qn * 4), *gk = malloc(kn * 4);
+		float *wq_ = malloc(qn * 4), *wk_ = malloc(kn * 4);
+		T_ASSERT(gq && gk && wq_ && wk_);
+		for (size_t i = 0; i < qn; i++)
+			q[i] *= 2.0f;
+		uint64_t wb = 0;
+		const int wdt = cs[c].wdt;
+		uint8_t *wq = wdt >= 0 ? weights(wdt, 1, HD, &wb) : NULL;
+		uint8_t *wk = wdt >= 0 ? weights(wdt, 1, HD, &wb) : NULL;
+		baton_dptr dwq = wq ? up(dev, wq, wb) : 0, dwk0 = 0, dwk = 0;
+		if (wk) {
+			T_CU(dev, be->alloc(dev, wb + 16, &dwk0));
+			dwk = dwk0 + (wdt == BATON_DT_BF16); /* elem() at an odd address */
+			struct baton_copy wc = { dwk, wk, wb };
+			T_CU(dev, be->copy_h2d(dev, &wc, 1));
+		}
+		baton_dptr dq = up(dev, q, qn * 4), dk = up(dev, k, kn * 4);
+		baton_dptr dq2 = up(dev, q, qn * 4), dk2 = up(dev, k, kn * 4);
+		const struct baton_qk_norm_rope a = { .q = dq, .k = dk, .wq = dwq, .wk = dwk,
+			.wq_dtype = (uint32_t)(wdt >= 0 ? wdt : 0), .wk_dtype = (uint32_t)(wdt >= 0 ? wdt : 0),
+			.rows = R, .heads = NH, .kv_heads = KH, .head_dim = HD, .eps = 1e-6f,
+			.mscale = c == 1 ? 0.7f : 1.0f, .pos = pos, .inv_freq = inv };
+		T_CU(dev, be->qk_norm_rope(dev, &a));
+		T_CU(dev, be->rmsnorm(dev, dq2, dq2, R * NH, HD, dwq, a.wq_dtype, 1e-6f));
+		T_CU(dev, be->rmsnorm(dev, dk2, dk2, R * KH, HD, dwk, a.wk_dtype, 1e-6f));
+		T_CU(dev, be->rope(dev, dq2, R, NH, HD, pos, inv, a.mscale));
+		T_CU(dev, be->rope(dev, dk2, R, KH, HD, pos, inv, a.mscale));
+		down(dev, gq, dq, qn * 4);
+		down(dev, gk, dk, kn * 4);
+		down(dev, wq_, dq2, qn * 4);
+		down(dev, wk_, dk2, kn * 4);
+		same_bits(gq, wq_, qn, "qk_norm_rope q");
+		same_bits(gk, wk_, kn, "qk_norm_rope k");
+		T_OK(host_op_rmsnorm(NULL, H(q), H(q), R * NH, HD, H(wq), a.wq_dtype, 1e-6f));
+		T_OK(host_op_rmsnorm(NULL, H(k), H(k), R * KH, HD, H(wk), a.wk_dtype, 1e-6f));
+		T_OK(host_op_rope(NULL, H(q), R, NH, HD, pos, inv, a.mscale));
+		T_OK(host_op_rope(NULL, H(k), R, KH, HD, pos, inv, a.mscale));
+		close_to(gq, q, qn, 1e-6, "qk_norm_rope q vs host");
+		close_to(gk, k, kn, 1e-6, "qk_norm_rope k vs host");
+		be->free(dev, dq), be->free(dev, dk), be->free(dev, dq2), be->free(dev, dk2);
+		if (dwq)
+			be->free(dev, dwq), be->free(dev, dwk0);
+		free(q), free(k), free(gq), free(gk), free(wq_), free(wk_), free(wq), free(wk);
+	}
+	/* refused, nothing written: an odd head_dim, q and k overlapping */
+	baton_dptr b = 0;
+	T_CU(dev, be->alloc(dev, 4096, &b));
+	struct baton_qk_norm_rope bad = { .q = b, .k = b + 2048, .rows = 1, .heads = 1,
+		.kv_heads = 1, .head_dim = 7, .eps = 1e-6f, .mscale = 1, .pos = pos, .inv_freq = (float[4]){ 1 } };
+	T_EQ_ERR(be->qk_norm_rope(dev, &bad), BATON_EINVAL);
+	bad.head_dim = 8;
+	bad.k = b + 16;
+	T_EQ_ERR(be->qk_norm_rope(dev, &bad), BATON_EINVAL);
+	be->free(dev, b);
 	be->close(dev);
 }
 
@@ -1038,5 +1164,5 @@ static void t_refusals(void)
 }
 
 T_MAIN(T_CASE(t_matmul), T_CASE(t_matmul_fast), T_CASE(t_embed_rmsnorm), T_CASE(t_route), T_CASE(t_rope),
-    T_CASE(t_attention), T_CASE(t_kv_store), T_CASE(t_swiglu_add), T_CASE(t_refusals),
+    T_CASE(t_qk_norm_rope), T_CASE(t_attention), T_CASE(t_kv_store), T_CASE(t_swiglu_add), T_CASE(t_refusals),
     T_CASE_TIMEOUT(t_tensor_cores, 120), T_CASE_TIMEOUT(t_perf, 120))
