@@ -524,6 +524,7 @@ void br_op_done(struct op *o);
 void br_reply_from_cmd(struct op *o, const struct baton_msg *rep);
 uint64_t br_want_bytes(const struct eng *e);
 uint64_t br_shrink_reserve_mib(struct broker *b, const struct eng *e, uint64_t bytes);
+bool br_grow_reserve_mib(struct broker *b, const struct eng *e, uint64_t granted, uint64_t *keep_mib);
 struct jobtag *br_tag_find(struct broker *b, uint64_t job);
 int br_command(struct broker *b, struct eng *e, enum proto_op cmd, uint64_t reserve_mib,
     const struct op *o, int victim, uint64_t bytes, const char *reason);
