@@ -454,6 +454,11 @@ void br_post(struct broker *b, struct item *it);
 /* The same, unless the decision thread has stopped: then BATON_ECLOSED
  * and the item stays the caller's (an item with a waiter). */
 int br_post_live(struct broker *b, struct item *it);
+/* A waiter on the caller's stack: ready (nothing replied), waited on
+ * until br_waiter_done, and undone (its reply's memory too). */
+void br_waiter_init(struct waiter *w);
+void br_waiter_wait(struct waiter *w);
+void br_waiter_fini(struct waiter *w);
 /* The reply in w->rb is complete: wakes the thread that waits for it. */
 void br_waiter_done(struct waiter *w);
 /* An error reply into the waiter, then br_waiter_done. */
