@@ -270,11 +270,7 @@ class Fleet:
                 self.proc.wait(30)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
-        src = os.path.join(self.dir, "broker.log")
-        if os.path.exists(src):
-            shutil.copy(src, os.path.join(self.out, "broker.log"))
-        with open(os.path.join(self.out, "summary.json"), "w") as f:
-            json.dump(self.summary, f, indent=1)
+        proof.keep(self.dir, self.out, ("broker.log",), self.summary)
         if not self.a.keep_files:
             shutil.rmtree(self.files, ignore_errors=True)
         shutil.rmtree(self.dir, ignore_errors=True)

@@ -699,12 +699,7 @@ class Proof:
 
     def cleanup(self):
         self.stop_all()
-        for log in ("broker.log", "eng.log", "holder.log"):
-            src = os.path.join(self.dir, log)
-            if os.path.exists(src):
-                shutil.copy(src, os.path.join(self.out, log))
-        with open(os.path.join(self.out, "summary.json"), "w") as f:
-            json.dump(self.summary, f, indent=1)
+        proof.keep(self.dir, self.out, ("broker.log", "eng.log", "holder.log"), self.summary)
         if not self.a.keep_arena and getattr(self, "arena", None):
             for f in (self.arena, self.arena + ".lock"):  # the lock baton-arena leaves beside it
                 try:

@@ -10,6 +10,7 @@ on sys.path), not a program of its own.
 import http.client
 import json
 import os
+import shutil
 import subprocess
 import time
 import traceback
@@ -108,6 +109,17 @@ def smi(query):
     if r.returncode != 0:
         fail("nvidia-smi --query-%s failed: %s" % (query, r.stderr.strip()))
     return [[x.strip() for x in line.split(",")] for line in r.stdout.strip().splitlines() if line.strip()]
+
+
+def keep(d, out, logs, summary):
+    """What a run leaves in OUT: the logs of d that were written, and
+    summary.json."""
+    for log in logs:
+        src = os.path.join(d, log)
+        if os.path.exists(src):
+            shutil.copy(src, os.path.join(out, log))
+    with open(os.path.join(out, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=1)
 
 
 def run(script, summary, body, cleanup):
