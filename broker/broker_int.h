@@ -327,6 +327,8 @@ struct jobtag {
 	char reason[160];
 	uint64_t bytes;         /* shrink: bytes asked */
 	int victim;             /* a reclaim or a handoff's `from` */
+	uint64_t mapped0;       /* what the engine mapped when the command went: events say
+	                         * what moved since (its own report may come first) */
 	uint64_t probed;        /* STATUS: the command it asks about */
 };
 

@@ -734,6 +734,9 @@ def t_partial_handoff_to_rigid_engine(c):
     ok(call(c.control, "handoff", **{"from": "b", "to": "a"}))
     c.want_holds({"a": CEIL, "b": 0})
     assert [e["bytes"] for e in c.events.all("grant", "a")][-1] == CAP_MIB * MIB, c.events.all("grant", "a")
+    wait_for("the handoff event", lambda: c.events.all("handoff", "a"))
+    ho = c.events.all("handoff", "a")[-1]
+    assert ho["bytes"] == CEIL, ho  # what it mapped, as every event says
     check_gen(c, a, 2)
 
 

@@ -206,6 +206,7 @@ int br_command(struct broker *b, struct eng *e, enum proto_op cmd, uint64_t rese
 	t->eng = br_eref_of(b, e);
 	t->victim = victim;
 	t->bytes = bytes;
+	t->mapped0 = e->mapped;
 	t->probed = 0;
 	snprintf(t->reason, sizeof t->reason, "%s", reason);
 	return 0;
