@@ -130,6 +130,11 @@ struct arena_plan {
 /* plan.c: appends a named entry (zeroed, name set); NULL when out of
  * memory or the name is longer than ARENA_MAX_NAME. */
 struct arena_named *arena_plan_add(struct arena_plan *p, uint32_t role, const char *name);
+/* plan.c: a model's tensor m as an entry of the source's dtype, found in
+ * the source at src; BATON_ENOMEM (said in errbuf) when it cannot be added. */
+struct arena_model_tensor;
+int arena_plan_add_tensor(struct arena_plan *p, const struct arena_model_tensor *m, uint32_t dtype, uint64_t src,
+    char *errbuf, size_t errlen);
 /* safetensors.c: the tokenizer files of the Hugging Face folder dir (all
  * but config.json; tokenizer.json required) as blobs, folded into *hsum. */
 int arena_plan_add_tokenizer(struct arena_plan *plan, const char *dir, uint64_t *hsum,

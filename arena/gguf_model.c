@@ -510,16 +510,8 @@ int arena_gguf_plan_model(const uint8_t *buf, const struct arena_gguf *g, struct
 			    (int)t->name_len, t->name, t->type);
 			goto out;
 		}
-		struct arena_named *n = arena_plan_add(plan, m->role, m->name);
-		if (!n) {
-			rc = arena_errf(errbuf, errlen, BATON_ENOMEM, "out of memory");
+		if ((rc = arena_plan_add_tensor(plan, m, t->type, i, errbuf, errlen)))
 			goto out;
-		}
-		n->layer = m->layer;
-		n->rows = m->rows;
-		n->cols = m->cols;
-		n->dtype = t->type;
-		n->src = i;
 		if (llama && perm != P_NONE) {
 			uint32_t heads = perm == P_Q ? c.heads : c.kv_heads;
 			if (m->rows % heads || (m->rows / heads) % 2) {
@@ -528,7 +520,7 @@ int arena_gguf_plan_model(const uint8_t *buf, const struct arena_gguf *g, struct
 				    m->name, m->rows, heads);
 				goto out;
 			}
-			n->aux = heads;
+			plan->named[plan->n_named - 1].aux = heads; /* the entry just added */
 		}
 	}
 	for (uint64_t i = 0; i < nt; i++)

@@ -1,7 +1,7 @@
 /*
  * kquant_test.c: the K-quant encoders (kquant.c) against ggml's own
  * quantize_row_q{4,5,6}_K_ref: the same inputs give the same bytes
- * (arena/testdata, made by kquant_gen.sh from ggml's code); bad input is
+ * (arena/testdata, made by quant_gen.sh from ggml's code); bad input is
  * refused and nothing is written.
  */
 #include <math.h>

@@ -29,6 +29,20 @@ struct arena_named *arena_plan_add(struct arena_plan *p, uint32_t role, const ch
 	return n;
 }
 
+int arena_plan_add_tensor(struct arena_plan *p, const struct arena_model_tensor *m, uint32_t dtype, uint64_t src,
+    char *errbuf, size_t errlen)
+{
+	struct arena_named *n = arena_plan_add(p, m->role, m->name);
+	if (!n)
+		return arena_errf(errbuf, errlen, BATON_ENOMEM, "out of memory");
+	n->layer = m->layer;
+	n->rows = m->rows;
+	n->cols = m->cols;
+	n->dtype = dtype;
+	n->src = src;
+	return 0;
+}
+
 int arena_plan_add_blob(struct arena_plan *p, const char *key, void *data, uint64_t len,
     char *errbuf, size_t errlen)
 {

@@ -11,7 +11,7 @@
  * expression ggml evaluates, in its order (no fused multiply-add: -std=c11
  * does not contract), so the bits are ggml's (engine/backend/host/
  * quant_test.c checks them against values made by ggml's own code,
- * arena/testdata/kquant_gen.sh).
+ * arena/testdata/quant_gen.sh).
  *
  * Layouts, little-endian ("d" an f16 scale, "m" an f16 offset):
  *   q4_0   (32, 18 bytes): d, qs[16]            x = (q - 8) * d, q a nibble

@@ -645,16 +645,10 @@ static int plan_model(struct st_src *s, const char *src, const char *dir, struct
 			    "are supported)", src, t->name, t->st_dtype);
 			goto out;
 		}
-		struct arena_named *n = arena_plan_add(plan, m->role, m->name);
-		if (!n) {
-			rc = arena_errf(errbuf, errlen, BATON_ENOMEM, "out of memory");
+		rc = arena_plan_add_tensor(plan, m, (uint32_t)t->dtype, (uint64_t)f->r.shard << 32 | f->r.tensor, errbuf,
+		    errlen);
+		if (rc)
 			goto out;
-		}
-		n->layer = m->layer;
-		n->rows = m->rows;
-		n->cols = m->cols;
-		n->dtype = (uint32_t)t->dtype;
-		n->src = (uint64_t)f->r.shard << 32 | f->r.tensor;
 	}
 	for (uint64_t i = 0; i < nt; i++)
 		if (!seen[i] && mt[i].required) {

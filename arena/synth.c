@@ -153,6 +153,7 @@ static void encode_q8_0(const int16_t *r, uint32_t n, float s, uint8_t *dst)
 	}
 }
 
+
 /*
  * One row of random, valid K-quant blocks (ggml's block_q4_K: f16 d, f16
  * dmin, 12 bytes of 6-bit scales and mins, 128 bytes of nibbles; block_q6_K:
@@ -183,6 +184,34 @@ static void gen_row_kquant(uint64_t rk, int dtype, uint32_t cols, float s, uint8
 	}
 }
 
+/* One row of cols random values into o in dtype: f32 as scale * r + bias,
+ * f16 and bf16 through tab, q8_0 and the K-quants encoded at scale (buf:
+ * cols floats of room). */
+static int gen_row(int dtype, uint64_t rk, uint8_t *o, uint32_t cols, float scale, float bias,
+    const uint16_t *tab, float *buf)
+{
+	switch (dtype) {
+	case BATON_DT_F32:
+		gen_row_f32(rk, buf, cols, scale, bias);
+		memcpy(o, buf, (size_t)cols * 4);
+		return 0;
+	case BATON_DT_F16:
+	case BATON_DT_BF16:
+		gen_row_tab(rk, o, cols, tab);
+		return 0;
+	case BATON_DT_Q8_0:
+		gen_row_i16(rk, (int16_t *)(void *)buf, cols);
+		encode_q8_0((const int16_t *)(void *)buf, cols, scale * 0x1.0p-15f, o);
+		return 0;
+	case BATON_DT_Q4_K:
+	case BATON_DT_Q6_K:
+		gen_row_kquant(rk, dtype, cols, scale, o);
+		return 0;
+	default:
+		return BATON_EUNSUPPORTED;
+	}
+}
+
 static int gen_tensor(const struct synth *sy, uint32_t layer, uint32_t expert, int t,
     const struct arena_file_part *part, uint8_t *dst, float *buf)
 {
@@ -191,38 +220,13 @@ static int gen_tensor(const struct synth *sy, uint32_t layer, uint32_t expert, i
 	float scale = t == T_DOWN ? sy->s_down : t == T_NORM ? 0.1f : sy->s_in;
 	float bias = t == T_NORM ? 1.0f : 0.0f;
 	const uint16_t *tab = t == T_DOWN ? sy->tab_down : sy->tab_in;
+	if (t >= T_ROUTER && part->dtype != BATON_DT_F32)
+		return BATON_EUNSUPPORTED; /* router and norm are f32 */
 	uint64_t rb = baton_dtype_row_bytes((int)part->dtype, part->cols);
-	for (uint32_t r = 0; r < part->rows; r++) {
-		uint64_t rk = mix64(tkey + r);
-		uint8_t *o = dst + (uint64_t)r * rb;
-		switch (part->dtype) {
-		case BATON_DT_F32:
-			gen_row_f32(rk, buf, part->cols, scale, bias);
-			memcpy(o, buf, (size_t)part->cols * 4);
-			break;
-		case BATON_DT_F16:
-		case BATON_DT_BF16:
-			if (t >= T_ROUTER)
-				return BATON_EUNSUPPORTED; /* router and norm are f32 */
-			gen_row_tab(rk, o, part->cols, tab);
-			break;
-		case BATON_DT_Q8_0:
-			if (t >= T_ROUTER)
-				return BATON_EUNSUPPORTED;
-			gen_row_i16(rk, (int16_t *)(void *)buf, part->cols);
-			encode_q8_0((const int16_t *)(void *)buf, part->cols, scale * 0x1.0p-15f, o);
-			break;
-		case BATON_DT_Q4_K:
-		case BATON_DT_Q6_K:
-			if (t >= T_ROUTER)
-				return BATON_EUNSUPPORTED;
-			gen_row_kquant(rk, (int)part->dtype, part->cols, scale, o);
-			break;
-		default:
-			return BATON_EUNSUPPORTED;
-		}
-	}
-	return 0;
+	int rc = 0;
+	for (uint32_t r = 0; r < part->rows && !rc; r++)
+		rc = gen_row((int)part->dtype, mix64(tkey + r), dst + (uint64_t)r * rb, part->cols, scale, bias, tab, buf);
+	return rc;
 }
 
 /* A dense tensor of a full synthetic model: keyed by its name, scaled by
@@ -242,30 +246,8 @@ static int gen_dense(const struct synth *sy, const struct arena_named *n,
 			return BATON_EUNSUPPORTED;
 	}
 	int rc = 0;
-	for (uint32_t r = 0; r < part->rows && !rc; r++) {
-		uint64_t rk = mix64(tkey + r);
-		uint8_t *o = dst + (uint64_t)r * rb;
-		switch (part->dtype) {
-		case BATON_DT_F32:
-			gen_row_f32(rk, buf, part->cols, scale, bias);
-			memcpy(o, buf, (size_t)part->cols * 4);
-			break;
-		case BATON_DT_F16:
-		case BATON_DT_BF16:
-			gen_row_tab(rk, o, part->cols, tab);
-			break;
-		case BATON_DT_Q8_0:
-			gen_row_i16(rk, (int16_t *)(void *)buf, part->cols);
-			encode_q8_0((const int16_t *)(void *)buf, part->cols, scale * 0x1.0p-15f, o);
-			break;
-		case BATON_DT_Q4_K:
-		case BATON_DT_Q6_K:
-			gen_row_kquant(rk, (int)part->dtype, part->cols, scale, o);
-			break;
-		default:
-			rc = BATON_EUNSUPPORTED;
-		}
-	}
+	for (uint32_t r = 0; r < part->rows && !rc; r++)
+		rc = gen_row((int)part->dtype, mix64(tkey + r), dst + (uint64_t)r * rb, part->cols, scale, bias, tab, buf);
 	free(tab);
 	return rc;
 }

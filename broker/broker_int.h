@@ -327,6 +327,8 @@ struct jobtag {
 	char reason[160];
 	uint64_t bytes;         /* shrink: bytes asked */
 	int victim;             /* a reclaim or a handoff's `from` */
+	uint64_t mapped0;       /* what the engine mapped when the command went: events say
+	                         * what moved since (its own report may come first) */
 	uint64_t probed;        /* STATUS: the command it asks about */
 };
 
@@ -454,6 +456,11 @@ void br_post(struct broker *b, struct item *it);
 /* The same, unless the decision thread has stopped: then BATON_ECLOSED
  * and the item stays the caller's (an item with a waiter). */
 int br_post_live(struct broker *b, struct item *it);
+/* A waiter on the caller's stack: ready (nothing replied), waited on
+ * until br_waiter_done, and undone (its reply's memory too). */
+void br_waiter_init(struct waiter *w);
+void br_waiter_wait(struct waiter *w);
+void br_waiter_fini(struct waiter *w);
 /* The reply in w->rb is complete: wakes the thread that waits for it. */
 void br_waiter_done(struct waiter *w);
 /* An error reply into the waiter, then br_waiter_done. */
@@ -524,6 +531,7 @@ void br_op_done(struct op *o);
 void br_reply_from_cmd(struct op *o, const struct baton_msg *rep);
 uint64_t br_want_bytes(const struct eng *e);
 uint64_t br_shrink_reserve_mib(struct broker *b, const struct eng *e, uint64_t bytes);
+bool br_grow_reserve_mib(struct broker *b, const struct eng *e, uint64_t granted, uint64_t *keep_mib);
 struct jobtag *br_tag_find(struct broker *b, uint64_t job);
 int br_command(struct broker *b, struct eng *e, enum proto_op cmd, uint64_t reserve_mib,
     const struct op *o, int victim, uint64_t bytes, const char *reason);

@@ -689,12 +689,102 @@ def t_engine_without_broker(c):
     c.want_holds({"a": CEIL})
 
 
+# ---- grants under a cap that holds less than one cache (9be903d, 19d3f02) ---------------
+#
+# total_mib 24 is under one whole cache (CEIL, 28 MiB): every grant is
+# partial. Each engine's device (256 MiB) has room to spare, so only the
+# broker's books can hold an engine to its grant.
+
+CAP_MIB = 24
+
+
+def t_partial_grant_grows_by_it(c):
+    """An elastic engine that holds part of its cache, granted less than
+    it lacks, grows by the grant at most (a VRAM reserve), so the caches
+    stay under total_mib (9be903d; before it, a plain refill made the
+    engine whole, 4 MiB past the cap)."""
+    c.broker('[gpu "*"]\ntotal_mib = %d\n' % CAP_MIB)
+    a = c.engine("a", "--vram-elastic", host_mib=256)
+    c.want_holds({"a": CAP_MIB * MIB})
+    # shrink it by 3 segments: keep what the device has free now and 12 MiB more
+    free = ok(call(a.url, "status"))["free"]
+    ok(call(c.control, "vram", name="a", reserve_mib=free // MIB + 12))
+    c.want_holds({"a": (CAP_MIB - 12) * MIB})
+    # it lacks 16 MiB; 12 are under the cap: it grows, never past them
+    # (the reserve is rounded up to a MiB: a segment of the grant may stay
+    # unused where the device's free bytes are not whole MiB)
+    ok(call(c.control, "refill", name="a"))
+    assert [e["bytes"] for e in c.events.all("grant", "a")][-1] == 12 * MIB, c.events.all("grant", "a")
+    held = wait_for("a grows", lambda: c.holds()["a"] > (CAP_MIB - 12) * MIB and c.holds()["a"])
+    assert held <= CAP_MIB * MIB and c.status()["gpus"][0]["held"] <= CAP_MIB * MIB, (held, c.status()["gpus"])
+    check_gen(c, a, 1)  # serves right from part of its cache
+    assert c.status()["gpus"][0]["held"] <= CAP_MIB * MIB, c.status()["gpus"]
+
+
+def t_partial_handoff_to_rigid_engine(c):
+    """The same handoff to an engine started without --vram-elastic: it
+    refuses the VRAM reserve, and the handoff falls back to a plain refill
+    (19d3f02; before it, the handoff failed with 'start the engine with
+    --vram-elastic'). The refill makes it whole, past the cap by what it
+    lacked beyond its grant (docs/reference/configuration.md)."""
+    c.broker('[gpu "*"]\ntotal_mib = %d\n' % CAP_MIB)
+    a = c.engine("a", host_mib=256)
+    b = c.engine("b", host_mib=256)
+    c.want_holds({"a": 0, "b": CAP_MIB * MIB})  # b, started last, holds the cap
+    ok(call(c.control, "handoff", **{"from": "b", "to": "a"}))
+    c.want_holds({"a": CEIL, "b": 0})
+    assert [e["bytes"] for e in c.events.all("grant", "a")][-1] == CAP_MIB * MIB, c.events.all("grant", "a")
+    wait_for("the handoff event", lambda: c.events.all("handoff", "a"))
+    ho = c.events.all("handoff", "a")[-1]
+    assert ho["bytes"] == CEIL, ho  # what it mapped, as every event says
+    check_gen(c, a, 2)
+
+
+def t_queued_ops_ask_what_is_lacking(c):
+    """A refill and the engine's own acquire queued together (the front
+    door's refill beside an engine's refill before a request): the one
+    served second asks for what the engine lacks then, nothing, not what it
+    lacked when asked (9be903d; before it, 10.9 MiB more were granted to an
+    engine already whole). Both orders: refill then acquire, acquire then
+    refill. a's long request holds both in the queue."""
+    ms = int(30000 * SLOW)  # a 400-step request is about 1 s here, 10 s under the sanitizers
+    c.broker("acquire_wait_ms = %d\n" % ms)
+    a = c.engine("a")
+    b = c.engine("b")
+    for first in ("refill", "acquire"):
+        check_gen(c, a, 1)
+        c.want_holds({"a": CEIL, "b": 0})
+        n0 = len(c.events.all("grant", "b"))
+        res = {}
+        ops = {"refill": lambda: res.update(refill=call(c.control, "refill", name="b", timeout_ms=ms)),
+               "acquire": lambda: res.update(acquire=gen(b, seed=2, timeout_ms=ms))}  # b asks itself
+        ta = threading.Thread(target=lambda: res.update(a=gen(a, seed=1, steps=400, batch=16, timeout_ms=ms)))
+        ta.start()
+        wait_for("a busy", lambda: ok(call(a.url, "status"))["requests"] >= 1 and c.eng("a")["idle_ms"] == 0,
+                 timeout=5)
+        threads = []
+        for k in (first, "acquire" if first == "refill" else "refill"):
+            t = threading.Thread(target=ops[k])
+            t.start()
+            threads.append(t)
+            time.sleep(0.2)  # in this order
+        assert ta.is_alive() and all(t.is_alive() for t in threads), res  # both wait behind a's request
+        for t in [ta] + threads:
+            t.join(ms / 1e3 + 10)
+        assert ok(res["refill"]) and ok(res["acquire"]) and ok(res["a"]), res
+        grants = [e["bytes"] for e in c.events.all("grant", "b")[n0:]]
+        assert sorted(grants) == [0, CEIL], (first, grants)
+        c.want_holds({"a": 0, "b": CEIL})
+        assert c.status()["gpus"][0]["held"] == CEIL, (first, c.status()["gpus"])
+
+
 CASES = [t_config_and_flags, t_two_engines_alternate, t_priority_and_idle_order, t_longest_idle,
          t_pinned_and_bounded_wait, t_pinned_leaves_part, t_headroom, t_total_mib, t_shrink_rather_than_release,
          t_event_bytes_are_device_memory, t_handoff_takes_only_what_b_lacks, t_handoff_partial, t_idle_release, t_sighup_reload,
          t_cli_and_handoff, t_engine_silent, t_engine_kill_during_refill, t_engine_kill_during_gen,
          t_engine_kill_during_handoff, t_broker_restart_under_load, t_stale_epoch,
-         t_engine_without_broker, t_acquire_resent, t_stress]
+         t_engine_without_broker, t_acquire_resent, t_partial_grant_grows_by_it,
+         t_partial_handoff_to_rigid_engine, t_queued_ops_ask_what_is_lacking, t_stress]
 
 
 def main():

@@ -65,6 +65,29 @@ void broker_emit(struct broker *b, const char *kind, const char *engine, const c
 		free(it);
 }
 
+void br_waiter_init(struct waiter *w)
+{
+	pthread_mutex_init(&w->mu, NULL);
+	pthread_cond_init(&w->cv, NULL);
+	memset(&w->rb, 0, sizeof w->rb);
+	w->done = 0;
+}
+
+void br_waiter_wait(struct waiter *w)
+{
+	pthread_mutex_lock(&w->mu);
+	while (!w->done)
+		pthread_cond_wait(&w->cv, &w->mu);
+	pthread_mutex_unlock(&w->mu);
+}
+
+void br_waiter_fini(struct waiter *w)
+{
+	rbuf_reset(&w->rb);
+	pthread_cond_destroy(&w->cv);
+	pthread_mutex_destroy(&w->mu);
+}
+
 void br_waiter_done(struct waiter *w)
 {
 	pthread_mutex_lock(&w->mu);
@@ -97,9 +120,7 @@ static void *receiver(void *arg)
 	struct proto_ctx *ctx = ((struct recv_arg *)arg)->ctx;
 	free(arg);
 	struct waiter w;
-	pthread_mutex_init(&w.mu, NULL);
-	pthread_cond_init(&w.cv, NULL);
-	memset(&w.rb, 0, sizeof w.rb);
+	br_waiter_init(&w);
 	while (!atomic_load(&b->stopping)) {
 		struct item *it = calloc(1, sizeof *it);
 		if (!it) {
@@ -124,10 +145,7 @@ static void *receiver(void *arg)
 		enum proto_op op = req->op;
 		uint64_t id = req->id;
 		br_post(b, it); /* the decision thread frees it (and the request) */
-		pthread_mutex_lock(&w.mu);
-		while (!w.done)
-			pthread_cond_wait(&w.cv, &w.mu);
-		pthread_mutex_unlock(&w.mu);
+		br_waiter_wait(&w);
 		if (!w.rb.m.reply)
 			proto_reply_error(&w.rb.m, op, id, BATON_EINTERNAL, "no reply was made");
 		rc = proto_ctx_reply(ctx, &w.rb.m);
@@ -135,9 +153,7 @@ static void *receiver(void *arg)
 			br_blog("reply to %s failed: %s", proto_op_name(op), baton_strerror(rc));
 		rbuf_reset(&w.rb);
 	}
-	rbuf_reset(&w.rb);
-	pthread_cond_destroy(&w.cv);
-	pthread_mutex_destroy(&w.mu);
+	br_waiter_fini(&w);
 	return NULL;
 }
 
@@ -147,10 +163,7 @@ void broker_call(struct broker *b, const struct baton_msg *req,
     void (*fn)(void *arg, const struct baton_msg *rep), void *arg)
 {
 	struct waiter w;
-	pthread_mutex_init(&w.mu, NULL);
-	pthread_cond_init(&w.cv, NULL);
-	memset(&w.rb, 0, sizeof w.rb);
-	w.done = 0;
+	br_waiter_init(&w);
 	struct item *it = calloc(1, sizeof *it);
 	bool posted = false;
 	if (it) {
@@ -165,10 +178,7 @@ void broker_call(struct broker *b, const struct baton_msg *req,
 		pthread_mutex_unlock(&b->mu);
 	}
 	if (posted) {
-		pthread_mutex_lock(&w.mu);
-		while (!w.done)
-			pthread_cond_wait(&w.cv, &w.mu);
-		pthread_mutex_unlock(&w.mu);
+		br_waiter_wait(&w);
 	} else {
 		int code = it ? BATON_ECLOSED : BATON_ENOMEM;
 		free(it);
@@ -178,9 +188,7 @@ void broker_call(struct broker *b, const struct baton_msg *req,
 	if (!w.rb.m.reply)
 		proto_reply_error(&w.rb.m, req->op, req->id, BATON_EINTERNAL, "no reply was made");
 	fn(arg, &w.rb.m);
-	rbuf_reset(&w.rb);
-	pthread_cond_destroy(&w.cv);
-	pthread_mutex_destroy(&w.mu);
+	br_waiter_fini(&w);
 }
 
 void br_inbox_close(struct broker *b)

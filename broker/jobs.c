@@ -216,17 +216,7 @@ bool br_lease_room_mib(struct broker *b, const struct eng *e, uint64_t granted, 
 	for (size_t i = 0; i < BROKER_MAX_ENGINES && !lease; i++)
 		lease = b->eng[i].st == ES_LIVE && b->eng[i].kind == EK_LEASE && b->eng[i].gpu == e->gpu &&
 		    b->eng[i].ls.granted_at > 0;
-	if (!lease)
-		return false;
-	uint64_t fr = 0, tot = 0;
-	struct gpu *g = &b->gpus[e->gpu];
-	if (!(g->nvml && broker_nvml_mem(g->uuid, &fr, &tot) == 0))
-		fr = e->dev_free; /* its own last word (heartbeats, replies) */
-	if (fr == 0)
-		return false;
-	uint64_t keep = fr > granted ? fr - granted : 0;
-	*keep_mib = (keep + BATON_MIB - 1) / BATON_MIB;
-	return true;
+	return lease && br_grow_reserve_mib(b, e, granted, keep_mib);
 }
 
 /* A background operation's waiter: nobody reads its replies. One per

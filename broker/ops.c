@@ -155,6 +155,23 @@ uint64_t br_shrink_reserve_mib(struct broker *b, const struct eng *e, uint64_t b
 	return (v.dev_free + bytes + BATON_MIB - 1) / BATON_MIB;
 }
 
+/* reserve_mib that makes `e` grow by `granted` alone: keep the device's
+ * free memory less the grant (NVML's figure, or e's own last word: heartbeats,
+ * replies). Rounded up: never past the grant. False when the device's free
+ * memory is not known. */
+bool br_grow_reserve_mib(struct broker *b, const struct eng *e, uint64_t granted, uint64_t *keep_mib)
+{
+	uint64_t fr = 0, tot = 0;
+	struct gpu *g = &b->gpus[e->gpu];
+	if (!(g->nvml && broker_nvml_mem(g->uuid, &fr, &tot) == 0))
+		fr = e->dev_free;
+	if (fr == 0)
+		return false;
+	uint64_t keep = fr > granted ? fr - granted : 0;
+	*keep_mib = (keep + BATON_MIB - 1) / BATON_MIB;
+	return true;
+}
+
 static struct jobtag *tag_new(struct broker *b)
 {
 	for (size_t i = 0; i < MAX_TAGS; i++)
@@ -189,6 +206,7 @@ int br_command(struct broker *b, struct eng *e, enum proto_op cmd, uint64_t rese
 	t->eng = br_eref_of(b, e);
 	t->victim = victim;
 	t->bytes = bytes;
+	t->mapped0 = e->mapped;
 	t->probed = 0;
 	snprintf(t->reason, sizeof t->reason, "%s", reason);
 	return 0;

@@ -69,15 +69,11 @@ void br_apply_config(struct broker *b, const struct broker_config *next, char *m
 int broker_reload(struct broker *b, const struct broker_config *next, char *msg, size_t n)
 {
 	struct waiter w;
-	pthread_mutex_init(&w.mu, NULL);
-	pthread_cond_init(&w.cv, NULL);
-	memset(&w.rb, 0, sizeof w.rb);
-	w.done = 0;
+	br_waiter_init(&w);
 	struct item *it = calloc(1, sizeof *it);
 	if (!it) {
 		snprintf(msg, n, "out of memory");
-		pthread_cond_destroy(&w.cv);
-		pthread_mutex_destroy(&w.mu);
+		br_waiter_fini(&w);
 		return BATON_ENOMEM;
 	}
 	it->kind = IT_RELOAD;
@@ -85,17 +81,13 @@ int broker_reload(struct broker *b, const struct broker_config *next, char *msg,
 	it->cfg = next;
 	int rc = br_post_live(b, it);
 	if (rc == 0) {
-		pthread_mutex_lock(&w.mu);
-		while (!w.done)
-			pthread_cond_wait(&w.cv, &w.mu);
-		pthread_mutex_unlock(&w.mu);
+		br_waiter_wait(&w);
 		snprintf(msg, n, "%s", w.rb.text);
 		rc = w.rb.m.err;
 	} else {
 		free(it);
 		snprintf(msg, n, "the broker is shutting down");
 	}
-	pthread_cond_destroy(&w.cv);
-	pthread_mutex_destroy(&w.mu);
+	br_waiter_fini(&w);
 	return rc;
 }

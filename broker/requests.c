@@ -178,17 +178,16 @@ static void on_heartbeat(struct broker *b, struct waiter *w, const struct baton_
 	e->last_seen = now;
 	e->busy = m->busy;
 	e->idle_since = now - (double)m->idle_ms / 1e3;
-	if (proto_has(m, PF_REQUESTS))
-		e->requests = m->requests;
+	e->requests = proto_u64_or(m, PF_REQUESTS, e->requests);
 	if (proto_has(m, PF_PREFIX_PROMPT)) {
 		e->prefix_prompt = m->prefix_prompt;
-		e->prefix_cached = proto_has(m, PF_PREFIX_CACHED) ? m->prefix_cached : 0;
-		e->prefix_evictions = proto_has(m, PF_PREFIX_EVICTIONS) ? m->prefix_evictions : 0;
-		e->kv_host_bytes = proto_has(m, PF_KV_HOST_BYTES) ? m->kv_host_bytes : 0;
+		e->prefix_cached = proto_u64_or(m, PF_PREFIX_CACHED, 0);
+		e->prefix_evictions = proto_u64_or(m, PF_PREFIX_EVICTIONS, 0);
+		e->kv_host_bytes = proto_u64_or(m, PF_KV_HOST_BYTES, 0);
 	}
 	if (proto_has(m, PF_KV_TOTAL)) {
 		e->kv_total = m->kv_total;
-		e->kv_used = proto_has(m, PF_KV_USED) ? m->kv_used : 0;
+		e->kv_used = proto_u64_or(m, PF_KV_USED, 0);
 	}
 	/* an Ollama request's keep_alive, sent until the engine ends */
 	e->has_req_keep_alive = proto_has(m, PF_KEEP_ALIVE_S);

@@ -45,7 +45,7 @@ void br_on_done(struct broker *b, struct item *it)
 	if (e && tag.cmd == PROTO_OP_PEER)
 		e->peer_grant = 0;
 	/* events say how much device memory moved (br_moved), never bytes copied */
-	uint64_t mapped_before = e ? e->mapped : 0, peer_before = e ? e->peer_mapped : 0;
+	uint64_t mapped_before = e ? tag.mapped0 : 0, peer_before = e ? e->peer_mapped : 0;
 	if (e && rc == 0) {
 		const struct baton_msg *r = &it->rep;
 		br_apply_state(b, e, r, true, r->epoch);

@@ -16,15 +16,7 @@ static bool partial_room_mib(struct broker *b, const struct eng *e, const struct
 	if (e->kind != EK_ENGINE || e->no_shrink || (o->kind != OP_REFILL && o->kind != OP_HANDOFF) ||
 	    o->granted >= br_want_bytes(e))
 		return false;
-	uint64_t fr = 0, tot = 0;
-	struct gpu *g = &b->gpus[e->gpu];
-	if (!(g->nvml && broker_nvml_mem(g->uuid, &fr, &tot) == 0))
-		fr = e->dev_free; /* its own last word (heartbeats, replies) */
-	if (fr == 0)
-		return false;
-	uint64_t keep = fr > o->granted ? fr - o->granted : 0;
-	*keep_mib = (keep + BATON_MIB - 1) / BATON_MIB; /* rounded up: never past the grant */
-	return true;
+	return br_grow_reserve_mib(b, e, o->granted, keep_mib);
 }
 
 void br_run_commands(struct broker *b, struct op *o, double now)

@@ -1127,6 +1127,24 @@ static void t_helpers(void)
 	proto_msg_free(&r);
 	proto_msg_free(NULL);
 
+	/* the number setters and getter go by the catalog: a field of
+	 * another type is refused and changes nothing */
+	proto_msg_init(&m, PROTO_OP_HEARTBEAT);
+	T_EQ_INT(proto_u64_or(&m, PF_KV_USED, 7), 7);
+	T_EQ_INT(proto_put_u64(&m, PF_KV_USED, 42), 0);
+	T_ASSERT(m.kv_used == 42 && proto_has(&m, PF_KV_USED));
+	T_EQ_INT(proto_u64_or(&m, PF_KV_USED, 7), 42);
+	T_EQ_INT(proto_put_f64(&m, PF_KEEP_ALIVE_S, -1.5), 0);
+	T_ASSERT(m.keep_alive_s == -1.5 && proto_has(&m, PF_KEEP_ALIVE_S));
+	struct baton_msg before = m;
+	T_EQ_INT(proto_put_u64(&m, PF_KEEP_ALIVE_S, 3), BATON_EINVAL);  /* F64 */
+	T_EQ_INT(proto_put_u64(&m, PF_NAME, 3), BATON_EINVAL);          /* STR */
+	T_EQ_INT(proto_put_f64(&m, PF_KV_USED, 3), BATON_EINVAL);       /* U64 */
+	T_EQ_INT(proto_put_u64(&m, PF_COUNT, 3), BATON_EINVAL);
+	T_ASSERT(memcmp(&m, &before, sizeof m) == 0);
+	T_EQ_INT(proto_u64_or(&m, PF_KEEP_ALIVE_S, 9), 9);
+	T_EQ_INT(proto_u64_or(&m, PF_COUNT, 9), 9);
+
 	/* UTF-8 checker corners */
 	T_ASSERT(proto__utf8_ok("", 0));
 	T_ASSERT(proto__utf8_ok("\xf4\x8f\xbf\xbf", 4));   /* U+10FFFF */

@@ -333,6 +333,40 @@ void proto_reply_error(struct baton_msg *rep, enum proto_op op, uint64_t id,
 	rep->msg = text;
 }
 
+/* The field's place in the message when it is a body field of type t. */
+static void *field_at(const struct baton_msg *m, enum proto_field f, enum proto__type t)
+{
+	if ((unsigned)f >= PF_COUNT || proto__fields[f].type != t)
+		return NULL;
+	return (char *)m + proto__fields[f].off;
+}
+
+int proto_put_u64(struct baton_msg *m, enum proto_field f, uint64_t v)
+{
+	uint64_t *at = field_at(m, f, PT_U64);
+	if (!at)
+		return BATON_EINVAL;
+	*at = v;
+	proto_set(m, f);
+	return 0;
+}
+
+int proto_put_f64(struct baton_msg *m, enum proto_field f, double v)
+{
+	double *at = field_at(m, f, PT_F64);
+	if (!at)
+		return BATON_EINVAL;
+	*at = v;
+	proto_set(m, f);
+	return 0;
+}
+
+uint64_t proto_u64_or(const struct baton_msg *m, enum proto_field f, uint64_t dflt)
+{
+	const uint64_t *at = field_at(m, f, PT_U64);
+	return at && proto_has(m, f) ? *at : dflt;
+}
+
 void proto_msg_free(struct baton_msg *m)
 {
 	if (!m)

@@ -428,6 +428,16 @@ static inline void proto_set(struct baton_msg *m, enum proto_field f)
 	if ((unsigned)f < PF_COUNT)
 		m->has[f / 64] |= UINT64_C(1) << (f % 64);
 }
+
+/* An optional number field's value and its presence bit, in one call, by
+ * the field catalog (PROTO_FIELDS): the senders' one way to fill a
+ * message's counts. BATON_EINVAL, and *m unchanged, when f is not a field
+ * of that type (U64 for proto_put_u64, F64 for proto_put_f64). */
+int proto_put_u64(struct baton_msg *m, enum proto_field f, uint64_t v);
+int proto_put_f64(struct baton_msg *m, enum proto_field f, double v);
+/* A U64 field's value when its presence bit is set, else dflt (also for
+ * a field that is not U64): the receivers' reading of an optional count. */
+uint64_t proto_u64_or(const struct baton_msg *m, enum proto_field f, uint64_t dflt);
 static inline void proto_unset(struct baton_msg *m, enum proto_field f)
 {
 	if ((unsigned)f < PF_COUNT)

@@ -83,7 +83,10 @@ static inline nng_duration proto__dur(int ms)
  * connection, not a missing object. */
 int proto__nng_err(int rv, bool dialing);
 
-void proto__psock_init(struct psock *ps);
+/* The wrapper initialised, then the socket opened by open_fn (nng_req0_open...)
+ * and marked open; an nng failure as a baton error. The caller's close
+ * path (proto__psock_fini) undoes it either way. */
+int proto__psock_open(struct psock *ps, int (*open_fn)(nng_socket *));
 /* Options, pipe hook, then listen or dial. On failure the caller closes
  * (proto__psock_fini). */
 int proto__psock_start(struct psock *ps, const char *url, const struct proto_opts *o,

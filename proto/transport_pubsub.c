@@ -33,12 +33,8 @@ int proto_pub_open(struct proto_pub **out, const char *url, const struct proto_o
 	*out = NULL;
 	if (!(pub = calloc(1, sizeof *pub)))
 		return BATON_ENOMEM;
-	proto__psock_init(&pub->ps);
-	if ((rv = nng_pub0_open(&pub->ps.s)) != 0) {
-		err = proto__nng_err(rv, false);
+	if ((err = proto__psock_open(&pub->ps, nng_pub0_open)))
 		goto fail;
-	}
-	pub->ps.open = true;
 	if ((rv = nng_socket_set_int(pub->ps.s, NNG_OPT_SENDBUF, EVENT_QUEUE)) != 0) {
 		err = proto__nng_err(rv, false);
 		goto fail;
@@ -94,16 +90,12 @@ int proto_sub_open(struct proto_sub **out, const char *url, const struct proto_o
 	*out = NULL;
 	if (!(sub = calloc(1, sizeof *sub)))
 		return BATON_ENOMEM;
-	proto__psock_init(&sub->ps);
+	if ((err = proto__psock_open(&sub->ps, nng_sub0_open)))
+		goto fail;
 	if ((rv = nng_aio_alloc(&sub->aio, NULL, NULL)) != 0) {
 		err = proto__nng_err(rv, false);
 		goto fail;
 	}
-	if ((rv = nng_sub0_open(&sub->ps.s)) != 0) {
-		err = proto__nng_err(rv, false);
-		goto fail;
-	}
-	sub->ps.open = true;
 	/* topic-less: the empty prefix matches every message */
 	if ((rv = nng_socket_set(sub->ps.s, NNG_OPT_SUB_SUBSCRIBE, "", 0)) != 0 ||
 	    (rv = nng_socket_set_int(sub->ps.s, NNG_OPT_RECVBUF, EVENT_QUEUE)) != 0) {

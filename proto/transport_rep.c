@@ -71,16 +71,12 @@ void proto_ctx_close(struct proto_ctx *c)
 int proto_server_open(struct proto_server **out, const char *url, const struct proto_opts *o)
 {
 	struct proto_server *srv;
-	int err, rv;
+	int err;
 	*out = NULL;
 	if (!(srv = calloc(1, sizeof *srv)))
 		return BATON_ENOMEM;
-	proto__psock_init(&srv->ps);
-	if ((rv = nng_rep0_open(&srv->ps.s)) != 0) {
-		err = proto__nng_err(rv, false);
+	if ((err = proto__psock_open(&srv->ps, nng_rep0_open)))
 		goto fail;
-	}
-	srv->ps.open = true;
 	if ((err = proto__psock_start(&srv->ps, url, o, true)))
 		goto fail;
 	if ((err = proto_ctx_open(srv, &srv->own)))

@@ -27,12 +27,8 @@ int proto_client_open(struct proto_client **out, const char *url, const struct p
 	*out = NULL;
 	if (!(cli = calloc(1, sizeof *cli)))
 		return BATON_ENOMEM;
-	proto__psock_init(&cli->ps);
-	if ((rv = nng_req0_open(&cli->ps.s)) != 0) {
-		err = proto__nng_err(rv, false);
+	if ((err = proto__psock_open(&cli->ps, nng_req0_open)))
 		goto fail;
-	}
-	cli->ps.open = true;
 	int resend = o && o->resend_ms ? o->resend_ms : DEFAULT_RESEND_MS;
 	if ((rv = nng_socket_set_ms(cli->ps.s, NNG_OPT_REQ_RESENDTIME, proto__dur(resend))) != 0) {
 		err = proto__nng_err(rv, false);

@@ -228,13 +228,23 @@ int proto__psock_start(struct psock *ps, const char *url, const struct proto_opt
 	return ps->url ? 0 : BATON_ENOMEM;
 }
 
-void proto__psock_init(struct psock *ps)
+static void psock_init(struct psock *ps)
 {
 	memset(ps, 0, sizeof *ps);
 	ps->close_timeout_ms = DEFAULT_CLOSE_TIMEOUT_MS;
 	pthread_mutex_init(&ps->mu, NULL);
 	pthread_cond_init(&ps->idle, NULL);
 	pthread_rwlock_init(&ps->gate, NULL);
+}
+
+int proto__psock_open(struct psock *ps, int (*open_fn)(nng_socket *))
+{
+	psock_init(ps);
+	int rv = open_fn(&ps->s);
+	if (rv != 0)
+		return proto__nng_err(rv, false);
+	ps->open = true;
+	return 0;
 }
 
 static _Atomic bool wedged;

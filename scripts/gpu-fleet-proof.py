@@ -40,25 +40,15 @@ import sys
 import tempfile
 import time
 
+from gpu_proof import T0, fail, step  # scripts/gpu_proof.py, beside this one
+import gpu_proof as proof
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 MIB = 1 << 20
 GIB = 1 << 30
-T0 = time.time()
 PROMPT = "In the beginning God created the heaven and the earth. And the"
 SLOT_BYTES = 3 * (2048 * 768 // 256 * 144)  # one expert's gate, up and down in q4_K
 EXPERTS = 128
-
-
-class ProofError(Exception):
-    pass
-
-
-def fail(msg):
-    raise ProofError(msg)
-
-
-def step(msg):
-    print("[%6.1f s] %s" % (time.time() - T0, msg), flush=True)
 
 
 class Fleet:
@@ -73,12 +63,6 @@ class Fleet:
         self.proc = None
         self.summary = {"backend": a.backend, "layers": a.layers, "requests": []}
         self.token = "fleet-proof-token"
-
-    def bin(self, name):
-        p = os.path.join(self.a.build, "bin", name)
-        if not os.access(p, os.X_OK):
-            fail("%s is missing (BUILD is %s)" % (p, self.a.build))
-        return p
 
     # -- the files
     def make_ggufs(self):
@@ -137,42 +121,26 @@ class Fleet:
             flags += " --host-device-mib %d" % (self.cap_mib * 2 + 2048)
         cfg = os.path.join(self.dir, "broker.ini")
         with open(cfg, "w") as f:
-            f.write("[broker]\ncontrol = ipc://%s/broker.sock\nevents = ipc://%s/events.sock\nhttp = 127.0.0.1:0\n"
-                    "http_token = %s\ndoor_keep_alive_s = forever\nidle_release_s = 0\nacquire_wait_ms = 120000\n"
-                    "command_timeout_ms = 120000\narena_dir = %s\nrun_dir = %s\n"
-                    "[gpu \"*\"]\ntotal_mib = %d\nreserve_mib = 0\n"
-                    % (self.dir, self.dir, self.token, self.files, self.dir, self.cap_mib))
+            f.write(proof.broker_ini(self.dir, self.token, self.cap_mib,
+                                     "arena_dir = %s\nrun_dir = %s\n" % (self.files, self.dir)))
             for name in ("fa", "fb"):
                 f.write("[model \"%s\"]\nsource = %s\nbackend = %s\ndevice = 0\nengine_flags = %s\n"
                         % (name, self.gguf[name], self.a.backend, flags))
         shutil.copy(cfg, os.path.join(self.out, "broker.ini"))
-        self.log = open(os.path.join(self.dir, "broker.log"), "a")
-        self.proc = subprocess.Popen([self.bin("baton-broker"), "--config", cfg], stdout=subprocess.PIPE,
-                                     stderr=self.log, env=self.env, text=True)
-        line = self.proc.stdout.readline().split()
-        if len(line) != 4 or line[0] != "ready":
-            fail("the broker did not start: %r: %s" % (line, self.tail()))
-        host, port = line[3].replace("http://", "").rsplit(":", 1)
-        self.door = (host, int(port))
+        self.proc, self.door = proof.start_broker(proof.program(self.a.build, "baton-broker"), cfg,
+                                                  os.path.join(self.dir, "broker.log"), self.env)
         ms = self.models()
         if sorted(ms) != ["fa", "fb"] or any(m["state"] != "stopped" for m in ms.values()):
             fail("/v1/models at start: %s" % json.dumps(ms)[:600])
         step("broker: ready at %s:%d; /v1/models: fa and fb stopped, no engine running" % self.door)
 
     def tail(self, n=3000):
-        try:
-            return open(os.path.join(self.dir, "broker.log")).read()[-n:]
-        except OSError:
-            return "(no log)"
+        return proof.tail(os.path.join(self.dir, "broker.log"), n)
 
     def get(self, path):
-        c = http.client.HTTPConnection(self.door[0], self.door[1], timeout=60)
-        c.request("GET", path, headers={"Authorization": "Bearer " + self.token})
-        r = c.getresponse()
-        body = r.read().decode()
-        c.close()
-        if r.status != 200:
-            fail("GET %s: %d %s" % (path, r.status, body[:300]))
+        status, body = proof.request(self.door, self.token, "GET", path, timeout=60)
+        if status != 200:
+            fail("GET %s: %d %s" % (path, status, body[:300]))
         return body
 
     def models(self):
@@ -264,70 +232,51 @@ class Fleet:
             fail("request %d: more than the cap is held: %s" % (n, holds))
         return rec
 
+    def proofs(self):
+        if self.cuda:
+            step("device: %s" % ", ".join(proof.smi("gpu=name,driver_version,memory.total")[0]))
+        self.make_ggufs()
+        self.plan()
+        self.start()
+        r1 = self.request(1, "fa", "cold (arena, engine, refill)")
+        if r1["parts_s"]["arena"] <= 0 or r1["parts_s"]["engine"] <= 0:
+            fail("request 1: the start's parts are missing from /metrics: %s" % r1["parts_s"])
+        r2 = self.request(2, "fb", "cold, and a switch from fa")
+        r3 = self.request(3, "fa", "a switch back (fa's engine runs)")
+        r4 = self.request(4, "fb", "a switch back (fb's engine runs)")
+        if r3["text"] != r1["text"] or r4["text"] != r2["text"]:
+            fail("greedy answers differ: fa %r then %r, fb %r then %r" % (r1["text"], r3["text"], r2["text"],
+                                                                          r4["text"]))
+        if r3["parts_s"]["start"] > 0 or r4["parts_s"]["start"] > 0:
+            fail("an engine was started again for a switch: %s %s" % (r3["parts_s"], r4["parts_s"]))
+        ms = self.models()
+        for name in ("fa", "fb"):
+            fl = ms[name].get("fleet", {})
+            if fl.get("starts") != 1 or fl.get("crashes") != 0:
+                fail("%s: starts %s, crashes %s (want 1 and 0)" % (name, fl.get("starts"), fl.get("crashes")))
+        m = self.metrics()
+        sw = m.get(("baton_door_switches_total", ""), 0)
+        self.summary["switches"] = sw
+        self.summary["total_s"] = time.time() - T0
+        step("answers: fa %r, fb %r (the same both times)" % (r1["text"], r2["text"]))
+        step("fleet proof PASSED in %.1f s (%d switches)%s" % (self.summary["total_s"], sw,
+                                                              " (over the 300 s budget)"
+                                                              if self.summary["total_s"] > 300 else ""))
+
+    def cleanup(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        proof.keep(self.dir, self.out, ("broker.log",), self.summary)
+        if not self.a.keep_files:
+            shutil.rmtree(self.files, ignore_errors=True)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
     def run(self):
-        try:
-            if self.cuda:
-                try:
-                    r = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
-                                        "--format=csv,noheader"], capture_output=True, text=True, timeout=30)
-                except (OSError, subprocess.TimeoutExpired) as e:
-                    fail("nvidia-smi: %s" % e)
-                if r.returncode != 0:
-                    fail("nvidia-smi failed: %s" % r.stderr.strip())
-                step("device: %s" % r.stdout.strip())
-            self.make_ggufs()
-            self.plan()
-            self.start()
-            r1 = self.request(1, "fa", "cold (arena, engine, refill)")
-            if r1["parts_s"]["arena"] <= 0 or r1["parts_s"]["engine"] <= 0:
-                fail("request 1: the start's parts are missing from /metrics: %s" % r1["parts_s"])
-            r2 = self.request(2, "fb", "cold, and a switch from fa")
-            r3 = self.request(3, "fa", "a switch back (fa's engine runs)")
-            r4 = self.request(4, "fb", "a switch back (fb's engine runs)")
-            if r3["text"] != r1["text"] or r4["text"] != r2["text"]:
-                fail("greedy answers differ: fa %r then %r, fb %r then %r" % (r1["text"], r3["text"], r2["text"],
-                                                                              r4["text"]))
-            if r3["parts_s"]["start"] > 0 or r4["parts_s"]["start"] > 0:
-                fail("an engine was started again for a switch: %s %s" % (r3["parts_s"], r4["parts_s"]))
-            ms = self.models()
-            for name in ("fa", "fb"):
-                fl = ms[name].get("fleet", {})
-                if fl.get("starts") != 1 or fl.get("crashes") != 0:
-                    fail("%s: starts %s, crashes %s (want 1 and 0)" % (name, fl.get("starts"), fl.get("crashes")))
-            m = self.metrics()
-            sw = m.get(("baton_door_switches_total", ""), 0)
-            self.summary["switches"] = sw
-            self.summary["total_s"] = time.time() - T0
-            step("answers: fa %r, fb %r (the same both times)" % (r1["text"], r2["text"]))
-            step("fleet proof PASSED in %.1f s (%d switches)%s" % (self.summary["total_s"], sw,
-                                                                  " (over the 300 s budget)"
-                                                                  if self.summary["total_s"] > 300 else ""))
-            return 0
-        except ProofError as e:
-            print("FAIL: %s" % e, flush=True)
-            self.summary["failed"] = str(e)
-            return 1
-        except Exception as e:  # noqa: BLE001 (a bug of this script: said as loudly)
-            import traceback
-            traceback.print_exc()
-            print("FAIL: %r (a bug of gpu-fleet-proof.py)" % e, flush=True)
-            self.summary["failed"] = repr(e)
-            return 1
-        finally:
-            if self.proc and self.proc.poll() is None:
-                self.proc.send_signal(signal.SIGTERM)
-                try:
-                    self.proc.wait(30)
-                except subprocess.TimeoutExpired:
-                    self.proc.kill()
-            src = os.path.join(self.dir, "broker.log")
-            if os.path.exists(src):
-                shutil.copy(src, os.path.join(self.out, "broker.log"))
-            with open(os.path.join(self.out, "summary.json"), "w") as f:
-                json.dump(self.summary, f, indent=1)
-            if not self.a.keep_files:
-                shutil.rmtree(self.files, ignore_errors=True)
-            shutil.rmtree(self.dir, ignore_errors=True)
+        return proof.run("gpu-fleet-proof.py", self.summary, self.proofs, self.cleanup)
 
 
 def main():

@@ -36,7 +36,6 @@ holder without torch (bytearrays); no nvidia-smi checks. Every step prints
 its time; the first failed check ends the run with "FAIL: why" and exit 1.
 """
 import argparse
-import http.client
 import json
 import os
 import shutil
@@ -47,42 +46,14 @@ import tempfile
 import threading
 import time
 
+from gpu_proof import T0, fail, step, wait_for  # scripts/gpu_proof.py, beside this one
+import gpu_proof as proof
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 MIB = 1 << 20
 GIB = 1 << 30
-T0 = time.time()
 PROMPT = "In the beginning God created the heaven and the earth. And the"
-
-
-class ProofError(Exception):
-    pass
-
-
-def fail(msg):
-    raise ProofError(msg)
-
-
-def step(msg):
-    print("[%6.1f s] %s" % (time.time() - T0, msg), flush=True)
-
-
-def wait_for(what, fn, timeout, every=0.1):
-    end = time.time() + timeout
-    last = None
-    while True:
-        try:
-            last = fn()
-        except (OSError, ValueError, KeyError) as e:
-            last = None
-            err = e
-        else:
-            err = None
-        if last:
-            return last
-        if time.time() > end:
-            fail("timed out after %.0f s waiting for %s%s" % (timeout, what, " (%r)" % err if err else ""))
-        time.sleep(every)
 
 
 # ---- the job and the holder: run as `THIS job ...` / `THIS holder ...` -----------------
@@ -276,10 +247,7 @@ class Proof:
         self.watch = None
 
     def bin(self, name):
-        p = os.path.join(self.a.build, "bin", name)
-        if not os.access(p, os.X_OK):
-            fail("%s is missing (build with make CUDA=1; BUILD is %s)" % (p, self.a.build))
-        return p
+        return proof.program(self.a.build, name)
 
     # -- processes
     def spawn(self, args, log, **kw):
@@ -314,30 +282,11 @@ class Proof:
         return self.engines().get(name)
 
     def http(self, method, path, body=None, timeout=300):
-        c = http.client.HTTPConnection(self.door[0], self.door[1], timeout=timeout)
-        hdr = {"Authorization": "Bearer " + self.token}
-        data = None
-        if body is not None:
-            data = json.dumps(body)
-            hdr["Content-Type"] = "application/json"
-        c.request(method, path, body=data, headers=hdr)
-        r = c.getresponse()
-        text = r.read().decode()
-        c.close()
-        return r.status, text
+        return proof.request(self.door, self.token, method, path, body, timeout)
 
     # -- device
     def smi(self, query):
-        if not self.cuda:
-            return None
-        try:
-            r = subprocess.run(["nvidia-smi", "--query-" + query, "--format=csv,noheader,nounits"],
-                               capture_output=True, text=True, timeout=30)
-        except (OSError, subprocess.TimeoutExpired) as e:
-            fail("nvidia-smi: %s" % e)
-        if r.returncode != 0:
-            fail("nvidia-smi --query-%s failed: %s" % (query, r.stderr.strip()))
-        return [[x.strip() for x in line.split(",")] for line in r.stdout.strip().splitlines() if line.strip()]
+        return proof.smi(query) if self.cuda else None
 
     def dev_used_mib(self):
         rows = self.smi("gpu=memory.used")
@@ -407,17 +356,10 @@ class Proof:
         self.token = "lend-proof-token"
         cfg = os.path.join(self.dir, "broker.ini")
         with open(cfg, "w") as f:
-            f.write("[broker]\ncontrol = %s\nevents = ipc://%s/events.sock\nhttp = 127.0.0.1:0\n"
-                    "http_token = %s\ndoor_keep_alive_s = forever\nidle_release_s = 0\n"
-                    "acquire_wait_ms = 120000\ncommand_timeout_ms = 120000\n"
-                    "[gpu \"*\"]\ntotal_mib = %d\nreserve_mib = 0\n"
-                    % (self.control, self.dir, self.token, self.cap_mib))
-        p = self.spawn([self.bin("baton-broker"), "--config", cfg], "broker.log", stdout=subprocess.PIPE, text=True)
-        line = p.stdout.readline().split()
-        if len(line) != 4 or line[0] != "ready":
-            fail("the broker did not start: %r (broker.log: %s)" % (line, self.tail("broker.log")))
-        host, port = line[3].replace("http://", "").rsplit(":", 1)
-        self.door = (host, int(port))
+            f.write(proof.broker_ini(self.dir, self.token, self.cap_mib))
+        p, self.door = proof.start_broker(self.bin("baton-broker"), cfg, os.path.join(self.dir, "broker.log"),
+                                          self.env)
+        self.procs.append(p)
         self.watch = subprocess.Popen([self.bin("baton"), "--events", "ipc://%s/events.sock" % self.dir, "--json",
                                        "watch"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                                       env=self.env)
@@ -741,46 +683,33 @@ class Proof:
                 return int(line.split()[1]) // 1024
         return None
 
+    def proofs(self):
+        if self.cuda:
+            rows = self.smi("gpu=name,driver_version,memory.total,memory.used")
+            step("device: %s" % ", ".join(rows[0]))
+        self.make_arena()
+        self.plan()
+        self.start_broker()
+        self.start_engine()
+        self.proof_lend()
+        self.proof_park()
+        self.summary["total_s"] = time.time() - T0
+        step("both proofs PASSED in %.1f s%s" % (self.summary["total_s"], " (over the 300 s budget)"
+                                                  if self.summary["total_s"] > 300 else ""))
+
+    def cleanup(self):
+        self.stop_all()
+        proof.keep(self.dir, self.out, ("broker.log", "eng.log", "holder.log"), self.summary)
+        if not self.a.keep_arena and getattr(self, "arena", None):
+            for f in (self.arena, self.arena + ".lock"):  # the lock baton-arena leaves beside it
+                try:
+                    os.unlink(f)
+                except OSError:
+                    pass
+        shutil.rmtree(self.dir, ignore_errors=True)
+
     def run(self):
-        try:
-            if self.cuda:
-                rows = self.smi("gpu=name,driver_version,memory.total,memory.used")
-                step("device: %s" % ", ".join(rows[0]))
-            self.make_arena()
-            self.plan()
-            self.start_broker()
-            self.start_engine()
-            self.proof_lend()
-            self.proof_park()
-            self.summary["total_s"] = time.time() - T0
-            step("both proofs PASSED in %.1f s%s" % (self.summary["total_s"], " (over the 300 s budget)"
-                                                      if self.summary["total_s"] > 300 else ""))
-            return 0
-        except ProofError as e:
-            print("FAIL: %s" % e, flush=True)
-            self.summary["failed"] = str(e)
-            return 1
-        except Exception as e:  # noqa: BLE001 (a bug of this script: said as loudly)
-            import traceback
-            traceback.print_exc()
-            print("FAIL: %r (a bug of gpu-lend-proof.py)" % e, flush=True)
-            self.summary["failed"] = repr(e)
-            return 1
-        finally:
-            self.stop_all()
-            for log in ("broker.log", "eng.log", "holder.log"):
-                src = os.path.join(self.dir, log)
-                if os.path.exists(src):
-                    shutil.copy(src, os.path.join(self.out, log))
-            with open(os.path.join(self.out, "summary.json"), "w") as f:
-                json.dump(self.summary, f, indent=1)
-            if not self.a.keep_arena and getattr(self, "arena", None):
-                for f in (self.arena, self.arena + ".lock"):  # the lock baton-arena leaves beside it
-                    try:
-                        os.unlink(f)
-                    except OSError:
-                        pass
-            shutil.rmtree(self.dir, ignore_errors=True)
+        return proof.run("gpu-lend-proof.py", self.summary, self.proofs, self.cleanup)
 
 
 def main():

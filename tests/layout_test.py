@@ -15,6 +15,9 @@ the tree (no program runs; the sanitizer pass skips it).
 - A program's main (<component>/main_<program>.c) may include the door of
   any component: it is linked with every library (baton-arena checks the
   tokenizer it imports with text/).
+- The page's table names every component, with its source and test files
+  counted as they are (exactly) and their lines within a tenth (they move
+  with every change; the files only when one is added, split or removed).
 """
 import os
 import re
@@ -89,8 +92,68 @@ def t_includes_follow_the_layout():
     assert not bad, "%d includes break the layout:\n  %s" % (len(bad), "\n  ".join(bad))
 
 
-CASES = [t_every_component_has_its_door, t_includes_follow_the_layout]
+TESTS = re.compile(r"(_test\.c|_fuzz\.c|_fixture\.h|_test\.py|_test\.sh)$")
+
+
+def counts(c):
+    """(source files, lines, test files, lines) of component c, as the page
+    counts them: sources are its C and CUDA files and headers, tests its
+    *_test.c, *_fuzz.c, *_fixture.h, *_test.py and *_test.sh."""
+    top = os.path.join(ROOT, c)
+    src, tst = [], []
+    for f in sorted(os.listdir(top)):
+        path = os.path.join(top, f)
+        if not os.path.isfile(path):
+            continue
+        if TESTS.search(f):
+            tst.append(path)
+        elif f.endswith((".c", ".h", ".cu", ".cuh")):
+            src.append(path)
+
+    def lines(paths):
+        return sum(open(x, "rb").read().count(b"\n") for x in paths)
+    return len(src), lines(src), len(tst), lines(tst)
+
+
+PAGE = os.path.join(ROOT, "docs", "internals", "layout.md")
+ROW = re.compile(r"^(\| `([a-z/]+)/` \|.*\| )([\d,]+), ([\d,]+) \| ([\d,]+), ([\d,]+) \|$", re.M)
+
+
+def write_counts():
+    """--write-counts: the table's counts made true (after a merge or a split)."""
+    page = open(PAGE).read()
+
+    def row(m):
+        if m.group(2) not in RANK:
+            return m.group(0)
+        return m.group(1) + "{:,}, {:,} | {:,}, {:,} |".format(*counts(m.group(2)))
+    with open(PAGE, "w") as f:
+        f.write(ROW.sub(row, page))
+
+
+def t_layout_page_counts():
+    """docs/internals/layout.md's table: a row per component, its counts true
+    (tests/layout_test.py --write-counts makes them so)."""
+    rows = {}
+    for m in ROW.finditer(open(PAGE).read()):
+        rows[m.group(2)] = tuple(int(m.group(k).replace(",", "")) for k in range(3, 7))
+    bad = []
+    for c in COMPS:
+        if c not in rows:
+            bad.append("%s: no row" % c)
+            continue
+        got, said = counts(c), rows[c]
+        if got[0] != said[0] or got[2] != said[2] or any(abs(got[k] - said[k]) > said[k] / 10 for k in (1, 3)):
+            bad.append("%s: %d files, %d lines; %d tests, %d lines (the page: %d, %d; %d, %d)" % (c, *got, *said))
+    assert not bad, bad
+    return "%d rows" % len(rows)
+
+
+CASES = [t_every_component_has_its_door, t_includes_follow_the_layout, t_layout_page_counts]
 
 if __name__ == "__main__":
     import harness as h  # noqa: E402
+    if sys.argv[1:] == ["--write-counts"]:
+        write_counts()
+        sys.exit(0)
     sys.exit(h.run_cases(CASES, sys.argv[1:], make=None))

@@ -1,7 +1,8 @@
 /*
  * kquant_fixture.h: reads arena/testdata/kquant_<type>.bin (written by
- * kquant_gen.c with ggml's own code; the layout is described there) for
- * arena/kquant_test.c and engine/backend/host/kquant_test.c. Header only, tests only.
+ * quant_gen.c with ggml's own code; the layout is described there) for
+ * arena/kquant_test.c and engine/backend/host/kquant_test.c, and
+ * quant_<type>.bin for engine/backend/host/quant_test.c. Header only, tests only.
  * Paths are relative to the repository root, where the tests run.
  */
 #ifndef BATON_KQUANT_FIXTURE_H
@@ -38,8 +39,8 @@ static inline void *kq_take(FILE *f, size_t n, const char *path)
 	return p;
 }
 
-/* arena/testdata/<prefix>_<name>.bin: kquant_gen.c's (prefix "kquant",
- * name q4_K, q5_K or q6_K) or quant_gen.c's (prefix "quant", whose
+/* arena/testdata/<prefix>_<name>.bin, quant_gen.c's: prefix "kquant"
+ * (name q4_K, q5_K or q6_K) or "quant" (the other block types, whose
  * "blocks" are runs of 256 elements). Fails the test when the file is
  * missing or malformed. */
 static inline void kq_fixture_load_from(struct kq_fixture *fx, const char *prefix,

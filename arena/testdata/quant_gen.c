@@ -1,14 +1,17 @@
 /*
- * quant_gen.c: writes arena/testdata/quant_<type>.bin, the reference
- * blocks and values engine/backend/host/quant_test.c checks Baton's
- * decoders of the other block types (arena/quant.c) against, with ggml's
- * own functions (dequantize_row_<type> and quantize_row_<type>_ref of
- * ggml/src/ggml-quants.c) for q4_0, q4_1, q5_0, q5_1, q2_K, q3_K, iq4_nl,
- * iq4_xs and mxfp4. Not part of the build: quant_gen.sh compiles it with a
- * ggml checkout you point it at. ggml's code is not committed.
+ * quant_gen.c: writes arena/testdata/kquant_<type>.bin and quant_<type>.bin,
+ * the reference blocks and values Baton's block codecs are checked
+ * against, with ggml's own functions (dequantize_row_<type> and
+ * quantize_row_<type>_ref of ggml/src/ggml-quants.c): the K-quants q4_K,
+ * q5_K and q6_K (kquant_: arena/kquant_test.c, quantisation, and
+ * engine/backend/host/kquant_test.c, dequantisation and dot products) and
+ * q4_0, q4_1, q5_0, q5_1, q2_K, q3_K, iq4_nl, iq4_xs and mxfp4 (quant_:
+ * engine/backend/host/quant_test.c, arena/quant.c's decoders). Not part of
+ * the build: quant_gen.sh compiles it with a ggml checkout you point it
+ * at. ggml's code is not committed.
  *
- * The layout is kquant_gen.c's (kquant_fixture.h reads both), with "block"
- * meaning 256 elements: for the types of 32-element blocks, eight of them.
+ * File layout (little-endian; kquant_fixture.h reads it), "block" meaning
+ * 256 elements: for the types of 32-element blocks, eight of them.
  *   char magic[8] "BKQFIX1\0"; u32 ggml type; u32 bytes per 256 elements;
  *   u32 n_dq;  n_dq random 256-element runs; n_dq * 256 f32: ggml's values;
  *   u32 n_q;   n_q * 256 f32 inputs; n_q runs: quantize_row_*_ref's;
@@ -85,6 +88,7 @@ static void fill_inputs(float *x, int blk)
 }
 
 struct kq {
+	const char *file; /* the file's prefix: kquant or quant */
 	const char *name;
 	int type;
 	size_t bytes;    /* of one ggml block */
@@ -102,17 +106,21 @@ int main(int argc, char **argv)
 	/* ggml's enum names are upper case (GGML_TYPE_Q4_0), the blocks' lower:
 	 * spelled out. */
 	const struct kq kinds[] = {
-		{ "q4_0", GGML_TYPE_Q4_0, sizeof(block_q4_0), 32, DQ(q4_0), Q(q4_0), 0, -1 },
-		{ "q4_1", GGML_TYPE_Q4_1, sizeof(block_q4_1), 32, DQ(q4_1), Q(q4_1), 0, 2 },
-		{ "q5_0", GGML_TYPE_Q5_0, sizeof(block_q5_0), 32, DQ(q5_0), Q(q5_0), 0, -1 },
-		{ "q5_1", GGML_TYPE_Q5_1, sizeof(block_q5_1), 32, DQ(q5_1), Q(q5_1), 0, 2 },
-		{ "q2_K", GGML_TYPE_Q2_K, sizeof(block_q2_K), 256, DQ(q2_K), Q(q2_K),
+		{ "kquant", "q4_K", GGML_TYPE_Q4_K, sizeof(block_q4_K), 256, DQ(q4_K), Q(q4_K), 0, 2 },
+		{ "kquant", "q5_K", GGML_TYPE_Q5_K, sizeof(block_q5_K), 256, DQ(q5_K), Q(q5_K), 0, 2 },
+		{ "kquant", "q6_K", GGML_TYPE_Q6_K, sizeof(block_q6_K), 256, DQ(q6_K), Q(q6_K),
+		  offsetof(block_q6_K, d), -1 },
+		{ "quant", "q4_0", GGML_TYPE_Q4_0, sizeof(block_q4_0), 32, DQ(q4_0), Q(q4_0), 0, -1 },
+		{ "quant", "q4_1", GGML_TYPE_Q4_1, sizeof(block_q4_1), 32, DQ(q4_1), Q(q4_1), 0, 2 },
+		{ "quant", "q5_0", GGML_TYPE_Q5_0, sizeof(block_q5_0), 32, DQ(q5_0), Q(q5_0), 0, -1 },
+		{ "quant", "q5_1", GGML_TYPE_Q5_1, sizeof(block_q5_1), 32, DQ(q5_1), Q(q5_1), 0, 2 },
+		{ "quant", "q2_K", GGML_TYPE_Q2_K, sizeof(block_q2_K), 256, DQ(q2_K), Q(q2_K),
 		  offsetof(block_q2_K, d), offsetof(block_q2_K, dmin) },
-		{ "q3_K", GGML_TYPE_Q3_K, sizeof(block_q3_K), 256, DQ(q3_K), Q(q3_K),
+		{ "quant", "q3_K", GGML_TYPE_Q3_K, sizeof(block_q3_K), 256, DQ(q3_K), Q(q3_K),
 		  offsetof(block_q3_K, d), -1 },
-		{ "iq4_nl", GGML_TYPE_IQ4_NL, sizeof(block_iq4_nl), 32, DQ(iq4_nl), Q(iq4_nl), 0, -1 },
-		{ "iq4_xs", GGML_TYPE_IQ4_XS, sizeof(block_iq4_xs), 256, DQ(iq4_xs), Q(iq4_xs), 0, -1 },
-		{ "mxfp4", GGML_TYPE_MXFP4, sizeof(block_mxfp4), 32, DQ(mxfp4), Q(mxfp4), -1, -1 },
+		{ "quant", "iq4_nl", GGML_TYPE_IQ4_NL, sizeof(block_iq4_nl), 32, DQ(iq4_nl), Q(iq4_nl), 0, -1 },
+		{ "quant", "iq4_xs", GGML_TYPE_IQ4_XS, sizeof(block_iq4_xs), 256, DQ(iq4_xs), Q(iq4_xs), 0, -1 },
+		{ "quant", "mxfp4", GGML_TYPE_MXFP4, sizeof(block_mxfp4), 32, DQ(mxfp4), Q(mxfp4), -1, -1 },
 	};
 	const uint32_t n_dq = 32, n_q = 32;
 	const char *dir = argc > 1 ? argv[1] : ".";
@@ -128,7 +136,7 @@ int main(int argc, char **argv)
 		uint32_t u;
 
 		rng = 0x5eed0000u + (uint64_t)t->type;
-		snprintf(path, sizeof path, "%s/quant_%s.bin", dir, t->name);
+		snprintf(path, sizeof path, "%s/%s_%s.bin", dir, t->file, t->name);
 		FILE *f = fopen(path, "wb");
 		if (!f || !blk || !y || !x) {
 			perror(path);

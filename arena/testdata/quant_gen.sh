@@ -1,9 +1,10 @@
 #!/bin/sh
-# quant_gen.sh GGML_DIR: remakes arena/testdata/quant_<type>.bin
-# (q4_0, q4_1, q5_0, q5_1, q2_K, q3_K, iq4_nl, iq4_xs, mxfp4) from ggml's
-# own code (not a port of it), so that engine/backend/host/quant_test.c
-# (dequantisation, dot products) checks Baton against an independent
-# reference.
+# quant_gen.sh GGML_DIR: remakes arena/testdata/kquant_<type>.bin (q4_K,
+# q5_K, q6_K) and quant_<type>.bin (q4_0, q4_1, q5_0, q5_1, q2_K, q3_K,
+# iq4_nl, iq4_xs, mxfp4) from ggml's own code (not a port of it), so that
+# arena/kquant_test.c (quantisation) and engine/backend/host/kquant_test.c
+# and quant_test.c (dequantisation, dot products) check Baton against an
+# independent reference.
 #
 # GGML_DIR is a checkout of https://github.com/ggml-org/ggml (the files were
 # made at commit d99724f2 with gcc 12.2, x86-64, no -march: ggml's scalar

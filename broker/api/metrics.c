@@ -137,6 +137,136 @@ struct metrics_ctx {
 #define BY_ENGINE(e) ((const char *[]){ "engine", (e), NULL })
 #define BY_ENGINE_GPU(e, g) ((const char *[]){ "engine", (e), "gpu", (g), NULL })
 
+/* The engine families of a status reply: a row each, in the order they
+ * are written. Which engines have a series (who), its labels (by) and its
+ * value (val: the field at off, or one worked out of the entry). */
+enum ewho { E_ALL, E_BATON, E_EXTERNAL, E_WITH_KV, E_WITH_PEER, E_NODE };
+enum eby { BY_E, BY_E_GPU, BY_E_PEER };
+enum eval { V_U64, V_BOOL, V_MS_AS_S, V_GBPS_AS_BPS, V_KIND, V_PARKED, V_STATE, V_KV_RATIO };
+
+#define EF(field) offsetof(struct proto_engine_info, field)
+
+static const struct efam {
+	const char *name, *type, *help;
+	enum ewho who;
+	enum eby by;
+	enum eval val;
+	size_t off;
+} efam[] = {
+	{ "baton_engine_kind", "gauge", "1 for what an entry is: engine (Baton's), lease (memory lent to a job), "
+	  "external (a program that is not Baton's).", E_ALL, BY_E, V_KIND, 0 },
+	{ "baton_external_parked", "gauge", "1 while an external engine is parked (its device memory checkpointed "
+	  "to host memory by the CUDA driver).", E_EXTERNAL, BY_E, V_PARKED, 0 },
+	{ "baton_engine_resident_bytes", "gauge", "Device memory an engine's expert cache maps.", E_ALL, BY_E_GPU,
+	  V_U64, EF(resident) },
+	{ "baton_engine_kv_bytes", "gauge", "Device memory an engine's KV pool holds (apart from its expert cache).",
+	  E_BATON, BY_E_GPU, V_U64, EF(kv) },
+	{ "baton_engine_requests_total", "counter", "GEN requests an engine answered since it started (from its "
+	  "heartbeats).", E_ALL, BY_E, V_U64, EF(requests) },
+	/* the prefix cache (issue 29), beside the engine's other counts */
+	{ "baton_engine_prefix_prompt_tokens_total", "counter", "Prompt tokens a text engine admitted (its "
+	  "heartbeats).", E_ALL, BY_E, V_U64, EF(prefix_prompt) },
+	{ "baton_engine_prefix_cached_tokens_total", "counter", "Of them, tokens taken from the prefix cache "
+	  "instead of read (hit rate: this over prompt tokens).", E_ALL, BY_E, V_U64, EF(prefix_cached) },
+	{ "baton_engine_prefix_evictions_total", "counter", "Cached KV blocks evicted for other positions (least "
+	  "recently used first).", E_ALL, BY_E, V_U64, EF(prefix_evictions) },
+	{ "baton_engine_kv_host_bytes", "gauge", "KV blocks an engine keeps in host memory while released "
+	  "(--kv-host-mib bounds them).", E_ALL, BY_E, V_U64, EF(kv_host_bytes) },
+	/* the KV pools, as the engines' heartbeats say: per engine, and the
+	 * whole broker as one model server (a gateway's KVCacheUtilization,
+	 * docs/guides/kubernetes.md) */
+	{ "baton_engine_kv_blocks_used", "gauge", "KV cache blocks an engine uses (from its heartbeats; engines "
+	  "with text generation).", E_WITH_KV, BY_E, V_U64, EF(kv_used) },
+	{ "baton_kv_cache_usage_ratio", "gauge", "KV cache blocks in use over all, 0 to 1, of every engine as their "
+	  "heartbeats say (vllm:kv_cache_usage_perc of the node).", E_NODE, BY_E, V_KV_RATIO, 0 },
+	{ "baton_engine_peer_bytes", "gauge", "Memory an engine's peer tier holds on another device (lent by the "
+	  "broker).", E_WITH_PEER, BY_E_PEER, V_U64, EF(peer) },
+	{ "baton_engine_ceiling_bytes", "gauge", "Device memory an engine's whole expert cache takes.", E_ALL,
+	  BY_E_GPU, V_U64, EF(ceiling) },
+	{ "baton_engine_state", "gauge", "1 for the state an engine is in, 0 for the others.", E_ALL, BY_E, V_STATE,
+	  0 },
+	{ "baton_engine_pinned", "gauge", "1 when an engine is pinned (never reclaimed).", E_ALL, BY_E, V_BOOL,
+	  EF(pinned) },
+	{ "baton_engine_idle_seconds", "gauge", "Seconds since an engine's last request ended (0 while busy; a dead "
+	  "engine's since it died or last served).", E_ALL, BY_E, V_MS_AS_S, EF(idle_ms) },
+	{ "baton_engine_last_refill_bytes_per_second", "gauge", "Bytes copied per second by an engine's last "
+	  "refill (0: none yet).", E_ALL, BY_E, V_GBPS_AS_BPS, EF(last_refill_gbps) },
+};
+
+static bool engine_has(const struct efam *r, const struct proto_engine_info *e)
+{
+	switch (r->who) {
+	case E_BATON:
+		return strcmp(broker_entry_kind(e), "engine") == 0;
+	case E_EXTERNAL:
+		return strcmp(broker_entry_kind(e), "external") == 0;
+	case E_WITH_KV:
+		return e->kv_total != 0;
+	case E_WITH_PEER:
+		return *e->peer_gpu != 0;
+	default:
+		return true;
+	}
+}
+
+/* One engine's series of a family. */
+static void engine_series(FILE *f, const struct efam *r, const struct proto_engine_info *e)
+{
+	const char *field = (const char *)e + r->off;
+	const char *const *by = r->by == BY_E_GPU ? BY_ENGINE_GPU(e->name, e->gpu) :
+	    r->by == BY_E_PEER ? BY_ENGINE_GPU(e->name, e->peer_gpu) : BY_ENGINE(e->name);
+	switch (r->val) {
+	case V_U64:
+		baton_prom_u64(f, r->name, by, *(const uint64_t *)field);
+		break;
+	case V_BOOL:
+		baton_prom_u64(f, r->name, by, *(const bool *)field);
+		break;
+	case V_MS_AS_S:
+		baton_prom_f(f, r->name, by, 3, (double)*(const uint64_t *)field / 1e3);
+		break;
+	case V_GBPS_AS_BPS:
+		baton_prom_f(f, r->name, by, 0, *(const double *)field * 1e9);
+		break;
+	case V_KIND:
+		baton_prom_u64(f, r->name, (const char *[]){ "engine", e->name, "kind", broker_entry_kind(e), NULL }, 1);
+		break;
+	case V_PARKED:
+		baton_prom_u64(f, r->name, by, strcmp(e->state, "parked") == 0);
+		break;
+	case V_STATE: {
+		int in = baton_state_parse(e->state);
+		for (int st = 1; st < BATON_STATE_N; st++)
+			baton_prom_u64(f, r->name, (const char *[]){ "engine", e->name, "state", baton_state_name(st),
+			    NULL }, in == st);
+		if (in == BATON_STATE_UNKNOWN) /* a newer engine's word: shown as it is */
+			baton_prom_u64(f, r->name, (const char *[]){ "engine", e->name, "state", e->state, NULL }, 1);
+		break;
+	}
+	case V_KV_RATIO:
+		break; /* the node's, in engine_family */
+	}
+}
+
+/* A family of the engines' table: its header, then a series an engine it
+ * has one for (or the node's one). */
+static void engine_family(FILE *f, const struct efam *r, const struct proto_engine_info *ev, uint32_t n)
+{
+	baton_prom_family(f, r->name, r->type, r->help);
+	if (r->who == E_NODE) {
+		uint64_t used = 0, total = 0;
+		for (uint32_t i = 0; i < n; i++) {
+			used += ev[i].kv_used;
+			total += ev[i].kv_total;
+		}
+		baton_prom_f(f, r->name, NULL, 4, total ? (double)used / (double)total : 0.0);
+		return;
+	}
+	for (uint32_t i = 0; i < n; i++)
+		if (engine_has(r, &ev[i]))
+			engine_series(f, r, &ev[i]);
+}
+
 static void on_metrics_reply(void *arg, const struct baton_msg *rep)
 {
 	struct metrics_ctx *c = arg;
@@ -168,91 +298,8 @@ static void on_metrics_reply(void *arg, const struct baton_msg *rep)
 		}
 	}
 	const struct proto_engine_info *ev = rep->engines.v;
-	baton_prom_family(f, "baton_engine_kind", "gauge",
-	    "1 for what an entry is: engine (Baton's), lease (memory lent to a job), external (a program that is not Baton's).");
-	for (uint32_t i = 0; i < rep->engines.n; i++)
-		baton_prom_u64(f, "baton_engine_kind", (const char *[]){ "engine", ev[i].name, "kind",
-		    broker_entry_kind(&ev[i]), NULL }, 1);
-	baton_prom_family(f, "baton_external_parked", "gauge",
-	    "1 while an external engine is parked (its device memory checkpointed to host memory by the CUDA driver).");
-	for (uint32_t i = 0; i < rep->engines.n; i++)
-		if (strcmp(broker_entry_kind(&ev[i]), "external") == 0)
-			baton_prom_u64(f, "baton_external_parked", BY_ENGINE(ev[i].name), strcmp(ev[i].state, "parked") == 0);
-	baton_prom_family(f, "baton_engine_resident_bytes", "gauge", "Device memory an engine's expert cache maps.");
-	for (uint32_t i = 0; i < rep->engines.n; i++)
-		baton_prom_u64(f, "baton_engine_resident_bytes", BY_ENGINE_GPU(ev[i].name, ev[i].gpu), ev[i].resident);
-	baton_prom_family(f, "baton_engine_kv_bytes", "gauge",
-	    "Device memory an engine's KV pool holds (apart from its expert cache).");
-	for (uint32_t i = 0; i < rep->engines.n; i++)
-		if (strcmp(broker_entry_kind(&ev[i]), "engine") == 0)
-			baton_prom_u64(f, "baton_engine_kv_bytes", BY_ENGINE_GPU(ev[i].name, ev[i].gpu), ev[i].kv);
-	baton_prom_family(f, "baton_engine_requests_total", "counter",
-	    "GEN requests an engine answered since it started (from its heartbeats).");
-	for (uint32_t i = 0; i < rep->engines.n; i++)
-		baton_prom_u64(f, "baton_engine_requests_total", BY_ENGINE(ev[i].name), ev[i].requests);
-	/* the prefix cache (issue 29), beside the engine's other counts */
-	baton_prom_family(f, "baton_engine_prefix_prompt_tokens_total", "counter",
-	    "Prompt tokens a text engine admitted (its heartbeats).");
-	for (uint32_t i = 0; i < rep->engines.n; i++)
-		baton_prom_u64(f, "baton_engine_prefix_prompt_tokens_total", BY_ENGINE(ev[i].name), ev[i].prefix_prompt);
-	baton_prom_family(f, "baton_engine_prefix_cached_tokens_total", "counter",
-	    "Of them, tokens taken from the prefix cache instead of read (hit rate: this over prompt tokens).");
-	for (uint32_t i = 0; i < rep->engines.n; i++)
-		baton_prom_u64(f, "baton_engine_prefix_cached_tokens_total", BY_ENGINE(ev[i].name), ev[i].prefix_cached);
-	baton_prom_family(f, "baton_engine_prefix_evictions_total", "counter",
-	    "Cached KV blocks evicted for other positions (least recently used first).");
-	for (uint32_t i = 0; i < rep->engines.n; i++)
-		baton_prom_u64(f, "baton_engine_prefix_evictions_total", BY_ENGINE(ev[i].name), ev[i].prefix_evictions);
-	baton_prom_family(f, "baton_engine_kv_host_bytes", "gauge",
-	    "KV blocks an engine keeps in host memory while released (--kv-host-mib bounds them).");
-	for (uint32_t i = 0; i < rep->engines.n; i++)
-		baton_prom_u64(f, "baton_engine_kv_host_bytes", BY_ENGINE(ev[i].name), ev[i].kv_host_bytes);
-	/* the KV pools, as the engines' heartbeats say: per engine, and the
-	 * whole broker as one model server (a gateway's KVCacheUtilization,
-	 * docs/guides/kubernetes.md) */
-	baton_prom_family(f, "baton_engine_kv_blocks_used", "gauge",
-	    "KV cache blocks an engine uses (from its heartbeats; engines with text generation).");
-	for (uint32_t i = 0; i < rep->engines.n; i++)
-		if (ev[i].kv_total)
-			baton_prom_u64(f, "baton_engine_kv_blocks_used", BY_ENGINE(ev[i].name), ev[i].kv_used);
-	uint64_t kv_used = 0, kv_total = 0;
-	for (uint32_t i = 0; i < rep->engines.n; i++) {
-		kv_used += ev[i].kv_used;
-		kv_total += ev[i].kv_total;
-	}
-	baton_prom_family(f, "baton_kv_cache_usage_ratio", "gauge", "KV cache blocks in use over all, 0 to 1, "
-	    "of every engine as their heartbeats say (vllm:kv_cache_usage_perc of the node).");
-	baton_prom_f(f, "baton_kv_cache_usage_ratio", NULL, 4, kv_total ? (double)kv_used / (double)kv_total : 0.0);
-	baton_prom_family(f, "baton_engine_peer_bytes", "gauge",
-	    "Memory an engine's peer tier holds on another device (lent by the broker).");
-	for (uint32_t i = 0; i < rep->engines.n; i++)
-		if (*ev[i].peer_gpu)
-			baton_prom_u64(f, "baton_engine_peer_bytes", BY_ENGINE_GPU(ev[i].name, ev[i].peer_gpu), ev[i].peer);
-	baton_prom_family(f, "baton_engine_ceiling_bytes", "gauge", "Device memory an engine's whole expert cache takes.");
-	for (uint32_t i = 0; i < rep->engines.n; i++)
-		baton_prom_u64(f, "baton_engine_ceiling_bytes", BY_ENGINE_GPU(ev[i].name, ev[i].gpu), ev[i].ceiling);
-	baton_prom_family(f, "baton_engine_state", "gauge", "1 for the state an engine is in, 0 for the others.");
-	for (uint32_t i = 0; i < rep->engines.n; i++) {
-		int in = baton_state_parse(ev[i].state);
-		for (int st = 1; st < BATON_STATE_N; st++)
-			baton_prom_u64(f, "baton_engine_state",
-			    (const char *[]){ "engine", ev[i].name, "state", baton_state_name(st), NULL }, in == st);
-		if (in == BATON_STATE_UNKNOWN) /* a newer engine's word: shown as it is */
-			baton_prom_u64(f, "baton_engine_state",
-			    (const char *[]){ "engine", ev[i].name, "state", ev[i].state, NULL }, 1);
-	}
-	baton_prom_family(f, "baton_engine_pinned", "gauge", "1 when an engine is pinned (never reclaimed).");
-	for (uint32_t i = 0; i < rep->engines.n; i++)
-		baton_prom_u64(f, "baton_engine_pinned", BY_ENGINE(ev[i].name), ev[i].pinned);
-	baton_prom_family(f, "baton_engine_idle_seconds", "gauge",
-	    "Seconds since an engine's last request ended (0 while busy; a dead engine's since it died or last served).");
-	for (uint32_t i = 0; i < rep->engines.n; i++)
-		baton_prom_f(f, "baton_engine_idle_seconds", BY_ENGINE(ev[i].name), 3, (double)ev[i].idle_ms / 1e3);
-	baton_prom_family(f, "baton_engine_last_refill_bytes_per_second", "gauge",
-	    "Bytes copied per second by an engine's last refill (0: none yet).");
-	for (uint32_t i = 0; i < rep->engines.n; i++)
-		baton_prom_f(f, "baton_engine_last_refill_bytes_per_second", BY_ENGINE(ev[i].name), 0,
-		    ev[i].last_refill_gbps * 1e9);
+	for (size_t k = 0; k < sizeof efam / sizeof efam[0]; k++)
+		engine_family(f, &efam[k], ev, rep->engines.n);
 	for (uint32_t i = 0; i < rep->engines.n; i++) {
 		int st = baton_state_parse(ev[i].state);
 		if (st == BATON_STATE_DEAD)
@@ -312,20 +359,26 @@ static void metrics_counters(struct broker_metrics *h, FILE *f, const struct met
 	    "Engines the broker knows, by liveness: live (answering), lost (silent, its process alive), dead.");
 	fprintf(f, "baton_engines{status=\"live\"} %u\nbaton_engines{status=\"lost\"} %u\n"
 	    "baton_engines{status=\"dead\"} %u\n", c->live, c->lost, c->dead);
-	baton_prom_family(f, "baton_handoffs_total", "counter", "Handoffs completed (scripted, and on demand after a reclaim).");
-	fprintf(f, "baton_handoffs_total %" PRIu64 "\n", h->handoffs);
-	baton_prom_family(f, "baton_errors_total", "counter", "Operations that ended in an error (deny events).");
-	fprintf(f, "baton_errors_total %" PRIu64 "\n", h->errors);
-	baton_prom_family(f, "baton_leases_total", "counter", "Leases granted (baton run, baton lease, POST /v1/leases).");
-	fprintf(f, "baton_leases_total %" PRIu64 "\n", h->leases);
-	baton_prom_family(f, "baton_lease_over_grant_total", "counter",
-	    "Times a job was seen holding more device memory than its lease granted (lease-over events).");
-	fprintf(f, "baton_lease_over_grant_total %" PRIu64 "\n", h->lease_over);
-	baton_prom_family(f, "baton_external_hook_failures_total", "counter",
-	    "Release or refill hooks (or parks) of external engines that failed, timed out or freed nothing.");
-	fprintf(f, "baton_external_hook_failures_total %" PRIu64 "\n", h->hook_failures);
-	baton_prom_family(f, "baton_events_total", "counter", "Events the broker published.");
-	fprintf(f, "baton_events_total %" PRIu64 "\n", h->events);
+	static const struct {
+		const char *name, *help;
+		size_t off;
+	} nm[] = {
+		{ "baton_handoffs_total", "Handoffs completed (scripted, and on demand after a reclaim).",
+		    offsetof(struct broker_metrics, handoffs) },
+		{ "baton_errors_total", "Operations that ended in an error (deny events).",
+		    offsetof(struct broker_metrics, errors) },
+		{ "baton_leases_total", "Leases granted (baton run, baton lease, POST /v1/leases).",
+		    offsetof(struct broker_metrics, leases) },
+		{ "baton_lease_over_grant_total", "Times a job was seen holding more device memory than its lease "
+		  "granted (lease-over events).", offsetof(struct broker_metrics, lease_over) },
+		{ "baton_external_hook_failures_total", "Release or refill hooks (or parks) of external engines that "
+		  "failed, timed out or freed nothing.", offsetof(struct broker_metrics, hook_failures) },
+		{ "baton_events_total", "Events the broker published.", offsetof(struct broker_metrics, events) },
+	};
+	for (size_t k = 0; k < sizeof nm / sizeof nm[0]; k++) {
+		baton_prom_family(f, nm[k].name, "counter", nm[k].help);
+		baton_prom_u64(f, nm[k].name, NULL, *(const uint64_t *)((const char *)h + nm[k].off));
+	}
 	double start = h->start_time;
 	pthread_mutex_unlock(&h->mu);
 	baton_prom_family(f, "baton_build_info", "gauge", "The broker's version; always 1.");

@@ -7,9 +7,11 @@
 #define BATON_BROKER_CLI_H
 
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "proto/base/base.h"
 
@@ -30,6 +32,19 @@ static inline int cli_exit_code(int err)
 	case BATON_EINVAL: return EXIT_USAGE;
 	default: return EXIT_FAILED;
 	}
+}
+
+/* A usage error: "baton: WHY" and where to read more, then EXIT_USAGE. */
+static inline void cli_die_usage(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+static inline void cli_die_usage(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	fputs("baton: ", stderr);
+	vfprintf(stderr, fmt, ap);
+	fputs("\n(see baton --help)\n", stderr);
+	va_end(ap);
+	exit(EXIT_USAGE);
 }
 
 /* Bytes as people read them: "512 B", "1.50 MiB", "28.0 MiB", "140 GiB". */

@@ -21,7 +21,6 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -127,23 +126,11 @@ enum {
 
 static struct opts opt = { .timeout_ms = 60000, .count = -1, .interval_ms = 1000 };
 
-static void die_usage(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
-static void die_usage(const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	fputs("baton: ", stderr);
-	vfprintf(stderr, fmt, ap);
-	fputs("\n(see baton --help)\n", stderr);
-	va_end(ap);
-	exit(EXIT_USAGE);
-}
-
 static uint64_t parse_u64(const char *flag, const char *v, uint64_t max)
 {
 	uint64_t x;
 	if (baton_parse_u64(v, 0, max, &x))
-		die_usage("%s wants a whole number up to %" PRIu64 ", not '%s'", flag, max, v);
+		cli_die_usage("%s wants a whole number up to %" PRIu64 ", not '%s'", flag, max, v);
 	return x;
 }
 
@@ -166,7 +153,7 @@ static int parse_duration_ms(const char *flag, const char *v, double bare_ms)
 	else
 		end = (char *)v;
 	if (errno || end == v || !(x > 0) || x * mult > 86400e3)
-		die_usage("%s wants a duration like 500ms, 30s or 2m, not '%s'", flag, v);
+		cli_die_usage("%s wants a duration like 500ms, 30s or 2m, not '%s'", flag, v);
 	int ms = (int)(x * mult + 0.5);
 	return ms > 0 ? ms : 1;
 }
@@ -178,7 +165,7 @@ static void parse_args(int argc, char **argv)
 		const char *a = argv[i];
 		if (only_pos || a[0] != '-' || a[1] == 0) {
 			if (opt.npos == (int)(sizeof opt.pos / sizeof opt.pos[0]))
-				die_usage("too many arguments ('%s')", a);
+				cli_die_usage("too many arguments ('%s')", a);
 			opt.pos[opt.npos++] = a;
 			continue;
 		}
@@ -200,7 +187,7 @@ static void parse_args(int argc, char **argv)
 		const char *eq = strchr(a, '=');
 		if (eq && a[1] == '-') {
 			if ((size_t)(eq - a) >= sizeof name)
-				die_usage("unknown flag '%s'", a);
+				cli_die_usage("unknown flag '%s'", a);
 			memcpy(name, a, (size_t)(eq - a));
 			name[eq - a] = 0;
 			val = eq + 1;
@@ -211,7 +198,7 @@ static void parse_args(int argc, char **argv)
 		    strcmp(name, "--full") == 0 || strcmp(name, "--every") == 0 || strcmp(name, "--all") == 0 ||
 		    strcmp(name, "--once") == 0) {
 			if (val)
-				die_usage("%s takes no value", name);
+				cli_die_usage("%s takes no value", name);
 			if (strcmp(name, "--json") == 0)
 				opt.json = true;
 			else if (strcmp(name, "--full") == 0)
@@ -232,10 +219,10 @@ static void parse_args(int argc, char **argv)
 		for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
 			known |= strcmp(name, with_value[k]) == 0;
 		if (!known)
-			die_usage("unknown flag '%s'", name);
+			cli_die_usage("unknown flag '%s'", name);
 		if (!val) {
 			if (i + 1 >= argc)
-				die_usage("%s wants a value", name);
+				cli_die_usage("%s wants a value", name);
 			val = argv[++i];
 		}
 		if (strcmp(name, "--broker") == 0) {
@@ -247,7 +234,7 @@ static void parse_args(int argc, char **argv)
 		} else if (strcmp(name, "--interval") == 0) {
 			opt.interval_ms = parse_duration_ms(name, val, 1000), opt.given |= F_TOP;
 			if (opt.interval_ms < 100)
-				die_usage("--interval '%s': at least 100ms (a bare number is seconds: --interval 2)", val);
+				cli_die_usage("--interval '%s': at least 100ms (a bare number is seconds: --interval 2)", val);
 		} else if (strcmp(name, "--count") == 0) {
 			opt.count = (long)parse_u64(name, val, 1000000000), opt.given |= F_COUNT;
 		} else if (strcmp(name, "--reserve-mib") == 0) {
@@ -275,13 +262,13 @@ static void allow_only(const char *cmd, unsigned allowed)
 	};
 	for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
 		if ((opt.given & names[i].bit) && !(allowed & names[i].bit))
-			die_usage("%s does not take %s", cmd, names[i].flag);
+			cli_die_usage("%s does not take %s", cmd, names[i].flag);
 }
 
 static void want_args(const char *cmd, int n, const char *what)
 {
 	if (opt.npos - 1 != n)
-		die_usage("%s wants %s", cmd, what);
+		cli_die_usage("%s wants %s", cmd, what);
 }
 
 /* ---- formatting --------------------------------------------------------------------- */
@@ -1026,10 +1013,10 @@ static void check_url(const char *what, const char *url)
 	if (!url)
 		return;
 	if (strncmp(url, "http://", 7) == 0 || strncmp(url, "https://", 8) == 0)
-		die_usage("%s '%s': baton speaks to the broker's nng socket (ipc://PATH or tcp://HOST:PORT); "
+		cli_die_usage("%s '%s': baton speaks to the broker's nng socket (ipc://PATH or tcp://HOST:PORT); "
 		    "the HTTP API is for curl and browsers", what, url);
 	if (!strstr(url, "://"))
-		die_usage("%s '%s': want ipc://PATH or tcp://HOST:PORT", what, url);
+		cli_die_usage("%s '%s': want ipc://PATH or tcp://HOST:PORT", what, url);
 }
 
 int main(int argc, char **argv)
@@ -1073,7 +1060,7 @@ int main(int argc, char **argv)
 		}
 	}
 	if (opt.npos == 0)
-		die_usage("no command given");
+		cli_die_usage("no command given");
 	const char *cmd = opt.pos[0];
 	const char *const *a = opt.pos + 1;
 	if (strcmp(cmd, "status") == 0 || strcmp(cmd, "gpus") == 0 || strcmp(cmd, "engines") == 0) {
@@ -1115,7 +1102,7 @@ int main(int argc, char **argv)
 		}
 		want_args(cmd, 1, "an engine's name and --reserve-mib N or --full");
 		if (opt.has_reserve == opt.full)
-			die_usage("vram wants one of --reserve-mib N or --full");
+			cli_die_usage("vram wants one of --reserve-mib N or --full");
 		return cmd_engine_op(PROTO_OP_VRAM, a[0]);
 	}
 	if (strcmp(cmd, "handoff") == 0) {
@@ -1143,5 +1130,5 @@ int main(int argc, char **argv)
 		free(url);
 		return rc;
 	}
-	die_usage("unknown command '%s'", cmd);
+	cli_die_usage("unknown command '%s'", cmd);
 }

@@ -12,7 +12,6 @@
  */
 #include <errno.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,18 +44,6 @@ struct ropts {
 	char **cmd;           /* run: after -- */
 };
 
-static void usage(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
-static void usage(const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	fputs("baton: ", stderr);
-	vfprintf(stderr, fmt, ap);
-	fputs("\n(see baton --help)\n", stderr);
-	va_end(ap);
-	exit(EXIT_USAGE);
-}
-
 static double parse_secs(const char *flag, const char *v)
 {
 	char *end;
@@ -72,7 +59,7 @@ static double parse_secs(const char *flag, const char *v)
 	else if (*end && strcmp(end, "s") != 0)
 		end = NULL;
 	if (!end || end == v || errno || !(x >= 0) || x * mult > 30 * 86400.0)
-		usage("%s wants a duration (30, 30s, 500ms, 5m, 2h), not '%s'", flag, v);
+		cli_die_usage("%s wants a duration (30, 30s, 500ms, 5m, 2h), not '%s'", flag, v);
 	return x * mult;
 }
 
@@ -86,7 +73,7 @@ static void parse(int argc, char **argv, struct ropts *o, bool external_add)
 		}
 		if (a[0] != '-' || !a[1]) {
 			if (o->npos == 4)
-				usage("too many arguments ('%s')", a);
+				cli_die_usage("too many arguments ('%s')", a);
 			o->pos[o->npos++] = a;
 			continue;
 		}
@@ -111,7 +98,7 @@ static void parse(int argc, char **argv, struct ropts *o, bool external_add)
 		} else {
 			snprintf(name, sizeof name, "%s", a);
 			if (i + 1 >= argc)
-				usage("%s wants a value", a);
+				cli_die_usage("%s wants a value", a);
 			val = argv[++i];
 		}
 		uint64_t u;
@@ -124,7 +111,7 @@ static void parse(int argc, char **argv, struct ropts *o, bool external_add)
 			o->timeout_ms = (int)(parse_secs(name, val) * 1e3);
 		} else if (strcmp(name, "--mib") == 0) {
 			if (baton_parse_u64(val, 1, PROTO_RESERVE_MIB_MAX, &u))
-				usage("--mib wants MiB (a whole number above 0), not '%s'", val);
+				cli_die_usage("--mib wants MiB (a whole number above 0), not '%s'", val);
 			o->mib = u, o->has_mib = true;
 			if (external_add)
 				json_object_set_new(o->ext, "mib", json_integer((json_int_t)u));
@@ -136,7 +123,7 @@ static void parse(int argc, char **argv, struct ropts *o, bool external_add)
 			o->name = val;
 		} else if (strcmp(name, "--priority") == 0) {
 			if (baton_parse_i64(val, INT32_MIN, INT32_MAX, &s))
-				usage("--priority wants a whole number, not '%s'", val);
+				cli_die_usage("--priority wants a whole number, not '%s'", val);
 			o->priority = (int32_t)s, o->has_priority = true;
 			if (external_add)
 				json_object_set_new(o->ext, "priority", json_integer(s));
@@ -145,10 +132,10 @@ static void parse(int argc, char **argv, struct ropts *o, bool external_add)
 		} else if (strcmp(name, "--wait") == 0 && !external_add) {
 			o->wait_s = parse_secs(name, val), o->has_wait = true;
 			if (o->wait_s > 3600)
-				usage("--wait: at most 1h");
+				cli_die_usage("--wait: at most 1h");
 		} else if (strcmp(name, "--pid") == 0) {
 			if (baton_parse_u64(val, 1, 4194304, &u))
-				usage("--pid wants a process id, not '%s'", val);
+				cli_die_usage("--pid wants a process id, not '%s'", val);
 			o->pid = (int)u;
 			if (external_add)
 				json_object_set_new(o->ext, "pid", json_integer((json_int_t)u));
@@ -163,7 +150,7 @@ static void parse(int argc, char **argv, struct ropts *o, bool external_add)
 			else
 				json_object_set_new(o->ext, key, json_string(val));
 		} else {
-			usage("unknown flag '%s'", name);
+			cli_die_usage("unknown flag '%s'", name);
 		}
 	}
 }
@@ -265,11 +252,11 @@ static void forward(int sig)
 static int cmd_run(struct ropts *o)
 {
 	if (!o->cmd || !o->cmd[0])
-		usage("run wants a command after --: baton run --mib N -- COMMAND...");
+		cli_die_usage("run wants a command after --: baton run --mib N -- COMMAND...");
 	if (!o->has_mib)
-		usage("run wants --mib N: the memory the job needs");
+		cli_die_usage("run wants --mib N: the memory the job needs");
 	if (o->npos > 1)
-		usage("run: the command goes after --");
+		cli_die_usage("run: the command goes after --");
 	/* what the job is, for status: its command line */
 	size_t l = 0;
 	for (char **p = o->cmd; *p && l + 2 < sizeof what_buf; p++)
@@ -370,25 +357,25 @@ static int cmd_lease(struct ropts *o)
 	struct baton_msg req, rep;
 	if (strcmp(a, "acquire") == 0) {
 		if (!o->has_mib)
-			usage("lease acquire wants --mib N");
+			cli_die_usage("lease acquire wants --mib N");
 		if (o->npos != 1)
-			usage("lease acquire takes flags only (--name NAME)");
+			cli_die_usage("lease acquire takes flags only (--name NAME)");
 		if (!o->has_ttl && o->pid <= 0)
-			usage("lease acquire wants --ttl T (renew within it) or --pid P (ends when P exits): "
+			cli_die_usage("lease acquire wants --ttl T (renew within it) or --pid P (ends when P exits): "
 			    "this command exits at once, so it cannot be the lease's holder");
 		lease_req(&req, o, "acquire", o->pid, o->name ? NULL : "lease");
 		call(o, "lease acquire", &req, &rep);
 		print_lease(o, &rep, "lease");
 	} else if (strcmp(a, "renew") == 0 || strcmp(a, "release") == 0) {
 		if (o->npos != 2)
-			usage("lease %s wants the lease's name", a);
+			cli_die_usage("lease %s wants the lease's name", a);
 		if (o->has_mib || o->gpu || o->has_priority || o->pid)
-			usage("lease %s takes only --ttl", a);
+			cli_die_usage("lease %s takes only --ttl", a);
 		lease_req(&req, o, a, 0, NULL);
 		call(o, a[2] == 'n' ? "lease renew" : "lease release", &req, &rep);
 		print_lease(o, &rep, a[2] == 'n' ? "renewed" : "released");
 	} else {
-		usage("lease wants acquire, renew or release");
+		cli_die_usage("lease wants acquire, renew or release");
 	}
 	proto_msg_free(&rep);
 	return EXIT_DONE;
@@ -404,13 +391,13 @@ static int cmd_external(struct ropts *o, const char *verb)
 	if (strcmp(verb, "external") == 0) {
 		action = o->npos >= 1 ? o->pos[0] : "";
 		if (strcmp(action, "add") && strcmp(action, "remove") && strcmp(action, "report"))
-			usage("external wants add, remove or report");
+			cli_die_usage("external wants add, remove or report");
 		if (o->npos != 2)
-			usage("external %s wants the engine's name", action);
+			cli_die_usage("external %s wants the engine's name", action);
 		name = o->pos[1];
 	} else {
 		if (o->npos != 1)
-			usage("%s wants an external engine's name", verb);
+			cli_die_usage("%s wants an external engine's name", verb);
 		name = o->pos[0];
 	}
 	req.level = action;
@@ -423,7 +410,7 @@ static int cmd_external(struct ropts *o, const char *verb)
 		proto_set(&req, PF_BODY);
 	} else if (strcmp(action, "report") == 0) {
 		if (!o->has_mib)
-			usage("external report wants --mib N: what it holds now");
+			cli_die_usage("external report wants --mib N: what it holds now");
 		req.mapped = o->mib * BATON_MIB;
 		proto_set(&req, PF_MAPPED);
 	}
@@ -456,9 +443,9 @@ int run_cmd_main(int argc, char **argv)
 	bool add = strcmp(verb, "external") == 0 && argc >= 2 && strcmp(argv[1], "add") == 0;
 	parse(argc, argv, &o, add);
 	if (strstr(o.broker, "http://") == o.broker || !strstr(o.broker, "://"))
-		usage("--broker '%s': want ipc://PATH or tcp://HOST:PORT", o.broker);
+		cli_die_usage("--broker '%s': want ipc://PATH or tcp://HOST:PORT", o.broker);
 	if (o.cmd && strcmp(verb, "run") != 0)
-		usage("%s takes no command after --", verb);
+		cli_die_usage("%s takes no command after --", verb);
 	if (o.timeout_ms < 0) /* the answer may come after the wait for memory (and hooks) */
 		o.timeout_ms = 60000 + (o.has_wait ? (int)(o.wait_s * 1e3) : 0);
 	int rc;

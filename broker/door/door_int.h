@@ -169,6 +169,14 @@ unsigned door_inflight(struct broker_door *d, const char *name);
 /* The route handlers (broker_http_route): a completion in; GET /v1/models. */
 void door_on_completion(void *arg, struct baton_http_req *r);
 void door_on_models(void *arg, struct baton_http_req *r);
+/* Under d->mu: the names of the models a list shows, in its order: the
+ * door's (named by a request or an engine), then the [model] sections
+ * nothing named yet; at most max. */
+size_t door_list_names(struct broker_door *d, char (*names)[BROKER_NAME_MAX], size_t max);
+/* A list's answer: 200 with view(d), made under d->mu from a fresh view
+ * of the engines (read first when stale); 503 when the door's thread
+ * cannot start. */
+void door_reply_list(struct broker_door *d, struct baton_http_req *r, json_t *(*view)(struct broker_door *d));
 /* faces.c: everything under /api/ (Ollama's): its lists, and chat,
  * generate and show through door_on_completion. */
 void door_on_ollama(void *arg, struct baton_http_req *r);

@@ -36,27 +36,8 @@ static json_t *list_json(struct broker_door *d, bool ps)
 	json_t *models = json_array();
 	char when[64], dg[65];
 	now_rfc3339(when, sizeof when);
-	static char names[BROKER_MAX_MODELS + BROKER_MAX_ENGINES][BROKER_NAME_MAX];
-	size_t n = 0;
-	for (size_t mi = 0; mi < d->n_models && n < BROKER_MAX_MODELS + BROKER_MAX_ENGINES; mi++)
-		snprintf(names[n++], BROKER_NAME_MAX, "%s", d->models[mi].name);
-	for (size_t i = 0; i < d->n_eng && n < BROKER_MAX_MODELS + BROKER_MAX_ENGINES; i++)
-		if (door_model(d, d->eng[i].model, false) < 0) {
-			bool seen = false;
-			for (size_t k = 0; k < n && !seen; k++)
-				seen = strcmp(names[k], d->eng[i].model) == 0;
-			if (!seen)
-				snprintf(names[n++], BROKER_NAME_MAX, "%s", d->eng[i].model);
-		}
-	char fleet[BROKER_MAX_MODELS][BROKER_NAME_MAX];
-	size_t nf = door_fleet_names(d->fleet, fleet, BROKER_MAX_MODELS);
-	for (size_t i = 0; i < nf && n < BROKER_MAX_MODELS + BROKER_MAX_ENGINES; i++) {
-		bool seen = false;
-		for (size_t k = 0; k < n && !seen; k++)
-			seen = strcmp(names[k], fleet[i]) == 0;
-		if (!seen)
-			snprintf(names[n++], BROKER_NAME_MAX, "%s", fleet[i]);
-	}
+	static char names[BROKER_MAX_ENGINES + BROKER_MAX_MODELS][BROKER_NAME_MAX];
+	size_t n = door_list_names(d, names, BROKER_MAX_ENGINES + BROKER_MAX_MODELS);
 	for (size_t k = 0; k < n; k++) {
 		uint64_t size = 0, vram = 0;
 		bool any = false;
@@ -89,6 +70,16 @@ static json_t *list_json(struct broker_door *d, bool ps)
 		json_array_append_new(models, x);
 	}
 	return json_pack("{s:o}", "models", models);
+}
+
+static json_t *tags_json(struct broker_door *d)
+{
+	return list_json(d, false);
+}
+
+static json_t *ps_json(struct broker_door *d)
+{
+	return list_json(d, true);
 }
 
 #define WANT_POST "{\"error\":\"method not allowed: want POST\"}"
@@ -125,17 +116,5 @@ void door_on_ollama(void *arg, struct baton_http_req *r)
 		return;
 	}
 	/* a list shows what it shows to whoever may read /v1/models */
-	if (!door_start_dispatch(d)) {
-		door_reply_error(r, 503, "server_error", NULL, NULL, "1", "the front door cannot start its thread");
-		return;
-	}
-	pthread_mutex_lock(&d->mu);
-	bool fresh = d->have_status && !d->stale;
-	pthread_mutex_unlock(&d->mu);
-	if (!fresh)
-		door_refresh(d);
-	pthread_mutex_lock(&d->mu);
-	json_t *j = list_json(d, ps);
-	pthread_mutex_unlock(&d->mu);
-	http_reply_json(r, 200, j);
+	door_reply_list(d, r, ps ? ps_json : tags_json);
 }

@@ -93,10 +93,21 @@ static void set_peer(const struct broker_link *l, struct baton_msg *m,
 {
 	if (!l->peer_gpu[0])
 		return;
-	m->peer_mapped = st->peer_mapped;
-	m->peer_free = st->peer_free;
-	proto_set(m, PF_PEER_MAPPED);
-	proto_set(m, PF_PEER_FREE);
+	proto_put_u64(m, PF_PEER_MAPPED, st->peer_mapped);
+	proto_put_u64(m, PF_PEER_FREE, st->peer_free);
+}
+
+/* What a heartbeat and a report both say of the engine's state. */
+static void set_state(const struct broker_link *l, struct baton_msg *m, const struct broker_link_state *st)
+{
+	m->name = l->name;
+	m->state = st->state;
+	m->resident = st->resident;
+	proto_put_u64(m, PF_MAPPED, st->mapped);
+	proto_put_u64(m, PF_FREE, st->free_bytes);
+	proto_put_u64(m, PF_EPOCH, st->epoch);
+	proto_put_u64(m, PF_KV, st->kv);
+	set_peer(l, m, st);
 }
 
 static int do_register(struct broker_link *l)
@@ -169,48 +180,26 @@ static int do_heartbeat(struct broker_link *l)
 	get_state(l, &st);
 	struct baton_msg m, rep;
 	proto_msg_init(&m, PROTO_OP_HEARTBEAT);
-	m.name = l->name;
-	m.state = st.state;
-	m.resident = st.resident;
+	set_state(l, &m, &st);
 	m.busy = st.busy;
 	m.idle_ms = st.idle_ms;
-	m.mapped = st.mapped;
-	m.free_bytes = st.free_bytes;
-	m.epoch = st.epoch;
-	m.requests = st.requests;
-	proto_set(&m, PF_MAPPED);
-	proto_set(&m, PF_FREE);
-	proto_set(&m, PF_EPOCH);
-	proto_set(&m, PF_REQUESTS);
-	m.kv = st.kv;
-	proto_set(&m, PF_KV);
+	proto_put_u64(&m, PF_REQUESTS, st.requests);
 	if (st.to_copy) {
-		m.copied = st.copied;
-		m.to_copy = st.to_copy;
-		proto_set(&m, PF_COPIED);
-		proto_set(&m, PF_TO_COPY);
+		proto_put_u64(&m, PF_COPIED, st.copied);
+		proto_put_u64(&m, PF_TO_COPY, st.to_copy);
 	}
 	if (st.has_prefix) {
-		m.prefix_prompt = st.prefix_prompt;
-		m.prefix_cached = st.prefix_cached;
-		m.prefix_evictions = st.prefix_evictions;
-		m.kv_host_bytes = st.kv_host_bytes;
-		proto_set(&m, PF_PREFIX_PROMPT);
-		proto_set(&m, PF_PREFIX_CACHED);
-		proto_set(&m, PF_PREFIX_EVICTIONS);
-		proto_set(&m, PF_KV_HOST_BYTES);
+		proto_put_u64(&m, PF_PREFIX_PROMPT, st.prefix_prompt);
+		proto_put_u64(&m, PF_PREFIX_CACHED, st.prefix_cached);
+		proto_put_u64(&m, PF_PREFIX_EVICTIONS, st.prefix_evictions);
+		proto_put_u64(&m, PF_KV_HOST_BYTES, st.kv_host_bytes);
 	}
 	if (st.kv_total) {
-		m.kv_used = st.kv_used;
-		m.kv_total = st.kv_total;
-		proto_set(&m, PF_KV_USED);
-		proto_set(&m, PF_KV_TOTAL);
+		proto_put_u64(&m, PF_KV_USED, st.kv_used);
+		proto_put_u64(&m, PF_KV_TOTAL, st.kv_total);
 	}
-	if (st.has_keep_alive) {
-		m.keep_alive_s = st.keep_alive_s;
-		proto_set(&m, PF_KEEP_ALIVE_S);
-	}
-	set_peer(l, &m, &st);
+	if (st.has_keep_alive)
+		proto_put_f64(&m, PF_KEEP_ALIVE_S, st.keep_alive_s);
 	int rc = proto_client_call(l->cli, &m, &rep, CALL_MS, NULL);
 	proto_msg_free(&rep);
 	return rc;
@@ -220,25 +209,11 @@ static int do_report(struct broker_link *l, const struct report *r)
 {
 	struct baton_msg m, rep;
 	proto_msg_init(&m, PROTO_OP_REPORT);
-	m.name = l->name;
-	m.state = r->st.state;
-	m.resident = r->st.resident;
+	set_state(l, &m, &r->st);
 	m.reason = r->reason;
-	m.mapped = r->st.mapped;
-	m.free_bytes = r->st.free_bytes;
-	m.epoch = r->st.epoch;
-	m.kv = r->st.kv;
-	proto_set(&m, PF_MAPPED);
-	proto_set(&m, PF_FREE);
-	proto_set(&m, PF_EPOCH);
-	proto_set(&m, PF_KV);
-	if (r->ms >= 0) {
-		m.duration_ms = r->ms;
-		proto_set(&m, PF_DURATION_MS);
-	}
-	m.bytes = r->bytes;
-	proto_set(&m, PF_BYTES);
-	set_peer(l, &m, &r->st);
+	if (r->ms >= 0)
+		proto_put_f64(&m, PF_DURATION_MS, r->ms);
+	proto_put_u64(&m, PF_BYTES, r->bytes);
 	int rc = proto_client_call(l->cli, &m, &rep, CALL_MS, NULL);
 	proto_msg_free(&rep);
 	return rc;

@@ -2,7 +2,7 @@
  * kquant_test.c: the host's Q4_K, Q5_K and Q6_K kernels against ggml.
  *
  * arena/testdata holds blocks and their values as ggml's own
- * dequantize_row_q{4,5,6}_K computes them (kquant_gen.sh): random blocks
+ * dequantize_row_q{4,5,6}_K computes them (quant_gen.sh): random blocks
  * (random bits, every kind of f16 scale: zero, subnormal, negative, the
  * largest) and blocks ggml's quantizer made from varied rows. Decoding
  * must give those values bit for bit, at any alignment; the dot kernels
