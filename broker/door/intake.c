@@ -117,8 +117,11 @@ void door_on_completion(void *arg, struct baton_http_req *r)
 		door_reply_error(r, 400, "invalid_request_error", "stream", NULL, NULL, "'stream' must be true or false");
 		return;
 	}
-	char model[BROKER_NAME_MAX];
+	char model[BROKER_NAME_MAX], prev[DOOR_STORED_ID_MAX] = "";
 	snprintf(model, sizeof model, "%s", json_string_value(jm));
+	json_t *jp = strcmp(path, "/v1/responses") == 0 ? json_object_get(j, "previous_response_id") : NULL;
+	if (json_is_string(jp) && json_string_length(jp) < sizeof prev)
+		snprintf(prev, sizeof prev, "%s", json_string_value(jp));
 	/* Ollama streams unless told not to; its clients name a model NAME:latest */
 	bool stream = json_is_true(js) || (ollama && !js && strcmp(path, "/api/show") != 0);
 	size_t ml = strlen(model);
@@ -160,7 +163,21 @@ void door_on_completion(void *arg, struct baton_http_req *r)
 		    "The model '%s' does not exist (GET /v1/models lists those the broker serves)", model);
 		return;
 	}
+	/* previous_response_id: the conversation is kept by the engine that
+	 * made it (stored.c); one the door does not know goes by its model,
+	 * and that engine says whether it keeps it */
+	char pin[BROKER_NAME_MAX] = "", pmodel[BROKER_NAME_MAX] = "";
 	pthread_mutex_lock(&d->mu);
+	if (*prev && door_stored_get(d->stored, prev, pmodel, sizeof pmodel, pin, sizeof pin) &&
+	    strcmp(pmodel, model) != 0) {
+		pthread_mutex_unlock(&d->mu);
+		free(own);
+		door_access_refused(d, model, 400, 0, false);
+		door_reply_error(r, 400, "invalid_request_error", "previous_response_id", NULL, NULL,
+		    "response '%s' was made by model '%s', whose engine keeps its conversation: continue it with "
+		    "that model", prev, pmodel);
+		return;
+	}
 	int mi = door_model(d, model, fl >= 0);
 	if (mi < 0) {
 		pthread_mutex_unlock(&d->mu);
@@ -196,6 +213,7 @@ void door_on_completion(void *arg, struct baton_http_req *r)
 	    "/v1/completions";
 	q->body = body;
 	q->own_body = own;
+	snprintf(q->pin, sizeof q->pin, "%s", pin);
 	q->len = len;
 	q->stream = stream;
 	for (size_t i = 0; faces[i]; i++) /* Ollama's and Anthropic's go on as they came */
