@@ -85,6 +85,22 @@ void door_access_refused(struct broker_door *d, const char *model, int status, d
 	    "duration_ms=%.1f wait_ms=%.1f stream=%d", model, status, ms, ms, stream ? 1 : 0);
 }
 
+/* The door's memory of stored responses, changed before the client has
+ * any of the answer: a GET it sends next finds the engine (or, after a
+ * DELETE, finds it gone). A 404 of the engine is passed on and changes
+ * nothing: a stream's response is kept at its end, so a GET mid-stream
+ * is 404 there, and a wrong entry costs only a slot of the LRU. */
+static void stored_seen(struct dreq *q, const char *rid, int status)
+{
+	struct broker_door *d = q->d;
+	pthread_mutex_lock(&d->mu);
+	if (rid && *rid)
+		door_stored_put(d->stored, rid, d->models[q->model].name, q->eng);
+	if (q->aside && q->del && status == 200)
+		door_stored_forget(d->stored, q->path + strlen("/v1/responses/"));
+	pthread_mutex_unlock(&d->mu);
+}
+
 static void *proxy(void *arg)
 {
 	struct dreq *q = arg;
@@ -156,6 +172,8 @@ static void *proxy(void *arg)
 					door_usage_of_body(buf, got, &us);
 				if (responses && st == 200 && !door_stored_id_of_body(buf, got, rid, sizeof rid))
 					rid[0] = 0;
+				if (*rid || q->aside)
+					stored_seen(q, rid, st);
 				ok = http_reply(q->r, st, ctype, buf, got, hdr) == 0 && st < 400;
 			}
 			if (!buf || got < clen)
@@ -172,8 +190,8 @@ static void *proxy(void *arg)
 				if (t_first < 0)
 					t_first = baton_now_s();
 				if (responses && st == 200 && !sn.done && door_sniff_feed(&sn, buf, (size_t)n) &&
-				    !door_sniff_id(&sn, rid, sizeof rid))
-					rid[0] = 0;
+				    door_sniff_id(&sn, rid, sizeof rid))
+					stored_seen(q, rid, st); /* before the first event goes on */
 				size_t on = door_strip_usage(&sp, buf, (size_t)n, out, &us);
 				if (on && http_stream_write(s, out, on) != 0) {
 					ok = false;
@@ -209,11 +227,6 @@ static void *proxy(void *arg)
 	unlink_fwd(d, q);
 	struct dmodel *m = &d->models[q->model];
 	double now = baton_now_s();
-	if (*rid && ok)
-		door_stored_put(d->stored, rid, m->name, q->eng);
-	/* a response the engine forgot (its store keeps its last 256) or deleted */
-	if (q->aside && (status == 404 || (q->del && status == 200)))
-		door_stored_forget(d->stored, q->path + strlen("/v1/responses/"));
 	if (!q->aside)
 		m->last_active = now;
 	bool client = !ok && !engine_failed && status >= 400 && status < 500 && !q->gone;
