@@ -4,7 +4,8 @@
  * /tokenize and /detokenize, routed by their model the same way), on the
  * HTTP server's thread.
  * Its token and body are checked (a JSON object with a `model` the core
- * says an engine serves, `stream` a boolean), it joins its model's queue
+ * says an engine serves, `stream` a boolean; a previous_response_id the
+ * door knows pins it to the engine that keeps it), it joins its model's queue
  * (at most door_queue_max wait; more: 503 queue_full) and the dispatch
  * thread takes it from there.
  *
