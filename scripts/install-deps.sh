@@ -29,7 +29,10 @@
 #
 # Node.js and npm: Debian's nodejs and npm packages, unless an npm is on
 # PATH already (a Node.js from elsewhere, e.g. NodeSource's, brings its own
-# npm, and Debian's npm package would conflict with it).
+# npm, and Debian's npm package would conflict with it). Debian 12's nodejs
+# is Node 18 (bookworm-backports has none newer): the npm clients' suites
+# run on it, but for LangChain's withStructuredOutput (Node 19's global
+# crypto), which tests/node/sdks.mjs reports skipped and the test's line says.
 set -eu
 
 mode=""

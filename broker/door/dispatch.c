@@ -58,13 +58,15 @@ static void drop_gone(struct broker_door *d, struct outbox *ob)
 	}
 }
 
-/* The least loaded engine of model mi that flows, or NULL. */
-static const struct deng *pick(struct broker_door *d, int mi, const bool *flow)
+/* The least loaded engine of q's model that flows (its pinned one only),
+ * or NULL. */
+static const struct deng *pick(struct broker_door *d, const struct dreq *q, const bool *flow)
 {
 	const struct deng *best = NULL;
 	unsigned best_n = 0;
 	for (size_t i = 0; i < d->n_eng; i++) {
-		if (!flow[i] || strcmp(d->eng[i].model, d->models[mi].name) != 0)
+		if (!flow[i] || strcmp(d->eng[i].model, d->models[q->model].name) != 0 ||
+		    (*q->pin && strcmp(d->eng[i].name, q->pin) != 0))
 			continue;
 		unsigned n = door_inflight(d, d->eng[i].name);
 		if (!best || n < best_n) {
@@ -179,14 +181,23 @@ static void round_(struct broker_door *d, double now, struct outbox *ob)
 	/* queued requests to the engines that flow */
 	for (size_t mi = 0; mi < d->n_models; mi++) {
 		struct dmodel *m = &d->models[mi];
-		while (m->qh) {
-			const struct deng *e = pick(d, (int)mi, flow);
-			if (!e)
-				break;
-			struct dreq *q = m->qh;
-			m->qh = q->next;
-			if (!m->qh)
-				m->qt = NULL;
+		/* in order; one pinned to an engine that does not flow now waits
+		 * without holding up the rest */
+		struct dreq **pp = &m->qh, *prev = NULL;
+		while (*pp) {
+			struct dreq *q = *pp;
+			const struct deng *pe = *q->pin ? door_eng(d, q->pin) : NULL;
+			if (*q->pin && (!pe || strcmp(pe->model, m->name) != 0))
+				q->pin[0] = 0; /* its engine went away (with what it kept): any of the model's says so */
+			const struct deng *e = pick(d, q, flow);
+			if (!e) {
+				prev = q;
+				pp = &q->next;
+				continue;
+			}
+			*pp = q->next;
+			if (m->qt == q)
+				m->qt = prev;
 			m->queued--;
 			if (!door_forward(d, q, e)) {
 				q->next = ob->nothread;

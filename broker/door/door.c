@@ -76,6 +76,12 @@ int broker_door_open(struct broker *b, struct broker_http *h, const struct broke
 	baton_cond_init(&d->cv);
 	baton_cond_init(&d->idle_cv);
 	d->stale = true;
+	d->stored = door_stored_new();
+	if (!d->stored) {
+		snprintf(err, errlen, "front door: out of memory");
+		broker_door_close(d);
+		return BATON_ENOMEM;
+	}
 	int rc = broker_observe(b, door_on_event, d);
 	if (rc) {
 		snprintf(err, errlen, "front door: cannot subscribe to the broker's events: %s", baton_strerror(rc));
@@ -90,6 +96,8 @@ int broker_door_open(struct broker *b, struct broker_http *h, const struct broke
 		  .fn = door_on_completion, .arg = d },
 		{ .path = "/v1/responses", .methods = "POST", .body_max = HTTP_OPENAI_BODY_MAX,
 		  .fn = door_on_completion, .arg = d },
+		/* a stored response, at the engine that keeps it (responses.c) */
+		{ .path = "/v1/responses/", .prefix = true, .methods = "GET, DELETE", .fn = door_on_stored, .arg = d },
 		{ .path = "/v1/models", .methods = "GET, HEAD", .fn = door_on_models, .arg = d },
 		/* vLLM's, answered by the model's engine */
 		{ .path = "/tokenize", .methods = "POST", .body_max = HTTP_OPENAI_BODY_MAX,
@@ -183,5 +191,6 @@ void broker_door_close(struct broker_door *d)
 	pthread_mutex_destroy(&d->read_mu);
 	pthread_cond_destroy(&d->cv);
 	pthread_cond_destroy(&d->idle_cv);
+	door_stored_free(d->stored);
 	free(d);
 }

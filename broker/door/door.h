@@ -8,7 +8,9 @@
  * streams pass through as they arrive. A model whose engine is released
  * is refilled first (the broker's refill, by its policies); two models
  * contending for one device are served in batches (door_quantum_s). GET
- * /v1/models lists every model with its state and engines. The models of
+ * /v1/models lists every model with its state and engines. A stored
+ * response's GET and DELETE /v1/responses/{id}, and a POST's
+ * previous_response_id, go to the engine that made it (stored.c). The models of
  * the configuration's [model] sections are served by engines the door
  * starts, watches, restarts and stops itself (fleet.c,
  * docs/guides/fleet.md): a request for one whose engine is not running

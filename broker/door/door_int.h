@@ -24,6 +24,8 @@
  *   fleet_view.c what /v1/models and /metrics say of the fleet's models
  *   upstream.c  the HTTP/1.1 client to an engine's OpenAI HTTP
  *   usage.c     the engine's usage report (tokens, time to first token)
+ *   stored.c    which engine keeps each stored response (an LRU of ids)
+ *   responses.c GET and DELETE /v1/responses/{id}, routed by it
  *
  * The door is a face of the broker: it reads engines through broker_call
  * (a status, when the core's events say something changed; a refill of a
@@ -67,6 +69,11 @@ struct dreq {
 	bool unserved;           /* no engine served its model when it came: it waited for a start */
 	char eng[BROKER_NAME_MAX]; /* the engine it was forwarded to ("" before) */
 	char url[BROKER_URL_MAX];
+	char pin[BROKER_NAME_MAX]; /* only this engine takes it ("": any of its model's): it keeps the
+	                              response its previous_response_id names */
+	bool aside;              /* a stored response's GET or DELETE: straight to its engine, not
+	                            counted among the model's served requests */
+	bool del;                /* aside: a DELETE (else a GET) */
 	struct door_up *up;      /* while the proxy reads the engine's reply */
 	struct broker_door *d;
 };
@@ -136,6 +143,7 @@ struct broker_door {
 	uint64_t switches_total;
 	struct baton_hist sw_drain, sw_refill; /* the parts of each switch */
 	bool access_log;         /* a log line per request ([broker] access_log) */
+	struct door_stored *stored; /* response id -> the engine that keeps it (stored.c) */
 };
 
 
@@ -258,6 +266,44 @@ size_t door_strip_usage(struct door_strip *s, const char *in, size_t n, char *ou
  * queue, a failed model, a client gone while it waited); not under d->mu. */
 void door_access_refused(struct broker_door *d, const char *model, int status, double t_in, bool stream);
 
+/* ---- stored.c, responses.c ------------------------------------------------------ */
+
+#define DOOR_STORED_MAX 4096       /* stored responses' ids remembered */
+#define DOOR_STORED_ID_MAX 128     /* an id's bytes, with NUL */
+#define DOOR_SNIFF_MAX (8u << 20)  /* a stream's first event held to read its id */
+
+struct door_stored;
+struct door_stored *door_stored_new(void);
+void door_stored_free(struct door_stored *m);
+/* One line of visible ASCII without '/', shorter than DOOR_STORED_ID_MAX. */
+bool door_stored_id_ok(const char *id);
+/* Under d->mu: remembers id -> model, engine (the most recently used
+ * now; the least recently used goes when full, counted); false for an
+ * id that is not door_stored_id_ok. */
+bool door_stored_put(struct door_stored *m, const char *id, const char *model, const char *eng);
+/* Under d->mu: its model and engine (used now); false when not known. */
+bool door_stored_get(struct door_stored *m, const char *id, char *model, size_t mn, char *eng, size_t en);
+bool door_stored_forget(struct door_stored *m, const char *id);
+/* How many are remembered; *evicted: how many went for room. */
+size_t door_stored_count(const struct door_stored *m, uint64_t *evicted);
+/* A whole /v1/responses answer's id, when it is stored (store not false). */
+bool door_stored_id_of_body(const char *buf, size_t len, char *id, size_t n);
+/* A stream's first event, held as it passes (at most DOOR_SNIFF_MAX). */
+struct door_sniff {
+	char *buf;
+	size_t len, cap;
+	char last, last2;    /* the bytes before this piece */
+	bool done, over;
+};
+/* Feeds a piece of the stream; true once the first event is whole (or
+ * too large: over). */
+bool door_sniff_feed(struct door_sniff *s, const char *in, size_t n);
+/* The first event's response id, when it is response.created of a stored response. */
+bool door_sniff_id(const struct door_sniff *s, char *id, size_t n);
+void door_sniff_free(struct door_sniff *s);
+/* The route handler of /v1/responses/{id} (GET, DELETE). */
+void door_on_stored(void *arg, struct baton_http_req *r);
+
 /* ---- metrics.c ---------------------------------------------------------------- */
 
 void door_hist_add(struct baton_hist *h, double s);
@@ -321,6 +367,8 @@ int door_up_request(struct door_up *u, const char *path, const char *body, size_
 /* The bearer token the engine's HTTP needs (NULL or "": none), sent with
  * the next request; BATON_EINVAL for one that is not visible ASCII. */
 int door_up_set_token(struct door_up *u, const char *token);
+/* The next bodyless request is a DELETE, not a GET. */
+void door_up_set_delete(struct door_up *u);
 int door_up_status(const struct door_up *u);
 /* A reply header's value copied into out, or NULL when absent. */
 const char *door_up_header(const struct door_up *u, const char *name, char *out, size_t n);

@@ -4,7 +4,8 @@
  * /tokenize and /detokenize, routed by their model the same way), on the
  * HTTP server's thread.
  * Its token and body are checked (a JSON object with a `model` the core
- * says an engine serves, `stream` a boolean), it joins its model's queue
+ * says an engine serves, `stream` a boolean; a previous_response_id the
+ * door knows pins it to the engine that keeps it), it joins its model's queue
  * (at most door_queue_max wait; more: 503 queue_full) and the dispatch
  * thread takes it from there.
  *
@@ -117,8 +118,11 @@ void door_on_completion(void *arg, struct baton_http_req *r)
 		door_reply_error(r, 400, "invalid_request_error", "stream", NULL, NULL, "'stream' must be true or false");
 		return;
 	}
-	char model[BROKER_NAME_MAX];
+	char model[BROKER_NAME_MAX], prev[DOOR_STORED_ID_MAX] = "";
 	snprintf(model, sizeof model, "%s", json_string_value(jm));
+	json_t *jp = strcmp(path, "/v1/responses") == 0 ? json_object_get(j, "previous_response_id") : NULL;
+	if (json_is_string(jp) && json_string_length(jp) < sizeof prev)
+		snprintf(prev, sizeof prev, "%s", json_string_value(jp));
 	/* Ollama streams unless told not to; its clients name a model NAME:latest */
 	bool stream = json_is_true(js) || (ollama && !js && strcmp(path, "/api/show") != 0);
 	size_t ml = strlen(model);
@@ -160,7 +164,21 @@ void door_on_completion(void *arg, struct baton_http_req *r)
 		    "The model '%s' does not exist (GET /v1/models lists those the broker serves)", model);
 		return;
 	}
+	/* previous_response_id: the conversation is kept by the engine that
+	 * made it (stored.c); one the door does not know goes by its model,
+	 * and that engine says whether it keeps it */
+	char pin[BROKER_NAME_MAX] = "", pmodel[BROKER_NAME_MAX] = "";
 	pthread_mutex_lock(&d->mu);
+	if (*prev && door_stored_get(d->stored, prev, pmodel, sizeof pmodel, pin, sizeof pin) &&
+	    strcmp(pmodel, model) != 0) {
+		pthread_mutex_unlock(&d->mu);
+		free(own);
+		door_access_refused(d, model, 400, 0, false);
+		door_reply_error(r, 400, "invalid_request_error", "previous_response_id", NULL, NULL,
+		    "response '%s' was made by model '%s', whose engine keeps its conversation: continue it with "
+		    "that model", prev, pmodel);
+		return;
+	}
 	int mi = door_model(d, model, fl >= 0);
 	if (mi < 0) {
 		pthread_mutex_unlock(&d->mu);
@@ -196,6 +214,7 @@ void door_on_completion(void *arg, struct baton_http_req *r)
 	    "/v1/completions";
 	q->body = body;
 	q->own_body = own;
+	snprintf(q->pin, sizeof q->pin, "%s", pin);
 	q->len = len;
 	q->stream = stream;
 	for (size_t i = 0; faces[i]; i++) /* Ollama's and Anthropic's go on as they came */

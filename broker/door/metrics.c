@@ -121,6 +121,14 @@ void door_metrics(void *arg, FILE *f)
 			    k == 0 ? &m->wait : k == 1 ? &m->refill : k == 2 ? &m->prefill : &m->start);
 		}
 	}
+	uint64_t evicted;
+	size_t kept = door_stored_count(d->stored, &evicted);
+	baton_prom_family(f, "baton_door_stored_responses", "gauge", "Front door: stored responses whose engine it "
+	    "knows (GET, DELETE /v1/responses/ID and previous_response_id are routed by them).");
+	baton_prom_u64(f, "baton_door_stored_responses", NULL, kept);
+	baton_prom_family(f, "baton_door_stored_evicted_total", "counter", "Front door: stored responses' ids "
+	    "forgotten for room (the least recently used of its last 4096): their GET is 404 at the door.");
+	baton_prom_u64(f, "baton_door_stored_evicted_total", NULL, evicted);
 	serving(d, f);
 	door_fleet_metrics(d->fleet, f);
 	pthread_mutex_unlock(&d->mu);

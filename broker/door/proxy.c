@@ -85,6 +85,22 @@ void door_access_refused(struct broker_door *d, const char *model, int status, d
 	    "duration_ms=%.1f wait_ms=%.1f stream=%d", model, status, ms, ms, stream ? 1 : 0);
 }
 
+/* The door's memory of stored responses, changed before the client has
+ * any of the answer: a GET it sends next finds the engine (or, after a
+ * DELETE, finds it gone). A 404 of the engine is passed on and changes
+ * nothing: a stream's response is kept at its end, so a GET mid-stream
+ * is 404 there, and a wrong entry costs only a slot of the LRU. */
+static void stored_seen(struct dreq *q, const char *rid, int status)
+{
+	struct broker_door *d = q->d;
+	pthread_mutex_lock(&d->mu);
+	if (rid && *rid)
+		door_stored_put(d->stored, rid, d->models[q->model].name, q->eng);
+	if (q->aside && q->del && status == 200)
+		door_stored_forget(d->stored, q->path + strlen("/v1/responses/"));
+	pthread_mutex_unlock(&d->mu);
+}
+
 static void *proxy(void *arg)
 {
 	struct dreq *q = arg;
@@ -97,6 +113,10 @@ static void *proxy(void *arg)
 	double t_first = -1;
 	int status = 503;
 	struct door_usage us = { 0 };
+	/* a stored response's id, read from the answer (stored.c) */
+	bool responses = !q->aside && strcmp(q->path, "/v1/responses") == 0;
+	char rid[DOOR_STORED_ID_MAX] = "";
+	struct door_sniff sn = { 0 };
 	if (rc == 0) {
 		/* the engine's own token (issue 28): only the door holds it */
 		char tok[BROKER_URL_MAX];
@@ -104,6 +124,8 @@ static void *proxy(void *arg)
 			broker_log("door: the token engine %s registered is not one line of visible ASCII; "
 			    "sending none", q->eng);
 		explicit_bzero(tok, sizeof tok);
+		if (q->aside && q->del)
+			door_up_set_delete(up);
 	}
 	if (rc == 0) {
 		pthread_mutex_lock(&d->mu);
@@ -148,6 +170,10 @@ static void *proxy(void *arg)
 			else {
 				if (!us.have && st == 200)
 					door_usage_of_body(buf, got, &us);
+				if (responses && st == 200 && !door_stored_id_of_body(buf, got, rid, sizeof rid))
+					rid[0] = 0;
+				if (*rid || q->aside)
+					stored_seen(q, rid, st);
 				ok = http_reply(q->r, st, ctype, buf, got, hdr) == 0 && st < 400;
 			}
 			if (!buf || got < clen)
@@ -163,6 +189,9 @@ static void *proxy(void *arg)
 			while (s && (n = door_up_read(up, buf, sizeof buf, UPSTREAM_TIMEOUT_MS)) > 0) {
 				if (t_first < 0)
 					t_first = baton_now_s();
+				if (responses && st == 200 && !sn.done && door_sniff_feed(&sn, buf, (size_t)n) &&
+				    door_sniff_id(&sn, rid, sizeof rid))
+					stored_seen(q, rid, st); /* before the first event goes on */
 				size_t on = door_strip_usage(&sp, buf, (size_t)n, out, &us);
 				if (on && http_stream_write(s, out, on) != 0) {
 					ok = false;
@@ -192,14 +221,18 @@ static void *proxy(void *arg)
 			ok = ok && st < 400;
 		}
 	}
+	door_sniff_free(&sn);
 	pthread_mutex_lock(&d->mu);
 	q->up = NULL;
 	unlink_fwd(d, q);
 	struct dmodel *m = &d->models[q->model];
 	double now = baton_now_s();
-	m->last_active = now;
+	if (!q->aside)
+		m->last_active = now;
 	bool client = !ok && !engine_failed && status >= 400 && status < 500 && !q->gone;
-	if (ok) {
+	if (q->aside) {
+		/* a stored response read or deleted: no completion, not the serving metrics' */
+	} else if (ok) {
 		m->served++;
 		/* the serving metrics: the client's view (arrival at the door) */
 		m->sv.end[us.have ? baton_sv_finish(us.finish) : BATON_SV_STOP]++;

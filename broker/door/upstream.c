@@ -27,6 +27,7 @@ struct door_up {
 	int fd;
 	char host[256];           /* HOST:PORT, for Host: and messages */
 	char auth[300];           /* "Authorization: Bearer TOKEN\r\n", or "" */
+	bool del;                 /* a bodyless request is a DELETE (else a GET) */
 	int status;
 	char head[HEAD_MAX + 1];  /* the reply's header block, NUL-terminated lines */
 	size_t head_len;
@@ -242,9 +243,9 @@ int door_up_request(struct door_up *u, const char *path, const char *body, size_
 	    "Accept: application/json, text/event-stream\r\nX-Baton-Usage: 1\r\nContent-Length: %zu\r\n"
 	    "Connection: close\r\n\r\n",
 	    path, u->host, u->auth, len);
-	if (body == NULL) /* a GET */
-		n = snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: %s\r\n%sConnection: close\r\n\r\n", path,
-		    u->host, u->auth);
+	if (body == NULL) /* a GET, or a DELETE */
+		n = snprintf(req, sizeof req, "%s %s HTTP/1.1\r\nHost: %s\r\n%sConnection: close\r\n\r\n",
+		    u->del ? "DELETE" : "GET", path, u->host, u->auth);
 	if (n < 0 || (size_t)n >= sizeof req || send_all(u->fd, req, (size_t)n)) {
 		snprintf(err, errlen, "cannot send the request to the engine at %.128s", url);
 		return BATON_ECLOSED;
@@ -304,6 +305,11 @@ int door_up_request(struct door_up *u, const char *path, const char *body, size_
 		u->left = 0;
 	}
 	return 0;
+}
+
+void door_up_set_delete(struct door_up *u)
+{
+	u->del = true;
 }
 
 int door_up_set_token(struct door_up *u, const char *token)

@@ -2,7 +2,7 @@
  * upstream_test.c: the front door's client to an engine, against a
  * scripted server on 127.0.0.1 (a thread): chunked pieces arrive one by
  * one before the reply ends, Content-Length and read-until-close bodies,
- * chunk extensions and trailers, the request as sent, an answer sent
+ * chunk extensions and trailers, the request as sent (a GET, a DELETE), an answer sent
  * before the body was read, cancel from another thread, and replies that
  * are not HTTP.
  */
@@ -167,6 +167,29 @@ static void t_content_length(void)
 	srv_stop(&s);
 }
 
+/* Bodyless requests: a GET, and a DELETE when asked (a stored response's). */
+static void t_get_and_delete(void)
+{
+	const char *methods[2] = { "GET", "DELETE" };
+	for (int k = 0; k < 2; k++) {
+		struct srv s = { .parts = { "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}" } };
+		srv_start(&s);
+		char url[64], err[256], want[64];
+		snprintf(url, sizeof url, "http://127.0.0.1:%d", s.port);
+		struct door_up *u = NULL;
+		T_EQ_ERR(door_up_open(url, 2000, &u, err, sizeof err), 0);
+		if (k)
+			door_up_set_delete(u);
+		T_EQ_ERR(door_up_request(u, "/v1/responses/resp_1", NULL, 0, 5000, err, sizeof err), 0);
+		T_EQ_INT(door_up_status(u), 200);
+		door_up_close(u);
+		srv_stop(&s);
+		snprintf(want, sizeof want, "%s /v1/responses/resp_1 HTTP/1.1\r\n", methods[k]);
+		T_ASSERT_MSG(strncmp(s.got, want, strlen(want)) == 0, "sent: %.60s", s.got);
+		T_ASSERT(!strstr(s.got, "Content-Length"));
+	}
+}
+
 /* An engine refuses a body on its headers (413) and closes before it read
  * it: the door's send fails, and the answer is read all the same (it was
  * "cannot send the request", then 502 engine_unreachable). */
@@ -277,6 +300,7 @@ static void t_bad_urls(void)
 	close(fd);
 }
 
-T_MAIN(T_CASE(t_chunked_pieces_arrive_one_by_one), T_CASE(t_content_length), T_CASE(t_answer_before_body),
+T_MAIN(T_CASE(t_chunked_pieces_arrive_one_by_one), T_CASE(t_content_length), T_CASE(t_get_and_delete),
+    T_CASE(t_answer_before_body),
     T_CASE(t_until_close),
     T_CASE(t_cancel_ends_a_wait), T_CASE(t_not_http), T_CASE(t_bad_urls))
