@@ -190,31 +190,39 @@ void obatch_submit(struct oai_server *s, struct baton_http_req *r, enum oai_kind
 	}
 	uint64_t first = sched_new_ids(s->o.sched, (uint32_t)n);
 	http_req_on_gone(r, on_gone_batch, s->o.sched, first | ((uint64_t)n << 48));
-	for (size_t i = 0; i < n; i++) {
-		struct sched_cb cb = oreq_callbacks(qs[i]);
-		uint64_t sid = first + i;
-		int rc = sched_submit(s->o.sched, &qs[i]->h.q.q, &cb, &sid);
-		if (rc == 0)
-			continue;
-		/* the rest never start: the batch fails once those in flight end */
-		for (size_t j = 0; j < i; j++)
-			sched_cancel(s->o.sched, first + j);
-		pthread_mutex_lock(&b->mu);
-		if (!b->rc) {
-			b->rc = rc;
-			snprintf(b->err, sizeof b->err, "%s", rc == BATON_EBUSY ? "the engine's queue of waiting requests "
-			    "is full; retry later" : "the engine is shutting down");
-		}
-		b->left -= (int)(n - i);
-		int last = b->left == 0;
-		oai_sv_refused(s, 503, rc);
-		pthread_mutex_unlock(&b->mu);
-		struct oreq *q0 = qs[i];
-		for (size_t j = i + 1; j < n; j++)
-			oreq_free(qs[j]);
-		if (last)
-			batch_answer(b, q0);
-		oreq_free(q0);
-		return;
+	/* all at once, all or none: the scheduler admits the copies in one
+	 * step, so those after the first follow its read of the prompt */
+	const struct baton_gen_request **reqs = calloc(n, sizeof *reqs);
+	struct sched_cb *cbs = calloc(n, sizeof *cbs);
+	uint64_t *ids = calloc(n, sizeof *ids);
+	int rc = reqs && cbs && ids ? 0 : BATON_ENOMEM;
+	for (size_t i = 0; rc == 0 && i < n; i++) {
+		reqs[i] = &qs[i]->h.q.q;
+		cbs[i] = oreq_callbacks(qs[i]);
+		ids[i] = first + i;
 	}
+	if (rc == 0)
+		rc = sched_submit_many(s->o.sched, reqs, cbs, ids, n);
+	free(reqs);
+	free(cbs);
+	free(ids);
+	if (rc == 0)
+		return;
+	/* none started: the batch fails now */
+	pthread_mutex_lock(&b->mu);
+	if (!b->rc) {
+		b->rc = rc;
+		snprintf(b->err, sizeof b->err, "%s", rc == BATON_EBUSY ? "the engine's queue of waiting requests "
+		    "is full; retry later" : rc == BATON_ENOMEM ? "out of memory" : "the engine is shutting down");
+	}
+	b->left -= (int)n;
+	int last = b->left == 0;
+	oai_sv_refused(s, 503, rc);
+	pthread_mutex_unlock(&b->mu);
+	struct oreq *q0 = qs[0];
+	for (size_t j = 1; j < n; j++)
+		oreq_free(qs[j]);
+	if (last)
+		batch_answer(b, q0);
+	oreq_free(q0);
 }

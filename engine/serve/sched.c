@@ -730,6 +730,49 @@ int sched_submit(struct baton_sched *s, const struct baton_gen_request *req,
 	return 0;
 }
 
+int sched_submit_many(struct baton_sched *s, const struct baton_gen_request *const *reqs,
+    const struct sched_cb *cbs, const uint64_t *ids, size_t n)
+{
+	struct job **js = calloc(n ? n : 1, sizeof *js);
+	if (!js)
+		return BATON_ENOMEM;
+	for (size_t i = 0; i < n; i++) {
+		js[i] = calloc(1, sizeof *js[i]);
+		if (!js[i]) {
+			for (size_t k = 0; k < i; k++)
+				free(js[k]);
+			free(js);
+			return BATON_ENOMEM;
+		}
+		js[i]->req = reqs[i];
+		js[i]->cb = cbs[i];
+		js[i]->id = ids[i];
+	}
+	pthread_mutex_lock(&s->mu);
+	if (s->stopping || s->n_wait + n > s->o.max_queue) {
+		int rc = s->stopping ? BATON_ECLOSED : BATON_EBUSY;
+		if (!s->stopping)
+			s->st.refused_busy += n;
+		pthread_mutex_unlock(&s->mu);
+		for (size_t i = 0; i < n; i++)
+			free(js[i]);
+		free(js);
+		return rc;
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (s->wait_tail)
+			s->wait_tail->next = js[i];
+		else
+			s->wait_head = js[i];
+		s->wait_tail = js[i];
+		s->n_wait++;
+	}
+	pthread_cond_signal(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+	free(js);
+	return 0;
+}
+
 void sched_cancel(struct baton_sched *s, uint64_t id)
 {
 	pthread_mutex_lock(&s->mu);

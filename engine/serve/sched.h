@@ -120,6 +120,13 @@ void sched_close(struct baton_sched *s);
  * BATON_ECLOSED when closing: on_done is not called then. */
 int sched_submit(struct baton_sched *s, const struct baton_gen_request *req,
     const struct sched_cb *cb, uint64_t *id);
+/* Queues n requests at once, all or none (ids[i] nonzero each, from
+ * sched_new_ids): the scheduler sees them in the same step, so copies of
+ * one prompt (n > 1) are admitted together and the ones after the first
+ * follow its read of their shared start. BATON_EBUSY when the queue has no
+ * room for all n, BATON_ECLOSED when closing: no on_done is called then. */
+int sched_submit_many(struct baton_sched *s, const struct baton_gen_request *const *reqs,
+    const struct sched_cb *cbs, const uint64_t *ids, size_t n);
 /* The client went away: a waiting request ends at once (on_done
  * BATON_ECLOSED), a running one at the next step (its sequence closed,
  * its blocks free, on_done with finish "cancelled"). Unknown ids (already
