@@ -228,6 +228,51 @@ static void t_queue_full(void)
 	rig_close(&r);
 }
 
+/* sched_submit_many: all or none. With room for one, two at once are
+ * refused whole (none queued, no on_done); then one at once is taken. */
+static void t_submit_many_all_or_none(void)
+{
+	struct rig r;
+	rig_open(&r, 128, 0);
+	atomic_store(&hk.may, 1);
+	atomic_store(&hk.gate_shut, 1);
+	struct baton_sched *s;
+	struct sched_opts o = { .max_seqs = 2, .max_queue = 3 };
+	T_EQ_INT(sched_open(r.g, &o, &hooks, &s), 0);
+	static struct call c[4];
+	for (int i = 0; i < 2; i++) {
+		make_call(&c[i], i, 0, 4);
+		submit(s, &c[i]);
+	}
+	const struct baton_gen_request *reqs[2];
+	struct sched_cb cbs[2];
+	uint64_t ids[2];
+	uint64_t first = sched_new_ids(s, 2);
+	for (int i = 0; i < 2; i++) {
+		make_call(&c[2 + i], 2 + i, 0, 4);
+		reqs[i] = &c[2 + i].q;
+		cbs[i] = (struct sched_cb){ .on_text = c_text, .on_done = c_done, .arg = &c[2 + i] };
+		ids[i] = first + (uint64_t)i;
+	}
+	T_EQ_INT(sched_submit_many(s, reqs, cbs, ids, 2), BATON_EBUSY);
+	struct sched_stats st;
+	sched_stats(s, &st);
+	T_EQ_INT(st.waiting, 2);
+	T_EQ_INT(st.refused_busy, 2);
+	T_EQ_INT(sched_submit_many(s, reqs, cbs, ids, 1), 0);
+	sched_stats(s, &st);
+	T_EQ_INT(st.waiting, 3);
+	atomic_store(&hk.gate_shut, 0);
+	for (int i = 0; i < 3; i++) {
+		wait_done(&c[i]);
+		T_ASSERT_MSG(c[i].rc == 0, "%s", c[i].err);
+		generator_result_free(&c[i].res);
+	}
+	T_ASSERT(!atomic_load(&c[3].done));
+	sched_close(s);
+	rig_close(&r);
+}
+
 /* A client gone mid-stream: its blocks are free at once, others go on. */
 static void t_cancel_frees_blocks(void)
 {
@@ -766,7 +811,7 @@ static void t_prefix_kills(void)
 	rig_close(&r);
 }
 
-T_MAIN(T_CASE_TIMEOUT(t_batched_equals_alone, 120), T_CASE_TIMEOUT(t_queue_full, 60),
+T_MAIN(T_CASE_TIMEOUT(t_batched_equals_alone, 120), T_CASE_TIMEOUT(t_queue_full, 60), T_CASE_TIMEOUT(t_submit_many_all_or_none, 60),
     T_CASE_TIMEOUT(t_cancel_frees_blocks, 60), T_CASE_TIMEOUT(t_small_pool, 120),
     T_CASE_TIMEOUT(t_drain, 60), T_CASE_TIMEOUT(t_short_beside_long, 120),
     T_CASE_TIMEOUT(t_preempt_recompute, 120), T_CASE_TIMEOUT(t_preempt_and_cancel, 120),
