@@ -113,6 +113,16 @@ run_one() {
 	local t0; t0=$(date +%s)
 	timeout -k 5 "$LIMIT" "$@" >"$logdir/$name.log" 2>&1
 	echo "$? $(( $(date +%s) - t0 ))" >"$logdir/$name.rc"
+	# the CPU time of what it started and waited for (user + system, the
+	# second line of times: its children), as load does not change it
+	times >"$logdir/$name.cpu"
+}
+
+# cpu_of NAME: the CPU seconds (user + system) run_one recorded.
+cpu_of() {
+	tail -n 1 "$logdir/$1.cpu" | awk '{ t = 0
+		for (i = 1; i <= NF; i++) { split($i, a, /[ms]/); t += a[1] * 60 + a[2] }
+		printf "%d", t + 0.5 }'
 }
 
 # report KIND NAME: prints a finished test's output and adds up its summary.
@@ -121,7 +131,7 @@ report() {
 	read -r rc secs <"$logdir/$name.rc"
 	echo "== $kind $name"
 	cat "$logdir/$name.log"
-	[ "$timed" -eq 1 ] && echo "   ($name: $secs s)"
+	[ "$timed" -eq 1 ] && echo "   ($name: $secs s, CPU $(cpu_of "$name") s)"
 	summary=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$logdir/$name.log" | tail -n 1)
 	if [ -n "$summary" ]; then
 		p=${summary%% passed*}
@@ -234,7 +244,7 @@ case ${1:-} in
 --skip-pure) skip_pure=1; shift ;;
 --scripts) scripts=0 timed=1; shift
 	for s in "$@"; do
-		start "$s"
+		(start "$s") # a subshell of its own: its children's CPU time alone
 		report system "$(name_of "$s")"
 	done
 	set -- ;;
