@@ -43,7 +43,7 @@ export PYTHONDONTWRITEBYTECODE=1
 export PYTHONPATH="$PWD/tests${PYTHONPATH:+:$PYTHONPATH}"
 LIMIT=${TEST_LIMIT:-600}
 JOBS=${TEST_JOBS:-$(( 2 * $(nproc 2>/dev/null || echo 1) ))}
-pass=0 fail=0 failed_names=""
+pass=0 fail=0 failed_names="" cpu_sum=0 t_start=$(date +%s)
 logdir=$(mktemp -d)
 trap 'rm -rf "$logdir"' EXIT
 timed=0
@@ -132,11 +132,15 @@ cpu_of() {
 
 # report KIND NAME: prints a finished test's output and adds up its summary.
 report() {
-	local kind=$1 name=$2 rc secs summary p f
+	local kind=$1 name=$2 rc secs summary p f c
 	read -r rc secs <"$logdir/$name.rc"
 	echo "== $kind $name"
 	cat "$logdir/$name.log"
-	[ "$timed" -eq 1 ] && echo "   ($name: $secs s, CPU $(cpu_of "$name") s)"
+	if [ "$timed" -eq 1 ]; then
+		c=$(cpu_of "$name")
+		cpu_sum=$((cpu_sum + c))
+		echo "   ($name: $secs s, CPU $c s)"
+	fi
 	summary=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$logdir/$name.log" | tail -n 1)
 	if [ -n "$summary" ]; then
 		p=${summary%% passed*}
@@ -281,6 +285,12 @@ else
 	[ $# -gt 0 ] && run_all "$@"
 fi
 
+# the items' CPU time against the CPUs' time: what more parallel items
+# could gain (little when the CPUs were busy), on a machine of its own
+if [ "$timed" -eq 1 ]; then
+	w=$(( $(date +%s) - t_start )) n=$(nproc 2>/dev/null || echo 1)
+	echo "run.sh: $w s, the items' CPU time $cpu_sum s ($(( 100 * cpu_sum / ((w > 0 ? w : 1) * n) ))% of $n CPUs)"
+fi
 [ -n "$failed_names" ] && echo "failed:$failed_names"
 [ -n "${TEST_TOTALS:-}" ] && echo "$pass $fail" >>"$TEST_TOTALS"
 echo "$pass passed, $fail failed"
