@@ -91,10 +91,11 @@ test_base = $(patsubst %_test.c,%,$(notdir $(1)))
 test_name = $(subst /,_,$(call test_dir,$(1)))$(if $(filter $(call test_base,$(1)),$(notdir $(call test_dir,$(1)))),,_$(call test_base,$(1)))
 TESTS := $(foreach t,$(TEST_SRCS),$(BUILD)/test/$(call test_name,$(t)))
 
-# CUDA kernels become a fatbin embedded as bytes; the driver is loaded with
-# dlopen at run time, so no binary needs libcuda.so.1 or libcudart to start.
+# CUDA kernels become a fatbin embedded as bytes (an assembler file that
+# .incbin's it); the driver is loaded with dlopen at run time, so no binary
+# needs libcuda.so.1 or libcudart to start.
 CU_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
-CU_GEN  := $(foreach f,$(CU_SRCS),$(BUILD)/gen/$(f:.cu=_fatbin.c))
+CU_GEN  := $(foreach f,$(CU_SRCS),$(BUILD)/gen/$(f:.cu=_fatbin.S))
 
 .PHONY: all test test-unit test-san fuzz fuzz-build demo clean gpu-build gpu-test bench bench-gpu deps deps-test man
 all: $(PROGS) $(TESTS)
@@ -135,21 +136,22 @@ $(BUILD)/obj/%.o: %.c $(BUILD)/.flags
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(CPPFLAGS_ALL) $(CPPFLAGS) -MMD -MP -c $< -o $@
 
-# The generated fatbin and its C file are kept (not removed as intermediates).
-.PRECIOUS: $(BUILD)/gen/%_fatbin.c $(BUILD)/gen/%.fatbin
-$(BUILD)/gen/%_fatbin.c: %.cu $(BUILD)/.flags
+# The generated fatbin and its assembler file are kept (not removed as
+# intermediates); the object reads the fatbin, so it follows it.
+.PRECIOUS: $(BUILD)/gen/%_fatbin.S $(BUILD)/gen/%.fatbin
+$(BUILD)/gen/%_fatbin.S: %.cu $(BUILD)/.flags
 	@mkdir -p $(@D) $(BUILD)/obj/gen/$(*D)
 	$(NVCC) -O3 $(CU_ARCH) -fatbin -I. -MMD -MP -MF $(BUILD)/obj/gen/$*_fatbin.d -MT $@ \
-	    -o $(@:.c=.fatbin) $<
-	scripts/embed.sh $(@:.c=.fatbin) baton_$(subst /,_,$*)_fatbin > $@
+	    -o $(@:.S=.fatbin) $<
+	scripts/embed.sh $(@:.S=.fatbin) baton_$(subst /,_,$*)_fatbin > $@
 
-$(BUILD)/obj/gen/%.o: $(BUILD)/gen/%.c
+$(BUILD)/obj/gen/%.o: $(BUILD)/gen/%.S
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -c $< -o $@
+	$(CC) -c $< -o $@
 
 define LIB_RULE
 $(BUILD)/lib/libbaton_$(subst /,_,$(1)).a: $(call obj,$(call lib_srcs,$(1))) \
-    $(if $(filter engine/backend/cuda,$(1)),$(CU_GEN:$(BUILD)/gen/%.c=$(BUILD)/obj/gen/%.o))
+    $(if $(filter engine/backend/cuda,$(1)),$(CU_GEN:$(BUILD)/gen/%.S=$(BUILD)/obj/gen/%.o))
 	@mkdir -p $$(@D)
 	rm -f $$@ && ar rcs $$@ $$^
 endef

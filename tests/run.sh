@@ -43,7 +43,7 @@ export PYTHONDONTWRITEBYTECODE=1
 export PYTHONPATH="$PWD/tests${PYTHONPATH:+:$PYTHONPATH}"
 LIMIT=${TEST_LIMIT:-600}
 JOBS=${TEST_JOBS:-$(( 2 * $(nproc 2>/dev/null || echo 1) ))}
-pass=0 fail=0 failed_names=""
+pass=0 fail=0 failed_names="" cpu_sum=0 t_start=$(date +%s)
 logdir=$(mktemp -d)
 trap 'rm -rf "$logdir"' EXIT
 timed=0
@@ -81,13 +81,18 @@ SERIAL_JOBS=${SERIAL_JOBS:-5}
 SERIAL=$(for i in $SERIAL_STEPS; do echo "${i%%::*}"; done | sort -u)
 
 # Started first, longest first (as measured on the 2-core VM: the longer of
-# each one's two passes, make test on 2026-12-02): the pool then ends on
-# short jobs instead of waiting for a long one started last. A name not here keeps its place after them.
-LONG_FIRST="scripts/bench_peer_test.sh engine/serve/structured_test.py engine/serve/serve_test.py engine_model broker/jobs_test.py
-	engine/serve/openai_test.py engine/serve/responses_test.py broker/cli/cli_test.py proto/interop_test.py broker/door/door_test.py text_tokenize
-	tests/kill_test.py broker/api/http_test.py tests/fault_test.py engine_serve_sched arena/kill_test.py
-	arena/sources_test.py proto_transport tests/hostile_test.py broker/security_test.py engine_cache
-	engine/serve/peer_test.py broker/peer_test.py arena/cli_test.sh"
+# each one's two passes, make test's two runs on 2026-12-02 04:15-04:40
+# with other work beside them, load average 10 to 13): the pool then ends
+# on short jobs instead of waiting for a long one started last (the
+# scripts/ ones, last in the sorted list, did). A name not here keeps its
+# place after them.
+LONG_FIRST="engine_model engine/serve/structured_test.py engine/serve/serve_test.py broker/jobs_test.py
+	tests/fault_test.py engine/serve/openai_test.py scripts/bench_peer_test.sh broker/door/door_test.py
+	proto/interop_test.py text_tokenize tests/kill_test.py engine/serve/responses_test.py broker/cli/cli_test.py
+	arena/sources_test.py engine_serve_sched broker/api/http_test.py broker/door/fleet_test.py arena/kill_test.py
+	scripts/bench_chat_test.sh scripts/gguf_synth_test.py broker/peer_test.py proto_transport
+	broker/security_test.py tests/hostile_test.py arena_open engine/serve/peer_test.py engine/serve/faces_test.py
+	proto/hangup_test.py engine_cache engine_backend_moe"
 
 # long_first ITEM...: the items, those of LONG_FIRST first in its order
 # (a binary matched by its file name, a script by its path).
@@ -113,15 +118,29 @@ run_one() {
 	local t0; t0=$(date +%s)
 	timeout -k 5 "$LIMIT" "$@" >"$logdir/$name.log" 2>&1
 	echo "$? $(( $(date +%s) - t0 ))" >"$logdir/$name.rc"
+	# the CPU time of what it started and waited for (user + system, the
+	# second line of times: its children), as load does not change it
+	times >"$logdir/$name.cpu"
+}
+
+# cpu_of NAME: the CPU seconds (user + system) run_one recorded.
+cpu_of() {
+	tail -n 1 "$logdir/$1.cpu" | awk '{ t = 0
+		for (i = 1; i <= NF; i++) { split($i, a, /[ms]/); t += a[1] * 60 + a[2] }
+		printf "%d", t + 0.5 }'
 }
 
 # report KIND NAME: prints a finished test's output and adds up its summary.
 report() {
-	local kind=$1 name=$2 rc secs summary p f
+	local kind=$1 name=$2 rc secs summary p f c
 	read -r rc secs <"$logdir/$name.rc"
 	echo "== $kind $name"
 	cat "$logdir/$name.log"
-	[ "$timed" -eq 1 ] && echo "   ($name: $secs s)"
+	if [ "$timed" -eq 1 ]; then
+		c=$(cpu_of "$name")
+		cpu_sum=$((cpu_sum + c))
+		echo "   ($name: $secs s, CPU $c s)"
+	fi
 	summary=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$logdir/$name.log" | tail -n 1)
 	if [ -n "$summary" ]; then
 		p=${summary%% passed*}
@@ -234,7 +253,7 @@ case ${1:-} in
 --skip-pure) skip_pure=1; shift ;;
 --scripts) scripts=0 timed=1; shift
 	for s in "$@"; do
-		start "$s"
+		(start "$s") # a subshell of its own: its children's CPU time alone
 		report system "$(name_of "$s")"
 	done
 	set -- ;;
@@ -266,6 +285,12 @@ else
 	[ $# -gt 0 ] && run_all "$@"
 fi
 
+# the items' CPU time against the CPUs' time: what more parallel items
+# could gain (little when the CPUs were busy), on a machine of its own
+if [ "$timed" -eq 1 ]; then
+	w=$(( $(date +%s) - t_start )) n=$(nproc 2>/dev/null || echo 1)
+	echo "run.sh: $w s, the items' CPU time $cpu_sum s ($(( 100 * cpu_sum / ((w > 0 ? w : 1) * n) ))% of $n CPUs)"
+fi
 [ -n "$failed_names" ] && echo "failed:$failed_names"
 [ -n "${TEST_TOTALS:-}" ] && echo "$pass $fail" >>"$TEST_TOTALS"
 echo "$pass passed, $fail failed"
