@@ -740,6 +740,35 @@ def t_partial_handoff_to_rigid_engine(c):
     check_gen(c, a, 2)
 
 
+def t_partial_grant_to_released_engine(c):
+    """A handoff, then a refill, to an elastic engine that holds nothing
+    (released), granted less than it lacks: it maps the grant and serves
+    from it. Before the fix the engine only remembered the VRAM reserve
+    (a released cache has nothing to measure against): the handoff and the
+    refill said OK, the target stayed at 0 MiB, and b was released for
+    nothing."""
+    c.broker('[gpu "*"]\ntotal_mib = %d\n' % CAP_MIB)
+    a = c.engine("a", "--vram-elastic", host_mib=256)
+    b = c.engine("b", "--vram-elastic", host_mib=256)
+    c.want_holds({"a": 0, "b": CAP_MIB * MIB})  # b, started last, holds the cap
+    ok(call(c.control, "handoff", **{"from": "b", "to": "a"}))
+    assert [e["bytes"] for e in c.events.all("grant", "a")][-1] == CAP_MIB * MIB, c.events.all("grant", "a")
+    held = wait_for("a maps its grant", lambda: c.holds()["a"] > 0 and c.holds()["a"], timeout=5 * SLOW)
+    # all of the grant but a segment at most (the reserve is rounded up to a MiB)
+    assert (CAP_MIB - 4) * MIB <= held <= CAP_MIB * MIB and c.holds()["b"] == 0, c.holds()
+    assert c.status()["gpus"][0]["held"] <= CAP_MIB * MIB, c.status()["gpus"]
+    check_gen(c, a, 1)
+    assert c.status()["gpus"][0]["held"] <= CAP_MIB * MIB, c.status()["gpus"]
+    # the same by a refill: a released, then refilled (b holds nothing)
+    ok(call(c.control, "release", name="a"))
+    c.want_holds({"a": 0, "b": 0})
+    ok(call(c.control, "refill", name="a"))
+    held = wait_for("a maps its grant again", lambda: c.holds()["a"] > 0 and c.holds()["a"], timeout=5 * SLOW)
+    assert (CAP_MIB - 4) * MIB <= held <= CAP_MIB * MIB and c.status()["gpus"][0]["held"] <= CAP_MIB * MIB, \
+        (held, c.status()["gpus"])
+    check_gen(c, a, 2)
+
+
 def t_queued_ops_ask_what_is_lacking(c):
     """A refill and the engine's own acquire queued together (the front
     door's refill beside an engine's refill before a request): the one
@@ -784,7 +813,7 @@ CASES = [t_config_and_flags, t_two_engines_alternate, t_priority_and_idle_order,
          t_cli_and_handoff, t_engine_silent, t_engine_kill_during_refill, t_engine_kill_during_gen,
          t_engine_kill_during_handoff, t_broker_restart_under_load, t_stale_epoch,
          t_engine_without_broker, t_acquire_resent, t_partial_grant_grows_by_it,
-         t_partial_handoff_to_rigid_engine, t_queued_ops_ask_what_is_lacking, t_stress]
+         t_partial_handoff_to_rigid_engine, t_partial_grant_to_released_engine, t_queued_ops_ask_what_is_lacking, t_stress]
 
 
 def main():

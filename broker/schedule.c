@@ -76,8 +76,11 @@ void br_run_commands(struct broker *b, struct op *o, double now)
 	else if (br_lease_room_mib(b, e, o->granted, &lease_keep) || partial_room_mib(b, e, o, &lease_keep))
 		/* a lease on the device whose job may not have taken its memory
 		 * yet, or a grant of less than the engine lacks (a cap): the
-		 * engine grows by its grant only (a refill makes it whole) */
-		rc = br_command(b, e, PROTO_OP_VRAM, lease_keep, o, 0, 0, reason);
+		 * engine grows by its grant only (a plain refill makes it
+		 * whole). A released one has nothing mapped that a VRAM reserve
+		 * could grow (it would only remember it): it is told to refill
+		 * to that reserve instead. */
+		rc = br_command(b, e, e->mapped == 0 ? PROTO_OP_REFILL : PROTO_OP_VRAM, lease_keep, o, 0, 0, reason);
 	else
 		rc = br_command(b, e, PROTO_OP_REFILL, 0, o, 0, 0, reason);
 	if (rc) {

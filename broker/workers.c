@@ -69,6 +69,10 @@ static void *worker(void *arg)
 		}
 		if (j->op == PROTO_OP_VRAM)
 			req.reserve_mib = j->reserve_mib;
+		if (j->op == PROTO_OP_REFILL && j->reserve_mib) { /* a partial grant (schedule.c) */
+			req.reserve_mib = j->reserve_mib;
+			proto_set(&req, PF_RESERVE_MIB);
+		}
 		if (j->op == PROTO_OP_PEER) {
 			req.peer_mib = j->peer_mib;
 			req.peer_gpu = j->peer_gpu;

@@ -122,6 +122,9 @@ static const struct proto__row cache_rep[] = {
 	O(PEER_MAPPED), O(PEER_FREE), /* the same for the peer tier's device */
 };
 static const struct proto__row vram_req[] = { R(RESERVE_MIB), O(NAME), O(EPOCH) };
+/* reserve_mib: the broker's partial grant to a released engine (fill until
+ * that much of the device is free); absent or 0: whole */
+static const struct proto__row refill_req[] = { O(NAME), O(EPOCH), O(ALL), O(REASON), O(RESERVE_MIB) };
 
 static const struct proto__row register_req[] = {
 	R(NAME), R(PID), R(GPU), R(DEVICE), R(MODEL), R(CTL), R(FLOOR), R(CEILING),
@@ -214,7 +217,7 @@ static const struct {
 	[PROTO_OP_GEN]       = { "gen",       TAB(gen_req),       TAB(gen_rep),       true },
 	[PROTO_OP_STATUS]    = { "status",    NOFIELDS,           TAB(status_rep),    true },
 	[PROTO_OP_RELEASE]   = { "release",   TAB(cache_req),     TAB(cache_rep),     true },
-	[PROTO_OP_REFILL]    = { "refill",    TAB(cache_req),     TAB(cache_rep),     true },
+	[PROTO_OP_REFILL]    = { "refill",    TAB(refill_req),     TAB(cache_rep),     true },
 	[PROTO_OP_VRAM]      = { "vram",      TAB(vram_req),      TAB(cache_rep),     true },
 	[PROTO_OP_REGISTER]  = { "register",  TAB(register_req),  TAB(epoch_rep),     true },
 	[PROTO_OP_HEARTBEAT] = { "heartbeat", TAB(heartbeat_req), TAB(epoch_opt_rep), true },

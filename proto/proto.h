@@ -30,7 +30,9 @@
  *   status    -
  *   release   name str, epoch u64, all bool (the engine's: dense weights and
  *             KV cache too)
- *   refill    name str, epoch u64
+ *   refill    name str, epoch u64, reserve_mib uint (the broker's partial
+ *             grant to a released engine: fill until that many MiB of the
+ *             device are free; absent or 0: whole)
  *   vram      R reserve_mib uint|nil (nil: grow back to full), name, epoch
  *   register  R name, pid, gpu, device u32, model, ctl, floor, ceiling,
  *             priority i32, state, resident, capacity, epoch; mapped, free,

@@ -32,9 +32,9 @@ void serve_on_control(struct serve *s, struct proto_ctx *ctx, const struct baton
 		serve_reply_err(s, ctx, req, BATON_EUNSUPPORTED, "vram: start the engine with --vram-elastic to allow it");
 		return;
 	}
-	if (req->op == PROTO_OP_VRAM && req->reserve_mib != PROTO_RESERVE_FULL &&
-	    req->reserve_mib > (UINT64_C(1) << 24)) {
-		serve_reply_err(s, ctx, req, BATON_ERANGE, "vram: reserve_mib %" PRIu64 " is out of range",
+	if ((req->op == PROTO_OP_VRAM || (req->op == PROTO_OP_REFILL && proto_has(req, PF_RESERVE_MIB))) &&
+	    req->reserve_mib != PROTO_RESERVE_FULL && req->reserve_mib > (UINT64_C(1) << 24)) {
+		serve_reply_err(s, ctx, req, BATON_ERANGE, "%s: reserve_mib %" PRIu64 " is out of range", op,
 		    req->reserve_mib);
 		return;
 	}
@@ -109,11 +109,17 @@ void serve_on_control(struct serve *s, struct proto_ctx *ctx, const struct baton
 		}
 	} else if (req->op == PROTO_OP_REFILL) {
 		/* whole again: the model (after a release --all), back to the
-		 * full target, then filled */
+		 * full target, then filled. With a reserve (the broker's
+		 * partial grant to a released engine, worked out before the
+		 * model came back), filled only until the device has that
+		 * much free; an engine not --vram-elastic is made whole. */
 		serve_set_state(s, BATON_STATE_REFILLING);
+		int part = proto_has(req, PF_RESERVE_MIB) && req->reserve_mib != PROTO_RESERVE_FULL &&
+		    req->reserve_mib > 0 && s->o.elastic;
 		rc = serve_refill_model(s);
 		if (rc == 0)
-			rc = serve_make_full(s, UINT64_MAX, &r);
+			rc = part ? serve_fill_to(s, (int64_t)(req->reserve_mib * BATON_MIB), &r) :
+			    serve_make_full(s, UINT64_MAX, &r);
 	} else if (req->op == PROTO_OP_PEER) {
 		/* "resizing" while it maps or unmaps peer segments: a broker
 		 * that probes a slow lend or revoke with STATUS sees work in

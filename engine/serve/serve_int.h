@@ -121,6 +121,7 @@ void serve_keep_alive(void *arg, double seconds);
 int serve_refill_model(struct serve *s);
 /* The cache whole again, or `limit` bytes of it (run_mu held). */
 int serve_make_full(struct serve *s, uint64_t limit, struct baton_cache_report *sum);
+int serve_fill_to(struct serve *s, int64_t reserve, struct baton_cache_report *sum);
 /* With a broker: asks before making the cache whole (run_mu held; it may
  * drop it while it waits). 0 to go on, else the broker's refusal. */
 int serve_ensure_memory(struct serve *s, const char *why, char *err, size_t errlen);

@@ -71,8 +71,6 @@ int serve_refill_model(struct serve *s)
  * so that the device keeps all but `limit` of its free memory. */
 int serve_make_full(struct serve *s, uint64_t limit, struct baton_cache_report *sum)
 {
-	struct baton_cache_report r;
-	memset(sum, 0, sizeof *sum);
 	struct baton_cache_stats st;
 	cache_stats(engine_cache(s->e), &st);
 	uint64_t missing = s->ceiling > st.mapped_bytes ? s->ceiling - st.mapped_bytes : 0;
@@ -82,6 +80,17 @@ int serve_make_full(struct serve *s, uint64_t limit, struct baton_cache_report *
 		engine_mem_info(s->e, &fr, &tot);
 		reserve = fr > limit ? (int64_t)(fr - limit) : 0;
 	}
+	return serve_fill_to(s, reserve, sum);
+}
+
+/* The cache at `reserve` (bytes the device keeps free; -1: the configured
+ * reserve and the full target), then filled: a released cache maps from
+ * nothing until the device has `reserve` free (caller holds run_mu). */
+int serve_fill_to(struct serve *s, int64_t reserve, struct baton_cache_report *sum)
+{
+	struct baton_cache_report r;
+	struct baton_cache_stats st;
+	memset(sum, 0, sizeof *sum);
 	test_refill_delay();
 	int rc = engine_vram(s->e, reserve, &r);
 	if (rc)
