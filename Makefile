@@ -178,8 +178,8 @@ NPROC := $(shell nproc 2>/dev/null || echo 2)
 
 # The timed process tests run shorter in `make test` (the 30 s stress case
 # and the long soak are make test-reliability's and a direct run's), so the
-# suite stays under 10 minutes on 2 cores (8 min 58 s on a clean clone,
-# docs/internals/testing.md). While the first pass runs, the sanitizer
+# suite stays under 10 minutes on 2 cores (its CPU time, some 800 s, and
+# the figures measured: docs/internals/testing.md). While the first pass runs, the sanitizer
 # build is made beside it at low priority (the process tests spend much of
 # their time waiting, and the tests keep the CPU first); the last lines
 # give each phase's time and add both passes up.
