@@ -762,6 +762,8 @@ def t_partial_grant_to_released_engine(c):
     # the same by a refill: a released, then refilled (b holds nothing)
     ok(call(c.control, "release", name="a"))
     c.want_holds({"a": 0, "b": 0})
+    err(call(c.control, "refill", name="a", reserve_mib=4), "invalid")  # the broker's word to engines only
+    assert c.holds()["a"] == 0
     ok(call(c.control, "refill", name="a"))
     held = wait_for("a maps its grant again", lambda: c.holds()["a"] > 0 and c.holds()["a"], timeout=5 * SLOW)
     assert (CAP_MIB - 4) * MIB <= held <= CAP_MIB * MIB and c.status()["gpus"][0]["held"] <= CAP_MIB * MIB, \

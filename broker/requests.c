@@ -394,6 +394,12 @@ static void on_engine_op(struct broker *b, struct waiter *w, const struct baton_
 		    "engine itself (baton release NAME --all finds it)");
 		return;
 	}
+	if (m->op == PROTO_OP_REFILL && proto_has(m, PF_RESERVE_MIB)) {
+		/* the broker's own word to a released engine (schedule.c) */
+		br_reply_error(w, m->op, m->id, BATON_EINVAL, "refill: reserve_mib is not for the broker; "
+		    "use vram NAME --reserve-mib N");
+		return;
+	}
 	struct eng *e = need_engine(b, w, m, name);
 	if (!e)
 		return;

@@ -173,6 +173,8 @@ def t_schema():
     rep = {f["key"]: f for f in ops["status"]["reply"]}
     assert rep["device"]["type"] == "str" and not rep["device"]["required"]
     assert {f["key"] for f in ops["vram"]["request"] if f["required"]} == {"reserve_mib"}
+    refill = {f["key"]: f for f in ops["refill"]["request"]}  # the broker's partial grant to a released engine
+    assert "reserve_mib" in refill and not refill["reserve_mib"]["required"], refill
     assert SCHEMA["limits"]["array"] == 1024 and SCHEMA["limits"]["name"] == 256
 
 

@@ -158,6 +158,33 @@ def t_stale_epoch(c):
     assert r["state"] == "ready" and r["epoch"] == 5
 
 
+def t_refill_to_reserve(c):
+    """A refill with reserve_mib (the broker's partial grant to a released
+    engine) fills until the device has that much free; one out of range is
+    refused and changes nothing; without --vram-elastic the reserve is
+    ignored and the refill makes the engine whole."""
+    seg = 4 * h.MIB
+    e = c.engine("a", c.arena(), "--expert-cache-release", "--vram-elastic", "--vram-segment-mib", "4")
+    whole = ok(call(e.url, "status"))["mapped"]
+    assert whole > seg, whole
+    ok(call(e.url, "release"))
+    err(call(e.url, "refill", reserve_mib=(1 << 24) + 1), "out_of_range")
+    st = ok(call(e.url, "status"))
+    assert st["state"] == "released" and st["mapped"] == 0, st
+    # room for one segment: the device keeps all of its free memory but 4 MiB and a fraction
+    r = ok(call(e.url, "refill", reserve_mib=st["free"] // h.MIB - 4))
+    assert r["mapped"] == seg and ok(call(e.url, "status"))["mapped"] == seg, r
+    ok(call(e.url, "gen", steps=1, batch=1, seed=1))  # serves from part of its cache
+    ok(call(e.url, "refill"))  # a plain refill: whole
+    assert ok(call(e.url, "status"))["mapped"] == whole
+    b = c.engine("b", c.arena(), "--expert-cache-release", "--vram-segment-mib", "4")
+    ok(call(b.url, "release"))
+    free = ok(call(b.url, "status"))["free"]
+    ok(call(b.url, "refill", reserve_mib=free // h.MIB - 4))
+    st = ok(call(b.url, "status"))
+    assert st["state"] == "ready" and st["mapped"] == whole, st
+
+
 def t_busy_during_gen(c):
     e = c.engine("a", c.arena(d_model=512, d_ff=1024), "--expert-cache-release")
     # A GEN of a few seconds; releases meanwhile must answer busy.
@@ -248,7 +275,7 @@ def t_kill9_gives_memory_back(c):
 
 
 CASES = [t_bad_flags, t_gen_same_after_release_refill, t_back_to_back_never_busy, t_bad_requests_change_nothing,
-         t_release_needs_flag, t_stale_epoch, t_busy_during_gen, t_idle_release,
+         t_release_needs_flag, t_stale_epoch, t_refill_to_reserve, t_busy_during_gen, t_idle_release,
          t_two_engines_compete, t_sigterm_gives_memory_back, t_kill9_gives_memory_back, t_host_fallback_warns]
 
 
