@@ -11,6 +11,7 @@ The last line is "N passed, N failed".
 # sanitizer pass skips it (tests/run.sh --skip-pure).
 import os
 import re
+import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -30,9 +31,24 @@ PATTERNS = {
 NOT_READ = {"PATH", "UBSAN_OPTIONS", "ASAN_OPTIONS", "DEBIAN_FRONTEND"}
 
 
+def tree_files():
+    """The tree's own files (git's tracked and not-ignored ones), so that
+    scratch files a .git/info/exclude hides are not counted; None outside
+    a git checkout (then every file is walked)."""
+    try:
+        r = subprocess.run(["git", "-C", ROOT, "ls-files", "-co", "--exclude-standard"],
+                           capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if r.returncode != 0:
+        return None
+    return {os.path.normpath(os.path.join(ROOT, x)) for x in r.stdout.splitlines()}
+
+
 def reads():
     """{name: [file, ...]} of the variables the tree reads."""
     out = {}
+    own = tree_files()
     for d, dirs, files in os.walk(ROOT):
         dirs[:] = [x for x in dirs if x not in SKIP_DIRS and not x.startswith("build")]
         for f in files:
@@ -41,6 +57,8 @@ def reads():
             for exts, pat in PATTERNS.items():
                 if f.endswith(exts):
                     path = os.path.join(d, f)
+                    if own is not None and os.path.normpath(path) not in own:
+                        continue
                     try:
                         text = open(path, encoding="utf-8", errors="replace").read()
                     except OSError:

@@ -37,7 +37,11 @@ t_case() {
 	t_dog=$!
 	wait "$t_pid" 2>/dev/null
 	t_rc=$?
-	t_kill_tree "$t_dog" KILL
+	# the watchdog before its sleep: killed children first, the watchdog
+	# would wake and write "timed out" into a case that did not
+	t_dog_kids=$(pgrep -P "$t_dog")
+	kill -KILL "$t_dog" 2>/dev/null
+	for t_k in $t_dog_kids; do kill -KILL "$t_k" 2>/dev/null; done
 	wait "$t_dog" 2>/dev/null
 	if [ "$t_rc" -eq 0 ]; then
 		echo "ok   $1"; t_pass=$((t_pass + 1))
