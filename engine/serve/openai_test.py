@@ -497,7 +497,8 @@ def t_concurrent_equal_alone(c):
 
 
 def t_disconnect_frees(c):
-    e = engine(c, "q", "--kv-blocks", "64")
+    # a context long enough for an answer that outlasts its client's leaving
+    e = engine(c, "q", "--kv-blocks", "128", "--ctx", "2048")
     total = health(e)["kv_blocks_total"]
     s = socket.create_connection((e.http.host, e.http.port), timeout=30)
     body = json.dumps(chat(QUESTIONS[1], seed=2, temperature=2.0, max_tokens=200, stream=True)).encode()
@@ -518,8 +519,11 @@ def t_disconnect_frees(c):
     # a whole (not streamed) request whose client leaves while it runs: the
     # server sees the connection close and cancels it
     s = socket.create_connection((e.http.host, e.http.port), timeout=30)
-    # (this seed makes an answer of 112 tokens: it runs a while)
-    body = json.dumps(chat(QUESTIONS[1], seed=2, temperature=2.0, max_tokens=220)).encode()
+    # 1,500 tokens, its EOS banned: some 0.5 s on the host, where the 112
+    # tokens this seed made before ended in 33 ms, before the server saw
+    # the client leave
+    body = json.dumps(chat(QUESTIONS[1], seed=2, temperature=2.0, max_tokens=1500,
+                           logit_bias={"2": -100})).encode()
     s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: %s:%d\r\nContent-Type: application/json\r\n"
               b"Content-Length: %d\r\n\r\n" % (e.http.host.encode(), e.http.port, len(body)) + body)
     h.wait_for("it runs", lambda: health(e)["running"] == 1, timeout=10, every=0.002)
