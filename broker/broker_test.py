@@ -521,7 +521,7 @@ def t_engine_kill_during_gen(c):
 
     def long_request():
         try:
-            res["a"] = gen(a, seed=1, steps=400, batch=16, timeout_ms=3000)
+            res["a"] = gen(a, seed=1, steps=4000, batch=16, timeout_ms=10000)
         except Exception as e:  # noqa: BLE001 - no answer at all is what we expect
             res["a"] = {"exception": str(e)}
     long_gen = threading.Thread(target=long_request)

@@ -292,8 +292,9 @@ def t_watch(c):
     a, b = two_engines(c)
     env = dict(c.env, BATON_BROKER=c.control, BATON_EVENTS=c.events_url)
     # --count N: exactly N lines, then exit 0 (pins and unpins until it has
-    # seen two: it may have subscribed after the first)
-    w = subprocess.Popen([CLI, "watch", "--count", "2", "--timeout", "20s"], stdout=subprocess.PIPE,
+    # seen enough: it may have subscribed after the first, or before the
+    # last events of b's start were sent: those may come first)
+    w = subprocess.Popen([CLI, "watch", "--count", "4", "--timeout", "20s"], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, env=env)
     for _ in range(100):
         baton(c, "pin", "a", check=0)
@@ -304,7 +305,9 @@ def t_watch(c):
     out, errs = w.communicate(timeout=20)
     assert w.returncode == 0, (out, errs)
     lines = out.splitlines()
-    assert len(lines) == 2 and all(re.search(r" (pin|unpin) +a ", ln) for ln in lines), lines
+    pins = [bool(re.search(r" (pin|unpin) +a ", ln)) for ln in lines]
+    assert len(lines) == 4 and pins[-2:] == [True, True], lines
+    assert all(p or re.search(r" (state|handoff|refill) +b ", ln) for p, ln in zip(pins, lines)), lines
     assert errs == "" and "\r" not in out
     # --json, until SIGINT: sees every event of a handoff; the events URL
     # is found beside the --broker socket when not given

@@ -515,8 +515,18 @@ def t_top_shows_the_door(c):
         assert st == 200, body
         served += 1
     env = dict(c.env, BATON_BROKER=c.control, BATON_HTTP=http.url)
-    p = subprocess.run([h.CLI, "top", "--once"], capture_output=True, text=True, env=env, timeout=30)
-    assert p.returncode == 0, p.stderr
+
+    def top_once():
+        p = subprocess.run([h.CLI, "top", "--once"], capture_output=True, text=True, env=env, timeout=30)
+        assert p.returncode == 0, p.stderr
+        return p
+    # the engine says busy until its next heartbeat after the last answer;
+    # UNTIL counts down from when it is idle
+    for _ in range(50):
+        p = top_once()
+        if not re.search(r"^qwen .*MiB\s+\S+\s+busy\s", p.stdout, re.M):
+            break
+        time.sleep(0.1)
     lines = p.stdout.splitlines()
     head = [i for i, ln in enumerate(lines) if ln.split()[:2] == ["MODEL", "STATE"]]
     assert head, p.stdout
