@@ -1,6 +1,7 @@
 /*
  * schema.c: a JSON schema (the subset grammar.h lists) compiled into a
- * grammar, and "any JSON object". Every keyword is either enforced,
+ * grammar, and "any JSON object" (Qwen3-Coder's XML calls, which reuse its
+ * value rules, are xml_calls.c's). Every keyword is either enforced,
  * an annotation, or refused with its JSON pointer.
  */
 #include <stdio.h>
@@ -8,36 +9,10 @@
 #include <string.h>
 
 #include "text/grammar/grammar_int.h"
+#include "text/grammar/schema_int.h"
 
-#define ANY_DEPTH 12u
-#define MAX_UNROLL 4096u
-#define MAX_REF_DEPTH 64
 
-enum { T_NULL = 1, T_BOOL = 2, T_INT = 4, T_FRAC = 8, T_STR = 16, T_ARR = 32, T_OBJ = 64,
-	T_ALL = 127 };
-
-struct memo {
-	char *ref;
-	uint32_t rule;
-	int open;          /* being compiled */
-	unsigned nest;     /* the object and array nesting when it was opened */
-};
-
-struct sc {
-	struct gb b;
-	json_t *root;
-	struct memo *memo;
-	size_t n_memo, cap_memo;
-	uint32_t any[ANY_DEPTH + 1];
-	uint32_t r_num, r_int, r_str, r_ws_dummy;
-	uint16_t ws, d09, d19, ee, hex;
-	int ref_depth;
-	unsigned nest;     /* objects and arrays being compiled */
-	char *err;
-	size_t errlen;
-};
-
-static int fail(struct sc *c, int rc, const char *path, const char *fmt, const char *a)
+int sc_fail(struct sc *c, int rc, const char *path, const char *fmt, const char *a)
 {
 	char msg[300];
 	snprintf(msg, sizeof msg, fmt, a ? a : "");
@@ -46,7 +21,7 @@ static int fail(struct sc *c, int rc, const char *path, const char *fmt, const c
 }
 
 /* path + "/" + key, the key escaped as a JSON pointer wants (~0, ~1). */
-static void sub_path(char *out, size_t cap, const char *path, const char *key)
+void sc_sub_path(char *out, size_t cap, const char *path, const char *key)
 {
 	size_t n = (size_t)snprintf(out, cap, "%s/", path);
 	for (const char *k = key; *k && n + 3 < cap; k++) {
@@ -60,14 +35,14 @@ static void sub_path(char *out, size_t cap, const char *path, const char *key)
 	out[n < cap ? n : cap - 1] = '\0';
 }
 
-static uint32_t rule1(struct sc *c, struct gseq *s)
+uint32_t sc_rule1(struct sc *c, struct gseq *s)
 {
 	uint32_t r = gb_rule(&c->b);
 	gb_alt(&c->b, r, s);
 	return r;
 }
 
-static void ws(struct sc *c, struct gseq *s)
+void sc_ws(struct sc *c, struct gseq *s)
 {
 	gs_rep(s, c->ws, 0, GB_WS_MAX);
 }
@@ -117,7 +92,7 @@ static uint32_t num_rule(struct sc *c)
 	gs_ref(&s, int_rule(c));
 	gs_ref(&s, frac);
 	gs_ref(&s, ex);
-	c->r_num = rule1(c, &s);
+	c->r_num = sc_rule1(c, &s);
 	gs_free(&s);
 	return c->r_num;
 }
@@ -130,7 +105,7 @@ static uint32_t str_rule(struct sc *c, uint32_t lo, uint32_t hi)
 	gs_byte(&s, '"');
 	gs_str(&s, lo, hi);
 	gs_byte(&s, '"');
-	uint32_t r = rule1(c, &s);
+	uint32_t r = sc_rule1(c, &s);
 	gs_free(&s);
 	if (lo == 0 && hi == UINT32_MAX)
 		c->r_str = r;
@@ -141,7 +116,7 @@ static uint32_t lit_rule(struct sc *c, const char *p)
 {
 	struct gseq s = {0};
 	gs_lit(&s, p, strlen(p));
-	uint32_t r = rule1(c, &s);
+	uint32_t r = sc_rule1(c, &s);
 	gs_free(&s);
 	return r;
 }
@@ -155,24 +130,24 @@ static uint32_t map_rule(struct sc *c, uint32_t val)
 	struct gseq s = {0};
 	uint32_t kv = gb_rule(&c->b), tail = gb_rule(&c->b), obj = gb_rule(&c->b);
 	gs_ref(&s, str_rule(c, 0, UINT32_MAX));
-	ws(c, &s);
+	sc_ws(c, &s);
 	gs_byte(&s, ':');
-	ws(c, &s);
+	sc_ws(c, &s);
 	gs_ref(&s, val);
-	ws(c, &s);
+	sc_ws(c, &s);
 	gb_alt(&c->b, kv, &s);
 	gs_byte(&s, ',');
-	ws(c, &s);
+	sc_ws(c, &s);
 	gs_ref(&s, kv);
 	gs_ref(&s, tail);
 	gb_alt(&c->b, tail, &s);
 	gb_alt(&c->b, tail, &s);
 	gs_byte(&s, '{');
-	ws(c, &s);
+	sc_ws(c, &s);
 	gs_byte(&s, '}');
 	gb_alt(&c->b, obj, &s);
 	gs_byte(&s, '{');
-	ws(c, &s);
+	sc_ws(c, &s);
 	gs_ref(&s, kv);
 	gs_ref(&s, tail);
 	gs_byte(&s, '}');
@@ -188,7 +163,7 @@ static uint32_t list_rule(struct sc *c, uint32_t item, uint32_t lo, uint32_t hi)
 	uint32_t arr = gb_rule(&c->b);
 	if (lo == 0) {
 		gs_byte(&s, '[');
-		ws(c, &s);
+		sc_ws(c, &s);
 		gs_byte(&s, ']');
 		gb_alt(&c->b, arr, &s);
 		if (hi == 0) {
@@ -200,9 +175,9 @@ static uint32_t list_rule(struct sc *c, uint32_t item, uint32_t lo, uint32_t hi)
 	uint32_t tail = gb_rule(&c->b);
 	if (hi == UINT32_MAX) {
 		gs_byte(&s, ',');
-		ws(c, &s);
+		sc_ws(c, &s);
 		gs_ref(&s, item);
-		ws(c, &s);
+		sc_ws(c, &s);
 		gs_ref(&s, tail);
 		gb_alt(&c->b, tail, &s);
 		gb_alt(&c->b, tail, &s);
@@ -213,9 +188,9 @@ static uint32_t list_rule(struct sc *c, uint32_t item, uint32_t lo, uint32_t hi)
 		for (uint32_t k = first; k < hi && !c->b.oom; k++) {
 			uint32_t o = gb_rule(&c->b);
 			gs_byte(&s, ',');
-			ws(c, &s);
+			sc_ws(c, &s);
 			gs_ref(&s, item);
-			ws(c, &s);
+			sc_ws(c, &s);
 			gs_ref(&s, next);
 			gb_alt(&c->b, o, &s);
 			gb_alt(&c->b, o, &s);
@@ -225,14 +200,14 @@ static uint32_t list_rule(struct sc *c, uint32_t item, uint32_t lo, uint32_t hi)
 		gb_alt(&c->b, tail, &s);
 	}
 	gs_byte(&s, '[');
-	ws(c, &s);
+	sc_ws(c, &s);
 	for (uint32_t k = 0; k < first; k++) {
 		if (k) {
 			gs_byte(&s, ',');
-			ws(c, &s);
+			sc_ws(c, &s);
 		}
 		gs_ref(&s, item);
-		ws(c, &s);
+		sc_ws(c, &s);
 	}
 	gs_ref(&s, tail);
 	gs_byte(&s, ']');
@@ -269,14 +244,13 @@ static uint32_t any_rule(struct sc *c, uint32_t d)
 }
 
 /* ---- schemas ---- */
-static int compile(struct sc *c, json_t *s, const char *path, uint32_t *out);
 
 static const char *const annotations[] = {
 	"title", "description", "default", "examples", "$comment", "deprecated", "readOnly",
 	"writeOnly", "$schema", "$defs", "definitions", NULL
 };
 
-static int is_annotation(const char *k)
+int sc_is_annotation(const char *k)
 {
 	for (int i = 0; annotations[i]; i++)
 		if (strcmp(k, annotations[i]) == 0)
@@ -337,15 +311,15 @@ static json_t *resolve(struct sc *c, const char *ref)
 }
 
 /* A non-negative integer keyword into *v (absent: unchanged). */
-static int count_kw(struct sc *c, json_t *s, const char *key, const char *path, uint32_t *v)
+int sc_count_kw(struct sc *c, json_t *s, const char *key, const char *path, uint32_t *v)
 {
 	json_t *x = json_object_get(s, key);
 	if (!x)
 		return 0;
 	char p[512];
-	sub_path(p, sizeof p, path, key);
+	sc_sub_path(p, sizeof p, path, key);
 	if (!json_is_integer(x) || json_integer_value(x) < 0)
-		return fail(c, BATON_EINVAL, p, "want a non-negative integer%s", NULL);
+		return sc_fail(c, BATON_EINVAL, p, "want a non-negative integer%s", NULL);
 	json_int_t n = json_integer_value(x);
 	*v = n >= (json_int_t)UINT32_MAX ? UINT32_MAX - 1 : (uint32_t)n;
 	return 0;
@@ -419,7 +393,7 @@ static int only_values(json_t *s)
 	json_object_foreach(s, k, v) {
 		if (!strcmp(k, "enum") || !strcmp(k, "const"))
 			any = 1;
-		else if (!is_annotation(k) && strcmp(k, "type"))
+		else if (!sc_is_annotation(k) && strcmp(k, "type"))
 			return 0;
 	}
 	return any;
@@ -459,13 +433,13 @@ static int values_rule(struct sc *c, json_t *s, const char *path, uint32_t *out)
 	const char *k;
 	json_t *v;
 	json_object_foreach(s, k, v)
-		if (strcmp(k, "enum") && strcmp(k, "const") && strcmp(k, "type") && !is_annotation(k)) {
-			sub_path(p, sizeof p, path, k);
-			return fail(c, BATON_EUNSUPPORTED, p, "\"%s\" beside enum or const is not supported", k);
+		if (strcmp(k, "enum") && strcmp(k, "const") && strcmp(k, "type") && !sc_is_annotation(k)) {
+			sc_sub_path(p, sizeof p, path, k);
+			return sc_fail(c, BATON_EUNSUPPORTED, p, "\"%s\" beside enum or const is not supported", k);
 		}
 	if (en && !json_is_array(en)) {
-		sub_path(p, sizeof p, path, "enum");
-		return fail(c, BATON_EINVAL, p, "want an array%s", NULL);
+		sc_sub_path(p, sizeof p, path, "enum");
+		return sc_fail(c, BATON_EINVAL, p, "want an array%s", NULL);
 	}
 	uint32_t r = gb_rule(&c->b);
 	struct gseq q = {0};
@@ -497,7 +471,7 @@ static int values_rule(struct sc *c, json_t *s, const char *path, uint32_t *out)
 	}
 	gs_free(&q);
 	if (!kept)
-		return fail(c, BATON_EINVAL, path, "no value of enum or const satisfies the schema%s", NULL);
+		return sc_fail(c, BATON_EINVAL, path, "no value of enum or const satisfies the schema%s", NULL);
 	*out = r;
 	return 0;
 }
@@ -508,25 +482,25 @@ static int object_rule(struct sc *c, json_t *s, const char *path, uint32_t *out)
 	json_t *addl = json_object_get(s, "additionalProperties");
 	char p[512], q[512];
 	if (props && !json_is_object(props)) {
-		sub_path(p, sizeof p, path, "properties");
-		return fail(c, BATON_EINVAL, p, "want an object%s", NULL);
+		sc_sub_path(p, sizeof p, path, "properties");
+		return sc_fail(c, BATON_EINVAL, p, "want an object%s", NULL);
 	}
 	if (req && !json_is_array(req)) {
-		sub_path(p, sizeof p, path, "required");
-		return fail(c, BATON_EINVAL, p, "want an array of strings%s", NULL);
+		sc_sub_path(p, sizeof p, path, "required");
+		return sc_fail(c, BATON_EINVAL, p, "want an array of strings%s", NULL);
 	}
 	for (size_t i = 0; i < json_array_size(req); i++) {
 		json_t *x = json_array_get(req, i);
-		sub_path(p, sizeof p, path, "required");
+		sc_sub_path(p, sizeof p, path, "required");
 		if (!json_is_string(x))
-			return fail(c, BATON_EINVAL, p, "want an array of strings%s", NULL);
+			return sc_fail(c, BATON_EINVAL, p, "want an array of strings%s", NULL);
 		if (!json_object_get(props, json_string_value(x)))
-			return fail(c, BATON_EUNSUPPORTED, p, "\"%s\" is required but not in properties "
+			return sc_fail(c, BATON_EUNSUPPORTED, p, "\"%s\" is required but not in properties "
 			    "(give it a schema there)", json_string_value(x));
 	}
 	if (addl && !json_is_boolean(addl) && !json_is_object(addl)) {
-		sub_path(p, sizeof p, path, "additionalProperties");
-		return fail(c, BATON_EINVAL, p, "want a boolean or a schema%s", NULL);
+		sc_sub_path(p, sizeof p, path, "additionalProperties");
+		return sc_fail(c, BATON_EINVAL, p, "want a boolean or a schema%s", NULL);
 	}
 	size_t n = json_object_size(props);
 	if (n == 0) {
@@ -534,7 +508,7 @@ static int object_rule(struct sc *c, json_t *s, const char *path, uint32_t *out)
 			struct gseq s2 = {0};
 			uint32_t r = gb_rule(&c->b);
 			gs_byte(&s2, '{');
-			ws(c, &s2);
+			sc_ws(c, &s2);
 			gs_byte(&s2, '}');
 			gb_alt(&c->b, r, &s2);
 			gs_free(&s2);
@@ -543,8 +517,8 @@ static int object_rule(struct sc *c, json_t *s, const char *path, uint32_t *out)
 		}
 		uint32_t val;
 		if (json_is_object(addl)) {
-			sub_path(p, sizeof p, path, "additionalProperties");
-			int rc = compile(c, addl, p, &val);
+			sc_sub_path(p, sizeof p, path, "additionalProperties");
+			int rc = sc_compile(c, addl, p, &val);
 			if (rc)
 				return rc;
 		} else
@@ -565,14 +539,14 @@ static int object_rule(struct sc *c, json_t *s, const char *path, uint32_t *out)
 	json_t *v;
 	size_t i = 0;
 	int rc = 0;
-	sub_path(q, sizeof q, path, "properties");
+	sc_sub_path(q, sizeof q, path, "properties");
 	json_object_foreach(props, k, v) {
 		keys[i] = k;
 		for (size_t j = 0; j < json_array_size(req); j++)
 			need[i] |= strcmp(json_string_value(json_array_get(req, j)), k) == 0;
 		uint32_t val;
-		sub_path(p, sizeof p, q, k);
-		if ((rc = compile(c, v, p, &val)) != 0)
+		sc_sub_path(p, sizeof p, q, k);
+		if ((rc = sc_compile(c, v, p, &val)) != 0)
 			break;
 		json_t *ks = json_string(k);
 		char *lit = ks ? json_dumps(ks, JSON_ENCODE_ANY) : NULL;
@@ -584,12 +558,12 @@ static int object_rule(struct sc *c, json_t *s, const char *path, uint32_t *out)
 		struct gseq e = {0};
 		gs_lit(&e, lit, strlen(lit));
 		free(lit);
-		ws(c, &e);
+		sc_ws(c, &e);
 		gs_byte(&e, ':');
-		ws(c, &e);
+		sc_ws(c, &e);
 		gs_ref(&e, val);
-		ws(c, &e);
-		kv[i] = rule1(c, &e);
+		sc_ws(c, &e);
+		kv[i] = sc_rule1(c, &e);
 		gs_free(&e);
 		i++;
 	}
@@ -608,7 +582,7 @@ static int object_rule(struct sc *c, json_t *s, const char *path, uint32_t *out)
 				gb_alt(&c->b, f, &e);
 			}
 			gs_byte(&e, ',');
-			ws(c, &e);
+			sc_ws(c, &e);
 			gs_ref(&e, kv[j]);
 			gs_ref(&e, more);
 			gb_alt(&c->b, m, &e);
@@ -620,10 +594,10 @@ static int object_rule(struct sc *c, json_t *s, const char *path, uint32_t *out)
 			more = m;
 		}
 		gs_byte(&e, '{');
-		ws(c, &e);
+		sc_ws(c, &e);
 		gs_ref(&e, first);
 		gs_byte(&e, '}');
-		*out = rule1(c, &e);
+		*out = sc_rule1(c, &e);
 		gs_free(&e);
 	}
 	free(keys), free(kv), free(need);
@@ -642,27 +616,27 @@ static int tuple_rule(struct sc *c, json_t *s, json_t *prefix, const char *path,
 	if (!pr)
 		return BATON_ENOMEM;
 	int rc = 0;
-	sub_path(q, sizeof q, path, "prefixItems");
+	sc_sub_path(q, sizeof q, path, "prefixItems");
 	for (size_t i = 0; i < k && !rc; i++) {
 		char num[24];
 		snprintf(num, sizeof num, "%zu", i);
-		sub_path(p, sizeof p, q, num);
-		rc = compile(c, json_array_get(prefix, i), p, &pr[i]);
+		sc_sub_path(p, sizeof p, q, num);
+		rc = sc_compile(c, json_array_get(prefix, i), p, &pr[i]);
 	}
 	json_t *items = json_object_get(s, "items");
 	int more = !json_is_false(items);
 	uint32_t rest = 0;
 	if (!rc && more) {
-		sub_path(p, sizeof p, path, "items");
+		sc_sub_path(p, sizeof p, path, "items");
 		if (items && !json_is_true(items) && !json_is_object(items))
-			rc = fail(c, BATON_EINVAL, p, "want a schema or a boolean%s", NULL);
+			rc = sc_fail(c, BATON_EINVAL, p, "want a schema or a boolean%s", NULL);
 		else if (items && !json_is_true(items))
-			rc = compile(c, items, p, &rest);
+			rc = sc_compile(c, items, p, &rest);
 		else
 			rest = any_rule(c, ANY_DEPTH - 1);
 	}
 	if (!rc && !more && lo > k)
-		rc = fail(c, BATON_EINVAL, path, "minItems is above the prefixItems and items is false: no "
+		rc = sc_fail(c, BATON_EINVAL, path, "minItems is above the prefixItems and items is false: no "
 		    "array is valid%s", NULL);
 	if (rc) {
 		free(pr);
@@ -676,9 +650,9 @@ static int tuple_rule(struct sc *c, json_t *s, json_t *prefix, const char *path,
 	gb_alt(&c->b, next, &e); /* after the last position: the end, or ... */
 	if (hi == UINT32_MAX && more) { /* ... more items of `items`, any number */
 		gs_byte(&e, ',');
-		ws(c, &e);
+		sc_ws(c, &e);
 		gs_ref(&e, rest);
-		ws(c, &e);
+		sc_ws(c, &e);
 		gs_ref(&e, next);
 		gb_alt(&c->b, next, &e);
 	}
@@ -688,19 +662,19 @@ static int tuple_rule(struct sc *c, json_t *s, json_t *prefix, const char *path,
 			gb_alt(&c->b, r, &e);
 		if (i) {
 			gs_byte(&e, ',');
-			ws(c, &e);
+			sc_ws(c, &e);
 		}
 		gs_ref(&e, i < k ? pr[i] : rest);
-		ws(c, &e);
+		sc_ws(c, &e);
 		gs_ref(&e, next);
 		gb_alt(&c->b, r, &e);
 		next = r;
 	}
 	gs_byte(&e, '[');
-	ws(c, &e);
+	sc_ws(c, &e);
 	gs_ref(&e, next);
 	gs_byte(&e, ']');
-	*out = rule1(c, &e);
+	*out = sc_rule1(c, &e);
 	gs_free(&e);
 	free(pr);
 	return 0;
@@ -711,24 +685,24 @@ static int array_rule(struct sc *c, json_t *s, const char *path, uint32_t *out)
 	uint32_t lo = 0, hi = UINT32_MAX;
 	char p[512];
 	int rc;
-	if ((rc = count_kw(c, s, "minItems", path, &lo)) || (rc = count_kw(c, s, "maxItems", path, &hi)))
+	if ((rc = sc_count_kw(c, s, "minItems", path, &lo)) || (rc = sc_count_kw(c, s, "maxItems", path, &hi)))
 		return rc;
 	json_t *maxi = json_object_get(s, "maxItems");
 	if (!maxi)
 		hi = UINT32_MAX;
 	if (lo > hi)
-		return fail(c, BATON_EINVAL, path, "minItems is above maxItems: no array is valid%s", NULL);
+		return sc_fail(c, BATON_EINVAL, path, "minItems is above maxItems: no array is valid%s", NULL);
 	if (lo > MAX_UNROLL || (hi != UINT32_MAX && hi > MAX_UNROLL)) {
-		sub_path(p, sizeof p, path, lo > MAX_UNROLL ? "minItems" : "maxItems");
-		return fail(c, BATON_EUNSUPPORTED, p, "above 4096 is not supported%s", NULL);
+		sc_sub_path(p, sizeof p, path, lo > MAX_UNROLL ? "minItems" : "maxItems");
+		return sc_fail(c, BATON_EUNSUPPORTED, p, "above 4096 is not supported%s", NULL);
 	}
 	json_t *prefix = json_object_get(s, "prefixItems");
 	if (prefix) {
-		sub_path(p, sizeof p, path, "prefixItems");
+		sc_sub_path(p, sizeof p, path, "prefixItems");
 		if (!json_is_array(prefix))
-			return fail(c, BATON_EINVAL, p, "want an array of schemas%s", NULL);
+			return sc_fail(c, BATON_EINVAL, p, "want an array of schemas%s", NULL);
 		if (json_array_size(prefix) > MAX_UNROLL)
-			return fail(c, BATON_EUNSUPPORTED, p, "more than 4096 is not supported%s", NULL);
+			return sc_fail(c, BATON_EUNSUPPORTED, p, "more than 4096 is not supported%s", NULL);
 		if (json_array_size(prefix))
 			return tuple_rule(c, s, prefix, path, lo, hi, out);
 	}
@@ -736,14 +710,14 @@ static int array_rule(struct sc *c, json_t *s, const char *path, uint32_t *out)
 	uint32_t item;
 	if (json_is_false(items)) {
 		if (lo > 0)
-			return fail(c, BATON_EINVAL, path, "items is false but minItems > 0: no array is valid%s", NULL);
+			return sc_fail(c, BATON_EINVAL, path, "items is false but minItems > 0: no array is valid%s", NULL);
 		hi = 0;
 		item = 0;
 	} else if (items && !json_is_true(items)) {
-		sub_path(p, sizeof p, path, "items");
+		sc_sub_path(p, sizeof p, path, "items");
 		if (!json_is_object(items))
-			return fail(c, BATON_EINVAL, p, "want a schema or a boolean (tuples: prefixItems)%s", NULL);
-		if ((rc = compile(c, items, p, &item)) != 0)
+			return sc_fail(c, BATON_EINVAL, p, "want a schema or a boolean (tuples: prefixItems)%s", NULL);
+		if ((rc = sc_compile(c, items, p, &item)) != 0)
 			return rc;
 	} else
 		item = any_rule(c, ANY_DEPTH - 1);
@@ -779,12 +753,12 @@ static int type_rule(struct sc *c, json_t *s, const char *type, const char *path
 	if (!strcmp(type, "string")) {
 		uint32_t lo = 0, hi = UINT32_MAX;
 		int rc;
-		if ((rc = count_kw(c, s, "minLength", path, &lo)) || (rc = count_kw(c, s, "maxLength", path, &hi)))
+		if ((rc = sc_count_kw(c, s, "minLength", path, &lo)) || (rc = sc_count_kw(c, s, "maxLength", path, &hi)))
 			return rc;
 		if (!json_object_get(s, "maxLength"))
 			hi = UINT32_MAX;
 		if (lo > hi)
-			return fail(c, BATON_EINVAL, path, "minLength is above maxLength: no string is valid%s", NULL);
+			return sc_fail(c, BATON_EINVAL, path, "minLength is above maxLength: no string is valid%s", NULL);
 		*out = str_rule(c, lo, hi);
 		return 0;
 	}
@@ -795,29 +769,29 @@ static int type_rule(struct sc *c, json_t *s, const char *type, const char *path
 		return rc;
 	}
 	char p[512];
-	sub_path(p, sizeof p, path, "type");
-	return fail(c, BATON_EINVAL, p, "unknown type \"%s\"", type);
+	sc_sub_path(p, sizeof p, path, "type");
+	return sc_fail(c, BATON_EINVAL, p, "unknown type \"%s\"", type);
 }
 
 static int ref_rule(struct sc *c, const char *ref, const char *path, uint32_t *out)
 {
 	char p[512];
-	sub_path(p, sizeof p, path, "$ref");
+	sc_sub_path(p, sizeof p, path, "$ref");
 	for (size_t i = 0; i < c->n_memo; i++)
 		if (strcmp(c->memo[i].ref, ref) == 0) {
 			if (c->memo[i].open && c->memo[i].nest == c->nest)
-				return fail(c, BATON_EUNSUPPORTED, p, "\"%s\" refers back to itself before "
+				return sc_fail(c, BATON_EUNSUPPORTED, p, "\"%s\" refers back to itself before "
 				    "any object or array: no document could end", ref);
 			*out = c->memo[i].rule;
 			return 0;
 		}
 	json_t *t = resolve(c, ref);
 	if (!t)
-		return fail(c, strncmp(ref, "#", 1) ? BATON_EUNSUPPORTED : BATON_EINVAL, p,
+		return sc_fail(c, strncmp(ref, "#", 1) ? BATON_EUNSUPPORTED : BATON_EINVAL, p,
 		    strncmp(ref, "#", 1) ? "only local references (#, #/$defs/...) are supported, not "
 		    "\"%s\"" : "\"%s\" points at nothing", ref);
 	if (c->ref_depth > MAX_REF_DEPTH)
-		return fail(c, BATON_EUNSUPPORTED, p, "references nested too deep%s", NULL);
+		return sc_fail(c, BATON_EUNSUPPORTED, p, "references nested too deep%s", NULL);
 	if (c->n_memo == c->cap_memo) {
 		size_t nc = c->cap_memo ? 2 * c->cap_memo : 16;
 		struct memo *m = realloc(c->memo, nc * sizeof *m);
@@ -834,7 +808,7 @@ static int ref_rule(struct sc *c, const char *ref, const char *path, uint32_t *o
 	c->memo[c->n_memo++] = (struct memo){ dup, r, 1, c->nest };
 	c->ref_depth++;
 	uint32_t inner;
-	int rc = compile(c, t, ref, &inner);
+	int rc = sc_compile(c, t, ref, &inner);
 	c->ref_depth--;
 	c->memo[mi].open = 0;
 	if (rc)
@@ -854,15 +828,15 @@ static int alone(struct sc *c, json_t *s, const char *kw, const char *path)
 	json_t *v;
 	char p[512];
 	json_object_foreach(s, k, v)
-		if (strcmp(k, kw) && !is_annotation(k) && strcmp(k, "$id")) {
-			sub_path(p, sizeof p, path, k);
-			return fail(c, BATON_EUNSUPPORTED, p, "\"%s\" beside %s is not supported", k) ;
+		if (strcmp(k, kw) && !sc_is_annotation(k) && strcmp(k, "$id")) {
+			sc_sub_path(p, sizeof p, path, k);
+			return sc_fail(c, BATON_EUNSUPPORTED, p, "\"%s\" beside %s is not supported", k) ;
 		}
 	(void)kw;
 	return 0;
 }
 
-static int compile(struct sc *c, json_t *s, const char *path, uint32_t *out)
+int sc_compile(struct sc *c, json_t *s, const char *path, uint32_t *out)
 {
 	if (c->b.oom)
 		return BATON_ENOMEM;
@@ -871,49 +845,49 @@ static int compile(struct sc *c, json_t *s, const char *path, uint32_t *out)
 		return 0;
 	}
 	if (json_is_false(s))
-		return fail(c, BATON_EINVAL, path, "the schema false admits no value%s", NULL);
+		return sc_fail(c, BATON_EINVAL, path, "the schema false admits no value%s", NULL);
 	if (!json_is_object(s))
-		return fail(c, BATON_EINVAL, path, "a schema must be an object or a boolean%s", NULL);
+		return sc_fail(c, BATON_EINVAL, path, "a schema must be an object or a boolean%s", NULL);
 	const char *k;
 	json_t *v;
 	char p[512];
 	json_object_foreach(s, k, v) {
-		if (is_annotation(k))
+		if (sc_is_annotation(k))
 			continue;
-		sub_path(p, sizeof p, path, k);
+		sc_sub_path(p, sizeof p, path, k);
 		if (!is_handled(k))
-			return fail(c, BATON_EUNSUPPORTED, p, "the keyword \"%s\" is not supported by "
+			return sc_fail(c, BATON_EUNSUPPORTED, p, "the keyword \"%s\" is not supported by "
 			    "constrained decoding", k);
 		if (!strcmp(k, "$id") && s != c->root)
-			return fail(c, BATON_EUNSUPPORTED, p, "$id below the root is not supported%s", NULL);
+			return sc_fail(c, BATON_EUNSUPPORTED, p, "$id below the root is not supported%s", NULL);
 		if (!strcmp(k, "uniqueItems") && !json_is_false(v))
-			return fail(c, BATON_EUNSUPPORTED, p, "uniqueItems: true is not supported%s", NULL);
+			return sc_fail(c, BATON_EUNSUPPORTED, p, "uniqueItems: true is not supported%s", NULL);
 	}
 	json_t *ref = json_object_get(s, "$ref");
 	if (ref) {
-		sub_path(p, sizeof p, path, "$ref");
+		sc_sub_path(p, sizeof p, path, "$ref");
 		if (!json_is_string(ref))
-			return fail(c, BATON_EINVAL, p, "want a string%s", NULL);
+			return sc_fail(c, BATON_EINVAL, p, "want a string%s", NULL);
 		int rc = alone(c, s, "$ref", path);
 		return rc ? rc : ref_rule(c, json_string_value(ref), path, out);
 	}
 	json_t *all = json_object_get(s, "allOf");
 	if (all) {
-		sub_path(p, sizeof p, path, "allOf");
+		sc_sub_path(p, sizeof p, path, "allOf");
 		if (!json_is_array(all) || json_array_size(all) != 1)
-			return fail(c, BATON_EUNSUPPORTED, p, "allOf of more than one schema is not supported%s", NULL);
+			return sc_fail(c, BATON_EUNSUPPORTED, p, "allOf of more than one schema is not supported%s", NULL);
 		int rc = alone(c, s, "allOf", path);
-		sub_path(p, sizeof p, p, "0");
-		return rc ? rc : compile(c, json_array_get(all, 0), p, out);
+		sc_sub_path(p, sizeof p, p, "0");
+		return rc ? rc : sc_compile(c, json_array_get(all, 0), p, out);
 	}
 	json_t *any = json_object_get(s, "anyOf");
 	const char *anykw = "anyOf";
 	if (!any && (any = json_object_get(s, "oneOf")) != NULL)
 		anykw = "oneOf";
 	if (any) {
-		sub_path(p, sizeof p, path, anykw);
+		sc_sub_path(p, sizeof p, path, anykw);
 		if (!json_is_array(any) || json_array_size(any) == 0)
-			return fail(c, BATON_EINVAL, p, "want a non-empty array of schemas%s", NULL);
+			return sc_fail(c, BATON_EINVAL, p, "want a non-empty array of schemas%s", NULL);
 		int rc = alone(c, s, anykw, path);
 		if (rc)
 			return rc;
@@ -926,7 +900,7 @@ static int compile(struct sc *c, json_t *s, const char *path, uint32_t *out)
 					    !(only_values(a) && only_values(b) && values_disjoint(a, b))) {
 						char msg[80];
 						snprintf(msg, sizeof msg, "%zu and %zu", i, j);
-						return fail(c, BATON_EUNSUPPORTED, p, "branches %s may match the same "
+						return sc_fail(c, BATON_EUNSUPPORTED, p, "branches %s may match the same "
 						    "value, which oneOf forbids; use anyOf, or branches of different "
 						    "types", msg);
 					}
@@ -937,9 +911,9 @@ static int compile(struct sc *c, json_t *s, const char *path, uint32_t *out)
 			char ip[512];
 			char num[24];
 			snprintf(num, sizeof num, "%zu", i);
-			sub_path(ip, sizeof ip, p, num);
+			sc_sub_path(ip, sizeof ip, p, num);
 			uint32_t br;
-			if ((rc = compile(c, json_array_get(any, i), ip, &br)) != 0) {
+			if ((rc = sc_compile(c, json_array_get(any, i), ip, &br)) != 0) {
 				gs_free(&q);
 				return rc;
 			}
@@ -957,14 +931,14 @@ static int compile(struct sc *c, json_t *s, const char *path, uint32_t *out)
 	const char *types[8];
 	size_t nt = 0;
 	if (type) {
-		sub_path(p, sizeof p, path, "type");
+		sc_sub_path(p, sizeof p, path, "type");
 		size_t n = json_is_array(type) ? json_array_size(type) : 1;
 		if ((!json_is_string(type) && !json_is_array(type)) || n == 0 || n > 7)
-			return fail(c, BATON_EINVAL, p, "want a type name or a list of them%s", NULL);
+			return sc_fail(c, BATON_EINVAL, p, "want a type name or a list of them%s", NULL);
 		for (size_t i = 0; i < n; i++) {
 			json_t *x = json_is_array(type) ? json_array_get(type, i) : type;
 			if (!json_is_string(x))
-				return fail(c, BATON_EINVAL, p, "want a type name or a list of them%s", NULL);
+				return sc_fail(c, BATON_EINVAL, p, "want a type name or a list of them%s", NULL);
 			types[nt++] = json_string_value(x);
 		}
 	} else {
@@ -1001,7 +975,7 @@ static int compile(struct sc *c, json_t *s, const char *path, uint32_t *out)
 	return 0;
 }
 
-static void sc_init(struct sc *c, char *err, size_t errlen)
+void sc_init(struct sc *c, char *err, size_t errlen)
 {
 	memset(c, 0, sizeof *c);
 	gb_init(&c->b);
@@ -1016,15 +990,15 @@ static void sc_init(struct sc *c, char *err, size_t errlen)
 	c->ee = gb_set_range(&c->b, "eeEE");
 }
 
-static int sc_finish(struct sc *c, int rc, uint32_t value, gram **out)
+int sc_finish(struct sc *c, int rc, uint32_t value, gram **out)
 {
 	if (!rc) {
 		/* root = ws VALUE ws */
 		struct gseq q = {0};
-		ws(c, &q);
+		sc_ws(c, &q);
 		gs_ref(&q, value);
-		ws(c, &q);
-		uint32_t root = rule1(c, &q);
+		sc_ws(c, &q);
+		uint32_t root = sc_rule1(c, &q);
 		gs_free(&q);
 		rc = c->b.oom ? (c->b.n_el + 64 > GB_MAX_ELEMENTS ? BATON_EUNSUPPORTED : BATON_ENOMEM) : 0;
 		if (rc == BATON_EUNSUPPORTED)
@@ -1046,7 +1020,7 @@ int gram_compile_schema(gram **out, json_t *schema, char *err, size_t errlen)
 	sc_init(&c, err, errlen);
 	c.root = schema;
 	uint32_t v = 0;
-	int rc = compile(&c, schema, "#", &v);
+	int rc = sc_compile(&c, schema, "#", &v);
 	if (!rc && c.b.oom)
 		rc = c.b.n_el + 64 > GB_MAX_ELEMENTS ? BATON_EUNSUPPORTED : BATON_ENOMEM;
 	if (rc == BATON_EUNSUPPORTED && c.b.oom)
@@ -1061,217 +1035,4 @@ int gram_compile_json_object(gram **out, char *err, size_t errlen)
 	sc_init(&c, err, errlen);
 	uint32_t v = map_rule(&c, any_rule(&c, ANY_DEPTH - 1));
 	return sc_finish(&c, 0, v, out);
-}
-
-/* ---- Qwen3-Coder's XML-style calls ---- */
-
-/* Bytes but those of `but` (a set); ascii: printable ASCII and whitespace only. */
-static uint16_t set_but(struct sc *c, const char *but, int ascii)
-{
-	uint8_t bits[32];
-	memset(bits, 0, sizeof bits);
-	for (unsigned x = 0; x < 256; x++)
-		if (!strchr(but, (int)x) && (!ascii || (x >= 0x20 && x < 0x7f) || x == '\t' || x == '\n' || x == '\r'))
-			bits[x / 8] |= (uint8_t)(1u << (x % 8));
-	return gb_set(&c->b, bits);
-}
-
-/* A parameter's value between "<parameter=P>\n" and "\n</parameter>", as
- * the split reads it back (engine/serve/toolcall.c): a string parameter's
- * raw text (no '<', so nothing in it can close it), any other the JSON of
- * its schema. A parameter without one type is refused: the reader takes
- * it as text, which its schema may not allow. */
-static int xml_value(struct sc *c, json_t *s, const char *path, uint32_t *out)
-{
-	json_t *ty = json_object_get(s, "type");
-	char p[512];
-	if (!json_is_string(ty)) {
-		sub_path(p, sizeof p, path, "type");
-		return fail(c, BATON_EUNSUPPORTED, p, "Qwen3-Coder's calls write a parameter as text, or as JSON when "
-		    "its schema gives one type other than string: give the parameter a type%s", NULL);
-	}
-	if (strcmp(json_string_value(ty), "string"))
-		return compile(c, s, path, out);
-	const char *k;
-	json_t *v;
-	json_object_foreach(s, k, v) {
-		if (is_annotation(k) || !strcmp(k, "type") || !strcmp(k, "enum") || !strcmp(k, "const") ||
-		    !strcmp(k, "minLength") || !strcmp(k, "maxLength"))
-			continue;
-		sub_path(p, sizeof p, path, k);
-		return fail(c, BATON_EUNSUPPORTED, p, "not enforced on a Qwen3-Coder call's text parameter%s", NULL);
-	}
-	json_t *en = json_object_get(s, "enum"), *cn = json_object_get(s, "const");
-	if (en || cn) {
-		json_t *vals = en ? json_incref(en) : json_pack("[O]", cn);
-		uint32_t r = gb_rule(&c->b);
-		size_t i;
-		json_array_foreach(vals, i, v) {
-			if (!json_is_string(v) || strchr(json_string_value(v), '<') ||
-			    strlen(json_string_value(v)) != json_string_length(v)) {
-				json_decref(vals);
-				sub_path(p, sizeof p, path, en ? "enum" : "const");
-				return fail(c, BATON_EUNSUPPORTED, p, "a Qwen3-Coder text parameter's values must be strings "
-				    "without '<'%s", NULL);
-			}
-			struct gseq q = {0};
-			gs_lit(&q, json_string_value(v), json_string_length(v));
-			gb_alt(&c->b, r, &q);
-			gs_free(&q);
-		}
-		json_decref(vals);
-		if (!json_array_size(en) && en) {
-			sub_path(p, sizeof p, path, "enum");
-			return fail(c, BATON_EINVAL, p, "an empty enum admits no value%s", NULL);
-		}
-		*out = r;
-		return 0;
-	}
-	uint32_t lo = 0, hi = UINT32_MAX;
-	if (count_kw(c, s, "minLength", path, &lo) || count_kw(c, s, "maxLength", path, &hi))
-		return BATON_EINVAL;
-	if (lo > hi) {
-		sub_path(p, sizeof p, path, "minLength");
-		return fail(c, BATON_EINVAL, p, "more than maxLength%s", NULL);
-	}
-	/* lengths count characters: with a minimum, ASCII only (a byte each) */
-	struct gseq q = {0};
-	gs_rep(&q, set_but(c, "<", lo > 0), lo, hi);
-	*out = rule1(c, &q);
-	gs_free(&q);
-	return 0;
-}
-
-/* One tool's "NAME>" and parameters up to "</function>". */
-static int xml_call(struct sc *c, json_t *fn, size_t i, uint32_t r)
-{
-	const char *name = json_string_value(json_object_get(fn, "name"));
-	json_t *pa = json_object_get(fn, "parameters");
-	char path[512], p[512];
-	snprintf(path, sizeof path, "tools[%zu].function.parameters#", i);
-	struct gseq q = {0};
-	gs_lit(&q, name, strlen(name));
-	gs_byte(&q, '>');
-	ws(c, &q);
-	if (!json_is_true(json_object_get(fn, "strict")) || !pa || json_is_null(pa)) {
-		/* not strict: any parameters, each any text */
-		struct gseq one = {0};
-		gs_lit(&one, "<parameter=", 11);
-		gs_rep(&one, set_but(c, "<>", 1), 1, 128);
-		gs_lit(&one, ">", 1);
-		gs_rep(&one, set_but(c, "<", 0), 0, UINT32_MAX);
-		gs_lit(&one, "</parameter>", 12);
-		ws(c, &one);
-		uint32_t r1 = rule1(c, &one), many = gb_rule(&c->b);
-		struct gseq a = {0};
-		gb_alt(&c->b, many, &a);
-		gs_ref(&a, r1);
-		gs_ref(&a, many);
-		gb_alt(&c->b, many, &a);
-		gs_free(&one);
-		gs_free(&a);
-		gs_ref(&q, many);
-	} else {
-		json_t *props = json_object_get(pa, "properties"), *req = json_object_get(pa, "required"), *v;
-		const char *k;
-		if (!json_is_object(pa) || (props && !json_is_object(props)) || (req && !json_is_array(req))) {
-			gs_free(&q);
-			return fail(c, BATON_EINVAL, path, "want an object schema with properties and required%s", NULL);
-		}
-		const char *kk;
-		json_object_foreach(pa, kk, v)
-			if (!is_annotation(kk) && strcmp(kk, "type") && strcmp(kk, "properties") && strcmp(kk, "required") &&
-			    strcmp(kk, "additionalProperties")) {
-				gs_free(&q);
-				sub_path(p, sizeof p, path, kk);
-				return fail(c, BATON_EUNSUPPORTED, p, "not enforced on a Qwen3-Coder call's parameters%s", NULL);
-			}
-		for (size_t j = 0; j < json_array_size(req); j++)
-			if (!json_is_string(json_array_get(req, j)) || !json_object_get(props, json_string_value(json_array_get(req, j)))) {
-				gs_free(&q);
-				sub_path(p, sizeof p, path, "required");
-				return fail(c, BATON_EUNSUPPORTED, p, "a required parameter without its schema in properties%s", NULL);
-			}
-		/* the properties in their order, the optional ones may be left out */
-		json_object_foreach(props, k, v) {
-			uint32_t val;
-			sub_path(p, sizeof p, path, "properties");
-			char pp[512];
-			sub_path(pp, sizeof pp, p, k);
-			if (strchr(k, '>') || strchr(k, '<') || !k[0]) {
-				gs_free(&q);
-				return fail(c, BATON_EUNSUPPORTED, pp, "a Qwen3-Coder parameter's name cannot hold '<' or '>'%s",
-				    NULL);
-			}
-			int rc = xml_value(c, v, pp, &val);
-			if (rc) {
-				gs_free(&q);
-				return rc;
-			}
-			struct gseq one = {0};
-			gs_lit(&one, "<parameter=", 11);
-			gs_lit(&one, k, strlen(k));
-			gs_lit(&one, ">\n", 2);
-			gs_ref(&one, val);
-			gs_lit(&one, "\n</parameter>", 13);
-			ws(c, &one);
-			uint32_t r1 = rule1(c, &one);
-			gs_free(&one);
-			int required = 0;
-			for (size_t j = 0; j < json_array_size(req); j++)
-				required |= !strcmp(json_string_value(json_array_get(req, j)), k);
-			if (!required) { /* r1 or nothing */
-				uint32_t opt = gb_rule(&c->b);
-				struct gseq a = {0};
-				gb_alt(&c->b, opt, &a);
-				gs_ref(&a, r1);
-				gb_alt(&c->b, opt, &a);
-				gs_free(&a);
-				r1 = opt;
-			}
-			gs_ref(&q, r1);
-		}
-	}
-	gs_lit(&q, "</function>", 11);
-	gb_alt(&c->b, r, &q);
-	gs_free(&q);
-	return 0;
-}
-
-int gram_compile_xml_calls(gram **out, json_t *tools, char *err, size_t errlen)
-{
-	*out = NULL;
-	struct sc c;
-	sc_init(&c, err, errlen);
-	uint32_t calls = gb_rule(&c.b);
-	size_t i;
-	json_t *t;
-	int rc = 0;
-	json_array_foreach(tools, i, t) {
-		json_t *fn = json_object_get(t, "function");
-		if (!json_is_string(json_object_get(fn, "name"))) {
-			baton_errf(err, errlen, "tools[%zu].function.name: want a string", i);
-			rc = BATON_EINVAL;
-			break;
-		}
-		c.root = json_object_get(fn, "parameters"); /* its own "#" for $ref */
-		for (size_t m = 0; m < c.n_memo; m++)
-			free(c.memo[m].ref);
-		c.n_memo = 0;
-		if ((rc = xml_call(&c, fn, i, calls)) != 0)
-			break;
-	}
-	uint32_t v = 0;
-	if (!rc) {
-		struct gseq q = {0};
-		gs_lit(&q, "<function=", 10);
-		gs_ref(&q, calls);
-		v = rule1(&c, &q);
-		gs_free(&q);
-	}
-	if (!rc && c.b.oom)
-		rc = c.b.n_el + 64 > GB_MAX_ELEMENTS ? BATON_EUNSUPPORTED : BATON_ENOMEM;
-	if (rc == BATON_EUNSUPPORTED && c.b.oom)
-		baton_errf(err, errlen, "tools: their calls make a grammar too large");
-	return sc_finish(&c, rc, v, out);
 }
