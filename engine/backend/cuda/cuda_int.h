@@ -111,6 +111,10 @@ struct baton_dev {
 	uint32_t vq_k;
 	uint64_t vq_mark, n_launch; /* n_launch: every cuda_launch_k so far */
 
+	/* The 16-bit batch-1 path (gemv16_launch.c), off with vq_off too. */
+	CUmodule g16_mod;
+	CUfunction k_g16_matmul, k_g16_gate_up, k_g16_down;
+
 	/* The tensor-core path (blas.c, tc_launch.c): off until the first
 	 * pass of tc_rows rows or more asks for it (tc_state 0), then on (1)
 	 * or off for good (-1, tc_why says why). Its scratch: bf16 weights,
@@ -346,6 +350,23 @@ void cuda_mmvq_keep(struct baton_dev *dev, uint64_t before, baton_dptr a, uint64
  * launches (and two quantizations); CUDA_TC_FALLBACK when it does not
  * apply. */
 int cuda_mmvq_experts(struct baton_dev *dev, const struct baton_moe_layer *l, baton_dptr table,
+    baton_dptr ids, baton_dptr weights);
+
+/* ---- gemv16_launch.c: the 16-bit batch-1 GEMVs ------------------------------ */
+
+/* Load at open (after cuda_mmvq_load), free at close. */
+int cuda_g16_load(struct baton_dev *dev);
+void cuda_g16_free(struct baton_dev *dev);
+/* matmul at rows == 1 on bf16 / f16 rows (16-byte aligned, k % 8 == 0),
+ * arguments checked by cuda_op_matmul; CUDA_TC_FALLBACK when it does not
+ * apply or BATON_CUDA_EXACT=1. */
+int cuda_g16_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint64_t row_bytes,
+    uint32_t n_out, uint32_t k, baton_dptr b, uint32_t b_dtype, baton_dptr x, uint32_t rows,
+    baton_dptr y, int accumulate);
+/* moe_experts_dev at batch 1 on bf16 / f16 experts (top_k <= 32), checked
+ * by cuda_moe_experts_dev: x += the experts' weighted sum in two launches;
+ * CUDA_TC_FALLBACK when it does not apply. */
+int cuda_g16_experts(struct baton_dev *dev, const struct baton_moe_layer *l, baton_dptr table,
     baton_dptr ids, baton_dptr weights);
 
 /* ---- ops_launch.c ---------------------------------------------------- */

@@ -467,6 +467,9 @@ int cuda_moe_experts_dev(struct baton_dev *dev, const struct baton_moe_layer *l,
 		return rc;
 	if ((rc = cuda_mmvq_experts(dev, l, table, ids, weights)) != CUDA_TC_FALLBACK)
 		return rc;
+	/* bf16 / f16 experts at batch 1: gemv16.cu */
+	if ((rc = cuda_g16_experts(dev, l, table, ids, weights)) != CUDA_TC_FALLBACK)
+		return rc;
 	const uint64_t off_pairs = n * sizeof(struct baton_cuda_chunk);
 	if ((rc = cuda_dbuf_need(dev, &dev->desc, off_pairs + n * 4)) ||
 	    (rc = cuda_dbuf_need(dev, &dev->h, n * l->d_ff * 4)) ||

@@ -352,6 +352,10 @@ int cuda_op_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint32
 	if ((rc = cuda_mmvq_matmul(dev, w, w_dtype, rb, n_out, k, b, b_dtype, x, rows, y,
 	         accumulate)) != CUDA_TC_FALLBACK)
 		return rc;
+	/* one row on bf16 / f16 weights: gemv16.cu at the memory's rate */
+	if ((rc = cuda_g16_matmul(dev, w, w_dtype, rb, n_out, k, b, b_dtype, x, rows, y,
+	         accumulate)) != CUDA_TC_FALLBACK)
+		return rc;
 	struct baton_ops_matmul_args a = {
 		.w = w, .b = b, .x = x, .y = y, .row_bytes = rb,
 		.w_dtype = w_dtype, .b_dtype = b_dtype, .n_out = n_out, .k = k, .rows = rows,

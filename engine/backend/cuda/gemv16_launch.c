@@ -1,0 +1,112 @@
+/*
+ * gemv16_launch.c: the 16-bit batch-1 path of matmul and of the decode
+ * step's experts (gemv16.cu): when it applies (bf16 or f16 rows, 16-byte
+ * aligned, widths a multiple of 8; off with BATON_CUDA_EXACT=1, as
+ * mmvq_launch.c's path), and its launches. The callers have checked the
+ * arguments; CUDA_TC_FALLBACK sends them on to the exact kernels.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "arena/arena.h"
+#include "engine/backend/cuda/cuda_int.h"
+#include "engine/backend/cuda/gemv16.h"
+
+extern const unsigned char baton_engine_backend_cuda_gemv16_fatbin[];
+extern const size_t baton_engine_backend_cuda_gemv16_fatbin_len;
+
+#define G16_THREADS (32 * BATON_G16_WARPS)
+#define G16_TOP_K_MAX 32 /* gemv16.cu's MAX_TOP_K */
+
+int cuda_g16_load(struct baton_dev *dev)
+{
+	const struct cuda_driver *d = dev->d;
+	CU(dev, d->ModuleLoadData(&dev->g16_mod, baton_engine_backend_cuda_gemv16_fatbin),
+	    "cuModuleLoadData of the 16-bit GEMV kernels (sm_90 SASS, compute_90 PTX)");
+	struct {
+		CUfunction *f;
+		const char *name;
+	} k[] = {
+		{ &dev->k_g16_matmul, "baton_g16_matmul" },
+		{ &dev->k_g16_gate_up, "baton_g16_gate_up" },
+		{ &dev->k_g16_down, "baton_g16_down" },
+	};
+	for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
+		CU(dev, d->ModuleGetFunction(k[i].f, dev->g16_mod, k[i].name), k[i].name);
+	/* one launch of each on empty sizes (each returns at once), as
+	 * cuda_ops_load does: modules load lazily */
+	struct baton_g16_args zm = { 0 };
+	struct baton_g16_moe_args ze = { 0 };
+	void *zero[] = { &zm, &ze, &ze };
+	for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+		void *params[] = { zero[i] };
+		CU(dev, d->LaunchKernel(*k[i].f, 1, 1, 1, 32, 1, 1, 0, dev->stream, params, NULL),
+		    "first launch of the 16-bit GEMV kernels");
+	}
+	CU(dev, d->StreamSynchronize(dev->stream), "cuStreamSynchronize after the first launches");
+	return 0;
+}
+
+void cuda_g16_free(struct baton_dev *dev)
+{
+	if (dev->g16_mod)
+		dev->d->ModuleUnload(dev->g16_mod);
+	dev->g16_mod = NULL;
+}
+
+/* bf16 / f16 rows of `cols` at addr: 16-byte loads need both aligned. */
+static int g16_dtype(uint32_t dt, uint64_t addr, uint32_t cols)
+{
+	return (dt == BATON_DT_BF16 || dt == BATON_DT_F16) && addr % 16 == 0 && cols % 8 == 0;
+}
+
+int cuda_g16_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint64_t row_bytes,
+    uint32_t n_out, uint32_t k, baton_dptr b, uint32_t b_dtype, baton_dptr x, uint32_t rows,
+    baton_dptr y, int accumulate)
+{
+	/* a bias of f32, f16 or bf16 at its type's alignment (typed loads) */
+	const int b_ok = !b || (b_dtype == BATON_DT_F32 && b % 4 == 0) ||
+	    ((b_dtype == BATON_DT_F16 || b_dtype == BATON_DT_BF16) && b % 2 == 0);
+	if (dev->vq_off || rows != 1 || !g16_dtype(w_dtype, w, k) || x % 16 || !b_ok)
+		return CUDA_TC_FALLBACK;
+	const uint64_t gx = ((uint64_t)n_out + BATON_G16_WARPS - 1) / BATON_G16_WARPS;
+	if (gx > 0x7fffffffu)
+		return CUDA_TC_FALLBACK;
+	struct baton_g16_args a = {
+		.w = w, .x = x, .b = b, .y = y, .row_bytes = row_bytes, .w_dtype = w_dtype,
+		.b_dtype = b_dtype, .n_out = n_out, .k = k, .accumulate = accumulate ? 1u : 0u,
+	};
+	const uint64_t before = dev->n_launch;
+	int rc = cuda_launch(dev, dev->k_g16_matmul, (uint32_t)gx, 1, G16_THREADS, &a,
+	    "cuLaunchKernel baton_g16_matmul");
+	if (!rc) /* writes y alone: the int8 blocks of x (mmvq_launch.c) still hold */
+		cuda_mmvq_keep(dev, before, y, (uint64_t)n_out * 4, 0, 0);
+	return rc;
+}
+
+int cuda_g16_experts(struct baton_dev *dev, const struct baton_moe_layer *l, baton_dptr table,
+    baton_dptr ids, baton_dptr weights)
+{
+	/* table entries are multiples of 256: a blob's alignment is its offsets' */
+	if (dev->vq_off || l->batch != 1 || l->top_k > G16_TOP_K_MAX ||
+	    l->gate_dtype != l->up_dtype || !g16_dtype(l->gate_dtype, l->gate_off, l->d_model) ||
+	    !g16_dtype(l->up_dtype, l->up_off, l->d_model) ||
+	    !g16_dtype(l->down_dtype, l->down_off, l->d_ff) || l->xn % 16 || l->d_ff > 0x7fffffffu)
+		return CUDA_TC_FALLBACK;
+	int rc;
+	if ((rc = cuda_dbuf_need(dev, &dev->h, (uint64_t)l->top_k * l->d_ff * 4)))
+		return rc;
+	struct baton_g16_moe_args a = {
+		.table = table, .ids = ids, .w = weights, .xn = l->xn, .h = dev->h.p, .x = l->x,
+		.gate_off = l->gate_off, .up_off = l->up_off, .down_off = l->down_off,
+		.gate_dtype = l->gate_dtype, .up_dtype = l->up_dtype, .down_dtype = l->down_dtype,
+		.d_model = l->d_model, .d_ff = l->d_ff, .top_k = l->top_k,
+	};
+	const uint32_t W = BATON_G16_WARPS;
+	if ((rc = cuda_launch(dev, dev->k_g16_gate_up, (l->d_ff + W - 1) / W, l->top_k, G16_THREADS,
+	         &a, "cuLaunchKernel baton_g16_gate_up")))
+		return rc;
+	return cuda_launch(dev, dev->k_g16_down, (l->d_model + W - 1) / W, 1, G16_THREADS, &a,
+	    "cuLaunchKernel baton_g16_down");
+}

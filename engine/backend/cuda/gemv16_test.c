@@ -1,0 +1,178 @@
+/*
+ * gemv16_test.c: the 16-bit batch-1 path (gemv16.cu, gemv16_launch.c)
+ * against the host backend, through the backend table as the model calls
+ * it. Built only with CUDA=1; without a driver or a device every case
+ * prints "skip: why" and passes.
+ *
+ * What must agree how:
+ *   - matmul at rows == 1 on bf16 / f16 rows, 16-byte aligned, k % 8 == 0:
+ *     within 2e-5 of the output's scale of host_op_matmul (the same
+ *     products as f32 fused multiply-adds, summed in another order), not
+ *     the exact kernels' bits in every row (so the fast kernel ran), the
+ *     same bits twice; misaligned weights or x, a k not a multiple of 8,
+ *     and BATON_CUDA_EXACT=1 take the exact kernels: the host's bits;
+ *   - the decode step's experts (moe_experts_dev at batch 1) on bf16 / f16:
+ *     cuda_moe_fixture.h's check_layer, within its 1e-4 of the double
+ *     reference and the same bits twice; misaligned parts take moe.cu's
+ *     kernels (moe_experts' bits).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "arena/arena.h"
+#include "engine/backend/cuda/cuda_fixture.h"
+#include "engine/backend/cuda/cuda_moe_fixture.h"
+#include "engine/backend/host/host.h"
+#include "tests/t.h"
+
+static baton_dptr H(const void *p)
+{
+	return (baton_dptr)(uintptr_t)p;
+}
+
+static float frand(void)
+{
+	return (float)urand();
+}
+
+/* rows x cols of dt (bf16, f16 or f32) from [-1, 1). */
+static uint8_t *wrand(int dt, uint32_t rows, uint32_t cols, uint64_t *bytes)
+{
+	const uint64_t rb = baton_compute_row_bytes(dt, cols);
+	uint8_t *w = malloc(rows * rb);
+	T_ASSERT(w);
+	for (uint64_t i = 0; i < (uint64_t)rows * cols; i++) {
+		const float f = frand();
+		uint16_t h;
+		if (dt == BATON_DT_F32)
+			memcpy(w + 4 * i, &f, 4);
+		else
+			h = dt == BATON_DT_F16 ? baton_f32_to_f16(f) : baton_f32_to_bf16(f),
+			memcpy(w + 2 * i, &h, 2);
+	}
+	*bytes = rows * rb;
+	return w;
+}
+
+enum { FAST, EXACT };
+
+/* One batch-1 matmul, the weights `woff` and x `xoff` bytes into their
+ * buffers: FAST within 2e-5 of the host's and not its bits everywhere,
+ * EXACT the host's bits; twice, the same bits. */
+static void mm_case(struct baton_dev *dev, int dt, uint32_t n_out, uint32_t k, int bias_dt,
+    int acc, uint32_t woff, uint32_t xoff, int want_path)
+{
+	uint64_t wb, bb = 0;
+	uint8_t *w = wrand(dt, n_out, k, &wb);
+	uint8_t *b = bias_dt >= 0 ? wrand(bias_dt, 1, n_out, &bb) : NULL;
+	float *x = malloc((size_t)k * 4), *y = malloc((size_t)n_out * 4);
+	float *want = malloc((size_t)n_out * 4), *got = malloc((size_t)n_out * 4);
+	float *got2 = malloc((size_t)n_out * 4);
+	T_ASSERT(x && y && want && got && got2);
+	for (uint32_t i = 0; i < k; i++)
+		x[i] = frand() * (1.0f + (float)(i % 7));
+	for (uint32_t i = 0; i < n_out; i++)
+		y[i] = frand();
+	memcpy(want, y, (size_t)n_out * 4);
+	baton_dptr dw0 = 0, dx0 = 0, dy = 0, db = 0;
+	T_CU(dev, be->alloc(dev, wb + 32, &dw0));
+	T_CU(dev, be->alloc(dev, (uint64_t)k * 4 + 32, &dx0));
+	T_CU(dev, be->alloc(dev, (uint64_t)n_out * 4, &dy));
+	if (b)
+		T_CU(dev, be->alloc(dev, bb, &db));
+	struct baton_copy c[3] = { { dw0 + woff, w, wb }, { dx0 + xoff, x, (uint64_t)k * 4 },
+		{ db, b, bb } };
+	T_CU(dev, be->copy_h2d(dev, c, b ? 3 : 2));
+	for (int run = 0; run < 2; run++) {
+		struct baton_copy yc = { dy, y, (uint64_t)n_out * 4 };
+		T_CU(dev, be->copy_h2d(dev, &yc, 1));
+		T_CU(dev, be->matmul(dev, dw0 + woff, (uint32_t)dt, n_out, k, db,
+		    (uint32_t)(b ? bias_dt : 0), dx0 + xoff, 1, dy, acc));
+		T_CU(dev, be->sync(dev));
+		T_CU(dev, be->copy_d2h(dev, run ? got2 : got, dy, (uint64_t)n_out * 4));
+	}
+	T_OK(host_op_matmul(NULL, H(w), (uint32_t)dt, n_out, k, H(b), (uint32_t)(b ? bias_dt : 0),
+	    H(x), 1, H(want), acc));
+	char what[96];
+	snprintf(what, sizeof what, "gemv16 %s n=%u k=%u woff=%u xoff=%u", baton_dtype_name(dt),
+	    n_out, k, woff, xoff);
+	T_ASSERT_MSG(memcmp(got, got2, (size_t)n_out * 4) == 0, "%s: two runs differ", what);
+	uint32_t differ = 0;
+	double md = 0, mw = 1;
+	for (uint32_t i = 0; i < n_out; i++) {
+		differ += memcmp(&got[i], &want[i], 4) != 0;
+		const double d = fabs((double)got[i] - want[i]);
+		md = isnan(d) || d > md ? (isnan(d) ? INFINITY : d) : md;
+		mw = fmax(mw, fabs(want[i]));
+	}
+	if (want_path == EXACT) {
+		T_ASSERT_MSG(differ == 0, "%s: %u outputs are not the exact kernels' bits", what, differ);
+	} else {
+		char name[112];
+		snprintf(name, sizeof name, "%s max diff", what);
+		fig(name, md / mw, "");
+		T_ASSERT_MSG(md / mw <= 2e-5, "%s: max |cuda - host| %.3g of scale %.3g (> 2e-5)", what,
+		    md, mw);
+		/* n_out >= 16 rows of k >= 256 terms: the exact bits everywhere
+		 * would mean the exact kernel ran */
+		if (n_out >= 16 && k >= 256)
+			T_ASSERT_MSG(differ > 0, "%s: the host's bits in every row: not the fast path", what);
+	}
+	be->free(dev, dw0), be->free(dev, dx0), be->free(dev, dy);
+	if (db)
+		be->free(dev, db);
+	free(w), free(b), free(x), free(y), free(want), free(got), free(got2);
+}
+
+static void t_matmul16(void)
+{
+	T_ASSERT(setenv("BATON_CUDA_GEMM", "0", 1) == 0);
+	struct baton_dev *dev = cuda_fixture_open();
+	unsetenv("BATON_CUDA_GEMM");
+	const int dts[] = { BATON_DT_BF16, BATON_DT_F16 };
+	for (size_t i = 0; i < 2; i++) {
+		const int dt = dts[i];
+		/* a row shorter than a warp's loads, one round of U loads per
+		 * lane (k = 2,048: q/k/v, the router, the head), two (the o
+		 * projection's 4,096), a round and a tail (2,056), bias of each
+		 * type, accumulate, rows not a multiple of a block's */
+		mm_case(dev, dt, 37, 24, -1, 0, 0, 0, FAST);
+		mm_case(dev, dt, 37, 256, BATON_DT_F32, 0, 0, 0, FAST);
+		mm_case(dev, dt, 301, 2048, -1, 1, 0, 0, FAST);
+		mm_case(dev, dt, 128, 2048, -1, 0, 0, 0, FAST);
+		mm_case(dev, dt, 19, 4096, BATON_DT_BF16, 1, 0, 0, FAST);
+		mm_case(dev, dt, 21, 2056, BATON_DT_F16, 0, 0, 0, FAST);
+		mm_case(dev, dt, 1030, 768, -1, 0, 0, 0, FAST);
+		/* the exact kernels: weights or x off 16 bytes, k % 8 */
+		mm_case(dev, dt, 19, 512, -1, 0, 2, 0, EXACT);
+		mm_case(dev, dt, 19, 512, -1, 0, 0, 4, EXACT);
+		mm_case(dev, dt, 19, 500, -1, 0, 0, 0, EXACT);
+	}
+	be->close(dev);
+
+	/* BATON_CUDA_EXACT=1 at open: the exact kernels, the host's bits */
+	T_ASSERT(setenv("BATON_CUDA_EXACT", "1", 1) == 0);
+	dev = cuda_fixture_open();
+	unsetenv("BATON_CUDA_EXACT");
+	mm_case(dev, BATON_DT_BF16, 301, 2048, -1, 1, 0, 0, EXACT);
+	mm_case(dev, BATON_DT_F16, 64, 1024, BATON_DT_F32, 0, 0, 0, EXACT);
+	be->close(dev);
+}
+
+static void t_experts16(void)
+{
+	/* Qwen3-30B-A3B's expert shape (2,048 x 768, top-8): gate_up's two
+	 * rounds of loads, down's pairs walked as one run of chunks */
+	check_layer(BATON_DT_BF16, 1, 2048, 768, 16, 8, 0);
+	check_layer(BATON_DT_F16, 1, 2048, 768, 16, 8, 0);
+	/* small: every load in the tail loops; top-k of 1 and of 32 */
+	check_layer(BATON_DT_BF16, 1, 512, 128, 32, 8, 0);
+	check_layer(BATON_DT_BF16, 1, 256, 64, 8, 1, 0);
+	check_layer(BATON_DT_F16, 1, 256, 40, 40, 32, 0);
+	/* misaligned parts: moe.cu's kernels, moe_experts' bits */
+	check_layer(BATON_DT_BF16, 1, 256, 96, 8, 4, 1);
+}
+
+T_MAIN(T_CASE(t_matmul16), T_CASE_TIMEOUT(t_experts16, 120))
