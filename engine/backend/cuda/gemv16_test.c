@@ -15,6 +15,8 @@
  *     cuda_moe_fixture.h's check_layer, within its 1e-4 of the double
  *     reference and the same bits twice; misaligned parts take moe.cu's
  *     kernels (moe_experts' bits).
+ * t_perf16 prints timings at Qwen3-30B-A3B's batch-1 shapes; it asserts
+ * nothing.
  */
 #include <math.h>
 #include <stdio.h>
@@ -175,4 +177,108 @@ static void t_experts16(void)
 	check_layer(BATON_DT_BF16, 1, 256, 96, 8, 4, 1);
 }
 
-T_MAIN(T_CASE(t_matmul16), T_CASE_TIMEOUT(t_experts16, 120))
+/* ---- figures (assert nothing) ------------------------------------------------ */
+
+static double time_mm(struct baton_dev *dev, int dt, uint32_t n_out, uint32_t k)
+{
+	baton_dptr w, x, y;
+	const uint64_t wb = 2ull * k * n_out;
+	T_CU(dev, be->alloc(dev, wb, &w));
+	T_CU(dev, be->alloc(dev, (uint64_t)k * 4, &x));
+	T_CU(dev, be->alloc(dev, (uint64_t)n_out * 4, &y));
+	T_CU(dev, be->matmul(dev, w, (uint32_t)dt, n_out, k, 0, 0, x, 1, y, 0));
+	T_CU(dev, be->sync(dev));
+	const int reps = 50;
+	const double t0 = baton_now_s();
+	for (int i = 0; i < reps; i++)
+		T_CU(dev, be->matmul(dev, w, (uint32_t)dt, n_out, k, 0, 0, x, 1, y, 0));
+	T_CU(dev, be->sync(dev));
+	const double t = (baton_now_s() - t0) / reps;
+	be->free(dev, w), be->free(dev, x), be->free(dev, y);
+	return t;
+}
+
+/* Qwen3-30B-A3B's batch-1 shapes in bf16: each matmul's time and GB/s of
+ * weights (calls back to back: launch latency hides behind the previous
+ * kernel), and a decode step's experts (top-8 of 16 blobs, the ids
+ * rotating so that no call finds the last one's rows in L2). */
+static void perf16(const char *sfx)
+{
+	struct baton_dev *dev = cuda_fixture_open();
+	static const struct {
+		const char *name;
+		uint32_t n, k;
+	} mm[] = { { "head", 151936, 2048 }, { "q", 4096, 2048 }, { "kv", 512, 2048 },
+		{ "o", 2048, 4096 }, { "router", 128, 2048 } };
+	char name[80];
+	for (size_t i = 0; i < sizeof mm / sizeof mm[0]; i++) {
+		const double t = time_mm(dev, BATON_DT_BF16, mm[i].n, mm[i].k);
+		snprintf(name, sizeof name, "g16_%s_bf16%s_us", mm[i].name, sfx);
+		fig(name, t * 1e6, "us");
+		snprintf(name, sizeof name, "g16_%s_bf16%s_GB/s", mm[i].name, sfx);
+		fig(name, 2.0 * mm[i].n * mm[i].k / t / 1e9, "GB/s");
+	}
+	enum { E = 16, K = 8, D = 2048, F = 768 };
+	const uint64_t part = 2ull * D * F, blob = 3 * part, stride = (blob + 4095) & ~4095ull;
+	baton_dptr blobs, x, xn, tab, sel;
+	T_CU(dev, be->alloc(dev, E * stride, &blobs));
+	T_CU(dev, be->alloc(dev, D * 4, &x));
+	T_CU(dev, be->alloc(dev, D * 4, &xn));
+	T_CU(dev, be->alloc(dev, E * 8, &tab));
+	T_CU(dev, be->alloc(dev, 2 * K * 8 * 2, &sel));
+	uint16_t *hb = malloc(blob);
+	float *hx = malloc(D * 4);
+	T_ASSERT(hb && hx);
+	for (uint64_t i = 0; i < blob / 2; i++)
+		hb[i] = baton_f32_to_bf16(frand() * 0.05f);
+	for (uint32_t i = 0; i < D; i++)
+		hx[i] = frand();
+	uint64_t ht[E];
+	uint32_t hs[2][2 * K]; /* two selections: ids then weights' bits */
+	for (uint32_t e = 0; e < E; e++) {
+		ht[e] = blobs + e * stride;
+		struct baton_copy c = { blobs + e * stride, hb, blob };
+		T_CU(dev, be->copy_h2d(dev, &c, 1));
+	}
+	for (int s = 0; s < 2; s++)
+		for (uint32_t k = 0; k < K; k++) {
+			const float w = 1.0f / K;
+			hs[s][k] = (uint32_t)s * K + k;
+			memcpy(&hs[s][K + k], &w, 4);
+		}
+	struct baton_copy c[4] = { { tab, ht, sizeof ht }, { sel, hs, sizeof hs }, { x, hx, D * 4 },
+		{ xn, hx, D * 4 } };
+	T_CU(dev, be->copy_h2d(dev, c, 4));
+	struct baton_moe_layer l = { .batch = 1, .d_model = D, .d_ff = F, .n_experts = E, .top_k = K,
+		.x = x, .xn = xn, .gate_dtype = BATON_DT_BF16, .up_dtype = BATON_DT_BF16,
+		.down_dtype = BATON_DT_BF16, .gate_off = 0, .up_off = part, .down_off = 2 * part };
+	T_CU(dev, be->moe_experts_dev(dev, &l, tab, sel, sel + K * 4));
+	T_CU(dev, be->sync(dev));
+	const int reps = 50;
+	const double t0 = baton_now_s();
+	for (int i = 0; i < reps; i++) {
+		const baton_dptr si = sel + (uint64_t)(i & 1) * 2 * K * 4;
+		T_CU(dev, be->moe_experts_dev(dev, &l, tab, si, si + K * 4));
+	}
+	T_CU(dev, be->sync(dev));
+	const double t = (baton_now_s() - t0) / reps;
+	snprintf(name, sizeof name, "g16_experts_top8_bf16%s_us", sfx);
+	fig(name, t * 1e6, "us");
+	snprintf(name, sizeof name, "g16_experts_top8_bf16%s_GB/s", sfx);
+	fig(name, (double)K * blob / t / 1e9, "GB/s");
+	be->free(dev, blobs), be->free(dev, x), be->free(dev, xn), be->free(dev, tab);
+	be->free(dev, sel);
+	free(hb), free(hx);
+	be->close(dev);
+}
+
+/* the path, then the exact kernels it replaces (BATON_CUDA_EXACT=1) */
+static void t_perf16(void)
+{
+	perf16("");
+	T_ASSERT(setenv("BATON_CUDA_EXACT", "1", 1) == 0);
+	perf16("_exact");
+	unsetenv("BATON_CUDA_EXACT");
+}
+
+T_MAIN(T_CASE(t_matmul16), T_CASE_TIMEOUT(t_experts16, 120), T_CASE_TIMEOUT(t_perf16, 60))
