@@ -24,6 +24,8 @@ static_assert(sizeof(baton_g16_moe_args) == 96, "gemv16 moe args layout");
 
 #define WARPS BATON_G16_WARPS
 #define U 8            /* 16-byte loads a lane has in flight per row */
+#define GR BATON_G16_GATE_ROWS /* gate_up: rows of gate (and of up) per warp */
+#define GV 2           /* gate_up: loads in flight per row and lane */
 #define MAX_TOP_K 32   /* pairs the down kernel keeps in shared memory */
 
 /* 16 bytes of weights, not kept in L1 */
@@ -93,34 +95,39 @@ __device__ __forceinline__ float dot_row(const uint8_t *row, const float *x, uin
 	return s;
 }
 
-/* The same for two rows against one x (gate and up), their loads
- * interleaved. */
+/* GR gate rows and their GR up rows against one x (gate_up's warp), GV
+ * loads of each row in flight a round: 2 * GR * GV. */
 template <int DT>
-__device__ __forceinline__ void dot_rows2(const uint8_t *ra, const uint8_t *rb, const float *x,
-    uint32_t n, uint32_t lane, float *sa, float *sb)
+__device__ __forceinline__ void dot_gate_up(const uint8_t *g, const uint8_t *up, uint64_t rb,
+    const float *x, uint32_t n, uint32_t lane, float (&sg)[GR], float (&su)[GR])
 {
-	constexpr int V = U / 2;
-	float a = 0.0f, b = 0.0f;
+#pragma unroll
+	for (int i = 0; i < GR; i++)
+		sg[i] = su[i] = 0.0f;
 	uint32_t c = lane;
-	for (; c + 32 * (V - 1) < n; c += 32 * V) {
-		uint4 va[V], vb[V];
+	for (; c + 32 * (GV - 1) < n; c += 32 * GV) {
+		uint4 vg[GR][GV], vu[GR][GV];
 #pragma unroll
-		for (int u = 0; u < V; u++) {
-			va[u] = ld_w(ra + 16ull * (c + 32 * u));
-			vb[u] = ld_w(rb + 16ull * (c + 32 * u));
-		}
+		for (int i = 0; i < GR; i++)
 #pragma unroll
-		for (int u = 0; u < V; u++) {
-			a = dot8<DT>(va[u], x + 8 * (c + 32 * u), a);
-			b = dot8<DT>(vb[u], x + 8 * (c + 32 * u), b);
+			for (int v = 0; v < GV; v++) {
+				vg[i][v] = ld_w(g + i * rb + 16ull * (c + 32 * v));
+				vu[i][v] = ld_w(up + i * rb + 16ull * (c + 32 * v));
+			}
+#pragma unroll
+		for (int i = 0; i < GR; i++)
+#pragma unroll
+			for (int v = 0; v < GV; v++) {
+				sg[i] = dot8<DT>(vg[i][v], x + 8 * (c + 32 * v), sg[i]);
+				su[i] = dot8<DT>(vu[i][v], x + 8 * (c + 32 * v), su[i]);
+			}
+	}
+	for (; c < n; c += 32)
+#pragma unroll
+		for (int i = 0; i < GR; i++) {
+			sg[i] = dot8<DT>(ld_w(g + i * rb + 16ull * c), x + 8 * c, sg[i]);
+			su[i] = dot8<DT>(ld_w(up + i * rb + 16ull * c), x + 8 * c, su[i]);
 		}
-	}
-	for (; c < n; c += 32) {
-		a = dot8<DT>(ld_w(ra + 16ull * c), x + 8 * c, a);
-		b = dot8<DT>(ld_w(rb + 16ull * c), x + 8 * c, b);
-	}
-	*sa = a;
-	*sb = b;
 }
 
 __device__ __forceinline__ float bias_elem(const uint8_t *b, uint32_t dt, uint32_t o)
@@ -157,26 +164,31 @@ __device__ __forceinline__ float silu(float g)
 	return g / (1.0f + expf(-g)); /* moe.cu's */
 }
 
+/* A warp per GR rows r0 .. r0 + GR - 1 of pair p (the last warp's rows
+ * past d_ff repeat row d_ff - GR, its results not written; d_ff >= GR). */
 extern "C" __global__ void __launch_bounds__(32 * WARPS)
 baton_g16_gate_up(baton_g16_moe_args a)
 {
-	const uint32_t r = blockIdx.x * WARPS + threadIdx.x / 32, lane = threadIdx.x & 31;
-	const uint32_t p = blockIdx.y;
-	if (r >= a.d_ff)
+	const uint32_t w = blockIdx.x * WARPS + threadIdx.x / 32, lane = threadIdx.x & 31;
+	const uint32_t p = blockIdx.y, r0 = w * GR;
+	if (r0 >= a.d_ff)
 		return;
+	const uint32_t rs = r0 + GR <= a.d_ff ? r0 : a.d_ff - GR; /* rows rs .. rs + GR - 1 */
 	const uint8_t *blob = (const uint8_t *)((const uint64_t *)a.table)[((const uint32_t *)a.ids)[p]];
 	const uint64_t rb = 2ull * a.d_model;
-	const uint8_t *g = blob + a.gate_off + r * rb, *u = blob + a.up_off + r * rb;
+	const uint8_t *g = blob + a.gate_off + rs * rb, *u = blob + a.up_off + rs * rb;
 	const float *xn = (const float *)a.xn;
-	float sg, su;
+	float sg[GR], su[GR];
 	if (a.gate_dtype == BATON_DT_BF16)
-		dot_rows2<BATON_DT_BF16>(g, u, xn, a.d_model / 8, lane, &sg, &su);
+		dot_gate_up<BATON_DT_BF16>(g, u, rb, xn, a.d_model / 8, lane, sg, su);
 	else
-		dot_rows2<BATON_DT_F16>(g, u, xn, a.d_model / 8, lane, &sg, &su);
-	sg = lane_sum(sg);
-	su = lane_sum(su);
-	if (lane == 0)
-		((float *)a.h)[(uint64_t)p * a.d_ff + r] = silu(sg) * su;
+		dot_gate_up<BATON_DT_F16>(g, u, rb, xn, a.d_model / 8, lane, sg, su);
+#pragma unroll
+	for (int i = 0; i < GR; i++) {
+		const float gi = lane_sum(sg[i]), ui = lane_sum(su[i]);
+		if (lane == 0 && rs + i >= r0)
+			((float *)a.h)[(uint64_t)p * a.d_ff + rs + i] = silu(gi) * ui;
+	}
 }
 
 /* One output row o: chunks i of the pairs' rows in turn (pair i / n). */

@@ -16,6 +16,9 @@
 #include <stdint.h>
 
 #define BATON_G16_WARPS 4 /* warps per block, a row each */
+/* gate_up's rows of gate and of up per warp: fewer, longer warps, so that
+ * a decode step's 8 x 768 rows fit the device in one wave */
+#define BATON_G16_GATE_ROWS 2
 
 /* baton_g16_matmul: grid (ceil(n_out / WARPS)), block 32 * WARPS;
  * y[o] = (accumulate ? y[o] : 0) + (w[o] . x + b[o]).
@@ -26,8 +29,9 @@ struct baton_g16_args {
 };
 
 /* The decode step's experts (pairs p < top_k of one token, blob =
- * table[ids[p]]; rows 16-byte aligned, d_model and d_ff % 8 == 0):
- * baton_g16_gate_up: grid (ceil(d_ff / WARPS), top_k);
+ * table[ids[p]]; rows 16-byte aligned, d_model and d_ff % 8 == 0, d_ff
+ * >= GATE_ROWS):
+ * baton_g16_gate_up: grid (ceil(d_ff / (WARPS * GATE_ROWS)), top_k);
  *   h[p][r] = silu(gate[r] . xn) * (up[r] . xn).
  * baton_g16_down: grid (ceil(d_model / WARPS));
  *   x[o] += sum over p of w[p] * (down[o] . h[p]). */

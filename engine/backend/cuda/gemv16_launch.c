@@ -92,7 +92,8 @@ int cuda_g16_experts(struct baton_dev *dev, const struct baton_moe_layer *l, bat
 	if (dev->vq_off || l->batch != 1 || l->top_k > G16_TOP_K_MAX ||
 	    l->gate_dtype != l->up_dtype || !g16_dtype(l->gate_dtype, l->gate_off, l->d_model) ||
 	    !g16_dtype(l->up_dtype, l->up_off, l->d_model) ||
-	    !g16_dtype(l->down_dtype, l->down_off, l->d_ff) || l->xn % 16 || l->d_ff > 0x7fffffffu)
+	    !g16_dtype(l->down_dtype, l->down_off, l->d_ff) || l->xn % 16 ||
+	    l->d_ff < BATON_G16_GATE_ROWS)
 		return CUDA_TC_FALLBACK;
 	int rc;
 	if ((rc = cuda_dbuf_need(dev, &dev->h, (uint64_t)l->top_k * l->d_ff * 4)))
@@ -103,9 +104,9 @@ int cuda_g16_experts(struct baton_dev *dev, const struct baton_moe_layer *l, bat
 		.gate_dtype = l->gate_dtype, .up_dtype = l->up_dtype, .down_dtype = l->down_dtype,
 		.d_model = l->d_model, .d_ff = l->d_ff, .top_k = l->top_k,
 	};
-	const uint32_t W = BATON_G16_WARPS;
-	if ((rc = cuda_launch(dev, dev->k_g16_gate_up, (l->d_ff + W - 1) / W, l->top_k, G16_THREADS,
-	         &a, "cuLaunchKernel baton_g16_gate_up")))
+	const uint32_t W = BATON_G16_WARPS, GW = W * BATON_G16_GATE_ROWS;
+	if ((rc = cuda_launch(dev, dev->k_g16_gate_up, (l->d_ff + GW - 1) / GW, l->top_k,
+	         G16_THREADS, &a, "cuLaunchKernel baton_g16_gate_up")))
 		return rc;
 	return cuda_launch(dev, dev->k_g16_down, (l->d_model + W - 1) / W, 1, G16_THREADS, &a,
 	    "cuLaunchKernel baton_g16_down");
