@@ -26,6 +26,7 @@ static_assert(sizeof(baton_g16_moe_args) == 96, "gemv16 moe args layout");
 #define U 8            /* 16-byte loads a lane has in flight per row */
 #define GR BATON_G16_GATE_ROWS /* gate_up: rows of gate (and of up) per warp */
 #define GV 2           /* gate_up: loads in flight per row and lane */
+#define DU 8           /* down: loads in flight per lane */
 #define MAX_TOP_K 32   /* pairs the down kernel keeps in shared memory */
 
 /* 16 bytes of weights, not kept in L1 */
@@ -201,18 +202,18 @@ __device__ __forceinline__ float down_row(const baton_g16_moe_args &a, const uin
 	const float *h = (const float *)a.h;
 	float s = 0.0f;
 	uint32_t i = lane;
-	for (; i + 32 * (U - 1) < total; i += 32 * U) {
-		uint4 v[U];
-		uint32_t pp[U], cc[U];
+	for (; i + 32 * (DU - 1) < total; i += 32 * DU) {
+		uint4 v[DU];
+		uint32_t pp[DU], cc[DU];
 #pragma unroll
-		for (int u = 0; u < U; u++) {
+		for (int u = 0; u < DU; u++) {
 			const uint32_t j = i + 32 * u;
 			pp[u] = j / n;
 			cc[u] = j - pp[u] * n;
 			v[u] = ld_w(blob[pp[u]] + roff + 16ull * cc[u]);
 		}
 #pragma unroll
-		for (int u = 0; u < U; u++)
+		for (int u = 0; u < DU; u++)
 			s = fmaf(wp[pp[u]], dot8<DT>(v[u], h + (uint64_t)pp[u] * a.d_ff + 8 * cc[u], 0.0f), s);
 	}
 	for (; i < total; i += 32) {
