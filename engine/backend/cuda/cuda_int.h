@@ -113,7 +113,7 @@ struct baton_dev {
 
 	/* The 16-bit batch-1 path (gemv16_launch.c), off with vq_off too. */
 	CUmodule g16_mod;
-	CUfunction k_g16_matmul, k_g16_gate_up, k_g16_down;
+	CUfunction k_g16_matmul, k_g16_gate_up, k_g16_down, k_g16_matmuls;
 
 	/* The tensor-core path (blas.c, tc_launch.c): off until the first
 	 * pass of tc_rows rows or more asks for it (tc_state 0), then on (1)
@@ -363,6 +363,17 @@ void cuda_g16_free(struct baton_dev *dev);
 int cuda_g16_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint64_t row_bytes,
     uint32_t n_out, uint32_t k, baton_dptr b, uint32_t b_dtype, baton_dptr x, uint32_t rows,
     baton_dptr y, int accumulate);
+/* One output of cuda_g16_matmuls: y (n_out floats) = w . x + b. */
+struct cuda_g16_out {
+	baton_dptr w, b, y;
+	uint32_t w_dtype, b_dtype, n_out;
+};
+/* Up to 3 one-row matmuls over one x (k floats) in one launch (attention's
+ * q, k and v), each output the bits of cuda_g16_matmul's; arguments
+ * checked by the caller (each as cuda_op_matmul checks one, outputs apart);
+ * CUDA_TC_FALLBACK when any of them does not suit the path. */
+int cuda_g16_matmuls(struct baton_dev *dev, baton_dptr x, uint32_t k, uint32_t rows,
+    const struct cuda_g16_out *o, uint32_t n, int accumulate);
 /* moe_experts_dev at batch 1 on bf16 / f16 experts (top_k <= 32), checked
  * by cuda_moe_experts_dev: x += the experts' weighted sum in two launches;
  * CUDA_TC_FALLBACK when it does not apply. */

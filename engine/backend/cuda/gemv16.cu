@@ -21,6 +21,7 @@
 
 static_assert(sizeof(baton_g16_args) == 64, "gemv16 args layout");
 static_assert(sizeof(baton_g16_moe_args) == 96, "gemv16 moe args layout");
+static_assert(sizeof(baton_g16_n_args) == 168, "gemv16 matmuls args layout");
 
 #define WARPS BATON_G16_WARPS
 #define U 8            /* 16-byte loads a lane has in flight per row */
@@ -141,23 +142,46 @@ __device__ __forceinline__ float bias_elem(const uint8_t *b, uint32_t dt, uint32
 	return __half2float(__ushort_as_half((unsigned short)v));
 }
 
+/* Output row o of one matrix: y[o] = (acc ? y[o] : 0) + w[o] . x + b[o]
+ * (the whole warp; lane 0 writes). */
+__device__ __forceinline__ void matmul_row(uint64_t w, uint32_t w_dtype, uint64_t row_bytes,
+    uint64_t b, uint32_t b_dtype, uint64_t y, uint64_t x, uint32_t k, uint32_t acc, uint32_t o,
+    uint32_t lane)
+{
+	const uint8_t *row = (const uint8_t *)w + o * row_bytes;
+	const float *xv = (const float *)x;
+	float s = w_dtype == BATON_DT_BF16 ? dot_row<BATON_DT_BF16>(row, xv, k / 8, lane)
+	                                   : dot_row<BATON_DT_F16>(row, xv, k / 8, lane);
+	s = lane_sum(s);
+	if (lane == 0) {
+		if (b)
+			s += bias_elem((const uint8_t *)b, b_dtype, o);
+		float *yv = (float *)y;
+		yv[o] = acc ? yv[o] + s : s;
+	}
+}
+
 extern "C" __global__ void __launch_bounds__(32 * WARPS)
 baton_g16_matmul(baton_g16_args a)
 {
 	const uint32_t o = blockIdx.x * WARPS + threadIdx.x / 32, lane = threadIdx.x & 31;
 	if (o >= a.n_out)
 		return; /* the whole warp */
-	const uint8_t *row = (const uint8_t *)a.w + o * a.row_bytes;
-	const float *x = (const float *)a.x;
-	float s = a.w_dtype == BATON_DT_BF16 ? dot_row<BATON_DT_BF16>(row, x, a.k / 8, lane)
-	                                     : dot_row<BATON_DT_F16>(row, x, a.k / 8, lane);
-	s = lane_sum(s);
-	if (lane == 0) {
-		if (a.b)
-			s += bias_elem((const uint8_t *)a.b, a.b_dtype, o);
-		float *y = (float *)a.y;
-		y[o] = a.accumulate ? y[o] + s : s;
-	}
+	matmul_row(a.w, a.w_dtype, a.row_bytes, a.b, a.b_dtype, a.y, a.x, a.k, a.accumulate, o, lane);
+}
+
+/* Up to 3 matrices over one x: block i of matrix m from start[m]; the
+ * rows are matmul_row's, so each output has baton_g16_matmul's bits. */
+extern "C" __global__ void __launch_bounds__(32 * WARPS)
+baton_g16_matmuls(baton_g16_n_args a)
+{
+	const uint32_t bx = blockIdx.x, lane = threadIdx.x & 31;
+	const uint32_t m = a.n > 2 && bx >= a.start[2] ? 2 : a.n > 1 && bx >= a.start[1] ? 1 : 0;
+	const uint32_t o = (bx - a.start[m]) * WARPS + threadIdx.x / 32;
+	if (m >= a.n || o >= a.n_out[m])
+		return; /* the whole warp */
+	matmul_row(a.w[m], a.w_dtype[m], a.row_bytes[m], a.b[m], a.b_dtype[m], a.y[m], a.x, a.k,
+	    a.accumulate, o, lane);
 }
 
 __device__ __forceinline__ float silu(float g)

@@ -28,6 +28,16 @@ struct baton_g16_args {
 	uint32_t w_dtype, b_dtype, n_out, k, accumulate, pad;
 };
 
+/* baton_g16_matmuls: matrices m < n (n <= 3) over one x, the blocks of
+ * matrix m from start[m] (ceil(n_out[m] / WARPS) of them; start[0] = 0):
+ * y[m][o] = (accumulate ? y[m][o] : 0) + (w[m][o] . x + b[m][o]), each
+ * row as baton_g16_matmul computes it. */
+struct baton_g16_n_args {
+	uint64_t x, w[3], b[3], y[3], row_bytes[3];
+	uint32_t w_dtype[3], b_dtype[3], n_out[3], start[3];
+	uint32_t k, n, accumulate, pad;
+};
+
 /* The decode step's experts (pairs p < top_k of one token, blob =
  * table[ids[p]]; rows 16-byte aligned, d_model and d_ff % 8 == 0, d_ff
  * >= GATE_ROWS):

@@ -31,6 +31,7 @@ int cuda_g16_load(struct baton_dev *dev)
 		{ &dev->k_g16_matmul, "baton_g16_matmul" },
 		{ &dev->k_g16_gate_up, "baton_g16_gate_up" },
 		{ &dev->k_g16_down, "baton_g16_down" },
+		{ &dev->k_g16_matmuls, "baton_g16_matmuls" },
 	};
 	for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
 		CU(dev, d->ModuleGetFunction(k[i].f, dev->g16_mod, k[i].name), k[i].name);
@@ -38,7 +39,8 @@ int cuda_g16_load(struct baton_dev *dev)
 	 * cuda_ops_load does: modules load lazily */
 	struct baton_g16_args zm = { 0 };
 	struct baton_g16_moe_args ze = { 0 };
-	void *zero[] = { &zm, &ze, &ze };
+	struct baton_g16_n_args zn = { 0 };
+	void *zero[] = { &zm, &ze, &ze, &zn };
 	for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
 		void *params[] = { zero[i] };
 		CU(dev, d->LaunchKernel(*k[i].f, 1, 1, 1, 32, 1, 1, 0, dev->stream, params, NULL),
@@ -61,14 +63,18 @@ static int g16_dtype(uint32_t dt, uint64_t addr, uint32_t cols)
 	return (dt == BATON_DT_BF16 || dt == BATON_DT_F16) && addr % 16 == 0 && cols % 8 == 0;
 }
 
+/* A bias of f32, f16 or bf16 at its type's alignment (typed loads), or none. */
+static int g16_bias(baton_dptr b, uint32_t b_dtype)
+{
+	return !b || (b_dtype == BATON_DT_F32 && b % 4 == 0) ||
+	    ((b_dtype == BATON_DT_F16 || b_dtype == BATON_DT_BF16) && b % 2 == 0);
+}
+
 int cuda_g16_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint64_t row_bytes,
     uint32_t n_out, uint32_t k, baton_dptr b, uint32_t b_dtype, baton_dptr x, uint32_t rows,
     baton_dptr y, int accumulate)
 {
-	/* a bias of f32, f16 or bf16 at its type's alignment (typed loads) */
-	const int b_ok = !b || (b_dtype == BATON_DT_F32 && b % 4 == 0) ||
-	    ((b_dtype == BATON_DT_F16 || b_dtype == BATON_DT_BF16) && b % 2 == 0);
-	if (dev->vq_off || rows != 1 || !g16_dtype(w_dtype, w, k) || x % 16 || !b_ok)
+	if (dev->vq_off || rows != 1 || !g16_dtype(w_dtype, w, k) || x % 16 || !g16_bias(b, b_dtype))
 		return CUDA_TC_FALLBACK;
 	const uint64_t gx = ((uint64_t)n_out + BATON_G16_WARPS - 1) / BATON_G16_WARPS;
 	if (gx > 0x7fffffffu)
@@ -83,6 +89,27 @@ int cuda_g16_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint6
 	if (!rc) /* writes y alone: the int8 blocks of x (mmvq_launch.c) still hold */
 		cuda_mmvq_keep(dev, before, y, (uint64_t)n_out * 4, 0, 0);
 	return rc;
+}
+
+int cuda_g16_matmuls(struct baton_dev *dev, baton_dptr x, uint32_t k, uint32_t rows,
+    const struct cuda_g16_out *o, uint32_t n, int accumulate)
+{
+	if (dev->vq_off || rows != 1 || n < 1 || n > 3 || x % 16)
+		return CUDA_TC_FALLBACK;
+	struct baton_g16_n_args a = { .x = x, .k = k, .n = n, .accumulate = accumulate ? 1u : 0u };
+	uint64_t gx = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		if (!g16_dtype(o[i].w_dtype, o[i].w, k) || !g16_bias(o[i].b, o[i].b_dtype))
+			return CUDA_TC_FALLBACK;
+		a.w[i] = o[i].w, a.b[i] = o[i].b, a.y[i] = o[i].y, a.row_bytes[i] = 2ull * k;
+		a.w_dtype[i] = o[i].w_dtype, a.b_dtype[i] = o[i].b_dtype, a.n_out[i] = o[i].n_out;
+		a.start[i] = (uint32_t)gx;
+		gx += ((uint64_t)o[i].n_out + BATON_G16_WARPS - 1) / BATON_G16_WARPS;
+		if (gx > 0x7fffffffu)
+			return CUDA_TC_FALLBACK;
+	}
+	return cuda_launch(dev, dev->k_g16_matmuls, (uint32_t)gx, 1, G16_THREADS, &a,
+	    "cuLaunchKernel baton_g16_matmuls");
 }
 
 int cuda_g16_experts(struct baton_dev *dev, const struct baton_moe_layer *l, baton_dptr table,

@@ -11,6 +11,10 @@
  *     the exact kernels' bits in every row (so the fast kernel ran), the
  *     same bits twice; misaligned weights or x, a k not a multiple of 8,
  *     and BATON_CUDA_EXACT=1 take the exact kernels: the host's bits;
+ *   - cuda_g16_matmuls (q, k and v in one launch): each output the bits of
+ *     its own matmul's fast path, within 2e-5 of the host's, accumulate
+ *     too; misaligned weights or x, 4 outputs, 2 rows and
+ *     BATON_CUDA_EXACT=1 declined;
  *   - the decode step's experts (moe_experts_dev at batch 1) on bf16 / f16:
  *     cuda_moe_fixture.h's check_layer, within its 1e-4 of the double
  *     reference and the same bits twice; misaligned parts take moe.cu's
@@ -25,6 +29,7 @@
 
 #include "arena/arena.h"
 #include "engine/backend/cuda/cuda_fixture.h"
+#include "engine/backend/cuda/cuda_int.h"
 #include "engine/backend/cuda/cuda_moe_fixture.h"
 #include "engine/backend/host/host.h"
 #include "tests/t.h"
@@ -163,6 +168,102 @@ static void t_matmul16(void)
 	be->close(dev);
 }
 
+/* cuda_g16_matmuls, attention's q, k and v over one x in one launch:
+ * each output the bits of the same matmul through the slot (the fast
+ * path's), within 2e-5 of the host's; accumulate; what it declines. */
+static void t_matmuls16(void)
+{
+	struct baton_dev *dev = cuda_fixture_open();
+	const uint32_t k = 2048;
+	const struct {
+		int dt, bias_dt;
+		uint32_t n;
+	} m[3] = { { BATON_DT_BF16, BATON_DT_F32, 301 }, { BATON_DT_F16, -1, 37 },
+		{ BATON_DT_BF16, BATON_DT_BF16, 64 } };
+	uint8_t *w[3], *b[3];
+	uint64_t wb[3], bb[3];
+	baton_dptr dw[3], db[3], dy[3], dy1[3], dx;
+	float *x = malloc(k * 4);
+	T_ASSERT(x);
+	for (uint32_t i = 0; i < k; i++)
+		x[i] = frand() * (1.0f + (float)(i % 5));
+	dx = 0;
+	T_CU(dev, be->alloc(dev, k * 4, &dx));
+	struct baton_copy cx = { dx, x, k * 4 };
+	T_CU(dev, be->copy_h2d(dev, &cx, 1));
+	struct cuda_g16_out o[3];
+	for (int i = 0; i < 3; i++) {
+		w[i] = wrand(m[i].dt, m[i].n, k, &wb[i]);
+		b[i] = m[i].bias_dt >= 0 ? wrand(m[i].bias_dt, 1, m[i].n, &bb[i]) : NULL;
+		dw[i] = db[i] = dy[i] = dy1[i] = 0;
+		T_CU(dev, be->alloc(dev, wb[i], &dw[i]));
+		T_CU(dev, be->alloc(dev, m[i].n * 4, &dy[i]));
+		T_CU(dev, be->alloc(dev, m[i].n * 4, &dy1[i]));
+		struct baton_copy c = { dw[i], w[i], wb[i] };
+		T_CU(dev, be->copy_h2d(dev, &c, 1));
+		if (b[i]) {
+			T_CU(dev, be->alloc(dev, bb[i], &db[i]));
+			struct baton_copy cb = { db[i], b[i], bb[i] };
+			T_CU(dev, be->copy_h2d(dev, &cb, 1));
+		}
+		o[i] = (struct cuda_g16_out){ .w = dw[i], .b = db[i], .y = dy[i],
+			.w_dtype = (uint32_t)m[i].dt, .b_dtype = b[i] ? (uint32_t)m[i].bias_dt : 0,
+			.n_out = m[i].n };
+	}
+	T_CU(dev, be->sync(dev)); /* the context current for the internal call */
+	for (int acc = 0; acc < 2; acc++) {
+		/* accumulate: onto the last pass's outputs, on both sides */
+		T_CU(dev, cuda_g16_matmuls(dev, dx, k, 1, o, 3, acc));
+		for (int i = 0; i < 3; i++)
+			T_CU(dev, be->matmul(dev, dw[i], (uint32_t)m[i].dt, m[i].n, k, db[i], o[i].b_dtype,
+			    dx, 1, dy1[i], acc));
+		for (int i = 0; i < 3; i++) {
+			float *got = malloc(m[i].n * 4), *one = malloc(m[i].n * 4);
+			float *want = calloc(m[i].n, 4);
+			T_ASSERT(got && one && want);
+			T_CU(dev, be->sync(dev));
+			T_CU(dev, be->copy_d2h(dev, got, dy[i], m[i].n * 4));
+			T_CU(dev, be->copy_d2h(dev, one, dy1[i], m[i].n * 4));
+			T_ASSERT_MSG(memcmp(got, one, m[i].n * 4) == 0,
+			    "matmuls output %d (acc %d): not the bits of its own matmul", i, acc);
+			if (!acc) {
+				T_OK(host_op_matmul(NULL, H(w[i]), (uint32_t)m[i].dt, m[i].n, k, H(b[i]),
+				    o[i].b_dtype, H(x), 1, H(want), 0));
+				double md = 0, mw = 1;
+				for (uint32_t j = 0; j < m[i].n; j++) {
+					md = fmax(md, fabs((double)got[j] - want[j]));
+					mw = fmax(mw, fabs(want[j]));
+				}
+				T_ASSERT_MSG(md / mw <= 2e-5, "matmuls output %d: %.3g of the scale", i, md / mw);
+			}
+			free(got), free(one), free(want);
+		}
+	}
+	/* declined: weights off 16 bytes, 4 outputs, 2 rows, x off 16 bytes */
+	struct cuda_g16_out bad[4] = { o[0], o[1], o[2], o[0] };
+	bad[1].w += 2;
+	T_EQ_INT(cuda_g16_matmuls(dev, dx, k, 1, bad, 3, 0), CUDA_TC_FALLBACK);
+	T_EQ_INT(cuda_g16_matmuls(dev, dx, k, 1, o, 4, 0), CUDA_TC_FALLBACK);
+	T_EQ_INT(cuda_g16_matmuls(dev, dx, k, 2, o, 3, 0), CUDA_TC_FALLBACK);
+	T_EQ_INT(cuda_g16_matmuls(dev, dx + 4, k - 8, 1, o, 3, 0), CUDA_TC_FALLBACK);
+	for (int i = 0; i < 3; i++) {
+		be->free(dev, dw[i]), be->free(dev, dy[i]), be->free(dev, dy1[i]);
+		if (db[i])
+			be->free(dev, db[i]);
+		free(w[i]), free(b[i]);
+	}
+	be->free(dev, dx);
+	free(x);
+	be->close(dev);
+
+	T_ASSERT(setenv("BATON_CUDA_EXACT", "1", 1) == 0); /* off: the exact kernels */
+	dev = cuda_fixture_open();
+	unsetenv("BATON_CUDA_EXACT");
+	struct cuda_g16_out none = { .w = 0x100000, .y = 0x200000, .w_dtype = BATON_DT_BF16, .n_out = 1 };
+	T_EQ_INT(cuda_g16_matmuls(dev, 0x300000, 256, 1, &none, 1, 0), CUDA_TC_FALLBACK);
+	be->close(dev);
+}
+
 static void t_experts16(void)
 {
 	/* Qwen3-30B-A3B's expert shape (2,048 x 768, top-8): gate_up's two
@@ -217,6 +318,45 @@ static void perf16(const char *sfx)
 		fig(name, t * 1e6, "us");
 		snprintf(name, sizeof name, "g16_%s_bf16%s_GB/s", mm[i].name, sfx);
 		fig(name, 2.0 * mm[i].n * mm[i].k / t / 1e9, "GB/s");
+	}
+	{ /* q, k and v: three launches, then one */
+		baton_dptr w[3], y[3], x;
+		const uint32_t n[3] = { 4096, 512, 512 }, k = 2048;
+		struct cuda_g16_out o[3];
+		T_CU(dev, be->alloc(dev, k * 4, &x));
+		for (int i = 0; i < 3; i++) {
+			T_CU(dev, be->alloc(dev, 2ull * k * n[i], &w[i]));
+			T_CU(dev, be->alloc(dev, n[i] * 4, &y[i]));
+			o[i] = (struct cuda_g16_out){ .w = w[i], .y = y[i], .w_dtype = BATON_DT_BF16,
+				.n_out = n[i] };
+		}
+		for (int one = 0; one < 2; one++) {
+			const int reps = 50;
+			T_CU(dev, be->sync(dev));
+			const double t0 = baton_now_s();
+			for (int r = 0; r < reps; r++) {
+				if (one) {
+					const int rc = cuda_g16_matmuls(dev, x, k, 1, o, 3, 0);
+					if (rc == CUDA_TC_FALLBACK) /* BATON_CUDA_EXACT=1 */
+						for (int i = 0; i < 3; i++)
+							T_CU(dev, be->matmul(dev, w[i], BATON_DT_BF16, n[i], k, 0, 0, x, 1,
+							    y[i], 0));
+					else
+						T_CU(dev, rc);
+				} else {
+					for (int i = 0; i < 3; i++)
+						T_CU(dev, be->matmul(dev, w[i], BATON_DT_BF16, n[i], k, 0, 0, x, 1, y[i],
+						    0));
+				}
+			}
+			T_CU(dev, be->sync(dev));
+			snprintf(name, sizeof name, "g16_qkv_%s_bf16%s_us", one ? "one_launch" : "three",
+			    sfx);
+			fig(name, (baton_now_s() - t0) / reps * 1e6, "us");
+		}
+		for (int i = 0; i < 3; i++)
+			be->free(dev, w[i]), be->free(dev, y[i]);
+		be->free(dev, x);
 	}
 	enum { E = 16, K = 8, D = 2048, F = 768 };
 	const uint64_t part = 2ull * D * F, blob = 3 * part, stride = (blob + 4095) & ~4095ull;
@@ -281,4 +421,4 @@ static void t_perf16(void)
 	unsetenv("BATON_CUDA_EXACT");
 }
 
-T_MAIN(T_CASE(t_matmul16), T_CASE_TIMEOUT(t_experts16, 120), T_CASE_TIMEOUT(t_perf16, 60))
+T_MAIN(T_CASE(t_matmul16), T_CASE(t_matmuls16), T_CASE_TIMEOUT(t_experts16, 120), T_CASE_TIMEOUT(t_perf16, 60))
