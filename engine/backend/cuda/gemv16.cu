@@ -27,7 +27,7 @@ static_assert(sizeof(baton_g16_n_args) == 168, "gemv16 matmuls args layout");
 #define U 8            /* 16-byte loads a lane has in flight per row */
 #define GR BATON_G16_GATE_ROWS /* gate_up: rows of gate (and of up) per warp */
 #define GV 2           /* gate_up: loads in flight per row and lane */
-#define DU 8           /* down: loads in flight per lane */
+#define DU 12          /* down: loads in flight per lane (two rounds of a top-8 step) */
 #define MAX_TOP_K 32   /* pairs the down kernel keeps in shared memory */
 
 /* 16 bytes of weights, not kept in L1 */
