@@ -240,6 +240,11 @@ void cuda_glog_free(struct baton_dev *dev);
  * at close (cuda_prof_report). A measuring aid: it serializes the host. */
 void cuda_prof_config(struct baton_dev *dev);
 void cuda_prof_report(struct baton_dev *dev);
+/* The same timing around work that is not one of our launches (a cuBLAS
+ * call): 1 from begin when the profile is on (then call end, with a
+ * string that lives as long as the device), else 0. */
+int cuda_prof_begin(struct baton_dev *dev);
+void cuda_prof_end(struct baton_dev *dev, const char *what);
 
 /* ---- blas.c: cuBLAS loaded with dlopen -------------------------------------- */
 
@@ -256,7 +261,7 @@ void cuda_tc_describe(struct baton_dev *dev, char *buf, size_t len);
 void cuda_tc_free(struct baton_dev *dev);
 
 /* One GEMM, column-major as cuBLAS: C (m x n, f32, ldc) = alpha op(A)
- * op(B) + beta C, A and B of cudaDataType a_type / b_type (14 bf16),
+ * op(B) + beta C, A and B of cudaDataType a_type / b_type (14 bf16, 0 f32),
  * f32 accumulation; batch > 1: strided batched (strides in elements). */
 struct cuda_gemm {
 	int ta, tb, m, n, k;
@@ -264,6 +269,7 @@ struct cuda_gemm {
 	CUdeviceptr a, b, c;
 	int a_type, b_type, lda, ldb, ldc, batch;
 	long long sa, sb, sc;
+	const char *what; /* the profile's name for the call (a literal) */
 };
 int cuda_blas_gemm(struct baton_dev *dev, const struct cuda_gemm *g);
 

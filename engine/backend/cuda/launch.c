@@ -132,14 +132,24 @@ int cuda_launch_k(struct baton_dev *dev, CUfunction f, uint32_t gx, uint32_t gy,
 		}
 	}
 	void *params[] = { (void *)args };
-	const int prof = dev->prof && dev->gmode == CUDA_G_NONE && !dev->capturing;
-	if (prof)
-		CU(dev, dev->d->EventRecord(dev->prof_ev[0], dev->stream), "cuEventRecord (profile)");
+	const int prof = cuda_prof_begin(dev);
 	CU(dev, dev->d->LaunchKernel(f, gx, gy, gz, threads, 1, 1, shmem, dev->stream, params, NULL),
 	    what);
 	if (prof)
 		prof_add(dev, what);
 	return 0;
+}
+
+int cuda_prof_begin(struct baton_dev *dev)
+{
+	if (!dev->prof || dev->gmode != CUDA_G_NONE || dev->capturing)
+		return 0;
+	return dev->d->EventRecord(dev->prof_ev[0], dev->stream) == CUDA_SUCCESS;
+}
+
+void cuda_prof_end(struct baton_dev *dev, const char *what)
+{
+	prof_add(dev, what);
 }
 
 static void prof_add(struct baton_dev *dev, const char *what)

@@ -32,6 +32,7 @@
 #include "engine/backend/host/host.h"
 
 #define BF16 14 /* cudaDataType CUDA_R_16BF */
+#define F32 0   /* CUDA_R_32F */
 
 enum { B_W, B_X, B_A, B_B, B_C, B_MAP };
 
@@ -68,12 +69,37 @@ static int vec_ok(uint64_t base, uint32_t dt, uint64_t rb)
 	return base % 2 == 0 && rb % 2 == 0;
 }
 
+static int bias(struct baton_dev *dev, baton_dptr y, baton_dptr b, uint32_t b_dtype,
+    uint32_t rows, uint32_t n_out)
+{
+	struct baton_tc_bias_args ba = { .y = y, .b = b, .rows = rows, .n_out = n_out, .b_dtype = b_dtype };
+	return launch(dev, dev->k_tc_bias, (uint64_t)rows * n_out, 1, &ba, "cuLaunchKernel baton_tc_bias");
+}
+
 int cuda_tc_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint64_t rb,
     uint32_t n_out, uint32_t k, baton_dptr b, uint32_t b_dtype, baton_dptr x, uint32_t rows,
     baton_dptr y, int accumulate)
 {
 	int rc;
-	if (w_dtype == BATON_DT_F32 || k % 8 || (uint64_t)rows * k > 0x7fffffffull)
+	if ((uint64_t)rows * k > 0x7fffffffull)
+		return CUDA_TC_FALLBACK;
+	if (w_dtype == BATON_DT_F32) {
+		/* f32 weights (the MoE routers): an f32 GEMM on the CUDA cores,
+		 * no rounding to bf16 (the experts' choice hangs on these
+		 * logits), only another order of the f32 sums */
+		if (w % 4 || rb != (uint64_t)k * 4)
+			return CUDA_TC_FALLBACK;
+		struct cuda_gemm g = {
+			.ta = 1, .tb = 0, .m = (int)n_out, .n = (int)rows, .k = (int)k,
+			.alpha = 1.0f, .beta = accumulate ? 1.0f : 0.0f, .a = w, .b = x, .c = y,
+			.a_type = F32, .b_type = F32, .lda = (int)k, .ldb = (int)k, .ldc = (int)n_out,
+			.batch = 1, .what = "cublas matmul f32",
+		};
+		if ((rc = cuda_blas_gemm(dev, &g)))
+			return rc;
+		return b ? bias(dev, y, b, b_dtype, rows, n_out) : 0;
+	}
+	if (k % 8)
 		return CUDA_TC_FALLBACK;
 	const int direct = w_dtype == BATON_DT_BF16 && w % 16 == 0;
 	uint64_t slab = direct ? n_out : dev->tc_scratch / ((uint64_t)k * 2);
@@ -111,15 +137,12 @@ int cuda_tc_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint64
 			.alpha = 1.0f, .beta = accumulate ? 1.0f : 0.0f,
 			.a = wa, .b = dev->tc_buf[B_X].p, .c = y + o0 * 4,
 			.a_type = BF16, .b_type = BF16, .lda = (int)k, .ldb = (int)k, .ldc = (int)n_out,
-			.batch = 1,
+			.batch = 1, .what = "cublas matmul",
 		};
 		if ((rc = cuda_blas_gemm(dev, &g)))
 			return rc;
 	}
-	if (!b)
-		return 0;
-	struct baton_tc_bias_args ba = { .y = y, .b = b, .rows = rows, .n_out = n_out, .b_dtype = b_dtype };
-	return launch(dev, dev->k_tc_bias, (uint64_t)rows * n_out, 1, &ba, "cuLaunchKernel baton_tc_bias");
+	return b ? bias(dev, y, b, b_dtype, rows, n_out) : 0;
 }
 
 /* Host bytes to the device through the pinned stage (reused once its
@@ -278,6 +301,7 @@ int cuda_tc_experts(struct baton_dev *dev, const struct baton_moe_layer *l, cons
 			.a_type = BF16, .b_type = BF16, .lda = (int)D, .ldb = (int)D, .ldc = (int)(2 * F),
 			.batch = (int)gn,
 			.sa = 2ll * F * D, .sb = (long long)(maxc * D), .sc = (long long)(maxc * 2 * F),
+			.what = "cublas experts gate/up",
 		};
 		if ((rc = cuda_blas_gemm(dev, &g1)))
 			return rc;
@@ -294,6 +318,7 @@ int cuda_tc_experts(struct baton_dev *dev, const struct baton_moe_layer *l, cons
 			.a_type = BF16, .b_type = BF16, .lda = (int)F, .ldb = (int)F, .ldc = (int)D,
 			.batch = (int)gn,
 			.sa = (long long)D * F, .sb = (long long)(maxc * F), .sc = (long long)(maxc * D),
+			.what = "cublas experts down",
 		};
 		if ((rc = cuda_blas_gemm(dev, &g2)))
 			return rc;
@@ -352,7 +377,7 @@ int cuda_tc_attention(struct baton_dev *dev, const struct baton_attn *a, CUdevic
 			.a_type = BF16, .b_type = BF16, .lda = (int)hd, .ldb = (int)hd, .ldc = (int)n_pad,
 			.batch = (int)KH,
 			.sa = (long long)n_pad * hd, .sb = (long long)(cols * hd),
-			.sc = (long long)(cols * n_pad),
+			.sc = (long long)(cols * n_pad), .what = "cublas attention QK",
 		};
 		if ((rc = cuda_blas_gemm(dev, &g1)))
 			return rc;
@@ -370,7 +395,7 @@ int cuda_tc_attention(struct baton_dev *dev, const struct baton_attn *a, CUdevic
 			.a_type = BF16, .b_type = BF16, .lda = (int)hd, .ldb = (int)n_pad, .ldc = (int)hd,
 			.batch = (int)KH,
 			.sa = (long long)n_pad * hd, .sb = (long long)(cols * n_pad),
-			.sc = (long long)(cols * hd),
+			.sc = (long long)(cols * hd), .what = "cublas attention PV",
 		};
 		if ((rc = cuda_blas_gemm(dev, &g2)))
 			return rc;
