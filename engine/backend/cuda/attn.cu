@@ -91,6 +91,40 @@ __device__ __forceinline__ float block_reduce(float v, bool is_max, float *sh)
 	return v;
 }
 
+/* One row of n keys (of n_pad) held in registers, NPT a thread: one read
+ * of s where the loop below reads it three times. The same sums in the
+ * same order (a thread's keys c, c + blockDim.x, ..., then the block's
+ * tree; the masked keys add 0), so the same bits. */
+template <int NPT>
+__device__ __forceinline__ void softmax_row(const float *s, unsigned short *p, uint32_t n,
+    uint32_t n_pad, float *sh)
+{
+	float v[NPT];
+	float m = -INFINITY;
+#pragma unroll
+	for (int i = 0; i < NPT; i++) {
+		const uint32_t c = threadIdx.x + i * BATON_TC_THREADS;
+		v[i] = c < n ? s[c] : -INFINITY;
+		m = fmaxf(m, v[i]);
+	}
+	m = block_reduce(m, true, sh);
+	float sum = 0.0f;
+#pragma unroll
+	for (int i = 0; i < NPT; i++) {
+		const uint32_t c = threadIdx.x + i * BATON_TC_THREADS;
+		v[i] = c < n ? expf(v[i] - m) : 0.0f;
+		sum += v[i];
+	}
+	sum = block_reduce(sum, false, sh);
+	const float inv = 1.0f / sum;
+#pragma unroll
+	for (int i = 0; i < NPT; i++) {
+		const uint32_t c = threadIdx.x + i * BATON_TC_THREADS;
+		if (c < n_pad)
+			p[c] = c < n ? bf_u(v[i] * inv) : (unsigned short)0;
+	}
+}
+
 extern "C" __global__ void __launch_bounds__(BATON_TC_THREADS)
 baton_tc_attn_softmax(const baton_tc_attn_softmax_args a)
 {
@@ -99,6 +133,22 @@ baton_tc_attn_softmax(const baton_tc_attn_softmax_args a)
 		const float *s = (const float *)a.s + (uint64_t)r * a.n_pad;
 		unsigned short *p = (unsigned short *)a.p + (uint64_t)r * a.n_pad;
 		const uint32_t t = (r % a.nq_g) / a.g, n = a.pos_q0 + t + 1; /* keys 0 .. n - 1 */
+		if (a.n_pad <= 4 * BATON_TC_THREADS) {
+			softmax_row<4>(s, p, n, a.n_pad, sh);
+			continue;
+		}
+		if (a.n_pad <= 8 * BATON_TC_THREADS) {
+			softmax_row<8>(s, p, n, a.n_pad, sh);
+			continue;
+		}
+		if (a.n_pad <= 16 * BATON_TC_THREADS) {
+			softmax_row<16>(s, p, n, a.n_pad, sh);
+			continue;
+		}
+		if (a.n_pad <= 32 * BATON_TC_THREADS) {
+			softmax_row<32>(s, p, n, a.n_pad, sh);
+			continue;
+		}
 		float m = -INFINITY;
 		for (uint32_t c = threadIdx.x; c < n; c += blockDim.x)
 			m = fmaxf(m, s[c]);

@@ -139,7 +139,7 @@ static int load_fns(struct baton_dev *dev)
 		{ &dev->k_tc_rows, dev->tc_mod, "baton_tc_rows" },
 		{ &dev->k_tc_bias, dev->tc_mod, "baton_tc_bias" },
 		{ &dev->k_tc_swiglu, dev->tc_mod, "baton_tc_swiglu" },
-		{ &dev->k_tc_scatter, dev->tc_mod, "baton_tc_scatter" },
+		{ &dev->k_tc_combine, dev->tc_mod, "baton_tc_combine" },
 		{ &dev->k_tc_attn_kv, dev->tc_attn_mod, "baton_tc_attn_kv" },
 		{ &dev->k_tc_attn_q, dev->tc_attn_mod, "baton_tc_attn_q" },
 		{ &dev->k_tc_attn_out, dev->tc_attn_mod, "baton_tc_attn_out" },

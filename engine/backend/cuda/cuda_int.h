@@ -122,7 +122,7 @@ struct baton_dev {
 	void *blas;          /* cublasHandle_t */
 	CUdeviceptr tc_ws;   /* cuBLAS's workspace */
 	CUmodule tc_mod, tc_attn_mod;
-	CUfunction k_tc_dequant, k_tc_rows, k_tc_bias, k_tc_swiglu, k_tc_scatter, k_tc_attn_kv,
+	CUfunction k_tc_dequant, k_tc_rows, k_tc_bias, k_tc_swiglu, k_tc_combine, k_tc_attn_kv,
 	    k_tc_attn_q, k_tc_attn_out, k_tc_attn_softmax;
 	struct dbuf tc_buf[TC_BUFS];
 	void *tc_stage;
@@ -164,6 +164,7 @@ struct baton_dev {
 		uint64_t n;
 		double ms;
 	} prof_v[64];
+	uint64_t prof_tc_calls, prof_tc_pairs, prof_tc_experts, prof_tc_rows; /* tc_launch.c */
 
 	/* copies to the host of up to D2H_STAGE bytes (backend.c): through
 	 * this pinned buffer, allocated at the first */
@@ -287,10 +288,11 @@ int cuda_tc_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint64
     baton_dptr y, int accumulate);
 /* The experts of moe_experts for a large batch: blobs[p] the expert blob
  * of pair p < n (p = t * top_k + k), w the host's weights by pair;
- * writes part[p][d_model] = w[p] * expert(xn[p / top_k]) for every pair
- * (the caller reduces). Groups the pairs by blob itself. */
+ * x[t] += w[p] * expert(xn[t]) over t's pairs in rank order, each
+ * product rounded before its add (moe_reduce's sum). Groups the pairs by
+ * blob itself. */
 int cuda_tc_experts(struct baton_dev *dev, const struct baton_moe_layer *l, const baton_dptr *blobs,
-    uint64_t n, const float *w, CUdeviceptr part);
+    uint64_t n, const float *w);
 /* The attention slot for n_q >= tc_rows (table: the staged block table
  * or 0). */
 int cuda_tc_attention(struct baton_dev *dev, const struct baton_attn *a, CUdeviceptr table);

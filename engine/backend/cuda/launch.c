@@ -206,6 +206,14 @@ void cuda_prof_report(struct baton_dev *dev)
 		fprintf(stderr, "  %10.3f ms %5.1f%% %9llu x %8.2f us  %s\n", dev->prof_v[i].ms,
 		    all > 0 ? 100 * dev->prof_v[i].ms / all : 0.0, (unsigned long long)dev->prof_v[i].n,
 		    1e3 * dev->prof_v[i].ms / (double)dev->prof_v[i].n, dev->prof_v[i].what);
+	if (dev->prof_tc_calls) {
+		const double c = (double)dev->prof_tc_calls;
+		fprintf(stderr, "  tensor-core experts: %llu calls, per call %.0f pairs, %.1f experts, "
+		    "%.0f rows padded to the largest (%.2f x the pairs)\n",
+		    (unsigned long long)dev->prof_tc_calls, (double)dev->prof_tc_pairs / c,
+		    (double)dev->prof_tc_experts / c, (double)dev->prof_tc_rows / c,
+		    dev->prof_tc_pairs ? (double)dev->prof_tc_rows / (double)dev->prof_tc_pairs : 0.0);
+	}
 	dev->d->EventDestroy(dev->prof_ev[0]);
 	dev->d->EventDestroy(dev->prof_ev[1]);
 	dev->prof = 0;

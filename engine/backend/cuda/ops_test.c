@@ -936,7 +936,8 @@ static struct baton_dev *tc_open(const char *rows, const char *scratch_mb)
 /* y = (acc ? y : 0) + x w^T + b on the tensor cores against the double
  * sum: each element within 0.008 sum |x| |w| (bf16 rounds x and w by
  * 2^-9 each: a product by at most 0.0039 of itself; f32 sums add k 2^-24)
- * plus 1e-5 of what bias and y add. */
+ * plus 1e-5 of what bias and y add. f32 weights (cuBLAS's f32 GEMM, no
+ * bf16): within k 2^-23 sum |x| |w|, the f32 sums' own bound. */
 static void tc_matmul_case(struct baton_dev *dev, int dt, uint32_t n_out, uint32_t k,
     uint32_t rows, int bias, int acc, uint32_t off)
 {
@@ -975,7 +976,8 @@ static void tc_matmul_case(struct baton_dev *dev, int dt, uint32_t n_out, uint32
 				sum += bv, extra += fabs(bv);
 			}
 			const double err = fabs(got[(size_t)r * n_out + o] - sum);
-			const double lim = 0.008 * mag + 1e-5 * (extra + 1e-3);
+			const double rel = dt == BATON_DT_F32 ? k * 0x1p-23 : 0.008;
+			const double lim = rel * mag + 1e-5 * (extra + 1e-3);
 			if (mag > 0 && err / mag > worst)
 				worst = err / mag;
 			if (!(err <= lim))
@@ -1033,8 +1035,8 @@ static void tc_attention_case(struct baton_dev *dev, uint32_t n_q, uint32_t pos0
 }
 
 /* moe_experts of a large batch (per-expert GEMMs) against the host's:
- * x starts at 0, so x ends as the weighted sum of the experts; within
- * 2e-2 of its largest magnitude (bf16 inputs of both GEMMs). */
+ * x starts random and gains the weighted sum of the experts; within
+ * 2e-2 of that sum's largest magnitude (bf16 inputs of both GEMMs). */
 static void tc_moe_case(struct baton_dev *dev, int dt, uint32_t B, uint32_t D, uint32_t F,
     uint32_t E, uint32_t K)
 {
@@ -1051,10 +1053,11 @@ static void tc_moe_case(struct baton_dev *dev, int dt, uint32_t B, uint32_t D, u
 		free(gu), free(dn);
 	}
 	const size_t BD = (size_t)B * D, BK = (size_t)B * K;
-	float *xn = rvec(BD), *x = calloc(BD, 4), *want = calloc(BD, 4), *got = malloc(BD * 4);
+	float *xn = rvec(BD), *x = rvec(BD), *want = malloc(BD * 4), *got = malloc(BD * 4);
 	float *wt = rvec(BK);
 	baton_dptr *hb = malloc(BK * sizeof *hb), *db = malloc(BK * sizeof *db);
 	T_ASSERT(x && want && got && hb && db);
+	memcpy(want, x, BD * 4);
 	baton_dptr dblobs = up(dev, blobs, E * stride), dxn = up(dev, xn, BD * 4),
 	    dx = up(dev, x, BD * 4);
 	for (uint32_t t = 0; t < B; t++)
@@ -1077,7 +1080,7 @@ static void tc_moe_case(struct baton_dev *dev, int dt, uint32_t B, uint32_t D, u
 	double md = 0, mw = 0;
 	for (size_t i = 0; i < BD; i++) {
 		md = fmax(md, fabs((double)got[i] - want[i]));
-		mw = fmax(mw, fabs(want[i]));
+		mw = fmax(mw, fabs((double)want[i] - x[i]));
 	}
 	char name[80];
 	snprintf(name, sizeof name, "tc moe %s B=%u max diff / max", baton_dtype_name(dt), B);
@@ -1104,8 +1107,12 @@ static void t_tensor_cores(void)
 		tc_matmul_case(dev, dt, 40, 512, 64, 0, 0, dt == BATON_DT_BF16 ? 2 : 1);
 		tc_moe_case(dev, dt, 96, 256, 256, 6, 2);
 	}
-	/* f32 weights stay on the exact kernels: the host's bits at 70 rows */
-	matmul_case(dev, BATON_DT_F32, 37, 512, 70, BATON_DT_F32, 0);
+	/* f32 weights (the routers): cuBLAS's f32 GEMM, with bias, accumulating,
+	 * at the router's shape; at an address off 4 bytes the exact kernels,
+	 * the host's bits at 70 rows */
+	tc_matmul_case(dev, BATON_DT_F32, 300, 512, 70, 1, 0, 0);
+	tc_matmul_case(dev, BATON_DT_F32, 128, 2048, 100, 0, 1, 0);
+	matmul_case_at(dev, BATON_DT_F32, 37, 512, 70, BATON_DT_F32, 0, 2);
 	for (int paged = 0; paged < 2; paged++) {
 		tc_attention_case(dev, 100, 0, 8, 2, 64, paged);
 		tc_attention_case(dev, 70, 300, 4, 4, 128, paged);

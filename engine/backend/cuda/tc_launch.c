@@ -14,8 +14,9 @@
  *              expert's tokens gathered into bf16 rows padded to the
  *              largest group; per group of experts that fits the scratch,
  *              gate and up (one matrix of 2 d_ff rows) and down decoded to
- *              bf16, two strided-batched GEMMs with SwiGLU between; the
- *              outputs, weighted, scattered to their pairs.
+ *              bf16, two strided-batched GEMMs with SwiGLU between; each
+ *              token's outputs, weighted, added into its row of x in rank
+ *              order.
  *   attention  per group of queries: the sequence's keys and values out
  *              of the (paged) cache into bf16 per KV head, the queries
  *              grouped by KV head, S = scale Q K^T (one strided-batched
@@ -174,7 +175,7 @@ static int stage_copy(struct baton_dev *dev, const void *src, uint64_t bytes, CU
 }
 
 int cuda_tc_experts(struct baton_dev *dev, const struct baton_moe_layer *l, const baton_dptr *blobs,
-    uint64_t n, const float *w, CUdeviceptr part)
+    uint64_t n, const float *w)
 {
 	const uint32_t D = l->d_model, F = l->d_ff;
 	int rc;
@@ -222,8 +223,10 @@ int cuda_tc_experts(struct baton_dev *dev, const struct baton_moe_layer *l, cons
 		Gn = U;
 	if (!Gn)
 		Gn = 1;
-	/* the maps: table[U] (u64), rowmap[R] (u32), w[n] (f32) */
-	const uint64_t off_map = U * 8, off_w = cuda_round_up(off_map + R * 4, 16);
+	/* the maps: table[U] (u64), rowmap[R] (u32), prow[n] (u32: pair p's
+	 * row), w[n] (f32) */
+	const uint64_t off_map = U * 8, off_prow = off_map + R * 4;
+	const uint64_t off_w = cuda_round_up(off_prow + n * 4, 16);
 	const uint64_t mbytes = off_w + n * 4;
 	if ((rc = need(dev, B_MAP, mbytes)) || (rc = need(dev, B_X, R * D * 2)) ||
 	    (rc = need(dev, B_A, R * 2 * F * 4)) || (rc = need(dev, B_B, R * F * 2)) ||
@@ -237,7 +240,7 @@ int cuda_tc_experts(struct baton_dev *dev, const struct baton_moe_layer *l, cons
 		return BATON_ENOMEM;
 	}
 	uint64_t *table = (uint64_t *)host;
-	uint32_t *rowmap = (uint32_t *)(host + off_map);
+	uint32_t *rowmap = (uint32_t *)(host + off_map), *prow = (uint32_t *)(host + off_prow);
 	memset(rowmap, 0xff, R * 4);
 	int vec = 7;
 	const uint64_t rb_g = baton_compute_row_bytes((int)l->gate_dtype, D);
@@ -253,15 +256,24 @@ int cuda_tc_experts(struct baton_dev *dev, const struct baton_moe_layer *l, cons
 			vec &= ~4;
 		count[e] = 0; /* now each group's next row */
 	}
-	for (uint64_t p = 0; p < n; p++) /* a group's pairs in p order */
-		rowmap[(uint64_t)group[p] * maxc + count[group[p]]++] = (uint32_t)p;
+	for (uint64_t p = 0; p < n; p++) { /* a group's pairs in p order */
+		prow[p] = (uint32_t)((uint64_t)group[p] * maxc + count[group[p]]++);
+		rowmap[prow[p]] = (uint32_t)p;
+	}
+	if (dev->prof) { /* the profile's view of the grouping */
+		dev->prof_tc_calls++;
+		dev->prof_tc_pairs += n;
+		dev->prof_tc_experts += U;
+		dev->prof_tc_rows += R;
+	}
 	free(gblob), free(group), free(count);
 	memcpy(host + off_w, w, n * 4);
 	rc = stage_copy(dev, host, mbytes, dev->tc_buf[B_MAP].p);
 	free(host);
 	if (rc)
 		return rc;
-	const CUdeviceptr dtab = dev->tc_buf[B_MAP].p, dmap = dtab + off_map, dw = dtab + off_w;
+	const CUdeviceptr dtab = dev->tc_buf[B_MAP].p, dmap = dtab + off_map, dw = dtab + off_w,
+	    dprow = dtab + off_prow;
 	const CUdeviceptr X = dev->tc_buf[B_X].p, GU = dev->tc_buf[B_A].p, Hb = dev->tc_buf[B_B].p,
 	    O = dev->tc_buf[B_C].p, W = dev->tc_buf[B_W].p;
 	const CUdeviceptr Wd = W + Gn * (uint64_t)F * D * 4; /* after Gn gate+up matrices */
@@ -323,10 +335,13 @@ int cuda_tc_experts(struct baton_dev *dev, const struct baton_moe_layer *l, cons
 		if ((rc = cuda_blas_gemm(dev, &g2)))
 			return rc;
 	}
-	struct baton_tc_scatter_args sc = {
-		.o = O, .part = part, .map = dmap, .w = dw, .rows = (uint32_t)R, .cols = D,
+	struct baton_tc_combine_args cb = {
+		.o = O, .x = l->x, .prow = dprow, .w = dw, .tokens = l->batch, .cols = D,
+		.top_k = l->top_k,
 	};
-	return launch(dev, dev->k_tc_scatter, R * D, 1, &sc, "cuLaunchKernel baton_tc_scatter");
+	const uint32_t gx = (D / 4 + BATON_TC_THREADS - 1) / BATON_TC_THREADS;
+	return cuda_launch_k(dev, dev->k_tc_combine, gx, l->batch < 65535 ? l->batch : 65535, 1,
+	    BATON_TC_THREADS, 0, &cb, 0, "cuLaunchKernel baton_tc_combine");
 }
 
 int cuda_tc_attention(struct baton_dev *dev, const struct baton_attn *a, CUdeviceptr table)
