@@ -164,7 +164,7 @@ struct baton_dev {
 		uint64_t n;
 		double ms;
 	} prof_v[64];
-	uint64_t prof_tc_calls, prof_tc_pairs, prof_tc_experts, prof_tc_rows; /* tc_launch.c */
+	uint64_t prof_tc_calls, prof_tc_pairs, prof_tc_experts, prof_tc_rows, prof_tc_buckets;
 
 	/* copies to the host of up to D2H_STAGE bytes (backend.c): through
 	 * this pinned buffer, allocated at the first */

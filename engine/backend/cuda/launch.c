@@ -208,10 +208,11 @@ void cuda_prof_report(struct baton_dev *dev)
 		    1e3 * dev->prof_v[i].ms / (double)dev->prof_v[i].n, dev->prof_v[i].what);
 	if (dev->prof_tc_calls) {
 		const double c = (double)dev->prof_tc_calls;
-		fprintf(stderr, "  tensor-core experts: %llu calls, per call %.0f pairs, %.1f experts, "
-		    "%.0f rows padded to the largest (%.2f x the pairs)\n",
+		fprintf(stderr, "  tensor-core experts: %llu calls, per call %.0f pairs, %.1f experts in "
+		    "%.1f buckets, %.0f rows padded (%.2f x the pairs)\n",
 		    (unsigned long long)dev->prof_tc_calls, (double)dev->prof_tc_pairs / c,
-		    (double)dev->prof_tc_experts / c, (double)dev->prof_tc_rows / c,
+		    (double)dev->prof_tc_experts / c, (double)dev->prof_tc_buckets / c,
+		    (double)dev->prof_tc_rows / c,
 		    dev->prof_tc_pairs ? (double)dev->prof_tc_rows / (double)dev->prof_tc_pairs : 0.0);
 	}
 	dev->d->EventDestroy(dev->prof_ev[0]);

@@ -1038,7 +1038,7 @@ static void tc_attention_case(struct baton_dev *dev, uint32_t n_q, uint32_t pos0
  * x starts random and gains the weighted sum of the experts; within
  * 2e-2 of that sum's largest magnitude (bf16 inputs of both GEMMs). */
 static void tc_moe_case(struct baton_dev *dev, int dt, uint32_t B, uint32_t D, uint32_t F,
-    uint32_t E, uint32_t K)
+    uint32_t E, uint32_t K, int skew)
 {
 	const uint64_t rbd = baton_compute_row_bytes(dt, D), rbf = baton_compute_row_bytes(dt, F);
 	const uint64_t gate_off = 0, up_off = F * rbd, down_off = 2 * F * rbd;
@@ -1062,7 +1062,11 @@ static void tc_moe_case(struct baton_dev *dev, int dt, uint32_t B, uint32_t D, u
 	    dx = up(dev, x, BD * 4);
 	for (uint32_t t = 0; t < B; t++)
 		for (uint32_t j = 0; j < K; j++) {
-			const uint32_t e = (t * 7 + j * 3 + (uint32_t)(rnd() % 2)) % E; /* distinct per token */
+			/* distinct per token; skewed: rank j of every token takes
+			 * experts of its own range, 1, 3 and the rest of them (counts
+			 * B, B / 3, ...: several buckets of padding) */
+			const uint32_t e = !skew ? (t * 7 + j * 3 + (uint32_t)(rnd() % 2)) % E :
+			    j == 0 ? 0 : j == 1 ? 1 + t % 3 : 4 + (t * K + j) % (E - 4);
 			hb[t * K + j] = H(blobs + e * stride);
 			db[t * K + j] = dblobs + e * stride;
 			wt[t * K + j] = fabsf(wt[t * K + j]);
@@ -1083,7 +1087,8 @@ static void tc_moe_case(struct baton_dev *dev, int dt, uint32_t B, uint32_t D, u
 		mw = fmax(mw, fabs((double)want[i] - x[i]));
 	}
 	char name[80];
-	snprintf(name, sizeof name, "tc moe %s B=%u max diff / max", baton_dtype_name(dt), B);
+	snprintf(name, sizeof name, "tc moe %s B=%u%s max diff / max", baton_dtype_name(dt), B,
+	    skew ? " skewed" : "");
 	fig(name, md / mw);
 	T_ASSERT_MSG(mw > 0 && md <= 2e-2 * mw, "%s: %.3g of %.3g", name, md, mw);
 	be->free(dev, dblobs), be->free(dev, dxn), be->free(dev, dx);
@@ -1105,8 +1110,9 @@ static void t_tensor_cores(void)
 		tc_matmul_case(dev, dt, 64, blk256(dt) ? 1280 : 1088, 100, 0, 1, 0);
 		/* at odd addresses: the element decoder (bf16: decoded, not in place) */
 		tc_matmul_case(dev, dt, 40, 512, 64, 0, 0, dt == BATON_DT_BF16 ? 2 : 1);
-		tc_moe_case(dev, dt, 96, 256, 256, 6, 2);
+		tc_moe_case(dev, dt, 96, 256, 256, 6, 2, 0);
 	}
+	tc_moe_case(dev, BATON_DT_Q4_K, 200, 256, 256, 40, 4, 1);
 	/* f32 weights (the routers): cuBLAS's f32 GEMM, with bias, accumulating,
 	 * at the router's shape; at an address off 4 bytes the exact kernels,
 	 * the host's bits at 70 rows */
@@ -1123,7 +1129,8 @@ static void t_tensor_cores(void)
 	if (!(dev = tc_open(NULL, "1")))
 		return;
 	tc_matmul_case(dev, BATON_DT_Q4_K, 2100, 256, 65, 1, 1, 0);
-	tc_moe_case(dev, BATON_DT_Q4_K, 96, 256, 256, 6, 2);
+	tc_moe_case(dev, BATON_DT_Q4_K, 96, 256, 256, 6, 2, 0);
+	tc_moe_case(dev, BATON_DT_Q4_K, 200, 256, 256, 40, 4, 1);
 	tc_attention_case(dev, 200, 500, 8, 2, 64, 1);
 	be->close(dev);
 }
