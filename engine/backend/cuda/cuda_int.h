@@ -109,7 +109,10 @@ struct baton_dev {
 	struct dbuf vq_x, vq_h;
 	baton_dptr vq_src;
 	uint32_t vq_k;
-	uint64_t vq_mark, n_launch; /* n_launch: every cuda_launch_k so far */
+	/* n_launch: every cuda_launch_k, cuBLAS call, copy to the device and
+	 * free so far: a copy of an activation made at n_launch still holds
+	 * while n_launch is unchanged */
+	uint64_t vq_mark, n_launch;
 
 	/* The tensor-core path (blas.c, tc_launch.c): off until the first
 	 * pass of tc_rows rows or more asks for it (tc_state 0), then on (1)
@@ -125,6 +128,11 @@ struct baton_dev {
 	CUfunction k_tc_dequant, k_tc_rows, k_tc_bias, k_tc_swiglu, k_tc_combine, k_tc_attn_kv,
 	    k_tc_attn_q, k_tc_attn_out, k_tc_attn_softmax;
 	struct dbuf tc_buf[TC_BUFS];
+	/* tc_buf[B_X] holds x (tc_x_rows x tc_x_k) as bf16 while n_launch is
+	 * tc_x_mark: q, k and v convert one xn */
+	baton_dptr tc_x_src;
+	uint64_t tc_x_mark;
+	uint32_t tc_x_rows, tc_x_k;
 	void *tc_stage;
 	uint64_t tc_stage_cap;
 	CUevent tc_staged;

@@ -111,13 +111,18 @@ int cuda_tc_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint64
 	if ((rc = need(dev, B_X, (uint64_t)rows * k * 2)) ||
 	    (!direct && (rc = need(dev, B_W, slab * k * 2))))
 		return rc;
-	struct baton_tc_rows_args ra = {
-		.src = x, .dst = dev->tc_buf[B_X].p, .map = 0, .rows = rows, .cols = k, .src_ld = k,
-		.div = 1,
-	};
-	if ((rc = launch(dev, dev->k_tc_rows, (uint64_t)rows * k / 8, 1, &ra,
-	         "cuLaunchKernel baton_tc_rows")))
-		return rc;
+	/* x to bf16, unless the last matmul left it there and nothing has
+	 * written device memory since (the need above kept the buffer) */
+	if (!(dev->tc_x_src == x && dev->tc_x_rows == rows && dev->tc_x_k == k &&
+	        dev->tc_x_mark == dev->n_launch)) {
+		struct baton_tc_rows_args ra = {
+			.src = x, .dst = dev->tc_buf[B_X].p, .map = 0, .rows = rows, .cols = k,
+			.src_ld = k, .div = 1,
+		};
+		if ((rc = launch(dev, dev->k_tc_rows, (uint64_t)rows * k / 8, 1, &ra,
+		         "cuLaunchKernel baton_tc_rows")))
+			return rc;
+	}
 	for (uint64_t o0 = 0; o0 < n_out; o0 += slab) {
 		const uint32_t s = (uint32_t)(n_out - o0 < slab ? n_out - o0 : slab);
 		CUdeviceptr wa = w + o0 * rb;
@@ -143,7 +148,10 @@ int cuda_tc_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint64
 		if ((rc = cuda_blas_gemm(dev, &g)))
 			return rc;
 	}
-	return b ? bias(dev, y, b, b_dtype, rows, n_out) : 0;
+	if (b && (rc = bias(dev, y, b, b_dtype, rows, n_out)))
+		return rc;
+	dev->tc_x_src = x, dev->tc_x_rows = rows, dev->tc_x_k = k, dev->tc_x_mark = dev->n_launch;
+	return 0;
 }
 
 /* Host bytes to the device through the pinned stage (reused once its
