@@ -437,7 +437,7 @@ int cuda_tc_attention(struct baton_dev *dev, const struct baton_attn *a, CUdevic
 {
 	const uint32_t H = a->n_heads, KH = a->n_kv_heads, hd = a->head_dim, G = H / KH;
 	int rc;
-	if (hd % 8)
+	if (hd % 8 || (a->q | a->out) % 16) /* attn.cu's 16-byte rows */
 		return CUDA_TC_FALLBACK;
 	const uint64_t pad_max = cuda_round_up((uint64_t)a->pos0 + a->n_q, 8);
 	uint64_t nqg = dev->tc_scratch / ((uint64_t)H * pad_max * 6);
@@ -464,14 +464,14 @@ int cuda_tc_attention(struct baton_dev *dev, const struct baton_attn *a, CUdevic
 			.k = a->k, .v = a->v, .kb = Kb, .vb = Vb, .blocks = table, .n_ctx = n_ctx,
 			.n_pad = n_pad, .kv_heads = KH, .head_dim = hd, .block_size = a->block_size,
 		};
-		if ((rc = launch(dev, dev->k_tc_attn_kv, (uint64_t)KH * n_pad * hd, 1, &ka,
+		if ((rc = launch(dev, dev->k_tc_attn_kv, (uint64_t)KH * n_pad * hd / 8, 1, &ka,
 		         "cuLaunchKernel baton_tc_attn_kv")))
 			return rc;
 		struct baton_tc_attn_qo_args qa = {
 			.src = a->q + q0 * H * hd * 4, .dst = Qb, .nq = nq, .heads = H, .kv_heads = KH,
 			.head_dim = hd,
 		};
-		if ((rc = launch(dev, dev->k_tc_attn_q, (uint64_t)nq * H * hd, 1, &qa,
+		if ((rc = launch(dev, dev->k_tc_attn_q, (uint64_t)nq * H * hd / 8, 1, &qa,
 		         "cuLaunchKernel baton_tc_attn_q")))
 			return rc;
 		const uint64_t cols = (uint64_t)nq * G; /* query rows per KV head */
@@ -507,7 +507,7 @@ int cuda_tc_attention(struct baton_dev *dev, const struct baton_attn *a, CUdevic
 			.src = O, .dst = a->out + q0 * H * hd * 4, .nq = nq, .heads = H, .kv_heads = KH,
 			.head_dim = hd,
 		};
-		if ((rc = launch(dev, dev->k_tc_attn_out, (uint64_t)nq * H * hd, 1, &oa,
+		if ((rc = launch(dev, dev->k_tc_attn_out, (uint64_t)nq * H * hd / 8, 1, &oa,
 		         "cuLaunchKernel baton_tc_attn_out")))
 			return rc;
 	}
