@@ -1178,6 +1178,7 @@ static void t_tensor_cores(void)
 		tc_attention_case(dev, 100, 0, 8, 2, 64, paged);
 		tc_attention_case(dev, 70, 300, 4, 4, 128, paged);
 		tc_attention_case(dev, 64, 37, 6, 3, 72, paged);
+		tc_attention_case(dev, 600, 40, 4, 2, 64, paged); /* in groups of 256 queries */
 	}
 	be->close(dev);
 	/* a small scratch: weights in slabs, experts in groups, queries in groups */

@@ -37,6 +37,8 @@
 
 enum { B_W, B_X, B_A, B_B, B_C, B_MAP };
 
+#define ATTN_GROUP 256 /* queries per attention group, at most (below) */
+
 /* A scratch buffer of at least `bytes`, or the fallback (said once per
  * device on stderr: the pass then runs on the CUDA cores). */
 static int need(struct baton_dev *dev, int i, uint64_t bytes)
@@ -443,6 +445,11 @@ int cuda_tc_attention(struct baton_dev *dev, const struct baton_attn *a, CUdevic
 	uint64_t nqg = dev->tc_scratch / ((uint64_t)H * pad_max * 6);
 	if (nqg > a->n_q)
 		nqg = a->n_q;
+	/* groups of at most ATTN_GROUP queries: each group's scores stop at
+	 * its last query's key, so a long segment writes and reads about
+	 * half the causal square, not all of it */
+	if (nqg >= 2 * ATTN_GROUP)
+		nqg = ATTN_GROUP;
 	if (nqg < 16 && nqg < a->n_q)
 		return CUDA_TC_FALLBACK; /* a context too long for the scratch: the chunked kernels */
 	if (pad_max * H * nqg > 0x7fffffffull)
