@@ -53,7 +53,13 @@ int cuda_dbuf_need(struct baton_dev *dev, struct dbuf *b, uint64_t bytes)
 	if (rc)
 		return rc;
 	cuda_dbuf_free(dev, b);
-	uint64_t cap = cuda_round_up(bytes, 1u << 20);
+	/* up to an eighth of the next power of two (1 MiB at least): a need
+	 * that creeps up layer by layer (the experts' rows) regrows a few
+	 * times, not at every layer, each time a stream sync */
+	uint64_t step = 1u << 20;
+	while (step * 16 <= bytes)
+		step <<= 1;
+	uint64_t cap = cuda_round_up(bytes, step);
 	CUdeviceptr p = 0;
 	CU(dev, dev->d->MemAlloc(&p, cap), "cuMemAlloc (scratch)");
 	b->p = p;

@@ -87,16 +87,18 @@ int cuda_tc_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint64
 	if ((uint64_t)rows * k > 0x7fffffffull)
 		return CUDA_TC_FALLBACK;
 	if (w_dtype == BATON_DT_F32) {
-		/* f32 weights (the MoE routers): an f32 GEMM on the CUDA cores,
-		 * no rounding to bf16 (the experts' choice hangs on these
-		 * logits), only another order of the f32 sums */
+		/* f32 weights (the MoE routers): a TF32 GEMM, x and w rounded
+		 * to 10-bit mantissas, not bf16's 7 (the experts' choice hangs
+		 * on these logits). cuBLAS's f32 GEMM on the CUDA cores took 4x
+		 * the exact kernel's time at 512 rows: 128 outputs are too few
+		 * tiles for the device */
 		if (w % 4 || rb != (uint64_t)k * 4)
 			return CUDA_TC_FALLBACK;
 		struct cuda_gemm g = {
 			.ta = 1, .tb = 0, .m = (int)n_out, .n = (int)rows, .k = (int)k,
 			.alpha = 1.0f, .beta = accumulate ? 1.0f : 0.0f, .a = w, .b = x, .c = y,
 			.a_type = F32, .b_type = F32, .lda = (int)k, .ldb = (int)k, .ldc = (int)n_out,
-			.batch = 1, .what = "cublas matmul f32",
+			.batch = 1, .tf32 = 1, .what = "cublas matmul tf32",
 		};
 		if ((rc = cuda_blas_gemm(dev, &g)))
 			return rc;
