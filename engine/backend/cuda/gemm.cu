@@ -95,6 +95,18 @@ baton_tc_dequant(const baton_tc_dequant_args a)
 	    a.src_off;
 	unsigned short *dst = (unsigned short *)a.dst + (uint64_t)z * a.dst_stride +
 	    a.dst_row0 * a.cols;
+	if (units <= 0xffffffffull - (uint64_t)gridDim.x * blockDim.x) {
+		/* 32-bit division: a 64-bit one per 8 weights was a good part of
+		 * the kernel's instructions */
+		for (uint32_t u = blockIdx.x * blockDim.x + threadIdx.x; u < (uint32_t)units;
+		     u += gridDim.x * blockDim.x) {
+			const uint32_t r = u / per_row, e0 = (u - r * per_row) * 8;
+			float v[8];
+			decode8(base + (uint64_t)r * a.row_bytes, a.dtype, e0, a.vec, v);
+			store8(dst + (uint64_t)r * a.cols + e0, v);
+		}
+		return;
+	}
 	for (uint64_t u = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; u < units;
 	     u += (uint64_t)gridDim.x * blockDim.x) {
 		const uint64_t r = u / per_row;
@@ -109,21 +121,20 @@ extern "C" __global__ void __launch_bounds__(BATON_TC_THREADS)
 baton_tc_rows(const baton_tc_rows_args a)
 {
 	const uint32_t per_row = a.cols / 8;
-	const uint64_t units = (uint64_t)a.rows * per_row;
+	const uint64_t units = (uint64_t)a.rows * per_row; /* < 2^28: tc_launch.c's bounds */
 	const uint32_t *map = (const uint32_t *)a.map;
-	for (uint64_t u = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; u < units;
-	     u += (uint64_t)gridDim.x * blockDim.x) {
-		const uint64_t r = u / per_row;
-		const uint32_t c = (uint32_t)(u % per_row) * 8;
+	for (uint32_t u = blockIdx.x * blockDim.x + threadIdx.x; u < (uint32_t)units;
+	     u += gridDim.x * blockDim.x) {
+		const uint32_t r = u / per_row, c = (u - r * per_row) * 8;
 		float v[8] = { 0, 0, 0, 0, 0, 0, 0, 0 };
-		const uint32_t m = map ? map[r] : (uint32_t)r;
+		const uint32_t m = map ? map[r] : r;
 		if (m != BATON_TC_NONE) {
 			const float *s = (const float *)a.src + (uint64_t)(map ? m / a.div : m) * a.src_ld + c;
 #pragma unroll
 			for (int i = 0; i < 8; i++)
 				v[i] = s[i];
 		}
-		store8((unsigned short *)a.dst + r * a.cols + c, v);
+		store8((unsigned short *)a.dst + (uint64_t)r * a.cols + c, v);
 	}
 }
 
