@@ -260,9 +260,6 @@ void cuda_tc_free(struct baton_dev *dev)
 	dev->tc_stage = NULL;
 	dev->tc_stage_cap = 0;
 	dev->tc_stage_busy = 0;
-	free(dev->tc_plan);
-	dev->tc_plan = NULL;
-	dev->tc_plan_n = 0;
 	if (dev->tc_ws)
 		d->MemFree(dev->tc_ws);
 	dev->tc_ws = 0;

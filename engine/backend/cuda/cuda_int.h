@@ -135,8 +135,6 @@ struct baton_dev {
 	uint32_t tc_x_rows, tc_x_k;
 	void *tc_stage;
 	uint64_t tc_stage_cap;
-	void *tc_plan; /* the experts' plan's host arrays (tc_launch.c plan_ws) */
-	uint64_t tc_plan_n;
 	CUevent tc_staged;
 	int tc_stage_busy, tc_warned;
 	char tc_why[200];

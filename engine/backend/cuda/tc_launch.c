@@ -158,9 +158,9 @@ int cuda_tc_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint64
 	return 0;
 }
 
-/* The pinned stage, at least `bytes`, free to write: its last copy has
- * run. */
-static int stage_get(struct baton_dev *dev, uint64_t bytes, char **out)
+/* Host bytes to the device through the pinned stage (reused once its
+ * last copy has run). */
+static int stage_copy(struct baton_dev *dev, const void *src, uint64_t bytes, CUdeviceptr dst)
 {
 	const struct cuda_driver *d = dev->d;
 	if (dev->tc_stage_busy) {
@@ -172,20 +172,13 @@ static int stage_get(struct baton_dev *dev, uint64_t bytes, char **out)
 			d->MemFreeHost(dev->tc_stage);
 		dev->tc_stage = NULL;
 		dev->tc_stage_cap = 0;
-		const uint64_t cap = cuda_round_up(bytes + bytes / 4, 1u << 16);
+		const uint64_t cap = cuda_round_up(bytes, 1u << 16);
 		void *p = NULL;
 		CU(dev, d->MemHostAlloc(&p, cap, 0), "cuMemHostAlloc (tc staging)");
 		dev->tc_stage = p;
 		dev->tc_stage_cap = cap;
 	}
-	*out = dev->tc_stage;
-	return 0;
-}
-
-/* The stage's first `bytes` to dst, queued. */
-static int stage_send(struct baton_dev *dev, uint64_t bytes, CUdeviceptr dst)
-{
-	const struct cuda_driver *d = dev->d;
+	memcpy(dev->tc_stage, src, bytes);
 	CU(dev, d->MemcpyHtoDAsync(dst, dev->tc_stage, bytes, dev->stream),
 	    "cuMemcpyHtoDAsync (tc maps)");
 	CU(dev, d->EventRecord(dev->tc_staged, dev->stream), "cuEventRecord (tc staging)");
@@ -208,25 +201,9 @@ struct plan {
 	uint32_t *prow;           /* [n] the row of pair p */
 };
 
-/* The plan's arrays for up to n pairs: one host buffer of the device's,
- * kept across calls (a pass's layers plan the same n: allocating their
- * ~1 MB each time cost more than the plan), whose hash table is all
- * zero between calls. */
-static int plan_ws(struct baton_dev *dev, uint64_t n)
+static void plan_free(struct plan *pl)
 {
-	if (dev->tc_plan_n >= n)
-		return 0;
-	uint64_t N = 1024;
-	while (N < n)
-		N <<= 1;
-	const uint64_t bytes = 2 * N * 8 + 2 * N * 4 + N * 4 + N * 8 * 2 + N * 4 * 4 + N * 8 +
-	    (N + 1) * 8 * 2 + N * 8;
-	free(dev->tc_plan);
-	dev->tc_plan_n = 0;
-	if (!(dev->tc_plan = calloc(1, bytes)))
-		return BATON_ENOMEM;
-	dev->tc_plan_n = N;
-	return 0;
+	free(pl->blob), free(pl->base), free(pl->b0), free(pl->pad), free(pl->prow);
 }
 
 static int by_count(const void *a, const void *b)
@@ -238,27 +215,23 @@ static int by_count(const void *a, const void *b)
 	return (x[0] & 0xffffffffu) < (y[0] & 0xffffffffu) ? -1 : 1;
 }
 
-static int plan_make(struct baton_dev *dev, struct plan *pl, const baton_dptr *blobs, uint64_t n)
+static int plan_make(struct plan *pl, const baton_dptr *blobs, uint64_t n)
 {
-	int rc = plan_ws(dev, n);
-	if (rc)
-		return rc;
-	const uint64_t N = dev->tc_plan_n, cap = 2 * N;
-	int bits = 0;
-	while ((1ull << bits) < cap)
-		bits++;
-	uint64_t *keys = dev->tc_plan, *gblob = keys + cap, *key = gblob + N;
-	pl->blob = key + N;
-	pl->base = pl->blob + N;
-	pl->b0 = pl->base + N + 1;
-	pl->pad = pl->b0 + N + 1;
-	uint32_t *gid = (uint32_t *)(pl->pad + N), *slot = gid + cap, *group = slot + N;
-	uint32_t *count = group + N, *rank = count + N;
-	pl->prow = rank + N;
+	memset(pl, 0, sizeof *pl);
 	/* the experts, in order of first use (a hash of the blob addresses):
 	 * group[p], their blobs and counts */
+	uint64_t cap = 16;
+	int bits = 4;
+	while (cap < 2 * n)
+		cap <<= 1, bits++;
+	uint64_t *keys = calloc(cap, sizeof *keys), *gblob = malloc(n * sizeof *gblob);
+	uint64_t *key = malloc(n * sizeof *key);
+	uint32_t *gid = malloc(cap * sizeof *gid), *group = malloc(n * sizeof *group);
+	uint32_t *count = calloc(n, sizeof *count), *rank = malloc(n * sizeof *rank);
+	pl->prow = malloc(n * sizeof *pl->prow);
+	int rc = keys && gblob && key && gid && group && count && rank && pl->prow ? 0 : BATON_ENOMEM;
 	uint64_t U = 0;
-	for (uint64_t p = 0; p < n; p++) {
+	for (uint64_t p = 0; !rc && p < n; p++) {
 		const uint64_t b = blobs[p];
 		uint64_t h = ((b >> 6) * 0x9E3779B97F4A7C15ull) >> (64 - bits);
 		while (keys[h] && keys[h] != b)
@@ -266,43 +239,50 @@ static int plan_make(struct baton_dev *dev, struct plan *pl, const baton_dptr *b
 		if (!keys[h]) {
 			keys[h] = b;
 			gid[h] = (uint32_t)U;
-			slot[U] = (uint32_t)h;
-			count[U] = 0;
 			gblob[U++] = b;
 		}
 		group[p] = gid[h];
 		count[gid[h]]++;
 	}
-	for (uint64_t e = 0; e < U; e++)
-		keys[slot[e]] = 0; /* the table all zero again */
+	free(keys), free(gid);
 	pl->U = U;
-	pl->nb = 0;
-	for (uint64_t e = 0; e < U; e++)
-		key[e] = (uint64_t)count[e] << 32 | e;
-	qsort(key, U, sizeof *key, by_count);
-	uint64_t r = 0;
-	for (uint64_t i = 0; i < U;) {
-		const uint64_t pad = cuda_round_up(key[i] >> 32, 8);
-		uint64_t j = i;
-		while (j < U && cuda_round_up(key[j] >> 32, 8) * 4 >= pad * 3)
-			j++; /* at pad 8: all the rest */
-		pl->b0[pl->nb] = i;
-		pl->pad[pl->nb++] = pad;
-		for (; i < j; i++) {
-			const uint32_t e = (uint32_t)(key[i] & 0xffffffffu);
-			rank[e] = (uint32_t)i;
-			pl->blob[i] = gblob[e];
-			pl->base[i] = r;
-			r += pad;
+	pl->blob = malloc((U ? U : 1) * sizeof *pl->blob);
+	pl->base = malloc((U + 1) * sizeof *pl->base);
+	pl->b0 = malloc((U + 1) * sizeof *pl->b0);
+	pl->pad = malloc((U ? U : 1) * sizeof *pl->pad);
+	if (!rc && (!pl->blob || !pl->base || !pl->b0 || !pl->pad))
+		rc = BATON_ENOMEM;
+	if (!rc) {
+		for (uint64_t e = 0; e < U; e++)
+			key[e] = (uint64_t)count[e] << 32 | e;
+		qsort(key, U, sizeof *key, by_count);
+		uint64_t r = 0;
+		for (uint64_t i = 0; i < U;) {
+			const uint64_t pad = cuda_round_up(key[i] >> 32, 8);
+			uint64_t j = i;
+			while (j < U && cuda_round_up(key[j] >> 32, 8) * 4 >= pad * 3)
+				j++; /* at pad 8: all the rest */
+			pl->b0[pl->nb] = i;
+			pl->pad[pl->nb++] = pad;
+			for (; i < j; i++) {
+				const uint32_t e = (uint32_t)(key[i] & 0xffffffffu);
+				rank[e] = (uint32_t)i;
+				pl->blob[i] = gblob[e];
+				pl->base[i] = r;
+				r += pad;
+			}
 		}
+		pl->b0[pl->nb] = U;
+		pl->base[U] = pl->R = r;
+		for (uint64_t e = 0; e < U; e++)
+			count[e] = 0; /* now each expert's next row */
+		for (uint64_t p = 0; p < n; p++) /* an expert's pairs in p order */
+			pl->prow[p] = (uint32_t)(pl->base[rank[group[p]]] + count[group[p]]++);
 	}
-	pl->b0[pl->nb] = U;
-	pl->base[U] = pl->R = r;
-	for (uint64_t e = 0; e < U; e++)
-		count[e] = 0; /* now each expert's next row */
-	for (uint64_t p = 0; p < n; p++) /* an expert's pairs in p order */
-		pl->prow[p] = (uint32_t)(pl->base[rank[group[p]]] + count[group[p]]++);
-	return 0;
+	free(gblob), free(key), free(group), free(count), free(rank);
+	if (rc)
+		plan_free(pl);
+	return rc;
 }
 
 int cuda_tc_experts(struct baton_dev *dev, const struct baton_moe_layer *l, const baton_dptr *blobs,
@@ -314,11 +294,13 @@ int cuda_tc_experts(struct baton_dev *dev, const struct baton_moe_layer *l, cons
 	    l->down_dtype == BATON_DT_F32 || n > 0x7fffffffull)
 		return CUDA_TC_FALLBACK;
 	struct plan pl;
-	if ((rc = plan_make(dev, &pl, blobs, n)))
+	if ((rc = plan_make(&pl, blobs, n)))
 		return rc;
 	const uint64_t U = pl.U, R = pl.R;
-	if (R * (2ull * F > D ? 2ull * F : D) > 0x7fffffffull)
+	if (R * (2ull * F > D ? 2ull * F : D) > 0x7fffffffull) {
+		plan_free(&pl);
 		return CUDA_TC_FALLBACK;
+	}
 	const uint64_t gbytes = (uint64_t)F * D * 2 * 3; /* one expert's bf16 gate, up, down */
 	uint64_t Gn = dev->tc_scratch / gbytes;
 	if (Gn > U)
@@ -330,12 +312,14 @@ int cuda_tc_experts(struct baton_dev *dev, const struct baton_moe_layer *l, cons
 	const uint64_t off_map = U * 8, off_prow = off_map + R * 4;
 	const uint64_t off_w = cuda_round_up(off_prow + n * 4, 16);
 	const uint64_t mbytes = off_w + n * 4;
-	char *host = NULL; /* the pinned stage, written in place */
+	char *host = NULL;
 	if ((rc = need(dev, B_MAP, mbytes)) || (rc = need(dev, B_X, R * D * 2)) ||
 	    (rc = need(dev, B_A, R * 2 * F * 4)) || (rc = need(dev, B_B, R * F * 2)) ||
 	    (rc = need(dev, B_C, R * D * 4)) || (rc = need(dev, B_W, Gn * gbytes)) ||
-	    (rc = stage_get(dev, mbytes, &host)))
+	    (rc = (host = malloc(mbytes)) ? 0 : BATON_ENOMEM)) {
+		plan_free(&pl);
 		return rc;
+	}
 	uint32_t *rowmap = (uint32_t *)(host + off_map);
 	memcpy(host, pl.blob, U * 8);
 	memset(rowmap, 0xff, R * 4);
@@ -362,7 +346,8 @@ int cuda_tc_experts(struct baton_dev *dev, const struct baton_moe_layer *l, cons
 		dev->prof_tc_rows += R;
 		dev->prof_tc_buckets += pl.nb;
 	}
-	rc = stage_send(dev, mbytes, dev->tc_buf[B_MAP].p);
+	rc = stage_copy(dev, host, mbytes, dev->tc_buf[B_MAP].p);
+	free(host);
 	const CUdeviceptr dtab = dev->tc_buf[B_MAP].p, dmap = dtab + off_map, dw = dtab + off_w,
 	    dprow = dtab + off_prow;
 	const CUdeviceptr X = dev->tc_buf[B_X].p, GU = dev->tc_buf[B_A].p, Hb = dev->tc_buf[B_B].p,
@@ -440,6 +425,7 @@ int cuda_tc_experts(struct baton_dev *dev, const struct baton_moe_layer *l, cons
 			    "cuLaunchKernel baton_tc_swiglu");
 		}
 	}
+	plan_free(&pl);
 	if (rc)
 		return rc;
 	struct baton_tc_combine_args cb = {
