@@ -34,8 +34,7 @@ extern const unsigned char baton_engine_backend_cuda_attn_fatbin[];
 #define DEFAULT_ROWS 64u
 
 /* cublas_api.h's values */
-enum { OP_N = 0, OP_T = 1, COMPUTE_32F = 68, COMPUTE_32F_FAST_TF32 = 77, GEMM_DEFAULT = -1,
-	DT_R_32F = 0 };
+enum { OP_N = 0, OP_T = 1, COMPUTE_32F = 68, GEMM_DEFAULT = -1, DT_R_32F = 0 };
 
 typedef int (*create_fn)(void **);
 typedef int (*destroy_fn)(void *);
@@ -277,7 +276,6 @@ void cuda_tc_free(struct baton_dev *dev)
 int cuda_blas_gemm(struct baton_dev *dev, const struct cuda_gemm *g)
 {
 	const float alpha = g->alpha, beta = g->beta;
-	const int ct = g->tf32 ? COMPUTE_32F_FAST_TF32 : COMPUTE_32F;
 	const int prof = cuda_prof_begin(dev);
 	int st;
 	dev->n_launch++; /* it writes device memory too: mmvq_launch.c's quantization */
@@ -285,12 +283,12 @@ int cuda_blas_gemm(struct baton_dev *dev, const struct cuda_gemm *g)
 		st = g_blas.gemm(dev->blas, g->ta ? OP_T : OP_N, g->tb ? OP_T : OP_N, g->m, g->n, g->k,
 		    &alpha, (const void *)(uintptr_t)g->a, g->a_type, g->lda,
 		    (const void *)(uintptr_t)g->b, g->b_type, g->ldb, &beta, (void *)(uintptr_t)g->c,
-		    DT_R_32F, g->ldc, ct, GEMM_DEFAULT);
+		    DT_R_32F, g->ldc, COMPUTE_32F, GEMM_DEFAULT);
 	else
 		st = g_blas.gemm_sb(dev->blas, g->ta ? OP_T : OP_N, g->tb ? OP_T : OP_N, g->m, g->n,
 		    g->k, &alpha, (const void *)(uintptr_t)g->a, g->a_type, g->lda, g->sa,
 		    (const void *)(uintptr_t)g->b, g->b_type, g->ldb, g->sb, &beta,
-		    (void *)(uintptr_t)g->c, DT_R_32F, g->ldc, g->sc, g->batch, ct,
+		    (void *)(uintptr_t)g->c, DT_R_32F, g->ldc, g->sc, g->batch, COMPUTE_32F,
 		    GEMM_DEFAULT);
 	if (prof)
 		cuda_prof_end(dev, g->what ? g->what : "cublasGemmEx");

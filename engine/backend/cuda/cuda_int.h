@@ -270,16 +270,14 @@ void cuda_tc_describe(struct baton_dev *dev, char *buf, size_t len);
 void cuda_tc_free(struct baton_dev *dev);
 
 /* One GEMM, column-major as cuBLAS: C (m x n, f32, ldc) = alpha op(A)
- * op(B) + beta C, A and B of cudaDataType a_type / b_type (14 bf16, 0 f32),
- * f32 accumulation (tf32: f32 inputs rounded to TF32 for the tensor
- * cores); batch > 1: strided batched (strides in elements). */
+ * op(B) + beta C, A and B of cudaDataType a_type / b_type (14 bf16),
+ * f32 accumulation; batch > 1: strided batched (strides in elements). */
 struct cuda_gemm {
 	int ta, tb, m, n, k;
 	float alpha, beta;
 	CUdeviceptr a, b, c;
 	int a_type, b_type, lda, ldb, ldc, batch;
 	long long sa, sb, sc;
-	int tf32;
 	const char *what; /* the profile's name for the call (a literal) */
 };
 int cuda_blas_gemm(struct baton_dev *dev, const struct cuda_gemm *g);

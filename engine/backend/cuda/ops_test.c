@@ -936,9 +936,7 @@ static struct baton_dev *tc_open(const char *rows, const char *scratch_mb)
 /* y = (acc ? y : 0) + x w^T + b on the tensor cores against the double
  * sum: each element within 0.008 sum |x| |w| (bf16 rounds x and w by
  * 2^-9 each: a product by at most 0.0039 of itself; f32 sums add k 2^-24)
- * plus 1e-5 of what bias and y add. f32 weights (a TF32 GEMM: x and w
- * to 10-bit mantissas, each off by 2^-10 at most, truncated): within
- * 0.004 sum |x| |w|. */
+ * plus 1e-5 of what bias and y add. */
 static void tc_matmul_case(struct baton_dev *dev, int dt, uint32_t n_out, uint32_t k,
     uint32_t rows, int bias, int acc, uint32_t off)
 {
@@ -977,8 +975,7 @@ static void tc_matmul_case(struct baton_dev *dev, int dt, uint32_t n_out, uint32
 				sum += bv, extra += fabs(bv);
 			}
 			const double err = fabs(got[(size_t)r * n_out + o] - sum);
-			const double rel = dt == BATON_DT_F32 ? 0.004 : 0.008;
-			const double lim = rel * mag + 1e-5 * (extra + 1e-3);
+			const double lim = 0.008 * mag + 1e-5 * (extra + 1e-3);
 			if (mag > 0 && err / mag > worst)
 				worst = err / mag;
 			if (!(err <= lim))
@@ -1169,12 +1166,8 @@ static void t_tensor_cores(void)
 	}
 	tc_moe_case(dev, BATON_DT_Q4_K, 200, 256, 256, 40, 4, 1);
 	tc_x_reuse_case(dev);
-	/* f32 weights (the routers): a TF32 GEMM, with bias, accumulating,
-	 * at the router's shape; at an address off 4 bytes the exact kernels,
-	 * the host's bits at 70 rows */
-	tc_matmul_case(dev, BATON_DT_F32, 300, 512, 70, 1, 0, 0);
-	tc_matmul_case(dev, BATON_DT_F32, 128, 2048, 100, 0, 1, 0);
-	matmul_case_at(dev, BATON_DT_F32, 37, 512, 70, BATON_DT_F32, 0, 2);
+	/* f32 weights stay on the exact kernels: the host's bits at 70 rows */
+	matmul_case(dev, BATON_DT_F32, 37, 512, 70, BATON_DT_F32, 0);
 	for (int paged = 0; paged < 2; paged++) {
 		tc_attention_case(dev, 100, 0, 8, 2, 64, paged);
 		tc_attention_case(dev, 70, 300, 4, 4, 128, paged);

@@ -33,7 +33,6 @@
 #include "engine/backend/host/host.h"
 
 #define BF16 14 /* cudaDataType CUDA_R_16BF */
-#define F32 0   /* CUDA_R_32F */
 
 enum { B_W, B_X, B_A, B_B, B_C, B_MAP };
 
@@ -84,26 +83,12 @@ int cuda_tc_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint64
     baton_dptr y, int accumulate)
 {
 	int rc;
-	if ((uint64_t)rows * k > 0x7fffffffull)
+	/* f32 weights (the MoE routers, whose logits pick the experts) stay
+	 * on the exact kernel: cuBLAS's f32 GEMM took 183 us for a 512-row
+	 * router pass against the exact kernel's ~44 us (128 outputs are too
+	 * few tiles), and TF32 gained nothing measurable (H200, 2026-12-02) */
+	if (w_dtype == BATON_DT_F32 || (uint64_t)rows * k > 0x7fffffffull)
 		return CUDA_TC_FALLBACK;
-	if (w_dtype == BATON_DT_F32) {
-		/* f32 weights (the MoE routers): a TF32 GEMM, x and w rounded
-		 * to 10-bit mantissas, not bf16's 7 (the experts' choice hangs
-		 * on these logits). cuBLAS's f32 GEMM on the CUDA cores took 4x
-		 * the exact kernel's time at 512 rows: 128 outputs are too few
-		 * tiles for the device */
-		if (w % 4 || rb != (uint64_t)k * 4)
-			return CUDA_TC_FALLBACK;
-		struct cuda_gemm g = {
-			.ta = 1, .tb = 0, .m = (int)n_out, .n = (int)rows, .k = (int)k,
-			.alpha = 1.0f, .beta = accumulate ? 1.0f : 0.0f, .a = w, .b = x, .c = y,
-			.a_type = F32, .b_type = F32, .lda = (int)k, .ldb = (int)k, .ldc = (int)n_out,
-			.batch = 1, .tf32 = 1, .what = "cublas matmul tf32",
-		};
-		if ((rc = cuda_blas_gemm(dev, &g)))
-			return rc;
-		return b ? bias(dev, y, b, b_dtype, rows, n_out) : 0;
-	}
 	if (k % 8)
 		return CUDA_TC_FALLBACK;
 	const int direct = w_dtype == BATON_DT_BF16 && w % 16 == 0;
