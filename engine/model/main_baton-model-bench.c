@@ -21,7 +21,8 @@
  *               top_k experts per layer, the KV rows so far) over the
  *               bandwidth, divided by the measured time per token;
  *   prefill     tokens/s of each prompt length, random token ids, in
- *               passes of --max-batch rows (default 512);
+ *               passes of --max-batch rows (default 512), each length
+ *               timed after an untimed run of it;
  *   first token after a release of everything (expert cache and model):
  *               the prefill of a short prompt that loads what it needs
  *               first (hot-first), against a full refill of the expert
@@ -619,12 +620,14 @@ int main(int argc, char **argv)
 
 	const struct parts pt = decode_parts(e, c, model_pos(m));
 
-	/* prefill: a warm-up of the shortest, then each length */
+	/* prefill: each length once untimed, then timed (llama-bench's
+	 * warm-up run): the first pass of a shape pays the scratch's growth
+	 * and cuBLAS's first calls of its kernels */
 	double pf_tps[MAX_PROMPTS];
-	model_reset(m);
-	if ((rc = model_prefill(m, toks, prompts[0], logits)) != 0)
-		die("prefill", rc, NULL);
 	for (uint32_t i = 0; i < n_prompts; i++) {
+		model_reset(m);
+		if ((rc = model_prefill(m, toks, prompts[i], logits)) != 0)
+			die("prefill", rc, NULL);
 		model_reset(m);
 		t0 = baton_now_s();
 		if ((rc = model_prefill(m, toks, prompts[i], logits)) != 0)

@@ -572,6 +572,7 @@ static void cuda_free(struct baton_dev *dev, baton_dptr p)
 	struct ent *e = tab_find(&dev->allocs, p);
 	if (!e)
 		return;
+	dev->n_launch++; /* the address may come back with other bytes */
 	if (cuda_cur(dev) == 0) {
 		cuda_stream_sync(dev);
 		dev->d->MemFree(p);
@@ -663,6 +664,7 @@ static int cuda_copy_h2d(struct baton_dev *dev, const struct baton_copy *copies,
 	int rc = cuda_cur(dev);
 	if (rc)
 		return rc;
+	dev->n_launch++; /* device bytes change: no activation's copy holds */
 	for (size_t i = 0; i < n; i++) {
 		if (!copies[i].bytes)
 			continue;
@@ -723,6 +725,7 @@ static int cuda_copy_d2d(struct baton_dev *dev, baton_dptr dst, baton_dptr src, 
 	int rc = cuda_cur(dev);
 	if (rc)
 		return rc;
+	dev->n_launch++;
 	CU(dev, dev->d->MemcpyDtoDAsync(dst, src, bytes, dev->stream), "cuMemcpyDtoDAsync");
 	return 0;
 }

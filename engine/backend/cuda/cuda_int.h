@@ -109,7 +109,10 @@ struct baton_dev {
 	struct dbuf vq_x, vq_h;
 	baton_dptr vq_src;
 	uint32_t vq_k;
-	uint64_t vq_mark, n_launch; /* n_launch: every cuda_launch_k so far */
+	/* n_launch: every cuda_launch_k, cuBLAS call, copy to the device and
+	 * free so far: a copy of an activation made at n_launch still holds
+	 * while n_launch is unchanged */
+	uint64_t vq_mark, n_launch;
 
 	/* The tensor-core path (blas.c, tc_launch.c): off until the first
 	 * pass of tc_rows rows or more asks for it (tc_state 0), then on (1)
@@ -122,9 +125,14 @@ struct baton_dev {
 	void *blas;          /* cublasHandle_t */
 	CUdeviceptr tc_ws;   /* cuBLAS's workspace */
 	CUmodule tc_mod, tc_attn_mod;
-	CUfunction k_tc_dequant, k_tc_rows, k_tc_bias, k_tc_swiglu, k_tc_scatter, k_tc_attn_kv,
+	CUfunction k_tc_dequant, k_tc_rows, k_tc_bias, k_tc_swiglu, k_tc_combine, k_tc_attn_kv,
 	    k_tc_attn_q, k_tc_attn_out, k_tc_attn_softmax;
 	struct dbuf tc_buf[TC_BUFS];
+	/* tc_buf[B_X] holds x (tc_x_rows x tc_x_k) as bf16 while n_launch is
+	 * tc_x_mark: q, k and v convert one xn */
+	baton_dptr tc_x_src;
+	uint64_t tc_x_mark;
+	uint32_t tc_x_rows, tc_x_k;
 	void *tc_stage;
 	uint64_t tc_stage_cap;
 	CUevent tc_staged;
@@ -164,6 +172,7 @@ struct baton_dev {
 		uint64_t n;
 		double ms;
 	} prof_v[64];
+	uint64_t prof_tc_calls, prof_tc_pairs, prof_tc_experts, prof_tc_rows, prof_tc_buckets;
 
 	/* copies to the host of up to D2H_STAGE bytes (backend.c): through
 	 * this pinned buffer, allocated at the first */
@@ -240,6 +249,11 @@ void cuda_glog_free(struct baton_dev *dev);
  * at close (cuda_prof_report). A measuring aid: it serializes the host. */
 void cuda_prof_config(struct baton_dev *dev);
 void cuda_prof_report(struct baton_dev *dev);
+/* The same timing around work that is not one of our launches (a cuBLAS
+ * call): 1 from begin when the profile is on (then call end, with a
+ * string that lives as long as the device), else 0. */
+int cuda_prof_begin(struct baton_dev *dev);
+void cuda_prof_end(struct baton_dev *dev, const char *what);
 
 /* ---- blas.c: cuBLAS loaded with dlopen -------------------------------------- */
 
@@ -264,6 +278,7 @@ struct cuda_gemm {
 	CUdeviceptr a, b, c;
 	int a_type, b_type, lda, ldb, ldc, batch;
 	long long sa, sb, sc;
+	const char *what; /* the profile's name for the call (a literal) */
 };
 int cuda_blas_gemm(struct baton_dev *dev, const struct cuda_gemm *g);
 
@@ -281,10 +296,11 @@ int cuda_tc_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint64
     baton_dptr y, int accumulate);
 /* The experts of moe_experts for a large batch: blobs[p] the expert blob
  * of pair p < n (p = t * top_k + k), w the host's weights by pair;
- * writes part[p][d_model] = w[p] * expert(xn[p / top_k]) for every pair
- * (the caller reduces). Groups the pairs by blob itself. */
+ * x[t] += w[p] * expert(xn[t]) over t's pairs in rank order, each
+ * product rounded before its add (moe_reduce's sum). Groups the pairs by
+ * blob itself. */
 int cuda_tc_experts(struct baton_dev *dev, const struct baton_moe_layer *l, const baton_dptr *blobs,
-    uint64_t n, const float *w, CUdeviceptr part);
+    uint64_t n, const float *w);
 /* The attention slot for n_q >= tc_rows (table: the staged block table
  * or 0). */
 int cuda_tc_attention(struct baton_dev *dev, const struct baton_attn *a, CUdeviceptr table);

@@ -7,7 +7,8 @@
  * The activation is quantized once for the matmuls that read it back to
  * back (attention's q, k and v): a matmul reuses the last quantization
  * when its x is the same buffer and nothing but these matmuls has been
- * launched since (dev->n_launch counts every launch). A one-row rmsnorm
+ * launched since (dev->n_launch counts every launch, cuBLAS call, copy
+ * to the device and free). A one-row rmsnorm
  * writes that quantization of its output itself (cuda_mmvq_norm_out), so
  * the input norm's q, k and v and the head launch no quantize kernel; the
  * exact matmul and route_dev keep it valid when they write elsewhere
