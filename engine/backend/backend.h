@@ -288,6 +288,14 @@ struct baton_backend {
 	    uint32_t n_experts, uint32_t top_k, int rule, baton_dptr ids, baton_dptr weights);
 	int (*moe_experts_dev)(struct baton_dev *dev, const struct baton_moe_layer *l,
 	    baton_dptr table, baton_dptr ids, baton_dptr weights);
+	/* Optional, with route_dev: the router and route_dev in one queued
+	 * call, logits = matmul(w, x) (n_experts rows of k, no bias, not
+	 * accumulated) and then route_dev on them; the same bits as the two
+	 * calls (one launch where they were two). Without it forward.c
+	 * queues matmul, then route_dev. */
+	int (*router_route_dev)(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype,
+	    uint32_t n_experts, uint32_t k, baton_dptr x, uint32_t rows, baton_dptr logits,
+	    uint32_t top_k, int rule, baton_dptr ids, baton_dptr weights);
 
 	/* Optional: the per-head q/k norms and rope of struct
 	 * baton_qk_norm_rope in one queued call (one launch where rmsnorm

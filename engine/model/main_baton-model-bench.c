@@ -272,9 +272,12 @@ static struct parts decode_parts(struct baton_engine *e, const struct baton_mode
 	    (rc = be->matmul(dev, wo, dO, D, QD, 0, 0, ao, 1, x, 1)))
 #define ROUTE()                                                                                  \
 	((rc = be->rmsnorm(dev, x, xn, 1, D, npost, dpn, c->eps)) ||                               \
-	    (rc = be->matmul(dev, wr, dr, E, D, 0, 0, xn, 1, rl, 0)) ||                            \
-	    (rc = r.dev_route ? be->route_dev(dev, rl, 1, E, K, c->route_rule, dids, dw)           \
-	                      : be->route(dev, rl, 1, E, K, c->route_rule, ids, w)))
+	    (r.dev_route && be->router_route_dev ?                                                 \
+	        (rc = be->router_route_dev(dev, wr, dr, E, D, xn, 1, rl, K, c->route_rule, dids,   \
+	             dw)) != 0 :                                                                   \
+	        ((rc = be->matmul(dev, wr, dr, E, D, 0, 0, xn, 1, rl, 0)) ||                       \
+	            (rc = r.dev_route ? be->route_dev(dev, rl, 1, E, K, c->route_rule, dids, dw)   \
+	                              : be->route(dev, rl, 1, E, K, c->route_rule, ids, w)))))
 #define EXPERTS()                                                                                \
 	(r.dev_route ? (rc = be->moe_experts_dev(dev, &ml, rt, dids, dw)) != 0                     \
 	             : ((rc = cache_lookup(engine_cache(e), want, K, blobs)) ||                   \

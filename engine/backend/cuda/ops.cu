@@ -29,6 +29,7 @@ static_assert(sizeof(baton_ops_kv_store_args) == 48, "kv_store args layout");
 static_assert(sizeof(baton_ops_swiglu_args) == 32, "swiglu args layout");
 static_assert(sizeof(baton_ops_add_args) == 32, "add args layout");
 static_assert(sizeof(baton_ops_route_args) == 40, "route args layout");
+static_assert(sizeof(baton_ops_router_route_args) == 72, "router route args layout");
 static_assert(BATON_OPS_NT == 8, "the matmul kernels are made for 1 and 8 rows");
 static_assert(BATON_OPS_ATTN_CHUNK == BATON_OPS_WARPS * 32, "a thread per key of a chunk");
 
@@ -841,26 +842,25 @@ __device__ __forceinline__ float expf_glibc(float x)
 	return __double2float_rn(__dmul_rn(y, s));
 }
 
-/* One warp per row, host_op_route's steps in its order: the max (order
- * free), p = expf(l - max) for each expert, their sum in expert order (one
- * lane), p / sum, then top_k rounds each taking the largest untaken p
- * (NaN as -inf, ties to the lower id: a total order, so the warp's
- * reduction finds the host's scan's choice), then the rule's renorm. */
-extern "C" __global__ void __launch_bounds__(32)
-baton_ops_route(baton_ops_route_args a)
+/* host_op_route's steps for one row, in its order, by one warp: the max
+ * (order free), p = expf(l - max) for each expert, their sum in expert
+ * order (one lane), p / sum, then top_k rounds each taking the largest
+ * untaken p (NaN as -inf, ties to the lower id: a total order, so the
+ * warp's reduction finds the host's scan's choice), then the rule's
+ * renorm. p: E floats of shared memory, taken: E bytes, sw: top_k floats
+ * for the chosen weights (shared memory where top_k <= ROUTE_SW, so the
+ * renorm reads nothing back from global memory; else w itself). The
+ * logits are read through L2 (__ldcg): the fused router's last block
+ * reads what other blocks wrote. */
+__device__ __forceinline__ void route_row(const float *l, uint32_t E, uint32_t K, uint32_t rule,
+    uint32_t *ids, float *w, float *p, unsigned char *taken, float *sw, uint32_t lane)
 {
-	if (blockIdx.x >= a.rows)
-		return;
-	extern __shared__ float p[];
-	unsigned char *taken = (unsigned char *)(p + a.n_experts);
-	const uint32_t E = a.n_experts, K = a.top_k, lane = threadIdx.x;
-	const float *l = (const float *)a.logits + (uint64_t)blockIdx.x * E;
-	uint32_t *ids = (uint32_t *)a.ids + (uint64_t)blockIdx.x * K;
-	float *w = (float *)a.w + (uint64_t)blockIdx.x * K;
 	float m = -INFINITY;
-	for (uint32_t e = lane; e < E; e += 32)
-		if (l[e] > m)
-			m = l[e];
+	for (uint32_t e = lane; e < E; e += 32) {
+		const float v = __ldcg(l + e);
+		if (v > m)
+			m = v;
+	}
 #pragma unroll
 	for (int off = 16; off > 0; off >>= 1) {
 		const float o = __shfl_xor_sync(0xffffffffu, m, off);
@@ -868,14 +868,25 @@ baton_ops_route(baton_ops_route_args a)
 			m = o;
 	}
 	for (uint32_t e = lane; e < E; e += 32) {
-		p[e] = expf_glibc(__fsub_rn(l[e], m));
+		p[e] = expf_glibc(__fsub_rn(__ldcg(l + e), m));
 		taken[e] = 0;
 	}
 	__syncwarp();
 	float sum = 0.0f;
-	if (lane == 0)
-		for (uint32_t e = 0; e < E; e++)
+	if (lane == 0) {
+		uint32_t e = 0;
+		for (; e + 8 <= E; e += 8) { /* the loads of 8 ahead of their adds */
+			float v[8];
+#pragma unroll
+			for (int i = 0; i < 8; i++)
+				v[i] = p[e + i];
+#pragma unroll
+			for (int i = 0; i < 8; i++)
+				sum = __fadd_rn(sum, v[i]);
+		}
+		for (; e < E; e++)
 			sum = __fadd_rn(sum, p[e]);
+	}
 	sum = __shfl_sync(0xffffffffu, sum, 0);
 	for (uint32_t e = lane; e < E; e += 32)
 		p[e] = __fdiv_rn(p[e], sum);
@@ -903,15 +914,84 @@ baton_ops_route(baton_ops_route_args a)
 		if (lane == 0) {
 			taken[bi] = 1;
 			ids[k] = bi;
-			w[k] = p[bi];
+			sw[k] = p[bi];
 		}
 		__syncwarp();
 	}
-	if (lane == 0 && a.rule == 1) { /* BATON_ROUTE_SOFTMAX_TOPK_NORM */
+	if (lane != 0)
+		return;
+	if (rule == 1) { /* BATON_ROUTE_SOFTMAX_TOPK_NORM */
 		float s = 0.0f;
 		for (uint32_t k = 0; k < K; k++)
-			s = __fadd_rn(s, w[k]);
+			s = __fadd_rn(s, sw[k]);
 		for (uint32_t k = 0; k < K; k++)
-			w[k] = __fdiv_rn(w[k], s);
+			w[k] = __fdiv_rn(sw[k], s);
+	} else {
+		for (uint32_t k = 0; k < K; k++)
+			w[k] = sw[k];
 	}
+}
+
+#define ROUTE_SW 64
+
+/* One warp per row. Dynamic shared memory: p[E], then taken[E]. */
+extern "C" __global__ void __launch_bounds__(32)
+baton_ops_route(baton_ops_route_args a)
+{
+	if (blockIdx.x >= a.rows)
+		return;
+	extern __shared__ float p[];
+	__shared__ float sws[ROUTE_SW];
+	unsigned char *taken = (unsigned char *)(p + a.n_experts);
+	const uint64_t r = blockIdx.x;
+	float *w = (float *)a.w + r * a.top_k;
+	route_row((const float *)a.logits + r * a.n_experts, a.n_experts, a.top_k, a.rule,
+	    (uint32_t *)a.ids + r * a.top_k, w, p, taken, a.top_k <= ROUTE_SW ? sws : w, threadIdx.x);
+}
+
+/* The router and route in one launch: block (x, r) computes logits
+ * x * ROUTER_WARPS .. + ROUTER_WARPS - 1 of row r, a warp each, with the
+ * one-row f32 matmul's code (the same bits as baton_ops_matmul_1_f32);
+ * the last block of row r to finish (a counter per row, set back to 0 by
+ * that block, so a replayed graph finds it 0) routes the row with
+ * route_row. Which block is last changes nothing: it reads every logit
+ * back from memory. */
+extern "C" __global__ void __launch_bounds__(32 * BATON_OPS_ROUTER_WARPS)
+baton_ops_router_route(baton_ops_router_route_args a)
+{
+	__shared__ __align__(16) float sm[BATON_OPS_ROUTER_WARPS][256];
+	__shared__ float p[BATON_OPS_ROUTER_MAX_E];
+	__shared__ float sws[ROUTE_SW];
+	__shared__ unsigned char taken[BATON_OPS_ROUTER_MAX_E];
+	__shared__ uint32_t last;
+	const uint32_t r = blockIdx.y, lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
+	if (r >= a.rows)
+		return; /* the whole block */
+	const uint32_t o = blockIdx.x * BATON_OPS_ROUTER_WARPS + wi, E = a.n_experts;
+	float *logits = (float *)a.logits + (uint64_t)r * E;
+	if (o < E) {
+		float acc[1] = { 0.0f };
+		const float *x = (const float *)a.x + (uint64_t)r * a.k;
+		mm_plain_vec<1, BATON_DT_F32>(acc, (const uint8_t *)a.w + (uint64_t)o * a.k * 4, x, a.k,
+		    1, lane, sm[wi]);
+		acc[0] = lane_tree(acc[0]);
+		if (lane == 0)
+			logits[o] = acc[0];
+	}
+	__syncthreads();
+	if (threadIdx.x == 0) {
+		__threadfence(); /* this block's logits before its count */
+		uint32_t *cnt = (uint32_t *)a.count + r;
+		last = atomicAdd(cnt, 1u) == gridDim.x - 1;
+		if (last) {
+			*cnt = 0; /* for the next launch (or replay) */
+			__threadfence();
+		}
+	}
+	__syncthreads();
+	if (!last || wi != 0)
+		return;
+	float *w = (float *)a.w_out + (uint64_t)r * a.top_k;
+	route_row(logits, E, a.top_k, a.rule, (uint32_t *)a.ids + (uint64_t)r * a.top_k, w, p, taken,
+	    a.top_k <= ROUTE_SW ? sws : w, lane);
 }

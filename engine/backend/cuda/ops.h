@@ -130,4 +130,18 @@ struct baton_ops_route_args {
 	uint32_t rows, n_experts, top_k, rule;
 };
 
+/* baton_ops_router_route: grid (ceil(n_experts / ROUTER_WARPS), rows),
+ * block 32 * ROUTER_WARPS. logits[r][o] = w row o . x[r] (f32 rows,
+ * 16-byte aligned, k a multiple of 128: the one-row f32 matmul's bits),
+ * then row r routed as baton_ops_route does, into ids and w_out, by the
+ * last of its blocks to finish; count: rows u32 counters, 0 between
+ * launches (the last block sets its row's back). */
+#define BATON_OPS_ROUTER_WARPS 2
+#define BATON_OPS_ROUTER_MAX_E 1024 /* experts the fused kernel's shared memory holds */
+#define BATON_OPS_ROUTER_MAX_ROWS 64 /* rows of counters */
+struct baton_ops_router_route_args {
+	uint64_t w, x, logits, ids, w_out, count;
+	uint32_t k, rows, n_experts, top_k, rule, pad;
+};
+
 #endif

@@ -49,7 +49,7 @@ int cuda_ops_load(struct baton_dev *dev)
 	CU(dev, d->ModuleLoadData(&dev->ops_mod, baton_engine_backend_cuda_ops_fatbin),
 	    "cuModuleLoadData of the forward-pass kernels (sm_90 SASS, compute_90 PTX)");
 	static const char *const kinds[BATON_OPS_KINDS] = BATON_OPS_KIND_NAMES;
-	struct kfn k[11 + 2 * BATON_OPS_KINDS] = {
+	struct kfn k[12 + 2 * BATON_OPS_KINDS] = {
 		{ &dev->k_embed, "baton_ops_embed" },
 		{ &dev->k_rmsnorm, "baton_ops_rmsnorm" },
 		{ &dev->k_rmsnorm_row, "baton_ops_rmsnorm_row" },
@@ -61,8 +61,9 @@ int cuda_ops_load(struct baton_dev *dev)
 		{ &dev->k_swiglu, "baton_ops_swiglu" },
 		{ &dev->k_add, "baton_ops_add" },
 		{ &dev->k_route, "baton_ops_route" },
+		{ &dev->k_router_route, "baton_ops_router_route" },
 	};
-	size_t n = 11;
+	size_t n = 12;
 	for (int r = 0; r < 2; r++)
 		for (int i = 0; i < BATON_OPS_KINDS; i++, n++) {
 			k[n].f = &dev->k_matmul[r][i];
@@ -95,6 +96,7 @@ int cuda_ops_load(struct baton_dev *dev)
 		struct baton_ops_swiglu_args s;
 		struct baton_ops_add_args d;
 		struct baton_ops_route_args rt;
+		struct baton_ops_router_route_args rr;
 	} zero;
 	memset(&zero, 0, sizeof zero);
 	for (size_t i = 0; i < n; i++) {
@@ -106,6 +108,14 @@ int cuda_ops_load(struct baton_dev *dev)
 			return cuda_fail(dev, r, what);
 		}
 	}
+	/* the fused router's counters, zero from here on (each launch leaves
+	 * them so); allocated now, never in a recorded pass */
+	static const uint32_t zeros[BATON_OPS_ROUTER_MAX_ROWS];
+	int rc0;
+	if ((rc0 = cuda_dbuf_need(dev, &dev->ops_count, sizeof zeros)))
+		return rc0;
+	CU(dev, d->MemcpyHtoDAsync(dev->ops_count.p, zeros, sizeof zeros, dev->stream),
+	    "cuMemcpyHtoDAsync (router counters)");
 	CU(dev, d->StreamSynchronize(dev->stream), "cuStreamSynchronize after the first launches");
 	return 0;
 }
@@ -124,6 +134,7 @@ void cuda_ops_free(struct baton_dev *dev)
 	}
 	cuda_dbuf_free(dev, &dev->ops_arg);
 	cuda_dbuf_free(dev, &dev->ops_scores);
+	cuda_dbuf_free(dev, &dev->ops_count);
 	if (dev->ops_stage)
 		d->MemFreeHost(dev->ops_stage);
 	dev->ops_stage = NULL;
@@ -645,5 +656,50 @@ int cuda_op_route_dev(struct baton_dev *dev, baton_dptr logits, uint32_t rows,
 	         "cuLaunchKernel baton_ops_route")))
 		return rc;
 	cuda_mmvq_keep(dev, before, ids, nk * 4, weights, nk * 4); /* writes ids and weights alone */
+	return 0;
+}
+
+/* The router's matmul and route_dev in one launch where it applies (f32
+ * rows at 16-byte alignment, k a multiple of 128, at most 64 rows and
+ * ROUTER_MAX_E experts: the one-row f32 kernel's and the route kernel's
+ * code, so their bits), else the two calls. */
+int cuda_op_router_route_dev(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype,
+    uint32_t n_experts, uint32_t k, baton_dptr x, uint32_t rows, baton_dptr logits,
+    uint32_t top_k, int rule, baton_dptr ids, baton_dptr weights)
+{
+	int rc;
+	const uint64_t nk = (uint64_t)rows * top_k, nl = (uint64_t)rows * n_experts;
+	/* route_dev's checks first, so that a refused call queues nothing */
+	if (!w || !rows || !n_experts || !top_k || top_k > n_experts || !f32_buf(logits, nl) ||
+	    !f32_buf(weights, nk) || !ids || ids % 4 || overlap(ids, nk, weights, nk) ||
+	    overlap(ids, nk, logits, nl) || overlap(weights, nk, logits, nl))
+		return refuse(dev, BATON_EINVAL, "router_route_dev",
+		    "zero sizes, top_k above the experts, or missing or overlapping buffers");
+	if (rule != BATON_ROUTE_SOFTMAX_TOPK && rule != BATON_ROUTE_SOFTMAX_TOPK_NORM)
+		return refuse(dev, BATON_EINVAL, "router_route_dev", "unknown rule");
+	if (n_experts > 8192)
+		return refuse(dev, BATON_ERANGE, "router_route_dev", "more than 8192 experts");
+	if (w_dtype != BATON_DT_F32 || w % 16 || k % 128 || rows > BATON_OPS_ROUTER_MAX_ROWS ||
+	    n_experts > BATON_OPS_ROUTER_MAX_E || !f32_buf(x, (uint64_t)rows * k) ||
+	    overlap(x, (uint64_t)rows * k, logits, nl) || overlap(x, (uint64_t)rows * k, ids, nk) ||
+	    overlap(x, (uint64_t)rows * k, weights, nk))
+		return (rc = cuda_op_matmul(dev, w, w_dtype, n_experts, k, 0, 0, x, rows, logits, 0)) ?
+		    rc : cuda_op_route_dev(dev, logits, rows, n_experts, top_k, rule, ids, weights);
+	if ((rc = cuda_cur(dev)))
+		return rc;
+	struct baton_ops_router_route_args a = {
+		.w = w, .x = x, .logits = logits, .ids = ids, .w_out = weights, .count = dev->ops_count.p,
+		.k = k, .rows = rows, .n_experts = n_experts, .top_k = top_k, .rule = (uint32_t)rule,
+	};
+	const uint64_t before = dev->n_launch;
+	if ((rc = cuda_launch(dev, dev->k_router_route,
+	         (n_experts + BATON_OPS_ROUTER_WARPS - 1) / BATON_OPS_ROUTER_WARPS, rows,
+	         32 * BATON_OPS_ROUTER_WARPS, &a, "cuLaunchKernel baton_ops_router_route")))
+		return rc;
+	/* writes logits, ids and weights alone: x's quantization stays
+	 * unless one of them is where it came from */
+	const uint64_t vs = dev->vq_src, ve = vs + (uint64_t)dev->vq_k * 4;
+	if (weights + nk * 4 <= vs || ve <= weights)
+		cuda_mmvq_keep(dev, before, logits, nl * 4, ids, nk * 4);
 	return 0;
 }

@@ -12,7 +12,8 @@
  *     a tail of cols % 32, bias and accumulate: the weights decode exactly
  *     and the dots keep host/host.h's order (ops.h), divisions and
  *     square roots are IEEE on both sides.
- *   - route: bit for bit (the same host code chooses, on copied logits).
+ *   - route: bit for bit (the same host code chooses, on copied logits);
+ *     route_dev and router_route_dev (the router and route fused) too.
  *   - qk_norm_rope: bit for bit the rmsnorm and rope it fuses (this
  *     backend's), within rope's 1e-6 of the host's.
  *   - rope, attention, swiglu, add: within 1e-6 of the magnitude (2e-6
@@ -552,6 +553,54 @@ static void t_route(void)
 	be->free(dev, dout);
 	be->free(dev, dl2);
 	free(l2);
+	be->close(dev);
+}
+
+/* router_route_dev: the fused router and route (one launch) give the bits
+ * of the host's matmul and route, row for row: 1, 3, 8 and 64 rows (one
+ * counter per row), 2,048- and 512-wide rows, 128 and 60 experts (an odd
+ * last block), top 8 and top 100 (the weights kept in w, not shared
+ * memory), both rules, twice in a row (the counters go back to 0); a row
+ * width off the fused kernel's (k % 128) takes matmul and route_dev. */
+static void t_router_route(void)
+{
+	struct baton_dev *dev = cuda_fixture_open();
+	static const struct {
+		uint32_t rows, k, E, K;
+	} cs[] = { { 1, 2048, 128, 8 }, { 3, 2048, 128, 8 }, { 8, 512, 60, 4 }, { 64, 512, 128, 8 },
+		   { 1, 2048, 128, 100 }, { 2, 200, 128, 8 } };
+	for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+		const uint32_t R = cs[c].rows, k = cs[c].k, E = cs[c].E, K = cs[c].K;
+		float *w = rvec((size_t)E * k), *x = rvec((size_t)R * k);
+		float *hl = malloc((size_t)R * E * 4), *gl = malloc((size_t)R * E * 4);
+		uint32_t *hid = malloc((size_t)R * K * 4), *gid = malloc((size_t)R * K * 4);
+		float *hw = malloc((size_t)R * K * 4), *gw = malloc((size_t)R * K * 4);
+		T_ASSERT(hl && gl && hid && gid && hw && gw);
+		baton_dptr dw = up(dev, w, (uint64_t)E * k * 4), dx = up(dev, x, (uint64_t)R * k * 4);
+		baton_dptr dl = 0, dout = 0;
+		T_CU(dev, be->alloc(dev, (uint64_t)R * E * 4, &dl));
+		T_CU(dev, be->alloc(dev, (uint64_t)R * K * 8, &dout));
+		T_OK(host_op_matmul(NULL, H(w), BATON_DT_F32, E, k, 0, 0, H(x), R, H(hl), 0));
+		for (int rule = 0; rule < 2; rule++) {
+			T_OK(host_op_route(NULL, H(hl), R, E, K, rule, hid, hw));
+			for (int rep = 0; rep < 2; rep++) {
+				T_CU(dev, be->router_route_dev(dev, dw, BATON_DT_F32, E, k, dx, R, dl, K, rule,
+				    dout, dout + (uint64_t)R * K * 4));
+				T_CU(dev, be->copy_d2h(dev, gl, dl, (uint64_t)R * E * 4));
+				T_CU(dev, be->copy_d2h(dev, gid, dout, (uint64_t)R * K * 4));
+				T_CU(dev, be->copy_d2h(dev, gw, dout + (uint64_t)R * K * 4, (uint64_t)R * K * 4));
+				same_bits(gl, hl, (size_t)R * E, "router_route_dev logits");
+				T_ASSERT(memcmp(gid, hid, (size_t)R * K * 4) == 0);
+				same_bits(gw, hw, (size_t)R * K, "router_route_dev weights");
+			}
+		}
+		T_EQ_ERR(be->router_route_dev(dev, dw, BATON_DT_F32, E, k, dx, R, dl, K, 2, dout,
+		    dout + (uint64_t)R * K * 4), BATON_EINVAL);
+		T_EQ_ERR(be->router_route_dev(dev, dw, BATON_DT_F32, E, k, dx, R, dl, E + 1, 0, dout,
+		    dout + (uint64_t)R * K * 4), BATON_EINVAL);
+		be->free(dev, dout), be->free(dev, dl), be->free(dev, dx), be->free(dev, dw);
+		free(w), free(x), free(hl), free(gl), free(hid), free(gid), free(hw), free(gw);
+	}
 	be->close(dev);
 }
 
@@ -1163,6 +1212,6 @@ static void t_refusals(void)
 	be->close(dev);
 }
 
-T_MAIN(T_CASE(t_matmul), T_CASE(t_matmul_fast), T_CASE(t_embed_rmsnorm), T_CASE(t_route), T_CASE(t_rope),
+T_MAIN(T_CASE(t_matmul), T_CASE(t_matmul_fast), T_CASE(t_embed_rmsnorm), T_CASE(t_route), T_CASE(t_router_route), T_CASE(t_rope),
     T_CASE(t_qk_norm_rope), T_CASE(t_attention), T_CASE(t_kv_store), T_CASE(t_swiglu_add), T_CASE(t_refusals),
     T_CASE_TIMEOUT(t_tensor_cores, 120), T_CASE_TIMEOUT(t_perf, 120))

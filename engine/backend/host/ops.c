@@ -431,3 +431,16 @@ int host_op_route_dev(struct baton_dev *dev, baton_dptr logits, uint32_t rows,
 	return host_op_route(dev, logits, rows, n_experts, top_k, rule,
 	    (uint32_t *)(uintptr_t)ids, (float *)(uintptr_t)weights);
 }
+
+/* router_route_dev: the two calls it stands for, one after the other. */
+int host_op_router_route_dev(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype,
+    uint32_t n_experts, uint32_t k, baton_dptr x, uint32_t rows, baton_dptr logits,
+    uint32_t top_k, int rule, baton_dptr ids, baton_dptr weights)
+{
+	/* route's refusals first: a refused call writes nothing */
+	if (!ids || !weights || ids % 4 || weights % 4 || !top_k || top_k > n_experts ||
+	    (rule != BATON_ROUTE_SOFTMAX_TOPK && rule != BATON_ROUTE_SOFTMAX_TOPK_NORM))
+		return BATON_EINVAL;
+	int rc = host_op_matmul(dev, w, w_dtype, n_experts, k, 0, 0, x, rows, logits, 0);
+	return rc ? rc : host_op_route_dev(dev, logits, rows, n_experts, top_k, rule, ids, weights);
+}
