@@ -975,12 +975,13 @@ baton_ops_router_route(baton_ops_router_route_args a)
 		mm_plain_vec<1, BATON_DT_F32>(acc, (const uint8_t *)a.w + (uint64_t)o * a.k * 4, x, a.k,
 		    1, lane, sm[wi]);
 		acc[0] = lane_tree(acc[0]);
-		if (lane == 0)
+		if (lane == 0) {
 			logits[o] = acc[0];
+			__threadfence(); /* the logit before the block's count */
+		}
 	}
 	__syncthreads();
 	if (threadIdx.x == 0) {
-		__threadfence(); /* this block's logits before its count */
 		uint32_t *cnt = (uint32_t *)a.count + r;
 		last = atomicAdd(cnt, 1u) == gridDim.x - 1;
 		if (last) {
