@@ -378,10 +378,9 @@ int cuda_op_route(struct baton_dev *dev, baton_dptr logits, uint32_t rows, uint3
  * device, for the decode step's MoE block (with cuda_moe_experts_dev). */
 int cuda_op_route_dev(struct baton_dev *dev, baton_dptr logits, uint32_t rows,
     uint32_t n_experts, uint32_t top_k, int rule, baton_dptr ids, baton_dptr weights);
-/* router_route_dev: the router's matmul and route_dev in one launch
- * (baton_ops_router_route) where it applies, else the two. */
-int cuda_op_router_route_dev(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype,
-    uint32_t n_experts, uint32_t k, baton_dptr x, uint32_t rows, baton_dptr logits,
-    uint32_t top_k, int rule, baton_dptr ids, baton_dptr weights);
+/* router_route_dev: the post-attention norm, the router's matmul and
+ * route_dev in one launch (baton_ops_router_route) where it applies, else
+ * the calls in turn. */
+int cuda_op_router_route_dev(struct baton_dev *dev, const struct baton_router_route *a);
 
 #endif

@@ -29,7 +29,7 @@ static_assert(sizeof(baton_ops_kv_store_args) == 48, "kv_store args layout");
 static_assert(sizeof(baton_ops_swiglu_args) == 32, "swiglu args layout");
 static_assert(sizeof(baton_ops_add_args) == 32, "add args layout");
 static_assert(sizeof(baton_ops_route_args) == 40, "route args layout");
-static_assert(sizeof(baton_ops_router_route_args) == 72, "router route args layout");
+static_assert(sizeof(baton_ops_router_route_args) == 112, "router route args layout");
 static_assert(BATON_OPS_NT == 8, "the matmul kernels are made for 1 and 8 rows");
 static_assert(BATON_OPS_ATTN_CHUNK == BATON_OPS_WARPS * 32, "a thread per key of a chunk");
 
@@ -949,39 +949,129 @@ baton_ops_route(baton_ops_route_args a)
 	    (uint32_t *)a.ids + r * a.top_k, w, p, taken, a.top_k <= ROUTE_SW ? sws : w, threadIdx.x);
 }
 
-/* The router and route in one launch: block (x, r) computes logits
- * x * ROUTER_WARPS .. + ROUTER_WARPS - 1 of row r, a warp each, with the
- * one-row f32 matmul's code (the same bits as baton_ops_matmul_1_f32);
- * the last block of row r to finish (a counter per row, set back to 0 by
- * that block, so a replayed graph finds it 0) routes the row with
- * route_row. Which block is last changes nothing: it reads every logit
- * back from memory. */
+/* One f32 row's dot in the fixed order (mm_plain_vec<1, f32>'s: 16-byte
+ * loads of 4 consecutive weights, put back through the warp's shared
+ * memory so lane l takes l, l + 32, ...), split in two so that a caller
+ * can issue the loads of the first 2,048 weights before it has x. */
+#define RR_U 16 /* chunks of 128 weights loaded at once */
+__device__ __forceinline__ void rr_load(uint4 (&raw)[RR_U], const uint8_t *row, uint32_t c0,
+    uint32_t k, uint32_t lane)
+{
+#pragma unroll
+	for (uint32_t u = 0; u < RR_U; u++)
+		if (c0 + u * 128 < k)
+			raw[u] = __ldg((const uint4 *)(row + (uint64_t)(c0 + u * 128) * 4) + lane);
+}
+
+__device__ __forceinline__ float rr_use(float acc, const uint4 (&raw)[RR_U], const float *x,
+    uint32_t c0, uint32_t k, uint32_t lane, float *ws)
+{
+#pragma unroll
+	for (uint32_t u = 0; u < RR_U; u++) {
+		const uint32_t c = c0 + u * 128;
+		if (c >= k)
+			break;
+		ws[4 * lane] = __uint_as_float(raw[u].x);
+		ws[4 * lane + 1] = __uint_as_float(raw[u].y);
+		ws[4 * lane + 2] = __uint_as_float(raw[u].z);
+		ws[4 * lane + 3] = __uint_as_float(raw[u].w);
+		__syncwarp();
+#pragma unroll
+		for (uint32_t j = 0; j < 4; j++)
+			acc = __fadd_rn(acc, __fmul_rn(ws[lane + 32 * j], x[c + lane + 32 * j]));
+		__syncwarp();
+	}
+	return acc;
+}
+
+/* The post-attention norm, the router and route in one launch (struct
+ * baton_router_route). Block (x, r), ROUTER_WARPS warps: logits
+ * x * ROUTER_WARPS .. + ROUTER_WARPS - 1 of row r, a warp each, in the
+ * one-row f32 matmul's order (its bits). With norm_on every block first
+ * norms row r into shared memory as baton_ops_rmsnorm_row does (warp 0
+ * sums the squares in its order; each value (x * s) * w), its router
+ * loads already issued, and writes its share of xn (32-value runs x,
+ * x + gridDim.x, ...) with their int8 blocks where q is set. The last
+ * block of row r to finish (a counter per row, set back to 0 by that
+ * block, so a replayed graph finds it 0) routes the row with route_row;
+ * which block is last changes nothing: it reads every logit back. */
 extern "C" __global__ void __launch_bounds__(32 * BATON_OPS_ROUTER_WARPS)
 baton_ops_router_route(baton_ops_router_route_args a)
 {
-	__shared__ __align__(16) float sm[BATON_OPS_ROUTER_WARPS][256];
+	__shared__ __align__(16) float sm[BATON_OPS_ROUTER_WARPS][128];
+	__shared__ __align__(16) float xs[BATON_OPS_NORM_ROW_MAX];
 	__shared__ float p[BATON_OPS_ROUTER_MAX_E];
 	__shared__ float sws[ROUTE_SW];
 	__shared__ unsigned char taken[BATON_OPS_ROUTER_MAX_E];
 	__shared__ uint32_t last;
-	const uint32_t r = blockIdx.y, lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
+	__shared__ float scale;
+	const uint32_t r = blockIdx.y, t = threadIdx.x, lane = t & 31, wi = t >> 5;
 	if (r >= a.rows)
 		return; /* the whole block */
-	const uint32_t o = blockIdx.x * BATON_OPS_ROUTER_WARPS + wi, E = a.n_experts;
+	const uint32_t o = blockIdx.x * BATON_OPS_ROUTER_WARPS + wi, E = a.n_experts, k = a.k;
+	const uint8_t *row = (const uint8_t *)a.w + (uint64_t)o * k * 4;
+	uint4 raw[RR_U];
+	if (o < E)
+		rr_load(raw, row, 0, k, lane); /* in flight while the norm runs */
+	const float *x = (const float *)a.xn + (uint64_t)r * k;
+	if (a.norm_on) {
+		const float *xr = (const float *)a.x + (uint64_t)r * k;
+		for (uint32_t i = t; i < k; i += 32 * BATON_OPS_ROUTER_WARPS)
+			xs[i] = xr[i];
+		__syncthreads();
+		if (wi == 0) { /* norm_block's sum, k % 32 == 0 */
+			float ss = 0.0f;
+			for (uint32_t i = lane; i < k; i += 32)
+				ss = __fadd_rn(ss, __fmul_rn(xs[i], xs[i]));
+			ss = lane_tree(ss);
+			if (lane == 0)
+				scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)k), a.eps)));
+		}
+		__syncthreads();
+		const float s = scale;
+		const uint8_t *nw = (const uint8_t *)a.norm;
+		for (uint32_t i = t; i < k; i += 32 * BATON_OPS_ROUTER_WARPS) {
+			float v = __fmul_rn(xs[i], s);
+			if (nw)
+				v = __fmul_rn(v, elem(nw, a.norm_dtype, i));
+			xs[i] = v;
+		}
+		__syncthreads();
+		float *xn = (float *)a.xn + (uint64_t)r * k;
+		if (wi == 0)
+			for (uint32_t b = blockIdx.x; b < k / 32; b += gridDim.x) {
+				const uint32_t i = 32 * b + lane;
+				const float v = xs[i];
+				xn[i] = v;
+				if (a.q) { /* baton_mmvq_quant's rule, as norm_block writes it */
+					float m = fabsf(v);
+#pragma unroll
+					for (int off = 16; off > 0; off >>= 1)
+						m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+					const float d = __fdiv_rn(m, 127.0f);
+					const int q = m > 0.0f ? __float2int_rn(__fdiv_rn(v, d)) : 0;
+					((int8_t *)a.q)[i] = (int8_t)max(-127, min(127, q));
+					if (lane == 0)
+						((float *)a.d)[b] = d;
+				}
+			}
+		x = xs;
+	}
 	float *logits = (float *)a.logits + (uint64_t)r * E;
 	if (o < E) {
-		float acc[1] = { 0.0f };
-		const float *x = (const float *)a.x + (uint64_t)r * a.k;
-		mm_plain_vec<1, BATON_DT_F32>(acc, (const uint8_t *)a.w + (uint64_t)o * a.k * 4, x, a.k,
-		    1, lane, sm[wi]);
-		acc[0] = lane_tree(acc[0]);
+		float acc = rr_use(0.0f, raw, x, 0, k, lane, sm[wi]);
+		for (uint32_t c0 = 128 * RR_U; c0 < k; c0 += 128 * RR_U) {
+			rr_load(raw, row, c0, k, lane);
+			acc = rr_use(acc, raw, x, c0, k, lane, sm[wi]);
+		}
+		acc = lane_tree(acc);
 		if (lane == 0) {
-			logits[o] = acc[0];
+			logits[o] = acc;
 			__threadfence(); /* the logit before the block's count */
 		}
 	}
 	__syncthreads();
-	if (threadIdx.x == 0) {
+	if (t == 0) {
 		uint32_t *cnt = (uint32_t *)a.count + r;
 		last = atomicAdd(cnt, 1u) == gridDim.x - 1;
 		if (last) {

@@ -659,47 +659,68 @@ int cuda_op_route_dev(struct baton_dev *dev, baton_dptr logits, uint32_t rows,
 	return 0;
 }
 
-/* The router's matmul and route_dev in one launch where it applies (f32
- * rows at 16-byte alignment, k a multiple of 128, at most 64 rows and
- * ROUTER_MAX_E experts: the one-row f32 kernel's and the route kernel's
- * code, so their bits), else the two calls. */
-int cuda_op_router_route_dev(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype,
-    uint32_t n_experts, uint32_t k, baton_dptr x, uint32_t rows, baton_dptr logits,
-    uint32_t top_k, int rule, baton_dptr ids, baton_dptr weights)
+/* The post-attention norm, the router and route_dev in one launch where
+ * it applies (f32 router rows at 16-byte alignment, k a multiple of 128,
+ * at most 64 rows and ROUTER_MAX_E experts, with the norm k at most
+ * NORM_ROW_MAX and x apart from xn: the code of rmsnorm_row, the one-row
+ * f32 matmul and the route kernel, so their bits), else the calls one
+ * after the other. All of route_dev's checks come first: a refused call
+ * queues nothing. */
+int cuda_op_router_route_dev(struct baton_dev *dev, const struct baton_router_route *r)
 {
 	int rc;
-	const uint64_t nk = (uint64_t)rows * top_k, nl = (uint64_t)rows * n_experts;
-	/* route_dev's checks first, so that a refused call queues nothing */
-	if (!w || !rows || !n_experts || !top_k || top_k > n_experts || !f32_buf(logits, nl) ||
-	    !f32_buf(weights, nk) || !ids || ids % 4 || overlap(ids, nk, weights, nk) ||
-	    overlap(ids, nk, logits, nl) || overlap(weights, nk, logits, nl))
+	const uint32_t rows = r->rows, k = r->k, E = r->n_experts, K = r->top_k;
+	const uint64_t nx = (uint64_t)rows * k, nl = (uint64_t)rows * E, nk = (uint64_t)rows * K;
+	if (!r->w || !rows || !k || !E || !K || K > E || !f32_buf(r->xn, nx) || !f32_buf(r->logits, nl) ||
+	    !f32_buf(r->weights, nk) || !r->ids || r->ids % 4 || overlap(r->ids, nk, r->weights, nk) ||
+	    overlap(r->ids, nk, r->logits, nl) || overlap(r->weights, nk, r->logits, nl) ||
+	    overlap(r->xn, nx, r->logits, nl) || overlap(r->xn, nx, r->ids, nk) ||
+	    overlap(r->xn, nx, r->weights, nk) ||
+	    (r->norm_on && (!f32_buf(r->x, nx) || overlap(r->x, nx, r->xn, nx) || !(r->eps >= 0))))
 		return refuse(dev, BATON_EINVAL, "router_route_dev",
 		    "zero sizes, top_k above the experts, or missing or overlapping buffers");
-	if (rule != BATON_ROUTE_SOFTMAX_TOPK && rule != BATON_ROUTE_SOFTMAX_TOPK_NORM)
+	if (r->rule != BATON_ROUTE_SOFTMAX_TOPK && r->rule != BATON_ROUTE_SOFTMAX_TOPK_NORM)
 		return refuse(dev, BATON_EINVAL, "router_route_dev", "unknown rule");
-	if (n_experts > 8192)
+	if (E > 8192)
 		return refuse(dev, BATON_ERANGE, "router_route_dev", "more than 8192 experts");
-	if (w_dtype != BATON_DT_F32 || w % 16 || k % 128 || rows > BATON_OPS_ROUTER_MAX_ROWS ||
-	    n_experts > BATON_OPS_ROUTER_MAX_E || !f32_buf(x, (uint64_t)rows * k) ||
-	    overlap(x, (uint64_t)rows * k, logits, nl) || overlap(x, (uint64_t)rows * k, ids, nk) ||
-	    overlap(x, (uint64_t)rows * k, weights, nk))
-		return (rc = cuda_op_matmul(dev, w, w_dtype, n_experts, k, 0, 0, x, rows, logits, 0)) ?
-		    rc : cuda_op_route_dev(dev, logits, rows, n_experts, top_k, rule, ids, weights);
+	uint64_t rb;
+	if ((rc = weight_ok(dev, "router_route_dev", r->w_dtype, k, &rb)) ||
+	    (r->norm_on && r->norm && (rc = weight_ok(dev, "router_route_dev norm", r->norm_dtype, k, &rb))))
+		return rc;
+	const int fused = r->w_dtype == BATON_DT_F32 && r->w % 16 == 0 && k % 128 == 0 &&
+	    rows <= BATON_OPS_ROUTER_MAX_ROWS && E <= BATON_OPS_ROUTER_MAX_E &&
+	    (!r->norm_on || k <= BATON_OPS_NORM_ROW_MAX);
+	if (!fused) {
+		if ((r->norm_on && (rc = cuda_op_rmsnorm(dev, r->x, r->xn, rows, k, r->norm, r->norm_dtype,
+		         r->eps))) ||
+		    (rc = cuda_op_matmul(dev, r->w, r->w_dtype, E, k, 0, 0, r->xn, rows, r->logits, 0)))
+			return rc;
+		return cuda_op_route_dev(dev, r->logits, rows, E, K, r->rule, r->ids, r->weights);
+	}
 	if ((rc = cuda_cur(dev)))
 		return rc;
 	struct baton_ops_router_route_args a = {
-		.w = w, .x = x, .logits = logits, .ids = ids, .w_out = weights, .count = dev->ops_count.p,
-		.k = k, .rows = rows, .n_experts = n_experts, .top_k = top_k, .rule = (uint32_t)rule,
+		.x = r->x, .xn = r->xn, .norm = r->norm_on ? r->norm : 0, .w = r->w, .logits = r->logits,
+		.ids = r->ids, .w_out = r->weights, .count = dev->ops_count.p,
+		.norm_on = r->norm_on ? 1u : 0u, .norm_dtype = r->norm_dtype, .k = k, .rows = rows,
+		.n_experts = E, .top_k = K, .rule = (uint32_t)r->rule, .eps = r->eps,
 	};
+	/* one row normed here: also as the int8 blocks of the experts after it */
+	if (r->norm_on && (rc = cuda_mmvq_norm_out(dev, rows, k, &a.q, &a.d)))
+		return rc;
 	const uint64_t before = dev->n_launch;
 	if ((rc = cuda_launch(dev, dev->k_router_route,
-	         (n_experts + BATON_OPS_ROUTER_WARPS - 1) / BATON_OPS_ROUTER_WARPS, rows,
+	         (E + BATON_OPS_ROUTER_WARPS - 1) / BATON_OPS_ROUTER_WARPS, rows,
 	         32 * BATON_OPS_ROUTER_WARPS, &a, "cuLaunchKernel baton_ops_router_route")))
 		return rc;
-	/* writes logits, ids and weights alone: x's quantization stays
-	 * unless one of them is where it came from */
+	if (a.q) {
+		cuda_mmvq_norm_done(dev, r->xn, k);
+		return 0;
+	}
+	/* without the norm: writes logits, ids and weights alone, so xn's
+	 * quantization stays (unless one of them is where it came from) */
 	const uint64_t vs = dev->vq_src, ve = vs + (uint64_t)dev->vq_k * 4;
-	if (weights + nk * 4 <= vs || ve <= weights)
-		cuda_mmvq_keep(dev, before, logits, nl * 4, ids, nk * 4);
+	if (r->weights + nk * 4 <= vs || ve <= r->weights)
+		cuda_mmvq_keep(dev, before, r->logits, nl * 4, r->ids, nk * 4);
 	return 0;
 }
