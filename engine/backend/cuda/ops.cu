@@ -999,7 +999,7 @@ extern "C" __global__ void __launch_bounds__(32 * BATON_OPS_ROUTER_WARPS)
 baton_ops_router_route(baton_ops_router_route_args a)
 {
 	__shared__ __align__(16) float sm[BATON_OPS_ROUTER_WARPS][128];
-	__shared__ __align__(16) float xs[BATON_OPS_NORM_ROW_MAX];
+	__shared__ __align__(16) float xs[BATON_OPS_NORM_ROW_MAX], ns[BATON_OPS_NORM_ROW_MAX];
 	__shared__ float p[BATON_OPS_ROUTER_MAX_E];
 	__shared__ float sws[ROUTE_SW];
 	__shared__ unsigned char taken[BATON_OPS_ROUTER_MAX_E];
@@ -1015,9 +1015,21 @@ baton_ops_router_route(baton_ops_router_route_args a)
 		rr_load(raw, row, 0, k, lane); /* in flight while the norm runs */
 	const float *x = (const float *)a.xn + (uint64_t)r * k;
 	if (a.norm_on) {
-		const float *xr = (const float *)a.x + (uint64_t)r * k;
-		for (uint32_t i = t; i < k; i += 32 * BATON_OPS_ROUTER_WARPS)
-			xs[i] = xr[i];
+		/* x and the norm's weights into shared memory, all loads in
+		 * flight at once (16 bytes each where the weights are f32) */
+		const float4 *xr = (const float4 *)((const float *)a.x + (uint64_t)r * k);
+		const uint8_t *nw = (const uint8_t *)a.norm;
+		const bool w4 = nw && a.norm_dtype == BATON_DT_F32 && a.norm % 16 == 0;
+#pragma unroll 8
+		for (uint32_t i = t; i < k / 4; i += 32 * BATON_OPS_ROUTER_WARPS) {
+			((float4 *)xs)[i] = __ldg(xr + i);
+			if (w4)
+				((float4 *)ns)[i] = __ldg((const float4 *)nw + i);
+		}
+		if (nw && !w4)
+#pragma unroll 8
+			for (uint32_t i = t; i < k; i += 32 * BATON_OPS_ROUTER_WARPS)
+				ns[i] = elem(nw, a.norm_dtype, i);
 		__syncthreads();
 		if (wi == 0) { /* norm_block's sum, k % 32 == 0 */
 			float ss = 0.0f;
@@ -1029,11 +1041,10 @@ baton_ops_router_route(baton_ops_router_route_args a)
 		}
 		__syncthreads();
 		const float s = scale;
-		const uint8_t *nw = (const uint8_t *)a.norm;
 		for (uint32_t i = t; i < k; i += 32 * BATON_OPS_ROUTER_WARPS) {
 			float v = __fmul_rn(xs[i], s);
 			if (nw)
-				v = __fmul_rn(v, elem(nw, a.norm_dtype, i));
+				v = __fmul_rn(v, ns[i]);
 			xs[i] = v;
 		}
 		__syncthreads();

@@ -662,7 +662,7 @@ int cuda_op_route_dev(struct baton_dev *dev, baton_dptr logits, uint32_t rows,
 /* The post-attention norm, the router and route_dev in one launch where
  * it applies (f32 router rows at 16-byte alignment, k a multiple of 128,
  * at most 64 rows and ROUTER_MAX_E experts, with the norm k at most
- * NORM_ROW_MAX and x apart from xn: the code of rmsnorm_row, the one-row
+ * NORM_ROW_MAX, x 16-byte aligned and apart from xn: the code of rmsnorm_row, the one-row
  * f32 matmul and the route kernel, so their bits), else the calls one
  * after the other. All of route_dev's checks come first: a refused call
  * queues nothing. */
@@ -689,7 +689,7 @@ int cuda_op_router_route_dev(struct baton_dev *dev, const struct baton_router_ro
 		return rc;
 	const int fused = r->w_dtype == BATON_DT_F32 && r->w % 16 == 0 && k % 128 == 0 &&
 	    rows <= BATON_OPS_ROUTER_MAX_ROWS && E <= BATON_OPS_ROUTER_MAX_E &&
-	    (!r->norm_on || k <= BATON_OPS_NORM_ROW_MAX);
+	    (!r->norm_on || (k <= BATON_OPS_NORM_ROW_MAX && r->x % 16 == 0));
 	if (!fused) {
 		if ((r->norm_on && (rc = cuda_op_rmsnorm(dev, r->x, r->xn, rows, k, r->norm, r->norm_dtype,
 		         r->eps))) ||
