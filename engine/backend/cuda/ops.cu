@@ -29,7 +29,7 @@ static_assert(sizeof(baton_ops_kv_store_args) == 48, "kv_store args layout");
 static_assert(sizeof(baton_ops_swiglu_args) == 32, "swiglu args layout");
 static_assert(sizeof(baton_ops_add_args) == 32, "add args layout");
 static_assert(sizeof(baton_ops_route_args) == 40, "route args layout");
-static_assert(sizeof(baton_ops_router_route_args) == 112, "router route args layout");
+static_assert(sizeof(baton_ops_router_route_args) == 120, "router route args layout");
 static_assert(BATON_OPS_NT == 8, "the matmul kernels are made for 1 and 8 rows");
 static_assert(BATON_OPS_ATTN_CHUNK == BATON_OPS_WARPS * 32, "a thread per key of a chunk");
 
@@ -1010,8 +1010,9 @@ baton_ops_router_route(baton_ops_router_route_args a)
 		return; /* the whole block */
 	const uint32_t o = blockIdx.x * BATON_OPS_ROUTER_WARPS + wi, E = a.n_experts, k = a.k;
 	const uint8_t *row = (const uint8_t *)a.w + (uint64_t)o * k * 4;
+	const bool vec = a.vec;
 	uint4 raw[RR_U];
-	if (o < E)
+	if (o < E && vec)
 		rr_load(raw, row, 0, k, lane); /* in flight while the norm runs */
 	const float *x = (const float *)a.xn + (uint64_t)r * k;
 	if (a.norm_on) {
@@ -1070,10 +1071,18 @@ baton_ops_router_route(baton_ops_router_route_args a)
 	}
 	float *logits = (float *)a.logits + (uint64_t)r * E;
 	if (o < E) {
-		float acc = rr_use(0.0f, raw, x, 0, k, lane, sm[wi]);
-		for (uint32_t c0 = 128 * RR_U; c0 < k; c0 += 128 * RR_U) {
-			rr_load(raw, row, c0, k, lane);
-			acc = rr_use(acc, raw, x, c0, k, lane, sm[wi]);
+		float acc = 0.0f;
+		if (vec) {
+			acc = rr_use(acc, raw, x, 0, k, lane, sm[wi]);
+			for (uint32_t c0 = 128 * RR_U; c0 < k; c0 += 128 * RR_U) {
+				rr_load(raw, row, c0, k, lane);
+				acc = rr_use(acc, raw, x, c0, k, lane, sm[wi]);
+			}
+		} else { /* the same order, a weight per lane at a time (k % 32 == 0) */
+			const float *wr = (const float *)row;
+#pragma unroll 4
+			for (uint32_t i = lane; i < k; i += 32)
+				acc = __fadd_rn(acc, __fmul_rn(__ldg(wr + i), x[i]));
 		}
 		acc = lane_tree(acc);
 		if (lane == 0) {

@@ -660,7 +660,8 @@ int cuda_op_route_dev(struct baton_dev *dev, baton_dptr logits, uint32_t rows,
 }
 
 /* The post-attention norm, the router and route_dev in one launch where
- * it applies (f32 router rows at 16-byte alignment, k a multiple of 128,
+ * it applies (f32 router rows, k a multiple of 32 (16-byte loads where
+ * the rows are 16-byte aligned and k a multiple of 128),
  * at most 64 rows and ROUTER_MAX_E experts, with the norm k at most
  * NORM_ROW_MAX, x 16-byte aligned and apart from xn: the code of rmsnorm_row, the one-row
  * f32 matmul and the route kernel, so their bits), else the calls one
@@ -687,7 +688,7 @@ int cuda_op_router_route_dev(struct baton_dev *dev, const struct baton_router_ro
 	if ((rc = weight_ok(dev, "router_route_dev", r->w_dtype, k, &rb)) ||
 	    (r->norm_on && r->norm && (rc = weight_ok(dev, "router_route_dev norm", r->norm_dtype, k, &rb))))
 		return rc;
-	const int fused = r->w_dtype == BATON_DT_F32 && r->w % 16 == 0 && k % 128 == 0 &&
+	const int fused = r->w_dtype == BATON_DT_F32 && r->w % 4 == 0 && k % 32 == 0 &&
 	    rows <= BATON_OPS_ROUTER_MAX_ROWS && E <= BATON_OPS_ROUTER_MAX_E &&
 	    (!r->norm_on || (k <= BATON_OPS_NORM_ROW_MAX && r->x % 16 == 0));
 	if (!fused) {
@@ -704,6 +705,7 @@ int cuda_op_router_route_dev(struct baton_dev *dev, const struct baton_router_ro
 		.ids = r->ids, .w_out = r->weights, .count = dev->ops_count.p,
 		.norm_on = r->norm_on ? 1u : 0u, .norm_dtype = r->norm_dtype, .k = k, .rows = rows,
 		.n_experts = E, .top_k = K, .rule = (uint32_t)r->rule, .eps = r->eps,
+		.vec = r->w % 16 == 0 && k % 128 == 0,
 	};
 	/* one row normed here: also as the int8 blocks of the experts after it */
 	if (r->norm_on && (rc = cuda_mmvq_norm_out(dev, rows, k, &a.q, &a.d)))

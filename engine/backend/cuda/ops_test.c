@@ -562,8 +562,9 @@ static void t_route(void)
  * and 64 rows (one counter per row), 2,048- and 512-wide rows, 128 and 60
  * experts (an odd last block), top 8 and top 100 (the weights kept in w,
  * not shared memory), both rules, with the norm (f32 and bf16 weights,
- * none) and without, twice in a row (the counters go back to 0); rows
- * off the fused kernel's (k % 128) take the calls in turn. */
+ * none) and without, twice in a row (the counters go back to 0); 96-wide
+ * rows (the fused kernel's loads of one weight a lane), and 200-wide ones
+ * (k % 32 != 0) take the calls in turn. */
 static void t_router_route(void)
 {
 	struct baton_dev *dev = cuda_fixture_open();
@@ -572,7 +573,7 @@ static void t_router_route(void)
 	} cs[] = { { 1, 2048, 128, 8, BATON_DT_F32 + 1 }, { 1, 2048, 128, 8, 0 },
 		   { 3, 2048, 128, 8, BATON_DT_BF16 + 1 }, { 8, 512, 60, 4, BATON_DT_F32 + 1 },
 		   { 64, 512, 128, 8, 0 }, { 1, 2048, 128, 100, BATON_DT_F32 + 1 },
-		   { 2, 200, 128, 8, BATON_DT_F32 + 1 } };
+		   { 2, 96, 8, 2, BATON_DT_F32 + 1 }, { 2, 200, 128, 8, BATON_DT_F32 + 1 } };
 	for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
 		const uint32_t R = cs[c].rows, k = cs[c].k, E = cs[c].E, K = cs[c].K;
 		for (int norm_on = 0; norm_on < 2; norm_on++) {
