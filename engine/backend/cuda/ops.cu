@@ -932,6 +932,116 @@ __device__ __forceinline__ void route_row(const float *l, uint32_t E, uint32_t K
 	}
 }
 
+/* route_row for E <= 32 * NP, its choices from registers: lane l holds
+ * experts l, l + 32, ... (the logits read once), and each top-k round is
+ * two warp reductions: the largest key among the lanes' best untaken
+ * experts (key: 0 none, 1 NaN, else the float's bits + 2, which orders
+ * the non-negative p as floats, NaN as -inf), then the lowest id holding
+ * it (ties to the lower id); only the winning lane looks for its next
+ * best. The host's choice, step for step the same p, sum and renorm. ps:
+ * E floats of shared memory (16-byte aligned), sw as route_row's. */
+__device__ __forceinline__ uint32_t route_key(float v)
+{
+	return isnan(v) ? 1u : __float_as_uint(v) + 2u;
+}
+
+template <int NP>
+__device__ __forceinline__ void route_row_reg(const float *l, uint32_t E, uint32_t K, uint32_t rule,
+    uint32_t *ids, float *w, float *ps, float *sw, uint32_t lane)
+{
+	float v[NP];
+	float m = -INFINITY;
+#pragma unroll
+	for (int i = 0; i < NP; i++) {
+		const uint32_t e = lane + 32 * i;
+		v[i] = e < E ? __ldcg(l + e) : 0.0f;
+		if (e < E && v[i] > m)
+			m = v[i];
+	}
+#pragma unroll
+	for (int off = 16; off > 0; off >>= 1) {
+		const float o = __shfl_xor_sync(0xffffffffu, m, off);
+		if (o > m)
+			m = o;
+	}
+#pragma unroll
+	for (int i = 0; i < NP; i++) {
+		const uint32_t e = lane + 32 * i;
+		if (e < E)
+			ps[e] = v[i] = expf_glibc(__fsub_rn(v[i], m));
+	}
+	__syncwarp();
+	float sum = 0.0f;
+	if (lane == 0) { /* in expert order, four loaded at a time */
+		uint32_t e = 0;
+		for (; e + 4 <= E; e += 4) {
+			const float4 q = *(const float4 *)(ps + e);
+			sum = __fadd_rn(__fadd_rn(__fadd_rn(__fadd_rn(sum, q.x), q.y), q.z), q.w);
+		}
+		for (; e < E; e++)
+			sum = __fadd_rn(sum, ps[e]);
+	}
+	sum = __shfl_sync(0xffffffffu, sum, 0);
+	__syncwarp(); /* lane 0 has read ps */
+	uint32_t bk = 0, bi = 0, taken = 0;
+#pragma unroll
+	for (int i = 0; i < NP; i++) {
+		const uint32_t e = lane + 32 * i;
+		if (e < E) {
+			ps[e] = v[i] = __fdiv_rn(v[i], sum);
+			const uint32_t key = route_key(v[i]);
+			if (key > bk)
+				bk = key, bi = i;
+		}
+	}
+	__syncwarp();
+	for (uint32_t k = 0; k < K; k++) {
+		const uint32_t top = __reduce_max_sync(0xffffffffu, bk);
+		const uint32_t id = __reduce_min_sync(0xffffffffu, bk == top ? lane + 32 * bi : UINT32_MAX);
+		if (lane == id % 32) { /* its next best untaken */
+			taken |= 1u << (id / 32);
+			bk = 0, bi = 0;
+#pragma unroll
+			for (int i = 0; i < NP; i++) {
+				const uint32_t e = lane + 32 * i;
+				if (e < E && !(taken >> i & 1)) {
+					const uint32_t key = route_key(v[i]);
+					if (key > bk)
+						bk = key, bi = i;
+				}
+			}
+		}
+		if (lane == 0) {
+			ids[k] = id;
+			sw[k] = ps[id];
+		}
+	}
+	if (lane != 0)
+		return;
+	if (rule == 1) { /* BATON_ROUTE_SOFTMAX_TOPK_NORM */
+		float s = 0.0f;
+		for (uint32_t k = 0; k < K; k++)
+			s = __fadd_rn(s, sw[k]);
+		for (uint32_t k = 0; k < K; k++)
+			w[k] = __fdiv_rn(sw[k], s);
+	} else {
+		for (uint32_t k = 0; k < K; k++)
+			w[k] = sw[k];
+	}
+}
+
+/* route_row's fastest form for E experts (E <= 1,024 in registers). */
+__device__ __forceinline__ void route_any(const float *l, uint32_t E, uint32_t K, uint32_t rule,
+    uint32_t *ids, float *w, float *ps, unsigned char *taken, float *sw, uint32_t lane)
+{
+	if (E <= 128)
+		route_row_reg<4>(l, E, K, rule, ids, w, ps, sw, lane);
+	else if (E <= 1024)
+		route_row_reg<32>(l, E, K, rule, ids, w, ps, sw, lane);
+	else
+		route_row(l, E, K, rule, ids, w, ps, taken, sw, lane);
+}
+
 #define ROUTE_SW 64
 
 /* One warp per row. Dynamic shared memory: p[E], then taken[E]. */
@@ -945,7 +1055,7 @@ baton_ops_route(baton_ops_route_args a)
 	unsigned char *taken = (unsigned char *)(p + a.n_experts);
 	const uint64_t r = blockIdx.x;
 	float *w = (float *)a.w + r * a.top_k;
-	route_row((const float *)a.logits + r * a.n_experts, a.n_experts, a.top_k, a.rule,
+	route_any((const float *)a.logits + r * a.n_experts, a.n_experts, a.top_k, a.rule,
 	    (uint32_t *)a.ids + r * a.top_k, w, p, taken, a.top_k <= ROUTE_SW ? sws : w, threadIdx.x);
 }
 
@@ -1000,7 +1110,7 @@ baton_ops_router_route(baton_ops_router_route_args a)
 {
 	__shared__ __align__(16) float sm[BATON_OPS_ROUTER_WARPS][128];
 	__shared__ __align__(16) float xs[BATON_OPS_NORM_ROW_MAX], ns[BATON_OPS_NORM_ROW_MAX];
-	__shared__ float p[BATON_OPS_ROUTER_MAX_E];
+	__shared__ __align__(16) float p[BATON_OPS_ROUTER_MAX_E];
 	__shared__ float sws[ROUTE_SW];
 	__shared__ unsigned char taken[BATON_OPS_ROUTER_MAX_E];
 	__shared__ uint32_t last;
@@ -1103,6 +1213,6 @@ baton_ops_router_route(baton_ops_router_route_args a)
 	if (!last || wi != 0)
 		return;
 	float *w = (float *)a.w_out + (uint64_t)r * a.top_k;
-	route_row(logits, E, a.top_k, a.rule, (uint32_t *)a.ids + (uint64_t)r * a.top_k, w, p, taken,
+	route_any(logits, E, a.top_k, a.rule, (uint32_t *)a.ids + (uint64_t)r * a.top_k, w, p, taken,
 	    a.top_k <= ROUTE_SW ? sws : w, lane);
 }

@@ -548,6 +548,31 @@ static void t_route(void)
 		T_EQ_INT(ids[0], 9);
 		free(ids), free(hid), free(w), free(hw);
 	}
+	/* the three forms of the route kernel: E <= 128 (above) and <= 1,024
+	 * from registers, more from shared memory; ties across lanes */
+	static const uint32_t big[] = { 300, 2000 };
+	enum { RB = 3, KB = 8 };
+	for (size_t b = 0; b < 2; b++) {
+		const uint32_t EB = big[b];
+		float *lb = rvec((size_t)RB * EB);
+		lb[40] = lb[200] = lb[233] = 9.0f; /* a three-way tie in row 0: two in one lane, one in the next */
+		baton_dptr dlb = up(dev, lb, (uint64_t)RB * EB * 4);
+		uint32_t gi[RB * KB], hi[RB * KB];
+		float gw[RB * KB], hwb[RB * KB];
+		for (int rule = 0; rule < 2; rule++) {
+			T_CU(dev, be->route_dev(dev, dlb, RB, EB, KB, rule, dout, dout + RB * KB * 4));
+			T_CU(dev, be->copy_d2h(dev, gi, dout, sizeof gi));
+			T_CU(dev, be->copy_d2h(dev, gw, dout + RB * KB * 4, sizeof gw));
+			T_OK(host_op_route(NULL, H(lb), RB, EB, KB, rule, hi, hwb));
+			T_ASSERT(memcmp(gi, hi, sizeof gi) == 0);
+			same_bits(gw, hwb, RB * KB, "route_dev weights, many experts");
+			T_EQ_INT(gi[0], 40);
+			T_EQ_INT(gi[1], 200);
+			T_EQ_INT(gi[2], 233);
+		}
+		be->free(dev, dlb);
+		free(lb);
+	}
 	T_EQ_ERR(be->route_dev(dev, dl2, R2, E2, K2, 2, dout, dout + R2 * K2 * 4), BATON_EINVAL);
 	T_EQ_ERR(be->route_dev(dev, dl2, R2, E2, E2 + 1, 0, dout, dout + R2 * K2 * 4), BATON_EINVAL);
 	T_EQ_ERR(be->route_dev(dev, dl2, R2, E2, K2, 0, dout, dout + 4), BATON_EINVAL); /* overlap */
