@@ -322,6 +322,8 @@ baton_mmvq_gate_up_q4k(baton_mmvq_moe_args a)
 	__shared__ float hs[32];
 	const uint32_t lane = threadIdx.x & 31, wi = threadIdx.x >> 5, p = blockIdx.y;
 	const uint32_t nsb = a.d_model / 256, r0 = blockIdx.x * 32, j = lane & 3;
+	if (r0 >= a.d_ff || p >= a.top_k)
+		return; /* the whole block (the empty launch at load) */
 	const uint64_t rb = 144ull * nsb;
 	const uint8_t *blob =
 	    (const uint8_t *)((const uint64_t *)a.table)[((const uint32_t *)a.ids)[p]];
