@@ -390,10 +390,10 @@ baton_mmvq_gate_up_q4k(baton_mmvq_moe_args a)
 }
 
 /* down on q4_K rows at 16-byte alignment: a warp per output row o, lane l
- * taking items l, l + 32, ... of (pair, block, run), two at a time with
+ * taking items l, l + 32, ... of (pair, block, run), DN at a time with
  * their loads first; x[o] += the sum over pairs of w[p] * (down[o] . h[p]). */
-extern "C" __global__ void __launch_bounds__(32 * BATON_MMVQ_DOWN_WARPS)
-baton_mmvq_down_q4k(baton_mmvq_moe_args a)
+template <int DN>
+__device__ __forceinline__ void down_q4k(const baton_mmvq_moe_args &a)
 {
 	const uint32_t lane = threadIdx.x & 31;
 	const uint32_t o = blockIdx.x * BATON_MMVQ_DOWN_WARPS + (threadIdx.x >> 5);
@@ -403,26 +403,73 @@ baton_mmvq_down_q4k(baton_mmvq_moe_args a)
 	const uint64_t rb = 144ull * nsb;
 	const int8_t *q = (const int8_t *)a.q;
 	const float *d = (const float *)a.d, *wt = (const float *)a.w;
+	const uint32_t *ids = (const uint32_t *)a.ids;
+	const uint64_t *tab = (const uint64_t *)a.table;
 	float s = 0.0f;
-	for (uint32_t i0 = lane; i0 < n; i0 += 64) {
-		const uint32_t i1 = i0 + 32;
-		const uint32_t p0 = i0 / per, b0 = (i0 % per) >> 2;
-		const uint32_t p1 = i1 / per, b1 = (i1 % per) >> 2;
-		q4_w w0, w1;
-		const uint32_t *ids = (const uint32_t *)a.ids;
-		const uint64_t *tab = (const uint64_t *)a.table;
-		q4_w_load(w0, (const uint8_t *)tab[ids[p0]] + a.down_off + o * rb + 144 * b0, j);
-		if (i1 < n)
-			q4_w_load(w1, (const uint8_t *)tab[ids[p1]] + a.down_off + o * rb + 144 * b1, j);
-		q4_act u;
-		q4_act_load(u, q + (uint64_t)p0 * a.d_ff, d + (uint64_t)p0 * (a.d_ff / 32), b0, j);
-		s += wt[p0] * q4_dot(w0, u, j);
-		if (i1 < n) {
-			q4_act_load(u, q + (uint64_t)p1 * a.d_ff, d + (uint64_t)p1 * (a.d_ff / 32), b1, j);
-			s += wt[p1] * q4_dot(w1, u, j);
+	for (uint32_t i0 = lane; i0 < n; i0 += 32 * DN) {
+		q4_w w[DN];
+#pragma unroll
+		for (int u = 0; u < DN; u++) {
+			const uint32_t i = i0 + 32 * u, p = i / per, b = (i % per) >> 2;
+			if (i < n)
+				q4_w_load(w[u], (const uint8_t *)tab[ids[p]] + a.down_off + o * rb + 144 * b, j);
+		}
+#pragma unroll
+		for (int u = 0; u < DN; u++) {
+			const uint32_t i = i0 + 32 * u, p = i / per, b = (i % per) >> 2;
+			if (i < n) {
+				q4_act u4;
+				q4_act_load(u4, q + (uint64_t)p * a.d_ff, d + (uint64_t)p * (a.d_ff / 32), b, j);
+				s += wt[p] * q4_dot(w[u], u4, j);
+			}
 		}
 	}
 	s = warp_sum(s);
 	if (lane == 0)
 		((float *)a.x)[o] += s;
+}
+
+extern "C" __global__ void __launch_bounds__(32 * BATON_MMVQ_DOWN_WARPS)
+baton_mmvq_down_q4k(baton_mmvq_moe_args a)
+{
+	down_q4k<2>(a);
+}
+
+extern "C" __global__ void __launch_bounds__(32 * BATON_MMVQ_DOWN_WARPS)
+baton_mmvq_down_q4k_x4(baton_mmvq_moe_args a)
+{
+	down_q4k<4>(a);
+}
+
+/* gate and up on q4_K rows at 16-byte alignment, a warp per (pair, row),
+ * GU1_WARPS rows a block, every load of the row issued first; h as
+ * floats (quantized by baton_mmvq_quant after it). */
+extern "C" __global__ void __launch_bounds__(32 * BATON_MMVQ_GU1_WARPS)
+baton_mmvq_gate_up_q4k_row(baton_mmvq_moe_args a)
+{
+	const uint32_t lane = threadIdx.x & 31, p = blockIdx.y;
+	const uint32_t r = blockIdx.x * BATON_MMVQ_GU1_WARPS + (threadIdx.x >> 5);
+	if (r >= a.d_ff || p >= a.top_k)
+		return; /* whole warps */
+	const uint32_t nsb = a.d_model / 256, j = lane & 3;
+	const uint64_t rb = 144ull * nsb;
+	const uint8_t *blob =
+	    (const uint8_t *)((const uint64_t *)a.table)[((const uint32_t *)a.ids)[p]];
+	const uint8_t *gate = blob + a.gate_off + r * rb, *up = blob + a.up_off + r * rb;
+	const int8_t *q = (const int8_t *)a.q;
+	const float *d = (const float *)a.d;
+	float g = 0.0f, v = 0.0f;
+	for (uint32_t it = lane; it < nsb * 4; it += 32) {
+		const uint32_t b = it >> 2;
+		q4_w wg, wu;
+		q4_w_load(wg, gate + 144 * b, j);
+		q4_w_load(wu, up + 144 * b, j);
+		q4_act u;
+		q4_act_load(u, q, d, b, j);
+		g += q4_dot(wg, u, j);
+		v += q4_dot(wu, u, j);
+	}
+	g = warp_sum(g), v = warp_sum(v);
+	if (lane == 0)
+		((float *)a.h)[(uint64_t)p * a.d_ff + r] = silu(g) * v;
 }

@@ -1105,10 +1105,10 @@ __device__ __forceinline__ float rr_use(float acc, const uint4 (&raw)[RR_U], con
  * block of row r to finish (a counter per row, set back to 0 by that
  * block, so a replayed graph finds it 0) routes the row with route_row;
  * which block is last changes nothing: it reads every logit back. */
-extern "C" __global__ void __launch_bounds__(32 * BATON_OPS_ROUTER_WARPS)
-baton_ops_router_route(baton_ops_router_route_args a)
+template <int RW>
+__device__ __forceinline__ void router_route(const baton_ops_router_route_args &a)
 {
-	__shared__ __align__(16) float sm[BATON_OPS_ROUTER_WARPS][128];
+	__shared__ __align__(16) float sm[RW][128];
 	__shared__ __align__(16) float xs[BATON_OPS_NORM_ROW_MAX], ns[BATON_OPS_NORM_ROW_MAX];
 	__shared__ __align__(16) float p[BATON_OPS_ROUTER_MAX_E];
 	__shared__ float sws[ROUTE_SW];
@@ -1118,7 +1118,7 @@ baton_ops_router_route(baton_ops_router_route_args a)
 	const uint32_t r = blockIdx.y, t = threadIdx.x, lane = t & 31, wi = t >> 5;
 	if (r >= a.rows)
 		return; /* the whole block */
-	const uint32_t o = blockIdx.x * BATON_OPS_ROUTER_WARPS + wi, E = a.n_experts, k = a.k;
+	const uint32_t o = blockIdx.x * RW + wi, E = a.n_experts, k = a.k;
 	const uint8_t *row = (const uint8_t *)a.w + (uint64_t)o * k * 4;
 	const bool vec = a.vec;
 	uint4 raw[RR_U];
@@ -1132,14 +1132,14 @@ baton_ops_router_route(baton_ops_router_route_args a)
 		const uint8_t *nw = (const uint8_t *)a.norm;
 		const bool w4 = nw && a.norm_dtype == BATON_DT_F32 && a.norm % 16 == 0;
 #pragma unroll 8
-		for (uint32_t i = t; i < k / 4; i += 32 * BATON_OPS_ROUTER_WARPS) {
+		for (uint32_t i = t; i < k / 4; i += 32 * RW) {
 			((float4 *)xs)[i] = __ldg(xr + i);
 			if (w4)
 				((float4 *)ns)[i] = __ldg((const float4 *)nw + i);
 		}
 		if (nw && !w4)
 #pragma unroll 8
-			for (uint32_t i = t; i < k; i += 32 * BATON_OPS_ROUTER_WARPS)
+			for (uint32_t i = t; i < k; i += 32 * RW)
 				ns[i] = elem(nw, a.norm_dtype, i);
 		__syncthreads();
 		if (wi == 0) { /* norm_block's sum, k % 32 == 0 */
@@ -1152,7 +1152,7 @@ baton_ops_router_route(baton_ops_router_route_args a)
 		}
 		__syncthreads();
 		const float s = scale;
-		for (uint32_t i = t; i < k; i += 32 * BATON_OPS_ROUTER_WARPS) {
+		for (uint32_t i = t; i < k; i += 32 * RW) {
 			float v = __fmul_rn(xs[i], s);
 			if (nw)
 				v = __fmul_rn(v, ns[i]);
@@ -1215,4 +1215,17 @@ baton_ops_router_route(baton_ops_router_route_args a)
 	float *w = (float *)a.w_out + (uint64_t)r * a.top_k;
 	route_any(logits, E, a.top_k, a.rule, (uint32_t *)a.ids + (uint64_t)r * a.top_k, w, p, taken,
 	    a.top_k <= ROUTE_SW ? sws : w, lane);
+}
+
+extern "C" __global__ void __launch_bounds__(32 * BATON_OPS_ROUTER_WARPS)
+baton_ops_router_route(baton_ops_router_route_args a)
+{
+	router_route<BATON_OPS_ROUTER_WARPS>(a);
+}
+
+/* TEMPORARY (the device round's comparison): 4 warps a block */
+extern "C" __global__ void __launch_bounds__(128)
+baton_ops_router_route4(baton_ops_router_route_args a)
+{
+	router_route<4>(a);
 }
