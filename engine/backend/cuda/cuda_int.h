@@ -89,8 +89,7 @@ struct baton_dev {
 	 * written again only after the copies out of it have run. */
 	CUmodule ops_mod;
 	CUfunction k_embed, k_rmsnorm, k_rmsnorm_row, k_qk_norm_rope, k_rope, k_attn_part, k_attn_comb, k_kv_store, k_swiglu, k_add,
-	    k_route, k_router_route, k_router_route4;
-	int rr_exp_unfused, rr_exp_w4; /* TEMPORARY: BATON_CUDA_ROUTER_EXP's */
+	    k_route, k_router_route;
 	CUfunction k_matmul[2][BATON_OPS_KINDS]; /* [1 row, 8 rows][kind] */
 	struct dbuf ops_arg, ops_scores, ops_count; /* ops_count: the fused router's counters */
 	void *ops_stage;
@@ -106,8 +105,7 @@ struct baton_dev {
 	 * n_launch is still vq_mark) and for the experts' h (vq_h). */
 	CUmodule vq_mod;
 	CUfunction k_vq_quant, k_vq_matmul, k_vq_gate_up, k_vq_down, k_vq_gate_up4, k_vq_down4;
-	CUfunction k_vq_down4x4, k_vq_gate_up4r; /* TEMPORARY: BATON_CUDA_MOE_EXP's */
-	int vq_off, vq_narrow, vq_exp; /* vq_narrow: BATON_CUDA_MMVQ_NARROW=1, no wide q4_K experts */
+	int vq_off, vq_narrow; /* vq_narrow: BATON_CUDA_MMVQ_NARROW=1, no wide q4_K experts */
 	struct dbuf vq_x, vq_h;
 	baton_dptr vq_src;
 	uint32_t vq_k;

@@ -44,7 +44,6 @@ struct baton_mmvq_args {
  *   32 * DOWN_WARPS; down's rule above (q4_K rows at 16-byte alignment). */
 #define BATON_MMVQ_GU_WARPS 8
 #define BATON_MMVQ_DOWN_WARPS 4
-#define BATON_MMVQ_GU1_WARPS 4
 struct baton_mmvq_moe_args {
 	uint64_t table, ids, w, q, d, h, x, hq, hd;
 	uint64_t gate_off, up_off, down_off;

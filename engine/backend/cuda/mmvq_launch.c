@@ -33,11 +33,6 @@ void cuda_mmvq_config(struct baton_dev *dev)
 	 * block kernels even where the wide q4_K ones apply (to compare) */
 	s = getenv("BATON_CUDA_MMVQ_NARROW");
 	dev->vq_narrow = s && strcmp(s, "1") == 0;
-	/* TEMPORARY (the device round's comparison, removed after it):
-	 * BATON_CUDA_MOE_EXP: 'r' gate_up a row a warp (h as floats, then
-	 * quantized), '4' down with 4 items in flight */
-	s = getenv("BATON_CUDA_MOE_EXP");
-	dev->vq_exp = (s && strchr(s, '4') ? 1 : 0) | (s && strchr(s, 'r') ? 2 : 0);
 }
 
 int cuda_mmvq_load(struct baton_dev *dev)
@@ -55,8 +50,6 @@ int cuda_mmvq_load(struct baton_dev *dev)
 		{ &dev->k_vq_down, "baton_mmvq_down" },
 		{ &dev->k_vq_gate_up4, "baton_mmvq_gate_up_q4k" },
 		{ &dev->k_vq_down4, "baton_mmvq_down_q4k" },
-		{ &dev->k_vq_down4x4, "baton_mmvq_down_q4k_x4" },
-		{ &dev->k_vq_gate_up4r, "baton_mmvq_gate_up_q4k_row" },
 	};
 	for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
 		CU(dev, d->ModuleGetFunction(k[i].f, dev->vq_mod, k[i].name), k[i].name);
@@ -65,7 +58,7 @@ int cuda_mmvq_load(struct baton_dev *dev)
 	struct baton_mmvq_quant_args zq = { 0 };
 	struct baton_mmvq_args zm = { .tpr = 32 }; /* the GEMVs divide by it; no rows */
 	struct baton_mmvq_moe_args ze = { .tpr = 32 };
-	void *zero[] = { &zq, &zm, &ze, &ze, &ze, &ze, &ze, &ze };
+	void *zero[] = { &zq, &zm, &ze, &ze, &ze, &ze };
 	for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
 		void *params[] = { zero[i] };
 		CU(dev, d->LaunchKernel(*k[i].f, 1, 1, 1, 32, 1, 1, 0, dev->stream, params, NULL),
@@ -209,13 +202,7 @@ int cuda_mmvq_experts(struct baton_dev *dev, const struct baton_moe_layer *l, ba
 	    l->gate_off % 16 == 0 && l->up_off % 16 == 0 && l->d_ff % 32 == 0 && !dev->vq_narrow;
 	const int dn4 = l->down_dtype == BATON_DT_Q4_K && l->down_off % 16 == 0 && !dev->vq_narrow;
 	uint32_t rpb = BATON_MMVQ_THREADS / a.tpr;
-	if (gu4 && (dev->vq_exp & 2)) {
-		if ((rc = cuda_launch(dev, dev->k_vq_gate_up4r,
-		         (l->d_ff + BATON_MMVQ_GU1_WARPS - 1) / BATON_MMVQ_GU1_WARPS, l->top_k,
-		         32 * BATON_MMVQ_GU1_WARPS, &a, "cuLaunchKernel baton_mmvq_gate_up_q4k_row")) ||
-		    (rc = vq_quant(dev, &dev->vq_h, dev->h.p, l->top_k * l->d_ff, &hq, &hd)))
-			return rc;
-	} else if (gu4) {
+	if (gu4) {
 		const uint64_t n = (uint64_t)l->top_k * l->d_ff, qoff = cuda_round_up(n, 16);
 		if ((rc = cuda_dbuf_need(dev, &dev->vq_h, qoff + n / 32 * 4)))
 			return rc;
@@ -234,7 +221,7 @@ int cuda_mmvq_experts(struct baton_dev *dev, const struct baton_moe_layer *l, ba
 	a.q = hq;
 	a.d = hd;
 	if (dn4)
-		return cuda_launch(dev, dev->vq_exp & 1 ? dev->k_vq_down4x4 : dev->k_vq_down4,
+		return cuda_launch(dev, dev->k_vq_down4,
 		    (l->d_model + BATON_MMVQ_DOWN_WARPS - 1) / BATON_MMVQ_DOWN_WARPS, 1,
 		    32 * BATON_MMVQ_DOWN_WARPS, &a, "cuLaunchKernel baton_mmvq_down_q4k");
 	a.tpr = vq_tpr(l->d_ff * l->top_k); /* the down rows of every pair share a row's threads */

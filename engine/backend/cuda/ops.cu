@@ -1222,10 +1222,3 @@ baton_ops_router_route(baton_ops_router_route_args a)
 {
 	router_route<BATON_OPS_ROUTER_WARPS>(a);
 }
-
-/* TEMPORARY (the device round's comparison): 4 warps a block */
-extern "C" __global__ void __launch_bounds__(128)
-baton_ops_router_route4(baton_ops_router_route_args a)
-{
-	router_route<4>(a);
-}

@@ -49,7 +49,7 @@ int cuda_ops_load(struct baton_dev *dev)
 	CU(dev, d->ModuleLoadData(&dev->ops_mod, baton_engine_backend_cuda_ops_fatbin),
 	    "cuModuleLoadData of the forward-pass kernels (sm_90 SASS, compute_90 PTX)");
 	static const char *const kinds[BATON_OPS_KINDS] = BATON_OPS_KIND_NAMES;
-	struct kfn k[13 + 2 * BATON_OPS_KINDS] = {
+	struct kfn k[12 + 2 * BATON_OPS_KINDS] = {
 		{ &dev->k_embed, "baton_ops_embed" },
 		{ &dev->k_rmsnorm, "baton_ops_rmsnorm" },
 		{ &dev->k_rmsnorm_row, "baton_ops_rmsnorm_row" },
@@ -62,9 +62,8 @@ int cuda_ops_load(struct baton_dev *dev)
 		{ &dev->k_add, "baton_ops_add" },
 		{ &dev->k_route, "baton_ops_route" },
 		{ &dev->k_router_route, "baton_ops_router_route" },
-		{ &dev->k_router_route4, "baton_ops_router_route4" },
 	};
-	size_t n = 13;
+	size_t n = 12;
 	for (int r = 0; r < 2; r++)
 		for (int i = 0; i < BATON_OPS_KINDS; i++, n++) {
 			k[n].f = &dev->k_matmul[r][i];
@@ -118,11 +117,6 @@ int cuda_ops_load(struct baton_dev *dev)
 	CU(dev, d->MemcpyHtoDAsync(dev->ops_count.p, zeros, sizeof zeros, dev->stream),
 	    "cuMemcpyHtoDAsync (router counters)");
 	CU(dev, d->StreamSynchronize(dev->stream), "cuStreamSynchronize after the first launches");
-	/* TEMPORARY (the device round's comparison): BATON_CUDA_ROUTER_EXP
-	 * 'u' the three calls, '4' 4 warps a block */
-	const char *ex = getenv("BATON_CUDA_ROUTER_EXP");
-	dev->rr_exp_unfused = ex && strchr(ex, 'u');
-	dev->rr_exp_w4 = ex && strchr(ex, '4');
 	return 0;
 }
 
@@ -696,7 +690,7 @@ int cuda_op_router_route_dev(struct baton_dev *dev, const struct baton_router_ro
 		return rc;
 	const int fused = r->w_dtype == BATON_DT_F32 && r->w % 4 == 0 && k % 32 == 0 &&
 	    rows <= BATON_OPS_ROUTER_MAX_ROWS && E <= BATON_OPS_ROUTER_MAX_E &&
-	    (!r->norm_on || (k <= BATON_OPS_NORM_ROW_MAX && r->x % 16 == 0)) && !dev->rr_exp_unfused;
+	    (!r->norm_on || (k <= BATON_OPS_NORM_ROW_MAX && r->x % 16 == 0));
 	if (!fused) {
 		if ((r->norm_on && (rc = cuda_op_rmsnorm(dev, r->x, r->xn, rows, k, r->norm, r->norm_dtype,
 		         r->eps))) ||
@@ -717,9 +711,9 @@ int cuda_op_router_route_dev(struct baton_dev *dev, const struct baton_router_ro
 	if (r->norm_on && (rc = cuda_mmvq_norm_out(dev, rows, k, &a.q, &a.d)))
 		return rc;
 	const uint64_t before = dev->n_launch;
-	const uint32_t rw = dev->rr_exp_w4 ? 4 : BATON_OPS_ROUTER_WARPS;
-	if ((rc = cuda_launch(dev, dev->rr_exp_w4 ? dev->k_router_route4 : dev->k_router_route,
-	         (E + rw - 1) / rw, rows, 32 * rw, &a, "cuLaunchKernel baton_ops_router_route")))
+	if ((rc = cuda_launch(dev, dev->k_router_route,
+	         (E + BATON_OPS_ROUTER_WARPS - 1) / BATON_OPS_ROUTER_WARPS, rows,
+	         32 * BATON_OPS_ROUTER_WARPS, &a, "cuLaunchKernel baton_ops_router_route")))
 		return rc;
 	if (a.q) {
 		cuda_mmvq_norm_done(dev, r->xn, k);
