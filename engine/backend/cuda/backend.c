@@ -773,6 +773,7 @@ const struct baton_backend baton_backend_cuda = {
 	.route = cuda_op_route,
 	.route_dev = cuda_op_route_dev,
 	.moe_experts_dev = cuda_moe_experts_dev,
+	.router_route_dev = cuda_op_router_route_dev,
 	.graph_begin = cuda_graph_begin,
 	.graph_end = cuda_graph_end,
 };

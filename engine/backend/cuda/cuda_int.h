@@ -89,9 +89,9 @@ struct baton_dev {
 	 * written again only after the copies out of it have run. */
 	CUmodule ops_mod;
 	CUfunction k_embed, k_rmsnorm, k_rmsnorm_row, k_qk_norm_rope, k_rope, k_attn_part, k_attn_comb, k_kv_store, k_swiglu, k_add,
-	    k_route;
+	    k_route, k_router_route;
 	CUfunction k_matmul[2][BATON_OPS_KINDS]; /* [1 row, 8 rows][kind] */
-	struct dbuf ops_arg, ops_scores;
+	struct dbuf ops_arg, ops_scores, ops_count; /* ops_count: the fused router's counters */
 	void *ops_stage;
 	uint64_t ops_stage_cap, ops_off; /* ops_off: next free byte in half ops_half */
 	CUevent ops_staged[2];           /* recorded after each copy out of a half */
@@ -104,8 +104,8 @@ struct baton_dev {
 	 * (vq_x, holding the quantization of vq_src, k vq_k, valid while
 	 * n_launch is still vq_mark) and for the experts' h (vq_h). */
 	CUmodule vq_mod;
-	CUfunction k_vq_quant, k_vq_matmul, k_vq_gate_up, k_vq_down;
-	int vq_off;
+	CUfunction k_vq_quant, k_vq_matmul, k_vq_gate_up, k_vq_down, k_vq_gate_up4, k_vq_down4;
+	int vq_off, vq_narrow; /* vq_narrow: BATON_CUDA_MMVQ_NARROW=1, no wide q4_K experts */
 	struct dbuf vq_x, vq_h;
 	baton_dptr vq_src;
 	uint32_t vq_k;
@@ -394,5 +394,9 @@ int cuda_op_route(struct baton_dev *dev, baton_dptr logits, uint32_t rows, uint3
  * device, for the decode step's MoE block (with cuda_moe_experts_dev). */
 int cuda_op_route_dev(struct baton_dev *dev, baton_dptr logits, uint32_t rows,
     uint32_t n_experts, uint32_t top_k, int rule, baton_dptr ids, baton_dptr weights);
+/* router_route_dev: the post-attention norm, the router's matmul and
+ * route_dev in one launch (baton_ops_router_route) where it applies, else
+ * the calls in turn. */
+int cuda_op_router_route_dev(struct baton_dev *dev, const struct baton_router_route *a);
 
 #endif
