@@ -124,6 +124,25 @@ struct baton_qk_norm_rope {
 	const float *inv_freq;
 };
 
+/* The MoE block's front in one call (the optional `router_route_dev`
+ * slot): for each row r < rows,
+ *   norm_on: xn[r] = rmsnorm(x[r]) (cols k, weight norm in norm_dtype or
+ *            0 for none, eps), the rmsnorm slot's; else xn is the input
+ *   logits[r] = matmul(w, xn[r]) (n_experts rows of k in w_dtype, no
+ *            bias, not accumulated), the matmul slot's
+ *   ids[r], weights[r] = route_dev(logits[r], top_k, rule)
+ * so the bits of those calls one after the other. x, xn [rows][k] f32,
+ * apart; logits [rows][n_experts]; ids (u32) and weights (f32)
+ * [rows][top_k]. Nothing is written on error (BATON_EINVAL: zero sizes,
+ * top_k above n_experts, an unknown rule, a NULL, misaligned or
+ * overlapping buffer). */
+struct baton_router_route {
+	baton_dptr x, xn, norm, w, logits, ids, weights;
+	uint32_t norm_on, norm_dtype, w_dtype, n_experts, k, rows, top_k;
+	int rule;
+	float eps;
+};
+
 struct baton_backend {
 	const char *name;
 
@@ -288,6 +307,11 @@ struct baton_backend {
 	    uint32_t n_experts, uint32_t top_k, int rule, baton_dptr ids, baton_dptr weights);
 	int (*moe_experts_dev)(struct baton_dev *dev, const struct baton_moe_layer *l,
 	    baton_dptr table, baton_dptr ids, baton_dptr weights);
+	/* Optional, with route_dev: the post-attention norm, the router and
+	 * route_dev in one queued call (struct baton_router_route), their
+	 * bits (the cuda backend's one launch where they were three).
+	 * Without it forward.c queues rmsnorm, matmul, then route_dev. */
+	int (*router_route_dev)(struct baton_dev *dev, const struct baton_router_route *a);
 
 	/* Optional: the per-head q/k norms and rope of struct
 	 * baton_qk_norm_rope in one queued call (one launch where rmsnorm

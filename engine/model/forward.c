@@ -135,11 +135,21 @@ static int moe_block(struct baton_model *m, uint32_t l, uint32_t n)
 	const size_t nk = (size_t)n * K;
 	int rc;
 
-	if ((rc = be->rmsnorm(d, m->x, m->xn, n, D, L->post_norm.p, L->post_norm.dtype, c->eps)) ||
-	    (rc = be->matmul(d, L->router.p, L->router.dtype, E, D, 0, 0, m->xn, n, m->rl, 0)))
-		return rc;
 	const baton_dptr ids = m->rt_ids + (uint64_t)l * m->rt_rows * K * sizeof(uint32_t);
-	if (m->rt_on) {
+	if (m->rt_on && be->router_route_dev) { /* the norm, router and route in one call */
+		const struct baton_router_route rr = {
+			.x = m->x, .xn = m->xn, .norm = L->post_norm.p, .w = L->router.p, .logits = m->rl,
+			.ids = ids, .weights = m->rt_w, .norm_on = 1, .norm_dtype = L->post_norm.dtype,
+			.w_dtype = L->router.dtype, .n_experts = E, .k = D, .rows = n, .top_k = K,
+			.rule = c->route_rule, .eps = c->eps,
+		};
+		if ((rc = be->router_route_dev(d, &rr)))
+			return rc;
+	} else if ((rc = be->rmsnorm(d, m->x, m->xn, n, D, L->post_norm.p, L->post_norm.dtype,
+	                c->eps)) ||
+	    (rc = be->matmul(d, L->router.p, L->router.dtype, E, D, 0, 0, m->xn, n, m->rl, 0))) {
+		return rc;
+	} else if (m->rt_on) {
 		if ((rc = be->route_dev(d, m->rl, n, E, K, c->route_rule, ids, m->rt_w)))
 			return rc;
 	} else {

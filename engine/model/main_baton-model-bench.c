@@ -21,7 +21,8 @@
  *               top_k experts per layer, the KV rows so far) over the
  *               bandwidth, divided by the measured time per token;
  *   prefill     tokens/s of each prompt length, random token ids, in
- *               passes of --max-batch rows (default 512);
+ *               passes of --max-batch rows (default 512), each length
+ *               timed after an untimed run of it;
  *   first token after a release of everything (expert cache and model):
  *               the prefill of a short prompt that loads what it needs
  *               first (hot-first), against a full refill of the expert
@@ -257,6 +258,10 @@ static struct parts decode_parts(struct baton_engine *e, const struct baton_mode
 		goto out;
 	ml.gate_off = ex.gate_off, ml.up_off = ex.up_off, ml.down_off = ex.down_off;
 	ml.gate_dtype = parts[0].dtype, ml.up_dtype = parts[1].dtype, ml.down_dtype = parts[2].dtype;
+	/* the post-norm, router and route in one call where the backend has it, as forward.c */
+	const struct baton_router_route rr = { .x = x, .xn = xn, .norm = npost, .w = wr, .logits = rl,
+		.ids = dids, .weights = dw, .norm_on = 1, .norm_dtype = dpn, .w_dtype = dr,
+		.n_experts = E, .k = D, .rows = 1, .top_k = K, .rule = c->route_rule, .eps = c->eps };
 	int rc = 0;
 #define ATTN()                                                                                   \
 	((rc = be->rmsnorm(dev, x, xn, 1, D, nin, dn, c->eps)) ||                                  \
@@ -271,10 +276,11 @@ static struct parts decode_parts(struct baton_engine *e, const struct baton_mode
 	    (rc = be->attention(dev, &at)) ||                                                      \
 	    (rc = be->matmul(dev, wo, dO, D, QD, 0, 0, ao, 1, x, 1)))
 #define ROUTE()                                                                                  \
-	((rc = be->rmsnorm(dev, x, xn, 1, D, npost, dpn, c->eps)) ||                               \
-	    (rc = be->matmul(dev, wr, dr, E, D, 0, 0, xn, 1, rl, 0)) ||                            \
-	    (rc = r.dev_route ? be->route_dev(dev, rl, 1, E, K, c->route_rule, dids, dw)           \
-	                      : be->route(dev, rl, 1, E, K, c->route_rule, ids, w)))
+	(r.dev_route && be->router_route_dev ? (rc = be->router_route_dev(dev, &rr)) != 0 :        \
+	    ((rc = be->rmsnorm(dev, x, xn, 1, D, npost, dpn, c->eps)) ||                           \
+	        (rc = be->matmul(dev, wr, dr, E, D, 0, 0, xn, 1, rl, 0)) ||                        \
+	        (rc = r.dev_route ? be->route_dev(dev, rl, 1, E, K, c->route_rule, dids, dw)       \
+	                          : be->route(dev, rl, 1, E, K, c->route_rule, ids, w))))
 #define EXPERTS()                                                                                \
 	(r.dev_route ? (rc = be->moe_experts_dev(dev, &ml, rt, dids, dw)) != 0                     \
 	             : ((rc = cache_lookup(engine_cache(e), want, K, blobs)) ||                   \
@@ -619,12 +625,14 @@ int main(int argc, char **argv)
 
 	const struct parts pt = decode_parts(e, c, model_pos(m));
 
-	/* prefill: a warm-up of the shortest, then each length */
+	/* prefill: each length once untimed, then timed (llama-bench's
+	 * warm-up run): the first pass of a shape pays the scratch's growth
+	 * and cuBLAS's first calls of its kernels */
 	double pf_tps[MAX_PROMPTS];
-	model_reset(m);
-	if ((rc = model_prefill(m, toks, prompts[0], logits)) != 0)
-		die("prefill", rc, NULL);
 	for (uint32_t i = 0; i < n_prompts; i++) {
+		model_reset(m);
+		if ((rc = model_prefill(m, toks, prompts[i], logits)) != 0)
+			die("prefill", rc, NULL);
 		model_reset(m);
 		t0 = baton_now_s();
 		if ((rc = model_prefill(m, toks, prompts[i], logits)) != 0)

@@ -21,26 +21,55 @@ __device__ __forceinline__ unsigned short bf_u(float a)
 	return __bfloat16_as_ushort(__float2bfloat16_rn(a));
 }
 
+/* Eight consecutive floats (16-byte aligned) to eight bf16 in one store. */
+__device__ __forceinline__ void load8(const float *p, float v[8])
+{
+	const float4 a = ((const float4 *)p)[0], b = ((const float4 *)p)[1];
+	v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+
+__device__ __forceinline__ void store8_bf(unsigned short *dst, const float v[8])
+{
+	uint4 o;
+	o.x = bf_u(v[0]) | (uint32_t)bf_u(v[1]) << 16;
+	o.y = bf_u(v[2]) | (uint32_t)bf_u(v[3]) << 16;
+	o.z = bf_u(v[4]) | (uint32_t)bf_u(v[5]) << 16;
+	o.w = bf_u(v[6]) | (uint32_t)bf_u(v[7]) << 16;
+	*(uint4 *)dst = o;
+}
+
+/* Every kernel below moves 8 consecutive elements of a head's row a
+ * thread (head_dim % 8 == 0: tc_launch.c checks), 16-byte loads and
+ * stores where the cache rows allow (vec: both at 16 bytes). */
 extern "C" __global__ void __launch_bounds__(BATON_TC_THREADS)
 baton_tc_attn_kv(const baton_tc_attn_kv_args a)
 {
-	const uint64_t n = (uint64_t)a.kv_heads * a.n_pad * a.head_dim;
+	const uint32_t hd8 = a.head_dim / 8;
+	const uint64_t n = (uint64_t)a.kv_heads * a.n_pad * hd8;
 	const uint32_t *blocks = (const uint32_t *)a.blocks;
-	for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-	     i += (uint64_t)gridDim.x * blockDim.x) {
-		const uint32_t d = (uint32_t)(i % a.head_dim);
-		const uint32_t c = (uint32_t)((i / a.head_dim) % a.n_pad);
-		const uint32_t g = (uint32_t)(i / ((uint64_t)a.head_dim * a.n_pad));
-		float kv = 0.0f, vv = 0.0f;
+	const bool vec = ((a.k | a.v) & 15) == 0;
+	for (uint64_t u = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; u < n;
+	     u += (uint64_t)gridDim.x * blockDim.x) {
+		const uint32_t d = (uint32_t)(u % hd8) * 8;
+		const uint64_t gc = u / hd8;
+		const uint32_t c = (uint32_t)(gc % a.n_pad), g = (uint32_t)(gc / a.n_pad);
+		float kv[8] = { 0, 0, 0, 0, 0, 0, 0, 0 }, vv[8] = { 0, 0, 0, 0, 0, 0, 0, 0 };
 		if (c < a.n_ctx) {
 			const uint64_t row = blocks ?
 			    (uint64_t)blocks[c / a.block_size] * a.block_size + c % a.block_size : c;
 			const uint64_t at = (row * a.kv_heads + g) * a.head_dim + d;
-			kv = ((const float *)a.k)[at];
-			vv = ((const float *)a.v)[at];
+			if (vec) {
+				load8((const float *)a.k + at, kv);
+				load8((const float *)a.v + at, vv);
+			} else {
+				for (int i = 0; i < 8; i++) {
+					kv[i] = ((const float *)a.k)[at + i];
+					vv[i] = ((const float *)a.v)[at + i];
+				}
+			}
 		}
-		((unsigned short *)a.kb)[i] = bf_u(kv);
-		((unsigned short *)a.vb)[i] = bf_u(vv);
+		store8_bf((unsigned short *)a.kb + u * 8, kv);
+		store8_bf((unsigned short *)a.vb + u * 8, vv);
 	}
 }
 
@@ -58,19 +87,26 @@ __device__ __forceinline__ uint64_t slot_index(uint64_t i, const baton_tc_attn_q
 extern "C" __global__ void __launch_bounds__(BATON_TC_THREADS)
 baton_tc_attn_q(const baton_tc_attn_qo_args a)
 {
-	const uint64_t n = (uint64_t)a.nq * a.heads * a.head_dim;
-	for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-	     i += (uint64_t)gridDim.x * blockDim.x)
-		((unsigned short *)a.dst)[i] = bf_u(((const float *)a.src)[slot_index(i, a)]);
+	const uint64_t n = (uint64_t)a.nq * a.heads * a.head_dim / 8;
+	for (uint64_t u = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; u < n;
+	     u += (uint64_t)gridDim.x * blockDim.x) {
+		float v[8];
+		load8((const float *)a.src + slot_index(u * 8, a), v);
+		store8_bf((unsigned short *)a.dst + u * 8, v);
+	}
 }
 
 extern "C" __global__ void __launch_bounds__(BATON_TC_THREADS)
 baton_tc_attn_out(const baton_tc_attn_qo_args a)
 {
-	const uint64_t n = (uint64_t)a.nq * a.heads * a.head_dim;
-	for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-	     i += (uint64_t)gridDim.x * blockDim.x)
-		((float *)a.dst)[slot_index(i, a)] = ((const float *)a.src)[i];
+	const uint64_t n = (uint64_t)a.nq * a.heads * a.head_dim / 8;
+	for (uint64_t u = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; u < n;
+	     u += (uint64_t)gridDim.x * blockDim.x) {
+		const float4 *s = (const float4 *)((const float *)a.src + u * 8);
+		float4 *d = (float4 *)((float *)a.dst + slot_index(u * 8, a));
+		d[0] = s[0];
+		d[1] = s[1];
+	}
 }
 
 __device__ __forceinline__ float block_reduce(float v, bool is_max, float *sh)
@@ -91,6 +127,40 @@ __device__ __forceinline__ float block_reduce(float v, bool is_max, float *sh)
 	return v;
 }
 
+/* One row of n keys (of n_pad) held in registers, NPT a thread: one read
+ * of s where the loop below reads it three times. The same sums in the
+ * same order (a thread's keys c, c + blockDim.x, ..., then the block's
+ * tree; the masked keys add 0), so the same bits. */
+template <int NPT>
+__device__ __forceinline__ void softmax_row(const float *s, unsigned short *p, uint32_t n,
+    uint32_t n_pad, float *sh)
+{
+	float v[NPT];
+	float m = -INFINITY;
+#pragma unroll
+	for (int i = 0; i < NPT; i++) {
+		const uint32_t c = threadIdx.x + i * BATON_TC_THREADS;
+		v[i] = c < n ? s[c] : -INFINITY;
+		m = fmaxf(m, v[i]);
+	}
+	m = block_reduce(m, true, sh);
+	float sum = 0.0f;
+#pragma unroll
+	for (int i = 0; i < NPT; i++) {
+		const uint32_t c = threadIdx.x + i * BATON_TC_THREADS;
+		v[i] = c < n ? expf(v[i] - m) : 0.0f;
+		sum += v[i];
+	}
+	sum = block_reduce(sum, false, sh);
+	const float inv = 1.0f / sum;
+#pragma unroll
+	for (int i = 0; i < NPT; i++) {
+		const uint32_t c = threadIdx.x + i * BATON_TC_THREADS;
+		if (c < n_pad)
+			p[c] = c < n ? bf_u(v[i] * inv) : (unsigned short)0;
+	}
+}
+
 extern "C" __global__ void __launch_bounds__(BATON_TC_THREADS)
 baton_tc_attn_softmax(const baton_tc_attn_softmax_args a)
 {
@@ -99,6 +169,22 @@ baton_tc_attn_softmax(const baton_tc_attn_softmax_args a)
 		const float *s = (const float *)a.s + (uint64_t)r * a.n_pad;
 		unsigned short *p = (unsigned short *)a.p + (uint64_t)r * a.n_pad;
 		const uint32_t t = (r % a.nq_g) / a.g, n = a.pos_q0 + t + 1; /* keys 0 .. n - 1 */
+		if (a.n_pad <= 4 * BATON_TC_THREADS) {
+			softmax_row<4>(s, p, n, a.n_pad, sh);
+			continue;
+		}
+		if (a.n_pad <= 8 * BATON_TC_THREADS) {
+			softmax_row<8>(s, p, n, a.n_pad, sh);
+			continue;
+		}
+		if (a.n_pad <= 16 * BATON_TC_THREADS) {
+			softmax_row<16>(s, p, n, a.n_pad, sh);
+			continue;
+		}
+		if (a.n_pad <= 32 * BATON_TC_THREADS) {
+			softmax_row<32>(s, p, n, a.n_pad, sh);
+			continue;
+		}
 		float m = -INFINITY;
 		for (uint32_t c = threadIdx.x; c < n; c += blockDim.x)
 			m = fmaxf(m, s[c]);

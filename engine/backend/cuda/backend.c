@@ -574,6 +574,7 @@ static void cuda_free(struct baton_dev *dev, baton_dptr p)
 	struct ent *e = tab_find(&dev->allocs, p);
 	if (!e)
 		return;
+	dev->n_launch++; /* the address may come back with other bytes */
 	if (cuda_cur(dev) == 0) {
 		cuda_stream_sync(dev);
 		dev->d->MemFree(p);
@@ -665,6 +666,7 @@ static int cuda_copy_h2d(struct baton_dev *dev, const struct baton_copy *copies,
 	int rc = cuda_cur(dev);
 	if (rc)
 		return rc;
+	dev->n_launch++; /* device bytes change: no activation's copy holds */
 	for (size_t i = 0; i < n; i++) {
 		if (!copies[i].bytes)
 			continue;
@@ -725,6 +727,7 @@ static int cuda_copy_d2d(struct baton_dev *dev, baton_dptr dst, baton_dptr src, 
 	int rc = cuda_cur(dev);
 	if (rc)
 		return rc;
+	dev->n_launch++;
 	CU(dev, dev->d->MemcpyDtoDAsync(dst, src, bytes, dev->stream), "cuMemcpyDtoDAsync");
 	return 0;
 }
@@ -772,6 +775,7 @@ const struct baton_backend baton_backend_cuda = {
 	.route = cuda_op_route,
 	.route_dev = cuda_op_route_dev,
 	.moe_experts_dev = cuda_moe_experts_dev,
+	.router_route_dev = cuda_op_router_route_dev,
 	.graph_begin = cuda_graph_begin,
 	.graph_end = cuda_graph_end,
 };

@@ -139,7 +139,7 @@ static int load_fns(struct baton_dev *dev)
 		{ &dev->k_tc_rows, dev->tc_mod, "baton_tc_rows" },
 		{ &dev->k_tc_bias, dev->tc_mod, "baton_tc_bias" },
 		{ &dev->k_tc_swiglu, dev->tc_mod, "baton_tc_swiglu" },
-		{ &dev->k_tc_scatter, dev->tc_mod, "baton_tc_scatter" },
+		{ &dev->k_tc_combine, dev->tc_mod, "baton_tc_combine" },
 		{ &dev->k_tc_attn_kv, dev->tc_attn_mod, "baton_tc_attn_kv" },
 		{ &dev->k_tc_attn_q, dev->tc_attn_mod, "baton_tc_attn_q" },
 		{ &dev->k_tc_attn_out, dev->tc_attn_mod, "baton_tc_attn_out" },
@@ -276,7 +276,9 @@ void cuda_tc_free(struct baton_dev *dev)
 int cuda_blas_gemm(struct baton_dev *dev, const struct cuda_gemm *g)
 {
 	const float alpha = g->alpha, beta = g->beta;
+	const int prof = cuda_prof_begin(dev);
 	int st;
+	dev->n_launch++; /* it writes device memory too: mmvq_launch.c's quantization */
 	if (g->batch <= 1)
 		st = g_blas.gemm(dev->blas, g->ta ? OP_T : OP_N, g->tb ? OP_T : OP_N, g->m, g->n, g->k,
 		    &alpha, (const void *)(uintptr_t)g->a, g->a_type, g->lda,
@@ -288,6 +290,8 @@ int cuda_blas_gemm(struct baton_dev *dev, const struct cuda_gemm *g)
 		    (const void *)(uintptr_t)g->b, g->b_type, g->ldb, g->sb, &beta,
 		    (void *)(uintptr_t)g->c, DT_R_32F, g->ldc, g->sc, g->batch, COMPUTE_32F,
 		    GEMM_DEFAULT);
+	if (prof)
+		cuda_prof_end(dev, g->what ? g->what : "cublasGemmEx");
 	if (st) {
 		cuda_set_err(dev, "cuBLAS GEMM %dx%dx%d (batch %d): %s", g->m, g->n, g->k, g->batch,
 		    status_str(st));

@@ -89,9 +89,9 @@ struct baton_dev {
 	 * written again only after the copies out of it have run. */
 	CUmodule ops_mod;
 	CUfunction k_embed, k_rmsnorm, k_rmsnorm_row, k_qk_norm_rope, k_rope, k_attn_part, k_attn_comb, k_kv_store, k_swiglu, k_add,
-	    k_route;
+	    k_route, k_router_route;
 	CUfunction k_matmul[2][BATON_OPS_KINDS]; /* [1 row, 8 rows][kind] */
-	struct dbuf ops_arg, ops_scores;
+	struct dbuf ops_arg, ops_scores, ops_count; /* ops_count: the fused router's counters */
 	void *ops_stage;
 	uint64_t ops_stage_cap, ops_off; /* ops_off: next free byte in half ops_half */
 	CUevent ops_staged[2];           /* recorded after each copy out of a half */
@@ -104,12 +104,15 @@ struct baton_dev {
 	 * (vq_x, holding the quantization of vq_src, k vq_k, valid while
 	 * n_launch is still vq_mark) and for the experts' h (vq_h). */
 	CUmodule vq_mod;
-	CUfunction k_vq_quant, k_vq_matmul, k_vq_gate_up, k_vq_down;
-	int vq_off;
+	CUfunction k_vq_quant, k_vq_matmul, k_vq_gate_up, k_vq_down, k_vq_gate_up4, k_vq_down4;
+	int vq_off, vq_narrow; /* vq_narrow: BATON_CUDA_MMVQ_NARROW=1, no wide q4_K experts */
 	struct dbuf vq_x, vq_h;
 	baton_dptr vq_src;
 	uint32_t vq_k;
-	uint64_t vq_mark, n_launch; /* n_launch: every cuda_launch_k so far */
+	/* n_launch: every cuda_launch_k, cuBLAS call, copy to the device and
+	 * free so far: a copy of an activation made at n_launch still holds
+	 * while n_launch is unchanged */
+	uint64_t vq_mark, n_launch;
 
 	/* The 16-bit batch-1 path (gemv16_launch.c), off with vq_off too. */
 	CUmodule g16_mod;
@@ -126,9 +129,14 @@ struct baton_dev {
 	void *blas;          /* cublasHandle_t */
 	CUdeviceptr tc_ws;   /* cuBLAS's workspace */
 	CUmodule tc_mod, tc_attn_mod;
-	CUfunction k_tc_dequant, k_tc_rows, k_tc_bias, k_tc_swiglu, k_tc_scatter, k_tc_attn_kv,
+	CUfunction k_tc_dequant, k_tc_rows, k_tc_bias, k_tc_swiglu, k_tc_combine, k_tc_attn_kv,
 	    k_tc_attn_q, k_tc_attn_out, k_tc_attn_softmax;
 	struct dbuf tc_buf[TC_BUFS];
+	/* tc_buf[B_X] holds x (tc_x_rows x tc_x_k) as bf16 while n_launch is
+	 * tc_x_mark: q, k and v convert one xn */
+	baton_dptr tc_x_src;
+	uint64_t tc_x_mark;
+	uint32_t tc_x_rows, tc_x_k;
 	void *tc_stage;
 	uint64_t tc_stage_cap;
 	CUevent tc_staged;
@@ -168,6 +176,7 @@ struct baton_dev {
 		uint64_t n;
 		double ms;
 	} prof_v[64];
+	uint64_t prof_tc_calls, prof_tc_pairs, prof_tc_experts, prof_tc_rows, prof_tc_buckets;
 
 	/* copies to the host of up to D2H_STAGE bytes (backend.c): through
 	 * this pinned buffer, allocated at the first */
@@ -244,6 +253,11 @@ void cuda_glog_free(struct baton_dev *dev);
  * at close (cuda_prof_report). A measuring aid: it serializes the host. */
 void cuda_prof_config(struct baton_dev *dev);
 void cuda_prof_report(struct baton_dev *dev);
+/* The same timing around work that is not one of our launches (a cuBLAS
+ * call): 1 from begin when the profile is on (then call end, with a
+ * string that lives as long as the device), else 0. */
+int cuda_prof_begin(struct baton_dev *dev);
+void cuda_prof_end(struct baton_dev *dev, const char *what);
 
 /* ---- blas.c: cuBLAS loaded with dlopen -------------------------------------- */
 
@@ -268,6 +282,7 @@ struct cuda_gemm {
 	CUdeviceptr a, b, c;
 	int a_type, b_type, lda, ldb, ldc, batch;
 	long long sa, sb, sc;
+	const char *what; /* the profile's name for the call (a literal) */
 };
 int cuda_blas_gemm(struct baton_dev *dev, const struct cuda_gemm *g);
 
@@ -285,10 +300,11 @@ int cuda_tc_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint64
     baton_dptr y, int accumulate);
 /* The experts of moe_experts for a large batch: blobs[p] the expert blob
  * of pair p < n (p = t * top_k + k), w the host's weights by pair;
- * writes part[p][d_model] = w[p] * expert(xn[p / top_k]) for every pair
- * (the caller reduces). Groups the pairs by blob itself. */
+ * x[t] += w[p] * expert(xn[t]) over t's pairs in rank order, each
+ * product rounded before its add (moe_reduce's sum). Groups the pairs by
+ * blob itself. */
 int cuda_tc_experts(struct baton_dev *dev, const struct baton_moe_layer *l, const baton_dptr *blobs,
-    uint64_t n, const float *w, CUdeviceptr part);
+    uint64_t n, const float *w);
 /* The attention slot for n_q >= tc_rows (table: the staged block table
  * or 0). */
 int cuda_tc_attention(struct baton_dev *dev, const struct baton_attn *a, CUdeviceptr table);
@@ -410,5 +426,9 @@ int cuda_op_route(struct baton_dev *dev, baton_dptr logits, uint32_t rows, uint3
  * device, for the decode step's MoE block (with cuda_moe_experts_dev). */
 int cuda_op_route_dev(struct baton_dev *dev, baton_dptr logits, uint32_t rows,
     uint32_t n_experts, uint32_t top_k, int rule, baton_dptr ids, baton_dptr weights);
+/* router_route_dev: the post-attention norm, the router's matmul and
+ * route_dev in one launch (baton_ops_router_route) where it applies, else
+ * the calls in turn. */
+int cuda_op_router_route_dev(struct baton_dev *dev, const struct baton_router_route *a);
 
 #endif

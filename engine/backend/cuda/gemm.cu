@@ -3,7 +3,7 @@
  * (argument blocks in tc.h): weights of every dtype decoded to bf16,
  * f32 activation rows to bf16 (gathered through a map for the MoE
  * experts), the bias, SwiGLU from a GEMM's f32 output to bf16, and the
- * experts' outputs scattered, weighted, to their pairs. Not the host's
+ * experts' outputs, weighted, added into each token's row. Not the host's
  * order: these feed cuBLAS, whose sums are its own (docs/internals/cuda-ops.md,
  * "Prefill on the tensor cores").
  */
@@ -19,7 +19,7 @@ static_assert(sizeof(baton_tc_dequant_args) == 72, "dequant args layout");
 static_assert(sizeof(baton_tc_rows_args) == 40, "rows args layout");
 static_assert(sizeof(baton_tc_bias_args) == 32, "bias args layout");
 static_assert(sizeof(baton_tc_swiglu_args) == 24, "swiglu args layout");
-static_assert(sizeof(baton_tc_scatter_args) == 40, "scatter args layout");
+static_assert(sizeof(baton_tc_combine_args) == 48, "combine args layout");
 
 __device__ __forceinline__ uint32_t bf_bits(float a)
 {
@@ -95,6 +95,18 @@ baton_tc_dequant(const baton_tc_dequant_args a)
 	    a.src_off;
 	unsigned short *dst = (unsigned short *)a.dst + (uint64_t)z * a.dst_stride +
 	    a.dst_row0 * a.cols;
+	if (units <= 0xffffffffull - (uint64_t)gridDim.x * blockDim.x) {
+		/* 32-bit division: a 64-bit one per 8 weights was a good part of
+		 * the kernel's instructions */
+		for (uint32_t u = blockIdx.x * blockDim.x + threadIdx.x; u < (uint32_t)units;
+		     u += gridDim.x * blockDim.x) {
+			const uint32_t r = u / per_row, e0 = (u - r * per_row) * 8;
+			float v[8];
+			decode8(base + (uint64_t)r * a.row_bytes, a.dtype, e0, a.vec, v);
+			store8(dst + (uint64_t)r * a.cols + e0, v);
+		}
+		return;
+	}
 	for (uint64_t u = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; u < units;
 	     u += (uint64_t)gridDim.x * blockDim.x) {
 		const uint64_t r = u / per_row;
@@ -109,21 +121,20 @@ extern "C" __global__ void __launch_bounds__(BATON_TC_THREADS)
 baton_tc_rows(const baton_tc_rows_args a)
 {
 	const uint32_t per_row = a.cols / 8;
-	const uint64_t units = (uint64_t)a.rows * per_row;
+	const uint64_t units = (uint64_t)a.rows * per_row; /* < 2^28: tc_launch.c's bounds */
 	const uint32_t *map = (const uint32_t *)a.map;
-	for (uint64_t u = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; u < units;
-	     u += (uint64_t)gridDim.x * blockDim.x) {
-		const uint64_t r = u / per_row;
-		const uint32_t c = (uint32_t)(u % per_row) * 8;
+	for (uint32_t u = blockIdx.x * blockDim.x + threadIdx.x; u < (uint32_t)units;
+	     u += gridDim.x * blockDim.x) {
+		const uint32_t r = u / per_row, c = (u - r * per_row) * 8;
 		float v[8] = { 0, 0, 0, 0, 0, 0, 0, 0 };
-		const uint32_t m = map ? map[r] : (uint32_t)r;
+		const uint32_t m = map ? map[r] : r;
 		if (m != BATON_TC_NONE) {
 			const float *s = (const float *)a.src + (uint64_t)(map ? m / a.div : m) * a.src_ld + c;
 #pragma unroll
 			for (int i = 0; i < 8; i++)
 				v[i] = s[i];
 		}
-		store8((unsigned short *)a.dst + r * a.cols + c, v);
+		store8((unsigned short *)a.dst + (uint64_t)r * a.cols + c, v);
 	}
 }
 
@@ -136,31 +147,48 @@ baton_tc_bias(const baton_tc_bias_args a)
 		((float *)a.y)[i] += elem((const uint8_t *)a.b, a.b_dtype, (uint32_t)(i % a.n_out));
 }
 
+/* Eight elements a thread, 32-bit indices (rows * f < 2^31: tc_launch.c
+ * checks), 16-byte loads and one 16-byte store. */
 extern "C" __global__ void __launch_bounds__(BATON_TC_THREADS)
 baton_tc_swiglu(const baton_tc_swiglu_args a)
 {
-	const uint64_t n = (uint64_t)a.rows * a.f;
-	for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-	     i += (uint64_t)gridDim.x * blockDim.x) {
-		const uint64_t r = i / a.f, c = i % a.f;
-		const float *gu = (const float *)a.gu + r * 2 * a.f;
-		const float g = gu[c], u = gu[a.f + c];
-		((unsigned short *)a.h)[i] = (unsigned short)bf_bits(g / (1.0f + expf(-g)) * u);
+	const uint32_t f8 = a.f / 8, n = a.rows * f8;
+	for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+		const uint32_t r = i / f8, c = (i % f8) * 8;
+		const float4 *g4 = (const float4 *)((const float *)a.gu + (uint64_t)r * 2 * a.f + c);
+		const float4 *u4 = (const float4 *)((const float *)a.gu + (uint64_t)r * 2 * a.f + a.f + c);
+		const float4 ga = g4[0], gb = g4[1], ua = u4[0], ub = u4[1];
+		const float g[8] = { ga.x, ga.y, ga.z, ga.w, gb.x, gb.y, gb.z, gb.w };
+		const float u[8] = { ua.x, ua.y, ua.z, ua.w, ub.x, ub.y, ub.z, ub.w };
+		float v[8];
+#pragma unroll
+		for (int j = 0; j < 8; j++)
+			v[j] = g[j] / (1.0f + expf(-g[j])) * u[j];
+		store8((unsigned short *)a.h + (uint64_t)r * a.f + c, v);
 	}
 }
 
 extern "C" __global__ void __launch_bounds__(BATON_TC_THREADS)
-baton_tc_scatter(const baton_tc_scatter_args a)
+baton_tc_combine(const baton_tc_combine_args a)
 {
-	const uint64_t n = (uint64_t)a.rows * a.cols;
-	const uint32_t *map = (const uint32_t *)a.map;
-	for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-	     i += (uint64_t)gridDim.x * blockDim.x) {
-		const uint64_t r = i / a.cols, c = i % a.cols;
-		const uint32_t p = map[r];
-		if (p == BATON_TC_NONE)
-			continue;
-		((float *)a.part)[(uint64_t)p * a.cols + c] =
-		    ((const float *)a.w)[p] * ((const float *)a.o)[i];
-	}
+	const uint32_t c4 = a.cols / 4;
+	const uint32_t *prow = (const uint32_t *)a.prow;
+	const float *w = (const float *)a.w;
+	const float4 *o = (const float4 *)a.o;
+	for (uint32_t t = blockIdx.y; t < a.tokens; t += gridDim.y)
+		for (uint32_t c = blockIdx.x * blockDim.x + threadIdx.x; c < c4;
+		     c += gridDim.x * blockDim.x) {
+			float4 *xp = (float4 *)a.x + (uint64_t)t * c4 + c;
+			float4 s = *xp;
+			for (uint32_t k = 0; k < a.top_k; k++) {
+				const uint32_t p = t * a.top_k + k;
+				const float wp = w[p];
+				const float4 v = o[(uint64_t)prow[p] * c4 + c];
+				s.x = __fadd_rn(s.x, __fmul_rn(wp, v.x));
+				s.y = __fadd_rn(s.y, __fmul_rn(wp, v.y));
+				s.z = __fadd_rn(s.z, __fmul_rn(wp, v.z));
+				s.w = __fadd_rn(s.w, __fmul_rn(wp, v.w));
+			}
+			*xp = s;
+		}
 }

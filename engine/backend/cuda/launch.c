@@ -53,7 +53,13 @@ int cuda_dbuf_need(struct baton_dev *dev, struct dbuf *b, uint64_t bytes)
 	if (rc)
 		return rc;
 	cuda_dbuf_free(dev, b);
-	uint64_t cap = cuda_round_up(bytes, 1u << 20);
+	/* up to an eighth of the next power of two (1 MiB at least): a need
+	 * that creeps up layer by layer (the experts' rows) regrows a few
+	 * times, not at every layer, each time a stream sync */
+	uint64_t step = 1u << 20;
+	while (step * 16 <= bytes)
+		step <<= 1;
+	uint64_t cap = cuda_round_up(bytes, step);
 	CUdeviceptr p = 0;
 	CU(dev, dev->d->MemAlloc(&p, cap), "cuMemAlloc (scratch)");
 	b->p = p;
@@ -132,14 +138,24 @@ int cuda_launch_k(struct baton_dev *dev, CUfunction f, uint32_t gx, uint32_t gy,
 		}
 	}
 	void *params[] = { (void *)args };
-	const int prof = dev->prof && dev->gmode == CUDA_G_NONE && !dev->capturing;
-	if (prof)
-		CU(dev, dev->d->EventRecord(dev->prof_ev[0], dev->stream), "cuEventRecord (profile)");
+	const int prof = cuda_prof_begin(dev);
 	CU(dev, dev->d->LaunchKernel(f, gx, gy, gz, threads, 1, 1, shmem, dev->stream, params, NULL),
 	    what);
 	if (prof)
 		prof_add(dev, what);
 	return 0;
+}
+
+int cuda_prof_begin(struct baton_dev *dev)
+{
+	if (!dev->prof || dev->gmode != CUDA_G_NONE || dev->capturing)
+		return 0;
+	return dev->d->EventRecord(dev->prof_ev[0], dev->stream) == CUDA_SUCCESS;
+}
+
+void cuda_prof_end(struct baton_dev *dev, const char *what)
+{
+	prof_add(dev, what);
 }
 
 static void prof_add(struct baton_dev *dev, const char *what)
@@ -196,6 +212,15 @@ void cuda_prof_report(struct baton_dev *dev)
 		fprintf(stderr, "  %10.3f ms %5.1f%% %9llu x %8.2f us  %s\n", dev->prof_v[i].ms,
 		    all > 0 ? 100 * dev->prof_v[i].ms / all : 0.0, (unsigned long long)dev->prof_v[i].n,
 		    1e3 * dev->prof_v[i].ms / (double)dev->prof_v[i].n, dev->prof_v[i].what);
+	if (dev->prof_tc_calls) {
+		const double c = (double)dev->prof_tc_calls;
+		fprintf(stderr, "  tensor-core experts: %llu calls, per call %.0f pairs, %.1f experts in "
+		    "%.1f buckets, %.0f rows padded (%.2f x the pairs)\n",
+		    (unsigned long long)dev->prof_tc_calls, (double)dev->prof_tc_pairs / c,
+		    (double)dev->prof_tc_experts / c, (double)dev->prof_tc_buckets / c,
+		    (double)dev->prof_tc_rows / c,
+		    dev->prof_tc_pairs ? (double)dev->prof_tc_rows / (double)dev->prof_tc_pairs : 0.0);
+	}
 	dev->d->EventDestroy(dev->prof_ev[0]);
 	dev->d->EventDestroy(dev->prof_ev[1]);
 	dev->prof = 0;

@@ -18,7 +18,7 @@
 
 static_assert(sizeof(baton_mmvq_quant_args) == 32, "quant args layout");
 static_assert(sizeof(baton_mmvq_args) == 72, "mmvq args layout");
-static_assert(sizeof(baton_mmvq_moe_args) == 112, "mmvq moe args layout");
+static_assert(sizeof(baton_mmvq_moe_args) == 128, "mmvq moe args layout");
 
 #define THREADS BATON_MMVQ_THREADS
 #define SUB BATON_MMVQ_SUB
@@ -218,4 +218,219 @@ baton_mmvq_down(baton_mmvq_moe_args a)
 	s = row_sum(s, a.tpr, sh);
 	if (i == 0 && o < a.d_model)
 		((float *)a.x)[o] += s;
+}
+
+/* ---- the decode step's experts on 16-byte-aligned q4_K rows -------------- */
+
+/* Byte i (< 12, known per lane) of q4_K's scales, held in 3 words. */
+__device__ __forceinline__ uint32_t sc_byte(uint32_t w0, uint32_t w1, uint32_t w2, uint32_t i)
+{
+	const uint32_t w = i < 4 ? w0 : i < 8 ? w1 : w2;
+	return (w >> (8 * (i & 3))) & 0xFF;
+}
+
+/* The activation's two 32-value runs of q4_K run j of block b: the int8
+ * quants (8 ints each), their scales and their sums, which the min term
+ * takes. Loaded once per lane and shared by every row it meets. */
+struct q4_act {
+	int lo[8], hi[8];
+	float fl, fh;
+	int sl, sh;
+};
+
+__device__ __forceinline__ void q4_act_load(q4_act &u, const int8_t *q, const float *d, uint32_t b,
+    uint32_t j)
+{
+	const int4 *p = (const int4 *)(q + 256 * b + 64 * j);
+	const int4 a0 = __ldg(p), a1 = __ldg(p + 1), a2 = __ldg(p + 2), a3 = __ldg(p + 3);
+	u.lo[0] = a0.x, u.lo[1] = a0.y, u.lo[2] = a0.z, u.lo[3] = a0.w;
+	u.lo[4] = a1.x, u.lo[5] = a1.y, u.lo[6] = a1.z, u.lo[7] = a1.w;
+	u.hi[0] = a2.x, u.hi[1] = a2.y, u.hi[2] = a2.z, u.hi[3] = a2.w;
+	u.hi[4] = a3.x, u.hi[5] = a3.y, u.hi[6] = a3.z, u.hi[7] = a3.w;
+	u.fl = __ldg(d + 8 * b + 2 * j);
+	u.fh = __ldg(d + 8 * b + 2 * j + 1);
+	int sl = 0, sh = 0;
+#pragma unroll
+	for (int i = 0; i < 8; i++) {
+		sl = __dp4a(0x01010101, u.lo[i], sl);
+		sh = __dp4a(0x01010101, u.hi[i], sh);
+	}
+	u.sl = sl;
+	u.sh = sh;
+}
+
+/* The 48 bytes a lane reads of a q4_K block for run j: the header (d,
+ * dmin, the 12 scale bytes) and the 32 bytes of qs. */
+struct q4_w {
+	uint4 h, a, b;
+};
+
+__device__ __forceinline__ void q4_w_load(q4_w &w, const uint8_t *blk, uint32_t j)
+{
+	const uint4 *p = (const uint4 *)blk;
+	w.h = __ldg(p);
+	w.a = __ldg(p + 1 + 2 * j);
+	w.b = __ldg(p + 2 + 2 * j);
+}
+
+/* Run j of a q4_K block against the activation's: sub-blocks 2j (low
+ * nibbles) and 2j + 1 (high), kq_scale_min's scales, the sums as
+ * dot_q4k's. */
+__device__ __forceinline__ float q4_dot(const q4_w &w, const q4_act &u, uint32_t j)
+{
+	const uint32_t v[8] = { w.a.x, w.a.y, w.a.z, w.a.w, w.b.x, w.b.y, w.b.z, w.b.w };
+	int dl = 0, dh = 0;
+#pragma unroll
+	for (int i = 0; i < 8; i++) {
+		dl = __dp4a((int)(v[i] & 0x0F0F0F0Fu), u.lo[i], dl);
+		dh = __dp4a((int)((v[i] >> 4) & 0x0F0F0F0Fu), u.hi[i], dh);
+	}
+	const uint32_t w0 = w.h.y, w1 = w.h.z, w2 = w.h.w;
+	uint32_t s0, m0, s1, m1;
+	if (j < 2) {
+		s0 = sc_byte(w0, w1, w2, 2 * j) & 63, m0 = sc_byte(w0, w1, w2, 2 * j + 4) & 63;
+		s1 = sc_byte(w0, w1, w2, 2 * j + 1) & 63, m1 = sc_byte(w0, w1, w2, 2 * j + 5) & 63;
+	} else {
+		const uint32_t a0 = sc_byte(w0, w1, w2, 2 * j + 4), a1 = sc_byte(w0, w1, w2, 2 * j + 5);
+		s0 = (a0 & 0xF) | ((sc_byte(w0, w1, w2, 2 * j - 4) >> 6) << 4);
+		m0 = (a0 >> 4) | ((sc_byte(w0, w1, w2, 2 * j) >> 6) << 4);
+		s1 = (a1 & 0xF) | ((sc_byte(w0, w1, w2, 2 * j - 3) >> 6) << 4);
+		m1 = (a1 >> 4) | ((sc_byte(w0, w1, w2, 2 * j + 1) >> 6) << 4);
+	}
+	const float dw = f16f(w.h.x & 0xFFFF), dm = f16f(w.h.x >> 16);
+	return dw * (u.fl * (float)((int)s0 * dl) + u.fh * (float)((int)s1 * dh)) -
+	    dm * (u.fl * (float)((int)m0 * u.sl) + u.fh * (float)((int)m1 * u.sh));
+}
+
+__device__ __forceinline__ float warp_sum(float v)
+{
+#pragma unroll
+	for (int off = 16; off > 0; off >>= 1)
+		v += __shfl_xor_sync(0xffffffffu, v, off);
+	return v;
+}
+
+/* gate and up on q4_K rows at 16-byte alignment, and h's quantization:
+ * block (x, p) takes rows 32 x .. 32 x + 31 of pair p, warp w rows w,
+ * w + GU_WARPS, ..., two at a time with all their loads issued first;
+ * lane l takes run l % 4 of block l / 4 (then every 8 blocks further),
+ * its activation loaded once for every row. The 32 h of the block are
+ * quantized as baton_mmvq_quant does (its block of 32). */
+extern "C" __global__ void __launch_bounds__(32 * BATON_MMVQ_GU_WARPS)
+baton_mmvq_gate_up_q4k(baton_mmvq_moe_args a)
+{
+	__shared__ float hs[32];
+	const uint32_t lane = threadIdx.x & 31, wi = threadIdx.x >> 5, p = blockIdx.y;
+	const uint32_t nsb = a.d_model / 256, r0 = blockIdx.x * 32, j = lane & 3;
+	if (r0 >= a.d_ff || p >= a.top_k)
+		return; /* the whole block (the empty launch at load) */
+	const uint64_t rb = 144ull * nsb;
+	const uint8_t *blob =
+	    (const uint8_t *)((const uint64_t *)a.table)[((const uint32_t *)a.ids)[p]];
+	const uint8_t *gate = blob + a.gate_off, *up = blob + a.up_off;
+	const int8_t *q = (const int8_t *)a.q;
+	const float *d = (const float *)a.d;
+	if (nsb <= 8) { /* one item a lane: the activation once, in registers */
+		const uint32_t b = lane >> 2;
+		const bool on = b < nsb;
+		q4_act u;
+		if (on)
+			q4_act_load(u, q, d, b, j);
+		for (uint32_t rr = wi; rr < 32; rr += 2 * BATON_MMVQ_GU_WARPS) {
+			const uint32_t ra = r0 + rr, rb2 = ra + BATON_MMVQ_GU_WARPS;
+			float g0 = 0.0f, u0 = 0.0f, g1 = 0.0f, u1 = 0.0f;
+			if (on) {
+				q4_w wg0, wu0, wg1, wu1;
+				q4_w_load(wg0, gate + ra * rb + 144 * b, j);
+				q4_w_load(wu0, up + ra * rb + 144 * b, j);
+				q4_w_load(wg1, gate + rb2 * rb + 144 * b, j);
+				q4_w_load(wu1, up + rb2 * rb + 144 * b, j);
+				g0 = q4_dot(wg0, u, j), u0 = q4_dot(wu0, u, j);
+				g1 = q4_dot(wg1, u, j), u1 = q4_dot(wu1, u, j);
+			}
+			g0 = warp_sum(g0), u0 = warp_sum(u0), g1 = warp_sum(g1), u1 = warp_sum(u1);
+			if (lane == 0) {
+				hs[rr] = silu(g0) * u0;
+				hs[rr + BATON_MMVQ_GU_WARPS] = silu(g1) * u1;
+			}
+		}
+	} else { /* longer rows: items in turn, the activation loaded with each */
+		for (uint32_t rr = wi; rr < 32; rr += BATON_MMVQ_GU_WARPS) {
+			const uint32_t r = r0 + rr;
+			float g = 0.0f, v = 0.0f;
+			for (uint32_t it = lane; it < nsb * 4; it += 32) {
+				const uint32_t b = it >> 2;
+				q4_act u;
+				q4_w wg, wu;
+				q4_w_load(wg, gate + r * rb + 144 * b, j);
+				q4_w_load(wu, up + r * rb + 144 * b, j);
+				q4_act_load(u, q, d, b, j);
+				g += q4_dot(wg, u, j);
+				v += q4_dot(wu, u, j);
+			}
+			g = warp_sum(g), v = warp_sum(v);
+			if (lane == 0)
+				hs[rr] = silu(g) * v;
+		}
+	}
+	__syncthreads();
+	if (wi != 0)
+		return;
+	const float v = hs[lane];
+	float m = fabsf(v);
+#pragma unroll
+	for (int off = 16; off > 0; off >>= 1)
+		m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+	const float dq = m / 127.0f;
+	const int qv = m > 0.0f ? __float2int_rn(v / dq) : 0;
+	const uint64_t i = (uint64_t)p * a.d_ff + r0 + lane;
+	((int8_t *)a.hq)[i] = (int8_t)max(-127, min(127, qv));
+	if (lane == 0)
+		((float *)a.hd)[i / 32] = dq;
+}
+
+/* down on q4_K rows at 16-byte alignment: a warp per output row o, lane l
+ * taking items l, l + 32, ... of (pair, block, run), DN at a time with
+ * their loads first; x[o] += the sum over pairs of w[p] * (down[o] . h[p]). */
+template <int DN>
+__device__ __forceinline__ void down_q4k(const baton_mmvq_moe_args &a)
+{
+	const uint32_t lane = threadIdx.x & 31;
+	const uint32_t o = blockIdx.x * BATON_MMVQ_DOWN_WARPS + (threadIdx.x >> 5);
+	if (o >= a.d_model)
+		return; /* whole warps */
+	const uint32_t nsb = a.d_ff / 256, per = nsb * 4, n = a.top_k * per, j = lane & 3;
+	const uint64_t rb = 144ull * nsb;
+	const int8_t *q = (const int8_t *)a.q;
+	const float *d = (const float *)a.d, *wt = (const float *)a.w;
+	const uint32_t *ids = (const uint32_t *)a.ids;
+	const uint64_t *tab = (const uint64_t *)a.table;
+	float s = 0.0f;
+	for (uint32_t i0 = lane; i0 < n; i0 += 32 * DN) {
+		q4_w w[DN];
+#pragma unroll
+		for (int u = 0; u < DN; u++) {
+			const uint32_t i = i0 + 32 * u, p = i / per, b = (i % per) >> 2;
+			if (i < n)
+				q4_w_load(w[u], (const uint8_t *)tab[ids[p]] + a.down_off + o * rb + 144 * b, j);
+		}
+#pragma unroll
+		for (int u = 0; u < DN; u++) {
+			const uint32_t i = i0 + 32 * u, p = i / per, b = (i % per) >> 2;
+			if (i < n) {
+				q4_act u4;
+				q4_act_load(u4, q + (uint64_t)p * a.d_ff, d + (uint64_t)p * (a.d_ff / 32), b, j);
+				s += wt[p] * q4_dot(w[u], u4, j);
+			}
+		}
+	}
+	s = warp_sum(s);
+	if (lane == 0)
+		((float *)a.x)[o] += s;
+}
+
+extern "C" __global__ void __launch_bounds__(32 * BATON_MMVQ_DOWN_WARPS)
+baton_mmvq_down_q4k(baton_mmvq_moe_args a)
+{
+	down_q4k<2>(a);
 }

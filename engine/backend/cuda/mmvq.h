@@ -36,9 +36,16 @@ struct baton_mmvq_args {
  * baton_mmvq_gate_up: grid (ceil(d_ff / (THREADS / tpr)), top_k);
  *   h[p][r] = silu(gate[r] . xn) * (up[r] . xn), xn as q / d.
  * baton_mmvq_down: grid (ceil(d_model / (THREADS / tpr)));
- *   x[o] += sum over p, in order, of w[p] * (down[o] . h[p]), h as q / d. */
+ *   x[o] += sum over p, in order, of w[p] * (down[o] . h[p]), h as q / d.
+ * baton_mmvq_gate_up_q4k: grid (d_ff / 32, top_k), block 32 * GU_WARPS;
+ *   gate_up's h, quantized as baton_mmvq_quant does into hq / hd (q4_K
+ *   rows at 16-byte alignment, d_ff % 32 == 0).
+ * baton_mmvq_down_q4k: grid (ceil(d_model / DOWN_WARPS)), block
+ *   32 * DOWN_WARPS; down's rule above (q4_K rows at 16-byte alignment). */
+#define BATON_MMVQ_GU_WARPS 8
+#define BATON_MMVQ_DOWN_WARPS 4
 struct baton_mmvq_moe_args {
-	uint64_t table, ids, w, q, d, h, x;
+	uint64_t table, ids, w, q, d, h, x, hq, hd;
 	uint64_t gate_off, up_off, down_off;
 	uint32_t gate_dtype, up_dtype, down_dtype, d_model, d_ff, top_k, tpr, pad;
 };

@@ -7,7 +7,8 @@
  * The activation is quantized once for the matmuls that read it back to
  * back (attention's q, k and v): a matmul reuses the last quantization
  * when its x is the same buffer and nothing but these matmuls has been
- * launched since (dev->n_launch counts every launch). A one-row rmsnorm
+ * launched since (dev->n_launch counts every launch, cuBLAS call, copy
+ * to the device and free). A one-row rmsnorm
  * writes that quantization of its output itself (cuda_mmvq_norm_out), so
  * the input norm's q, k and v and the head launch no quantize kernel; the
  * exact matmul and route_dev keep it valid when they write elsewhere
@@ -29,6 +30,10 @@ void cuda_mmvq_config(struct baton_dev *dev)
 {
 	const char *s = getenv("BATON_CUDA_EXACT");
 	dev->vq_off = s && *s && strcmp(s, "0") != 0;
+	/* BATON_CUDA_MMVQ_NARROW=1: the decode step's experts on the 16-thread
+	 * block kernels even where the wide q4_K ones apply (to compare) */
+	s = getenv("BATON_CUDA_MMVQ_NARROW");
+	dev->vq_narrow = s && strcmp(s, "1") == 0;
 }
 
 int cuda_mmvq_load(struct baton_dev *dev)
@@ -44,6 +49,8 @@ int cuda_mmvq_load(struct baton_dev *dev)
 		{ &dev->k_vq_matmul, "baton_mmvq_matmul" },
 		{ &dev->k_vq_gate_up, "baton_mmvq_gate_up" },
 		{ &dev->k_vq_down, "baton_mmvq_down" },
+		{ &dev->k_vq_gate_up4, "baton_mmvq_gate_up_q4k" },
+		{ &dev->k_vq_down4, "baton_mmvq_down_q4k" },
 	};
 	for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
 		CU(dev, d->ModuleGetFunction(k[i].f, dev->vq_mod, k[i].name), k[i].name);
@@ -52,7 +59,7 @@ int cuda_mmvq_load(struct baton_dev *dev)
 	struct baton_mmvq_quant_args zq = { 0 };
 	struct baton_mmvq_args zm = { .tpr = 32 }; /* the GEMVs divide by it; no rows */
 	struct baton_mmvq_moe_args ze = { .tpr = 32 };
-	void *zero[] = { &zq, &zm, &ze, &ze };
+	void *zero[] = { &zq, &zm, &ze, &ze, &ze, &ze };
 	for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
 		void *params[] = { zero[i] };
 		CU(dev, d->LaunchKernel(*k[i].f, 1, 1, 1, 32, 1, 1, 0, dev->stream, params, NULL),
@@ -190,13 +197,34 @@ int cuda_mmvq_experts(struct baton_dev *dev, const struct baton_moe_layer *l, ba
 		.gate_dtype = l->gate_dtype, .up_dtype = l->up_dtype, .down_dtype = l->down_dtype,
 		.d_model = l->d_model, .d_ff = l->d_ff, .top_k = l->top_k, .tpr = vq_tpr(l->d_model),
 	};
+	/* q4_K gate and up at 16-byte alignment: the wide kernel, which
+	 * quantizes h itself; else gate_up, then h's quantization */
+	const int gu4 = l->gate_dtype == BATON_DT_Q4_K && l->up_dtype == BATON_DT_Q4_K &&
+	    l->gate_off % 16 == 0 && l->up_off % 16 == 0 && l->d_ff % 32 == 0 && !dev->vq_narrow;
+	const int dn4 = l->down_dtype == BATON_DT_Q4_K && l->down_off % 16 == 0 && !dev->vq_narrow;
 	uint32_t rpb = BATON_MMVQ_THREADS / a.tpr;
-	if ((rc = cuda_launch(dev, dev->k_vq_gate_up, (l->d_ff + rpb - 1) / rpb, l->top_k,
-	         BATON_MMVQ_THREADS, &a, "cuLaunchKernel baton_mmvq_gate_up")) ||
-	    (rc = vq_quant(dev, &dev->vq_h, dev->h.p, l->top_k * l->d_ff, &hq, &hd)))
+	if (gu4) {
+		const uint64_t n = (uint64_t)l->top_k * l->d_ff, qoff = cuda_round_up(n, 16);
+		if ((rc = cuda_dbuf_need(dev, &dev->vq_h, qoff + n / 32 * 4)))
+			return rc;
+		hq = dev->vq_h.p;
+		hd = dev->vq_h.p + qoff;
+		a.hq = hq;
+		a.hd = hd;
+		if ((rc = cuda_launch(dev, dev->k_vq_gate_up4, l->d_ff / 32, l->top_k,
+		         32 * BATON_MMVQ_GU_WARPS, &a, "cuLaunchKernel baton_mmvq_gate_up_q4k")))
+			return rc;
+	} else if ((rc = cuda_launch(dev, dev->k_vq_gate_up, (l->d_ff + rpb - 1) / rpb, l->top_k,
+	                BATON_MMVQ_THREADS, &a, "cuLaunchKernel baton_mmvq_gate_up")) ||
+	    (rc = vq_quant(dev, &dev->vq_h, dev->h.p, l->top_k * l->d_ff, &hq, &hd))) {
 		return rc;
+	}
 	a.q = hq;
 	a.d = hd;
+	if (dn4)
+		return cuda_launch(dev, dev->k_vq_down4,
+		    (l->d_model + BATON_MMVQ_DOWN_WARPS - 1) / BATON_MMVQ_DOWN_WARPS, 1,
+		    32 * BATON_MMVQ_DOWN_WARPS, &a, "cuLaunchKernel baton_mmvq_down_q4k");
 	a.tpr = vq_tpr(l->d_ff * l->top_k); /* the down rows of every pair share a row's threads */
 	rpb = BATON_MMVQ_THREADS / a.tpr;
 	return cuda_launch(dev, dev->k_vq_down, (l->d_model + rpb - 1) / rpb, 1, BATON_MMVQ_THREADS,

@@ -326,22 +326,9 @@ int cuda_moe_experts(struct baton_dev *dev, const struct baton_moe_layer *l,
 		return rc;
 
 	/* a large batch: per-expert GEMMs on the tensor cores (tc_launch.c) */
-	if (cuda_tc_on(dev, l->batch)) {
-		if ((rc = cuda_dbuf_need(dev, &dev->part, n * l->d_model * 4)))
-			return rc;
-		rc = cuda_tc_experts(dev, l, blobs, n, weights, dev->part.p);
-		if (rc != CUDA_TC_FALLBACK) {
-			if (rc)
-				return rc;
-			struct baton_cuda_reduce_args ra = {
-				.x = l->x, .part = dev->part.p, .d_model = l->d_model, .top_k = l->top_k,
-				.batch = l->batch,
-			};
-			const uint64_t total = (uint64_t)l->batch * l->d_model;
-			return cuda_launch(dev, dev->k_reduce, (uint32_t)((total + 255) / 256), 1, 256, &ra,
-			    "cuLaunchKernel baton_moe_reduce");
-		}
-	}
+	if (cuda_tc_on(dev, l->batch) &&
+	    (rc = cuda_tc_experts(dev, l, blobs, n, weights)) != CUDA_TC_FALLBACK)
+		return rc;
 
 	/* Group the pairs by blob, in (blob, p) order: tokens that chose the
 	 * same expert share one read of its weights. */

@@ -130,4 +130,22 @@ struct baton_ops_route_args {
 	uint32_t rows, n_experts, top_k, rule;
 };
 
+/* baton_ops_router_route: grid (ceil(n_experts / ROUTER_WARPS), rows),
+ * block 32 * ROUTER_WARPS: struct baton_router_route (backend.h) with f32
+ * router rows at 4-byte alignment, k a multiple of 32 (and at most
+ * NORM_ROW_MAX with the norm). norm_on: xn = rmsnorm(x) first (norm_row's bits), and
+ * with q != 0 (one row) its int8 blocks as baton_mmvq_quant makes them;
+ * then logits = w . xn (the one-row f32 matmul's bits), and row r routed
+ * as baton_ops_route does into ids and w_out by the last of its blocks
+ * to finish; count: rows u32 counters, 0 between launches. */
+#define BATON_OPS_ROUTER_WARPS 2
+#define BATON_OPS_ROUTER_MAX_E 1024  /* experts the fused kernel's shared memory holds */
+#define BATON_OPS_ROUTER_MAX_ROWS 64 /* rows of counters */
+struct baton_ops_router_route_args {
+	uint64_t x, xn, norm, w, logits, ids, w_out, count, q, d;
+	uint32_t norm_on, norm_dtype, k, rows, n_experts, top_k, rule;
+	float eps;
+	uint32_t vec, pad; /* vec: rows 16-byte aligned, k % 128 == 0: 16-byte loads */
+};
+
 #endif

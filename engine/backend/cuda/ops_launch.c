@@ -49,7 +49,7 @@ int cuda_ops_load(struct baton_dev *dev)
 	CU(dev, d->ModuleLoadData(&dev->ops_mod, baton_engine_backend_cuda_ops_fatbin),
 	    "cuModuleLoadData of the forward-pass kernels (sm_90 SASS, compute_90 PTX)");
 	static const char *const kinds[BATON_OPS_KINDS] = BATON_OPS_KIND_NAMES;
-	struct kfn k[11 + 2 * BATON_OPS_KINDS] = {
+	struct kfn k[12 + 2 * BATON_OPS_KINDS] = {
 		{ &dev->k_embed, "baton_ops_embed" },
 		{ &dev->k_rmsnorm, "baton_ops_rmsnorm" },
 		{ &dev->k_rmsnorm_row, "baton_ops_rmsnorm_row" },
@@ -61,8 +61,9 @@ int cuda_ops_load(struct baton_dev *dev)
 		{ &dev->k_swiglu, "baton_ops_swiglu" },
 		{ &dev->k_add, "baton_ops_add" },
 		{ &dev->k_route, "baton_ops_route" },
+		{ &dev->k_router_route, "baton_ops_router_route" },
 	};
-	size_t n = 11;
+	size_t n = 12;
 	for (int r = 0; r < 2; r++)
 		for (int i = 0; i < BATON_OPS_KINDS; i++, n++) {
 			k[n].f = &dev->k_matmul[r][i];
@@ -95,6 +96,7 @@ int cuda_ops_load(struct baton_dev *dev)
 		struct baton_ops_swiglu_args s;
 		struct baton_ops_add_args d;
 		struct baton_ops_route_args rt;
+		struct baton_ops_router_route_args rr;
 	} zero;
 	memset(&zero, 0, sizeof zero);
 	for (size_t i = 0; i < n; i++) {
@@ -106,6 +108,14 @@ int cuda_ops_load(struct baton_dev *dev)
 			return cuda_fail(dev, r, what);
 		}
 	}
+	/* the fused router's counters, zero from here on (each launch leaves
+	 * them so); allocated now, never in a recorded pass */
+	static const uint32_t zeros[BATON_OPS_ROUTER_MAX_ROWS];
+	int rc0;
+	if ((rc0 = cuda_dbuf_need(dev, &dev->ops_count, sizeof zeros)))
+		return rc0;
+	CU(dev, d->MemcpyHtoDAsync(dev->ops_count.p, zeros, sizeof zeros, dev->stream),
+	    "cuMemcpyHtoDAsync (router counters)");
 	CU(dev, d->StreamSynchronize(dev->stream), "cuStreamSynchronize after the first launches");
 	return 0;
 }
@@ -124,6 +134,7 @@ void cuda_ops_free(struct baton_dev *dev)
 	}
 	cuda_dbuf_free(dev, &dev->ops_arg);
 	cuda_dbuf_free(dev, &dev->ops_scores);
+	cuda_dbuf_free(dev, &dev->ops_count);
 	if (dev->ops_stage)
 		d->MemFreeHost(dev->ops_stage);
 	dev->ops_stage = NULL;
@@ -649,5 +660,73 @@ int cuda_op_route_dev(struct baton_dev *dev, baton_dptr logits, uint32_t rows,
 	         "cuLaunchKernel baton_ops_route")))
 		return rc;
 	cuda_mmvq_keep(dev, before, ids, nk * 4, weights, nk * 4); /* writes ids and weights alone */
+	return 0;
+}
+
+/* The post-attention norm, the router and route_dev in one launch where
+ * it applies (f32 router rows, k a multiple of 32 (16-byte loads where
+ * the rows are 16-byte aligned and k a multiple of 128),
+ * at most 64 rows and ROUTER_MAX_E experts, with the norm k at most
+ * NORM_ROW_MAX, x 16-byte aligned and apart from xn: the code of rmsnorm_row, the one-row
+ * f32 matmul and the route kernel, so their bits), else the calls one
+ * after the other. All of route_dev's checks come first: a refused call
+ * queues nothing. */
+int cuda_op_router_route_dev(struct baton_dev *dev, const struct baton_router_route *r)
+{
+	int rc;
+	const uint32_t rows = r->rows, k = r->k, E = r->n_experts, K = r->top_k;
+	const uint64_t nx = (uint64_t)rows * k, nl = (uint64_t)rows * E, nk = (uint64_t)rows * K;
+	if (!r->w || !rows || !k || !E || !K || K > E || !f32_buf(r->xn, nx) || !f32_buf(r->logits, nl) ||
+	    !f32_buf(r->weights, nk) || !r->ids || r->ids % 4 || overlap(r->ids, nk, r->weights, nk) ||
+	    overlap(r->ids, nk, r->logits, nl) || overlap(r->weights, nk, r->logits, nl) ||
+	    overlap(r->xn, nx, r->logits, nl) || overlap(r->xn, nx, r->ids, nk) ||
+	    overlap(r->xn, nx, r->weights, nk) ||
+	    (r->norm_on && (!f32_buf(r->x, nx) || overlap(r->x, nx, r->xn, nx) || !(r->eps >= 0))))
+		return refuse(dev, BATON_EINVAL, "router_route_dev",
+		    "zero sizes, top_k above the experts, or missing or overlapping buffers");
+	if (r->rule != BATON_ROUTE_SOFTMAX_TOPK && r->rule != BATON_ROUTE_SOFTMAX_TOPK_NORM)
+		return refuse(dev, BATON_EINVAL, "router_route_dev", "unknown rule");
+	if (E > 8192)
+		return refuse(dev, BATON_ERANGE, "router_route_dev", "more than 8192 experts");
+	uint64_t rb;
+	if ((rc = weight_ok(dev, "router_route_dev", r->w_dtype, k, &rb)) ||
+	    (r->norm_on && r->norm && (rc = weight_ok(dev, "router_route_dev norm", r->norm_dtype, k, &rb))))
+		return rc;
+	const int fused = r->w_dtype == BATON_DT_F32 && r->w % 4 == 0 && k % 32 == 0 &&
+	    rows <= BATON_OPS_ROUTER_MAX_ROWS && E <= BATON_OPS_ROUTER_MAX_E &&
+	    (!r->norm_on || (k <= BATON_OPS_NORM_ROW_MAX && r->x % 16 == 0));
+	if (!fused) {
+		if ((r->norm_on && (rc = cuda_op_rmsnorm(dev, r->x, r->xn, rows, k, r->norm, r->norm_dtype,
+		         r->eps))) ||
+		    (rc = cuda_op_matmul(dev, r->w, r->w_dtype, E, k, 0, 0, r->xn, rows, r->logits, 0)))
+			return rc;
+		return cuda_op_route_dev(dev, r->logits, rows, E, K, r->rule, r->ids, r->weights);
+	}
+	if ((rc = cuda_cur(dev)))
+		return rc;
+	struct baton_ops_router_route_args a = {
+		.x = r->x, .xn = r->xn, .norm = r->norm_on ? r->norm : 0, .w = r->w, .logits = r->logits,
+		.ids = r->ids, .w_out = r->weights, .count = dev->ops_count.p,
+		.norm_on = r->norm_on ? 1u : 0u, .norm_dtype = r->norm_dtype, .k = k, .rows = rows,
+		.n_experts = E, .top_k = K, .rule = (uint32_t)r->rule, .eps = r->eps,
+		.vec = r->w % 16 == 0 && k % 128 == 0,
+	};
+	/* one row normed here: also as the int8 blocks of the experts after it */
+	if (r->norm_on && (rc = cuda_mmvq_norm_out(dev, rows, k, &a.q, &a.d)))
+		return rc;
+	const uint64_t before = dev->n_launch;
+	if ((rc = cuda_launch(dev, dev->k_router_route,
+	         (E + BATON_OPS_ROUTER_WARPS - 1) / BATON_OPS_ROUTER_WARPS, rows,
+	         32 * BATON_OPS_ROUTER_WARPS, &a, "cuLaunchKernel baton_ops_router_route")))
+		return rc;
+	if (a.q) {
+		cuda_mmvq_norm_done(dev, r->xn, k);
+		return 0;
+	}
+	/* without the norm: writes logits, ids and weights alone, so xn's
+	 * quantization stays (unless one of them is where it came from) */
+	const uint64_t vs = dev->vq_src, ve = vs + (uint64_t)dev->vq_k * 4;
+	if (r->weights + nk * 4 <= vs || ve <= r->weights)
+		cuda_mmvq_keep(dev, before, r->logits, nl * 4, r->ids, nk * 4);
 	return 0;
 }

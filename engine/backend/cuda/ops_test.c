@@ -12,7 +12,9 @@
  *     a tail of cols % 32, bias and accumulate: the weights decode exactly
  *     and the dots keep host/host.h's order (ops.h), divisions and
  *     square roots are IEEE on both sides.
- *   - route: bit for bit (the same host code chooses, on copied logits).
+ *   - route: bit for bit (the same host code chooses, on copied logits);
+ *     route_dev and router_route_dev (the post-norm, router and route
+ *     fused) too.
  *   - qk_norm_rope: bit for bit the rmsnorm and rope it fuses (this
  *     backend's), within rope's 1e-6 of the host's.
  *   - rope, attention, swiglu, add: within 1e-6 of the magnitude (2e-6
@@ -546,12 +548,130 @@ static void t_route(void)
 		T_EQ_INT(ids[0], 9);
 		free(ids), free(hid), free(w), free(hw);
 	}
+	/* the three forms of the route kernel: E <= 128 (above) and <= 1,024
+	 * from registers, more from shared memory; ties across lanes */
+	static const uint32_t big[] = { 300, 2000 };
+	enum { RB = 3, KB = 8 };
+	for (size_t b = 0; b < 2; b++) {
+		const uint32_t EB = big[b];
+		float *lb = rvec((size_t)RB * EB);
+		lb[40] = lb[200] = lb[233] = 9.0f; /* a three-way tie in row 0: two in one lane, one in the next */
+		baton_dptr dlb = up(dev, lb, (uint64_t)RB * EB * 4);
+		uint32_t gi[RB * KB], hi[RB * KB];
+		float gw[RB * KB], hwb[RB * KB];
+		for (int rule = 0; rule < 2; rule++) {
+			T_CU(dev, be->route_dev(dev, dlb, RB, EB, KB, rule, dout, dout + RB * KB * 4));
+			T_CU(dev, be->copy_d2h(dev, gi, dout, sizeof gi));
+			T_CU(dev, be->copy_d2h(dev, gw, dout + RB * KB * 4, sizeof gw));
+			T_OK(host_op_route(NULL, H(lb), RB, EB, KB, rule, hi, hwb));
+			T_ASSERT(memcmp(gi, hi, sizeof gi) == 0);
+			same_bits(gw, hwb, RB * KB, "route_dev weights, many experts");
+			T_EQ_INT(gi[0], 40);
+			T_EQ_INT(gi[1], 200);
+			T_EQ_INT(gi[2], 233);
+		}
+		be->free(dev, dlb);
+		free(lb);
+	}
 	T_EQ_ERR(be->route_dev(dev, dl2, R2, E2, K2, 2, dout, dout + R2 * K2 * 4), BATON_EINVAL);
 	T_EQ_ERR(be->route_dev(dev, dl2, R2, E2, E2 + 1, 0, dout, dout + R2 * K2 * 4), BATON_EINVAL);
 	T_EQ_ERR(be->route_dev(dev, dl2, R2, E2, K2, 0, dout, dout + 4), BATON_EINVAL); /* overlap */
 	be->free(dev, dout);
 	be->free(dev, dl2);
 	free(l2);
+	be->close(dev);
+}
+
+/* router_route_dev: the fused norm, router and route (one launch) give
+ * the bits of the host's rmsnorm, matmul and route, row for row: 1, 3, 8
+ * and 64 rows (one counter per row), 2,048- and 512-wide rows, 128 and 60
+ * experts (an odd last block), top 8 and top 100 (the weights kept in w,
+ * not shared memory), both rules, with the norm (f32 and bf16 weights,
+ * none) and without, twice in a row (the counters go back to 0); 96-wide
+ * rows (the fused kernel's loads of one weight a lane), and 200-wide ones
+ * (k % 32 != 0) take the calls in turn. */
+static void t_router_route(void)
+{
+	struct baton_dev *dev = cuda_fixture_open();
+	static const struct {
+		uint32_t rows, k, E, K, norm_dt; /* norm_dt: 0 none, else the dtype + 1 */
+	} cs[] = { { 1, 2048, 128, 8, BATON_DT_F32 + 1 }, { 1, 2048, 128, 8, 0 },
+		   { 3, 2048, 128, 8, BATON_DT_BF16 + 1 }, { 8, 512, 60, 4, BATON_DT_F32 + 1 },
+		   { 64, 512, 128, 8, 0 }, { 1, 2048, 128, 100, BATON_DT_F32 + 1 },
+		   { 2, 96, 8, 2, BATON_DT_F32 + 1 }, { 2, 200, 128, 8, BATON_DT_F32 + 1 } };
+	for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+		const uint32_t R = cs[c].rows, k = cs[c].k, E = cs[c].E, K = cs[c].K;
+		for (int norm_on = 0; norm_on < 2; norm_on++) {
+			float *w = rvec((size_t)E * k), *x = rvec((size_t)R * k), *nw = rvec(k);
+			float *hxn = malloc((size_t)R * k * 4), *gxn = malloc((size_t)R * k * 4);
+			float *hl = malloc((size_t)R * E * 4), *gl = malloc((size_t)R * E * 4);
+			uint32_t *hid = malloc((size_t)R * K * 4), *gid = malloc((size_t)R * K * 4);
+			float *hw = malloc((size_t)R * K * 4), *gw = malloc((size_t)R * K * 4);
+			uint16_t *nb = malloc((size_t)k * 2);
+			T_ASSERT(hxn && gxn && hl && gl && hid && gid && hw && gw && nb);
+			const uint32_t ndt = cs[c].norm_dt ? cs[c].norm_dt - 1 : 0;
+			for (uint32_t i = 0; i < k; i++) {
+				nw[i] = 1.0f + 0.1f * nw[i];
+				uint32_t b;
+				memcpy(&b, &nw[i], 4);
+				nb[i] = (uint16_t)(b >> 16);
+				b &= 0xffff0000u; /* the bf16 weight's value, for f32 too */
+				memcpy(&nw[i], &b, 4);
+			}
+			const void *nhost = ndt == BATON_DT_BF16 ? (const void *)nb : (const void *)nw;
+			baton_dptr dw = up(dev, w, (uint64_t)E * k * 4), dx = up(dev, x, (uint64_t)R * k * 4);
+			baton_dptr dn = up(dev, nhost, (uint64_t)k * (ndt == BATON_DT_BF16 ? 2 : 4));
+			baton_dptr dxn = norm_on ? 0 : up(dev, x, (uint64_t)R * k * 4), dl = 0, dout = 0;
+			if (norm_on)
+				T_CU(dev, be->alloc(dev, (uint64_t)R * k * 4, &dxn));
+			T_CU(dev, be->alloc(dev, (uint64_t)R * E * 4, &dl));
+			T_CU(dev, be->alloc(dev, (uint64_t)R * K * 8, &dout));
+			const baton_dptr hn = cs[c].norm_dt ? H(nhost) : 0;
+			if (norm_on)
+				T_OK(host_op_rmsnorm(NULL, H(x), H(hxn), R, k, hn, ndt, 1e-6f));
+			else
+				memcpy(hxn, x, (size_t)R * k * 4);
+			T_OK(host_op_matmul(NULL, H(w), BATON_DT_F32, E, k, 0, 0, H(hxn), R, H(hl), 0));
+			for (int rule = 0; rule < 2; rule++) {
+				T_OK(host_op_route(NULL, H(hl), R, E, K, rule, hid, hw));
+				struct baton_router_route rr = { .x = dx, .xn = dxn,
+					.norm = cs[c].norm_dt ? dn : 0, .w = dw, .logits = dl, .ids = dout,
+					.weights = dout + (uint64_t)R * K * 4, .norm_on = (uint32_t)norm_on,
+					.norm_dtype = ndt, .w_dtype = BATON_DT_F32, .n_experts = E, .k = k,
+					.rows = R, .top_k = K, .rule = rule, .eps = 1e-6f };
+				for (int rep = 0; rep < 2; rep++) {
+					T_CU(dev, be->router_route_dev(dev, &rr));
+					T_CU(dev, be->copy_d2h(dev, gxn, dxn, (uint64_t)R * k * 4));
+					T_CU(dev, be->copy_d2h(dev, gl, dl, (uint64_t)R * E * 4));
+					T_CU(dev, be->copy_d2h(dev, gid, dout, (uint64_t)R * K * 4));
+					T_CU(dev, be->copy_d2h(dev, gw, dout + (uint64_t)R * K * 4,
+					    (uint64_t)R * K * 4));
+					same_bits(gxn, hxn, (size_t)R * k, "router_route_dev xn");
+					same_bits(gl, hl, (size_t)R * E, "router_route_dev logits");
+					T_ASSERT(memcmp(gid, hid, (size_t)R * K * 4) == 0);
+					same_bits(gw, hw, (size_t)R * K, "router_route_dev weights");
+				}
+				struct baton_router_route bad = rr;
+				bad.rule = 2;
+				T_EQ_ERR(be->router_route_dev(dev, &bad), BATON_EINVAL);
+				bad = rr;
+				bad.top_k = E + 1;
+				T_EQ_ERR(be->router_route_dev(dev, &bad), BATON_EINVAL);
+				bad = rr;
+				bad.logits = dxn + 4; /* over xn */
+				T_EQ_ERR(be->router_route_dev(dev, &bad), BATON_EINVAL);
+				if (norm_on) {
+					bad = rr;
+					bad.xn = dx; /* in place: refused, not raced */
+					T_EQ_ERR(be->router_route_dev(dev, &bad), BATON_EINVAL);
+				}
+			}
+			be->free(dev, dout), be->free(dev, dl), be->free(dev, dx), be->free(dev, dw);
+			be->free(dev, dn), be->free(dev, dxn);
+			free(w), free(x), free(nw), free(nb), free(hxn), free(gxn), free(hl), free(gl);
+			free(hid), free(gid), free(hw), free(gw);
+		}
+	}
 	be->close(dev);
 }
 
@@ -993,6 +1113,60 @@ static void tc_matmul_case(struct baton_dev *dev, int dt, uint32_t n_out, uint32
 	free(w), free(b), free(x), free(y), free(got), free(wd);
 }
 
+/* Within the bf16 bound of the double sum x w^T (w dequantized in wd). */
+static void tc_close(const float *got, const float *x, const float *wd, uint32_t rows,
+    uint32_t n_out, uint32_t k, const char *what)
+{
+	for (uint32_t r = 0; r < rows; r++)
+		for (uint32_t o = 0; o < n_out; o++) {
+			double sum = 0, mag = 0;
+			for (uint32_t i = 0; i < k; i++) {
+				const double p = (double)x[(size_t)r * k + i] * wd[(size_t)o * k + i];
+				sum += p;
+				mag += fabs(p);
+			}
+			if (!(fabs(got[(size_t)r * n_out + o] - sum) <= 0.008 * mag + 1e-8))
+				T_FAIL("%s: [%u][%u] %.9g, exact %.9g", what, r, o, got[(size_t)r * n_out + o],
+				    sum);
+		}
+}
+
+/* q, k and v read one x: the second matmul takes the first's bf16 copy
+ * of x; after x changes in place (a copy to the device, nothing
+ * launched) the next one must convert it anew. */
+static void tc_x_reuse_case(struct baton_dev *dev)
+{
+	const uint32_t n_out = 48, k = 512, rows = 66;
+	const int dt = BATON_DT_Q4_K;
+	uint64_t wb;
+	uint8_t *w1 = weights(dt, n_out, k, &wb), *w2 = weights(dt, n_out, k, &wb);
+	float *x1 = rvec((size_t)rows * k), *x2 = rvec((size_t)rows * k);
+	float *wd1 = malloc((size_t)n_out * k * 4), *wd2 = malloc((size_t)n_out * k * 4);
+	float *got = malloc((size_t)rows * n_out * 4);
+	T_ASSERT(wd1 && wd2 && got);
+	const uint64_t rb = baton_compute_row_bytes(dt, k);
+	for (uint32_t o = 0; o < n_out; o++) {
+		T_OK(baton_dequant_row(dt, w1 + o * rb, wd1 + (size_t)o * k, k));
+		T_OK(baton_dequant_row(dt, w2 + o * rb, wd2 + (size_t)o * k, k));
+	}
+	baton_dptr dw1 = up(dev, w1, wb), dw2 = up(dev, w2, wb), dx = up(dev, x1, (uint64_t)rows * k * 4);
+	baton_dptr dy;
+	T_CU(dev, be->alloc(dev, (uint64_t)rows * n_out * 4, &dy));
+	T_CU(dev, be->matmul(dev, dw1, dt, n_out, k, 0, 0, dx, rows, dy, 0));
+	down(dev, got, dy, (uint64_t)rows * n_out * 4);
+	tc_close(got, x1, wd1, rows, n_out, k, "tc x reuse: first");
+	T_CU(dev, be->matmul(dev, dw2, dt, n_out, k, 0, 0, dx, rows, dy, 0));
+	down(dev, got, dy, (uint64_t)rows * n_out * 4);
+	tc_close(got, x1, wd2, rows, n_out, k, "tc x reuse: x's bf16 copy reused");
+	struct baton_copy c = { dx, x2, (uint64_t)rows * k * 4 };
+	T_CU(dev, be->copy_h2d(dev, &c, 1));
+	T_CU(dev, be->matmul(dev, dw1, dt, n_out, k, 0, 0, dx, rows, dy, 0));
+	down(dev, got, dy, (uint64_t)rows * n_out * 4);
+	tc_close(got, x2, wd1, rows, n_out, k, "tc x reuse: x changed by a copy");
+	be->free(dev, dw1), be->free(dev, dw2), be->free(dev, dx), be->free(dev, dy);
+	free(w1), free(w2), free(x1), free(x2), free(wd1), free(wd2), free(got);
+}
+
 /* attention of n_q >= 64 queries on the tensor cores against the host's:
  * within 2e-2 of the scale (bf16 q, k, p and v: a few 1e-3 expected; a
  * key seen past the causal edge or a wrong head moves outputs by 1e-1). */
@@ -1033,10 +1207,10 @@ static void tc_attention_case(struct baton_dev *dev, uint32_t n_q, uint32_t pos0
 }
 
 /* moe_experts of a large batch (per-expert GEMMs) against the host's:
- * x starts at 0, so x ends as the weighted sum of the experts; within
- * 2e-2 of its largest magnitude (bf16 inputs of both GEMMs). */
+ * x starts random and gains the weighted sum of the experts; within
+ * 2e-2 of that sum's largest magnitude (bf16 inputs of both GEMMs). */
 static void tc_moe_case(struct baton_dev *dev, int dt, uint32_t B, uint32_t D, uint32_t F,
-    uint32_t E, uint32_t K)
+    uint32_t E, uint32_t K, int skew)
 {
 	const uint64_t rbd = baton_compute_row_bytes(dt, D), rbf = baton_compute_row_bytes(dt, F);
 	const uint64_t gate_off = 0, up_off = F * rbd, down_off = 2 * F * rbd;
@@ -1051,15 +1225,20 @@ static void tc_moe_case(struct baton_dev *dev, int dt, uint32_t B, uint32_t D, u
 		free(gu), free(dn);
 	}
 	const size_t BD = (size_t)B * D, BK = (size_t)B * K;
-	float *xn = rvec(BD), *x = calloc(BD, 4), *want = calloc(BD, 4), *got = malloc(BD * 4);
+	float *xn = rvec(BD), *x = rvec(BD), *want = malloc(BD * 4), *got = malloc(BD * 4);
 	float *wt = rvec(BK);
 	baton_dptr *hb = malloc(BK * sizeof *hb), *db = malloc(BK * sizeof *db);
 	T_ASSERT(x && want && got && hb && db);
+	memcpy(want, x, BD * 4);
 	baton_dptr dblobs = up(dev, blobs, E * stride), dxn = up(dev, xn, BD * 4),
 	    dx = up(dev, x, BD * 4);
 	for (uint32_t t = 0; t < B; t++)
 		for (uint32_t j = 0; j < K; j++) {
-			const uint32_t e = (t * 7 + j * 3 + (uint32_t)(rnd() % 2)) % E; /* distinct per token */
+			/* distinct per token; skewed: rank j of every token takes
+			 * experts of its own range, 1, 3 and the rest of them (counts
+			 * B, B / 3, ...: several buckets of padding) */
+			const uint32_t e = !skew ? (t * 7 + j * 3 + (uint32_t)(rnd() % 2)) % E :
+			    j == 0 ? 0 : j == 1 ? 1 + t % 3 : 4 + (t * K + j) % (E - 4);
 			hb[t * K + j] = H(blobs + e * stride);
 			db[t * K + j] = dblobs + e * stride;
 			wt[t * K + j] = fabsf(wt[t * K + j]);
@@ -1077,10 +1256,11 @@ static void tc_moe_case(struct baton_dev *dev, int dt, uint32_t B, uint32_t D, u
 	double md = 0, mw = 0;
 	for (size_t i = 0; i < BD; i++) {
 		md = fmax(md, fabs((double)got[i] - want[i]));
-		mw = fmax(mw, fabs(want[i]));
+		mw = fmax(mw, fabs((double)want[i] - x[i]));
 	}
 	char name[80];
-	snprintf(name, sizeof name, "tc moe %s B=%u max diff / max", baton_dtype_name(dt), B);
+	snprintf(name, sizeof name, "tc moe %s B=%u%s max diff / max", baton_dtype_name(dt), B,
+	    skew ? " skewed" : "");
 	fig(name, md / mw);
 	T_ASSERT_MSG(mw > 0 && md <= 2e-2 * mw, "%s: %.3g of %.3g", name, md, mw);
 	be->free(dev, dblobs), be->free(dev, dxn), be->free(dev, dx);
@@ -1102,21 +1282,25 @@ static void t_tensor_cores(void)
 		tc_matmul_case(dev, dt, 64, blk256(dt) ? 1280 : 1088, 100, 0, 1, 0);
 		/* at odd addresses: the element decoder (bf16: decoded, not in place) */
 		tc_matmul_case(dev, dt, 40, 512, 64, 0, 0, dt == BATON_DT_BF16 ? 2 : 1);
-		tc_moe_case(dev, dt, 96, 256, 256, 6, 2);
+		tc_moe_case(dev, dt, 96, 256, 256, 6, 2, 0);
 	}
+	tc_moe_case(dev, BATON_DT_Q4_K, 200, 256, 256, 40, 4, 1);
+	tc_x_reuse_case(dev);
 	/* f32 weights stay on the exact kernels: the host's bits at 70 rows */
 	matmul_case(dev, BATON_DT_F32, 37, 512, 70, BATON_DT_F32, 0);
 	for (int paged = 0; paged < 2; paged++) {
 		tc_attention_case(dev, 100, 0, 8, 2, 64, paged);
 		tc_attention_case(dev, 70, 300, 4, 4, 128, paged);
 		tc_attention_case(dev, 64, 37, 6, 3, 72, paged);
+		tc_attention_case(dev, 600, 40, 4, 2, 64, paged); /* in groups of 256 queries */
 	}
 	be->close(dev);
 	/* a small scratch: weights in slabs, experts in groups, queries in groups */
 	if (!(dev = tc_open(NULL, "1")))
 		return;
 	tc_matmul_case(dev, BATON_DT_Q4_K, 2100, 256, 65, 1, 1, 0);
-	tc_moe_case(dev, BATON_DT_Q4_K, 96, 256, 256, 6, 2);
+	tc_moe_case(dev, BATON_DT_Q4_K, 96, 256, 256, 6, 2, 0);
+	tc_moe_case(dev, BATON_DT_Q4_K, 200, 256, 256, 40, 4, 1);
 	tc_attention_case(dev, 200, 500, 8, 2, 64, 1);
 	be->close(dev);
 }
@@ -1163,6 +1347,6 @@ static void t_refusals(void)
 	be->close(dev);
 }
 
-T_MAIN(T_CASE(t_matmul), T_CASE(t_matmul_fast), T_CASE(t_embed_rmsnorm), T_CASE(t_route), T_CASE(t_rope),
+T_MAIN(T_CASE(t_matmul), T_CASE(t_matmul_fast), T_CASE(t_embed_rmsnorm), T_CASE(t_route), T_CASE(t_router_route), T_CASE(t_rope),
     T_CASE(t_qk_norm_rope), T_CASE(t_attention), T_CASE(t_kv_store), T_CASE(t_swiglu_add), T_CASE(t_refusals),
     T_CASE_TIMEOUT(t_tensor_cores, 120), T_CASE_TIMEOUT(t_perf, 120))

@@ -9,6 +9,8 @@
  * K-quants' values come from arena/kquant.c's decoder, which
  * engine/backend/host/kquant_test.c checks bit for bit against ggml.)
  */
+#include <stdlib.h>
+
 #include "engine/backend/cuda/cuda_moe_fixture.h"
 #include "tests/t.h"
 
@@ -26,11 +28,23 @@ static void check_kquant(int dt)
 	check_layer(dt, 5, 512, 256, 16, 4, 0);
 	check_layer(dt, 3, 256, 512, 8, 2, 1);
 	check_layer(dt, 20, 256, 256, 4, 2, 0);
-	/* batch 1, Qwen3-30B-A3B's d_ff (3 blocks) and top-8 */
+	/* batch 1, Qwen3-30B-A3B's d_ff (3 blocks) and top-8; rows of 10
+	 * blocks (more than the wide q4_K gate_up's one item a lane) */
 	check_layer(dt, 1, 512, 768, 16, 8, 0);
+	check_layer(dt, 1, 2560, 512, 8, 4, 0);
 }
 
-static void t_moe_q4_K(void) { check_kquant(BATON_DT_Q4_K); }
+/* q4_K's batch 1 also on the 16-thread-per-block kernels that the wide
+ * ones replace where rows are 16-byte aligned (BATON_CUDA_MMVQ_NARROW=1,
+ * read at open): both within the same tolerance of the reference. */
+static void t_moe_q4_K(void)
+{
+	check_kquant(BATON_DT_Q4_K);
+	setenv("BATON_CUDA_MMVQ_NARROW", "1", 1);
+	check_layer(BATON_DT_Q4_K, 1, 512, 768, 16, 8, 0);
+	check_layer(BATON_DT_Q4_K, 1, 2560, 512, 8, 4, 0);
+	unsetenv("BATON_CUDA_MMVQ_NARROW");
+}
 
 /* The block types of arena/quant.c (the scalar path, byte loads, at any
  * alignment): blocks of 32 at the demo models' shapes (D 192, F 128, rows

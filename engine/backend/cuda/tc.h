@@ -2,7 +2,7 @@
  * tc.h: internal to the `cuda` backend. The argument blocks of the kernels
  * around the tensor-core path (tc_launch.c): gemm.cu (weights decoded to
  * bf16, activations to bf16 and back, the MoE block's gather, SwiGLU and
- * scatter) and attn.cu (prefill attention as two GEMMs: the K/V and Q
+ * weighted sum) and attn.cu (prefill attention as two GEMMs: the K/V and Q
  * layouts, the causal softmax, the output back in place). Shared by C and
  * CUDA: fixed-width fields, no padding. Every kernel runs a grid-stride
  * loop over its elements, block BATON_TC_THREADS, unless it says
@@ -47,11 +47,13 @@ struct baton_tc_swiglu_args {
 	uint32_t rows, f;
 };
 
-/* baton_tc_scatter: for rows r with p = map[r] != NONE:
- * part[p][c] = w[p] * o[r][c], c < cols (f32). */
-struct baton_tc_scatter_args {
-	uint64_t o, part, map, w;
-	uint32_t rows, cols;
+/* baton_tc_combine: grid (x over cols / 4, y over tokens). x[t][c] +=
+ * w[p] * o[prow[p]][c] for p = t * top_k + k in k order, each product
+ * rounded before its add: the bits of the pairs' weighted rows summed in
+ * rank order by moe_reduce, without writing them out. cols % 4 == 0. */
+struct baton_tc_combine_args {
+	uint64_t o, x, prow, w;
+	uint32_t tokens, cols, top_k, pad;
 };
 
 /* attn.cu. G = heads / kv_heads query heads per KV head.

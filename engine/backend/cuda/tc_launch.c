@@ -10,12 +10,13 @@
  *   matmul     x to bf16; weights decoded to bf16 in slabs of output rows
  *              (bf16 weights at 16-byte alignment used in place); one GEMM
  *              per slab into y (beta 1 to accumulate); the bias after.
- *   experts    the pairs grouped by expert (the caller sorted them), each
- *              expert's tokens gathered into bf16 rows padded to the
- *              largest group; per group of experts that fits the scratch,
+ *   experts    the pairs grouped by expert, each expert's tokens gathered
+ *              into bf16 rows padded to its bucket's largest count (struct
+ *              plan); per group of experts that fits the scratch,
  *              gate and up (one matrix of 2 d_ff rows) and down decoded to
- *              bf16, two strided-batched GEMMs with SwiGLU between; the
- *              outputs, weighted, scattered to their pairs.
+ *              bf16, two strided-batched GEMMs with SwiGLU between; each
+ *              token's outputs, weighted, added into its row of x in rank
+ *              order.
  *   attention  per group of queries: the sequence's keys and values out
  *              of the (paged) cache into bf16 per KV head, the queries
  *              grouped by KV head, S = scale Q K^T (one strided-batched
@@ -34,6 +35,8 @@
 #define BF16 14 /* cudaDataType CUDA_R_16BF */
 
 enum { B_W, B_X, B_A, B_B, B_C, B_MAP };
+
+#define ATTN_GROUP 256 /* queries per attention group, at most (below) */
 
 /* A scratch buffer of at least `bytes`, or the fallback (said once per
  * device on stderr: the pass then runs on the CUDA cores). */
@@ -68,12 +71,25 @@ static int vec_ok(uint64_t base, uint32_t dt, uint64_t rb)
 	return base % 2 == 0 && rb % 2 == 0;
 }
 
+static int bias(struct baton_dev *dev, baton_dptr y, baton_dptr b, uint32_t b_dtype,
+    uint32_t rows, uint32_t n_out)
+{
+	struct baton_tc_bias_args ba = { .y = y, .b = b, .rows = rows, .n_out = n_out, .b_dtype = b_dtype };
+	return launch(dev, dev->k_tc_bias, (uint64_t)rows * n_out, 1, &ba, "cuLaunchKernel baton_tc_bias");
+}
+
 int cuda_tc_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint64_t rb,
     uint32_t n_out, uint32_t k, baton_dptr b, uint32_t b_dtype, baton_dptr x, uint32_t rows,
     baton_dptr y, int accumulate)
 {
 	int rc;
-	if (w_dtype == BATON_DT_F32 || k % 8 || (uint64_t)rows * k > 0x7fffffffull)
+	/* f32 weights (the MoE routers, whose logits pick the experts) stay
+	 * on the exact kernel: cuBLAS's f32 GEMM took 183 us for a 512-row
+	 * router pass against the exact kernel's ~44 us (128 outputs are too
+	 * few tiles), and TF32 gained nothing measurable (H200, 2026-12-02) */
+	if (w_dtype == BATON_DT_F32 || (uint64_t)rows * k > 0x7fffffffull)
+		return CUDA_TC_FALLBACK;
+	if (k % 8)
 		return CUDA_TC_FALLBACK;
 	const int direct = w_dtype == BATON_DT_BF16 && w % 16 == 0;
 	uint64_t slab = direct ? n_out : dev->tc_scratch / ((uint64_t)k * 2);
@@ -84,13 +100,18 @@ int cuda_tc_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint64
 	if ((rc = need(dev, B_X, (uint64_t)rows * k * 2)) ||
 	    (!direct && (rc = need(dev, B_W, slab * k * 2))))
 		return rc;
-	struct baton_tc_rows_args ra = {
-		.src = x, .dst = dev->tc_buf[B_X].p, .map = 0, .rows = rows, .cols = k, .src_ld = k,
-		.div = 1,
-	};
-	if ((rc = launch(dev, dev->k_tc_rows, (uint64_t)rows * k / 8, 1, &ra,
-	         "cuLaunchKernel baton_tc_rows")))
-		return rc;
+	/* x to bf16, unless the last matmul left it there and nothing has
+	 * written device memory since (the need above kept the buffer) */
+	if (!(dev->tc_x_src == x && dev->tc_x_rows == rows && dev->tc_x_k == k &&
+	        dev->tc_x_mark == dev->n_launch)) {
+		struct baton_tc_rows_args ra = {
+			.src = x, .dst = dev->tc_buf[B_X].p, .map = 0, .rows = rows, .cols = k,
+			.src_ld = k, .div = 1,
+		};
+		if ((rc = launch(dev, dev->k_tc_rows, (uint64_t)rows * k / 8, 1, &ra,
+		         "cuLaunchKernel baton_tc_rows")))
+			return rc;
+	}
 	for (uint64_t o0 = 0; o0 < n_out; o0 += slab) {
 		const uint32_t s = (uint32_t)(n_out - o0 < slab ? n_out - o0 : slab);
 		CUdeviceptr wa = w + o0 * rb;
@@ -111,15 +132,15 @@ int cuda_tc_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint64
 			.alpha = 1.0f, .beta = accumulate ? 1.0f : 0.0f,
 			.a = wa, .b = dev->tc_buf[B_X].p, .c = y + o0 * 4,
 			.a_type = BF16, .b_type = BF16, .lda = (int)k, .ldb = (int)k, .ldc = (int)n_out,
-			.batch = 1,
+			.batch = 1, .what = "cublas matmul",
 		};
 		if ((rc = cuda_blas_gemm(dev, &g)))
 			return rc;
 	}
-	if (!b)
-		return 0;
-	struct baton_tc_bias_args ba = { .y = y, .b = b, .rows = rows, .n_out = n_out, .b_dtype = b_dtype };
-	return launch(dev, dev->k_tc_bias, (uint64_t)rows * n_out, 1, &ba, "cuLaunchKernel baton_tc_bias");
+	if (b && (rc = bias(dev, y, b, b_dtype, rows, n_out)))
+		return rc;
+	dev->tc_x_src = x, dev->tc_x_rows = rows, dev->tc_x_k = k, dev->tc_x_mark = dev->n_launch;
+	return 0;
 }
 
 /* Host bytes to the device through the pinned stage (reused once its
@@ -150,25 +171,51 @@ static int stage_copy(struct baton_dev *dev, const void *src, uint64_t bytes, CU
 	return 0;
 }
 
-int cuda_tc_experts(struct baton_dev *dev, const struct baton_moe_layer *l, const baton_dptr *blobs,
-    uint64_t n, const float *w, CUdeviceptr part)
+/* How a pass's pairs become GEMM rows. The experts used (U) are sorted
+ * by their pair counts, largest first, and cut into buckets whose counts
+ * are within 3/4 of the bucket's first (all counts of 8 or fewer in one):
+ * a bucket's experts are padded to its largest count (a multiple of 8),
+ * not the pass's, so a few popular experts do not pad all the others.
+ * Expert i (sorted order) owns rows base[i] .. base[i + 1]; bucket b is
+ * experts b0[b] .. b0[b + 1], each of pad[b] rows. */
+struct plan {
+	uint64_t U, R, nb;
+	uint64_t *blob;           /* [U] sorted */
+	uint64_t *base;           /* [U + 1] */
+	uint64_t *b0, *pad;       /* [nb + 1], [nb] */
+	uint32_t *prow;           /* [n] the row of pair p */
+};
+
+static void plan_free(struct plan *pl)
 {
-	const uint32_t D = l->d_model, F = l->d_ff;
-	int rc;
-	if (D % 8 || F % 8 || l->gate_dtype == BATON_DT_F32 || l->up_dtype == BATON_DT_F32 ||
-	    l->down_dtype == BATON_DT_F32 || n > 0x7fffffffull)
-		return CUDA_TC_FALLBACK;
-	/* the experts used, in order of first use (a hash of the blob
-	 * addresses, no sort): group[p], their blobs and counts */
+	free(pl->blob), free(pl->base), free(pl->b0), free(pl->pad), free(pl->prow);
+}
+
+static int by_count(const void *a, const void *b)
+{
+	const uint64_t *x = a, *y = b; /* (count << 32 | first use), descending count */
+	const uint64_t cx = x[0] >> 32, cy = y[0] >> 32;
+	if (cx != cy)
+		return cx > cy ? -1 : 1;
+	return (x[0] & 0xffffffffu) < (y[0] & 0xffffffffu) ? -1 : 1;
+}
+
+static int plan_make(struct plan *pl, const baton_dptr *blobs, uint64_t n)
+{
+	memset(pl, 0, sizeof *pl);
+	/* the experts, in order of first use (a hash of the blob addresses):
+	 * group[p], their blobs and counts */
 	uint64_t cap = 16;
 	int bits = 4;
 	while (cap < 2 * n)
 		cap <<= 1, bits++;
 	uint64_t *keys = calloc(cap, sizeof *keys), *gblob = malloc(n * sizeof *gblob);
+	uint64_t *key = malloc(n * sizeof *key);
 	uint32_t *gid = malloc(cap * sizeof *gid), *group = malloc(n * sizeof *group);
-	uint32_t *count = calloc(n, sizeof *count);
-	rc = keys && gblob && gid && group && count ? 0 : BATON_ENOMEM;
-	uint64_t U = 0, maxc = 0;
+	uint32_t *count = calloc(n, sizeof *count), *rank = malloc(n * sizeof *rank);
+	pl->prow = malloc(n * sizeof *pl->prow);
+	int rc = keys && gblob && key && gid && group && count && rank && pl->prow ? 0 : BATON_ENOMEM;
+	uint64_t U = 0;
 	for (uint64_t p = 0; !rc && p < n; p++) {
 		const uint64_t b = blobs[p];
 		uint64_t h = ((b >> 6) * 0x9E3779B97F4A7C15ull) >> (64 - bits);
@@ -180,18 +227,64 @@ int cuda_tc_experts(struct baton_dev *dev, const struct baton_moe_layer *l, cons
 			gblob[U++] = b;
 		}
 		group[p] = gid[h];
-		if (++count[gid[h]] > maxc)
-			maxc = count[gid[h]];
+		count[gid[h]]++;
 	}
-	free(keys);
-	free(gid);
-	maxc = cuda_round_up(maxc, 8);
-	const uint64_t R = U * maxc;
-	if (!rc && R * (2ull * F > D ? 2ull * F : D) > 0x7fffffffull)
-		rc = CUDA_TC_FALLBACK;
-	if (rc) {
-		free(gblob), free(group), free(count);
+	free(keys), free(gid);
+	pl->U = U;
+	pl->blob = malloc((U ? U : 1) * sizeof *pl->blob);
+	pl->base = malloc((U + 1) * sizeof *pl->base);
+	pl->b0 = malloc((U + 1) * sizeof *pl->b0);
+	pl->pad = malloc((U ? U : 1) * sizeof *pl->pad);
+	if (!rc && (!pl->blob || !pl->base || !pl->b0 || !pl->pad))
+		rc = BATON_ENOMEM;
+	if (!rc) {
+		for (uint64_t e = 0; e < U; e++)
+			key[e] = (uint64_t)count[e] << 32 | e;
+		qsort(key, U, sizeof *key, by_count);
+		uint64_t r = 0;
+		for (uint64_t i = 0; i < U;) {
+			const uint64_t pad = cuda_round_up(key[i] >> 32, 8);
+			uint64_t j = i;
+			while (j < U && cuda_round_up(key[j] >> 32, 8) * 4 >= pad * 3)
+				j++; /* at pad 8: all the rest */
+			pl->b0[pl->nb] = i;
+			pl->pad[pl->nb++] = pad;
+			for (; i < j; i++) {
+				const uint32_t e = (uint32_t)(key[i] & 0xffffffffu);
+				rank[e] = (uint32_t)i;
+				pl->blob[i] = gblob[e];
+				pl->base[i] = r;
+				r += pad;
+			}
+		}
+		pl->b0[pl->nb] = U;
+		pl->base[U] = pl->R = r;
+		for (uint64_t e = 0; e < U; e++)
+			count[e] = 0; /* now each expert's next row */
+		for (uint64_t p = 0; p < n; p++) /* an expert's pairs in p order */
+			pl->prow[p] = (uint32_t)(pl->base[rank[group[p]]] + count[group[p]]++);
+	}
+	free(gblob), free(key), free(group), free(count), free(rank);
+	if (rc)
+		plan_free(pl);
+	return rc;
+}
+
+int cuda_tc_experts(struct baton_dev *dev, const struct baton_moe_layer *l, const baton_dptr *blobs,
+    uint64_t n, const float *w)
+{
+	const uint32_t D = l->d_model, F = l->d_ff;
+	int rc;
+	if (D % 8 || F % 8 || l->gate_dtype == BATON_DT_F32 || l->up_dtype == BATON_DT_F32 ||
+	    l->down_dtype == BATON_DT_F32 || n > 0x7fffffffull)
+		return CUDA_TC_FALLBACK;
+	struct plan pl;
+	if ((rc = plan_make(&pl, blobs, n)))
 		return rc;
+	const uint64_t U = pl.U, R = pl.R;
+	if (R * (2ull * F > D ? 2ull * F : D) > 0x7fffffffull) {
+		plan_free(&pl);
+		return CUDA_TC_FALLBACK;
 	}
 	const uint64_t gbytes = (uint64_t)F * D * 2 * 3; /* one expert's bf16 gate, up, down */
 	uint64_t Gn = dev->tc_scratch / gbytes;
@@ -199,46 +292,49 @@ int cuda_tc_experts(struct baton_dev *dev, const struct baton_moe_layer *l, cons
 		Gn = U;
 	if (!Gn)
 		Gn = 1;
-	/* the maps: table[U] (u64), rowmap[R] (u32), w[n] (f32) */
-	const uint64_t off_map = U * 8, off_w = cuda_round_up(off_map + R * 4, 16);
+	/* the maps: table[U] (u64, sorted order), rowmap[R] (u32), prow[n]
+	 * (u32: pair p's row), w[n] (f32) */
+	const uint64_t off_map = U * 8, off_prow = off_map + R * 4;
+	const uint64_t off_w = cuda_round_up(off_prow + n * 4, 16);
 	const uint64_t mbytes = off_w + n * 4;
+	char *host = NULL;
 	if ((rc = need(dev, B_MAP, mbytes)) || (rc = need(dev, B_X, R * D * 2)) ||
 	    (rc = need(dev, B_A, R * 2 * F * 4)) || (rc = need(dev, B_B, R * F * 2)) ||
-	    (rc = need(dev, B_C, R * D * 4)) || (rc = need(dev, B_W, Gn * gbytes))) {
-		free(gblob), free(group), free(count);
+	    (rc = need(dev, B_C, R * D * 4)) || (rc = need(dev, B_W, Gn * gbytes)) ||
+	    (rc = (host = malloc(mbytes)) ? 0 : BATON_ENOMEM)) {
+		plan_free(&pl);
 		return rc;
 	}
-	char *host = malloc(mbytes);
-	if (!host) {
-		free(gblob), free(group), free(count);
-		return BATON_ENOMEM;
-	}
-	uint64_t *table = (uint64_t *)host;
 	uint32_t *rowmap = (uint32_t *)(host + off_map);
+	memcpy(host, pl.blob, U * 8);
 	memset(rowmap, 0xff, R * 4);
+	for (uint64_t p = 0; p < n; p++)
+		rowmap[pl.prow[p]] = (uint32_t)p;
+	memcpy(host + off_prow, pl.prow, n * 4);
+	memcpy(host + off_w, w, n * 4);
 	int vec = 7;
 	const uint64_t rb_g = baton_compute_row_bytes((int)l->gate_dtype, D);
 	const uint64_t rb_u = baton_compute_row_bytes((int)l->up_dtype, D);
 	const uint64_t rb_d = baton_compute_row_bytes((int)l->down_dtype, F);
 	for (uint64_t e = 0; e < U; e++) {
-		table[e] = gblob[e];
-		if (!vec_ok(gblob[e] + l->gate_off, l->gate_dtype, rb_g))
+		if (!vec_ok(pl.blob[e] + l->gate_off, l->gate_dtype, rb_g))
 			vec &= ~1;
-		if (!vec_ok(gblob[e] + l->up_off, l->up_dtype, rb_u))
+		if (!vec_ok(pl.blob[e] + l->up_off, l->up_dtype, rb_u))
 			vec &= ~2;
-		if (!vec_ok(gblob[e] + l->down_off, l->down_dtype, rb_d))
+		if (!vec_ok(pl.blob[e] + l->down_off, l->down_dtype, rb_d))
 			vec &= ~4;
-		count[e] = 0; /* now each group's next row */
 	}
-	for (uint64_t p = 0; p < n; p++) /* a group's pairs in p order */
-		rowmap[(uint64_t)group[p] * maxc + count[group[p]]++] = (uint32_t)p;
-	free(gblob), free(group), free(count);
-	memcpy(host + off_w, w, n * 4);
+	if (dev->prof) { /* the profile's view of the grouping */
+		dev->prof_tc_calls++;
+		dev->prof_tc_pairs += n;
+		dev->prof_tc_experts += U;
+		dev->prof_tc_rows += R;
+		dev->prof_tc_buckets += pl.nb;
+	}
 	rc = stage_copy(dev, host, mbytes, dev->tc_buf[B_MAP].p);
 	free(host);
-	if (rc)
-		return rc;
-	const CUdeviceptr dtab = dev->tc_buf[B_MAP].p, dmap = dtab + off_map, dw = dtab + off_w;
+	const CUdeviceptr dtab = dev->tc_buf[B_MAP].p, dmap = dtab + off_map, dw = dtab + off_w,
+	    dprow = dtab + off_prow;
 	const CUdeviceptr X = dev->tc_buf[B_X].p, GU = dev->tc_buf[B_A].p, Hb = dev->tc_buf[B_B].p,
 	    O = dev->tc_buf[B_C].p, W = dev->tc_buf[B_W].p;
 	const CUdeviceptr Wd = W + Gn * (uint64_t)F * D * 4; /* after Gn gate+up matrices */
@@ -247,10 +343,11 @@ int cuda_tc_experts(struct baton_dev *dev, const struct baton_moe_layer *l, cons
 		.src = l->xn, .dst = X, .map = dmap, .rows = (uint32_t)R, .cols = D, .src_ld = D,
 		.div = l->top_k,
 	};
-	if ((rc = launch(dev, dev->k_tc_rows, R * D / 8, 1, &ra, "cuLaunchKernel baton_tc_rows")))
-		return rc;
-	for (uint64_t g0 = 0; g0 < U; g0 += Gn) {
-		const uint32_t gn = (uint32_t)(U - g0 < Gn ? U - g0 : Gn);
+	if (!rc)
+		rc = launch(dev, dev->k_tc_rows, R * D / 8, 1, &ra, "cuLaunchKernel baton_tc_rows");
+	for (uint64_t g0 = 0; !rc && g0 < U; g0 += Gn) {
+		const uint64_t g1e = U - g0 < Gn ? U : g0 + Gn; /* experts g0 .. g1e - 1 */
+		const uint32_t gn = (uint32_t)(g1e - g0);
 		struct baton_tc_dequant_args da = {
 			.table = dtab + g0 * 8, .src_off = l->gate_off, .row_bytes = rb_g, .dst = W,
 			.dst_stride = 2ull * F * D, .dst_row0 = 0, .rows = F, .cols = D,
@@ -258,62 +355,88 @@ int cuda_tc_experts(struct baton_dev *dev, const struct baton_moe_layer *l, cons
 		};
 		if ((rc = launch(dev, dev->k_tc_dequant, (uint64_t)F * D / 8, gn, &da,
 		         "cuLaunchKernel baton_tc_dequant (gate)")))
-			return rc;
+			break;
 		da.src_off = l->up_off, da.row_bytes = rb_u, da.dst_row0 = F, da.dtype = l->up_dtype;
 		da.vec = (vec >> 1) & 1;
 		if ((rc = launch(dev, dev->k_tc_dequant, (uint64_t)F * D / 8, gn, &da,
 		         "cuLaunchKernel baton_tc_dequant (up)")))
-			return rc;
+			break;
 		da.src_off = l->down_off, da.row_bytes = rb_d, da.dst = Wd, da.dst_stride = (uint64_t)D * F;
 		da.dst_row0 = 0, da.rows = D, da.cols = F, da.dtype = l->down_dtype;
 		da.vec = (vec >> 2) & 1;
 		if ((rc = launch(dev, dev->k_tc_dequant, (uint64_t)F * D / 8, gn, &da,
 		         "cuLaunchKernel baton_tc_dequant (down)")))
-			return rc;
-		const uint64_t r0 = g0 * maxc;
-		struct cuda_gemm g1 = {
-			.ta = 1, .tb = 0, .m = (int)(2 * F), .n = (int)maxc, .k = (int)D,
-			.alpha = 1.0f, .beta = 0.0f,
-			.a = W, .b = X + r0 * D * 2, .c = GU + r0 * 2 * F * 4,
-			.a_type = BF16, .b_type = BF16, .lda = (int)D, .ldb = (int)D, .ldc = (int)(2 * F),
-			.batch = (int)gn,
-			.sa = 2ll * F * D, .sb = (long long)(maxc * D), .sc = (long long)(maxc * 2 * F),
-		};
-		if ((rc = cuda_blas_gemm(dev, &g1)))
-			return rc;
-		struct baton_tc_swiglu_args sa = {
-			.gu = GU + r0 * 2 * F * 4, .h = Hb + r0 * F * 2, .rows = (uint32_t)(gn * maxc), .f = F,
-		};
-		if ((rc = launch(dev, dev->k_tc_swiglu, gn * maxc * F, 1, &sa,
-		         "cuLaunchKernel baton_tc_swiglu")))
-			return rc;
-		struct cuda_gemm g2 = {
-			.ta = 1, .tb = 0, .m = (int)D, .n = (int)maxc, .k = (int)F,
-			.alpha = 1.0f, .beta = 0.0f,
-			.a = Wd, .b = Hb + r0 * F * 2, .c = O + r0 * D * 4,
-			.a_type = BF16, .b_type = BF16, .lda = (int)F, .ldb = (int)F, .ldc = (int)D,
-			.batch = (int)gn,
-			.sa = (long long)D * F, .sb = (long long)(maxc * F), .sc = (long long)(maxc * D),
-		};
-		if ((rc = cuda_blas_gemm(dev, &g2)))
-			return rc;
+			break;
+		/* per bucket within the chunk: gate/up for all, SwiGLU over the
+		 * chunk's rows (contiguous), down for all */
+		for (int step = 0; !rc && step < 2; step++) {
+			for (uint64_t b = 0; !rc && b < pl.nb; b++) {
+				const uint64_t lo = pl.b0[b] > g0 ? pl.b0[b] : g0;
+				const uint64_t hi = pl.b0[b + 1] < g1e ? pl.b0[b + 1] : g1e;
+				if (lo >= hi)
+					continue;
+				const uint64_t r0 = pl.base[lo], pad = pl.pad[b];
+				struct cuda_gemm g = {
+					.ta = 1, .tb = 0, .m = (int)(2 * F), .n = (int)pad, .k = (int)D,
+					.alpha = 1.0f, .beta = 0.0f,
+					.a = W + (lo - g0) * 2 * F * D * 2, .b = X + r0 * D * 2,
+					.c = GU + r0 * 2 * F * 4,
+					.a_type = BF16, .b_type = BF16, .lda = (int)D, .ldb = (int)D,
+					.ldc = (int)(2 * F), .batch = (int)(hi - lo),
+					.sa = 2ll * F * D, .sb = (long long)(pad * D), .sc = (long long)(pad * 2 * F),
+					.what = "cublas experts gate/up",
+				};
+				if (step) {
+					g = (struct cuda_gemm){
+						.ta = 1, .tb = 0, .m = (int)D, .n = (int)pad, .k = (int)F,
+						.alpha = 1.0f, .beta = 0.0f,
+						.a = Wd + (lo - g0) * D * F * 2, .b = Hb + r0 * F * 2,
+						.c = O + r0 * D * 4,
+						.a_type = BF16, .b_type = BF16, .lda = (int)F, .ldb = (int)F,
+						.ldc = (int)D, .batch = (int)(hi - lo),
+						.sa = (long long)D * F, .sb = (long long)(pad * F),
+						.sc = (long long)(pad * D), .what = "cublas experts down",
+					};
+				}
+				rc = cuda_blas_gemm(dev, &g);
+			}
+			if (rc || step)
+				break;
+			const uint64_t r0 = pl.base[g0], rows = pl.base[g1e] - r0;
+			struct baton_tc_swiglu_args sa = {
+				.gu = GU + r0 * 2 * F * 4, .h = Hb + r0 * F * 2, .rows = (uint32_t)rows, .f = F,
+			};
+			rc = launch(dev, dev->k_tc_swiglu, rows * F / 8, 1, &sa,
+			    "cuLaunchKernel baton_tc_swiglu");
+		}
 	}
-	struct baton_tc_scatter_args sc = {
-		.o = O, .part = part, .map = dmap, .w = dw, .rows = (uint32_t)R, .cols = D,
+	plan_free(&pl);
+	if (rc)
+		return rc;
+	struct baton_tc_combine_args cb = {
+		.o = O, .x = l->x, .prow = dprow, .w = dw, .tokens = l->batch, .cols = D,
+		.top_k = l->top_k,
 	};
-	return launch(dev, dev->k_tc_scatter, R * D, 1, &sc, "cuLaunchKernel baton_tc_scatter");
+	const uint32_t gx = (D / 4 + BATON_TC_THREADS - 1) / BATON_TC_THREADS;
+	return cuda_launch_k(dev, dev->k_tc_combine, gx, l->batch < 65535 ? l->batch : 65535, 1,
+	    BATON_TC_THREADS, 0, &cb, 0, "cuLaunchKernel baton_tc_combine");
 }
 
 int cuda_tc_attention(struct baton_dev *dev, const struct baton_attn *a, CUdeviceptr table)
 {
 	const uint32_t H = a->n_heads, KH = a->n_kv_heads, hd = a->head_dim, G = H / KH;
 	int rc;
-	if (hd % 8)
+	if (hd % 8 || (a->q | a->out) % 16) /* attn.cu's 16-byte rows */
 		return CUDA_TC_FALLBACK;
 	const uint64_t pad_max = cuda_round_up((uint64_t)a->pos0 + a->n_q, 8);
 	uint64_t nqg = dev->tc_scratch / ((uint64_t)H * pad_max * 6);
 	if (nqg > a->n_q)
 		nqg = a->n_q;
+	/* groups of at most ATTN_GROUP queries: each group's scores stop at
+	 * its last query's key, so a long segment writes and reads about
+	 * half the causal square, not all of it */
+	if (nqg >= 2 * ATTN_GROUP)
+		nqg = ATTN_GROUP;
 	if (nqg < 16 && nqg < a->n_q)
 		return CUDA_TC_FALLBACK; /* a context too long for the scratch: the chunked kernels */
 	if (pad_max * H * nqg > 0x7fffffffull)
@@ -335,14 +458,14 @@ int cuda_tc_attention(struct baton_dev *dev, const struct baton_attn *a, CUdevic
 			.k = a->k, .v = a->v, .kb = Kb, .vb = Vb, .blocks = table, .n_ctx = n_ctx,
 			.n_pad = n_pad, .kv_heads = KH, .head_dim = hd, .block_size = a->block_size,
 		};
-		if ((rc = launch(dev, dev->k_tc_attn_kv, (uint64_t)KH * n_pad * hd, 1, &ka,
+		if ((rc = launch(dev, dev->k_tc_attn_kv, (uint64_t)KH * n_pad * hd / 8, 1, &ka,
 		         "cuLaunchKernel baton_tc_attn_kv")))
 			return rc;
 		struct baton_tc_attn_qo_args qa = {
 			.src = a->q + q0 * H * hd * 4, .dst = Qb, .nq = nq, .heads = H, .kv_heads = KH,
 			.head_dim = hd,
 		};
-		if ((rc = launch(dev, dev->k_tc_attn_q, (uint64_t)nq * H * hd, 1, &qa,
+		if ((rc = launch(dev, dev->k_tc_attn_q, (uint64_t)nq * H * hd / 8, 1, &qa,
 		         "cuLaunchKernel baton_tc_attn_q")))
 			return rc;
 		const uint64_t cols = (uint64_t)nq * G; /* query rows per KV head */
@@ -352,7 +475,7 @@ int cuda_tc_attention(struct baton_dev *dev, const struct baton_attn *a, CUdevic
 			.a_type = BF16, .b_type = BF16, .lda = (int)hd, .ldb = (int)hd, .ldc = (int)n_pad,
 			.batch = (int)KH,
 			.sa = (long long)n_pad * hd, .sb = (long long)(cols * hd),
-			.sc = (long long)(cols * n_pad),
+			.sc = (long long)(cols * n_pad), .what = "cublas attention QK",
 		};
 		if ((rc = cuda_blas_gemm(dev, &g1)))
 			return rc;
@@ -370,7 +493,7 @@ int cuda_tc_attention(struct baton_dev *dev, const struct baton_attn *a, CUdevic
 			.a_type = BF16, .b_type = BF16, .lda = (int)hd, .ldb = (int)n_pad, .ldc = (int)hd,
 			.batch = (int)KH,
 			.sa = (long long)n_pad * hd, .sb = (long long)(cols * n_pad),
-			.sc = (long long)(cols * hd),
+			.sc = (long long)(cols * hd), .what = "cublas attention PV",
 		};
 		if ((rc = cuda_blas_gemm(dev, &g2)))
 			return rc;
@@ -378,7 +501,7 @@ int cuda_tc_attention(struct baton_dev *dev, const struct baton_attn *a, CUdevic
 			.src = O, .dst = a->out + q0 * H * hd * 4, .nq = nq, .heads = H, .kv_heads = KH,
 			.head_dim = hd,
 		};
-		if ((rc = launch(dev, dev->k_tc_attn_out, (uint64_t)nq * H * hd, 1, &oa,
+		if ((rc = launch(dev, dev->k_tc_attn_out, (uint64_t)nq * H * hd / 8, 1, &oa,
 		         "cuLaunchKernel baton_tc_attn_out")))
 			return rc;
 	}

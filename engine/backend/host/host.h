@@ -175,6 +175,7 @@ int host_op_route(struct baton_dev *dev, baton_dptr logits, uint32_t rows, uint3
     uint32_t top_k, int rule, uint32_t *ids, float *weights);
 int host_op_route_dev(struct baton_dev *dev, baton_dptr logits, uint32_t rows,
     uint32_t n_experts, uint32_t top_k, int rule, baton_dptr ids, baton_dptr weights);
+int host_op_router_route_dev(struct baton_dev *dev, const struct baton_router_route *a);
 
 /* Rows of a call's k and v that it reads (paged: through the end of the
  * highest block of its table); 0 for a paged call without a block size.

@@ -431,3 +431,31 @@ int host_op_route_dev(struct baton_dev *dev, baton_dptr logits, uint32_t rows,
 	return host_op_route(dev, logits, rows, n_experts, top_k, rule,
 	    (uint32_t *)(uintptr_t)ids, (float *)(uintptr_t)weights);
 }
+
+/* router_route_dev: the calls it stands for, one after the other, once
+ * the arguments are known good (a refused call writes nothing). */
+int host_op_router_route_dev(struct baton_dev *dev, const struct baton_router_route *a)
+{
+	const uint64_t nx = (uint64_t)a->rows * a->k, nl = (uint64_t)a->rows * a->n_experts;
+	const uint64_t nk = (uint64_t)a->rows * a->top_k;
+	if (!a->rows || !a->k || !a->n_experts || !a->top_k || a->top_k > a->n_experts || !a->w ||
+	    (a->rule != BATON_ROUTE_SOFTMAX_TOPK && a->rule != BATON_ROUTE_SOFTMAX_TOPK_NORM) ||
+	    !f32_buf(a->xn, nx) || !f32_buf(a->logits, nl) || !f32_buf(a->weights, nk) ||
+	    !a->ids || a->ids % 4 || (a->norm_on && (!f32_buf(a->x, nx) || !(a->eps >= 0))) ||
+	    overlap(a->ids, nk, a->weights, nk) ||
+	    overlap(a->ids, nk, a->logits, nl) ||
+	    overlap(a->weights, nk, a->logits, nl) ||
+	    overlap(a->xn, nx, a->logits, nl) ||
+	    overlap(a->xn, nx, a->ids, nk) ||
+	    overlap(a->xn, nx, a->weights, nk) ||
+	    (a->norm_on && overlap(a->x, nx, a->xn, nx)))
+		return BATON_EINVAL;
+	int rc = 0;
+	if (a->norm_on)
+		rc = host_op_rmsnorm(dev, a->x, a->xn, a->rows, a->k, a->norm, a->norm_dtype, a->eps);
+	if (!rc)
+		rc = host_op_matmul(dev, a->w, a->w_dtype, a->n_experts, a->k, 0, 0, a->xn, a->rows,
+		    a->logits, 0);
+	return rc ? rc : host_op_route_dev(dev, a->logits, a->rows, a->n_experts, a->top_k, a->rule,
+	    a->ids, a->weights);
+}

@@ -337,6 +337,45 @@ static void t_route_rules(void)
 	T_EQ_ERR(H->route(NULL, D(l), 1, 4, 2, 7, ids, w), BATON_EINVAL);
 }
 
+/* router_route_dev: the rmsnorm, matmul and route_dev it stands for, bit
+ * for bit, with the norm and without; a refused call writes nothing. */
+static void t_router_route(void)
+{
+	enum { R = 3, K = 256, E = 16, TK = 4 };
+	float *x = rvec((size_t)R * K), *nw = rvec(K), *w = rvec((size_t)E * K);
+	float xn[R * K], xn2[R * K], lg[R * E], lg2[R * E], wt[R * TK], wt2[R * TK];
+	uint32_t ids[R * TK], ids2[R * TK];
+	for (int norm_on = 0; norm_on < 2; norm_on++) {
+		if (norm_on)
+			T_OK(H->rmsnorm(NULL, D(x), D(xn), R, K, D(nw), BATON_DT_F32, 1e-6f));
+		else
+			memcpy(xn, x, sizeof xn);
+		memcpy(xn2, norm_on ? x : xn, sizeof xn2); /* xn2: the input, or garbage to overwrite */
+		T_OK(H->matmul(NULL, D(w), BATON_DT_F32, E, K, 0, 0, D(xn), R, D(lg), 0));
+		T_OK(H->route_dev(NULL, D(lg), R, E, TK, BATON_ROUTE_SOFTMAX_TOPK_NORM, D(ids), D(wt)));
+		struct baton_router_route rr = { .x = D(x), .xn = D(xn2), .norm = D(nw), .w = D(w),
+			.logits = D(lg2), .ids = D(ids2), .weights = D(wt2), .norm_on = (uint32_t)norm_on,
+			.norm_dtype = BATON_DT_F32, .w_dtype = BATON_DT_F32, .n_experts = E, .k = K,
+			.rows = R, .top_k = TK, .rule = BATON_ROUTE_SOFTMAX_TOPK_NORM, .eps = 1e-6f };
+		T_OK(H->router_route_dev(NULL, &rr));
+		T_ASSERT(memcmp(xn, xn2, sizeof xn) == 0 && memcmp(lg, lg2, sizeof lg) == 0);
+		T_ASSERT(memcmp(ids, ids2, sizeof ids) == 0 && memcmp(wt, wt2, sizeof wt) == 0);
+		memset(lg2, 0, sizeof lg2);
+		struct baton_router_route bad = rr;
+		bad.rule = 7;
+		T_EQ_ERR(H->router_route_dev(NULL, &bad), BATON_EINVAL);
+		bad = rr;
+		bad.top_k = E + 1;
+		T_EQ_ERR(H->router_route_dev(NULL, &bad), BATON_EINVAL);
+		bad = rr;
+		bad.logits = D(xn2 + 4);
+		T_EQ_ERR(H->router_route_dev(NULL, &bad), BATON_EINVAL);
+		const float zero[R * E] = { 0 };
+		T_ASSERT(memcmp(lg2, zero, sizeof lg2) == 0); /* refused: nothing written */
+	}
+	free(x), free(nw), free(w);
+}
+
 /* matmul and attention split their outputs over threads: the bits do not
  * depend on how many (sizes large enough for several parts). */
 static void t_threads_same_bits(void)
@@ -366,5 +405,5 @@ static void t_threads_same_bits(void)
 
 T_MAIN(T_CASE(t_matmul_dtypes), T_CASE(t_matmul_refuses), T_CASE(t_embed), T_CASE(t_rmsnorm),
     T_CASE(t_rope), T_CASE(t_attention_gqa), T_CASE(t_attention_paged),
-    T_CASE(t_swiglu_add), T_CASE(t_route_rules),
+    T_CASE(t_swiglu_add), T_CASE(t_route_rules), T_CASE(t_router_route),
     T_CASE(t_threads_same_bits))
