@@ -734,6 +734,11 @@ def t_partial_handoff_to_rigid_engine(c):
     a = c.engine("a", host_mib=256)
     b = c.engine("b", host_mib=256)
     c.want_holds({"a": 0, "b": CAP_MIB * MIB})  # b, started last, holds the cap
+    # a few of a's heartbeats (every 250 ms): a's own last word of the
+    # device's free memory then counts b's 24 MiB, which the handoff frees
+    # (a grow reserve measured against that word let a map all 28 MiB:
+    # make test-tsan's run, where the heartbeats came in time by chance)
+    time.sleep(0.6)
     ok(call(c.control, "handoff", **{"from": "b", "to": "a"}))
     c.want_holds({"a": CEIL, "b": 0})
     assert [e["bytes"] for e in c.events.all("grant", "a")][-1] == CAP_MIB * MIB, c.events.all("grant", "a")
@@ -754,6 +759,11 @@ def t_partial_grant_to_released_engine(c):
     a = c.engine("a", "--vram-elastic", host_mib=256)
     b = c.engine("b", "--vram-elastic", host_mib=256)
     c.want_holds({"a": 0, "b": CAP_MIB * MIB})  # b, started last, holds the cap
+    # a few of a's heartbeats (every 250 ms): a's own last word of the
+    # device's free memory then counts b's 24 MiB, which the handoff frees
+    # (a grow reserve measured against that word let a map all 28 MiB:
+    # make test-tsan's run, where the heartbeats came in time by chance)
+    time.sleep(0.6)
     ok(call(c.control, "handoff", **{"from": "b", "to": "a"}))
     assert [e["bytes"] for e in c.events.all("grant", "a")][-1] == CAP_MIB * MIB, c.events.all("grant", "a")
     held = wait_for("a maps its grant", lambda: c.holds()["a"] > 0 and c.holds()["a"], timeout=5 * SLOW)
