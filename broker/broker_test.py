@@ -817,7 +817,9 @@ def t_queued_ops_ask_what_is_lacking(c):
         for t in [ta] + threads:
             t.join(ms / 1e3 + 10)
         assert ok(res["refill"]) and ok(res["acquire"]) and ok(res["a"]), res
-        grants = [e["bytes"] for e in c.events.all("grant", "b")[n0:]]
+        # both grant events, which may reach the subscriber after the replies
+        grants = wait_for("b's two grants", lambda: (lambda g: g if len(g) >= 2 else None)(
+            [e["bytes"] for e in c.events.all("grant", "b")[n0:]]), timeout=5 * SLOW)
         assert sorted(grants) == [0, CEIL], (first, grants)
         c.want_holds({"a": 0, "b": CEIL})
         assert c.status()["gpus"][0]["held"] == CEIL, (first, c.status()["gpus"])
