@@ -233,6 +233,13 @@ BATON_SOAK_SECONDS ?= 300
 TSAN_BUILD ?= $(BUILD)/tsan
 TSAN_PROGS := $(foreach p,baton-broker baton-engine baton-proto-tool baton-arena baton,$(TSAN_BUILD)/bin/$(p))
 TSAN_SCRIPTS ?= broker/broker_test.py tests/kill_test.py tests/fault_test.py
+# and the unit tests of code with threads of its own: http (its workers,
+# reaper and streams against libmicrohttpd's thread), the scheduler, the
+# transport (nng's threads), the broker link and the door's upstream.
+# tests/tsan.supp holds the libraries' false positives, each with why.
+TSAN_BINS ?= $(foreach t,http engine_serve_sched proto_transport engine_serve_broker_link broker_door_upstream,\
+    $(TSAN_BUILD)/test/$(t))
+TSAN_OPTS := halt_on_error=0 second_deadlock_stack=1 suppressions=$(CURDIR)/tests/tsan.supp
 .PHONY: test-reliability test-tsan
 # Every part runs even when one before failed (each has its own figures);
 # the last line names the parts that failed.
@@ -248,9 +255,11 @@ test-reliability: $(PROGS) | $(BUILD)/.deps-test $(BUILD)/.deps-fuzz
 
 test-tsan: | $(BUILD)/.deps-test
 	@$(MAKE) --no-print-directory -j$(NPROC) BUILD=$(TSAN_BUILD) CUDA=0 \
-	    CFLAGS="-O1 -g -fsanitize=thread" LDFLAGS=-fsanitize=thread $(TSAN_PROGS)
-	@BUILD=$(TSAN_BUILD) TSAN_OPTIONS="halt_on_error=0 second_deadlock_stack=1" \
-	    TEST_LIMIT=1200 tests/reliability.sh $(TSAN_SCRIPTS)
+	    CFLAGS="-O1 -g -fsanitize=thread" LDFLAGS=-fsanitize=thread $(TSAN_PROGS) $(TSAN_BINS)
+	@failed=""; export TSAN_OPTIONS="$(TSAN_OPTS)"; \
+	BUILD=$(TSAN_BUILD) tests/run.sh --bins-only $(TSAN_BINS) || failed="$$failed bins"; \
+	BUILD=$(TSAN_BUILD) TEST_LIMIT=1200 tests/reliability.sh $(TSAN_SCRIPTS) || failed="$$failed scripts"; \
+	if [ -n "$$failed" ]; then echo "test-tsan failed:$$failed"; exit 1; fi
 
 # ---- fuzzing ---------------------------------------------------------------
 FUZZ_SECONDS ?= 60

@@ -31,7 +31,7 @@ while not os.path.isfile(os.path.join(ROOT, "tests", "harness.py")) and ROOT != 
     ROOT = os.path.dirname(ROOT)  # the tree's root, from a test at any depth
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 from harness import (BROKER, CEIL, CLI, ENGINE, ERR, MIB, SLOW, TOOL, BrokerCase, call,  # noqa: E402
-                     check_gen, err, gen, next_id, ok, reference, run_cases, wait_for)
+                     check_gen, err, gen, long_steps, next_id, ok, reference, run_cases, wait_for)
 
 
 # ---- cases -----------------------------------------------------------------------
@@ -517,11 +517,14 @@ def t_engine_kill_during_gen(c):
     a = c.engine("a")
     b = c.engine("b")
     check_gen(c, a, 1)
+    steps = long_steps(a, 10)  # killed after about 0.5 s: it only has to outlast the checks before
     res = {}
 
     def long_request():
+        # its client waits out its timeout (no answer comes from the killed
+        # engine): 3 s, not the 10 s that kept the case 11 s long
         try:
-            res["a"] = gen(a, seed=1, steps=4000, batch=16, timeout_ms=10000)
+            res["a"] = gen(a, seed=1, steps=steps, batch=16, timeout_ms=int(3000 * SLOW))
         except Exception as e:  # noqa: BLE001 - no answer at all is what we expect
             res["a"] = {"exception": str(e)}
     long_gen = threading.Thread(target=long_request)
@@ -731,6 +734,11 @@ def t_partial_handoff_to_rigid_engine(c):
     a = c.engine("a", host_mib=256)
     b = c.engine("b", host_mib=256)
     c.want_holds({"a": 0, "b": CAP_MIB * MIB})  # b, started last, holds the cap
+    # a few of a's heartbeats (every 250 ms): a's own last word of the
+    # device's free memory then counts b's 24 MiB, which the handoff frees
+    # (a grow reserve measured against that word let a map all 28 MiB:
+    # make test-tsan's run, where the heartbeats came in time by chance)
+    time.sleep(0.6)
     ok(call(c.control, "handoff", **{"from": "b", "to": "a"}))
     c.want_holds({"a": CEIL, "b": 0})
     assert [e["bytes"] for e in c.events.all("grant", "a")][-1] == CAP_MIB * MIB, c.events.all("grant", "a")
@@ -751,6 +759,11 @@ def t_partial_grant_to_released_engine(c):
     a = c.engine("a", "--vram-elastic", host_mib=256)
     b = c.engine("b", "--vram-elastic", host_mib=256)
     c.want_holds({"a": 0, "b": CAP_MIB * MIB})  # b, started last, holds the cap
+    # a few of a's heartbeats (every 250 ms): a's own last word of the
+    # device's free memory then counts b's 24 MiB, which the handoff frees
+    # (a grow reserve measured against that word let a map all 28 MiB:
+    # make test-tsan's run, where the heartbeats came in time by chance)
+    time.sleep(0.6)
     ok(call(c.control, "handoff", **{"from": "b", "to": "a"}))
     assert [e["bytes"] for e in c.events.all("grant", "a")][-1] == CAP_MIB * MIB, c.events.all("grant", "a")
     held = wait_for("a maps its grant", lambda: c.holds()["a"] > 0 and c.holds()["a"], timeout=5 * SLOW)
@@ -778,7 +791,7 @@ def t_queued_ops_ask_what_is_lacking(c):
     lacked when asked (9be903d; before it, 10.9 MiB more were granted to an
     engine already whole). Both orders: refill then acquire, acquire then
     refill. a's long request holds both in the queue."""
-    ms = int(30000 * SLOW)  # a 400-step request is about 1 s here, 10 s under the sanitizers
+    ms = int(30000 * SLOW)
     c.broker("acquire_wait_ms = %d\n" % ms)
     a = c.engine("a")
     b = c.engine("b")
@@ -789,7 +802,8 @@ def t_queued_ops_ask_what_is_lacking(c):
         res = {}
         ops = {"refill": lambda: res.update(refill=call(c.control, "refill", name="b", timeout_ms=ms)),
                "acquire": lambda: res.update(acquire=gen(b, seed=2, timeout_ms=ms))}  # b asks itself
-        ta = threading.Thread(target=lambda: res.update(a=gen(a, seed=1, steps=400, batch=16, timeout_ms=ms)))
+        steps = long_steps(a, 2)  # a's request outlasts the two ops' 0.4 s of queueing
+        ta = threading.Thread(target=lambda: res.update(a=gen(a, seed=1, steps=steps, batch=16, timeout_ms=ms)))
         ta.start()
         wait_for("a busy", lambda: ok(call(a.url, "status"))["requests"] >= 1 and c.eng("a")["idle_ms"] == 0,
                  timeout=5)
@@ -803,7 +817,9 @@ def t_queued_ops_ask_what_is_lacking(c):
         for t in [ta] + threads:
             t.join(ms / 1e3 + 10)
         assert ok(res["refill"]) and ok(res["acquire"]) and ok(res["a"]), res
-        grants = [e["bytes"] for e in c.events.all("grant", "b")[n0:]]
+        # both grant events, which may reach the subscriber after the replies
+        grants = wait_for("b's two grants", lambda: (lambda g: g if len(g) >= 2 else None)(
+            [e["bytes"] for e in c.events.all("grant", "b")[n0:]]), timeout=5 * SLOW)
         assert sorted(grants) == [0, CEIL], (first, grants)
         c.want_holds({"a": 0, "b": CEIL})
         assert c.status()["gpus"][0]["held"] == CEIL, (first, c.status()["gpus"])

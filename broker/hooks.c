@@ -339,7 +339,7 @@ static void *hook_main(void *arg)
 {
 	struct hookjob *j = arg;
 	struct item *it = calloc(1, sizeof *it);
-	char why[300] = "", out[4096] = "";
+	char why[sizeof ((struct item *)0)->err] = "", out[4096] = ""; /* why: it->err's size, copied whole */
 	double t0 = now_s();
 	const char *action = j->op == PROTO_OP_RELEASE ? "release" : "refill";
 	int rc = 0;

@@ -156,15 +156,26 @@ uint64_t br_shrink_reserve_mib(struct broker *b, const struct eng *e, uint64_t b
 }
 
 /* reserve_mib that makes `e` grow by `granted` alone: keep the device's
- * free memory less the grant (NVML's figure, or e's own last word: heartbeats,
- * replies). Rounded up: never past the grant. False when the device's free
- * memory is not known. */
+ * free memory less the grant. The free memory as e will measure it:
+ * NVML's figure; else the larger of e's own last word (heartbeats,
+ * replies) and the broker's count of the device with e's grants not yet
+ * mapped (br_gpu_view counts them as held). Either may be low: e's word
+ * predates a handoff's victim freeing its memory (a grow measured against
+ * it took the victim's memory too), the count holds a lease whose job has
+ * not taken its memory yet. Too high a figure only makes e grow by less.
+ * Rounded up: never past the grant. False when the device's free memory is
+ * not known. */
 bool br_grow_reserve_mib(struct broker *b, const struct eng *e, uint64_t granted, uint64_t *keep_mib)
 {
 	uint64_t fr = 0, tot = 0;
 	struct gpu *g = &b->gpus[e->gpu];
-	if (!(g->nvml && broker_nvml_mem(g->uuid, &fr, &tot) == 0))
+	if (!(g->nvml && broker_nvml_mem(g->uuid, &fr, &tot) == 0)) {
+		struct gpu_view v;
+		br_gpu_view(b, e->gpu, &v);
 		fr = e->dev_free;
+		if (v.dev_free && v.dev_free + e->grant > fr)
+			fr = v.dev_free + e->grant;
+	}
 	if (fr == 0)
 		return false;
 	uint64_t keep = fr > granted ? fr - granted : 0;

@@ -294,7 +294,9 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
 	if (!r)
 		return MHD_NO; /* out of memory when it began */
 	enum MHD_Result ret = MHD_YES;
-	struct MHD_Response *drop = NULL;
+	struct MHD_Response *drop = NULL; /* an answer parked by hs_park, to queue */
+	unsigned status = 0;
+	bool queue = false;
 	pthread_mutex_lock(&h->mu);
 	switch (r->st) {
 	case RQ_NEW: {
@@ -444,17 +446,23 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
 		MHD_suspend_connection(c); /* resumed without an answer: wait on */
 		break;
 	case RQ_ANSWER:
-		/* dropped after the unlock: a stream's free callback takes h->mu */
+		/* queued and dropped after the unlock: queueing takes the
+		 * response's lock, which libmicrohttpd holds while it calls a
+		 * stream's reader (stream_read takes h->mu: ThreadSanitizer saw
+		 * the two orders), and a stream's free callback takes h->mu */
 		drop = r->resp;
 		r->resp = NULL;
 		r->st = RQ_SENT;
-		ret = MHD_queue_response(c, r->status, drop);
+		status = r->status;
+		queue = true;
 		pthread_cond_broadcast(&h->sent_cv);
 		break;
 	case RQ_SENT:
 		break;
 	}
 	pthread_mutex_unlock(&h->mu);
+	if (queue) /* r stays: libmicrohttpd's reference goes in on_completed, on this thread */
+		ret = MHD_queue_response(c, status, drop);
 	if (drop)
 		MHD_destroy_response(drop);
 	return ret;

@@ -622,6 +622,17 @@ def gen(p, seed=1, steps=2, batch=1, timeout_ms=30000, call=call):
     return call(p.url, "gen", timeout_ms=timeout_ms, steps=steps, batch=batch, seed=seed)
 
 
+def long_steps(p, seconds, batch=16, call=call):
+    """Steps of a GEN of batch rows that lasts about `seconds` on p, timed
+    by a 40-step one now: a request that must still run while a case looks
+    (busy, queued behind it) lasts as long on a fast host as on a slow one
+    or under a sanitizer. Timed by the engine's own total_ms, not around the
+    call: a sanitizer's slow start of the client would pass for slow steps.
+    p must hold its memory already (the timed GEN would acquire it)."""
+    r = ok(gen(p, seed=1, steps=40, batch=batch, timeout_ms=int(60000 * SLOW), call=call))
+    return max(40, min(100000, int(40 * seconds / max(r["total_ms"] / 1e3, 1e-4))))
+
+
 _refs = {}
 
 

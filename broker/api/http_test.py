@@ -27,9 +27,6 @@ sys.path.insert(0, os.path.join(ROOT, "tests"))
 import harness as h  # noqa: E402
 
 TOKEN = "s3cret-token"
-# A GEN long enough to be caught in the middle (about 1 s; the sanitizers
-# make each step about 10 times slower).
-LONG_STEPS = 100 if os.path.basename(h.BUILD.rstrip("/")) == "san" else 400
 CEIL = h.CEIL
 
 
@@ -180,8 +177,11 @@ def t_busy_503(c):
     api = start(c, "acquire_wait_ms = 300\n")
     a = c.engine("a")
     h.ok(h.gen(a, seed=2))  # holds the device; counts one request
+    # a GEN long enough to be caught in the middle: the release's 0.3 s
+    # wait, then the five POSTs' (at least 0.35 s in all)
+    steps = h.long_steps(a, 2.5)
     res = {}
-    t = threading.Thread(target=lambda: res.update(a=h.gen(a, seed=1, steps=LONG_STEPS, batch=16, timeout_ms=60000)))
+    t = threading.Thread(target=lambda: res.update(a=h.gen(a, seed=1, steps=steps, batch=16, timeout_ms=60000)))
     t.start()
     h.wait_for("a busy", lambda: h.ok(h.call(a.url, "status"))["requests"] >= 1 and
                 c.eng("a")["idle_ms"] == 0, timeout=10)
@@ -207,7 +207,7 @@ def t_busy_503(c):
     assert r["state"] == "released"
     # SIGTERM while a POST waits on the busy engine: the broker stops at
     # once (exit 0, nothing leaked), the POST gets 503 or a closed connection.
-    t = threading.Thread(target=lambda: res.update(a=h.gen(a, seed=3, steps=LONG_STEPS, batch=16, timeout_ms=60000)))
+    t = threading.Thread(target=lambda: res.update(a=h.gen(a, seed=3, steps=steps, batch=16, timeout_ms=60000)))
     t.start()
     h.wait_for("a busy", lambda: c.eng("a")["idle_ms"] == 0 and c.eng("a")["resident"] > 0, timeout=10)
     box = {}

@@ -375,10 +375,8 @@ static void metrics_counters(struct broker_metrics *h, FILE *f, const struct met
 		  "failed, timed out or freed nothing.", offsetof(struct broker_metrics, hook_failures) },
 		{ "baton_events_total", "Events the broker published.", offsetof(struct broker_metrics, events) },
 	};
-	for (size_t k = 0; k < sizeof nm / sizeof nm[0]; k++) {
-		baton_prom_family(f, nm[k].name, "counter", nm[k].help);
-		baton_prom_u64(f, nm[k].name, NULL, *(const uint64_t *)((const char *)h + nm[k].off));
-	}
+	for (size_t k = 0; k < sizeof nm / sizeof nm[0]; k++)
+		baton_prom_one(f, nm[k].name, "counter", nm[k].help, *(const uint64_t *)((const char *)h + nm[k].off));
 	double start = h->start_time;
 	pthread_mutex_unlock(&h->mu);
 	baton_prom_family(f, "baton_build_info", "gauge", "The broker's version; always 1.");

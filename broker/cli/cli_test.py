@@ -230,10 +230,7 @@ def t_pins_survive_a_broker_restart(c):
 def t_busy(c):
     """An engine in the middle of a request: release and handoff answer busy (3)."""
     a, b = two_engines(c, "acquire_wait_ms = 300\n")
-    # A GEN of about 2.5 s on this machine and build (sanitizers are slower).
-    t0 = time.time()
-    h.ok(h.gen(b, seed=1, steps=40, batch=16))
-    steps = max(40, min(20000, int(40 * 2.5 / max(time.time() - t0, 1e-3))))
+    steps = h.long_steps(b, 2.5)  # a GEN of about 2.5 s on this machine and build
     res = {}
 
     def long_request():

@@ -74,9 +74,15 @@ def engine_http(c, name):
     return h.Http(c.eng(name)["http"], h.ENGINE_TOKEN)
 
 
-def chat_body(model, question, seed, max_tokens=12, stream=False):
-    return {"model": model, "messages": [{"role": "user", "content": question}], "seed": seed,
+def chat_body(model, question, seed, max_tokens=12, stream=False, no_eos=False):
+    """no_eos: the EOS (2 in both demo models) banned, so the answer runs
+    max_tokens: one that must still run while a case looks (their answers
+    end in some 40 tokens, 50 ms)."""
+    body = {"model": model, "messages": [{"role": "user", "content": question}], "seed": seed,
             "temperature": 0.8, "max_tokens": max_tokens, "stream": stream}
+    if no_eos:
+        body["logit_bias"] = {"2": -100}
+    return body
 
 
 def text_of(status_body):
@@ -609,7 +615,7 @@ def t_stream_and_disconnect(c):
     # at once, without waiting for the engine (held stopped meanwhile), and
     # the engine frees the sequence and its KV blocks
     qwen = [p for p in c.procs if getattr(p, "name", "") == "qwen"][0]
-    s = open_stream(http, chat_body(QWEN, "Tell of the flood.", 9, max_tokens=400, stream=True))
+    s = open_stream(http, chat_body(QWEN, "Tell of the flood.", 9, max_tokens=400, stream=True, no_eos=True))
     assert s.recv(4096)
     os.kill(qwen.pid, signal.SIGSTOP)
     try:
@@ -623,7 +629,7 @@ def t_stream_and_disconnect(c):
     assert metric(http, "baton_door_requests_total", '{model="%s",outcome="gone"}' % QWEN) == 1
     # the engine killed mid-stream: an error event, and no chunked end (it
     # ended cleanly 5 ms after the kill, and clients took it as complete)
-    s = open_stream(http, chat_body(QWEN, "Tell of the flood.", 9, max_tokens=400, stream=True))
+    s = open_stream(http, chat_body(QWEN, "Tell of the flood.", 9, max_tokens=400, stream=True, no_eos=True))
     assert s.recv(4096)
     os.kill(qwen.pid, signal.SIGKILL)
     raw = h.read_to_eof(s)
@@ -648,7 +654,7 @@ def t_queue_full(c):
     # qwen holds the device with a stream in flight, held there (SIGSTOP):
     # mixtral's requests wait at the door, within qwen's quantum
     text_of(http.post("/v1/chat/completions", chat_body(QWEN, "Who was Noah?", 1)))
-    s = open_stream(http, chat_body(QWEN, "Tell of the flood.", 2, max_tokens=400, stream=True))
+    s = open_stream(http, chat_body(QWEN, "Tell of the flood.", 2, max_tokens=400, stream=True, no_eos=True))
     os.kill(qwen.pid, signal.SIGSTOP)
     try:
         box = {}

@@ -58,12 +58,10 @@ static void serving(struct broker_door *d, FILE *f)
 		waiting += sv[i].g[BATON_SV_WAITING];
 		running += sv[i].g[BATON_SV_RUNNING];
 	}
-	baton_prom_family(f, "baton_requests_waiting", "gauge", "The broker's requests waiting for an engine, all "
-	    "models (vllm:num_requests_waiting of the node).");
-	baton_prom_u64(f, "baton_requests_waiting", NULL, waiting);
-	baton_prom_family(f, "baton_requests_running", "gauge", "The broker's requests forwarded to an engine, not "
-	    "yet answered, all models (vllm:num_requests_running of the node).");
-	baton_prom_u64(f, "baton_requests_running", NULL, running);
+	baton_prom_one(f, "baton_requests_waiting", "gauge", "The broker's requests waiting for an engine, all "
+	    "models (vllm:num_requests_waiting of the node).", waiting);
+	baton_prom_one(f, "baton_requests_running", "gauge", "The broker's requests forwarded to an engine, not "
+	    "yet answered, all models (vllm:num_requests_running of the node).", running);
 }
 
 void door_metrics(void *arg, FILE *f)
@@ -90,9 +88,9 @@ void door_metrics(void *arg, FILE *f)
 			baton_prom_u64(f, "baton_door_requests_total",
 			    (const char *[]){ "model", m->name, "outcome", what[k], NULL }, v[k]);
 	}
-	baton_prom_family(f, "baton_door_switches_total", "counter",
-	    "Front door: a device switched from one model to another (rate() gives switches per second).");
-	baton_prom_u64(f, "baton_door_switches_total", NULL, d->switches_total);
+	baton_prom_one(f, "baton_door_switches_total", "counter",
+	    "Front door: a device switched from one model to another (rate() gives switches per second).",
+	    d->switches_total);
 	baton_prom_family(f, "baton_door_switch_seconds", "histogram", "Front door: the parts of a switch: drain "
 	    "(the engine switched out finishes its requests), refill (the broker's refill of the one switched in).");
 	baton_prom_hist(f, "baton_door_switch_seconds", (const char *[]){ "phase", "drain", NULL }, bucket_s, DOOR_NB,
@@ -123,12 +121,10 @@ void door_metrics(void *arg, FILE *f)
 	}
 	uint64_t evicted;
 	size_t kept = door_stored_count(d->stored, &evicted);
-	baton_prom_family(f, "baton_door_stored_responses", "gauge", "Front door: stored responses whose engine it "
-	    "knows (GET, DELETE /v1/responses/ID and previous_response_id are routed by them).");
-	baton_prom_u64(f, "baton_door_stored_responses", NULL, kept);
-	baton_prom_family(f, "baton_door_stored_evicted_total", "counter", "Front door: stored responses' ids "
-	    "forgotten for room (the least recently used of its last 4096): their GET is 404 at the door.");
-	baton_prom_u64(f, "baton_door_stored_evicted_total", NULL, evicted);
+	baton_prom_one(f, "baton_door_stored_responses", "gauge", "Front door: stored responses whose engine it "
+	    "knows (GET, DELETE /v1/responses/ID and previous_response_id are routed by them).", kept);
+	baton_prom_one(f, "baton_door_stored_evicted_total", "counter", "Front door: stored responses' ids "
+	    "forgotten for room (the least recently used of its last 4096): their GET is 404 at the door.", evicted);
 	serving(d, f);
 	door_fleet_metrics(d->fleet, f);
 	pthread_mutex_unlock(&d->mu);

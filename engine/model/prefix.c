@@ -251,40 +251,50 @@ static int cmp_u32(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-int kv_restore(struct baton_model *m)
+/* The copies between the pool and the host image of n blocks (ids
+ * ascending; the image holds per layer its K rows of the n, then its V
+ * rows): per layer, run of consecutive ids and half, K before V, with the
+ * device side as dst and the image's as src. Into cp (NULL: only
+ * counted); their count. */
+static size_t kv_copies(const struct baton_model *m, const uint32_t *ids, uint32_t n, const uint8_t *image,
+    struct baton_copy *cp)
 {
-	/* the saved blocks back where they were: per layer, K and V, one
-	 * copy per run of consecutive ids, all queued in one batch */
-	const uint64_t half = BATON_KV_BLOCK * kv_row(m), n = m->n_saved;
-	const uint8_t *save = m->kv_saved;
-	uint64_t t0 = now_ns();
-	uint32_t runs = 0;
-	for (uint32_t k = 0; k < n; k++)
-		if (k == 0 || m->saved_ids[k] != m->saved_ids[k - 1] + 1)
-			runs++;
-	size_t nc = (size_t)runs * 2 * m->cfg.layers, c = 0;
-	struct baton_copy *cp = malloc(nc * sizeof *cp);
-	if (!cp)
-		return BATON_ENOMEM;
+	const uint64_t half = BATON_KV_BLOCK * kv_row(m);
+	size_t c = 0;
 	for (uint32_t l = 0; l < m->cfg.layers; l++)
 		for (uint32_t k = 0; k < n;) {
 			uint32_t r = 1;
-			while (k + r < n && m->saved_ids[k + r] == m->saved_ids[k] + r)
+			while (k + r < n && ids[k + r] == ids[k] + r)
 				r++;
-			uint64_t at = (uint64_t)m->saved_ids[k] * half;
-			const uint8_t *src = save + ((uint64_t)l * 2 * n + k) * half;
-			cp[c++] = (struct baton_copy){ .dst = kv_k(m, l) + at, .src = src, .bytes = r * half };
-			cp[c++] = (struct baton_copy){ .dst = kv_v(m, l) + at, .src = src + n * half,
-				.bytes = r * half };
+			uint64_t at = (uint64_t)ids[k] * half;
+			const uint8_t *src = image + ((uint64_t)l * 2 * n + k) * half;
+			if (cp) {
+				cp[c] = (struct baton_copy){ .dst = kv_k(m, l) + at, .src = src, .bytes = r * half };
+				cp[c + 1] = (struct baton_copy){ .dst = kv_v(m, l) + at, .src = src + n * half,
+					.bytes = r * half };
+			}
+			c += 2;
 			k += r;
 		}
-	int rc = m->be->copy_h2d(m->dev, cp, c);
+	return c;
+}
+
+int kv_restore(struct baton_model *m)
+{
+	/* the saved blocks back where they were, all queued in one batch */
+	uint64_t t0 = now_ns();
+	size_t nc = kv_copies(m, m->saved_ids, m->n_saved, m->kv_saved, NULL);
+	struct baton_copy *cp = malloc(nc * sizeof *cp);
+	if (!cp)
+		return BATON_ENOMEM;
+	kv_copies(m, m->saved_ids, m->n_saved, m->kv_saved, cp);
+	int rc = m->be->copy_h2d(m->dev, cp, nc);
 	if (!rc)
 		rc = m->be->sync(m->dev);
 	free(cp);
 	if (rc)
 		return rc;
-	m->pst.restored_blocks += n;
+	m->pst.restored_blocks += m->n_saved;
 	m->pst.last_restore_s = (double)(now_ns() - t0) / 1e9;
 	kv_drop_saved(m);
 	return 0;
@@ -307,7 +317,7 @@ int kv_save(struct baton_model *m)
 {
 	if (!m->kv)
 		return 0;
-	const uint64_t half = BATON_KV_BLOCK * kv_row(m), bb = model_kv_block_bytes(m);
+	const uint64_t bb = model_kv_block_bytes(m);
 	uint32_t held = 0;
 	for (uint32_t i = 0; i < m->n_blocks; i++)
 		held += m->blk[i].ref > 0;
@@ -336,20 +346,16 @@ int kv_save(struct baton_model *m)
 		ids[k++] = id;
 	qsort(ids, n, sizeof *ids, cmp_u32);
 	int pinned = 0;
-	if ((rc = m->be->sync(m->dev)) != 0)
+	size_t nc = kv_copies(m, ids, n, save, NULL);
+	struct baton_copy *cp = malloc(nc * sizeof *cp);
+	rc = cp ? m->be->sync(m->dev) : BATON_ENOMEM;
+	if (!rc)
+		kv_copies(m, ids, n, save, cp);
+	for (size_t c = 0; !rc && c < nc; c++) /* the image's side is save's own bytes */
+		rc = m->be->copy_d2h(m->dev, save + ((const uint8_t *)cp[c].src - save), cp[c].dst, cp[c].bytes);
+	free(cp);
+	if (rc)
 		goto unpin;
-	for (uint32_t l = 0; l < m->cfg.layers; l++)
-		for (k = 0; k < n;) {
-			uint32_t r = 1;
-			while (k + r < n && ids[k + r] == ids[k] + r)
-				r++;
-			uint64_t at = (uint64_t)ids[k] * half;
-			uint8_t *dst = save + ((uint64_t)l * 2 * n + k) * half;
-			if ((rc = m->be->copy_d2h(m->dev, dst, kv_k(m, l) + at, r * half)) ||
-			    (rc = m->be->copy_d2h(m->dev, dst + n * half, kv_v(m, l) + at, r * half)))
-				goto unpin;
-			k += r;
-		}
 	/* pinned after it is written, for the copy back (the refill, on the
 	 * next request's path): the device only reads it then, and the cuda
 	 * backend pins read-only where the device can (for the arena) */

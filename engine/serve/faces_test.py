@@ -399,7 +399,12 @@ def t_queue_full_and_gone(c):
                   % (path.encode(), e.http.host.encode(), e.http.port, len(b)) + b)
         return s
     msgs = [{"role": "user", "content": "Who was Moses?"}]
-    s1 = raw("/api/chat", {"model": MODEL, "messages": msgs, "options": {"num_predict": 600, "temperature": 2}})
+    # the running one must outlast the checks below: its answers end in
+    # 25 to 140 tokens (10 to 60 ms) on the host, and Ollama's options
+    # cannot ban the EOS, so a format (a string of 4,000 characters or
+    # more) holds it to its num_predict
+    s1 = raw("/api/chat", {"model": MODEL, "messages": msgs, "format": {"type": "string", "minLength": 4000},
+                           "options": {"num_predict": 600, "temperature": 2}})
     assert s1.recv(4096).startswith(b"HTTP/1.1 200")
     s2 = raw("/v1/messages", {"model": MODEL, "max_tokens": 600, "stream": True, "temperature": 1.0,
                                "messages": msgs})

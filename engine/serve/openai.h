@@ -123,6 +123,16 @@ const char *oai_tool_format_name(enum oai_tool_format f);
  * variables. 0, or e filled. */
 int oai_bind(struct oai_request *r, const struct oai_caps *c, struct oai_error *e);
 
+/* ---- the tools' grammars (tool_grammar.c) ----
+ * Each compiles into r->grammar and sets r->q.grammar; 0, or e filled (a
+ * schema the compiler cannot enforce is 400). */
+/* tool_choice "required" (name NULL: an array of one or more calls, one
+ * without parallel_tool_calls) or a named function (its arguments). */
+int oai_forced_tool_grammar(struct oai_request *r, const char *name, struct oai_error *e);
+/* strict: true with tool_choice auto: a call the model opens, in the
+ * format fmt (oai_parse compiles Hermes', oai_bind the template's). */
+int oai_strict_auto_grammar(struct oai_request *r, enum oai_tool_format fmt, struct oai_error *e);
+
 /* ---- the answer split (toolcall.c) ----
  * A chat answer's text, fed as it comes, split into reasoning (between
  * <think> and </think> at its start, when the template thinks), content,

@@ -184,6 +184,7 @@ int serve_open(const struct baton_serve_config *conf, struct serve **out, enum s
 	if (getenv("BATON_TEST_REFILL_STEP_MS"))
 		cache_set_progress(engine_cache(s->e), serve_refill_step, NULL);
 	s->d_model = s->info.d_model;
+	s->warning = s->info.backend_warning ? s->info.backend_warning : "";
 	/* A whole model (arena v2 with config.json) also speaks text. */
 	struct baton_model_opts mo = { .max_ctx = s->o.ctx, .kv_blocks = s->o.kv_blocks,
 		.kv_seqs = s->o.max_seqs, .content_special = s->o.content_special,
@@ -390,7 +391,7 @@ const char *serve_url(const struct serve *s)
 
 const char *serve_warning(const struct serve *s)
 {
-	return s && s->e && s->info.backend_warning ? s->info.backend_warning : "";
+	return s && s->warning ? s->warning : ""; /* not s->info: the receivers rewrite it under st_mu */
 }
 
 const char *serve_http_url(const struct serve *s)

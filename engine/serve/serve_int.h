@@ -82,6 +82,7 @@ struct serve {
 	uint64_t model_bytes;       /* what the model held before it (under run_mu) */
 	atomic_int stopping;        /* main sets it, receivers read it */
 	uint32_t d_model;           /* set once at start */
+	const char *warning;        /* set once at start: the engine's backend_warning, or "" */
 	char peer_gpu[64];          /* set once at start; "" without --peer-device */
 	struct baton_serve_config o;
 	char made_token[80];        /* the HTTP token made under a broker (o.http_token points here) */

@@ -187,13 +187,16 @@ def t_refill_to_reserve(c):
 
 def t_busy_during_gen(c):
     e = c.engine("a", c.arena(d_model=512, d_ff=1024), "--expert-cache-release")
-    # A GEN of a few seconds; releases meanwhile must answer busy.
+    # A GEN of about 2 s on this host and build; releases meanwhile must
+    # answer busy.
+    steps = h.long_steps(e, 2, batch=8)
+    n0 = ok(call(e.url, "status"))["requests"]
     res = {}
-    t = threading.Thread(target=lambda: res.update(g=call(e.url, "gen", steps=100, batch=8, seed=1,
+    t = threading.Thread(target=lambda: res.update(g=call(e.url, "gen", steps=steps, batch=8, seed=1,
                                                           timeout_ms=60000)))
     t.start()
     deadline = time.time() + 10
-    while time.time() < deadline and ok(call(e.url, "status"))["requests"] == 0:
+    while time.time() < deadline and ok(call(e.url, "status"))["requests"] == n0:
         r = call(e.url, "release")
         if r.get("ok") is False:
             err(r, "busy")

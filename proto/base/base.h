@@ -233,6 +233,8 @@ void baton_prom_series(FILE *f, const char *name, const char *const *labels);
 void baton_prom_u64(FILE *f, const char *name, const char *const *labels, uint64_t v);
 /* The same with a double, prec digits after the point. */
 void baton_prom_f(FILE *f, const char *name, const char *const *labels, int prec, double v);
+/* A family of one unlabelled sample: its HELP and TYPE lines, then name v. */
+void baton_prom_one(FILE *f, const char *name, const char *type, const char *help, uint64_t v);
 
 /* A histogram: b[i] counts the values v <= le[i] and > le[i-1] (not
  * cumulative: summed when written); le ascending, at most BATON_HIST_MAX

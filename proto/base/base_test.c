@@ -169,6 +169,7 @@ static void t_prom(void)
 	baton_hist_add(&h, le, 3, 99);
 	baton_prom_hist(f, "h", (const char *[]){ "model", "q", NULL }, le, 3, &h);
 	baton_prom_hist(f, "z", NULL, le, 1, &h);
+	baton_prom_one(f, "o_total", "counter", "one", 18446744073709551615ull);
 	fclose(f);
 	T_EQ_STR(buf,
 	    "# HELP m a \\\\ b\\nc\n# TYPE m gauge\n"
@@ -178,7 +179,8 @@ static void t_prom(void)
 	    "h_bucket{model=\"q\",le=\"0.1\"} 1\nh_bucket{model=\"q\",le=\"1\"} 1\n"
 	    "h_bucket{model=\"q\",le=\"2.5\"} 2\nh_bucket{model=\"q\",le=\"+Inf\"} 3\n"
 	    "h_sum{model=\"q\"} 101.100000\nh_count{model=\"q\"} 3\n"
-	    "z_bucket{le=\"0.1\"} 1\nz_bucket{le=\"+Inf\"} 3\nz_sum 101.100000\nz_count 3\n");
+	    "z_bucket{le=\"0.1\"} 1\nz_bucket{le=\"+Inf\"} 3\nz_sum 101.100000\nz_count 3\n"
+	    "# HELP o_total one\n# TYPE o_total counter\no_total 18446744073709551615\n");
 	free(buf);
 }
 

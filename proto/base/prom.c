@@ -65,6 +65,12 @@ void baton_prom_f(FILE *f, const char *name, const char *const *labels, int prec
 	fprintf(f, " %.*f\n", prec, v);
 }
 
+void baton_prom_one(FILE *f, const char *name, const char *type, const char *help, uint64_t v)
+{
+	baton_prom_family(f, name, type, help);
+	baton_prom_u64(f, name, NULL, v);
+}
+
 void baton_hist_add(struct baton_hist *h, const double *le, size_t n, double v)
 {
 	size_t i = 0;
