@@ -93,6 +93,29 @@ struct baton_attn {
 	uint32_t block_size;    /* positions per block (paged only) */
 };
 
+/* Attention of several sequences' segments in one call (the optional
+ * `attention_segs` slot): segment i is the struct baton_attn of its n_q
+ * rows (q and out advanced past the rows of the segments before it, the
+ * other fields from here), so each segment's results are defined as
+ * `attention`'s. The cache is paged: every segment has its block table
+ * (a host array of ceil((pos0 + n_q) / block_size) ids into the pool
+ * that k and v hold). q, out: [sum of n_q][n_heads * head_dim] rows in
+ * segment order. Nothing is written on error (BATON_EINVAL: no segments,
+ * a segment `attention` would refuse, no block table or block size).
+ * A backend without it gets one `attention` call per segment
+ * (forward.c); the cuda backend computes every segment's rows below its
+ * tensor-core threshold in one launch (docs/internals/cuda-ops.md). */
+struct baton_attn_seg {
+	uint32_t n_q, pos0;
+	const uint32_t *blocks;
+};
+struct baton_attn_segs {
+	baton_dptr q, k, v, out;
+	uint32_t n_seg, n_heads, n_kv_heads, head_dim, block_size;
+	float scale;
+	const struct baton_attn_seg *segs;
+};
+
 /* Writes n new K and V rows into their places in a paged cache (the
  * `kv_store` slot, vLLM's reshape_and_cache): for r < n,
  *   k_cache row slots[r] = k row r;  v_cache row slots[r] = v row r
@@ -255,6 +278,9 @@ struct baton_backend {
 	    uint32_t head_dim, const uint32_t *pos, const float *inv_freq, float mscale);
 	/* Causal GQA over a KV cache; see struct baton_attn. */
 	int (*attention)(struct baton_dev *dev, const struct baton_attn *a);
+	/* Optional: the segments of a pass in one call; see struct
+	 * baton_attn_segs (without it, attention per segment). */
+	int (*attention_segs)(struct baton_dev *dev, const struct baton_attn_segs *a);
 	/* New K and V rows into a paged cache; see struct baton_kv_store. */
 	int (*kv_store)(struct baton_dev *dev, const struct baton_kv_store *s);
 	/* out[i] = silu(gate[i]) * up[i] for i < n, silu(g) = g / (1 + expf(-g)).

@@ -289,6 +289,7 @@ static const struct baton_backend *table_for(const struct baton_backend *in)
 				.rope = in->rope,
 				.qk_norm_rope = in->qk_norm_rope,
 				.attention = in->attention,
+				.attention_segs = in->attention_segs,
 				.kv_store = in->kv_store,
 				.swiglu = in->swiglu,
 				.add = in->add,

@@ -13,7 +13,8 @@
  *     q, k = q_norm, k_norm (per head or over the projection, by arch)
  *     q, k = rope(q, k)
  *     kv_store(k, v) into each row's slot of its sequence's blocks
- *     a = attention(q, K, V) per segment over its blocks (causal, GQA)
+ *     a = attention(q, K, V) per segment over its blocks (causal, GQA;
+ *         all segments in one attention_segs call where the backend has it)
  *     x += o_proj a (+b)
  *     xn = rmsnorm(x, post_attention_layernorm)
  *     ids, w = route(router xn); x += sum_k w_k expert_k(xn) (the cache)
@@ -82,19 +83,32 @@ static int attention_block(struct baton_model *m, uint32_t l, const struct segme
 	};
 	if ((rc = be->kv_store(d, &ks)))
 		return rc;
-	uint64_t row = 0;
-	for (uint32_t i = 0; i < n_seg; i++) {
-		struct baton_attn at = {
-			.q = m->q + row * QD * sizeof(float), .k = kv_k(m, l), .v = kv_v(m, l),
-			.out = m->ao + row * QD * sizeof(float),
-			.n_q = sg[i].n, .n_heads = c->heads, .n_kv_heads = c->kv_heads,
-			.head_dim = c->head_dim, .pos0 = sg[i].pos0,
-			.scale = 1.0f / sqrtf((float)c->head_dim),
-			.blocks = sg[i].seq->blocks, .block_size = BATON_KV_BLOCK,
+	const float scale = 1.0f / sqrtf((float)c->head_dim);
+	if (be->attention_segs) { /* every segment in one call: one launch, not one each */
+		for (uint32_t i = 0; i < n_seg; i++)
+			m->asegs[i] = (struct baton_attn_seg){ .n_q = sg[i].n, .pos0 = sg[i].pos0,
+				.blocks = sg[i].seq->blocks };
+		const struct baton_attn_segs as = {
+			.q = m->q, .k = kv_k(m, l), .v = kv_v(m, l), .out = m->ao, .n_seg = n_seg,
+			.n_heads = c->heads, .n_kv_heads = c->kv_heads, .head_dim = c->head_dim,
+			.block_size = BATON_KV_BLOCK, .scale = scale, .segs = m->asegs,
 		};
-		if ((rc = be->attention(d, &at)))
+		if ((rc = be->attention_segs(d, &as)))
 			return rc;
-		row += sg[i].n;
+	} else {
+		uint64_t row = 0;
+		for (uint32_t i = 0; i < n_seg; i++) {
+			struct baton_attn at = {
+				.q = m->q + row * QD * sizeof(float), .k = kv_k(m, l), .v = kv_v(m, l),
+				.out = m->ao + row * QD * sizeof(float),
+				.n_q = sg[i].n, .n_heads = c->heads, .n_kv_heads = c->kv_heads,
+				.head_dim = c->head_dim, .pos0 = sg[i].pos0, .scale = scale,
+				.blocks = sg[i].seq->blocks, .block_size = BATON_KV_BLOCK,
+			};
+			if ((rc = be->attention(d, &at)))
+				return rc;
+			row += sg[i].n;
+		}
 	}
 	return be->matmul(d, L->o.p, L->o.dtype, D, QD, L->ob.p, L->ob.dtype, m->ao, n, m->x, 1);
 }

@@ -764,6 +764,7 @@ const struct baton_backend baton_backend_cuda = {
 	.rope = cuda_op_rope,
 	.qk_norm_rope = cuda_op_qk_norm_rope,
 	.attention = cuda_op_attention,
+	.attention_segs = cuda_op_attention_segs,
 	.kv_store = cuda_op_kv_store,
 	.swiglu = cuda_op_swiglu,
 	.add = cuda_op_add,

@@ -89,7 +89,13 @@ struct baton_dev {
 	 * written again only after the copies out of it have run. */
 	CUmodule ops_mod;
 	CUfunction k_embed, k_rmsnorm, k_rmsnorm_row, k_qk_norm_rope, k_rope, k_attn_part, k_attn_comb, k_kv_store, k_swiglu, k_add,
-	    k_route;
+	    k_route, k_attn_rows;
+	/* baton_ops_attn_rows: its per-(row, head tile) counters (left
+	 * zeroed by the kernel), and the host array of its rows and block
+	 * tables, staged each call */
+	struct dbuf ar_cnt;
+	uint32_t *ar_host;
+	uint64_t ar_cap; /* u32s */
 	CUfunction k_matmul[2][BATON_OPS_KINDS]; /* [1 row, 8 rows][kind] */
 	struct dbuf ops_arg, ops_scores;
 	void *ops_stage;
@@ -367,6 +373,7 @@ int cuda_op_qk_norm_rope(struct baton_dev *dev, const struct baton_qk_norm_rope 
 int cuda_op_rope(struct baton_dev *dev, baton_dptr x, uint32_t rows, uint32_t n_heads,
     uint32_t head_dim, const uint32_t *pos, const float *inv_freq, float mscale);
 int cuda_op_attention(struct baton_dev *dev, const struct baton_attn *a);
+int cuda_op_attention_segs(struct baton_dev *dev, const struct baton_attn_segs *s);
 int cuda_op_kv_store(struct baton_dev *dev, const struct baton_kv_store *s);
 int cuda_op_swiglu(struct baton_dev *dev, baton_dptr gate, baton_dptr up, baton_dptr out,
     uint64_t n);

@@ -49,7 +49,7 @@ int cuda_ops_load(struct baton_dev *dev)
 	CU(dev, d->ModuleLoadData(&dev->ops_mod, baton_engine_backend_cuda_ops_fatbin),
 	    "cuModuleLoadData of the forward-pass kernels (sm_90 SASS, compute_90 PTX)");
 	static const char *const kinds[BATON_OPS_KINDS] = BATON_OPS_KIND_NAMES;
-	struct kfn k[11 + 2 * BATON_OPS_KINDS] = {
+	struct kfn k[12 + 2 * BATON_OPS_KINDS] = {
 		{ &dev->k_embed, "baton_ops_embed" },
 		{ &dev->k_rmsnorm, "baton_ops_rmsnorm" },
 		{ &dev->k_rmsnorm_row, "baton_ops_rmsnorm_row" },
@@ -61,8 +61,9 @@ int cuda_ops_load(struct baton_dev *dev)
 		{ &dev->k_swiglu, "baton_ops_swiglu" },
 		{ &dev->k_add, "baton_ops_add" },
 		{ &dev->k_route, "baton_ops_route" },
+		{ &dev->k_attn_rows, "baton_ops_attn_rows" },
 	};
-	size_t n = 11;
+	size_t n = 12;
 	for (int r = 0; r < 2; r++)
 		for (int i = 0; i < BATON_OPS_KINDS; i++, n++) {
 			k[n].f = &dev->k_matmul[r][i];
@@ -91,6 +92,7 @@ int cuda_ops_load(struct baton_dev *dev)
 		struct baton_ops_rope_args r;
 		struct baton_ops_qk_norm_rope_args qr;
 		struct baton_ops_attention_args a;
+		struct baton_ops_attn_rows_args ar;
 		struct baton_ops_kv_store_args kv;
 		struct baton_ops_swiglu_args s;
 		struct baton_ops_add_args d;
@@ -124,6 +126,10 @@ void cuda_ops_free(struct baton_dev *dev)
 	}
 	cuda_dbuf_free(dev, &dev->ops_arg);
 	cuda_dbuf_free(dev, &dev->ops_scores);
+	cuda_dbuf_free(dev, &dev->ar_cnt);
+	free(dev->ar_host);
+	dev->ar_host = NULL;
+	dev->ar_cap = 0;
 	if (dev->ops_stage)
 		d->MemFreeHost(dev->ops_stage);
 	dev->ops_stage = NULL;
@@ -441,6 +447,128 @@ int cuda_op_qk_norm_rope(struct baton_dev *dev, const struct baton_qk_norm_rope 
 	    "cuLaunchKernel baton_ops_qk_norm_rope");
 }
 
+/* ---- attention over rows of any sequences (baton_ops_attn_rows) ------------ */
+
+/* The rows kernel's grid height (KV heads times tiles of their query
+ * heads), 0 where it does not take these shapes or buffers (the old
+ * kernels do). */
+static uint32_t ar_gy(uint32_t H, uint32_t KH, uint32_t hd, baton_dptr q, baton_dptr k,
+    baton_dptr v, baton_dptr out)
+{
+	if (hd % 32 || hd > BATON_OPS_AR_HD_MAX || ((q | k | v | out) & 15))
+		return 0;
+	const uint64_t gy = (uint64_t)KH * ((H / KH + BATON_OPS_AR_HEADS - 1) / BATON_OPS_AR_HEADS);
+	return gy <= 65535 ? (uint32_t)gy : 0;
+}
+
+/* Chunks of the rows kernel's grid for rows of up to nk keys: in a graph
+ * a power of two (a bucket: the recording replays until a row outgrows
+ * it), so that the launch does not change as the keys grow. */
+static uint64_t ar_chunks(const struct baton_dev *dev, uint64_t nk)
+{
+	uint64_t c = (nk + BATON_OPS_AR_CHUNK - 1) / BATON_OPS_AR_CHUNK, b = 1;
+	if (dev->gmode == CUDA_G_NONE)
+		return c;
+	while (b < c)
+		b <<= 1;
+	return b;
+}
+
+/* Block-table entries a segment of n_ctx positions gets in the staged
+ * tables: its own, or in a graph the bucket's capacity (fixed bytes
+ * while the recording replays; entries past its own are 0). */
+static uint64_t ar_tab_cap(const struct baton_dev *dev, uint64_t n_ctx, uint32_t bs,
+    uint64_t chunks)
+{
+	const uint64_t nb = (n_ctx + bs - 1) / bs;
+	if (dev->gmode == CUDA_G_NONE)
+		return nb;
+	const uint64_t cap = (chunks * BATON_OPS_AR_CHUNK + bs - 1) / bs;
+	return cap > nb ? cap : nb;
+}
+
+/* The host array of n rows (u32 [4] each) and tab_n table entries after
+ * them, grown as needed. */
+static uint32_t *ar_buf(struct baton_dev *dev, uint64_t n, uint64_t tab_n)
+{
+	const uint64_t need = 4 * n + tab_n;
+	if (need > dev->ar_cap) {
+		uint32_t *p = realloc(dev->ar_host, need * 4);
+		if (!p)
+			return NULL;
+		dev->ar_host = p;
+		dev->ar_cap = need;
+	}
+	return dev->ar_host;
+}
+
+/* Stages dev->ar_host's n rows and tab_n table entries (paged 0: keys
+ * are rows of k and v) and launches the rows kernel over them, in groups
+ * of rows whose partial results fit SCORES_MAX. */
+static int ar_launch(struct baton_dev *dev, baton_dptr q, baton_dptr k, baton_dptr v,
+    baton_dptr out, uint32_t H, uint32_t KH, uint32_t hd, uint32_t bs, float scale,
+    uint32_t gy, uint64_t n, uint64_t tab_n, int paged, uint64_t chunks)
+{
+	const uint64_t per_row = (uint64_t)H * chunks * (hd + 2) * 4;
+	uint64_t group = SCORES_MAX / per_row;
+	if (group < 1)
+		group = 1;
+	if (group > n)
+		group = n;
+	if (group > 0x7fffffffu)
+		group = 0x7fffffffu;
+	const uint64_t cnt_cap = dev->ar_cnt.cap;
+	CUdeviceptr da;
+	int rc;
+	if ((rc = cuda_dbuf_need(dev, &dev->ops_scores, group * per_row)) ||
+	    (rc = cuda_dbuf_need(dev, &dev->ar_cnt, group * gy * 4)))
+		return rc;
+	if (dev->ar_cnt.cap != cnt_cap) /* a new buffer: the counters start at 0 */
+		CU(dev, dev->d->MemsetD32Async(dev->ar_cnt.p, 0, dev->ar_cnt.cap / 4, dev->stream),
+		    "cuMemsetD32Async (attention counters)");
+	if ((rc = stage_args(dev, dev->ar_host, (4 * n + tab_n) * 4, NULL, 0, &da, NULL)))
+		return rc;
+	for (uint64_t r0 = 0; r0 < n; r0 += group) {
+		const uint64_t nr = n - r0 < group ? n - r0 : group;
+		struct baton_ops_attn_rows_args ka = {
+			.q = q, .k = k, .v = v, .out = out, .part = dev->ops_scores.p,
+			.rows = da + r0 * 16, .tab = paged ? da + n * 16 : 0, .cnt = dev->ar_cnt.p,
+			.n_heads = H, .n_kv_heads = KH, .head_dim = hd, .block_size = bs,
+			.chunks = (uint32_t)chunks, .tiles = gy / KH, .scale = scale,
+		};
+		if ((rc = cuda_launch_k(dev, dev->k_attn_rows, (uint32_t)nr, gy, (uint32_t)chunks,
+		         BATON_OPS_AR_THREADS, 0, &ka, sizeof ka, "cuLaunchKernel baton_ops_attn_rows")))
+			return rc;
+	}
+	return 0;
+}
+
+/* attention's call on the rows kernel (its checks done): CUDA_TC_FALLBACK
+ * where the kernel does not take it. */
+static int ar_attention(struct baton_dev *dev, const struct baton_attn *a)
+{
+	const uint32_t gy = ar_gy(a->n_heads, a->n_kv_heads, a->head_dim, a->q, a->k, a->v, a->out);
+	const uint64_t n_ctx = (uint64_t)a->pos0 + a->n_q, chunks = ar_chunks(dev, n_ctx);
+	if (!gy || chunks > 65535)
+		return CUDA_TC_FALLBACK;
+	const uint64_t nb = a->blocks ? (n_ctx + a->block_size - 1) / a->block_size : 0;
+	const uint64_t cap = a->blocks ? ar_tab_cap(dev, n_ctx, a->block_size, chunks) : 0;
+	uint32_t *h = ar_buf(dev, a->n_q, cap);
+	if (!h)
+		return refuse(dev, BATON_ENOMEM, "attention", "no memory for the rows");
+	for (uint32_t t = 0; t < a->n_q; t++) {
+		h[4 * t] = t;
+		h[4 * t + 1] = a->pos0 + t;
+		h[4 * t + 2] = h[4 * t + 3] = 0;
+	}
+	if (cap) {
+		memcpy(h + 4 * (uint64_t)a->n_q, a->blocks, nb * 4);
+		memset(h + 4 * (uint64_t)a->n_q + nb, 0, (cap - nb) * 4);
+	}
+	return ar_launch(dev, a->q, a->k, a->v, a->out, a->n_heads, a->n_kv_heads, a->head_dim,
+	    a->block_size, a->scale, gy, a->n_q, cap, a->blocks != NULL, chunks);
+}
+
 int cuda_op_attention(struct baton_dev *dev, const struct baton_attn *a)
 {
 	int rc;
@@ -464,6 +592,10 @@ int cuda_op_attention(struct baton_dev *dev, const struct baton_attn *a)
 	uint64_t chunks = (n_ctx + BATON_OPS_ATTN_CHUNK - 1) / BATON_OPS_ATTN_CHUNK;
 	if (chunks > 65535)
 		return refuse(dev, BATON_ERANGE, "attention", "more than 65535 chunks of keys");
+	if ((rc = cuda_cur(dev)))
+		return rc;
+	if (!cuda_tc_on(dev, a->n_q) && (rc = ar_attention(dev, a)) != CUDA_TC_FALLBACK)
+		return rc;
 	/* In a graph the launches may not depend on the number of keys: the
 	 * part kernel's grid is a power of two of chunks (a bucket: the
 	 * recording replays until a query outgrows it), the block table is
@@ -534,6 +666,78 @@ int cuda_op_attention(struct baton_dev *dev, const struct baton_attn *a)
 			return rc;
 		if (gc > 1 && (rc = cuda_launch(dev, dev->k_attn_comb, nq, H, OPS_THREADS, &k,
 		         "cuLaunchKernel baton_ops_attn_combine")))
+			return rc;
+	}
+	return 0;
+}
+
+int cuda_op_attention_segs(struct baton_dev *dev, const struct baton_attn_segs *s)
+{
+	uint64_t rows;
+	int rc;
+	if (attn_segs_check(s, &rows))
+		return refuse(dev, BATON_EINVAL, "attention_segs",
+		    "no segments, no block table, or a segment attention would refuse");
+	const uint32_t H = s->n_heads, KH = s->n_kv_heads, hd = s->head_dim, bs = s->block_size;
+	if (H > 65535)
+		return refuse(dev, BATON_ERANGE, "attention_segs", "more than 65535 heads");
+	if ((rc = cuda_cur(dev)))
+		return rc;
+	/* the segments the rows kernel takes (not the tensor cores'): their
+	 * rows and most keys */
+	uint64_t n = 0, nk = 0;
+	for (uint32_t i = 0; i < s->n_seg; i++) {
+		const uint64_t e = (uint64_t)s->segs[i].pos0 + s->segs[i].n_q;
+		if ((e + BATON_OPS_ATTN_CHUNK - 1) / BATON_OPS_ATTN_CHUNK > 65535)
+			return refuse(dev, BATON_ERANGE, "attention_segs", "more than 65535 chunks of keys");
+		if (cuda_tc_on(dev, s->segs[i].n_q))
+			continue;
+		n += s->segs[i].n_q;
+		if (e > nk)
+			nk = e;
+	}
+	const uint32_t gy = ar_gy(H, KH, hd, s->q, s->k, s->v, s->out);
+	const uint64_t chunks = ar_chunks(dev, nk);
+	const int rows_kernel = n && gy && chunks <= 65535 && n <= 0x7fffffffu;
+	if (rows_kernel) {
+		uint64_t tab_n = 0;
+		for (uint32_t i = 0; i < s->n_seg; i++)
+			if (!cuda_tc_on(dev, s->segs[i].n_q))
+				tab_n += ar_tab_cap(dev, (uint64_t)s->segs[i].pos0 + s->segs[i].n_q, bs, chunks);
+		uint32_t *h = ar_buf(dev, n, tab_n);
+		if (!h)
+			return refuse(dev, BATON_ENOMEM, "attention_segs", "no memory for the rows");
+		uint32_t *tab = h + 4 * n;
+		uint64_t r = 0, toff = 0, qrow = 0;
+		for (uint32_t i = 0; i < s->n_seg; qrow += s->segs[i].n_q, i++) {
+			const struct baton_attn_seg *g = &s->segs[i];
+			if (cuda_tc_on(dev, g->n_q))
+				continue;
+			const uint64_t n_ctx = (uint64_t)g->pos0 + g->n_q, nb = (n_ctx + bs - 1) / bs;
+			const uint64_t cap = ar_tab_cap(dev, n_ctx, bs, chunks);
+			memcpy(tab + toff, g->blocks, nb * 4);
+			memset(tab + toff + nb, 0, (cap - nb) * 4);
+			for (uint32_t t = 0; t < g->n_q; t++, r++) {
+				h[4 * r] = (uint32_t)(qrow + t);
+				h[4 * r + 1] = g->pos0 + t;
+				h[4 * r + 2] = (uint32_t)toff;
+				h[4 * r + 3] = 0;
+			}
+			toff += cap;
+		}
+		if ((rc = ar_launch(dev, s->q, s->k, s->v, s->out, H, KH, hd, bs, s->scale, gy, n, tab_n,
+		         1, chunks)))
+			return rc;
+	}
+	/* the tensor cores' segments (and, where the rows kernel does not
+	 * apply, every segment) one call each */
+	uint64_t row = 0;
+	for (uint32_t i = 0; i < s->n_seg; row += s->segs[i].n_q, i++) {
+		if (rows_kernel && !cuda_tc_on(dev, s->segs[i].n_q))
+			continue;
+		struct baton_attn a;
+		attn_seg_view(s, i, row, &a);
+		if ((rc = cuda_op_attention(dev, &a)))
 			return rc;
 	}
 	return 0;

@@ -723,6 +723,104 @@ static void t_attention(void)
 	be->close(dev);
 }
 
+/* attention_segs: the segments of several sequences over one shuffled
+ * pool of 16-position blocks (decode rows at 1, 64, 65, 701 and 5,001
+ * keys, a prefill chunk across a chunk's end, a 70-row segment that the
+ * tensor cores take where they are on), in one call: each segment
+ * within attention's tolerance of the host's, each row bitwise the same
+ * row alone (attention's own call takes the same kernel), the same bits
+ * when called again (the merge's counters left zeroed); and a refusal
+ * that writes nothing. Head groups of 8 (Qwen3-30B-A3B's), 12 (two
+ * tiles, the second partial) and 1. */
+static void attention_segs_case(struct baton_dev *dev, uint32_t Hh, uint32_t KH, uint32_t hd)
+{
+	const uint32_t BS = 16, NS = 7;
+	const uint32_t nq[7] = { 1, 1, 1, 1, 19, 70, 1 }, p0[7] = { 0, 63, 64, 700, 50, 10, 5000 };
+	uint64_t n = 0, nb_all = 0;
+	for (uint32_t i = 0; i < NS; i++) {
+		n += nq[i];
+		nb_all += (p0[i] + nq[i] + BS - 1) / BS;
+	}
+	const uint32_t pool = (uint32_t)nb_all + 5;
+	const uint64_t qr = (uint64_t)Hh * hd, qn = n * qr, kn = (uint64_t)pool * BS * KH * hd;
+	uint32_t *perm = malloc(pool * sizeof *perm), *tabs[7];
+	T_ASSERT(perm);
+	for (uint32_t i = 0; i < pool; i++)
+		perm[i] = i;
+	for (uint32_t i = pool - 1; i > 0; i--) {
+		uint32_t j = (uint32_t)(rnd() % (i + 1)), t = perm[i];
+		perm[i] = perm[j];
+		perm[j] = t;
+	}
+	struct baton_attn_seg sg[7];
+	uint32_t used = 0;
+	for (uint32_t i = 0; i < NS; i++) { /* each sequence its own blocks of the pool */
+		const uint32_t nb = (p0[i] + nq[i] + BS - 1) / BS;
+		tabs[i] = perm + used;
+		used += nb;
+		sg[i] = (struct baton_attn_seg){ .n_q = nq[i], .pos0 = p0[i], .blocks = tabs[i] };
+	}
+	float *q = rvec(qn), *k = rvec(kn), *v = rvec(kn);
+	for (uint64_t i = 0; i < qn; i++)
+		q[i] *= 2.0f;
+	float *got = malloc(qn * 4), *again = malloc(qn * 4), *want = malloc(qn * 4);
+	float *one = malloc(qr * 4);
+	T_ASSERT(got && again && want && one);
+	baton_dptr dq = up(dev, q, qn * 4), dk = up(dev, k, kn * 4), dv = up(dev, v, kn * 4), dout;
+	T_CU(dev, be->alloc(dev, qn * 4, &dout));
+	const float scale = 1.0f / sqrtf((float)hd);
+	struct baton_attn_segs as = { .q = dq, .k = dk, .v = dv, .out = dout, .n_seg = NS,
+		.n_heads = Hh, .n_kv_heads = KH, .head_dim = hd, .block_size = BS, .scale = scale,
+		.segs = sg };
+	T_CU(dev, be->attention_segs(dev, &as));
+	down(dev, got, dout, qn * 4);
+	T_CU(dev, be->attention_segs(dev, &as));
+	down(dev, again, dout, qn * 4);
+	char what[96];
+	snprintf(what, sizeof what, "attention_segs %u/%u heads of %u, twice", Hh, KH, hd);
+	same_bits(again, got, qn, what);
+	struct baton_attn_segs hs = as;
+	hs.q = H(q), hs.k = H(k), hs.v = H(v), hs.out = H(want);
+	T_OK(host_op_attention_segs(NULL, &hs));
+	uint64_t row = 0;
+	for (uint32_t i = 0; i < NS; row += nq[i], i++) {
+		snprintf(what, sizeof what, "attention_segs %u/%u heads of %u, n_q=%u pos0=%u", Hh, KH,
+		    hd, nq[i], p0[i]);
+		/* the tensor cores' bf16 within their 2e-2 (t_tensor_cores) */
+		close_to(got + row * qr, want + row * qr, nq[i] * qr, nq[i] >= 64 ? 2e-2 : 2e-6, what);
+		if (nq[i] >= 64)
+			continue; /* the tensor cores' rows depend on their pass */
+		for (uint32_t t = 0; t < nq[i]; t += nq[i] > 1 ? nq[i] - 1 : 1) {
+			struct baton_attn a1 = { .q = dq + (row + t) * qr * 4, .k = dk, .v = dv,
+				.out = dout, .n_q = 1, .n_heads = Hh, .n_kv_heads = KH, .head_dim = hd,
+				.pos0 = p0[i] + t, .scale = scale, .blocks = tabs[i], .block_size = BS };
+			T_CU(dev, be->attention(dev, &a1));
+			down(dev, one, dout, qr * 4);
+			T_ASSERT_MSG(memcmp(one, got + (row + t) * qr, qr * 4) == 0,
+			    "%s: row %u alone differs from it among the segments", what, t);
+		}
+	}
+	/* refused, nothing written: a segment without its table */
+	T_CU(dev, be->attention_segs(dev, &as));
+	sg[3].blocks = NULL;
+	T_EQ_ERR(be->attention_segs(dev, &as), BATON_EINVAL);
+	sg[3].blocks = tabs[3];
+	down(dev, again, dout, qn * 4);
+	same_bits(again, got, qn, "attention_segs after a refusal");
+	be->free(dev, dq), be->free(dev, dk), be->free(dev, dv), be->free(dev, dout);
+	free(q), free(k), free(v), free(got), free(again), free(want), free(one), free(perm);
+}
+
+static void t_attention_segs(void)
+{
+	struct baton_dev *dev = cuda_fixture_open();
+	attention_segs_case(dev, 32, 4, 128);
+	attention_segs_case(dev, 12, 1, 64);
+	attention_segs_case(dev, 4, 4, 32);
+	attention_segs_case(dev, 6, 3, 70); /* a head_dim the rows kernel leaves to the old one */
+	be->close(dev);
+}
+
 /* kv_store: bitwise the host's, refusals alike. */
 static void t_kv_store(void)
 {
@@ -1164,5 +1262,5 @@ static void t_refusals(void)
 }
 
 T_MAIN(T_CASE(t_matmul), T_CASE(t_matmul_fast), T_CASE(t_embed_rmsnorm), T_CASE(t_route), T_CASE(t_rope),
-    T_CASE(t_qk_norm_rope), T_CASE(t_attention), T_CASE(t_kv_store), T_CASE(t_swiglu_add), T_CASE(t_refusals),
+    T_CASE(t_qk_norm_rope), T_CASE(t_attention), T_CASE(t_attention_segs), T_CASE(t_kv_store), T_CASE(t_swiglu_add), T_CASE(t_refusals),
     T_CASE_TIMEOUT(t_tensor_cores, 120), T_CASE_TIMEOUT(t_perf, 120))

@@ -701,6 +701,7 @@ const struct baton_backend baton_backend_host = {
 	.matmul = host_op_matmul,
 	.rope = host_op_rope,
 	.attention = host_op_attention,
+	.attention_segs = host_op_attention_segs,
 	.kv_store = host_op_kv_store,
 	.swiglu = host_op_swiglu,
 	.add = host_op_add,
