@@ -286,6 +286,7 @@ static const struct baton_backend *table_for(const struct baton_backend *in)
 				.embed = in->embed,
 				.rmsnorm = in->rmsnorm,
 				.matmul = in->matmul,
+				.matmuls = in->matmuls,
 				.rope = in->rope,
 				.qk_norm_rope = in->qk_norm_rope,
 				.attention = in->attention,

@@ -55,21 +55,38 @@ static int attention_block(struct baton_model *m, uint32_t l, const struct segme
 	const uint32_t D = c->hidden, QD = c->heads * c->head_dim, KD = c->kv_heads * c->head_dim;
 	int rc;
 
-	if ((rc = be->rmsnorm(d, m->x, m->xn, n, D, L->in_norm.p, L->in_norm.dtype, c->eps)) ||
-	    (rc = be->matmul(d, L->q.p, L->q.dtype, QD, D, L->qb.p, L->qb.dtype, m->xn, n, m->q, 0)) ||
-	    (rc = be->matmul(d, L->k.p, L->k.dtype, KD, D, L->kb.p, L->kb.dtype, m->xn, n, m->kx, 0)) ||
-	    (rc = be->matmul(d, L->v.p, L->v.dtype, KD, D, L->vb.p, L->vb.dtype, m->xn, n, m->vx, 0)))
+	if ((rc = be->rmsnorm(d, m->x, m->xn, n, D, L->in_norm.p, L->in_norm.dtype, c->eps)))
 		return rc;
+	if (be->matmuls) { /* q, k and v in one call (one launch at batch 1 on cuda) */
+		const struct baton_matmuls mm = { .x = m->xn, .rows = n, .k = D, .n = 3, .m = {
+			{ .w = L->q.p, .b = L->qb.p, .y = m->q, .w_dtype = L->q.dtype,
+			    .b_dtype = L->qb.dtype, .n_out = QD },
+			{ .w = L->k.p, .b = L->kb.p, .y = m->kx, .w_dtype = L->k.dtype,
+			    .b_dtype = L->kb.dtype, .n_out = KD },
+			{ .w = L->v.p, .b = L->vb.p, .y = m->vx, .w_dtype = L->v.dtype,
+			    .b_dtype = L->vb.dtype, .n_out = KD } } };
+		if ((rc = be->matmuls(d, &mm)))
+			return rc;
+	} else if ((rc = be->matmul(d, L->q.p, L->q.dtype, QD, D, L->qb.p, L->qb.dtype, m->xn, n,
+	                m->q, 0)) ||
+	    (rc = be->matmul(d, L->k.p, L->k.dtype, KD, D, L->kb.p, L->kb.dtype, m->xn, n, m->kx, 0)) ||
+	    (rc = be->matmul(d, L->v.p, L->v.dtype, KD, D, L->vb.p, L->vb.dtype, m->xn, n, m->vx, 0))) {
+		return rc;
+	}
+	int stored = 0;
 	if (c->arch->qk_norm == BATON_QK_NORM_HEAD && be->qk_norm_rope) {
-		/* the four ops below in one call, their bits */
+		/* the four ops below and kv_store in one call, their bits */
 		const struct baton_qk_norm_rope nr = {
 			.q = m->q, .k = m->kx, .wq = L->q_norm.p, .wk = L->k_norm.p,
 			.wq_dtype = L->q_norm.dtype, .wk_dtype = L->k_norm.dtype, .rows = n,
 			.heads = c->heads, .kv_heads = c->kv_heads, .head_dim = c->head_dim,
 			.eps = c->eps, .mscale = c->rope_mscale, .pos = m->posv, .inv_freq = m->inv_freq,
+			.v = m->vx, .k_cache = kv_k(m, l), .v_cache = kv_v(m, l), .slots = m->slots,
+			.cache_rows = kv_pool_rows(m),
 		};
 		if ((rc = be->qk_norm_rope(d, &nr)))
 			return rc;
+		stored = 1;
 	} else if ((rc = qk_norm(m, m->q, n, c->heads, &L->q_norm)) ||
 	    (rc = qk_norm(m, m->kx, n, c->kv_heads, &L->k_norm)) ||
 	    (rc = be->rope(d, m->q, n, c->heads, c->head_dim, m->posv, m->inv_freq, c->rope_mscale)) ||
@@ -81,7 +98,7 @@ static int attention_block(struct baton_model *m, uint32_t l, const struct segme
 		.k = m->kx, .v = m->vx, .k_cache = kv_k(m, l), .v_cache = kv_v(m, l),
 		.slots = m->slots, .n = n, .cols = KD, .cache_rows = kv_pool_rows(m),
 	};
-	if ((rc = be->kv_store(d, &ks)))
+	if (!stored && (rc = be->kv_store(d, &ks)))
 		return rc;
 	const float scale = 1.0f / sqrtf((float)c->head_dim);
 	if (be->attention_segs) { /* every segment in one call: one launch, not one each */

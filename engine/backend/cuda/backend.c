@@ -763,6 +763,7 @@ const struct baton_backend baton_backend_cuda = {
 	.matmul = cuda_op_matmul,
 	.rope = cuda_op_rope,
 	.qk_norm_rope = cuda_op_qk_norm_rope,
+	.matmuls = cuda_op_matmuls,
 	.attention = cuda_op_attention,
 	.attention_segs = cuda_op_attention_segs,
 	.kv_store = cuda_op_kv_store,

@@ -110,7 +110,7 @@ struct baton_dev {
 	 * (vq_x, holding the quantization of vq_src, k vq_k, valid while
 	 * n_launch is still vq_mark) and for the experts' h (vq_h). */
 	CUmodule vq_mod;
-	CUfunction k_vq_quant, k_vq_matmul, k_vq_gate_up, k_vq_down;
+	CUfunction k_vq_quant, k_vq_matmul, k_vq_gate_up, k_vq_down, k_vq_matmuls;
 	int vq_off;
 	struct dbuf vq_x, vq_h;
 	baton_dptr vq_src;
@@ -335,6 +335,9 @@ void cuda_mmvq_free(struct baton_dev *dev);
 int cuda_mmvq_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint64_t row_bytes,
     uint32_t n_out, uint32_t k, baton_dptr b, uint32_t b_dtype, baton_dptr x, uint32_t rows,
     baton_dptr y, int accumulate);
+/* matmuls (checked by cuda_op_matmuls) at rows == 1 with every matrix on
+ * that path: one launch for all; else CUDA_TC_FALLBACK. */
+int cuda_mmvq_matmuls(struct baton_dev *dev, const struct baton_matmuls *mm);
 /* A one-row rmsnorm's output as the matmuls' int8 blocks, written by the
  * norm's own kernel (no quantize launch): *q, *d where it writes them
  * (vq_x), or 0 when the path is off or cols % 256; after the launch,
@@ -369,6 +372,7 @@ int cuda_op_rmsnorm(struct baton_dev *dev, baton_dptr x, baton_dptr out, uint32_
 int cuda_op_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint32_t n_out,
     uint32_t k, baton_dptr b, uint32_t b_dtype, baton_dptr x, uint32_t rows,
     baton_dptr y, int accumulate);
+int cuda_op_matmuls(struct baton_dev *dev, const struct baton_matmuls *mm);
 int cuda_op_qk_norm_rope(struct baton_dev *dev, const struct baton_qk_norm_rope *a);
 int cuda_op_rope(struct baton_dev *dev, baton_dptr x, uint32_t rows, uint32_t n_heads,
     uint32_t head_dim, const uint32_t *pos, const float *inv_freq, float mscale);

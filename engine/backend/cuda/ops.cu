@@ -23,7 +23,7 @@ static_assert(sizeof(baton_ops_rmsnorm_args) == 40, "rmsnorm args layout");
 static_assert(sizeof(baton_ops_rmsnorm_row_args) == 56, "rmsnorm row args layout");
 static_assert(sizeof(baton_ops_matmul_args) == 72, "matmul args layout");
 static_assert(sizeof(baton_ops_rope_args) == 40, "rope args layout");
-static_assert(sizeof(baton_ops_qk_norm_rope_args) == 80, "qk norm rope args layout");
+static_assert(sizeof(baton_ops_qk_norm_rope_args) == 112, "qk norm rope args layout");
 static_assert(sizeof(baton_ops_attention_args) == 96, "attention args layout");
 static_assert(sizeof(baton_ops_attn_rows_args) == 96, "attention rows args layout");
 static_assert(sizeof(baton_ops_kv_store_args) == 48, "kv_store args layout");
@@ -607,6 +607,17 @@ baton_ops_qk_norm_rope(baton_ops_qk_norm_rope_args a)
 	__syncwarp(); /* the normed row, written by every lane, before the pairs are read */
 	const float p = (float)((const uint32_t *)a.pos)[r];
 	rope_head(v, p, (const float *)a.inv_freq, hd / 2, a.mscale, lane, 32);
+	if (!isk || !a.k_cache)
+		return;
+	__syncwarp(); /* the rotated row, before it is copied */
+	const uint64_t cols = (uint64_t)a.kv_heads * hd, slot = ((const uint32_t *)a.slots)[r];
+	const float *vr = (const float *)a.v + r * cols + (uint64_t)hh * hd;
+	float *kc = (float *)a.k_cache + slot * cols + (uint64_t)hh * hd;
+	float *vc = (float *)a.v_cache + slot * cols + (uint64_t)hh * hd;
+	for (uint32_t i = lane; i < hd; i += 32) {
+		kc[i] = v[i];
+		vc[i] = vr[i];
+	}
 }
 
 /* Key j's row in the cache: through the block table, or row j. */

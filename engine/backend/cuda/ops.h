@@ -41,6 +41,9 @@ struct baton_ops_qk_norm_rope_args {
 	uint64_t q, k, wq, wk, pos, inv_freq;
 	uint32_t wq_dtype, wk_dtype, heads, kv_heads, head_dim;
 	float eps, mscale, pad;
+	/* k_cache != 0: the k head rows, once rotated, and v's with them to
+	 * rows slots[r] (a device copy) of k_cache and v_cache (kv_store) */
+	uint64_t v, k_cache, v_cache, slots;
 };
 
 /* baton_ops_rmsnorm_row: grid (rows), block 32 * WARPS, a block per row,

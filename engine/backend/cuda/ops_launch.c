@@ -329,20 +329,59 @@ int cuda_op_rmsnorm(struct baton_dev *dev, baton_dptr x, baton_dptr out, uint32_
 	    "cuLaunchKernel baton_ops_rmsnorm");
 }
 
-int cuda_op_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint32_t n_out,
-    uint32_t k, baton_dptr b, uint32_t b_dtype, baton_dptr x, uint32_t rows,
-    baton_dptr y, int accumulate)
+/* matmul's checks (the host's): 0 or the code; *rb a weight row's bytes. */
+static int matmul_check(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint32_t n_out,
+    uint32_t k, baton_dptr b, uint32_t b_dtype, baton_dptr x, uint32_t rows, baton_dptr y,
+    uint64_t *rb)
 {
-	uint64_t rb, brb;
+	uint64_t brb;
 	int rc;
 	if (!w || !n_out || !rows || !f32_buf(x, (uint64_t)rows * k) ||
 	    !f32_buf(y, (uint64_t)rows * n_out))
 		return refuse(dev, BATON_EINVAL, "matmul", "empty or misaligned operands");
 	if (overlap(x, (uint64_t)rows * k, y, (uint64_t)rows * n_out))
 		return refuse(dev, BATON_EINVAL, "matmul", "y overlaps x");
-	if ((rc = weight_ok(dev, "matmul", w_dtype, k, &rb)))
+	if ((rc = weight_ok(dev, "matmul", w_dtype, k, rb)))
 		return rc;
 	if (b && (rc = weight_ok(dev, "matmul bias", b_dtype, n_out, &brb)))
+		return rc;
+	return 0;
+}
+
+int cuda_op_matmuls(struct baton_dev *dev, const struct baton_matmuls *mm)
+{
+	uint64_t rb;
+	int rc;
+	if (matmuls_overlap(mm))
+		return refuse(dev, BATON_EINVAL, "matmuls", "n not 1 to 3, or overlapping outputs");
+	for (uint32_t i = 0; i < mm->n; i++) {
+		const struct baton_matmul_out *o = &mm->m[i];
+		if ((rc = matmul_check(dev, o->w, o->w_dtype, o->n_out, mm->k, o->b, o->b_dtype, mm->x,
+		         mm->rows, o->y, &rb)))
+			return rc;
+	}
+	if ((rc = cuda_cur(dev)))
+		return rc;
+	/* one launch where every matrix takes the quantized batch-1 GEMV
+	 * (not on the tensor cores' passes: those start at 64 rows) */
+	if ((rc = cuda_mmvq_matmuls(dev, mm)) != CUDA_TC_FALLBACK)
+		return rc;
+	for (uint32_t i = 0; i < mm->n; i++) {
+		const struct baton_matmul_out *o = &mm->m[i];
+		if ((rc = cuda_op_matmul(dev, o->w, o->w_dtype, o->n_out, mm->k, o->b, o->b_dtype, mm->x,
+		         mm->rows, o->y, 0)))
+			return rc;
+	}
+	return 0;
+}
+
+int cuda_op_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint32_t n_out,
+    uint32_t k, baton_dptr b, uint32_t b_dtype, baton_dptr x, uint32_t rows,
+    baton_dptr y, int accumulate)
+{
+	uint64_t rb;
+	int rc;
+	if ((rc = matmul_check(dev, w, w_dtype, n_out, k, b, b_dtype, x, rows, y, &rb)))
 		return rc;
 	const uint32_t gx = (n_out + BATON_OPS_WARPS - 1) / BATON_OPS_WARPS;
 	const int one = rows == 1;
@@ -434,14 +473,31 @@ int cuda_op_qk_norm_rope(struct baton_dev *dev, const struct baton_qk_norm_rope 
 		return rc;
 	if ((uint64_t)a->heads + a->kv_heads > 65535 || a->rows > 0x7fffffffu)
 		return refuse(dev, BATON_ERANGE, "qk_norm_rope", "more than 65535 heads or 2^31 rows");
-	CUdeviceptr dp, df;
+	const struct baton_kv_store ks = { .k = a->k, .v = a->v, .k_cache = a->k_cache,
+		.v_cache = a->v_cache, .slots = a->slots, .n = a->rows,
+		.cols = a->kv_heads * a->head_dim, .cache_rows = a->cache_rows };
+	if (a->k_cache) {
+		if ((uint64_t)a->kv_heads * a->head_dim > UINT32_MAX)
+			return refuse(dev, BATON_EINVAL, "qk_norm_rope", "k rows too wide to store");
+		if ((rc = kv_store_check(&ks)))
+			return refuse(dev, rc, "qk_norm_rope", rc == BATON_ERANGE ? "a slot past the cache" :
+			    "kv_store's zero sizes, or missing, misaligned or overlapping buffers");
+		if (overlap(a->q, qn, a->k_cache, a->cache_rows * ks.cols) ||
+		    overlap(a->q, qn, a->v_cache, a->cache_rows * ks.cols))
+			return refuse(dev, BATON_EINVAL, "qk_norm_rope", "q overlaps the cache");
+	}
+	CUdeviceptr dp, df, ds = 0;
 	if ((rc = cuda_cur(dev)) || (rc = stage_args(dev, a->pos, (uint64_t)a->rows * 4, a->inv_freq,
 	                                  (uint64_t)a->head_dim / 2 * 4, &dp, &df)))
+		return rc;
+	if (a->k_cache &&
+	    (rc = stage_args(dev, a->slots, (uint64_t)a->rows * 4, NULL, 0, &ds, NULL)))
 		return rc;
 	struct baton_ops_qk_norm_rope_args k = {
 		.q = a->q, .k = a->k, .wq = a->wq, .wk = a->wk, .pos = dp, .inv_freq = df,
 		.wq_dtype = a->wq_dtype, .wk_dtype = a->wk_dtype, .heads = a->heads,
 		.kv_heads = a->kv_heads, .head_dim = a->head_dim, .eps = a->eps, .mscale = a->mscale,
+		.v = a->v, .k_cache = a->k_cache, .v_cache = a->v_cache, .slots = ds,
 	};
 	return cuda_launch(dev, dev->k_qk_norm_rope, a->rows, a->heads + a->kv_heads, 32, &k,
 	    "cuLaunchKernel baton_ops_qk_norm_rope");

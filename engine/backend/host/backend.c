@@ -699,6 +699,7 @@ const struct baton_backend baton_backend_host = {
 	.embed = host_op_embed,
 	.rmsnorm = host_op_rmsnorm,
 	.matmul = host_op_matmul,
+	.matmuls = host_op_matmuls,
 	.rope = host_op_rope,
 	.attention = host_op_attention,
 	.attention_segs = host_op_attention_segs,

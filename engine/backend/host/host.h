@@ -163,6 +163,8 @@ int host_op_rmsnorm(struct baton_dev *dev, baton_dptr x, baton_dptr out, uint32_
 int host_op_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint32_t n_out,
     uint32_t k, baton_dptr b, uint32_t b_dtype, baton_dptr x, uint32_t rows,
     baton_dptr y, int accumulate);
+/* matmuls: every matmul's checks first, then host_op_matmul each. */
+int host_op_matmuls(struct baton_dev *dev, const struct baton_matmuls *mm);
 int host_op_rope(struct baton_dev *dev, baton_dptr x, uint32_t rows, uint32_t n_heads,
     uint32_t head_dim, const uint32_t *pos, const float *inv_freq, float mscale);
 int host_op_attention(struct baton_dev *dev, const struct baton_attn *a);
@@ -191,5 +193,8 @@ int attn_segs_check(const struct baton_attn_segs *s, uint64_t *rows);
 void attn_seg_view(const struct baton_attn_segs *s, uint32_t i, uint64_t row,
     struct baton_attn *a);
 int kv_store_check(const struct baton_kv_store *s);
+/* matmuls' own check, shared with the cuda backend: 1 when n is not 1 ..
+ * BATON_MATMULS_MAX or two y's overlap, else 0. */
+int matmuls_overlap(const struct baton_matmuls *mm);
 
 #endif

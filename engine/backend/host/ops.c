@@ -132,25 +132,69 @@ static void matmul_part(void *arg, unsigned part, unsigned nparts)
 	}
 }
 
-int host_op_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint32_t n_out,
-    uint32_t k, baton_dptr b, uint32_t b_dtype, baton_dptr x, uint32_t rows,
-    baton_dptr y, int accumulate)
+/* The matmul slot's checks: 0 or its code; *rb: a weight row's bytes. */
+static int matmul_check(baton_dptr w, uint32_t w_dtype, uint32_t n_out, uint32_t k,
+    baton_dptr b, uint32_t b_dtype, baton_dptr x, uint32_t rows, baton_dptr y, uint64_t *rb)
 {
-	uint64_t rb, brb;
-	float *bias = NULL;
+	uint64_t brb;
 	int rc;
-
-	(void)dev;
 	if (!w || !n_out || !rows || !f32_buf(x, (uint64_t)rows * k) ||
 	    !f32_buf(y, (uint64_t)rows * n_out))
 		return BATON_EINVAL;
 	if (overlap(x, (uint64_t)rows * k, y, (uint64_t)rows * n_out))
 		return BATON_EINVAL;
-	if ((rc = weight_ok(w_dtype, k, &rb)) != 0)
+	if ((rc = weight_ok(w_dtype, k, rb)) != 0)
+		return rc;
+	if (b && (rc = weight_ok(b_dtype, n_out, &brb)) != 0)
+		return rc;
+	return 0;
+}
+
+int matmuls_overlap(const struct baton_matmuls *mm)
+{
+	if (!mm || !mm->n || mm->n > BATON_MATMULS_MAX)
+		return 1;
+	for (uint32_t i = 0; i < mm->n; i++)
+		for (uint32_t j = 0; j < i; j++)
+			if (overlap(mm->m[i].y, (uint64_t)mm->rows * mm->m[i].n_out, mm->m[j].y,
+			        (uint64_t)mm->rows * mm->m[j].n_out))
+				return 1;
+	return 0;
+}
+
+int host_op_matmuls(struct baton_dev *dev, const struct baton_matmuls *mm)
+{
+	uint64_t rb;
+	int rc;
+	if (matmuls_overlap(mm))
+		return BATON_EINVAL;
+	for (uint32_t i = 0; i < mm->n; i++) {
+		const struct baton_matmul_out *o = &mm->m[i];
+		if ((rc = matmul_check(o->w, o->w_dtype, o->n_out, mm->k, o->b, o->b_dtype, mm->x,
+		         mm->rows, o->y, &rb)))
+			return rc;
+	}
+	for (uint32_t i = 0; i < mm->n; i++) {
+		const struct baton_matmul_out *o = &mm->m[i];
+		if ((rc = host_op_matmul(dev, o->w, o->w_dtype, o->n_out, mm->k, o->b, o->b_dtype,
+		         mm->x, mm->rows, o->y, 0)))
+			return rc;
+	}
+	return 0;
+}
+
+int host_op_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint32_t n_out,
+    uint32_t k, baton_dptr b, uint32_t b_dtype, baton_dptr x, uint32_t rows,
+    baton_dptr y, int accumulate)
+{
+	uint64_t rb;
+	float *bias = NULL;
+	int rc;
+
+	(void)dev;
+	if ((rc = matmul_check(w, w_dtype, n_out, k, b, b_dtype, x, rows, y, &rb)))
 		return rc;
 	if (b) {
-		if ((rc = weight_ok(b_dtype, n_out, &brb)) != 0)
-			return rc;
 		if (!(bias = malloc((size_t)n_out * sizeof *bias)))
 			return BATON_ENOMEM;
 		baton_dequant_row((int)b_dtype, (const void *)(uintptr_t)b, bias, n_out);

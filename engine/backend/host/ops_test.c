@@ -138,6 +138,43 @@ static void t_matmul_refuses(void)
 	T_EQ_ERR(H->matmul(NULL, D(w), BATON_DT_F32, 0, 8, 0, 0, D(x), 1, D(y), 0), BATON_EINVAL);
 }
 
+/* matmuls: q, k and v over one x, each the bits of its own matmul
+ * (a bias on one); the second matrix refused (an unsupported type, or
+ * its y over the first's) writes nothing, not even the first's y. */
+static void t_matmuls(void)
+{
+	const uint32_t K = 64, R = 3, N[3] = { 24, 8, 8 };
+	float *x = rvec((size_t)R * K), *b = rvec(8), *w[3], *y[3], *z[3];
+	struct baton_matmuls mm = { .x = D(x), .rows = R, .k = K, .n = 3 };
+	for (int i = 0; i < 3; i++) {
+		w[i] = rvec((size_t)N[i] * K);
+		y[i] = calloc((size_t)R * N[i], 4);
+		z[i] = calloc((size_t)R * N[i], 4);
+		T_ASSERT(y[i] && z[i]);
+		mm.m[i] = (struct baton_matmul_out){ .w = D(w[i]), .b = i == 1 ? D(b) : 0, .y = D(y[i]),
+			.w_dtype = BATON_DT_F32, .b_dtype = BATON_DT_F32, .n_out = N[i] };
+		T_OK(H->matmul(NULL, D(w[i]), BATON_DT_F32, N[i], K, mm.m[i].b, BATON_DT_F32, D(x), R,
+		    D(z[i]), 0));
+	}
+	T_OK(H->matmuls(NULL, &mm));
+	for (int i = 0; i < 3; i++)
+		T_ASSERT(memcmp(y[i], z[i], (size_t)R * N[i] * 4) == 0);
+	memset(y[0], 0, (size_t)R * N[0] * 4);
+	mm.m[1].w_dtype = BATON_DT_IQ2_XXS;
+	T_EQ_ERR(H->matmuls(NULL, &mm), BATON_EUNSUPPORTED);
+	mm.m[1].w_dtype = BATON_DT_F32;
+	mm.m[1].y = D(y[0] + 4);
+	T_EQ_ERR(H->matmuls(NULL, &mm), BATON_EINVAL);
+	mm.m[1].y = D(y[1]);
+	mm.n = 4;
+	T_EQ_ERR(H->matmuls(NULL, &mm), BATON_EINVAL);
+	for (uint32_t i = 0; i < R * N[0]; i++)
+		T_ASSERT(y[0][i] == 0);
+	for (int i = 0; i < 3; i++)
+		free(w[i]), free(y[i]), free(z[i]);
+	free(x), free(b);
+}
+
 static void t_embed(void)
 {
 	const uint32_t V = 50, C = 64;
@@ -413,7 +450,7 @@ static void t_threads_same_bits(void)
 	free(w), free(x), free(y1), free(y4), free(q), free(k), free(v), free(o1), free(o4);
 }
 
-T_MAIN(T_CASE(t_matmul_dtypes), T_CASE(t_matmul_refuses), T_CASE(t_embed), T_CASE(t_rmsnorm),
+T_MAIN(T_CASE(t_matmul_dtypes), T_CASE(t_matmul_refuses), T_CASE(t_matmuls), T_CASE(t_embed), T_CASE(t_rmsnorm),
     T_CASE(t_rope), T_CASE(t_attention_gqa), T_CASE(t_attention_paged),
     T_CASE(t_attention_segs),
     T_CASE(t_swiglu_add), T_CASE(t_route_rules),
