@@ -25,7 +25,7 @@ static_assert(sizeof(baton_ops_matmul_args) == 72, "matmul args layout");
 static_assert(sizeof(baton_ops_rope_args) == 40, "rope args layout");
 static_assert(sizeof(baton_ops_qk_norm_rope_args) == 112, "qk norm rope args layout");
 static_assert(sizeof(baton_ops_attention_args) == 96, "attention args layout");
-static_assert(sizeof(baton_ops_attn_rows_args) == 96, "attention rows args layout");
+static_assert(sizeof(baton_ops_attn_rows_args) == 112, "attention rows args layout");
 static_assert(sizeof(baton_ops_kv_store_args) == 48, "kv_store args layout");
 static_assert(sizeof(baton_ops_swiglu_args) == 32, "swiglu args layout");
 static_assert(sizeof(baton_ops_add_args) == 32, "add args layout");
@@ -35,6 +35,23 @@ static_assert(BATON_OPS_ATTN_CHUNK == BATON_OPS_WARPS * 32, "a thread per key of
 
 #define WARPS BATON_OPS_WARPS
 #define THREADS (WARPS * 32)
+
+/* baton_mmvq_quant (mmvq.cu), operation for operation, on the value v
+ * of each lane of a warp holding 32 consecutive values from element i
+ * (i % 32 == lane): q[i] and, by lane 0, the block's scale d[i / 32]. */
+__device__ __forceinline__ void quant_warp(float v, int8_t *q, float *d, uint64_t i,
+    uint32_t lane)
+{
+	float m = fabsf(v);
+#pragma unroll
+	for (int off = 16; off > 0; off >>= 1)
+		m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+	const float s = __fdiv_rn(m, 127.0f);
+	const int qv = m > 0.0f ? __float2int_rn(__fdiv_rn(v, s)) : 0;
+	q[i] = (int8_t)max(-127, min(127, qv));
+	if (lane == 0)
+		d[i / 32] = s;
+}
 
 /* The contract's tree over the 32 lanes: every lane ends with the sum. */
 __device__ __forceinline__ float lane_tree(float s)
@@ -233,17 +250,8 @@ __device__ __forceinline__ void norm_block(const baton_ops_rmsnorm_row_args &a, 
 		if (DT != NORM_NONE)
 			v = __fmul_rn(v, wv[j]);
 		out[i] = v;
-		if (a.q) { /* baton_mmvq_quant (mmvq.cu), operation for operation */
-			float m = fabsf(v);
-#pragma unroll
-			for (int off = 16; off > 0; off >>= 1)
-				m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
-			const float d = __fdiv_rn(m, 127.0f);
-			const int q = m > 0.0f ? __float2int_rn(__fdiv_rn(v, d)) : 0;
-			((int8_t *)a.q)[base + i] = (int8_t)max(-127, min(127, q));
-			if (lane == 0)
-				((float *)a.d)[(base + i) / 32] = d;
-		}
+		if (a.q)
+			quant_warp(v, (int8_t *)a.q, (float *)a.d, base + i, lane);
 	}
 }
 
@@ -914,10 +922,14 @@ baton_ops_attn_rows(baton_ops_attn_rows_args a)
 		float o = big[h * hd + d];
 		for (uint32_t w = 1; w < AR_W; w++)
 			o += big[(w * AR_NH + h) * hd + d];
-		if (whole)
-			out[((uint64_t)qrow * H + h0 + h) * hd + d] = o / sm[h];
-		else
+		if (whole) {
+			const uint64_t oi = ((uint64_t)qrow * H + h0 + h) * hd + d;
+			out[oi] = o / sm[h];
+			if (a.oq) /* i steps by whole warps: nh * hd % 32 == 0 */
+				quant_warp(out[oi], (int8_t *)a.oq, (float *)a.od, oi, lane);
+		} else {
 			part[h * pstride + (uint64_t)blockIdx.z * (hd + 2) + d] = o;
+		}
 	}
 	if (whole)
 		return;
@@ -966,7 +978,10 @@ baton_ops_attn_rows(baton_ops_attn_rows_args a)
 			const float w = fit ? big[h * nc + c] : expf(__ldcg(pc + hd) - mx[h]);
 			o = fmaf(__ldcg(pc + d), w, o);
 		}
-		out[((uint64_t)qrow * H + h0 + h) * hd + d] = o / sm[h];
+		const uint64_t oi = ((uint64_t)qrow * H + h0 + h) * hd + d;
+		out[oi] = o / sm[h];
+		if (a.oq)
+			quant_warp(out[oi], (int8_t *)a.oq, (float *)a.od, oi, lane);
 	}
 	if (tid == 0)
 		*cnt = 0; /* for the next launch */

@@ -129,6 +129,8 @@ struct baton_ops_attention_args {
 #define BATON_OPS_AR_HD_MAX 256u
 struct baton_ops_attn_rows_args {
 	uint64_t q, k, v, out, part, rows, tab, cnt;
+	uint64_t oq, od; /* oq != 0 (a launch of one row): out also as mmvq.h's int8
+	                    blocks, q oq[i] and scale od[i / 32], for the o projection */
 	uint32_t n_heads, n_kv_heads, head_dim, block_size, chunks, tiles;
 	float scale;
 	uint32_t pad;

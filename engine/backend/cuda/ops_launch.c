@@ -584,18 +584,25 @@ static int ar_launch(struct baton_dev *dev, baton_dptr q, baton_dptr k, baton_dp
 		    "cuMemsetD32Async (attention counters)");
 	if ((rc = stage_args(dev, dev->ar_host, (4 * n + tab_n) * 4, NULL, 0, &da, NULL)))
 		return rc;
+	/* one row (a decode step): its output also as the int8 blocks of the
+	 * o projection's quantized GEMV right after (mmvq_launch.c) */
+	uint64_t oq = 0, od = 0;
+	if (n == 1 && (rc = cuda_mmvq_norm_out(dev, 1, H * hd, &oq, &od)))
+		return rc;
 	for (uint64_t r0 = 0; r0 < n; r0 += group) {
 		const uint64_t nr = n - r0 < group ? n - r0 : group;
 		struct baton_ops_attn_rows_args ka = {
 			.q = q, .k = k, .v = v, .out = out, .part = dev->ops_scores.p,
 			.rows = da + r0 * 16, .tab = paged ? da + n * 16 : 0, .cnt = dev->ar_cnt.p,
 			.n_heads = H, .n_kv_heads = KH, .head_dim = hd, .block_size = bs,
-			.chunks = (uint32_t)chunks, .tiles = gy / KH, .scale = scale,
+			.chunks = (uint32_t)chunks, .tiles = gy / KH, .scale = scale, .oq = oq, .od = od,
 		};
 		if ((rc = cuda_launch_k(dev, dev->k_attn_rows, (uint32_t)nr, gy, (uint32_t)chunks,
 		         BATON_OPS_AR_THREADS, 0, &ka, sizeof ka, "cuLaunchKernel baton_ops_attn_rows")))
 			return rc;
 	}
+	if (oq)
+		cuda_mmvq_norm_done(dev, out, H * hd);
 	return 0;
 }
 

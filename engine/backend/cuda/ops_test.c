@@ -956,6 +956,47 @@ static void t_attention_segs(void)
 	be->close(dev);
 }
 
+/* A one-row attention leaves its output quantized for the quantized o
+ * projection right after it (as a one-row rmsnorm does): the o matmul's
+ * bits those of the same matmul quantizing the output itself, after
+ * another launch; over one chunk of keys and over several (the merge). */
+static void t_attention_quant(void)
+{
+	struct baton_dev *dev = cuda_fixture_open();
+	const uint32_t Hh = 32, KH = 4, hd = 128, QD = Hh * hd, BS = 16, NO = 256;
+	const uint32_t pos0s[2] = { 30, 700 };
+	const uint64_t kn = 64ull * BS * KH * hd;
+	uint64_t wb;
+	uint8_t *w = weights(BATON_DT_Q4_K, NO, QD, &wb);
+	float *q = rvec(QD), *k = rvec(kn), *v = rvec(kn), *ya = malloc(NO * 4), *yb = malloc(NO * 4);
+	T_ASSERT(ya && yb);
+	uint32_t table[64];
+	for (uint32_t i = 0; i < 64; i++)
+		table[i] = (i * 37) % 64;
+	baton_dptr dw = up(dev, w, wb), dq = up(dev, q, QD * 4), dk = up(dev, k, kn * 4);
+	baton_dptr dv = up(dev, v, kn * 4), dout, dya, dyb, dsc = up(dev, q, 64 * 4);
+	T_CU(dev, be->alloc(dev, QD * 4, &dout));
+	T_CU(dev, be->alloc(dev, NO * 4, &dya));
+	T_CU(dev, be->alloc(dev, NO * 4, &dyb));
+	for (int c = 0; c < 2; c++) {
+		const struct baton_attn_seg sg = { .n_q = 1, .pos0 = pos0s[c], .blocks = table };
+		const struct baton_attn_segs as = { .q = dq, .k = dk, .v = dv, .out = dout, .n_seg = 1,
+			.n_heads = Hh, .n_kv_heads = KH, .head_dim = hd, .block_size = BS,
+			.scale = 1.0f / sqrtf((float)hd), .segs = &sg };
+		T_CU(dev, be->attention_segs(dev, &as));
+		T_CU(dev, be->matmul(dev, dw, BATON_DT_Q4_K, NO, QD, 0, 0, dout, 1, dya, 0));
+		T_CU(dev, be->rmsnorm(dev, dsc, dsc, 1, 64, 0, 0, 1e-6f)); /* another launch */
+		T_CU(dev, be->matmul(dev, dw, BATON_DT_Q4_K, NO, QD, 0, 0, dout, 1, dyb, 0));
+		down(dev, ya, dya, NO * 4);
+		down(dev, yb, dyb, NO * 4);
+		same_bits(ya, yb, NO, c ? "o after attention, several chunks" : "o after attention, one chunk");
+	}
+	be->free(dev, dw), be->free(dev, dq), be->free(dev, dk), be->free(dev, dv);
+	be->free(dev, dout), be->free(dev, dya), be->free(dev, dyb), be->free(dev, dsc);
+	free(w), free(q), free(k), free(v), free(ya), free(yb);
+	be->close(dev);
+}
+
 /* kv_store: bitwise the host's, refusals alike. */
 static void t_kv_store(void)
 {
@@ -1397,5 +1438,5 @@ static void t_refusals(void)
 }
 
 T_MAIN(T_CASE(t_matmul), T_CASE(t_matmul_fast), T_CASE(t_embed_rmsnorm), T_CASE(t_route), T_CASE(t_rope),
-    T_CASE(t_qk_norm_rope), T_CASE(t_qk_norm_rope_store), T_CASE(t_matmuls), T_CASE(t_attention), T_CASE(t_attention_segs), T_CASE(t_kv_store), T_CASE(t_swiglu_add), T_CASE(t_refusals),
+    T_CASE(t_qk_norm_rope), T_CASE(t_qk_norm_rope_store), T_CASE(t_matmuls), T_CASE(t_attention), T_CASE(t_attention_segs), T_CASE(t_attention_quant), T_CASE(t_kv_store), T_CASE(t_swiglu_add), T_CASE(t_refusals),
     T_CASE_TIMEOUT(t_tensor_cores, 120), T_CASE_TIMEOUT(t_perf, 120))
