@@ -126,6 +126,7 @@ __device__ __forceinline__ float row_part(uint32_t dt, const uint8_t *row, const
     const float *d, uint32_t nsb, uint32_t i, uint32_t tpr)
 {
 	float s = 0.0f;
+#pragma unroll 4 /* a row's loads in flight together where tpr is short of its blocks */
 	for (uint32_t it = i; it < nsb * SUB; it += tpr)
 		s += dot_blk(dt, row, q, d, it / SUB, it % SUB);
 	return s;

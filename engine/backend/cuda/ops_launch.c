@@ -109,6 +109,16 @@ int cuda_ops_load(struct baton_dev *dev)
 		}
 	}
 	CU(dev, d->StreamSynchronize(dev->stream), "cuStreamSynchronize after the first launches");
+	/* attention's counters (zeroed) and partial results, here rather
+	 * than at the first decode step: a buffer made while a graph is
+	 * recorded fails the recording (the allocation syncs) */
+	int rc;
+	if ((rc = cuda_dbuf_need(dev, &dev->ar_cnt, 1u << 20)) ||
+	    (rc = cuda_dbuf_need(dev, &dev->ops_scores, 1u << 20)))
+		return rc;
+	CU(dev, d->MemsetD32Async(dev->ar_cnt.p, 0, dev->ar_cnt.cap / 4, dev->stream),
+	    "cuMemsetD32Async (attention counters)");
+	CU(dev, d->StreamSynchronize(dev->stream), "cuStreamSynchronize after the counters");
 	return 0;
 }
 

@@ -675,7 +675,7 @@ static void t_qk_norm_rope_store(void)
 	uint64_t wb;
 	uint8_t *wq = weights(BATON_DT_F32, 1, HD, &wb), *wk = weights(BATON_DT_F32, 1, HD, &wb);
 	float *q = rvec(qn), *k = rvec(kn), *v = rvec(kn), *zero = calloc(cn, 4);
-	float *a = malloc(cn * 4), *b = malloc(cn * 4);
+	float *a = malloc((qn > cn ? qn : cn) * 4), *b = malloc((qn > cn ? qn : cn) * 4);
 	T_ASSERT(zero && a && b);
 	baton_dptr dwq = up(dev, wq, wb), dwk = up(dev, wk, wb), dv = up(dev, v, kn * 4);
 	baton_dptr dq[2], dk[2], dkc[2], dvc[2];
