@@ -969,31 +969,19 @@ baton_ops_attn_rows(baton_ops_attn_rows_args a)
 		}
 	}
 	__syncthreads();
-	/* a thread per dimension, every head of the tile at once: the chunks'
-	 * loads of all heads (and of 4 chunks) in flight together, where one
-	 * dependent load a chunk made the merge the kernel's longest part */
-	for (uint32_t d = tid; d < hd; d += AR_T) { /* warp-uniform: hd % 32 == 0 */
-		float o[AR_NH];
-#pragma unroll
-		for (uint32_t h = 0; h < AR_NH; h++)
-			o[h] = 0.0f;
-#pragma unroll 4
+	for (uint32_t i = tid; i < nh * hd; i += AR_T) { /* warp-uniform: nh * hd % 32 == 0 */
+		const uint32_t h = i / hd, d = i % hd;
+		const float *ph = part + h * pstride;
+		float o = 0.0f;
 		for (uint32_t c = 0; c < nc; c++) {
-			const float *pc = part + (uint64_t)c * (hd + 2);
-#pragma unroll
-			for (uint32_t h = 0; h < AR_NH; h++)
-				if (h < nh) {
-					const float w = fit ? big[h * nc + c] :
-					    expf(__ldcg(pc + h * pstride + hd) - mx[h]);
-					o[h] = fmaf(__ldcg(pc + h * pstride + d), w, o[h]);
-				}
+			const float *pc = ph + (uint64_t)c * (hd + 2);
+			const float w = fit ? big[h * nc + c] : expf(__ldcg(pc + hd) - mx[h]);
+			o = fmaf(__ldcg(pc + d), w, o);
 		}
-		for (uint32_t h = 0; h < nh; h++) {
-			const uint64_t oi = ((uint64_t)qrow * H + h0 + h) * hd + d;
-			out[oi] = o[h] / sm[h];
-			if (a.oq)
-				quant_warp(out[oi], (int8_t *)a.oq, (float *)a.od, oi, lane);
-		}
+		const uint64_t oi = ((uint64_t)qrow * H + h0 + h) * hd + d;
+		out[oi] = o / sm[h];
+		if (a.oq)
+			quant_warp(out[oi], (int8_t *)a.oq, (float *)a.od, oi, lane);
 	}
 	if (tid == 0)
 		*cnt = 0; /* for the next launch */
