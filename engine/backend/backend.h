@@ -93,6 +93,48 @@ struct baton_attn {
 	uint32_t block_size;    /* positions per block (paged only) */
 };
 
+/* Attention of several sequences' segments in one call (the optional
+ * `attention_segs` slot): segment i is the struct baton_attn of its n_q
+ * rows (q and out advanced past the rows of the segments before it, the
+ * other fields from here), so each segment's results are defined as
+ * `attention`'s. The cache is paged: every segment has its block table
+ * (a host array of ceil((pos0 + n_q) / block_size) ids into the pool
+ * that k and v hold). q, out: [sum of n_q][n_heads * head_dim] rows in
+ * segment order. Nothing is written on error (BATON_EINVAL: no segments,
+ * a segment `attention` would refuse, no block table or block size).
+ * A backend without it gets one `attention` call per segment
+ * (forward.c); the cuda backend computes every segment's rows below its
+ * tensor-core threshold in one launch (docs/internals/cuda-ops.md). */
+struct baton_attn_seg {
+	uint32_t n_q, pos0;
+	const uint32_t *blocks;
+};
+struct baton_attn_segs {
+	baton_dptr q, k, v, out;
+	uint32_t n_seg, n_heads, n_kv_heads, head_dim, block_size;
+	float scale;
+	const struct baton_attn_seg *segs;
+};
+
+/* Up to BATON_MATMULS_MAX matmuls over the same x in one call (the
+ * optional `matmuls` slot: attention's q, k and v projections): for
+ * i < n, matmul(m[i].w, m[i].w_dtype, m[i].n_out, k, m[i].b, m[i].b_dtype,
+ * x, rows, m[i].y, 0) exactly as the matmul slot defines it, so its bits.
+ * No y may overlap x or another y. Nothing is written on error (the
+ * matmul slot's codes; BATON_EINVAL for n outside 1 .. MAX). Without it
+ * forward.c calls matmul n times; the cuda backend runs the batch-1
+ * quantized GEMVs of all n as one launch. */
+#define BATON_MATMULS_MAX 3
+struct baton_matmul_out {
+	baton_dptr w, b, y;
+	uint32_t w_dtype, b_dtype, n_out, pad;
+};
+struct baton_matmuls {
+	baton_dptr x;
+	uint32_t rows, k, n, pad;
+	struct baton_matmul_out m[BATON_MATMULS_MAX];
+};
+
 /* Writes n new K and V rows into their places in a paged cache (the
  * `kv_store` slot, vLLM's reshape_and_cache): for r < n,
  *   k_cache row slots[r] = k row r;  v_cache row slots[r] = v row r
@@ -113,15 +155,23 @@ struct baton_kv_store {
  * q [rows][heads * head_dim], k [rows][kv_heads * head_dim], apart)
  *   rmsnorm(cols head_dim, weight wq or wk in its dtype, eps), then
  *   rope at pos[r] (host array of rows; inv_freq host, head_dim / 2)
- * exactly as those slots define them, so their bits. Nothing is written
- * on error (BATON_EINVAL: zero sizes, an odd head_dim, a NULL or
- * misaligned buffer, q and k overlapping). */
+ * exactly as those slots define them, so their bits. With k_cache != 0
+ * it is also the kv_store of the result: k (normed and rotated) and v
+ * ([rows][kv_heads * head_dim]) rows to rows slots[r] of k_cache and
+ * v_cache (struct baton_kv_store, n = rows, cols = kv_heads * head_dim),
+ * so one launch where there were two. Nothing is written on error
+ * (BATON_EINVAL: zero sizes, an odd head_dim, a NULL or misaligned
+ * buffer, q and k overlapping, kv_store's refusals; BATON_ERANGE: a slot
+ * at or past cache_rows). */
 struct baton_qk_norm_rope {
 	baton_dptr q, k, wq, wk;
 	uint32_t wq_dtype, wk_dtype, rows, heads, kv_heads, head_dim;
 	float eps, mscale;
 	const uint32_t *pos;
 	const float *inv_freq;
+	baton_dptr v, k_cache, v_cache; /* k_cache 0: no store */
+	const uint32_t *slots;
+	uint64_t cache_rows;
 };
 
 /* The MoE block's front in one call (the optional `router_route_dev`
@@ -261,6 +311,8 @@ struct baton_backend {
 	int (*matmul)(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint32_t n_out,
 	    uint32_t k, baton_dptr b, uint32_t b_dtype, baton_dptr x, uint32_t rows,
 	    baton_dptr y, int accumulate);
+	/* Optional: matmuls over one x; see struct baton_matmuls. */
+	int (*matmuls)(struct baton_dev *dev, const struct baton_matmuls *mm);
 	/* Rotary embedding in place, Hugging Face's rotate_half layout: x is
 	 * [rows][n_heads * head_dim], row r at position pos[r] (host array of
 	 * rows); per head, for i < head_dim / 2:
@@ -274,6 +326,9 @@ struct baton_backend {
 	    uint32_t head_dim, const uint32_t *pos, const float *inv_freq, float mscale);
 	/* Causal GQA over a KV cache; see struct baton_attn. */
 	int (*attention)(struct baton_dev *dev, const struct baton_attn *a);
+	/* Optional: the segments of a pass in one call; see struct
+	 * baton_attn_segs (without it, attention per segment). */
+	int (*attention_segs)(struct baton_dev *dev, const struct baton_attn_segs *a);
 	/* New K and V rows into a paged cache; see struct baton_kv_store. */
 	int (*kv_store)(struct baton_dev *dev, const struct baton_kv_store *s);
 	/* out[i] = silu(gate[i]) * up[i] for i < n, silu(g) = g / (1 + expf(-g)).

@@ -13,7 +13,8 @@
  *     q, k = q_norm, k_norm (per head or over the projection, by arch)
  *     q, k = rope(q, k)
  *     kv_store(k, v) into each row's slot of its sequence's blocks
- *     a = attention(q, K, V) per segment over its blocks (causal, GQA)
+ *     a = attention(q, K, V) per segment over its blocks (causal, GQA;
+ *         all segments in one attention_segs call where the backend has it)
  *     x += o_proj a (+b)
  *     xn = rmsnorm(x, post_attention_layernorm)
  *     ids, w = route(router xn); x += sum_k w_k expert_k(xn) (the cache)
@@ -54,21 +55,38 @@ static int attention_block(struct baton_model *m, uint32_t l, const struct segme
 	const uint32_t D = c->hidden, QD = c->heads * c->head_dim, KD = c->kv_heads * c->head_dim;
 	int rc;
 
-	if ((rc = be->rmsnorm(d, m->x, m->xn, n, D, L->in_norm.p, L->in_norm.dtype, c->eps)) ||
-	    (rc = be->matmul(d, L->q.p, L->q.dtype, QD, D, L->qb.p, L->qb.dtype, m->xn, n, m->q, 0)) ||
-	    (rc = be->matmul(d, L->k.p, L->k.dtype, KD, D, L->kb.p, L->kb.dtype, m->xn, n, m->kx, 0)) ||
-	    (rc = be->matmul(d, L->v.p, L->v.dtype, KD, D, L->vb.p, L->vb.dtype, m->xn, n, m->vx, 0)))
+	if ((rc = be->rmsnorm(d, m->x, m->xn, n, D, L->in_norm.p, L->in_norm.dtype, c->eps)))
 		return rc;
+	if (be->matmuls) { /* q, k and v in one call (one launch at batch 1 on cuda) */
+		const struct baton_matmuls mm = { .x = m->xn, .rows = n, .k = D, .n = 3, .m = {
+			{ .w = L->q.p, .b = L->qb.p, .y = m->q, .w_dtype = L->q.dtype,
+			    .b_dtype = L->qb.dtype, .n_out = QD },
+			{ .w = L->k.p, .b = L->kb.p, .y = m->kx, .w_dtype = L->k.dtype,
+			    .b_dtype = L->kb.dtype, .n_out = KD },
+			{ .w = L->v.p, .b = L->vb.p, .y = m->vx, .w_dtype = L->v.dtype,
+			    .b_dtype = L->vb.dtype, .n_out = KD } } };
+		if ((rc = be->matmuls(d, &mm)))
+			return rc;
+	} else if ((rc = be->matmul(d, L->q.p, L->q.dtype, QD, D, L->qb.p, L->qb.dtype, m->xn, n,
+	                m->q, 0)) ||
+	    (rc = be->matmul(d, L->k.p, L->k.dtype, KD, D, L->kb.p, L->kb.dtype, m->xn, n, m->kx, 0)) ||
+	    (rc = be->matmul(d, L->v.p, L->v.dtype, KD, D, L->vb.p, L->vb.dtype, m->xn, n, m->vx, 0))) {
+		return rc;
+	}
+	int stored = 0;
 	if (c->arch->qk_norm == BATON_QK_NORM_HEAD && be->qk_norm_rope) {
-		/* the four ops below in one call, their bits */
+		/* the four ops below and kv_store in one call, their bits */
 		const struct baton_qk_norm_rope nr = {
 			.q = m->q, .k = m->kx, .wq = L->q_norm.p, .wk = L->k_norm.p,
 			.wq_dtype = L->q_norm.dtype, .wk_dtype = L->k_norm.dtype, .rows = n,
 			.heads = c->heads, .kv_heads = c->kv_heads, .head_dim = c->head_dim,
 			.eps = c->eps, .mscale = c->rope_mscale, .pos = m->posv, .inv_freq = m->inv_freq,
+			.v = m->vx, .k_cache = kv_k(m, l), .v_cache = kv_v(m, l), .slots = m->slots,
+			.cache_rows = kv_pool_rows(m),
 		};
 		if ((rc = be->qk_norm_rope(d, &nr)))
 			return rc;
+		stored = 1;
 	} else if ((rc = qk_norm(m, m->q, n, c->heads, &L->q_norm)) ||
 	    (rc = qk_norm(m, m->kx, n, c->kv_heads, &L->k_norm)) ||
 	    (rc = be->rope(d, m->q, n, c->heads, c->head_dim, m->posv, m->inv_freq, c->rope_mscale)) ||
@@ -80,21 +98,34 @@ static int attention_block(struct baton_model *m, uint32_t l, const struct segme
 		.k = m->kx, .v = m->vx, .k_cache = kv_k(m, l), .v_cache = kv_v(m, l),
 		.slots = m->slots, .n = n, .cols = KD, .cache_rows = kv_pool_rows(m),
 	};
-	if ((rc = be->kv_store(d, &ks)))
+	if (!stored && (rc = be->kv_store(d, &ks)))
 		return rc;
-	uint64_t row = 0;
-	for (uint32_t i = 0; i < n_seg; i++) {
-		struct baton_attn at = {
-			.q = m->q + row * QD * sizeof(float), .k = kv_k(m, l), .v = kv_v(m, l),
-			.out = m->ao + row * QD * sizeof(float),
-			.n_q = sg[i].n, .n_heads = c->heads, .n_kv_heads = c->kv_heads,
-			.head_dim = c->head_dim, .pos0 = sg[i].pos0,
-			.scale = 1.0f / sqrtf((float)c->head_dim),
-			.blocks = sg[i].seq->blocks, .block_size = BATON_KV_BLOCK,
+	const float scale = 1.0f / sqrtf((float)c->head_dim);
+	if (be->attention_segs) { /* every segment in one call: one launch, not one each */
+		for (uint32_t i = 0; i < n_seg; i++)
+			m->asegs[i] = (struct baton_attn_seg){ .n_q = sg[i].n, .pos0 = sg[i].pos0,
+				.blocks = sg[i].seq->blocks };
+		const struct baton_attn_segs as = {
+			.q = m->q, .k = kv_k(m, l), .v = kv_v(m, l), .out = m->ao, .n_seg = n_seg,
+			.n_heads = c->heads, .n_kv_heads = c->kv_heads, .head_dim = c->head_dim,
+			.block_size = BATON_KV_BLOCK, .scale = scale, .segs = m->asegs,
 		};
-		if ((rc = be->attention(d, &at)))
+		if ((rc = be->attention_segs(d, &as)))
 			return rc;
-		row += sg[i].n;
+	} else {
+		uint64_t row = 0;
+		for (uint32_t i = 0; i < n_seg; i++) {
+			struct baton_attn at = {
+				.q = m->q + row * QD * sizeof(float), .k = kv_k(m, l), .v = kv_v(m, l),
+				.out = m->ao + row * QD * sizeof(float),
+				.n_q = sg[i].n, .n_heads = c->heads, .n_kv_heads = c->kv_heads,
+				.head_dim = c->head_dim, .pos0 = sg[i].pos0, .scale = scale,
+				.blocks = sg[i].seq->blocks, .block_size = BATON_KV_BLOCK,
+			};
+			if ((rc = be->attention(d, &at)))
+				return rc;
+			row += sg[i].n;
+		}
 	}
 	return be->matmul(d, L->o.p, L->o.dtype, D, QD, L->ob.p, L->ob.dtype, m->ao, n, m->x, 1);
 }

@@ -54,10 +54,11 @@ static int alloc_host(struct baton_model *m)
 	m->slots = malloc(B * sizeof *m->slots);
 	m->toks = malloc(B * sizeof *m->toks);
 	m->segs = malloc(B * sizeof *m->segs);
+	m->asegs = malloc(B * sizeof *m->asegs);
 	m->inv_freq = malloc(c->head_dim / 2 * sizeof *m->inv_freq);
 	m->free_ids = malloc((size_t)m->n_blocks * sizeof *m->free_ids);
 	if (!m->ids || !m->want || !m->w || !m->blobs || !m->posv || !m->slots || !m->toks ||
-	    !m->segs || !m->inv_freq || !m->free_ids)
+	    !m->segs || !m->asegs || !m->inv_freq || !m->free_ids)
 		return BATON_ENOMEM;
 	/* the stack pops block 0 first */
 	for (uint32_t i = 0; i < m->n_blocks; i++)
@@ -205,6 +206,7 @@ void model_close(struct baton_model *m)
 	free(m->slots);
 	free(m->toks);
 	free(m->segs);
+	free(m->asegs);
 	free(m->tab_now);
 	free(m->tab_dev);
 	free(m->rt_host);

@@ -134,6 +134,7 @@ struct baton_model {
 	float *w;
 	baton_dptr *blobs;
 	struct segment *segs;         /* max_batch */
+	struct baton_attn_seg *asegs; /* max_batch: a pass's segments for attention_segs */
 	/* The MoE block without a host round trip (moe_dev_ready): the
 	 * cache's blob table on the device, each layer's routing results. */
 	baton_dptr rt_base;           /* 0 until a pass first uses it */

@@ -89,7 +89,13 @@ struct baton_dev {
 	 * written again only after the copies out of it have run. */
 	CUmodule ops_mod;
 	CUfunction k_embed, k_rmsnorm, k_rmsnorm_row, k_qk_norm_rope, k_rope, k_attn_part, k_attn_comb, k_kv_store, k_swiglu, k_add,
-	    k_route, k_router_route;
+	    k_route, k_router_route, k_attn_rows;
+	/* baton_ops_attn_rows: its per-(row, head tile) counters (left
+	 * zeroed by the kernel), and the host array of its rows and block
+	 * tables, staged each call */
+	struct dbuf ar_cnt;
+	uint32_t *ar_host;
+	uint64_t ar_cap; /* u32s */
 	CUfunction k_matmul[2][BATON_OPS_KINDS]; /* [1 row, 8 rows][kind] */
 	struct dbuf ops_arg, ops_scores, ops_count; /* ops_count: the fused router's counters */
 	void *ops_stage;
@@ -104,7 +110,7 @@ struct baton_dev {
 	 * (vq_x, holding the quantization of vq_src, k vq_k, valid while
 	 * n_launch is still vq_mark) and for the experts' h (vq_h). */
 	CUmodule vq_mod;
-	CUfunction k_vq_quant, k_vq_matmul, k_vq_gate_up, k_vq_down, k_vq_gate_up4, k_vq_down4;
+	CUfunction k_vq_quant, k_vq_matmul, k_vq_gate_up, k_vq_down, k_vq_gate_up4, k_vq_down4, k_vq_matmuls;
 	int vq_off, vq_narrow; /* vq_narrow: BATON_CUDA_MMVQ_NARROW=1, no wide q4_K experts */
 	struct dbuf vq_x, vq_h;
 	baton_dptr vq_src;
@@ -349,6 +355,9 @@ void cuda_mmvq_free(struct baton_dev *dev);
 int cuda_mmvq_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint64_t row_bytes,
     uint32_t n_out, uint32_t k, baton_dptr b, uint32_t b_dtype, baton_dptr x, uint32_t rows,
     baton_dptr y, int accumulate);
+/* matmuls (checked by cuda_op_matmuls) at rows == 1 with every matrix on
+ * that path: one launch for all; else CUDA_TC_FALLBACK. */
+int cuda_mmvq_matmuls(struct baton_dev *dev, const struct baton_matmuls *mm);
 /* A one-row rmsnorm's output as the matmuls' int8 blocks, written by the
  * norm's own kernel (no quantize launch): *q, *d where it writes them
  * (vq_x), or 0 when the path is off or cols % 256; after the launch,
@@ -411,10 +420,12 @@ int cuda_op_rmsnorm(struct baton_dev *dev, baton_dptr x, baton_dptr out, uint32_
 int cuda_op_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint32_t n_out,
     uint32_t k, baton_dptr b, uint32_t b_dtype, baton_dptr x, uint32_t rows,
     baton_dptr y, int accumulate);
+int cuda_op_matmuls(struct baton_dev *dev, const struct baton_matmuls *mm);
 int cuda_op_qk_norm_rope(struct baton_dev *dev, const struct baton_qk_norm_rope *a);
 int cuda_op_rope(struct baton_dev *dev, baton_dptr x, uint32_t rows, uint32_t n_heads,
     uint32_t head_dim, const uint32_t *pos, const float *inv_freq, float mscale);
 int cuda_op_attention(struct baton_dev *dev, const struct baton_attn *a);
+int cuda_op_attention_segs(struct baton_dev *dev, const struct baton_attn_segs *s);
 int cuda_op_kv_store(struct baton_dev *dev, const struct baton_kv_store *s);
 int cuda_op_swiglu(struct baton_dev *dev, baton_dptr gate, baton_dptr up, baton_dptr out,
     uint64_t n);

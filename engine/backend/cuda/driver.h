@@ -66,6 +66,8 @@
 	    (void *, CUdeviceptr, size_t, CUstream))                                \
 	X(CUresult, MemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2",                        \
 	    (CUdeviceptr, CUdeviceptr, size_t, CUstream))                           \
+	X(CUresult, MemsetD32Async, "cuMemsetD32Async",                              \
+	    (CUdeviceptr, unsigned int, size_t, CUstream))                          \
 	X(CUresult, MemAddressReserve, "cuMemAddressReserve",                       \
 	    (CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long))       \
 	X(CUresult, MemAddressFree, "cuMemAddressFree", (CUdeviceptr, size_t))      \

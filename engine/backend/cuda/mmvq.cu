@@ -19,6 +19,7 @@
 static_assert(sizeof(baton_mmvq_quant_args) == 32, "quant args layout");
 static_assert(sizeof(baton_mmvq_args) == 72, "mmvq args layout");
 static_assert(sizeof(baton_mmvq_moe_args) == 128, "mmvq moe args layout");
+static_assert(sizeof(baton_mmvq_n_args) == 168, "mmvq matmuls args layout");
 
 #define THREADS BATON_MMVQ_THREADS
 #define SUB BATON_MMVQ_SUB
@@ -125,6 +126,7 @@ __device__ __forceinline__ float row_part(uint32_t dt, const uint8_t *row, const
     const float *d, uint32_t nsb, uint32_t i, uint32_t tpr)
 {
 	float s = 0.0f;
+#pragma unroll 4 /* a row's loads in flight together where tpr is short of its blocks */
 	for (uint32_t it = i; it < nsb * SUB; it += tpr)
 		s += dot_blk(dt, row, q, d, it / SUB, it % SUB);
 	return s;
@@ -150,23 +152,44 @@ __device__ __forceinline__ float row_sum(float v, uint32_t tpr, float *sh)
 	return s;
 }
 
+/* Block blk's rows of y = w . x (+ b) (accumulate: y +=), x as q / d:
+ * baton_mmvq_matmul's and baton_mmvq_matmuls' one body, so their bits. */
+__device__ __forceinline__ void mmvq_rows(uint64_t w, uint32_t w_dtype, uint64_t row_bytes,
+    uint32_t n_out, uint64_t b, uint32_t b_dtype, uint64_t y, uint32_t accumulate, uint64_t q,
+    uint64_t d, uint32_t k, uint32_t tpr, uint32_t blk, float *sh)
+{
+	const uint32_t o = blk * (THREADS / tpr) + threadIdx.x / tpr;
+	const uint32_t i = threadIdx.x % tpr;
+	float s = 0.0f;
+	if (o < n_out)
+		s = row_part(w_dtype, (const uint8_t *)w + o * row_bytes, (const int8_t *)q,
+		    (const float *)d, k / 256, i, tpr);
+	s = row_sum(s, tpr, sh);
+	if (i == 0 && o < n_out) {
+		float *yo = (float *)y;
+		if (b)
+			s += elem((const uint8_t *)b, b_dtype, o);
+		yo[o] = accumulate ? yo[o] + s : s;
+	}
+}
+
 extern "C" __global__ void __launch_bounds__(THREADS)
 baton_mmvq_matmul(baton_mmvq_args a)
 {
 	__shared__ float sh[THREADS / 32];
-	const uint32_t o = blockIdx.x * (THREADS / a.tpr) + threadIdx.x / a.tpr;
-	const uint32_t i = threadIdx.x % a.tpr;
-	float s = 0.0f;
-	if (o < a.n_out)
-		s = row_part(a.w_dtype, (const uint8_t *)a.w + o * a.row_bytes, (const int8_t *)a.q,
-		    (const float *)a.d, a.k / 256, i, a.tpr);
-	s = row_sum(s, a.tpr, sh);
-	if (i == 0 && o < a.n_out) {
-		float *y = (float *)a.y;
-		if (a.b)
-			s += elem((const uint8_t *)a.b, a.b_dtype, o);
-		y[o] = a.accumulate ? y[o] + s : s;
-	}
+	mmvq_rows(a.w, a.w_dtype, a.row_bytes, a.n_out, a.b, a.b_dtype, a.y, a.accumulate, a.q, a.d,
+	    a.k, a.tpr, blockIdx.x, sh);
+}
+
+/* Up to three matrices over one x: blocks start[i] .. of the grid are
+ * matrix i's. */
+extern "C" __global__ void __launch_bounds__(THREADS)
+baton_mmvq_matmuls(baton_mmvq_n_args a)
+{
+	__shared__ float sh[THREADS / 32];
+	const uint32_t i = blockIdx.x >= a.start[2] ? 2 : blockIdx.x >= a.start[1] ? 1 : 0;
+	mmvq_rows(a.w[i], a.w_dtype[i], a.row_bytes[i], a.n_out[i], a.b[i], a.b_dtype[i], a.y[i], 0,
+	    a.q, a.d, a.k, a.tpr, blockIdx.x - a.start[i], sh);
 }
 
 __device__ __forceinline__ float silu(float g)

@@ -31,6 +31,17 @@ struct baton_mmvq_args {
 	uint32_t w_dtype, b_dtype, n_out, k, tpr, accumulate;
 };
 
+/* baton_mmvq_matmuls: baton_mmvq_matmul over up to three matrices that
+ * read the same x (attention's q, k, v), one grid: blocks start[i] ..
+ * start[i + 1] - 1 take matrix i (start[0] = 0; an absent matrix's start
+ * is UINT32_MAX), each as baton_mmvq_matmul's grid would (no accumulate). */
+struct baton_mmvq_n_args {
+	uint64_t w[3], b[3], y[3], row_bytes[3];
+	uint64_t q, d;
+	uint32_t w_dtype[3], b_dtype[3], n_out[3], start[3];
+	uint32_t k, tpr;
+};
+
 /* The decode step's experts (pairs p < top_k of one token, blob =
  * table[ids[p]]):
  * baton_mmvq_gate_up: grid (ceil(d_ff / (THREADS / tpr)), top_k);

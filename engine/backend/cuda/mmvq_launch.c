@@ -22,6 +22,7 @@
 #include "arena/arena.h"
 #include "engine/backend/cuda/cuda_int.h"
 #include "engine/backend/cuda/mmvq.h"
+#include "engine/backend/host/host.h"
 
 extern const unsigned char baton_engine_backend_cuda_mmvq_fatbin[];
 extern const size_t baton_engine_backend_cuda_mmvq_fatbin_len;
@@ -51,6 +52,7 @@ int cuda_mmvq_load(struct baton_dev *dev)
 		{ &dev->k_vq_down, "baton_mmvq_down" },
 		{ &dev->k_vq_gate_up4, "baton_mmvq_gate_up_q4k" },
 		{ &dev->k_vq_down4, "baton_mmvq_down_q4k" },
+		{ &dev->k_vq_matmuls, "baton_mmvq_matmuls" },
 	};
 	for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
 		CU(dev, d->ModuleGetFunction(k[i].f, dev->vq_mod, k[i].name), k[i].name);
@@ -59,7 +61,8 @@ int cuda_mmvq_load(struct baton_dev *dev)
 	struct baton_mmvq_quant_args zq = { 0 };
 	struct baton_mmvq_args zm = { .tpr = 32 }; /* the GEMVs divide by it; no rows */
 	struct baton_mmvq_moe_args ze = { .tpr = 32 };
-	void *zero[] = { &zq, &zm, &ze, &ze, &ze, &ze };
+	struct baton_mmvq_n_args zn = { .tpr = 32 };
+	void *zero[] = { &zq, &zm, &ze, &ze, &ze, &ze, &zn };
 	for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
 		void *params[] = { zero[i] };
 		CU(dev, d->LaunchKernel(*k[i].f, 1, 1, 1, 32, 1, 1, 0, dev->stream, params, NULL),
@@ -89,6 +92,17 @@ static uint32_t vq_tpr(uint32_t k)
 {
 	const uint32_t items = k / 256 * BATON_MMVQ_SUB;
 	return items <= 32 ? 32 : items <= 64 ? 64 : BATON_MMVQ_THREADS;
+}
+
+/* A matmul of so many rows (the output head) that a warp a row still
+ * fills the device: each thread's blocks loaded together (row_part) and
+ * no barrier in the row's sum. On the H200, the 151,936 x 2,048 q6_K head
+ * 171 us at 128 threads a row, 120 us at 32 (q4_K 179 / 109). */
+#define VQ_WIDE_ROWS 65536u
+
+static uint32_t vq_tpr_rows(uint32_t k, uint32_t n_out)
+{
+	return n_out >= VQ_WIDE_ROWS ? 32 : vq_tpr(k);
 }
 
 /* x (n floats, n % 32 == 0) into b as int8 quants, then the f32 scales
@@ -139,25 +153,67 @@ void cuda_mmvq_keep(struct baton_dev *dev, uint64_t before, baton_dptr a, uint64
 		dev->vq_mark = dev->n_launch;
 }
 
+/* x (k floats) as int8 blocks in vq_x: the last quantization where it
+ * still holds (the same x, nothing else launched since), else anew. */
+static int vq_x_of(struct baton_dev *dev, baton_dptr x, uint32_t k)
+{
+	if (dev->vq_src == x && dev->vq_k == k && dev->vq_mark == dev->n_launch)
+		return 0;
+	CUdeviceptr q, d;
+	int rc = vq_quant(dev, &dev->vq_x, x, k, &q, &d);
+	if (rc)
+		return rc;
+	dev->vq_src = x;
+	dev->vq_k = k;
+	return 0;
+}
+
+int cuda_mmvq_matmuls(struct baton_dev *dev, const struct baton_matmuls *mm)
+{
+	if (dev->vq_off || mm->rows != 1 || mm->n < 2)
+		return CUDA_TC_FALLBACK;
+	const uint32_t k = mm->k, tpr = vq_tpr(k), rpb = BATON_MMVQ_THREADS / tpr;
+	struct baton_mmvq_n_args a = { .k = k, .tpr = tpr,
+		.start = { UINT32_MAX, UINT32_MAX, UINT32_MAX } };
+	uint64_t gx = 0;
+	for (uint32_t i = 0; i < mm->n; i++) {
+		const struct baton_matmul_out *o = &mm->m[i];
+		const uint64_t rb = baton_compute_row_bytes((int)o->w_dtype, k);
+		if (!vq_dtype(o->w_dtype, o->w, k) || !rb || rb % 2)
+			return CUDA_TC_FALLBACK;
+		a.w[i] = o->w, a.b[i] = o->b, a.y[i] = o->y, a.row_bytes[i] = rb;
+		a.w_dtype[i] = o->w_dtype, a.b_dtype[i] = o->b_dtype, a.n_out[i] = o->n_out;
+		a.start[i] = (uint32_t)gx;
+		gx += ((uint64_t)o->n_out + rpb - 1) / rpb;
+		if (gx > 0x7fffffffu)
+			return CUDA_TC_FALLBACK;
+	}
+	int rc;
+	if ((rc = vq_x_of(dev, mm->x, k)))
+		return rc;
+	a.q = dev->vq_x.p;
+	a.d = dev->vq_x.p + cuda_round_up(k, 16);
+	if ((rc = cuda_launch_k(dev, dev->k_vq_matmuls, (uint32_t)gx, 1, 1, BATON_MMVQ_THREADS, 0, &a,
+	         sizeof a, "cuLaunchKernel baton_mmvq_matmuls")))
+		return rc;
+	dev->vq_mark = dev->n_launch;
+	return 0;
+}
+
 int cuda_mmvq_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint64_t row_bytes,
     uint32_t n_out, uint32_t k, baton_dptr b, uint32_t b_dtype, baton_dptr x, uint32_t rows,
     baton_dptr y, int accumulate)
 {
 	if (dev->vq_off || rows != 1 || !vq_dtype(w_dtype, w, k) || row_bytes % 2)
 		return CUDA_TC_FALLBACK;
-	const uint32_t tpr = vq_tpr(k), rpb = BATON_MMVQ_THREADS / tpr;
+	const uint32_t tpr = vq_tpr_rows(k, n_out), rpb = BATON_MMVQ_THREADS / tpr;
 	const uint64_t gx = ((uint64_t)n_out + rpb - 1) / rpb;
 	if (gx > 0x7fffffffu)
 		return CUDA_TC_FALLBACK;
 	int rc;
 	const uint64_t qoff = cuda_round_up(k, 16);
-	if (!(dev->vq_src == x && dev->vq_k == k && dev->vq_mark == dev->n_launch)) {
-		CUdeviceptr q, d;
-		if ((rc = vq_quant(dev, &dev->vq_x, x, k, &q, &d)))
-			return rc;
-		dev->vq_src = x;
-		dev->vq_k = k;
-	}
+	if ((rc = vq_x_of(dev, x, k)))
+		return rc;
 	struct baton_mmvq_args a = {
 		.w = w, .q = dev->vq_x.p, .d = dev->vq_x.p + qoff, .b = b, .y = y,
 		.row_bytes = row_bytes, .w_dtype = w_dtype, .b_dtype = b_dtype, .n_out = n_out, .k = k,

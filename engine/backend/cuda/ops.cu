@@ -23,8 +23,9 @@ static_assert(sizeof(baton_ops_rmsnorm_args) == 40, "rmsnorm args layout");
 static_assert(sizeof(baton_ops_rmsnorm_row_args) == 56, "rmsnorm row args layout");
 static_assert(sizeof(baton_ops_matmul_args) == 72, "matmul args layout");
 static_assert(sizeof(baton_ops_rope_args) == 40, "rope args layout");
-static_assert(sizeof(baton_ops_qk_norm_rope_args) == 80, "qk norm rope args layout");
+static_assert(sizeof(baton_ops_qk_norm_rope_args) == 112, "qk norm rope args layout");
 static_assert(sizeof(baton_ops_attention_args) == 96, "attention args layout");
+static_assert(sizeof(baton_ops_attn_rows_args) == 112, "attention rows args layout");
 static_assert(sizeof(baton_ops_kv_store_args) == 48, "kv_store args layout");
 static_assert(sizeof(baton_ops_swiglu_args) == 32, "swiglu args layout");
 static_assert(sizeof(baton_ops_add_args) == 32, "add args layout");
@@ -35,6 +36,23 @@ static_assert(BATON_OPS_ATTN_CHUNK == BATON_OPS_WARPS * 32, "a thread per key of
 
 #define WARPS BATON_OPS_WARPS
 #define THREADS (WARPS * 32)
+
+/* baton_mmvq_quant (mmvq.cu), operation for operation, on the value v
+ * of each lane of a warp holding 32 consecutive values from element i
+ * (i % 32 == lane): q[i] and, by lane 0, the block's scale d[i / 32]. */
+__device__ __forceinline__ void quant_warp(float v, int8_t *q, float *d, uint64_t i,
+    uint32_t lane)
+{
+	float m = fabsf(v);
+#pragma unroll
+	for (int off = 16; off > 0; off >>= 1)
+		m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+	const float s = __fdiv_rn(m, 127.0f);
+	const int qv = m > 0.0f ? __float2int_rn(__fdiv_rn(v, s)) : 0;
+	q[i] = (int8_t)max(-127, min(127, qv));
+	if (lane == 0)
+		d[i / 32] = s;
+}
 
 /* The contract's tree over the 32 lanes: every lane ends with the sum. */
 __device__ __forceinline__ float lane_tree(float s)
@@ -233,17 +251,8 @@ __device__ __forceinline__ void norm_block(const baton_ops_rmsnorm_row_args &a, 
 		if (DT != NORM_NONE)
 			v = __fmul_rn(v, wv[j]);
 		out[i] = v;
-		if (a.q) { /* baton_mmvq_quant (mmvq.cu), operation for operation */
-			float m = fabsf(v);
-#pragma unroll
-			for (int off = 16; off > 0; off >>= 1)
-				m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
-			const float d = __fdiv_rn(m, 127.0f);
-			const int q = m > 0.0f ? __float2int_rn(__fdiv_rn(v, d)) : 0;
-			((int8_t *)a.q)[base + i] = (int8_t)max(-127, min(127, q));
-			if (lane == 0)
-				((float *)a.d)[(base + i) / 32] = d;
-		}
+		if (a.q)
+			quant_warp(v, (int8_t *)a.q, (float *)a.d, base + i, lane);
 	}
 }
 
@@ -607,6 +616,17 @@ baton_ops_qk_norm_rope(baton_ops_qk_norm_rope_args a)
 	__syncwarp(); /* the normed row, written by every lane, before the pairs are read */
 	const float p = (float)((const uint32_t *)a.pos)[r];
 	rope_head(v, p, (const float *)a.inv_freq, hd / 2, a.mscale, lane, 32);
+	if (!isk || !a.k_cache)
+		return;
+	__syncwarp(); /* the rotated row, before it is copied */
+	const uint64_t cols = (uint64_t)a.kv_heads * hd, slot = ((const uint32_t *)a.slots)[r];
+	const float *vr = (const float *)a.v + r * cols + (uint64_t)hh * hd;
+	float *kc = (float *)a.k_cache + slot * cols + (uint64_t)hh * hd;
+	float *vc = (float *)a.v_cache + slot * cols + (uint64_t)hh * hd;
+	for (uint32_t i = lane; i < hd; i += 32) {
+		kc[i] = v[i];
+		vc[i] = vr[i];
+	}
 }
 
 /* Key j's row in the cache: through the block table, or row j. */
@@ -753,6 +773,219 @@ baton_ops_attn_combine(baton_ops_attention_args a)
 			    expf(__fsub_rn(p[c * (hd + 2) + hd], M))));
 		out[d] = __fdiv_rn(o, S);
 	}
+}
+
+#define AR_CH BATON_OPS_AR_CHUNK
+#define AR_NH BATON_OPS_AR_HEADS
+#define AR_T BATON_OPS_AR_THREADS
+#define AR_W (AR_T / 32)
+#define AR_HD BATON_OPS_AR_HD_MAX
+static_assert(AR_CH == 64, "the softmax takes a chunk's keys as two per lane");
+static_assert(AR_CH % (AR_W * 8) == 0, "the scores take 8 keys a warp at a time");
+
+/* The max of a warp's values (every lane gets it; NaN never taken). */
+__device__ __forceinline__ float warp_max(float m)
+{
+#pragma unroll
+	for (int off = 16; off > 0; off >>= 1)
+		m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+	return m;
+}
+
+__device__ __forceinline__ float warp_sum(float s)
+{
+#pragma unroll
+	for (int off = 16; off > 0; off >>= 1)
+		s += __shfl_xor_sync(0xffffffffu, s, off);
+	return s;
+}
+
+/* Block (r, y, c) of ops.h's baton_ops_attn_rows: a chunk of one row's
+ * keys for a tile of the query heads of one KV head. Scores: four lanes
+ * a key (each a quarter of the dims, float4 loads, every head of the tile
+ * against the one key load), eight keys a warp at a time; the softmax of
+ * each head by a warp (two keys a lane); the output by warps over keys
+ * (lane: 4 dims, float4 loads of each value row once for every head),
+ * the four warps' sums added in warp order. Fused multiply-adds and tree
+ * sums: not the host's order (the tolerance holds it), but a fixed one
+ * that depends on the row's position and data alone. */
+extern "C" __global__ void __launch_bounds__(AR_T)
+baton_ops_attn_rows(baton_ops_attn_rows_args a)
+{
+	__shared__ __align__(16) float qs[AR_NH * AR_HD];
+	__shared__ __align__(16) float big[AR_W * AR_NH * AR_HD]; /* the warps' outputs, then the merge's weights */
+	__shared__ float sc[AR_NH][AR_CH];                        /* scores, then their exps */
+	__shared__ uint64_t krow[AR_CH];
+	__shared__ float mx[AR_NH], sm[AR_NH];
+	__shared__ uint32_t last;
+	if (!a.n_heads || !a.n_kv_heads || !a.head_dim || !a.tiles)
+		return;
+	const uint32_t H = a.n_heads, KH = a.n_kv_heads, hd = a.head_dim, G = H / KH;
+	const uint32_t tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+	const uint32_t r = blockIdx.x, kvh = blockIdx.y / a.tiles;
+	const uint32_t h0 = kvh * G + (blockIdx.y % a.tiles) * AR_NH;
+	const uint32_t nh = kvh * G + G - h0 < AR_NH ? kvh * G + G - h0 : AR_NH;
+	const uint32_t *ri = (const uint32_t *)a.rows + 4 * (uint64_t)r;
+	const uint32_t qrow = ri[0], toff = ri[2];
+	const uint64_t nk = (uint64_t)ri[1] + 1, j0 = (uint64_t)blockIdx.z * AR_CH;
+	if (j0 >= nk)
+		return; /* this row has fewer chunks (a graph's bucket) */
+	const uint32_t n = (uint32_t)(nk - j0 < AR_CH ? nk - j0 : AR_CH);
+	const uint32_t nc = (uint32_t)((nk + AR_CH - 1) / AR_CH);
+	const uint64_t rowf = (uint64_t)KH * hd;
+	const float *kc = (const float *)a.k + (uint64_t)kvh * hd;
+	const float *vc = (const float *)a.v + (uint64_t)kvh * hd;
+	{
+		const float4 *qg = (const float4 *)((const float *)a.q + ((uint64_t)qrow * H + h0) * hd);
+		for (uint32_t i = tid; i < nh * hd / 4; i += AR_T)
+			((float4 *)qs)[i] = qg[i];
+	}
+	for (uint32_t j = tid; j < n; j += AR_T) {
+		const uint64_t jj = j0 + j;
+		krow[j] = a.tab ? (uint64_t)((const uint32_t *)a.tab)[toff + jj / a.block_size] *
+		        a.block_size + jj % a.block_size : jj;
+	}
+	__syncthreads();
+
+	for (uint32_t jb = warp * 8; jb < n; jb += AR_W * 8) {
+		const uint32_t j = jb + (lane >> 2);
+		float acc[AR_NH];
+#pragma unroll
+		for (uint32_t h = 0; h < AR_NH; h++)
+			acc[h] = 0.0f;
+		if (j < n) {
+			const float *kr = kc + krow[j] * rowf;
+#pragma unroll 8
+			for (uint32_t d = (lane & 3) * 4; d < hd; d += 16) {
+				const float4 kv = *(const float4 *)(kr + d);
+#pragma unroll
+				for (uint32_t h = 0; h < AR_NH; h++) {
+					const float4 qv = *(const float4 *)(qs + h * hd + d);
+					acc[h] = fmaf(kv.x, qv.x, acc[h]);
+					acc[h] = fmaf(kv.y, qv.y, acc[h]);
+					acc[h] = fmaf(kv.z, qv.z, acc[h]);
+					acc[h] = fmaf(kv.w, qv.w, acc[h]);
+				}
+			}
+		}
+#pragma unroll
+		for (uint32_t h = 0; h < AR_NH; h++) {
+			acc[h] += __shfl_xor_sync(0xffffffffu, acc[h], 1);
+			acc[h] += __shfl_xor_sync(0xffffffffu, acc[h], 2);
+		}
+		if ((lane & 3) == 0 && j < n)
+			for (uint32_t h = 0; h < nh; h++)
+				sc[h][j] = acc[h] * a.scale;
+	}
+	__syncthreads();
+	for (uint32_t h = warp; h < nh; h += AR_W) {
+		const float s0 = lane < n ? sc[h][lane] : -INFINITY;
+		const float s1 = lane + 32 < n ? sc[h][lane + 32] : -INFINITY;
+		const float m = warp_max(fmaxf(s0, s1));
+		const float e0 = lane < n ? expf(s0 - m) : 0.0f;
+		const float e1 = lane + 32 < n ? expf(s1 - m) : 0.0f;
+		sc[h][lane] = e0;
+		sc[h][lane + 32] = e1;
+		const float sum = warp_sum(e0 + e1);
+		if (lane == 0) {
+			mx[h] = m;
+			sm[h] = sum;
+		}
+	}
+	__syncthreads();
+	for (uint32_t d = lane * 4; d < hd; d += 128) {
+		float4 o[AR_NH];
+#pragma unroll
+		for (uint32_t h = 0; h < AR_NH; h++)
+			o[h] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 8
+		for (uint32_t j = warp; j < n; j += AR_W) {
+			const float4 vv = *(const float4 *)(vc + krow[j] * rowf + d);
+#pragma unroll
+			for (uint32_t h = 0; h < AR_NH; h++) {
+				const float e = sc[h][j];
+				o[h].x = fmaf(e, vv.x, o[h].x);
+				o[h].y = fmaf(e, vv.y, o[h].y);
+				o[h].z = fmaf(e, vv.z, o[h].z);
+				o[h].w = fmaf(e, vv.w, o[h].w);
+			}
+		}
+		for (uint32_t h = 0; h < nh; h++)
+			*(float4 *)(big + (warp * AR_NH + h) * hd + d) = o[h];
+	}
+	__syncthreads();
+	const int whole = nc == 1;
+	float *out = (float *)a.out;
+	float *part = (float *)a.part + ((uint64_t)r * H + h0) * a.chunks * (hd + 2);
+	const uint64_t pstride = (uint64_t)a.chunks * (hd + 2); /* from one head to the next */
+	for (uint32_t i = tid; i < nh * hd; i += AR_T) {
+		const uint32_t h = i / hd, d = i % hd;
+		float o = big[h * hd + d];
+		for (uint32_t w = 1; w < AR_W; w++)
+			o += big[(w * AR_NH + h) * hd + d];
+		if (whole) {
+			const uint64_t oi = ((uint64_t)qrow * H + h0 + h) * hd + d;
+			out[oi] = o / sm[h];
+			if (a.oq) /* i steps by whole warps: nh * hd % 32 == 0 */
+				quant_warp(out[oi], (int8_t *)a.oq, (float *)a.od, oi, lane);
+		} else {
+			part[h * pstride + (uint64_t)blockIdx.z * (hd + 2) + d] = o;
+		}
+	}
+	if (whole)
+		return;
+	if (tid < nh) {
+		part[tid * pstride + (uint64_t)blockIdx.z * (hd + 2) + hd] = mx[tid];
+		part[tid * pstride + (uint64_t)blockIdx.z * (hd + 2) + hd + 1] = sm[tid];
+	}
+	/* the last of the row's chunks to finish merges them (the CUDA
+	 * samples' threadFenceReduction): in chunk order, whichever it is */
+	__threadfence();
+	__syncthreads();
+	uint32_t *cnt = (uint32_t *)a.cnt + (uint64_t)r * gridDim.y + blockIdx.y;
+	if (tid == 0)
+		last = atomicAdd(cnt, 1u) == nc - 1;
+	__syncthreads();
+	if (!last)
+		return;
+	__threadfence();
+	const int fit = nh * nc <= AR_W * AR_NH * AR_HD; /* the chunks' weights in big */
+	for (uint32_t h = warp; h < nh; h += AR_W) {
+		const float *ph = part + h * pstride;
+		float m = -INFINITY;
+		for (uint32_t c = lane; c < nc; c += 32)
+			m = fmaxf(m, __ldcg(ph + (uint64_t)c * (hd + 2) + hd));
+		m = warp_max(m);
+		float s = 0.0f;
+		for (uint32_t c = lane; c < nc; c += 32) {
+			const float w = expf(__ldcg(ph + (uint64_t)c * (hd + 2) + hd) - m);
+			if (fit)
+				big[h * nc + c] = w;
+			s = fmaf(__ldcg(ph + (uint64_t)c * (hd + 2) + hd + 1), w, s);
+		}
+		s = warp_sum(s);
+		if (lane == 0) {
+			mx[h] = m;
+			sm[h] = s;
+		}
+	}
+	__syncthreads();
+	for (uint32_t i = tid; i < nh * hd; i += AR_T) { /* warp-uniform: nh * hd % 32 == 0 */
+		const uint32_t h = i / hd, d = i % hd;
+		const float *ph = part + h * pstride;
+		float o = 0.0f;
+		for (uint32_t c = 0; c < nc; c++) {
+			const float *pc = ph + (uint64_t)c * (hd + 2);
+			const float w = fit ? big[h * nc + c] : expf(__ldcg(pc + hd) - mx[h]);
+			o = fmaf(__ldcg(pc + d), w, o);
+		}
+		const uint64_t oi = ((uint64_t)qrow * H + h0 + h) * hd + d;
+		out[oi] = o / sm[h];
+		if (a.oq)
+			quant_warp(out[oi], (int8_t *)a.oq, (float *)a.od, oi, lane);
+	}
+	if (tid == 0)
+		*cnt = 0; /* for the next launch */
 }
 
 /* New K and V rows into their slots of a paged cache. */

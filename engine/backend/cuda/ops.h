@@ -41,6 +41,9 @@ struct baton_ops_qk_norm_rope_args {
 	uint64_t q, k, wq, wk, pos, inv_freq;
 	uint32_t wq_dtype, wk_dtype, heads, kv_heads, head_dim;
 	float eps, mscale, pad;
+	/* k_cache != 0: the k head rows, once rotated, and v's with them to
+	 * rows slots[r] (a device copy) of k_cache and v_cache (kv_store) */
+	uint64_t v, k_cache, v_cache, slots;
 };
 
 /* baton_ops_rmsnorm_row: grid (rows), block 32 * WARPS, a block per row,
@@ -99,6 +102,36 @@ struct baton_ops_attention_args {
 	uint32_t q0, n_q, n_heads, n_kv_heads, head_dim, pos0;
 	uint32_t block_size, chunks; /* chunks: gridDim.z of the part launch (at least the most
 	                                chunks of a query; blocks past a query's keys return) */
+	float scale;
+	uint32_t pad;
+};
+
+/* baton_ops_attn_rows: attention of query rows of any sequences in one
+ * launch (the attention_segs slot, and attention's paged or contiguous
+ * calls), flash-decoding style. grid (rows of this launch, n_kv_heads *
+ * tiles, chunks), block BATON_OPS_AR_THREADS; block (r, y, c) takes
+ * keys c * BATON_OPS_AR_CHUNK .. of row r for query heads tile y % tiles
+ * (up to BATON_OPS_AR_HEADS) of KV head y / tiles, reading each key and
+ * value once for all of them. rows: u32 [4] per row: its q (and out)
+ * row, its position (the row sees keys 0 .. pos), the offset of its
+ * block table in tab, 0. tab: the block tables, or 0: key j is row j.
+ * A row of one chunk is finished in its block; else each chunk writes
+ * its max, sum of exps and unnormalised output to part[((r * n_heads +
+ * h) * chunks + c)][head_dim + 2], counts itself in cnt[r * gridDim.y +
+ * y] (zeroed before the first launch, left zeroed), and the last chunk
+ * to finish merges them all in chunk order. A row's chunks depend on its
+ * position alone: its bits do not depend on the other rows, on chunks
+ * (a graph's bucket) or on which block finished last. head_dim a
+ * multiple of 32 up to BATON_OPS_AR_HD_MAX; q, k, v, out 16-byte aligned. */
+#define BATON_OPS_AR_CHUNK 64u
+#define BATON_OPS_AR_HEADS 8u
+#define BATON_OPS_AR_THREADS 128u
+#define BATON_OPS_AR_HD_MAX 256u
+struct baton_ops_attn_rows_args {
+	uint64_t q, k, v, out, part, rows, tab, cnt;
+	uint64_t oq, od; /* oq != 0 (a launch of one row): out also as mmvq.h's int8
+	                    blocks, q oq[i] and scale od[i / 32], for the o projection */
+	uint32_t n_heads, n_kv_heads, head_dim, block_size, chunks, tiles;
 	float scale;
 	uint32_t pad;
 };

@@ -62,6 +62,7 @@ int cuda_ops_load(struct baton_dev *dev)
 		{ &dev->k_add, "baton_ops_add" },
 		{ &dev->k_route, "baton_ops_route" },
 		{ &dev->k_router_route, "baton_ops_router_route" },
+		{ &dev->k_attn_rows, "baton_ops_attn_rows" },
 	};
 	size_t n = 12;
 	for (int r = 0; r < 2; r++)
@@ -92,6 +93,7 @@ int cuda_ops_load(struct baton_dev *dev)
 		struct baton_ops_rope_args r;
 		struct baton_ops_qk_norm_rope_args qr;
 		struct baton_ops_attention_args a;
+		struct baton_ops_attn_rows_args ar;
 		struct baton_ops_kv_store_args kv;
 		struct baton_ops_swiglu_args s;
 		struct baton_ops_add_args d;
@@ -117,6 +119,16 @@ int cuda_ops_load(struct baton_dev *dev)
 	CU(dev, d->MemcpyHtoDAsync(dev->ops_count.p, zeros, sizeof zeros, dev->stream),
 	    "cuMemcpyHtoDAsync (router counters)");
 	CU(dev, d->StreamSynchronize(dev->stream), "cuStreamSynchronize after the first launches");
+	/* attention's counters (zeroed) and partial results, here rather
+	 * than at the first decode step: a buffer made while a graph is
+	 * recorded fails the recording (the allocation syncs) */
+	int rc;
+	if ((rc = cuda_dbuf_need(dev, &dev->ar_cnt, 1u << 20)) ||
+	    (rc = cuda_dbuf_need(dev, &dev->ops_scores, 1u << 20)))
+		return rc;
+	CU(dev, d->MemsetD32Async(dev->ar_cnt.p, 0, dev->ar_cnt.cap / 4, dev->stream),
+	    "cuMemsetD32Async (attention counters)");
+	CU(dev, d->StreamSynchronize(dev->stream), "cuStreamSynchronize after the counters");
 	return 0;
 }
 
@@ -135,6 +147,10 @@ void cuda_ops_free(struct baton_dev *dev)
 	cuda_dbuf_free(dev, &dev->ops_arg);
 	cuda_dbuf_free(dev, &dev->ops_scores);
 	cuda_dbuf_free(dev, &dev->ops_count);
+	cuda_dbuf_free(dev, &dev->ar_cnt);
+	free(dev->ar_host);
+	dev->ar_host = NULL;
+	dev->ar_cap = 0;
 	if (dev->ops_stage)
 		d->MemFreeHost(dev->ops_stage);
 	dev->ops_stage = NULL;
@@ -334,20 +350,59 @@ int cuda_op_rmsnorm(struct baton_dev *dev, baton_dptr x, baton_dptr out, uint32_
 	    "cuLaunchKernel baton_ops_rmsnorm");
 }
 
-int cuda_op_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint32_t n_out,
-    uint32_t k, baton_dptr b, uint32_t b_dtype, baton_dptr x, uint32_t rows,
-    baton_dptr y, int accumulate)
+/* matmul's checks (the host's): 0 or the code; *rb a weight row's bytes. */
+static int matmul_check(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint32_t n_out,
+    uint32_t k, baton_dptr b, uint32_t b_dtype, baton_dptr x, uint32_t rows, baton_dptr y,
+    uint64_t *rb)
 {
-	uint64_t rb, brb;
+	uint64_t brb;
 	int rc;
 	if (!w || !n_out || !rows || !f32_buf(x, (uint64_t)rows * k) ||
 	    !f32_buf(y, (uint64_t)rows * n_out))
 		return refuse(dev, BATON_EINVAL, "matmul", "empty or misaligned operands");
 	if (overlap(x, (uint64_t)rows * k, y, (uint64_t)rows * n_out))
 		return refuse(dev, BATON_EINVAL, "matmul", "y overlaps x");
-	if ((rc = weight_ok(dev, "matmul", w_dtype, k, &rb)))
+	if ((rc = weight_ok(dev, "matmul", w_dtype, k, rb)))
 		return rc;
 	if (b && (rc = weight_ok(dev, "matmul bias", b_dtype, n_out, &brb)))
+		return rc;
+	return 0;
+}
+
+int cuda_op_matmuls(struct baton_dev *dev, const struct baton_matmuls *mm)
+{
+	uint64_t rb;
+	int rc;
+	if (matmuls_overlap(mm))
+		return refuse(dev, BATON_EINVAL, "matmuls", "n not 1 to 3, or overlapping outputs");
+	for (uint32_t i = 0; i < mm->n; i++) {
+		const struct baton_matmul_out *o = &mm->m[i];
+		if ((rc = matmul_check(dev, o->w, o->w_dtype, o->n_out, mm->k, o->b, o->b_dtype, mm->x,
+		         mm->rows, o->y, &rb)))
+			return rc;
+	}
+	if ((rc = cuda_cur(dev)))
+		return rc;
+	/* one launch where every matrix takes the quantized batch-1 GEMV
+	 * (not on the tensor cores' passes: those start at 64 rows) */
+	if ((rc = cuda_mmvq_matmuls(dev, mm)) != CUDA_TC_FALLBACK)
+		return rc;
+	for (uint32_t i = 0; i < mm->n; i++) {
+		const struct baton_matmul_out *o = &mm->m[i];
+		if ((rc = cuda_op_matmul(dev, o->w, o->w_dtype, o->n_out, mm->k, o->b, o->b_dtype, mm->x,
+		         mm->rows, o->y, 0)))
+			return rc;
+	}
+	return 0;
+}
+
+int cuda_op_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint32_t n_out,
+    uint32_t k, baton_dptr b, uint32_t b_dtype, baton_dptr x, uint32_t rows,
+    baton_dptr y, int accumulate)
+{
+	uint64_t rb;
+	int rc;
+	if ((rc = matmul_check(dev, w, w_dtype, n_out, k, b, b_dtype, x, rows, y, &rb)))
 		return rc;
 	const uint32_t gx = (n_out + BATON_OPS_WARPS - 1) / BATON_OPS_WARPS;
 	const int one = rows == 1;
@@ -443,17 +498,163 @@ int cuda_op_qk_norm_rope(struct baton_dev *dev, const struct baton_qk_norm_rope 
 		return rc;
 	if ((uint64_t)a->heads + a->kv_heads > 65535 || a->rows > 0x7fffffffu)
 		return refuse(dev, BATON_ERANGE, "qk_norm_rope", "more than 65535 heads or 2^31 rows");
-	CUdeviceptr dp, df;
+	const struct baton_kv_store ks = { .k = a->k, .v = a->v, .k_cache = a->k_cache,
+		.v_cache = a->v_cache, .slots = a->slots, .n = a->rows,
+		.cols = a->kv_heads * a->head_dim, .cache_rows = a->cache_rows };
+	if (a->k_cache) {
+		if ((uint64_t)a->kv_heads * a->head_dim > UINT32_MAX)
+			return refuse(dev, BATON_EINVAL, "qk_norm_rope", "k rows too wide to store");
+		if ((rc = kv_store_check(&ks)))
+			return refuse(dev, rc, "qk_norm_rope", rc == BATON_ERANGE ? "a slot past the cache" :
+			    "kv_store's zero sizes, or missing, misaligned or overlapping buffers");
+		if (overlap(a->q, qn, a->k_cache, a->cache_rows * ks.cols) ||
+		    overlap(a->q, qn, a->v_cache, a->cache_rows * ks.cols))
+			return refuse(dev, BATON_EINVAL, "qk_norm_rope", "q overlaps the cache");
+	}
+	CUdeviceptr dp, df, ds = 0;
 	if ((rc = cuda_cur(dev)) || (rc = stage_args(dev, a->pos, (uint64_t)a->rows * 4, a->inv_freq,
 	                                  (uint64_t)a->head_dim / 2 * 4, &dp, &df)))
+		return rc;
+	if (a->k_cache &&
+	    (rc = stage_args(dev, a->slots, (uint64_t)a->rows * 4, NULL, 0, &ds, NULL)))
 		return rc;
 	struct baton_ops_qk_norm_rope_args k = {
 		.q = a->q, .k = a->k, .wq = a->wq, .wk = a->wk, .pos = dp, .inv_freq = df,
 		.wq_dtype = a->wq_dtype, .wk_dtype = a->wk_dtype, .heads = a->heads,
 		.kv_heads = a->kv_heads, .head_dim = a->head_dim, .eps = a->eps, .mscale = a->mscale,
+		.v = a->v, .k_cache = a->k_cache, .v_cache = a->v_cache, .slots = ds,
 	};
 	return cuda_launch(dev, dev->k_qk_norm_rope, a->rows, a->heads + a->kv_heads, 32, &k,
 	    "cuLaunchKernel baton_ops_qk_norm_rope");
+}
+
+/* ---- attention over rows of any sequences (baton_ops_attn_rows) ------------ */
+
+/* The rows kernel's grid height (KV heads times tiles of their query
+ * heads), 0 where it does not take these shapes or buffers (the old
+ * kernels do). */
+static uint32_t ar_gy(uint32_t H, uint32_t KH, uint32_t hd, baton_dptr q, baton_dptr k,
+    baton_dptr v, baton_dptr out)
+{
+	if (hd % 32 || hd > BATON_OPS_AR_HD_MAX || ((q | k | v | out) & 15))
+		return 0;
+	const uint64_t gy = (uint64_t)KH * ((H / KH + BATON_OPS_AR_HEADS - 1) / BATON_OPS_AR_HEADS);
+	return gy <= 65535 ? (uint32_t)gy : 0;
+}
+
+/* Chunks of the rows kernel's grid for rows of up to nk keys: in a graph
+ * a power of two (a bucket: the recording replays until a row outgrows
+ * it), so that the launch does not change as the keys grow. */
+static uint64_t ar_chunks(const struct baton_dev *dev, uint64_t nk)
+{
+	uint64_t c = (nk + BATON_OPS_AR_CHUNK - 1) / BATON_OPS_AR_CHUNK, b = 1;
+	if (dev->gmode == CUDA_G_NONE)
+		return c;
+	while (b < c)
+		b <<= 1;
+	return b;
+}
+
+/* Block-table entries a segment of n_ctx positions gets in the staged
+ * tables: its own, or in a graph the bucket's capacity (fixed bytes
+ * while the recording replays; entries past its own are 0). */
+static uint64_t ar_tab_cap(const struct baton_dev *dev, uint64_t n_ctx, uint32_t bs,
+    uint64_t chunks)
+{
+	const uint64_t nb = (n_ctx + bs - 1) / bs;
+	if (dev->gmode == CUDA_G_NONE)
+		return nb;
+	const uint64_t cap = (chunks * BATON_OPS_AR_CHUNK + bs - 1) / bs;
+	return cap > nb ? cap : nb;
+}
+
+/* The host array of n rows (u32 [4] each) and tab_n table entries after
+ * them, grown as needed. */
+static uint32_t *ar_buf(struct baton_dev *dev, uint64_t n, uint64_t tab_n)
+{
+	const uint64_t need = 4 * n + tab_n;
+	if (need > dev->ar_cap) {
+		uint32_t *p = realloc(dev->ar_host, need * 4);
+		if (!p)
+			return NULL;
+		dev->ar_host = p;
+		dev->ar_cap = need;
+	}
+	return dev->ar_host;
+}
+
+/* Stages dev->ar_host's n rows and tab_n table entries (paged 0: keys
+ * are rows of k and v) and launches the rows kernel over them, in groups
+ * of rows whose partial results fit SCORES_MAX. */
+static int ar_launch(struct baton_dev *dev, baton_dptr q, baton_dptr k, baton_dptr v,
+    baton_dptr out, uint32_t H, uint32_t KH, uint32_t hd, uint32_t bs, float scale,
+    uint32_t gy, uint64_t n, uint64_t tab_n, int paged, uint64_t chunks)
+{
+	const uint64_t per_row = (uint64_t)H * chunks * (hd + 2) * 4;
+	uint64_t group = SCORES_MAX / per_row;
+	if (group < 1)
+		group = 1;
+	if (group > n)
+		group = n;
+	if (group > 0x7fffffffu)
+		group = 0x7fffffffu;
+	const uint64_t cnt_cap = dev->ar_cnt.cap;
+	CUdeviceptr da;
+	int rc;
+	if ((rc = cuda_dbuf_need(dev, &dev->ops_scores, group * per_row)) ||
+	    (rc = cuda_dbuf_need(dev, &dev->ar_cnt, group * gy * 4)))
+		return rc;
+	if (dev->ar_cnt.cap != cnt_cap) /* a new buffer: the counters start at 0 */
+		CU(dev, dev->d->MemsetD32Async(dev->ar_cnt.p, 0, dev->ar_cnt.cap / 4, dev->stream),
+		    "cuMemsetD32Async (attention counters)");
+	if ((rc = stage_args(dev, dev->ar_host, (4 * n + tab_n) * 4, NULL, 0, &da, NULL)))
+		return rc;
+	/* one row (a decode step): its output also as the int8 blocks of the
+	 * o projection's quantized GEMV right after (mmvq_launch.c) */
+	uint64_t oq = 0, od = 0;
+	if (n == 1 && (rc = cuda_mmvq_norm_out(dev, 1, H * hd, &oq, &od)))
+		return rc;
+	for (uint64_t r0 = 0; r0 < n; r0 += group) {
+		const uint64_t nr = n - r0 < group ? n - r0 : group;
+		struct baton_ops_attn_rows_args ka = {
+			.q = q, .k = k, .v = v, .out = out, .part = dev->ops_scores.p,
+			.rows = da + r0 * 16, .tab = paged ? da + n * 16 : 0, .cnt = dev->ar_cnt.p,
+			.n_heads = H, .n_kv_heads = KH, .head_dim = hd, .block_size = bs,
+			.chunks = (uint32_t)chunks, .tiles = gy / KH, .scale = scale, .oq = oq, .od = od,
+		};
+		if ((rc = cuda_launch_k(dev, dev->k_attn_rows, (uint32_t)nr, gy, (uint32_t)chunks,
+		         BATON_OPS_AR_THREADS, 0, &ka, sizeof ka, "cuLaunchKernel baton_ops_attn_rows")))
+			return rc;
+	}
+	if (oq)
+		cuda_mmvq_norm_done(dev, out, H * hd);
+	return 0;
+}
+
+/* attention's call on the rows kernel (its checks done): CUDA_TC_FALLBACK
+ * where the kernel does not take it. */
+static int ar_attention(struct baton_dev *dev, const struct baton_attn *a)
+{
+	const uint32_t gy = ar_gy(a->n_heads, a->n_kv_heads, a->head_dim, a->q, a->k, a->v, a->out);
+	const uint64_t n_ctx = (uint64_t)a->pos0 + a->n_q, chunks = ar_chunks(dev, n_ctx);
+	if (!gy || chunks > 65535)
+		return CUDA_TC_FALLBACK;
+	const uint64_t nb = a->blocks ? (n_ctx + a->block_size - 1) / a->block_size : 0;
+	const uint64_t cap = a->blocks ? ar_tab_cap(dev, n_ctx, a->block_size, chunks) : 0;
+	uint32_t *h = ar_buf(dev, a->n_q, cap);
+	if (!h)
+		return refuse(dev, BATON_ENOMEM, "attention", "no memory for the rows");
+	for (uint32_t t = 0; t < a->n_q; t++) {
+		h[4 * t] = t;
+		h[4 * t + 1] = a->pos0 + t;
+		h[4 * t + 2] = h[4 * t + 3] = 0;
+	}
+	if (cap) {
+		memcpy(h + 4 * (uint64_t)a->n_q, a->blocks, nb * 4);
+		memset(h + 4 * (uint64_t)a->n_q + nb, 0, (cap - nb) * 4);
+	}
+	return ar_launch(dev, a->q, a->k, a->v, a->out, a->n_heads, a->n_kv_heads, a->head_dim,
+	    a->block_size, a->scale, gy, a->n_q, cap, a->blocks != NULL, chunks);
 }
 
 int cuda_op_attention(struct baton_dev *dev, const struct baton_attn *a)
@@ -479,6 +680,10 @@ int cuda_op_attention(struct baton_dev *dev, const struct baton_attn *a)
 	uint64_t chunks = (n_ctx + BATON_OPS_ATTN_CHUNK - 1) / BATON_OPS_ATTN_CHUNK;
 	if (chunks > 65535)
 		return refuse(dev, BATON_ERANGE, "attention", "more than 65535 chunks of keys");
+	if ((rc = cuda_cur(dev)))
+		return rc;
+	if (!cuda_tc_on(dev, a->n_q) && (rc = ar_attention(dev, a)) != CUDA_TC_FALLBACK)
+		return rc;
 	/* In a graph the launches may not depend on the number of keys: the
 	 * part kernel's grid is a power of two of chunks (a bucket: the
 	 * recording replays until a query outgrows it), the block table is
@@ -549,6 +754,78 @@ int cuda_op_attention(struct baton_dev *dev, const struct baton_attn *a)
 			return rc;
 		if (gc > 1 && (rc = cuda_launch(dev, dev->k_attn_comb, nq, H, OPS_THREADS, &k,
 		         "cuLaunchKernel baton_ops_attn_combine")))
+			return rc;
+	}
+	return 0;
+}
+
+int cuda_op_attention_segs(struct baton_dev *dev, const struct baton_attn_segs *s)
+{
+	uint64_t rows;
+	int rc;
+	if (attn_segs_check(s, &rows))
+		return refuse(dev, BATON_EINVAL, "attention_segs",
+		    "no segments, no block table, or a segment attention would refuse");
+	const uint32_t H = s->n_heads, KH = s->n_kv_heads, hd = s->head_dim, bs = s->block_size;
+	if (H > 65535)
+		return refuse(dev, BATON_ERANGE, "attention_segs", "more than 65535 heads");
+	if ((rc = cuda_cur(dev)))
+		return rc;
+	/* the segments the rows kernel takes (not the tensor cores'): their
+	 * rows and most keys */
+	uint64_t n = 0, nk = 0;
+	for (uint32_t i = 0; i < s->n_seg; i++) {
+		const uint64_t e = (uint64_t)s->segs[i].pos0 + s->segs[i].n_q;
+		if ((e + BATON_OPS_ATTN_CHUNK - 1) / BATON_OPS_ATTN_CHUNK > 65535)
+			return refuse(dev, BATON_ERANGE, "attention_segs", "more than 65535 chunks of keys");
+		if (cuda_tc_on(dev, s->segs[i].n_q))
+			continue;
+		n += s->segs[i].n_q;
+		if (e > nk)
+			nk = e;
+	}
+	const uint32_t gy = ar_gy(H, KH, hd, s->q, s->k, s->v, s->out);
+	const uint64_t chunks = ar_chunks(dev, nk);
+	const int rows_kernel = n && gy && chunks <= 65535 && n <= 0x7fffffffu;
+	if (rows_kernel) {
+		uint64_t tab_n = 0;
+		for (uint32_t i = 0; i < s->n_seg; i++)
+			if (!cuda_tc_on(dev, s->segs[i].n_q))
+				tab_n += ar_tab_cap(dev, (uint64_t)s->segs[i].pos0 + s->segs[i].n_q, bs, chunks);
+		uint32_t *h = ar_buf(dev, n, tab_n);
+		if (!h)
+			return refuse(dev, BATON_ENOMEM, "attention_segs", "no memory for the rows");
+		uint32_t *tab = h + 4 * n;
+		uint64_t r = 0, toff = 0, qrow = 0;
+		for (uint32_t i = 0; i < s->n_seg; qrow += s->segs[i].n_q, i++) {
+			const struct baton_attn_seg *g = &s->segs[i];
+			if (cuda_tc_on(dev, g->n_q))
+				continue;
+			const uint64_t n_ctx = (uint64_t)g->pos0 + g->n_q, nb = (n_ctx + bs - 1) / bs;
+			const uint64_t cap = ar_tab_cap(dev, n_ctx, bs, chunks);
+			memcpy(tab + toff, g->blocks, nb * 4);
+			memset(tab + toff + nb, 0, (cap - nb) * 4);
+			for (uint32_t t = 0; t < g->n_q; t++, r++) {
+				h[4 * r] = (uint32_t)(qrow + t);
+				h[4 * r + 1] = g->pos0 + t;
+				h[4 * r + 2] = (uint32_t)toff;
+				h[4 * r + 3] = 0;
+			}
+			toff += cap;
+		}
+		if ((rc = ar_launch(dev, s->q, s->k, s->v, s->out, H, KH, hd, bs, s->scale, gy, n, tab_n,
+		         1, chunks)))
+			return rc;
+	}
+	/* the tensor cores' segments (and, where the rows kernel does not
+	 * apply, every segment) one call each */
+	uint64_t row = 0;
+	for (uint32_t i = 0; i < s->n_seg; row += s->segs[i].n_q, i++) {
+		if (rows_kernel && !cuda_tc_on(dev, s->segs[i].n_q))
+			continue;
+		struct baton_attn a;
+		attn_seg_view(s, i, row, &a);
+		if ((rc = cuda_op_attention(dev, &a)))
 			return rc;
 	}
 	return 0;

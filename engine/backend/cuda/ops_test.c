@@ -361,6 +361,82 @@ static void matmul_fast_case(struct baton_dev *dev, int dt, uint32_t n_out, uint
 	free(w), free(b), free(x), free(xq), free(y), free(y0), free(yq), free(got), free(got2);
 }
 
+/* matmuls: three matrices over one x (attention's q, k and v: q4_K,
+ * q4_K with a bias, q6_K at a 2-byte offset), at 1 row one launch: each
+ * output the bits of its own matmul call; at 3 rows (matmul per matrix)
+ * the same; with a matrix the quantized path does not take (f32) the
+ * bits of the three calls too; overlapping outputs refused, nothing
+ * written. */
+static void t_matmuls(void)
+{
+	struct baton_dev *dev = cuda_fixture_open();
+	const uint32_t k = 2048, no[3] = { 300, 64, 64 }, R = 3;
+	const int dts[2][3] = { { BATON_DT_Q4_K, BATON_DT_Q4_K, BATON_DT_Q6_K },
+		{ BATON_DT_Q4_K, BATON_DT_F32, BATON_DT_Q6_K } };
+	uint64_t bb;
+	uint8_t *bias = weights(BATON_DT_F32, 1, no[1], &bb);
+	baton_dptr dbias = up(dev, bias, bb);
+	float *x = rvec((size_t)R * k);
+	baton_dptr dx = up(dev, x, (uint64_t)R * k * 4);
+	for (int c = 0; c < 2; c++) {
+		baton_dptr dw0[3], dw[3], dy[3], dz[3];
+		uint8_t *w[3];
+		struct baton_matmuls mm = { .x = dx, .k = k, .n = 3 };
+		for (int i = 0; i < 3; i++) {
+			uint64_t wb;
+			w[i] = weights(dts[c][i], no[i], k, &wb);
+			const uint32_t off = dts[c][i] == BATON_DT_Q6_K ? 2 : 0;
+			T_CU(dev, be->alloc(dev, wb + 16, &dw0[i]));
+			dw[i] = dw0[i] + off;
+			struct baton_copy wc = { dw[i], w[i], wb };
+			T_CU(dev, be->copy_h2d(dev, &wc, 1));
+			T_CU(dev, be->alloc(dev, (uint64_t)R * no[i] * 4, &dy[i]));
+			T_CU(dev, be->alloc(dev, (uint64_t)R * no[i] * 4, &dz[i]));
+			mm.m[i] = (struct baton_matmul_out){ .w = dw[i], .b = i == 1 ? dbias : 0,
+				.y = dy[i], .w_dtype = (uint32_t)dts[c][i], .b_dtype = BATON_DT_F32,
+				.n_out = no[i] };
+		}
+		for (uint32_t rows = 1; rows <= R; rows += R - 1) {
+			mm.rows = rows;
+			T_CU(dev, be->matmuls(dev, &mm));
+			for (int i = 0; i < 3; i++)
+				T_CU(dev, be->matmul(dev, dw[i], (uint32_t)dts[c][i], no[i], k, mm.m[i].b,
+				    BATON_DT_F32, dx, rows, dz[i], 0));
+			for (int i = 0; i < 3; i++) {
+				const size_t n = (size_t)rows * no[i];
+				float *a = malloc(n * 4), *b = malloc(n * 4);
+				T_ASSERT(a && b);
+				down(dev, a, dy[i], n * 4);
+				down(dev, b, dz[i], n * 4);
+				char what[64];
+				snprintf(what, sizeof what, "matmuls case %d, %u rows, matrix %d", c, rows, i);
+				same_bits(a, b, n, what);
+				free(a), free(b);
+			}
+		}
+		/* refused: k's output over q's */
+		float *before = malloc((size_t)no[0] * 4), *after = malloc((size_t)no[0] * 4);
+		T_ASSERT(before && after);
+		mm.rows = 1;
+		down(dev, before, dy[0], (uint64_t)no[0] * 4);
+		mm.m[1].y = dy[0] + 16;
+		T_EQ_ERR(be->matmuls(dev, &mm), BATON_EINVAL);
+		mm.n = 0;
+		mm.m[1].y = dy[1];
+		T_EQ_ERR(be->matmuls(dev, &mm), BATON_EINVAL);
+		down(dev, after, dy[0], (uint64_t)no[0] * 4);
+		T_ASSERT(memcmp(before, after, (size_t)no[0] * 4) == 0);
+		free(before), free(after);
+		for (int i = 0; i < 3; i++) {
+			be->free(dev, dw0[i]), be->free(dev, dy[i]), be->free(dev, dz[i]);
+			free(w[i]);
+		}
+	}
+	be->free(dev, dbias), be->free(dev, dx);
+	free(bias), free(x);
+	be->close(dev);
+}
+
 static void t_matmul_fast(void)
 {
 	struct baton_dev *dev = cuda_fixture_open();
@@ -704,6 +780,65 @@ static void t_rope(void)
  * bit (the same operations in one launch), and within rope's tolerance of
  * the host's two ops: head_dim 128 and 64, f32, bf16 and no weights, k's
  * weight at an odd address (byte loads), one row and several. */
+/* qk_norm_rope with its kv_store (k_cache set): q, k and both caches the
+ * bits of qk_norm_rope then kv_store; a slot past the cache refused with
+ * nothing written. */
+static void t_qk_norm_rope_store(void)
+{
+	struct baton_dev *dev = cuda_fixture_open();
+	const uint32_t R = 3, NH = 8, KH = 2, HD = 128, CR = 10, KD = KH * HD;
+	const uint32_t pos[3] = { 17, 18, 300 }, slots[3] = { 7, 2, 5 };
+	const size_t qn = (size_t)R * NH * HD, kn = (size_t)R * KD, cn = (size_t)CR * KD;
+	float inv[64];
+	for (uint32_t i = 0; i < HD / 2; i++)
+		inv[i] = (float)pow(1e6, -(double)(2 * i) / HD);
+	uint64_t wb;
+	uint8_t *wq = weights(BATON_DT_F32, 1, HD, &wb), *wk = weights(BATON_DT_F32, 1, HD, &wb);
+	float *q = rvec(qn), *k = rvec(kn), *v = rvec(kn), *zero = calloc(cn, 4);
+	float *a = malloc((qn > cn ? qn : cn) * 4), *b = malloc((qn > cn ? qn : cn) * 4);
+	T_ASSERT(zero && a && b);
+	baton_dptr dwq = up(dev, wq, wb), dwk = up(dev, wk, wb), dv = up(dev, v, kn * 4);
+	baton_dptr dq[2], dk[2], dkc[2], dvc[2];
+	for (int i = 0; i < 2; i++) {
+		dq[i] = up(dev, q, qn * 4), dk[i] = up(dev, k, kn * 4);
+		dkc[i] = up(dev, zero, cn * 4), dvc[i] = up(dev, zero, cn * 4);
+	}
+	struct baton_qk_norm_rope nr = { .q = dq[0], .k = dk[0], .wq = dwq, .wk = dwk,
+		.wq_dtype = BATON_DT_F32, .wk_dtype = BATON_DT_F32, .rows = R, .heads = NH,
+		.kv_heads = KH, .head_dim = HD, .eps = 1e-6f, .mscale = 1.0f, .pos = pos,
+		.inv_freq = inv, .v = dv, .k_cache = dkc[0], .v_cache = dvc[0], .slots = slots,
+		.cache_rows = CR };
+	T_CU(dev, be->qk_norm_rope(dev, &nr));
+	struct baton_qk_norm_rope n2 = nr;
+	n2.q = dq[1], n2.k = dk[1], n2.k_cache = 0;
+	T_CU(dev, be->qk_norm_rope(dev, &n2));
+	const struct baton_kv_store ks = { .k = dk[1], .v = dv, .k_cache = dkc[1], .v_cache = dvc[1],
+		.slots = slots, .n = R, .cols = KD, .cache_rows = CR };
+	T_CU(dev, be->kv_store(dev, &ks));
+	const baton_dptr pairs[4][2] = { { dq[0], dq[1] }, { dk[0], dk[1] }, { dkc[0], dkc[1] },
+		{ dvc[0], dvc[1] } };
+	const size_t ns[4] = { qn, kn, cn, cn };
+	const char *names[4] = { "q", "k", "k cache", "v cache" };
+	for (int i = 0; i < 4; i++) {
+		down(dev, a, pairs[i][0], ns[i] * 4);
+		down(dev, b, pairs[i][1], ns[i] * 4);
+		same_bits(a, b, ns[i], names[i]);
+	}
+	T_ASSERT(memcmp(a, zero, 4) == 0); /* row 0 of the caches: no slot there */
+	/* refused: slot 10 of 10 rows; q (already normed once) unchanged */
+	const uint32_t bad[3] = { 7, 10, 5 };
+	nr.slots = bad;
+	down(dev, b, dq[0], qn * 4);
+	T_EQ_ERR(be->qk_norm_rope(dev, &nr), BATON_ERANGE);
+	down(dev, a, dq[0], qn * 4);
+	T_ASSERT(memcmp(a, b, qn * 4) == 0);
+	for (int i = 0; i < 2; i++)
+		be->free(dev, dq[i]), be->free(dev, dk[i]), be->free(dev, dkc[i]), be->free(dev, dvc[i]);
+	be->free(dev, dwq), be->free(dev, dwk), be->free(dev, dv);
+	free(wq), free(wk), free(q), free(k), free(v), free(zero), free(a), free(b);
+	be->close(dev);
+}
+
 static void t_qk_norm_rope(void)
 {
 	struct baton_dev *dev = cuda_fixture_open();
@@ -840,6 +975,145 @@ static void t_attention(void)
 		attention_case(dev, 1, 5000, 8, 4, 128, paged); /* 20 chunks */
 		attention_case(dev, 3, 255, 4, 4, 32, paged);   /* 256, 257, 258 keys */
 	}
+	be->close(dev);
+}
+
+/* attention_segs: the segments of several sequences over one shuffled
+ * pool of 16-position blocks (decode rows at 1, 64, 65, 701 and 5,001
+ * keys, a prefill chunk across a chunk's end, a 70-row segment that the
+ * tensor cores take where they are on), in one call: each segment
+ * within attention's tolerance of the host's, each row bitwise the same
+ * row alone (attention's own call takes the same kernel), the same bits
+ * when called again (the merge's counters left zeroed); and a refusal
+ * that writes nothing. Head groups of 8 (Qwen3-30B-A3B's), 12 (two
+ * tiles, the second partial) and 1. */
+static void attention_segs_case(struct baton_dev *dev, uint32_t Hh, uint32_t KH, uint32_t hd)
+{
+	const uint32_t BS = 16, NS = 7;
+	const uint32_t nq[7] = { 1, 1, 1, 1, 19, 70, 1 }, p0[7] = { 0, 63, 64, 700, 50, 10, 5000 };
+	uint64_t n = 0, nb_all = 0;
+	for (uint32_t i = 0; i < NS; i++) {
+		n += nq[i];
+		nb_all += (p0[i] + nq[i] + BS - 1) / BS;
+	}
+	const uint32_t pool = (uint32_t)nb_all + 5;
+	const uint64_t qr = (uint64_t)Hh * hd, qn = n * qr, kn = (uint64_t)pool * BS * KH * hd;
+	uint32_t *perm = malloc(pool * sizeof *perm), *tabs[7];
+	T_ASSERT(perm);
+	for (uint32_t i = 0; i < pool; i++)
+		perm[i] = i;
+	for (uint32_t i = pool - 1; i > 0; i--) {
+		uint32_t j = (uint32_t)(rnd() % (i + 1)), t = perm[i];
+		perm[i] = perm[j];
+		perm[j] = t;
+	}
+	struct baton_attn_seg sg[7];
+	uint32_t used = 0;
+	for (uint32_t i = 0; i < NS; i++) { /* each sequence its own blocks of the pool */
+		const uint32_t nb = (p0[i] + nq[i] + BS - 1) / BS;
+		tabs[i] = perm + used;
+		used += nb;
+		sg[i] = (struct baton_attn_seg){ .n_q = nq[i], .pos0 = p0[i], .blocks = tabs[i] };
+	}
+	float *q = rvec(qn), *k = rvec(kn), *v = rvec(kn);
+	for (uint64_t i = 0; i < qn; i++)
+		q[i] *= 2.0f;
+	float *got = malloc(qn * 4), *again = malloc(qn * 4), *want = malloc(qn * 4);
+	float *one = malloc(qr * 4);
+	T_ASSERT(got && again && want && one);
+	baton_dptr dq = up(dev, q, qn * 4), dk = up(dev, k, kn * 4), dv = up(dev, v, kn * 4), dout;
+	T_CU(dev, be->alloc(dev, qn * 4, &dout));
+	const float scale = 1.0f / sqrtf((float)hd);
+	struct baton_attn_segs as = { .q = dq, .k = dk, .v = dv, .out = dout, .n_seg = NS,
+		.n_heads = Hh, .n_kv_heads = KH, .head_dim = hd, .block_size = BS, .scale = scale,
+		.segs = sg };
+	T_CU(dev, be->attention_segs(dev, &as));
+	down(dev, got, dout, qn * 4);
+	T_CU(dev, be->attention_segs(dev, &as));
+	down(dev, again, dout, qn * 4);
+	char what[96];
+	snprintf(what, sizeof what, "attention_segs %u/%u heads of %u, twice", Hh, KH, hd);
+	same_bits(again, got, qn, what);
+	struct baton_attn_segs hs = as;
+	hs.q = H(q), hs.k = H(k), hs.v = H(v), hs.out = H(want);
+	T_OK(host_op_attention_segs(NULL, &hs));
+	uint64_t row = 0;
+	for (uint32_t i = 0; i < NS; row += nq[i], i++) {
+		snprintf(what, sizeof what, "attention_segs %u/%u heads of %u, n_q=%u pos0=%u", Hh, KH,
+		    hd, nq[i], p0[i]);
+		/* the tensor cores' bf16 within their 2e-2 (t_tensor_cores) */
+		close_to(got + row * qr, want + row * qr, nq[i] * qr, nq[i] >= 64 ? 2e-2 : 2e-6, what);
+		if (nq[i] >= 64)
+			continue; /* the tensor cores' rows depend on their pass */
+		for (uint32_t t = 0; t < nq[i]; t += nq[i] > 1 ? nq[i] - 1 : 1) {
+			struct baton_attn a1 = { .q = dq + (row + t) * qr * 4, .k = dk, .v = dv,
+				.out = dout, .n_q = 1, .n_heads = Hh, .n_kv_heads = KH, .head_dim = hd,
+				.pos0 = p0[i] + t, .scale = scale, .blocks = tabs[i], .block_size = BS };
+			T_CU(dev, be->attention(dev, &a1));
+			down(dev, one, dout, qr * 4);
+			T_ASSERT_MSG(memcmp(one, got + (row + t) * qr, qr * 4) == 0,
+			    "%s: row %u alone differs from it among the segments", what, t);
+		}
+	}
+	/* refused, nothing written: a segment without its table */
+	T_CU(dev, be->attention_segs(dev, &as));
+	sg[3].blocks = NULL;
+	T_EQ_ERR(be->attention_segs(dev, &as), BATON_EINVAL);
+	sg[3].blocks = tabs[3];
+	down(dev, again, dout, qn * 4);
+	same_bits(again, got, qn, "attention_segs after a refusal");
+	be->free(dev, dq), be->free(dev, dk), be->free(dev, dv), be->free(dev, dout);
+	free(q), free(k), free(v), free(got), free(again), free(want), free(one), free(perm);
+}
+
+static void t_attention_segs(void)
+{
+	struct baton_dev *dev = cuda_fixture_open();
+	attention_segs_case(dev, 32, 4, 128);
+	attention_segs_case(dev, 12, 1, 64);
+	attention_segs_case(dev, 4, 4, 32);
+	attention_segs_case(dev, 6, 3, 70); /* a head_dim the rows kernel leaves to the old one */
+	be->close(dev);
+}
+
+/* A one-row attention leaves its output quantized for the quantized o
+ * projection right after it (as a one-row rmsnorm does): the o matmul's
+ * bits those of the same matmul quantizing the output itself, after
+ * another launch; over one chunk of keys and over several (the merge). */
+static void t_attention_quant(void)
+{
+	struct baton_dev *dev = cuda_fixture_open();
+	const uint32_t Hh = 32, KH = 4, hd = 128, QD = Hh * hd, BS = 16, NO = 256;
+	const uint32_t pos0s[2] = { 30, 700 };
+	const uint64_t kn = 64ull * BS * KH * hd;
+	uint64_t wb;
+	uint8_t *w = weights(BATON_DT_Q4_K, NO, QD, &wb);
+	float *q = rvec(QD), *k = rvec(kn), *v = rvec(kn), *ya = malloc(NO * 4), *yb = malloc(NO * 4);
+	T_ASSERT(ya && yb);
+	uint32_t table[64];
+	for (uint32_t i = 0; i < 64; i++)
+		table[i] = (i * 37) % 64;
+	baton_dptr dw = up(dev, w, wb), dq = up(dev, q, QD * 4), dk = up(dev, k, kn * 4);
+	baton_dptr dv = up(dev, v, kn * 4), dout, dya, dyb, dsc = up(dev, q, 64 * 4);
+	T_CU(dev, be->alloc(dev, QD * 4, &dout));
+	T_CU(dev, be->alloc(dev, NO * 4, &dya));
+	T_CU(dev, be->alloc(dev, NO * 4, &dyb));
+	for (int c = 0; c < 2; c++) {
+		const struct baton_attn_seg sg = { .n_q = 1, .pos0 = pos0s[c], .blocks = table };
+		const struct baton_attn_segs as = { .q = dq, .k = dk, .v = dv, .out = dout, .n_seg = 1,
+			.n_heads = Hh, .n_kv_heads = KH, .head_dim = hd, .block_size = BS,
+			.scale = 1.0f / sqrtf((float)hd), .segs = &sg };
+		T_CU(dev, be->attention_segs(dev, &as));
+		T_CU(dev, be->matmul(dev, dw, BATON_DT_Q4_K, NO, QD, 0, 0, dout, 1, dya, 0));
+		T_CU(dev, be->rmsnorm(dev, dsc, dsc, 1, 64, 0, 0, 1e-6f)); /* another launch */
+		T_CU(dev, be->matmul(dev, dw, BATON_DT_Q4_K, NO, QD, 0, 0, dout, 1, dyb, 0));
+		down(dev, ya, dya, NO * 4);
+		down(dev, yb, dyb, NO * 4);
+		same_bits(ya, yb, NO, c ? "o after attention, several chunks" : "o after attention, one chunk");
+	}
+	be->free(dev, dw), be->free(dev, dq), be->free(dev, dk), be->free(dev, dv);
+	be->free(dev, dout), be->free(dev, dya), be->free(dev, dyb), be->free(dev, dsc);
+	free(w), free(q), free(k), free(v), free(ya), free(yb);
 	be->close(dev);
 }
 
@@ -1348,5 +1622,5 @@ static void t_refusals(void)
 }
 
 T_MAIN(T_CASE(t_matmul), T_CASE(t_matmul_fast), T_CASE(t_embed_rmsnorm), T_CASE(t_route), T_CASE(t_router_route), T_CASE(t_rope),
-    T_CASE(t_qk_norm_rope), T_CASE(t_attention), T_CASE(t_kv_store), T_CASE(t_swiglu_add), T_CASE(t_refusals),
+    T_CASE(t_qk_norm_rope), T_CASE(t_qk_norm_rope_store), T_CASE(t_matmuls), T_CASE(t_attention), T_CASE(t_attention_segs), T_CASE(t_attention_quant), T_CASE(t_kv_store), T_CASE(t_swiglu_add), T_CASE(t_refusals),
     T_CASE_TIMEOUT(t_tensor_cores, 120), T_CASE_TIMEOUT(t_perf, 120))

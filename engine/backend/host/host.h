@@ -163,9 +163,14 @@ int host_op_rmsnorm(struct baton_dev *dev, baton_dptr x, baton_dptr out, uint32_
 int host_op_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint32_t n_out,
     uint32_t k, baton_dptr b, uint32_t b_dtype, baton_dptr x, uint32_t rows,
     baton_dptr y, int accumulate);
+/* matmuls: every matmul's checks first, then host_op_matmul each. */
+int host_op_matmuls(struct baton_dev *dev, const struct baton_matmuls *mm);
 int host_op_rope(struct baton_dev *dev, baton_dptr x, uint32_t rows, uint32_t n_heads,
     uint32_t head_dim, const uint32_t *pos, const float *inv_freq, float mscale);
 int host_op_attention(struct baton_dev *dev, const struct baton_attn *a);
+/* attention_segs: the checks first (nothing written if one fails), then
+ * host_op_attention per segment. */
+int host_op_attention_segs(struct baton_dev *dev, const struct baton_attn_segs *a);
 int host_op_kv_store(struct baton_dev *dev, const struct baton_kv_store *s);
 int host_op_swiglu(struct baton_dev *dev, baton_dptr gate, baton_dptr up, baton_dptr out,
     uint64_t n);
@@ -182,6 +187,15 @@ int host_op_router_route_dev(struct baton_dev *dev, const struct baton_router_ro
  * kv_store_check: the kv_store slot's checks (0 or the error code). Both
  * shared with the cuda backend, so that both refuse the same calls. */
 uint64_t attn_cache_rows(const struct baton_attn *a, uint64_t n_ctx);
+/* attention_segs' checks (0 or BATON_EINVAL; *rows, may be NULL: the
+ * rows of all segments), and segment i as an attention call (row: the
+ * rows of the segments before it). */
+int attn_segs_check(const struct baton_attn_segs *s, uint64_t *rows);
+void attn_seg_view(const struct baton_attn_segs *s, uint32_t i, uint64_t row,
+    struct baton_attn *a);
 int kv_store_check(const struct baton_kv_store *s);
+/* matmuls' own check, shared with the cuda backend: 1 when n is not 1 ..
+ * BATON_MATMULS_MAX or two y's overlap, else 0. */
+int matmuls_overlap(const struct baton_matmuls *mm);
 
 #endif

@@ -132,25 +132,69 @@ static void matmul_part(void *arg, unsigned part, unsigned nparts)
 	}
 }
 
-int host_op_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint32_t n_out,
-    uint32_t k, baton_dptr b, uint32_t b_dtype, baton_dptr x, uint32_t rows,
-    baton_dptr y, int accumulate)
+/* The matmul slot's checks: 0 or its code; *rb: a weight row's bytes. */
+static int matmul_check(baton_dptr w, uint32_t w_dtype, uint32_t n_out, uint32_t k,
+    baton_dptr b, uint32_t b_dtype, baton_dptr x, uint32_t rows, baton_dptr y, uint64_t *rb)
 {
-	uint64_t rb, brb;
-	float *bias = NULL;
+	uint64_t brb;
 	int rc;
-
-	(void)dev;
 	if (!w || !n_out || !rows || !f32_buf(x, (uint64_t)rows * k) ||
 	    !f32_buf(y, (uint64_t)rows * n_out))
 		return BATON_EINVAL;
 	if (overlap(x, (uint64_t)rows * k, y, (uint64_t)rows * n_out))
 		return BATON_EINVAL;
-	if ((rc = weight_ok(w_dtype, k, &rb)) != 0)
+	if ((rc = weight_ok(w_dtype, k, rb)) != 0)
+		return rc;
+	if (b && (rc = weight_ok(b_dtype, n_out, &brb)) != 0)
+		return rc;
+	return 0;
+}
+
+int matmuls_overlap(const struct baton_matmuls *mm)
+{
+	if (!mm || !mm->n || mm->n > BATON_MATMULS_MAX)
+		return 1;
+	for (uint32_t i = 0; i < mm->n; i++)
+		for (uint32_t j = 0; j < i; j++)
+			if (overlap(mm->m[i].y, (uint64_t)mm->rows * mm->m[i].n_out, mm->m[j].y,
+			        (uint64_t)mm->rows * mm->m[j].n_out))
+				return 1;
+	return 0;
+}
+
+int host_op_matmuls(struct baton_dev *dev, const struct baton_matmuls *mm)
+{
+	uint64_t rb;
+	int rc;
+	if (matmuls_overlap(mm))
+		return BATON_EINVAL;
+	for (uint32_t i = 0; i < mm->n; i++) {
+		const struct baton_matmul_out *o = &mm->m[i];
+		if ((rc = matmul_check(o->w, o->w_dtype, o->n_out, mm->k, o->b, o->b_dtype, mm->x,
+		         mm->rows, o->y, &rb)))
+			return rc;
+	}
+	for (uint32_t i = 0; i < mm->n; i++) {
+		const struct baton_matmul_out *o = &mm->m[i];
+		if ((rc = host_op_matmul(dev, o->w, o->w_dtype, o->n_out, mm->k, o->b, o->b_dtype,
+		         mm->x, mm->rows, o->y, 0)))
+			return rc;
+	}
+	return 0;
+}
+
+int host_op_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint32_t n_out,
+    uint32_t k, baton_dptr b, uint32_t b_dtype, baton_dptr x, uint32_t rows,
+    baton_dptr y, int accumulate)
+{
+	uint64_t rb;
+	float *bias = NULL;
+	int rc;
+
+	(void)dev;
+	if ((rc = matmul_check(w, w_dtype, n_out, k, b, b_dtype, x, rows, y, &rb)))
 		return rc;
 	if (b) {
-		if ((rc = weight_ok(b_dtype, n_out, &brb)) != 0)
-			return rc;
 		if (!(bias = malloc((size_t)n_out * sizeof *bias)))
 			return BATON_ENOMEM;
 		baton_dequant_row((int)b_dtype, (const void *)(uintptr_t)b, bias, n_out);
@@ -269,9 +313,9 @@ uint64_t attn_cache_rows(const struct baton_attn *a, uint64_t n_ctx)
 	return (top + 1) * a->block_size;
 }
 
-int host_op_attention(struct baton_dev *dev, const struct baton_attn *a)
+/* The attention slot's checks: 0 or BATON_EINVAL. */
+static int attn_check(const struct baton_attn *a)
 {
-	(void)dev;
 	if (!a || !a->n_q || !a->n_heads || !a->n_kv_heads || !a->head_dim ||
 	    a->n_heads % a->n_kv_heads || a->pos0 > UINT32_MAX - a->n_q)
 		return BATON_EINVAL;
@@ -284,6 +328,66 @@ int host_op_attention(struct baton_dev *dev, const struct baton_attn *a)
 	if (overlap(a->out, qn, a->q, qn) || overlap(a->out, qn, a->k, kn) ||
 	    overlap(a->out, qn, a->v, kn))
 		return BATON_EINVAL;
+	return 0;
+}
+
+void attn_seg_view(const struct baton_attn_segs *s, uint32_t i, uint64_t row,
+    struct baton_attn *a)
+{
+	const uint64_t rb = (uint64_t)s->n_heads * s->head_dim * sizeof(float);
+	*a = (struct baton_attn){
+		.q = s->q + row * rb, .k = s->k, .v = s->v, .out = s->out + row * rb,
+		.n_q = s->segs[i].n_q, .n_heads = s->n_heads, .n_kv_heads = s->n_kv_heads,
+		.head_dim = s->head_dim, .pos0 = s->segs[i].pos0, .scale = s->scale,
+		.blocks = s->segs[i].blocks, .block_size = s->block_size,
+	};
+}
+
+int attn_segs_check(const struct baton_attn_segs *s, uint64_t *rows_out)
+{
+	if (!s || !s->n_seg || !s->segs || !s->block_size || !s->n_heads || !s->head_dim)
+		return BATON_EINVAL;
+	uint64_t rows = 0;
+	for (uint32_t i = 0; i < s->n_seg; i++) {
+		struct baton_attn a;
+		if (!s->segs[i].blocks)
+			return BATON_EINVAL;
+		attn_seg_view(s, i, rows, &a);
+		if (attn_check(&a))
+			return BATON_EINVAL;
+		rows += s->segs[i].n_q;
+	}
+	/* out against every segment's q rows, not only its own */
+	const uint64_t n = rows * s->n_heads * s->head_dim;
+	if (n / s->n_heads / s->head_dim != rows || overlap(s->out, n, s->q, n))
+		return BATON_EINVAL;
+	if (rows_out)
+		*rows_out = rows;
+	return 0;
+}
+
+int host_op_attention_segs(struct baton_dev *dev, const struct baton_attn_segs *s)
+{
+	int rc = attn_segs_check(s, NULL);
+	if (rc)
+		return rc;
+	uint64_t row = 0;
+	for (uint32_t i = 0; i < s->n_seg; row += s->segs[i].n_q, i++) {
+		struct baton_attn a;
+		attn_seg_view(s, i, row, &a);
+		if ((rc = host_op_attention(dev, &a)))
+			return rc;
+	}
+	return 0;
+}
+
+int host_op_attention(struct baton_dev *dev, const struct baton_attn *a)
+{
+	(void)dev;
+	if (attn_check(a))
+		return BATON_EINVAL;
+	const uint32_t H = a->n_heads, hd = a->head_dim;
+	const uint64_t n_ctx = (uint64_t)a->pos0 + a->n_q;
 	uint64_t pairs = (uint64_t)a->n_q * H;
 	uint32_t parts = pairs > ATTN_MAX_PARTS ? ATTN_MAX_PARTS : (uint32_t)pairs;
 	struct attn_job j = { .a = a, .n_ctx = n_ctx };

@@ -138,6 +138,43 @@ static void t_matmul_refuses(void)
 	T_EQ_ERR(H->matmul(NULL, D(w), BATON_DT_F32, 0, 8, 0, 0, D(x), 1, D(y), 0), BATON_EINVAL);
 }
 
+/* matmuls: q, k and v over one x, each the bits of its own matmul
+ * (a bias on one); the second matrix refused (an unsupported type, or
+ * its y over the first's) writes nothing, not even the first's y. */
+static void t_matmuls(void)
+{
+	const uint32_t K = 64, R = 3, N[3] = { 24, 8, 8 };
+	float *x = rvec((size_t)R * K), *b = rvec(8), *w[3], *y[3], *z[3];
+	struct baton_matmuls mm = { .x = D(x), .rows = R, .k = K, .n = 3 };
+	for (int i = 0; i < 3; i++) {
+		w[i] = rvec((size_t)N[i] * K);
+		y[i] = calloc((size_t)R * N[i], 4);
+		z[i] = calloc((size_t)R * N[i], 4);
+		T_ASSERT(y[i] && z[i]);
+		mm.m[i] = (struct baton_matmul_out){ .w = D(w[i]), .b = i == 1 ? D(b) : 0, .y = D(y[i]),
+			.w_dtype = BATON_DT_F32, .b_dtype = BATON_DT_F32, .n_out = N[i] };
+		T_OK(H->matmul(NULL, D(w[i]), BATON_DT_F32, N[i], K, mm.m[i].b, BATON_DT_F32, D(x), R,
+		    D(z[i]), 0));
+	}
+	T_OK(H->matmuls(NULL, &mm));
+	for (int i = 0; i < 3; i++)
+		T_ASSERT(memcmp(y[i], z[i], (size_t)R * N[i] * 4) == 0);
+	memset(y[0], 0, (size_t)R * N[0] * 4);
+	mm.m[1].w_dtype = BATON_DT_IQ2_XXS;
+	T_EQ_ERR(H->matmuls(NULL, &mm), BATON_EUNSUPPORTED);
+	mm.m[1].w_dtype = BATON_DT_F32;
+	mm.m[1].y = D(y[0] + 4);
+	T_EQ_ERR(H->matmuls(NULL, &mm), BATON_EINVAL);
+	mm.m[1].y = D(y[1]);
+	mm.n = 4;
+	T_EQ_ERR(H->matmuls(NULL, &mm), BATON_EINVAL);
+	for (uint32_t i = 0; i < R * N[0]; i++)
+		T_ASSERT(y[0][i] == 0);
+	for (int i = 0; i < 3; i++)
+		free(w[i]), free(y[i]), free(z[i]);
+	free(x), free(b);
+}
+
 static void t_embed(void)
 {
 	const uint32_t V = 50, C = 64;
@@ -289,6 +326,55 @@ static void t_attention_paged(void)
 	free(q), free(k), free(v), free(kp), free(vp), free(o1), free(o2), free(slots);
 }
 
+/* attention_segs: three sequences' segments (a decode row, a prefill
+ * chunk, another decode row) over one pool, each with its own table:
+ * every segment's rows bitwise the attention call of that segment alone;
+ * a bad segment (no table, more heads than KV heads allow) or no
+ * segments refused with nothing written. */
+static void t_attention_segs(void)
+{
+	const uint32_t NH = 4, KH = 2, HD = 16, BS = 8, POOL = 12, ROW = KH * HD, QR = NH * HD;
+	const uint32_t t0[3] = { 3, 9, 1 }, t1[4] = { 0, 11, 4, 6 }, t2[2] = { 10, 2 };
+	struct baton_attn_seg sg[3] = {
+		{ .n_q = 1, .pos0 = 20, .blocks = t0 },  /* 21 keys over 3 blocks */
+		{ .n_q = 6, .pos0 = 25, .blocks = t1 },  /* keys 26 .. 31 over 4 */
+		{ .n_q = 1, .pos0 = 9, .blocks = t2 },   /* 10 keys over 2 */
+	};
+	const uint32_t N = 8;
+	float *q = rvec((size_t)2 * N * QR), *kp = rvec((size_t)POOL * BS * ROW);
+	float *vp = rvec((size_t)POOL * BS * ROW), *got = malloc((size_t)N * QR * 4);
+	float *want = malloc((size_t)N * QR * 4);
+	T_ASSERT(got && want);
+	struct baton_attn_segs as = { .q = D(q), .k = D(kp), .v = D(vp), .out = D(got), .n_seg = 3,
+		.n_heads = NH, .n_kv_heads = KH, .head_dim = HD, .block_size = BS, .scale = 0.25f,
+		.segs = sg };
+	T_OK(H->attention_segs(NULL, &as));
+	for (uint32_t i = 0, row = 0; i < 3; row += sg[i].n_q, i++) {
+		struct baton_attn a = { .q = D(q + (size_t)row * QR), .k = D(kp), .v = D(vp),
+			.out = D(want + (size_t)row * QR), .n_q = sg[i].n_q, .n_heads = NH,
+			.n_kv_heads = KH, .head_dim = HD, .pos0 = sg[i].pos0, .scale = 0.25f,
+			.blocks = sg[i].blocks, .block_size = BS };
+		T_OK(H->attention(NULL, &a));
+	}
+	T_ASSERT(memcmp(got, want, (size_t)N * QR * 4) == 0);
+	/* refusals: nothing written */
+	memset(got, 0x5a, (size_t)N * QR * 4);
+	memcpy(want, got, (size_t)N * QR * 4);
+	sg[2].blocks = NULL;
+	T_EQ_ERR(H->attention_segs(NULL, &as), BATON_EINVAL);
+	sg[2].blocks = t2;
+	as.n_heads = 3;
+	T_EQ_ERR(H->attention_segs(NULL, &as), BATON_EINVAL);
+	as.n_heads = NH;
+	as.n_seg = 0;
+	T_EQ_ERR(H->attention_segs(NULL, &as), BATON_EINVAL);
+	as.n_seg = 3;
+	as.out = D(q + 7 * QR); /* out over another segment's q, no segment's own */
+	T_EQ_ERR(H->attention_segs(NULL, &as), BATON_EINVAL);
+	T_ASSERT(memcmp(got, want, (size_t)N * QR * 4) == 0);
+	free(q), free(kp), free(vp), free(got), free(want);
+}
+
 static void t_swiglu_add(void)
 {
 	const uint32_t R = 3, C = 10;
@@ -403,7 +489,8 @@ static void t_threads_same_bits(void)
 	free(w), free(x), free(y1), free(y4), free(q), free(k), free(v), free(o1), free(o4);
 }
 
-T_MAIN(T_CASE(t_matmul_dtypes), T_CASE(t_matmul_refuses), T_CASE(t_embed), T_CASE(t_rmsnorm),
+T_MAIN(T_CASE(t_matmul_dtypes), T_CASE(t_matmul_refuses), T_CASE(t_matmuls), T_CASE(t_embed), T_CASE(t_rmsnorm),
     T_CASE(t_rope), T_CASE(t_attention_gqa), T_CASE(t_attention_paged),
+    T_CASE(t_attention_segs),
     T_CASE(t_swiglu_add), T_CASE(t_route_rules), T_CASE(t_router_route),
     T_CASE(t_threads_same_bits))
