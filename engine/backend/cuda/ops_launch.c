@@ -49,7 +49,9 @@ int cuda_ops_load(struct baton_dev *dev)
 	CU(dev, d->ModuleLoadData(&dev->ops_mod, baton_engine_backend_cuda_ops_fatbin),
 	    "cuModuleLoadData of the forward-pass kernels (sm_90 SASS, compute_90 PTX)");
 	static const char *const kinds[BATON_OPS_KINDS] = BATON_OPS_KIND_NAMES;
-	struct kfn k[12 + 2 * BATON_OPS_KINDS] = {
+	/* the named kernels first (OPS_NAMED of them), then the matmuls */
+	enum { OPS_NAMED = 13 };
+	struct kfn k[OPS_NAMED + 2 * BATON_OPS_KINDS] = {
 		{ &dev->k_embed, "baton_ops_embed" },
 		{ &dev->k_rmsnorm, "baton_ops_rmsnorm" },
 		{ &dev->k_rmsnorm_row, "baton_ops_rmsnorm_row" },
@@ -64,7 +66,7 @@ int cuda_ops_load(struct baton_dev *dev)
 		{ &dev->k_router_route, "baton_ops_router_route" },
 		{ &dev->k_attn_rows, "baton_ops_attn_rows" },
 	};
-	size_t n = 12;
+	size_t n = OPS_NAMED;
 	for (int r = 0; r < 2; r++)
 		for (int i = 0; i < BATON_OPS_KINDS; i++, n++) {
 			k[n].f = &dev->k_matmul[r][i];
