@@ -44,6 +44,11 @@ typedef int (*workspace_fn)(void *, void *, size_t);
 typedef const char *(*status_fn)(int);
 typedef int (*gemm_fn)(void *, int, int, int, int, int, const void *, const void *, int, int,
     const void *, int, int, const void *, void *, int, int, int, int);
+typedef int (*gemm_b_fn)(void *, int, int, int, int, int, const void *, const void *, int, int,
+    const void *, int, int, const void *, void *, int, int, int, int, int);
+typedef int (*gemm_g_fn)(void *, const int *, const int *, const int *, const int *, const int *,
+    const void *, const void *, int, const int *, const void *, int, const int *, const void *,
+    void *, int, const int *, int, const int *, int);
 typedef int (*gemm_sb_fn)(void *, int, int, int, int, int, const void *, const void *, int, int,
     long long, const void *, int, int, long long, const void *, void *, int, int, long long, int,
     int, int);
@@ -59,6 +64,8 @@ static struct {
 	status_fn status;
 	gemm_fn gemm;
 	gemm_sb_fn gemm_sb;
+	gemm_b_fn gemm_b;   /* cublasGemmBatchedEx: device arrays of pointers */
+	gemm_g_fn gemm_g;   /* cublasGemmGroupedBatchedEx (cuBLAS 12.5 on), or NULL */
 } g_blas;
 static char g_blas_err[200] = "not loaded";
 static pthread_once_t g_blas_once = PTHREAD_ONCE_INIT;
@@ -100,6 +107,7 @@ static void blas_load_once(void)
 		{ (void **)&g_blas.status, "cublasGetStatusString" },
 		{ (void **)&g_blas.gemm, "cublasGemmEx" },
 		{ (void **)&g_blas.gemm_sb, "cublasGemmStridedBatchedEx" },
+		{ (void **)&g_blas.gemm_b, "cublasGemmBatchedEx" },
 	};
 	for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
 		void *p = dlsym(h, syms[i].name);
@@ -110,6 +118,8 @@ static void blas_load_once(void)
 		}
 		memcpy(syms[i].p, &p, sizeof p);
 	}
+	void *gp = dlsym(h, "cublasGemmGroupedBatchedEx"); /* optional */
+	memcpy(&g_blas.gemm_g, &gp, sizeof gp);
 	g_blas.lib = h; /* stays loaded: the handles point into it */
 	g_blas_err[0] = '\0';
 }
@@ -203,6 +213,15 @@ void cuda_tc_config(struct baton_dev *dev)
 	if (!dev->tc_rows)
 		dev->tc_rows = 1;
 	dev->tc_scratch = (uint64_t)env_u32("BATON_CUDA_GEMM_SCRATCH_MB", 512) << 20;
+	/* the experts' GEMMs (tc_launch.c): 0 strided batched per bucket on
+	 * decoded copies, 1 pointer arrays per bucket, 2 grouped (one call a
+	 * step, buckets as groups), 3 grouped with an expert a group (its
+	 * count rounded up to 8, no bucket padding); bf16 experts at 16-byte
+	 * alignment are read in place unless BATON_TC_INPLACE=0 */
+	dev->tc_egemm = env_u32("BATON_TC_EXPERT_GEMM", 1);
+	if (dev->tc_egemm > 3)
+		dev->tc_egemm = 1;
+	dev->tc_inplace = env_u32("BATON_TC_INPLACE", 1) != 0;
 	if (env_u32("BATON_CUDA_GEMM", 1) == 0) {
 		fail_off(dev, "off (BATON_CUDA_GEMM=0)");
 		fprintf(stderr, "baton cuda: tensor-core path off (BATON_CUDA_GEMM=0): "
@@ -296,6 +315,52 @@ int cuda_blas_gemm(struct baton_dev *dev, const struct cuda_gemm *g)
 		cuda_set_err(dev, "cuBLAS GEMM %dx%dx%d (batch %d): %s", g->m, g->n, g->k, g->batch,
 		    status_str(st));
 		return BATON_EIO;
+	}
+	return 0;
+}
+
+int cuda_blas_gemm_ptrs(struct baton_dev *dev, const struct cuda_gemm *g)
+{
+	const float alpha = g->alpha, beta = g->beta;
+	const int prof = cuda_prof_begin(dev);
+	dev->n_launch++;
+	const int st = g_blas.gemm_b(dev->blas, g->ta ? OP_T : OP_N, g->tb ? OP_T : OP_N, g->m, g->n,
+	    g->k, &alpha, (const void *)(uintptr_t)g->a, g->a_type, g->lda,
+	    (const void *)(uintptr_t)g->b, g->b_type, g->ldb, &beta, (void *)(uintptr_t)g->c,
+	    DT_R_32F, g->ldc, g->batch, COMPUTE_32F, GEMM_DEFAULT);
+	if (prof)
+		cuda_prof_end(dev, g->what ? g->what : "cublasGemmBatchedEx");
+	if (st) {
+		cuda_set_err(dev, "cuBLAS batched GEMM %dx%dx%d (batch %d): %s", g->m, g->n, g->k,
+		    g->batch, status_str(st));
+		return BATON_EIO;
+	}
+	return 0;
+}
+
+int cuda_blas_gemm_grouped(struct baton_dev *dev, const struct cuda_gemm_groups *g)
+{
+	enum { MAXG = CUDA_GEMM_GROUPS_MAX };
+	if (!g_blas.gemm_g || g->groups < 1 || g->groups > MAXG)
+		return CUDA_TC_FALLBACK;
+	int ta[MAXG], tb[MAXG];
+	float alpha[MAXG], beta[MAXG];
+	for (int i = 0; i < g->groups; i++)
+		ta[i] = g->ta ? OP_T : OP_N, tb[i] = g->tb ? OP_T : OP_N, alpha[i] = 1.0f, beta[i] = 0.0f;
+	const int prof = cuda_prof_begin(dev);
+	dev->n_launch++;
+	const int st = g_blas.gemm_g(dev->blas, ta, tb, g->m, g->n, g->k, alpha,
+	    (const void *)(uintptr_t)g->a, g->a_type, g->lda, (const void *)(uintptr_t)g->b,
+	    g->b_type, g->ldb, beta, (void *)(uintptr_t)g->c, DT_R_32F, g->ldc, g->groups, g->size,
+	    COMPUTE_32F);
+	if (prof)
+		cuda_prof_end(dev, g->what ? g->what : "cublasGemmGroupedBatchedEx");
+	if (st) { /* refused before it queued anything: the caller takes another way */
+		if (!dev->tc_grouped_said)
+			fprintf(stderr, "baton cuda: cublasGemmGroupedBatchedEx refused (%s): the experts "
+			    "take pointer-array GEMMs per bucket\n", status_str(st));
+		dev->tc_grouped_said = 1;
+		return CUDA_TC_FALLBACK;
 	}
 	return 0;
 }

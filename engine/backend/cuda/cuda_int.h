@@ -121,6 +121,10 @@ struct baton_dev {
 	uint64_t vq_mark, n_launch;
 
 	/* The 16-bit batch-1 path (gemv16_launch.c), off with vq_off too. */
+	/* programmatic dependent launch (launch.c): pdl_next asks it of the
+	 * next launch alone, for kernels that wait (griddepcontrol.wait)
+	 * before reading their inputs; pdl_on: BATON_G16_PDL (default 1) */
+	int pdl_next, pdl_on;
 	CUmodule g16_mod;
 	CUfunction k_g16_matmul, k_g16_gate_up, k_g16_down, k_g16_matmuls;
 
@@ -147,6 +151,10 @@ struct baton_dev {
 	uint64_t tc_stage_cap;
 	CUevent tc_staged;
 	int tc_stage_busy, tc_warned;
+	/* the experts' GEMMs (blas.c's cuda_tc_config): BATON_TC_EXPERT_GEMM,
+	 * BATON_TC_INPLACE; tc_grouped_said once the grouped call refused */
+	uint32_t tc_egemm;
+	int tc_inplace, tc_grouped_said;
 	char tc_why[200];
 
 	/* graph.c: the pass being captured, the last pass's executable graph */
@@ -291,6 +299,22 @@ struct cuda_gemm {
 	const char *what; /* the profile's name for the call (a literal) */
 };
 int cuda_blas_gemm(struct baton_dev *dev, const struct cuda_gemm *g);
+/* The same with a, b and c device arrays of `batch` device pointers
+ * (cublasGemmBatchedEx; strides unused). */
+int cuda_blas_gemm_ptrs(struct baton_dev *dev, const struct cuda_gemm *g);
+/* cublasGemmGroupedBatchedEx, alpha 1 and beta 0, f32 C: groups (at most
+ * CUDA_GEMM_GROUPS_MAX) of size[i] problems m[i] x n[i] x k[i] each; a, b,
+ * c device arrays of the problems' pointers, group after group.
+ * CUDA_TC_FALLBACK when the library lacks it or refuses the call (said
+ * once on stderr), before anything is queued. */
+#define CUDA_GEMM_GROUPS_MAX 1024
+struct cuda_gemm_groups {
+	int ta, tb, groups, a_type, b_type;
+	const int *m, *n, *k, *lda, *ldb, *ldc, *size; /* host arrays of groups */
+	CUdeviceptr a, b, c;
+	const char *what;
+};
+int cuda_blas_gemm_grouped(struct baton_dev *dev, const struct cuda_gemm_groups *g);
 
 /* ---- tc_launch.c: the tensor-core path of matmul, moe_experts, attention -- */
 

@@ -40,6 +40,22 @@ __device__ __forceinline__ uint4 ld_w(const uint8_t *p)
 	return r;
 }
 
+/* Programmatic dependent launch (launch.c's pdl_next): a kernel so
+ * launched may start while the one before it runs; pdl_wait blocks until
+ * that one has finished and its writes are visible (a no-op for a kernel
+ * launched the usual way), so nothing it wrote is read before; what it
+ * did not write (the weights) may be loaded before. pdl_go lets the next
+ * such launch start once every block here has passed it. */
+__device__ __forceinline__ void pdl_wait()
+{
+	asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+
+__device__ __forceinline__ void pdl_go()
+{
+	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
 /* Two 16-bit weights (the low half first) as floats. */
 template <int DT>
 __device__ __forceinline__ float2 w2(uint32_t v)
@@ -76,13 +92,27 @@ __device__ __forceinline__ float lane_sum(float v)
 	return v;
 }
 
-/* Lane l's share of row . x over n chunks of 16 bytes. */
+/* Lane l's share of row . x over n chunks of 16 bytes: its first U
+ * chunks loaded before pdl_wait (x is read after), the rest in rounds of
+ * U; the chunks in the order c, c + 32, ... either way. */
 template <int DT>
 __device__ __forceinline__ float dot_row(const uint8_t *row, const float *x, uint32_t n,
     uint32_t lane)
 {
 	float s = 0.0f;
-	uint32_t c = lane;
+	{
+		uint4 v[U];
+#pragma unroll
+		for (int u = 0; u < U; u++)
+			if (lane + 32 * u < n)
+				v[u] = ld_w(row + 16ull * (lane + 32 * u));
+		pdl_wait();
+#pragma unroll
+		for (int u = 0; u < U; u++)
+			if (lane + 32 * u < n)
+				s = dot8<DT>(v[u], x + 8 * (lane + 32 * u), s);
+	}
+	uint32_t c = lane + 32 * U;
 	for (; c + 32 * (U - 1) < n; c += 32 * U) {
 		uint4 v[U];
 #pragma unroll
@@ -196,6 +226,10 @@ baton_g16_gate_up(baton_g16_moe_args a)
 {
 	const uint32_t w = blockIdx.x * WARPS + threadIdx.x / 32, lane = threadIdx.x & 31;
 	const uint32_t p = blockIdx.y, r0 = w * GR;
+	/* ids and xn come from the kernels before; after the wait the down
+	 * kernel may start (it reads ids, written before this one started) */
+	pdl_wait();
+	pdl_go();
 	if (r0 >= a.d_ff)
 		return;
 	const uint32_t rs = r0 + GR <= a.d_ff ? r0 : a.d_ff - GR; /* rows rs .. rs + GR - 1 */
@@ -225,7 +259,25 @@ __device__ __forceinline__ float down_row(const baton_g16_moe_args &a, const uin
 	const uint64_t roff = a.down_off + o * 2ull * a.d_ff;
 	const float *h = (const float *)a.h;
 	float s = 0.0f;
-	uint32_t i = lane;
+	{ /* the first round's weights before the wait, h (gate_up's) after */
+		uint4 v[DU];
+		uint32_t pp[DU], cc[DU];
+#pragma unroll
+		for (int u = 0; u < DU; u++) {
+			const uint32_t j = lane + 32 * u;
+			pp[u] = j / n;
+			cc[u] = j - pp[u] * n;
+			if (j < total)
+				v[u] = ld_w(blob[pp[u]] + roff + 16ull * cc[u]);
+		}
+		pdl_wait();
+#pragma unroll
+		for (int u = 0; u < DU; u++)
+			if (lane + 32 * u < total)
+				s = fmaf(wp[pp[u]],
+				    dot8<DT>(v[u], h + (uint64_t)pp[u] * a.d_ff + 8 * cc[u], 0.0f), s);
+	}
+	uint32_t i = lane + 32 * DU;
 	for (; i + 32 * (DU - 1) < total; i += 32 * DU) {
 		uint4 v[DU];
 		uint32_t pp[DU], cc[DU];

@@ -22,6 +22,8 @@ extern const size_t baton_engine_backend_cuda_gemv16_fatbin_len;
 int cuda_g16_load(struct baton_dev *dev)
 {
 	const struct cuda_driver *d = dev->d;
+	const char *pdl = getenv("BATON_G16_PDL");
+	dev->pdl_on = !(pdl && *pdl && strcmp(pdl, "0") == 0);
 	CU(dev, d->ModuleLoadData(&dev->g16_mod, baton_engine_backend_cuda_gemv16_fatbin),
 	    "cuModuleLoadData of the 16-bit GEMV kernels (sm_90 SASS, compute_90 PTX)");
 	struct {
@@ -84,6 +86,7 @@ int cuda_g16_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint6
 		.b_dtype = b_dtype, .n_out = n_out, .k = k, .accumulate = accumulate ? 1u : 0u,
 	};
 	const uint64_t before = dev->n_launch;
+	dev->pdl_next = 1;
 	int rc = cuda_launch(dev, dev->k_g16_matmul, (uint32_t)gx, 1, G16_THREADS, &a,
 	    "cuLaunchKernel baton_g16_matmul");
 	if (!rc) /* writes y alone: the int8 blocks of x (mmvq_launch.c) still hold */
@@ -108,6 +111,7 @@ int cuda_g16_matmuls(struct baton_dev *dev, baton_dptr x, uint32_t k, uint32_t r
 		if (gx > 0x7fffffffu)
 			return CUDA_TC_FALLBACK;
 	}
+	dev->pdl_next = 1;
 	return cuda_launch(dev, dev->k_g16_matmuls, (uint32_t)gx, 1, G16_THREADS, &a,
 	    "cuLaunchKernel baton_g16_matmuls");
 }
@@ -132,9 +136,11 @@ int cuda_g16_experts(struct baton_dev *dev, const struct baton_moe_layer *l, bat
 		.d_model = l->d_model, .d_ff = l->d_ff, .top_k = l->top_k,
 	};
 	const uint32_t W = BATON_G16_WARPS, GW = W * BATON_G16_GATE_ROWS;
+	dev->pdl_next = 1;
 	if ((rc = cuda_launch(dev, dev->k_g16_gate_up, (l->d_ff + GW - 1) / GW, l->top_k,
 	         G16_THREADS, &a, "cuLaunchKernel baton_g16_gate_up")))
 		return rc;
+	dev->pdl_next = 1;
 	return cuda_launch(dev, dev->k_g16_down, (l->d_model + W - 1) / W, 1, G16_THREADS, &a,
 	    "cuLaunchKernel baton_g16_down");
 }

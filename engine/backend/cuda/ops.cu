@@ -37,6 +37,14 @@ static_assert(BATON_OPS_ATTN_CHUNK == BATON_OPS_WARPS * 32, "a thread per key of
 #define WARPS BATON_OPS_WARPS
 #define THREADS (WARPS * 32)
 
+/* Lets a kernel launched after this one with programmatic dependent
+ * launch (gemv16.cu's, launch.c's pdl_next) start once every block here
+ * has begun: it loads its weights meanwhile and waits for this grid's
+ * end before it reads anything written here. No effect on the usual
+ * launches. In the kernels a 16-bit GEMV follows: rmsnorm_row (q/k/v,
+ * the head), attn_rows (o), router_route (the experts). */
+#define PDL_GO() asm volatile("griddepcontrol.launch_dependents;" ::: "memory")
+
 /* baton_mmvq_quant (mmvq.cu), operation for operation, on the value v
  * of each lane of a warp holding 32 consecutive values from element i
  * (i % 32 == lane): q[i] and, by lane 0, the block's scale d[i / 32]. */
@@ -260,6 +268,7 @@ extern "C" __global__ void __launch_bounds__(THREADS)
 baton_ops_rmsnorm_row(baton_ops_rmsnorm_row_args a)
 {
 	__shared__ float xs[BATON_OPS_NORM_ROW_MAX];
+	PDL_GO();
 	if (blockIdx.x >= a.rows || a.cols > BATON_OPS_NORM_ROW_MAX)
 		return; /* the whole block */
 	const uint64_t wa = a.w;
@@ -818,6 +827,7 @@ baton_ops_attn_rows(baton_ops_attn_rows_args a)
 	__shared__ uint64_t krow[AR_CH];
 	__shared__ float mx[AR_NH], sm[AR_NH];
 	__shared__ uint32_t last;
+	PDL_GO();
 	if (!a.n_heads || !a.n_kv_heads || !a.head_dim || !a.tiles)
 		return;
 	const uint32_t H = a.n_heads, KH = a.n_kv_heads, hd = a.head_dim, G = H / KH;
@@ -1453,5 +1463,6 @@ __device__ __forceinline__ void router_route(const baton_ops_router_route_args &
 extern "C" __global__ void __launch_bounds__(32 * BATON_OPS_ROUTER_WARPS)
 baton_ops_router_route(baton_ops_router_route_args a)
 {
+	PDL_GO();
 	router_route<BATON_OPS_ROUTER_WARPS>(a);
 }

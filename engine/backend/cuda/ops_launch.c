@@ -389,6 +389,17 @@ int cuda_op_matmuls(struct baton_dev *dev, const struct baton_matmuls *mm)
 	 * (not on the tensor cores' passes: those start at 64 rows) */
 	if ((rc = cuda_mmvq_matmuls(dev, mm)) != CUDA_TC_FALLBACK)
 		return rc;
+	/* or every matrix on the 16-bit one (bf16 / f16 rows): one launch too */
+	if (mm->rows == 1) {
+		struct cuda_g16_out g[BATON_MATMULS_MAX];
+		for (uint32_t i = 0; i < mm->n; i++)
+			g[i] = (struct cuda_g16_out){ .w = mm->m[i].w, .b = mm->m[i].b, .y = mm->m[i].y,
+				.w_dtype = mm->m[i].w_dtype, .b_dtype = mm->m[i].b_dtype,
+				.n_out = mm->m[i].n_out };
+		if ((rc = cuda_g16_matmuls(dev, mm->x, mm->k, mm->rows, g, mm->n, 0)) !=
+		    CUDA_TC_FALLBACK)
+			return rc;
+	}
 	for (uint32_t i = 0; i < mm->n; i++) {
 		const struct baton_matmul_out *o = &mm->m[i];
 		if ((rc = cuda_op_matmul(dev, o->w, o->w_dtype, o->n_out, mm->k, o->b, o->b_dtype, mm->x,

@@ -1483,18 +1483,21 @@ static void tc_attention_case(struct baton_dev *dev, uint32_t n_q, uint32_t pos0
 /* moe_experts of a large batch (per-expert GEMMs) against the host's:
  * x starts random and gains the weighted sum of the experts; within
  * 2e-2 of that sum's largest magnitude (bf16 inputs of both GEMMs). */
-static void tc_moe_case(struct baton_dev *dev, int dt, uint32_t B, uint32_t D, uint32_t F,
-    uint32_t E, uint32_t K, int skew)
+static void tc_moe_case_l(struct baton_dev *dev, int dt, uint32_t B, uint32_t D, uint32_t F,
+    uint32_t E, uint32_t K, int skew, int apart)
 {
 	const uint64_t rbd = baton_compute_row_bytes(dt, D), rbf = baton_compute_row_bytes(dt, F);
-	const uint64_t gate_off = 0, up_off = F * rbd, down_off = 2 * F * rbd;
-	const uint64_t stride = (down_off + D * rbf + 255) / 256 * 256;
+	/* apart: gate, down, up (up not after gate: two GEMMs of F rows) */
+	const uint64_t gate_off = 0, up_off = apart ? F * rbd + D * rbf : F * rbd;
+	const uint64_t down_off = apart ? F * rbd : 2 * F * rbd;
+	const uint64_t stride = (2 * F * rbd + D * rbf + 255) / 256 * 256;
 	uint8_t *blobs = calloc(E, stride);
 	T_ASSERT(blobs);
 	for (uint32_t e = 0; e < E; e++) {
 		uint64_t n1, n2;
 		uint8_t *gu = weights(dt, 2 * F, D, &n1), *dn = weights(dt, D, F, &n2);
-		memcpy(blobs + e * stride, gu, n1);
+		memcpy(blobs + e * stride + gate_off, gu, F * rbd);
+		memcpy(blobs + e * stride + up_off, gu + F * rbd, n1 - F * rbd);
 		memcpy(blobs + e * stride + down_off, dn, n2);
 		free(gu), free(dn);
 	}
@@ -1533,12 +1536,49 @@ static void tc_moe_case(struct baton_dev *dev, int dt, uint32_t B, uint32_t D, u
 		mw = fmax(mw, fabs((double)want[i] - x[i]));
 	}
 	char name[80];
-	snprintf(name, sizeof name, "tc moe %s B=%u%s max diff / max", baton_dtype_name(dt), B,
-	    skew ? " skewed" : "");
+	snprintf(name, sizeof name, "tc moe %s B=%u%s%s max diff / max", baton_dtype_name(dt), B,
+	    skew ? " skewed" : "", apart ? " apart" : "");
 	fig(name, md / mw);
 	T_ASSERT_MSG(mw > 0 && md <= 2e-2 * mw, "%s: %.3g of %.3g", name, md, mw);
 	be->free(dev, dblobs), be->free(dev, dxn), be->free(dev, dx);
 	free(blobs), free(xn), free(x), free(want), free(got), free(wt), free(hb), free(db);
+}
+
+static void tc_moe_case(struct baton_dev *dev, int dt, uint32_t B, uint32_t D, uint32_t F,
+    uint32_t E, uint32_t K, int skew)
+{
+	tc_moe_case_l(dev, dt, B, D, F, E, K, skew, 0);
+}
+
+/* The experts' GEMMs each way (BATON_TC_EXPERT_GEMM 0 to 3, bf16 in place
+ * or decoded): the same tolerance, on even and skewed routing, gate and
+ * up apart, and in groups of experts (a 1 MiB scratch). */
+static void t_tc_expert_gemms(void)
+{
+	static const char *const modes[] = { "0", "1", "2", "3" };
+	for (int mode = 0; mode < 4; mode++)
+		for (int inplace = 0; inplace < 2; inplace++) {
+			T_ASSERT(setenv("BATON_TC_EXPERT_GEMM", modes[mode], 1) == 0);
+			T_ASSERT(setenv("BATON_TC_INPLACE", inplace ? "1" : "0", 1) == 0);
+			struct baton_dev *dev = tc_open(NULL, NULL);
+			if (!dev)
+				break;
+			printf("  mode %d, in place %d\n", mode, inplace);
+			tc_moe_case_l(dev, BATON_DT_BF16, 96, 256, 256, 6, 2, 0, 0);
+			tc_moe_case_l(dev, BATON_DT_BF16, 200, 256, 128, 40, 4, 1, 0);
+			tc_moe_case_l(dev, BATON_DT_BF16, 200, 256, 128, 40, 4, 1, 1);
+			tc_moe_case_l(dev, BATON_DT_BF16, 300, 512, 768, 128, 8, 0, 0);
+			tc_moe_case_l(dev, BATON_DT_Q4_K, 200, 256, 256, 40, 4, 1, 0);
+			tc_moe_case_l(dev, BATON_DT_F16, 96, 256, 256, 6, 2, 0, 1);
+			be->close(dev);
+			if (!(dev = tc_open(NULL, "1")))
+				break;
+			tc_moe_case_l(dev, BATON_DT_Q4_K, 200, 256, 256, 40, 4, 1, 0);
+			tc_moe_case_l(dev, BATON_DT_BF16, 200, 256, 256, 40, 4, 1, 1);
+			be->close(dev);
+		}
+	unsetenv("BATON_TC_EXPERT_GEMM");
+	unsetenv("BATON_TC_INPLACE");
 }
 
 static void t_tensor_cores(void)
@@ -1623,4 +1663,5 @@ static void t_refusals(void)
 
 T_MAIN(T_CASE(t_matmul), T_CASE(t_matmul_fast), T_CASE(t_embed_rmsnorm), T_CASE(t_route), T_CASE(t_router_route), T_CASE(t_rope),
     T_CASE(t_qk_norm_rope), T_CASE(t_qk_norm_rope_store), T_CASE(t_matmuls), T_CASE(t_attention), T_CASE(t_attention_segs), T_CASE(t_attention_quant), T_CASE(t_kv_store), T_CASE(t_swiglu_add), T_CASE(t_refusals),
-    T_CASE_TIMEOUT(t_tensor_cores, 120), T_CASE_TIMEOUT(t_perf, 120))
+    T_CASE_TIMEOUT(t_tensor_cores, 120), T_CASE_TIMEOUT(t_perf, 120),
+    T_CASE_TIMEOUT(t_tc_expert_gemms, 120))

@@ -184,11 +184,12 @@ struct plan {
 	uint64_t *base;           /* [U + 1] */
 	uint64_t *b0, *pad;       /* [nb + 1], [nb] */
 	uint32_t *prow;           /* [n] the row of pair p */
+	uint32_t *cnt;            /* [U] sorted: each expert's pairs */
 };
 
 static void plan_free(struct plan *pl)
 {
-	free(pl->blob), free(pl->base), free(pl->b0), free(pl->pad), free(pl->prow);
+	free(pl->blob), free(pl->base), free(pl->b0), free(pl->pad), free(pl->prow), free(pl->cnt);
 }
 
 static int by_count(const void *a, const void *b)
@@ -235,7 +236,8 @@ static int plan_make(struct plan *pl, const baton_dptr *blobs, uint64_t n)
 	pl->base = malloc((U + 1) * sizeof *pl->base);
 	pl->b0 = malloc((U + 1) * sizeof *pl->b0);
 	pl->pad = malloc((U ? U : 1) * sizeof *pl->pad);
-	if (!rc && (!pl->blob || !pl->base || !pl->b0 || !pl->pad))
+	pl->cnt = malloc((U ? U : 1) * sizeof *pl->cnt);
+	if (!rc && (!pl->blob || !pl->base || !pl->b0 || !pl->pad || !pl->cnt))
 		rc = BATON_ENOMEM;
 	if (!rc) {
 		for (uint64_t e = 0; e < U; e++)
@@ -253,6 +255,7 @@ static int plan_make(struct plan *pl, const baton_dptr *blobs, uint64_t n)
 				const uint32_t e = (uint32_t)(key[i] & 0xffffffffu);
 				rank[e] = (uint32_t)i;
 				pl->blob[i] = gblob[e];
+				pl->cnt[i] = (uint32_t)(key[i] >> 32);
 				pl->base[i] = r;
 				r += pad;
 			}
@@ -268,6 +271,90 @@ static int plan_make(struct plan *pl, const baton_dptr *blobs, uint64_t n)
 	if (rc)
 		plan_free(pl);
 	return rc;
+}
+
+/* One step of the experts' GEMMs (0 gate/up, 1 down) over the sorted
+ * experts lo .. hi - 1 of one chunk (first g0), by dev->tc_egemm's way.
+ * pa/pb/pc: the device pointer arrays (na entries an expert: gate/up of
+ * experts whose gate and up are apart take two, m = F each). */
+struct eg {
+	const struct plan *pl;
+	uint32_t D, F, na, mode;
+	CUdeviceptr W, Wd, X, GU, Hb, O; /* scratch (W, Wd: the decoded chunk) */
+	CUdeviceptr pa[2], pb[2], pc[2];   /* pointer arrays of each step */
+};
+
+static int eg_step(struct baton_dev *dev, const struct eg *e, int step, uint64_t g0, uint64_t g1)
+{
+	const struct plan *pl = e->pl;
+	const uint32_t D = e->D, F = e->F, na = step ? 1 : e->na;
+	const int m = step ? (int)D : (int)(e->na == 1 ? 2 * F : F), k = step ? (int)F : (int)D;
+	const int ldc = step ? (int)D : (int)(2 * F);
+	const char *what = step ? "cublas experts down" : "cublas experts gate/up";
+	int rc;
+	if (e->mode >= 2 && !dev->tc_grouped_said &&
+	    (e->mode == 3 ? g1 - g0 : pl->nb) <= CUDA_GEMM_GROUPS_MAX) {
+		int gm[CUDA_GEMM_GROUPS_MAX], gn[CUDA_GEMM_GROUPS_MAX], gk[CUDA_GEMM_GROUPS_MAX];
+		int lda[CUDA_GEMM_GROUPS_MAX], ldb[CUDA_GEMM_GROUPS_MAX], lc[CUDA_GEMM_GROUPS_MAX];
+		int sz[CUDA_GEMM_GROUPS_MAX];
+		int ng = 0;
+		if (e->mode == 3) { /* an expert a group, its own count */
+			for (uint64_t i = g0; i < g1; i++, ng++) {
+				gn[ng] = (int)cuda_round_up(pl->cnt[i], 8);
+				sz[ng] = (int)na;
+			}
+		} else {
+			for (uint64_t b = 0; b < pl->nb; b++) {
+				const uint64_t lo = pl->b0[b] > g0 ? pl->b0[b] : g0;
+				const uint64_t hi = pl->b0[b + 1] < g1 ? pl->b0[b + 1] : g1;
+				if (lo >= hi)
+					continue;
+				gn[ng] = (int)pl->pad[b];
+				sz[ng++] = (int)((hi - lo) * na);
+			}
+		}
+		{
+			for (int i = 0; i < ng; i++)
+				gm[i] = m, gk[i] = k, lda[i] = k, ldb[i] = k, lc[i] = ldc;
+			struct cuda_gemm_groups gg = {
+				.ta = 1, .tb = 0, .groups = ng, .a_type = BF16, .b_type = BF16,
+				.m = gm, .n = gn, .k = gk, .lda = lda, .ldb = ldb, .ldc = lc, .size = sz,
+				.a = e->pa[step] + g0 * na * 8, .b = e->pb[step] + g0 * na * 8,
+				.c = e->pc[step] + g0 * na * 8, .what = what,
+			};
+			if ((rc = cuda_blas_gemm_grouped(dev, &gg)) != CUDA_TC_FALLBACK)
+				return rc;
+		}
+	}
+	for (uint64_t b = 0; b < pl->nb; b++) {
+		const uint64_t lo = pl->b0[b] > g0 ? pl->b0[b] : g0;
+		const uint64_t hi = pl->b0[b + 1] < g1 ? pl->b0[b + 1] : g1;
+		if (lo >= hi)
+			continue;
+		const uint64_t r0 = pl->base[lo], pad = pl->pad[b];
+		struct cuda_gemm g = {
+			.ta = 1, .tb = 0, .m = m, .n = (int)pad, .k = k, .alpha = 1.0f, .beta = 0.0f,
+			.a_type = BF16, .b_type = BF16, .lda = k, .ldb = k, .ldc = ldc,
+			.batch = (int)((hi - lo) * na), .what = what,
+		};
+		if (e->mode == 0) { /* the decoded chunk, evenly strided */
+			g.a = (step ? e->Wd + (lo - g0) * D * F * 2 : e->W + (lo - g0) * 2 * F * D * 2);
+			g.b = step ? e->Hb + r0 * F * 2 : e->X + r0 * D * 2;
+			g.c = step ? e->O + r0 * D * 4 : e->GU + r0 * 2 * F * 4;
+			g.sa = step ? (long long)D * F : 2ll * F * D;
+			g.sb = (long long)(pad * (uint64_t)k);
+			g.sc = (long long)(pad * (uint64_t)ldc);
+			rc = cuda_blas_gemm(dev, &g);
+		} else {
+			g.a = e->pa[step] + lo * na * 8;
+			g.b = e->pb[step] + lo * na * 8;
+			g.c = e->pc[step] + lo * na * 8;
+			rc = cuda_blas_gemm_ptrs(dev, &g);
+		}
+		if (rc)
+			return rc;
+	}
+	return 0;
 }
 
 int cuda_tc_experts(struct baton_dev *dev, const struct baton_moe_layer *l, const baton_dptr *blobs,
@@ -286,25 +373,50 @@ int cuda_tc_experts(struct baton_dev *dev, const struct baton_moe_layer *l, cons
 		plan_free(&pl);
 		return CUDA_TC_FALLBACK;
 	}
+	/* bf16 experts at 16-byte alignment are the GEMMs' operands as they
+	 * are: nothing decoded, each expert's weights read once */
+	int inplace = dev->tc_inplace && l->gate_dtype == BATON_DT_BF16 &&
+	    l->up_dtype == BATON_DT_BF16 && l->down_dtype == BATON_DT_BF16;
+	for (uint64_t e = 0; inplace && e < U; e++)
+		if ((pl.blob[e] + l->gate_off) % 16 || (pl.blob[e] + l->up_off) % 16 ||
+		    (pl.blob[e] + l->down_off) % 16)
+			inplace = 0;
+	uint32_t mode = dev->tc_egemm;
+	if (inplace && mode == 0)
+		mode = 1;
+	/* gate and up as one matrix of 2 F rows: always in the scratch, in
+	 * place where up follows gate */
+	const uint32_t na = !inplace || l->up_off == l->gate_off + 2ull * F * D ? 1 : 2;
 	const uint64_t gbytes = (uint64_t)F * D * 2 * 3; /* one expert's bf16 gate, up, down */
-	uint64_t Gn = dev->tc_scratch / gbytes;
+	uint64_t Gn = inplace ? U : dev->tc_scratch / gbytes;
 	if (Gn > U)
 		Gn = U;
 	if (!Gn)
 		Gn = 1;
 	/* the maps: table[U] (u64, sorted order), rowmap[R] (u32), prow[n]
-	 * (u32: pair p's row), w[n] (f32) */
+	 * (u32: pair p's row), w[n] (f32); then, for the pointer-array
+	 * GEMMs, A, B and C of gate/up (na U each) and of down (U each) */
 	const uint64_t off_map = U * 8, off_prow = off_map + R * 4;
 	const uint64_t off_w = cuda_round_up(off_prow + n * 4, 16);
-	const uint64_t mbytes = off_w + n * 4;
+	const uint64_t off_ptr = cuda_round_up(off_w + n * 4, 16);
+	const uint64_t mbytes = off_ptr + (mode ? (3 * na * U + 3 * U) * 8 : 0);
 	char *host = NULL;
 	if ((rc = need(dev, B_MAP, mbytes)) || (rc = need(dev, B_X, R * D * 2)) ||
 	    (rc = need(dev, B_A, R * 2 * F * 4)) || (rc = need(dev, B_B, R * F * 2)) ||
-	    (rc = need(dev, B_C, R * D * 4)) || (rc = need(dev, B_W, Gn * gbytes)) ||
+	    (rc = need(dev, B_C, R * D * 4)) || (!inplace && (rc = need(dev, B_W, Gn * gbytes))) ||
 	    (rc = (host = malloc(mbytes)) ? 0 : BATON_ENOMEM)) {
 		plan_free(&pl);
 		return rc;
 	}
+	const CUdeviceptr dtab = dev->tc_buf[B_MAP].p, dmap = dtab + off_map, dw = dtab + off_w,
+	    dprow = dtab + off_prow;
+	const CUdeviceptr X = dev->tc_buf[B_X].p, GU = dev->tc_buf[B_A].p, Hb = dev->tc_buf[B_B].p,
+	    O = dev->tc_buf[B_C].p, W = inplace ? 0 : dev->tc_buf[B_W].p;
+	const CUdeviceptr Wd = W + Gn * (uint64_t)F * D * 4; /* after Gn gate+up matrices */
+	struct eg eg = {
+		.pl = &pl, .D = D, .F = F, .na = na, .mode = mode, .W = W, .Wd = Wd, .X = X, .GU = GU,
+		.Hb = Hb, .O = O,
+	};
 	uint32_t *rowmap = (uint32_t *)(host + off_map);
 	memcpy(host, pl.blob, U * 8);
 	memset(rowmap, 0xff, R * 4);
@@ -312,6 +424,25 @@ int cuda_tc_experts(struct baton_dev *dev, const struct baton_moe_layer *l, cons
 		rowmap[pl.prow[p]] = (uint32_t)p;
 	memcpy(host + off_prow, pl.prow, n * 4);
 	memcpy(host + off_w, w, n * 4);
+	if (mode) {
+		uint64_t *pa = (uint64_t *)(host + off_ptr), *pb = pa + na * U, *pc = pb + na * U;
+		uint64_t *qa = pc + na * U, *qb = qa + U, *qc = qb + U;
+		for (uint64_t e = 0; e < U; e++) {
+			const uint64_t slot = e % Gn, r0 = pl.base[e];
+			for (uint32_t j = 0; j < na; j++) {
+				pa[e * na + j] = inplace ? pl.blob[e] + (j ? l->up_off : l->gate_off)
+				                         : W + slot * 2 * F * D * 2;
+				pb[e * na + j] = X + r0 * D * 2;
+				pc[e * na + j] = GU + r0 * 2 * F * 4 + j * F * 4ull;
+			}
+			qa[e] = inplace ? pl.blob[e] + l->down_off : Wd + slot * D * F * 2;
+			qb[e] = Hb + r0 * F * 2;
+			qc[e] = O + r0 * D * 4;
+		}
+		const CUdeviceptr dp = dtab + off_ptr;
+		eg.pa[0] = dp, eg.pb[0] = dp + na * U * 8, eg.pc[0] = dp + 2 * na * U * 8;
+		eg.pa[1] = dp + 3 * na * U * 8, eg.pb[1] = eg.pa[1] + U * 8, eg.pc[1] = eg.pb[1] + U * 8;
+	}
 	int vec = 7;
 	const uint64_t rb_g = baton_compute_row_bytes((int)l->gate_dtype, D);
 	const uint64_t rb_u = baton_compute_row_bytes((int)l->up_dtype, D);
@@ -333,11 +464,6 @@ int cuda_tc_experts(struct baton_dev *dev, const struct baton_moe_layer *l, cons
 	}
 	rc = stage_copy(dev, host, mbytes, dev->tc_buf[B_MAP].p);
 	free(host);
-	const CUdeviceptr dtab = dev->tc_buf[B_MAP].p, dmap = dtab + off_map, dw = dtab + off_w,
-	    dprow = dtab + off_prow;
-	const CUdeviceptr X = dev->tc_buf[B_X].p, GU = dev->tc_buf[B_A].p, Hb = dev->tc_buf[B_B].p,
-	    O = dev->tc_buf[B_C].p, W = dev->tc_buf[B_W].p;
-	const CUdeviceptr Wd = W + Gn * (uint64_t)F * D * 4; /* after Gn gate+up matrices */
 
 	struct baton_tc_rows_args ra = {
 		.src = l->xn, .dst = X, .map = dmap, .rows = (uint32_t)R, .cols = D, .src_ld = D,
@@ -348,67 +474,39 @@ int cuda_tc_experts(struct baton_dev *dev, const struct baton_moe_layer *l, cons
 	for (uint64_t g0 = 0; !rc && g0 < U; g0 += Gn) {
 		const uint64_t g1e = U - g0 < Gn ? U : g0 + Gn; /* experts g0 .. g1e - 1 */
 		const uint32_t gn = (uint32_t)(g1e - g0);
-		struct baton_tc_dequant_args da = {
-			.table = dtab + g0 * 8, .src_off = l->gate_off, .row_bytes = rb_g, .dst = W,
-			.dst_stride = 2ull * F * D, .dst_row0 = 0, .rows = F, .cols = D,
-			.dtype = l->gate_dtype, .vec = vec & 1,
-		};
-		if ((rc = launch(dev, dev->k_tc_dequant, (uint64_t)F * D / 8, gn, &da,
-		         "cuLaunchKernel baton_tc_dequant (gate)")))
-			break;
-		da.src_off = l->up_off, da.row_bytes = rb_u, da.dst_row0 = F, da.dtype = l->up_dtype;
-		da.vec = (vec >> 1) & 1;
-		if ((rc = launch(dev, dev->k_tc_dequant, (uint64_t)F * D / 8, gn, &da,
-		         "cuLaunchKernel baton_tc_dequant (up)")))
-			break;
-		da.src_off = l->down_off, da.row_bytes = rb_d, da.dst = Wd, da.dst_stride = (uint64_t)D * F;
-		da.dst_row0 = 0, da.rows = D, da.cols = F, da.dtype = l->down_dtype;
-		da.vec = (vec >> 2) & 1;
-		if ((rc = launch(dev, dev->k_tc_dequant, (uint64_t)F * D / 8, gn, &da,
-		         "cuLaunchKernel baton_tc_dequant (down)")))
-			break;
-		/* per bucket within the chunk: gate/up for all, SwiGLU over the
-		 * chunk's rows (contiguous), down for all */
-		for (int step = 0; !rc && step < 2; step++) {
-			for (uint64_t b = 0; !rc && b < pl.nb; b++) {
-				const uint64_t lo = pl.b0[b] > g0 ? pl.b0[b] : g0;
-				const uint64_t hi = pl.b0[b + 1] < g1e ? pl.b0[b + 1] : g1e;
-				if (lo >= hi)
-					continue;
-				const uint64_t r0 = pl.base[lo], pad = pl.pad[b];
-				struct cuda_gemm g = {
-					.ta = 1, .tb = 0, .m = (int)(2 * F), .n = (int)pad, .k = (int)D,
-					.alpha = 1.0f, .beta = 0.0f,
-					.a = W + (lo - g0) * 2 * F * D * 2, .b = X + r0 * D * 2,
-					.c = GU + r0 * 2 * F * 4,
-					.a_type = BF16, .b_type = BF16, .lda = (int)D, .ldb = (int)D,
-					.ldc = (int)(2 * F), .batch = (int)(hi - lo),
-					.sa = 2ll * F * D, .sb = (long long)(pad * D), .sc = (long long)(pad * 2 * F),
-					.what = "cublas experts gate/up",
-				};
-				if (step) {
-					g = (struct cuda_gemm){
-						.ta = 1, .tb = 0, .m = (int)D, .n = (int)pad, .k = (int)F,
-						.alpha = 1.0f, .beta = 0.0f,
-						.a = Wd + (lo - g0) * D * F * 2, .b = Hb + r0 * F * 2,
-						.c = O + r0 * D * 4,
-						.a_type = BF16, .b_type = BF16, .lda = (int)F, .ldb = (int)F,
-						.ldc = (int)D, .batch = (int)(hi - lo),
-						.sa = (long long)D * F, .sb = (long long)(pad * F),
-						.sc = (long long)(pad * D), .what = "cublas experts down",
-					};
-				}
-				rc = cuda_blas_gemm(dev, &g);
-			}
-			if (rc || step)
-				break;
-			const uint64_t r0 = pl.base[g0], rows = pl.base[g1e] - r0;
-			struct baton_tc_swiglu_args sa = {
-				.gu = GU + r0 * 2 * F * 4, .h = Hb + r0 * F * 2, .rows = (uint32_t)rows, .f = F,
+		if (!inplace) {
+			struct baton_tc_dequant_args da = {
+				.table = dtab + g0 * 8, .src_off = l->gate_off, .row_bytes = rb_g, .dst = W,
+				.dst_stride = 2ull * F * D, .dst_row0 = 0, .rows = F, .cols = D,
+				.dtype = l->gate_dtype, .vec = vec & 1,
 			};
-			rc = launch(dev, dev->k_tc_swiglu, rows * F / 8, 1, &sa,
-			    "cuLaunchKernel baton_tc_swiglu");
+			if ((rc = launch(dev, dev->k_tc_dequant, (uint64_t)F * D / 8, gn, &da,
+			         "cuLaunchKernel baton_tc_dequant (gate)")))
+				break;
+			da.src_off = l->up_off, da.row_bytes = rb_u, da.dst_row0 = F, da.dtype = l->up_dtype;
+			da.vec = (vec >> 1) & 1;
+			if ((rc = launch(dev, dev->k_tc_dequant, (uint64_t)F * D / 8, gn, &da,
+			         "cuLaunchKernel baton_tc_dequant (up)")))
+				break;
+			da.src_off = l->down_off, da.row_bytes = rb_d, da.dst = Wd,
+			da.dst_stride = (uint64_t)D * F;
+			da.dst_row0 = 0, da.rows = D, da.cols = F, da.dtype = l->down_dtype;
+			da.vec = (vec >> 2) & 1;
+			if ((rc = launch(dev, dev->k_tc_dequant, (uint64_t)F * D / 8, gn, &da,
+			         "cuLaunchKernel baton_tc_dequant (down)")))
+				break;
 		}
+		/* gate/up for the chunk, SwiGLU over its rows (contiguous), down */
+		if ((rc = eg_step(dev, &eg, 0, g0, g1e)))
+			break;
+		const uint64_t r0 = pl.base[g0], rows = pl.base[g1e] - r0;
+		struct baton_tc_swiglu_args sa = {
+			.gu = GU + r0 * 2 * F * 4, .h = Hb + r0 * F * 2, .rows = (uint32_t)rows, .f = F,
+		};
+		if ((rc = launch(dev, dev->k_tc_swiglu, rows * F / 8, 1, &sa,
+		         "cuLaunchKernel baton_tc_swiglu")) ||
+		    (rc = eg_step(dev, &eg, 1, g0, g1e)))
+			break;
 	}
 	plan_free(&pl);
 	if (rc)
