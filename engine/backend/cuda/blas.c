@@ -216,11 +216,12 @@ void cuda_tc_config(struct baton_dev *dev)
 	/* the experts' GEMMs (tc_launch.c): 0 strided batched per bucket on
 	 * decoded copies, 1 pointer arrays per bucket, 2 grouped (one call a
 	 * step, buckets as groups), 3 grouped with an expert a group (its
-	 * count rounded up to 8, no bucket padding); bf16 experts at 16-byte
-	 * alignment are read in place unless BATON_TC_INPLACE=0 */
-	dev->tc_egemm = env_u32("BATON_TC_EXPERT_GEMM", 1);
+	 * count rounded up to 8, no bucket padding); unset: 1 for experts
+	 * read in place (bf16 at 16-byte alignment, unless BATON_TC_INPLACE=0),
+	 * 0 for decoded ones */
+	dev->tc_egemm = env_u32("BATON_TC_EXPERT_GEMM", TC_EGEMM_DEFAULT);
 	if (dev->tc_egemm > 3)
-		dev->tc_egemm = 1;
+		dev->tc_egemm = TC_EGEMM_DEFAULT;
 	dev->tc_inplace = env_u32("BATON_TC_INPLACE", 1) != 0;
 	if (env_u32("BATON_CUDA_GEMM", 1) == 0) {
 		fail_off(dev, "off (BATON_CUDA_GEMM=0)");

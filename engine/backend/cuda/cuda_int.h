@@ -153,7 +153,8 @@ struct baton_dev {
 	int tc_stage_busy, tc_warned;
 	/* the experts' GEMMs (blas.c's cuda_tc_config): BATON_TC_EXPERT_GEMM,
 	 * BATON_TC_INPLACE; tc_grouped_said once the grouped call refused */
-	uint32_t tc_egemm;
+	uint32_t tc_egemm; /* TC_EGEMM_DEFAULT: unset */
+#define TC_EGEMM_DEFAULT 0xffffffffu
 	int tc_inplace, tc_grouped_said;
 	char tc_why[200];
 

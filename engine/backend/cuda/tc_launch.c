@@ -143,13 +143,17 @@ int cuda_tc_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint64
 	return 0;
 }
 
-/* Host bytes to the device through the pinned stage (reused once its
- * last copy has run). */
-static int stage_copy(struct baton_dev *dev, const void *src, uint64_t bytes, CUdeviceptr dst)
+/* The pinned stage, at least `bytes` of it, once its last copy has run:
+ * the caller writes what to send there (no copy through malloc'd memory),
+ * then stage_send queues it. */
+static void *stage_get(struct baton_dev *dev, uint64_t bytes)
 {
 	const struct cuda_driver *d = dev->d;
 	if (dev->tc_stage_busy) {
-		CU(dev, d->EventSynchronize(dev->tc_staged), "cuEventSynchronize (tc staging)");
+		if (d->EventSynchronize(dev->tc_staged) != CUDA_SUCCESS) {
+			cuda_set_err(dev, "cuEventSynchronize (tc staging) failed");
+			return NULL;
+		}
 		dev->tc_stage_busy = 0;
 	}
 	if (dev->tc_stage_cap < bytes) {
@@ -159,11 +163,20 @@ static int stage_copy(struct baton_dev *dev, const void *src, uint64_t bytes, CU
 		dev->tc_stage_cap = 0;
 		const uint64_t cap = cuda_round_up(bytes, 1u << 16);
 		void *p = NULL;
-		CU(dev, d->MemHostAlloc(&p, cap, 0), "cuMemHostAlloc (tc staging)");
+		if (d->MemHostAlloc(&p, cap, 0) != CUDA_SUCCESS) {
+			cuda_set_err(dev, "cuMemHostAlloc (tc staging) of %llu bytes failed",
+			    (unsigned long long)cap);
+			return NULL;
+		}
 		dev->tc_stage = p;
 		dev->tc_stage_cap = cap;
 	}
-	memcpy(dev->tc_stage, src, bytes);
+	return dev->tc_stage;
+}
+
+static int stage_send(struct baton_dev *dev, uint64_t bytes, CUdeviceptr dst)
+{
+	const struct cuda_driver *d = dev->d;
 	CU(dev, d->MemcpyHtoDAsync(dst, dev->tc_stage, bytes, dev->stream),
 	    "cuMemcpyHtoDAsync (tc maps)");
 	CU(dev, d->EventRecord(dev->tc_staged, dev->stream), "cuEventRecord (tc staging)");
@@ -201,19 +214,24 @@ static int by_count(const void *a, const void *b)
 	return (x[0] & 0xffffffffu) < (y[0] & 0xffffffffu) ? -1 : 1;
 }
 
-static int plan_make(struct plan *pl, const baton_dptr *blobs, uint64_t n)
+#define PLAN_MORE (-2) /* more experts than umax: ask again with umax = n */
+
+/* umax: the most distinct blobs expected (a layer's experts), so the
+ * per-expert arrays and the hash are that small, not n pairs large. */
+static int plan_make(struct plan *pl, const baton_dptr *blobs, uint64_t n, uint64_t umax)
 {
 	memset(pl, 0, sizeof *pl);
+	const uint64_t um = umax && umax < n ? umax : n;
 	/* the experts, in order of first use (a hash of the blob addresses):
 	 * group[p], their blobs and counts */
 	uint64_t cap = 16;
 	int bits = 4;
-	while (cap < 2 * n)
+	while (cap < 2 * um)
 		cap <<= 1, bits++;
-	uint64_t *keys = calloc(cap, sizeof *keys), *gblob = malloc(n * sizeof *gblob);
-	uint64_t *key = malloc(n * sizeof *key);
+	uint64_t *keys = calloc(cap, sizeof *keys), *gblob = malloc(um * sizeof *gblob);
+	uint64_t *key = malloc(um * sizeof *key);
 	uint32_t *gid = malloc(cap * sizeof *gid), *group = malloc(n * sizeof *group);
-	uint32_t *count = calloc(n, sizeof *count), *rank = malloc(n * sizeof *rank);
+	uint32_t *count = calloc(um, sizeof *count), *rank = malloc(um * sizeof *rank);
 	pl->prow = malloc(n * sizeof *pl->prow);
 	int rc = keys && gblob && key && gid && group && count && rank && pl->prow ? 0 : BATON_ENOMEM;
 	uint64_t U = 0;
@@ -223,6 +241,10 @@ static int plan_make(struct plan *pl, const baton_dptr *blobs, uint64_t n)
 		while (keys[h] && keys[h] != b)
 			h = (h + 1) & (cap - 1);
 		if (!keys[h]) {
+			if (U == um) {
+				rc = PLAN_MORE;
+				break;
+			}
 			keys[h] = b;
 			gid[h] = (uint32_t)U;
 			gblob[U++] = b;
@@ -366,7 +388,9 @@ int cuda_tc_experts(struct baton_dev *dev, const struct baton_moe_layer *l, cons
 	    l->down_dtype == BATON_DT_F32 || n > 0x7fffffffull)
 		return CUDA_TC_FALLBACK;
 	struct plan pl;
-	if ((rc = plan_make(&pl, blobs, n)))
+	if ((rc = plan_make(&pl, blobs, n, l->n_experts)) == PLAN_MORE)
+		rc = plan_make(&pl, blobs, n, 0);
+	if (rc)
 		return rc;
 	const uint64_t U = pl.U, R = pl.R;
 	if (R * (2ull * F > D ? 2ull * F : D) > 0x7fffffffull) {
@@ -381,7 +405,7 @@ int cuda_tc_experts(struct baton_dev *dev, const struct baton_moe_layer *l, cons
 		if ((pl.blob[e] + l->gate_off) % 16 || (pl.blob[e] + l->up_off) % 16 ||
 		    (pl.blob[e] + l->down_off) % 16)
 			inplace = 0;
-	uint32_t mode = dev->tc_egemm;
+	uint32_t mode = dev->tc_egemm == TC_EGEMM_DEFAULT ? (inplace ? 1 : 0) : dev->tc_egemm;
 	if (inplace && mode == 0)
 		mode = 1;
 	/* gate and up as one matrix of 2 F rows: always in the scratch, in
@@ -404,7 +428,7 @@ int cuda_tc_experts(struct baton_dev *dev, const struct baton_moe_layer *l, cons
 	if ((rc = need(dev, B_MAP, mbytes)) || (rc = need(dev, B_X, R * D * 2)) ||
 	    (rc = need(dev, B_A, R * 2 * F * 4)) || (rc = need(dev, B_B, R * F * 2)) ||
 	    (rc = need(dev, B_C, R * D * 4)) || (!inplace && (rc = need(dev, B_W, Gn * gbytes))) ||
-	    (rc = (host = malloc(mbytes)) ? 0 : BATON_ENOMEM)) {
+	    (rc = (host = stage_get(dev, mbytes)) ? 0 : BATON_EIO)) {
 		plan_free(&pl);
 		return rc;
 	}
@@ -462,8 +486,7 @@ int cuda_tc_experts(struct baton_dev *dev, const struct baton_moe_layer *l, cons
 		dev->prof_tc_rows += R;
 		dev->prof_tc_buckets += pl.nb;
 	}
-	rc = stage_copy(dev, host, mbytes, dev->tc_buf[B_MAP].p);
-	free(host);
+	rc = stage_send(dev, mbytes, dev->tc_buf[B_MAP].p);
 
 	struct baton_tc_rows_args ra = {
 		.src = l->xn, .dst = X, .map = dmap, .rows = (uint32_t)R, .cols = D, .src_ld = D,
