@@ -154,6 +154,7 @@ static int load_fns(struct baton_dev *dev)
 		{ &dev->k_tc_attn_q, dev->tc_attn_mod, "baton_tc_attn_q" },
 		{ &dev->k_tc_attn_out, dev->tc_attn_mod, "baton_tc_attn_out" },
 		{ &dev->k_tc_attn_softmax, dev->tc_attn_mod, "baton_tc_attn_softmax" },
+		{ &dev->k_tc_mm_f32, dev->tc_mod, "baton_tc_mm_f32" },
 	};
 	for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
 		if (d->ModuleGetFunction(k[i].f, k[i].m, k[i].name) != CUDA_SUCCESS)
@@ -223,6 +224,9 @@ void cuda_tc_config(struct baton_dev *dev)
 	if (dev->tc_egemm > 3)
 		dev->tc_egemm = TC_EGEMM_DEFAULT;
 	dev->tc_inplace = env_u32("BATON_TC_INPLACE", 1) != 0;
+	/* f32 matmuls of large passes on baton_tc_mm_f32 (the exact bits);
+	 * BATON_TC_MM_F32=0: the exact kernels of ops.cu */
+	dev->tc_mmf = env_u32("BATON_TC_MM_F32", 1) != 0;
 	if (env_u32("BATON_CUDA_GEMM", 1) == 0) {
 		fail_off(dev, "off (BATON_CUDA_GEMM=0)");
 		fprintf(stderr, "baton cuda: tensor-core path off (BATON_CUDA_GEMM=0): "

@@ -140,7 +140,7 @@ struct baton_dev {
 	CUdeviceptr tc_ws;   /* cuBLAS's workspace */
 	CUmodule tc_mod, tc_attn_mod;
 	CUfunction k_tc_dequant, k_tc_rows, k_tc_bias, k_tc_swiglu, k_tc_combine, k_tc_attn_kv,
-	    k_tc_attn_q, k_tc_attn_out, k_tc_attn_softmax;
+	    k_tc_attn_q, k_tc_attn_out, k_tc_attn_softmax, k_tc_mm_f32;
 	struct dbuf tc_buf[TC_BUFS];
 	/* tc_buf[B_X] holds x (tc_x_rows x tc_x_k) as bf16 while n_launch is
 	 * tc_x_mark: q, k and v convert one xn */
@@ -155,7 +155,7 @@ struct baton_dev {
 	 * BATON_TC_INPLACE; tc_grouped_said once the grouped call refused */
 	uint32_t tc_egemm; /* TC_EGEMM_DEFAULT: unset */
 #define TC_EGEMM_DEFAULT 0xffffffffu
-	int tc_inplace, tc_grouped_said;
+	int tc_inplace, tc_grouped_said, tc_mmf;
 	char tc_why[200];
 
 	/* graph.c: the pass being captured, the last pass's executable graph */

@@ -20,6 +20,7 @@ static_assert(sizeof(baton_tc_rows_args) == 40, "rows args layout");
 static_assert(sizeof(baton_tc_bias_args) == 32, "bias args layout");
 static_assert(sizeof(baton_tc_swiglu_args) == 24, "swiglu args layout");
 static_assert(sizeof(baton_tc_combine_args) == 48, "combine args layout");
+static_assert(sizeof(baton_tc_mm_f32_args) == 40, "mm f32 args layout");
 
 __device__ __forceinline__ uint32_t bf_bits(float a)
 {
@@ -191,4 +192,68 @@ baton_tc_combine(const baton_tc_combine_args a)
 			}
 			*xp = s;
 		}
+}
+
+/* The contract's tree over the 32 lanes (ops.cu's lane_tree). */
+__device__ __forceinline__ float tree32(float s)
+{
+#pragma unroll
+	for (int off = 16; off > 0; off >>= 1)
+		s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, off));
+	return s;
+}
+
+extern "C" __global__ void __launch_bounds__(32 * BATON_TC_MMF_WARPS)
+baton_tc_mm_f32(baton_tc_mm_f32_args a)
+{
+	enum { R = BATON_TC_MMF_R, O = BATON_TC_MMF_O };
+	const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	const uint32_t o0 = (blockIdx.x * BATON_TC_MMF_WARPS + warp) * O, r0 = blockIdx.y * R;
+	if (o0 >= a.n_out || r0 >= a.rows)
+		return; /* the whole warp */
+	const uint32_t k = a.k;
+	const float *x = (const float *)a.x, *w = (const float *)a.w;
+	/* rows and outputs past the ends repeat the last one (not written) */
+	const float *xr[R], *wr[O];
+#pragma unroll
+	for (int t = 0; t < R; t++)
+		xr[t] = x + (uint64_t)min(r0 + t, a.rows - 1) * k;
+#pragma unroll
+	for (int j = 0; j < O; j++)
+		wr[j] = w + (uint64_t)min(o0 + j, a.n_out - 1) * k;
+	float acc[R][O];
+#pragma unroll
+	for (int t = 0; t < R; t++)
+#pragma unroll
+		for (int j = 0; j < O; j++)
+			acc[t][j] = 0.0f;
+#pragma unroll 2
+	for (uint32_t i = lane; i < k; i += 32) {
+		float xv[R], wv[O];
+#pragma unroll
+		for (int t = 0; t < R; t++)
+			xv[t] = __ldg(xr[t] + i);
+#pragma unroll
+		for (int j = 0; j < O; j++)
+			wv[j] = __ldg(wr[j] + i);
+#pragma unroll
+		for (int t = 0; t < R; t++)
+#pragma unroll
+			for (int j = 0; j < O; j++)
+				acc[t][j] = __fadd_rn(acc[t][j], __fmul_rn(wv[j], xv[t]));
+	}
+#pragma unroll
+	for (int t = 0; t < R; t++)
+#pragma unroll
+		for (int j = 0; j < O; j++)
+			acc[t][j] = tree32(acc[t][j]);
+	/* lane t * O + j writes (row t, output j): one store each */
+#pragma unroll
+	for (int t = 0; t < R; t++)
+#pragma unroll
+		for (int j = 0; j < O; j++)
+			if (lane == (uint32_t)((t * O + j) & 31) && r0 + t < a.rows && o0 + j < a.n_out) {
+				float *y = (float *)a.y + (uint64_t)(r0 + t) * a.n_out + o0 + j;
+				*y = a.accumulate ? __fadd_rn(*y, acc[t][j]) : acc[t][j];
+			}
 }

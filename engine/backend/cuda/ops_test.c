@@ -1602,6 +1602,12 @@ static void t_tensor_cores(void)
 	tc_x_reuse_case(dev);
 	/* f32 weights stay on the exact kernels: the host's bits at 70 rows */
 	matmul_case(dev, BATON_DT_F32, 37, 512, 70, BATON_DT_F32, 0);
+	/* without a bias on baton_tc_mm_f32: the same bits (a router's shape,
+	 * outputs and rows off its tiles, accumulating, a tail of k) */
+	matmul_case(dev, BATON_DT_F32, 128, 2048, 300, -1, 0);
+	matmul_case(dev, BATON_DT_F32, 37, 512, 70, -1, 1);
+	matmul_case(dev, BATON_DT_F32, 60, 96, 65, -1, 0);
+	matmul_case(dev, BATON_DT_F32, 21, 77, 64, -1, 1);
 	for (int paged = 0; paged < 2; paged++) {
 		tc_attention_case(dev, 100, 0, 8, 2, 64, paged);
 		tc_attention_case(dev, 70, 300, 4, 4, 128, paged);

@@ -56,6 +56,24 @@ struct baton_tc_combine_args {
 	uint32_t tokens, cols, top_k, pad;
 };
 
+/* baton_tc_mm_f32: y[r][o] = (accumulate ? y[r][o] : 0) + w[o] . x[r]
+ * on f32 weights and x, k % 32 == 0, in the host's order for every dot
+ * (lane l sums elements l, l + 32, ... with a multiply then an add, then
+ * the lanes' tree: ops.cu's exact kernels' bits). A warp takes
+ * BATON_TC_MMF_R rows by BATON_TC_MMF_O outputs, a block of
+ * BATON_TC_MMF_WARPS warps the same rows and WARPS x O outputs, so each
+ * x row is read from L2 once for 32 outputs, not once for each: grid
+ * (ceil(n_out / (WARPS * O)), ceil(rows / R)), block 32 * WARPS. For the
+ * MoE routers of large passes (128 outputs: too few for cuBLAS's tiles,
+ * and their logits pick the experts, so the exact bits). */
+#define BATON_TC_MMF_R 8
+#define BATON_TC_MMF_O 8
+#define BATON_TC_MMF_WARPS 4
+struct baton_tc_mm_f32_args {
+	uint64_t w, x, y;
+	uint32_t n_out, k, rows, accumulate;
+};
+
 /* attn.cu. G = heads / kv_heads query heads per KV head.
  * baton_tc_attn_kv: kb, vb bf16 [kv_heads][n_pad][head_dim] from the
  * cache (rows of kv_heads * head_dim f32; key c at row blocks[c /

@@ -83,11 +83,31 @@ int cuda_tc_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint64
     baton_dptr y, int accumulate)
 {
 	int rc;
-	/* f32 weights (the MoE routers, whose logits pick the experts) stay
-	 * on the exact kernel: cuBLAS's f32 GEMM took 183 us for a 512-row
+	/* f32 weights (the MoE routers, whose logits pick the experts) keep
+	 * the exact order: cuBLAS's f32 GEMM took 183 us for a 512-row
 	 * router pass against the exact kernel's ~44 us (128 outputs are too
-	 * few tiles), and TF32 gained nothing measurable (H200, 2026-12-02) */
-	if (w_dtype == BATON_DT_F32 || (uint64_t)rows * k > 0x7fffffffull)
+	 * few tiles), and TF32 gained nothing measurable (H200, 2026-12-02).
+	 * Without a bias, at k % 32 == 0, baton_tc_mm_f32 gives the exact
+	 * kernel's bits with each x row read once for 32 outputs. */
+	if (w_dtype == BATON_DT_F32) {
+		if (b || k % 32 || w % 4 || rb != 4ull * k || !dev->tc_mmf)
+			return CUDA_TC_FALLBACK;
+		const uint32_t per = BATON_TC_MMF_WARPS * BATON_TC_MMF_O;
+		const uint64_t gy = (rows + BATON_TC_MMF_R - 1) / BATON_TC_MMF_R;
+		if (gy > 65535)
+			return CUDA_TC_FALLBACK;
+		struct baton_tc_mm_f32_args ma = {
+			.w = w, .x = x, .y = y, .n_out = n_out, .k = k, .rows = rows,
+			.accumulate = accumulate ? 1u : 0u,
+		};
+		const uint64_t before = dev->n_launch;
+		if ((rc = cuda_launch_k(dev, dev->k_tc_mm_f32, (n_out + per - 1) / per, (uint32_t)gy, 1,
+		         32 * BATON_TC_MMF_WARPS, 0, &ma, sizeof ma, "cuLaunchKernel baton_tc_mm_f32")))
+			return rc;
+		cuda_mmvq_keep(dev, before, y, (uint64_t)rows * n_out * 4, 0, 0); /* writes y alone */
+		return 0;
+	}
+	if ((uint64_t)rows * k > 0x7fffffffull)
 		return CUDA_TC_FALLBACK;
 	if (k % 8)
 		return CUDA_TC_FALLBACK;
