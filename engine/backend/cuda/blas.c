@@ -227,6 +227,11 @@ void cuda_tc_config(struct baton_dev *dev)
 	/* f32 matmuls of large passes on baton_tc_mm_f32 (the exact bits);
 	 * BATON_TC_MM_F32=0: the exact kernels of ops.cu */
 	dev->tc_mmf = env_u32("BATON_TC_MM_F32", 1) != 0;
+	/* experts' rows rounded up to a multiple of this (8 to 256, a power
+	 * of two): fewer distinct GEMM shapes for cuBLAS to choose kernels for */
+	dev->tc_pad = env_u32("BATON_TC_PAD", 8);
+	if (dev->tc_pad < 8 || dev->tc_pad > 256 || (dev->tc_pad & (dev->tc_pad - 1)))
+		dev->tc_pad = 8;
 	if (env_u32("BATON_CUDA_GEMM", 1) == 0) {
 		fail_off(dev, "off (BATON_CUDA_GEMM=0)");
 		fprintf(stderr, "baton cuda: tensor-core path off (BATON_CUDA_GEMM=0): "

@@ -156,6 +156,7 @@ struct baton_dev {
 	uint32_t tc_egemm; /* TC_EGEMM_DEFAULT: unset */
 #define TC_EGEMM_DEFAULT 0xffffffffu
 	int tc_inplace, tc_grouped_said, tc_mmf;
+	uint32_t tc_pad; /* BATON_TC_PAD */
 	char tc_why[200];
 
 	/* graph.c: the pass being captured, the last pass's executable graph */

@@ -238,7 +238,8 @@ static int by_count(const void *a, const void *b)
 
 /* umax: the most distinct blobs expected (a layer's experts), so the
  * per-expert arrays and the hash are that small, not n pairs large. */
-static int plan_make(struct plan *pl, const baton_dptr *blobs, uint64_t n, uint64_t umax)
+static int plan_make(struct plan *pl, const baton_dptr *blobs, uint64_t n, uint64_t umax,
+    uint32_t q)
 {
 	memset(pl, 0, sizeof *pl);
 	const uint64_t um = umax && umax < n ? umax : n;
@@ -287,9 +288,9 @@ static int plan_make(struct plan *pl, const baton_dptr *blobs, uint64_t n, uint6
 		qsort(key, U, sizeof *key, by_count);
 		uint64_t r = 0;
 		for (uint64_t i = 0; i < U;) {
-			const uint64_t pad = cuda_round_up(key[i] >> 32, 8);
+			const uint64_t pad = cuda_round_up(key[i] >> 32, q);
 			uint64_t j = i;
-			while (j < U && cuda_round_up(key[j] >> 32, 8) * 4 >= pad * 3)
+			while (j < U && cuda_round_up(key[j] >> 32, q) * 4 >= pad * 3)
 				j++; /* at pad 8: all the rest */
 			pl->b0[pl->nb] = i;
 			pl->pad[pl->nb++] = pad;
@@ -321,7 +322,7 @@ static int plan_make(struct plan *pl, const baton_dptr *blobs, uint64_t n, uint6
  * experts whose gate and up are apart take two, m = F each). */
 struct eg {
 	const struct plan *pl;
-	uint32_t D, F, na, mode;
+	uint32_t D, F, na, mode, q;
 	CUdeviceptr W, Wd, X, GU, Hb, O; /* scratch (W, Wd: the decoded chunk) */
 	CUdeviceptr pa[2], pb[2], pc[2];   /* pointer arrays of each step */
 };
@@ -342,7 +343,7 @@ static int eg_step(struct baton_dev *dev, const struct eg *e, int step, uint64_t
 		int ng = 0;
 		if (e->mode == 3) { /* an expert a group, its own count */
 			for (uint64_t i = g0; i < g1; i++, ng++) {
-				gn[ng] = (int)cuda_round_up(pl->cnt[i], 8);
+				gn[ng] = (int)cuda_round_up(pl->cnt[i], e->q);
 				sz[ng] = (int)na;
 			}
 		} else {
@@ -408,8 +409,8 @@ int cuda_tc_experts(struct baton_dev *dev, const struct baton_moe_layer *l, cons
 	    l->down_dtype == BATON_DT_F32 || n > 0x7fffffffull)
 		return CUDA_TC_FALLBACK;
 	struct plan pl;
-	if ((rc = plan_make(&pl, blobs, n, l->n_experts)) == PLAN_MORE)
-		rc = plan_make(&pl, blobs, n, 0);
+	if ((rc = plan_make(&pl, blobs, n, l->n_experts, dev->tc_pad)) == PLAN_MORE)
+		rc = plan_make(&pl, blobs, n, 0, dev->tc_pad);
 	if (rc)
 		return rc;
 	const uint64_t U = pl.U, R = pl.R;
@@ -458,7 +459,7 @@ int cuda_tc_experts(struct baton_dev *dev, const struct baton_moe_layer *l, cons
 	    O = dev->tc_buf[B_C].p, W = inplace ? 0 : dev->tc_buf[B_W].p;
 	const CUdeviceptr Wd = W + Gn * (uint64_t)F * D * 4; /* after Gn gate+up matrices */
 	struct eg eg = {
-		.pl = &pl, .D = D, .F = F, .na = na, .mode = mode, .W = W, .Wd = Wd, .X = X, .GU = GU,
+		.pl = &pl, .D = D, .F = F, .na = na, .mode = mode, .q = dev->tc_pad, .W = W, .Wd = Wd, .X = X, .GU = GU,
 		.Hb = Hb, .O = O,
 	};
 	uint32_t *rowmap = (uint32_t *)(host + off_map);
