@@ -1567,7 +1567,7 @@ static void t_tc_expert_gemms(void)
 			tc_moe_case_l(dev, BATON_DT_BF16, 96, 256, 256, 6, 2, 0, 0);
 			tc_moe_case_l(dev, BATON_DT_BF16, 200, 256, 128, 40, 4, 1, 0);
 			tc_moe_case_l(dev, BATON_DT_BF16, 200, 256, 128, 40, 4, 1, 1);
-			tc_moe_case_l(dev, BATON_DT_BF16, 300, 512, 768, 128, 8, 0, 0);
+			tc_moe_case_l(dev, BATON_DT_BF16, 300, 256, 256, 64, 8, 0, 0);
 			tc_moe_case_l(dev, BATON_DT_Q4_K, 200, 256, 256, 40, 4, 1, 0);
 			tc_moe_case_l(dev, BATON_DT_F16, 96, 256, 256, 6, 2, 0, 1);
 			be->close(dev);
