@@ -124,7 +124,7 @@ struct baton_dev {
 	/* programmatic dependent launch (launch.c): pdl_next asks it of the
 	 * next launch alone, for kernels that wait (griddepcontrol.wait)
 	 * before reading their inputs; pdl_on: BATON_G16_PDL (default 1) */
-	int pdl_next, pdl_on;
+	int pdl_next, pdl_on, g16_pdl_mm; /* g16_pdl_mm: the matmuls too */
 	CUmodule g16_mod;
 	CUfunction k_g16_matmul, k_g16_gate_up, k_g16_down, k_g16_matmuls;
 

@@ -22,8 +22,12 @@ extern const size_t baton_engine_backend_cuda_gemv16_fatbin_len;
 int cuda_g16_load(struct baton_dev *dev)
 {
 	const struct cuda_driver *d = dev->d;
+	/* BATON_G16_PDL: 0 off, 1 (default) every 16-bit GEMV, 2 the
+	 * experts' kernels alone (round 1 of 2026-12-02 measured 1 against 0;
+	 * 2 is not measured) */
 	const char *pdl = getenv("BATON_G16_PDL");
 	dev->pdl_on = !(pdl && *pdl && strcmp(pdl, "0") == 0);
+	dev->g16_pdl_mm = !(pdl && *pdl && strcmp(pdl, "2") == 0);
 	CU(dev, d->ModuleLoadData(&dev->g16_mod, baton_engine_backend_cuda_gemv16_fatbin),
 	    "cuModuleLoadData of the 16-bit GEMV kernels (sm_90 SASS, compute_90 PTX)");
 	struct {
@@ -86,7 +90,7 @@ int cuda_g16_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint6
 		.b_dtype = b_dtype, .n_out = n_out, .k = k, .accumulate = accumulate ? 1u : 0u,
 	};
 	const uint64_t before = dev->n_launch;
-	dev->pdl_next = 1;
+	dev->pdl_next = dev->g16_pdl_mm;
 	int rc = cuda_launch(dev, dev->k_g16_matmul, (uint32_t)gx, 1, G16_THREADS, &a,
 	    "cuLaunchKernel baton_g16_matmul");
 	if (!rc) /* writes y alone: the int8 blocks of x (mmvq_launch.c) still hold */
@@ -111,7 +115,7 @@ int cuda_g16_matmuls(struct baton_dev *dev, baton_dptr x, uint32_t k, uint32_t r
 		if (gx > 0x7fffffffu)
 			return CUDA_TC_FALLBACK;
 	}
-	dev->pdl_next = 1;
+	dev->pdl_next = dev->g16_pdl_mm;
 	return cuda_launch(dev, dev->k_g16_matmuls, (uint32_t)gx, 1, G16_THREADS, &a,
 	    "cuLaunchKernel baton_g16_matmuls");
 }
