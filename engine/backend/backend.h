@@ -390,6 +390,16 @@ struct baton_backend {
 	 * asked for: no sync, no copy to the host. */
 	int (*graph_begin)(struct baton_dev *dev, int *replay);
 	int (*graph_end)(struct baton_dev *dev, int ok);
+
+	/* Optional: qk_norm_rope(nr) (with its store: nr->k_cache set) then
+	 * attention_segs(s) in one queued call, with both slots' results
+	 * for the cache and out (the cuda backend fuses them into one
+	 * launch for passes of decode rows, one row a segment; else it
+	 * queues the two). q and k (nr->q, nr->k) are left unspecified:
+	 * the norms and rotations may be made on the fly, not in place.
+	 * Refusals are the two slots'. Without it forward.c queues the two. */
+	int (*qk_attention_segs)(struct baton_dev *dev, const struct baton_qk_norm_rope *nr,
+	    const struct baton_attn_segs *s);
 };
 
 extern const struct baton_backend baton_backend_host;

@@ -291,6 +291,7 @@ static const struct baton_backend *table_for(const struct baton_backend *in)
 				.qk_norm_rope = in->qk_norm_rope,
 				.attention = in->attention,
 				.attention_segs = in->attention_segs,
+				.qk_attention_segs = in->qk_attention_segs,
 				.kv_store = in->kv_store,
 				.swiglu = in->swiglu,
 				.add = in->add,

@@ -84,6 +84,22 @@ static int attention_block(struct baton_model *m, uint32_t l, const struct segme
 			.v = m->vx, .k_cache = kv_k(m, l), .v_cache = kv_v(m, l), .slots = m->slots,
 			.cache_rows = kv_pool_rows(m),
 		};
+		if (be->qk_attention_segs && be->attention_segs) {
+			/* with attention: one launch for a pass of decode rows */
+			for (uint32_t i = 0; i < n_seg; i++)
+				m->asegs[i] = (struct baton_attn_seg){ .n_q = sg[i].n, .pos0 = sg[i].pos0,
+					.blocks = sg[i].seq->blocks };
+			const struct baton_attn_segs as = {
+				.q = m->q, .k = kv_k(m, l), .v = kv_v(m, l), .out = m->ao, .n_seg = n_seg,
+				.n_heads = c->heads, .n_kv_heads = c->kv_heads, .head_dim = c->head_dim,
+				.block_size = BATON_KV_BLOCK, .scale = 1.0f / sqrtf((float)c->head_dim),
+				.segs = m->asegs,
+			};
+			if ((rc = be->qk_attention_segs(d, &nr, &as)))
+				return rc;
+			return be->matmul(d, L->o.p, L->o.dtype, D, QD, L->ob.p, L->ob.dtype, m->ao, n,
+			    m->x, 1);
+		}
 		if ((rc = be->qk_norm_rope(d, &nr)))
 			return rc;
 		stored = 1;

@@ -780,4 +780,5 @@ const struct baton_backend baton_backend_cuda = {
 	.router_route_dev = cuda_op_router_route_dev,
 	.graph_begin = cuda_graph_begin,
 	.graph_end = cuda_graph_end,
+	.qk_attention_segs = cuda_op_qk_attention_segs,
 };

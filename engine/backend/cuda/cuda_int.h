@@ -90,6 +90,13 @@ struct baton_dev {
 	CUmodule ops_mod;
 	CUfunction k_embed, k_rmsnorm, k_rmsnorm_row, k_qk_norm_rope, k_rope, k_attn_part, k_attn_comb, k_kv_store, k_swiglu, k_add,
 	    k_route, k_router_route, k_attn_rows;
+	/* baton_ops_attn_nr1, 2, 4, 8 (ops.h): the decode rows' attention
+	 * fused with qk_norm_rope; ar_nh: the heads a block it is launched
+	 * with (BATON_CUDA_ATTN_NH, default 2), ar_fuse_off:
+	 * BATON_CUDA_ATTN_FUSE=0 (qk_norm_rope and attn_rows apart) */
+	CUfunction k_attn_nr[4];
+	uint32_t ar_nh;
+	int ar_fuse_off;
 	/* baton_ops_attn_rows: its per-(row, head tile) counters (left
 	 * zeroed by the kernel), and the host array of its rows and block
 	 * tables, staged each call */
@@ -426,6 +433,8 @@ int cuda_op_rope(struct baton_dev *dev, baton_dptr x, uint32_t rows, uint32_t n_
     uint32_t head_dim, const uint32_t *pos, const float *inv_freq, float mscale);
 int cuda_op_attention(struct baton_dev *dev, const struct baton_attn *a);
 int cuda_op_attention_segs(struct baton_dev *dev, const struct baton_attn_segs *s);
+int cuda_op_qk_attention_segs(struct baton_dev *dev, const struct baton_qk_norm_rope *nr,
+    const struct baton_attn_segs *s);
 int cuda_op_kv_store(struct baton_dev *dev, const struct baton_kv_store *s);
 int cuda_op_swiglu(struct baton_dev *dev, baton_dptr gate, baton_dptr up, baton_dptr out,
     uint64_t n);
