@@ -97,6 +97,7 @@ struct baton_dev {
 	CUfunction k_attn_nr[4];
 	uint32_t ar_nh;
 	int ar_fuse_off;
+	int pdl; /* BATON_CUDA_PDL=1: cuda_launch_kx's programmatic dependent launches */
 	/* baton_ops_attn_rows: its per-(row, head tile) counters (left
 	 * zeroed by the kernel), and the host array of its rows and block
 	 * tables, staged each call */
@@ -242,6 +243,14 @@ void cuda_dbuf_free(struct baton_dev *dev, struct dbuf *b);
  * argument block the log cannot compare (the recording is not replayed). */
 int cuda_launch_k(struct baton_dev *dev, CUfunction f, uint32_t gx, uint32_t gy, uint32_t gz,
     uint32_t threads, uint32_t shmem, const void *args, uint32_t size, const char *what);
+/* cuda_launch_k, with pdl != 0 and BATON_CUDA_PDL=1 (dev->pdl) as a
+ * programmatic dependent launch (Hopper): the kernel may start before the
+ * one queued ahead of it ends, so it must run griddepcontrol.wait before
+ * it reads what that kernel writes or writes anything (mmvq.cu's GEMVs
+ * prefetch their weight rows first); the one ahead may let it start
+ * early with griddepcontrol.launch_dependents. */
+int cuda_launch_kx(struct baton_dev *dev, CUfunction f, uint32_t gx, uint32_t gy, uint32_t gz,
+    uint32_t threads, uint32_t shmem, const void *args, uint32_t size, const char *what, int pdl);
 /* The usual launch: grid (gx, gy), args a pointer to the argument struct. */
 #define cuda_launch(dev, f, gx, gy, threads, args, what)                       \
 	cuda_launch_k((dev), (f), (gx), (gy), 1, (threads), 0, (args), (uint32_t)sizeof *(args), (what))

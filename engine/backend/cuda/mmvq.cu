@@ -173,10 +173,24 @@ __device__ __forceinline__ void mmvq_rows(uint64_t w, uint32_t w_dtype, uint64_t
 	}
 }
 
+/* A programmatic dependent launch's start (cuda_launch_kx): block blk's
+ * weight rows on their way to L2, then the wait for the kernel ahead
+ * (its writes visible; at once when not launched so). */
+__device__ __forceinline__ void pdl_start(uint64_t w, uint64_t row_bytes, uint32_t n_out,
+    uint32_t tpr, uint32_t blk)
+{
+	const uint32_t o = blk * (THREADS / tpr) + threadIdx.x / tpr, i = threadIdx.x % tpr;
+	if (o < n_out)
+		for (uint64_t off = (uint64_t)i * 128; off < row_bytes; off += (uint64_t)tpr * 128)
+			asm volatile("prefetch.global.L2 [%0];" ::"l"(w + o * row_bytes + off));
+	asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+
 extern "C" __global__ void __launch_bounds__(THREADS)
 baton_mmvq_matmul(baton_mmvq_args a)
 {
 	__shared__ float sh[THREADS / 32];
+	pdl_start(a.w, a.row_bytes, a.n_out, a.tpr, blockIdx.x);
 	mmvq_rows(a.w, a.w_dtype, a.row_bytes, a.n_out, a.b, a.b_dtype, a.y, a.accumulate, a.q, a.d,
 	    a.k, a.tpr, blockIdx.x, sh);
 }
@@ -188,6 +202,7 @@ baton_mmvq_matmuls(baton_mmvq_n_args a)
 {
 	__shared__ float sh[THREADS / 32];
 	const uint32_t i = blockIdx.x >= a.start[2] ? 2 : blockIdx.x >= a.start[1] ? 1 : 0;
+	pdl_start(a.w[i], a.row_bytes[i], a.n_out[i], a.tpr, blockIdx.x - a.start[i]);
 	mmvq_rows(a.w[i], a.w_dtype[i], a.row_bytes[i], a.n_out[i], a.b[i], a.b_dtype[i], a.y[i], 0,
 	    a.q, a.d, a.k, a.tpr, blockIdx.x - a.start[i], sh);
 }

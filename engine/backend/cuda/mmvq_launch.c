@@ -35,6 +35,10 @@ void cuda_mmvq_config(struct baton_dev *dev)
 	 * block kernels even where the wide q4_K ones apply (to compare) */
 	s = getenv("BATON_CUDA_MMVQ_NARROW");
 	dev->vq_narrow = s && strcmp(s, "1") == 0;
+	/* BATON_CUDA_PDL=1: the GEMVs of q/k/v and of matmul launched as
+	 * programmatic dependents (cuda_launch_kx) */
+	s = getenv("BATON_CUDA_PDL");
+	dev->pdl = s && strcmp(s, "1") == 0;
 }
 
 int cuda_mmvq_load(struct baton_dev *dev)
@@ -193,8 +197,8 @@ int cuda_mmvq_matmuls(struct baton_dev *dev, const struct baton_matmuls *mm)
 		return rc;
 	a.q = dev->vq_x.p;
 	a.d = dev->vq_x.p + cuda_round_up(k, 16);
-	if ((rc = cuda_launch_k(dev, dev->k_vq_matmuls, (uint32_t)gx, 1, 1, BATON_MMVQ_THREADS, 0, &a,
-	         sizeof a, "cuLaunchKernel baton_mmvq_matmuls")))
+	if ((rc = cuda_launch_kx(dev, dev->k_vq_matmuls, (uint32_t)gx, 1, 1, BATON_MMVQ_THREADS, 0, &a,
+	         sizeof a, "cuLaunchKernel baton_mmvq_matmuls", 1)))
 		return rc;
 	dev->vq_mark = dev->n_launch;
 	return 0;
@@ -219,8 +223,8 @@ int cuda_mmvq_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint
 		.row_bytes = row_bytes, .w_dtype = w_dtype, .b_dtype = b_dtype, .n_out = n_out, .k = k,
 		.tpr = tpr, .accumulate = accumulate ? 1u : 0u,
 	};
-	if ((rc = cuda_launch(dev, dev->k_vq_matmul, (uint32_t)gx, 1, BATON_MMVQ_THREADS, &a,
-	         "cuLaunchKernel baton_mmvq_matmul")))
+	if ((rc = cuda_launch_kx(dev, dev->k_vq_matmul, (uint32_t)gx, 1, 1, BATON_MMVQ_THREADS, 0, &a,
+	         sizeof a, "cuLaunchKernel baton_mmvq_matmul", 1)))
 		return rc;
 	dev->vq_mark = dev->n_launch;
 	return 0;

@@ -261,6 +261,9 @@ extern "C" __global__ void __launch_bounds__(THREADS)
 baton_ops_rmsnorm_row(baton_ops_rmsnorm_row_args a)
 {
 	__shared__ float xs[BATON_OPS_NORM_ROW_MAX];
+	/* the GEMV after it may start now (a programmatic dependent launch,
+	 * cuda_launch_kx: it waits for this kernel's end before reading) */
+	asm volatile("griddepcontrol.launch_dependents;");
 	if (blockIdx.x >= a.rows || a.cols > BATON_OPS_NORM_ROW_MAX)
 		return; /* the whole block */
 	const uint64_t wa = a.w;
@@ -848,6 +851,7 @@ __device__ __forceinline__ void attn_rows_t(const A &aa)
 	__shared__ float mx[NH], sm[NH];
 	__shared__ uint32_t last;
 	__shared__ __align__(16) float ks[NR ? AR_HD : 1];
+	asm volatile("griddepcontrol.launch_dependents;"); /* as baton_ops_rmsnorm_row's */
 	if (!a.n_heads || !a.n_kv_heads || !a.head_dim || !a.tiles)
 		return;
 	const uint32_t H = a.n_heads, KH = a.n_kv_heads, hd = a.head_dim, G = H / KH;
@@ -874,6 +878,15 @@ __device__ __forceinline__ void attn_rows_t(const A &aa)
 		const uint64_t jj = j0 + j;
 		krow[j] = a.tab ? (uint64_t)((const uint32_t *)a.tab)[toff + jj / a.block_size] *
 		        a.block_size + jj % a.block_size : jj;
+		if constexpr (NR) {
+			/* the key's k and v rows on their way to L2 while q is normed
+			 * (the new key's too: its store lands in L2 as well) */
+			const float *kp = kc + krow[j] * rowf, *vp = vc + krow[j] * rowf;
+			for (uint32_t d = 0; d < hd; d += 32) {
+				asm volatile("prefetch.global.L2 [%0];" ::"l"(kp + d));
+				asm volatile("prefetch.global.L2 [%0];" ::"l"(vp + d));
+			}
+		}
 	}
 	if constexpr (NR) {
 		/* q's heads of the tile (and, in the last chunk, the new key) by
