@@ -400,6 +400,14 @@ struct baton_backend {
 	 * Refusals are the two slots'. Without it forward.c queues the two. */
 	int (*qk_attention_segs)(struct baton_dev *dev, const struct baton_qk_norm_rope *nr,
 	    const struct baton_attn_segs *s);
+	/* Optional: rmsnorm(x, mm->x, mm->rows, mm->k, w, w_dtype, eps) then
+	 * matmuls(mm) in one queued call, with their results in the outputs
+	 * (the cuda backend's one launch at batch 1 on q4_K / q6_K: each
+	 * block norms x itself); mm->x (the normed rows) is left
+	 * unspecified. Refusals are the two slots'. Without it forward.c
+	 * queues the two. */
+	int (*rmsnorm_matmuls)(struct baton_dev *dev, baton_dptr x, baton_dptr w, uint32_t w_dtype,
+	    float eps, const struct baton_matmuls *mm);
 };
 
 extern const struct baton_backend baton_backend_host;

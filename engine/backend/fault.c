@@ -292,6 +292,7 @@ static const struct baton_backend *table_for(const struct baton_backend *in)
 				.attention = in->attention,
 				.attention_segs = in->attention_segs,
 				.qk_attention_segs = in->qk_attention_segs,
+				.rmsnorm_matmuls = in->rmsnorm_matmuls,
 				.kv_store = in->kv_store,
 				.swiglu = in->swiglu,
 				.add = in->add,

@@ -55,8 +55,6 @@ static int attention_block(struct baton_model *m, uint32_t l, const struct segme
 	const uint32_t D = c->hidden, QD = c->heads * c->head_dim, KD = c->kv_heads * c->head_dim;
 	int rc;
 
-	if ((rc = be->rmsnorm(d, m->x, m->xn, n, D, L->in_norm.p, L->in_norm.dtype, c->eps)))
-		return rc;
 	if (be->matmuls) { /* q, k and v in one call (one launch at batch 1 on cuda) */
 		const struct baton_matmuls mm = { .x = m->xn, .rows = n, .k = D, .n = 3, .m = {
 			{ .w = L->q.p, .b = L->qb.p, .y = m->q, .w_dtype = L->q.dtype,
@@ -65,9 +63,17 @@ static int attention_block(struct baton_model *m, uint32_t l, const struct segme
 			    .b_dtype = L->kb.dtype, .n_out = KD },
 			{ .w = L->v.p, .b = L->vb.p, .y = m->vx, .w_dtype = L->v.dtype,
 			    .b_dtype = L->vb.dtype, .n_out = KD } } };
-		if ((rc = be->matmuls(d, &mm)))
+		if (be->rmsnorm_matmuls) { /* with the input norm (one launch at batch 1 on cuda) */
+			if ((rc = be->rmsnorm_matmuls(d, m->x, L->in_norm.p, L->in_norm.dtype, c->eps, &mm)))
+				return rc;
+		} else if ((rc = be->rmsnorm(d, m->x, m->xn, n, D, L->in_norm.p, L->in_norm.dtype,
+		                c->eps)) ||
+		    (rc = be->matmuls(d, &mm))) {
 			return rc;
-	} else if ((rc = be->matmul(d, L->q.p, L->q.dtype, QD, D, L->qb.p, L->qb.dtype, m->xn, n,
+		}
+	} else if ((rc = be->rmsnorm(d, m->x, m->xn, n, D, L->in_norm.p, L->in_norm.dtype,
+	                c->eps)) ||
+	    (rc = be->matmul(d, L->q.p, L->q.dtype, QD, D, L->qb.p, L->qb.dtype, m->xn, n,
 	                m->q, 0)) ||
 	    (rc = be->matmul(d, L->k.p, L->k.dtype, KD, D, L->kb.p, L->kb.dtype, m->xn, n, m->kx, 0)) ||
 	    (rc = be->matmul(d, L->v.p, L->v.dtype, KD, D, L->vb.p, L->vb.dtype, m->xn, n, m->vx, 0))) {

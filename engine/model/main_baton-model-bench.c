@@ -292,8 +292,11 @@ static struct parts decode_parts(struct baton_engine *e, const struct baton_mode
 	int rc = 0;
 #define ATTN() (qkat ? ATTN_QKA() : ATTN_OLD())
 #define ATTN_QKA()                                                                               \
-	((rc = be->rmsnorm(dev, x, xn, 1, D, nin, dn, c->eps)) ||                                  \
-	    (be->matmuls ? (rc = be->matmuls(dev, &mma)) != 0 :                                    \
+	((be->rmsnorm_matmuls && be->matmuls ?                                                     \
+	     (rc = be->rmsnorm_matmuls(dev, x, nin, dn, c->eps, &mma)) != 0 :                      \
+	     ((rc = be->rmsnorm(dev, x, xn, 1, D, nin, dn, c->eps)) != 0)) ||                      \
+	    (be->rmsnorm_matmuls && be->matmuls ? 0 :                                              \
+	     be->matmuls ? (rc = be->matmuls(dev, &mma)) != 0 :                                    \
 	     ((rc = be->matmul(dev, wq, dq, QD, D, 0, 0, xn, 1, q, 0)) ||                          \
 	      (rc = be->matmul(dev, wk, dk, KD, D, 0, 0, xn, 1, kraw, 0)) ||                       \
 	      (rc = be->matmul(dev, wv, dv, KD, D, 0, 0, xn, 1, vraw, 0)))) ||                     \

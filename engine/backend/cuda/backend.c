@@ -781,4 +781,5 @@ const struct baton_backend baton_backend_cuda = {
 	.graph_begin = cuda_graph_begin,
 	.graph_end = cuda_graph_end,
 	.qk_attention_segs = cuda_op_qk_attention_segs,
+	.rmsnorm_matmuls = cuda_op_rmsnorm_matmuls,
 };

@@ -410,6 +410,40 @@ int cuda_op_matmuls(struct baton_dev *dev, const struct baton_matmuls *mm)
 	return 0;
 }
 
+int cuda_op_rmsnorm_matmuls(struct baton_dev *dev, baton_dptr x, baton_dptr w, uint32_t w_dtype,
+    float eps, const struct baton_matmuls *mm)
+{
+	uint64_t rb;
+	int rc;
+	if (!mm)
+		return refuse(dev, BATON_EINVAL, "rmsnorm_matmuls", "no matmuls");
+	/* rmsnorm's checks, then matmuls' (on the normed rows' buffer) */
+	if (!mm->rows || !mm->k || !f32_buf(x, (uint64_t)mm->rows * mm->k) ||
+	    !f32_buf(mm->x, (uint64_t)mm->rows * mm->k) || !(eps >= 0))
+		return refuse(dev, BATON_EINVAL, "rmsnorm", "empty or misaligned rows, or eps < 0");
+	if (x != mm->x && overlap(x, (uint64_t)mm->rows * mm->k, mm->x, (uint64_t)mm->rows * mm->k))
+		return refuse(dev, BATON_EINVAL, "rmsnorm", "out overlaps x without being x");
+	if (w && (rc = weight_ok(dev, "rmsnorm", w_dtype, mm->k, &rb)))
+		return rc;
+	if (matmuls_overlap(mm))
+		return refuse(dev, BATON_EINVAL, "matmuls", "n not 1 to 3, or overlapping outputs");
+	for (uint32_t i = 0; i < mm->n; i++) {
+		const struct baton_matmul_out *o = &mm->m[i];
+		if ((rc = matmul_check(dev, o->w, o->w_dtype, o->n_out, mm->k, o->b, o->b_dtype, mm->x,
+		         mm->rows, o->y, &rb)))
+			return rc;
+		if (overlap(x, (uint64_t)mm->rows * mm->k, o->y, (uint64_t)mm->rows * o->n_out))
+			return refuse(dev, BATON_EINVAL, "matmuls", "an output overlaps x");
+	}
+	if ((rc = cuda_cur(dev)))
+		return rc;
+	if ((rc = cuda_mmvq_norm_matmuls(dev, x, w, w_dtype, eps, mm)) != CUDA_TC_FALLBACK)
+		return rc;
+	if ((rc = cuda_op_rmsnorm(dev, x, mm->x, mm->rows, mm->k, w, w_dtype, eps)))
+		return rc;
+	return cuda_op_matmuls(dev, mm);
+}
+
 int cuda_op_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint32_t n_out,
     uint32_t k, baton_dptr b, uint32_t b_dtype, baton_dptr x, uint32_t rows,
     baton_dptr y, int accumulate)

@@ -437,6 +437,99 @@ static void t_matmuls(void)
 	be->close(dev);
 }
 
+/* rmsnorm_matmuls (the input norm and q/k/v in one launch at batch 1):
+ * the bits of rmsnorm then matmuls, for k 2,048 and 4,096, norm weights
+ * f32, bf16 and none, q4_K and q6_K matrices (one with a bias) whose row
+ * counts are not multiples of the kernel's 8 rows a block; several rows
+ * (not fused: the two calls) too. */
+static void t_rmsnorm_matmuls(void)
+{
+	struct baton_dev *dev = cuda_fixture_open();
+	const uint32_t ks[2] = { 2048, 4096 }, no[3] = { 300, 61, 64 }, R = 2;
+	const int dts[3] = { BATON_DT_Q4_K, BATON_DT_Q6_K, BATON_DT_Q4_K };
+	const int nds[3] = { BATON_DT_F32, BATON_DT_BF16, -1 };
+	uint64_t bb;
+	uint8_t *bias = weights(BATON_DT_F32, 1, no[1], &bb);
+	baton_dptr dbias = up(dev, bias, bb);
+	T_ASSERT(be->rmsnorm_matmuls);
+	for (int kc = 0; kc < 2; kc++) {
+		const uint32_t k = ks[kc];
+		float *x = rvec((size_t)R * k);
+		for (size_t i = 0; i < (size_t)R * k; i++)
+			x[i] *= 3.0f;
+		baton_dptr dx = up(dev, x, (uint64_t)R * k * 4), dxn, dxn2;
+		T_CU(dev, be->alloc(dev, (uint64_t)R * k * 4, &dxn));
+		T_CU(dev, be->alloc(dev, (uint64_t)R * k * 4, &dxn2));
+		baton_dptr dw0[3], dw[3], dy[3], dz[3];
+		uint8_t *w[3];
+		struct baton_matmuls mm = { .x = dxn, .k = k, .n = 3 };
+		for (int i = 0; i < 3; i++) {
+			uint64_t wb;
+			w[i] = weights(dts[i], no[i], k, &wb);
+			const uint32_t off = dts[i] == BATON_DT_Q6_K ? 2 : 0;
+			T_CU(dev, be->alloc(dev, wb + 16, &dw0[i]));
+			dw[i] = dw0[i] + off;
+			struct baton_copy wc = { dw[i], w[i], wb };
+			T_CU(dev, be->copy_h2d(dev, &wc, 1));
+			T_CU(dev, be->alloc(dev, (uint64_t)R * no[i] * 4, &dy[i]));
+			T_CU(dev, be->alloc(dev, (uint64_t)R * no[i] * 4, &dz[i]));
+			mm.m[i] = (struct baton_matmul_out){ .w = dw[i], .b = i == 1 ? dbias : 0,
+				.y = dy[i], .w_dtype = (uint32_t)dts[i], .b_dtype = BATON_DT_F32,
+				.n_out = no[i] };
+		}
+		for (int nc = 0; nc < 3; nc++) {
+			uint64_t nb = 0;
+			uint8_t *nw = nds[nc] >= 0 ? weights(nds[nc], 1, k, &nb) : NULL;
+			if (nw && nds[nc] == BATON_DT_BF16) /* near 1, as norms are */
+				for (uint32_t i = 0; i < k; i++) {
+					const uint16_t h = baton_f32_to_bf16(1.0f + frand() / 4);
+					memcpy(nw + 2 * i, &h, 2);
+				}
+			const baton_dptr dnw = nw ? up(dev, nw, nb) : 0;
+			const uint32_t ndt = nds[nc] >= 0 ? (uint32_t)nds[nc] : 0;
+			for (uint32_t rows = 1; rows <= R; rows++) {
+				mm.rows = rows;
+				struct baton_matmuls m2 = mm;
+				m2.x = dxn2;
+				for (int i = 0; i < 3; i++)
+					m2.m[i].y = dz[i];
+				T_CU(dev, be->rmsnorm_matmuls(dev, dx, dnw, ndt, 1e-6f, &mm));
+				T_CU(dev, be->rmsnorm(dev, dx, dxn2, rows, k, dnw, ndt, 1e-6f));
+				T_CU(dev, be->matmuls(dev, &m2));
+				for (int i = 0; i < 3; i++) {
+					const size_t n = (size_t)rows * no[i];
+					float *a = malloc(n * 4), *b = malloc(n * 4);
+					T_ASSERT(a && b);
+					down(dev, a, dy[i], n * 4);
+					down(dev, b, dz[i], n * 4);
+					char what[96];
+					snprintf(what, sizeof what, "rmsnorm_matmuls k %u, norm %d, %u rows, matrix %d",
+					    k, nc, rows, i);
+					same_bits(a, b, n, what);
+					free(a), free(b);
+				}
+			}
+			if (dnw)
+				be->free(dev, dnw);
+			free(nw);
+		}
+		/* refused, nothing written: an output over x */
+		mm.rows = 1;
+		struct baton_matmuls bad = mm;
+		bad.m[2].y = dx;
+		T_EQ_ERR(be->rmsnorm_matmuls(dev, dx, 0, 0, 1e-6f, &bad), BATON_EINVAL);
+		for (int i = 0; i < 3; i++) {
+			be->free(dev, dw0[i]), be->free(dev, dy[i]), be->free(dev, dz[i]);
+			free(w[i]);
+		}
+		be->free(dev, dx), be->free(dev, dxn), be->free(dev, dxn2);
+		free(x);
+	}
+	be->free(dev, dbias);
+	free(bias);
+	be->close(dev);
+}
+
 static void t_matmul_fast(void)
 {
 	struct baton_dev *dev = cuda_fixture_open();
@@ -1738,5 +1831,5 @@ static void t_refusals(void)
 }
 
 T_MAIN(T_CASE(t_matmul), T_CASE(t_matmul_fast), T_CASE(t_embed_rmsnorm), T_CASE(t_route), T_CASE(t_router_route), T_CASE(t_rope),
-    T_CASE(t_qk_norm_rope), T_CASE(t_qk_norm_rope_store), T_CASE(t_matmuls), T_CASE(t_attention), T_CASE(t_attention_segs), T_CASE(t_qk_attention_segs), T_CASE(t_attention_quant), T_CASE(t_kv_store), T_CASE(t_swiglu_add), T_CASE(t_refusals),
+    T_CASE(t_qk_norm_rope), T_CASE(t_qk_norm_rope_store), T_CASE(t_matmuls), T_CASE(t_rmsnorm_matmuls), T_CASE(t_attention), T_CASE(t_attention_segs), T_CASE(t_qk_attention_segs), T_CASE(t_attention_quant), T_CASE(t_kv_store), T_CASE(t_swiglu_add), T_CASE(t_refusals),
     T_CASE_TIMEOUT(t_tensor_cores, 120), T_CASE_TIMEOUT(t_perf, 120))
