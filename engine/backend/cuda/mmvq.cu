@@ -501,8 +501,8 @@ baton_mmvq_norm_matmuls(baton_mmvq_nn_args a)
 	__shared__ float scale;
 	const baton_mmvq_n_args &m = a.m;
 	const uint32_t t = threadIdx.x, lane = t & 31, k = m.k, RPB = BATON_MMVQ_NORM_RPB;
-	if (k > NN_MAX || k % 2048)
-		return;
+	if (!k || k > NN_MAX || k % 2048)
+		return; /* the launcher's k only (an empty first launch returns here) */
 	const uint32_t mi = blockIdx.x >= m.start[2] ? 2 : blockIdx.x >= m.start[1] ? 1 : 0;
 	const uint32_t o0 = (blockIdx.x - m.start[mi]) * RPB, n_out = m.n_out[mi];
 	const uint8_t *w = (const uint8_t *)m.w[mi];
