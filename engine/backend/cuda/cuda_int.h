@@ -98,7 +98,7 @@ struct baton_dev {
 	uint32_t ar_nh;
 	int ar_fuse_off;
 	int pdl; /* BATON_CUDA_PDL=1: cuda_launch_kx's programmatic dependent launches */
-	int nn_off; /* BATON_CUDA_NORM_FUSE=0: no baton_mmvq_norm_matmuls */
+	int nn_off; /* no baton_mmvq_norm_matmuls unless BATON_CUDA_NORM_FUSE=1 */
 	/* baton_ops_attn_rows: its per-(row, head tile) counters (left
 	 * zeroed by the kernel), and the host array of its rows and block
 	 * tables, staged each call */

@@ -39,9 +39,12 @@ void cuda_mmvq_config(struct baton_dev *dev)
 	 * programmatic dependents (cuda_launch_kx) */
 	s = getenv("BATON_CUDA_PDL");
 	dev->pdl = s && strcmp(s, "1") == 0;
-	/* BATON_CUDA_NORM_FUSE=0: the input norm and q/k/v as two launches */
+	/* BATON_CUDA_NORM_FUSE=1: the input norm inside the q/k/v GEMVs
+	 * (baton_mmvq_norm_matmuls), opt-in: on the H200 it measured slower
+	 * than rmsnorm_row then the GEMVs (2026-12-02: 234.5 against 252.3
+	 * tok/s at batch 1), so by default the two launches */
 	s = getenv("BATON_CUDA_NORM_FUSE");
-	dev->nn_off = s && strcmp(s, "0") == 0;
+	dev->nn_off = !(s && strcmp(s, "1") == 0);
 }
 
 int cuda_mmvq_load(struct baton_dev *dev)
