@@ -60,6 +60,7 @@ def main():
     ap.add_argument("--gen", type=int, default=128)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--host-device-mib", type=int, default=0)
+    ap.add_argument("--step-tokens", type=int, default=0, help="baton-engine --step-tokens (default: its own)")
     ap.add_argument("--json")
     ap.add_argument("--log", help="the engine's stderr goes here (default: a temporary file)")
     a = ap.parse_args()
@@ -78,6 +79,8 @@ def main():
            "--backend", a.backend, "--ctx", str(ctx), "--kv-blocks", str(a.seqs * ctx // 16 + 16),
            "--max-seqs", str(a.seqs), "--max-queue", str(a.seqs + 4),
            "--served-model-name", "bench", "--http", "127.0.0.1:0"]
+    if a.step_tokens:
+        cmd += ["--step-tokens", str(a.step_tokens)]
     if a.host_device_mib:
         cmd += ["--host-device-mib", str(a.host_device_mib)]
     env = dict(os.environ)
