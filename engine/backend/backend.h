@@ -391,6 +391,15 @@ struct baton_backend {
 	int (*graph_begin)(struct baton_dev *dev, int *replay);
 	int (*graph_end)(struct baton_dev *dev, int ok);
 
+	/* Optional: readies now what passes of up to `rows` rows would make
+	 * on first use (cuda: the tensor-core path: cuBLAS loaded, its
+	 * handle, workspace and helper kernels, about a second the first
+	 * time in a process), so that a model's first long prompt does not
+	 * pay for it and its memory is taken at open, where the broker
+	 * counts it. 0, or a code; nothing depends on it (the first such
+	 * pass starts what is missing, as without it). */
+	int (*prepare)(struct baton_dev *dev, uint32_t rows);
+
 	/* Optional: qk_norm_rope(nr) (with its store: nr->k_cache set) then
 	 * attention_segs(s) in one queued call, with both slots' results
 	 * for the cache and out (the cuda backend fuses them into one

@@ -300,6 +300,7 @@ static const struct baton_backend *table_for(const struct baton_backend *in)
 				.route_dev = in->route_dev,
 				.moe_experts_dev = in->moe_experts_dev,
 				.router_route_dev = in->router_route_dev,
+				.prepare = in->prepare,
 			};
 			return &tables[i].table;
 		}

@@ -1836,6 +1836,26 @@ static void t_refusals(void)
 	be->close(dev);
 }
 
-T_MAIN(T_CASE(t_matmul), T_CASE(t_matmul_fast), T_CASE(t_embed_rmsnorm), T_CASE(t_route), T_CASE(t_router_route), T_CASE(t_rope),
+/* prepare starts the tensor-core path for passes of at least its rows
+ * (what the first such pass would do), and not for fewer. */
+static void t_prepare(void)
+{
+	T_ASSERT(setenv("BATON_CUDA_GEMM_ROWS", "64", 1) == 0);
+	struct baton_dev *dev = cuda_fixture_open();
+	unsetenv("BATON_CUDA_GEMM_ROWS");
+	char line[768];
+	T_OK(be->prepare(dev, 63));
+	cuda_backend_describe(dev, line, sizeof line);
+	T_ASSERT_MSG(strstr(line, "not asked yet"), "%s", line);
+	T_OK(be->prepare(dev, 64));
+	cuda_backend_describe(dev, line, sizeof line);
+	printf("  %s\n", line);
+	T_ASSERT_MSG(strstr(line, "tensor cores through cuBLAS") || strstr(line, "tensor cores off"),
+	    "%s", line);
+	T_OK(be->prepare(dev, 4096)); /* again: nothing more */
+	be->close(dev);
+}
+
+T_MAIN(T_CASE(t_prepare), T_CASE(t_matmul), T_CASE(t_matmul_fast), T_CASE(t_embed_rmsnorm), T_CASE(t_route), T_CASE(t_router_route), T_CASE(t_rope),
     T_CASE(t_qk_norm_rope), T_CASE(t_qk_norm_rope_store), T_CASE(t_matmuls), T_CASE(t_rmsnorm_matmuls), T_CASE(t_attention), T_CASE(t_attention_segs), T_CASE(t_qk_attention_segs), T_CASE(t_attention_quant), T_CASE(t_kv_store), T_CASE(t_swiglu_add), T_CASE(t_refusals),
     T_CASE_TIMEOUT(t_tensor_cores, 120), T_CASE_TIMEOUT(t_perf, 120))
