@@ -55,8 +55,6 @@ static int attention_block(struct baton_model *m, uint32_t l, const struct segme
 	const uint32_t D = c->hidden, QD = c->heads * c->head_dim, KD = c->kv_heads * c->head_dim;
 	int rc;
 
-	if ((rc = be->rmsnorm(d, m->x, m->xn, n, D, L->in_norm.p, L->in_norm.dtype, c->eps)))
-		return rc;
 	if (be->matmuls) { /* q, k and v in one call (one launch at batch 1 on cuda) */
 		const struct baton_matmuls mm = { .x = m->xn, .rows = n, .k = D, .n = 3, .m = {
 			{ .w = L->q.p, .b = L->qb.p, .y = m->q, .w_dtype = L->q.dtype,
@@ -65,9 +63,17 @@ static int attention_block(struct baton_model *m, uint32_t l, const struct segme
 			    .b_dtype = L->kb.dtype, .n_out = KD },
 			{ .w = L->v.p, .b = L->vb.p, .y = m->vx, .w_dtype = L->v.dtype,
 			    .b_dtype = L->vb.dtype, .n_out = KD } } };
-		if ((rc = be->matmuls(d, &mm)))
+		if (be->rmsnorm_matmuls) { /* with the input norm (one launch at batch 1 on cuda) */
+			if ((rc = be->rmsnorm_matmuls(d, m->x, L->in_norm.p, L->in_norm.dtype, c->eps, &mm)))
+				return rc;
+		} else if ((rc = be->rmsnorm(d, m->x, m->xn, n, D, L->in_norm.p, L->in_norm.dtype,
+		                c->eps)) ||
+		    (rc = be->matmuls(d, &mm))) {
 			return rc;
-	} else if ((rc = be->matmul(d, L->q.p, L->q.dtype, QD, D, L->qb.p, L->qb.dtype, m->xn, n,
+		}
+	} else if ((rc = be->rmsnorm(d, m->x, m->xn, n, D, L->in_norm.p, L->in_norm.dtype,
+	                c->eps)) ||
+	    (rc = be->matmul(d, L->q.p, L->q.dtype, QD, D, L->qb.p, L->qb.dtype, m->xn, n,
 	                m->q, 0)) ||
 	    (rc = be->matmul(d, L->k.p, L->k.dtype, KD, D, L->kb.p, L->kb.dtype, m->xn, n, m->kx, 0)) ||
 	    (rc = be->matmul(d, L->v.p, L->v.dtype, KD, D, L->vb.p, L->vb.dtype, m->xn, n, m->vx, 0))) {
@@ -84,6 +90,22 @@ static int attention_block(struct baton_model *m, uint32_t l, const struct segme
 			.v = m->vx, .k_cache = kv_k(m, l), .v_cache = kv_v(m, l), .slots = m->slots,
 			.cache_rows = kv_pool_rows(m),
 		};
+		if (be->qk_attention_segs && be->attention_segs) {
+			/* with attention: one launch for a pass of decode rows */
+			for (uint32_t i = 0; i < n_seg; i++)
+				m->asegs[i] = (struct baton_attn_seg){ .n_q = sg[i].n, .pos0 = sg[i].pos0,
+					.blocks = sg[i].seq->blocks };
+			const struct baton_attn_segs as = {
+				.q = m->q, .k = kv_k(m, l), .v = kv_v(m, l), .out = m->ao, .n_seg = n_seg,
+				.n_heads = c->heads, .n_kv_heads = c->kv_heads, .head_dim = c->head_dim,
+				.block_size = BATON_KV_BLOCK, .scale = 1.0f / sqrtf((float)c->head_dim),
+				.segs = m->asegs,
+			};
+			if ((rc = be->qk_attention_segs(d, &nr, &as)))
+				return rc;
+			return be->matmul(d, L->o.p, L->o.dtype, D, QD, L->ob.p, L->ob.dtype, m->ao, n,
+			    m->x, 1);
+		}
 		if ((rc = be->qk_norm_rope(d, &nr)))
 			return rc;
 		stored = 1;
@@ -328,6 +350,16 @@ uint64_t model_graph_replays(const struct baton_model *m)
 	return m ? m->graph_replays : 0;
 }
 
+uint64_t model_passes(const struct baton_model *m)
+{
+	return m ? m->passes : 0;
+}
+
+uint32_t model_max_batch(const struct baton_model *m)
+{
+	return m ? m->max_batch : 0;
+}
+
 /* After a pass routed on the device: its choices, back in one copy, go
  * through cache_lookup as the host path's would have (all hits: the
  * cache's counts and heat stay what they were). */
@@ -386,6 +418,7 @@ static int pass(struct baton_model *m, const struct segment *sg, uint32_t n_seg,
 		}
 	if ((rc = moe_dev_ready(m, n)))
 		return rc;
+	m->passes++;
 	/* A pass that routes on the device waits for nothing until its head:
 	 * recorded and queued as one graph where the backend can (the same
 	 * work, the same bits; graph_begin/graph_end in backend.h), so the

@@ -101,7 +101,7 @@
 	X(CUresult, LaunchKernel, "cuLaunchKernel",                                 \
 	    (CUfunction, unsigned int, unsigned int, unsigned int, unsigned int,    \
 	        unsigned int, unsigned int, unsigned int, CUstream, void **,        \
-	        void **))                                                           \
+	        void **))                                                                 \
 	X(CUresult, LaunchKernelEx, "cuLaunchKernelEx",                             \
 	    (const CUlaunchConfig *, CUfunction, void **, void **))
 

@@ -40,7 +40,7 @@ __device__ __forceinline__ uint4 ld_w(const uint8_t *p)
 	return r;
 }
 
-/* Programmatic dependent launch (launch.c's pdl_next): a kernel so
+/* Programmatic dependent launch (cuda_launch_kx's pdl 2): a kernel so
  * launched may start while the one before it runs; pdl_wait blocks until
  * that one has finished and its writes are visible (a no-op for a kernel
  * launched the usual way), so nothing it wrote is read before; what it

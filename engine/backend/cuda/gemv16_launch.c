@@ -18,6 +18,10 @@ extern const size_t baton_engine_backend_cuda_gemv16_fatbin_len;
 
 #define G16_THREADS (32 * BATON_G16_WARPS)
 #define G16_TOP_K_MAX 32 /* gemv16.cu's MAX_TOP_K */
+/* cuda_launch_kx's pdl: 2 (a programmatic dependent launch) where
+ * BATON_G16_PDL asks it (gemv16.cu's kernels wait before they read) */
+#define PDL_MM(dev) ((dev)->pdl_on && (dev)->g16_pdl_mm ? 2 : 0)
+#define PDL_EX(dev) ((dev)->pdl_on ? 2 : 0)
 
 int cuda_g16_load(struct baton_dev *dev)
 {
@@ -90,9 +94,8 @@ int cuda_g16_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint6
 		.b_dtype = b_dtype, .n_out = n_out, .k = k, .accumulate = accumulate ? 1u : 0u,
 	};
 	const uint64_t before = dev->n_launch;
-	dev->pdl_next = dev->g16_pdl_mm;
-	int rc = cuda_launch(dev, dev->k_g16_matmul, (uint32_t)gx, 1, G16_THREADS, &a,
-	    "cuLaunchKernel baton_g16_matmul");
+	int rc = cuda_launch_kx(dev, dev->k_g16_matmul, (uint32_t)gx, 1, 1, G16_THREADS, 0, &a,
+	    sizeof a, "cuLaunchKernel baton_g16_matmul", PDL_MM(dev));
 	if (!rc) /* writes y alone: the int8 blocks of x (mmvq_launch.c) still hold */
 		cuda_mmvq_keep(dev, before, y, (uint64_t)n_out * 4, 0, 0);
 	return rc;
@@ -115,9 +118,8 @@ int cuda_g16_matmuls(struct baton_dev *dev, baton_dptr x, uint32_t k, uint32_t r
 		if (gx > 0x7fffffffu)
 			return CUDA_TC_FALLBACK;
 	}
-	dev->pdl_next = dev->g16_pdl_mm;
-	return cuda_launch(dev, dev->k_g16_matmuls, (uint32_t)gx, 1, G16_THREADS, &a,
-	    "cuLaunchKernel baton_g16_matmuls");
+	return cuda_launch_kx(dev, dev->k_g16_matmuls, (uint32_t)gx, 1, 1, G16_THREADS, 0, &a,
+	    sizeof a, "cuLaunchKernel baton_g16_matmuls", PDL_MM(dev));
 }
 
 int cuda_g16_experts(struct baton_dev *dev, const struct baton_moe_layer *l, baton_dptr table,
@@ -140,11 +142,9 @@ int cuda_g16_experts(struct baton_dev *dev, const struct baton_moe_layer *l, bat
 		.d_model = l->d_model, .d_ff = l->d_ff, .top_k = l->top_k,
 	};
 	const uint32_t W = BATON_G16_WARPS, GW = W * BATON_G16_GATE_ROWS;
-	dev->pdl_next = 1;
-	if ((rc = cuda_launch(dev, dev->k_g16_gate_up, (l->d_ff + GW - 1) / GW, l->top_k,
-	         G16_THREADS, &a, "cuLaunchKernel baton_g16_gate_up")))
+	if ((rc = cuda_launch_kx(dev, dev->k_g16_gate_up, (l->d_ff + GW - 1) / GW, l->top_k, 1,
+	         G16_THREADS, 0, &a, sizeof a, "cuLaunchKernel baton_g16_gate_up", PDL_EX(dev))))
 		return rc;
-	dev->pdl_next = 1;
-	return cuda_launch(dev, dev->k_g16_down, (l->d_model + W - 1) / W, 1, G16_THREADS, &a,
-	    "cuLaunchKernel baton_g16_down");
+	return cuda_launch_kx(dev, dev->k_g16_down, (l->d_model + W - 1) / W, 1, 1, G16_THREADS, 0,
+	    &a, sizeof a, "cuLaunchKernel baton_g16_down", PDL_EX(dev));
 }

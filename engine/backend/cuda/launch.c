@@ -117,9 +117,13 @@ static int log_args(struct baton_dev *dev, const void *args, uint32_t size, uint
 int cuda_launch_k(struct baton_dev *dev, CUfunction f, uint32_t gx, uint32_t gy, uint32_t gz,
     uint32_t threads, uint32_t shmem, const void *args, uint32_t size, const char *what)
 {
+	return cuda_launch_kx(dev, f, gx, gy, gz, threads, shmem, args, size, what, 0);
+}
+
+int cuda_launch_kx(struct baton_dev *dev, CUfunction f, uint32_t gx, uint32_t gy, uint32_t gz,
+    uint32_t threads, uint32_t shmem, const void *args, uint32_t size, const char *what, int pdl)
+{
 	dev->n_launch++; /* mmvq_launch.c: the last quantization still holds? */
-	const int pdl = dev->pdl_next && dev->pdl_on; /* this launch only */
-	dev->pdl_next = 0;
 	if (dev->gmode == CUDA_G_CHECK) {
 		const struct cuda_glog *e = dev->gk < dev->gl_n ? &dev->gl[dev->gk] : NULL;
 		if (dev->gfail || !e || e->f != f || e->g[0] != gx || e->g[1] != gy || e->g[2] != gz ||
@@ -141,23 +145,18 @@ int cuda_launch_k(struct baton_dev *dev, CUfunction f, uint32_t gx, uint32_t gy,
 	}
 	void *params[] = { (void *)args };
 	const int prof = cuda_prof_begin(dev);
-	if (pdl) {
-		/* programmatic dependent launch: the kernel may start before the
-		 * one before it ends, and waits for it (griddepcontrol.wait)
-		 * before it reads what that one wrote */
+	if (pdl > 1 || (pdl && dev->pdl)) { /* 1: if BATON_CUDA_PDL=1; 2: the caller's switch */
 		CUlaunchAttribute at;
 		memset(&at, 0, sizeof at);
 		at.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
 		at.value.programmaticStreamSerializationAllowed = 1;
-		CUlaunchConfig cfg;
-		memset(&cfg, 0, sizeof cfg);
-		cfg.gridDimX = gx, cfg.gridDimY = gy, cfg.gridDimZ = gz;
-		cfg.blockDimX = threads, cfg.blockDimY = 1, cfg.blockDimZ = 1;
-		cfg.sharedMemBytes = shmem, cfg.hStream = dev->stream, cfg.attrs = &at, cfg.numAttrs = 1;
+		const CUlaunchConfig cfg = { .gridDimX = gx, .gridDimY = gy, .gridDimZ = gz,
+			.blockDimX = threads, .blockDimY = 1, .blockDimZ = 1, .sharedMemBytes = shmem,
+			.hStream = dev->stream, .attrs = &at, .numAttrs = 1 };
 		CU(dev, dev->d->LaunchKernelEx(&cfg, f, params, NULL), what);
 	} else {
 		CU(dev, dev->d->LaunchKernel(f, gx, gy, gz, threads, 1, 1, shmem, dev->stream, params,
-		        NULL), what);
+		    NULL), what);
 	}
 	if (prof)
 		prof_add(dev, what);
