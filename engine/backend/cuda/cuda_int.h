@@ -188,6 +188,14 @@ struct baton_dev {
 	 * this pinned buffer, allocated at the first */
 	void *d2h_stage;
 
+	/* The multi-row GEMVs of passes of 2 to 64 rows (mmvq_rows_launch.c):
+	 * q4_K / q6_K (off with vq_off) and the f32 routers; vr_off:
+	 * BATON_CUDA_VR=0. vr_x: the pass's rows as int8 blocks. */
+	CUmodule vr_mod;
+	CUfunction k_vr[4], k_vr_f32[2];
+	int vr_off;
+	struct dbuf vr_x;
+
 	char err[256];
 };
 
@@ -378,6 +386,27 @@ int cuda_mmvq_experts(struct baton_dev *dev, const struct baton_moe_layer *l, ba
     baton_dptr ids, baton_dptr weights);
 
 /* ---- gemv16_launch.c: the 16-bit batch-1 GEMVs ------------------------------ */
+
+/* ---- mmvq_rows_launch.c: the GEMVs of passes of 2 to 64 rows -------------- */
+
+/* Load at open (after cuda_mmvq_load: it launches baton_mmvq_quant), free
+ * at close. */
+int cuda_vr_load(struct baton_dev *dev);
+void cuda_vr_free(struct baton_dev *dev);
+/* Whether a pass of rows takes this path (2 to 64 rows, short of the
+ * tensor cores', not BATON_CUDA_VR=0). */
+int cuda_vr_on(const struct baton_dev *dev, uint32_t rows);
+/* matmul of 2 to 63 rows on q4_K / q6_K (BATON_CUDA_EXACT=1: not) or
+ * small f32 matrices (the exact bits), arguments checked by
+ * cuda_op_matmul; CUDA_TC_FALLBACK when it does not apply. */
+int cuda_vr_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint32_t n_out,
+    uint32_t k, baton_dptr b, uint32_t b_dtype, baton_dptr x, uint32_t rows, baton_dptr y,
+    int accumulate);
+/* Up to three matrices over one x in one launch (q, k and v), each the
+ * bits of its own cuda_vr_matmul; CUDA_TC_FALLBACK when any does not
+ * suit. */
+int cuda_vr_matmuls(struct baton_dev *dev, baton_dptr x, uint32_t k, uint32_t rows,
+    const struct baton_matmul_out *m, uint32_t n, int accumulate);
 
 /* Load at open (after cuda_mmvq_load), free at close. */
 int cuda_g16_load(struct baton_dev *dev);
