@@ -390,6 +390,13 @@ struct baton_backend {
 	 * asked for: no sync, no copy to the host. */
 	int (*graph_begin)(struct baton_dev *dev, int *replay);
 	int (*graph_end)(struct baton_dev *dev, int ok);
+
+	/* Optional, as a pair: host memory that copy_d2h writes at the
+	 * device's full rate, straight into it (pinned, writable: cuda's
+	 * cuMemHostAlloc), for a step's logits; host_free after the last
+	 * copy into it, before close. Without them callers use malloc. */
+	int (*host_alloc)(struct baton_dev *dev, uint64_t bytes, void **p);
+	void (*host_free)(struct baton_dev *dev, void *p);
 };
 
 extern const struct baton_backend baton_backend_host;

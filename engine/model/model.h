@@ -510,6 +510,17 @@ uint64_t model_graph_passes(const struct baton_model *m);
 /* How many of those replayed an earlier pass's recording (checked against
  * it on the host, nothing recorded: cuda), not recorded anew. */
 uint64_t model_graph_replays(const struct baton_model *m);
+/* A buffer for the logits of model_step (the scheduler's: max_seqs x
+ * vocab floats): the backend's pinned host memory where it has it
+ * (host_alloc), so that a step's rows come back in one copy at the
+ * device's rate, straight into it, instead of a staged copy and a memcpy
+ * each; else malloc's. The same outputs either way. NULL when out of
+ * memory. model_logits_free before model_close. */
+float *model_logits_alloc(struct baton_model *m, uint64_t bytes);
+void model_logits_free(struct baton_model *m, float *p);
+/* Seconds head() has spent so far waiting for passes on the device (the
+ * sync before the logits copy) and copying logits to the host. */
+void model_head_times(const struct baton_model *m, double *sync_s, double *copy_s);
 
 /* ==== the generator =========================================================
  *

@@ -71,6 +71,11 @@ struct baton_sched {
 	float *logits;                  /* max_seqs * vocab */
 	struct baton_step_item *items;  /* max_seqs */
 	struct job **item_job;
+	/* BATON_SCHED_TIMING=1: where the steps' time goes, on stderr every
+	 * 128 steps (model_step, the sampling after it, head()'s share) */
+	int timing;
+	uint64_t tm_steps, tm_rows;
+	double tm_model, tm_sample;
 };
 
 static void job_free(struct job *j, struct baton_model *m)
@@ -379,6 +384,24 @@ static struct job *victim(struct baton_sched *s)
 	return NULL;
 }
 
+static void timing_note(struct baton_sched *s, uint32_t n, double model_s, double sample_s)
+{
+	s->tm_steps++;
+	s->tm_rows += n;
+	s->tm_model += model_s;
+	s->tm_sample += sample_s;
+	if (s->tm_steps % 128)
+		return;
+	double sync_s, copy_s;
+	model_head_times(s->m, &sync_s, &copy_s);
+	fprintf(stderr, "sched timing: %llu steps, %.1f items a step; a step %.3f ms: model_step "
+	    "%.3f ms (head's wait for the device %.3f, logits copy %.3f), sampling %.3f ms\n",
+	    (unsigned long long)s->tm_steps, (double)s->tm_rows / (double)s->tm_steps,
+	    (s->tm_model + s->tm_sample) * 1e3 / (double)s->tm_steps,
+	    s->tm_model * 1e3 / (double)s->tm_steps, sync_s * 1e3 / (double)s->tm_steps,
+	    copy_s * 1e3 / (double)s->tm_steps, s->tm_sample * 1e3 / (double)s->tm_steps);
+}
+
 /* One forward pass over every running job; ends those that finished. No
  * lock held; the running table is the thread's to read (and its
  * membership changes under the lock). When the pool cannot hold the step,
@@ -402,7 +425,9 @@ static void step(struct baton_sched *s, struct job **done)
 	}
 	if (n == 0)
 		return;
+	const double tm0 = s->timing ? baton_now_s() : 0;
 	int prc = model_step(s->m, s->items, n, s->logits);
+	const double tm1 = s->timing ? baton_now_s() : 0;
 	pthread_mutex_lock(&s->mu);
 	s->st.steps++;
 	for (uint32_t i = 0; i < n && !prc; i++)
@@ -466,6 +491,8 @@ fail:
 		pthread_mutex_unlock(&s->mu);
 		end_job(done, j, rc, err);
 	}
+	if (s->timing)
+		timing_note(s, n, tm1 - tm0, baton_now_s() - tm1);
 }
 
 /* Running jobs the client left: ended as "cancelled" now. Lock held. */
@@ -654,6 +681,8 @@ int sched_open(struct baton_generator *g, const struct sched_opts *o, const stru
 		s->o.chunk = BATON_SCHED_DEFAULT_CHUNK;
 	s->vocab = model_config(s->m)->vocab;
 	s->next_id = 1;
+	const char *tm = getenv("BATON_SCHED_TIMING");
+	s->timing = tm && strcmp(tm, "1") == 0;
 	pthread_mutex_init(&s->mu, NULL);
 	baton_cond_init(&s->cv);
 	s->st.kv_free = model_kv_free_blocks(s->m);
@@ -662,7 +691,7 @@ int sched_open(struct baton_generator *g, const struct sched_opts *o, const stru
 	s->run = calloc(s->o.max_seqs, sizeof *s->run);
 	s->items = calloc(s->o.max_seqs, sizeof *s->items);
 	s->item_job = calloc(s->o.max_seqs, sizeof *s->item_job);
-	s->logits = malloc((size_t)s->o.max_seqs * s->vocab * sizeof(float));
+	s->logits = model_logits_alloc(s->m, (uint64_t)s->o.max_seqs * s->vocab * sizeof(float));
 	if (!s->run || !s->items || !s->item_job || !s->logits ||
 	    pthread_create(&s->th, NULL, loop, s) != 0) {
 		sched_close(s);
@@ -695,7 +724,7 @@ void sched_close(struct baton_sched *s)
 	free(s->run);
 	free(s->items);
 	free(s->item_job);
-	free(s->logits);
+	model_logits_free(s->m, s->logits);
 	free(s);
 }
 

@@ -231,6 +231,8 @@ static void cuda_close(struct baton_dev *dev)
 			d->MemFree(dev->allocs.v[i].addr);
 		for (size_t i = 0; i < dev->hregs.n; i++)
 			unregister_pieces(dev, &dev->hregs.v[i]);
+		for (size_t i = 0; i < dev->hallocs.n; i++)
+			d->MemFreeHost((void *)(uintptr_t)dev->hallocs.v[i].addr);
 		cuda_graph_free(dev);
 		if (dev->d2h_stage)
 			d->MemFreeHost(dev->d2h_stage);
@@ -251,6 +253,7 @@ static void cuda_close(struct baton_dev *dev)
 	tab_free(&dev->ress);
 	tab_free(&dev->allocs);
 	tab_free(&dev->hregs);
+	tab_free(&dev->hallocs);
 	free(dev);
 }
 
@@ -691,6 +694,45 @@ static int cuda_copy_h2d(struct baton_dev *dev, const struct baton_copy *copies,
  * ones (a KV save, the tests' GiB) straight to their memory. */
 #define D2H_STAGE (4u << 20)
 
+/* Whether [p, p + n) lies inside one of host_alloc's buffers (writable,
+ * pinned: the registrations may be read-only to the device). */
+static int dst_pinned(const struct baton_dev *dev, uint64_t p, uint64_t n)
+{
+	for (size_t i = 0; i < dev->hallocs.n; i++) {
+		const struct ent *e = &dev->hallocs.v[i];
+		if (p >= e->addr && p - e->addr <= e->bytes && n <= e->bytes - (p - e->addr))
+			return 1;
+	}
+	return 0;
+}
+
+static int cuda_host_alloc(struct baton_dev *dev, uint64_t bytes, void **out)
+{
+	if (!bytes || !out)
+		return BATON_EINVAL;
+	int rc = cuda_cur(dev);
+	if (rc)
+		return rc;
+	if ((rc = tab_push(&dev->hallocs, 0, 0, 0)))
+		return rc;
+	dev->hallocs.n--;
+	void *p = NULL;
+	CU(dev, dev->d->MemHostAlloc(&p, bytes, 0), "cuMemHostAlloc");
+	tab_push(&dev->hallocs, (uint64_t)(uintptr_t)p, bytes, 0);
+	*out = p;
+	return 0;
+}
+
+static void cuda_host_free(struct baton_dev *dev, void *p)
+{
+	struct ent *e = p ? tab_find(&dev->hallocs, (uint64_t)(uintptr_t)p) : NULL;
+	if (!e || cuda_cur(dev))
+		return;
+	cuda_stream_sync(dev); /* copies into it may be queued */
+	dev->d->MemFreeHost(p);
+	tab_remove(&dev->hallocs, e);
+}
+
 static int cuda_copy_d2h(struct baton_dev *dev, void *dst, baton_dptr src, uint64_t bytes)
 {
 	if (!bytes)
@@ -700,6 +742,13 @@ static int cuda_copy_d2h(struct baton_dev *dev, void *dst, baton_dptr src, uint6
 	int rc = cuda_cur(dev);
 	if (rc)
 		return rc;
+	/* into host_alloc's memory (the scheduler's logits): straight there at
+	 * the pinned rate */
+	if (dst_pinned(dev, (uint64_t)(uintptr_t)dst, bytes)) {
+		CU(dev, dev->d->MemcpyDtoHAsync(dst, src, bytes, dev->stream),
+		    "cuMemcpyDtoHAsync (pinned)");
+		return cuda_stream_sync(dev);
+	}
 	if (bytes <= D2H_STAGE && !dev->d2h_stage) {
 		void *p = NULL;
 		if (dev->d->MemHostAlloc(&p, D2H_STAGE, 0) == CUDA_SUCCESS)
@@ -756,6 +805,8 @@ const struct baton_backend baton_backend_cuda = {
 	.alloc = cuda_alloc,
 	.free = cuda_free,
 	.host_register = cuda_host_register,
+	.host_alloc = cuda_host_alloc,
+	.host_free = cuda_host_free,
 	.host_unregister = cuda_host_unregister,
 	.copy_h2d = cuda_copy_h2d,
 	.copy_d2h = cuda_copy_d2h,

@@ -195,6 +195,9 @@ struct baton_dev {
 	CUfunction k_vr[4], k_vr_f32[2];
 	int vr_off;
 	struct dbuf vr_x;
+	/* host_alloc's pinned buffers (backend.c): copy_d2h into them goes
+	 * straight there */
+	struct tab hallocs;
 
 	char err[256];
 };
