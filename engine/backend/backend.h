@@ -397,6 +397,11 @@ struct baton_backend {
 	 * copy into it, before close. Without them callers use malloc. */
 	int (*host_alloc)(struct baton_dev *dev, uint64_t bytes, void **p);
 	void (*host_free)(struct baton_dev *dev, void *p);
+
+	/* Optional: seconds the host has spent so far waiting for the device
+	 * (every sync, every copy that waits): with a step's wall time, how
+	 * much of it was the host's own. */
+	double (*wait_seconds)(struct baton_dev *dev);
 };
 
 extern const struct baton_backend baton_backend_host;

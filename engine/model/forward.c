@@ -253,6 +253,11 @@ void model_logits_free(struct baton_model *m, float *p)
 	free(p);
 }
 
+double model_wait_seconds(const struct baton_model *m)
+{
+	return m && m->be->wait_seconds ? m->be->wait_seconds(m->dev) : 0;
+}
+
 void model_head_times(const struct baton_model *m, double *sync_s, double *copy_s)
 {
 	*sync_s = m ? m->t_head_sync : 0;

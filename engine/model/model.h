@@ -521,6 +521,9 @@ void model_logits_free(struct baton_model *m, float *p);
 /* Seconds head() has spent so far waiting for passes on the device (the
  * sync before the logits copy) and copying logits to the host. */
 void model_head_times(const struct baton_model *m, double *sync_s, double *copy_s);
+/* Seconds the host has waited for the device so far, every wait (the
+ * backend's wait_seconds; 0 without it). */
+double model_wait_seconds(const struct baton_model *m);
 
 /* ==== the generator =========================================================
  *

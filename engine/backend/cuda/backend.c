@@ -706,6 +706,11 @@ static int dst_pinned(const struct baton_dev *dev, uint64_t p, uint64_t n)
 	return 0;
 }
 
+static double cuda_wait_seconds(struct baton_dev *dev)
+{
+	return dev->t_wait;
+}
+
 static int cuda_host_alloc(struct baton_dev *dev, uint64_t bytes, void **out)
 {
 	if (!bytes || !out)
@@ -807,6 +812,7 @@ const struct baton_backend baton_backend_cuda = {
 	.host_register = cuda_host_register,
 	.host_alloc = cuda_host_alloc,
 	.host_free = cuda_host_free,
+	.wait_seconds = cuda_wait_seconds,
 	.host_unregister = cuda_host_unregister,
 	.copy_h2d = cuda_copy_h2d,
 	.copy_d2h = cuda_copy_d2h,

@@ -198,6 +198,7 @@ struct baton_dev {
 	/* host_alloc's pinned buffers (backend.c): copy_d2h into them goes
 	 * straight there */
 	struct tab hallocs;
+	double t_wait; /* seconds in cuda_stream_sync so far (wait_seconds) */
 
 	char err[256];
 };

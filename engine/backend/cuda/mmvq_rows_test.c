@@ -82,8 +82,8 @@ static void down(struct baton_dev *dev, void *p, baton_dptr d, uint64_t n)
 	T_CU(dev, be->copy_d2h(dev, p, d, n));
 }
 
-/* rows x cols random weights: f32, or q4_K / q6_K with any bytes for the
- * quants and sane f16 scales. */
+/* rows x cols random weights: f32 or bf16 (biases), or q4_K / q6_K with
+ * any bytes for the quants and sane f16 scales. */
 static uint8_t *weights(int dt, uint32_t rows, uint32_t cols, uint64_t *bytes)
 {
 	const uint64_t rb = baton_compute_row_bytes(dt, cols);
@@ -95,10 +95,14 @@ static uint8_t *weights(int dt, uint32_t rows, uint32_t cols, uint64_t *bytes)
 		w[i] = (uint8_t)rnd();
 	for (uint32_t r = 0; r < rows; r++) {
 		uint8_t *row = w + r * rb;
-		if (dt == BATON_DT_F32) {
+		if (dt == BATON_DT_F32 || dt == BATON_DT_BF16) {
 			for (uint32_t i = 0; i < cols; i++) {
 				float f = frand();
-				memcpy(row + 4 * i, &f, 4);
+				uint16_t h = baton_f32_to_bf16(f);
+				if (dt == BATON_DT_F32)
+					memcpy(row + 4 * i, &f, 4);
+				else
+					memcpy(row + 2 * i, &h, 2);
 			}
 			continue;
 		}
