@@ -71,11 +71,12 @@ struct baton_sched {
 	float *logits;                  /* max_seqs * vocab */
 	struct baton_step_item *items;  /* max_seqs */
 	struct job **item_job;
-	/* BATON_SCHED_TIMING=1: where the steps' time goes, on stderr every
-	 * 128 steps (model_step, the sampling after it, head()'s share) */
+	/* BATON_SCHED_TIMING=1: where the decode steps' time goes, on stderr
+	 * every 32 of them (model_step, its waits for the device, head()'s
+	 * share, the sampling after it) */
 	int timing;
 	uint64_t tm_steps, tm_rows;
-	double tm_model, tm_sample, tm_wait0;
+	double tm_model, tm_sample, tm_wait, tm_sync, tm_copy;
 };
 
 static void job_free(struct job *j, struct baton_model *m)
@@ -384,18 +385,25 @@ static struct job *victim(struct baton_sched *s)
 	return NULL;
 }
 
-static void timing_note(struct baton_sched *s, uint32_t n, double model_s, double sample_s)
+/* A decode step's figures (BATON_SCHED_TIMING=1), summed; printed every
+ * 32 such steps. */
+static void timing_note(struct baton_sched *s, uint32_t n, double model_s, double sample_s,
+    double wait0, double sync0, double copy0)
 {
+	double sync1, copy1;
+	model_head_times(s->m, &sync1, &copy1);
 	s->tm_steps++;
 	s->tm_rows += n;
 	s->tm_model += model_s;
 	s->tm_sample += sample_s;
-	if (s->tm_steps % 128)
+	s->tm_wait += model_wait_seconds(s->m) - wait0;
+	s->tm_sync += sync1 - sync0;
+	s->tm_copy += copy1 - copy0;
+	if (s->tm_steps % 32)
 		return;
-	double sync_s, copy_s;
-	model_head_times(s->m, &sync_s, &copy_s);
-	const double ns = (double)s->tm_steps, wait = model_wait_seconds(s->m) - s->tm_wait0;
-	fprintf(stderr, "sched timing: %llu steps, %.1f items a step; a step %.3f ms: model_step "
+	const double ns = (double)s->tm_steps, wait = s->tm_wait, sync_s = s->tm_sync,
+	    copy_s = s->tm_copy;
+	fprintf(stderr, "sched timing: %llu decode steps, %.1f items a step; a step %.3f ms: model_step "
 	    "%.3f ms (every wait for the device %.3f, of it the head's %.3f; logits copy %.3f), "
 	    "sampling %.3f ms\n",
 	    (unsigned long long)s->tm_steps, (double)s->tm_rows / ns,
@@ -426,6 +434,13 @@ static void step(struct baton_sched *s, struct job **done)
 	}
 	if (n == 0)
 		return;
+	int decode_only = 1; /* BATON_SCHED_TIMING counts the steps of one token an item */
+	for (uint32_t i = 0; i < n; i++)
+		decode_only &= s->items[i].n == 1;
+	const double wait0 = s->timing ? model_wait_seconds(s->m) : 0;
+	double sync0 = 0, copy0 = 0;
+	if (s->timing)
+		model_head_times(s->m, &sync0, &copy0);
 	const double tm0 = s->timing ? baton_now_s() : 0;
 	int prc = model_step(s->m, s->items, n, s->logits);
 	const double tm1 = s->timing ? baton_now_s() : 0;
@@ -492,8 +507,8 @@ fail:
 		pthread_mutex_unlock(&s->mu);
 		end_job(done, j, rc, err);
 	}
-	if (s->timing)
-		timing_note(s, n, tm1 - tm0, baton_now_s() - tm1);
+	if (s->timing && decode_only)
+		timing_note(s, n, tm1 - tm0, baton_now_s() - tm1, wait0, sync0, copy0);
 }
 
 /* Running jobs the client left: ended as "cancelled" now. Lock held. */
@@ -684,7 +699,6 @@ int sched_open(struct baton_generator *g, const struct sched_opts *o, const stru
 	s->next_id = 1;
 	const char *tm = getenv("BATON_SCHED_TIMING");
 	s->timing = tm && strcmp(tm, "1") == 0;
-	s->tm_wait0 = model_wait_seconds(s->m);
 	pthread_mutex_init(&s->mu, NULL);
 	baton_cond_init(&s->cv);
 	s->st.kv_free = model_kv_free_blocks(s->m);
