@@ -276,16 +276,26 @@ static int head(struct baton_model *m, const struct segment *sg, uint32_t n_seg)
 	uint64_t row = 0;
 	int rc;
 
+	/* the norm over runs of consecutive last rows at once (a decode
+	 * step's: every row), the bits of one call a row */
+	uint32_t g0 = 0, first = 0;
 	for (uint32_t i = 0; i < n_seg; i++) {
 		row += sg[i].n;
 		if (sg[i].logits) {
-			baton_dptr last = m->x + (row - 1) * rowb;
-			if ((rc = m->be->rmsnorm(m->dev, last, m->xn + g * rowb, 1, D, m->norm.p,
-			         m->norm.dtype, c->eps)))
-				return rc;
+			if (g > g0 && first + (g - g0) != row - 1) {
+				if ((rc = m->be->rmsnorm(m->dev, m->x + first * rowb, m->xn + g0 * rowb,
+				         g - g0, D, m->norm.p, m->norm.dtype, c->eps)))
+					return rc;
+				g0 = g;
+			}
+			if (g == g0)
+				first = (uint32_t)(row - 1);
 			dst[g++] = sg[i].logits;
 		}
 		if (g && (g == HR || i + 1 == n_seg)) {
+			if (g > g0 && (rc = m->be->rmsnorm(m->dev, m->x + first * rowb, m->xn + g0 * rowb,
+			                   g - g0, D, m->norm.p, m->norm.dtype, c->eps)))
+				return rc;
 			if ((rc = m->be->matmul(m->dev, m->head.p, m->head.dtype, c->vocab, D, 0, 0, m->xn,
 			         g, m->logits, 0)))
 				return rc;
@@ -311,7 +321,7 @@ static int head(struct baton_model *m, const struct segment *sg, uint32_t n_seg)
 			}
 			m->t_head_sync += t1 - t0;
 			m->t_head_copy += baton_now_s() - t1;
-			g = 0;
+			g = g0 = 0;
 		}
 	}
 	return 0;

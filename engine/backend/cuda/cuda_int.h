@@ -195,6 +195,12 @@ struct baton_dev {
 	CUfunction k_vr[4], k_vr_f32[2];
 	int vr_off;
 	struct dbuf vr_x;
+	/* vr_x holds the quantization of vr_src (vr_rows x vr_k) while
+	 * n_launch is vr_mark (a multi-row rmsnorm wrote it, or the last
+	 * multi-row matmul quantized it) */
+	baton_dptr vr_src;
+	uint32_t vr_rows, vr_k;
+	uint64_t vr_mark;
 	/* host_alloc's pinned buffers (backend.c): copy_d2h into them goes
 	 * straight there */
 	struct tab hallocs;
@@ -400,6 +406,12 @@ void cuda_vr_free(struct baton_dev *dev);
 /* Whether a pass of rows takes this path (2 to 64 rows, short of the
  * tensor cores', not BATON_CUDA_VR=0). */
 int cuda_vr_on(const struct baton_dev *dev, uint32_t rows);
+/* A multi-row rmsnorm (rows 2 to 63, cols % 256 == 0, the path on) also
+ * writes its output as int8 blocks where these matmuls read them: *q and
+ * *d (0 when not), then cuda_vr_norm_done after its launch. */
+int cuda_vr_norm_out(struct baton_dev *dev, uint32_t rows, uint32_t cols, uint64_t *q,
+    uint64_t *d);
+void cuda_vr_norm_done(struct baton_dev *dev, baton_dptr out, uint32_t rows, uint32_t cols);
 /* matmul of 2 to 63 rows on q4_K / q6_K (BATON_CUDA_EXACT=1: not) or
  * small f32 matrices (the exact bits), arguments checked by
  * cuda_op_matmul; CUDA_TC_FALLBACK when it does not apply. */

@@ -102,19 +102,57 @@ int cuda_vr_on(const struct baton_dev *dev, uint32_t rows)
 	    (dev->tc_state < 0 || rows < dev->tc_rows);
 }
 
-/* x (rows x k floats) quantized into vr_x: q at p, d at p + round_up(n, 16). */
+int cuda_vr_norm_out(struct baton_dev *dev, uint32_t rows, uint32_t cols, uint64_t *q,
+    uint64_t *d)
+{
+	*q = *d = 0;
+	if (dev->vq_off || !cuda_vr_on(dev, rows) || cols % 256)
+		return 0;
+	const uint64_t n = (uint64_t)rows * cols, qoff = cuda_round_up(n, 16); /* vr_quant's */
+	int rc = cuda_dbuf_need(dev, &dev->vr_x, qoff + n / 32 * 4);
+	if (rc)
+		return rc;
+	dev->vr_src = 0; /* vr_x is being written */
+	*q = dev->vr_x.p;
+	*d = dev->vr_x.p + qoff;
+	return 0;
+}
+
+void cuda_vr_norm_done(struct baton_dev *dev, baton_dptr out, uint32_t rows, uint32_t cols)
+{
+	dev->vr_src = out;
+	dev->vr_rows = rows;
+	dev->vr_k = cols;
+	dev->vr_mark = dev->n_launch; /* valid until another kernel is launched */
+}
+
+/* x (rows x k floats) quantized into vr_x: q at p, d at p + round_up(n, 16);
+ * the last quantization where it still holds (the same x, nothing else
+ * launched since: a multi-row rmsnorm's, or the last matmul's). */
 static int vr_quant(struct baton_dev *dev, baton_dptr x, uint32_t rows, uint32_t k,
     CUdeviceptr *q, CUdeviceptr *d)
 {
 	const uint64_t n = (uint64_t)rows * k, qoff = cuda_round_up(n, 16);
+	if (dev->vr_src == x && dev->vr_rows == rows && dev->vr_k == k &&
+	    dev->vr_mark == dev->n_launch) {
+		*q = dev->vr_x.p;
+		*d = dev->vr_x.p + qoff;
+		return 0;
+	}
+	dev->vr_src = 0;
 	int rc = cuda_dbuf_need(dev, &dev->vr_x, qoff + n / 32 * 4);
 	if (rc)
 		return rc;
 	*q = dev->vr_x.p;
 	*d = dev->vr_x.p + qoff;
 	struct baton_mmvq_quant_args a = { .x = x, .q = *q, .d = *d, .n = (uint32_t)n };
-	return cuda_launch(dev, dev->k_vq_quant, (uint32_t)((n + 255) / 256), 1, 256, &a,
-	    "cuLaunchKernel baton_mmvq_quant (rows)");
+	if ((rc = cuda_launch(dev, dev->k_vq_quant, (uint32_t)((n + 255) / 256), 1, 256, &a,
+	         "cuLaunchKernel baton_mmvq_quant (rows)")))
+		return rc;
+	dev->vr_src = x;
+	dev->vr_rows = rows;
+	dev->vr_k = k;
+	return 0;
 }
 
 int cuda_vr_matmuls(struct baton_dev *dev, baton_dptr x, uint32_t k, uint32_t rows,
@@ -149,8 +187,12 @@ int cuda_vr_matmuls(struct baton_dev *dev, baton_dptr x, uint32_t k, uint32_t ro
 		return rc;
 	a.q = q;
 	a.d = d;
-	return cuda_launch_k(dev, dev->k_vr[ki], (uint32_t)gx, (rows + tile - 1) / tile, 1,
-	    BATON_VR_THREADS, 0, &a, sizeof a, "cuLaunchKernel baton_mmvq_rows");
+	if ((rc = cuda_launch_k(dev, dev->k_vr[ki], (uint32_t)gx, (rows + tile - 1) / tile, 1,
+	         BATON_VR_THREADS, 0, &a, sizeof a, "cuLaunchKernel baton_mmvq_rows")))
+		return rc;
+	/* y never overlaps x (matmul's checks): the quantization still holds */
+	dev->vr_mark = dev->n_launch;
+	return 0;
 }
 
 int cuda_vr_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint32_t n_out,

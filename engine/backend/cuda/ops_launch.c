@@ -333,12 +333,17 @@ int cuda_op_rmsnorm(struct baton_dev *dev, baton_dptr x, baton_dptr out, uint32_
 		};
 		if (rows > 0x7fffffffu)
 			return refuse(dev, BATON_ERANGE, "rmsnorm", "too many rows");
-		/* one row: also as the int8 blocks of the quantized matmuls after it */
-		if ((rc = cuda_mmvq_norm_out(dev, rows, cols, &a.q, &a.d)) ||
+		/* one row: also as the int8 blocks of the quantized matmuls after
+		 * it; 2 to 63 rows: those of mmvq_rows.cu's */
+		const int vr = rows > 1;
+		if ((rc = vr ? cuda_vr_norm_out(dev, rows, cols, &a.q, &a.d)
+		             : cuda_mmvq_norm_out(dev, rows, cols, &a.q, &a.d)) ||
 		    (rc = cuda_launch(dev, dev->k_rmsnorm_row, rows, 1, OPS_THREADS, &a,
 		         "cuLaunchKernel baton_ops_rmsnorm_row")))
 			return rc;
-		if (a.q)
+		if (a.q && vr)
+			cuda_vr_norm_done(dev, out, rows, cols);
+		else if (a.q)
 			cuda_mmvq_norm_done(dev, out, cols);
 		return 0;
 	}
