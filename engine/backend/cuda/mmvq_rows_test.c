@@ -14,6 +14,8 @@
  *   - matmuls (q, k and v in one launch): each matrix the bits of its own
  *     matmul call.
  *   - f32 (the routers): bit for bit the host's, at 2 to 64 rows.
+ *   - after a multi-row rmsnorm, which writes its rows' int8 blocks itself:
+ *     the bits of the same matmuls quantizing xn themselves.
  *   - BATON_CUDA_EXACT=1: q4_K / q6_K bit for bit the host's (ops.cu).
  * t_perf_rows prints timings at Qwen3-30B-A3B's shapes; it asserts nothing.
  */
@@ -325,6 +327,72 @@ static void t_rows_matmuls(void)
 	be->close(dev);
 }
 
+/* A multi-row rmsnorm writes its rows' int8 blocks for the matmuls after
+ * it (no quantize launch): q, k and v (matmuls) and a matmul on that xn
+ * give the bits of the same calls quantizing xn themselves (after a launch
+ * that keeps nothing); an xn rewritten by a copy is quantized anew. */
+static void t_rows_norm_quant(void)
+{
+	struct baton_dev *dev = cuda_fixture_open();
+	const uint32_t k = 2048, rows = 16, no[3] = { 256, 64, 64 };
+	uint64_t nb, wb[3];
+	uint8_t *nw = weights(BATON_DT_F32, 1, k, &nb), *w[3];
+	float *x = rvec((size_t)rows * k);
+	for (size_t i = 0; i < (size_t)rows * k; i++)
+		x[i] *= 1.0f + (float)(i % 5);
+	baton_dptr dnw = up(dev, nw, nb), dx = up(dev, x, (uint64_t)rows * k * 4), dn = 0;
+	baton_dptr dsc = up(dev, x, 64 * 4), dw[3], dy[2][3];
+	T_CU(dev, be->alloc(dev, (uint64_t)rows * k * 4, &dn));
+	const int dts[3] = { BATON_DT_Q4_K, BATON_DT_Q6_K, BATON_DT_Q4_K };
+	for (int i = 0; i < 3; i++) {
+		w[i] = weights(dts[i], no[i], k, &wb[i]);
+		dw[i] = up(dev, w[i], wb[i]);
+		for (int h = 0; h < 2; h++)
+			T_CU(dev, be->alloc(dev, (uint64_t)rows * no[i] * 4, &dy[h][i]));
+	}
+	for (int h = 0; h < 2; h++) {
+		T_CU(dev, be->rmsnorm(dev, dx, dn, rows, k, dnw, BATON_DT_F32, 1e-6f));
+		if (h) /* another launch, not on dn: the matmuls quantize dn themselves */
+			T_CU(dev, be->rmsnorm(dev, dsc, dsc, 1, 64, 0, 0, 1e-6f));
+		struct baton_matmuls mm = { .x = dn, .rows = rows, .k = k, .n = 2 };
+		for (int i = 0; i < 2; i++)
+			mm.m[i] = (struct baton_matmul_out){ .w = dw[i], .y = dy[h][i],
+				.w_dtype = (uint32_t)dts[i], .n_out = no[i] };
+		T_CU(dev, be->matmuls(dev, &mm));
+		T_CU(dev, be->matmul(dev, dw[2], (uint32_t)dts[2], no[2], k, 0, 0, dn, rows, dy[h][2], 0));
+	}
+	for (int i = 0; i < 3; i++) {
+		const size_t n = (size_t)rows * no[i];
+		float *a = malloc(n * 4), *b = malloc(n * 4);
+		T_ASSERT(a && b);
+		down(dev, a, dy[0][i], n * 4);
+		down(dev, b, dy[1][i], n * 4);
+		char what[64];
+		snprintf(what, sizeof what, "matrix %d on the norm's own int8 rows", i);
+		same_bits(a, b, n, what);
+		free(a), free(b);
+	}
+	/* dn rewritten by a copy: quantized anew, not the norm's blocks */
+	float *x2 = rvec((size_t)rows * k), *got = malloc((size_t)rows * no[0] * 4);
+	float *xq = malloc((size_t)rows * k * 4), *want = calloc((size_t)rows * no[0], 4);
+	T_ASSERT(got && xq && want);
+	T_CU(dev, be->rmsnorm(dev, dx, dn, rows, k, dnw, BATON_DT_F32, 1e-6f));
+	struct baton_copy c = { dn, x2, (uint64_t)rows * k * 4 };
+	T_CU(dev, be->copy_h2d(dev, &c, 1));
+	T_CU(dev, be->matmul(dev, dw[0], (uint32_t)dts[0], no[0], k, 0, 0, dn, rows, dy[0][0], 0));
+	down(dev, got, dy[0][0], (uint64_t)rows * no[0] * 4);
+	quant_q8(x2, xq, (size_t)rows * k);
+	T_OK(host_op_matmul(NULL, H(w[0]), (uint32_t)dts[0], no[0], k, 0, 0, H(xq), rows, H(want), 0));
+	close_to(got, want, (size_t)rows * no[0], 2e-5, "matmul after dn was rewritten");
+	for (int i = 0; i < 3; i++) {
+		be->free(dev, dw[i]), be->free(dev, dy[0][i]), be->free(dev, dy[1][i]);
+		free(w[i]);
+	}
+	be->free(dev, dnw), be->free(dev, dx), be->free(dev, dn), be->free(dev, dsc);
+	free(nw), free(x), free(x2), free(got), free(xq), free(want);
+	be->close(dev);
+}
+
 /* BATON_CUDA_EXACT=1: passes of a few rows on q4_K / q6_K are ops.cu's
  * exact kernels again, the host's bits. */
 static void t_rows_exact(void)
@@ -414,5 +482,6 @@ static void t_perf_rows(void)
 	}
 }
 
-T_MAIN(T_CASE(t_rows_quant), T_CASE(t_rows_f32), T_CASE(t_rows_matmuls), T_CASE(t_rows_exact),
+T_MAIN(T_CASE(t_rows_quant), T_CASE(t_rows_f32), T_CASE(t_rows_matmuls), T_CASE(t_rows_norm_quant),
+    T_CASE(t_rows_exact),
     T_CASE_TIMEOUT(t_perf_rows, 120))
