@@ -395,6 +395,16 @@ uint64_t model_graph_replays(const struct baton_model *m)
 	return m ? m->graph_replays : 0;
 }
 
+uint64_t model_passes(const struct baton_model *m)
+{
+	return m ? m->passes : 0;
+}
+
+uint32_t model_max_batch(const struct baton_model *m)
+{
+	return m ? m->max_batch : 0;
+}
+
 /* After a pass routed on the device: its choices, back in one copy, go
  * through cache_lookup as the host path's would have (all hits: the
  * cache's counts and heat stay what they were). */
@@ -453,6 +463,7 @@ static int pass(struct baton_model *m, const struct segment *sg, uint32_t n_seg,
 		}
 	if ((rc = moe_dev_ready(m, n)))
 		return rc;
+	m->passes++;
 	/* A pass that routes on the device waits for nothing until its head:
 	 * recorded and queued as one graph where the backend can (the same
 	 * work, the same bits; graph_begin/graph_end in backend.h), so the

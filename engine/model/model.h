@@ -510,6 +510,10 @@ uint64_t model_graph_passes(const struct baton_model *m);
 /* How many of those replayed an earlier pass's recording (checked against
  * it on the host, nothing recorded: cuda), not recorded anew. */
 uint64_t model_graph_replays(const struct baton_model *m);
+/* Forward passes run (model_step splits a step of more than max_batch
+ * rows into several), and the rows a pass takes at most. */
+uint64_t model_passes(const struct baton_model *m);
+uint32_t model_max_batch(const struct baton_model *m);
 /* A buffer for the logits of model_step (the scheduler's: max_seqs x
  * vocab floats): the backend's pinned host memory where it has it
  * (host_alloc), so that a step's rows come back in one copy at the

@@ -350,10 +350,14 @@ static uint32_t step_blocks(struct baton_sched *s, uint32_t n)
 }
 
 /* The step's items: one token of each decoding job, then the next chunks
- * of the prompts being read (s->o.chunk tokens over all of them). */
+ * of the prompts being read. The chunks fill what the decoding rows leave
+ * of s->o.chunk (the model's rows a pass), so that a step is one pass, not
+ * a full one and a small one (a pass reads every dense weight and its
+ * experts again, and a few rows take the small passes' kernels); at least
+ * half of it, so prompts go on however many sequences decode. */
 static uint32_t plan(struct baton_sched *s)
 {
-	uint32_t n = 0, budget = s->o.chunk;
+	uint32_t n = 0;
 	for (uint32_t i = 0; i < s->n_run; i++) {
 		struct job *j = s->run[i];
 		if (!j->decoding)
@@ -361,6 +365,7 @@ static uint32_t plan(struct baton_sched *s)
 		s->items[n] = (struct baton_step_item){ .seq = j->ks, .tokens = &j->next_tok, .n = 1 };
 		s->item_job[n++] = j;
 	}
+	uint32_t budget = s->o.chunk >= 2 * n ? s->o.chunk - n : s->o.chunk / 2;
 	for (uint32_t i = 0; i < s->n_run && budget; i++) {
 		struct job *j = s->run[i];
 		if (j->decoding || j->lead)
@@ -446,6 +451,7 @@ static void step(struct baton_sched *s, struct job **done)
 	const double tm1 = s->timing ? baton_now_s() : 0;
 	pthread_mutex_lock(&s->mu);
 	s->st.steps++;
+	s->st.passes = model_passes(s->m);
 	for (uint32_t i = 0; i < n && !prc; i++)
 		if (!s->item_job[i]->decoding)
 			s->st.read_tokens += s->items[i].n;
@@ -695,6 +701,8 @@ int sched_open(struct baton_generator *g, const struct sched_opts *o, const stru
 		s->o.max_queue = BATON_SCHED_DEFAULT_MAX_QUEUE;
 	if (!s->o.chunk)
 		s->o.chunk = BATON_SCHED_DEFAULT_CHUNK;
+	if (model_max_batch(s->m) && s->o.chunk > model_max_batch(s->m))
+		s->o.chunk = model_max_batch(s->m); /* more would split every step */
 	s->vocab = model_config(s->m)->vocab;
 	s->next_id = 1;
 	const char *tm = getenv("BATON_SCHED_TIMING");
