@@ -193,7 +193,7 @@ struct baton_dev {
 	 * BATON_CUDA_VR=0. vr_x: the pass's rows as int8 blocks. */
 	CUmodule vr_mod;
 	CUfunction k_vr[4], k_vr_f32[2];
-	int vr_off;
+	int vr_off, vr_f32; /* vr_f32: BATON_CUDA_VR_F32=1, the f32 kernel (opt-in) */
 	struct dbuf vr_x;
 	/* vr_x holds the quantization of vr_src (vr_rows x vr_k) while
 	 * n_launch is vr_mark (a multi-row rmsnorm wrote it, or the last
@@ -412,8 +412,8 @@ int cuda_vr_on(const struct baton_dev *dev, uint32_t rows);
 int cuda_vr_norm_out(struct baton_dev *dev, uint32_t rows, uint32_t cols, uint64_t *q,
     uint64_t *d);
 void cuda_vr_norm_done(struct baton_dev *dev, baton_dptr out, uint32_t rows, uint32_t cols);
-/* matmul of 2 to 63 rows on q4_K / q6_K (BATON_CUDA_EXACT=1: not) or
- * small f32 matrices (the exact bits), arguments checked by
+/* matmul of 2 to 63 rows on q4_K / q6_K (BATON_CUDA_EXACT=1: not) or,
+ * with BATON_CUDA_VR_F32=1, small f32 matrices (the exact bits), arguments checked by
  * cuda_op_matmul; CUDA_TC_FALLBACK when it does not apply. */
 int cuda_vr_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint32_t n_out,
     uint32_t k, baton_dptr b, uint32_t b_dtype, baton_dptr x, uint32_t rows, baton_dptr y,

@@ -2,10 +2,11 @@
  * mmvq_rows_launch.c: the dense matmuls of passes of 2 to 64 rows
  * (mmvq_rows.cu): q4_K / q6_K weights against the rows quantized to int8
  * blocks (baton_mmvq_quant over all rows at once, into vr_x), and the
- * exact f32 kernel of a few rows for small f32 matrices (the routers).
+ * exact f32 kernel of a few rows for small f32 matrices (the routers),
+ * opt-in with BATON_CUDA_VR_F32=1 (measured slower than ops.cu's).
  * BATON_CUDA_EXACT=1 (dev->vq_off) keeps the q4_K / q6_K ones on ops.cu's
- * exact kernels; the f32 one gives those kernels' bits, so it stays on.
- * BATON_CUDA_VR=0 turns both off (to compare).
+ * exact kernels; the f32 one gives those kernels' bits, so it stays as
+ * asked. BATON_CUDA_VR=0 turns both off (to compare).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +28,11 @@ int cuda_vr_load(struct baton_dev *dev)
 	const struct cuda_driver *d = dev->d;
 	const char *s = getenv("BATON_CUDA_VR");
 	dev->vr_off = s && strcmp(s, "0") == 0;
+	/* the f32 kernel: opt-in (BATON_CUDA_VR_F32=1); on the H200 it was
+	 * slower than ops.cu's 8-row kernel on the 128 x 2,048 router (20.4
+	 * against 16.9 us at 16 rows, 16.1 against 12.2 at 2: 2026-12-02) */
+	s = getenv("BATON_CUDA_VR_F32");
+	dev->vr_f32 = s && strcmp(s, "1") == 0;
 	CU(dev, d->ModuleLoadData(&dev->vr_mod, baton_engine_backend_cuda_mmvq_rows_fatbin),
 	    "cuModuleLoadData of the multi-row GEMV kernels (sm_90 SASS, compute_90 PTX)");
 	struct {
@@ -203,8 +209,9 @@ int cuda_vr_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint32
 		return CUDA_TC_FALLBACK;
 	if (w_dtype == BATON_DT_F32) {
 		/* the exact f32 kernel's bits with more warps: small matrices
-		 * only (the routers), where ops.cu's 8-row kernel has too few */
-		if (k % 32 || w % 4 || n_out > 4096)
+		 * only (the routers), where ops.cu's 8-row kernel has few
+		 * (opt-in: it was not faster) */
+		if (!dev->vr_f32 || k % 32 || w % 4 || n_out > 4096)
 			return CUDA_TC_FALLBACK;
 		const int ki = rows <= 16 ? 0 : 1;
 		const uint32_t tile = ki ? 8 : 4;

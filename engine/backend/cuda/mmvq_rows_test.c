@@ -13,7 +13,8 @@
  *     quantized as mmvq.cu does; the same bits twice.
  *   - matmuls (q, k and v in one launch): each matrix the bits of its own
  *     matmul call.
- *   - f32 (the routers): bit for bit the host's, at 2 to 64 rows.
+ *   - f32 (the routers; the kernel is opt-in, BATON_CUDA_VR_F32=1): bit for
+ *     bit the host's, at 2 to 64 rows.
  *   - after a multi-row rmsnorm, which writes its rows' int8 blocks itself:
  *     the bits of the same matmuls quantizing xn themselves.
  *   - BATON_CUDA_EXACT=1: q4_K / q6_K bit for bit the host's (ops.cu).
@@ -254,7 +255,9 @@ static void t_rows_quant(void)
 
 static void t_rows_f32(void)
 {
+	T_ASSERT(setenv("BATON_CUDA_VR_F32", "1", 1) == 0); /* the kernel is opt-in */
 	struct baton_dev *dev = cuda_fixture_open();
+	unsetenv("BATON_CUDA_VR_F32");
 	/* the router's shape; bias, accumulate, more than one tile */
 	rows_case(dev, BATON_DT_F32, 128, 2048, 2, -1, 0);
 	rows_case(dev, BATON_DT_F32, 128, 2048, 16, -1, 0);
@@ -459,8 +462,11 @@ static void t_perf_rows(void)
 	for (int exact = 0; exact < 2; exact++) {
 		if (exact)
 			T_ASSERT(setenv("BATON_CUDA_VR", "0", 1) == 0);
+		else
+			T_ASSERT(setenv("BATON_CUDA_VR_F32", "1", 1) == 0); /* its figures too */
 		struct baton_dev *dev = cuda_fixture_open();
 		unsetenv("BATON_CUDA_VR");
+		unsetenv("BATON_CUDA_VR_F32");
 		for (size_t i = 0; i < sizeof m / sizeof m[0]; i++) {
 			uint64_t wb;
 			uint8_t *w = weights(m[i].dt, m[i].n_out, m[i].k, &wb);
