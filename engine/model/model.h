@@ -671,6 +671,13 @@ void generator_seq_begin(struct baton_gen_seq *s);
  * final (on_text). Then generator_seq_finished says whether it ended; if
  * not, *token is what the model must take next. BATON_ESTATE after the
  * end; the sampler's errors. */
+/* generator_seq_next in two halves, for a scheduler that samples its
+ * sequences on several threads: pick (the logits' masks, the sampler:
+ * nothing but s and its logits is written, so picks of different
+ * sequences may run at once) and take (the token's text, its callbacks;
+ * on the caller's thread). next = pick, then take if pick returned 0. */
+int generator_seq_pick(struct baton_gen_seq *s, float *logits, char *errbuf, size_t errlen);
+int generator_seq_take(struct baton_gen_seq *s, uint32_t *token, char *errbuf, size_t errlen);
 int generator_seq_next(struct baton_gen_seq *s, float *logits, uint32_t *token,
     char *errbuf, size_t errlen);
 /* NULL while it runs; "stop", "length" or "cancelled" once it ended. */
