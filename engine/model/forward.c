@@ -57,8 +57,6 @@ static int attention_block(struct baton_model *m, uint32_t l, const struct segme
 	const uint32_t D = c->hidden, QD = c->heads * c->head_dim, KD = c->kv_heads * c->head_dim;
 	int rc;
 
-	if ((rc = be->rmsnorm(d, m->x, m->xn, n, D, L->in_norm.p, L->in_norm.dtype, c->eps)))
-		return rc;
 	if (be->matmuls) { /* q, k and v in one call (one launch at batch 1 on cuda) */
 		const struct baton_matmuls mm = { .x = m->xn, .rows = n, .k = D, .n = 3, .m = {
 			{ .w = L->q.p, .b = L->qb.p, .y = m->q, .w_dtype = L->q.dtype,
@@ -67,9 +65,17 @@ static int attention_block(struct baton_model *m, uint32_t l, const struct segme
 			    .b_dtype = L->kb.dtype, .n_out = KD },
 			{ .w = L->v.p, .b = L->vb.p, .y = m->vx, .w_dtype = L->v.dtype,
 			    .b_dtype = L->vb.dtype, .n_out = KD } } };
-		if ((rc = be->matmuls(d, &mm)))
+		if (be->rmsnorm_matmuls) { /* with the input norm (one launch at batch 1 on cuda) */
+			if ((rc = be->rmsnorm_matmuls(d, m->x, L->in_norm.p, L->in_norm.dtype, c->eps, &mm)))
+				return rc;
+		} else if ((rc = be->rmsnorm(d, m->x, m->xn, n, D, L->in_norm.p, L->in_norm.dtype,
+		                c->eps)) ||
+		    (rc = be->matmuls(d, &mm))) {
 			return rc;
-	} else if ((rc = be->matmul(d, L->q.p, L->q.dtype, QD, D, L->qb.p, L->qb.dtype, m->xn, n,
+		}
+	} else if ((rc = be->rmsnorm(d, m->x, m->xn, n, D, L->in_norm.p, L->in_norm.dtype,
+	                c->eps)) ||
+	    (rc = be->matmul(d, L->q.p, L->q.dtype, QD, D, L->qb.p, L->qb.dtype, m->xn, n,
 	                m->q, 0)) ||
 	    (rc = be->matmul(d, L->k.p, L->k.dtype, KD, D, L->kb.p, L->kb.dtype, m->xn, n, m->kx, 0)) ||
 	    (rc = be->matmul(d, L->v.p, L->v.dtype, KD, D, L->vb.p, L->vb.dtype, m->xn, n, m->vx, 0))) {
@@ -86,6 +92,22 @@ static int attention_block(struct baton_model *m, uint32_t l, const struct segme
 			.v = m->vx, .k_cache = kv_k(m, l), .v_cache = kv_v(m, l), .slots = m->slots,
 			.cache_rows = kv_pool_rows(m),
 		};
+		if (be->qk_attention_segs && be->attention_segs) {
+			/* with attention: one launch for a pass of decode rows */
+			for (uint32_t i = 0; i < n_seg; i++)
+				m->asegs[i] = (struct baton_attn_seg){ .n_q = sg[i].n, .pos0 = sg[i].pos0,
+					.blocks = sg[i].seq->blocks };
+			const struct baton_attn_segs as = {
+				.q = m->q, .k = kv_k(m, l), .v = kv_v(m, l), .out = m->ao, .n_seg = n_seg,
+				.n_heads = c->heads, .n_kv_heads = c->kv_heads, .head_dim = c->head_dim,
+				.block_size = BATON_KV_BLOCK, .scale = 1.0f / sqrtf((float)c->head_dim),
+				.segs = m->asegs,
+			};
+			if ((rc = be->qk_attention_segs(d, &nr, &as)))
+				return rc;
+			return be->matmul(d, L->o.p, L->o.dtype, D, QD, L->ob.p, L->ob.dtype, m->ao, n,
+			    m->x, 1);
+		}
 		if ((rc = be->qk_norm_rope(d, &nr)))
 			return rc;
 		stored = 1;

@@ -171,6 +171,8 @@ int model_open(struct baton_engine *e, const struct baton_model_opts *opts,
 	}
 	if ((rc = kv_cache_init(m, cj, (size_t)cj_len)) != 0)
 		goto fail;
+	if (m->be->prepare) /* what a pass of max_batch rows needs, now (cuda: cuBLAS) */
+		(void)m->be->prepare(m->dev, m->max_batch);
 	m->pc_on = !(opts && opts->no_prefix_cache);
 	m->host_limit = opts ? opts->kv_host_bytes : 0;
 	if ((rc = model_seq_open(m, &m->def)) != 0)

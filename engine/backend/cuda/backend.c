@@ -793,6 +793,19 @@ static int cuda_sync(struct baton_dev *dev)
 	return rc ? rc : cuda_stream_sync(dev);
 }
 
+/* The tensor-core path, started now rather than at the first pass of
+ * dev->tc_rows rows or more (blas.c): not while a pass is recorded. */
+static int cuda_op_prepare(struct baton_dev *dev, uint32_t rows)
+{
+	int rc;
+	if (dev->gmode)
+		return 0;
+	if ((rc = cuda_cur(dev)))
+		return rc;
+	cuda_tc_on(dev, rows);
+	return 0;
+}
+
 const struct baton_backend baton_backend_cuda = {
 	.name = "cuda",
 	.open = cuda_open,
@@ -838,4 +851,7 @@ const struct baton_backend baton_backend_cuda = {
 	.router_route_dev = cuda_op_router_route_dev,
 	.graph_begin = cuda_graph_begin,
 	.graph_end = cuda_graph_end,
+	.prepare = cuda_op_prepare,
+	.qk_attention_segs = cuda_op_qk_attention_segs,
+	.rmsnorm_matmuls = cuda_op_rmsnorm_matmuls,
 };
