@@ -417,6 +417,18 @@ struct baton_backend {
 	 * queues the two. */
 	int (*rmsnorm_matmuls)(struct baton_dev *dev, baton_dptr x, baton_dptr w, uint32_t w_dtype,
 	    float eps, const struct baton_matmuls *mm);
+
+	/* Optional, as a pair: host memory that copy_d2h writes at the
+	 * device's full rate, straight into it (pinned, writable: cuda's
+	 * cuMemHostAlloc), for a step's logits; host_free after the last
+	 * copy into it, before close. Without them callers use malloc. */
+	int (*host_alloc)(struct baton_dev *dev, uint64_t bytes, void **p);
+	void (*host_free)(struct baton_dev *dev, void *p);
+
+	/* Optional: seconds the host has spent so far waiting for the device
+	 * (every sync, every copy that waits): with a step's wall time, how
+	 * much of it was the host's own. */
+	double (*wait_seconds)(struct baton_dev *dev);
 };
 
 extern const struct baton_backend baton_backend_host;

@@ -189,6 +189,9 @@ void model_close(struct baton_model *m)
 	if (!m)
 		return;
 	m->host_limit = 0; /* nothing to keep for later */
+	if (m->pin_p) /* its owner did not free it: the backend's memory goes now */
+		m->be->host_free(m->dev, (void *)m->pin_p);
+	m->pin_p = NULL;
 	if (m->blk)
 		model_kv_release(m);
 	else if (m->kv)

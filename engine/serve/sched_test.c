@@ -195,6 +195,16 @@ static void t_batched_equals_alone(void)
 	rig_close(&r);
 }
 
+/* The same six with BATON_SCHED_SAMPLERS=4: the tokens picked on the
+ * pool's threads, taken in order on the scheduler's: each equals it alone
+ * again, text and stream too. */
+static void t_batched_samplers(void)
+{
+	T_ASSERT(setenv("BATON_SCHED_SAMPLERS", "4", 1) == 0);
+	t_batched_equals_alone();
+	unsetenv("BATON_SCHED_SAMPLERS");
+}
+
 /* The queue holds max_queue; one more is EBUSY; all are served later. */
 static void t_queue_full(void)
 {
@@ -845,7 +855,7 @@ static void t_step_one_pass(void)
 	rig_close(&r);
 }
 
-T_MAIN(T_CASE_TIMEOUT(t_batched_equals_alone, 120), T_CASE_TIMEOUT(t_step_one_pass, 60), T_CASE_TIMEOUT(t_queue_full, 60), T_CASE_TIMEOUT(t_submit_many_all_or_none, 60),
+T_MAIN(T_CASE_TIMEOUT(t_batched_equals_alone, 120), T_CASE_TIMEOUT(t_batched_samplers, 120), T_CASE_TIMEOUT(t_step_one_pass, 60), T_CASE_TIMEOUT(t_queue_full, 60), T_CASE_TIMEOUT(t_submit_many_all_or_none, 60),
     T_CASE_TIMEOUT(t_cancel_frees_blocks, 60), T_CASE_TIMEOUT(t_small_pool, 120),
     T_CASE_TIMEOUT(t_drain, 60), T_CASE_TIMEOUT(t_short_beside_long, 120),
     T_CASE_TIMEOUT(t_preempt_recompute, 120), T_CASE_TIMEOUT(t_preempt_and_cancel, 120),

@@ -208,6 +208,24 @@ struct baton_dev {
 	 * this pinned buffer, allocated at the first */
 	void *d2h_stage;
 
+	/* The multi-row GEMVs of passes of 2 to 64 rows (mmvq_rows_launch.c):
+	 * q4_K / q6_K (off with vq_off) and the f32 routers; vr_off:
+	 * BATON_CUDA_VR=0. vr_x: the pass's rows as int8 blocks. */
+	CUmodule vr_mod;
+	CUfunction k_vr[4], k_vr_f32[2];
+	int vr_off, vr_f32; /* vr_f32: BATON_CUDA_VR_F32=1, the f32 kernel (opt-in) */
+	struct dbuf vr_x;
+	/* vr_x holds the quantization of vr_src (vr_rows x vr_k) while
+	 * n_launch is vr_mark (a multi-row rmsnorm wrote it, or the last
+	 * multi-row matmul quantized it) */
+	baton_dptr vr_src;
+	uint32_t vr_rows, vr_k;
+	uint64_t vr_mark;
+	/* host_alloc's pinned buffers (backend.c): copy_d2h into them goes
+	 * straight there */
+	struct tab hallocs;
+	double t_wait; /* seconds in cuda_stream_sync so far (wait_seconds) */
+
 	char err[256];
 };
 
@@ -423,6 +441,33 @@ int cuda_mmvq_experts(struct baton_dev *dev, const struct baton_moe_layer *l, ba
     baton_dptr ids, baton_dptr weights);
 
 /* ---- gemv16_launch.c: the 16-bit batch-1 GEMVs ------------------------------ */
+
+/* ---- mmvq_rows_launch.c: the GEMVs of passes of 2 to 64 rows -------------- */
+
+/* Load at open (after cuda_mmvq_load: it launches baton_mmvq_quant), free
+ * at close. */
+int cuda_vr_load(struct baton_dev *dev);
+void cuda_vr_free(struct baton_dev *dev);
+/* Whether a pass of rows takes this path (2 to 64 rows, short of the
+ * tensor cores', not BATON_CUDA_VR=0). */
+int cuda_vr_on(const struct baton_dev *dev, uint32_t rows);
+/* A multi-row rmsnorm (rows 2 to 63, cols % 256 == 0, the path on) also
+ * writes its output as int8 blocks where these matmuls read them: *q and
+ * *d (0 when not), then cuda_vr_norm_done after its launch. */
+int cuda_vr_norm_out(struct baton_dev *dev, uint32_t rows, uint32_t cols, uint64_t *q,
+    uint64_t *d);
+void cuda_vr_norm_done(struct baton_dev *dev, baton_dptr out, uint32_t rows, uint32_t cols);
+/* matmul of 2 to 63 rows on q4_K / q6_K (BATON_CUDA_EXACT=1: not) or,
+ * with BATON_CUDA_VR_F32=1, small f32 matrices (the exact bits), arguments checked by
+ * cuda_op_matmul; CUDA_TC_FALLBACK when it does not apply. */
+int cuda_vr_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint32_t n_out,
+    uint32_t k, baton_dptr b, uint32_t b_dtype, baton_dptr x, uint32_t rows, baton_dptr y,
+    int accumulate);
+/* Up to three matrices over one x in one launch (q, k and v), each the
+ * bits of its own cuda_vr_matmul; CUDA_TC_FALLBACK when any does not
+ * suit. */
+int cuda_vr_matmuls(struct baton_dev *dev, baton_dptr x, uint32_t k, uint32_t rows,
+    const struct baton_matmul_out *m, uint32_t n, int accumulate);
 
 /* Load at open (after cuda_mmvq_load), free at close. */
 int cuda_g16_load(struct baton_dev *dev);

@@ -345,12 +345,17 @@ int cuda_op_rmsnorm(struct baton_dev *dev, baton_dptr x, baton_dptr out, uint32_
 		};
 		if (rows > 0x7fffffffu)
 			return refuse(dev, BATON_ERANGE, "rmsnorm", "too many rows");
-		/* one row: also as the int8 blocks of the quantized matmuls after it */
-		if ((rc = cuda_mmvq_norm_out(dev, rows, cols, &a.q, &a.d)) ||
+		/* one row: also as the int8 blocks of the quantized matmuls after
+		 * it; 2 to 63 rows: those of mmvq_rows.cu's */
+		const int vr = rows > 1;
+		if ((rc = vr ? cuda_vr_norm_out(dev, rows, cols, &a.q, &a.d)
+		             : cuda_mmvq_norm_out(dev, rows, cols, &a.q, &a.d)) ||
 		    (rc = cuda_launch(dev, dev->k_rmsnorm_row, rows, 1, OPS_THREADS, &a,
 		         "cuLaunchKernel baton_ops_rmsnorm_row")))
 			return rc;
-		if (a.q)
+		if (a.q && vr)
+			cuda_vr_norm_done(dev, out, rows, cols);
+		else if (a.q)
 			cuda_mmvq_norm_done(dev, out, cols);
 		return 0;
 	}
@@ -412,6 +417,9 @@ int cuda_op_matmuls(struct baton_dev *dev, const struct baton_matmuls *mm)
 		    CUDA_TC_FALLBACK)
 			return rc;
 	}
+	/* 2 to 63 rows: the multi-row quantized GEMV, one launch for all */
+	if ((rc = cuda_vr_matmuls(dev, mm->x, mm->k, mm->rows, mm->m, mm->n, 0)) != CUDA_TC_FALLBACK)
+		return rc;
 	for (uint32_t i = 0; i < mm->n; i++) {
 		const struct baton_matmul_out *o = &mm->m[i];
 		if ((rc = cuda_op_matmul(dev, o->w, o->w_dtype, o->n_out, mm->k, o->b, o->b_dtype, mm->x,
@@ -476,6 +484,10 @@ int cuda_op_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint32
 		return rc;
 	if ((rc = cuda_mmvq_matmul(dev, w, w_dtype, rb, n_out, k, b, b_dtype, x, rows, y,
 	         accumulate)) != CUDA_TC_FALLBACK)
+		return rc;
+	/* 2 to 63 rows on q4_K / q6_K (int8 x) or small f32 matrices (exact) */
+	if ((rc = cuda_vr_matmul(dev, w, w_dtype, n_out, k, b, b_dtype, x, rows, y, accumulate)) !=
+	    CUDA_TC_FALLBACK)
 		return rc;
 	/* one row on bf16 / f16 weights: gemv16.cu at the memory's rate */
 	if ((rc = cuda_g16_matmul(dev, w, w_dtype, rb, n_out, k, b, b_dtype, x, rows, y,
