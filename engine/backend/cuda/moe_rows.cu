@@ -312,7 +312,7 @@ baton_mr_gate_up(baton_mr_moe_args a)
  * row (lane run j of each of the row's blocks, 4 at a time): the blocks
  * loaded first, then dotted with each pair's h in turn; part[p][o] =
  * w[p] * the row's sum. */
-extern "C" __global__ void __launch_bounds__(32 * DN_W)
+extern "C" __global__ void __launch_bounds__(32 * DN_W, 4) /* 128 registers: 16 warps an SM */
 baton_mr_down(baton_mr_moe_args a)
 {
 	__shared__ float acc[MAXR][32];
