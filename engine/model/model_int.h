@@ -157,9 +157,9 @@ struct baton_model {
 
 /* Passes of at most this many rows route on the device (decode); larger
  * ones (prefill) group tokens by expert on the host, sharing weight reads.
- * A model whose experts are q4_K in every layer routes passes of up to
- * RT_ROWS_Q4K rows on the device (the cuda backend groups them by expert
- * there: moe_rows.cu). BATON_MODEL_DEVICE_ROWS sets it from 1 to
+ * A model whose experts are q4_K in every layer (hidden <= 2048, moe_ff
+ * <= 1024: model.c) routes passes of up to RT_ROWS_Q4K rows on the device
+ * (the cuda backend groups them by expert there: moe_rows.cu). BATON_MODEL_DEVICE_ROWS sets it from 1 to
  * RT_ROWS_MAX (m->rt_rows). */
 #define RT_ROWS 8
 #define RT_ROWS_MAX 64

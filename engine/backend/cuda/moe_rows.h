@@ -20,6 +20,12 @@
 #define BATON_MR_MAX_ROWS 64    /* rows of a pass (so pairs of one expert) */
 #define BATON_MR_MAX_PAIRS 4096 /* rows * top_k */
 #define BATON_MR_MAX_E 1024     /* experts a layer */
+/* The widths the launcher takes: gate_up's rows in one pass of 8 blocks
+ * and down's in one of 4, the shapes measured on the H200 (2026-12-02,
+ * Qwen3-30B-A3B's 2,048 x 768). The kernels loop over longer rows, but
+ * that loop never ran on a GPU: wider models keep the older path. */
+#define BATON_MR_MAX_D 2048
+#define BATON_MR_MAX_F 1024
 #define BATON_MR_GU_WARPS 8     /* gate_up: a block of 32 d_ff rows */
 #define BATON_MR_DN_WARPS 4     /* down: a block of 32 d_model rows, 8 a warp */
 

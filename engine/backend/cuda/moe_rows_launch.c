@@ -1,8 +1,8 @@
 /*
  * moe_rows_launch.c: the experts of passes of 2 to BATON_MR_MAX_ROWS rows
  * routed on the device (moe_rows.cu): when they apply (q4_K gate, up and
- * down at 16-byte alignment, widths multiples of 256, at most 1024
- * experts; off with BATON_CUDA_EXACT=1 as mmvq's path, or with
+ * down at 16-byte alignment, widths multiples of 256 up to BATON_MR_MAX_D
+ * and BATON_MR_MAX_F, at most 1024 experts; off with BATON_CUDA_EXACT=1 as mmvq's path, or with
  * BATON_CUDA_MOE_ROWS=0), their scratch and their five launches: the
  * rows' quantization, the grouping, gate_up, down, and moe.cu's reduce.
  * Sized for the most rows at the first call, so that a recorded pass
@@ -68,7 +68,8 @@ int cuda_mr_experts(struct baton_dev *dev, const struct baton_moe_layer *l, bato
 	if (dev->vq_off || dev->mr_off || !dev->mr_mod || B < 2 || B > BATON_MR_MAX_ROWS ||
 	    l->gate_dtype != BATON_DT_Q4_K || l->up_dtype != BATON_DT_Q4_K ||
 	    l->down_dtype != BATON_DT_Q4_K || l->gate_off % 16 || l->up_off % 16 ||
-	    l->down_off % 16 || D % 256 || F % 256 || E > BATON_MR_MAX_E ||
+	    l->down_off % 16 || D % 256 || F % 256 || D > BATON_MR_MAX_D || F > BATON_MR_MAX_F ||
+	    E > BATON_MR_MAX_E ||
 	    (uint64_t)BATON_MR_MAX_ROWS * K > BATON_MR_MAX_PAIRS || l->xn % 16 || l->x % 4 ||
 	    F / 32 > 65535 || D / 32 > 65535)
 		return CUDA_TC_FALLBACK;
