@@ -42,6 +42,14 @@ def post(host, port, body, timeout=600):
     return json.loads(data)
 
 
+def health(host, port):
+    c = http.client.HTTPConnection(host, port, timeout=10)
+    c.request("GET", "/health")
+    j = json.loads(c.getresponse().read())
+    c.close()
+    return j["steps"], j["prefix_cache"]["read_tokens"]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--build", required=True)
@@ -52,6 +60,7 @@ def main():
     ap.add_argument("--gen", type=int, default=128)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--host-device-mib", type=int, default=0)
+    ap.add_argument("--step-tokens", type=int, default=0, help="baton-engine --step-tokens (default: its own)")
     ap.add_argument("--json")
     ap.add_argument("--log", help="the engine's stderr goes here (default: a temporary file)")
     a = ap.parse_args()
@@ -70,6 +79,8 @@ def main():
            "--backend", a.backend, "--ctx", str(ctx), "--kv-blocks", str(a.seqs * ctx // 16 + 16),
            "--max-seqs", str(a.seqs), "--max-queue", str(a.seqs + 4),
            "--served-model-name", "bench", "--http", "127.0.0.1:0"]
+    if a.step_tokens:
+        cmd += ["--step-tokens", str(a.step_tokens)]
     if a.host_device_mib:
         cmd += ["--host-device-mib", str(a.host_device_mib)]
     env = dict(os.environ)
@@ -116,13 +127,32 @@ def main():
             except Exception as e:  # noqa: BLE001 - reported below
                 errs.append("request %d: %s" % (i, e))
 
+        # The phases, from the engine's /health polled meanwhile: when every
+        # prompt has been read (its read_tokens), and the steps before and
+        # after that moment (so the decode's time a step).
+        steps0, read0 = health(host, port)
+        phase = {}
+        done = threading.Event()
+
+        def poll():
+            while not done.is_set():
+                st, rd = health(host, port)
+                if "read_s" not in phase and rd - read0 >= a.seqs * a.prompt:
+                    phase["read_s"], phase["read_steps"] = time.time() - t1, st - steps0
+                done.wait(0.005)
+
         threads = [threading.Thread(target=client, args=(i,)) for i in range(a.seqs)]
         t1 = time.time()
+        poller = threading.Thread(target=poll)
+        poller.start()
         for t in threads:
             t.start()
         for t in threads:
             t.join()
         wall = time.time() - t1
+        done.set()
+        poller.join()
+        steps = health(host, port)[0] - steps0
     finally:
         p.terminate()
         try:
@@ -143,11 +173,20 @@ def main():
            "total_tok_s": round((prompt_tok + gen_tok) / wall, 2),
            "generated_tok_s": round(gen_tok / wall, 2),
            "request_s_median": round(times[len(times) // 2], 3), "request_s_max": round(times[-1], 3),
-           "finish_reasons": sorted(set(r[3] for r in res))}
+           "finish_reasons": sorted(set(r[3] for r in res)), "steps": steps}
+    if "read_s" in phase and steps > phase["read_steps"]:
+        # the prompts' steps also decode the sequences that started first
+        out["prompts_read_s"] = round(phase["read_s"], 3)
+        out["steps_to_read_prompts"] = phase["read_steps"]
+        out["ms_per_step_after"] = round(1e3 * (wall - phase["read_s"]) / (steps - phase["read_steps"]), 3)
     print("serving, %d sequences x (%d prompt + %d generated): %.1f tok/s total, %.1f generated tok/s, "
           "%.2f s wall (%d of %d tokens generated)" % (a.seqs, a.prompt, a.gen, out["total_tok_s"],
                                                        out["generated_tok_s"], wall, gen_tok,
                                                        a.seqs * a.gen))
+    if "prompts_read_s" in out:
+        print("  every prompt read after %.3f s (%d steps); then %.2f ms a step over %d steps" % (
+            out["prompts_read_s"], out["steps_to_read_prompts"], out["ms_per_step_after"],
+            steps - out["steps_to_read_prompts"]))
     if a.json:
         with open(a.json, "w") as f:
             json.dump(out, f, indent=1)

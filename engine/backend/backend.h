@@ -390,6 +390,45 @@ struct baton_backend {
 	 * asked for: no sync, no copy to the host. */
 	int (*graph_begin)(struct baton_dev *dev, int *replay);
 	int (*graph_end)(struct baton_dev *dev, int ok);
+
+	/* Optional: readies now what passes of up to `rows` rows would make
+	 * on first use (cuda: the tensor-core path: cuBLAS loaded, its
+	 * handle, workspace and helper kernels, about a second the first
+	 * time in a process), so that a model's first long prompt does not
+	 * pay for it and its memory is taken at open, where the broker
+	 * counts it. 0, or a code; nothing depends on it (the first such
+	 * pass starts what is missing, as without it). */
+	int (*prepare)(struct baton_dev *dev, uint32_t rows);
+
+	/* Optional: qk_norm_rope(nr) (with its store: nr->k_cache set) then
+	 * attention_segs(s) in one queued call, with both slots' results
+	 * for the cache and out (the cuda backend fuses them into one
+	 * launch for passes of decode rows, one row a segment; else it
+	 * queues the two). q and k (nr->q, nr->k) are left unspecified:
+	 * the norms and rotations may be made on the fly, not in place.
+	 * Refusals are the two slots'. Without it forward.c queues the two. */
+	int (*qk_attention_segs)(struct baton_dev *dev, const struct baton_qk_norm_rope *nr,
+	    const struct baton_attn_segs *s);
+	/* Optional: rmsnorm(x, mm->x, mm->rows, mm->k, w, w_dtype, eps) then
+	 * matmuls(mm) in one queued call, with their results in the outputs
+	 * (the cuda backend's one launch at batch 1 on q4_K / q6_K: each
+	 * block norms x itself); mm->x (the normed rows) is left
+	 * unspecified. Refusals are the two slots'. Without it forward.c
+	 * queues the two. */
+	int (*rmsnorm_matmuls)(struct baton_dev *dev, baton_dptr x, baton_dptr w, uint32_t w_dtype,
+	    float eps, const struct baton_matmuls *mm);
+
+	/* Optional, as a pair: host memory that copy_d2h writes at the
+	 * device's full rate, straight into it (pinned, writable: cuda's
+	 * cuMemHostAlloc), for a step's logits; host_free after the last
+	 * copy into it, before close. Without them callers use malloc. */
+	int (*host_alloc)(struct baton_dev *dev, uint64_t bytes, void **p);
+	void (*host_free)(struct baton_dev *dev, void *p);
+
+	/* Optional: seconds the host has spent so far waiting for the device
+	 * (every sync, every copy that waits): with a step's wall time, how
+	 * much of it was the host's own. */
+	double (*wait_seconds)(struct baton_dev *dev);
 };
 
 extern const struct baton_backend baton_backend_host;

@@ -291,6 +291,8 @@ static const struct baton_backend *table_for(const struct baton_backend *in)
 				.qk_norm_rope = in->qk_norm_rope,
 				.attention = in->attention,
 				.attention_segs = in->attention_segs,
+				.qk_attention_segs = in->qk_attention_segs,
+				.rmsnorm_matmuls = in->rmsnorm_matmuls,
 				.kv_store = in->kv_store,
 				.swiglu = in->swiglu,
 				.add = in->add,
@@ -298,6 +300,7 @@ static const struct baton_backend *table_for(const struct baton_backend *in)
 				.route_dev = in->route_dev,
 				.moe_experts_dev = in->moe_experts_dev,
 				.router_route_dev = in->router_route_dev,
+				.prepare = in->prepare,
 			};
 			return &tables[i].table;
 		}

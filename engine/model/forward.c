@@ -31,7 +31,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/backend/backend.h"
 #include "engine/model/model_int.h"
+#include "proto/base/base.h"
 
 /* The qk norm of n rows of a projection of `heads` heads, in place. */
 static int qk_norm(struct baton_model *m, baton_dptr p, uint32_t n, uint32_t heads,
@@ -55,8 +57,6 @@ static int attention_block(struct baton_model *m, uint32_t l, const struct segme
 	const uint32_t D = c->hidden, QD = c->heads * c->head_dim, KD = c->kv_heads * c->head_dim;
 	int rc;
 
-	if ((rc = be->rmsnorm(d, m->x, m->xn, n, D, L->in_norm.p, L->in_norm.dtype, c->eps)))
-		return rc;
 	if (be->matmuls) { /* q, k and v in one call (one launch at batch 1 on cuda) */
 		const struct baton_matmuls mm = { .x = m->xn, .rows = n, .k = D, .n = 3, .m = {
 			{ .w = L->q.p, .b = L->qb.p, .y = m->q, .w_dtype = L->q.dtype,
@@ -65,9 +65,17 @@ static int attention_block(struct baton_model *m, uint32_t l, const struct segme
 			    .b_dtype = L->kb.dtype, .n_out = KD },
 			{ .w = L->v.p, .b = L->vb.p, .y = m->vx, .w_dtype = L->v.dtype,
 			    .b_dtype = L->vb.dtype, .n_out = KD } } };
-		if ((rc = be->matmuls(d, &mm)))
+		if (be->rmsnorm_matmuls) { /* with the input norm (one launch at batch 1 on cuda) */
+			if ((rc = be->rmsnorm_matmuls(d, m->x, L->in_norm.p, L->in_norm.dtype, c->eps, &mm)))
+				return rc;
+		} else if ((rc = be->rmsnorm(d, m->x, m->xn, n, D, L->in_norm.p, L->in_norm.dtype,
+		                c->eps)) ||
+		    (rc = be->matmuls(d, &mm))) {
 			return rc;
-	} else if ((rc = be->matmul(d, L->q.p, L->q.dtype, QD, D, L->qb.p, L->qb.dtype, m->xn, n,
+		}
+	} else if ((rc = be->rmsnorm(d, m->x, m->xn, n, D, L->in_norm.p, L->in_norm.dtype,
+	                c->eps)) ||
+	    (rc = be->matmul(d, L->q.p, L->q.dtype, QD, D, L->qb.p, L->qb.dtype, m->xn, n,
 	                m->q, 0)) ||
 	    (rc = be->matmul(d, L->k.p, L->k.dtype, KD, D, L->kb.p, L->kb.dtype, m->xn, n, m->kx, 0)) ||
 	    (rc = be->matmul(d, L->v.p, L->v.dtype, KD, D, L->vb.p, L->vb.dtype, m->xn, n, m->vx, 0))) {
@@ -84,6 +92,22 @@ static int attention_block(struct baton_model *m, uint32_t l, const struct segme
 			.v = m->vx, .k_cache = kv_k(m, l), .v_cache = kv_v(m, l), .slots = m->slots,
 			.cache_rows = kv_pool_rows(m),
 		};
+		if (be->qk_attention_segs && be->attention_segs) {
+			/* with attention: one launch for a pass of decode rows */
+			for (uint32_t i = 0; i < n_seg; i++)
+				m->asegs[i] = (struct baton_attn_seg){ .n_q = sg[i].n, .pos0 = sg[i].pos0,
+					.blocks = sg[i].seq->blocks };
+			const struct baton_attn_segs as = {
+				.q = m->q, .k = kv_k(m, l), .v = kv_v(m, l), .out = m->ao, .n_seg = n_seg,
+				.n_heads = c->heads, .n_kv_heads = c->kv_heads, .head_dim = c->head_dim,
+				.block_size = BATON_KV_BLOCK, .scale = 1.0f / sqrtf((float)c->head_dim),
+				.segs = m->asegs,
+			};
+			if ((rc = be->qk_attention_segs(d, &nr, &as)))
+				return rc;
+			return be->matmul(d, L->o.p, L->o.dtype, D, QD, L->ob.p, L->ob.dtype, m->ao, n,
+			    m->x, 1);
+		}
 		if ((rc = be->qk_norm_rope(d, &nr)))
 			return rc;
 		stored = 1;
@@ -218,6 +242,51 @@ static int moe_block(struct baton_model *m, uint32_t l, uint32_t n)
 	return be->add(d, m->x, m->sy, m->gl, n, D);
 }
 
+/* Whether [p, p + n) lies in the buffer of model_logits_alloc. */
+static int pinned(const struct baton_model *m, const float *p, uint64_t n)
+{
+	const char *c = (const char *)p;
+	return m->pin_p && c >= m->pin_p && (uint64_t)(c - m->pin_p) + n <= m->pin_bytes;
+}
+
+float *model_logits_alloc(struct baton_model *m, uint64_t bytes)
+{
+	void *p = NULL;
+	if (!m || !bytes)
+		return NULL;
+	if (!m->pin_p && m->be->host_alloc && m->be->host_free &&
+	    m->be->host_alloc(m->dev, bytes, &p) == 0) {
+		m->pin_p = p;
+		m->pin_bytes = bytes;
+		return p;
+	}
+	return malloc(bytes);
+}
+
+void model_logits_free(struct baton_model *m, float *p)
+{
+	if (!p)
+		return;
+	if (m && (const char *)p == m->pin_p) {
+		m->be->host_free(m->dev, p);
+		m->pin_p = NULL;
+		m->pin_bytes = 0;
+		return;
+	}
+	free(p);
+}
+
+double model_wait_seconds(const struct baton_model *m)
+{
+	return m && m->be->wait_seconds ? m->be->wait_seconds(m->dev) : 0;
+}
+
+void model_head_times(const struct baton_model *m, double *sync_s, double *copy_s)
+{
+	*sync_s = m ? m->t_head_sync : 0;
+	*copy_s = m ? m->t_head_copy : 0;
+}
+
 /* The output head over the last rows of the segments that want logits,
  * HEAD_ROWS at a time. */
 static int head(struct baton_model *m, const struct segment *sg, uint32_t n_seg)
@@ -230,16 +299,26 @@ static int head(struct baton_model *m, const struct segment *sg, uint32_t n_seg)
 	uint64_t row = 0;
 	int rc;
 
+	/* the norm over runs of consecutive last rows at once (a decode
+	 * step's: every row), the bits of one call a row */
+	uint32_t g0 = 0, first = 0;
 	for (uint32_t i = 0; i < n_seg; i++) {
 		row += sg[i].n;
 		if (sg[i].logits) {
-			baton_dptr last = m->x + (row - 1) * rowb;
-			if ((rc = m->be->rmsnorm(m->dev, last, m->xn + g * rowb, 1, D, m->norm.p,
-			         m->norm.dtype, c->eps)))
-				return rc;
+			if (g > g0 && first + (g - g0) != row - 1) {
+				if ((rc = m->be->rmsnorm(m->dev, m->x + first * rowb, m->xn + g0 * rowb,
+				         g - g0, D, m->norm.p, m->norm.dtype, c->eps)))
+					return rc;
+				g0 = g;
+			}
+			if (g == g0)
+				first = (uint32_t)(row - 1);
 			dst[g++] = sg[i].logits;
 		}
 		if (g && (g == HR || i + 1 == n_seg)) {
+			if (g > g0 && (rc = m->be->rmsnorm(m->dev, m->x + first * rowb, m->xn + g0 * rowb,
+			                   g - g0, D, m->norm.p, m->norm.dtype, c->eps)))
+				return rc;
 			if ((rc = m->be->matmul(m->dev, m->head.p, m->head.dtype, c->vocab, D, 0, 0, m->xn,
 			         g, m->logits, 0)))
 				return rc;
@@ -250,12 +329,22 @@ static int head(struct baton_model *m, const struct segment *sg, uint32_t n_seg)
 				m->graph_runs++;
 				m->graph_ran = 1;
 			}
+			const double t0 = baton_now_s();
 			if ((rc = m->be->sync(m->dev)))
 				return rc;
-			for (uint32_t r = 0; r < g; r++)
-				if ((rc = m->be->copy_d2h(m->dev, dst[r], m->logits + r * vb, vb)))
+			const double t1 = baton_now_s();
+			/* rows back to back in a pinned buffer (the scheduler's):
+			 * one copy at the device's rate; else a staged copy each */
+			for (uint32_t r = 0, e; r < g; r = e) {
+				for (e = r + 1; e < g && dst[e] == dst[e - 1] + c->vocab && pinned(m, dst[r],
+				         (uint64_t)(e + 1 - r) * vb); e++)
+					;
+				if ((rc = m->be->copy_d2h(m->dev, dst[r], m->logits + r * vb, (e - r) * vb)))
 					return rc;
-			g = 0;
+			}
+			m->t_head_sync += t1 - t0;
+			m->t_head_copy += baton_now_s() - t1;
+			g = g0 = 0;
 		}
 	}
 	return 0;
@@ -329,6 +418,16 @@ uint64_t model_graph_replays(const struct baton_model *m)
 	return m ? m->graph_replays : 0;
 }
 
+uint64_t model_passes(const struct baton_model *m)
+{
+	return m ? m->passes : 0;
+}
+
+uint32_t model_max_batch(const struct baton_model *m)
+{
+	return m ? m->max_batch : 0;
+}
+
 /* After a pass routed on the device: its choices, back in one copy, go
  * through cache_lookup as the host path's would have (all hits: the
  * cache's counts and heat stay what they were). */
@@ -387,6 +486,7 @@ static int pass(struct baton_model *m, const struct segment *sg, uint32_t n_seg,
 		}
 	if ((rc = moe_dev_ready(m, n)))
 		return rc;
+	m->passes++;
 	/* A pass that routes on the device waits for nothing until its head:
 	 * recorded and queued as one graph where the backend can (the same
 	 * work, the same bits; graph_begin/graph_end in backend.h), so the

@@ -354,6 +354,10 @@ struct baton_gen_seq {
 	int32_t *forced;            /* BATON_TEST_FORCE's tokens (tests only) */
 	size_t n_forced;
 	double t0, t1;              /* prefill began, first token sampled */
+	/* generator_seq_pick's token, for generator_seq_take */
+	int pending;
+	uint32_t pend_t;
+	enum baton_finish pend_fin;
 };
 
 /* A grammar with a trigger, after token t: once the document is whole
@@ -570,10 +574,10 @@ static void report_token(struct baton_gen_seq *s, uint32_t t)
 	s->on_token(s->arg, t, lp, ids, lps, n);
 }
 
-int generator_seq_next(struct baton_gen_seq *s, float *logits, uint32_t *token,
-    char *errbuf, size_t errlen)
+int generator_seq_pick(struct baton_gen_seq *s, float *logits, char *errbuf, size_t errlen)
 {
 	struct baton_generator *g = s->g;
+	s->pending = 0;
 	if (s->finish) {
 		baton_errf(errbuf, errlen, "the request has ended (%s)", s->finish);
 		return BATON_ESTATE;
@@ -625,6 +629,21 @@ int generator_seq_next(struct baton_gen_seq *s, float *logits, uint32_t *token,
 		baton_errf(errbuf, errlen, "sampling failed: %s", baton_strerror(rc));
 		return rc;
 	}
+	s->pending = 1;
+	s->pend_t = t;
+	s->pend_fin = fin;
+	return 0;
+}
+
+int generator_seq_take(struct baton_gen_seq *s, uint32_t *token, char *errbuf, size_t errlen)
+{
+	struct baton_generator *g = s->g;
+	if (!s->pending)
+		return 0; /* pick ended it (or failed): nothing to take */
+	s->pending = 0;
+	const uint32_t t = s->pend_t;
+	const enum baton_finish fin = s->pend_fin;
+	int rc;
 	s->toks[s->n_tokens++] = t;
 	*token = t;
 	if (fin == BATON_FINISH_STOP) {
@@ -654,6 +673,13 @@ int generator_seq_next(struct baton_gen_seq *s, float *logits, uint32_t *token,
 	    s->n_prompt + s->n_tokens - 1 >= model_max_ctx(g->model))
 		s->finish = "length"; /* the model holds no position for another token */
 	return 0;
+}
+
+int generator_seq_next(struct baton_gen_seq *s, float *logits, uint32_t *token,
+    char *errbuf, size_t errlen)
+{
+	int rc = generator_seq_pick(s, logits, errbuf, errlen);
+	return rc ? rc : generator_seq_take(s, token, errbuf, errlen);
 }
 
 int generator_seq_result(struct baton_gen_seq *s, struct baton_gen_result *res,

@@ -201,13 +201,13 @@ static struct parts decode_parts(struct baton_engine *e, const struct baton_mode
 	    "lm_head.weight", &dh);
 	baton_dptr scratch = 0;
 	const uint64_t fl = 4;
-	const uint64_t n_scr = 2ull * D + QD + QD + E + 2ull * ctx * KD + c->vocab;
+	const uint64_t n_scr = 2ull * D + QD + QD + E + 2ull * ctx * KD + c->vocab + 2ull * KD;
 	float *host = calloc((size_t)D + c->vocab, sizeof(float));
 	uint32_t *pos = calloc(1, sizeof *pos), ids[64], want[64];
 	float *inv = malloc((size_t)c->head_dim / 2 * sizeof(float)), w[64];
 	baton_dptr blobs[64], rt = 0;
 	baton_dptr *tab = calloc(E, sizeof *tab);
-	uint32_t *all_e = calloc(E, sizeof *all_e);
+	uint32_t *all_e = calloc(E, sizeof *all_e), *btab = NULL;
 	const char *hr = getenv("BATON_MODEL_HOST_ROUTE");
 	r.dev_route = be->route_dev && be->moe_experts_dev && !(hr && strcmp(hr, "1") == 0);
 	if (!tab || !all_e || (r.dev_route && be->alloc(dev, (uint64_t)E * 8 + 512, &rt) != 0))
@@ -231,6 +231,7 @@ static struct parts decode_parts(struct baton_engine *e, const struct baton_mode
 	const baton_dptr x = scratch, xn = x + D * fl, q = xn + D * fl, ao = q + QD * fl;
 	const baton_dptr rl = ao + QD * fl, kc = rl + E * fl, vc = kc + (uint64_t)ctx * KD * fl;
 	const baton_dptr lg = vc + (uint64_t)ctx * KD * fl;
+	const baton_dptr kraw = lg + (uint64_t)c->vocab * fl, vraw = kraw + (uint64_t)KD * fl;
 	for (uint32_t i = 0; i < D; i++)
 		host[i] = (float)((i * 2654435761u) % 2001) / 1000.0f - 1.0f;
 	struct baton_copy cx = { .dst = x, .src = host, .bytes = (uint64_t)D * 4 };
@@ -249,6 +250,27 @@ static struct parts decode_parts(struct baton_engine *e, const struct baton_mode
 		.head_dim = c->head_dim, .eps = c->eps, .mscale = c->rope_mscale, .pos = pos,
 		.inv_freq = inv };
 	const int fused = nq && nk && be->qk_norm_rope;
+	/* with attention where the backend has it, as forward.c: the raw k
+	 * and v rows apart, the cache's rows through an identity block table */
+	const uint32_t nblk = (ctx + BATON_KV_BLOCK - 1) / BATON_KV_BLOCK;
+	uint32_t slot = ctx - 1;
+	btab = calloc(nblk, sizeof *btab);
+	for (uint32_t i = 0; btab && i < nblk; i++)
+		btab[i] = i;
+	const int qkat = fused && be->qk_attention_segs && be->attention_segs && btab;
+	const struct baton_qk_norm_rope nra = { .q = q, .k = kraw, .wq = nq, .wk = nk,
+		.wq_dtype = dqn, .wk_dtype = dkn, .rows = 1, .heads = c->heads, .kv_heads = c->kv_heads,
+		.head_dim = c->head_dim, .eps = c->eps, .mscale = c->rope_mscale, .pos = pos,
+		.inv_freq = inv, .v = vraw, .k_cache = kc, .v_cache = vc, .slots = &slot,
+		.cache_rows = (uint64_t)ctx };
+	const struct baton_attn_seg aseg = { .n_q = 1, .pos0 = ctx - 1, .blocks = btab };
+	const struct baton_attn_segs asg = { .q = q, .k = kc, .v = vc, .out = ao, .n_seg = 1,
+		.n_heads = c->heads, .n_kv_heads = c->kv_heads, .head_dim = c->head_dim,
+		.block_size = BATON_KV_BLOCK, .scale = 1.0f / sqrtf((float)c->head_dim), .segs = &aseg };
+	const struct baton_matmuls mma = { .x = xn, .rows = 1, .k = D, .n = 3, .m = {
+		{ .w = wq, .y = q, .w_dtype = dq, .n_out = QD },
+		{ .w = wk, .y = kraw, .w_dtype = dk, .n_out = KD },
+		{ .w = wv, .y = vraw, .w_dtype = dv, .n_out = KD } } };
 	/* q, k and v in one call where the backend has it, as forward.c */
 	const struct baton_matmuls mm = { .x = xn, .rows = 1, .k = D, .n = 3, .m = {
 		{ .w = wq, .y = q, .w_dtype = dq, .n_out = QD },
@@ -268,7 +290,19 @@ static struct parts decode_parts(struct baton_engine *e, const struct baton_mode
 		.ids = dids, .weights = dw, .norm_on = 1, .norm_dtype = dpn, .w_dtype = dr,
 		.n_experts = E, .k = D, .rows = 1, .top_k = K, .rule = c->route_rule, .eps = c->eps };
 	int rc = 0;
-#define ATTN()                                                                                   \
+#define ATTN() (qkat ? ATTN_QKA() : ATTN_OLD())
+#define ATTN_QKA()                                                                               \
+	((be->rmsnorm_matmuls && be->matmuls ?                                                     \
+	     (rc = be->rmsnorm_matmuls(dev, x, nin, dn, c->eps, &mma)) != 0 :                      \
+	     ((rc = be->rmsnorm(dev, x, xn, 1, D, nin, dn, c->eps)) != 0)) ||                      \
+	    (be->rmsnorm_matmuls && be->matmuls ? 0 :                                              \
+	     be->matmuls ? (rc = be->matmuls(dev, &mma)) != 0 :                                    \
+	     ((rc = be->matmul(dev, wq, dq, QD, D, 0, 0, xn, 1, q, 0)) ||                          \
+	      (rc = be->matmul(dev, wk, dk, KD, D, 0, 0, xn, 1, kraw, 0)) ||                       \
+	      (rc = be->matmul(dev, wv, dv, KD, D, 0, 0, xn, 1, vraw, 0)))) ||                     \
+	    (rc = be->qk_attention_segs(dev, &nra, &asg)) ||                                       \
+	    (rc = be->matmul(dev, wo, dO, D, QD, 0, 0, ao, 1, x, 1)))
+#define ATTN_OLD()                                                                               \
 	((rc = be->rmsnorm(dev, x, xn, 1, D, nin, dn, c->eps)) ||                                  \
 	    (be->matmuls ? (rc = be->matmuls(dev, &mm)) != 0 :                                     \
 	     ((rc = be->matmul(dev, wq, dq, QD, D, 0, 0, xn, 1, q, 0)) ||                          \
@@ -344,6 +378,8 @@ static struct parts decode_parts(struct baton_engine *e, const struct baton_mode
 	r.launch = (baton_now_s() - t0) / (10 * reps);
 	r.ok = 1;
 #undef ATTN
+#undef ATTN_QKA
+#undef ATTN_OLD
 #undef ROUTE
 #undef EXPERTS
 fail:
@@ -361,6 +397,7 @@ out:
 	free(inv);
 	free(tab);
 	free(all_e);
+	free(btab);
 	return r;
 }
 

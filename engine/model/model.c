@@ -185,6 +185,8 @@ int model_open(struct baton_engine *e, const struct baton_model_opts *opts,
 	}
 	if ((rc = kv_cache_init(m, cj, (size_t)cj_len)) != 0)
 		goto fail;
+	if (m->be->prepare) /* what a pass of max_batch rows needs, now (cuda: cuBLAS) */
+		(void)m->be->prepare(m->dev, m->max_batch);
 	m->pc_on = !(opts && opts->no_prefix_cache);
 	m->host_limit = opts ? opts->kv_host_bytes : 0;
 	if ((rc = model_seq_open(m, &m->def)) != 0)
@@ -201,6 +203,9 @@ void model_close(struct baton_model *m)
 	if (!m)
 		return;
 	m->host_limit = 0; /* nothing to keep for later */
+	if (m->pin_p) /* its owner did not free it: the backend's memory goes now */
+		m->be->host_free(m->dev, (void *)m->pin_p);
+	m->pin_p = NULL;
 	if (m->blk)
 		model_kv_release(m);
 	else if (m->kv)

@@ -510,6 +510,24 @@ uint64_t model_graph_passes(const struct baton_model *m);
 /* How many of those replayed an earlier pass's recording (checked against
  * it on the host, nothing recorded: cuda), not recorded anew. */
 uint64_t model_graph_replays(const struct baton_model *m);
+/* Forward passes run (model_step splits a step of more than max_batch
+ * rows into several), and the rows a pass takes at most. */
+uint64_t model_passes(const struct baton_model *m);
+uint32_t model_max_batch(const struct baton_model *m);
+/* A buffer for the logits of model_step (the scheduler's: max_seqs x
+ * vocab floats): the backend's pinned host memory where it has it
+ * (host_alloc), so that a step's rows come back in one copy at the
+ * device's rate, straight into it, instead of a staged copy and a memcpy
+ * each; else malloc's. The same outputs either way. NULL when out of
+ * memory. model_logits_free before model_close. */
+float *model_logits_alloc(struct baton_model *m, uint64_t bytes);
+void model_logits_free(struct baton_model *m, float *p);
+/* Seconds head() has spent so far waiting for passes on the device (the
+ * sync before the logits copy) and copying logits to the host. */
+void model_head_times(const struct baton_model *m, double *sync_s, double *copy_s);
+/* Seconds the host has waited for the device so far, every wait (the
+ * backend's wait_seconds; 0 without it). */
+double model_wait_seconds(const struct baton_model *m);
 
 /* ==== the generator =========================================================
  *
@@ -653,6 +671,13 @@ void generator_seq_begin(struct baton_gen_seq *s);
  * final (on_text). Then generator_seq_finished says whether it ended; if
  * not, *token is what the model must take next. BATON_ESTATE after the
  * end; the sampler's errors. */
+/* generator_seq_next in two halves, for a scheduler that samples its
+ * sequences on several threads: pick (the logits' masks, the sampler:
+ * nothing but s and its logits is written, so picks of different
+ * sequences may run at once) and take (the token's text, its callbacks;
+ * on the caller's thread). next = pick, then take if pick returned 0. */
+int generator_seq_pick(struct baton_gen_seq *s, float *logits, char *errbuf, size_t errlen);
+int generator_seq_take(struct baton_gen_seq *s, uint32_t *token, char *errbuf, size_t errlen);
 int generator_seq_next(struct baton_gen_seq *s, float *logits, uint32_t *token,
     char *errbuf, size_t errlen);
 /* NULL while it runs; "stop", "length" or "cancelled" once it ended. */

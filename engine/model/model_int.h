@@ -153,6 +153,14 @@ struct baton_model {
 	 * launched (so not to be queued again); passes run so */
 	int capturing, graph_ran;
 	uint64_t graph_runs, graph_replays; /* replays: passes that ran a recording again */
+	uint64_t passes;                    /* every pass run, recorded or not */
+	/* model_logits_alloc's pinned buffer (head() copies a pass's rows
+	 * into it in one call where they lie back to back) */
+	const char *pin_p;
+	uint64_t pin_bytes;
+	/* head()'s host time (model_head_times): waiting for the pass on the
+	 * device, copying the logits back */
+	double t_head_sync, t_head_copy;
 };
 
 /* Passes of at most this many rows route on the device (decode); larger

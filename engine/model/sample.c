@@ -236,12 +236,14 @@ void baton_sampler_set_mask(struct baton_sampler *s, const uint64_t *allow)
 
 /* ---- the steps ------------------------------------------------------------- */
 
-/* Steps 1-3 on the logits, in place; NaN becomes -inf first. */
-static void penalize(const struct baton_sampler *s, float *l)
+/* Steps 1-3 on the logits, in place; NaN becomes -inf first (not for
+ * greedy: its scan never picks a NaN, nor a -inf, and what the steps
+ * make of a NaN stays NaN, of a -inf stays -inf, so the same token). */
+static void penalize(const struct baton_sampler *s, float *l, int greedy)
 {
 	const struct baton_sample_params *p = &s->p;
 
-	for (uint32_t t = 0; t < s->n_vocab; t++)
+	for (uint32_t t = 0; t < s->n_vocab && !greedy; t++)
 		if (isnan(l[t]))
 			l[t] = -INFINITY;
 	if (s->mask)
@@ -327,6 +329,45 @@ static double weights(struct baton_sampler *s, const struct cand *c, uint32_t n)
 	return sum;
 }
 
+/* The first id of the largest logit above -inf (NaN never; -0 and +0
+ * one value), UINT32_MAX if none: the scan `if (l[t] > best)`'s choice.
+ * The largest of each block of 256 first, in 8 interleaved lanes of
+ * `x > m ? x : m` (maxps's rule: a NaN never wins), so the compiler can
+ * use vector compares; the first block whose largest beats the blocks
+ * before it holds the answer, its first value equal to that. One chain
+ * of compares over 151,936 logits took 325 us on a loaded 2-core EPYC VM,
+ * this 85. */
+static uint32_t first_max(const float *l, uint32_t n)
+{
+	enum { LN = 8, BLK = 256 };
+	float bv = -INFINITY;
+	uint32_t bb = UINT32_MAX;
+	for (uint32_t b0 = 0; b0 < n; b0 += BLK) {
+		const uint32_t e = n - b0 < BLK ? n : b0 + BLK;
+		float m[LN];
+		for (int u = 0; u < LN; u++)
+			m[u] = -INFINITY;
+		uint32_t t = b0;
+		for (; t + LN <= e; t += LN)
+			for (int u = 0; u < LN; u++)
+				m[u] = l[t + u] > m[u] ? l[t + u] : m[u];
+		for (; t < e; t++)
+			m[0] = l[t] > m[0] ? l[t] : m[0];
+		float mb = m[0];
+		for (int u = 1; u < LN; u++)
+			mb = m[u] > mb ? m[u] : mb;
+		if (mb > bv) {
+			bv = mb;
+			bb = b0;
+		}
+	}
+	if (bb == UINT32_MAX)
+		return UINT32_MAX;
+	for (uint32_t t = bb;; t++)
+		if (l[t] == bv)
+			return t;
+}
+
 /* Steps 4-8: the candidates that survive, in s->cand[0..*n), with their
  * weights in s->w and the sum returned in *total. */
 static int select_cands(struct baton_sampler *s, float *l, uint32_t *n, double *total)
@@ -335,18 +376,10 @@ static int select_cands(struct baton_sampler *s, float *l, uint32_t *n, double *
 	struct cand *c = s->cand;
 	uint32_t m = 0;
 
-	penalize(s, l);
-	if (p->temperature < GREEDY_BELOW) {
-		/* the first largest logit above -inf; its value kept in a
-		 * register: reloading l[best] chained each compare to the last
-		 * (159 against 111 us over 151,936 logits on a 2-core EPYC VM) */
-		uint32_t best = UINT32_MAX;
-		float bv = -INFINITY;
-		for (uint32_t t = 0; t < s->n_vocab; t++)
-			if (l[t] > bv) {
-				bv = l[t];
-				best = t;
-			}
+	const int greedy = p->temperature < GREEDY_BELOW;
+	penalize(s, l, greedy);
+	if (greedy) {
+		const uint32_t best = first_max(l, s->n_vocab);
 		if (best == UINT32_MAX)
 			return BATON_EINVAL;
 		c[0] = (struct cand){ l[best], best };

@@ -477,6 +477,56 @@ static void t_top_p_large_vocab(void)
 /* Random settings and logits (ties, NaN, infinities included): the
  * distribution sums to 1, every drawn token had a probability above 0,
  * and sampling never fails while a logit is finite. */
+/* Greedy over large random vocabularies (lengths not a multiple of the
+ * scan's 8 lanes) with NaN, -inf, +inf, ties, -0 and +0 and a logit
+ * bias: the token of the plain scan `if (l[t] > best)` after NaN became
+ * -inf and the bias was added, which the sampler was. */
+static void t_greedy_scan(void)
+{
+	for (int it = 0; it < 300; it++) {
+		const uint32_t V = 1 + (uint32_t)(urand() * 3000);
+		float *l = malloc(V * sizeof *l), *c = malloc(V * sizeof *c);
+		T_ASSERT(l && c);
+		const int kind = it % 6;
+		for (uint32_t i = 0; i < V; i++) {
+			float u = urand();
+			l[i] = kind == 0 ? (float)(int)(4 * urand()) - 2.0f /* many ties */
+			     : kind == 1 ? (u < 0.5f ? -0.0f : 0.0f) /* only zeros */
+			     : kind == 2 ? (u < 0.9f ? NAN : -INFINITY) /* maybe nothing */
+			     : u < 0.05f ? NAN : u < 0.1f ? -INFINITY : u < 0.12f ? 5.0f : 10 * urand() - 5;
+		}
+		if (kind == 3)
+			l[(uint32_t)(urand() * V)] = INFINITY;
+		struct baton_sample_params p = baton_sample_defaults();
+		p.temperature = 0;
+		struct baton_logit_bias bias[2] = { { (uint32_t)(urand() * V), 3.0f },
+			{ (uint32_t)(urand() * V), -100.0f } };
+		p.bias = bias;
+		p.n_bias = bias[0].token == bias[1].token ? 1 : 2;
+		uint32_t want = UINT32_MAX;
+		float bv = -INFINITY;
+		for (uint32_t i = 0; i < V; i++) {
+			float v = isnan(l[i]) ? -INFINITY : l[i];
+			for (uint32_t b = 0; b < p.n_bias; b++)
+				if (bias[b].token == i)
+					v += bias[b].bias;
+			if (v > bv)
+				bv = v, want = i;
+		}
+		struct baton_sampler *s = mk(&p, V);
+		memcpy(c, l, V * sizeof *c);
+		uint32_t t = UINT32_MAX;
+		int rc = baton_sampler_next(s, c, &t, NULL);
+		if (want == UINT32_MAX)
+			T_EQ_ERR(rc, BATON_EINVAL);
+		else
+			T_ASSERT_MSG(rc == 0 && t == want, "iteration %d (V %u, kind %d): %u, want %u", it, V,
+			    kind, t, want);
+		baton_sampler_free(s);
+		free(l), free(c);
+	}
+}
+
 static void t_random_settings(void)
 {
 	enum { V = 300 };
@@ -633,7 +683,7 @@ static void t_mask(void)
 	}
 }
 
-T_MAIN(T_CASE(t_mask), T_CASE(t_greedy), T_CASE(t_temperature), T_CASE(t_top_k), T_CASE(t_top_p),
+T_MAIN(T_CASE(t_mask), T_CASE(t_greedy), T_CASE(t_greedy_scan), T_CASE(t_temperature), T_CASE(t_top_k), T_CASE(t_top_p),
     T_CASE(t_min_p), T_CASE(t_repetition_penalty), T_CASE(t_presence_frequency),
     T_CASE(t_logit_bias), T_CASE(t_order), T_CASE(t_stop_and_max_tokens),
     T_CASE(t_seed_repeatable), T_CASE_TIMEOUT(t_distribution, 60),

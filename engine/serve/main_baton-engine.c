@@ -68,6 +68,9 @@ static const char usage[] =
     "                              first, and the refill puts them back; 0: drop them\n"
     "                              (default 4096)\n"
     "  --max-seqs N                sequences decoded together in each step (default 16)\n"
+    "  --step-tokens N             tokens a step reads, one a decoding sequence and the rest\n"
+    "                              from prompts (16 to 4096; default 512): a step is one\n"
+    "                              forward pass of up to N rows\n"
     "  --max-queue N               requests waiting for KV blocks or a free slot; more are\n"
     "                              answered busy (HTTP 503 with Retry-After) (default 64)\n"
     "  --http ADDR                 serve the OpenAI-compatible API on ADDR (HOST:PORT, port 0:\n"
@@ -151,7 +154,7 @@ static void parse_args(int argc, char **argv, struct baton_serve_config *o)
 {
 	enum { O_NAME = 1, O_ARENA, O_LISTEN, O_BACKEND, O_DEVICE, O_CACHE, O_SEG, O_RELEASE,
 	       O_IDLE, O_ELASTIC, O_RESERVE, O_VERIFY, O_HOSTMIB, O_BROKER, O_PRIORITY, O_PEER,
-	       O_CTX, O_BWAIT, O_BOPT, O_KVB, O_MAXSEQS, O_MAXQ, O_HTTP, O_HTOKEN, O_SERVED, O_CSPECIAL, O_CORS, O_MAXN,
+	       O_CTX, O_BWAIT, O_BOPT, O_KVB, O_MAXSEQS, O_STEPT, O_MAXQ, O_HTTP, O_HTOKEN, O_SERVED, O_CSPECIAL, O_CORS, O_MAXN,
 	       O_NOPREFIX, O_KVHOST, O_NOACCESS,
 	       O_HELP, O_VERSION };
 	static const struct option lo[] = {
@@ -178,6 +181,7 @@ static void parse_args(int argc, char **argv, struct baton_serve_config *o)
 		{ "no-prefix-cache", no_argument, 0, O_NOPREFIX },
 		{ "kv-host-mib", required_argument, 0, O_KVHOST },
 		{ "max-seqs", required_argument, 0, O_MAXSEQS },
+		{ "step-tokens", required_argument, 0, O_STEPT },
 		{ "max-queue", required_argument, 0, O_MAXQ },
 		{ "http", required_argument, 0, O_HTTP },
 		{ "http-token-file", required_argument, 0, O_HTOKEN },
@@ -251,6 +255,11 @@ static void parse_args(int argc, char **argv, struct baton_serve_config *o)
 			o->max_seqs = (uint32_t)parse_uint("--max-seqs", optarg, 1024);
 			if (o->max_seqs == 0)
 				usage_error("--max-seqs must be positive");
+			break;
+		case O_STEPT:
+			o->step_tokens = (uint32_t)parse_uint("--step-tokens", optarg, 4096);
+			if (o->step_tokens < 16)
+				usage_error("--step-tokens wants 16 to 4096 tokens, got '%s'", optarg);
 			break;
 		case O_MAXQ:
 			o->max_queue = (uint32_t)parse_uint("--max-queue", optarg, 1u << 20);

@@ -973,10 +973,10 @@ static void handler(void *arg, struct baton_http_req *r)
 	if (strcmp(p, "/health") == 0 && get) {
 		struct sched_stats st;
 		sched_stats(s->o.sched, &st);
-		json_t *j = json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:I, s:I, s:I, s:I}", "status", "ok",
+		json_t *j = json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:I, s:I, s:I, s:I, s:I}", "status", "ok",
 		    "model", s->model, "running", (json_int_t)st.running, "waiting", (json_int_t)st.waiting,
 		    "kv_blocks_free", (json_int_t)st.kv_free, "kv_blocks_total", (json_int_t)st.kv_total,
-		    "steps", (json_int_t)st.steps, "cancelled", (json_int_t)st.cancelled, "refused_busy",
+		    "steps", (json_int_t)st.steps, "passes", (json_int_t)st.passes, "cancelled", (json_int_t)st.cancelled, "refused_busy",
 		    (json_int_t)st.refused_busy, "preempted", (json_int_t)st.preempted);
 		const struct baton_prefix_stats *ps = &st.prefix;
 		json_t *pc = json_pack("{s:b, s:I, s:I, s:f, s:i, s:i, s:I, s:I, s:I, s:i, s:I, s:I, s:f, s:I, s:I}",

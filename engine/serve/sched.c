@@ -71,6 +71,27 @@ struct baton_sched {
 	float *logits;                  /* max_seqs * vocab */
 	struct baton_step_item *items;  /* max_seqs */
 	struct job **item_job;
+	/* BATON_SCHED_TIMING=1: where the decode steps' time goes, on stderr
+	 * every 32 of them (model_step, its waits for the device, head()'s
+	 * share, the sampling after it) */
+	/* BATON_SCHED_SAMPLERS=N (opt-in, N > 1): a step's sequences are
+	 * picked (generator_seq_pick) on N threads, this one and N - 1 of the
+	 * pool; their tokens taken in order here as before */
+	uint32_t samplers;
+	pthread_t *pool;
+	uint32_t n_pool;
+	pthread_mutex_t pk_mu;
+	pthread_cond_t pk_go, pk_done;
+	uint64_t pk_gen;
+	uint32_t pk_active, pk_n;
+	int pk_stop, pk_init;
+	atomic_uint pk_next;
+	uint32_t *pk_idx;   /* max_seqs: the items to pick */
+	int *pick_on, *pick_rc; /* max_seqs: picked this step; its code */
+	char *pick_err;     /* max_seqs x PICK_ERR */
+	int timing;
+	uint64_t tm_steps, tm_rows;
+	double tm_model, tm_sample, tm_wait, tm_sync, tm_copy;
 };
 
 static void job_free(struct job *j, struct baton_model *m)
@@ -344,10 +365,14 @@ static uint32_t step_blocks(struct baton_sched *s, uint32_t n)
 }
 
 /* The step's items: one token of each decoding job, then the next chunks
- * of the prompts being read (s->o.chunk tokens over all of them). */
+ * of the prompts being read. The chunks fill what the decoding rows leave
+ * of s->o.chunk (the model's rows a pass), so that a step is one pass, not
+ * a full one and a small one (a pass reads every dense weight and its
+ * experts again, and a few rows take the small passes' kernels); at least
+ * half of it, so prompts go on however many sequences decode. */
 static uint32_t plan(struct baton_sched *s)
 {
-	uint32_t n = 0, budget = s->o.chunk;
+	uint32_t n = 0;
 	for (uint32_t i = 0; i < s->n_run; i++) {
 		struct job *j = s->run[i];
 		if (!j->decoding)
@@ -355,6 +380,7 @@ static uint32_t plan(struct baton_sched *s)
 		s->items[n] = (struct baton_step_item){ .seq = j->ks, .tokens = &j->next_tok, .n = 1 };
 		s->item_job[n++] = j;
 	}
+	uint32_t budget = s->o.chunk >= 2 * n ? s->o.chunk - n : s->o.chunk / 2;
 	for (uint32_t i = 0; i < s->n_run && budget; i++) {
 		struct job *j = s->run[i];
 		if (j->decoding || j->lead)
@@ -377,6 +403,108 @@ static struct job *victim(struct baton_sched *s)
 		if (!s->run[i]->lead)
 			return s->run[i];
 	return NULL;
+}
+
+#define PICK_ERR 400
+
+static int pool_open(struct baton_sched *s);
+static void pool_close(struct baton_sched *s);
+
+/* Picks items pk_idx[k] until none is left (this thread or the pool's). */
+static void run_picks(struct baton_sched *s)
+{
+	uint32_t k;
+	while ((k = atomic_fetch_add(&s->pk_next, 1)) < s->pk_n) {
+		const uint32_t i = s->pk_idx[k];
+		s->pick_rc[i] = generator_seq_pick(s->item_job[i]->gs, s->logits + (size_t)i * s->vocab,
+		    s->pick_err + (size_t)i * PICK_ERR, PICK_ERR);
+	}
+}
+
+static void *pick_loop(void *arg)
+{
+	struct baton_sched *s = arg;
+	uint64_t seen = 0;
+	pthread_mutex_lock(&s->pk_mu);
+	for (;;) {
+		while (!s->pk_stop && s->pk_gen == seen)
+			pthread_cond_wait(&s->pk_go, &s->pk_mu);
+		if (s->pk_stop)
+			break;
+		seen = s->pk_gen;
+		pthread_mutex_unlock(&s->pk_mu);
+		run_picks(s);
+		pthread_mutex_lock(&s->pk_mu);
+		if (--s->pk_active == 0)
+			pthread_cond_signal(&s->pk_done);
+	}
+	pthread_mutex_unlock(&s->pk_mu);
+	return NULL;
+}
+
+/* Whether item i of a step that ran samples a token (the loop of step()
+ * below: a decoding job, or a prompt read to its end that is not
+ * resuming), without changing anything. */
+static int item_samples(const struct baton_sched *s, uint32_t i)
+{
+	const struct job *j = s->item_job[i];
+	if (j->decoding)
+		return 1;
+	return j->fed + s->items[i].n >= j->n_prompt && !j->resuming;
+}
+
+/* With a pool: every item that samples, picked at once on the pool and
+ * this thread; step()'s loop takes the tokens. */
+static void pick_all(struct baton_sched *s, uint32_t n)
+{
+	uint32_t m = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		s->pick_on[i] = 0;
+		if (item_samples(s, i))
+			s->pk_idx[m++] = i;
+	}
+	if (m < 2)
+		return; /* nothing to share: generator_seq_next as without a pool */
+	s->pk_n = m;
+	atomic_store(&s->pk_next, 0);
+	pthread_mutex_lock(&s->pk_mu);
+	s->pk_active = s->n_pool;
+	s->pk_gen++;
+	pthread_cond_broadcast(&s->pk_go);
+	pthread_mutex_unlock(&s->pk_mu);
+	run_picks(s);
+	pthread_mutex_lock(&s->pk_mu);
+	while (s->pk_active)
+		pthread_cond_wait(&s->pk_done, &s->pk_mu);
+	pthread_mutex_unlock(&s->pk_mu);
+	for (uint32_t k = 0; k < m; k++)
+		s->pick_on[s->pk_idx[k]] = 1;
+}
+
+/* A decode step's figures (BATON_SCHED_TIMING=1), summed; printed every
+ * 32 such steps. */
+static void timing_note(struct baton_sched *s, uint32_t n, double model_s, double sample_s,
+    double wait0, double sync0, double copy0)
+{
+	double sync1, copy1;
+	model_head_times(s->m, &sync1, &copy1);
+	s->tm_steps++;
+	s->tm_rows += n;
+	s->tm_model += model_s;
+	s->tm_sample += sample_s;
+	s->tm_wait += model_wait_seconds(s->m) - wait0;
+	s->tm_sync += sync1 - sync0;
+	s->tm_copy += copy1 - copy0;
+	if (s->tm_steps % 32)
+		return;
+	const double ns = (double)s->tm_steps, wait = s->tm_wait, sync_s = s->tm_sync,
+	    copy_s = s->tm_copy;
+	fprintf(stderr, "sched timing: %llu decode steps, %.1f items a step; a step %.3f ms: model_step "
+	    "%.3f ms (every wait for the device %.3f, of it the head's %.3f; logits copy %.3f), "
+	    "sampling %.3f ms\n",
+	    (unsigned long long)s->tm_steps, (double)s->tm_rows / ns,
+	    (s->tm_model + s->tm_sample) * 1e3 / ns, s->tm_model * 1e3 / ns, wait * 1e3 / ns,
+	    sync_s * 1e3 / ns, copy_s * 1e3 / ns, s->tm_sample * 1e3 / ns);
 }
 
 /* One forward pass over every running job; ends those that finished. No
@@ -402,13 +530,25 @@ static void step(struct baton_sched *s, struct job **done)
 	}
 	if (n == 0)
 		return;
+	int decode_only = 1; /* BATON_SCHED_TIMING counts the steps of one token an item */
+	for (uint32_t i = 0; i < n; i++)
+		decode_only &= s->items[i].n == 1;
+	const double wait0 = s->timing ? model_wait_seconds(s->m) : 0;
+	double sync0 = 0, copy0 = 0;
+	if (s->timing)
+		model_head_times(s->m, &sync0, &copy0);
+	const double tm0 = s->timing ? baton_now_s() : 0;
 	int prc = model_step(s->m, s->items, n, s->logits);
+	const double tm1 = s->timing ? baton_now_s() : 0;
 	pthread_mutex_lock(&s->mu);
 	s->st.steps++;
+	s->st.passes = model_passes(s->m);
 	for (uint32_t i = 0; i < n && !prc; i++)
 		if (!s->item_job[i]->decoding)
 			s->st.read_tokens += s->items[i].n;
 	pthread_mutex_unlock(&s->mu);
+	if (s->n_pool && !prc)
+		pick_all(s, n);
 	for (uint32_t i = 0; i < n; i++) {
 		struct job *j = s->item_job[i];
 		char err[400] = "";
@@ -431,7 +571,15 @@ static void step(struct baton_sched *s, struct job **done)
 			}
 		}
 		uint32_t t;
-		if ((rc = generator_seq_next(j->gs, s->logits + (size_t)i * s->vocab, &t, err, sizeof err)) != 0)
+		if (s->n_pool && !prc && s->pick_on[i]) { /* picked on the pool: take it */
+			if ((rc = s->pick_rc[i]) != 0)
+				snprintf(err, sizeof err, "%s", s->pick_err + (size_t)i * PICK_ERR);
+			else
+				rc = generator_seq_take(j->gs, &t, err, sizeof err);
+		} else {
+			rc = generator_seq_next(j->gs, s->logits + (size_t)i * s->vocab, &t, err, sizeof err);
+		}
+		if (rc)
 			goto fail;
 		if (j->cb.on_token)
 			j->cb.on_token(j->cb.arg);
@@ -466,6 +614,8 @@ fail:
 		pthread_mutex_unlock(&s->mu);
 		end_job(done, j, rc, err);
 	}
+	if (s->timing && decode_only)
+		timing_note(s, n, tm1 - tm0, baton_now_s() - tm1, wait0, sync0, copy0);
 }
 
 /* Running jobs the client left: ended as "cancelled" now. Lock held. */
@@ -652,8 +802,12 @@ int sched_open(struct baton_generator *g, const struct sched_opts *o, const stru
 		s->o.max_queue = BATON_SCHED_DEFAULT_MAX_QUEUE;
 	if (!s->o.chunk)
 		s->o.chunk = BATON_SCHED_DEFAULT_CHUNK;
+	if (model_max_batch(s->m) && s->o.chunk > model_max_batch(s->m))
+		s->o.chunk = model_max_batch(s->m); /* more would split every step */
 	s->vocab = model_config(s->m)->vocab;
 	s->next_id = 1;
+	const char *tm = getenv("BATON_SCHED_TIMING");
+	s->timing = tm && strcmp(tm, "1") == 0;
 	pthread_mutex_init(&s->mu, NULL);
 	baton_cond_init(&s->cv);
 	s->st.kv_free = model_kv_free_blocks(s->m);
@@ -662,8 +816,8 @@ int sched_open(struct baton_generator *g, const struct sched_opts *o, const stru
 	s->run = calloc(s->o.max_seqs, sizeof *s->run);
 	s->items = calloc(s->o.max_seqs, sizeof *s->items);
 	s->item_job = calloc(s->o.max_seqs, sizeof *s->item_job);
-	s->logits = malloc((size_t)s->o.max_seqs * s->vocab * sizeof(float));
-	if (!s->run || !s->items || !s->item_job || !s->logits ||
+	s->logits = model_logits_alloc(s->m, (uint64_t)s->o.max_seqs * s->vocab * sizeof(float));
+	if (!s->run || !s->items || !s->item_job || !s->logits || pool_open(s) != 0 ||
 	    pthread_create(&s->th, NULL, loop, s) != 0) {
 		sched_close(s);
 		return BATON_ENOMEM;
@@ -671,6 +825,62 @@ int sched_open(struct baton_generator *g, const struct sched_opts *o, const stru
 	s->started = 1;
 	*out = s;
 	return 0;
+}
+
+/* BATON_SCHED_SAMPLERS=N (2 to 64): the pool of N - 1 picking threads
+ * (pick_all); unset or 1: none, every token sampled by generator_seq_next
+ * on the scheduler's thread as before. */
+static int pool_open(struct baton_sched *s)
+{
+	const char *e = getenv("BATON_SCHED_SAMPLERS");
+	const long n = e ? strtol(e, NULL, 10) : 1;
+	s->samplers = n > 1 && n <= 64 ? (uint32_t)n : 1;
+	if (s->samplers < 2)
+		return 0;
+	const size_t ms = s->o.max_seqs;
+	s->pk_idx = calloc(ms, sizeof *s->pk_idx);
+	s->pick_on = calloc(ms, sizeof *s->pick_on);
+	s->pick_rc = calloc(ms, sizeof *s->pick_rc);
+	s->pick_err = calloc(ms, PICK_ERR);
+	s->pool = calloc(s->samplers - 1, sizeof *s->pool);
+	if (!s->pk_idx || !s->pick_on || !s->pick_rc || !s->pick_err || !s->pool)
+		return BATON_ENOMEM;
+	pthread_mutex_init(&s->pk_mu, NULL);
+	baton_cond_init(&s->pk_go);
+	baton_cond_init(&s->pk_done);
+	s->pk_init = 1;
+	for (uint32_t i = 0; i + 1 < s->samplers; i++) {
+		if (pthread_create(&s->pool[i], NULL, pick_loop, s) != 0)
+			break; /* fewer threads: still correct */
+		s->n_pool++;
+	}
+	return 0;
+}
+
+static void pool_close(struct baton_sched *s)
+{
+	if (s->pk_init) {
+		pthread_mutex_lock(&s->pk_mu);
+		s->pk_stop = 1;
+		pthread_cond_broadcast(&s->pk_go);
+		pthread_mutex_unlock(&s->pk_mu);
+		for (uint32_t i = 0; i < s->n_pool; i++)
+			pthread_join(s->pool[i], NULL);
+		pthread_mutex_destroy(&s->pk_mu);
+		pthread_cond_destroy(&s->pk_go);
+		pthread_cond_destroy(&s->pk_done);
+		s->pk_init = 0;
+		s->n_pool = 0;
+	}
+	free(s->pool);
+	free(s->pk_idx);
+	free(s->pick_on);
+	free(s->pick_rc);
+	free(s->pick_err);
+	s->pool = NULL;
+	s->pk_idx = NULL;
+	s->pick_on = s->pick_rc = NULL;
+	s->pick_err = NULL;
 }
 
 void sched_stop(struct baton_sched *s)
@@ -695,7 +905,8 @@ void sched_close(struct baton_sched *s)
 	free(s->run);
 	free(s->items);
 	free(s->item_job);
-	free(s->logits);
+	pool_close(s); /* the loop has stopped: no pick in flight */
+	model_logits_free(s->m, s->logits);
 	free(s);
 }
 

@@ -56,12 +56,13 @@
 
 #define BATON_SCHED_DEFAULT_MAX_SEQS  16u
 #define BATON_SCHED_DEFAULT_MAX_QUEUE 64u
-#define BATON_SCHED_DEFAULT_CHUNK     256u
+#define BATON_SCHED_DEFAULT_CHUNK     512u
 
 struct sched_opts {
 	uint32_t max_seqs;   /* sequences running at once; 0: default */
 	uint32_t max_queue;  /* requests waiting; 0: default */
-	uint32_t chunk;      /* prompt tokens per step, over all prefills; 0: default */
+	uint32_t chunk;      /* tokens per step, decoding rows and prompt chunks; 0: default
+	                      * (at most the model's max_batch) */
 };
 
 struct sched_hooks {
@@ -90,6 +91,7 @@ struct sched_stats {
 	uint32_t running, waiting;
 	uint32_t kv_free, kv_total;  /* KV pool blocks, as of the last step */
 	uint64_t steps, admitted;
+	uint64_t passes;             /* the model's forward passes (a step is one unless it is larger than a pass) */
 	uint64_t finished;           /* answered (cancelled ones included) */
 	uint64_t cancelled;          /* by sched_cancel or on_text, waiting or running */
 	uint64_t refused_busy;       /* submits answered EBUSY */

@@ -195,6 +195,16 @@ static void t_batched_equals_alone(void)
 	rig_close(&r);
 }
 
+/* The same six with BATON_SCHED_SAMPLERS=4: the tokens picked on the
+ * pool's threads, taken in order on the scheduler's: each equals it alone
+ * again, text and stream too. */
+static void t_batched_samplers(void)
+{
+	T_ASSERT(setenv("BATON_SCHED_SAMPLERS", "4", 1) == 0);
+	t_batched_equals_alone();
+	unsetenv("BATON_SCHED_SAMPLERS");
+}
+
 /* The queue holds max_queue; one more is EBUSY; all are served later. */
 static void t_queue_full(void)
 {
@@ -811,7 +821,41 @@ static void t_prefix_kills(void)
 	rig_close(&r);
 }
 
-T_MAIN(T_CASE_TIMEOUT(t_batched_equals_alone, 120), T_CASE_TIMEOUT(t_queue_full, 60), T_CASE_TIMEOUT(t_submit_many_all_or_none, 60),
+/* A step is one pass: the prompts' chunks fill what the decoding rows
+ * leave of the model's rows a pass, so no step is split into a full pass
+ * and a small one (the scheduler's chunk is the model's max_batch). */
+static void t_step_one_pass(void)
+{
+	struct rig r;
+	rig_engine(&r, rig_models(), "kjv-qwen3-moe", "t");
+	struct baton_model_opts mo = { .max_ctx = 256, .kv_blocks = 6 * 16, .max_batch = 8 };
+	rig_generator(&r, &mo);
+	atomic_store(&hk.may, 1);
+	struct baton_sched *s;
+	struct sched_opts o = { .max_seqs = 4, .chunk = 64 /* more than a pass: the model's 8 */ };
+	T_EQ_INT(sched_open(r.g, &o, &hooks, &s), 0);
+	static struct call c[N];
+	for (int i = 0; i < N; i++) {
+		make_call(&c[i], i, 0.0f, 12);
+		submit(s, &c[i]);
+	}
+	for (int i = 0; i < N; i++) {
+		wait_done(&c[i]);
+		T_ASSERT_MSG(c[i].rc == 0, "request %d: %s", i, c[i].err);
+		T_ASSERT(c[i].res.n_prompt > 8); /* every prompt over several steps */
+	}
+	struct sched_stats st;
+	sched_stats(s, &st);
+	printf("  %llu steps, %llu passes\n", (unsigned long long)st.steps, (unsigned long long)st.passes);
+	T_ASSERT(st.steps > 0);
+	T_EQ_INT(st.passes, st.steps);
+	for (int i = 0; i < N; i++)
+		generator_result_free(&c[i].res);
+	sched_close(s);
+	rig_close(&r);
+}
+
+T_MAIN(T_CASE_TIMEOUT(t_batched_equals_alone, 120), T_CASE_TIMEOUT(t_batched_samplers, 120), T_CASE_TIMEOUT(t_step_one_pass, 60), T_CASE_TIMEOUT(t_queue_full, 60), T_CASE_TIMEOUT(t_submit_many_all_or_none, 60),
     T_CASE_TIMEOUT(t_cancel_frees_blocks, 60), T_CASE_TIMEOUT(t_small_pool, 120),
     T_CASE_TIMEOUT(t_drain, 60), T_CASE_TIMEOUT(t_short_beside_long, 120),
     T_CASE_TIMEOUT(t_preempt_recompute, 120), T_CASE_TIMEOUT(t_preempt_and_cancel, 120),

@@ -186,7 +186,10 @@ int serve_open(const struct baton_serve_config *conf, struct serve **out, enum s
 	s->d_model = s->info.d_model;
 	s->warning = s->info.backend_warning ? s->info.backend_warning : "";
 	/* A whole model (arena v2 with config.json) also speaks text. */
+	/* a step of the scheduler is one forward pass of up to step_tokens rows */
+	const uint32_t step_tokens = s->o.step_tokens ? s->o.step_tokens : BATON_SCHED_DEFAULT_CHUNK;
 	struct baton_model_opts mo = { .max_ctx = s->o.ctx, .kv_blocks = s->o.kv_blocks,
+		.max_batch = step_tokens,
 		.kv_seqs = s->o.max_seqs, .content_special = s->o.content_special,
 		.no_prefix_cache = s->o.no_prefix_cache, .kv_host_bytes = s->o.kv_host_mib * BATON_MIB };
 	rc = generator_open(s->e, &mo, &s->gen, s->gen_error, sizeof s->gen_error);
@@ -214,7 +217,8 @@ int serve_open(const struct baton_serve_config *conf, struct serve **out, enum s
 			*dot = 0;
 	}
 	if (s->gen) {
-		struct sched_opts so = { .max_seqs = s->o.max_seqs, .max_queue = s->o.max_queue };
+		struct sched_opts so = { .max_seqs = s->o.max_seqs, .max_queue = s->o.max_queue,
+			.chunk = step_tokens };
 		struct sched_hooks sh;
 		serve_sched_hooks(s, &sh);
 		if ((rc = sched_open(s->gen, &so, &sh, &s->sched)) != 0) {

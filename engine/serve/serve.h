@@ -29,6 +29,7 @@ struct baton_serve_config {
 	/* text serving (a whole model): continuous batching and the OpenAI API */
 	uint32_t max_seqs;       /* --max-seqs: sequences decoded together; 0: default */
 	uint32_t max_queue;      /* --max-queue: requests waiting; 0: default */
+	uint32_t step_tokens;    /* --step-tokens: rows a step (and a pass); 0: default */
 	uint32_t kv_blocks;      /* --kv-blocks: the KV pool; 0: one max_ctx sequence */
 	int no_prefix_cache;     /* --no-prefix-cache */
 	uint64_t kv_host_mib;    /* --kv-host-mib: the prefix cache kept in host memory at a release */

@@ -186,7 +186,7 @@ static int cuda_open(int index, uint64_t capacity_bytes, struct baton_dev **out,
 		goto fail;
 	}
 	if ((rc = cuda_moe_load(dev)) || (rc = cuda_ops_load(dev)) || (rc = cuda_mmvq_load(dev)) ||
-	    (rc = cuda_g16_load(dev)) || (rc = cuda_mr_load(dev)))
+	    (rc = cuda_g16_load(dev)) || (rc = cuda_vr_load(dev)) || (rc = cuda_mr_load(dev)))
 		goto fail;
 	cuda_tc_config(dev);
 	cuda_mmvq_config(dev);
@@ -231,12 +231,15 @@ static void cuda_close(struct baton_dev *dev)
 			d->MemFree(dev->allocs.v[i].addr);
 		for (size_t i = 0; i < dev->hregs.n; i++)
 			unregister_pieces(dev, &dev->hregs.v[i]);
+		for (size_t i = 0; i < dev->hallocs.n; i++)
+			d->MemFreeHost((void *)(uintptr_t)dev->hallocs.v[i].addr);
 		cuda_graph_free(dev);
 		if (dev->d2h_stage)
 			d->MemFreeHost(dev->d2h_stage);
 		cuda_tc_free(dev);
 		cuda_ops_free(dev);
 		cuda_g16_free(dev);
+		cuda_vr_free(dev);
 		cuda_mr_free(dev);
 		cuda_moe_free(dev);
 		if (dev->staged)
@@ -251,6 +254,7 @@ static void cuda_close(struct baton_dev *dev)
 	tab_free(&dev->ress);
 	tab_free(&dev->allocs);
 	tab_free(&dev->hregs);
+	tab_free(&dev->hallocs);
 	free(dev);
 }
 
@@ -691,6 +695,50 @@ static int cuda_copy_h2d(struct baton_dev *dev, const struct baton_copy *copies,
  * ones (a KV save, the tests' GiB) straight to their memory. */
 #define D2H_STAGE (4u << 20)
 
+/* Whether [p, p + n) lies inside one of host_alloc's buffers (writable,
+ * pinned: the registrations may be read-only to the device). */
+static int dst_pinned(const struct baton_dev *dev, uint64_t p, uint64_t n)
+{
+	for (size_t i = 0; i < dev->hallocs.n; i++) {
+		const struct ent *e = &dev->hallocs.v[i];
+		if (p >= e->addr && p - e->addr <= e->bytes && n <= e->bytes - (p - e->addr))
+			return 1;
+	}
+	return 0;
+}
+
+static double cuda_wait_seconds(struct baton_dev *dev)
+{
+	return dev->t_wait;
+}
+
+static int cuda_host_alloc(struct baton_dev *dev, uint64_t bytes, void **out)
+{
+	if (!bytes || !out)
+		return BATON_EINVAL;
+	int rc = cuda_cur(dev);
+	if (rc)
+		return rc;
+	if ((rc = tab_push(&dev->hallocs, 0, 0, 0)))
+		return rc;
+	dev->hallocs.n--;
+	void *p = NULL;
+	CU(dev, dev->d->MemHostAlloc(&p, bytes, 0), "cuMemHostAlloc");
+	tab_push(&dev->hallocs, (uint64_t)(uintptr_t)p, bytes, 0);
+	*out = p;
+	return 0;
+}
+
+static void cuda_host_free(struct baton_dev *dev, void *p)
+{
+	struct ent *e = p ? tab_find(&dev->hallocs, (uint64_t)(uintptr_t)p) : NULL;
+	if (!e || cuda_cur(dev))
+		return;
+	cuda_stream_sync(dev); /* copies into it may be queued */
+	dev->d->MemFreeHost(p);
+	tab_remove(&dev->hallocs, e);
+}
+
 static int cuda_copy_d2h(struct baton_dev *dev, void *dst, baton_dptr src, uint64_t bytes)
 {
 	if (!bytes)
@@ -700,6 +748,13 @@ static int cuda_copy_d2h(struct baton_dev *dev, void *dst, baton_dptr src, uint6
 	int rc = cuda_cur(dev);
 	if (rc)
 		return rc;
+	/* into host_alloc's memory (the scheduler's logits): straight there at
+	 * the pinned rate */
+	if (dst_pinned(dev, (uint64_t)(uintptr_t)dst, bytes)) {
+		CU(dev, dev->d->MemcpyDtoHAsync(dst, src, bytes, dev->stream),
+		    "cuMemcpyDtoHAsync (pinned)");
+		return cuda_stream_sync(dev);
+	}
 	if (bytes <= D2H_STAGE && !dev->d2h_stage) {
 		void *p = NULL;
 		if (dev->d->MemHostAlloc(&p, D2H_STAGE, 0) == CUDA_SUCCESS)
@@ -739,6 +794,19 @@ static int cuda_sync(struct baton_dev *dev)
 	return rc ? rc : cuda_stream_sync(dev);
 }
 
+/* The tensor-core path, started now rather than at the first pass of
+ * dev->tc_rows rows or more (blas.c): not while a pass is recorded. */
+static int cuda_op_prepare(struct baton_dev *dev, uint32_t rows)
+{
+	int rc;
+	if (dev->gmode)
+		return 0;
+	if ((rc = cuda_cur(dev)))
+		return rc;
+	cuda_tc_on(dev, rows);
+	return 0;
+}
+
 const struct baton_backend baton_backend_cuda = {
 	.name = "cuda",
 	.open = cuda_open,
@@ -756,6 +824,9 @@ const struct baton_backend baton_backend_cuda = {
 	.alloc = cuda_alloc,
 	.free = cuda_free,
 	.host_register = cuda_host_register,
+	.host_alloc = cuda_host_alloc,
+	.host_free = cuda_host_free,
+	.wait_seconds = cuda_wait_seconds,
 	.host_unregister = cuda_host_unregister,
 	.copy_h2d = cuda_copy_h2d,
 	.copy_d2h = cuda_copy_d2h,
@@ -781,4 +852,7 @@ const struct baton_backend baton_backend_cuda = {
 	.router_route_dev = cuda_op_router_route_dev,
 	.graph_begin = cuda_graph_begin,
 	.graph_end = cuda_graph_end,
+	.prepare = cuda_op_prepare,
+	.qk_attention_segs = cuda_op_qk_attention_segs,
+	.rmsnorm_matmuls = cuda_op_rmsnorm_matmuls,
 };

@@ -6,6 +6,7 @@
  */
 #include <stdarg.h>
 #include <stdio.h>
+#include <time.h>
 
 #include "engine/backend/cuda/cuda_int.h"
 
@@ -41,9 +42,20 @@ int cuda_cur(struct baton_dev *dev)
 	return 0;
 }
 
+static double mono_s(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
 int cuda_stream_sync(struct baton_dev *dev)
 {
-	CU(dev, dev->d->StreamSynchronize(dev->stream), "cuStreamSynchronize");
+	const double t0 = mono_s();
+	CUresult r = dev->d->StreamSynchronize(dev->stream);
+	dev->t_wait += mono_s() - t0; /* the backend's wait_seconds */
+	if (r != CUDA_SUCCESS)
+		return cuda_fail(dev, r, "cuStreamSynchronize");
 	dev->stage_busy = 0;
 	return 0;
 }

@@ -90,6 +90,15 @@ struct baton_dev {
 	CUmodule ops_mod;
 	CUfunction k_embed, k_rmsnorm, k_rmsnorm_row, k_qk_norm_rope, k_rope, k_attn_part, k_attn_comb, k_kv_store, k_swiglu, k_add,
 	    k_route, k_router_route, k_attn_rows;
+	/* baton_ops_attn_nr1, 2, 4, 8 (ops.h): the decode rows' attention
+	 * fused with qk_norm_rope; ar_nh: the heads a block it is launched
+	 * with (BATON_CUDA_ATTN_NH, default 2), ar_fuse_off:
+	 * BATON_CUDA_ATTN_FUSE=0 (qk_norm_rope and attn_rows apart) */
+	CUfunction k_attn_nr[4];
+	uint32_t ar_nh;
+	int ar_fuse_off;
+	int pdl; /* BATON_CUDA_PDL=1: cuda_launch_kx's programmatic dependent launches */
+	int nn_off; /* no baton_mmvq_norm_matmuls unless BATON_CUDA_NORM_FUSE=1 */
 	/* baton_ops_attn_rows: its per-(row, head tile) counters (left
 	 * zeroed by the kernel), and the host array of its rows and block
 	 * tables, staged each call */
@@ -110,7 +119,8 @@ struct baton_dev {
 	 * (vq_x, holding the quantization of vq_src, k vq_k, valid while
 	 * n_launch is still vq_mark) and for the experts' h (vq_h). */
 	CUmodule vq_mod;
-	CUfunction k_vq_quant, k_vq_matmul, k_vq_gate_up, k_vq_down, k_vq_gate_up4, k_vq_down4, k_vq_matmuls;
+	CUfunction k_vq_quant, k_vq_matmul, k_vq_gate_up, k_vq_down, k_vq_gate_up4, k_vq_down4, k_vq_matmuls,
+	    k_vq_norm_matmuls;
 	int vq_off, vq_narrow; /* vq_narrow: BATON_CUDA_MMVQ_NARROW=1, no wide q4_K experts */
 	struct dbuf vq_x, vq_h;
 	baton_dptr vq_src;
@@ -197,6 +207,24 @@ struct baton_dev {
 	 * this pinned buffer, allocated at the first */
 	void *d2h_stage;
 
+	/* The multi-row GEMVs of passes of 2 to 64 rows (mmvq_rows_launch.c):
+	 * q4_K / q6_K (off with vq_off) and the f32 routers; vr_off:
+	 * BATON_CUDA_VR=0. vr_x: the pass's rows as int8 blocks. */
+	CUmodule vr_mod;
+	CUfunction k_vr[4], k_vr_f32[2];
+	int vr_off, vr_f32; /* vr_f32: BATON_CUDA_VR_F32=1, the f32 kernel (opt-in) */
+	struct dbuf vr_x;
+	/* vr_x holds the quantization of vr_src (vr_rows x vr_k) while
+	 * n_launch is vr_mark (a multi-row rmsnorm wrote it, or the last
+	 * multi-row matmul quantized it) */
+	baton_dptr vr_src;
+	uint32_t vr_rows, vr_k;
+	uint64_t vr_mark;
+	/* host_alloc's pinned buffers (backend.c): copy_d2h into them goes
+	 * straight there */
+	struct tab hallocs;
+	double t_wait; /* seconds in cuda_stream_sync so far (wait_seconds) */
+
 	char err[256];
 };
 
@@ -244,6 +272,14 @@ void cuda_dbuf_free(struct baton_dev *dev, struct dbuf *b);
  * argument block the log cannot compare (the recording is not replayed). */
 int cuda_launch_k(struct baton_dev *dev, CUfunction f, uint32_t gx, uint32_t gy, uint32_t gz,
     uint32_t threads, uint32_t shmem, const void *args, uint32_t size, const char *what);
+/* cuda_launch_k, with pdl != 0 and BATON_CUDA_PDL=1 (dev->pdl) as a
+ * programmatic dependent launch (Hopper): the kernel may start before the
+ * one queued ahead of it ends, so it must run griddepcontrol.wait before
+ * it reads what that kernel writes or writes anything (mmvq.cu's GEMVs
+ * prefetch their weight rows first); the one ahead may let it start
+ * early with griddepcontrol.launch_dependents. */
+int cuda_launch_kx(struct baton_dev *dev, CUfunction f, uint32_t gx, uint32_t gy, uint32_t gz,
+    uint32_t threads, uint32_t shmem, const void *args, uint32_t size, const char *what, int pdl);
 /* The usual launch: grid (gx, gy), args a pointer to the argument struct. */
 #define cuda_launch(dev, f, gx, gy, threads, args, what)                       \
 	cuda_launch_k((dev), (f), (gx), (gy), 1, (threads), 0, (args), (uint32_t)sizeof *(args), (what))
@@ -401,6 +437,33 @@ int cuda_mr_experts(struct baton_dev *dev, const struct baton_moe_layer *l, bato
 
 /* ---- gemv16_launch.c: the 16-bit batch-1 GEMVs ------------------------------ */
 
+/* ---- mmvq_rows_launch.c: the GEMVs of passes of 2 to 64 rows -------------- */
+
+/* Load at open (after cuda_mmvq_load: it launches baton_mmvq_quant), free
+ * at close. */
+int cuda_vr_load(struct baton_dev *dev);
+void cuda_vr_free(struct baton_dev *dev);
+/* Whether a pass of rows takes this path (2 to 64 rows, short of the
+ * tensor cores', not BATON_CUDA_VR=0). */
+int cuda_vr_on(const struct baton_dev *dev, uint32_t rows);
+/* A multi-row rmsnorm (rows 2 to 63, cols % 256 == 0, the path on) also
+ * writes its output as int8 blocks where these matmuls read them: *q and
+ * *d (0 when not), then cuda_vr_norm_done after its launch. */
+int cuda_vr_norm_out(struct baton_dev *dev, uint32_t rows, uint32_t cols, uint64_t *q,
+    uint64_t *d);
+void cuda_vr_norm_done(struct baton_dev *dev, baton_dptr out, uint32_t rows, uint32_t cols);
+/* matmul of 2 to 63 rows on q4_K / q6_K (BATON_CUDA_EXACT=1: not) or,
+ * with BATON_CUDA_VR_F32=1, small f32 matrices (the exact bits), arguments checked by
+ * cuda_op_matmul; CUDA_TC_FALLBACK when it does not apply. */
+int cuda_vr_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint32_t n_out,
+    uint32_t k, baton_dptr b, uint32_t b_dtype, baton_dptr x, uint32_t rows, baton_dptr y,
+    int accumulate);
+/* Up to three matrices over one x in one launch (q, k and v), each the
+ * bits of its own cuda_vr_matmul; CUDA_TC_FALLBACK when any does not
+ * suit. */
+int cuda_vr_matmuls(struct baton_dev *dev, baton_dptr x, uint32_t k, uint32_t rows,
+    const struct baton_matmul_out *m, uint32_t n, int accumulate);
+
 /* Load at open (after cuda_mmvq_load), free at close. */
 int cuda_g16_load(struct baton_dev *dev);
 void cuda_g16_free(struct baton_dev *dev);
@@ -448,6 +511,14 @@ int cuda_op_rope(struct baton_dev *dev, baton_dptr x, uint32_t rows, uint32_t n_
     uint32_t head_dim, const uint32_t *pos, const float *inv_freq, float mscale);
 int cuda_op_attention(struct baton_dev *dev, const struct baton_attn *a);
 int cuda_op_attention_segs(struct baton_dev *dev, const struct baton_attn_segs *s);
+int cuda_op_qk_attention_segs(struct baton_dev *dev, const struct baton_qk_norm_rope *nr,
+    const struct baton_attn_segs *s);
+int cuda_op_rmsnorm_matmuls(struct baton_dev *dev, baton_dptr x, baton_dptr w, uint32_t w_dtype,
+    float eps, const struct baton_matmuls *mm);
+/* mmvq_launch.c: rmsnorm then matmuls as one baton_mmvq_norm_matmuls
+ * launch where it applies (its checks done), else CUDA_TC_FALLBACK */
+int cuda_mmvq_norm_matmuls(struct baton_dev *dev, baton_dptr x, baton_dptr w, uint32_t w_dtype,
+    float eps, const struct baton_matmuls *mm);
 int cuda_op_kv_store(struct baton_dev *dev, const struct baton_kv_store *s);
 int cuda_op_swiglu(struct baton_dev *dev, baton_dptr gate, baton_dptr up, baton_dptr out,
     uint64_t n);

@@ -101,7 +101,9 @@
 	X(CUresult, LaunchKernel, "cuLaunchKernel",                                 \
 	    (CUfunction, unsigned int, unsigned int, unsigned int, unsigned int,    \
 	        unsigned int, unsigned int, unsigned int, CUstream, void **,        \
-	        void **))
+	        void **))                                                                 \
+	X(CUresult, LaunchKernelEx, "cuLaunchKernelEx",                             \
+	    (const CUlaunchConfig *, CUfunction, void **, void **))
 
 struct cuda_driver {
 	int version; /* cuDriverGetVersion: 12080, 13000, ... */

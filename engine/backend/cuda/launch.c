@@ -117,6 +117,12 @@ static int log_args(struct baton_dev *dev, const void *args, uint32_t size, uint
 int cuda_launch_k(struct baton_dev *dev, CUfunction f, uint32_t gx, uint32_t gy, uint32_t gz,
     uint32_t threads, uint32_t shmem, const void *args, uint32_t size, const char *what)
 {
+	return cuda_launch_kx(dev, f, gx, gy, gz, threads, shmem, args, size, what, 0);
+}
+
+int cuda_launch_kx(struct baton_dev *dev, CUfunction f, uint32_t gx, uint32_t gy, uint32_t gz,
+    uint32_t threads, uint32_t shmem, const void *args, uint32_t size, const char *what, int pdl)
+{
 	dev->n_launch++; /* mmvq_launch.c: the last quantization still holds? */
 	if (dev->gmode == CUDA_G_CHECK) {
 		const struct cuda_glog *e = dev->gk < dev->gl_n ? &dev->gl[dev->gk] : NULL;
@@ -139,8 +145,19 @@ int cuda_launch_k(struct baton_dev *dev, CUfunction f, uint32_t gx, uint32_t gy,
 	}
 	void *params[] = { (void *)args };
 	const int prof = cuda_prof_begin(dev);
-	CU(dev, dev->d->LaunchKernel(f, gx, gy, gz, threads, 1, 1, shmem, dev->stream, params, NULL),
-	    what);
+	if (pdl && dev->pdl) {
+		CUlaunchAttribute at;
+		memset(&at, 0, sizeof at);
+		at.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+		at.value.programmaticStreamSerializationAllowed = 1;
+		const CUlaunchConfig cfg = { .gridDimX = gx, .gridDimY = gy, .gridDimZ = gz,
+			.blockDimX = threads, .blockDimY = 1, .blockDimZ = 1, .sharedMemBytes = shmem,
+			.hStream = dev->stream, .attrs = &at, .numAttrs = 1 };
+		CU(dev, dev->d->LaunchKernelEx(&cfg, f, params, NULL), what);
+	} else {
+		CU(dev, dev->d->LaunchKernel(f, gx, gy, gz, threads, 1, 1, shmem, dev->stream, params,
+		    NULL), what);
+	}
 	if (prof)
 		prof_add(dev, what);
 	return 0;

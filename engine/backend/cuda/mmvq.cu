@@ -20,6 +20,7 @@ static_assert(sizeof(baton_mmvq_quant_args) == 32, "quant args layout");
 static_assert(sizeof(baton_mmvq_args) == 72, "mmvq args layout");
 static_assert(sizeof(baton_mmvq_moe_args) == 128, "mmvq moe args layout");
 static_assert(sizeof(baton_mmvq_n_args) == 168, "mmvq matmuls args layout");
+static_assert(sizeof(baton_mmvq_nn_args) == 192, "mmvq norm matmuls args layout");
 
 #define THREADS BATON_MMVQ_THREADS
 #define SUB BATON_MMVQ_SUB
@@ -173,10 +174,24 @@ __device__ __forceinline__ void mmvq_rows(uint64_t w, uint32_t w_dtype, uint64_t
 	}
 }
 
+/* A programmatic dependent launch's start (cuda_launch_kx): block blk's
+ * weight rows on their way to L2, then the wait for the kernel ahead
+ * (its writes visible; at once when not launched so). */
+__device__ __forceinline__ void pdl_start(uint64_t w, uint64_t row_bytes, uint32_t n_out,
+    uint32_t tpr, uint32_t blk)
+{
+	const uint32_t o = blk * (THREADS / tpr) + threadIdx.x / tpr, i = threadIdx.x % tpr;
+	if (o < n_out)
+		for (uint64_t off = (uint64_t)i * 128; off < row_bytes; off += (uint64_t)tpr * 128)
+			asm volatile("prefetch.global.L2 [%0];" ::"l"(w + o * row_bytes + off));
+	asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+
 extern "C" __global__ void __launch_bounds__(THREADS)
 baton_mmvq_matmul(baton_mmvq_args a)
 {
 	__shared__ float sh[THREADS / 32];
+	pdl_start(a.w, a.row_bytes, a.n_out, a.tpr, blockIdx.x);
 	mmvq_rows(a.w, a.w_dtype, a.row_bytes, a.n_out, a.b, a.b_dtype, a.y, a.accumulate, a.q, a.d,
 	    a.k, a.tpr, blockIdx.x, sh);
 }
@@ -188,6 +203,7 @@ baton_mmvq_matmuls(baton_mmvq_n_args a)
 {
 	__shared__ float sh[THREADS / 32];
 	const uint32_t i = blockIdx.x >= a.start[2] ? 2 : blockIdx.x >= a.start[1] ? 1 : 0;
+	pdl_start(a.w[i], a.row_bytes[i], a.n_out[i], a.tpr, blockIdx.x - a.start[i]);
 	mmvq_rows(a.w[i], a.w_dtype[i], a.row_bytes[i], a.n_out[i], a.b[i], a.b_dtype[i], a.y[i], 0,
 	    a.q, a.d, a.k, a.tpr, blockIdx.x - a.start[i], sh);
 }
@@ -456,4 +472,122 @@ extern "C" __global__ void __launch_bounds__(32 * BATON_MMVQ_DOWN_WARPS)
 baton_mmvq_down_q4k(baton_mmvq_moe_args a)
 {
 	down_q4k<2>(a);
+}
+
+/* ---- the input norm and q/k/v in one launch (baton_mmvq_norm_matmuls) ---- */
+
+#define NN_MAX 4096 /* k at most (ops.h's NORM_ROW_MAX) */
+#define NN_J (NN_MAX / THREADS)
+
+/* Norm weight i: f32, bf16 or f16 (aligned, the launcher checks), 1 without. */
+__device__ __forceinline__ float nn_w(const uint8_t *w, uint32_t dt, uint32_t i)
+{
+	if (!w)
+		return 1.0f;
+	if (dt == BATON_DT_F32)
+		return __ldg((const float *)w + i);
+	if (dt == BATON_DT_BF16)
+		return bf16f(__ldg((const unsigned short *)w + i));
+	return f16f(__ldg((const unsigned short *)w + i));
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS)
+baton_mmvq_norm_matmuls(baton_mmvq_nn_args a)
+{
+	__shared__ float xs[NN_MAX];
+	__shared__ __align__(16) int8_t qs[NN_MAX];
+	__shared__ float ds[NN_MAX / 32];
+	__shared__ float sh[THREADS / 32][BATON_MMVQ_NORM_RPB];
+	__shared__ float scale;
+	const baton_mmvq_n_args &m = a.m;
+	const uint32_t t = threadIdx.x, lane = t & 31, k = m.k, RPB = BATON_MMVQ_NORM_RPB;
+	if (!k || k > NN_MAX || k % 2048)
+		return; /* the launcher's k only (an empty first launch returns here) */
+	const uint32_t mi = blockIdx.x >= m.start[2] ? 2 : blockIdx.x >= m.start[1] ? 1 : 0;
+	const uint32_t o0 = (blockIdx.x - m.start[mi]) * RPB, n_out = m.n_out[mi];
+	const uint8_t *w = (const uint8_t *)m.w[mi];
+	const uint64_t rb = m.row_bytes[mi];
+	/* the block's weight rows on their way to L2 while x is normed */
+	for (uint32_t r = 0; r < RPB; r++)
+		if (o0 + r < n_out)
+			for (uint64_t off = (uint64_t)t * 128; off < rb; off += (uint64_t)THREADS * 128)
+				asm volatile("prefetch.global.L2 [%0];" ::"l"(w + (o0 + r) * rb + off));
+	asm volatile("griddepcontrol.wait;" ::: "memory"); /* as pdl_start's */
+	/* rmsnorm_row's norm (norm_block): every value of x and the weight
+	 * loaded at once, warp 0's sum of squares in lane order, the scale */
+	const float *x = (const float *)a.x;
+	const uint8_t *nw = (const uint8_t *)a.norm;
+	float xv[NN_J], wv[NN_J];
+#pragma unroll
+	for (int j = 0; j < NN_J; j++) {
+		const uint32_t i = t + THREADS * j;
+		if (i < k) {
+			xv[j] = x[i];
+			wv[j] = nn_w(nw, a.norm_dtype, i);
+			xs[i] = xv[j];
+		}
+	}
+	__syncthreads();
+	if (t < 32) {
+		float ss = 0.0f;
+		for (uint32_t i = lane; i < k; i += 32) /* k % 32 == 0: no tail */
+			ss = __fadd_rn(ss, __fmul_rn(xs[i], xs[i]));
+#pragma unroll
+		for (int off = 16; off > 0; off >>= 1)
+			ss = __fadd_rn(ss, __shfl_xor_sync(0xffffffffu, ss, off));
+		if (lane == 0)
+			scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)k), a.eps)));
+	}
+	__syncthreads();
+	const float s = scale;
+#pragma unroll
+	for (int j = 0; j < NN_J; j++) {
+		const uint32_t i = t + THREADS * j;
+		if (i >= k)
+			break; /* warp-uniform: k % 128 == 0 */
+		float v = __fmul_rn(xv[j], s);
+		if (nw)
+			v = __fmul_rn(v, wv[j]);
+		/* baton_mmvq_quant's block of the 32 values of this warp */
+		float mx = fabsf(v);
+#pragma unroll
+		for (int off = 16; off > 0; off >>= 1)
+			mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+		const float d = __fdiv_rn(mx, 127.0f);
+		const int qv = mx > 0.0f ? __float2int_rn(__fdiv_rn(v, d)) : 0;
+		qs[i] = (int8_t)max(-127, min(127, qv));
+		if (lane == 0)
+			ds[i / 32] = d;
+	}
+	__syncthreads();
+	/* the rows: each thread its blocks of every row (their loads in
+	 * flight together), then mmvq_rows' sums (row_sum at tpr THREADS) */
+	const uint32_t nsb = k / 256;
+	float acc[BATON_MMVQ_NORM_RPB];
+#pragma unroll
+	for (uint32_t r = 0; r < RPB; r++) {
+		acc[r] = 0.0f;
+		if (o0 + r < n_out) {
+			const uint8_t *row = w + (o0 + r) * rb;
+			for (uint32_t it = t; it < nsb * SUB; it += THREADS)
+				acc[r] += dot_blk(m.w_dtype[mi], row, qs, ds, it / SUB, it % SUB);
+		}
+	}
+#pragma unroll
+	for (uint32_t r = 0; r < RPB; r++) {
+#pragma unroll
+		for (int off = 16; off > 0; off >>= 1)
+			acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], off);
+		if (lane == 0)
+			sh[t >> 5][r] = acc[r];
+	}
+	__syncthreads();
+	if (t < RPB && o0 + t < n_out) {
+		float v = sh[0][t];
+		for (uint32_t i = 1; i < THREADS / 32; i++)
+			v += sh[i][t];
+		if (m.b[mi])
+			v += elem((const uint8_t *)m.b[mi], m.b_dtype[mi], o0 + t);
+		((float *)m.y[mi])[o0 + t] = v;
+	}
 }

@@ -26,6 +26,7 @@ static_assert(sizeof(baton_ops_rope_args) == 40, "rope args layout");
 static_assert(sizeof(baton_ops_qk_norm_rope_args) == 112, "qk norm rope args layout");
 static_assert(sizeof(baton_ops_attention_args) == 96, "attention args layout");
 static_assert(sizeof(baton_ops_attn_rows_args) == 112, "attention rows args layout");
+static_assert(sizeof(baton_ops_attn_nr_args) == 168, "attention nr args layout");
 static_assert(sizeof(baton_ops_kv_store_args) == 48, "kv_store args layout");
 static_assert(sizeof(baton_ops_swiglu_args) == 32, "swiglu args layout");
 static_assert(sizeof(baton_ops_add_args) == 32, "add args layout");
@@ -260,6 +261,9 @@ extern "C" __global__ void __launch_bounds__(THREADS)
 baton_ops_rmsnorm_row(baton_ops_rmsnorm_row_args a)
 {
 	__shared__ float xs[BATON_OPS_NORM_ROW_MAX];
+	/* the GEMV after it may start now (a programmatic dependent launch,
+	 * cuda_launch_kx: it waits for this kernel's end before reading) */
+	asm volatile("griddepcontrol.launch_dependents;");
 	if (blockIdx.x >= a.rows || a.cols > BATON_OPS_NORM_ROW_MAX)
 		return; /* the whole block */
 	const uint64_t wa = a.w;
@@ -584,24 +588,17 @@ baton_ops_rope(baton_ops_rope_args a)
 	rope_head(v, p, (const float *)a.inv_freq, half, a.mscale, threadIdx.x, blockDim.x);
 }
 
-/* rmsnorm then rope on one head row, by one warp: baton_ops_rmsnorm's
- * warp (the same functions, so the same bits), then, once the warp's
- * stores are visible to it (__syncwarp orders them), baton_ops_rope's. */
-extern "C" __global__ void __launch_bounds__(32)
-baton_ops_qk_norm_rope(baton_ops_qk_norm_rope_args a)
+/* rmsnorm then rope on one head row v (global or shared memory), by one
+ * warp: baton_ops_rmsnorm's warp (the same functions, so the same bits),
+ * then, once the warp's stores are visible to it (__syncwarp orders
+ * them), baton_ops_rope's. */
+__device__ __forceinline__ void head_nr(float *v, uint64_t wa, uint32_t wdt, uint32_t hd, float eps,
+    float p, const float *inv, float mscale, uint32_t lane)
 {
-	const uint32_t r = blockIdx.x, h = blockIdx.y, lane = threadIdx.x, hd = a.head_dim;
-	if (h >= a.heads + a.kv_heads || hd < 2)
-		return; /* the whole warp */
-	const bool isk = h >= a.heads;
-	const uint32_t nh = isk ? a.kv_heads : a.heads, hh = isk ? h - a.heads : h;
-	float *v = (float *)(isk ? a.k : a.q) + ((uint64_t)r * nh + hh) * hd;
-	const uint8_t *w = (const uint8_t *)(isk ? a.wk : a.wq);
-	const uint64_t wa = isk ? a.wk : a.wq;
-	const uint32_t wdt = isk ? a.wk_dtype : a.wq_dtype;
+	const uint8_t *w = (const uint8_t *)wa;
 	float ss2[2];
 	warp_dot_f32_u<NORM_U>(v, NULL, v, hd, ss2);
-	const float s = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss2[0], (float)hd), a.eps)));
+	const float s = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss2[0], (float)hd), eps)));
 	__syncwarp(); /* every lane has read the tail before any writes in place */
 	if (!w)
 		norm_row<NORM_NONE>(v, v, w, 0, hd, s, lane);
@@ -614,8 +611,24 @@ baton_ops_qk_norm_rope(baton_ops_qk_norm_rope_args a)
 	else
 		norm_row<-1>(v, v, w, wdt, hd, s, lane);
 	__syncwarp(); /* the normed row, written by every lane, before the pairs are read */
-	const float p = (float)((const uint32_t *)a.pos)[r];
-	rope_head(v, p, (const float *)a.inv_freq, hd / 2, a.mscale, lane, 32);
+	rope_head(v, p, inv, hd / 2, mscale, lane, 32);
+}
+
+/* head_nr on one head row in place, by one warp; k's rows then stored
+ * with v's where k_cache is given. */
+extern "C" __global__ void __launch_bounds__(32)
+baton_ops_qk_norm_rope(baton_ops_qk_norm_rope_args a)
+{
+	const uint32_t r = blockIdx.x, h = blockIdx.y, lane = threadIdx.x, hd = a.head_dim;
+	if (h >= a.heads + a.kv_heads || hd < 2)
+		return; /* the whole warp */
+	const bool isk = h >= a.heads;
+	const uint32_t nh = isk ? a.kv_heads : a.heads, hh = isk ? h - a.heads : h;
+	float *v = (float *)(isk ? a.k : a.q) + ((uint64_t)r * nh + hh) * hd;
+	const uint64_t wa = isk ? a.wk : a.wq;
+	const uint32_t wdt = isk ? a.wk_dtype : a.wq_dtype;
+	head_nr(v, wa, wdt, hd, a.eps, (float)((const uint32_t *)a.pos)[r], (const float *)a.inv_freq,
+	    a.mscale, lane);
 	if (!isk || !a.k_cache)
 		return;
 	__syncwarp(); /* the rotated row, before it is copied */
@@ -809,22 +822,43 @@ __device__ __forceinline__ float warp_sum(float s)
  * the four warps' sums added in warp order. Fused multiply-adds and tree
  * sums: not the host's order (the tolerance holds it), but a fixed one
  * that depends on the row's position and data alone. */
-extern "C" __global__ void __launch_bounds__(AR_T)
-baton_ops_attn_rows(baton_ops_attn_rows_args a)
+__device__ __forceinline__ const baton_ops_attn_rows_args &ar_of(const baton_ops_attn_rows_args &a)
 {
-	__shared__ __align__(16) float qs[AR_NH * AR_HD];
-	__shared__ __align__(16) float big[AR_W * AR_NH * AR_HD]; /* the warps' outputs, then the merge's weights */
-	__shared__ float sc[AR_NH][AR_CH];                        /* scores, then their exps */
+	return a;
+}
+
+__device__ __forceinline__ const baton_ops_attn_rows_args &ar_of(const baton_ops_attn_nr_args &a)
+{
+	return a.ar;
+}
+
+/* The rows kernel's body for tiles of NH query heads (the same bits for
+ * any NH: a head's sums do not depend on the others of its tile). NR:
+ * the rows are decode rows whose q and new k come raw from the q/k/v
+ * matmuls (baton_ops_attn_nr_args): each block norms and rotates its
+ * heads' q in shared memory with qk_norm_rope's functions (head_nr: its
+ * bits), and the block holding the row's last key norms and rotates
+ * that key and stores it and its v row to the cache before any key is
+ * read (qk_norm_rope's store, so the same cache bits). */
+template <int NH, bool NR, typename A>
+__device__ __forceinline__ void attn_rows_t(const A &aa)
+{
+	const baton_ops_attn_rows_args &a = ar_of(aa);
+	__shared__ __align__(16) float qs[NH * AR_HD];
+	__shared__ __align__(16) float big[AR_W * NH * AR_HD]; /* the warps' outputs, then the merge's weights */
+	__shared__ float sc[NH][AR_CH];                        /* scores, then their exps */
 	__shared__ uint64_t krow[AR_CH];
-	__shared__ float mx[AR_NH], sm[AR_NH];
+	__shared__ float mx[NH], sm[NH];
 	__shared__ uint32_t last;
+	__shared__ __align__(16) float ks[NR ? AR_HD : 1];
+	asm volatile("griddepcontrol.launch_dependents;"); /* as baton_ops_rmsnorm_row's */
 	if (!a.n_heads || !a.n_kv_heads || !a.head_dim || !a.tiles)
 		return;
 	const uint32_t H = a.n_heads, KH = a.n_kv_heads, hd = a.head_dim, G = H / KH;
 	const uint32_t tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
 	const uint32_t r = blockIdx.x, kvh = blockIdx.y / a.tiles;
-	const uint32_t h0 = kvh * G + (blockIdx.y % a.tiles) * AR_NH;
-	const uint32_t nh = kvh * G + G - h0 < AR_NH ? kvh * G + G - h0 : AR_NH;
+	const uint32_t h0 = kvh * G + (blockIdx.y % a.tiles) * NH;
+	const uint32_t nh = kvh * G + G - h0 < NH ? kvh * G + G - h0 : NH;
 	const uint32_t *ri = (const uint32_t *)a.rows + 4 * (uint64_t)r;
 	const uint32_t qrow = ri[0], toff = ri[2];
 	const uint64_t nk = (uint64_t)ri[1] + 1, j0 = (uint64_t)blockIdx.z * AR_CH;
@@ -844,14 +878,51 @@ baton_ops_attn_rows(baton_ops_attn_rows_args a)
 		const uint64_t jj = j0 + j;
 		krow[j] = a.tab ? (uint64_t)((const uint32_t *)a.tab)[toff + jj / a.block_size] *
 		        a.block_size + jj % a.block_size : jj;
+		if constexpr (NR) {
+			/* the key's k and v rows on their way to L2 while q is normed
+			 * (the new key's too: its store lands in L2 as well) */
+			const float *kp = kc + krow[j] * rowf, *vp = vc + krow[j] * rowf;
+			for (uint32_t d = 0; d < hd; d += 32) {
+				asm volatile("prefetch.global.L2 [%0];" ::"l"(kp + d));
+				asm volatile("prefetch.global.L2 [%0];" ::"l"(vp + d));
+			}
+		}
 	}
-	__syncthreads();
+	if constexpr (NR) {
+		/* q's heads of the tile (and, in the last chunk, the new key) by
+		 * a warp each: qk_norm_rope's arithmetic in shared memory */
+		const bool dok = blockIdx.z == nc - 1;
+		const float p = (float)ri[1];
+		if (dok && warp == nh % AR_W)
+			for (uint32_t i = lane; i < hd; i += 32)
+				ks[i] = ((const float *)aa.kn)[(uint64_t)qrow * rowf + (uint64_t)kvh * hd + i];
+		__syncthreads(); /* qs (and ks) loaded */
+		for (uint32_t it = warp; it < nh + (dok ? 1u : 0u); it += AR_W) {
+			const bool isk = it == nh;
+			head_nr(isk ? ks : qs + it * hd, isk ? aa.wk : aa.wq, isk ? aa.wk_dtype : aa.wq_dtype,
+			    hd, aa.eps, p, (const float *)aa.inv_freq, aa.mscale, lane);
+			if (isk) {
+				__syncwarp(); /* the rotated row, before it is stored */
+				const uint64_t pj = ri[1], srow = a.tab ?
+				    (uint64_t)((const uint32_t *)a.tab)[toff + pj / a.block_size] * a.block_size +
+				        pj % a.block_size : pj;
+				const float *vr = (const float *)aa.vn + (uint64_t)qrow * rowf + (uint64_t)kvh * hd;
+				float *kd = (float *)a.k + srow * rowf + (uint64_t)kvh * hd;
+				float *vd = (float *)a.v + srow * rowf + (uint64_t)kvh * hd;
+				for (uint32_t i = lane; i < hd; i += 32) {
+					kd[i] = ks[i];
+					vd[i] = vr[i];
+				}
+			}
+		}
+	}
+	__syncthreads(); /* krow, qs; with NR the new key's row stored (visible to the block) */
 
 	for (uint32_t jb = warp * 8; jb < n; jb += AR_W * 8) {
 		const uint32_t j = jb + (lane >> 2);
-		float acc[AR_NH];
+		float acc[NH];
 #pragma unroll
-		for (uint32_t h = 0; h < AR_NH; h++)
+		for (uint32_t h = 0; h < NH; h++)
 			acc[h] = 0.0f;
 		if (j < n) {
 			const float *kr = kc + krow[j] * rowf;
@@ -859,7 +930,7 @@ baton_ops_attn_rows(baton_ops_attn_rows_args a)
 			for (uint32_t d = (lane & 3) * 4; d < hd; d += 16) {
 				const float4 kv = *(const float4 *)(kr + d);
 #pragma unroll
-				for (uint32_t h = 0; h < AR_NH; h++) {
+				for (uint32_t h = 0; h < NH; h++) {
 					const float4 qv = *(const float4 *)(qs + h * hd + d);
 					acc[h] = fmaf(kv.x, qv.x, acc[h]);
 					acc[h] = fmaf(kv.y, qv.y, acc[h]);
@@ -869,7 +940,7 @@ baton_ops_attn_rows(baton_ops_attn_rows_args a)
 			}
 		}
 #pragma unroll
-		for (uint32_t h = 0; h < AR_NH; h++) {
+		for (uint32_t h = 0; h < NH; h++) {
 			acc[h] += __shfl_xor_sync(0xffffffffu, acc[h], 1);
 			acc[h] += __shfl_xor_sync(0xffffffffu, acc[h], 2);
 		}
@@ -894,15 +965,15 @@ baton_ops_attn_rows(baton_ops_attn_rows_args a)
 	}
 	__syncthreads();
 	for (uint32_t d = lane * 4; d < hd; d += 128) {
-		float4 o[AR_NH];
+		float4 o[NH];
 #pragma unroll
-		for (uint32_t h = 0; h < AR_NH; h++)
+		for (uint32_t h = 0; h < NH; h++)
 			o[h] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll 8
 		for (uint32_t j = warp; j < n; j += AR_W) {
 			const float4 vv = *(const float4 *)(vc + krow[j] * rowf + d);
 #pragma unroll
-			for (uint32_t h = 0; h < AR_NH; h++) {
+			for (uint32_t h = 0; h < NH; h++) {
 				const float e = sc[h][j];
 				o[h].x = fmaf(e, vv.x, o[h].x);
 				o[h].y = fmaf(e, vv.y, o[h].y);
@@ -911,7 +982,7 @@ baton_ops_attn_rows(baton_ops_attn_rows_args a)
 			}
 		}
 		for (uint32_t h = 0; h < nh; h++)
-			*(float4 *)(big + (warp * AR_NH + h) * hd + d) = o[h];
+			*(float4 *)(big + (warp * NH + h) * hd + d) = o[h];
 	}
 	__syncthreads();
 	const int whole = nc == 1;
@@ -922,7 +993,7 @@ baton_ops_attn_rows(baton_ops_attn_rows_args a)
 		const uint32_t h = i / hd, d = i % hd;
 		float o = big[h * hd + d];
 		for (uint32_t w = 1; w < AR_W; w++)
-			o += big[(w * AR_NH + h) * hd + d];
+			o += big[(w * NH + h) * hd + d];
 		if (whole) {
 			const uint64_t oi = ((uint64_t)qrow * H + h0 + h) * hd + d;
 			out[oi] = o / sm[h];
@@ -949,7 +1020,7 @@ baton_ops_attn_rows(baton_ops_attn_rows_args a)
 	if (!last)
 		return;
 	__threadfence();
-	const int fit = nh * nc <= AR_W * AR_NH * AR_HD; /* the chunks' weights in big */
+	const int fit = nh * nc <= AR_W * NH * AR_HD; /* the chunks' weights in big */
 	for (uint32_t h = warp; h < nh; h += AR_W) {
 		const float *ph = part + h * pstride;
 		float m = -INFINITY;
@@ -987,6 +1058,21 @@ baton_ops_attn_rows(baton_ops_attn_rows_args a)
 	if (tid == 0)
 		*cnt = 0; /* for the next launch */
 }
+
+extern "C" __global__ void __launch_bounds__(AR_T)
+baton_ops_attn_rows(baton_ops_attn_rows_args a)
+{
+	attn_rows_t<AR_NH, false>(a);
+}
+
+/* the decode rows' fused kernels, by heads a block (ops.h) */
+#define BATON_ATTN_NR(NH)                                                      \
+	extern "C" __global__ void __launch_bounds__(AR_T)                     \
+	baton_ops_attn_nr##NH(baton_ops_attn_nr_args a) { attn_rows_t<NH, true>(a); }
+BATON_ATTN_NR(1)
+BATON_ATTN_NR(2)
+BATON_ATTN_NR(4)
+BATON_ATTN_NR(8)
 
 /* New K and V rows into their slots of a paged cache. */
 extern "C" __global__ void __launch_bounds__(128)

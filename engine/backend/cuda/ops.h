@@ -136,6 +136,25 @@ struct baton_ops_attn_rows_args {
 	uint32_t pad;
 };
 
+/* baton_ops_attn_nr<NH> (NH 1, 2, 4 or 8 query heads a block, tiles =
+ * ceil(heads per KV head / NH)): baton_ops_attn_rows for decode rows (a
+ * row per sequence: no row reads another's new key) fused with
+ * qk_norm_rope and its store. q holds the rows' raw q (not changed), kn
+ * and vn the raw new k and v rows ([row][n_kv_heads * head_dim], by the
+ * row's q row); each block norms and rotates its heads' q (weight wq,
+ * eps, at the row's position, inv_freq a device copy of head_dim / 2
+ * floats, mscale) as qk_norm_rope does, and the block(s) of a row's last
+ * chunk do the same to its new key (weight wk) and store it and its v
+ * row to the key's slot of the cache (the row's position through its
+ * table) before reading any key: qk_norm_rope's bits, then
+ * baton_ops_attn_rows's. */
+struct baton_ops_attn_nr_args {
+	struct baton_ops_attn_rows_args ar;
+	uint64_t kn, vn, wq, wk, inv_freq;
+	uint32_t wq_dtype, wk_dtype;
+	float eps, mscale;
+};
+
 /* baton_ops_kv_store: grid (n), block 128. Rows r of k and v to rows
  * slots[r] of k_cache and v_cache; slots a device copy. */
 struct baton_ops_kv_store_args {

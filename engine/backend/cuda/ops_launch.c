@@ -50,7 +50,7 @@ int cuda_ops_load(struct baton_dev *dev)
 	    "cuModuleLoadData of the forward-pass kernels (sm_90 SASS, compute_90 PTX)");
 	static const char *const kinds[BATON_OPS_KINDS] = BATON_OPS_KIND_NAMES;
 	/* the named kernels first (OPS_NAMED of them), then the matmuls */
-	enum { OPS_NAMED = 13 };
+	enum { OPS_NAMED = 17 };
 	struct kfn k[OPS_NAMED + 2 * BATON_OPS_KINDS] = {
 		{ &dev->k_embed, "baton_ops_embed" },
 		{ &dev->k_rmsnorm, "baton_ops_rmsnorm" },
@@ -65,6 +65,10 @@ int cuda_ops_load(struct baton_dev *dev)
 		{ &dev->k_route, "baton_ops_route" },
 		{ &dev->k_router_route, "baton_ops_router_route" },
 		{ &dev->k_attn_rows, "baton_ops_attn_rows" },
+		{ &dev->k_attn_nr[0], "baton_ops_attn_nr1" },
+		{ &dev->k_attn_nr[1], "baton_ops_attn_nr2" },
+		{ &dev->k_attn_nr[2], "baton_ops_attn_nr4" },
+		{ &dev->k_attn_nr[3], "baton_ops_attn_nr8" },
 	};
 	size_t n = OPS_NAMED;
 	for (int r = 0; r < 2; r++)
@@ -73,6 +77,13 @@ int cuda_ops_load(struct baton_dev *dev)
 			snprintf(k[n].name, sizeof k[n].name, "baton_ops_matmul_%d_%s", r ? BATON_OPS_NT : 1,
 			    kinds[i]);
 		}
+	{
+		const char *e = getenv("BATON_CUDA_ATTN_NH");
+		const long nh = e ? strtol(e, NULL, 10) : 2;
+		dev->ar_nh = nh == 1 || nh == 4 || nh == 8 ? (uint32_t)nh : 2;
+		e = getenv("BATON_CUDA_ATTN_FUSE");
+		dev->ar_fuse_off = e && strcmp(e, "0") == 0;
+	}
 	for (size_t i = 0; i < n; i++) {
 		CUresult r = d->ModuleGetFunction(k[i].f, dev->ops_mod, k[i].name);
 		if (r != CUDA_SUCCESS) {
@@ -96,6 +107,7 @@ int cuda_ops_load(struct baton_dev *dev)
 		struct baton_ops_qk_norm_rope_args qr;
 		struct baton_ops_attention_args a;
 		struct baton_ops_attn_rows_args ar;
+		struct baton_ops_attn_nr_args anr;
 		struct baton_ops_kv_store_args kv;
 		struct baton_ops_swiglu_args s;
 		struct baton_ops_add_args d;
@@ -333,12 +345,17 @@ int cuda_op_rmsnorm(struct baton_dev *dev, baton_dptr x, baton_dptr out, uint32_
 		};
 		if (rows > 0x7fffffffu)
 			return refuse(dev, BATON_ERANGE, "rmsnorm", "too many rows");
-		/* one row: also as the int8 blocks of the quantized matmuls after it */
-		if ((rc = cuda_mmvq_norm_out(dev, rows, cols, &a.q, &a.d)) ||
+		/* one row: also as the int8 blocks of the quantized matmuls after
+		 * it; 2 to 63 rows: those of mmvq_rows.cu's */
+		const int vr = rows > 1;
+		if ((rc = vr ? cuda_vr_norm_out(dev, rows, cols, &a.q, &a.d)
+		             : cuda_mmvq_norm_out(dev, rows, cols, &a.q, &a.d)) ||
 		    (rc = cuda_launch(dev, dev->k_rmsnorm_row, rows, 1, OPS_THREADS, &a,
 		         "cuLaunchKernel baton_ops_rmsnorm_row")))
 			return rc;
-		if (a.q)
+		if (a.q && vr)
+			cuda_vr_norm_done(dev, out, rows, cols);
+		else if (a.q)
 			cuda_mmvq_norm_done(dev, out, cols);
 		return 0;
 	}
@@ -389,6 +406,9 @@ int cuda_op_matmuls(struct baton_dev *dev, const struct baton_matmuls *mm)
 	 * (not on the tensor cores' passes: those start at 64 rows) */
 	if ((rc = cuda_mmvq_matmuls(dev, mm)) != CUDA_TC_FALLBACK)
 		return rc;
+	/* 2 to 63 rows: the multi-row quantized GEMV, one launch for all */
+	if ((rc = cuda_vr_matmuls(dev, mm->x, mm->k, mm->rows, mm->m, mm->n, 0)) != CUDA_TC_FALLBACK)
+		return rc;
 	for (uint32_t i = 0; i < mm->n; i++) {
 		const struct baton_matmul_out *o = &mm->m[i];
 		if ((rc = cuda_op_matmul(dev, o->w, o->w_dtype, o->n_out, mm->k, o->b, o->b_dtype, mm->x,
@@ -396,6 +416,40 @@ int cuda_op_matmuls(struct baton_dev *dev, const struct baton_matmuls *mm)
 			return rc;
 	}
 	return 0;
+}
+
+int cuda_op_rmsnorm_matmuls(struct baton_dev *dev, baton_dptr x, baton_dptr w, uint32_t w_dtype,
+    float eps, const struct baton_matmuls *mm)
+{
+	uint64_t rb;
+	int rc;
+	if (!mm)
+		return refuse(dev, BATON_EINVAL, "rmsnorm_matmuls", "no matmuls");
+	/* rmsnorm's checks, then matmuls' (on the normed rows' buffer) */
+	if (!mm->rows || !mm->k || !f32_buf(x, (uint64_t)mm->rows * mm->k) ||
+	    !f32_buf(mm->x, (uint64_t)mm->rows * mm->k) || !(eps >= 0))
+		return refuse(dev, BATON_EINVAL, "rmsnorm", "empty or misaligned rows, or eps < 0");
+	if (x != mm->x && overlap(x, (uint64_t)mm->rows * mm->k, mm->x, (uint64_t)mm->rows * mm->k))
+		return refuse(dev, BATON_EINVAL, "rmsnorm", "out overlaps x without being x");
+	if (w && (rc = weight_ok(dev, "rmsnorm", w_dtype, mm->k, &rb)))
+		return rc;
+	if (matmuls_overlap(mm))
+		return refuse(dev, BATON_EINVAL, "matmuls", "n not 1 to 3, or overlapping outputs");
+	for (uint32_t i = 0; i < mm->n; i++) {
+		const struct baton_matmul_out *o = &mm->m[i];
+		if ((rc = matmul_check(dev, o->w, o->w_dtype, o->n_out, mm->k, o->b, o->b_dtype, mm->x,
+		         mm->rows, o->y, &rb)))
+			return rc;
+		if (overlap(x, (uint64_t)mm->rows * mm->k, o->y, (uint64_t)mm->rows * o->n_out))
+			return refuse(dev, BATON_EINVAL, "matmuls", "an output overlaps x");
+	}
+	if ((rc = cuda_cur(dev)))
+		return rc;
+	if ((rc = cuda_mmvq_norm_matmuls(dev, x, w, w_dtype, eps, mm)) != CUDA_TC_FALLBACK)
+		return rc;
+	if ((rc = cuda_op_rmsnorm(dev, x, mm->x, mm->rows, mm->k, w, w_dtype, eps)))
+		return rc;
+	return cuda_op_matmuls(dev, mm);
 }
 
 int cuda_op_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint32_t n_out,
@@ -419,6 +473,10 @@ int cuda_op_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint32
 		return rc;
 	if ((rc = cuda_mmvq_matmul(dev, w, w_dtype, rb, n_out, k, b, b_dtype, x, rows, y,
 	         accumulate)) != CUDA_TC_FALLBACK)
+		return rc;
+	/* 2 to 63 rows on q4_K / q6_K (int8 x) or small f32 matrices (exact) */
+	if ((rc = cuda_vr_matmul(dev, w, w_dtype, n_out, k, b, b_dtype, x, rows, y, accumulate)) !=
+	    CUDA_TC_FALLBACK)
 		return rc;
 	/* one row on bf16 / f16 weights: gemv16.cu at the memory's rate */
 	if ((rc = cuda_g16_matmul(dev, w, w_dtype, rb, n_out, k, b, b_dtype, x, rows, y,
@@ -483,7 +541,8 @@ int cuda_op_rope(struct baton_dev *dev, baton_dptr x, uint32_t rows, uint32_t n_
 	    "cuLaunchKernel baton_ops_rope");
 }
 
-int cuda_op_qk_norm_rope(struct baton_dev *dev, const struct baton_qk_norm_rope *a)
+/* qk_norm_rope's checks (refused: its code) */
+static int qk_nr_check(struct baton_dev *dev, const struct baton_qk_norm_rope *a)
 {
 	int rc;
 	uint64_t rb;
@@ -513,6 +572,14 @@ int cuda_op_qk_norm_rope(struct baton_dev *dev, const struct baton_qk_norm_rope 
 		    overlap(a->q, qn, a->v_cache, a->cache_rows * ks.cols))
 			return refuse(dev, BATON_EINVAL, "qk_norm_rope", "q overlaps the cache");
 	}
+	return 0;
+}
+
+int cuda_op_qk_norm_rope(struct baton_dev *dev, const struct baton_qk_norm_rope *a)
+{
+	int rc;
+	if ((rc = qk_nr_check(dev, a)))
+		return rc;
 	CUdeviceptr dp, df, ds = 0;
 	if ((rc = cuda_cur(dev)) || (rc = stage_args(dev, a->pos, (uint64_t)a->rows * 4, a->inv_freq,
 	                                  (uint64_t)a->head_dim / 2 * 4, &dp, &df)))
@@ -590,7 +657,8 @@ static uint32_t *ar_buf(struct baton_dev *dev, uint64_t n, uint64_t tab_n)
  * of rows whose partial results fit SCORES_MAX. */
 static int ar_launch(struct baton_dev *dev, baton_dptr q, baton_dptr k, baton_dptr v,
     baton_dptr out, uint32_t H, uint32_t KH, uint32_t hd, uint32_t bs, float scale,
-    uint32_t gy, uint64_t n, uint64_t tab_n, int paged, uint64_t chunks)
+    uint32_t gy, uint64_t n, uint64_t tab_n, int paged, uint64_t chunks,
+    struct baton_ops_attn_nr_args *nx)
 {
 	const uint64_t per_row = (uint64_t)H * chunks * (hd + 2) * 4;
 	uint64_t group = SCORES_MAX / per_row;
@@ -624,7 +692,13 @@ static int ar_launch(struct baton_dev *dev, baton_dptr q, baton_dptr k, baton_dp
 			.n_heads = H, .n_kv_heads = KH, .head_dim = hd, .block_size = bs,
 			.chunks = (uint32_t)chunks, .tiles = gy / KH, .scale = scale, .oq = oq, .od = od,
 		};
-		if ((rc = cuda_launch_k(dev, dev->k_attn_rows, (uint32_t)nr, gy, (uint32_t)chunks,
+		if (nx) { /* the fused kernel of nx's heads a block */
+			nx->ar = ka;
+			const uint32_t ki = dev->ar_nh == 1 ? 0 : dev->ar_nh == 2 ? 1 : dev->ar_nh == 4 ? 2 : 3;
+			if ((rc = cuda_launch_k(dev, dev->k_attn_nr[ki], (uint32_t)nr, gy, (uint32_t)chunks,
+			         BATON_OPS_AR_THREADS, 0, nx, sizeof *nx, "cuLaunchKernel baton_ops_attn_nr")))
+				return rc;
+		} else if ((rc = cuda_launch_k(dev, dev->k_attn_rows, (uint32_t)nr, gy, (uint32_t)chunks,
 		         BATON_OPS_AR_THREADS, 0, &ka, sizeof ka, "cuLaunchKernel baton_ops_attn_rows")))
 			return rc;
 	}
@@ -656,7 +730,7 @@ static int ar_attention(struct baton_dev *dev, const struct baton_attn *a)
 		memset(h + 4 * (uint64_t)a->n_q + nb, 0, (cap - nb) * 4);
 	}
 	return ar_launch(dev, a->q, a->k, a->v, a->out, a->n_heads, a->n_kv_heads, a->head_dim,
-	    a->block_size, a->scale, gy, a->n_q, cap, a->blocks != NULL, chunks);
+	    a->block_size, a->scale, gy, a->n_q, cap, a->blocks != NULL, chunks, NULL);
 }
 
 int cuda_op_attention(struct baton_dev *dev, const struct baton_attn *a)
@@ -816,7 +890,7 @@ int cuda_op_attention_segs(struct baton_dev *dev, const struct baton_attn_segs *
 			toff += cap;
 		}
 		if ((rc = ar_launch(dev, s->q, s->k, s->v, s->out, H, KH, hd, bs, s->scale, gy, n, tab_n,
-		         1, chunks)))
+		         1, chunks, NULL)))
 			return rc;
 	}
 	/* the tensor cores' segments (and, where the rows kernel does not
@@ -831,6 +905,95 @@ int cuda_op_attention_segs(struct baton_dev *dev, const struct baton_attn_segs *
 			return rc;
 	}
 	return 0;
+}
+
+/* Whether qk_attention_segs fuses nr into s's rows kernel: every
+ * segment one row (no row reads another's new key) of the rows kernel's
+ * shapes, nr's rows the segments' (the same q, cache and sizes; row i's
+ * position and slot segment i's last), the store asked for. */
+static int qk_attn_fusable(const struct baton_dev *dev, const struct baton_qk_norm_rope *nr,
+    const struct baton_attn_segs *s)
+{
+	if (dev->ar_fuse_off || !nr->k_cache || !nr->pos || !nr->slots || !nr->inv_freq || !s->segs ||
+	    nr->rows != s->n_seg || nr->q != s->q ||
+	    nr->k_cache != s->k || nr->v_cache != s->v || nr->heads != s->n_heads ||
+	    nr->kv_heads != s->n_kv_heads || nr->head_dim != s->head_dim || !s->block_size ||
+	    !ar_gy(s->n_heads, s->n_kv_heads, s->head_dim, s->q, s->k, s->v, s->out) ||
+	    cuda_tc_on((struct baton_dev *)dev, 1))
+		return 0;
+	for (uint32_t i = 0; i < s->n_seg; i++) {
+		const struct baton_attn_seg *g = &s->segs[i];
+		const uint32_t p = g->pos0, bs = s->block_size;
+		if (g->n_q != 1 || !g->blocks || nr->pos[i] != p ||
+		    (uint64_t)nr->slots[i] != (uint64_t)g->blocks[p / bs] * bs + p % bs)
+			return 0;
+	}
+	return 1;
+}
+
+int cuda_op_qk_attention_segs(struct baton_dev *dev, const struct baton_qk_norm_rope *nr,
+    const struct baton_attn_segs *s)
+{
+	uint64_t rows;
+	int rc;
+	if (!nr || !s)
+		return refuse(dev, BATON_EINVAL, "qk_attention_segs", "no arguments");
+	if (!qk_attn_fusable(dev, nr, s)) {
+		if ((rc = cuda_op_qk_norm_rope(dev, nr)))
+			return rc;
+		return cuda_op_attention_segs(dev, s);
+	}
+	if ((rc = qk_nr_check(dev, nr)))
+		return rc;
+	if (attn_segs_check(s, &rows))
+		return refuse(dev, BATON_EINVAL, "attention_segs",
+		    "no segments, no block table, or a segment attention would refuse");
+	const uint32_t H = s->n_heads, KH = s->n_kv_heads, hd = s->head_dim, bs = s->block_size;
+	const uint32_t G = H / KH, NH = dev->ar_nh, gy = KH * ((G + NH - 1) / NH);
+	if (H > 65535 || (uint64_t)KH * ((G + NH - 1) / NH) > 65535)
+		return refuse(dev, BATON_ERANGE, "attention_segs", "more than 65535 heads");
+	uint64_t nk = 0;
+	for (uint32_t i = 0; i < s->n_seg; i++) {
+		const uint64_t e = (uint64_t)s->segs[i].pos0 + 1;
+		if ((e + BATON_OPS_ATTN_CHUNK - 1) / BATON_OPS_ATTN_CHUNK > 65535)
+			return refuse(dev, BATON_ERANGE, "attention_segs", "more than 65535 chunks of keys");
+		if (e > nk)
+			nk = e;
+	}
+	if ((rc = cuda_cur(dev)))
+		return rc;
+	const uint64_t chunks = ar_chunks(dev, nk), n = s->n_seg;
+	if (chunks > 65535)
+		return refuse(dev, BATON_ERANGE, "attention_segs", "more than 65535 chunks of keys");
+	uint64_t tab_n = 0;
+	for (uint32_t i = 0; i < s->n_seg; i++)
+		tab_n += ar_tab_cap(dev, (uint64_t)s->segs[i].pos0 + 1, bs, chunks);
+	uint32_t *h = ar_buf(dev, n, tab_n);
+	if (!h)
+		return refuse(dev, BATON_ENOMEM, "attention_segs", "no memory for the rows");
+	uint32_t *tab = h + 4 * n;
+	uint64_t toff = 0;
+	for (uint32_t i = 0; i < s->n_seg; i++) {
+		const struct baton_attn_seg *g = &s->segs[i];
+		const uint64_t n_ctx = (uint64_t)g->pos0 + 1, nb = (n_ctx + bs - 1) / bs;
+		const uint64_t cap = ar_tab_cap(dev, n_ctx, bs, chunks);
+		memcpy(tab + toff, g->blocks, nb * 4);
+		memset(tab + toff + nb, 0, (cap - nb) * 4);
+		h[4 * i] = i;
+		h[4 * i + 1] = g->pos0;
+		h[4 * i + 2] = (uint32_t)toff;
+		h[4 * i + 3] = 0;
+		toff += cap;
+	}
+	CUdeviceptr df;
+	if ((rc = stage_args(dev, nr->inv_freq, (uint64_t)hd / 2 * 4, NULL, 0, &df, NULL)))
+		return rc;
+	struct baton_ops_attn_nr_args nx = {
+		.kn = nr->k, .vn = nr->v, .wq = nr->wq, .wk = nr->wk, .inv_freq = df,
+		.wq_dtype = nr->wq_dtype, .wk_dtype = nr->wk_dtype, .eps = nr->eps, .mscale = nr->mscale,
+	};
+	return ar_launch(dev, s->q, s->k, s->v, s->out, H, KH, hd, bs, s->scale, gy, n, tab_n, 1,
+	    chunks, &nx);
 }
 
 int cuda_op_kv_store(struct baton_dev *dev, const struct baton_kv_store *s)

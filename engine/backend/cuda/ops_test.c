@@ -437,6 +437,101 @@ static void t_matmuls(void)
 	be->close(dev);
 }
 
+/* rmsnorm_matmuls (the input norm and q/k/v in one launch at batch 1):
+ * the bits of rmsnorm then matmuls, for k 2,048 and 4,096, norm weights
+ * f32, bf16 and none, q4_K and q6_K matrices (one with a bias) whose row
+ * counts are not multiples of the kernel's 8 rows a block; several rows
+ * (not fused: the two calls) too. */
+static void t_rmsnorm_matmuls(void)
+{
+	setenv("BATON_CUDA_NORM_FUSE", "1", 1); /* opt-in: the fused kernel, not the two launches */
+	struct baton_dev *dev = cuda_fixture_open();
+	unsetenv("BATON_CUDA_NORM_FUSE");
+	const uint32_t ks[2] = { 2048, 4096 }, no[3] = { 300, 61, 64 }, R = 2;
+	const int dts[3] = { BATON_DT_Q4_K, BATON_DT_Q6_K, BATON_DT_Q4_K };
+	const int nds[3] = { BATON_DT_F32, BATON_DT_BF16, -1 };
+	uint64_t bb;
+	uint8_t *bias = weights(BATON_DT_F32, 1, no[1], &bb);
+	baton_dptr dbias = up(dev, bias, bb);
+	T_ASSERT(be->rmsnorm_matmuls);
+	for (int kc = 0; kc < 2; kc++) {
+		const uint32_t k = ks[kc];
+		float *x = rvec((size_t)R * k);
+		for (size_t i = 0; i < (size_t)R * k; i++)
+			x[i] *= 3.0f;
+		baton_dptr dx = up(dev, x, (uint64_t)R * k * 4), dxn, dxn2;
+		T_CU(dev, be->alloc(dev, (uint64_t)R * k * 4, &dxn));
+		T_CU(dev, be->alloc(dev, (uint64_t)R * k * 4, &dxn2));
+		baton_dptr dw0[3], dw[3], dy[3], dz[3];
+		uint8_t *w[3];
+		struct baton_matmuls mm = { .x = dxn, .k = k, .n = 3 };
+		for (int i = 0; i < 3; i++) {
+			uint64_t wb;
+			w[i] = weights(dts[i], no[i], k, &wb);
+			const uint32_t off = dts[i] == BATON_DT_Q6_K ? 2 : 0;
+			T_CU(dev, be->alloc(dev, wb + 16, &dw0[i]));
+			dw[i] = dw0[i] + off;
+			struct baton_copy wc = { dw[i], w[i], wb };
+			T_CU(dev, be->copy_h2d(dev, &wc, 1));
+			T_CU(dev, be->alloc(dev, (uint64_t)R * no[i] * 4, &dy[i]));
+			T_CU(dev, be->alloc(dev, (uint64_t)R * no[i] * 4, &dz[i]));
+			mm.m[i] = (struct baton_matmul_out){ .w = dw[i], .b = i == 1 ? dbias : 0,
+				.y = dy[i], .w_dtype = (uint32_t)dts[i], .b_dtype = BATON_DT_F32,
+				.n_out = no[i] };
+		}
+		for (int nc = 0; nc < 3; nc++) {
+			uint64_t nb = 0;
+			uint8_t *nw = nds[nc] >= 0 ? weights(nds[nc], 1, k, &nb) : NULL;
+			if (nw && nds[nc] == BATON_DT_BF16) /* near 1, as norms are */
+				for (uint32_t i = 0; i < k; i++) {
+					const uint16_t h = baton_f32_to_bf16(1.0f + frand() / 4);
+					memcpy(nw + 2 * i, &h, 2);
+				}
+			const baton_dptr dnw = nw ? up(dev, nw, nb) : 0;
+			const uint32_t ndt = nds[nc] >= 0 ? (uint32_t)nds[nc] : 0;
+			for (uint32_t rows = 1; rows <= R; rows++) {
+				mm.rows = rows;
+				struct baton_matmuls m2 = mm;
+				m2.x = dxn2;
+				for (int i = 0; i < 3; i++)
+					m2.m[i].y = dz[i];
+				T_CU(dev, be->rmsnorm_matmuls(dev, dx, dnw, ndt, 1e-6f, &mm));
+				T_CU(dev, be->rmsnorm(dev, dx, dxn2, rows, k, dnw, ndt, 1e-6f));
+				T_CU(dev, be->matmuls(dev, &m2));
+				for (int i = 0; i < 3; i++) {
+					const size_t n = (size_t)rows * no[i];
+					float *a = malloc(n * 4), *b = malloc(n * 4);
+					T_ASSERT(a && b);
+					down(dev, a, dy[i], n * 4);
+					down(dev, b, dz[i], n * 4);
+					char what[96];
+					snprintf(what, sizeof what, "rmsnorm_matmuls k %u, norm %d, %u rows, matrix %d",
+					    k, nc, rows, i);
+					same_bits(a, b, n, what);
+					free(a), free(b);
+				}
+			}
+			if (dnw)
+				be->free(dev, dnw);
+			free(nw);
+		}
+		/* refused, nothing written: an output over x */
+		mm.rows = 1;
+		struct baton_matmuls bad = mm;
+		bad.m[2].y = dx;
+		T_EQ_ERR(be->rmsnorm_matmuls(dev, dx, 0, 0, 1e-6f, &bad), BATON_EINVAL);
+		for (int i = 0; i < 3; i++) {
+			be->free(dev, dw0[i]), be->free(dev, dy[i]), be->free(dev, dz[i]);
+			free(w[i]);
+		}
+		be->free(dev, dx), be->free(dev, dxn), be->free(dev, dxn2);
+		free(x);
+	}
+	be->free(dev, dbias);
+	free(bias);
+	be->close(dev);
+}
+
 static void t_matmul_fast(void)
 {
 	struct baton_dev *dev = cuda_fixture_open();
@@ -1076,6 +1171,126 @@ static void t_attention_segs(void)
 	be->close(dev);
 }
 
+/* qk_attention_segs (qk_norm_rope with its store, then attention_segs,
+ * fused into one launch for decode rows) against the two calls apart:
+ * the same bits in out and in both caches, at every heads-a-block of
+ * the fused kernel (BATON_CUDA_ATTN_NH at open); rows at 1 to many
+ * chunks of keys, one row alone (its output also quantized for the o
+ * projection), and a pass with a row of several tokens (not fused: the
+ * two calls' work). */
+static void qk_attn_case(struct baton_dev *dev, uint32_t Hh, uint32_t KH, uint32_t hd,
+    uint32_t NS, const uint32_t *nq, const uint32_t *p0)
+{
+	const uint32_t BS = 16, KD = KH * hd;
+	uint64_t n = 0, nb_all = 0;
+	for (uint32_t i = 0; i < NS; i++) {
+		n += nq[i];
+		nb_all += (p0[i] + nq[i] + BS - 1) / BS;
+	}
+	const uint32_t pool = (uint32_t)nb_all + 3;
+	const uint64_t qr = (uint64_t)Hh * hd, qn = n * qr, cn = (uint64_t)pool * BS * KD;
+	uint32_t *perm = malloc(pool * sizeof *perm), *pos = malloc(n * 4), *slots = malloc(n * 4);
+	struct baton_attn_seg *sg = malloc(NS * sizeof *sg);
+	T_ASSERT(perm && pos && slots && sg);
+	for (uint32_t i = 0; i < pool; i++)
+		perm[i] = i;
+	for (uint32_t i = pool - 1; i > 0; i--) {
+		uint32_t j = (uint32_t)(rnd() % (i + 1)), t = perm[i];
+		perm[i] = perm[j];
+		perm[j] = t;
+	}
+	uint32_t used = 0, r = 0;
+	for (uint32_t i = 0; i < NS; i++) {
+		const uint32_t nb = (p0[i] + nq[i] + BS - 1) / BS;
+		sg[i] = (struct baton_attn_seg){ .n_q = nq[i], .pos0 = p0[i], .blocks = perm + used };
+		for (uint32_t t = 0; t < nq[i]; t++, r++) {
+			const uint32_t p = p0[i] + t;
+			pos[r] = p;
+			slots[r] = perm[used + p / BS] * BS + p % BS;
+		}
+		used += nb;
+	}
+	float inv[128];
+	for (uint32_t i = 0; i < hd / 2; i++)
+		inv[i] = (float)pow(1e6, -(double)(2 * i) / hd);
+	uint64_t wb;
+	uint8_t *wq = weights(BATON_DT_F32, 1, hd, &wb), *wk = weights(BATON_DT_F32, 1, hd, &wb);
+	float *q = rvec(qn), *k = rvec(n * KD), *v = rvec(n * KD), *kc = rvec(cn), *vc = rvec(cn);
+	float *a = malloc((qn > cn ? qn : cn) * 4), *b = malloc((qn > cn ? qn : cn) * 4);
+	T_ASSERT(a && b);
+	baton_dptr dwq = up(dev, wq, wb), dwk = up(dev, wk, wb);
+	baton_dptr dq[2], dk[2], dv[2], dkc[2], dvc[2], dout[2];
+	for (int i = 0; i < 2; i++) {
+		dq[i] = up(dev, q, qn * 4), dk[i] = up(dev, k, n * KD * 4), dv[i] = up(dev, v, n * KD * 4);
+		dkc[i] = up(dev, kc, cn * 4), dvc[i] = up(dev, vc, cn * 4);
+		T_CU(dev, be->alloc(dev, qn * 4, &dout[i]));
+	}
+	struct baton_qk_norm_rope nr[2];
+	struct baton_attn_segs as[2];
+	for (int i = 0; i < 2; i++) {
+		nr[i] = (struct baton_qk_norm_rope){ .q = dq[i], .k = dk[i], .wq = dwq, .wk = dwk,
+			.wq_dtype = BATON_DT_F32, .wk_dtype = BATON_DT_F32, .rows = (uint32_t)n,
+			.heads = Hh, .kv_heads = KH, .head_dim = hd, .eps = 1e-6f, .mscale = 1.0f,
+			.pos = pos, .inv_freq = inv, .v = dv[i], .k_cache = dkc[i], .v_cache = dvc[i],
+			.slots = slots, .cache_rows = (uint64_t)pool * BS };
+		as[i] = (struct baton_attn_segs){ .q = dq[i], .k = dkc[i], .v = dvc[i], .out = dout[i],
+			.n_seg = NS, .n_heads = Hh, .n_kv_heads = KH, .head_dim = hd, .block_size = BS,
+			.scale = 1.0f / sqrtf((float)hd), .segs = sg };
+	}
+	T_ASSERT(be->qk_attention_segs);
+	T_CU(dev, be->qk_attention_segs(dev, &nr[0], &as[0]));
+	T_CU(dev, be->qk_norm_rope(dev, &nr[1]));
+	T_CU(dev, be->attention_segs(dev, &as[1]));
+	char what[96];
+	const baton_dptr pairs[3][2] = { { dout[0], dout[1] }, { dkc[0], dkc[1] }, { dvc[0], dvc[1] } };
+	const uint64_t ns[3] = { qn, cn, cn };
+	const char *names[3] = { "out", "k cache", "v cache" };
+	for (int i = 0; i < 3; i++) {
+		snprintf(what, sizeof what, "qk_attention_segs %u/%u heads of %u, %u segments: %s", Hh,
+		    KH, hd, NS, names[i]);
+		down(dev, a, pairs[i][0], ns[i] * 4);
+		down(dev, b, pairs[i][1], ns[i] * 4);
+		same_bits(a, b, ns[i], what);
+	}
+	/* again on the same inputs (the counters left zeroed, the store the
+	 * same bits): q and k afresh, since a pass the backend does not fuse
+	 * (the 5-row segment) norms and rotates them in place */
+	struct baton_copy cq[2] = { { dq[0], q, qn * 4 }, { dk[0], k, n * KD * 4 } };
+	T_CU(dev, be->copy_h2d(dev, cq, 2));
+	T_CU(dev, be->qk_attention_segs(dev, &nr[0], &as[0]));
+	down(dev, a, dout[0], qn * 4);
+	down(dev, b, dout[1], qn * 4);
+	same_bits(a, b, qn, "qk_attention_segs, twice");
+	for (int i = 0; i < 2; i++)
+		be->free(dev, dq[i]), be->free(dev, dk[i]), be->free(dev, dv[i]), be->free(dev, dkc[i]),
+		    be->free(dev, dvc[i]), be->free(dev, dout[i]);
+	be->free(dev, dwq), be->free(dev, dwk);
+	free(wq), free(wk), free(q), free(k), free(v), free(kc), free(vc), free(a), free(b);
+	free(perm), free(pos), free(slots), free(sg);
+}
+
+static void t_qk_attention_segs(void)
+{
+	static const char *const nhs[4] = { "1", "2", "4", "8" };
+	const uint32_t nq16[16] = { 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1 };
+	const uint32_t p16[16] = { 0, 1, 5, 31, 62, 63, 64, 65, 127, 128, 200, 255, 256, 700, 1000,
+		2047 };
+	const uint32_t one_n[1] = { 1 }, one_p[1] = { 90 }, one_p2[1] = { 40 };
+	const uint32_t mix_n[3] = { 1, 5, 1 }, mix_p[3] = { 100, 30, 7 };
+	for (int i = 0; i < 4; i++) {
+		setenv("BATON_CUDA_ATTN_NH", nhs[i], 1);
+		struct baton_dev *dev = cuda_fixture_open();
+		qk_attn_case(dev, 32, 4, 128, 16, nq16, p16);
+		qk_attn_case(dev, 32, 4, 128, 1, one_n, one_p);
+		qk_attn_case(dev, 32, 4, 128, 1, one_n, one_p2);
+		qk_attn_case(dev, 12, 1, 64, 16, nq16, p16);
+		qk_attn_case(dev, 4, 4, 32, 16, nq16, p16);
+		qk_attn_case(dev, 32, 4, 128, 3, mix_n, mix_p);
+		be->close(dev);
+	}
+	unsetenv("BATON_CUDA_ATTN_NH");
+}
+
 /* A one-row attention leaves its output quantized for the quantized o
  * projection right after it (as a one-row rmsnorm does): the o matmul's
  * bits those of the same matmul quantizing the output itself, after
@@ -1621,6 +1836,26 @@ static void t_refusals(void)
 	be->close(dev);
 }
 
-T_MAIN(T_CASE(t_matmul), T_CASE(t_matmul_fast), T_CASE(t_embed_rmsnorm), T_CASE(t_route), T_CASE(t_router_route), T_CASE(t_rope),
-    T_CASE(t_qk_norm_rope), T_CASE(t_qk_norm_rope_store), T_CASE(t_matmuls), T_CASE(t_attention), T_CASE(t_attention_segs), T_CASE(t_attention_quant), T_CASE(t_kv_store), T_CASE(t_swiglu_add), T_CASE(t_refusals),
+/* prepare starts the tensor-core path for passes of at least its rows
+ * (what the first such pass would do), and not for fewer. */
+static void t_prepare(void)
+{
+	T_ASSERT(setenv("BATON_CUDA_GEMM_ROWS", "64", 1) == 0);
+	struct baton_dev *dev = cuda_fixture_open();
+	unsetenv("BATON_CUDA_GEMM_ROWS");
+	char line[768];
+	T_OK(be->prepare(dev, 63));
+	cuda_backend_describe(dev, line, sizeof line);
+	T_ASSERT_MSG(strstr(line, "not asked yet"), "%s", line);
+	T_OK(be->prepare(dev, 64));
+	cuda_backend_describe(dev, line, sizeof line);
+	printf("  %s\n", line);
+	T_ASSERT_MSG(strstr(line, "tensor cores through cuBLAS") || strstr(line, "tensor cores off"),
+	    "%s", line);
+	T_OK(be->prepare(dev, 4096)); /* again: nothing more */
+	be->close(dev);
+}
+
+T_MAIN(T_CASE(t_prepare), T_CASE(t_matmul), T_CASE(t_matmul_fast), T_CASE(t_embed_rmsnorm), T_CASE(t_route), T_CASE(t_router_route), T_CASE(t_rope),
+    T_CASE(t_qk_norm_rope), T_CASE(t_qk_norm_rope_store), T_CASE(t_matmuls), T_CASE(t_rmsnorm_matmuls), T_CASE(t_attention), T_CASE(t_attention_segs), T_CASE(t_qk_attention_segs), T_CASE(t_attention_quant), T_CASE(t_kv_store), T_CASE(t_swiglu_add), T_CASE(t_refusals),
     T_CASE_TIMEOUT(t_tensor_cores, 120), T_CASE_TIMEOUT(t_perf, 120))
