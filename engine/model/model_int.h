@@ -140,7 +140,7 @@ struct baton_model {
 	baton_dptr rt_base;           /* 0 until a pass first uses it */
 	baton_dptr rt_tab;            /* u64 [layers * n_experts], the cache's addresses */
 	baton_dptr rt_ids;            /* u32 [layers][n * top_k] of the pass (n <= rt_rows) */
-	baton_dptr rt_w;              /* f32 [RT_ROWS * top_k], one layer's at a time */
+	baton_dptr rt_w;              /* f32 [rt_rows * top_k], one layer's at a time */
 	baton_dptr *tab_now, *tab_dev; /* host: the cache's table now; what rt_tab holds */
 	uint32_t *rt_host;            /* rt_ids back on the host, for the cache's counts */
 	int tab_ok, rt_on, rt_off;    /* rt_off: BATON_MODEL_HOST_ROUTE=1 */
