@@ -190,7 +190,8 @@ static int moe_block(struct baton_model *m, uint32_t l, uint32_t n)
 	const size_t nk = (size_t)n * K;
 	int rc;
 
-	const baton_dptr ids = m->rt_ids + (uint64_t)l * m->rt_rows * K * sizeof(uint32_t);
+	/* layer l's n rows of ids, packed (moe_dev_account copies n rows a layer) */
+	const baton_dptr ids = m->rt_ids + (uint64_t)l * n * K * sizeof(uint32_t);
 	if (m->rt_on && be->router_route_dev) { /* the norm, router and route in one call */
 		const struct baton_router_route rr = {
 			.x = m->x, .xn = m->xn, .norm = L->post_norm.p, .w = L->router.p, .logits = m->rl,
@@ -434,13 +435,13 @@ static int moe_dev_account(struct baton_model *m, uint32_t n)
 {
 	const struct baton_model_config *c = &m->cfg;
 	const uint32_t E = c->n_experts, K = c->top_k, nk = n * K;
-	const uint64_t ib = (uint64_t)c->layers * m->rt_rows * K * sizeof(uint32_t);
+	const uint64_t ib = (uint64_t)c->layers * nk * sizeof(uint32_t);
 	int rc;
 
 	if ((rc = m->be->copy_d2h(m->dev, m->rt_host, m->rt_ids, ib)))
 		return rc;
 	for (uint32_t l = 0; l < c->layers; l++) {
-		const uint32_t *id = m->rt_host + (uint64_t)l * m->rt_rows * K;
+		const uint32_t *id = m->rt_host + (uint64_t)l * nk;
 		for (uint32_t i = 0; i < nk; i++) {
 			if (id[i] >= E)
 				return BATON_EIO;

@@ -101,6 +101,7 @@ int model_open(struct baton_engine *e, const struct baton_model_opts *opts,
 		if (!*end && v >= 1 && v <= RT_ROWS_MAX)
 			m->rt_rows = (uint32_t)v;
 	}
+	const int rows_set = m->rt_rows != RT_ROWS || (dr && *dr);
 	const char *op = missing_op(m->be);
 	if (op) {
 		baton_errf(eb, el, "the %s backend cannot run a model: it has no %s op", m->be->name, op);
@@ -156,6 +157,19 @@ int model_open(struct baton_engine *e, const struct baton_model_opts *opts,
 	for (uint32_t l = 0; l < c->layers; l++)
 		if ((rc = weights_load_layer(m, l, eb, el)) != 0)
 			goto fail;
+	/* q4_K experts in every layer, of widths the cuda backend's grouped
+	 * experts take (moe_rows.h: hidden <= 2048, moe_ff <= 1024, multiples
+	 * of 256): passes up to RT_ROWS_Q4K rows route on the device too
+	 * (serving's decode steps; each chosen expert read once for all its
+	 * rows); other models keep RT_ROWS, whose larger passes group tokens
+	 * on the host */
+	int all_q4k = !rows_set && c->layers > 0 && c->hidden <= 2048 && c->hidden % 256 == 0 &&
+	    c->moe_ff <= 1024 && c->moe_ff % 256 == 0;
+	for (uint32_t l = 0; all_q4k && l < c->layers; l++)
+		all_q4k = m->layers[l].gate_dt == BATON_DT_Q4_K && m->layers[l].up_dt == BATON_DT_Q4_K &&
+		    m->layers[l].down_dt == BATON_DT_Q4_K;
+	if (all_q4k)
+		m->rt_rows = RT_ROWS_Q4K;
 	if ((rc = m->be->sync(m->dev)) != 0) {
 		baton_errf(eb, el, "uploading the dense tensors: %s", baton_strerror(rc));
 		goto fail;

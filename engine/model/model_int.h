@@ -139,8 +139,8 @@ struct baton_model {
 	 * cache's blob table on the device, each layer's routing results. */
 	baton_dptr rt_base;           /* 0 until a pass first uses it */
 	baton_dptr rt_tab;            /* u64 [layers * n_experts], the cache's addresses */
-	baton_dptr rt_ids;            /* u32 [layers][RT_ROWS * top_k] */
-	baton_dptr rt_w;              /* f32 [RT_ROWS * top_k], one layer's at a time */
+	baton_dptr rt_ids;            /* u32 [layers][n * top_k] of the pass (n <= rt_rows) */
+	baton_dptr rt_w;              /* f32 [rt_rows * top_k], one layer's at a time */
 	baton_dptr *tab_now, *tab_dev; /* host: the cache's table now; what rt_tab holds */
 	uint32_t *rt_host;            /* rt_ids back on the host, for the cache's counts */
 	int tab_ok, rt_on, rt_off;    /* rt_off: BATON_MODEL_HOST_ROUTE=1 */
@@ -165,9 +165,13 @@ struct baton_model {
 
 /* Passes of at most this many rows route on the device (decode); larger
  * ones (prefill) group tokens by expert on the host, sharing weight reads.
- * BATON_MODEL_DEVICE_ROWS sets it from 1 to RT_ROWS_MAX (m->rt_rows). */
+ * A model whose experts are q4_K in every layer (hidden <= 2048, moe_ff
+ * <= 1024: model.c) routes passes of up to RT_ROWS_Q4K rows on the device
+ * (the cuda backend groups them by expert there: moe_rows.cu). BATON_MODEL_DEVICE_ROWS sets it from 1 to
+ * RT_ROWS_MAX (m->rt_rows). */
 #define RT_ROWS 8
 #define RT_ROWS_MAX 64
+#define RT_ROWS_Q4K 64
 
 /* ---- weights.c ----------------------------------------------------------- */
 

@@ -186,7 +186,7 @@ static int cuda_open(int index, uint64_t capacity_bytes, struct baton_dev **out,
 		goto fail;
 	}
 	if ((rc = cuda_moe_load(dev)) || (rc = cuda_ops_load(dev)) || (rc = cuda_mmvq_load(dev)) ||
-	    (rc = cuda_g16_load(dev)) || (rc = cuda_vr_load(dev)))
+	    (rc = cuda_g16_load(dev)) || (rc = cuda_vr_load(dev)) || (rc = cuda_mr_load(dev)))
 		goto fail;
 	cuda_tc_config(dev);
 	cuda_mmvq_config(dev);
@@ -240,6 +240,7 @@ static void cuda_close(struct baton_dev *dev)
 		cuda_ops_free(dev);
 		cuda_g16_free(dev);
 		cuda_vr_free(dev);
+		cuda_mr_free(dev);
 		cuda_moe_free(dev);
 		if (dev->staged)
 			d->EventDestroy(dev->staged);

@@ -130,6 +130,15 @@ struct baton_dev {
 	 * while n_launch is unchanged */
 	uint64_t vq_mark, n_launch;
 
+	/* The grouped experts of passes of 2 to 64 rows (moe_rows_launch.c),
+	 * off with vq_off too or BATON_CUDA_MOE_ROWS=0: their module, their
+	 * scratch (the rows' int8 x, the slots and pairs, h as int8), sized
+	 * for the most rows at the first use. */
+	CUmodule mr_mod;
+	CUfunction k_mr_quant, k_mr_group, k_mr_gate_up, k_mr_down;
+	int mr_off;
+	struct dbuf mr_buf;
+
 	/* The 16-bit batch-1 path (gemv16_launch.c), off with vq_off too. */
 	/* gemv16_launch.c's programmatic dependent launches (cuda_launch_kx
 	 * with pdl 2): BATON_G16_PDL, 0 none, 1 (default) every 16-bit GEMV,
@@ -438,6 +447,19 @@ void cuda_mmvq_keep(struct baton_dev *dev, uint64_t before, baton_dptr a, uint64
  * launches (and two quantizations); CUDA_TC_FALLBACK when it does not
  * apply. */
 int cuda_mmvq_experts(struct baton_dev *dev, const struct baton_moe_layer *l, baton_dptr table,
+    baton_dptr ids, baton_dptr weights);
+
+/* ---- moe_rows_launch.c: the experts of passes of 2 to 64 rows --------------- */
+
+/* Load at open (after cuda_g16_load), free at close. */
+int cuda_mr_load(struct baton_dev *dev);
+void cuda_mr_free(struct baton_dev *dev);
+/* moe_experts_dev at batch 2 .. BATON_MR_MAX_ROWS on q4_K experts (rows at
+ * 16-byte alignment), checked by cuda_moe_experts_dev: the pairs grouped
+ * by expert on the device, each chosen expert's rows read once for all
+ * its pairs (int8 activations, as mmvq's), then the reduce in rank order;
+ * CUDA_TC_FALLBACK when it does not apply. */
+int cuda_mr_experts(struct baton_dev *dev, const struct baton_moe_layer *l, baton_dptr table,
     baton_dptr ids, baton_dptr weights);
 
 /* ---- gemv16_launch.c: the 16-bit batch-1 GEMVs ------------------------------ */

@@ -687,6 +687,27 @@ static inline void check_layer(int dt, uint32_t B, uint32_t D, uint32_t F, uint3
 		be->free(dev, drw), be->free(dev, drl), be->free(dev, dsel2), be->free(dev, dsc);
 		free(rw32);
 		free(gx3);
+	} else if (dt == BATON_DT_Q4_K && B >= 2 && B <= 64 && !misalign &&
+	    !(ex && *ex && strcmp(ex, "0") != 0)) {
+		/* 2 .. 64 rows on aligned q4_K: moe_rows.cu's grouped experts
+		 * (int8 activations as mmvq's), near the double reference; the
+		 * same bits twice */
+		for (size_t i = 0; i < BD; i++)
+			delta[i] = (double)gx2[i] - L.x[i];
+		const double e_rows = rel_err(delta, rdelta, BD);
+		printf("  %s B=%u moe_rows experts vs double %.2e\n", dt_name(dt), B, e_rows);
+		snprintf(name, sizeof name, "max_rel_err_%s_rows%u", dt_name(dt), B);
+		fig(name, e_rows, "");
+		T_ASSERT_MSG(e_rows <= 3e-2, "%s moe_rows experts (B=%u): relative error %g > 3e-2",
+		    dt_name(dt), B, e_rows);
+		float *gx3 = malloc(BD * 4);
+		T_ASSERT(gx3);
+		T_CU(dev, be->copy_h2d(dev, &cs[3], 1));
+		T_CU(dev, be->moe_experts_dev(dev, &gl, dtab, dsel, dsel + BK * 4));
+		T_CU(dev, be->copy_d2h(dev, gx3, L.d_x, BD * 4));
+		T_ASSERT_MSG(memcmp(gx2, gx3, BD * 4) == 0, "%s moe_rows experts: two runs differ",
+		    dt_name(dt));
+		free(gx3);
 	} else {
 		T_ASSERT_MSG(memcmp(gx, gx2, BD * 4) == 0,
 		    "%s: moe_experts_dev differs from moe_experts", dt_name(dt));

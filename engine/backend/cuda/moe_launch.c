@@ -454,6 +454,9 @@ int cuda_moe_experts_dev(struct baton_dev *dev, const struct baton_moe_layer *l,
 		return rc;
 	if ((rc = cuda_mmvq_experts(dev, l, table, ids, weights)) != CUDA_TC_FALLBACK)
 		return rc;
+	/* q4_K experts at 2 .. 64 rows: moe_rows.cu, each expert read once */
+	if ((rc = cuda_mr_experts(dev, l, table, ids, weights)) != CUDA_TC_FALLBACK)
+		return rc;
 	/* bf16 / f16 experts at batch 1: gemv16.cu */
 	if ((rc = cuda_g16_experts(dev, l, table, ids, weights)) != CUDA_TC_FALLBACK)
 		return rc;
