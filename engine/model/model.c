@@ -239,6 +239,42 @@ const struct baton_model_config *model_config(const struct baton_model *m)
 	return &m->cfg;
 }
 
+int model_warm(struct baton_model *m, uint32_t rows, int force)
+{
+	if (!m)
+		return BATON_EINVAL;
+	if ((!force && !m->be->prepare) || m->released)
+		return 0;
+	if (rows > m->max_batch)
+		rows = m->max_batch;
+	if (rows > m->max_ctx)
+		rows = m->max_ctx;
+	if (rows > kv_avail(m) * BATON_KV_BLOCK)
+		rows = kv_avail(m) * BATON_KV_BLOCK;
+	if (rows < 2)
+		return 0;
+	const uint32_t V = m->cfg.vocab;
+	uint32_t *toks = malloc((size_t)rows * sizeof *toks);
+	float *logits = malloc((size_t)V * sizeof *logits);
+	struct baton_seq *s = NULL;
+	int rc = toks && logits ? model_seq_open(m, &s) : BATON_ENOMEM;
+	if (rc == 0) {
+		/* spread over the vocabulary, so the experts get uneven counts
+		 * as real prompts give them */
+		for (uint32_t i = 0; i < rows; i++)
+			toks[i] = (uint32_t)(((uint64_t)i * 7919u + 13u) % V);
+		const int pc = m->pc_on;
+		m->pc_on = 0;
+		const struct baton_step_item it = { .seq = s, .tokens = toks, .n = rows };
+		rc = model_step(m, &it, 1, logits);
+		m->pc_on = pc;
+	}
+	model_seq_close(m, s);
+	free(toks);
+	free(logits);
+	return rc;
+}
+
 uint32_t model_max_ctx(const struct baton_model *m)
 {
 	return m->max_ctx;

@@ -513,6 +513,15 @@ uint64_t model_graph_replays(const struct baton_model *m);
 /* Forward passes run (model_step splits a step of more than max_batch
  * rows into several), and the rows a pass takes at most. */
 uint64_t model_passes(const struct baton_model *m);
+/* One pass of up to `rows` made-up tokens (at most max_batch, max_ctx and
+ * what the KV pool holds) in a sequence of its own, closed after, with
+ * nothing kept in the prefix cache: what a backend makes on first use for
+ * such passes (cuda: cuBLAS's kernels for the shapes the experts' token
+ * counts give, scratch buffers) is made now, not in the first requests'
+ * steps. Only on a backend with `prepare` (one that has such state),
+ * unless force. The sequences, the pool and every later output are what
+ * they were; the expert cache counts the pass's lookups as any pass's. */
+int model_warm(struct baton_model *m, uint32_t rows, int force);
 uint32_t model_max_batch(const struct baton_model *m);
 /* A buffer for the logits of model_step (the scheduler's: max_seqs x
  * vocab floats): the backend's pinned host memory where it has it

@@ -961,7 +961,37 @@ static void t_tensor_path(void)
 	}
 }
 
-T_MAIN(T_CASE(t_config_fixtures), T_CASE(t_device_route), T_CASE(t_graph_buckets), T_CASE(t_config_refusals),
+/* model_warm: one pass in a sequence of its own, and then everything as
+ * it was: the pool whole, nothing cached, and a prompt's logits the bits
+ * of a model that was not warmed (on the test's backend, forced). */
+static void t_warm(void)
+{
+	struct rig a, b;
+	rig_open(&a, "qwen3_moe", 0);
+	rig_open(&b, "qwen3_moe", 0);
+	const uint32_t V = model_config(a.m)->vocab, free0 = model_kv_free_blocks(a.m);
+	const uint64_t p0 = model_passes(a.m);
+	T_OK(model_warm(a.m, 1u << 20, 1)); /* at most max_batch, max_ctx and the pool */
+	T_EQ_INT(model_passes(a.m), p0 + 1);
+	T_EQ_INT(model_kv_free_blocks(a.m), free0);
+	struct baton_prefix_stats ps;
+	model_prefix_stats(a.m, &ps);
+	T_EQ_INT(ps.cached_blocks, 0);
+	T_OK(model_warm(b.m, 1, 1)); /* too few rows: nothing */
+	T_EQ_INT(model_passes(b.m), 0);
+	size_t n;
+	uint32_t *toks = ids_of(json_array_get(json_object_get(a.ref, "prompts"), 0), &n);
+	float *la = malloc(V * 4), *lb = malloc(V * 4);
+	T_ASSERT(la && lb);
+	T_OK(model_prefill(a.m, toks, (uint32_t)n, la));
+	T_OK(model_prefill(b.m, toks, (uint32_t)n, lb));
+	T_ASSERT_MSG(memcmp(la, lb, V * 4) == 0, "a warmed model's logits differ");
+	free(la), free(lb), free(toks);
+	rig_close(&a);
+	rig_close(&b);
+}
+
+T_MAIN(T_CASE(t_warm), T_CASE(t_config_fixtures), T_CASE(t_device_route), T_CASE(t_graph_buckets), T_CASE(t_config_refusals),
     T_CASE(t_rope_yarn), T_CASE(t_config_tolerant), T_CASE_TIMEOUT(t_rope_yarn_forward, 120),
     T_CASE_TIMEOUT(t_qwen3_moe, 120), T_CASE_TIMEOUT(t_mixtral, 120),
     T_CASE_TIMEOUT(t_mixtral_f16, 120), T_CASE_TIMEOUT(t_olmoe, 120), T_CASE_TIMEOUT(t_qwen2_moe, 120),

@@ -196,6 +196,16 @@ int serve_open(const struct baton_serve_config *conf, struct serve **out, enum s
 	if (rc == 0) {
 		serve_snapshot(s, NULL); /* the KV pool's bytes, for the broker's books */
 		struct baton_model *m = generator_model(s->gen);
+		/* one pass of a step's rows before the first request: what the
+		 * backend makes on first use is made now (model_warm) */
+		const double w0 = baton_now_s();
+		const int wrc = model_warm(m, step_tokens, 0);
+		if (wrc)
+			serve_log(s, "warning: the warm-up pass failed (%s); the first steps make what it "
+			    "would have", baton_strerror(wrc));
+		else if (model_passes(m))
+			serve_log(s, "warm-up pass of up to %u rows: %.0f ms", step_tokens,
+			    1e3 * (baton_now_s() - w0));
 		serve_log(s, "text generation: %s model, chat template %s, KV pool %u blocks of %u positions "
 		    "(%.1f MiB, %.1f contexts; %s)", generator_arch(s->gen),
 		    generator_chat_family(s->gen) ? generator_chat_family(s->gen) : "none",
