@@ -111,11 +111,13 @@ static void deliver(struct baton_sched *s, struct job *list)
 		struct job *j = list;
 		list = j->next;
 		/* blocks go back before the client hears: a status after the
-		 * answer sees them free */
+		 * answer sees them free, and the prefix cache's counts with
+		 * them (a held block just let go of is evictable now) */
 		model_seq_close(s->m, j->ks);
 		j->ks = NULL;
 		pthread_mutex_lock(&s->mu);
 		s->st.kv_free = model_kv_free_blocks(s->m);
+		model_prefix_stats(s->m, &s->st.prefix);
 		pthread_mutex_unlock(&s->mu);
 		if (!j->rc)
 			j->res.n_cached = j->cached;
