@@ -186,13 +186,22 @@ int serve_open(const struct baton_serve_config *conf, struct serve **out, enum s
 	s->d_model = s->info.d_model;
 	s->warning = s->info.backend_warning ? s->info.backend_warning : "";
 	/* A whole model (arena v2 with config.json) also speaks text. */
-	/* a step of the scheduler is one forward pass of up to step_tokens rows */
-	const uint32_t step_tokens = s->o.step_tokens ? s->o.step_tokens : BATON_SCHED_DEFAULT_CHUNK;
+	/* a step of the scheduler is one forward pass of up to step_tokens
+	 * rows; without --step-tokens, a device too small for the default's
+	 * activations takes half as many rows, down to 64 */
+	uint32_t step_tokens = s->o.step_tokens ? s->o.step_tokens : BATON_SCHED_DEFAULT_CHUNK;
 	struct baton_model_opts mo = { .max_ctx = s->o.ctx, .kv_blocks = s->o.kv_blocks,
 		.max_batch = step_tokens,
 		.kv_seqs = s->o.max_seqs, .content_special = s->o.content_special,
 		.no_prefix_cache = s->o.no_prefix_cache, .kv_host_bytes = s->o.kv_host_mib * BATON_MIB };
 	rc = generator_open(s->e, &mo, &s->gen, s->gen_error, sizeof s->gen_error);
+	while (rc == BATON_EDEVMEM && !s->o.step_tokens && step_tokens > 64) {
+		serve_log(s, "%s: a step of %u rows does not fit; trying %u", s->gen_error, step_tokens,
+		    step_tokens / 2);
+		step_tokens /= 2;
+		mo.max_batch = step_tokens;
+		rc = generator_open(s->e, &mo, &s->gen, s->gen_error, sizeof s->gen_error);
+	}
 	if (rc == 0) {
 		serve_snapshot(s, NULL); /* the KV pool's bytes, for the broker's books */
 		struct baton_model *m = generator_model(s->gen);
