@@ -245,6 +245,14 @@ int model_warm(struct baton_model *m, uint32_t rows, int force)
 		return BATON_EINVAL;
 	if ((!force && !m->be->prepare) || m->released)
 		return 0;
+	if (m->cache) { /* a pass that would load experts (the broker's grant first) is not warm-up */
+		const uint64_t ni = (uint64_t)m->cfg.layers * m->cfg.n_experts;
+		baton_dptr *tab = malloc((ni ? ni : 1) * sizeof *tab);
+		const int all = tab && cache_all_resident(m->cache, tab);
+		free(tab);
+		if (!all)
+			return 0;
+	}
 	if (rows > m->max_batch)
 		rows = m->max_batch;
 	if (rows > m->max_ctx)

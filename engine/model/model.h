@@ -519,7 +519,9 @@ uint64_t model_passes(const struct baton_model *m);
  * such passes (cuda: cuBLAS's kernels for the shapes the experts' token
  * counts give, scratch buffers) is made now, not in the first requests'
  * steps. Only on a backend with `prepare` (one that has such state),
- * unless force. The sequences, the pool and every later output are what
+ * unless force, and only while every expert is resident (it loads none:
+ * an engine under a broker starts released). The sequences, the pool and
+ * every later output are what
  * they were; the expert cache counts the pass's lookups as any pass's. */
 int model_warm(struct baton_model *m, uint32_t rows, int force);
 uint32_t model_max_batch(const struct baton_model *m);

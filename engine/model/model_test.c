@@ -986,6 +986,11 @@ static void t_warm(void)
 	T_OK(model_prefill(a.m, toks, (uint32_t)n, la));
 	T_OK(model_prefill(b.m, toks, (uint32_t)n, lb));
 	T_ASSERT_MSG(memcmp(la, lb, V * 4) == 0, "a warmed model's logits differ");
+	T_OK(model_release(a.m)); /* released: no pass (it would refill) */
+	const uint64_t p1 = model_passes(a.m);
+	T_OK(model_warm(a.m, 64, 1));
+	T_EQ_INT(model_passes(a.m), p1);
+	T_ASSERT(model_released(a.m));
 	free(la), free(lb), free(toks);
 	rig_close(&a);
 	rig_close(&b);
