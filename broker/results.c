@@ -20,8 +20,12 @@ static bool state_moving(const char *state)
 void br_on_done(struct broker *b, struct item *it)
 {
 	struct jobtag *t = br_tag_find(b, it->job_id);
-	if (!t)
+	if (!t) {
+		/* a late reply to a command a probe already ended as lost
+		 * (on_probe): nothing waits for it, but it owns its decoding */
+		proto_msg_free(&it->rep);
 		return;
+	}
 	struct jobtag tag = *t;
 	t->job = 0;
 	if (tag.cmd == PROTO_OP_STATUS) {

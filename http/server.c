@@ -811,14 +811,18 @@ void http_close(struct baton_http *h)
 	if (h->reaper_on)
 		pthread_join(h->reaper, NULL);
 	if (h->d) {
-		/* give the 503s a moment to go out before the connections close */
+		/* give the 503s (and answers made just before) a moment to go out
+		 * before the connections close: until libmicrohttpd is done with
+		 * each (on_completed), not only until it queued it (RQ_SENT): a
+		 * queued answer is written later by the epoll thread, and
+		 * MHD_stop_daemon drops what it has not written yet */
 		double until = baton_now_s() + 1;
 		pthread_mutex_lock(&h->mu);
 		for (;;) {
-			bool parked = false;
-			for (struct baton_http_req *r = h->open; r && !parked; r = r->next)
-				parked = !r->mhd_done && r->st == RQ_ANSWER;
-			if (!parked || baton_cond_wait_until(&h->sent_cv, &h->mu, until) != 0)
+			bool unsent = false;
+			for (struct baton_http_req *r = h->open; r && !unsent; r = r->next)
+				unsent = !r->mhd_done && (r->st == RQ_ANSWER || (r->st == RQ_SENT && !r->stream));
+			if (!unsent || baton_cond_wait_until(&h->sent_cv, &h->mu, until) != 0)
 				break;
 		}
 		pthread_mutex_unlock(&h->mu);
