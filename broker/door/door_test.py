@@ -509,6 +509,11 @@ def t_two_models_interleaved(c):
         eng = engine_http(c, "qwen" if model == QWEN else "mixtral")
         want[(k, i)] = text_of(eng.post("/v1/chat/completions", chat_body(model, q, seed), timeout=120))
     switches0 = metric(http, "baton_door_switches_total") or 0
+
+    def served_now():
+        return sum(metric(http, "baton_door_requests_total", '{model="%s",outcome="served"}' % m) or 0
+                   for m in (QWEN, MIXTRAL))
+    served0 = served_now()
     got, errors = {}, []
 
     def client(k):
@@ -530,6 +535,8 @@ def t_two_models_interleaved(c):
     assert len(got) == len(jobs), "lost: %s" % sorted(set(want) - set(got))
     bad = [(key, got[key], want[key]) for key in want if got[key] != want[key]]
     assert not bad, bad
+    # a request is counted just after its last byte reached its client: wait for the last ones
+    h.wait_for("every request counted", lambda: served_now() - served0 >= len(jobs))
     switches = (metric(http, "baton_door_switches_total") or 0) - switches0
     # four clients alternating: first come first served would switch on
     # almost every request; batches switch a few times
@@ -543,6 +550,7 @@ def t_two_models_interleaved(c):
         c.events.all("door.queue")
     served = metric(http, "baton_door_requests_total", '{model="%s",outcome="served"}' % QWEN)
     assert served and served >= len(jobs) // 2, served
+    # every served request has its wait observed, a wait of 0 too
     assert metric(http, "baton_door_ttft_wait_seconds_count", '{model="%s"}' % MIXTRAL) >= len(jobs) // 2
     # some requests waited for a refill, and it is counted in their time to first token
     assert (metric(http, "baton_door_ttft_refill_seconds_sum", '{model="%s"}' % QWEN) +
