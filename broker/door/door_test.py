@@ -103,6 +103,16 @@ def metric(http, name, labels=""):
     return float(m.group(1)) if m else None
 
 
+def door_idle(http):
+    """Waits until the door has no request forwarded: a request is counted
+    just after its last byte reached its client, in the same step that ends
+    its in-flight count."""
+    def idle():
+        st, text, _ = http.get("/metrics")
+        return st == 200 and all(float(v) == 0 for v in re.findall(r"^baton_door_in_flight\{.*\} (\S+)$", text, re.M))
+    h.wait_for("the door's requests all counted", idle)
+
+
 # ---- registration ------------------------------------------------------------
 
 def t_register_fields(c):
@@ -831,6 +841,7 @@ def t_fake_stored_responses(c):
             fa.got[-1][0].startswith("GET"), (st, r)
         assert len(fc.got) == n_fc
         # what it remembers (m's 6 stored, m2's 2, less fb's deleted), none evicted
+        door_idle(http)
         assert metric(http, "baton_door_stored_responses") == 8 - 1, metric(http, "baton_door_stored_responses")
         assert metric(http, "baton_door_stored_evicted_total") == 0
         # a read is no completion: the served count is the POSTs'
@@ -908,6 +919,7 @@ def t_usage_of_every_answer(c):
     u = [e for e in h.sse_events(data) if isinstance(e, dict) and e.get("type") == "message_delta"][-1]["usage"]
     counted.append((u["input_tokens"], u["output_tokens"]))
     lab = '{model="%s"}' % QWEN
+    door_idle(http)
     got = (metric(http, "baton_door_prompt_tokens_total", lab), metric(http, "baton_door_generation_tokens_total", lab))
     want = (sum(p for p, _ in counted), sum(n for _, n in counted))
     assert got == want, (got, want, counted)
