@@ -509,6 +509,23 @@ static void timing_note(struct baton_sched *s, uint32_t n, double model_s, doubl
 	    sync_s * 1e3 / ns, copy_s * 1e3 / ns, s->tm_sample * 1e3 / ns);
 }
 
+/* A step that read prompt tokens (BATON_SCHED_TIMING=1): its items, rows
+ * and times, one line each (there are few of them, and each differs). */
+static void prompt_note(struct baton_sched *s, uint32_t n, double model_s, double sample_s,
+    double wait0)
+{
+	uint64_t rows = 0;
+	uint32_t prompts = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		rows += s->items[i].n;
+		prompts += s->items[i].n > 1;
+	}
+	fprintf(stderr, "sched timing: a step of %u items (%u of them prompt pieces), %llu rows: model_step "
+	    "%.3f ms (every wait for the device %.3f), sampling %.3f ms\n", n, prompts,
+	    (unsigned long long)rows, model_s * 1e3, (model_wait_seconds(s->m) - wait0) * 1e3,
+	    sample_s * 1e3);
+}
+
 /* One forward pass over every running job; ends those that finished. No
  * lock held; the running table is the thread's to read (and its
  * membership changes under the lock). When the pool cannot hold the step,
@@ -618,6 +635,8 @@ fail:
 	}
 	if (s->timing && decode_only)
 		timing_note(s, n, tm1 - tm0, baton_now_s() - tm1, wait0, sync0, copy0);
+	else if (s->timing) /* a step that reads prompts: each one on its own line */
+		prompt_note(s, n, tm1 - tm0, baton_now_s() - tm1, wait0);
 }
 
 /* Running jobs the client left: ended as "cancelled" now. Lock held. */
