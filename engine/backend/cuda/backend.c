@@ -266,7 +266,7 @@ const char *cuda_backend_last_error(struct baton_dev *dev)
 void cuda_backend_describe(struct baton_dev *dev, char *buf, size_t len)
 {
 	int v = dev->d->version;
-	char tc[256];
+	char tc[384];
 	cuda_tc_describe(dev, tc, sizeof tc);
 	snprintf(buf, len,
 	    "%s (device %d), driver API %d.%d, VMM granularity %llu KiB (minimum %llu KiB), "

@@ -124,6 +124,16 @@ static void blas_load_once(void)
 	g_blas_err[0] = '\0';
 }
 
+const char *cuda_blas_path(void)
+{
+	return g_blas.lib ? g_blas.path : NULL;
+}
+
+uint64_t cuda_blas_workspace_bytes(void)
+{
+	return WORKSPACE_BYTES;
+}
+
 static const char *status_str(int st)
 {
 	const char *s = g_blas.status ? g_blas.status(st) : NULL;
@@ -263,9 +273,12 @@ int cuda_tc_on(struct baton_dev *dev, uint64_t rows)
 
 void cuda_tc_describe(struct baton_dev *dev, char *buf, size_t len)
 {
-	if (dev->tc_state > 0)
-		snprintf(buf, len, "tensor cores through cuBLAS %d for passes of %u rows or more",
-		    dev->blas_version, dev->tc_rows);
+	if (dev->tc_state > 0) {
+		char lt[160];
+		cuda_lt_describe(dev, lt, sizeof lt);
+		snprintf(buf, len, "tensor cores through cuBLAS %d for passes of %u rows or more; %s",
+		    dev->blas_version, dev->tc_rows, lt);
+	}
 	else if (dev->tc_state < 0)
 		snprintf(buf, len, "tensor cores off: %s", dev->tc_why);
 	else
@@ -277,6 +290,7 @@ void cuda_tc_free(struct baton_dev *dev)
 	const struct cuda_driver *d = dev->d;
 	if (dev->tc_stage_busy && dev->tc_staged)
 		d->EventSynchronize(dev->tc_staged);
+	cuda_lt_free(dev);
 	if (dev->blas)
 		g_blas.destroy(dev->blas);
 	dev->blas = NULL;
@@ -306,8 +320,16 @@ int cuda_blas_gemm(struct baton_dev *dev, const struct cuda_gemm *g)
 {
 	const float alpha = g->alpha, beta = g->beta;
 	const int prof = cuda_prof_begin(dev);
+	const double h0 = prof ? baton_now_s() : 0;
 	int st;
 	dev->n_launch++; /* it writes device memory too: mmvq_launch.c's quantization */
+	if ((st = cuda_lt_gemm(dev, g)) != CUDA_TC_FALLBACK) {
+		if (prof) {
+			cuda_prof_host(dev, "host: in cuBLASLt GEMM calls", 1e3 * (baton_now_s() - h0));
+			cuda_prof_end(dev, g->what ? g->what : "cublasLtMatmul");
+		}
+		return st;
+	}
 	if (g->batch <= 1)
 		st = g_blas.gemm(dev->blas, g->ta ? OP_T : OP_N, g->tb ? OP_T : OP_N, g->m, g->n, g->k,
 		    &alpha, (const void *)(uintptr_t)g->a, g->a_type, g->lda,
@@ -319,8 +341,10 @@ int cuda_blas_gemm(struct baton_dev *dev, const struct cuda_gemm *g)
 		    (const void *)(uintptr_t)g->b, g->b_type, g->ldb, g->sb, &beta,
 		    (void *)(uintptr_t)g->c, DT_R_32F, g->ldc, g->sc, g->batch, COMPUTE_32F,
 		    GEMM_DEFAULT);
-	if (prof)
+	if (prof) {
+		cuda_prof_host(dev, "host: in cuBLAS GEMM calls", 1e3 * (baton_now_s() - h0));
 		cuda_prof_end(dev, g->what ? g->what : "cublasGemmEx");
+	}
 	if (st) {
 		cuda_set_err(dev, "cuBLAS GEMM %dx%dx%d (batch %d): %s", g->m, g->n, g->k, g->batch,
 		    status_str(st));
@@ -333,13 +357,16 @@ int cuda_blas_gemm_ptrs(struct baton_dev *dev, const struct cuda_gemm *g)
 {
 	const float alpha = g->alpha, beta = g->beta;
 	const int prof = cuda_prof_begin(dev);
+	const double h0 = prof ? baton_now_s() : 0;
 	dev->n_launch++;
 	const int st = g_blas.gemm_b(dev->blas, g->ta ? OP_T : OP_N, g->tb ? OP_T : OP_N, g->m, g->n,
 	    g->k, &alpha, (const void *)(uintptr_t)g->a, g->a_type, g->lda,
 	    (const void *)(uintptr_t)g->b, g->b_type, g->ldb, &beta, (void *)(uintptr_t)g->c,
 	    DT_R_32F, g->ldc, g->batch, COMPUTE_32F, GEMM_DEFAULT);
-	if (prof)
+	if (prof) {
+		cuda_prof_host(dev, "host: in cuBLAS batched GEMM calls", 1e3 * (baton_now_s() - h0));
 		cuda_prof_end(dev, g->what ? g->what : "cublasGemmBatchedEx");
+	}
 	if (st) {
 		cuda_set_err(dev, "cuBLAS batched GEMM %dx%dx%d (batch %d): %s", g->m, g->n, g->k,
 		    g->batch, status_str(st));

@@ -177,6 +177,13 @@ struct baton_dev {
 	int tc_inplace, tc_grouped_said, tc_mmf;
 	uint32_t tc_pad; /* BATON_TC_PAD */
 	char tc_why[200];
+	/* lt.c: cuBLASLt's handle (lt_state 0 untried, 1 on, -1 off:
+	 * BATON_CUBLASLT=0 or no library) and the kernel of each shape class */
+	int lt_state;
+	void *lt;
+	struct cuda_lt_algo *lt_tab;
+	uint32_t lt_n, lt_cap, lt_classes;
+	uint64_t lt_calls, lt_refused;
 
 	/* graph.c: the pass being captured, the last pass's executable graph */
 	int graph_off, capturing;
@@ -320,6 +327,7 @@ void cuda_prof_report(struct baton_dev *dev);
  * string that lives as long as the device), else 0. */
 int cuda_prof_begin(struct baton_dev *dev);
 void cuda_prof_end(struct baton_dev *dev, const char *what);
+void cuda_prof_host(struct baton_dev *dev, const char *what, double ms);
 
 /* ---- blas.c: cuBLAS loaded with dlopen -------------------------------------- */
 
@@ -363,6 +371,22 @@ struct cuda_gemm_groups {
 	const char *what;
 };
 int cuda_blas_gemm_grouped(struct baton_dev *dev, const struct cuda_gemm_groups *g);
+
+/* libcublas's path as opened, or NULL; the workspace given to it (and to
+ * lt.c's calls). */
+const char *cuda_blas_path(void);
+uint64_t cuda_blas_workspace_bytes(void);
+
+/* ---- lt.c: cuBLASLt, the kernel chosen once per shape class ----------------- */
+
+/* g (cuda_blas_gemm's) through cublasLtMatmul with its class's kernel:
+ * 0, or CUDA_TC_FALLBACK with nothing queued (no library, BATON_CUBLASLT=0,
+ * no kernel for the class, or the kernel refused g's shape). */
+int cuda_lt_gemm(struct baton_dev *dev, const struct cuda_gemm *g);
+/* "cuBLASLt: N GEMMs, N shape classes ..." for the profile. */
+void cuda_lt_describe(const struct baton_dev *dev, char *buf, size_t len);
+/* The handle and the classes (at close, before the workspace goes). */
+void cuda_lt_free(struct baton_dev *dev);
 
 /* ---- tc_launch.c: the tensor-core path of matmul, moe_experts, attention -- */
 

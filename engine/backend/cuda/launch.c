@@ -175,6 +175,24 @@ void cuda_prof_end(struct baton_dev *dev, const char *what)
 	prof_add(dev, what);
 }
 
+/* An entry of host time (ms), not the device's: what a call spent on the
+ * host before it returned (cuBLAS's heuristics, say). */
+void cuda_prof_host(struct baton_dev *dev, const char *what, double ms)
+{
+	if (!dev->prof)
+		return;
+	int i = 0;
+	while (i < dev->prof_n && dev->prof_v[i].what != what && strcmp(dev->prof_v[i].what, what))
+		i++;
+	if (i == dev->prof_n) {
+		if (i == (int)(sizeof dev->prof_v / sizeof dev->prof_v[0]))
+			return;
+		dev->prof_v[dev->prof_n++] = (struct cuda_prof){ .what = what };
+	}
+	dev->prof_v[i].n++;
+	dev->prof_v[i].ms += ms;
+}
+
 static void prof_add(struct baton_dev *dev, const char *what)
 {
 	const struct cuda_driver *d = dev->d;
@@ -238,6 +256,9 @@ void cuda_prof_report(struct baton_dev *dev)
 		    (double)dev->prof_tc_rows / c,
 		    dev->prof_tc_pairs ? (double)dev->prof_tc_rows / (double)dev->prof_tc_pairs : 0.0);
 	}
+	char lt[160];
+	cuda_lt_describe(dev, lt, sizeof lt);
+	fprintf(stderr, "  %s\n", lt);
 	dev->d->EventDestroy(dev->prof_ev[0]);
 	dev->d->EventDestroy(dev->prof_ev[1]);
 	dev->prof = 0;
