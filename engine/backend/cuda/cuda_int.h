@@ -523,6 +523,21 @@ int cuda_g16_experts(struct baton_dev *dev, const struct baton_moe_layer *l, bat
  * cuda_moe_load); cuda_ops_free gives back what they hold (at close). */
 int cuda_ops_load(struct baton_dev *dev);
 void cuda_ops_free(struct baton_dev *dev);
+/* The checks of host/ops.c the dense ops' launchers share: an f32 buffer
+ * of n floats at p (non-null, aligned, not wrapping); two f32 buffers
+ * overlapping; a refusal (the context's error "op: why", then rc); a
+ * weight of rows of `cols` in dtype (computable here, whole blocks; *rb
+ * a row's bytes); qk_norm_rope's checks (refused: its code). */
+int cuda_f32_buf(baton_dptr p, uint64_t n);
+int cuda_overlap(baton_dptr a, uint64_t an, baton_dptr b, uint64_t bn);
+int cuda_refuse(struct baton_dev *dev, int rc, const char *op, const char *why);
+int cuda_weight_ok(struct baton_dev *dev, const char *op, uint32_t dtype, uint32_t cols,
+    uint64_t *rb);
+int cuda_qk_nr_check(struct baton_dev *dev, const struct baton_qk_norm_rope *a);
+/* Queues host bytes (a, then b 16-byte aligned after it) to the device
+ * through the staging ring: *da, *db get their device addresses. */
+int cuda_stage_args(struct baton_dev *dev, const void *a, uint64_t an, const void *b,
+    uint64_t bn, CUdeviceptr *da, CUdeviceptr *db);
 /* The backend slots embed, rmsnorm, matmul, rope, attention, swiglu, add
  * and route (engine/backend/backend.h). */
 int cuda_op_embed(struct baton_dev *dev, baton_dptr table, uint32_t dtype, uint32_t vocab,

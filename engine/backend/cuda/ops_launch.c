@@ -180,17 +180,17 @@ void cuda_ops_free(struct baton_dev *dev)
 /* ---- checks (host/ops.c's) ------------------------------------------------- */
 
 /* An f32 buffer of n floats at p: non-null, aligned, not wrapping. */
-static int f32_buf(baton_dptr p, uint64_t n)
+int cuda_f32_buf(baton_dptr p, uint64_t n)
 {
 	return p && !(p & 3) && n && n <= UINT64_MAX / 4 && p <= UINT64_MAX - n * 4;
 }
 
-static int overlap(baton_dptr a, uint64_t an, baton_dptr b, uint64_t bn)
+int cuda_overlap(baton_dptr a, uint64_t an, baton_dptr b, uint64_t bn)
 {
 	return a < b + bn * 4 && b < a + an * 4;
 }
 
-static int refuse(struct baton_dev *dev, int rc, const char *op, const char *why)
+int cuda_refuse(struct baton_dev *dev, int rc, const char *op, const char *why)
 {
 	cuda_set_err(dev, "%s: %s", op, why);
 	return rc;
@@ -198,7 +198,7 @@ static int refuse(struct baton_dev *dev, int rc, const char *op, const char *why
 
 /* A weight of rows of `cols` in dtype: computable here, whole blocks;
  * *rb gets a row's bytes. */
-static int weight_ok(struct baton_dev *dev, const char *op, uint32_t dtype, uint32_t cols,
+int cuda_weight_ok(struct baton_dev *dev, const char *op, uint32_t dtype, uint32_t cols,
     uint64_t *rb)
 {
 	if (!cuda_can_compute((int)dtype)) {
@@ -222,7 +222,7 @@ static int weight_ok(struct baton_dev *dev, const char *op, uint32_t dtype, uint
  * first) to the device: *da, *db get their device addresses. They go
  * through the staging ring (cuda_int.h): the next free bytes of
  * the current half, or the other half once its copies have run. */
-static int stage_args(struct baton_dev *dev, const void *a, uint64_t an, const void *b,
+int cuda_stage_args(struct baton_dev *dev, const void *a, uint64_t an, const void *b,
     uint64_t bn, CUdeviceptr *da, CUdeviceptr *db)
 {
 	const struct cuda_driver *d = dev->d;
@@ -260,7 +260,7 @@ static int stage_args(struct baton_dev *dev, const void *a, uint64_t an, const v
 	}
 	const int h = dev->ops_half;
 	if (dev->ops_off == 0 && dev->ops_rec_pending[h])
-		return refuse(dev, BATON_EBUSY, "staging",
+		return cuda_refuse(dev, BATON_EBUSY, "staging",
 		    "a graph being recorded would overwrite its own arrays");
 	if (dev->ops_off == 0 && dev->ops_stage_busy[h]) {
 		CU(dev, d->EventSynchronize(dev->ops_staged[h]), "cuEventSynchronize (ops staging)");
@@ -301,12 +301,12 @@ int cuda_op_embed(struct baton_dev *dev, baton_dptr table, uint32_t dtype, uint3
 {
 	uint64_t rb;
 	int rc;
-	if (!table || !tokens || !vocab || !n || !f32_buf(out, (uint64_t)n * cols))
-		return refuse(dev, BATON_EINVAL, "embed", "empty table or tokens, or a bad output");
-	if ((rc = weight_ok(dev, "embed", dtype, cols, &rb)))
+	if (!table || !tokens || !vocab || !n || !cuda_f32_buf(out, (uint64_t)n * cols))
+		return cuda_refuse(dev, BATON_EINVAL, "embed", "empty table or tokens, or a bad output");
+	if ((rc = cuda_weight_ok(dev, "embed", dtype, cols, &rb)))
 		return rc;
 	if (n > 0x7fffffffu)
-		return refuse(dev, BATON_ERANGE, "embed", "2^31 tokens or more in one call");
+		return cuda_refuse(dev, BATON_ERANGE, "embed", "2^31 tokens or more in one call");
 	for (uint32_t t = 0; t < n; t++)
 		if (tokens[t] >= vocab) {
 			cuda_set_err(dev, "embed: token %u is outside the vocabulary of %u", tokens[t],
@@ -314,7 +314,7 @@ int cuda_op_embed(struct baton_dev *dev, baton_dptr table, uint32_t dtype, uint3
 			return BATON_ERANGE;
 		}
 	CUdeviceptr dt;
-	if ((rc = cuda_cur(dev)) || (rc = stage_args(dev, tokens, (uint64_t)n * 4, NULL, 0, &dt, NULL)))
+	if ((rc = cuda_cur(dev)) || (rc = cuda_stage_args(dev, tokens, (uint64_t)n * 4, NULL, 0, &dt, NULL)))
 		return rc;
 	struct baton_ops_embed_args a = {
 		.table = table, .tokens = dt, .out = out, .row_bytes = rb,
@@ -329,11 +329,11 @@ int cuda_op_rmsnorm(struct baton_dev *dev, baton_dptr x, baton_dptr out, uint32_
 	const uint64_t n = (uint64_t)rows * cols;
 	uint64_t rb;
 	int rc;
-	if (!rows || !f32_buf(x, n) || !f32_buf(out, n) || !(eps >= 0))
-		return refuse(dev, BATON_EINVAL, "rmsnorm", "empty or misaligned rows, or eps < 0");
-	if (out != x && overlap(x, n, out, n))
-		return refuse(dev, BATON_EINVAL, "rmsnorm", "out overlaps x without being x");
-	if (w && (rc = weight_ok(dev, "rmsnorm", w_dtype, cols, &rb)))
+	if (!rows || !cuda_f32_buf(x, n) || !cuda_f32_buf(out, n) || !(eps >= 0))
+		return cuda_refuse(dev, BATON_EINVAL, "rmsnorm", "empty or misaligned rows, or eps < 0");
+	if (out != x && cuda_overlap(x, n, out, n))
+		return cuda_refuse(dev, BATON_EINVAL, "rmsnorm", "out overlaps x without being x");
+	if (w && (rc = cuda_weight_ok(dev, "rmsnorm", w_dtype, cols, &rb)))
 		return rc;
 	if ((rc = cuda_cur(dev)))
 		return rc;
@@ -344,7 +344,7 @@ int cuda_op_rmsnorm(struct baton_dev *dev, baton_dptr x, baton_dptr out, uint32_
 			.eps = eps,
 		};
 		if (rows > 0x7fffffffu)
-			return refuse(dev, BATON_ERANGE, "rmsnorm", "too many rows");
+			return cuda_refuse(dev, BATON_ERANGE, "rmsnorm", "too many rows");
 		/* one row: also as the int8 blocks of the quantized matmuls after
 		 * it; 2 to 63 rows: those of mmvq_rows.cu's */
 		const int vr = rows > 1;
@@ -364,7 +364,7 @@ int cuda_op_rmsnorm(struct baton_dev *dev, baton_dptr x, baton_dptr out, uint32_
 	};
 	const uint32_t blocks = (rows + BATON_OPS_WARPS - 1) / BATON_OPS_WARPS;
 	if (blocks > 0x7fffffffu)
-		return refuse(dev, BATON_ERANGE, "rmsnorm", "too many rows");
+		return cuda_refuse(dev, BATON_ERANGE, "rmsnorm", "too many rows");
 	return cuda_launch(dev, dev->k_rmsnorm, blocks, 1, OPS_THREADS, &a,
 	    "cuLaunchKernel baton_ops_rmsnorm");
 }
@@ -376,14 +376,14 @@ static int matmul_check(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, u
 {
 	uint64_t brb;
 	int rc;
-	if (!w || !n_out || !rows || !f32_buf(x, (uint64_t)rows * k) ||
-	    !f32_buf(y, (uint64_t)rows * n_out))
-		return refuse(dev, BATON_EINVAL, "matmul", "empty or misaligned operands");
-	if (overlap(x, (uint64_t)rows * k, y, (uint64_t)rows * n_out))
-		return refuse(dev, BATON_EINVAL, "matmul", "y overlaps x");
-	if ((rc = weight_ok(dev, "matmul", w_dtype, k, rb)))
+	if (!w || !n_out || !rows || !cuda_f32_buf(x, (uint64_t)rows * k) ||
+	    !cuda_f32_buf(y, (uint64_t)rows * n_out))
+		return cuda_refuse(dev, BATON_EINVAL, "matmul", "empty or misaligned operands");
+	if (cuda_overlap(x, (uint64_t)rows * k, y, (uint64_t)rows * n_out))
+		return cuda_refuse(dev, BATON_EINVAL, "matmul", "y overlaps x");
+	if ((rc = cuda_weight_ok(dev, "matmul", w_dtype, k, rb)))
 		return rc;
-	if (b && (rc = weight_ok(dev, "matmul bias", b_dtype, n_out, &brb)))
+	if (b && (rc = cuda_weight_ok(dev, "matmul bias", b_dtype, n_out, &brb)))
 		return rc;
 	return 0;
 }
@@ -393,7 +393,7 @@ int cuda_op_matmuls(struct baton_dev *dev, const struct baton_matmuls *mm)
 	uint64_t rb;
 	int rc;
 	if (matmuls_overlap(mm))
-		return refuse(dev, BATON_EINVAL, "matmuls", "n not 1 to 3, or overlapping outputs");
+		return cuda_refuse(dev, BATON_EINVAL, "matmuls", "n not 1 to 3, or overlapping outputs");
 	for (uint32_t i = 0; i < mm->n; i++) {
 		const struct baton_matmul_out *o = &mm->m[i];
 		if ((rc = matmul_check(dev, o->w, o->w_dtype, o->n_out, mm->k, o->b, o->b_dtype, mm->x,
@@ -435,24 +435,24 @@ int cuda_op_rmsnorm_matmuls(struct baton_dev *dev, baton_dptr x, baton_dptr w, u
 	uint64_t rb;
 	int rc;
 	if (!mm)
-		return refuse(dev, BATON_EINVAL, "rmsnorm_matmuls", "no matmuls");
+		return cuda_refuse(dev, BATON_EINVAL, "rmsnorm_matmuls", "no matmuls");
 	/* rmsnorm's checks, then matmuls' (on the normed rows' buffer) */
-	if (!mm->rows || !mm->k || !f32_buf(x, (uint64_t)mm->rows * mm->k) ||
-	    !f32_buf(mm->x, (uint64_t)mm->rows * mm->k) || !(eps >= 0))
-		return refuse(dev, BATON_EINVAL, "rmsnorm", "empty or misaligned rows, or eps < 0");
-	if (x != mm->x && overlap(x, (uint64_t)mm->rows * mm->k, mm->x, (uint64_t)mm->rows * mm->k))
-		return refuse(dev, BATON_EINVAL, "rmsnorm", "out overlaps x without being x");
-	if (w && (rc = weight_ok(dev, "rmsnorm", w_dtype, mm->k, &rb)))
+	if (!mm->rows || !mm->k || !cuda_f32_buf(x, (uint64_t)mm->rows * mm->k) ||
+	    !cuda_f32_buf(mm->x, (uint64_t)mm->rows * mm->k) || !(eps >= 0))
+		return cuda_refuse(dev, BATON_EINVAL, "rmsnorm", "empty or misaligned rows, or eps < 0");
+	if (x != mm->x && cuda_overlap(x, (uint64_t)mm->rows * mm->k, mm->x, (uint64_t)mm->rows * mm->k))
+		return cuda_refuse(dev, BATON_EINVAL, "rmsnorm", "out overlaps x without being x");
+	if (w && (rc = cuda_weight_ok(dev, "rmsnorm", w_dtype, mm->k, &rb)))
 		return rc;
 	if (matmuls_overlap(mm))
-		return refuse(dev, BATON_EINVAL, "matmuls", "n not 1 to 3, or overlapping outputs");
+		return cuda_refuse(dev, BATON_EINVAL, "matmuls", "n not 1 to 3, or overlapping outputs");
 	for (uint32_t i = 0; i < mm->n; i++) {
 		const struct baton_matmul_out *o = &mm->m[i];
 		if ((rc = matmul_check(dev, o->w, o->w_dtype, o->n_out, mm->k, o->b, o->b_dtype, mm->x,
 		         mm->rows, o->y, &rb)))
 			return rc;
-		if (overlap(x, (uint64_t)mm->rows * mm->k, o->y, (uint64_t)mm->rows * o->n_out))
-			return refuse(dev, BATON_EINVAL, "matmuls", "an output overlaps x");
+		if (cuda_overlap(x, (uint64_t)mm->rows * mm->k, o->y, (uint64_t)mm->rows * o->n_out))
+			return cuda_refuse(dev, BATON_EINVAL, "matmuls", "an output overlaps x");
 	}
 	if ((rc = cuda_cur(dev)))
 		return rc;
@@ -475,7 +475,7 @@ int cuda_op_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint32
 	const int one = rows == 1;
 	const uint32_t gy = one ? 1 : (rows + BATON_OPS_NT - 1) / BATON_OPS_NT;
 	if (gy > 65535)
-		return refuse(dev, BATON_ERANGE, "matmul", "too many rows for one launch");
+		return cuda_refuse(dev, BATON_ERANGE, "matmul", "too many rows for one launch");
 	if ((rc = cuda_cur(dev)))
 		return rc;
 	if (cuda_tc_on(dev, rows) &&
@@ -534,15 +534,15 @@ int cuda_op_rope(struct baton_dev *dev, baton_dptr x, uint32_t rows, uint32_t n_
 {
 	int rc;
 	if (!rows || !n_heads || !head_dim || (head_dim & 1) || !pos || !inv_freq ||
-	    !f32_buf(x, (uint64_t)rows * n_heads * head_dim))
-		return refuse(dev, BATON_EINVAL, "rope",
+	    !cuda_f32_buf(x, (uint64_t)rows * n_heads * head_dim))
+		return cuda_refuse(dev, BATON_EINVAL, "rope",
 		    "empty or misaligned rows, an odd head_dim, or no positions or frequencies");
 	if (n_heads > 65535 || rows > 0x7fffffffu)
-		return refuse(dev, BATON_ERANGE, "rope", "more than 65535 heads or 2^31 rows");
+		return cuda_refuse(dev, BATON_ERANGE, "rope", "more than 65535 heads or 2^31 rows");
 	const uint32_t half = head_dim / 2;
 	CUdeviceptr dp, df;
 	if ((rc = cuda_cur(dev)) ||
-	    (rc = stage_args(dev, pos, (uint64_t)rows * 4, inv_freq, (uint64_t)half * 4, &dp, &df)))
+	    (rc = cuda_stage_args(dev, pos, (uint64_t)rows * 4, inv_freq, (uint64_t)half * 4, &dp, &df)))
 		return rc;
 	struct baton_ops_rope_args a = {
 		.x = x, .pos = dp, .inv_freq = df, .n_heads = n_heads, .head_dim = head_dim,
@@ -553,35 +553,35 @@ int cuda_op_rope(struct baton_dev *dev, baton_dptr x, uint32_t rows, uint32_t n_
 }
 
 /* qk_norm_rope's checks (refused: its code) */
-static int qk_nr_check(struct baton_dev *dev, const struct baton_qk_norm_rope *a)
+int cuda_qk_nr_check(struct baton_dev *dev, const struct baton_qk_norm_rope *a)
 {
 	int rc;
 	uint64_t rb;
 	if (!a || !a->rows || !a->heads || !a->kv_heads || !a->head_dim || (a->head_dim & 1) ||
 	    !a->pos || !a->inv_freq || !(a->eps >= 0))
-		return refuse(dev, BATON_EINVAL, "qk_norm_rope",
+		return cuda_refuse(dev, BATON_EINVAL, "qk_norm_rope",
 		    "zero sizes, an odd head_dim, no positions or frequencies, or eps < 0");
 	const uint64_t qn = (uint64_t)a->rows * a->heads * a->head_dim;
 	const uint64_t kn = (uint64_t)a->rows * a->kv_heads * a->head_dim;
-	if (!f32_buf(a->q, qn) || !f32_buf(a->k, kn) || overlap(a->q, qn, a->k, kn))
-		return refuse(dev, BATON_EINVAL, "qk_norm_rope", "a missing, misaligned or overlapping q or k");
-	if ((a->wq && (rc = weight_ok(dev, "qk_norm_rope", a->wq_dtype, a->head_dim, &rb))) ||
-	    (a->wk && (rc = weight_ok(dev, "qk_norm_rope", a->wk_dtype, a->head_dim, &rb))))
+	if (!cuda_f32_buf(a->q, qn) || !cuda_f32_buf(a->k, kn) || cuda_overlap(a->q, qn, a->k, kn))
+		return cuda_refuse(dev, BATON_EINVAL, "qk_norm_rope", "a missing, misaligned or overlapping q or k");
+	if ((a->wq && (rc = cuda_weight_ok(dev, "qk_norm_rope", a->wq_dtype, a->head_dim, &rb))) ||
+	    (a->wk && (rc = cuda_weight_ok(dev, "qk_norm_rope", a->wk_dtype, a->head_dim, &rb))))
 		return rc;
 	if ((uint64_t)a->heads + a->kv_heads > 65535 || a->rows > 0x7fffffffu)
-		return refuse(dev, BATON_ERANGE, "qk_norm_rope", "more than 65535 heads or 2^31 rows");
+		return cuda_refuse(dev, BATON_ERANGE, "qk_norm_rope", "more than 65535 heads or 2^31 rows");
 	const struct baton_kv_store ks = { .k = a->k, .v = a->v, .k_cache = a->k_cache,
 		.v_cache = a->v_cache, .slots = a->slots, .n = a->rows,
 		.cols = a->kv_heads * a->head_dim, .cache_rows = a->cache_rows };
 	if (a->k_cache) {
 		if ((uint64_t)a->kv_heads * a->head_dim > UINT32_MAX)
-			return refuse(dev, BATON_EINVAL, "qk_norm_rope", "k rows too wide to store");
+			return cuda_refuse(dev, BATON_EINVAL, "qk_norm_rope", "k rows too wide to store");
 		if ((rc = kv_store_check(&ks)))
-			return refuse(dev, rc, "qk_norm_rope", rc == BATON_ERANGE ? "a slot past the cache" :
+			return cuda_refuse(dev, rc, "qk_norm_rope", rc == BATON_ERANGE ? "a slot past the cache" :
 			    "kv_store's zero sizes, or missing, misaligned or overlapping buffers");
-		if (overlap(a->q, qn, a->k_cache, a->cache_rows * ks.cols) ||
-		    overlap(a->q, qn, a->v_cache, a->cache_rows * ks.cols))
-			return refuse(dev, BATON_EINVAL, "qk_norm_rope", "q overlaps the cache");
+		if (cuda_overlap(a->q, qn, a->k_cache, a->cache_rows * ks.cols) ||
+		    cuda_overlap(a->q, qn, a->v_cache, a->cache_rows * ks.cols))
+			return cuda_refuse(dev, BATON_EINVAL, "qk_norm_rope", "q overlaps the cache");
 	}
 	return 0;
 }
@@ -589,14 +589,14 @@ static int qk_nr_check(struct baton_dev *dev, const struct baton_qk_norm_rope *a
 int cuda_op_qk_norm_rope(struct baton_dev *dev, const struct baton_qk_norm_rope *a)
 {
 	int rc;
-	if ((rc = qk_nr_check(dev, a)))
+	if ((rc = cuda_qk_nr_check(dev, a)))
 		return rc;
 	CUdeviceptr dp, df, ds = 0;
-	if ((rc = cuda_cur(dev)) || (rc = stage_args(dev, a->pos, (uint64_t)a->rows * 4, a->inv_freq,
+	if ((rc = cuda_cur(dev)) || (rc = cuda_stage_args(dev, a->pos, (uint64_t)a->rows * 4, a->inv_freq,
 	                                  (uint64_t)a->head_dim / 2 * 4, &dp, &df)))
 		return rc;
 	if (a->k_cache &&
-	    (rc = stage_args(dev, a->slots, (uint64_t)a->rows * 4, NULL, 0, &ds, NULL)))
+	    (rc = cuda_stage_args(dev, a->slots, (uint64_t)a->rows * 4, NULL, 0, &ds, NULL)))
 		return rc;
 	struct baton_ops_qk_norm_rope_args k = {
 		.q = a->q, .k = a->k, .wq = a->wq, .wk = a->wk, .pos = dp, .inv_freq = df,
@@ -688,7 +688,7 @@ static int ar_launch(struct baton_dev *dev, baton_dptr q, baton_dptr k, baton_dp
 	if (dev->ar_cnt.cap != cnt_cap) /* a new buffer: the counters start at 0 */
 		CU(dev, dev->d->MemsetD32Async(dev->ar_cnt.p, 0, dev->ar_cnt.cap / 4, dev->stream),
 		    "cuMemsetD32Async (attention counters)");
-	if ((rc = stage_args(dev, dev->ar_host, (4 * n + tab_n) * 4, NULL, 0, &da, NULL)))
+	if ((rc = cuda_stage_args(dev, dev->ar_host, (4 * n + tab_n) * 4, NULL, 0, &da, NULL)))
 		return rc;
 	/* one row (a decode step): its output also as the int8 blocks of the
 	 * o projection's quantized GEMV right after (mmvq_launch.c) */
@@ -730,7 +730,7 @@ static int ar_attention(struct baton_dev *dev, const struct baton_attn *a)
 	const uint64_t cap = a->blocks ? ar_tab_cap(dev, n_ctx, a->block_size, chunks) : 0;
 	uint32_t *h = ar_buf(dev, a->n_q, cap);
 	if (!h)
-		return refuse(dev, BATON_ENOMEM, "attention", "no memory for the rows");
+		return cuda_refuse(dev, BATON_ENOMEM, "attention", "no memory for the rows");
 	for (uint32_t t = 0; t < a->n_q; t++) {
 		h[4 * t] = t;
 		h[4 * t + 1] = a->pos0 + t;
@@ -749,24 +749,24 @@ int cuda_op_attention(struct baton_dev *dev, const struct baton_attn *a)
 	int rc;
 	if (!a || !a->n_q || !a->n_heads || !a->n_kv_heads || !a->head_dim ||
 	    a->n_heads % a->n_kv_heads || a->pos0 > UINT32_MAX - a->n_q)
-		return refuse(dev, BATON_EINVAL, "attention",
+		return cuda_refuse(dev, BATON_EINVAL, "attention",
 		    "zero sizes, or heads not a multiple of the KV heads");
 	const uint32_t H = a->n_heads, KH = a->n_kv_heads, hd = a->head_dim;
 	const uint64_t n_ctx = (uint64_t)a->pos0 + a->n_q, rows = attn_cache_rows(a, n_ctx);
 	const uint64_t qn = (uint64_t)a->n_q * H * hd, kn = rows * KH * hd;
 	if (!rows)
-		return refuse(dev, BATON_EINVAL, "attention", "a block table without a block size");
-	if (!f32_buf(a->q, qn) || !f32_buf(a->k, kn) || !f32_buf(a->v, kn) ||
-	    !f32_buf(a->out, qn))
-		return refuse(dev, BATON_EINVAL, "attention", "a missing or misaligned buffer");
-	if (overlap(a->out, qn, a->q, qn) || overlap(a->out, qn, a->k, kn) ||
-	    overlap(a->out, qn, a->v, kn))
-		return refuse(dev, BATON_EINVAL, "attention", "out overlaps q, k or v");
+		return cuda_refuse(dev, BATON_EINVAL, "attention", "a block table without a block size");
+	if (!cuda_f32_buf(a->q, qn) || !cuda_f32_buf(a->k, kn) || !cuda_f32_buf(a->v, kn) ||
+	    !cuda_f32_buf(a->out, qn))
+		return cuda_refuse(dev, BATON_EINVAL, "attention", "a missing or misaligned buffer");
+	if (cuda_overlap(a->out, qn, a->q, qn) || cuda_overlap(a->out, qn, a->k, kn) ||
+	    cuda_overlap(a->out, qn, a->v, kn))
+		return cuda_refuse(dev, BATON_EINVAL, "attention", "out overlaps q, k or v");
 	if (H > 65535)
-		return refuse(dev, BATON_ERANGE, "attention", "more than 65535 heads");
+		return cuda_refuse(dev, BATON_ERANGE, "attention", "more than 65535 heads");
 	uint64_t chunks = (n_ctx + BATON_OPS_ATTN_CHUNK - 1) / BATON_OPS_ATTN_CHUNK;
 	if (chunks > 65535)
-		return refuse(dev, BATON_ERANGE, "attention", "more than 65535 chunks of keys");
+		return cuda_refuse(dev, BATON_ERANGE, "attention", "more than 65535 chunks of keys");
 	if ((rc = cuda_cur(dev)))
 		return rc;
 	if (!cuda_tc_on(dev, a->n_q) && (rc = ar_attention(dev, a)) != CUDA_TC_FALLBACK)
@@ -806,21 +806,21 @@ int cuda_op_attention(struct baton_dev *dev, const struct baton_attn *a)
 		if (cap > dev->gtab_cap) {
 			uint32_t *t = realloc(dev->gtab, cap * 4);
 			if (!t)
-				return refuse(dev, BATON_ENOMEM, "attention", "no memory for the block table");
+				return cuda_refuse(dev, BATON_ENOMEM, "attention", "no memory for the block table");
 			dev->gtab = t;
 			dev->gtab_cap = cap;
 		}
 		if (cap) {
 			memcpy(dev->gtab, a->blocks, n_blocks * 4);
 			memset(dev->gtab + n_blocks, 0, (cap - n_blocks) * 4);
-			rc = stage_args(dev, dev->gtab, cap * 4, &pos0, 4, &table, &pos0_dev);
+			rc = cuda_stage_args(dev, dev->gtab, cap * 4, &pos0, 4, &table, &pos0_dev);
 		} else {
-			rc = stage_args(dev, &pos0, 4, NULL, 0, &pos0_dev, NULL);
+			rc = cuda_stage_args(dev, &pos0, 4, NULL, 0, &pos0_dev, NULL);
 		}
 		if (rc)
 			return rc;
 	} else if (a->blocks &&
-	    (rc = stage_args(dev, a->blocks, n_blocks * 4, NULL, 0, &table, NULL))) {
+	    (rc = cuda_stage_args(dev, a->blocks, n_blocks * 4, NULL, 0, &table, NULL))) {
 		return rc;
 	}
 	if (cuda_tc_on(dev, a->n_q) && (rc = cuda_tc_attention(dev, a, table)) != CUDA_TC_FALLBACK)
@@ -851,11 +851,11 @@ int cuda_op_attention_segs(struct baton_dev *dev, const struct baton_attn_segs *
 	uint64_t rows;
 	int rc;
 	if (attn_segs_check(s, &rows))
-		return refuse(dev, BATON_EINVAL, "attention_segs",
+		return cuda_refuse(dev, BATON_EINVAL, "attention_segs",
 		    "no segments, no block table, or a segment attention would refuse");
 	const uint32_t H = s->n_heads, KH = s->n_kv_heads, hd = s->head_dim, bs = s->block_size;
 	if (H > 65535)
-		return refuse(dev, BATON_ERANGE, "attention_segs", "more than 65535 heads");
+		return cuda_refuse(dev, BATON_ERANGE, "attention_segs", "more than 65535 heads");
 	if ((rc = cuda_cur(dev)))
 		return rc;
 	/* the segments the rows kernel takes (not the tensor cores'): their
@@ -864,7 +864,7 @@ int cuda_op_attention_segs(struct baton_dev *dev, const struct baton_attn_segs *
 	for (uint32_t i = 0; i < s->n_seg; i++) {
 		const uint64_t e = (uint64_t)s->segs[i].pos0 + s->segs[i].n_q;
 		if ((e + BATON_OPS_ATTN_CHUNK - 1) / BATON_OPS_ATTN_CHUNK > 65535)
-			return refuse(dev, BATON_ERANGE, "attention_segs", "more than 65535 chunks of keys");
+			return cuda_refuse(dev, BATON_ERANGE, "attention_segs", "more than 65535 chunks of keys");
 		if (cuda_tc_on(dev, s->segs[i].n_q))
 			continue;
 		n += s->segs[i].n_q;
@@ -881,7 +881,7 @@ int cuda_op_attention_segs(struct baton_dev *dev, const struct baton_attn_segs *
 				tab_n += ar_tab_cap(dev, (uint64_t)s->segs[i].pos0 + s->segs[i].n_q, bs, chunks);
 		uint32_t *h = ar_buf(dev, n, tab_n);
 		if (!h)
-			return refuse(dev, BATON_ENOMEM, "attention_segs", "no memory for the rows");
+			return cuda_refuse(dev, BATON_ENOMEM, "attention_segs", "no memory for the rows");
 		uint32_t *tab = h + 4 * n;
 		uint64_t r = 0, toff = 0, qrow = 0;
 		for (uint32_t i = 0; i < s->n_seg; qrow += s->segs[i].n_q, i++) {
@@ -948,26 +948,26 @@ int cuda_op_qk_attention_segs(struct baton_dev *dev, const struct baton_qk_norm_
 	uint64_t rows;
 	int rc;
 	if (!nr || !s)
-		return refuse(dev, BATON_EINVAL, "qk_attention_segs", "no arguments");
+		return cuda_refuse(dev, BATON_EINVAL, "qk_attention_segs", "no arguments");
 	if (!qk_attn_fusable(dev, nr, s)) {
 		if ((rc = cuda_op_qk_norm_rope(dev, nr)))
 			return rc;
 		return cuda_op_attention_segs(dev, s);
 	}
-	if ((rc = qk_nr_check(dev, nr)))
+	if ((rc = cuda_qk_nr_check(dev, nr)))
 		return rc;
 	if (attn_segs_check(s, &rows))
-		return refuse(dev, BATON_EINVAL, "attention_segs",
+		return cuda_refuse(dev, BATON_EINVAL, "attention_segs",
 		    "no segments, no block table, or a segment attention would refuse");
 	const uint32_t H = s->n_heads, KH = s->n_kv_heads, hd = s->head_dim, bs = s->block_size;
 	const uint32_t G = H / KH, NH = dev->ar_nh, gy = KH * ((G + NH - 1) / NH);
 	if (H > 65535 || (uint64_t)KH * ((G + NH - 1) / NH) > 65535)
-		return refuse(dev, BATON_ERANGE, "attention_segs", "more than 65535 heads");
+		return cuda_refuse(dev, BATON_ERANGE, "attention_segs", "more than 65535 heads");
 	uint64_t nk = 0;
 	for (uint32_t i = 0; i < s->n_seg; i++) {
 		const uint64_t e = (uint64_t)s->segs[i].pos0 + 1;
 		if ((e + BATON_OPS_ATTN_CHUNK - 1) / BATON_OPS_ATTN_CHUNK > 65535)
-			return refuse(dev, BATON_ERANGE, "attention_segs", "more than 65535 chunks of keys");
+			return cuda_refuse(dev, BATON_ERANGE, "attention_segs", "more than 65535 chunks of keys");
 		if (e > nk)
 			nk = e;
 	}
@@ -975,13 +975,13 @@ int cuda_op_qk_attention_segs(struct baton_dev *dev, const struct baton_qk_norm_
 		return rc;
 	const uint64_t chunks = ar_chunks(dev, nk), n = s->n_seg;
 	if (chunks > 65535)
-		return refuse(dev, BATON_ERANGE, "attention_segs", "more than 65535 chunks of keys");
+		return cuda_refuse(dev, BATON_ERANGE, "attention_segs", "more than 65535 chunks of keys");
 	uint64_t tab_n = 0;
 	for (uint32_t i = 0; i < s->n_seg; i++)
 		tab_n += ar_tab_cap(dev, (uint64_t)s->segs[i].pos0 + 1, bs, chunks);
 	uint32_t *h = ar_buf(dev, n, tab_n);
 	if (!h)
-		return refuse(dev, BATON_ENOMEM, "attention_segs", "no memory for the rows");
+		return cuda_refuse(dev, BATON_ENOMEM, "attention_segs", "no memory for the rows");
 	uint32_t *tab = h + 4 * n;
 	uint64_t toff = 0;
 	for (uint32_t i = 0; i < s->n_seg; i++) {
@@ -997,7 +997,7 @@ int cuda_op_qk_attention_segs(struct baton_dev *dev, const struct baton_qk_norm_
 		toff += cap;
 	}
 	CUdeviceptr df;
-	if ((rc = stage_args(dev, nr->inv_freq, (uint64_t)hd / 2 * 4, NULL, 0, &df, NULL)))
+	if ((rc = cuda_stage_args(dev, nr->inv_freq, (uint64_t)hd / 2 * 4, NULL, 0, &df, NULL)))
 		return rc;
 	struct baton_ops_attn_nr_args nx = {
 		.kn = nr->k, .vn = nr->v, .wq = nr->wq, .wk = nr->wk, .inv_freq = df,
@@ -1011,13 +1011,13 @@ int cuda_op_kv_store(struct baton_dev *dev, const struct baton_kv_store *s)
 {
 	int rc = kv_store_check(s);
 	if (rc)
-		return refuse(dev, rc, "kv_store", rc == BATON_ERANGE ? "a slot past the cache" :
+		return cuda_refuse(dev, rc, "kv_store", rc == BATON_ERANGE ? "a slot past the cache" :
 		    "zero sizes, or missing, misaligned or overlapping buffers");
 	if (s->n > 0x7fffffffu)
-		return refuse(dev, BATON_ERANGE, "kv_store", "2^31 rows or more in one call");
+		return cuda_refuse(dev, BATON_ERANGE, "kv_store", "2^31 rows or more in one call");
 	CUdeviceptr slots;
 	if ((rc = cuda_cur(dev)) ||
-	    (rc = stage_args(dev, s->slots, (uint64_t)s->n * 4, NULL, 0, &slots, NULL)))
+	    (rc = cuda_stage_args(dev, s->slots, (uint64_t)s->n * 4, NULL, 0, &slots, NULL)))
 		return rc;
 	struct baton_ops_kv_store_args a = {
 		.k = s->k, .v = s->v, .k_cache = s->k_cache, .v_cache = s->v_cache, .slots = slots,
@@ -1030,8 +1030,8 @@ int cuda_op_swiglu(struct baton_dev *dev, baton_dptr gate, baton_dptr up, baton_
     uint64_t n)
 {
 	int rc;
-	if (!f32_buf(gate, n) || !f32_buf(up, n) || !f32_buf(out, n))
-		return refuse(dev, BATON_EINVAL, "swiglu", "empty or misaligned buffers");
+	if (!cuda_f32_buf(gate, n) || !cuda_f32_buf(up, n) || !cuda_f32_buf(out, n))
+		return cuda_refuse(dev, BATON_EINVAL, "swiglu", "empty or misaligned buffers");
 	if ((rc = cuda_cur(dev)))
 		return rc;
 	struct baton_ops_swiglu_args a = { .gate = gate, .up = up, .out = out, .n = n };
@@ -1044,9 +1044,9 @@ int cuda_op_add(struct baton_dev *dev, baton_dptr x, baton_dptr y, baton_dptr ga
 {
 	const uint64_t n = (uint64_t)rows * cols;
 	int rc;
-	if (!rows || !f32_buf(x, n) || !f32_buf(y, n) || overlap(x, n, y, n) ||
-	    (gate && !f32_buf(gate, rows)))
-		return refuse(dev, BATON_EINVAL, "add",
+	if (!rows || !cuda_f32_buf(x, n) || !cuda_f32_buf(y, n) || cuda_overlap(x, n, y, n) ||
+	    (gate && !cuda_f32_buf(gate, rows)))
+		return cuda_refuse(dev, BATON_EINVAL, "add",
 		    "empty, misaligned or overlapping buffers, or a bad gate");
 	if ((rc = cuda_cur(dev)))
 		return rc;
@@ -1059,11 +1059,11 @@ int cuda_op_route(struct baton_dev *dev, baton_dptr logits, uint32_t rows, uint3
 {
 	int rc;
 	if (!rows || !top_k || top_k > n_experts || !ids || !weights ||
-	    !f32_buf(logits, (uint64_t)rows * n_experts))
-		return refuse(dev, BATON_EINVAL, "route",
+	    !cuda_f32_buf(logits, (uint64_t)rows * n_experts))
+		return cuda_refuse(dev, BATON_EINVAL, "route",
 		    "zero sizes, top_k above the experts, or a missing buffer");
 	if (rule != BATON_ROUTE_SOFTMAX_TOPK && rule != BATON_ROUTE_SOFTMAX_TOPK_NORM)
-		return refuse(dev, BATON_EINVAL, "route", "unknown rule");
+		return cuda_refuse(dev, BATON_EINVAL, "route", "unknown rule");
 	const uint64_t bytes = (uint64_t)rows * n_experts * 4;
 	if ((rc = cuda_cur(dev)))
 		return rc;
@@ -1092,16 +1092,16 @@ int cuda_op_route_dev(struct baton_dev *dev, baton_dptr logits, uint32_t rows,
 	_Static_assert(BATON_ROUTE_SOFTMAX_TOPK_NORM == 1, "the route kernel's rule number");
 	int rc;
 	const uint64_t nk = (uint64_t)rows * top_k;
-	if (!rows || !top_k || top_k > n_experts || !f32_buf(logits, (uint64_t)rows * n_experts) ||
-	    !f32_buf(weights, nk) || !ids || ids % 4 || overlap(ids, nk, weights, nk) ||
-	    overlap(ids, nk, logits, (uint64_t)rows * n_experts) ||
-	    overlap(weights, nk, logits, (uint64_t)rows * n_experts))
-		return refuse(dev, BATON_EINVAL, "route_dev",
+	if (!rows || !top_k || top_k > n_experts || !cuda_f32_buf(logits, (uint64_t)rows * n_experts) ||
+	    !cuda_f32_buf(weights, nk) || !ids || ids % 4 || cuda_overlap(ids, nk, weights, nk) ||
+	    cuda_overlap(ids, nk, logits, (uint64_t)rows * n_experts) ||
+	    cuda_overlap(weights, nk, logits, (uint64_t)rows * n_experts))
+		return cuda_refuse(dev, BATON_EINVAL, "route_dev",
 		    "zero sizes, top_k above the experts, or missing or overlapping buffers");
 	if (rule != BATON_ROUTE_SOFTMAX_TOPK && rule != BATON_ROUTE_SOFTMAX_TOPK_NORM)
-		return refuse(dev, BATON_EINVAL, "route_dev", "unknown rule");
+		return cuda_refuse(dev, BATON_EINVAL, "route_dev", "unknown rule");
 	if (n_experts > 8192)
-		return refuse(dev, BATON_ERANGE, "route_dev", "more than 8192 experts");
+		return cuda_refuse(dev, BATON_ERANGE, "route_dev", "more than 8192 experts");
 	if ((rc = cuda_cur(dev)))
 		return rc;
 	struct baton_ops_route_args a = {
@@ -1129,21 +1129,21 @@ int cuda_op_router_route_dev(struct baton_dev *dev, const struct baton_router_ro
 	int rc;
 	const uint32_t rows = r->rows, k = r->k, E = r->n_experts, K = r->top_k;
 	const uint64_t nx = (uint64_t)rows * k, nl = (uint64_t)rows * E, nk = (uint64_t)rows * K;
-	if (!r->w || !rows || !k || !E || !K || K > E || !f32_buf(r->xn, nx) || !f32_buf(r->logits, nl) ||
-	    !f32_buf(r->weights, nk) || !r->ids || r->ids % 4 || overlap(r->ids, nk, r->weights, nk) ||
-	    overlap(r->ids, nk, r->logits, nl) || overlap(r->weights, nk, r->logits, nl) ||
-	    overlap(r->xn, nx, r->logits, nl) || overlap(r->xn, nx, r->ids, nk) ||
-	    overlap(r->xn, nx, r->weights, nk) ||
-	    (r->norm_on && (!f32_buf(r->x, nx) || overlap(r->x, nx, r->xn, nx) || !(r->eps >= 0))))
-		return refuse(dev, BATON_EINVAL, "router_route_dev",
+	if (!r->w || !rows || !k || !E || !K || K > E || !cuda_f32_buf(r->xn, nx) || !cuda_f32_buf(r->logits, nl) ||
+	    !cuda_f32_buf(r->weights, nk) || !r->ids || r->ids % 4 || cuda_overlap(r->ids, nk, r->weights, nk) ||
+	    cuda_overlap(r->ids, nk, r->logits, nl) || cuda_overlap(r->weights, nk, r->logits, nl) ||
+	    cuda_overlap(r->xn, nx, r->logits, nl) || cuda_overlap(r->xn, nx, r->ids, nk) ||
+	    cuda_overlap(r->xn, nx, r->weights, nk) ||
+	    (r->norm_on && (!cuda_f32_buf(r->x, nx) || cuda_overlap(r->x, nx, r->xn, nx) || !(r->eps >= 0))))
+		return cuda_refuse(dev, BATON_EINVAL, "router_route_dev",
 		    "zero sizes, top_k above the experts, or missing or overlapping buffers");
 	if (r->rule != BATON_ROUTE_SOFTMAX_TOPK && r->rule != BATON_ROUTE_SOFTMAX_TOPK_NORM)
-		return refuse(dev, BATON_EINVAL, "router_route_dev", "unknown rule");
+		return cuda_refuse(dev, BATON_EINVAL, "router_route_dev", "unknown rule");
 	if (E > 8192)
-		return refuse(dev, BATON_ERANGE, "router_route_dev", "more than 8192 experts");
+		return cuda_refuse(dev, BATON_ERANGE, "router_route_dev", "more than 8192 experts");
 	uint64_t rb;
-	if ((rc = weight_ok(dev, "router_route_dev", r->w_dtype, k, &rb)) ||
-	    (r->norm_on && r->norm && (rc = weight_ok(dev, "router_route_dev norm", r->norm_dtype, k, &rb))))
+	if ((rc = cuda_weight_ok(dev, "router_route_dev", r->w_dtype, k, &rb)) ||
+	    (r->norm_on && r->norm && (rc = cuda_weight_ok(dev, "router_route_dev norm", r->norm_dtype, k, &rb))))
 		return rc;
 	const int fused = r->w_dtype == BATON_DT_F32 && r->w % 4 == 0 && k % 32 == 0 &&
 	    rows <= BATON_OPS_ROUTER_MAX_ROWS && E <= BATON_OPS_ROUTER_MAX_E &&
