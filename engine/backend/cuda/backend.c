@@ -185,8 +185,9 @@ static int cuda_open(int index, uint64_t capacity_bytes, struct baton_dev **out,
 		dev->staged = NULL;
 		goto fail;
 	}
-	if ((rc = cuda_moe_load(dev)) || (rc = cuda_ops_load(dev)) || (rc = cuda_mmvq_load(dev)) ||
-	    (rc = cuda_g16_load(dev)) || (rc = cuda_vr_load(dev)) || (rc = cuda_mr_load(dev)))
+	if ((rc = cuda_moe_load(dev)) || (rc = cuda_ops_load(dev)) || (rc = cuda_attn_load(dev)) ||
+	    (rc = cuda_mmvq_load(dev)) || (rc = cuda_g16_load(dev)) || (rc = cuda_vr_load(dev)) ||
+	    (rc = cuda_mr_load(dev)))
 		goto fail;
 	cuda_tc_config(dev);
 	cuda_mmvq_config(dev);
@@ -238,6 +239,7 @@ static void cuda_close(struct baton_dev *dev)
 			d->MemFreeHost(dev->d2h_stage);
 		cuda_tc_free(dev);
 		cuda_ops_free(dev);
+		cuda_attn_free(dev);
 		cuda_g16_free(dev);
 		cuda_vr_free(dev);
 		cuda_mr_free(dev);

@@ -9,11 +9,12 @@
  * around cuBLAS GEMMs), graph.c (a pass recorded and queued as one CUDA
  * graph), moe_launch.c (the MoE kernels of moe.cu, argument blocks in
  * moe.h: loading them, their scratch, and the launches), ops_launch.c (the
- * forward pass's dense ops of ops.cu, argument blocks in ops.h) and
- * backend.c (the device: open, close, VMM segments, the peer tier,
- * buffers, pinning, copies, and the backend table). Each calls only those
- * below it; the two launchers do not call each other. Built only with
- * CUDA=1.
+ * forward pass's row ops of ops.cu, argument blocks in ops.h),
+ * attn_split_launch.c (attention: attn_split.cu's kernels, over
+ * ops_launch.c's checks and staging) and backend.c (the device: open,
+ * close, VMM segments, the peer tier, buffers, pinning, copies, and the
+ * backend table). Each calls only those below it; the MoE and the dense
+ * ops' launchers do not call each other. Built only with CUDA=1.
  */
 #ifndef BATON_ENGINE_BACKEND_CUDA_INT_H
 #define BATON_ENGINE_BACKEND_CUDA_INT_H
@@ -88,6 +89,9 @@ struct baton_dev {
 	 * staging is a ring of two halves (host and device alike): a half is
 	 * written again only after the copies out of it have run. */
 	CUmodule ops_mod;
+	/* attention's and routing's kernels (attn_split.cu, route.cu): a
+	 * module each, loaded by attn_split_launch.c and route_launch.c */
+	CUmodule attn_mod;
 	CUfunction k_embed, k_rmsnorm, k_rmsnorm_row, k_qk_norm_rope, k_rope, k_attn_part, k_attn_comb, k_kv_store, k_swiglu, k_add,
 	    k_route, k_router_route, k_attn_rows;
 	/* baton_ops_attn_nr1, 2, 4, 8 (ops.h): the decode rows' attention
@@ -523,6 +527,8 @@ int cuda_g16_experts(struct baton_dev *dev, const struct baton_moe_layer *l, bat
  * cuda_moe_load); cuda_ops_free gives back what they hold (at close). */
 int cuda_ops_load(struct baton_dev *dev);
 void cuda_ops_free(struct baton_dev *dev);
+/* A block of the row kernels (and of attention's part and combine). */
+#define OPS_THREADS (32 * BATON_OPS_WARPS)
 /* The checks of host/ops.c the dense ops' launchers share: an f32 buffer
  * of n floats at p (non-null, aligned, not wrapping); two f32 buffers
  * overlapping; a refusal (the context's error "op: why", then rc); a
@@ -538,8 +544,8 @@ int cuda_qk_nr_check(struct baton_dev *dev, const struct baton_qk_norm_rope *a);
  * through the staging ring: *da, *db get their device addresses. */
 int cuda_stage_args(struct baton_dev *dev, const void *a, uint64_t an, const void *b,
     uint64_t bn, CUdeviceptr *da, CUdeviceptr *db);
-/* The backend slots embed, rmsnorm, matmul, rope, attention, swiglu, add
- * and route (engine/backend/backend.h). */
+/* The backend slots embed, rmsnorm, matmul, rope, swiglu, add and route
+ * (engine/backend/backend.h). */
 int cuda_op_embed(struct baton_dev *dev, baton_dptr table, uint32_t dtype, uint32_t vocab,
     uint32_t cols, const uint32_t *tokens, uint32_t n, baton_dptr out);
 int cuda_op_rmsnorm(struct baton_dev *dev, baton_dptr x, baton_dptr out, uint32_t rows,
@@ -551,10 +557,6 @@ int cuda_op_matmuls(struct baton_dev *dev, const struct baton_matmuls *mm);
 int cuda_op_qk_norm_rope(struct baton_dev *dev, const struct baton_qk_norm_rope *a);
 int cuda_op_rope(struct baton_dev *dev, baton_dptr x, uint32_t rows, uint32_t n_heads,
     uint32_t head_dim, const uint32_t *pos, const float *inv_freq, float mscale);
-int cuda_op_attention(struct baton_dev *dev, const struct baton_attn *a);
-int cuda_op_attention_segs(struct baton_dev *dev, const struct baton_attn_segs *s);
-int cuda_op_qk_attention_segs(struct baton_dev *dev, const struct baton_qk_norm_rope *nr,
-    const struct baton_attn_segs *s);
 int cuda_op_rmsnorm_matmuls(struct baton_dev *dev, baton_dptr x, baton_dptr w, uint32_t w_dtype,
     float eps, const struct baton_matmuls *mm);
 /* mmvq_launch.c: rmsnorm then matmuls as one baton_mmvq_norm_matmuls
@@ -576,5 +578,19 @@ int cuda_op_route_dev(struct baton_dev *dev, baton_dptr logits, uint32_t rows,
  * route_dev in one launch (baton_ops_router_route) where it applies, else
  * the calls in turn. */
 int cuda_op_router_route_dev(struct baton_dev *dev, const struct baton_router_route *a);
+
+/* ---- attn_split_launch.c: attention ---------------------------------------- */
+
+/* Loads attn_split.cu's kernels and launches each once, makes the rows
+ * kernel's counters and the first MiB of the partial results (at open,
+ * after cuda_ops_load); cuda_attn_free gives them back (at close). */
+int cuda_attn_load(struct baton_dev *dev);
+void cuda_attn_free(struct baton_dev *dev);
+/* The backend slots attention, attention_segs and qk_attention_segs
+ * (engine/backend/backend.h). */
+int cuda_op_attention(struct baton_dev *dev, const struct baton_attn *a);
+int cuda_op_attention_segs(struct baton_dev *dev, const struct baton_attn_segs *s);
+int cuda_op_qk_attention_segs(struct baton_dev *dev, const struct baton_qk_norm_rope *nr,
+    const struct baton_attn_segs *s);
 
 #endif
