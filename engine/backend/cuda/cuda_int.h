@@ -10,10 +10,10 @@
  * graph), moe_launch.c (the MoE kernels of moe.cu, argument blocks in
  * moe.h: loading them, their scratch, and the launches), ops_launch.c (the
  * forward pass's row ops of ops.cu, argument blocks in ops.h),
- * attn_split_launch.c (attention: attn_split.cu's kernels, over
- * ops_launch.c's checks and staging) and backend.c (the device: open,
- * close, VMM segments, the peer tier, buffers, pinning, copies, and the
- * backend table). Each calls only those below it; the MoE and the dense
+ * attn_split_launch.c and route_launch.c (attention and routing: the
+ * kernels of attn_split.cu and route.cu, over ops_launch.c's checks,
+ * staging and ops) and backend.c (the device: open, close, VMM segments,
+ * the peer tier, buffers, pinning, copies, and the backend table). Each calls only those below it; the MoE and the dense
  * ops' launchers do not call each other. Built only with CUDA=1.
  */
 #ifndef BATON_ENGINE_BACKEND_CUDA_INT_H
@@ -91,7 +91,7 @@ struct baton_dev {
 	CUmodule ops_mod;
 	/* attention's and routing's kernels (attn_split.cu, route.cu): a
 	 * module each, loaded by attn_split_launch.c and route_launch.c */
-	CUmodule attn_mod;
+	CUmodule attn_mod, route_mod;
 	CUfunction k_embed, k_rmsnorm, k_rmsnorm_row, k_qk_norm_rope, k_rope, k_attn_part, k_attn_comb, k_kv_store, k_swiglu, k_add,
 	    k_route, k_router_route, k_attn_rows;
 	/* baton_ops_attn_nr1, 2, 4, 8 (ops.h): the decode rows' attention
@@ -544,7 +544,7 @@ int cuda_qk_nr_check(struct baton_dev *dev, const struct baton_qk_norm_rope *a);
  * through the staging ring: *da, *db get their device addresses. */
 int cuda_stage_args(struct baton_dev *dev, const void *a, uint64_t an, const void *b,
     uint64_t bn, CUdeviceptr *da, CUdeviceptr *db);
-/* The backend slots embed, rmsnorm, matmul, rope, swiglu, add and route
+/* The backend slots embed, rmsnorm, matmul, rope, swiglu and add
  * (engine/backend/backend.h). */
 int cuda_op_embed(struct baton_dev *dev, baton_dptr table, uint32_t dtype, uint32_t vocab,
     uint32_t cols, const uint32_t *tokens, uint32_t n, baton_dptr out);
@@ -568,16 +568,6 @@ int cuda_op_swiglu(struct baton_dev *dev, baton_dptr gate, baton_dptr up, baton_
     uint64_t n);
 int cuda_op_add(struct baton_dev *dev, baton_dptr x, baton_dptr y, baton_dptr gate,
     uint32_t rows, uint32_t cols);
-int cuda_op_route(struct baton_dev *dev, baton_dptr logits, uint32_t rows, uint32_t n_experts,
-    uint32_t top_k, int rule, uint32_t *ids, float *weights);
-/* route_dev (engine/backend/backend.h): route with its results left on the
- * device, for the decode step's MoE block (with cuda_moe_experts_dev). */
-int cuda_op_route_dev(struct baton_dev *dev, baton_dptr logits, uint32_t rows,
-    uint32_t n_experts, uint32_t top_k, int rule, baton_dptr ids, baton_dptr weights);
-/* router_route_dev: the post-attention norm, the router's matmul and
- * route_dev in one launch (baton_ops_router_route) where it applies, else
- * the calls in turn. */
-int cuda_op_router_route_dev(struct baton_dev *dev, const struct baton_router_route *a);
 
 /* ---- attn_split_launch.c: attention ---------------------------------------- */
 
@@ -592,5 +582,24 @@ int cuda_op_attention(struct baton_dev *dev, const struct baton_attn *a);
 int cuda_op_attention_segs(struct baton_dev *dev, const struct baton_attn_segs *s);
 int cuda_op_qk_attention_segs(struct baton_dev *dev, const struct baton_qk_norm_rope *nr,
     const struct baton_attn_segs *s);
+
+/* ---- route_launch.c: routing ------------------------------------------------ */
+
+/* Loads route.cu's kernels and launches each once, makes the fused
+ * router's counters (at open, after cuda_ops_load); cuda_route_free gives
+ * them and route's pinned logits back (at close). */
+int cuda_route_load(struct baton_dev *dev);
+void cuda_route_free(struct baton_dev *dev);
+/* The backend slot route (engine/backend/backend.h). */
+int cuda_op_route(struct baton_dev *dev, baton_dptr logits, uint32_t rows, uint32_t n_experts,
+    uint32_t top_k, int rule, uint32_t *ids, float *weights);
+/* route_dev (engine/backend/backend.h): route with its results left on the
+ * device, for the decode step's MoE block (with cuda_moe_experts_dev). */
+int cuda_op_route_dev(struct baton_dev *dev, baton_dptr logits, uint32_t rows,
+    uint32_t n_experts, uint32_t top_k, int rule, baton_dptr ids, baton_dptr weights);
+/* router_route_dev: the post-attention norm, the router's matmul and
+ * route_dev in one launch (baton_ops_router_route) where it applies, else
+ * the calls in turn. */
+int cuda_op_router_route_dev(struct baton_dev *dev, const struct baton_router_route *a);
 
 #endif

@@ -1,7 +1,7 @@
 /*
  * ops.cuh: the device functions that the dense ops' kernels share, each
- * file compiled into its own fatbin: ops.cu (the row ops) and
- * attn_split.cu (attention). The warp's fixed-order sums of
+ * file compiled into its own fatbin: ops.cu (the row ops), attn_split.cu
+ * (attention) and route.cu (routing). The warp's fixed-order sums of
  * host/host.h (lane_tree, warp_dot_f32_u), mmvq.cu's int8 blocks of a
  * warp's values (quant_warp), the weight loads and the normed row of
  * rmsnorm (wload, norm_row), and rope and rmsnorm-then-rope on one head
