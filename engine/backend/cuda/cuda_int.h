@@ -82,7 +82,8 @@ struct baton_dev {
 	struct bp *sort;
 	size_t sort_cap;
 
-	/* The forward pass's dense ops (ops_launch.c): their module, a
+	/* The forward pass's dense ops (ops_launch.c; attention's and
+	 * routing's in attn_split_launch.c, route_launch.c): their module, a
 	 * device copy of each call's small host arrays (token ids,
 	 * positions, frequencies) staged through pinned memory, the
 	 * attention scores, and route's logits back on the host. The
