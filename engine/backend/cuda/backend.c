@@ -19,7 +19,8 @@
  *   synchronous (ids go back to the host, top-k and softmax run there, on
  *   batch * n_experts logits); experts() queues its kernels and returns.
  * - The forward pass's dense ops (embed, rmsnorm, matmul, rope, attention,
- *   swiglu, add, route): kernels of ops.cu, ops_launch.c.
+ *   swiglu, add, route): kernels of ops.cu, attn_split.cu and route.cu,
+ *   launched by ops_launch.c, attn_split_launch.c and route_launch.c.
  *
  * Every table and scratch buffer lives in struct baton_dev; close() frees
  * what the caller left (segments, reservations, buffers, registrations).
@@ -185,8 +186,9 @@ static int cuda_open(int index, uint64_t capacity_bytes, struct baton_dev **out,
 		dev->staged = NULL;
 		goto fail;
 	}
-	if ((rc = cuda_moe_load(dev)) || (rc = cuda_ops_load(dev)) || (rc = cuda_mmvq_load(dev)) ||
-	    (rc = cuda_g16_load(dev)) || (rc = cuda_vr_load(dev)) || (rc = cuda_mr_load(dev)))
+	if ((rc = cuda_moe_load(dev)) || (rc = cuda_ops_load(dev)) || (rc = cuda_attn_load(dev)) ||
+	    (rc = cuda_route_load(dev)) || (rc = cuda_mmvq_load(dev)) || (rc = cuda_g16_load(dev)) ||
+	    (rc = cuda_vr_load(dev)) || (rc = cuda_mr_load(dev)))
 		goto fail;
 	cuda_tc_config(dev);
 	cuda_mmvq_config(dev);
@@ -238,6 +240,8 @@ static void cuda_close(struct baton_dev *dev)
 			d->MemFreeHost(dev->d2h_stage);
 		cuda_tc_free(dev);
 		cuda_ops_free(dev);
+		cuda_attn_free(dev);
+		cuda_route_free(dev);
 		cuda_g16_free(dev);
 		cuda_vr_free(dev);
 		cuda_mr_free(dev);

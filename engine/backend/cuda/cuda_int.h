@@ -9,11 +9,12 @@
  * around cuBLAS GEMMs), graph.c (a pass recorded and queued as one CUDA
  * graph), moe_launch.c (the MoE kernels of moe.cu, argument blocks in
  * moe.h: loading them, their scratch, and the launches), ops_launch.c (the
- * forward pass's dense ops of ops.cu, argument blocks in ops.h) and
- * backend.c (the device: open, close, VMM segments, the peer tier,
- * buffers, pinning, copies, and the backend table). Each calls only those
- * below it; the two launchers do not call each other. Built only with
- * CUDA=1.
+ * forward pass's row ops of ops.cu, argument blocks in ops.h),
+ * attn_split_launch.c and route_launch.c (attention and routing: the
+ * kernels of attn_split.cu and route.cu, over ops_launch.c's checks,
+ * staging and ops) and backend.c (the device: open, close, VMM segments,
+ * the peer tier, buffers, pinning, copies, and the backend table). Each calls only those below it; the MoE and the dense
+ * ops' launchers do not call each other. Built only with CUDA=1.
  */
 #ifndef BATON_ENGINE_BACKEND_CUDA_INT_H
 #define BATON_ENGINE_BACKEND_CUDA_INT_H
@@ -81,13 +82,17 @@ struct baton_dev {
 	struct bp *sort;
 	size_t sort_cap;
 
-	/* The forward pass's dense ops (ops_launch.c): their module, a
+	/* The forward pass's dense ops (ops_launch.c; attention's and
+	 * routing's in attn_split_launch.c, route_launch.c): their module, a
 	 * device copy of each call's small host arrays (token ids,
 	 * positions, frequencies) staged through pinned memory, the
 	 * attention scores, and route's logits back on the host. The
 	 * staging is a ring of two halves (host and device alike): a half is
 	 * written again only after the copies out of it have run. */
 	CUmodule ops_mod;
+	/* attention's and routing's kernels (attn_split.cu, route.cu): a
+	 * module each, loaded by attn_split_launch.c and route_launch.c */
+	CUmodule attn_mod, route_mod;
 	CUfunction k_embed, k_rmsnorm, k_rmsnorm_row, k_qk_norm_rope, k_rope, k_attn_part, k_attn_comb, k_kv_store, k_swiglu, k_add,
 	    k_route, k_router_route, k_attn_rows;
 	/* baton_ops_attn_nr1, 2, 4, 8 (ops.h): the decode rows' attention
@@ -547,8 +552,25 @@ int cuda_g16_experts(struct baton_dev *dev, const struct baton_moe_layer *l, bat
  * cuda_moe_load); cuda_ops_free gives back what they hold (at close). */
 int cuda_ops_load(struct baton_dev *dev);
 void cuda_ops_free(struct baton_dev *dev);
-/* The backend slots embed, rmsnorm, matmul, rope, attention, swiglu, add
- * and route (engine/backend/backend.h). */
+/* A block of the row kernels (and of attention's part and combine). */
+#define OPS_THREADS (32 * BATON_OPS_WARPS)
+/* The checks of host/ops.c the dense ops' launchers share: an f32 buffer
+ * of n floats at p (non-null, aligned, not wrapping); two f32 buffers
+ * overlapping; a refusal (the context's error "op: why", then rc); a
+ * weight of rows of `cols` in dtype (computable here, whole blocks; *rb
+ * a row's bytes); qk_norm_rope's checks (refused: its code). */
+int cuda_f32_buf(baton_dptr p, uint64_t n);
+int cuda_overlap(baton_dptr a, uint64_t an, baton_dptr b, uint64_t bn);
+int cuda_refuse(struct baton_dev *dev, int rc, const char *op, const char *why);
+int cuda_weight_ok(struct baton_dev *dev, const char *op, uint32_t dtype, uint32_t cols,
+    uint64_t *rb);
+int cuda_qk_nr_check(struct baton_dev *dev, const struct baton_qk_norm_rope *a);
+/* Queues host bytes (a, then b 16-byte aligned after it) to the device
+ * through the staging ring: *da, *db get their device addresses. */
+int cuda_stage_args(struct baton_dev *dev, const void *a, uint64_t an, const void *b,
+    uint64_t bn, CUdeviceptr *da, CUdeviceptr *db);
+/* The backend slots embed, rmsnorm, matmul, rope, swiglu and add
+ * (engine/backend/backend.h). */
 int cuda_op_embed(struct baton_dev *dev, baton_dptr table, uint32_t dtype, uint32_t vocab,
     uint32_t cols, const uint32_t *tokens, uint32_t n, baton_dptr out);
 int cuda_op_rmsnorm(struct baton_dev *dev, baton_dptr x, baton_dptr out, uint32_t rows,
@@ -560,10 +582,6 @@ int cuda_op_matmuls(struct baton_dev *dev, const struct baton_matmuls *mm);
 int cuda_op_qk_norm_rope(struct baton_dev *dev, const struct baton_qk_norm_rope *a);
 int cuda_op_rope(struct baton_dev *dev, baton_dptr x, uint32_t rows, uint32_t n_heads,
     uint32_t head_dim, const uint32_t *pos, const float *inv_freq, float mscale);
-int cuda_op_attention(struct baton_dev *dev, const struct baton_attn *a);
-int cuda_op_attention_segs(struct baton_dev *dev, const struct baton_attn_segs *s);
-int cuda_op_qk_attention_segs(struct baton_dev *dev, const struct baton_qk_norm_rope *nr,
-    const struct baton_attn_segs *s);
 int cuda_op_rmsnorm_matmuls(struct baton_dev *dev, baton_dptr x, baton_dptr w, uint32_t w_dtype,
     float eps, const struct baton_matmuls *mm);
 /* mmvq_launch.c: rmsnorm then matmuls as one baton_mmvq_norm_matmuls
@@ -575,6 +593,29 @@ int cuda_op_swiglu(struct baton_dev *dev, baton_dptr gate, baton_dptr up, baton_
     uint64_t n);
 int cuda_op_add(struct baton_dev *dev, baton_dptr x, baton_dptr y, baton_dptr gate,
     uint32_t rows, uint32_t cols);
+
+/* ---- attn_split_launch.c: attention ---------------------------------------- */
+
+/* Loads attn_split.cu's kernels and launches each once, makes the rows
+ * kernel's counters and the first MiB of the partial results (at open,
+ * after cuda_ops_load); cuda_attn_free gives them back (at close). */
+int cuda_attn_load(struct baton_dev *dev);
+void cuda_attn_free(struct baton_dev *dev);
+/* The backend slots attention, attention_segs and qk_attention_segs
+ * (engine/backend/backend.h). */
+int cuda_op_attention(struct baton_dev *dev, const struct baton_attn *a);
+int cuda_op_attention_segs(struct baton_dev *dev, const struct baton_attn_segs *s);
+int cuda_op_qk_attention_segs(struct baton_dev *dev, const struct baton_qk_norm_rope *nr,
+    const struct baton_attn_segs *s);
+
+/* ---- route_launch.c: routing ------------------------------------------------ */
+
+/* Loads route.cu's kernels and launches each once, makes the fused
+ * router's counters (at open, after cuda_ops_load); cuda_route_free gives
+ * them and route's pinned logits back (at close). */
+int cuda_route_load(struct baton_dev *dev);
+void cuda_route_free(struct baton_dev *dev);
+/* The backend slot route (engine/backend/backend.h). */
 int cuda_op_route(struct baton_dev *dev, baton_dptr logits, uint32_t rows, uint32_t n_experts,
     uint32_t top_k, int rule, uint32_t *ids, float *weights);
 /* route_dev (engine/backend/backend.h): route with its results left on the

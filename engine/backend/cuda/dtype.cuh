@@ -1,8 +1,8 @@
 /*
  * dtype.cuh: the weight types on the device, shared by the kernels of
- * moe.cu and ops.cu (each compiled into its own fatbin): a row's
- * bytes, one element decoded at any alignment (elem), and the vector
- * decoders of the K-quants. The values are the host's (host/host.h:
+ * moe.cu, ops.cu, route.cu and the others (each compiled into its own
+ * fatbin): a row's bytes, one element decoded at any alignment (elem),
+ * and the vector decoders of the K-quants. The values are the host's (host/host.h:
  * f16, bf16, q8_0 and q6_K exact; q4_K / q5_K one rounding, which a fused
  * multiply-add keeps; the block types of arena/quant.c in its order of
  * roundings).

@@ -194,7 +194,7 @@ baton_tc_combine(const baton_tc_combine_args a)
 		}
 }
 
-/* The contract's tree over the 32 lanes (ops.cu's lane_tree). */
+/* The contract's tree over the 32 lanes (ops.cuh's lane_tree). */
 __device__ __forceinline__ float tree32(float s)
 {
 #pragma unroll

@@ -1,8 +1,9 @@
 /*
  * ops.h: internal to the `cuda` backend. The argument blocks of the
- * forward-pass kernels in ops.cu, shared by their launcher
- * (ops_launch.c) and the CUDA compiler: each kernel takes one struct
- * by value, fixed-width fields and no padding, so both sides agree on it.
+ * forward-pass kernels in ops.cu, attn_split.cu and route.cu, shared by
+ * their launchers (ops_launch.c, attn_split_launch.c, route_launch.c) and
+ * the CUDA compiler: each kernel takes one struct by value, fixed-width
+ * fields and no padding, so both sides agree on it.
  *
  * Every dot product of these kernels is the fixed order of host/host.h,
  * which one warp computes as it is written: lane l accumulates elements

@@ -1,16 +1,17 @@
 /*
- * ops_launch.c: the forward pass's dense ops on the `cuda` backend
- * (the slots embed, rmsnorm, matmul, rope, attention, swiglu, add and
- * route of engine/backend/backend.h): argument checks, the kernels of ops.cu
- * (embedded as a fatbin) and their launches on the context's stream.
+ * ops_launch.c: the forward pass's row ops on the `cuda` backend (the
+ * slots embed, rmsnorm, matmul, matmuls, rmsnorm_matmuls, rope,
+ * qk_norm_rope, kv_store, swiglu and add of engine/backend/backend.h):
+ * argument checks, the kernels of ops.cu (embedded as a fatbin) and their
+ * launches on the context's stream; the checks and the staging ring that
+ * the launchers of attention (attn_split_launch.c) and routing
+ * (route_launch.c) share.
  *
  * Checks are the host backend's (engine/backend/host/ops.c), so both refuse the
  * same calls with the same codes, before anything is queued. Small host
  * arrays (token ids, positions, frequencies) are copied into a pinned
  * ring and queued to the device; a call waits only when it reuses a half
- * of the ring whose copies have not run yet. route copies the logits back and
- * chooses on the host with host/ops.c's own code: one definition of the
- * rule, and rows * n_experts floats are little to move.
+ * of the ring whose copies have not run yet.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,16 +25,12 @@
 extern const unsigned char baton_engine_backend_cuda_ops_fatbin[];
 extern const size_t baton_engine_backend_cuda_ops_fatbin_len;
 
-#define OPS_THREADS (32 * BATON_OPS_WARPS)
 /* rmsnorm's rows from this wide (to BATON_OPS_NORM_ROW_MAX) take a block
  * each: a warp alone waits on 8 round trips to memory for a 2,048-wide
  * row's sum and 8 more for its output (a decode step's norms: 23 us a
  * launch in the H200's profile); narrower rows (the per-head q/k norms)
  * keep a warp each. */
 #define NORM_ROW_MIN 512
-/* Attention's per-chunk partial results are staged in device memory: at
- * most this many bytes at once (queries are launched in groups that fit). */
-#define SCORES_MAX (64ull << 20)
 
 /* ---- loading -------------------------------------------------------------- */
 
@@ -50,25 +47,16 @@ int cuda_ops_load(struct baton_dev *dev)
 	    "cuModuleLoadData of the forward-pass kernels (sm_90 SASS, compute_90 PTX)");
 	static const char *const kinds[BATON_OPS_KINDS] = BATON_OPS_KIND_NAMES;
 	/* the named kernels first (OPS_NAMED of them), then the matmuls */
-	enum { OPS_NAMED = 17 };
+	enum { OPS_NAMED = 8 };
 	struct kfn k[OPS_NAMED + 2 * BATON_OPS_KINDS] = {
 		{ &dev->k_embed, "baton_ops_embed" },
 		{ &dev->k_rmsnorm, "baton_ops_rmsnorm" },
 		{ &dev->k_rmsnorm_row, "baton_ops_rmsnorm_row" },
 		{ &dev->k_qk_norm_rope, "baton_ops_qk_norm_rope" },
 		{ &dev->k_rope, "baton_ops_rope" },
-		{ &dev->k_attn_part, "baton_ops_attn_part" },
-		{ &dev->k_attn_comb, "baton_ops_attn_combine" },
 		{ &dev->k_kv_store, "baton_ops_kv_store" },
 		{ &dev->k_swiglu, "baton_ops_swiglu" },
 		{ &dev->k_add, "baton_ops_add" },
-		{ &dev->k_route, "baton_ops_route" },
-		{ &dev->k_router_route, "baton_ops_router_route" },
-		{ &dev->k_attn_rows, "baton_ops_attn_rows" },
-		{ &dev->k_attn_nr[0], "baton_ops_attn_nr1" },
-		{ &dev->k_attn_nr[1], "baton_ops_attn_nr2" },
-		{ &dev->k_attn_nr[2], "baton_ops_attn_nr4" },
-		{ &dev->k_attn_nr[3], "baton_ops_attn_nr8" },
 	};
 	size_t n = OPS_NAMED;
 	for (int r = 0; r < 2; r++)
@@ -77,13 +65,6 @@ int cuda_ops_load(struct baton_dev *dev)
 			snprintf(k[n].name, sizeof k[n].name, "baton_ops_matmul_%d_%s", r ? BATON_OPS_NT : 1,
 			    kinds[i]);
 		}
-	{
-		const char *e = getenv("BATON_CUDA_ATTN_NH");
-		const long nh = e ? strtol(e, NULL, 10) : 2;
-		dev->ar_nh = nh == 1 || nh == 4 || nh == 8 ? (uint32_t)nh : 2;
-		e = getenv("BATON_CUDA_ATTN_FUSE");
-		dev->ar_fuse_off = e && strcmp(e, "0") == 0;
-	}
 	for (size_t i = 0; i < n; i++) {
 		CUresult r = d->ModuleGetFunction(k[i].f, dev->ops_mod, k[i].name);
 		if (r != CUDA_SUCCESS) {
@@ -105,14 +86,9 @@ int cuda_ops_load(struct baton_dev *dev)
 		struct baton_ops_matmul_args m;
 		struct baton_ops_rope_args r;
 		struct baton_ops_qk_norm_rope_args qr;
-		struct baton_ops_attention_args a;
-		struct baton_ops_attn_rows_args ar;
-		struct baton_ops_attn_nr_args anr;
 		struct baton_ops_kv_store_args kv;
 		struct baton_ops_swiglu_args s;
 		struct baton_ops_add_args d;
-		struct baton_ops_route_args rt;
-		struct baton_ops_router_route_args rr;
 	} zero;
 	memset(&zero, 0, sizeof zero);
 	for (size_t i = 0; i < n; i++) {
@@ -124,25 +100,7 @@ int cuda_ops_load(struct baton_dev *dev)
 			return cuda_fail(dev, r, what);
 		}
 	}
-	/* the fused router's counters, zero from here on (each launch leaves
-	 * them so); allocated now, never in a recorded pass */
-	static const uint32_t zeros[BATON_OPS_ROUTER_MAX_ROWS];
-	int rc0;
-	if ((rc0 = cuda_dbuf_need(dev, &dev->ops_count, sizeof zeros)))
-		return rc0;
-	CU(dev, d->MemcpyHtoDAsync(dev->ops_count.p, zeros, sizeof zeros, dev->stream),
-	    "cuMemcpyHtoDAsync (router counters)");
 	CU(dev, d->StreamSynchronize(dev->stream), "cuStreamSynchronize after the first launches");
-	/* attention's counters (zeroed) and partial results, here rather
-	 * than at the first decode step: a buffer made while a graph is
-	 * recorded fails the recording (the allocation syncs) */
-	int rc;
-	if ((rc = cuda_dbuf_need(dev, &dev->ar_cnt, 1u << 20)) ||
-	    (rc = cuda_dbuf_need(dev, &dev->ops_scores, 1u << 20)))
-		return rc;
-	CU(dev, d->MemsetD32Async(dev->ar_cnt.p, 0, dev->ar_cnt.cap / 4, dev->stream),
-	    "cuMemsetD32Async (attention counters)");
-	CU(dev, d->StreamSynchronize(dev->stream), "cuStreamSynchronize after the counters");
 	return 0;
 }
 
@@ -159,19 +117,10 @@ void cuda_ops_free(struct baton_dev *dev)
 		dev->ops_stage_busy[h] = 0;
 	}
 	cuda_dbuf_free(dev, &dev->ops_arg);
-	cuda_dbuf_free(dev, &dev->ops_scores);
-	cuda_dbuf_free(dev, &dev->ops_count);
-	cuda_dbuf_free(dev, &dev->ar_cnt);
-	free(dev->ar_host);
-	dev->ar_host = NULL;
-	dev->ar_cap = 0;
 	if (dev->ops_stage)
 		d->MemFreeHost(dev->ops_stage);
 	dev->ops_stage = NULL;
 	dev->ops_stage_cap = 0;
-	if (dev->ops_logits)
-		d->MemFreeHost(dev->ops_logits);
-	dev->ops_logits = NULL;
 	if (dev->ops_mod)
 		d->ModuleUnload(dev->ops_mod);
 	dev->ops_mod = NULL;
@@ -180,17 +129,17 @@ void cuda_ops_free(struct baton_dev *dev)
 /* ---- checks (host/ops.c's) ------------------------------------------------- */
 
 /* An f32 buffer of n floats at p: non-null, aligned, not wrapping. */
-static int f32_buf(baton_dptr p, uint64_t n)
+int cuda_f32_buf(baton_dptr p, uint64_t n)
 {
 	return p && !(p & 3) && n && n <= UINT64_MAX / 4 && p <= UINT64_MAX - n * 4;
 }
 
-static int overlap(baton_dptr a, uint64_t an, baton_dptr b, uint64_t bn)
+int cuda_overlap(baton_dptr a, uint64_t an, baton_dptr b, uint64_t bn)
 {
 	return a < b + bn * 4 && b < a + an * 4;
 }
 
-static int refuse(struct baton_dev *dev, int rc, const char *op, const char *why)
+int cuda_refuse(struct baton_dev *dev, int rc, const char *op, const char *why)
 {
 	cuda_set_err(dev, "%s: %s", op, why);
 	return rc;
@@ -198,7 +147,7 @@ static int refuse(struct baton_dev *dev, int rc, const char *op, const char *why
 
 /* A weight of rows of `cols` in dtype: computable here, whole blocks;
  * *rb gets a row's bytes. */
-static int weight_ok(struct baton_dev *dev, const char *op, uint32_t dtype, uint32_t cols,
+int cuda_weight_ok(struct baton_dev *dev, const char *op, uint32_t dtype, uint32_t cols,
     uint64_t *rb)
 {
 	if (!cuda_can_compute((int)dtype)) {
@@ -222,7 +171,7 @@ static int weight_ok(struct baton_dev *dev, const char *op, uint32_t dtype, uint
  * first) to the device: *da, *db get their device addresses. They go
  * through the staging ring (cuda_int.h): the next free bytes of
  * the current half, or the other half once its copies have run. */
-static int stage_args(struct baton_dev *dev, const void *a, uint64_t an, const void *b,
+int cuda_stage_args(struct baton_dev *dev, const void *a, uint64_t an, const void *b,
     uint64_t bn, CUdeviceptr *da, CUdeviceptr *db)
 {
 	const struct cuda_driver *d = dev->d;
@@ -260,7 +209,7 @@ static int stage_args(struct baton_dev *dev, const void *a, uint64_t an, const v
 	}
 	const int h = dev->ops_half;
 	if (dev->ops_off == 0 && dev->ops_rec_pending[h])
-		return refuse(dev, BATON_EBUSY, "staging",
+		return cuda_refuse(dev, BATON_EBUSY, "staging",
 		    "a graph being recorded would overwrite its own arrays");
 	if (dev->ops_off == 0 && dev->ops_stage_busy[h]) {
 		CU(dev, d->EventSynchronize(dev->ops_staged[h]), "cuEventSynchronize (ops staging)");
@@ -301,12 +250,12 @@ int cuda_op_embed(struct baton_dev *dev, baton_dptr table, uint32_t dtype, uint3
 {
 	uint64_t rb;
 	int rc;
-	if (!table || !tokens || !vocab || !n || !f32_buf(out, (uint64_t)n * cols))
-		return refuse(dev, BATON_EINVAL, "embed", "empty table or tokens, or a bad output");
-	if ((rc = weight_ok(dev, "embed", dtype, cols, &rb)))
+	if (!table || !tokens || !vocab || !n || !cuda_f32_buf(out, (uint64_t)n * cols))
+		return cuda_refuse(dev, BATON_EINVAL, "embed", "empty table or tokens, or a bad output");
+	if ((rc = cuda_weight_ok(dev, "embed", dtype, cols, &rb)))
 		return rc;
 	if (n > 0x7fffffffu)
-		return refuse(dev, BATON_ERANGE, "embed", "2^31 tokens or more in one call");
+		return cuda_refuse(dev, BATON_ERANGE, "embed", "2^31 tokens or more in one call");
 	for (uint32_t t = 0; t < n; t++)
 		if (tokens[t] >= vocab) {
 			cuda_set_err(dev, "embed: token %u is outside the vocabulary of %u", tokens[t],
@@ -314,7 +263,7 @@ int cuda_op_embed(struct baton_dev *dev, baton_dptr table, uint32_t dtype, uint3
 			return BATON_ERANGE;
 		}
 	CUdeviceptr dt;
-	if ((rc = cuda_cur(dev)) || (rc = stage_args(dev, tokens, (uint64_t)n * 4, NULL, 0, &dt, NULL)))
+	if ((rc = cuda_cur(dev)) || (rc = cuda_stage_args(dev, tokens, (uint64_t)n * 4, NULL, 0, &dt, NULL)))
 		return rc;
 	struct baton_ops_embed_args a = {
 		.table = table, .tokens = dt, .out = out, .row_bytes = rb,
@@ -329,11 +278,11 @@ int cuda_op_rmsnorm(struct baton_dev *dev, baton_dptr x, baton_dptr out, uint32_
 	const uint64_t n = (uint64_t)rows * cols;
 	uint64_t rb;
 	int rc;
-	if (!rows || !f32_buf(x, n) || !f32_buf(out, n) || !(eps >= 0))
-		return refuse(dev, BATON_EINVAL, "rmsnorm", "empty or misaligned rows, or eps < 0");
-	if (out != x && overlap(x, n, out, n))
-		return refuse(dev, BATON_EINVAL, "rmsnorm", "out overlaps x without being x");
-	if (w && (rc = weight_ok(dev, "rmsnorm", w_dtype, cols, &rb)))
+	if (!rows || !cuda_f32_buf(x, n) || !cuda_f32_buf(out, n) || !(eps >= 0))
+		return cuda_refuse(dev, BATON_EINVAL, "rmsnorm", "empty or misaligned rows, or eps < 0");
+	if (out != x && cuda_overlap(x, n, out, n))
+		return cuda_refuse(dev, BATON_EINVAL, "rmsnorm", "out overlaps x without being x");
+	if (w && (rc = cuda_weight_ok(dev, "rmsnorm", w_dtype, cols, &rb)))
 		return rc;
 	if ((rc = cuda_cur(dev)))
 		return rc;
@@ -344,7 +293,7 @@ int cuda_op_rmsnorm(struct baton_dev *dev, baton_dptr x, baton_dptr out, uint32_
 			.eps = eps,
 		};
 		if (rows > 0x7fffffffu)
-			return refuse(dev, BATON_ERANGE, "rmsnorm", "too many rows");
+			return cuda_refuse(dev, BATON_ERANGE, "rmsnorm", "too many rows");
 		/* one row: also as the int8 blocks of the quantized matmuls after
 		 * it; 2 to 63 rows: those of mmvq_rows.cu's */
 		const int vr = rows > 1;
@@ -364,7 +313,7 @@ int cuda_op_rmsnorm(struct baton_dev *dev, baton_dptr x, baton_dptr out, uint32_
 	};
 	const uint32_t blocks = (rows + BATON_OPS_WARPS - 1) / BATON_OPS_WARPS;
 	if (blocks > 0x7fffffffu)
-		return refuse(dev, BATON_ERANGE, "rmsnorm", "too many rows");
+		return cuda_refuse(dev, BATON_ERANGE, "rmsnorm", "too many rows");
 	return cuda_launch(dev, dev->k_rmsnorm, blocks, 1, OPS_THREADS, &a,
 	    "cuLaunchKernel baton_ops_rmsnorm");
 }
@@ -376,14 +325,14 @@ static int matmul_check(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, u
 {
 	uint64_t brb;
 	int rc;
-	if (!w || !n_out || !rows || !f32_buf(x, (uint64_t)rows * k) ||
-	    !f32_buf(y, (uint64_t)rows * n_out))
-		return refuse(dev, BATON_EINVAL, "matmul", "empty or misaligned operands");
-	if (overlap(x, (uint64_t)rows * k, y, (uint64_t)rows * n_out))
-		return refuse(dev, BATON_EINVAL, "matmul", "y overlaps x");
-	if ((rc = weight_ok(dev, "matmul", w_dtype, k, rb)))
+	if (!w || !n_out || !rows || !cuda_f32_buf(x, (uint64_t)rows * k) ||
+	    !cuda_f32_buf(y, (uint64_t)rows * n_out))
+		return cuda_refuse(dev, BATON_EINVAL, "matmul", "empty or misaligned operands");
+	if (cuda_overlap(x, (uint64_t)rows * k, y, (uint64_t)rows * n_out))
+		return cuda_refuse(dev, BATON_EINVAL, "matmul", "y overlaps x");
+	if ((rc = cuda_weight_ok(dev, "matmul", w_dtype, k, rb)))
 		return rc;
-	if (b && (rc = weight_ok(dev, "matmul bias", b_dtype, n_out, &brb)))
+	if (b && (rc = cuda_weight_ok(dev, "matmul bias", b_dtype, n_out, &brb)))
 		return rc;
 	return 0;
 }
@@ -393,7 +342,7 @@ int cuda_op_matmuls(struct baton_dev *dev, const struct baton_matmuls *mm)
 	uint64_t rb;
 	int rc;
 	if (matmuls_overlap(mm))
-		return refuse(dev, BATON_EINVAL, "matmuls", "n not 1 to 3, or overlapping outputs");
+		return cuda_refuse(dev, BATON_EINVAL, "matmuls", "n not 1 to 3, or overlapping outputs");
 	for (uint32_t i = 0; i < mm->n; i++) {
 		const struct baton_matmul_out *o = &mm->m[i];
 		if ((rc = matmul_check(dev, o->w, o->w_dtype, o->n_out, mm->k, o->b, o->b_dtype, mm->x,
@@ -435,24 +384,24 @@ int cuda_op_rmsnorm_matmuls(struct baton_dev *dev, baton_dptr x, baton_dptr w, u
 	uint64_t rb;
 	int rc;
 	if (!mm)
-		return refuse(dev, BATON_EINVAL, "rmsnorm_matmuls", "no matmuls");
+		return cuda_refuse(dev, BATON_EINVAL, "rmsnorm_matmuls", "no matmuls");
 	/* rmsnorm's checks, then matmuls' (on the normed rows' buffer) */
-	if (!mm->rows || !mm->k || !f32_buf(x, (uint64_t)mm->rows * mm->k) ||
-	    !f32_buf(mm->x, (uint64_t)mm->rows * mm->k) || !(eps >= 0))
-		return refuse(dev, BATON_EINVAL, "rmsnorm", "empty or misaligned rows, or eps < 0");
-	if (x != mm->x && overlap(x, (uint64_t)mm->rows * mm->k, mm->x, (uint64_t)mm->rows * mm->k))
-		return refuse(dev, BATON_EINVAL, "rmsnorm", "out overlaps x without being x");
-	if (w && (rc = weight_ok(dev, "rmsnorm", w_dtype, mm->k, &rb)))
+	if (!mm->rows || !mm->k || !cuda_f32_buf(x, (uint64_t)mm->rows * mm->k) ||
+	    !cuda_f32_buf(mm->x, (uint64_t)mm->rows * mm->k) || !(eps >= 0))
+		return cuda_refuse(dev, BATON_EINVAL, "rmsnorm", "empty or misaligned rows, or eps < 0");
+	if (x != mm->x && cuda_overlap(x, (uint64_t)mm->rows * mm->k, mm->x, (uint64_t)mm->rows * mm->k))
+		return cuda_refuse(dev, BATON_EINVAL, "rmsnorm", "out overlaps x without being x");
+	if (w && (rc = cuda_weight_ok(dev, "rmsnorm", w_dtype, mm->k, &rb)))
 		return rc;
 	if (matmuls_overlap(mm))
-		return refuse(dev, BATON_EINVAL, "matmuls", "n not 1 to 3, or overlapping outputs");
+		return cuda_refuse(dev, BATON_EINVAL, "matmuls", "n not 1 to 3, or overlapping outputs");
 	for (uint32_t i = 0; i < mm->n; i++) {
 		const struct baton_matmul_out *o = &mm->m[i];
 		if ((rc = matmul_check(dev, o->w, o->w_dtype, o->n_out, mm->k, o->b, o->b_dtype, mm->x,
 		         mm->rows, o->y, &rb)))
 			return rc;
-		if (overlap(x, (uint64_t)mm->rows * mm->k, o->y, (uint64_t)mm->rows * o->n_out))
-			return refuse(dev, BATON_EINVAL, "matmuls", "an output overlaps x");
+		if (cuda_overlap(x, (uint64_t)mm->rows * mm->k, o->y, (uint64_t)mm->rows * o->n_out))
+			return cuda_refuse(dev, BATON_EINVAL, "matmuls", "an output overlaps x");
 	}
 	if ((rc = cuda_cur(dev)))
 		return rc;
@@ -475,7 +424,7 @@ int cuda_op_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint32
 	const int one = rows == 1;
 	const uint32_t gy = one ? 1 : (rows + BATON_OPS_NT - 1) / BATON_OPS_NT;
 	if (gy > 65535)
-		return refuse(dev, BATON_ERANGE, "matmul", "too many rows for one launch");
+		return cuda_refuse(dev, BATON_ERANGE, "matmul", "too many rows for one launch");
 	if ((rc = cuda_cur(dev)))
 		return rc;
 	if (cuda_tc_on(dev, rows) &&
@@ -534,15 +483,15 @@ int cuda_op_rope(struct baton_dev *dev, baton_dptr x, uint32_t rows, uint32_t n_
 {
 	int rc;
 	if (!rows || !n_heads || !head_dim || (head_dim & 1) || !pos || !inv_freq ||
-	    !f32_buf(x, (uint64_t)rows * n_heads * head_dim))
-		return refuse(dev, BATON_EINVAL, "rope",
+	    !cuda_f32_buf(x, (uint64_t)rows * n_heads * head_dim))
+		return cuda_refuse(dev, BATON_EINVAL, "rope",
 		    "empty or misaligned rows, an odd head_dim, or no positions or frequencies");
 	if (n_heads > 65535 || rows > 0x7fffffffu)
-		return refuse(dev, BATON_ERANGE, "rope", "more than 65535 heads or 2^31 rows");
+		return cuda_refuse(dev, BATON_ERANGE, "rope", "more than 65535 heads or 2^31 rows");
 	const uint32_t half = head_dim / 2;
 	CUdeviceptr dp, df;
 	if ((rc = cuda_cur(dev)) ||
-	    (rc = stage_args(dev, pos, (uint64_t)rows * 4, inv_freq, (uint64_t)half * 4, &dp, &df)))
+	    (rc = cuda_stage_args(dev, pos, (uint64_t)rows * 4, inv_freq, (uint64_t)half * 4, &dp, &df)))
 		return rc;
 	struct baton_ops_rope_args a = {
 		.x = x, .pos = dp, .inv_freq = df, .n_heads = n_heads, .head_dim = head_dim,
@@ -553,35 +502,35 @@ int cuda_op_rope(struct baton_dev *dev, baton_dptr x, uint32_t rows, uint32_t n_
 }
 
 /* qk_norm_rope's checks (refused: its code) */
-static int qk_nr_check(struct baton_dev *dev, const struct baton_qk_norm_rope *a)
+int cuda_qk_nr_check(struct baton_dev *dev, const struct baton_qk_norm_rope *a)
 {
 	int rc;
 	uint64_t rb;
 	if (!a || !a->rows || !a->heads || !a->kv_heads || !a->head_dim || (a->head_dim & 1) ||
 	    !a->pos || !a->inv_freq || !(a->eps >= 0))
-		return refuse(dev, BATON_EINVAL, "qk_norm_rope",
+		return cuda_refuse(dev, BATON_EINVAL, "qk_norm_rope",
 		    "zero sizes, an odd head_dim, no positions or frequencies, or eps < 0");
 	const uint64_t qn = (uint64_t)a->rows * a->heads * a->head_dim;
 	const uint64_t kn = (uint64_t)a->rows * a->kv_heads * a->head_dim;
-	if (!f32_buf(a->q, qn) || !f32_buf(a->k, kn) || overlap(a->q, qn, a->k, kn))
-		return refuse(dev, BATON_EINVAL, "qk_norm_rope", "a missing, misaligned or overlapping q or k");
-	if ((a->wq && (rc = weight_ok(dev, "qk_norm_rope", a->wq_dtype, a->head_dim, &rb))) ||
-	    (a->wk && (rc = weight_ok(dev, "qk_norm_rope", a->wk_dtype, a->head_dim, &rb))))
+	if (!cuda_f32_buf(a->q, qn) || !cuda_f32_buf(a->k, kn) || cuda_overlap(a->q, qn, a->k, kn))
+		return cuda_refuse(dev, BATON_EINVAL, "qk_norm_rope", "a missing, misaligned or overlapping q or k");
+	if ((a->wq && (rc = cuda_weight_ok(dev, "qk_norm_rope", a->wq_dtype, a->head_dim, &rb))) ||
+	    (a->wk && (rc = cuda_weight_ok(dev, "qk_norm_rope", a->wk_dtype, a->head_dim, &rb))))
 		return rc;
 	if ((uint64_t)a->heads + a->kv_heads > 65535 || a->rows > 0x7fffffffu)
-		return refuse(dev, BATON_ERANGE, "qk_norm_rope", "more than 65535 heads or 2^31 rows");
+		return cuda_refuse(dev, BATON_ERANGE, "qk_norm_rope", "more than 65535 heads or 2^31 rows");
 	const struct baton_kv_store ks = { .k = a->k, .v = a->v, .k_cache = a->k_cache,
 		.v_cache = a->v_cache, .slots = a->slots, .n = a->rows,
 		.cols = a->kv_heads * a->head_dim, .cache_rows = a->cache_rows };
 	if (a->k_cache) {
 		if ((uint64_t)a->kv_heads * a->head_dim > UINT32_MAX)
-			return refuse(dev, BATON_EINVAL, "qk_norm_rope", "k rows too wide to store");
+			return cuda_refuse(dev, BATON_EINVAL, "qk_norm_rope", "k rows too wide to store");
 		if ((rc = kv_store_check(&ks)))
-			return refuse(dev, rc, "qk_norm_rope", rc == BATON_ERANGE ? "a slot past the cache" :
+			return cuda_refuse(dev, rc, "qk_norm_rope", rc == BATON_ERANGE ? "a slot past the cache" :
 			    "kv_store's zero sizes, or missing, misaligned or overlapping buffers");
-		if (overlap(a->q, qn, a->k_cache, a->cache_rows * ks.cols) ||
-		    overlap(a->q, qn, a->v_cache, a->cache_rows * ks.cols))
-			return refuse(dev, BATON_EINVAL, "qk_norm_rope", "q overlaps the cache");
+		if (cuda_overlap(a->q, qn, a->k_cache, a->cache_rows * ks.cols) ||
+		    cuda_overlap(a->q, qn, a->v_cache, a->cache_rows * ks.cols))
+			return cuda_refuse(dev, BATON_EINVAL, "qk_norm_rope", "q overlaps the cache");
 	}
 	return 0;
 }
@@ -589,14 +538,14 @@ static int qk_nr_check(struct baton_dev *dev, const struct baton_qk_norm_rope *a
 int cuda_op_qk_norm_rope(struct baton_dev *dev, const struct baton_qk_norm_rope *a)
 {
 	int rc;
-	if ((rc = qk_nr_check(dev, a)))
+	if ((rc = cuda_qk_nr_check(dev, a)))
 		return rc;
 	CUdeviceptr dp, df, ds = 0;
-	if ((rc = cuda_cur(dev)) || (rc = stage_args(dev, a->pos, (uint64_t)a->rows * 4, a->inv_freq,
+	if ((rc = cuda_cur(dev)) || (rc = cuda_stage_args(dev, a->pos, (uint64_t)a->rows * 4, a->inv_freq,
 	                                  (uint64_t)a->head_dim / 2 * 4, &dp, &df)))
 		return rc;
 	if (a->k_cache &&
-	    (rc = stage_args(dev, a->slots, (uint64_t)a->rows * 4, NULL, 0, &ds, NULL)))
+	    (rc = cuda_stage_args(dev, a->slots, (uint64_t)a->rows * 4, NULL, 0, &ds, NULL)))
 		return rc;
 	struct baton_ops_qk_norm_rope_args k = {
 		.q = a->q, .k = a->k, .wq = a->wq, .wk = a->wk, .pos = dp, .inv_freq = df,
@@ -608,416 +557,17 @@ int cuda_op_qk_norm_rope(struct baton_dev *dev, const struct baton_qk_norm_rope 
 	    "cuLaunchKernel baton_ops_qk_norm_rope");
 }
 
-/* ---- attention over rows of any sequences (baton_ops_attn_rows) ------------ */
-
-/* The rows kernel's grid height (KV heads times tiles of their query
- * heads), 0 where it does not take these shapes or buffers (the old
- * kernels do). */
-static uint32_t ar_gy(uint32_t H, uint32_t KH, uint32_t hd, baton_dptr q, baton_dptr k,
-    baton_dptr v, baton_dptr out)
-{
-	if (hd % 32 || hd > BATON_OPS_AR_HD_MAX || ((q | k | v | out) & 15))
-		return 0;
-	const uint64_t gy = (uint64_t)KH * ((H / KH + BATON_OPS_AR_HEADS - 1) / BATON_OPS_AR_HEADS);
-	return gy <= 65535 ? (uint32_t)gy : 0;
-}
-
-/* Chunks of the rows kernel's grid for rows of up to nk keys: in a graph
- * a power of two (a bucket: the recording replays until a row outgrows
- * it), so that the launch does not change as the keys grow. */
-static uint64_t ar_chunks(const struct baton_dev *dev, uint64_t nk)
-{
-	uint64_t c = (nk + BATON_OPS_AR_CHUNK - 1) / BATON_OPS_AR_CHUNK, b = 1;
-	if (dev->gmode == CUDA_G_NONE)
-		return c;
-	while (b < c)
-		b <<= 1;
-	return b;
-}
-
-/* Block-table entries a segment of n_ctx positions gets in the staged
- * tables: its own, or in a graph the bucket's capacity (fixed bytes
- * while the recording replays; entries past its own are 0). */
-static uint64_t ar_tab_cap(const struct baton_dev *dev, uint64_t n_ctx, uint32_t bs,
-    uint64_t chunks)
-{
-	const uint64_t nb = (n_ctx + bs - 1) / bs;
-	if (dev->gmode == CUDA_G_NONE)
-		return nb;
-	const uint64_t cap = (chunks * BATON_OPS_AR_CHUNK + bs - 1) / bs;
-	return cap > nb ? cap : nb;
-}
-
-/* The host array of n rows (u32 [4] each) and tab_n table entries after
- * them, grown as needed. */
-static uint32_t *ar_buf(struct baton_dev *dev, uint64_t n, uint64_t tab_n)
-{
-	const uint64_t need = 4 * n + tab_n;
-	if (need > dev->ar_cap) {
-		uint32_t *p = realloc(dev->ar_host, need * 4);
-		if (!p)
-			return NULL;
-		dev->ar_host = p;
-		dev->ar_cap = need;
-	}
-	return dev->ar_host;
-}
-
-/* Stages dev->ar_host's n rows and tab_n table entries (paged 0: keys
- * are rows of k and v) and launches the rows kernel over them, in groups
- * of rows whose partial results fit SCORES_MAX. */
-static int ar_launch(struct baton_dev *dev, baton_dptr q, baton_dptr k, baton_dptr v,
-    baton_dptr out, uint32_t H, uint32_t KH, uint32_t hd, uint32_t bs, float scale,
-    uint32_t gy, uint64_t n, uint64_t tab_n, int paged, uint64_t chunks,
-    struct baton_ops_attn_nr_args *nx)
-{
-	const uint64_t per_row = (uint64_t)H * chunks * (hd + 2) * 4;
-	uint64_t group = SCORES_MAX / per_row;
-	if (group < 1)
-		group = 1;
-	if (group > n)
-		group = n;
-	if (group > 0x7fffffffu)
-		group = 0x7fffffffu;
-	const uint64_t cnt_cap = dev->ar_cnt.cap;
-	CUdeviceptr da;
-	int rc;
-	if ((rc = cuda_dbuf_need(dev, &dev->ops_scores, group * per_row)) ||
-	    (rc = cuda_dbuf_need(dev, &dev->ar_cnt, group * gy * 4)))
-		return rc;
-	if (dev->ar_cnt.cap != cnt_cap) /* a new buffer: the counters start at 0 */
-		CU(dev, dev->d->MemsetD32Async(dev->ar_cnt.p, 0, dev->ar_cnt.cap / 4, dev->stream),
-		    "cuMemsetD32Async (attention counters)");
-	if ((rc = stage_args(dev, dev->ar_host, (4 * n + tab_n) * 4, NULL, 0, &da, NULL)))
-		return rc;
-	/* one row (a decode step): its output also as the int8 blocks of the
-	 * o projection's quantized GEMV right after (mmvq_launch.c) */
-	uint64_t oq = 0, od = 0;
-	if (n == 1 && (rc = cuda_mmvq_norm_out(dev, 1, H * hd, &oq, &od)))
-		return rc;
-	for (uint64_t r0 = 0; r0 < n; r0 += group) {
-		const uint64_t nr = n - r0 < group ? n - r0 : group;
-		struct baton_ops_attn_rows_args ka = {
-			.q = q, .k = k, .v = v, .out = out, .part = dev->ops_scores.p,
-			.rows = da + r0 * 16, .tab = paged ? da + n * 16 : 0, .cnt = dev->ar_cnt.p,
-			.n_heads = H, .n_kv_heads = KH, .head_dim = hd, .block_size = bs,
-			.chunks = (uint32_t)chunks, .tiles = gy / KH, .scale = scale, .oq = oq, .od = od,
-		};
-		if (nx) { /* the fused kernel of nx's heads a block */
-			nx->ar = ka;
-			const uint32_t ki = dev->ar_nh == 1 ? 0 : dev->ar_nh == 2 ? 1 : dev->ar_nh == 4 ? 2 : 3;
-			if ((rc = cuda_launch_k(dev, dev->k_attn_nr[ki], (uint32_t)nr, gy, (uint32_t)chunks,
-			         BATON_OPS_AR_THREADS, 0, nx, sizeof *nx, "cuLaunchKernel baton_ops_attn_nr")))
-				return rc;
-		} else if ((rc = cuda_launch_k(dev, dev->k_attn_rows, (uint32_t)nr, gy, (uint32_t)chunks,
-		         BATON_OPS_AR_THREADS, 0, &ka, sizeof ka, "cuLaunchKernel baton_ops_attn_rows")))
-			return rc;
-	}
-	if (oq)
-		cuda_mmvq_norm_done(dev, out, H * hd);
-	return 0;
-}
-
-/* attention's call on the rows kernel (its checks done): CUDA_TC_FALLBACK
- * where the kernel does not take it. */
-static int ar_attention(struct baton_dev *dev, const struct baton_attn *a)
-{
-	const uint32_t gy = ar_gy(a->n_heads, a->n_kv_heads, a->head_dim, a->q, a->k, a->v, a->out);
-	const uint64_t n_ctx = (uint64_t)a->pos0 + a->n_q, chunks = ar_chunks(dev, n_ctx);
-	if (!gy || chunks > 65535)
-		return CUDA_TC_FALLBACK;
-	const uint64_t nb = a->blocks ? (n_ctx + a->block_size - 1) / a->block_size : 0;
-	const uint64_t cap = a->blocks ? ar_tab_cap(dev, n_ctx, a->block_size, chunks) : 0;
-	uint32_t *h = ar_buf(dev, a->n_q, cap);
-	if (!h)
-		return refuse(dev, BATON_ENOMEM, "attention", "no memory for the rows");
-	for (uint32_t t = 0; t < a->n_q; t++) {
-		h[4 * t] = t;
-		h[4 * t + 1] = a->pos0 + t;
-		h[4 * t + 2] = h[4 * t + 3] = 0;
-	}
-	if (cap) {
-		memcpy(h + 4 * (uint64_t)a->n_q, a->blocks, nb * 4);
-		memset(h + 4 * (uint64_t)a->n_q + nb, 0, (cap - nb) * 4);
-	}
-	return ar_launch(dev, a->q, a->k, a->v, a->out, a->n_heads, a->n_kv_heads, a->head_dim,
-	    a->block_size, a->scale, gy, a->n_q, cap, a->blocks != NULL, chunks, NULL);
-}
-
-int cuda_op_attention(struct baton_dev *dev, const struct baton_attn *a)
-{
-	int rc;
-	if (!a || !a->n_q || !a->n_heads || !a->n_kv_heads || !a->head_dim ||
-	    a->n_heads % a->n_kv_heads || a->pos0 > UINT32_MAX - a->n_q)
-		return refuse(dev, BATON_EINVAL, "attention",
-		    "zero sizes, or heads not a multiple of the KV heads");
-	const uint32_t H = a->n_heads, KH = a->n_kv_heads, hd = a->head_dim;
-	const uint64_t n_ctx = (uint64_t)a->pos0 + a->n_q, rows = attn_cache_rows(a, n_ctx);
-	const uint64_t qn = (uint64_t)a->n_q * H * hd, kn = rows * KH * hd;
-	if (!rows)
-		return refuse(dev, BATON_EINVAL, "attention", "a block table without a block size");
-	if (!f32_buf(a->q, qn) || !f32_buf(a->k, kn) || !f32_buf(a->v, kn) ||
-	    !f32_buf(a->out, qn))
-		return refuse(dev, BATON_EINVAL, "attention", "a missing or misaligned buffer");
-	if (overlap(a->out, qn, a->q, qn) || overlap(a->out, qn, a->k, kn) ||
-	    overlap(a->out, qn, a->v, kn))
-		return refuse(dev, BATON_EINVAL, "attention", "out overlaps q, k or v");
-	if (H > 65535)
-		return refuse(dev, BATON_ERANGE, "attention", "more than 65535 heads");
-	uint64_t chunks = (n_ctx + BATON_OPS_ATTN_CHUNK - 1) / BATON_OPS_ATTN_CHUNK;
-	if (chunks > 65535)
-		return refuse(dev, BATON_ERANGE, "attention", "more than 65535 chunks of keys");
-	if ((rc = cuda_cur(dev)))
-		return rc;
-	if (!cuda_tc_on(dev, a->n_q) && (rc = ar_attention(dev, a)) != CUDA_TC_FALLBACK)
-		return rc;
-	/* In a graph the launches may not depend on the number of keys: the
-	 * part kernel's grid is a power of two of chunks (a bucket: the
-	 * recording replays until a query outgrows it), the block table is
-	 * staged at that capacity, and the key count is read on the device. */
-	const int graph = dev->gmode != CUDA_G_NONE;
-	if (graph) {
-		uint64_t c = 1;
-		while (c < chunks)
-			c <<= 1;
-		if (c > 65535)
-			c = chunks;
-		chunks = c;
-	}
-	/* queries per launch: their partial results within SCORES_MAX */
-	const uint64_t per_q = (uint64_t)H * chunks * (hd + 2) * 4;
-	uint64_t group = SCORES_MAX / per_q;
-	if (group < 1)
-		group = 1;
-	if (group > a->n_q)
-		group = a->n_q;
-	if (group > 0x7fffffffu)
-		group = 0x7fffffffu;
-	CUdeviceptr table = 0, pos0_dev = 0;
-	if ((rc = cuda_cur(dev)) || (rc = cuda_dbuf_need(dev, &dev->ops_scores, group * per_q)))
-		return rc;
-	const uint64_t n_blocks = a->blocks ? (n_ctx + a->block_size - 1) / a->block_size : 0;
-	if (graph) {
-		const uint32_t pos0 = a->pos0;
-		uint64_t cap = a->blocks ?
-		    (chunks * BATON_OPS_ATTN_CHUNK + a->block_size - 1) / a->block_size : 0;
-		if (cap < n_blocks)
-			cap = n_blocks;
-		if (cap > dev->gtab_cap) {
-			uint32_t *t = realloc(dev->gtab, cap * 4);
-			if (!t)
-				return refuse(dev, BATON_ENOMEM, "attention", "no memory for the block table");
-			dev->gtab = t;
-			dev->gtab_cap = cap;
-		}
-		if (cap) {
-			memcpy(dev->gtab, a->blocks, n_blocks * 4);
-			memset(dev->gtab + n_blocks, 0, (cap - n_blocks) * 4);
-			rc = stage_args(dev, dev->gtab, cap * 4, &pos0, 4, &table, &pos0_dev);
-		} else {
-			rc = stage_args(dev, &pos0, 4, NULL, 0, &pos0_dev, NULL);
-		}
-		if (rc)
-			return rc;
-	} else if (a->blocks &&
-	    (rc = stage_args(dev, a->blocks, n_blocks * 4, NULL, 0, &table, NULL))) {
-		return rc;
-	}
-	if (cuda_tc_on(dev, a->n_q) && (rc = cuda_tc_attention(dev, a, table)) != CUDA_TC_FALLBACK)
-		return rc;
-	for (uint32_t q0 = 0; q0 < a->n_q; q0 += (uint32_t)group) {
-		const uint32_t nq = a->n_q - q0 < group ? a->n_q - q0 : (uint32_t)group;
-		/* this group's last query has the most chunks */
-		const uint64_t gc = graph ? chunks :
-		    ((uint64_t)a->pos0 + q0 + nq + BATON_OPS_ATTN_CHUNK - 1) / BATON_OPS_ATTN_CHUNK;
-		struct baton_ops_attention_args k = {
-			.q = a->q, .k = a->k, .v = a->v, .out = a->out, .part = dev->ops_scores.p,
-			.blocks = table, .pos0_dev = pos0_dev, .q0 = q0, .n_q = a->n_q, .n_heads = H,
-			.n_kv_heads = KH, .head_dim = hd, .pos0 = graph ? 0 : a->pos0,
-			.block_size = a->block_size, .chunks = (uint32_t)gc, .scale = a->scale,
-		};
-		if ((rc = cuda_launch_k(dev, dev->k_attn_part, nq, H, (uint32_t)gc, OPS_THREADS, 0, &k,
-		         sizeof k, "cuLaunchKernel baton_ops_attn_part")))
-			return rc;
-		if (gc > 1 && (rc = cuda_launch(dev, dev->k_attn_comb, nq, H, OPS_THREADS, &k,
-		         "cuLaunchKernel baton_ops_attn_combine")))
-			return rc;
-	}
-	return 0;
-}
-
-int cuda_op_attention_segs(struct baton_dev *dev, const struct baton_attn_segs *s)
-{
-	uint64_t rows;
-	int rc;
-	if (attn_segs_check(s, &rows))
-		return refuse(dev, BATON_EINVAL, "attention_segs",
-		    "no segments, no block table, or a segment attention would refuse");
-	const uint32_t H = s->n_heads, KH = s->n_kv_heads, hd = s->head_dim, bs = s->block_size;
-	if (H > 65535)
-		return refuse(dev, BATON_ERANGE, "attention_segs", "more than 65535 heads");
-	if ((rc = cuda_cur(dev)))
-		return rc;
-	/* the segments the rows kernel takes (not the tensor cores'): their
-	 * rows and most keys */
-	uint64_t n = 0, nk = 0;
-	for (uint32_t i = 0; i < s->n_seg; i++) {
-		const uint64_t e = (uint64_t)s->segs[i].pos0 + s->segs[i].n_q;
-		if ((e + BATON_OPS_ATTN_CHUNK - 1) / BATON_OPS_ATTN_CHUNK > 65535)
-			return refuse(dev, BATON_ERANGE, "attention_segs", "more than 65535 chunks of keys");
-		if (cuda_tc_on(dev, s->segs[i].n_q))
-			continue;
-		n += s->segs[i].n_q;
-		if (e > nk)
-			nk = e;
-	}
-	const uint32_t gy = ar_gy(H, KH, hd, s->q, s->k, s->v, s->out);
-	const uint64_t chunks = ar_chunks(dev, nk);
-	const int rows_kernel = n && gy && chunks <= 65535 && n <= 0x7fffffffu;
-	if (rows_kernel) {
-		uint64_t tab_n = 0;
-		for (uint32_t i = 0; i < s->n_seg; i++)
-			if (!cuda_tc_on(dev, s->segs[i].n_q))
-				tab_n += ar_tab_cap(dev, (uint64_t)s->segs[i].pos0 + s->segs[i].n_q, bs, chunks);
-		uint32_t *h = ar_buf(dev, n, tab_n);
-		if (!h)
-			return refuse(dev, BATON_ENOMEM, "attention_segs", "no memory for the rows");
-		uint32_t *tab = h + 4 * n;
-		uint64_t r = 0, toff = 0, qrow = 0;
-		for (uint32_t i = 0; i < s->n_seg; qrow += s->segs[i].n_q, i++) {
-			const struct baton_attn_seg *g = &s->segs[i];
-			if (cuda_tc_on(dev, g->n_q))
-				continue;
-			const uint64_t n_ctx = (uint64_t)g->pos0 + g->n_q, nb = (n_ctx + bs - 1) / bs;
-			const uint64_t cap = ar_tab_cap(dev, n_ctx, bs, chunks);
-			memcpy(tab + toff, g->blocks, nb * 4);
-			memset(tab + toff + nb, 0, (cap - nb) * 4);
-			for (uint32_t t = 0; t < g->n_q; t++, r++) {
-				h[4 * r] = (uint32_t)(qrow + t);
-				h[4 * r + 1] = g->pos0 + t;
-				h[4 * r + 2] = (uint32_t)toff;
-				h[4 * r + 3] = 0;
-			}
-			toff += cap;
-		}
-		if ((rc = ar_launch(dev, s->q, s->k, s->v, s->out, H, KH, hd, bs, s->scale, gy, n, tab_n,
-		         1, chunks, NULL)))
-			return rc;
-	}
-	/* the tensor cores' segments (and, where the rows kernel does not
-	 * apply, every segment) one call each */
-	uint64_t row = 0;
-	for (uint32_t i = 0; i < s->n_seg; row += s->segs[i].n_q, i++) {
-		if (rows_kernel && !cuda_tc_on(dev, s->segs[i].n_q))
-			continue;
-		struct baton_attn a;
-		attn_seg_view(s, i, row, &a);
-		if ((rc = cuda_op_attention(dev, &a)))
-			return rc;
-	}
-	return 0;
-}
-
-/* Whether qk_attention_segs fuses nr into s's rows kernel: every
- * segment one row (no row reads another's new key) of the rows kernel's
- * shapes, nr's rows the segments' (the same q, cache and sizes; row i's
- * position and slot segment i's last), the store asked for. */
-static int qk_attn_fusable(const struct baton_dev *dev, const struct baton_qk_norm_rope *nr,
-    const struct baton_attn_segs *s)
-{
-	if (dev->ar_fuse_off || !nr->k_cache || !nr->pos || !nr->slots || !nr->inv_freq || !s->segs ||
-	    nr->rows != s->n_seg || nr->q != s->q ||
-	    nr->k_cache != s->k || nr->v_cache != s->v || nr->heads != s->n_heads ||
-	    nr->kv_heads != s->n_kv_heads || nr->head_dim != s->head_dim || !s->block_size ||
-	    !ar_gy(s->n_heads, s->n_kv_heads, s->head_dim, s->q, s->k, s->v, s->out) ||
-	    cuda_tc_on((struct baton_dev *)dev, 1))
-		return 0;
-	for (uint32_t i = 0; i < s->n_seg; i++) {
-		const struct baton_attn_seg *g = &s->segs[i];
-		const uint32_t p = g->pos0, bs = s->block_size;
-		if (g->n_q != 1 || !g->blocks || nr->pos[i] != p ||
-		    (uint64_t)nr->slots[i] != (uint64_t)g->blocks[p / bs] * bs + p % bs)
-			return 0;
-	}
-	return 1;
-}
-
-int cuda_op_qk_attention_segs(struct baton_dev *dev, const struct baton_qk_norm_rope *nr,
-    const struct baton_attn_segs *s)
-{
-	uint64_t rows;
-	int rc;
-	if (!nr || !s)
-		return refuse(dev, BATON_EINVAL, "qk_attention_segs", "no arguments");
-	if (!qk_attn_fusable(dev, nr, s)) {
-		if ((rc = cuda_op_qk_norm_rope(dev, nr)))
-			return rc;
-		return cuda_op_attention_segs(dev, s);
-	}
-	if ((rc = qk_nr_check(dev, nr)))
-		return rc;
-	if (attn_segs_check(s, &rows))
-		return refuse(dev, BATON_EINVAL, "attention_segs",
-		    "no segments, no block table, or a segment attention would refuse");
-	const uint32_t H = s->n_heads, KH = s->n_kv_heads, hd = s->head_dim, bs = s->block_size;
-	const uint32_t G = H / KH, NH = dev->ar_nh, gy = KH * ((G + NH - 1) / NH);
-	if (H > 65535 || (uint64_t)KH * ((G + NH - 1) / NH) > 65535)
-		return refuse(dev, BATON_ERANGE, "attention_segs", "more than 65535 heads");
-	uint64_t nk = 0;
-	for (uint32_t i = 0; i < s->n_seg; i++) {
-		const uint64_t e = (uint64_t)s->segs[i].pos0 + 1;
-		if ((e + BATON_OPS_ATTN_CHUNK - 1) / BATON_OPS_ATTN_CHUNK > 65535)
-			return refuse(dev, BATON_ERANGE, "attention_segs", "more than 65535 chunks of keys");
-		if (e > nk)
-			nk = e;
-	}
-	if ((rc = cuda_cur(dev)))
-		return rc;
-	const uint64_t chunks = ar_chunks(dev, nk), n = s->n_seg;
-	if (chunks > 65535)
-		return refuse(dev, BATON_ERANGE, "attention_segs", "more than 65535 chunks of keys");
-	uint64_t tab_n = 0;
-	for (uint32_t i = 0; i < s->n_seg; i++)
-		tab_n += ar_tab_cap(dev, (uint64_t)s->segs[i].pos0 + 1, bs, chunks);
-	uint32_t *h = ar_buf(dev, n, tab_n);
-	if (!h)
-		return refuse(dev, BATON_ENOMEM, "attention_segs", "no memory for the rows");
-	uint32_t *tab = h + 4 * n;
-	uint64_t toff = 0;
-	for (uint32_t i = 0; i < s->n_seg; i++) {
-		const struct baton_attn_seg *g = &s->segs[i];
-		const uint64_t n_ctx = (uint64_t)g->pos0 + 1, nb = (n_ctx + bs - 1) / bs;
-		const uint64_t cap = ar_tab_cap(dev, n_ctx, bs, chunks);
-		memcpy(tab + toff, g->blocks, nb * 4);
-		memset(tab + toff + nb, 0, (cap - nb) * 4);
-		h[4 * i] = i;
-		h[4 * i + 1] = g->pos0;
-		h[4 * i + 2] = (uint32_t)toff;
-		h[4 * i + 3] = 0;
-		toff += cap;
-	}
-	CUdeviceptr df;
-	if ((rc = stage_args(dev, nr->inv_freq, (uint64_t)hd / 2 * 4, NULL, 0, &df, NULL)))
-		return rc;
-	struct baton_ops_attn_nr_args nx = {
-		.kn = nr->k, .vn = nr->v, .wq = nr->wq, .wk = nr->wk, .inv_freq = df,
-		.wq_dtype = nr->wq_dtype, .wk_dtype = nr->wk_dtype, .eps = nr->eps, .mscale = nr->mscale,
-	};
-	return ar_launch(dev, s->q, s->k, s->v, s->out, H, KH, hd, bs, s->scale, gy, n, tab_n, 1,
-	    chunks, &nx);
-}
-
 int cuda_op_kv_store(struct baton_dev *dev, const struct baton_kv_store *s)
 {
 	int rc = kv_store_check(s);
 	if (rc)
-		return refuse(dev, rc, "kv_store", rc == BATON_ERANGE ? "a slot past the cache" :
+		return cuda_refuse(dev, rc, "kv_store", rc == BATON_ERANGE ? "a slot past the cache" :
 		    "zero sizes, or missing, misaligned or overlapping buffers");
 	if (s->n > 0x7fffffffu)
-		return refuse(dev, BATON_ERANGE, "kv_store", "2^31 rows or more in one call");
+		return cuda_refuse(dev, BATON_ERANGE, "kv_store", "2^31 rows or more in one call");
 	CUdeviceptr slots;
 	if ((rc = cuda_cur(dev)) ||
-	    (rc = stage_args(dev, s->slots, (uint64_t)s->n * 4, NULL, 0, &slots, NULL)))
+	    (rc = cuda_stage_args(dev, s->slots, (uint64_t)s->n * 4, NULL, 0, &slots, NULL)))
 		return rc;
 	struct baton_ops_kv_store_args a = {
 		.k = s->k, .v = s->v, .k_cache = s->k_cache, .v_cache = s->v_cache, .slots = slots,
@@ -1030,8 +580,8 @@ int cuda_op_swiglu(struct baton_dev *dev, baton_dptr gate, baton_dptr up, baton_
     uint64_t n)
 {
 	int rc;
-	if (!f32_buf(gate, n) || !f32_buf(up, n) || !f32_buf(out, n))
-		return refuse(dev, BATON_EINVAL, "swiglu", "empty or misaligned buffers");
+	if (!cuda_f32_buf(gate, n) || !cuda_f32_buf(up, n) || !cuda_f32_buf(out, n))
+		return cuda_refuse(dev, BATON_EINVAL, "swiglu", "empty or misaligned buffers");
 	if ((rc = cuda_cur(dev)))
 		return rc;
 	struct baton_ops_swiglu_args a = { .gate = gate, .up = up, .out = out, .n = n };
@@ -1044,142 +594,12 @@ int cuda_op_add(struct baton_dev *dev, baton_dptr x, baton_dptr y, baton_dptr ga
 {
 	const uint64_t n = (uint64_t)rows * cols;
 	int rc;
-	if (!rows || !f32_buf(x, n) || !f32_buf(y, n) || overlap(x, n, y, n) ||
-	    (gate && !f32_buf(gate, rows)))
-		return refuse(dev, BATON_EINVAL, "add",
+	if (!rows || !cuda_f32_buf(x, n) || !cuda_f32_buf(y, n) || cuda_overlap(x, n, y, n) ||
+	    (gate && !cuda_f32_buf(gate, rows)))
+		return cuda_refuse(dev, BATON_EINVAL, "add",
 		    "empty, misaligned or overlapping buffers, or a bad gate");
 	if ((rc = cuda_cur(dev)))
 		return rc;
 	struct baton_ops_add_args a = { .x = x, .y = y, .gate = gate, .rows = rows, .cols = cols };
 	return cuda_launch(dev, dev->k_add, blocks_for(n), 1, 256, &a, "cuLaunchKernel baton_ops_add");
-}
-
-int cuda_op_route(struct baton_dev *dev, baton_dptr logits, uint32_t rows, uint32_t n_experts,
-    uint32_t top_k, int rule, uint32_t *ids, float *weights)
-{
-	int rc;
-	if (!rows || !top_k || top_k > n_experts || !ids || !weights ||
-	    !f32_buf(logits, (uint64_t)rows * n_experts))
-		return refuse(dev, BATON_EINVAL, "route",
-		    "zero sizes, top_k above the experts, or a missing buffer");
-	if (rule != BATON_ROUTE_SOFTMAX_TOPK && rule != BATON_ROUTE_SOFTMAX_TOPK_NORM)
-		return refuse(dev, BATON_EINVAL, "route", "unknown rule");
-	const uint64_t bytes = (uint64_t)rows * n_experts * 4;
-	if ((rc = cuda_cur(dev)))
-		return rc;
-	if (dev->ops_logits_cap < bytes) {
-		if (dev->ops_logits)
-			dev->d->MemFreeHost(dev->ops_logits);
-		dev->ops_logits = NULL;
-		dev->ops_logits_cap = 0;
-		const uint64_t cap = cuda_round_up(bytes, 1u << 16);
-		void *p = NULL;
-		CU(dev, dev->d->MemHostAlloc(&p, cap, 0), "cuMemHostAlloc (route logits)");
-		dev->ops_logits = p;
-		dev->ops_logits_cap = cap;
-	}
-	CU(dev, dev->d->MemcpyDtoHAsync(dev->ops_logits, logits, bytes, dev->stream),
-	    "cuMemcpyDtoHAsync (route logits)");
-	if ((rc = cuda_stream_sync(dev)))
-		return rc;
-	return host_op_route(NULL, (baton_dptr)(uintptr_t)dev->ops_logits, rows, n_experts, top_k,
-	    rule, ids, weights);
-}
-
-int cuda_op_route_dev(struct baton_dev *dev, baton_dptr logits, uint32_t rows,
-    uint32_t n_experts, uint32_t top_k, int rule, baton_dptr ids, baton_dptr weights)
-{
-	_Static_assert(BATON_ROUTE_SOFTMAX_TOPK_NORM == 1, "the route kernel's rule number");
-	int rc;
-	const uint64_t nk = (uint64_t)rows * top_k;
-	if (!rows || !top_k || top_k > n_experts || !f32_buf(logits, (uint64_t)rows * n_experts) ||
-	    !f32_buf(weights, nk) || !ids || ids % 4 || overlap(ids, nk, weights, nk) ||
-	    overlap(ids, nk, logits, (uint64_t)rows * n_experts) ||
-	    overlap(weights, nk, logits, (uint64_t)rows * n_experts))
-		return refuse(dev, BATON_EINVAL, "route_dev",
-		    "zero sizes, top_k above the experts, or missing or overlapping buffers");
-	if (rule != BATON_ROUTE_SOFTMAX_TOPK && rule != BATON_ROUTE_SOFTMAX_TOPK_NORM)
-		return refuse(dev, BATON_EINVAL, "route_dev", "unknown rule");
-	if (n_experts > 8192)
-		return refuse(dev, BATON_ERANGE, "route_dev", "more than 8192 experts");
-	if ((rc = cuda_cur(dev)))
-		return rc;
-	struct baton_ops_route_args a = {
-		.logits = logits, .ids = ids, .w = weights,
-		.rows = rows, .n_experts = n_experts, .top_k = top_k, .rule = (uint32_t)rule,
-	};
-	const uint64_t before = dev->n_launch;
-	if ((rc = cuda_launch_k(dev, dev->k_route, rows, 1, 1, 32, n_experts * 5, &a, sizeof a,
-	         "cuLaunchKernel baton_ops_route")))
-		return rc;
-	cuda_mmvq_keep(dev, before, ids, nk * 4, weights, nk * 4); /* writes ids and weights alone */
-	return 0;
-}
-
-/* The post-attention norm, the router and route_dev in one launch where
- * it applies (f32 router rows, k a multiple of 32 (16-byte loads where
- * the rows are 16-byte aligned and k a multiple of 128),
- * at most 64 rows and ROUTER_MAX_E experts, with the norm k at most
- * NORM_ROW_MAX, x 16-byte aligned and apart from xn: the code of rmsnorm_row, the one-row
- * f32 matmul and the route kernel, so their bits), else the calls one
- * after the other. All of route_dev's checks come first: a refused call
- * queues nothing. */
-int cuda_op_router_route_dev(struct baton_dev *dev, const struct baton_router_route *r)
-{
-	int rc;
-	const uint32_t rows = r->rows, k = r->k, E = r->n_experts, K = r->top_k;
-	const uint64_t nx = (uint64_t)rows * k, nl = (uint64_t)rows * E, nk = (uint64_t)rows * K;
-	if (!r->w || !rows || !k || !E || !K || K > E || !f32_buf(r->xn, nx) || !f32_buf(r->logits, nl) ||
-	    !f32_buf(r->weights, nk) || !r->ids || r->ids % 4 || overlap(r->ids, nk, r->weights, nk) ||
-	    overlap(r->ids, nk, r->logits, nl) || overlap(r->weights, nk, r->logits, nl) ||
-	    overlap(r->xn, nx, r->logits, nl) || overlap(r->xn, nx, r->ids, nk) ||
-	    overlap(r->xn, nx, r->weights, nk) ||
-	    (r->norm_on && (!f32_buf(r->x, nx) || overlap(r->x, nx, r->xn, nx) || !(r->eps >= 0))))
-		return refuse(dev, BATON_EINVAL, "router_route_dev",
-		    "zero sizes, top_k above the experts, or missing or overlapping buffers");
-	if (r->rule != BATON_ROUTE_SOFTMAX_TOPK && r->rule != BATON_ROUTE_SOFTMAX_TOPK_NORM)
-		return refuse(dev, BATON_EINVAL, "router_route_dev", "unknown rule");
-	if (E > 8192)
-		return refuse(dev, BATON_ERANGE, "router_route_dev", "more than 8192 experts");
-	uint64_t rb;
-	if ((rc = weight_ok(dev, "router_route_dev", r->w_dtype, k, &rb)) ||
-	    (r->norm_on && r->norm && (rc = weight_ok(dev, "router_route_dev norm", r->norm_dtype, k, &rb))))
-		return rc;
-	const int fused = r->w_dtype == BATON_DT_F32 && r->w % 4 == 0 && k % 32 == 0 &&
-	    rows <= BATON_OPS_ROUTER_MAX_ROWS && E <= BATON_OPS_ROUTER_MAX_E &&
-	    (!r->norm_on || (k <= BATON_OPS_NORM_ROW_MAX && r->x % 16 == 0));
-	if (!fused) {
-		if ((r->norm_on && (rc = cuda_op_rmsnorm(dev, r->x, r->xn, rows, k, r->norm, r->norm_dtype,
-		         r->eps))) ||
-		    (rc = cuda_op_matmul(dev, r->w, r->w_dtype, E, k, 0, 0, r->xn, rows, r->logits, 0)))
-			return rc;
-		return cuda_op_route_dev(dev, r->logits, rows, E, K, r->rule, r->ids, r->weights);
-	}
-	if ((rc = cuda_cur(dev)))
-		return rc;
-	struct baton_ops_router_route_args a = {
-		.x = r->x, .xn = r->xn, .norm = r->norm_on ? r->norm : 0, .w = r->w, .logits = r->logits,
-		.ids = r->ids, .w_out = r->weights, .count = dev->ops_count.p,
-		.norm_on = r->norm_on ? 1u : 0u, .norm_dtype = r->norm_dtype, .k = k, .rows = rows,
-		.n_experts = E, .top_k = K, .rule = (uint32_t)r->rule, .eps = r->eps,
-		.vec = r->w % 16 == 0 && k % 128 == 0,
-	};
-	/* one row normed here: also as the int8 blocks of the experts after it */
-	if (r->norm_on && (rc = cuda_mmvq_norm_out(dev, rows, k, &a.q, &a.d)))
-		return rc;
-	const uint64_t before = dev->n_launch;
-	if ((rc = cuda_launch(dev, dev->k_router_route,
-	         (E + BATON_OPS_ROUTER_WARPS - 1) / BATON_OPS_ROUTER_WARPS, rows,
-	         32 * BATON_OPS_ROUTER_WARPS, &a, "cuLaunchKernel baton_ops_router_route")))
-		return rc;
-	if (a.q) {
-		cuda_mmvq_norm_done(dev, r->xn, k);
-		return 0;
-	}
-	/* without the norm: writes logits, ids and weights alone, so xn's
-	 * quantization stays (unless one of them is where it came from) */
-	const uint64_t vs = dev->vq_src, ve = vs + (uint64_t)dev->vq_k * 4;
-	if (r->weights + nk * 4 <= vs || ve <= r->weights)
-		cuda_mmvq_keep(dev, before, r->logits, nl * 4, r->ids, nk * 4);
-	return 0;
 }
