@@ -134,6 +134,8 @@ for r in lb or []:
     elif r.get("n_prompt", 0) and not r.get("n_gen", 0):
         lt["pp%d" % r["n_prompt"]] = r["avg_ts"]
 rows.append(("decode, batch 1 (tg128)", m and m["decode_tok_s"], lt.get("tg128")))
+if m and m.get("decode_greedy_tok_s"):  # llama-bench samples nothing: Baton's own greedy pick added
+    rows.append(("decode, batch 1, + host greedy pick", m["decode_greedy_tok_s"], lt.get("tg128")))
 mg = load("baton-model-graph.json")
 if mg:
     rows.append(("decode, batch 1, BATON_CUDA_GRAPH=1", mg["decode_tok_s"], lt.get("tg128")))

@@ -31,13 +31,14 @@ t_run() {
 		expect 0 $B --arena "$T_TMP/m-$dt.arena" --backend host --steps 3 --prompts 8,16 \
 			--first-prompt 4 --bandwidth-mib 8 --json "$T_TMP/$dt.json"
 		says "decode, batch 1 (vs memory roofline)"; says "prefill, 16-token prompt"
+		says "with the host's greedy pick each step"
 		says "first token after release, hot-first (4 tokens)"
 		says "one layer's ops, queued as forward.c queues them"
 		python3 - "$T_TMP/$dt.json" "$dt" <<'EOF'
 import json, math, sys
 j = json.load(open(sys.argv[1]))
 assert j["dtype"] == sys.argv[2] and j["layers"] == 2 and j["top_k"] == 2, j
-pos = ["bandwidth_gbps", "step_bytes", "decode_tok_s", "decode_ms", "roofline_ms",
+pos = ["bandwidth_gbps", "step_bytes", "decode_tok_s", "decode_ms", "decode_greedy_tok_s", "roofline_ms",
        "roofline_ratio", "layer_us", "attn_us", "route_us", "experts_us", "head_us",
        "first_hot_ms", "first_full_ms", "refill_bytes"]
 for k in pos:
@@ -53,6 +54,8 @@ r = j["roofline_ms"] / j["decode_ms"]
 rounding = 0.5e-4 / j["decode_ms"] + r * 0.5e-4 / j["decode_ms"]
 assert abs(r - j["roofline_ratio"]) <= 1e-3 * max(r, 1e-9) + 1e-4 + rounding, (r, j["roofline_ratio"], j["roofline_ms"])
 assert abs(1000 / j["decode_ms"] - j["decode_tok_s"]) <= 0.01 * j["decode_tok_s"], j
+# the step with the host's greedy pick is the step and more
+assert j["decode_greedy_tok_s"] <= j["decode_tok_s"] * 1.001, j
 EOF
 	done
 }

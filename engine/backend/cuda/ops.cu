@@ -81,7 +81,8 @@ baton_ops_rmsnorm(baton_ops_rmsnorm_args a)
  * With q, a warp's 32 consecutive outputs are also one int8 block, as
  * baton_mmvq_quant makes it from the stored floats (its rule below). */
 template <int DT>
-__device__ __forceinline__ void norm_block(const baton_ops_rmsnorm_row_args &a, float *xs)
+__device__ __forceinline__ void norm_block(const baton_ops_rmsnorm_row_args &a, float *xs,
+    float *ws)
 {
 	const uint32_t t = threadIdx.x, lane = t & 31, cols = a.cols;
 	const uint64_t base = (uint64_t)blockIdx.x * cols;
@@ -95,7 +96,14 @@ __device__ __forceinline__ void norm_block(const baton_ops_rmsnorm_row_args &a, 
 		if (i < cols) {
 			xv[j] = x[i];
 			wv[j] = DT != NORM_NONE ? wload<DT>(w, a.w_dtype, i) : 1.0f;
+		}
+	}
+#pragma unroll
+	for (int j = 0; j < NORM_J; j++) {
+		const uint32_t i = t + THREADS * j;
+		if (i < cols) {
 			xs[i] = xv[j];
+			ws[i] = wv[j];
 		}
 	}
 	__shared__ float scale;
@@ -113,14 +121,18 @@ __device__ __forceinline__ void norm_block(const baton_ops_rmsnorm_row_args &a, 
 	}
 	__syncthreads();
 	const float s = scale;
-#pragma unroll
+	/* a loop, not unrolled: this runs once per launch, and 16 unrolled
+	 * copies of the quantization (two IEEE divisions each) were ~40 KB of
+	 * straight-line code for the SM to fetch cold; x and the weight
+	 * from shared memory: the same values, so the same bits */
+#pragma unroll 1
 	for (int j = 0; j < NORM_J; j++) {
 		const uint32_t i = t + THREADS * j;
 		if (i >= cols)
 			break; /* i grows with j; with q, cols % 32 == 0 keeps this warp-uniform */
-		float v = __fmul_rn(xv[j], s);
+		float v = __fmul_rn(xs[i], s);
 		if (DT != NORM_NONE)
-			v = __fmul_rn(v, wv[j]);
+			v = __fmul_rn(v, ws[i]);
 		out[i] = v;
 		if (a.q)
 			quant_warp(v, (int8_t *)a.q, (float *)a.d, base + i, lane);
@@ -130,7 +142,7 @@ __device__ __forceinline__ void norm_block(const baton_ops_rmsnorm_row_args &a, 
 extern "C" __global__ void __launch_bounds__(THREADS)
 baton_ops_rmsnorm_row(baton_ops_rmsnorm_row_args a)
 {
-	__shared__ float xs[BATON_OPS_NORM_ROW_MAX];
+	__shared__ float xs[BATON_OPS_NORM_ROW_MAX], ws[BATON_OPS_NORM_ROW_MAX];
 	/* the GEMV after it may start now (a programmatic dependent launch,
 	 * cuda_launch_kx: it waits for this kernel's end before reading) */
 	asm volatile("griddepcontrol.launch_dependents;");
@@ -138,15 +150,15 @@ baton_ops_rmsnorm_row(baton_ops_rmsnorm_row_args a)
 		return; /* the whole block */
 	const uint64_t wa = a.w;
 	if (!a.w)
-		norm_block<NORM_NONE>(a, xs);
+		norm_block<NORM_NONE>(a, xs, ws);
 	else if (a.w_dtype == BATON_DT_F32 && wa % 4 == 0)
-		norm_block<BATON_DT_F32>(a, xs);
+		norm_block<BATON_DT_F32>(a, xs, ws);
 	else if (a.w_dtype == BATON_DT_BF16 && wa % 2 == 0)
-		norm_block<BATON_DT_BF16>(a, xs);
+		norm_block<BATON_DT_BF16>(a, xs, ws);
 	else if (a.w_dtype == BATON_DT_F16 && wa % 2 == 0)
-		norm_block<BATON_DT_F16>(a, xs);
+		norm_block<BATON_DT_F16>(a, xs, ws);
 	else
-		norm_block<-1>(a, xs); /* elem() at any address */
+		norm_block<-1>(a, xs, ws); /* elem() at any address */
 }
 
 /* acc[t] += w * x[t][i] for the nt rows, a multiply then an add. */
