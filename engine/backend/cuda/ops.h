@@ -198,7 +198,7 @@ struct baton_ops_router_route_args {
 	uint64_t x, xn, norm, w, logits, ids, w_out, count, q, d;
 	uint32_t norm_on, norm_dtype, k, rows, n_experts, top_k, rule;
 	float eps;
-	uint32_t vec, pad; /* vec: rows 16-byte aligned, k % 128 == 0: 16-byte loads */
+	uint32_t pad[2];
 };
 
 #endif

@@ -288,38 +288,34 @@ baton_ops_route(baton_ops_route_args a)
 	    (uint32_t *)a.ids + r * a.top_k, w, p, taken, a.top_k <= ROUTE_SW ? sws : w, threadIdx.x);
 }
 
-/* One f32 row's dot in the fixed order (mm_plain_vec<1, f32>'s: 16-byte
- * loads of 4 consecutive weights, put back through the warp's shared
- * memory so lane l takes l, l + 32, ...), split in two so that a caller
- * can issue the loads of the first 2,048 weights before it has x. */
-#define RR_U 16 /* chunks of 128 weights loaded at once */
-__device__ __forceinline__ void rr_load(uint4 (&raw)[RR_U], const uint8_t *row, uint32_t c0,
-    uint32_t k, uint32_t lane)
+/* One f32 row's dot in the fixed order (mm_plain_vec<1, f32>'s: lane l
+ * sums weights l, l + 32, ... in turn), split in two so that a caller
+ * can issue the loads of the first RR_N * 32 weights before it has x:
+ * each lane loads its own weights (coalesced 4-byte loads across the
+ * warp), so no pass through shared memory puts them in lane order, and x
+ * is read from shared memory. The 16-byte loads put back through shared
+ * memory were twice the instructions, run once a launch. */
+#define RR_N 64 /* weights of a row a lane holds: the first 2,048 */
+__device__ __forceinline__ void rr_load(float (&w)[RR_N], const float *row, uint32_t k,
+    uint32_t lane)
 {
 #pragma unroll
-	for (uint32_t u = 0; u < RR_U; u++)
-		if (c0 + u * 128 < k)
-			raw[u] = __ldg((const uint4 *)(row + (uint64_t)(c0 + u * 128) * 4) + lane);
+	for (uint32_t u = 0; u < RR_N; u++)
+		if (32 * u < k)
+			w[u] = __ldg(row + 32 * u + lane);
 }
 
-__device__ __forceinline__ float rr_use(float acc, const uint4 (&raw)[RR_U], const float *x,
-    uint32_t c0, uint32_t k, uint32_t lane, float *ws)
+__device__ __forceinline__ float rr_use(const float (&w)[RR_N], const float *row,
+    const float *xs, uint32_t k, uint32_t lane)
 {
+	float acc = 0.0f;
 #pragma unroll
-	for (uint32_t u = 0; u < RR_U; u++) {
-		const uint32_t c = c0 + u * 128;
-		if (c >= k)
-			break;
-		ws[4 * lane] = __uint_as_float(raw[u].x);
-		ws[4 * lane + 1] = __uint_as_float(raw[u].y);
-		ws[4 * lane + 2] = __uint_as_float(raw[u].z);
-		ws[4 * lane + 3] = __uint_as_float(raw[u].w);
-		__syncwarp();
-#pragma unroll
-		for (uint32_t j = 0; j < 4; j++)
-			acc = __fadd_rn(acc, __fmul_rn(ws[lane + 32 * j], x[c + lane + 32 * j]));
-		__syncwarp();
-	}
+	for (uint32_t u = 0; u < RR_N; u++)
+		if (32 * u < k)
+			acc = __fadd_rn(acc, __fmul_rn(w[u], xs[32 * u + lane]));
+#pragma unroll 4
+	for (uint32_t i = 32 * RR_N + lane; i < k; i += 32)
+		acc = __fadd_rn(acc, __fmul_rn(__ldg(row + i), xs[i]));
 	return acc;
 }
 
@@ -337,7 +333,6 @@ __device__ __forceinline__ float rr_use(float acc, const uint4 (&raw)[RR_U], con
 template <int RW>
 __device__ __forceinline__ void router_route(const baton_ops_router_route_args &a)
 {
-	__shared__ __align__(16) float sm[RW][128];
 	__shared__ __align__(16) float xs[BATON_OPS_NORM_ROW_MAX], ns[BATON_OPS_NORM_ROW_MAX];
 	__shared__ __align__(16) float p[BATON_OPS_ROUTER_MAX_E];
 	__shared__ float sws[ROUTE_SW];
@@ -348,11 +343,10 @@ __device__ __forceinline__ void router_route(const baton_ops_router_route_args &
 	if (r >= a.rows)
 		return; /* the whole block */
 	const uint32_t o = blockIdx.x * RW + wi, E = a.n_experts, k = a.k;
-	const uint8_t *row = (const uint8_t *)a.w + (uint64_t)o * k * 4;
-	const bool vec = a.vec;
-	uint4 raw[RR_U];
-	if (o < E && vec)
-		rr_load(raw, row, 0, k, lane); /* in flight while the norm runs */
+	const float *row = (const float *)a.w + (uint64_t)o * k;
+	float wr[RR_N];
+	if (o < E)
+		rr_load(wr, row, k, lane); /* in flight while the norm runs */
 	const float *x = (const float *)a.xn + (uint64_t)r * k;
 	if (a.norm_on) {
 		/* x and the norm's weights into shared memory, all loads in
@@ -406,23 +400,12 @@ __device__ __forceinline__ void router_route(const baton_ops_router_route_args &
 						((float *)a.d)[b] = d;
 				}
 			}
-		x = xs;
 	}
 	float *logits = (float *)a.logits + (uint64_t)r * E;
 	if (o < E) {
-		float acc = 0.0f;
-		if (vec) {
-			acc = rr_use(acc, raw, x, 0, k, lane, sm[wi]);
-			for (uint32_t c0 = 128 * RR_U; c0 < k; c0 += 128 * RR_U) {
-				rr_load(raw, row, c0, k, lane);
-				acc = rr_use(acc, raw, x, c0, k, lane, sm[wi]);
-			}
-		} else { /* the same order, a weight per lane at a time (k % 32 == 0) */
-			const float *wr = (const float *)row;
-#pragma unroll 4
-			for (uint32_t i = lane; i < k; i += 32)
-				acc = __fadd_rn(acc, __fmul_rn(__ldg(wr + i), x[i]));
-		}
+		/* x in shared memory (normed here) or global: two calls, so that
+		 * each reads its own space rather than through generic loads */
+		float acc = a.norm_on ? rr_use(wr, row, xs, k, lane) : rr_use(wr, row, x, k, lane);
 		acc = lane_tree(acc);
 		if (lane == 0) {
 			logits[o] = acc;

@@ -195,7 +195,6 @@ int cuda_op_router_route_dev(struct baton_dev *dev, const struct baton_router_ro
 		.ids = r->ids, .w_out = r->weights, .count = dev->ops_count.p,
 		.norm_on = r->norm_on ? 1u : 0u, .norm_dtype = r->norm_dtype, .k = k, .rows = rows,
 		.n_experts = E, .top_k = K, .rule = (uint32_t)r->rule, .eps = r->eps,
-		.vec = r->w % 16 == 0 && k % 128 == 0,
 	};
 	/* one row normed here: also as the int8 blocks of the experts after it */
 	if (r->norm_on && (rc = cuda_mmvq_norm_out(dev, rows, k, &a.q, &a.d)))
