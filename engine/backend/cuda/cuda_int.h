@@ -103,7 +103,6 @@ struct baton_dev {
 	uint32_t ar_nh;
 	int ar_fuse_off;
 	int pdl; /* BATON_CUDA_PDL=1: cuda_launch_kx's programmatic dependent launches */
-	int nn_off; /* no baton_mmvq_norm_matmuls unless BATON_CUDA_NORM_FUSE=1 */
 	/* baton_ops_attn_rows: its per-(row, head tile) counters (left
 	 * zeroed by the kernel), and the host array of its rows and block
 	 * tables, staged each call */
@@ -124,8 +123,8 @@ struct baton_dev {
 	 * (vq_x, holding the quantization of vq_src, k vq_k, valid while
 	 * n_launch is still vq_mark) and for the experts' h (vq_h). */
 	CUmodule vq_mod;
-	CUfunction k_vq_quant, k_vq_matmul, k_vq_gate_up, k_vq_down, k_vq_gate_up4, k_vq_down4, k_vq_matmuls,
-	    k_vq_norm_matmuls;
+	CUfunction k_vq_quant, k_vq_matmul, k_vq_gate_up, k_vq_down, k_vq_gate_up4, k_vq_down4,
+	    k_vq_matmuls;
 	int vq_off, vq_narrow; /* vq_narrow: BATON_CUDA_MMVQ_NARROW=1, no wide q4_K experts */
 	struct dbuf vq_x, vq_h;
 	baton_dptr vq_src;
@@ -583,10 +582,6 @@ int cuda_op_qk_norm_rope(struct baton_dev *dev, const struct baton_qk_norm_rope 
 int cuda_op_rope(struct baton_dev *dev, baton_dptr x, uint32_t rows, uint32_t n_heads,
     uint32_t head_dim, const uint32_t *pos, const float *inv_freq, float mscale);
 int cuda_op_rmsnorm_matmuls(struct baton_dev *dev, baton_dptr x, baton_dptr w, uint32_t w_dtype,
-    float eps, const struct baton_matmuls *mm);
-/* mmvq_launch.c: rmsnorm then matmuls as one baton_mmvq_norm_matmuls
- * launch where it applies (its checks done), else CUDA_TC_FALLBACK */
-int cuda_mmvq_norm_matmuls(struct baton_dev *dev, baton_dptr x, baton_dptr w, uint32_t w_dtype,
     float eps, const struct baton_matmuls *mm);
 int cuda_op_kv_store(struct baton_dev *dev, const struct baton_kv_store *s);
 int cuda_op_swiglu(struct baton_dev *dev, baton_dptr gate, baton_dptr up, baton_dptr out,

@@ -42,22 +42,6 @@ struct baton_mmvq_n_args {
 	uint32_t k, tpr;
 };
 
-/* baton_mmvq_norm_matmuls: baton_mmvq_matmuls (m; its q, d and tpr
- * unused) on rmsnorm(x) (one row of k = 2,048 or 4,096 f32, weight norm
- * in norm_dtype (f32, bf16, f16; 0: none), eps), which each block makes
- * itself: x and the weight in shared memory, the sum of squares in
- * baton_ops_rmsnorm_row's order, the output as baton_mmvq_quant's int8
- * blocks in shared memory: the bits of rmsnorm_row then matmuls. Grid:
- * NORM_RPB rows of a matrix a block (blocks start[i] .. are matrix
- * i's), block THREADS. */
-#define BATON_MMVQ_NORM_RPB 8
-struct baton_mmvq_nn_args {
-	struct baton_mmvq_n_args m;
-	uint64_t x, norm;
-	uint32_t norm_dtype;
-	float eps;
-};
-
 /* The decode step's experts (pairs p < top_k of one token, blob =
  * table[ids[p]]):
  * baton_mmvq_gate_up: grid (ceil(d_ff / (THREADS / tpr)), top_k);

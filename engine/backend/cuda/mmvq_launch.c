@@ -39,12 +39,6 @@ void cuda_mmvq_config(struct baton_dev *dev)
 	 * programmatic dependents (cuda_launch_kx) */
 	s = getenv("BATON_CUDA_PDL");
 	dev->pdl = s && strcmp(s, "1") == 0;
-	/* BATON_CUDA_NORM_FUSE=1: the input norm inside the q/k/v GEMVs
-	 * (baton_mmvq_norm_matmuls), opt-in: on the H200 it measured slower
-	 * than rmsnorm_row then the GEMVs (2026-12-02: 234.5 against 252.3
-	 * tok/s at batch 1), so by default the two launches */
-	s = getenv("BATON_CUDA_NORM_FUSE");
-	dev->nn_off = !(s && strcmp(s, "1") == 0);
 }
 
 int cuda_mmvq_load(struct baton_dev *dev)
@@ -63,7 +57,6 @@ int cuda_mmvq_load(struct baton_dev *dev)
 		{ &dev->k_vq_gate_up4, "baton_mmvq_gate_up_q4k" },
 		{ &dev->k_vq_down4, "baton_mmvq_down_q4k" },
 		{ &dev->k_vq_matmuls, "baton_mmvq_matmuls" },
-		{ &dev->k_vq_norm_matmuls, "baton_mmvq_norm_matmuls" },
 	};
 	for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
 		CU(dev, d->ModuleGetFunction(k[i].f, dev->vq_mod, k[i].name), k[i].name);
@@ -73,8 +66,7 @@ int cuda_mmvq_load(struct baton_dev *dev)
 	struct baton_mmvq_args zm = { .tpr = 32 }; /* the GEMVs divide by it; no rows */
 	struct baton_mmvq_moe_args ze = { .tpr = 32 };
 	struct baton_mmvq_n_args zn = { .tpr = 32 };
-	struct baton_mmvq_nn_args znn = { .m = { .tpr = 32 } }; /* k 0: returns at once */
-	void *zero[] = { &zq, &zm, &ze, &ze, &ze, &ze, &zn, &znn };
+	void *zero[] = { &zq, &zm, &ze, &ze, &ze, &ze, &zn };
 	for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
 		void *params[] = { zero[i] };
 		CU(dev, d->LaunchKernel(*k[i].f, 1, 1, 1, 32, 1, 1, 0, dev->stream, params, NULL),
@@ -98,12 +90,16 @@ static int vq_dtype(uint32_t dt, uint64_t addr, uint32_t k)
 	return (dt == BATON_DT_Q4_K && addr % 4 == 0) || (dt == BATON_DT_Q6_K && addr % 2 == 0);
 }
 
-/* Threads per row: a row's k / 256 blocks of 16 threads, at least a warp,
- * at most the block (longer rows loop). */
+/* Threads per row: a warp for rows of up to two 256-value blocks (16
+ * threads a block), else two (longer rows loop, each thread's blocks
+ * loaded together). Two warps a row rather than the block's four: on the
+ * H200 at batch 1 the q/k/v GEMVs of Qwen3-30B-A3B's shape took 7.9 us
+ * rather than 9.4 and the o projection 7.1 rather than 8.1 (ncu, each
+ * alone), the decode step 3.41 ms rather than 3.50-3.53 (2026-12-04). */
 static uint32_t vq_tpr(uint32_t k)
 {
 	const uint32_t items = k / 256 * BATON_MMVQ_SUB;
-	return items <= 32 ? 32 : items <= 64 ? 64 : BATON_MMVQ_THREADS;
+	return items <= 32 ? 32 : 64;
 }
 
 /* A matmul of so many rows (the output head) that a warp a row still
@@ -209,39 +205,6 @@ int cuda_mmvq_matmuls(struct baton_dev *dev, const struct baton_matmuls *mm)
 	         sizeof a, "cuLaunchKernel baton_mmvq_matmuls", 1)))
 		return rc;
 	dev->vq_mark = dev->n_launch;
-	return 0;
-}
-
-int cuda_mmvq_norm_matmuls(struct baton_dev *dev, baton_dptr x, baton_dptr w, uint32_t w_dtype,
-    float eps, const struct baton_matmuls *mm)
-{
-	const uint32_t k = mm->k, RPB = BATON_MMVQ_NORM_RPB;
-	if (dev->vq_off || dev->nn_off || mm->rows != 1 || mm->n < 1 || (k != 2048 && k != 4096) ||
-	    x % 16 || (w && w_dtype != BATON_DT_F32 && w_dtype != BATON_DT_BF16 &&
-	                  w_dtype != BATON_DT_F16) ||
-	    (w && w % (w_dtype == BATON_DT_F32 ? 4 : 2)))
-		return CUDA_TC_FALLBACK;
-	struct baton_mmvq_nn_args a = { .m = { .k = k, .tpr = BATON_MMVQ_THREADS,
-		.start = { UINT32_MAX, UINT32_MAX, UINT32_MAX } }, .x = x, .norm = w,
-		.norm_dtype = w ? w_dtype : 0, .eps = eps };
-	uint64_t gx = 0;
-	for (uint32_t i = 0; i < mm->n; i++) {
-		const struct baton_matmul_out *o = &mm->m[i];
-		const uint64_t rb = baton_compute_row_bytes((int)o->w_dtype, k);
-		if (!vq_dtype(o->w_dtype, o->w, k) || !rb || rb % 2)
-			return CUDA_TC_FALLBACK;
-		a.m.w[i] = o->w, a.m.b[i] = o->b, a.m.y[i] = o->y, a.m.row_bytes[i] = rb;
-		a.m.w_dtype[i] = o->w_dtype, a.m.b_dtype[i] = o->b_dtype, a.m.n_out[i] = o->n_out;
-		a.m.start[i] = (uint32_t)gx;
-		gx += ((uint64_t)o->n_out + RPB - 1) / RPB;
-		if (gx > 0x7fffffffu)
-			return CUDA_TC_FALLBACK;
-	}
-	int rc;
-	if ((rc = cuda_launch_kx(dev, dev->k_vq_norm_matmuls, (uint32_t)gx, 1, 1, BATON_MMVQ_THREADS,
-	         0, &a, sizeof a, "cuLaunchKernel baton_mmvq_norm_matmuls", 1)))
-		return rc;
-	dev->vq_src = 0; /* vq_x holds nothing of this: the normed row was never stored */
 	return 0;
 }
 

@@ -405,8 +405,6 @@ int cuda_op_rmsnorm_matmuls(struct baton_dev *dev, baton_dptr x, baton_dptr w, u
 	}
 	if ((rc = cuda_cur(dev)))
 		return rc;
-	if ((rc = cuda_mmvq_norm_matmuls(dev, x, w, w_dtype, eps, mm)) != CUDA_TC_FALLBACK)
-		return rc;
 	if ((rc = cuda_op_rmsnorm(dev, x, mm->x, mm->rows, mm->k, w, w_dtype, eps)))
 		return rc;
 	return cuda_op_matmuls(dev, mm);

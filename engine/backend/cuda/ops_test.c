@@ -241,16 +241,14 @@ static void t_matmuls(void)
 	be->close(dev);
 }
 
-/* rmsnorm_matmuls (the input norm and q/k/v in one launch at batch 1):
- * the bits of rmsnorm then matmuls, for k 2,048 and 4,096, norm weights
+/* rmsnorm_matmuls (the input norm and q/k/v in one call: rmsnorm_row and
+ * the GEMVs at batch 1): the bits of rmsnorm then matmuls, for k 2,048 and 4,096, norm weights
  * f32, bf16 and none, q4_K and q6_K matrices (one with a bias) whose row
  * counts are not multiples of the kernel's 8 rows a block; several rows
  * (not fused: the two calls) too. */
 static void t_rmsnorm_matmuls(void)
 {
-	setenv("BATON_CUDA_NORM_FUSE", "1", 1); /* opt-in: the fused kernel, not the two launches */
 	struct baton_dev *dev = cuda_fixture_open();
-	unsetenv("BATON_CUDA_NORM_FUSE");
 	const uint32_t ks[2] = { 2048, 4096 }, no[3] = { 300, 61, 64 }, R = 2;
 	const int dts[3] = { BATON_DT_Q4_K, BATON_DT_Q6_K, BATON_DT_Q4_K };
 	const int nds[3] = { BATON_DT_F32, BATON_DT_BF16, -1 };
