@@ -47,8 +47,8 @@ int cuda_attn_load(struct baton_dev *dev)
 	const size_t n = sizeof k / sizeof k[0];
 	{
 		const char *e = getenv("BATON_CUDA_ATTN_NH");
-		const long nh = e ? strtol(e, NULL, 10) : 2;
-		dev->ar_nh = nh == 1 || nh == 4 || nh == 8 ? (uint32_t)nh : 2;
+		const long nh = e ? strtol(e, NULL, 10) : 0;
+		dev->ar_nh = nh == 1 || nh == 2 || nh == 4 || nh == 8 ? (uint32_t)nh : 0; /* 0: ar_nh_of */
 		e = getenv("BATON_CUDA_ATTN_FUSE");
 		dev->ar_fuse_off = e && strcmp(e, "0") == 0;
 	}
@@ -158,6 +158,16 @@ static uint32_t *ar_buf(struct baton_dev *dev, uint64_t n, uint64_t tab_n)
 	return dev->ar_host;
 }
 
+/* The fused decode attention's query heads a block for a pass of n rows:
+ * BATON_CUDA_ATTN_NH, else 1 up to 4 rows (at batch 1 on the H200, 32
+ * blocks rather than 16: the decode step 3.28 ms rather than 3.37,
+ * 2026-12-04), 2 above (serving's 16 rows, as measured before). Any NH
+ * gives the same bits. */
+static uint32_t ar_nh_of(const struct baton_dev *dev, uint64_t n)
+{
+	return dev->ar_nh ? dev->ar_nh : n <= 4 ? 1 : 2;
+}
+
 /* Stages dev->ar_host's n rows and tab_n table entries (paged 0: keys
  * are rows of k and v) and launches the rows kernel over them, in groups
  * of rows whose partial results fit SCORES_MAX. */
@@ -200,7 +210,8 @@ static int ar_launch(struct baton_dev *dev, baton_dptr q, baton_dptr k, baton_dp
 		};
 		if (nx) { /* the fused kernel of nx's heads a block */
 			nx->ar = ka;
-			const uint32_t ki = dev->ar_nh == 1 ? 0 : dev->ar_nh == 2 ? 1 : dev->ar_nh == 4 ? 2 : 3;
+			const uint32_t NH = ar_nh_of(dev, n);
+			const uint32_t ki = NH == 1 ? 0 : NH == 2 ? 1 : NH == 4 ? 2 : 3;
 			if ((rc = cuda_launch_k(dev, dev->k_attn_nr[ki], (uint32_t)nr, gy, (uint32_t)chunks,
 			         BATON_OPS_AR_THREADS, 0, nx, sizeof *nx, "cuLaunchKernel baton_ops_attn_nr")))
 				return rc;
@@ -455,7 +466,7 @@ int cuda_op_qk_attention_segs(struct baton_dev *dev, const struct baton_qk_norm_
 		return cuda_refuse(dev, BATON_EINVAL, "attention_segs",
 		    "no segments, no block table, or a segment attention would refuse");
 	const uint32_t H = s->n_heads, KH = s->n_kv_heads, hd = s->head_dim, bs = s->block_size;
-	const uint32_t G = H / KH, NH = dev->ar_nh, gy = KH * ((G + NH - 1) / NH);
+	const uint32_t G = H / KH, NH = ar_nh_of(dev, s->n_seg), gy = KH * ((G + NH - 1) / NH);
 	if (H > 65535 || (uint64_t)KH * ((G + NH - 1) / NH) > 65535)
 		return cuda_refuse(dev, BATON_ERANGE, "attention_segs", "more than 65535 heads");
 	uint64_t nk = 0;

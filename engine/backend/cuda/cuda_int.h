@@ -97,7 +97,7 @@ struct baton_dev {
 	    k_route, k_router_route, k_attn_rows;
 	/* baton_ops_attn_nr1, 2, 4, 8 (ops.h): the decode rows' attention
 	 * fused with qk_norm_rope; ar_nh: the heads a block it is launched
-	 * with (BATON_CUDA_ATTN_NH, default 2), ar_fuse_off:
+	 * with (BATON_CUDA_ATTN_NH; 0: by the pass's rows), ar_fuse_off:
 	 * BATON_CUDA_ATTN_FUSE=0 (qk_norm_rope and attn_rows apart) */
 	CUfunction k_attn_nr[4];
 	uint32_t ar_nh;

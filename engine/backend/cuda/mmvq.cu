@@ -82,7 +82,8 @@ __device__ __forceinline__ float dot_q4k(const uint8_t *b, const int8_t *q, cons
 	}
 	const uint32_t dd = (uint32_t)ld_i32(b);
 	const float dw = f16f(dd & 0xFFFF), dm = f16f(dd >> 16);
-	const float fl = d[2 * j], fh = d[2 * j + 1];
+	const float2 f2 = *(const float2 *)(d + 2 * j); /* d: 8-byte aligned (see dot_q6k) */
+	const float fl = f2.x, fh = f2.y;
 	return dw * (fl * (float)((int)s0 * dl) + fh * (float)((int)s1 * dh)) -
 	    dm * (fl * (float)((int)m0 * sl) + fh * (float)((int)m1 * sh));
 }
@@ -103,12 +104,16 @@ __device__ __forceinline__ float dot_q6k(const uint8_t *b, const int8_t *q, cons
 		((qa >> 4) & 0x0F0F0F0F) | (qh & 0x30303030),
 		((qb >> 4) & 0x0F0F0F0F) | ((qh >> 2) & 0x30303030),
 	};
+	/* the four scales of the activation's blocks at once (d is 16-byte
+	 * aligned: the quantization's buffer, 8 scales a 256-value block) */
+	const float4 d4 = *(const float4 *)(d + 4 * h);
+	const float dv[4] = { d4.x, d4.y, d4.z, d4.w };
 	float s = 0.0f;
 #pragma unroll
 	for (int i = 0; i < 4; i++) {
 		const int u = *(const int *)(q + 128 * h + 32 * i + l0);
 		const int dot = __dp4a((int)__vsubss4((unsigned)v[i], 0x20202020u), u, 0);
-		s += d[4 * h + i] * (float)((int)__ldg(sc + 2 * i) * dot);
+		s += dv[i] * (float)((int)__ldg(sc + 2 * i) * dot);
 	}
 	return f16f(__ldg((const unsigned short *)(b + 208))) * s;
 }
@@ -429,7 +434,9 @@ baton_mmvq_gate_up_q4k(baton_mmvq_moe_args a)
 
 /* down on q4_K rows at 16-byte alignment: a warp per output row o, lane l
  * taking items l, l + 32, ... of (pair, block, run), DN at a time with
- * their loads first; x[o] += the sum over pairs of w[p] * (down[o] . h[p]). */
+ * their loads first (DN 4: Qwen3-30B-A3B's 96 items a row in one round
+ * trip to memory, where 2 took two; the sum's order is the items', so
+ * DN changes no bit); x[o] += the sum over pairs of w[p] * (down[o] . h[p]). */
 template <int DN>
 __device__ __forceinline__ void down_q4k(const baton_mmvq_moe_args &a)
 {
@@ -470,5 +477,5 @@ __device__ __forceinline__ void down_q4k(const baton_mmvq_moe_args &a)
 extern "C" __global__ void __launch_bounds__(32 * BATON_MMVQ_DOWN_WARPS)
 baton_mmvq_down_q4k(baton_mmvq_moe_args a)
 {
-	down_q4k<2>(a);
+	down_q4k<4>(a);
 }

@@ -90,16 +90,16 @@ static int vq_dtype(uint32_t dt, uint64_t addr, uint32_t k)
 	return (dt == BATON_DT_Q4_K && addr % 4 == 0) || (dt == BATON_DT_Q6_K && addr % 2 == 0);
 }
 
-/* Threads per row: a warp for rows of up to two 256-value blocks (16
- * threads a block), else two (longer rows loop, each thread's blocks
- * loaded together). Two warps a row rather than the block's four: on the
- * H200 at batch 1 the q/k/v GEMVs of Qwen3-30B-A3B's shape took 7.9 us
- * rather than 9.4 and the o projection 7.1 rather than 8.1 (ncu, each
- * alone), the decode step 3.41 ms rather than 3.50-3.53 (2026-12-04). */
+/* Threads per row: a warp for rows of up to eight 256-value blocks (16
+ * threads a block; longer rows loop, each thread's blocks loaded
+ * together), else two. Not the block's four: on the H200 at batch 1 the
+ * q/k/v GEMVs of Qwen3-30B-A3B's shape (k 2,048) took 7.5 us at a warp a
+ * row, 7.9 at two, 9.4 at four, and the o projection (k 4,096) 7.1 us at
+ * two, 8.1 at one or four (ncu, each alone, 2026-12-04). */
 static uint32_t vq_tpr(uint32_t k)
 {
 	const uint32_t items = k / 256 * BATON_MMVQ_SUB;
-	return items <= 32 ? 32 : 64;
+	return items <= 128 ? 32 : 64;
 }
 
 /* A matmul of so many rows (the output head) that a warp a row still

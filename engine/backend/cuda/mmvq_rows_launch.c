@@ -85,7 +85,7 @@ static uint32_t vr_tpr(uint32_t k, uint32_t n_out)
 	const uint32_t items = k / 256 * BATON_MMVQ_SUB;
 	if (n_out >= 65536u)
 		return 32;
-	return items <= 32 ? 32 : 64;
+	return items <= 128 ? 32 : 64;
 }
 
 /* The tile of rows a block takes, and its kernel. */
