@@ -292,9 +292,9 @@ baton_ops_route(baton_ops_route_args a)
  * sums weights l, l + 32, ... in turn), split in two so that a caller
  * can issue the loads of the first RR_N * 32 weights before it has x:
  * each lane loads its own weights (coalesced 4-byte loads across the
- * warp), so no pass through shared memory puts them in lane order, and x
- * is read from shared memory. The 16-byte loads put back through shared
- * memory were twice the instructions, run once a launch. */
+ * warp), so no pass through shared memory puts them in lane order (the
+ * 16-byte loads put back through shared memory were twice the
+ * instructions; the kernel's time stayed within noise, 2026-12-04). */
 #define RR_N 64 /* weights of a row a lane holds: the first 2,048 */
 __device__ __forceinline__ void rr_load(float (&w)[RR_N], const float *row, uint32_t k,
     uint32_t lane)
@@ -306,16 +306,16 @@ __device__ __forceinline__ void rr_load(float (&w)[RR_N], const float *row, uint
 }
 
 __device__ __forceinline__ float rr_use(const float (&w)[RR_N], const float *row,
-    const float *xs, uint32_t k, uint32_t lane)
+    const float *x, uint32_t k, uint32_t lane)
 {
 	float acc = 0.0f;
 #pragma unroll
 	for (uint32_t u = 0; u < RR_N; u++)
 		if (32 * u < k)
-			acc = __fadd_rn(acc, __fmul_rn(w[u], xs[32 * u + lane]));
+			acc = __fadd_rn(acc, __fmul_rn(w[u], x[32 * u + lane]));
 #pragma unroll 4
 	for (uint32_t i = 32 * RR_N + lane; i < k; i += 32)
-		acc = __fadd_rn(acc, __fmul_rn(__ldg(row + i), xs[i]));
+		acc = __fadd_rn(acc, __fmul_rn(__ldg(row + i), x[i]));
 	return acc;
 }
 
