@@ -18,7 +18,8 @@
  *   decode      tokens/s at batch 1 (greedy, after a 32-token prompt): the
  *               engine step alone (token in, logits in pinned host
  *               memory, as llama-bench's tg times it) and with the host's
- *               greedy pick over the vocabulary; and the step's
+ *               greedy pick (the engine's sampler at temperature 0, as
+ *               the scheduler samples); and the step's
  *               roofline ratio: the bytes one token must read (every
  *               dense matrix but the embedding table, one embedding row,
  *               top_k experts per layer, the KV rows so far) over the
@@ -86,20 +87,16 @@ static uint32_t rnd(uint32_t n)
 	return (uint32_t)(g_rng % n);
 }
 
-/* The first largest of v (v[0] if it is NaN), the best value in a
- * register: reloading v[b] made each compare wait for the last load and
- * took 611 us a token over 151,936 logits on a 2-core EPYC VM, 105 us so
- * (the decode figure "with the host's greedy pick" includes it). */
-static uint32_t argmax(const float *v, uint32_t n)
+/* The next token as the scheduler picks it at temperature 0: the
+ * engine's sampler (baton_sampler_next's greedy path, its first largest
+ * logit); the decode figure "with the host's greedy pick" includes it. */
+static uint32_t pick(struct baton_sampler *s, float *logits)
 {
-	uint32_t b = 0;
-	float bv = v[0];
-	for (uint32_t i = 1; i < n; i++)
-		if (v[i] > bv) {
-			bv = v[i];
-			b = i;
-		}
-	return b;
+	uint32_t t;
+	int rc = baton_sampler_next(s, logits, &t, NULL);
+	if (rc)
+		die("the greedy pick", rc, NULL);
+	return t;
 }
 
 /* Read bandwidth of the device: d2d copies (each byte read once and
@@ -644,20 +641,25 @@ int main(int argc, char **argv)
 	fflush(stdout);
 
 	/* decode at batch 1: a short prompt, 8 warm steps, then the timed ones */
+	const struct baton_sample_params gp = { .temperature = 0, .top_p = 1.0f,
+		.repetition_penalty = 1.0f };
+	struct baton_sampler *smp;
+	if ((rc = baton_sampler_new(&gp, c->vocab, &smp, err, sizeof err)) != 0)
+		die("the greedy sampler", rc, err);
 	if ((rc = model_prefill(m, toks, dec_prompt, logits)) != 0)
 		die("prefill", rc, NULL);
-	uint32_t tok = argmax(logits, c->vocab);
+	uint32_t tok = pick(smp, logits);
 	/* FNV-1a of the greedy ids: two runs (or two paths) compare by it */
 	uint64_t greedy = 0xcbf29ce484222325ull;
 	for (int i = 0; i < 8; i++) {
 		if ((rc = model_decode(m, tok, logits)) != 0)
 			die("decode", rc, NULL);
-		tok = argmax(logits, c->vocab);
+		tok = pick(smp, logits);
 		greedy = (greedy ^ tok) * 0x100000001b3ull;
 	}
 	/* Two clocks: the engine step alone (the token in, the logits in host
 	 * memory: what llama-bench's tg times, which samples nothing), and
-	 * the step with the host's greedy pick over the vocabulary. */
+	 * the step with the host's greedy pick (the engine's sampler). */
 	const uint32_t pos_start = model_pos(m);
 	double step_s = 0;
 	t0 = baton_now_s();
@@ -666,11 +668,12 @@ int main(int argc, char **argv)
 		if ((rc = model_decode(m, tok, logits)) != 0)
 			die("decode", rc, NULL);
 		step_s += baton_now_s() - s0;
-		tok = argmax(logits, c->vocab);
+		tok = pick(smp, logits);
 		greedy = (greedy ^ tok) * 0x100000001b3ull;
 	}
 	const double greedy_s = (baton_now_s() - t0) / (double)steps;
 	const double dec_s = step_s / (double)steps;
+	baton_sampler_free(smp);
 	/* KV read per step: keys and values of every position so far, f32 */
 	const double kv_avg = (double)c->layers * 2 * c->kv_heads * c->head_dim * 4 *
 	    (pos_start + (double)steps / 2 + 1);
