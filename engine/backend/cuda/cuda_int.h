@@ -458,6 +458,13 @@ int cuda_mmvq_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint
 /* matmuls (checked by cuda_op_matmuls) at rows == 1 with every matrix on
  * that path: one launch for all; else CUDA_TC_FALLBACK. */
 int cuda_mmvq_matmuls(struct baton_dev *dev, const struct baton_matmuls *mm);
+/* The quantized GEMVs' rules, one definition for the batch-1 kernels and
+ * mmvq_rows.cu's (a row's bits are the same through either only while
+ * both take it so): whether rows of dtype dt at addr with k columns take
+ * them (q4_K at 4-byte alignment, q6_K at 2: its blocks are 210 bytes;
+ * whole 256-value blocks), and the threads a row of an n_out-row matrix. */
+int cuda_mmvq_dtype_ok(uint32_t dt, uint64_t addr, uint32_t k);
+uint32_t cuda_mmvq_tpr(uint32_t k, uint32_t n_out);
 /* A one-row rmsnorm's output as the matmuls' int8 blocks, written by the
  * norm's own kernel (no quantize launch): *q, *d where it writes them
  * (vq_x), or 0 when the path is off or cols % 256; after the launch,

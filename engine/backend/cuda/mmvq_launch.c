@@ -82,8 +82,7 @@ void cuda_mmvq_free(struct baton_dev *dev)
 	cuda_dbuf_free(dev, &dev->vq_h);
 }
 
-/* Rows of q4_K at 4-byte alignment, q6_K at 2 (its blocks are 210 bytes). */
-static int vq_dtype(uint32_t dt, uint64_t addr, uint32_t k)
+int cuda_mmvq_dtype_ok(uint32_t dt, uint64_t addr, uint32_t k)
 {
 	if (k % 256)
 		return 0;
@@ -95,22 +94,16 @@ static int vq_dtype(uint32_t dt, uint64_t addr, uint32_t k)
  * together), else two. Not the block's four: on the H200 at batch 1 the
  * q/k/v GEMVs of Qwen3-30B-A3B's shape (k 2,048) took 7.5 us at a warp a
  * row, 7.9 at two, 9.4 at four, and the o projection (k 4,096) 7.1 us at
- * two, 8.1 at one or four (ncu, each alone, 2026-12-04). */
-static uint32_t vq_tpr(uint32_t k)
+ * two, 8.1 at one or four (ncu, each alone, 2026-12-04).
+ * A matmul of so many rows (65,536 or more: the output head) that a warp
+ * a row still fills the device takes a warp a row at any k: each
+ * thread's blocks loaded together (row_part) and no barrier in the row's
+ * sum. On the H200, the 151,936 x 2,048 q6_K head 171 us at 128 threads a
+ * row, 120 us at 32 (q4_K 179 / 109). */
+uint32_t cuda_mmvq_tpr(uint32_t k, uint32_t n_out)
 {
 	const uint32_t items = k / 256 * BATON_MMVQ_SUB;
-	return items <= 128 ? 32 : 64;
-}
-
-/* A matmul of so many rows (the output head) that a warp a row still
- * fills the device: each thread's blocks loaded together (row_part) and
- * no barrier in the row's sum. On the H200, the 151,936 x 2,048 q6_K head
- * 171 us at 128 threads a row, 120 us at 32 (q4_K 179 / 109). */
-#define VQ_WIDE_ROWS 65536u
-
-static uint32_t vq_tpr_rows(uint32_t k, uint32_t n_out)
-{
-	return n_out >= VQ_WIDE_ROWS ? 32 : vq_tpr(k);
+	return n_out >= 65536u || items <= 128 ? 32 : 64;
 }
 
 /* x (n floats, n % 32 == 0) into b as int8 quants, then the f32 scales
@@ -180,14 +173,14 @@ int cuda_mmvq_matmuls(struct baton_dev *dev, const struct baton_matmuls *mm)
 {
 	if (dev->vq_off || mm->rows != 1 || mm->n < 2)
 		return CUDA_TC_FALLBACK;
-	const uint32_t k = mm->k, tpr = vq_tpr(k), rpb = BATON_MMVQ_THREADS / tpr;
+	const uint32_t k = mm->k, tpr = cuda_mmvq_tpr(k, 0), rpb = BATON_MMVQ_THREADS / tpr;
 	struct baton_mmvq_n_args a = { .k = k, .tpr = tpr,
 		.start = { UINT32_MAX, UINT32_MAX, UINT32_MAX } };
 	uint64_t gx = 0;
 	for (uint32_t i = 0; i < mm->n; i++) {
 		const struct baton_matmul_out *o = &mm->m[i];
 		const uint64_t rb = baton_compute_row_bytes((int)o->w_dtype, k);
-		if (!vq_dtype(o->w_dtype, o->w, k) || !rb || rb % 2)
+		if (!cuda_mmvq_dtype_ok(o->w_dtype, o->w, k) || !rb || rb % 2)
 			return CUDA_TC_FALLBACK;
 		a.w[i] = o->w, a.b[i] = o->b, a.y[i] = o->y, a.row_bytes[i] = rb;
 		a.w_dtype[i] = o->w_dtype, a.b_dtype[i] = o->b_dtype, a.n_out[i] = o->n_out;
@@ -212,9 +205,9 @@ int cuda_mmvq_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint
     uint32_t n_out, uint32_t k, baton_dptr b, uint32_t b_dtype, baton_dptr x, uint32_t rows,
     baton_dptr y, int accumulate)
 {
-	if (dev->vq_off || rows != 1 || !vq_dtype(w_dtype, w, k) || row_bytes % 2)
+	if (dev->vq_off || rows != 1 || !cuda_mmvq_dtype_ok(w_dtype, w, k) || row_bytes % 2)
 		return CUDA_TC_FALLBACK;
-	const uint32_t tpr = vq_tpr_rows(k, n_out), rpb = BATON_MMVQ_THREADS / tpr;
+	const uint32_t tpr = cuda_mmvq_tpr(k, n_out), rpb = BATON_MMVQ_THREADS / tpr;
 	const uint64_t gx = ((uint64_t)n_out + rpb - 1) / rpb;
 	if (gx > 0x7fffffffu)
 		return CUDA_TC_FALLBACK;
@@ -238,9 +231,11 @@ int cuda_mmvq_experts(struct baton_dev *dev, const struct baton_moe_layer *l, ba
     baton_dptr ids, baton_dptr weights)
 {
 	/* table entries are multiples of 256: a blob's alignment is its offsets' */
-	if (dev->vq_off || l->batch != 1 || !vq_dtype(l->gate_dtype, l->gate_off, l->d_model) ||
-	    !vq_dtype(l->up_dtype, l->up_off, l->d_model) ||
-	    !vq_dtype(l->down_dtype, l->down_off, l->d_ff) || l->top_k > 65535 || l->xn % 4)
+	if (dev->vq_off || l->batch != 1 ||
+	    !cuda_mmvq_dtype_ok(l->gate_dtype, l->gate_off, l->d_model) ||
+	    !cuda_mmvq_dtype_ok(l->up_dtype, l->up_off, l->d_model) ||
+	    !cuda_mmvq_dtype_ok(l->down_dtype, l->down_off, l->d_ff) || l->top_k > 65535 ||
+	    l->xn % 4)
 		return CUDA_TC_FALLBACK;
 	int rc;
 	CUdeviceptr xq, xd, hq, hd;
@@ -259,7 +254,8 @@ int cuda_mmvq_experts(struct baton_dev *dev, const struct baton_moe_layer *l, ba
 		.table = table, .ids = ids, .w = weights, .q = xq, .d = xd, .h = dev->h.p, .x = l->x,
 		.gate_off = l->gate_off, .up_off = l->up_off, .down_off = l->down_off,
 		.gate_dtype = l->gate_dtype, .up_dtype = l->up_dtype, .down_dtype = l->down_dtype,
-		.d_model = l->d_model, .d_ff = l->d_ff, .top_k = l->top_k, .tpr = vq_tpr(l->d_model),
+		.d_model = l->d_model, .d_ff = l->d_ff, .top_k = l->top_k,
+		.tpr = cuda_mmvq_tpr(l->d_model, 0),
 	};
 	/* q4_K gate and up at 16-byte alignment: the wide kernel, which
 	 * quantizes h itself; else gate_up, then h's quantization */
@@ -289,7 +285,8 @@ int cuda_mmvq_experts(struct baton_dev *dev, const struct baton_moe_layer *l, ba
 		return cuda_launch(dev, dev->k_vq_down4,
 		    (l->d_model + BATON_MMVQ_DOWN_WARPS - 1) / BATON_MMVQ_DOWN_WARPS, 1,
 		    32 * BATON_MMVQ_DOWN_WARPS, &a, "cuLaunchKernel baton_mmvq_down_q4k");
-	a.tpr = vq_tpr(l->d_ff * l->top_k); /* the down rows of every pair share a row's threads */
+	/* the down rows of every pair share a row's threads */
+	a.tpr = cuda_mmvq_tpr(l->d_ff * l->top_k, 0);
 	rpb = BATON_MMVQ_THREADS / a.tpr;
 	return cuda_launch(dev, dev->k_vq_down, (l->d_model + rpb - 1) / rpb, 1, BATON_MMVQ_THREADS,
 	    &a, "cuLaunchKernel baton_mmvq_down");

@@ -70,24 +70,6 @@ void cuda_vr_free(struct baton_dev *dev)
 	dev->vr_mod = NULL;
 }
 
-/* Rows of q4_K at 4-byte alignment, q6_K at 2 (mmvq_launch.c's rule). */
-static int vr_dtype(uint32_t dt, uint64_t addr, uint32_t k)
-{
-	if (k % 256)
-		return 0;
-	return (dt == BATON_DT_Q4_K && addr % 4 == 0) || (dt == BATON_DT_Q6_K && addr % 2 == 0);
-}
-
-/* baton_mmvq_matmul's threads a row (mmvq_launch.c's vq_tpr_rows): the
- * same, so the same bits. */
-static uint32_t vr_tpr(uint32_t k, uint32_t n_out)
-{
-	const uint32_t items = k / 256 * BATON_MMVQ_SUB;
-	if (n_out >= 65536u)
-		return 32;
-	return items <= 128 ? 32 : 64;
-}
-
 /* The tile of rows a block takes, and its kernel. */
 static uint32_t vr_tile(uint32_t rows, int *ki)
 {
@@ -173,11 +155,12 @@ int cuda_vr_matmuls(struct baton_dev *dev, baton_dptr x, uint32_t k, uint32_t ro
 	uint64_t gx = 0;
 	/* one tpr for the launch: the matrices' own (a 65,536-row head is
 	 * never with others) */
-	a.tpr = vr_tpr(k, m[0].n_out);
+	a.tpr = cuda_mmvq_tpr(k, m[0].n_out);
 	for (uint32_t i = 0; i < n; i++) {
 		const struct baton_matmul_out *o = &m[i];
 		const uint64_t rb = baton_compute_row_bytes((int)o->w_dtype, k);
-		if (!vr_dtype(o->w_dtype, o->w, k) || !rb || rb % 2 || vr_tpr(k, o->n_out) != a.tpr)
+		if (!cuda_mmvq_dtype_ok(o->w_dtype, o->w, k) || !rb || rb % 2 ||
+		    cuda_mmvq_tpr(k, o->n_out) != a.tpr)
 			return CUDA_TC_FALLBACK;
 		const uint32_t rpb = BATON_VR_THREADS / a.tpr;
 		a.w[i] = o->w, a.b[i] = o->b, a.y[i] = o->y, a.row_bytes[i] = rb;
