@@ -29,6 +29,7 @@
 
 extern const unsigned char baton_engine_backend_cuda_gemm_fatbin[];
 extern const unsigned char baton_engine_backend_cuda_attn_fatbin[];
+extern const unsigned char baton_engine_backend_cuda_egemm_fatbin[];
 
 #define WORKSPACE_BYTES (32ull << 20)
 #define DEFAULT_ROWS 64u
@@ -165,6 +166,7 @@ static int load_fns(struct baton_dev *dev)
 		{ &dev->k_tc_attn_out, dev->tc_attn_mod, "baton_tc_attn_out" },
 		{ &dev->k_tc_attn_softmax, dev->tc_attn_mod, "baton_tc_attn_softmax" },
 		{ &dev->k_tc_mm_f32, dev->tc_mod, "baton_tc_mm_f32" },
+		{ &dev->k_tc_egemm, dev->tc_eg_mod, "baton_tc_egemm" },
 	};
 	for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
 		if (d->ModuleGetFunction(k[i].f, k[i].m, k[i].name) != CUDA_SUCCESS)
@@ -183,6 +185,7 @@ static int tc_start(struct baton_dev *dev)
 	if (d->ModuleLoadData(&dev->tc_mod, baton_engine_backend_cuda_gemm_fatbin) != CUDA_SUCCESS ||
 	    d->ModuleLoadData(&dev->tc_attn_mod, baton_engine_backend_cuda_attn_fatbin) !=
 	        CUDA_SUCCESS ||
+	    d->ModuleLoadData(&dev->tc_eg_mod, baton_engine_backend_cuda_egemm_fatbin) != CUDA_SUCCESS ||
 	    load_fns(dev))
 		return fail_off(dev, "the tensor-core helper kernels did not load");
 	if (d->MemAlloc(&dev->tc_ws, WORKSPACE_BYTES) != CUDA_SUCCESS) {
@@ -227,11 +230,13 @@ void cuda_tc_config(struct baton_dev *dev)
 	/* the experts' GEMMs (tc_launch.c): 0 strided batched per bucket on
 	 * decoded copies, 1 pointer arrays per bucket, 2 grouped (one call a
 	 * step, buckets as groups), 3 grouped with an expert a group (its
-	 * count rounded up to 8, no bucket padding); unset: 1 for experts
-	 * read in place (bf16 at 16-byte alignment, unless BATON_TC_INPLACE=0),
-	 * 0 for decoded ones */
+	 * count rounded up to 8, no bucket padding), 4 egemm.cu's kernel (one
+	 * launch a step, every expert's tiles, SwiGLU in the gate/up step);
+	 * unset: 4 where its shapes hold, else 1 for experts read in place
+	 * (bf16 at 16-byte alignment, unless BATON_TC_INPLACE=0), 0 for
+	 * decoded ones */
 	dev->tc_egemm = env_u32("BATON_TC_EXPERT_GEMM", TC_EGEMM_DEFAULT);
-	if (dev->tc_egemm > 3)
+	if (dev->tc_egemm > 4)
 		dev->tc_egemm = TC_EGEMM_DEFAULT;
 	dev->tc_inplace = env_u32("BATON_TC_INPLACE", 1) != 0;
 	/* f32 matmuls of large passes on baton_tc_mm_f32 (the exact bits);
@@ -311,7 +316,9 @@ void cuda_tc_free(struct baton_dev *dev)
 		d->ModuleUnload(dev->tc_mod);
 	if (dev->tc_attn_mod)
 		d->ModuleUnload(dev->tc_attn_mod);
-	dev->tc_mod = dev->tc_attn_mod = NULL;
+	if (dev->tc_eg_mod)
+		d->ModuleUnload(dev->tc_eg_mod);
+	dev->tc_mod = dev->tc_attn_mod = dev->tc_eg_mod = NULL;
 	dev->tc_state = 0;
 	dev->tc_rows = 0;
 }

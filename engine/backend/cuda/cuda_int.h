@@ -161,9 +161,9 @@ struct baton_dev {
 	uint64_t tc_scratch; /* most bytes of bf16 weights decoded at once */
 	void *blas;          /* cublasHandle_t */
 	CUdeviceptr tc_ws;   /* cuBLAS's workspace */
-	CUmodule tc_mod, tc_attn_mod;
+	CUmodule tc_mod, tc_attn_mod, tc_eg_mod;
 	CUfunction k_tc_dequant, k_tc_rows, k_tc_bias, k_tc_swiglu, k_tc_combine, k_tc_attn_kv,
-	    k_tc_attn_q, k_tc_attn_out, k_tc_attn_softmax, k_tc_mm_f32;
+	    k_tc_attn_q, k_tc_attn_out, k_tc_attn_softmax, k_tc_mm_f32, k_tc_egemm;
 	struct dbuf tc_buf[TC_BUFS];
 	/* tc_buf[B_X] holds x (tc_x_rows x tc_x_k) as bf16 while n_launch is
 	 * tc_x_mark: q, k and v convert one xn */

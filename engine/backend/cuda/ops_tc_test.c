@@ -278,13 +278,15 @@ static void tc_moe_case(struct baton_dev *dev, int dt, uint32_t B, uint32_t D, u
 	tc_moe_case_l(dev, dt, B, D, F, E, K, skew, 0);
 }
 
-/* The experts' GEMMs each way (BATON_TC_EXPERT_GEMM 0 to 3, bf16 in place
- * or decoded): the same tolerance, on even and skewed routing, gate and
- * up apart, and in groups of experts (a 1 MiB scratch). */
+/* The experts' GEMMs each way (BATON_TC_EXPERT_GEMM 0 to 4, bf16 in place
+ * or decoded): the same tolerance, on even and skewed routing (an expert
+ * of 200 rows: egemm.cu's tiles of 64, the last one of 8), gate and up
+ * apart, a k of many pipeline stages, and in groups of experts (a 1 MiB
+ * scratch). */
 static void t_tc_expert_gemms(void)
 {
-	static const char *const modes[] = { "0", "1", "2", "3" };
-	for (int mode = 0; mode < 4; mode++)
+	static const char *const modes[] = { "0", "1", "2", "3", "4" };
+	for (int mode = 0; mode < 5; mode++)
 		for (int inplace = 0; inplace < 2; inplace++) {
 			T_ASSERT(setenv("BATON_TC_EXPERT_GEMM", modes[mode], 1) == 0);
 			T_ASSERT(setenv("BATON_TC_INPLACE", inplace ? "1" : "0", 1) == 0);
@@ -296,6 +298,7 @@ static void t_tc_expert_gemms(void)
 			tc_moe_case_l(dev, BATON_DT_BF16, 200, 256, 128, 40, 4, 1, 0);
 			tc_moe_case_l(dev, BATON_DT_BF16, 200, 256, 128, 40, 4, 1, 1);
 			tc_moe_case_l(dev, BATON_DT_BF16, 300, 256, 256, 64, 8, 0, 0);
+			tc_moe_case_l(dev, BATON_DT_BF16, 160, 1024, 512, 16, 4, 1, 0);
 			tc_moe_case_l(dev, BATON_DT_Q4_K, 200, 256, 256, 40, 4, 1, 0);
 			tc_moe_case_l(dev, BATON_DT_F16, 96, 256, 256, 6, 2, 0, 1);
 			be->close(dev);

@@ -74,6 +74,23 @@ struct baton_tc_mm_f32_args {
 	uint32_t n_out, k, rows, accumulate;
 };
 
+/* baton_tc_egemm (egemm.cu): the experts' GEMMs of a step in one launch,
+ * grid (n_tiles, n / BATON_TC_EG_COLS_GU or _DOWN), block
+ * BATON_TC_EG_THREADS. Tile t (tiles: uint32 [n_tiles][4]) is rows row0
+ * .. row0 + rows - 1 (rows <= BATON_TC_EG_ROWS) of x (bf16 [][k]), all
+ * expert e's. w, w2: device arrays of each expert's weights (bf16 [n][k],
+ * 16-byte aligned). swiglu 1: out bf16 [][n] = bf16(silu(x . w[e]) *
+ * (x . w2[e])), w the gate, w2 the up matrix; swiglu 0: out f32 [][n] =
+ * x . w[e]. k % 32 == 0; n a multiple of the block's outputs. Sums are
+ * the tensor cores' (not the host's order). */
+#define BATON_TC_EG_THREADS 128
+#define BATON_TC_EG_ROWS 64
+#define BATON_TC_EG_COLS_GU 64
+#define BATON_TC_EG_COLS_DOWN 128
+struct baton_tc_egemm_args {
+	uint64_t tiles, w, w2, x, out;
+	uint32_t k, n, swiglu, pad;
+};
 /* attn.cu. G = heads / kv_heads query heads per KV head.
  * baton_tc_attn_kv: kb, vb bf16 [kv_heads][n_pad][head_dim] from the
  * cache (rows of kv_heads * head_dim f32; key c at row blocks[c /

@@ -14,9 +14,11 @@
  *              into bf16 rows padded to its bucket's largest count (struct
  *              plan); per group of experts that fits the scratch,
  *              gate and up (one matrix of 2 d_ff rows) and down decoded to
- *              bf16, two strided-batched GEMMs with SwiGLU between; each
- *              token's outputs, weighted, added into its row of x in rank
- *              order.
+ *              bf16 (bf16 experts used in place), then by default
+ *              egemm.cu's two launches (gate/up with SwiGLU, down) over
+ *              every expert's tiles, else cuBLAS's GEMMs per bucket with
+ *              SwiGLU between; each token's outputs, weighted, added into
+ *              its row of x in rank order.
  *   attention  per group of queries: the sequence's keys and values out
  *              of the (paged) cache into bf16 per KV head, the queries
  *              grouped by KV head, S = scale Q K^T (one strided-batched
@@ -400,6 +402,20 @@ static int eg_step(struct baton_dev *dev, const struct eg *e, int step, uint64_t
 	return 0;
 }
 
+/* One step of egemm.cu's kernel over nt tiles (mode 4). */
+static int eg_kernel(struct baton_dev *dev, CUdeviceptr tiles, uint64_t nt, CUdeviceptr w,
+    CUdeviceptr w2, CUdeviceptr x, CUdeviceptr out, uint32_t k, uint32_t n, uint32_t swiglu)
+{
+	struct baton_tc_egemm_args ea = {
+		.tiles = tiles, .w = w, .w2 = w2, .x = x, .out = out, .k = k, .n = n, .swiglu = swiglu,
+	};
+	const uint32_t gy = n / (swiglu ? BATON_TC_EG_COLS_GU : BATON_TC_EG_COLS_DOWN);
+	if (!nt)
+		return 0;
+	return cuda_launch(dev, dev->k_tc_egemm, (uint32_t)nt, gy, BATON_TC_EG_THREADS, &ea,
+	    swiglu ? "cuLaunchKernel baton_tc_egemm gate/up" : "cuLaunchKernel baton_tc_egemm down");
+}
+
 int cuda_tc_experts(struct baton_dev *dev, const struct baton_moe_layer *l, const baton_dptr *blobs,
     uint64_t n, const float *w)
 {
@@ -426,7 +442,12 @@ int cuda_tc_experts(struct baton_dev *dev, const struct baton_moe_layer *l, cons
 		if ((pl.blob[e] + l->gate_off) % 16 || (pl.blob[e] + l->up_off) % 16 ||
 		    (pl.blob[e] + l->down_off) % 16)
 			inplace = 0;
-	uint32_t mode = dev->tc_egemm == TC_EGEMM_DEFAULT ? (inplace ? 1 : 0) : dev->tc_egemm;
+	/* egemm.cu's kernel where its tiles divide the outputs (its k
+	 * step, 32, then divides both k) */
+	const int eg_ok = D % BATON_TC_EG_COLS_DOWN == 0 && F % BATON_TC_EG_COLS_GU == 0;
+	uint32_t mode = dev->tc_egemm;
+	if (mode == TC_EGEMM_DEFAULT || (mode == 4 && !eg_ok))
+		mode = eg_ok ? 4 : inplace ? 1 : 0;
 	if (inplace && mode == 0)
 		mode = 1;
 	/* gate and up as one matrix of 2 F rows: always in the scratch, in
@@ -444,10 +465,14 @@ int cuda_tc_experts(struct baton_dev *dev, const struct baton_moe_layer *l, cons
 	const uint64_t off_map = U * 8, off_prow = off_map + R * 4;
 	const uint64_t off_w = cuda_round_up(off_prow + n * 4, 16);
 	const uint64_t off_ptr = cuda_round_up(off_w + n * 4, 16);
-	const uint64_t mbytes = off_ptr + (mode ? (3 * na * U + 3 * U) * 8 : 0);
+	uint64_t nt = 0; /* mode 4: its tiles (each expert's rows in BATON_TC_EG_ROWS) */
+	for (uint64_t e = 0; mode == 4 && e < U; e++)
+		nt += (pl.cnt[e] + BATON_TC_EG_ROWS - 1) / BATON_TC_EG_ROWS;
+	const uint64_t mbytes = off_ptr + (mode == 4 ? cuda_round_up(3 * U * 8, 16) + nt * 16 :
+	                                   mode     ? (3 * na * U + 3 * U) * 8 : 0);
 	char *host = NULL;
 	if ((rc = need(dev, B_MAP, mbytes)) || (rc = need(dev, B_X, R * D * 2)) ||
-	    (rc = need(dev, B_A, R * 2 * F * 4)) || (rc = need(dev, B_B, R * F * 2)) ||
+	    (mode != 4 && (rc = need(dev, B_A, R * 2 * F * 4))) || (rc = need(dev, B_B, R * F * 2)) ||
 	    (rc = need(dev, B_C, R * D * 4)) || (!inplace && (rc = need(dev, B_W, Gn * gbytes))) ||
 	    (rc = (host = stage_get(dev, mbytes)) ? 0 : BATON_EIO)) {
 		plan_free(&pl);
@@ -469,7 +494,22 @@ int cuda_tc_experts(struct baton_dev *dev, const struct baton_moe_layer *l, cons
 		rowmap[pl.prow[p]] = (uint32_t)p;
 	memcpy(host + off_prow, pl.prow, n * 4);
 	memcpy(host + off_w, w, n * 4);
-	if (mode) {
+	if (mode == 4) { /* each expert's gate, up and down; then the tiles */
+		uint64_t *wg = (uint64_t *)(host + off_ptr), *wu = wg + U, *wd = wu + U;
+		uint32_t *tl = (uint32_t *)(host + off_ptr + cuda_round_up(3 * U * 8, 16)); /* uint4s */
+		for (uint64_t e = 0, t = 0; e < U; e++) {
+			const uint64_t slot = e % Gn;
+			wg[e] = inplace ? pl.blob[e] + l->gate_off : W + slot * 2 * F * D * 2;
+			wu[e] = inplace ? pl.blob[e] + l->up_off : wg[e] + (uint64_t)F * D * 2;
+			wd[e] = inplace ? pl.blob[e] + l->down_off : Wd + slot * D * F * 2;
+			for (uint32_t r = 0; r < pl.cnt[e]; r += BATON_TC_EG_ROWS, t++) {
+				tl[4 * t] = (uint32_t)(pl.base[e] + r);
+				tl[4 * t + 1] = pl.cnt[e] - r < BATON_TC_EG_ROWS ? pl.cnt[e] - r : BATON_TC_EG_ROWS;
+				tl[4 * t + 2] = (uint32_t)e;
+				tl[4 * t + 3] = 0;
+			}
+		}
+	} else if (mode) {
 		uint64_t *pa = (uint64_t *)(host + off_ptr), *pb = pa + na * U, *pc = pb + na * U;
 		uint64_t *qa = pc + na * U, *qb = qa + U, *qc = qb + U;
 		for (uint64_t e = 0; e < U; e++) {
@@ -515,6 +555,8 @@ int cuda_tc_experts(struct baton_dev *dev, const struct baton_moe_layer *l, cons
 	};
 	if (!rc)
 		rc = launch(dev, dev->k_tc_rows, R * D / 8, 1, &ra, "cuLaunchKernel baton_tc_rows");
+	const CUdeviceptr dwg = dtab + off_ptr, dtiles = dwg + cuda_round_up(3 * U * 8, 16);
+	uint64_t t0 = 0; /* mode 4: the chunk's first tile */
 	for (uint64_t g0 = 0; !rc && g0 < U; g0 += Gn) {
 		const uint64_t g1e = U - g0 < Gn ? U : g0 + Gn; /* experts g0 .. g1e - 1 */
 		const uint32_t gn = (uint32_t)(g1e - g0);
@@ -539,6 +581,16 @@ int cuda_tc_experts(struct baton_dev *dev, const struct baton_moe_layer *l, cons
 			if ((rc = launch(dev, dev->k_tc_dequant, (uint64_t)F * D / 8, gn, &da,
 			         "cuLaunchKernel baton_tc_dequant (down)")))
 				break;
+		}
+		if (mode == 4) { /* the chunk's tiles: gate/up with SwiGLU, then down */
+			uint64_t t1 = t0;
+			for (uint64_t e = g0; e < g1e; e++)
+				t1 += (pl.cnt[e] + BATON_TC_EG_ROWS - 1) / BATON_TC_EG_ROWS;
+			if ((rc = eg_kernel(dev, dtiles + t0 * 16, t1 - t0, dwg, dwg + U * 8, X, Hb, D, F, 1)) ||
+			    (rc = eg_kernel(dev, dtiles + t0 * 16, t1 - t0, dwg + 2 * U * 8, 0, Hb, O, F, D, 0)))
+				break;
+			t0 = t1;
+			continue;
 		}
 		/* gate/up for the chunk, SwiGLU over its rows (contiguous), down */
 		if ((rc = eg_step(dev, &eg, 0, g0, g1e)))
