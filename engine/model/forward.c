@@ -498,7 +498,7 @@ static int pass(struct baton_model *m, const struct segment *sg, uint32_t n_seg,
 		/* a recording is checked against this pass and replayed; one the
 		 * pass differs from is refused (nothing ran) and the pass is
 		 * recorded anew */
-		graph = m->rt_on && m->be->graph_begin && m->be->graph_end &&
+		graph = m->rt_on && n <= RT_ROWS_MAX && m->be->graph_begin && m->be->graph_end &&
 		    m->be->graph_begin(m->dev, &replay) == 0;
 		m->capturing = graph;
 		rc = pass_ops(m, sg, n_seg, n);

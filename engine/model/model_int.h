@@ -167,8 +167,11 @@ struct baton_model {
  * ones (prefill) group tokens by expert on the host, sharing weight reads.
  * A model whose experts are q4_K in every layer (hidden <= 2048, moe_ff
  * <= 1024: model.c) routes passes of up to RT_ROWS_Q4K rows on the device
- * (the cuda backend groups them by expert there: moe_rows.cu). BATON_MODEL_DEVICE_ROWS sets it from 1 to
- * RT_ROWS_MAX (m->rt_rows). */
+ * (the cuda backend groups them by expert there: moe_rows.cu), and one
+ * whose experts the backend's moe_dev_rows takes at any size (the cuda
+ * backend's bf16 experts) routes every pass there, up to max_batch.
+ * BATON_MODEL_DEVICE_ROWS sets it from 1 to RT_ROWS_MAX (m->rt_rows).
+ * Only passes of up to RT_ROWS_MAX rows are recorded as graphs. */
 #define RT_ROWS 8
 #define RT_ROWS_MAX 64
 #define RT_ROWS_Q4K 64

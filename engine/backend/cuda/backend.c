@@ -853,6 +853,7 @@ const struct baton_backend baton_backend_cuda = {
 	.route = cuda_op_route,
 	.route_dev = cuda_op_route_dev,
 	.moe_experts_dev = cuda_moe_experts_dev,
+	.moe_dev_rows = cuda_moe_dev_rows,
 	.router_route_dev = cuda_op_router_route_dev,
 	.graph_begin = cuda_graph_begin,
 	.graph_end = cuda_graph_end,

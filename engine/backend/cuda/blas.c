@@ -167,6 +167,7 @@ static int load_fns(struct baton_dev *dev)
 		{ &dev->k_tc_attn_softmax, dev->tc_attn_mod, "baton_tc_attn_softmax" },
 		{ &dev->k_tc_mm_f32, dev->tc_mod, "baton_tc_mm_f32" },
 		{ &dev->k_tc_egemm, dev->tc_eg_mod, "baton_tc_egemm" },
+		{ &dev->k_tc_plan, dev->tc_mod, "baton_tc_plan" },
 	};
 	for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
 		if (d->ModuleGetFunction(k[i].f, k[i].m, k[i].name) != CUDA_SUCCESS)

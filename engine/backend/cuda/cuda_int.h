@@ -163,7 +163,7 @@ struct baton_dev {
 	CUdeviceptr tc_ws;   /* cuBLAS's workspace */
 	CUmodule tc_mod, tc_attn_mod, tc_eg_mod;
 	CUfunction k_tc_dequant, k_tc_rows, k_tc_bias, k_tc_swiglu, k_tc_combine, k_tc_attn_kv,
-	    k_tc_attn_q, k_tc_attn_out, k_tc_attn_softmax, k_tc_mm_f32, k_tc_egemm;
+	    k_tc_attn_q, k_tc_attn_out, k_tc_attn_softmax, k_tc_mm_f32, k_tc_egemm, k_tc_plan;
 	struct dbuf tc_buf[TC_BUFS];
 	/* tc_buf[B_X] holds x (tc_x_rows x tc_x_k) as bf16 while n_launch is
 	 * tc_x_mark: q, k and v convert one xn */
@@ -411,6 +411,13 @@ int cuda_tc_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint64
  * blob itself. */
 int cuda_tc_experts(struct baton_dev *dev, const struct baton_moe_layer *l, const baton_dptr *blobs,
     uint64_t n, const float *w);
+/* A large pass's experts routed on the device (moe_experts_dev's args),
+ * or CUDA_TC_FALLBACK where cuda_tc_experts_dev_ok says no. */
+int cuda_tc_experts_dev(struct baton_dev *dev, const struct baton_moe_layer *l, CUdeviceptr table,
+    CUdeviceptr ids, CUdeviceptr weights);
+int cuda_tc_experts_dev_ok(const struct baton_dev *dev, const struct baton_moe_layer *l);
+/* backend.h's moe_dev_rows */
+uint32_t cuda_moe_dev_rows(struct baton_dev *dev, const struct baton_moe_layer *l);
 /* The attention slot for n_q >= tc_rows (table: the staged block table
  * or 0). */
 int cuda_tc_attention(struct baton_dev *dev, const struct baton_attn *a, CUdeviceptr table);

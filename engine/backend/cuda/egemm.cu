@@ -18,7 +18,7 @@
 
 #include "engine/backend/cuda/tc.h"
 
-static_assert(sizeof(baton_tc_egemm_args) == 56, "egemm args layout");
+static_assert(sizeof(baton_tc_egemm_args) == 72, "egemm args layout");
 
 enum {
 	BM = BATON_TC_EG_ROWS, /* rows of x a tile */
@@ -102,11 +102,14 @@ baton_tc_egemm(const baton_tc_egemm_args a)
 	__shared__ __align__(128) unsigned short sb[ST][BN * BK];
 	const uint4 tile = ((const uint4 *)a.tiles)[blockIdx.x];
 	const uint32_t row0 = tile.x, rows = tile.y, e = tile.z;
+	if (!rows)
+		return; /* past the plan's tiles (baton_tc_plan's bound) */
 	const uint32_t k = a.k, sw = a.swiglu, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 	const uint32_t wr = warp >> 1, wc = warp & 1;
 	const unsigned short *x = (const unsigned short *)a.x;
-	const unsigned short *w = (const unsigned short *)((const uint64_t *)a.w)[e];
-	const unsigned short *w2 = sw ? (const unsigned short *)((const uint64_t *)a.w2)[e] : w;
+	const unsigned short *w = (const unsigned short *)(((const uint64_t *)a.w)[e] + a.w_off);
+	const unsigned short *w2 =
+	    sw ? (const unsigned short *)(((const uint64_t *)a.w2)[e] + a.w2_off) : w;
 	const uint32_t c0 = blockIdx.y * (sw ? BATON_TC_EG_COLS_GU : BATON_TC_EG_COLS_DOWN);
 
 	/* each thread's chunks: 2 of x's tile (64 rows x 4), 4 of the weights' */

@@ -2,7 +2,7 @@
  * gemm.cu: the small kernels around the tensor-core GEMMs of tc_launch.c
  * (argument blocks in tc.h): weights of every dtype decoded to bf16,
  * f32 activation rows to bf16 (gathered through a map for the MoE
- * experts), the bias, SwiGLU from a GEMM's f32 output to bf16, and the
+ * experts), the experts' rows planned on the device, the bias, SwiGLU from a GEMM's f32 output to bf16, and the
  * experts' outputs, weighted, added into each token's row. Not the host's
  * order: these feed cuBLAS, whose sums are its own (docs/internals/cuda-ops.md,
  * "Prefill on the tensor cores").
@@ -18,6 +18,7 @@
 static_assert(sizeof(baton_tc_dequant_args) == 72, "dequant args layout");
 static_assert(sizeof(baton_tc_rows_args) == 40, "rows args layout");
 static_assert(sizeof(baton_tc_bias_args) == 32, "bias args layout");
+static_assert(sizeof(baton_tc_plan_args) == 48, "plan args layout");
 static_assert(sizeof(baton_tc_swiglu_args) == 24, "swiglu args layout");
 static_assert(sizeof(baton_tc_combine_args) == 48, "combine args layout");
 static_assert(sizeof(baton_tc_mm_f32_args) == 40, "mm f32 args layout");
@@ -256,4 +257,74 @@ baton_tc_mm_f32(baton_tc_mm_f32_args a)
 				float *y = (float *)a.y + (uint64_t)(r0 + t) * a.n_out + o0 + j;
 				*y = a.accumulate ? __fadd_rn(*y, acc[t][j]) : acc[t][j];
 			}
+}
+
+/* A chunk of 1024 pairs at a time: within a warp, a pair's rank among
+ * the lanes of its expert below it (match_any); across the chunk's warps,
+ * each warp's count per expert turned into its start; so every expert's
+ * pairs keep p order, whatever the scheduling (the same rows every run). */
+extern "C" __global__ void __launch_bounds__(1024)
+baton_tc_plan(const baton_tc_plan_args a)
+{
+	enum { EM = BATON_TC_PLAN_E_MAX, W = 32 };
+	__shared__ uint32_t cnt[EM + 1], tb[EM + 1], wc[W][EM];
+	const uint32_t tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, E = a.n_experts;
+	const uint32_t *ids = (const uint32_t *)a.ids;
+	uint32_t *prow = (uint32_t *)a.prow, *rowmap = (uint32_t *)a.rowmap;
+	uint4 *tiles = (uint4 *)a.tiles;
+	for (uint32_t e = tid; e < E; e += blockDim.x)
+		cnt[e] = 0;
+	for (uint32_t c0 = 0; c0 < a.n; c0 += blockDim.x) {
+		for (uint32_t i = tid; i < W * E; i += blockDim.x)
+			wc[i / E][i % E] = 0;
+		__syncthreads();
+		const uint32_t p = c0 + tid;
+		const bool on = p < a.n;
+		/* an id past the experts (never from route_dev) is clamped: the
+		 * pass's accounting on the host refuses it afterwards */
+		const uint32_t id = on ? min(ids[p], E - 1) : 0xffffffffu;
+		const uint32_t same = __match_any_sync(0xffffffffu, id);
+		const uint32_t rk = __popc(same & ((1u << lane) - 1));
+		if (on && rk == 0)
+			wc[warp][id] = __popc(same);
+		__syncthreads();
+		for (uint32_t e = tid; e < E; e += blockDim.x) {
+			uint32_t run = cnt[e];
+			for (uint32_t w = 0; w < W; w++) {
+				const uint32_t t = wc[w][e];
+				wc[w][e] = run;
+				run += t;
+			}
+			cnt[e] = run;
+		}
+		__syncthreads();
+		if (on)
+			prow[p] = wc[warp][id] + rk; /* the rank within its expert */
+		__syncthreads();
+	}
+	if (tid == 0) { /* cnt becomes each expert's first row, tb its first tile */
+		uint32_t r = 0, t = 0;
+		for (uint32_t e = 0; e < E; e++) {
+			const uint32_t c = cnt[e];
+			cnt[e] = r, tb[e] = t;
+			r += c, t += (c + BATON_TC_EG_ROWS - 1) / BATON_TC_EG_ROWS;
+		}
+		cnt[E] = r, tb[E] = t;
+	}
+	__syncthreads();
+	for (uint32_t p = tid; p < a.n; p += blockDim.x) {
+		const uint32_t r = cnt[min(ids[p], E - 1)] + prow[p];
+		prow[p] = r;
+		rowmap[r] = p;
+	}
+	for (uint32_t e = tid; e < E; e += blockDim.x) {
+		const uint32_t r0 = cnt[e], c = cnt[e + 1] - r0;
+		for (uint32_t t = 0; t * BATON_TC_EG_ROWS < c; t++) {
+			const uint32_t left = c - t * BATON_TC_EG_ROWS;
+			tiles[tb[e] + t] = make_uint4(r0 + t * BATON_TC_EG_ROWS,
+			    left < BATON_TC_EG_ROWS ? left : BATON_TC_EG_ROWS, e, 0);
+		}
+	}
+	for (uint32_t i = tb[E] + tid; i < a.max_tiles; i += blockDim.x)
+		tiles[i] = make_uint4(0, 0, 0, 0);
 }

@@ -452,6 +452,11 @@ int cuda_moe_experts_dev(struct baton_dev *dev, const struct baton_moe_layer *l,
 		return BATON_ERANGE;
 	if ((rc = cuda_cur(dev)))
 		return rc;
+	/* a large pass of bf16 experts: planned and run on the tensor cores
+	 * (tc_launch.c), nothing back to the host */
+	if (cuda_tc_on(dev, l->batch) &&
+	    (rc = cuda_tc_experts_dev(dev, l, table, ids, weights)) != CUDA_TC_FALLBACK)
+		return rc;
 	if ((rc = cuda_mmvq_experts(dev, l, table, ids, weights)) != CUDA_TC_FALLBACK)
 		return rc;
 	/* q4_K experts at 2 .. 64 rows: moe_rows.cu, each expert read once */
@@ -504,4 +509,12 @@ int cuda_moe_experts_dev(struct baton_dev *dev, const struct baton_moe_layer *l,
 	const uint64_t total = (uint64_t)l->batch * l->d_model;
 	return cuda_launch(dev, dev->k_reduce, (uint32_t)((total + 255) / 256), 1, 256, &ra,
 	    "cuLaunchKernel baton_moe_reduce");
+}
+
+uint32_t cuda_moe_dev_rows(struct baton_dev *dev, const struct baton_moe_layer *l)
+{
+	/* moe_experts_dev's limit: 65535 pairs */
+	if (!dev || !l || !l->top_k || !cuda_tc_experts_dev_ok(dev, l))
+		return 0;
+	return 65535u / l->top_k;
 }

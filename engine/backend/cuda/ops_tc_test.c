@@ -11,7 +11,8 @@
  * (x and w rounded to bf16), f32 weights on the exact kernels (the host's
  * bits); attention within 2e-2 of the scale of the host's, the same bits
  * twice; moe_experts within 2e-2 of the largest magnitude of the experts'
- * sum, every way of BATON_TC_EXPERT_GEMM.
+ * sum, every way of BATON_TC_EXPERT_GEMM, and moe_experts_dev (bf16
+ * experts routed on the device: planned there) with moe_experts's bits.
  */
 #include <math.h>
 #include <stdio.h>
@@ -268,6 +269,39 @@ static void tc_moe_case_l(struct baton_dev *dev, int dt, uint32_t B, uint32_t D,
 	    skew ? " skewed" : "", apart ? " apart" : "");
 	fig(name, md / mw);
 	T_ASSERT_MSG(mw > 0 && md <= 2e-2 * mw, "%s: %.3g of %.3g", name, md, mw);
+	if (dt == BATON_DT_BF16) { /* routed on the device: moe_experts_dev's table and ids */
+		uint64_t *tab = malloc(E * sizeof *tab);
+		uint32_t *ids = malloc(BK * sizeof *ids);
+		float *got2 = malloc(BD * 4);
+		T_ASSERT(tab && ids && got2);
+		for (uint32_t e = 0; e < E; e++)
+			tab[e] = dblobs + e * stride;
+		for (size_t p = 0; p < BK; p++)
+			ids[p] = (uint32_t)((db[p] - dblobs) / stride);
+		baton_dptr dtab = up(dev, tab, E * 8), dids = up(dev, ids, BK * 4),
+		    dwt = up(dev, wt, BK * 4), dx2 = up(dev, x, BD * 4);
+		struct baton_moe_layer l2 = l;
+		l2.x = dx2;
+		T_CU(dev, be->moe_experts_dev(dev, &l2, dtab, dids, dwt));
+		down(dev, got2, dx2, BD * 4);
+		double md2 = 0;
+		for (size_t i = 0; i < BD; i++)
+			md2 = fmax(md2, fabs((double)got2[i] - want[i]));
+		/* backend.h: moe_experts_dev gives moe_experts's bits */
+		const int same = memcmp(got, got2, BD * 4) == 0;
+		snprintf(name, sizeof name, "tc moe_experts_dev B=%u%s%s max diff / max, same bits %d", B,
+		    skew ? " skewed" : "", apart ? " apart" : "", same);
+		fig(name, md2 / mw);
+		T_ASSERT_MSG(md2 <= 2e-2 * mw, "%s: %.3g of %.3g", name, md2, mw);
+		/* where both run egemm.cu (its mode, in place; other modes give
+		 * moe_experts_dev the CUDA cores' kernels) */
+		const char *mode = getenv("BATON_TC_EXPERT_GEMM"), *inpl = getenv("BATON_TC_INPLACE");
+		if ((!mode || strcmp(mode, "4") == 0) && (!inpl || strcmp(inpl, "0") != 0) && D % 128 == 0 &&
+		    F % 64 == 0)
+			T_ASSERT_MSG(same, "%s: moe_experts_dev differs from moe_experts", name);
+		be->free(dev, dtab), be->free(dev, dids), be->free(dev, dwt), be->free(dev, dx2);
+		free(tab), free(ids), free(got2);
+	}
 	be->free(dev, dblobs), be->free(dev, dxn), be->free(dev, dx);
 	free(blobs), free(xn), free(x), free(want), free(got), free(wt), free(hb), free(db);
 }

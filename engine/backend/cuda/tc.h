@@ -79,7 +79,8 @@ struct baton_tc_mm_f32_args {
  * BATON_TC_EG_THREADS. Tile t (tiles: uint32 [n_tiles][4]) is rows row0
  * .. row0 + rows - 1 (rows <= BATON_TC_EG_ROWS) of x (bf16 [][k]), all
  * expert e's. w, w2: device arrays of each expert's weights (bf16 [n][k],
- * 16-byte aligned). swiglu 1: out bf16 [][n] = bf16(silu(x . w[e]) *
+ * 16-byte aligned) at w[e] + w_off and w2[e] + w2_off; a tile of 0
+ * rows does nothing. swiglu 1: out bf16 [][n] = bf16(silu(x . w[e]) *
  * (x . w2[e])), w the gate, w2 the up matrix; swiglu 0: out f32 [][n] =
  * x . w[e]. k % 32 == 0; n a multiple of the block's outputs. Sums are
  * the tensor cores' (not the host's order). */
@@ -88,8 +89,20 @@ struct baton_tc_mm_f32_args {
 #define BATON_TC_EG_COLS_GU 64
 #define BATON_TC_EG_COLS_DOWN 128
 struct baton_tc_egemm_args {
-	uint64_t tiles, w, w2, x, out;
+	uint64_t tiles, w, w2, w_off, w2_off, x, out;
 	uint32_t k, n, swiglu, pad;
+};
+/* baton_tc_plan (gemm.cu): one block of 1024 threads. The pairs' rows
+ * grouped by expert on the device (a pass routed there): pair p (ids[p],
+ * its expert, < n_experts <= BATON_TC_PLAN_E_MAX) gets row prow[p], the
+ * experts in id order, each expert's pairs in p order, and rowmap[r] = p;
+ * tiles (uint32 [max_tiles][4], max_tiles >= ceil(n / 64) + the experts
+ * used) get each expert's {row0, rows, expert, 0} in tiles of up to
+ * BATON_TC_EG_ROWS, then zeros (tiles egemm skips). */
+#define BATON_TC_PLAN_E_MAX 256
+struct baton_tc_plan_args {
+	uint64_t ids, prow, rowmap, tiles;
+	uint32_t n, n_experts, max_tiles, pad;
 };
 /* attn.cu. G = heads / kv_heads query heads per KV head.
  * baton_tc_attn_kv: kb, vb bf16 [kv_heads][n_pad][head_dim] from the

@@ -404,10 +404,12 @@ static int eg_step(struct baton_dev *dev, const struct eg *e, int step, uint64_t
 
 /* One step of egemm.cu's kernel over nt tiles (mode 4). */
 static int eg_kernel(struct baton_dev *dev, CUdeviceptr tiles, uint64_t nt, CUdeviceptr w,
-    CUdeviceptr w2, CUdeviceptr x, CUdeviceptr out, uint32_t k, uint32_t n, uint32_t swiglu)
+    uint64_t w_off, CUdeviceptr w2, uint64_t w2_off, CUdeviceptr x, CUdeviceptr out, uint32_t k,
+    uint32_t n, uint32_t swiglu)
 {
 	struct baton_tc_egemm_args ea = {
-		.tiles = tiles, .w = w, .w2 = w2, .x = x, .out = out, .k = k, .n = n, .swiglu = swiglu,
+		.tiles = tiles, .w = w, .w2 = w2, .w_off = w_off, .w2_off = w2_off, .x = x, .out = out,
+		.k = k, .n = n, .swiglu = swiglu,
 	};
 	const uint32_t gy = n / (swiglu ? BATON_TC_EG_COLS_GU : BATON_TC_EG_COLS_DOWN);
 	if (!nt)
@@ -586,8 +588,10 @@ int cuda_tc_experts(struct baton_dev *dev, const struct baton_moe_layer *l, cons
 			uint64_t t1 = t0;
 			for (uint64_t e = g0; e < g1e; e++)
 				t1 += (pl.cnt[e] + BATON_TC_EG_ROWS - 1) / BATON_TC_EG_ROWS;
-			if ((rc = eg_kernel(dev, dtiles + t0 * 16, t1 - t0, dwg, dwg + U * 8, X, Hb, D, F, 1)) ||
-			    (rc = eg_kernel(dev, dtiles + t0 * 16, t1 - t0, dwg + 2 * U * 8, 0, Hb, O, F, D, 0)))
+			if ((rc = eg_kernel(dev, dtiles + t0 * 16, t1 - t0, dwg, 0, dwg + U * 8, 0, X, Hb, D, F,
+			         1)) ||
+			    (rc = eg_kernel(dev, dtiles + t0 * 16, t1 - t0, dwg + 2 * U * 8, 0, 0, 0, Hb, O, F,
+			         D, 0)))
 				break;
 			t0 = t1;
 			continue;
@@ -609,6 +613,59 @@ int cuda_tc_experts(struct baton_dev *dev, const struct baton_moe_layer *l, cons
 		return rc;
 	struct baton_tc_combine_args cb = {
 		.o = O, .x = l->x, .prow = dprow, .w = dw, .tokens = l->batch, .cols = D,
+		.top_k = l->top_k,
+	};
+	const uint32_t gx = (D / 4 + BATON_TC_THREADS - 1) / BATON_TC_THREADS;
+	return cuda_launch_k(dev, dev->k_tc_combine, gx, l->batch < 65535 ? l->batch : 65535, 1,
+	    BATON_TC_THREADS, 0, &cb, 0, "cuLaunchKernel baton_tc_combine");
+}
+
+/* Whether cuda_tc_experts_dev takes layer l: bf16 experts read in place
+ * (offsets at 16 bytes; the table's blobs are at 256), egemm.cu's shapes,
+ * experts for baton_tc_plan, egemm.cu not turned off. */
+int cuda_tc_experts_dev_ok(const struct baton_dev *dev, const struct baton_moe_layer *l)
+{
+	return (dev->tc_egemm == TC_EGEMM_DEFAULT || dev->tc_egemm == 4) && dev->tc_inplace &&
+	    dev->tc_state >= 0 && l->gate_dtype == BATON_DT_BF16 && l->up_dtype == BATON_DT_BF16 &&
+	    l->down_dtype == BATON_DT_BF16 && l->gate_off % 16 == 0 && l->up_off % 16 == 0 &&
+	    l->down_off % 16 == 0 && l->d_model % BATON_TC_EG_COLS_DOWN == 0 &&
+	    l->d_ff % BATON_TC_EG_COLS_GU == 0 && l->n_experts && l->n_experts <= BATON_TC_PLAN_E_MAX;
+}
+
+/* A large pass's experts routed on the device (moe_experts_dev): the
+ * rows planned there (baton_tc_plan), gathered, egemm.cu's two steps over
+ * a bound on the tiles, the weighted sum: nothing comes back to the host
+ * and nothing waits for it. */
+int cuda_tc_experts_dev(struct baton_dev *dev, const struct baton_moe_layer *l, CUdeviceptr table,
+    CUdeviceptr ids, CUdeviceptr weights)
+{
+	const uint32_t D = l->d_model, F = l->d_ff, E = l->n_experts;
+	const uint64_t n = (uint64_t)l->batch * l->top_k;
+	int rc;
+	if (!cuda_tc_experts_dev_ok(dev, l) || n > 0x7fffffffull / (2ull * F > D ? 2ull * F : D))
+		return CUDA_TC_FALLBACK;
+	const uint64_t max_t = (n + BATON_TC_EG_ROWS - 1) / BATON_TC_EG_ROWS + (E < n ? E : n);
+	const uint64_t off_map = cuda_round_up(n * 4, 16), off_t = cuda_round_up(off_map + n * 4, 16);
+	if ((rc = need(dev, B_MAP, off_t + max_t * 16)) || (rc = need(dev, B_X, n * D * 2)) ||
+	    (rc = need(dev, B_B, n * F * 2)) || (rc = need(dev, B_C, n * D * 4)))
+		return rc;
+	const CUdeviceptr prow = dev->tc_buf[B_MAP].p, rowmap = prow + off_map, tiles = prow + off_t;
+	const CUdeviceptr X = dev->tc_buf[B_X].p, Hb = dev->tc_buf[B_B].p, O = dev->tc_buf[B_C].p;
+	struct baton_tc_plan_args pa = {
+		.ids = ids, .prow = prow, .rowmap = rowmap, .tiles = tiles, .n = (uint32_t)n,
+		.n_experts = E, .max_tiles = (uint32_t)max_t,
+	};
+	struct baton_tc_rows_args ra = {
+		.src = l->xn, .dst = X, .map = rowmap, .rows = (uint32_t)n, .cols = D, .src_ld = D,
+		.div = l->top_k,
+	};
+	if ((rc = cuda_launch(dev, dev->k_tc_plan, 1, 1, 1024, &pa, "cuLaunchKernel baton_tc_plan")) ||
+	    (rc = launch(dev, dev->k_tc_rows, n * D / 8, 1, &ra, "cuLaunchKernel baton_tc_rows")) ||
+	    (rc = eg_kernel(dev, tiles, max_t, table, l->gate_off, table, l->up_off, X, Hb, D, F, 1)) ||
+	    (rc = eg_kernel(dev, tiles, max_t, table, l->down_off, 0, 0, Hb, O, F, D, 0)))
+		return rc;
+	struct baton_tc_combine_args cb = {
+		.o = O, .x = l->x, .prow = prow, .w = weights, .tokens = l->batch, .cols = D,
 		.top_k = l->top_k,
 	};
 	const uint32_t gx = (D / 4 + BATON_TC_THREADS - 1) / BATON_TC_THREADS;
