@@ -243,6 +243,8 @@ void cuda_tc_config(struct baton_dev *dev)
 	/* f32 matmuls of large passes on baton_tc_mm_f32 (the exact bits);
 	 * BATON_TC_MM_F32=0: the exact kernels of ops.cu */
 	dev->tc_mmf = env_u32("BATON_TC_MM_F32", 1) != 0;
+	/* 16-bit matmuls of large passes on egemm.cu's kernel, not cuBLAS */
+	dev->tc_mm_eg = env_u32("BATON_TC_MM_EG", 0) != 0;
 	/* experts' rows rounded up to a multiple of this (8 to 256, a power
 	 * of two): fewer distinct GEMM shapes for cuBLAS to choose kernels for */
 	dev->tc_pad = env_u32("BATON_TC_PAD", 8);

@@ -178,7 +178,7 @@ struct baton_dev {
 	 * BATON_TC_INPLACE; tc_grouped_said once the grouped call refused */
 	uint32_t tc_egemm; /* TC_EGEMM_DEFAULT: unset */
 #define TC_EGEMM_DEFAULT 0xffffffffu
-	int tc_inplace, tc_grouped_said, tc_mmf;
+	int tc_inplace, tc_grouped_said, tc_mmf, tc_mm_eg;
 	uint32_t tc_pad; /* BATON_TC_PAD */
 	char tc_why[200];
 	/* lt.c: cuBLASLt's handle (lt_state 0 untried, 1 on, -1 off:

@@ -100,17 +100,20 @@ baton_tc_egemm(const baton_tc_egemm_args a)
 {
 	__shared__ __align__(128) unsigned short sa[ST][BM * BK];
 	__shared__ __align__(128) unsigned short sb[ST][BN * BK];
-	const uint4 tile = ((const uint4 *)a.tiles)[blockIdx.x];
+	/* no tiles: one matrix (a dense matmul), rows in tiles of BM */
+	const uint4 tile = a.tiles ? ((const uint4 *)a.tiles)[blockIdx.x] :
+	    make_uint4(blockIdx.x * BM, min(a.rows - blockIdx.x * BM, (uint32_t)BM), 0, 0);
 	const uint32_t row0 = tile.x, rows = tile.y, e = tile.z;
 	if (!rows)
 		return; /* past the plan's tiles (baton_tc_plan's bound) */
 	const uint32_t k = a.k, sw = a.swiglu, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 	const uint32_t wr = warp >> 1, wc = warp & 1;
 	const unsigned short *x = (const unsigned short *)a.x;
-	const unsigned short *w = (const unsigned short *)(((const uint64_t *)a.w)[e] + a.w_off);
-	const unsigned short *w2 =
-	    sw ? (const unsigned short *)(((const uint64_t *)a.w2)[e] + a.w2_off) : w;
-	const uint32_t c0 = blockIdx.y * (sw ? BATON_TC_EG_COLS_GU : BATON_TC_EG_COLS_DOWN);
+	const unsigned short *w =
+	    (const unsigned short *)((a.tiles ? ((const uint64_t *)a.w)[e] : a.w) + a.w_off);
+	const unsigned short *w2 = sw == 1 ?
+	    (const unsigned short *)(((const uint64_t *)a.w2)[e] + a.w2_off) : w;
+	const uint32_t c0 = blockIdx.y * (sw == 1 ? BATON_TC_EG_COLS_GU : BATON_TC_EG_COLS_DOWN);
 
 	/* each thread's chunks: 2 of x's tile (64 rows x 4), 4 of the weights' */
 	const unsigned short *ga[2], *gb[4];
@@ -126,7 +129,7 @@ baton_tc_egemm(const baton_tc_egemm_args a)
 #pragma unroll
 	for (int i = 0; i < 4; i++) {
 		const uint32_t idx = tid + i * NT, r = idx >> 2, c = idx & 3;
-		const unsigned short *src = !sw ? w + (uint64_t)(c0 + r) * k :
+		const unsigned short *src = sw != 1 ? w + (uint64_t)(c0 + r) * k :
 		    r < 64                      ? w + (uint64_t)(c0 + r) * k :
 		                                  w2 + (uint64_t)(c0 + r - 64) * k;
 		gb[i] = src + c * 8;
@@ -166,7 +169,7 @@ baton_tc_egemm(const baton_tc_egemm_args a)
 			}
 #pragma unroll
 			for (uint32_t ni = 0; ni < 8; ni += 2) {
-				const uint32_t r = nrow(sw, wc, ni) + (lane & 7) + ((lane >> 4) << 3);
+				const uint32_t r = nrow(sw == 1, wc, ni) + (lane & 7) + ((lane >> 4) << 3);
 				const uint32_t c = kk * 2 + ((lane >> 3) & 1);
 				uint32_t q[4];
 				ldm4(q, smem_addr(&sb[s][swz(r, c)]));
@@ -192,7 +195,7 @@ baton_tc_egemm(const baton_tc_egemm_args a)
 			if (r >= rows)
 				continue;
 			const uint64_t orow = (uint64_t)(row0 + r) * a.n;
-			if (sw) {
+			if (sw == 1) {
 				uint32_t *hrow = (uint32_t *)((unsigned short *)a.out + orow);
 #pragma unroll
 				for (int ni = 0; ni < 4; ni++) {
@@ -207,9 +210,15 @@ baton_tc_egemm(const baton_tc_egemm_args a)
 			} else {
 				float *orow_p = (float *)a.out + orow;
 #pragma unroll
-				for (int ni = 0; ni < 8; ni++)
-					*(float2 *)(orow_p + c0 + wc * 64 + ni * 8 + t2) =
-					    make_float2(acc[mi][ni][h * 2], acc[mi][ni][h * 2 + 1]);
+				for (int ni = 0; ni < 8; ni++) {
+					float2 *o = (float2 *)(orow_p + c0 + wc * 64 + ni * 8 + t2);
+					float2 v = make_float2(acc[mi][ni][h * 2], acc[mi][ni][h * 2 + 1]);
+					if (sw == 2) { /* accumulate */
+						const float2 y = *o;
+						v.x += y.x, v.y += y.y;
+					}
+					*o = v;
+				}
 			}
 		}
 }

@@ -388,6 +388,17 @@ static void t_tensor_cores(void)
 	tc_moe_case(dev, BATON_DT_Q4_K, 200, 256, 256, 40, 4, 1);
 	tc_attention_case(dev, 200, 500, 8, 2, 64, 1);
 	be->close(dev);
+	/* bf16 matmuls on egemm.cu's kernel (BATON_TC_MM_EG=1): rows off its
+	 * tiles, accumulating, with a bias; shapes it does not take go to cuBLAS */
+	T_ASSERT(setenv("BATON_TC_MM_EG", "1", 1) == 0);
+	dev = tc_open(NULL, NULL);
+	unsetenv("BATON_TC_MM_EG");
+	if (!dev)
+		return;
+	tc_matmul_case(dev, BATON_DT_BF16, 256, 512, 100, 0, 0, 0);
+	tc_matmul_case(dev, BATON_DT_BF16, 384, 2048, 70, 1, 1, 0);
+	tc_matmul_case(dev, BATON_DT_BF16, 300, 512, 64, 0, 1, 0);
+	be->close(dev);
 }
 
 /* prepare starts the tensor-core path for passes of at least its rows

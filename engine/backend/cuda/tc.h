@@ -80,9 +80,10 @@ struct baton_tc_mm_f32_args {
  * .. row0 + rows - 1 (rows <= BATON_TC_EG_ROWS) of x (bf16 [][k]), all
  * expert e's. w, w2: device arrays of each expert's weights (bf16 [n][k],
  * 16-byte aligned) at w[e] + w_off and w2[e] + w2_off; a tile of 0
- * rows does nothing. swiglu 1: out bf16 [][n] = bf16(silu(x . w[e]) *
- * (x . w2[e])), w the gate, w2 the up matrix; swiglu 0: out f32 [][n] =
- * x . w[e]. k % 32 == 0; n a multiple of the block's outputs. Sums are
+ * rows does nothing. tiles 0: one matrix at w + w_off (a dense matmul),
+ * tile t rows 64 t .. of `rows`. swiglu 1: out bf16 [][n] =
+ * bf16(silu(x . w[e]) * (x . w2[e])), w the gate, w2 the up matrix;
+ * swiglu 0: out f32 [][n] = x . w[e]; 2: out += x . w[e]. k % 32 == 0; n a multiple of the block's outputs. Sums are
  * the tensor cores' (not the host's order). */
 #define BATON_TC_EG_THREADS 128
 #define BATON_TC_EG_ROWS 64
@@ -90,7 +91,7 @@ struct baton_tc_mm_f32_args {
 #define BATON_TC_EG_COLS_DOWN 128
 struct baton_tc_egemm_args {
 	uint64_t tiles, w, w2, w_off, w2_off, x, out;
-	uint32_t k, n, swiglu, pad;
+	uint32_t k, n, swiglu, rows;
 };
 /* baton_tc_plan (gemm.cu): one block of 1024 threads. The pairs' rows
  * grouped by expert on the device (a pass routed there): pair p (ids[p],

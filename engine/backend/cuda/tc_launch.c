@@ -134,7 +134,20 @@ int cuda_tc_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint64
 		         "cuLaunchKernel baton_tc_rows")))
 			return rc;
 	}
-	for (uint64_t o0 = 0; o0 < n_out; o0 += slab) {
+	/* BATON_TC_MM_EG=1: egemm.cu's kernel on the whole matrix, one launch
+	 * and no cuBLAS call on the host */
+	const int eg = direct && dev->tc_mm_eg && n_out % BATON_TC_EG_COLS_DOWN == 0 && k % 32 == 0;
+	if (eg) {
+		struct baton_tc_egemm_args ea = {
+			.w = w, .x = dev->tc_buf[B_X].p, .out = y, .k = k, .n = n_out,
+			.swiglu = accumulate ? 2u : 0u, .rows = rows,
+		};
+		if ((rc = cuda_launch(dev, dev->k_tc_egemm, (rows + BATON_TC_EG_ROWS - 1) / BATON_TC_EG_ROWS,
+		         n_out / BATON_TC_EG_COLS_DOWN, BATON_TC_EG_THREADS, &ea,
+		         "cuLaunchKernel baton_tc_egemm matmul")))
+			return rc;
+	}
+	for (uint64_t o0 = 0; !eg && o0 < n_out; o0 += slab) {
 		const uint32_t s = (uint32_t)(n_out - o0 < slab ? n_out - o0 : slab);
 		CUdeviceptr wa = w + o0 * rb;
 		if (!direct) {
