@@ -10,7 +10,9 @@
 # transformers on the same GPU (scripts/bench-model-peer.py; PEER=0 skips
 # it), and a table of both with their ratios. OUTDIR gets every JSON
 # (model-DTYPE.json, peer.json) and the arena creation times. BACKEND
-# (default cuda) and PROMPTS (default 512,2048) go to baton-model-bench;
+# (default cuda), PROMPTS (default 512,2048) and MAX_BATCH (the rows of a
+# prefill pass, default the bench's 512, llama.cpp's ubatch; transformers
+# reads a prompt in one pass) go to baton-model-bench;
 # PEER_STEPS (default 16) is the peer's timed decode steps (eager
 # transformers takes most of a second per token at 48 layers).
 set -eu
@@ -22,6 +24,7 @@ SHM=${SHM:-/dev/shm}
 PEER=${PEER:-1}
 BACKEND=${BACKEND:-cuda}
 PROMPTS=${PROMPTS:-512,2048}
+MAX_BATCH=${MAX_BATCH:-512}
 PEER_STEPS=${PEER_STEPS:-16}
 HERE=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$OUT"
@@ -33,7 +36,8 @@ for dt in $DTYPES; do
 		--layers "$LAYERS" --dtype "$dt" --seed 17 --force "$A" | tail -n 1
 	t1=$(date +%s.%N)
 	echo "create $dt $(stat -c %s "$A") bytes $(awk "BEGIN { print $t1 - $t0 }") s" | tee -a "$OUT/create.txt"
-	"$B/bin/baton-model-bench" --arena "$A" --backend "$BACKEND" --prompts "$PROMPTS" --json "$OUT/model-$dt.json" ||
+	"$B/bin/baton-model-bench" --arena "$A" --backend "$BACKEND" --prompts "$PROMPTS" --max-batch "$MAX_BATCH" \
+		--json "$OUT/model-$dt.json" ||
 		echo "baton-model-bench $dt failed: $?"
 	rm -f "$A"
 done
