@@ -362,12 +362,14 @@ struct baton_backend {
 	    uint32_t n_experts, uint32_t top_k, int rule, baton_dptr ids, baton_dptr weights);
 	int (*moe_experts_dev)(struct baton_dev *dev, const struct baton_moe_layer *l,
 	    baton_dptr table, baton_dptr ids, baton_dptr weights);
-	/* Optional: the most rows a pass may have for moe_experts_dev to run
-	 * it as fast as route + moe_experts would, for experts of l's shape
-	 * and dtypes (l's batch, x and xn unused); 0 or without it: the
-	 * model's small passes only (model.c's RT_ROWS). The cuda backend's
-	 * bf16 experts: any pass its tensor-core path plans on the device. */
-	uint32_t (*moe_dev_rows)(struct baton_dev *dev, const struct baton_moe_layer *l);
+	/* Optional: the large passes moe_experts_dev runs at least as fast as
+	 * route + moe_experts would, for experts of l's shape and dtypes (l's
+	 * batch, x and xn unused): 1 and *lo .. *hi rows (lo > 1), or 0 (and
+	 * without it): none, the model's small passes only (model.c's
+	 * RT_ROWS). The cuda backend's bf16 experts: from the tensor-core
+	 * path's rows, which it plans on the device. */
+	int (*moe_dev_rows)(struct baton_dev *dev, const struct baton_moe_layer *l, uint32_t *lo,
+	    uint32_t *hi);
 	/* Optional, with route_dev: the post-attention norm, the router and
 	 * route_dev in one queued call (struct baton_router_route), their
 	 * bits (the cuda backend's one launch where they were three).

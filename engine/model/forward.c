@@ -359,11 +359,14 @@ static int moe_dev_ready(struct baton_model *m, uint32_t n)
 {
 	const struct baton_model_config *c = &m->cfg;
 	const uint64_t NI = (uint64_t)c->layers * c->n_experts, tb = NI * sizeof(uint64_t);
-	const uint64_t ib = (uint64_t)c->layers * m->rt_rows * c->top_k * sizeof(uint32_t);
+	const uint32_t cap = m->rt_hi > m->rt_rows ? m->rt_hi : m->rt_rows; /* rows the buffers hold */
+	const uint64_t ib = (uint64_t)c->layers * cap * c->top_k * sizeof(uint32_t);
 	int rc;
 
 	m->rt_on = 0;
-	if (m->rt_off || !m->be->route_dev || !m->be->moe_experts_dev || n > m->rt_rows || !m->cache)
+	const int large = m->rt_lo && n >= m->rt_lo && n <= m->rt_hi;
+	if (m->rt_off || !m->be->route_dev || !m->be->moe_experts_dev || (n > m->rt_rows && !large) ||
+	    !m->cache)
 		return 0;
 	if (!m->tab_now) {
 		m->tab_now = malloc(tb);
@@ -378,7 +381,7 @@ static int moe_dev_ready(struct baton_model *m, uint32_t n)
 		if (m->tab_now[i] % 256)
 			return 0;
 	if (!m->rt_base) {
-		const uint64_t bytes = tb + ib + (uint64_t)m->rt_rows * c->top_k * sizeof(float);
+		const uint64_t bytes = tb + ib + (uint64_t)cap * c->top_k * sizeof(float);
 		if ((rc = m->be->alloc(m->dev, bytes, &m->rt_base))) {
 			m->rt_base = 0;
 			return rc;
@@ -498,7 +501,7 @@ static int pass(struct baton_model *m, const struct segment *sg, uint32_t n_seg,
 		/* a recording is checked against this pass and replayed; one the
 		 * pass differs from is refused (nothing ran) and the pass is
 		 * recorded anew */
-		graph = m->rt_on && n <= RT_ROWS_MAX && m->be->graph_begin && m->be->graph_end &&
+		graph = m->rt_on && n <= m->rt_rows && m->be->graph_begin && m->be->graph_end &&
 		    m->be->graph_begin(m->dev, &replay) == 0;
 		m->capturing = graph;
 		rc = pass_ops(m, sg, n_seg, n);

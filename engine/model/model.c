@@ -170,22 +170,26 @@ int model_open(struct baton_engine *e, const struct baton_model_opts *opts,
 		    m->layers[l].down_dt == BATON_DT_Q4_K;
 	if (all_q4k)
 		m->rt_rows = RT_ROWS_Q4K;
-	/* experts the backend plans on the device at any size (the cuda
-	 * backend's bf16 ones): every pass while all are resident, prefill
-	 * too, so no layer waits for the host */
-	uint32_t dev_rows = !rows_set && m->be->moe_dev_rows && c->layers > 0 ? UINT32_MAX : 0;
-	for (uint32_t l = 0; dev_rows && l < c->layers; l++) {
+	/* experts the backend plans on the device in large passes too (the
+	 * cuda backend's bf16 ones): those passes route there while all are
+	 * resident, so no prefill layer waits for the host */
+	uint32_t lo = 0, hi = UINT32_MAX;
+	int large = !rows_set && m->be->moe_dev_rows && c->layers > 0;
+	for (uint32_t l = 0; large && l < c->layers; l++) {
 		const struct layer *L = &m->layers[l];
 		const struct baton_moe_layer ml = {
 			.d_model = c->hidden, .d_ff = c->moe_ff, .n_experts = c->n_experts, .top_k = c->top_k,
 			.gate_dtype = L->gate_dt, .up_dtype = L->up_dt, .down_dtype = L->down_dt,
 			.gate_off = L->gate_off, .up_off = L->up_off, .down_off = L->down_off,
 		};
-		const uint32_t r = m->be->moe_dev_rows(m->dev, &ml);
-		dev_rows = r < dev_rows ? r : dev_rows;
+		uint32_t r_lo = 0, r_hi = 0;
+		large = m->be->moe_dev_rows(m->dev, &ml, &r_lo, &r_hi) == 1 && r_lo > 1 && r_lo <= r_hi;
+		lo = r_lo > lo ? r_lo : lo, hi = r_hi < hi ? r_hi : hi;
 	}
-	if (dev_rows > m->rt_rows)
-		m->rt_rows = dev_rows < m->max_batch ? dev_rows : m->max_batch;
+	if (large && lo <= hi && lo <= m->max_batch && lo > m->rt_rows) {
+		m->rt_lo = lo;
+		m->rt_hi = hi < m->max_batch ? hi : m->max_batch;
+	}
 	if ((rc = m->be->sync(m->dev)) != 0) {
 		baton_errf(eb, el, "uploading the dense tensors: %s", baton_strerror(rc));
 		goto fail;

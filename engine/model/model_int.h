@@ -139,13 +139,14 @@ struct baton_model {
 	 * cache's blob table on the device, each layer's routing results. */
 	baton_dptr rt_base;           /* 0 until a pass first uses it */
 	baton_dptr rt_tab;            /* u64 [layers * n_experts], the cache's addresses */
-	baton_dptr rt_ids;            /* u32 [layers][n * top_k] of the pass (n <= rt_rows) */
-	baton_dptr rt_w;              /* f32 [rt_rows * top_k], one layer's at a time */
+	baton_dptr rt_ids;            /* u32 [layers][n * top_k] of the pass (n <= rt_rows, or rt_hi) */
+	baton_dptr rt_w;              /* f32 [rows * top_k], one layer's at a time */
 	baton_dptr *tab_now, *tab_dev; /* host: the cache's table now; what rt_tab holds */
 	uint32_t *rt_host;            /* rt_ids back on the host, for the cache's counts */
 	int tab_ok, rt_on, rt_off;    /* rt_off: BATON_MODEL_HOST_ROUTE=1 */
 	uint64_t rt_passes;
 	uint32_t rt_rows; /* RT_ROWS unless BATON_MODEL_DEVICE_ROWS says */
+	uint32_t rt_lo, rt_hi; /* large passes routed on the device (moe_dev_rows), or 0 */
 	/* the other passes' routing, made on the device (forward.c's
 	 * route_rows): u32 ids then f32 weights, max_batch * top_k each */
 	baton_dptr pr_base;           /* 0 until a pass first uses it */
@@ -167,11 +168,12 @@ struct baton_model {
  * ones (prefill) group tokens by expert on the host, sharing weight reads.
  * A model whose experts are q4_K in every layer (hidden <= 2048, moe_ff
  * <= 1024: model.c) routes passes of up to RT_ROWS_Q4K rows on the device
- * (the cuda backend groups them by expert there: moe_rows.cu), and one
- * whose experts the backend's moe_dev_rows takes at any size (the cuda
- * backend's bf16 experts) routes every pass there, up to max_batch.
- * BATON_MODEL_DEVICE_ROWS sets it from 1 to RT_ROWS_MAX (m->rt_rows).
- * Only passes of up to RT_ROWS_MAX rows are recorded as graphs. */
+ * (the cuda backend groups them by expert there: moe_rows.cu). Passes of
+ * the rows the backend's moe_dev_rows gives (m->rt_lo .. rt_hi: the cuda
+ * backend's bf16 experts from 64 rows, planned there) route on the
+ * device too; only passes of up to rt_rows are recorded as graphs.
+ * BATON_MODEL_DEVICE_ROWS sets rt_rows from 1 to RT_ROWS_MAX (and no
+ * large passes). */
 #define RT_ROWS 8
 #define RT_ROWS_MAX 64
 #define RT_ROWS_Q4K 64

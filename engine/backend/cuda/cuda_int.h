@@ -417,7 +417,8 @@ int cuda_tc_experts_dev(struct baton_dev *dev, const struct baton_moe_layer *l, 
     CUdeviceptr ids, CUdeviceptr weights);
 int cuda_tc_experts_dev_ok(const struct baton_dev *dev, const struct baton_moe_layer *l);
 /* backend.h's moe_dev_rows */
-uint32_t cuda_moe_dev_rows(struct baton_dev *dev, const struct baton_moe_layer *l);
+int cuda_moe_dev_rows(struct baton_dev *dev, const struct baton_moe_layer *l, uint32_t *lo,
+    uint32_t *hi);
 /* The attention slot for n_q >= tc_rows (table: the staged block table
  * or 0). */
 int cuda_tc_attention(struct baton_dev *dev, const struct baton_attn *a, CUdeviceptr table);

@@ -511,10 +511,15 @@ int cuda_moe_experts_dev(struct baton_dev *dev, const struct baton_moe_layer *l,
 	    "cuLaunchKernel baton_moe_reduce");
 }
 
-uint32_t cuda_moe_dev_rows(struct baton_dev *dev, const struct baton_moe_layer *l)
+int cuda_moe_dev_rows(struct baton_dev *dev, const struct baton_moe_layer *l, uint32_t *lo,
+    uint32_t *hi)
 {
-	/* moe_experts_dev's limit: 65535 pairs */
-	if (!dev || !l || !l->top_k || !cuda_tc_experts_dev_ok(dev, l))
+	/* from the tensor-core path's rows (cuda_tc_on) to moe_experts_dev's
+	 * 65535 pairs; smaller passes of bf16 experts group them on the host */
+	if (!dev || !l || !l->top_k || !lo || !hi || !cuda_tc_experts_dev_ok(dev, l) ||
+	    dev->tc_rows < 2 || dev->tc_rows > 65535u / l->top_k)
 		return 0;
-	return 65535u / l->top_k;
+	*lo = dev->tc_rows;
+	*hi = 65535u / l->top_k;
+	return 1;
 }
