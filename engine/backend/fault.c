@@ -299,6 +299,7 @@ static const struct baton_backend *table_for(const struct baton_backend *in)
 				.route = in->route,
 				.route_dev = in->route_dev,
 				.moe_experts_dev = in->moe_experts_dev,
+				.moe_dev_rows = in->moe_dev_rows,
 				.router_route_dev = in->router_route_dev,
 				.prepare = in->prepare,
 			};

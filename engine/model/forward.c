@@ -359,7 +359,7 @@ static int moe_dev_ready(struct baton_model *m, uint32_t n)
 {
 	const struct baton_model_config *c = &m->cfg;
 	const uint64_t NI = (uint64_t)c->layers * c->n_experts, tb = NI * sizeof(uint64_t);
-	const uint32_t cap = m->rt_hi > m->rt_rows ? m->rt_hi : m->rt_rows; /* rows the buffers hold */
+	const uint32_t cap = m->rt_hi > m->rt_rows ? m->rt_hi : m->rt_rows; /* rt_host's rows */
 	const uint64_t ib = (uint64_t)c->layers * cap * c->top_k * sizeof(uint32_t);
 	int rc;
 
@@ -380,15 +380,28 @@ static int moe_dev_ready(struct baton_model *m, uint32_t n)
 	for (uint64_t i = 0; i < NI; i++)
 		if (m->tab_now[i] % 256)
 			return 0;
-	if (!m->rt_base) {
-		const uint64_t bytes = tb + ib + (uint64_t)cap * c->top_k * sizeof(float);
-		if ((rc = m->be->alloc(m->dev, bytes, &m->rt_base))) {
-			m->rt_base = 0;
-			return rc;
+	/* the device buffers hold rt_rows rows, rt_hi once a large pass came;
+	 * a large pass that finds no device memory for them takes the host
+	 * path, and so do the later ones */
+	const int big = large && n > m->rt_rows;
+	const uint32_t want = big ? m->rt_hi : m->rt_rows;
+	if (!m->rt_base || m->rt_cap < want) {
+		const uint64_t ibw = (uint64_t)c->layers * want * c->top_k * sizeof(uint32_t);
+		const uint64_t bytes = tb + ibw + (uint64_t)want * c->top_k * sizeof(float);
+		baton_dptr nb = 0;
+		if ((rc = m->be->alloc(m->dev, bytes, &nb))) {
+			if (!big)
+				return rc;
+			m->rt_lo = 0;
+			return 0;
 		}
+		if (m->rt_base)
+			m->be->free(m->dev, m->rt_base);
+		m->rt_base = nb;
+		m->rt_cap = want;
 		m->rt_tab = m->rt_base;
 		m->rt_ids = m->rt_base + tb;
-		m->rt_w = m->rt_ids + ib;
+		m->rt_w = m->rt_ids + ibw;
 		m->tab_ok = 0;
 	}
 	if (!m->tab_ok || memcmp(m->tab_now, m->tab_dev, tb)) {

@@ -147,6 +147,7 @@ struct baton_model {
 	uint64_t rt_passes;
 	uint32_t rt_rows; /* RT_ROWS unless BATON_MODEL_DEVICE_ROWS says */
 	uint32_t rt_lo, rt_hi; /* large passes routed on the device (moe_dev_rows), or 0 */
+	uint32_t rt_cap;       /* the rows rt_ids and rt_w hold (rt_rows, or rt_hi) */
 	/* the other passes' routing, made on the device (forward.c's
 	 * route_rows): u32 ids then f32 weights, max_batch * top_k each */
 	baton_dptr pr_base;           /* 0 until a pass first uses it */

@@ -751,9 +751,7 @@ static void device_route_same(const char *arch)
 		T_ASSERT(lg[h]);
 		size_t n;
 		uint32_t *toks = ids_of(json_array_get(json_object_get(r.ref, "prompts"), 2), &n);
-		T_ASSERT(n > 16); /* a prefill pass past the small passes: the host backend's
-		                   * moe_dev_rows takes it from 16 rows, cuda's not at
-		                   * these shapes */
+		T_ASSERT(n > 16); /* a prefill pass too large for the device path */
 		T_OK(model_prefill(r.m, toks, (uint32_t)n, lg[h]));
 		for (uint32_t s = 1; s < 9; s++)
 			T_OK(model_decode(r.m, argmax(lg[h] + (size_t)(s - 1) * V, V),
@@ -767,8 +765,7 @@ static void device_route_same(const char *arch)
 		free(toks);
 		rig_close(&r);
 	}
-	const int large = strcmp(rig_backend(), "host") == 0; /* the prefill routed there too */
-	T_EQ_INT(passes[0], 8 + large);
+	T_EQ_INT(passes[0], 8);
 	T_EQ_INT(passes[1], 0);
 	/* on cuda with BATON_CUDA_GRAPH=1 the device-routed steps run as
 	 * graphs: the same bits again */

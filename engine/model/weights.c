@@ -52,6 +52,7 @@ void weights_free(struct baton_model *m)
 	if (m->rt_base)
 		m->be->free(m->dev, m->rt_base);
 	m->rt_base = 0;
+	m->rt_cap = 0;
 	if (m->pr_base)
 		m->be->free(m->dev, m->pr_base);
 	m->pr_base = 0;

@@ -709,6 +709,5 @@ const struct baton_backend baton_backend_host = {
 	.route = host_op_route,
 	.route_dev = host_op_route_dev,
 	.moe_experts_dev = host_moe_experts_dev,
-	.moe_dev_rows = host_moe_dev_rows,
 	.router_route_dev = host_op_router_route_dev,
 };

@@ -126,8 +126,6 @@ int host_moe_route(struct baton_dev *dev, const struct baton_moe_layer *l,
     uint32_t *ids, float *weights);
 int host_moe_experts(struct baton_dev *dev, const struct baton_moe_layer *l,
     const baton_dptr *blobs, const float *weights);
-int host_moe_dev_rows(struct baton_dev *dev, const struct baton_moe_layer *l, uint32_t *lo,
-    uint32_t *hi);
 int host_moe_experts_dev(struct baton_dev *dev, const struct baton_moe_layer *l,
     baton_dptr table, baton_dptr ids, baton_dptr weights);
 

@@ -640,20 +640,6 @@ void host_parallel(void (*fn)(void *arg, unsigned part, unsigned nparts), void *
 	pthread_mutex_unlock(&g_call);
 }
 
-/* moe_experts_dev is moe_experts with a table lookup on the host, as fast
- * at any size: passes from 16 rows may route "on the device" too, so the
- * model's large-pass route (a prefill's) runs on every machine. */
-int host_moe_dev_rows(struct baton_dev *dev, const struct baton_moe_layer *l, uint32_t *lo,
-    uint32_t *hi)
-{
-	(void)dev;
-	if (!l || !l->top_k || !lo || !hi)
-		return 0;
-	*lo = 16;
-	*hi = UINT32_MAX / l->top_k;
-	return 1;
-}
-
 /* The host's "device" is host memory: the table and ids are read in place
  * and the blobs handed to host_moe_experts. */
 int host_moe_experts_dev(struct baton_dev *dev, const struct baton_moe_layer *l,
