@@ -731,8 +731,10 @@ static void t_gguf_block_types(void)
  * step recorded and the others replayed) against the host path
  * (BATON_MODEL_HOST_ROUTE=1): the same bits
  * and the same cache hit counts, on every fixture architecture; the
- * prefill of 19 tokens takes the host path in both. */
-static void device_route_same(const char *arch)
+ * prefill of 19 tokens takes the host path in both, unless large: then
+ * (BATON_HOST_MOE_DEV_ROWS=16, the host backend) it routes on the device
+ * as a large pass, the route of the cuda backend's bf16 prefill. */
+static void device_route_same(const char *arch, int large)
 {
 	float *lg[2] = { NULL, NULL };
 	uint64_t hits[2], passes[2], graphs[2], replays[2];
@@ -742,16 +744,21 @@ static void device_route_same(const char *arch)
 			T_ASSERT(setenv("BATON_MODEL_HOST_ROUTE", "1", 1) == 0);
 		else
 			T_ASSERT(setenv("BATON_CUDA_GRAPH", "1", 1) == 0); /* cuda: graphs on */
+		/* large: the host backend routes the prefill on the device too, as
+		 * cuda does a bf16 prefill (moe_dev_rows) */
+		if (large)
+			T_ASSERT(setenv("BATON_HOST_MOE_DEV_ROWS", "16", 1) == 0);
 		struct rig r;
 		rig_open(&r, arch, 0);
 		unsetenv("BATON_MODEL_HOST_ROUTE");
 		unsetenv("BATON_CUDA_GRAPH");
+		unsetenv("BATON_HOST_MOE_DEV_ROWS");
 		V = model_config(r.m)->vocab;
 		lg[h] = malloc((size_t)V * 9 * sizeof(float));
 		T_ASSERT(lg[h]);
 		size_t n;
 		uint32_t *toks = ids_of(json_array_get(json_object_get(r.ref, "prompts"), 2), &n);
-		T_ASSERT(n > 16); /* a prefill pass too large for the device path */
+		T_ASSERT(n > 16); /* a prefill pass past the small device-routed passes */
 		T_OK(model_prefill(r.m, toks, (uint32_t)n, lg[h]));
 		for (uint32_t s = 1; s < 9; s++)
 			T_OK(model_decode(r.m, argmax(lg[h] + (size_t)(s - 1) * V, V),
@@ -765,7 +772,8 @@ static void device_route_same(const char *arch)
 		free(toks);
 		rig_close(&r);
 	}
-	T_EQ_INT(passes[0], 8);
+	/* the 8 decode steps, and the prefill where it routed there too */
+	T_EQ_INT(passes[0], 8 + (large && strcmp(rig_backend(), "host") == 0));
 	T_EQ_INT(passes[1], 0);
 	/* on cuda with BATON_CUDA_GRAPH=1 the device-routed steps run as
 	 * graphs: the same bits again */
@@ -784,10 +792,12 @@ static void device_route_same(const char *arch)
 
 static void t_device_route(void)
 {
-	device_route_same("qwen3_moe");
-	device_route_same("mixtral");
-	device_route_same("olmoe");
-	device_route_same("qwen2_moe");
+	for (int large = 0; large < 2; large++) {
+		device_route_same("qwen3_moe", large);
+		device_route_same("mixtral", large);
+		device_route_same("olmoe", large);
+		device_route_same("qwen2_moe", large);
+	}
 }
 
 /* A decode that crosses a chunk of keys (256) with graphs on (cuda): the

@@ -78,6 +78,7 @@ struct baton_dev {
 	uint64_t gran;
 	uint64_t page;
 	int threads; /* 1 or 2: threads for large copies and populating */
+	uint32_t moe_dev_lo; /* BATON_HOST_MOE_DEV_ROWS: large passes routed "on the device", or 0 */
 	struct host_map *maps; /* sorted by addr, never overlapping */
 	size_t n_maps, cap_maps;
 	struct host_resv *resv;
@@ -302,8 +303,30 @@ static int host_open(int index, uint64_t capacity_bytes, struct baton_dev **out,
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	const char *th = getenv("BATON_HOST_THREADS");
 	dev->threads = cpus >= 2 && !(th && strcmp(th, "1") == 0) ? 2 : 1;
+	/* the model's large-pass device route (the cuda backend's bf16
+	 * prefill) on any machine, for tests: off unless asked, since the
+	 * larger routing buffers take device memory an exactly sized device
+	 * may not have */
+	const char *dr = getenv("BATON_HOST_MOE_DEV_ROWS");
+	if (dr && *dr) {
+		char *end;
+		unsigned long v = strtoul(dr, &end, 10);
+		dev->moe_dev_lo = !*end && v >= 2 && v <= 65535 ? (uint32_t)v : 0;
+	}
 	*out = dev;
 	return 0;
+}
+
+/* moe_experts_dev is moe_experts with a table lookup here, as fast at any
+ * size: passes from BATON_HOST_MOE_DEV_ROWS rows when it is set. */
+static int host_moe_dev_rows(struct baton_dev *dev, const struct baton_moe_layer *l, uint32_t *lo,
+    uint32_t *hi)
+{
+	if (!dev || !dev->moe_dev_lo || !l || !l->top_k || !lo || !hi)
+		return 0;
+	*lo = dev->moe_dev_lo;
+	*hi = UINT32_MAX / l->top_k;
+	return 1;
 }
 
 static void host_close(struct baton_dev *dev)
@@ -709,5 +732,6 @@ const struct baton_backend baton_backend_host = {
 	.route = host_op_route,
 	.route_dev = host_op_route_dev,
 	.moe_experts_dev = host_moe_experts_dev,
+	.moe_dev_rows = host_moe_dev_rows,
 	.router_route_dev = host_op_router_route_dev,
 };
