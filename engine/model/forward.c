@@ -359,8 +359,6 @@ static int moe_dev_ready(struct baton_model *m, uint32_t n)
 {
 	const struct baton_model_config *c = &m->cfg;
 	const uint64_t NI = (uint64_t)c->layers * c->n_experts, tb = NI * sizeof(uint64_t);
-	const uint32_t cap = m->rt_hi > m->rt_rows ? m->rt_hi : m->rt_rows; /* rt_host's rows */
-	const uint64_t ib = (uint64_t)c->layers * cap * c->top_k * sizeof(uint32_t);
 	int rc;
 
 	m->rt_on = 0;
@@ -368,7 +366,9 @@ static int moe_dev_ready(struct baton_model *m, uint32_t n)
 	if (m->rt_off || !m->be->route_dev || !m->be->moe_experts_dev || (n > m->rt_rows && !large) ||
 	    !m->cache)
 		return 0;
-	if (!m->tab_now) {
+	if (!m->tab_now) { /* rt_host: the most rows a routed pass may have */
+		const uint32_t rows = m->rt_hi > m->rt_rows ? m->rt_hi : m->rt_rows;
+		const uint64_t ib = (uint64_t)c->layers * rows * c->top_k * sizeof(uint32_t);
 		m->tab_now = malloc(tb);
 		m->tab_dev = malloc(tb);
 		m->rt_host = malloc(ib);

@@ -415,6 +415,33 @@ static int eg_step(struct baton_dev *dev, const struct eg *e, int step, uint64_t
 	return 0;
 }
 
+/* egemm.cu's shapes: its tiles divide the outputs (its k step, 32, then
+ * divides both k). */
+static int eg_shapes_ok(uint32_t D, uint32_t F)
+{
+	return D % BATON_TC_EG_COLS_DOWN == 0 && F % BATON_TC_EG_COLS_GU == 0;
+}
+
+/* egemm.cu's tiles for an expert of c rows. */
+static uint64_t eg_tiles(uint64_t c)
+{
+	return (c + BATON_TC_EG_ROWS - 1) / BATON_TC_EG_ROWS;
+}
+
+/* Each token's experts' rows of O, weighted, added into its row of x
+ * (baton_tc_combine; prow, w: each pair's row and weight). */
+static int combine(struct baton_dev *dev, const struct baton_moe_layer *l, CUdeviceptr O,
+    CUdeviceptr prow, CUdeviceptr w)
+{
+	struct baton_tc_combine_args cb = {
+		.o = O, .x = l->x, .prow = prow, .w = w, .tokens = l->batch, .cols = l->d_model,
+		.top_k = l->top_k,
+	};
+	const uint32_t gx = (l->d_model / 4 + BATON_TC_THREADS - 1) / BATON_TC_THREADS;
+	return cuda_launch_k(dev, dev->k_tc_combine, gx, l->batch < 65535 ? l->batch : 65535, 1,
+	    BATON_TC_THREADS, 0, &cb, 0, "cuLaunchKernel baton_tc_combine");
+}
+
 /* One step of egemm.cu's kernel over nt tiles (mode 4). */
 static int eg_kernel(struct baton_dev *dev, CUdeviceptr tiles, uint64_t nt, CUdeviceptr w,
     uint64_t w_off, CUdeviceptr w2, uint64_t w2_off, CUdeviceptr x, CUdeviceptr out, uint32_t k,
@@ -457,9 +484,7 @@ int cuda_tc_experts(struct baton_dev *dev, const struct baton_moe_layer *l, cons
 		if ((pl.blob[e] + l->gate_off) % 16 || (pl.blob[e] + l->up_off) % 16 ||
 		    (pl.blob[e] + l->down_off) % 16)
 			inplace = 0;
-	/* egemm.cu's kernel where its tiles divide the outputs (its k
-	 * step, 32, then divides both k) */
-	const int eg_ok = D % BATON_TC_EG_COLS_DOWN == 0 && F % BATON_TC_EG_COLS_GU == 0;
+	const int eg_ok = eg_shapes_ok(D, F);
 	uint32_t mode = dev->tc_egemm;
 	if (mode == TC_EGEMM_DEFAULT || (mode == 4 && !eg_ok))
 		mode = eg_ok ? 4 : inplace ? 1 : 0;
@@ -482,7 +507,7 @@ int cuda_tc_experts(struct baton_dev *dev, const struct baton_moe_layer *l, cons
 	const uint64_t off_ptr = cuda_round_up(off_w + n * 4, 16);
 	uint64_t nt = 0; /* mode 4: its tiles (each expert's rows in BATON_TC_EG_ROWS) */
 	for (uint64_t e = 0; mode == 4 && e < U; e++)
-		nt += (pl.cnt[e] + BATON_TC_EG_ROWS - 1) / BATON_TC_EG_ROWS;
+		nt += eg_tiles(pl.cnt[e]);
 	const uint64_t mbytes = off_ptr + (mode == 4 ? cuda_round_up(3 * U * 8, 16) + nt * 16 :
 	                                   mode     ? (3 * na * U + 3 * U) * 8 : 0);
 	char *host = NULL;
@@ -600,7 +625,7 @@ int cuda_tc_experts(struct baton_dev *dev, const struct baton_moe_layer *l, cons
 		if (mode == 4) { /* the chunk's tiles: gate/up with SwiGLU, then down */
 			uint64_t t1 = t0;
 			for (uint64_t e = g0; e < g1e; e++)
-				t1 += (pl.cnt[e] + BATON_TC_EG_ROWS - 1) / BATON_TC_EG_ROWS;
+				t1 += eg_tiles(pl.cnt[e]);
 			if ((rc = eg_kernel(dev, dtiles + t0 * 16, t1 - t0, dwg, 0, dwg + U * 8, 0, X, Hb, D, F,
 			         1)) ||
 			    (rc = eg_kernel(dev, dtiles + t0 * 16, t1 - t0, dwg + 2 * U * 8, 0, 0, 0, Hb, O, F,
@@ -622,15 +647,7 @@ int cuda_tc_experts(struct baton_dev *dev, const struct baton_moe_layer *l, cons
 			break;
 	}
 	plan_free(&pl);
-	if (rc)
-		return rc;
-	struct baton_tc_combine_args cb = {
-		.o = O, .x = l->x, .prow = dprow, .w = dw, .tokens = l->batch, .cols = D,
-		.top_k = l->top_k,
-	};
-	const uint32_t gx = (D / 4 + BATON_TC_THREADS - 1) / BATON_TC_THREADS;
-	return cuda_launch_k(dev, dev->k_tc_combine, gx, l->batch < 65535 ? l->batch : 65535, 1,
-	    BATON_TC_THREADS, 0, &cb, 0, "cuLaunchKernel baton_tc_combine");
+	return rc ? rc : combine(dev, l, O, dprow, dw);
 }
 
 /* Whether cuda_tc_experts_dev takes layer l: bf16 experts read in place
@@ -641,8 +658,8 @@ int cuda_tc_experts_dev_ok(const struct baton_dev *dev, const struct baton_moe_l
 	return (dev->tc_egemm == TC_EGEMM_DEFAULT || dev->tc_egemm == 4) && dev->tc_inplace &&
 	    dev->tc_state >= 0 && l->gate_dtype == BATON_DT_BF16 && l->up_dtype == BATON_DT_BF16 &&
 	    l->down_dtype == BATON_DT_BF16 && l->gate_off % 16 == 0 && l->up_off % 16 == 0 &&
-	    l->down_off % 16 == 0 && l->d_model % BATON_TC_EG_COLS_DOWN == 0 &&
-	    l->d_ff % BATON_TC_EG_COLS_GU == 0 && l->n_experts && l->n_experts <= BATON_TC_PLAN_E_MAX;
+	    l->down_off % 16 == 0 && eg_shapes_ok(l->d_model, l->d_ff) && l->n_experts &&
+	    l->n_experts <= BATON_TC_PLAN_E_MAX;
 }
 
 /* A large pass's experts routed on the device (moe_experts_dev): the
@@ -657,7 +674,7 @@ int cuda_tc_experts_dev(struct baton_dev *dev, const struct baton_moe_layer *l, 
 	int rc;
 	if (!cuda_tc_experts_dev_ok(dev, l) || n > 0x7fffffffull / (2ull * F > D ? 2ull * F : D))
 		return CUDA_TC_FALLBACK;
-	const uint64_t max_t = (n + BATON_TC_EG_ROWS - 1) / BATON_TC_EG_ROWS + (E < n ? E : n);
+	const uint64_t max_t = eg_tiles(n) + (E < n ? E : n); /* each used expert's last tile */
 	const uint64_t off_map = cuda_round_up(n * 4, 16), off_t = cuda_round_up(off_map + n * 4, 16);
 	if ((rc = need(dev, B_MAP, off_t + max_t * 16)) || (rc = need(dev, B_X, n * D * 2)) ||
 	    (rc = need(dev, B_B, n * F * 2)) || (rc = need(dev, B_C, n * D * 4)))
@@ -677,13 +694,7 @@ int cuda_tc_experts_dev(struct baton_dev *dev, const struct baton_moe_layer *l, 
 	    (rc = eg_kernel(dev, tiles, max_t, table, l->gate_off, table, l->up_off, X, Hb, D, F, 1)) ||
 	    (rc = eg_kernel(dev, tiles, max_t, table, l->down_off, 0, 0, Hb, O, F, D, 0)))
 		return rc;
-	struct baton_tc_combine_args cb = {
-		.o = O, .x = l->x, .prow = prow, .w = weights, .tokens = l->batch, .cols = D,
-		.top_k = l->top_k,
-	};
-	const uint32_t gx = (D / 4 + BATON_TC_THREADS - 1) / BATON_TC_THREADS;
-	return cuda_launch_k(dev, dev->k_tc_combine, gx, l->batch < 65535 ? l->batch : 65535, 1,
-	    BATON_TC_THREADS, 0, &cb, 0, "cuLaunchKernel baton_tc_combine");
+	return combine(dev, l, O, prow, weights);
 }
 
 int cuda_tc_attention(struct baton_dev *dev, const struct baton_attn *a, CUdeviceptr table)
