@@ -167,6 +167,7 @@ static int load_fns(struct baton_dev *dev)
 		{ &dev->k_tc_attn_softmax, dev->tc_attn_mod, "baton_tc_attn_softmax" },
 		{ &dev->k_tc_mm_f32, dev->tc_mod, "baton_tc_mm_f32" },
 		{ &dev->k_tc_egemm, dev->tc_eg_mod, "baton_tc_egemm" },
+		{ &dev->k_tc_egemm_m128, dev->tc_eg_mod, "baton_tc_egemm_m128" },
 		{ &dev->k_tc_plan, dev->tc_mod, "baton_tc_plan" },
 	};
 	for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
@@ -245,6 +246,8 @@ void cuda_tc_config(struct baton_dev *dev)
 	dev->tc_mmf = env_u32("BATON_TC_MM_F32", 1) != 0;
 	/* 16-bit matmuls of large passes on egemm.cu's kernel, not cuBLAS */
 	dev->tc_mm_eg = env_u32("BATON_TC_MM_EG", 0) != 0;
+	/* egemm.cu's block: 64 rows (4 warps), or 128 (8 warps) */
+	dev->tc_eg_rows = env_u32("BATON_TC_EG_ROWS", 64) == 128 ? 128 : 64;
 	/* experts' rows rounded up to a multiple of this (8 to 256, a power
 	 * of two): fewer distinct GEMM shapes for cuBLAS to choose kernels for */
 	dev->tc_pad = env_u32("BATON_TC_PAD", 8);

@@ -163,7 +163,7 @@ struct baton_dev {
 	CUdeviceptr tc_ws;   /* cuBLAS's workspace */
 	CUmodule tc_mod, tc_attn_mod, tc_eg_mod;
 	CUfunction k_tc_dequant, k_tc_rows, k_tc_bias, k_tc_swiglu, k_tc_combine, k_tc_attn_kv,
-	    k_tc_attn_q, k_tc_attn_out, k_tc_attn_softmax, k_tc_mm_f32, k_tc_egemm, k_tc_plan;
+	    k_tc_attn_q, k_tc_attn_out, k_tc_attn_softmax, k_tc_mm_f32, k_tc_egemm, k_tc_egemm_m128, k_tc_plan;
 	struct dbuf tc_buf[TC_BUFS];
 	/* tc_buf[B_X] holds x (tc_x_rows x tc_x_k) as bf16 while n_launch is
 	 * tc_x_mark: q, k and v convert one xn */
@@ -179,6 +179,7 @@ struct baton_dev {
 	uint32_t tc_egemm; /* TC_EGEMM_DEFAULT: unset */
 #define TC_EGEMM_DEFAULT 0xffffffffu
 	int tc_inplace, tc_grouped_said, tc_mmf, tc_mm_eg;
+	uint32_t tc_eg_rows; /* egemm.cu's block rows: 64 or 128 (BATON_TC_EG_ROWS) */
 	uint32_t tc_pad; /* BATON_TC_PAD */
 	char tc_why[200];
 	/* lt.c: cuBLASLt's handle (lt_state 0 untried, 1 on, -1 off:

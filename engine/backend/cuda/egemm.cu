@@ -21,15 +21,11 @@
 static_assert(sizeof(baton_tc_egemm_args) == 72, "egemm args layout");
 
 enum {
-	BM = BATON_TC_EG_ROWS, /* rows of x a tile */
-	BN = 128,              /* weight rows in shared memory a stage */
-	BK = 32,               /* k a stage: 4 chunks of 16 bytes a row */
-	ST = 4,                /* stages: 4 x 12 KiB, the static limit */
-	NT = BATON_TC_EG_THREADS,
+	BN = 128, /* weight rows in shared memory a stage */
+	BK = 32,  /* k a stage: 4 chunks of 16 bytes a row */
 };
 
 static_assert(BATON_TC_EG_COLS_DOWN == BN && BATON_TC_EG_COLS_GU * 2 == BN, "tile widths");
-static_assert(NT == 128 && BM == 64, "the warp layout below: 2 x 2 warps of 32 x 64");
 
 __device__ __forceinline__ uint32_t smem_addr(const void *p)
 {
@@ -82,22 +78,28 @@ __device__ __forceinline__ uint32_t nrow(uint32_t swiglu, uint32_t wc, uint32_t 
 	return ni < 4 ? wc * 32 + ni * 8 : 64 + wc * 32 + (ni - 4) * 8;
 }
 
-/* Stage kt of x's tile and the weights' into shared memory (one thread's chunks). */
+/* Stage kt of x's tile and the weights' into shared memory (one thread's
+ * chunks: 2 of x's, NB of the weights'). */
+template <int NB>
 __device__ __forceinline__ void eg_load(unsigned short *sa, unsigned short *sb,
-    const unsigned short *const ga[2], const unsigned short *const gb[4], const uint32_t oa[2],
-    const uint32_t ob[4], const bool va[2], uint32_t kt)
+    const unsigned short *const ga[2], const unsigned short *const gb[NB], const uint32_t oa[2],
+    const uint32_t ob[NB], const bool va[2], uint32_t kt)
 {
 #pragma unroll
 	for (int i = 0; i < 2; i++)
 		cp16(smem_addr(sa + oa[i]), ga[i] + kt * BK, va[i]);
 #pragma unroll
-	for (int i = 0; i < 4; i++)
+	for (int i = 0; i < NB; i++)
 		cp16(smem_addr(sb + ob[i]), gb[i] + kt * BK, true);
 }
 
-extern "C" __global__ void __launch_bounds__(NT, 3)
-baton_tc_egemm(const baton_tc_egemm_args a)
+/* A block of BM rows (2 BM threads: BM / 32 x 2 warps of 32 rows x 64
+ * outputs) and ST stages of BM + BN rows of BK. */
+template <int BM, int ST>
+__device__ __forceinline__ void eg_body(const baton_tc_egemm_args &a)
 {
+	enum { NT = 2 * BM, NB = BN * 4 / NT };
+	static_assert(ST * (BM + BN) * BK * 2 <= 48 * 1024, "static shared memory");
 	__shared__ __align__(128) unsigned short sa[ST][BM * BK];
 	__shared__ __align__(128) unsigned short sb[ST][BN * BK];
 	/* no tiles: one matrix (a dense matmul), rows in tiles of BM */
@@ -115,9 +117,9 @@ baton_tc_egemm(const baton_tc_egemm_args a)
 	    (const unsigned short *)(((const uint64_t *)a.w2)[e] + a.w2_off) : w;
 	const uint32_t c0 = blockIdx.y * (sw == 1 ? BATON_TC_EG_COLS_GU : BATON_TC_EG_COLS_DOWN);
 
-	/* each thread's chunks: 2 of x's tile (64 rows x 4), 4 of the weights' */
-	const unsigned short *ga[2], *gb[4];
-	uint32_t oa[2], ob[4];
+	/* each thread's chunks: 2 of x's tile (BM rows x 4), NB of the weights' */
+	const unsigned short *ga[2], *gb[NB];
+	uint32_t oa[2], ob[NB];
 	bool va[2];
 #pragma unroll
 	for (int i = 0; i < 2; i++) {
@@ -127,7 +129,7 @@ baton_tc_egemm(const baton_tc_egemm_args a)
 		oa[i] = swz(r, c);
 	}
 #pragma unroll
-	for (int i = 0; i < 4; i++) {
+	for (int i = 0; i < NB; i++) {
 		const uint32_t idx = tid + i * NT, r = idx >> 2, c = idx & 3;
 		const unsigned short *src = sw != 1 ? w + (uint64_t)(c0 + r) * k :
 		    r < 64                      ? w + (uint64_t)(c0 + r) * k :
@@ -148,7 +150,7 @@ baton_tc_egemm(const baton_tc_egemm_args a)
 #pragma unroll
 	for (int s = 0; s < ST - 1; s++) {
 		if ((uint32_t)s < kt_n)
-			eg_load(sa[s], sb[s], ga, gb, oa, ob, va, (uint32_t)s);
+			eg_load<NB>(sa[s], sb[s], ga, gb, oa, ob, va, (uint32_t)s);
 		asm volatile("cp.async.commit_group;\n" ::);
 	}
 	for (uint32_t kt = 0; kt < kt_n; kt++) {
@@ -156,7 +158,7 @@ baton_tc_egemm(const baton_tc_egemm_args a)
 		__syncthreads(); /* stage kt landed; every warp is done with kt - 1's */
 		const uint32_t nk = kt + ST - 1;
 		if (nk < kt_n)
-			eg_load(sa[nk % ST], sb[nk % ST], ga, gb, oa, ob, va, nk);
+			eg_load<NB>(sa[nk % ST], sb[nk % ST], ga, gb, oa, ob, va, nk);
 		asm volatile("cp.async.commit_group;\n" ::);
 		const uint32_t s = kt % ST;
 #pragma unroll
@@ -221,4 +223,16 @@ baton_tc_egemm(const baton_tc_egemm_args a)
 				}
 			}
 		}
+}
+
+/* 64 rows a block, 4 stages: the default (BATON_TC_EG_ROWS) */
+extern "C" __global__ void __launch_bounds__(128, 3) baton_tc_egemm(const baton_tc_egemm_args a)
+{
+	eg_body<64, 4>(a);
+}
+
+/* 128 rows a block, 3 stages: each weight tile read half as often */
+extern "C" __global__ void __launch_bounds__(256, 2) baton_tc_egemm_m128(const baton_tc_egemm_args a)
+{
+	eg_body<128, 3>(a);
 }

@@ -307,7 +307,7 @@ baton_tc_plan(const baton_tc_plan_args a)
 		for (uint32_t e = 0; e < E; e++) {
 			const uint32_t c = cnt[e];
 			cnt[e] = r, tb[e] = t;
-			r += c, t += (c + BATON_TC_EG_ROWS - 1) / BATON_TC_EG_ROWS;
+			r += c, t += (c + a.tile_rows - 1) / a.tile_rows;
 		}
 		cnt[E] = r, tb[E] = t;
 	}
@@ -319,10 +319,10 @@ baton_tc_plan(const baton_tc_plan_args a)
 	}
 	for (uint32_t e = tid; e < E; e += blockDim.x) {
 		const uint32_t r0 = cnt[e], c = cnt[e + 1] - r0;
-		for (uint32_t t = 0; t * BATON_TC_EG_ROWS < c; t++) {
-			const uint32_t left = c - t * BATON_TC_EG_ROWS;
-			tiles[tb[e] + t] = make_uint4(r0 + t * BATON_TC_EG_ROWS,
-			    left < BATON_TC_EG_ROWS ? left : BATON_TC_EG_ROWS, e, 0);
+		for (uint32_t t = 0; t * a.tile_rows < c; t++) {
+			const uint32_t left = c - t * a.tile_rows;
+			tiles[tb[e] + t] = make_uint4(r0 + t * a.tile_rows,
+			    left < a.tile_rows ? left : a.tile_rows, e, 0);
 		}
 	}
 	for (uint32_t i = tb[E] + tid; i < a.max_tiles; i += blockDim.x)

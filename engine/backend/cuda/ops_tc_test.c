@@ -319,11 +319,12 @@ static void tc_moe_case(struct baton_dev *dev, int dt, uint32_t B, uint32_t D, u
  * scratch). */
 static void t_tc_expert_gemms(void)
 {
-	static const char *const modes[] = { "0", "1", "2", "3", "4" };
-	for (int mode = 0; mode < 5; mode++)
+	static const char *const modes[] = { "0", "1", "2", "3", "4", "4" };
+	for (int mode = 0; mode < 6; mode++) /* the last: egemm.cu's blocks of 128 rows */
 		for (int inplace = 0; inplace < 2; inplace++) {
 			T_ASSERT(setenv("BATON_TC_EXPERT_GEMM", modes[mode], 1) == 0);
 			T_ASSERT(setenv("BATON_TC_INPLACE", inplace ? "1" : "0", 1) == 0);
+			T_ASSERT(setenv("BATON_TC_EG_ROWS", mode == 5 ? "128" : "64", 1) == 0);
 			struct baton_dev *dev = tc_open(NULL, NULL);
 			if (!dev)
 				break;
@@ -344,6 +345,7 @@ static void t_tc_expert_gemms(void)
 		}
 	unsetenv("BATON_TC_EXPERT_GEMM");
 	unsetenv("BATON_TC_INPLACE");
+	unsetenv("BATON_TC_EG_ROWS");
 }
 
 static void t_tensor_cores(void)
@@ -398,6 +400,15 @@ static void t_tensor_cores(void)
 	tc_matmul_case(dev, BATON_DT_BF16, 256, 512, 100, 0, 0, 0);
 	tc_matmul_case(dev, BATON_DT_BF16, 384, 2048, 70, 1, 1, 0);
 	tc_matmul_case(dev, BATON_DT_BF16, 300, 512, 64, 0, 1, 0);
+	be->close(dev);
+	T_ASSERT(setenv("BATON_TC_MM_EG", "1", 1) == 0);
+	T_ASSERT(setenv("BATON_TC_EG_ROWS", "128", 1) == 0);
+	dev = tc_open(NULL, NULL);
+	unsetenv("BATON_TC_MM_EG");
+	unsetenv("BATON_TC_EG_ROWS");
+	if (!dev)
+		return;
+	tc_matmul_case(dev, BATON_DT_BF16, 384, 2048, 200, 1, 1, 0);
 	be->close(dev);
 }
 

@@ -77,7 +77,7 @@ struct baton_tc_mm_f32_args {
 /* baton_tc_egemm (egemm.cu): the experts' GEMMs of a step in one launch,
  * grid (n_tiles, n / BATON_TC_EG_COLS_GU or _DOWN), block
  * BATON_TC_EG_THREADS. Tile t (tiles: uint32 [n_tiles][4]) is rows row0
- * .. row0 + rows - 1 (rows <= BATON_TC_EG_ROWS) of x (bf16 [][k]), all
+ * .. row0 + rows - 1 (rows <= 64, or 128 for baton_tc_egemm_m128) of x (bf16 [][k]), all
  * expert e's. w, w2: device arrays of each expert's weights (bf16 [n][k],
  * 16-byte aligned) at w[e] + w_off and w2[e] + w2_off; a tile of 0
  * rows does nothing. tiles 0: one matrix at w + w_off (a dense matmul),
@@ -85,8 +85,7 @@ struct baton_tc_mm_f32_args {
  * bf16(silu(x . w[e]) * (x . w2[e])), w the gate, w2 the up matrix;
  * swiglu 0: out f32 [][n] = x . w[e]; 2: out += x . w[e]. k % 32 == 0; n a multiple of the block's outputs. Sums are
  * the tensor cores' (not the host's order). */
-#define BATON_TC_EG_THREADS 128
-#define BATON_TC_EG_ROWS 64
+#define BATON_TC_EG_THREADS 128 /* tiles of 64 rows; baton_tc_egemm_m128: 256, of 128 */
 #define BATON_TC_EG_COLS_GU 64
 #define BATON_TC_EG_COLS_DOWN 128
 struct baton_tc_egemm_args {
@@ -99,11 +98,11 @@ struct baton_tc_egemm_args {
  * experts in id order, each expert's pairs in p order, and rowmap[r] = p;
  * tiles (uint32 [max_tiles][4], max_tiles >= ceil(n / 64) + the experts
  * used) get each expert's {row0, rows, expert, 0} in tiles of up to
- * BATON_TC_EG_ROWS, then zeros (tiles egemm skips). */
+ * tile_rows (egemm's block: 64 or 128), then zeros (tiles egemm skips). */
 #define BATON_TC_PLAN_E_MAX 256
 struct baton_tc_plan_args {
 	uint64_t ids, prow, rowmap, tiles;
-	uint32_t n, n_experts, max_tiles, pad;
+	uint32_t n, n_experts, max_tiles, tile_rows;
 };
 /* attn.cu. G = heads / kv_heads query heads per KV head.
  * baton_tc_attn_kv: kb, vb bf16 [kv_heads][n_pad][head_dim] from the

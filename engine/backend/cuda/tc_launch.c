@@ -142,8 +142,9 @@ int cuda_tc_matmul(struct baton_dev *dev, baton_dptr w, uint32_t w_dtype, uint64
 			.w = w, .x = dev->tc_buf[B_X].p, .out = y, .k = k, .n = n_out,
 			.swiglu = accumulate ? 2u : 0u, .rows = rows,
 		};
-		if ((rc = cuda_launch(dev, dev->k_tc_egemm, (rows + BATON_TC_EG_ROWS - 1) / BATON_TC_EG_ROWS,
-		         n_out / BATON_TC_EG_COLS_DOWN, BATON_TC_EG_THREADS, &ea,
+		const uint32_t tr = dev->tc_eg_rows;
+		if ((rc = cuda_launch(dev, tr == 128 ? dev->k_tc_egemm_m128 : dev->k_tc_egemm,
+		         (rows + tr - 1) / tr, n_out / BATON_TC_EG_COLS_DOWN, 2 * tr, &ea,
 		         "cuLaunchKernel baton_tc_egemm matmul")))
 			return rc;
 	}
@@ -422,10 +423,10 @@ static int eg_shapes_ok(uint32_t D, uint32_t F)
 	return D % BATON_TC_EG_COLS_DOWN == 0 && F % BATON_TC_EG_COLS_GU == 0;
 }
 
-/* egemm.cu's tiles for an expert of c rows. */
-static uint64_t eg_tiles(uint64_t c)
+/* egemm.cu's tiles for an expert of c rows (blocks of dev->tc_eg_rows). */
+static uint64_t eg_tiles(const struct baton_dev *dev, uint64_t c)
 {
-	return (c + BATON_TC_EG_ROWS - 1) / BATON_TC_EG_ROWS;
+	return (c + dev->tc_eg_rows - 1) / dev->tc_eg_rows;
 }
 
 /* Each token's experts' rows of O, weighted, added into its row of x
@@ -454,7 +455,9 @@ static int eg_kernel(struct baton_dev *dev, CUdeviceptr tiles, uint64_t nt, CUde
 	const uint32_t gy = n / (swiglu ? BATON_TC_EG_COLS_GU : BATON_TC_EG_COLS_DOWN);
 	if (!nt)
 		return 0;
-	return cuda_launch(dev, dev->k_tc_egemm, (uint32_t)nt, gy, BATON_TC_EG_THREADS, &ea,
+	const int m128 = dev->tc_eg_rows == 128;
+	return cuda_launch(dev, m128 ? dev->k_tc_egemm_m128 : dev->k_tc_egemm, (uint32_t)nt, gy,
+	    m128 ? 256 : BATON_TC_EG_THREADS, &ea,
 	    swiglu ? "cuLaunchKernel baton_tc_egemm gate/up" : "cuLaunchKernel baton_tc_egemm down");
 }
 
@@ -505,9 +508,10 @@ int cuda_tc_experts(struct baton_dev *dev, const struct baton_moe_layer *l, cons
 	const uint64_t off_map = U * 8, off_prow = off_map + R * 4;
 	const uint64_t off_w = cuda_round_up(off_prow + n * 4, 16);
 	const uint64_t off_ptr = cuda_round_up(off_w + n * 4, 16);
-	uint64_t nt = 0; /* mode 4: its tiles (each expert's rows in BATON_TC_EG_ROWS) */
+	const uint32_t tr = dev->tc_eg_rows; /* mode 4: each expert's rows in tiles of tr */
+	uint64_t nt = 0;
 	for (uint64_t e = 0; mode == 4 && e < U; e++)
-		nt += eg_tiles(pl.cnt[e]);
+		nt += eg_tiles(dev, pl.cnt[e]);
 	const uint64_t mbytes = off_ptr + (mode == 4 ? cuda_round_up(3 * U * 8, 16) + nt * 16 :
 	                                   mode     ? (3 * na * U + 3 * U) * 8 : 0);
 	char *host = NULL;
@@ -542,9 +546,9 @@ int cuda_tc_experts(struct baton_dev *dev, const struct baton_moe_layer *l, cons
 			wg[e] = inplace ? pl.blob[e] + l->gate_off : W + slot * 2 * F * D * 2;
 			wu[e] = inplace ? pl.blob[e] + l->up_off : wg[e] + (uint64_t)F * D * 2;
 			wd[e] = inplace ? pl.blob[e] + l->down_off : Wd + slot * D * F * 2;
-			for (uint32_t r = 0; r < pl.cnt[e]; r += BATON_TC_EG_ROWS, t++) {
+			for (uint32_t r = 0; r < pl.cnt[e]; r += tr, t++) {
 				tl[4 * t] = (uint32_t)(pl.base[e] + r);
-				tl[4 * t + 1] = pl.cnt[e] - r < BATON_TC_EG_ROWS ? pl.cnt[e] - r : BATON_TC_EG_ROWS;
+				tl[4 * t + 1] = pl.cnt[e] - r < tr ? pl.cnt[e] - r : tr;
 				tl[4 * t + 2] = (uint32_t)e;
 				tl[4 * t + 3] = 0;
 			}
@@ -625,7 +629,7 @@ int cuda_tc_experts(struct baton_dev *dev, const struct baton_moe_layer *l, cons
 		if (mode == 4) { /* the chunk's tiles: gate/up with SwiGLU, then down */
 			uint64_t t1 = t0;
 			for (uint64_t e = g0; e < g1e; e++)
-				t1 += eg_tiles(pl.cnt[e]);
+				t1 += eg_tiles(dev, pl.cnt[e]);
 			if ((rc = eg_kernel(dev, dtiles + t0 * 16, t1 - t0, dwg, 0, dwg + U * 8, 0, X, Hb, D, F,
 			         1)) ||
 			    (rc = eg_kernel(dev, dtiles + t0 * 16, t1 - t0, dwg + 2 * U * 8, 0, 0, 0, Hb, O, F,
@@ -674,7 +678,7 @@ int cuda_tc_experts_dev(struct baton_dev *dev, const struct baton_moe_layer *l, 
 	int rc;
 	if (!cuda_tc_experts_dev_ok(dev, l) || n > 0x7fffffffull / (2ull * F > D ? 2ull * F : D))
 		return CUDA_TC_FALLBACK;
-	const uint64_t max_t = eg_tiles(n) + (E < n ? E : n); /* each used expert's last tile */
+	const uint64_t max_t = eg_tiles(dev, n) + (E < n ? E : n); /* each used expert's last tile */
 	const uint64_t off_map = cuda_round_up(n * 4, 16), off_t = cuda_round_up(off_map + n * 4, 16);
 	if ((rc = need(dev, B_MAP, off_t + max_t * 16)) || (rc = need(dev, B_X, n * D * 2)) ||
 	    (rc = need(dev, B_B, n * F * 2)) || (rc = need(dev, B_C, n * D * 4)))
@@ -683,7 +687,7 @@ int cuda_tc_experts_dev(struct baton_dev *dev, const struct baton_moe_layer *l, 
 	const CUdeviceptr X = dev->tc_buf[B_X].p, Hb = dev->tc_buf[B_B].p, O = dev->tc_buf[B_C].p;
 	struct baton_tc_plan_args pa = {
 		.ids = ids, .prow = prow, .rowmap = rowmap, .tiles = tiles, .n = (uint32_t)n,
-		.n_experts = E, .max_tiles = (uint32_t)max_t,
+		.n_experts = E, .max_tiles = (uint32_t)max_t, .tile_rows = dev->tc_eg_rows,
 	};
 	struct baton_tc_rows_args ra = {
 		.src = l->xn, .dst = X, .map = rowmap, .rows = (uint32_t)n, .cols = D, .src_ld = D,
